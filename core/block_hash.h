@@ -1,0 +1,35 @@
+// Content hashes of full KV blocks, chained from the first block (vLLM v1's block hash chain).
+//
+// hash(block k) = XXH3-128(parent hash, canonical description of the block's tokens), where the
+// parent of block 0 is kNoneHash. Tokens are described by their identities (see request.h): the
+// runs of consecutive positions of one content stream that the block covers. Equal token
+// identities give equal hashes, whatever a backend sampled. 128 bits make an accidental
+// collision negligible even over billions of blocks.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+#include "core/request.h"
+
+namespace servelab {
+
+struct BlockHash {
+  std::uint64_t lo = 0;
+  std::uint64_t hi = 0;
+  friend bool operator==(const BlockHash&, const BlockHash&) = default;
+};
+
+inline constexpr BlockHash kNoneHash{0x53657276654c6162ULL, 0x4e6f6e6548617368ULL};
+
+struct BlockHashHasher {
+  std::size_t operator()(const BlockHash& h) const noexcept { return h.lo ^ (h.hi * 31); }
+};
+
+// Hash of block `block_index` (tokens [block_index*block_size, (block_index+1)*block_size)) of
+// `spec`'s sequence, given the hash of the previous block. The block may extend into the output
+// tokens. REQUIRES: block_size > 0.
+BlockHash hash_block(const BlockHash& parent, const RequestSpec& spec, std::int32_t block_index,
+                     std::int32_t block_size);
+
+}  // namespace servelab

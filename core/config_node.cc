@@ -1,0 +1,270 @@
+#include "core/config_node.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+namespace servelab {
+
+namespace {
+
+// Nodes created by --set carry this tag so messages can say where the value came from.
+constexpr const char* kOverrideTag = "!servelab-set";
+
+std::string join(const std::vector<std::string>& items) {
+  std::string out;
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    if (i) out += ", ";
+    out += items[i];
+  }
+  return out;
+}
+
+}  // namespace
+
+ConfigNode ConfigNode::load_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw ConfigError(path + ": cannot open file (" + std::strerror(errno) + ")");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return load_string(ss.str(), path);
+}
+
+ConfigNode ConfigNode::load_string(const std::string& text, const std::string& name) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    throw ConfigError(name + ":" + std::to_string(e.mark.line + 1) + ":" +
+                      std::to_string(e.mark.column + 1) + ": malformed YAML: " + e.msg);
+  }
+  if (!root.IsMap()) {
+    throw ConfigError(name + ":1:1: expected a mapping of sections at the top level");
+  }
+  return ConfigNode(root, std::make_shared<const std::string>(name), "");
+}
+
+ConfigNode::ConfigNode(YAML::Node node, std::shared_ptr<const std::string> file, std::string path)
+    : node_(std::move(node)), file_(std::move(file)), path_(std::move(path)) {}
+
+std::string ConfigNode::location() const {
+  if (node_.Tag() == kOverrideTag) return "--set " + path_;
+  const YAML::Mark m = node_.Mark();
+  if (m.line < 0) return *file_;
+  return *file_ + ":" + std::to_string(m.line + 1) + ":" + std::to_string(m.column + 1);
+}
+
+bool ConfigNode::has(std::string_view key) const {
+  return node_.IsMap() && node_[std::string(key)].IsDefined() && !node_[std::string(key)].IsNull();
+}
+
+std::vector<std::string> ConfigNode::keys() const {
+  std::vector<std::string> out;
+  if (!node_.IsMap()) return out;
+  for (const auto& kv : node_) out.push_back(kv.first.as<std::string>());
+  return out;
+}
+
+std::string ConfigNode::child_path(std::string_view key) const {
+  return path_.empty() ? std::string(key) : path_ + "." + std::string(key);
+}
+
+ConfigNode ConfigNode::at(std::string_view key) const {
+  if (!node_.IsMap()) fail("a mapping");
+  YAML::Node child = node_[std::string(key)];
+  if (!child.IsDefined() || child.IsNull()) {
+    throw ConfigError(location() + ": key '" + child_path(key) + "' is required but missing");
+  }
+  return ConfigNode(child, file_, child_path(key));
+}
+
+std::optional<ConfigNode> ConfigNode::find(std::string_view key) const {
+  if (!has(key)) return std::nullopt;
+  return at(key);
+}
+
+std::vector<ConfigNode> ConfigNode::elements() const {
+  if (!node_.IsSequence()) fail("a list");
+  std::vector<ConfigNode> out;
+  std::size_t i = 0;
+  for (const auto& e : node_) out.emplace_back(e, file_, path_ + "[" + std::to_string(i++) + "]");
+  return out;
+}
+
+void ConfigNode::allow_keys(std::initializer_list<std::string_view> allowed) const {
+  allow_keys(std::vector<std::string>(allowed.begin(), allowed.end()));
+}
+
+void ConfigNode::allow_keys(const std::vector<std::string>& allowed) const {
+  if (!node_.IsMap()) fail("a mapping");
+  for (const auto& kv : node_) {
+    const std::string key = kv.first.as<std::string>();
+    bool ok = false;
+    for (const auto& a : allowed) ok = ok || a == key;
+    if (!ok) {
+      ConfigNode k(kv.first, file_, child_path(key));
+      throw ConfigError(k.location() + ": unknown key '" + child_path(key) + "' (expected one of: " +
+                        join(allowed) + ")");
+    }
+  }
+}
+
+std::string ConfigNode::describe_value() const {
+  if (!node_.IsDefined() || node_.IsNull()) return "nothing";
+  if (node_.IsMap()) return "a mapping";
+  if (node_.IsSequence()) return "a list";
+  return "'" + node_.Scalar() + "'";
+}
+
+void ConfigNode::fail(std::string_view expected) const {
+  throw ConfigError(location() + ": key '" + path_ + "': expected " + std::string(expected) +
+                    ", got " + describe_value());
+}
+
+void ConfigNode::fail_message(std::string_view message) const {
+  throw ConfigError(location() + ": key '" + path_ + "': " + std::string(message));
+}
+
+std::int64_t ConfigNode::as_int(std::int64_t min, std::int64_t max) const {
+  auto expected = [&] {
+    std::string e = "an integer";
+    if (min != INT64_MIN && max != INT64_MAX) {
+      e += " in [" + std::to_string(min) + ", " + std::to_string(max) + "]";
+    } else if (min != INT64_MIN) {
+      e += " >= " + std::to_string(min);
+    } else if (max != INT64_MAX) {
+      e += " <= " + std::to_string(max);
+    }
+    return e;
+  };
+  if (!node_.IsScalar()) fail(expected());
+  const std::string& s = node_.Scalar();
+  char* end = nullptr;
+  errno = 0;
+  long long v = std::strtoll(s.c_str(), &end, 10);
+  if (s.empty() || errno != 0 || *end != '\0') {
+    // Accept integral floats written as 1e6 or 2000.0.
+    char* fend = nullptr;
+    const double d = std::strtod(s.c_str(), &fend);
+    if (s.empty() || *fend != '\0' || !std::isfinite(d) || d != std::floor(d) || d < -9.2e18 ||
+        d > 9.2e18) {
+      fail(expected());
+    }
+    v = static_cast<long long>(d);
+  }
+  if (v < min || v > max) fail(expected());
+  return v;
+}
+
+double ConfigNode::as_double(double min, double max) const {
+  auto expected = [&] {
+    std::ostringstream e;
+    e << "a number";
+    if (min > -1e300 && max < 1e300) {
+      e << " in [" << min << ", " << max << "]";
+    } else if (min > -1e300) {
+      e << " >= " << min;
+    } else if (max < 1e300) {
+      e << " <= " << max;
+    }
+    return e.str();
+  };
+  if (!node_.IsScalar()) fail(expected());
+  const std::string& s = node_.Scalar();
+  char* end = nullptr;
+  const double v = std::strtod(s.c_str(), &end);
+  if (s.empty() || *end != '\0' || !std::isfinite(v) || v < min || v > max) fail(expected());
+  return v;
+}
+
+bool ConfigNode::as_bool() const {
+  if (node_.IsScalar()) {
+    const std::string& s = node_.Scalar();
+    if (s == "true" || s == "True" || s == "yes" || s == "on") return true;
+    if (s == "false" || s == "False" || s == "no" || s == "off") return false;
+  }
+  fail("true or false");
+}
+
+std::string ConfigNode::as_string() const {
+  if (!node_.IsScalar()) fail("a string");
+  return node_.Scalar();
+}
+
+std::string ConfigNode::as_choice(std::initializer_list<std::string_view> choices) const {
+  std::vector<std::string> names(choices.begin(), choices.end());
+  if (node_.IsScalar()) {
+    for (const auto& c : names) {
+      if (c == node_.Scalar()) return c;
+    }
+  }
+  fail("one of: " + join(names));
+}
+
+std::int64_t ConfigNode::get_int(std::string_view key, std::int64_t min, std::int64_t max) const {
+  return at(key).as_int(min, max);
+}
+std::int64_t ConfigNode::get_int(std::string_view key, std::int64_t def, std::int64_t min,
+                                 std::int64_t max) const {
+  return has(key) ? at(key).as_int(min, max) : def;
+}
+double ConfigNode::get_double(std::string_view key, double min, double max) const {
+  return at(key).as_double(min, max);
+}
+double ConfigNode::get_double(std::string_view key, double def, double min, double max) const {
+  return has(key) ? at(key).as_double(min, max) : def;
+}
+bool ConfigNode::get_bool(std::string_view key, bool def) const {
+  return has(key) ? at(key).as_bool() : def;
+}
+std::string ConfigNode::get_string(std::string_view key) const { return at(key).as_string(); }
+std::string ConfigNode::get_string(std::string_view key, std::string_view def) const {
+  return has(key) ? at(key).as_string() : std::string(def);
+}
+
+void apply_override(YAML::Node root, const std::string& assignment) {
+  const auto eq = assignment.find('=');
+  if (eq == std::string::npos || eq == 0) {
+    throw ConfigError("--set " + assignment + ": expected KEY.PATH=VALUE");
+  }
+  const std::string path = assignment.substr(0, eq);
+  const std::string text = assignment.substr(eq + 1);
+  YAML::Node value;
+  try {
+    value = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    throw ConfigError("--set " + path + ": malformed value '" + text + "': " + e.msg);
+  }
+  if (!value.IsDefined() || value.IsNull()) value = YAML::Node(text);
+  if (value.IsScalar()) value.SetTag(kOverrideTag);
+  std::vector<std::string> parts;
+  std::size_t start = 0;
+  for (;;) {
+    const auto dot = path.find('.', start);
+    parts.push_back(path.substr(start, dot - start));
+    if (dot == std::string::npos) break;
+    start = dot + 1;
+  }
+  // yaml-cpp's operator[] on a non-const node creates children; walk with explicit copies so
+  // we hold references into the tree, not temporaries.
+  std::vector<YAML::Node> chain{root};
+  for (std::size_t i = 0; i + 1 < parts.size(); ++i) {
+    if (parts[i].empty()) throw ConfigError("--set " + path + ": empty key in path");
+    YAML::Node next = chain.back()[parts[i]];
+    if (next.IsDefined() && !next.IsNull() && !next.IsMap()) {
+      throw ConfigError("--set " + path + ": '" + parts[i] + "' is not a section");
+    }
+    if (!next.IsDefined() || next.IsNull()) {
+      chain.back()[parts[i]] = YAML::Node(YAML::NodeType::Map);
+      next = chain.back()[parts[i]];
+    }
+    chain.push_back(next);
+  }
+  if (parts.back().empty()) throw ConfigError("--set " + path + ": empty key in path");
+  chain.back()[parts.back()] = value;
+}
+
+}  // namespace servelab

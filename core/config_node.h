@@ -1,0 +1,101 @@
+// ConfigNode: strict, typed access to a YAML document with errors that name the place.
+//
+// Every error is a ConfigError whose message reads
+//   FILE:LINE:COL: key 'a.b.c': expected <what>, got <what was there>
+// and which the commands turn into exit code 2. Sections call allow_keys() so an unknown key
+// (a typo) is an error, never silently ignored. Values set with --set carry the location
+// "--set a.b.c" instead of a line.
+#pragma once
+
+#include <yaml-cpp/yaml.h>
+
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace servelab {
+
+class ConfigError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class ConfigNode {
+ public:
+  // Parses `path`. Throws ConfigError for a missing/unreadable file or malformed YAML (with the
+  // line), or a document whose top level is not a mapping.
+  static ConfigNode load_file(const std::string& path);
+  // Parses YAML text; `name` stands for the file in messages.
+  static ConfigNode load_string(const std::string& text, const std::string& name);
+
+  ConfigNode(YAML::Node node, std::shared_ptr<const std::string> file, std::string path);
+
+  const YAML::Node& yaml() const { return node_; }
+  const std::string& file() const { return *file_; }
+  // Dotted key path from the document root ("" for the root).
+  const std::string& path() const { return path_; }
+  // "FILE:LINE:COL" of this node (or of the nearest located ancestor).
+  std::string location() const;
+
+  bool is_map() const { return node_.IsMap(); }
+  bool is_sequence() const { return node_.IsSequence(); }
+  bool is_scalar() const { return node_.IsScalar(); }
+  bool has(std::string_view key) const;
+  // Keys of a mapping, in document order.
+  std::vector<std::string> keys() const;
+
+  // The child under `key`; error if absent or this is not a mapping.
+  ConfigNode at(std::string_view key) const;
+  std::optional<ConfigNode> find(std::string_view key) const;
+  // Elements of a sequence; error if this is not a sequence.
+  std::vector<ConfigNode> elements() const;
+
+  // Errors for any key of this mapping not in `allowed` (message lists the allowed keys).
+  // Also errors when this node is not a mapping.
+  void allow_keys(std::initializer_list<std::string_view> allowed) const;
+  void allow_keys(const std::vector<std::string>& allowed) const;
+
+  // Typed scalars of this node.
+  std::int64_t as_int(std::int64_t min = INT64_MIN, std::int64_t max = INT64_MAX) const;
+  double as_double(double min = -1e300, double max = 1e300) const;
+  bool as_bool() const;
+  std::string as_string() const;
+  // One of `choices`; the message lists them.
+  std::string as_choice(std::initializer_list<std::string_view> choices) const;
+
+  // Typed children: required (error if absent) or with a default when absent.
+  std::int64_t get_int(std::string_view key, std::int64_t min = INT64_MIN,
+                       std::int64_t max = INT64_MAX) const;
+  std::int64_t get_int(std::string_view key, std::int64_t def, std::int64_t min,
+                       std::int64_t max) const;
+  double get_double(std::string_view key, double min = -1e300, double max = 1e300) const;
+  double get_double(std::string_view key, double def, double min, double max) const;
+  bool get_bool(std::string_view key, bool def) const;
+  std::string get_string(std::string_view key) const;
+  std::string get_string(std::string_view key, std::string_view def) const;
+
+  // Throws ConfigError "LOCATION: key 'PATH': expected WHAT, got <value>".
+  [[noreturn]] void fail(std::string_view expected) const;
+  // Same, for a problem that is not about a type ("LOCATION: key 'PATH': MESSAGE").
+  [[noreturn]] void fail_message(std::string_view message) const;
+
+ private:
+  std::string child_path(std::string_view key) const;
+  std::string describe_value() const;
+
+  YAML::Node node_;
+  std::shared_ptr<const std::string> file_;
+  std::string path_;
+};
+
+// Applies `assignment` ("a.b.c=value", value parsed as YAML) to the document under `root`,
+// creating maps as needed; the node is marked so errors about it say "--set a.b.c".
+// Throws ConfigError on a malformed assignment.
+void apply_override(YAML::Node root, const std::string& assignment);
+
+}  // namespace servelab

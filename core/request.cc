@@ -1,0 +1,51 @@
+#include "core/request.h"
+
+#include <cassert>
+
+namespace servelab {
+
+void canonicalize(RequestSpec& spec) {
+  std::vector<PromptSegment> out;
+  out.reserve(spec.prompt.size());
+  std::int64_t total = 0;
+  for (const PromptSegment& s : spec.prompt) {
+    if (s.length == 0) continue;
+    total += s.length;
+    if (!out.empty() && out.back().content_id == s.content_id &&
+        out.back().offset + out.back().length == s.offset) {
+      out.back().length += s.length;
+    } else {
+      out.push_back(s);
+    }
+  }
+  spec.prompt = std::move(out);
+  spec.prompt_len = static_cast<std::int32_t>(total);
+}
+
+RequestSpec make_request(RequestId id, TimeNs arrival_ns, std::vector<PromptSegment> segments,
+                         std::int32_t max_output_tokens) {
+  RequestSpec spec;
+  spec.id = id;
+  spec.arrival_ns = arrival_ns;
+  spec.prompt = std::move(segments);
+  spec.max_output_tokens = max_output_tokens;
+  canonicalize(spec);
+  return spec;
+}
+
+TokenId token_identity(const RequestSpec& spec, std::int32_t pos) {
+  assert(pos >= 0);
+  if (pos >= spec.prompt_len) {
+    return {output_content_id(spec.id), static_cast<std::uint32_t>(pos - spec.prompt_len)};
+  }
+  std::int32_t start = 0;
+  for (const PromptSegment& s : spec.prompt) {
+    if (pos < start + static_cast<std::int32_t>(s.length)) {
+      return {s.content_id, s.offset + static_cast<std::uint32_t>(pos - start)};
+    }
+    start += static_cast<std::int32_t>(s.length);
+  }
+  return {0, 0};  // unreachable for a canonical spec
+}
+
+}  // namespace servelab

@@ -1,0 +1,77 @@
+// What a request is before the scheduler sees it: arrival time, prompt content, output length.
+//
+// Prompt content is deterministic but not stored token by token. A prompt is a list of
+// segments; a segment is `length` consecutive tokens of a content stream `content_id`, starting
+// at `offset` in that stream. Token identity is the pair (content_id, position in stream): two
+// prompts that share a system prompt share a segment with the same content_id, so their first
+// tokens are identical and prefix caching sees it, while a million requests need only a few
+// words each. Output tokens are identified the same way, in the stream output_content_id(id),
+// so block hashes never depend on what a backend sampled (the simulator and the engine hash the
+// same blocks the same way). The engine turns identities into token values with token_value().
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "core/rng.h"
+#include "core/time.h"
+
+namespace servelab {
+
+using RequestId = std::uint64_t;
+
+struct PromptSegment {
+  std::uint64_t content_id = 0;
+  std::uint32_t offset = 0;  // position of the segment's first token in its content stream
+  std::uint32_t length = 0;  // number of tokens
+  friend bool operator==(const PromptSegment&, const PromptSegment&) = default;
+};
+
+struct RequestSpec {
+  RequestId id = 0;                    // unique in a workload; workloads number 0, 1, 2, ...
+  TimeNs arrival_ns = 0;               // when the request reaches the server
+  std::vector<PromptSegment> prompt;   // canonical: see canonicalize()
+  std::int32_t prompt_len = 0;         // sum of segment lengths
+  std::int32_t max_output_tokens = 1;  // generation stops after this many tokens (ignore_eos)
+  std::int32_t priority = 0;           // smaller is served first (vLLM convention)
+  std::uint32_t tenant = 0;            // for fair-share queue orders
+  std::int32_t n = 1;                  // parallel samples
+
+  std::int32_t total_tokens() const { return prompt_len + max_output_tokens; }
+};
+
+// The content stream of a request's generated tokens.
+inline constexpr std::uint64_t output_content_id(RequestId id) {
+  return mix64(id ^ 0x6f75747075747321ULL);  // "outputs!"
+}
+
+// A fresh content stream that no other request shares, derived from a seed and an index.
+inline constexpr std::uint64_t unique_content_id(std::uint64_t seed, std::uint64_t index) {
+  return mix64(mix64(seed ^ 0x756e69717565ULL) ^ index);
+}
+
+// Merges adjacent segments that continue the same stream, drops empty ones and recomputes
+// prompt_len. Equal token sequences built from the same streams end up with equal segment lists.
+void canonicalize(RequestSpec& spec);
+
+// A prompt made of `segments` (canonicalized).
+RequestSpec make_request(RequestId id, TimeNs arrival_ns, std::vector<PromptSegment> segments,
+                         std::int32_t max_output_tokens);
+
+// The token value the engine feeds the model for position `offset` of stream `content_id`,
+// in [0, vocab_size). REQUIRES: vocab_size > 0.
+inline std::int32_t token_value(std::uint64_t content_id, std::uint32_t offset,
+                                std::int32_t vocab_size) {
+  return static_cast<std::int32_t>(mix64(content_id + 0x9e3779b97f4a7c15ULL * (offset + 1ULL)) %
+                                   static_cast<std::uint64_t>(vocab_size));
+}
+
+// Identity of token `pos` of a request's sequence (prompt then outputs). REQUIRES: pos >= 0.
+struct TokenId {
+  std::uint64_t content_id;
+  std::uint32_t offset;
+};
+TokenId token_identity(const RequestSpec& spec, std::int32_t pos);
+
+}  // namespace servelab

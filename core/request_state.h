@@ -1,0 +1,60 @@
+// A request as the scheduler tracks it while it lives: progress, blocks, timestamps.
+//
+// Owned by the Scheduler from arrival to finish; backends never see it (they get a StepPlan).
+// Token positions: [0, prompt_len) are the prompt, then output_tokens in order. The scheduler
+// advances num_computed_tokens when it schedules tokens (vLLM v1), not when the step ends.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/block_hash.h"
+#include "core/request.h"
+#include "core/time.h"
+
+namespace servelab {
+
+using BlockId = std::int32_t;
+
+enum class RequestStatus : std::uint8_t {
+  kWaiting,    // queued, never admitted
+  kRunning,    // admitted: holds blocks, scheduled in steps
+  kPreempted,  // preempted by recompute: back in the waiting queue, holds no blocks
+  kSwapped,    // preempted by swap: its KV is in host blocks
+  kFinished,   // produced all its tokens
+  kRejected,   // never admitted: too long, or could never fit (finish_reason says why)
+  kAborted,    // admitted but given up (e.g. preemption cap); finish_reason says why
+};
+
+const char* to_string(RequestStatus s);
+
+struct Request {
+  explicit Request(RequestSpec s) : spec(std::move(s)) {}
+  Request(const Request&) = delete;
+  Request& operator=(const Request&) = delete;
+
+  RequestSpec spec;
+  RequestStatus status = RequestStatus::kWaiting;
+  std::int32_t num_computed_tokens = 0;      // tokens whose KV is (or is being) computed
+  std::vector<std::int32_t> output_tokens;   // sampled token values, in order
+  std::vector<BlockId> block_table;          // physical blocks, position order
+  std::vector<BlockHash> block_hashes;       // hashes of the full blocks known so far
+  std::int32_t num_cached_blocks = 0;        // leading blocks of block_table registered in the cache
+  std::int32_t num_cached_tokens = -1;       // prefix hit at first admission (-1: not admitted yet)
+  std::int32_t num_preemptions = 0;
+  std::int64_t num_recomputed_tokens = 0;    // tokens computed again after a preemption
+  std::int64_t num_computed_total = 0;       // all tokens scheduled for this request, ever
+  TimeNs first_scheduled_ns = -1;
+  TimeNs first_token_ns = -1;
+  TimeNs last_token_ns = -1;
+  TimeNs finish_ns = -1;
+  std::string finish_reason;
+
+  RequestId id() const { return spec.id; }
+  std::int32_t num_output_tokens() const { return static_cast<std::int32_t>(output_tokens.size()); }
+  // Tokens known so far: prompt plus outputs.
+  std::int32_t num_tokens() const { return spec.prompt_len + num_output_tokens(); }
+};
+
+}  // namespace servelab

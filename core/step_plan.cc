@@ -1,0 +1,15 @@
+#include "core/step_plan.h"
+
+namespace servelab {
+
+void StepPlan::clear() {
+  requests.clear();
+  swap_out.clear();
+  swap_in.clear();
+  copies.clear();
+  preempted.clear();
+  num_prefill_tokens = 0;
+  num_decode_tokens = 0;
+}
+
+}  // namespace servelab

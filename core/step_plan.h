@@ -1,0 +1,61 @@
+// StepPlan: everything a backend must do in one iteration. StepResult: what it reports back.
+//
+// A backend needs nothing but the plan: for each scheduled request the token range to compute
+// and its block table, the block moves (swap out, swap in) and copies (copy-on-write), and which
+// requests were preempted. The spans in a plan point into scheduler-owned storage and stay valid
+// until the scheduler's complete() for that plan returns.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "core/request.h"
+#include "core/request_state.h"
+#include "core/time.h"
+
+namespace servelab {
+
+struct ScheduledRequest {
+  RequestId id = 0;
+  const RequestSpec* spec = nullptr;           // prompt content (for the engine's token values)
+  std::span<const std::int32_t> output_tokens;  // outputs sampled before this step
+  std::int32_t first_token = 0;                 // position of the first token computed
+  std::int32_t num_tokens = 0;                  // tokens computed in this step (>= 1)
+  std::int32_t num_cached_prefix = 0;           // of first_token, how many came from a prefix hit now
+  bool is_prefill = false;                      // computes part of the known sequence other than
+                                                // its last token (prompt or resumed outputs)
+  bool samples = false;                         // reaches the end of the known tokens: samples one
+  std::span<const BlockId> block_table;         // covers at least first_token + num_tokens slots
+
+  std::int32_t context_len() const { return first_token + num_tokens; }
+};
+
+struct BlockMove {
+  BlockId src = 0;
+  BlockId dst = 0;
+  friend bool operator==(const BlockMove&, const BlockMove&) = default;
+};
+
+struct StepPlan {
+  std::int64_t step_index = 0;
+  std::vector<ScheduledRequest> requests;  // in scheduling order
+  std::vector<BlockMove> swap_out;         // device block -> host block, before the forward pass
+  std::vector<BlockMove> swap_in;          // host block -> device block, before the forward pass
+  std::vector<BlockMove> copies;           // device -> device copies (copy-on-write)
+  std::vector<RequestId> preempted;        // requests preempted while forming this plan
+  std::int32_t num_prefill_tokens = 0;     // sum of num_tokens over prefill entries
+  std::int32_t num_decode_tokens = 0;      // sum over decode entries (one token each)
+
+  bool empty() const { return requests.empty() && swap_out.empty() && swap_in.empty(); }
+  std::int32_t num_tokens() const { return num_prefill_tokens + num_decode_tokens; }
+  void clear();
+};
+
+struct StepResult {
+  TimeNs duration_ns = 0;
+  // One value per plan entry, in plan order; meaningful where the entry samples (-1 elsewhere).
+  std::vector<std::int32_t> sampled_tokens;
+};
+
+}  // namespace servelab
