@@ -45,6 +45,8 @@ struct Request {
   std::int32_t num_preemptions = 0;
   std::int64_t num_recomputed_tokens = 0;    // tokens computed again after a preemption
   std::int64_t num_computed_total = 0;       // all tokens scheduled for this request, ever
+  std::int32_t max_computed_tokens = 0;      // furthest num_computed_tokens ever reached: tokens
+                                             // scheduled below it after a preemption are recomputed
   TimeNs first_scheduled_ns = -1;
   TimeNs first_token_ns = -1;
   TimeNs last_token_ns = -1;

@@ -14,12 +14,19 @@
 //    request that cannot get blocks stops admission (no skipping).
 // 3. Every scheduled request's num_computed_tokens advances by its n.
 // Requests whose prompt + output exceed max_model_len, or that could never fit in the whole
-// cache, are rejected at arrival (counted, never scheduled).
+// cache, are rejected at arrival (counted, never scheduled). So are empty prompts, requests for
+// no output, and, with chunked prefill off, requests that might one day need more tokens in one
+// step than max_num_batched_tokens allows (vLLM refuses such configurations outright; here a
+// request like that would block the queue forever).
+//
+// Ownership: the scheduler allocates a Request per arrival and deletes it right after
+// observer->on_finish (or on_reject); the destructor frees the blocks of what remains.
 #pragma once
 
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "core/kv_cache_manager.h"
@@ -40,7 +47,9 @@ struct SchedulerCounters {
 
 class Scheduler {
  public:
-  // `kv` and `observer` (may be null) must outlive the scheduler.
+  // `kv` and `observer` (may be null) must outlive the scheduler. Throws std::invalid_argument
+  // on a config with a budget, seat count or max_model_len below 1, a negative threshold, or a
+  // block size or prefix-caching switch that disagrees with `kv`'s.
   Scheduler(const SchedulerConfig& config, KvCacheManager& kv, SchedulerObserver* observer);
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
@@ -68,8 +77,12 @@ class Scheduler {
   KvCacheManager& kv() { return kv_; }
 
  private:
+  // The reason a request must be refused at arrival, or "" if it can be queued.
+  std::string rejection_reason(const RequestSpec& spec) const;
   void preempt(Request& victim, TimeNs now);
-  void add_to_plan(Request& r, std::int32_t n, std::int32_t cached_now);
+  // Appends r's entry (n tokens from r.num_computed_tokens) and advances r's progress.
+  void add_to_plan(Request& r, std::int32_t n, std::int32_t cached_now, TimeNs now);
+  // Marks r finished, frees its blocks and reports it; the caller unlinks and deletes it.
   void finish(Request& r, TimeNs now);
 
   SchedulerConfig config_;
@@ -80,6 +93,7 @@ class Scheduler {
   StepPlan plan_;
   std::vector<Request*> plan_requests_;  // the Request behind each plan entry
   std::int64_t next_step_ = 0;
+  bool plan_pending_ = false;  // a non-empty plan awaits complete()
   SchedulerCounters counters_;
 };
 

@@ -1,5 +1,122 @@
+// The `sim` command. Exit codes: 0 success, 2 bad input or usage (the message names the file,
+// line or key), 1 an internal error.
+#include <unistd.h>
+
+#include <chrono>
 #include <cstdio>
-int main() {
-  std::puts("sim: not built yet");
+#include <cstring>
+#include <exception>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/config_node.h"
+#include "sim/experiment.h"
+#include "sim/run.h"
+
+namespace {
+
+using servelab::ConfigError;
+
+constexpr const char* kUsage =
+    "usage: sim <command> [arguments]\n"
+    "\n"
+    "commands:\n"
+    "  run EXP.yaml [--out DIR] [--seed N] [--set key.path=value]... [--record-schedule]\n"
+    "             [--quiet]\n"
+    "      simulate one experiment; writes summary.json, requests.csv, steps.csv, config.yaml\n"
+    "      (and schedule.csv with --record-schedule) to DIR (default out/<experiment name>/)\n"
+    "  help       this text\n"
+    "\n"
+    "Experiment files are described in docs/experiments.md; metrics in docs/metrics.md.\n";
+
+struct UsageError : ConfigError {
+  using ConfigError::ConfigError;
+};
+
+std::uint64_t parse_seed(const std::string& text) {
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long v = std::strtoull(text.c_str(), &end, 10);
+  if (text.empty() || text[0] == '-' || *end != '\0' || errno != 0) {
+    throw UsageError("--seed: expected a non-negative integer, got '" + text + "'");
+  }
+  return v;
+}
+
+int cmd_run(const std::vector<std::string>& args) {
+  std::optional<std::string> exp;
+  servelab::RunOptions options;
+  std::optional<std::uint64_t> seed;
+  std::vector<std::string> overrides;
+  bool record_schedule = false, quiet = false;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    auto value = [&](const char* flag) -> std::string {
+      if (i + 1 >= args.size()) throw UsageError(std::string(flag) + ": expected a value");
+      return args[++i];
+    };
+    if (a == "--out" || a == "-o") {
+      options.out_dir = value("--out");
+    } else if (a == "--seed") {
+      seed = parse_seed(value("--seed"));
+    } else if (a == "--set") {
+      overrides.push_back(value("--set"));
+    } else if (a.rfind("--set=", 0) == 0) {
+      overrides.push_back(a.substr(6));
+    } else if (a == "--record-schedule") {
+      record_schedule = true;
+    } else if (a == "--quiet" || a == "-q") {
+      quiet = true;
+    } else if (!a.empty() && a[0] == '-') {
+      throw UsageError("run: unknown option '" + a + "'");
+    } else if (!exp) {
+      exp = a;
+    } else {
+      throw UsageError("run: more than one experiment file given ('" + *exp + "', '" + a + "')");
+    }
+  }
+  if (!exp) throw UsageError("run: expected an experiment file (sim run EXP.yaml)");
+  servelab::ExperimentConfig config = servelab::load_experiment(*exp, overrides, seed);
+  if (record_schedule) config.outputs.record_schedule = true;
+  options.progress = !quiet && isatty(STDERR_FILENO);
+  const auto start = std::chrono::steady_clock::now();
+  const servelab::RunOutput run = servelab::run_simulation(config, options);
+  const double wall =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (!quiet) {
+    servelab::print_summary(stdout, config, run);
+    std::printf("  wall time %.3f s\n", wall);
+  }
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty()) {
+    std::fputs(kUsage, stderr);
+    return 2;
+  }
+  const std::string cmd = args[0];
+  args.erase(args.begin());
+  try {
+    if (cmd == "help" || cmd == "--help" || cmd == "-h") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+    if (cmd == "run") return cmd_run(args);
+    throw UsageError("unknown command '" + cmd + "' (try: sim help)");
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "sim: %s\n", e.what());
+    std::fputs(kUsage, stderr);
+    return 2;
+  } catch (const ConfigError& e) {
+    std::fprintf(stderr, "sim: error: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "sim: internal error: %s\n", e.what());
+    return 1;
+  }
 }

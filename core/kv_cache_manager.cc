@@ -1,0 +1,155 @@
+#include "core/kv_cache_manager.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+namespace servelab {
+
+namespace {
+
+std::int32_t cdiv(std::int32_t a, std::int32_t b) { return (a + b - 1) / b; }
+
+}  // namespace
+
+KvCacheManager::KvCacheManager(BlockPool& pool, std::int32_t block_size, std::int32_t max_model_len,
+                               bool enable_prefix_caching)
+    : pool_(pool),
+      block_size_(block_size),
+      max_model_len_(max_model_len),
+      caching_(enable_prefix_caching) {
+  if (block_size < 1) throw std::invalid_argument("KvCacheManager: block_size must be >= 1");
+  if (max_model_len < 1) throw std::invalid_argument("KvCacheManager: max_model_len must be >= 1");
+  // A table never holds more than max_model_len tokens, so this is the largest free() ever needs.
+  scratch_.reserve(static_cast<std::size_t>(cdiv(max_model_len, block_size)));
+}
+
+void KvCacheManager::update_block_hashes(Request& req, std::int32_t num_tokens) {
+  const auto want = static_cast<std::size_t>(num_tokens / block_size_);
+  std::vector<BlockHash>& hashes = req.block_hashes;
+  if (hashes.size() >= want) return;
+  if (hashes.capacity() == 0) {
+    // One allocation for the request's whole life: it never has more than total_tokens tokens.
+    hashes.reserve(
+        static_cast<std::size_t>(std::max(req.spec.total_tokens(), num_tokens) / block_size_));
+  }
+  while (hashes.size() < want) {
+    const BlockHash& parent = hashes.empty() ? kNoneHash : hashes.back();
+    hashes.push_back(
+        hash_block(parent, req.spec, static_cast<std::int32_t>(hashes.size()), block_size_));
+  }
+}
+
+PrefixHit KvCacheManager::get_computed_blocks(Request& req) {
+  PrefixHit hit;
+  if (!caching_) return hit;
+  const std::int32_t num_tokens = req.num_tokens();
+  // At least one token must be computed so the step produces logits for it; hits are whole
+  // blocks, so the cap is floor((num_tokens - 1) / block_size) blocks (vLLM v1).
+  const std::int32_t max_blocks = std::max(num_tokens - 1, 0) / block_size_;
+  for (std::int32_t i = 0; i < max_blocks; ++i) {
+    // Hash lazily: a miss on block i makes every later block a miss (the chain includes the
+    // parent), so the rest need not be hashed yet.
+    if (static_cast<std::int32_t>(req.block_hashes.size()) <= i) {
+      update_block_hashes(req, (i + 1) * block_size_);
+    }
+    const std::optional<BlockId> b = pool_.lookup(req.block_hashes[i]);
+    if (!b) break;
+    hit.blocks.push_back(*b);
+  }
+  hit.num_tokens = static_cast<std::int32_t>(hit.blocks.size()) * block_size_;
+  // Recorded on every lookup, even if the allocation then fails and the lookup repeats next step
+  // (as vLLM does); a resumed request goes to the separate preempted counters.
+  if (req.num_preemptions > 0) {
+    ++stats_.preempted_lookups;
+    stats_.preempted_queried_tokens += num_tokens;
+    stats_.preempted_hit_tokens += hit.num_tokens;
+  } else {
+    ++stats_.lookups;
+    stats_.queried_tokens += num_tokens;
+    stats_.hit_tokens += hit.num_tokens;
+  }
+  return hit;
+}
+
+std::int32_t KvCacheManager::num_blocks_to_allocate(const Request& req, std::int32_t num_new_tokens,
+                                                    const PrefixHit* hit) const {
+  // Note: the manager reads req.num_computed_tokens but never writes it. For a new admission with
+  // a hit, num_computed_tokens is still 0 here and the hit's tokens are added on top; the scheduler
+  // advances num_computed_tokens (by hit + scheduled tokens) after allocate_slots succeeds.
+  const std::int32_t hit_tokens = hit != nullptr ? hit->num_tokens : 0;
+  const auto hit_blocks = static_cast<std::int32_t>(hit != nullptr ? hit->blocks.size() : 0);
+  const std::int32_t computed = std::min(req.num_computed_tokens + hit_tokens, max_model_len_);
+  const std::int32_t need_slots = std::min(computed + num_new_tokens, max_model_len_);
+  const auto table = static_cast<std::int32_t>(req.block_table.size());
+  std::int32_t n = std::max(cdiv(need_slots, block_size_) - table - hit_blocks, 0);
+  // Hit blocks nobody references sit in the free queue; touching them takes them out of it, so
+  // they use up free capacity just like fresh blocks.
+  if (hit != nullptr) {
+    for (const BlockId b : hit->blocks) {
+      if (pool_.ref_count(b) == 0) ++n;
+    }
+  }
+  return n;
+}
+
+bool KvCacheManager::allocate_slots(Request& req, std::int32_t num_new_tokens,
+                                    const PrefixHit* hit) {
+  if (hit != nullptr && hit->blocks.empty()) hit = nullptr;
+  if (hit != nullptr && !req.block_table.empty()) {
+    throw std::logic_error("KvCacheManager: prefix hit passed for request " +
+                           std::to_string(req.id()) + " which already holds blocks");
+  }
+  const std::int32_t to_take = num_blocks_to_allocate(req, num_new_tokens, hit);
+  if (to_take > pool_.num_free_blocks()) return false;
+
+  const std::int32_t hit_tokens = hit != nullptr ? hit->num_tokens : 0;
+  const std::int32_t computed = std::min(req.num_computed_tokens + hit_tokens, max_model_len_);
+  const std::int32_t need_slots = std::min(computed + num_new_tokens, max_model_len_);
+  const std::int32_t need_blocks = cdiv(need_slots, block_size_);
+  if (req.block_table.capacity() < static_cast<std::size_t>(need_blocks)) {
+    // Size for the request's whole life so decode steps never reallocate the table.
+    req.block_table.reserve(static_cast<std::size_t>(std::max(
+        need_blocks, cdiv(std::min(req.spec.total_tokens(), max_model_len_), block_size_))));
+  }
+  if (hit != nullptr) {
+    pool_.touch(hit->blocks);
+    req.block_table.insert(req.block_table.end(), hit->blocks.begin(), hit->blocks.end());
+    // The hit blocks were found by their hashes, so they are registered already.
+    req.num_cached_blocks = static_cast<std::int32_t>(hit->blocks.size());
+  }
+  const std::int32_t fresh = need_blocks - static_cast<std::int32_t>(req.block_table.size());
+  if (fresh > 0) pool_.get_new_blocks(fresh, req.block_table);
+
+  if (caching_) {
+    // Register eagerly, before the forward pass, every block that is full once this step's tokens
+    // are written, so a later request in the same step can already hit them. Capped at the known
+    // tokens: slots reserved beyond them (lookahead) hold nothing hashable yet.
+    cache_full_blocks(req, std::min(computed + num_new_tokens, req.num_tokens()));
+  }
+  return true;
+}
+
+void KvCacheManager::cache_full_blocks(Request& req, std::int32_t num_tokens) {
+  const std::int32_t num_full =
+      std::min(num_tokens / block_size_, static_cast<std::int32_t>(req.block_table.size()));
+  if (num_full <= req.num_cached_blocks) return;
+  update_block_hashes(req, num_full * block_size_);
+  for (std::int32_t i = req.num_cached_blocks; i < num_full; ++i) {
+    // A block that already carries this hash (registered by an earlier step) is left as is.
+    pool_.cache_block(req.block_table[i], req.block_hashes[i]);
+  }
+  req.num_cached_blocks = num_full;
+}
+
+void KvCacheManager::free(Request& req) {
+  // Last block first: within a request, the deeper end of the hash chain is evicted before the
+  // shared prefix, which other requests are more likely to hit.
+  scratch_.assign(req.block_table.rbegin(), req.block_table.rend());
+  pool_.free_blocks(scratch_);
+  req.block_table.clear();
+  req.num_cached_blocks = 0;
+  // block_hashes stay: they depend only on the request's content, not on where its KV lived.
+}
+
+}  // namespace servelab

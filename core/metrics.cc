@@ -1,0 +1,94 @@
+#include "core/metrics.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+
+namespace servelab {
+
+double percentile_sorted(const std::vector<double>& sorted, double p) {
+  const double rank = (static_cast<double>(sorted.size()) - 1.0) * p / 100.0;
+  const auto k = static_cast<std::size_t>(std::floor(rank));
+  const double f = rank - static_cast<double>(k);
+  if (k + 1 >= sorted.size()) return sorted.back();
+  return sorted[k] + (sorted[k + 1] - sorted[k]) * f;
+}
+
+DistributionSummary summarize(std::vector<double>& values) {
+  DistributionSummary s;
+  if (values.empty()) return s;
+  std::sort(values.begin(), values.end());
+  s.count = static_cast<std::int64_t>(values.size());
+  long double sum = 0;
+  for (double v : values) sum += v;
+  s.mean = static_cast<double>(sum / static_cast<long double>(values.size()));
+  s.p50 = percentile_sorted(values, 50);
+  s.p90 = percentile_sorted(values, 90);
+  s.p95 = percentile_sorted(values, 95);
+  s.p99 = percentile_sorted(values, 99);
+  s.max = values.back();
+  return s;
+}
+
+std::size_t LogHistogram::bucket_of(std::uint64_t v) {
+  constexpr std::uint64_t kSub = 1ULL << kSubBits;
+  if (v < kSub) return static_cast<std::size_t>(v);
+  const int msb = 63 - std::countl_zero(v);      // >= kSubBits
+  const int shift = msb - kSubBits;               // bits dropped
+  const std::uint64_t mantissa = (v >> shift) - kSub;  // in [0, kSub)
+  return static_cast<std::size_t>(kSub + static_cast<std::uint64_t>(shift) * kSub + mantissa);
+}
+
+double LogHistogram::bucket_mid(std::size_t b) {
+  constexpr std::uint64_t kSub = 1ULL << kSubBits;
+  if (b < kSub) return static_cast<double>(b);
+  const std::uint64_t shift = (b - kSub) / kSub;
+  const std::uint64_t mantissa = (b - kSub) % kSub;
+  const double lo = std::ldexp(static_cast<double>(kSub + mantissa), static_cast<int>(shift));
+  const double width = std::ldexp(1.0, static_cast<int>(shift));
+  return lo + (width - 1.0) / 2.0;
+}
+
+void LogHistogram::add(std::int64_t value) {
+  const std::uint64_t v = value < 0 ? 0 : static_cast<std::uint64_t>(value);
+  const std::size_t b = bucket_of(v);
+  if (b >= buckets_.size()) buckets_.resize(b + 1, 0);
+  ++buckets_[b];
+  ++count_;
+  sum_ += static_cast<long double>(v);
+  max_ = std::max<std::int64_t>(max_, static_cast<std::int64_t>(v));
+}
+
+double LogHistogram::percentile(double p) const {
+  if (count_ == 0) return 0;
+  // Same interpolation rule as percentile_sorted, over bucket representatives.
+  const double rank = (static_cast<double>(count_) - 1.0) * p / 100.0;
+  const auto k = static_cast<std::int64_t>(std::floor(rank));
+  const double f = rank - static_cast<double>(k);
+  auto value_at = [&](std::int64_t idx) {
+    std::int64_t seen = 0;
+    for (std::size_t b = 0; b < buckets_.size(); ++b) {
+      seen += buckets_[b];
+      if (seen > idx) return std::min(bucket_mid(b), static_cast<double>(max_));
+    }
+    return static_cast<double>(max_);
+  };
+  const double a = value_at(k);
+  if (k + 1 >= count_) return a;
+  return a + (value_at(k + 1) - a) * f;
+}
+
+DistributionSummary LogHistogram::summary() const {
+  DistributionSummary s;
+  if (count_ == 0) return s;
+  s.count = count_;
+  s.mean = static_cast<double>(sum_ / static_cast<long double>(count_));
+  s.p50 = percentile(50);
+  s.p90 = percentile(90);
+  s.p95 = percentile(95);
+  s.p99 = percentile(99);
+  s.max = static_cast<double>(max_);
+  return s;
+}
+
+}  // namespace servelab

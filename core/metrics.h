@@ -1,0 +1,45 @@
+// Distribution summaries used by every metric (definitions in docs/metrics.md).
+//
+// Percentiles use linear interpolation between closest ranks (numpy's default): for sorted
+// values v[0..n-1], p-th percentile = v[k] + (v[k+1]-v[k]) * f where k + f = (n-1) * p / 100.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace servelab {
+
+struct DistributionSummary {
+  std::int64_t count = 0;
+  double mean = 0, p50 = 0, p90 = 0, p95 = 0, p99 = 0, max = 0;
+};
+
+// Summary of `values` (sorted in place). All zero when empty.
+DistributionSummary summarize(std::vector<double>& values);
+
+// Percentile p in [0, 100] of sorted values. REQUIRES: !sorted.empty().
+double percentile_sorted(const std::vector<double>& sorted, double p);
+
+// A histogram of non-negative integers with bounded relative error, for streams too long to
+// keep (inter-token latencies of millions of requests). Values below 2^kSubBits are exact;
+// above, each power-of-two range is split into 2^kSubBits buckets, so a value is represented
+// by its bucket's midpoint within 1/2^(kSubBits+1) relative error (0.1 %). count, mean and max
+// are exact.
+class LogHistogram {
+ public:
+  static constexpr int kSubBits = 9;
+  void add(std::int64_t value);
+  std::int64_t count() const { return count_; }
+  DistributionSummary summary() const;
+  double percentile(double p) const;
+
+ private:
+  static std::size_t bucket_of(std::uint64_t v);
+  static double bucket_mid(std::size_t b);
+  std::vector<std::int64_t> buckets_;
+  std::int64_t count_ = 0;
+  long double sum_ = 0;
+  std::int64_t max_ = 0;
+};
+
+}  // namespace servelab

@@ -1,0 +1,276 @@
+#include "core/recorder.h"
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+
+namespace servelab {
+
+namespace {
+
+std::FILE* open_or_throw(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  if (!f) throw std::runtime_error(path + ": cannot write (" + std::strerror(errno) + ")");
+  static constexpr std::size_t kBuffer = 1 << 20;
+  std::setvbuf(f, nullptr, _IOFBF, kBuffer);
+  return f;
+}
+
+std::string fixed_point(TimeNs t, TimeNs unit, int digits) {
+  if (t < 0) return "";
+  char buf[48];
+  std::snprintf(buf, sizeof(buf), "%" PRId64 ".%0*" PRId64, t / unit, digits, t % unit);
+  return buf;
+}
+
+std::string format_double(double v) {
+  char buf[48];
+  std::snprintf(buf, sizeof(buf), "%.6f", v);
+  return buf;
+}
+
+}  // namespace
+
+std::string format_seconds(TimeNs t) { return fixed_point(t, kNsPerS, 9); }
+std::string format_ms(TimeNs t) { return fixed_point(t, kNsPerMs, 6); }
+
+Recorder::Recorder(SloConfig slo, const std::string& steps_path, const std::string& schedule_path)
+    : slo_(slo) {
+  if (!steps_path.empty()) {
+    steps_ = open_or_throw(steps_path);
+    std::fputs(
+        "step,start_s,duration_ms,num_seqs,prefill_tokens,decode_tokens,kv_blocks_used,"
+        "kv_blocks_free,kv_blocks_cached,kv_usage,waiting,running,preempted,swap_out_blocks,"
+        "swap_in_blocks\n",
+        steps_);
+  }
+  if (!schedule_path.empty()) {
+    schedule_ = open_or_throw(schedule_path);
+    std::fputs("step,request,first_token,num_tokens,kind\n", schedule_);
+  }
+}
+
+Recorder::~Recorder() {
+  if (steps_) std::fclose(steps_);
+  if (schedule_) std::fclose(schedule_);
+}
+
+RequestRecord Recorder::make_record(const Request& req) const {
+  RequestRecord r;
+  r.id = req.id();
+  r.arrival_ns = req.spec.arrival_ns;
+  r.first_scheduled_ns = req.first_scheduled_ns;
+  r.first_token_ns = req.first_token_ns;
+  r.finish_ns = req.finish_ns;
+  r.prompt_tokens = req.spec.prompt_len;
+  r.output_tokens = req.num_output_tokens();
+  r.cached_tokens = std::max(0, req.num_cached_tokens);
+  r.preemptions = req.num_preemptions;
+  r.recomputed_tokens = req.num_recomputed_tokens;
+  r.status = req.status;
+  r.reason = req.finish_reason;
+  return r;
+}
+
+void Recorder::on_reject(const Request& req, TimeNs /*now*/) { records_.push_back(make_record(req)); }
+
+void Recorder::on_token(const Request& /*req*/, TimeNs prev_token_ns, TimeNs now) {
+  if (prev_token_ns >= 0) itl_ns_.add(now - prev_token_ns);
+}
+
+void Recorder::on_preempt(const Request& /*req*/, TimeNs /*now*/) { ++preemptions_; }
+
+void Recorder::on_finish(const Request& req, TimeNs /*now*/) { records_.push_back(make_record(req)); }
+
+void Recorder::on_step(const StepPlan& plan, TimeNs start, TimeNs duration,
+                       const StepSnapshot& snap) {
+  ++num_steps_;
+  const double usage = snap.num_usable_blocks > 0 ? static_cast<double>(snap.kv_blocks_used) /
+                                                        static_cast<double>(snap.num_usable_blocks)
+                                                  : 0.0;
+  usage_time_ += static_cast<long double>(usage) * static_cast<long double>(duration);
+  busy_time_ += duration;
+  usage_max_ = std::max(usage_max_, usage);
+  swapped_out_ += static_cast<std::int64_t>(plan.swap_out.size());
+  swapped_in_ += static_cast<std::int64_t>(plan.swap_in.size());
+  if (steps_) {
+    std::fprintf(steps_,
+                 "%" PRId64 ",%s,%s,%zu,%d,%d,%d,%d,%d,%.6f,%d,%d,%zu,%zu,%zu\n", plan.step_index,
+                 format_seconds(start).c_str(), format_ms(duration).c_str(), plan.requests.size(),
+                 plan.num_prefill_tokens, plan.num_decode_tokens, snap.kv_blocks_used,
+                 snap.kv_blocks_free, snap.kv_blocks_cached, usage, snap.waiting, snap.running,
+                 plan.preempted.size(), plan.swap_out.size(), plan.swap_in.size());
+  }
+  if (schedule_) {
+    for (const ScheduledRequest& s : plan.requests) {
+      std::fprintf(schedule_, "%" PRId64 ",%" PRIu64 ",%d,%d,%s\n", plan.step_index, s.id,
+                   s.first_token, s.num_tokens, s.is_prefill ? "prefill" : "decode");
+    }
+  }
+}
+
+void Recorder::finalize(TimeNs first_arrival, TimeNs end, const PrefixCacheStats& prefix) {
+  first_arrival_ = first_arrival;
+  end_ = end;
+  prefix_ = prefix;
+  finalized_ = true;
+  if (steps_ && std::fflush(steps_) != 0) throw std::runtime_error("steps.csv: write failed");
+  if (schedule_ && std::fflush(schedule_) != 0) {
+    throw std::runtime_error("schedule.csv: write failed");
+  }
+}
+
+RunSummary Recorder::summary() const {
+  RunSummary s;
+  s.num_requests = static_cast<std::int64_t>(records_.size());
+  s.duration_s = ns_to_s(std::max<TimeNs>(0, end_ - first_arrival_));
+  std::vector<double> ttft, tpot, e2e, queueing;
+  std::int64_t good = 0;
+  for (const RequestRecord& r : records_) {
+    if (r.status == RequestStatus::kRejected) {
+      ++s.rejected;
+      continue;
+    }
+    if (r.status == RequestStatus::kAborted) {
+      ++s.aborted;
+      continue;
+    }
+    ++s.completed;
+    s.input_tokens += r.prompt_tokens;
+    s.output_tokens += r.output_tokens;
+    const double t_ttft = ns_to_ms(r.first_token_ns - r.arrival_ns);
+    const double t_e2e = ns_to_ms(r.finish_ns - r.arrival_ns);
+    ttft.push_back(t_ttft);
+    e2e.push_back(t_e2e);
+    queueing.push_back(ns_to_ms(r.first_scheduled_ns - r.arrival_ns));
+    std::optional<double> t_tpot;
+    if (r.output_tokens > 1) {
+      t_tpot = (t_e2e - t_ttft) / static_cast<double>(r.output_tokens - 1);
+      tpot.push_back(*t_tpot);
+    }
+    const bool ok = (!slo_.ttft_ms || t_ttft <= *slo_.ttft_ms) &&
+                    (!slo_.tpot_ms || !t_tpot || *t_tpot <= *slo_.tpot_ms) &&
+                    (!slo_.e2e_ms || t_e2e <= *slo_.e2e_ms);
+    good += ok ? 1 : 0;
+    s.recomputed_tokens += r.recomputed_tokens;
+  }
+  s.ttft_ms = summarize(ttft);
+  s.tpot_ms = summarize(tpot);
+  s.e2e_ms = summarize(e2e);
+  s.queueing_ms = summarize(queueing);
+  DistributionSummary itl = itl_ns_.summary();
+  for (double* v : {&itl.mean, &itl.p50, &itl.p90, &itl.p95, &itl.p99, &itl.max}) *v /= 1e6;
+  s.itl_ms = itl;
+  if (s.duration_s > 0) {
+    s.requests_per_s = static_cast<double>(s.completed) / s.duration_s;
+    s.input_tokens_per_s = static_cast<double>(s.input_tokens) / s.duration_s;
+    s.output_tokens_per_s = static_cast<double>(s.output_tokens) / s.duration_s;
+    s.goodput_requests_per_s = static_cast<double>(good) / s.duration_s;
+  }
+  s.slo_attainment = s.completed > 0 ? static_cast<double>(good) / static_cast<double>(s.completed)
+                                     : 0.0;
+  s.num_steps = num_steps_;
+  s.preemptions = preemptions_;
+  s.prefix_queried_tokens = prefix_.queried_tokens + prefix_.preempted_queried_tokens;
+  s.prefix_hit_tokens = prefix_.hit_tokens + prefix_.preempted_hit_tokens;
+  s.prefix_hit_rate = s.prefix_queried_tokens > 0 ? static_cast<double>(s.prefix_hit_tokens) /
+                                                        static_cast<double>(s.prefix_queried_tokens)
+                                                  : 0.0;
+  s.kv_usage_mean =
+      busy_time_ > 0 ? static_cast<double>(usage_time_ / static_cast<long double>(busy_time_)) : 0;
+  s.kv_usage_max = usage_max_;
+  s.swapped_out_blocks = swapped_out_;
+  s.swapped_in_blocks = swapped_in_;
+  return s;
+}
+
+void Recorder::write_requests_csv(const std::string& path) const {
+  std::vector<const RequestRecord*> rows;
+  rows.reserve(records_.size());
+  for (const RequestRecord& r : records_) rows.push_back(&r);
+  std::sort(rows.begin(), rows.end(),
+            [](const RequestRecord* a, const RequestRecord* b) { return a->id < b->id; });
+  std::FILE* f = open_or_throw(path);
+  std::fputs(
+      "id,arrival_s,first_scheduled_s,first_token_s,finish_s,prompt_tokens,output_tokens,"
+      "cached_tokens,preemptions,recomputed_tokens,queueing_ms,ttft_ms,tpot_ms,e2e_ms,status,"
+      "reason\n",
+      f);
+  for (const RequestRecord* r : rows) {
+    const bool done = r->status == RequestStatus::kFinished;
+    const std::string tpot =
+        done && r->output_tokens > 1
+            ? format_double(ns_to_ms(r->finish_ns - r->first_token_ns) /
+                            static_cast<double>(r->output_tokens - 1))
+            : "";
+    std::string reason = r->reason;
+    std::replace(reason.begin(), reason.end(), ',', ';');
+    std::fprintf(
+        f, "%" PRIu64 ",%s,%s,%s,%s,%d,%d,%d,%d,%" PRId64 ",%s,%s,%s,%s,%s,%s\n", r->id,
+        format_seconds(r->arrival_ns).c_str(), format_seconds(r->first_scheduled_ns).c_str(),
+        format_seconds(r->first_token_ns).c_str(), format_seconds(r->finish_ns).c_str(),
+        r->prompt_tokens, r->output_tokens, r->cached_tokens, r->preemptions, r->recomputed_tokens,
+        r->first_scheduled_ns >= 0 ? format_ms(r->first_scheduled_ns - r->arrival_ns).c_str() : "",
+        r->first_token_ns >= 0 ? format_ms(r->first_token_ns - r->arrival_ns).c_str() : "",
+        tpot.c_str(), done ? format_ms(r->finish_ns - r->arrival_ns).c_str() : "",
+        to_string(r->status), reason.c_str());
+  }
+  if (std::fclose(f) != 0) throw std::runtime_error(path + ": write failed");
+}
+
+namespace {
+nlohmann::ordered_json dist_json(const DistributionSummary& d) {
+  nlohmann::ordered_json j;
+  j["count"] = d.count;
+  j["mean"] = d.mean;
+  j["p50"] = d.p50;
+  j["p90"] = d.p90;
+  j["p95"] = d.p95;
+  j["p99"] = d.p99;
+  j["max"] = d.max;
+  return j;
+}
+}  // namespace
+
+void write_summary_json(const std::string& path, const RunSummary& s,
+                        const std::vector<std::pair<std::string, std::string>>& meta) {
+  nlohmann::ordered_json j;
+  nlohmann::ordered_json m;
+  for (const auto& [k, v] : meta) m[k] = v;
+  j["run"] = m;
+  j["requests"] = {{"total", s.num_requests},
+                   {"completed", s.completed},
+                   {"rejected", s.rejected},
+                   {"aborted", s.aborted}};
+  j["duration_s"] = s.duration_s;
+  j["num_steps"] = s.num_steps;
+  j["throughput"] = {{"requests_per_s", s.requests_per_s},
+                     {"input_tokens_per_s", s.input_tokens_per_s},
+                     {"output_tokens_per_s", s.output_tokens_per_s},
+                     {"input_tokens", s.input_tokens},
+                     {"output_tokens", s.output_tokens}};
+  j["ttft_ms"] = dist_json(s.ttft_ms);
+  j["tpot_ms"] = dist_json(s.tpot_ms);
+  j["itl_ms"] = dist_json(s.itl_ms);
+  j["e2e_ms"] = dist_json(s.e2e_ms);
+  j["queueing_ms"] = dist_json(s.queueing_ms);
+  j["goodput"] = {{"requests_per_s", s.goodput_requests_per_s},
+                  {"slo_attainment", s.slo_attainment}};
+  j["preemption"] = {{"preemptions", s.preemptions}, {"recomputed_tokens", s.recomputed_tokens}};
+  j["prefix_cache"] = {{"queried_tokens", s.prefix_queried_tokens},
+                       {"hit_tokens", s.prefix_hit_tokens},
+                       {"hit_rate", s.prefix_hit_rate}};
+  j["kv_cache"] = {{"usage_mean", s.kv_usage_mean},
+                   {"usage_max", s.kv_usage_max},
+                   {"swapped_out_blocks", s.swapped_out_blocks},
+                   {"swapped_in_blocks", s.swapped_in_blocks}};
+  std::ofstream out(path, std::ios::binary);
+  if (!out) throw std::runtime_error(path + ": cannot write");
+  out << j.dump(2) << '\n';
+  if (!out) throw std::runtime_error(path + ": write failed");
+}
+
+}  // namespace servelab

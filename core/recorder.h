@@ -1,0 +1,122 @@
+// Recorder: the per-request and per-step facts of a run, and the files they become.
+//
+// Both backends fill it the same way: the Scheduler reports request events through the
+// SchedulerObserver hooks; the driver (simulator or engine loop) calls on_step() once per
+// executed step. Every metric has one definition (docs/metrics.md), computed in summary().
+// Output files (write_* / the streaming files) have fixed column order and exact integer-based
+// time formatting, so the same run gives byte-identical files.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/kv_cache_manager.h"
+#include "core/metrics.h"
+#include "core/scheduler.h"
+#include "core/scheduler_observer.h"
+#include "core/step_plan.h"
+
+namespace servelab {
+
+struct SloConfig {
+  std::optional<double> ttft_ms;
+  std::optional<double> tpot_ms;
+  std::optional<double> e2e_ms;
+};
+
+// Pool and queue state while a step runs (taken right after the plan is formed).
+struct StepSnapshot {
+  std::int32_t kv_blocks_used = 0;
+  std::int32_t kv_blocks_free = 0;
+  std::int32_t kv_blocks_cached = 0;  // free blocks still holding a cached hash
+  std::int32_t num_usable_blocks = 0;
+  std::int32_t waiting = 0;
+  std::int32_t running = 0;
+};
+
+struct RequestRecord {
+  RequestId id = 0;
+  TimeNs arrival_ns = 0, first_scheduled_ns = -1, first_token_ns = -1, finish_ns = -1;
+  std::int32_t prompt_tokens = 0, output_tokens = 0, cached_tokens = 0, preemptions = 0;
+  std::int64_t recomputed_tokens = 0;
+  RequestStatus status = RequestStatus::kWaiting;
+  std::string reason;
+};
+
+struct RunSummary {
+  std::int64_t num_requests = 0, completed = 0, rejected = 0, aborted = 0;
+  double duration_s = 0;
+  double requests_per_s = 0, input_tokens_per_s = 0, output_tokens_per_s = 0;
+  std::int64_t input_tokens = 0, output_tokens = 0;
+  DistributionSummary ttft_ms, tpot_ms, itl_ms, e2e_ms, queueing_ms;
+  double goodput_requests_per_s = 0;
+  double slo_attainment = 0;
+  std::int64_t num_steps = 0;
+  std::int64_t preemptions = 0, recomputed_tokens = 0;
+  std::int64_t prefix_queried_tokens = 0, prefix_hit_tokens = 0;
+  double prefix_hit_rate = 0;
+  double kv_usage_mean = 0, kv_usage_max = 0;
+  std::int64_t swapped_out_blocks = 0, swapped_in_blocks = 0;
+};
+
+class Recorder : public SchedulerObserver {
+ public:
+  // Streaming outputs: when `steps_path` / `schedule_path` are non-empty, one CSV row per step
+  // (per scheduled request) is written there as the run goes. Throws std::runtime_error when a
+  // file cannot be opened.
+  Recorder(SloConfig slo, const std::string& steps_path, const std::string& schedule_path);
+  ~Recorder() override;
+  Recorder(const Recorder&) = delete;
+  Recorder& operator=(const Recorder&) = delete;
+
+  void on_reject(const Request& req, TimeNs now) override;
+  void on_token(const Request& req, TimeNs prev_token_ns, TimeNs now) override;
+  void on_preempt(const Request& req, TimeNs now) override;
+  void on_finish(const Request& req, TimeNs now) override;
+
+  // One executed step: its plan, start time, duration and the state it ran in.
+  void on_step(const StepPlan& plan, TimeNs start, TimeNs duration, const StepSnapshot& snap);
+
+  // Closes the run: first arrival and end time, plus the counters only the core knows.
+  // REQUIRES: called once, after the last step.
+  void finalize(TimeNs first_arrival, TimeNs end, const PrefixCacheStats& prefix);
+
+  const std::vector<RequestRecord>& requests() const { return records_; }
+  // REQUIRES: finalize() was called.
+  RunSummary summary() const;
+
+  // Writes requests.csv (rows sorted by request id) to `path`.
+  void write_requests_csv(const std::string& path) const;
+
+ private:
+  RequestRecord make_record(const Request& req) const;
+
+  SloConfig slo_;
+  std::vector<RequestRecord> records_;
+  LogHistogram itl_ns_;
+  std::int64_t num_steps_ = 0;
+  std::int64_t preemptions_ = 0;
+  long double usage_time_ = 0;  // sum of usage * duration
+  TimeNs busy_time_ = 0;
+  double usage_max_ = 0;
+  std::int64_t swapped_out_ = 0, swapped_in_ = 0;
+  TimeNs first_arrival_ = 0, end_ = 0;
+  PrefixCacheStats prefix_;
+  bool finalized_ = false;
+  std::FILE* steps_ = nullptr;
+  std::FILE* schedule_ = nullptr;
+};
+
+// Writes summary.json for `s` (keys and units as in docs/metrics.md), with `meta` (experiment
+// name, backend, seed...) as the first object. Throws std::runtime_error on I/O failure.
+void write_summary_json(const std::string& path, const RunSummary& s,
+                        const std::vector<std::pair<std::string, std::string>>& meta);
+
+// Exact decimal renderings of integer nanoseconds: seconds with 9 decimals, ms with 6.
+std::string format_seconds(TimeNs t);
+std::string format_ms(TimeNs t);
+
+}  // namespace servelab

@@ -1,0 +1,266 @@
+#include "core/scheduler.h"
+
+#include <algorithm>
+#include <cassert>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+namespace servelab {
+
+namespace {
+
+std::int64_t cdiv(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace
+
+Scheduler::Scheduler(const SchedulerConfig& config, KvCacheManager& kv,
+                     SchedulerObserver* observer)
+    : config_(config), kv_(kv), observer_(observer) {
+  if (config_.max_num_batched_tokens < 1) {
+    throw std::invalid_argument("Scheduler: max_num_batched_tokens must be >= 1");
+  }
+  if (config_.max_num_seqs < 1) throw std::invalid_argument("Scheduler: max_num_seqs must be >= 1");
+  if (config_.max_model_len < 1) {
+    throw std::invalid_argument("Scheduler: max_model_len must be >= 1");
+  }
+  if (config_.long_prefill_token_threshold < 0) {
+    throw std::invalid_argument("Scheduler: long_prefill_token_threshold must be >= 0");
+  }
+  // Two sources for one fact would let the scheduler's capacity checks and the manager's
+  // allocations silently disagree.
+  if (config_.block_size != kv_.block_size()) {
+    throw std::invalid_argument("Scheduler: block_size " + std::to_string(config_.block_size) +
+                                " differs from the KV cache manager's " +
+                                std::to_string(kv_.block_size()));
+  }
+  if (config_.enable_prefix_caching != kv_.prefix_caching()) {
+    throw std::invalid_argument(
+        "Scheduler: enable_prefix_caching differs from the KV cache manager's");
+  }
+  // Steady-state steps then never grow these.
+  const auto seats = static_cast<std::size_t>(config_.max_num_seqs);
+  running_.reserve(seats);
+  plan_.requests.reserve(seats);
+  plan_requests_.reserve(seats);
+}
+
+Scheduler::~Scheduler() {
+  for (Request* r : running_) {
+    kv_.free(*r);
+    delete r;
+  }
+  for (Request* r : waiting_) delete r;  // waiting requests hold no blocks
+}
+
+std::string Scheduler::rejection_reason(const RequestSpec& spec) const {
+  const std::int64_t total = static_cast<std::int64_t>(spec.prompt_len) + spec.max_output_tokens;
+  if (spec.prompt_len < 1) return "empty prompt";
+  if (spec.max_output_tokens < 1) {
+    return "max_output_tokens must be >= 1 (got " + std::to_string(spec.max_output_tokens) + ")";
+  }
+  if (total > config_.max_model_len) {
+    return "exceeds max_model_len (" + std::to_string(total) + " > " +
+           std::to_string(config_.max_model_len) + ")";
+  }
+  // Alone in the cache a request always gets its blocks, so fitting the whole pool is enough to
+  // guarantee progress.
+  const std::int64_t blocks = cdiv(total, config_.block_size);
+  const std::int32_t usable = kv_.pool().num_usable_blocks();
+  if (blocks > usable) {
+    return "needs " + std::to_string(blocks) + " KV blocks, more than the cache's capacity of " +
+           std::to_string(usable) + " blocks";
+  }
+  if (!config_.enable_chunked_prefill) {
+    // A waiting request asks for num_tokens - hit tokens in one step; num_tokens reaches
+    // total - 1 before the last token is sampled (a request resumed after a preemption).
+    std::int64_t worst = total - 1;
+    if (config_.long_prefill_token_threshold > 0) {
+      worst = std::min<std::int64_t>(worst, config_.long_prefill_token_threshold);
+    }
+    if (worst > config_.max_num_batched_tokens) {
+      return "may need " + std::to_string(worst) +
+             " tokens in one step, more than max_num_batched_tokens " +
+             std::to_string(config_.max_num_batched_tokens) + " with chunked prefill off";
+    }
+  }
+  return {};
+}
+
+void Scheduler::add_request(RequestSpec spec, TimeNs now) {
+  ++counters_.num_arrived;
+  auto* r = new Request(std::move(spec));
+  std::string reason = rejection_reason(r->spec);
+  if (reason.empty()) {
+    // One allocation for the request's life instead of regrowth during decode.
+    r->output_tokens.reserve(static_cast<std::size_t>(r->spec.max_output_tokens));
+    waiting_.push_back(r);
+    return;
+  }
+  r->status = RequestStatus::kRejected;
+  r->finish_reason = std::move(reason);
+  r->finish_ns = now;
+  ++counters_.num_rejected;
+  if (observer_ != nullptr) observer_->on_reject(*r, now);
+  delete r;
+}
+
+void Scheduler::add_to_plan(Request& r, std::int32_t n, std::int32_t cached_now, TimeNs now) {
+  assert(n >= 1);
+  const std::int32_t first = r.num_computed_tokens;
+  const std::int32_t end = first + n;
+  const std::int32_t known = r.num_tokens();
+  ScheduledRequest& e = plan_.requests.emplace_back();
+  e.id = r.id();
+  e.spec = &r.spec;
+  e.output_tokens = r.output_tokens;
+  e.first_token = first;
+  e.num_tokens = n;
+  e.num_cached_prefix = cached_now;
+  // Anything but a single last-token step computes known tokens whose KV is missing.
+  e.is_prefill = end < known || n > 1;
+  e.samples = end == known;
+  e.block_table = r.block_table;
+  plan_requests_.push_back(&r);
+  if (e.is_prefill) {
+    plan_.num_prefill_tokens += n;
+  } else {
+    plan_.num_decode_tokens += n;
+  }
+
+  // Positions below the high-water mark had KV before a preemption dropped it.
+  const std::int32_t recomputed = std::max(0, std::min(end, r.max_computed_tokens) - first);
+  r.num_recomputed_tokens += recomputed;
+  counters_.num_recomputed_tokens += recomputed;
+  r.num_computed_tokens = end;
+  r.max_computed_tokens = std::max(r.max_computed_tokens, end);
+  r.num_computed_total += n;
+  if (r.first_scheduled_ns < 0) r.first_scheduled_ns = now;
+}
+
+void Scheduler::preempt(Request& victim, TimeNs now) {
+  // Recompute: the KV goes (full blocks stay cached until evicted), the outputs stay.
+  kv_.free(victim);
+  victim.status = RequestStatus::kPreempted;
+  victim.num_computed_tokens = 0;
+  ++victim.num_preemptions;
+  ++counters_.num_preemptions;
+  waiting_.push_front(&victim);
+  plan_.preempted.push_back(victim.id());
+  if (observer_ != nullptr) observer_->on_preempt(victim, now);
+}
+
+const StepPlan& Scheduler::schedule(TimeNs now) {
+  assert(!plan_pending_ && "schedule() called before the previous plan was completed");
+  plan_.clear();
+  plan_requests_.clear();
+  plan_.step_index = next_step_++;
+  std::int32_t budget = config_.max_num_batched_tokens;
+  const std::int32_t threshold = config_.long_prefill_token_threshold;
+
+  // Phase 1: running requests in list order.
+  bool preempted = false;
+  std::size_t i = 0;
+  while (i < running_.size() && budget > 0) {
+    Request& r = *running_[i];
+    std::int32_t n = r.num_tokens() - r.num_computed_tokens;
+    if (threshold > 0 && n > threshold) n = threshold;
+    n = std::min(n, budget);
+    if (n <= 0) {  // nothing to do this step; it keeps its place
+      ++i;
+      continue;
+    }
+    bool allocated = kv_.allocate_slots(r, n);
+    while (!allocated) {
+      // FCFS victim: the last running request, which was not scheduled yet in this step (those
+      // lie before i), so nothing has to be undone.
+      Request* victim = running_.back();
+      running_.pop_back();
+      preempt(*victim, now);
+      preempted = true;
+      if (victim == &r) break;
+      allocated = kv_.allocate_slots(r, n);
+    }
+    if (!allocated) break;  // r preempted itself: nothing after it is left to schedule
+    add_to_plan(r, n, 0, now);
+    budget -= n;
+    ++i;
+  }
+
+  // Phase 2: waiting requests in queue order, unless this step preempted (the freed blocks
+  // would otherwise go straight to newcomers while the victims wait).
+  const auto max_seqs = static_cast<std::size_t>(config_.max_num_seqs);
+  while (!preempted && !waiting_.empty() && budget > 0 && running_.size() < max_seqs) {
+    Request& r = *waiting_.front();
+    // Every admission looks up the prefix cache: a resumed request usually finds its own
+    // earlier full blocks there.
+    PrefixHit hit = kv_.get_computed_blocks(r);
+    std::int32_t n = r.num_tokens() - hit.num_tokens;
+    if (threshold > 0 && n > threshold) n = threshold;
+    if (!config_.enable_chunked_prefill && n > budget) break;  // no skipping ahead
+    n = std::min(n, budget);
+    if (!kv_.allocate_slots(r, n, &hit)) break;  // head-of-line blocking on KV space too
+    waiting_.pop_front();
+    running_.push_back(&r);
+    r.status = RequestStatus::kRunning;
+    r.num_computed_tokens = hit.num_tokens;
+    r.max_computed_tokens = std::max(r.max_computed_tokens, hit.num_tokens);
+    if (r.num_cached_tokens < 0) r.num_cached_tokens = hit.num_tokens;
+    add_to_plan(r, n, hit.num_tokens, now);
+    budget -= n;
+  }
+
+  assert(plan_.num_tokens() <= config_.max_num_batched_tokens);
+  assert(running_.size() <= max_seqs);
+  plan_pending_ = !plan_.empty();
+  return plan_;
+}
+
+void Scheduler::finish(Request& r, TimeNs now) {
+  if (r.status != RequestStatus::kRunning) {
+    // Only a request preempted after this plan was formed can get here; in the synchronous
+    // loop that never happens, but the token still counts (vLLM test_preempt_during_execution).
+    const auto it = std::find(waiting_.begin(), waiting_.end(), &r);
+    if (it != waiting_.end()) waiting_.erase(it);
+  }
+  r.status = RequestStatus::kFinished;
+  r.finish_ns = now;
+  r.finish_reason = "length";
+  kv_.free(r);
+  ++counters_.num_finished;
+  if (observer_ != nullptr) observer_->on_finish(r, now);
+}
+
+void Scheduler::complete(const StepResult& result, TimeNs now) {
+  if (result.sampled_tokens.size() < plan_.requests.size()) {
+    throw std::invalid_argument("Scheduler::complete: " +
+                                std::to_string(result.sampled_tokens.size()) +
+                                " sampled tokens for a plan of " +
+                                std::to_string(plan_.requests.size()) + " entries");
+  }
+  bool any_finished = false;
+  for (std::size_t k = 0; k < plan_.requests.size(); ++k) {
+    if (!plan_.requests[k].samples) continue;  // a partial prefill chunk yields no token
+    Request& r = *plan_requests_[k];
+    const TimeNs prev = r.last_token_ns;
+    r.output_tokens.push_back(result.sampled_tokens[k]);
+    if (r.first_token_ns < 0) r.first_token_ns = now;
+    r.last_token_ns = now;
+    if (observer_ != nullptr) observer_->on_token(r, prev, now);
+    if (r.num_output_tokens() >= r.spec.max_output_tokens) {
+      finish(r, now);
+      any_finished = true;
+    }
+  }
+  if (any_finished) {
+    // One pass keeps the others' order and costs O(running) however many finished.
+    std::erase_if(running_, [](const Request* r) { return r->status == RequestStatus::kFinished; });
+    for (Request* r : plan_requests_) {
+      if (r->status == RequestStatus::kFinished) delete r;
+    }
+  }
+  plan_requests_.clear();
+  plan_pending_ = false;
+}
+
+}  // namespace servelab

@@ -1,0 +1,152 @@
+#include "sim/experiment.h"
+
+#include <cctype>
+#include <filesystem>
+
+namespace servelab {
+
+namespace {
+
+void parse_serving(const ConfigNode& s, ExperimentConfig& c) {
+  s.allow_keys({"block_size", "max_num_batched_tokens", "max_num_seqs", "max_model_len",
+                "long_prefill_token_threshold", "enable_chunked_prefill", "gpu_memory_utilization",
+                "num_gpu_blocks", "activation_reserve_gb", "swap_space_gb"});
+  SchedulerConfig& sc = c.scheduler;
+  sc.block_size = static_cast<std::int32_t>(s.get_int("block_size", sc.block_size, 1, 256));
+  sc.max_num_batched_tokens = static_cast<std::int32_t>(
+      s.get_int("max_num_batched_tokens", sc.max_num_batched_tokens, 1, 1 << 24));
+  sc.max_num_seqs = static_cast<std::int32_t>(s.get_int("max_num_seqs", sc.max_num_seqs, 1, 1 << 20));
+  sc.max_model_len =
+      static_cast<std::int32_t>(s.get_int("max_model_len", sc.max_model_len, 2, 1 << 24));
+  sc.long_prefill_token_threshold = static_cast<std::int32_t>(
+      s.get_int("long_prefill_token_threshold", sc.long_prefill_token_threshold, 0, 1 << 24));
+  sc.enable_chunked_prefill = s.get_bool("enable_chunked_prefill", sc.enable_chunked_prefill);
+  c.gpu_memory_utilization =
+      s.get_double("gpu_memory_utilization", c.gpu_memory_utilization, 0.01, 1.0);
+  if (s.has("num_gpu_blocks")) c.num_gpu_blocks = s.get_int("num_gpu_blocks", 2, 1LL << 31);
+  if (s.has("activation_reserve_gb")) {
+    c.activation_reserve_gb = s.get_double("activation_reserve_gb", 0.0, 1e4);
+  }
+  c.swap_space_gb = s.get_double("swap_space_gb", c.swap_space_gb, 0, 1e5);
+}
+
+void parse_policies(const ConfigNode& p, ExperimentConfig& c) {
+  p.allow_keys({"batch", "queue", "preemption", "prefix_cache", "allocation"});
+  // The plugins built so far; the registry (docs/policies.md) grows these lists.
+  if (p.has("batch")) c.policies.batch = p.at("batch").as_choice({"vllm"});
+  if (p.has("queue")) c.policies.queue = p.at("queue").as_choice({"fcfs"});
+  if (p.has("preemption")) c.policies.preemption = p.at("preemption").as_choice({"recompute"});
+  if (p.has("prefix_cache")) {
+    c.policies.prefix_cache = p.at("prefix_cache").as_choice({"hash", "none"});
+  }
+  if (p.has("allocation")) c.policies.allocation = p.at("allocation").as_choice({"paged"});
+  c.scheduler.enable_prefix_caching = c.policies.prefix_cache != "none";
+}
+
+void parse_slo(const ConfigNode& s, ExperimentConfig& c) {
+  s.allow_keys({"ttft_ms", "tpot_ms", "e2e_ms"});
+  if (s.has("ttft_ms")) c.slo.ttft_ms = s.get_double("ttft_ms", 0.0, 1e12);
+  if (s.has("tpot_ms")) c.slo.tpot_ms = s.get_double("tpot_ms", 0.0, 1e12);
+  if (s.has("e2e_ms")) c.slo.e2e_ms = s.get_double("e2e_ms", 0.0, 1e12);
+}
+
+void parse_outputs(const ConfigNode& o, ExperimentConfig& c) {
+  o.allow_keys({"requests_csv", "steps_csv", "record_schedule"});
+  c.outputs.requests_csv = o.get_bool("requests_csv", c.outputs.requests_csv);
+  c.outputs.steps_csv = o.get_bool("steps_csv", c.outputs.steps_csv);
+  c.outputs.record_schedule = o.get_bool("record_schedule", c.outputs.record_schedule);
+}
+
+}  // namespace
+
+ConfigNode ExperimentConfig::workload_section() const {
+  ConfigNode root_node(root, std::make_shared<const std::string>(file), "");
+  return root_node.at("workload");
+}
+
+ExperimentConfig load_experiment(const std::string& path, const std::vector<std::string>& overrides,
+                                 std::optional<std::uint64_t> seed) {
+  ConfigNode doc = ConfigNode::load_file(path);
+  YAML::Node root = doc.yaml();
+  for (const std::string& o : overrides) apply_override(root, o);
+  ConfigNode top(root, std::make_shared<const std::string>(path), "");
+
+  ExperimentConfig c;
+  c.file = path;
+  c.base_dir = std::filesystem::path(path).parent_path().string();
+  if (c.base_dir.empty()) c.base_dir = ".";
+  top.allow_keys({"name", "description", "seed", "model", "hardware", "serving", "policies",
+                  "workload", "slo", "outputs"});
+  c.name = top.has("name") ? top.get_string("name")
+                           : std::filesystem::path(path).stem().string();
+  for (char ch : c.name) {
+    if (!(std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' || ch == '.')) {
+      top.at("name").fail("a name of letters, digits, '-', '_' or '.'");
+    }
+  }
+  c.description = top.get_string("description", "");
+  c.seed = static_cast<std::uint64_t>(top.get_int("seed", 0, 0, INT64_MAX));
+  if (seed) c.seed = *seed;
+  c.model = top.get_string("model");
+  c.hardware = top.get_string("hardware");
+  if (auto s = top.find("serving")) parse_serving(*s, c);
+  if (auto p = top.find("policies")) parse_policies(*p, c);
+  if (auto s = top.find("slo")) parse_slo(*s, c);
+  if (auto o = top.find("outputs")) parse_outputs(*o, c);
+  if (!top.has("workload")) top.at("workload");  // throws "required but missing"
+  c.root = root;
+  return c;
+}
+
+std::string resolved_config_yaml(const ExperimentConfig& c,
+                                 const std::vector<std::pair<std::string, std::string>>& extra) {
+  YAML::Emitter e;
+  e << YAML::BeginMap;
+  e << YAML::Key << "name" << YAML::Value << c.name;
+  if (!c.description.empty()) e << YAML::Key << "description" << YAML::Value << c.description;
+  e << YAML::Key << "seed" << YAML::Value << c.seed;
+  e << YAML::Key << "model" << YAML::Value << c.model;
+  e << YAML::Key << "hardware" << YAML::Value << c.hardware;
+  e << YAML::Key << "serving" << YAML::Value << YAML::BeginMap;
+  e << YAML::Key << "block_size" << YAML::Value << c.scheduler.block_size;
+  e << YAML::Key << "max_num_batched_tokens" << YAML::Value << c.scheduler.max_num_batched_tokens;
+  e << YAML::Key << "max_num_seqs" << YAML::Value << c.scheduler.max_num_seqs;
+  e << YAML::Key << "max_model_len" << YAML::Value << c.scheduler.max_model_len;
+  e << YAML::Key << "long_prefill_token_threshold" << YAML::Value
+    << c.scheduler.long_prefill_token_threshold;
+  e << YAML::Key << "enable_chunked_prefill" << YAML::Value << c.scheduler.enable_chunked_prefill;
+  e << YAML::Key << "gpu_memory_utilization" << YAML::Value << c.gpu_memory_utilization;
+  if (c.num_gpu_blocks) e << YAML::Key << "num_gpu_blocks" << YAML::Value << *c.num_gpu_blocks;
+  if (c.activation_reserve_gb) {
+    e << YAML::Key << "activation_reserve_gb" << YAML::Value << *c.activation_reserve_gb;
+  }
+  e << YAML::Key << "swap_space_gb" << YAML::Value << c.swap_space_gb;
+  e << YAML::EndMap;
+  e << YAML::Key << "policies" << YAML::Value << YAML::BeginMap;
+  e << YAML::Key << "batch" << YAML::Value << c.policies.batch;
+  e << YAML::Key << "queue" << YAML::Value << c.policies.queue;
+  e << YAML::Key << "preemption" << YAML::Value << c.policies.preemption;
+  e << YAML::Key << "prefix_cache" << YAML::Value << c.policies.prefix_cache;
+  e << YAML::Key << "allocation" << YAML::Value << c.policies.allocation;
+  e << YAML::EndMap;
+  e << YAML::Key << "workload" << YAML::Value << c.root["workload"];
+  e << YAML::Key << "slo" << YAML::Value << YAML::BeginMap;
+  if (c.slo.ttft_ms) e << YAML::Key << "ttft_ms" << YAML::Value << *c.slo.ttft_ms;
+  if (c.slo.tpot_ms) e << YAML::Key << "tpot_ms" << YAML::Value << *c.slo.tpot_ms;
+  if (c.slo.e2e_ms) e << YAML::Key << "e2e_ms" << YAML::Value << *c.slo.e2e_ms;
+  e << YAML::EndMap;
+  e << YAML::Key << "outputs" << YAML::Value << YAML::BeginMap;
+  e << YAML::Key << "requests_csv" << YAML::Value << c.outputs.requests_csv;
+  e << YAML::Key << "steps_csv" << YAML::Value << c.outputs.steps_csv;
+  e << YAML::Key << "record_schedule" << YAML::Value << c.outputs.record_schedule;
+  e << YAML::EndMap;
+  if (!extra.empty()) {
+    e << YAML::Key << "derived" << YAML::Value << YAML::BeginMap;
+    for (const auto& [k, v] : extra) e << YAML::Key << k << YAML::Value << v;
+    e << YAML::EndMap;
+  }
+  e << YAML::EndMap;
+  return std::string(e.c_str()) + "\n";
+}
+
+}  // namespace servelab

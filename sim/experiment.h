@@ -1,0 +1,71 @@
+// ExperimentConfig: one experiment file, validated, with --set overrides applied.
+//
+// Sections (reference: docs/experiments.md):
+//   name, description, seed        what the run is called and its single source of randomness
+//   model, hardware                catalogue names (experiments/catalog/) or a config.json path
+//   serving                        block size, budgets, max_model_len, memory and swap sizing
+//   policies                       plugin names for batch formation, queue order, preemption,
+//                                  prefix caching and allocation
+//   workload                       passed to make_workload() (traces/workload.h)
+//   slo                            latency objectives for goodput
+//   outputs                        which files a run writes
+// Every key is checked; errors are ConfigError naming file:line and the key path.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/config_node.h"
+#include "core/recorder.h"
+#include "core/scheduler_config.h"
+
+namespace servelab {
+
+struct PolicyChoice {
+  std::string batch = "vllm";
+  std::string queue = "fcfs";
+  std::string preemption = "recompute";
+  std::string prefix_cache = "hash";
+  std::string allocation = "paged";
+};
+
+struct OutputOptions {
+  bool requests_csv = true;
+  bool steps_csv = true;
+  bool record_schedule = false;
+};
+
+struct ExperimentConfig {
+  std::string file;      // path as given
+  std::string base_dir;  // the file's directory, for relative data paths
+  std::string name;
+  std::string description;
+  std::uint64_t seed = 0;
+  std::string model;     // catalogue name or config.json path
+  std::string hardware;  // catalogue name
+  SchedulerConfig scheduler;
+  double gpu_memory_utilization = 0.9;
+  std::optional<std::int64_t> num_gpu_blocks;
+  std::optional<double> activation_reserve_gb;  // GiB; estimated from the model when unset
+  double swap_space_gb = 4.0;                     // GiB of host memory for swapped blocks
+  PolicyChoice policies;
+  SloConfig slo;
+  OutputOptions outputs;
+  YAML::Node root;  // the whole document after overrides (its workload section is read later)
+
+  ConfigNode workload_section() const;
+};
+
+// Loads and validates `path`, applying `overrides` ("a.b=value") first and `seed` if given.
+// Throws ConfigError on any problem.
+ExperimentConfig load_experiment(const std::string& path, const std::vector<std::string>& overrides,
+                                 std::optional<std::uint64_t> seed = std::nullopt);
+
+// The resolved configuration as YAML text: every section with defaults filled in, followed by
+// `derived` facts (`extra`, e.g. the KV block count the run used).
+std::string resolved_config_yaml(const ExperimentConfig& config,
+                                 const std::vector<std::pair<std::string, std::string>>& extra);
+
+}  // namespace servelab

@@ -1,0 +1,104 @@
+#include "sim/hardware_config.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <vector>
+
+#include "core/config_node.h"
+#include "sim/model_config.h"
+
+namespace servelab {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string join(const std::vector<std::string>& items) {
+  std::string out;
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    if (i) out += ", ";
+    out += items[i];
+  }
+  return out;
+}
+
+bool ends_with(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+HardwareConfig load_file(const std::string& path) {
+  const ConfigNode node = ConfigNode::load_file(path);
+  HardwareConfig hw = parse_hardware(node, fs::path(path).stem().string());
+  hw.source = path;
+  return hw;
+}
+
+}  // namespace
+
+void HardwareConfig::validate() const {
+  const std::string where = (source.empty() ? "hardware '" + name + "'" : source) + ": key '";
+  auto check = [&](bool ok, const char* key, const char* what) {
+    if (!ok) throw ConfigError(where + key + "': " + what);
+  };
+  check(peak_flops > 0 && std::isfinite(peak_flops), "peak_flops", "must be positive");
+  check(peak_flops_fp32 > 0 && std::isfinite(peak_flops_fp32), "peak_flops_fp32",
+        "must be positive");
+  check(hbm_bandwidth > 0 && std::isfinite(hbm_bandwidth), "hbm_bandwidth", "must be positive");
+  check(memory_bytes > 0, "memory_bytes", "must be positive");
+  check(host_link_bandwidth > 0 && std::isfinite(host_link_bandwidth), "host_link_bandwidth",
+        "must be positive");
+  check(tensor_parallel == 1, "tensor_parallel", "only 1 is supported for now");
+  auto fraction = [](double f) { return f > 0 && f <= 1; };
+  check(fraction(gemm_flops_efficiency), "gemm_flops_efficiency", "must be in (0, 1]");
+  check(fraction(attention_flops_efficiency), "attention_flops_efficiency", "must be in (0, 1]");
+  check(fraction(memory_bandwidth_efficiency), "memory_bandwidth_efficiency",
+        "must be in (0, 1]");
+  check(fraction(host_link_efficiency), "host_link_efficiency", "must be in (0, 1]");
+  check(step_overhead_s >= 0 && step_overhead_s < 10, "step_overhead_s", "must be in [0, 10)");
+}
+
+HardwareConfig parse_hardware(const ConfigNode& node, const std::string& default_name) {
+  node.allow_keys({"name", "description", "peak_tflops", "peak_tflops_fp32",
+                   "hbm_bandwidth_gbps", "memory_gib", "host_link_gbps", "tensor_parallel",
+                   "efficiency", "step_overhead_us"});
+  HardwareConfig hw;
+  hw.name = node.get_string("name", default_name);
+  hw.source = node.file();
+  (void)node.get_string("description", "");  // checks it is a string when present
+  // Units in the file are the datasheet's: TFLOP/s, GB/s (1e9 B/s), GiB, microseconds.
+  hw.peak_flops = node.get_double("peak_tflops", 1e-3, 1e6) * 1e12;
+  hw.peak_flops_fp32 = node.get_double("peak_tflops_fp32", 1e-3, 1e6) * 1e12;
+  hw.hbm_bandwidth = node.get_double("hbm_bandwidth_gbps", 1e-3, 1e7) * 1e9;
+  hw.memory_bytes = std::llround(node.get_double("memory_gib", 1e-3, 1e6) * 1073741824.0);
+  hw.host_link_bandwidth = node.get_double("host_link_gbps", 1e-3, 1e6) * 1e9;
+  hw.tensor_parallel = static_cast<std::int32_t>(node.get_int("tensor_parallel", 1, 1, 1));
+  if (const auto eff = node.find("efficiency")) {
+    eff->allow_keys({"gemm_flops", "attention_flops", "memory_bandwidth", "host_link"});
+    hw.gemm_flops_efficiency = eff->get_double("gemm_flops", hw.gemm_flops_efficiency, 1e-6, 1.0);
+    hw.attention_flops_efficiency =
+        eff->get_double("attention_flops", hw.attention_flops_efficiency, 1e-6, 1.0);
+    hw.memory_bandwidth_efficiency =
+        eff->get_double("memory_bandwidth", hw.memory_bandwidth_efficiency, 1e-6, 1.0);
+    hw.host_link_efficiency = eff->get_double("host_link", hw.host_link_efficiency, 1e-6, 1.0);
+  }
+  hw.step_overhead_s =
+      node.get_double("step_overhead_us", hw.step_overhead_s * 1e6, 0.0, 1e7 - 1) * 1e-6;
+  return hw;
+}
+
+HardwareConfig load_hardware(const std::string& name_or_path, const std::string& catalog_dir) {
+  if (ends_with(name_or_path, ".yaml") || ends_with(name_or_path, ".yml")) {
+    return load_file(name_or_path);
+  }
+  const std::vector<std::string> names = catalog_names(catalog_dir, "hardware");
+  if (name_or_path.find('/') != std::string::npos ||
+      std::find(names.begin(), names.end(), name_or_path) == names.end()) {
+    throw ConfigError("unknown hardware '" + name_or_path + "': the catalogue " +
+                      (fs::path(catalog_dir) / "hardware").string() + " has " +
+                      (names.empty() ? std::string("no hardware") : join(names)));
+  }
+  return load_file((fs::path(catalog_dir) / "hardware" / (name_or_path + ".yaml")).string());
+}
+
+}  // namespace servelab

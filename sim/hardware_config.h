@@ -1,0 +1,54 @@
+// HardwareConfig: what the roofline needs to know about one accelerator.
+//
+// Read from experiments/catalog/hardware/<name>.yaml (or a .yaml path). The file states peaks in
+// datasheet units (TFLOP/s, GB/s, GiB, microseconds); the struct holds SI base units (FLOP/s,
+// B/s, bytes, seconds). Efficiency factors scale the peaks down to what kernels reach in
+// practice; their defaults and the evidence behind them are in docs/cost-model.md.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace servelab {
+
+class ConfigNode;
+
+struct HardwareConfig {
+  std::string name;
+  std::string source;  // the file it was read from ("" when built in code)
+  double peak_flops = 0;          // dense BF16/FP16 tensor-core FLOP/s (no 2:4 sparsity)
+  double peak_flops_fp32 = 0;     // FP32 FLOP/s (used for fp32 models)
+  double hbm_bandwidth = 0;       // device memory bandwidth, B/s
+  std::int64_t memory_bytes = 0;  // device memory capacity
+  double host_link_bandwidth = 0;  // host <-> device, one direction, B/s (PCIe)
+  // Degree of tensor parallelism the entry describes. Only 1 is supported for now: the roofline
+  // has no communication term yet.
+  std::int32_t tensor_parallel = 1;
+
+  // Fractions of peak reached in practice, each in (0, 1].
+  double gemm_flops_efficiency = 0.65;       // large GEMMs, of peak_flops
+  double attention_flops_efficiency = 0.5;   // prefill attention, of peak_flops
+  double memory_bandwidth_efficiency = 0.7;  // streaming weights and KV, of hbm_bandwidth
+  double host_link_efficiency = 0.8;         // pinned-memory copies, of host_link_bandwidth
+  double step_overhead_s = 500e-6;           // fixed per step: launches, scheduling, sampling
+
+  // peak_flops for bf16/fp16, peak_flops_fp32 for fp32.
+  double peak_flops_for(std::string_view dtype) const {
+    return dtype == "fp32" ? peak_flops_fp32 : peak_flops;
+  }
+  // Throws ConfigError (naming `source` and the field) when a value is out of range or
+  // tensor_parallel is not 1.
+  void validate() const;
+};
+
+// A hardware entry from a YAML mapping; `name` defaults to `default_name`. Strict: unknown keys,
+// missing required keys and out-of-range values are ConfigErrors with FILE:LINE:COL and the key.
+HardwareConfig parse_hardware(const ConfigNode& node, const std::string& default_name);
+
+// `name_or_path` is a path ending in .yaml/.yml, or a catalogue name looked up as
+// catalog_dir/hardware/<name>.yaml (case-sensitive; an unknown name is a ConfigError listing
+// the names the catalogue has).
+HardwareConfig load_hardware(const std::string& name_or_path, const std::string& catalog_dir);
+
+}  // namespace servelab

@@ -1,0 +1,74 @@
+// KV-cache capacity from memory arithmetic, as vLLM sizes it:
+//
+//   block_bytes    = 2 (K and V) * layers * block_size * kv_heads * head_dim * dtype bytes
+//   kv_bytes       = memory * gpu_memory_utilization - weight bytes - activation reserve
+//   num_gpu_blocks = floor(kv_bytes / block_bytes)        (or the given override)
+//   num_cpu_blocks = floor(swap_space_gib * 2^30 / block_bytes)
+//
+// The activation reserve stands for what vLLM measures in its profiling run (peak activations
+// at max_num_batched_tokens, sampler logits) plus memory outside PyTorch's allocator (CUDA
+// context, cuBLAS workspace, CUDA graphs). When not given it is estimated by
+// default_activation_reserve_bytes(); see docs/cost-model.md.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "sim/hardware_config.h"
+#include "sim/model_config.h"
+
+namespace servelab {
+
+struct KvCapacityOptions {
+  std::int32_t block_size = 16;         // tokens per block, >= 1
+  double gpu_memory_utilization = 0.9;  // in (0, 1], vLLM's flag of the same name
+  // Bytes held back for activations and non-PyTorch memory; estimated when unset.
+  std::optional<std::int64_t> activation_reserve_bytes;
+  // Used only by the estimate: the largest forward pass and the most sequences sampled at once.
+  std::int32_t max_num_batched_tokens = 8192;
+  std::int32_t max_num_seqs = 256;
+  // Use exactly this many device blocks (vLLM's num_gpu_blocks_override, or the count an engine
+  // reported); skips the memory arithmetic and its fit check.
+  std::optional<std::int64_t> num_gpu_blocks;
+  double swap_space_gib = 4.0;  // host memory for swapped-out blocks (vLLM's default, 4 GiB)
+};
+
+struct KvCapacity {
+  std::int32_t block_size = 0;
+  std::int64_t block_bytes = 0;
+  std::int64_t num_gpu_blocks = 0;
+  std::int64_t num_cpu_blocks = 0;
+  bool overridden = false;  // num_gpu_blocks came from the options, not from memory arithmetic
+
+  // The terms of the arithmetic, in bytes (all 0 except block_bytes when overridden, but
+  // weight_bytes, which is always filled in).
+  std::int64_t memory_bytes = 0;              // the device's memory
+  std::int64_t usable_bytes = 0;              // memory * gpu_memory_utilization
+  std::int64_t weight_bytes = 0;
+  std::int64_t activation_reserve_bytes = 0;
+  std::int64_t kv_bytes = 0;                  // usable - weights - reserve
+
+  double weights_gib() const { return static_cast<double>(weight_bytes) / (1 << 30); }
+  double kv_gib() const { return static_cast<double>(num_gpu_blocks * block_bytes) / (1 << 30); }
+  // Tokens the device cache holds.
+  std::int64_t num_gpu_tokens() const { return num_gpu_blocks * block_size; }
+};
+
+// K and V of block_size tokens across all layers. REQUIRES: block_size >= 1.
+std::int64_t kv_block_bytes(const ModelConfig& model, std::int32_t block_size);
+
+// Estimate of the reserve: 1 GiB for non-PyTorch memory (CUDA context, cuBLAS workspace, CUDA
+// graphs) plus the activations alive at the MLP of a max_num_batched_tokens forward pass
+// (residual, normed input, qkv, gate/up output, activated output: (2h + q + 2kv + 3 inter) *
+// dtype bytes per token) plus fp32 logits for max_num_seqs sequences.
+std::int64_t default_activation_reserve_bytes(const ModelConfig& model,
+                                              std::int32_t max_num_batched_tokens,
+                                              std::int32_t max_num_seqs);
+
+// Throws ConfigError with the numbers when an option is out of range, when the weights and the
+// reserve do not fit in memory * utilization, or when fewer than one block remains (or the
+// override is < 1).
+KvCapacity compute_kv_capacity(const ModelConfig& model, const HardwareConfig& hardware,
+                               const KvCapacityOptions& options);
+
+}  // namespace servelab

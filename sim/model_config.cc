@@ -1,0 +1,291 @@
+#include "sim/model_config.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+
+#include "core/config_node.h"
+
+namespace servelab {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+bool ends_with(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+std::string join(const std::vector<std::string>& items) {
+  std::string out;
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    if (i) out += ", ";
+    out += items[i];
+  }
+  return out;
+}
+
+// Limits a catalogue or config.json may state; generous, they only catch nonsense (a negative
+// count, a misplaced exponent) early with a message rather than an overflow later.
+constexpr std::int64_t kMaxLayers = 1024;
+constexpr std::int64_t kMaxWidth = 1 << 20;  // hidden, intermediate, head counts, head_dim
+constexpr std::int64_t kMaxVocab = 1 << 24;
+
+// --- Hugging Face config.json ------------------------------------------------------------
+
+class JsonReader {
+ public:
+  JsonReader(const nlohmann::json& j, const std::string& path) : j_(j), path_(path) {}
+
+  bool has(const char* key) const { return j_.contains(key) && !j_.at(key).is_null(); }
+
+  [[noreturn]] void fail(const char* key, const std::string& what) const {
+    throw ConfigError(path_ + ": key '" + key + "': " + what);
+  }
+
+  std::int64_t get_int(const char* key, std::int64_t min, std::int64_t max) const {
+    if (!has(key)) fail(key, "is required but missing");
+    return check_int(key, min, max);
+  }
+  std::int64_t get_int(const char* key, std::int64_t def, std::int64_t min,
+                       std::int64_t max) const {
+    return has(key) ? check_int(key, min, max) : def;
+  }
+  double get_double(const char* key, double def, double min, double max) const {
+    if (!has(key)) return def;
+    const nlohmann::json& v = j_.at(key);
+    if (!v.is_number()) fail(key, "expected a number, got " + v.dump());
+    const double d = v.get<double>();
+    if (!(d >= min && d <= max)) {
+      fail(key, "expected a number in [" + nlohmann::json(min).dump() + ", " +
+                    nlohmann::json(max).dump() + "], got " + v.dump());
+    }
+    return d;
+  }
+  bool get_bool(const char* key, bool def) const {
+    if (!has(key)) return def;
+    const nlohmann::json& v = j_.at(key);
+    if (!v.is_boolean()) fail(key, "expected true or false, got " + v.dump());
+    return v.get<bool>();
+  }
+
+ private:
+  std::int64_t check_int(const char* key, std::int64_t min, std::int64_t max) const {
+    const nlohmann::json& v = j_.at(key);
+    if (!v.is_number_integer() || v.get<std::int64_t>() < min || v.get<std::int64_t>() > max) {
+      fail(key, "expected an integer in [" + std::to_string(min) + ", " + std::to_string(max) +
+                    "], got " + v.dump());
+    }
+    return v.get<std::int64_t>();
+  }
+
+  const nlohmann::json& j_;
+  const std::string& path_;
+};
+
+std::string dtype_from_torch(const JsonReader& r, const nlohmann::json& j, const char* key) {
+  const nlohmann::json& v = j.at(key);
+  if (v.is_string()) {
+    const std::string s = v.get<std::string>();
+    if (s == "bfloat16") return "bf16";
+    if (s == "float16" || s == "half") return "fp16";
+    if (s == "float32" || s == "float") return "fp32";
+  }
+  r.fail(key, "expected one of: bfloat16, float16, float32, got " + v.dump());
+}
+
+ModelConfig load_catalogue_file(const std::string& path) {
+  const ConfigNode node = ConfigNode::load_file(path);
+  ModelConfig m = parse_model(node, fs::path(path).stem().string());
+  m.source = path;
+  return m;
+}
+
+}  // namespace
+
+std::int64_t ModelConfig::linear_params_per_layer() const {
+  const std::int64_t h = hidden_size;
+  const std::int64_t inter = intermediate_size;
+  // q and o are h x q_size; k and v are h x kv_size; gate and up h x inter; down inter x h.
+  return 2 * h * q_size() + 2 * h * kv_size() + 3 * h * inter;
+}
+
+std::int64_t ModelConfig::params_per_layer() const {
+  const std::int64_t bias = qkv_bias ? q_size() + 2 * kv_size() : 0;
+  return linear_params_per_layer() + bias + 2 * std::int64_t{hidden_size};
+}
+
+std::int64_t ModelConfig::num_params() const {
+  const std::int64_t lm_head = tie_word_embeddings ? 0 : embedding_params();
+  return num_layers * params_per_layer() + hidden_size /* final norm */ + embedding_params() +
+         lm_head;
+}
+
+void ModelConfig::validate() const {
+  const std::string where = (source.empty() ? "model '" + name + "'" : source) + ": key '";
+  auto check = [&](bool ok, const char* key, const std::string& what) {
+    if (!ok) throw ConfigError(where + key + "': " + what);
+  };
+  check(num_layers >= 1 && num_layers <= kMaxLayers, "num_layers", "out of range");
+  check(hidden_size >= 1 && hidden_size <= kMaxWidth, "hidden_size", "out of range");
+  check(num_heads >= 1 && num_heads <= kMaxWidth, "num_heads", "out of range");
+  check(num_kv_heads >= 1 && num_kv_heads <= num_heads && num_heads % num_kv_heads == 0,
+        "num_kv_heads",
+        "must divide num_heads (" + std::to_string(num_heads) + "), got " +
+            std::to_string(num_kv_heads));
+  check(head_dim >= 1 && head_dim <= kMaxWidth, "head_dim", "out of range");
+  check(intermediate_size >= 1 && intermediate_size <= kMaxWidth, "intermediate_size",
+        "out of range");
+  check(vocab_size >= 1 && vocab_size <= kMaxVocab, "vocab_size", "out of range");
+  check(dtype_size(dtype) == dtype_bytes, "dtype",
+        "dtype_bytes " + std::to_string(dtype_bytes) + " does not match " + dtype);
+  check(max_position_embeddings >= 1, "max_position_embeddings", "must be positive");
+}
+
+std::int32_t dtype_size(std::string_view dtype) {
+  if (dtype == "bf16" || dtype == "fp16") return 2;
+  if (dtype == "fp32") return 4;
+  throw ConfigError("unknown dtype '" + std::string(dtype) + "' (expected bf16, fp16 or fp32)");
+}
+
+std::string default_catalog_dir() { return std::string(SERVELAB_SOURCE_DIR) + "/experiments/catalog"; }
+
+std::vector<std::string> catalog_names(const std::string& catalog_dir, const std::string& kind) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  const fs::path dir = fs::path(catalog_dir) / kind;
+  if (!fs::is_directory(dir, ec)) return names;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    if (entry.is_regular_file(ec) && entry.path().extension() == ".yaml") {
+      names.push_back(entry.path().stem().string());
+    }
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+ModelConfig parse_model(const ConfigNode& node, const std::string& default_name) {
+  node.allow_keys({"name", "hf_id", "num_layers", "hidden_size", "num_heads", "num_kv_heads",
+                   "head_dim", "intermediate_size", "vocab_size", "dtype", "tie_word_embeddings",
+                   "rope_theta", "max_position_embeddings", "rms_norm_eps", "qkv_bias"});
+  ModelConfig m;
+  m.name = node.get_string("name", default_name);
+  m.source = node.file();
+  m.hf_id = node.get_string("hf_id", "");
+  m.num_layers = static_cast<std::int32_t>(node.get_int("num_layers", 1, kMaxLayers));
+  m.hidden_size = static_cast<std::int32_t>(node.get_int("hidden_size", 1, kMaxWidth));
+  m.num_heads = static_cast<std::int32_t>(node.get_int("num_heads", 1, kMaxWidth));
+  m.num_kv_heads =
+      static_cast<std::int32_t>(node.get_int("num_kv_heads", m.num_heads, 1, m.num_heads));
+  if (m.num_heads % m.num_kv_heads != 0) {
+    node.at("num_kv_heads")
+        .fail_message("must divide num_heads (" + std::to_string(m.num_heads) + ")");
+  }
+  // head_dim is required rather than defaulted: a catalogue entry should say it outright.
+  m.head_dim = static_cast<std::int32_t>(node.get_int("head_dim", 1, kMaxWidth));
+  m.intermediate_size = static_cast<std::int32_t>(node.get_int("intermediate_size", 1, kMaxWidth));
+  m.vocab_size = static_cast<std::int32_t>(node.get_int("vocab_size", 1, kMaxVocab));
+  m.dtype = node.has("dtype") ? node.at("dtype").as_choice({"bf16", "fp16", "fp32"}) : "bf16";
+  m.dtype_bytes = dtype_size(m.dtype);
+  m.tie_word_embeddings = node.get_bool("tie_word_embeddings", false);
+  m.rope_theta = node.get_double("rope_theta", 10000.0, 1.0, 1e12);
+  m.max_position_embeddings =
+      node.get_int("max_position_embeddings", 4096, 1, std::int64_t{1} << 40);
+  m.rms_norm_eps = node.get_double("rms_norm_eps", 1e-5, 0.0, 1.0);
+  m.qkv_bias = node.get_bool("qkv_bias", false);
+  return m;
+}
+
+ModelConfig parse_hf_config(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw ConfigError(path + ": cannot open file");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw ConfigError(path + ": malformed JSON: " + e.what());
+  }
+  if (!j.is_object()) throw ConfigError(path + ": expected a JSON object at the top level");
+  const JsonReader r(j, path);
+
+  bool qwen2 = false;
+  if (r.has("architectures")) {
+    const nlohmann::json& arch = j.at("architectures");
+    if (!arch.is_array() || arch.empty() || !arch.at(0).is_string()) {
+      r.fail("architectures", "expected a list of names, got " + arch.dump());
+    }
+    const std::string a = arch.at(0).get<std::string>();
+    if (a != "LlamaForCausalLM" && a != "MistralForCausalLM" && a != "Qwen2ForCausalLM") {
+      r.fail("architectures", "unsupported architecture " + arch.at(0).dump() +
+                                  " (supported: LlamaForCausalLM, MistralForCausalLM, "
+                                  "Qwen2ForCausalLM)");
+    }
+    qwen2 = a == "Qwen2ForCausalLM";
+  }
+
+  ModelConfig m;
+  const fs::path p(path);
+  // ".../Llama-3-8B/config.json" is named after its directory; "foo.json" after its stem.
+  m.name = p.stem() == "config" && p.has_parent_path() ? p.parent_path().filename().string()
+                                                        : p.stem().string();
+  if (m.name.empty()) m.name = p.stem().string();
+  m.source = path;
+  m.num_layers = static_cast<std::int32_t>(r.get_int("num_hidden_layers", 1, kMaxLayers));
+  m.hidden_size = static_cast<std::int32_t>(r.get_int("hidden_size", 1, kMaxWidth));
+  m.num_heads = static_cast<std::int32_t>(r.get_int("num_attention_heads", 1, kMaxWidth));
+  m.num_kv_heads =
+      static_cast<std::int32_t>(r.get_int("num_key_value_heads", m.num_heads, 1, m.num_heads));
+  if (m.num_heads % m.num_kv_heads != 0) {
+    r.fail("num_key_value_heads", "must divide num_attention_heads (" +
+                                      std::to_string(m.num_heads) + "), got " +
+                                      std::to_string(m.num_kv_heads));
+  }
+  if (!r.has("head_dim") && m.hidden_size % m.num_heads != 0) {
+    r.fail("head_dim", "is missing and hidden_size is not a multiple of num_attention_heads");
+  }
+  m.head_dim = static_cast<std::int32_t>(
+      r.get_int("head_dim", m.hidden_size / m.num_heads, 1, kMaxWidth));
+  m.intermediate_size = static_cast<std::int32_t>(r.get_int("intermediate_size", 1, kMaxWidth));
+  m.vocab_size = static_cast<std::int32_t>(r.get_int("vocab_size", 1, kMaxVocab));
+  // Newer transformers write "dtype" where older ones wrote "torch_dtype".
+  if (r.has("torch_dtype")) {
+    m.dtype = dtype_from_torch(r, j, "torch_dtype");
+  } else if (r.has("dtype")) {
+    m.dtype = dtype_from_torch(r, j, "dtype");
+  }
+  m.dtype_bytes = dtype_size(m.dtype);
+  m.tie_word_embeddings = r.get_bool("tie_word_embeddings", false);
+  m.rope_theta = r.get_double("rope_theta", 10000.0, 1.0, 1e12);
+  m.max_position_embeddings =
+      r.get_int("max_position_embeddings", 4096, 1, std::int64_t{1} << 40);
+  m.rms_norm_eps = r.get_double("rms_norm_eps", 1e-6, 0.0, 1.0);
+  m.qkv_bias = qwen2 || r.get_bool("attention_bias", false);
+  return m;
+}
+
+ModelConfig load_model(const std::string& name_or_path, const std::string& catalog_dir) {
+  std::error_code ec;
+  if (ends_with(name_or_path, ".json")) return parse_hf_config(name_or_path);
+  if (fs::is_directory(name_or_path, ec) && fs::is_regular_file(fs::path(name_or_path) / "config.json", ec)) {
+    return parse_hf_config((fs::path(name_or_path) / "config.json").string());
+  }
+  if (ends_with(name_or_path, ".yaml") || ends_with(name_or_path, ".yml")) {
+    return load_catalogue_file(name_or_path);
+  }
+  const fs::path file = fs::path(catalog_dir) / "models" / (name_or_path + ".yaml");
+  // The name must match a file exactly, case included, whatever the file system's own
+  // sensitivity: compare against the listing rather than trusting exists().
+  const std::vector<std::string> names = catalog_names(catalog_dir, "models");
+  if (name_or_path.find('/') != std::string::npos ||
+      std::find(names.begin(), names.end(), name_or_path) == names.end()) {
+    throw ConfigError("unknown model '" + name_or_path + "': the catalogue " +
+                      (fs::path(catalog_dir) / "models").string() + " has " +
+                      (names.empty() ? std::string("no models") : join(names)) +
+                      "; or give the path of a Hugging Face config.json");
+  }
+  return load_catalogue_file(file.string());
+}
+
+}  // namespace servelab

@@ -1,0 +1,114 @@
+#include "sim/roofline_cost_model.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "core/config_node.h"
+
+namespace servelab {
+
+namespace {
+
+// One operator on the roofline: limited by compute or by memory traffic, whichever is slower.
+inline double roofline(double flops, double s_per_flop, double bytes, double s_per_byte) {
+  return std::max(flops * s_per_flop, bytes * s_per_byte);
+}
+
+}  // namespace
+
+RooflineCostModel::RooflineCostModel(ModelConfig model, HardwareConfig hardware,
+                                     std::int32_t block_size)
+    : model_(std::move(model)), hardware_(std::move(hardware)), block_size_(block_size) {
+  model_.validate();
+  hardware_.validate();
+  if (block_size_ < 1) {
+    throw ConfigError("block_size must be at least 1, got " + std::to_string(block_size_));
+  }
+  const ModelConfig& m = model_;
+  const HardwareConfig& hw = hardware_;
+  const double layers = m.num_layers;
+  const double d = m.dtype_bytes;
+  const double peak = hw.peak_flops_for(m.dtype);
+
+  block_bytes_ = m.kv_bytes_per_token() * block_size_;
+
+  s_per_gemm_flop_ = 1.0 / (peak * hw.gemm_flops_efficiency);
+  s_per_attention_flop_ = 1.0 / (peak * hw.attention_flops_efficiency);
+  s_per_hbm_byte_ = 1.0 / (hw.hbm_bandwidth * hw.memory_bandwidth_efficiency);
+  s_per_host_byte_ = 1.0 / (hw.host_link_bandwidth * hw.host_link_efficiency);
+
+  const double linear = static_cast<double>(m.linear_params_per_layer());
+  gemm_flops_per_token_ = 2.0 * linear * layers;
+  gemm_weight_bytes_ = linear * layers * d;
+  // Fused QKV (reads h, writes q + 2kv), O (reads q, writes h), fused gate/up (reads h, writes
+  // 2 * inter), down (reads inter, writes h): 4h + 2q + 2kv + 3 inter elements per token.
+  const double h = m.hidden_size;
+  gemm_act_bytes_per_token_ = (4.0 * h + 2.0 * static_cast<double>(m.q_size()) +
+                               2.0 * static_cast<double>(m.kv_size()) + 3.0 * m.intermediate_size) *
+                              d * layers;
+  // QK^T and PV: a multiply-add (2 FLOPs) per head_dim element each, per head, per pair.
+  attention_flops_per_pair_ = 4.0 * m.head_dim * m.num_heads * layers;
+  kv_bytes_per_token_ = static_cast<double>(m.kv_bytes_per_token());
+  qo_bytes_per_token_ = 2.0 * static_cast<double>(m.q_size()) * d * layers;
+  lm_head_flops_per_seq_ = 2.0 * h * m.vocab_size;
+  lm_head_weight_bytes_ = h * m.vocab_size * d;
+  lm_head_act_bytes_per_seq_ = (h + m.vocab_size) * d;
+}
+
+StepCostBreakdown RooflineCostModel::breakdown(const StepFeatures& f) const {
+  StepCostBreakdown b;
+  if (f.num_tokens > 0) {
+    const double t = static_cast<double>(f.num_tokens);
+    const double flops = gemm_flops_per_token_ * t;
+    const double bytes = gemm_weight_bytes_ + gemm_act_bytes_per_token_ * t;
+    b.gemm = roofline(flops, s_per_gemm_flop_, bytes, s_per_hbm_byte_);
+    b.flops += flops;
+    b.bytes += bytes;
+  }
+  // Attention of one kind: FLOPs by pairs; bytes = KV read of the context, KV written for the
+  // new tokens, Q read and O written.
+  auto attention = [&](std::int64_t tokens, std::int64_t pairs, std::int64_t context) {
+    if (tokens == 0) return 0.0;
+    const double flops = attention_flops_per_pair_ * static_cast<double>(pairs);
+    const double bytes = kv_bytes_per_token_ * static_cast<double>(context + tokens) +
+                         qo_bytes_per_token_ * static_cast<double>(tokens);
+    b.flops += flops;
+    b.bytes += bytes;
+    return roofline(flops, s_per_attention_flop_, bytes, s_per_hbm_byte_);
+  };
+  b.prefill_attention = attention(f.prefill_tokens, f.prefill_pairs, f.prefill_context_tokens);
+  b.decode_attention = attention(f.decode_tokens, f.decode_pairs, f.decode_context_tokens);
+  if (f.num_sampled > 0) {
+    const double s = static_cast<double>(f.num_sampled);
+    const double flops = lm_head_flops_per_seq_ * s;
+    const double bytes = lm_head_weight_bytes_ + lm_head_act_bytes_per_seq_ * s;
+    b.lm_head = roofline(flops, s_per_gemm_flop_, bytes, s_per_hbm_byte_);
+    b.flops += flops;
+    b.bytes += bytes;
+  }
+  const double bb = static_cast<double>(block_bytes_);
+  b.swap = static_cast<double>(f.swap_out_blocks + f.swap_in_blocks) * bb * s_per_host_byte_;
+  // A copy reads and writes each block in device memory.
+  const double copy_bytes = 2.0 * static_cast<double>(f.copy_blocks) * bb;
+  b.copy = copy_bytes * s_per_hbm_byte_;
+  b.bytes += copy_bytes;
+  const bool empty = f.num_tokens == 0 && f.swap_out_blocks == 0 && f.swap_in_blocks == 0 &&
+                     f.copy_blocks == 0;
+  b.overhead = empty ? 0.0 : hardware_.step_overhead_s;
+  return b;
+}
+
+StepCostBreakdown RooflineCostModel::breakdown(const StepPlan& plan) const {
+  return breakdown(StepFeatures::from_plan(plan));
+}
+
+TimeNs RooflineCostModel::step_time(const StepPlan& plan) const {
+  return seconds_to_ns(breakdown(plan).total());
+}
+
+TimeNs RooflineCostModel::swap_time(std::int64_t num_blocks) const {
+  return seconds_to_ns(static_cast<double>(num_blocks) * static_cast<double>(block_bytes_) *
+                       s_per_host_byte_);
+}
+
+}  // namespace servelab

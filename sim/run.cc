@@ -1,0 +1,187 @@
+#include "sim/run.h"
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "sim/hardware_config.h"
+#include "sim/kv_capacity.h"
+#include "sim/model_config.h"
+#include "sim/roofline_cost_model.h"
+#include "sim/sim_backend.h"
+#include "traces/workload.h"
+
+namespace servelab {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// The files a run folder may hold; anything else means the folder is not ours to overwrite.
+const std::set<std::string>& run_files() {
+  static const std::set<std::string> files = {"summary.json", "requests.csv", "steps.csv",
+                                              "schedule.csv", "config.yaml",  "tokens.jsonl"};
+  return files;
+}
+
+void prepare_out_dir(const std::string& dir) {
+  std::error_code ec;
+  if (fs::exists(dir, ec)) {
+    if (!fs::is_directory(dir, ec)) {
+      throw ConfigError(dir + ": output path exists and is not a directory");
+    }
+    for (const auto& entry : fs::directory_iterator(dir, ec)) {
+      const std::string name = entry.path().filename().string();
+      if (!run_files().count(name)) {
+        throw ConfigError(dir + ": refusing to write here: it holds '" + name +
+                          "', which is not a ServeLab run output (choose another --out)");
+      }
+    }
+  }
+  fs::create_directories(dir, ec);
+  if (ec) throw std::runtime_error(dir + ": cannot create directory (" + ec.message() + ")");
+}
+
+void write_text(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+  if (!out) throw std::runtime_error(path + ": write failed");
+}
+
+}  // namespace
+
+RunOutput run_simulation(const ExperimentConfig& config, const RunOptions& options) {
+  RunOutput out;
+  const std::string catalog = default_catalog_dir();
+  const ModelConfig model = load_model(config.model, catalog);
+  const HardwareConfig hardware = load_hardware(config.hardware, catalog);
+  KvCapacityOptions kv_options;
+  kv_options.block_size = config.scheduler.block_size;
+  kv_options.gpu_memory_utilization = config.gpu_memory_utilization;
+  if (config.activation_reserve_gb) {
+    kv_options.activation_reserve_bytes =
+        static_cast<std::int64_t>(*config.activation_reserve_gb * (1LL << 30));
+  }
+  kv_options.max_num_batched_tokens = config.scheduler.max_num_batched_tokens;
+  kv_options.max_num_seqs = config.scheduler.max_num_seqs;
+  kv_options.num_gpu_blocks = config.num_gpu_blocks;
+  kv_options.swap_space_gib = config.swap_space_gb;
+  const KvCapacity capacity = compute_kv_capacity(model, hardware, kv_options);
+  out.num_gpu_blocks = capacity.num_gpu_blocks;
+  out.block_bytes = capacity.block_bytes;
+  if (capacity.num_gpu_blocks > (1LL << 30)) {
+    throw ConfigError(config.file + ": " + std::to_string(capacity.num_gpu_blocks) +
+                      " KV blocks is more than ServeLab supports (2^30)");
+  }
+  if (config.scheduler.max_model_len > model.max_position_embeddings) {
+    // vLLM refuses this too: positions beyond the model's range are undefined.
+    throw ConfigError(config.file + ": key 'serving.max_model_len': expected at most the model's " +
+                      "max_position_embeddings (" +
+                      std::to_string(model.max_position_embeddings) + "), got " +
+                      std::to_string(config.scheduler.max_model_len));
+  }
+  std::unique_ptr<Workload> workload =
+      make_workload(config.workload_section(), config.seed, config.base_dir);
+  out.workload = workload->describe();
+
+  std::string steps_path, schedule_path;
+  if (options.write_files) {
+    out.out_dir = options.out_dir.empty() ? "out/" + config.name : options.out_dir;
+    prepare_out_dir(out.out_dir);
+    if (config.outputs.steps_csv) steps_path = out.out_dir + "/steps.csv";
+    if (config.outputs.record_schedule) schedule_path = out.out_dir + "/schedule.csv";
+  }
+  const RooflineCostModel cost(model, hardware, config.scheduler.block_size);
+  SimBackend backend(cost);
+  Recorder recorder(config.slo, steps_path, schedule_path);
+  Replica replica(config.scheduler, static_cast<std::int32_t>(capacity.num_gpu_blocks), backend,
+                  &recorder);
+  Simulator sim(*workload, replica, recorder);
+  if (options.progress) {
+    const auto start = std::chrono::steady_clock::now();
+    sim.set_progress(
+        [start](std::int64_t arrivals, TimeNs now) {
+          const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                                            start)
+                                  .count();
+          if (wall < 0.5) return;
+          std::fprintf(stderr, "\r  %lld requests arrived, simulated %.1f s, wall %.1f s   ",
+                       static_cast<long long>(arrivals), ns_to_s(now), wall);
+          std::fflush(stderr);
+        },
+        1 << 14);
+  }
+  out.totals = sim.run();
+  if (options.progress) std::fputs("\r\033[K", stderr);
+  recorder.finalize(out.totals.first_arrival_ns, out.totals.end_ns, replica.kv().stats());
+  out.summary = recorder.summary();
+  if (!options.write_files) return out;
+
+  if (!steps_path.empty()) out.files.push_back("steps.csv");
+  if (!schedule_path.empty()) out.files.push_back("schedule.csv");
+  const std::vector<std::pair<std::string, std::string>> meta = {
+      {"experiment", config.name},
+      {"backend", "sim"},
+      {"seed", std::to_string(config.seed)},
+      {"model", model.name},
+      {"hardware", hardware.name},
+      {"workload", out.workload},
+      {"num_gpu_blocks", std::to_string(capacity.num_gpu_blocks)},
+      {"block_size", std::to_string(config.scheduler.block_size)},
+  };
+  write_summary_json(out.out_dir + "/summary.json", out.summary, meta);
+  out.files.insert(out.files.begin(), "summary.json");
+  if (config.outputs.requests_csv) {
+    recorder.write_requests_csv(out.out_dir + "/requests.csv");
+    out.files.insert(out.files.begin() + 1, "requests.csv");
+  }
+  write_text(out.out_dir + "/config.yaml",
+             resolved_config_yaml(config, {{"num_gpu_blocks", std::to_string(capacity.num_gpu_blocks)},
+                                           {"block_bytes", std::to_string(capacity.block_bytes)},
+                                           {"workload", out.workload}}));
+  out.files.push_back("config.yaml");
+  return out;
+}
+
+void print_summary(std::FILE* f, const ExperimentConfig& config, const RunOutput& run) {
+  const RunSummary& s = run.summary;
+  std::fprintf(f, "%s: %lld requests (%lld completed, %lld rejected", config.name.c_str(),
+               static_cast<long long>(s.num_requests), static_cast<long long>(s.completed),
+               static_cast<long long>(s.rejected));
+  if (s.aborted) std::fprintf(f, ", %lld aborted", static_cast<long long>(s.aborted));
+  std::fprintf(f, ") in %.3f s simulated, %lld steps\n", s.duration_s,
+               static_cast<long long>(s.num_steps));
+  std::fprintf(f, "  %s on %s, %lld KV blocks of %d tokens; workload: %s\n", config.model.c_str(),
+               config.hardware.c_str(), static_cast<long long>(run.num_gpu_blocks),
+               config.scheduler.block_size, run.workload.c_str());
+  std::fprintf(f, "  throughput  %.2f req/s   input %.0f tok/s   output %.0f tok/s\n",
+               s.requests_per_s, s.input_tokens_per_s, s.output_tokens_per_s);
+  std::fprintf(f, "  %-13s %10s %10s %10s %10s %10s\n", "latency (ms)", "mean", "p50", "p90",
+               "p99", "max");
+  auto row = [&](const char* name, const DistributionSummary& d) {
+    std::fprintf(f, "  %-13s %10.2f %10.2f %10.2f %10.2f %10.2f\n", name, d.mean, d.p50, d.p90,
+                 d.p99, d.max);
+  };
+  row("TTFT", s.ttft_ms);
+  row("TPOT", s.tpot_ms);
+  row("ITL", s.itl_ms);
+  row("E2E", s.e2e_ms);
+  row("queueing", s.queueing_ms);
+  std::fprintf(f, "  goodput     %.2f req/s (%.1f %% of completed requests meet the SLOs)\n",
+               s.goodput_requests_per_s, 100.0 * s.slo_attainment);
+  std::fprintf(f,
+               "  preemptions %lld (%lld tokens recomputed)   prefix-cache hit rate %.1f %%   "
+               "KV usage mean %.1f %% max %.1f %%\n",
+               static_cast<long long>(s.preemptions), static_cast<long long>(s.recomputed_tokens),
+               100.0 * s.prefix_hit_rate, 100.0 * s.kv_usage_mean, 100.0 * s.kv_usage_max);
+  if (!run.out_dir.empty()) {
+    std::fprintf(f, "  wrote %s/{", run.out_dir.c_str());
+    for (std::size_t i = 0; i < run.files.size(); ++i) {
+      std::fprintf(f, "%s%s", i ? "," : "", run.files[i].c_str());
+    }
+    std::fputs("}\n", f);
+  }
+}
+
+}  // namespace servelab

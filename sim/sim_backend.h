@@ -1,0 +1,25 @@
+// SimBackend: a Backend that executes nothing and asks a CostModel how long the step takes.
+//
+// Sampled tokens are placeholders (0): the simulator's requests stop at their output length,
+// and block hashes never depend on token values (core/request.h), so nothing downstream reads
+// them.
+#pragma once
+
+#include "core/backend.h"
+#include "sim/cost_model.h"
+
+namespace servelab {
+
+class SimBackend : public Backend {
+ public:
+  // `cost` must outlive the backend.
+  explicit SimBackend(const CostModel& cost) : cost_(cost) {}
+  std::string_view name() const override { return "sim"; }
+  // Duration = the cost model's prediction, at least 1 ns so simulated time always advances.
+  StepResult execute(const StepPlan& plan) override;
+
+ private:
+  const CostModel& cost_;
+};
+
+}  // namespace servelab

@@ -1,0 +1,101 @@
+// ConfigNode: typed access and errors that name file, line and key.
+#include "core/config_node.h"
+
+#include <gtest/gtest.h>
+
+namespace servelab {
+namespace {
+
+std::string error_of(auto&& fn) {
+  try {
+    fn();
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(ConfigNode, TypedGettersAndDefaults) {
+  ConfigNode n = ConfigNode::load_string("a: 3\nb: 2.5\nc: true\nd: hello\ne: 1e6\n", "x.yaml");
+  EXPECT_EQ(n.get_int("a"), 3);
+  EXPECT_DOUBLE_EQ(n.get_double("b"), 2.5);
+  EXPECT_TRUE(n.get_bool("c", false));
+  EXPECT_EQ(n.get_string("d"), "hello");
+  EXPECT_EQ(n.get_int("e"), 1000000);  // integral float notation is an integer
+  EXPECT_EQ(n.get_int("missing", 7, 0, 10), 7);
+  EXPECT_EQ(n.get_string("missing", "dflt"), "dflt");
+}
+
+TEST(ConfigNode, WrongTypeNamesFileLineAndKey) {
+  ConfigNode n = ConfigNode::load_string("serving:\n  block_size: sixteen\n", "exp.yaml");
+  const std::string msg = error_of([&] { n.at("serving").get_int("block_size", 1, 256); });
+  EXPECT_NE(msg.find("exp.yaml:2:"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("serving.block_size"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("expected an integer in [1, 256]"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("'sixteen'"), std::string::npos) << msg;
+}
+
+TEST(ConfigNode, OutOfRangeIsAnError) {
+  ConfigNode n = ConfigNode::load_string("rate: -2\n", "w.yaml");
+  const std::string msg = error_of([&] { n.get_double("rate", 1e-9, 1e9); });
+  EXPECT_NE(msg.find("w.yaml:1:"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("'rate'"), std::string::npos) << msg;
+}
+
+TEST(ConfigNode, UnknownKeyListsAllowedKeys) {
+  ConfigNode n = ConfigNode::load_string("a: 1\nbogus: 2\n", "k.yaml");
+  const std::string msg = error_of([&] { n.allow_keys({"a", "b"}); });
+  EXPECT_NE(msg.find("k.yaml:2:1"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("unknown key 'bogus'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("a, b"), std::string::npos) << msg;
+}
+
+TEST(ConfigNode, MissingRequiredKey) {
+  ConfigNode n = ConfigNode::load_string("a: 1\n", "m.yaml");
+  const std::string msg = error_of([&] { n.get_string("model"); });
+  EXPECT_NE(msg.find("'model' is required"), std::string::npos) << msg;
+}
+
+TEST(ConfigNode, MalformedYamlNamesLine) {
+  const std::string msg =
+      error_of([] { ConfigNode::load_string("a: 1\nb: [1, 2\nc: 3\n", "bad.yaml"); });
+  EXPECT_NE(msg.find("bad.yaml:"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("malformed YAML"), std::string::npos) << msg;
+}
+
+TEST(ConfigNode, MissingFile) {
+  const std::string msg = error_of([] { ConfigNode::load_file("/nonexistent/exp.yaml"); });
+  EXPECT_NE(msg.find("/nonexistent/exp.yaml: cannot open"), std::string::npos) << msg;
+}
+
+TEST(ConfigNode, ChoiceListsOptions) {
+  ConfigNode n = ConfigNode::load_string("p: lifo\n", "c.yaml");
+  const std::string msg = error_of([&] { n.at("p").as_choice({"fcfs", "priority"}); });
+  EXPECT_NE(msg.find("one of: fcfs, priority"), std::string::npos) << msg;
+  EXPECT_EQ(ConfigNode::load_string("p: fcfs\n", "c.yaml").at("p").as_choice({"fcfs"}), "fcfs");
+}
+
+TEST(ConfigNode, OverrideSetsNestedKeysAndIsNamedInErrors) {
+  ConfigNode n = ConfigNode::load_string("serving:\n  block_size: 16\n", "o.yaml");
+  YAML::Node root = n.yaml();
+  apply_override(root, "serving.block_size=32");
+  apply_override(root, "workload.arrival.rate=4.5");
+  ConfigNode top(root, std::make_shared<const std::string>("o.yaml"), "");
+  EXPECT_EQ(top.at("serving").get_int("block_size"), 32);
+  EXPECT_DOUBLE_EQ(top.at("workload").at("arrival").get_double("rate"), 4.5);
+  apply_override(root, "serving.block_size=huge");
+  ConfigNode again(root, std::make_shared<const std::string>("o.yaml"), "");
+  const std::string msg = error_of([&] { again.at("serving").get_int("block_size"); });
+  EXPECT_NE(msg.find("--set serving.block_size"), std::string::npos) << msg;
+}
+
+TEST(ConfigNode, MalformedOverride) {
+  YAML::Node root = ConfigNode::load_string("a: 1\n", "o.yaml").yaml();
+  EXPECT_NE(error_of([&] { apply_override(root, "novalue"); }).find("KEY.PATH=VALUE"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { apply_override(root, "a.b=1"); }).find("not a section"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace servelab

@@ -1,0 +1,109 @@
+#include "traces/csv_reader.h"
+
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+
+#include "core/config_node.h"
+
+namespace servelab {
+
+namespace {
+constexpr std::size_t kChunkBytes = 256 * 1024;
+}  // namespace
+
+CsvReader::CsvReader(std::string path) : path_(std::move(path)) {
+  file_ = std::fopen(path_.c_str(), "rb");
+  if (file_ == nullptr) {
+    throw ConfigError(path_ + ": cannot open file (" + std::strerror(errno) + ")");
+  }
+  buffer_.resize(kChunkBytes);
+}
+
+CsvReader::~CsvReader() {
+  if (file_ != nullptr) std::fclose(file_);
+}
+
+bool CsvReader::read_line() {
+  for (;;) {
+    const char* start = buffer_.data() + begin_;
+    const void* nl = std::memchr(start, '\n', end_ - begin_);
+    if (nl != nullptr) {
+      const char* stop = static_cast<const char*>(nl);
+      begin_ = static_cast<std::size_t>(stop - buffer_.data()) + 1;
+      line_ = std::string_view(start, static_cast<std::size_t>(stop - start));
+      break;
+    }
+    if (eof_) {
+      if (begin_ == end_) return false;
+      line_ = std::string_view(start, end_ - begin_);  // last line without a line end
+      begin_ = end_;
+      break;
+    }
+    // Keep the partial line, make room (doubling for a line longer than the buffer), read on.
+    std::memmove(buffer_.data(), start, end_ - begin_);
+    end_ -= begin_;
+    begin_ = 0;
+    if (end_ == buffer_.size()) buffer_.resize(buffer_.size() * 2);
+    const std::size_t got = std::fread(buffer_.data() + end_, 1, buffer_.size() - end_, file_);
+    if (got == 0) {
+      if (std::ferror(file_)) {
+        throw ConfigError(path_ + ": read error (" + std::strerror(errno) + ")");
+      }
+      eof_ = true;
+    }
+    end_ += got;
+  }
+  ++line_number_;
+  if (!line_.empty() && line_.back() == '\r') line_.remove_suffix(1);
+  if (line_number_ == 1 && line_.starts_with("\xEF\xBB\xBF")) line_.remove_prefix(3);
+  return true;
+}
+
+bool CsvReader::next_row() {
+  do {
+    if (!read_line()) return false;
+  } while (trim(line_).empty());
+  fields_.clear();
+  std::size_t pos = 0;
+  for (;;) {
+    const std::size_t comma = line_.find(',', pos);
+    if (comma == std::string_view::npos) {
+      fields_.push_back(line_.substr(pos));
+      break;
+    }
+    fields_.push_back(line_.substr(pos, comma - pos));
+    pos = comma + 1;
+  }
+  return true;
+}
+
+void CsvReader::fail(std::string_view expected, std::string_view got) const {
+  throw ConfigError(path_ + ":" + std::to_string(line_number_) + ": expected " +
+                    std::string(expected) + ", got '" + shorten(got) + "'");
+}
+
+void CsvReader::fail_message(std::string_view message) const {
+  throw ConfigError(path_ + ":" + std::to_string(line_number_) + ": " + std::string(message));
+}
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+std::optional<std::int64_t> parse_int(std::string_view s) {
+  s = trim(s);
+  std::int64_t v = 0;
+  const auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (s.empty() || ec != std::errc() || ptr != s.data() + s.size()) return std::nullopt;
+  return v;
+}
+
+std::string shorten(std::string_view s, std::size_t max_chars) {
+  if (s.size() <= max_chars) return std::string(s);
+  return std::string(s.substr(0, max_chars)) + "...";
+}
+
+}  // namespace servelab

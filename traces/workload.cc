@@ -1,0 +1,190 @@
+#include "traces/workload.h"
+
+#include <filesystem>
+#include <map>
+
+#include "traces/azure_trace.h"
+#include "traces/synthetic_workload.h"
+
+namespace servelab {
+
+Workload::~Workload() = default;
+
+std::optional<std::string> resolve_data_path(const std::string& path, const std::string& base_dir) {
+  namespace fs = std::filesystem;
+  const fs::path p(path);
+  if (p.is_absolute()) return path;
+  std::error_code ec;
+  const fs::path local = fs::path(base_dir) / p;
+  if (fs::exists(local, ec)) return local.string();
+#ifdef SERVELAB_SOURCE_DIR
+  const fs::path repo = fs::path(SERVELAB_SOURCE_DIR) / p;
+  if (fs::exists(repo, ec)) return repo.string();
+#endif
+  return std::nullopt;
+}
+
+namespace {
+
+// The file named by the string at `node`, resolved; a ConfigError at the key if it is nowhere.
+std::string data_file(const ConfigNode& node, const std::string& base_dir) {
+  const std::string path = node.as_string();
+  if (std::optional<std::string> found = resolve_data_path(path, base_dir)) return *found;
+  std::string where = "'" + (std::filesystem::path(base_dir) / path).string() + "'";
+#ifdef SERVELAB_SOURCE_DIR
+  where += " or '" + (std::filesystem::path(SERVELAB_SOURCE_DIR) / path).string() + "'";
+#endif
+  node.fail_message("file '" + path + "' not found (looked for " + where + ")");
+}
+
+double positive_double(const ConfigNode& section, std::string_view key) {
+  const ConfigNode node = section.at(key);
+  const double v = node.as_double();
+  if (!(v > 0)) node.fail("a number > 0");
+  return v;
+}
+
+ArrivalConfig parse_arrival(const ConfigNode& n) {
+  ArrivalConfig a;
+  const std::string process = n.at("process").as_choice({"poisson", "gamma", "fixed", "onoff"});
+  if (process == "poisson" || process == "fixed") {
+    n.allow_keys({"process", "rate"});
+    a.process = process == "poisson" ? ArrivalProcess::kPoisson : ArrivalProcess::kFixed;
+  } else if (process == "gamma") {
+    n.allow_keys({"process", "rate", "cv"});
+    a.process = ArrivalProcess::kGamma;
+    a.cv = positive_double(n, "cv");
+  } else {
+    n.allow_keys({"process", "rate", "on_s", "off_s"});
+    a.process = ArrivalProcess::kOnOff;
+    a.on_s = positive_double(n, "on_s");
+    a.off_s = n.get_double("off_s", 0.0, 1e12);
+  }
+  a.rate = positive_double(n, "rate");
+  return a;
+}
+
+// Length tables by resolved path, so a file named twice is read once.
+using TableCache = std::map<std::string, std::shared_ptr<const LengthTable>>;
+
+std::shared_ptr<const LengthTable> load_table(const ConfigNode& file_node,
+                                              const std::string& base_dir, TableCache& cache) {
+  const std::string path = data_file(file_node, base_dir);
+  std::shared_ptr<const LengthTable>& slot = cache[path];
+  if (!slot) slot = LengthTable::load(path);
+  return slot;
+}
+
+// Reads min and max (each optional, defaults 1 and kMaxSyntheticLength) and checks min <= max.
+void parse_clamps(const ConfigNode& n, std::string_view min_key, std::string_view max_key,
+                  std::int32_t& min, std::int32_t& max) {
+  min = static_cast<std::int32_t>(n.get_int(min_key, 1, 1, kMaxSyntheticLength));
+  max = static_cast<std::int32_t>(n.get_int(max_key, kMaxSyntheticLength, 1, kMaxSyntheticLength));
+  if (max < min) {
+    n.at(max_key).fail("an integer >= " + std::string(min_key) + " (" + std::to_string(min) + ")");
+  }
+}
+
+LengthDist parse_length(const ConfigNode& n, bool is_prompt, const std::string& base_dir,
+                        TableCache& cache) {
+  LengthDist d;
+  const std::string dist =
+      n.at("dist").as_choice({"fixed", "uniform", "normal", "lognormal", "table"});
+  if (dist == "fixed") {
+    n.allow_keys({"dist", "value"});
+    d.kind = LengthDistKind::kFixed;
+    d.value = static_cast<std::int32_t>(n.get_int("value", 1, kMaxSyntheticLength));
+    d.min = d.max = d.value;
+  } else if (dist == "uniform") {
+    n.allow_keys({"dist", "min", "max"});
+    d.kind = LengthDistKind::kUniform;
+    n.at("min");  // both bounds are required for a uniform range
+    n.at("max");
+    parse_clamps(n, "min", "max", d.min, d.max);
+  } else if (dist == "normal" || dist == "lognormal") {
+    n.allow_keys({"dist", "mean", "stddev", "min", "max"});
+    d.kind = dist == "normal" ? LengthDistKind::kNormal : LengthDistKind::kLognormal;
+    d.mean = positive_double(n, "mean");
+    d.stddev = n.get_double("stddev", 0.0, 1e12);
+    parse_clamps(n, "min", "max", d.min, d.max);
+  } else {
+    n.allow_keys({"dist", "file", "column", "min", "max"});
+    d.kind = LengthDistKind::kTable;
+    d.table = load_table(n.at("file"), base_dir, cache);
+    const std::string column = n.has("column") ? n.at("column").as_choice({"prefill", "decode"})
+                                               : (is_prompt ? "prefill" : "decode");
+    d.column = column == "prefill" ? TableColumn::kPrefill : TableColumn::kDecode;
+    parse_clamps(n, "min", "max", d.min, d.max);
+  }
+  return d;
+}
+
+std::unique_ptr<Workload> make_synthetic(const ConfigNode& s, std::uint64_t seed,
+                                         const std::string& base_dir) {
+  s.allow_keys({"type", "num_requests", "duration_s", "start_s", "arrival", "prompt_len",
+                "output_len", "lengths", "shared_prefix"});
+  SyntheticConfig c;
+  if (s.has("num_requests")) c.num_requests = s.get_int("num_requests", 1, INT64_MAX);
+  if (s.has("duration_s")) c.duration_ns = seconds_to_ns(positive_double(s, "duration_s"));
+  if (!c.num_requests && !c.duration_ns) {
+    s.fail_message("needs num_requests or duration_s (or both) to know when to stop");
+  }
+  c.start_ns = seconds_to_ns(s.get_double("start_s", 0.0, 0.0, 1e9));
+  c.arrival = parse_arrival(s.at("arrival"));
+
+  TableCache cache;
+  if (s.has("lengths")) {
+    if (s.has("prompt_len") || s.has("output_len")) {
+      s.at("lengths").fail_message(
+          "replaces prompt_len and output_len (prompt and output from one table row); give "
+          "either lengths or both prompt_len and output_len");
+    }
+    const ConfigNode n = s.at("lengths");
+    n.allow_keys({"table", "prompt_min", "prompt_max", "output_min", "output_max"});
+    const auto table = load_table(n.at("table"), base_dir, cache);
+    c.prompt_len.kind = c.output_len.kind = LengthDistKind::kTable;
+    c.prompt_len.table = c.output_len.table = table;
+    c.prompt_len.column = TableColumn::kPrefill;
+    c.output_len.column = TableColumn::kDecode;
+    parse_clamps(n, "prompt_min", "prompt_max", c.prompt_len.min, c.prompt_len.max);
+    parse_clamps(n, "output_min", "output_max", c.output_len.min, c.output_len.max);
+    c.paired_rows = true;
+  } else {
+    c.prompt_len = parse_length(s.at("prompt_len"), true, base_dir, cache);
+    c.output_len = parse_length(s.at("output_len"), false, base_dir, cache);
+  }
+
+  if (s.has("shared_prefix")) {
+    const ConfigNode n = s.at("shared_prefix");
+    n.allow_keys({"num_prefixes", "length", "fraction"});
+    SharedPrefixConfig p;
+    p.num_prefixes = static_cast<std::int32_t>(n.get_int("num_prefixes", 1, 1'000'000'000));
+    p.length = static_cast<std::int32_t>(n.get_int("length", 1, kMaxSyntheticLength - 1));
+    p.fraction = n.get_double("fraction", 0.0, 1.0);
+    c.shared_prefix = p;
+  }
+  return std::make_unique<SyntheticWorkload>(std::move(c), seed);
+}
+
+std::unique_ptr<Workload> make_azure(const ConfigNode& s, std::uint64_t seed,
+                                     const std::string& base_dir) {
+  s.allow_keys({"type", "path", "max_requests", "time_scale", "start_s"});
+  const std::string path = data_file(s.at("path"), base_dir);
+  AzureTraceOptions o;
+  if (s.has("max_requests")) o.max_requests = s.get_int("max_requests", 1, INT64_MAX);
+  if (s.has("time_scale")) o.time_scale = positive_double(s, "time_scale");
+  o.start_ns = seconds_to_ns(s.get_double("start_s", 0.0, 0.0, 1e9));
+  o.content_seed = seed;
+  return std::make_unique<AzureTraceWorkload>(path, o);
+}
+
+}  // namespace
+
+std::unique_ptr<Workload> make_workload(const ConfigNode& section, std::uint64_t seed,
+                                        const std::string& base_dir) {
+  const std::string type = section.at("type").as_choice({"synthetic", "azure"});
+  if (type == "synthetic") return make_synthetic(section, seed, base_dir);
+  return make_azure(section, seed, base_dir);
+}
+
+}  // namespace servelab

@@ -1,0 +1,55 @@
+// Workload: the stream of requests an experiment replays, from a trace reader or a generator.
+//
+// A workload is pulled one request at a time, so a million-request trace or generator never
+// holds its requests in memory. Every implementation yields requests in nondecreasing arrival
+// order with ids 0, 1, 2, ... and is deterministic: the same configuration and seed give the
+// same stream, request for request.
+//
+// make_workload() builds one from the `workload:` section of an experiment file; the keys of
+// each type are documented in synthetic_workload.h (type: synthetic) and azure_trace.h
+// (type: azure), and every key is checked (an unknown key, a wrong type or an out-of-range value
+// is a ConfigError naming the file, the line and the key).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "core/config_node.h"
+#include "core/request.h"
+
+namespace servelab {
+
+class Workload {
+ public:
+  Workload() = default;
+  Workload(const Workload&) = delete;
+  Workload& operator=(const Workload&) = delete;
+  virtual ~Workload();
+
+  // The next request, or nullopt once the workload is exhausted (and on every later call).
+  // Arrival times are nondecreasing and ids are 0, 1, 2, ... in order. A streaming reader may
+  // find a malformed row only when it reaches it: it then throws ConfigError "FILE:LINE: ...".
+  virtual std::optional<RequestSpec> next() = 0;
+
+  // One line saying what this workload is, for logs and run summaries.
+  virtual std::string describe() const = 0;
+};
+
+// Builds the workload that `section` (the `workload:` mapping) describes; `type` selects the
+// kind. `seed` is the experiment seed: every random stream and every content id derives from it.
+// Relative file paths in the section are resolved by resolve_data_path() against `base_dir`
+// (normally the experiment file's directory). Loads length tables eagerly and opens trace files
+// (reading their header and first row), so most file errors surface here.
+// Throws ConfigError for any invalid key, value or file.
+std::unique_ptr<Workload> make_workload(const ConfigNode& section, std::uint64_t seed,
+                                        const std::string& base_dir);
+
+// Where the data file `path` named in an experiment is: `path` itself if absolute, otherwise
+// base_dir/path if that exists, otherwise <repository root>/path (SERVELAB_SOURCE_DIR) if that
+// exists, so experiments can name the traces this repository ships ("traces/azure2023/...")
+// from anywhere. Returns nullopt when a relative path exists in neither place.
+std::optional<std::string> resolve_data_path(const std::string& path, const std::string& base_dir);
+
+}  // namespace servelab
