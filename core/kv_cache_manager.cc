@@ -55,6 +55,7 @@ PrefixHit KvCacheManager::get_computed_blocks(Request& req) {
     }
     const std::optional<BlockId> b = pool_.lookup(req.block_hashes[i]);
     if (!b) break;
+    if (hit.blocks.empty()) hit.blocks.reserve(static_cast<std::size_t>(max_blocks - i));
     hit.blocks.push_back(*b);
   }
   hit.num_tokens = static_cast<std::int32_t>(hit.blocks.size()) * block_size_;

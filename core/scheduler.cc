@@ -14,8 +14,7 @@ std::int64_t cdiv(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
 }  // namespace
 
-Scheduler::Scheduler(const SchedulerConfig& config, KvCacheManager& kv,
-                     SchedulerObserver* observer)
+Scheduler::Scheduler(const SchedulerConfig& config, KvCacheManager& kv, SchedulerObserver* observer)
     : config_(config), kv_(kv), observer_(observer) {
   if (config_.max_num_batched_tokens < 1) {
     throw std::invalid_argument("Scheduler: max_num_batched_tokens must be >= 1");
@@ -233,10 +232,9 @@ void Scheduler::finish(Request& r, TimeNs now) {
 
 void Scheduler::complete(const StepResult& result, TimeNs now) {
   if (result.sampled_tokens.size() < plan_.requests.size()) {
-    throw std::invalid_argument("Scheduler::complete: " +
-                                std::to_string(result.sampled_tokens.size()) +
-                                " sampled tokens for a plan of " +
-                                std::to_string(plan_.requests.size()) + " entries");
+    throw std::invalid_argument(
+        "Scheduler::complete: " + std::to_string(result.sampled_tokens.size()) +
+        " sampled tokens for a plan of " + std::to_string(plan_.requests.size()) + " entries");
   }
   bool any_finished = false;
   for (std::size_t k = 0; k < plan_.requests.size(); ++k) {

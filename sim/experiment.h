@@ -49,7 +49,7 @@ struct ExperimentConfig {
   double gpu_memory_utilization = 0.9;
   std::optional<std::int64_t> num_gpu_blocks;
   std::optional<double> activation_reserve_gb;  // GiB; estimated from the model when unset
-  double swap_space_gb = 4.0;                     // GiB of host memory for swapped blocks
+  double swap_space_gb = 4.0;                   // GiB of host memory for swapped blocks
   PolicyChoice policies;
   SloConfig slo;
   OutputOptions outputs;

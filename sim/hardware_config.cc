@@ -52,16 +52,15 @@ void HardwareConfig::validate() const {
   auto fraction = [](double f) { return f > 0 && f <= 1; };
   check(fraction(gemm_flops_efficiency), "gemm_flops_efficiency", "must be in (0, 1]");
   check(fraction(attention_flops_efficiency), "attention_flops_efficiency", "must be in (0, 1]");
-  check(fraction(memory_bandwidth_efficiency), "memory_bandwidth_efficiency",
-        "must be in (0, 1]");
+  check(fraction(memory_bandwidth_efficiency), "memory_bandwidth_efficiency", "must be in (0, 1]");
   check(fraction(host_link_efficiency), "host_link_efficiency", "must be in (0, 1]");
   check(step_overhead_s >= 0 && step_overhead_s < 10, "step_overhead_s", "must be in [0, 10)");
 }
 
 HardwareConfig parse_hardware(const ConfigNode& node, const std::string& default_name) {
-  node.allow_keys({"name", "description", "peak_tflops", "peak_tflops_fp32",
-                   "hbm_bandwidth_gbps", "memory_gib", "host_link_gbps", "tensor_parallel",
-                   "efficiency", "step_overhead_us"});
+  node.allow_keys({"name", "description", "peak_tflops", "peak_tflops_fp32", "hbm_bandwidth_gbps",
+                   "memory_gib", "host_link_gbps", "tensor_parallel", "efficiency",
+                   "step_overhead_us"});
   HardwareConfig hw;
   hw.name = node.get_string("name", default_name);
   hw.source = node.file();

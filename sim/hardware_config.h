@@ -16,11 +16,11 @@ class ConfigNode;
 
 struct HardwareConfig {
   std::string name;
-  std::string source;  // the file it was read from ("" when built in code)
-  double peak_flops = 0;          // dense BF16/FP16 tensor-core FLOP/s (no 2:4 sparsity)
-  double peak_flops_fp32 = 0;     // FP32 FLOP/s (used for fp32 models)
-  double hbm_bandwidth = 0;       // device memory bandwidth, B/s
-  std::int64_t memory_bytes = 0;  // device memory capacity
+  std::string source;              // the file it was read from ("" when built in code)
+  double peak_flops = 0;           // dense BF16/FP16 tensor-core FLOP/s (no 2:4 sparsity)
+  double peak_flops_fp32 = 0;      // FP32 FLOP/s (used for fp32 models)
+  double hbm_bandwidth = 0;        // device memory bandwidth, B/s
+  std::int64_t memory_bytes = 0;   // device memory capacity
   double host_link_bandwidth = 0;  // host <-> device, one direction, B/s (PCIe)
   // Degree of tensor parallelism the entry describes. Only 1 is supported for now: the roofline
   // has no communication term yet.

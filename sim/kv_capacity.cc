@@ -16,6 +16,12 @@ std::string gib(std::int64_t bytes) {
   return buf;
 }
 
+std::string num(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
 }  // namespace
 
 std::int64_t kv_block_bytes(const ModelConfig& model, std::int32_t block_size) {
@@ -41,11 +47,10 @@ KvCapacity compute_kv_capacity(const ModelConfig& model, const HardwareConfig& h
   }
   if (!(options.gpu_memory_utilization > 0 && options.gpu_memory_utilization <= 1)) {
     throw ConfigError("gpu_memory_utilization must be in (0, 1], got " +
-                      std::to_string(options.gpu_memory_utilization));
+                      num(options.gpu_memory_utilization));
   }
   if (!(options.swap_space_gib >= 0 && options.swap_space_gib < 1e6)) {
-    throw ConfigError("swap_space_gib must be in [0, 1e6), got " +
-                      std::to_string(options.swap_space_gib));
+    throw ConfigError("swap_space_gib must be in [0, 1e6), got " + num(options.swap_space_gib));
   }
   if (hardware.tensor_parallel != 1) {
     throw ConfigError(who + ": tensor_parallel " + std::to_string(hardware.tensor_parallel) +
@@ -71,8 +76,8 @@ KvCapacity compute_kv_capacity(const ModelConfig& model, const HardwareConfig& h
   c.memory_bytes = hardware.memory_bytes;
   // Rounded to the nearest byte: 0.9 is not exact in binary, and floor could lose a byte (and,
   // at an exact block boundary, a block) to representation error.
-  c.usable_bytes = std::llround(static_cast<double>(hardware.memory_bytes) *
-                                options.gpu_memory_utilization);
+  c.usable_bytes =
+      std::llround(static_cast<double>(hardware.memory_bytes) * options.gpu_memory_utilization);
   c.activation_reserve_bytes =
       options.activation_reserve_bytes
           ? *options.activation_reserve_bytes
@@ -85,11 +90,10 @@ KvCapacity compute_kv_capacity(const ModelConfig& model, const HardwareConfig& h
   c.kv_bytes = c.usable_bytes - c.weight_bytes - c.activation_reserve_bytes;
   if (c.kv_bytes < c.block_bytes) {
     throw ConfigError(who + ": no room for the KV cache: memory " + gib(c.memory_bytes) + " x " +
-                      std::to_string(options.gpu_memory_utilization) + " = " +
-                      gib(c.usable_bytes) + ", minus weights " + gib(c.weight_bytes) +
-                      " and activation reserve " + gib(c.activation_reserve_bytes) + " leaves " +
-                      gib(c.kv_bytes) + ", less than one block (" +
-                      std::to_string(c.block_bytes) +
+                      num(options.gpu_memory_utilization) + " = " + gib(c.usable_bytes) +
+                      ", minus weights " + gib(c.weight_bytes) + " and activation reserve " +
+                      gib(c.activation_reserve_bytes) + " leaves " + gib(c.kv_bytes) +
+                      ", less than one block (" + std::to_string(c.block_bytes) +
                       " bytes); use a larger GPU, a higher gpu_memory_utilization or a smaller "
                       "model (tensor parallelism is not supported yet)");
   }

@@ -42,11 +42,11 @@ struct KvCapacity {
 
   // The terms of the arithmetic, in bytes (all 0 except block_bytes when overridden, but
   // weight_bytes, which is always filled in).
-  std::int64_t memory_bytes = 0;              // the device's memory
-  std::int64_t usable_bytes = 0;              // memory * gpu_memory_utilization
+  std::int64_t memory_bytes = 0;  // the device's memory
+  std::int64_t usable_bytes = 0;  // memory * gpu_memory_utilization
   std::int64_t weight_bytes = 0;
   std::int64_t activation_reserve_bytes = 0;
-  std::int64_t kv_bytes = 0;                  // usable - weights - reserve
+  std::int64_t kv_bytes = 0;  // usable - weights - reserve
 
   double weights_gib() const { return static_cast<double>(weight_bytes) / (1 << 30); }
   double kv_gib() const { return static_cast<double>(num_gpu_blocks * block_bytes) / (1 << 30); }

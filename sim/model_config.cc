@@ -150,7 +150,9 @@ std::int32_t dtype_size(std::string_view dtype) {
   throw ConfigError("unknown dtype '" + std::string(dtype) + "' (expected bf16, fp16 or fp32)");
 }
 
-std::string default_catalog_dir() { return std::string(SERVELAB_SOURCE_DIR) + "/experiments/catalog"; }
+std::string default_catalog_dir() {
+  return std::string(SERVELAB_SOURCE_DIR) + "/experiments/catalog";
+}
 
 std::vector<std::string> catalog_names(const std::string& catalog_dir, const std::string& kind) {
   std::vector<std::string> names;
@@ -229,7 +231,7 @@ ModelConfig parse_hf_config(const std::string& path) {
   const fs::path p(path);
   // ".../Llama-3-8B/config.json" is named after its directory; "foo.json" after its stem.
   m.name = p.stem() == "config" && p.has_parent_path() ? p.parent_path().filename().string()
-                                                        : p.stem().string();
+                                                       : p.stem().string();
   if (m.name.empty()) m.name = p.stem().string();
   m.source = path;
   m.num_layers = static_cast<std::int32_t>(r.get_int("num_hidden_layers", 1, kMaxLayers));
@@ -245,8 +247,8 @@ ModelConfig parse_hf_config(const std::string& path) {
   if (!r.has("head_dim") && m.hidden_size % m.num_heads != 0) {
     r.fail("head_dim", "is missing and hidden_size is not a multiple of num_attention_heads");
   }
-  m.head_dim = static_cast<std::int32_t>(
-      r.get_int("head_dim", m.hidden_size / m.num_heads, 1, kMaxWidth));
+  m.head_dim =
+      static_cast<std::int32_t>(r.get_int("head_dim", m.hidden_size / m.num_heads, 1, kMaxWidth));
   m.intermediate_size = static_cast<std::int32_t>(r.get_int("intermediate_size", 1, kMaxWidth));
   m.vocab_size = static_cast<std::int32_t>(r.get_int("vocab_size", 1, kMaxVocab));
   // Newer transformers write "dtype" where older ones wrote "torch_dtype".
@@ -258,8 +260,12 @@ ModelConfig parse_hf_config(const std::string& path) {
   m.dtype_bytes = dtype_size(m.dtype);
   m.tie_word_embeddings = r.get_bool("tie_word_embeddings", false);
   m.rope_theta = r.get_double("rope_theta", 10000.0, 1.0, 1e12);
-  m.max_position_embeddings =
-      r.get_int("max_position_embeddings", 4096, 1, std::int64_t{1} << 40);
+  // transformers 5 moved rope_theta into a "rope_parameters" object.
+  if (!r.has("rope_theta") && r.has("rope_parameters") && j.at("rope_parameters").is_object()) {
+    const JsonReader rope(j.at("rope_parameters"), path);
+    m.rope_theta = rope.get_double("rope_theta", 10000.0, 1.0, 1e12);
+  }
+  m.max_position_embeddings = r.get_int("max_position_embeddings", 4096, 1, std::int64_t{1} << 40);
   m.rms_norm_eps = r.get_double("rms_norm_eps", 1e-6, 0.0, 1.0);
   m.qkv_bias = qwen2 || r.get_bool("attention_bias", false);
   return m;
@@ -268,7 +274,8 @@ ModelConfig parse_hf_config(const std::string& path) {
 ModelConfig load_model(const std::string& name_or_path, const std::string& catalog_dir) {
   std::error_code ec;
   if (ends_with(name_or_path, ".json")) return parse_hf_config(name_or_path);
-  if (fs::is_directory(name_or_path, ec) && fs::is_regular_file(fs::path(name_or_path) / "config.json", ec)) {
+  if (fs::is_directory(name_or_path, ec) &&
+      fs::is_regular_file(fs::path(name_or_path) / "config.json", ec)) {
     return parse_hf_config((fs::path(name_or_path) / "config.json").string());
   }
   if (ends_with(name_or_path, ".yaml") || ends_with(name_or_path, ".yml")) {

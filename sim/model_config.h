@@ -82,10 +82,10 @@ ModelConfig parse_model(const ConfigNode& node, const std::string& default_name)
 // A model from a Hugging Face config.json. Keys read: num_hidden_layers, hidden_size,
 // num_attention_heads, num_key_value_heads (default num_attention_heads), head_dim (default
 // hidden_size / num_attention_heads), intermediate_size, vocab_size, torch_dtype (or dtype;
-// default bf16), tie_word_embeddings (default false), rope_theta (default 10000),
-// max_position_embeddings (default 4096), rms_norm_eps (default 1e-6), attention_bias, and
-// architectures (Qwen2ForCausalLM implies qkv_bias). Other keys are ignored: a config.json has
-// many that do not matter here. Errors are ConfigErrors "PATH: key 'K': ...".
+// default bf16), tie_word_embeddings (default false), rope_theta (or rope_parameters.rope_theta;
+// default 10000), max_position_embeddings (default 4096), rms_norm_eps (default 1e-6),
+// attention_bias, and architectures (Qwen2ForCausalLM implies qkv_bias). Other keys are ignored: a
+// config.json has many that do not matter here. Errors are ConfigErrors "PATH: key 'K': ...".
 ModelConfig parse_hf_config(const std::string& path);
 
 // `name_or_path` is

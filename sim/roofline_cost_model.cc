@@ -92,8 +92,8 @@ StepCostBreakdown RooflineCostModel::breakdown(const StepFeatures& f) const {
   const double copy_bytes = 2.0 * static_cast<double>(f.copy_blocks) * bb;
   b.copy = copy_bytes * s_per_hbm_byte_;
   b.bytes += copy_bytes;
-  const bool empty = f.num_tokens == 0 && f.swap_out_blocks == 0 && f.swap_in_blocks == 0 &&
-                     f.copy_blocks == 0;
+  const bool empty =
+      f.num_tokens == 0 && f.swap_out_blocks == 0 && f.swap_in_blocks == 0 && f.copy_blocks == 0;
   b.overhead = empty ? 0.0 : hardware_.step_overhead_s;
   return b;
 }

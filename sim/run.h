@@ -15,9 +15,9 @@
 namespace servelab {
 
 struct RunOptions {
-  std::string out_dir;          // empty: out/<experiment name>
-  bool progress = false;        // progress line on stderr (callers pass isatty(stderr))
-  bool write_files = true;      // false: compute the summary only (benchmarks, compare)
+  std::string out_dir;      // empty: out/<experiment name>
+  bool progress = false;    // progress line on stderr (callers pass isatty(stderr))
+  bool write_files = true;  // false: compute the summary only (benchmarks, compare)
 };
 
 struct RunOutput {
@@ -27,7 +27,7 @@ struct RunOutput {
   std::vector<std::string> files;  // written, in order
   std::int64_t num_gpu_blocks = 0;
   std::int64_t block_bytes = 0;
-  std::string workload;            // the workload's one-line description
+  std::string workload;  // the workload's one-line description
 };
 
 // Throws ConfigError for bad input (exit code 2 in the commands), std::runtime_error for I/O.

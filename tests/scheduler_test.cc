@@ -108,8 +108,8 @@ class Harness {
     std::vector<Entry> out;
     for (const ScheduledRequest& e : plan_->requests) {
       EXPECT_GE(static_cast<std::int64_t>(e.block_table.size()) * 16, e.context_len());
-      out.push_back({e.id, e.first_token, e.num_tokens, e.num_cached_prefix, e.is_prefill,
-                     e.samples});
+      out.push_back(
+          {e.id, e.first_token, e.num_tokens, e.num_cached_prefix, e.is_prefill, e.samples});
     }
     pool.check_invariants();
     return out;
@@ -117,7 +117,8 @@ class Harness {
   void Complete(TimeNs now = 0, std::int32_t token = 7) {
     StepResult res;
     res.duration_ns = 1;
-    for (const ScheduledRequest& e : plan_->requests) res.sampled_tokens.push_back(e.samples ? token : -1);
+    for (const ScheduledRequest& e : plan_->requests)
+      res.sampled_tokens.push_back(e.samples ? token : -1);
     sched.complete(res, now);
     pool.check_invariants();
   }
@@ -317,8 +318,7 @@ TEST(SchedulerTest, NoAdmissionInAStepThatPreempted) {
   EXPECT_EQ(h.Step(), (std::vector<Entry>{{0, 0, 17, 0, true, false}}));
   EXPECT_EQ(h.Step(), (std::vector<Entry>{{0, 17, 17, 0, true, false}}));
   EXPECT_EQ(h.Step(), (std::vector<Entry>{{0, 34, 13, 0, true, true}, {1, 0, 4, 0, true, false}}));
-  EXPECT_EQ(h.Step(),
-            (std::vector<Entry>{{0, 47, 1, 0, false, true}, {1, 4, 16, 0, true, false}}));
+  EXPECT_EQ(h.Step(), (std::vector<Entry>{{0, 47, 1, 0, false, true}, {1, 4, 16, 0, true, false}}));
   EXPECT_EQ(h.pool.num_free_blocks(), 0);
   EXPECT_EQ(h.Step(), (std::vector<Entry>{{0, 48, 1, 0, false, true}}));
   EXPECT_EQ(h.obs.preempted, (std::vector<RequestId>{1}));
@@ -385,7 +385,7 @@ TEST(SchedulerTest, RejectsRequestsLongerThanMaxModelLen) {
 }
 
 TEST(SchedulerTest, RejectsRequestsThatCouldNeverFitTheCache) {
-  Harness h(Config(8192), 5);  // 4 usable blocks = 64 tokens
+  Harness h(Config(8192), 5);              // 4 usable blocks = 64 tokens
   h.sched.add_request(Spec(0, 60, 5), 0);  // 65 tokens -> 5 blocks
   h.sched.add_request(Spec(1, 60, 4), 0);  // 64 tokens -> 4 blocks
   ASSERT_EQ(h.obs.rejected, (std::vector<RequestId>{0}));

@@ -80,12 +80,12 @@ std::string synthetic(const std::string& arrival, const std::string& extra = "",
                       int num_requests = 20000) {
   return "workload:\n  type: synthetic\n  num_requests: " + std::to_string(num_requests) +
          "\n  arrival: " + arrival + "\n" + extra +
-         (extra.find("prompt_len") == std::string::npos &&
-                  extra.find("lengths") == std::string::npos
+         (extra.find("prompt_len:") == std::string::npos &&
+                  extra.find("lengths:") == std::string::npos
               ? "  prompt_len: {dist: fixed, value: 100}\n"
               : "") +
-         (extra.find("output_len") == std::string::npos &&
-                  extra.find("lengths") == std::string::npos
+         (extra.find("output_len:") == std::string::npos &&
+                  extra.find("lengths:") == std::string::npos
               ? "  output_len: {dist: fixed, value: 10}\n"
               : "");
 }
@@ -102,7 +102,9 @@ std::string temp_file(const std::string& name, const std::string& text) {
 void expect_well_formed(const std::vector<RequestSpec>& rs) {
   for (std::size_t i = 0; i < rs.size(); ++i) {
     ASSERT_EQ(rs[i].id, i);
-    if (i > 0) ASSERT_GE(rs[i].arrival_ns, rs[i - 1].arrival_ns);
+    if (i > 0) {
+      ASSERT_GE(rs[i].arrival_ns, rs[i - 1].arrival_ns);
+    }
     std::int64_t total = 0;
     for (const PromptSegment& s : rs[i].prompt) total += s.length;
     ASSERT_EQ(total, rs[i].prompt_len);
@@ -582,6 +584,13 @@ TEST(WorkloadYaml, LengthTableErrors) {
               HasSubstr("rows.csv:3: expected a positive integer num_decode_tokens, got 'x'"));
   const std::string empty = temp_file("empty_table.csv", "num_decode_tokens,num_prefill_tokens\n");
   EXPECT_THAT(error_of([&] { LengthTable::load(empty); }), HasSubstr("empty table"));
+  // A line longer than the read buffer is still read whole, and the message shortens it.
+  const std::string long_line =
+      temp_file("long.csv", "num_prefill_tokens,num_decode_tokens\n1,2\n" +
+                                std::string(600'000, '7') + "\n3,4\n");
+  const std::string message = error_of([&] { LengthTable::load(long_line); });
+  EXPECT_THAT(message, HasSubstr("long.csv:3: expected 2 comma-separated fields"));
+  EXPECT_LT(message.size(), 300u);
   // Columns are found by name, in any order.
   const std::string swapped =
       temp_file("swapped.csv", "num_decode_tokens,num_prefill_tokens\r\n7,300\r\n");

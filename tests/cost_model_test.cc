@@ -1,0 +1,506 @@
+// Tests of the model and hardware catalogues, KV capacity arithmetic and the roofline cost model.
+// Expected values are computed by hand in the comments (docs/cost-model.md has the same
+// formulas), never by calling the code under test a second way.
+#include "sim/cost_model.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "core/config_node.h"
+#include "core/step_plan.h"
+#include "sim/hardware_config.h"
+#include "sim/kv_capacity.h"
+#include "sim/model_config.h"
+#include "sim/roofline_cost_model.h"
+
+namespace servelab {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string catalog() { return std::string(SERVELAB_SOURCE_DIR) + "/experiments/catalog"; }
+
+// A fresh directory under the test temp dir.
+fs::path temp_dir(const std::string& name) {
+  const fs::path dir = fs::path(testing::TempDir()) / ("servelab_cost_model_" + name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+void write_file(const fs::path& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+}
+
+// Expects `fn` to throw ConfigError whose message contains every one of `parts`.
+template <typename Fn>
+void expect_config_error(Fn fn, const std::vector<std::string>& parts) {
+  try {
+    fn();
+    ADD_FAILURE() << "expected a ConfigError";
+  } catch (const ConfigError& e) {
+    const std::string msg = e.what();
+    for (const std::string& p : parts) {
+      EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
+    }
+  }
+}
+
+ScheduledRequest entry(std::int32_t first_token, std::int32_t num_tokens, bool is_prefill,
+                       bool samples) {
+  ScheduledRequest r;
+  r.first_token = first_token;
+  r.num_tokens = num_tokens;
+  r.is_prefill = is_prefill;
+  r.samples = samples;
+  return r;
+}
+
+// `batch` decode entries, each computing the token at position context - 1 and sampling.
+StepPlan decode_plan(int batch, std::int32_t context) {
+  StepPlan plan;
+  for (int i = 0; i < batch; ++i) {
+    plan.requests.push_back(entry(context - 1, 1, false, true));
+    plan.requests.back().id = static_cast<RequestId>(i);
+  }
+  plan.num_decode_tokens = batch;
+  return plan;
+}
+
+StepPlan prefill_plan(std::int32_t first_token, std::int32_t num_tokens, bool samples) {
+  StepPlan plan;
+  plan.requests.push_back(entry(first_token, num_tokens, true, samples));
+  plan.num_prefill_tokens = num_tokens;
+  return plan;
+}
+
+// A model and a machine where the arithmetic is easy:
+//   hidden = q_size = kv_size = intermediate = vocab = 1000, 10 layers, bf16.
+//   linear params per layer = 2*h*q + 2*h*kv + 3*h*inter = 2e6 + 2e6 + 3e6 = 7e6; x10 = 7e7.
+//   GEMM activation bytes per token = (4h + 2q + 2kv + 3 inter) * 2 B * 10 layers = 220,000.
+//   KV bytes per token = 2 * 10 layers * 1000 * 2 B = 40,000; Q+O per token = 2*1000*2*10 = 40,000.
+//   attention FLOPs per pair = 4 * head_dim 100 * heads 10 * layers 10 = 40,000.
+//   peak 1e12 FLOP/s (GEMM efficiency 1, attention 0.5), 1e11 B/s, host link 1e9 B/s,
+//   overhead 100 us.
+ModelConfig easy_model() {
+  ModelConfig m;
+  m.name = "easy";
+  m.num_layers = 10;
+  m.hidden_size = 1000;
+  m.num_heads = 10;
+  m.num_kv_heads = 10;
+  m.head_dim = 100;
+  m.intermediate_size = 1000;
+  m.vocab_size = 1000;
+  m.dtype = "bf16";
+  m.dtype_bytes = 2;
+  return m;
+}
+
+HardwareConfig easy_hardware() {
+  HardwareConfig hw;
+  hw.name = "easy";
+  hw.peak_flops = 1e12;
+  hw.peak_flops_fp32 = 1e11;
+  hw.hbm_bandwidth = 1e11;
+  hw.memory_bytes = std::int64_t{1} << 30;
+  hw.host_link_bandwidth = 1e9;
+  hw.gemm_flops_efficiency = 1.0;
+  hw.attention_flops_efficiency = 0.5;
+  hw.memory_bandwidth_efficiency = 1.0;
+  hw.host_link_efficiency = 1.0;
+  hw.step_overhead_s = 100e-6;
+  return hw;
+}
+
+TEST(CostModelCatalog, ParameterCountsMatchPublishedSizes) {
+  // Llama-3-8B: per layer 2*4096*4096 + 2*4096*1024 + 3*4096*14336 + 2*4096 = 218,112,000;
+  // x32 = 6,979,584,000; + final norm 4,096 + embedding and LM head 2*128256*4096 =
+  // 1,050,673,152 -> 8,030,261,248.
+  const ModelConfig l3 = load_model("Llama-3-8B", catalog());
+  EXPECT_EQ(l3.num_params(), 8'030'261'248);
+  EXPECT_NEAR(static_cast<double>(l3.num_params()), 8.03e9, 0.01 * 8.03e9);
+  EXPECT_EQ(l3.weight_bytes(), 16'060'522'496);
+  // Llama-2-7B: per layer 4*4096^2 + 3*4096*11008 + 2*4096 = 202,383,360; x32 = 6,476,267,520;
+  // + 4,096 + 2*32000*4096 = 262,144,000 -> 6,738,415,616.
+  const ModelConfig l2 = load_model("Llama-2-7B", catalog());
+  EXPECT_EQ(l2.num_params(), 6'738'415'616);
+  EXPECT_NEAR(static_cast<double>(l2.num_params()), 6.74e9, 0.01 * 6.74e9);
+  // Qwen2-7B counts its q/k/v biases: 7,615,616,512 (published as 7.6B).
+  const ModelConfig qwen = load_model("Qwen2-7B", catalog());
+  EXPECT_TRUE(qwen.qkv_bias);
+  EXPECT_EQ(qwen.num_params(), 7'615'616'512);
+  // Mistral-7B v0.3: 7,248,023,552; Llama-3-70B: 70,553,706,496.
+  EXPECT_EQ(load_model("Mistral-7B", catalog()).num_params(), 7'248'023'552);
+  EXPECT_EQ(load_model("Llama-3-70B", catalog()).num_params(), 70'553'706'496);
+}
+
+TEST(CostModelCatalog, BlockBytesLlama3At16TokensIsTwoMiB) {
+  // 2 (K, V) * 32 layers * 16 tokens * 8 kv heads * 128 head_dim * 2 B = 2,097,152 = 2 MiB.
+  const ModelConfig m = load_model("Llama-3-8B", catalog());
+  EXPECT_EQ(m.kv_bytes_per_token(), 131'072);  // 128 KiB
+  EXPECT_EQ(kv_block_bytes(m, 16), 2'097'152);
+  // Llama-2-7B has 32 KV heads: four times as much, 8 MiB.
+  EXPECT_EQ(kv_block_bytes(load_model("Llama-2-7B", catalog()), 16), 8 * 1024 * 1024);
+}
+
+TEST(CostModelCapacity, Llama3OnH100AtUtilization09) {
+  const ModelConfig m = load_model("Llama-3-8B", catalog());
+  const HardwareConfig hw = load_hardware("H100-SXM", catalog());
+  KvCapacityOptions opt;
+  opt.block_size = 16;
+  opt.gpu_memory_utilization = 0.9;
+  opt.activation_reserve_bytes = std::int64_t{2} << 30;
+  // memory 80 GiB = 85,899,345,920; x0.9 = 77,309,411,328; - weights 16,060,522,496
+  // - reserve 2 GiB 2,147,483,648 = 59,101,405,184 bytes; / 2,097,152 = 28,181.7 -> 28,181.
+  const KvCapacity c = compute_kv_capacity(m, hw, opt);
+  EXPECT_EQ(c.memory_bytes, 85'899'345'920);
+  EXPECT_EQ(c.usable_bytes, 77'309'411'328);
+  EXPECT_EQ(c.weight_bytes, 16'060'522'496);
+  EXPECT_EQ(c.kv_bytes, 59'101'405'184);
+  EXPECT_EQ(c.block_bytes, 2'097'152);
+  EXPECT_EQ(c.num_gpu_blocks, 28'181);
+  EXPECT_EQ(c.num_gpu_tokens(), 450'896);
+  // Swap space 4 GiB / 2 MiB = 2,048 host blocks.
+  EXPECT_EQ(c.num_cpu_blocks, 2'048);
+  EXPECT_FALSE(c.overridden);
+
+  // The estimated reserve: 1 GiB + 8192 tokens * (2*4096 + 4096 + 2*1024 + 3*14336) * 2 B
+  // (939,524,096) + 256 seqs * 128256 * 4 B logits (131,334,144) = 2,144,600,064;
+  // KV = 77,309,411,328 - 16,060,522,496 - 2,144,600,064 = 59,104,288,768 -> 28,183 blocks.
+  opt.activation_reserve_bytes.reset();
+  const KvCapacity d = compute_kv_capacity(m, hw, opt);
+  EXPECT_EQ(d.activation_reserve_bytes, 2'144'600'064);
+  EXPECT_EQ(d.num_gpu_blocks, 28'183);
+}
+
+TEST(CostModelCapacity, OverrideAndErrors) {
+  const ModelConfig m = load_model("Llama-3-8B", catalog());
+  const HardwareConfig h100 = load_hardware("H100-SXM", catalog());
+  KvCapacityOptions opt;
+  opt.num_gpu_blocks = 1000;
+  const KvCapacity c = compute_kv_capacity(m, h100, opt);
+  EXPECT_EQ(c.num_gpu_blocks, 1000);
+  EXPECT_TRUE(c.overridden);
+
+  // 141 GB of Llama-3-70B weights do not fit in 80 GiB x 0.9.
+  expect_config_error([&] { compute_kv_capacity(load_model("Llama-3-70B", catalog()), h100, {}); },
+                      {"Llama-3-70B", "H100-SXM", "weights", "no room"});
+  KvCapacityOptions bad;
+  bad.gpu_memory_utilization = 1.5;
+  expect_config_error([&] { compute_kv_capacity(m, h100, bad); }, {"gpu_memory_utilization"});
+  bad = {};
+  bad.num_gpu_blocks = 0;
+  expect_config_error([&] { compute_kv_capacity(m, h100, bad); }, {"num_gpu_blocks"});
+}
+
+TEST(CostModelRoofline, DecodeStepIsMemoryBoundHandComputed) {
+  const RooflineCostModel cm(easy_model(), easy_hardware(), 10);
+  // One decode token at position 99 (context 100), sampled.
+  //   GEMM: FLOPs 2 * 7e7 = 1.4e8 -> 0.14 ms; bytes 7e7*2 + 220,000 = 140,220,000 -> 1.4022 ms.
+  //   decode attention: pairs 100; FLOPs 4e6 -> 8 us at 0.5 x 1e12; bytes 40,000 * (100 + 1)
+  //     + 40,000 = 4,080,000 -> 40.8 us.
+  //   LM head: FLOPs 2e6 -> 2 us; bytes 1000*1000*2 + (1000 + 1000)*2 = 2,004,000 -> 20.04 us.
+  //   overhead 100 us. Total 1.4022 + 0.0408 + 0.02004 + 0.1 ms = 1.56304 ms.
+  const StepPlan plan = decode_plan(1, 100);
+  const StepCostBreakdown b = cm.breakdown(plan);
+  EXPECT_NEAR(b.gemm, 1.4022e-3, 1e-12);
+  EXPECT_NEAR(b.decode_attention, 40.8e-6, 1e-12);
+  EXPECT_EQ(b.prefill_attention, 0.0);
+  EXPECT_NEAR(b.lm_head, 20.04e-6, 1e-12);
+  EXPECT_NEAR(b.overhead, 100e-6, 1e-15);
+  EXPECT_EQ(b.swap, 0.0);
+  EXPECT_NEAR(b.flops, 1.4e8 + 4e6 + 2e6, 1e-3);
+  EXPECT_NEAR(b.bytes, 140'220'000.0 + 4'080'000 + 2'004'000, 1e-3);
+  EXPECT_NEAR(static_cast<double>(cm.step_time(plan)), 1'563'040.0, 1.0);
+}
+
+TEST(CostModelRoofline, PrefillStepIsComputeBoundHandComputed) {
+  const RooflineCostModel cm(easy_model(), easy_hardware(), 10);
+  // A 1000-token prompt from position 0, sampling its first output.
+  //   GEMM: FLOPs 2 * 7e7 * 1000 = 1.4e11 -> 140 ms; bytes 1.4e8 + 2.2e8 = 3.6e8 -> 3.6 ms.
+  //   prefill attention: pairs 1000*1001/2 = 500,500; FLOPs 40,000 * 500,500 = 2.002e10 at
+  //     0.5 x 1e12 -> 40.04 ms; bytes 40,000 * 2000 + 40,000 * 1000 = 1.2e8 -> 1.2 ms.
+  //   LM head (one sequence) 20.04 us; overhead 100 us.
+  //   Total 140 + 40.04 + 0.02004 + 0.1 ms = 180.16004 ms.
+  const StepPlan plan = prefill_plan(0, 1000, true);
+  const StepCostBreakdown b = cm.breakdown(plan);
+  EXPECT_NEAR(b.gemm, 0.14, 1e-12);
+  EXPECT_NEAR(b.prefill_attention, 0.04004, 1e-12);
+  EXPECT_EQ(b.decode_attention, 0.0);
+  EXPECT_NEAR(static_cast<double>(cm.step_time(plan)), 180'160'040.0, 1.0);
+
+  // A chunk of 500 tokens starting at 500 (chunked prefill, not sampling): pairs 500*500 +
+  // 500*501/2 = 375,250 -> FLOPs 1.501e10 -> 30.02 ms; GEMM 1.4e11/2 -> 70 ms; no LM head.
+  const StepCostBreakdown c = cm.breakdown(prefill_plan(500, 500, false));
+  EXPECT_NEAR(c.prefill_attention, 0.03002, 1e-12);
+  EXPECT_NEAR(c.gemm, 0.07, 1e-12);
+  EXPECT_EQ(c.lm_head, 0.0);
+}
+
+TEST(CostModelRoofline, SwapCopyAndEmptyPlan) {
+  const RooflineCostModel cm(easy_model(), easy_hardware(), 10);
+  // Block: 40,000 B/token * 10 tokens = 400,000 B. 5 blocks = 2e6 B over 1e9 B/s = 2 ms.
+  EXPECT_EQ(cm.block_bytes(), 400'000);
+  EXPECT_EQ(cm.swap_time(5), 2'000'000);
+  EXPECT_EQ(cm.swap_time(0), 0);
+  StepPlan empty;
+  EXPECT_EQ(cm.step_time(empty), 0);
+  // Swap-only step: 3 out + 2 in = 2 ms, plus the 100 us overhead.
+  StepPlan swaps;
+  swaps.swap_out = {{1, 1}, {2, 2}, {3, 3}};
+  swaps.swap_in = {{4, 4}, {5, 5}};
+  EXPECT_EQ(cm.step_time(swaps), 2'100'000);
+  // A copy reads and writes a block: 800,000 B over 1e11 B/s = 8 us on top of the decode step.
+  StepPlan with_copy = decode_plan(1, 100);
+  with_copy.copies = {{7, 8}};
+  EXPECT_NEAR(cm.breakdown(with_copy).copy, 8e-6, 1e-15);
+  EXPECT_EQ(cm.step_time(with_copy) - cm.step_time(decode_plan(1, 100)), 8'000);
+}
+
+TEST(CostModelRoofline, Llama3OnH100DecodeNearWeightStreaming) {
+  const RooflineCostModel cm(load_model("Llama-3-8B", catalog()),
+                             load_hardware("H100-SXM", catalog()), 16);
+  // Batch 1 at context 1024: the step streams the weights once. GEMM weights 6,979,321,856 *
+  // 2 B = 13.96 GB plus the LM head 1.05 GB at 3.35 TB/s * 0.7 = 2.345 TB/s -> ~6.40 ms;
+  // the whole step within 10 % of all weight bytes / effective bandwidth plus overhead.
+  const StepCostBreakdown b1 = cm.breakdown(decode_plan(1, 1024));
+  const double weights_s = 16'060'522'496.0 / (3.35e12 * 0.7);
+  EXPECT_NEAR(b1.total(), weights_s + 500e-6, 0.1 * weights_s);
+  EXPECT_GT(b1.gemm, 0.9 * 13'958'643'712.0 / (3.35e12 * 0.7));
+  // Batch 32: the GEMMs are still memory-bound (intensity 32 FLOP/B << 989e12*0.65/2.345e12 =
+  // 274), so they take about as long as at batch 1; decode attention reads 32 * 1025 * 128 KiB.
+  const StepCostBreakdown b32 = cm.breakdown(decode_plan(32, 1024));
+  EXPECT_LT(b32.gemm, 1.01 * b1.gemm);
+  const double kv_s = (32.0 * 1025 * 131072 + 32.0 * 2 * 4096 * 2 * 32) / (3.35e12 * 0.7);
+  EXPECT_NEAR(b32.decode_attention, kv_s, 1e-12);
+  EXPECT_GT(cm.step_time(decode_plan(32, 1024)), cm.step_time(decode_plan(1, 1024)));
+}
+
+TEST(CostModelRoofline, MoreWorkIsNeverFaster) {
+  const RooflineCostModel cm(load_model("Llama-3-8B", catalog()),
+                             load_hardware("H100-SXM", catalog()), 16);
+  TimeNs prev = 0;
+  for (std::int32_t n = 1; n <= 8192; n += 37) {  // longer prefill chunks
+    const TimeNs t = cm.step_time(prefill_plan(0, n, true));
+    EXPECT_GE(t, prev) << "chunk " << n;
+    prev = t;
+  }
+  prev = 0;
+  for (int batch = 1; batch <= 512; ++batch) {  // more decode sequences
+    const TimeNs t = cm.step_time(decode_plan(batch, 2048));
+    EXPECT_GE(t, prev) << "batch " << batch;
+    prev = t;
+  }
+  prev = 0;
+  for (std::int32_t ctx = 1; ctx <= 32768; ctx += 101) {  // longer contexts
+    const TimeNs t = cm.step_time(decode_plan(16, ctx));
+    EXPECT_GE(t, prev) << "context " << ctx;
+    prev = t;
+  }
+  // A mixed step is at least as slow as either of its parts.
+  StepPlan mixed = decode_plan(64, 1000);
+  mixed.requests.push_back(entry(256, 512, true, false));
+  mixed.num_prefill_tokens = 512;
+  EXPECT_GE(cm.step_time(mixed), cm.step_time(decode_plan(64, 1000)));
+  EXPECT_GE(cm.step_time(mixed), cm.step_time(prefill_plan(256, 512, false)));
+}
+
+TEST(CostModelRoofline, FeaturesFromPlan) {
+  StepPlan plan = decode_plan(3, 10);                 // pairs 10 each, context 10 each
+  plan.requests.push_back(entry(4, 3, true, false));  // pairs 3*4 + 3*4/2 = 18, context 7
+  plan.requests.push_back(entry(0, 5, true, true));   // pairs 15, context 5
+  plan.swap_in = {{1, 2}};
+  plan.copies = {{3, 4}, {5, 6}};
+  const StepFeatures f = StepFeatures::from_plan(plan);
+  EXPECT_EQ(f.num_tokens, 11);
+  EXPECT_EQ(f.decode_tokens, 3);
+  EXPECT_EQ(f.decode_pairs, 30);
+  EXPECT_EQ(f.decode_context_tokens, 30);
+  EXPECT_EQ(f.prefill_tokens, 8);
+  EXPECT_EQ(f.prefill_pairs, 33);
+  EXPECT_EQ(f.prefill_context_tokens, 12);
+  EXPECT_EQ(f.num_sampled, 4);
+  EXPECT_EQ(f.swap_in_blocks, 1);
+  EXPECT_EQ(f.swap_out_blocks, 0);
+  EXPECT_EQ(f.copy_blocks, 2);
+}
+
+TEST(CostModelCatalog, HuggingFaceConfigJson) {
+  const fs::path dir = temp_dir("hf") / "Meta-Llama-3-8B";
+  fs::create_directories(dir);
+  write_file(dir / "config.json", R"({
+    "architectures": ["LlamaForCausalLM"], "attention_bias": false, "bos_token_id": 128000,
+    "hidden_act": "silu", "hidden_size": 4096, "intermediate_size": 14336,
+    "max_position_embeddings": 8192, "model_type": "llama", "num_attention_heads": 32,
+    "num_hidden_layers": 32, "num_key_value_heads": 8, "rms_norm_eps": 1e-05,
+    "rope_scaling": null, "rope_theta": 500000.0, "tie_word_embeddings": false,
+    "torch_dtype": "bfloat16", "vocab_size": 128256})");
+  const ModelConfig from_file = load_model((dir / "config.json").string(), catalog());
+  const ModelConfig from_dir = load_model(dir.string(), catalog());
+  const ModelConfig cat = load_model("Llama-3-8B", catalog());
+  for (const ModelConfig* m : {&from_file, &from_dir}) {
+    EXPECT_EQ(m->name, "Meta-Llama-3-8B");
+    EXPECT_EQ(m->num_layers, cat.num_layers);
+    EXPECT_EQ(m->hidden_size, cat.hidden_size);
+    EXPECT_EQ(m->num_heads, cat.num_heads);
+    EXPECT_EQ(m->num_kv_heads, cat.num_kv_heads);
+    EXPECT_EQ(m->head_dim, 128);  // defaulted: 4096 / 32
+    EXPECT_EQ(m->intermediate_size, cat.intermediate_size);
+    EXPECT_EQ(m->vocab_size, cat.vocab_size);
+    EXPECT_EQ(m->dtype, "bf16");
+    EXPECT_EQ(m->rope_theta, 500000.0);
+    EXPECT_EQ(m->max_position_embeddings, 8192);
+    EXPECT_EQ(m->rms_norm_eps, 1e-5);
+    EXPECT_FALSE(m->qkv_bias);
+    EXPECT_EQ(m->num_params(), cat.num_params());
+  }
+
+  // Qwen2 implies q/k/v biases; num_key_value_heads defaults to the head count; float16.
+  const fs::path qwen = temp_dir("hf_qwen") / "qwen.json";
+  write_file(qwen, R"({"architectures": ["Qwen2ForCausalLM"], "num_hidden_layers": 2,
+    "hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 256,
+    "torch_dtype": "float16", "tie_word_embeddings": true,
+    "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0}})");
+  const ModelConfig q = load_model(qwen.string(), catalog());
+  EXPECT_EQ(q.name, "qwen");
+  EXPECT_TRUE(q.qkv_bias);
+  EXPECT_EQ(q.num_kv_heads, 4);
+  EXPECT_EQ(q.head_dim, 16);
+  EXPECT_EQ(q.dtype, "fp16");
+  EXPECT_TRUE(q.tie_word_embeddings);
+  EXPECT_EQ(q.rms_norm_eps, 1e-6);
+  EXPECT_EQ(q.rope_theta, 1e6);
+}
+
+TEST(CostModelCatalog, HuggingFaceConfigErrorsNameTheKey) {
+  const fs::path dir = temp_dir("hf_bad");
+  const fs::path bad_type = dir / "bad_type.json";
+  write_file(bad_type, R"({"num_hidden_layers": "thirty-two", "hidden_size": 64,
+    "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 256})");
+  expect_config_error([&] { load_model(bad_type.string(), catalog()); },
+                      {bad_type.string(), "num_hidden_layers", "thirty-two"});
+  const fs::path missing = dir / "missing.json";
+  write_file(missing, R"({"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+    "intermediate_size": 128})");
+  expect_config_error([&] { load_model(missing.string(), catalog()); }, {"vocab_size", "missing"});
+  const fs::path moe = dir / "moe.json";
+  write_file(moe, R"({"architectures": ["MixtralForCausalLM"]})");
+  expect_config_error([&] { load_model(moe.string(), catalog()); },
+                      {"architectures", "MixtralForCausalLM", "LlamaForCausalLM"});
+  const fs::path gqa = dir / "gqa.json";
+  write_file(gqa, R"({"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+    "num_key_value_heads": 3, "intermediate_size": 128, "vocab_size": 256})");
+  expect_config_error([&] { load_model(gqa.string(), catalog()); }, {"num_key_value_heads"});
+  expect_config_error([&] { load_model((dir / "absent.json").string(), catalog()); },
+                      {"absent.json", "cannot open"});
+}
+
+TEST(CostModelCatalog, UnknownNameListsTheCatalogue) {
+  expect_config_error([] { load_model("Llama-4-400B", catalog()); },
+                      {"unknown model 'Llama-4-400B'", "Llama-2-7B", "Llama-3-8B", "Llama-3-70B",
+                       "Mistral-7B", "Qwen2-7B", "tiny", "config.json"});
+  // Names are case-sensitive.
+  expect_config_error([] { load_model("llama-3-8b", catalog()); }, {"unknown model"});
+  expect_config_error([] { load_hardware("B200", catalog()); },
+                      {"unknown hardware 'B200'", "A100-80GB", "H100-SXM", "H200", "L40S"});
+}
+
+TEST(CostModelCatalog, MalformedCatalogueFileNamesFileLineAndKey) {
+  const fs::path dir = temp_dir("bad_catalog");
+  fs::create_directories(dir / "models");
+  fs::create_directories(dir / "hardware");
+  // A typo on line 3.
+  write_file(dir / "models" / "typo.yaml",
+             "num_layers: 2\nhidden_size: 64\nhidden_sise: 64\nnum_heads: 4\n");
+  expect_config_error([&] { load_model("typo", dir.string()); }, {"typo.yaml:3:", "hidden_sise"});
+  // A KV head count that does not divide the head count.
+  write_file(dir / "models" / "gqa.yaml",
+             "num_layers: 2\nhidden_size: 64\nnum_heads: 4\nnum_kv_heads: 3\nhead_dim: 16\n"
+             "intermediate_size: 128\nvocab_size: 256\n");
+  expect_config_error([&] { load_model("gqa", dir.string()); }, {"gqa.yaml:4:", "num_kv_heads"});
+  write_file(dir / "models" / "dtype.yaml",
+             "num_layers: 2\nhidden_size: 64\nnum_heads: 4\nhead_dim: 16\n"
+             "intermediate_size: 128\nvocab_size: 256\ndtype: int4\n");
+  expect_config_error([&] { load_model("dtype", dir.string()); }, {"dtype.yaml:7:", "dtype"});
+  // Hardware: an efficiency above 1, an unknown efficiency key, tensor parallelism.
+  write_file(dir / "hardware" / "eff.yaml",
+             "peak_tflops: 100\npeak_tflops_fp32: 10\nhbm_bandwidth_gbps: 1000\n"
+             "memory_gib: 16\nhost_link_gbps: 16\nefficiency:\n  gemm_flops: 1.5\n");
+  expect_config_error([&] { load_hardware("eff", dir.string()); },
+                      {"eff.yaml:7:", "efficiency.gemm_flops"});
+  write_file(dir / "hardware" / "key.yaml",
+             "peak_tflops: 100\npeak_tflops_fp32: 10\nhbm_bandwidth_gbps: 1000\n"
+             "memory_gib: 16\nhost_link_gbps: 16\nefficiency:\n  gemm_flop: 0.5\n");
+  expect_config_error([&] { load_hardware("key", dir.string()); }, {"key.yaml:", "gemm_flop"});
+  write_file(dir / "hardware" / "tp.yaml",
+             "peak_tflops: 100\npeak_tflops_fp32: 10\nhbm_bandwidth_gbps: 1000\n"
+             "memory_gib: 16\nhost_link_gbps: 16\ntensor_parallel: 2\n");
+  expect_config_error([&] { load_hardware("tp", dir.string()); },
+                      {"tp.yaml:6:", "tensor_parallel"});
+}
+
+TEST(CostModelCatalog, EveryShippedEntryLoadsAndPredicts) {
+  const std::vector<std::string> models = catalog_names(catalog(), "models");
+  const std::vector<std::string> hardware = catalog_names(catalog(), "hardware");
+  for (const char* want :
+       {"Llama-2-7B", "Llama-3-8B", "Llama-3-70B", "Qwen2-7B", "Mistral-7B", "tiny"}) {
+    EXPECT_NE(std::find(models.begin(), models.end(), want), models.end()) << want;
+  }
+  for (const char* want : {"H100-SXM", "H200", "A100-80GB", "L40S"}) {
+    EXPECT_NE(std::find(hardware.begin(), hardware.end(), want), hardware.end()) << want;
+  }
+  for (const std::string& hn : hardware) {
+    const HardwareConfig hw = load_hardware(hn, catalog());
+    EXPECT_EQ(hw.name, hn);
+    EXPECT_NO_THROW(hw.validate());
+    for (const std::string& mn : models) {
+      const ModelConfig m = load_model(mn, catalog());
+      EXPECT_EQ(m.name, mn);
+      EXPECT_NO_THROW(m.validate());
+      const RooflineCostModel cm(m, hw, 16);
+      EXPECT_GT(cm.step_time(decode_plan(8, 512)), 0) << mn << " on " << hn;
+      // Every model but the 70B one (141 GB of weights) fits every GPU.
+      if (mn == "Llama-3-70B") {
+        EXPECT_THROW(compute_kv_capacity(m, hw, {}), ConfigError) << hn;
+      } else {
+        EXPECT_GT(compute_kv_capacity(m, hw, {}).num_gpu_blocks, 1000) << mn << " on " << hn;
+      }
+    }
+  }
+  // Units: the file's TFLOP/s, GB/s and GiB become FLOP/s, B/s and bytes.
+  const HardwareConfig h100 = load_hardware("H100-SXM", catalog());
+  EXPECT_DOUBLE_EQ(h100.peak_flops, 989e12);
+  EXPECT_DOUBLE_EQ(h100.hbm_bandwidth, 3.35e12);
+  EXPECT_EQ(h100.memory_bytes, 80 * (std::int64_t{1} << 30));
+  EXPECT_DOUBLE_EQ(h100.host_link_bandwidth, 64e9);
+  EXPECT_DOUBLE_EQ(h100.step_overhead_s, 500e-6);
+}
+
+TEST(CostModelRoofline, RejectsUnsupportedConfigurations) {
+  HardwareConfig tp2 = easy_hardware();
+  tp2.tensor_parallel = 2;
+  expect_config_error([&] { RooflineCostModel(easy_model(), tp2, 16); }, {"tensor_parallel"});
+  expect_config_error([&] { RooflineCostModel(easy_model(), easy_hardware(), 0); }, {"block_size"});
+  ModelConfig bad = easy_model();
+  bad.num_kv_heads = 3;
+  expect_config_error([&] { RooflineCostModel(bad, easy_hardware(), 16); }, {"num_kv_heads"});
+  // fp32 models run at the FP32 peak: the prefill GEMM of the easy model takes 10x longer
+  // (and moves twice the bytes) at peak_flops_fp32 = 1e11.
+  ModelConfig fp32 = easy_model();
+  fp32.dtype = "fp32";
+  fp32.dtype_bytes = 4;
+  const RooflineCostModel cm(fp32, easy_hardware(), 16);
+  EXPECT_NEAR(cm.breakdown(prefill_plan(0, 1000, true)).gemm, 1.4, 1e-9);
+  EXPECT_EQ(cm.name(), "roofline");
+}
+
+}  // namespace
+}  // namespace servelab

@@ -1,0 +1,274 @@
+// Property test: random request streams through Scheduler + KvCacheManager + BlockPool, with the
+// section 7 invariants checked after every schedule() and every complete().
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/backend.h"
+#include "core/block_pool.h"
+#include "core/kv_cache_manager.h"
+#include "core/rng.h"
+#include "core/scheduler.h"
+
+namespace servelab {
+namespace {
+
+// Samples token 0 for every entry that samples; every step takes 1 ms.
+class TrivialBackend : public Backend {
+ public:
+  std::string_view name() const override { return "trivial"; }
+  StepResult execute(const StepPlan& plan) override {
+    StepResult r;
+    r.duration_ns = kNsPerMs;
+    for (const ScheduledRequest& e : plan.requests) r.sampled_tokens.push_back(e.samples ? 0 : -1);
+    return r;
+  }
+};
+
+class CountingObserver : public SchedulerObserver {
+ public:
+  void on_reject(const Request& req, TimeNs) override {
+    EXPECT_TRUE(ids.insert(req.id()).second);
+    ++rejected;
+  }
+  void on_preempt(const Request&, TimeNs) override { ++preempted; }
+  void on_token(const Request& req, TimeNs, TimeNs) override {
+    EXPECT_LE(req.num_output_tokens(), req.spec.max_output_tokens);
+  }
+  void on_finish(const Request& req, TimeNs) override {
+    EXPECT_EQ(req.num_output_tokens(), req.spec.max_output_tokens);
+    EXPECT_TRUE(ids.insert(req.id()).second) << "request " << req.id() << " ended twice";
+    ++finished;
+  }
+  std::set<RequestId> ids;  // requests that ended (finished or rejected)
+  std::int64_t rejected = 0, finished = 0, preempted = 0;
+};
+
+struct Params {
+  SchedulerConfig config;
+  std::int32_t num_blocks = 0;
+  std::int32_t num_requests = 0;
+};
+
+Params RandomParams(Rng& rng) {
+  Params p;
+  SchedulerConfig& c = p.config;
+  c.block_size =
+      static_cast<std::int32_t>(rng.uniform_int(0, 2) == 0 ? 4 : 8 << rng.uniform_int(0, 1));
+  c.max_num_batched_tokens = static_cast<std::int32_t>(rng.uniform_int(8, 300));
+  c.max_num_seqs = static_cast<std::int32_t>(rng.uniform_int(1, 12));
+  c.max_model_len = static_cast<std::int32_t>(rng.uniform_int(96, 512));
+  c.long_prefill_token_threshold =
+      rng.uniform_int(0, 2) == 0 ? static_cast<std::int32_t>(rng.uniform_int(1, 64)) : 0;
+  c.enable_chunked_prefill = rng.uniform_int(0, 3) != 0;
+  c.enable_prefix_caching = rng.uniform_int(0, 2) != 0;
+  // Small pools so that preemption is common.
+  p.num_blocks = static_cast<std::int32_t>(rng.uniform_int(4, 64));
+  p.num_requests = static_cast<std::int32_t>(rng.uniform_int(20, 80));
+  return p;
+}
+
+RequestSpec RandomRequest(Rng& rng, RequestId id, TimeNs now, std::uint64_t seed) {
+  // A few shared prefixes (system prompts) of various lengths, so caching finds hits, including
+  // whole identical prompts.
+  std::vector<PromptSegment> segs;
+  const std::int64_t kind = rng.uniform_int(0, 3);
+  if (kind > 0) {
+    const std::uint32_t len = static_cast<std::uint32_t>(rng.uniform_int(1, 64));
+    segs.push_back({unique_content_id(seed, 1'000'000 + kind), 0, len});
+  }
+  if (kind == 0 || rng.uniform_int(0, 4) != 0) {
+    segs.push_back(
+        {unique_content_id(seed, id), 0, static_cast<std::uint32_t>(rng.uniform_int(1, 100))});
+  }
+  const auto max_out = static_cast<std::int32_t>(rng.uniform_int(1, 40));
+  return make_request(id, now, std::move(segs), max_out);
+}
+
+// The section 7 invariants, after schedule() (with its plan and the ids running before it) or
+// after complete() (plan null).
+void CheckInvariants(const Scheduler& s, const BlockPool& pool, const StepPlan* plan,
+                     const std::set<RequestId>& running_before = {}) {
+  const SchedulerConfig& c = s.config();
+  ASSERT_LE(s.num_running(), static_cast<std::size_t>(c.max_num_seqs));
+  pool.check_invariants();
+
+  // Reference counts equal the number of running tables holding each block.
+  std::vector<std::int32_t> holders(static_cast<std::size_t>(pool.num_blocks()), 0);
+  for (const Request* r : s.running()) {
+    ASSERT_EQ(r->status, RequestStatus::kRunning);
+    ASSERT_LE(r->num_computed_tokens, r->num_tokens());
+    ASSERT_GE(static_cast<std::int64_t>(r->block_table.size()) * c.block_size,
+              r->num_computed_tokens);
+    for (BlockId b : r->block_table) {
+      ASSERT_GT(b, kNullBlock);
+      ASSERT_LT(b, pool.num_blocks());
+      ++holders[static_cast<std::size_t>(b)];
+    }
+  }
+  for (const Request* r : s.waiting()) {
+    ASSERT_TRUE(r->status == RequestStatus::kWaiting || r->status == RequestStatus::kPreempted);
+    ASSERT_TRUE(r->block_table.empty());
+    ASSERT_EQ(r->num_computed_tokens, 0);
+  }
+  std::int32_t free = 0;
+  for (BlockId b = 1; b < pool.num_blocks(); ++b) {
+    ASSERT_EQ(pool.ref_count(b), holders[static_cast<std::size_t>(b)]) << "block " << b;
+    if (holders[static_cast<std::size_t>(b)] == 0) ++free;
+  }
+  ASSERT_EQ(pool.num_free_blocks(), free);
+
+  if (plan == nullptr) return;
+  ASSERT_LE(plan->num_tokens(), c.max_num_batched_tokens);
+  std::int32_t prefill = 0, decode = 0;
+  std::set<RequestId> seen;
+  for (const ScheduledRequest& e : plan->requests) {
+    ASSERT_TRUE(seen.insert(e.id).second) << "request " << e.id << " scheduled twice";
+    ASSERT_GE(e.num_tokens, 1);
+    if (c.long_prefill_token_threshold > 0) {
+      ASSERT_LE(e.num_tokens, c.long_prefill_token_threshold);
+    }
+    ASSERT_GE(static_cast<std::int64_t>(e.block_table.size()) * c.block_size, e.context_len());
+    ASSERT_EQ(e.num_cached_prefix % c.block_size, 0);
+    ASSERT_LE(e.num_cached_prefix, e.first_token);
+    const std::int32_t known =
+        e.spec->prompt_len + static_cast<std::int32_t>(e.output_tokens.size());
+    ASSERT_LE(e.context_len(), known);
+    ASSERT_EQ(e.samples, e.context_len() == known);
+    (e.is_prefill ? prefill : decode) += e.num_tokens;
+    if (!e.is_prefill) {
+      ASSERT_EQ(e.num_tokens, 1);
+    }
+    // Without chunking (and no threshold) an admission takes its whole remaining sequence.
+    if (!c.enable_chunked_prefill && c.long_prefill_token_threshold == 0 &&
+        !running_before.count(e.id)) {
+      ASSERT_TRUE(e.samples) << "admitted " << e.id << " with a partial prompt";
+    }
+  }
+  ASSERT_EQ(plan->num_prefill_tokens, prefill);
+  ASSERT_EQ(plan->num_decode_tokens, decode);
+  // Every scheduled request is running; every preempted one is waiting and not scheduled.
+  std::set<RequestId> running;
+  for (const Request* r : s.running()) running.insert(r->id());
+  for (RequestId id : seen) ASSERT_TRUE(running.count(id)) << "scheduled " << id << " not running";
+  for (RequestId id : plan->preempted) {
+    ASSERT_FALSE(seen.count(id));
+    ASSERT_FALSE(running.count(id));
+  }
+  // A step that preempted admits nobody.
+  if (!plan->preempted.empty()) {
+    for (RequestId id : seen) {
+      ASSERT_TRUE(running_before.count(id)) << "admitted " << id;
+    }
+  }
+  // Some request can always run: the first running one, or the head of an idle queue.
+  if (s.has_unfinished()) {
+    ASSERT_FALSE(plan->requests.empty());
+  }
+}
+
+void RunSeed(std::uint64_t seed) {
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  Rng rng = Rng::stream(seed, "scheduler_property");
+  const Params p = RandomParams(rng);
+  const SchedulerConfig& c = p.config;
+  SCOPED_TRACE("bs " + std::to_string(c.block_size) + " blocks " + std::to_string(p.num_blocks) +
+               " budget " + std::to_string(c.max_num_batched_tokens) + " seqs " +
+               std::to_string(c.max_num_seqs) + " max_len " + std::to_string(c.max_model_len) +
+               " threshold " + std::to_string(c.long_prefill_token_threshold) +
+               (c.enable_chunked_prefill ? " chunked" : " unchunked") +
+               (c.enable_prefix_caching ? " cached" : " uncached"));
+
+  BlockPool pool(p.num_blocks);
+  KvCacheManager kv(pool, c.block_size, c.max_model_len, c.enable_prefix_caching);
+  CountingObserver obs;
+  Scheduler s(c, kv, &obs);
+  TrivialBackend backend;
+
+  TimeNs now = 0;
+  RequestId next_id = 0;
+  std::int64_t steps = 0;
+  constexpr std::int64_t kMaxSteps = 20'000;  // far beyond any run's need: a stall fails the test
+  while (next_id < static_cast<RequestId>(p.num_requests) || s.has_unfinished()) {
+    // Bursty arrivals: usually nothing, sometimes several at once.
+    if (next_id < static_cast<RequestId>(p.num_requests)) {
+      const std::int64_t burst = rng.uniform_int(0, 5) == 0 ? rng.uniform_int(1, 4) : 0;
+      for (std::int64_t k = 0; k < burst && next_id < static_cast<RequestId>(p.num_requests); ++k) {
+        s.add_request(RandomRequest(rng, next_id, now, seed), now);
+        ++next_id;
+      }
+    }
+    if (!s.has_unfinished()) {
+      now += kNsPerMs;
+      continue;
+    }
+    std::set<RequestId> running_before;
+    for (const Request* r : s.running()) running_before.insert(r->id());
+    const StepPlan& plan = s.schedule(now);
+    CheckInvariants(s, pool, &plan, running_before);
+    if (testing::Test::HasFatalFailure()) return;
+    const StepResult result = backend.execute(plan);
+    now += result.duration_ns;
+    s.complete(result, now);
+    CheckInvariants(s, pool, nullptr);
+    if (testing::Test::HasFatalFailure()) return;
+    ASSERT_LT(++steps, kMaxSteps) << "no progress";
+  }
+
+  const SchedulerCounters& n = s.counters();
+  EXPECT_EQ(n.num_arrived, p.num_requests);
+  EXPECT_EQ(n.num_finished + n.num_rejected, n.num_arrived);
+  EXPECT_EQ(obs.finished, n.num_finished);
+  EXPECT_EQ(obs.rejected, n.num_rejected);
+  EXPECT_EQ(obs.preempted, n.num_preemptions);
+  EXPECT_EQ(obs.ids.size(), static_cast<std::size_t>(p.num_requests));
+  // Nothing leaks: every usable block is free again.
+  EXPECT_EQ(pool.num_free_blocks(), pool.num_usable_blocks());
+  pool.check_invariants();
+}
+
+TEST(SchedulerPropertyTest, RandomStreamsKeepEveryInvariant) {
+  for (std::uint64_t seed = 1; seed <= 24; ++seed) {
+    RunSeed(seed);
+    if (HasFatalFailure()) return;
+  }
+}
+
+// Across seeds the generator must actually reach the interesting paths.
+TEST(SchedulerPropertyTest, StreamsExercisePreemptionRejectionAndHits) {
+  std::int64_t preemptions = 0, rejections = 0, hits = 0, recomputed = 0;
+  for (std::uint64_t seed = 1; seed <= 24; ++seed) {
+    Rng rng = Rng::stream(seed, "scheduler_property");
+    const Params p = RandomParams(rng);
+    BlockPool pool(p.num_blocks);
+    KvCacheManager kv(pool, p.config.block_size, p.config.max_model_len,
+                      p.config.enable_prefix_caching);
+    Scheduler s(p.config, kv, nullptr);
+    TrivialBackend backend;
+    TimeNs now = 0;
+    for (RequestId id = 0; id < static_cast<RequestId>(p.num_requests); ++id) {
+      s.add_request(RandomRequest(rng, id, now, seed), now);
+    }
+    for (int step = 0; s.has_unfinished() && step < 20'000; ++step) {
+      const StepPlan& plan = s.schedule(now);
+      const StepResult result = backend.execute(plan);
+      now += result.duration_ns;
+      s.complete(result, now);
+    }
+    preemptions += s.counters().num_preemptions;
+    rejections += s.counters().num_rejected;
+    recomputed += s.counters().num_recomputed_tokens;
+    hits += kv.stats().hit_tokens + kv.stats().preempted_hit_tokens;
+    EXPECT_FALSE(s.has_unfinished());
+  }
+  EXPECT_GT(preemptions, 50);
+  EXPECT_GT(rejections, 0);
+  EXPECT_GT(hits, 0);
+  EXPECT_GT(recomputed, 0);
+}
+
+}  // namespace
+}  // namespace servelab

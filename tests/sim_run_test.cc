@@ -1,0 +1,270 @@
+// End-to-end tests of `sim run`: determinism, consistency of the outputs, and bad input.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "sim/experiment.h"
+#include "sim/run.h"
+
+namespace servelab {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path temp_dir(const std::string& name) {
+  fs::path p = fs::temp_directory_path() / ("servelab_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p;
+}
+
+std::string read_file(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void write_file(const fs::path& p, const std::string& text) {
+  std::ofstream out(p, std::ios::binary);
+  out << text;
+}
+
+struct Cli {
+  int code;
+  std::string out, err;
+};
+
+Cli run_sim(const std::string& args, const fs::path& dir) {
+  const fs::path out = dir / "stdout.txt", err = dir / "stderr.txt";
+  const std::string cmd = std::string(SERVELAB_SIM_BIN) + " " + args + " > " + out.string() +
+                          " 2> " + err.string();
+  const int status = std::system(cmd.c_str());
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_file(out), read_file(err)};
+}
+
+std::vector<std::map<std::string, std::string>> read_csv(const fs::path& p) {
+  std::ifstream in(p);
+  std::string line;
+  std::getline(in, line);
+  std::vector<std::string> header;
+  std::stringstream hs(line);
+  for (std::string f; std::getline(hs, f, ',');) header.push_back(f);
+  std::vector<std::map<std::string, std::string>> rows;
+  while (std::getline(in, line)) {
+    std::map<std::string, std::string> row;
+    std::stringstream ls(line);
+    std::size_t i = 0;
+    for (std::string f; i < header.size(); ++i) {
+      if (!std::getline(ls, f, ',')) f.clear();
+      row[header[i]] = f;
+    }
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+const std::string kBurst = std::string(SERVELAB_SOURCE_DIR) + "/experiments/burst.yaml";
+
+// A small experiment on the tiny model; `workload` is the YAML body of the workload section.
+std::string small_experiment(const std::string& workload, const std::string& serving = "") {
+  return "name: small\nseed: 7\nmodel: tiny\nhardware: H100-SXM\nserving:\n  block_size: 16\n"
+         "  num_gpu_blocks: 64\n  max_model_len: 512\n" +
+         serving + "workload:\n" + workload;
+}
+
+const std::string kSmallWorkload =
+    "  type: synthetic\n  num_requests: 60\n  arrival: {process: poisson, rate: 50}\n"
+    "  prompt_len: {dist: uniform, min: 20, max: 200}\n"
+    "  output_len: {dist: uniform, min: 5, max: 60}\n";
+
+TEST(SimRun, SameSeedGivesByteIdenticalFiles) {
+  const fs::path dir = temp_dir("determinism");
+  ExperimentConfig c = load_experiment(kBurst, {});
+  c.outputs.record_schedule = true;
+  RunOptions o;
+  o.out_dir = (dir / "a").string();
+  run_simulation(c, o);
+  o.out_dir = (dir / "b").string();
+  run_simulation(c, o);
+  for (const char* f :
+       {"summary.json", "requests.csv", "steps.csv", "schedule.csv", "config.yaml"}) {
+    const std::string a = read_file(dir / "a" / f), b = read_file(dir / "b" / f);
+    EXPECT_FALSE(a.empty()) << f;
+    EXPECT_EQ(a, b) << f << " differs between two runs with the same seed";
+  }
+  // A different seed gives a different run.
+  ExperimentConfig c2 = load_experiment(kBurst, {}, 43);
+  o.out_dir = (dir / "c").string();
+  run_simulation(c2, o);
+  EXPECT_NE(read_file(dir / "a" / "requests.csv"), read_file(dir / "c" / "requests.csv"));
+  fs::remove_all(dir);
+}
+
+TEST(SimRun, BurstSummaryMatchesTheCsvFiles) {
+  const fs::path dir = temp_dir("burst");
+  const Cli cli = run_sim("run " + kBurst + " --out " + (dir / "run").string(), dir);
+  ASSERT_EQ(cli.code, 0) << cli.err;
+  EXPECT_NE(cli.out.find("TTFT"), std::string::npos);
+  EXPECT_NE(cli.out.find("preemptions"), std::string::npos);
+  const nlohmann::json s = nlohmann::json::parse(read_file(dir / "run" / "summary.json"));
+  const auto requests = read_csv(dir / "run" / "requests.csv");
+  const auto steps = read_csv(dir / "run" / "steps.csv");
+  ASSERT_EQ(requests.size(), 2000u);
+  std::int64_t completed = 0, out_tokens = 0, preempt = 0;
+  double ttft_sum = 0;
+  for (const auto& r : requests) {
+    if (r.at("status") != "finished") continue;
+    ++completed;
+    out_tokens += std::stoll(r.at("output_tokens"));
+    preempt += std::stoll(r.at("preemptions"));
+    ttft_sum += std::stod(r.at("ttft_ms"));
+  }
+  EXPECT_EQ(s["requests"]["completed"].get<std::int64_t>(), completed);
+  EXPECT_EQ(s["throughput"]["output_tokens"].get<std::int64_t>(), out_tokens);
+  EXPECT_NEAR(s["ttft_ms"]["mean"].get<double>(), ttft_sum / completed, 1e-3);
+  EXPECT_EQ(s["num_steps"].get<std::size_t>(), steps.size());
+  std::int64_t step_preempt = 0, decode_tokens = 0;
+  for (const auto& st : steps) {
+    step_preempt += std::stoll(st.at("preempted"));
+    decode_tokens += std::stoll(st.at("decode_tokens"));
+  }
+  // Every preemption is counted once in the steps and once on the request it hit.
+  EXPECT_EQ(s["preemption"]["preemptions"].get<std::int64_t>(), step_preempt);
+  EXPECT_EQ(step_preempt, preempt);
+  // The experiment is sized so the cache fills: preemptions happen and usage reaches 100 %.
+  EXPECT_GT(step_preempt, 0);
+  EXPECT_DOUBLE_EQ(s["kv_cache"]["usage_max"].get<double>(), 1.0);
+  EXPECT_GT(s["prefix_cache"]["hit_tokens"].get<std::int64_t>(), 0);
+  EXPECT_LE(decode_tokens, out_tokens);
+  fs::remove_all(dir);
+}
+
+TEST(SimRun, MissingExperimentFileIsExitCode2) {
+  const fs::path dir = temp_dir("missing");
+  const Cli cli = run_sim("run /nonexistent/exp.yaml", dir);
+  EXPECT_EQ(cli.code, 2);
+  EXPECT_NE(cli.err.find("/nonexistent/exp.yaml: cannot open"), std::string::npos) << cli.err;
+  fs::remove_all(dir);
+}
+
+TEST(SimRun, MalformedYamlNamesTheLine) {
+  const fs::path dir = temp_dir("malformed");
+  write_file(dir / "e.yaml", "name: x\nmodel: [tiny\nhardware: H100-SXM\n");
+  const Cli cli = run_sim("run " + (dir / "e.yaml").string(), dir);
+  EXPECT_EQ(cli.code, 2);
+  EXPECT_NE(cli.err.find("e.yaml:"), std::string::npos) << cli.err;
+  EXPECT_NE(cli.err.find("malformed YAML"), std::string::npos) << cli.err;
+  fs::remove_all(dir);
+}
+
+TEST(SimRun, UnknownKeyNamesKeyAndLine) {
+  const fs::path dir = temp_dir("unknown");
+  write_file(dir / "e.yaml", small_experiment(kSmallWorkload, "  max_num_seq: 4\n"));
+  const Cli cli = run_sim("run " + (dir / "e.yaml").string(), dir);
+  EXPECT_EQ(cli.code, 2);
+  EXPECT_NE(cli.err.find("e.yaml:9:3"), std::string::npos) << cli.err;
+  EXPECT_NE(cli.err.find("unknown key 'serving.max_num_seq'"), std::string::npos) << cli.err;
+  fs::remove_all(dir);
+}
+
+TEST(SimRun, NegativeRateIsAnError) {
+  const fs::path dir = temp_dir("negrate");
+  write_file(dir / "e.yaml", small_experiment(kSmallWorkload));
+  const Cli cli =
+      run_sim("run " + (dir / "e.yaml").string() + " --set workload.arrival.rate=-3", dir);
+  EXPECT_EQ(cli.code, 2);
+  EXPECT_NE(cli.err.find("workload.arrival.rate"), std::string::npos) << cli.err;
+  fs::remove_all(dir);
+}
+
+TEST(SimRun, EmptyTraceIsAnError) {
+  const fs::path dir = temp_dir("empty");
+  write_file(dir / "empty.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n");
+  write_file(dir / "e.yaml", small_experiment("  type: azure\n  path: empty.csv\n"));
+  const Cli cli = run_sim("run " + (dir / "e.yaml").string(), dir);
+  EXPECT_EQ(cli.code, 2);
+  EXPECT_NE(cli.err.find("empty.csv"), std::string::npos) << cli.err;
+  fs::remove_all(dir);
+}
+
+TEST(SimRun, TooLongRequestsAreRejectedAndCounted) {
+  const fs::path dir = temp_dir("toolong");
+  write_file(dir / "e.yaml", small_experiment(kSmallWorkload,
+                                              "  max_num_seqs: 8\n"));
+  ExperimentConfig c = load_experiment((dir / "e.yaml").string(), {"serving.max_model_len=200"});
+  RunOptions o;
+  o.out_dir = (dir / "run").string();
+  const RunOutput run = run_simulation(c, o);
+  std::int64_t too_long = 0, rejected_rows = 0;
+  for (const auto& r : read_csv(dir / "run" / "requests.csv")) {
+    const bool over = std::stoll(r.at("prompt_tokens")) + std::stoll(r.at("output_tokens")) > 200;
+    if (r.at("status") == "rejected") {
+      ++rejected_rows;
+      EXPECT_NE(r.at("reason").find("max_model_len"), std::string::npos);
+    } else {
+      EXPECT_FALSE(over) << "request " << r.at("id") << " should have been rejected";
+    }
+    too_long += over ? 1 : 0;
+  }
+  EXPECT_GT(run.summary.rejected, 0);
+  EXPECT_EQ(run.summary.rejected, rejected_rows);
+  EXPECT_EQ(run.summary.completed + run.summary.rejected, 60);
+  fs::remove_all(dir);
+}
+
+TEST(SimRun, RefusesToOverwriteForeignFiles) {
+  const fs::path dir = temp_dir("foreign");
+  write_file(dir / "e.yaml", small_experiment(kSmallWorkload));
+  fs::create_directories(dir / "mine");
+  write_file(dir / "mine" / "thesis.tex", "precious");
+  const Cli cli =
+      run_sim("run " + (dir / "e.yaml").string() + " --out " + (dir / "mine").string(), dir);
+  EXPECT_EQ(cli.code, 2);
+  EXPECT_NE(cli.err.find("thesis.tex"), std::string::npos) << cli.err;
+  EXPECT_EQ(read_file(dir / "mine" / "thesis.tex"), "precious");
+  // A previous run's folder is fine to overwrite.
+  EXPECT_EQ(run_sim("run " + (dir / "e.yaml").string() + " --out " + (dir / "r").string(), dir)
+                .code,
+            0);
+  EXPECT_EQ(run_sim("run " + (dir / "e.yaml").string() + " --out " + (dir / "r").string(), dir)
+                .code,
+            0);
+  fs::remove_all(dir);
+}
+
+TEST(SimRun, SetOverridesAnyKeyAndIsRecordedInConfig) {
+  const fs::path dir = temp_dir("set");
+  write_file(dir / "e.yaml", small_experiment(kSmallWorkload));
+  const Cli cli = run_sim("run " + (dir / "e.yaml").string() + " --out " +
+                              (dir / "r").string() + " --set serving.max_num_seqs=3 --seed 99",
+                          dir);
+  ASSERT_EQ(cli.code, 0) << cli.err;
+  const std::string cfg = read_file(dir / "r" / "config.yaml");
+  EXPECT_NE(cfg.find("max_num_seqs: 3"), std::string::npos) << cfg;
+  EXPECT_NE(cfg.find("seed: 99"), std::string::npos) << cfg;
+  for (const auto& st : read_csv(dir / "r" / "steps.csv")) {
+    EXPECT_LE(std::stoi(st.at("num_seqs")), 3);
+  }
+  fs::remove_all(dir);
+}
+
+TEST(SimRun, UsageErrorsAreExitCode2) {
+  const fs::path dir = temp_dir("usage");
+  EXPECT_EQ(run_sim("", dir).code, 2);
+  EXPECT_EQ(run_sim("frobnicate", dir).code, 2);
+  EXPECT_EQ(run_sim("run", dir).code, 2);
+  EXPECT_EQ(run_sim("run " + kBurst + " --seed -1", dir).code, 2);
+  EXPECT_EQ(run_sim("run " + kBurst + " --bogus", dir).code, 2);
+  EXPECT_EQ(run_sim("help", dir).code, 0);
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace servelab
