@@ -26,10 +26,8 @@ BlockPool::BlockPool(std::int32_t num_blocks)
       in_queue_(num_blocks, 0),
       has_hash_(num_blocks, 0),
       hash_(num_blocks),
-      next_dup_(num_blocks, -1) {
-  // Every usable block can be registered at once; reserving up front keeps rehashing out of the
-  // allocation path.
-  index_.reserve(static_cast<std::size_t>(num_blocks));
+      next_dup_(num_blocks, -1),
+      index_(static_cast<std::size_t>(num_blocks)) {
   for (BlockId b = 1; b < num_blocks; ++b) push_back(b);
 }
 
@@ -73,15 +71,15 @@ void BlockPool::drop_hash(BlockId b) {
   // Unchain b from its hash's duplicate list. Chains are almost always of length 1 (a duplicate
   // appears only when a block is recomputed while an equal one is still cached), so the walk is
   // short in practice.
-  auto it = index_.find(hash_[b]);
-  if (it->second == b) {
+  BlockId* first = index_.find(hash_[b]);
+  if (*first == b) {
     if (next_dup_[b] < 0) {
-      index_.erase(it);
+      index_.erase(hash_[b]);
     } else {
-      it->second = next_dup_[b];
+      *first = next_dup_[b];
     }
   } else {
-    BlockId p = it->second;
+    BlockId p = *first;
     while (next_dup_[p] != b) p = next_dup_[p];
     next_dup_[p] = next_dup_[b];
   }
@@ -140,16 +138,16 @@ void BlockPool::cache_block(BlockId block, const BlockHash& hash) {
   auto [it, inserted] = index_.try_emplace(hash, block);
   if (!inserted) {
     // Duplicates go to the end of the chain so lookups keep returning the earliest registered.
-    BlockId p = it->second;
+    BlockId p = *it;
     while (next_dup_[p] >= 0) p = next_dup_[p];
     next_dup_[p] = block;
   }
 }
 
 std::optional<BlockId> BlockPool::lookup(const BlockHash& hash) const {
-  auto it = index_.find(hash);
-  if (it == index_.end()) return std::nullopt;
-  return it->second;
+  const BlockId* b = index_.find(hash);
+  if (b == nullptr) return std::nullopt;
+  return *b;
 }
 
 bool BlockPool::reset_prefix_cache() {
@@ -242,7 +240,7 @@ void BlockPool::check_invariants() const {
   // Hash index: every chain member carries its key; keys are distinct and a block carries one
   // hash, so a block can sit in at most one chain, and a bounded walk rules out repeats within one.
   std::int32_t indexed = 0;
-  for (const auto& [h, first] : index_) {
+  index_.for_each([&](const BlockHash& h, BlockId first) {
     std::int32_t len = 0;
     for (BlockId b = first; b >= 0; b = next_dup_[b]) {
       if (b == kNullBlock || b >= n) fail("hash index refers to invalid " + block_str(b));
@@ -251,7 +249,7 @@ void BlockPool::check_invariants() const {
       if (!(hash_[b] == h)) fail(block_str(b) + " is indexed under a hash it does not carry");
     }
     indexed += len;
-  }
+  });
   if (indexed != num_hashed_) {
     fail("hash index holds " + std::to_string(indexed) + " blocks but " +
          std::to_string(num_hashed_) + " carry a hash");

@@ -17,10 +17,10 @@
 #include <cstdint>
 #include <optional>
 #include <span>
-#include <unordered_map>
 #include <vector>
 
 #include "core/block_hash.h"
+#include "core/block_hash_index.h"
 #include "core/request_state.h"
 
 namespace servelab {
@@ -82,7 +82,7 @@ class BlockPool {
   std::vector<BlockHash> hash_;
   std::vector<BlockId> next_dup_;  // next block registered under the same hash; -1 = none
   // hash -> first registered block; further duplicates chain through next_dup_.
-  std::unordered_map<BlockHash, BlockId, BlockHashHasher> index_;
+  BlockHashIndex index_;
   BlockId head_ = -1, tail_ = -1;
   std::int32_t num_free_ = 0;
   std::int32_t num_hashed_ = 0;
