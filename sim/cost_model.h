@@ -43,6 +43,7 @@ struct StepFeatures {
 // Predicted seconds per operator for one step. total() is their sum.
 struct StepCostBreakdown {
   double gemm = 0;               // q, k, v, o, gate, up, down projections, all layers
+  double elementwise = 0;        // embedding, RMSNorm + residual, RoPE, SiLU-mul (memory-bound)
   double prefill_attention = 0;  // causal attention of prefill chunks, all layers
   double decode_attention = 0;   // attention of decode tokens over their KV, all layers
   double lm_head = 0;            // logits for the sampled sequences
@@ -53,7 +54,8 @@ struct StepCostBreakdown {
   double bytes = 0;              // total device-memory bytes of the step (for bandwidth use)
 
   double total() const {
-    return gemm + prefill_attention + decode_attention + lm_head + swap + copy + overhead;
+    return gemm + elementwise + prefill_attention + decode_attention + lm_head + swap + copy +
+           overhead;
   }
 };
 

@@ -46,6 +46,14 @@ RooflineCostModel::RooflineCostModel(ModelConfig model, HardwareConfig hardware,
   gemm_act_bytes_per_token_ = (4.0 * h + 2.0 * static_cast<double>(m.q_size()) +
                                2.0 * static_cast<double>(m.kv_size()) + 3.0 * m.intermediate_size) *
                               d * layers;
+  // Per layer, as vLLM's kernels do it: two fused residual-add + RMSNorm (read x and residual,
+  // write both: 4h each), RoPE in place on q and k (2q + 2kv), SiLU-mul (reads 2 inter, writes
+  // inter); plus the embedding gather (reads and writes h once per token).
+  elementwise_bytes_per_token_ =
+      (8.0 * h + 2.0 * static_cast<double>(m.q_size()) + 2.0 * static_cast<double>(m.kv_size()) +
+       3.0 * m.intermediate_size) *
+          d * layers +
+      2.0 * h * d;
   // QK^T and PV: a multiply-add (2 FLOPs) per head_dim element each, per head, per pair.
   attention_flops_per_pair_ = 4.0 * m.head_dim * m.num_heads * layers;
   kv_bytes_per_token_ = static_cast<double>(m.kv_bytes_per_token());
@@ -62,8 +70,11 @@ StepCostBreakdown RooflineCostModel::breakdown(const StepFeatures& f) const {
     const double flops = gemm_flops_per_token_ * t;
     const double bytes = gemm_weight_bytes_ + gemm_act_bytes_per_token_ * t;
     b.gemm = roofline(flops, s_per_gemm_flop_, bytes, s_per_hbm_byte_);
+    // Elementwise kernels do a few FLOPs per byte: memory-bound at any token count.
+    const double ew_bytes = elementwise_bytes_per_token_ * t;
+    b.elementwise = ew_bytes * s_per_hbm_byte_;
     b.flops += flops;
-    b.bytes += bytes;
+    b.bytes += bytes + ew_bytes;
   }
   // Attention of one kind: FLOPs by pairs; bytes = KV read of the context, KV written for the
   // new tokens, Q read and O written.

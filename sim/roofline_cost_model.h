@@ -2,8 +2,9 @@
 //
 // For each operator of a step (GEMMs, prefill attention, decode attention, LM head) the time is
 //   max(FLOPs / (peak_flops * flops_efficiency), bytes / (hbm_bandwidth * bandwidth_efficiency))
-// and the step adds swap (bytes over the host link), copy-on-write copies (bytes over HBM) and a
-// fixed per-step overhead. Every formula, with a worked example, is in docs/cost-model.md.
+// and the step adds elementwise kernels (norms, RoPE, SiLU-mul: bytes over bandwidth), swap (bytes
+// over the host link), copy-on-write copies (bytes over HBM) and a fixed per-step overhead. Every
+// formula, with a worked example, is in docs/cost-model.md.
 //
 // The constructor folds the model and hardware into a handful of per-unit coefficients, so
 // step_time() is one pass over the plan's entries plus a few multiplications; it allocates
@@ -52,15 +53,16 @@ class RooflineCostModel final : public CostModel {
   double s_per_host_byte_;
 
   // Work per unit, folded from the model's shape.
-  double gemm_flops_per_token_;       // 2 * linear params * layers
-  double gemm_weight_bytes_;          // linear params * layers * dtype bytes (read once a step)
-  double gemm_act_bytes_per_token_;   // GEMM inputs read and outputs written per token
-  double attention_flops_per_pair_;   // 4 * head_dim * num_heads * layers
-  double kv_bytes_per_token_;         // 2 * layers * kv_heads * head_dim * dtype bytes
-  double qo_bytes_per_token_;         // Q read and O written by attention, all layers
-  double lm_head_flops_per_seq_;      // 2 * hidden * vocab
-  double lm_head_weight_bytes_;       // hidden * vocab * dtype bytes
-  double lm_head_act_bytes_per_seq_;  // hidden read + vocab logits written
+  double gemm_flops_per_token_;         // 2 * linear params * layers
+  double gemm_weight_bytes_;            // linear params * layers * dtype bytes (read once a step)
+  double gemm_act_bytes_per_token_;     // GEMM inputs read and outputs written per token
+  double elementwise_bytes_per_token_;  // norms, residual adds, RoPE, SiLU-mul, embedding
+  double attention_flops_per_pair_;     // 4 * head_dim * num_heads * layers
+  double kv_bytes_per_token_;           // 2 * layers * kv_heads * head_dim * dtype bytes
+  double qo_bytes_per_token_;           // Q read and O written by attention, all layers
+  double lm_head_flops_per_seq_;        // 2 * hidden * vocab
+  double lm_head_weight_bytes_;         // hidden * vocab * dtype bytes
+  double lm_head_act_bytes_per_seq_;    // hidden read + vocab logits written
 };
 
 }  // namespace servelab

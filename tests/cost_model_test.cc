@@ -87,6 +87,8 @@ StepPlan prefill_plan(std::int32_t first_token, std::int32_t num_tokens, bool sa
 //   GEMM activation bytes per token = (4h + 2q + 2kv + 3 inter) * 2 B * 10 layers = 220,000.
 //   KV bytes per token = 2 * 10 layers * 1000 * 2 B = 40,000; Q+O per token = 2*1000*2*10 = 40,000.
 //   attention FLOPs per pair = 4 * head_dim 100 * heads 10 * layers 10 = 40,000.
+//   elementwise bytes per token = (8h + 2q + 2kv + 3 inter) * 2 B * 10 + embedding 2h * 2 B
+//     = 300,000 + 4,000 = 304,000.
 //   peak 1e12 FLOP/s (GEMM efficiency 1, attention 0.5), 1e11 B/s, host link 1e9 B/s,
 //   overhead 100 us.
 ModelConfig easy_model() {
@@ -208,18 +210,20 @@ TEST(CostModelRoofline, DecodeStepIsMemoryBoundHandComputed) {
   //   decode attention: pairs 100; FLOPs 4e6 -> 8 us at 0.5 x 1e12; bytes 40,000 * (100 + 1)
   //     + 40,000 = 4,080,000 -> 40.8 us.
   //   LM head: FLOPs 2e6 -> 2 us; bytes 1000*1000*2 + (1000 + 1000)*2 = 2,004,000 -> 20.04 us.
-  //   overhead 100 us. Total 1.4022 + 0.0408 + 0.02004 + 0.1 ms = 1.56304 ms.
+  //   elementwise: 304,000 B -> 3.04 us.
+  //   overhead 100 us. Total 1.4022 + 0.00304 + 0.0408 + 0.02004 + 0.1 ms = 1.56608 ms.
   const StepPlan plan = decode_plan(1, 100);
   const StepCostBreakdown b = cm.breakdown(plan);
   EXPECT_NEAR(b.gemm, 1.4022e-3, 1e-12);
+  EXPECT_NEAR(b.elementwise, 3.04e-6, 1e-15);
   EXPECT_NEAR(b.decode_attention, 40.8e-6, 1e-12);
   EXPECT_EQ(b.prefill_attention, 0.0);
   EXPECT_NEAR(b.lm_head, 20.04e-6, 1e-12);
   EXPECT_NEAR(b.overhead, 100e-6, 1e-15);
   EXPECT_EQ(b.swap, 0.0);
   EXPECT_NEAR(b.flops, 1.4e8 + 4e6 + 2e6, 1e-3);
-  EXPECT_NEAR(b.bytes, 140'220'000.0 + 4'080'000 + 2'004'000, 1e-3);
-  EXPECT_NEAR(static_cast<double>(cm.step_time(plan)), 1'563'040.0, 1.0);
+  EXPECT_NEAR(b.bytes, 140'220'000.0 + 304'000 + 4'080'000 + 2'004'000, 1e-3);
+  EXPECT_NEAR(static_cast<double>(cm.step_time(plan)), 1'566'080.0, 1.0);
 }
 
 TEST(CostModelRoofline, PrefillStepIsComputeBoundHandComputed) {
@@ -228,14 +232,16 @@ TEST(CostModelRoofline, PrefillStepIsComputeBoundHandComputed) {
   //   GEMM: FLOPs 2 * 7e7 * 1000 = 1.4e11 -> 140 ms; bytes 1.4e8 + 2.2e8 = 3.6e8 -> 3.6 ms.
   //   prefill attention: pairs 1000*1001/2 = 500,500; FLOPs 40,000 * 500,500 = 2.002e10 at
   //     0.5 x 1e12 -> 40.04 ms; bytes 40,000 * 2000 + 40,000 * 1000 = 1.2e8 -> 1.2 ms.
+  //   elementwise: 1000 * 304,000 B = 3.04e8 B -> 3.04 ms.
   //   LM head (one sequence) 20.04 us; overhead 100 us.
-  //   Total 140 + 40.04 + 0.02004 + 0.1 ms = 180.16004 ms.
+  //   Total 140 + 3.04 + 40.04 + 0.02004 + 0.1 ms = 183.20004 ms.
   const StepPlan plan = prefill_plan(0, 1000, true);
   const StepCostBreakdown b = cm.breakdown(plan);
   EXPECT_NEAR(b.gemm, 0.14, 1e-12);
+  EXPECT_NEAR(b.elementwise, 3.04e-3, 1e-12);
   EXPECT_NEAR(b.prefill_attention, 0.04004, 1e-12);
   EXPECT_EQ(b.decode_attention, 0.0);
-  EXPECT_NEAR(static_cast<double>(cm.step_time(plan)), 180'160'040.0, 1.0);
+  EXPECT_NEAR(static_cast<double>(cm.step_time(plan)), 183'200'040.0, 1.0);
 
   // A chunk of 500 tokens starting at 500 (chunked prefill, not sampling): pairs 500*500 +
   // 500*501/2 = 375,250 -> FLOPs 1.501e10 -> 30.02 ms; GEMM 1.4e11/2 -> 70 ms; no LM head.
@@ -282,6 +288,32 @@ TEST(CostModelRoofline, Llama3OnH100DecodeNearWeightStreaming) {
   const double kv_s = (32.0 * 1025 * 131072 + 32.0 * 2 * 4096 * 2 * 32) / (3.35e12 * 0.7);
   EXPECT_NEAR(b32.decode_attention, kv_s, 1e-12);
   EXPECT_GT(cm.step_time(decode_plan(32, 1024)), cm.step_time(decode_plan(1, 1024)));
+}
+
+TEST(CostModelRoofline, Llama3OnH100WorkedExampleOfTheDocs) {
+  // docs/cost-model.md, "Worked example". Effective rates 642.85 TFLOP/s (GEMM), 395.6 TFLOP/s
+  // (attention), 2.345 TB/s.
+  const RooflineCostModel cm(load_model("Llama-3-8B", catalog()),
+                             load_hardware("H100-SXM", catalog()), 16);
+  // Decode, 32 sequences at context 1024:
+  //   GEMM bytes 13,958,643,712 + 32 * 4,456,448 = 14,101,250,048 -> 6.01333 ms;
+  //   elementwise 32 * 5,521,408 = 176,685,056 B -> 0.07535 ms;
+  //   decode attention 131,072 * 32,800 + 32 * 524,288 = 4,315,938,816 B -> 1.84049 ms;
+  //   LM head 1,050,673,152 + 32 * 264,704 = 1,059,143,680 B -> 0.45166 ms; overhead 0.5 ms.
+  //   Total 8.88082 ms.
+  const StepCostBreakdown d = cm.breakdown(decode_plan(32, 1024));
+  EXPECT_NEAR(d.gemm, 14'101'250'048.0 / 2.345e12, 1e-12);
+  EXPECT_NEAR(d.elementwise, 176'685'056.0 / 2.345e12, 1e-12);
+  EXPECT_NEAR(d.decode_attention, 4'315'938'816.0 / 2.345e12, 1e-12);
+  EXPECT_NEAR(d.lm_head, 1'059'143'680.0 / 2.345e12, 1e-12);
+  EXPECT_NEAR(static_cast<double>(cm.step_time(decode_plan(32, 1024))), 8'880'818.0, 1.0);
+  // Prefill, one 2048-token prompt: GEMM 2 * 2048 * 6,979,321,856 FLOPs -> 44.46962 ms;
+  //   elementwise 2048 * 5,521,408 B -> 4.82211 ms; attention 4 * 2,098,176 * 131,072 FLOPs
+  //   -> 2.78073 ms; LM head 1,050,937,856 B -> 0.44816 ms; overhead 0.5 ms. Total 53.02061 ms.
+  const StepCostBreakdown p = cm.breakdown(prefill_plan(0, 2048, true));
+  EXPECT_NEAR(p.gemm, 2.0 * 2048 * 6'979'321'856.0 / 642.85e12, 1e-12);
+  EXPECT_NEAR(p.prefill_attention, 4.0 * 2'098'176 * 131'072 / 395.6e12, 1e-12);
+  EXPECT_NEAR(static_cast<double>(cm.step_time(prefill_plan(0, 2048, true))), 53'020'609.0, 1.0);
 }
 
 TEST(CostModelRoofline, MoreWorkIsNeverFaster) {
