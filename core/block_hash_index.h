@@ -39,6 +39,10 @@ class BlockHashIndex {
     return const_cast<BlockHashIndex*>(this)->find(h);
   }
 
+  // Hints the CPU to load the home slot of `h`: callers about to touch many keys prefetch them
+  // all first, so the cache misses overlap instead of queueing.
+  void prefetch(const BlockHash& h) const { __builtin_prefetch(&slots_[h.lo & mask_]); }
+
   // Inserts (h, v) unless h is present; returns the value slot and whether it was inserted.
   // REQUIRES: v != kEmpty and fewer than max_entries keys are present.
   std::pair<std::int32_t*, bool> try_emplace(const BlockHash& h, std::int32_t v) {
@@ -79,7 +83,9 @@ class BlockHashIndex {
     slots_.assign(slots_.size(), Slot{});
     size_ = 0;
   }
+  // Occupied slots.
   std::size_t size() const { return size_; }
+  std::size_t capacity() const { return slots_.size(); }
 
   // Calls fn(key, value) for every entry (in slot order: use for checks, never for decisions).
   template <typename Fn>

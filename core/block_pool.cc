@@ -27,6 +27,7 @@ BlockPool::BlockPool(std::int32_t num_blocks)
       has_hash_(num_blocks, 0),
       hash_(num_blocks),
       next_dup_(num_blocks, -1),
+      dup_member_(num_blocks, 0),
       index_(static_cast<std::size_t>(num_blocks)) {
   for (BlockId b = 1; b < num_blocks; ++b) push_back(b);
 }
@@ -68,22 +69,23 @@ void BlockPool::push_back(BlockId b) {
 }
 
 void BlockPool::drop_hash(BlockId b) {
-  // Unchain b from its hash's duplicate list. Chains are almost always of length 1 (a duplicate
-  // appears only when a block is recomputed while an equal one is still cached), so the walk is
-  // short in practice.
-  BlockId* first = index_.find(hash_[b]);
-  if (*first == b) {
-    if (next_dup_[b] < 0) {
-      index_.erase(hash_[b]);
-    } else {
+  if (next_dup_[b] >= 0 || dup_member_[b]) {
+    // Unchain b from its hash's duplicate list. Chains are almost always of length 1 (a
+    // duplicate appears only when a block is recomputed while an equal one is still cached), so
+    // this path and its walk are rare.
+    BlockId* first = index_.find(hash_[b]);
+    if (*first == b) {
       *first = next_dup_[b];
+      dup_member_[next_dup_[b]] = 0;
+    } else {
+      BlockId p = *first;
+      while (next_dup_[p] != b) p = next_dup_[p];
+      next_dup_[p] = next_dup_[b];
     }
-  } else {
-    BlockId p = *first;
-    while (next_dup_[p] != b) p = next_dup_[p];
-    next_dup_[p] = next_dup_[b];
   }
+  // Otherwise b was alone under its hash: its index entry goes stale (see the header).
   next_dup_[b] = -1;
+  dup_member_[b] = 0;
   has_hash_[b] = 0;
   --num_hashed_;
   if (in_queue_[b]) --num_free_hashed_;
@@ -135,18 +137,32 @@ void BlockPool::cache_block(BlockId block, const BlockHash& hash) {
   has_hash_[block] = 1;
   next_dup_[block] = -1;
   ++num_hashed_;
+  dup_member_[block] = 0;
   auto [it, inserted] = index_.try_emplace(hash, block);
-  if (!inserted) {
+  if (inserted) {
+    if (index_.size() * 4 > index_.capacity() * 3) rebuild_index();
+  } else if (*it == block || !is_live_head(*it, hash)) {
+    // A stale entry for this hash (possibly left by this very block): take it over.
+    *it = block;
+  } else {
     // Duplicates go to the end of the chain so lookups keep returning the earliest registered.
     BlockId p = *it;
     while (next_dup_[p] >= 0) p = next_dup_[p];
     next_dup_[p] = block;
+    dup_member_[block] = 1;
+  }
+}
+
+void BlockPool::rebuild_index() {
+  index_.clear();
+  for (BlockId b = 1; b < num_blocks(); ++b) {
+    if (has_hash_[b] && !dup_member_[b]) index_.try_emplace(hash_[b], b);
   }
 }
 
 std::optional<BlockId> BlockPool::lookup(const BlockHash& hash) const {
   const BlockId* b = index_.find(hash);
-  if (b == nullptr) return std::nullopt;
+  if (b == nullptr || !is_live_head(*b, hash)) return std::nullopt;
   return *b;
 }
 
@@ -156,6 +172,7 @@ bool BlockPool::reset_prefix_cache() {
   for (BlockId b = 0; b < num_blocks(); ++b) {
     has_hash_[b] = 0;
     next_dup_[b] = -1;
+    dup_member_[b] = 0;
   }
   num_hashed_ = 0;
   num_free_hashed_ = 0;
@@ -241,12 +258,15 @@ void BlockPool::check_invariants() const {
   // hash, so a block can sit in at most one chain, and a bounded walk rules out repeats within one.
   std::int32_t indexed = 0;
   index_.for_each([&](const BlockHash& h, BlockId first) {
+    if (first == kNullBlock || first >= n) fail("hash index refers to invalid " + block_str(first));
+    if (!is_live_head(first, h)) return;  // a stale entry (see the header)
     std::int32_t len = 0;
     for (BlockId b = first; b >= 0; b = next_dup_[b]) {
       if (b == kNullBlock || b >= n) fail("hash index refers to invalid " + block_str(b));
       if (++len > n) fail("duplicate chain starting at " + block_str(first) + " has a cycle");
       if (!has_hash_[b]) fail(block_str(b) + " is in the hash index but carries no hash");
       if (!(hash_[b] == h)) fail(block_str(b) + " is indexed under a hash it does not carry");
+      if (b != first && !dup_member_[b]) fail(block_str(b) + " is chained but not marked");
     }
     indexed += len;
   });

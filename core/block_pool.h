@@ -12,6 +12,11 @@
 //   earliest registered one still present;
 // - eviction is lazy: a freed block keeps its hash and stays findable until it is popped from
 //   the head of the free queue for reuse.
+// Implementation note: the index itself is also cleaned lazily. When the only block under a hash
+// is evicted, its index entry is left behind, stale (the block no longer carries that hash);
+// lookups and inserts recognise stale entries by checking the block, inserts reuse them, and the
+// index is rebuilt from the blocks when occupied slots pass 3/4 of its capacity. An eviction
+// then costs no index access, which matters because every allocation of a cached block evicts.
 #pragma once
 
 #include <cstdint>
@@ -55,6 +60,8 @@ class BlockPool {
   // Registers `block` under `hash`. REQUIRES: the block has a reference and carries no hash, or
   // already carries exactly this hash (then nothing changes).
   void cache_block(BlockId block, const BlockHash& hash);
+  // Prefetches the index slot of `hash` (a hint; no effect on state). See BlockHashIndex.
+  void prefetch(const BlockHash& hash) const { index_.prefetch(hash); }
   // A block registered under `hash`, if any.
   std::optional<BlockId> lookup(const BlockHash& hash) const;
   // Clears every hash. Succeeds (returns true) only if every usable block is free.
@@ -74,13 +81,19 @@ class BlockPool {
   void unlink(BlockId b);
   void push_back(BlockId b);
   void drop_hash(BlockId b);
+  // b carries `h` and heads its duplicate chain (the block the index entry should name).
+  bool is_live_head(BlockId b, const BlockHash& h) const {
+    return has_hash_[b] && !dup_member_[b] && hash_[b] == h;
+  }
+  void rebuild_index();
 
   std::vector<std::int32_t> ref_;
   std::vector<BlockId> prev_, next_;  // free-queue links; -1 = none
   std::vector<std::uint8_t> in_queue_;
   std::vector<std::uint8_t> has_hash_;
   std::vector<BlockHash> hash_;
-  std::vector<BlockId> next_dup_;  // next block registered under the same hash; -1 = none
+  std::vector<BlockId> next_dup_;         // next block registered under the same hash; -1 = none
+  std::vector<std::uint8_t> dup_member_;  // in a duplicate chain, but not its head
   // hash -> first registered block; further duplicates chain through next_dup_.
   BlockHashIndex index_;
   BlockId head_ = -1, tail_ = -1;

@@ -23,6 +23,16 @@ std::string join(const std::vector<std::string>& items) {
   return out;
 }
 
+// Marks every node of an override value so messages about it say "--set a.b.c".
+void tag_override(YAML::Node node) {
+  node.SetTag(kOverrideTag);
+  if (node.IsMap()) {
+    for (auto kv : node) tag_override(kv.second);
+  } else if (node.IsSequence()) {
+    for (auto e : node) tag_override(e);
+  }
+}
+
 }  // namespace
 
 ConfigNode ConfigNode::load_file(const std::string& path) {
@@ -239,7 +249,7 @@ void apply_override(YAML::Node root, const std::string& assignment) {
     throw ConfigError("--set " + path + ": malformed value '" + text + "': " + e.msg);
   }
   if (!value.IsDefined() || value.IsNull()) value = YAML::Node(text);
-  if (value.IsScalar()) value.SetTag(kOverrideTag);
+  tag_override(value);
   std::vector<std::string> parts;
   std::size_t start = 0;
   for (;;) {

@@ -136,6 +136,8 @@ void KvCacheManager::cache_full_blocks(Request& req, std::int32_t num_tokens) {
       std::min(num_tokens / block_size_, static_cast<std::int32_t>(req.block_table.size()));
   if (num_full <= req.num_cached_blocks) return;
   update_block_hashes(req, num_full * block_size_);
+  for (std::int32_t i = req.num_cached_blocks; i < num_full; ++i)
+    pool_.prefetch(req.block_hashes[i]);
   for (std::int32_t i = req.num_cached_blocks; i < num_full; ++i) {
     // A block that already carries this hash (registered by an earlier step) is left as is.
     pool_.cache_block(req.block_table[i], req.block_hashes[i]);

@@ -4,6 +4,7 @@
 #include <cassert>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <utility>
 
 namespace servelab {
@@ -14,8 +15,12 @@ std::int64_t cdiv(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
 }  // namespace
 
-Scheduler::Scheduler(const SchedulerConfig& config, KvCacheManager& kv, SchedulerObserver* observer)
-    : config_(config), kv_(kv), observer_(observer) {
+Scheduler::Scheduler(const SchedulerConfig& config, KvCacheManager& kv, SchedulerObserver* observer,
+                     std::unique_ptr<WaitingQueue> waiting)
+    : config_(config), kv_(kv), observer_(observer), waiting_(std::move(waiting)) {
+  if (!waiting_ && config_.make_waiting_queue) waiting_ = config_.make_waiting_queue();
+  if (!waiting_) waiting_ = std::make_unique<FcfsWaitingQueue>();
+  report_service_ = waiting_->counts_service();
   if (config_.max_num_batched_tokens < 1) {
     throw std::invalid_argument("Scheduler: max_num_batched_tokens must be >= 1");
   }
@@ -42,6 +47,7 @@ Scheduler::Scheduler(const SchedulerConfig& config, KvCacheManager& kv, Schedule
   running_.reserve(seats);
   plan_.requests.reserve(seats);
   plan_requests_.reserve(seats);
+  plan_undo_.reserve(seats);
 }
 
 Scheduler::~Scheduler() {
@@ -49,7 +55,7 @@ Scheduler::~Scheduler() {
     kv_.free(*r);
     delete r;
   }
-  for (Request* r : waiting_) delete r;  // waiting requests hold no blocks
+  for (Request* r : waiting_->snapshot()) delete r;  // waiting requests hold no blocks
 }
 
 std::string Scheduler::rejection_reason(const RequestSpec& spec) const {
@@ -93,7 +99,7 @@ void Scheduler::add_request(RequestSpec spec, TimeNs now) {
   if (reason.empty()) {
     // One allocation for the request's life instead of regrowth during decode.
     r->output_tokens.reserve(static_cast<std::size_t>(r->spec.max_output_tokens));
-    waiting_.push_back(r);
+    waiting_->push_back(r);
     return;
   }
   r->status = RequestStatus::kRejected;
@@ -129,12 +135,53 @@ void Scheduler::add_to_plan(Request& r, std::int32_t n, std::int32_t cached_now,
 
   // Positions below the high-water mark had KV before a preemption dropped it.
   const std::int32_t recomputed = std::max(0, std::min(end, r.max_computed_tokens) - first);
+  plan_undo_.push_back({r.max_computed_tokens, recomputed, r.first_scheduled_ns});
+  if (report_service_) waiting_->on_tokens_scheduled(r, e.is_prefill ? n : 0, e.is_prefill ? 0 : n);
   r.num_recomputed_tokens += recomputed;
   counters_.num_recomputed_tokens += recomputed;
   r.num_computed_tokens = end;
   r.max_computed_tokens = std::max(r.max_computed_tokens, end);
   r.num_computed_total += n;
   if (r.first_scheduled_ns < 0) r.first_scheduled_ns = now;
+}
+
+std::size_t Scheduler::pick_victim() const {
+  if (config_.preemption_victim == PreemptionVictim::kLastRunning) return running_.size() - 1;
+  // vLLM: max(running, key=(priority, arrival_time)); Python's max keeps the first of equals.
+  std::size_t best = 0;
+  for (std::size_t k = 1; k < running_.size(); ++k) {
+    const RequestSpec& a = running_[k]->spec;
+    const RequestSpec& b = running_[best]->spec;
+    if (std::tie(a.priority, a.arrival_ns) > std::tie(b.priority, b.arrival_ns)) best = k;
+  }
+  return best;
+}
+
+std::int32_t Scheduler::unschedule(const Request& r) {
+  std::size_t k = 0;
+  while (plan_requests_[k] != &r) ++k;  // REQUIRES: r has an entry
+  const ScheduledRequest& e = plan_.requests[k];
+  const std::int32_t n = e.num_tokens;
+  if (e.is_prefill) {
+    plan_.num_prefill_tokens -= n;
+  } else {
+    plan_.num_decode_tokens -= n;
+  }
+  if (report_service_) {
+    waiting_->on_tokens_scheduled(r, e.is_prefill ? -n : 0, e.is_prefill ? 0 : -n);
+  }
+  Request& m = *plan_requests_[k];
+  const Undo& u = plan_undo_[k];
+  m.num_computed_tokens = e.first_token;  // preempt() resets it anyway
+  m.max_computed_tokens = u.max_computed_tokens;
+  m.num_recomputed_tokens -= u.recomputed;
+  counters_.num_recomputed_tokens -= u.recomputed;
+  m.num_computed_total -= n;
+  m.first_scheduled_ns = u.first_scheduled_ns;
+  plan_.requests.erase(plan_.requests.begin() + static_cast<std::ptrdiff_t>(k));
+  plan_requests_.erase(plan_requests_.begin() + static_cast<std::ptrdiff_t>(k));
+  plan_undo_.erase(plan_undo_.begin() + static_cast<std::ptrdiff_t>(k));
+  return n;
 }
 
 void Scheduler::preempt(Request& victim, TimeNs now) {
@@ -144,7 +191,7 @@ void Scheduler::preempt(Request& victim, TimeNs now) {
   victim.num_computed_tokens = 0;
   ++victim.num_preemptions;
   ++counters_.num_preemptions;
-  waiting_.push_front(&victim);
+  waiting_->push_front(&victim);
   plan_.preempted.push_back(victim.id());
   if (observer_ != nullptr) observer_->on_preempt(victim, now);
 }
@@ -153,7 +200,27 @@ const StepPlan& Scheduler::schedule(TimeNs now) {
   assert(!plan_pending_ && "schedule() called before the previous plan was completed");
   plan_.clear();
   plan_requests_.clear();
+  plan_undo_.clear();
   plan_.step_index = next_step_++;
+  fill_plan(now, /*admit=*/true);
+  // A lowest-priority victim can be the request being scheduled while others still run, which
+  // leaves an empty plan; vLLM's engine loop then simply schedules again (an empty step runs no
+  // model), so do that here: an empty plan keeps meaning "nothing can run". Each pass either
+  // schedules something or preempts one more running request, so this ends. The extra passes
+  // admit nobody, so "a plan that preempted admits nobody" holds (vLLM's next step could admit;
+  // the difference is one step of admission delay in this rare case). Never taken with
+  // last-running victims (a request preempts itself only when it is the last one running).
+  while (plan_.requests.empty() && !plan_.preempted.empty() && !running_.empty()) {
+    fill_plan(now, /*admit=*/false);
+  }
+
+  assert(plan_.num_tokens() <= config_.max_num_batched_tokens);
+  assert(running_.size() <= static_cast<std::size_t>(config_.max_num_seqs));
+  plan_pending_ = !plan_.empty();
+  return plan_;
+}
+
+void Scheduler::fill_plan(TimeNs now, bool admit) {
   std::int32_t budget = config_.max_num_batched_tokens;
   const std::int32_t threshold = config_.long_prefill_token_threshold;
 
@@ -171,10 +238,15 @@ const StepPlan& Scheduler::schedule(TimeNs now) {
     }
     bool allocated = kv_.allocate_slots(r, n);
     while (!allocated) {
-      // FCFS victim: the last running request, which was not scheduled yet in this step (those
-      // lie before i), so nothing has to be undone.
-      Request* victim = running_.back();
-      running_.pop_back();
+      // The last running request was not scheduled yet in this step (those lie before i), so
+      // nothing has to be undone; a lowest-priority victim may lie before i.
+      const std::size_t v = pick_victim();
+      Request* victim = running_[v];
+      running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(v));
+      if (v < i) {
+        budget += unschedule(*victim);
+        --i;
+      }
       preempt(*victim, now);
       preempted = true;
       if (victim == &r) break;
@@ -189,8 +261,8 @@ const StepPlan& Scheduler::schedule(TimeNs now) {
   // Phase 2: waiting requests in queue order, unless this step preempted (the freed blocks
   // would otherwise go straight to newcomers while the victims wait).
   const auto max_seqs = static_cast<std::size_t>(config_.max_num_seqs);
-  while (!preempted && !waiting_.empty() && budget > 0 && running_.size() < max_seqs) {
-    Request& r = *waiting_.front();
+  while (admit && !preempted && !waiting_->empty() && budget > 0 && running_.size() < max_seqs) {
+    Request& r = *waiting_->front();
     // Every admission looks up the prefix cache: a resumed request usually finds its own
     // earlier full blocks there.
     PrefixHit hit = kv_.get_computed_blocks(r);
@@ -199,7 +271,7 @@ const StepPlan& Scheduler::schedule(TimeNs now) {
     if (!config_.enable_chunked_prefill && n > budget) break;  // no skipping ahead
     n = std::min(n, budget);
     if (!kv_.allocate_slots(r, n, &hit)) break;  // head-of-line blocking on KV space too
-    waiting_.pop_front();
+    waiting_->pop_front();
     running_.push_back(&r);
     r.status = RequestStatus::kRunning;
     r.num_computed_tokens = hit.num_tokens;
@@ -208,19 +280,13 @@ const StepPlan& Scheduler::schedule(TimeNs now) {
     add_to_plan(r, n, hit.num_tokens, now);
     budget -= n;
   }
-
-  assert(plan_.num_tokens() <= config_.max_num_batched_tokens);
-  assert(running_.size() <= max_seqs);
-  plan_pending_ = !plan_.empty();
-  return plan_;
 }
 
 void Scheduler::finish(Request& r, TimeNs now) {
   if (r.status != RequestStatus::kRunning) {
     // Only a request preempted after this plan was formed can get here; in the synchronous
     // loop that never happens, but the token still counts (vLLM test_preempt_during_execution).
-    const auto it = std::find(waiting_.begin(), waiting_.end(), &r);
-    if (it != waiting_.end()) waiting_.erase(it);
+    waiting_->erase(&r);
   }
   r.status = RequestStatus::kFinished;
   r.finish_ns = now;
@@ -258,6 +324,7 @@ void Scheduler::complete(const StepResult& result, TimeNs now) {
     }
   }
   plan_requests_.clear();
+  plan_undo_.clear();
   plan_pending_ = false;
 }
 

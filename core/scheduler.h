@@ -4,11 +4,15 @@
 // applies the sampled tokens at the step's end time t. schedule():
 // 1. Running requests first, in list order, under one token budget (max_num_batched_tokens):
 //    n = min(remaining, long_prefill_token_threshold if set, budget). A request that cannot get
-//    slots preempts the last running request (by recompute: blocks freed tail first with their
-//    hashes kept, num_computed_tokens reset, outputs kept, back to the head of the waiting
-//    queue), repeatedly, until it fits or it has preempted itself. A request given 0 tokens keeps
-//    its place.
-// 2. If nothing was preempted, waiting requests in queue order while the budget lasts and
+//    slots preempts a victim (by recompute: blocks freed tail first with their hashes kept,
+//    num_computed_tokens reset, outputs kept, back to the waiting queue with push_front),
+//    repeatedly, until it fits or it has preempted itself. The victim is the last running
+//    request, or with PreemptionVictim::kLowestPriority the max over running of (priority,
+//    arrival), first in list order on ties; if that one was already scheduled in this step its
+//    plan entry is removed, its tokens go back to the budget and its progress is undone (vLLM
+//    v1 priority mode). A request given 0 tokens keeps its place.
+// 2. If nothing was preempted, waiting requests in the WaitingQueue's order (FCFS unless
+//    config.make_waiting_queue says otherwise) while the budget lasts and
 //    running < max_num_seqs: prefix lookup (first admission or resume), n = remaining after the
 //    hit (threshold-capped); with chunking off a request over the budget stops admission; a
 //    request that cannot get blocks stops admission (no skipping).
@@ -24,7 +28,6 @@
 #pragma once
 
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -33,6 +36,7 @@
 #include "core/scheduler_config.h"
 #include "core/scheduler_observer.h"
 #include "core/step_plan.h"
+#include "core/waiting_queue.h"
 
 namespace servelab {
 
@@ -49,8 +53,10 @@ class Scheduler {
  public:
   // `kv` and `observer` (may be null) must outlive the scheduler. Throws std::invalid_argument
   // on a config with a budget, seat count or max_model_len below 1, a negative threshold, or a
-  // block size or prefix-caching switch that disagrees with `kv`'s.
-  Scheduler(const SchedulerConfig& config, KvCacheManager& kv, SchedulerObserver* observer);
+  // block size or prefix-caching switch that disagrees with `kv`'s. The waiting queue is
+  // `waiting` if given, else config.make_waiting_queue() if set, else FCFS.
+  Scheduler(const SchedulerConfig& config, KvCacheManager& kv, SchedulerObserver* observer,
+            std::unique_ptr<WaitingQueue> waiting = nullptr);
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
   ~Scheduler();
@@ -67,11 +73,13 @@ class Scheduler {
   // finishes requests that reached their output length and frees their blocks.
   void complete(const StepResult& result, TimeNs now);
 
-  bool has_unfinished() const { return !waiting_.empty() || !running_.empty(); }
-  std::size_t num_waiting() const { return waiting_.size(); }
+  bool has_unfinished() const { return !waiting_->empty() || !running_.empty(); }
+  std::size_t num_waiting() const { return waiting_->size(); }
   std::size_t num_running() const { return running_.size(); }
   const std::vector<Request*>& running() const { return running_; }
-  const std::deque<Request*>& waiting() const { return waiting_; }
+  // The waiting requests in admission order (a copy: O(n), for tests and inspection).
+  std::vector<Request*> waiting() const { return waiting_->snapshot(); }
+  const WaitingQueue& waiting_queue() const { return *waiting_; }
   const SchedulerCounters& counters() const { return counters_; }
   const SchedulerConfig& config() const { return config_; }
   KvCacheManager& kv() { return kv_; }
@@ -80,6 +88,13 @@ class Scheduler {
   // The reason a request must be refused at arrival, or "" if it can be queued.
   std::string rejection_reason(const RequestSpec& spec) const;
   void preempt(Request& victim, TimeNs now);
+  // One pass of the running phase, then (if `admit`) the waiting phase, appending to plan_.
+  void fill_plan(TimeNs now, bool admit);
+  // The index in running_ of the next preemption victim (see above).
+  std::size_t pick_victim() const;
+  // Removes the plan entry of `r` (scheduled earlier in this step), undoing its progress and
+  // returning its tokens.
+  std::int32_t unschedule(const Request& r);
   // Appends r's entry (n tokens from r.num_computed_tokens) and advances r's progress.
   void add_to_plan(Request& r, std::int32_t n, std::int32_t cached_now, TimeNs now);
   // Marks r finished, frees its blocks and reports it; the caller unlinks and deletes it.
@@ -88,10 +103,18 @@ class Scheduler {
   SchedulerConfig config_;
   KvCacheManager& kv_;
   SchedulerObserver* observer_;
-  std::deque<Request*> waiting_;
+  std::unique_ptr<WaitingQueue> waiting_;
+  bool report_service_ = false;  // waiting_->counts_service(), asked once
   std::vector<Request*> running_;
   StepPlan plan_;
   std::vector<Request*> plan_requests_;  // the Request behind each plan entry
+  // What add_to_plan changed, per plan entry, so a priority preemption can undo it exactly.
+  struct Undo {
+    std::int32_t max_computed_tokens;
+    std::int32_t recomputed;
+    TimeNs first_scheduled_ns;
+  };
+  std::vector<Undo> plan_undo_;
   std::int64_t next_step_ = 0;
   bool plan_pending_ = false;  // a non-empty plan awaits complete()
   SchedulerCounters counters_;

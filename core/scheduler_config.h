@@ -1,9 +1,22 @@
-// Serving limits the scheduler enforces (the `serving:` section of an experiment).
+// Serving limits the scheduler enforces (the `serving:` section of an experiment), plus the
+// policy hooks chosen in the `policies:` section (built by policies/, core only sees the
+// interfaces).
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 
 namespace servelab {
+
+class WaitingQueue;
+
+// Which running request a recompute preemption evicts when a running request cannot get slots.
+enum class PreemptionVictim : std::uint8_t {
+  kLastRunning,     // vLLM v1 FCFS: running.pop(), never a request already scheduled this step
+  kLowestPriority,  // vLLM v1 PRIORITY: max over running of (priority, arrival); may be one
+                    // already scheduled this step, whose entry and budget are then refunded
+};
 
 struct SchedulerConfig {
   std::int32_t max_num_batched_tokens = 8192;  // token budget per step
@@ -13,6 +26,9 @@ struct SchedulerConfig {
   bool enable_chunked_prefill = true;
   bool enable_prefix_caching = true;
   std::int32_t block_size = 16;
+  PreemptionVictim preemption_victim = PreemptionVictim::kLastRunning;
+  // Builds the waiting queue (a queue-order plugin). Empty: FCFS.
+  std::function<std::unique_ptr<WaitingQueue>()> make_waiting_queue;
 };
 
 }  // namespace servelab

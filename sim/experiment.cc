@@ -2,6 +2,7 @@
 
 #include <cctype>
 #include <filesystem>
+#include <utility>
 
 namespace servelab {
 
@@ -32,15 +33,36 @@ void parse_serving(const ConfigNode& s, ExperimentConfig& c) {
 
 void parse_policies(const ConfigNode& p, ExperimentConfig& c) {
   p.allow_keys({"batch", "queue", "preemption", "prefix_cache", "allocation"});
-  // The plugins built so far; the registry (docs/policies.md) grows these lists.
-  if (p.has("batch")) c.policies.batch = p.at("batch").as_choice({"vllm"});
-  if (p.has("queue")) c.policies.queue = p.at("queue").as_choice({"fcfs"});
-  if (p.has("preemption")) c.policies.preemption = p.at("preemption").as_choice({"recompute"});
-  if (p.has("prefix_cache")) {
-    c.policies.prefix_cache = p.at("prefix_cache").as_choice({"hash", "none"});
+  // Each value is a plugin name or {name: ..., parameters}; the registry checks both.
+  const std::pair<PolicyKind, PolicySpec*> kinds[] = {
+      {PolicyKind::kBatch, &c.policies.batch},
+      {PolicyKind::kQueue, &c.policies.queue},
+      {PolicyKind::kPreemption, &c.policies.preemption},
+      {PolicyKind::kPrefixCache, &c.policies.prefix_cache},
+      {PolicyKind::kAllocation, &c.policies.allocation},
+  };
+  for (const auto& [kind, spec] : kinds) {
+    if (auto v = p.find(to_string(kind))) *spec = parse_policy_spec(kind, *v);
   }
-  if (p.has("allocation")) c.policies.allocation = p.at("allocation").as_choice({"paged"});
-  c.scheduler.enable_prefix_caching = c.policies.prefix_cache != "none";
+  c.scheduler.enable_prefix_caching = c.policies.prefix_cache.name != "none";
+  c.scheduler.preemption_victim = c.policies.preemption.get_string("victim") == "lowest-priority"
+                                      ? PreemptionVictim::kLowestPriority
+                                      : PreemptionVictim::kLastRunning;
+}
+
+// A plugin without parameters as its bare name (as before the registry), else a flow map.
+void emit_policy(YAML::Emitter& e, const char* key, const PolicySpec& spec) {
+  e << YAML::Key << key << YAML::Value;
+  if (spec.params.empty()) {
+    e << spec.name;
+    return;
+  }
+  e << YAML::Flow << YAML::BeginMap << YAML::Key << "name" << YAML::Value << spec.name;
+  for (const auto& [k, v] : spec.params) {
+    // Shortest round-trip text (0.1, not 0.10000000000000001); numbers stay unquoted.
+    e << YAML::Key << k << YAML::Value << format_param(v);
+  }
+  e << YAML::EndMap;
 }
 
 void parse_slo(const ConfigNode& s, ExperimentConfig& c) {
@@ -74,7 +96,7 @@ ExperimentConfig load_experiment(const std::string& path, const std::vector<std:
   ExperimentConfig c;
   c.file = path;
   c.base_dir = std::filesystem::path(path).parent_path().string();
-  if (c.base_dir.empty()) c.base_dir = ".";
+  if (c.base_dir.empty()) c.base_dir.push_back('.');  // (not = ".": GCC 12 -Wrestrict false positive)
   top.allow_keys({"name", "description", "seed", "model", "hardware", "serving", "policies",
                   "workload", "slo", "outputs"});
   c.name = top.has("name") ? top.get_string("name")
@@ -123,11 +145,11 @@ std::string resolved_config_yaml(const ExperimentConfig& c,
   e << YAML::Key << "swap_space_gb" << YAML::Value << c.swap_space_gb;
   e << YAML::EndMap;
   e << YAML::Key << "policies" << YAML::Value << YAML::BeginMap;
-  e << YAML::Key << "batch" << YAML::Value << c.policies.batch;
-  e << YAML::Key << "queue" << YAML::Value << c.policies.queue;
-  e << YAML::Key << "preemption" << YAML::Value << c.policies.preemption;
-  e << YAML::Key << "prefix_cache" << YAML::Value << c.policies.prefix_cache;
-  e << YAML::Key << "allocation" << YAML::Value << c.policies.allocation;
+  emit_policy(e, "batch", c.policies.batch);
+  emit_policy(e, "queue", c.policies.queue);
+  emit_policy(e, "preemption", c.policies.preemption);
+  emit_policy(e, "prefix_cache", c.policies.prefix_cache);
+  emit_policy(e, "allocation", c.policies.allocation);
   e << YAML::EndMap;
   e << YAML::Key << "workload" << YAML::Value << c.root["workload"];
   e << YAML::Key << "slo" << YAML::Value << YAML::BeginMap;

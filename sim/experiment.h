@@ -4,8 +4,8 @@
 //   name, description, seed        what the run is called and its single source of randomness
 //   model, hardware                catalogue names (experiments/catalog/) or a config.json path
 //   serving                        block size, budgets, max_model_len, memory and swap sizing
-//   policies                       plugin names for batch formation, queue order, preemption,
-//                                  prefix caching and allocation
+//   policies                       plugins (with parameters) for batch formation, queue order,
+//                                  preemption, prefix caching and allocation
 //   workload                       passed to make_workload() (traces/workload.h)
 //   slo                            latency objectives for goodput
 //   outputs                        which files a run writes
@@ -20,15 +20,17 @@
 #include "core/config_node.h"
 #include "core/recorder.h"
 #include "core/scheduler_config.h"
+#include "policies/registry.h"
 
 namespace servelab {
 
+// One plugin per kind, with its parameters (policies/registry.h; `sim policies` lists them).
 struct PolicyChoice {
-  std::string batch = "vllm";
-  std::string queue = "fcfs";
-  std::string preemption = "recompute";
-  std::string prefix_cache = "hash";
-  std::string allocation = "paged";
+  PolicySpec batch = default_policy_spec(PolicyKind::kBatch, "vllm");
+  PolicySpec queue = default_policy_spec(PolicyKind::kQueue, "fcfs");
+  PolicySpec preemption = default_policy_spec(PolicyKind::kPreemption, "recompute");
+  PolicySpec prefix_cache = default_policy_spec(PolicyKind::kPrefixCache, "hash");
+  PolicySpec allocation = default_policy_spec(PolicyKind::kAllocation, "paged");
 };
 
 struct OutputOptions {

@@ -11,8 +11,10 @@
 #include <vector>
 
 #include "core/config_node.h"
+#include "policies/policies_cli.h"
 #include "sim/experiment.h"
 #include "sim/run.h"
+#include "traces/trace_stats.h"
 
 namespace {
 
@@ -26,6 +28,13 @@ constexpr const char* kUsage =
     "             [--quiet]\n"
     "      simulate one experiment; writes summary.json, requests.csv, steps.csv, config.yaml\n"
     "      (and schedule.csv with --record-schedule) to DIR (default out/<experiment name>/)\n"
+    "  policies   list the policy plugins, their origins and parameters (docs/policies.md)\n"
+    "  trace stats FILE [--format F]\n"
+    "      requests, span, rate, inter-arrival CV, length percentiles and, where content is\n"
+    "      known, the repeated-block fraction of a trace (F: azure, mooncake, burstgpt, vidur,\n"
+    "      servelab; detected when omitted)\n"
+    "  trace convert IN OUT [--format F]\n"
+    "      rewrite any supported trace in ServeLab's own CSV format\n"
     "  help       this text\n"
     "\n"
     "Experiment files are described in docs/experiments.md; metrics in docs/metrics.md.\n";
@@ -107,6 +116,8 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (cmd == "run") return cmd_run(args);
+    if (cmd == "policies") return servelab::policies_command(args);
+    if (cmd == "trace") return servelab::trace_command(args);
     throw UsageError("unknown command '" + cmd + "' (try: sim help)");
   } catch (const UsageError& e) {
     std::fprintf(stderr, "sim: %s\n", e.what());

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <set>
 
+#include "policies/queue_order.h"
 #include "sim/hardware_config.h"
 #include "sim/kv_capacity.h"
 #include "sim/model_config.h"
@@ -41,6 +42,16 @@ void prepare_out_dir(const std::string& dir) {
   }
   fs::create_directories(dir, ec);
   if (ec) throw std::runtime_error(dir + ": cannot create directory (" + ec.message() + ")");
+}
+
+// The scheduler settings with the policy choices applied: the queue order is built with the
+// experiment seed (parse_policies already set the preemption victim).
+SchedulerConfig scheduler_config_with_policies(const ExperimentConfig& config) {
+  SchedulerConfig sc = config.scheduler;
+  sc.make_waiting_queue = [spec = config.policies.queue, seed = config.seed] {
+    return make_waiting_queue(spec, seed);
+  };
+  return sc;
 }
 
 void write_text(const std::string& path, const std::string& text) {
@@ -95,8 +106,9 @@ RunOutput run_simulation(const ExperimentConfig& config, const RunOptions& optio
   const RooflineCostModel cost(model, hardware, config.scheduler.block_size);
   SimBackend backend(cost);
   Recorder recorder(config.slo, steps_path, schedule_path);
-  Replica replica(config.scheduler, static_cast<std::int32_t>(capacity.num_gpu_blocks), backend,
-                  &recorder);
+  WorkloadFeedback feedback(*workload, recorder);
+  Replica replica(scheduler_config_with_policies(config),
+                  static_cast<std::int32_t>(capacity.num_gpu_blocks), backend, &feedback);
   Simulator sim(*workload, replica, recorder);
   if (options.progress) {
     const auto start = std::chrono::steady_clock::now();

@@ -1,6 +1,8 @@
 #include "sim/simulator.h"
 
 #include <stdexcept>
+
+#include "core/config_node.h"
 #include <string>
 
 namespace servelab {
@@ -46,38 +48,82 @@ void Simulator::try_start_step(TimeNs now) {
   events_.push(now + r.pending_.duration_ns, EventKind::kStepEnd, 0);
 }
 
-SimulationTotals Simulator::run() {
-  std::optional<RequestSpec> next = workload_.next();
-  if (next) {
-    totals_.first_arrival_ns = next->arrival_ns;
-    events_.push(next->arrival_ns, EventKind::kArrival);
+void WorkloadFeedback::on_reject(const Request& req, TimeNs now) {
+  downstream_.on_reject(req, now);
+  if (notify_) workload_.on_finish(req.id(), now);
+}
+
+void WorkloadFeedback::on_finish(const Request& req, TimeNs now) {
+  downstream_.on_finish(req, now);
+  if (notify_) workload_.on_finish(req.id(), now);
+}
+
+std::optional<TimeNs> Simulator::peek_arrival() {
+  if (workload_.dependent()) return workload_.next_arrival();
+  if (!buffered_ && !independent_done_) {
+    buffered_ = workload_.next();
+    if (!buffered_) {
+      independent_done_ = true;
+    } else if (buffered_->arrival_ns < last_arrival_) {
+      throw std::logic_error("workload yielded request " + std::to_string(buffered_->id) +
+                             " out of arrival order");
+    }
   }
+  return buffered_ ? std::optional<TimeNs>(buffered_->arrival_ns) : std::nullopt;
+}
+
+RequestSpec Simulator::take_arrival() {
+  if (workload_.dependent()) {
+    std::optional<RequestSpec> r = workload_.next();
+    if (!r) throw std::logic_error("dependent workload announced an arrival it did not yield");
+    return std::move(*r);
+  }
+  RequestSpec r = std::move(*buffered_);
+  buffered_.reset();
+  last_arrival_ = r.arrival_ns;
+  return r;
+}
+
+void Simulator::arm_arrival(TimeNs now) {
+  const std::optional<TimeNs> t = peek_arrival();
+  if (!t || (armed_ && *armed_ <= *t)) return;
+  if (*t < now) throw std::logic_error("workload released a request in the past");
+  events_.push(*t, EventKind::kArrival);
+  armed_ = *t;
+}
+
+SimulationTotals Simulator::run() {
+  if (const std::optional<TimeNs> first = peek_arrival()) totals_.first_arrival_ns = *first;
+  arm_arrival(totals_.first_arrival_ns);
   std::int64_t num_events = 0;
   while (!events_.empty()) {
     const Event ev = events_.pop();
     const TimeNs now = ev.time;
     if (ev.kind == EventKind::kArrival) {
-      while (next && next->arrival_ns == now) {
-        replica_.scheduler_.add_request(std::move(*next), now);
+      if (armed_ && *armed_ == now) armed_.reset();
+      // Every request due by now is queued before the replica schedules.
+      for (std::optional<TimeNs> t = peek_arrival(); t && *t <= now; t = peek_arrival()) {
+        replica_.scheduler_.add_request(take_arrival(), now);
         ++totals_.num_arrivals;
-        next = workload_.next();
-        if (next && next->arrival_ns < now) {
-          throw std::logic_error("workload yielded request " + std::to_string(next->id) +
-                                 " out of arrival order");
-        }
       }
-      if (next) events_.push(next->arrival_ns, EventKind::kArrival);
       totals_.end_ns = std::max(totals_.end_ns, now);
     } else {
       replica_.busy_ = false;
       replica_.scheduler_.complete(replica_.pending_, now);
       totals_.end_ns = std::max(totals_.end_ns, now);
     }
+    arm_arrival(now);
     try_start_step(now);
     if (progress_ && ++num_events % progress_every_ == 0) progress_(totals_.num_arrivals, now);
   }
   if (replica_.scheduler_.has_unfinished()) {
-    throw std::logic_error("simulation ended with unfinished requests");
+    throw std::logic_error("simulation ended with unfinished requests (" +
+                           std::to_string(replica_.scheduler_.num_waiting()) + " waiting, " +
+                           std::to_string(replica_.scheduler_.num_running()) + " running)");
+  }
+  if (workload_.dependent() && !workload_.exhausted()) {
+    throw ConfigError(workload_.describe() +
+                      ": some requests were never released (their dependencies never finished)");
   }
   return totals_;
 }

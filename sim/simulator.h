@@ -1,7 +1,9 @@
 // Simulator: the discrete-event loop that replays a workload through a serving replica.
 //
 // Events are arrivals (pulled lazily from the Workload, one pending at a time, so a
-// million-request trace is never held in memory) and step ends. An idle replica starts a step
+// million-request trace is never held in memory) and step ends. A dependent workload (sessions)
+// learns of finished requests through WorkloadFeedback and may then release new ones; the
+// simulator re-reads its next known arrival after every event. An idle replica starts a step
 // as soon as work arrives; a busy one picks up new arrivals at its next step, as a real engine
 // loop does. All arrivals with the same timestamp are queued before the replica schedules.
 // A Replica bundles what one serving instance owns (block pool, KV manager, scheduler, backend),
@@ -46,6 +48,26 @@ class Replica {
   StepResult pending_;
 };
 
+// Forwards every scheduler event to `downstream` (the Recorder) and tells a dependent workload
+// (sessions) when each of its requests finishes, is rejected or aborted, so it can release the
+// requests that wait on them. Both references must outlive it.
+class WorkloadFeedback : public SchedulerObserver {
+ public:
+  WorkloadFeedback(Workload& workload, SchedulerObserver& downstream)
+      : workload_(workload), downstream_(downstream), notify_(workload.dependent()) {}
+  void on_reject(const Request& req, TimeNs now) override;
+  void on_token(const Request& req, TimeNs prev_token_ns, TimeNs now) override {
+    downstream_.on_token(req, prev_token_ns, now);
+  }
+  void on_preempt(const Request& req, TimeNs now) override { downstream_.on_preempt(req, now); }
+  void on_finish(const Request& req, TimeNs now) override;
+
+ private:
+  Workload& workload_;
+  SchedulerObserver& downstream_;
+  bool notify_;
+};
+
 struct SimulationTotals {
   TimeNs first_arrival_ns = 0;
   TimeNs end_ns = 0;  // the later of the last step end and the last arrival
@@ -71,12 +93,21 @@ class Simulator {
 
  private:
   void try_start_step(TimeNs now);
+  // The next known arrival time, buffering one request of an independent workload.
+  std::optional<TimeNs> peek_arrival();
+  RequestSpec take_arrival();
+  // Makes sure an arrival event is queued for the next known arrival.
+  void arm_arrival(TimeNs now);
 
   Workload& workload_;
   Replica& replica_;
   Recorder& recorder_;
   EventQueue events_;
   SimulationTotals totals_;
+  std::optional<RequestSpec> buffered_;
+  bool independent_done_ = false;
+  std::optional<TimeNs> armed_;  // time of the earliest queued arrival event
+  TimeNs last_arrival_ = 0;
   Progress progress_;
   std::int64_t progress_every_ = 0;
 };

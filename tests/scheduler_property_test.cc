@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <iterator>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -12,6 +14,8 @@
 #include "core/kv_cache_manager.h"
 #include "core/rng.h"
 #include "core/scheduler.h"
+#include "policies/queue_order.h"
+#include "policies/registry.h"
 
 namespace servelab {
 namespace {
@@ -85,7 +89,13 @@ RequestSpec RandomRequest(Rng& rng, RequestId id, TimeNs now, std::uint64_t seed
         {unique_content_id(seed, id), 0, static_cast<std::uint32_t>(rng.uniform_int(1, 100))});
   }
   const auto max_out = static_cast<std::int32_t>(rng.uniform_int(1, 40));
-  return make_request(id, now, std::move(segs), max_out);
+  RequestSpec spec = make_request(id, now, std::move(segs), max_out);
+  // Priority and tenant for the queue orders that use them, derived without drawing from `rng`
+  // so the streams stay what they were before those orders existed.
+  const std::uint64_t h = mix64(seed ^ (id * 0x9e3779b97f4a7c15ULL));
+  spec.priority = static_cast<std::int32_t>(h % 3);
+  spec.tenant = static_cast<std::uint32_t>((h >> 8) % 3);
+  return spec;
 }
 
 // The section 7 invariants, after schedule() (with its plan and the ids running before it) or
@@ -170,10 +180,15 @@ void CheckInvariants(const Scheduler& s, const BlockPool& pool, const StepPlan* 
   }
 }
 
-void RunSeed(std::uint64_t seed) {
-  SCOPED_TRACE("seed " + std::to_string(seed));
+// One random stream under queue order `queue` (YAML value; "" for the scheduler's default FCFS)
+// and preemption `victim`.
+void RunSeed(std::uint64_t seed, const std::string& queue = "",
+             PreemptionVictim victim = PreemptionVictim::kLastRunning) {
+  SCOPED_TRACE("seed " + std::to_string(seed) + " queue '" + queue + "' victim " +
+               (victim == PreemptionVictim::kLastRunning ? "last-running" : "lowest-priority"));
   Rng rng = Rng::stream(seed, "scheduler_property");
-  const Params p = RandomParams(rng);
+  Params p = RandomParams(rng);
+  p.config.preemption_victim = victim;
   const SchedulerConfig& c = p.config;
   SCOPED_TRACE("bs " + std::to_string(c.block_size) + " blocks " + std::to_string(p.num_blocks) +
                " budget " + std::to_string(c.max_num_batched_tokens) + " seqs " +
@@ -185,7 +200,12 @@ void RunSeed(std::uint64_t seed) {
   BlockPool pool(p.num_blocks);
   KvCacheManager kv(pool, c.block_size, c.max_model_len, c.enable_prefix_caching);
   CountingObserver obs;
-  Scheduler s(c, kv, &obs);
+  std::unique_ptr<WaitingQueue> waiting;
+  if (!queue.empty()) {
+    const ConfigNode node = ConfigNode::load_string("queue: " + queue + "\n", "test");
+    waiting = make_waiting_queue(parse_policy_spec(PolicyKind::kQueue, node.at("queue")), seed);
+  }
+  Scheduler s(c, kv, &obs, std::move(waiting));
   TrivialBackend backend;
 
   TimeNs now = 0;
@@ -234,6 +254,23 @@ TEST(SchedulerPropertyTest, RandomStreamsKeepEveryInvariant) {
   for (std::uint64_t seed = 1; seed <= 24; ++seed) {
     RunSeed(seed);
     if (HasFatalFailure()) return;
+  }
+}
+
+// The same invariants under every registered queue order, with both preemption victims.
+TEST(SchedulerPropertyTest, EveryQueueOrderKeepsEveryInvariant) {
+  const char* const queues[] = {"fcfs", "priority", "sjf", "{name: predicted-sjf, error: 1}",
+                                "{name: fair, input_weight: 1, output_weight: 3}"};
+  const std::size_t registered = PolicyRegistry::instance().list(PolicyKind::kQueue).size();
+  ASSERT_EQ(registered, std::size(queues)) << "a new queue order needs adding here";
+  for (const char* queue : queues) {
+    for (PreemptionVictim victim :
+         {PreemptionVictim::kLastRunning, PreemptionVictim::kLowestPriority}) {
+      for (std::uint64_t seed = 1; seed <= 24; ++seed) {
+        RunSeed(seed, queue, victim);
+        if (HasFatalFailure()) return;
+      }
+    }
   }
 }
 

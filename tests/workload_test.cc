@@ -561,7 +561,7 @@ TEST(WorkloadYaml, ErrorsNameTheKeyAndWhatWasExpected) {
                   "  arrival: {process: poisson, rate: 1}\n" +
                   lens + "  shared_prefix: {num_prefixes: 2, length: 8, fraction: 1.5}\n"),
               HasSubstr("key 'workload.shared_prefix.fraction'"));
-  EXPECT_THAT(err("workload: {type: mooncake}"),
+  EXPECT_THAT(err("workload: {type: parquet}"),
               HasSubstr("key 'workload.type': expected one of: synthetic, azure"));
   EXPECT_THAT(err("workload: {type: azure, path: missing/trace.csv}"),
               HasSubstr("key 'workload.path': file 'missing/trace.csv' not found"));

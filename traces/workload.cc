@@ -4,7 +4,10 @@
 #include <map>
 
 #include "traces/azure_trace.h"
+#include "traces/session_workload.h"
 #include "traces/synthetic_workload.h"
+#include "traces/trace_readers.h"
+#include "traces/transforms.h"
 
 namespace servelab {
 
@@ -122,7 +125,7 @@ LengthDist parse_length(const ConfigNode& n, bool is_prompt, const std::string& 
 std::unique_ptr<Workload> make_synthetic(const ConfigNode& s, std::uint64_t seed,
                                          const std::string& base_dir) {
   s.allow_keys({"type", "num_requests", "duration_s", "start_s", "arrival", "prompt_len",
-                "output_len", "lengths", "shared_prefix"});
+                "output_len", "lengths", "shared_prefix", "transforms"});
   SyntheticConfig c;
   if (s.has("num_requests")) c.num_requests = s.get_int("num_requests", 1, INT64_MAX);
   if (s.has("duration_s")) c.duration_ns = seconds_to_ns(positive_double(s, "duration_s"));
@@ -168,7 +171,7 @@ std::unique_ptr<Workload> make_synthetic(const ConfigNode& s, std::uint64_t seed
 
 std::unique_ptr<Workload> make_azure(const ConfigNode& s, std::uint64_t seed,
                                      const std::string& base_dir) {
-  s.allow_keys({"type", "path", "max_requests", "time_scale", "start_s"});
+  s.allow_keys({"type", "path", "max_requests", "time_scale", "start_s", "transforms"});
   const std::string path = data_file(s.at("path"), base_dir);
   AzureTraceOptions o;
   if (s.has("max_requests")) o.max_requests = s.get_int("max_requests", 1, INT64_MAX);
@@ -182,9 +185,27 @@ std::unique_ptr<Workload> make_azure(const ConfigNode& s, std::uint64_t seed,
 
 std::unique_ptr<Workload> make_workload(const ConfigNode& section, std::uint64_t seed,
                                         const std::string& base_dir) {
-  const std::string type = section.at("type").as_choice({"synthetic", "azure"});
-  if (type == "synthetic") return make_synthetic(section, seed, base_dir);
-  return make_azure(section, seed, base_dir);
+  const std::string type =
+      section.at("type").as_choice({"synthetic", "azure", "mooncake", "burstgpt", "vidur", "csv",
+                                    "jsonl", "servelab", "multiturn", "sessions"});
+  // Transforms are checked before the (possibly slow) file is opened.
+  std::optional<TransformOptions> transforms;
+  if (section.has("transforms")) transforms = parse_transforms(section.at("transforms"));
+  std::unique_ptr<Workload> w;
+  if (type == "synthetic") {
+    w = make_synthetic(section, seed, base_dir);
+  } else if (type == "azure") {
+    w = make_azure(section, seed, base_dir);
+  } else if (type == "multiturn") {
+    w = make_multiturn_workload(section, seed);  // its allow_keys rejects `transforms`
+  } else if (type == "sessions") {
+    w = make_session_file_workload(section, seed, data_file(section.at("path"), base_dir));
+  } else {
+    check_trace_reader_keys(section);
+    w = make_trace_reader(section, seed, data_file(section.at("path"), base_dir));
+  }
+  if (transforms) w = std::make_unique<TransformedWorkload>(std::move(w), *transforms, seed);
+  return w;
 }
 
 }  // namespace servelab

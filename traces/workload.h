@@ -35,6 +35,28 @@ class Workload {
 
   // One line saying what this workload is, for logs and run summaries.
   virtual std::string describe() const = 0;
+
+  // Rows of the underlying trace skipped as malformed so far (`lenient: true`); 0 for others.
+  virtual std::int64_t skipped_rows() const { return 0; }
+
+  // --- Dependent workloads (sessions, agent workflows) ---
+  // Some requests are released only when the requests they depend on finish. Such a workload
+  // returns true from dependent(), and then its contract differs from the one of next() above:
+  // - next_arrival() is the arrival time of the earliest request known now and not yet returned
+  //   (nullopt when none is known: either exhausted, or every remaining request waits on
+  //   requests still in flight); next() returns that request (nullopt when none is known).
+  //   Requests known at one moment come out in nondecreasing arrival order, but a request
+  //   released later may arrive earlier than one returned before it; ids need not be in
+  //   arrival order.
+  // - on_finish(id, t) tells the workload that request `id` finished at t (or was rejected or
+  //   aborted at t: its dependents are released all the same). Requests it releases arrive at
+  //   or after t.
+  // - exhausted() is true once every request has been returned.
+  // The simulator calls on_finish for every request of a dependent workload.
+  virtual bool dependent() const { return false; }
+  virtual std::optional<TimeNs> next_arrival() { return std::nullopt; }
+  virtual void on_finish(RequestId id, TimeNs t) { (void)id, (void)t; }
+  virtual bool exhausted() const { return false; }
 };
 
 // Builds the workload that `section` (the `workload:` mapping) describes; `type` selects the

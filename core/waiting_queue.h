@@ -1,0 +1,86 @@
+// WaitingQueue: the order in which the scheduler admits waiting requests (a queue-order plugin).
+//
+// The Scheduler owns one and never looks inside: it pushes new arrivals with push_back(),
+// returns preempted victims with push_front(), admits front() then pop_front(), and reports
+// every plan entry's tokens with on_tokens_scheduled() so fair-share orders can count service.
+// Implementations live in policies/queue_order.cc; FcfsWaitingQueue is here because it is the
+// scheduler's default (vLLM v1's FCFSRequestQueue).
+//
+// Contracts every implementation keeps:
+// - Deterministic: the order depends only on request fields, the call sequence and the seed,
+//   never on addresses or unordered-container iteration (ties end on the request id).
+// - front() is stable: between two mutating calls it names the same request, so the scheduler
+//   may look at it, try to allocate, and pop it only on success.
+// - push_back/push_front/pop_front/front cost O(log n) or better; erase may be O(n) (it is only
+//   used on the rare finish-while-preempted path).
+// - The queue never owns the requests (the scheduler does) and holds each at most once.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <vector>
+
+#include "core/request_state.h"
+
+namespace servelab {
+
+class WaitingQueue {
+ public:
+  virtual ~WaitingQueue() = default;
+
+  // The plugin name ("fcfs", "priority", ...), for messages.
+  virtual const char* name() const = 0;
+  // A new arrival.
+  virtual void push_back(Request* r) = 0;
+  // A preempted request returning. Orders with a notion of "head" put it there (vLLM's
+  // appendleft); keyed orders re-insert it by its key (vLLM's heap has no front).
+  virtual void push_front(Request* r) = 0;
+  // The next request to admit. REQUIRES: !empty().
+  virtual Request* front() const = 0;
+  // Removes front(). REQUIRES: !empty().
+  virtual void pop_front() = 0;
+  virtual bool empty() const = 0;
+  virtual std::size_t size() const = 0;
+  // Removes `r` if queued; returns whether it was.
+  virtual bool erase(Request* r) = 0;
+  // The queued requests in admission order as things stand now (for tests and teardown; O(n)).
+  virtual std::vector<Request*> snapshot() const = 0;
+  // Whether on_tokens_scheduled() does anything: the scheduler asks once and skips the calls
+  // otherwise, so orders that ignore service cost nothing per plan entry.
+  virtual bool counts_service() const { return false; }
+  // `r` got prefill/decode tokens in the plan being formed (negative when a preemption refunds
+  // an entry). Called once per plan entry when counts_service(), so it must stay
+  // O(log tenants) at most.
+  virtual void on_tokens_scheduled(const Request& r, std::int32_t prefill_tokens,
+                                   std::int32_t decode_tokens) {
+    (void)r, (void)prefill_tokens, (void)decode_tokens;
+  }
+};
+
+// First come, first served: a deque, preempted victims at the head (vLLM v1 default).
+class FcfsWaitingQueue final : public WaitingQueue {
+ public:
+  const char* name() const override { return "fcfs"; }
+  void push_back(Request* r) override { q_.push_back(r); }
+  void push_front(Request* r) override { q_.push_front(r); }
+  Request* front() const override { return q_.front(); }
+  void pop_front() override { q_.pop_front(); }
+  bool empty() const override { return q_.empty(); }
+  std::size_t size() const override { return q_.size(); }
+  bool erase(Request* r) override {
+    for (auto it = q_.begin(); it != q_.end(); ++it) {
+      if (*it == r) {
+        q_.erase(it);
+        return true;
+      }
+    }
+    return false;
+  }
+  std::vector<Request*> snapshot() const override { return {q_.begin(), q_.end()}; }
+
+ private:
+  std::deque<Request*> q_;
+};
+
+}  // namespace servelab

@@ -1,0 +1,277 @@
+#include "policies/queue_order.h"
+
+#include <algorithm>
+#include <cmath>
+#include <deque>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <tuple>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "core/rng.h"
+
+namespace servelab {
+
+namespace {
+
+// A queue ordered by a key computed when a request is pushed, ties broken by request id (a
+// total order, so the order never depends on addresses). O(log n) for every operation; the
+// key of a queued request is remembered so erase() can find it even if the request's fields
+// changed after it was pushed. Because the key is recomputed on every push, a preempted request
+// returns at the place its current progress earns it.
+template <class Key, class KeyFn>
+class KeyedQueue final : public WaitingQueue {
+ public:
+  KeyedQueue(const char* name, KeyFn key_fn) : name_(name), key_fn_(std::move(key_fn)) {}
+
+  const char* name() const override { return name_; }
+  void push_back(Request* r) override { insert(r); }
+  void push_front(Request* r) override { insert(r); }  // no head: re-insert by key
+  Request* front() const override { return set_.begin()->r; }
+  void pop_front() override {
+    keys_.erase(set_.begin()->r->id());
+    set_.erase(set_.begin());
+  }
+  bool empty() const override { return set_.empty(); }
+  std::size_t size() const override { return set_.size(); }
+  bool erase(Request* r) override {
+    const auto it = keys_.find(r->id());
+    if (it == keys_.end()) return false;
+    set_.erase(Entry{it->second, r->id(), r});
+    keys_.erase(it);
+    return true;
+  }
+  std::vector<Request*> snapshot() const override {
+    std::vector<Request*> out;
+    out.reserve(set_.size());
+    for (const Entry& e : set_) out.push_back(e.r);
+    return out;
+  }
+
+ private:
+  struct Entry {
+    Key key;
+    RequestId id;
+    Request* r;  // payload only: never compared
+    bool operator<(const Entry& o) const { return std::tie(key, id) < std::tie(o.key, o.id); }
+  };
+
+  void insert(Request* r) {
+    Key key = key_fn_(*r);
+    set_.insert(Entry{key, r->id(), r});
+    keys_.emplace(r->id(), std::move(key));
+  }
+
+  const char* name_;
+  KeyFn key_fn_;
+  std::set<Entry> set_;
+  std::unordered_map<RequestId, Key> keys_;  // lookups only, never iterated
+};
+
+template <class KeyFn>
+std::unique_ptr<WaitingQueue> make_keyed(const char* name, KeyFn fn) {
+  using Key = decltype(fn(std::declval<const Request&>()));
+  return std::make_unique<KeyedQueue<Key, KeyFn>>(name, std::move(fn));
+}
+
+// Virtual Token Counter (Sheng et al., OSDI'24, Algorithm 2). Each tenant has a counter of the
+// service it received (weighted input + output tokens). Admission takes the oldest request of
+// the backlogged tenant with the smallest counter (ties: smaller tenant id). A tenant that
+// becomes backlogged has its counter lifted to max(own, min over backlogged tenants), or, when
+// no tenant is backlogged, to max(own, current counter of the tenant admitted last), so idling
+// never banks credit for a later burst.
+class VtcQueue final : public WaitingQueue {
+ public:
+  VtcQueue(double input_weight, double output_weight)
+      : w_in_(input_weight), w_out_(output_weight) {}
+
+  const char* name() const override { return "fair"; }
+  void push_back(Request* r) override {
+    Tenant& t = enqueue_tenant(r->spec.tenant);
+    t.q.push_back(r);
+    ++size_;
+  }
+  void push_front(Request* r) override {
+    Tenant& t = enqueue_tenant(r->spec.tenant);
+    t.q.push_front(r);  // a preempted request resumes before its tenant's newer ones
+    ++size_;
+  }
+  Request* front() const override {
+    return tenants_.find(backlogged_.begin()->second)->second.q.front();
+  }
+  void pop_front() override {
+    const std::uint32_t id = backlogged_.begin()->second;
+    Tenant& t = tenants_.find(id)->second;
+    t.q.pop_front();
+    --size_;
+    last_admitted_ = id;
+    if (t.q.empty()) backlogged_.erase(backlogged_.begin());
+  }
+  bool empty() const override { return size_ == 0; }
+  std::size_t size() const override { return size_; }
+  bool erase(Request* r) override {
+    const auto it = tenants_.find(r->spec.tenant);
+    if (it == tenants_.end()) return false;
+    Tenant& t = it->second;
+    const auto pos = std::find(t.q.begin(), t.q.end(), r);  // O(tenant's queue): rare path
+    if (pos == t.q.end()) return false;
+    t.q.erase(pos);
+    --size_;
+    if (t.q.empty()) backlogged_.erase({t.counter, it->first});
+    return true;
+  }
+  std::vector<Request*> snapshot() const override {
+    // Tenants in current counter order, each in FCFS order: the admission order if no more
+    // service were counted (service changes counters, so the real order interleaves).
+    std::vector<Request*> out;
+    out.reserve(size_);
+    for (const auto& [counter, id] : backlogged_) {
+      const Tenant& t = tenants_.find(id)->second;
+      out.insert(out.end(), t.q.begin(), t.q.end());
+    }
+    return out;
+  }
+  bool counts_service() const override { return true; }
+  void on_tokens_scheduled(const Request& r, std::int32_t prefill_tokens,
+                           std::int32_t decode_tokens) override {
+    const auto it = tenants_.find(r.spec.tenant);
+    if (it == tenants_.end()) return;  // cannot happen: a scheduled request was queued once
+    Tenant& t = it->second;
+    const double add = w_in_ * prefill_tokens + w_out_ * decode_tokens;
+    if (add == 0) return;
+    if (t.q.empty()) {
+      t.counter += add;  // not backlogged: nothing to re-sort
+      return;
+    }
+    backlogged_.erase({t.counter, it->first});
+    t.counter += add;
+    backlogged_.insert({t.counter, it->first});
+  }
+
+  double counter(std::uint32_t tenant) const {
+    const auto it = tenants_.find(tenant);
+    return it == tenants_.end() ? 0.0 : it->second.counter;
+  }
+
+ private:
+  struct Tenant {
+    double counter = 0;
+    std::deque<Request*> q;
+  };
+
+  // The tenant's state, made backlogged (with VTC's counter lift) if it was not.
+  Tenant& enqueue_tenant(std::uint32_t id) {
+    Tenant& t = tenants_[id];
+    if (t.q.empty()) {
+      // The last admitted tenant's counter as it is now, i.e. including the service it got
+      // since (its counter is the service level the system is at).
+      const double floor = !backlogged_.empty() ? backlogged_.begin()->first
+                           : last_admitted_     ? tenants_.find(*last_admitted_)->second.counter
+                                                : 0.0;
+      t.counter = std::max(t.counter, floor);
+      backlogged_.insert({t.counter, id});
+    }
+    return t;
+  }
+
+  double w_in_, w_out_;
+  std::map<std::uint32_t, Tenant> tenants_;
+  std::set<std::pair<double, std::uint32_t>> backlogged_;  // (counter, tenant), non-empty queues
+  std::size_t size_ = 0;
+  std::optional<std::uint32_t> last_admitted_;  // tenant of the latest pop_front()
+};
+
+}  // namespace
+
+double predicted_output_tokens(std::uint64_t seed, double error, std::uint64_t id,
+                               std::int32_t true_output) {
+  // One independent draw per (seed, id): the prediction of a request does not depend on which
+  // other requests exist or in what order they arrive.
+  const std::uint64_t stream = mix64(seed ^ name_hash("predictor"));
+  Rng rng(mix64(stream ^ id));
+  return static_cast<double>(true_output) * std::exp(error * rng.normal());
+}
+
+std::unique_ptr<WaitingQueue> make_waiting_queue(const PolicySpec& spec, std::uint64_t seed) {
+  if (spec.name == "fcfs") return std::make_unique<FcfsWaitingQueue>();
+  if (spec.name == "priority") {
+    return make_keyed("priority", [](const Request& r) {
+      return std::pair<std::int32_t, TimeNs>(r.spec.priority, r.spec.arrival_ns);
+    });
+  }
+  if (spec.name == "sjf") {
+    return make_keyed("sjf", [](const Request& r) {
+      return std::pair<std::int32_t, TimeNs>(r.spec.max_output_tokens - r.num_output_tokens(),
+                                             r.spec.arrival_ns);
+    });
+  }
+  if (spec.name == "predicted-sjf") {
+    const double error = spec.get_double("error");
+    return make_keyed("predicted-sjf", [seed, error](const Request& r) {
+      const double predicted =
+          predicted_output_tokens(seed, error, r.id(), r.spec.max_output_tokens);
+      const double remaining = std::max(0.0, predicted - r.num_output_tokens());
+      return std::pair<double, TimeNs>(remaining, r.spec.arrival_ns);
+    });
+  }
+  if (spec.name == "fair") {
+    return std::make_unique<VtcQueue>(spec.get_double("input_weight"),
+                                      spec.get_double("output_weight"));
+  }
+  throw ConfigError("unknown queue policy '" + spec.name + "'");
+}
+
+void register_queue_orders(PolicyRegistry& r) {
+  r.add({PolicyKind::kQueue,
+         "fcfs",
+         "first come, first served; a preempted request goes back to the head",
+         "vLLM v1 FCFSRequestQueue (--scheduling-policy fcfs)",
+         {}});
+  r.add({PolicyKind::kQueue,
+         "priority",
+         "smallest RequestSpec.priority first, then arrival, then id; preempted requests are "
+         "re-inserted by the same key",
+         "vLLM v1 PriorityRequestQueue (--scheduling-policy priority)",
+         {}});
+  r.add({PolicyKind::kQueue,
+         "sjf",
+         "oracle shortest job first: fewest remaining output tokens (true length), then arrival",
+         "oracle SJF baseline of Fu et al., arXiv 2408.15792 (vllm-ltr)",
+         {}});
+  r.add({PolicyKind::kQueue,
+         "predicted-sjf",
+         "SJF on a noisy length prediction: true output * exp(error * N(0,1)), one draw per "
+         "request",
+         "learning-to-rank SJF (Fu et al., arXiv 2408.15792), predictor modelled as noise",
+         {{"error",
+           ParamType::kDouble,
+           0.5,
+           0.0,
+           10.0,
+           {},
+           "lognormal sigma of the prediction error (0: exact, equals sjf)"}}});
+  r.add({PolicyKind::kQueue,
+         "fair",
+         "per-tenant virtual token counters; admit from the backlogged tenant served least",
+         "VTC (Sheng et al., OSDI'24, Fairness in Serving Large Language Models)",
+         {{"input_weight",
+           ParamType::kDouble,
+           1.0,
+           0.0,
+           1e6,
+           {},
+           "counter increment per prefill token served"},
+          {"output_weight",
+           ParamType::kDouble,
+           2.0,
+           0.0,
+           1e6,
+           {},
+           "counter increment per decode token served"}}});
+}
+
+}  // namespace servelab

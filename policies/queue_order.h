@@ -1,0 +1,35 @@
+// Queue-order plugins: the WaitingQueue implementations behind `policies.queue`.
+//
+//   fcfs           arrival order; preempted victims at the head (vLLM v1 default)
+//   priority       (priority, arrival, id) ascending; victims re-inserted by key (vLLM v1)
+//   sjf            oracle shortest remaining output first: (max_output - outputs so far,
+//                  arrival, id)
+//   predicted-sjf  the same on a noisy prediction: predicted total output
+//                  = max_output * exp(error * N(0,1)), drawn once per request from a stream
+//                  keyed by (seed, request id), so it does not depend on arrival order
+//   fair           VTC (Sheng et al., OSDI'24): per-tenant virtual token counters; the next
+//                  admission comes from the backlogged tenant with the smallest counter
+//
+// See docs/policies.md for when each wins. All keyed orders re-insert a preempted request by
+// its (updated) key; only fcfs and fair (within a tenant) have a head to put it at.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "core/waiting_queue.h"
+#include "policies/registry.h"
+
+namespace servelab {
+
+// The queue for `spec` (a registered queue plugin; parameters validated by the registry).
+// `seed` is the experiment seed (only predicted-sjf draws from it). Throws ConfigError for an
+// unknown plugin name.
+std::unique_ptr<WaitingQueue> make_waiting_queue(const PolicySpec& spec, std::uint64_t seed);
+
+// The predicted total output length predicted-sjf uses for request `id` whose true output
+// length is `true_output` (exposed for tests).
+double predicted_output_tokens(std::uint64_t seed, double error, std::uint64_t id,
+                               std::int32_t true_output);
+
+}  // namespace servelab

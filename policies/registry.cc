@@ -1,0 +1,307 @@
+#include "policies/registry.h"
+
+#include <charconv>
+#include <cmath>
+#include <stdexcept>
+#include <utility>
+
+namespace servelab {
+
+const char* to_string(PolicyKind kind) {
+  switch (kind) {
+    case PolicyKind::kBatch:
+      return "batch";
+    case PolicyKind::kQueue:
+      return "queue";
+    case PolicyKind::kPreemption:
+      return "preemption";
+    case PolicyKind::kPrefixCache:
+      return "prefix_cache";
+    case PolicyKind::kAllocation:
+      return "allocation";
+  }
+  return "?";
+}
+
+const char* to_string(ParamType type) {
+  switch (type) {
+    case ParamType::kInt:
+      return "int";
+    case ParamType::kDouble:
+      return "double";
+    case ParamType::kBool:
+      return "bool";
+    case ParamType::kString:
+      return "string";
+  }
+  return "?";
+}
+
+std::string format_param(const ParamValue& v) {
+  if (const auto* i = std::get_if<std::int64_t>(&v)) return std::to_string(*i);
+  if (const auto* d = std::get_if<double>(&v)) {
+    char buf[64];
+    const auto res = std::to_chars(buf, buf + sizeof buf, *d);
+    return std::string(buf, res.ptr);
+  }
+  if (const auto* b = std::get_if<bool>(&v)) return *b ? "true" : "false";
+  return std::get<std::string>(v);
+}
+
+namespace {
+
+template <class T>
+const T& get_typed(const PolicySpec& spec, const std::string& key) {
+  const auto it = spec.params.find(key);
+  if (it == spec.params.end()) {
+    throw std::logic_error("policy '" + spec.name + "' has no parameter '" + key + "'");
+  }
+  const T* v = std::get_if<T>(&it->second);
+  if (v == nullptr) {
+    throw std::logic_error("policy '" + spec.name + "': parameter '" + key + "' has another type");
+  }
+  return *v;
+}
+
+std::string join(const std::vector<std::string>& names) {
+  std::string out;
+  for (const std::string& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
+// "an int in [0, 10]", "a double >= 0", "one of a, b", ...
+std::string expected_text(const ParamInfo& p) {
+  switch (p.type) {
+    case ParamType::kBool:
+      return "a bool (true or false)";
+    case ParamType::kString:
+      return p.choices.empty() ? "a string" : "one of " + join(p.choices);
+    case ParamType::kInt:
+    case ParamType::kDouble: {
+      const bool is_int = p.type == ParamType::kInt;
+      std::string text = is_int ? "an int" : "a double";
+      auto num = [&](double x) {
+        return is_int ? std::to_string(static_cast<std::int64_t>(x)) : format_param(x);
+      };
+      const bool lo = p.min > -1e300, hi = p.max < 1e300;
+      if (lo && hi) return text + " in [" + num(p.min) + ", " + num(p.max) + "]";
+      if (lo) return text + " >= " + num(p.min);
+      if (hi) return text + " <= " + num(p.max);
+      return text;
+    }
+  }
+  return "?";
+}
+
+ParamValue parse_param(const ParamInfo& p, const ConfigNode& v) {
+  switch (p.type) {
+    case ParamType::kInt: {
+      const double lo = std::max(p.min, -9.2e18), hi = std::min(p.max, 9.2e18);
+      if (!v.is_scalar()) v.fail(expected_text(p));
+      try {
+        return v.as_int(static_cast<std::int64_t>(lo), static_cast<std::int64_t>(hi));
+      } catch (const ConfigError&) {
+        v.fail(expected_text(p));
+      }
+    }
+    case ParamType::kDouble:
+      if (!v.is_scalar()) v.fail(expected_text(p));
+      try {
+        return v.as_double(p.min, p.max);
+      } catch (const ConfigError&) {
+        v.fail(expected_text(p));
+      }
+    case ParamType::kBool:
+      if (!v.is_scalar()) v.fail(expected_text(p));
+      try {
+        return v.as_bool();
+      } catch (const ConfigError&) {
+        v.fail(expected_text(p));
+      }
+    case ParamType::kString: {
+      if (!v.is_scalar()) v.fail(expected_text(p));
+      std::string s = v.as_string();
+      if (!p.choices.empty()) {
+        bool ok = false;
+        for (const std::string& c : p.choices) ok = ok || c == s;
+        if (!ok) v.fail(expected_text(p));
+      }
+      return s;
+    }
+  }
+  v.fail("a parameter value");
+}
+
+}  // namespace
+
+std::int64_t PolicySpec::get_int(const std::string& key) const {
+  return get_typed<std::int64_t>(*this, key);
+}
+double PolicySpec::get_double(const std::string& key) const {
+  return get_typed<double>(*this, key);
+}
+bool PolicySpec::get_bool(const std::string& key) const { return get_typed<bool>(*this, key); }
+const std::string& PolicySpec::get_string(const std::string& key) const {
+  return get_typed<std::string>(*this, key);
+}
+
+void register_core_policies(PolicyRegistry& r) {
+  r.add({PolicyKind::kBatch,
+         "vllm",
+         "continuous batching: running requests first, then waiting ones, under one token "
+         "budget with chunked prefill",
+         "vLLM v1 Scheduler.schedule() (vllm/v1/core/sched/scheduler.py)",
+         {}});
+  r.add({PolicyKind::kPreemption,
+         "recompute",
+         "free the victim's KV (full blocks stay cached) and recompute prompt + outputs on "
+         "resume",
+         "vLLM v1 _preempt_request (recompute only)",
+         {{"victim",
+           ParamType::kString,
+           std::string("last-running"),
+           -1e300,
+           1e300,
+           {"last-running", "lowest-priority"},
+           "last-running: the most recently admitted running request (vLLM FCFS); "
+           "lowest-priority: max (priority, arrival) over running, refunding it if already "
+           "scheduled this step (vLLM priority)"}}});
+  r.add({PolicyKind::kPrefixCache,
+         "hash",
+         "hash-chained full blocks are shared across requests and kept until evicted (LRU)",
+         "vLLM v1 automatic prefix caching (kv_cache_utils.hash_block_tokens)",
+         {}});
+  r.add({PolicyKind::kPrefixCache,
+         "none",
+         "no prefix caching: every request computes its whole "
+         "prompt",
+         "vLLM --no-enable-prefix-caching",
+         {}});
+  r.add({PolicyKind::kAllocation,
+         "paged",
+         "fixed-size KV blocks allocated on demand from one pool",
+         "PagedAttention (Kwon et al., SOSP'23)",
+         {}});
+}
+
+const PolicyRegistry& PolicyRegistry::instance() {
+  static const PolicyRegistry* registry = [] {
+    auto* r = new PolicyRegistry();  // never destroyed: usable from any static destructor
+    register_core_policies(*r);
+    register_queue_orders(*r);
+    return r;
+  }();
+  return *registry;
+}
+
+void PolicyRegistry::add(PluginInfo info) {
+  if (find(info.kind, info.name) != nullptr) {
+    throw std::logic_error(std::string("policy registry: duplicate ") + to_string(info.kind) +
+                           " plugin '" + info.name + "'");
+  }
+  for (const ParamInfo& p : info.params) {
+    if (p.def.index() != static_cast<std::size_t>(p.type)) {
+      throw std::logic_error("policy registry: plugin '" + info.name + "' parameter '" + p.name +
+                             "' has a default of another type");
+    }
+  }
+  plugins_.push_back(std::move(info));
+}
+
+const PluginInfo* PolicyRegistry::find(PolicyKind kind, std::string_view name) const {
+  for (const PluginInfo& p : plugins_) {
+    if (p.kind == kind && p.name == name) return &p;
+  }
+  return nullptr;
+}
+
+std::vector<const PluginInfo*> PolicyRegistry::list(PolicyKind kind) const {
+  std::vector<const PluginInfo*> out;
+  for (const PluginInfo& p : plugins_) {
+    if (p.kind == kind) out.push_back(&p);
+  }
+  return out;
+}
+
+namespace {
+
+std::vector<std::string> plugin_names(PolicyKind kind) {
+  std::vector<std::string> names;
+  for (const PluginInfo* p : PolicyRegistry::instance().list(kind)) names.push_back(p->name);
+  return names;
+}
+
+PolicySpec defaults_of(const PluginInfo& info) {
+  PolicySpec spec;
+  spec.name = info.name;
+  for (const ParamInfo& p : info.params) spec.params[p.name] = p.def;
+  return spec;
+}
+
+}  // namespace
+
+PolicySpec default_policy_spec(PolicyKind kind, const std::string& name) {
+  const PluginInfo* info = PolicyRegistry::instance().find(kind, name);
+  if (info == nullptr) {
+    throw ConfigError(std::string("unknown ") + to_string(kind) + " policy '" + name +
+                      "' (available: " + join(plugin_names(kind)) + ")");
+  }
+  return defaults_of(*info);
+}
+
+PolicySpec parse_policy_spec(PolicyKind kind, const ConfigNode& node) {
+  const std::string expected_name = std::string("a ") + to_string(kind) + " policy name (one of " +
+                                    join(plugin_names(kind)) + ")";
+  if (node.is_scalar()) {
+    const std::string name = node.as_string();
+    const PluginInfo* info = PolicyRegistry::instance().find(kind, name);
+    if (info == nullptr) node.fail(expected_name);
+    return defaults_of(*info);
+  }
+  if (!node.is_map()) node.fail(expected_name + " or a mapping {name: ..., parameters}");
+  if (!node.has("name")) node.at("name");  // throws "required but missing" at the mapping
+  const ConfigNode name_node = node.at("name");
+  if (!name_node.is_scalar()) name_node.fail(expected_name);
+  const PluginInfo* info = PolicyRegistry::instance().find(kind, name_node.as_string());
+  if (info == nullptr) name_node.fail(expected_name);
+  std::vector<std::string> allowed = {"name"};
+  for (const ParamInfo& p : info->params) allowed.push_back(p.name);
+  node.allow_keys(allowed);
+  PolicySpec spec = defaults_of(*info);
+  for (const ParamInfo& p : info->params) {
+    if (auto v = node.find(p.name)) spec.params[p.name] = parse_param(p, *v);
+  }
+  return spec;
+}
+
+std::string format_policy_spec(const PolicySpec& spec) {
+  if (spec.params.empty()) return spec.name;
+  std::string out = "{name: " + spec.name;
+  for (const auto& [k, v] : spec.params) out += ", " + k + ": " + format_param(v);
+  return out + "}";
+}
+
+std::string format_catalogue() {
+  const PolicyRegistry& reg = PolicyRegistry::instance();
+  std::string out =
+      "Policy plugins, by kind. Choose one per kind in an experiment's `policies:` section,\n"
+      "either by name (queue: fcfs) or with parameters (queue: {name: predicted-sjf, error: "
+      "0.5}).\n";
+  for (PolicyKind kind : kAllPolicyKinds) {
+    out += "\n";
+    out += to_string(kind);
+    out += ":\n";
+    for (const PluginInfo* p : reg.list(kind)) {
+      out += "  " + p->name + "\n";
+      out += "      " + p->description + "\n";
+      out += "      origin: " + p->origin + "\n";
+      for (const ParamInfo& q : p->params) {
+        out += "      " + q.name + " (" + expected_text(q) + ", default " + format_param(q.def) +
+               "): " + q.doc + "\n";
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace servelab
