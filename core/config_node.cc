@@ -116,8 +116,8 @@ void ConfigNode::allow_keys(const std::vector<std::string>& allowed) const {
     for (const auto& a : allowed) ok = ok || a == key;
     if (!ok) {
       ConfigNode k(kv.first, file_, child_path(key));
-      throw ConfigError(k.location() + ": unknown key '" + child_path(key) + "' (expected one of: " +
-                        join(allowed) + ")");
+      throw ConfigError(k.location() + ": unknown key '" + child_path(key) +
+                        "' (expected one of: " + join(allowed) + ")");
     }
   }
 }
@@ -233,6 +233,22 @@ bool ConfigNode::get_bool(std::string_view key, bool def) const {
 std::string ConfigNode::get_string(std::string_view key) const { return at(key).as_string(); }
 std::string ConfigNode::get_string(std::string_view key, std::string_view def) const {
   return has(key) ? at(key).as_string() : std::string(def);
+}
+
+YAML::Node without_override_marks(const YAML::Node& node) {
+  YAML::Node copy = YAML::Clone(node);
+  std::vector<YAML::Node> stack{copy};
+  while (!stack.empty()) {
+    YAML::Node n = stack.back();
+    stack.pop_back();
+    if (n.Tag() == kOverrideTag) n.SetTag("?");
+    if (n.IsMap()) {
+      for (auto kv : n) stack.push_back(kv.second);
+    } else if (n.IsSequence()) {
+      for (auto e : n) stack.push_back(e);
+    }
+  }
+  return copy;
 }
 
 void apply_override(YAML::Node root, const std::string& assignment) {

@@ -98,4 +98,7 @@ class ConfigNode {
 // Throws ConfigError on a malformed assignment.
 void apply_override(YAML::Node root, const std::string& assignment);
 
+// A deep copy of `node` without the marks apply_override() leaves, for writing back out.
+YAML::Node without_override_marks(const YAML::Node& node);
+
 }  // namespace servelab

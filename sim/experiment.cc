@@ -16,7 +16,8 @@ void parse_serving(const ConfigNode& s, ExperimentConfig& c) {
   sc.block_size = static_cast<std::int32_t>(s.get_int("block_size", sc.block_size, 1, 256));
   sc.max_num_batched_tokens = static_cast<std::int32_t>(
       s.get_int("max_num_batched_tokens", sc.max_num_batched_tokens, 1, 1 << 24));
-  sc.max_num_seqs = static_cast<std::int32_t>(s.get_int("max_num_seqs", sc.max_num_seqs, 1, 1 << 20));
+  sc.max_num_seqs =
+      static_cast<std::int32_t>(s.get_int("max_num_seqs", sc.max_num_seqs, 1, 1 << 20));
   sc.max_model_len =
       static_cast<std::int32_t>(s.get_int("max_model_len", sc.max_model_len, 2, 1 << 24));
   sc.long_prefill_token_threshold = static_cast<std::int32_t>(
@@ -96,11 +97,11 @@ ExperimentConfig load_experiment(const std::string& path, const std::vector<std:
   ExperimentConfig c;
   c.file = path;
   c.base_dir = std::filesystem::path(path).parent_path().string();
-  if (c.base_dir.empty()) c.base_dir.push_back('.');  // (not = ".": GCC 12 -Wrestrict false positive)
+  if (c.base_dir.empty())
+    c.base_dir.push_back('.');  // (not = ".": GCC 12 -Wrestrict false positive)
   top.allow_keys({"name", "description", "seed", "model", "hardware", "serving", "policies",
-                  "workload", "slo", "outputs"});
-  c.name = top.has("name") ? top.get_string("name")
-                           : std::filesystem::path(path).stem().string();
+                  "workload", "slo", "outputs", "compare"});
+  c.name = top.has("name") ? top.get_string("name") : std::filesystem::path(path).stem().string();
   for (char ch : c.name) {
     if (!(std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' || ch == '.')) {
       top.at("name").fail("a name of letters, digits, '-', '_' or '.'");
@@ -151,7 +152,7 @@ std::string resolved_config_yaml(const ExperimentConfig& c,
   emit_policy(e, "prefix_cache", c.policies.prefix_cache);
   emit_policy(e, "allocation", c.policies.allocation);
   e << YAML::EndMap;
-  e << YAML::Key << "workload" << YAML::Value << c.root["workload"];
+  e << YAML::Key << "workload" << YAML::Value << without_override_marks(c.root["workload"]);
   e << YAML::Key << "slo" << YAML::Value << YAML::BeginMap;
   if (c.slo.ttft_ms) e << YAML::Key << "ttft_ms" << YAML::Value << *c.slo.ttft_ms;
   if (c.slo.tpot_ms) e << YAML::Key << "tpot_ms" << YAML::Value << *c.slo.tpot_ms;

@@ -6,12 +6,14 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <filesystem>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "core/config_node.h"
 #include "policies/policies_cli.h"
+#include "sim/compare.h"
 #include "sim/experiment.h"
 #include "sim/run.h"
 #include "traces/trace_stats.h"
@@ -28,6 +30,11 @@ constexpr const char* kUsage =
     "             [--quiet]\n"
     "      simulate one experiment; writes summary.json, requests.csv, steps.csv, config.yaml\n"
     "      (and schedule.csv with --record-schedule) to DIR (default out/<experiment name>/)\n"
+    "  compare EXP.yaml [--out DIR] [--seed N] [--set key.path=value]...\n"
+    "             [--variant NAME:key=value,key=value]... [--quiet]\n"
+    "      run the variants of the experiment's `compare:` section (or those given with\n"
+    "      --variant) on the same workload and seed; prints a table, writes DIR/compare.csv\n"
+    "      and DIR/<variant>/ (default DIR: out/<experiment name>-compare)\n"
     "  policies   list the policy plugins, their origins and parameters (docs/policies.md)\n"
     "  trace stats FILE [--format F]\n"
     "      requests, span, rate, inter-arrival CV, length percentiles and, where content is\n"
@@ -100,6 +107,51 @@ int cmd_run(const std::vector<std::string>& args) {
   return 0;
 }
 
+int cmd_compare(const std::vector<std::string>& args) {
+  std::optional<std::string> exp;
+  std::string out_dir;
+  std::vector<std::string> overrides;
+  std::vector<servelab::Variant> variants;
+  bool quiet = false;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    auto value = [&](const char* flag) -> std::string {
+      if (i + 1 >= args.size()) throw UsageError(std::string(flag) + ": expected a value");
+      return args[++i];
+    };
+    if (a == "--out" || a == "-o") {
+      out_dir = value("--out");
+    } else if (a == "--seed") {
+      overrides.push_back("seed=" + std::to_string(parse_seed(value("--seed"))));
+    } else if (a == "--set") {
+      overrides.push_back(value("--set"));
+    } else if (a == "--variant") {
+      variants.push_back(servelab::parse_variant(value("--variant")));
+    } else if (a == "--quiet" || a == "-q") {
+      quiet = true;
+    } else if (!a.empty() && a[0] == '-') {
+      throw UsageError("compare: unknown option '" + a + "'");
+    } else if (!exp) {
+      exp = a;
+    } else {
+      throw UsageError("compare: more than one experiment file given");
+    }
+  }
+  if (!exp) throw UsageError("compare: expected an experiment file (sim compare EXP.yaml)");
+  if (variants.empty()) variants = servelab::variants_from_experiment(*exp);
+  if (variants.empty()) {
+    throw ConfigError(*exp + ": no variants: add a `compare:` section or pass --variant");
+  }
+  const auto results =
+      servelab::run_compare(*exp, variants, overrides, out_dir, !quiet && isatty(STDERR_FILENO));
+  if (!quiet) {
+    servelab::print_compare_table(stdout, results);
+    const std::string dir = std::filesystem::path(results.front().run.out_dir).parent_path();
+    std::printf("wrote %s/compare.csv and %zu run folders\n", dir.c_str(), results.size());
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -116,6 +168,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (cmd == "run") return cmd_run(args);
+    if (cmd == "compare") return cmd_compare(args);
     if (cmd == "policies") return servelab::policies_command(args);
     if (cmd == "trace") return servelab::trace_command(args);
     throw UsageError("unknown command '" + cmd + "' (try: sim help)");

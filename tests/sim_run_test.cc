@@ -43,8 +43,8 @@ struct Cli {
 
 Cli run_sim(const std::string& args, const fs::path& dir) {
   const fs::path out = dir / "stdout.txt", err = dir / "stderr.txt";
-  const std::string cmd = std::string(SERVELAB_SIM_BIN) + " " + args + " > " + out.string() +
-                          " 2> " + err.string();
+  const std::string cmd =
+      std::string(SERVELAB_SIM_BIN) + " " + args + " > " + out.string() + " 2> " + err.string();
   const int status = std::system(cmd.c_str());
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_file(out), read_file(err)};
 }
@@ -196,8 +196,7 @@ TEST(SimRun, EmptyTraceIsAnError) {
 
 TEST(SimRun, TooLongRequestsAreRejectedAndCounted) {
   const fs::path dir = temp_dir("toolong");
-  write_file(dir / "e.yaml", small_experiment(kSmallWorkload,
-                                              "  max_num_seqs: 8\n"));
+  write_file(dir / "e.yaml", small_experiment(kSmallWorkload, "  max_num_seqs: 8\n"));
   ExperimentConfig c = load_experiment((dir / "e.yaml").string(), {"serving.max_model_len=200"});
   RunOptions o;
   o.out_dir = (dir / "run").string();
@@ -230,23 +229,24 @@ TEST(SimRun, RefusesToOverwriteForeignFiles) {
   EXPECT_NE(cli.err.find("thesis.tex"), std::string::npos) << cli.err;
   EXPECT_EQ(read_file(dir / "mine" / "thesis.tex"), "precious");
   // A previous run's folder is fine to overwrite.
-  EXPECT_EQ(run_sim("run " + (dir / "e.yaml").string() + " --out " + (dir / "r").string(), dir)
-                .code,
-            0);
-  EXPECT_EQ(run_sim("run " + (dir / "e.yaml").string() + " --out " + (dir / "r").string(), dir)
-                .code,
-            0);
+  EXPECT_EQ(
+      run_sim("run " + (dir / "e.yaml").string() + " --out " + (dir / "r").string(), dir).code, 0);
+  EXPECT_EQ(
+      run_sim("run " + (dir / "e.yaml").string() + " --out " + (dir / "r").string(), dir).code, 0);
   fs::remove_all(dir);
 }
 
 TEST(SimRun, SetOverridesAnyKeyAndIsRecordedInConfig) {
   const fs::path dir = temp_dir("set");
   write_file(dir / "e.yaml", small_experiment(kSmallWorkload));
-  const Cli cli = run_sim("run " + (dir / "e.yaml").string() + " --out " +
-                              (dir / "r").string() + " --set serving.max_num_seqs=3 --seed 99",
+  const Cli cli = run_sim("run " + (dir / "e.yaml").string() + " --out " + (dir / "r").string() +
+                              " --set serving.max_num_seqs=3 --seed 99"
+                              " --set 'workload.arrival={process: poisson, rate: 60}'",
                           dir);
   ASSERT_EQ(cli.code, 0) << cli.err;
   const std::string cfg = read_file(dir / "r" / "config.yaml");
+  EXPECT_NE(cfg.find("arrival: {process: poisson, rate: 60}"), std::string::npos) << cfg;
+  EXPECT_EQ(cfg.find("!"), std::string::npos) << "override marks leaked: " << cfg;
   EXPECT_NE(cfg.find("max_num_seqs: 3"), std::string::npos) << cfg;
   EXPECT_NE(cfg.find("seed: 99"), std::string::npos) << cfg;
   for (const auto& st : read_csv(dir / "r" / "steps.csv")) {

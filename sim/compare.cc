@@ -1,0 +1,163 @@
+#include "sim/compare.h"
+
+#include <cctype>
+#include <cinttypes>
+#include <filesystem>
+#include <set>
+#include <stdexcept>
+
+#include "core/config_node.h"
+
+namespace servelab {
+
+namespace {
+
+void check_name(const std::string& name, const std::string& where) {
+  bool ok = !name.empty();
+  for (char c : name) {
+    ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.');
+  }
+  if (!ok || name == "." || name == "..") {
+    throw ConfigError(where + ": variant name '" + name +
+                      "': expected letters, digits, '-', '_' or '.'");
+  }
+}
+
+std::string flow_yaml(const YAML::Node& node) {
+  YAML::Emitter e;
+  e.SetMapFormat(YAML::Flow);
+  e.SetSeqFormat(YAML::Flow);
+  e << node;
+  return e.c_str();
+}
+
+}  // namespace
+
+std::vector<Variant> variants_from_experiment(const std::string& path) {
+  const ConfigNode doc = ConfigNode::load_file(path);
+  std::vector<Variant> out;
+  const std::optional<ConfigNode> section = doc.find("compare");
+  if (!section) return out;
+  std::set<std::string> seen;
+  for (const ConfigNode& v : section->elements()) {
+    v.allow_keys({"name", "set"});
+    Variant var;
+    var.name = v.get_string("name");
+    check_name(var.name, v.at("name").location());
+    if (!seen.insert(var.name).second) v.at("name").fail_message("duplicate variant name");
+    if (const std::optional<ConfigNode> set = v.find("set")) {
+      if (!set->is_map()) set->fail("a mapping of key.path: value");
+      for (const std::string& key : set->keys()) {
+        var.overrides.push_back(key + "=" + flow_yaml(set->at(key).yaml()));
+      }
+    }
+    out.push_back(std::move(var));
+  }
+  if (out.empty()) section->fail("a non-empty list of variants");
+  return out;
+}
+
+Variant parse_variant(const std::string& text) {
+  const auto colon = text.find(':');
+  if (colon == std::string::npos) {
+    throw ConfigError("--variant " + text + ": expected NAME:key=value,key=value");
+  }
+  Variant v;
+  v.name = text.substr(0, colon);
+  check_name(v.name, "--variant " + text);
+  const std::string rest = text.substr(colon + 1);
+  std::size_t start = 0;
+  while (start < rest.size()) {
+    const auto comma = rest.find(',', start);
+    const std::string item = rest.substr(start, comma - start);
+    if (item.find('=') == std::string::npos) {
+      throw ConfigError("--variant " + text + ": '" + item + "' is not key=value");
+    }
+    v.overrides.push_back(item);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return v;
+}
+
+std::vector<VariantResult> run_compare(const std::string& path,
+                                       const std::vector<Variant>& variants,
+                                       const std::vector<std::string>& base_overrides,
+                                       std::string out_dir, bool progress) {
+  // Load every variant first: a bad override in the last variant is reported before any run.
+  std::vector<ExperimentConfig> configs;
+  for (const Variant& v : variants) {
+    std::vector<std::string> overrides = base_overrides;
+    overrides.insert(overrides.end(), v.overrides.begin(), v.overrides.end());
+    try {
+      configs.push_back(load_experiment(path, overrides));
+    } catch (const ConfigError& e) {
+      throw ConfigError("variant '" + v.name + "': " + e.what());
+    }
+  }
+  if (out_dir.empty()) out_dir = "out/" + configs.front().name + "-compare";
+  // The folder may hold a previous comparison (compare.csv and run folders), nothing else.
+  std::error_code ec;
+  if (std::filesystem::exists(out_dir, ec)) {
+    for (const auto& entry : std::filesystem::directory_iterator(out_dir, ec)) {
+      const std::string name = entry.path().filename().string();
+      if (name != "compare.csv" && !entry.is_directory()) {
+        throw ConfigError(out_dir + ": refusing to write here: it holds '" + name +
+                          "', which is not a ServeLab comparison output (choose another --out)");
+      }
+    }
+  }
+  std::filesystem::create_directories(out_dir, ec);
+  std::vector<VariantResult> results;
+  for (std::size_t i = 0; i < variants.size(); ++i) {
+    RunOptions options;
+    options.out_dir = out_dir + "/" + variants[i].name;
+    options.progress = progress;
+    results.push_back({variants[i], run_simulation(configs[i], options)});
+  }
+  const std::string csv = out_dir + "/compare.csv";
+  std::FILE* f = std::fopen(csv.c_str(), "wb");
+  if (!f) throw std::runtime_error(csv + ": cannot write");
+  std::fputs(
+      "variant,overrides,completed,rejected,aborted,requests_per_s,output_tokens_per_s,"
+      "ttft_p50_ms,ttft_p99_ms,tpot_p50_ms,tpot_p99_ms,e2e_p50_ms,goodput_requests_per_s,"
+      "slo_attainment,preemptions,recomputed_tokens,prefix_hit_rate,kv_usage_mean,kv_usage_max\n",
+      f);
+  for (const VariantResult& r : results) {
+    std::string overrides;
+    for (const std::string& o : r.variant.overrides)
+      overrides += (overrides.empty() ? "" : " ") + o;
+    for (char& c : overrides) {
+      if (c == ',' || c == '"') c = ';';
+    }
+    const RunSummary& s = r.run.summary;
+    std::fprintf(
+        f,
+        "%s,%s,%" PRId64 ",%" PRId64 ",%" PRId64
+        ",%.6f,%.3f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%" PRId64 ",%" PRId64 ",%.6f,%.6f,%.6f\n",
+        r.variant.name.c_str(), overrides.c_str(), s.completed, s.rejected, s.aborted,
+        s.requests_per_s, s.output_tokens_per_s, s.ttft_ms.p50, s.ttft_ms.p99, s.tpot_ms.p50,
+        s.tpot_ms.p99, s.e2e_ms.p50, s.goodput_requests_per_s, s.slo_attainment, s.preemptions,
+        s.recomputed_tokens, s.prefix_hit_rate, s.kv_usage_mean, s.kv_usage_max);
+  }
+  if (std::fclose(f) != 0) throw std::runtime_error(csv + ": write failed");
+  return results;
+}
+
+void print_compare_table(std::FILE* out, const std::vector<VariantResult>& results) {
+  std::fprintf(out, "%-16s %9s %9s %9s %9s %9s %9s %9s %7s %7s %7s\n", "variant", "req/s",
+               "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99", "goodput", "preempt", "hit %",
+               "KV %", "done");
+  std::fprintf(out, "%-16s %9s %9s %9s %9s %9s %9s %9s %7s %7s %7s\n", "", "", "(ms)", "(ms)",
+               "(ms)", "(ms)", "(req/s)", "", "", "mean", "");
+  for (const VariantResult& r : results) {
+    const RunSummary& s = r.run.summary;
+    std::fprintf(
+        out, "%-16s %9.2f %9.1f %9.1f %9.2f %9.2f %9.2f %9" PRId64 " %7.1f %7.1f %7" PRId64 "\n",
+        r.variant.name.c_str(), s.requests_per_s, s.ttft_ms.p50, s.ttft_ms.p99, s.tpot_ms.p50,
+        s.tpot_ms.p99, s.goodput_requests_per_s, s.preemptions, 100.0 * s.prefix_hit_rate,
+        100.0 * s.kv_usage_mean, s.completed);
+  }
+}
+
+}  // namespace servelab
