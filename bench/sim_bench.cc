@@ -44,8 +44,8 @@ BENCHMARK(BM_AzureConvNoPrefixCache)->Unit(benchmark::kMillisecond);
 // H100 memory for KV).
 void BM_Synthetic1M(benchmark::State& state) {
   replay(state, "burst.yaml",
-         {"workload.num_requests=1000000", "workload.arrival.process=poisson",
-          "workload.arrival.rate=20", "serving.gpu_memory_utilization=0.9"});
+         {"workload.num_requests=1000000", "workload.arrival={process: poisson, rate: 20}",
+          "serving.gpu_memory_utilization=0.9"});
 }
 BENCHMARK(BM_Synthetic1M)->Unit(benchmark::kSecond)->Iterations(1);
 

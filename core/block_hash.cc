@@ -1,50 +1,45 @@
 #include "core/block_hash.h"
 
-#define XXH_STATIC_LINKING_ONLY  // for the stack-allocated XXH3_state_t
 #include <xxhash.h>
 
 #include <algorithm>
+#include <vector>
 
 namespace servelab {
-
-namespace {
-struct Run {
-  std::uint64_t content_id;
-  std::uint32_t offset;
-  std::uint32_t length;
-};
-}  // namespace
 
 BlockHash hash_block(const BlockHash& parent, const RequestSpec& spec, std::int32_t block_index,
                      std::int32_t block_size) {
   // Canonical description: parent, then runs (content, offset, length) in order, merging a run
   // that continues the previous one (a prompt that ends where its output stream begins cannot,
-  // since outputs use their own stream).
-  Run runs[64];
-  int num_runs = 0;
-  std::uint64_t buffer[2 + 3 * 64];
+  // since outputs use their own stream). Almost every block is one or two runs, so the words go
+  // to a stack buffer and one XXH3 call hashes them (the streaming API costs more per block
+  // than the hash itself); only a block of more than kInline runs uses the heap.
+  constexpr std::size_t kInline = 2 + 3 * 16;
+  std::uint64_t inline_words[kInline];
+  std::vector<std::uint64_t> heap_words;
+  std::uint64_t* words = inline_words;
+  std::size_t size = 0, capacity = kInline;
+  auto push = [&](std::uint64_t w) {
+    if (size == capacity) {
+      heap_words.assign(words, words + size);
+      heap_words.resize(2 * capacity);
+      words = heap_words.data();
+      capacity = heap_words.size();
+    }
+    words[size++] = w;
+  };
+  push(parent.lo);
+  push(parent.hi);
   const std::int64_t begin = static_cast<std::int64_t>(block_index) * block_size;
   const std::int64_t end = begin + block_size;
-  XXH3_state_t state;
-  XXH3_128bits_reset(&state);
-  std::uint64_t head[2] = {parent.lo, parent.hi};
-  XXH3_128bits_update(&state, head, sizeof(head));
   auto emit = [&](std::uint64_t cid, std::uint32_t off, std::uint32_t len) {
-    if (num_runs > 0 && runs[num_runs - 1].content_id == cid &&
-        runs[num_runs - 1].offset + runs[num_runs - 1].length == off) {
-      runs[num_runs - 1].length += len;
+    if (size > 2 && words[size - 3] == cid && words[size - 2] + words[size - 1] == off) {
+      words[size - 1] += len;
       return;
     }
-    if (num_runs == 64) {  // flush: very fragmented prompts
-      for (int i = 0; i < num_runs; ++i) {
-        buffer[3 * i] = runs[i].content_id;
-        buffer[3 * i + 1] = runs[i].offset;
-        buffer[3 * i + 2] = runs[i].length;
-      }
-      XXH3_128bits_update(&state, buffer, sizeof(std::uint64_t) * 3 * num_runs);
-      num_runs = 0;
-    }
-    runs[num_runs++] = {cid, off, len};
+    push(cid);
+    push(off);
+    push(len);
   };
   std::int64_t pos = 0;
   for (const PromptSegment& s : spec.prompt) {
@@ -62,13 +57,7 @@ BlockHash hash_block(const BlockHash& parent, const RequestSpec& spec, std::int3
     emit(output_content_id(spec.id), static_cast<std::uint32_t>(lo - spec.prompt_len),
          static_cast<std::uint32_t>(end - lo));
   }
-  for (int i = 0; i < num_runs; ++i) {
-    buffer[3 * i] = runs[i].content_id;
-    buffer[3 * i + 1] = runs[i].offset;
-    buffer[3 * i + 2] = runs[i].length;
-  }
-  XXH3_128bits_update(&state, buffer, sizeof(std::uint64_t) * 3 * num_runs);
-  const XXH128_hash_t h = XXH3_128bits_digest(&state);
+  const XXH128_hash_t h = XXH3_128bits(words, sizeof(std::uint64_t) * size);
   return BlockHash{h.low64, h.high64};
 }
 

@@ -5,7 +5,9 @@
 // a node-based map costs two or three cache misses per operation, this table one. Keys are
 // XXH3 outputs, uniformly distributed, so the low bits index the table directly. Linear probing
 // with backward-shift deletion (no tombstones); the capacity is fixed at construction to a power
-// of two of at least twice the most entries the pool can hold, so the load stays <= 1/2.
+// of two of at least four times the most live entries the pool can hold. (The pool leaves
+// stale entries behind and rebuilds the table when it is 3/4 full, so live entries never exceed
+// 1/4 and a rebuild comes only every two pool-sizes of inserts.)
 #pragma once
 
 #include <cstdint>
@@ -20,10 +22,10 @@ class BlockHashIndex {
  public:
   static constexpr std::int32_t kEmpty = -1;
 
-  // Room for up to `max_entries` keys.
+  // Sized for up to `max_entries` live keys (see above).
   explicit BlockHashIndex(std::size_t max_entries) {
     std::size_t cap = 16;
-    while (cap < 2 * max_entries) cap <<= 1;
+    while (cap < 4 * max_entries) cap <<= 1;
     slots_.assign(cap, Slot{});
     mask_ = cap - 1;
   }
