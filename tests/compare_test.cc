@@ -8,26 +8,16 @@
 #include <sstream>
 
 #include "core/config_node.h"
+#include "tests/test_util.h"
 
 namespace servelab {
 namespace {
 
 namespace fs = std::filesystem;
 
-fs::path temp_dir(const std::string& name) {
-  fs::path p =
-      fs::temp_directory_path() / ("servelab_cmp_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p;
-}
+using servelab::test_util::read_file;
 
-std::string read_file(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+fs::path temp_dir(const std::string& name) { return servelab::test_util::temp_dir("cmp_" + name); }
 
 const char* kExperiment =
     "name: cmp\nseed: 3\nmodel: tiny\nhardware: H100-SXM\n"

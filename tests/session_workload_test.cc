@@ -13,6 +13,7 @@
 
 #include "sim/experiment.h"
 #include "sim/run.h"
+#include "tests/test_util.h"
 #include "traces/trace_readers.h"
 
 namespace servelab {
@@ -402,33 +403,8 @@ TEST(SessionJson, FileThroughMakeWorkloadAndItsErrors) {
 
 // ---- end to end ----
 
-fs::path temp_dir(const std::string& name) {
-  fs::path p = fs::temp_directory_path() / ("servelab_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p;
-}
-
-std::vector<std::map<std::string, std::string>> read_csv(const fs::path& p) {
-  std::ifstream in(p);
-  std::string line;
-  std::getline(in, line);
-  std::vector<std::string> header;
-  std::stringstream hs(line);
-  for (std::string f; std::getline(hs, f, ',');) header.push_back(f);
-  std::vector<std::map<std::string, std::string>> rows;
-  while (std::getline(in, line)) {
-    std::map<std::string, std::string> row;
-    std::stringstream ls(line);
-    for (std::size_t i = 0; i < header.size(); ++i) {
-      std::string f;
-      if (!std::getline(ls, f, ',')) f.clear();
-      row[header[i]] = f;
-    }
-    rows.push_back(row);
-  }
-  return rows;
-}
+using servelab::test_util::read_csv;
+using servelab::test_util::temp_dir;
 
 // "12.345678901" (the exact 9-decimal format of requests.csv) to nanoseconds.
 TimeNs parse_seconds(const std::string& s) {

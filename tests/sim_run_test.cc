@@ -11,64 +11,14 @@
 
 #include "sim/experiment.h"
 #include "sim/run.h"
+#include "tests/test_util.h"
 
 namespace servelab {
 namespace {
 
 namespace fs = std::filesystem;
 
-fs::path temp_dir(const std::string& name) {
-  fs::path p = fs::temp_directory_path() / ("servelab_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p;
-}
-
-std::string read_file(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-void write_file(const fs::path& p, const std::string& text) {
-  std::ofstream out(p, std::ios::binary);
-  out << text;
-}
-
-struct Cli {
-  int code;
-  std::string out, err;
-};
-
-Cli run_sim(const std::string& args, const fs::path& dir) {
-  const fs::path out = dir / "stdout.txt", err = dir / "stderr.txt";
-  const std::string cmd =
-      std::string(SERVELAB_SIM_BIN) + " " + args + " > " + out.string() + " 2> " + err.string();
-  const int status = std::system(cmd.c_str());
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_file(out), read_file(err)};
-}
-
-std::vector<std::map<std::string, std::string>> read_csv(const fs::path& p) {
-  std::ifstream in(p);
-  std::string line;
-  std::getline(in, line);
-  std::vector<std::string> header;
-  std::stringstream hs(line);
-  for (std::string f; std::getline(hs, f, ',');) header.push_back(f);
-  std::vector<std::map<std::string, std::string>> rows;
-  while (std::getline(in, line)) {
-    std::map<std::string, std::string> row;
-    std::stringstream ls(line);
-    std::size_t i = 0;
-    for (std::string f; i < header.size(); ++i) {
-      if (!std::getline(ls, f, ',')) f.clear();
-      row[header[i]] = f;
-    }
-    rows.push_back(row);
-  }
-  return rows;
-}
+using namespace servelab::test_util;
 
 const std::string kBurst = std::string(SERVELAB_SOURCE_DIR) + "/experiments/burst.yaml";
 

@@ -7,30 +7,17 @@
 #include <fstream>
 #include <sstream>
 
+#include "tests/test_util.h"
+
 namespace {
 
 namespace fs = std::filesystem;
 
-struct Cli {
-  int code;
-  std::string out, err;
-};
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using servelab::test_util::Cli;
 
 Cli sim(const std::string& args) {
-  const fs::path dir = fs::temp_directory_path();
-  const fs::path out = dir / ("trace_cli_out_" + std::to_string(::getpid()));
-  const fs::path err = dir / ("trace_cli_err_" + std::to_string(::getpid()));
-  const int status = std::system(
-      (std::string(SERVELAB_SIM_BIN) + " " + args + " > " + out.string() + " 2> " + err.string())
-          .c_str());
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err)};
+  static const fs::path dir = servelab::test_util::temp_dir("trace_cli");
+  return servelab::test_util::run_sim(args, dir);
 }
 
 const std::string kRoot = SERVELAB_SOURCE_DIR;

@@ -1,0 +1,77 @@
+// Helpers shared by the end-to-end tests: scratch folders, whole-file I/O, CSV rows by column
+// name, and running the real `sim` command (SERVELAB_SIM_BIN) to check output and exit codes.
+#pragma once
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace servelab::test_util {
+
+namespace fs = std::filesystem;
+
+// A fresh, empty folder under the system temp dir, unique to this process and `name`.
+inline fs::path temp_dir(const std::string& name) {
+  fs::path p = fs::temp_directory_path() / ("servelab_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p;
+}
+
+inline std::string read_file(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+inline void write_file(const fs::path& p, const std::string& text) {
+  std::ofstream out(p, std::ios::binary);
+  out << text;
+}
+
+// Rows of a CSV file with a header line, each as column -> field (no quoting: ServeLab's CSVs
+// never quote).
+inline std::vector<std::map<std::string, std::string>> read_csv(const fs::path& p) {
+  std::ifstream in(p);
+  std::string line;
+  std::getline(in, line);
+  std::vector<std::string> header;
+  std::stringstream hs(line);
+  for (std::string f; std::getline(hs, f, ',');) header.push_back(f);
+  std::vector<std::map<std::string, std::string>> rows;
+  while (std::getline(in, line)) {
+    std::map<std::string, std::string> row;
+    std::stringstream ls(line);
+    for (std::size_t i = 0; i < header.size(); ++i) {
+      std::string f;
+      if (!std::getline(ls, f, ',')) f.clear();
+      row[header[i]] = f;
+    }
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+struct Cli {
+  int code;
+  std::string out, err;
+};
+
+// Runs `sim ARGS` with stdout and stderr captured in files under `dir`.
+inline Cli run_sim(const std::string& args, const fs::path& dir) {
+  const fs::path out = dir / "stdout.txt", err = dir / "stderr.txt";
+  const std::string cmd =
+      std::string(SERVELAB_SIM_BIN) + " " + args + " > " + out.string() + " 2> " + err.string();
+  const int status = std::system(cmd.c_str());
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_file(out), read_file(err)};
+}
+
+}  // namespace servelab::test_util
