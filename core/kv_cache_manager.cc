@@ -1,6 +1,8 @@
 #include "core/kv_cache_manager.h"
 
 #include <algorithm>
+#include <bit>
+#include <cassert>
 #include <stdexcept>
 #include <string>
 
@@ -13,11 +15,18 @@ std::int32_t cdiv(std::int32_t a, std::int32_t b) { return (a + b - 1) / b; }
 }  // namespace
 
 KvCacheManager::KvCacheManager(BlockPool& pool, std::int32_t block_size, std::int32_t max_model_len,
-                               bool enable_prefix_caching)
+                               bool enable_prefix_caching, const KvCacheOptions& options)
     : pool_(pool),
+      host_(options.host_pool),
       block_size_(block_size),
       max_model_len_(max_model_len),
-      caching_(enable_prefix_caching) {
+      // Systems with contiguous KV (before PagedAttention) shared no blocks between requests.
+      caching_(enable_prefix_caching && options.allocation == KvAllocation::kPaged),
+      allocation_(options.allocation),
+      reserve_(options.reserve),
+      block_shift_(std::has_single_bit(static_cast<std::uint32_t>(std::max(block_size, 1)))
+                       ? std::countr_zero(static_cast<std::uint32_t>(block_size))
+                       : -1) {
   if (block_size < 1) throw std::invalid_argument("KvCacheManager: block_size must be >= 1");
   if (max_model_len < 1) throw std::invalid_argument("KvCacheManager: max_model_len must be >= 1");
   // A table never holds more than max_model_len tokens, so this is the largest free() ever needs.
@@ -25,7 +34,7 @@ KvCacheManager::KvCacheManager(BlockPool& pool, std::int32_t block_size, std::in
 }
 
 void KvCacheManager::update_block_hashes(Request& req, std::int32_t num_tokens) {
-  const auto want = static_cast<std::size_t>(num_tokens / block_size_);
+  const auto want = static_cast<std::size_t>(full_blocks(num_tokens));
   std::vector<BlockHash>& hashes = req.block_hashes;
   if (hashes.size() >= want) return;
   if (hashes.capacity() == 0) {
@@ -46,7 +55,7 @@ PrefixHit KvCacheManager::get_computed_blocks(Request& req) {
   const std::int32_t num_tokens = req.num_tokens();
   // At least one token must be computed so the step produces logits for it; hits are whole
   // blocks, so the cap is floor((num_tokens - 1) / block_size) blocks (vLLM v1).
-  const std::int32_t max_blocks = std::max(num_tokens - 1, 0) / block_size_;
+  const std::int32_t max_blocks = full_blocks(std::max(num_tokens - 1, 0));
   for (std::int32_t i = 0; i < max_blocks; ++i) {
     // Hash lazily: a miss on block i makes every later block a miss (the chain includes the
     // parent), so the rest need not be hashed yet.
@@ -83,7 +92,11 @@ std::int32_t KvCacheManager::num_blocks_to_allocate(const Request& req, std::int
   const std::int32_t computed = std::min(req.num_computed_tokens + hit_tokens, max_model_len_);
   const std::int32_t need_slots = std::min(computed + num_new_tokens, max_model_len_);
   const auto table = static_cast<std::int32_t>(req.block_table.size());
-  std::int32_t n = std::max(cdiv(need_slots, block_size_) - table - hit_blocks, 0);
+  std::int32_t need_blocks = blocks_for(need_slots);
+  if (allocation_ == KvAllocation::kContiguous && table == 0) {
+    need_blocks = std::max(need_blocks, reservation_blocks(req));
+  }
+  std::int32_t n = std::max(need_blocks - table - hit_blocks, 0);
   // Hit blocks nobody references sit in the free queue; touching them takes them out of it, so
   // they use up free capacity just like fresh blocks.
   if (hit != nullptr) {
@@ -101,17 +114,26 @@ bool KvCacheManager::allocate_slots(Request& req, std::int32_t num_new_tokens,
     throw std::logic_error("KvCacheManager: prefix hit passed for request " +
                            std::to_string(req.id()) + " which already holds blocks");
   }
+  // Contract: a swapped-out request is swapped in before it gets slots (checked in debug builds
+  // only: this runs for every scheduled request in every step).
+  assert(req.host_block_table.empty() && "allocate_slots for a swapped-out request");
   const std::int32_t to_take = num_blocks_to_allocate(req, num_new_tokens, hit);
   if (to_take > pool_.num_free_blocks()) return false;
 
   const std::int32_t hit_tokens = hit != nullptr ? hit->num_tokens : 0;
   const std::int32_t computed = std::min(req.num_computed_tokens + hit_tokens, max_model_len_);
   const std::int32_t need_slots = std::min(computed + num_new_tokens, max_model_len_);
-  const std::int32_t need_blocks = cdiv(need_slots, block_size_);
+  const auto old_table = static_cast<std::int32_t>(req.block_table.size());
+  const std::int32_t kv_blocks = blocks_for(need_slots);  // blocks the KV tokens occupy
+  std::int32_t need_blocks = kv_blocks;
+  if (allocation_ == KvAllocation::kContiguous && old_table == 0) {
+    // The whole reservation at admission; later calls find the table long enough already.
+    need_blocks = std::max(need_blocks, reservation_blocks(req));
+  }
   if (req.block_table.capacity() < static_cast<std::size_t>(need_blocks)) {
     // Size for the request's whole life so decode steps never reallocate the table.
-    req.block_table.reserve(static_cast<std::size_t>(std::max(
-        need_blocks, cdiv(std::min(req.spec.total_tokens(), max_model_len_), block_size_))));
+    req.block_table.reserve(static_cast<std::size_t>(
+        std::max(need_blocks, blocks_for(std::min(req.spec.total_tokens(), max_model_len_)))));
   }
   if (hit != nullptr) {
     pool_.touch(hit->blocks);
@@ -128,12 +150,19 @@ bool KvCacheManager::allocate_slots(Request& req, std::int32_t num_new_tokens,
     // tokens: slots reserved beyond them (lookahead) hold nothing hashable yet.
     cache_full_blocks(req, std::min(computed + num_new_tokens, req.num_tokens()));
   }
+  // Slot accounting, incrementally: the table only grew, and the KV now reaches need_slots.
+  // The table is now max(old_table, need_blocks) long (hit blocks are part of need_blocks).
+  const std::int32_t old_kv = req.kv_accounted_tokens;
+  if (need_blocks > old_table) held_blocks_ += need_blocks - old_table;
+  kv_tokens_ += need_slots - old_kv;
+  kv_blocks_ += kv_blocks - blocks_for(old_kv);
+  req.kv_accounted_tokens = need_slots;
   return true;
 }
 
 void KvCacheManager::cache_full_blocks(Request& req, std::int32_t num_tokens) {
   const std::int32_t num_full =
-      std::min(num_tokens / block_size_, static_cast<std::int32_t>(req.block_table.size()));
+      std::min(full_blocks(num_tokens), static_cast<std::int32_t>(req.block_table.size()));
   if (num_full <= req.num_cached_blocks) return;
   update_block_hashes(req, num_full * block_size_);
   for (std::int32_t i = req.num_cached_blocks; i < num_full; ++i)
@@ -146,13 +175,99 @@ void KvCacheManager::cache_full_blocks(Request& req, std::int32_t num_tokens) {
 }
 
 void KvCacheManager::free(Request& req) {
+  if (!req.block_table.empty()) unaccount(req);
   // Last block first: within a request, the deeper end of the hash chain is evicted before the
   // shared prefix, which other requests are more likely to hit.
   scratch_.assign(req.block_table.rbegin(), req.block_table.rend());
   pool_.free_blocks(scratch_);
   req.block_table.clear();
   req.num_cached_blocks = 0;
+  req.kv_accounted_tokens = 0;
+  if (!req.host_block_table.empty()) {  // aborted while swapped out
+    host_->free(req.host_block_table);
+    req.host_block_table.clear();
+  }
   // block_hashes stay: they depend only on the request's content, not on where its KV lived.
+}
+
+void KvCacheManager::account(const Request& req) {
+  held_blocks_ += static_cast<std::int64_t>(req.block_table.size());
+  kv_tokens_ += req.kv_accounted_tokens;
+  kv_blocks_ += blocks_for(req.kv_accounted_tokens);
+}
+
+void KvCacheManager::unaccount(const Request& req) {
+  held_blocks_ -= static_cast<std::int64_t>(req.block_table.size());
+  kv_tokens_ -= req.kv_accounted_tokens;
+  kv_blocks_ -= blocks_for(req.kv_accounted_tokens);
+}
+
+std::int32_t KvCacheManager::reservation_blocks(const Request& req) const {
+  if (allocation_ == KvAllocation::kContiguous && reserve_ == KvReserve::kMaxModelLen) {
+    return blocks_for(max_model_len_);
+  }
+  return blocks_for(std::min(req.spec.total_tokens(), max_model_len_));
+}
+
+bool KvCacheManager::can_swap_out(const Request& req) const {
+  return host_ != nullptr && !req.block_table.empty() && req.host_block_table.empty() &&
+         host_->num_free_blocks() >= static_cast<std::int32_t>(req.block_table.size());
+}
+
+void KvCacheManager::swap_out(Request& req, std::vector<BlockMove>& moves) {
+  if (!can_swap_out(req)) {
+    throw std::logic_error("KvCacheManager: swap_out of request " + std::to_string(req.id()) +
+                           " which cannot be swapped out (no host pool, no device blocks, "
+                           "already swapped, or too few free host blocks)");
+  }
+  unaccount(req);
+  const std::size_t n = req.block_table.size();
+  req.host_block_table.reserve(n);
+  host_->allocate(static_cast<std::int32_t>(n), req.host_block_table);
+  moves.reserve(moves.size() + n);
+  for (std::size_t i = 0; i < n; ++i)
+    moves.push_back({req.block_table[i], req.host_block_table[i]});
+  // Freed as free() does (last first, hashes kept): until evicted, a lookup still finds the
+  // content on the device.
+  scratch_.assign(req.block_table.rbegin(), req.block_table.rend());
+  pool_.free_blocks(scratch_);
+  req.block_table.clear();
+  req.num_cached_blocks = 0;
+  // The preserved KV is what num_computed_tokens covers (the scheduler may have rolled back an
+  // unexecuted allocation before preempting); swap_in accounts for exactly that.
+  req.kv_accounted_tokens = std::min(req.num_computed_tokens, max_model_len_);
+}
+
+bool KvCacheManager::can_swap_in(const Request& req, std::int32_t num_new_tokens) const {
+  if (req.host_block_table.empty() || !req.block_table.empty()) return false;
+  const auto table = static_cast<std::int32_t>(req.host_block_table.size());
+  const std::int32_t computed = std::min(req.num_computed_tokens, max_model_len_);
+  const std::int32_t need_slots = std::min(computed + num_new_tokens, max_model_len_);
+  return std::max(table, blocks_for(need_slots)) <= pool_.num_free_blocks();
+}
+
+bool KvCacheManager::swap_in(Request& req, std::vector<BlockMove>& moves) {
+  if (req.host_block_table.empty() || !req.block_table.empty()) {
+    throw std::logic_error("KvCacheManager: swap_in of request " + std::to_string(req.id()) +
+                           " which is not swapped out");
+  }
+  const auto n = static_cast<std::int32_t>(req.host_block_table.size());
+  if (n > pool_.num_free_blocks()) return false;
+  // Fresh blocks, even where a freed device block still caches the same content: the KV is
+  // copied in regardless (vLLM v0), which keeps swap_in a plain all-or-nothing allocation.
+  pool_.get_new_blocks(n, req.block_table);
+  moves.reserve(moves.size() + static_cast<std::size_t>(n));
+  for (std::int32_t i = 0; i < n; ++i) {
+    moves.push_back({req.host_block_table[i], req.block_table[i]});
+  }
+  host_->free(req.host_block_table);
+  req.host_block_table.clear();
+  if (caching_) {
+    // Same content as before the swap-out, so the same hashes; this restores num_cached_blocks.
+    cache_full_blocks(req, std::min(req.num_computed_tokens, req.num_tokens()));
+  }
+  account(req);
+  return true;
 }
 
 }  // namespace servelab

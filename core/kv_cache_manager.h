@@ -2,21 +2,44 @@
 // (vLLM v1 kv_cache_manager.py and single_type_kv_cache_manager.py, full attention only).
 //
 // A request's table lives in Request::block_table; this class is the only writer of it,
-// of Request::block_hashes and of Request::num_cached_blocks.
+// of Request::host_block_table, Request::block_hashes, Request::num_cached_blocks and
+// Request::kv_accounted_tokens.
+//
+// Two allocation modes (KvAllocation):
+// - paged (default, PagedAttention): tables grow block by block as tokens are scheduled;
+// - contiguous (systems before PagedAttention): the first allocate_slots of an admission reserves
+//   blocks for the request's whole maximum length (KvReserve), all or nothing, and later calls
+//   take nothing more. The reservation counts as used. Prefix caching is off in this mode
+//   (those systems shared no blocks): prefix_caching() is false, get_computed_blocks() returns no
+//   hit and no hashes are registered.
+//
+// Swap (vLLM v0's preemption by swapping): with a HostBlockPool, swap_out() moves a request's KV
+// to host blocks and swap_in() brings it back; the moves are recorded for the backend (StepPlan
+// swap_out / swap_in). Contract: a request is never swapped in and out in the same step (the
+// scheduler ensures it, as vLLM v0 asserts).
+//
+// Slot accounting (for kv_cache.reserved_unused_blocks_mean and internal_fragmentation_mean):
+// O(1) counters maintained by allocate_slots / free / swap_out / swap_in, summed over the device
+// tables of live requests (a block shared by two tables counts once per table). A request's "KV
+// tokens" are the tokens computed or being computed as of its last allocate_slots
+// (min(computed + new, max_model_len)), kept in Request::kv_accounted_tokens so the counters stay
+// exact even when the scheduler rolls num_computed_tokens back before a free().
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
 #include "core/block_pool.h"
+#include "core/host_block_pool.h"
 #include "core/request_state.h"
+#include "core/step_plan.h"
 
 namespace servelab {
 
 struct PrefixCacheStats {
-  std::int64_t lookups = 0;          // get_computed_blocks calls with caching on
-  std::int64_t queried_tokens = 0;   // sum of num_tokens over lookups
-  std::int64_t hit_tokens = 0;       // sum of hit tokens over lookups
+  std::int64_t lookups = 0;            // get_computed_blocks calls with caching on
+  std::int64_t queried_tokens = 0;     // sum of num_tokens over lookups
+  std::int64_t hit_tokens = 0;         // sum of hit tokens over lookups
   std::int64_t preempted_lookups = 0;  // lookups by resumed (previously preempted) requests
   std::int64_t preempted_queried_tokens = 0;
   std::int64_t preempted_hit_tokens = 0;
@@ -27,11 +50,26 @@ struct PrefixHit {
   std::int32_t num_tokens = 0;  // blocks.size() * block_size
 };
 
+enum class KvAllocation : std::uint8_t { kPaged, kContiguous };
+
+// What a contiguous reservation covers.
+enum class KvReserve : std::uint8_t {
+  kMaxModelLen,  // cdiv(max_model_len, block_size) blocks for every request
+  kMaxTokens,    // cdiv(min(prompt_len + max_output_tokens, max_model_len), block_size) blocks
+};
+
+struct KvCacheOptions {
+  KvAllocation allocation = KvAllocation::kPaged;
+  KvReserve reserve = KvReserve::kMaxModelLen;  // contiguous mode only
+  HostBlockPool* host_pool = nullptr;  // swap space; null: no swapping (can_swap_out is false)
+};
+
 class KvCacheManager {
  public:
-  // REQUIRES: block_size >= 1, max_model_len >= 1. `pool` must outlive this manager.
+  // REQUIRES: block_size >= 1, max_model_len >= 1. `pool` (and options.host_pool) must outlive
+  // this manager. In contiguous mode enable_prefix_caching is ignored (caching is off).
   KvCacheManager(BlockPool& pool, std::int32_t block_size, std::int32_t max_model_len,
-                 bool enable_prefix_caching);
+                 bool enable_prefix_caching, const KvCacheOptions& options = {});
   KvCacheManager(const KvCacheManager&) = delete;
   KvCacheManager& operator=(const KvCacheManager&) = delete;
 
@@ -39,6 +77,10 @@ class KvCacheManager {
   bool prefix_caching() const { return caching_; }
   BlockPool& pool() { return pool_; }
   const BlockPool& pool() const { return pool_; }
+  KvAllocation allocation() const { return allocation_; }
+  bool contiguous() const { return allocation_ == KvAllocation::kContiguous; }
+  HostBlockPool* host_pool() { return host_; }
+  const HostBlockPool* host_pool() const { return host_; }
 
   // The longest run of cached full blocks matching the start of req's sequence, capped so that
   // at least one token is left to compute: at most floor((num_tokens - 1) / block_size) blocks.
@@ -51,7 +93,10 @@ class KvCacheManager {
   // are allocated, blocks that will be full after this step are registered in the cache (eagerly,
   // before the forward pass, as vLLM v1 does), and true is returned; on failure nothing changes
   // and false is returned. A hit block at reference count 0 counts against the free blocks.
-  // REQUIRES: hit is null or req.block_table is empty.
+  // In contiguous mode the first call for an empty table takes the whole reservation
+  // (reservation_blocks(req), or more if the tokens need more) and later calls take nothing.
+  // Updates the slot accounting (KV tokens := min(computed + hit + new, max_model_len)).
+  // REQUIRES: hit is null or req.block_table is empty; req is not swapped out (asserted).
   bool allocate_slots(Request& req, std::int32_t num_new_tokens, const PrefixHit* hit = nullptr);
 
   // Blocks that allocate_slots(req, n, hit) would take from the free queue.
@@ -59,8 +104,58 @@ class KvCacheManager {
                                       const PrefixHit* hit = nullptr) const;
 
   // Releases req's blocks, last block first; full blocks keep their hashes (they stay in the
-  // cache until evicted). Clears the table and num_cached_blocks.
+  // cache until evicted). Clears the table and num_cached_blocks. A swapped-out request's host
+  // blocks are released too (an abort while swapped).
   void free(Request& req);
+
+  // Blocks req holds: its device table, or its host table while swapped out.
+  std::int32_t num_blocks(const Request& req) const {
+    return static_cast<std::int32_t>(req.block_table.size() + req.host_block_table.size());
+  }
+  // Blocks a contiguous admission of req reserves (in paged mode: what its full length needs,
+  // cdiv(min(prompt_len + max_output_tokens, max_model_len), block_size)). The scheduler's
+  // "can never fit" check compares this with the usable blocks.
+  std::int32_t reservation_blocks(const Request& req) const;
+
+  // ---- Swap (REQUIRES for all but the can_* queries: a host pool) ----
+
+  // True when the host pool has a free block for every block of req's device table (and req
+  // holds some). False without a host pool.
+  bool can_swap_out(const Request& req) const;
+  // Moves req's KV to the host: for each block of its device table, in position order, takes a
+  // host block and appends {device block, host block} to `moves`; then frees the device blocks
+  // as free() does (last first, hashes kept: they stay findable until evicted) and stores the
+  // host blocks in req.host_block_table. num_computed_tokens and block_hashes are untouched (the
+  // KV is preserved, not lost); num_cached_blocks becomes 0 (no device table). Throws
+  // std::logic_error when !can_swap_out(req) or req is already swapped out (checked before any
+  // change).
+  void swap_out(Request& req, std::vector<BlockMove>& moves);
+  // True when req is swapped out and the device pool can take its host table back plus the
+  // blocks num_new_tokens more tokens would need (what swap_in then allocate_slots take).
+  bool can_swap_in(const Request& req, std::int32_t num_new_tokens) const;
+  // Brings req's KV back, all or nothing: takes fresh device blocks from the free queue (it does
+  // not look for device blocks still caching the same content: the KV is copied in regardless,
+  // as vLLM v0 does), appends {host block, device block} to `moves` in position order, frees the
+  // host blocks, and re-registers the hashes of the full blocks whose KV is computed (the
+  // content is the same), so num_cached_blocks is as before the swap-out. A hash still cached on
+  // an old device block becomes a duplicate (allowed; see BlockPool). Returns false and changes
+  // nothing when the free device blocks are too few. REQUIRES: req is swapped out (throws
+  // std::logic_error otherwise).
+  bool swap_in(Request& req, std::vector<BlockMove>& moves);
+
+  // ---- Slot accounting: O(1), over the device tables of live requests ----
+
+  // Blocks held in device tables.
+  std::int64_t num_held_blocks() const { return held_blocks_; }
+  // Token slots in those blocks: num_held_blocks() * block_size.
+  std::int64_t num_held_slots() const { return held_blocks_ * block_size_; }
+  // Of those slots, the ones holding computed (or being computed) KV.
+  std::int64_t num_kv_slots() const { return kv_tokens_; }
+  // Slots allocated but not holding KV (internal fragmentation, in slots).
+  std::int64_t num_unused_slots() const { return num_held_slots() - kv_tokens_; }
+  // Held blocks beyond cdiv(KV tokens, block_size) per table: reserved but holding no KV at all.
+  // 0 in paged mode; most of a reservation in contiguous mode.
+  std::int64_t num_reserved_unused_blocks() const { return held_blocks_ - kv_blocks_; }
 
   const PrefixCacheStats& stats() const { return stats_; }
 
@@ -69,10 +164,30 @@ class KvCacheManager {
   void update_block_hashes(Request& req, std::int32_t num_tokens);
   void cache_full_blocks(Request& req, std::int32_t num_tokens);
 
+  // cdiv(tokens, block_size) and floor(tokens / block_size) for tokens >= 0: a shift for the
+  // usual power-of-two block sizes (this runs several times per scheduled request per step).
+  std::int32_t blocks_for(std::int32_t tokens) const {
+    return block_shift_ >= 0 ? (tokens + block_size_ - 1) >> block_shift_
+                             : (tokens + block_size_ - 1) / block_size_;
+  }
+  std::int32_t full_blocks(std::int32_t tokens) const {
+    return block_shift_ >= 0 ? tokens >> block_shift_ : tokens / block_size_;
+  }
+  // Slot accounting: removes / adds req's device table and req.kv_accounted_tokens.
+  void unaccount(const Request& req);
+  void account(const Request& req);
+
   BlockPool& pool_;
+  HostBlockPool* host_;
   std::int32_t block_size_;
   std::int32_t max_model_len_;
   bool caching_;
+  KvAllocation allocation_;
+  KvReserve reserve_;
+  std::int32_t block_shift_;      // log2(block_size) when it is a power of two, else -1
+  std::int64_t held_blocks_ = 0;  // sum of device table sizes
+  std::int64_t kv_tokens_ = 0;    // sum of kv_accounted_tokens over device tables
+  std::int64_t kv_blocks_ = 0;    // sum of cdiv(kv_accounted_tokens, block_size)
   PrefixCacheStats stats_;
   std::vector<BlockId> scratch_;
 };

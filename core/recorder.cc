@@ -75,7 +75,9 @@ RequestRecord Recorder::make_record(const Request& req) const {
   return r;
 }
 
-void Recorder::on_reject(const Request& req, TimeNs /*now*/) { records_.push_back(make_record(req)); }
+void Recorder::on_reject(const Request& req, TimeNs /*now*/) {
+  records_.push_back(make_record(req));
+}
 
 void Recorder::on_token(const Request& /*req*/, TimeNs prev_token_ns, TimeNs now) {
   if (prev_token_ns >= 0) itl_ns_.add(now - prev_token_ns);
@@ -83,7 +85,9 @@ void Recorder::on_token(const Request& /*req*/, TimeNs prev_token_ns, TimeNs now
 
 void Recorder::on_preempt(const Request& /*req*/, TimeNs /*now*/) { ++preemptions_; }
 
-void Recorder::on_finish(const Request& req, TimeNs /*now*/) { records_.push_back(make_record(req)); }
+void Recorder::on_finish(const Request& req, TimeNs /*now*/) {
+  records_.push_back(make_record(req));
+}
 
 void Recorder::on_step(const StepPlan& plan, TimeNs start, TimeNs duration,
                        const StepSnapshot& snap) {
@@ -94,15 +98,22 @@ void Recorder::on_step(const StepPlan& plan, TimeNs start, TimeNs duration,
   usage_time_ += static_cast<long double>(usage) * static_cast<long double>(duration);
   busy_time_ += duration;
   usage_max_ = std::max(usage_max_, usage);
+  reserved_unused_time_ +=
+      static_cast<long double>(snap.kv_blocks_reserved_unused) * static_cast<long double>(duration);
+  if (snap.kv_slots_held > 0) {
+    const long double unused = static_cast<long double>(snap.kv_slots_held - snap.kv_slots_filled) /
+                               static_cast<long double>(snap.kv_slots_held);
+    fragmentation_time_ += unused * static_cast<long double>(duration);
+  }
   swapped_out_ += static_cast<std::int64_t>(plan.swap_out.size());
   swapped_in_ += static_cast<std::int64_t>(plan.swap_in.size());
   if (steps_) {
-    std::fprintf(steps_,
-                 "%" PRId64 ",%s,%s,%zu,%d,%d,%d,%d,%d,%.6f,%d,%d,%zu,%zu,%zu\n", plan.step_index,
-                 format_seconds(start).c_str(), format_ms(duration).c_str(), plan.requests.size(),
-                 plan.num_prefill_tokens, plan.num_decode_tokens, snap.kv_blocks_used,
-                 snap.kv_blocks_free, snap.kv_blocks_cached, usage, snap.waiting, snap.running,
-                 plan.preempted.size(), plan.swap_out.size(), plan.swap_in.size());
+    std::fprintf(steps_, "%" PRId64 ",%s,%s,%zu,%d,%d,%d,%d,%d,%.6f,%d,%d,%zu,%zu,%zu\n",
+                 plan.step_index, format_seconds(start).c_str(), format_ms(duration).c_str(),
+                 plan.requests.size(), plan.num_prefill_tokens, plan.num_decode_tokens,
+                 snap.kv_blocks_used, snap.kv_blocks_free, snap.kv_blocks_cached, usage,
+                 snap.waiting, snap.running, plan.preempted.size(), plan.swap_out.size(),
+                 plan.swap_in.size());
   }
   if (schedule_) {
     for (const ScheduledRequest& s : plan.requests) {
@@ -170,8 +181,8 @@ RunSummary Recorder::summary() const {
     s.output_tokens_per_s = static_cast<double>(s.output_tokens) / s.duration_s;
     s.goodput_requests_per_s = static_cast<double>(good) / s.duration_s;
   }
-  s.slo_attainment = s.completed > 0 ? static_cast<double>(good) / static_cast<double>(s.completed)
-                                     : 0.0;
+  s.slo_attainment =
+      s.completed > 0 ? static_cast<double>(good) / static_cast<double>(s.completed) : 0.0;
   s.num_steps = num_steps_;
   s.preemptions = preemptions_;
   s.prefix_queried_tokens = prefix_.queried_tokens + prefix_.preempted_queried_tokens;
@@ -182,6 +193,11 @@ RunSummary Recorder::summary() const {
   s.kv_usage_mean =
       busy_time_ > 0 ? static_cast<double>(usage_time_ / static_cast<long double>(busy_time_)) : 0;
   s.kv_usage_max = usage_max_;
+  if (busy_time_ > 0) {
+    const auto busy = static_cast<long double>(busy_time_);
+    s.kv_reserved_unused_blocks_mean = static_cast<double>(reserved_unused_time_ / busy);
+    s.kv_internal_fragmentation_mean = static_cast<double>(fragmentation_time_ / busy);
+  }
   s.swapped_out_blocks = swapped_out_;
   s.swapped_in_blocks = swapped_in_;
   return s;
@@ -201,11 +217,10 @@ void Recorder::write_requests_csv(const std::string& path) const {
       f);
   for (const RequestRecord* r : rows) {
     const bool done = r->status == RequestStatus::kFinished;
-    const std::string tpot =
-        done && r->output_tokens > 1
-            ? format_double(ns_to_ms(r->finish_ns - r->first_token_ns) /
-                            static_cast<double>(r->output_tokens - 1))
-            : "";
+    const std::string tpot = done && r->output_tokens > 1
+                                 ? format_double(ns_to_ms(r->finish_ns - r->first_token_ns) /
+                                                 static_cast<double>(r->output_tokens - 1))
+                                 : "";
     std::string reason = r->reason;
     std::replace(reason.begin(), reason.end(), ',', ';');
     std::fprintf(
@@ -266,7 +281,9 @@ void write_summary_json(const std::string& path, const RunSummary& s,
   j["kv_cache"] = {{"usage_mean", s.kv_usage_mean},
                    {"usage_max", s.kv_usage_max},
                    {"swapped_out_blocks", s.swapped_out_blocks},
-                   {"swapped_in_blocks", s.swapped_in_blocks}};
+                   {"swapped_in_blocks", s.swapped_in_blocks},
+                   {"reserved_unused_blocks_mean", s.kv_reserved_unused_blocks_mean},
+                   {"internal_fragmentation_mean", s.kv_internal_fragmentation_mean}};
   std::ofstream out(path, std::ios::binary);
   if (!out) throw std::runtime_error(path + ": cannot write");
   out << j.dump(2) << '\n';

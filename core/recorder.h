@@ -35,7 +35,20 @@ struct StepSnapshot {
   std::int32_t num_usable_blocks = 0;
   std::int32_t waiting = 0;
   std::int32_t running = 0;
+  // Slot accounting over the device tables of live requests (KvCacheManager; fill with
+  // fill_kv_slot_stats): token slots held, slots holding computed KV, and held blocks holding no
+  // KV at all (a contiguous reservation's unused part).
+  std::int64_t kv_slots_held = 0;
+  std::int64_t kv_slots_filled = 0;
+  std::int64_t kv_blocks_reserved_unused = 0;
 };
+
+// Copies the manager's O(1) slot counters into the snapshot.
+inline void fill_kv_slot_stats(const KvCacheManager& kv, StepSnapshot& s) {
+  s.kv_slots_held = kv.num_held_slots();
+  s.kv_slots_filled = kv.num_kv_slots();
+  s.kv_blocks_reserved_unused = kv.num_reserved_unused_blocks();
+}
 
 struct RequestRecord {
   RequestId id = 0;
@@ -60,6 +73,9 @@ struct RunSummary {
   double prefix_hit_rate = 0;
   double kv_usage_mean = 0, kv_usage_max = 0;
   std::int64_t swapped_out_blocks = 0, swapped_in_blocks = 0;
+  // Time-weighted over steps: held blocks holding no KV, and the fraction of held token slots
+  // not holding computed KV (0 in a step that holds none).
+  double kv_reserved_unused_blocks_mean = 0, kv_internal_fragmentation_mean = 0;
 };
 
 class Recorder : public SchedulerObserver {
@@ -102,6 +118,8 @@ class Recorder : public SchedulerObserver {
   long double usage_time_ = 0;  // sum of usage * duration
   TimeNs busy_time_ = 0;
   double usage_max_ = 0;
+  long double reserved_unused_time_ = 0;  // sum of reserved-unused blocks * duration
+  long double fragmentation_time_ = 0;    // sum of unused-slot fraction * duration
   std::int64_t swapped_out_ = 0, swapped_in_ = 0;
   TimeNs first_arrival_ = 0, end_ = 0;
   PrefixCacheStats prefix_;

@@ -28,6 +28,15 @@ Scheduler::Scheduler(const SchedulerConfig& config, KvCacheManager& kv, Schedule
   if (config_.max_model_len < 1) {
     throw std::invalid_argument("Scheduler: max_model_len must be >= 1");
   }
+  if (config_.max_preemptions < 0) {
+    throw std::invalid_argument("Scheduler: max_preemptions must be >= 0");
+  }
+  if (config_.sarathi_chunk_size < 0) {
+    throw std::invalid_argument("Scheduler: sarathi_chunk_size must be >= 0");
+  }
+  if (!(config_.admission_watermark >= 0.0 && config_.admission_watermark < 1.0)) {
+    throw std::invalid_argument("Scheduler: admission_watermark must be in [0, 1)");
+  }
   if (config_.long_prefill_token_threshold < 0) {
     throw std::invalid_argument("Scheduler: long_prefill_token_threshold must be >= 0");
   }
@@ -76,7 +85,29 @@ std::string Scheduler::rejection_reason(const RequestSpec& spec) const {
     return "needs " + std::to_string(blocks) + " KV blocks, more than the cache's capacity of " +
            std::to_string(usable) + " blocks";
   }
-  if (!config_.enable_chunked_prefill) {
+  const BatchFormation bf = config_.batch_formation;
+  if (bf == BatchFormation::kSarathi || bf == BatchFormation::kPrefillFirst) {
+    // Admission must leave the watermark free (vLLM v0 can_allocate answers NEVER otherwise); a
+    // resumed request is admitted with up to total - 1 tokens.
+    const std::int64_t need = cdiv(total - 1, config_.block_size) + watermark_blocks();
+    if (need > usable) {
+      return "needs " + std::to_string(cdiv(total - 1, config_.block_size)) +
+             " KV blocks plus a watermark of " + std::to_string(watermark_blocks()) +
+             ", more than the cache's capacity of " + std::to_string(usable) + " blocks";
+    }
+  }
+  if (bf == BatchFormation::kOrca || bf == BatchFormation::kPrefillFirst) {
+    // Whole prompts only: Orca never preempts, so a prompt is the most one step asks for; a
+    // prefill-first request resumed after a preemption asks for up to total - 1.
+    const std::int64_t worst = bf == BatchFormation::kOrca ? spec.prompt_len : total - 1;
+    if (worst > config_.max_num_batched_tokens) {
+      return "may need " + std::to_string(worst) +
+             " tokens in one step, more than max_num_batched_tokens " +
+             std::to_string(config_.max_num_batched_tokens) + " with " +
+             (bf == BatchFormation::kOrca ? "orca" : "prefill-first") + " batching (no chunking)";
+    }
+  }
+  if (bf == BatchFormation::kVllm && !config_.enable_chunked_prefill) {
     // A waiting request asks for num_tokens - hit tokens in one step; num_tokens reaches
     // total - 1 before the last token is sampled (a request resumed after a preemption).
     std::int64_t worst = total - 1;
@@ -146,15 +177,53 @@ void Scheduler::add_to_plan(Request& r, std::int32_t n, std::int32_t cached_now,
 }
 
 std::size_t Scheduler::pick_victim() const {
-  if (config_.preemption_victim == PreemptionVictim::kLastRunning) return running_.size() - 1;
-  // vLLM: max(running, key=(priority, arrival_time)); Python's max keeps the first of equals.
   std::size_t best = 0;
-  for (std::size_t k = 1; k < running_.size(); ++k) {
-    const RequestSpec& a = running_[k]->spec;
-    const RequestSpec& b = running_[best]->spec;
-    if (std::tie(a.priority, a.arrival_ns) > std::tie(b.priority, b.arrival_ns)) best = k;
+  switch (config_.preemption_victim) {
+    case PreemptionVictim::kLastRunning:
+      return running_.size() - 1;
+    case PreemptionVictim::kLowestPriority:
+      // vLLM: max(running, key=(priority, arrival_time)); Python's max keeps the first of equals.
+      for (std::size_t k = 1; k < running_.size(); ++k) {
+        const RequestSpec& a = running_[k]->spec;
+        const RequestSpec& b = running_[best]->spec;
+        if (std::tie(a.priority, a.arrival_ns) > std::tie(b.priority, b.arrival_ns)) best = k;
+      }
+      return best;
+    case PreemptionVictim::kFewestComputed:
+      // SGLang retract_decode: sort by (len(output_ids), -len(input_ids)) descending (a stable
+      // sort), pop from the end: the fewest outputs, then the longest prompt, then the later one
+      // in running order. Losing the least decode work is cheapest to redo.
+      for (std::size_t k = 1; k < running_.size(); ++k) {
+        const Request& a = *running_[k];
+        const Request& b = *running_[best];
+        const auto ka = std::make_tuple(a.num_output_tokens(), -a.spec.prompt_len);
+        const auto kb = std::make_tuple(b.num_output_tokens(), -b.spec.prompt_len);
+        if (ka <= kb) best = k;
+      }
+      return best;
+    case PreemptionVictim::kMostBlocks:
+      // Frees the most memory per preemption; ties go to the later arrival (then the larger id),
+      // which has waited least.
+      for (std::size_t k = 1; k < running_.size(); ++k) {
+        const Request& a = *running_[k];
+        const Request& b = *running_[best];
+        if (std::make_tuple(a.block_table.size(), a.spec.arrival_ns, a.id()) >
+            std::make_tuple(b.block_table.size(), b.spec.arrival_ns, b.id())) {
+          best = k;
+        }
+      }
+      return best;
   }
-  return best;
+  return running_.size() - 1;
+}
+
+bool Scheduler::in_plan(const Request& r) const {
+  return std::find(plan_requests_.begin(), plan_requests_.end(), &r) != plan_requests_.end();
+}
+
+std::int32_t Scheduler::watermark_blocks() const {
+  // vLLM v0: watermark_blocks = int(watermark * num_gpu_blocks).
+  return static_cast<std::int32_t>(config_.admission_watermark * kv_.pool().num_usable_blocks());
 }
 
 std::int32_t Scheduler::unschedule(const Request& r) {
@@ -191,9 +260,47 @@ void Scheduler::preempt(Request& victim, TimeNs now) {
   victim.num_computed_tokens = 0;
   ++victim.num_preemptions;
   ++counters_.num_preemptions;
-  waiting_->push_front(&victim);
+  // Past the cap the request is given up instead of thrashing forever (a livelock guard).
+  const bool give_up =
+      config_.max_preemptions > 0 && victim.num_preemptions > config_.max_preemptions;
+  if (!give_up) waiting_->push_front(&victim);
   plan_.preempted.push_back(victim.id());
   if (observer_ != nullptr) observer_->on_preempt(victim, now);
+  if (give_up) abort_request(victim, now);
+}
+
+void Scheduler::abort_request(Request& r, TimeNs now) {
+  kv_.free(r);  // a no-op after preempt(); keeps the contract for other callers
+  r.status = RequestStatus::kAborted;
+  r.finish_ns = now;
+  r.finish_reason = "preempted " + std::to_string(r.num_preemptions) + " times (max_preemptions " +
+                    std::to_string(config_.max_preemptions) + ")";
+  ++counters_.num_aborted;
+  if (observer_ != nullptr) observer_->on_finish(r, now);
+  delete &r;
+}
+
+bool Scheduler::make_room(std::size_t& i, std::int32_t n, std::int32_t& budget, TimeNs now) {
+  Request* r = running_[i];
+  while (!kv_.allocate_slots(*r, n)) {
+    const std::size_t v = pick_victim();
+    Request* victim = running_[v];
+    running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(v));
+    if (in_plan(*victim)) budget += unschedule(*victim);
+    if (v < i) --i;
+    preempt(*victim, now);  // may delete the victim: compare pointers only from here on
+    if (victim == r) return false;
+  }
+  return true;
+}
+
+void Scheduler::admit_front(Request& r, const PrefixHit& hit) {
+  waiting_->pop_front();
+  running_.push_back(&r);
+  r.status = RequestStatus::kRunning;
+  r.num_computed_tokens = hit.num_tokens;
+  r.max_computed_tokens = std::max(r.max_computed_tokens, hit.num_tokens);
+  if (r.num_cached_tokens < 0) r.num_cached_tokens = hit.num_tokens;
 }
 
 const StepPlan& Scheduler::schedule(TimeNs now) {
@@ -202,7 +309,23 @@ const StepPlan& Scheduler::schedule(TimeNs now) {
   plan_requests_.clear();
   plan_undo_.clear();
   plan_.step_index = next_step_++;
-  fill_plan(now, /*admit=*/true);
+  switch (config_.batch_formation) {
+    case BatchFormation::kVllm:
+      fill_plan(now, /*admit=*/true);
+      break;
+    case BatchFormation::kStatic:
+      fill_plan_static(now);
+      break;
+    case BatchFormation::kOrca:
+      fill_plan_orca(now);
+      break;
+    case BatchFormation::kSarathi:
+      fill_plan_sarathi(now, /*admit=*/true);
+      break;
+    case BatchFormation::kPrefillFirst:
+      fill_plan_prefill_first(now, /*admit=*/true);
+      break;
+  }
   // A lowest-priority victim can be the request being scheduled while others still run, which
   // leaves an empty plan; vLLM's engine loop then simply schedules again (an empty step runs no
   // model), so do that here: an empty plan keeps meaning "nothing can run". Each pass either
@@ -211,7 +334,13 @@ const StepPlan& Scheduler::schedule(TimeNs now) {
   // the difference is one step of admission delay in this rare case). Never taken with
   // last-running victims (a request preempts itself only when it is the last one running).
   while (plan_.requests.empty() && !plan_.preempted.empty() && !running_.empty()) {
-    fill_plan(now, /*admit=*/false);
+    if (config_.batch_formation == BatchFormation::kSarathi) {
+      fill_plan_sarathi(now, /*admit=*/false);
+    } else if (config_.batch_formation == BatchFormation::kPrefillFirst) {
+      fill_plan_prefill_first(now, /*admit=*/false);
+    } else {
+      fill_plan(now, /*admit=*/false);  // static and orca never preempt
+    }
   }
 
   assert(plan_.num_tokens() <= config_.max_num_batched_tokens);
@@ -244,7 +373,8 @@ void Scheduler::fill_plan(TimeNs now, bool admit) {
       Request* victim = running_[v];
       running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(v));
       if (v < i) {
-        budget += unschedule(*victim);
+        // Requests given 0 tokens lie before i too, without a plan entry.
+        if (in_plan(*victim)) budget += unschedule(*victim);
         --i;
       }
       preempt(*victim, now);
@@ -279,6 +409,168 @@ void Scheduler::fill_plan(TimeNs now, bool admit) {
     if (r.num_cached_tokens < 0) r.num_cached_tokens = hit.num_tokens;
     add_to_plan(r, n, hit.num_tokens, now);
     budget -= n;
+  }
+}
+
+void Scheduler::fill_plan_static(TimeNs now) {
+  std::int32_t budget = config_.max_num_batched_tokens;
+  if (running_.empty()) {
+    // Form the next batch from the head of the queue. Each member reserves blocks for its
+    // maximum length now, so the batch can never run out of memory (static batching sizes the
+    // batch for the worst case); the first member that does not fit ends the batch.
+    const auto max_seqs = static_cast<std::size_t>(config_.max_num_seqs);
+    while (!waiting_->empty() && running_.size() < max_seqs) {
+      Request& r = *waiting_->front();
+      PrefixHit hit = kv_.get_computed_blocks(r);
+      if (!kv_.allocate_slots(r, r.spec.total_tokens() - hit.num_tokens, &hit)) break;
+      admit_front(r, hit);
+    }
+  }
+  // Lockstep: while any member's prompt is unfinished the step only prefills (chunked under the
+  // budget, members in order); members that finished theirs wait for the others, as one padded
+  // batch would. Then every member decodes each step until the longest is done.
+  bool prefilling = false;
+  for (const Request* r : running_) prefilling = prefilling || prefill_pending(*r);
+  for (std::size_t i = 0; i < running_.size() && budget > 0; ++i) {
+    Request& r = *running_[i];
+    if (prefilling != prefill_pending(r)) continue;
+    const std::int32_t n = std::min(r.num_tokens() - r.num_computed_tokens, budget);
+    if (n <= 0) continue;
+    // Within the reservation: never fails (it only registers newly full blocks).
+    const bool ok = kv_.allocate_slots(r, n);
+    assert(ok);
+    (void)ok;
+    add_to_plan(r, n, r.first_scheduled_ns < 0 ? r.num_computed_tokens : 0, now);
+    budget -= n;
+  }
+}
+
+void Scheduler::fill_plan_orca(TimeNs now) {
+  std::int32_t budget = config_.max_num_batched_tokens;
+  // Every running request decodes (its prompt went whole at admission, and its blocks were
+  // reserved then, so this never preempts).
+  for (std::size_t i = 0; i < running_.size() && budget > 0; ++i) {
+    Request& r = *running_[i];
+    const std::int32_t n = std::min(r.num_tokens() - r.num_computed_tokens, budget);
+    if (n <= 0) continue;
+    const bool ok = kv_.allocate_slots(r, n);
+    assert(ok);
+    (void)ok;
+    add_to_plan(r, n, 0, now);
+    budget -= n;
+  }
+  // New requests join while the whole prompt fits the remaining budget (no chunking: the head
+  // waits if it does not) and blocks for prompt + max_output_tokens can be reserved.
+  const auto max_seqs = static_cast<std::size_t>(config_.max_num_seqs);
+  while (!waiting_->empty() && budget > 0 && running_.size() < max_seqs) {
+    Request& r = *waiting_->front();
+    PrefixHit hit = kv_.get_computed_blocks(r);
+    const std::int32_t n = r.num_tokens() - hit.num_tokens;
+    if (n > budget) break;
+    // The whole prompt is computed in this step, so registering its full blocks now is exact.
+    if (!kv_.allocate_slots(r, r.spec.total_tokens() - hit.num_tokens, &hit)) break;
+    admit_front(r, hit);
+    add_to_plan(r, n, hit.num_tokens, now);
+    budget -= n;
+  }
+}
+
+void Scheduler::fill_plan_sarathi(TimeNs now, bool admit) {
+  const std::int32_t tau = config_.sarathi_chunk_size > 0 ? std::min(config_.sarathi_chunk_size,
+                                                                     config_.max_num_batched_tokens)
+                                                          : config_.max_num_batched_tokens;
+  std::int32_t budget = tau;
+  bool preempted = false;
+  // 1. Decodes, 1 token each, so none ever stalls behind a prefill.
+  std::size_t i = 0;
+  while (i < running_.size() && budget > 0) {
+    Request& r = *running_[i];
+    if (prefill_pending(r) || r.num_tokens() - r.num_computed_tokens <= 0) {
+      ++i;
+      continue;
+    }
+    const std::size_t before = plan_.preempted.size();
+    const bool ok = make_room(i, 1, budget, now);
+    preempted = preempted || plan_.preempted.size() != before;
+    if (!ok) continue;  // r preempted itself; i now names the next request
+    add_to_plan(r, 1, 0, now);
+    budget -= 1;
+    ++i;
+  }
+  // 2. Ongoing partial prefills (admitted earlier, or refunded above), each chunked to what is
+  // left of tau.
+  i = 0;
+  while (i < running_.size() && budget > 0) {
+    Request& r = *running_[i];
+    if (!prefill_pending(r)) {
+      ++i;
+      continue;
+    }
+    const std::int32_t n = std::min(r.num_tokens() - r.num_computed_tokens, budget);
+    const std::size_t before = plan_.preempted.size();
+    const bool ok = make_room(i, n, budget, now);
+    preempted = preempted || plan_.preempted.size() != before;
+    if (!ok) continue;
+    add_to_plan(r, n, 0, now);
+    budget -= n;
+    ++i;
+  }
+  // 3. New requests while the whole prompt's blocks fit above the watermark (Sarathi's
+  // can_allocate) and a seat is free. Blocks are then taken chunk by chunk, so none is
+  // registered in the prefix cache before its KV is computed. Nobody is admitted in a step that
+  // preempted: the freed blocks are the victims'.
+  const auto max_seqs = static_cast<std::size_t>(config_.max_num_seqs);
+  const std::int32_t watermark = watermark_blocks();
+  while (admit && !preempted && !waiting_->empty() && budget > 0 && running_.size() < max_seqs) {
+    Request& r = *waiting_->front();
+    PrefixHit hit = kv_.get_computed_blocks(r);
+    const std::int32_t prompt = r.num_tokens() - hit.num_tokens;
+    if (kv_.num_blocks_to_allocate(r, prompt, &hit) + watermark > kv_.pool().num_free_blocks()) {
+      break;
+    }
+    const std::int32_t n = std::min(prompt, budget);
+    const bool ok = kv_.allocate_slots(r, n, &hit);
+    assert(ok);
+    (void)ok;
+    admit_front(r, hit);
+    add_to_plan(r, n, hit.num_tokens, now);
+    budget -= n;
+  }
+}
+
+void Scheduler::fill_plan_prefill_first(TimeNs now, bool admit) {
+  std::int32_t budget = config_.max_num_batched_tokens;
+  // Prefill step: admit from the head while the whole prompt fits the budget, its blocks leave
+  // the watermark free and a seat is free (vLLM v0 _schedule_prefills, head-of-line).
+  const auto max_seqs = static_cast<std::size_t>(config_.max_num_seqs);
+  const std::int32_t watermark = watermark_blocks();
+  while (admit && !waiting_->empty() && running_.size() < max_seqs) {
+    Request& r = *waiting_->front();
+    PrefixHit hit = kv_.get_computed_blocks(r);
+    const std::int32_t n = r.num_tokens() - hit.num_tokens;
+    if (n > budget) break;
+    if (kv_.num_blocks_to_allocate(r, n, &hit) + watermark > kv_.pool().num_free_blocks()) break;
+    const bool ok = kv_.allocate_slots(r, n, &hit);
+    assert(ok);
+    (void)ok;
+    admit_front(r, hit);
+    add_to_plan(r, n, hit.num_tokens, now);
+    budget -= n;
+  }
+  if (!plan_.requests.empty()) return;  // prefill-only: running requests skip this step
+  // Decode step over every running request, preempting victims when one cannot append.
+  std::size_t i = 0;
+  while (i < running_.size() && budget > 0) {
+    Request& r = *running_[i];
+    const std::int32_t n = std::min(r.num_tokens() - r.num_computed_tokens, budget);
+    if (n <= 0) {
+      ++i;
+      continue;
+    }
+    if (!make_room(i, n, budget, now)) continue;
+    add_to_plan(r, n, 0, now);
+    budget -= n;
+    ++i;
   }
 }
 

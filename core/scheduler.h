@@ -17,6 +17,24 @@
 //    hit (threshold-capped); with chunking off a request over the budget stops admission; a
 //    request that cannot get blocks stops admission (no skipping).
 // 3. Every scheduled request's num_computed_tokens advances by its n.
+// Other batch formations (config.batch_formation, the `batch` plugin; see docs/policies.md):
+// - kStatic: when nothing runs, a batch is formed from the head of the waiting queue (up to
+//   max_num_seqs, each with blocks for prompt + max_output_tokens reserved at admission); its
+//   prompts are prefilled chunk by chunk under the budget (members whose prompt is done wait),
+//   then all members decode in lockstep; finished members leave, nobody joins until all end.
+// - kOrca: every running request decodes each step; then waiting requests join in queue order
+//   while their whole prompt fits the remaining budget (no chunking, head-of-line) and blocks for
+//   prompt + max_output_tokens can be reserved. Never preempts.
+// - kSarathi: decodes first (1 token each, preempting a victim when one cannot get a slot), then
+//   ongoing partial prefills, then new admissions while the whole prompt's blocks fit above the
+//   watermark; prefills get min(remaining, tau - used) with tau = sarathi_chunk_size.
+// - kPrefillFirst: if the head of the waiting queue can be admitted (whole prompt in the budget,
+//   blocks above the watermark, a free seat), the step is prefill-only (admit while they fit);
+//   otherwise it decodes every running request, preempting victims as needed.
+// Victims (config.preemption_victim): last running, lowest priority, SGLang's retract order
+// (fewest outputs, then longest prompt) or most blocks; a victim already in this step's plan is
+// refunded. With config.max_preemptions > 0, a request preempted more than that many times is
+// aborted (kAborted, reported through on_finish, then deleted).
 // Requests whose prompt + output exceed max_model_len, or that could never fit in the whole
 // cache, are rejected at arrival (counted, never scheduled). So are empty prompts, requests for
 // no output, and, with chunked prefill off, requests that might one day need more tokens in one
@@ -87,9 +105,31 @@ class Scheduler {
  private:
   // The reason a request must be refused at arrival, or "" if it can be queued.
   std::string rejection_reason(const RequestSpec& spec) const;
+  // Frees the victim's KV and requeues it at the head (or aborts it past the preemption cap;
+  // the victim is then deleted). REQUIRES: the victim was unlinked from running_ and unscheduled.
   void preempt(Request& victim, TimeNs now);
+  // Gives up on `r` (unlinked, no plan entry, blocks freed here): reports and deletes it.
+  void abort_request(Request& r, TimeNs now);
   // One pass of the running phase, then (if `admit`) the waiting phase, appending to plan_.
   void fill_plan(TimeNs now, bool admit);
+  // The batch formations other than vLLM's, one step each (see above); they append to plan_.
+  void fill_plan_static(TimeNs now);
+  void fill_plan_orca(TimeNs now);
+  void fill_plan_sarathi(TimeNs now, bool admit);
+  void fill_plan_prefill_first(TimeNs now, bool admit);
+  // Allocates n slots for running_[i], preempting victims until it fits; a victim already in the
+  // plan is refunded to `budget`, and i follows running_[i] when an earlier entry leaves. Returns
+  // false when running_[i] preempted itself (it is gone; i then indexes the next request).
+  bool make_room(std::size_t& i, std::int32_t n, std::int32_t& budget, TimeNs now);
+  // Moves the waiting queue's front `r` (which just got its blocks for `hit`) to running_.
+  void admit_front(Request& r, const PrefixHit& hit);
+  // Blocks an admission must leave free (admission_watermark of the usable blocks).
+  std::int32_t watermark_blocks() const;
+  // Whether r still has prompt (or, after a preemption, prompt + outputs) to prefill.
+  static bool prefill_pending(const Request& r) {
+    return r.num_computed_tokens < r.spec.prompt_len || r.num_tokens() - r.num_computed_tokens > 1;
+  }
+  bool in_plan(const Request& r) const;
   // The index in running_ of the next preemption victim (see above).
   std::size_t pick_victim() const;
   // Removes the plan entry of `r` (scheduled earlier in this step), undoing its progress and

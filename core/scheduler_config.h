@@ -16,6 +16,20 @@ enum class PreemptionVictim : std::uint8_t {
   kLastRunning,     // vLLM v1 FCFS: running.pop(), never a request already scheduled this step
   kLowestPriority,  // vLLM v1 PRIORITY: max over running of (priority, arrival); may be one
                     // already scheduled this step, whose entry and budget are then refunded
+  kFewestComputed,  // SGLang retract_decode: fewest output tokens, then longest prompt, then
+                    // later in the running list (refunded like kLowestPriority)
+  kMostBlocks,      // the request holding the most KV blocks, ties to the later arrival
+                    // (refunded like kLowestPriority)
+};
+
+// How a step's batch is formed (the `batch` plugin). Every formation shares the token budget
+// max_num_batched_tokens, the seat cap max_num_seqs and the recompute preemption machinery.
+enum class BatchFormation : std::uint8_t {
+  kVllm,          // vLLM v1 continuous batching with chunked prefill (the default)
+  kStatic,        // one batch at a time, max length reserved, nobody joins until all finish
+  kOrca,          // iteration-level: whole prompts only, max length reserved, joins every step
+  kSarathi,       // Sarathi-Serve stall-free: decodes, then partial prefills, then new chunks
+  kPrefillFirst,  // vLLM v0 default: a step is prefill-only or decode-only, no chunking
 };
 
 struct SchedulerConfig {
@@ -27,6 +41,15 @@ struct SchedulerConfig {
   bool enable_prefix_caching = true;
   std::int32_t block_size = 16;
   PreemptionVictim preemption_victim = PreemptionVictim::kLastRunning;
+  // A request preempted more than this many times is aborted (0: no cap).
+  std::int32_t max_preemptions = 0;
+  BatchFormation batch_formation = BatchFormation::kVllm;
+  // Sarathi's per-step token budget tau (0: max_num_batched_tokens; larger values are capped
+  // at max_num_batched_tokens).
+  std::int32_t sarathi_chunk_size = 0;
+  // Fraction of the usable blocks an admission must leave free (vLLM v0 / Sarathi watermark);
+  // used by kSarathi and kPrefillFirst only.
+  double admission_watermark = 0.01;
   // Builds the waiting queue (a queue-order plugin). Empty: FCFS.
   std::function<std::unique_ptr<WaitingQueue>()> make_waiting_queue;
 };

@@ -152,6 +152,49 @@ void register_core_policies(PolicyRegistry& r) {
          "budget with chunked prefill",
          "vLLM v1 Scheduler.schedule() (vllm/v1/core/sched/scheduler.py)",
          {}});
+  r.add({PolicyKind::kBatch,
+         "static",
+         "static batching: a batch forms only when nothing runs, reserves every member's maximum "
+         "length, prefills (chunked) then decodes in lockstep; nobody joins until all finish",
+         "request-level batching of pre-Orca servers (e.g. FasterTransformer, TF Serving)",
+         {}});
+  r.add({PolicyKind::kBatch,
+         "orca",
+         "iteration-level scheduling: running requests decode every step, new ones join whole "
+         "(no chunking, head-of-line) when blocks for prompt + max_output_tokens can be reserved",
+         "Orca (Yu et al., OSDI'22); Sarathi-Serve's orca_scheduler.py baseline",
+         {}});
+  r.add({PolicyKind::kBatch,
+         "sarathi",
+         "stall-free batching: decodes first, then ongoing partial prefills, then new prompts, "
+         "chunked to a per-step token budget tau",
+         "Sarathi-Serve (Agrawal et al., OSDI'24; sarathi/core/scheduler/sarathi_scheduler.py)",
+         {{"chunk_size",
+           ParamType::kInt,
+           std::int64_t{0},
+           0,
+           1 << 24,
+           {},
+           "the token budget tau per step (0: max_num_batched_tokens; capped by it)"},
+          {"watermark",
+           ParamType::kDouble,
+           0.01,
+           0.0,
+           0.99,
+           {},
+           "fraction of the KV blocks an admission must leave free"}}});
+  r.add({PolicyKind::kBatch,
+         "prefill-first",
+         "a step is prefill-only when the waiting head can be admitted whole (head-of-line), "
+         "else decode-only over all running requests; never mixed, no chunking",
+         "vLLM v0 _schedule_default (vllm/core/scheduler.py, chunked prefill off)",
+         {{"watermark",
+           ParamType::kDouble,
+           0.01,
+           0.0,
+           0.99,
+           {},
+           "fraction of the KV blocks an admission must leave free"}}});
   r.add({PolicyKind::kPreemption,
          "recompute",
          "free the victim's KV (full blocks stay cached) and recompute prompt + outputs on "
@@ -162,10 +205,19 @@ void register_core_policies(PolicyRegistry& r) {
            std::string("last-running"),
            -1e300,
            1e300,
-           {"last-running", "lowest-priority"},
+           {"last-running", "lowest-priority", "fewest-computed", "most-blocks"},
            "last-running: the most recently admitted running request (vLLM FCFS); "
-           "lowest-priority: max (priority, arrival) over running, refunding it if already "
-           "scheduled this step (vLLM priority)"}}});
+           "lowest-priority: max (priority, arrival) over running (vLLM priority); "
+           "fewest-computed: fewest output tokens, then longest prompt (SGLang retract order); "
+           "most-blocks: most KV blocks held, ties to the later arrival. A victim already "
+           "scheduled this step is refunded"},
+          {"max_preemptions",
+           ParamType::kInt,
+           std::int64_t{0},
+           0,
+           1e9,
+           {},
+           "abort a request preempted more than this many times (0: no cap)"}}});
   r.add({PolicyKind::kPrefixCache,
          "hash",
          "hash-chained full blocks are shared across requests and kept until evicted (LRU)",
@@ -182,6 +234,30 @@ void register_core_policies(PolicyRegistry& r) {
          "fixed-size KV blocks allocated on demand from one pool",
          "PagedAttention (Kwon et al., SOSP'23)",
          {}});
+}
+
+void apply_scheduler_policies(const PolicySpec& batch, const PolicySpec& preemption,
+                              SchedulerConfig& sc) {
+  if (batch.name == "static") {
+    sc.batch_formation = BatchFormation::kStatic;
+  } else if (batch.name == "orca") {
+    sc.batch_formation = BatchFormation::kOrca;
+  } else if (batch.name == "sarathi") {
+    sc.batch_formation = BatchFormation::kSarathi;
+    sc.sarathi_chunk_size = static_cast<std::int32_t>(batch.get_int("chunk_size"));
+    sc.admission_watermark = batch.get_double("watermark");
+  } else if (batch.name == "prefill-first") {
+    sc.batch_formation = BatchFormation::kPrefillFirst;
+    sc.admission_watermark = batch.get_double("watermark");
+  } else {
+    sc.batch_formation = BatchFormation::kVllm;
+  }
+  const std::string& victim = preemption.get_string("victim");
+  sc.preemption_victim = victim == "lowest-priority"   ? PreemptionVictim::kLowestPriority
+                         : victim == "fewest-computed" ? PreemptionVictim::kFewestComputed
+                         : victim == "most-blocks"     ? PreemptionVictim::kMostBlocks
+                                                       : PreemptionVictim::kLastRunning;
+  sc.max_preemptions = static_cast<std::int32_t>(preemption.get_int("max_preemptions"));
 }
 
 const PolicyRegistry& PolicyRegistry::instance() {

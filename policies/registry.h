@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/config_node.h"
+#include "core/scheduler_config.h"
 
 namespace servelab {
 
@@ -98,6 +99,11 @@ PolicySpec parse_policy_spec(PolicyKind kind, const ConfigNode& node);
 // `spec` as YAML text for a resolved config: the bare name when the plugin has no parameters,
 // else a flow map "{name: N, p: v, ...}".
 std::string format_policy_spec(const PolicySpec& spec);
+
+// Applies the `batch` and `preemption` choices to `sc` (batch formation, sarathi chunk size,
+// admission watermark, preemption victim, max_preemptions). REQUIRES: registry-validated specs.
+void apply_scheduler_policies(const PolicySpec& batch, const PolicySpec& preemption,
+                              SchedulerConfig& sc);
 
 // The catalogue `sim policies` prints: every kind, every plugin with description, origin and
 // parameters (type, default, range or choices, doc).

@@ -46,9 +46,8 @@ void parse_policies(const ConfigNode& p, ExperimentConfig& c) {
     if (auto v = p.find(to_string(kind))) *spec = parse_policy_spec(kind, *v);
   }
   c.scheduler.enable_prefix_caching = c.policies.prefix_cache.name != "none";
-  c.scheduler.preemption_victim = c.policies.preemption.get_string("victim") == "lowest-priority"
-                                      ? PreemptionVictim::kLowestPriority
-                                      : PreemptionVictim::kLastRunning;
+  // Batch formation, its knobs, the preemption victim and cap.
+  apply_scheduler_policies(c.policies.batch, c.policies.preemption, c.scheduler);
 }
 
 // A plugin without parameters as its bare name (as before the registry), else a flow map.

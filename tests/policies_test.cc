@@ -70,9 +70,9 @@ TEST(PolicyRegistryTest, UnknownNameListsTheAvailableOnes) {
   EXPECT_NE(e.find("policies.queue"), std::string::npos) << e;
   EXPECT_NE(e.find("fcfs, priority, sjf, predicted-sjf, fair"), std::string::npos) << e;
   EXPECT_NE(e.find("lifo"), std::string::npos) << e;
-  const std::string m = ParseError(PolicyKind::kBatch, "{name: sarathi}");
+  const std::string m = ParseError(PolicyKind::kBatch, "{name: fastserve}");
   EXPECT_NE(m.find("policies.batch.name"), std::string::npos) << m;
-  EXPECT_NE(m.find("vllm"), std::string::npos) << m;
+  EXPECT_NE(m.find("vllm, static, orca, sarathi, prefill-first"), std::string::npos) << m;
   EXPECT_NE(ParseError(PolicyKind::kPrefixCache, "radix").find("hash, none"), std::string::npos);
   EXPECT_THROW(default_policy_spec(PolicyKind::kAllocation, "contiguous"), ConfigError);
 }
@@ -121,9 +121,11 @@ TEST(PolicyRegistryTest, CatalogueListsEveryPlugin) {
       }
     }
   }
-  EXPECT_EQ(plugins, 10u);  // vllm; 5 queue orders; recompute; hash, none; paged
+  // vllm, static, orca, sarathi, prefill-first; 5 queue orders; recompute; hash, none; paged
+  EXPECT_EQ(plugins, 14u);
   EXPECT_NE(cat.find("error (a double in [0, 10], default 0.5)"), std::string::npos) << cat;
-  EXPECT_NE(cat.find("victim (one of last-running, lowest-priority, default last-running)"),
+  EXPECT_NE(cat.find("victim (one of last-running, lowest-priority, fewest-computed, most-blocks, "
+                     "default last-running)"),
             std::string::npos)
       << cat;
   EXPECT_EQ(format_policy_spec(Parse(PolicyKind::kQueue, "{name: fair, output_weight: 3}")),
@@ -511,8 +513,9 @@ TEST(PolicyExperimentTest, PoliciesSectionReachesTheSchedulerAndTheResolvedConfi
   const std::string yaml = resolved_config_yaml(c, {});
   EXPECT_NE(yaml.find("  batch: vllm\n"), std::string::npos) << yaml;
   EXPECT_NE(yaml.find("  queue: {name: predicted-sjf, error: 0.25}\n"), std::string::npos) << yaml;
-  EXPECT_NE(yaml.find("  preemption: {name: recompute, victim: lowest-priority}\n"),
-            std::string::npos)
+  EXPECT_NE(
+      yaml.find("  preemption: {name: recompute, max_preemptions: 0, victim: lowest-priority}\n"),
+      std::string::npos)
       << yaml;
   EXPECT_NE(yaml.find("  prefix_cache: none\n"), std::string::npos) << yaml;
   EXPECT_THROW(load_experiment(kBurst, {"policies.queue=lifo"}), ConfigError);

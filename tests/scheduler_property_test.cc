@@ -43,12 +43,19 @@ class CountingObserver : public SchedulerObserver {
     EXPECT_LE(req.num_output_tokens(), req.spec.max_output_tokens);
   }
   void on_finish(const Request& req, TimeNs) override {
-    EXPECT_EQ(req.num_output_tokens(), req.spec.max_output_tokens);
     EXPECT_TRUE(ids.insert(req.id()).second) << "request " << req.id() << " ended twice";
+    EXPECT_TRUE(req.block_table.empty());
+    if (req.status == RequestStatus::kAborted) {
+      EXPECT_FALSE(req.finish_reason.empty());
+      ++aborted;
+      return;
+    }
+    EXPECT_EQ(req.status, RequestStatus::kFinished);
+    EXPECT_EQ(req.num_output_tokens(), req.spec.max_output_tokens);
     ++finished;
   }
-  std::set<RequestId> ids;  // requests that ended (finished or rejected)
-  std::int64_t rejected = 0, finished = 0, preempted = 0;
+  std::set<RequestId> ids;  // requests that ended (finished, aborted or rejected)
+  std::int64_t rejected = 0, finished = 0, aborted = 0, preempted = 0;
 };
 
 struct Params {
@@ -133,12 +140,21 @@ void CheckInvariants(const Scheduler& s, const BlockPool& pool, const StepPlan* 
 
   if (plan == nullptr) return;
   ASSERT_LE(plan->num_tokens(), c.max_num_batched_tokens);
+  const BatchFormation bf = c.batch_formation;
+  if (bf == BatchFormation::kSarathi && c.sarathi_chunk_size > 0) {
+    ASSERT_LE(plan->num_tokens(), c.sarathi_chunk_size);  // tau
+  }
+  // Whole prompts only: without chunking in vllm, and always in orca and prefill-first.
+  const bool whole_prompts =
+      bf == BatchFormation::kVllm
+          ? !c.enable_chunked_prefill && c.long_prefill_token_threshold == 0
+          : bf == BatchFormation::kOrca || bf == BatchFormation::kPrefillFirst;
   std::int32_t prefill = 0, decode = 0;
   std::set<RequestId> seen;
   for (const ScheduledRequest& e : plan->requests) {
     ASSERT_TRUE(seen.insert(e.id).second) << "request " << e.id << " scheduled twice";
     ASSERT_GE(e.num_tokens, 1);
-    if (c.long_prefill_token_threshold > 0) {
+    if (bf == BatchFormation::kVllm && c.long_prefill_token_threshold > 0) {
       ASSERT_LE(e.num_tokens, c.long_prefill_token_threshold);
     }
     ASSERT_GE(static_cast<std::int64_t>(e.block_table.size()) * c.block_size, e.context_len());
@@ -153,8 +169,7 @@ void CheckInvariants(const Scheduler& s, const BlockPool& pool, const StepPlan* 
       ASSERT_EQ(e.num_tokens, 1);
     }
     // Without chunking (and no threshold) an admission takes its whole remaining sequence.
-    if (!c.enable_chunked_prefill && c.long_prefill_token_threshold == 0 &&
-        !running_before.count(e.id)) {
+    if (whole_prompts && !running_before.count(e.id)) {
       ASSERT_TRUE(e.samples) << "admitted " << e.id << " with a partial prompt";
     }
   }
@@ -174,21 +189,59 @@ void CheckInvariants(const Scheduler& s, const BlockPool& pool, const StepPlan* 
       ASSERT_TRUE(running_before.count(id)) << "admitted " << id;
     }
   }
+  // Maximum-length reservation: static and orca never preempt.
+  if (bf == BatchFormation::kStatic || bf == BatchFormation::kOrca) {
+    ASSERT_TRUE(plan->preempted.empty());
+  }
+  // Static: nobody joins a running batch.
+  if (bf == BatchFormation::kStatic && !running_before.empty()) {
+    for (RequestId id : seen) ASSERT_TRUE(running_before.count(id)) << "joined " << id;
+  }
+  // Prefill-first: a step admits (prefill-only) or runs the running requests, never both.
+  if (bf == BatchFormation::kPrefillFirst) {
+    std::size_t admitted = 0;
+    for (RequestId id : seen) admitted += running_before.count(id) == 0 ? 1 : 0;
+    ASSERT_TRUE(admitted == 0 || admitted == seen.size()) << "a mixed prefill-first step";
+  }
   // Some request can always run: the first running one, or the head of an idle queue.
   if (s.has_unfinished()) {
     ASSERT_FALSE(plan->requests.empty());
   }
 }
 
-// One random stream under queue order `queue` (YAML value; "" for the scheduler's default FCFS)
-// and preemption `victim`.
+const char* VictimName(PreemptionVictim v) {
+  switch (v) {
+    case PreemptionVictim::kLastRunning:
+      return "last-running";
+    case PreemptionVictim::kLowestPriority:
+      return "lowest-priority";
+    case PreemptionVictim::kFewestComputed:
+      return "fewest-computed";
+    case PreemptionVictim::kMostBlocks:
+      return "most-blocks";
+  }
+  return "?";
+}
+
+// One random stream under queue order `queue` (YAML value; "" for the scheduler's default FCFS),
+// preemption `victim`, batch formation `bf` and preemption cap `max_preemptions`, adding its
+// preemptions and aborts to `totals` if given. The
+// formation's own knobs (sarathi's tau) derive from the seed without drawing from the stream.
 void RunSeed(std::uint64_t seed, const std::string& queue = "",
-             PreemptionVictim victim = PreemptionVictim::kLastRunning) {
+             PreemptionVictim victim = PreemptionVictim::kLastRunning,
+             BatchFormation bf = BatchFormation::kVllm, std::int32_t max_preemptions = 0,
+             SchedulerCounters* totals = nullptr) {
   SCOPED_TRACE("seed " + std::to_string(seed) + " queue '" + queue + "' victim " +
-               (victim == PreemptionVictim::kLastRunning ? "last-running" : "lowest-priority"));
+               VictimName(victim) + " batch " + std::to_string(static_cast<int>(bf)) +
+               " max_preemptions " + std::to_string(max_preemptions));
   Rng rng = Rng::stream(seed, "scheduler_property");
   Params p = RandomParams(rng);
   p.config.preemption_victim = victim;
+  p.config.batch_formation = bf;
+  p.config.max_preemptions = max_preemptions;
+  if (bf == BatchFormation::kSarathi && seed % 2 == 0) {
+    p.config.sarathi_chunk_size = static_cast<std::int32_t>(4 + mix64(seed) % 64);
+  }
   const SchedulerConfig& c = p.config;
   SCOPED_TRACE("bs " + std::to_string(c.block_size) + " blocks " + std::to_string(p.num_blocks) +
                " budget " + std::to_string(c.max_num_batched_tokens) + " seqs " +
@@ -240,8 +293,16 @@ void RunSeed(std::uint64_t seed, const std::string& queue = "",
 
   const SchedulerCounters& n = s.counters();
   EXPECT_EQ(n.num_arrived, p.num_requests);
-  EXPECT_EQ(n.num_finished + n.num_rejected, n.num_arrived);
+  EXPECT_EQ(n.num_finished + n.num_rejected + n.num_aborted, n.num_arrived);
+  if (max_preemptions == 0) {
+    EXPECT_EQ(n.num_aborted, 0);
+  }
+  if (totals != nullptr) {
+    totals->num_preemptions += n.num_preemptions;
+    totals->num_aborted += n.num_aborted;
+  }
   EXPECT_EQ(obs.finished, n.num_finished);
+  EXPECT_EQ(obs.aborted, n.num_aborted);
   EXPECT_EQ(obs.rejected, n.num_rejected);
   EXPECT_EQ(obs.preempted, n.num_preemptions);
   EXPECT_EQ(obs.ids.size(), static_cast<std::size_t>(p.num_requests));
@@ -269,6 +330,38 @@ TEST(SchedulerPropertyTest, EveryQueueOrderKeepsEveryInvariant) {
       for (std::uint64_t seed = 1; seed <= 24; ++seed) {
         RunSeed(seed, queue, victim);
         if (HasFatalFailure()) return;
+      }
+    }
+  }
+}
+
+// Every batch formation under every victim rule and queue order, with and without a
+// preemption cap: the invariants after each step, and every request ends (finished, rejected,
+// or aborted with a reason).
+TEST(SchedulerPropertyTest, EveryBatchFormationKeepsEveryInvariant) {
+  const char* const queues[] = {"fcfs", "priority", "sjf", "{name: predicted-sjf, error: 1}",
+                                "{name: fair, input_weight: 1, output_weight: 3}"};
+  const std::size_t registered = PolicyRegistry::instance().list(PolicyKind::kBatch).size();
+  ASSERT_EQ(registered, 5u) << "a new batch formation needs adding here";
+  for (BatchFormation bf : {BatchFormation::kVllm, BatchFormation::kStatic, BatchFormation::kOrca,
+                            BatchFormation::kSarathi, BatchFormation::kPrefillFirst}) {
+    for (PreemptionVictim victim :
+         {PreemptionVictim::kLastRunning, PreemptionVictim::kLowestPriority,
+          PreemptionVictim::kFewestComputed, PreemptionVictim::kMostBlocks}) {
+      SchedulerCounters totals;
+      for (const char* queue : queues) {
+        for (std::uint64_t seed = 1; seed <= 4; ++seed) {
+          RunSeed(seed, queue, victim, bf, static_cast<std::int32_t>(seed % 3), &totals);
+          if (HasFatalFailure()) return;
+        }
+      }
+      // The streams reach the paths under test: preemption (and the cap) wherever a formation
+      // can preempt at all.
+      if (bf == BatchFormation::kStatic || bf == BatchFormation::kOrca) {
+        EXPECT_EQ(totals.num_preemptions, 0);
+      } else {
+        EXPECT_GT(totals.num_preemptions, 0) << static_cast<int>(bf) << " " << VictimName(victim);
+        EXPECT_GT(totals.num_aborted, 0) << static_cast<int>(bf) << " " << VictimName(victim);
       }
     }
   }

@@ -1,0 +1,297 @@
+#include "engine/cpu_executor.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <stdexcept>
+#include <string>
+
+#include "core/rng.h"
+
+namespace servelab {
+
+RowMatrix rms_norm(const RowMatrix& x, const Eigen::VectorXf& weight, double eps) {
+  RowMatrix out(x.rows(), x.cols());
+  for (Eigen::Index r = 0; r < x.rows(); ++r) {
+    const float ms = x.row(r).squaredNorm() / static_cast<float>(x.cols());
+    const float inv = 1.0f / std::sqrt(ms + static_cast<float>(eps));
+    out.row(r) = (x.row(r) * inv).cwiseProduct(weight.transpose());
+  }
+  return out;
+}
+
+void apply_rope(float* row, std::int32_t num_heads, std::int32_t head_dim,
+                const std::vector<double>& inv_freq, std::int64_t position) {
+  const std::int32_t half = head_dim / 2;
+  for (std::int32_t j = 0; j < half; ++j) {
+    const double angle = static_cast<double>(position) * inv_freq[j];
+    const float c = static_cast<float>(std::cos(angle)), s = static_cast<float>(std::sin(angle));
+    for (std::int32_t h = 0; h < num_heads; ++h) {
+      float* x = row + std::int64_t{h} * head_dim;
+      const float x1 = x[j], x2 = x[j + half];
+      x[j] = x1 * c - x2 * s;
+      x[j + half] = x2 * c + x1 * s;
+    }
+  }
+}
+
+CpuExecutor::CpuExecutor(const LlamaWeights& weights, const CpuExecutorOptions& options)
+    : weights_(weights), options_(options), inv_freq_(rope_inv_freq(weights.config)) {
+  if (options.block_size < 1 || options.num_blocks < 1 || options.num_host_blocks < 0) {
+    throw std::invalid_argument(
+        "CpuExecutor: block_size and num_blocks must be >= 1, "
+        "num_host_blocks >= 0");
+  }
+  if (options.sampling.temperature < 0 || !(options.sampling.top_p > 0) ||
+      options.sampling.top_p > 1) {
+    throw std::invalid_argument("CpuExecutor: temperature must be >= 0 and top_p in (0, 1]");
+  }
+  const ModelConfig& m = weights.config.model;
+  block_floats_ = static_cast<std::size_t>(options.block_size) * m.kv_size();
+  const std::size_t layers = static_cast<std::size_t>(m.num_layers);
+  k_cache_.assign(layers * options.num_blocks * block_floats_, 0.0f);
+  v_cache_.assign(k_cache_.size(), 0.0f);
+  k_host_.assign(layers * options.num_host_blocks * block_floats_, 0.0f);
+  v_host_.assign(k_host_.size(), 0.0f);
+}
+
+std::size_t CpuExecutor::block_offset(std::int32_t num_blocks, std::int32_t layer,
+                                      std::int32_t block) const {
+  return (static_cast<std::size_t>(layer) * num_blocks + block) * block_floats_;
+}
+
+std::span<const float> CpuExecutor::key_block(std::int32_t layer, std::int32_t block) const {
+  return {k_cache_.data() + block_offset(options_.num_blocks, layer, block), block_floats_};
+}
+std::span<const float> CpuExecutor::value_block(std::int32_t layer, std::int32_t block) const {
+  return {v_cache_.data() + block_offset(options_.num_blocks, layer, block), block_floats_};
+}
+std::span<const float> CpuExecutor::host_key_block(std::int32_t layer, std::int32_t block) const {
+  return {k_host_.data() + block_offset(options_.num_host_blocks, layer, block), block_floats_};
+}
+std::span<const float> CpuExecutor::host_value_block(std::int32_t layer, std::int32_t block) const {
+  return {v_host_.data() + block_offset(options_.num_host_blocks, layer, block), block_floats_};
+}
+std::span<float> CpuExecutor::mutable_key_block(std::int32_t layer, std::int32_t block) {
+  return {k_cache_.data() + block_offset(options_.num_blocks, layer, block), block_floats_};
+}
+std::span<float> CpuExecutor::mutable_value_block(std::int32_t layer, std::int32_t block) {
+  return {v_cache_.data() + block_offset(options_.num_blocks, layer, block), block_floats_};
+}
+
+void CpuExecutor::validate(const StepPlan& plan) const {
+  auto check = [](bool ok, const std::string& what) {
+    if (!ok) throw std::invalid_argument("CpuExecutor: " + what);
+  };
+  auto device = [&](BlockId b) { return b >= 0 && b < options_.num_blocks; };
+  auto host = [&](BlockId b) { return b >= 0 && b < options_.num_host_blocks; };
+  for (const BlockMove& m : plan.swap_out) {
+    check(device(m.src) && host(m.dst), "swap_out block out of range");
+  }
+  for (const BlockMove& m : plan.swap_in) {
+    check(host(m.src) && device(m.dst), "swap_in block out of range");
+  }
+  for (const BlockMove& m : plan.copies) {
+    check(device(m.src) && device(m.dst), "copy block out of range");
+  }
+  const std::int32_t bs = options_.block_size;
+  for (const ScheduledRequest& e : plan.requests) {
+    const std::string id = "request " + std::to_string(e.id);
+    check(e.spec != nullptr && e.num_tokens >= 1 && e.first_token >= 0, id + ": empty entry");
+    check(static_cast<std::int64_t>(e.block_table.size()) * bs >= e.context_len(),
+          id + ": block table too short");
+    for (std::int32_t b = 0; b * bs < e.context_len(); ++b) {
+      check(device(e.block_table[b]), id + ": block id out of range");
+    }
+    check(e.context_len() <= e.spec->prompt_len + static_cast<std::int64_t>(e.output_tokens.size()),
+          id + ": positions beyond the known tokens");
+  }
+}
+
+void CpuExecutor::move_blocks(const StepPlan& plan) {
+  const std::int32_t layers = weights_.config.model.num_layers;
+  auto copy = [&](const std::vector<float>& src_k, const std::vector<float>& src_v,
+                  std::int32_t src_blocks, BlockId src, std::vector<float>& dst_k,
+                  std::vector<float>& dst_v, std::int32_t dst_blocks, BlockId dst) {
+    for (std::int32_t l = 0; l < layers; ++l) {
+      const std::size_t s = block_offset(src_blocks, l, src), d = block_offset(dst_blocks, l, dst);
+      std::copy_n(src_k.begin() + s, block_floats_, dst_k.begin() + d);
+      std::copy_n(src_v.begin() + s, block_floats_, dst_v.begin() + d);
+    }
+  };
+  const std::int32_t nd = options_.num_blocks, nh = options_.num_host_blocks;
+  for (const BlockMove& m : plan.swap_out) {
+    copy(k_cache_, v_cache_, nd, m.src, k_host_, v_host_, nh, m.dst);
+  }
+  for (const BlockMove& m : plan.swap_in) {
+    copy(k_host_, v_host_, nh, m.src, k_cache_, v_cache_, nd, m.dst);
+  }
+  for (const BlockMove& m : plan.copies) {
+    copy(k_cache_, v_cache_, nd, m.src, k_cache_, v_cache_, nd, m.dst);
+  }
+}
+
+StepResult CpuExecutor::execute(const StepPlan& plan) {
+  const auto start = std::chrono::steady_clock::now();
+  validate(plan);
+  move_blocks(plan);
+
+  const ModelConfig& m = weights_.config.model;
+  const std::int32_t bs = options_.block_size;
+  const std::int32_t kv_heads = m.num_kv_heads, heads = m.num_heads, hd = m.head_dim;
+  const std::int32_t group = heads / kv_heads;
+  const std::int64_t kv_size = m.kv_size();
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+
+  // Token values and positions of the whole step, entries back to back.
+  std::vector<std::int32_t> tokens, positions;
+  std::vector<std::int64_t> row_begin;  // first row of each entry
+  for (const ScheduledRequest& e : plan.requests) {
+    row_begin.push_back(static_cast<std::int64_t>(tokens.size()));
+    for (std::int32_t p = e.first_token; p < e.context_len(); ++p) {
+      std::int32_t value;
+      if (p < e.spec->prompt_len) {
+        const TokenId t = token_identity(*e.spec, p);
+        value = token_value(t.content_id, t.offset, m.vocab_size);
+      } else {
+        value = e.output_tokens[p - e.spec->prompt_len];
+      }
+      tokens.push_back(value);
+      positions.push_back(p);
+    }
+  }
+  const auto T = static_cast<Eigen::Index>(tokens.size());
+  RowMatrix x(T, m.hidden_size);
+  for (Eigen::Index t = 0; t < T; ++t) x.row(t) = weights_.embed_tokens.row(tokens[t]);
+
+  RowMatrix attn(T, m.q_size());
+  std::vector<float> scores;
+  for (std::int32_t layer = 0; layer < m.num_layers; ++layer) {
+    const LlamaLayerWeights& w = weights_.layers[layer];
+    const RowMatrix h = rms_norm(x, w.input_layernorm, m.rms_norm_eps);
+    RowMatrix q = h * w.q_proj.transpose();
+    RowMatrix k = h * w.k_proj.transpose();
+    RowMatrix v = h * w.v_proj.transpose();
+    if (m.qkv_bias) {
+      q.rowwise() += w.q_bias.transpose();
+      k.rowwise() += w.k_bias.transpose();
+      v.rowwise() += w.v_bias.transpose();
+    }
+    for (Eigen::Index t = 0; t < T; ++t) {
+      apply_rope(q.row(t).data(), heads, hd, inv_freq_, positions[t]);
+      apply_rope(k.row(t).data(), kv_heads, hd, inv_freq_, positions[t]);
+    }
+    // Every entry's K/V goes into the cache before any entry attends (see the header).
+    float* kc = k_cache_.data();
+    float* vc = v_cache_.data();
+    for (std::size_t i = 0; i < plan.requests.size(); ++i) {
+      const ScheduledRequest& e = plan.requests[i];
+      for (std::int32_t j = 0; j < e.num_tokens; ++j) {
+        const std::int32_t p = e.first_token + j;
+        const std::size_t off = block_offset(options_.num_blocks, layer, e.block_table[p / bs]) +
+                                static_cast<std::size_t>(p % bs) * kv_size;
+        std::copy_n(k.row(row_begin[i] + j).data(), kv_size, kc + off);
+        std::copy_n(v.row(row_begin[i] + j).data(), kv_size, vc + off);
+      }
+    }
+    // Attention, one entry at a time, reading keys and values through the block table.
+    for (std::size_t i = 0; i < plan.requests.size(); ++i) {
+      const ScheduledRequest& e = plan.requests[i];
+      const std::int32_t ctx = e.context_len();
+      std::vector<const float*> k_slot(ctx), v_slot(ctx);  // where each position's K/V lives
+      for (std::int32_t p = 0; p < ctx; ++p) {
+        const std::size_t off = block_offset(options_.num_blocks, layer, e.block_table[p / bs]) +
+                                static_cast<std::size_t>(p % bs) * kv_size;
+        k_slot[p] = kc + off;
+        v_slot[p] = vc + off;
+      }
+      for (std::int32_t j = 0; j < e.num_tokens; ++j) {
+        const Eigen::Index row = row_begin[i] + j;
+        const std::int32_t pos = e.first_token + j;
+        for (std::int32_t head = 0; head < heads; ++head) {
+          const std::int64_t kv_off = std::int64_t{head / group} * hd;
+          const Eigen::Map<const Eigen::VectorXf> qv(q.row(row).data() + std::int64_t{head} * hd,
+                                                     hd);
+          scores.resize(pos + 1);
+          float mx = -std::numeric_limits<float>::infinity();
+          for (std::int32_t p = 0; p <= pos; ++p) {
+            scores[p] = qv.dot(Eigen::Map<const Eigen::VectorXf>(k_slot[p] + kv_off, hd)) * scale;
+            mx = std::max(mx, scores[p]);
+          }
+          float denom = 0;
+          for (float& s : scores) {
+            s = std::exp(s - mx);
+            denom += s;
+          }
+          Eigen::Map<Eigen::VectorXf> out(attn.row(row).data() + std::int64_t{head} * hd, hd);
+          out.setZero();
+          for (std::int32_t p = 0; p <= pos; ++p) {
+            out += (scores[p] / denom) * Eigen::Map<const Eigen::VectorXf>(v_slot[p] + kv_off, hd);
+          }
+        }
+      }
+    }
+    x += attn * w.o_proj.transpose();
+    const RowMatrix h2 = rms_norm(x, w.post_attention_layernorm, m.rms_norm_eps);
+    const RowMatrix gate = h2 * w.gate_proj.transpose();
+    const RowMatrix up = h2 * w.up_proj.transpose();
+    // SwiGLU: silu(gate) * up, silu(g) = g / (1 + e^-g).
+    const RowMatrix act =
+        (gate.array() / (1.0f + (-gate.array()).exp())).cwiseProduct(up.array()).matrix();
+    x += act * w.down_proj.transpose();
+  }
+
+  StepResult result;
+  result.sampled_tokens.assign(plan.requests.size(), -1);
+  last_logits_.assign(plan.requests.size(), Eigen::VectorXf());
+  for (std::size_t i = 0; i < plan.requests.size(); ++i) {
+    const ScheduledRequest& e = plan.requests[i];
+    if (!e.samples) continue;
+    const RowMatrix last = x.row(row_begin[i] + e.num_tokens - 1);
+    const RowMatrix normed = rms_norm(last, weights_.norm, m.rms_norm_eps);
+    last_logits_[i] = weights_.head() * normed.row(0).transpose();
+    result.sampled_tokens[i] = sample(e, last_logits_[i]);
+  }
+  result.duration_ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
+          .count();
+  return result;
+}
+
+std::int32_t CpuExecutor::sample(const ScheduledRequest& e, const Eigen::VectorXf& logits) const {
+  const SamplingParams& sp = options_.sampling;
+  if (sp.temperature == 0) {
+    Eigen::Index best = 0;
+    logits.maxCoeff(&best);  // first maximum: the lowest token id on exact ties
+    return static_cast<std::int32_t>(best);
+  }
+  // One stream per (seed, request, output index): the draw never depends on the batch.
+  const std::uint64_t index = e.output_tokens.size();
+  Rng rng(mix64(mix64(sp.seed ^ name_hash("cpu_executor.sample")) ^ e.id) ^ mix64(index));
+  const auto n = static_cast<std::int32_t>(logits.size());
+  std::vector<double> prob(n);
+  const double mx = logits.maxCoeff();
+  double total = 0;
+  for (std::int32_t t = 0; t < n; ++t) {
+    prob[t] = std::exp((logits[t] - mx) / sp.temperature);
+    total += prob[t];
+  }
+  std::vector<std::int32_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::int32_t a, std::int32_t b) { return prob[a] > prob[b]; });
+  // Nucleus: the most likely tokens until their mass reaches top_p (at least one).
+  std::int32_t keep = 0;
+  double mass = 0;
+  while (keep < n && (keep == 0 || mass < sp.top_p * total)) mass += prob[order[keep++]];
+  double u = rng.uniform() * mass;
+  for (std::int32_t r = 0; r < keep; ++r) {
+    u -= prob[order[r]];
+    if (u < 0) return order[r];
+  }
+  return order[keep - 1];
+}
+
+}  // namespace servelab

@@ -1,0 +1,105 @@
+// CpuExecutor: the reference engine backend. Runs StepPlans on the CPU in fp32 (Eigen) with a
+// paged KV cache, exactly as the GPU executor must: same block tables, same copy and swap
+// semantics, same sampling streams.
+//
+// KV cache: one K and one V array per executor, each [layer][block][slot][kv_head][head_dim]
+// fp32, num_blocks device blocks per layer; swap space is a host store of num_host_blocks blocks
+// in the same layout (host block ids index it).
+//
+// execute(plan):
+//   1. block moves, in this order: swap_out (device -> host), swap_in (host -> device), copies
+//      (device -> device, copy-on-write). Each move copies the block in every layer. swap_out
+//      runs first because a device block it vacates may be the destination of a swap_in or a
+//      copy in the same plan.
+//   2. the forward pass over all tokens of all entries as one batch: embeddings, then per layer
+//      RMSNorm, Q/K/V projections (+ biases), RoPE (rotate-half) at each token's absolute
+//      position, the step's K/V written into the entries' blocks (block_table[pos / block_size],
+//      slot pos % block_size) for ALL entries before any attention (so an entry may read a
+//      block another entry of the same step wrote: same-step prefix sharing, as in vLLM v1),
+//      causal attention of each token over positions [0, pos] read through the block table,
+//      output projection, residual, RMSNorm, SwiGLU MLP, residual.
+//   3. for each entry with samples = true: final norm and LM head on its last token, then a
+//      draw (greedy by default) from a stream derived from (seed, request id, output index), so
+//      batching and scheduling never change what a request samples.
+// Token values: a prompt position p takes token_value(token_identity(spec, p)); position
+// p >= prompt_len takes output_tokens[p - prompt_len].
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "core/backend.h"
+#include "engine/llama_weights.h"
+
+namespace servelab {
+
+struct SamplingParams {
+  double temperature = 0.0;  // 0: greedy (argmax, lowest token id on exact ties)
+  double top_p = 1.0;        // nucleus: smallest set of most likely tokens with mass >= top_p
+  std::uint64_t seed = 0;
+};
+
+struct CpuExecutorOptions {
+  std::int32_t block_size = 16;
+  std::int32_t num_blocks = 0;       // device KV blocks per layer
+  std::int32_t num_host_blocks = 0;  // swap space
+  SamplingParams sampling;
+};
+
+class CpuExecutor : public Backend {
+ public:
+  // `weights` must outlive the executor. Throws std::invalid_argument when block_size < 1,
+  // num_blocks < 1, num_host_blocks < 0, temperature < 0 or top_p outside (0, 1].
+  CpuExecutor(const LlamaWeights& weights, const CpuExecutorOptions& options);
+  CpuExecutor(const CpuExecutor&) = delete;
+  CpuExecutor& operator=(const CpuExecutor&) = delete;
+
+  std::string_view name() const override { return "cpu"; }
+  // See the file comment. Throws std::invalid_argument (before changing any state) when a block
+  // id is out of range, a block table is too short for its entry's tokens, or an entry lacks
+  // the output tokens its positions need.
+  StepResult execute(const StepPlan& plan) override;
+
+  // The logits of the last execute(), one vector per plan entry (vocab_size values for entries
+  // that sampled, empty for the others).
+  const std::vector<Eigen::VectorXf>& last_logits() const { return last_logits_; }
+
+  // Raw KV contents of one block of one layer: block_size * kv_heads * head_dim floats laid out
+  // [slot][kv_head][head_dim]. REQUIRES: layer and block in range.
+  std::span<const float> key_block(std::int32_t layer, std::int32_t block) const;
+  std::span<const float> value_block(std::int32_t layer, std::int32_t block) const;
+  std::span<const float> host_key_block(std::int32_t layer, std::int32_t block) const;
+  std::span<const float> host_value_block(std::int32_t layer, std::int32_t block) const;
+  // Mutable access for tests that plant contents before a copy or swap.
+  std::span<float> mutable_key_block(std::int32_t layer, std::int32_t block);
+  std::span<float> mutable_value_block(std::int32_t layer, std::int32_t block);
+
+  const CpuExecutorOptions& options() const { return options_; }
+  const LlamaWeights& weights() const { return weights_; }
+
+ private:
+  std::size_t block_offset(std::int32_t num_blocks, std::int32_t layer, std::int32_t block) const;
+  void validate(const StepPlan& plan) const;
+  void move_blocks(const StepPlan& plan);
+  // Draws the next token of `entry` from `logits`.
+  std::int32_t sample(const ScheduledRequest& entry, const Eigen::VectorXf& logits) const;
+
+  const LlamaWeights& weights_;
+  CpuExecutorOptions options_;
+  std::vector<double> inv_freq_;
+  std::size_t block_floats_ = 0;          // floats per block per layer
+  std::vector<float> k_cache_, v_cache_;  // device
+  std::vector<float> k_host_, v_host_;    // swap space
+  std::vector<Eigen::VectorXf> last_logits_;
+};
+
+// RMSNorm of each row of x (Hugging Face LlamaRMSNorm in fp32): x * rsqrt(mean(x^2) + eps) * w.
+RowMatrix rms_norm(const RowMatrix& x, const Eigen::VectorXf& weight, double eps);
+
+// Applies rotate-half RoPE in place to `row` (num_heads * head_dim values) at `position`.
+void apply_rope(float* row, std::int32_t num_heads, std::int32_t head_dim,
+                const std::vector<double>& inv_freq, std::int64_t position);
+
+}  // namespace servelab

@@ -1,0 +1,241 @@
+#include "engine/llama_weights.h"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+
+#include "core/config_node.h"
+#include "core/rng.h"
+#include "engine/safetensors.h"
+
+namespace servelab {
+namespace {
+
+constexpr double kPi = 3.14159265358979323846;
+
+// Vectors are tensors of one dimension (cols == 0 in for_each_tensor).
+template <typename X>
+void resize_to(X& x, std::int64_t rows, std::int64_t cols) {
+  if constexpr (X::ColsAtCompileTime == 1) {
+    x.resize(rows);
+  } else {
+    x.resize(rows, cols);
+  }
+}
+
+std::string layer_prefix(int i) { return "model.layers." + std::to_string(i) + "."; }
+
+// Calls f(name, matrix-or-vector data pointer, rows, cols) for every tensor of `w` (cols = 0 for
+// vectors), in tensor_names() order. One walk serves load, save and random init, so the three
+// cannot disagree on names or shapes.
+template <typename W, typename F>
+void for_each_tensor(W& w, F&& f) {
+  const ModelConfig& m = w.config.model;
+  auto mat = [&](const std::string& name, auto& x, std::int64_t rows, std::int64_t cols) {
+    f(name, x, rows, cols);
+  };
+  mat("model.embed_tokens.weight", w.embed_tokens, m.vocab_size, m.hidden_size);
+  for (int i = 0; i < m.num_layers; ++i) {
+    auto& l = w.layers[i];
+    const std::string p = layer_prefix(i);
+    mat(p + "self_attn.q_proj.weight", l.q_proj, m.q_size(), m.hidden_size);
+    mat(p + "self_attn.k_proj.weight", l.k_proj, m.kv_size(), m.hidden_size);
+    mat(p + "self_attn.v_proj.weight", l.v_proj, m.kv_size(), m.hidden_size);
+    if (m.qkv_bias) {
+      mat(p + "self_attn.q_proj.bias", l.q_bias, m.q_size(), 0);
+      mat(p + "self_attn.k_proj.bias", l.k_bias, m.kv_size(), 0);
+      mat(p + "self_attn.v_proj.bias", l.v_bias, m.kv_size(), 0);
+    }
+    mat(p + "self_attn.o_proj.weight", l.o_proj, m.hidden_size, m.q_size());
+    mat(p + "mlp.gate_proj.weight", l.gate_proj, m.intermediate_size, m.hidden_size);
+    mat(p + "mlp.up_proj.weight", l.up_proj, m.intermediate_size, m.hidden_size);
+    mat(p + "mlp.down_proj.weight", l.down_proj, m.hidden_size, m.intermediate_size);
+    mat(p + "input_layernorm.weight", l.input_layernorm, m.hidden_size, 0);
+    mat(p + "post_attention_layernorm.weight", l.post_attention_layernorm, m.hidden_size, 0);
+  }
+  mat("model.norm.weight", w.norm, m.hidden_size, 0);
+  if (!m.tie_word_embeddings) mat("lm_head.weight", w.lm_head, m.vocab_size, m.hidden_size);
+}
+
+double json_number(const nlohmann::json& j, const std::string& key, const std::string& path) {
+  if (!j.contains(key) || !j[key].is_number()) {
+    throw ConfigError(path + ": key 'rope_scaling." + key + "': expected a number");
+  }
+  return j[key].get<double>();
+}
+
+std::optional<RopeScaling> parse_rope_scaling(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw ConfigError(path + ": cannot open");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw ConfigError(path + ": malformed JSON: " + e.what());
+  }
+  nlohmann::json s;
+  if (j.contains("rope_scaling") && j["rope_scaling"].is_object()) {
+    s = j["rope_scaling"];
+  } else if (j.contains("rope_parameters") && j["rope_parameters"].is_object()) {
+    s = j["rope_parameters"];  // newer transformers fold the scaling into rope_parameters
+  } else {
+    return std::nullopt;
+  }
+  std::string type = "default";
+  if (s.contains("rope_type") && s["rope_type"].is_string()) {
+    type = s["rope_type"].get<std::string>();
+  } else if (s.contains("type") && s["type"].is_string()) {
+    type = s["type"].get<std::string>();  // older configs
+  }
+  if (type == "default") return std::nullopt;
+  RopeScaling r;
+  r.factor = json_number(s, "factor", path);
+  if (type == "linear") {
+    r.type = RopeScaling::Type::kLinear;
+  } else if (type == "llama3") {
+    r.type = RopeScaling::Type::kLlama3;
+    r.low_freq_factor = json_number(s, "low_freq_factor", path);
+    r.high_freq_factor = json_number(s, "high_freq_factor", path);
+    r.original_max_position_embeddings = json_number(s, "original_max_position_embeddings", path);
+    if (r.high_freq_factor <= r.low_freq_factor) {
+      throw ConfigError(path +
+                        ": key 'rope_scaling': high_freq_factor must exceed low_freq_factor");
+    }
+  } else {
+    throw ConfigError(path + ": key 'rope_scaling.rope_type': '" + type +
+                      "' is not supported (default, linear, llama3)");
+  }
+  if (!(r.factor > 0)) throw ConfigError(path + ": key 'rope_scaling.factor': must be positive");
+  return r;
+}
+
+}  // namespace
+
+LlamaConfig load_llama_config(const std::string& name_or_path, const std::string& catalog_dir) {
+  namespace fs = std::filesystem;
+  LlamaConfig c;
+  c.model = load_model(name_or_path, catalog_dir);
+  std::error_code ec;
+  std::string json_path;
+  if (name_or_path.ends_with(".json")) {
+    json_path = name_or_path;
+  } else if (fs::is_directory(name_or_path, ec) &&
+             fs::is_regular_file(fs::path(name_or_path) / "config.json", ec)) {
+    json_path = (fs::path(name_or_path) / "config.json").string();
+  }
+  if (!json_path.empty()) c.rope_scaling = parse_rope_scaling(json_path);
+  return c;
+}
+
+std::vector<double> rope_inv_freq(const LlamaConfig& config) {
+  const int d = config.model.head_dim;
+  std::vector<double> inv(d / 2);
+  for (int j = 0; j < d / 2; ++j) inv[j] = std::pow(config.model.rope_theta, -2.0 * j / d);
+  if (!config.rope_scaling) return inv;
+  const RopeScaling& s = *config.rope_scaling;
+  if (s.type == RopeScaling::Type::kLinear) {
+    for (double& f : inv) f /= s.factor;
+    return inv;
+  }
+  // Long wavelengths are slowed by `factor`, short ones kept, and the band between is blended.
+  const double low_wavelen = s.original_max_position_embeddings / s.low_freq_factor;
+  const double high_wavelen = s.original_max_position_embeddings / s.high_freq_factor;
+  for (double& f : inv) {
+    const double wavelen = 2 * kPi / f;
+    if (wavelen > low_wavelen) {
+      f /= s.factor;
+    } else if (wavelen >= high_wavelen) {
+      const double smooth = (s.original_max_position_embeddings / wavelen - s.low_freq_factor) /
+                            (s.high_freq_factor - s.low_freq_factor);
+      f = (1 - smooth) * f / s.factor + smooth * f;
+    }
+  }
+  return inv;
+}
+
+std::vector<std::string> tensor_names(const ModelConfig& config) {
+  LlamaWeights w;
+  w.config.model = config;
+  w.layers.resize(config.num_layers);
+  std::vector<std::string> names;
+  for_each_tensor(w, [&](const std::string& name, auto&, std::int64_t, std::int64_t) {
+    names.push_back(name);
+  });
+  return names;
+}
+
+LlamaWeights LlamaWeights::random(const LlamaConfig& config, std::uint64_t seed) {
+  config.model.validate();
+  LlamaWeights w;
+  w.config = config;
+  w.layers.resize(config.model.num_layers);
+  Rng rng = Rng::stream(seed, "llama_weights");
+  const std::int64_t hidden = config.model.hidden_size;
+  for_each_tensor(w, [&](const std::string& name, auto& x, std::int64_t rows, std::int64_t cols) {
+    // Scales: embeddings N(0, 1) so the residual stream starts at unit RMS; a projection
+    // N(0, 1/in) keeps its output's variance equal to its input's; norm weights and biases near
+    // 1 and 0 so they matter without dominating; the LM head N(0, 16/hidden) on a unit-RMS input
+    // gives logits of standard deviation ~4, so the top two logits are rarely within 1e-3.
+    double scale;
+    double mean = 0;
+    if (cols == 0) {
+      const bool is_norm = name.ends_with("norm.weight");
+      mean = is_norm ? 1.0 : 0.0;
+      scale = 0.1;
+    } else {
+      scale = name == "model.embed_tokens.weight" ? 1.0 : 1.0 / std::sqrt(double(cols));
+      if (name == "lm_head.weight") scale = 4.0 / std::sqrt(double(hidden));
+    }
+    resize_to(x, rows, cols);
+    for (Eigen::Index i = 0; i < x.size(); ++i) {
+      x.data()[i] = static_cast<float>(mean + scale * rng.normal());
+    }
+  });
+  return w;
+}
+
+LlamaWeights LlamaWeights::load(const LlamaConfig& config, const std::string& path) {
+  config.model.validate();
+  const TensorStore store = TensorStore::open(path);
+  LlamaWeights w;
+  w.config = config;
+  w.layers.resize(config.model.num_layers);
+  for_each_tensor(w, [&](const std::string& name, auto& x, std::int64_t rows, std::int64_t cols) {
+    const SafetensorsEntry& e = store.entry(name);  // throws naming the tensor when missing
+    const std::vector<std::int64_t> want =
+        cols == 0 ? std::vector<std::int64_t>{rows} : std::vector<std::int64_t>{rows, cols};
+    if (e.shape != want) {
+      auto str = [](const std::vector<std::int64_t>& s) {
+        std::string out = "[";
+        for (std::size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+        return out + "]";
+      };
+      throw std::runtime_error("checkpoint " + store.file_of(name) + ": tensor '" + name +
+                               "' has shape " + str(e.shape) + " but the config needs " +
+                               str(want));
+    }
+    const Tensor t = store.load(name);
+    resize_to(x, rows, cols);
+    std::copy(t.values.begin(), t.values.end(), x.data());
+  });
+  return w;
+}
+
+void LlamaWeights::save(const std::string& path, const std::string& dtype) const {
+  std::vector<TensorToWrite> out;
+  for_each_tensor(*this, [&](const std::string& name, const auto& x, std::int64_t rows,
+                             std::int64_t cols) {
+    TensorToWrite t;
+    t.name = name;
+    t.dtype = dtype;
+    t.shape = cols == 0 ? std::vector<std::int64_t>{rows} : std::vector<std::int64_t>{rows, cols};
+    t.values.assign(x.data(), x.data() + x.size());
+    out.push_back(std::move(t));
+  });
+  write_safetensors(path, out, {{"format", "pt"}});
+}
+
+}  // namespace servelab
