@@ -259,7 +259,8 @@ void write_summary_json(const std::string& path, const RunSummary& s,
   j["requests"] = {{"total", s.num_requests},
                    {"completed", s.completed},
                    {"rejected", s.rejected},
-                   {"aborted", s.aborted}};
+                   {"aborted", s.aborted},
+                   {"skipped_trace_rows", s.skipped_trace_rows}};
   j["duration_s"] = s.duration_s;
   j["num_steps"] = s.num_steps;
   j["throughput"] = {{"requests_per_s", s.requests_per_s},

@@ -61,6 +61,8 @@ struct RequestRecord {
 
 struct RunSummary {
   std::int64_t num_requests = 0, completed = 0, rejected = 0, aborted = 0;
+  std::int64_t skipped_trace_rows = 0;  // malformed trace rows skipped (`lenient: true`); set by
+                                        // the driver, which knows the workload
   double duration_s = 0;
   double requests_per_s = 0, input_tokens_per_s = 0, output_tokens_per_s = 0;
   std::int64_t input_tokens = 0, output_tokens = 0;

@@ -88,9 +88,8 @@ RunOutput run_simulation(const ExperimentConfig& config, const RunOptions& optio
   if (config.scheduler.max_model_len > model.max_position_embeddings) {
     // vLLM refuses this too: positions beyond the model's range are undefined.
     throw ConfigError(config.file + ": key 'serving.max_model_len': expected at most the model's " +
-                      "max_position_embeddings (" +
-                      std::to_string(model.max_position_embeddings) + "), got " +
-                      std::to_string(config.scheduler.max_model_len));
+                      "max_position_embeddings (" + std::to_string(model.max_position_embeddings) +
+                      "), got " + std::to_string(config.scheduler.max_model_len));
   }
   std::unique_ptr<Workload> workload =
       make_workload(config.workload_section(), config.seed, config.base_dir);
@@ -114,9 +113,8 @@ RunOutput run_simulation(const ExperimentConfig& config, const RunOptions& optio
     const auto start = std::chrono::steady_clock::now();
     sim.set_progress(
         [start](std::int64_t arrivals, TimeNs now) {
-          const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() -
-                                                            start)
-                                  .count();
+          const double wall =
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
           if (wall < 0.5) return;
           std::fprintf(stderr, "\r  %lld requests arrived, simulated %.1f s, wall %.1f s   ",
                        static_cast<long long>(arrivals), ns_to_s(now), wall);
@@ -128,6 +126,7 @@ RunOutput run_simulation(const ExperimentConfig& config, const RunOptions& optio
   if (options.progress) std::fputs("\r\033[K", stderr);
   recorder.finalize(out.totals.first_arrival_ns, out.totals.end_ns, replica.kv().stats());
   out.summary = recorder.summary();
+  out.summary.skipped_trace_rows = workload->skipped_rows();
   if (!options.write_files) return out;
 
   if (!steps_path.empty()) out.files.push_back("steps.csv");
@@ -148,10 +147,11 @@ RunOutput run_simulation(const ExperimentConfig& config, const RunOptions& optio
     recorder.write_requests_csv(out.out_dir + "/requests.csv");
     out.files.insert(out.files.begin() + 1, "requests.csv");
   }
-  write_text(out.out_dir + "/config.yaml",
-             resolved_config_yaml(config, {{"num_gpu_blocks", std::to_string(capacity.num_gpu_blocks)},
-                                           {"block_bytes", std::to_string(capacity.block_bytes)},
-                                           {"workload", out.workload}}));
+  write_text(
+      out.out_dir + "/config.yaml",
+      resolved_config_yaml(config, {{"num_gpu_blocks", std::to_string(capacity.num_gpu_blocks)},
+                                    {"block_bytes", std::to_string(capacity.block_bytes)},
+                                    {"workload", out.workload}}));
   out.files.push_back("config.yaml");
   return out;
 }
@@ -162,6 +162,10 @@ void print_summary(std::FILE* f, const ExperimentConfig& config, const RunOutput
                static_cast<long long>(s.num_requests), static_cast<long long>(s.completed),
                static_cast<long long>(s.rejected));
   if (s.aborted) std::fprintf(f, ", %lld aborted", static_cast<long long>(s.aborted));
+  if (s.skipped_trace_rows) {
+    std::fprintf(f, "; %lld malformed trace rows skipped",
+                 static_cast<long long>(s.skipped_trace_rows));
+  }
   std::fprintf(f, ") in %.3f s simulated, %lld steps\n", s.duration_s,
                static_cast<long long>(s.num_steps));
   std::fprintf(f, "  %s on %s, %lld KV blocks of %d tokens; workload: %s\n", config.model.c_str(),
@@ -169,8 +173,8 @@ void print_summary(std::FILE* f, const ExperimentConfig& config, const RunOutput
                config.scheduler.block_size, run.workload.c_str());
   std::fprintf(f, "  throughput  %.2f req/s   input %.0f tok/s   output %.0f tok/s\n",
                s.requests_per_s, s.input_tokens_per_s, s.output_tokens_per_s);
-  std::fprintf(f, "  %-13s %10s %10s %10s %10s %10s\n", "latency (ms)", "mean", "p50", "p90",
-               "p99", "max");
+  std::fprintf(f, "  %-13s %10s %10s %10s %10s %10s\n", "latency (ms)", "mean", "p50", "p90", "p99",
+               "max");
   auto row = [&](const char* name, const DistributionSummary& d) {
     std::fprintf(f, "  %-13s %10.2f %10.2f %10.2f %10.2f %10.2f\n", name, d.mean, d.p50, d.p90,
                  d.p99, d.max);

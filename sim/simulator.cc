@@ -1,9 +1,9 @@
 #include "sim/simulator.h"
 
 #include <stdexcept>
+#include <string>
 
 #include "core/config_node.h"
-#include <string>
 
 namespace servelab {
 
@@ -22,6 +22,7 @@ StepSnapshot Replica::snapshot() const {
   s.kv_blocks_cached = pool_.num_free_cached_blocks();
   s.waiting = static_cast<std::int32_t>(scheduler_.num_waiting());
   s.running = static_cast<std::int32_t>(scheduler_.num_running());
+  fill_kv_slot_stats(kv_, s);
   return s;
 }
 
@@ -34,8 +35,8 @@ void Simulator::try_start_step(TimeNs now) {
   const StepPlan& plan = r.scheduler_.schedule(now);
   if (plan.empty()) {
     if (r.scheduler_.num_running() == 0 && r.scheduler_.num_waiting() > 0) {
-      throw std::logic_error("simulator stalled at t=" + std::to_string(now) + " ns: " +
-                             std::to_string(r.scheduler_.num_waiting()) +
+      throw std::logic_error("simulator stalled at t=" + std::to_string(now) +
+                             " ns: " + std::to_string(r.scheduler_.num_waiting()) +
                              " waiting requests and nothing can run");
     }
     return;

@@ -144,6 +144,29 @@ TEST(SimRun, EmptyTraceIsAnError) {
   fs::remove_all(dir);
 }
 
+TEST(SimRun, LenientTraceRowsAreSkippedAndCountedInTheSummary) {
+  const fs::path dir = temp_dir("lenient");
+  write_file(dir / "t.csv",
+             "arrived_at,num_prefill_tokens,num_decode_tokens\n0.0,40,5\n0.1,oops,5\n"
+             "0.2,30,4\n0.3,20\n0.4,25,6\n");
+  write_file(dir / "e.yaml", small_experiment("  type: vidur\n  path: t.csv\n  lenient: true\n"));
+  ExperimentConfig c = load_experiment((dir / "e.yaml").string(), {});
+  RunOptions o;
+  o.out_dir = (dir / "run").string();
+  const RunOutput run = run_simulation(c, o);
+  EXPECT_EQ(run.summary.completed, 3);
+  EXPECT_EQ(run.summary.skipped_trace_rows, 2);
+  const nlohmann::json s = nlohmann::json::parse(read_file(dir / "run" / "summary.json"));
+  EXPECT_EQ(s["requests"]["skipped_trace_rows"].get<int>(), 2);
+  // Without lenient the first malformed row is an error naming file and line.
+  write_file(dir / "strict.yaml", small_experiment("  type: vidur\n  path: t.csv\n"));
+  const Cli cli =
+      run_sim("run " + (dir / "strict.yaml").string() + " --out " + (dir / "r2").string(), dir);
+  EXPECT_EQ(cli.code, 2);
+  EXPECT_NE(cli.err.find("t.csv:3"), std::string::npos) << cli.err;
+  fs::remove_all(dir);
+}
+
 TEST(SimRun, TooLongRequestsAreRejectedAndCounted) {
   const fs::path dir = temp_dir("toolong");
   write_file(dir / "e.yaml", small_experiment(kSmallWorkload, "  max_num_seqs: 8\n"));
