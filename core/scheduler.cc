@@ -67,7 +67,8 @@ Scheduler::~Scheduler() {
   for (Request* r : waiting_->snapshot()) delete r;  // waiting requests hold no blocks
 }
 
-std::string Scheduler::rejection_reason(const RequestSpec& spec) const {
+std::string Scheduler::rejection_reason(const Request& req) const {
+  const RequestSpec& spec = req.spec;
   const std::int64_t total = static_cast<std::int64_t>(spec.prompt_len) + spec.max_output_tokens;
   if (spec.prompt_len < 1) return "empty prompt";
   if (spec.max_output_tokens < 1) {
@@ -78,8 +79,9 @@ std::string Scheduler::rejection_reason(const RequestSpec& spec) const {
            std::to_string(config_.max_model_len) + ")";
   }
   // Alone in the cache a request always gets its blocks, so fitting the whole pool is enough to
-  // guarantee progress.
-  const std::int64_t blocks = cdiv(total, config_.block_size);
+  // guarantee progress. (A contiguous allocation reserves more than the request's length.)
+  const std::int64_t blocks =
+      std::max<std::int64_t>(cdiv(total, config_.block_size), kv_.reservation_blocks(req));
   const std::int32_t usable = kv_.pool().num_usable_blocks();
   if (blocks > usable) {
     return "needs " + std::to_string(blocks) + " KV blocks, more than the cache's capacity of " +
@@ -126,7 +128,7 @@ std::string Scheduler::rejection_reason(const RequestSpec& spec) const {
 void Scheduler::add_request(RequestSpec spec, TimeNs now) {
   ++counters_.num_arrived;
   auto* r = new Request(std::move(spec));
-  std::string reason = rejection_reason(r->spec);
+  std::string reason = rejection_reason(*r);
   if (reason.empty()) {
     // One allocation for the request's life instead of regrowth during decode.
     r->output_tokens.reserve(static_cast<std::size_t>(r->spec.max_output_tokens));

@@ -104,7 +104,7 @@ class Scheduler {
 
  private:
   // The reason a request must be refused at arrival, or "" if it can be queued.
-  std::string rejection_reason(const RequestSpec& spec) const;
+  std::string rejection_reason(const Request& req) const;
   // Frees the victim's KV and requeues it at the head (or aborts it past the preemption cap;
   // the victim is then deleted). REQUIRES: the victim was unlinked from running_ and unscheduled.
   void preempt(Request& victim, TimeNs now);

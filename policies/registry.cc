@@ -234,6 +234,19 @@ void register_core_policies(PolicyRegistry& r) {
          "fixed-size KV blocks allocated on demand from one pool",
          "PagedAttention (Kwon et al., SOSP'23)",
          {}});
+  r.add({PolicyKind::kAllocation,
+         "contiguous",
+         "each request reserves KV for its maximum length at admission (no sharing, no prefix "
+         "cache)",
+         "serving systems before PagedAttention (FasterTransformer, Orca), as in Kwon et al.",
+         {{"reserve",
+           ParamType::kString,
+           std::string("max_model_len"),
+           -1e300,
+           1e300,
+           {"max_model_len", "max_tokens"},
+           "max_model_len: every request reserves max_model_len tokens; max_tokens: prompt + "
+           "its max_output_tokens"}}});
 }
 
 void apply_scheduler_policies(const PolicySpec& batch, const PolicySpec& preemption,

@@ -45,7 +45,9 @@ void parse_policies(const ConfigNode& p, ExperimentConfig& c) {
   for (const auto& [kind, spec] : kinds) {
     if (auto v = p.find(to_string(kind))) *spec = parse_policy_spec(kind, *v);
   }
-  c.scheduler.enable_prefix_caching = c.policies.prefix_cache.name != "none";
+  // Contiguous reservations share nothing, so there is no prefix cache to use.
+  c.scheduler.enable_prefix_caching =
+      c.policies.prefix_cache.name != "none" && c.policies.allocation.name != "contiguous";
   // Batch formation, its knobs, the preemption victim and cap.
   apply_scheduler_policies(c.policies.batch, c.policies.preemption, c.scheduler);
 }

@@ -106,8 +106,16 @@ RunOutput run_simulation(const ExperimentConfig& config, const RunOptions& optio
   SimBackend backend(cost);
   Recorder recorder(config.slo, steps_path, schedule_path);
   WorkloadFeedback feedback(*workload, recorder);
+  KvCacheOptions kv_cache_options;
+  if (config.policies.allocation.name == "contiguous") {
+    kv_cache_options.allocation = KvAllocation::kContiguous;
+    kv_cache_options.reserve = config.policies.allocation.get_string("reserve") == "max_tokens"
+                                   ? KvReserve::kMaxTokens
+                                   : KvReserve::kMaxModelLen;
+  }
   Replica replica(scheduler_config_with_policies(config),
-                  static_cast<std::int32_t>(capacity.num_gpu_blocks), backend, &feedback);
+                  static_cast<std::int32_t>(capacity.num_gpu_blocks), backend, &feedback,
+                  kv_cache_options);
   Simulator sim(*workload, replica, recorder);
   if (options.progress) {
     const auto start = std::chrono::steady_clock::now();

@@ -8,9 +8,9 @@
 namespace servelab {
 
 Replica::Replica(const SchedulerConfig& config, std::int32_t num_gpu_blocks, Backend& backend,
-                 SchedulerObserver* observer)
+                 SchedulerObserver* observer, const KvCacheOptions& kv_options)
     : pool_(num_gpu_blocks),
-      kv_(pool_, config.block_size, config.max_model_len, config.enable_prefix_caching),
+      kv_(pool_, config.block_size, config.max_model_len, config.enable_prefix_caching, kv_options),
       scheduler_(config, kv_, observer),
       backend_(backend) {}
 

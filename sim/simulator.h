@@ -27,8 +27,10 @@ namespace servelab {
 class Replica {
  public:
   // `backend` and `observer` must outlive the replica. REQUIRES: num_gpu_blocks >= 2.
+  // `kv_options` selects contiguous allocation and swap space (its host pool must outlive the
+  // replica).
   Replica(const SchedulerConfig& config, std::int32_t num_gpu_blocks, Backend& backend,
-          SchedulerObserver* observer);
+          SchedulerObserver* observer, const KvCacheOptions& kv_options = {});
   Replica(const Replica&) = delete;
   Replica& operator=(const Replica&) = delete;
 

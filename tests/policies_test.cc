@@ -74,7 +74,9 @@ TEST(PolicyRegistryTest, UnknownNameListsTheAvailableOnes) {
   EXPECT_NE(m.find("policies.batch.name"), std::string::npos) << m;
   EXPECT_NE(m.find("vllm, static, orca, sarathi, prefill-first"), std::string::npos) << m;
   EXPECT_NE(ParseError(PolicyKind::kPrefixCache, "radix").find("hash, none"), std::string::npos);
-  EXPECT_THROW(default_policy_spec(PolicyKind::kAllocation, "contiguous"), ConfigError);
+  EXPECT_THROW(default_policy_spec(PolicyKind::kAllocation, "buddy"), ConfigError);
+  EXPECT_EQ(default_policy_spec(PolicyKind::kAllocation, "contiguous").get_string("reserve"),
+            "max_model_len");
 }
 
 TEST(PolicyRegistryTest, BadParameterNamesTheKeyAndTheExpectedType) {
@@ -121,8 +123,9 @@ TEST(PolicyRegistryTest, CatalogueListsEveryPlugin) {
       }
     }
   }
-  // vllm, static, orca, sarathi, prefill-first; 5 queue orders; recompute; hash, none; paged
-  EXPECT_EQ(plugins, 14u);
+  // vllm, static, orca, sarathi, prefill-first; 5 queue orders; recompute; hash, none; paged,
+  // contiguous
+  EXPECT_EQ(plugins, 15u);
   EXPECT_NE(cat.find("error (a double in [0, 10], default 0.5)"), std::string::npos) << cat;
   EXPECT_NE(cat.find("victim (one of last-running, lowest-priority, fewest-computed, most-blocks, "
                      "default last-running)"),

@@ -167,6 +167,35 @@ TEST(SimRun, LenientTraceRowsAreSkippedAndCountedInTheSummary) {
   fs::remove_all(dir);
 }
 
+TEST(SimRun, ContiguousAllocationReservesAndWastesWhatPagingDoesNot) {
+  const fs::path dir = temp_dir("contiguous");
+  write_file(dir / "e.yaml", small_experiment(kSmallWorkload, "  max_num_seqs: 64\n"));
+  RunOptions o;
+  o.write_files = false;
+  const RunOutput paged = run_simulation(load_experiment((dir / "e.yaml").string(), {}), o);
+  const RunOutput max_tokens = run_simulation(
+      load_experiment((dir / "e.yaml").string(),
+                      {"policies.allocation={name: contiguous, reserve: max_tokens}"}),
+      o);
+  const RunOutput max_len = run_simulation(
+      load_experiment((dir / "e.yaml").string(), {"policies.allocation=contiguous"}), o);
+  // Paging wastes at most the tail of each request's last block; reservations waste far more,
+  // and reserving max_model_len (512 tokens = 32 blocks of the 63) wastes the most.
+  EXPECT_EQ(paged.summary.kv_reserved_unused_blocks_mean, 0.0);
+  EXPECT_LT(paged.summary.kv_internal_fragmentation_mean, 0.1);
+  EXPECT_GT(max_tokens.summary.kv_internal_fragmentation_mean,
+            paged.summary.kv_internal_fragmentation_mean);
+  EXPECT_GT(max_len.summary.kv_internal_fragmentation_mean,
+            max_tokens.summary.kv_internal_fragmentation_mean);
+  EXPECT_GT(max_len.summary.kv_reserved_unused_blocks_mean,
+            max_tokens.summary.kv_reserved_unused_blocks_mean);
+  // No sharing without pages: the prefix cache is off, and fewer requests fit, so they queue.
+  EXPECT_EQ(max_len.summary.prefix_queried_tokens, 0);
+  EXPECT_GT(max_len.summary.queueing_ms.mean, paged.summary.queueing_ms.mean);
+  EXPECT_EQ(max_len.summary.completed, paged.summary.completed);
+  fs::remove_all(dir);
+}
+
 TEST(SimRun, TooLongRequestsAreRejectedAndCounted) {
   const fs::path dir = temp_dir("toolong");
   write_file(dir / "e.yaml", small_experiment(kSmallWorkload, "  max_num_seqs: 8\n"));
