@@ -21,10 +21,10 @@ void replay(benchmark::State& state, const std::string& file, std::vector<std::s
     steps += out.summary.num_steps;
     benchmark::DoNotOptimize(out.summary.e2e_ms.mean);
   }
-  state.counters["requests/s"] = benchmark::Counter(static_cast<double>(requests),
-                                                    benchmark::Counter::kIsRate);
-  state.counters["steps/s"] = benchmark::Counter(static_cast<double>(steps),
-                                                 benchmark::Counter::kIsRate);
+  state.counters["requests/s"] =
+      benchmark::Counter(static_cast<double>(requests), benchmark::Counter::kIsRate);
+  state.counters["steps/s"] =
+      benchmark::Counter(static_cast<double>(steps), benchmark::Counter::kIsRate);
   state.counters["steps"] = static_cast<double>(steps) / static_cast<double>(state.iterations());
 }
 

@@ -20,15 +20,7 @@ std::size_t checked_size(std::int32_t num_blocks) {
 }  // namespace
 
 BlockPool::BlockPool(std::int32_t num_blocks)
-    : ref_(checked_size(num_blocks), 0),
-      prev_(num_blocks, -1),
-      next_(num_blocks, -1),
-      in_queue_(num_blocks, 0),
-      has_hash_(num_blocks, 0),
-      hash_(num_blocks),
-      next_dup_(num_blocks, -1),
-      dup_member_(num_blocks, 0),
-      index_(static_cast<std::size_t>(num_blocks)) {
+    : meta_(checked_size(num_blocks)), index_(static_cast<std::size_t>(num_blocks)) {
   for (BlockId b = 1; b < num_blocks; ++b) push_back(b);
 }
 
@@ -37,58 +29,58 @@ double BlockPool::usage() const {
 }
 
 void BlockPool::unlink(BlockId b) {
-  const BlockId p = prev_[b], n = next_[b];
+  const BlockId p = meta_[b].prev, n = meta_[b].next;
   if (p >= 0) {
-    next_[p] = n;
+    meta_[p].next = n;
   } else {
     head_ = n;
   }
   if (n >= 0) {
-    prev_[n] = p;
+    meta_[n].prev = p;
   } else {
     tail_ = p;
   }
-  prev_[b] = next_[b] = -1;
-  in_queue_[b] = 0;
+  meta_[b].prev = meta_[b].next = -1;
+  meta_[b].in_queue = 0;
   --num_free_;
-  if (has_hash_[b]) --num_free_hashed_;
+  if (meta_[b].has_hash) --num_free_hashed_;
 }
 
 void BlockPool::push_back(BlockId b) {
-  prev_[b] = tail_;
-  next_[b] = -1;
+  meta_[b].prev = tail_;
+  meta_[b].next = -1;
   if (tail_ >= 0) {
-    next_[tail_] = b;
+    meta_[tail_].next = b;
   } else {
     head_ = b;
   }
   tail_ = b;
-  in_queue_[b] = 1;
+  meta_[b].in_queue = 1;
   ++num_free_;
-  if (has_hash_[b]) ++num_free_hashed_;
+  if (meta_[b].has_hash) ++num_free_hashed_;
 }
 
 void BlockPool::drop_hash(BlockId b) {
-  if (next_dup_[b] >= 0 || dup_member_[b]) {
+  if (meta_[b].next_dup >= 0 || meta_[b].dup_member) {
     // Unchain b from its hash's duplicate list. Chains are almost always of length 1 (a
     // duplicate appears only when a block is recomputed while an equal one is still cached), so
     // this path and its walk are rare.
-    BlockId* first = index_.find(hash_[b]);
+    BlockId* first = index_.find(meta_[b].hash);
     if (*first == b) {
-      *first = next_dup_[b];
-      dup_member_[next_dup_[b]] = 0;
+      *first = meta_[b].next_dup;
+      meta_[meta_[b].next_dup].dup_member = 0;
     } else {
       BlockId p = *first;
-      while (next_dup_[p] != b) p = next_dup_[p];
-      next_dup_[p] = next_dup_[b];
+      while (meta_[p].next_dup != b) p = meta_[p].next_dup;
+      meta_[p].next_dup = meta_[b].next_dup;
     }
   }
   // Otherwise b was alone under its hash: its index entry goes stale (see the header).
-  next_dup_[b] = -1;
-  dup_member_[b] = 0;
-  has_hash_[b] = 0;
+  meta_[b].next_dup = -1;
+  meta_[b].dup_member = 0;
+  meta_[b].has_hash = 0;
   --num_hashed_;
-  if (in_queue_[b]) --num_free_hashed_;
+  if (meta_[b].in_queue) --num_free_hashed_;
 }
 
 void BlockPool::get_new_blocks(std::int32_t n, std::vector<BlockId>& out) {
@@ -99,11 +91,11 @@ void BlockPool::get_new_blocks(std::int32_t n, std::vector<BlockId>& out) {
   for (std::int32_t i = 0; i < n; ++i) {
     const BlockId b = head_;
     unlink(b);
-    if (has_hash_[b]) {  // lazy eviction: the cached content is lost only now
+    if (meta_[b].has_hash) {  // lazy eviction: the cached content is lost only now
       drop_hash(b);
       ++num_evictions_;
     }
-    ref_[b] = 1;
+    meta_[b].ref = 1;
     out.push_back(b);
   }
 }
@@ -112,32 +104,32 @@ void BlockPool::touch(std::span<const BlockId> blocks) {
   for (const BlockId b : blocks) {
     // The null block pads skipped positions (sliding window in vLLM); it is never counted.
     if (b == kNullBlock) continue;
-    if (ref_[b] == 0) unlink(b);
-    ++ref_[b];
+    if (meta_[b].ref == 0) unlink(b);
+    ++meta_[b].ref;
   }
 }
 
 void BlockPool::free_blocks(std::span<const BlockId> ordered) {
   for (const BlockId b : ordered) {
     if (b == kNullBlock) continue;
-    if (ref_[b] <= 0) fail("free_blocks on " + block_str(b) + " which has no reference");
-    if (--ref_[b] == 0) push_back(b);
+    if (meta_[b].ref <= 0) fail("free_blocks on " + block_str(b) + " which has no reference");
+    if (--meta_[b].ref == 0) push_back(b);
   }
 }
 
 void BlockPool::cache_block(BlockId block, const BlockHash& hash) {
   if (block <= kNullBlock || block >= num_blocks())
     fail("cache_block on invalid " + block_str(block));
-  if (ref_[block] <= 0) fail("cache_block on " + block_str(block) + " which has no reference");
-  if (has_hash_[block]) {
-    if (hash_[block] == hash) return;
+  if (meta_[block].ref <= 0) fail("cache_block on " + block_str(block) + " which has no reference");
+  if (meta_[block].has_hash) {
+    if (meta_[block].hash == hash) return;
     fail("cache_block on " + block_str(block) + " which already carries a different hash");
   }
-  hash_[block] = hash;
-  has_hash_[block] = 1;
-  next_dup_[block] = -1;
+  meta_[block].hash = hash;
+  meta_[block].has_hash = 1;
+  meta_[block].next_dup = -1;
   ++num_hashed_;
-  dup_member_[block] = 0;
+  meta_[block].dup_member = 0;
   auto [it, inserted] = index_.try_emplace(hash, block);
   if (inserted) {
     if (index_.size() * 4 > index_.capacity() * 3) rebuild_index();
@@ -147,16 +139,16 @@ void BlockPool::cache_block(BlockId block, const BlockHash& hash) {
   } else {
     // Duplicates go to the end of the chain so lookups keep returning the earliest registered.
     BlockId p = *it;
-    while (next_dup_[p] >= 0) p = next_dup_[p];
-    next_dup_[p] = block;
-    dup_member_[block] = 1;
+    while (meta_[p].next_dup >= 0) p = meta_[p].next_dup;
+    meta_[p].next_dup = block;
+    meta_[block].dup_member = 1;
   }
 }
 
 void BlockPool::rebuild_index() {
   index_.clear();
   for (BlockId b = 1; b < num_blocks(); ++b) {
-    if (has_hash_[b] && !dup_member_[b]) index_.try_emplace(hash_[b], b);
+    if (meta_[b].has_hash && !meta_[b].dup_member) index_.try_emplace(meta_[b].hash, b);
   }
 }
 
@@ -170,9 +162,9 @@ bool BlockPool::reset_prefix_cache() {
   if (num_free_ != num_usable_blocks()) return false;
   index_.clear();
   for (BlockId b = 0; b < num_blocks(); ++b) {
-    has_hash_[b] = 0;
-    next_dup_[b] = -1;
-    dup_member_[b] = 0;
+    meta_[b].has_hash = 0;
+    meta_[b].next_dup = -1;
+    meta_[b].dup_member = 0;
   }
   num_hashed_ = 0;
   num_free_hashed_ = 0;
@@ -180,14 +172,14 @@ bool BlockPool::reset_prefix_cache() {
 }
 
 std::optional<BlockHash> BlockPool::block_hash(BlockId b) const {
-  if (!has_hash_[b]) return std::nullopt;
-  return hash_[b];
+  if (!meta_[b].has_hash) return std::nullopt;
+  return meta_[b].hash;
 }
 
 std::vector<BlockId> BlockPool::free_queue() const {
   std::vector<BlockId> out;
   out.reserve(static_cast<std::size_t>(num_free_));
-  for (BlockId b = head_; b >= 0; b = next_[b]) out.push_back(b);
+  for (BlockId b = head_; b >= 0; b = meta_[b].next) out.push_back(b);
   return out;
 }
 
@@ -195,31 +187,33 @@ void BlockPool::check_invariants() const {
   const std::int32_t n = num_blocks();
   if (n < 2) fail("num_blocks is " + std::to_string(n));
   const auto size = static_cast<std::size_t>(n);
-  if (prev_.size() != size || next_.size() != size || in_queue_.size() != size ||
-      has_hash_.size() != size || hash_.size() != size || next_dup_.size() != size) {
+  if (meta_.size() != size) {
     fail("per-block arrays have inconsistent sizes");
   }
-  if (ref_[kNullBlock] != 0) fail("null block has reference count " + std::to_string(ref_[0]));
-  if (in_queue_[kNullBlock]) fail("null block is in the free queue");
-  if (has_hash_[kNullBlock]) fail("null block carries a hash");
+  if (meta_[kNullBlock].ref != 0)
+    fail("null block has reference count " + std::to_string(meta_[0].ref));
+  if (meta_[kNullBlock].in_queue) fail("null block is in the free queue");
+  if (meta_[kNullBlock].has_hash) fail("null block carries a hash");
 
   // Free queue: walk head to tail, checking back links and bounding the walk to catch cycles.
   std::int32_t queued = 0;
   std::int32_t free_hashed = 0;
   BlockId prev = -1;
-  for (BlockId b = head_; b >= 0; b = next_[b]) {
+  for (BlockId b = head_; b >= 0; b = meta_[b].next) {
     if (b >= n) fail("free queue links to out-of-range " + block_str(b));
     if (b == kNullBlock) fail("null block is linked into the free queue");
     if (++queued > n) fail("free queue has a cycle");
-    if (prev_[b] != prev) {
-      fail(block_str(b) + " has prev " + std::to_string(prev_[b]) + " but follows " +
+    if (meta_[b].prev != prev) {
+      fail(block_str(b) + " has prev " + std::to_string(meta_[b].prev) + " but follows " +
            std::to_string(prev) + " in the free queue");
     }
-    if (!in_queue_[b]) fail(block_str(b) + " is linked into the free queue but not marked queued");
-    if (ref_[b] != 0) {
-      fail(block_str(b) + " is in the free queue with reference count " + std::to_string(ref_[b]));
+    if (!meta_[b].in_queue)
+      fail(block_str(b) + " is linked into the free queue but not marked queued");
+    if (meta_[b].ref != 0) {
+      fail(block_str(b) + " is in the free queue with reference count " +
+           std::to_string(meta_[b].ref));
     }
-    if (has_hash_[b]) ++free_hashed;
+    if (meta_[b].has_hash) ++free_hashed;
     prev = b;
   }
   if (tail_ != prev) {
@@ -237,15 +231,15 @@ void BlockPool::check_invariants() const {
 
   std::int32_t hashed = 0;
   for (BlockId b = 1; b < n; ++b) {
-    if (ref_[b] < 0)
-      fail(block_str(b) + " has negative reference count " + std::to_string(ref_[b]));
-    if ((ref_[b] == 0) != static_cast<bool>(in_queue_[b])) {
-      fail(block_str(b) + " has reference count " + std::to_string(ref_[b]) +
-           (in_queue_[b] ? " but is in the free queue" : " but is not in the free queue"));
+    if (meta_[b].ref < 0)
+      fail(block_str(b) + " has negative reference count " + std::to_string(meta_[b].ref));
+    if ((meta_[b].ref == 0) != static_cast<bool>(meta_[b].in_queue)) {
+      fail(block_str(b) + " has reference count " + std::to_string(meta_[b].ref) +
+           (meta_[b].in_queue ? " but is in the free queue" : " but is not in the free queue"));
     }
-    if (has_hash_[b]) {
+    if (meta_[b].has_hash) {
       ++hashed;
-    } else if (next_dup_[b] >= 0) {
+    } else if (meta_[b].next_dup >= 0) {
       fail(block_str(b) + " carries no hash but is chained as a duplicate");
     }
   }
@@ -261,12 +255,12 @@ void BlockPool::check_invariants() const {
     if (first == kNullBlock || first >= n) fail("hash index refers to invalid " + block_str(first));
     if (!is_live_head(first, h)) return;  // a stale entry (see the header)
     std::int32_t len = 0;
-    for (BlockId b = first; b >= 0; b = next_dup_[b]) {
+    for (BlockId b = first; b >= 0; b = meta_[b].next_dup) {
       if (b == kNullBlock || b >= n) fail("hash index refers to invalid " + block_str(b));
       if (++len > n) fail("duplicate chain starting at " + block_str(first) + " has a cycle");
-      if (!has_hash_[b]) fail(block_str(b) + " is in the hash index but carries no hash");
-      if (!(hash_[b] == h)) fail(block_str(b) + " is indexed under a hash it does not carry");
-      if (b != first && !dup_member_[b]) fail(block_str(b) + " is chained but not marked");
+      if (!meta_[b].has_hash) fail(block_str(b) + " is in the hash index but carries no hash");
+      if (!(meta_[b].hash == h)) fail(block_str(b) + " is indexed under a hash it does not carry");
+      if (b != first && !meta_[b].dup_member) fail(block_str(b) + " is chained but not marked");
     }
     indexed += len;
   });

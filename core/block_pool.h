@@ -39,7 +39,7 @@ class BlockPool {
   BlockPool(const BlockPool&) = delete;
   BlockPool& operator=(const BlockPool&) = delete;
 
-  std::int32_t num_blocks() const { return static_cast<std::int32_t>(ref_.size()); }
+  std::int32_t num_blocks() const { return static_cast<std::int32_t>(meta_.size()); }
   std::int32_t num_usable_blocks() const { return num_blocks() - 1; }
   std::int32_t num_free_blocks() const { return num_free_; }
   // Blocks that carry a hash (in use or free).
@@ -67,7 +67,7 @@ class BlockPool {
   // Clears every hash. Succeeds (returns true) only if every usable block is free.
   bool reset_prefix_cache();
 
-  std::int32_t ref_count(BlockId b) const { return ref_[b]; }
+  std::int32_t ref_count(BlockId b) const { return meta_[b].ref; }
   std::optional<BlockHash> block_hash(BlockId b) const;
   // The free queue from head to tail (for tests and the block map).
   std::vector<BlockId> free_queue() const;
@@ -83,18 +83,24 @@ class BlockPool {
   void drop_hash(BlockId b);
   // b carries `h` and heads its duplicate chain (the block the index entry should name).
   bool is_live_head(BlockId b, const BlockHash& h) const {
-    return has_hash_[b] && !dup_member_[b] && hash_[b] == h;
+    return meta_[b].has_hash && !meta_[b].dup_member && meta_[b].hash == h;
   }
   void rebuild_index();
 
-  std::vector<std::int32_t> ref_;
-  std::vector<BlockId> prev_, next_;  // free-queue links; -1 = none
-  std::vector<std::uint8_t> in_queue_;
-  std::vector<std::uint8_t> has_hash_;
-  std::vector<BlockHash> hash_;
-  std::vector<BlockId> next_dup_;         // next block registered under the same hash; -1 = none
-  std::vector<std::uint8_t> dup_member_;  // in a duplicate chain, but not its head
-  // hash -> first registered block; further duplicates chain through next_dup_.
+  // Everything the pool knows about one block, together: the blocks an allocation or eviction
+  // touches come from the free queue in no particular order, so one cache line per block beats
+  // one array per field.
+  struct BlockMeta {
+    BlockHash hash;  // valid iff has_hash
+    std::int32_t ref = 0;
+    BlockId prev = -1, next = -1;  // free-queue links; -1 = none
+    BlockId next_dup = -1;         // next block registered under the same hash; -1 = none
+    std::uint8_t in_queue = 0;
+    std::uint8_t has_hash = 0;
+    std::uint8_t dup_member = 0;  // in a duplicate chain, but not its head
+  };
+  std::vector<BlockMeta> meta_;
+  // hash -> first registered block; further duplicates chain through BlockMeta::next_dup.
   BlockHashIndex index_;
   BlockId head_ = -1, tail_ = -1;
   std::int32_t num_free_ = 0;

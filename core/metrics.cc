@@ -33,8 +33,8 @@ DistributionSummary summarize(std::vector<double>& values) {
 std::size_t LogHistogram::bucket_of(std::uint64_t v) {
   constexpr std::uint64_t kSub = 1ULL << kSubBits;
   if (v < kSub) return static_cast<std::size_t>(v);
-  const int msb = 63 - std::countl_zero(v);      // >= kSubBits
-  const int shift = msb - kSubBits;               // bits dropped
+  const int msb = 63 - std::countl_zero(v);            // >= kSubBits
+  const int shift = msb - kSubBits;                    // bits dropped
   const std::uint64_t mantissa = (v >> shift) - kSub;  // in [0, kSub)
   return static_cast<std::size_t>(kSub + static_cast<std::uint64_t>(shift) * kSub + mantissa);
 }

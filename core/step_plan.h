@@ -18,15 +18,15 @@ namespace servelab {
 
 struct ScheduledRequest {
   RequestId id = 0;
-  const RequestSpec* spec = nullptr;           // prompt content (for the engine's token values)
+  const RequestSpec* spec = nullptr;            // prompt content (for the engine's token values)
   std::span<const std::int32_t> output_tokens;  // outputs sampled before this step
   std::int32_t first_token = 0;                 // position of the first token computed
   std::int32_t num_tokens = 0;                  // tokens computed in this step (>= 1)
-  std::int32_t num_cached_prefix = 0;           // of first_token, how many came from a prefix hit now
-  bool is_prefill = false;                      // computes part of the known sequence other than
-                                                // its last token (prompt or resumed outputs)
-  bool samples = false;                         // reaches the end of the known tokens: samples one
-  std::span<const BlockId> block_table;         // covers at least first_token + num_tokens slots
+  std::int32_t num_cached_prefix = 0;    // of first_token, how many came from a prefix hit now
+  bool is_prefill = false;               // computes part of the known sequence other than
+                                         // its last token (prompt or resumed outputs)
+  bool samples = false;                  // reaches the end of the known tokens: samples one
+  std::span<const BlockId> block_table;  // covers at least first_token + num_tokens slots
 
   std::int32_t context_len() const { return first_token + num_tokens; }
 };
