@@ -55,7 +55,7 @@ void LogHistogram::add(std::int64_t value) {
   if (b >= buckets_.size()) buckets_.resize(b + 1, 0);
   ++buckets_[b];
   ++count_;
-  sum_ += static_cast<long double>(v);
+  sum_ += static_cast<std::int64_t>(v);
   max_ = std::max<std::int64_t>(max_, static_cast<std::int64_t>(v));
 }
 
@@ -82,7 +82,7 @@ DistributionSummary LogHistogram::summary() const {
   DistributionSummary s;
   if (count_ == 0) return s;
   s.count = count_;
-  s.mean = static_cast<double>(sum_ / static_cast<long double>(count_));
+  s.mean = static_cast<double>(static_cast<long double>(sum_) / static_cast<long double>(count_));
   s.p50 = percentile(50);
   s.p90 = percentile(90);
   s.p95 = percentile(95);

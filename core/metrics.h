@@ -38,7 +38,7 @@ class LogHistogram {
   static double bucket_mid(std::size_t b);
   std::vector<std::int64_t> buckets_;
   std::int64_t count_ = 0;
-  long double sum_ = 0;
+  std::int64_t sum_ = 0;  // exact: nanosecond gaps of a run sum far below 2^63
   std::int64_t max_ = 0;
 };
 
