@@ -36,24 +36,24 @@ struct Request {
 
   RequestSpec spec;
   RequestStatus status = RequestStatus::kWaiting;
-  std::int32_t num_computed_tokens = 0;      // tokens whose KV is (or is being) computed
-  std::vector<std::int32_t> output_tokens;   // sampled token values, in order
-  std::vector<BlockId> block_table;          // physical blocks, position order
-  std::vector<BlockHash> block_hashes;       // hashes of the full blocks known so far
-  std::int32_t num_cached_blocks = 0;        // leading blocks of block_table registered in the cache
-  std::int32_t kv_accounted_tokens = 0;      // KvCacheManager's slot accounting (its own use)
-  std::int32_t num_cached_tokens = -1;       // prefix hit at first admission (-1: not admitted yet)
+  std::int32_t num_computed_tokens = 0;     // tokens whose KV is (or is being) computed
+  std::vector<std::int32_t> output_tokens;  // sampled token values, in order
+  std::vector<BlockId> block_table;         // physical blocks, position order
+  std::vector<BlockHash> block_hashes;      // hashes of the full blocks known so far
+  std::int32_t num_cached_blocks = 0;       // leading blocks of block_table registered in the cache
+  std::int32_t kv_accounted_tokens = 0;     // KvCacheManager's slot accounting (its own use)
+  std::int32_t num_cached_tokens = -1;      // prefix hit at first admission (-1: not admitted yet)
   std::int32_t num_preemptions = 0;
-  std::int64_t num_recomputed_tokens = 0;    // tokens computed again after a preemption
-  std::int64_t num_computed_total = 0;       // all tokens scheduled for this request, ever
-  std::int32_t max_computed_tokens = 0;      // furthest num_computed_tokens ever reached: tokens
-                                             // scheduled below it after a preemption are recomputed
+  std::int64_t num_recomputed_tokens = 0;  // tokens computed again after a preemption
+  std::int64_t num_computed_total = 0;     // all tokens scheduled for this request, ever
+  std::int32_t max_computed_tokens = 0;    // furthest num_computed_tokens ever reached: tokens
+                                           // scheduled below it after a preemption are recomputed
   TimeNs first_scheduled_ns = -1;
   TimeNs first_token_ns = -1;
   TimeNs last_token_ns = -1;
   TimeNs finish_ns = -1;
   std::string finish_reason;
-  std::vector<BlockId> host_block_table;     // host blocks holding the KV while swapped out
+  std::vector<BlockId> host_block_table;  // host blocks holding the KV while swapped out
 
   RequestId id() const { return spec.id; }
   std::int32_t num_output_tokens() const { return static_cast<std::int32_t>(output_tokens.size()); }

@@ -40,6 +40,14 @@ Scheduler::Scheduler(const SchedulerConfig& config, KvCacheManager& kv, Schedule
   if (config_.long_prefill_token_threshold < 0) {
     throw std::invalid_argument("Scheduler: long_prefill_token_threshold must be >= 0");
   }
+  // The swap-in pass exists in the kVllm formation only; the others would strand swapped victims.
+  if (config_.preemption_mode != PreemptionMode::kRecompute &&
+      (config_.batch_formation == BatchFormation::kSarathi ||
+       config_.batch_formation == BatchFormation::kPrefillFirst)) {
+    throw std::invalid_argument(
+        "Scheduler: swap preemption needs the vllm batch formation (static and orca never "
+        "preempt)");
+  }
   // Two sources for one fact would let the scheduler's capacity checks and the manager's
   // allocations silently disagree.
   if (config_.block_size != kv_.block_size()) {
@@ -62,6 +70,10 @@ Scheduler::Scheduler(const SchedulerConfig& config, KvCacheManager& kv, Schedule
 Scheduler::~Scheduler() {
   for (Request* r : running_) {
     kv_.free(*r);
+    delete r;
+  }
+  for (Request* r : swapped_) {
+    kv_.free(*r);  // returns its host blocks
     delete r;
   }
   for (Request* r : waiting_->snapshot()) delete r;  // waiting requests hold no blocks
@@ -255,17 +267,39 @@ std::int32_t Scheduler::unschedule(const Request& r) {
   return n;
 }
 
+bool Scheduler::should_swap(const Request& victim) const {
+  switch (config_.preemption_mode) {
+    case PreemptionMode::kRecompute:
+      return false;
+    case PreemptionMode::kSwap:
+      break;
+    case PreemptionMode::kAuto:
+      if (!config_.prefer_swap || !config_.prefer_swap(victim)) return false;
+      break;
+  }
+  // Short of host space the victim is recomputed (documented in scheduler.h).
+  return kv_.can_swap_out(victim);
+}
+
 void Scheduler::preempt(Request& victim, TimeNs now) {
-  // Recompute: the KV goes (full blocks stay cached until evicted), the outputs stay.
-  kv_.free(victim);
-  victim.status = RequestStatus::kPreempted;
-  victim.num_computed_tokens = 0;
   ++victim.num_preemptions;
   ++counters_.num_preemptions;
-  // Past the cap the request is given up instead of thrashing forever (a livelock guard).
+  // Past the cap the request is given up instead of thrashing forever (a livelock guard); its
+  // KV is dropped rather than moved to the host for nothing.
   const bool give_up =
       config_.max_preemptions > 0 && victim.num_preemptions > config_.max_preemptions;
-  if (!give_up) waiting_->push_front(&victim);
+  if (!give_up && should_swap(victim)) {
+    // Swap: the KV moves to host blocks, so num_computed_tokens stays (nothing is recomputed).
+    kv_.swap_out(victim, plan_.swap_out);
+    victim.status = RequestStatus::kSwapped;
+    swapped_.push_back(&victim);
+  } else {
+    // Recompute: the KV goes (full blocks stay cached until evicted), the outputs stay.
+    kv_.free(victim);
+    victim.status = RequestStatus::kPreempted;
+    victim.num_computed_tokens = 0;
+    if (!give_up) waiting_->push_front(&victim);
+  }
   plan_.preempted.push_back(victim.id());
   if (observer_ != nullptr) observer_->on_preempt(victim, now);
   if (give_up) abort_request(victim, now);
@@ -390,10 +424,15 @@ void Scheduler::fill_plan(TimeNs now, bool admit) {
     ++i;
   }
 
-  // Phase 2: waiting requests in queue order, unless this step preempted (the freed blocks
+  // Phase 2: swapped requests resume (never in a step that preempted, so never in one that
+  // swapped out); while any stays swapped nobody new is admitted.
+  if (admit && !preempted && !swapped_.empty()) budget = swap_in_phase(budget, now);
+
+  // Phase 3: waiting requests in queue order, unless this step preempted (the freed blocks
   // would otherwise go straight to newcomers while the victims wait).
   const auto max_seqs = static_cast<std::size_t>(config_.max_num_seqs);
-  while (admit && !preempted && !waiting_->empty() && budget > 0 && running_.size() < max_seqs) {
+  while (admit && !preempted && swapped_.empty() && !waiting_->empty() && budget > 0 &&
+         running_.size() < max_seqs) {
     Request& r = *waiting_->front();
     // Every admission looks up the prefix cache: a resumed request usually finds its own
     // earlier full blocks there.
@@ -412,6 +451,31 @@ void Scheduler::fill_plan(TimeNs now, bool admit) {
     add_to_plan(r, n, hit.num_tokens, now);
     budget -= n;
   }
+}
+
+std::int32_t Scheduler::swap_in_phase(std::int32_t budget, TimeNs now) {
+  const std::int32_t threshold = config_.long_prefill_token_threshold;
+  const auto max_seqs = static_cast<std::size_t>(config_.max_num_seqs);
+  while (!swapped_.empty() && budget > 0 && running_.size() < max_seqs) {
+    Request& r = *swapped_.front();
+    // Usually one decode token; more when the victim was swapped out mid-prefill.
+    std::int32_t n = r.num_tokens() - r.num_computed_tokens;
+    if (threshold > 0 && n > threshold) n = threshold;
+    if (!config_.enable_chunked_prefill && n > budget) break;
+    n = std::min(n, budget);
+    if (!kv_.can_swap_in(r, std::max(n, 0))) break;  // head-of-line, as vLLM v0's swapped queue
+    bool ok = kv_.swap_in(r, plan_.swap_in);
+    if (n > 0) ok = ok && kv_.allocate_slots(r, n);  // can_swap_in covered both
+    assert(ok);
+    (void)ok;
+    swapped_.pop_front();
+    running_.push_back(&r);
+    r.status = RequestStatus::kRunning;
+    if (n <= 0) continue;  // nothing to compute yet (only off the synchronous loop)
+    add_to_plan(r, n, 0, now);
+    budget -= n;
+  }
+  return budget;
 }
 
 void Scheduler::fill_plan_static(TimeNs now) {
@@ -577,7 +641,10 @@ void Scheduler::fill_plan_prefill_first(TimeNs now, bool admit) {
 }
 
 void Scheduler::finish(Request& r, TimeNs now) {
-  if (r.status != RequestStatus::kRunning) {
+  if (r.status == RequestStatus::kSwapped) {
+    // As below, for a request swapped out after this plan was formed.
+    std::erase(swapped_, &r);
+  } else if (r.status != RequestStatus::kRunning) {
     // Only a request preempted after this plan was formed can get here; in the synchronous
     // loop that never happens, but the token still counts (vLLM test_preempt_during_execution).
     waiting_->erase(&r);

@@ -35,6 +35,19 @@
 // (fewest outputs, then longest prompt) or most blocks; a victim already in this step's plan is
 // refunded. With config.max_preemptions > 0, a request preempted more than that many times is
 // aborted (kAborted, reported through on_finish, then deleted).
+// Swap (config.preemption_mode kSwap, or kAuto when config.prefer_swap(victim) is true; vLLM v0
+// preemption_mode=swap), kVllm formation only: a victim whose device blocks the host pool can
+// take (kv.can_swap_out) is swapped out instead of recomputed: its moves go to plan.swap_out,
+// it becomes kSwapped, keeps num_computed_tokens and joins the swapped list (FIFO). When the
+// host pool is short the victim is recomputed instead (vLLM v0 aborts the request with "lack of
+// CPU swap space"; a fallback keeps the run going and is what a real engine would rather do).
+// A victim past the preemption cap is aborted without being swapped. In a step that preempted
+// nothing, after the running phase and before any admission, swapped requests are resumed in
+// FIFO order: while the budget and a seat last and kv.can_swap_in(r, n) holds for its next n
+// tokens, r is swapped in (plan.swap_in) and scheduled; the first that does not fit stops the
+// pass (head-of-line). While any request remains swapped nobody is admitted from the waiting
+// queue (vLLM v0: swapped requests go before new prefills). So a request is never swapped in
+// and out in the same step, and no step both swaps in and swaps out.
 // Requests whose prompt + output exceed max_model_len, or that could never fit in the whole
 // cache, are rejected at arrival (counted, never scheduled). So are empty prompts, requests for
 // no output, and, with chunked prefill off, requests that might one day need more tokens in one
@@ -46,6 +59,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -91,9 +105,14 @@ class Scheduler {
   // finishes requests that reached their output length and frees their blocks.
   void complete(const StepResult& result, TimeNs now);
 
-  bool has_unfinished() const { return !waiting_->empty() || !running_.empty(); }
+  bool has_unfinished() const {
+    return !waiting_->empty() || !running_.empty() || !swapped_.empty();
+  }
   std::size_t num_waiting() const { return waiting_->size(); }
   std::size_t num_running() const { return running_.size(); }
+  std::size_t num_swapped() const { return swapped_.size(); }
+  // The swapped-out requests in resume order (oldest swap-out first).
+  const std::deque<Request*>& swapped() const { return swapped_; }
   const std::vector<Request*>& running() const { return running_; }
   // The waiting requests in admission order (a copy: O(n), for tests and inspection).
   std::vector<Request*> waiting() const { return waiting_->snapshot(); }
@@ -105,9 +124,14 @@ class Scheduler {
  private:
   // The reason a request must be refused at arrival, or "" if it can be queued.
   std::string rejection_reason(const Request& req) const;
-  // Frees the victim's KV and requeues it at the head (or aborts it past the preemption cap;
-  // the victim is then deleted). REQUIRES: the victim was unlinked from running_ and unscheduled.
+  // Swaps the victim out to the swapped list or frees its KV and requeues it at the head (see
+  // above for which), or aborts it past the preemption cap (the victim is then deleted).
+  // REQUIRES: the victim was unlinked from running_ and unscheduled.
   void preempt(Request& victim, TimeNs now);
+  // Whether preempt() would swap `victim` out rather than recompute it.
+  bool should_swap(const Request& victim) const;
+  // The resume pass over swapped_ (see above); returns the budget left.
+  std::int32_t swap_in_phase(std::int32_t budget, TimeNs now);
   // Gives up on `r` (unlinked, no plan entry, blocks freed here): reports and deletes it.
   void abort_request(Request& r, TimeNs now);
   // One pass of the running phase, then (if `admit`) the waiting phase, appending to plan_.
@@ -146,6 +170,7 @@ class Scheduler {
   std::unique_ptr<WaitingQueue> waiting_;
   bool report_service_ = false;  // waiting_->counts_service(), asked once
   std::vector<Request*> running_;
+  std::deque<Request*> swapped_;  // kSwapped requests, oldest swap-out first
   StepPlan plan_;
   std::vector<Request*> plan_requests_;  // the Request behind each plan entry
   // What add_to_plan changed, per plan entry, so a priority preemption can undo it exactly.

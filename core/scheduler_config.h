@@ -10,6 +10,7 @@
 namespace servelab {
 
 class WaitingQueue;
+struct Request;
 
 // Which running request a recompute preemption evicts when a running request cannot get slots.
 enum class PreemptionVictim : std::uint8_t {
@@ -20,6 +21,13 @@ enum class PreemptionVictim : std::uint8_t {
                     // later in the running list (refunded like kLowestPriority)
   kMostBlocks,      // the request holding the most KV blocks, ties to the later arrival
                     // (refunded like kLowestPriority)
+};
+
+// What preempting a victim does to its KV (the `preemption` plugin).
+enum class PreemptionMode : std::uint8_t {
+  kRecompute,  // vLLM v1: free the KV, recompute prompt + outputs on resume
+  kSwap,       // vLLM v0 preemption_mode=swap: move the KV to host blocks, copy it back later
+  kAuto,       // per victim, swap when config.prefer_swap(victim) says it is cheaper
 };
 
 // How a step's batch is formed (the `batch` plugin). Every formation shares the token budget
@@ -43,6 +51,15 @@ struct SchedulerConfig {
   PreemptionVictim preemption_victim = PreemptionVictim::kLastRunning;
   // A request preempted more than this many times is aborted (0: no cap).
   std::int32_t max_preemptions = 0;
+  // kSwap / kAuto need the kVllm batch formation and a host pool in the KV cache manager; a
+  // victim whose KV the host pool cannot take is recomputed instead (see core/scheduler.h).
+  PreemptionMode preemption_mode = PreemptionMode::kRecompute;
+  // kAuto's cost oracle: true when swapping this victim out and back in is cheaper than
+  // recomputing its num_computed_tokens. A function rather than cost coefficients so core/ needs
+  // nothing of sim/ and the simulator can ask its full cost model (sim/run.cc sets it from the
+  // RooflineCostModel). Empty: kAuto recomputes every victim (vLLM v0's auto choice for a
+  // single-sequence request).
+  std::function<bool(const Request&)> prefer_swap;
   BatchFormation batch_formation = BatchFormation::kVllm;
   // Sarathi's per-step token budget tau (0: max_num_batched_tokens; larger values are capped
   // at max_num_batched_tokens).

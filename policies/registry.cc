@@ -145,6 +145,35 @@ const std::string& PolicySpec::get_string(const std::string& key) const {
   return get_typed<std::string>(*this, key);
 }
 
+namespace {
+
+// The parameters every preemption plugin shares.
+ParamInfo victim_param() {
+  return {"victim",
+          ParamType::kString,
+          std::string("last-running"),
+          -1e300,
+          1e300,
+          {"last-running", "lowest-priority", "fewest-computed", "most-blocks"},
+          "last-running: the most recently admitted running request (vLLM FCFS); "
+          "lowest-priority: max (priority, arrival) over running (vLLM priority); "
+          "fewest-computed: fewest output tokens, then longest prompt (SGLang retract order); "
+          "most-blocks: most KV blocks held, ties to the later arrival. A victim already "
+          "scheduled this step is refunded"};
+}
+
+ParamInfo max_preemptions_param() {
+  return {"max_preemptions",
+          ParamType::kInt,
+          std::int64_t{0},
+          0,
+          1e9,
+          {},
+          "abort a request preempted more than this many times (0: no cap)"};
+}
+
+}  // namespace
+
 void register_core_policies(PolicyRegistry& r) {
   r.add({PolicyKind::kBatch,
          "vllm",
@@ -200,24 +229,19 @@ void register_core_policies(PolicyRegistry& r) {
          "free the victim's KV (full blocks stay cached) and recompute prompt + outputs on "
          "resume",
          "vLLM v1 _preempt_request (recompute only)",
-         {{"victim",
-           ParamType::kString,
-           std::string("last-running"),
-           -1e300,
-           1e300,
-           {"last-running", "lowest-priority", "fewest-computed", "most-blocks"},
-           "last-running: the most recently admitted running request (vLLM FCFS); "
-           "lowest-priority: max (priority, arrival) over running (vLLM priority); "
-           "fewest-computed: fewest output tokens, then longest prompt (SGLang retract order); "
-           "most-blocks: most KV blocks held, ties to the later arrival. A victim already "
-           "scheduled this step is refunded"},
-          {"max_preemptions",
-           ParamType::kInt,
-           std::int64_t{0},
-           0,
-           1e9,
-           {},
-           "abort a request preempted more than this many times (0: no cap)"}}});
+         {victim_param(), max_preemptions_param()}});
+  r.add({PolicyKind::kPreemption,
+         "swap",
+         "move the victim's KV to host memory (serving.swap_space_gb) and copy it back before "
+         "new admissions; recompute instead when the host pool is full",
+         "vLLM v0 --preemption-mode swap (vllm/core/scheduler.py _preempt_by_swap)",
+         {victim_param(), max_preemptions_param()}});
+  r.add({PolicyKind::kPreemption,
+         "auto",
+         "per victim, swap when two host-link transfers of its blocks cost less than "
+         "recomputing its computed tokens by the cost model, else recompute",
+         "vLLM v0 preemption modes chosen per victim by cost (FastServe-style KV offload)",
+         {victim_param(), max_preemptions_param()}});
   r.add({PolicyKind::kPrefixCache,
          "hash",
          "hash-chained full blocks are shared across requests and kept until evicted (LRU)",
@@ -271,6 +295,17 @@ void apply_scheduler_policies(const PolicySpec& batch, const PolicySpec& preempt
                          : victim == "most-blocks"     ? PreemptionVictim::kMostBlocks
                                                        : PreemptionVictim::kLastRunning;
   sc.max_preemptions = static_cast<std::int32_t>(preemption.get_int("max_preemptions"));
+  sc.preemption_mode = preemption.name == "swap"   ? PreemptionMode::kSwap
+                       : preemption.name == "auto" ? PreemptionMode::kAuto
+                                                   : PreemptionMode::kRecompute;
+  // Only the vllm formation resumes swapped requests (static and orca never preempt).
+  if (sc.preemption_mode != PreemptionMode::kRecompute &&
+      (sc.batch_formation == BatchFormation::kSarathi ||
+       sc.batch_formation == BatchFormation::kPrefillFirst)) {
+    throw ConfigError("policies.preemption: '" + preemption.name +
+                      "' is not supported with batch '" + batch.name +
+                      "' (swapping needs batch vllm; use preemption recompute)");
+  }
 }
 
 const PolicyRegistry& PolicyRegistry::instance() {

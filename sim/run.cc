@@ -11,6 +11,7 @@
 #include "sim/model_config.h"
 #include "sim/roofline_cost_model.h"
 #include "sim/sim_backend.h"
+#include "sim/swap_cost.h"
 #include "traces/workload.h"
 
 namespace servelab {
@@ -25,6 +26,8 @@ const std::set<std::string>& run_files() {
                                               "schedule.csv", "config.yaml",  "tokens.jsonl"};
   return files;
 }
+
+}  // namespace
 
 void prepare_out_dir(const std::string& dir) {
   std::error_code ec;
@@ -44,8 +47,6 @@ void prepare_out_dir(const std::string& dir) {
   if (ec) throw std::runtime_error(dir + ": cannot create directory (" + ec.message() + ")");
 }
 
-// The scheduler settings with the policy choices applied: the queue order is built with the
-// experiment seed (parse_policies already set the preemption victim).
 SchedulerConfig scheduler_config_with_policies(const ExperimentConfig& config) {
   SchedulerConfig sc = config.scheduler;
   sc.make_waiting_queue = [spec = config.policies.queue, seed = config.seed] {
@@ -54,13 +55,49 @@ SchedulerConfig scheduler_config_with_policies(const ExperimentConfig& config) {
   return sc;
 }
 
-void write_text(const std::string& path, const std::string& text) {
+KvCacheOptions kv_cache_options_for(const ExperimentConfig& config) {
+  KvCacheOptions kv_cache_options;
+  if (config.policies.allocation.name == "contiguous") {
+    kv_cache_options.allocation = KvAllocation::kContiguous;
+    kv_cache_options.reserve = config.policies.allocation.get_string("reserve") == "max_tokens"
+                                   ? KvReserve::kMaxTokens
+                                   : KvReserve::kMaxModelLen;
+  }
+  return kv_cache_options;
+}
+
+static void write_text(const std::string& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary);
   out << text;
   if (!out) throw std::runtime_error(path + ": write failed");
 }
 
-}  // namespace
+void write_run_outputs(const ExperimentConfig& config, const Recorder& recorder,
+                       const RunMeta& meta, RunOutput& out) {
+  if (config.outputs.steps_csv) out.files.push_back("steps.csv");
+  if (config.outputs.record_schedule) out.files.push_back("schedule.csv");
+  const std::vector<std::pair<std::string, std::string>> summary_meta = {
+      {"experiment", config.name},
+      {"backend", meta.backend},
+      {"seed", std::to_string(config.seed)},
+      {"model", meta.model},
+      {"hardware", meta.hardware},
+      {"workload", out.workload},
+      {"num_gpu_blocks", std::to_string(out.num_gpu_blocks)},
+      {"block_size", std::to_string(config.scheduler.block_size)},
+  };
+  write_summary_json(out.out_dir + "/summary.json", out.summary, summary_meta);
+  out.files.insert(out.files.begin(), "summary.json");
+  if (config.outputs.requests_csv) {
+    recorder.write_requests_csv(out.out_dir + "/requests.csv");
+    out.files.insert(out.files.begin() + 1, "requests.csv");
+  }
+  write_text(out.out_dir + "/config.yaml",
+             resolved_config_yaml(config, {{"num_gpu_blocks", std::to_string(out.num_gpu_blocks)},
+                                           {"block_bytes", std::to_string(out.block_bytes)},
+                                           {"workload", out.workload}}));
+  out.files.push_back("config.yaml");
+}
 
 RunOutput run_simulation(const ExperimentConfig& config, const RunOptions& options) {
   RunOutput out;
@@ -106,16 +143,18 @@ RunOutput run_simulation(const ExperimentConfig& config, const RunOptions& optio
   SimBackend backend(cost);
   Recorder recorder(config.slo, steps_path, schedule_path);
   WorkloadFeedback feedback(*workload, recorder);
-  KvCacheOptions kv_cache_options;
-  if (config.policies.allocation.name == "contiguous") {
-    kv_cache_options.allocation = KvAllocation::kContiguous;
-    kv_cache_options.reserve = config.policies.allocation.get_string("reserve") == "max_tokens"
-                                   ? KvReserve::kMaxTokens
-                                   : KvReserve::kMaxModelLen;
+  const KvCacheOptions kv_cache_options = kv_cache_options_for(config);
+  SchedulerConfig sc = scheduler_config_with_policies(config);
+  if (sc.preemption_mode == PreemptionMode::kAuto) {
+    sc.prefer_swap = [&cost](const Request& r) { return swap_is_cheaper(cost, r); };
   }
-  Replica replica(scheduler_config_with_policies(config),
-                  static_cast<std::int32_t>(capacity.num_gpu_blocks), backend, &feedback,
-                  kv_cache_options);
+  // Host swap blocks only where a preemption mode can use them.
+  const auto cpu_blocks = static_cast<std::int32_t>(
+      sc.preemption_mode == PreemptionMode::kRecompute
+          ? 0
+          : std::min<std::int64_t>(capacity.num_cpu_blocks, std::int64_t{1} << 30));
+  Replica replica(sc, static_cast<std::int32_t>(capacity.num_gpu_blocks), backend, &feedback,
+                  kv_cache_options, cpu_blocks);
   Simulator sim(*workload, replica, recorder);
   if (options.progress) {
     const auto start = std::chrono::steady_clock::now();
@@ -137,30 +176,7 @@ RunOutput run_simulation(const ExperimentConfig& config, const RunOptions& optio
   out.summary.skipped_trace_rows = workload->skipped_rows();
   if (!options.write_files) return out;
 
-  if (!steps_path.empty()) out.files.push_back("steps.csv");
-  if (!schedule_path.empty()) out.files.push_back("schedule.csv");
-  const std::vector<std::pair<std::string, std::string>> meta = {
-      {"experiment", config.name},
-      {"backend", "sim"},
-      {"seed", std::to_string(config.seed)},
-      {"model", model.name},
-      {"hardware", hardware.name},
-      {"workload", out.workload},
-      {"num_gpu_blocks", std::to_string(capacity.num_gpu_blocks)},
-      {"block_size", std::to_string(config.scheduler.block_size)},
-  };
-  write_summary_json(out.out_dir + "/summary.json", out.summary, meta);
-  out.files.insert(out.files.begin(), "summary.json");
-  if (config.outputs.requests_csv) {
-    recorder.write_requests_csv(out.out_dir + "/requests.csv");
-    out.files.insert(out.files.begin() + 1, "requests.csv");
-  }
-  write_text(
-      out.out_dir + "/config.yaml",
-      resolved_config_yaml(config, {{"num_gpu_blocks", std::to_string(capacity.num_gpu_blocks)},
-                                    {"block_bytes", std::to_string(capacity.block_bytes)},
-                                    {"workload", out.workload}}));
-  out.files.push_back("config.yaml");
+  write_run_outputs(config, recorder, {"sim", model.name, hardware.name}, out);
   return out;
 }
 
@@ -174,11 +190,13 @@ void print_summary(std::FILE* f, const ExperimentConfig& config, const RunOutput
     std::fprintf(f, "; %lld malformed trace rows skipped",
                  static_cast<long long>(s.skipped_trace_rows));
   }
-  std::fprintf(f, ") in %.3f s simulated, %lld steps\n", s.duration_s,
+  std::fprintf(f, ") in %.3f s %s, %lld steps\n", s.duration_s,
+               run.backend == "sim" ? "simulated" : "of wall time",
                static_cast<long long>(s.num_steps));
   std::fprintf(f, "  %s on %s, %lld KV blocks of %d tokens; workload: %s\n", config.model.c_str(),
-               config.hardware.c_str(), static_cast<long long>(run.num_gpu_blocks),
-               config.scheduler.block_size, run.workload.c_str());
+               run.backend == "sim" ? config.hardware.c_str() : run.backend.c_str(),
+               static_cast<long long>(run.num_gpu_blocks), config.scheduler.block_size,
+               run.workload.c_str());
   std::fprintf(f, "  throughput  %.2f req/s   input %.0f tok/s   output %.0f tok/s\n",
                s.requests_per_s, s.input_tokens_per_s, s.output_tokens_per_s);
   std::fprintf(f, "  %-13s %10s %10s %10s %10s %10s\n", "latency (ms)", "mean", "p50", "p90", "p99",

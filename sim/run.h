@@ -27,13 +27,37 @@ struct RunOutput {
   std::vector<std::string> files;  // written, in order
   std::int64_t num_gpu_blocks = 0;
   std::int64_t block_bytes = 0;
-  std::string workload;  // the workload's one-line description
+  std::string workload;         // the workload's one-line description
+  std::string backend = "sim";  // summary.json run.backend: "sim", "engine-cpu"
 };
 
 // Throws ConfigError for bad input (exit code 2 in the commands), std::runtime_error for I/O.
 // Refuses (ConfigError) to write into an existing directory that holds files other than a
 // previous run's outputs, so nothing a user put there is overwritten.
 RunOutput run_simulation(const ExperimentConfig& config, const RunOptions& options);
+
+// The pieces run_simulation shares with the engine driver (engine/engine_driver.h), so both
+// backends build the same scheduler and write the same run folder.
+
+// Creates `dir`, or checks that an existing one holds only run outputs (ConfigError otherwise).
+void prepare_out_dir(const std::string& dir);
+// The scheduler settings with the policy choices applied: the queue order is built with the
+// experiment seed (parse_policies already set the preemption victim).
+SchedulerConfig scheduler_config_with_policies(const ExperimentConfig& config);
+// The KV allocation policy (paged or contiguous, and the contiguous reservation).
+KvCacheOptions kv_cache_options_for(const ExperimentConfig& config);
+
+struct RunMeta {
+  std::string backend;   // summary.json run.backend
+  std::string model;     // model name
+  std::string hardware;  // hardware name, or the device the engine ran on
+};
+// Writes summary.json, requests.csv (when configured) and config.yaml into out.out_dir from the
+// finalized `recorder`, out.summary, out.workload, out.num_gpu_blocks and out.block_bytes, and
+// lists them, with the streamed steps.csv / schedule.csv, in out.files (fixed order). Throws
+// std::runtime_error on I/O failure.
+void write_run_outputs(const ExperimentConfig& config, const Recorder& recorder,
+                       const RunMeta& meta, RunOutput& out);
 
 // The short human summary `sim run` prints.
 void print_summary(std::FILE* out, const ExperimentConfig& config, const RunOutput& run);

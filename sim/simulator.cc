@@ -7,10 +7,22 @@
 
 namespace servelab {
 
+namespace {
+
+KvCacheOptions with_host_pool(KvCacheOptions options, HostBlockPool& host) {
+  if (host.num_blocks() > 0) options.host_pool = &host;
+  return options;
+}
+
+}  // namespace
+
 Replica::Replica(const SchedulerConfig& config, std::int32_t num_gpu_blocks, Backend& backend,
-                 SchedulerObserver* observer, const KvCacheOptions& kv_options)
+                 SchedulerObserver* observer, const KvCacheOptions& kv_options,
+                 std::int32_t num_cpu_blocks)
     : pool_(num_gpu_blocks),
-      kv_(pool_, config.block_size, config.max_model_len, config.enable_prefix_caching, kv_options),
+      host_pool_(num_cpu_blocks),
+      kv_(pool_, config.block_size, config.max_model_len, config.enable_prefix_caching,
+          with_host_pool(kv_options, host_pool_)),
       scheduler_(config, kv_, observer),
       backend_(backend) {}
 

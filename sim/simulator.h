@@ -16,6 +16,7 @@
 
 #include "core/backend.h"
 #include "core/block_pool.h"
+#include "core/host_block_pool.h"
 #include "core/kv_cache_manager.h"
 #include "core/recorder.h"
 #include "core/scheduler.h"
@@ -26,15 +27,18 @@ namespace servelab {
 
 class Replica {
  public:
-  // `backend` and `observer` must outlive the replica. REQUIRES: num_gpu_blocks >= 2.
-  // `kv_options` selects contiguous allocation and swap space (its host pool must outlive the
-  // replica).
+  // `backend` and `observer` must outlive the replica. REQUIRES: num_gpu_blocks >= 2,
+  // num_cpu_blocks >= 0. `kv_options` selects contiguous allocation. The replica owns a host
+  // pool of num_cpu_blocks swap blocks and hands it to its KV manager when num_cpu_blocks > 0
+  // (else kv_options.host_pool, if any, which must then outlive the replica).
   Replica(const SchedulerConfig& config, std::int32_t num_gpu_blocks, Backend& backend,
-          SchedulerObserver* observer, const KvCacheOptions& kv_options = {});
+          SchedulerObserver* observer, const KvCacheOptions& kv_options = {},
+          std::int32_t num_cpu_blocks = 0);
   Replica(const Replica&) = delete;
   Replica& operator=(const Replica&) = delete;
 
   BlockPool& pool() { return pool_; }
+  HostBlockPool& host_pool() { return host_pool_; }
   KvCacheManager& kv() { return kv_; }
   Scheduler& scheduler() { return scheduler_; }
   Backend& backend() { return backend_; }
@@ -43,6 +47,7 @@ class Replica {
  private:
   friend class Simulator;
   BlockPool pool_;
+  HostBlockPool host_pool_;  // before kv_, which points at it
   KvCacheManager kv_;
   Scheduler scheduler_;
   Backend& backend_;

@@ -123,9 +123,9 @@ TEST(PolicyRegistryTest, CatalogueListsEveryPlugin) {
       }
     }
   }
-  // vllm, static, orca, sarathi, prefill-first; 5 queue orders; recompute; hash, none; paged,
-  // contiguous
-  EXPECT_EQ(plugins, 15u);
+  // vllm, static, orca, sarathi, prefill-first; 5 queue orders; recompute, swap, auto; hash,
+  // none; paged, contiguous
+  EXPECT_EQ(plugins, 17u);
   EXPECT_NE(cat.find("error (a double in [0, 10], default 0.5)"), std::string::npos) << cat;
   EXPECT_NE(cat.find("victim (one of last-running, lowest-priority, fewest-computed, most-blocks, "
                      "default last-running)"),

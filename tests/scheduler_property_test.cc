@@ -11,6 +11,7 @@
 
 #include "core/backend.h"
 #include "core/block_pool.h"
+#include "core/host_block_pool.h"
 #include "core/kv_cache_manager.h"
 #include "core/rng.h"
 #include "core/scheduler.h"
@@ -106,17 +107,43 @@ RequestSpec RandomRequest(Rng& rng, RequestId id, TimeNs now, std::uint64_t seed
 }
 
 // The section 7 invariants, after schedule() (with its plan and the ids running before it) or
-// after complete() (plan null).
+// after complete() (plan null). With a host pool, also its invariants: each host block's
+// reference count is the number of swapped tables holding it.
 void CheckInvariants(const Scheduler& s, const BlockPool& pool, const StepPlan* plan,
-                     const std::set<RequestId>& running_before = {}) {
+                     const std::set<RequestId>& running_before = {},
+                     const HostBlockPool* host = nullptr) {
   const SchedulerConfig& c = s.config();
   ASSERT_LE(s.num_running(), static_cast<std::size_t>(c.max_num_seqs));
   pool.check_invariants();
+  std::set<RequestId> swapped;
+  if (host != nullptr) {
+    host->check_invariants();
+    std::vector<std::int32_t> host_holders(static_cast<std::size_t>(host->num_blocks()), 0);
+    for (const Request* r : s.swapped()) {
+      swapped.insert(r->id());
+      ASSERT_EQ(r->status, RequestStatus::kSwapped);
+      ASSERT_TRUE(r->block_table.empty());
+      ASSERT_FALSE(r->host_block_table.empty());
+      // The KV is kept: the host table covers every computed token.
+      ASSERT_GE(static_cast<std::int64_t>(r->host_block_table.size()) * c.block_size,
+                r->num_computed_tokens);
+      for (BlockId b : r->host_block_table) ++host_holders[static_cast<std::size_t>(b)];
+    }
+    std::int32_t host_free = 0;
+    for (BlockId b = 0; b < host->num_blocks(); ++b) {
+      ASSERT_EQ(host->ref_count(b), host_holders[static_cast<std::size_t>(b)]) << "host " << b;
+      if (host_holders[static_cast<std::size_t>(b)] == 0) ++host_free;
+    }
+    ASSERT_EQ(host->num_free_blocks(), host_free);
+  } else {
+    ASSERT_EQ(s.num_swapped(), 0u);
+  }
 
   // Reference counts equal the number of running tables holding each block.
   std::vector<std::int32_t> holders(static_cast<std::size_t>(pool.num_blocks()), 0);
   for (const Request* r : s.running()) {
     ASSERT_EQ(r->status, RequestStatus::kRunning);
+    ASSERT_TRUE(r->host_block_table.empty());
     ASSERT_LE(r->num_computed_tokens, r->num_tokens());
     ASSERT_GE(static_cast<std::int64_t>(r->block_table.size()) * c.block_size,
               r->num_computed_tokens);
@@ -175,6 +202,19 @@ void CheckInvariants(const Scheduler& s, const BlockPool& pool, const StepPlan* 
   }
   ASSERT_EQ(plan->num_prefill_tokens, prefill);
   ASSERT_EQ(plan->num_decode_tokens, decode);
+  // Never swap in and out in the same step (vLLM v0's SchedulerOutputs assert); a swap-out is a
+  // preemption; nobody swapped is scheduled.
+  ASSERT_TRUE(plan->swap_in.empty() || plan->swap_out.empty());
+  if (!plan->swap_out.empty()) {
+    ASSERT_FALSE(plan->preempted.empty());
+  }
+  for (RequestId id : seen) ASSERT_FALSE(swapped.count(id));
+  // Admission waits while anyone is swapped out.
+  if (!swapped.empty()) {
+    for (RequestId id : seen) {
+      ASSERT_TRUE(running_before.count(id) || plan->swap_in.size() > 0) << "admitted " << id;
+    }
+  }
   // Every scheduled request is running; every preempted one is waiting and not scheduled.
   std::set<RequestId> running;
   for (const Request* r : s.running()) running.insert(r->id());
@@ -227,10 +267,14 @@ const char* VictimName(PreemptionVictim v) {
 // preemption `victim`, batch formation `bf` and preemption cap `max_preemptions`, adding its
 // preemptions and aborts to `totals` if given. The
 // formation's own knobs (sarathi's tau) derive from the seed without drawing from the stream.
+// `mode` kSwap / kAuto get a small host pool (derived from the seed, sometimes too small for a
+// victim, so the recompute fallback runs too); kAuto prefers swapping victims with more than
+// two blocks' worth of computed tokens.
 void RunSeed(std::uint64_t seed, const std::string& queue = "",
              PreemptionVictim victim = PreemptionVictim::kLastRunning,
              BatchFormation bf = BatchFormation::kVllm, std::int32_t max_preemptions = 0,
-             SchedulerCounters* totals = nullptr) {
+             SchedulerCounters* totals = nullptr, PreemptionMode mode = PreemptionMode::kRecompute,
+             std::int64_t* swapped_blocks = nullptr) {
   SCOPED_TRACE("seed " + std::to_string(seed) + " queue '" + queue + "' victim " +
                VictimName(victim) + " batch " + std::to_string(static_cast<int>(bf)) +
                " max_preemptions " + std::to_string(max_preemptions));
@@ -239,6 +283,11 @@ void RunSeed(std::uint64_t seed, const std::string& queue = "",
   p.config.preemption_victim = victim;
   p.config.batch_formation = bf;
   p.config.max_preemptions = max_preemptions;
+  p.config.preemption_mode = mode;
+  if (mode == PreemptionMode::kAuto) {
+    const std::int32_t bs = p.config.block_size;
+    p.config.prefer_swap = [bs](const Request& r) { return r.num_computed_tokens > 2 * bs; };
+  }
   if (bf == BatchFormation::kSarathi && seed % 2 == 0) {
     p.config.sarathi_chunk_size = static_cast<std::int32_t>(4 + mix64(seed) % 64);
   }
@@ -251,7 +300,12 @@ void RunSeed(std::uint64_t seed, const std::string& queue = "",
                (c.enable_prefix_caching ? " cached" : " uncached"));
 
   BlockPool pool(p.num_blocks);
-  KvCacheManager kv(pool, c.block_size, c.max_model_len, c.enable_prefix_caching);
+  const bool swapping = mode != PreemptionMode::kRecompute;
+  HostBlockPool host(swapping ? static_cast<std::int32_t>(mix64(seed + 7) % 48) : 0);
+  KvCacheOptions kv_options;
+  if (swapping) kv_options.host_pool = &host;
+  KvCacheManager kv(pool, c.block_size, c.max_model_len, c.enable_prefix_caching, kv_options);
+  const HostBlockPool* host_check = swapping ? &host : nullptr;
   CountingObserver obs;
   std::unique_ptr<WaitingQueue> waiting;
   if (!queue.empty()) {
@@ -281,12 +335,14 @@ void RunSeed(std::uint64_t seed, const std::string& queue = "",
     std::set<RequestId> running_before;
     for (const Request* r : s.running()) running_before.insert(r->id());
     const StepPlan& plan = s.schedule(now);
-    CheckInvariants(s, pool, &plan, running_before);
+    CheckInvariants(s, pool, &plan, running_before, host_check);
     if (testing::Test::HasFatalFailure()) return;
+    if (swapped_blocks != nullptr)
+      *swapped_blocks += static_cast<std::int64_t>(plan.swap_out.size());
     const StepResult result = backend.execute(plan);
     now += result.duration_ns;
     s.complete(result, now);
-    CheckInvariants(s, pool, nullptr);
+    CheckInvariants(s, pool, nullptr, {}, host_check);
     if (testing::Test::HasFatalFailure()) return;
     ASSERT_LT(++steps, kMaxSteps) << "no progress";
   }
@@ -309,6 +365,34 @@ void RunSeed(std::uint64_t seed, const std::string& queue = "",
   // Nothing leaks: every usable block is free again.
   EXPECT_EQ(pool.num_free_blocks(), pool.num_usable_blocks());
   pool.check_invariants();
+  EXPECT_EQ(host.num_free_blocks(), host.num_blocks());
+  host.check_invariants();
+}
+
+// Swap and auto preemption (vllm formation) under every victim rule and queue order, with and
+// without a preemption cap and with host pools from empty to roomy: the invariants (device and
+// host) after each step, nothing leaks, and the streams do swap.
+TEST(SchedulerPropertyTest, SwapAndAutoPreemptionKeepEveryInvariant) {
+  const char* const queues[] = {"fcfs", "priority", "sjf", "{name: predicted-sjf, error: 1}",
+                                "{name: fair, input_weight: 1, output_weight: 3}"};
+  for (PreemptionMode mode : {PreemptionMode::kSwap, PreemptionMode::kAuto}) {
+    std::int64_t swapped_blocks = 0;
+    SchedulerCounters totals;
+    for (PreemptionVictim victim :
+         {PreemptionVictim::kLastRunning, PreemptionVictim::kLowestPriority,
+          PreemptionVictim::kFewestComputed, PreemptionVictim::kMostBlocks}) {
+      for (const char* queue : queues) {
+        for (std::uint64_t seed = 1; seed <= 8; ++seed) {
+          RunSeed(seed, queue, victim, BatchFormation::kVllm, static_cast<std::int32_t>(seed % 3),
+                  &totals, mode, &swapped_blocks);
+          if (HasFatalFailure()) return;
+        }
+      }
+    }
+    EXPECT_GT(swapped_blocks, 0) << static_cast<int>(mode);
+    EXPECT_GT(totals.num_preemptions, 0) << static_cast<int>(mode);
+    EXPECT_GT(totals.num_aborted, 0) << static_cast<int>(mode);
+  }
 }
 
 TEST(SchedulerPropertyTest, RandomStreamsKeepEveryInvariant) {

@@ -1,0 +1,247 @@
+#include "engine/engine_driver.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "core/config_node.h"
+#include "engine/cpu_executor.h"
+#include "engine/llama_weights.h"
+#include "sim/model_config.h"
+#include "traces/workload.h"
+
+namespace servelab {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The longest an idle engine sleeps before looking again; bounds the lateness of an arrival
+// released by a dependent workload while the engine sleeps.
+constexpr TimeNs kMaxIdleSleepNs = 100'000'000;
+
+// Forwards every event to the Recorder and keeps each request's sampled token ids, so
+// tokens.jsonl can be written without the Recorder holding tokens.
+class TokenCapture : public SchedulerObserver {
+ public:
+  TokenCapture(SchedulerObserver& downstream, bool keep) : downstream_(downstream), keep_(keep) {}
+  void on_reject(const Request& req, TimeNs now) override {
+    downstream_.on_reject(req, now);
+    if (keep_) tokens_[req.id()] = req.output_tokens;
+  }
+  void on_token(const Request& req, TimeNs prev_token_ns, TimeNs now) override {
+    downstream_.on_token(req, prev_token_ns, now);
+  }
+  void on_preempt(const Request& req, TimeNs now) override { downstream_.on_preempt(req, now); }
+  void on_finish(const Request& req, TimeNs now) override {
+    downstream_.on_finish(req, now);
+    if (keep_) tokens_[req.id()] = req.output_tokens;
+  }
+  const std::map<RequestId, std::vector<std::int32_t>>& tokens() const { return tokens_; }
+
+ private:
+  SchedulerObserver& downstream_;
+  bool keep_;
+  std::map<RequestId, std::vector<std::int32_t>> tokens_;  // sorted by id
+};
+
+void write_tokens_jsonl(const std::string& path,
+                        const std::map<RequestId, std::vector<std::int32_t>>& tokens) {
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  if (f == nullptr) throw std::runtime_error(path + ": cannot open for writing");
+  for (const auto& [id, toks] : tokens) {
+    std::fprintf(f, "{\"id\": %llu, \"tokens\": [", static_cast<unsigned long long>(id));
+    for (std::size_t i = 0; i < toks.size(); ++i) std::fprintf(f, "%s%d", i ? ", " : "", toks[i]);
+    std::fputs("]}\n", f);
+  }
+  if (std::fclose(f) != 0) throw std::runtime_error(path + ": write failed");
+}
+
+// Pulls arrivals from a workload in order: an independent workload is read one request ahead,
+// a dependent one announces its next release (as in Simulator).
+class ArrivalFeed {
+ public:
+  explicit ArrivalFeed(Workload& w) : w_(w) {}
+  std::optional<TimeNs> peek() {
+    if (w_.dependent()) return w_.next_arrival();
+    if (!buffered_ && !done_) {
+      buffered_ = w_.next();
+      if (!buffered_) {
+        done_ = true;
+      } else if (buffered_->arrival_ns < last_) {
+        throw std::logic_error("workload yielded request " + std::to_string(buffered_->id) +
+                               " out of arrival order");
+      }
+    }
+    return buffered_ ? std::optional<TimeNs>(buffered_->arrival_ns) : std::nullopt;
+  }
+  RequestSpec take() {
+    if (w_.dependent()) {
+      std::optional<RequestSpec> r = w_.next();
+      if (!r) throw std::logic_error("dependent workload announced an arrival it did not yield");
+      return std::move(*r);
+    }
+    RequestSpec r = std::move(*buffered_);
+    buffered_.reset();
+    last_ = r.arrival_ns;
+    return r;
+  }
+
+ private:
+  Workload& w_;
+  std::optional<RequestSpec> buffered_;
+  bool done_ = false;
+  TimeNs last_ = 0;
+};
+
+}  // namespace
+
+std::int64_t engine_block_bytes(const ModelConfig& model, std::int32_t block_size) {
+  return 2 * std::int64_t{model.num_layers} * block_size * model.kv_size() *
+         static_cast<std::int64_t>(sizeof(float));
+}
+
+RunOutput run_engine(const ExperimentConfig& config, const EngineOptions& options) {
+  if (options.device == "cuda") {
+    throw ConfigError(
+        "--device cuda: no CUDA executor in this build (and no GPU found); use --device cpu");
+  }
+  if (options.device != "cpu") {
+    throw ConfigError("--device: expected cpu or cuda, got '" + options.device + "'");
+  }
+  RunOutput out;
+  out.backend = "engine-" + options.device;
+  const LlamaConfig llama = load_llama_config(config.model, default_catalog_dir());
+  const ModelConfig& model = llama.model;
+  if (config.scheduler.max_model_len > model.max_position_embeddings) {
+    throw ConfigError(config.file + ": key 'serving.max_model_len': expected at most the model's " +
+                      "max_position_embeddings (" + std::to_string(model.max_position_embeddings) +
+                      "), got " + std::to_string(config.scheduler.max_model_len));
+  }
+  const std::int32_t block_size = config.scheduler.block_size;
+  out.block_bytes = engine_block_bytes(model, block_size);
+  if (config.num_gpu_blocks) {
+    out.num_gpu_blocks = *config.num_gpu_blocks;
+  } else {
+    if (!(options.kv_memory_gib > 0)) {
+      throw ConfigError("--kv-memory-gb: expected a positive size in GiB");
+    }
+    out.num_gpu_blocks =
+        static_cast<std::int64_t>(options.kv_memory_gib * (1LL << 30)) / out.block_bytes;
+  }
+  if (out.num_gpu_blocks < 2) {
+    throw ConfigError(config.file + ": the KV budget holds " + std::to_string(out.num_gpu_blocks) +
+                      " blocks of " + std::to_string(out.block_bytes) +
+                      " bytes; the engine needs at least 2");
+  }
+  if (out.num_gpu_blocks > (1LL << 30)) {
+    throw ConfigError(config.file + ": " + std::to_string(out.num_gpu_blocks) +
+                      " KV blocks is more than ServeLab supports (2^30)");
+  }
+
+  // Swap space only when the preemption policy can swap: the host arrays are allocated in full.
+  std::int64_t num_cpu_blocks = 0;
+  if (config.scheduler.preemption_mode != PreemptionMode::kRecompute) {
+    num_cpu_blocks = std::min<std::int64_t>(
+        static_cast<std::int64_t>(config.swap_space_gb * (1LL << 30)) / out.block_bytes, 1LL << 30);
+  }
+
+  std::unique_ptr<Workload> workload =
+      make_workload(config.workload_section(), config.seed, config.base_dir);
+  out.workload = workload->describe();
+  out.out_dir = options.out_dir.empty() ? "out/" + config.name + "-engine" : options.out_dir;
+  prepare_out_dir(out.out_dir);
+  const std::string steps_path = config.outputs.steps_csv ? out.out_dir + "/steps.csv" : "";
+  const std::string schedule_path =
+      config.outputs.record_schedule ? out.out_dir + "/schedule.csv" : "";
+
+  // Weights before the KV cache: a bad checkpoint fails before gigabytes are allocated.
+  const LlamaWeights weights = options.weights.empty() ? LlamaWeights::random(llama, config.seed)
+                                                       : LlamaWeights::load(llama, options.weights);
+  CpuExecutorOptions exec_options;
+  exec_options.block_size = block_size;
+  exec_options.num_blocks = static_cast<std::int32_t>(out.num_gpu_blocks);
+  exec_options.sampling.seed = config.seed;
+  exec_options.num_host_blocks = static_cast<std::int32_t>(num_cpu_blocks);
+  CpuExecutor executor(weights, exec_options);
+
+  Recorder recorder(config.slo, steps_path, schedule_path);
+  TokenCapture capture(recorder, options.write_tokens);
+  WorkloadFeedback feedback(*workload, capture);
+  Replica replica(scheduler_config_with_policies(config),
+                  static_cast<std::int32_t>(out.num_gpu_blocks), executor, &feedback,
+                  kv_cache_options_for(config), static_cast<std::int32_t>(num_cpu_blocks));
+  Scheduler& scheduler = replica.scheduler();
+
+  ArrivalFeed arrivals(*workload);
+  SimulationTotals& totals = out.totals;
+  const std::optional<TimeNs> first = arrivals.peek();
+  totals.first_arrival_ns = first.value_or(0);
+  const Clock::time_point start = Clock::now();
+  const auto clock_now = [&] {
+    return totals.first_arrival_ns +
+           std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count();
+  };
+  Clock::time_point last_progress = start;
+  while (true) {
+    const TimeNs now = clock_now();
+    for (std::optional<TimeNs> t = arrivals.peek(); t && *t <= now; t = arrivals.peek()) {
+      scheduler.add_request(arrivals.take(), now);
+      ++totals.num_arrivals;
+      totals.end_ns = std::max(totals.end_ns, now);
+    }
+    const StepPlan& plan = scheduler.schedule(now);
+    if (plan.empty()) {
+      if (scheduler.num_running() == 0 && scheduler.num_waiting() > 0) {
+        throw std::logic_error("engine stalled: " + std::to_string(scheduler.num_waiting()) +
+                               " waiting requests and nothing can run");
+      }
+      const std::optional<TimeNs> next = arrivals.peek();
+      if (!next) break;
+      const TimeNs wait = std::min(*next - clock_now(), kMaxIdleSleepNs);
+      if (wait > 0) std::this_thread::sleep_for(std::chrono::nanoseconds(wait));
+      continue;
+    }
+    const StepSnapshot snap = replica.snapshot();
+    const StepResult result = executor.execute(plan);
+    // The step lasts from the plan to the end of execution: scheduling overhead is real time.
+    const TimeNs end = std::max(clock_now(), now + 1);
+    recorder.on_step(plan, now, end - now, snap);
+    ++totals.num_steps;
+    scheduler.complete(result, end);
+    totals.end_ns = std::max(totals.end_ns, end);
+    if (options.progress && Clock::now() - last_progress > std::chrono::milliseconds(500)) {
+      last_progress = Clock::now();
+      std::fprintf(stderr, "\r  %lld requests arrived, %lld steps, wall %.1f s   ",
+                   static_cast<long long>(totals.num_arrivals),
+                   static_cast<long long>(totals.num_steps),
+                   std::chrono::duration<double>(last_progress - start).count());
+      std::fflush(stderr);
+    }
+  }
+  if (options.progress) std::fputs("\r\033[K", stderr);
+  if (scheduler.has_unfinished()) {
+    throw std::logic_error("engine run ended with unfinished requests (" +
+                           std::to_string(scheduler.num_waiting()) + " waiting, " +
+                           std::to_string(scheduler.num_running()) + " running)");
+  }
+  if (workload->dependent() && !workload->exhausted()) {
+    throw ConfigError(workload->describe() +
+                      ": some requests were never released (their dependencies never finished)");
+  }
+  recorder.finalize(totals.first_arrival_ns, totals.end_ns, replica.kv().stats());
+  out.summary = recorder.summary();
+  out.summary.skipped_trace_rows = workload->skipped_rows();
+  write_run_outputs(config, recorder, {out.backend, model.name, options.device}, out);
+  if (options.write_tokens) {
+    write_tokens_jsonl(out.out_dir + "/tokens.jsonl", capture.tokens());
+    out.files.push_back("tokens.jsonl");
+  }
+  return out;
+}
+
+}  // namespace servelab

@@ -1,0 +1,50 @@
+// run_engine(): one experiment executed for real — the `engine run` command's body and the
+// engine's counterpart of run_simulation() (sim/run.h).
+//
+// The same experiment file, workload, Scheduler, KV manager and Recorder as the simulator; the
+// differences are the backend (CpuExecutor on model weights) and the clock. Arrivals are
+// replayed in wall-clock time: engine time is the workload's first arrival plus the steady_clock
+// time since the run started, so a trace that starts at t0 starts at once. Each loop iteration
+// adds every request whose arrival time has passed, forms a plan at `now`, executes it and
+// completes it at the measured end time (scheduling overhead included in the step). An idle
+// engine sleeps until the next arrival (in slices of at most 100 ms). Dependent workloads
+// (sessions) hear of finished requests through WorkloadFeedback, as in the simulator.
+//
+// KV capacity: serving.num_gpu_blocks when set, else kv_memory_gib of fp32 K+V divided by the
+// bytes of one block (2 * layers * block_size * kv_heads * head_dim * 4). The executor allocates
+// exactly that many blocks and the run reports that number (summary.json run.num_gpu_blocks,
+// config.yaml derived.num_gpu_blocks), so `sim run EXP --set serving.num_gpu_blocks=N`
+// simulates the same capacity.
+// Swap space (preemption swap or auto): serving.swap_space_gb of fp32 host blocks of the same
+// size, allocated in full by the executor.
+//
+// With all arrivals at the same time the scheduler sees the same sequence of events as in the
+// simulator (requests stop at their output length, block hashes ignore token values), so
+// schedule.csv is byte-identical to `sim run`'s; with arrivals spread in time it is not.
+#pragma once
+
+#include <string>
+
+#include "sim/experiment.h"
+#include "sim/model_config.h"
+#include "sim/run.h"
+
+namespace servelab {
+
+struct EngineOptions {
+  std::string out_dir;         // empty: out/<experiment name>-engine
+  std::string device = "cpu";  // "cpu"; "cuda" is refused (ConfigError): no CUDA executor yet
+  std::string weights;         // safetensors file or directory; empty: random weights from the seed
+  double kv_memory_gib = 1.0;  // KV budget when serving.num_gpu_blocks is unset
+  bool write_tokens = false;   // also write tokens.jsonl: {"id": N, "tokens": [...]} per request
+  bool progress = false;       // progress line on stderr
+};
+
+// Throws ConfigError for bad input or an unavailable device, std::runtime_error for I/O or a
+// malformed checkpoint. Output folder rules as for run_simulation.
+RunOutput run_engine(const ExperimentConfig& config, const EngineOptions& options);
+
+// Bytes of fp32 K and V of one block across all layers.
+std::int64_t engine_block_bytes(const ModelConfig& model, std::int32_t block_size);
+
+}  // namespace servelab

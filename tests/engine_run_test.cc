@@ -1,0 +1,167 @@
+// End-to-end tests of the engine driver and the `engine run` command: backend agnosticism (the
+// same schedule as the simulator when every request arrives at time zero), the run folder, the
+// block count it reports, and the refused CUDA device.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+#include "engine/engine_driver.h"
+#include "engine/llama_weights.h"
+#include "sim/experiment.h"
+#include "sim/model_config.h"
+#include "sim/run.h"
+#include "tests/test_util.h"
+
+namespace servelab {
+namespace {
+
+namespace fs = std::filesystem;
+
+using namespace servelab::test_util;
+
+// All 40 arrivals at t = 0: fixed arrivals at 1e12 req/s put request i at round(i * 1e-3 ns).
+// A 24-block pool (384 tokens) with a 256-token budget forces recompute preemptions, and shared
+// prefixes make prefix caching hit.
+const std::string kAllAtZero =
+    "name: agnostic\nseed: 11\nmodel: tiny\nhardware: H100-SXM\n"
+    "serving:\n  block_size: 16\n  num_gpu_blocks: 24\n  max_num_batched_tokens: 256\n"
+    "  max_num_seqs: 16\n  max_model_len: 384\n"
+    "policies: {prefix_cache: hash, preemption: recompute}\n"
+    "workload:\n  type: synthetic\n  num_requests: 40\n  start_s: 0\n"
+    "  arrival: {process: fixed, rate: 1.0e12}\n"
+    "  prompt_len: {dist: uniform, min: 20, max: 120}\n"
+    "  output_len: {dist: uniform, min: 5, max: 40}\n"
+    "  shared_prefix: {num_prefixes: 3, length: 32, fraction: 0.6}\n";
+
+ExperimentConfig write_experiment(const fs::path& dir) {
+  write_file(dir / "exp.yaml", kAllAtZero);
+  return load_experiment((dir / "exp.yaml").string(), {});
+}
+
+Cli run_engine_cli(const std::string& args, const fs::path& dir) {
+  const fs::path out = dir / "stdout.txt", err = dir / "stderr.txt";
+  const std::string cmd =
+      std::string(SERVELAB_ENGINE_BIN) + " " + args + " > " + out.string() + " 2> " + err.string();
+  const int status = std::system(cmd.c_str());
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_file(out), read_file(err)};
+}
+
+TEST(EngineRun, SameScheduleAsTheSimulatorWhenAllArriveAtZero) {
+  const fs::path dir = temp_dir("engine_agnostic");
+  ExperimentConfig c = write_experiment(dir);
+  c.outputs.record_schedule = true;
+  RunOptions so;
+  so.out_dir = (dir / "sim").string();
+  const RunOutput sim = run_simulation(c, so);
+  EngineOptions eo;
+  eo.out_dir = (dir / "engine").string();
+  const RunOutput engine = run_engine(c, eo);
+  // The experiment exercises what could make the backends diverge.
+  EXPECT_GT(sim.summary.preemptions, 0);
+  EXPECT_GT(sim.summary.prefix_hit_tokens, 0);
+  EXPECT_EQ(sim.summary.completed, 40);
+  const std::string a = read_file(dir / "sim" / "schedule.csv");
+  const std::string b = read_file(dir / "engine" / "schedule.csv");
+  EXPECT_GT(a.size(), 100u);
+  EXPECT_EQ(a, b) << "schedule.csv differs between sim and engine";
+  EXPECT_EQ(sim.summary.preemptions, engine.summary.preemptions);
+  EXPECT_EQ(sim.summary.num_steps, engine.summary.num_steps);
+  fs::remove_all(dir);
+}
+
+TEST(EngineRun, WritesTheRunFolderWithTokensAndTheAllocatedBlockCount) {
+  const fs::path dir = temp_dir("engine_cli");
+  write_experiment(dir);
+  const Cli cli = run_engine_cli(
+      "run " + (dir / "exp.yaml").string() + " --out " + (dir / "run").string() + " --tokens", dir);
+  ASSERT_EQ(cli.code, 0) << cli.err;
+  EXPECT_NE(cli.out.find("TTFT"), std::string::npos);
+  for (const char* f : {"summary.json", "requests.csv", "steps.csv", "config.yaml"}) {
+    EXPECT_TRUE(fs::exists(dir / "run" / f)) << f;
+  }
+  EXPECT_FALSE(fs::exists(dir / "run" / "schedule.csv"));
+  const nlohmann::json s = nlohmann::json::parse(read_file(dir / "run" / "summary.json"));
+  EXPECT_EQ(s["run"]["backend"], "engine-cpu");
+  EXPECT_EQ(s["run"]["num_gpu_blocks"], "24");
+  EXPECT_NE(read_file(dir / "run" / "config.yaml").find("num_gpu_blocks: 24"), std::string::npos);
+
+  // tokens.jsonl: one line per request, sorted by id, as many tokens as requests.csv says.
+  std::map<std::string, std::string> expected;
+  for (const auto& r : read_csv(dir / "run" / "requests.csv")) {
+    expected[r.at("id")] = r.at("output_tokens");
+  }
+  ASSERT_EQ(expected.size(), 40u);
+  std::istringstream lines(read_file(dir / "run" / "tokens.jsonl"));
+  std::int64_t prev = -1, n = 0;
+  for (std::string line; std::getline(lines, line); ++n) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    const std::int64_t id = j["id"].get<std::int64_t>();
+    EXPECT_GT(id, prev);
+    prev = id;
+    ASSERT_TRUE(expected.count(std::to_string(id))) << id;
+    EXPECT_EQ(std::to_string(j["tokens"].size()), expected[std::to_string(id)]) << id;
+    for (const auto& t : j["tokens"]) {
+      EXPECT_GE(t.get<int>(), 0);
+      EXPECT_LT(t.get<int>(), 256);  // the tiny model's vocabulary
+    }
+  }
+  EXPECT_EQ(n, 40);
+  fs::remove_all(dir);
+}
+
+TEST(EngineRun, BlockCountFromTheMemoryBudgetIsReported) {
+  const fs::path dir = temp_dir("engine_budget");
+  ExperimentConfig c = write_experiment(dir);
+  c.num_gpu_blocks.reset();
+  EngineOptions eo;
+  eo.out_dir = (dir / "run").string();
+  eo.kv_memory_gib = 1.0 / 1024;  // 1 MiB
+  const RunOutput run = run_engine(c, eo);
+  // tiny: 2 (K, V) x 2 layers x 16 slots x 2 KV heads x 16 dims x 4 bytes = 8 KiB per block.
+  EXPECT_EQ(run.block_bytes, 8192);
+  EXPECT_EQ(run.num_gpu_blocks, 128);
+  const nlohmann::json s = nlohmann::json::parse(read_file(dir / "run" / "summary.json"));
+  EXPECT_EQ(s["run"]["num_gpu_blocks"], "128");
+  fs::remove_all(dir);
+}
+
+TEST(EngineRun, CheckpointWeightsGiveTheSameTokensAsTheSeed) {
+  const fs::path dir = temp_dir("engine_weights");
+  ExperimentConfig c = write_experiment(dir);
+  LlamaWeights::random(load_llama_config("tiny", default_catalog_dir()), c.seed)
+      .save((dir / "tiny.safetensors").string());
+  EngineOptions eo;
+  eo.write_tokens = true;
+  eo.out_dir = (dir / "random").string();
+  run_engine(c, eo);
+  eo.out_dir = (dir / "loaded").string();
+  eo.weights = (dir / "tiny.safetensors").string();
+  run_engine(c, eo);
+  const std::string a = read_file(dir / "random" / "tokens.jsonl");
+  EXPECT_FALSE(a.empty());
+  EXPECT_EQ(a, read_file(dir / "loaded" / "tokens.jsonl"));
+  fs::remove_all(dir);
+}
+
+TEST(EngineRun, CudaDeviceIsAClearErrorWithExitCode2) {
+  const fs::path dir = temp_dir("engine_cuda");
+  write_experiment(dir);
+  const Cli cli = run_engine_cli(
+      "run " + (dir / "exp.yaml").string() + " --device cuda --out " + (dir / "run").string(), dir);
+  EXPECT_EQ(cli.code, 2) << cli.err;
+  EXPECT_NE(cli.err.find("engine: error: --device cuda: no CUDA executor"), std::string::npos)
+      << cli.err;
+  EXPECT_FALSE(fs::exists(dir / "run"));
+  const Cli bad = run_engine_cli("run " + (dir / "exp.yaml").string() + " --device tpu", dir);
+  EXPECT_EQ(bad.code, 2);
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace servelab
