@@ -7,12 +7,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "core/config_node.h"
 #include "engine/engine_driver.h"
+#include "sim/cli_args.h"
 #include "sim/experiment.h"
 #include "sim/run.h"
 
@@ -38,19 +40,7 @@ constexpr const char* kUsage =
     "\n"
     "Experiment files are described in docs/experiments.md; the engine in docs/engine.md.\n";
 
-struct UsageError : ConfigError {
-  using ConfigError::ConfigError;
-};
-
-std::uint64_t parse_seed(const std::string& text) {
-  char* end = nullptr;
-  errno = 0;
-  const unsigned long long v = std::strtoull(text.c_str(), &end, 10);
-  if (text.empty() || text[0] == '-' || *end != '\0' || errno != 0) {
-    throw UsageError("--seed: expected a non-negative integer, got '" + text + "'");
-  }
-  return v;
-}
+using servelab::UsageError;
 
 double parse_gib(const std::string& text) {
   char* end = nullptr;
@@ -62,52 +52,30 @@ double parse_gib(const std::string& text) {
 }
 
 int cmd_run(const std::vector<std::string>& args) {
-  std::optional<std::string> exp;
   servelab::EngineOptions options;
-  std::optional<std::uint64_t> seed;
-  std::vector<std::string> overrides;
-  bool record_schedule = false, quiet = false;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    auto value = [&](const char* flag) -> std::string {
-      if (i + 1 >= args.size()) throw UsageError(std::string(flag) + ": expected a value");
-      return args[++i];
-    };
-    if (a == "--out" || a == "-o") {
-      options.out_dir = value("--out");
-    } else if (a == "--device") {
-      options.device = value("--device");
-    } else if (a.rfind("--device=", 0) == 0) {
-      options.device = a.substr(9);
-    } else if (a == "--seed") {
-      seed = parse_seed(value("--seed"));
-    } else if (a == "--set") {
-      overrides.push_back(value("--set"));
-    } else if (a.rfind("--set=", 0) == 0) {
-      overrides.push_back(a.substr(6));
-    } else if (a == "--weights") {
-      options.weights = value("--weights");
-    } else if (a == "--kv-memory-gb") {
-      options.kv_memory_gib = parse_gib(value("--kv-memory-gb"));
-    } else if (a == "--record-schedule") {
-      record_schedule = true;
-    } else if (a == "--tokens") {
-      options.write_tokens = true;
-    } else if (a == "--quiet" || a == "-q") {
-      quiet = true;
-    } else if (!a.empty() && a[0] == '-') {
-      throw UsageError("run: unknown option '" + a + "'");
-    } else if (!exp) {
-      exp = a;
-    } else {
-      throw UsageError("run: more than one experiment file given ('" + *exp + "', '" + a + "')");
-    }
-  }
-  if (!exp) throw UsageError("run: expected an experiment file (engine run EXP.yaml)");
+  const servelab::ExperimentArgs a = servelab::parse_experiment_args(
+      args, "engine run", [&](const std::string& flag, const std::function<std::string()>& value) {
+        if (flag == "--device") {
+          options.device = value();
+        } else if (flag.rfind("--device=", 0) == 0) {
+          options.device = flag.substr(9);
+        } else if (flag == "--weights") {
+          options.weights = value();
+        } else if (flag == "--kv-memory-gb") {
+          options.kv_memory_gib = parse_gib(value());
+        } else if (flag == "--tokens") {
+          options.write_tokens = true;
+        } else {
+          return false;
+        }
+        return true;
+      });
+  options.out_dir = a.out_dir;
   if (options.device != "cpu" && options.device != "cuda") {
     throw UsageError("--device: expected cpu or cuda, got '" + options.device + "'");
   }
-  servelab::ExperimentConfig config = servelab::load_experiment(*exp, overrides, seed);
+  const bool record_schedule = a.record_schedule, quiet = a.quiet;
+  servelab::ExperimentConfig config = servelab::load_experiment(a.experiment, a.overrides, a.seed);
   if (record_schedule) config.outputs.record_schedule = true;
   options.progress = !quiet && isatty(STDERR_FILENO);
   const auto start = std::chrono::steady_clock::now();

@@ -7,12 +7,14 @@
 #include <cstring>
 #include <exception>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "core/config_node.h"
 #include "policies/policies_cli.h"
+#include "sim/cli_args.h"
 #include "sim/compare.h"
 #include "sim/experiment.h"
 #include "sim/run.h"
@@ -46,55 +48,15 @@ constexpr const char* kUsage =
     "\n"
     "Experiment files are described in docs/experiments.md; metrics in docs/metrics.md.\n";
 
-struct UsageError : ConfigError {
-  using ConfigError::ConfigError;
-};
-
-std::uint64_t parse_seed(const std::string& text) {
-  char* end = nullptr;
-  errno = 0;
-  const unsigned long long v = std::strtoull(text.c_str(), &end, 10);
-  if (text.empty() || text[0] == '-' || *end != '\0' || errno != 0) {
-    throw UsageError("--seed: expected a non-negative integer, got '" + text + "'");
-  }
-  return v;
-}
+using servelab::UsageError;
 
 int cmd_run(const std::vector<std::string>& args) {
-  std::optional<std::string> exp;
+  const servelab::ExperimentArgs a = servelab::parse_experiment_args(args, "sim run");
+  servelab::ExperimentConfig config = servelab::load_experiment(a.experiment, a.overrides, a.seed);
+  if (a.record_schedule) config.outputs.record_schedule = true;
   servelab::RunOptions options;
-  std::optional<std::uint64_t> seed;
-  std::vector<std::string> overrides;
-  bool record_schedule = false, quiet = false;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    auto value = [&](const char* flag) -> std::string {
-      if (i + 1 >= args.size()) throw UsageError(std::string(flag) + ": expected a value");
-      return args[++i];
-    };
-    if (a == "--out" || a == "-o") {
-      options.out_dir = value("--out");
-    } else if (a == "--seed") {
-      seed = parse_seed(value("--seed"));
-    } else if (a == "--set") {
-      overrides.push_back(value("--set"));
-    } else if (a.rfind("--set=", 0) == 0) {
-      overrides.push_back(a.substr(6));
-    } else if (a == "--record-schedule") {
-      record_schedule = true;
-    } else if (a == "--quiet" || a == "-q") {
-      quiet = true;
-    } else if (!a.empty() && a[0] == '-') {
-      throw UsageError("run: unknown option '" + a + "'");
-    } else if (!exp) {
-      exp = a;
-    } else {
-      throw UsageError("run: more than one experiment file given ('" + *exp + "', '" + a + "')");
-    }
-  }
-  if (!exp) throw UsageError("run: expected an experiment file (sim run EXP.yaml)");
-  servelab::ExperimentConfig config = servelab::load_experiment(*exp, overrides, seed);
-  if (record_schedule) config.outputs.record_schedule = true;
+  options.out_dir = a.out_dir;
+  const bool quiet = a.quiet;
   options.progress = !quiet && isatty(STDERR_FILENO);
   const auto start = std::chrono::steady_clock::now();
   const servelab::RunOutput run = servelab::run_simulation(config, options);
@@ -108,36 +70,19 @@ int cmd_run(const std::vector<std::string>& args) {
 }
 
 int cmd_compare(const std::vector<std::string>& args) {
-  std::optional<std::string> exp;
-  std::string out_dir;
-  std::vector<std::string> overrides;
   std::vector<servelab::Variant> variants;
-  bool quiet = false;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    auto value = [&](const char* flag) -> std::string {
-      if (i + 1 >= args.size()) throw UsageError(std::string(flag) + ": expected a value");
-      return args[++i];
-    };
-    if (a == "--out" || a == "-o") {
-      out_dir = value("--out");
-    } else if (a == "--seed") {
-      overrides.push_back("seed=" + std::to_string(parse_seed(value("--seed"))));
-    } else if (a == "--set") {
-      overrides.push_back(value("--set"));
-    } else if (a == "--variant") {
-      variants.push_back(servelab::parse_variant(value("--variant")));
-    } else if (a == "--quiet" || a == "-q") {
-      quiet = true;
-    } else if (!a.empty() && a[0] == '-') {
-      throw UsageError("compare: unknown option '" + a + "'");
-    } else if (!exp) {
-      exp = a;
-    } else {
-      throw UsageError("compare: more than one experiment file given");
-    }
-  }
-  if (!exp) throw UsageError("compare: expected an experiment file (sim compare EXP.yaml)");
+  servelab::ExperimentArgs a = servelab::parse_experiment_args(
+      args, "sim compare", [&](const std::string& flag, const std::function<std::string()>& value) {
+        if (flag != "--variant") return false;
+        variants.push_back(servelab::parse_variant(value()));
+        return true;
+      });
+  std::vector<std::string> overrides = a.overrides;
+  if (a.seed) overrides.push_back("seed=" + std::to_string(*a.seed));
+  if (a.record_schedule) overrides.push_back("outputs.record_schedule=true");
+  const std::string* exp = &a.experiment;
+  const std::string out_dir = a.out_dir;
+  const bool quiet = a.quiet;
   if (variants.empty()) variants = servelab::variants_from_experiment(*exp);
   if (variants.empty()) {
     throw ConfigError(*exp + ": no variants: add a `compare:` section or pass --variant");

@@ -1,0 +1,58 @@
+#include "sim/cli_args.h"
+
+#include <cerrno>
+#include <cstdlib>
+
+namespace servelab {
+
+std::uint64_t parse_seed(const std::string& text) {
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long v = std::strtoull(text.c_str(), &end, 10);
+  if (text.empty() || text[0] == '-' || *end != '\0' || errno != 0) {
+    throw UsageError("--seed: expected a non-negative integer, got '" + text + "'");
+  }
+  return v;
+}
+
+ExperimentArgs parse_experiment_args(const std::vector<std::string>& args,
+                                     const std::string& command, const ExtraOption& extra) {
+  ExperimentArgs out;
+  bool have_experiment = false;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    const std::function<std::string()> value = [&]() -> std::string {
+      if (i + 1 >= args.size()) throw UsageError(a + ": expected a value");
+      return args[++i];
+    };
+    if (a == "--out" || a == "-o") {
+      out.out_dir = value();
+    } else if (a == "--seed") {
+      out.seed = parse_seed(value());
+    } else if (a == "--set") {
+      out.overrides.push_back(value());
+    } else if (a.rfind("--set=", 0) == 0) {
+      out.overrides.push_back(a.substr(6));
+    } else if (a == "--record-schedule") {
+      out.record_schedule = true;
+    } else if (a == "--quiet" || a == "-q") {
+      out.quiet = true;
+    } else if (extra && extra(a, value)) {
+      continue;
+    } else if (!a.empty() && a[0] == '-') {
+      throw UsageError(command + ": unknown option '" + a + "'");
+    } else if (!have_experiment) {
+      out.experiment = a;
+      have_experiment = true;
+    } else {
+      throw UsageError(command + ": more than one experiment file given ('" + out.experiment +
+                       "', '" + a + "')");
+    }
+  }
+  if (!have_experiment) {
+    throw UsageError(command + ": expected an experiment file (" + command + " EXP.yaml)");
+  }
+  return out;
+}
+
+}  // namespace servelab

@@ -1,0 +1,43 @@
+// Command-line parsing shared by the commands that run an experiment (`sim run`, `sim compare`,
+// `engine run`): one experiment file plus --out, --seed, --set, --record-schedule and --quiet,
+// and whatever options the command adds.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/config_node.h"
+
+namespace servelab {
+
+// A misuse of the command line; the commands print their usage with it and exit with code 2.
+struct UsageError : ConfigError {
+  using ConfigError::ConfigError;
+};
+
+// A non-negative decimal integer. Throws UsageError naming --seed.
+std::uint64_t parse_seed(const std::string& text);
+
+struct ExperimentArgs {
+  std::string experiment;              // the one positional argument
+  std::string out_dir;                 // --out / -o
+  std::optional<std::uint64_t> seed;   // --seed
+  std::vector<std::string> overrides;  // --set key=value (also --set=key=value), in order
+  bool record_schedule = false;        // --record-schedule
+  bool quiet = false;                  // --quiet / -q
+};
+
+// Handles a command-specific option `flag`; `value()` consumes and returns its argument (or
+// throws UsageError when there is none). Returns false when `flag` is not the command's.
+using ExtraOption =
+    std::function<bool(const std::string& flag, const std::function<std::string()>& value)>;
+
+// Parses `args` of `command` (named in messages, e.g. "sim run"). Throws UsageError for an
+// unknown option, a missing value, no experiment file or more than one.
+ExperimentArgs parse_experiment_args(const std::vector<std::string>& args,
+                                     const std::string& command, const ExtraOption& extra = {});
+
+}  // namespace servelab
