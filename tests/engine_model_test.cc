@@ -20,10 +20,12 @@
 #include <map>
 #include <numeric>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "core/block_pool.h"
 #include "core/config_node.h"
+#include "core/host_block_pool.h"
 #include "core/kv_cache_manager.h"
 #include "core/request.h"
 #include "core/rng.h"
@@ -405,6 +407,16 @@ TEST(EngineModelTest, RejectsMalformedPlans) {
 
 struct WorkloadStats {
   std::int64_t compared = 0, near_ties = 0, preemptions = 0, cached_tokens = 0, steps = 0;
+  // Swap runs: blocks moved out and back in, and victims swapped versus recomputed (the
+  // fallback when the host pool cannot take a victim's blocks).
+  std::int64_t swap_out_blocks = 0, swap_in_blocks = 0, swapped_victims = 0, recomputed_victims = 0;
+};
+
+// How preemption treats a victim's KV: recompute (no host pool), or swap to a host pool of
+// `host_blocks` blocks.
+struct PreemptionSetup {
+  PreemptionMode mode = PreemptionMode::kRecompute;
+  std::int32_t host_blocks = 0;
 };
 
 // Runs a random workload through the scheduler and checks every request's outputs against the
@@ -412,12 +424,14 @@ struct WorkloadStats {
 // options (one request, no preemption, fresh cache) otherwise.
 void RunWorkload(const LlamaWeights& w, std::uint64_t seed, const SamplingParams& sampling,
                  WorkloadStats& stats, BatchFormation formation = BatchFormation::kVllm,
-                 PreemptionVictim victim = PreemptionVictim::kLastRunning) {
+                 PreemptionVictim victim = PreemptionVictim::kLastRunning,
+                 PreemptionSetup preemption = {}) {
   Rng rng = Rng::stream(seed, "engine_model_test");
   const std::int32_t vocab = w.config.model.vocab_size;
   SchedulerConfig c;
   c.batch_formation = formation;
   c.preemption_victim = victim;
+  c.preemption_mode = preemption.mode;
   c.block_size = static_cast<std::int32_t>(rng.uniform_int(2, 5));
   c.max_num_batched_tokens = static_cast<std::int32_t>(rng.uniform_int(12, 40));
   c.long_prefill_token_threshold = static_cast<std::int32_t>(rng.uniform_int(4, 16));
@@ -430,12 +444,13 @@ void RunWorkload(const LlamaWeights& w, std::uint64_t seed, const SamplingParams
   c.enable_chunked_prefill = true;
   c.enable_prefix_caching = true;
   const std::int32_t num_blocks = static_cast<std::int32_t>(64 / c.block_size) + 2;
-  SCOPED_TRACE("formation " + std::to_string(static_cast<int>(formation)) + " victim " +
-               std::to_string(static_cast<int>(victim)) + " seed " + std::to_string(seed) +
-               " block_size " + std::to_string(c.block_size) + " budget " +
-               std::to_string(c.max_num_batched_tokens) + " threshold " +
-               std::to_string(c.long_prefill_token_threshold) + " blocks " +
-               std::to_string(num_blocks));
+  SCOPED_TRACE(
+      "formation " + std::to_string(static_cast<int>(formation)) + " victim " +
+      std::to_string(static_cast<int>(victim)) + " seed " + std::to_string(seed) + " block_size " +
+      std::to_string(c.block_size) + " budget " + std::to_string(c.max_num_batched_tokens) +
+      " threshold " + std::to_string(c.long_prefill_token_threshold) + " blocks " +
+      std::to_string(num_blocks) + " mode " + std::to_string(static_cast<int>(preemption.mode)) +
+      " host_blocks " + std::to_string(preemption.host_blocks));
 
   // Requests: a shared system prompt (one of two) for most, then a unique tail.
   std::vector<RequestSpec> specs;
@@ -453,11 +468,15 @@ void RunWorkload(const LlamaWeights& w, std::uint64_t seed, const SamplingParams
   }
 
   BlockPool pool(num_blocks);
-  KvCacheManager kv(pool, c.block_size, c.max_model_len, c.enable_prefix_caching);
+  HostBlockPool host(preemption.host_blocks);
+  KvCacheOptions kv_opt;
+  if (preemption.mode != PreemptionMode::kRecompute) kv_opt.host_pool = &host;
+  KvCacheManager kv(pool, c.block_size, c.max_model_len, c.enable_prefix_caching, kv_opt);
   Scheduler s(c, kv, nullptr);
   CpuExecutorOptions opt;
   opt.block_size = c.block_size;
   opt.num_blocks = num_blocks;
+  opt.num_host_blocks = preemption.host_blocks;
   opt.sampling = sampling;
   CpuExecutor exec(w, opt);
   for (const RequestSpec& spec : specs) s.add_request(spec, 0);
@@ -469,6 +488,14 @@ void RunWorkload(const LlamaWeights& w, std::uint64_t seed, const SamplingParams
     const StepPlan& plan = s.schedule(now);
     ASSERT_FALSE(plan.empty()) << "stalled";
     for (const ScheduledRequest& e : plan.requests) stats.cached_tokens += e.num_cached_prefix;
+    stats.swap_out_blocks += static_cast<std::int64_t>(plan.swap_out.size());
+    stats.swap_in_blocks += static_cast<std::int64_t>(plan.swap_in.size());
+    for (RequestId id : plan.preempted) {
+      const bool swapped = std::ranges::any_of(s.swapped(), [&](const Request* r) {
+        return r->id() == id && r->status == RequestStatus::kSwapped;
+      });
+      ++(swapped ? stats.swapped_victims : stats.recomputed_victims);
+    }
     const StepResult result = exec.execute(plan);
     for (std::size_t i = 0; i < plan.requests.size(); ++i) {
       const ScheduledRequest& e = plan.requests[i];
@@ -548,6 +575,41 @@ TEST(EngineModelTest, EveryBatchFormationKeepsGreedyOutputs) {
       }
       EXPECT_GT(stats.compared, 20);
     }
+  }
+}
+
+// The same property with preemption by swap: victims' KV goes to host blocks through the
+// executor's swap store and comes back (to other device blocks) instead of being recomputed.
+// A host pool as large as the device pool takes every victim; a small one forces the recompute
+// fallback for the victims it cannot take, so both kinds of victim mix in one run.
+TEST(EngineModelTest, SwapPreemptionKeepsGreedyOutputs) {
+  const LlamaWeights w = LlamaWeights::random(TinyConfig(), 11);
+  for (const std::int32_t host_blocks : {64, 4}) {
+    SCOPED_TRACE("host_blocks " + std::to_string(host_blocks));
+    WorkloadStats stats;
+    for (PreemptionVictim v : {PreemptionVictim::kLastRunning, PreemptionVictim::kLowestPriority,
+                               PreemptionVictim::kFewestComputed, PreemptionVictim::kMostBlocks}) {
+      for (std::uint64_t seed = 1; seed <= 6; ++seed) {
+        RunWorkload(w, seed, SamplingParams{}, stats, BatchFormation::kVllm, v,
+                    {PreemptionMode::kSwap, host_blocks});
+        if (HasFatalFailure()) return;
+      }
+    }
+    EXPECT_GT(stats.swap_out_blocks, 0);
+    EXPECT_GT(stats.swap_in_blocks, 0);
+    EXPECT_GT(stats.swapped_victims, 0);
+    if (host_blocks < 64) {
+      EXPECT_GT(stats.recomputed_victims, 0) << "no recompute fallback";
+    }
+    EXPECT_GT(stats.compared, 200);
+    EXPECT_LT(stats.near_ties * 20, stats.compared) << "near-ties are not rare";
+    const std::string key = "host" + std::to_string(host_blocks) + "_";
+    RecordProperty(key + "compared", static_cast<int>(stats.compared));
+    RecordProperty(key + "near_ties", static_cast<int>(stats.near_ties));
+    RecordProperty(key + "swapped_victims", static_cast<int>(stats.swapped_victims));
+    RecordProperty(key + "recomputed_victims", static_cast<int>(stats.recomputed_victims));
+    RecordProperty(key + "swap_out_blocks", static_cast<int>(stats.swap_out_blocks));
+    RecordProperty(key + "swap_in_blocks", static_cast<int>(stats.swap_in_blocks));
   }
 }
 
