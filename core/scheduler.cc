@@ -442,12 +442,7 @@ void Scheduler::fill_plan(TimeNs now, bool admit) {
     if (!config_.enable_chunked_prefill && n > budget) break;  // no skipping ahead
     n = std::min(n, budget);
     if (!kv_.allocate_slots(r, n, &hit)) break;  // head-of-line blocking on KV space too
-    waiting_->pop_front();
-    running_.push_back(&r);
-    r.status = RequestStatus::kRunning;
-    r.num_computed_tokens = hit.num_tokens;
-    r.max_computed_tokens = std::max(r.max_computed_tokens, hit.num_tokens);
-    if (r.num_cached_tokens < 0) r.num_cached_tokens = hit.num_tokens;
+    admit_front(r, hit);
     add_to_plan(r, n, hit.num_tokens, now);
     budget -= n;
   }
