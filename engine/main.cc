@@ -92,29 +92,10 @@ int cmd_run(const std::vector<std::string>& args) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::vector<std::string> args(argv + 1, argv + argc);
-  if (args.empty()) {
-    std::fputs(kUsage, stderr);
-    return 2;
-  }
-  const std::string cmd = args[0];
-  args.erase(args.begin());
-  try {
-    if (cmd == "help" || cmd == "--help" || cmd == "-h") {
-      std::fputs(kUsage, stdout);
-      return 0;
-    }
-    if (cmd == "run") return cmd_run(args);
-    throw UsageError("unknown command '" + cmd + "' (try: engine help)");
-  } catch (const UsageError& e) {
-    std::fprintf(stderr, "engine: %s\n", e.what());
-    std::fputs(kUsage, stderr);
-    return 2;
-  } catch (const ConfigError& e) {
-    std::fprintf(stderr, "engine: error: %s\n", e.what());
-    return 2;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "engine: internal error: %s\n", e.what());
-    return 1;
-  }
+  return servelab::run_command(
+      "engine", kUsage, argc, argv,
+      [](const std::string& cmd, const std::vector<std::string>& args) -> std::optional<int> {
+        if (cmd == "run") return cmd_run(args);
+        return std::nullopt;
+      });
 }

@@ -1,7 +1,9 @@
 #include "sim/cli_args.h"
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
+#include <exception>
 
 namespace servelab {
 
@@ -53,6 +55,36 @@ ExperimentArgs parse_experiment_args(const std::vector<std::string>& args,
     throw UsageError(command + ": expected an experiment file (" + command + " EXP.yaml)");
   }
   return out;
+}
+
+int run_command(const char* program, const char* usage, int argc, char** argv,
+                const std::function<std::optional<int>(
+                    const std::string& name, const std::vector<std::string>& args)>& dispatch) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty()) {
+    std::fputs(usage, stderr);
+    return 2;
+  }
+  const std::string cmd = args[0];
+  args.erase(args.begin());
+  try {
+    if (cmd == "help" || cmd == "--help" || cmd == "-h") {
+      std::fputs(usage, stdout);
+      return 0;
+    }
+    if (const std::optional<int> code = dispatch(cmd, args)) return *code;
+    throw UsageError("unknown command '" + cmd + "' (try: " + program + " help)");
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "%s: %s\n", program, e.what());
+    std::fputs(usage, stderr);
+    return 2;
+  } catch (const ConfigError& e) {
+    std::fprintf(stderr, "%s: error: %s\n", program, e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: internal error: %s\n", program, e.what());
+    return 1;
+  }
 }
 
 }  // namespace servelab

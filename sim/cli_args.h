@@ -40,4 +40,15 @@ using ExtraOption =
 ExperimentArgs parse_experiment_args(const std::vector<std::string>& args,
                                      const std::string& command, const ExtraOption& extra = {});
 
+// A command's subcommand handler: its arguments after the subcommand name; returns the exit code.
+using Subcommand = std::function<int(const std::vector<std::string>& args)>;
+
+// The whole main() of a ServeLab command (`program` is "sim" or "engine"): `help` prints
+// `usage`; `dispatch(name, args)` runs subcommand `name` or returns nullopt when there is none.
+// Exit codes: 2 for usage errors (with the usage text) and bad input (ConfigError), 1 for any
+// other exception, otherwise the subcommand's own.
+int run_command(const char* program, const char* usage, int argc, char** argv,
+                const std::function<std::optional<int>(
+                    const std::string& name, const std::vector<std::string>& args)>& dispatch);
+
 }  // namespace servelab

@@ -100,32 +100,13 @@ int cmd_compare(const std::vector<std::string>& args) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::vector<std::string> args(argv + 1, argv + argc);
-  if (args.empty()) {
-    std::fputs(kUsage, stderr);
-    return 2;
-  }
-  const std::string cmd = args[0];
-  args.erase(args.begin());
-  try {
-    if (cmd == "help" || cmd == "--help" || cmd == "-h") {
-      std::fputs(kUsage, stdout);
-      return 0;
-    }
-    if (cmd == "run") return cmd_run(args);
-    if (cmd == "compare") return cmd_compare(args);
-    if (cmd == "policies") return servelab::policies_command(args);
-    if (cmd == "trace") return servelab::trace_command(args);
-    throw UsageError("unknown command '" + cmd + "' (try: sim help)");
-  } catch (const UsageError& e) {
-    std::fprintf(stderr, "sim: %s\n", e.what());
-    std::fputs(kUsage, stderr);
-    return 2;
-  } catch (const ConfigError& e) {
-    std::fprintf(stderr, "sim: error: %s\n", e.what());
-    return 2;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "sim: internal error: %s\n", e.what());
-    return 1;
-  }
+  return servelab::run_command(
+      "sim", kUsage, argc, argv,
+      [](const std::string& cmd, const std::vector<std::string>& args) -> std::optional<int> {
+        if (cmd == "run") return cmd_run(args);
+        if (cmd == "compare") return cmd_compare(args);
+        if (cmd == "policies") return servelab::policies_command(args);
+        if (cmd == "trace") return servelab::trace_command(args);
+        return std::nullopt;
+      });
 }
