@@ -31,6 +31,10 @@ KvCacheManager::KvCacheManager(BlockPool& pool, std::int32_t block_size, std::in
   if (max_model_len < 1) throw std::invalid_argument("KvCacheManager: max_model_len must be >= 1");
   // A table never holds more than max_model_len tokens, so this is the largest free() ever needs.
   scratch_.reserve(static_cast<std::size_t>(cdiv(max_model_len, block_size)));
+  if (caching_ && options.prefix_cache == PrefixCacheMode::kRadix) {
+    tree_ = std::make_unique<RadixTree>(pool);
+    idle_ref_ = 1;  // the tree's own reference
+  }
 }
 
 void KvCacheManager::update_block_hashes(Request& req, std::int32_t num_tokens) {
@@ -62,7 +66,8 @@ PrefixHit KvCacheManager::get_computed_blocks(Request& req) {
     if (static_cast<std::int32_t>(req.block_hashes.size()) <= i) {
       update_block_hashes(req, (i + 1) * block_size_);
     }
-    const std::optional<BlockId> b = pool_.lookup(req.block_hashes[i]);
+    const std::optional<BlockId> b =
+        tree_ ? tree_->lookup(req.block_hashes[i]) : pool_.lookup(req.block_hashes[i]);
     if (!b) break;
     if (hit.blocks.empty()) hit.blocks.reserve(static_cast<std::size_t>(max_blocks - i));
     hit.blocks.push_back(*b);
@@ -97,11 +102,11 @@ std::int32_t KvCacheManager::num_blocks_to_allocate(const Request& req, std::int
     need_blocks = std::max(need_blocks, reservation_blocks(req));
   }
   std::int32_t n = std::max(need_blocks - table - hit_blocks, 0);
-  // Hit blocks nobody references sit in the free queue; touching them takes them out of it, so
-  // they use up free capacity just like fresh blocks.
+  // Hit blocks nobody references sit in the free queue (radix: are unlocked tree nodes);
+  // touching them takes them out of the free capacity just like fresh blocks.
   if (hit != nullptr) {
     for (const BlockId b : hit->blocks) {
-      if (pool_.ref_count(b) == 0) ++n;
+      if (pool_.ref_count(b) == idle_ref_) ++n;
     }
   }
   return n;
@@ -117,6 +122,10 @@ bool KvCacheManager::allocate_slots(Request& req, std::int32_t num_new_tokens,
   // Contract: a swapped-out request is swapped in before it gets slots (checked in debug builds
   // only: this runs for every scheduled request in every step).
   assert(req.host_block_table.empty() && "allocate_slots for a swapped-out request");
+  // Parallel sampling only (see fork()).
+  if (req.cow_tail && !copy_on_write(req, num_new_tokens)) [[unlikely]] {
+    return false;
+  }
   if (hit == nullptr) {
     // Fast path for the common case, a running request whose new tokens fit the blocks it holds
     // (15 of 16 decode steps at block size 16): nothing to take from the pool. The same result
@@ -136,7 +145,7 @@ bool KvCacheManager::allocate_slots(Request& req, std::int32_t num_new_tokens,
     }
   }
   const std::int32_t to_take = num_blocks_to_allocate(req, num_new_tokens, hit);
-  if (to_take > pool_.num_free_blocks()) return false;
+  if (to_take > num_free_blocks()) return false;
 
   const std::int32_t hit_tokens = hit != nullptr ? hit->num_tokens : 0;
   const std::int32_t computed = std::min(req.num_computed_tokens + hit_tokens, max_model_len_);
@@ -155,12 +164,13 @@ bool KvCacheManager::allocate_slots(Request& req, std::int32_t num_new_tokens,
   }
   if (hit != nullptr) {
     pool_.touch(hit->blocks);
+    if (tree_) tree_->on_acquired(hit->blocks);
     req.block_table.insert(req.block_table.end(), hit->blocks.begin(), hit->blocks.end());
     // The hit blocks were found by their hashes, so they are registered already.
     req.num_cached_blocks = static_cast<std::int32_t>(hit->blocks.size());
   }
   const std::int32_t fresh = need_blocks - static_cast<std::int32_t>(req.block_table.size());
-  if (fresh > 0) pool_.get_new_blocks(fresh, req.block_table);
+  if (fresh > 0) take_blocks(fresh, req.block_table);
 
   if (caching_) {
     // Register eagerly, before the forward pass, every block that is full once this step's tokens
@@ -183,6 +193,10 @@ void KvCacheManager::cache_full_blocks(Request& req, std::int32_t num_tokens) {
       std::min(full_blocks(num_tokens), static_cast<std::int32_t>(req.block_table.size()));
   if (num_full <= req.num_cached_blocks) return;
   update_block_hashes(req, num_full * block_size_);
+  if (tree_) {
+    insert_radix(req, num_full);
+    return;
+  }
   for (std::int32_t i = req.num_cached_blocks; i < num_full; ++i)
     pool_.prefetch(req.block_hashes[i]);
   for (std::int32_t i = req.num_cached_blocks; i < num_full; ++i) {
@@ -198,9 +212,11 @@ void KvCacheManager::free(Request& req) {
   // shared prefix, which other requests are more likely to hit.
   scratch_.assign(req.block_table.rbegin(), req.block_table.rend());
   pool_.free_blocks(scratch_);
+  if (tree_) tree_->on_released(scratch_);
   req.block_table.clear();
   req.num_cached_blocks = 0;
   req.kv_accounted_tokens = 0;
+  req.cow_tail = false;
   if (!req.host_block_table.empty()) {  // aborted while swapped out
     host_->free(req.host_block_table);
     req.host_block_table.clear();
@@ -228,8 +244,21 @@ std::int32_t KvCacheManager::reservation_blocks(const Request& req) const {
 }
 
 bool KvCacheManager::can_swap_out(const Request& req) const {
-  return host_ != nullptr && !req.block_table.empty() && req.host_block_table.empty() &&
-         host_->num_free_blocks() >= static_cast<std::int32_t>(req.block_table.size());
+  if (host_ == nullptr || req.block_table.empty() || !req.host_block_table.empty() ||
+      host_->num_free_blocks() < static_cast<std::int32_t>(req.block_table.size())) {
+    return false;
+  }
+  // A copy-on-write copy into one of its blocks is pending in this step's plan, and the
+  // backend swaps out before it copies: such a request is recomputed instead.
+  if (copies_ != nullptr) {
+    for (const BlockMove& m : *copies_) {
+      if (std::find(req.block_table.begin(), req.block_table.end(), m.dst) !=
+          req.block_table.end()) {
+        return false;
+      }
+    }
+  }
+  return true;
 }
 
 void KvCacheManager::swap_out(Request& req, std::vector<BlockMove>& moves) {
@@ -249,8 +278,10 @@ void KvCacheManager::swap_out(Request& req, std::vector<BlockMove>& moves) {
   // content on the device.
   scratch_.assign(req.block_table.rbegin(), req.block_table.rend());
   pool_.free_blocks(scratch_);
+  if (tree_) tree_->on_released(scratch_);
   req.block_table.clear();
   req.num_cached_blocks = 0;
+  req.cow_tail = false;  // the host copy is the sample's own
   // The preserved KV is what num_computed_tokens covers (the scheduler may have rolled back an
   // unexecuted allocation before preempting); swap_in accounts for exactly that.
   req.kv_accounted_tokens = std::min(req.num_computed_tokens, max_model_len_);
@@ -261,7 +292,7 @@ bool KvCacheManager::can_swap_in(const Request& req, std::int32_t num_new_tokens
   const auto table = static_cast<std::int32_t>(req.host_block_table.size());
   const std::int32_t computed = std::min(req.num_computed_tokens, max_model_len_);
   const std::int32_t need_slots = std::min(computed + num_new_tokens, max_model_len_);
-  return std::max(table, blocks_for(need_slots)) <= pool_.num_free_blocks();
+  return std::max(table, blocks_for(need_slots)) <= num_free_blocks();
 }
 
 bool KvCacheManager::swap_in(Request& req, std::vector<BlockMove>& moves) {
@@ -270,10 +301,10 @@ bool KvCacheManager::swap_in(Request& req, std::vector<BlockMove>& moves) {
                            " which is not swapped out");
   }
   const auto n = static_cast<std::int32_t>(req.host_block_table.size());
-  if (n > pool_.num_free_blocks()) return false;
+  if (n > num_free_blocks()) return false;
   // Fresh blocks, even where a freed device block still caches the same content: the KV is
   // copied in regardless (vLLM v0), which keeps swap_in a plain all-or-nothing allocation.
-  pool_.get_new_blocks(n, req.block_table);
+  take_blocks(n, req.block_table);
   moves.reserve(moves.size() + static_cast<std::size_t>(n));
   for (std::int32_t i = 0; i < n; ++i) {
     moves.push_back({req.host_block_table[i], req.block_table[i]});
@@ -286,6 +317,80 @@ bool KvCacheManager::swap_in(Request& req, std::vector<BlockMove>& moves) {
   }
   account(req);
   return true;
+}
+
+void KvCacheManager::insert_radix(Request& req, std::int32_t num_full) {
+  for (std::int32_t i = req.num_cached_blocks; i < num_full; ++i) {
+    const BlockId b = req.block_table[i];
+    if (tree_->contains(b)) continue;  // a hit block, or shared with a sibling sample
+    // A block whose content is cached already (computed twice) stays private to req, and so
+    // do the blocks after it (their parent is not a node): the tree holds one copy.
+    tree_->insert(i == 0 ? kNullBlock : req.block_table[i - 1], b, req.block_hashes[i]);
+  }
+  req.num_cached_blocks = num_full;
+}
+
+void KvCacheManager::take_blocks(std::int32_t n, std::vector<BlockId>& out) {
+  if (tree_ && n > pool_.num_free_blocks()) tree_->evict(n - pool_.num_free_blocks());
+  pool_.get_new_blocks(n, out);
+}
+
+void KvCacheManager::fork(Request& parent, Request& child) {
+  if (parent.block_table.empty() || !child.block_table.empty() || !child.host_block_table.empty()) {
+    throw std::logic_error("KvCacheManager: fork of request " + std::to_string(parent.id()) +
+                           " needs a parent with a device table and a child without blocks");
+  }
+  child.block_table = parent.block_table;
+  pool_.touch(child.block_table);
+  if (tree_) tree_->on_acquired(child.block_table);
+  child.block_hashes = parent.block_hashes;
+  child.num_cached_blocks = parent.num_cached_blocks;
+  child.kv_accounted_tokens = parent.kv_accounted_tokens;
+  account(child);
+  const std::int32_t next = parent.num_computed_tokens;  // the next position written
+  if (next % block_size_ != 0 &&
+      full_blocks(next) < static_cast<std::int32_t>(parent.block_table.size())) {
+    parent.cow_tail = child.cow_tail = true;
+  }
+  stats_.blocks_saved_by_sharing += static_cast<std::int64_t>(parent.block_table.size());
+}
+
+bool KvCacheManager::copy_on_write(Request& req, std::int32_t num_new_tokens) {
+  const std::int32_t next = req.num_computed_tokens;
+  const std::int32_t i = full_blocks(next);
+  if (next % block_size_ == 0 || i >= static_cast<std::int32_t>(req.block_table.size()) ||
+      pool_.ref_count(req.block_table[i]) <= 1) {
+    // The next token opens a fresh block, or req is the block's last holder: write in place.
+    req.cow_tail = false;
+    return true;
+  }
+  if (num_blocks_to_allocate(req, num_new_tokens) + 1 > num_free_blocks()) return false;
+  if (copies_ == nullptr) {
+    throw std::logic_error("KvCacheManager: copy-on-write for request " + std::to_string(req.id()) +
+                           " without a copy sink");
+  }
+  const BlockId shared = req.block_table[i];
+  scratch_.clear();
+  take_blocks(1, scratch_);
+  const BlockId fresh = scratch_[0];
+  copies_->push_back({shared, fresh});
+  req.block_table[i] = fresh;
+  scratch_[0] = shared;
+  pool_.free_blocks(scratch_);  // a partial block: never a radix node
+  req.cow_tail = false;
+  ++stats_.cow_copies;
+  --stats_.blocks_saved_by_sharing;
+  return true;
+}
+
+void KvCacheManager::check_invariants() const {
+  pool_.check_invariants();
+  if (tree_) {
+    if (pool_.num_cached_blocks() != 0) {
+      throw std::logic_error("KvCacheManager: radix mode but the pool carries hashes");
+    }
+    tree_->check_invariants();
+  }
 }
 
 }  // namespace servelab

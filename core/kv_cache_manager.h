@@ -27,10 +27,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "core/block_pool.h"
 #include "core/host_block_pool.h"
+#include "core/radix_tree.h"
 #include "core/request_state.h"
 #include "core/step_plan.h"
 
@@ -43,6 +45,11 @@ struct PrefixCacheStats {
   std::int64_t preempted_lookups = 0;  // lookups by resumed (previously preempted) requests
   std::int64_t preempted_queried_tokens = 0;
   std::int64_t preempted_hit_tokens = 0;
+  // Parallel sampling (fork / copy-on-write; docs/metrics.md): block copies made when a sample
+  // appended to a still-shared partial block, and sum over forks of (n - 1) * the blocks the
+  // request held at the fork, minus those copies.
+  std::int64_t cow_copies = 0;
+  std::int64_t blocks_saved_by_sharing = 0;
 };
 
 struct PrefixHit {
@@ -51,6 +58,12 @@ struct PrefixHit {
 };
 
 enum class KvAllocation : std::uint8_t { kPaged, kContiguous };
+
+// Which prefix cache serves lookups when caching is on (the `prefix_cache` plugin).
+enum class PrefixCacheMode : std::uint8_t {
+  kHash,   // vLLM v1: hashes on the pool's blocks, lazy LRU eviction from the free queue
+  kRadix,  // SGLang RadixAttention: a RadixTree owns the cached blocks (core/radix_tree.h)
+};
 
 // What a contiguous reservation covers.
 enum class KvReserve : std::uint8_t {
@@ -62,6 +75,7 @@ struct KvCacheOptions {
   KvAllocation allocation = KvAllocation::kPaged;
   KvReserve reserve = KvReserve::kMaxModelLen;  // contiguous mode only
   HostBlockPool* host_pool = nullptr;  // swap space; null: no swapping (can_swap_out is false)
+  PrefixCacheMode prefix_cache = PrefixCacheMode::kHash;  // when caching is on
 };
 
 class KvCacheManager {
@@ -81,6 +95,35 @@ class KvCacheManager {
   bool contiguous() const { return allocation_ == KvAllocation::kContiguous; }
   HostBlockPool* host_pool() { return host_; }
   const HostBlockPool* host_pool() const { return host_; }
+  // The radix tree in PrefixCacheMode::kRadix with caching on, else null.
+  const RadixTree* radix_tree() const { return tree_.get(); }
+
+  // Blocks an allocation can take: the pool's free blocks, plus in radix mode the cached blocks
+  // nobody references (the tree evicts them on demand). Use this, not pool().num_free_blocks(),
+  // for capacity checks.
+  std::int32_t num_free_blocks() const {
+    return pool_.num_free_blocks() + (tree_ ? tree_->num_unlocked() : 0);
+  }
+  // Cached blocks nobody references (evictable cache): the pool's free hashed blocks, or the
+  // radix tree's unlocked nodes.
+  std::int32_t num_free_cached_blocks() const {
+    return tree_ ? tree_->num_unlocked() : pool_.num_free_cached_blocks();
+  }
+
+  // Where copy-on-write copies go (the scheduler's StepPlan::copies). Without one, an
+  // allocation that needs a copy throws std::logic_error.
+  void set_copy_sink(std::vector<BlockMove>* copies) { copies_ = copies; }
+
+  // Parallel sampling: gives `child` (a new sample of `parent`, holding no blocks) the
+  // parent's block table, taking a reference on every block, with the parent's hashes and
+  // slot accounting. When the next token would go into the table's last, partly filled block,
+  // both are marked cow_tail: a sample that appends to that block while it is still shared
+  // first copies it (a fresh block, a copy in the copy sink, one reference less on the shared
+  // one); the last holder writes in place. REQUIRES: parent holds a device table, child none.
+  void fork(Request& parent, Request& child);
+
+  // Pool invariants, plus the radix tree's in radix mode (throws std::logic_error).
+  void check_invariants() const;
 
   // The longest run of cached full blocks matching the start of req's sequence, capped so that
   // at least one token is left to compute: at most floor((num_tokens - 1) / block_size) blocks.
@@ -99,7 +142,8 @@ class KvCacheManager {
   // REQUIRES: hit is null or req.block_table is empty; req is not swapped out (asserted).
   bool allocate_slots(Request& req, std::int32_t num_new_tokens, const PrefixHit* hit = nullptr);
 
-  // Blocks that allocate_slots(req, n, hit) would take from the free queue.
+  // Blocks that allocate_slots(req, n, hit) would take from the free capacity (not counting a
+  // copy-on-write copy).
   std::int32_t num_blocks_to_allocate(const Request& req, std::int32_t num_new_tokens,
                                       const PrefixHit* hit = nullptr) const;
 
@@ -163,6 +207,13 @@ class KvCacheManager {
   // Extends req.block_hashes to every full block among its first num_tokens tokens.
   void update_block_hashes(Request& req, std::int32_t num_tokens);
   void cache_full_blocks(Request& req, std::int32_t num_tokens);
+  // Radix mode: inserts req's blocks [num_cached_blocks, num_full) into the tree.
+  void insert_radix(Request& req, std::int32_t num_full);
+  // Takes n blocks from the pool, evicting radix-tree leaves first when the pool is short.
+  void take_blocks(std::int32_t n, std::vector<BlockId>& out);
+  // The copy-on-write step of allocate_slots for a request marked cow_tail (see fork());
+  // false (nothing changed) when the copy and the new tokens' blocks do not fit.
+  bool copy_on_write(Request& req, std::int32_t num_new_tokens);
 
   // cdiv(tokens, block_size) and floor(tokens / block_size) for tokens >= 0: a shift for the
   // usual power-of-two block sizes (this runs several times per scheduled request per step).
@@ -190,6 +241,9 @@ class KvCacheManager {
   std::int64_t kv_blocks_ = 0;    // sum of cdiv(kv_accounted_tokens, block_size)
   PrefixCacheStats stats_;
   std::vector<BlockId> scratch_;
+  std::unique_ptr<RadixTree> tree_;  // radix mode only
+  std::int32_t idle_ref_ = 0;        // reference count of a cached block nobody uses
+  std::vector<BlockMove>* copies_ = nullptr;
 };
 
 }  // namespace servelab

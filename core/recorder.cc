@@ -66,7 +66,8 @@ RequestRecord Recorder::make_record(const Request& req) const {
   r.first_token_ns = req.first_token_ns;
   r.finish_ns = req.finish_ns;
   r.prompt_tokens = req.spec.prompt_len;
-  r.output_tokens = req.num_output_tokens();
+  r.output_tokens = req.num_total_output_tokens();  // all samples' (parallel sampling)
+  r.samples = req.group != nullptr ? static_cast<std::int32_t>(req.group->samples.size()) : 1;
   r.cached_tokens = std::max(0, req.num_cached_tokens);
   r.preemptions = req.num_preemptions;
   r.recomputed_tokens = req.num_recomputed_tokens;
@@ -158,8 +159,10 @@ RunSummary Recorder::summary() const {
     e2e.push_back(t_e2e);
     queueing.push_back(ns_to_ms(r.first_scheduled_ns - r.arrival_ns));
     std::optional<double> t_tpot;
-    if (r.output_tokens > 1) {
-      t_tpot = (t_e2e - t_ttft) / static_cast<double>(r.output_tokens - 1);
+    // Per sequence: with parallel sampling, the tokens of one sample.
+    const std::int32_t per_seq = r.output_tokens / r.samples;
+    if (per_seq > 1) {
+      t_tpot = (t_e2e - t_ttft) / static_cast<double>(per_seq - 1);
       tpot.push_back(*t_tpot);
     }
     const bool ok = (!slo_.ttft_ms || t_ttft <= *slo_.ttft_ms) &&
@@ -190,6 +193,8 @@ RunSummary Recorder::summary() const {
   s.prefix_hit_rate = s.prefix_queried_tokens > 0 ? static_cast<double>(s.prefix_hit_tokens) /
                                                         static_cast<double>(s.prefix_queried_tokens)
                                                   : 0.0;
+  s.cow_copies = prefix_.cow_copies;
+  s.blocks_saved_by_sharing = prefix_.blocks_saved_by_sharing;
   s.kv_usage_mean =
       busy_time_ > 0 ? static_cast<double>(usage_time_ / static_cast<long double>(busy_time_)) : 0;
   s.kv_usage_max = usage_max_;
@@ -217,9 +222,10 @@ void Recorder::write_requests_csv(const std::string& path) const {
       f);
   for (const RequestRecord* r : rows) {
     const bool done = r->status == RequestStatus::kFinished;
-    const std::string tpot = done && r->output_tokens > 1
+    const std::int32_t per_seq = r->output_tokens / r->samples;
+    const std::string tpot = done && per_seq > 1
                                  ? format_double(ns_to_ms(r->finish_ns - r->first_token_ns) /
-                                                 static_cast<double>(r->output_tokens - 1))
+                                                 static_cast<double>(per_seq - 1))
                                  : "";
     std::string reason = r->reason;
     std::replace(reason.begin(), reason.end(), ',', ';');
@@ -284,7 +290,9 @@ void write_summary_json(const std::string& path, const RunSummary& s,
                    {"swapped_out_blocks", s.swapped_out_blocks},
                    {"swapped_in_blocks", s.swapped_in_blocks},
                    {"reserved_unused_blocks_mean", s.kv_reserved_unused_blocks_mean},
-                   {"internal_fragmentation_mean", s.kv_internal_fragmentation_mean}};
+                   {"internal_fragmentation_mean", s.kv_internal_fragmentation_mean},
+                   {"cow_copies", s.cow_copies},
+                   {"blocks_saved_by_sharing", s.blocks_saved_by_sharing}};
   std::ofstream out(path, std::ios::binary);
   if (!out) throw std::runtime_error(path + ": cannot write");
   out << j.dump(2) << '\n';

@@ -54,6 +54,7 @@ struct RequestRecord {
   RequestId id = 0;
   TimeNs arrival_ns = 0, first_scheduled_ns = -1, first_token_ns = -1, finish_ns = -1;
   std::int32_t prompt_tokens = 0, output_tokens = 0, cached_tokens = 0, preemptions = 0;
+  std::int32_t samples = 1;  // parallel samples (output_tokens is their sum)
   std::int64_t recomputed_tokens = 0;
   RequestStatus status = RequestStatus::kWaiting;
   std::string reason;
@@ -73,6 +74,7 @@ struct RunSummary {
   std::int64_t preemptions = 0, recomputed_tokens = 0;
   std::int64_t prefix_queried_tokens = 0, prefix_hit_tokens = 0;
   double prefix_hit_rate = 0;
+  std::int64_t cow_copies = 0, blocks_saved_by_sharing = 0;  // parallel sampling
   double kv_usage_mean = 0, kv_usage_max = 0;
   std::int64_t swapped_out_blocks = 0, swapped_in_blocks = 0;
   // Time-weighted over steps: held blocks holding no KV, and the fraction of held token slots

@@ -36,10 +36,23 @@ struct RequestSpec {
   std::int32_t max_output_tokens = 1;  // generation stops after this many tokens (ignore_eos)
   std::int32_t priority = 0;           // smaller is served first (vLLM convention)
   std::uint32_t tenant = 0;            // for fair-share queue orders
-  std::int32_t n = 1;                  // parallel samples
+  std::int32_t n = 1;                  // parallel samples (n > 1: forked after the prefill)
+  std::int32_t sample = 0;             // which sample this sequence is (0: the request itself)
 
   std::int32_t total_tokens() const { return prompt_len + max_output_tokens; }
 };
+
+// Parallel sampling: sample k > 0 of request `id` is a sequence of its own with id
+// sample_request_id(id, k) (so its output stream, its sampling stream and its plan entries are
+// its own); workload ids stay below 2^kSampleIdShift. Sample 0 is the request itself.
+inline constexpr int kSampleIdShift = 48;
+inline constexpr std::int32_t kMaxSamples = 1024;
+inline constexpr RequestId sample_request_id(RequestId id, std::int32_t k) {
+  return id + (static_cast<RequestId>(k) << kSampleIdShift);
+}
+inline constexpr RequestId base_request_id(RequestId id) {
+  return id & ((RequestId{1} << kSampleIdShift) - 1);
+}
 
 // The content stream of a request's generated tokens.
 inline constexpr std::uint64_t output_content_id(RequestId id) {

@@ -22,4 +22,11 @@ const char* to_string(RequestStatus s) {
   return "unknown";
 }
 
+std::int32_t Request::num_total_output_tokens() const {
+  if (group == nullptr) return num_output_tokens();
+  std::int32_t total = 0;
+  for (const Request* r : group->samples) total += r->num_output_tokens();
+  return total;
+}
+
 }  // namespace servelab

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,17 @@ enum class RequestStatus : std::uint8_t {
 };
 
 const char* to_string(RequestStatus s);
+
+struct Request;
+
+// The samples of a request with spec.n > 1 after its fork (parallel sampling). Sample 0 is the
+// request itself; samples[k] is sample k. Every sample points at the group; a finished sample
+// stays alive (holding no blocks) until the last one finishes, when the group is reported once
+// through sample 0 and all are deleted.
+struct SampleGroup {
+  std::vector<Request*> samples;
+  std::int32_t unfinished = 0;  // samples not yet finished or aborted
+};
 
 struct Request {
   explicit Request(RequestSpec s) : spec(std::move(s)) {}
@@ -54,9 +66,18 @@ struct Request {
   TimeNs finish_ns = -1;
   std::string finish_reason;
   std::vector<BlockId> host_block_table;  // host blocks holding the KV while swapped out
+  // Parallel sampling: null until a request with spec.n > 1 forks (and always for n == 1).
+  std::shared_ptr<SampleGroup> group;
+  // The last block of the table may be shared with a sibling sample and not full: the next
+  // append must copy it first if it is still shared (KvCacheManager, copy-on-write).
+  bool cow_tail = false;
 
   RequestId id() const { return spec.id; }
   std::int32_t num_output_tokens() const { return static_cast<std::int32_t>(output_tokens.size()); }
+  // Output tokens of the request: its own, or with parallel sampling those of all its samples.
+  std::int32_t num_total_output_tokens() const;
+  // Whether this request will fork into spec.n samples when it samples its first token.
+  bool will_fork() const { return spec.n > 1 && group == nullptr; }
   // Tokens known so far: prompt plus outputs.
   std::int32_t num_tokens() const { return spec.prompt_len + num_output_tokens(); }
 };

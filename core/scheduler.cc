@@ -65,9 +65,26 @@ Scheduler::Scheduler(const SchedulerConfig& config, KvCacheManager& kv, Schedule
   plan_.requests.reserve(seats);
   plan_requests_.reserve(seats);
   plan_undo_.reserve(seats);
+  kv_.set_copy_sink(&plan_.copies);
 }
 
 Scheduler::~Scheduler() {
+  release_done_groups();
+  // Finished samples of unfinished groups are reachable only through their group.
+  auto drop_done_samples = [](Request* r) {
+    if (r->group == nullptr) return;
+    for (Request*& s : r->group->samples) {
+      if (s != nullptr &&
+          (s->status == RequestStatus::kFinished || s->status == RequestStatus::kAborted)) {
+        delete s;
+        s = nullptr;
+      }
+    }
+  };
+  for (Request* r : running_) drop_done_samples(r);
+  for (Request* r : swapped_) drop_done_samples(r);
+  for (Request* r : waiting_->snapshot()) drop_done_samples(r);
+  kv_.set_copy_sink(nullptr);
   for (Request* r : running_) {
     kv_.free(*r);
     delete r;
@@ -83,6 +100,21 @@ std::string Scheduler::rejection_reason(const Request& req) const {
   const RequestSpec& spec = req.spec;
   const std::int64_t total = static_cast<std::int64_t>(spec.prompt_len) + spec.max_output_tokens;
   if (spec.prompt_len < 1) return "empty prompt";
+  if (spec.n != 1) [[unlikely]] {
+    if (spec.n < 1 || spec.n > kMaxSamples) {
+      return "n must be in [1, " + std::to_string(kMaxSamples) + "] (got " +
+             std::to_string(spec.n) + ")";
+    }
+    if (config_.batch_formation == BatchFormation::kStatic ||
+        config_.batch_formation == BatchFormation::kOrca || kv_.contiguous()) {
+      return "parallel sampling (n > 1) needs on-demand paged allocation (batch vllm, sarathi "
+             "or prefill-first; allocation paged)";
+    }
+    if (spec.n > config_.max_num_seqs) {
+      return "n = " + std::to_string(spec.n) + " samples need more seats than max_num_seqs " +
+             std::to_string(config_.max_num_seqs);
+    }
+  }
   if (spec.max_output_tokens < 1) {
     return "max_output_tokens must be >= 1 (got " + std::to_string(spec.max_output_tokens) + ")";
   }
@@ -170,6 +202,9 @@ void Scheduler::add_to_plan(Request& r, std::int32_t n, std::int32_t cached_now,
   // Anything but a single last-token step computes known tokens whose KV is missing.
   e.is_prefill = end < known || n > 1;
   e.samples = end == known;
+  if (e.samples && r.will_fork()) [[unlikely]] {
+    e.num_samples = r.spec.n;
+  }
   e.block_table = r.block_table;
   plan_requests_.push_back(&r);
   if (e.is_prefill) {
@@ -282,6 +317,9 @@ bool Scheduler::should_swap(const Request& victim) const {
 }
 
 void Scheduler::preempt(Request& victim, TimeNs now) {
+  if (victim.will_fork()) [[unlikely]] {
+    fork_seats_ -= static_cast<std::size_t>(victim.spec.n - 1);
+  }
   ++victim.num_preemptions;
   ++counters_.num_preemptions;
   // Past the cap the request is given up instead of thrashing forever (a livelock guard); its
@@ -311,6 +349,10 @@ void Scheduler::abort_request(Request& r, TimeNs now) {
   r.finish_ns = now;
   r.finish_reason = "preempted " + std::to_string(r.num_preemptions) + " times (max_preemptions " +
                     std::to_string(config_.max_preemptions) + ")";
+  if (r.group != nullptr) {  // deleted with its group
+    sample_done(r, now);
+    return;
+  }
   ++counters_.num_aborted;
   if (observer_ != nullptr) observer_->on_finish(r, now);
   delete &r;
@@ -321,6 +363,10 @@ bool Scheduler::make_room(std::size_t& i, std::int32_t n, std::int32_t& budget, 
   while (!kv_.allocate_slots(*r, n)) {
     const std::size_t v = pick_victim();
     Request* victim = running_[v];
+    if (victim->group != nullptr) [[unlikely]] {
+      if (preempt_group(*victim, i, budget, r, now)) return false;
+      continue;
+    }
     running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(v));
     if (in_plan(*victim)) budget += unschedule(*victim);
     if (v < i) --i;
@@ -333,6 +379,9 @@ bool Scheduler::make_room(std::size_t& i, std::int32_t n, std::int32_t& budget, 
 void Scheduler::admit_front(Request& r, const PrefixHit& hit) {
   waiting_->pop_front();
   running_.push_back(&r);
+  if (r.will_fork()) [[unlikely]] {
+    fork_seats_ += static_cast<std::size_t>(r.spec.n - 1);
+  }
   r.status = RequestStatus::kRunning;
   r.num_computed_tokens = hit.num_tokens;
   r.max_computed_tokens = std::max(r.max_computed_tokens, hit.num_tokens);
@@ -382,6 +431,8 @@ const StepPlan& Scheduler::schedule(TimeNs now) {
   assert(plan_.num_tokens() <= config_.max_num_batched_tokens);
   assert(running_.size() <= static_cast<std::size_t>(config_.max_num_seqs));
   plan_pending_ = !plan_.empty();
+  if (!done_groups_.empty()) [[unlikely]]
+    release_done_groups();  // groups ended by aborts
   return plan_;
 }
 
@@ -407,6 +458,12 @@ void Scheduler::fill_plan(TimeNs now, bool admit) {
       // nothing has to be undone; a lowest-priority victim may lie before i.
       const std::size_t v = pick_victim();
       Request* victim = running_[v];
+      if (victim->group != nullptr) [[unlikely]] {
+        preempted = true;
+        if (preempt_group(*victim, i, budget, &r, now)) break;
+        allocated = kv_.allocate_slots(r, n);
+        continue;
+      }
       running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(v));
       if (v < i) {
         // Requests given 0 tokens lie before i too, without a plan entry.
@@ -432,8 +489,11 @@ void Scheduler::fill_plan(TimeNs now, bool admit) {
   // would otherwise go straight to newcomers while the victims wait).
   const auto max_seqs = static_cast<std::size_t>(config_.max_num_seqs);
   while (admit && !preempted && swapped_.empty() && !waiting_->empty() && budget > 0 &&
-         running_.size() < max_seqs) {
+         seats_taken() < max_seqs) {
     Request& r = *waiting_->front();
+    if (r.will_fork() && seats_taken() + r.spec.n > max_seqs) [[unlikely]] {
+      break;
+    }
     // Every admission looks up the prefix cache: a resumed request usually finds its own
     // earlier full blocks there.
     PrefixHit hit = kv_.get_computed_blocks(r);
@@ -451,8 +511,11 @@ void Scheduler::fill_plan(TimeNs now, bool admit) {
 std::int32_t Scheduler::swap_in_phase(std::int32_t budget, TimeNs now) {
   const std::int32_t threshold = config_.long_prefill_token_threshold;
   const auto max_seqs = static_cast<std::size_t>(config_.max_num_seqs);
-  while (!swapped_.empty() && budget > 0 && running_.size() < max_seqs) {
+  while (!swapped_.empty() && budget > 0 && seats_taken() < max_seqs) {
     Request& r = *swapped_.front();
+    if (r.will_fork() && seats_taken() + r.spec.n > max_seqs) [[unlikely]] {
+      break;
+    }
     // Usually one decode token; more when the victim was swapped out mid-prefill.
     std::int32_t n = r.num_tokens() - r.num_computed_tokens;
     if (threshold > 0 && n > threshold) n = threshold;
@@ -465,6 +528,9 @@ std::int32_t Scheduler::swap_in_phase(std::int32_t budget, TimeNs now) {
     (void)ok;
     swapped_.pop_front();
     running_.push_back(&r);
+    if (r.will_fork()) [[unlikely]] {
+      fork_seats_ += static_cast<std::size_t>(r.spec.n - 1);
+    }
     r.status = RequestStatus::kRunning;
     if (n <= 0) continue;  // nothing to compute yet (only off the synchronous loop)
     add_to_plan(r, n, 0, now);
@@ -582,11 +648,14 @@ void Scheduler::fill_plan_sarathi(TimeNs now, bool admit) {
   // preempted: the freed blocks are the victims'.
   const auto max_seqs = static_cast<std::size_t>(config_.max_num_seqs);
   const std::int32_t watermark = watermark_blocks();
-  while (admit && !preempted && !waiting_->empty() && budget > 0 && running_.size() < max_seqs) {
+  while (admit && !preempted && !waiting_->empty() && budget > 0 && seats_taken() < max_seqs) {
     Request& r = *waiting_->front();
+    if (r.will_fork() && seats_taken() + r.spec.n > max_seqs) [[unlikely]] {
+      break;
+    }
     PrefixHit hit = kv_.get_computed_blocks(r);
     const std::int32_t prompt = r.num_tokens() - hit.num_tokens;
-    if (kv_.num_blocks_to_allocate(r, prompt, &hit) + watermark > kv_.pool().num_free_blocks()) {
+    if (kv_.num_blocks_to_allocate(r, prompt, &hit) + watermark > kv_.num_free_blocks()) {
       break;
     }
     const std::int32_t n = std::min(prompt, budget);
@@ -605,12 +674,15 @@ void Scheduler::fill_plan_prefill_first(TimeNs now, bool admit) {
   // the watermark free and a seat is free (vLLM v0 _schedule_prefills, head-of-line).
   const auto max_seqs = static_cast<std::size_t>(config_.max_num_seqs);
   const std::int32_t watermark = watermark_blocks();
-  while (admit && !waiting_->empty() && running_.size() < max_seqs) {
+  while (admit && !waiting_->empty() && seats_taken() < max_seqs) {
     Request& r = *waiting_->front();
+    if (r.will_fork() && seats_taken() + r.spec.n > max_seqs) [[unlikely]] {
+      break;
+    }
     PrefixHit hit = kv_.get_computed_blocks(r);
     const std::int32_t n = r.num_tokens() - hit.num_tokens;
     if (n > budget) break;
-    if (kv_.num_blocks_to_allocate(r, n, &hit) + watermark > kv_.pool().num_free_blocks()) break;
+    if (kv_.num_blocks_to_allocate(r, n, &hit) + watermark > kv_.num_free_blocks()) break;
     const bool ok = kv_.allocate_slots(r, n, &hit);
     assert(ok);
     (void)ok;
@@ -648,6 +720,10 @@ void Scheduler::finish(Request& r, TimeNs now) {
   r.finish_ns = now;
   r.finish_reason = "length";
   kv_.free(r);
+  if (r.group != nullptr) [[unlikely]] {
+    sample_done(r, now);
+    return;
+  }
   ++counters_.num_finished;
   if (observer_ != nullptr) observer_->on_finish(r, now);
 }
@@ -659,6 +735,7 @@ void Scheduler::complete(const StepResult& result, TimeNs now) {
         " sampled tokens for a plan of " + std::to_string(plan_.requests.size()) + " entries");
   }
   bool any_finished = false;
+  std::size_t fork_at = 0;  // next unused entry of result.fork_tokens
   for (std::size_t k = 0; k < plan_.requests.size(); ++k) {
     if (!plan_.requests[k].samples) continue;  // a partial prefill chunk yields no token
     Request& r = *plan_requests_[k];
@@ -667,6 +744,24 @@ void Scheduler::complete(const StepResult& result, TimeNs now) {
     if (r.first_token_ns < 0) r.first_token_ns = now;
     r.last_token_ns = now;
     if (observer_ != nullptr) observer_->on_token(r, prev, now);
+    if (plan_.requests[k].num_samples > 1) [[unlikely]] {
+      const auto extra = static_cast<std::size_t>(plan_.requests[k].num_samples - 1);
+      if (result.fork_tokens.size() < fork_at + extra) {
+        throw std::invalid_argument("Scheduler::complete: too few fork tokens for request " +
+                                    std::to_string(r.id()));
+      }
+      if (r.status == RequestStatus::kRunning && r.will_fork()) {
+        fork_request(r, result.fork_tokens.data() + fork_at, now);
+        // Samples with a single output token are done at once.
+        if (r.spec.max_output_tokens <= 1) {
+          for (std::size_t s = 1; s < r.group->samples.size(); ++s) {
+            finish(*r.group->samples[s], now);
+          }
+          any_finished = true;
+        }
+      }
+      fork_at += extra;
+    }
     if (r.num_output_tokens() >= r.spec.max_output_tokens) {
       finish(r, now);
       any_finished = true;
@@ -676,12 +771,113 @@ void Scheduler::complete(const StepResult& result, TimeNs now) {
     // One pass keeps the others' order and costs O(running) however many finished.
     std::erase_if(running_, [](const Request* r) { return r->status == RequestStatus::kFinished; });
     for (Request* r : plan_requests_) {
-      if (r->status == RequestStatus::kFinished) delete r;
+      if (r->status == RequestStatus::kFinished && r->group == nullptr) delete r;
     }
+  }
+  if (!done_groups_.empty()) [[unlikely]] {
+    release_done_groups();
   }
   plan_requests_.clear();
   plan_undo_.clear();
   plan_pending_ = false;
+}
+
+void Scheduler::fork_request(Request& r, const std::int32_t* tokens, TimeNs now) {
+  const std::int32_t n = r.spec.n;
+  fork_seats_ -= static_cast<std::size_t>(n - 1);  // the reserved seats are taken now
+  auto group = std::make_shared<SampleGroup>();
+  group->samples.reserve(static_cast<std::size_t>(n));
+  group->samples.push_back(&r);
+  group->unfinished = n;
+  r.group = group;
+  std::vector<Request*> children;
+  children.reserve(static_cast<std::size_t>(n - 1));
+  for (std::int32_t k = 1; k < n; ++k) {
+    RequestSpec spec = r.spec;
+    spec.id = sample_request_id(r.id(), k);
+    spec.sample = k;
+    auto* c = new Request(std::move(spec));
+    c->group = group;
+    c->status = RequestStatus::kRunning;
+    c->num_computed_tokens = r.num_computed_tokens;
+    c->max_computed_tokens = r.num_computed_tokens;
+    c->num_cached_tokens = r.num_cached_tokens;
+    c->first_scheduled_ns = r.first_scheduled_ns;
+    c->output_tokens.reserve(static_cast<std::size_t>(c->spec.max_output_tokens));
+    c->output_tokens.push_back(tokens[k - 1]);
+    c->first_token_ns = c->last_token_ns = now;
+    kv_.fork(r, *c);
+    group->samples.push_back(c);
+    children.push_back(c);
+    if (observer_ != nullptr) observer_->on_token(*c, -1, now);
+  }
+  const auto at = std::find(running_.begin(), running_.end(), &r) + 1;
+  running_.insert(at, children.begin(), children.end());
+}
+
+bool Scheduler::preempt_group(Request& victim, std::size_t& i, std::int32_t& budget,
+                              const Request* self, TimeNs now) {
+  const std::shared_ptr<SampleGroup> group = victim.group;  // preempt() may end the group
+  // The requester never goes with its siblings: it is preempted only when it is the victim and
+  // none of them runs any more (as a lone request preempts itself), so the running list never
+  // empties for a request that fits the cache alone.
+  bool siblings = false;
+  for (const Request* s : group->samples) {
+    siblings = siblings || (s != self && s->status == RequestStatus::kRunning);
+  }
+  const bool take_self = &victim == self && !siblings;
+  bool hit_self = false;
+  for (auto it = group->samples.rbegin(); it != group->samples.rend(); ++it) {
+    Request* s = *it;
+    if (s->status != RequestStatus::kRunning || (s == self && !take_self)) continue;
+    const auto pos = std::find(running_.begin(), running_.end(), s);
+    const auto v = static_cast<std::size_t>(pos - running_.begin());
+    running_.erase(pos);
+    if (in_plan(*s)) budget += unschedule(*s);
+    if (v < i) --i;
+    hit_self = hit_self || s == self;
+    preempt(*s, now);  // an aborted sample stays alive until release_done_groups()
+  }
+  return hit_self;
+}
+
+void Scheduler::sample_done(Request& r, TimeNs now) {
+  SampleGroup& g = *r.group;
+  if (--g.unfinished > 0) return;
+  // The group is reported once, through sample 0, with the samples' totals.
+  Request& head = *g.samples[0];
+  const Request* aborted = nullptr;
+  std::int32_t preemptions = 0;
+  std::int64_t recomputed = 0;
+  for (const Request* s : g.samples) {
+    if (aborted == nullptr && s->status == RequestStatus::kAborted) aborted = s;
+    preemptions += s->num_preemptions;
+    recomputed += s->num_recomputed_tokens;
+  }
+  head.finish_ns = now;
+  head.num_preemptions = preemptions;
+  head.num_recomputed_tokens = recomputed;
+  if (aborted != nullptr) {
+    if (aborted != &head) {
+      head.finish_reason =
+          "sample " + std::to_string(aborted->spec.sample) + " " + aborted->finish_reason;
+    }
+    head.status = RequestStatus::kAborted;
+    ++counters_.num_aborted;
+  } else {
+    head.status = RequestStatus::kFinished;
+    ++counters_.num_finished;
+  }
+  if (observer_ != nullptr) observer_->on_finish(head, now);
+  done_groups_.push_back(r.group);
+}
+
+void Scheduler::release_done_groups() {
+  for (const std::shared_ptr<SampleGroup>& g : done_groups_) {
+    const std::vector<Request*> samples = g->samples;
+    for (Request* s : samples) delete s;
+  }
+  done_groups_.clear();
 }
 
 }  // namespace servelab

@@ -54,6 +54,19 @@
 // step than max_num_batched_tokens allows (vLLM refuses such configurations outright; here a
 // request like that would block the queue forever).
 //
+// Parallel sampling (RequestSpec::n > 1; kVllm, kSarathi and kPrefillFirst with paged
+// allocation; rejected at arrival otherwise): a request is prefilled once; the step that samples
+// its first token draws n tokens (ScheduledRequest::num_samples) and the request forks into n
+// samples (sample 0 is the request itself, sample k has id sample_request_id(id, k)) that share
+// its blocks (KvCacheManager::fork, copy-on-write of the shared partial block into
+// plan.copies). Each sample is then a sequence of its own in running_ (a seat each; a request
+// that will fork is admitted only with n seats free, and keeps n - 1 of them reserved until it
+// forks). A victim that is a sample takes its whole group with it: every running sample is
+// preempted (recomputed: back to the waiting queue one by one, each resuming on its own with
+// prefix hits on the shared prompt; or swapped, each with its own host copy of the blocks),
+// except the requester itself when the victim is its own sibling. The request finishes when its
+// last sample does and is reported once, through sample 0.
+//
 // Ownership: the scheduler allocates a Request per arrival and deletes it right after
 // observer->on_finish (or on_reject); the destructor frees the blocks of what remains.
 #pragma once
@@ -161,8 +174,28 @@ class Scheduler {
   std::int32_t unschedule(const Request& r);
   // Appends r's entry (n tokens from r.num_computed_tokens) and advances r's progress.
   void add_to_plan(Request& r, std::int32_t n, std::int32_t cached_now, TimeNs now);
-  // Marks r finished, frees its blocks and reports it; the caller unlinks and deletes it.
+  // Marks r finished, frees its blocks and reports it; the caller unlinks and deletes it (a
+  // forked sample: its group is reported and deleted when its last sample is done).
   void finish(Request& r, TimeNs now);
+
+  // ---- Parallel sampling (spec.n > 1; see the file comment) ----
+  // Seats in use: running requests plus the n - 1 seats reserved for each running request that
+  // will fork.
+  std::size_t seats_taken() const { return running_.size() + fork_seats_; }
+  // Forks r into its group after its first-token step: samples 1 .. n-1 share r's blocks and
+  // take their first tokens from `tokens` (n - 1 of them); they join running_ right after r.
+  void fork_request(Request& r, const std::int32_t* tokens, TimeNs now);
+  // Preempts every running sample of victim's group (last sample first, so that sample 0 ends
+  // up at the head of the waiting queue), refunding plan entries to `budget` and keeping `i`
+  // on the same request. The requester `self` is spared while a sibling runs (see the .cc).
+  // Returns whether `self` was preempted.
+  bool preempt_group(Request& victim, std::size_t& i, std::int32_t& budget, const Request* self,
+                     TimeNs now);
+  // A forked sample finished or was aborted; when it was its group's last, the group is
+  // reported through sample 0 and queued for deletion.
+  void sample_done(Request& r, TimeNs now);
+  // Deletes the samples of the groups sample_done completed.
+  void release_done_groups();
 
   SchedulerConfig config_;
   KvCacheManager& kv_;
@@ -183,6 +216,8 @@ class Scheduler {
   std::int64_t next_step_ = 0;
   bool plan_pending_ = false;  // a non-empty plan awaits complete()
   SchedulerCounters counters_;
+  std::size_t fork_seats_ = 0;  // seats reserved for the samples of running unforked requests
+  std::vector<std::shared_ptr<SampleGroup>> done_groups_;  // reported, awaiting deletion
 };
 
 }  // namespace servelab

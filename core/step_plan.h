@@ -27,6 +27,10 @@ struct ScheduledRequest {
                                          // its last token (prompt or resumed outputs)
   bool samples = false;                  // reaches the end of the known tokens: samples one
   std::span<const BlockId> block_table;  // covers at least first_token + num_tokens slots
+  // Parallel sampling: on the entry that samples a request's first token with spec->n > 1, n
+  // tokens are drawn from the same logits (sample k with the stream of sample_request_id(id,
+  // k)); the request then forks. 1 everywhere else.
+  std::int32_t num_samples = 1;
 
   std::int32_t context_len() const { return first_token + num_tokens; }
 };
@@ -56,6 +60,8 @@ struct StepResult {
   TimeNs duration_ns = 0;
   // One value per plan entry, in plan order; meaningful where the entry samples (-1 elsewhere).
   std::vector<std::int32_t> sampled_tokens;
+  // For each entry with num_samples > 1, in plan order: the first tokens of samples 1 .. n-1.
+  std::vector<std::int32_t> fork_tokens;
 };
 
 }  // namespace servelab

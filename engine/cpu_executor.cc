@@ -252,7 +252,11 @@ StepResult CpuExecutor::execute(const StepPlan& plan) {
     const RowMatrix last = x.row(row_begin[i] + e.num_tokens - 1);
     const RowMatrix normed = rms_norm(last, weights_.norm, m.rms_norm_eps);
     last_logits_[i] = weights_.head() * normed.row(0).transpose();
-    result.sampled_tokens[i] = sample(e, last_logits_[i]);
+    result.sampled_tokens[i] = sample(e.id, e.output_tokens.size(), last_logits_[i]);
+    for (std::int32_t k = 1; k < e.num_samples; ++k) {
+      result.fork_tokens.push_back(
+          sample(sample_request_id(e.id, k), e.output_tokens.size(), last_logits_[i]));
+    }
   }
   result.duration_ns =
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
@@ -260,7 +264,8 @@ StepResult CpuExecutor::execute(const StepPlan& plan) {
   return result;
 }
 
-std::int32_t CpuExecutor::sample(const ScheduledRequest& e, const Eigen::VectorXf& logits) const {
+std::int32_t CpuExecutor::sample(RequestId id, std::uint64_t index,
+                                 const Eigen::VectorXf& logits) const {
   const SamplingParams& sp = options_.sampling;
   if (sp.temperature == 0) {
     Eigen::Index best = 0;
@@ -268,8 +273,7 @@ std::int32_t CpuExecutor::sample(const ScheduledRequest& e, const Eigen::VectorX
     return static_cast<std::int32_t>(best);
   }
   // One stream per (seed, request, output index): the draw never depends on the batch.
-  const std::uint64_t index = e.output_tokens.size();
-  Rng rng(mix64(mix64(sp.seed ^ name_hash("cpu_executor.sample")) ^ e.id) ^ mix64(index));
+  Rng rng(mix64(mix64(sp.seed ^ name_hash("cpu_executor.sample")) ^ id) ^ mix64(index));
   const auto n = static_cast<std::int32_t>(logits.size());
   std::vector<double> prob(n);
   const double mx = logits.maxCoeff();

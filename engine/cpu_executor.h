@@ -20,7 +20,10 @@
 //      output projection, residual, RMSNorm, SwiGLU MLP, residual.
 //   3. for each entry with samples = true: final norm and LM head on its last token, then a
 //      draw (greedy by default) from a stream derived from (seed, request id, output index), so
-//      batching and scheduling never change what a request samples.
+//      batching and scheduling never change what a request samples. An entry with
+//      num_samples = n > 1 (parallel sampling, the step before a fork) draws n tokens from the
+//      same logits, sample k with the stream of sample_request_id(id, k) (sample 0 is the
+//      request's own): the first token of each sample, in fork_tokens for k >= 1.
 // Token values: a prompt position p takes token_value(token_identity(spec, p)); position
 // p >= prompt_len takes output_tokens[p - prompt_len].
 #pragma once
@@ -84,7 +87,7 @@ class CpuExecutor : public Backend {
   void validate(const StepPlan& plan) const;
   void move_blocks(const StepPlan& plan);
   // Draws the next token of `entry` from `logits`.
-  std::int32_t sample(const ScheduledRequest& entry, const Eigen::VectorXf& logits) const;
+  std::int32_t sample(RequestId id, std::uint64_t index, const Eigen::VectorXf& logits) const;
 
   const LlamaWeights& weights_;
   CpuExecutorOptions options_;

@@ -248,6 +248,12 @@ void register_core_policies(PolicyRegistry& r) {
          "vLLM v1 automatic prefix caching (kv_cache_utils.hash_block_tokens)",
          {}});
   r.add({PolicyKind::kPrefixCache,
+         "radix",
+         "a radix tree of full blocks owns the cache: nodes used by running requests (and their "
+         "ancestors) are locked, unlocked leaves are evicted least recently used first",
+         "SGLang (RadixAttention)",
+         {}});
+  r.add({PolicyKind::kPrefixCache,
          "none",
          "no prefix caching: every request computes its whole "
          "prompt",

@@ -57,6 +57,9 @@ SchedulerConfig scheduler_config_with_policies(const ExperimentConfig& config) {
 
 KvCacheOptions kv_cache_options_for(const ExperimentConfig& config) {
   KvCacheOptions kv_cache_options;
+  if (config.policies.prefix_cache.name == "radix") {
+    kv_cache_options.prefix_cache = PrefixCacheMode::kRadix;
+  }
   if (config.policies.allocation.name == "contiguous") {
     kv_cache_options.allocation = KvAllocation::kContiguous;
     kv_cache_options.reserve = config.policies.allocation.get_string("reserve") == "max_tokens"

@@ -29,9 +29,10 @@ Replica::Replica(const SchedulerConfig& config, std::int32_t num_gpu_blocks, Bac
 StepSnapshot Replica::snapshot() const {
   StepSnapshot s;
   s.num_usable_blocks = pool_.num_usable_blocks();
-  s.kv_blocks_free = pool_.num_free_blocks();
+  // Radix mode: cached blocks nobody uses are held by the tree but count as free.
+  s.kv_blocks_free = kv_.num_free_blocks();
   s.kv_blocks_used = s.num_usable_blocks - s.kv_blocks_free;
-  s.kv_blocks_cached = pool_.num_free_cached_blocks();
+  s.kv_blocks_cached = kv_.num_free_cached_blocks();
   s.waiting = static_cast<std::int32_t>(scheduler_.num_waiting());
   s.running = static_cast<std::int32_t>(scheduler_.num_running());
   fill_kv_slot_stats(kv_, s);

@@ -410,6 +410,8 @@ struct WorkloadStats {
   // Swap runs: blocks moved out and back in, and victims swapped versus recomputed (the
   // fallback when the host pool cannot take a victim's blocks).
   std::int64_t swap_out_blocks = 0, swap_in_blocks = 0, swapped_victims = 0, recomputed_victims = 0;
+  // Parallel sampling: forks and copy-on-write copies executed.
+  std::int64_t forks = 0, cow_copies = 0;
 };
 
 // How preemption treats a victim's KV: recompute (no host pool), or swap to a host pool of
@@ -425,7 +427,8 @@ struct PreemptionSetup {
 void RunWorkload(const LlamaWeights& w, std::uint64_t seed, const SamplingParams& sampling,
                  WorkloadStats& stats, BatchFormation formation = BatchFormation::kVllm,
                  PreemptionVictim victim = PreemptionVictim::kLastRunning,
-                 PreemptionSetup preemption = {}) {
+                 PreemptionSetup preemption = {}, PrefixCacheMode cache = PrefixCacheMode::kHash,
+                 std::int32_t max_n = 1) {
   Rng rng = Rng::stream(seed, "engine_model_test");
   const std::int32_t vocab = w.config.model.vocab_size;
   SchedulerConfig c;
@@ -450,7 +453,8 @@ void RunWorkload(const LlamaWeights& w, std::uint64_t seed, const SamplingParams
       std::to_string(c.block_size) + " budget " + std::to_string(c.max_num_batched_tokens) +
       " threshold " + std::to_string(c.long_prefill_token_threshold) + " blocks " +
       std::to_string(num_blocks) + " mode " + std::to_string(static_cast<int>(preemption.mode)) +
-      " host_blocks " + std::to_string(preemption.host_blocks));
+      " host_blocks " + std::to_string(preemption.host_blocks) + " cache " +
+      std::to_string(static_cast<int>(cache)) + " max_n " + std::to_string(max_n));
 
   // Requests: a shared system prompt (one of two) for most, then a unique tail.
   std::vector<RequestSpec> specs;
@@ -465,12 +469,15 @@ void RunWorkload(const LlamaWeights& w, std::uint64_t seed, const SamplingParams
     segs.push_back(
         {unique_content_id(seed, id), 0, static_cast<std::uint32_t>(rng.uniform_int(1, 30))});
     specs.push_back(make_request(id, 0, segs, static_cast<std::int32_t>(rng.uniform_int(4, 12))));
+    // Parallel sampling, derived without drawing from `rng` (the streams stay as they were).
+    if (max_n > 1) specs.back().n = 1 + static_cast<std::int32_t>(mix64(seed * 977 + id) % max_n);
   }
 
   BlockPool pool(num_blocks);
   HostBlockPool host(preemption.host_blocks);
   KvCacheOptions kv_opt;
   if (preemption.mode != PreemptionMode::kRecompute) kv_opt.host_pool = &host;
+  kv_opt.prefix_cache = cache;
   KvCacheManager kv(pool, c.block_size, c.max_model_len, c.enable_prefix_caching, kv_opt);
   Scheduler s(c, kv, nullptr);
   CpuExecutorOptions opt;
@@ -496,22 +503,42 @@ void RunWorkload(const LlamaWeights& w, std::uint64_t seed, const SamplingParams
       });
       ++(swapped ? stats.swapped_victims : stats.recomputed_victims);
     }
+    stats.cow_copies += static_cast<std::int64_t>(plan.copies.size());
     const StepResult result = exec.execute(plan);
+    std::size_t fork_at = 0;
     for (std::size_t i = 0; i < plan.requests.size(); ++i) {
       const ScheduledRequest& e = plan.requests[i];
       if (!e.samples) continue;
       std::vector<std::int32_t>& out = outputs[e.id];
       ASSERT_EQ(e.output_tokens.size(), out.size()) << "request " << e.id;
       out.push_back(result.sampled_tokens[i]);
+      // A fork: samples 1 .. n-1 get their first tokens from the same logits.
+      for (std::int32_t k = 1; k < e.num_samples; ++k) {
+        outputs[sample_request_id(e.id, k)].push_back(result.fork_tokens.at(fork_at++));
+      }
+      if (e.num_samples > 1) ++stats.forks;
     }
+    ASSERT_EQ(fork_at, result.fork_tokens.size());
     now += std::max<TimeNs>(result.duration_ns, 1);
     s.complete(result, now);
     ASSERT_LT(++stats.steps, 100'000);
   }
   stats.preemptions += s.counters().num_preemptions;
 
+  // Each sample k of a request is checked as the request run alone with sample k's identity.
+  std::vector<RequestSpec> sequences;
   for (const RequestSpec& spec : specs) {
-    SCOPED_TRACE("request " + std::to_string(spec.id));
+    for (std::int32_t k = 0; k < spec.n; ++k) {
+      RequestSpec one = spec;
+      one.id = sample_request_id(spec.id, k);
+      one.sample = k;
+      one.n = 1;
+      sequences.push_back(one);
+    }
+  }
+  for (const RequestSpec& spec : sequences) {
+    SCOPED_TRACE("request " + std::to_string(base_request_id(spec.id)) + " sample " +
+                 std::to_string(spec.sample));
     const std::vector<std::int32_t>& got = outputs[spec.id];
     ASSERT_EQ(static_cast<std::int32_t>(got.size()), spec.max_output_tokens);
     if (sampling.temperature > 0) {
@@ -625,6 +652,42 @@ TEST(EngineModelTest, SchedulingNeverChangesSampledOutputs) {
   }
   EXPECT_GT(stats.preemptions, 0);
   EXPECT_GT(stats.compared, 100);
+}
+
+// The same property with the radix prefix cache and with parallel sampling (n up to 3, forks
+// sharing the prompt blocks, copy-on-write copies of the shared tail, samples preempted by
+// recompute or swapped): each sample's tokens equal those of the same request and sample run
+// alone, greedy against the dense reference and sampled against the executor alone.
+TEST(EngineModelTest, RadixCacheAndParallelSamplingKeepOutputs) {
+  const LlamaWeights w = LlamaWeights::random(TinyConfig(), 17);
+  WorkloadStats greedy, sampled, radix;
+  for (std::uint64_t seed = 41; seed <= 46; ++seed) {
+    RunWorkload(w, seed, SamplingParams{}, radix, BatchFormation::kVllm,
+                PreemptionVictim::kLastRunning, {}, PrefixCacheMode::kRadix, 1);
+    if (HasFatalFailure()) return;
+    for (const PrefixCacheMode cache : {PrefixCacheMode::kHash, PrefixCacheMode::kRadix}) {
+      RunWorkload(w, seed, SamplingParams{}, greedy, BatchFormation::kVllm,
+                  PreemptionVictim::kLastRunning, {}, cache, 3);
+      if (HasFatalFailure()) return;
+      RunWorkload(w, seed, SamplingParams{.temperature = 1.0, .top_p = 0.95, .seed = 5}, sampled,
+                  seed % 2 == 0 ? BatchFormation::kVllm : BatchFormation::kSarathi,
+                  PreemptionVictim::kMostBlocks,
+                  {seed % 2 == 0 ? PreemptionMode::kSwap : PreemptionMode::kRecompute, 16}, cache,
+                  3);
+      if (HasFatalFailure()) return;
+    }
+  }
+  EXPECT_GT(radix.cached_tokens, 0);
+  EXPECT_GT(radix.compared, 100);
+  for (const WorkloadStats* s : {&greedy, &sampled}) {
+    EXPECT_GT(s->forks, 0);
+    EXPECT_GT(s->cow_copies, 0);
+    EXPECT_GT(s->preemptions, 0);
+    EXPECT_GT(s->compared, 200);
+  }
+  EXPECT_LT(greedy.near_ties * 20, greedy.compared) << "near-ties are not rare";
+  RecordProperty("forks", static_cast<int>(greedy.forks + sampled.forks));
+  RecordProperty("cow_copies", static_cast<int>(greedy.cow_copies + sampled.cow_copies));
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -28,7 +28,10 @@ class TrivialBackend : public Backend {
   StepResult execute(const StepPlan& plan) override {
     StepResult r;
     r.duration_ns = kNsPerMs;
-    for (const ScheduledRequest& e : plan.requests) r.sampled_tokens.push_back(e.samples ? 0 : -1);
+    for (const ScheduledRequest& e : plan.requests) {
+      r.sampled_tokens.push_back(e.samples ? 0 : -1);
+      if (e.num_samples > 1) r.fork_tokens.insert(r.fork_tokens.end(), e.num_samples - 1, 0);
+    }
     return r;
   }
 };
@@ -83,7 +86,8 @@ Params RandomParams(Rng& rng) {
   return p;
 }
 
-RequestSpec RandomRequest(Rng& rng, RequestId id, TimeNs now, std::uint64_t seed) {
+RequestSpec RandomRequest(Rng& rng, RequestId id, TimeNs now, std::uint64_t seed,
+                          std::int32_t max_n = 1) {
   // A few shared prefixes (system prompts) of various lengths, so caching finds hits, including
   // whole identical prompts.
   std::vector<PromptSegment> segs;
@@ -103,6 +107,9 @@ RequestSpec RandomRequest(Rng& rng, RequestId id, TimeNs now, std::uint64_t seed
   const std::uint64_t h = mix64(seed ^ (id * 0x9e3779b97f4a7c15ULL));
   spec.priority = static_cast<std::int32_t>(h % 3);
   spec.tenant = static_cast<std::uint32_t>((h >> 8) % 3);
+  // Parallel sampling, also without drawing from `rng`.
+  if (max_n > 1)
+    spec.n = 1 + static_cast<std::int32_t>((h >> 16) % static_cast<std::uint64_t>(max_n));
   return spec;
 }
 
@@ -111,10 +118,13 @@ RequestSpec RandomRequest(Rng& rng, RequestId id, TimeNs now, std::uint64_t seed
 // reference count is the number of swapped tables holding it.
 void CheckInvariants(const Scheduler& s, const BlockPool& pool, const StepPlan* plan,
                      const std::set<RequestId>& running_before = {},
-                     const HostBlockPool* host = nullptr) {
+                     const HostBlockPool* host = nullptr, const KvCacheManager* kv = nullptr) {
   const SchedulerConfig& c = s.config();
   ASSERT_LE(s.num_running(), static_cast<std::size_t>(c.max_num_seqs));
   pool.check_invariants();
+  // The radix tree holds one reference on each of its nodes.
+  const RadixTree* tree = kv != nullptr ? kv->radix_tree() : nullptr;
+  if (kv != nullptr) kv->check_invariants();
   std::set<RequestId> swapped;
   if (host != nullptr) {
     host->check_invariants();
@@ -160,6 +170,7 @@ void CheckInvariants(const Scheduler& s, const BlockPool& pool, const StepPlan* 
   }
   std::int32_t free = 0;
   for (BlockId b = 1; b < pool.num_blocks(); ++b) {
+    if (tree != nullptr && tree->contains(b)) ++holders[static_cast<std::size_t>(b)];
     ASSERT_EQ(pool.ref_count(b), holders[static_cast<std::size_t>(b)]) << "block " << b;
     if (holders[static_cast<std::size_t>(b)] == 0) ++free;
   }
@@ -274,10 +285,13 @@ void RunSeed(std::uint64_t seed, const std::string& queue = "",
              PreemptionVictim victim = PreemptionVictim::kLastRunning,
              BatchFormation bf = BatchFormation::kVllm, std::int32_t max_preemptions = 0,
              SchedulerCounters* totals = nullptr, PreemptionMode mode = PreemptionMode::kRecompute,
-             std::int64_t* swapped_blocks = nullptr) {
+             std::int64_t* swapped_blocks = nullptr, PrefixCacheMode cache = PrefixCacheMode::kHash,
+             std::int32_t max_n = 1, PrefixCacheStats* sharing = nullptr) {
   SCOPED_TRACE("seed " + std::to_string(seed) + " queue '" + queue + "' victim " +
                VictimName(victim) + " batch " + std::to_string(static_cast<int>(bf)) +
-               " max_preemptions " + std::to_string(max_preemptions));
+               " max_preemptions " + std::to_string(max_preemptions) + " cache " +
+               (cache == PrefixCacheMode::kRadix ? "radix" : "hash") + " max_n " +
+               std::to_string(max_n));
   Rng rng = Rng::stream(seed, "scheduler_property");
   Params p = RandomParams(rng);
   p.config.preemption_victim = victim;
@@ -304,6 +318,7 @@ void RunSeed(std::uint64_t seed, const std::string& queue = "",
   HostBlockPool host(swapping ? static_cast<std::int32_t>(mix64(seed + 7) % 48) : 0);
   KvCacheOptions kv_options;
   if (swapping) kv_options.host_pool = &host;
+  kv_options.prefix_cache = cache;
   KvCacheManager kv(pool, c.block_size, c.max_model_len, c.enable_prefix_caching, kv_options);
   const HostBlockPool* host_check = swapping ? &host : nullptr;
   CountingObserver obs;
@@ -324,7 +339,7 @@ void RunSeed(std::uint64_t seed, const std::string& queue = "",
     if (next_id < static_cast<RequestId>(p.num_requests)) {
       const std::int64_t burst = rng.uniform_int(0, 5) == 0 ? rng.uniform_int(1, 4) : 0;
       for (std::int64_t k = 0; k < burst && next_id < static_cast<RequestId>(p.num_requests); ++k) {
-        s.add_request(RandomRequest(rng, next_id, now, seed), now);
+        s.add_request(RandomRequest(rng, next_id, now, seed, max_n), now);
         ++next_id;
       }
     }
@@ -335,14 +350,14 @@ void RunSeed(std::uint64_t seed, const std::string& queue = "",
     std::set<RequestId> running_before;
     for (const Request* r : s.running()) running_before.insert(r->id());
     const StepPlan& plan = s.schedule(now);
-    CheckInvariants(s, pool, &plan, running_before, host_check);
+    CheckInvariants(s, pool, &plan, running_before, host_check, &kv);
     if (testing::Test::HasFatalFailure()) return;
     if (swapped_blocks != nullptr)
       *swapped_blocks += static_cast<std::int64_t>(plan.swap_out.size());
     const StepResult result = backend.execute(plan);
     now += result.duration_ns;
     s.complete(result, now);
-    CheckInvariants(s, pool, nullptr, {}, host_check);
+    CheckInvariants(s, pool, nullptr, {}, host_check, &kv);
     if (testing::Test::HasFatalFailure()) return;
     ASSERT_LT(++steps, kMaxSteps) << "no progress";
   }
@@ -362,9 +377,17 @@ void RunSeed(std::uint64_t seed, const std::string& queue = "",
   EXPECT_EQ(obs.rejected, n.num_rejected);
   EXPECT_EQ(obs.preempted, n.num_preemptions);
   EXPECT_EQ(obs.ids.size(), static_cast<std::size_t>(p.num_requests));
-  // Nothing leaks: every usable block is free again.
-  EXPECT_EQ(pool.num_free_blocks(), pool.num_usable_blocks());
-  pool.check_invariants();
+  // Nothing leaks: every usable block is free again (radix: or an unlocked tree node).
+  EXPECT_EQ(kv.num_free_blocks(), pool.num_usable_blocks());
+  if (kv.radix_tree() != nullptr) {
+    EXPECT_EQ(kv.radix_tree()->num_unlocked(), kv.radix_tree()->num_nodes());
+  }
+  kv.check_invariants();
+  if (sharing != nullptr) {
+    sharing->cow_copies += kv.stats().cow_copies;
+    sharing->blocks_saved_by_sharing += kv.stats().blocks_saved_by_sharing;
+    sharing->hit_tokens += kv.stats().hit_tokens + kv.stats().preempted_hit_tokens;
+  }
   EXPECT_EQ(host.num_free_blocks(), host.num_blocks());
   host.check_invariants();
 }
@@ -482,6 +505,48 @@ TEST(SchedulerPropertyTest, StreamsExercisePreemptionRejectionAndHits) {
   EXPECT_GT(rejections, 0);
   EXPECT_GT(hits, 0);
   EXPECT_GT(recomputed, 0);
+}
+
+}  // namespace
+}  // namespace servelab
+
+namespace servelab {
+namespace {
+
+// The radix prefix cache and parallel sampling (n up to 4, copy-on-write) under every batch
+// formation that allocates on demand, every victim rule and both preemption modes: the
+// invariants (pool, radix tree, host) after each step, no leaks, and the paths are reached.
+TEST(SchedulerPropertyTest, RadixCacheAndParallelSamplingKeepEveryInvariant) {
+  PrefixCacheStats radix, forks;
+  SchedulerCounters totals;
+  for (std::uint64_t seed = 1; seed <= 40; ++seed) {
+    RunSeed(seed, "", PreemptionVictim::kLastRunning, BatchFormation::kVllm, 0, &totals,
+            PreemptionMode::kRecompute, nullptr, PrefixCacheMode::kRadix, 1, &radix);
+    if (HasFatalFailure()) return;
+  }
+  EXPECT_GT(radix.hit_tokens, 0);
+  const PreemptionVictim victims[] = {
+      PreemptionVictim::kLastRunning, PreemptionVictim::kLowestPriority,
+      PreemptionVictim::kFewestComputed, PreemptionVictim::kMostBlocks};
+  for (const PrefixCacheMode cache : {PrefixCacheMode::kHash, PrefixCacheMode::kRadix}) {
+    for (std::uint64_t seed = 100; seed <= 115; ++seed) {
+      const PreemptionVictim v = victims[seed % 4];
+      RunSeed(seed, "", v, BatchFormation::kVllm, seed % 3 == 0 ? 3 : 0, &totals,
+              PreemptionMode::kRecompute, nullptr, cache, 4, &forks);
+      if (HasFatalFailure()) return;
+      RunSeed(seed, "", v, BatchFormation::kVllm, 0, &totals, PreemptionMode::kSwap, nullptr, cache,
+              4, &forks);
+      if (HasFatalFailure()) return;
+      RunSeed(seed, "", v, seed % 2 == 0 ? BatchFormation::kSarathi : BatchFormation::kPrefillFirst,
+              0, &totals, PreemptionMode::kRecompute, nullptr, cache, 4, &forks);
+      if (HasFatalFailure()) return;
+    }
+  }
+  EXPECT_GT(forks.cow_copies, 0);
+  EXPECT_GT(forks.blocks_saved_by_sharing, 0);
+  EXPECT_GT(totals.num_preemptions, 0);
+  RecordProperty("cow_copies", static_cast<int>(forks.cow_copies));
+  RecordProperty("preemptions", static_cast<int>(totals.num_preemptions));
 }
 
 }  // namespace

@@ -188,6 +188,7 @@ std::optional<RequestSpec> SyntheticWorkload::next() {
   spec.id = next_id_;
   spec.arrival_ns = config_.start_ns + since_start;
   spec.max_output_tokens = output_len;
+  spec.n = config_.n;
   // Built canonical directly (distinct streams, no empty segment): no make_request() copy.
   std::int32_t own = prompt_len;
   if (config_.shared_prefix) {

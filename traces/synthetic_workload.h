@@ -114,6 +114,7 @@ struct SyntheticConfig {
   // over the same table.
   bool paired_rows = false;
   std::optional<SharedPrefixConfig> shared_prefix;
+  std::int32_t n = 1;  // parallel samples per request (RequestSpec::n), in [1, kMaxSamples]
 };
 
 // The content stream of shared system prompt `prefix` (distinct from every unique_content_id).

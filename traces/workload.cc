@@ -125,8 +125,9 @@ LengthDist parse_length(const ConfigNode& n, bool is_prompt, const std::string& 
 std::unique_ptr<Workload> make_synthetic(const ConfigNode& s, std::uint64_t seed,
                                          const std::string& base_dir) {
   s.allow_keys({"type", "num_requests", "duration_s", "start_s", "arrival", "prompt_len",
-                "output_len", "lengths", "shared_prefix", "transforms"});
+                "output_len", "lengths", "shared_prefix", "transforms", "n"});
   SyntheticConfig c;
+  c.n = static_cast<std::int32_t>(s.get_int("n", 1, 1, kMaxSamples));
   if (s.has("num_requests")) c.num_requests = s.get_int("num_requests", 1, INT64_MAX);
   if (s.has("duration_s")) c.duration_ns = seconds_to_ns(positive_double(s, "duration_s"));
   if (!c.num_requests && !c.duration_ns) {
