@@ -4,12 +4,17 @@
 #include <chrono>
 #include <cstdio>
 #include <map>
+#include <memory>
 #include <stdexcept>
 #include <thread>
 #include <vector>
 
 #include "core/config_node.h"
 #include "engine/cpu_executor.h"
+#if SERVELAB_HAVE_CUDA
+#include "engine/cuda_executor.h"
+#include "kernels/device.h"
+#endif
 #include "engine/llama_weights.h"
 #include "sim/model_config.h"
 #include "traces/workload.h"
@@ -98,6 +103,20 @@ class ArrivalFeed {
   TimeNs last_ = 0;
 };
 
+// --device cuda needs a CUDA build and a usable device; says which is missing.
+void require_cuda_device() {
+#if SERVELAB_HAVE_CUDA
+  std::string reason;
+  if (!kernels::cuda_device_available(&reason)) {
+    throw ConfigError("--device cuda: no usable CUDA device (" + reason + "); use --device cpu");
+  }
+#else
+  throw ConfigError(
+      "--device cuda: this build has no CUDA support (configured without nvcc or with "
+      "SERVELAB_ENABLE_CUDA=OFF); use --device cpu");
+#endif
+}
+
 }  // namespace
 
 std::int64_t engine_block_bytes(const ModelConfig& model, std::int32_t block_size) {
@@ -106,13 +125,13 @@ std::int64_t engine_block_bytes(const ModelConfig& model, std::int32_t block_siz
 }
 
 RunOutput run_engine(const ExperimentConfig& config, const EngineOptions& options) {
-  if (options.device == "cuda") {
-    throw ConfigError(
-        "--device cuda: no CUDA executor in this build (and no GPU found); use --device cpu");
-  }
-  if (options.device != "cpu") {
+  if (options.device != "cpu" && options.device != "cuda") {
     throw ConfigError("--device: expected cpu or cuda, got '" + options.device + "'");
   }
+  // CUDA: bf16 blocks; without serving.num_gpu_blocks the executor sizes the cache from free
+  // device memory and serving.gpu_memory_utilization (--kv-memory-gb is for the CPU engine).
+  const bool cuda = options.device == "cuda";
+  if (cuda) require_cuda_device();
   RunOutput out;
   out.backend = "engine-" + options.device;
   const LlamaConfig llama = load_llama_config(config.model, default_catalog_dir());
@@ -124,8 +143,18 @@ RunOutput run_engine(const ExperimentConfig& config, const EngineOptions& option
   }
   const std::int32_t block_size = config.scheduler.block_size;
   out.block_bytes = engine_block_bytes(model, block_size);
+#if SERVELAB_HAVE_CUDA
+  if (cuda) out.block_bytes = cuda_block_bytes(model, block_size);
+#endif
+  if (cuda && model.head_dim != 64 && model.head_dim != 128) {
+    throw ConfigError("--device cuda: the CUDA kernels support head_dim 64 and 128; model " +
+                      model.name + " has " + std::to_string(model.head_dim) + "; use --device cpu");
+  }
+  const bool sized_by_device = cuda && !config.num_gpu_blocks;
   if (config.num_gpu_blocks) {
     out.num_gpu_blocks = *config.num_gpu_blocks;
+  } else if (sized_by_device) {
+    out.num_gpu_blocks = 2;  // placeholder for the checks below; the executor decides
   } else {
     if (!(options.kv_memory_gib > 0)) {
       throw ConfigError("--kv-memory-gb: expected a positive size in GiB");
@@ -162,18 +191,36 @@ RunOutput run_engine(const ExperimentConfig& config, const EngineOptions& option
   // Weights before the KV cache: a bad checkpoint fails before gigabytes are allocated.
   const LlamaWeights weights = options.weights.empty() ? LlamaWeights::random(llama, config.seed)
                                                        : LlamaWeights::load(llama, options.weights);
-  CpuExecutorOptions exec_options;
-  exec_options.block_size = block_size;
-  exec_options.num_blocks = static_cast<std::int32_t>(out.num_gpu_blocks);
-  exec_options.sampling.seed = config.seed;
-  exec_options.num_host_blocks = static_cast<std::int32_t>(num_cpu_blocks);
-  CpuExecutor executor(weights, exec_options);
+  std::unique_ptr<Backend> executor;
+  if (cuda) {
+#if SERVELAB_HAVE_CUDA
+    CudaExecutorOptions cuda_options;
+    cuda_options.block_size = block_size;
+    cuda_options.num_blocks = sized_by_device ? 0 : static_cast<std::int32_t>(out.num_gpu_blocks);
+    cuda_options.gpu_memory_utilization = config.gpu_memory_utilization;
+    cuda_options.num_host_blocks = static_cast<std::int32_t>(num_cpu_blocks);
+    cuda_options.max_num_tokens = config.scheduler.max_num_batched_tokens;
+    cuda_options.max_num_seqs = config.scheduler.max_num_seqs;
+    cuda_options.max_model_len = config.scheduler.max_model_len;
+    cuda_options.sampling.seed = config.seed;
+    auto cuda_executor = std::make_unique<CudaExecutor>(weights, cuda_options);
+    out.num_gpu_blocks = cuda_executor->num_blocks();
+    executor = std::move(cuda_executor);
+#endif
+  } else {
+    CpuExecutorOptions exec_options;
+    exec_options.block_size = block_size;
+    exec_options.num_blocks = static_cast<std::int32_t>(out.num_gpu_blocks);
+    exec_options.sampling.seed = config.seed;
+    exec_options.num_host_blocks = static_cast<std::int32_t>(num_cpu_blocks);
+    executor = std::make_unique<CpuExecutor>(weights, exec_options);
+  }
 
   Recorder recorder(config.slo, steps_path, schedule_path);
   TokenCapture capture(recorder, options.write_tokens);
   WorkloadFeedback feedback(*workload, capture);
   Replica replica(scheduler_config_with_policies(config),
-                  static_cast<std::int32_t>(out.num_gpu_blocks), executor, &feedback,
+                  static_cast<std::int32_t>(out.num_gpu_blocks), *executor, &feedback,
                   kv_cache_options_for(config), static_cast<std::int32_t>(num_cpu_blocks));
   Scheduler& scheduler = replica.scheduler();
 
@@ -207,7 +254,7 @@ RunOutput run_engine(const ExperimentConfig& config, const EngineOptions& option
       continue;
     }
     const StepSnapshot snap = replica.snapshot();
-    const StepResult result = executor.execute(plan);
+    const StepResult result = executor->execute(plan);
     // The step lasts from the plan to the end of execution: scheduling overhead is real time.
     const TimeNs end = std::max(clock_now(), now + 1);
     recorder.on_step(plan, now, end - now, snap);

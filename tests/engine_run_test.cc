@@ -155,8 +155,9 @@ TEST(EngineRun, CudaDeviceIsAClearErrorWithExitCode2) {
   const Cli cli = run_engine_cli(
       "run " + (dir / "exp.yaml").string() + " --device cuda --out " + (dir / "run").string(), dir);
   EXPECT_EQ(cli.code, 2) << cli.err;
-  EXPECT_NE(cli.err.find("engine: error: --device cuda: no CUDA executor"), std::string::npos)
-      << cli.err;
+  // Without CUDA in the build, without a device, or (on a GPU) with the tiny model's head_dim
+  // of 16, which the kernels do not support: always a usage error naming the device.
+  EXPECT_NE(cli.err.find("engine: error: --device cuda: "), std::string::npos) << cli.err;
   EXPECT_FALSE(fs::exists(dir / "run"));
   const Cli bad = run_engine_cli("run " + (dir / "exp.yaml").string() + " --device tpu", dir);
   EXPECT_EQ(bad.code, 2);

@@ -1,0 +1,231 @@
+// GPU kernel benchmarks (Google Benchmark, manual GPU time from CUDA events, L2 flushed before
+// every timed iteration by a 256 MiB memset, as llm.c does). Every benchmark reports as skipped
+// where the build has no CUDA or the machine no device. Commands and targets: docs/gpu-todo.md.
+//
+//   BM_DeviceCopy/bytes           device-to-device cudaMemcpy: the bandwidth reference
+//   BM_DecodeAttention/batch/ctx  Llama-3-8B shape (32 q heads, 8 KV heads, head_dim 128, 16-token
+//                                 blocks, shuffled block tables): GB/s of K+V read and
+//                                 vs_copy = that / BM_DeviceCopy's rate (target >= 0.8 for batch
+//                                 >= 32, ctx >= 2048)
+//   BM_PrefillAttention/len       one causal prefill of len tokens, same shape: TFLOP/s counting
+//                                 4 * heads * len^2 * head_dim / 2 (compare with
+//                                 bench/gpu/sdpa_bench.py; target >= 0.7x SDPA)
+//   BM_SwapOut/blocks             copy_blocks of 2 MiB blocks to pinned host memory: GB/s
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "core/rng.h"
+#if SERVELAB_HAVE_CUDA
+#include "kernels/attention.h"
+#include "kernels/cache_ops.h"
+#include "kernels/device.h"
+#include "kernels/kv_layout.h"
+#endif
+
+namespace {
+
+bool have_gpu(benchmark::State& state) {
+#if SERVELAB_HAVE_CUDA
+  std::string why;
+  if (servelab::kernels::cuda_device_available(&why)) return true;
+  state.SkipWithError(("no CUDA device: " + why).c_str());
+#else
+  state.SkipWithError("no CUDA device: this build has no CUDA support");
+#endif
+  return false;
+}
+
+#if SERVELAB_HAVE_CUDA
+namespace k = servelab::kernels;
+
+constexpr std::int32_t kHeads = 32, kKvHeads = 8, kHeadDim = 128, kBlock = 16;
+
+// Invalidates L2 (50 MB on H100) between timed iterations.
+void flush_l2() {
+  static k::DeviceBuffer junk(256u << 20);
+  k::fill_bytes(junk.get(), 0, junk.bytes());
+}
+
+double measured_copy_gbps() {
+  static const double gbps = [] {
+    const std::size_t bytes = 1u << 30;
+    k::DeviceBuffer a(bytes), b(bytes);
+    k::copy_async(b.get(), a.get(), bytes);
+    k::GpuTimer t;
+    t.start();
+    for (int i = 0; i < 10; ++i) k::copy_async(b.get(), a.get(), bytes);
+    const float ms = t.stop();
+    return 2.0 * bytes * 10 / (ms * 1e-3) / 1e9;  // read + write
+  }();
+  return gbps;
+}
+
+// A cache with `blocks` blocks for one layer (K and V planes of a 1-layer layout), random bf16
+// bits, and shuffled block tables.
+struct Cache {
+  k::KvCacheLayout layout{1, kBlock, kKvHeads, kHeadDim, 2};
+  k::DeviceBuffer data, tables;
+  std::int32_t width = 0;
+  Cache(std::int32_t seqs, std::int32_t ctx) {
+    width = (ctx + kBlock - 1) / kBlock;
+    const std::int64_t blocks = std::int64_t{seqs} * width;
+    data = k::DeviceBuffer(static_cast<std::size_t>(blocks * layout.block_bytes()));
+    k::fill_bytes(data.get(), 0x3c, data.bytes());  // bf16 0x3c3c ~ 0.0115
+    std::vector<std::int32_t> t(static_cast<std::size_t>(blocks));
+    std::iota(t.begin(), t.end(), 0);
+    servelab::Rng rng = servelab::Rng::stream(1, "kernels_bench");
+    for (std::size_t i = t.size(); i > 1; --i) {
+      std::swap(t[i - 1], t[static_cast<std::size_t>(rng.uniform_int(0, i - 1))]);
+    }
+    tables = k::DeviceBuffer(t.size() * 4);
+    k::copy_to_device(tables.get(), t.data(), t.size() * 4);
+  }
+  k::PagedKv view() const {
+    const auto* base = data.as<k::Bf16>();
+    return {base + layout.layer_base(0, 0),
+            base + layout.layer_base(0, 1),
+            layout.block_stride(),
+            kBlock,
+            kKvHeads,
+            kHeadDim,
+            tables.as<std::int32_t>(),
+            width};
+  }
+};
+#endif
+
+void BM_DeviceCopy(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+#if SERVELAB_HAVE_CUDA
+  const auto bytes = static_cast<std::size_t>(state.range(0));
+  k::DeviceBuffer a(bytes), b(bytes);
+  k::GpuTimer t;
+  for (auto _ : state) {
+    flush_l2();
+    t.start();
+    k::copy_async(b.get(), a.get(), bytes);
+    state.SetIterationTime(t.stop() * 1e-3);
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(2 * bytes) * state.iterations());
+#endif
+}
+BENCHMARK(BM_DeviceCopy)->Arg(256 << 20)->Arg(1 << 30)->UseManualTime();
+
+void BM_DecodeAttention(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+#if SERVELAB_HAVE_CUDA
+  const auto batch = static_cast<std::int32_t>(state.range(0));
+  const auto ctx = static_cast<std::int32_t>(state.range(1));
+  Cache cache(batch, ctx);
+  k::DeviceBuffer q(static_cast<std::size_t>(batch) * kHeads * kHeadDim * 2);
+  k::DeviceBuffer out(q.bytes());
+  k::fill_bytes(q.get(), 0x3c, q.bytes());
+  std::vector<std::int32_t> rows(batch), lens(batch, ctx);
+  std::iota(rows.begin(), rows.end(), 0);
+  k::DeviceBuffer d_rows(batch * 4), d_lens(batch * 4);
+  k::copy_to_device(d_rows.get(), rows.data(), batch * 4);
+  k::copy_to_device(d_lens.get(), lens.data(), batch * 4);
+  const std::int32_t g = k::decode_heads_per_cta(kHeads, kKvHeads);
+  const k::DecodeSplitPlan plan =
+      k::plan_decode_splits(lens, kHeads / g, k::decode_max_resident_ctas(kHeadDim, g));
+  k::DeviceBuffer ws(static_cast<std::size_t>(
+                         k::decode_workspace_floats(batch, kHeads, kHeadDim, plan.max_splits)) *
+                     4);
+  const k::DecodeAttentionArgs args{cache.view(),
+                                    q.as<k::Bf16>(),
+                                    out.as<k::Bf16>(),
+                                    d_rows.as<std::int32_t>(),
+                                    d_lens.as<std::int32_t>(),
+                                    batch,
+                                    kHeads,
+                                    0.088f,
+                                    plan,
+                                    ws.as<float>()};
+  k::GpuTimer t;
+  for (auto _ : state) {
+    flush_l2();
+    t.start();
+    k::paged_decode_attention(args, nullptr);
+    state.SetIterationTime(t.stop() * 1e-3);
+  }
+  const double kv_bytes = 2.0 * batch * ctx * kKvHeads * kHeadDim * 2;
+  state.SetBytesProcessed(static_cast<std::int64_t>(kv_bytes) * state.iterations());
+  state.counters["GBps"] =
+      benchmark::Counter(kv_bytes * state.iterations() / 1e9, benchmark::Counter::kIsRate);
+  state.counters["copy_GBps"] = measured_copy_gbps();
+  state.counters["splits"] = plan.max_splits;
+#endif
+}
+BENCHMARK(BM_DecodeAttention)
+    ->ArgsProduct({{1, 8, 32, 64, 128}, {512, 2048, 8192}})
+    ->UseManualTime();
+
+void BM_PrefillAttention(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+#if SERVELAB_HAVE_CUDA
+  const auto len = static_cast<std::int32_t>(state.range(0));
+  Cache cache(1, len);
+  k::DeviceBuffer q(static_cast<std::size_t>(len) * kHeads * kHeadDim * 2), out(q.bytes());
+  k::fill_bytes(q.get(), 0x3c, q.bytes());
+  const std::vector<std::int32_t> meta = {0, len, 0};  // q_row_begin, num_queries, first_pos
+  k::DeviceBuffer d_meta(12);
+  k::copy_to_device(d_meta.get(), meta.data(), 12);
+  const std::vector<k::PrefillTile> tiles = k::plan_prefill_tiles({len});
+  k::DeviceBuffer d_tiles(tiles.size() * sizeof(k::PrefillTile));
+  k::copy_to_device(d_tiles.get(), tiles.data(), d_tiles.bytes());
+  const std::int32_t* m = d_meta.as<std::int32_t>();
+  const k::PrefillAttentionArgs args{cache.view(),
+                                     q.as<k::Bf16>(),
+                                     out.as<k::Bf16>(),
+                                     m,
+                                     m + 1,
+                                     m + 2,
+                                     d_tiles.as<k::PrefillTile>(),
+                                     static_cast<std::int32_t>(tiles.size()),
+                                     kHeads,
+                                     0.088f};
+  k::GpuTimer t;
+  for (auto _ : state) {
+    flush_l2();
+    t.start();
+    k::paged_prefill_attention(args, nullptr);
+    state.SetIterationTime(t.stop() * 1e-3);
+  }
+  const double flops = 4.0 * kHeads * double{len} * len * kHeadDim / 2;
+  state.counters["TFLOPs"] =
+      benchmark::Counter(flops * state.iterations() / 1e12, benchmark::Counter::kIsRate);
+#endif
+}
+BENCHMARK(BM_PrefillAttention)->Arg(512)->Arg(2048)->Arg(8192)->UseManualTime();
+
+void BM_SwapOut(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+#if SERVELAB_HAVE_CUDA
+  const auto n = static_cast<std::int32_t>(state.range(0));
+  const k::KvCacheLayout llama{32, 16, 8, 128, 2};  // 2 MiB blocks
+  k::DeviceBuffer dev(static_cast<std::size_t>(n * llama.block_bytes()));
+  k::DeviceBuffer host(dev.bytes(), k::DeviceBuffer::Kind::kPinnedHost);
+  std::vector<k::BlockPair> pairs;
+  for (std::int32_t i = 0; i < n; ++i) pairs.push_back({i, n - 1 - i});
+  k::DeviceBuffer d_pairs(pairs.size() * sizeof(k::BlockPair));
+  k::copy_to_device(d_pairs.get(), pairs.data(), d_pairs.bytes());
+  k::GpuTimer t;
+  for (auto _ : state) {
+    t.start();
+    k::copy_blocks(dev.get(), host.get(), d_pairs.as<k::BlockPair>(), n, llama.block_bytes(),
+                   nullptr);
+    state.SetIterationTime(t.stop() * 1e-3);
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(dev.bytes()) * state.iterations());
+#endif
+}
+BENCHMARK(BM_SwapOut)->Arg(16)->Arg(256)->UseManualTime();
+
+}  // namespace
+
+BENCHMARK_MAIN();

@@ -1,0 +1,490 @@
+#include "engine/cuda_executor.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "core/rng.h"
+#include "engine/safetensors.h"
+#include "kernels/activation.h"
+#include "kernels/attention.h"
+#include "kernels/cache_ops.h"
+#include "kernels/device.h"
+#include "kernels/embedding.h"
+#include "kernels/gemm.h"
+#include "kernels/kv_layout.h"
+#include "kernels/norm.h"
+#include "kernels/rope.h"
+#include "kernels/rope_table.h"
+#include "kernels/sampling.h"
+
+namespace servelab {
+
+namespace k = kernels;
+using k::Bf16;
+using k::DeviceBuffer;
+
+namespace {
+
+// Appends typed arrays to one host byte buffer (16-byte aligned each) so that a step's metadata
+// reaches the device in one copy; offsets index the device copy.
+class Staging {
+ public:
+  template <typename T>
+  std::size_t add(const std::vector<T>& v) {
+    const std::size_t off = (bytes_.size() + 15) / 16 * 16;
+    bytes_.resize(off + v.size() * sizeof(T));
+    if (!v.empty()) std::memcpy(bytes_.data() + off, v.data(), v.size() * sizeof(T));
+    return off;
+  }
+  const std::vector<unsigned char>& bytes() const { return bytes_; }
+  void clear() { bytes_.clear(); }
+
+ private:
+  std::vector<unsigned char> bytes_;
+};
+
+DeviceBuffer upload_bf16(const float* data, std::size_t n) {
+  std::vector<Bf16> tmp(n);
+  for (std::size_t i = 0; i < n; ++i) tmp[i] = float_to_bf16(data[i]);
+  DeviceBuffer buf(n * sizeof(Bf16));
+  k::copy_to_device(buf.get(), tmp.data(), n * sizeof(Bf16));
+  return buf;
+}
+
+// Row blocks stacked: [a; b; c] as one bf16 matrix.
+DeviceBuffer upload_stacked(std::initializer_list<const RowMatrix*> parts) {
+  std::size_t n = 0;
+  for (const RowMatrix* m : parts) n += static_cast<std::size_t>(m->size());
+  std::vector<float> all;
+  all.reserve(n);
+  for (const RowMatrix* m : parts) all.insert(all.end(), m->data(), m->data() + m->size());
+  return upload_bf16(all.data(), all.size());
+}
+
+DeviceBuffer upload_f32(const float* data, std::size_t n) {
+  DeviceBuffer buf(n * sizeof(float));
+  k::copy_to_device(buf.get(), data, n * sizeof(float));
+  return buf;
+}
+
+}  // namespace
+
+std::int64_t cuda_block_bytes(const ModelConfig& model, std::int32_t block_size) {
+  return 2 * std::int64_t{model.num_layers} * block_size * model.kv_size() * 2;
+}
+
+struct CudaExecutor::Impl {
+  struct Layer {
+    DeviceBuffer qkv, qkv_bias, o, gate_up, down, in_norm, post_norm;
+  };
+
+  const LlamaWeights& weights;
+  CudaExecutorOptions options;
+  k::KvCacheLayout layout;
+  k::Stream stream = nullptr;
+  std::unique_ptr<k::Gemm> gemm;
+  std::vector<Layer> layers;
+  DeviceBuffer embed, lm_head, final_norm, cos_sin;
+  std::int32_t rope_rows = 0;
+  std::int32_t decode_group = 1, decode_max_ctas = 1;
+  // Activations, sized for `cap_tokens` tokens and `cap_rows` sampled rows.
+  std::int32_t cap_tokens = 0, cap_rows = 0;
+  DeviceBuffer residual, hbuf, qkv, q, kk, vv, attn, gate_up, act, final_h, logits, prob, sampled;
+  DeviceBuffer meta, workspace;
+  DeviceBuffer kv_cache, host_cache;
+  std::vector<std::vector<float>> last_logits;
+  Staging staging;
+
+  Impl(const LlamaWeights& w, const CudaExecutorOptions& o) : weights(w), options(o) {}
+  ~Impl() { k::destroy_stream(stream); }
+
+  const ModelConfig& model() const { return weights.config.model; }
+
+  void ensure_capacity(std::int32_t tokens, std::int32_t rows) {
+    const ModelConfig& m = model();
+    if (tokens > cap_tokens) {
+      cap_tokens = std::max(tokens, cap_tokens);
+      const std::size_t t = static_cast<std::size_t>(cap_tokens);
+      const std::size_t qkv_w = static_cast<std::size_t>(m.q_size() + 2 * m.kv_size());
+      k::synchronize(stream);
+      residual = DeviceBuffer(t * m.hidden_size * sizeof(float));
+      hbuf = DeviceBuffer(t * m.hidden_size * sizeof(Bf16));
+      qkv = DeviceBuffer(t * qkv_w * sizeof(float));
+      q = DeviceBuffer(t * m.q_size() * sizeof(Bf16));
+      kk = DeviceBuffer(t * m.kv_size() * sizeof(Bf16));
+      vv = DeviceBuffer(t * m.kv_size() * sizeof(Bf16));
+      attn = DeviceBuffer(t * m.q_size() * sizeof(Bf16));
+      gate_up = DeviceBuffer(t * 2 * m.intermediate_size * sizeof(Bf16));
+      act = DeviceBuffer(t * m.intermediate_size * sizeof(Bf16));
+    }
+    if (rows > cap_rows) {
+      cap_rows = std::max(rows, cap_rows);
+      const std::size_t r = static_cast<std::size_t>(cap_rows);
+      k::synchronize(stream);
+      final_h = DeviceBuffer(r * m.hidden_size * sizeof(Bf16));
+      logits = DeviceBuffer(r * m.vocab_size * sizeof(float));
+      if (options.sampling.temperature > 0) prob = DeviceBuffer(r * m.vocab_size * sizeof(float));
+      sampled = DeviceBuffer(r * sizeof(std::int32_t));
+    }
+  }
+
+  void ensure_bytes(DeviceBuffer& buf, std::size_t bytes) {
+    if (buf.bytes() >= bytes) return;
+    k::synchronize(stream);
+    buf = DeviceBuffer(std::max(bytes, buf.bytes() * 2));
+  }
+};
+
+CudaExecutor::CudaExecutor(const LlamaWeights& weights, const CudaExecutorOptions& options)
+    : impl_(std::make_unique<Impl>(weights, options)) {
+  Impl& s = *impl_;
+  const ModelConfig& m = weights.config.model;
+  if (options.block_size < 1 || options.num_blocks < 0 || options.num_host_blocks < 0 ||
+      options.max_num_tokens < 1 || options.max_num_seqs < 1 || options.max_model_len < 1) {
+    throw std::invalid_argument(
+        "CudaExecutor: block_size, max_num_tokens, max_num_seqs and max_model_len must be >= 1, "
+        "num_blocks and num_host_blocks >= 0");
+  }
+  if (!(options.gpu_memory_utilization > 0) || options.gpu_memory_utilization > 1) {
+    throw std::invalid_argument("CudaExecutor: gpu_memory_utilization must be in (0, 1]");
+  }
+  if (options.sampling.temperature < 0 || !(options.sampling.top_p > 0) ||
+      options.sampling.top_p > 1) {
+    throw std::invalid_argument("CudaExecutor: temperature must be >= 0 and top_p in (0, 1]");
+  }
+  if (m.head_dim != 64 && m.head_dim != 128) {
+    throw std::invalid_argument("CudaExecutor: head_dim must be 64 or 128, got " +
+                                std::to_string(m.head_dim));
+  }
+  if (m.num_kv_heads < 1 || m.num_heads % m.num_kv_heads != 0 || m.hidden_size % 8 != 0 ||
+      m.intermediate_size % 8 != 0) {
+    throw std::invalid_argument(
+        "CudaExecutor: num_kv_heads must divide num_heads, hidden and intermediate sizes must be "
+        "multiples of 8");
+  }
+  std::string reason;
+  if (!k::cuda_device_available(&reason)) {
+    throw std::runtime_error("CudaExecutor: no usable CUDA device: " + reason);
+  }
+  s.layout = {m.num_layers, options.block_size, m.num_kv_heads, m.head_dim, 2};
+  s.stream = k::create_stream();
+  s.gemm = std::make_unique<k::Gemm>();
+
+  // Weights.
+  s.embed = upload_bf16(weights.embed_tokens.data(), weights.embed_tokens.size());
+  if (!m.tie_word_embeddings) {
+    s.lm_head = upload_bf16(weights.lm_head.data(), weights.lm_head.size());
+  }
+  s.final_norm = upload_f32(weights.norm.data(), weights.norm.size());
+  for (const LlamaLayerWeights& w : weights.layers) {
+    Impl::Layer l;
+    l.qkv = upload_stacked({&w.q_proj, &w.k_proj, &w.v_proj});
+    if (m.qkv_bias) {
+      std::vector<float> b(w.q_bias.data(), w.q_bias.data() + w.q_bias.size());
+      b.insert(b.end(), w.k_bias.data(), w.k_bias.data() + w.k_bias.size());
+      b.insert(b.end(), w.v_bias.data(), w.v_bias.data() + w.v_bias.size());
+      l.qkv_bias = upload_f32(b.data(), b.size());
+    }
+    l.o = upload_bf16(w.o_proj.data(), w.o_proj.size());
+    l.gate_up = upload_stacked({&w.gate_proj, &w.up_proj});
+    l.down = upload_bf16(w.down_proj.data(), w.down_proj.size());
+    l.in_norm = upload_f32(w.input_layernorm.data(), w.input_layernorm.size());
+    l.post_norm = upload_f32(w.post_attention_layernorm.data(), w.post_attention_layernorm.size());
+    s.layers.push_back(std::move(l));
+  }
+  s.rope_rows = static_cast<std::int32_t>(
+      std::min<std::int64_t>(m.max_position_embeddings, options.max_model_len));
+  const std::vector<float> table =
+      k::rope_cos_sin_table(rope_inv_freq(weights.config), s.rope_rows);
+  s.cos_sin = upload_f32(table.data(), table.size());
+  s.decode_group = k::decode_heads_per_cta(m.num_heads, m.num_kv_heads);
+  s.decode_max_ctas = k::decode_max_resident_ctas(m.head_dim, s.decode_group);
+
+  // Activations before the KV cache, so the cache gets what is really left.
+  s.ensure_capacity(options.max_num_tokens, options.max_num_seqs);
+  k::synchronize(s.stream);
+
+  std::int64_t blocks = options.num_blocks;
+  if (blocks == 0) {
+    const k::DeviceInfo info = k::device_info();
+    blocks = k::kv_blocks_for_memory(info.total_bytes, info.free_bytes,
+                                     options.gpu_memory_utilization, s.layout.block_bytes());
+    blocks = std::min<std::int64_t>(blocks, std::int64_t{1} << 30);
+    if (blocks < 2) {
+      throw std::runtime_error(
+          "CudaExecutor: the KV cache gets " + std::to_string(blocks) + " blocks of " +
+          std::to_string(s.layout.block_bytes()) + " bytes within gpu_memory_utilization " +
+          std::to_string(options.gpu_memory_utilization) + " (" +
+          std::to_string(info.free_bytes >> 20) + " MiB free of " +
+          std::to_string(info.total_bytes >> 20) + "); the engine needs at least 2");
+    }
+  }
+  s.options.num_blocks = static_cast<std::int32_t>(blocks);
+  s.kv_cache = DeviceBuffer(static_cast<std::size_t>(blocks * s.layout.block_bytes()));
+  if (options.num_host_blocks > 0) {
+    s.host_cache =
+        DeviceBuffer(static_cast<std::size_t>(options.num_host_blocks * s.layout.block_bytes()),
+                     DeviceBuffer::Kind::kPinnedHost);
+  }
+}
+
+CudaExecutor::~CudaExecutor() = default;
+
+std::int32_t CudaExecutor::num_blocks() const { return impl_->options.num_blocks; }
+std::int64_t CudaExecutor::block_bytes() const { return impl_->layout.block_bytes(); }
+const CudaExecutorOptions& CudaExecutor::options() const { return impl_->options; }
+const std::vector<std::vector<float>>& CudaExecutor::last_logits() const {
+  return impl_->last_logits;
+}
+
+std::vector<std::uint16_t> CudaExecutor::read_block(bool host, std::int32_t layer, bool value,
+                                                    std::int32_t block) const {
+  const Impl& s = *impl_;
+  const std::int64_t n = s.layout.plane_elems();
+  const std::int64_t off = s.layout.offset(block, layer, value ? 1 : 0, 0, 0, 0);
+  std::vector<std::uint16_t> out(static_cast<std::size_t>(n));
+  const DeviceBuffer& src = host ? s.host_cache : s.kv_cache;
+  k::synchronize(s.stream);
+  k::copy_async(out.data(), src.as<const Bf16>() + off, n * sizeof(Bf16), s.stream);
+  k::synchronize(s.stream);
+  return out;
+}
+
+StepResult CudaExecutor::execute(const StepPlan& plan) {
+  const auto start = std::chrono::steady_clock::now();
+  Impl& s = *impl_;
+  const ModelConfig& m = s.model();
+  const CudaExecutorOptions& opt = s.options;
+  const std::int32_t bs = opt.block_size;
+
+  // Validation: the same plans CpuExecutor refuses, before any state changes.
+  auto check = [](bool ok, const std::string& what) {
+    if (!ok) throw std::invalid_argument("CudaExecutor: " + what);
+  };
+  auto device = [&](BlockId b) { return b >= 0 && b < opt.num_blocks; };
+  auto host = [&](BlockId b) { return b >= 0 && b < opt.num_host_blocks; };
+  for (const BlockMove& mv : plan.swap_out)
+    check(device(mv.src) && host(mv.dst), "swap_out block out of range");
+  for (const BlockMove& mv : plan.swap_in)
+    check(host(mv.src) && device(mv.dst), "swap_in block out of range");
+  for (const BlockMove& mv : plan.copies)
+    check(device(mv.src) && device(mv.dst), "copy block out of range");
+  std::int32_t max_ctx = 0;
+  for (const ScheduledRequest& e : plan.requests) {
+    const std::string id = "request " + std::to_string(e.id);
+    check(e.spec != nullptr && e.num_tokens >= 1 && e.first_token >= 0, id + ": empty entry");
+    check(static_cast<std::int64_t>(e.block_table.size()) * bs >= e.context_len(),
+          id + ": block table too short");
+    for (std::int32_t b = 0; b * bs < e.context_len(); ++b) {
+      check(device(e.block_table[b]), id + ": block id out of range");
+    }
+    check(e.context_len() <= e.spec->prompt_len + static_cast<std::int64_t>(e.output_tokens.size()),
+          id + ": positions beyond the known tokens");
+    check(e.context_len() <= s.rope_rows, id + ": context beyond max_model_len");
+    max_ctx = std::max(max_ctx, e.context_len());
+  }
+
+  // Step metadata on the host.
+  const std::int32_t width = std::max<std::int32_t>(1, (max_ctx + bs - 1) / bs);  // table stride
+  std::vector<std::int32_t> tokens, positions;
+  std::vector<std::int64_t> slots;
+  std::vector<std::int32_t> d_rows, d_ctx, d_tables;
+  std::vector<std::int32_t> p_begin, p_num, p_first, p_tables;
+  std::vector<std::int32_t> sample_rows;
+  std::vector<float> sample_u;
+  std::vector<std::size_t> sample_entry;  // plan entry of each sampled row
+  std::vector<std::int32_t> sample_k;     // its sample index (parallel sampling)
+  for (std::size_t i = 0; i < plan.requests.size(); ++i) {
+    const ScheduledRequest& e = plan.requests[i];
+    const auto row0 = static_cast<std::int32_t>(tokens.size());
+    for (std::int32_t p = e.first_token; p < e.context_len(); ++p) {
+      std::int32_t value;
+      if (p < e.spec->prompt_len) {
+        const TokenId t = token_identity(*e.spec, p);
+        value = token_value(t.content_id, t.offset, m.vocab_size);
+      } else {
+        value = e.output_tokens[p - e.spec->prompt_len];
+      }
+      tokens.push_back(value);
+      positions.push_back(p);
+      slots.push_back(s.layout.slot_of(e.block_table.data(), p));
+    }
+    const bool decode = e.num_tokens == 1;
+    std::vector<std::int32_t>& tables = decode ? d_tables : p_tables;
+    const std::int32_t nb = (e.context_len() + bs - 1) / bs;
+    for (std::int32_t b = 0; b < width; ++b) tables.push_back(b < nb ? e.block_table[b] : 0);
+    if (decode) {
+      d_rows.push_back(row0);
+      d_ctx.push_back(e.context_len());
+    } else {
+      p_begin.push_back(row0);
+      p_num.push_back(e.num_tokens);
+      p_first.push_back(e.first_token);
+    }
+    // Parallel sampling draws num_samples tokens from the same logits: the row repeats.
+    for (std::int32_t k = 0; e.samples && k < std::max(1, e.num_samples); ++k) {
+      sample_rows.push_back(row0 + e.num_tokens - 1);
+      sample_entry.push_back(i);
+      sample_k.push_back(k);
+      double u = 0;
+      if (opt.sampling.temperature > 0) {
+        // CpuExecutor's stream: one per (seed, request or sample id, output index).
+        const RequestId id = k == 0 ? e.id : sample_request_id(e.id, k);
+        const std::uint64_t index = e.output_tokens.size();
+        Rng rng(mix64(mix64(opt.sampling.seed ^ name_hash("cpu_executor.sample")) ^ id) ^
+                mix64(index));
+        u = rng.uniform();
+      }
+      sample_u.push_back(static_cast<float>(u));
+    }
+  }
+  const std::vector<k::PrefillTile> tiles = k::plan_prefill_tiles(p_num);
+  auto pairs_of = [](const std::vector<BlockMove>& moves) {
+    std::vector<k::BlockPair> v;
+    for (const BlockMove& mv : moves) v.push_back({mv.src, mv.dst});
+    return v;
+  };
+  const auto T = static_cast<std::int32_t>(tokens.size());
+  const auto S = static_cast<std::int32_t>(sample_rows.size());
+  const auto D = static_cast<std::int32_t>(d_rows.size());
+  const auto P = static_cast<std::int32_t>(p_num.size());
+
+  s.staging.clear();
+  const std::size_t o_tokens = s.staging.add(tokens), o_pos = s.staging.add(positions),
+                    o_slots = s.staging.add(slots), o_drows = s.staging.add(d_rows),
+                    o_dctx = s.staging.add(d_ctx), o_dtab = s.staging.add(d_tables),
+                    o_pbeg = s.staging.add(p_begin), o_pnum = s.staging.add(p_num),
+                    o_pfirst = s.staging.add(p_first), o_ptab = s.staging.add(p_tables),
+                    o_tiles = s.staging.add(tiles), o_srows = s.staging.add(sample_rows),
+                    o_u = s.staging.add(sample_u), o_out = s.staging.add(pairs_of(plan.swap_out)),
+                    o_in = s.staging.add(pairs_of(plan.swap_in)),
+                    o_copy = s.staging.add(pairs_of(plan.copies));
+  s.ensure_bytes(s.meta, s.staging.bytes().size() + 16);
+  s.ensure_capacity(T, S);
+  k::copy_async(s.meta.get(), s.staging.bytes().data(), s.staging.bytes().size(), s.stream);
+  auto at = [&](std::size_t off) { return static_cast<unsigned char*>(s.meta.get()) + off; };
+  auto i32 = [&](std::size_t off) { return reinterpret_cast<const std::int32_t*>(at(off)); };
+
+  // Block moves, in CpuExecutor's order.
+  const std::int64_t block_bytes = s.layout.block_bytes();
+  auto pairs = [&](std::size_t off) { return reinterpret_cast<const k::BlockPair*>(at(off)); };
+  k::copy_blocks(s.kv_cache.get(), s.host_cache.get(), pairs(o_out),
+                 static_cast<std::int32_t>(plan.swap_out.size()), block_bytes, s.stream);
+  k::copy_blocks(s.host_cache.get(), s.kv_cache.get(), pairs(o_in),
+                 static_cast<std::int32_t>(plan.swap_in.size()), block_bytes, s.stream);
+  k::copy_blocks(s.kv_cache.get(), s.kv_cache.get(), pairs(o_copy),
+                 static_cast<std::int32_t>(plan.copies.size()), block_bytes, s.stream);
+
+  StepResult result;
+  result.sampled_tokens.assign(plan.requests.size(), -1);
+  s.last_logits.assign(opt.keep_logits ? plan.requests.size() : 0, {});
+  if (T > 0) {
+    const std::int32_t H = m.hidden_size, Q = static_cast<std::int32_t>(m.q_size()),
+                       KV = static_cast<std::int32_t>(m.kv_size()), I = m.intermediate_size;
+    const float eps = static_cast<float>(m.rms_norm_eps);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(m.head_dim));
+    k::DecodeSplitPlan dplan;
+    if (D > 0) {
+      dplan = k::plan_decode_splits(d_ctx, m.num_heads / s.decode_group, s.decode_max_ctas);
+      if (dplan.split()) {
+        s.ensure_bytes(s.workspace, static_cast<std::size_t>(k::decode_workspace_floats(
+                                        D, m.num_heads, m.head_dim, dplan.max_splits)) *
+                                        sizeof(float));
+      }
+    }
+    float* residual = s.residual.as<float>();
+    k::embedding_lookup(i32(o_tokens), T, s.embed.as<Bf16>(), m.vocab_size, H, residual, s.stream);
+    Bf16* cache = s.kv_cache.as<Bf16>();
+    for (std::int32_t l = 0; l < m.num_layers; ++l) {
+      const Impl::Layer& w = s.layers[l];
+      k::rms_norm({residual, nullptr, nullptr, w.in_norm.as<float>(), s.hbuf.as<Bf16>(), T, H, eps},
+                  s.stream);
+      s.gemm->linear(s.hbuf.as<Bf16>(), w.qkv.as<Bf16>(), s.qkv.get(), k::Gemm::Out::kF32, T, H,
+                     Q + 2 * KV, 0.0f, s.stream);
+      k::qkv_rope({s.qkv.as<float>(), m.qkv_bias ? w.qkv_bias.as<float>() : nullptr, i32(o_pos),
+                   s.cos_sin.as<float>(), T, m.num_heads, m.num_kv_heads, m.head_dim,
+                   s.q.as<Bf16>(), s.kk.as<Bf16>(), s.vv.as<Bf16>()},
+                  s.stream);
+      Bf16* k_layer = cache + s.layout.layer_base(l, 0);
+      Bf16* v_layer = cache + s.layout.layer_base(l, 1);
+      k::kv_write(
+          {s.kk.as<Bf16>(), s.vv.as<Bf16>(), reinterpret_cast<const std::int64_t*>(at(o_slots)), T,
+           k_layer, v_layer, s.layout.block_stride(), bs, m.num_kv_heads, m.head_dim},
+          s.stream);
+      k::PagedKv kv{k_layer, v_layer, s.layout.block_stride(), bs, m.num_kv_heads, m.head_dim,
+                    nullptr, width};
+      if (D > 0) {
+        kv.block_tables = i32(o_dtab);
+        k::paged_decode_attention({kv, s.q.as<Bf16>(), s.attn.as<Bf16>(), i32(o_drows), i32(o_dctx),
+                                   D, m.num_heads, scale, dplan, s.workspace.as<float>()},
+                                  s.stream);
+      }
+      if (P > 0) {
+        kv.block_tables = i32(o_ptab);
+        k::paged_prefill_attention(
+            {kv, s.q.as<Bf16>(), s.attn.as<Bf16>(), i32(o_pbeg), i32(o_pnum), i32(o_pfirst),
+             reinterpret_cast<const k::PrefillTile*>(at(o_tiles)),
+             static_cast<std::int32_t>(tiles.size()), m.num_heads, scale},
+            s.stream);
+      }
+      s.gemm->linear(s.attn.as<Bf16>(), w.o.as<Bf16>(), residual, k::Gemm::Out::kF32, T, Q, H, 1.0f,
+                     s.stream);
+      k::rms_norm(
+          {residual, nullptr, nullptr, w.post_norm.as<float>(), s.hbuf.as<Bf16>(), T, H, eps},
+          s.stream);
+      s.gemm->linear(s.hbuf.as<Bf16>(), w.gate_up.as<Bf16>(), s.gate_up.get(), k::Gemm::Out::kBf16,
+                     T, H, 2 * I, 0.0f, s.stream);
+      k::silu_mul(s.gate_up.as<Bf16>(), s.act.as<Bf16>(), T, I, s.stream);
+      s.gemm->linear(s.act.as<Bf16>(), w.down.as<Bf16>(), residual, k::Gemm::Out::kF32, T, I, H,
+                     1.0f, s.stream);
+    }
+    if (S > 0) {
+      k::rms_norm({residual, nullptr, i32(o_srows), s.final_norm.as<float>(), s.final_h.as<Bf16>(),
+                   S, H, eps},
+                  s.stream);
+      const Bf16* head = m.tie_word_embeddings ? s.embed.as<Bf16>() : s.lm_head.as<Bf16>();
+      s.gemm->linear(s.final_h.as<Bf16>(), head, s.logits.get(), k::Gemm::Out::kF32, S, H,
+                     m.vocab_size, 0.0f, s.stream);
+      if (opt.sampling.temperature > 0) {
+        k::top_p_sample(
+            s.logits.as<float>(), S, m.vocab_size, static_cast<float>(opt.sampling.temperature),
+            static_cast<float>(opt.sampling.top_p), reinterpret_cast<const float*>(at(o_u)),
+            s.prob.as<float>(), s.sampled.as<std::int32_t>(), s.stream);
+      } else {
+        k::greedy_sample(s.logits.as<float>(), S, m.vocab_size, s.sampled.as<std::int32_t>(),
+                         s.stream);
+      }
+      std::vector<std::int32_t> sampled(S);
+      k::copy_async(sampled.data(), s.sampled.get(), S * sizeof(std::int32_t), s.stream);
+      std::vector<float> logits;
+      if (opt.keep_logits) {
+        logits.resize(static_cast<std::size_t>(S) * m.vocab_size);
+        k::copy_async(logits.data(), s.logits.get(), logits.size() * sizeof(float), s.stream);
+      }
+      k::synchronize(s.stream);
+      for (std::int32_t r = 0; r < S; ++r) {
+        if (sample_k[r] > 0) {
+          result.fork_tokens.push_back(sampled[r]);  // rows are in plan order, samples in order
+          continue;
+        }
+        result.sampled_tokens[sample_entry[r]] = sampled[r];
+        if (opt.keep_logits) {
+          s.last_logits[sample_entry[r]].assign(
+              logits.begin() + std::int64_t{r} * m.vocab_size,
+              logits.begin() + std::int64_t{r + 1} * m.vocab_size);
+        }
+      }
+    }
+  }
+  k::synchronize(s.stream);
+  result.duration_ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
+          .count();
+  return result;
+}
+
+}  // namespace servelab

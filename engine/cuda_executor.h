@@ -1,0 +1,83 @@
+// CudaExecutor: the GPU engine backend. Runs StepPlans exactly as CpuExecutor does (same plan
+// semantics, same block ids, same sampling streams) with bf16 weights, activations and KV cache
+// and fp32 accumulation: cuBLAS for the projections, kernels/ for everything else.
+// Compiled only when the build has CUDA (SERVELAB_HAVE_CUDA); see docs/engine.md.
+//
+// Device state:
+//   - weights in bf16, with q/k/v packed into one [q + 2 kv, hidden] matrix and gate/up into one
+//     [2 * intermediate, hidden] matrix (one GEMM each); norm weights and q/k/v biases in fp32;
+//   - the KV cache: ONE allocation of num_blocks() blocks in the block-major layout of
+//     kernels/kv_layout.h ([block][layer][K|V][slot][kv_head][head_dim]), so a block move is one
+//     contiguous copy; swap space is pinned, device-mapped host memory in the same layout;
+//   - the residual stream in fp32, activation buffers sized for max_num_tokens (grown on
+//     demand), a RoPE cos/sin table for max_model_len positions.
+//
+// execute(plan): block moves (swap_out, swap_in, copies; each a single batched copy_blocks
+// launch, in that order, as CpuExecutor), then the forward pass over all tokens of the step:
+// embedding; per layer RMSNorm, QKV GEMM, bias + RoPE, KV write for ALL entries, attention
+// (decode kernel for one-token entries, prefill kernel for the rest, both reading K/V through the
+// block tables), O GEMM accumulated into the residual, RMSNorm, gate/up GEMM, SiLU-mul, down GEMM
+// accumulated into the residual; then for sampling entries the final norm, LM head and sampling.
+// The step's metadata goes to the device in one copy; one synchronisation at the end (the
+// sampled tokens are needed on the host). duration_ns is the wall time of the call.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "core/backend.h"
+#include "engine/cpu_executor.h"
+#include "engine/llama_weights.h"
+
+namespace servelab {
+
+struct CudaExecutorOptions {
+  std::int32_t block_size = 16;
+  std::int32_t num_blocks = 0;          // device KV blocks; 0: as many as memory allows
+  double gpu_memory_utilization = 0.9;  // fraction of device memory the process may hold
+  std::int32_t num_host_blocks = 0;     // pinned swap space
+  std::int32_t max_num_tokens = 8192;   // tokens per step the buffers are sized for
+  std::int32_t max_num_seqs = 256;      // sampled rows per step the buffers are sized for
+  std::int32_t max_model_len = 8192;    // longest context (RoPE table rows)
+  SamplingParams sampling;
+  bool keep_logits = false;  // copy each step's logits back (tests, hf_compare)
+};
+
+class CudaExecutor : public Backend {
+ public:
+  // Uploads the weights, allocates buffers, then the KV cache (options.num_blocks, or the blocks
+  // fitting in total * gpu_memory_utilization minus what the process holds) and swap space.
+  // Throws std::invalid_argument for bad options (as CpuExecutor, plus head_dim not 64/128,
+  // unsupported shapes) and std::runtime_error for CUDA errors or when fewer than 2 blocks fit.
+  CudaExecutor(const LlamaWeights& weights, const CudaExecutorOptions& options);
+  ~CudaExecutor() override;
+  CudaExecutor(const CudaExecutor&) = delete;
+  CudaExecutor& operator=(const CudaExecutor&) = delete;
+
+  std::string_view name() const override { return "cuda"; }
+  // Throws std::invalid_argument for a malformed plan (before changing any state), exactly the
+  // plans CpuExecutor refuses, and std::runtime_error on a CUDA error.
+  StepResult execute(const StepPlan& plan) override;
+
+  std::int32_t num_blocks() const;
+  std::int64_t block_bytes() const;  // bf16 K+V of one block across all layers
+  const CudaExecutorOptions& options() const;
+  // With keep_logits: the last execute()'s logits per plan entry (empty for non-sampling ones).
+  const std::vector<std::vector<float>>& last_logits() const;
+  // Tests: one layer's K or V plane of a device (or, host = true, swap-space) block, bf16 bits,
+  // [slot][kv_head][head_dim].
+  std::vector<std::uint16_t> read_block(bool host, std::int32_t layer, bool value,
+                                        std::int32_t block) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// The bytes of one bf16 block across all layers (K and V): what the CUDA engine reports as
+// block_bytes.
+std::int64_t cuda_block_bytes(const ModelConfig& model, std::int32_t block_size);
+
+}  // namespace servelab

@@ -1,0 +1,16 @@
+// SiLU-and-multiply (SwiGLU) after the fused gate/up projection (kernels/elementwise.cu):
+// gate_up [num_tokens][2 * width] bf16 (gate columns first, then up) -> out [num_tokens][width]
+// bf16, out = silu(gate) * up computed in fp32, silu(g) = g / (1 + e^-g).
+// REQUIRES: width a multiple of 8 (16-byte accesses).
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/device.h"
+
+namespace servelab::kernels {
+
+void silu_mul(const Bf16* gate_up, Bf16* out, std::int32_t num_tokens, std::int32_t width,
+              Stream stream);
+
+}  // namespace servelab::kernels

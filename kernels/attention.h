@@ -1,0 +1,76 @@
+// Paged attention over the KV cache of kernels/kv_layout.h, bf16 K/V/Q/output, fp32 softmax
+// and accumulation, grouped-query heads (query head h reads KV head h / (num_q_heads /
+// num_kv_heads)), head_dim 64 or 128, any block size (tested 1..256). Scores are scaled by
+// `scale` (1/sqrt(head_dim) for Llama). Query position p attends to key positions [0, p]; the
+// K/V of every position read must already be in the cache (kv_write first, as CpuExecutor does).
+// Implementation: kernels/attention_decode.cu, kernels/attention_prefill.cu.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/attention_plan.h"
+#include "kernels/device.h"
+
+namespace servelab::kernels {
+
+// One layer's view of the paged cache: element (block b, slot s, kv head h, dim d) of K is
+// k[b * block_stride + (s * num_kv_heads + h) * head_dim + d] (V likewise). Block tables are a
+// device array [num_seqs][block_table_stride] of int32 block ids.
+struct PagedKv {
+  const Bf16* k = nullptr;
+  const Bf16* v = nullptr;
+  std::int64_t block_stride = 0;
+  std::int32_t block_size = 0;
+  std::int32_t num_kv_heads = 0;
+  std::int32_t head_dim = 0;
+  const std::int32_t* block_tables = nullptr;
+  std::int32_t block_table_stride = 0;
+};
+
+// Decode: one query token per sequence. Sequence i's query is row q_rows[i] of q
+// ([rows][num_q_heads][head_dim]) at position context_lens[i] - 1, and its output goes to the
+// same row of `out`. Split-K along the context per `plan` (plan_decode_splits); when
+// plan.split(), `workspace` must hold decode_workspace_floats(num_seqs, num_q_heads, head_dim,
+// plan.max_splits) floats and a merge kernel combines the partial results.
+// Grid: (num_q_heads / heads_per_cta, num_seqs, plan.max_splits), 128 threads; each CTA keeps its
+// heads' queries in registers, scores a 64-token tile into shared memory, updates the running
+// (max, sum) once per tile, and accumulates P*V in registers.
+struct DecodeAttentionArgs {
+  PagedKv kv;
+  const Bf16* q = nullptr;
+  Bf16* out = nullptr;
+  const std::int32_t* q_rows = nullptr;        // device [num_seqs]
+  const std::int32_t* context_lens = nullptr;  // device [num_seqs], each >= 1
+  std::int32_t num_seqs = 0;
+  std::int32_t num_q_heads = 0;
+  float scale = 0;
+  DecodeSplitPlan plan;
+  float* workspace = nullptr;
+};
+void paged_decode_attention(const DecodeAttentionArgs& args, Stream stream);
+
+// CTAs of the decode kernel that fit on the device at once (SMs x occupancy): the max_ctas of
+// plan_decode_splits.
+std::int32_t decode_max_resident_ctas(std::int32_t head_dim, std::int32_t heads_per_cta);
+
+// Prefill (chunked, over a cached prefix): sequence i has num_queries[i] query tokens at rows
+// q_row_begin[i] .. + num_queries[i] - 1 of q and out, at positions first_pos[i] .. ; they attend
+// causally to [0, own position]. Work is the tile list of plan_prefill_tiles (a device array of
+// {seq, q_begin} int32 pairs). Grid: (num_tiles, num_q_heads), 128 threads (4 warps x 16 query
+// rows); S = Q K^T and O += P V on tensor cores (WMMA bf16 16x16x16, fp32 accumulate), online
+// softmax in fp32, 64-key tiles gathered through the block table into shared memory.
+struct PrefillAttentionArgs {
+  PagedKv kv;
+  const Bf16* q = nullptr;
+  Bf16* out = nullptr;
+  const std::int32_t* q_row_begin = nullptr;  // device [num_seqs]
+  const std::int32_t* num_queries = nullptr;  // device [num_seqs]
+  const std::int32_t* first_pos = nullptr;    // device [num_seqs]
+  const PrefillTile* tiles = nullptr;         // device [num_tiles]
+  std::int32_t num_tiles = 0;
+  std::int32_t num_q_heads = 0;
+  float scale = 0;
+};
+void paged_prefill_attention(const PrefillAttentionArgs& args, Stream stream);
+
+}  // namespace servelab::kernels

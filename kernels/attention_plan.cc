@@ -1,0 +1,70 @@
+#include "kernels/attention_plan.h"
+
+#include <algorithm>
+
+namespace servelab::kernels {
+
+std::int32_t decode_heads_per_cta(std::int32_t num_q_heads, std::int32_t num_kv_heads) {
+  const std::int32_t group = num_q_heads / num_kv_heads;
+  for (std::int32_t g : {8, 4, 2}) {
+    if (group % g == 0) return g;
+  }
+  return 1;
+}
+
+namespace {
+
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+std::int64_t ctas_for(const std::vector<std::int32_t>& ctx, std::int64_t partition,
+                      std::int64_t per_seq) {
+  std::int64_t n = 0;
+  for (std::int32_t c : ctx) n += ceil_div(c, partition) * per_seq;
+  return n;
+}
+
+}  // namespace
+
+DecodeSplitPlan plan_decode_splits(const std::vector<std::int32_t>& context_lens,
+                                   std::int32_t ctas_per_seq, std::int32_t max_ctas,
+                                   std::int32_t min_partition) {
+  const std::int64_t tile = kDecodeTileTokens;
+  std::int32_t longest = 1;
+  for (std::int32_t c : context_lens) longest = std::max(longest, c);
+  const std::int64_t whole = ceil_div(longest, tile) * tile;  // one split covers everything
+  DecodeSplitPlan plan{static_cast<std::int32_t>(whole), 1};
+  const std::int64_t base = static_cast<std::int64_t>(context_lens.size()) * ctas_per_seq;
+  const std::int64_t lo_tokens = std::max<std::int64_t>(ceil_div(min_partition, tile) * tile, tile);
+  if (base >= max_ctas || whole <= lo_tokens) return plan;
+  // Smallest partition (in tiles) that keeps the grid within max_ctas; more splits than that
+  // only add merge traffic. ctas_for() is non-increasing in the partition.
+  std::int64_t lo = lo_tokens / tile, hi = whole / tile;
+  while (lo < hi) {
+    const std::int64_t mid = (lo + hi) / 2;
+    if (ctas_for(context_lens, mid * tile, ctas_per_seq) <= max_ctas) {
+      hi = mid;
+    } else {
+      lo = mid + 1;
+    }
+  }
+  plan.partition_tokens = static_cast<std::int32_t>(lo * tile);
+  plan.max_splits = static_cast<std::int32_t>(ceil_div(longest, plan.partition_tokens));
+  return plan;
+}
+
+std::int64_t decode_workspace_floats(std::int32_t num_seqs, std::int32_t num_q_heads,
+                                     std::int32_t head_dim, std::int32_t max_splits) {
+  return std::int64_t{num_seqs} * num_q_heads * max_splits * (head_dim + 2);
+}
+
+std::vector<PrefillTile> plan_prefill_tiles(const std::vector<std::int32_t>& num_queries) {
+  std::vector<PrefillTile> tiles;
+  for (std::size_t s = 0; s < num_queries.size(); ++s) {
+    for (std::int32_t q = 0; q < num_queries[s]; q += kPrefillTileRows) {
+      tiles.push_back({static_cast<std::int32_t>(s), q});
+    }
+  }
+  return tiles;
+}
+
+}  // namespace servelab::kernels

@@ -1,0 +1,144 @@
+// The per-token kernels of the forward pass, one translation unit to keep nvcc time down:
+// embedding lookup (embedding.h), RMSNorm with fused residual add (norm.h), QKV bias + RoPE
+// (rope.h), SiLU-and-multiply (activation.h).
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "kernels/activation.h"
+#include "kernels/common.cuh"
+#include "kernels/embedding.h"
+#include "kernels/norm.h"
+#include "kernels/rope.h"
+
+namespace servelab::kernels {
+
+namespace {
+
+__global__ void embedding_kernel(const std::int32_t* tokens, const __nv_bfloat16* table,
+                                 std::int32_t vocab, std::int32_t hidden, float* residual) {
+  const int t = blockIdx.x;
+  const std::int32_t id = tokens[t];
+  float* out = residual + std::int64_t{t} * hidden;
+  const bool ok = id >= 0 && id < vocab;
+  const __nv_bfloat16* row = table + std::int64_t{ok ? id : 0} * hidden;
+  for (int i = threadIdx.x; i < hidden; i += blockDim.x) {
+    out[i] = ok ? __bfloat162float(row[i]) : 0.0f;
+  }
+}
+
+constexpr int kNormThreads = 256;
+
+__global__ void __launch_bounds__(kNormThreads) rms_norm_kernel(const RmsNormArgs a) {
+  __shared__ float scratch[32];
+  const int i = blockIdx.x;
+  const std::int64_t r = a.rows != nullptr ? a.rows[i] : i;
+  float* x = a.residual + r * a.hidden;
+  const __nv_bfloat16* delta = a.delta != nullptr ? detail::bf(a.delta) + r * a.hidden : nullptr;
+  float ss = 0.0f;
+  for (int c = threadIdx.x; c < a.hidden; c += kNormThreads) {
+    float v = x[c];
+    if (delta != nullptr) {
+      v += __bfloat162float(delta[c]);
+      x[c] = v;
+    }
+    ss = fmaf(v, v, ss);
+  }
+  ss = detail::block_sum(ss, scratch);
+  const float inv = rsqrtf(ss / static_cast<float>(a.hidden) + a.eps);
+  __nv_bfloat16* out = detail::bf(a.out) + std::int64_t{i} * a.hidden;
+  for (int c = threadIdx.x; c < a.hidden; c += kNormThreads) {
+    out[c] = __float2bfloat16(x[c] * inv * a.weight[c]);
+  }
+}
+
+// One CTA per token; thread j of a head handles the pair (j, j + d/2).
+__global__ void qkv_rope_kernel(const RopeArgs a) {
+  const int t = blockIdx.x;
+  const int hd = a.head_dim, half = hd / 2;
+  const int width = (a.num_q_heads + 2 * a.num_kv_heads) * hd;
+  const float* in = a.qkv + std::int64_t{t} * width;
+  const float* cs = a.cos_sin + std::int64_t{a.positions[t]} * hd;
+  const int rope_heads = a.num_q_heads + a.num_kv_heads;
+  for (int i = threadIdx.x; i < rope_heads * half; i += blockDim.x) {
+    const int h = i / half, j = i % half;
+    const int c1 = h * hd + j, c2 = c1 + half;
+    float x1 = in[c1], x2 = in[c2];
+    if (a.bias != nullptr) {
+      x1 += a.bias[c1];
+      x2 += a.bias[c2];
+    }
+    const float c = cs[j], s = cs[half + j];
+    const float y1 = x1 * c - x2 * s, y2 = x2 * c + x1 * s;
+    if (h < a.num_q_heads) {
+      __nv_bfloat16* q = detail::bf(a.q) + std::int64_t{t} * a.num_q_heads * hd + h * hd;
+      q[j] = __float2bfloat16(y1);
+      q[j + half] = __float2bfloat16(y2);
+    } else {
+      __nv_bfloat16* k =
+          detail::bf(a.k) + std::int64_t{t} * a.num_kv_heads * hd + (h - a.num_q_heads) * hd;
+      k[j] = __float2bfloat16(y1);
+      k[j + half] = __float2bfloat16(y2);
+    }
+  }
+  const int v_begin = rope_heads * hd, kv_width = a.num_kv_heads * hd;
+  __nv_bfloat16* v = detail::bf(a.v) + std::int64_t{t} * kv_width;
+  for (int i = threadIdx.x; i < kv_width; i += blockDim.x) {
+    float x = in[v_begin + i];
+    if (a.bias != nullptr) x += a.bias[v_begin + i];
+    v[i] = __float2bfloat16(x);
+  }
+}
+
+__global__ void silu_mul_kernel(const __nv_bfloat16* gate_up, __nv_bfloat16* out,
+                                std::int32_t width) {
+  const std::int64_t t = blockIdx.y;
+  const uint4* g = reinterpret_cast<const uint4*>(gate_up + t * 2 * width);
+  const uint4* u = reinterpret_cast<const uint4*>(gate_up + t * 2 * width + width);
+  uint4* o = reinterpret_cast<uint4*>(out + t * width);
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < width / 8; i += gridDim.x * blockDim.x) {
+    float gf[8], uf[8], r[8];
+    detail::unpack8(g[i], gf);
+    detail::unpack8(u[i], uf);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) r[k] = gf[k] / (1.0f + __expf(-gf[k])) * uf[k];
+    o[i] = detail::pack8(r);
+  }
+}
+
+}  // namespace
+
+void embedding_lookup(const std::int32_t* tokens, std::int32_t num_tokens, const Bf16* table,
+                      std::int32_t vocab, std::int32_t hidden, float* residual, Stream stream) {
+  if (num_tokens == 0) return;
+  embedding_kernel<<<num_tokens, 256, 0, detail::as_stream(stream)>>>(tokens, detail::bf(table),
+                                                                      vocab, hidden, residual);
+  detail::check_launch("embedding_lookup");
+}
+
+void rms_norm(const RmsNormArgs& a, Stream stream) {
+  if (a.num_rows == 0) return;
+  rms_norm_kernel<<<a.num_rows, kNormThreads, 0, detail::as_stream(stream)>>>(a);
+  detail::check_launch("rms_norm");
+}
+
+void qkv_rope(const RopeArgs& a, Stream stream) {
+  if (a.num_tokens == 0) return;
+  if (a.head_dim % 2 != 0) throw std::invalid_argument("qkv_rope: odd head_dim");
+  qkv_rope_kernel<<<a.num_tokens, 256, 0, detail::as_stream(stream)>>>(a);
+  detail::check_launch("qkv_rope");
+}
+
+void silu_mul(const Bf16* gate_up, Bf16* out, std::int32_t num_tokens, std::int32_t width,
+              Stream stream) {
+  if (num_tokens == 0) return;
+  if (width % 8 != 0) throw std::invalid_argument("silu_mul: width must be a multiple of 8");
+  const int threads = 256;
+  const int x = std::max(1, std::min(8, (width / 8 + threads - 1) / threads));
+  silu_mul_kernel<<<dim3(x, num_tokens), threads, 0, detail::as_stream(stream)>>>(
+      detail::bf(gate_up), detail::bf(out), width);
+  detail::check_launch("silu_mul");
+}
+
+}  // namespace servelab::kernels

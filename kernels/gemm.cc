@@ -1,0 +1,43 @@
+#include "kernels/gemm.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <stdexcept>
+#include <string>
+
+namespace servelab::kernels {
+
+namespace {
+
+void check(cublasStatus_t s, const char* what) {
+  if (s != CUBLAS_STATUS_SUCCESS) {
+    throw std::runtime_error(std::string("cuBLAS ") + what + ": " + cublasGetStatusString(s));
+  }
+}
+
+cublasHandle_t as_handle(void* h) { return static_cast<cublasHandle_t>(h); }
+
+}  // namespace
+
+Gemm::Gemm() {
+  cublasHandle_t h = nullptr;
+  check(cublasCreate(&h), "cublasCreate");
+  handle_ = h;
+}
+
+Gemm::~Gemm() { cublasDestroy(as_handle(handle_)); }
+
+void Gemm::linear(const Bf16* x, const Bf16* w, void* y, Out out_type, std::int32_t tokens,
+                  std::int32_t in, std::int32_t out, float beta, Stream stream) {
+  if (tokens == 0) return;
+  check(cublasSetStream(as_handle(handle_), static_cast<cudaStream_t>(stream)), "cublasSetStream");
+  const float alpha = 1.0f;
+  const cudaDataType_t ctype = out_type == Out::kF32 ? CUDA_R_32F : CUDA_R_16BF;
+  check(cublasGemmEx(as_handle(handle_), CUBLAS_OP_T, CUBLAS_OP_N, out, tokens, in, &alpha, w,
+                     CUDA_R_16BF, in, x, CUDA_R_16BF, in, &beta, y, ctype, out, CUBLAS_COMPUTE_32F,
+                     CUBLAS_GEMM_DEFAULT),
+        "cublasGemmEx");
+}
+
+}  // namespace servelab::kernels

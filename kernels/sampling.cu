@@ -1,0 +1,145 @@
+// Greedy and top-p sampling (kernels/sampling.h), one CTA of 1024 threads per row.
+//
+// top_p_sample mirrors top_p_bisect (kernels/sampling_ref.cc) step for step: probabilities
+// 2^((l - max) / T * log2 e) are written to `scratch` once; then each bisection step is one
+// deterministic block-wide sum over the row of the probabilities whose key
+// (bits(p) << 32 | ~id) is >= the candidate key. About 62 steps per bisection, two bisections:
+// O(124 * vocab) reads per row from L2, no sort and no atomics (so results are reproducible).
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "kernels/common.cuh"
+#include "kernels/sampling.h"
+
+namespace servelab::kernels {
+
+namespace {
+
+constexpr int kThreads = 1024;
+
+__global__ void __launch_bounds__(kThreads)
+    greedy_kernel(const float* logits, std::int32_t vocab, std::int32_t* out) {
+  __shared__ float s_val[32];
+  __shared__ std::int32_t s_idx[32];
+  const float* row = logits + std::int64_t{blockIdx.x} * vocab;
+  float best = -INFINITY;
+  std::int32_t idx = 0x7fffffff;
+  for (std::int32_t i = threadIdx.x; i < vocab; i += kThreads) {
+    const float v = row[i];
+    if (v > best) {  // strided in increasing i: keeps the lowest index of equal values
+      best = v;
+      idx = i;
+    }
+  }
+  auto better = [](float v, std::int32_t i, float bv, std::int32_t bi) {
+    return v > bv || (v == bv && i < bi);
+  };
+  for (int o = 16; o > 0; o >>= 1) {
+    const float v = __shfl_xor_sync(0xffffffffu, best, o);
+    const std::int32_t i = __shfl_xor_sync(0xffffffffu, idx, o);
+    if (better(v, i, best, idx)) {
+      best = v;
+      idx = i;
+    }
+  }
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  if (lane == 0) {
+    s_val[warp] = best;
+    s_idx[warp] = idx;
+  }
+  __syncthreads();
+  if (warp == 0) {
+    best = s_val[lane];
+    idx = s_idx[lane];
+    for (int o = 16; o > 0; o >>= 1) {
+      const float v = __shfl_xor_sync(0xffffffffu, best, o);
+      const std::int32_t i = __shfl_xor_sync(0xffffffffu, idx, o);
+      if (better(v, i, best, idx)) {
+        best = v;
+        idx = i;
+      }
+    }
+    if (lane == 0) out[blockIdx.x] = idx == 0x7fffffff ? 0 : idx;
+  }
+}
+
+__device__ __forceinline__ std::uint64_t key_of(float p, std::int32_t id) {
+  return (static_cast<std::uint64_t>(__float_as_uint(p)) << 32) |
+         (0xffffffffull - static_cast<std::uint32_t>(id));
+}
+
+// Mass of the row's tokens whose key is >= k; the same value in every thread.
+__device__ float mass_ge(const float* prob, std::int32_t vocab, std::uint64_t k, float* scratch) {
+  float m = 0.0f;
+  for (std::int32_t i = threadIdx.x; i < vocab; i += kThreads) {
+    const float p = prob[i];
+    if (key_of(p, i) >= k) m += p;
+  }
+  return detail::block_sum(m, scratch);
+}
+
+__global__ void __launch_bounds__(kThreads)
+    top_p_kernel(const float* logits, std::int32_t vocab, float inv_temp_log2, float top_p,
+                 const float* u, float* scratch_prob, std::int32_t* out) {
+  __shared__ float scratch[32];
+  const float* row = logits + std::int64_t{blockIdx.x} * vocab;
+  float* prob = scratch_prob + std::int64_t{blockIdx.x} * vocab;
+  float mx = -INFINITY;
+  for (std::int32_t i = threadIdx.x; i < vocab; i += kThreads) mx = fmaxf(mx, row[i]);
+  mx = detail::block_max(mx, scratch);
+  float total = 0.0f;
+  for (std::int32_t i = threadIdx.x; i < vocab; i += kThreads) {
+    const float p = exp2f((row[i] - mx) * inv_temp_log2);
+    prob[i] = p;
+    total += p;
+  }
+  total = detail::block_sum(total, scratch);  // its barriers also publish prob[]
+
+  const std::uint64_t hi_key = key_of(1.0f, 0);
+  // 1. The nucleus: the largest key K with mass(>= K) >= top_p * total.
+  const float target = top_p * total;
+  std::uint64_t lo = 0, hi = hi_key;
+  while (lo < hi) {
+    const std::uint64_t mid = lo + (hi - lo) / 2 + 1;
+    if (mass_ge(prob, vocab, mid, scratch) >= target) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  const std::uint64_t last = lo;
+  const float x = u[blockIdx.x] * mass_ge(prob, vocab, last, scratch);
+  // 2. The draw: the largest key K >= last with mass(>= K) > x (else the nucleus's last token).
+  hi = hi_key;
+  while (lo < hi) {
+    const std::uint64_t mid = lo + (hi - lo) / 2 + 1;
+    if (mass_ge(prob, vocab, mid, scratch) > x) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  if (threadIdx.x == 0) {
+    out[blockIdx.x] = static_cast<std::int32_t>(0xffffffffull - (lo & 0xffffffffull));
+  }
+}
+
+}  // namespace
+
+void greedy_sample(const float* logits, std::int32_t num_rows, std::int32_t vocab,
+                   std::int32_t* out, Stream stream) {
+  if (num_rows == 0) return;
+  greedy_kernel<<<num_rows, kThreads, 0, detail::as_stream(stream)>>>(logits, vocab, out);
+  detail::check_launch("greedy_sample");
+}
+
+void top_p_sample(const float* logits, std::int32_t num_rows, std::int32_t vocab, float temperature,
+                  float top_p, const float* u, float* scratch, std::int32_t* out, Stream stream) {
+  if (num_rows == 0) return;
+  top_p_kernel<<<num_rows, kThreads, 0, detail::as_stream(stream)>>>(
+      logits, vocab, detail::kLog2e / temperature, top_p, u, scratch, out);
+  detail::check_launch("top_p_sample");
+}
+
+}  // namespace servelab::kernels

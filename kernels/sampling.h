@@ -1,0 +1,24 @@
+// Token selection from fp32 logits [num_rows][vocab] (kernels/sampling.cu), one CTA per row.
+// Semantics and host references: kernels/sampling_ref.h.
+//   greedy_sample: argmax, lowest id on exact ties. Exact.
+//   top_p_sample: softmax(logits / temperature) restricted to the nucleus, one draw u[i] per row
+//     (drawn on the host from the request's stream, as CpuExecutor does). No sort: 64-bit keys
+//     (probability bits, inverted id) and two bisections of block-wide deterministic sums
+//     (top_p_bisect is the same algorithm on the host). Agrees with top_p_reference except
+//     where u lands within fp32 rounding of a boundary between two tokens' mass intervals.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/device.h"
+
+namespace servelab::kernels {
+
+void greedy_sample(const float* logits, std::int32_t num_rows, std::int32_t vocab,
+                   std::int32_t* out, Stream stream);
+
+void top_p_sample(const float* logits, std::int32_t num_rows, std::int32_t vocab, float temperature,
+                  float top_p, const float* u, float* scratch, std::int32_t* out, Stream stream);
+// scratch: num_rows * vocab floats (the probabilities).
+
+}  // namespace servelab::kernels

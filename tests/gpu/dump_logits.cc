@@ -1,0 +1,156 @@
+// gpu_dump_logits: the C++ side of tests/gpu/hf_compare.py. Loads a Hugging Face checkpoint
+// directory (config.json + safetensors), runs one request greedily on the CPU reference or the
+// CUDA executor (prompt in one prefill step, then one decode step per token) and writes
+//   {"device": ..., "prompt": [ids], "tokens": [greedy ids], "logits": [[vocab floats] per step]}
+// The prompt ids are the engine's own (token_value of the request's content), so the script
+// feeds exactly these ids to transformers.
+//
+// usage: gpu_dump_logits MODEL_DIR OUT.json [--device cpu|cuda] [--prompt-len N] [--steps N]
+// Exit codes: 0 ok, 2 usage or no device, 1 other errors.
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/request.h"
+#include "engine/cpu_executor.h"
+#include "engine/llama_weights.h"
+#include "sim/model_config.h"
+#if SERVELAB_HAVE_CUDA
+#include "engine/cuda_executor.h"
+#endif
+
+namespace {
+
+using namespace servelab;
+
+int usage(const char* msg) {
+  std::fprintf(stderr,
+               "gpu_dump_logits: %s\nusage: gpu_dump_logits MODEL_DIR OUT.json [--device cpu|cuda] "
+               "[--prompt-len N] [--steps N]\n",
+               msg);
+  return 2;
+}
+
+int run(int argc, char** argv) {
+  if (argc < 3) return usage("expected MODEL_DIR and OUT.json");
+  const std::string model_dir = argv[1], out_path = argv[2];
+  std::string device = "cpu";
+  std::int32_t prompt_len = 24, steps = 32;
+  for (int i = 3; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i], value = argv[i + 1];
+    if (flag == "--device") {
+      device = value;
+    } else if (flag == "--prompt-len") {
+      prompt_len = std::atoi(value.c_str());
+    } else if (flag == "--steps") {
+      steps = std::atoi(value.c_str());
+    } else {
+      return usage(("unknown flag " + flag).c_str());
+    }
+  }
+  if (prompt_len < 1 || steps < 1) return usage("--prompt-len and --steps must be >= 1");
+  const LlamaConfig config = load_llama_config(model_dir, default_catalog_dir());
+  const LlamaWeights weights = LlamaWeights::load(config, model_dir);
+  const std::int32_t block_size = 16;
+  const std::int32_t blocks = (prompt_len + steps + block_size) / block_size + 1;
+
+  std::unique_ptr<Backend> exec;
+  CpuExecutor* cpu = nullptr;
+#if SERVELAB_HAVE_CUDA
+  CudaExecutor* gpu = nullptr;
+#endif
+  if (device == "cpu") {
+    auto e =
+        std::make_unique<CpuExecutor>(weights, CpuExecutorOptions{block_size, blocks + 1, 0, {}});
+    cpu = e.get();
+    exec = std::move(e);
+  } else if (device == "cuda") {
+#if SERVELAB_HAVE_CUDA
+    CudaExecutorOptions o;
+    o.block_size = block_size;
+    o.num_blocks = blocks + 1;
+    o.max_num_tokens = prompt_len;
+    o.max_num_seqs = 1;
+    o.max_model_len = prompt_len + steps + 1;
+    o.keep_logits = true;
+    auto e = std::make_unique<CudaExecutor>(weights, o);
+    gpu = e.get();
+    exec = std::move(e);
+#else
+    return usage("this build has no CUDA support");
+#endif
+  } else {
+    return usage("--device: expected cpu or cuda");
+  }
+
+  const RequestSpec spec = make_request(
+      0, 0, {{unique_content_id(2024, 0), 0, static_cast<std::uint32_t>(prompt_len)}}, steps);
+  std::vector<std::int32_t> prompt;
+  for (std::int32_t p = 0; p < prompt_len; ++p) {
+    const TokenId t = token_identity(spec, p);
+    prompt.push_back(token_value(t.content_id, t.offset, config.model.vocab_size));
+  }
+  std::vector<BlockId> table;
+  for (BlockId b = 1; b <= blocks; ++b) table.push_back(b);
+  std::vector<std::int32_t> outputs;
+  std::vector<std::vector<float>> logits;
+  std::int32_t done = 0;
+  while (static_cast<std::int32_t>(outputs.size()) < steps) {
+    StepPlan plan;
+    ScheduledRequest e;
+    e.id = 0;
+    e.spec = &spec;
+    e.output_tokens = outputs;
+    e.first_token = done;
+    e.num_tokens = prompt_len + static_cast<std::int32_t>(outputs.size()) - done;
+    e.is_prefill = done == 0;
+    e.samples = true;
+    e.block_table = table;
+    plan.requests.push_back(e);
+    const StepResult r = exec->execute(plan);
+    done += e.num_tokens;
+    if (cpu != nullptr) {
+      const Eigen::VectorXf& l = cpu->last_logits()[0];
+      logits.emplace_back(l.data(), l.data() + l.size());
+    }
+#if SERVELAB_HAVE_CUDA
+    if (gpu != nullptr) logits.push_back(gpu->last_logits()[0]);
+#endif
+    outputs.push_back(r.sampled_tokens[0]);
+  }
+
+  std::FILE* f = std::fopen(out_path.c_str(), "wb");
+  if (f == nullptr) throw std::runtime_error(out_path + ": cannot open for writing");
+  auto ints = [&](const std::vector<std::int32_t>& v) {
+    for (std::size_t i = 0; i < v.size(); ++i) std::fprintf(f, "%s%d", i ? ", " : "", v[i]);
+  };
+  std::fprintf(f, "{\"device\": \"%s\", \"prompt\": [", device.c_str());
+  ints(prompt);
+  std::fputs("], \"tokens\": [", f);
+  ints(outputs);
+  std::fputs("], \"logits\": [", f);
+  for (std::size_t s = 0; s < logits.size(); ++s) {
+    std::fputs(s ? ",\n[" : "\n[", f);
+    for (std::size_t i = 0; i < logits[s].size(); ++i) {
+      std::fprintf(f, "%s%.6g", i ? ", " : "", logits[s][i]);
+    }
+    std::fputs("]", f);
+  }
+  std::fputs("]}\n", f);
+  if (std::fclose(f) != 0) throw std::runtime_error(out_path + ": write failed");
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "gpu_dump_logits: error: %s\n", e.what());
+    return 1;
+  }
+}

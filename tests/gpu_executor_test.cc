@@ -1,0 +1,312 @@
+// The CUDA executor against the CPU reference (labelled GPU in ctest; skips without CUDA or a
+// device): logits of chunked prefill and decode within bf16 tolerance, the invariance property
+// through the real scheduler (each request's greedy tokens equal those of the request run
+// alone), bit-exact KV across swap and copy-on-write, and the plans it refuses.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "core/block_pool.h"
+#include "core/host_block_pool.h"
+#include "core/kv_cache_manager.h"
+#include "core/request.h"
+#include "core/rng.h"
+#include "core/scheduler.h"
+#include "engine/cpu_executor.h"
+#include "engine/llama_weights.h"
+#if SERVELAB_HAVE_CUDA
+#include "engine/cuda_executor.h"
+#include "kernels/device.h"
+#endif
+
+namespace servelab {
+namespace {
+
+bool GpuAvailable(std::string* reason) {
+#if SERVELAB_HAVE_CUDA
+  return kernels::cuda_device_available(reason);
+#else
+  *reason = "this build has no CUDA support (configured without nvcc)";
+  return false;
+#endif
+}
+
+#define REQUIRE_GPU()                                                   \
+  do {                                                                  \
+    std::string why;                                                    \
+    if (!GpuAvailable(&why)) GTEST_SKIP() << "no CUDA device: " << why; \
+  } while (0)
+
+// Logits agree within this fraction of max(1, max |logit|): bf16 weights, activations and KV
+// against the fp32 reference, two layers.
+constexpr float kLogitTol = 3e-2f;
+// Greedy tokens are compared only where the top-2 margin exceeds this (bf16 rounding can flip
+// closer calls).
+constexpr float kGpuTieMargin = 0.1f;
+
+// A small Llama-shaped model the kernels support (head_dim 64 or 128).
+LlamaConfig GpuConfig(std::int32_t head_dim, std::int32_t heads, std::int32_t kv_heads,
+                      bool bias_tied) {
+  LlamaConfig c =
+      load_llama_config("tiny", std::string(SERVELAB_SOURCE_DIR) + "/experiments/catalog");
+  c.model.name = "tiny-gpu";
+  c.model.head_dim = head_dim;
+  c.model.num_heads = heads;
+  c.model.num_kv_heads = kv_heads;
+  c.model.hidden_size = 256;
+  c.model.intermediate_size = 512;
+  c.model.vocab_size = 1024;
+  c.model.qkv_bias = bias_tied;
+  c.model.tie_word_embeddings = bias_tied;
+  c.rope_scaling = RopeScaling{};
+  c.model.rope_theta = 500000.0;
+  return c;
+}
+
+float TopTwoMargin(const std::vector<float>& l) {
+  std::vector<float> v(l);
+  std::partial_sort(v.begin(), v.begin() + 2, v.end(), std::greater<>());
+  return v[0] - v[1];
+}
+
+#if SERVELAB_HAVE_CUDA
+CudaExecutorOptions GpuOptions(std::int32_t block_size, std::int32_t blocks,
+                               std::int32_t host = 0) {
+  CudaExecutorOptions o;
+  o.block_size = block_size;
+  o.num_blocks = blocks;
+  o.num_host_blocks = host;
+  o.max_num_tokens = 256;
+  o.max_num_seqs = 16;
+  o.max_model_len = 1024;
+  o.keep_logits = true;
+  return o;
+}
+
+// One step for one request over `table`: tokens [done, done + n).
+StepPlan OnePlan(const RequestSpec& spec, const std::vector<std::int32_t>& outputs,
+                 std::int32_t done, std::int32_t n, const std::vector<BlockId>& table) {
+  StepPlan plan;
+  ScheduledRequest e;
+  e.id = spec.id;
+  e.spec = &spec;
+  e.output_tokens = outputs;
+  e.first_token = done;
+  e.num_tokens = n;
+  e.is_prefill = done + n < spec.prompt_len + static_cast<std::int32_t>(outputs.size());
+  e.samples = done + n == spec.prompt_len + static_cast<std::int32_t>(outputs.size());
+  e.block_table = table;
+  plan.requests.push_back(e);
+  return plan;
+}
+#endif
+
+TEST(GpuExecutor, LogitsMatchCpuExecutor) {
+  REQUIRE_GPU();
+#if SERVELAB_HAVE_CUDA
+  struct Shape {
+    std::int32_t hd, heads, kv;
+    bool bias_tied;
+  };
+  for (const Shape& sh : {Shape{64, 4, 2, false}, Shape{128, 8, 2, true}, Shape{64, 8, 1, false}}) {
+    SCOPED_TRACE("head_dim " + std::to_string(sh.hd) + " heads " + std::to_string(sh.heads) + "/" +
+                 std::to_string(sh.kv));
+    const LlamaWeights w = LlamaWeights::random(GpuConfig(sh.hd, sh.heads, sh.kv, sh.bias_tied), 3);
+    for (std::int32_t bs : {1, 5, 16}) {
+      CpuExecutor cpu(w, CpuExecutorOptions{bs, 200, 0, {}});
+      CudaExecutor gpu(w, GpuOptions(bs, 200));
+      const RequestSpec spec = make_request(7, 0, {{unique_content_id(1, 7), 0, 150}}, 20);
+      std::vector<BlockId> table(180 / bs + 2);
+      std::iota(table.begin(), table.end(), 1);
+      std::reverse(table.begin(), table.end());
+      std::vector<std::int32_t> outputs;
+      std::int32_t done = 0;
+      int compared = 0;
+      while (outputs.size() < 20) {
+        const std::int32_t known = spec.prompt_len + static_cast<std::int32_t>(outputs.size());
+        const std::int32_t n = std::min(known - done, 64);  // 64-token chunks, then decode
+        const StepPlan plan = OnePlan(spec, outputs, done, n, table);
+        const StepResult rc = cpu.execute(plan);
+        const StepResult rg = gpu.execute(plan);
+        done += n;
+        if (!plan.requests[0].samples) continue;
+        const Eigen::VectorXf& lc = cpu.last_logits()[0];
+        const std::vector<float>& lg = gpu.last_logits()[0];
+        const std::vector<float> want(lc.data(), lc.data() + lc.size());
+        const float scale = std::max(1.0f, lc.cwiseAbs().maxCoeff());
+        for (std::size_t i = 0; i < want.size(); ++i) {
+          ASSERT_NEAR(lg[i], want[i], kLogitTol * scale)
+              << "token " << i << " step " << outputs.size();
+        }
+        if (TopTwoMargin(want) > kGpuTieMargin) {
+          EXPECT_EQ(rg.sampled_tokens[0], rc.sampled_tokens[0]);
+        }
+        ++compared;
+        outputs.push_back(rc.sampled_tokens[0]);  // both continue from the reference's token
+      }
+      EXPECT_EQ(compared, 20);
+    }
+  }
+#endif
+}
+
+// The invariance property on the GPU: random workloads through the real scheduler (chunked
+// prefill, prefix caching, recompute and swap preemption) give each request the greedy tokens
+// it gets when run alone on the same executor, wherever the decision is not a near-tie.
+TEST(GpuExecutor, SchedulingNeverChangesGreedyOutputs) {
+  REQUIRE_GPU();
+#if SERVELAB_HAVE_CUDA
+  const LlamaWeights w = LlamaWeights::random(GpuConfig(64, 4, 2, false), 11);
+  std::int64_t compared = 0, near_ties = 0, preemptions = 0, cached = 0;
+  for (std::uint64_t seed = 1; seed <= 8; ++seed) {
+    Rng rng = Rng::stream(seed, "gpu_executor_test");
+    SchedulerConfig c;
+    c.block_size = static_cast<std::int32_t>(rng.uniform_int(2, 17));
+    c.max_num_batched_tokens = static_cast<std::int32_t>(rng.uniform_int(12, 80));
+    c.long_prefill_token_threshold = static_cast<std::int32_t>(rng.uniform_int(4, 32));
+    c.max_num_seqs = static_cast<std::int32_t>(rng.uniform_int(3, 8));
+    c.max_model_len = 256;
+    c.enable_chunked_prefill = true;
+    c.enable_prefix_caching = true;
+    const bool swap = seed % 2 == 0;
+    c.preemption_mode = swap ? PreemptionMode::kSwap : PreemptionMode::kRecompute;
+    const std::int32_t num_blocks = 200 / c.block_size + 2, host_blocks = swap ? 64 : 0;
+    std::vector<RequestSpec> specs;
+    for (RequestId id = 0; id < 10; ++id) {
+      std::vector<PromptSegment> segs;
+      const std::int64_t shared = rng.uniform_int(0, 2);
+      if (shared > 0) {
+        segs.push_back({1000 + static_cast<std::uint64_t>(shared), 0,
+                        static_cast<std::uint32_t>(rng.uniform_int(6, 40))});
+      }
+      segs.push_back(
+          {unique_content_id(seed, id), 0, static_cast<std::uint32_t>(rng.uniform_int(1, 60))});
+      specs.push_back(make_request(id, 0, segs, static_cast<std::int32_t>(rng.uniform_int(4, 16))));
+    }
+    BlockPool pool(num_blocks);
+    HostBlockPool host(host_blocks);
+    KvCacheOptions kv_opt;
+    if (swap) kv_opt.host_pool = &host;
+    KvCacheManager kv(pool, c.block_size, c.max_model_len, c.enable_prefix_caching, kv_opt);
+    Scheduler s(c, kv, nullptr);
+    CudaExecutor exec(w, GpuOptions(c.block_size, num_blocks, host_blocks));
+    for (const RequestSpec& spec : specs) s.add_request(spec, 0);
+    std::map<RequestId, std::vector<std::int32_t>> outputs;
+    TimeNs now = 0;
+    for (int steps = 0; s.has_unfinished(); ++steps) {
+      ASSERT_LT(steps, 100000);
+      const StepPlan& plan = s.schedule(now);
+      ASSERT_FALSE(plan.empty()) << "stalled";
+      for (const ScheduledRequest& e : plan.requests) cached += e.num_cached_prefix;
+      const StepResult result = exec.execute(plan);
+      for (std::size_t i = 0; i < plan.requests.size(); ++i) {
+        if (plan.requests[i].samples)
+          outputs[plan.requests[i].id].push_back(result.sampled_tokens[i]);
+      }
+      now += std::max<TimeNs>(result.duration_ns, 1);
+      s.complete(result, now);
+    }
+    preemptions += s.counters().num_preemptions;
+    for (const RequestSpec& spec : specs) {
+      SCOPED_TRACE("seed " + std::to_string(seed) + " request " + std::to_string(spec.id));
+      CudaExecutor alone(w, GpuOptions(16, 32));
+      std::vector<BlockId> table(20);
+      std::iota(table.begin(), table.end(), 1);
+      const std::vector<std::int32_t>& got = outputs[spec.id];
+      ASSERT_EQ(static_cast<std::int32_t>(got.size()), spec.max_output_tokens);
+      std::vector<std::int32_t> mine;
+      std::int32_t done = 0;
+      while (mine.size() < got.size()) {
+        const std::int32_t n = spec.prompt_len + static_cast<std::int32_t>(mine.size()) - done;
+        const StepResult r = alone.execute(OnePlan(spec, mine, done, n, table));
+        done += n;
+        if (TopTwoMargin(alone.last_logits()[0]) <= kGpuTieMargin) {
+          ++near_ties;
+          break;
+        }
+        ASSERT_EQ(got[mine.size()], r.sampled_tokens[0]) << "output " << mine.size();
+        ++compared;
+        mine.push_back(r.sampled_tokens[0]);
+      }
+    }
+  }
+  EXPECT_GT(preemptions, 0);
+  EXPECT_GT(cached, 0);
+  EXPECT_GT(compared, 300);
+  EXPECT_LT(near_ties * 10, compared);
+#endif
+}
+
+TEST(GpuExecutor, SwapAndCopyRestoreKvBitForBit) {
+  REQUIRE_GPU();
+#if SERVELAB_HAVE_CUDA
+  const LlamaWeights w = LlamaWeights::random(GpuConfig(128, 8, 2, false), 5);
+  CudaExecutor exec(w, GpuOptions(8, 40, 10));
+  const RequestSpec spec = make_request(1, 0, {{unique_content_id(3, 1), 0, 30}}, 2);
+  const std::vector<BlockId> table = {3, 9, 4, 7};
+  const StepResult first = exec.execute(OnePlan(spec, {}, 0, 30, table));
+  const std::vector<float> logits = exec.last_logits()[0];
+  // Swap out to host blocks 2, 5, 6, 1; then back into device blocks 20..23; then copy 20 -> 30.
+  StepPlan out;
+  for (std::size_t i = 0; i < table.size(); ++i)
+    out.swap_out.push_back({table[i], std::vector<BlockId>{2, 5, 6, 1}[i]});
+  exec.execute(out);
+  StepPlan in;
+  for (std::size_t i = 0; i < table.size(); ++i)
+    in.swap_in.push_back({out.swap_out[i].dst, 20 + static_cast<BlockId>(i)});
+  in.copies.push_back({20, 30});
+  exec.execute(in);
+  for (std::int32_t layer = 0; layer < w.config.model.num_layers; ++layer) {
+    for (bool value : {false, true}) {
+      for (std::size_t i = 0; i < table.size(); ++i) {
+        const auto orig = exec.read_block(false, layer, value, table[i]);
+        EXPECT_EQ(exec.read_block(true, layer, value, out.swap_out[i].dst), orig);
+        EXPECT_EQ(exec.read_block(false, layer, value, 20 + static_cast<std::int32_t>(i)), orig);
+      }
+      EXPECT_EQ(exec.read_block(false, layer, value, 30), exec.read_block(false, layer, value, 20));
+    }
+  }
+  // The last prompt position recomputed over the restored blocks gives the same logits.
+  const std::vector<BlockId> moved = {30, 21, 22, 23};
+  exec.execute(OnePlan(spec, {}, 29, 1, moved));
+  EXPECT_EQ(exec.last_logits()[0].size(), logits.size());
+  // (The prefill kernel computed them first, the decode kernel now: bf16 tolerance.)
+  float scale = 1.0f;
+  for (float l : logits) scale = std::max(scale, std::fabs(l));
+  for (std::size_t i = 0; i < logits.size(); ++i) {
+    ASSERT_NEAR(exec.last_logits()[0][i], logits[i], kLogitTol * scale);
+  }
+  (void)first;
+#endif
+}
+
+TEST(GpuExecutor, RejectsMalformedPlansAndSizesTheCache) {
+  REQUIRE_GPU();
+#if SERVELAB_HAVE_CUDA
+  const LlamaWeights w = LlamaWeights::random(GpuConfig(64, 4, 2, false), 2);
+  CudaExecutor exec(w, GpuOptions(4, 8, 2));
+  const RequestSpec spec = make_request(1, 0, {{unique_content_id(3, 1), 0, 10}}, 2);
+  EXPECT_THROW(exec.execute(OnePlan(spec, {}, 0, 10, {1, 2})), std::invalid_argument);     // short
+  EXPECT_THROW(exec.execute(OnePlan(spec, {}, 0, 10, {1, 2, 8})), std::invalid_argument);  // id
+  EXPECT_THROW(exec.execute(OnePlan(spec, {}, 0, 12, {1, 2, 3})), std::invalid_argument);  // tokens
+  StepPlan bad;
+  bad.swap_out.push_back({1, 2});  // host block 2 of 2
+  EXPECT_THROW(exec.execute(bad), std::invalid_argument);
+  CudaExecutorOptions o = GpuOptions(16, 0);
+  o.gpu_memory_utilization = 0.5;
+  CudaExecutor sized(w, o);
+  EXPECT_GE(sized.num_blocks(), 2);
+  EXPECT_EQ(sized.block_bytes(), cuda_block_bytes(w.config.model, 16));
+  o.block_size = 0;
+  EXPECT_THROW(CudaExecutor(w, o), std::invalid_argument);
+#endif
+}
+
+}  // namespace
+}  // namespace servelab

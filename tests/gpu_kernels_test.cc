@@ -1,0 +1,549 @@
+// Every CUDA kernel against a CPU fp32 reference on random inputs (labelled GPU in ctest).
+// Outputs are poisoned with 0xff bytes (NaN in bf16 and fp32) before each run, so an element a
+// kernel fails to write fails the comparison. Inputs are rounded to bf16 first, so the reference
+// sees exactly the values the kernel reads. Tolerances (stated per test):
+//   exact            embedding, kv_write, copy_blocks, greedy sampling
+//   one bf16 round   rms_norm, qkv_rope, silu_mul: |err| <= 1e-3 + 8e-3 |ref|
+//   attention        decode and prefill: |err| <= 4e-3 + 1e-2 |ref| (fp32 softmax and
+//                    accumulation; bf16 output; prefill also rounds P to bf16 for the MMA)
+//   GEMM             |err| <= 1e-2 sqrt(in) * max|x| max|w| / 16 (fp32 accumulation order)
+//   top-p            same token as the double-precision reference in >= 98 % of draws
+// Without CUDA in the build or a device on the machine every test skips with the reason.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <numeric>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/rng.h"
+#include "engine/cpu_executor.h"
+#include "engine/llama_weights.h"
+#include "engine/safetensors.h"
+#include "kernels/attention_plan.h"
+#include "kernels/kv_layout.h"
+#include "kernels/rope_table.h"
+#include "kernels/sampling_ref.h"
+#if SERVELAB_HAVE_CUDA
+#include "kernels/activation.h"
+#include "kernels/attention.h"
+#include "kernels/cache_ops.h"
+#include "kernels/device.h"
+#include "kernels/embedding.h"
+#include "kernels/gemm.h"
+#include "kernels/norm.h"
+#include "kernels/rope.h"
+#include "kernels/sampling.h"
+#endif
+
+namespace servelab {
+namespace {
+
+bool GpuAvailable(std::string* reason) {
+#if SERVELAB_HAVE_CUDA
+  return kernels::cuda_device_available(reason);
+#else
+  *reason = "this build has no CUDA support (configured without nvcc)";
+  return false;
+#endif
+}
+
+#define REQUIRE_GPU()                                                   \
+  do {                                                                  \
+    std::string why;                                                    \
+    if (!GpuAvailable(&why)) GTEST_SKIP() << "no CUDA device: " << why; \
+  } while (0)
+
+// bf16-exact random values.
+std::vector<float> RandomBf16(Rng& rng, std::size_t n, double stddev = 1.0) {
+  std::vector<float> v(n);
+  for (float& x : v) x = bf16_to_float(float_to_bf16(static_cast<float>(rng.normal(0.0, stddev))));
+  return v;
+}
+std::vector<std::uint16_t> ToBits(const std::vector<float>& v) {
+  std::vector<std::uint16_t> b(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) b[i] = float_to_bf16(v[i]);
+  return b;
+}
+std::vector<float> FromBits(const std::vector<std::uint16_t>& b) {
+  std::vector<float> v(b.size());
+  for (std::size_t i = 0; i < b.size(); ++i) v[i] = bf16_to_float(b[i]);
+  return v;
+}
+
+// Checks |got - want| <= atol + rtol |want| element-wise (NaN fails); reports the first misses.
+void ExpectClose(const std::vector<float>& got, const std::vector<float>& want, double atol,
+                 double rtol, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  int bad = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const double err = std::fabs(static_cast<double>(got[i]) - want[i]);
+    if (!(err <= atol + rtol * std::fabs(want[i]))) {
+      if (++bad <= 5)
+        ADD_FAILURE() << what << "[" << i << "]: got " << got[i] << " want " << want[i];
+    }
+  }
+  EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << got.size() << " elements out of tolerance";
+}
+
+#if SERVELAB_HAVE_CUDA
+namespace k = kernels;
+using k::DeviceBuffer;
+
+template <typename T>
+DeviceBuffer Upload(const std::vector<T>& v) {
+  DeviceBuffer b(std::max<std::size_t>(v.size() * sizeof(T), 16));
+  k::copy_to_device(b.get(), v.data(), v.size() * sizeof(T));
+  return b;
+}
+template <typename T>
+std::vector<T> Download(const DeviceBuffer& b, std::size_t n) {
+  k::synchronize();
+  std::vector<T> v(n);
+  k::copy_to_host(v.data(), b.get(), n * sizeof(T));
+  return v;
+}
+DeviceBuffer Poisoned(std::size_t bytes) {
+  DeviceBuffer b(std::max<std::size_t>(bytes, 16));
+  k::fill_bytes(b.get(), 0xff, b.bytes());
+  return b;
+}
+
+// A paged cache of one layer in the block-major layout, filled with random bf16 K and V, and
+// shuffled block tables for `ctx.size()` sequences.
+struct PagedFixture {
+  k::KvCacheLayout layout;
+  std::int32_t width = 0;
+  std::vector<float> cache;          // host copy, bf16-exact
+  std::vector<std::int32_t> tables;  // [seq][width]
+  DeviceBuffer d_cache, d_tables;
+  PagedFixture(Rng& rng, std::int32_t block_size, std::int32_t kv_heads, std::int32_t hd,
+               const std::vector<std::int32_t>& ctx)
+      : layout{1, block_size, kv_heads, hd, 2} {
+    std::int32_t total = 0;
+    for (std::int32_t c : ctx) {
+      width = std::max(width, (c + block_size - 1) / block_size);
+      total += (c + block_size - 1) / block_size;
+    }
+    const std::int32_t blocks = total + 3;  // a few never referenced
+    cache = RandomBf16(rng, static_cast<std::size_t>(blocks * layout.block_stride()));
+    std::vector<std::int32_t> ids(blocks);
+    std::iota(ids.begin(), ids.end(), 0);
+    for (std::size_t i = ids.size(); i > 1; --i) {
+      std::swap(ids[i - 1], ids[static_cast<std::size_t>(rng.uniform_int(0, i - 1))]);
+    }
+    std::size_t next = 0;
+    for (std::int32_t c : ctx) {
+      const std::int32_t nb = (c + block_size - 1) / block_size;
+      for (std::int32_t b = 0; b < width; ++b) tables.push_back(b < nb ? ids[next++] : 0);
+    }
+    d_cache = Upload(ToBits(cache));
+    d_tables = Upload(tables);
+  }
+  k::PagedKv view() const {
+    const auto* base = d_cache.as<k::Bf16>();
+    return {base + layout.layer_base(0, 0),
+            base + layout.layer_base(0, 1),
+            layout.block_stride(),
+            layout.block_size,
+            layout.num_kv_heads,
+            layout.head_dim,
+            d_tables.as<std::int32_t>(),
+            width};
+  }
+  const float* kv(std::int32_t seq, std::int32_t pos, std::int32_t kvh, bool value) const {
+    const std::int32_t block =
+        tables[static_cast<std::size_t>(seq) * width + pos / layout.block_size];
+    return cache.data() + layout.offset(block, 0, value ? 1 : 0, pos % layout.block_size, kvh, 0);
+  }
+};
+
+// fp32 attention of one query head over positions [0, pos] of `seq`.
+void ReferenceAttention(const PagedFixture& f, std::int32_t seq, const float* q, std::int32_t head,
+                        std::int32_t q_heads, std::int32_t pos, float scale, float* out) {
+  const std::int32_t hd = f.layout.head_dim;
+  const std::int32_t kvh = head / (q_heads / f.layout.num_kv_heads);
+  std::vector<double> s(pos + 1);
+  double mx = -1e300;
+  for (std::int32_t p = 0; p <= pos; ++p) {
+    const float* kr = f.kv(seq, p, kvh, false);
+    double dot = 0;
+    for (std::int32_t d = 0; d < hd; ++d) dot += double{q[d]} * kr[d];
+    s[p] = dot * scale;
+    mx = std::max(mx, s[p]);
+  }
+  double denom = 0;
+  for (double& x : s) denom += (x = std::exp(x - mx));
+  for (std::int32_t d = 0; d < hd; ++d) {
+    double o = 0;
+    for (std::int32_t p = 0; p <= pos; ++p) o += s[p] * f.kv(seq, p, kvh, true)[d];
+    out[d] = static_cast<float>(o / denom);
+  }
+}
+#endif
+
+TEST(GpuKernels, EmbeddingLookupIsExact) {
+  REQUIRE_GPU();
+#if SERVELAB_HAVE_CUDA
+  Rng rng = Rng::stream(1, "gpu_kernels");
+  const std::int32_t vocab = 100, hidden = 72;
+  const std::vector<float> table = RandomBf16(rng, vocab * hidden);
+  const std::vector<std::int32_t> tokens = {5, 0, 99, 5, 42};
+  DeviceBuffer d_table = Upload(ToBits(table)), d_tokens = Upload(tokens);
+  DeviceBuffer out = Poisoned(tokens.size() * hidden * 4);
+  k::embedding_lookup(d_tokens.as<std::int32_t>(), 5, d_table.as<k::Bf16>(), vocab, hidden,
+                      out.as<float>(), nullptr);
+  const std::vector<float> got = Download<float>(out, tokens.size() * hidden);
+  std::vector<float> want;
+  for (std::int32_t t : tokens)
+    want.insert(want.end(), table.begin() + t * hidden, table.begin() + (t + 1) * hidden);
+  ExpectClose(got, want, 0, 0, "embedding");
+#endif
+}
+
+TEST(GpuKernels, RmsNormWithFusedResidualAdd) {
+  REQUIRE_GPU();
+#if SERVELAB_HAVE_CUDA
+  Rng rng = Rng::stream(2, "gpu_kernels");
+  for (std::int32_t hidden : {64, 1000, 4096}) {
+    const std::int32_t rows = 7;
+    std::vector<float> resid(rows * hidden), weight(hidden);
+    for (float& x : resid) x = static_cast<float>(rng.normal(0.0, 2.0));
+    for (float& x : weight) x = static_cast<float>(1.0 + 0.1 * rng.normal(0.0, 1.0));
+    const std::vector<float> delta = RandomBf16(rng, rows * hidden);
+    const std::vector<std::int32_t> pick = {6, 2, 2};  // a subset, with a repeat, add off
+    // 1. all rows, fused add.
+    DeviceBuffer d_resid = Upload(resid), d_delta = Upload(ToBits(delta)), d_w = Upload(weight);
+    DeviceBuffer out = Poisoned(rows * hidden * 2);
+    k::rms_norm({d_resid.as<float>(), d_delta.as<k::Bf16>(), nullptr, d_w.as<float>(),
+                 out.as<k::Bf16>(), rows, hidden, 1e-5f},
+                nullptr);
+    std::vector<float> summed(resid);
+    for (std::size_t i = 0; i < summed.size(); ++i) summed[i] += delta[i];
+    ExpectClose(Download<float>(d_resid, summed.size()), summed, 0, 0, "residual after add");
+    RowMatrix x = Eigen::Map<RowMatrix>(summed.data(), rows, hidden);
+    const RowMatrix ref = rms_norm(x, Eigen::Map<Eigen::VectorXf>(weight.data(), hidden), 1e-5);
+    std::vector<float> want(ref.data(), ref.data() + ref.size());
+    ExpectClose(FromBits(Download<std::uint16_t>(out, want.size())), want, 1e-3, 8e-3, "rms_norm");
+    // 2. selected rows, no add.
+    DeviceBuffer d_pick = Upload(pick), out2 = Poisoned(pick.size() * hidden * 2);
+    k::rms_norm({d_resid.as<float>(), nullptr, d_pick.as<std::int32_t>(), d_w.as<float>(),
+                 out2.as<k::Bf16>(), 3, hidden, 1e-5f},
+                nullptr);
+    std::vector<float> want2;
+    for (std::int32_t r : pick)
+      want2.insert(want2.end(), want.begin() + r * hidden, want.begin() + (r + 1) * hidden);
+    ExpectClose(FromBits(Download<std::uint16_t>(out2, want2.size())), want2, 1e-3, 8e-3,
+                "rms_norm rows");
+  }
+#endif
+}
+
+TEST(GpuKernels, QkvBiasAndRopeMatchCpuExecutor) {
+  REQUIRE_GPU();
+#if SERVELAB_HAVE_CUDA
+  Rng rng = Rng::stream(3, "gpu_kernels");
+  for (std::int32_t hd : {64, 128}) {
+    LlamaConfig c;
+    c.model.head_dim = hd;
+    c.model.rope_theta = 500000.0;
+    c.rope_scaling = RopeScaling{};
+    const std::vector<double> inv_freq = rope_inv_freq(c);
+    const std::int32_t qh = 8, kvh = 2, T = 9, width = (qh + 2 * kvh) * hd, rows = 20000;
+    const std::vector<float> table = k::rope_cos_sin_table(inv_freq, rows);
+    std::vector<float> qkv(T * width), bias(width);
+    for (float& x : qkv) x = static_cast<float>(rng.normal(0.0, 1.0));
+    for (float& x : bias) x = static_cast<float>(rng.normal(0.0, 0.1));
+    std::vector<std::int32_t> pos(T);
+    for (std::int32_t& p : pos) p = static_cast<std::int32_t>(rng.uniform_int(0, rows - 1));
+    DeviceBuffer d_qkv = Upload(qkv), d_bias = Upload(bias), d_pos = Upload(pos),
+                 d_tab = Upload(table);
+    DeviceBuffer q = Poisoned(T * qh * hd * 2), kk = Poisoned(T * kvh * hd * 2),
+                 vv = Poisoned(T * kvh * hd * 2);
+    k::qkv_rope({d_qkv.as<float>(), d_bias.as<float>(), d_pos.as<std::int32_t>(), d_tab.as<float>(),
+                 T, qh, kvh, hd, q.as<k::Bf16>(), kk.as<k::Bf16>(), vv.as<k::Bf16>()},
+                nullptr);
+    std::vector<float> wq, wk, wv;
+    for (std::int32_t t = 0; t < T; ++t) {
+      std::vector<float> row(qkv.begin() + t * width, qkv.begin() + (t + 1) * width);
+      for (std::int32_t i = 0; i < width; ++i) row[i] += bias[i];
+      apply_rope(row.data(), qh, hd, inv_freq, pos[t]);
+      apply_rope(row.data() + qh * hd, kvh, hd, inv_freq, pos[t]);
+      wq.insert(wq.end(), row.begin(), row.begin() + qh * hd);
+      wk.insert(wk.end(), row.begin() + qh * hd, row.begin() + (qh + kvh) * hd);
+      wv.insert(wv.end(), row.begin() + (qh + kvh) * hd, row.end());
+    }
+    ExpectClose(FromBits(Download<std::uint16_t>(q, wq.size())), wq, 1e-3, 8e-3, "q");
+    ExpectClose(FromBits(Download<std::uint16_t>(kk, wk.size())), wk, 1e-3, 8e-3, "k");
+    ExpectClose(FromBits(Download<std::uint16_t>(vv, wv.size())), wv, 1e-3, 8e-3, "v");
+  }
+#endif
+}
+
+TEST(GpuKernels, SiluMul) {
+  REQUIRE_GPU();
+#if SERVELAB_HAVE_CUDA
+  Rng rng = Rng::stream(4, "gpu_kernels");
+  const std::int32_t T = 5, width = 14336 / 4;
+  const std::vector<float> gu = RandomBf16(rng, T * 2 * width, 2.0);
+  DeviceBuffer d_gu = Upload(ToBits(gu)), out = Poisoned(T * width * 2);
+  k::silu_mul(d_gu.as<k::Bf16>(), out.as<k::Bf16>(), T, width, nullptr);
+  std::vector<float> want;
+  for (std::int32_t t = 0; t < T; ++t) {
+    for (std::int32_t i = 0; i < width; ++i) {
+      const float g = gu[t * 2 * width + i], u = gu[t * 2 * width + width + i];
+      want.push_back(g / (1.0f + std::exp(-g)) * u);
+    }
+  }
+  ExpectClose(FromBits(Download<std::uint16_t>(out, want.size())), want, 1e-3, 8e-3, "silu_mul");
+#endif
+}
+
+TEST(GpuKernels, KvWriteIsExactAndSkipsNegativeSlots) {
+  REQUIRE_GPU();
+#if SERVELAB_HAVE_CUDA
+  Rng rng = Rng::stream(5, "gpu_kernels");
+  for (std::int32_t bs : {1, 7, 16, 256}) {
+    const k::KvCacheLayout l{3, bs, 2, 64, 2};
+    const std::int32_t blocks = 5, T = 6, layer = 1, row = 2 * 64;
+    std::vector<std::uint16_t> before = ToBits(RandomBf16(rng, blocks * l.block_stride()));
+    const std::vector<float> kin = RandomBf16(rng, T * row), vin = RandomBf16(rng, T * row);
+    std::vector<std::int64_t> slots;
+    for (std::int32_t t = 0; t < T; ++t)
+      slots.push_back(t == 2 ? -1 : (t * 3 % blocks) * bs + (t * 5) % bs);
+    if (bs == 1) slots = {0, 1, -1, 3, 4, 2};
+    DeviceBuffer cache = Upload(before), d_k = Upload(ToBits(kin)), d_v = Upload(ToBits(vin)),
+                 d_s = Upload(slots);
+    k::Bf16* base = cache.as<k::Bf16>();
+    k::kv_write(
+        {d_k.as<k::Bf16>(), d_v.as<k::Bf16>(), d_s.as<std::int64_t>(), T,
+         base + l.layer_base(layer, 0), base + l.layer_base(layer, 1), l.block_stride(), bs, 2, 64},
+        nullptr);
+    std::vector<std::uint16_t> want = before;
+    const std::vector<std::uint16_t> kb = ToBits(kin), vb = ToBits(vin);
+    for (std::int32_t t = 0; t < T; ++t) {
+      if (slots[t] < 0) continue;
+      for (std::int32_t h = 0; h < 2; ++h) {
+        for (std::int32_t d = 0; d < 64; ++d) {
+          want[l.offset(slots[t] / bs, layer, 0, slots[t] % bs, h, d)] = kb[t * row + h * 64 + d];
+          want[l.offset(slots[t] / bs, layer, 1, slots[t] % bs, h, d)] = vb[t * row + h * 64 + d];
+        }
+      }
+    }
+    EXPECT_EQ(Download<std::uint16_t>(cache, want.size()), want) << "block size " << bs;
+  }
+#endif
+}
+
+TEST(GpuKernels, CopyBlocksDeviceAndPinnedHostAreExact) {
+  REQUIRE_GPU();
+#if SERVELAB_HAVE_CUDA
+  Rng rng = Rng::stream(6, "gpu_kernels");
+  const std::int64_t block_bytes = 2 * 64 * 1024 + 48;  // spans chunks, not a power of two
+  const std::int32_t blocks = 6;
+  std::vector<unsigned char> src(blocks * block_bytes);
+  for (auto& b : src) b = static_cast<unsigned char>(rng.uniform_int(0, 255));
+  DeviceBuffer dev = Upload(src);
+  DeviceBuffer host(src.size(), DeviceBuffer::Kind::kPinnedHost);
+  std::memset(host.host_ptr(), 0, src.size());
+  const std::vector<k::BlockPair> out_pairs = {{0, 5}, {3, 1}, {4, 4}};
+  DeviceBuffer d_out = Upload(out_pairs);
+  k::copy_blocks(dev.get(), host.get(), d_out.as<k::BlockPair>(), 3, block_bytes, nullptr);
+  k::synchronize();
+  const auto* h = static_cast<const unsigned char*>(host.host_ptr());
+  for (const k::BlockPair& p : out_pairs) {
+    EXPECT_TRUE(std::equal(h + p.dst * block_bytes, h + (p.dst + 1) * block_bytes,
+                           src.begin() + p.src * block_bytes))
+        << "swap out " << p.src << " -> " << p.dst;
+  }
+  // Swap in to other device blocks, then copy-on-write within the device.
+  const std::vector<k::BlockPair> in_pairs = {{5, 2}}, cow = {{2, 3}};
+  DeviceBuffer d_in = Upload(in_pairs), d_cow = Upload(cow);
+  k::copy_blocks(host.get(), dev.get(), d_in.as<k::BlockPair>(), 1, block_bytes, nullptr);
+  k::copy_blocks(dev.get(), dev.get(), d_cow.as<k::BlockPair>(), 1, block_bytes, nullptr);
+  const std::vector<unsigned char> got = Download<unsigned char>(dev, src.size());
+  for (std::int32_t b : {2, 3}) {
+    EXPECT_TRUE(std::equal(got.begin() + b * block_bytes, got.begin() + (b + 1) * block_bytes,
+                           src.begin() + 0 * block_bytes))
+        << "block " << b;
+  }
+  EXPECT_TRUE(std::equal(got.begin(), got.begin() + block_bytes, src.begin()));  // untouched
+#endif
+}
+
+// Decode attention over shuffled block tables, across head dims, GQA groups, block sizes, and
+// with and without split-K.
+TEST(GpuKernels, PagedDecodeAttentionMatchesReference) {
+  REQUIRE_GPU();
+#if SERVELAB_HAVE_CUDA
+  Rng rng = Rng::stream(7, "gpu_kernels");
+  struct Case {
+    std::int32_t hd, q_heads, kv_heads, block_size, seqs, max_ctx;
+    bool force_split;
+  };
+  const std::vector<Case> cases = {
+      {128, 32, 8, 16, 5, 3000, false}, {128, 32, 8, 16, 3, 3000, true},
+      {64, 8, 8, 8, 4, 700, true},      {64, 16, 2, 256, 3, 1200, false},
+      {128, 12, 4, 7, 4, 300, true},    {64, 4, 1, 1, 2, 150, false},
+      {128, 64, 8, 32, 2, 5000, true},  {64, 32, 16, 16, 6, 64, false}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE("hd " + std::to_string(c.hd) + " heads " + std::to_string(c.q_heads) + "/" +
+                 std::to_string(c.kv_heads) + " block " + std::to_string(c.block_size) +
+                 (c.force_split ? " split" : ""));
+    std::vector<std::int32_t> ctx(c.seqs);
+    for (std::int32_t& x : ctx) x = static_cast<std::int32_t>(rng.uniform_int(1, c.max_ctx));
+    ctx[0] = c.max_ctx;
+    PagedFixture f(rng, c.block_size, c.kv_heads, c.hd, ctx);
+    const std::int32_t rows = c.seqs + 3;  // q rows: sequences scattered among unused rows
+    const std::vector<float> q = RandomBf16(rng, rows * c.q_heads * c.hd);
+    std::vector<std::int32_t> q_rows(c.seqs);
+    for (std::int32_t i = 0; i < c.seqs; ++i) q_rows[i] = rows - 1 - i;
+    const std::int32_t g = k::decode_heads_per_cta(c.q_heads, c.kv_heads);
+    const k::DecodeSplitPlan plan =
+        c.force_split
+            ? k::plan_decode_splits(ctx, c.q_heads / g, 1 << 20, 64)
+            : k::plan_decode_splits(ctx, c.q_heads / g, k::decode_max_resident_ctas(c.hd, g));
+    if (c.force_split) {
+      ASSERT_TRUE(plan.split() || c.max_ctx <= 128);
+    }
+    DeviceBuffer d_q = Upload(ToBits(q)), d_rows = Upload(q_rows), d_ctx = Upload(ctx);
+    DeviceBuffer out = Poisoned(q.size() * 2);
+    DeviceBuffer ws =
+        Poisoned(k::decode_workspace_floats(c.seqs, c.q_heads, c.hd, plan.max_splits) * 4);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(c.hd));
+    k::paged_decode_attention(
+        {f.view(), d_q.as<k::Bf16>(), out.as<k::Bf16>(), d_rows.as<std::int32_t>(),
+         d_ctx.as<std::int32_t>(), c.seqs, c.q_heads, scale, plan, ws.as<float>()},
+        nullptr);
+    const std::vector<float> got = FromBits(Download<std::uint16_t>(out, q.size()));
+    std::vector<float> want, got_rows;
+    for (std::int32_t s = 0; s < c.seqs; ++s) {
+      for (std::int32_t h = 0; h < c.q_heads; ++h) {
+        std::vector<float> o(c.hd);
+        const std::int64_t off = (std::int64_t{q_rows[s]} * c.q_heads + h) * c.hd;
+        ReferenceAttention(f, s, q.data() + off, h, c.q_heads, ctx[s] - 1, scale, o.data());
+        want.insert(want.end(), o.begin(), o.end());
+        got_rows.insert(got_rows.end(), got.begin() + off, got.begin() + off + c.hd);
+      }
+    }
+    ExpectClose(got_rows, want, 4e-3, 1e-2, "decode");
+    // Rows no sequence owns stay poisoned: no stray writes.
+    for (std::int32_t r = 0; r < rows - c.seqs; ++r) {
+      EXPECT_TRUE(std::isnan(got[static_cast<std::size_t>(r) * c.q_heads * c.hd])) << "row " << r;
+    }
+  }
+#endif
+}
+
+// Chunked prefill over a cached prefix: sequences whose queries start at first_pos > 0.
+TEST(GpuKernels, PagedPrefillAttentionMatchesReference) {
+  REQUIRE_GPU();
+#if SERVELAB_HAVE_CUDA
+  Rng rng = Rng::stream(8, "gpu_kernels");
+  for (std::int32_t hd : {64, 128}) {
+    for (std::int32_t bs : {1, 16, 100}) {
+      SCOPED_TRACE("hd " + std::to_string(hd) + " block " + std::to_string(bs));
+      const std::int32_t q_heads = 8, kv_heads = 2;
+      const std::vector<std::int32_t> first = {0, 37, 500, 3};
+      const std::vector<std::int32_t> nq = {130, 1, 64, 77};
+      std::vector<std::int32_t> ctx, begin;
+      std::int32_t rows = 0;
+      for (std::size_t s = 0; s < nq.size(); ++s) {
+        ctx.push_back(first[s] + nq[s]);
+        begin.push_back(rows);
+        rows += nq[s];
+      }
+      PagedFixture f(rng, bs, kv_heads, hd, ctx);
+      const std::vector<float> q = RandomBf16(rng, rows * q_heads * hd);
+      const std::vector<k::PrefillTile> tiles = k::plan_prefill_tiles(nq);
+      DeviceBuffer d_q = Upload(ToBits(q)), d_begin = Upload(begin), d_nq = Upload(nq),
+                   d_first = Upload(first), d_tiles = Upload(tiles);
+      DeviceBuffer out = Poisoned(q.size() * 2);
+      const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+      k::paged_prefill_attention(
+          {f.view(), d_q.as<k::Bf16>(), out.as<k::Bf16>(), d_begin.as<std::int32_t>(),
+           d_nq.as<std::int32_t>(), d_first.as<std::int32_t>(), d_tiles.as<k::PrefillTile>(),
+           static_cast<std::int32_t>(tiles.size()), q_heads, scale},
+          nullptr);
+      const std::vector<float> got = FromBits(Download<std::uint16_t>(out, q.size()));
+      std::vector<float> want(q.size());
+      for (std::size_t s = 0; s < nq.size(); ++s) {
+        for (std::int32_t i = 0; i < nq[s]; ++i) {
+          for (std::int32_t h = 0; h < q_heads; ++h) {
+            const std::int64_t off = ((std::int64_t{begin[s]} + i) * q_heads + h) * hd;
+            ReferenceAttention(f, static_cast<std::int32_t>(s), q.data() + off, h, q_heads,
+                               first[s] + i, scale, want.data() + off);
+          }
+        }
+      }
+      ExpectClose(got, want, 4e-3, 1e-2, "prefill");
+    }
+  }
+#endif
+}
+
+TEST(GpuKernels, GemmMatchesFp32) {
+  REQUIRE_GPU();
+#if SERVELAB_HAVE_CUDA
+  Rng rng = Rng::stream(9, "gpu_kernels");
+  const std::int32_t T = 5, in = 256, out = 96;
+  const std::vector<float> x = RandomBf16(rng, T * in), w = RandomBf16(rng, out * in);
+  DeviceBuffer d_x = Upload(ToBits(x)), d_w = Upload(ToBits(w));
+  std::vector<float> base(T * out, 0.5f);
+  DeviceBuffer y32 = Upload(base), y16 = Poisoned(T * out * 2);
+  k::Gemm gemm;
+  gemm.linear(d_x.as<k::Bf16>(), d_w.as<k::Bf16>(), y32.get(), k::Gemm::Out::kF32, T, in, out, 1.0f,
+              nullptr);
+  gemm.linear(d_x.as<k::Bf16>(), d_w.as<k::Bf16>(), y16.get(), k::Gemm::Out::kBf16, T, in, out,
+              0.0f, nullptr);
+  std::vector<float> want(T * out);
+  for (std::int32_t t = 0; t < T; ++t) {
+    for (std::int32_t o = 0; o < out; ++o) {
+      double s = 0;
+      for (std::int32_t i = 0; i < in; ++i) s += double{x[t * in + i]} * w[o * in + i];
+      want[t * out + o] = static_cast<float>(s);
+    }
+  }
+  std::vector<float> want_acc(want);
+  for (float& v : want_acc) v += 0.5f;
+  ExpectClose(Download<float>(y32, want.size()), want_acc, 1e-3, 1e-4, "gemm fp32 accumulate");
+  ExpectClose(FromBits(Download<std::uint16_t>(y16, want.size())), want, 1e-2, 8e-3, "gemm bf16");
+#endif
+}
+
+TEST(GpuKernels, GreedyAndTopPSampling) {
+  REQUIRE_GPU();
+#if SERVELAB_HAVE_CUDA
+  Rng rng = Rng::stream(10, "gpu_kernels");
+  const std::int32_t rows = 64, vocab = 32000;
+  std::vector<float> logits(rows * vocab);
+  for (float& x : logits) x = static_cast<float>(rng.normal(0.0, 3.0));
+  logits[5 * vocab + 9] = logits[5 * vocab + 4] = 50.0f;  // an exact tie: the lower id wins
+  std::vector<float> u(rows);
+  for (float& x : u) x = static_cast<float>(rng.uniform());
+  DeviceBuffer d_l = Upload(logits), d_u = Upload(u), scratch(rows * vocab * 4);
+  DeviceBuffer greedy = Poisoned(rows * 4), top_p = Poisoned(rows * 4);
+  k::greedy_sample(d_l.as<float>(), rows, vocab, greedy.as<std::int32_t>(), nullptr);
+  k::top_p_sample(d_l.as<float>(), rows, vocab, 0.8f, 0.9f, d_u.as<float>(), scratch.as<float>(),
+                  top_p.as<std::int32_t>(), nullptr);
+  const std::vector<std::int32_t> g = Download<std::int32_t>(greedy, rows);
+  const std::vector<std::int32_t> p = Download<std::int32_t>(top_p, rows);
+  int agree = 0;
+  for (std::int32_t r = 0; r < rows; ++r) {
+    const std::span<const float> row(logits.data() + r * vocab, vocab);
+    EXPECT_EQ(g[r], kernels::greedy_reference(row)) << "row " << r;
+    ASSERT_GE(p[r], 0);
+    ASSERT_LT(p[r], vocab);
+    agree += p[r] == kernels::top_p_reference(row, 0.8, 0.9, u[r]);
+  }
+  EXPECT_EQ(g[5], 4);
+  EXPECT_GE(agree * 100, rows * 98) << agree << " of " << rows;
+#endif
+}
+
+}  // namespace
+}  // namespace servelab

@@ -1,0 +1,227 @@
+// The host-side halves of the GPU kernels, checked on the CPU: the KV cache layout, KV sizing,
+// split-K and prefill tile planning, the RoPE table against CpuExecutor's apply_rope, and the
+// sampling algorithm of the top-p kernel against CpuExecutor's sampling semantics.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <set>
+#include <vector>
+
+#include "core/request.h"
+#include "core/rng.h"
+#include "engine/cpu_executor.h"
+#include "engine/llama_weights.h"
+#include "kernels/attention_plan.h"
+#include "kernels/kv_layout.h"
+#include "kernels/rope_table.h"
+#include "kernels/sampling_ref.h"
+
+namespace servelab {
+namespace {
+
+using kernels::KvCacheLayout;
+
+TEST(KernelsHostTest, KvLayoutIsABijectionWithContiguousBlocks) {
+  const KvCacheLayout l{3, 5, 2, 8, 2};
+  std::set<std::int64_t> seen;
+  for (std::int64_t b = 0; b < 4; ++b) {
+    for (std::int32_t layer = 0; layer < l.num_layers; ++layer) {
+      for (std::int32_t kv = 0; kv < 2; ++kv) {
+        for (std::int32_t s = 0; s < l.block_size; ++s) {
+          for (std::int32_t h = 0; h < l.num_kv_heads; ++h) {
+            for (std::int32_t d = 0; d < l.head_dim; ++d) {
+              const std::int64_t off = l.offset(b, layer, kv, s, h, d);
+              // Every element of block b lies in [b * stride, (b + 1) * stride).
+              EXPECT_GE(off, b * l.block_stride());
+              EXPECT_LT(off, (b + 1) * l.block_stride());
+              EXPECT_TRUE(seen.insert(off).second);
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(static_cast<std::int64_t>(seen.size()), 4 * l.block_stride());
+  // Within a (block, layer, K|V) plane: CpuExecutor's [slot][kv_head][head_dim] order.
+  EXPECT_EQ(l.offset(0, 1, 1, 2, 1, 3) - l.layer_base(1, 1), (2 * 2 + 1) * 8 + 3);
+  const std::int32_t table[] = {7, 3, 9};
+  EXPECT_EQ(l.slot_of(table, 0), 7 * 5);
+  EXPECT_EQ(l.slot_of(table, 6), 3 * 5 + 1);
+  EXPECT_EQ(l.slot_of(table, 14), 9 * 5 + 4);
+  // Llama-3-8B, 16-token blocks: 2 MiB per block across all layers (kernels.md section 0).
+  const KvCacheLayout llama{32, 16, 8, 128, 2};
+  EXPECT_EQ(llama.block_bytes(), 2 << 20);
+}
+
+TEST(KernelsHostTest, KvBlocksForMemory) {
+  const std::int64_t gib = 1LL << 30, block = 2LL << 20;
+  // 80 GiB device, 20 GiB held (weights + activations), 90 %: 72 - 20 = 52 GiB of blocks.
+  EXPECT_EQ(kernels::kv_blocks_for_memory(80 * gib, 60 * gib, 0.9, block), 52 * 512);
+  // The budget is already exceeded: nothing.
+  EXPECT_EQ(kernels::kv_blocks_for_memory(80 * gib, 60 * gib, 0.2, block), 0);
+  // Never more than is free (another process holds memory the utilization would allow).
+  EXPECT_EQ(kernels::kv_blocks_for_memory(80 * gib, 10 * gib, 1.0, block), 10 * 512);
+}
+
+TEST(KernelsHostTest, DecodeHeadsPerCta) {
+  EXPECT_EQ(kernels::decode_heads_per_cta(32, 8), 4);   // Llama-3-8B
+  EXPECT_EQ(kernels::decode_heads_per_cta(64, 8), 8);   // Llama-3-70B
+  EXPECT_EQ(kernels::decode_heads_per_cta(32, 32), 1);  // Llama-2-7B (MHA)
+  EXPECT_EQ(kernels::decode_heads_per_cta(28, 4), 1);   // group 7
+  EXPECT_EQ(kernels::decode_heads_per_cta(48, 4), 4);   // group 12
+  EXPECT_EQ(kernels::decode_heads_per_cta(32, 16), 2);
+}
+
+TEST(KernelsHostTest, DecodeSplitPlanProperties) {
+  Rng rng = Rng::stream(5, "kernels_host_test");
+  const std::int32_t tile = kernels::kDecodeTileTokens;
+  for (int trial = 0; trial < 500; ++trial) {
+    std::vector<std::int32_t> ctx(static_cast<std::size_t>(rng.uniform_int(1, 80)));
+    const std::int32_t longest_cap = static_cast<std::int32_t>(rng.uniform_int(1, 40000));
+    for (std::int32_t& c : ctx) c = static_cast<std::int32_t>(rng.uniform_int(1, longest_cap));
+    const auto per_seq = static_cast<std::int32_t>(rng.uniform_int(1, 16));
+    const auto max_ctas = static_cast<std::int32_t>(rng.uniform_int(1, 1200));
+    const kernels::DecodeSplitPlan p = kernels::plan_decode_splits(ctx, per_seq, max_ctas);
+    const std::int32_t longest = *std::max_element(ctx.begin(), ctx.end());
+    SCOPED_TRACE("trial " + std::to_string(trial));
+    ASSERT_EQ(p.partition_tokens % tile, 0);
+    ASSERT_GE(std::int64_t{p.partition_tokens} * p.max_splits, longest);        // covers
+    ASSERT_LT(std::int64_t{p.partition_tokens} * (p.max_splits - 1), longest);  // no empty z
+    auto ctas = [&](std::int64_t part) {
+      std::int64_t n = 0;
+      for (std::int32_t c : ctx) n += (c + part - 1) / part * per_seq;
+      return n;
+    };
+    const std::int64_t base = static_cast<std::int64_t>(ctx.size()) * per_seq;
+    if (base >= max_ctas) {
+      ASSERT_FALSE(p.split());
+    }
+    if (p.split()) {
+      ASSERT_GE(p.partition_tokens, 128);
+      ASSERT_LE(ctas(p.partition_tokens), max_ctas);
+      // Minimal: one tile less would overflow the grid (or go under the 128-token floor).
+      if (p.partition_tokens - tile >= 128) {
+        ASSERT_GT(ctas(p.partition_tokens - tile), max_ctas);
+      }
+    }
+  }
+  // Batch 1, 8k context, 528 CTAs of room, 8 CTAs per sequence: 64 splits of 128 tokens.
+  const kernels::DecodeSplitPlan one = kernels::plan_decode_splits({8192}, 8, 528);
+  EXPECT_EQ(one.partition_tokens, 128);
+  EXPECT_EQ(one.max_splits, 64);
+  EXPECT_EQ(kernels::decode_workspace_floats(2, 4, 64, 3), 2 * 4 * 3 * 66);
+}
+
+TEST(KernelsHostTest, PrefillTilesCoverEveryQueryOnce) {
+  const std::vector<std::int32_t> nq = {1, 64, 65, 0, 200};
+  const std::vector<kernels::PrefillTile> tiles = kernels::plan_prefill_tiles(nq);
+  std::vector<std::vector<int>> covered(nq.size());
+  for (std::size_t s = 0; s < nq.size(); ++s) covered[s].assign(nq[s], 0);
+  for (const kernels::PrefillTile& t : tiles) {
+    for (std::int32_t q = t.q_begin; q < std::min(nq[t.seq], t.q_begin + kernels::kPrefillTileRows);
+         ++q) {
+      ++covered[t.seq][q];
+    }
+  }
+  for (const auto& c : covered) {
+    for (int n : c) EXPECT_EQ(n, 1);
+  }
+  EXPECT_EQ(tiles.size(), 1u + 1 + 2 + 0 + 4);
+}
+
+TEST(KernelsHostTest, RopeTableMatchesCpuExecutorRope) {
+  LlamaConfig c;
+  c.model.head_dim = 128;
+  c.model.num_heads = 1;
+  c.model.rope_theta = 500000.0;
+  c.rope_scaling = RopeScaling{};  // Llama-3.1: factor 8, low 1, high 4, original 8192
+  const std::vector<double> inv_freq = rope_inv_freq(c);
+  ASSERT_EQ(inv_freq.size(), 64u);
+  const std::vector<std::int64_t> positions = {0, 1, 17, 4095, 8191, 100000, 131071};
+  const std::vector<float> table = kernels::rope_cos_sin_table(inv_freq, 131072);
+  Rng rng = Rng::stream(9, "rope");
+  for (std::int64_t p : positions) {
+    std::vector<float> want(128), got(128);
+    for (float& x : want) x = static_cast<float>(rng.normal(0.0, 1.0));
+    got = want;
+    apply_rope(want.data(), 1, 128, inv_freq, p);
+    kernels::rope_rotate_reference(got.data(), 128, table.data() + p * 128);
+    for (int d = 0; d < 128; ++d)
+      ASSERT_FLOAT_EQ(got[d], want[d]) << "position " << p << " d " << d;
+  }
+}
+
+TEST(KernelsHostTest, GreedyReferenceTakesTheLowestIdOnTies) {
+  const std::vector<float> l = {0.5f, 2.0f, -1.0f, 2.0f};
+  EXPECT_EQ(kernels::greedy_reference(l), 1);
+}
+
+// The top-p kernel's sort-free algorithm (64-bit keys, two bisections) picks the token
+// CpuExecutor's sort-and-walk picks, except where u falls within rounding of a boundary.
+TEST(KernelsHostTest, TopPBisectionAgreesWithTheSortingReference) {
+  Rng rng = Rng::stream(3, "top_p");
+  int agree = 0, total = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    const auto vocab = static_cast<std::size_t>(rng.uniform_int(1, 700));
+    std::vector<float> logits(vocab);
+    const double spread = rng.uniform(0.1, 6.0);
+    for (float& x : logits) x = static_cast<float>(rng.normal(0.0, spread));
+    if (trial % 10 == 0 && vocab > 4) logits[1] = logits[3] = logits[0];  // exact ties
+    const double temp = rng.uniform(0.3, 1.5), top_p = rng.uniform(0.05, 1.0);
+    const double u = rng.uniform();
+    const std::int32_t want = kernels::top_p_reference(logits, temp, top_p, u);
+    const std::int32_t got = kernels::top_p_bisect(
+        logits, static_cast<float>(temp), static_cast<float>(top_p), static_cast<float>(u));
+    ASSERT_GE(got, 0);
+    ASSERT_LT(got, static_cast<std::int32_t>(vocab));
+    agree += got == want;
+    ++total;
+  }
+  EXPECT_GE(agree * 100, total * 98) << agree << " of " << total;
+  // Degenerate cases are exact: a tiny top_p is greedy; ties go to the lowest id first.
+  const std::vector<float> tied = {1.0f, 3.0f, 3.0f, 0.0f};
+  EXPECT_EQ(kernels::top_p_bisect(tied, 1.0f, 1e-6f, 0.99f), 1);
+  EXPECT_EQ(kernels::top_p_reference(tied, 1.0, 1e-6, 0.99), 1);
+  EXPECT_EQ(kernels::top_p_bisect(tied, 1.0f, 0.9f, 0.0f), 1);
+  EXPECT_EQ(kernels::top_p_reference(tied, 1.0, 0.9, 0.0), 1);
+}
+
+// top_p_reference, fed the u of CpuExecutor's stream, samples what CpuExecutor samples: the GPU
+// executor draws u from the same stream, so both engines follow the same semantics.
+TEST(KernelsHostTest, TopPReferenceReproducesCpuExecutorSampling) {
+  const LlamaConfig config =
+      load_llama_config("tiny", std::string(SERVELAB_SOURCE_DIR) + "/experiments/catalog");
+  const LlamaWeights w = LlamaWeights::random(config, 4);
+  CpuExecutorOptions opt;
+  opt.block_size = 4;
+  opt.num_blocks = 16;
+  opt.sampling = {0.8, 0.9, 77};
+  CpuExecutor exec(w, opt);
+  int checked = 0;
+  for (RequestId id = 0; id < 20; ++id) {
+    const RequestSpec spec = make_request(id, 0, {{unique_content_id(1, id), 0, 9}}, 4);
+    StepPlan plan;
+    ScheduledRequest e;
+    e.id = id;
+    e.spec = &spec;
+    e.first_token = 0;
+    e.num_tokens = 9;
+    e.samples = true;
+    const std::vector<BlockId> table = {1, 2, 3};
+    e.block_table = table;
+    plan.requests.push_back(e);
+    const StepResult r = exec.execute(plan);
+    const Eigen::VectorXf& logits = exec.last_logits()[0];
+    Rng stream(mix64(mix64(opt.sampling.seed ^ name_hash("cpu_executor.sample")) ^ id) ^ mix64(0));
+    const double u = stream.uniform();
+    const std::vector<float> l(logits.data(), logits.data() + logits.size());
+    EXPECT_EQ(kernels::top_p_reference(l, 0.8, 0.9, u), r.sampled_tokens[0]) << "request " << id;
+    ++checked;
+  }
+  EXPECT_EQ(checked, 20);
+}
+
+}  // namespace
+}  // namespace servelab
