@@ -73,7 +73,9 @@ TEST(PolicyRegistryTest, UnknownNameListsTheAvailableOnes) {
   const std::string m = ParseError(PolicyKind::kBatch, "{name: fastserve}");
   EXPECT_NE(m.find("policies.batch.name"), std::string::npos) << m;
   EXPECT_NE(m.find("vllm, static, orca, sarathi, prefill-first"), std::string::npos) << m;
-  EXPECT_NE(ParseError(PolicyKind::kPrefixCache, "radix").find("hash, none"), std::string::npos);
+  EXPECT_NE(ParseError(PolicyKind::kPrefixCache, "lru").find("hash, radix, none"),
+            std::string::npos);
+  EXPECT_EQ(default_policy_spec(PolicyKind::kPrefixCache, "radix").name, "radix");
   EXPECT_THROW(default_policy_spec(PolicyKind::kAllocation, "buddy"), ConfigError);
   EXPECT_EQ(default_policy_spec(PolicyKind::kAllocation, "contiguous").get_string("reserve"),
             "max_model_len");
@@ -124,8 +126,9 @@ TEST(PolicyRegistryTest, CatalogueListsEveryPlugin) {
     }
   }
   // vllm, static, orca, sarathi, prefill-first; 5 queue orders; recompute, swap, auto; hash,
-  // none; paged, contiguous
-  EXPECT_EQ(plugins, 17u);
+  // radix, none; paged, contiguous
+  EXPECT_EQ(plugins, 18u);
+  EXPECT_NE(cat.find("SGLang (RadixAttention)"), std::string::npos) << cat;
   EXPECT_NE(cat.find("error (a double in [0, 10], default 0.5)"), std::string::npos) << cat;
   EXPECT_NE(cat.find("victim (one of last-running, lowest-priority, fewest-computed, most-blocks, "
                      "default last-running)"),
