@@ -14,6 +14,7 @@
 
 #include "core/config_node.h"
 #include "engine/engine_driver.h"
+#include "engine/profile.h"
 #include "sim/cli_args.h"
 #include "sim/experiment.h"
 #include "sim/run.h"
@@ -36,6 +37,13 @@ constexpr const char* kUsage =
     "      serving.num_gpu_blocks, else G GiB of fp32 K/V (default 1). The block count the\n"
     "      engine allocated is in summary.json and config.yaml; `sim run EXP --set\n"
     "      serving.num_gpu_blocks=N` simulates the same capacity.\n"
+    "  profile --model M -o PROFILE.csv [--device cpu|cuda] [--reps N] [--warmup N] [--quick]\n"
+    "             [--max-tokens N] [--block-size N] [--weights PATH] [--seed N] [--quiet]\n"
+    "      time the executor over a grid of step shapes (prefill, batched prefill, chunks with\n"
+    "      cached context, decode batches by context, mixed, swap, copy): warm-up, then N\n"
+    "      repetitions (default 7) round-robin; writes each shape's median with the cost\n"
+    "      model's features and a header naming the device, date and engine version, for\n"
+    "      `sim calibrate` (docs/validation.md)\n"
     "  help       this text\n"
     "\n"
     "Experiment files are described in docs/experiments.md; the engine in docs/engine.md.\n";
@@ -89,6 +97,70 @@ int cmd_run(const std::vector<std::string>& args) {
   return 0;
 }
 
+int parse_count(const std::string& flag, const std::string& text, int min, int max) {
+  char* end = nullptr;
+  const long v = std::strtol(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || v < min || v > max) {
+    throw UsageError(flag + ": expected an integer in [" + std::to_string(min) + ", " +
+                     std::to_string(max) + "], got '" + text + "'");
+  }
+  return static_cast<int>(v);
+}
+
+int cmd_profile(const std::vector<std::string>& args) {
+  servelab::ProfileOptions o;
+  bool quiet = false;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= args.size()) throw UsageError(a + ": expected a value");
+      return args[++i];
+    };
+    if (a == "--model") {
+      o.model = value();
+    } else if (a == "-o" || a == "--out") {
+      o.out = value();
+    } else if (a == "--device") {
+      o.device = value();
+    } else if (a.rfind("--device=", 0) == 0) {
+      o.device = a.substr(9);
+    } else if (a == "--reps") {
+      o.reps = parse_count(a, value(), 1, 1000);
+    } else if (a == "--warmup") {
+      o.warmup = parse_count(a, value(), 0, 1000);
+    } else if (a == "--max-tokens") {
+      o.max_tokens = parse_count(a, value(), 16, 1 << 20);
+    } else if (a == "--block-size") {
+      o.block_size = parse_count(a, value(), 1, 256);
+    } else if (a == "--weights") {
+      o.weights = value();
+    } else if (a == "--seed") {
+      o.seed = servelab::parse_seed(value());
+    } else if (a == "--quick") {
+      o.quick = true;
+    } else if (a == "--quiet" || a == "-q") {
+      quiet = true;
+    } else {
+      throw UsageError("engine profile: unknown argument '" + a + "'");
+    }
+  }
+  if (o.device != "cpu" && o.device != "cuda") {
+    throw UsageError("--device: expected cpu or cuda, got '" + o.device + "'");
+  }
+  if (o.model.empty()) throw UsageError("engine profile: --model M is required");
+  if (o.out.empty()) throw UsageError("engine profile: -o PROFILE.csv is required");
+  const auto start = std::chrono::steady_clock::now();
+  const std::size_t shapes =
+      servelab::run_profile(o, !quiet && isatty(STDERR_FILENO) ? stderr : nullptr);
+  if (!quiet) {
+    std::printf("profiled %zu step shapes of %s on %s in %.1f s; wrote %s\n", shapes,
+                o.model.c_str(), servelab::cpu_device_name().c_str(),
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+                o.out.c_str());
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -96,6 +168,7 @@ int main(int argc, char** argv) {
       "engine", kUsage, argc, argv,
       [](const std::string& cmd, const std::vector<std::string>& args) -> std::optional<int> {
         if (cmd == "run") return cmd_run(args);
+        if (cmd == "profile") return cmd_profile(args);
         return std::nullopt;
       });
 }

@@ -4,6 +4,8 @@
 #include <filesystem>
 #include <utility>
 
+#include "traces/workload.h"
+
 namespace servelab {
 
 namespace {
@@ -81,6 +83,35 @@ void parse_outputs(const ConfigNode& o, ExperimentConfig& c) {
   c.outputs.record_schedule = o.get_bool("record_schedule", c.outputs.record_schedule);
 }
 
+// cost_model: {type: roofline} or {type: calibrated, file: cost.yaml}; a file alone means
+// calibrated. A relative file is looked for in the working directory, then beside the
+// experiment, then in the source tree.
+void parse_cost_model(const ConfigNode& n, ExperimentConfig& c) {
+  n.allow_keys({"type", "file"});
+  CostModelChoice& cm = c.cost_model;
+  cm.type = n.has("type")   ? n.at("type").as_choice({"roofline", "calibrated"})
+            : n.has("file") ? "calibrated"
+                            : "roofline";
+  if (cm.type == "roofline") {
+    if (n.has("file")) n.at("file").fail_message("a roofline cost model takes no file");
+    return;
+  }
+  const ConfigNode file = n.at("file");
+  const std::string path = file.as_string();
+  std::error_code ec;
+  std::optional<std::string> found;
+  if (std::filesystem::path(path).is_absolute() || std::filesystem::exists(path, ec)) {
+    found = path;
+  } else {
+    found = resolve_data_path(path, c.base_dir);
+  }
+  if (!found || !std::filesystem::exists(*found, ec)) {
+    file.fail_message("cost model file '" + path + "' not found");
+  }
+  cm.file = *found;
+  cm.calibrated = load_calibrated_profile(cm.file);
+}
+
 }  // namespace
 
 ConfigNode ExperimentConfig::workload_section() const {
@@ -101,7 +132,7 @@ ExperimentConfig load_experiment(const std::string& path, const std::vector<std:
   if (c.base_dir.empty())
     c.base_dir.push_back('.');  // (not = ".": GCC 12 -Wrestrict false positive)
   top.allow_keys({"name", "description", "seed", "model", "hardware", "serving", "policies",
-                  "workload", "slo", "outputs", "compare"});
+                  "workload", "slo", "outputs", "compare", "cost_model"});
   c.name = top.has("name") ? top.get_string("name") : std::filesystem::path(path).stem().string();
   for (char ch : c.name) {
     if (!(std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' || ch == '.')) {
@@ -117,6 +148,7 @@ ExperimentConfig load_experiment(const std::string& path, const std::vector<std:
   if (auto p = top.find("policies")) parse_policies(*p, c);
   if (auto s = top.find("slo")) parse_slo(*s, c);
   if (auto o = top.find("outputs")) parse_outputs(*o, c);
+  if (auto m = top.find("cost_model")) parse_cost_model(*m, c);
   if (!top.has("workload")) top.at("workload");  // throws "required but missing"
   c.root = root;
   return c;
@@ -164,6 +196,12 @@ std::string resolved_config_yaml(const ExperimentConfig& c,
   e << YAML::Key << "steps_csv" << YAML::Value << c.outputs.steps_csv;
   e << YAML::Key << "record_schedule" << YAML::Value << c.outputs.record_schedule;
   e << YAML::EndMap;
+  if (c.cost_model.type != "roofline") {
+    e << YAML::Key << "cost_model" << YAML::Value << YAML::BeginMap;
+    e << YAML::Key << "type" << YAML::Value << c.cost_model.type;
+    e << YAML::Key << "file" << YAML::Value << c.cost_model.file;
+    e << YAML::EndMap;
+  }
   if (!extra.empty()) {
     e << YAML::Key << "derived" << YAML::Value << YAML::BeginMap;
     for (const auto& [k, v] : extra) e << YAML::Key << k << YAML::Value << v;

@@ -9,6 +9,7 @@
 //   workload                       passed to make_workload() (traces/workload.h)
 //   slo                            latency objectives for goodput
 //   outputs                        which files a run writes
+//   cost_model                     roofline (default) or a calibrated cost.yaml
 // Every key is checked; errors are ConfigError naming file:line and the key path.
 #pragma once
 
@@ -21,6 +22,7 @@
 #include "core/recorder.h"
 #include "core/scheduler_config.h"
 #include "policies/registry.h"
+#include "sim/calibrated_cost_model.h"
 
 namespace servelab {
 
@@ -39,6 +41,14 @@ struct OutputOptions {
   bool record_schedule = false;
 };
 
+// Which cost model the simulator uses (`cost_model:`): the roofline from the catalogues, or a
+// calibrated profile (`sim calibrate`'s cost.yaml; sim/calibrated_cost_model.h).
+struct CostModelChoice {
+  std::string type = "roofline";                // "roofline" or "calibrated"
+  std::string file;                             // calibrated: the cost.yaml, resolved
+  std::optional<CalibratedProfile> calibrated;  // loaded and validated with the experiment
+};
+
 struct ExperimentConfig {
   std::string file;      // path as given
   std::string base_dir;  // the file's directory, for relative data paths
@@ -55,6 +65,7 @@ struct ExperimentConfig {
   PolicyChoice policies;
   SloConfig slo;
   OutputOptions outputs;
+  CostModelChoice cost_model;
   YAML::Node root;  // the whole document after overrides (its workload section is read later)
 
   ConfigNode workload_section() const;

@@ -18,6 +18,7 @@
 #include "sim/compare.h"
 #include "sim/experiment.h"
 #include "sim/run.h"
+#include "sim/validate.h"
 #include "traces/trace_stats.h"
 
 namespace {
@@ -37,6 +38,14 @@ constexpr const char* kUsage =
     "      run the variants of the experiment's `compare:` section (or those given with\n"
     "      --variant) on the same workload and seed; prints a table, writes DIR/compare.csv\n"
     "      and DIR/<variant>/ (default DIR: out/<experiment name>-compare)\n"
+    "  calibrate PROFILE.csv -o COST.yaml [--quiet]\n"
+    "      fit the calibrated cost model to an `engine profile` (NNLS over the roofline's\n"
+    "      operators); prints the fit error per shape family; use the file with\n"
+    "      `--set cost_model.file=COST.yaml` (docs/validation.md)\n"
+    "  validate SIM_DIR ENGINE_DIR [--out DIR] [--cost-model COST.yaml] [--quiet]\n"
+    "      compare a sim run with the engine's run of the same experiment: step-time, per-request\n"
+    "      and aggregate errors, schedules step by step; writes DIR/validation.json (default\n"
+    "      DIR: SIM_DIR-validation)\n"
     "  policies   list the policy plugins, their origins and parameters (docs/policies.md)\n"
     "  trace stats FILE [--format F]\n"
     "      requests, span, rate, inter-arrival CV, length percentiles and, where content is\n"
@@ -105,6 +114,8 @@ int main(int argc, char** argv) {
       [](const std::string& cmd, const std::vector<std::string>& args) -> std::optional<int> {
         if (cmd == "run") return cmd_run(args);
         if (cmd == "compare") return cmd_compare(args);
+        if (cmd == "calibrate") return servelab::calibrate_command(args);
+        if (cmd == "validate") return servelab::validate_command(args);
         if (cmd == "policies") return servelab::policies_command(args);
         if (cmd == "trace") return servelab::trace_command(args);
         return std::nullopt;

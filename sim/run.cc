@@ -6,6 +6,7 @@
 #include <set>
 
 #include "policies/queue_order.h"
+#include "sim/calibrated_cost_model.h"
 #include "sim/hardware_config.h"
 #include "sim/kv_capacity.h"
 #include "sim/model_config.h"
@@ -102,6 +103,18 @@ void write_run_outputs(const ExperimentConfig& config, const Recorder& recorder,
   out.files.push_back("config.yaml");
 }
 
+std::unique_ptr<const CalibratedCostModel> make_calibrated_cost_model(
+    const ExperimentConfig& config, const ModelConfig& model) {
+  if (!config.cost_model.calibrated) return nullptr;
+  const CalibratedProfile& p = *config.cost_model.calibrated;
+  if (p.model != model.name) {
+    throw ConfigError(config.file + ": key 'cost_model.file': " + p.file +
+                      " was calibrated for model '" + p.model + "', but the experiment runs '" +
+                      model.name + "'");
+  }
+  return std::make_unique<const CalibratedCostModel>(p, config.scheduler.block_size);
+}
+
 RunOutput run_simulation(const ExperimentConfig& config, const RunOptions& options) {
   RunOutput out;
   const std::string catalog = default_catalog_dir();
@@ -142,14 +155,25 @@ RunOutput run_simulation(const ExperimentConfig& config, const RunOptions& optio
     if (config.outputs.steps_csv) steps_path = out.out_dir + "/steps.csv";
     if (config.outputs.record_schedule) schedule_path = out.out_dir + "/schedule.csv";
   }
-  const RooflineCostModel cost(model, hardware, config.scheduler.block_size);
+  const RooflineCostModel roofline(model, hardware, config.scheduler.block_size);
+  // A calibrated profile (cost_model: {type: calibrated, file: ...}) replaces the roofline.
+  const std::unique_ptr<const CalibratedCostModel> calibrated =
+      make_calibrated_cost_model(config, model);
+  const CostModel& cost = calibrated ? static_cast<const CostModel&>(*calibrated)
+                                     : static_cast<const CostModel&>(roofline);
   SimBackend backend(cost);
   Recorder recorder(config.slo, steps_path, schedule_path);
   WorkloadFeedback feedback(*workload, recorder);
   const KvCacheOptions kv_cache_options = kv_cache_options_for(config);
   SchedulerConfig sc = scheduler_config_with_policies(config);
   if (sc.preemption_mode == PreemptionMode::kAuto) {
-    sc.prefer_swap = [&cost](const Request& r) { return swap_is_cheaper(cost, r); };
+    if (calibrated) {
+      sc.prefer_swap = [&c = *calibrated](const Request& r) {
+        return calibrated_swap_is_cheaper(c, r);
+      };
+    } else {
+      sc.prefer_swap = [&roofline](const Request& r) { return swap_is_cheaper(roofline, r); };
+    }
   }
   // Host swap blocks only where a preemption mode can use them.
   const auto cpu_blocks = static_cast<std::int32_t>(

@@ -5,11 +5,14 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "core/recorder.h"
+#include "sim/calibrated_cost_model.h"
 #include "sim/experiment.h"
+#include "sim/model_config.h"
 #include "sim/simulator.h"
 
 namespace servelab {
@@ -58,6 +61,11 @@ struct RunMeta {
 // std::runtime_error on I/O failure.
 void write_run_outputs(const ExperimentConfig& config, const Recorder& recorder,
                        const RunMeta& meta, RunOutput& out);
+
+// The calibrated cost model the experiment asks for (cost_model.type calibrated), or null for
+// the roofline. Throws ConfigError when the profile was calibrated for another model.
+std::unique_ptr<const CalibratedCostModel> make_calibrated_cost_model(
+    const ExperimentConfig& config, const ModelConfig& model);
 
 // The short human summary `sim run` prints.
 void print_summary(std::FILE* out, const ExperimentConfig& config, const RunOutput& run);

@@ -1,0 +1,274 @@
+#include "engine/profile.h"
+
+#include <algorithm>
+#include <chrono>
+#include <ctime>
+#include <deque>
+#include <fstream>
+#include <stdexcept>
+#include <thread>
+
+#include "core/config_node.h"
+#include "core/request.h"
+#include "core/step_plan.h"
+#include "engine/cpu_executor.h"
+#include "engine/engine_driver.h"
+#include "engine/llama_weights.h"
+#include "sim/calibrated_cost_model.h"
+#include "sim/calibration.h"
+#include "sim/model_config.h"
+
+#ifndef SERVELAB_VERSION
+#define SERVELAB_VERSION "unknown"
+#endif
+#ifndef SERVELAB_GIT_DESCRIBE
+#define SERVELAB_GIT_DESCRIBE ""
+#endif
+
+namespace servelab {
+
+namespace {
+
+std::int32_t blocks_for(std::int32_t tokens, std::int32_t block_size) {
+  return (tokens + block_size - 1) / block_size;
+}
+
+// Blocks a shape needs on the device and on the host.
+std::pair<std::int64_t, std::int64_t> shape_blocks(const ProfileShape& s, std::int32_t bs) {
+  std::int64_t device = 0;
+  for (const ProfileEntry& e : s.entries) device += blocks_for(e.first_token + e.num_tokens, bs);
+  device += 2 * s.swap_blocks + 2 * s.copy_blocks;
+  return {device, 2 * std::int64_t{s.swap_blocks}};
+}
+
+// One shape made concrete: its plan and everything the plan's spans point into.
+struct BuiltShape {
+  const ProfileShape* shape = nullptr;
+  std::deque<RequestSpec> specs;
+  std::deque<std::vector<BlockId>> tables;
+  StepPlan plan;
+  std::vector<std::int64_t> durations_ns;
+};
+
+void build(BuiltShape& b, const ProfileShape& s, std::int32_t bs, std::uint64_t seed,
+           RequestId& next_id) {
+  b.shape = &s;
+  BlockId next_block = 1;  // block 0 is the pool's null block: never used
+  for (const ProfileEntry& e : s.entries) {
+    const RequestId id = next_id++;
+    const std::int32_t len = e.first_token + e.num_tokens;
+    b.specs.push_back(make_request(
+        id, 0, {PromptSegment{unique_content_id(seed, id), 0, static_cast<std::uint32_t>(len)}},
+        1));
+    std::vector<BlockId>& table = b.tables.emplace_back();
+    for (std::int32_t k = 0; k < blocks_for(len, bs); ++k) table.push_back(next_block++);
+    ScheduledRequest r;
+    r.id = id;
+    r.spec = &b.specs.back();
+    r.first_token = e.first_token;
+    r.num_tokens = e.num_tokens;
+    r.is_prefill = e.is_prefill;
+    r.samples = e.samples;
+    r.block_table = table;
+    b.plan.requests.push_back(r);
+    (e.is_prefill ? b.plan.num_prefill_tokens : b.plan.num_decode_tokens) += e.num_tokens;
+  }
+  for (std::int32_t k = 0; k < s.swap_blocks; ++k) {
+    b.plan.swap_out.push_back({next_block++, k});
+  }
+  for (std::int32_t k = 0; k < s.swap_blocks; ++k) {
+    b.plan.swap_in.push_back({s.swap_blocks + k, next_block++});
+  }
+  for (std::int32_t k = 0; k < s.copy_blocks; ++k) {
+    const BlockId src = next_block++;
+    b.plan.copies.push_back({src, next_block++});
+  }
+}
+
+std::int64_t median(std::vector<std::int64_t> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2] + 1) / 2;
+}
+
+std::string utc_now() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+}  // namespace
+
+std::string engine_version() {
+  std::string v = SERVELAB_VERSION;
+  const std::string git = SERVELAB_GIT_DESCRIBE;
+  if (!git.empty()) v += " (git " + git + ")";
+  return v;
+}
+
+std::string cpu_device_name() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line, name = "unknown CPU";
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      const auto colon = line.find(':');
+      if (colon != std::string::npos) {
+        name = line.substr(colon + 1);
+        name.erase(0, name.find_first_not_of(" \t"));
+      }
+      break;
+    }
+  }
+  const unsigned threads = std::thread::hardware_concurrency();
+  return "cpu: " + name + " (" + std::to_string(threads) + " hardware threads)";
+}
+
+std::vector<ProfileShape> profile_grid(bool quick, std::int32_t max_tokens) {
+  std::vector<ProfileShape> g;
+  const std::int32_t m = max_tokens;
+  auto prompt = [](std::int32_t n) { return ProfileEntry{0, n, true, true}; };
+  auto decode = [](std::int32_t c) { return ProfileEntry{c - 1, 1, false, true}; };
+  auto add = [&](std::string family, std::vector<ProfileEntry> entries, std::int32_t swap = 0,
+                 std::int32_t copy = 0) {
+    g.push_back({std::move(family), std::move(entries), swap, copy});
+  };
+  const std::vector<std::int32_t> prefill_n =
+      quick ? std::vector<std::int32_t>{8, 64, 256}
+            : std::vector<std::int32_t>{1,   2,   4,   8,   16,   32,   64,  128,
+                                        256, 384, 512, 768, 1024, 1536, 2048};
+  for (std::int32_t n : prefill_n) {
+    if (n <= m) add("prefill", {prompt(n)});
+  }
+  for (std::int32_t k :
+       quick ? std::vector<std::int32_t>{4} : std::vector<std::int32_t>{2, 4, 8, 16}) {
+    for (std::int32_t n :
+         quick ? std::vector<std::int32_t>{32} : std::vector<std::int32_t>{16, 64, 256}) {
+      if (k * n <= m) add("prefill_batch", std::vector<ProfileEntry>(k, prompt(n)));
+    }
+  }
+  for (std::int32_t n :
+       quick ? std::vector<std::int32_t>{64} : std::vector<std::int32_t>{16, 64, 256}) {
+    for (std::int32_t p :
+         quick ? std::vector<std::int32_t>{256} : std::vector<std::int32_t>{128, 512, 1024, 1536}) {
+      if (p + n <= m) add("chunk", {ProfileEntry{p, n, true, false}});
+    }
+  }
+  for (std::int32_t b : quick ? std::vector<std::int32_t>{1, 8, 32}
+                              : std::vector<std::int32_t>{1, 2, 4, 8, 16, 32, 64, 128, 256}) {
+    for (std::int32_t c : quick ? std::vector<std::int32_t>{32, 256}
+                                : std::vector<std::int32_t>{16, 64, 256, 1024, 2048}) {
+      if (c <= m && std::int64_t{b} * c <= 131072) {
+        add("decode", std::vector<ProfileEntry>(b, decode(c)));
+      }
+    }
+  }
+  for (std::int32_t b :
+       quick ? std::vector<std::int32_t>{8} : std::vector<std::int32_t>{4, 16, 64}) {
+    for (std::int32_t c :
+         quick ? std::vector<std::int32_t>{128} : std::vector<std::int32_t>{128, 1024}) {
+      for (std::int32_t n :
+           quick ? std::vector<std::int32_t>{64} : std::vector<std::int32_t>{32, 256}) {
+        if (c > m || n > m) continue;
+        std::vector<ProfileEntry> e(b, decode(c));
+        e.push_back(prompt(n));
+        add("mixed", std::move(e));
+      }
+    }
+  }
+  const std::int32_t small_ctx = std::min<std::int32_t>(64, m);
+  for (std::int32_t k :
+       quick ? std::vector<std::int32_t>{4, 32} : std::vector<std::int32_t>{1, 4, 16, 64, 256}) {
+    add("swap", std::vector<ProfileEntry>(4, decode(small_ctx)), k, 0);
+    add("copy", std::vector<ProfileEntry>(4, decode(small_ctx)), 0, k);
+  }
+  return g;
+}
+
+std::size_t run_profile(const ProfileOptions& o, std::FILE* progress) {
+  if (o.device == "cuda") {
+    throw ConfigError(
+        "--device cuda: no CUDA executor in this build (and no GPU found); engine profile runs "
+        "on --device cpu");
+  }
+  if (o.device != "cpu")
+    throw ConfigError("--device: expected cpu or cuda, got '" + o.device + "'");
+  if (o.model.empty()) throw ConfigError("engine profile: --model is required");
+  if (o.out.empty()) throw ConfigError("engine profile: -o FILE is required");
+  if (o.reps < 1 || o.warmup < 0) throw ConfigError("--reps must be >= 1 and --warmup >= 0");
+  if (o.block_size < 1 || o.block_size > 256) throw ConfigError("--block-size: expected 1..256");
+  const LlamaConfig llama = load_llama_config(o.model, default_catalog_dir());
+  const ModelConfig& model = llama.model;
+  const std::int32_t max_tokens = std::min<std::int32_t>(
+      o.max_tokens, static_cast<std::int32_t>(model.max_position_embeddings));
+  if (max_tokens < 16) throw ConfigError("--max-tokens: expected at least 16");
+  const std::vector<ProfileShape> grid = profile_grid(o.quick, max_tokens);
+
+  std::int64_t device_blocks = 2, host_blocks = 0;
+  for (const ProfileShape& s : grid) {
+    const auto [d, h] = shape_blocks(s, o.block_size);
+    device_blocks = std::max(device_blocks, d + 1);
+    host_blocks = std::max(host_blocks, h);
+  }
+  const LlamaWeights weights = o.weights.empty() ? LlamaWeights::random(llama, o.seed)
+                                                 : LlamaWeights::load(llama, o.weights);
+  CpuExecutorOptions eo;
+  eo.block_size = o.block_size;
+  eo.num_blocks = static_cast<std::int32_t>(device_blocks);
+  eo.num_host_blocks = static_cast<std::int32_t>(host_blocks);
+  CpuExecutor exec(weights, eo);
+
+  std::deque<BuiltShape> built;
+  RequestId next_id = 0;
+  for (const ProfileShape& s : grid) build(built.emplace_back(), s, o.block_size, o.seed, next_id);
+
+  // Shape by shape, warm-up then repetitions back to back: consecutive engine steps have
+  // similar shapes, so the weights and KV blocks are as warm in cache as they are in a run.
+  std::size_t done = 0;
+  for (BuiltShape& b : built) {
+    if (progress) {
+      std::fprintf(progress, "\r  engine profile: shape %zu/%zu (%s)   ", ++done, built.size(),
+                   b.shape->family.c_str());
+      std::fflush(progress);
+    }
+    for (int w = 0; w < o.warmup; ++w) exec.execute(b.plan);
+    for (int r = 0; r < o.reps; ++r) b.durations_ns.push_back(exec.execute(b.plan).duration_ns);
+  }
+  if (progress) std::fputs("\r\033[K", progress);
+
+  std::ofstream out(o.out, std::ios::binary);
+  if (!out) throw std::runtime_error(o.out + ": cannot open for writing");
+  out << "# ServeLab engine profile (`engine profile`; format in docs/validation.md)\n";
+  out << "# format_version: 1\n";
+  out << "# model: " << model.name << "\n";
+  out << "# device: " << cpu_device_name() << "\n";
+  out << "# date_utc: " << utc_now() << "\n";
+  out << "# engine_version: " << engine_version() << "\n";
+  out << "# executor: CpuExecutor fp32 (Eigen)\n";
+  out << "# block_size: " << o.block_size << "\n";
+  out << "# block_bytes: " << engine_block_bytes(model, o.block_size) << "\n";
+  out << "# reps: " << o.reps << "\n";
+  out << "# warmup: " << o.warmup << "\n";
+  out << "# grid: " << (o.quick ? "quick" : "full") << ", max_tokens " << max_tokens << "\n";
+  const std::vector<std::string>& cols = profile_columns();
+  for (std::size_t i = 0; i < cols.size(); ++i) out << (i ? "," : "") << cols[i];
+  out << "\n";
+  for (const BuiltShape& b : built) {
+    const CalibrationFeatures f = CalibrationFeatures::from_plan(b.plan);
+    const StepFeatures& s = f.step;
+    const auto [mn, mx] = std::minmax_element(b.durations_ns.begin(), b.durations_ns.end());
+    out << b.shape->family << "," << s.num_tokens << "," << s.prefill_tokens << ","
+        << s.prefill_pairs << "," << s.prefill_context_tokens << "," << s.decode_tokens << ","
+        << s.decode_pairs << "," << s.decode_context_tokens << "," << s.num_sampled << ","
+        << f.num_entries << "," << s.swap_out_blocks << "," << s.swap_in_blocks << ","
+        << s.copy_blocks << "," << b.durations_ns.size() << "," << median(b.durations_ns) << ","
+        << *mn << "," << *mx << "\n";
+  }
+  out.close();
+  if (!out) throw std::runtime_error(o.out + ": write failed");
+  return built.size();
+}
+
+}  // namespace servelab

@@ -1,0 +1,70 @@
+// engine profile: times the executor over a designed grid of step shapes, for calibrating the
+// simulator's cost model (`sim calibrate`, sim/calibration.h; docs/validation.md).
+//
+// Each shape is a StepPlan built directly against the executor (no scheduler): entries with
+// disjoint block tables over a pool sized for the largest shape, plus swap and copy block
+// moves. Every shape runs `warmup` times untimed, then `reps` timed repetitions back to back
+// (as consecutive steps of a run do, so caches are as warm as in a run; an interleaved order
+// measured small decode steps twice as slow, cold). The file records each shape's median,
+// minimum and maximum, and the features the cost model uses.
+//
+// Families (full grid; --quick keeps a few points of each):
+//   prefill        one prompt of n tokens from position 0, sampling
+//   prefill_batch  k prompts of n tokens each
+//   chunk          one chunk of n tokens after p cached tokens, not sampling
+//   decode         B sequences decoding one token at context c
+//   mixed          B decodes at context c plus one prompt of n tokens
+//   swap           k blocks swapped out and k swapped in, beside 4 decodes at context 64
+//   copy           k copy-on-write block copies, beside 4 decodes at context 64
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+namespace servelab {
+
+struct ProfileOptions {
+  std::string model;           // catalogue name, YAML file or Hugging Face config.json path
+  std::string device = "cpu";  // "cuda" is refused (ConfigError): no CUDA executor in this build
+  std::string out;             // the CSV to write
+  std::string weights;         // optional checkpoint; random weights from `seed` otherwise
+  int reps = 7;
+  int warmup = 2;
+  bool quick = false;  // a small grid (tests, smoke runs)
+  std::int32_t block_size = 16;
+  std::int32_t max_tokens = 2048;  // largest step (tokens, context) in the grid; capped by the
+                                   // model's max_position_embeddings
+  std::uint64_t seed = 0;
+};
+
+struct ProfileEntry {
+  std::int32_t first_token = 0;
+  std::int32_t num_tokens = 1;
+  bool is_prefill = true;
+  bool samples = true;
+};
+
+struct ProfileShape {
+  std::string family;
+  std::vector<ProfileEntry> entries;
+  std::int32_t swap_blocks = 0;  // swapped out and the same number swapped in
+  std::int32_t copy_blocks = 0;
+};
+
+// The grid for a model whose positions go up to max_positions.
+std::vector<ProfileShape> profile_grid(bool quick, std::int32_t max_tokens);
+
+// Runs the grid and writes options.out. `progress` (may be null) gets a line per shape
+// round. Throws ConfigError for bad options, an unavailable device or an unknown model,
+// std::runtime_error when the file cannot be written. Returns the number of shapes.
+std::size_t run_profile(const ProfileOptions& options, std::FILE* progress);
+
+// "0.1.0 (git 9bf2efc)": the project version and, when known at configure time, git describe.
+std::string engine_version();
+// The CPU model from /proc/cpuinfo with the hardware thread count, e.g. "cpu: AMD EPYC (2
+// threads)".
+std::string cpu_device_name();
+
+}  // namespace servelab

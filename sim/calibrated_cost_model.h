@@ -1,0 +1,106 @@
+// CalibratedCostModel: the roofline's operator structure with coefficients fitted to step times
+// the engine measured (`engine profile` -> `sim calibrate` -> cost.yaml).
+//
+// A step's duration is a non-negative combination of the same operator counts the roofline uses
+// (StepFeatures), in seconds:
+//
+//   step_s                                  fixed, per non-empty step
+// + per_sequence_s       * entries          per scheduled request (input preparation, sampling
+//                                           bookkeeping, per-entry kernel setup)
+// + per_token_s          * T                GEMMs and elementwise kernels, by token count
+// + per_token_above_knee_s * max(0, T - knee_tokens)
+//                                           the GEMMs' second slope: memory-bound (weights
+//                                           streamed once) below the knee, compute-bound above
+// + prefill_pair_s       * P_pre            prefill attention, by causal (query, key) pairs
+// + decode_context_token_s * C_dec          decode attention, by KV tokens read
+// + sampled_sequence_s   * S                LM head (and sampling), by sequences sampled
+// + swap_byte_s          * (W_out + W_in) * block_bytes     swap over the host link
+// + copy_byte_s          * W_copy * block_bytes             copy-on-write in device memory
+//
+// An empty plan takes 0. Every coefficient is >= 0 (fitted by NNLS), so adding work never
+// shortens a step. The file format is in docs/validation.md; the fit in sim/calibration.h.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "core/request_state.h"
+#include "sim/cost_model.h"
+
+namespace servelab {
+
+// StepFeatures plus the number of plan entries (the per-sequence term).
+struct CalibrationFeatures {
+  StepFeatures step;
+  std::int64_t num_entries = 0;
+
+  bool empty() const {
+    return step.num_tokens == 0 && step.swap_out_blocks == 0 && step.swap_in_blocks == 0 &&
+           step.copy_blocks == 0;
+  }
+  // One pass over the plan; no allocation.
+  static CalibrationFeatures from_plan(const StepPlan& plan);
+};
+
+// Seconds per unit of each term (see the file comment).
+struct CalibratedCoefficients {
+  double step_s = 0;
+  double per_sequence_s = 0;
+  double per_token_s = 0;
+  double per_token_above_knee_s = 0;
+  std::int64_t knee_tokens = 0;  // 0 with per_token_above_knee_s = 0: a single slope
+  double prefill_pair_s = 0;
+  double decode_context_token_s = 0;
+  double sampled_sequence_s = 0;
+  double swap_byte_s = 0;
+  double copy_byte_s = 0;
+};
+
+// A cost.yaml: coefficients plus where they were measured.
+struct CalibratedProfile {
+  std::string file;            // where it was loaded from ("" when built in memory)
+  std::string model;           // the model the profile ran (must match the experiment's)
+  std::string device;          // e.g. "cpu: AMD EPYC 7B13 (2 threads)"
+  std::string date_utc;        // when the engine profile was measured
+  std::string engine_version;  // project version and git describe of the profiling engine
+  std::int32_t block_size = 16;
+  std::int64_t block_bytes = 0;  // K and V of one block, all layers, as the engine stores it
+  CalibratedCoefficients coefficients;
+};
+
+// Reads and validates a cost.yaml. Throws ConfigError naming the file (and line and key) for a
+// missing file, malformed YAML, an unknown or missing key, a wrong type or a negative
+// coefficient.
+CalibratedProfile load_calibrated_profile(const std::string& path);
+
+class CalibratedCostModel final : public CostModel {
+ public:
+  // `block_size`: the simulated KV block size; swap and copy bytes scale from the profile's
+  // block_bytes per token. Throws ConfigError when block_size < 1.
+  CalibratedCostModel(CalibratedProfile profile, std::int32_t block_size);
+
+  TimeNs step_time(const StepPlan& plan) const override;
+  TimeNs swap_time(std::int64_t num_blocks) const override;
+  std::string_view name() const override { return "calibrated"; }
+
+  // Predicted seconds for a step with these features (0 for an empty one).
+  double seconds(const CalibrationFeatures& f) const;
+  const CalibratedProfile& profile() const { return profile_; }
+  double block_bytes() const { return block_bytes_; }
+
+ private:
+  CalibratedProfile profile_;
+  double block_bytes_;  // at the simulated block size
+};
+
+// Seconds of the step `f` under `c` with blocks of `block_bytes` (the fit uses this too).
+double calibrated_seconds(const CalibratedCoefficients& c, const CalibrationFeatures& f,
+                          double block_bytes);
+
+// The `auto` preemption oracle under a calibrated model (as sim/swap_cost.h for the roofline):
+// swap when two transfers of the victim's blocks cost less than the marginal prefill of its
+// computed tokens.
+bool calibrated_swap_is_cheaper(const CalibratedCostModel& cost, const Request& victim);
+
+}  // namespace servelab

@@ -1,0 +1,407 @@
+#include "sim/calibration.h"
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "core/config_node.h"
+#include "sim/nnls.h"
+
+namespace servelab {
+
+namespace {
+
+constexpr int kTerms = 9;
+enum Term {
+  kStep,
+  kSequence,
+  kToken,
+  kAboveKnee,
+  kPrefillPair,
+  kDecodeContext,
+  kSampled,
+  kSwapByte,
+  kCopyByte
+};
+
+// The basis value of each term for one step (the unit each coefficient multiplies).
+std::array<double, kTerms> basis(const CalibrationFeatures& f, std::int64_t knee,
+                                 double block_bytes) {
+  const StepFeatures& s = f.step;
+  const double t = static_cast<double>(s.num_tokens);
+  return {f.empty() ? 0.0 : 1.0,
+          static_cast<double>(f.num_entries),
+          t,
+          knee > 0 ? std::max(0.0, t - static_cast<double>(knee)) : 0.0,
+          static_cast<double>(s.prefill_pairs),
+          static_cast<double>(s.decode_context_tokens),
+          static_cast<double>(s.num_sampled),
+          static_cast<double>(s.swap_out_blocks + s.swap_in_blocks) * block_bytes,
+          static_cast<double>(s.copy_blocks) * block_bytes};
+}
+
+CalibratedCoefficients from_vector(const Eigen::VectorXd& x, std::int64_t knee) {
+  CalibratedCoefficients c;
+  c.step_s = x(kStep);
+  c.per_sequence_s = x(kSequence);
+  c.per_token_s = x(kToken);
+  c.per_token_above_knee_s = x(kAboveKnee);
+  c.knee_tokens = c.per_token_above_knee_s > 0 ? knee : 0;
+  if (c.knee_tokens == 0) c.per_token_above_knee_s = 0;
+  c.prefill_pair_s = x(kPrefillPair);
+  c.decode_context_token_s = x(kDecodeContext);
+  c.sampled_sequence_s = x(kSampled);
+  c.swap_byte_s = x(kSwapByte);
+  c.copy_byte_s = x(kCopyByte);
+  return c;
+}
+
+std::string trim(const std::string& s) {
+  const auto b = s.find_first_not_of(" \t\r");
+  if (b == std::string::npos) return "";
+  const auto e = s.find_last_not_of(" \t\r");
+  return s.substr(b, e - b + 1);
+}
+
+std::vector<std::string> split_csv(const std::string& line) {
+  std::vector<std::string> out;
+  std::stringstream ss(line);
+  for (std::string f; std::getline(ss, f, ',');) out.push_back(trim(f));
+  if (!line.empty() && line.back() == ',') out.emplace_back();
+  return out;
+}
+
+std::string fmt(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.9g", v);
+  return buf;
+}
+
+// A YAML double-quoted scalar.
+std::string quoted(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out.push_back('\\');
+    out.push_back(c);
+  }
+  return out + "\"";
+}
+
+}  // namespace
+
+const std::vector<std::string>& profile_columns() {
+  static const std::vector<std::string> cols = {"family",
+                                                "num_tokens",
+                                                "prefill_tokens",
+                                                "prefill_pairs",
+                                                "prefill_context_tokens",
+                                                "decode_tokens",
+                                                "decode_pairs",
+                                                "decode_context_tokens",
+                                                "num_sampled",
+                                                "num_entries",
+                                                "swap_out_blocks",
+                                                "swap_in_blocks",
+                                                "copy_blocks",
+                                                "reps",
+                                                "median_ns",
+                                                "min_ns",
+                                                "max_ns"};
+  return cols;
+}
+
+EngineProfile read_profile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw ConfigError(path + ": cannot open the profile (does it exist?)");
+  EngineProfile p;
+  p.file = path;
+  std::string line;
+  std::int64_t line_no = 0;
+  std::vector<std::string> header;
+  std::map<std::string, std::size_t> col;
+  auto fail = [&](const std::string& what) {
+    throw ConfigError(path + ":" + std::to_string(line_no) + ": " + what);
+  };
+  while (std::getline(in, line)) {
+    ++line_no;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (trim(line).empty()) continue;
+    if (line[0] == '#') {
+      const std::string body = line.substr(1);
+      const auto colon = body.find(':');
+      if (colon != std::string::npos && header.empty()) {
+        p.header[trim(body.substr(0, colon))] = trim(body.substr(colon + 1));
+      }
+      continue;
+    }
+    if (header.empty()) {
+      header = split_csv(line);
+      for (std::size_t i = 0; i < header.size(); ++i) col[header[i]] = i;
+      for (const std::string& c : profile_columns()) {
+        if (c == "reps" || c == "min_ns" || c == "max_ns") continue;
+        if (!col.count(c)) fail("the header has no column '" + c + "'");
+      }
+      continue;
+    }
+    const std::vector<std::string> f = split_csv(line);
+    if (f.size() != header.size()) {
+      fail("expected " + std::to_string(header.size()) + " fields, got " +
+           std::to_string(f.size()));
+    }
+    auto integer = [&](const std::string& name) -> std::int64_t {
+      const std::string& s = f[col.at(name)];
+      errno = 0;
+      char* end = nullptr;
+      const long long v = std::strtoll(s.c_str(), &end, 10);
+      if (s.empty() || *end != '\0' || errno != 0 || v < 0) {
+        fail("column '" + name + "': expected a non-negative integer, got '" + s + "'");
+      }
+      return v;
+    };
+    ProfileRow r;
+    r.line = line_no;
+    r.family = f[col.at("family")];
+    if (r.family.empty()) fail("column 'family': empty");
+    StepFeatures& s = r.features.step;
+    s.num_tokens = integer("num_tokens");
+    s.prefill_tokens = integer("prefill_tokens");
+    s.prefill_pairs = integer("prefill_pairs");
+    s.prefill_context_tokens = integer("prefill_context_tokens");
+    s.decode_tokens = integer("decode_tokens");
+    s.decode_pairs = integer("decode_pairs");
+    s.decode_context_tokens = integer("decode_context_tokens");
+    s.num_sampled = integer("num_sampled");
+    r.features.num_entries = integer("num_entries");
+    s.swap_out_blocks = integer("swap_out_blocks");
+    s.swap_in_blocks = integer("swap_in_blocks");
+    s.copy_blocks = integer("copy_blocks");
+    r.median_ns = integer("median_ns");
+    if (s.num_tokens != s.prefill_tokens + s.decode_tokens) {
+      fail("num_tokens (" + std::to_string(s.num_tokens) +
+           ") is not prefill_tokens + decode_tokens");
+    }
+    if (r.features.empty()) fail("an empty step (no tokens, no block moves)");
+    if (r.median_ns <= 0) fail("column 'median_ns': expected a positive duration");
+    p.rows.push_back(std::move(r));
+  }
+  if (header.empty() || p.rows.empty()) {
+    throw ConfigError(path + ": the profile holds no measurements (empty, or only comments)");
+  }
+  auto header_int = [&](const std::string& key, std::int64_t min) -> std::int64_t {
+    auto it = p.header.find(key);
+    if (it == p.header.end()) {
+      throw ConfigError(path + ": header line '# " + key + ": ...' is missing");
+    }
+    char* end = nullptr;
+    const long long v = std::strtoll(it->second.c_str(), &end, 10);
+    if (it->second.empty() || *end != '\0' || v < min) {
+      throw ConfigError(path + ": header '" + key + "': expected an integer >= " +
+                        std::to_string(min) + ", got '" + it->second + "'");
+    }
+    return v;
+  };
+  if (!p.header.count("model")) throw ConfigError(path + ": header line '# model: ...' is missing");
+  p.block_size = static_cast<std::int32_t>(header_int("block_size", 1));
+  p.block_bytes = header_int("block_bytes", 1);
+  return p;
+}
+
+std::map<std::string, FamilyError> profile_errors(const EngineProfile& profile,
+                                                  const CalibratedCoefficients& coefficients,
+                                                  FamilyError* overall) {
+  std::map<std::string, FamilyError> fam;
+  FamilyError all;
+  const double bb = static_cast<double>(profile.block_bytes);
+  for (const ProfileRow& r : profile.rows) {
+    const double measured = static_cast<double>(r.median_ns) * 1e-9;
+    const double err =
+        std::abs(calibrated_seconds(coefficients, r.features, bb) - measured) / measured;
+    for (FamilyError* e : {&fam[r.family], &all}) {
+      ++e->shapes;
+      e->mape += err;
+      e->max_error = std::max(e->max_error, err);
+    }
+  }
+  for (auto& [name, e] : fam) e.mape /= static_cast<double>(e.shapes);
+  if (all.shapes) all.mape /= static_cast<double>(all.shapes);
+  if (overall) *overall = all;
+  return fam;
+}
+
+CalibrationResult fit_profile(const EngineProfile& profile) {
+  const Eigen::Index n = static_cast<Eigen::Index>(profile.rows.size());
+  const double bb = static_cast<double>(profile.block_bytes);
+  // Candidate knees: no knee, then every distinct token count but the largest.
+  std::set<std::int64_t> tokens;
+  for (const ProfileRow& r : profile.rows) tokens.insert(r.features.step.num_tokens);
+  std::vector<std::int64_t> knees = {0};
+  for (std::int64_t t : tokens) {
+    if (t > 0 && t < *tokens.rbegin()) knees.push_back(t);
+  }
+
+  double best_objective = INFINITY;
+  Eigen::VectorXd best_x;
+  std::int64_t best_knee = 0;
+  bool converged = true;
+  double huber_c = 0;  // set by the first fit
+  double no_knee = INFINITY;
+  for (std::int64_t knee : knees) {
+    Eigen::MatrixXd A(n, kTerms);
+    Eigen::VectorXd b = Eigen::VectorXd::Ones(n);
+    for (Eigen::Index i = 0; i < n; ++i) {
+      const ProfileRow& r = profile.rows[static_cast<std::size_t>(i)];
+      const auto row = basis(r.features, knee, bb);
+      const double y = static_cast<double>(r.median_ns) * 1e-9;
+      for (int j = 0; j < kTerms; ++j) A(i, j) = row[static_cast<std::size_t>(j)] / y;
+    }
+    // Normalise columns (a zero column stays zero and its coefficient 0).
+    Eigen::VectorXd norms = A.colwise().norm().transpose();
+    int used = 0;
+    for (int j = 0; j < kTerms; ++j) {
+      if (norms(j) > 0) {
+        A.col(j) /= norms(j);
+        ++used;
+      } else {
+        norms(j) = 1;
+      }
+    }
+    if (knee == 0 && n < used) {
+      throw ConfigError(profile.file + ": " + std::to_string(n) + " shapes cannot determine the " +
+                        std::to_string(used) + " terms they exercise; profile more shapes");
+    }
+    // Huber-weighted NNLS by iteratively reweighted least squares: a shape whose median was
+    // hit by a scheduling hiccup (a few ms on a loaded machine) weighs linearly, not
+    // quadratically. The Huber threshold is fixed from the first (no-knee) fit so that the
+    // objectives of all knees are comparable.
+    Eigen::VectorXd sqrt_w = Eigen::VectorXd::Ones(n);
+    NnlsResult r;
+    Eigen::VectorXd resid;
+    for (int it = 0; it < 10; ++it) {
+      r = nnls(sqrt_w.asDiagonal() * A, sqrt_w.cwiseProduct(b));
+      resid = A * r.x - b;
+      if (huber_c <= 0) {
+        std::vector<double> a(resid.data(), resid.data() + n);
+        for (double& v : a) v = std::abs(v);
+        std::nth_element(a.begin(), a.begin() + n / 2, a.end());
+        huber_c = 1.345 * std::max(0.01, 1.4826 * a[static_cast<std::size_t>(n / 2)]);
+      }
+      for (Eigen::Index i = 0; i < n; ++i) {
+        const double e = std::abs(resid(i));
+        sqrt_w(i) = e <= huber_c ? 1.0 : std::sqrt(huber_c / e);
+      }
+    }
+    double objective = 0;
+    for (Eigen::Index i = 0; i < n; ++i) {
+      const double e = std::abs(resid(i));
+      objective += e <= huber_c ? 0.5 * e * e : huber_c * (e - 0.5 * huber_c);
+    }
+    // A knee adds two parameters (its position and slope): it must cut the no-knee objective
+    // by at least 10 % to be kept, so noise alone does not buy one.
+    const double needed = knee == 0 ? best_objective : std::min(best_objective, 0.9 * no_knee);
+    if (knee == 0) no_knee = objective;
+    if (objective < needed) {
+      best_objective = objective;
+      best_x = r.x.cwiseQuotient(norms);
+      best_knee = knee;
+      converged = r.converged;
+    }
+  }
+
+  CalibrationResult result;
+  result.converged = converged;
+  CalibratedProfile& p = result.profile;
+  auto header = [&](const std::string& k) {
+    auto it = profile.header.find(k);
+    return it == profile.header.end() ? std::string() : it->second;
+  };
+  p.model = header("model");
+  p.device = header("device");
+  p.date_utc = header("date_utc");
+  p.engine_version = header("engine_version");
+  p.block_size = profile.block_size;
+  p.block_bytes = profile.block_bytes;
+  p.coefficients = from_vector(best_x, best_knee);
+  result.families = profile_errors(profile, p.coefficients, &result.overall);
+  for (const ProfileRow& r : profile.rows) {
+    result.predicted_s.push_back(calibrated_seconds(p.coefficients, r.features, bb));
+  }
+  return result;
+}
+
+std::string calibration_yaml(const CalibrationResult& result, const std::string& profile_path) {
+  const CalibratedProfile& p = result.profile;
+  const CalibratedCoefficients& c = p.coefficients;
+  std::string y;
+  y += "# ServeLab calibrated cost model, written by `sim calibrate` (docs/validation.md).\n";
+  y += "# Use it with `cost_model: {type: calibrated, file: THIS_FILE}` in an experiment,\n";
+  y += "# or `sim run EXP.yaml --set cost_model.file=THIS_FILE`.\n";
+  y += "type: calibrated\n";
+  y += "format_version: 1\n";
+  y += "model: " + quoted(p.model) + "\n";
+  y += "device: " + quoted(p.device) + "\n";
+  y += "date_utc: " + quoted(p.date_utc) + "\n";
+  y += "engine_version: " + quoted(p.engine_version) + "\n";
+  y += "profile: " + quoted(profile_path) + "\n";
+  y += "block_size: " + std::to_string(p.block_size) + "\n";
+  y += "block_bytes: " + std::to_string(p.block_bytes) + "\n";
+  y += "coefficients:                 # seconds per unit; step = sum of unit counts x these\n";
+  y += "  step_s: " + fmt(c.step_s) + "                 # per non-empty step\n";
+  y += "  per_sequence_s: " + fmt(c.per_sequence_s) + "\n";
+  y += "  per_token_s: " + fmt(c.per_token_s) + "\n";
+  y += "  per_token_above_knee_s: " + fmt(c.per_token_above_knee_s) + "\n";
+  y += "  knee_tokens: " + std::to_string(c.knee_tokens) + "\n";
+  y += "  prefill_pair_s: " + fmt(c.prefill_pair_s) + "\n";
+  y += "  decode_context_token_s: " + fmt(c.decode_context_token_s) + "\n";
+  y += "  sampled_sequence_s: " + fmt(c.sampled_sequence_s) + "\n";
+  y += "  swap_byte_s: " + fmt(c.swap_byte_s) + "\n";
+  y += "  copy_byte_s: " + fmt(c.copy_byte_s) + "\n";
+  y += "fit:                          # relative errors on the profile itself (fractions)\n";
+  y += "  method: nnls-relative-huber\n";
+  y += "  converged: " + std::string(result.converged ? "true" : "false") + "\n";
+  y += "  shapes: " + std::to_string(result.overall.shapes) + "\n";
+  y += "  mape: " + fmt(result.overall.mape) + "\n";
+  y += "  max_error: " + fmt(result.overall.max_error) + "\n";
+  y += "  families:\n";
+  for (const auto& [name, e] : result.families) {
+    y += "    " + quoted(name) + ": {shapes: " + std::to_string(e.shapes) +
+         ", mape: " + fmt(e.mape) + ", max_error: " + fmt(e.max_error) + "}\n";
+  }
+  return y;
+}
+
+void print_calibration(std::FILE* out, const CalibrationResult& r) {
+  const CalibratedProfile& p = r.profile;
+  const CalibratedCoefficients& c = p.coefficients;
+  std::fprintf(out, "calibrated %s on %s (%s, engine %s)\n", p.model.c_str(), p.device.c_str(),
+               p.date_utc.c_str(), p.engine_version.c_str());
+  std::fprintf(out, "  coefficients:\n");
+  std::fprintf(out, "    step                  %12.3f us\n", c.step_s * 1e6);
+  std::fprintf(out, "    per sequence          %12.3f us\n", c.per_sequence_s * 1e6);
+  std::fprintf(out, "    per token             %12.4f us\n", c.per_token_s * 1e6);
+  std::fprintf(out, "    per token above %-6lld%12.4f us\n", static_cast<long long>(c.knee_tokens),
+               c.per_token_above_knee_s * 1e6);
+  std::fprintf(out, "    per prefill pair      %12.6f us\n", c.prefill_pair_s * 1e6);
+  std::fprintf(out, "    per decode KV token   %12.6f us\n", c.decode_context_token_s * 1e6);
+  std::fprintf(out, "    per sampled sequence  %12.3f us\n", c.sampled_sequence_s * 1e6);
+  std::fprintf(out, "    swap                  %12.3f GB/s\n",
+               c.swap_byte_s > 0 ? 1e-9 / c.swap_byte_s : 0.0);
+  std::fprintf(out, "    copy                  %12.3f GB/s\n",
+               c.copy_byte_s > 0 ? 1e-9 / c.copy_byte_s : 0.0);
+  std::fprintf(out, "  fit error by shape family (|predicted - measured| / measured):\n");
+  std::fprintf(out, "    %-16s %7s %9s %9s\n", "family", "shapes", "MAPE %", "max %");
+  for (const auto& [name, e] : r.families) {
+    std::fprintf(out, "    %-16s %7lld %9.2f %9.2f\n", name.c_str(),
+                 static_cast<long long>(e.shapes), 100 * e.mape, 100 * e.max_error);
+  }
+  std::fprintf(out, "    %-16s %7lld %9.2f %9.2f\n", "all",
+               static_cast<long long>(r.overall.shapes), 100 * r.overall.mape,
+               100 * r.overall.max_error);
+  if (!r.converged) std::fprintf(out, "  warning: NNLS stopped at its iteration limit\n");
+}
+
+}  // namespace servelab

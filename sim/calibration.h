@@ -1,0 +1,84 @@
+// Calibration: fits CalibratedCostModel's coefficients to the step times of an engine profile
+// (`engine profile` writes it, `sim calibrate` runs this). Formats and the method are in
+// docs/validation.md.
+//
+// Profile CSV: `# key: value` header lines (model, device, date_utc, engine_version, block_size,
+// block_bytes, ...), then a CSV header and one row per step shape:
+//   family, num_tokens, prefill_tokens, prefill_pairs, prefill_context_tokens, decode_tokens,
+//   decode_pairs, decode_context_tokens, num_sampled, num_entries, swap_out_blocks,
+//   swap_in_blocks, copy_blocks, reps, median_ns, min_ns, max_ns
+// (columns are found by name; reps, min_ns and max_ns are informational).
+//
+// The fit: minimise the sum over shapes of ((predicted - measured) / measured)^2, i.e. least
+// squares on rows scaled by 1 / measured, subject to every coefficient >= 0 (NNLS, sim/nnls.h).
+// The squares are Huber-weighted (iteratively reweighted NNLS, threshold 1.345 x the robust
+// scale 1.4826 x MAD of the first fit's relative residuals, at least 1.345 %), so a shape whose
+// median a scheduling hiccup inflated pulls the fit linearly rather than quadratically.
+// Columns are normalised before the solve and the coefficients scaled back. The GEMM knee is
+// chosen by trying every distinct token count of the profile (and no knee) and keeping the one
+// with the smallest objective, if that is at least 10 % below the no-knee objective. Terms the
+// profile never exercises (a column of zeros) get 0.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "sim/calibrated_cost_model.h"
+
+namespace servelab {
+
+struct ProfileRow {
+  std::string family;  // prefill, prefill_batch, chunk, decode, mixed, swap, copy, ...
+  CalibrationFeatures features;
+  std::int64_t median_ns = 0;
+  std::int64_t line = 0;  // in the file, for messages
+};
+
+struct EngineProfile {
+  std::string file;
+  std::map<std::string, std::string> header;  // the `# key: value` lines
+  std::int32_t block_size = 0;
+  std::int64_t block_bytes = 0;
+  std::vector<ProfileRow> rows;
+};
+
+// The CSV columns `engine profile` writes, in order.
+const std::vector<std::string>& profile_columns();
+
+// Throws ConfigError naming the file (and line) for a missing or unreadable file, a missing
+// column or header key, a malformed row, a non-positive duration, or no rows at all.
+EngineProfile read_profile(const std::string& path);
+
+struct FamilyError {
+  std::int64_t shapes = 0;
+  double mape = 0;       // mean of |predicted - measured| / measured, a fraction
+  double max_error = 0;  // the largest of those
+};
+
+struct CalibrationResult {
+  CalibratedProfile profile;                    // coefficients + provenance, ready to write
+  std::map<std::string, FamilyError> families;  // by family name
+  FamilyError overall;
+  std::vector<double> predicted_s;  // per profile row
+  bool converged = true;
+};
+
+// Fits the coefficients. Throws ConfigError when the profile cannot determine a fit (fewer
+// shapes than the terms it exercises).
+CalibrationResult fit_profile(const EngineProfile& profile);
+
+// Per-family errors of `coefficients` on `profile` (the same arithmetic the fit reports).
+std::map<std::string, FamilyError> profile_errors(const EngineProfile& profile,
+                                                  const CalibratedCoefficients& coefficients,
+                                                  FamilyError* overall = nullptr);
+
+// The cost.yaml text (deterministic: fixed key order, %.9g numbers).
+std::string calibration_yaml(const CalibrationResult& result, const std::string& profile_path);
+
+// The fit report `sim calibrate` prints.
+void print_calibration(std::FILE* out, const CalibrationResult& result);
+
+}  // namespace servelab

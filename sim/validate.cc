@@ -1,0 +1,562 @@
+#include "sim/validate.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "core/config_node.h"
+#include "core/step_plan.h"
+#include "sim/calibrated_cost_model.h"
+#include "sim/calibration.h"
+#include "sim/cli_args.h"
+#include "sim/hardware_config.h"
+#include "sim/model_config.h"
+#include "sim/roofline_cost_model.h"
+
+namespace servelab {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// A CSV file with a header, no quoting (ServeLab's own files).
+struct Csv {
+  std::string file;
+  std::map<std::string, std::size_t> col;
+  std::vector<std::vector<std::string>> rows;
+  std::vector<std::int64_t> lines;
+
+  const std::string& at(std::size_t row, const std::string& name) const {
+    auto it = col.find(name);
+    if (it == col.end()) throw ConfigError(file + ": no column '" + name + "'");
+    return rows[row][it->second];
+  }
+  double number(std::size_t row, const std::string& name) const {
+    const std::string& s = at(row, name);
+    char* end = nullptr;
+    const double v = std::strtod(s.c_str(), &end);
+    if (s.empty() || *end != '\0' || !std::isfinite(v)) {
+      throw ConfigError(file + ":" + std::to_string(lines[row]) + ": column '" + name +
+                        "': expected a number, got '" + s + "'");
+    }
+    return v;
+  }
+  std::optional<double> maybe(std::size_t row, const std::string& name) const {
+    if (at(row, name).empty()) return std::nullopt;
+    return number(row, name);
+  }
+};
+
+std::vector<std::string> split(const std::string& line) {
+  std::vector<std::string> out;
+  std::stringstream ss(line);
+  for (std::string f; std::getline(ss, f, ',');) out.push_back(f);
+  if (!line.empty() && line.back() == ',') out.emplace_back();
+  return out;
+}
+
+Csv read_csv(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw ConfigError(path + ": cannot open (is this a run folder?)");
+  Csv c;
+  c.file = path;
+  std::string line;
+  std::int64_t n = 0;
+  std::size_t width = 0;
+  while (std::getline(in, line)) {
+    ++n;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty()) continue;
+    std::vector<std::string> f = split(line);
+    if (c.col.empty()) {
+      for (std::size_t i = 0; i < f.size(); ++i) c.col[f[i]] = i;
+      width = f.size();
+      continue;
+    }
+    if (f.size() != width) {
+      throw ConfigError(path + ":" + std::to_string(n) + ": expected " + std::to_string(width) +
+                        " fields, got " + std::to_string(f.size()));
+    }
+    c.rows.push_back(std::move(f));
+    c.lines.push_back(n);
+  }
+  if (c.col.empty()) throw ConfigError(path + ": empty file");
+  return c;
+}
+
+nlohmann::json read_json(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw ConfigError(path + ": cannot open (is this a run folder?)");
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const std::exception& e) {
+    throw ConfigError(path + ": malformed JSON (" + e.what() + ")");
+  }
+}
+
+YAML::Node read_yaml(const std::string& path) {
+  if (!fs::exists(path)) throw ConfigError(path + ": cannot open (is this a run folder?)");
+  try {
+    return YAML::LoadFile(path);
+  } catch (const YAML::Exception& e) {
+    throw ConfigError(path + ": malformed YAML (" + e.what() + ")");
+  }
+}
+
+std::string dump(const YAML::Node& n) {
+  if (!n) return "<absent>";
+  YAML::Emitter e;
+  e << n;
+  return e.c_str();
+}
+
+// Linear interpolation between closest ranks (numpy's default), as docs/metrics.md.
+double percentile(const std::vector<double>& sorted, double p) {
+  if (sorted.empty()) return 0;
+  const double pos = (static_cast<double>(sorted.size()) - 1) * p / 100.0;
+  const std::size_t k = static_cast<std::size_t>(pos);
+  const double f = pos - static_cast<double>(k);
+  if (k + 1 >= sorted.size()) return sorted.back();
+  return sorted[k] + (sorted[k + 1] - sorted[k]) * f;
+}
+
+// The executed steps in order (steps with no rows are not executed: an idle engine forms
+// empty plans, which use up step indices), each with its step index and its schedule rows
+// ("request:first_token+num_tokens kind").
+struct ScheduledStep {
+  std::int64_t index = 0;
+  std::vector<std::string> rows;
+  friend bool operator==(const ScheduledStep& a, const ScheduledStep& b) {
+    return a.rows == b.rows;
+  }
+};
+
+std::vector<ScheduledStep> schedule_by_step(const Csv& c) {
+  std::vector<ScheduledStep> steps;
+  for (std::size_t i = 0; i < c.rows.size(); ++i) {
+    const auto step = static_cast<std::int64_t>(c.number(i, "step"));
+    if (steps.empty() || steps.back().index != step) {
+      if (!steps.empty() && step < steps.back().index) {
+        throw ConfigError(c.file + ":" + std::to_string(c.lines[i]) + ": steps out of order");
+      }
+      steps.push_back({step, {}});
+    }
+    steps.back().rows.push_back(c.at(i, "request") + ":" + c.at(i, "first_token") + "+" +
+                                c.at(i, "num_tokens") + " " + c.at(i, "kind"));
+  }
+  return steps;
+}
+
+std::string describe(const std::vector<std::string>& rows) {
+  if (rows.empty()) return "nothing";
+  std::string s;
+  for (std::size_t i = 0; i < rows.size() && i < 4; ++i) s += (i ? ", " : "") + rows[i];
+  if (rows.size() > 4) s += ", ... (" + std::to_string(rows.size()) + " entries)";
+  return s;
+}
+
+// The cost model the sim run used (from its config.yaml), or the given cost.yaml.
+struct ReplayModel {
+  std::unique_ptr<CostModel> model;
+  std::string description;
+};
+
+ReplayModel replay_model(const YAML::Node& sim_config, const std::string& sim_config_path,
+                         const std::string& override_file) {
+  ReplayModel r;
+  const std::int32_t block_size = sim_config["serving"]["block_size"].as<std::int32_t>(16);
+  std::string file = override_file;
+  if (file.empty() && sim_config["cost_model"] && sim_config["cost_model"]["file"]) {
+    file = sim_config["cost_model"]["file"].as<std::string>();
+  }
+  if (!file.empty()) {
+    if (!fs::exists(file)) {
+      throw ConfigError(sim_config_path + ": key 'cost_model.file': '" + file +
+                        "' not found (pass --cost-model FILE)");
+    }
+    r.model = std::make_unique<CalibratedCostModel>(load_calibrated_profile(file), block_size);
+    r.description = "calibrated (" + file + ")";
+    return r;
+  }
+  const std::string catalog = default_catalog_dir();
+  const std::string model = sim_config["model"].as<std::string>("");
+  const std::string hardware = sim_config["hardware"].as<std::string>("");
+  r.model = std::make_unique<RooflineCostModel>(load_model(model, catalog),
+                                                load_hardware(hardware, catalog), block_size);
+  r.description = "roofline (" + hardware + ")";
+  return r;
+}
+
+}  // namespace
+
+ErrorStats error_stats(const std::vector<double>& signed_errors) {
+  ErrorStats s;
+  s.count = static_cast<std::int64_t>(signed_errors.size());
+  if (signed_errors.empty()) return s;
+  std::vector<double> abs_errors;
+  double sum = 0, sum_signed = 0;
+  for (double e : signed_errors) {
+    abs_errors.push_back(std::abs(e));
+    sum += std::abs(e);
+    sum_signed += e;
+  }
+  std::sort(abs_errors.begin(), abs_errors.end());
+  s.mean = sum / static_cast<double>(s.count);
+  s.mean_signed = sum_signed / static_cast<double>(s.count);
+  s.p50 = percentile(abs_errors, 50);
+  s.p90 = percentile(abs_errors, 90);
+  s.p99 = percentile(abs_errors, 99);
+  s.max = abs_errors.back();
+  return s;
+}
+
+ValidationReport validate_runs(const std::string& sim_dir, const std::string& engine_dir,
+                               const std::string& cost_model_file) {
+  ValidationReport rep;
+  rep.sim_dir = sim_dir;
+  rep.engine_dir = engine_dir;
+  for (const std::string& d : {sim_dir, engine_dir}) {
+    if (!fs::is_directory(d)) throw ConfigError(d + ": not a run folder (no such directory)");
+  }
+
+  // 1. Same experiment: workload, seed and model must match; other differences are warnings.
+  const std::string sim_cfg_path = sim_dir + "/config.yaml",
+                    eng_cfg_path = engine_dir + "/config.yaml";
+  const YAML::Node sc = read_yaml(sim_cfg_path), ec = read_yaml(eng_cfg_path);
+  for (const char* key : {"workload", "seed", "model"}) {
+    if (dump(sc[key]) != dump(ec[key])) {
+      throw ConfigError(sim_cfg_path + " and " + eng_cfg_path +
+                        " describe different experiments: key '" + key + "' differs (" +
+                        dump(sc[key]).substr(0, 200) + " vs " + dump(ec[key]).substr(0, 200) +
+                        "); validate runs of the same experiment");
+    }
+  }
+  for (const char* key : {"serving", "policies"}) {
+    if (dump(sc[key]) != dump(ec[key])) {
+      rep.warnings.push_back(std::string("config.yaml key '") + key + "' differs between the runs");
+    }
+  }
+  if (dump(sc["derived"]["num_gpu_blocks"]) != dump(ec["derived"]["num_gpu_blocks"])) {
+    rep.warnings.push_back("the runs had different KV block counts (" +
+                           dump(sc["derived"]["num_gpu_blocks"]) + " vs " +
+                           dump(ec["derived"]["num_gpu_blocks"]) +
+                           "): pass --set serving.num_gpu_blocks=N to sim run");
+  }
+
+  // 2. Schedules, step by step.
+  const Csv sim_steps = read_csv(sim_dir + "/steps.csv"),
+            eng_steps = read_csv(engine_dir + "/steps.csv");
+  rep.sim_steps = static_cast<std::int64_t>(sim_steps.rows.size());
+  rep.engine_steps = static_cast<std::int64_t>(eng_steps.rows.size());
+  const bool have_schedules =
+      fs::exists(sim_dir + "/schedule.csv") && fs::exists(engine_dir + "/schedule.csv");
+  std::vector<ScheduledStep> sim_sched, eng_sched;
+  std::int64_t paired = std::min(rep.sim_steps, rep.engine_steps);
+  if (have_schedules) {
+    sim_sched = schedule_by_step(read_csv(sim_dir + "/schedule.csv"));
+    eng_sched = schedule_by_step(read_csv(engine_dir + "/schedule.csv"));
+    const std::size_t n = std::max(sim_sched.size(), eng_sched.size());
+    rep.schedule = "identical";
+    for (std::size_t i = 0; i < n; ++i) {
+      static const ScheduledStep none{-1, {}};
+      const auto& a = i < sim_sched.size() ? sim_sched[i] : none;
+      const auto& b = i < eng_sched.size() ? eng_sched[i] : none;
+      if (!(a == b)) {
+        rep.schedule = "differ";
+        rep.first_differing_step = static_cast<std::int64_t>(i);
+        rep.schedule_detail = "executed step " + std::to_string(i) + ": sim runs " +
+                              describe(a.rows) + "; engine runs " + describe(b.rows);
+        paired = std::min<std::int64_t>(paired, static_cast<std::int64_t>(i));
+        break;
+      }
+    }
+    rep.paired_basis = "schedule.csv";
+  } else {
+    rep.schedule_detail =
+        "schedule.csv missing in " +
+        std::string(fs::exists(sim_dir + "/schedule.csv") ? engine_dir : sim_dir) +
+        " (run with --record-schedule)";
+    // Pair steps while their shapes in steps.csv agree.
+    for (std::int64_t i = 0; i < paired; ++i) {
+      bool same = true;
+      for (const char* k :
+           {"num_seqs", "prefill_tokens", "decode_tokens", "swap_out_blocks", "swap_in_blocks"}) {
+        if (sim_steps.at(i, k) != eng_steps.at(i, k)) same = false;
+      }
+      if (!same) {
+        paired = i;
+        break;
+      }
+    }
+    rep.paired_basis = "steps.csv shapes";
+  }
+  {
+    std::vector<double> errors;
+    for (std::int64_t i = 0; i < paired; ++i) {
+      const double e = eng_steps.number(i, "duration_ms");
+      if (e > 0) errors.push_back((sim_steps.number(i, "duration_ms") - e) / e);
+    }
+    rep.step_paired = error_stats(errors);
+  }
+
+  // 3. The sim's cost model on every engine step (rebuilt from the engine's schedule.csv).
+  const Csv sim_req = read_csv(sim_dir + "/requests.csv"),
+            eng_req = read_csv(engine_dir + "/requests.csv");
+  if (fs::exists(engine_dir + "/schedule.csv")) {
+    const ReplayModel rm = replay_model(sc, sim_cfg_path, cost_model_file);
+    rep.replay_cost_model = rm.description;
+    std::map<std::int64_t, std::int64_t> known;  // request -> prompt + outputs so far
+    for (std::size_t i = 0; i < eng_req.rows.size(); ++i) {
+      known[static_cast<std::int64_t>(eng_req.number(i, "id"))] =
+          static_cast<std::int64_t>(eng_req.number(i, "prompt_tokens"));
+    }
+    const Csv sched = read_csv(engine_dir + "/schedule.csv");
+    std::vector<StepPlan> plans;
+    for (std::size_t i = 0; i < sched.rows.size(); ++i) {
+      const auto step = static_cast<std::size_t>(sched.number(i, "step"));
+      if (step >= plans.size()) plans.resize(step + 1);
+      const auto id = static_cast<std::int64_t>(sched.number(i, "request"));
+      ScheduledRequest r;
+      r.first_token = static_cast<std::int32_t>(sched.number(i, "first_token"));
+      r.num_tokens = static_cast<std::int32_t>(sched.number(i, "num_tokens"));
+      r.is_prefill = sched.at(i, "kind") == "prefill";
+      auto it = known.find(id);
+      if (it == known.end()) {
+        throw ConfigError(sched.file + ":" + std::to_string(sched.lines[i]) + ": request " +
+                          std::to_string(id) + " is not in requests.csv");
+      }
+      r.samples = r.first_token + r.num_tokens >= it->second;
+      if (r.samples) ++it->second;
+      plans[step].requests.push_back(r);
+    }
+    std::vector<double> errors;
+    for (std::size_t i = 0; i < eng_steps.rows.size(); ++i) {
+      const auto step = static_cast<std::size_t>(eng_steps.number(i, "step"));
+      if (step >= plans.size()) plans.resize(step + 1);
+      StepPlan& p = plans[step];
+      p.swap_out.resize(static_cast<std::size_t>(eng_steps.number(i, "swap_out_blocks")));
+      p.swap_in.resize(static_cast<std::size_t>(eng_steps.number(i, "swap_in_blocks")));
+      const double e = eng_steps.number(i, "duration_ms");
+      if (e > 0) errors.push_back((ns_to_s(rm.model->step_time(p)) * 1e3 - e) / e);
+    }
+    rep.step_replay = error_stats(errors);
+  }
+
+  // 4. Requests, joined by id over those finished in both.
+  std::map<std::string, std::size_t> sim_rows;
+  for (std::size_t i = 0; i < sim_req.rows.size(); ++i) sim_rows[sim_req.at(i, "id")] = i;
+  std::vector<double> ttft, tpot, e2e;
+  for (std::size_t j = 0; j < eng_req.rows.size(); ++j) {
+    auto it = sim_rows.find(eng_req.at(j, "id"));
+    if (it == sim_rows.end()) continue;
+    const std::size_t i = it->second;
+    if (sim_req.at(i, "status") != "finished" || eng_req.at(j, "status") != "finished") continue;
+    ++rep.requests_compared;
+    auto add = [&](std::vector<double>& v, const char* col) {
+      const std::optional<double> s = sim_req.maybe(i, col), e = eng_req.maybe(j, col);
+      if (s && e && *e > 0) v.push_back((*s - *e) / *e);
+    };
+    add(ttft, "ttft_ms");
+    add(tpot, "tpot_ms");
+    add(e2e, "e2e_ms");
+  }
+  rep.ttft = error_stats(ttft);
+  rep.tpot = error_stats(tpot);
+  rep.e2e = error_stats(e2e);
+
+  // 5. Aggregates from summary.json.
+  const nlohmann::json ss = read_json(sim_dir + "/summary.json"),
+                       es = read_json(engine_dir + "/summary.json");
+  const std::pair<const char*, const char*> metrics[] = {{"throughput", "output_tokens_per_s"},
+                                                         {"throughput", "requests_per_s"},
+                                                         {"ttft_ms", "p50"},
+                                                         {"ttft_ms", "p99"},
+                                                         {"tpot_ms", "p50"},
+                                                         {"tpot_ms", "p99"},
+                                                         {"e2e_ms", "p50"},
+                                                         {"e2e_ms", "p99"},
+                                                         {"itl_ms", "p50"},
+                                                         {"preemption", "preemptions"}};
+  for (const auto& [section, key] : metrics) {
+    AggregateError a;
+    a.metric = std::string(section) + "." + key;
+    auto get = [&](const nlohmann::json& j, const std::string& file) {
+      if (!j.contains(section) || !j[section].contains(key) || !j[section][key].is_number()) {
+        throw ConfigError(file + ": no number at '" + a.metric + "'");
+      }
+      return j[section][key].get<double>();
+    };
+    a.sim = get(ss, sim_dir + "/summary.json");
+    a.engine = get(es, engine_dir + "/summary.json");
+    if (a.engine != 0) a.error = (a.sim - a.engine) / a.engine;
+    rep.aggregates.push_back(a);
+  }
+  {
+    AggregateError a;
+    a.metric = "num_steps";
+    a.sim = static_cast<double>(rep.sim_steps);
+    a.engine = static_cast<double>(rep.engine_steps);
+    if (a.engine != 0) a.error = (a.sim - a.engine) / a.engine;
+    rep.aggregates.push_back(a);
+  }
+  return rep;
+}
+
+void print_validation(std::FILE* f, const ValidationReport& r) {
+  std::fprintf(f, "validate %s (sim) against %s (engine)\n", r.sim_dir.c_str(),
+               r.engine_dir.c_str());
+  for (const std::string& w : r.warnings) std::fprintf(f, "  warning: %s\n", w.c_str());
+  std::fprintf(f, "  schedules: %s", r.schedule.c_str());
+  if (!r.schedule_detail.empty()) std::fprintf(f, " (%s)", r.schedule_detail.c_str());
+  std::fprintf(f, "\n  steps: sim %lld, engine %lld\n", static_cast<long long>(r.sim_steps),
+               static_cast<long long>(r.engine_steps));
+  std::fprintf(f, "\n  %-34s %7s %8s %8s %8s %8s %8s %9s\n", "relative error, % (|sim-eng|/eng)",
+               "n", "mean", "p50", "p90", "p99", "max", "bias");
+  auto row = [&](const std::string& name, const ErrorStats& s) {
+    std::fprintf(f, "  %-34s %7lld %8.2f %8.2f %8.2f %8.2f %8.2f %+9.2f\n", name.c_str(),
+                 static_cast<long long>(s.count), 100 * s.mean, 100 * s.p50, 100 * s.p90,
+                 100 * s.p99, 100 * s.max, 100 * s.mean_signed);
+  };
+  row("step time, paired (" + r.paired_basis + ")", r.step_paired);
+  if (r.step_replay) row("step time, replayed", *r.step_replay);
+  row("TTFT per request", r.ttft);
+  row("TPOT per request", r.tpot);
+  row("E2E per request", r.e2e);
+  if (r.step_replay) std::fprintf(f, "  (replay cost model: %s)\n", r.replay_cost_model.c_str());
+  std::fprintf(f, "\n  %-34s %12s %12s %9s\n", "aggregate", "sim", "engine", "error %");
+  for (const AggregateError& a : r.aggregates) {
+    if (a.error) {
+      std::fprintf(f, "  %-34s %12.4g %12.4g %+9.2f\n", a.metric.c_str(), a.sim, a.engine,
+                   100 * *a.error);
+    } else {
+      std::fprintf(f, "  %-34s %12.4g %12.4g %9s\n", a.metric.c_str(), a.sim, a.engine, "-");
+    }
+  }
+}
+
+std::string validation_json(const ValidationReport& r) {
+  using J = nlohmann::ordered_json;
+  auto stats = [](const ErrorStats& s) {
+    return J{{"count", s.count},
+             {"mean", s.mean},
+             {"p50", s.p50},
+             {"p90", s.p90},
+             {"p99", s.p99},
+             {"max", s.max},
+             {"mean_signed", s.mean_signed}};
+  };
+  J j;
+  j["sim_dir"] = r.sim_dir;
+  j["engine_dir"] = r.engine_dir;
+  j["warnings"] = r.warnings;
+  j["schedule"] = {
+      {"comparison", r.schedule},
+      {"first_differing_step", r.first_differing_step ? J(*r.first_differing_step) : J(nullptr)},
+      {"detail", r.schedule_detail}};
+  j["steps"] = {{"sim", r.sim_steps}, {"engine", r.engine_steps}};
+  j["step_time"] = {{"paired", stats(r.step_paired)},
+                    {"paired_basis", r.paired_basis},
+                    {"replayed", r.step_replay ? stats(*r.step_replay) : J(nullptr)},
+                    {"replay_cost_model", r.replay_cost_model}};
+  j["requests"] = {{"compared", r.requests_compared},
+                   {"ttft", stats(r.ttft)},
+                   {"tpot", stats(r.tpot)},
+                   {"e2e", stats(r.e2e)}};
+  J agg = J::object();
+  for (const AggregateError& a : r.aggregates) {
+    agg[a.metric] = {
+        {"sim", a.sim}, {"engine", a.engine}, {"error", a.error ? J(*a.error) : J(nullptr)}};
+  }
+  j["aggregates"] = agg;
+  return j.dump(2) + "\n";
+}
+
+int validate_command(const std::vector<std::string>& args) {
+  std::vector<std::string> dirs;
+  std::string out, cost;
+  bool quiet = false;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= args.size()) throw UsageError(a + ": expected a value");
+      return args[++i];
+    };
+    if (a == "--out" || a == "-o") {
+      out = value();
+    } else if (a == "--cost-model") {
+      cost = value();
+    } else if (a == "--quiet" || a == "-q") {
+      quiet = true;
+    } else if (!a.empty() && a[0] == '-') {
+      throw UsageError("sim validate: unknown option '" + a + "'");
+    } else {
+      dirs.push_back(a);
+    }
+  }
+  if (dirs.size() != 2) {
+    throw UsageError("sim validate: expected two run folders (sim validate SIM_DIR ENGINE_DIR)");
+  }
+  const ValidationReport rep = validate_runs(dirs[0], dirs[1], cost);
+  std::string dir = out;
+  if (dir.empty()) {
+    std::string base = dirs[0];
+    while (base.size() > 1 && base.back() == '/') base.pop_back();
+    dir = base + "-validation";
+  }
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw std::runtime_error(dir + ": cannot create directory (" + ec.message() + ")");
+  const std::string path = dir + "/validation.json";
+  std::ofstream o(path, std::ios::binary);
+  o << validation_json(rep);
+  if (!o) throw std::runtime_error(path + ": write failed");
+  if (!quiet) {
+    print_validation(stdout, rep);
+    std::printf("  wrote %s\n", path.c_str());
+  }
+  return 0;
+}
+
+int calibrate_command(const std::vector<std::string>& args) {
+  std::string profile, out;
+  bool quiet = false;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "-o" || a == "--out") {
+      if (i + 1 >= args.size()) throw UsageError(a + ": expected a value");
+      out = args[++i];
+    } else if (a == "--quiet" || a == "-q") {
+      quiet = true;
+    } else if (!a.empty() && a[0] == '-') {
+      throw UsageError("sim calibrate: unknown option '" + a + "'");
+    } else if (profile.empty()) {
+      profile = a;
+    } else {
+      throw UsageError("sim calibrate: more than one profile given");
+    }
+  }
+  if (profile.empty())
+    throw UsageError("sim calibrate: expected a profile (sim calibrate PROFILE.csv -o COST.yaml)");
+  if (out.empty()) throw UsageError("sim calibrate: expected -o COST.yaml");
+  const EngineProfile p = read_profile(profile);
+  const CalibrationResult r = fit_profile(p);
+  std::ofstream o(out, std::ios::binary);
+  o << calibration_yaml(r, profile);
+  o.close();
+  if (!o) throw std::runtime_error(out + ": write failed");
+  if (!quiet) {
+    print_calibration(stdout, r);
+    std::printf("  wrote %s\n", out.c_str());
+  }
+  return 0;
+}
+
+}  // namespace servelab

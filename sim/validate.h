@@ -1,0 +1,79 @@
+// sim validate: how far a simulated run is from the engine's run of the same experiment.
+//
+// Inputs are two run folders (summary.json, requests.csv, steps.csv, config.yaml, and
+// schedule.csv where recorded). Every error is defined in docs/validation.md; in short, with
+// sim the simulator's figure and eng the engine's:
+//   relative error  (sim - eng) / eng          (signed; tables show |.| unless marked)
+//   step time       per step |sim - eng| / eng over steps both ran with the same shape (paired),
+//                   and the sim's cost model replayed on every engine step (replay)
+//   per request     |sim - eng| / eng of TTFT, TPOT, E2E, joined by request id over requests
+//                   finished in both; summarised by mean, p50, p90, p99, max (+ signed mean)
+//   aggregates      signed relative error of throughput, TTFT/TPOT/E2E p50 and p99, ...
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace servelab {
+
+struct ErrorStats {
+  std::int64_t count = 0;
+  double mean = 0, p50 = 0, p90 = 0, p99 = 0, max = 0;  // of |relative error|
+  double mean_signed = 0;                               // of the signed relative error
+};
+
+// Summary of relative errors (signed values in, stats of their absolute values out).
+ErrorStats error_stats(const std::vector<double>& signed_errors);
+
+struct AggregateError {
+  std::string metric;  // e.g. "throughput.output_tokens_per_s", "ttft_ms.p50"
+  double sim = 0, engine = 0;
+  std::optional<double> error;  // (sim - engine) / engine; none when engine is 0
+};
+
+struct ValidationReport {
+  std::string sim_dir, engine_dir;
+  std::vector<std::string> warnings;  // configuration differences that do not prevent comparing
+  std::int64_t sim_steps = 0, engine_steps = 0;
+
+  // Schedules: "identical", "differ" or "not compared" (a folder lacks schedule.csv).
+  std::string schedule = "not compared";
+  std::optional<std::int64_t> first_differing_step;
+  std::string schedule_detail;  // what differs at that step, or why it was not compared
+
+  // Step time, paired: the k-th executed step of both runs (the k-th row of steps.csv), for
+  // every k before the first executed step whose shape differs (`paired_basis`:
+  // "schedule.csv" or "steps.csv shapes"). `first_differing_step` counts executed steps too
+  // (step indices have gaps where an idle engine formed empty plans).
+  ErrorStats step_paired;
+  std::string paired_basis;
+  // Step time, replayed: the simulator's cost model predicting every engine step (needs the
+  // engine's schedule.csv and requests.csv).
+  std::optional<ErrorStats> step_replay;
+  std::string replay_cost_model;  // "calibrated (FILE)" or "roofline (HARDWARE)"
+
+  std::int64_t requests_compared = 0;
+  ErrorStats ttft, tpot, e2e;
+  std::vector<AggregateError> aggregates;
+};
+
+// Throws ConfigError when a folder lacks a required file, a file is malformed, or the two
+// config.yaml files describe different workloads (workload section, seed or model).
+// `cost_model_file`: a cost.yaml for the replay instead of the one the sim run used.
+ValidationReport validate_runs(const std::string& sim_dir, const std::string& engine_dir,
+                               const std::string& cost_model_file = "");
+
+void print_validation(std::FILE* out, const ValidationReport& report);
+// validation.json (nlohmann ordered keys; fractions, not percent).
+std::string validation_json(const ValidationReport& report);
+
+// `sim validate SIM_DIR ENGINE_DIR [--out DIR] [--cost-model FILE] [--quiet]`; returns the
+// exit code, throws UsageError / ConfigError.
+int validate_command(const std::vector<std::string>& args);
+// `sim calibrate PROFILE.csv -o COST.yaml [--quiet]`.
+int calibrate_command(const std::vector<std::string>& args);
+
+}  // namespace servelab

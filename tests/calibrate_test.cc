@@ -1,0 +1,472 @@
+// The calibrated cost model: NNLS on hand cases, coefficient recovery from synthetic profiles
+// made by a known model (with and without noise), the cost.yaml round trip, the cost_model
+// experiment key, and the exit codes of `sim calibrate` on bad input.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "core/config_node.h"
+#include "core/rng.h"
+#include "sim/calibrated_cost_model.h"
+#include "sim/calibration.h"
+#include "sim/experiment.h"
+#include "sim/nnls.h"
+#include "tests/test_util.h"
+
+namespace servelab {
+namespace {
+
+using test_util::run_sim;
+using test_util::temp_dir;
+using test_util::write_file;
+
+// ---- NNLS ----
+
+TEST(Nnls, UnconstrainedSolutionWhenItIsPositive) {
+  Eigen::MatrixXd A(3, 2);
+  A << 1, 0, 0, 1, 1, 1;
+  Eigen::VectorXd b(3);
+  b << 1, 2, 3;
+  const NnlsResult r = nnls(A, b);
+  EXPECT_TRUE(r.converged);
+  EXPECT_NEAR(r.x(0), 1.0, 1e-12);
+  EXPECT_NEAR(r.x(1), 2.0, 1e-12);
+  EXPECT_NEAR(r.residual_norm, 0.0, 1e-12);
+}
+
+TEST(Nnls, NegativeComponentClampedToZero) {
+  // Identity: the unconstrained answer is b itself; the negative entry must become 0.
+  const Eigen::MatrixXd A = Eigen::MatrixXd::Identity(2, 2);
+  Eigen::VectorXd b(2);
+  b << 1, -1;
+  const NnlsResult r = nnls(A, b);
+  EXPECT_DOUBLE_EQ(r.x(0), 1.0);
+  EXPECT_DOUBLE_EQ(r.x(1), 0.0);
+  EXPECT_NEAR(r.residual_norm, 1.0, 1e-12);
+}
+
+TEST(Nnls, HandCaseWhereTheActiveSetChanges) {
+  // min ||A x - b|| with A = [[1, 2], [3, 4], [5, 6]], b = [1, 1, 1]: the unconstrained
+  // solution is (-1, 1); with x >= 0 the optimum uses only column 2:
+  // x2 = (A2 . b) / (A2 . A2) = 12 / 56.
+  Eigen::MatrixXd A(3, 2);
+  A << 1, 2, 3, 4, 5, 6;
+  const Eigen::VectorXd b = Eigen::VectorXd::Ones(3);
+  const NnlsResult r = nnls(A, b);
+  EXPECT_TRUE(r.converged);
+  EXPECT_DOUBLE_EQ(r.x(0), 0.0);
+  EXPECT_NEAR(r.x(1), 12.0 / 56.0, 1e-12);
+}
+
+TEST(Nnls, AllNegativeCorrelationGivesZero) {
+  Eigen::MatrixXd A(2, 2);
+  A << 1, 1, 1, 2;
+  Eigen::VectorXd b(2);
+  b << -1, -2;
+  const NnlsResult r = nnls(A, b);
+  EXPECT_EQ(r.x, Eigen::VectorXd::Zero(2));
+  EXPECT_NEAR(r.residual_norm, std::sqrt(5.0), 1e-12);
+}
+
+TEST(Nnls, ZeroAndDuplicateColumns) {
+  Eigen::MatrixXd A(3, 3);
+  A << 0, 1, 1, 0, 2, 2, 0, 3, 3;  // column 0 zero, columns 1 and 2 equal
+  Eigen::VectorXd b(3);
+  b << 2, 4, 6;
+  const NnlsResult r = nnls(A, b);
+  EXPECT_DOUBLE_EQ(r.x(0), 0.0);
+  EXPECT_NEAR(r.x(1) + r.x(2), 2.0, 1e-10);
+  EXPECT_NEAR(r.residual_norm, 0.0, 1e-10);
+}
+
+TEST(Nnls, KktConditionsOnRandomProblems) {
+  Rng rng(7);
+  for (int trial = 0; trial < 50; ++trial) {
+    const int m = 12, n = 5;
+    Eigen::MatrixXd A(m, n);
+    Eigen::VectorXd b(m);
+    for (int i = 0; i < m; ++i) {
+      for (int j = 0; j < n; ++j) A(i, j) = rng.uniform() * 2 - 1;
+      b(i) = rng.uniform() * 2 - 1;
+    }
+    const NnlsResult r = nnls(A, b);
+    ASSERT_TRUE(r.converged);
+    const Eigen::VectorXd w = A.transpose() * (b - A * r.x);
+    for (int j = 0; j < n; ++j) {
+      EXPECT_GE(r.x(j), 0.0);
+      if (r.x(j) > 0) {
+        EXPECT_NEAR(w(j), 0.0, 1e-9) << "trial " << trial;  // stationary on the free set
+      } else {
+        EXPECT_LE(w(j), 1e-9) << "trial " << trial;  // no descent direction into x_j > 0
+      }
+    }
+  }
+}
+
+// ---- synthetic profiles ----
+
+CalibratedCoefficients known() {
+  CalibratedCoefficients c;
+  c.step_s = 40e-6;
+  c.per_sequence_s = 3e-6;
+  c.per_token_s = 0.8e-6;
+  c.prefill_pair_s = 2e-9;
+  c.decode_context_token_s = 5e-9;
+  c.sampled_sequence_s = 6e-6;
+  c.swap_byte_s = 1.0 / 4e9;
+  c.copy_byte_s = 1.0 / 10e9;
+  return c;
+}
+
+struct Shape {
+  std::string family;
+  std::vector<std::pair<std::int64_t, std::int64_t>> prefill;  // (first_token, tokens), samples
+  std::int64_t decodes = 0, context = 0;
+  std::int64_t swap = 0, copy = 0;
+};
+
+CalibrationFeatures features(const Shape& s) {
+  CalibrationFeatures f;
+  for (const auto& [p, n] : s.prefill) {
+    f.step.prefill_tokens += n;
+    f.step.prefill_pairs += n * p + n * (n + 1) / 2;
+    f.step.prefill_context_tokens += p + n;
+    f.step.num_sampled += p == 0 ? 1 : 0;  // chunks after cached context do not sample
+    ++f.num_entries;
+  }
+  f.step.decode_tokens = s.decodes;
+  f.step.decode_pairs = s.decodes * s.context;
+  f.step.decode_context_tokens = s.decodes * s.context;
+  f.step.num_sampled += s.decodes;
+  f.num_entries += s.decodes;
+  f.step.num_tokens = f.step.prefill_tokens + f.step.decode_tokens;
+  f.step.swap_out_blocks = f.step.swap_in_blocks = s.swap;
+  f.step.copy_blocks = s.copy;
+  return f;
+}
+
+std::vector<Shape> synthetic_grid() {
+  std::vector<Shape> g;
+  for (std::int64_t n : {1, 8, 32, 128, 512, 1024, 2048}) g.push_back({"prefill", {{0, n}}});
+  for (std::int64_t k : {2, 4, 8}) {
+    g.push_back({"prefill_batch", std::vector<std::pair<std::int64_t, std::int64_t>>(k, {0, 64})});
+  }
+  for (std::int64_t p : {256, 1024}) g.push_back({"chunk", {{p, 64}}});
+  for (std::int64_t b : {1, 4, 16, 64}) {
+    for (std::int64_t c : {16, 256, 1024}) g.push_back({"decode", {}, b, c});
+  }
+  g.push_back({"mixed", {{0, 128}}, 16, 512});
+  g.push_back({"mixed", {{0, 32}}, 64, 128});
+  for (std::int64_t k : {4, 64}) {
+    g.push_back({"swap", {}, 4, 64, k, 0});
+    g.push_back({"copy", {}, 4, 64, 0, k});
+  }
+  return g;
+}
+
+// A profile CSV of the grid timed by `c` with multiplicative noise of +-noise (uniform).
+std::string synthetic_profile(const CalibratedCoefficients& c, double noise, std::uint64_t seed) {
+  Rng rng(seed);
+  std::string s =
+      "# synthetic\n# model: tiny\n# device: test\n# date_utc: 2026-01-01T00:00:00Z\n"
+      "# engine_version: test\n# block_size: 16\n# block_bytes: 8192\n";
+  const std::vector<std::string>& cols = profile_columns();
+  for (std::size_t i = 0; i < cols.size(); ++i) s += (i ? "," : "") + cols[i];
+  s += "\n";
+  for (const Shape& sh : synthetic_grid()) {
+    const CalibrationFeatures f = features(sh);
+    const double t = calibrated_seconds(c, f, 8192) * (1 + noise * (2 * rng.uniform() - 1));
+    const auto ns = static_cast<long long>(std::llround(t * 1e9));
+    const StepFeatures& x = f.step;
+    char buf[512];
+    std::snprintf(
+        buf, sizeof buf,
+        "%s,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,5,%lld,%lld,%lld\n",
+        sh.family.c_str(), (long long)x.num_tokens, (long long)x.prefill_tokens,
+        (long long)x.prefill_pairs, (long long)x.prefill_context_tokens, (long long)x.decode_tokens,
+        (long long)x.decode_pairs, (long long)x.decode_context_tokens, (long long)x.num_sampled,
+        (long long)f.num_entries, (long long)x.swap_out_blocks, (long long)x.swap_in_blocks,
+        (long long)x.copy_blocks, ns, ns, ns);
+    s += buf;
+  }
+  return s;
+}
+
+EngineProfile profile_from(const std::string& text, const std::string& name) {
+  const auto dir = temp_dir("calibrate_" + name);
+  write_file(dir / "profile.csv", text);
+  return read_profile((dir / "profile.csv").string());
+}
+
+TEST(Calibration, RecoversKnownCoefficientsExactlyWithoutNoise) {
+  const CalibratedCoefficients c = known();
+  const CalibrationResult r = fit_profile(profile_from(synthetic_profile(c, 0.0, 1), "exact"));
+  const CalibratedCoefficients& f = r.profile.coefficients;
+  // Durations are rounded to whole ns, so "exact" means to a part in 1e4 or so.
+  EXPECT_NEAR(f.step_s, c.step_s, 1e-3 * c.step_s);
+  EXPECT_NEAR(f.per_sequence_s, c.per_sequence_s, 1e-3 * c.per_sequence_s);
+  EXPECT_NEAR(f.per_token_s, c.per_token_s, 1e-3 * c.per_token_s);
+  EXPECT_NEAR(f.prefill_pair_s, c.prefill_pair_s, 1e-3 * c.prefill_pair_s);
+  EXPECT_NEAR(f.decode_context_token_s, c.decode_context_token_s, 1e-3 * c.decode_context_token_s);
+  EXPECT_NEAR(f.sampled_sequence_s, c.sampled_sequence_s, 1e-3 * c.sampled_sequence_s);
+  EXPECT_NEAR(f.swap_byte_s, c.swap_byte_s, 1e-3 * c.swap_byte_s);
+  EXPECT_NEAR(f.copy_byte_s, c.copy_byte_s, 1e-3 * c.copy_byte_s);
+  EXPECT_LT(r.overall.max_error, 1e-4);
+  EXPECT_EQ(r.profile.model, "tiny");
+  EXPECT_EQ(r.profile.block_bytes, 8192);
+}
+
+TEST(Calibration, RecoversCoefficientsUnderNoise) {
+  const CalibratedCoefficients c = known();
+  for (std::uint64_t seed : {1, 2, 3}) {
+    const CalibrationResult r =
+        fit_profile(profile_from(synthetic_profile(c, 0.03, seed), "noisy"));
+    const CalibratedCoefficients& f = r.profile.coefficients;
+    // The terms that dominate some family are recovered within 15 % (the per-token slope, which
+    // shares the prefill rows with the pair term, within 25 %); the fit within the noise.
+    EXPECT_NEAR(f.per_token_s, c.per_token_s, 0.25 * c.per_token_s) << seed;
+    EXPECT_NEAR(f.prefill_pair_s, c.prefill_pair_s, 0.15 * c.prefill_pair_s) << seed;
+    EXPECT_NEAR(f.decode_context_token_s, c.decode_context_token_s, 0.15 * c.decode_context_token_s)
+        << seed;
+    EXPECT_NEAR(f.swap_byte_s, c.swap_byte_s, 0.15 * c.swap_byte_s) << seed;
+    EXPECT_NEAR(f.step_s, c.step_s, 0.25 * c.step_s) << seed;
+    EXPECT_LT(r.overall.mape, 0.03) << seed;
+    EXPECT_LT(r.overall.max_error, 0.06) << seed;
+  }
+}
+
+TEST(Calibration, NegativeTruthIsClampedAndKneeIsFound) {
+  // A GEMM that is flat below 512 tokens and linear above (the roofline's shape).
+  CalibratedCoefficients c = known();
+  c.per_token_s = 0.05e-6;
+  c.per_token_above_knee_s = 2e-6;
+  c.knee_tokens = 512;
+  const CalibrationResult r = fit_profile(profile_from(synthetic_profile(c, 0.0, 1), "knee"));
+  const CalibratedCoefficients& f = r.profile.coefficients;
+  EXPECT_GT(f.knee_tokens, 0);
+  EXPECT_LT(r.overall.max_error, 0.02);
+  for (double v :
+       {f.step_s, f.per_sequence_s, f.per_token_s, f.per_token_above_knee_s, f.prefill_pair_s,
+        f.decode_context_token_s, f.sampled_sequence_s, f.swap_byte_s, f.copy_byte_s}) {
+    EXPECT_GE(v, 0.0);
+  }
+}
+
+TEST(Calibration, FamilyErrorsAreReported) {
+  const CalibrationResult r = fit_profile(profile_from(synthetic_profile(known(), 0.02, 9), "fam"));
+  for (const char* fam : {"prefill", "prefill_batch", "chunk", "decode", "mixed", "swap", "copy"}) {
+    ASSERT_TRUE(r.families.count(fam)) << fam;
+    EXPECT_GT(r.families.at(fam).shapes, 0);
+    EXPECT_LE(r.families.at(fam).mape, r.families.at(fam).max_error + 1e-15);
+  }
+  EXPECT_EQ(r.overall.shapes, static_cast<std::int64_t>(synthetic_grid().size()));
+}
+
+TEST(Calibration, YamlRoundTripGivesTheSameModel) {
+  const CalibrationResult r = fit_profile(profile_from(synthetic_profile(known(), 0.02, 4), "rt"));
+  const auto dir = temp_dir("calibrate_roundtrip");
+  write_file(dir / "cost.yaml", calibration_yaml(r, "profile.csv"));
+  const CalibratedProfile p = load_calibrated_profile((dir / "cost.yaml").string());
+  EXPECT_EQ(p.model, "tiny");
+  EXPECT_EQ(p.block_size, 16);
+  EXPECT_EQ(p.block_bytes, 8192);
+  const CalibratedCostModel a(r.profile, 16), b(p, 16);
+  for (const Shape& s : synthetic_grid()) {
+    const CalibrationFeatures f = features(s);
+    EXPECT_NEAR(a.seconds(f), b.seconds(f), 1e-8 * a.seconds(f));
+  }
+}
+
+TEST(CalibratedCostModel, StepTimeOfAPlan) {
+  CalibratedProfile p;
+  p.model = "tiny";
+  p.block_size = 16;
+  p.block_bytes = 8192;
+  p.coefficients = known();
+  const CalibratedCostModel m(p, 16);
+  StepPlan empty;
+  EXPECT_EQ(m.step_time(empty), 0);
+  // One prompt of 10 tokens (samples) + one decode at context 100.
+  RequestSpec spec;
+  StepPlan plan;
+  ScheduledRequest a;
+  a.first_token = 0;
+  a.num_tokens = 10;
+  a.is_prefill = true;
+  a.samples = true;
+  ScheduledRequest d;
+  d.first_token = 99;
+  d.num_tokens = 1;
+  d.is_prefill = false;
+  d.samples = true;
+  plan.requests = {a, d};
+  plan.swap_out.resize(2);
+  const CalibratedCoefficients c = known();
+  const double expect = c.step_s + 2 * c.per_sequence_s + 11 * c.per_token_s +
+                        55 * c.prefill_pair_s + 100 * c.decode_context_token_s +
+                        2 * c.sampled_sequence_s + 2 * 8192 * c.swap_byte_s;
+  EXPECT_EQ(m.step_time(plan), seconds_to_ns(expect));
+  // Half the block size: half the bytes per block.
+  const CalibratedCostModel half(p, 8);
+  EXPECT_EQ(half.swap_time(2), seconds_to_ns(8192 * c.swap_byte_s));
+  // More work never takes less time.
+  plan.requests[1].first_token = 199;
+  EXPECT_GT(m.step_time(plan), seconds_to_ns(expect));
+}
+
+// ---- the experiment key and the command line ----
+
+std::string cost_yaml() {
+  return "type: calibrated\nmodel: tiny\nblock_size: 16\nblock_bytes: 8192\ncoefficients:\n"
+         "  step_s: 5.0e-5\n  per_sequence_s: 2.0e-6\n  per_token_s: 1.0e-6\n"
+         "  per_token_above_knee_s: 0\n  knee_tokens: 0\n  prefill_pair_s: 1.0e-9\n"
+         "  decode_context_token_s: 2.0e-9\n  sampled_sequence_s: 3.0e-6\n"
+         "  swap_byte_s: 2.5e-10\n  copy_byte_s: 1.0e-10\n";
+}
+
+std::string experiment(const std::string& cost_file) {
+  return "name: cal\nmodel: tiny\nhardware: H100-SXM\nserving: {block_size: 16, num_gpu_blocks: "
+         "64, max_model_len: 1024}\nworkload:\n  type: synthetic\n  num_requests: 20\n  arrival: "
+         "{process: poisson, "
+         "rate: 50}\n  prompt_len: {dist: fixed, value: 40}\n  output_len: {dist: fixed, value: "
+         "5}\n" +
+         (cost_file.empty() ? std::string()
+                            : "cost_model: {type: calibrated, file: " + cost_file + "}\n");
+}
+
+TEST(CostModelKey, LoadsAndValidates) {
+  const auto dir = temp_dir("calibrate_key");
+  write_file(dir / "cost.yaml", cost_yaml());
+  write_file(dir / "exp.yaml", experiment((dir / "cost.yaml").string()));
+  const ExperimentConfig c = load_experiment((dir / "exp.yaml").string(), {});
+  EXPECT_EQ(c.cost_model.type, "calibrated");
+  ASSERT_TRUE(c.cost_model.calibrated);
+  EXPECT_DOUBLE_EQ(c.cost_model.calibrated->coefficients.step_s, 5e-5);
+
+  // --set cost_model.file alone selects the calibrated model.
+  write_file(dir / "plain.yaml", experiment(""));
+  const ExperimentConfig s = load_experiment((dir / "plain.yaml").string(),
+                                             {"cost_model.file=" + (dir / "cost.yaml").string()});
+  EXPECT_EQ(s.cost_model.type, "calibrated");
+  EXPECT_EQ(load_experiment((dir / "plain.yaml").string(), {}).cost_model.type, "roofline");
+
+  // Unknown key, wrong type, missing file: errors that name the key.
+  try {
+    load_experiment((dir / "plain.yaml").string(), {"cost_model.fiel=x"});
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("fiel"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(load_experiment((dir / "plain.yaml").string(), {"cost_model.type=magic"}),
+               ConfigError);
+  try {
+    load_experiment((dir / "plain.yaml").string(), {"cost_model.file=nowhere.yaml"});
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("cost_model.file"), std::string::npos) << e.what();
+  }
+}
+
+TEST(CostModelKey, MalformedCostYamlNamesFileAndKey) {
+  const auto dir = temp_dir("calibrate_bad_yaml");
+  std::string bad = cost_yaml();
+  bad.replace(bad.find("per_token_s: 1.0e-6"), 19, "per_token_s: fast");
+  write_file(dir / "cost.yaml", bad);
+  try {
+    load_calibrated_profile((dir / "cost.yaml").string());
+    FAIL();
+  } catch (const ConfigError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("cost.yaml:"), std::string::npos) << m;
+    EXPECT_NE(m.find("coefficients.per_token_s"), std::string::npos) << m;
+  }
+  std::string missing = cost_yaml();
+  missing.erase(missing.find("  step_s"),
+                missing.find("  per_sequence_s") - missing.find("  step_s"));
+  write_file(dir / "missing.yaml", missing);
+  EXPECT_THROW(load_calibrated_profile((dir / "missing.yaml").string()), ConfigError);
+  std::string negative = cost_yaml();
+  negative.replace(negative.find("step_s: 5.0e-5"), 14, "step_s: -1.0");
+  write_file(dir / "negative.yaml", negative);
+  EXPECT_THROW(load_calibrated_profile((dir / "negative.yaml").string()), ConfigError);
+}
+
+TEST(SimCli, RunWithCalibratedModelAndErrors) {
+  const auto dir = temp_dir("calibrate_cli");
+  write_file(dir / "cost.yaml", cost_yaml());
+  write_file(dir / "exp.yaml", experiment((dir / "cost.yaml").string()));
+  auto r = run_sim(
+      "run " + (dir / "exp.yaml").string() + " --quiet --out " + (dir / "out").string(), dir);
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(test_util::read_file(dir / "out/config.yaml").find("type: calibrated"),
+            std::string::npos);
+
+  // A cost.yaml for another model.
+  std::string other = cost_yaml();
+  other.replace(other.find("model: tiny"), 11, "model: Llama-3-8B");
+  write_file(dir / "other.yaml", other);
+  r = run_sim("run " + (dir / "exp.yaml").string() + " --quiet --out " + (dir / "o2").string() +
+                  " --set cost_model.file=" + (dir / "other.yaml").string(),
+              dir);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("Llama-3-8B"), std::string::npos) << r.err;
+
+  // Unknown key in the experiment's cost_model section: file:line:key.
+  write_file(dir / "typo.yaml", experiment("") + "cost_model: {type: calibrated, flie: x}\n");
+  r = run_sim("run " + (dir / "typo.yaml").string() + " --quiet", dir);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("typo.yaml:"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("flie"), std::string::npos) << r.err;
+}
+
+TEST(SimCli, CalibrateBadInputsExitTwo) {
+  const auto dir = temp_dir("calibrate_bad");
+  auto r = run_sim(
+      "calibrate " + (dir / "missing.csv").string() + " -o " + (dir / "c.yaml").string(), dir);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("missing.csv"), std::string::npos) << r.err;
+
+  write_file(dir / "empty.csv", "# model: tiny\n# block_size: 16\n# block_bytes: 8192\n");
+  r = run_sim("calibrate " + (dir / "empty.csv").string() + " -o " + (dir / "c.yaml").string(),
+              dir);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("no measurements"), std::string::npos) << r.err;
+
+  std::string text = synthetic_profile(known(), 0.0, 1);
+  // Break the third data row: header comments are 7 lines, the column header line 8.
+  std::vector<std::string> lines;
+  std::stringstream ss(text);
+  for (std::string l; std::getline(ss, l);) lines.push_back(l);
+  lines[10] = "decode,1,0,0,0,1,zero,16,1,1,0,0,0,5,100,100,100";
+  std::string broken;
+  for (const std::string& l : lines) broken += l + "\n";
+  write_file(dir / "bad.csv", broken);
+  r = run_sim("calibrate " + (dir / "bad.csv").string() + " -o " + (dir / "c.yaml").string(), dir);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("bad.csv:11:"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("decode_pairs"), std::string::npos) << r.err;
+
+  lines[10] = "decode,1,0";
+  broken.clear();
+  for (const std::string& l : lines) broken += l + "\n";
+  write_file(dir / "short.csv", broken);
+  r = run_sim("calibrate " + (dir / "short.csv").string() + " -o " + (dir / "c.yaml").string(),
+              dir);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("short.csv:11:"), std::string::npos) << r.err;
+
+  // Good input: exit 0, a cost.yaml that loads, the family table on stdout.
+  write_file(dir / "good.csv", text);
+  r = run_sim("calibrate " + (dir / "good.csv").string() + " -o " + (dir / "c.yaml").string(), dir);
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("decode"), std::string::npos);
+  EXPECT_NO_THROW(load_calibrated_profile((dir / "c.yaml").string()));
+  // No -o: usage error.
+  r = run_sim("calibrate " + (dir / "good.csv").string(), dir);
+  EXPECT_EQ(r.code, 2);
+}
+
+}  // namespace
+}  // namespace servelab

@@ -1,0 +1,115 @@
+// End to end on the CPU engine: `engine profile --quick`, `sim calibrate`, the same experiment
+// through `engine run` and `sim run` with the calibrated model, then `sim validate`. Timings on
+// a shared machine are noisy, so the bounds are loose: the point is that the pipeline works and
+// its numbers are finite and sane. A few seconds of wall time.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "sim/calibrated_cost_model.h"
+#include "tests/test_util.h"
+
+namespace servelab {
+namespace {
+
+using test_util::Cli;
+using test_util::read_file;
+using test_util::run_sim;
+using test_util::temp_dir;
+using test_util::write_file;
+
+Cli run_engine_cli(const std::string& args, const test_util::fs::path& dir) {
+  const auto out = dir / "engine_stdout.txt", err = dir / "engine_stderr.txt";
+  const std::string cmd =
+      std::string(SERVELAB_ENGINE_BIN) + " " + args + " > " + out.string() + " 2> " + err.string();
+  const int status = std::system(cmd.c_str());
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_file(out), read_file(err)};
+}
+
+// Every request arrives at time 0, so both backends see the same events and schedule alike.
+const char* kExperiment =
+    "name: e2e\nseed: 3\nmodel: tiny\nhardware: H100-SXM\n"
+    "serving: {block_size: 16, num_gpu_blocks: 64, max_num_batched_tokens: 256, "
+    "max_model_len: 1024}\n"
+    "workload:\n  type: synthetic\n  num_requests: 24\n"
+    "  arrival: {process: fixed, rate: 1.0e12}\n"
+    "  prompt_len: {dist: uniform, min: 16, max: 160}\n"
+    "  output_len: {dist: uniform, min: 2, max: 24}\n"
+    "outputs: {record_schedule: true}\n";
+
+double number(const nlohmann::json& j) {
+  EXPECT_TRUE(j.is_number()) << j.dump();
+  return j.is_number() ? j.get<double>() : NAN;
+}
+
+TEST(CalibrationE2E, ProfileCalibrateRunValidate) {
+  const auto dir = temp_dir("calibration_e2e");
+  const std::string profile = (dir / "profile.csv").string(), cost = (dir / "cost.yaml").string();
+  Cli r = run_engine_cli(
+      "profile --model tiny --quick --reps 3 --warmup 1 --max-tokens 512 -o " + profile, dir);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::string text = read_file(profile);
+  for (const char* key : {"# model: tiny", "# device: cpu",
+                          "# date_utc: ", "# engine_version: ", "# block_bytes: 8192"}) {
+    EXPECT_NE(text.find(key), std::string::npos) << key;
+  }
+
+  r = run_sim("calibrate " + profile + " -o " + cost, dir);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const CalibratedProfile p = load_calibrated_profile(cost);
+  EXPECT_EQ(p.model, "tiny");
+  EXPECT_NE(p.device.find("cpu"), std::string::npos);
+  EXPECT_FALSE(p.date_utc.empty());
+
+  write_file(dir / "exp.yaml", kExperiment);
+  const std::string exp = (dir / "exp.yaml").string();
+  r = run_engine_cli("run " + exp + " --quiet --out " + (dir / "engine").string(), dir);
+  ASSERT_EQ(r.code, 0) << r.err;
+  r = run_sim(
+      "run " + exp + " --quiet --out " + (dir / "sim").string() + " --set cost_model.file=" + cost,
+      dir);
+  ASSERT_EQ(r.code, 0) << r.err;
+  r = run_sim("validate " + (dir / "sim").string() + " " + (dir / "engine").string() + " --out " +
+                  (dir / "v").string(),
+              dir);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("step time"), std::string::npos) << r.out;
+
+  const nlohmann::json j = nlohmann::json::parse(read_file(dir / "v/validation.json"));
+  EXPECT_EQ(j["schedule"]["comparison"], "identical") << j["schedule"].dump();
+  EXPECT_EQ(j["requests"]["compared"], 24);
+  const auto& step = j["step_time"];
+  EXPECT_GT(number(step["paired"]["count"]), 0);
+  // Loose: a median step within a factor of about 3 either way on a loaded 2-core machine.
+  EXPECT_LT(number(step["paired"]["p50"]), 2.0);
+  EXPECT_LT(number(step["replayed"]["p50"]), 2.0);
+  for (const char* m : {"ttft", "tpot", "e2e"}) {
+    const double mean = number(j["requests"][m]["mean"]);
+    EXPECT_TRUE(std::isfinite(mean)) << m;
+    EXPECT_LT(mean, 3.0) << m;
+  }
+  const double thr = number(j["aggregates"]["throughput.output_tokens_per_s"]["error"]);
+  EXPECT_TRUE(std::isfinite(thr));
+  EXPECT_LT(std::abs(thr), 3.0);
+}
+
+TEST(CalibrationE2E, ProfileBadInputsExitTwo) {
+  const auto dir = temp_dir("calibration_e2e_bad");
+  const std::string out = (dir / "p.csv").string();
+  Cli r = run_engine_cli("profile --device cuda --model tiny -o " + out, dir);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("cuda"), std::string::npos) << r.err;
+  r = run_engine_cli("profile -o " + out, dir);  // no --model
+  EXPECT_EQ(r.code, 2);
+  r = run_engine_cli("profile --model tiny", dir);  // no -o
+  EXPECT_EQ(r.code, 2);
+  r = run_engine_cli("profile --model no-such-model -o " + out, dir);
+  EXPECT_EQ(r.code, 2);
+  r = run_engine_cli("profile --model tiny --reps 0 -o " + out, dir);
+  EXPECT_EQ(r.code, 2);
+}
+
+}  // namespace
+}  // namespace servelab

@@ -1,0 +1,254 @@
+// `sim validate` arithmetic on run folders written by hand: per-step, per-request and aggregate
+// relative errors, schedule comparison, the cost-model replay of engine steps, configuration
+// checks and exit codes.
+#include "sim/validate.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "core/config_node.h"
+#include "tests/test_util.h"
+
+namespace servelab {
+namespace {
+
+using test_util::run_sim;
+using test_util::temp_dir;
+using test_util::write_file;
+using test_util::fs::path;
+
+std::string config(const std::string& extra = "", int requests = 3, int blocks = 64) {
+  return "name: hand\nseed: 1\nmodel: tiny\nhardware: H100-SXM\nserving: {block_size: 16}\n"
+         "policies: {batch: vllm}\nworkload: {type: synthetic, num_requests: " +
+         std::to_string(requests) + "}\n" + extra +
+         "derived: {num_gpu_blocks: " + std::to_string(blocks) + "}\n";
+}
+
+const char* kRequestsHeader =
+    "id,arrival_s,first_scheduled_s,first_token_s,finish_s,prompt_tokens,output_tokens,"
+    "cached_tokens,preemptions,recomputed_tokens,queueing_ms,ttft_ms,tpot_ms,e2e_ms,status,"
+    "reason\n";
+
+// One request row with the latencies that matter here.
+std::string req(int id, int prompt, const std::string& ttft, const std::string& tpot,
+                const std::string& e2e, const std::string& status = "finished") {
+  return std::to_string(id) + ",0,0,0,0," + std::to_string(prompt) + ",3,0,0,0,0," + ttft + "," +
+         tpot + "," + e2e + "," + status + ",length\n";
+}
+
+const char* kStepsHeader =
+    "step,start_s,duration_ms,num_seqs,prefill_tokens,decode_tokens,kv_blocks_used,"
+    "kv_blocks_free,kv_blocks_cached,kv_usage,waiting,running,preempted,swap_out_blocks,"
+    "swap_in_blocks\n";
+
+std::string step(int i, const std::string& ms, int seqs, int prefill, int decode) {
+  return std::to_string(i) + ",0," + ms + "," + std::to_string(seqs) + "," +
+         std::to_string(prefill) + "," + std::to_string(decode) + ",1,1,0,0.1,0,1,0,0,0\n";
+}
+
+std::string summary(double out_tps, double rps, double ttft50, double ttft99, double tpot50,
+                    double tpot99, double e2e50, double e2e99, double itl50, int preempt) {
+  nlohmann::json j;
+  j["throughput"] = {{"output_tokens_per_s", out_tps}, {"requests_per_s", rps}};
+  j["ttft_ms"] = {{"p50", ttft50}, {"p99", ttft99}};
+  j["tpot_ms"] = {{"p50", tpot50}, {"p99", tpot99}};
+  j["e2e_ms"] = {{"p50", e2e50}, {"p99", e2e99}};
+  j["itl_ms"] = {{"p50", itl50}};
+  j["preemption"] = {{"preemptions", preempt}};
+  return j.dump();
+}
+
+// Request 0: a 32-token prompt in two chunks, then a decode; requests 1, 2 for latencies.
+const char* kSchedule =
+    "step,request,first_token,num_tokens,kind\n"
+    "0,0,0,16,prefill\n"
+    "1,0,16,16,prefill\n"
+    "2,0,32,1,decode\n";
+
+void write_runs(const path& dir, const std::string& sim_extra = "") {
+  const path s = dir / "sim", e = dir / "engine";
+  std::filesystem::create_directories(s);
+  std::filesystem::create_directories(e);
+  write_file(s / "config.yaml", config(sim_extra));
+  write_file(e / "config.yaml", config());
+  write_file(s / "requests.csv", std::string(kRequestsHeader) + req(0, 32, "110", "12", "150") +
+                                     req(1, 8, "180", "9", "220") + req(2, 8, "400", "", "400"));
+  write_file(e / "requests.csv", std::string(kRequestsHeader) + req(0, 32, "100", "10", "150") +
+                                     req(1, 8, "200", "10", "200") + req(2, 8, "400", "", "500"));
+  write_file(s / "steps.csv", std::string(kStepsHeader) + step(0, "11", 1, 16, 0) +
+                                  step(1, "20", 1, 16, 0) + step(2, "30", 1, 0, 1));
+  write_file(e / "steps.csv", std::string(kStepsHeader) + step(0, "10", 1, 16, 0) +
+                                  step(1, "20", 1, 16, 0) + step(2, "40", 1, 0, 1));
+  write_file(s / "schedule.csv", kSchedule);
+  write_file(e / "schedule.csv", kSchedule);
+  write_file(s / "summary.json", summary(105, 2, 180, 400, 9, 12, 220, 400, 9, 1));
+  write_file(e / "summary.json", summary(100, 2.5, 200, 400, 10, 10, 200, 500, 10, 0));
+}
+
+TEST(ErrorStats, AbsoluteAndSignedSummaries) {
+  const ErrorStats s = error_stats({0.1, -0.1, 0.0});
+  EXPECT_EQ(s.count, 3);
+  EXPECT_NEAR(s.mean, 0.2 / 3, 1e-15);
+  EXPECT_NEAR(s.mean_signed, 0.0, 1e-15);
+  EXPECT_NEAR(s.p50, 0.1, 1e-15);
+  EXPECT_NEAR(s.max, 0.1, 1e-15);
+  // Linear interpolation between ranks: |errors| sorted 0.1, 0.2 -> p90 = 0.1 + 0.9 * 0.1.
+  const ErrorStats t = error_stats({0.2, -0.1});
+  EXPECT_NEAR(t.p90, 0.19, 1e-12);
+  EXPECT_NEAR(t.p99, 0.199, 1e-12);
+  EXPECT_EQ(error_stats({}).count, 0);
+}
+
+TEST(Validate, HandMadeRunsGiveTheExpectedErrors) {
+  const path dir = temp_dir("validate_hand");
+  write_runs(dir);
+  const ValidationReport r = validate_runs((dir / "sim").string(), (dir / "engine").string());
+  EXPECT_TRUE(r.warnings.empty());
+  EXPECT_EQ(r.schedule, "identical");
+  EXPECT_FALSE(r.first_differing_step);
+  // Steps: (11-10)/10, 0, (30-40)/40.
+  EXPECT_EQ(r.step_paired.count, 3);
+  EXPECT_NEAR(r.step_paired.mean, (0.1 + 0 + 0.25) / 3, 1e-12);
+  EXPECT_NEAR(r.step_paired.mean_signed, (0.1 - 0.25) / 3, 1e-12);
+  EXPECT_NEAR(r.step_paired.max, 0.25, 1e-12);
+  // Requests: TTFT +0.1, -0.1, 0; TPOT +0.2, -0.1 (request 2 has one token: no TPOT);
+  // E2E 0, +0.1, -0.2.
+  EXPECT_EQ(r.requests_compared, 3);
+  EXPECT_NEAR(r.ttft.mean, 0.2 / 3, 1e-12);
+  EXPECT_NEAR(r.ttft.p50, 0.1, 1e-12);
+  EXPECT_EQ(r.tpot.count, 2);
+  EXPECT_NEAR(r.tpot.mean, 0.15, 1e-12);
+  EXPECT_NEAR(r.tpot.mean_signed, 0.05, 1e-12);
+  EXPECT_NEAR(r.e2e.max, 0.2, 1e-12);
+  EXPECT_NEAR(r.e2e.p50, 0.1, 1e-12);
+  // Aggregates: signed.
+  auto agg = [&](const std::string& m) {
+    for (const AggregateError& a : r.aggregates) {
+      if (a.metric == m) return a;
+    }
+    ADD_FAILURE() << m;
+    return AggregateError{};
+  };
+  EXPECT_NEAR(*agg("throughput.output_tokens_per_s").error, 0.05, 1e-12);
+  EXPECT_NEAR(*agg("throughput.requests_per_s").error, -0.2, 1e-12);
+  EXPECT_NEAR(*agg("ttft_ms.p50").error, -0.1, 1e-12);
+  EXPECT_NEAR(*agg("tpot_ms.p99").error, 0.2, 1e-12);
+  EXPECT_NEAR(*agg("e2e_ms.p99").error, -0.2, 1e-12);
+  EXPECT_FALSE(agg("preemption.preemptions").error);  // engine 0: undefined
+  EXPECT_NEAR(*agg("num_steps").error, 0.0, 1e-12);
+  // The roofline replays the engine's steps (sim config has no cost_model).
+  ASSERT_TRUE(r.step_replay);
+  EXPECT_EQ(r.step_replay->count, 3);
+  EXPECT_NE(r.replay_cost_model.find("roofline"), std::string::npos);
+}
+
+TEST(Validate, ReplayWithACalibratedModelInfersSampling) {
+  const path dir = temp_dir("validate_replay");
+  // 10 ms a step, 1 ms per sampled sequence, nothing else.
+  write_file(dir / "cost.yaml",
+             "type: calibrated\nmodel: tiny\nblock_size: 16\nblock_bytes: 8192\ncoefficients:\n"
+             "  step_s: 0.01\n  per_sequence_s: 0\n  per_token_s: 0\n  per_token_above_knee_s: 0\n"
+             "  knee_tokens: 0\n  prefill_pair_s: 0\n  decode_context_token_s: 0\n"
+             "  sampled_sequence_s: 0.001\n  swap_byte_s: 0\n  copy_byte_s: 0\n");
+  write_runs(dir, "cost_model: {type: calibrated, file: " + (dir / "cost.yaml").string() + "}\n");
+  const ValidationReport r = validate_runs((dir / "sim").string(), (dir / "engine").string());
+  ASSERT_TRUE(r.step_replay);
+  // Step 0: a chunk that does not sample (10 ms vs 10); step 1 ends the 32-token prompt and
+  // samples (11 vs 20); step 2 decodes and samples (11 vs 40).
+  EXPECT_NEAR(r.step_replay->mean_signed, (0.0 - 0.45 - 0.725) / 3, 1e-9);
+  EXPECT_NEAR(r.step_replay->max, 0.725, 1e-9);
+  EXPECT_NE(r.replay_cost_model.find("calibrated"), std::string::npos);
+  // The sim config differs from the engine's only in cost_model: no error.
+}
+
+TEST(Validate, DifferingSchedulesReportTheFirstStepAndPairOnlyBefore) {
+  const path dir = temp_dir("validate_differ");
+  write_runs(dir);
+  write_file(dir / "engine/schedule.csv",
+             "step,request,first_token,num_tokens,kind\n0,0,0,16,prefill\n1,0,16,8,prefill\n"
+             "2,0,24,8,prefill\n");
+  const ValidationReport r = validate_runs((dir / "sim").string(), (dir / "engine").string());
+  EXPECT_EQ(r.schedule, "differ");
+  ASSERT_TRUE(r.first_differing_step);
+  EXPECT_EQ(*r.first_differing_step, 1);
+  EXPECT_NE(r.schedule_detail.find("0:16+16 prefill"), std::string::npos) << r.schedule_detail;
+  EXPECT_NE(r.schedule_detail.find("0:16+8 prefill"), std::string::npos) << r.schedule_detail;
+  EXPECT_EQ(r.step_paired.count, 1);
+  EXPECT_NEAR(r.step_paired.mean, 0.1, 1e-12);
+}
+
+TEST(Validate, WithoutSchedulesStepsPairByShape) {
+  const path dir = temp_dir("validate_noschedule");
+  write_runs(dir);
+  std::filesystem::remove(dir / "sim/schedule.csv");
+  std::filesystem::remove(dir / "engine/schedule.csv");
+  write_file(dir / "engine/steps.csv", std::string(kStepsHeader) + step(0, "10", 1, 16, 0) +
+                                           step(1, "20", 1, 8, 0) + step(2, "40", 1, 0, 1));
+  const ValidationReport r = validate_runs((dir / "sim").string(), (dir / "engine").string());
+  EXPECT_EQ(r.schedule, "not compared");
+  EXPECT_EQ(r.paired_basis, "steps.csv shapes");
+  EXPECT_EQ(r.step_paired.count, 1);
+  EXPECT_FALSE(r.step_replay);
+}
+
+TEST(Validate, ConfigurationChecks) {
+  const path dir = temp_dir("validate_config");
+  write_runs(dir);
+  // Different block counts or policies: a warning, not an error.
+  write_file(dir / "engine/config.yaml", config("", 3, 128));
+  ValidationReport r = validate_runs((dir / "sim").string(), (dir / "engine").string());
+  ASSERT_EQ(r.warnings.size(), 1u);
+  EXPECT_NE(r.warnings[0].find("num_gpu_blocks"), std::string::npos);
+  // A different workload: an error naming the key, and exit 2 from the command.
+  write_file(dir / "engine/config.yaml", config("", 4));
+  try {
+    validate_runs((dir / "sim").string(), (dir / "engine").string());
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("'workload'"), std::string::npos) << e.what();
+  }
+  auto c = run_sim("validate " + (dir / "sim").string() + " " + (dir / "engine").string(), dir);
+  EXPECT_EQ(c.code, 2);
+  EXPECT_NE(c.err.find("workload"), std::string::npos) << c.err;
+}
+
+TEST(Validate, CommandWritesJsonAndRefusesBadInput) {
+  const path dir = temp_dir("validate_cli");
+  write_runs(dir);
+  auto c = run_sim("validate " + (dir / "sim").string() + " " + (dir / "engine").string() +
+                       " --out " + (dir / "v").string(),
+                   dir);
+  ASSERT_EQ(c.code, 0) << c.err;
+  EXPECT_NE(c.out.find("TTFT per request"), std::string::npos) << c.out;
+  const nlohmann::json j = nlohmann::json::parse(test_util::read_file(dir / "v/validation.json"));
+  EXPECT_EQ(j["schedule"]["comparison"], "identical");
+  EXPECT_NEAR(j["requests"]["tpot"]["mean"].get<double>(), 0.15, 1e-12);
+  EXPECT_NEAR(j["aggregates"]["throughput.output_tokens_per_s"]["error"].get<double>(), 0.05,
+              1e-12);
+  EXPECT_TRUE(j["aggregates"]["preemption.preemptions"]["error"].is_null());
+  // Default output folder: SIM_DIR-validation.
+  c = run_sim("validate " + (dir / "sim").string() + " " + (dir / "engine").string() + " -q", dir);
+  EXPECT_EQ(c.code, 0) << c.err;
+  EXPECT_TRUE(std::filesystem::exists(dir / "sim-validation/validation.json"));
+
+  // Missing folder, missing file, malformed CSV row, wrong argument count.
+  c = run_sim("validate " + (dir / "nope").string() + " " + (dir / "engine").string(), dir);
+  EXPECT_EQ(c.code, 2);
+  std::filesystem::remove(dir / "engine/summary.json");
+  c = run_sim("validate " + (dir / "sim").string() + " " + (dir / "engine").string(), dir);
+  EXPECT_EQ(c.code, 2);
+  EXPECT_NE(c.err.find("summary.json"), std::string::npos) << c.err;
+  write_runs(dir);
+  write_file(dir / "engine/steps.csv", std::string(kStepsHeader) + "0,0,10\n");
+  c = run_sim("validate " + (dir / "sim").string() + " " + (dir / "engine").string(), dir);
+  EXPECT_EQ(c.code, 2);
+  EXPECT_NE(c.err.find("steps.csv:2:"), std::string::npos) << c.err;
+  c = run_sim("validate " + (dir / "sim").string(), dir);
+  EXPECT_EQ(c.code, 2);
+}
+
+}  // namespace
+}  // namespace servelab
