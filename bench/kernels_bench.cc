@@ -196,7 +196,7 @@ void BM_PrefillAttention(benchmark::State& state) {
     k::paged_prefill_attention(args, nullptr);
     state.SetIterationTime(t.stop() * 1e-3);
   }
-  const double flops = 4.0 * kHeads * double{len} * len * kHeadDim / 2;
+  const double flops = 4.0 * kHeads * static_cast<double>(len) * len * kHeadDim / 2;
   state.counters["TFLOPs"] =
       benchmark::Counter(flops * state.iterations() / 1e12, benchmark::Counter::kIsRate);
 #endif
