@@ -21,10 +21,14 @@ double calibrated_seconds(const CalibratedCoefficients& c, const CalibrationFeat
   const double t = static_cast<double>(s.num_tokens);
   const double above =
       c.knee_tokens > 0 ? std::max(0.0, t - static_cast<double>(c.knee_tokens)) : 0.0;
+  const double dc = static_cast<double>(s.decode_context_tokens);
+  const double dc_above =
+      c.decode_context_knee_tokens > 0
+          ? std::max(0.0, dc - static_cast<double>(c.decode_context_knee_tokens))
+          : 0.0;
   return c.step_s + c.per_sequence_s * static_cast<double>(f.num_entries) + c.per_token_s * t +
-         c.per_token_above_knee_s * above +
-         c.prefill_pair_s * static_cast<double>(s.prefill_pairs) +
-         c.decode_context_token_s * static_cast<double>(s.decode_context_tokens) +
+         c.decode_context_token_above_knee_s * dc_above + c.per_token_above_knee_s * above +
+         c.prefill_pair_s * static_cast<double>(s.prefill_pairs) + c.decode_context_token_s * dc +
          c.sampled_sequence_s * static_cast<double>(s.num_sampled) +
          c.swap_byte_s * static_cast<double>(s.swap_out_blocks + s.swap_in_blocks) * block_bytes +
          c.copy_byte_s * static_cast<double>(s.copy_blocks) * block_bytes;
@@ -48,10 +52,11 @@ CalibratedProfile load_calibrated_profile(const std::string& path) {
   p.block_bytes = doc.get_int("block_bytes", 1, INT64_MAX);
   const ConfigNode c = doc.at("coefficients");
   c.allow_keys({"step_s", "per_sequence_s", "per_token_s", "per_token_above_knee_s", "knee_tokens",
-                "prefill_pair_s", "decode_context_token_s", "sampled_sequence_s", "swap_byte_s",
-                "copy_byte_s"});
+                "prefill_pair_s", "decode_context_token_s", "decode_context_token_above_knee_s",
+                "decode_context_knee_tokens", "sampled_sequence_s", "swap_byte_s", "copy_byte_s"});
   CalibratedCoefficients& k = p.coefficients;
-  // Every coefficient is required: a file missing one is not what `sim calibrate` writes.
+  // Every coefficient is required (a file missing one is not what `sim calibrate` writes), but
+  // for the decode-context knee, which is optional.
   k.step_s = c.get_double("step_s", 0.0, 1e6);
   k.per_sequence_s = c.get_double("per_sequence_s", 0.0, 1e6);
   k.per_token_s = c.get_double("per_token_s", 0.0, 1e6);
@@ -59,6 +64,10 @@ CalibratedProfile load_calibrated_profile(const std::string& path) {
   k.knee_tokens = c.get_int("knee_tokens", 0, 1 << 30);
   k.prefill_pair_s = c.get_double("prefill_pair_s", 0.0, 1e6);
   k.decode_context_token_s = c.get_double("decode_context_token_s", 0.0, 1e6);
+  // The decode-context knee came later: optional, 0 (no knee) when absent.
+  k.decode_context_token_above_knee_s =
+      c.get_double("decode_context_token_above_knee_s", 0.0, 0.0, 1e6);
+  k.decode_context_knee_tokens = c.get_int("decode_context_knee_tokens", 0, 0, INT64_MAX);
   k.sampled_sequence_s = c.get_double("sampled_sequence_s", 0.0, 1e6);
   k.swap_byte_s = c.get_double("swap_byte_s", 0.0, 1e6);
   k.copy_byte_s = c.get_double("copy_byte_s", 0.0, 1e6);

@@ -13,6 +13,9 @@
 //                                           streamed once) below the knee, compute-bound above
 // + prefill_pair_s       * P_pre            prefill attention, by causal (query, key) pairs
 // + decode_context_token_s * C_dec          decode attention, by KV tokens read
+// + decode_context_token_above_knee_s * max(0, C_dec - decode_context_knee_tokens)
+//                                           the second slope once the step's KV no longer fits
+//                                           in a cache (CPU: L2/L3; 0 where there is no knee)
 // + sampled_sequence_s   * S                LM head (and sampling), by sequences sampled
 // + swap_byte_s          * (W_out + W_in) * block_bytes     swap over the host link
 // + copy_byte_s          * W_copy * block_bytes             copy-on-write in device memory
@@ -52,6 +55,8 @@ struct CalibratedCoefficients {
   std::int64_t knee_tokens = 0;  // 0 with per_token_above_knee_s = 0: a single slope
   double prefill_pair_s = 0;
   double decode_context_token_s = 0;
+  double decode_context_token_above_knee_s = 0;
+  std::int64_t decode_context_knee_tokens = 0;  // 0: a single slope
   double sampled_sequence_s = 0;
   double swap_byte_s = 0;
   double copy_byte_s = 0;

@@ -16,7 +16,7 @@ namespace servelab {
 
 namespace {
 
-constexpr int kTerms = 9;
+constexpr int kTerms = 10;
 enum Term {
   kStep,
   kSequence,
@@ -24,6 +24,7 @@ enum Term {
   kAboveKnee,
   kPrefillPair,
   kDecodeContext,
+  kDecodeAboveKnee,
   kSampled,
   kSwapByte,
   kCopyByte
@@ -31,21 +32,24 @@ enum Term {
 
 // The basis value of each term for one step (the unit each coefficient multiplies).
 std::array<double, kTerms> basis(const CalibrationFeatures& f, std::int64_t knee,
-                                 double block_bytes) {
+                                 std::int64_t decode_knee, double block_bytes) {
   const StepFeatures& s = f.step;
   const double t = static_cast<double>(s.num_tokens);
+  const double dc = static_cast<double>(s.decode_context_tokens);
   return {f.empty() ? 0.0 : 1.0,
           static_cast<double>(f.num_entries),
           t,
           knee > 0 ? std::max(0.0, t - static_cast<double>(knee)) : 0.0,
           static_cast<double>(s.prefill_pairs),
-          static_cast<double>(s.decode_context_tokens),
+          dc,
+          decode_knee > 0 ? std::max(0.0, dc - static_cast<double>(decode_knee)) : 0.0,
           static_cast<double>(s.num_sampled),
           static_cast<double>(s.swap_out_blocks + s.swap_in_blocks) * block_bytes,
           static_cast<double>(s.copy_blocks) * block_bytes};
 }
 
-CalibratedCoefficients from_vector(const Eigen::VectorXd& x, std::int64_t knee) {
+CalibratedCoefficients from_vector(const Eigen::VectorXd& x, std::int64_t knee,
+                                   std::int64_t decode_knee) {
   CalibratedCoefficients c;
   c.step_s = x(kStep);
   c.per_sequence_s = x(kSequence);
@@ -55,6 +59,9 @@ CalibratedCoefficients from_vector(const Eigen::VectorXd& x, std::int64_t knee) 
   if (c.knee_tokens == 0) c.per_token_above_knee_s = 0;
   c.prefill_pair_s = x(kPrefillPair);
   c.decode_context_token_s = x(kDecodeContext);
+  c.decode_context_token_above_knee_s = x(kDecodeAboveKnee);
+  c.decode_context_knee_tokens = c.decode_context_token_above_knee_s > 0 ? decode_knee : 0;
+  if (c.decode_context_knee_tokens == 0) c.decode_context_token_above_knee_s = 0;
   c.sampled_sequence_s = x(kSampled);
   c.swap_byte_s = x(kSwapByte);
   c.copy_byte_s = x(kCopyByte);
@@ -236,26 +243,29 @@ std::map<std::string, FamilyError> profile_errors(const EngineProfile& profile,
 CalibrationResult fit_profile(const EngineProfile& profile) {
   const Eigen::Index n = static_cast<Eigen::Index>(profile.rows.size());
   const double bb = static_cast<double>(profile.block_bytes);
-  // Candidate knees: no knee, then every distinct token count but the largest.
-  std::set<std::int64_t> tokens;
-  for (const ProfileRow& r : profile.rows) tokens.insert(r.features.step.num_tokens);
-  std::vector<std::int64_t> knees = {0};
-  for (std::int64_t t : tokens) {
-    if (t > 0 && t < *tokens.rbegin()) knees.push_back(t);
-  }
+  // Candidate knees: every distinct value of the feature but the largest.
+  auto candidates = [&](auto value) {
+    std::set<std::int64_t> values;
+    for (const ProfileRow& r : profile.rows) values.insert(value(r.features));
+    std::vector<std::int64_t> out;
+    for (std::int64_t v : values) {
+      if (v > 0 && v < *values.rbegin()) out.push_back(v);
+    }
+    return out;
+  };
 
-  double best_objective = INFINITY;
-  Eigen::VectorXd best_x;
-  std::int64_t best_knee = 0;
-  bool converged = true;
+  struct Fit {
+    Eigen::VectorXd x;
+    double objective = INFINITY;
+    bool converged = true;
+  };
   double huber_c = 0;  // set by the first fit
-  double no_knee = INFINITY;
-  for (std::int64_t knee : knees) {
+  auto fit = [&](std::int64_t knee, std::int64_t decode_knee) {
     Eigen::MatrixXd A(n, kTerms);
-    Eigen::VectorXd b = Eigen::VectorXd::Ones(n);
+    const Eigen::VectorXd b = Eigen::VectorXd::Ones(n);
     for (Eigen::Index i = 0; i < n; ++i) {
       const ProfileRow& r = profile.rows[static_cast<std::size_t>(i)];
-      const auto row = basis(r.features, knee, bb);
+      const auto row = basis(r.features, knee, decode_knee, bb);
       const double y = static_cast<double>(r.median_ns) * 1e-9;
       for (int j = 0; j < kTerms; ++j) A(i, j) = row[static_cast<std::size_t>(j)] / y;
     }
@@ -270,7 +280,7 @@ CalibrationResult fit_profile(const EngineProfile& profile) {
         norms(j) = 1;
       }
     }
-    if (knee == 0 && n < used) {
+    if (n < used) {
       throw ConfigError(profile.file + ": " + std::to_string(n) + " shapes cannot determine the " +
                         std::to_string(used) + " terms they exercise; profile more shapes");
     }
@@ -295,22 +305,46 @@ CalibrationResult fit_profile(const EngineProfile& profile) {
         sqrt_w(i) = e <= huber_c ? 1.0 : std::sqrt(huber_c / e);
       }
     }
-    double objective = 0;
+    Fit f;
+    f.objective = 0;
     for (Eigen::Index i = 0; i < n; ++i) {
       const double e = std::abs(resid(i));
-      objective += e <= huber_c ? 0.5 * e * e : huber_c * (e - 0.5 * huber_c);
+      f.objective += e <= huber_c ? 0.5 * e * e : huber_c * (e - 0.5 * huber_c);
     }
-    // A knee adds two parameters (its position and slope): it must cut the no-knee objective
-    // by at least 10 % to be kept, so noise alone does not buy one.
-    const double needed = knee == 0 ? best_objective : std::min(best_objective, 0.9 * no_knee);
-    if (knee == 0) no_knee = objective;
-    if (objective < needed) {
-      best_objective = objective;
-      best_x = r.x.cwiseQuotient(norms);
-      best_knee = knee;
-      converged = r.converged;
+    f.x = r.x.cwiseQuotient(norms);
+    f.converged = r.converged;
+    return f;
+  };
+
+  // No knees; then the best GEMM knee; then, with it, the best decode-context knee. A knee adds
+  // two parameters (its position and slope): it must cut the objective by at least 25 % to be
+  // kept, so noise alone does not buy one.
+  Fit best = fit(0, 0);
+  std::int64_t best_knee = 0, best_decode_knee = 0;
+  {
+    const double needed = 0.75 * best.objective;
+    for (std::int64_t k :
+         candidates([](const CalibrationFeatures& f) { return f.step.num_tokens; })) {
+      Fit f = fit(k, 0);
+      if (f.objective < needed && f.objective < best.objective) {
+        best = std::move(f);
+        best_knee = k;
+      }
     }
   }
+  {
+    const double needed = 0.75 * best.objective;
+    for (std::int64_t k :
+         candidates([](const CalibrationFeatures& f) { return f.step.decode_context_tokens; })) {
+      Fit f = fit(best_knee, k);
+      if (f.objective < needed && f.objective < best.objective) {
+        best = std::move(f);
+        best_decode_knee = k;
+      }
+    }
+  }
+  const bool converged = best.converged;
+  const Eigen::VectorXd best_x = best.x;
 
   CalibrationResult result;
   result.converged = converged;
@@ -325,7 +359,7 @@ CalibrationResult fit_profile(const EngineProfile& profile) {
   p.engine_version = header("engine_version");
   p.block_size = profile.block_size;
   p.block_bytes = profile.block_bytes;
-  p.coefficients = from_vector(best_x, best_knee);
+  p.coefficients = from_vector(best_x, best_knee, best_decode_knee);
   result.families = profile_errors(profile, p.coefficients, &result.overall);
   for (const ProfileRow& r : profile.rows) {
     result.predicted_s.push_back(calibrated_seconds(p.coefficients, r.features, bb));
@@ -357,6 +391,8 @@ std::string calibration_yaml(const CalibrationResult& result, const std::string&
   y += "  knee_tokens: " + std::to_string(c.knee_tokens) + "\n";
   y += "  prefill_pair_s: " + fmt(c.prefill_pair_s) + "\n";
   y += "  decode_context_token_s: " + fmt(c.decode_context_token_s) + "\n";
+  y += "  decode_context_token_above_knee_s: " + fmt(c.decode_context_token_above_knee_s) + "\n";
+  y += "  decode_context_knee_tokens: " + std::to_string(c.decode_context_knee_tokens) + "\n";
   y += "  sampled_sequence_s: " + fmt(c.sampled_sequence_s) + "\n";
   y += "  swap_byte_s: " + fmt(c.swap_byte_s) + "\n";
   y += "  copy_byte_s: " + fmt(c.copy_byte_s) + "\n";
@@ -387,6 +423,9 @@ void print_calibration(std::FILE* out, const CalibrationResult& r) {
                c.per_token_above_knee_s * 1e6);
   std::fprintf(out, "    per prefill pair      %12.6f us\n", c.prefill_pair_s * 1e6);
   std::fprintf(out, "    per decode KV token   %12.6f us\n", c.decode_context_token_s * 1e6);
+  std::fprintf(out, "    ... above %-10lld  %12.6f us\n",
+               static_cast<long long>(c.decode_context_knee_tokens),
+               c.decode_context_token_above_knee_s * 1e6);
   std::fprintf(out, "    per sampled sequence  %12.3f us\n", c.sampled_sequence_s * 1e6);
   std::fprintf(out, "    swap                  %12.3f GB/s\n",
                c.swap_byte_s > 0 ? 1e-9 / c.swap_byte_s : 0.0);
