@@ -202,9 +202,6 @@ void Scheduler::add_to_plan(Request& r, std::int32_t n, std::int32_t cached_now,
   // Anything but a single last-token step computes known tokens whose KV is missing.
   e.is_prefill = end < known || n > 1;
   e.samples = end == known;
-  if (e.samples && r.will_fork()) [[unlikely]] {
-    e.num_samples = r.spec.n;
-  }
   e.block_table = r.block_table;
   plan_requests_.push_back(&r);
   if (e.is_prefill) {
@@ -430,6 +427,18 @@ const StepPlan& Scheduler::schedule(TimeNs now) {
 
   assert(plan_.num_tokens() <= config_.max_num_batched_tokens);
   assert(running_.size() <= static_cast<std::size_t>(config_.max_num_seqs));
+  // Parallel sampling: entries that sample the first token of a request that will fork draw n
+  // tokens. Marked here, once the plan is final, and only while such a request runs.
+  if (fork_seats_ > 0) [[unlikely]] {
+    for (std::size_t k = 0; k < plan_.requests.size(); ++k) {
+      ScheduledRequest& e = plan_.requests[k];
+      const Request& r = *plan_requests_[k];
+      if (e.samples && r.will_fork()) {
+        e.num_samples = static_cast<std::uint16_t>(r.spec.n);
+        plan_.num_fork_tokens += r.spec.n - 1;
+      }
+    }
+  }
   plan_pending_ = !plan_.empty();
   if (!done_groups_.empty()) [[unlikely]]
     release_done_groups();  // groups ended by aborts
@@ -460,7 +469,13 @@ void Scheduler::fill_plan(TimeNs now, bool admit) {
       Request* victim = running_[v];
       if (victim->group != nullptr) [[unlikely]] {
         preempted = true;
-        if (preempt_group(*victim, i, budget, &r, now)) break;
+        // Copies, so that i and budget are not address-taken in this hot loop.
+        std::size_t gi = i;
+        std::int32_t gb = budget;
+        const bool self = preempt_group(*victim, gi, gb, &r, now);
+        i = gi;
+        budget = gb;
+        if (self) break;
         allocated = kv_.allocate_slots(r, n);
         continue;
       }
@@ -734,8 +749,12 @@ void Scheduler::complete(const StepResult& result, TimeNs now) {
         "Scheduler::complete: " + std::to_string(result.sampled_tokens.size()) +
         " sampled tokens for a plan of " + std::to_string(plan_.requests.size()) + " entries");
   }
+  // Forks first (they need nothing of the parent's new token), so the loop below stays as it
+  // is for n = 1.
   bool any_finished = false;
-  std::size_t fork_at = 0;  // next unused entry of result.fork_tokens
+  if (plan_.num_fork_tokens > 0) [[unlikely]] {
+    any_finished = fork_pass(result, now);
+  }
   for (std::size_t k = 0; k < plan_.requests.size(); ++k) {
     if (!plan_.requests[k].samples) continue;  // a partial prefill chunk yields no token
     Request& r = *plan_requests_[k];
@@ -744,24 +763,6 @@ void Scheduler::complete(const StepResult& result, TimeNs now) {
     if (r.first_token_ns < 0) r.first_token_ns = now;
     r.last_token_ns = now;
     if (observer_ != nullptr) observer_->on_token(r, prev, now);
-    if (plan_.requests[k].num_samples > 1) [[unlikely]] {
-      const auto extra = static_cast<std::size_t>(plan_.requests[k].num_samples - 1);
-      if (result.fork_tokens.size() < fork_at + extra) {
-        throw std::invalid_argument("Scheduler::complete: too few fork tokens for request " +
-                                    std::to_string(r.id()));
-      }
-      if (r.status == RequestStatus::kRunning && r.will_fork()) {
-        fork_request(r, result.fork_tokens.data() + fork_at, now);
-        // Samples with a single output token are done at once.
-        if (r.spec.max_output_tokens <= 1) {
-          for (std::size_t s = 1; s < r.group->samples.size(); ++s) {
-            finish(*r.group->samples[s], now);
-          }
-          any_finished = true;
-        }
-      }
-      fork_at += extra;
-    }
     if (r.num_output_tokens() >= r.spec.max_output_tokens) {
       finish(r, now);
       any_finished = true;
@@ -780,6 +781,33 @@ void Scheduler::complete(const StepResult& result, TimeNs now) {
   plan_requests_.clear();
   plan_undo_.clear();
   plan_pending_ = false;
+}
+
+bool Scheduler::fork_pass(const StepResult& result, TimeNs now) {
+  if (result.fork_tokens.size() < static_cast<std::size_t>(plan_.num_fork_tokens)) {
+    throw std::invalid_argument(
+        "Scheduler::complete: " + std::to_string(result.fork_tokens.size()) + " fork tokens for " +
+        std::to_string(plan_.num_fork_tokens));
+  }
+  bool any_finished = false;
+  std::size_t at = 0;  // next unused entry of result.fork_tokens
+  for (std::size_t k = 0; k < plan_.requests.size(); ++k) {
+    const ScheduledRequest& e = plan_.requests[k];
+    if (e.num_samples <= 1) continue;
+    Request& r = *plan_requests_[k];
+    if (r.status == RequestStatus::kRunning && r.will_fork()) {
+      fork_request(r, result.fork_tokens.data() + at, now);
+      // Samples with a single output token are done at once (sample 0 in complete()).
+      if (r.spec.max_output_tokens <= 1) {
+        for (std::size_t s = 1; s < r.group->samples.size(); ++s) {
+          finish(*r.group->samples[s], now);
+        }
+        any_finished = true;
+      }
+    }
+    at += static_cast<std::size_t>(e.num_samples - 1);
+  }
+  return any_finished;
 }
 
 void Scheduler::fork_request(Request& r, const std::int32_t* tokens, TimeNs now) {

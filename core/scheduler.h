@@ -185,6 +185,9 @@ class Scheduler {
   // Forks r into its group after its first-token step: samples 1 .. n-1 share r's blocks and
   // take their first tokens from `tokens` (n - 1 of them); they join running_ right after r.
   void fork_request(Request& r, const std::int32_t* tokens, TimeNs now);
+  // The forks of the plan being completed (entries with num_samples > 1), before the tokens are
+  // applied; returns whether a sample finished already (max_output_tokens 1).
+  bool fork_pass(const StepResult& result, TimeNs now);
   // Preempts every running sample of victim's group (last sample first, so that sample 0 ends
   // up at the head of the waiting queue), refunding plan entries to `budget` and keeping `i`
   // on the same request. The requester `self` is spared while a sibling runs (see the .cc).

@@ -10,6 +10,7 @@ void StepPlan::clear() {
   preempted.clear();
   num_prefill_tokens = 0;
   num_decode_tokens = 0;
+  num_fork_tokens = 0;
 }
 
 }  // namespace servelab

@@ -22,15 +22,16 @@ struct ScheduledRequest {
   std::span<const std::int32_t> output_tokens;  // outputs sampled before this step
   std::int32_t first_token = 0;                 // position of the first token computed
   std::int32_t num_tokens = 0;                  // tokens computed in this step (>= 1)
-  std::int32_t num_cached_prefix = 0;    // of first_token, how many came from a prefix hit now
-  bool is_prefill = false;               // computes part of the known sequence other than
-                                         // its last token (prompt or resumed outputs)
-  bool samples = false;                  // reaches the end of the known tokens: samples one
-  std::span<const BlockId> block_table;  // covers at least first_token + num_tokens slots
+  std::int32_t num_cached_prefix = 0;  // of first_token, how many came from a prefix hit now
+  bool is_prefill = false;             // computes part of the known sequence other than
+                                       // its last token (prompt or resumed outputs)
+  bool samples = false;                // reaches the end of the known tokens: samples one
   // Parallel sampling: on the entry that samples a request's first token with spec->n > 1, n
   // tokens are drawn from the same logits (sample k with the stream of sample_request_id(id,
-  // k)); the request then forks. 1 everywhere else.
-  std::int32_t num_samples = 1;
+  // k)); the request then forks. 1 everywhere else. (16 bits: it fits the padding after the
+  // flags, so n = 1 plans cost nothing more; n <= kMaxSamples.)
+  std::uint16_t num_samples = 1;
+  std::span<const BlockId> block_table;  // covers at least first_token + num_tokens slots
 
   std::int32_t context_len() const { return first_token + num_tokens; }
 };
@@ -50,6 +51,7 @@ struct StepPlan {
   std::vector<RequestId> preempted;        // requests preempted while forming this plan
   std::int32_t num_prefill_tokens = 0;     // sum of num_tokens over prefill entries
   std::int32_t num_decode_tokens = 0;      // sum over decode entries (one token each)
+  std::int32_t num_fork_tokens = 0;        // sum over entries of num_samples - 1
 
   bool empty() const { return requests.empty() && swap_out.empty() && swap_in.empty(); }
   std::int32_t num_tokens() const { return num_prefill_tokens + num_decode_tokens; }

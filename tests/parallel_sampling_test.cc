@@ -190,7 +190,9 @@ void RunTightCache(PreemptionMode mode, bool radix) {
     kv.check_invariants();
   }
   EXPECT_TRUE(whole_group);
-  if (mode == PreemptionMode::kSwap) EXPECT_GT(swapped_out, 0);
+  if (mode == PreemptionMode::kSwap) {
+    EXPECT_GT(swapped_out, 0);
+  }
   ASSERT_EQ(obs.finished.size(), 2u);
   const std::size_t g = obs.finished[0] == 3 ? 0 : 1;
   EXPECT_EQ(obs.finished[g], 3u);
