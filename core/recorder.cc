@@ -56,6 +56,36 @@ Recorder::Recorder(SloConfig slo, const std::string& steps_path, const std::stri
 Recorder::~Recorder() {
   if (steps_) std::fclose(steps_);
   if (schedule_) std::fclose(schedule_);
+  if (events_) std::fclose(events_);
+  if (blocks_) std::fclose(blocks_);
+}
+
+void Recorder::record_events(const std::string& path) {
+  events_ = open_or_throw(path);
+  std::fputs("time_s,request,event,detail\n", events_);
+}
+
+void Recorder::record_blocks(const std::string& path) {
+  blocks_ = open_or_throw(path);
+  std::fputs("request,position,block,start_s,end_s\n", blocks_);
+}
+
+void Recorder::event(const Request& req, TimeNs now, const char* what, const std::string& detail) {
+  if (!events_) return;
+  std::string d = detail;
+  std::replace(d.begin(), d.end(), ',', ';');
+  std::fprintf(events_, "%s,%" PRIu64 ",%s,%s\n", format_seconds(now).c_str(), req.id(), what,
+               d.c_str());
+}
+
+void Recorder::release_blocks(RequestId id, TimeNs now) {
+  const auto it = held_.find(id);
+  if (it == held_.end()) return;
+  for (std::size_t p = 0; p < it->second.size(); ++p) {
+    std::fprintf(blocks_, "%" PRIu64 ",%zu,%d,%s,%s\n", id, p, it->second[p].block,
+                 format_seconds(it->second[p].since).c_str(), format_seconds(now).c_str());
+  }
+  held_.erase(it);
 }
 
 RequestRecord Recorder::make_record(const Request& req) const {
@@ -76,23 +106,54 @@ RequestRecord Recorder::make_record(const Request& req) const {
   return r;
 }
 
-void Recorder::on_reject(const Request& req, TimeNs /*now*/) {
+void Recorder::on_reject(const Request& req, TimeNs now) {
   records_.push_back(make_record(req));
+  event(req, now, "reject", req.finish_reason);
 }
 
 void Recorder::on_token(const Request& /*req*/, TimeNs prev_token_ns, TimeNs now) {
   if (prev_token_ns >= 0) itl_ns_.add(now - prev_token_ns);
 }
 
-void Recorder::on_preempt(const Request& /*req*/, TimeNs /*now*/) { ++preemptions_; }
+void Recorder::on_preempt(const Request& req, TimeNs now) {
+  ++preemptions_;
+  event(req, now, "preempt", req.status == RequestStatus::kSwapped ? "swap" : "recompute");
+  if (blocks_) release_blocks(req.id(), now);
+}
 
-void Recorder::on_finish(const Request& req, TimeNs /*now*/) {
+void Recorder::on_finish(const Request& req, TimeNs now) {
   records_.push_back(make_record(req));
+  event(req, now, req.status == RequestStatus::kAborted ? "abort" : "finish", req.finish_reason);
+  if (blocks_) release_blocks(req.id(), now);
 }
 
 void Recorder::on_step(const StepPlan& plan, TimeNs start, TimeNs duration,
                        const StepSnapshot& snap) {
   ++num_steps_;
+  scheduled_seqs_ += static_cast<std::int64_t>(plan.requests.size());
+  if (blocks_) {
+    // Compare each entry's table with the blocks it held: a new or replaced block opens an
+    // interval now (the step's start); a replaced or dropped one closes its interval.
+    for (const ScheduledRequest& e : plan.requests) {
+      std::vector<HeldBlock>& held = held_[e.id];
+      const std::size_t n = e.block_table.size();
+      for (std::size_t p = 0; p < n; ++p) {
+        if (p < held.size() && held[p].block == e.block_table[p]) continue;
+        if (p < held.size()) {
+          std::fprintf(blocks_, "%" PRIu64 ",%zu,%d,%s,%s\n", e.id, p, held[p].block,
+                       format_seconds(held[p].since).c_str(), format_seconds(start).c_str());
+          held[p] = {e.block_table[p], start};
+        } else {
+          held.push_back({e.block_table[p], start});
+        }
+      }
+      for (std::size_t p = n; p < held.size(); ++p) {
+        std::fprintf(blocks_, "%" PRIu64 ",%zu,%d,%s,%s\n", e.id, p, held[p].block,
+                     format_seconds(held[p].since).c_str(), format_seconds(start).c_str());
+      }
+      held.resize(std::min(held.size(), n));
+    }
+  }
   const double usage = snap.num_usable_blocks > 0 ? static_cast<double>(snap.kv_blocks_used) /
                                                         static_cast<double>(snap.num_usable_blocks)
                                                   : 0.0;
@@ -133,6 +194,12 @@ void Recorder::finalize(TimeNs first_arrival, TimeNs end, const PrefixCacheStats
   if (schedule_ && std::fflush(schedule_) != 0) {
     throw std::runtime_error("schedule.csv: write failed");
   }
+  if (blocks_) {
+    // Requests still holding blocks at the end (none when every request finished).
+    while (!held_.empty()) release_blocks(held_.begin()->first, end);
+    if (std::fflush(blocks_) != 0) throw std::runtime_error("blocks.csv: write failed");
+  }
+  if (events_ && std::fflush(events_) != 0) throw std::runtime_error("events.csv: write failed");
 }
 
 RunSummary Recorder::summary() const {
@@ -205,6 +272,8 @@ RunSummary Recorder::summary() const {
   }
   s.swapped_out_blocks = swapped_out_;
   s.swapped_in_blocks = swapped_in_;
+  s.batch_seqs_mean =
+      num_steps_ > 0 ? static_cast<double>(scheduled_seqs_) / static_cast<double>(num_steps_) : 0.0;
   return s;
 }
 
@@ -293,6 +362,7 @@ void write_summary_json(const std::string& path, const RunSummary& s,
                    {"internal_fragmentation_mean", s.kv_internal_fragmentation_mean},
                    {"cow_copies", s.cow_copies},
                    {"blocks_saved_by_sharing", s.blocks_saved_by_sharing}};
+  j["batch"] = {{"seqs_mean", s.batch_seqs_mean}, {"slot_efficiency", s.slot_efficiency}};
   std::ofstream out(path, std::ios::binary);
   if (!out) throw std::runtime_error(path + ": cannot write");
   out << j.dump(2) << '\n';

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -80,6 +81,9 @@ struct RunSummary {
   // Time-weighted over steps: held blocks holding no KV, and the fraction of held token slots
   // not holding computed KV (0 in a step that holds none).
   double kv_reserved_unused_blocks_mean = 0, kv_internal_fragmentation_mean = 0;
+  // Mean over steps of the requests scheduled in a step, and that mean over the batch slots
+  // (serving.max_num_seqs; filled in by the driver, which knows it: 0 when unknown).
+  double batch_seqs_mean = 0, slot_efficiency = 0;
 };
 
 class Recorder : public SchedulerObserver {
@@ -111,8 +115,26 @@ class Recorder : public SchedulerObserver {
   // Writes requests.csv (rows sorted by request id) to `path`.
   void write_requests_csv(const std::string& path) const;
 
+  // Optional recordings, off unless asked (docs/metrics.md); call before the first event.
+  // events.csv: one row per rejection, preemption (recompute or swap), abort and finish.
+  // blocks.csv: one row per interval during which a request held a device block (a block shared
+  // through the prefix cache gives one row per holder). Throws std::runtime_error when a file
+  // cannot be opened.
+  void record_events(const std::string& path);
+  void record_blocks(const std::string& path);
+  bool records_events() const { return events_ != nullptr; }
+  bool records_blocks() const { return blocks_ != nullptr; }
+
  private:
   RequestRecord make_record(const Request& req) const;
+  void event(const Request& req, TimeNs now, const char* what, const std::string& detail);
+  // blocks.csv: closes every interval `id` has open, at `now`.
+  void release_blocks(RequestId id, TimeNs now);
+
+  struct HeldBlock {
+    BlockId block;
+    TimeNs since;
+  };
 
   SloConfig slo_;
   std::vector<RequestRecord> records_;
@@ -130,6 +152,10 @@ class Recorder : public SchedulerObserver {
   bool finalized_ = false;
   std::FILE* steps_ = nullptr;
   std::FILE* schedule_ = nullptr;
+  std::int64_t scheduled_seqs_ = 0;  // sum over steps of plan entries
+  std::FILE* events_ = nullptr;
+  std::FILE* blocks_ = nullptr;
+  std::map<RequestId, std::vector<HeldBlock>> held_;  // blocks.csv: open intervals by position
 };
 
 // Writes summary.json for `s` (keys and units as in docs/metrics.md), with `meta` (experiment

@@ -37,6 +37,10 @@ ExperimentArgs parse_experiment_args(const std::vector<std::string>& args,
       out.overrides.push_back(a.substr(6));
     } else if (a == "--record-schedule") {
       out.record_schedule = true;
+    } else if (a == "--record-events") {
+      out.record_events = true;
+    } else if (a == "--record-blocks") {
+      out.record_blocks = true;
     } else if (a == "--quiet" || a == "-q") {
       out.quiet = true;
     } else if (extra && extra(a, value)) {

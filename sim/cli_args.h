@@ -27,6 +27,8 @@ struct ExperimentArgs {
   std::optional<std::uint64_t> seed;   // --seed
   std::vector<std::string> overrides;  // --set key=value (also --set=key=value), in order
   bool record_schedule = false;        // --record-schedule
+  bool record_events = false;          // --record-events (events.csv)
+  bool record_blocks = false;          // --record-blocks (blocks.csv)
   bool quiet = false;                  // --quiet / -q
 };
 

@@ -77,10 +77,12 @@ void parse_slo(const ConfigNode& s, ExperimentConfig& c) {
 }
 
 void parse_outputs(const ConfigNode& o, ExperimentConfig& c) {
-  o.allow_keys({"requests_csv", "steps_csv", "record_schedule"});
+  o.allow_keys({"requests_csv", "steps_csv", "record_schedule", "record_events", "record_blocks"});
   c.outputs.requests_csv = o.get_bool("requests_csv", c.outputs.requests_csv);
   c.outputs.steps_csv = o.get_bool("steps_csv", c.outputs.steps_csv);
   c.outputs.record_schedule = o.get_bool("record_schedule", c.outputs.record_schedule);
+  c.outputs.record_events = o.get_bool("record_events", c.outputs.record_events);
+  c.outputs.record_blocks = o.get_bool("record_blocks", c.outputs.record_blocks);
 }
 
 // cost_model: {type: roofline} or {type: calibrated, file: cost.yaml}; a file alone means
@@ -132,7 +134,7 @@ ExperimentConfig load_experiment(const std::string& path, const std::vector<std:
   if (c.base_dir.empty())
     c.base_dir.push_back('.');  // (not = ".": GCC 12 -Wrestrict false positive)
   top.allow_keys({"name", "description", "seed", "model", "hardware", "serving", "policies",
-                  "workload", "slo", "outputs", "compare", "cost_model"});
+                  "workload", "slo", "outputs", "compare", "cost_model", "sweep"});
   c.name = top.has("name") ? top.get_string("name") : std::filesystem::path(path).stem().string();
   for (char ch : c.name) {
     if (!(std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' || ch == '.')) {
@@ -195,6 +197,8 @@ std::string resolved_config_yaml(const ExperimentConfig& c,
   e << YAML::Key << "requests_csv" << YAML::Value << c.outputs.requests_csv;
   e << YAML::Key << "steps_csv" << YAML::Value << c.outputs.steps_csv;
   e << YAML::Key << "record_schedule" << YAML::Value << c.outputs.record_schedule;
+  if (c.outputs.record_events) e << YAML::Key << "record_events" << YAML::Value << true;
+  if (c.outputs.record_blocks) e << YAML::Key << "record_blocks" << YAML::Value << true;
   e << YAML::EndMap;
   if (c.cost_model.type != "roofline") {
     e << YAML::Key << "cost_model" << YAML::Value << YAML::BeginMap;

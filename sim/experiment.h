@@ -39,6 +39,8 @@ struct OutputOptions {
   bool requests_csv = true;
   bool steps_csv = true;
   bool record_schedule = false;
+  bool record_events = false;  // events.csv (sim only): preemptions, finishes, rejections
+  bool record_blocks = false;  // blocks.csv (sim only): which request held which block, when
 };
 
 // Which cost model the simulator uses (`cost_model:`): the roofline from the catalogues, or a

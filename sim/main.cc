@@ -17,7 +17,9 @@
 #include "sim/cli_args.h"
 #include "sim/compare.h"
 #include "sim/experiment.h"
+#include "sim/plot.h"
 #include "sim/run.h"
+#include "sim/sweep.h"
 #include "sim/validate.h"
 #include "traces/trace_stats.h"
 
@@ -30,14 +32,24 @@ constexpr const char* kUsage =
     "\n"
     "commands:\n"
     "  run EXP.yaml [--out DIR] [--seed N] [--set key.path=value]... [--record-schedule]\n"
-    "             [--quiet]\n"
+    "             [--record-events] [--record-blocks] [--quiet]\n"
     "      simulate one experiment; writes summary.json, requests.csv, steps.csv, config.yaml\n"
-    "      (and schedule.csv with --record-schedule) to DIR (default out/<experiment name>/)\n"
+    "      (and schedule.csv, events.csv, blocks.csv when asked) to DIR (default\n"
+    "      out/<experiment name>/)\n"
     "  compare EXP.yaml [--out DIR] [--seed N] [--set key.path=value]...\n"
     "             [--variant NAME:key=value,key=value]... [--quiet]\n"
     "      run the variants of the experiment's `compare:` section (or those given with\n"
     "      --variant) on the same workload and seed; prints a table, writes DIR/compare.csv\n"
     "      and DIR/<variant>/ (default DIR: out/<experiment name>-compare)\n"
+    "  sweep EXP.yaml [--out DIR] [--jobs N] [--seed N] [--set key.path=value]... [--no-plot]\n"
+    "             [--quiet]\n"
+    "      run every point of the experiment's `sweep:` grid (key.path: [values]) on N threads\n"
+    "      (default: all cores); writes DIR/sweep.csv, DIR/<point>/ and DIR/figures/ (default\n"
+    "      DIR: out/<experiment name>-sweep); the files do not depend on N\n"
+    "  plot RUN_DIR... [-o DIR] [--format png|svg|pdf] [--quiet]\n"
+    "      figures from run, compare or sweep folders: latency CDFs, throughput and KV usage\n"
+    "      over time, batch composition, request Gantt (needs schedule.csv), KV block map\n"
+    "      (needs blocks.csv), curves and bars per variant; default DIR: RUN_DIR/figures\n"
     "  calibrate PROFILE.csv -o COST.yaml [--quiet]\n"
     "      fit the calibrated cost model to an `engine profile` (NNLS over the roofline's\n"
     "      operators); prints the fit error per shape family; use the file with\n"
@@ -63,6 +75,8 @@ int cmd_run(const std::vector<std::string>& args) {
   const servelab::ExperimentArgs a = servelab::parse_experiment_args(args, "sim run");
   servelab::ExperimentConfig config = servelab::load_experiment(a.experiment, a.overrides, a.seed);
   if (a.record_schedule) config.outputs.record_schedule = true;
+  if (a.record_events) config.outputs.record_events = true;
+  if (a.record_blocks) config.outputs.record_blocks = true;
   servelab::RunOptions options;
   options.out_dir = a.out_dir;
   const bool quiet = a.quiet;
@@ -89,6 +103,8 @@ int cmd_compare(const std::vector<std::string>& args) {
   std::vector<std::string> overrides = a.overrides;
   if (a.seed) overrides.push_back("seed=" + std::to_string(*a.seed));
   if (a.record_schedule) overrides.push_back("outputs.record_schedule=true");
+  if (a.record_events) overrides.push_back("outputs.record_events=true");
+  if (a.record_blocks) overrides.push_back("outputs.record_blocks=true");
   const std::string* exp = &a.experiment;
   const std::string out_dir = a.out_dir;
   const bool quiet = a.quiet;
@@ -114,6 +130,8 @@ int main(int argc, char** argv) {
       [](const std::string& cmd, const std::vector<std::string>& args) -> std::optional<int> {
         if (cmd == "run") return cmd_run(args);
         if (cmd == "compare") return cmd_compare(args);
+        if (cmd == "sweep") return servelab::sweep_command(args);
+        if (cmd == "plot") return servelab::plot_command(args);
         if (cmd == "calibrate") return servelab::calibrate_command(args);
         if (cmd == "validate") return servelab::validate_command(args);
         if (cmd == "policies") return servelab::policies_command(args);

@@ -23,8 +23,9 @@ namespace {
 
 // The files a run folder may hold; anything else means the folder is not ours to overwrite.
 const std::set<std::string>& run_files() {
-  static const std::set<std::string> files = {"summary.json", "requests.csv", "steps.csv",
-                                              "schedule.csv", "config.yaml",  "tokens.jsonl"};
+  static const std::set<std::string> files = {
+      "summary.json", "requests.csv", "steps.csv",  "schedule.csv", "config.yaml",
+      "tokens.jsonl", "events.csv",   "blocks.csv", "figures"};  // figures/: `sim plot`
   return files;
 }
 
@@ -76,10 +77,17 @@ static void write_text(const std::string& path, const std::string& text) {
   if (!out) throw std::runtime_error(path + ": write failed");
 }
 
+void fill_batch_slots(const ExperimentConfig& config, RunSummary& summary) {
+  summary.slot_efficiency = summary.batch_seqs_mean / config.scheduler.max_num_seqs;
+}
+
 void write_run_outputs(const ExperimentConfig& config, const Recorder& recorder,
                        const RunMeta& meta, RunOutput& out) {
+  fill_batch_slots(config, out.summary);
   if (config.outputs.steps_csv) out.files.push_back("steps.csv");
   if (config.outputs.record_schedule) out.files.push_back("schedule.csv");
+  if (config.outputs.record_events && recorder.records_events()) out.files.push_back("events.csv");
+  if (config.outputs.record_blocks && recorder.records_blocks()) out.files.push_back("blocks.csv");
   const std::vector<std::pair<std::string, std::string>> summary_meta = {
       {"experiment", config.name},
       {"backend", meta.backend},
@@ -163,6 +171,12 @@ RunOutput run_simulation(const ExperimentConfig& config, const RunOptions& optio
                                      : static_cast<const CostModel&>(roofline);
   SimBackend backend(cost);
   Recorder recorder(config.slo, steps_path, schedule_path);
+  if (options.write_files && config.outputs.record_events) {
+    recorder.record_events(out.out_dir + "/events.csv");
+  }
+  if (options.write_files && config.outputs.record_blocks) {
+    recorder.record_blocks(out.out_dir + "/blocks.csv");
+  }
   WorkloadFeedback feedback(*workload, recorder);
   const KvCacheOptions kv_cache_options = kv_cache_options_for(config);
   SchedulerConfig sc = scheduler_config_with_policies(config);
@@ -201,6 +215,7 @@ RunOutput run_simulation(const ExperimentConfig& config, const RunOptions& optio
   recorder.finalize(out.totals.first_arrival_ns, out.totals.end_ns, replica.kv().stats());
   out.summary = recorder.summary();
   out.summary.skipped_trace_rows = workload->skipped_rows();
+  fill_batch_slots(config, out.summary);
   if (!options.write_files) return out;
 
   write_run_outputs(config, recorder, {"sim", model.name, hardware.name}, out);

@@ -61,6 +61,9 @@ struct RunMeta {
 // std::runtime_error on I/O failure.
 void write_run_outputs(const ExperimentConfig& config, const Recorder& recorder,
                        const RunMeta& meta, RunOutput& out);
+// Sets summary.slot_efficiency from batch_seqs_mean and serving.max_num_seqs (write_run_outputs
+// calls it, so every backend's summary.json has it).
+void fill_batch_slots(const ExperimentConfig& config, RunSummary& summary);
 
 // The calibrated cost model the experiment asks for (cost_model.type calibrated), or null for
 // the roofline. Throws ConfigError when the profile was calibrated for another model.

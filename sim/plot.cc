@@ -1,0 +1,120 @@
+#include "sim/plot.h"
+
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <stdexcept>
+
+#include "core/config_node.h"
+#include "sim/cli_args.h"
+
+extern char** environ;
+
+namespace servelab {
+
+namespace fs = std::filesystem;
+
+PlotArgs parse_plot_args(const std::vector<std::string>& args) {
+  PlotArgs out;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= args.size()) throw UsageError(a + ": expected a value");
+      return args[++i];
+    };
+    if (a == "-o" || a == "--out") {
+      out.out_dir = value();
+    } else if (a == "--format") {
+      out.format = value();
+      if (out.format != "png" && out.format != "svg" && out.format != "pdf") {
+        throw UsageError("--format: expected png, svg or pdf, got '" + out.format + "'");
+      }
+    } else if (a == "--quiet" || a == "-q") {
+      out.quiet = true;
+    } else if (!a.empty() && a[0] == '-') {
+      throw UsageError("sim plot: unknown option '" + a + "'");
+    } else {
+      out.inputs.push_back(a);
+    }
+  }
+  if (out.inputs.empty()) {
+    throw UsageError("sim plot: expected at least one run folder (sim plot RUN_DIR...)");
+  }
+  return out;
+}
+
+std::string plot_input_kind(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::exists(dir, ec)) throw ConfigError(dir + ": no such folder");
+  if (!fs::is_directory(dir, ec)) throw ConfigError(dir + ": not a folder");
+  if (fs::exists(fs::path(dir) / "summary.json", ec)) return "run";
+  if (fs::exists(fs::path(dir) / "sweep.csv", ec)) return "sweep";
+  if (fs::exists(fs::path(dir) / "compare.csv", ec)) return "compare";
+  throw ConfigError(dir +
+                    ": not a run folder (no summary.json) nor a `sim compare` / `sim sweep` "
+                    "folder (no compare.csv or sweep.csv)");
+}
+
+std::string plot_script_path() {
+  if (const char* s = std::getenv("SERVELAB_PLOT_SCRIPT"); s && *s) return s;
+  const char* root = std::getenv("SERVELAB_SOURCE_DIR");
+  const std::string base = root && *root ? root : SERVELAB_SOURCE_DIR;
+  return base + "/sim/plot/servelab_plot.py";
+}
+
+std::string plot_python() {
+  if (const char* s = std::getenv("SERVELAB_PYTHON"); s && *s) return s;
+  std::error_code ec;
+  if (fs::exists("/usr/bin/python3", ec)) return "/usr/bin/python3";
+  return "python3";
+}
+
+int run_plot(const PlotArgs& args) {
+  for (const std::string& in : args.inputs) plot_input_kind(in);
+  const std::string script = plot_script_path();
+  std::error_code ec;
+  if (!fs::exists(script, ec)) {
+    throw std::runtime_error(
+        script + ": plot script not found (set SERVELAB_SOURCE_DIR to the source tree)");
+  }
+  const std::string out_dir =
+      args.out_dir.empty() ? (fs::path(args.inputs.front()) / "figures").string() : args.out_dir;
+  std::vector<std::string> argv_s = {plot_python(), script,     "--out",
+                                     out_dir,       "--format", args.format};
+  if (args.quiet) argv_s.push_back("--quiet");
+  argv_s.insert(argv_s.end(), args.inputs.begin(), args.inputs.end());
+  std::vector<char*> argv;
+  for (std::string& s : argv_s) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  const int rc = posix_spawnp(&pid, argv[0], nullptr, nullptr, argv.data(), environ);
+  if (rc != 0) {
+    throw std::runtime_error(argv_s[0] + ": cannot start (" + std::strerror(rc) + ")");
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) throw std::runtime_error("waitpid failed");
+  }
+  if (!WIFEXITED(status)) return 1;
+  const int code = WEXITSTATUS(status);
+  return code == 0 || code == 2 || code == 3 ? code : 1;
+}
+
+int plot_command(const std::vector<std::string>& args) {
+  const int code = run_plot(parse_plot_args(args));
+  if (code == 3) {
+    std::fprintf(stderr,
+                 "sim: error: matplotlib is missing (apt-get install python3-matplotlib, or set "
+                 "SERVELAB_PYTHON to an interpreter that has it)\n");
+    return 1;
+  }
+  return code;
+}
+
+}  // namespace servelab

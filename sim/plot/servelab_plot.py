@@ -1,0 +1,579 @@
+#!/usr/bin/env python3
+"""Figures from ServeLab run folders; `sim plot` runs this script (docs/experiments.md).
+
+    servelab_plot.py [--out DIR] [--format png|svg|pdf] [--quiet] INPUT...
+
+Each INPUT is a run folder (summary.json, requests.csv, steps.csv, and optionally schedule.csv,
+events.csv, blocks.csv), a `sim compare` folder (compare.csv) or a `sim sweep` folder
+(sweep.csv). Figures written to DIR:
+
+  latency-cdf            TTFT, TPOT and E2E CDFs, one line per run (every input's runs)
+  RUN-throughput         tokens/s and finished requests/s over time, KV usage over time
+  RUN-batch              per step: prefill vs decode tokens, running vs waiting requests
+  RUN-gantt              per request: queued, prefilling, decoding, preempted, swapped
+                         (needs schedule.csv; events.csv tells preempted from swapped)
+  RUN-kv-blocks          which request holds which physical block over time (needs blocks.csv;
+                         small runs only)
+  GROUP-bars             per variant / point: throughput, TTFT and TPOT percentiles, goodput,
+                         preemptions (compare and sweep folders)
+  GROUP-throughput-latency   p50/p99 TTFT and TPOT against achieved throughput
+  GROUP-sweep            sweep folders: metrics against the first numeric sweep key
+
+Outputs are deterministic: no timestamps or software versions are embedded, SVG ids use a fixed
+salt, PDF dates come from SOURCE_DATE_EPOCH=0.
+
+Exit codes: 0 written, 2 bad input (names the folder), 3 matplotlib missing.
+"""
+
+import argparse
+import csv
+import json
+import math
+import os
+import sys
+
+os.environ.setdefault("SOURCE_DATE_EPOCH", "0")
+
+try:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import ListedColormap
+    from matplotlib.patches import Patch
+    import numpy as np
+except ImportError as e:  # pragma: no cover - depends on the machine
+    print(f"servelab_plot: matplotlib is not available to {sys.executable}: {e}", file=sys.stderr)
+    sys.exit(3)
+
+plt.rcParams.update(
+    {
+        "svg.hashsalt": "servelab",
+        "figure.dpi": 100,
+        "savefig.dpi": 100,
+        "font.size": 9,
+        "axes.titlesize": 10,
+        "axes.grid": True,
+        "grid.alpha": 0.3,
+        "legend.fontsize": 8,
+    }
+)
+
+METADATA = {
+    "png": {"Software": None},
+    "svg": {"Date": None, "Creator": None},
+    "pdf": {"CreationDate": None, "ModDate": None, "Creator": None, "Producer": None},
+}
+
+# Gantt states and their colours.
+STATE_COLORS = {
+    "queued": "#c7c7c7",
+    "prefilling": "#1f77b4",
+    "decoding": "#2ca02c",
+    "preempted": "#ff7f0e",
+    "swapped": "#9467bd",
+}
+GANTT_MAX_REQUESTS = 48
+KV_MAP_MAX_BLOCKS = 4096
+KV_MAP_MAX_ROWS = 2_000_000
+
+
+class InputError(Exception):
+    pass
+
+
+def read_csv(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def num(text, default=math.nan):
+    return float(text) if text not in ("", None) else default
+
+
+class Run:
+    """One run folder."""
+
+    def __init__(self, path, name):
+        self.path = path
+        self.name = name
+        with open(os.path.join(path, "summary.json")) as f:
+            self.summary = json.load(f)
+        self._requests = None
+        self._steps = None
+
+    def file(self, name):
+        p = os.path.join(self.path, name)
+        return p if os.path.exists(p) else None
+
+    @property
+    def title(self):
+        run = self.summary.get("run", {})
+        return f"{self.name} ({run.get('model', '?')} on {run.get('hardware', '?')})"
+
+    def requests(self):
+        if self._requests is None:
+            p = self.file("requests.csv")
+            self._requests = read_csv(p) if p else []
+        return self._requests
+
+    def steps(self):
+        """steps.csv as numpy columns."""
+        if self._steps is None:
+            p = self.file("steps.csv")
+            cols = {}
+            if p:
+                rows = read_csv(p)
+                keys = rows[0].keys() if rows else []
+                for k in keys:
+                    cols[k] = np.array([float(r[k]) for r in rows])
+            self._steps = cols
+        return self._steps
+
+
+def runs_of(path):
+    """The runs an input folder stands for, and its kind."""
+    if not os.path.isdir(path):
+        raise InputError(f"{path}: no such folder")
+    if os.path.exists(os.path.join(path, "summary.json")):
+        return "run", [Run(path, os.path.basename(os.path.normpath(path)))]
+    for kind, table, column in (("sweep", "sweep.csv", "point"), ("compare", "compare.csv", "variant")):
+        t = os.path.join(path, table)
+        if os.path.exists(t):
+            runs = []
+            for row in read_csv(t):
+                sub = os.path.join(path, row[column])
+                if os.path.exists(os.path.join(sub, "summary.json")):
+                    runs.append(Run(sub, row[column]))
+            return kind, runs
+    raise InputError(f"{path}: not a run folder (no summary.json), nor a compare or sweep folder")
+
+
+def save(fig, out_dir, stem, fmt, written):
+    path = os.path.join(out_dir, f"{stem}.{fmt}")
+    fig.savefig(path, format=fmt, metadata=METADATA[fmt])
+    plt.close(fig)
+    written.append(path)
+
+
+# ---------------------------------------------------------------------------------------------
+# Latency CDFs
+
+
+def latency_cdf(runs, out_dir, fmt, written):
+    fig, axes = plt.subplots(1, 3, figsize=(11, 3.8), constrained_layout=True)
+    metrics = (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT"), ("e2e_ms", "E2E latency"))
+    many = len(runs) > 10
+    for ax, (col, label) in zip(axes, metrics):
+        for i, run in enumerate(runs):
+            v = np.sort(np.array([num(r[col]) for r in run.requests() if r["status"] == "finished" and r[col] != ""]))
+            if v.size == 0:
+                continue
+            y = np.arange(1, v.size + 1) / v.size
+            ax.step(v, y, where="post", label=run.name, linewidth=1.0 if many else 1.4)
+        ax.set_xscale("log")
+        ax.set_xlabel(f"{label} (ms, log scale)")
+        ax.set_ylabel("fraction of finished requests")
+        ax.set_ylim(0, 1.01)
+        ax.set_title(f"{label} CDF")
+    handles, labels = axes[0].get_legend_handles_labels()
+    if handles:
+        axes[-1].legend(handles, labels, loc="lower right", ncol=2 if many else 1, fontsize=7 if many else 8)
+    fig.suptitle("Latency distributions: " + ", ".join(r.name for r in runs[:6]) + (" ..." if len(runs) > 6 else ""))
+    save(fig, out_dir, "latency-cdf", fmt, written)
+
+
+# ---------------------------------------------------------------------------------------------
+# Per-run figures
+
+
+def throughput_over_time(run, out_dir, fmt, written):
+    s = run.steps()
+    if not s or s["start_s"].size == 0:
+        return
+    start = s["start_s"]
+    end = start + s["duration_ms"] / 1000.0
+    t0, t1 = float(start.min()), float(end.max())
+    nbins = int(min(120, max(10, s["start_s"].size // 4)))
+    edges = np.linspace(t0, t1 if t1 > t0 else t0 + 1e-3, nbins + 1)
+    width = edges[1] - edges[0]
+    centers = (edges[:-1] + edges[1:]) / 2
+    pre, _ = np.histogram(start, bins=edges, weights=s["prefill_tokens"])
+    dec, _ = np.histogram(start, bins=edges, weights=s["decode_tokens"])
+    fin = [num(r["finish_s"]) for r in run.requests() if r["status"] == "finished"]
+    done, _ = np.histogram(np.array(fin), bins=edges) if fin else (np.zeros(nbins), None)
+
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(9, 5.5), sharex=True, constrained_layout=True)
+    ax1.stackplot(centers, pre / width, dec / width, labels=["prefill tokens/s", "decode tokens/s"],
+                  colors=[STATE_COLORS["prefilling"], STATE_COLORS["decoding"]], alpha=0.8, step="mid")
+    ax1.set_ylabel("tokens computed per second")
+    ax1.set_title(f"Throughput over time: {run.title}")
+    axr = ax1.twinx()
+    axr.plot(centers, done / width, color="black", linewidth=1.2, label="finished requests/s")
+    axr.set_ylabel("finished requests per second")
+    axr.grid(False)
+    h1, l1 = ax1.get_legend_handles_labels()
+    h2, l2 = axr.get_legend_handles_labels()
+    ax1.legend(h1 + h2, l1 + l2, loc="upper left")
+
+    usage = s["kv_usage"] * 100
+    ax2.step(start, usage, where="post", color="#d62728", linewidth=1.0, label="KV usage (blocks held by requests)")
+    total = s["kv_blocks_used"] + s["kv_blocks_free"]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        cached = np.where(total > 0, s["kv_blocks_cached"] / total * 100, 0)
+    ax2.step(start, cached, where="post", color="#8c564b", linewidth=0.8, alpha=0.8,
+             label="free blocks holding cached prefixes")
+    ax2.set_ylim(0, 105)
+    ax2.set_ylabel("share of KV blocks (%)")
+    ax2.set_xlabel("simulated time (s)")
+    ax2.set_title("KV cache usage over time")
+    ax2.legend(loc="upper left")
+    save(fig, out_dir, f"{run.name}-throughput", fmt, written)
+
+
+def batch_composition(run, out_dir, fmt, written):
+    s = run.steps()
+    if not s or s["step"].size == 0:
+        return
+    x = s["step"]
+    pre_t, dec_t, xb = s["prefill_tokens"], s["decode_tokens"], x
+    window = 1
+    if x.size > 400:
+        # Too many steps to draw one by one: means over windows of `window` consecutive steps.
+        window = int(math.ceil(x.size / 400))
+        n = x.size // window * window
+        xb = x[:n].reshape(-1, window)[:, 0]
+        pre_t = pre_t[:n].reshape(-1, window).mean(axis=1)
+        dec_t = dec_t[:n].reshape(-1, window).mean(axis=1)
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(9, 5.5), sharex=True, constrained_layout=True)
+    ax1.stackplot(xb, pre_t, dec_t, labels=["prefill tokens", "decode tokens"],
+                  colors=[STATE_COLORS["prefilling"], STATE_COLORS["decoding"]], step="post", alpha=0.85)
+    ax1.set_ylabel("tokens per step" + (f" (mean of {window} steps)" if window > 1 else ""))
+    ax1.set_title(f"Batch composition per step: {run.title}")
+    ax1.legend(loc="upper right")
+    ax2.step(x, s["running"], where="post", label="running requests", color="#2ca02c", linewidth=1.0)
+    ax2.step(x, s["waiting"], where="post", label="waiting requests", color="#7f7f7f", linewidth=1.0)
+    pre = s.get("preempted")
+    if pre is not None and pre.sum() > 0:
+        idx = pre > 0
+        ax2.scatter(x[idx], s["running"][idx], s=8, color=STATE_COLORS["preempted"], zorder=3,
+                    label="steps that preempted")
+    ax2.set_ylabel("requests")
+    ax2.set_xlabel("step")
+    ax2.legend(loc="upper right")
+    save(fig, out_dir, f"{run.name}-batch", fmt, written)
+
+
+def merge(intervals):
+    """Merges touching [a, b) intervals (sorted by start)."""
+    out = []
+    for a, b in intervals:
+        if out and a <= out[-1][1] + 1e-12:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return out
+
+
+def gantt(run, out_dir, fmt, written):
+    sched = run.file("schedule.csv")
+    if not sched:
+        return
+    s = run.steps()
+    if not s:
+        return
+    step_start = dict(zip(s["step"].astype(int).tolist(), s["start_s"].tolist()))
+    step_end = {k: v + d / 1000.0 for k, v, d in zip(s["step"].astype(int).tolist(), s["start_s"].tolist(),
+                                                       s["duration_ms"].tolist())}
+    reqs = [r for r in run.requests() if r["status"] != "rejected"]
+    reqs.sort(key=lambda r: int(r["id"]))
+    # A window of consecutive requests, around the first preempted one when there is one.
+    first = next((i for i, r in enumerate(reqs) if int(r["preemptions"] or 0) > 0), 0)
+    lo = max(0, min(first - GANTT_MAX_REQUESTS // 2, len(reqs) - GANTT_MAX_REQUESTS))
+    chosen = reqs[lo:lo + GANTT_MAX_REQUESTS]
+    ids = {int(r["id"]): i for i, r in enumerate(chosen)}
+    runs_of_req = {i: {"prefilling": [], "decoding": []} for i in ids}
+    first_step = {}
+    with open(sched, newline="") as f:
+        for row in csv.DictReader(f):
+            rid = int(row["request"])
+            if rid not in ids:
+                continue
+            st = int(row["step"])
+            kind = "prefilling" if row["kind"] == "prefill" else "decoding"
+            runs_of_req[rid][kind].append((step_start[st], step_end[st]))
+            first_step.setdefault(rid, step_start[st])
+    # Preempted / swapped: from the preemption to the next step that schedules the request.
+    waits = {i: {"preempted": [], "swapped": []} for i in ids}
+    ev = run.file("events.csv")
+    if ev:
+        starts = {rid: sorted(a for a, _ in runs_of_req[rid]["prefilling"] + runs_of_req[rid]["decoding"])
+                  for rid in ids}
+        for row in read_csv(ev):
+            rid = int(row["request"])
+            if rid not in ids or row["event"] != "preempt":
+                continue
+            t = num(row["time_s"])
+            later = [a for a in starts[rid] if a >= t]
+            end = later[0] if later else t
+            waits[rid]["swapped" if row["detail"] == "swap" else "preempted"].append((t, end))
+
+    fig_h = max(3.0, 0.12 * len(chosen) + 1.4)
+    fig, ax = plt.subplots(figsize=(10, fig_h), constrained_layout=True)
+    for r in chosen:
+        rid = int(r["id"])
+        y = ids[rid]
+        arrival = num(r["arrival_s"])
+        first = num(r["first_scheduled_s"])
+        if not math.isnan(first):
+            ax.broken_barh([(arrival, max(first - arrival, 0))], (y - 0.4, 0.8), color=STATE_COLORS["queued"])
+        for state in ("prefilling", "decoding"):
+            iv = merge(sorted(runs_of_req[rid][state]))
+            ax.broken_barh([(a, b - a) for a, b in iv], (y - 0.4, 0.8), color=STATE_COLORS[state])
+        for state in ("preempted", "swapped"):
+            iv = waits[rid][state]
+            if iv:
+                ax.broken_barh([(a, max(b - a, 0)) for a, b in iv], (y - 0.4, 0.8), color=STATE_COLORS[state])
+    ax.set_yticks(range(len(chosen)))
+    ax.set_yticklabels([r["id"] for r in chosen], fontsize=6 if len(chosen) > 24 else 8)
+    ax.invert_yaxis()
+    ax.set_ylabel("request id")
+    ax.set_xlabel("simulated time (s)")
+    shown = (f"requests {chosen[0]['id']}-{chosen[-1]['id']} of {len(reqs)}" if len(reqs) > len(chosen)
+             else f"{len(chosen)} requests")
+    note = "" if ev else " (no events.csv: preemptions not shown)"
+    ax.set_title(f"Request timeline ({shown}){note}: {run.title}")
+    ax.legend(handles=[Patch(color=c, label=k) for k, c in STATE_COLORS.items()], loc="lower right",
+              ncol=5, fontsize=7)
+    ax.grid(axis="y", alpha=0)
+    save(fig, out_dir, f"{run.name}-gantt", fmt, written)
+
+
+def kv_block_map(run, out_dir, fmt, written, quiet):
+    path = run.file("blocks.csv")
+    if not path:
+        return
+    num_blocks = int(run.summary.get("run", {}).get("num_gpu_blocks", "0") or 0)
+    if num_blocks <= 0 or num_blocks > KV_MAP_MAX_BLOCKS:
+        if not quiet:
+            print(f"servelab_plot: {run.name}: {num_blocks} KV blocks is too many for a block map "
+                  f"(at most {KV_MAP_MAX_BLOCKS}); skipped", file=sys.stderr)
+        return
+    rows = read_csv(path)
+    if len(rows) > KV_MAP_MAX_ROWS:
+        return
+    s = run.steps()
+    t0 = float(s["start_s"].min()) if s else 0.0
+    t1 = float((s["start_s"] + s["duration_ms"] / 1000.0).max()) if s else 1.0
+    cols = 400
+    grid = np.full((num_blocks, cols), -1, dtype=np.int64)
+    span = (t1 - t0) or 1.0
+    requests_seen = []
+    for r in rows:
+        b = int(r["block"])
+        rid = int(r["request"])
+        a = int((num(r["start_s"]) - t0) / span * cols)
+        e = int(math.ceil((num(r["end_s"]) - t0) / span * cols))
+        a, e = max(a, 0), min(max(e, a + 1), cols)
+        cell = grid[b, a:e]
+        shared = (cell >= 0) & (cell != rid)
+        cell[cell == -1] = rid
+        cell[shared] = -2
+        requests_seen.append(rid)
+    # Colours: a request's colour is its id modulo a 20-colour palette; white is free, black is
+    # a block held by several requests at once (a shared prefix).
+    palette = [plt.cm.tab20(i) for i in range(20)]
+    cmap = ListedColormap([(1, 1, 1, 1), (0, 0, 0, 1)] + palette)
+    img = np.where(grid == -1, 0, np.where(grid == -2, 1, 2 + (grid % 20)))
+    fig, ax = plt.subplots(figsize=(9, 5), constrained_layout=True)
+    ax.imshow(img, aspect="auto", interpolation="nearest", cmap=cmap, vmin=0, vmax=21, origin="lower",
+              extent=(t0, t1, -0.5, num_blocks - 0.5))
+    ax.set_xlabel("simulated time (s)")
+    ax.set_ylabel("physical KV block id")
+    ax.grid(False)
+    n_req = len(set(requests_seen))
+    ax.set_title(f"KV block map ({num_blocks} blocks, {n_req} requests; colour = request): {run.title}")
+    ax.legend(handles=[Patch(facecolor="white", edgecolor="gray", label="free"),
+                       Patch(color="black", label="shared by several requests"),
+                       Patch(color=palette[0], label="held by one request (colour by id)")],
+              loc="upper right", fontsize=7)
+    save(fig, out_dir, f"{run.name}-kv-blocks", fmt, written)
+
+
+# ---------------------------------------------------------------------------------------------
+# Compare and sweep folders
+
+
+def group_table(path, kind):
+    table = read_csv(os.path.join(path, "sweep.csv" if kind == "sweep" else "compare.csv"))
+    label = "point" if kind == "sweep" else "variant"
+    return table, label
+
+
+def bars(path, kind, out_dir, fmt, written):
+    table, label = group_table(path, kind)
+    if not table:
+        return
+    names = [r[label] for r in table]
+    x = np.arange(len(names))
+    panels = [
+        ("throughput (requests/s)", [("requests_per_s", "achieved")]),
+        ("output throughput (tokens/s)", [("output_tokens_per_s", "output tokens/s")]),
+        ("TTFT (ms)", [("ttft_p50_ms", "p50"), ("ttft_p99_ms", "p99")]),
+        ("TPOT (ms)", [("tpot_p50_ms", "p50"), ("tpot_p99_ms", "p99")]),
+        ("goodput (requests/s meeting the SLOs)", [("goodput_requests_per_s", "goodput")]),
+        ("preemptions (count)", [("preemptions", "preemptions")]),
+    ]
+    group = os.path.basename(os.path.normpath(path))
+    fig, axes = plt.subplots(2, 3, figsize=(12, 6.5), constrained_layout=True)
+    for ax, (title, series) in zip(axes.flat, panels):
+        w = 0.8 / len(series)
+        for k, (col, lab) in enumerate(series):
+            vals = [num(r.get(col, "")) for r in table]
+            ax.bar(x + (k - (len(series) - 1) / 2) * w, vals, width=w, label=lab)
+        ax.set_title(title)
+        ax.set_xticks(x)
+        ax.set_xticklabels(names, rotation=60, ha="right", fontsize=6 if len(names) > 8 else 8)
+        ax.set_ylabel(title.split(" (")[-1].rstrip(")") if "(" in title else title)
+        if len(series) > 1:
+            ax.legend()
+    fig.suptitle(f"{group}: per-{label} comparison")
+    save(fig, out_dir, f"{group}-bars", fmt, written)
+
+
+def sweep_axes(table):
+    keys = list(table[0].keys())
+    return keys[1:keys.index("completed")]
+
+
+def is_number(text):
+    try:
+        float(text)
+        return True
+    except ValueError:
+        return False
+
+
+def sweep_lines(table):
+    """(x axis key or None, [(label, rows)]) for a sweep table: lines over the first numeric key,
+    one per combination of the others."""
+    axes = sweep_axes(table)
+    xkey = next((k for k in axes if all(is_number(r[k]) for r in table)), None)
+    others = [k for k in axes if k != xkey]
+    groups = {}
+    for r in table:
+        label = ", ".join(f"{k.split('.')[-1]}={r[k]}" for k in others) or "sweep"
+        groups.setdefault(label, []).append(r)
+    if xkey:
+        for rows in groups.values():
+            rows.sort(key=lambda r: float(r[xkey]))
+    return xkey, list(groups.items())
+
+
+def throughput_latency(path, kind, out_dir, fmt, written):
+    table, label = group_table(path, kind)
+    if not table:
+        return
+    group = os.path.basename(os.path.normpath(path))
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), constrained_layout=True)
+    for ax, metric, name in ((axes[0], "ttft", "TTFT"), (axes[1], "tpot", "TPOT")):
+        if kind == "sweep":
+            _, lines = sweep_lines(table)
+            for i, (lab, rows) in enumerate(lines):
+                xs = [num(r["requests_per_s"]) for r in rows]
+                color = f"C{i % 10}"
+                ax.plot(xs, [num(r[f"{metric}_p50_ms"]) for r in rows], "o-", color=color, label=f"{lab} p50")
+                ax.plot(xs, [num(r[f"{metric}_p99_ms"]) for r in rows], "s--", color=color, label=f"{lab} p99")
+        else:
+            for i, r in enumerate(table):
+                color = f"C{i % 10}"
+                xv = num(r["requests_per_s"])
+                ax.plot([xv, xv], [num(r[f"{metric}_p50_ms"]), num(r[f"{metric}_p99_ms"])], "-", color=color,
+                        linewidth=1)
+                ax.plot(xv, num(r[f"{metric}_p50_ms"]), "o", color=color, label=f"{r[label]}")
+                ax.plot(xv, num(r[f"{metric}_p99_ms"]), "s", color=color, markerfacecolor="none")
+        ax.set_xlabel("achieved throughput (requests/s)")
+        ax.set_ylabel(f"{name} (ms)")
+        ax.set_title(f"{name} p50 (filled) and p99 vs throughput")
+    axes[1].legend(fontsize=6 if len(table) > 8 else 8, ncol=2 if len(table) > 8 else 1)
+    fig.suptitle(f"{group}: throughput-latency")
+    save(fig, out_dir, f"{group}-throughput-latency", fmt, written)
+
+
+def sweep_curves(path, out_dir, fmt, written):
+    table, _ = group_table(path, "sweep")
+    if not table:
+        return
+    xkey, lines = sweep_lines(table)
+    if not xkey:
+        return
+    group = os.path.basename(os.path.normpath(path))
+    panels = [
+        ("TTFT (ms)", [("ttft_p50_ms", "p50", "o-"), ("ttft_p99_ms", "p99", "s--")]),
+        ("TPOT (ms)", [("tpot_p50_ms", "p50", "o-"), ("tpot_p99_ms", "p99", "s--")]),
+        ("throughput (requests/s)", [("requests_per_s", "achieved", "o-"),
+                                     ("goodput_requests_per_s", "goodput", "s--")]),
+    ]
+    fig, axes = plt.subplots(1, 3, figsize=(12, 4), constrained_layout=True)
+    numeric = [float(r[xkey]) for r in table]
+    logx = min(numeric) > 0 and max(numeric) / min(numeric) >= 8
+    for ax, (title, series) in zip(axes, panels):
+        for i, (lab, rows) in enumerate(lines):
+            xs = [float(r[xkey]) for r in rows]
+            for col, sl, style in series:
+                ax.plot(xs, [num(r[col]) for r in rows], style, color=f"C{i % 10}",
+                        label=f"{lab} {sl}" if len(lines) > 1 else sl)
+        if logx:
+            ax.set_xscale("log", base=2)
+        ax.set_xlabel(xkey)
+        ax.set_ylabel(title)
+        ax.set_title(f"{title.split(' (')[0]} vs {xkey.split('.')[-1]}")
+        ax.legend(fontsize=7)
+    fig.suptitle(f"{group}: sweep over {xkey}")
+    save(fig, out_dir, f"{group}-sweep", fmt, written)
+
+
+def main(argv):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("inputs", nargs="+")
+    ap.add_argument("--out", "-o", required=True)
+    ap.add_argument("--format", choices=("png", "svg", "pdf"), default="png")
+    ap.add_argument("--quiet", action="store_true")
+    args = ap.parse_args(argv)
+    try:
+        inputs = [(p, *runs_of(p)) for p in args.inputs]
+    except InputError as e:
+        print(f"servelab_plot: error: {e}", file=sys.stderr)
+        return 2
+    os.makedirs(args.out, exist_ok=True)
+    written = []
+    all_runs = [r for _, _, runs in inputs for r in runs]
+    # Names must be unique within the output folder.
+    seen = {}
+    for r in all_runs:
+        n = seen.get(r.name, 0)
+        seen[r.name] = n + 1
+        if n:
+            r.name = f"{r.name}-{n + 1}"
+    if all_runs:
+        latency_cdf(all_runs, args.out, args.format, written)
+    for path, kind, runs in inputs:
+        if kind == "run":
+            run = runs[0]
+            throughput_over_time(run, args.out, args.format, written)
+            batch_composition(run, args.out, args.format, written)
+            gantt(run, args.out, args.format, written)
+            kv_block_map(run, args.out, args.format, written, args.quiet)
+        else:
+            bars(path, kind, args.out, args.format, written)
+            throughput_latency(path, kind, args.out, args.format, written)
+            if kind == "sweep":
+                sweep_curves(path, args.out, args.format, written)
+    if not args.quiet:
+        for p in written:
+            print(f"wrote {p}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

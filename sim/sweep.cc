@@ -1,0 +1,306 @@
+#include "sim/sweep.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <cinttypes>
+#include <exception>
+#include <filesystem>
+#include <mutex>
+#include <stdexcept>
+#include <thread>
+
+#include "core/config_node.h"
+#include "sim/cli_args.h"
+#include "sim/plot.h"
+#include "traces/workload.h"
+
+namespace servelab {
+
+namespace {
+
+std::string flow_yaml(const YAML::Node& node) {
+  YAML::Emitter e;
+  e.SetMapFormat(YAML::Flow);
+  e.SetSeqFormat(YAML::Flow);
+  e << node;
+  return e.c_str();
+}
+
+bool is_key_path(const std::string& key) {
+  if (key.empty() || key.front() == '.' || key.back() == '.') return false;
+  char prev = 0;
+  for (char c : key) {
+    if (c == '.' && prev == '.') return false;
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.')) {
+      return false;
+    }
+    prev = c;
+  }
+  return true;
+}
+
+// A value as a piece of a folder name: letters, digits, '.', '-'; anything else becomes '_'.
+std::string name_part(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    const bool ok = std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-';
+    if (ok) {
+      out.push_back(c);
+    } else if (out.empty() || out.back() != '_') {
+      out.push_back('_');
+    }
+  }
+  while (!out.empty() && out.back() == '_') out.pop_back();
+  return out.empty() ? "x" : out;
+}
+
+// A CSV field: ServeLab's CSVs never quote, so commas and quotes become ';' and nothing.
+std::string csv_field(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    if (c == ',') {
+      out.push_back(';');
+    } else if (c != '"' && c != '\n') {
+      out.push_back(c);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<SweepAxis> sweep_from_experiment(const std::string& path) {
+  const ConfigNode doc = ConfigNode::load_file(path);
+  const std::optional<ConfigNode> section = doc.find("sweep");
+  if (!section) {
+    throw ConfigError(path + ": no `sweep:` section (a mapping of key.path: [values])");
+  }
+  if (!section->is_map() || section->keys().empty()) {
+    section->fail("a non-empty mapping of key.path: [value, value, ...]");
+  }
+  std::vector<SweepAxis> axes;
+  for (const std::string& key : section->keys()) {
+    const ConfigNode values = section->at(key);
+    if (!is_key_path(key)) {
+      values.fail_message("expected a dotted key path such as workload.arrival.rate");
+    }
+    const std::string head = key.substr(0, key.find('.'));
+    if (head == "sweep" || head == "compare") {
+      values.fail_message("a sweep cannot set the `" + head + "` section");
+    }
+    if (!values.is_sequence() || values.elements().empty()) {
+      values.fail("a non-empty list of values, e.g. [2, 4, 8]");
+    }
+    SweepAxis axis;
+    axis.key = key;
+    axis.location = values.location();
+    for (const ConfigNode& v : values.elements()) axis.values.push_back(flow_yaml(v.yaml()));
+    axes.push_back(std::move(axis));
+  }
+  return axes;
+}
+
+std::vector<SweepPoint> sweep_points(const std::vector<SweepAxis>& axes) {
+  std::size_t n = 1;
+  for (const SweepAxis& a : axes) n *= a.values.size();
+  const std::size_t width = std::to_string(n - 1).size();
+  std::vector<SweepPoint> points;
+  for (std::size_t i = 0; i < n; ++i) {
+    SweepPoint p;
+    std::string index = std::to_string(i);
+    p.name = std::string(width - index.size(), '0') + index;
+    std::size_t rest = i, stride = n;
+    for (const SweepAxis& a : axes) {
+      stride /= a.values.size();
+      const std::string& v = a.values[rest / stride];
+      rest %= stride;
+      p.values.push_back(v);
+      p.overrides.push_back(a.key + "=" + v);
+      const std::string label = a.key.substr(a.key.rfind('.') + 1);
+      p.name += "_" + name_part(label) + "-" + name_part(v);
+    }
+    points.push_back(std::move(p));
+  }
+  return points;
+}
+
+std::vector<SweepResult> run_sweep(const std::string& path,
+                                   const std::vector<std::string>& base_overrides,
+                                   std::string out_dir, int jobs, bool progress) {
+  const std::vector<SweepAxis> axes = sweep_from_experiment(path);
+  // Each value alone first, so an error names the sweep key that caused it.
+  for (const SweepAxis& a : axes) {
+    for (const std::string& v : a.values) {
+      std::vector<std::string> overrides = base_overrides;
+      overrides.push_back(a.key + "=" + v);
+      try {
+        const ExperimentConfig c = load_experiment(path, overrides);
+        make_workload(c.workload_section(), c.seed, c.base_dir);
+      } catch (const ConfigError& e) {
+        throw ConfigError(a.location + ": sweep key '" + a.key + "', value " + v + ": " + e.what());
+      }
+    }
+  }
+  const std::vector<SweepPoint> points = sweep_points(axes);
+  std::vector<ExperimentConfig> configs;
+  for (const SweepPoint& p : points) {
+    std::vector<std::string> overrides = base_overrides;
+    overrides.insert(overrides.end(), p.overrides.begin(), p.overrides.end());
+    try {
+      configs.push_back(load_experiment(path, overrides));
+    } catch (const ConfigError& e) {
+      throw ConfigError("sweep point " + p.name + ": " + e.what());
+    }
+  }
+  if (out_dir.empty()) out_dir = "out/" + configs.front().name + "-sweep";
+  // The folder may hold a previous sweep (sweep.csv and folders), nothing else.
+  std::error_code ec;
+  if (std::filesystem::exists(out_dir, ec)) {
+    for (const auto& entry : std::filesystem::directory_iterator(out_dir, ec)) {
+      const std::string name = entry.path().filename().string();
+      if (name != "sweep.csv" && !entry.is_directory()) {
+        throw ConfigError(out_dir + ": refusing to write here: it holds '" + name +
+                          "', which is not a ServeLab sweep output (choose another --out)");
+      }
+    }
+  }
+  std::filesystem::create_directories(out_dir, ec);
+  if (ec) throw std::runtime_error(out_dir + ": cannot create directory (" + ec.message() + ")");
+
+  std::vector<SweepResult> results(points.size());
+  std::vector<std::exception_ptr> errors(points.size());
+  std::atomic<std::size_t> next{0};
+  std::atomic<std::size_t> done{0};
+  std::mutex progress_mutex;
+  auto worker = [&] {
+    for (std::size_t i = next++; i < points.size(); i = next++) {
+      try {
+        RunOptions options;
+        options.out_dir = out_dir + "/" + points[i].name;
+        results[i] = {points[i], run_simulation(configs[i], options)};
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+      const std::size_t d = ++done;
+      if (progress) {
+        std::lock_guard<std::mutex> lock(progress_mutex);
+        std::fprintf(stderr, "\r  %zu/%zu points done   ", d, points.size());
+        std::fflush(stderr);
+      }
+    }
+  };
+  const std::size_t num_workers =
+      std::min<std::size_t>(points.size(), static_cast<std::size_t>(std::max(1, jobs)));
+  std::vector<std::thread> threads;
+  for (std::size_t w = 1; w < num_workers; ++w) threads.emplace_back(worker);
+  worker();
+  for (std::thread& t : threads) t.join();
+  if (progress) std::fputs("\r\033[K", stderr);
+  for (std::size_t i = 0; i < points.size(); ++i) {
+    if (!errors[i]) continue;
+    try {
+      std::rethrow_exception(errors[i]);
+    } catch (const ConfigError& e) {
+      throw ConfigError("sweep point " + points[i].name + ": " + e.what());
+    }
+  }
+
+  const std::string csv = out_dir + "/sweep.csv";
+  std::FILE* f = std::fopen(csv.c_str(), "wb");
+  if (!f) throw std::runtime_error(csv + ": cannot write");
+  std::fputs("point", f);
+  for (const SweepAxis& a : axes) std::fprintf(f, ",%s", a.key.c_str());
+  std::fputs(
+      ",completed,rejected,aborted,duration_s,requests_per_s,input_tokens_per_s,"
+      "output_tokens_per_s,ttft_mean_ms,ttft_p50_ms,ttft_p90_ms,ttft_p99_ms,tpot_mean_ms,"
+      "tpot_p50_ms,tpot_p90_ms,tpot_p99_ms,itl_p99_ms,e2e_p50_ms,e2e_p99_ms,queueing_p50_ms,"
+      "goodput_requests_per_s,slo_attainment,preemptions,recomputed_tokens,prefix_hit_rate,"
+      "kv_usage_mean,kv_usage_max,batch_seqs_mean,slot_efficiency\n",
+      f);
+  for (const SweepResult& r : results) {
+    std::fputs(r.point.name.c_str(), f);
+    for (const std::string& v : r.point.values) std::fprintf(f, ",%s", csv_field(v).c_str());
+    const RunSummary& s = r.run.summary;
+    std::fprintf(f,
+                 ",%" PRId64 ",%" PRId64 ",%" PRId64
+                 ",%.6f,%.6f,%.3f,%.3f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%."
+                 "6f,%.6f,%.6f,%" PRId64 ",%" PRId64 ",%.6f,%.6f,%.6f,%.6f,%.6f\n",
+                 s.completed, s.rejected, s.aborted, s.duration_s, s.requests_per_s,
+                 s.input_tokens_per_s, s.output_tokens_per_s, s.ttft_ms.mean, s.ttft_ms.p50,
+                 s.ttft_ms.p90, s.ttft_ms.p99, s.tpot_ms.mean, s.tpot_ms.p50, s.tpot_ms.p90,
+                 s.tpot_ms.p99, s.itl_ms.p99, s.e2e_ms.p50, s.e2e_ms.p99, s.queueing_ms.p50,
+                 s.goodput_requests_per_s, s.slo_attainment, s.preemptions, s.recomputed_tokens,
+                 s.prefix_hit_rate, s.kv_usage_mean, s.kv_usage_max, s.batch_seqs_mean,
+                 s.slot_efficiency);
+  }
+  if (std::fclose(f) != 0) throw std::runtime_error(csv + ": write failed");
+  return results;
+}
+
+void print_sweep_table(std::FILE* out, const std::vector<SweepAxis>& axes,
+                       const std::vector<SweepResult>& results) {
+  (void)axes;
+  std::fprintf(out, "%-32s %9s %9s %9s %9s %9s %9s %9s\n", "point", "req/s", "TTFT p50", "TTFT p99",
+               "TPOT p50", "TPOT p99", "goodput", "preempt");
+  std::fprintf(out, "%-32s %9s %9s %9s %9s %9s %9s %9s\n", "", "", "(ms)", "(ms)", "(ms)", "(ms)",
+               "(req/s)", "");
+  for (const SweepResult& r : results) {
+    const RunSummary& s = r.run.summary;
+    std::fprintf(out, "%-32s %9.2f %9.1f %9.1f %9.2f %9.2f %9.2f %9" PRId64 "\n",
+                 r.point.name.c_str(), s.requests_per_s, s.ttft_ms.p50, s.ttft_ms.p99,
+                 s.tpot_ms.p50, s.tpot_ms.p99, s.goodput_requests_per_s, s.preemptions);
+  }
+}
+
+int sweep_command(const std::vector<std::string>& args) {
+  int jobs = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  bool plot = true;
+  const ExperimentArgs a = parse_experiment_args(
+      args, "sim sweep", [&](const std::string& flag, const std::function<std::string()>& value) {
+        if (flag == "--no-plot") {
+          plot = false;
+          return true;
+        }
+        if (flag != "--jobs" && flag != "-j") return false;
+        const std::string v = value();
+        char* end = nullptr;
+        const long n = std::strtol(v.c_str(), &end, 10);
+        if (v.empty() || *end != '\0' || n < 1 || n > 4096) {
+          throw UsageError("--jobs: expected an integer from 1 to 4096, got '" + v + "'");
+        }
+        jobs = static_cast<int>(n);
+        return true;
+      });
+  std::vector<std::string> overrides = a.overrides;
+  if (a.seed) overrides.push_back("seed=" + std::to_string(*a.seed));
+  if (a.record_schedule) overrides.push_back("outputs.record_schedule=true");
+  if (a.record_events) overrides.push_back("outputs.record_events=true");
+  if (a.record_blocks) overrides.push_back("outputs.record_blocks=true");
+  const std::vector<SweepAxis> axes = sweep_from_experiment(a.experiment);
+  const bool progress = !a.quiet && isatty(STDERR_FILENO);
+  const std::vector<SweepResult> results =
+      run_sweep(a.experiment, overrides, a.out_dir, jobs, progress);
+  const std::string dir = std::filesystem::path(results.front().run.out_dir).parent_path();
+  if (!a.quiet) {
+    print_sweep_table(stdout, axes, results);
+    std::printf("wrote %s/sweep.csv and %zu run folders\n", dir.c_str(), results.size());
+    std::fflush(stdout);
+  }
+  if (!plot) return 0;
+  PlotArgs p;
+  p.inputs = {dir};
+  p.quiet = a.quiet;
+  const int code = run_plot(p);
+  if (code == 3) {
+    std::fprintf(stderr,
+                 "sim: warning: no figures: matplotlib is missing (apt-get install "
+                 "python3-matplotlib); the table and run folders are written\n");
+    return 0;
+  }
+  return code;
+}
+
+}  // namespace servelab

@@ -1,0 +1,130 @@
+// `sim plot`: every figure is written, non-empty and valid for its format (PNG signature, SVG
+// root element, PDF header), the same inputs give the same bytes, and bad arguments exit with
+// code 2 naming the folder. Skipped when the plot interpreter cannot import matplotlib.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "tests/test_util.h"
+
+namespace servelab {
+namespace {
+
+using namespace test_util;
+
+bool have_matplotlib() {
+  const char* py = std::getenv("SERVELAB_PYTHON");
+  const std::string python = py && *py ? py : "/usr/bin/python3";
+  const std::string cmd = python + " -c 'import matplotlib' > /dev/null 2>&1";
+  return std::system(cmd.c_str()) == 0;
+}
+
+#define SKIP_WITHOUT_MATPLOTLIB()                                                             \
+  if (!have_matplotlib()) {                                                                   \
+    GTEST_SKIP() << "/usr/bin/python3 cannot import matplotlib (apt-get install "             \
+                    "python3-matplotlib, as scripts/bootstrap does); sim plot tests skipped"; \
+  }
+
+void expect_valid(const fs::path& p, const std::string& format) {
+  ASSERT_TRUE(fs::exists(p)) << p << " was not written";
+  const std::string bytes = read_file(p);
+  ASSERT_GT(bytes.size(), 1000u) << p << " is (nearly) empty";
+  if (format == "png") {
+    EXPECT_EQ(bytes.substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8)) << p;
+  } else if (format == "svg") {
+    EXPECT_NE(bytes.find("<svg"), std::string::npos) << p;
+    EXPECT_NE(bytes.find("</svg>"), std::string::npos) << p;
+  } else {
+    EXPECT_EQ(bytes.substr(0, 5), "%PDF-") << p;
+    EXPECT_NE(bytes.find("%%EOF"), std::string::npos) << p;
+  }
+}
+
+// The burst experiment, cut to a few hundred requests so the test takes seconds, with every
+// optional recording on.
+fs::path burst_run(const fs::path& dir, int requests) {
+  const Cli r = run_sim(std::string(SERVELAB_SOURCE_DIR) +
+                            "/experiments/burst.yaml --quiet --record-schedule --record-events "
+                            "--record-blocks --set workload.num_requests=" +
+                            std::to_string(requests) + " --out " + (dir / "burst").string(),
+                        dir);
+  EXPECT_EQ(r.code, 0) << r.err;
+  return dir / "burst";
+}
+
+TEST(Plot, BurstRunGivesEveryFigureAsPng) {
+  SKIP_WITHOUT_MATPLOTLIB();
+  const fs::path dir = temp_dir("plot_png");
+  const fs::path run = burst_run(dir, 400);
+  const Cli p = run_sim("plot " + run.string(), dir);
+  ASSERT_EQ(p.code, 0) << p.err;
+  for (const char* f :
+       {"latency-cdf", "burst-throughput", "burst-batch", "burst-gantt", "burst-kv-blocks"}) {
+    expect_valid(run / "figures" / (std::string(f) + ".png"), "png");
+  }
+  // A run folder holding figures/ is still a run folder `sim run` may overwrite.
+  const Cli again = run_sim(std::string(SERVELAB_SOURCE_DIR) +
+                                "/experiments/burst.yaml --quiet --set workload.num_requests=50 "
+                                "--out " +
+                                run.string(),
+                            dir);
+  EXPECT_EQ(again.code, 0) << again.err;
+}
+
+TEST(Plot, SvgAndPdfAreValidAndDeterministic) {
+  SKIP_WITHOUT_MATPLOTLIB();
+  const fs::path dir = temp_dir("plot_formats");
+  const fs::path run = burst_run(dir, 120);
+  for (const std::string fmt : {"svg", "pdf"}) {
+    const fs::path a = dir / ("a-" + fmt), b = dir / ("b-" + fmt);
+    ASSERT_EQ(
+        run_sim("plot " + run.string() + " --quiet --format " + fmt + " -o " + a.string(), dir)
+            .code,
+        0);
+    ASSERT_EQ(
+        run_sim("plot " + run.string() + " --quiet --format " + fmt + " -o " + b.string(), dir)
+            .code,
+        0);
+    for (const char* f :
+         {"latency-cdf", "burst-throughput", "burst-batch", "burst-gantt", "burst-kv-blocks"}) {
+      const std::string name = std::string(f) + "." + fmt;
+      expect_valid(a / name, fmt);
+      EXPECT_EQ(read_file(a / name), read_file(b / name)) << name << " differs between two plots";
+    }
+  }
+}
+
+TEST(Plot, CompareFolderGivesCurvesAndBars) {
+  SKIP_WITHOUT_MATPLOTLIB();
+  const fs::path dir = temp_dir("plot_compare");
+  const Cli c = run_sim(std::string("compare ") + SERVELAB_SOURCE_DIR +
+                            "/experiments/burst.yaml --quiet --set workload.num_requests=150 "
+                            "--variant fcfs:policies.queue=fcfs --variant sjf:policies.queue=sjf "
+                            "--out " +
+                            (dir / "cmp").string(),
+                        dir);
+  ASSERT_EQ(c.code, 0) << c.err;
+  const Cli p = run_sim("plot " + (dir / "cmp").string() + " -o " + (dir / "fig").string(), dir);
+  ASSERT_EQ(p.code, 0) << p.err;
+  for (const char* f : {"latency-cdf", "cmp-bars", "cmp-throughput-latency"}) {
+    expect_valid(dir / "fig" / (std::string(f) + ".png"), "png");
+  }
+}
+
+TEST(Plot, BadArgumentsExitTwoNamingTheFolder) {
+  const fs::path dir = temp_dir("plot_errors");
+  const Cli missing = run_sim("plot " + (dir / "nowhere").string(), dir);
+  EXPECT_EQ(missing.code, 2);
+  EXPECT_NE(missing.err.find((dir / "nowhere").string()), std::string::npos) << missing.err;
+  fs::create_directories(dir / "empty");
+  const Cli empty = run_sim("plot " + (dir / "empty").string(), dir);
+  EXPECT_EQ(empty.code, 2);
+  EXPECT_NE(empty.err.find("not a run folder"), std::string::npos) << empty.err;
+  EXPECT_EQ(run_sim("plot", dir).code, 2);
+  EXPECT_EQ(run_sim("plot " + (dir / "empty").string() + " --format gif", dir).code, 2);
+}
+
+}  // namespace
+}  // namespace servelab
