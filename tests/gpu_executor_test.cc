@@ -51,8 +51,8 @@ constexpr float kLogitTol = 3e-2f;
 constexpr float kGpuTieMargin = 0.1f;
 
 // A small Llama-shaped model the kernels support (head_dim 64 or 128).
-LlamaConfig GpuConfig(std::int32_t head_dim, std::int32_t heads, std::int32_t kv_heads,
-                      bool bias_tied) {
+[[maybe_unused]] LlamaConfig GpuConfig(std::int32_t head_dim, std::int32_t heads,
+                                       std::int32_t kv_heads, bool bias_tied) {
   LlamaConfig c =
       load_llama_config("tiny", std::string(SERVELAB_SOURCE_DIR) + "/experiments/catalog");
   c.model.name = "tiny-gpu";
@@ -69,7 +69,7 @@ LlamaConfig GpuConfig(std::int32_t head_dim, std::int32_t heads, std::int32_t kv
   return c;
 }
 
-float TopTwoMargin(const std::vector<float>& l) {
+[[maybe_unused]] float TopTwoMargin(const std::vector<float>& l) {
   std::vector<float> v(l);
   std::partial_sort(v.begin(), v.begin() + 2, v.end(), std::greater<>());
   return v[0] - v[1];

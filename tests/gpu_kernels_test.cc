@@ -59,25 +59,25 @@ bool GpuAvailable(std::string* reason) {
   } while (0)
 
 // bf16-exact random values.
-std::vector<float> RandomBf16(Rng& rng, std::size_t n, double stddev = 1.0) {
+[[maybe_unused]] std::vector<float> RandomBf16(Rng& rng, std::size_t n, double stddev = 1.0) {
   std::vector<float> v(n);
   for (float& x : v) x = bf16_to_float(float_to_bf16(static_cast<float>(rng.normal(0.0, stddev))));
   return v;
 }
-std::vector<std::uint16_t> ToBits(const std::vector<float>& v) {
+[[maybe_unused]] std::vector<std::uint16_t> ToBits(const std::vector<float>& v) {
   std::vector<std::uint16_t> b(v.size());
   for (std::size_t i = 0; i < v.size(); ++i) b[i] = float_to_bf16(v[i]);
   return b;
 }
-std::vector<float> FromBits(const std::vector<std::uint16_t>& b) {
+[[maybe_unused]] std::vector<float> FromBits(const std::vector<std::uint16_t>& b) {
   std::vector<float> v(b.size());
   for (std::size_t i = 0; i < b.size(); ++i) v[i] = bf16_to_float(b[i]);
   return v;
 }
 
 // Checks |got - want| <= atol + rtol |want| element-wise (NaN fails); reports the first misses.
-void ExpectClose(const std::vector<float>& got, const std::vector<float>& want, double atol,
-                 double rtol, const std::string& what) {
+[[maybe_unused]] void ExpectClose(const std::vector<float>& got, const std::vector<float>& want,
+                                  double atol, double rtol, const std::string& what) {
   ASSERT_EQ(got.size(), want.size()) << what;
   int bad = 0;
   for (std::size_t i = 0; i < got.size(); ++i) {
