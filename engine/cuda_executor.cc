@@ -326,7 +326,7 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
       p_first.push_back(e.first_token);
     }
     // Parallel sampling draws num_samples tokens from the same logits: the row repeats.
-    for (std::int32_t k = 0; e.samples && k < std::max(1, e.num_samples); ++k) {
+    for (std::int32_t k = 0; e.samples && k < std::max<std::int32_t>(1, e.num_samples); ++k) {
       sample_rows.push_back(row0 + e.num_tokens - 1);
       sample_entry.push_back(i);
       sample_k.push_back(k);
