@@ -37,11 +37,13 @@ constexpr const char* kUsage =
     "      serving.num_gpu_blocks, else G GiB of fp32 K/V (default 1). The block count the\n"
     "      engine allocated is in summary.json and config.yaml; `sim run EXP --set\n"
     "      serving.num_gpu_blocks=N` simulates the same capacity.\n"
-    "  profile --model M -o PROFILE.csv [--device cpu|cuda] [--reps N] [--warmup N] [--quick]\n"
-    "             [--max-tokens N] [--block-size N] [--weights PATH] [--seed N] [--quiet]\n"
+    "  profile --model M -o PROFILE.csv [--device cpu|cuda] [--reps N] [--rounds R]\n"
+    "             [--warmup N] [--quick] [--max-tokens N] [--block-size N] [--weights PATH]\n"
+    "             [--seed N] [--quiet]\n"
     "      time the executor over a grid of step shapes (prefill, batched prefill, chunks with\n"
-    "      cached context, decode batches by context, mixed, swap, copy): warm-up, then N\n"
-    "      repetitions (default 7) round-robin; writes each shape's median with the cost\n"
+    "      cached context, decode batches by context, mixed, swap, copy): N repetitions\n"
+    "      (default 9) over R passes (default 3), each shape warmed up and timed back to back\n"
+    "      within a pass; writes each shape's median with the cost\n"
     "      model's features and a header naming the device, date and engine version, for\n"
     "      `sim calibrate` (docs/validation.md)\n"
     "  help       this text\n"
@@ -126,6 +128,8 @@ int cmd_profile(const std::vector<std::string>& args) {
       o.device = a.substr(9);
     } else if (a == "--reps") {
       o.reps = parse_count(a, value(), 1, 1000);
+    } else if (a == "--rounds") {
+      o.rounds = parse_count(a, value(), 1, 1000);
     } else if (a == "--warmup") {
       o.warmup = parse_count(a, value(), 0, 1000);
     } else if (a == "--max-tokens") {

@@ -197,7 +197,9 @@ std::size_t run_profile(const ProfileOptions& o, std::FILE* progress) {
     throw ConfigError("--device: expected cpu or cuda, got '" + o.device + "'");
   if (o.model.empty()) throw ConfigError("engine profile: --model is required");
   if (o.out.empty()) throw ConfigError("engine profile: -o FILE is required");
-  if (o.reps < 1 || o.warmup < 0) throw ConfigError("--reps must be >= 1 and --warmup >= 0");
+  if (o.reps < 1 || o.warmup < 0 || o.rounds < 1) {
+    throw ConfigError("--reps and --rounds must be >= 1 and --warmup >= 0");
+  }
   if (o.block_size < 1 || o.block_size > 256) throw ConfigError("--block-size: expected 1..256");
   const LlamaConfig llama = load_llama_config(o.model, default_catalog_dir());
   const ModelConfig& model = llama.model;
@@ -225,16 +227,22 @@ std::size_t run_profile(const ProfileOptions& o, std::FILE* progress) {
   for (const ProfileShape& s : grid) build(built.emplace_back(), s, o.block_size, o.seed, next_id);
 
   // Shape by shape, warm-up then repetitions back to back: consecutive engine steps have
-  // similar shapes, so the weights and KV blocks are as warm in cache as they are in a run.
-  std::size_t done = 0;
-  for (BuiltShape& b : built) {
-    if (progress) {
-      std::fprintf(progress, "\r  engine profile: shape %zu/%zu (%s)   ", ++done, built.size(),
-                   b.shape->family.c_str());
-      std::fflush(progress);
+  // similar shapes, so the weights and KV blocks are as warm in cache as they are in a run. The
+  // repetitions are split over `rounds` passes over the grid, so that a shape's median is not
+  // one moment's load on a shared machine.
+  const int rounds = std::min(o.rounds, o.reps);
+  for (int round = 0; round < rounds; ++round) {
+    const int reps = o.reps / rounds + (round < o.reps % rounds ? 1 : 0);
+    std::size_t done = 0;
+    for (BuiltShape& b : built) {
+      if (progress) {
+        std::fprintf(progress, "\r  engine profile: round %d/%d, shape %zu/%zu (%s)   ", round + 1,
+                     rounds, ++done, built.size(), b.shape->family.c_str());
+        std::fflush(progress);
+      }
+      for (int w = 0; w < o.warmup; ++w) exec.execute(b.plan);
+      for (int r = 0; r < reps; ++r) b.durations_ns.push_back(exec.execute(b.plan).duration_ns);
     }
-    for (int w = 0; w < o.warmup; ++w) exec.execute(b.plan);
-    for (int r = 0; r < o.reps; ++r) b.durations_ns.push_back(exec.execute(b.plan).duration_ns);
   }
   if (progress) std::fputs("\r\033[K", progress);
 
@@ -250,7 +258,8 @@ std::size_t run_profile(const ProfileOptions& o, std::FILE* progress) {
   out << "# block_size: " << o.block_size << "\n";
   out << "# block_bytes: " << engine_block_bytes(model, o.block_size) << "\n";
   out << "# reps: " << o.reps << "\n";
-  out << "# warmup: " << o.warmup << "\n";
+  out << "# warmup: " << o.warmup << " per round\n";
+  out << "# rounds: " << std::min(o.rounds, o.reps) << "\n";
   out << "# grid: " << (o.quick ? "quick" : "full") << ", max_tokens " << max_tokens << "\n";
   const std::vector<std::string>& cols = profile_columns();
   for (std::size_t i = 0; i < cols.size(); ++i) out << (i ? "," : "") << cols[i];

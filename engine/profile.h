@@ -3,10 +3,12 @@
 //
 // Each shape is a StepPlan built directly against the executor (no scheduler): entries with
 // disjoint block tables over a pool sized for the largest shape, plus swap and copy block
-// moves. Every shape runs `warmup` times untimed, then `reps` timed repetitions back to back
-// (as consecutive steps of a run do, so caches are as warm as in a run; an interleaved order
-// measured small decode steps twice as slow, cold). The file records each shape's median,
-// minimum and maximum, and the features the cost model uses.
+// moves. The grid is run in `rounds` passes; in each, every shape runs `warmup` times untimed,
+// then its share of the `reps` timed repetitions back to back (as consecutive steps of a run
+// do, so caches are as warm as in a run; interleaving single repetitions measured small decode
+// steps twice as slow, cold). Spreading a shape over rounds keeps one moment's load on a shared
+// machine from deciding its median. The file records each shape's median, minimum and maximum
+// over all rounds, and the features the cost model uses.
 //
 // Families (full grid; --quick keeps a few points of each):
 //   prefill        one prompt of n tokens from position 0, sampling
@@ -30,8 +32,9 @@ struct ProfileOptions {
   std::string device = "cpu";  // "cuda" is refused (ConfigError): no CUDA executor in this build
   std::string out;             // the CSV to write
   std::string weights;         // optional checkpoint; random weights from `seed` otherwise
-  int reps = 7;
-  int warmup = 2;
+  int reps = 9;
+  int warmup = 2;  // per round
+  int rounds = 3;
   bool quick = false;  // a small grid (tests, smoke runs)
   std::int32_t block_size = 16;
   std::int32_t max_tokens = 2048;  // largest step (tokens, context) in the grid; capped by the

@@ -37,7 +37,7 @@ double calibrated_seconds(const CalibratedCoefficients& c, const CalibrationFeat
 CalibratedProfile load_calibrated_profile(const std::string& path) {
   const ConfigNode doc = ConfigNode::load_file(path);
   doc.allow_keys({"type", "format_version", "model", "device", "date_utc", "engine_version",
-                  "profile", "block_size", "block_bytes", "coefficients", "fit"});
+                  "profile", "block_size", "block_bytes", "coefficients", "fit", "host_overhead"});
   const ConfigNode type = doc.at("type");
   if (type.as_string() != "calibrated") type.fail("'calibrated'");
   if (doc.has("format_version")) doc.get_int("format_version", 1, 1);
@@ -71,7 +71,9 @@ CalibratedProfile load_calibrated_profile(const std::string& path) {
   k.sampled_sequence_s = c.get_double("sampled_sequence_s", 0.0, 1e6);
   k.swap_byte_s = c.get_double("swap_byte_s", 0.0, 1e6);
   k.copy_byte_s = c.get_double("copy_byte_s", 0.0, 1e6);
-  if (doc.has("fit") && !doc.at("fit").is_map()) doc.at("fit").fail("a mapping");
+  for (const char* info : {"fit", "host_overhead"}) {  // informational sections
+    if (doc.has(info) && !doc.at(info).is_map()) doc.at(info).fail("a mapping");
+  }
   return p;
 }
 

@@ -19,6 +19,7 @@
 #include "sim/cli_args.h"
 #include "sim/hardware_config.h"
 #include "sim/model_config.h"
+#include "sim/nnls.h"
 #include "sim/roofline_cost_model.h"
 
 namespace servelab {
@@ -197,6 +198,81 @@ ReplayModel replay_model(const YAML::Node& sim_config, const std::string& sim_co
 
 }  // namespace
 
+std::vector<EngineStep> engine_steps(const std::string& engine_dir) {
+  const Csv req = read_csv(engine_dir + "/requests.csv");
+  const Csv sched = read_csv(engine_dir + "/schedule.csv");
+  const Csv steps = read_csv(engine_dir + "/steps.csv");
+  std::map<std::int64_t, std::int64_t> known;  // request -> prompt + outputs so far
+  for (std::size_t i = 0; i < req.rows.size(); ++i) {
+    known[static_cast<std::int64_t>(req.number(i, "id"))] =
+        static_cast<std::int64_t>(req.number(i, "prompt_tokens"));
+  }
+  std::map<std::int64_t, StepPlan> plans;  // by step index
+  for (std::size_t i = 0; i < sched.rows.size(); ++i) {
+    const auto step = static_cast<std::int64_t>(sched.number(i, "step"));
+    const auto id = static_cast<std::int64_t>(sched.number(i, "request"));
+    ScheduledRequest r;
+    r.first_token = static_cast<std::int32_t>(sched.number(i, "first_token"));
+    r.num_tokens = static_cast<std::int32_t>(sched.number(i, "num_tokens"));
+    r.is_prefill = sched.at(i, "kind") == "prefill";
+    auto it = known.find(id);
+    if (it == known.end()) {
+      throw ConfigError(sched.file + ":" + std::to_string(sched.lines[i]) + ": request " +
+                        std::to_string(id) + " is not in requests.csv");
+    }
+    r.samples = r.first_token + r.num_tokens >= it->second;
+    if (r.samples) ++it->second;
+    plans[step].requests.push_back(r);
+  }
+  std::vector<EngineStep> out;
+  for (std::size_t i = 0; i < steps.rows.size(); ++i) {
+    EngineStep st;
+    st.plan = std::move(plans[static_cast<std::int64_t>(steps.number(i, "step"))]);
+    st.plan.swap_out.resize(static_cast<std::size_t>(steps.number(i, "swap_out_blocks")));
+    st.plan.swap_in.resize(static_cast<std::size_t>(steps.number(i, "swap_in_blocks")));
+    st.measured_s = steps.number(i, "duration_ms") * 1e-3;
+    out.push_back(std::move(st));
+  }
+  return out;
+}
+
+HostOverhead fit_host_overhead(const std::string& engine_dir, CalibratedProfile& profile) {
+  const std::vector<EngineStep> steps = engine_steps(engine_dir);
+  const CalibratedCostModel model(profile, profile.block_size);
+  // Relative least squares of the residual (measured - predicted) on [1, entries], >= 0.
+  std::vector<std::pair<double, double>> rows;  // (entries, measured)
+  std::vector<double> resid;
+  for (const EngineStep& st : steps) {
+    if (!(st.measured_s > 0)) continue;
+    const CalibrationFeatures f = CalibrationFeatures::from_plan(st.plan);
+    rows.push_back({static_cast<double>(f.num_entries), st.measured_s});
+    resid.push_back(st.measured_s - model.seconds(f));
+  }
+  HostOverhead h;
+  h.steps = static_cast<std::int64_t>(rows.size());
+  if (rows.size() < 2) {
+    throw ConfigError(engine_dir +
+                      ": too few steps to fit the host overhead (run with "
+                      "--record-schedule)");
+  }
+  Eigen::MatrixXd A(static_cast<Eigen::Index>(rows.size()), 2);
+  Eigen::VectorXd b(static_cast<Eigen::Index>(rows.size()));
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const auto k = static_cast<Eigen::Index>(i);
+    A(k, 0) = 1.0 / rows[i].second;
+    A(k, 1) = rows[i].first / rows[i].second;
+    b(k) = resid[i] / rows[i].second;
+  }
+  const Eigen::VectorXd norms = A.colwise().norm().transpose();
+  for (int j = 0; j < 2; ++j) A.col(j) /= norms(j);
+  const Eigen::VectorXd x = nnls(A, b).x.cwiseQuotient(norms);
+  h.step_s = x(0);
+  h.per_sequence_s = x(1);
+  profile.coefficients.step_s += h.step_s;
+  profile.coefficients.per_sequence_s += h.per_sequence_s;
+  return h;
+}
+
 ErrorStats error_stats(const std::vector<double>& signed_errors) {
   ErrorStats s;
   s.count = static_cast<std::int64_t>(signed_errors.size());
@@ -313,39 +389,12 @@ ValidationReport validate_runs(const std::string& sim_dir, const std::string& en
   if (fs::exists(engine_dir + "/schedule.csv")) {
     const ReplayModel rm = replay_model(sc, sim_cfg_path, cost_model_file);
     rep.replay_cost_model = rm.description;
-    std::map<std::int64_t, std::int64_t> known;  // request -> prompt + outputs so far
-    for (std::size_t i = 0; i < eng_req.rows.size(); ++i) {
-      known[static_cast<std::int64_t>(eng_req.number(i, "id"))] =
-          static_cast<std::int64_t>(eng_req.number(i, "prompt_tokens"));
-    }
-    const Csv sched = read_csv(engine_dir + "/schedule.csv");
-    std::vector<StepPlan> plans;
-    for (std::size_t i = 0; i < sched.rows.size(); ++i) {
-      const auto step = static_cast<std::size_t>(sched.number(i, "step"));
-      if (step >= plans.size()) plans.resize(step + 1);
-      const auto id = static_cast<std::int64_t>(sched.number(i, "request"));
-      ScheduledRequest r;
-      r.first_token = static_cast<std::int32_t>(sched.number(i, "first_token"));
-      r.num_tokens = static_cast<std::int32_t>(sched.number(i, "num_tokens"));
-      r.is_prefill = sched.at(i, "kind") == "prefill";
-      auto it = known.find(id);
-      if (it == known.end()) {
-        throw ConfigError(sched.file + ":" + std::to_string(sched.lines[i]) + ": request " +
-                          std::to_string(id) + " is not in requests.csv");
-      }
-      r.samples = r.first_token + r.num_tokens >= it->second;
-      if (r.samples) ++it->second;
-      plans[step].requests.push_back(r);
-    }
+    const std::vector<EngineStep> steps = engine_steps(engine_dir);
     std::vector<double> errors;
-    for (std::size_t i = 0; i < eng_steps.rows.size(); ++i) {
-      const auto step = static_cast<std::size_t>(eng_steps.number(i, "step"));
-      if (step >= plans.size()) plans.resize(step + 1);
-      StepPlan& p = plans[step];
-      p.swap_out.resize(static_cast<std::size_t>(eng_steps.number(i, "swap_out_blocks")));
-      p.swap_in.resize(static_cast<std::size_t>(eng_steps.number(i, "swap_in_blocks")));
-      const double e = eng_steps.number(i, "duration_ms");
-      if (e > 0) errors.push_back((ns_to_s(rm.model->step_time(p)) * 1e3 - e) / e);
+    for (const EngineStep& st : steps) {
+      if (st.measured_s > 0) {
+        errors.push_back((ns_to_s(rm.model->step_time(st.plan)) - st.measured_s) / st.measured_s);
+      }
     }
     rep.step_replay = error_stats(errors);
   }
@@ -526,13 +575,16 @@ int validate_command(const std::vector<std::string>& args) {
 }
 
 int calibrate_command(const std::vector<std::string>& args) {
-  std::string profile, out;
+  std::string profile, out, engine_run;
   bool quiet = false;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "-o" || a == "--out") {
       if (i + 1 >= args.size()) throw UsageError(a + ": expected a value");
       out = args[++i];
+    } else if (a == "--engine-run") {
+      if (i + 1 >= args.size()) throw UsageError(a + ": expected a value");
+      engine_run = args[++i];
     } else if (a == "--quiet" || a == "-q") {
       quiet = true;
     } else if (!a.empty() && a[0] == '-') {
@@ -547,13 +599,24 @@ int calibrate_command(const std::vector<std::string>& args) {
     throw UsageError("sim calibrate: expected a profile (sim calibrate PROFILE.csv -o COST.yaml)");
   if (out.empty()) throw UsageError("sim calibrate: expected -o COST.yaml");
   const EngineProfile p = read_profile(profile);
-  const CalibrationResult r = fit_profile(p);
+  CalibrationResult r = fit_profile(p);
+  std::string extra;
+  if (!engine_run.empty()) {
+    const HostOverhead h = fit_host_overhead(engine_run, r.profile);
+    char buf[512];
+    std::snprintf(buf, sizeof buf,
+                  "host_overhead:                # added to step_s and per_sequence_s\n"
+                  "  engine_run: \"%s\"\n  steps: %lld\n  step_s: %.9g\n  per_sequence_s: %.9g\n",
+                  engine_run.c_str(), static_cast<long long>(h.steps), h.step_s, h.per_sequence_s);
+    extra = buf;
+  }
   std::ofstream o(out, std::ios::binary);
-  o << calibration_yaml(r, profile);
+  o << calibration_yaml(r, profile) << extra;
   o.close();
   if (!o) throw std::runtime_error(out + ": write failed");
   if (!quiet) {
     print_calibration(stdout, r);
+    if (!extra.empty()) std::printf("  %s", extra.c_str());
     std::printf("  wrote %s\n", out.c_str());
   }
   return 0;

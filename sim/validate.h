@@ -17,6 +17,9 @@
 #include <string>
 #include <vector>
 
+#include "core/step_plan.h"
+#include "sim/calibrated_cost_model.h"
+
 namespace servelab {
 
 struct ErrorStats {
@@ -73,7 +76,25 @@ std::string validation_json(const ValidationReport& report);
 // `sim validate SIM_DIR ENGINE_DIR [--out DIR] [--cost-model FILE] [--quiet]`; returns the
 // exit code, throws UsageError / ConfigError.
 int validate_command(const std::vector<std::string>& args);
-// `sim calibrate PROFILE.csv -o COST.yaml [--quiet]`.
+// The engine's executed steps rebuilt from a run folder recorded with --record-schedule
+// (schedule.csv, requests.csv, steps.csv): each step's plan (entries with positions, kinds and
+// whether they sample; swap block counts) and its measured duration.
+struct EngineStep {
+  StepPlan plan;
+  double measured_s = 0;
+};
+std::vector<EngineStep> engine_steps(const std::string& engine_dir);
+
+// Host overhead the profile cannot see (the engine loop's scheduling and bookkeeping around
+// execute()): fits measured - predicted over an engine run's steps as step_s + per_sequence_s x
+// entries (relative least squares, both >= 0) and adds them to `profile`'s coefficients.
+struct HostOverhead {
+  std::int64_t steps = 0;
+  double step_s = 0, per_sequence_s = 0;
+};
+HostOverhead fit_host_overhead(const std::string& engine_dir, CalibratedProfile& profile);
+
+// `sim calibrate PROFILE.csv -o COST.yaml [--engine-run ENGINE_DIR] [--quiet]`.
 int calibrate_command(const std::vector<std::string>& args);
 
 }  // namespace servelab

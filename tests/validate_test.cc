@@ -252,3 +252,35 @@ TEST(Validate, CommandWritesJsonAndRefusesBadInput) {
 
 }  // namespace
 }  // namespace servelab
+
+namespace servelab {
+namespace {
+
+TEST(HostOverhead, FitsWhatTheProfileMissed) {
+  const path dir = test_util::temp_dir("validate_overhead");
+  write_runs(dir);
+  // The profile says 1 ms a step; the engine measured 10, 20, 40 ms.
+  CalibratedProfile p;
+  p.model = "tiny";
+  p.block_size = 16;
+  p.block_bytes = 8192;
+  p.coefficients.step_s = 0.001;
+  const HostOverhead h = fit_host_overhead((dir / "engine").string(), p);
+  EXPECT_EQ(h.steps, 3);
+  EXPECT_GT(h.step_s + h.per_sequence_s, 0.005);
+  EXPECT_NEAR(p.coefficients.step_s + p.coefficients.per_sequence_s,
+              0.001 + h.step_s + h.per_sequence_s, 1e-12);
+  // Relative least squares over 10, 20, 40 ms with one entry each: the minimiser of
+  // sum ((x - y_i) / y_i)^2 is x = sum(1/y) / sum(1/y^2).
+  const double x = (1 / 10.0 + 1 / 20.0 + 1 / 40.0) / (1 / 100.0 + 1 / 400.0 + 1 / 1600.0);
+  EXPECT_NEAR(p.coefficients.step_s + p.coefficients.per_sequence_s, x * 1e-3, 1e-9);
+  // `sim calibrate --engine-run` writes the section and the file still loads.
+  auto c = test_util::run_sim("calibrate " + (dir / "nope.csv").string() + " -o " +
+                                  (dir / "c.yaml").string() + " --engine-run " +
+                                  (dir / "engine").string(),
+                              dir);
+  EXPECT_EQ(c.code, 2);
+}
+
+}  // namespace
+}  // namespace servelab
