@@ -45,7 +45,7 @@ void expect_valid(const fs::path& p, const std::string& format) {
 // The burst experiment, cut to a few hundred requests so the test takes seconds, with every
 // optional recording on.
 fs::path burst_run(const fs::path& dir, int requests) {
-  const Cli r = run_sim(std::string(SERVELAB_SOURCE_DIR) +
+  const Cli r = run_sim(std::string("run ") + SERVELAB_SOURCE_DIR +
                             "/experiments/burst.yaml --quiet --record-schedule --record-events "
                             "--record-blocks --set workload.num_requests=" +
                             std::to_string(requests) + " --out " + (dir / "burst").string(),
@@ -65,7 +65,7 @@ TEST(Plot, BurstRunGivesEveryFigureAsPng) {
     expect_valid(run / "figures" / (std::string(f) + ".png"), "png");
   }
   // A run folder holding figures/ is still a run folder `sim run` may overwrite.
-  const Cli again = run_sim(std::string(SERVELAB_SOURCE_DIR) +
+  const Cli again = run_sim(std::string("run ") + SERVELAB_SOURCE_DIR +
                                 "/experiments/burst.yaml --quiet --set workload.num_requests=50 "
                                 "--out " +
                                 run.string(),
@@ -76,7 +76,7 @@ TEST(Plot, BurstRunGivesEveryFigureAsPng) {
 TEST(Plot, SvgAndPdfAreValidAndDeterministic) {
   SKIP_WITHOUT_MATPLOTLIB();
   const fs::path dir = temp_dir("plot_formats");
-  const fs::path run = burst_run(dir, 120);
+  const fs::path run = burst_run(dir, 60);
   for (const std::string fmt : {"svg", "pdf"}) {
     const fs::path a = dir / ("a-" + fmt), b = dir / ("b-" + fmt);
     ASSERT_EQ(
