@@ -73,6 +73,8 @@ TEST(Lessons, BlockArithmetic) {
   ASSERT_EQ(r.code, 0) << r.err;
   const json s = summary(dir / "run");
   EXPECT_EQ(s["run"]["num_gpu_blocks"], "28183");
+  EXPECT_NEAR(s["kv_cache"]["usage_mean"].get<double>(), 0.046, 0.0005);
+  EXPECT_NEAR(s["kv_cache"]["usage_max"].get<double>(), 0.094, 0.0005);
   EXPECT_NEAR(28183.0 * static_cast<double>(block) / (1 << 30), 55.04, 0.005);  // GiB of KV
 }
 
@@ -82,6 +84,8 @@ TEST(Lessons, PagedVsContiguous) {
   const fs::path out = compare("paged-vs-contiguous.yaml", dir);
   const json p = summary(out / "paged"), c = summary(out / "contiguous-max-len"),
              e = summary(out / "contiguous-exact");
+  EXPECT_EQ(p["run"]["num_gpu_blocks"], "3607");  // 30 % of memory
+  EXPECT_EQ(3607 / 256, 14);                      // 4,096-token reservations that fit
   EXPECT_NEAR(p["ttft_ms"]["p50"].get<double>(), 19.3, 0.05);
   EXPECT_NEAR(c["ttft_ms"]["p50"].get<double>(), 3069.6, 0.05);
   EXPECT_NEAR(p["kv_cache"]["usage_mean"].get<double>(), 0.199, 0.0005);

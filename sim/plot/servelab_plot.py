@@ -353,14 +353,16 @@ def kv_block_map(run, out_dir, fmt, written, quiet):
     path = run.file("blocks.csv")
     if not path:
         return
-    num_blocks = int(run.summary.get("run", {}).get("num_gpu_blocks", "0") or 0)
-    if num_blocks <= 0 or num_blocks > KV_MAP_MAX_BLOCKS:
-        if not quiet:
-            print(f"servelab_plot: {run.name}: {num_blocks} KV blocks is too many for a block map "
-                  f"(at most {KV_MAP_MAX_BLOCKS}); skipped", file=sys.stderr)
-        return
+    pool = int(run.summary.get("run", {}).get("num_gpu_blocks", "0") or 0)
     rows = read_csv(path)
-    if len(rows) > KV_MAP_MAX_ROWS:
+    if not rows or len(rows) > KV_MAP_MAX_ROWS:
+        return
+    # The map shows block ids up to the highest one used (the pool may be far larger).
+    num_blocks = max(int(r["block"]) for r in rows) + 1
+    if num_blocks > KV_MAP_MAX_BLOCKS:
+        if not quiet:
+            print(f"servelab_plot: {run.name}: blocks up to id {num_blocks - 1} used, too many for a "
+                  f"block map (at most {KV_MAP_MAX_BLOCKS}); skipped", file=sys.stderr)
         return
     s = run.steps()
     t0 = float(s["start_s"].min()) if s else 0.0
@@ -392,7 +394,8 @@ def kv_block_map(run, out_dir, fmt, written, quiet):
     ax.set_ylabel("physical KV block id")
     ax.grid(False)
     n_req = len(set(requests_seen))
-    ax.set_title(f"KV block map ({num_blocks} blocks, {n_req} requests; colour = request): {run.title}")
+    ax.set_title(f"KV block map (ids 0-{num_blocks - 1} of {pool}; {n_req} requests, colour = request): "
+                 f"{run.title}", fontsize=9)
     ax.legend(handles=[Patch(facecolor="white", edgecolor="gray", label="free"),
                        Patch(color="black", label="shared by several requests"),
                        Patch(color=palette[0], label="held by one request (colour by id)")],
