@@ -17,8 +17,8 @@
 // Columns are normalised before the solve and the coefficients scaled back. The GEMM knee is
 // chosen by trying every distinct token count of the profile (and no knee) and keeping the one
 // with the smallest objective, if that is at least 25 % below the no-knee objective; then the
-// decode-context knee (the step's KV outgrowing a cache) the same way, given the GEMM knee. Terms the
-// profile never exercises (a column of zeros) get 0.
+// decode-context knee (the step's KV outgrowing a cache) the same way, given the GEMM knee. Terms
+// the profile never exercises (a column of zeros) get 0.
 #pragma once
 
 #include <cstdint>
