@@ -30,15 +30,6 @@ DistributionSummary summarize(std::vector<double>& values) {
   return s;
 }
 
-std::size_t LogHistogram::bucket_of(std::uint64_t v) {
-  constexpr std::uint64_t kSub = 1ULL << kSubBits;
-  if (v < kSub) return static_cast<std::size_t>(v);
-  const int msb = 63 - std::countl_zero(v);            // >= kSubBits
-  const int shift = msb - kSubBits;                    // bits dropped
-  const std::uint64_t mantissa = (v >> shift) - kSub;  // in [0, kSub)
-  return static_cast<std::size_t>(kSub + static_cast<std::uint64_t>(shift) * kSub + mantissa);
-}
-
 double LogHistogram::bucket_mid(std::size_t b) {
   constexpr std::uint64_t kSub = 1ULL << kSubBits;
   if (b < kSub) return static_cast<double>(b);
@@ -47,16 +38,6 @@ double LogHistogram::bucket_mid(std::size_t b) {
   const double lo = std::ldexp(static_cast<double>(kSub + mantissa), static_cast<int>(shift));
   const double width = std::ldexp(1.0, static_cast<int>(shift));
   return lo + (width - 1.0) / 2.0;
-}
-
-void LogHistogram::add(std::int64_t value) {
-  const std::uint64_t v = value < 0 ? 0 : static_cast<std::uint64_t>(value);
-  const std::size_t b = bucket_of(v);
-  if (b >= buckets_.size()) buckets_.resize(b + 1, 0);
-  ++buckets_[b];
-  ++count_;
-  sum_ += static_cast<std::int64_t>(v);
-  max_ = std::max<std::int64_t>(max_, static_cast<std::int64_t>(v));
 }
 
 double LogHistogram::percentile(double p) const {

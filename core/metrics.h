@@ -4,6 +4,7 @@
 // values v[0..n-1], p-th percentile = v[k] + (v[k+1]-v[k]) * f where k + f = (n-1) * p / 100.
 #pragma once
 
+#include <bit>
 #include <cstdint>
 #include <vector>
 
@@ -28,13 +29,31 @@ double percentile_sorted(const std::vector<double>& sorted, double p);
 class LogHistogram {
  public:
   static constexpr int kSubBits = 9;
-  void add(std::int64_t value);
+  // Inline: called once per generated token. Buckets grow in a separate, cold function.
+  void add(std::int64_t value) {
+    const std::uint64_t v = value < 0 ? 0 : static_cast<std::uint64_t>(value);
+    const std::size_t b = bucket_of(v);
+    if (b >= buckets_.size()) [[unlikely]]
+      grow(b);
+    ++buckets_[b];
+    ++count_;
+    sum_ += static_cast<std::int64_t>(v);
+    if (static_cast<std::int64_t>(v) > max_) max_ = static_cast<std::int64_t>(v);
+  }
   std::int64_t count() const { return count_; }
   DistributionSummary summary() const;
   double percentile(double p) const;
 
  private:
-  static std::size_t bucket_of(std::uint64_t v);
+  static std::size_t bucket_of(std::uint64_t v) {
+    constexpr std::uint64_t kSub = 1ULL << kSubBits;
+    if (v < kSub) return static_cast<std::size_t>(v);
+    const int msb = 63 - std::countl_zero(v);            // >= kSubBits
+    const int shift = msb - kSubBits;                    // bits dropped
+    const std::uint64_t mantissa = (v >> shift) - kSub;  // in [0, kSub)
+    return static_cast<std::size_t>(kSub + static_cast<std::uint64_t>(shift) * kSub + mantissa);
+  }
+  [[gnu::noinline]] void grow(std::size_t b) { buckets_.resize(b + 1, 0); }
   static double bucket_mid(std::size_t b);
   std::vector<std::int64_t> buckets_;
   std::int64_t count_ = 0;
