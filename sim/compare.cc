@@ -96,18 +96,8 @@ std::vector<VariantResult> run_compare(const std::string& path,
     }
   }
   if (out_dir.empty()) out_dir = "out/" + configs.front().name + "-compare";
-  // The folder may hold a previous comparison (compare.csv and run folders), nothing else.
-  std::error_code ec;
-  if (std::filesystem::exists(out_dir, ec)) {
-    for (const auto& entry : std::filesystem::directory_iterator(out_dir, ec)) {
-      const std::string name = entry.path().filename().string();
-      if (name != "compare.csv" && !entry.is_directory()) {
-        throw ConfigError(out_dir + ": refusing to write here: it holds '" + name +
-                          "', which is not a ServeLab comparison output (choose another --out)");
-      }
-    }
-  }
-  std::filesystem::create_directories(out_dir, ec);
+  // The folder may hold a previous one (compare.csv and run folders), nothing else.
+  prepare_group_dir(out_dir, "compare.csv", "comparison");
   std::vector<VariantResult> results;
   for (std::size_t i = 0; i < variants.size(); ++i) {
     RunOptions options;

@@ -49,6 +49,22 @@ void prepare_out_dir(const std::string& dir) {
   if (ec) throw std::runtime_error(dir + ": cannot create directory (" + ec.message() + ")");
 }
 
+void prepare_group_dir(const std::string& dir, const std::string& index_file,
+                       const std::string& what) {
+  std::error_code ec;
+  if (fs::exists(dir, ec)) {
+    for (const auto& entry : fs::directory_iterator(dir, ec)) {
+      const std::string name = entry.path().filename().string();
+      if (name != index_file && !entry.is_directory()) {
+        throw ConfigError(dir + ": refusing to write here: it holds '" + name +
+                          "', which is not a ServeLab " + what + " output (choose another --out)");
+      }
+    }
+  }
+  fs::create_directories(dir, ec);
+  if (ec) throw std::runtime_error(dir + ": cannot create directory (" + ec.message() + ")");
+}
+
 SchedulerConfig scheduler_config_with_policies(const ExperimentConfig& config) {
   SchedulerConfig sc = config.scheduler;
   sc.make_waiting_queue = [spec = config.policies.queue, seed = config.seed] {

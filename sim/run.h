@@ -44,6 +44,10 @@ RunOutput run_simulation(const ExperimentConfig& config, const RunOptions& optio
 
 // Creates `dir`, or checks that an existing one holds only run outputs (ConfigError otherwise).
 void prepare_out_dir(const std::string& dir);
+// The same for a folder of runs (`sim compare`, `sim sweep`): an existing one may hold only
+// `index_file` and sub-folders; `what` names the output in the error ("comparison", "sweep").
+void prepare_group_dir(const std::string& dir, const std::string& index_file,
+                       const std::string& what);
 // The scheduler settings with the policy choices applied: the queue order is built with the
 // experiment seed (parse_policies already set the preemption victim).
 SchedulerConfig scheduler_config_with_policies(const ExperimentConfig& config);

@@ -156,19 +156,8 @@ std::vector<SweepResult> run_sweep(const std::string& path,
     }
   }
   if (out_dir.empty()) out_dir = "out/" + configs.front().name + "-sweep";
-  // The folder may hold a previous sweep (sweep.csv and folders), nothing else.
-  std::error_code ec;
-  if (std::filesystem::exists(out_dir, ec)) {
-    for (const auto& entry : std::filesystem::directory_iterator(out_dir, ec)) {
-      const std::string name = entry.path().filename().string();
-      if (name != "sweep.csv" && !entry.is_directory()) {
-        throw ConfigError(out_dir + ": refusing to write here: it holds '" + name +
-                          "', which is not a ServeLab sweep output (choose another --out)");
-      }
-    }
-  }
-  std::filesystem::create_directories(out_dir, ec);
-  if (ec) throw std::runtime_error(out_dir + ": cannot create directory (" + ec.message() + ")");
+  // The folder may hold a previous one (sweep.csv and run folders), nothing else.
+  prepare_group_dir(out_dir, "sweep.csv", "sweep");
 
   std::vector<SweepResult> results(points.size());
   std::vector<std::exception_ptr> errors(points.size());
