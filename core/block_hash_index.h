@@ -1,13 +1,13 @@
-// BlockHashIndex: a flat open-addressing map from BlockHash to a BlockId, for the block pool.
+// BlockHashIndex: a flat open-addressing map from BlockHash to a BlockId that stores its keys,
+// for the radix tree (the block pool uses BlockTagIndex, whose 8-byte slots leave the keys with
+// the pool).
 //
-// Why not std::unordered_map: every allocation of a block that still carries a hash erases an
-// entry and every newly full block inserts one, so the index sits on the simulator's hot path;
-// a node-based map costs two or three cache misses per operation, this table one. Keys are
-// XXH3 outputs, uniformly distributed, so the low bits index the table directly. Linear probing
-// with backward-shift deletion (no tombstones); the capacity is fixed at construction to a power
-// of two of at least four times the most live entries the pool can hold. (The pool leaves
-// stale entries behind and rebuilds the table when it is 3/4 full, so live entries never exceed
-// 1/4 and a rebuild comes only every two pool-sizes of inserts.)
+// Why not std::unordered_map: the index sits on the simulator's hot path (an insert per newly
+// full block, an erase per eviction); a node-based map costs two or three cache misses per
+// operation, this table one. Keys are XXH3 outputs, uniformly distributed, so the low bits index
+// the table directly. Linear probing with backward-shift deletion (no tombstones); the capacity
+// is fixed at construction to a power of two of at least four times `max_entries`, so the load
+// factor stays at most 1/4 and probe runs stay short.
 #pragma once
 
 #include <cstdint>

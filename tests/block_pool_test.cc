@@ -1,5 +1,6 @@
-// BlockPool: null block, free-queue order (LRU by free time), lazy eviction, duplicate hashes,
-// and a randomized comparison against a straightforward reference model.
+// BlockPool: null block, free-queue order (LRU by free time), the free-queue ring (stale entries,
+// wrap-around, compaction), lazy eviction, duplicate hashes, hashes with equal index tags, and a
+// randomized comparison against a straightforward reference model.
 #include "core/block_pool.h"
 
 #include <gtest/gtest.h>
@@ -253,9 +254,136 @@ TEST(BlockPool, NullBlockIsIgnoredByTouchAndFree) {
   EXPECT_EQ(pool.free_queue(), (Ids{2, 1}));
 }
 
+TEST(BlockPool, RejectsMoreThanMaxBlocks) {
+  EXPECT_THROW(BlockPool(BlockPool::kMaxBlocks + 1), std::logic_error);
+}
+
+// The ring holds 2 * usable entries; touching and freeing a queued block leaves a stale entry
+// behind each time, so a few rounds fill the ring and force compactions. The order must be the
+// linked list's: the touched block moves to the tail, the others keep their places.
+TEST(BlockPool, StaleRingEntriesAreSkippedAndCompactedAway) {
+  BlockPool pool(5);  // usable 1..4, ring of 8
+  std::deque<BlockId> model{1, 2, 3, 4};
+  Rng rng(5);
+  for (int round = 0; round < 200; ++round) {
+    const auto b = static_cast<BlockId>(rng.uniform_int(1, 4));
+    const Ids one{b};
+    pool.touch(one);
+    pool.check_invariants();
+    model.erase(std::find(model.begin(), model.end(), b));
+    ASSERT_EQ(pool.free_queue(), Ids(model.begin(), model.end())) << "round " << round;
+    release(pool, one);
+    model.push_back(b);
+    ASSERT_EQ(pool.free_queue(), Ids(model.begin(), model.end())) << "round " << round;
+  }
+  // Pops skip every stale entry and come out in queue order.
+  EXPECT_EQ(take(pool, 4), Ids(model.begin(), model.end()));
+}
+
+// Allocating and freeing in rounds walks the ring's head and tail around its end many times.
+TEST(BlockPool, RingWrapsAroundKeepingFifoOrder) {
+  BlockPool pool(4);  // usable 1..3, ring of 4
+  std::deque<BlockId> model{1, 2, 3};
+  for (int round = 0; round < 50; ++round) {
+    const auto n = static_cast<std::int32_t>(1 + round % 3);
+    const Ids got = take(pool, n);
+    const Ids want(model.begin(), model.begin() + n);
+    ASSERT_EQ(got, want) << "round " << round;
+    model.erase(model.begin(), model.begin() + n);
+    // Free in reverse so the order in the queue changes from round to round.
+    const Ids back(got.rbegin(), got.rend());
+    release(pool, back);
+    model.insert(model.end(), back.begin(), back.end());
+    ASSERT_EQ(pool.free_queue(), Ids(model.begin(), model.end()));
+  }
+}
+
+// The smallest pool: one usable block, a ring of two.
+TEST(BlockPool, SingleUsableBlockCyclesThroughTheRing) {
+  BlockPool pool(2);
+  for (int round = 0; round < 10; ++round) {
+    const Ids one = take(pool, 1);
+    ASSERT_EQ(one, Ids{1});
+    pool.cache_block(1, H(static_cast<std::uint64_t>(round)));
+    pool.touch(one);
+    release(pool, one);
+    release(pool, one);
+    EXPECT_EQ(pool.free_queue(), Ids{1});
+    EXPECT_EQ(pool.lookup(H(static_cast<std::uint64_t>(round))), std::optional<BlockId>(1));
+  }
+  EXPECT_EQ(pool.num_evictions(), 9);
+}
+
+// Hashes whose low 32 bits agree share their index tag (and home slot): the index tells them
+// apart only by the hashes the pool stores. Registering, looking up and evicting must treat them
+// as the distinct hashes they are, duplicates included.
+TEST(BlockPool, HashesWithEqualIndexTagsStayDistinct) {
+  auto same_tag = [](std::uint64_t v) { return BlockHash{(v << 32) | 0x5eedu, v}; };
+  BlockPool pool(9);  // usable 1..8
+  take(pool, 8);
+  for (BlockId b = 1; b <= 4; ++b) pool.cache_block(b, same_tag(static_cast<std::uint64_t>(b)));
+  pool.cache_block(5, same_tag(2));            // a duplicate of block 2's hash
+  pool.cache_block(6, same_tag(2));            // and another
+  pool.cache_block(7, BlockHash{0x5eedu, 0});  // lo equal to the tag alone
+  pool.check_invariants();
+  for (BlockId b = 1; b <= 4; ++b) {
+    EXPECT_EQ(pool.lookup(same_tag(static_cast<std::uint64_t>(b))), std::optional<BlockId>(b));
+  }
+  EXPECT_EQ(pool.lookup(same_tag(9)), std::nullopt);
+  EXPECT_EQ(pool.lookup(BlockHash{0x5eedu, 0}), std::optional<BlockId>(7));
+  EXPECT_EQ(pool.lookup(BlockHash{0x5eedu, 1}), std::nullopt);  // lo matches, hi does not
+
+  // Evict the chain head (2), a lone hash in the middle of the probe run (3), a chain's last
+  // member (6): the rest stay findable under their own hashes.
+  release(pool, {2, 3, 6});
+  EXPECT_EQ(take(pool, 3), (Ids{2, 3, 6}));
+  EXPECT_EQ(pool.num_evictions(), 3);
+  EXPECT_EQ(pool.lookup(same_tag(2)), std::optional<BlockId>(5));
+  EXPECT_EQ(pool.lookup(same_tag(3)), std::nullopt);
+  EXPECT_EQ(pool.lookup(same_tag(1)), std::optional<BlockId>(1));
+  EXPECT_EQ(pool.lookup(same_tag(4)), std::optional<BlockId>(4));
+  EXPECT_EQ(pool.lookup(BlockHash{0x5eedu, 0}), std::optional<BlockId>(7));
+  // The reused blocks take new hashes with the same tag again.
+  pool.cache_block(2, same_tag(3));
+  pool.cache_block(3, same_tag(2));  // after 5 in registration order
+  pool.check_invariants();
+  EXPECT_EQ(pool.lookup(same_tag(3)), std::optional<BlockId>(2));
+  EXPECT_EQ(pool.lookup(same_tag(2)), std::optional<BlockId>(5));
+  release(pool, {5});
+  take(pool, 1);
+  EXPECT_EQ(pool.lookup(same_tag(2)), std::optional<BlockId>(3));
+  EXPECT_EQ(pool.num_cached_blocks(), 5);  // 1, 2, 3, 4, 7
+}
+
+// A chain of three: evicting its middle, then its head, hands the index entry down in
+// registration order.
+TEST(BlockPool, DuplicateChainOfThreeUnchainsInAnyOrder) {
+  BlockPool pool(6);
+  take(pool, 5);
+  for (BlockId b : {4, 2, 5}) pool.cache_block(b, H(3));
+  pool.check_invariants();
+  EXPECT_EQ(pool.lookup(H(3)), std::optional<BlockId>(4));
+  release(pool, {2});
+  EXPECT_EQ(take(pool, 1), Ids{2});  // the middle
+  EXPECT_EQ(pool.lookup(H(3)), std::optional<BlockId>(4));
+  pool.cache_block(2, H(3));  // rejoins at the end: 4, 5, 2
+  release(pool, {4});
+  EXPECT_EQ(take(pool, 1), Ids{4});  // the head
+  EXPECT_EQ(pool.lookup(H(3)), std::optional<BlockId>(5));
+  release(pool, {5});
+  EXPECT_EQ(take(pool, 1), Ids{5});
+  EXPECT_EQ(pool.lookup(H(3)), std::optional<BlockId>(2));
+  release(pool, {2});
+  EXPECT_EQ(take(pool, 1), Ids{2});
+  EXPECT_EQ(pool.lookup(H(3)), std::nullopt);
+  EXPECT_EQ(pool.num_cached_blocks(), 0);
+  EXPECT_EQ(pool.num_evictions(), 4);
+}
+
 // Random operations against a plainly written model of the documented semantics; the pool must
-// agree on every observable after every operation, with its invariants intact.
-TEST(BlockPool, MatchesReferenceModelUnderRandomOperations) {
+// agree on every observable after every operation, with its invariants intact. `hash` maps the
+// model's small keys to block hashes.
+void CheckAgainstReferenceModel(BlockHash (*hash)(std::uint64_t)) {
   constexpr std::int32_t kBlocks = 48;
   BlockPool pool(kBlocks);
   std::deque<BlockId> queue;
@@ -310,17 +438,17 @@ TEST(BlockPool, MatchesReferenceModelUnderRandomOperations) {
       const BlockId b = o[static_cast<std::size_t>(rng.uniform_int(0, o.size() - 1))];
       const auto key = static_cast<std::uint64_t>(rng.uniform_int(0, 15));
       if (hash_of[b] < 0) {
-        pool.cache_block(b, H(key));
+        pool.cache_block(b, hash(key));
         hash_of[b] = static_cast<std::int64_t>(key);
         index[key].push_back(b);
       } else if (static_cast<std::uint64_t>(hash_of[b]) == key) {
-        pool.cache_block(b, H(key));
+        pool.cache_block(b, hash(key));
       } else {
-        EXPECT_THROW(pool.cache_block(b, H(key)), std::logic_error);
+        EXPECT_THROW(pool.cache_block(b, hash(key)), std::logic_error);
       }
     } else if (op == 3) {  // a prefix hit: look a hash up and share the block
       const auto key = static_cast<std::uint64_t>(rng.uniform_int(0, 15));
-      const std::optional<BlockId> got = pool.lookup(H(key));
+      const std::optional<BlockId> got = pool.lookup(hash(key));
       auto it = index.find(key);
       if (it == index.end()) {
         ASSERT_EQ(got, std::nullopt);
@@ -341,6 +469,14 @@ TEST(BlockPool, MatchesReferenceModelUnderRandomOperations) {
     ASSERT_EQ(pool.num_evictions(), evictions);
   }
   EXPECT_GT(evictions, 0);  // the run exercised eviction at all
+}
+
+TEST(BlockPool, MatchesReferenceModelUnderRandomOperations) { CheckAgainstReferenceModel(H); }
+
+// The same with every key's hash sharing one index tag: every lookup and insert walks one probe
+// run and must tell the hashes apart by the stored hashes alone.
+TEST(BlockPool, MatchesReferenceModelWithAllIndexTagsEqual) {
+  CheckAgainstReferenceModel([](std::uint64_t v) { return BlockHash{(v << 32) | 0x77u, ~v}; });
 }
 
 }  // namespace
