@@ -15,6 +15,9 @@ class Backend {
   // Executes one plan and reports its duration and sampled tokens. REQUIRES: !plan.empty().
   // May throw std::runtime_error on a device failure.
   virtual StepResult execute(const StepPlan& plan) = 0;
+  // The same into `result` (overwritten): a backend that can reuse result's buffers overrides
+  // this, which spares the simulator an allocation per step.
+  virtual void execute_into(const StepPlan& plan, StepResult& result) { result = execute(plan); }
 };
 
 }  // namespace servelab

@@ -112,38 +112,15 @@ std::int32_t KvCacheManager::num_blocks_to_allocate(const Request& req, std::int
   return n;
 }
 
-bool KvCacheManager::allocate_slots(Request& req, std::int32_t num_new_tokens,
-                                    const PrefixHit* hit) {
+bool KvCacheManager::allocate_slots_slow(Request& req, std::int32_t num_new_tokens,
+                                         const PrefixHit* hit) {
   if (hit != nullptr && hit->blocks.empty()) hit = nullptr;
   if (hit != nullptr && !req.block_table.empty()) {
     throw std::logic_error("KvCacheManager: prefix hit passed for request " +
                            std::to_string(req.id()) + " which already holds blocks");
   }
-  // Contract: a swapped-out request is swapped in before it gets slots (checked in debug builds
-  // only: this runs for every scheduled request in every step).
-  assert(req.host_block_table.empty() && "allocate_slots for a swapped-out request");
   // Parallel sampling only (see fork()).
-  if (req.cow_tail && !copy_on_write(req, num_new_tokens)) [[unlikely]] {
-    return false;
-  }
-  if (hit == nullptr) {
-    // Fast path for the common case, a running request whose new tokens fit the blocks it holds
-    // (15 of 16 decode steps at block size 16): nothing to take from the pool. The same result
-    // as the general path below, without its block arithmetic.
-    const std::int32_t need_slots =
-        std::min(req.num_computed_tokens + num_new_tokens, max_model_len_);
-    if (blocks_for(need_slots) <= static_cast<std::int32_t>(req.block_table.size())) {
-      if (caching_) {
-        cache_full_blocks(req,
-                          std::min(req.num_computed_tokens + num_new_tokens, req.num_tokens()));
-      }
-      const std::int32_t old_kv = req.kv_accounted_tokens;
-      kv_tokens_ += need_slots - old_kv;
-      kv_blocks_ += blocks_for(need_slots) - blocks_for(old_kv);
-      req.kv_accounted_tokens = need_slots;
-      return true;
-    }
-  }
+  if (req.cow_tail && !copy_on_write(req, num_new_tokens)) return false;
   const std::int32_t to_take = num_blocks_to_allocate(req, num_new_tokens, hit);
   if (to_take > num_free_blocks()) return false;
 
@@ -191,7 +168,10 @@ bool KvCacheManager::allocate_slots(Request& req, std::int32_t num_new_tokens,
 void KvCacheManager::cache_full_blocks(Request& req, std::int32_t num_tokens) {
   const std::int32_t num_full =
       std::min(full_blocks(num_tokens), static_cast<std::int32_t>(req.block_table.size()));
-  if (num_full <= req.num_cached_blocks) return;
+  if (num_full > req.num_cached_blocks) register_full_blocks(req, num_full);
+}
+
+void KvCacheManager::register_full_blocks(Request& req, std::int32_t num_full) {
   update_block_hashes(req, num_full * block_size_);
   if (tree_) {
     insert_radix(req, num_full);

@@ -26,6 +26,8 @@
 // exact even when the scheduler rolls num_computed_tokens back before a free().
 #pragma once
 
+#include <algorithm>
+#include <cassert>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -140,7 +142,32 @@ class KvCacheManager {
   // (reservation_blocks(req), or more if the tokens need more) and later calls take nothing.
   // Updates the slot accounting (KV tokens := min(computed + hit + new, max_model_len)).
   // REQUIRES: hit is null or req.block_table is empty; req is not swapped out (asserted).
-  bool allocate_slots(Request& req, std::int32_t num_new_tokens, const PrefixHit* hit = nullptr);
+  // The common case (no hit, no copy-on-write, the new tokens fit the blocks req holds: 15 of 16
+  // decode steps at block size 16) is inline; everything else goes to allocate_slots_slow().
+  [[gnu::always_inline]] bool allocate_slots(Request& req, std::int32_t num_new_tokens,
+                                             const PrefixHit* hit = nullptr) {
+    // Contract: a swapped-out request is swapped in before it gets slots (checked in debug
+    // builds only: this runs for every scheduled request in every step).
+    assert(req.host_block_table.empty() && "allocate_slots for a swapped-out request");
+    const std::int32_t need_slots =
+        std::min(req.num_computed_tokens + num_new_tokens, max_model_len_);
+    const auto table = static_cast<std::int32_t>(req.block_table.size());
+    if (hit != nullptr || req.cow_tail || blocks_for(need_slots) > table) [[unlikely]] {
+      return allocate_slots_slow(req, num_new_tokens, hit);
+    }
+    if (caching_) {
+      // Blocks full once this step's tokens are written (capped at the known tokens) and not yet
+      // registered: usually none, one when a decode token fills the last block.
+      const std::int32_t full = std::min(
+          full_blocks(std::min(req.num_computed_tokens + num_new_tokens, req.num_tokens())), table);
+      if (full > req.num_cached_blocks) register_full_blocks(req, full);
+    }
+    const std::int32_t old_kv = req.kv_accounted_tokens;
+    kv_tokens_ += need_slots - old_kv;
+    kv_blocks_ += blocks_for(need_slots) - blocks_for(old_kv);
+    req.kv_accounted_tokens = need_slots;
+    return true;
+  }
 
   // Blocks that allocate_slots(req, n, hit) would take from the free capacity (not counting a
   // copy-on-write copy).
@@ -206,7 +233,13 @@ class KvCacheManager {
  private:
   // Extends req.block_hashes to every full block among its first num_tokens tokens.
   void update_block_hashes(Request& req, std::int32_t num_tokens);
+  // The general allocate_slots (see its contract).
+  bool allocate_slots_slow(Request& req, std::int32_t num_new_tokens, const PrefixHit* hit);
+  // Registers every block that is full once the first num_tokens tokens are written.
   void cache_full_blocks(Request& req, std::int32_t num_tokens);
+  // Registers blocks [req.num_cached_blocks, num_full) of req's table in the prefix cache.
+  // REQUIRES: num_cached_blocks < num_full <= the table's size.
+  void register_full_blocks(Request& req, std::int32_t num_full);
   // Radix mode: inserts req's blocks [num_cached_blocks, num_full) into the tree.
   void insert_radix(Request& req, std::int32_t num_full);
   // Takes n blocks from the pool, evicting radix-tree leaves first when the pool is short.

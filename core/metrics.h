@@ -40,6 +40,17 @@ class LogHistogram {
     sum_ += static_cast<std::int64_t>(v);
     if (static_cast<std::int64_t>(v) > max_) max_ = static_cast<std::int64_t>(v);
   }
+  // add(value) `times` times over, in one update. REQUIRES: times >= 1.
+  void add(std::int64_t value, std::int64_t times) {
+    const std::uint64_t v = value < 0 ? 0 : static_cast<std::uint64_t>(value);
+    const std::size_t b = bucket_of(v);
+    if (b >= buckets_.size()) [[unlikely]]
+      grow(b);
+    buckets_[b] += times;
+    count_ += times;
+    sum_ += static_cast<std::int64_t>(v) * times;
+    if (static_cast<std::int64_t>(v) > max_) max_ = static_cast<std::int64_t>(v);
+  }
   std::int64_t count() const { return count_; }
   DistributionSummary summary() const;
   double percentile(double p) const;

@@ -115,6 +115,22 @@ void Recorder::on_token(const Request& /*req*/, TimeNs prev_token_ns, TimeNs now
   if (prev_token_ns >= 0) itl_ns_.add(now - prev_token_ns);
 }
 
+void Recorder::on_step_tokens(std::span<const Request* const> /*requests*/,
+                              std::span<const TimeNs> prev_token_ns, TimeNs now) {
+  TimeNs run_prev = -1;
+  std::int64_t run = 0;
+  for (const TimeNs prev : prev_token_ns) {
+    if (prev == run_prev) {
+      ++run;
+      continue;
+    }
+    if (run > 0 && run_prev >= 0) itl_ns_.add(now - run_prev, run);
+    run_prev = prev;
+    run = 1;
+  }
+  if (run > 0 && run_prev >= 0) itl_ns_.add(now - run_prev, run);
+}
+
 void Recorder::on_preempt(const Request& req, TimeNs now) {
   ++preemptions_;
   event(req, now, "preempt", req.status == RequestStatus::kSwapped ? "swap" : "recompute");

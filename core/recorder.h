@@ -98,6 +98,10 @@ class Recorder : public SchedulerObserver {
 
   void on_reject(const Request& req, TimeNs now) override;
   void on_token(const Request& req, TimeNs prev_token_ns, TimeNs now) override;
+  // Runs of equal gaps (every request that also had a token in the previous step) go into the
+  // ITL histogram as one update.
+  void on_step_tokens(std::span<const Request* const> requests,
+                      std::span<const TimeNs> prev_token_ns, TimeNs now) override;
   void on_preempt(const Request& req, TimeNs now) override;
   void on_finish(const Request& req, TimeNs now) override;
 

@@ -187,11 +187,15 @@ void Scheduler::add_request(RequestSpec spec, TimeNs now) {
   delete r;
 }
 
-void Scheduler::add_to_plan(Request& r, std::int32_t n, std::int32_t cached_now, TimeNs now) {
+// Inlined into every fill_plan variant: it runs once per scheduled request per step.
+[[gnu::always_inline]] inline void Scheduler::add_to_plan(Request& r, std::int32_t n,
+                                                          std::int32_t cached_now, TimeNs now) {
   assert(n >= 1);
   const std::int32_t first = r.num_computed_tokens;
   const std::int32_t end = first + n;
   const std::int32_t known = r.num_tokens();
+  // Anything but a single last-token step computes known tokens whose KV is missing.
+  const bool is_prefill = end < known || n > 1;
   ScheduledRequest& e = plan_.requests.emplace_back();
   e.id = r.id();
   e.spec = &r.spec;
@@ -199,27 +203,29 @@ void Scheduler::add_to_plan(Request& r, std::int32_t n, std::int32_t cached_now,
   e.first_token = first;
   e.num_tokens = n;
   e.num_cached_prefix = cached_now;
-  // Anything but a single last-token step computes known tokens whose KV is missing.
-  e.is_prefill = end < known || n > 1;
+  e.is_prefill = is_prefill;
   e.samples = end == known;
   e.block_table = r.block_table;
   plan_requests_.push_back(&r);
-  if (e.is_prefill) {
-    plan_.num_prefill_tokens += n;
-  } else {
-    plan_.num_decode_tokens += n;
-  }
+  (is_prefill ? plan_.num_prefill_tokens : plan_.num_decode_tokens) += n;
 
   // Positions below the high-water mark had KV before a preemption dropped it.
-  const std::int32_t recomputed = std::max(0, std::min(end, r.max_computed_tokens) - first);
-  plan_undo_.push_back({r.max_computed_tokens, recomputed, r.first_scheduled_ns});
-  if (report_service_) waiting_->on_tokens_scheduled(r, e.is_prefill ? n : 0, e.is_prefill ? 0 : n);
-  r.num_recomputed_tokens += recomputed;
-  counters_.num_recomputed_tokens += recomputed;
+  const std::int32_t max_computed = r.max_computed_tokens;
+  plan_undo_.push_back({max_computed, 0, r.first_scheduled_ns});
+  if (report_service_) waiting_->on_tokens_scheduled(r, is_prefill ? n : 0, is_prefill ? 0 : n);
+  if (max_computed > first) [[unlikely]] {
+    // Recomputing KV a preemption dropped.
+    const std::int32_t recomputed = std::min(end, max_computed) - first;
+    plan_undo_.back().recomputed = recomputed;
+    r.num_recomputed_tokens += recomputed;
+    counters_.num_recomputed_tokens += recomputed;
+  }
   r.num_computed_tokens = end;
-  r.max_computed_tokens = std::max(r.max_computed_tokens, end);
+  if (end > max_computed) r.max_computed_tokens = end;
   r.num_computed_total += n;
-  if (r.first_scheduled_ns < 0) r.first_scheduled_ns = now;
+  if (r.first_scheduled_ns < 0) [[unlikely]] {
+    r.first_scheduled_ns = now;
+  }
 }
 
 std::size_t Scheduler::pick_victim() const {
@@ -755,16 +761,33 @@ void Scheduler::complete(const StepResult& result, TimeNs now) {
   if (plan_.num_fork_tokens > 0) [[unlikely]] {
     any_finished = fork_pass(result, now);
   }
-  for (std::size_t k = 0; k < plan_.requests.size(); ++k) {
+  // The step's tokens first (reported together), then its finishes, both in plan order.
+  const std::size_t entries = plan_.requests.size();
+  if (token_requests_.size() < entries) {  // grows to the largest plan, then never again
+    token_requests_.resize(entries);
+    token_prev_ns_.resize(entries);
+  }
+  Request** const got = token_requests_.data();
+  TimeNs* const prev = token_prev_ns_.data();
+  std::size_t num_got = 0;
+  for (std::size_t k = 0; k < entries; ++k) {
     if (!plan_.requests[k].samples) continue;  // a partial prefill chunk yields no token
     Request& r = *plan_requests_[k];
-    const TimeNs prev = r.last_token_ns;
+    got[num_got] = &r;
+    prev[num_got] = r.last_token_ns;
+    ++num_got;
     r.output_tokens.push_back(result.sampled_tokens[k]);
     if (r.first_token_ns < 0) r.first_token_ns = now;
     r.last_token_ns = now;
-    if (observer_ != nullptr) observer_->on_token(r, prev, now);
-    if (r.num_output_tokens() >= r.spec.max_output_tokens) {
-      finish(r, now);
+  }
+  if (observer_ != nullptr && num_got > 0) {
+    observer_->on_step_tokens(std::span<const Request* const>(got, num_got),
+                              std::span<const TimeNs>(prev, num_got), now);
+  }
+  for (std::size_t t = 0; t < num_got; ++t) {
+    Request* const r = got[t];
+    if (r->num_output_tokens() >= r->spec.max_output_tokens) {
+      finish(*r, now);
       any_finished = true;
     }
   }

@@ -216,6 +216,10 @@ class Scheduler {
     TimeNs first_scheduled_ns;
   };
   std::vector<Undo> plan_undo_;
+  // complete()'s scratch (sized to the largest plan): the requests that got a token and their
+  // previous token times.
+  std::vector<Request*> token_requests_;
+  std::vector<TimeNs> token_prev_ns_;
   std::int64_t next_step_ = 0;
   bool plan_pending_ = false;  // a non-empty plan awaits complete()
   SchedulerCounters counters_;

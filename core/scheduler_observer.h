@@ -2,6 +2,7 @@
 // them; tests may too). Each call happens at the time it names; the Request is in its new state.
 #pragma once
 
+#include <span>
 #include <string_view>
 
 #include "core/request_state.h"
@@ -17,6 +18,14 @@ class SchedulerObserver {
   // A token was appended to req at time now; prev_token_ns is the previous token's time (or -1).
   virtual void on_token(const Request& req, TimeNs prev_token_ns, TimeNs now) {
     (void)req, (void)prev_token_ns, (void)now;
+  }
+  // The tokens a completed step appended, all at time now, in plan order: requests[i] got one
+  // token, its previous one at prev_token_ns[i] (-1 for a first token). Reported before any of
+  // the step's finishes. The default calls on_token for each; an observer that only needs the
+  // times overrides this (one virtual call per step rather than one per token).
+  virtual void on_step_tokens(std::span<const Request* const> requests,
+                              std::span<const TimeNs> prev_token_ns, TimeNs now) {
+    for (std::size_t i = 0; i < requests.size(); ++i) on_token(*requests[i], prev_token_ns[i], now);
   }
   // req was preempted while forming a plan at time now.
   virtual void on_preempt(const Request& req, TimeNs now) { (void)req, (void)now; }

@@ -27,15 +27,25 @@ struct Event {
 
 class EventQueue {
  public:
-  // REQUIRES: time >= now().
-  void push(TimeNs time, EventKind kind, std::uint32_t target = 0);
+  // REQUIRES: time >= now() (throws std::logic_error otherwise).
+  void push(TimeNs time, EventKind kind, std::uint32_t target = 0) {
+    if (time < now_) [[unlikely]]
+      past_event();
+    heap_.push(Event{time, next_seq_++, kind, target});
+  }
   bool empty() const { return heap_.empty(); }
   std::size_t size() const { return heap_.size(); }
   // Removes and returns the earliest event, advancing now(). REQUIRES: !empty().
-  Event pop();
+  Event pop() {
+    const Event e = heap_.top();
+    heap_.pop();
+    now_ = e.time;
+    return e;
+  }
   TimeNs now() const { return now_; }
 
  private:
+  [[noreturn]] static void past_event();
   struct Later {
     bool operator()(const Event& a, const Event& b) const {
       return a.time != b.time ? a.time > b.time : a.seq > b.seq;

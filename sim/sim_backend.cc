@@ -6,12 +6,14 @@ namespace servelab {
 
 StepResult SimBackend::execute(const StepPlan& plan) {
   StepResult r;
-  r.duration_ns = std::max<TimeNs>(1, cost_.step_time(plan));
-  r.sampled_tokens.assign(plan.requests.size(), 0);
-  if (plan.num_fork_tokens > 0) [[unlikely]] {
-    r.fork_tokens.assign(static_cast<std::size_t>(plan.num_fork_tokens), 0);
-  }
+  execute_into(plan, r);
   return r;
+}
+
+void SimBackend::execute_into(const StepPlan& plan, StepResult& result) {
+  result.duration_ns = std::max<TimeNs>(1, cost_.step_time(plan));
+  result.sampled_tokens.assign(plan.requests.size(), 0);
+  result.fork_tokens.assign(static_cast<std::size_t>(plan.num_fork_tokens), 0);
 }
 
 }  // namespace servelab

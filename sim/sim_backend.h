@@ -17,6 +17,8 @@ class SimBackend : public Backend {
   std::string_view name() const override { return "sim"; }
   // Duration = the cost model's prediction, at least 1 ns so simulated time always advances.
   StepResult execute(const StepPlan& plan) override;
+  // Reuses result's token vectors (no allocation once they have grown to the largest plan).
+  void execute_into(const StepPlan& plan, StepResult& result) override;
 
  private:
   const CostModel& cost_;

@@ -55,7 +55,7 @@ void Simulator::try_start_step(TimeNs now) {
     return;
   }
   const StepSnapshot snap = r.snapshot();
-  r.pending_ = r.backend_.execute(plan);
+  r.backend_.execute_into(plan, r.pending_);
   recorder_.on_step(plan, now, r.pending_.duration_ns, snap);
   r.busy_ = true;
   ++totals_.num_steps;

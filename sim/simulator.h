@@ -66,6 +66,10 @@ class WorkloadFeedback : public SchedulerObserver {
   void on_token(const Request& req, TimeNs prev_token_ns, TimeNs now) override {
     downstream_.on_token(req, prev_token_ns, now);
   }
+  void on_step_tokens(std::span<const Request* const> requests,
+                      std::span<const TimeNs> prev_token_ns, TimeNs now) override {
+    downstream_.on_step_tokens(requests, prev_token_ns, now);
+  }
   void on_preempt(const Request& req, TimeNs now) override { downstream_.on_preempt(req, now); }
   void on_finish(const Request& req, TimeNs now) override;
 
