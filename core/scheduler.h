@@ -114,8 +114,9 @@ class Scheduler {
   // completed.
   const StepPlan& schedule(TimeNs now);
 
-  // Applies the result of the last plan at time `now` (the step's end): appends sampled tokens,
-  // finishes requests that reached their output length and frees their blocks.
+  // Applies the result of the last plan at time `now` (the step's end): appends sampled tokens
+  // (reported to the observer together, through on_step_tokens, in plan order), then finishes
+  // requests that reached their output length and frees their blocks (on_finish, plan order).
   void complete(const StepResult& result, TimeNs now);
 
   bool has_unfinished() const {

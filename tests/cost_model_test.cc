@@ -18,6 +18,7 @@
 #include "sim/kv_capacity.h"
 #include "sim/model_config.h"
 #include "sim/roofline_cost_model.h"
+#include "sim/sim_backend.h"
 
 namespace servelab {
 namespace {
@@ -363,6 +364,28 @@ TEST(CostModelRoofline, FeaturesFromPlan) {
   EXPECT_EQ(f.swap_in_blocks, 1);
   EXPECT_EQ(f.swap_out_blocks, 0);
   EXPECT_EQ(f.copy_blocks, 2);
+}
+
+// The simulator reuses one StepResult for every step: execute_into must overwrite all of it.
+TEST(CostModelRoofline, SimBackendExecuteIntoOverwritesAReusedResult) {
+  const RooflineCostModel cm(easy_model(), easy_hardware(), 10);
+  SimBackend backend(cm);
+  StepPlan big = decode_plan(5, 100);
+  big.requests[0].num_samples = 4;
+  big.num_fork_tokens = 3;
+  StepResult reused;
+  backend.execute_into(big, reused);
+  EXPECT_EQ(reused.sampled_tokens.size(), 5u);
+  EXPECT_EQ(reused.fork_tokens.size(), 3u);
+  reused.sampled_tokens.assign(5, 42);
+  const StepPlan small = decode_plan(2, 300);
+  backend.execute_into(small, reused);
+  const StepResult fresh = backend.execute(small);
+  EXPECT_EQ(reused.duration_ns, fresh.duration_ns);
+  EXPECT_EQ(reused.duration_ns, std::max<TimeNs>(1, cm.step_time(small)));
+  EXPECT_EQ(reused.sampled_tokens, fresh.sampled_tokens);
+  EXPECT_EQ(reused.sampled_tokens, std::vector<std::int32_t>(2, 0));
+  EXPECT_TRUE(reused.fork_tokens.empty());
 }
 
 TEST(CostModelCatalog, HuggingFaceConfigJson) {

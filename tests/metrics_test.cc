@@ -3,7 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include "core/recorder.h"
 #include "core/rng.h"
+#include "core/scheduler_observer.h"
 
 namespace servelab {
 namespace {
@@ -52,6 +54,63 @@ TEST(Metrics, HistogramExactForSmallValuesAndBoundedAbove) {
   for (auto [approx, truth] : {std::pair{a.p50, e.p50}, {a.p90, e.p90}, {a.p99, e.p99}}) {
     EXPECT_NEAR(approx, truth, truth * 0.002);
   }
+}
+
+TEST(Metrics, HistogramAddWithCountEqualsRepeatedAdds) {
+  LogHistogram once, repeated;
+  const std::pair<std::int64_t, std::int64_t> adds[] = {{5, 3},  {700, 1}, {12'345'678, 40},
+                                                        {-2, 2}, {512, 7}, {12'345'678, 1}};
+  for (const auto& [value, times] : adds) {
+    once.add(value, times);
+    for (std::int64_t k = 0; k < times; ++k) repeated.add(value);
+  }
+  EXPECT_EQ(once.count(), repeated.count());
+  const DistributionSummary a = once.summary(), b = repeated.summary();
+  EXPECT_DOUBLE_EQ(a.mean, b.mean);
+  EXPECT_DOUBLE_EQ(a.max, b.max);
+  for (double p : {0.0, 10.0, 50.0, 90.0, 99.0, 100.0}) {
+    EXPECT_DOUBLE_EQ(once.percentile(p), repeated.percentile(p)) << "p" << p;
+  }
+}
+
+// The batched token report gives the same inter-token latencies as one report per token,
+// whatever the runs of equal previous times, and skips first tokens (previous time -1).
+TEST(Metrics, RecorderStepTokensMatchPerTokenReports) {
+  Recorder batched(SloConfig{}, "", ""), single(SloConfig{}, "", "");
+  Request r(RequestSpec{});
+  const TimeNs now = 1'000'000;
+  const std::vector<TimeNs> prev = {-1, 400'000, 400'000, 400'000, -1, 900'000, 400'000, 5};
+  const std::vector<const Request*> reqs(prev.size(), &r);
+  batched.on_step_tokens(reqs, prev, now);
+  for (const TimeNs p : prev) single.on_token(r, p, now);
+  batched.finalize(0, now, PrefixCacheStats{});
+  single.finalize(0, now, PrefixCacheStats{});
+  const DistributionSummary a = batched.summary().itl_ms, b = single.summary().itl_ms;
+  EXPECT_EQ(a.count, 6);
+  EXPECT_EQ(a.count, b.count);
+  EXPECT_DOUBLE_EQ(a.mean, b.mean);
+  EXPECT_DOUBLE_EQ(a.p50, b.p50);
+  EXPECT_DOUBLE_EQ(a.p99, b.p99);
+  EXPECT_DOUBLE_EQ(a.max, b.max);
+}
+
+// An observer that overrides only on_token still hears every token of a step, in order.
+TEST(Metrics, DefaultStepTokensForwardsEachToken) {
+  struct Tokens : SchedulerObserver {
+    std::vector<std::pair<RequestId, TimeNs>> seen;
+    void on_token(const Request& req, TimeNs prev, TimeNs) override {
+      seen.emplace_back(req.id(), prev);
+    }
+  } obs;
+  RequestSpec s1, s2;
+  s1.id = 7;
+  s2.id = 3;
+  Request a(s1), b(s2);
+  const std::vector<const Request*> reqs = {&a, &b, &a};
+  const std::vector<TimeNs> prev = {10, -1, 20};
+  obs.on_step_tokens(reqs, prev, 30);
+  const std::vector<std::pair<RequestId, TimeNs>> want = {{7, 10}, {3, -1}, {7, 20}};
+  EXPECT_EQ(obs.seen, want);
 }
 
 }  // namespace
