@@ -7,6 +7,8 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include "core/csv_line.h"
+
 namespace servelab {
 
 namespace {
@@ -185,18 +187,35 @@ void Recorder::on_step(const StepPlan& plan, TimeNs start, TimeNs duration,
   }
   swapped_out_ += static_cast<std::int64_t>(plan.swap_out.size());
   swapped_in_ += static_cast<std::int64_t>(plan.swap_in.size());
+  const auto size = [](const auto& v) { return v.size(); };
   if (steps_) {
-    std::fprintf(steps_, "%" PRId64 ",%s,%s,%zu,%d,%d,%d,%d,%d,%.6f,%d,%d,%zu,%zu,%zu\n",
-                 plan.step_index, format_seconds(start).c_str(), format_ms(duration).c_str(),
-                 plan.requests.size(), plan.num_prefill_tokens, plan.num_decode_tokens,
-                 snap.kv_blocks_used, snap.kv_blocks_free, snap.kv_blocks_cached, usage,
-                 snap.waiting, snap.running, plan.preempted.size(), plan.swap_out.size(),
-                 plan.swap_in.size());
+    CsvLine line;
+    line.add(plan.step_index)
+        .add_fixed(start, kNsPerS, 9)
+        .add_fixed(duration, kNsPerMs, 6)
+        .add(size(plan.requests))
+        .add(plan.num_prefill_tokens)
+        .add(plan.num_decode_tokens)
+        .add(snap.kv_blocks_used)
+        .add(snap.kv_blocks_free)
+        .add(snap.kv_blocks_cached)
+        .add_fixed6(usage)
+        .add(snap.waiting)
+        .add(snap.running)
+        .add(size(plan.preempted))
+        .add(size(plan.swap_out))
+        .add(size(plan.swap_in))
+        .end(steps_);
   }
   if (schedule_) {
+    CsvLine line;
     for (const ScheduledRequest& s : plan.requests) {
-      std::fprintf(schedule_, "%" PRId64 ",%" PRIu64 ",%d,%d,%s\n", plan.step_index, s.id,
-                   s.first_token, s.num_tokens, s.is_prefill ? "prefill" : "decode");
+      line.add(plan.step_index)
+          .add(s.id)
+          .add(s.first_token)
+          .add(s.num_tokens)
+          .add(s.is_prefill ? "prefill" : "decode")
+          .end(schedule_);
     }
   }
 }
