@@ -207,7 +207,12 @@ void Scheduler::add_request(RequestSpec spec, TimeNs now) {
   e.samples = end == known;
   e.block_table = r.block_table;
   plan_requests_.push_back(&r);
-  (is_prefill ? plan_.num_prefill_tokens : plan_.num_decode_tokens) += n;
+  if (is_prefill) {
+    plan_.num_prefill_tokens += n;
+  } else {
+    plan_.num_decode_tokens += n;
+    plan_.decode_context_tokens += end;
+  }
 
   // Positions below the high-water mark had KV before a preemption dropped it.
   const std::int32_t max_computed = r.max_computed_tokens;
@@ -287,6 +292,7 @@ std::int32_t Scheduler::unschedule(const Request& r) {
     plan_.num_prefill_tokens -= n;
   } else {
     plan_.num_decode_tokens -= n;
+    plan_.decode_context_tokens -= e.context_len();
   }
   if (report_service_) {
     waiting_->on_tokens_scheduled(r, e.is_prefill ? -n : 0, e.is_prefill ? 0 : -n);
@@ -397,6 +403,7 @@ const StepPlan& Scheduler::schedule(TimeNs now) {
   plan_requests_.clear();
   plan_undo_.clear();
   plan_.step_index = next_step_++;
+  plan_.decode_context_tokens = 0;  // kept by add_to_plan and unschedule
   switch (config_.batch_formation) {
     case BatchFormation::kVllm:
       fill_plan(now, /*admit=*/true);

@@ -36,7 +36,8 @@ struct StepFeatures {
   std::int64_t swap_in_blocks = 0;
   std::int64_t copy_blocks = 0;  // device-to-device copy-on-write
 
-  // One pass over the plan; no allocation.
+  // One pass over the plan (over its prefill entries only when the plan carries its decode
+  // totals, plan.decode_context_tokens >= 0, as Scheduler plans do); no allocation.
   static StepFeatures from_plan(const StepPlan& plan);
 };
 

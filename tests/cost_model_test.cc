@@ -364,6 +364,22 @@ TEST(CostModelRoofline, FeaturesFromPlan) {
   EXPECT_EQ(f.swap_in_blocks, 1);
   EXPECT_EQ(f.swap_out_blocks, 0);
   EXPECT_EQ(f.copy_blocks, 2);
+
+  // A Scheduler plan carries its decode totals; the features are the same with or without them.
+  StepPlan with_totals = plan;
+  with_totals.decode_context_tokens = 30;
+  const StepFeatures g = StepFeatures::from_plan(with_totals);
+  EXPECT_EQ(g.num_tokens, f.num_tokens);
+  EXPECT_EQ(g.decode_tokens, f.decode_tokens);
+  EXPECT_EQ(g.decode_pairs, f.decode_pairs);
+  EXPECT_EQ(g.decode_context_tokens, f.decode_context_tokens);
+  EXPECT_EQ(g.prefill_tokens, f.prefill_tokens);
+  EXPECT_EQ(g.prefill_pairs, f.prefill_pairs);
+  EXPECT_EQ(g.prefill_context_tokens, f.prefill_context_tokens);
+  EXPECT_EQ(g.num_sampled, f.num_sampled);
+  StepPlan cleared = with_totals;
+  cleared.clear();
+  EXPECT_EQ(cleared.decode_context_tokens, -1);
 }
 
 // The simulator reuses one StepResult for every step: execute_into must overwrite all of it.

@@ -188,6 +188,7 @@ void CheckInvariants(const Scheduler& s, const BlockPool& pool, const StepPlan* 
           ? !c.enable_chunked_prefill && c.long_prefill_token_threshold == 0
           : bf == BatchFormation::kOrca || bf == BatchFormation::kPrefillFirst;
   std::int32_t prefill = 0, decode = 0;
+  std::int64_t decode_context = 0;
   std::set<RequestId> seen;
   for (const ScheduledRequest& e : plan->requests) {
     ASSERT_TRUE(seen.insert(e.id).second) << "request " << e.id << " scheduled twice";
@@ -205,6 +206,8 @@ void CheckInvariants(const Scheduler& s, const BlockPool& pool, const StepPlan* 
     (e.is_prefill ? prefill : decode) += e.num_tokens;
     if (!e.is_prefill) {
       ASSERT_EQ(e.num_tokens, 1);
+      ASSERT_TRUE(e.samples);  // what StepPlan::decode_context_tokens users rely on
+      decode_context += e.context_len();
     }
     // Without chunking (and no threshold) an admission takes its whole remaining sequence.
     if (whole_prompts && !running_before.count(e.id)) {
@@ -213,6 +216,8 @@ void CheckInvariants(const Scheduler& s, const BlockPool& pool, const StepPlan* 
   }
   ASSERT_EQ(plan->num_prefill_tokens, prefill);
   ASSERT_EQ(plan->num_decode_tokens, decode);
+  // Kept through refunds (unschedule) too.
+  ASSERT_EQ(plan->decode_context_tokens, decode_context);
   // Never swap in and out in the same step (vLLM v0's SchedulerOutputs assert); a swap-out is a
   // preemption; nobody swapped is scheduled.
   ASSERT_TRUE(plan->swap_in.empty() || plan->swap_out.empty());
