@@ -52,15 +52,45 @@ class BlockWords {
   std::vector<std::uint64_t> heap_;
 };
 
+// The hash of a block that is a single run: what BlockWords gives for it, without its generality.
+BlockHash hash_one_run(const BlockHash& parent, std::uint64_t cid, std::uint64_t off,
+                       std::uint64_t len) {
+  const std::uint64_t words[5] = {parent.lo, parent.hi, cid, off, len};
+  const XXH128_hash_t h = XXH3_128bits(words, sizeof(words));
+  return BlockHash{h.low64, h.high64};
+}
+
 }  // namespace
 
 BlockHash hash_block(const BlockHash& parent, const RequestSpec& spec, std::int32_t block_index,
                      std::int32_t block_size) {
+  const std::int64_t begin = static_cast<std::int64_t>(block_index) * block_size;
+  const std::int64_t end = begin + block_size;
+  // Fast paths, for almost every block: one run, inside the outputs or inside one prompt segment
+  // (the same words as the general description below).
+  if (begin >= spec.prompt_len) {
+    return hash_one_run(parent, output_content_id(spec.id),
+                        static_cast<std::uint64_t>(begin - spec.prompt_len),
+                        static_cast<std::uint64_t>(block_size));
+  }
+  if (end <= spec.prompt_len) {
+    std::int64_t at = 0;
+    for (const PromptSegment& s : spec.prompt) {
+      const std::int64_t s_end = at + s.length;
+      if (s_end > begin) {
+        if (s_end >= end) {
+          return hash_one_run(parent, s.content_id,
+                              s.offset + static_cast<std::uint64_t>(begin - at),
+                              static_cast<std::uint64_t>(block_size));
+        }
+        break;  // the block spans segments
+      }
+      at = s_end;
+    }
+  }
   // Canonical description: parent, then the runs of content the block covers, in order (see
   // BlockWords). Outputs use their own stream, so a prompt run never merges into them.
   BlockWords words(parent);
-  const std::int64_t begin = static_cast<std::int64_t>(block_index) * block_size;
-  const std::int64_t end = begin + block_size;
   std::int64_t pos = 0;
   for (const PromptSegment& s : spec.prompt) {
     const std::int64_t s_end = pos + s.length;

@@ -44,6 +44,25 @@ TEST(BlockHash, EqualContentFromDifferentSegmentSplitsHashesEqual) {
   EXPECT_EQ(hash_block(kNoneHash, whole, 0, kBs), h[0]);
 }
 
+// Pinned values: block hashes are part of what makes runs reproducible across versions (the
+// prefix hits of a saved experiment), so a change of hash function or of the canonical block
+// description must be deliberate. Blocks 0 and 2 lie in one prompt segment, 1 spans two, 3 mixes
+// prompt and outputs, 4 and 5 are outputs (the one-run fast paths and the general path).
+TEST(BlockHash, ValuesArePinned) {
+  RequestSpec s = raw_spec(9, {{7, 3, 20}, {8, 0, 30}}, 64);
+  const std::vector<BlockHash> want = {{0xae1cf6f1a0e20b30ULL, 0xf8ae2c4b48507b90ULL},
+                                       {0x9eac4dd9df90d862ULL, 0x8db9b99af8bae225ULL},
+                                       {0x9d1f103badc753a3ULL, 0xa594dea405c51d42ULL},
+                                       {0x1b5a0474ebbae191ULL, 0x11b7b53c7ae80c25ULL},
+                                       {0xfee3f0ce4b83f03dULL, 0x286910234a604553ULL},
+                                       {0xb74bdc192913898dULL, 0x67e969fca5db813fULL}};
+  const std::vector<BlockHash> got = chain(s, 6);
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(got[i].lo, want[i].lo) << "block " << i;
+    EXPECT_EQ(got[i].hi, want[i].hi) << "block " << i;
+  }
+}
+
 TEST(BlockHash, DifferentContentHashesDiffer) {
   const auto base = chain(raw_spec(0, {{7, 0, 32}}), 2);
   // Another stream, a shifted offset, or one token changed in the middle of the block.
