@@ -61,6 +61,11 @@ struct Request {
   std::int32_t max_computed_tokens = 0;    // furthest num_computed_tokens ever reached: tokens
                                            // scheduled below it after a preemption are recomputed
   TimeNs first_scheduled_ns = -1;
+  // The Scheduler's note of what this request's entry in the plan being formed changed, so that
+  // a refund (a priority preemption after it was scheduled) can undo it exactly: the values of
+  // max_computed_tokens and first_scheduled_ns before the entry. Meaningless otherwise.
+  std::int32_t undo_max_computed_tokens = 0;
+  TimeNs undo_first_scheduled_ns = -1;
   TimeNs first_token_ns = -1;
   TimeNs last_token_ns = -1;
   TimeNs finish_ns = -1;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <limits>
 #include <stdexcept>
 #include <string>
 #include <tuple>
@@ -64,7 +65,6 @@ Scheduler::Scheduler(const SchedulerConfig& config, KvCacheManager& kv, Schedule
   running_.reserve(seats);
   plan_.requests.reserve(seats);
   plan_requests_.reserve(seats);
-  plan_undo_.reserve(seats);
   kv_.set_copy_sink(&plan_.copies);
 }
 
@@ -216,12 +216,12 @@ void Scheduler::add_request(RequestSpec spec, TimeNs now) {
 
   // Positions below the high-water mark had KV before a preemption dropped it.
   const std::int32_t max_computed = r.max_computed_tokens;
-  plan_undo_.push_back({max_computed, 0, r.first_scheduled_ns});
+  r.undo_max_computed_tokens = max_computed;
+  r.undo_first_scheduled_ns = r.first_scheduled_ns;
   if (report_service_) waiting_->on_tokens_scheduled(r, is_prefill ? n : 0, is_prefill ? 0 : n);
   if (max_computed > first) [[unlikely]] {
     // Recomputing KV a preemption dropped.
     const std::int32_t recomputed = std::min(end, max_computed) - first;
-    plan_undo_.back().recomputed = recomputed;
     r.num_recomputed_tokens += recomputed;
     counters_.num_recomputed_tokens += recomputed;
   }
@@ -298,16 +298,17 @@ std::int32_t Scheduler::unschedule(const Request& r) {
     waiting_->on_tokens_scheduled(r, e.is_prefill ? -n : 0, e.is_prefill ? 0 : -n);
   }
   Request& m = *plan_requests_[k];
-  const Undo& u = plan_undo_[k];
+  const std::int32_t undo_max = m.undo_max_computed_tokens;
+  // As add_to_plan counted it, from the high-water mark before the entry.
+  const std::int32_t recomputed = std::max(0, std::min(e.context_len(), undo_max) - e.first_token);
   m.num_computed_tokens = e.first_token;  // preempt() resets it anyway
-  m.max_computed_tokens = u.max_computed_tokens;
-  m.num_recomputed_tokens -= u.recomputed;
-  counters_.num_recomputed_tokens -= u.recomputed;
+  m.max_computed_tokens = undo_max;
+  m.num_recomputed_tokens -= recomputed;
+  counters_.num_recomputed_tokens -= recomputed;
   m.num_computed_total -= n;
-  m.first_scheduled_ns = u.first_scheduled_ns;
+  m.first_scheduled_ns = m.undo_first_scheduled_ns;
   plan_.requests.erase(plan_.requests.begin() + static_cast<std::ptrdiff_t>(k));
   plan_requests_.erase(plan_requests_.begin() + static_cast<std::ptrdiff_t>(k));
-  plan_undo_.erase(plan_undo_.begin() + static_cast<std::ptrdiff_t>(k));
   return n;
 }
 
@@ -401,7 +402,6 @@ const StepPlan& Scheduler::schedule(TimeNs now) {
   assert(!plan_pending_ && "schedule() called before the previous plan was completed");
   plan_.clear();
   plan_requests_.clear();
-  plan_undo_.clear();
   plan_.step_index = next_step_++;
   plan_.decode_context_tokens = 0;  // kept by add_to_plan and unschedule
   switch (config_.batch_formation) {
@@ -461,15 +461,15 @@ const StepPlan& Scheduler::schedule(TimeNs now) {
 void Scheduler::fill_plan(TimeNs now, bool admit) {
   std::int32_t budget = config_.max_num_batched_tokens;
   const std::int32_t threshold = config_.long_prefill_token_threshold;
+  // The per-request cap of phase 1 in one comparison: the threshold when set, else the budget.
+  const std::int32_t cap = threshold > 0 ? threshold : std::numeric_limits<std::int32_t>::max();
 
   // Phase 1: running requests in list order.
   bool preempted = false;
   std::size_t i = 0;
   while (i < running_.size() && budget > 0) {
     Request& r = *running_[i];
-    std::int32_t n = r.num_tokens() - r.num_computed_tokens;
-    if (threshold > 0 && n > threshold) n = threshold;
-    n = std::min(n, budget);
+    const std::int32_t n = std::min({r.num_tokens() - r.num_computed_tokens, cap, budget});
     if (n <= 0) {  // nothing to do this step; it keeps its place
       ++i;
       continue;
@@ -777,6 +777,7 @@ void Scheduler::complete(const StepResult& result, TimeNs now) {
   Request** const got = token_requests_.data();
   TimeNs* const prev = token_prev_ns_.data();
   std::size_t num_got = 0;
+  bool any_done = false;
   for (std::size_t k = 0; k < entries; ++k) {
     if (!plan_.requests[k].samples) continue;  // a partial prefill chunk yields no token
     Request& r = *plan_requests_[k];
@@ -786,12 +787,13 @@ void Scheduler::complete(const StepResult& result, TimeNs now) {
     r.output_tokens.push_back(result.sampled_tokens[k]);
     if (r.first_token_ns < 0) r.first_token_ns = now;
     r.last_token_ns = now;
+    any_done = any_done || r.num_output_tokens() >= r.spec.max_output_tokens;
   }
   if (observer_ != nullptr && num_got > 0) {
     observer_->on_step_tokens(std::span<const Request* const>(got, num_got),
                               std::span<const TimeNs>(prev, num_got), now);
   }
-  for (std::size_t t = 0; t < num_got; ++t) {
+  for (std::size_t t = 0; any_done && t < num_got; ++t) {
     Request* const r = got[t];
     if (r->num_output_tokens() >= r->spec.max_output_tokens) {
       finish(*r, now);
@@ -809,7 +811,6 @@ void Scheduler::complete(const StepResult& result, TimeNs now) {
     release_done_groups();
   }
   plan_requests_.clear();
-  plan_undo_.clear();
   plan_pending_ = false;
 }
 

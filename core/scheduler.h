@@ -210,13 +210,6 @@ class Scheduler {
   std::deque<Request*> swapped_;  // kSwapped requests, oldest swap-out first
   StepPlan plan_;
   std::vector<Request*> plan_requests_;  // the Request behind each plan entry
-  // What add_to_plan changed, per plan entry, so a priority preemption can undo it exactly.
-  struct Undo {
-    std::int32_t max_computed_tokens;
-    std::int32_t recomputed;
-    TimeNs first_scheduled_ns;
-  };
-  std::vector<Undo> plan_undo_;
   // complete()'s scratch (sized to the largest plan): the requests that got a token and their
   // previous token times.
   std::vector<Request*> token_requests_;
