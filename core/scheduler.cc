@@ -469,7 +469,17 @@ void Scheduler::fill_plan(TimeNs now, bool admit) {
   std::size_t i = 0;
   while (i < running_.size() && budget > 0) {
     Request& r = *running_[i];
-    const std::int32_t n = std::min({r.num_tokens() - r.num_computed_tokens, cap, budget});
+    const std::int32_t remaining = r.num_tokens() - r.num_computed_tokens;
+    // The common case first, a decode (one token) that fits the blocks the request can get: the
+    // same calls as below with n = 1, which the compiler specialises. A failed allocation
+    // changes nothing, so the general path below simply tries again and preempts.
+    if (remaining == 1 && kv_.allocate_slots(r, 1)) [[likely]] {
+      add_to_plan(r, 1, 0, now);
+      budget -= 1;
+      ++i;
+      continue;
+    }
+    const std::int32_t n = std::min({remaining, cap, budget});
     if (n <= 0) {  // nothing to do this step; it keeps its place
       ++i;
       continue;
