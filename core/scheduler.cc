@@ -191,11 +191,17 @@ void Scheduler::add_request(RequestSpec spec, TimeNs now) {
 [[gnu::always_inline]] inline void Scheduler::add_to_plan(Request& r, std::int32_t n,
                                                           std::int32_t cached_now, TimeNs now) {
   assert(n >= 1);
-  const std::int32_t first = r.num_computed_tokens;
-  const std::int32_t end = first + n;
+  const std::int32_t end = r.num_computed_tokens + n;
   const std::int32_t known = r.num_tokens();
   // Anything but a single last-token step computes known tokens whose KV is missing.
-  const bool is_prefill = end < known || n > 1;
+  add_entry(r, n, cached_now, now, /*is_prefill=*/end < known || n > 1, /*samples=*/end == known);
+}
+
+[[gnu::always_inline]] inline void Scheduler::add_entry(Request& r, std::int32_t n,
+                                                        std::int32_t cached_now, TimeNs now,
+                                                        bool is_prefill, bool samples) {
+  const std::int32_t first = r.num_computed_tokens;
+  const std::int32_t end = first + n;
   ScheduledRequest& e = plan_.requests.emplace_back();
   e.id = r.id();
   e.spec = &r.spec;
@@ -204,7 +210,7 @@ void Scheduler::add_request(RequestSpec spec, TimeNs now) {
   e.num_tokens = n;
   e.num_cached_prefix = cached_now;
   e.is_prefill = is_prefill;
-  e.samples = end == known;
+  e.samples = samples;
   e.block_table = r.block_table;
   plan_requests_.push_back(&r);
   if (is_prefill) {
@@ -474,7 +480,7 @@ void Scheduler::fill_plan(TimeNs now, bool admit) {
     // same calls as below with n = 1, which the compiler specialises. A failed allocation
     // changes nothing, so the general path below simply tries again and preempts.
     if (remaining == 1 && kv_.allocate_slots(r, 1)) [[likely]] {
-      add_to_plan(r, 1, 0, now);
+      add_entry(r, 1, 0, now, /*is_prefill=*/false, /*samples=*/true);
       budget -= 1;
       ++i;
       continue;

@@ -175,6 +175,10 @@ class Scheduler {
   std::int32_t unschedule(const Request& r);
   // Appends r's entry (n tokens from r.num_computed_tokens) and advances r's progress.
   void add_to_plan(Request& r, std::int32_t n, std::int32_t cached_now, TimeNs now);
+  // add_to_plan with the entry's kind given: is_prefill = (end < known tokens || n > 1) and
+  // samples = (end == known tokens), as add_to_plan derives them (a decode passes false, true).
+  void add_entry(Request& r, std::int32_t n, std::int32_t cached_now, TimeNs now, bool is_prefill,
+                 bool samples);
   // Marks r finished, frees its blocks and reports it; the caller unlinks and deletes it (a
   // forked sample: its group is reported and deleted when its last sample is done).
   void finish(Request& r, TimeNs now);
