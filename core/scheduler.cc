@@ -215,10 +215,13 @@ void Scheduler::add_request(RequestSpec spec, TimeNs now) {
   plan_requests_.push_back(&r);
   if (is_prefill) {
     plan_.num_prefill_tokens += n;
+    plan_.totals.prefill_pairs += std::int64_t{n} * first + std::int64_t{n} * (n + 1) / 2;
+    plan_.totals.prefill_context_tokens += end;
   } else {
     plan_.num_decode_tokens += n;
-    plan_.decode_context_tokens += end;
+    plan_.totals.decode_context_tokens += end;
   }
+  plan_.totals.num_sampled += samples ? 1 : 0;
 
   // Positions below the high-water mark had KV before a preemption dropped it.
   const std::int32_t max_computed = r.max_computed_tokens;
@@ -296,10 +299,13 @@ std::int32_t Scheduler::unschedule(const Request& r) {
   const std::int32_t n = e.num_tokens;
   if (e.is_prefill) {
     plan_.num_prefill_tokens -= n;
+    plan_.totals.prefill_pairs -= std::int64_t{n} * e.first_token + std::int64_t{n} * (n + 1) / 2;
+    plan_.totals.prefill_context_tokens -= e.context_len();
   } else {
     plan_.num_decode_tokens -= n;
-    plan_.decode_context_tokens -= e.context_len();
+    plan_.totals.decode_context_tokens -= e.context_len();
   }
+  plan_.totals.num_sampled -= e.samples ? 1 : 0;
   if (report_service_) {
     waiting_->on_tokens_scheduled(r, e.is_prefill ? -n : 0, e.is_prefill ? 0 : -n);
   }
@@ -409,7 +415,7 @@ const StepPlan& Scheduler::schedule(TimeNs now) {
   plan_.clear();
   plan_requests_.clear();
   plan_.step_index = next_step_++;
-  plan_.decode_context_tokens = 0;  // kept by add_to_plan and unschedule
+  plan_.totals.valid = true;  // kept by add_entry and unschedule
   switch (config_.batch_formation) {
     case BatchFormation::kVllm:
       fill_plan(now, /*admit=*/true);

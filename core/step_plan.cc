@@ -11,7 +11,7 @@ void StepPlan::clear() {
   num_prefill_tokens = 0;
   num_decode_tokens = 0;
   num_fork_tokens = 0;
-  decode_context_tokens = -1;
+  totals = Totals{};
 }
 
 }  // namespace servelab

@@ -52,11 +52,17 @@ struct StepPlan {
   std::int32_t num_prefill_tokens = 0;     // sum of num_tokens over prefill entries
   std::int32_t num_decode_tokens = 0;      // sum over decode entries (one token each)
   std::int32_t num_fork_tokens = 0;        // sum over entries of num_samples - 1
-  // Sum of context_len() over the decode entries, kept by the Scheduler as it builds the plan
-  // (every decode entry it makes computes one token and samples), so that cost models need not
-  // walk the decode entries of every step; -1 (also after clear()) in a plan built elsewhere,
-  // whose consumers then compute it.
-  std::int64_t decode_context_tokens = -1;
+  // Running totals the Scheduler keeps as it builds the plan, so that cost models need not walk
+  // the entries of every step. valid is false in a plan built elsewhere (consumers then compute
+  // what they need from the entries) and after clear().
+  struct Totals {
+    bool valid = false;
+    std::int64_t decode_context_tokens = 0;   // sum of context_len() over decode entries
+    std::int64_t prefill_pairs = 0;           // sum over prefill entries of n*p + n*(n+1)/2
+    std::int64_t prefill_context_tokens = 0;  // sum of context_len() over prefill entries
+    std::int64_t num_sampled = 0;             // entries with samples
+  };
+  Totals totals;
 
   bool empty() const { return requests.empty() && swap_out.empty() && swap_in.empty(); }
   std::int32_t num_tokens() const { return num_prefill_tokens + num_decode_tokens; }

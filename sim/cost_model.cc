@@ -21,19 +21,17 @@ CostModel::~CostModel() = default;
 
 StepFeatures StepFeatures::from_plan(const StepPlan& plan) {
   StepFeatures f;
-  if (plan.decode_context_tokens >= 0) {
-    // A Scheduler plan: decode totals come with it (each decode entry is one token that samples,
-    // so its pairs equal its context); only the prefill entries need a look.
+  if (plan.totals.valid) {
+    // A Scheduler plan: the sums come with it (each decode entry is one token that samples, so
+    // its pairs equal its context).
+    const StepPlan::Totals& t = plan.totals;
     f.decode_tokens = plan.num_decode_tokens;
-    f.decode_pairs = plan.decode_context_tokens;
-    f.decode_context_tokens = plan.decode_context_tokens;
-    f.num_sampled = plan.num_decode_tokens;
-    for (const ScheduledRequest& r : plan.requests) {
-      if (!r.is_prefill) [[likely]] {
-        continue;
-      }
-      add_prefill(f, r);
-    }
+    f.decode_pairs = t.decode_context_tokens;
+    f.decode_context_tokens = t.decode_context_tokens;
+    f.prefill_tokens = plan.num_prefill_tokens;
+    f.prefill_pairs = t.prefill_pairs;
+    f.prefill_context_tokens = t.prefill_context_tokens;
+    f.num_sampled = t.num_sampled;
   } else {
     for (const ScheduledRequest& r : plan.requests) {
       if (r.is_prefill) {

@@ -36,8 +36,8 @@ struct StepFeatures {
   std::int64_t swap_in_blocks = 0;
   std::int64_t copy_blocks = 0;  // device-to-device copy-on-write
 
-  // One pass over the plan (over its prefill entries only when the plan carries its decode
-  // totals, plan.decode_context_tokens >= 0, as Scheduler plans do); no allocation.
+  // From the plan's totals when it carries them (plan.totals.valid, as Scheduler plans do), else
+  // one pass over the entries; no allocation.
   static StepFeatures from_plan(const StepPlan& plan);
 };
 

@@ -365,9 +365,15 @@ TEST(CostModelRoofline, FeaturesFromPlan) {
   EXPECT_EQ(f.swap_out_blocks, 0);
   EXPECT_EQ(f.copy_blocks, 2);
 
-  // A Scheduler plan carries its decode totals; the features are the same with or without them.
+  // A Scheduler plan carries its totals; the features are the same with or without them.
   StepPlan with_totals = plan;
-  with_totals.decode_context_tokens = 30;
+  with_totals.num_prefill_tokens = 8;  // kept by the Scheduler too
+  with_totals.num_decode_tokens = 3;
+  with_totals.totals = {.valid = true,
+                        .decode_context_tokens = 30,
+                        .prefill_pairs = 33,
+                        .prefill_context_tokens = 12,
+                        .num_sampled = 4};
   const StepFeatures g = StepFeatures::from_plan(with_totals);
   EXPECT_EQ(g.num_tokens, f.num_tokens);
   EXPECT_EQ(g.decode_tokens, f.decode_tokens);
@@ -379,7 +385,7 @@ TEST(CostModelRoofline, FeaturesFromPlan) {
   EXPECT_EQ(g.num_sampled, f.num_sampled);
   StepPlan cleared = with_totals;
   cleared.clear();
-  EXPECT_EQ(cleared.decode_context_tokens, -1);
+  EXPECT_FALSE(cleared.totals.valid);
 }
 
 // The simulator reuses one StepResult for every step: execute_into must overwrite all of it.

@@ -188,7 +188,7 @@ void CheckInvariants(const Scheduler& s, const BlockPool& pool, const StepPlan* 
           ? !c.enable_chunked_prefill && c.long_prefill_token_threshold == 0
           : bf == BatchFormation::kOrca || bf == BatchFormation::kPrefillFirst;
   std::int32_t prefill = 0, decode = 0;
-  std::int64_t decode_context = 0;
+  std::int64_t decode_context = 0, prefill_pairs = 0, prefill_context = 0, sampled = 0;
   std::set<RequestId> seen;
   for (const ScheduledRequest& e : plan->requests) {
     ASSERT_TRUE(seen.insert(e.id).second) << "request " << e.id << " scheduled twice";
@@ -206,9 +206,14 @@ void CheckInvariants(const Scheduler& s, const BlockPool& pool, const StepPlan* 
     (e.is_prefill ? prefill : decode) += e.num_tokens;
     if (!e.is_prefill) {
       ASSERT_EQ(e.num_tokens, 1);
-      ASSERT_TRUE(e.samples);  // what StepPlan::decode_context_tokens users rely on
+      ASSERT_TRUE(e.samples);  // what StepPlan::Totals users rely on
       decode_context += e.context_len();
+    } else {
+      const std::int64_t n = e.num_tokens;
+      prefill_pairs += n * e.first_token + n * (n + 1) / 2;
+      prefill_context += e.context_len();
     }
+    sampled += e.samples ? 1 : 0;
     // Without chunking (and no threshold) an admission takes its whole remaining sequence.
     if (whole_prompts && !running_before.count(e.id)) {
       ASSERT_TRUE(e.samples) << "admitted " << e.id << " with a partial prompt";
@@ -217,7 +222,11 @@ void CheckInvariants(const Scheduler& s, const BlockPool& pool, const StepPlan* 
   ASSERT_EQ(plan->num_prefill_tokens, prefill);
   ASSERT_EQ(plan->num_decode_tokens, decode);
   // Kept through refunds (unschedule) too.
-  ASSERT_EQ(plan->decode_context_tokens, decode_context);
+  ASSERT_TRUE(plan->totals.valid);
+  ASSERT_EQ(plan->totals.decode_context_tokens, decode_context);
+  ASSERT_EQ(plan->totals.prefill_pairs, prefill_pairs);
+  ASSERT_EQ(plan->totals.prefill_context_tokens, prefill_context);
+  ASSERT_EQ(plan->totals.num_sampled, sampled);
   // Never swap in and out in the same step (vLLM v0's SchedulerOutputs assert); a swap-out is a
   // preemption; nobody swapped is scheduled.
   ASSERT_TRUE(plan->swap_in.empty() || plan->swap_out.empty());
