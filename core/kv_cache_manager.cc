@@ -184,6 +184,17 @@ void KvCacheManager::register_full_blocks(Request& req, std::int32_t num_full) {
     pool_.cache_block(req.block_table[i], req.block_hashes[i]);
   }
   req.num_cached_blocks = num_full;
+  // Look one block ahead: the block being filled now will be registered in a later step (its
+  // hash depends on token identities only, known already), so hash it now and start loading its
+  // index slot; by the time it fills, the slot is in cache instead of a miss on the hot path.
+  // Only for a block the request will fill (its full length is known).
+  const auto next = static_cast<std::size_t>(num_full) + 1;
+  if (req.block_hashes.size() < next &&
+      static_cast<std::int64_t>(next) * block_size_ <=
+          std::min<std::int64_t>(req.spec.total_tokens(), max_model_len_)) {
+    update_block_hashes(req, static_cast<std::int32_t>(next) * block_size_);
+    pool_.prefetch(req.block_hashes[next - 1]);
+  }
 }
 
 void KvCacheManager::free(Request& req) {
@@ -323,7 +334,14 @@ void KvCacheManager::fork(Request& parent, Request& child) {
   child.block_table = parent.block_table;
   pool_.touch(child.block_table);
   if (tree_) tree_->on_acquired(child.block_table);
-  child.block_hashes = parent.block_hashes;
+  // The hashes of the full blocks only: the parent may have hashed the block being filled ahead
+  // (see register_full_blocks), and that one covers outputs, which differ between samples.
+  const auto shared_hashes =
+      std::min(parent.block_hashes.size(),
+               static_cast<std::size_t>(full_blocks(parent.num_computed_tokens)));
+  child.block_hashes.assign(
+      parent.block_hashes.begin(),
+      parent.block_hashes.begin() + static_cast<std::ptrdiff_t>(shared_hashes));
   child.num_cached_blocks = parent.num_cached_blocks;
   child.kv_accounted_tokens = parent.kv_accounted_tokens;
   account(child);

@@ -231,7 +231,7 @@ class KvCacheManager {
   const PrefixCacheStats& stats() const { return stats_; }
 
  private:
-  // Extends req.block_hashes to every full block among its first num_tokens tokens.
+  // Extends req.block_hashes to (at least) every full block among its first num_tokens tokens.
   void update_block_hashes(Request& req, std::int32_t num_tokens);
   // The general allocate_slots (see its contract).
   bool allocate_slots_slow(Request& req, std::int32_t num_new_tokens, const PrefixHit* hit);

@@ -51,10 +51,13 @@ struct Request {
   std::int32_t num_computed_tokens = 0;     // tokens whose KV is (or is being) computed
   std::vector<std::int32_t> output_tokens;  // sampled token values, in order
   std::vector<BlockId> block_table;         // physical blocks, position order
-  std::vector<BlockHash> block_hashes;      // hashes of the full blocks known so far
-  std::int32_t num_cached_blocks = 0;       // leading blocks of block_table registered in the cache
-  std::int32_t kv_accounted_tokens = 0;     // KvCacheManager's slot accounting (its own use)
-  std::int32_t num_cached_tokens = -1;      // prefix hit at first admission (-1: not admitted yet)
+  // Hashes of the first blocks (by token identity, so known before the tokens are computed):
+  // every full block, and the block being filled once the block before it was registered, if the
+  // request will fill it (KvCacheManager hashes one block ahead).
+  std::vector<BlockHash> block_hashes;
+  std::int32_t num_cached_blocks = 0;    // leading blocks of block_table registered in the cache
+  std::int32_t kv_accounted_tokens = 0;  // KvCacheManager's slot accounting (its own use)
+  std::int32_t num_cached_tokens = -1;   // prefix hit at first admission (-1: not admitted yet)
   std::int32_t num_preemptions = 0;
   std::int64_t num_recomputed_tokens = 0;  // tokens computed again after a preemption
   std::int64_t num_computed_total = 0;     // all tokens scheduled for this request, ever

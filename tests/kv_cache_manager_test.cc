@@ -112,7 +112,8 @@ TEST_F(PrefixCachingScenario, A2FreeOrderIsNeverUsedThenTailsThenChainReversed) 
   EXPECT_EQ(pool_.free_queue(), (Ids{6, 7, 8, 9, 10, 4, 5, 3, 2, 1}));
   EXPECT_TRUE(req0_.block_table.empty());
   EXPECT_EQ(req0_.num_cached_blocks, 0);
-  EXPECT_EQ(req0_.block_hashes.size(), 3u);  // hashes depend on content only: kept
+  // Hashes depend on content only: kept, with the 4th block's, hashed one block ahead.
+  EXPECT_EQ(req0_.block_hashes.size(), 4u);
   // Freed full blocks stay findable (lazy eviction).
   EXPECT_EQ(pool_.num_free_cached_blocks(), 3);
 }
@@ -167,9 +168,12 @@ TEST(KvCacheManager, A6DecodeAllocatesOnlyWhenABlockFills) {
   pool.check_invariants();
   req.num_computed_tokens = 78;
   EXPECT_EQ(req.block_table, (Ids{1, 2, 3, 4, 5}));
-  ASSERT_EQ(req.block_hashes.size(), 4u);
+  // Block 5 is hashed one block ahead (the request will fill it) but not registered yet.
+  ASSERT_EQ(req.block_hashes.size(), 5u);
+  EXPECT_EQ(req.block_hashes[4], hash_block(req.block_hashes[3], req.spec, 4, kBs));
   EXPECT_EQ(pool.block_hash(4), std::optional<BlockHash>(req.block_hashes[3]));
   EXPECT_EQ(pool.block_hash(5), std::nullopt);
+  EXPECT_EQ(pool.lookup(req.block_hashes[4]), std::nullopt);
   EXPECT_EQ(req.num_cached_blocks, 4);
   // Block 4 mixes prompt and output tokens; its hash follows the chain from block 3.
   EXPECT_EQ(req.block_hashes[3], hash_block(req.block_hashes[2], req.spec, 3, kBs));

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "core/block_hash.h"
 #include "core/config_node.h"
 #include "core/host_block_pool.h"
 #include "core/kv_cache_manager.h"
@@ -123,6 +124,40 @@ TEST(ParallelSamplingTest, ForkSharesThePromptAndCopiesTheTailOnWrite) {
   EXPECT_EQ(obs.tokens, 12);
   EXPECT_EQ(s.counters().num_finished, 1);
   EXPECT_EQ(pool.num_free_blocks(), pool.num_usable_blocks());
+  kv.check_invariants();
+}
+
+// Blocks that fill with a sample's own outputs are cached under that sample's hashes (output
+// tokens are identified per sample): the fork shares the prompt's hashes only, never a hash the
+// parent computed ahead for the block its outputs are filling.
+TEST(ParallelSamplingTest, EachSampleHashesItsOwnOutputBlocks) {
+  BlockPool pool(17);
+  KvCacheManager kv(pool, 16, 1024, true);
+  SchedulerConfig c;
+  Reports obs;
+  Scheduler s(c, kv, &obs);
+  RequestSpec spec = make_request(7, 0, {{42, 0, 40}}, 24);
+  spec.n = 2;
+  s.add_request(spec, 0);
+  TimeNs now = 0;
+  // The prefill (and fork), then 8 decode steps: positions 40..47 fill block 2.
+  for (int step = 0; step < 9; ++step) {
+    const StepPlan& p = s.schedule(now);
+    now += kNsPerMs;
+    s.complete(Result(p), now);
+  }
+  ASSERT_EQ(s.num_running(), 2u);
+  const Request& a = *s.running()[0];
+  const Request& b = *s.running()[1];
+  EXPECT_EQ(a.num_computed_tokens, 48);
+  EXPECT_EQ(b.num_computed_tokens, 48);
+  EXPECT_EQ(a.block_hashes[1], b.block_hashes[1]);  // the shared prompt
+  for (const Request* r : {&a, &b}) {
+    EXPECT_EQ(r->num_cached_blocks, 3);
+    EXPECT_EQ(pool.block_hash(r->block_table[2]),
+              std::optional<BlockHash>(hash_block(r->block_hashes[1], r->spec, 2, 16)));
+  }
+  EXPECT_NE(a.block_hashes[2], b.block_hashes[2]);
   kv.check_invariants();
 }
 
