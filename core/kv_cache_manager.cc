@@ -177,8 +177,13 @@ void KvCacheManager::register_full_blocks(Request& req, std::int32_t num_full) {
     insert_radix(req, num_full);
     return;
   }
-  for (std::int32_t i = req.num_cached_blocks; i < num_full; ++i)
-    pool_.prefetch(req.block_hashes[i]);
+  // Several blocks at once (a prefill chunk): start all their index loads before the first
+  // insert. A single block (a decode filling its last block) had its slot prefetched when it
+  // was hashed ahead (below).
+  if (num_full - req.num_cached_blocks > 1) {
+    for (std::int32_t i = req.num_cached_blocks; i < num_full; ++i)
+      pool_.prefetch(req.block_hashes[i]);
+  }
   for (std::int32_t i = req.num_cached_blocks; i < num_full; ++i) {
     // A block that already carries this hash (registered by an earlier step) is left as is.
     pool_.cache_block(req.block_table[i], req.block_hashes[i]);
