@@ -40,7 +40,10 @@ StepSnapshot Replica::snapshot() const {
 }
 
 Simulator::Simulator(Workload& workload, Replica& replica, Recorder& recorder)
-    : workload_(workload), replica_(replica), recorder_(recorder) {}
+    : workload_(workload),
+      dependent_(workload.dependent()),
+      replica_(replica),
+      recorder_(recorder) {}
 
 void Simulator::try_start_step(TimeNs now) {
   Replica& r = replica_;
@@ -73,7 +76,7 @@ void WorkloadFeedback::on_finish(const Request& req, TimeNs now) {
 }
 
 std::optional<TimeNs> Simulator::peek_arrival() {
-  if (workload_.dependent()) return workload_.next_arrival();
+  if (dependent_) return workload_.next_arrival();
   if (!buffered_ && !independent_done_) {
     buffered_ = workload_.next();
     if (!buffered_) {
@@ -87,7 +90,7 @@ std::optional<TimeNs> Simulator::peek_arrival() {
 }
 
 RequestSpec Simulator::take_arrival() {
-  if (workload_.dependent()) {
+  if (dependent_) {
     std::optional<RequestSpec> r = workload_.next();
     if (!r) throw std::logic_error("dependent workload announced an arrival it did not yield");
     return std::move(*r);
@@ -99,6 +102,9 @@ RequestSpec Simulator::take_arrival() {
 }
 
 void Simulator::arm_arrival(TimeNs now) {
+  // An independent workload's next arrival changes only when the armed one is taken (its event
+  // clears armed_ first), so while one is armed there is nothing to do.
+  if (!dependent_ && armed_) return;
   const std::optional<TimeNs> t = peek_arrival();
   if (!t || (armed_ && *armed_ <= *t)) return;
   if (*t < now) throw std::logic_error("workload released a request in the past");

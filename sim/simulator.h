@@ -111,6 +111,7 @@ class Simulator {
   void arm_arrival(TimeNs now);
 
   Workload& workload_;
+  const bool dependent_;  // workload_.dependent(), asked once
   Replica& replica_;
   Recorder& recorder_;
   EventQueue events_;
