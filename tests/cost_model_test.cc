@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "core/config_node.h"
+#include "core/rng.h"
 #include "core/step_plan.h"
 #include "sim/hardware_config.h"
 #include "sim/kv_capacity.h"
@@ -408,6 +410,22 @@ TEST(CostModelRoofline, SimBackendExecuteIntoOverwritesAReusedResult) {
   EXPECT_EQ(reused.sampled_tokens, fresh.sampled_tokens);
   EXPECT_EQ(reused.sampled_tokens, std::vector<std::int32_t>(2, 0));
   EXPECT_TRUE(reused.fork_tokens.empty());
+}
+
+// Every step's duration goes through seconds_to_ns: it must round exactly as std::llround does.
+TEST(CostModelRoofline, SecondsToNsRoundsLikeLlround) {
+  std::vector<double> xs = {
+      0.0,  0.5,    1.5,    2.5,        -0.5,    -1.5,           0.49999999999999994,
+      1e-9, 2.5e-9, 0x1p52, 0x1p53 + 2, -0x1p52, 123456.4999999, 7.000000000000001};
+  Rng rng(9);
+  for (int i = 0; i < 20000; ++i) {
+    xs.push_back(rng.uniform(-1e4, 1e4));
+    // Exact halves of nanoseconds, in seconds.
+    xs.push_back((static_cast<double>(rng.uniform_int(0, 1'000'000'000)) + 0.5) / 1e9);
+  }
+  for (const double s : xs) {
+    EXPECT_EQ(seconds_to_ns(s), static_cast<TimeNs>(std::llround(s * 1e9))) << s;
+  }
 }
 
 TEST(CostModelCatalog, HuggingFaceConfigJson) {
