@@ -180,8 +180,11 @@ TEST(RadixCacheTest, SameHitsAsHashOnBlockAlignedPrefixes) {
     while (id < 60 || s.has_unfinished()) {
       for (int k = 0; k < 3 && id < 60; ++k, ++id) {
         const std::uint32_t sys = 32u << (id % 3);
-        s.add_request(
-            make_request(id, now, {{500 + id % 3, 0, sys}, {9000 + id, 0, 5 + id % 40}}, 8), now);
+        s.add_request(make_request(id, now,
+                                   {{500 + id % 3, 0, sys},
+                                    {9000 + id, 0, static_cast<std::uint32_t>(5 + id % 40)}},
+                                   8),
+                      now);
       }
       const StepPlan& plan = s.schedule(now);
       for (const ScheduledRequest& e : plan.requests) {
