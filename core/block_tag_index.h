@@ -1,6 +1,5 @@
 // BlockTagIndex: a flat open-addressing map from BlockHash to a BlockId whose keys are stored by
-// the caller, for the block pool (BlockHashIndex, which stores the keys itself, serves the radix
-// tree).
+// the caller, for the prefix caches (the block pool's hash index and the radix tree's).
 //
 // Why not std::unordered_map: every eviction of a cached block erases an entry and every newly
 // full block inserts one, so the index sits on the simulator's hot path; a node-based map costs

@@ -9,17 +9,21 @@ namespace {
 
 [[noreturn]] void fail(const std::string& what) { throw std::logic_error("RadixTree: " + what); }
 
+// Index slots per node (load factor at most 1/4: short probe runs).
+constexpr std::size_t kIndexSlotsPerNode = 4;
+
 }  // namespace
 
 RadixTree::RadixTree(BlockPool& pool)
     : pool_(pool),
       nodes_(static_cast<std::size_t>(pool.num_blocks())),
-      index_(static_cast<std::size_t>(pool.num_blocks())) {}
+      keys_(static_cast<std::size_t>(pool.num_blocks())),
+      index_(static_cast<std::size_t>(pool.num_blocks()), kIndexSlotsPerNode, keys_.data()) {}
 
 std::optional<BlockId> RadixTree::lookup(const BlockHash& key) const {
-  const BlockId* b = index_.find(key);
-  if (b == nullptr) return std::nullopt;
-  return *b;
+  const BlockId b = index_.find(key);
+  if (b == BlockTagIndex::kEmpty) return std::nullopt;
+  return b;
 }
 
 bool RadixTree::insert(BlockId parent, BlockId block, const BlockHash& key) {
@@ -27,12 +31,12 @@ bool RadixTree::insert(BlockId parent, BlockId block, const BlockHash& key) {
     fail("insert of invalid or cached block " + std::to_string(block));
   }
   if (parent != kNullBlock && !contains(parent)) return false;
-  if (index_.find(key) != nullptr) return false;
+  if (index_.find(key) != BlockTagIndex::kEmpty) return false;
+  keys_[block] = key;  // before the insert: the index reads it
   index_.try_emplace(key, block);
   const BlockId one[] = {block};
   pool_.touch(one);  // the tree's own reference
   Node& n = nodes_[block];
-  n.key = key;
   n.parent = parent;
   n.children = 0;
   n.tick = ++clock_;
@@ -74,7 +78,7 @@ std::int32_t RadixTree::evict(std::int32_t n) {
     const BlockId b = leaves_.begin()->second;
     leaves_.erase(leaves_.begin());
     Node& node = nodes_[b];
-    index_.erase(node.key);
+    index_.erase(BlockTagIndex::tag_of(keys_[b]), b);
     node.in_tree = false;
     --num_nodes_;
     --num_unlocked_;
@@ -109,8 +113,7 @@ void RadixTree::check_invariants() const {
     const std::string name = "node " + std::to_string(b);
     if (pool_.ref_count(b) < 1) fail(name + " has no pool reference (the tree holds one)");
     if (pool_.block_hash(b)) fail(name + " carries a pool hash (radix mode uses none)");
-    const BlockId* indexed = index_.find(node.key);
-    if (indexed == nullptr || *indexed != b) fail(name + " is not indexed under its key");
+    if (index_.find(keys_[b]) != b) fail(name + " is not indexed under its key");
     if (node.parent != kNullBlock) {
       if (node.parent < 0 || node.parent >= n || !nodes_[node.parent].in_tree) {
         fail(name + " has parent " + std::to_string(node.parent) + " which is not a node");
@@ -147,8 +150,8 @@ void RadixTree::check_invariants() const {
          std::to_string(num_unlocked_));
   }
   std::int32_t indexed = 0;
-  index_.for_each([&](const BlockHash& key, BlockId b) {
-    if (b <= kNullBlock || b >= n || !nodes_[b].in_tree || !(nodes_[b].key == key)) {
+  index_.for_each([&](std::uint32_t tag, BlockId b) {
+    if (b <= kNullBlock || b >= n || !nodes_[b].in_tree || BlockTagIndex::tag_of(keys_[b]) != tag) {
       fail("index entry names block " + std::to_string(b) + " which is not a node with its key");
     }
     ++indexed;

@@ -32,8 +32,8 @@
 #include <vector>
 
 #include "core/block_hash.h"
-#include "core/block_hash_index.h"
 #include "core/block_pool.h"
+#include "core/block_tag_index.h"
 
 namespace servelab {
 
@@ -80,7 +80,6 @@ class RadixTree {
 
  private:
   struct Node {
-    BlockHash key;
     BlockId parent = kNullBlock;
     std::int32_t children = 0;
     std::uint64_t tick = 0;
@@ -92,8 +91,9 @@ class RadixTree {
   }
 
   BlockPool& pool_;
-  std::vector<Node> nodes_;                             // by block id
-  BlockHashIndex index_;                                // key -> block (entries erased on eviction)
+  std::vector<Node> nodes_;      // by block id
+  std::vector<BlockHash> keys_;  // by block id: a node's key (the index reads keys from here)
+  BlockTagIndex index_;          // key -> block (entries erased on eviction)
   std::set<std::pair<std::uint64_t, BlockId>> leaves_;  // unlocked leaves by (tick, block)
   std::uint64_t clock_ = 0;
   std::int32_t num_nodes_ = 0;
