@@ -50,6 +50,9 @@ void KvCacheManager::update_block_hashes(Request& req, std::int32_t num_tokens) 
     const BlockHash& parent = hashes.empty() ? kNoneHash : hashes.back();
     hashes.push_back(
         hash_block(parent, req.spec, static_cast<std::int32_t>(hashes.size()), block_size_));
+    // Every hash is looked up or registered soon (the block is full, or will be): start loading
+    // its index slot now, while the next hash is computed.
+    if (!tree_) pool_.prefetch(hashes.back());
   }
 }
 
@@ -177,13 +180,8 @@ void KvCacheManager::register_full_blocks(Request& req, std::int32_t num_full) {
     insert_radix(req, num_full);
     return;
   }
-  // Several blocks at once (a prefill chunk): start all their index loads before the first
-  // insert. A single block (a decode filling its last block) had its slot prefetched when it
-  // was hashed ahead (below).
-  if (num_full - req.num_cached_blocks > 1) {
-    for (std::int32_t i = req.num_cached_blocks; i < num_full; ++i)
-      pool_.prefetch(req.block_hashes[i]);
-  }
+  // Every block's index slot was prefetched when the block was hashed (update_block_hashes):
+  // for a prefill chunk, one by one between the hashes, so the loads overlap the hashing.
   for (std::int32_t i = req.num_cached_blocks; i < num_full; ++i) {
     // A block that already carries this hash (registered by an earlier step) is left as is.
     pool_.cache_block(req.block_table[i], req.block_hashes[i]);
@@ -198,7 +196,6 @@ void KvCacheManager::register_full_blocks(Request& req, std::int32_t num_full) {
       static_cast<std::int64_t>(next) * block_size_ <=
           std::min<std::int64_t>(req.spec.total_tokens(), max_model_len_)) {
     update_block_hashes(req, static_cast<std::int32_t>(next) * block_size_);
-    pool_.prefetch(req.block_hashes[next - 1]);
   }
 }
 
