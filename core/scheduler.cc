@@ -215,7 +215,7 @@ void Scheduler::add_request(RequestSpec spec, TimeNs now) {
   plan_requests_.push_back(&r);
   if (is_prefill) {
     plan_.num_prefill_tokens += n;
-    plan_.totals.prefill_pairs += std::int64_t{n} * first + std::int64_t{n} * (n + 1) / 2;
+    plan_.totals.prefill_pairs += causal_pairs(first, n);
     plan_.totals.prefill_context_tokens += end;
   } else {
     plan_.num_decode_tokens += n;
@@ -299,7 +299,7 @@ std::int32_t Scheduler::unschedule(const Request& r) {
   const std::int32_t n = e.num_tokens;
   if (e.is_prefill) {
     plan_.num_prefill_tokens -= n;
-    plan_.totals.prefill_pairs -= std::int64_t{n} * e.first_token + std::int64_t{n} * (n + 1) / 2;
+    plan_.totals.prefill_pairs -= causal_pairs(e.first_token, n);
     plan_.totals.prefill_context_tokens -= e.context_len();
   } else {
     plan_.num_decode_tokens -= n;
@@ -473,7 +473,7 @@ const StepPlan& Scheduler::schedule(TimeNs now) {
 void Scheduler::fill_plan(TimeNs now, bool admit) {
   std::int32_t budget = config_.max_num_batched_tokens;
   const std::int32_t threshold = config_.long_prefill_token_threshold;
-  // The per-request cap of phase 1 in one comparison: the threshold when set, else the budget.
+  // The per-request cap of phase 1 (the threshold, when set; the budget caps it too).
   const std::int32_t cap = threshold > 0 ? threshold : std::numeric_limits<std::int32_t>::max();
 
   // Phase 1: running requests in list order.

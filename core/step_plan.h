@@ -16,6 +16,12 @@
 
 namespace servelab {
 
+// The (query, key) pairs a causal chunk of n tokens starting at position p attends to: token i of
+// the chunk (0-based) sees the p tokens before it and i + 1 of the chunk.
+constexpr std::int64_t causal_pairs(std::int64_t p, std::int64_t n) {
+  return n * p + n * (n + 1) / 2;
+}
+
 struct ScheduledRequest {
   RequestId id = 0;
   const RequestSpec* spec = nullptr;            // prompt content (for the engine's token values)
@@ -58,7 +64,7 @@ struct StepPlan {
   struct Totals {
     bool valid = false;
     std::int64_t decode_context_tokens = 0;   // sum of context_len() over decode entries
-    std::int64_t prefill_pairs = 0;           // sum over prefill entries of n*p + n*(n+1)/2
+    std::int64_t prefill_pairs = 0;           // sum of causal_pairs over prefill entries
     std::int64_t prefill_context_tokens = 0;  // sum of context_len() over prefill entries
     std::int64_t num_sampled = 0;             // entries with samples
   };

@@ -9,8 +9,7 @@ void add_prefill(StepFeatures& f, const ScheduledRequest& r) {
   const std::int64_t n = r.num_tokens;
   const std::int64_t p = r.first_token;
   f.prefill_tokens += n;
-  // Causal: token i of the chunk (0-based) sees the p cached tokens and i + 1 of the chunk.
-  f.prefill_pairs += n * p + n * (n + 1) / 2;
+  f.prefill_pairs += causal_pairs(p, n);
   f.prefill_context_tokens += p + n;
   f.num_sampled += r.samples ? 1 : 0;
 }
@@ -48,7 +47,7 @@ StepFeatures StepFeatures::from_plan(const StepPlan& plan) {
     const std::int64_t n = r.num_tokens;
     const std::int64_t p = r.first_token;
     f.decode_tokens += n;
-    f.decode_pairs += n * p + n * (n + 1) / 2;
+    f.decode_pairs += causal_pairs(p, n);
     f.decode_context_tokens += p + n;
     f.num_sampled += r.samples ? 1 : 0;
   }
