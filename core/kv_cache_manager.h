@@ -231,13 +231,15 @@ class KvCacheManager {
   const PrefixCacheStats& stats() const { return stats_; }
 
  private:
-  // Extends req.block_hashes to (at least) every full block among its first num_tokens tokens.
+  // Extends req.block_hashes to (at least) every full block among its first num_tokens tokens,
+  // prefetching each new hash's index slot (hash mode), which a lookup or registration reads soon.
   void update_block_hashes(Request& req, std::int32_t num_tokens);
   // The general allocate_slots (see its contract).
   bool allocate_slots_slow(Request& req, std::int32_t num_new_tokens, const PrefixHit* hit);
   // Registers every block that is full once the first num_tokens tokens are written.
   void cache_full_blocks(Request& req, std::int32_t num_tokens);
-  // Registers blocks [req.num_cached_blocks, num_full) of req's table in the prefix cache.
+  // Registers blocks [req.num_cached_blocks, num_full) of req's table in the prefix cache, then
+  // hashes block num_full ahead (the one being filled) when the request will fill it.
   // REQUIRES: num_cached_blocks < num_full <= the table's size.
   void register_full_blocks(Request& req, std::int32_t num_full);
   // Radix mode: inserts req's blocks [num_cached_blocks, num_full) into the tree.
