@@ -120,7 +120,8 @@ std::vector<SweepPoint> sweep_points(const std::vector<SweepAxis>& axes) {
       p.values.push_back(v);
       p.overrides.push_back(a.key + "=" + v);
       const std::string label = a.key.substr(a.key.rfind('.') + 1);
-      p.name += "_" + name_part(label) + "-" + name_part(v);
+      // Appended piece by piece: `"_" + std::string` trips a GCC 12 -Wrestrict false positive.
+      p.name.append("_").append(name_part(label)).append("-").append(name_part(v));
     }
     points.push_back(std::move(p));
   }
