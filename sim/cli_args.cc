@@ -17,6 +17,15 @@ std::uint64_t parse_seed(const std::string& text) {
   return v;
 }
 
+std::vector<std::string> ExperimentArgs::all_overrides() const {
+  std::vector<std::string> out = overrides;
+  if (seed) out.push_back("seed=" + std::to_string(*seed));
+  if (record_schedule) out.push_back("outputs.record_schedule=true");
+  if (record_events) out.push_back("outputs.record_events=true");
+  if (record_blocks) out.push_back("outputs.record_blocks=true");
+  return out;
+}
+
 ExperimentArgs parse_experiment_args(const std::vector<std::string>& args,
                                      const std::string& command, const ExtraOption& extra) {
   ExperimentArgs out;

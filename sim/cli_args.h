@@ -30,6 +30,10 @@ struct ExperimentArgs {
   bool record_events = false;          // --record-events (events.csv)
   bool record_blocks = false;          // --record-blocks (blocks.csv)
   bool quiet = false;                  // --quiet / -q
+
+  // The --set overrides followed by those the flags stand for (--seed, --record-*), for commands
+  // that load the experiment several times (compare, sweep).
+  std::vector<std::string> all_overrides() const;
 };
 
 // Handles a command-specific option `flag`; `value()` consumes and returns its argument (or

@@ -101,11 +101,7 @@ int cmd_compare(const std::vector<std::string>& args) {
         variants.push_back(servelab::parse_variant(value()));
         return true;
       });
-  std::vector<std::string> overrides = a.overrides;
-  if (a.seed) overrides.push_back("seed=" + std::to_string(*a.seed));
-  if (a.record_schedule) overrides.push_back("outputs.record_schedule=true");
-  if (a.record_events) overrides.push_back("outputs.record_events=true");
-  if (a.record_blocks) overrides.push_back("outputs.record_blocks=true");
+  const std::vector<std::string> overrides = a.all_overrides();
   const std::string* exp = &a.experiment;
   const std::string out_dir = a.out_dir;
   const bool quiet = a.quiet;

@@ -264,11 +264,7 @@ int sweep_command(const std::vector<std::string>& args) {
         jobs = static_cast<int>(n);
         return true;
       });
-  std::vector<std::string> overrides = a.overrides;
-  if (a.seed) overrides.push_back("seed=" + std::to_string(*a.seed));
-  if (a.record_schedule) overrides.push_back("outputs.record_schedule=true");
-  if (a.record_events) overrides.push_back("outputs.record_events=true");
-  if (a.record_blocks) overrides.push_back("outputs.record_blocks=true");
+  const std::vector<std::string> overrides = a.all_overrides();
   const std::vector<SweepAxis> axes = sweep_from_experiment(a.experiment);
   const bool progress = !a.quiet && isatty(STDERR_FILENO);
   const std::vector<SweepResult> results =

@@ -17,6 +17,9 @@ TEST(CliArgs, ParsesTheCommonOptionsInAnyOrder) {
   EXPECT_EQ(a.out_dir, "out");
   EXPECT_TRUE(a.quiet);
   EXPECT_TRUE(a.record_schedule);
+  // The flags as overrides, after the --set ones (compare and sweep load the experiment so).
+  EXPECT_EQ(a.all_overrides(),
+            (std::vector<std::string>{"a.b=1", "c=2", "seed=7", "outputs.record_schedule=true"}));
 }
 
 TEST(CliArgs, CommandOptionsGoToTheExtraHandler) {
