@@ -2,13 +2,14 @@
 // Figures and the command that produced them: docs/performance.md.
 #include <benchmark/benchmark.h>
 
+#include "serving/home.h"
 #include "sim/experiment.h"
 #include "sim/run.h"
 
 namespace servelab {
 namespace {
 
-const std::string kExperiments = std::string(SERVELAB_SOURCE_DIR) + "/experiments/";
+const std::string kExperiments = home_path("experiments") + "/";
 
 void replay(benchmark::State& state, const std::string& file, std::vector<std::string> overrides) {
   const ExperimentConfig config = load_experiment(kExperiments + file, overrides);

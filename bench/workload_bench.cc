@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/config_node.h"
+#include "serving/home.h"
 #include "traces/azure_trace.h"
 #include "traces/workload.h"
 
@@ -35,8 +36,7 @@ void BM_SyntheticGenerate(benchmark::State& state) {
 BENCHMARK(BM_SyntheticGenerate)->Arg(100'000)->Arg(1'000'000)->Unit(benchmark::kMillisecond);
 
 void BM_AzureConvRead(benchmark::State& state) {
-  const std::string path =
-      std::string(SERVELAB_SOURCE_DIR) + "/traces/azure2023/AzureLLMInferenceTrace_conv.csv";
+  const std::string path = home_path("traces/azure2023/AzureLLMInferenceTrace_conv.csv");
   std::int64_t rows = 0;
   for (auto _ : state) {
     AzureTraceWorkload w(path);

@@ -5,6 +5,7 @@
 #include <ctime>
 #include <deque>
 #include <fstream>
+#include <memory>
 #include <stdexcept>
 #include <thread>
 
@@ -17,6 +18,10 @@
 #include "sim/calibrated_cost_model.h"
 #include "sim/calibration.h"
 #include "sim/model_config.h"
+#if SERVELAB_HAVE_CUDA
+#include "engine/cuda_executor.h"
+#include "kernels/device.h"
+#endif
 
 #ifndef SERVELAB_VERSION
 #define SERVELAB_VERSION "unknown"
@@ -188,13 +193,22 @@ std::vector<ProfileShape> profile_grid(bool quick, std::int32_t max_tokens) {
 }
 
 std::size_t run_profile(const ProfileOptions& o, std::FILE* progress) {
+  if (o.device != "cpu" && o.device != "cuda") {
+    throw ConfigError("--device: expected cpu or cuda, got '" + o.device + "'");
+  }
+#if SERVELAB_HAVE_CUDA
+  if (o.device == "cuda") {
+    std::string why;
+    if (!kernels::cuda_device_available(&why))
+      throw ConfigError("--device cuda: no usable GPU: " + why);
+  }
+#else
   if (o.device == "cuda") {
     throw ConfigError(
-        "--device cuda: no CUDA executor in this build (and no GPU found); engine profile runs "
-        "on --device cpu");
+        "--device cuda: this build has no CUDA executor; engine profile runs on "
+        "--device cpu");
   }
-  if (o.device != "cpu")
-    throw ConfigError("--device: expected cpu or cuda, got '" + o.device + "'");
+#endif
   if (o.model.empty()) throw ConfigError("engine profile: --model is required");
   if (o.out.empty()) throw ConfigError("engine profile: -o FILE is required");
   if (o.reps < 1 || o.warmup < 0 || o.rounds < 1) {
@@ -216,12 +230,45 @@ std::size_t run_profile(const ProfileOptions& o, std::FILE* progress) {
   }
   const LlamaWeights weights = o.weights.empty() ? LlamaWeights::random(llama, o.seed)
                                                  : LlamaWeights::load(llama, o.weights);
-  CpuExecutorOptions eo;
-  eo.block_size = o.block_size;
-  eo.num_blocks = static_cast<std::int32_t>(device_blocks);
-  eo.num_host_blocks = static_cast<std::int32_t>(host_blocks);
-  CpuExecutor exec(weights, eo);
-
+  // The executor and what the header says of it. The CUDA one's buffers are sized for the
+  // largest shape of the grid.
+  std::unique_ptr<Backend> exec;
+  std::string device_name = cpu_device_name(), executor = "CpuExecutor fp32 (Eigen)";
+  std::int64_t block_bytes = engine_block_bytes(model, o.block_size);
+  if (o.device == "cpu") {
+    CpuExecutorOptions eo;
+    eo.block_size = o.block_size;
+    eo.num_blocks = static_cast<std::int32_t>(device_blocks);
+    eo.num_host_blocks = static_cast<std::int32_t>(host_blocks);
+    exec = std::make_unique<CpuExecutor>(weights, eo);
+  }
+#if SERVELAB_HAVE_CUDA
+  if (o.device == "cuda") {
+    CudaExecutorOptions co;
+    co.block_size = o.block_size;
+    co.num_blocks = static_cast<std::int32_t>(device_blocks);
+    co.num_host_blocks = static_cast<std::int32_t>(host_blocks);
+    co.max_num_tokens = 0;
+    co.max_num_seqs = 1;
+    co.max_model_len = max_tokens + 1;
+    for (const ProfileShape& s : grid) {
+      std::int32_t tokens = 0;
+      for (const ProfileEntry& e : s.entries) {
+        tokens += e.num_tokens;
+        co.max_model_len = std::max(co.max_model_len, e.first_token + e.num_tokens + 1);
+      }
+      co.max_num_tokens = std::max(co.max_num_tokens, tokens);
+      co.max_num_seqs = std::max(co.max_num_seqs, static_cast<std::int32_t>(s.entries.size()));
+    }
+    auto cuda = std::make_unique<CudaExecutor>(weights, co);
+    const kernels::DeviceInfo info = kernels::device_info();
+    device_name = info.name + " (sm_" + std::to_string(info.major) + std::to_string(info.minor) +
+                  ", " + std::to_string(info.sm_count) + " SMs)";
+    executor = "CudaExecutor bf16 (cuBLAS + ServeLab kernels)";
+    block_bytes = cuda->block_bytes();
+    exec = std::move(cuda);
+  }
+#endif
   std::deque<BuiltShape> built;
   RequestId next_id = 0;
   for (const ProfileShape& s : grid) build(built.emplace_back(), s, o.block_size, o.seed, next_id);
@@ -240,8 +287,8 @@ std::size_t run_profile(const ProfileOptions& o, std::FILE* progress) {
                      rounds, ++done, built.size(), b.shape->family.c_str());
         std::fflush(progress);
       }
-      for (int w = 0; w < o.warmup; ++w) exec.execute(b.plan);
-      for (int r = 0; r < reps; ++r) b.durations_ns.push_back(exec.execute(b.plan).duration_ns);
+      for (int w = 0; w < o.warmup; ++w) exec->execute(b.plan);
+      for (int r = 0; r < reps; ++r) b.durations_ns.push_back(exec->execute(b.plan).duration_ns);
     }
   }
   if (progress) std::fputs("\r\033[K", progress);
@@ -251,12 +298,12 @@ std::size_t run_profile(const ProfileOptions& o, std::FILE* progress) {
   out << "# ServeLab engine profile (`engine profile`; format in docs/validation.md)\n";
   out << "# format_version: 1\n";
   out << "# model: " << model.name << "\n";
-  out << "# device: " << cpu_device_name() << "\n";
+  out << "# device: " << device_name << "\n";
   out << "# date_utc: " << utc_now() << "\n";
   out << "# engine_version: " << engine_version() << "\n";
-  out << "# executor: CpuExecutor fp32 (Eigen)\n";
+  out << "# executor: " << executor << "\n";
   out << "# block_size: " << o.block_size << "\n";
-  out << "# block_bytes: " << engine_block_bytes(model, o.block_size) << "\n";
+  out << "# block_bytes: " << block_bytes << "\n";
   out << "# reps: " << o.reps << "\n";
   out << "# warmup: " << o.warmup << " per round\n";
   out << "# rounds: " << std::min(o.rounds, o.reps) << "\n";

@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <exception>
 
+#include "serving/home.h"
+
 namespace servelab {
 
 std::uint64_t parse_seed(const std::string& text) {
@@ -92,6 +94,9 @@ int run_command(const char* program, const char* usage, int argc, char** argv,
     std::fputs(usage, stderr);
     return 2;
   } catch (const ConfigError& e) {
+    std::fprintf(stderr, "%s: error: %s\n", program, e.what());
+    return 2;
+  } catch (const HomeError& e) {  // the install is incomplete or SERVELAB_HOME is wrong
     std::fprintf(stderr, "%s: error: %s\n", program, e.what());
     return 2;
   } catch (const std::exception& e) {

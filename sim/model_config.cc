@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/config_node.h"
+#include "serving/home.h"
 
 namespace servelab {
 
@@ -149,9 +150,7 @@ std::int32_t dtype_size(std::string_view dtype) {
   throw ConfigError("unknown dtype '" + std::string(dtype) + "' (expected bf16, fp16 or fp32)");
 }
 
-std::string default_catalog_dir() {
-  return std::string(SERVELAB_SOURCE_DIR) + "/experiments/catalog";
-}
+std::string default_catalog_dir() { return home_path("experiments/catalog"); }
 
 std::vector<std::string> catalog_names(const std::string& catalog_dir, const std::string& kind) {
   std::vector<std::string> names;

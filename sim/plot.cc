@@ -12,6 +12,7 @@
 #include <stdexcept>
 
 #include "core/config_node.h"
+#include "serving/home.h"
 #include "sim/cli_args.h"
 
 extern char** environ;
@@ -63,9 +64,7 @@ std::string plot_input_kind(const std::string& dir) {
 
 std::string plot_script_path() {
   if (const char* s = std::getenv("SERVELAB_PLOT_SCRIPT"); s && *s) return s;
-  const char* root = std::getenv("SERVELAB_SOURCE_DIR");
-  const std::string base = root && *root ? root : SERVELAB_SOURCE_DIR;
-  return base + "/sim/plot/servelab_plot.py";
+  return home_path("sim/plot/servelab_plot.py");
 }
 
 std::string plot_python() {
@@ -80,8 +79,8 @@ int run_plot(const PlotArgs& args) {
   const std::string script = plot_script_path();
   std::error_code ec;
   if (!fs::exists(script, ec)) {
-    throw std::runtime_error(
-        script + ": plot script not found (set SERVELAB_SOURCE_DIR to the source tree)");
+    throw std::runtime_error(script +
+                             ": plot script not found (set SERVELAB_HOME to the source tree)");
   }
   const std::string out_dir =
       args.out_dir.empty() ? (fs::path(args.inputs.front()) / "figures").string() : args.out_dir;

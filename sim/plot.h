@@ -3,10 +3,10 @@
 //
 // The C++ side checks the arguments (each input must be a run folder, holding summary.json, or a
 // `sim compare` / `sim sweep` folder, holding compare.csv / sweep.csv) and runs the script with
-// an argument vector (no shell). The script is found under the source tree: $SERVELAB_SOURCE_DIR
-// when set, else the tree this binary was built from; $SERVELAB_PLOT_SCRIPT names the script
-// itself and $SERVELAB_PYTHON the interpreter (default /usr/bin/python3, Debian's, which has
-// python3-matplotlib; `python3` on PATH otherwise).
+// an argument vector (no shell). The script is sim/plot/servelab_plot.py under the ServeLab home
+// (serving/home.h: $SERVELAB_HOME, else found from the executable's folder); $SERVELAB_PLOT_SCRIPT
+// names the script itself and $SERVELAB_PYTHON the interpreter (default /usr/bin/python3, Debian's,
+// which has python3-matplotlib; `python3` on PATH otherwise).
 #pragma once
 
 #include <string>

@@ -8,8 +8,12 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "serving/home.h"
 #include "sim/calibrated_cost_model.h"
 #include "tests/test_util.h"
+#if SERVELAB_HAVE_CUDA
+#include "kernels/device.h"
+#endif
 
 namespace servelab {
 namespace {
@@ -23,7 +27,7 @@ using test_util::write_file;
 Cli run_engine_cli(const std::string& args, const test_util::fs::path& dir) {
   const auto out = dir / "engine_stdout.txt", err = dir / "engine_stderr.txt";
   const std::string cmd =
-      std::string(SERVELAB_ENGINE_BIN) + " " + args + " > " + out.string() + " 2> " + err.string();
+      servelab_program("engine") + " " + args + " > " + out.string() + " 2> " + err.string();
   const int status = std::system(cmd.c_str());
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_file(out), read_file(err)};
 }
@@ -98,9 +102,9 @@ TEST(CalibrationE2E, ProfileCalibrateRunValidate) {
 TEST(CalibrationE2E, ProfileBadInputsExitTwo) {
   const auto dir = temp_dir("calibration_e2e_bad");
   const std::string out = (dir / "p.csv").string();
-  Cli r = run_engine_cli("profile --device cuda --model tiny -o " + out, dir);
+  Cli r = run_engine_cli("profile --device tpu --model tiny -o " + out, dir);
   EXPECT_EQ(r.code, 2);
-  EXPECT_NE(r.err.find("cuda"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("expected cpu or cuda"), std::string::npos) << r.err;
   r = run_engine_cli("profile -o " + out, dir);  // no --model
   EXPECT_EQ(r.code, 2);
   r = run_engine_cli("profile --model tiny", dir);  // no -o
@@ -109,6 +113,31 @@ TEST(CalibrationE2E, ProfileBadInputsExitTwo) {
   EXPECT_EQ(r.code, 2);
   r = run_engine_cli("profile --model tiny --reps 0 -o " + out, dir);
   EXPECT_EQ(r.code, 2);
+}
+
+// `engine profile --device cuda`: a profile of the CUDA executor where a GPU is usable (its header
+// names the GPU and the bf16 executor), otherwise a clear refusal with exit code 2.
+TEST(CalibrationE2E, ProfileOnCudaOrAClearRefusal) {
+  const auto dir = temp_dir("calibration_e2e_cuda");
+  const std::string out = (dir / "p.csv").string();
+  const Cli r = run_engine_cli(
+      "profile --device cuda --model tiny --quick --reps 1 --rounds 1 "
+      "--warmup 0 --quiet -o " +
+          out,
+      dir);
+  bool gpu = false;
+#if SERVELAB_HAVE_CUDA
+  std::string why;
+  gpu = kernels::cuda_device_available(&why);
+#endif
+  if (!gpu) {
+    EXPECT_EQ(r.code, 2) << r.err;
+    EXPECT_NE(r.err.find("--device cuda: "), std::string::npos) << r.err;
+    return;
+  }
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::string text = read_file(out);
+  EXPECT_NE(text.find("# executor: CudaExecutor bf16"), std::string::npos) << text.substr(0, 600);
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include "core/config_node.h"
 #include "core/rng.h"
 #include "core/step_plan.h"
+#include "serving/home.h"
 #include "sim/hardware_config.h"
 #include "sim/kv_capacity.h"
 #include "sim/model_config.h"
@@ -27,7 +28,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string catalog() { return std::string(SERVELAB_SOURCE_DIR) + "/experiments/catalog"; }
+std::string catalog() { return servelab_home().string() + "/experiments/catalog"; }
 
 // A fresh directory under the test temp dir.
 fs::path temp_dir(const std::string& name) {

@@ -32,6 +32,7 @@
 #include "core/scheduler.h"
 #include "engine/cpu_executor.h"
 #include "engine/llama_weights.h"
+#include "serving/home.h"
 
 namespace servelab {
 namespace {
@@ -147,7 +148,7 @@ void ExpectLogitsNear(const Eigen::VectorXf& got, const Eigen::VectorXf& want) {
 }
 
 LlamaConfig TinyConfig() {
-  return load_llama_config("tiny", std::string(SERVELAB_SOURCE_DIR) + "/experiments/catalog");
+  return load_llama_config("tiny", servelab_home().string() + "/experiments/catalog");
 }
 
 // A Qwen2-like variant: q/k/v biases, tied embeddings, 4 query heads per KV head.

@@ -13,6 +13,7 @@
 
 #include "engine/engine_driver.h"
 #include "engine/llama_weights.h"
+#include "serving/home.h"
 #include "sim/experiment.h"
 #include "sim/model_config.h"
 #include "sim/run.h"
@@ -47,7 +48,7 @@ ExperimentConfig write_experiment(const fs::path& dir) {
 Cli run_engine_cli(const std::string& args, const fs::path& dir) {
   const fs::path out = dir / "stdout.txt", err = dir / "stderr.txt";
   const std::string cmd =
-      std::string(SERVELAB_ENGINE_BIN) + " " + args + " > " + out.string() + " 2> " + err.string();
+      servelab_program("engine") + " " + args + " > " + out.string() + " 2> " + err.string();
   const int status = std::system(cmd.c_str());
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_file(out), read_file(err)};
 }

@@ -23,6 +23,7 @@
 #if SERVELAB_HAVE_CUDA
 #include "engine/cuda_executor.h"
 #include "kernels/device.h"
+#include "serving/home.h"
 #endif
 
 namespace servelab {
@@ -53,8 +54,7 @@ constexpr float kGpuTieMargin = 0.1f;
 // A small Llama-shaped model the kernels support (head_dim 64 or 128).
 [[maybe_unused]] LlamaConfig GpuConfig(std::int32_t head_dim, std::int32_t heads,
                                        std::int32_t kv_heads, bool bias_tied) {
-  LlamaConfig c =
-      load_llama_config("tiny", std::string(SERVELAB_SOURCE_DIR) + "/experiments/catalog");
+  LlamaConfig c = load_llama_config("tiny", servelab_home().string() + "/experiments/catalog");
   c.model.name = "tiny-gpu";
   c.model.head_dim = head_dim;
   c.model.num_heads = heads;

@@ -17,6 +17,7 @@
 #include "kernels/kv_layout.h"
 #include "kernels/rope_table.h"
 #include "kernels/sampling_ref.h"
+#include "serving/home.h"
 
 namespace servelab {
 namespace {
@@ -192,7 +193,7 @@ TEST(KernelsHostTest, TopPBisectionAgreesWithTheSortingReference) {
 // executor draws u from the same stream, so both engines follow the same semantics.
 TEST(KernelsHostTest, TopPReferenceReproducesCpuExecutorSampling) {
   const LlamaConfig config =
-      load_llama_config("tiny", std::string(SERVELAB_SOURCE_DIR) + "/experiments/catalog");
+      load_llama_config("tiny", servelab_home().string() + "/experiments/catalog");
   const LlamaWeights w = LlamaWeights::random(config, 4);
   CpuExecutorOptions opt;
   opt.block_size = 4;

@@ -8,6 +8,7 @@
 #include <set>
 #include <string>
 
+#include "serving/home.h"
 #include "sim/kv_capacity.h"
 #include "sim/model_config.h"
 #include "tests/test_util.h"
@@ -18,7 +19,7 @@ namespace {
 using namespace test_util;
 using nlohmann::json;
 
-const std::string kLessons = std::string(SERVELAB_SOURCE_DIR) + "/experiments/lessons/";
+const std::string kLessons = servelab_home().string() + "/experiments/lessons/";
 
 json summary(const fs::path& run) { return json::parse(read_file(run / "summary.json")); }
 

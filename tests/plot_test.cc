@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "serving/home.h"
 #include "tests/test_util.h"
 
 namespace servelab {
@@ -45,7 +46,7 @@ void expect_valid(const fs::path& p, const std::string& format) {
 // The burst experiment, cut to a few hundred requests so the test takes seconds, with every
 // optional recording on.
 fs::path burst_run(const fs::path& dir, int requests) {
-  const Cli r = run_sim(std::string("run ") + SERVELAB_SOURCE_DIR +
+  const Cli r = run_sim("run " + servelab_home().string() +
                             "/experiments/burst.yaml --quiet --record-schedule --record-events "
                             "--record-blocks --set workload.num_requests=" +
                             std::to_string(requests) + " --out " + (dir / "burst").string(),
@@ -65,7 +66,7 @@ TEST(Plot, BurstRunGivesEveryFigureAsPng) {
     expect_valid(run / "figures" / (std::string(f) + ".png"), "png");
   }
   // A run folder holding figures/ is still a run folder `sim run` may overwrite.
-  const Cli again = run_sim(std::string("run ") + SERVELAB_SOURCE_DIR +
+  const Cli again = run_sim("run " + servelab_home().string() +
                                 "/experiments/burst.yaml --quiet --set workload.num_requests=50 "
                                 "--out " +
                                 run.string(),
@@ -99,7 +100,7 @@ TEST(Plot, SvgAndPdfAreValidAndDeterministic) {
 TEST(Plot, CompareFolderGivesCurvesAndBars) {
   SKIP_WITHOUT_MATPLOTLIB();
   const fs::path dir = temp_dir("plot_compare");
-  const Cli c = run_sim(std::string("compare ") + SERVELAB_SOURCE_DIR +
+  const Cli c = run_sim("compare " + servelab_home().string() +
                             "/experiments/burst.yaml --quiet --set workload.num_requests=150 "
                             "--variant fcfs:policies.queue=fcfs --variant sjf:policies.queue=sjf "
                             "--out " +

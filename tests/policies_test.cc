@@ -13,6 +13,7 @@
 #include "core/scheduler.h"
 #include "policies/queue_order.h"
 #include "policies/registry.h"
+#include "serving/home.h"
 #include "sim/experiment.h"
 #include "sim/run.h"
 
@@ -505,7 +506,7 @@ TEST(PolicyQueueOrderSchedulerTest, AdmissionOrderFollowsTheQueue) {
 
 // ---------------------------------------------------------------- through an experiment
 
-const std::string kBurst = std::string(SERVELAB_SOURCE_DIR) + "/experiments/burst.yaml";
+const std::string kBurst = servelab_home().string() + "/experiments/burst.yaml";
 
 TEST(PolicyExperimentTest, PoliciesSectionReachesTheSchedulerAndTheResolvedConfig) {
   const ExperimentConfig c =

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "serving/home.h"
 #include "sim/experiment.h"
 #include "sim/run.h"
 #include "tests/test_util.h"
@@ -20,7 +21,7 @@ namespace fs = std::filesystem;
 
 using namespace servelab::test_util;
 
-const std::string kBurst = std::string(SERVELAB_SOURCE_DIR) + "/experiments/burst.yaml";
+const std::string kBurst = servelab_home().string() + "/experiments/burst.yaml";
 
 // A small experiment on the tiny model; `workload` is the YAML body of the workload section.
 std::string small_experiment(const std::string& workload, const std::string& serving = "") {

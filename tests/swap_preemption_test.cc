@@ -12,6 +12,7 @@
 #include "core/kv_cache_manager.h"
 #include "core/scheduler.h"
 #include "policies/registry.h"
+#include "serving/home.h"
 #include "sim/experiment.h"
 #include "sim/hardware_config.h"
 #include "sim/model_config.h"
@@ -280,7 +281,7 @@ TEST(SwapPreemptionTest, SwapNeedsTheVllmBatchFormation) {
 
 // End to end: swapping on the bursty experiment moves blocks and recomputes less.
 TEST(SwapPreemptionTest, BurstExperimentSwaps) {
-  const std::string burst = std::string(SERVELAB_SOURCE_DIR) + "/experiments/burst.yaml";
+  const std::string burst = servelab_home().string() + "/experiments/burst.yaml";
   RunOptions o;
   o.write_files = false;
   const RunOutput rec = run_simulation(load_experiment(burst, {}), o);

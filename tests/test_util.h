@@ -1,5 +1,6 @@
 // Helpers shared by the end-to-end tests: scratch folders, whole-file I/O, CSV rows by column
-// name, and running the real `sim` command (SERVELAB_SIM_BIN) to check output and exit codes.
+// name, and running the real `sim` command (found by servelab_program) to check output and exit
+// codes.
 #pragma once
 
 #include <sys/wait.h>
@@ -12,6 +13,8 @@
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include "serving/home.h"
 
 namespace servelab::test_util {
 
@@ -69,7 +72,7 @@ struct Cli {
 inline Cli run_sim(const std::string& args, const fs::path& dir) {
   const fs::path out = dir / "stdout.txt", err = dir / "stderr.txt";
   const std::string cmd =
-      std::string(SERVELAB_SIM_BIN) + " " + args + " > " + out.string() + " 2> " + err.string();
+      servelab_program("sim") + " " + args + " > " + out.string() + " 2> " + err.string();
   const int status = std::system(cmd.c_str());
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_file(out), read_file(err)};
 }

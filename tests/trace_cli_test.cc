@@ -7,6 +7,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "serving/home.h"
 #include "tests/test_util.h"
 
 namespace {
@@ -20,7 +21,7 @@ Cli sim(const std::string& args) {
   return servelab::test_util::run_sim(args, dir);
 }
 
-const std::string kRoot = SERVELAB_SOURCE_DIR;
+const std::string kRoot = servelab::servelab_home().string();
 
 TEST(TraceCli, StatsOfTheShippedTraces) {
   const Cli conv =

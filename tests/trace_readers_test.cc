@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/config_node.h"
+#include "serving/home.h"
 #include "traces/trace_stats.h"
 #include "traces/transforms.h"
 #include "traces/workload.h"
@@ -23,7 +24,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-const std::string kRepo = SERVELAB_SOURCE_DIR;
+const std::string kRepo = servelab_home().string();
 const std::string kConversation = kRepo + "/traces/mooncake/conversation_trace.jsonl";
 const std::string kSynthetic = kRepo + "/traces/mooncake/synthetic_trace.jsonl";
 const std::string kAzureConv = kRepo + "/traces/azure2023/AzureLLMInferenceTrace_conv.csv";

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/config_node.h"
+#include "serving/home.h"
 #include "traces/azure_trace.h"
 #include "traces/length_table.h"
 #include "traces/synthetic_workload.h"
@@ -23,7 +24,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-const std::string kRepo = SERVELAB_SOURCE_DIR;
+const std::string kRepo = servelab_home().string();
 const std::string kConv = kRepo + "/traces/azure2023/AzureLLMInferenceTrace_conv.csv";
 const std::string kCode = kRepo + "/traces/azure2023/AzureLLMInferenceTrace_code.csv";
 const std::string kShareGpt =

@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <map>
 
+#include "serving/home.h"
 #include "traces/azure_trace.h"
 #include "traces/session_workload.h"
 #include "traces/synthetic_workload.h"
@@ -20,10 +21,12 @@ std::optional<std::string> resolve_data_path(const std::string& path, const std:
   std::error_code ec;
   const fs::path local = fs::path(base_dir) / p;
   if (fs::exists(local, ec)) return local.string();
-#ifdef SERVELAB_SOURCE_DIR
-  const fs::path repo = fs::path(SERVELAB_SOURCE_DIR) / p;
-  if (fs::exists(repo, ec)) return repo.string();
-#endif
+  try {
+    const fs::path shipped = servelab_home() / p;
+    if (fs::exists(shipped, ec)) return shipped.string();
+  } catch (const HomeError&) {
+    // No home (a binary copied alone): only base_dir-relative paths resolve.
+  }
   return std::nullopt;
 }
 
@@ -34,9 +37,10 @@ std::string data_file(const ConfigNode& node, const std::string& base_dir) {
   const std::string path = node.as_string();
   if (std::optional<std::string> found = resolve_data_path(path, base_dir)) return *found;
   std::string where = "'" + (std::filesystem::path(base_dir) / path).string() + "'";
-#ifdef SERVELAB_SOURCE_DIR
-  where += " or '" + (std::filesystem::path(SERVELAB_SOURCE_DIR) / path).string() + "'";
-#endif
+  try {
+    where += " or '" + (servelab_home() / path).string() + "'";
+  } catch (const HomeError&) {
+  }
   node.fail_message("file '" + path + "' not found (looked for " + where + ")");
 }
 

@@ -69,7 +69,7 @@ std::unique_ptr<Workload> make_workload(const ConfigNode& section, std::uint64_t
                                         const std::string& base_dir);
 
 // Where the data file `path` named in an experiment is: `path` itself if absolute, otherwise
-// base_dir/path if that exists, otherwise <repository root>/path (SERVELAB_SOURCE_DIR) if that
+// base_dir/path if that exists, otherwise <ServeLab home>/path (serving/home.h) if that
 // exists, so experiments can name the traces this repository ships ("traces/azure2023/...")
 // from anywhere. Returns nullopt when a relative path exists in neither place.
 std::optional<std::string> resolve_data_path(const std::string& path, const std::string& base_dir);

@@ -1,11 +1,15 @@
 // gpu_dump_logits: the C++ side of tests/gpu/hf_compare.py. Loads a Hugging Face checkpoint
-// directory (config.json + safetensors), runs one request greedily on the CPU reference or the
-// CUDA executor (prompt in one prefill step, then one decode step per token) and writes
-//   {"device": ..., "prompt": [ids], "tokens": [greedy ids], "logits": [[vocab floats] per step]}
-// The prompt ids are the engine's own (token_value of the request's content), so the script
-// feeds exactly these ids to transformers.
+// directory (config.json + safetensors), runs P requests one after another, each greedily on the
+// CPU reference or the CUDA executor (prompt in one prefill step, then one decode step per token),
+// and writes
+//   {"device": ..., "runs": [{"prompt": [ids], "tokens": [greedy ids],
+//                             "logits": [[vocab floats] per step]}, ...]}
+// Prompt k has its own content (so its own ids) and length prompt_len + 5 k. The prompt ids are
+// the engine's own (token_value of the request's content), so the script feeds exactly these ids
+// to transformers.
 //
 // usage: gpu_dump_logits MODEL_DIR OUT.json [--device cpu|cuda] [--prompt-len N] [--steps N]
+//                        [--prompts P]
 // Exit codes: 0 ok, 2 usage or no device, 1 other errors.
 #include <cstdio>
 #include <cstdlib>
@@ -14,12 +18,14 @@
 #include <string>
 #include <vector>
 
+#include "core/config_node.h"
 #include "core/request.h"
 #include "engine/cpu_executor.h"
 #include "engine/llama_weights.h"
 #include "sim/model_config.h"
 #if SERVELAB_HAVE_CUDA
 #include "engine/cuda_executor.h"
+#include "kernels/device.h"
 #endif
 
 namespace {
@@ -29,7 +35,7 @@ using namespace servelab;
 int usage(const char* msg) {
   std::fprintf(stderr,
                "gpu_dump_logits: %s\nusage: gpu_dump_logits MODEL_DIR OUT.json [--device cpu|cuda] "
-               "[--prompt-len N] [--steps N]\n",
+               "[--prompt-len N] [--steps N] [--prompts P]\n",
                msg);
   return 2;
 }
@@ -38,7 +44,7 @@ int run(int argc, char** argv) {
   if (argc < 3) return usage("expected MODEL_DIR and OUT.json");
   const std::string model_dir = argv[1], out_path = argv[2];
   std::string device = "cpu";
-  std::int32_t prompt_len = 24, steps = 32;
+  std::int32_t prompt_len = 24, steps = 32, prompts = 1;
   for (int i = 3; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
     if (flag == "--device") {
@@ -47,15 +53,30 @@ int run(int argc, char** argv) {
       prompt_len = std::atoi(value.c_str());
     } else if (flag == "--steps") {
       steps = std::atoi(value.c_str());
+    } else if (flag == "--prompts") {
+      prompts = std::atoi(value.c_str());
     } else {
       return usage(("unknown flag " + flag).c_str());
     }
   }
-  if (prompt_len < 1 || steps < 1) return usage("--prompt-len and --steps must be >= 1");
+  if (prompt_len < 1 || steps < 1 || prompts < 1 || prompts > 64) {
+    return usage("--prompt-len and --steps must be >= 1, --prompts 1..64");
+  }
+  const std::int32_t longest = prompt_len + 5 * (prompts - 1);
+  if (device != "cpu" && device != "cuda") return usage("--device: expected cpu or cuda");
+  if (device == "cuda") {  // before loading anything: no GPU is a usage error, exit 2
+#if SERVELAB_HAVE_CUDA
+    std::string why;
+    if (!kernels::cuda_device_available(&why))
+      return usage(("--device cuda: no usable GPU: " + why).c_str());
+#else
+    return usage("this build has no CUDA support");
+#endif
+  }
   const LlamaConfig config = load_llama_config(model_dir, default_catalog_dir());
   const LlamaWeights weights = LlamaWeights::load(config, model_dir);
   const std::int32_t block_size = 16;
-  const std::int32_t blocks = (prompt_len + steps + block_size) / block_size + 1;
+  const std::int32_t blocks = (longest + steps + block_size) / block_size + 1;
 
   std::unique_ptr<Backend> exec;
   CpuExecutor* cpu = nullptr;
@@ -72,9 +93,9 @@ int run(int argc, char** argv) {
     CudaExecutorOptions o;
     o.block_size = block_size;
     o.num_blocks = blocks + 1;
-    o.max_num_tokens = prompt_len;
+    o.max_num_tokens = longest;
     o.max_num_seqs = 1;
-    o.max_model_len = prompt_len + steps + 1;
+    o.max_model_len = longest + steps + 1;
     o.keep_logits = true;
     auto e = std::make_unique<CudaExecutor>(weights, o);
     gpu = e.get();
@@ -86,40 +107,48 @@ int run(int argc, char** argv) {
     return usage("--device: expected cpu or cuda");
   }
 
-  const RequestSpec spec = make_request(
-      0, 0, {{unique_content_id(2024, 0), 0, static_cast<std::uint32_t>(prompt_len)}}, steps);
-  std::vector<std::int32_t> prompt;
-  for (std::int32_t p = 0; p < prompt_len; ++p) {
-    const TokenId t = token_identity(spec, p);
-    prompt.push_back(token_value(t.content_id, t.offset, config.model.vocab_size));
-  }
+  struct Run {
+    std::vector<std::int32_t> prompt, tokens;
+    std::vector<std::vector<float>> logits;
+  };
+  std::vector<Run> runs;
   std::vector<BlockId> table;
   for (BlockId b = 1; b <= blocks; ++b) table.push_back(b);
-  std::vector<std::int32_t> outputs;
-  std::vector<std::vector<float>> logits;
-  std::int32_t done = 0;
-  while (static_cast<std::int32_t>(outputs.size()) < steps) {
-    StepPlan plan;
-    ScheduledRequest e;
-    e.id = 0;
-    e.spec = &spec;
-    e.output_tokens = outputs;
-    e.first_token = done;
-    e.num_tokens = prompt_len + static_cast<std::int32_t>(outputs.size()) - done;
-    e.is_prefill = done == 0;
-    e.samples = true;
-    e.block_table = table;
-    plan.requests.push_back(e);
-    const StepResult r = exec->execute(plan);
-    done += e.num_tokens;
-    if (cpu != nullptr) {
-      const Eigen::VectorXf& l = cpu->last_logits()[0];
-      logits.emplace_back(l.data(), l.data() + l.size());
+  for (std::int32_t k = 0; k < prompts; ++k) {
+    // Each request reuses the same blocks: its prefill rewrites every slot it later reads.
+    const std::int32_t len = prompt_len + 5 * k;
+    const RequestSpec spec = make_request(
+        k, 0, {{unique_content_id(2024, k), 0, static_cast<std::uint32_t>(len)}}, steps);
+    Run run;
+    for (std::int32_t p = 0; p < len; ++p) {
+      const TokenId t = token_identity(spec, p);
+      run.prompt.push_back(token_value(t.content_id, t.offset, config.model.vocab_size));
     }
+    std::int32_t done = 0;
+    while (static_cast<std::int32_t>(run.tokens.size()) < steps) {
+      StepPlan plan;
+      ScheduledRequest e;
+      e.id = k;
+      e.spec = &spec;
+      e.output_tokens = run.tokens;
+      e.first_token = done;
+      e.num_tokens = len + static_cast<std::int32_t>(run.tokens.size()) - done;
+      e.is_prefill = done == 0;
+      e.samples = true;
+      e.block_table = table;
+      plan.requests.push_back(e);
+      const StepResult r = exec->execute(plan);
+      done += e.num_tokens;
+      if (cpu != nullptr) {
+        const Eigen::VectorXf& l = cpu->last_logits()[0];
+        run.logits.emplace_back(l.data(), l.data() + l.size());
+      }
 #if SERVELAB_HAVE_CUDA
-    if (gpu != nullptr) logits.push_back(gpu->last_logits()[0]);
+      if (gpu != nullptr) run.logits.push_back(gpu->last_logits()[0]);
 #endif
-    outputs.push_back(r.sampled_tokens[0]);
+      run.tokens.push_back(r.sampled_tokens[0]);
+    }
+    runs.push_back(std::move(run));
   }
 
   std::FILE* f = std::fopen(out_path.c_str(), "wb");
@@ -127,17 +156,20 @@ int run(int argc, char** argv) {
   auto ints = [&](const std::vector<std::int32_t>& v) {
     for (std::size_t i = 0; i < v.size(); ++i) std::fprintf(f, "%s%d", i ? ", " : "", v[i]);
   };
-  std::fprintf(f, "{\"device\": \"%s\", \"prompt\": [", device.c_str());
-  ints(prompt);
-  std::fputs("], \"tokens\": [", f);
-  ints(outputs);
-  std::fputs("], \"logits\": [", f);
-  for (std::size_t s = 0; s < logits.size(); ++s) {
-    std::fputs(s ? ",\n[" : "\n[", f);
-    for (std::size_t i = 0; i < logits[s].size(); ++i) {
-      std::fprintf(f, "%s%.6g", i ? ", " : "", logits[s][i]);
+  std::fprintf(f, "{\"device\": \"%s\", \"runs\": [", device.c_str());
+  for (std::size_t k = 0; k < runs.size(); ++k) {
+    std::fputs(k ? ",\n{\"prompt\": [" : "\n{\"prompt\": [", f);
+    ints(runs[k].prompt);
+    std::fputs("], \"tokens\": [", f);
+    ints(runs[k].tokens);
+    std::fputs("], \"logits\": [", f);
+    for (std::size_t s = 0; s < runs[k].logits.size(); ++s) {
+      std::fputs(s ? ",\n[" : "\n[", f);
+      const std::vector<float>& l = runs[k].logits[s];
+      for (std::size_t i = 0; i < l.size(); ++i) std::fprintf(f, "%s%.6g", i ? ", " : "", l[i]);
+      std::fputs("]", f);
     }
-    std::fputs("]", f);
+    std::fputs("]}", f);
   }
   std::fputs("]}\n", f);
   if (std::fclose(f) != 0) throw std::runtime_error(out_path + ": write failed");
@@ -149,6 +181,9 @@ int run(int argc, char** argv) {
 int main(int argc, char** argv) {
   try {
     return run(argc, argv);
+  } catch (const servelab::ConfigError& e) {  // a bad checkpoint or model name
+    std::fprintf(stderr, "gpu_dump_logits: error: %s\n", e.what());
+    return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "gpu_dump_logits: error: %s\n", e.what());
     return 1;

@@ -1,0 +1,217 @@
+#!/usr/bin/env python3
+"""The tables `gpu-check` prints: reads one mode's work folder and prints its summary.
+
+usage: report.py tests|bench|e2e|validate WORK_DIR
+Exit status: 0 when every check of the mode passed, 1 otherwise (a missing file is a failure).
+Standard library only, so it runs on any python3.
+"""
+import json
+import os
+import sys
+
+# Targets (issue 14 and 19): decode attention >= 80 % of the D2D copy bandwidth at batch >= 32
+# and context >= 2k; prefill >= 0.7x torch SDPA; engine >= 10x HF generate at concurrency >= 32.
+DECODE_TARGET, PREFILL_TARGET, E2E_TARGET = 0.8, 0.7, 10.0
+
+
+def load(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def steps(work):
+    rows = {}
+    try:
+        with open(os.path.join(work, "steps.tsv")) as f:
+            for line in f:
+                name, rc, secs = line.rstrip("\n").split("\t")
+                rows[name] = (int(rc), int(secs))
+    except OSError:
+        pass
+    return rows
+
+
+def table(rows, header):
+    widths = [max(len(str(r[i])) for r in rows + [header]) for i in range(len(header))]
+    out = ["  ".join(str(h).ljust(w) for h, w in zip(header, widths))]
+    out.append("  ".join("-" * w for w in widths))
+    out += ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)) for r in rows]
+    return "\n".join(out)
+
+
+def gtest_counts(path):
+    """(passed, failed, skipped) from a --gtest_output=json file, or None."""
+    j = load(path)
+    if j is None:
+        return None
+    p = f = s = 0
+    for suite in j.get("testsuites", []):
+        for t in suite.get("testsuite", []):
+            if t.get("failures"):
+                f += 1
+            elif t.get("result") == "SKIPPED" or t.get("status") == "NOTRUN":
+                s += 1
+            else:
+                p += 1
+    return p, f, s
+
+
+def report_tests(work):
+    st = steps(work)
+    rows, ok = [], True
+    for name in ("gpu_kernels_test", "gpu_executor_test", "engine_run_cuda"):
+        c = gtest_counts(os.path.join(work, name + ".json"))
+        rc = st.get(name, (None, 0))[0]
+        good = c is not None and rc == 0 and c[1] == 0 and c[2] == 0 and c[0] > 0
+        detail = "no result" if c is None else f"{c[0]} passed, {c[1]} failed, {c[2]} skipped"
+        rows.append((name, "PASS" if good else "FAIL", detail, st.get(name, (0, 0))[1]))
+        ok &= good
+    for tool in ("memcheck", "racecheck", "synccheck"):
+        name = "sanitizer_" + tool
+        rc, secs = st.get(name, (None, 0))
+        summary = "no log"
+        try:
+            with open(os.path.join(work, name + ".log")) as f:
+                lines = [l.strip() for l in f if "ERROR SUMMARY" in l or "RACECHECK SUMMARY" in l]
+            summary = lines[-1] if lines else f"exit {rc}"
+        except OSError:
+            pass
+        good = rc == 0
+        rows.append((name, "PASS" if good else "FAIL", summary, secs))
+        ok &= good
+    hf = load(os.path.join(work, "hf_compare.json"))
+    rc, secs = st.get("hf_compare", (None, 0))
+    if hf is None:
+        rows.append(("hf_compare", "FAIL", f"no result (exit {rc})", secs))
+        ok = False
+    else:
+        good = rc == 0 and hf.get("ok", False)
+        rows.append(("hf_compare", "PASS" if good else "FAIL", hf.get("summary", ""), secs))
+        ok &= good
+    print(table(rows, ("check", "result", "detail", "s")))
+    return ok
+
+
+def report_bench(work):
+    j = load(os.path.join(work, "kernels_bench.json"))
+    sdpa = load(os.path.join(work, "sdpa.json"))
+    if j is None:
+        print("kernels_bench: no JSON result")
+        return False
+    runs = [b for b in j.get("benchmarks", []) if b.get("run_type", "iteration") == "iteration"]
+    copy = max((b.get("GBps", 0) for b in runs if b["name"].startswith("BM_DeviceCopy")), default=0)
+    sdpa_by_len = {e["len"]: e["tflops"] for e in (sdpa or {}).get("lens", [])}
+    rows, ok = [], True
+    for b in runs:
+        name = b["name"].split("/manual_time")[0]
+        if b.get("error_occurred"):
+            rows.append((name, "-", "-", "ERROR " + b.get("error_message", "")))
+            ok = False
+        elif name.startswith("BM_DecodeAttention"):
+            _, batch, ctx = name.split("/")
+            ratio = b["GBps"] / copy if copy else 0
+            target = int(batch) >= 32 and int(ctx) >= 2048
+            good = ratio >= DECODE_TARGET
+            if target:
+                ok &= good
+            verdict = ("PASS" if good else "MISS") if target else "report"
+            rows.append((name, f"{b['GBps']:.0f} GB/s", f"{ratio:.2f} of copy", verdict))
+        elif name.startswith("BM_PrefillAttention"):
+            n = int(name.split("/")[1])
+            ref = sdpa_by_len.get(n)
+            ratio = b["TFLOPs"] / ref if ref else 0
+            good = ref is not None and ratio >= PREFILL_TARGET
+            ok &= good
+            rows.append((name, f"{b['TFLOPs']:.1f} TFLOP/s",
+                         f"{ratio:.2f} of SDPA ({ref:.1f})" if ref else "no SDPA figure",
+                         "PASS" if good else "MISS"))
+        elif name.startswith("BM_DeviceCopy") or name.startswith("BM_SwapOut"):
+            rows.append((name, f"{b.get('GBps', 0):.0f} GB/s", "reference" if "Copy" in name else "",
+                         "report"))
+    print(f"device-to-device copy: {copy:.0f} GB/s (read + write, measured in this run)")
+    print(table(rows, ("benchmark", "achieved", "ratio", "target")))
+    return ok
+
+
+def pct(summary, section, stat="p50"):
+    try:
+        return summary[section][stat]
+    except (KeyError, TypeError):
+        return float("nan")
+
+
+def report_e2e(work):
+    hf = load(os.path.join(work, "hf_generate.json")) or {}
+    hf_by_c = {lvl["concurrency"]: lvl for lvl in hf.get("levels", [])}
+    rows, ok = [], True
+    for c in (1, 8, 32, 128):
+        s = load(os.path.join(work, f"engine-c{c}", "summary.json"))
+        h = hf_by_c.get(c)
+        if s is None:
+            rows.append((c, "no result", "", "", "", "", "", "FAIL"))
+            ok = False
+            continue
+        tps = s["throughput"]["output_tokens_per_s"]
+        speedup = tps / h["output_tokens_per_s"] if h else 0
+        good = speedup >= E2E_TARGET if c >= 32 else True
+        ok &= good
+        rows.append((c, f"{tps:.0f}", f"{h['output_tokens_per_s']:.0f}" if h else "-",
+                     f"{speedup:.1f}x" if h else "-",
+                     f"{pct(s, 'ttft_ms'):.1f}", f"{h['ttft_ms']:.1f}" if h else "-",
+                     f"{pct(s, 'tpot_ms'):.2f}", f"{h['tpot_ms']:.2f}" if h else "-",
+                     ("PASS" if good else "MISS") if c >= 32 else "report"))
+    print(table(rows, ("conc", "engine tok/s", "HF tok/s", "speedup", "TTFT p50 ms",
+                       "HF TTFT ms", "TPOT p50 ms", "HF TPOT ms", "target")))
+    return ok
+
+
+def report_validate(work):
+    st = steps(work)
+    rows, ok = [], True
+    for name in ("profile", "calibrate"):
+        rc, secs = st.get(name, (None, 0))
+        rows.append((name, "ok" if rc == 0 else f"FAIL (exit {rc})", "", "", "", "", "",
+                     f"{secs} s"))
+        ok &= rc == 0
+    for d in sorted(os.listdir(work)):
+        if not d.endswith("-validation"):
+            continue
+        v = load(os.path.join(work, d, "validation.json"))
+        if v is None:
+            rows.append((d[: -len("-validation")], "FAIL (no validation.json)", "", "", "", "",
+                         "", ""))
+            ok = False
+            continue
+
+        def get(*keys):
+            x = v
+            for k in keys:
+                x = x.get(k, {}) if isinstance(x, dict) else {}
+            return x if isinstance(x, (int, float)) else float("nan")
+
+        rows.append((d[: -len("-validation")], "ok",
+                     f"{get('step_time', 'replayed', 'mean') * 100:.1f}",
+                     f"{get('step_time', 'paired', 'mean') * 100:.1f}",
+                     f"{get('requests', 'tpot', 'mean') * 100:.1f}",
+                     f"{get('requests', 'ttft', 'p50') * 100:.1f}",
+                     f"{get('aggregates', 'throughput.output_tokens_per_s', 'error') * 100:+.1f}",
+                     v.get("schedule", {}).get("comparison", "")))
+    print(table(rows, ("run", "status", "step err % (replayed)", "step err % (paired)",
+                       "TPOT err % mean", "TTFT err % p50", "throughput err %", "schedule")))
+    return ok
+
+
+def main():
+    if len(sys.argv) != 3 or sys.argv[1] not in ("tests", "bench", "e2e", "validate"):
+        print(__doc__, file=sys.stderr)
+        return 2
+    ok = globals()["report_" + sys.argv[1]](sys.argv[2])
+    print("gpu-check " + sys.argv[1] + ": " + ("all checks passed" if ok else "SOME CHECKS FAILED"))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# scripts/gpu-bundle and scripts/gpu-check on a machine without a GPU (ctest: GpuBundle): builds
+# a bundle from this build folder, checks its size and with ldd that only glibc, the NVIDIA driver
+# and cuBLAS are left to the target, runs its programs from another folder with a bare
+# environment (they must start, and skip or refuse cleanly without a GPU), and runs every
+# gpu-check mode with --dry-run.
+#
+# usage: gpu_bundle_test.sh SOURCE_DIR BUILD_DIR   (exit 77: skipped, the build has no CUDA)
+set -uo pipefail
+src=$1 build=$2
+if [ ! -f "$build/kernels/libservelab_kernels.a" ]; then
+  echo "SKIPPED: this build has no CUDA (nvcc was not found), so there is no GPU bundle to make"
+  exit 77
+fi
+if [ ! -x "$build/bench/kernels_bench" ]; then
+  echo "SKIPPED: the benchmarks are not built (SERVELAB_BUILD_BENCH=OFF); the bundle needs kernels_bench"
+  exit 77
+fi
+t=$(mktemp -d)
+trap 'rm -rf "$t"' EXIT
+fails=0
+check() {  # check DESCRIPTION COMMAND...: the command must succeed
+  local what=$1
+  shift
+  if "$@"; then echo "ok   $what"; else echo "FAIL $what"; fails=$((fails + 1)); fi
+}
+# run EXPECTED_CODE CMD...: from $t/elsewhere with a bare environment; output in $t/last.txt
+run() {
+  local want=$1
+  shift
+  (cd "$t/elsewhere" && env -i PATH=/usr/bin:/bin HOME="$t" "$@") >"$t/last.txt" 2>&1
+  local rc=$?
+  if [ "$rc" != "$want" ]; then
+    echo "exit $rc, expected $want: $*"
+    tail -n 20 "$t/last.txt"
+    return 1
+  fi
+}
+has() { grep -q -- "$1" "$t/last.txt" || { echo "output lacks '$1':"; tail -n 20 "$t/last.txt"; return 1; }; }
+mkdir -p "$t/elsewhere"
+t=$(realpath "$t")
+b=$t/bundle
+
+check "gpu-bundle builds a bundle" "$src/scripts/gpu-bundle" "$b" --build-dir "$build" --no-build
+[ -f "$b/BUNDLE.txt" ] || { echo "FAIL no bundle made"; exit 1; }
+bytes=$(du -sb "$b" | cut -f1)
+echo "bundle: $((bytes / 1024)) KiB"
+check "bundle within 32 MiB" test "$bytes" -le $((32 * 1024 * 1024))
+
+# Every library a program needs is in the bundle, or glibc, the driver or cuBLAS.
+target_re='^(linux-vdso|ld-linux|libc\.so|libm\.so|libdl\.so|libpthread\.so|librt\.so|libcuda\.so|libnvidia|libcublas\.so|libcublasLt\.so)'
+ldd_ok() {
+  local p name arrow path bad=0
+  for p in "$b"/bin/*; do
+    while read -r name arrow path _; do
+      [ "$arrow" = "=>" ] || continue
+      [[ $name =~ $target_re ]] && continue
+      path=$(realpath -m "$path")
+      case $path in
+        "$b"/lib/*) ;;
+        *) echo "  $(basename "$p"): $name resolves to $path, outside the bundle"; bad=1 ;;
+      esac
+    done < <(env -i PATH=/usr/bin:/bin ldd "$p")
+  done
+  return $bad
+}
+check "ldd: only glibc, the driver and cuBLAS are left to the target" ldd_ok
+cudart_static() { ! env -i PATH=/usr/bin:/bin ldd "$b/bin/engine" | grep -q libcudart; }
+check "cudart is linked statically" cudart_static
+
+# The programs, from another folder, with no SERVELAB_HOME and no LD_LIBRARY_PATH.
+check "sim runs an experiment from the bundle" run 0 "$b/bin/sim" run "$b/experiments/burst-tiny.yaml" --out "$t/run" --quiet
+check "engine --device cuda refuses cleanly (exit 2)" run 2 "$b/bin/engine" run "$b/experiments/burst-tiny.yaml" --device cuda --out "$t/cuda" --quiet
+check "  ... and says why" has "cuda"
+check "gpu_kernels_test starts and skips" run 0 "$b/bin/gpu_kernels_test"
+check "  ... with a message" has "SKIPPED"
+check "gpu_executor_test starts and skips" run 0 "$b/bin/gpu_executor_test"
+check "  ... with a message" has "SKIPPED"
+check "engine_run_test's CUDA cases pass or skip" run 0 "$b/bin/engine_run_test" '--gtest_filter=*Cuda*'
+check "home_test passes inside the bundle" run 0 "$b/bin/home_test"
+check "kernels_bench starts and reports no device" run 0 "$b/bin/kernels_bench" --benchmark_filter=DeviceCopy --benchmark_min_time=0.01
+check "  ... with a message" has "no CUDA device"
+check "gpu_dump_logits refuses --device cuda cleanly (exit 2)" run 2 "$b/bin/gpu_dump_logits" "$t/nomodel" "$t/x.json" --device cuda
+
+# gpu-check: every mode's dry run; no GPU is a clean refusal; only from a bundle.
+for m in tests bench e2e validate all; do
+  check "gpu-check $m --dry-run" run 0 "$b/gpu-check" "$m" --dry-run --out "$t/o"
+done
+check "  ... names the sanitizers and HF parity" has "compute-sanitizer --tool synccheck"
+check "  ... and the validation runs" has "sim validate\\|validate mooncake-8b\\|validate_mooncake-8b"
+check "gpu-check without a GPU refuses (exit 2)" run 2 "$b/gpu-check" tests --out "$t/o"
+check "  ... naming the reason" has "no NVIDIA GPU"
+check "gpu-check rejects an unknown mode (exit 2)" run 2 "$b/gpu-check" everything
+check "gpu-check outside a bundle refuses (exit 2)" run 2 "$src/scripts/gpu-check" tests --dry-run
+
+# gpu-bundle never overwrites a user's folder, and replaces an earlier bundle in one step.
+mkdir -p "$t/mine" && echo precious >"$t/mine/notes.txt"
+check "gpu-bundle refuses a user's folder (exit 2)" run 2 "$src/scripts/gpu-bundle" "$t/mine" --build-dir "$build" --no-build
+check "  ... and leaves it alone" grep -q precious "$t/mine/notes.txt"
+check "gpu-bundle replaces an earlier bundle" "$src/scripts/gpu-bundle" "$b" --build-dir "$build" --no-build
+check "gpu-bundle refuses a build without CUDA (exit 2)" run 2 "$src/scripts/gpu-bundle" "$t/b2" --build-dir "$t" --no-build
+
+echo "$fails failed"
+[ "$fails" = 0 ]

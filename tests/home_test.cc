@@ -1,0 +1,140 @@
+// serving/home.h: programs find their run-time files without a compiled-in path. The resolver is
+// checked on hand-made folder trees; the relocation tests copy the built `sim` and `engine` to
+// temporary folders and run them from another working directory.
+#include "serving/home.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "tests/test_util.h"
+
+namespace servelab {
+namespace {
+
+namespace fs = std::filesystem;
+using test_util::Cli;
+using test_util::read_file;
+using test_util::temp_dir;
+using test_util::write_file;
+
+void make_home(const fs::path& root) { fs::create_directories(root / "experiments" / "catalog"); }
+
+// Runs `cmd` (a shell command line) from `cwd` with stdout/stderr in files under `cwd`.
+Cli run_in(const fs::path& cwd, const std::string& cmd) {
+  const std::string line = "cd '" + cwd.string() + "' && " + cmd + " > out.txt 2> err.txt";
+  const int status = std::system(line.c_str());
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_file(cwd / "out.txt"),
+          read_file(cwd / "err.txt")};
+}
+
+TEST(Home, FoundAboveTheExecutableFolder) {
+  const fs::path t = temp_dir("home_above");
+  make_home(t / "pkg");
+  fs::create_directories(t / "pkg" / "bin" / "deeper");
+  EXPECT_EQ(find_servelab_home("", t / "pkg" / "bin" / "deeper"), t / "pkg");
+  EXPECT_EQ(find_servelab_home("", t / "pkg"), t / "pkg");
+}
+
+TEST(Home, MarkerFileNamesTheSourceTree) {
+  const fs::path t = temp_dir("home_marker");
+  make_home(t / "src");
+  fs::create_directories(t / "build" / "tests");
+  write_file(t / "build" / ".servelab-home", (t / "src").string() + "\n");
+  EXPECT_EQ(find_servelab_home("", t / "build" / "tests"), t / "src");
+  // A marker naming a folder without a catalogue is ignored, not trusted.
+  write_file(t / "build" / ".servelab-home", (t / "build").string() + "\n");
+  EXPECT_THROW(find_servelab_home("", t / "build" / "tests"), HomeError);
+}
+
+TEST(Home, EnvironmentWinsAndMustBeRight) {
+  const fs::path t = temp_dir("home_env");
+  make_home(t / "a");
+  make_home(t / "b");
+  EXPECT_EQ(find_servelab_home((t / "b").string(), t / "a"), t / "b");
+  try {
+    find_servelab_home((t / "nowhere").string(), t / "a");
+    FAIL() << "a wrong SERVELAB_HOME must not fall back to a guess";
+  } catch (const HomeError& e) {
+    EXPECT_NE(std::string(e.what()).find("SERVELAB_HOME="), std::string::npos) << e.what();
+  }
+}
+
+TEST(Home, NoHomeIsAnErrorNamingTheFix) {
+  const fs::path t = temp_dir("home_none");
+  fs::create_directories(t / "x" / "y");
+  try {
+    find_servelab_home("", t / "x" / "y");
+    FAIL();
+  } catch (const HomeError& e) {
+    EXPECT_NE(std::string(e.what()).find("SERVELAB_HOME"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Home, ThisTestFindsItsHome) {
+  // In a build folder (<build>/tests) the home is the source tree: the build folder is inside it
+  // or its .servelab-home marker names it. In a GPU bundle (bin/) it is the bundle's root.
+  EXPECT_TRUE(fs::exists(servelab_home() / "experiments" / "catalog" / "models"));
+  EXPECT_TRUE(fs::exists(servelab_home() / "experiments" / "burst-tiny.yaml"));
+  EXPECT_TRUE(fs::path(servelab_home()).is_absolute());
+}
+
+TEST(Home, ProgramsAreFoundBesideTheTest) {
+  EXPECT_TRUE(fs::exists(servelab_program("sim")));
+  EXPECT_TRUE(fs::exists(servelab_program("engine")));
+  EXPECT_THROW(servelab_program("no-such-program"), HomeError);
+}
+
+// A copy of `sim` in pkg/bin beside a copy of the files it reads runs from any working directory
+// and never looks at the source tree (the tree it was built from is not above pkg/).
+TEST(Relocation, CopiedSimRunsFromItsOwnFolder) {
+  const fs::path t = temp_dir("reloc_sim");
+  fs::create_directories(t / "pkg" / "bin");
+  fs::create_directories(t / "elsewhere");
+  fs::copy_file(servelab_program("sim"), t / "pkg" / "bin" / "sim");
+  fs::copy(servelab_home() / "experiments", t / "pkg" / "experiments", fs::copy_options::recursive);
+  const Cli r = run_in(t / "elsewhere",
+                       "env -u SERVELAB_HOME ../pkg/bin/sim run ../pkg/experiments/burst-tiny.yaml "
+                       "--out run --quiet");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(fs::exists(t / "elsewhere" / "run" / "summary.json"));
+  // The resolved configuration names the copied catalogue's model, and the run matches the one
+  // from the build tree byte for byte.
+  const Cli ref =
+      run_in(t / "elsewhere", "env -u SERVELAB_HOME " + servelab_program("sim") + " run " +
+                                  home_path("experiments/burst-tiny.yaml") + " --out ref --quiet");
+  ASSERT_EQ(ref.code, 0) << ref.err;
+  EXPECT_EQ(read_file(t / "elsewhere" / "run" / "requests.csv"),
+            read_file(t / "elsewhere" / "ref" / "requests.csv"));
+}
+
+TEST(Relocation, CopiedAloneNeedsServelabHome) {
+  const fs::path t = temp_dir("reloc_alone");
+  fs::copy_file(servelab_program("sim"), t / "sim");
+  const std::string exp = home_path("experiments/burst-tiny.yaml");
+  const Cli without = run_in(t, "env -u SERVELAB_HOME ./sim run " + exp + " --out a --quiet");
+  EXPECT_EQ(without.code, 2) << without.err;
+  EXPECT_NE(without.err.find("SERVELAB_HOME"), std::string::npos) << without.err;
+  EXPECT_FALSE(fs::exists(t / "a"));
+  const Cli with = run_in(
+      t, "SERVELAB_HOME='" + servelab_home().string() + "' ./sim run " + exp + " --out b --quiet");
+  EXPECT_EQ(with.code, 0) << with.err;
+  EXPECT_TRUE(fs::exists(t / "b" / "summary.json"));
+}
+
+TEST(Relocation, CopiedEngineRunsTheTinyModel) {
+  const fs::path t = temp_dir("reloc_engine");
+  fs::create_directories(t / "pkg" / "bin");
+  fs::copy_file(servelab_program("engine"), t / "pkg" / "bin" / "engine");
+  fs::copy(servelab_home() / "experiments", t / "pkg" / "experiments", fs::copy_options::recursive);
+  const Cli r = run_in(t,
+                       "env -u SERVELAB_HOME pkg/bin/engine run pkg/experiments/burst-tiny.yaml "
+                       "--set workload.num_requests=4 --out run --quiet");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(fs::exists(t / "run" / "summary.json"));
+}
+
+}  // namespace
+}  // namespace servelab
