@@ -68,9 +68,8 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeParams p) 
   const std::int64_t q_row = p.q_rows[seq];
 #pragma unroll
   for (int g = 0; g < G; ++g) {
-    const uint4 raw = *reinterpret_cast<const uint4*>(
-        p.q + (q_row * p.num_q_heads + q_head0 + g) * HD + lane * kVec);
-    detail::unpack8(raw, q[g]);
+    detail::unpack8(detail::load16(p.q + (q_row * p.num_q_heads + q_head0 + g) * HD + lane * kVec),
+                    q[g]);
 #pragma unroll
     for (int i = 0; i < kVec; ++i) q[g][i] *= p.scale_log2;
   }
@@ -101,7 +100,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeParams p) 
         const std::int64_t off =
             std::int64_t{table[pos / bs]} * p.kv.block_stride + (pos % bs) * row_elems + head_off;
         float kf[kVec];
-        detail::unpack8(*reinterpret_cast<const uint4*>(kbase + off), kf);
+        detail::unpack8(detail::load16(kbase + off), kf);
 #pragma unroll
         for (int g = 0; g < G; ++g) {
           float s = 0.0f;
@@ -156,7 +155,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeParams p) 
       const std::int64_t off =
           std::int64_t{table[pos / bs]} * p.kv.block_stride + (pos % bs) * row_elems + head_off;
       float vf[kVec];
-      detail::unpack8(*reinterpret_cast<const uint4*>(vbase + off), vf);
+      detail::unpack8(detail::load16(vbase + off), vf);
 #pragma unroll
       for (int g = 0; g < G; ++g) {
         const float pg = s_p[g][t];

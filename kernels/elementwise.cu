@@ -94,13 +94,13 @@ __global__ void qkv_rope_kernel(const RopeArgs a) {
 __global__ void silu_mul_kernel(const __nv_bfloat16* gate_up, __nv_bfloat16* out,
                                 std::int32_t width) {
   const std::int64_t t = blockIdx.y;
-  const uint4* g = reinterpret_cast<const uint4*>(gate_up + t * 2 * width);
-  const uint4* u = reinterpret_cast<const uint4*>(gate_up + t * 2 * width + width);
+  const __nv_bfloat16* g = gate_up + t * 2 * width;
+  const __nv_bfloat16* u = g + width;
   uint4* o = reinterpret_cast<uint4*>(out + t * width);
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < width / 8; i += gridDim.x * blockDim.x) {
     float gf[8], uf[8], r[8];
-    detail::unpack8(g[i], gf);
-    detail::unpack8(u[i], uf);
+    detail::unpack8(detail::load16(g + 8 * i), gf);
+    detail::unpack8(detail::load16(u + 8 * i), uf);
 #pragma unroll
     for (int k = 0; k < 8; ++k) r[k] = gf[k] / (1.0f + __expf(-gf[k])) * uf[k];
     o[i] = detail::pack8(r);
