@@ -388,7 +388,9 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
     const float eps = static_cast<float>(m.rms_norm_eps);
     const float scale = 1.0f / std::sqrt(static_cast<float>(m.head_dim));
     k::DecodeSplitPlan dplan;
+    std::int32_t d_max_ctx = 0;
     if (D > 0) {
+      d_max_ctx = *std::max_element(d_ctx.begin(), d_ctx.end());
       dplan = k::plan_decode_splits(d_ctx, m.num_heads / s.decode_group, s.decode_max_ctas);
       if (dplan.split()) {
         s.ensure_bytes(s.workspace, static_cast<std::size_t>(k::decode_workspace_floats(
@@ -419,9 +421,10 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
                     nullptr, width};
       if (D > 0) {
         kv.block_tables = i32(o_dtab);
-        k::paged_decode_attention({kv, s.q.as<Bf16>(), s.attn.as<Bf16>(), i32(o_drows), i32(o_dctx),
-                                   D, m.num_heads, scale, dplan, s.workspace.as<float>()},
-                                  s.stream);
+        k::paged_decode_attention(
+            {kv, s.q.as<Bf16>(), s.attn.as<Bf16>(), i32(o_drows), i32(o_dctx), D, m.num_heads,
+             scale, dplan, s.workspace.as<float>(), d_max_ctx},
+            s.stream);
       }
       if (P > 0) {
         kv.block_tables = i32(o_ptab);

@@ -273,9 +273,14 @@ void paged_decode_attention(const DecodeAttentionArgs& a, Stream stream) {
   if (a.kv.num_kv_heads < 1 || a.num_q_heads % a.kv.num_kv_heads != 0) {
     throw std::invalid_argument("paged_decode_attention: num_kv_heads must divide num_q_heads");
   }
-  if (a.plan.partition_tokens % kTile != 0 || a.plan.max_splits < 1) {
-    throw std::invalid_argument("paged_decode_attention: bad split plan");
+  if (a.num_seqs < 0 || a.num_seqs > 65535) {
+    throw std::invalid_argument("paged_decode_attention: num_seqs must be in [0, 65535] (grid.y)");
   }
+  if (a.max_context_len < 1) {
+    throw std::invalid_argument(
+        "paged_decode_attention: max_context_len (the longest context, host side) must be set");
+  }
+  validate_decode_plan(a.plan, a.max_context_len, "paged_decode_attention");
   if (a.plan.split() && a.workspace == nullptr) {
     throw std::invalid_argument("paged_decode_attention: split plan without workspace");
   }
