@@ -19,6 +19,7 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/rng.h"
@@ -301,6 +302,34 @@ TEST(GpuKernels, SiluMul) {
     }
   }
   ExpectClose(FromBits(Download<std::uint16_t>(out, want.size())), want, 1e-3, 8e-3, "silu_mul");
+#endif
+}
+
+// Issue 14: the token count was on grid.y, which stops at 65,535. More rows than that, with
+// narrow rows (one and two 8-value groups, so most of a warp idles) and a wide one.
+TEST(GpuKernels, SiluMulHandlesMoreThan65535Tokens) {
+  REQUIRE_GPU();
+#if SERVELAB_HAVE_CUDA
+  Rng rng = Rng::stream(14, "gpu_kernels.silu_many");
+  for (const auto& [T, width] : std::vector<std::pair<std::int32_t, std::int32_t>>{
+           {65536 + 37, 8}, {140000, 16}, {70001, 1032}}) {
+    SCOPED_TRACE("tokens " + std::to_string(T) + " width " + std::to_string(width));
+    const std::size_t n = static_cast<std::size_t>(T) * width;
+    const std::vector<float> gu = RandomBf16(rng, 2 * n, 2.0);
+    DeviceBuffer d_gu = Upload(ToBits(gu)), out = Poisoned(n * 2);
+    k::silu_mul(d_gu.as<k::Bf16>(), out.as<k::Bf16>(), T, width, nullptr);
+    k::synchronize();
+    std::vector<float> want;
+    want.reserve(n);
+    for (std::size_t t = 0; t < static_cast<std::size_t>(T); ++t) {
+      for (std::int32_t i = 0; i < width; ++i) {
+        const float g = gu[t * 2 * width + i], u = gu[t * 2 * width + width + i];
+        want.push_back(g / (1.0f + std::exp(-g)) * u);
+      }
+    }
+    // Poisoned outputs make any row the grid misses (the last ones above all) fail here.
+    ExpectClose(FromBits(Download<std::uint16_t>(out, n)), want, 1e-3, 8e-3, "silu_mul");
+  }
 #endif
 }
 
