@@ -85,7 +85,10 @@ struct CudaExecutor::Impl {
   const LlamaWeights& weights;
   CudaExecutorOptions options;
   k::KvCacheLayout layout;
-  k::Stream stream = nullptr;
+  // Members are destroyed in reverse order of declaration: everything declared below `stream`
+  // (the cuBLAS handle, which Gemm::linear binds to it, and every buffer work on it may still
+  // use) goes first, then the stream, whose destruction waits for that work. Keep it first.
+  k::OwnedStream stream;
   std::unique_ptr<k::Gemm> gemm;
   std::vector<Layer> layers;
   DeviceBuffer embed, lm_head, final_norm, cos_sin;
@@ -100,7 +103,6 @@ struct CudaExecutor::Impl {
   Staging staging;
 
   Impl(const LlamaWeights& w, const CudaExecutorOptions& o) : weights(w), options(o) {}
-  ~Impl() { k::destroy_stream(stream); }
 
   const ModelConfig& model() const { return weights.config.model; }
 
@@ -110,7 +112,7 @@ struct CudaExecutor::Impl {
       cap_tokens = std::max(tokens, cap_tokens);
       const std::size_t t = static_cast<std::size_t>(cap_tokens);
       const std::size_t qkv_w = static_cast<std::size_t>(m.q_size() + 2 * m.kv_size());
-      k::synchronize(stream);
+      k::synchronize(stream.get());
       residual = DeviceBuffer(t * m.hidden_size * sizeof(float));
       hbuf = DeviceBuffer(t * m.hidden_size * sizeof(Bf16));
       qkv = DeviceBuffer(t * qkv_w * sizeof(float));
@@ -124,7 +126,7 @@ struct CudaExecutor::Impl {
     if (rows > cap_rows) {
       cap_rows = std::max(rows, cap_rows);
       const std::size_t r = static_cast<std::size_t>(cap_rows);
-      k::synchronize(stream);
+      k::synchronize(stream.get());
       final_h = DeviceBuffer(r * m.hidden_size * sizeof(Bf16));
       logits = DeviceBuffer(r * m.vocab_size * sizeof(float));
       if (options.sampling.temperature > 0) prob = DeviceBuffer(r * m.vocab_size * sizeof(float));
@@ -134,7 +136,7 @@ struct CudaExecutor::Impl {
 
   void ensure_bytes(DeviceBuffer& buf, std::size_t bytes) {
     if (buf.bytes() >= bytes) return;
-    k::synchronize(stream);
+    k::synchronize(stream.get());
     buf = DeviceBuffer(std::max(bytes, buf.bytes() * 2));
   }
 };
@@ -171,7 +173,7 @@ CudaExecutor::CudaExecutor(const LlamaWeights& weights, const CudaExecutorOption
     throw std::runtime_error("CudaExecutor: no usable CUDA device: " + reason);
   }
   s.layout = {m.num_layers, options.block_size, m.num_kv_heads, m.head_dim, 2};
-  s.stream = k::create_stream();
+  s.stream = k::OwnedStream::create();
   s.gemm = std::make_unique<k::Gemm>();
 
   // Weights.
@@ -206,7 +208,7 @@ CudaExecutor::CudaExecutor(const LlamaWeights& weights, const CudaExecutorOption
 
   // Activations before the KV cache, so the cache gets what is really left.
   s.ensure_capacity(options.max_num_tokens, options.max_num_seqs);
-  k::synchronize(s.stream);
+  k::synchronize(s.stream.get());
 
   std::int64_t blocks = options.num_blocks;
   if (blocks == 0) {
@@ -248,9 +250,9 @@ std::vector<std::uint16_t> CudaExecutor::read_block(bool host, std::int32_t laye
   const std::int64_t off = s.layout.offset(block, layer, value ? 1 : 0, 0, 0, 0);
   std::vector<std::uint16_t> out(static_cast<std::size_t>(n));
   const DeviceBuffer& src = host ? s.host_cache : s.kv_cache;
-  k::synchronize(s.stream);
-  k::copy_async(out.data(), src.as<const Bf16>() + off, n * sizeof(Bf16), s.stream);
-  k::synchronize(s.stream);
+  k::synchronize(s.stream.get());
+  k::copy_async(out.data(), src.as<const Bf16>() + off, n * sizeof(Bf16), s.stream.get());
+  k::synchronize(s.stream.get());
   return out;
 }
 
@@ -365,7 +367,7 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
                     o_copy = s.staging.add(pairs_of(plan.copies));
   s.ensure_bytes(s.meta, s.staging.bytes().size() + 16);
   s.ensure_capacity(T, S);
-  k::copy_async(s.meta.get(), s.staging.bytes().data(), s.staging.bytes().size(), s.stream);
+  k::copy_async(s.meta.get(), s.staging.bytes().data(), s.staging.bytes().size(), s.stream.get());
   auto at = [&](std::size_t off) { return static_cast<unsigned char*>(s.meta.get()) + off; };
   auto i32 = [&](std::size_t off) { return reinterpret_cast<const std::int32_t*>(at(off)); };
 
@@ -373,11 +375,11 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
   const std::int64_t block_bytes = s.layout.block_bytes();
   auto pairs = [&](std::size_t off) { return reinterpret_cast<const k::BlockPair*>(at(off)); };
   k::copy_blocks(s.kv_cache.get(), s.host_cache.get(), pairs(o_out),
-                 static_cast<std::int32_t>(plan.swap_out.size()), block_bytes, s.stream);
+                 static_cast<std::int32_t>(plan.swap_out.size()), block_bytes, s.stream.get());
   k::copy_blocks(s.host_cache.get(), s.kv_cache.get(), pairs(o_in),
-                 static_cast<std::int32_t>(plan.swap_in.size()), block_bytes, s.stream);
+                 static_cast<std::int32_t>(plan.swap_in.size()), block_bytes, s.stream.get());
   k::copy_blocks(s.kv_cache.get(), s.kv_cache.get(), pairs(o_copy),
-                 static_cast<std::int32_t>(plan.copies.size()), block_bytes, s.stream);
+                 static_cast<std::int32_t>(plan.copies.size()), block_bytes, s.stream.get());
 
   StepResult result;
   result.sampled_tokens.assign(plan.requests.size(), -1);
@@ -399,24 +401,25 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
       }
     }
     float* residual = s.residual.as<float>();
-    k::embedding_lookup(i32(o_tokens), T, s.embed.as<Bf16>(), m.vocab_size, H, residual, s.stream);
+    k::embedding_lookup(i32(o_tokens), T, s.embed.as<Bf16>(), m.vocab_size, H, residual,
+                        s.stream.get());
     Bf16* cache = s.kv_cache.as<Bf16>();
     for (std::int32_t l = 0; l < m.num_layers; ++l) {
       const Impl::Layer& w = s.layers[l];
       k::rms_norm({residual, nullptr, nullptr, w.in_norm.as<float>(), s.hbuf.as<Bf16>(), T, H, eps},
-                  s.stream);
+                  s.stream.get());
       s.gemm->linear(s.hbuf.as<Bf16>(), w.qkv.as<Bf16>(), s.qkv.get(), k::Gemm::Out::kF32, T, H,
-                     Q + 2 * KV, 0.0f, s.stream);
+                     Q + 2 * KV, 0.0f, s.stream.get());
       k::qkv_rope({s.qkv.as<float>(), m.qkv_bias ? w.qkv_bias.as<float>() : nullptr, i32(o_pos),
                    s.cos_sin.as<float>(), T, m.num_heads, m.num_kv_heads, m.head_dim,
                    s.q.as<Bf16>(), s.kk.as<Bf16>(), s.vv.as<Bf16>()},
-                  s.stream);
+                  s.stream.get());
       Bf16* k_layer = cache + s.layout.layer_base(l, 0);
       Bf16* v_layer = cache + s.layout.layer_base(l, 1);
       k::kv_write(
           {s.kk.as<Bf16>(), s.vv.as<Bf16>(), reinterpret_cast<const std::int64_t*>(at(o_slots)), T,
            k_layer, v_layer, s.layout.block_stride(), bs, m.num_kv_heads, m.head_dim},
-          s.stream);
+          s.stream.get());
       k::PagedKv kv{k_layer, v_layer, s.layout.block_stride(), bs, m.num_kv_heads, m.head_dim,
                     nullptr, width};
       if (D > 0) {
@@ -424,7 +427,7 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
         k::paged_decode_attention(
             {kv, s.q.as<Bf16>(), s.attn.as<Bf16>(), i32(o_drows), i32(o_dctx), D, m.num_heads,
              scale, dplan, s.workspace.as<float>(), d_max_ctx},
-            s.stream);
+            s.stream.get());
       }
       if (P > 0) {
         kv.block_tables = i32(o_ptab);
@@ -432,43 +435,43 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
             {kv, s.q.as<Bf16>(), s.attn.as<Bf16>(), i32(o_pbeg), i32(o_pnum), i32(o_pfirst),
              reinterpret_cast<const k::PrefillTile*>(at(o_tiles)),
              static_cast<std::int32_t>(tiles.size()), m.num_heads, scale},
-            s.stream);
+            s.stream.get());
       }
       s.gemm->linear(s.attn.as<Bf16>(), w.o.as<Bf16>(), residual, k::Gemm::Out::kF32, T, Q, H, 1.0f,
-                     s.stream);
+                     s.stream.get());
       k::rms_norm(
           {residual, nullptr, nullptr, w.post_norm.as<float>(), s.hbuf.as<Bf16>(), T, H, eps},
-          s.stream);
+          s.stream.get());
       s.gemm->linear(s.hbuf.as<Bf16>(), w.gate_up.as<Bf16>(), s.gate_up.get(), k::Gemm::Out::kBf16,
-                     T, H, 2 * I, 0.0f, s.stream);
-      k::silu_mul(s.gate_up.as<Bf16>(), s.act.as<Bf16>(), T, I, s.stream);
+                     T, H, 2 * I, 0.0f, s.stream.get());
+      k::silu_mul(s.gate_up.as<Bf16>(), s.act.as<Bf16>(), T, I, s.stream.get());
       s.gemm->linear(s.act.as<Bf16>(), w.down.as<Bf16>(), residual, k::Gemm::Out::kF32, T, I, H,
-                     1.0f, s.stream);
+                     1.0f, s.stream.get());
     }
     if (S > 0) {
       k::rms_norm({residual, nullptr, i32(o_srows), s.final_norm.as<float>(), s.final_h.as<Bf16>(),
                    S, H, eps},
-                  s.stream);
+                  s.stream.get());
       const Bf16* head = m.tie_word_embeddings ? s.embed.as<Bf16>() : s.lm_head.as<Bf16>();
       s.gemm->linear(s.final_h.as<Bf16>(), head, s.logits.get(), k::Gemm::Out::kF32, S, H,
-                     m.vocab_size, 0.0f, s.stream);
+                     m.vocab_size, 0.0f, s.stream.get());
       if (opt.sampling.temperature > 0) {
         k::top_p_sample(
             s.logits.as<float>(), S, m.vocab_size, static_cast<float>(opt.sampling.temperature),
             static_cast<float>(opt.sampling.top_p), reinterpret_cast<const float*>(at(o_u)),
-            s.prob.as<float>(), s.sampled.as<std::int32_t>(), s.stream);
+            s.prob.as<float>(), s.sampled.as<std::int32_t>(), s.stream.get());
       } else {
         k::greedy_sample(s.logits.as<float>(), S, m.vocab_size, s.sampled.as<std::int32_t>(),
-                         s.stream);
+                         s.stream.get());
       }
       std::vector<std::int32_t> sampled(S);
-      k::copy_async(sampled.data(), s.sampled.get(), S * sizeof(std::int32_t), s.stream);
+      k::copy_async(sampled.data(), s.sampled.get(), S * sizeof(std::int32_t), s.stream.get());
       std::vector<float> logits;
       if (opt.keep_logits) {
         logits.resize(static_cast<std::size_t>(S) * m.vocab_size);
-        k::copy_async(logits.data(), s.logits.get(), logits.size() * sizeof(float), s.stream);
+        k::copy_async(logits.data(), s.logits.get(), logits.size() * sizeof(float), s.stream.get());
       }
-      k::synchronize(s.stream);
+      k::synchronize(s.stream.get());
       for (std::int32_t r = 0; r < S; ++r) {
         if (sample_k[r] > 0) {
           result.fork_tokens.push_back(sampled[r]);  // rows are in plan order, samples in order
@@ -483,7 +486,7 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
       }
     }
   }
-  k::synchronize(s.stream);
+  k::synchronize(s.stream.get());
   result.duration_ns =
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
           .count();

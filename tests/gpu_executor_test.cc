@@ -286,6 +286,31 @@ TEST(GpuExecutor, SwapAndCopyRestoreKvBitForBit) {
 #endif
 }
 
+// Issue 14: the executor destroyed its stream before the cuBLAS handle bound to it. Executors
+// that ran steps are destroyed (and their streams with them) without a CUDA error, and the
+// device is usable afterwards.
+TEST(GpuExecutor, DestructionLeavesTheDeviceUsable) {
+  REQUIRE_GPU();
+#if SERVELAB_HAVE_CUDA
+  const LlamaConfig config = GpuConfig(64, 4, 2, false);
+  const RequestSpec spec = make_request(1, 0, {{unique_content_id(4, 1), 0, 20}}, 1);
+  testing::internal::CaptureStderr();
+  const LlamaWeights w = LlamaWeights::random(config, 5);
+  for (int i = 0; i < 3; ++i) {
+    CudaExecutor exec(w, GpuOptions(16, 8, 2));
+    exec.execute(OnePlan(spec, {}, 0, 20, {1, 2}));  // leaves no work pending: execute syncs
+    StepPlan out;
+    out.swap_out.push_back({1, 0});
+    exec.execute(out);
+  }
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(err.find("CUDA"), std::string::npos) << err;
+  kernels::DeviceBuffer after(1 << 20);
+  kernels::fill_bytes(after.get(), 0, after.bytes());
+  EXPECT_NO_THROW(kernels::synchronize());
+#endif
+}
+
 TEST(GpuExecutor, RejectsMalformedPlansAndSizesTheCache) {
   REQUIRE_GPU();
 #if SERVELAB_HAVE_CUDA
