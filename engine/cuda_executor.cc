@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <stdexcept>
 #include <string>
 
@@ -17,6 +18,7 @@
 #include "kernels/gemm.h"
 #include "kernels/kv_layout.h"
 #include "kernels/norm.h"
+#include "kernels/random_fill.h"
 #include "kernels/rope.h"
 #include "kernels/rope_table.h"
 #include "kernels/sampling.h"
@@ -47,22 +49,15 @@ class Staging {
   std::vector<unsigned char> bytes_;
 };
 
-DeviceBuffer upload_bf16(const float* data, std::size_t n) {
-  std::vector<Bf16> tmp(n);
-  for (std::size_t i = 0; i < n; ++i) tmp[i] = float_to_bf16(data[i]);
-  DeviceBuffer buf(n * sizeof(Bf16));
-  k::copy_to_device(buf.get(), tmp.data(), n * sizeof(Bf16));
-  return buf;
-}
-
-// Row blocks stacked: [a; b; c] as one bf16 matrix.
-DeviceBuffer upload_stacked(std::initializer_list<const RowMatrix*> parts) {
-  std::size_t n = 0;
-  for (const RowMatrix* m : parts) n += static_cast<std::size_t>(m->size());
-  std::vector<float> all;
-  all.reserve(n);
-  for (const RowMatrix* m : parts) all.insert(all.end(), m->data(), m->data() + m->size());
-  return upload_bf16(all.data(), all.size());
+// n host floats to bf16 device memory at dst, through a bounded staging buffer.
+void upload_bf16(Bf16* dst, const float* src, std::int64_t n) {
+  constexpr std::int64_t kChunk = std::int64_t{1} << 24;
+  std::vector<Bf16> tmp(static_cast<std::size_t>(std::min(n, kChunk)));
+  for (std::int64_t b = 0; b < n; b += kChunk) {
+    const std::int64_t m = std::min(kChunk, n - b);
+    for (std::int64_t i = 0; i < m; ++i) tmp[i] = float_to_bf16(src[b + i]);
+    k::copy_to_device(dst + b, tmp.data(), static_cast<std::size_t>(m) * sizeof(Bf16));
+  }
 }
 
 DeviceBuffer upload_f32(const float* data, std::size_t n) {
@@ -81,8 +76,14 @@ struct CudaExecutor::Impl {
   struct Layer {
     DeviceBuffer qkv, qkv_bias, o, gate_up, down, in_norm, post_norm;
   };
+  // Where a weight lives on the device (read_weight).
+  struct WeightRef {
+    const void* data;
+    std::int64_t size;
+    bool bf16;
+  };
 
-  const LlamaWeights& weights;
+  LlamaConfig config;
   CudaExecutorOptions options;
   k::KvCacheLayout layout;
   // Members are destroyed in reverse order of declaration: everything declared below `stream`
@@ -92,6 +93,7 @@ struct CudaExecutor::Impl {
   std::unique_ptr<k::Gemm> gemm;
   std::vector<Layer> layers;
   DeviceBuffer embed, lm_head, final_norm, cos_sin;
+  std::map<std::string, WeightRef> weight_refs;
   std::int32_t rope_rows = 0;
   std::int32_t decode_group = 1, decode_max_ctas = 1;
   // Activations, sized for `cap_tokens` tokens and `cap_rows` sampled rows.
@@ -102,9 +104,12 @@ struct CudaExecutor::Impl {
   std::vector<std::vector<float>> last_logits;
   Staging staging;
 
-  Impl(const LlamaWeights& w, const CudaExecutorOptions& o) : weights(w), options(o) {}
+  Impl(const LlamaConfig& c, const CudaExecutorOptions& o) : config(c), options(o) {}
 
-  const ModelConfig& model() const { return weights.config.model; }
+  void init(const LlamaWeights* host, std::uint64_t seed);
+  void load_weights(const LlamaWeights* host, std::uint64_t seed);
+
+  const ModelConfig& model() const { return config.model; }
 
   void ensure_capacity(std::int32_t tokens, std::int32_t rows) {
     const ModelConfig& m = model();
@@ -142,9 +147,100 @@ struct CudaExecutor::Impl {
 };
 
 CudaExecutor::CudaExecutor(const LlamaWeights& weights, const CudaExecutorOptions& options)
-    : impl_(std::make_unique<Impl>(weights, options)) {
-  Impl& s = *impl_;
-  const ModelConfig& m = weights.config.model;
+    : impl_(std::make_unique<Impl>(weights.config, options)) {
+  impl_->init(&weights, 0);
+}
+
+CudaExecutor::CudaExecutor(const LlamaConfig& config, std::uint64_t seed,
+                           const CudaExecutorOptions& options)
+    : impl_(std::make_unique<Impl>(config, options)) {
+  config.model.validate();
+  impl_->init(nullptr, seed);
+}
+
+void CudaExecutor::Impl::load_weights(const LlamaWeights* host, std::uint64_t seed) {
+  const ModelConfig& m = model();
+  // Tensor `name` ([rows, cols], cols = 0 for a vector) at dst: from the host weights, or
+  // generated in place exactly as LlamaWeights::random would (one launch).
+  auto put = [&](const std::string& name, const float* host_data, std::int64_t rows,
+                 std::int64_t cols, void* dst, bool bf16) {
+    const std::int64_t n = rows * std::max<std::int64_t>(cols, 1);
+    if (host != nullptr) {
+      if (bf16) {
+        upload_bf16(static_cast<Bf16*>(dst), host_data, n);
+      } else {
+        k::copy_to_device(dst, host_data, static_cast<std::size_t>(n) * sizeof(float));
+      }
+    } else {
+      const k::CounterNormal p = random_tensor_params(m, seed, name, cols);
+      if (bf16) {
+        k::fill_counter_normal(static_cast<Bf16*>(dst), n, p, stream.get());
+      } else {
+        k::fill_counter_normal(static_cast<float*>(dst), n, p, stream.get());
+      }
+    }
+    weight_refs[name] = {dst, n, bf16};
+  };
+  auto bf16_buffer = [](std::int64_t n) {
+    return DeviceBuffer(static_cast<std::size_t>(n) * sizeof(Bf16));
+  };
+  auto f32_buffer = [](std::int64_t n) {
+    return DeviceBuffer(static_cast<std::size_t>(n) * sizeof(float));
+  };
+  const std::int64_t H = m.hidden_size, V = m.vocab_size, Q = m.q_size(), KV = m.kv_size(),
+                     I = m.intermediate_size;
+
+  embed = bf16_buffer(V * H);
+  put("model.embed_tokens.weight", host ? host->embed_tokens.data() : nullptr, V, H, embed.get(),
+      true);
+  if (!m.tie_word_embeddings) {
+    lm_head = bf16_buffer(V * H);
+    put("lm_head.weight", host ? host->lm_head.data() : nullptr, V, H, lm_head.get(), true);
+  }
+  final_norm = f32_buffer(H);
+  put("model.norm.weight", host ? host->norm.data() : nullptr, H, 0, final_norm.get(), false);
+  for (std::int32_t i = 0; i < m.num_layers; ++i) {
+    const LlamaLayerWeights* w = host != nullptr ? &host->layers[i] : nullptr;
+    auto hd = [&](auto member) -> const float* { return w ? (w->*member).data() : nullptr; };
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    Layer l;
+    // q, k, v stacked row blocks: one [Q + 2 KV, H] matrix, one GEMM.
+    l.qkv = bf16_buffer((Q + 2 * KV) * H);
+    Bf16* qkv_w = l.qkv.as<Bf16>();
+    put(p + "self_attn.q_proj.weight", hd(&LlamaLayerWeights::q_proj), Q, H, qkv_w, true);
+    put(p + "self_attn.k_proj.weight", hd(&LlamaLayerWeights::k_proj), KV, H, qkv_w + Q * H, true);
+    put(p + "self_attn.v_proj.weight", hd(&LlamaLayerWeights::v_proj), KV, H, qkv_w + (Q + KV) * H,
+        true);
+    if (m.qkv_bias) {
+      l.qkv_bias = f32_buffer(Q + 2 * KV);
+      float* b = l.qkv_bias.as<float>();
+      put(p + "self_attn.q_proj.bias", hd(&LlamaLayerWeights::q_bias), Q, 0, b, false);
+      put(p + "self_attn.k_proj.bias", hd(&LlamaLayerWeights::k_bias), KV, 0, b + Q, false);
+      put(p + "self_attn.v_proj.bias", hd(&LlamaLayerWeights::v_bias), KV, 0, b + Q + KV, false);
+    }
+    l.o = bf16_buffer(H * Q);
+    put(p + "self_attn.o_proj.weight", hd(&LlamaLayerWeights::o_proj), H, Q, l.o.get(), true);
+    // gate and up stacked: one [2 I, H] matrix.
+    l.gate_up = bf16_buffer(2 * I * H);
+    put(p + "mlp.gate_proj.weight", hd(&LlamaLayerWeights::gate_proj), I, H, l.gate_up.get(), true);
+    put(p + "mlp.up_proj.weight", hd(&LlamaLayerWeights::up_proj), I, H,
+        l.gate_up.as<Bf16>() + I * H, true);
+    l.down = bf16_buffer(H * I);
+    put(p + "mlp.down_proj.weight", hd(&LlamaLayerWeights::down_proj), H, I, l.down.get(), true);
+    l.in_norm = f32_buffer(H);
+    put(p + "input_layernorm.weight", hd(&LlamaLayerWeights::input_layernorm), H, 0,
+        l.in_norm.get(), false);
+    l.post_norm = f32_buffer(H);
+    put(p + "post_attention_layernorm.weight", hd(&LlamaLayerWeights::post_attention_layernorm), H,
+        0, l.post_norm.get(), false);
+    layers.push_back(std::move(l));
+  }
+  k::synchronize(stream.get());
+}
+
+void CudaExecutor::Impl::init(const LlamaWeights* host, std::uint64_t seed) {
+  Impl& s = *this;
+  const ModelConfig& m = config.model;
   if (options.block_size < 1 || options.num_blocks < 0 || options.num_host_blocks < 0 ||
       options.max_num_tokens < 1 || options.max_num_seqs < 1 || options.max_model_len < 1) {
     throw std::invalid_argument(
@@ -175,33 +271,10 @@ CudaExecutor::CudaExecutor(const LlamaWeights& weights, const CudaExecutorOption
   s.layout = {m.num_layers, options.block_size, m.num_kv_heads, m.head_dim, 2};
   s.stream = k::OwnedStream::create();
   s.gemm = std::make_unique<k::Gemm>();
-
-  // Weights.
-  s.embed = upload_bf16(weights.embed_tokens.data(), weights.embed_tokens.size());
-  if (!m.tie_word_embeddings) {
-    s.lm_head = upload_bf16(weights.lm_head.data(), weights.lm_head.size());
-  }
-  s.final_norm = upload_f32(weights.norm.data(), weights.norm.size());
-  for (const LlamaLayerWeights& w : weights.layers) {
-    Impl::Layer l;
-    l.qkv = upload_stacked({&w.q_proj, &w.k_proj, &w.v_proj});
-    if (m.qkv_bias) {
-      std::vector<float> b(w.q_bias.data(), w.q_bias.data() + w.q_bias.size());
-      b.insert(b.end(), w.k_bias.data(), w.k_bias.data() + w.k_bias.size());
-      b.insert(b.end(), w.v_bias.data(), w.v_bias.data() + w.v_bias.size());
-      l.qkv_bias = upload_f32(b.data(), b.size());
-    }
-    l.o = upload_bf16(w.o_proj.data(), w.o_proj.size());
-    l.gate_up = upload_stacked({&w.gate_proj, &w.up_proj});
-    l.down = upload_bf16(w.down_proj.data(), w.down_proj.size());
-    l.in_norm = upload_f32(w.input_layernorm.data(), w.input_layernorm.size());
-    l.post_norm = upload_f32(w.post_attention_layernorm.data(), w.post_attention_layernorm.size());
-    s.layers.push_back(std::move(l));
-  }
+  s.load_weights(host, seed);
   s.rope_rows = static_cast<std::int32_t>(
       std::min<std::int64_t>(m.max_position_embeddings, options.max_model_len));
-  const std::vector<float> table =
-      k::rope_cos_sin_table(rope_inv_freq(weights.config), s.rope_rows);
+  const std::vector<float> table = k::rope_cos_sin_table(rope_inv_freq(s.config), s.rope_rows);
   s.cos_sin = upload_f32(table.data(), table.size());
   s.decode_group = k::decode_heads_per_cta(m.num_heads, m.num_kv_heads);
   s.decode_max_ctas = k::decode_max_resident_ctas(m.head_dim, s.decode_group);
@@ -241,6 +314,26 @@ std::int64_t CudaExecutor::block_bytes() const { return impl_->layout.block_byte
 const CudaExecutorOptions& CudaExecutor::options() const { return impl_->options; }
 const std::vector<std::vector<float>>& CudaExecutor::last_logits() const {
   return impl_->last_logits;
+}
+
+std::vector<float> CudaExecutor::read_weight(const std::string& name) const {
+  const Impl& s = *impl_;
+  const auto it = s.weight_refs.find(name);
+  if (it == s.weight_refs.end()) {
+    throw std::out_of_range("CudaExecutor::read_weight: no weight '" + name + "'");
+  }
+  const Impl::WeightRef& w = it->second;
+  const auto n = static_cast<std::size_t>(w.size);
+  std::vector<float> out(n);
+  k::synchronize(s.stream.get());
+  if (w.bf16) {
+    std::vector<Bf16> bits(n);
+    k::copy_to_host(bits.data(), w.data, n * sizeof(Bf16));
+    for (std::size_t i = 0; i < n; ++i) out[i] = bf16_to_float(bits[i]);
+  } else {
+    k::copy_to_host(out.data(), w.data, n * sizeof(float));
+  }
+  return out;
 }
 
 std::vector<std::uint16_t> CudaExecutor::read_block(bool host, std::int32_t layer, bool value,
