@@ -145,7 +145,8 @@ void BM_DecodeAttention(benchmark::State& state) {
                                     kHeads,
                                     0.088f,
                                     plan,
-                                    ws.as<float>()};
+                                    ws.as<float>(),
+                                    ctx};
   k::GpuTimer t;
   for (auto _ : state) {
     flush_l2();

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <stdexcept>
 #include <string>
 
@@ -17,6 +18,7 @@
 #include "kernels/gemm.h"
 #include "kernels/kv_layout.h"
 #include "kernels/norm.h"
+#include "kernels/random_fill.h"
 #include "kernels/rope.h"
 #include "kernels/rope_table.h"
 #include "kernels/sampling.h"
@@ -47,22 +49,15 @@ class Staging {
   std::vector<unsigned char> bytes_;
 };
 
-DeviceBuffer upload_bf16(const float* data, std::size_t n) {
-  std::vector<Bf16> tmp(n);
-  for (std::size_t i = 0; i < n; ++i) tmp[i] = float_to_bf16(data[i]);
-  DeviceBuffer buf(n * sizeof(Bf16));
-  k::copy_to_device(buf.get(), tmp.data(), n * sizeof(Bf16));
-  return buf;
-}
-
-// Row blocks stacked: [a; b; c] as one bf16 matrix.
-DeviceBuffer upload_stacked(std::initializer_list<const RowMatrix*> parts) {
-  std::size_t n = 0;
-  for (const RowMatrix* m : parts) n += static_cast<std::size_t>(m->size());
-  std::vector<float> all;
-  all.reserve(n);
-  for (const RowMatrix* m : parts) all.insert(all.end(), m->data(), m->data() + m->size());
-  return upload_bf16(all.data(), all.size());
+// n host floats to bf16 device memory at dst, through a bounded staging buffer.
+void upload_bf16(Bf16* dst, const float* src, std::int64_t n) {
+  constexpr std::int64_t kChunk = std::int64_t{1} << 24;
+  std::vector<Bf16> tmp(static_cast<std::size_t>(std::min(n, kChunk)));
+  for (std::int64_t b = 0; b < n; b += kChunk) {
+    const std::int64_t m = std::min(kChunk, n - b);
+    for (std::int64_t i = 0; i < m; ++i) tmp[i] = float_to_bf16(src[b + i]);
+    k::copy_to_device(dst + b, tmp.data(), static_cast<std::size_t>(m) * sizeof(Bf16));
+  }
 }
 
 DeviceBuffer upload_f32(const float* data, std::size_t n) {
@@ -81,14 +76,24 @@ struct CudaExecutor::Impl {
   struct Layer {
     DeviceBuffer qkv, qkv_bias, o, gate_up, down, in_norm, post_norm;
   };
+  // Where a weight lives on the device (read_weight).
+  struct WeightRef {
+    const void* data;
+    std::int64_t size;
+    bool bf16;
+  };
 
-  const LlamaWeights& weights;
+  LlamaConfig config;
   CudaExecutorOptions options;
   k::KvCacheLayout layout;
-  k::Stream stream = nullptr;
+  // Members are destroyed in reverse order of declaration: everything declared below `stream`
+  // (the cuBLAS handle, which Gemm::linear binds to it, and every buffer work on it may still
+  // use) goes first, then the stream, whose destruction waits for that work. Keep it first.
+  k::OwnedStream stream;
   std::unique_ptr<k::Gemm> gemm;
   std::vector<Layer> layers;
   DeviceBuffer embed, lm_head, final_norm, cos_sin;
+  std::map<std::string, WeightRef> weight_refs;
   std::int32_t rope_rows = 0;
   std::int32_t decode_group = 1, decode_max_ctas = 1;
   // Activations, sized for `cap_tokens` tokens and `cap_rows` sampled rows.
@@ -99,10 +104,12 @@ struct CudaExecutor::Impl {
   std::vector<std::vector<float>> last_logits;
   Staging staging;
 
-  Impl(const LlamaWeights& w, const CudaExecutorOptions& o) : weights(w), options(o) {}
-  ~Impl() { k::destroy_stream(stream); }
+  Impl(const LlamaConfig& c, const CudaExecutorOptions& o) : config(c), options(o) {}
 
-  const ModelConfig& model() const { return weights.config.model; }
+  void init(const LlamaWeights* host, std::uint64_t seed);
+  void load_weights(const LlamaWeights* host, std::uint64_t seed);
+
+  const ModelConfig& model() const { return config.model; }
 
   void ensure_capacity(std::int32_t tokens, std::int32_t rows) {
     const ModelConfig& m = model();
@@ -110,7 +117,7 @@ struct CudaExecutor::Impl {
       cap_tokens = std::max(tokens, cap_tokens);
       const std::size_t t = static_cast<std::size_t>(cap_tokens);
       const std::size_t qkv_w = static_cast<std::size_t>(m.q_size() + 2 * m.kv_size());
-      k::synchronize(stream);
+      k::synchronize(stream.get());
       residual = DeviceBuffer(t * m.hidden_size * sizeof(float));
       hbuf = DeviceBuffer(t * m.hidden_size * sizeof(Bf16));
       qkv = DeviceBuffer(t * qkv_w * sizeof(float));
@@ -124,7 +131,7 @@ struct CudaExecutor::Impl {
     if (rows > cap_rows) {
       cap_rows = std::max(rows, cap_rows);
       const std::size_t r = static_cast<std::size_t>(cap_rows);
-      k::synchronize(stream);
+      k::synchronize(stream.get());
       final_h = DeviceBuffer(r * m.hidden_size * sizeof(Bf16));
       logits = DeviceBuffer(r * m.vocab_size * sizeof(float));
       if (options.sampling.temperature > 0) prob = DeviceBuffer(r * m.vocab_size * sizeof(float));
@@ -134,15 +141,106 @@ struct CudaExecutor::Impl {
 
   void ensure_bytes(DeviceBuffer& buf, std::size_t bytes) {
     if (buf.bytes() >= bytes) return;
-    k::synchronize(stream);
+    k::synchronize(stream.get());
     buf = DeviceBuffer(std::max(bytes, buf.bytes() * 2));
   }
 };
 
 CudaExecutor::CudaExecutor(const LlamaWeights& weights, const CudaExecutorOptions& options)
-    : impl_(std::make_unique<Impl>(weights, options)) {
-  Impl& s = *impl_;
-  const ModelConfig& m = weights.config.model;
+    : impl_(std::make_unique<Impl>(weights.config, options)) {
+  impl_->init(&weights, 0);
+}
+
+CudaExecutor::CudaExecutor(const LlamaConfig& config, std::uint64_t seed,
+                           const CudaExecutorOptions& options)
+    : impl_(std::make_unique<Impl>(config, options)) {
+  config.model.validate();
+  impl_->init(nullptr, seed);
+}
+
+void CudaExecutor::Impl::load_weights(const LlamaWeights* host, std::uint64_t seed) {
+  const ModelConfig& m = model();
+  // Tensor `name` ([rows, cols], cols = 0 for a vector) at dst: from the host weights, or
+  // generated in place exactly as LlamaWeights::random would (one launch).
+  auto put = [&](const std::string& name, const float* host_data, std::int64_t rows,
+                 std::int64_t cols, void* dst, bool bf16) {
+    const std::int64_t n = rows * std::max<std::int64_t>(cols, 1);
+    if (host != nullptr) {
+      if (bf16) {
+        upload_bf16(static_cast<Bf16*>(dst), host_data, n);
+      } else {
+        k::copy_to_device(dst, host_data, static_cast<std::size_t>(n) * sizeof(float));
+      }
+    } else {
+      const k::CounterNormal p = random_tensor_params(m, seed, name, cols);
+      if (bf16) {
+        k::fill_counter_normal(static_cast<Bf16*>(dst), n, p, stream.get());
+      } else {
+        k::fill_counter_normal(static_cast<float*>(dst), n, p, stream.get());
+      }
+    }
+    weight_refs[name] = {dst, n, bf16};
+  };
+  auto bf16_buffer = [](std::int64_t n) {
+    return DeviceBuffer(static_cast<std::size_t>(n) * sizeof(Bf16));
+  };
+  auto f32_buffer = [](std::int64_t n) {
+    return DeviceBuffer(static_cast<std::size_t>(n) * sizeof(float));
+  };
+  const std::int64_t H = m.hidden_size, V = m.vocab_size, Q = m.q_size(), KV = m.kv_size(),
+                     I = m.intermediate_size;
+
+  embed = bf16_buffer(V * H);
+  put("model.embed_tokens.weight", host ? host->embed_tokens.data() : nullptr, V, H, embed.get(),
+      true);
+  if (!m.tie_word_embeddings) {
+    lm_head = bf16_buffer(V * H);
+    put("lm_head.weight", host ? host->lm_head.data() : nullptr, V, H, lm_head.get(), true);
+  }
+  final_norm = f32_buffer(H);
+  put("model.norm.weight", host ? host->norm.data() : nullptr, H, 0, final_norm.get(), false);
+  for (std::int32_t i = 0; i < m.num_layers; ++i) {
+    const LlamaLayerWeights* w = host != nullptr ? &host->layers[i] : nullptr;
+    auto hd = [&](auto member) -> const float* { return w ? (w->*member).data() : nullptr; };
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    Layer l;
+    // q, k, v stacked row blocks: one [Q + 2 KV, H] matrix, one GEMM.
+    l.qkv = bf16_buffer((Q + 2 * KV) * H);
+    Bf16* qkv_w = l.qkv.as<Bf16>();
+    put(p + "self_attn.q_proj.weight", hd(&LlamaLayerWeights::q_proj), Q, H, qkv_w, true);
+    put(p + "self_attn.k_proj.weight", hd(&LlamaLayerWeights::k_proj), KV, H, qkv_w + Q * H, true);
+    put(p + "self_attn.v_proj.weight", hd(&LlamaLayerWeights::v_proj), KV, H, qkv_w + (Q + KV) * H,
+        true);
+    if (m.qkv_bias) {
+      l.qkv_bias = f32_buffer(Q + 2 * KV);
+      float* b = l.qkv_bias.as<float>();
+      put(p + "self_attn.q_proj.bias", hd(&LlamaLayerWeights::q_bias), Q, 0, b, false);
+      put(p + "self_attn.k_proj.bias", hd(&LlamaLayerWeights::k_bias), KV, 0, b + Q, false);
+      put(p + "self_attn.v_proj.bias", hd(&LlamaLayerWeights::v_bias), KV, 0, b + Q + KV, false);
+    }
+    l.o = bf16_buffer(H * Q);
+    put(p + "self_attn.o_proj.weight", hd(&LlamaLayerWeights::o_proj), H, Q, l.o.get(), true);
+    // gate and up stacked: one [2 I, H] matrix.
+    l.gate_up = bf16_buffer(2 * I * H);
+    put(p + "mlp.gate_proj.weight", hd(&LlamaLayerWeights::gate_proj), I, H, l.gate_up.get(), true);
+    put(p + "mlp.up_proj.weight", hd(&LlamaLayerWeights::up_proj), I, H,
+        l.gate_up.as<Bf16>() + I * H, true);
+    l.down = bf16_buffer(H * I);
+    put(p + "mlp.down_proj.weight", hd(&LlamaLayerWeights::down_proj), H, I, l.down.get(), true);
+    l.in_norm = f32_buffer(H);
+    put(p + "input_layernorm.weight", hd(&LlamaLayerWeights::input_layernorm), H, 0,
+        l.in_norm.get(), false);
+    l.post_norm = f32_buffer(H);
+    put(p + "post_attention_layernorm.weight", hd(&LlamaLayerWeights::post_attention_layernorm), H,
+        0, l.post_norm.get(), false);
+    layers.push_back(std::move(l));
+  }
+  k::synchronize(stream.get());
+}
+
+void CudaExecutor::Impl::init(const LlamaWeights* host, std::uint64_t seed) {
+  Impl& s = *this;
+  const ModelConfig& m = config.model;
   if (options.block_size < 1 || options.num_blocks < 0 || options.num_host_blocks < 0 ||
       options.max_num_tokens < 1 || options.max_num_seqs < 1 || options.max_model_len < 1) {
     throw std::invalid_argument(
@@ -171,42 +269,19 @@ CudaExecutor::CudaExecutor(const LlamaWeights& weights, const CudaExecutorOption
     throw std::runtime_error("CudaExecutor: no usable CUDA device: " + reason);
   }
   s.layout = {m.num_layers, options.block_size, m.num_kv_heads, m.head_dim, 2};
-  s.stream = k::create_stream();
+  s.stream = k::OwnedStream::create();
   s.gemm = std::make_unique<k::Gemm>();
-
-  // Weights.
-  s.embed = upload_bf16(weights.embed_tokens.data(), weights.embed_tokens.size());
-  if (!m.tie_word_embeddings) {
-    s.lm_head = upload_bf16(weights.lm_head.data(), weights.lm_head.size());
-  }
-  s.final_norm = upload_f32(weights.norm.data(), weights.norm.size());
-  for (const LlamaLayerWeights& w : weights.layers) {
-    Impl::Layer l;
-    l.qkv = upload_stacked({&w.q_proj, &w.k_proj, &w.v_proj});
-    if (m.qkv_bias) {
-      std::vector<float> b(w.q_bias.data(), w.q_bias.data() + w.q_bias.size());
-      b.insert(b.end(), w.k_bias.data(), w.k_bias.data() + w.k_bias.size());
-      b.insert(b.end(), w.v_bias.data(), w.v_bias.data() + w.v_bias.size());
-      l.qkv_bias = upload_f32(b.data(), b.size());
-    }
-    l.o = upload_bf16(w.o_proj.data(), w.o_proj.size());
-    l.gate_up = upload_stacked({&w.gate_proj, &w.up_proj});
-    l.down = upload_bf16(w.down_proj.data(), w.down_proj.size());
-    l.in_norm = upload_f32(w.input_layernorm.data(), w.input_layernorm.size());
-    l.post_norm = upload_f32(w.post_attention_layernorm.data(), w.post_attention_layernorm.size());
-    s.layers.push_back(std::move(l));
-  }
+  s.load_weights(host, seed);
   s.rope_rows = static_cast<std::int32_t>(
       std::min<std::int64_t>(m.max_position_embeddings, options.max_model_len));
-  const std::vector<float> table =
-      k::rope_cos_sin_table(rope_inv_freq(weights.config), s.rope_rows);
+  const std::vector<float> table = k::rope_cos_sin_table(rope_inv_freq(s.config), s.rope_rows);
   s.cos_sin = upload_f32(table.data(), table.size());
   s.decode_group = k::decode_heads_per_cta(m.num_heads, m.num_kv_heads);
   s.decode_max_ctas = k::decode_max_resident_ctas(m.head_dim, s.decode_group);
 
   // Activations before the KV cache, so the cache gets what is really left.
   s.ensure_capacity(options.max_num_tokens, options.max_num_seqs);
-  k::synchronize(s.stream);
+  k::synchronize(s.stream.get());
 
   std::int64_t blocks = options.num_blocks;
   if (blocks == 0) {
@@ -241,6 +316,26 @@ const std::vector<std::vector<float>>& CudaExecutor::last_logits() const {
   return impl_->last_logits;
 }
 
+std::vector<float> CudaExecutor::read_weight(const std::string& name) const {
+  const Impl& s = *impl_;
+  const auto it = s.weight_refs.find(name);
+  if (it == s.weight_refs.end()) {
+    throw std::out_of_range("CudaExecutor::read_weight: no weight '" + name + "'");
+  }
+  const Impl::WeightRef& w = it->second;
+  const auto n = static_cast<std::size_t>(w.size);
+  std::vector<float> out(n);
+  k::synchronize(s.stream.get());
+  if (w.bf16) {
+    std::vector<Bf16> bits(n);
+    k::copy_to_host(bits.data(), w.data, n * sizeof(Bf16));
+    for (std::size_t i = 0; i < n; ++i) out[i] = bf16_to_float(bits[i]);
+  } else {
+    k::copy_to_host(out.data(), w.data, n * sizeof(float));
+  }
+  return out;
+}
+
 std::vector<std::uint16_t> CudaExecutor::read_block(bool host, std::int32_t layer, bool value,
                                                     std::int32_t block) const {
   const Impl& s = *impl_;
@@ -248,9 +343,9 @@ std::vector<std::uint16_t> CudaExecutor::read_block(bool host, std::int32_t laye
   const std::int64_t off = s.layout.offset(block, layer, value ? 1 : 0, 0, 0, 0);
   std::vector<std::uint16_t> out(static_cast<std::size_t>(n));
   const DeviceBuffer& src = host ? s.host_cache : s.kv_cache;
-  k::synchronize(s.stream);
-  k::copy_async(out.data(), src.as<const Bf16>() + off, n * sizeof(Bf16), s.stream);
-  k::synchronize(s.stream);
+  k::synchronize(s.stream.get());
+  k::copy_async(out.data(), src.as<const Bf16>() + off, n * sizeof(Bf16), s.stream.get());
+  k::synchronize(s.stream.get());
   return out;
 }
 
@@ -365,7 +460,7 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
                     o_copy = s.staging.add(pairs_of(plan.copies));
   s.ensure_bytes(s.meta, s.staging.bytes().size() + 16);
   s.ensure_capacity(T, S);
-  k::copy_async(s.meta.get(), s.staging.bytes().data(), s.staging.bytes().size(), s.stream);
+  k::copy_async(s.meta.get(), s.staging.bytes().data(), s.staging.bytes().size(), s.stream.get());
   auto at = [&](std::size_t off) { return static_cast<unsigned char*>(s.meta.get()) + off; };
   auto i32 = [&](std::size_t off) { return reinterpret_cast<const std::int32_t*>(at(off)); };
 
@@ -373,11 +468,11 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
   const std::int64_t block_bytes = s.layout.block_bytes();
   auto pairs = [&](std::size_t off) { return reinterpret_cast<const k::BlockPair*>(at(off)); };
   k::copy_blocks(s.kv_cache.get(), s.host_cache.get(), pairs(o_out),
-                 static_cast<std::int32_t>(plan.swap_out.size()), block_bytes, s.stream);
+                 static_cast<std::int32_t>(plan.swap_out.size()), block_bytes, s.stream.get());
   k::copy_blocks(s.host_cache.get(), s.kv_cache.get(), pairs(o_in),
-                 static_cast<std::int32_t>(plan.swap_in.size()), block_bytes, s.stream);
+                 static_cast<std::int32_t>(plan.swap_in.size()), block_bytes, s.stream.get());
   k::copy_blocks(s.kv_cache.get(), s.kv_cache.get(), pairs(o_copy),
-                 static_cast<std::int32_t>(plan.copies.size()), block_bytes, s.stream);
+                 static_cast<std::int32_t>(plan.copies.size()), block_bytes, s.stream.get());
 
   StepResult result;
   result.sampled_tokens.assign(plan.requests.size(), -1);
@@ -388,7 +483,9 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
     const float eps = static_cast<float>(m.rms_norm_eps);
     const float scale = 1.0f / std::sqrt(static_cast<float>(m.head_dim));
     k::DecodeSplitPlan dplan;
+    std::int32_t d_max_ctx = 0;
     if (D > 0) {
+      d_max_ctx = *std::max_element(d_ctx.begin(), d_ctx.end());
       dplan = k::plan_decode_splits(d_ctx, m.num_heads / s.decode_group, s.decode_max_ctas);
       if (dplan.split()) {
         s.ensure_bytes(s.workspace, static_cast<std::size_t>(k::decode_workspace_floats(
@@ -397,31 +494,33 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
       }
     }
     float* residual = s.residual.as<float>();
-    k::embedding_lookup(i32(o_tokens), T, s.embed.as<Bf16>(), m.vocab_size, H, residual, s.stream);
+    k::embedding_lookup(i32(o_tokens), T, s.embed.as<Bf16>(), m.vocab_size, H, residual,
+                        s.stream.get());
     Bf16* cache = s.kv_cache.as<Bf16>();
     for (std::int32_t l = 0; l < m.num_layers; ++l) {
       const Impl::Layer& w = s.layers[l];
       k::rms_norm({residual, nullptr, nullptr, w.in_norm.as<float>(), s.hbuf.as<Bf16>(), T, H, eps},
-                  s.stream);
+                  s.stream.get());
       s.gemm->linear(s.hbuf.as<Bf16>(), w.qkv.as<Bf16>(), s.qkv.get(), k::Gemm::Out::kF32, T, H,
-                     Q + 2 * KV, 0.0f, s.stream);
+                     Q + 2 * KV, 0.0f, s.stream.get());
       k::qkv_rope({s.qkv.as<float>(), m.qkv_bias ? w.qkv_bias.as<float>() : nullptr, i32(o_pos),
                    s.cos_sin.as<float>(), T, m.num_heads, m.num_kv_heads, m.head_dim,
                    s.q.as<Bf16>(), s.kk.as<Bf16>(), s.vv.as<Bf16>()},
-                  s.stream);
+                  s.stream.get());
       Bf16* k_layer = cache + s.layout.layer_base(l, 0);
       Bf16* v_layer = cache + s.layout.layer_base(l, 1);
       k::kv_write(
           {s.kk.as<Bf16>(), s.vv.as<Bf16>(), reinterpret_cast<const std::int64_t*>(at(o_slots)), T,
            k_layer, v_layer, s.layout.block_stride(), bs, m.num_kv_heads, m.head_dim},
-          s.stream);
+          s.stream.get());
       k::PagedKv kv{k_layer, v_layer, s.layout.block_stride(), bs, m.num_kv_heads, m.head_dim,
                     nullptr, width};
       if (D > 0) {
         kv.block_tables = i32(o_dtab);
-        k::paged_decode_attention({kv, s.q.as<Bf16>(), s.attn.as<Bf16>(), i32(o_drows), i32(o_dctx),
-                                   D, m.num_heads, scale, dplan, s.workspace.as<float>()},
-                                  s.stream);
+        k::paged_decode_attention(
+            {kv, s.q.as<Bf16>(), s.attn.as<Bf16>(), i32(o_drows), i32(o_dctx), D, m.num_heads,
+             scale, dplan, s.workspace.as<float>(), d_max_ctx},
+            s.stream.get());
       }
       if (P > 0) {
         kv.block_tables = i32(o_ptab);
@@ -429,43 +528,43 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
             {kv, s.q.as<Bf16>(), s.attn.as<Bf16>(), i32(o_pbeg), i32(o_pnum), i32(o_pfirst),
              reinterpret_cast<const k::PrefillTile*>(at(o_tiles)),
              static_cast<std::int32_t>(tiles.size()), m.num_heads, scale},
-            s.stream);
+            s.stream.get());
       }
       s.gemm->linear(s.attn.as<Bf16>(), w.o.as<Bf16>(), residual, k::Gemm::Out::kF32, T, Q, H, 1.0f,
-                     s.stream);
+                     s.stream.get());
       k::rms_norm(
           {residual, nullptr, nullptr, w.post_norm.as<float>(), s.hbuf.as<Bf16>(), T, H, eps},
-          s.stream);
+          s.stream.get());
       s.gemm->linear(s.hbuf.as<Bf16>(), w.gate_up.as<Bf16>(), s.gate_up.get(), k::Gemm::Out::kBf16,
-                     T, H, 2 * I, 0.0f, s.stream);
-      k::silu_mul(s.gate_up.as<Bf16>(), s.act.as<Bf16>(), T, I, s.stream);
+                     T, H, 2 * I, 0.0f, s.stream.get());
+      k::silu_mul(s.gate_up.as<Bf16>(), s.act.as<Bf16>(), T, I, s.stream.get());
       s.gemm->linear(s.act.as<Bf16>(), w.down.as<Bf16>(), residual, k::Gemm::Out::kF32, T, I, H,
-                     1.0f, s.stream);
+                     1.0f, s.stream.get());
     }
     if (S > 0) {
       k::rms_norm({residual, nullptr, i32(o_srows), s.final_norm.as<float>(), s.final_h.as<Bf16>(),
                    S, H, eps},
-                  s.stream);
+                  s.stream.get());
       const Bf16* head = m.tie_word_embeddings ? s.embed.as<Bf16>() : s.lm_head.as<Bf16>();
       s.gemm->linear(s.final_h.as<Bf16>(), head, s.logits.get(), k::Gemm::Out::kF32, S, H,
-                     m.vocab_size, 0.0f, s.stream);
+                     m.vocab_size, 0.0f, s.stream.get());
       if (opt.sampling.temperature > 0) {
         k::top_p_sample(
             s.logits.as<float>(), S, m.vocab_size, static_cast<float>(opt.sampling.temperature),
             static_cast<float>(opt.sampling.top_p), reinterpret_cast<const float*>(at(o_u)),
-            s.prob.as<float>(), s.sampled.as<std::int32_t>(), s.stream);
+            s.prob.as<float>(), s.sampled.as<std::int32_t>(), s.stream.get());
       } else {
         k::greedy_sample(s.logits.as<float>(), S, m.vocab_size, s.sampled.as<std::int32_t>(),
-                         s.stream);
+                         s.stream.get());
       }
       std::vector<std::int32_t> sampled(S);
-      k::copy_async(sampled.data(), s.sampled.get(), S * sizeof(std::int32_t), s.stream);
+      k::copy_async(sampled.data(), s.sampled.get(), S * sizeof(std::int32_t), s.stream.get());
       std::vector<float> logits;
       if (opt.keep_logits) {
         logits.resize(static_cast<std::size_t>(S) * m.vocab_size);
-        k::copy_async(logits.data(), s.logits.get(), logits.size() * sizeof(float), s.stream);
+        k::copy_async(logits.data(), s.logits.get(), logits.size() * sizeof(float), s.stream.get());
       }
-      k::synchronize(s.stream);
+      k::synchronize(s.stream.get());
       for (std::int32_t r = 0; r < S; ++r) {
         if (sample_k[r] > 0) {
           result.fork_tokens.push_back(sampled[r]);  // rows are in plan order, samples in order
@@ -480,7 +579,7 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
       }
     }
   }
-  k::synchronize(s.stream);
+  k::synchronize(s.stream.get());
   result.duration_ns =
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
           .count();

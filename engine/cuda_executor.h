@@ -4,7 +4,8 @@
 // Compiled only when the build has CUDA (SERVELAB_HAVE_CUDA); see docs/engine.md.
 //
 // Device state:
-//   - weights in bf16, with q/k/v packed into one [q + 2 kv, hidden] matrix and gate/up into one
+//   - weights (uploaded from LlamaWeights, or generated on the device from a seed) in bf16, with
+//   q/k/v packed into one [q + 2 kv, hidden] matrix and gate/up into one
 //     [2 * intermediate, hidden] matrix (one GEMM each); norm weights and q/k/v biases in fp32;
 //   - the KV cache: ONE allocation of num_blocks() blocks in the block-major layout of
 //     kernels/kv_layout.h ([block][layer][K|V][slot][kv_head][head_dim]), so a block move is one
@@ -24,6 +25,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -47,11 +49,18 @@ struct CudaExecutorOptions {
 
 class CudaExecutor : public Backend {
  public:
-  // Uploads the weights, allocates buffers, then the KV cache (options.num_blocks, or the blocks
-  // fitting in total * gpu_memory_utilization minus what the process holds) and swap space.
+  // Uploads the weights (converted to bf16; norms and biases stay fp32), allocates buffers,
+  // then the KV cache (options.num_blocks, or the blocks fitting in total *
+  // gpu_memory_utilization minus what the process holds) and swap space. `weights` is not
+  // referenced after the constructor returns.
   // Throws std::invalid_argument for bad options (as CpuExecutor, plus head_dim not 64/128,
   // unsupported shapes) and std::runtime_error for CUDA errors or when fewer than 2 blocks fit.
   CudaExecutor(const LlamaWeights& weights, const CudaExecutorOptions& options);
+  // The same with LlamaWeights::random(config, seed) generated directly on the device, one
+  // kernel launch per tensor (kernels/random_fill.h): no fp32 host copy is ever made, and every
+  // weight equals the host one rounded to bf16 (fp32 norms and biases: equal). Additionally
+  // throws ConfigError when config.model.validate() does.
+  CudaExecutor(const LlamaConfig& config, std::uint64_t seed, const CudaExecutorOptions& options);
   ~CudaExecutor() override;
   CudaExecutor(const CudaExecutor&) = delete;
   CudaExecutor& operator=(const CudaExecutor&) = delete;
@@ -66,6 +75,10 @@ class CudaExecutor : public Backend {
   const CudaExecutorOptions& options() const;
   // With keep_logits: the last execute()'s logits per plan entry (empty for non-sampling ones).
   const std::vector<std::vector<float>>& last_logits() const;
+  // Tests: the device copy of weight `name` (a tensor_names() name), widened to float (bf16
+  // matrices; fp32 norm weights and biases as they are). Throws std::out_of_range for a name
+  // the model does not have.
+  std::vector<float> read_weight(const std::string& name) const;
   // Tests: one layer's K or V plane of a device (or, host = true, swap-space) block, bf16 bits,
   // [slot][kv_head][head_dim].
   std::vector<std::uint16_t> read_block(bool host, std::int32_t layer, bool value,

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -192,9 +193,16 @@ RunOutput run_engine(const ExperimentConfig& config, const EngineOptions& option
   const std::string schedule_path =
       config.outputs.record_schedule ? out.out_dir + "/schedule.csv" : "";
 
-  // Weights before the KV cache: a bad checkpoint fails before gigabytes are allocated.
-  const LlamaWeights weights = options.weights.empty() ? LlamaWeights::random(llama, config.seed)
-                                                       : LlamaWeights::load(llama, options.weights);
+  // Weights before the KV cache: a bad checkpoint fails before gigabytes are allocated. The CUDA
+  // executor generates random weights on the device itself (no fp32 host copy: 32 GB for an 8B
+  // model), so host weights exist only for a checkpoint or the CPU executor.
+  const bool device_random = cuda && options.weights.empty();
+  std::optional<LlamaWeights> weights;
+  if (!options.weights.empty()) {
+    weights = LlamaWeights::load(llama, options.weights);
+  } else if (!device_random) {
+    weights = LlamaWeights::random(llama, config.seed);
+  }
   std::unique_ptr<Backend> executor;
   if (cuda) {
 #if SERVELAB_HAVE_CUDA
@@ -207,7 +215,9 @@ RunOutput run_engine(const ExperimentConfig& config, const EngineOptions& option
     cuda_options.max_num_seqs = config.scheduler.max_num_seqs;
     cuda_options.max_model_len = config.scheduler.max_model_len;
     cuda_options.sampling.seed = config.seed;
-    auto cuda_executor = std::make_unique<CudaExecutor>(weights, cuda_options);
+    auto cuda_executor = device_random
+                             ? std::make_unique<CudaExecutor>(llama, config.seed, cuda_options)
+                             : std::make_unique<CudaExecutor>(*weights, cuda_options);
     out.num_gpu_blocks = cuda_executor->num_blocks();
     executor = std::move(cuda_executor);
 #endif
@@ -217,7 +227,7 @@ RunOutput run_engine(const ExperimentConfig& config, const EngineOptions& option
     exec_options.num_blocks = static_cast<std::int32_t>(out.num_gpu_blocks);
     exec_options.sampling.seed = config.seed;
     exec_options.num_host_blocks = static_cast<std::int32_t>(num_cpu_blocks);
-    executor = std::make_unique<CpuExecutor>(weights, exec_options);
+    executor = std::make_unique<CpuExecutor>(*weights, exec_options);
   }
 
   Recorder recorder(config.slo, steps_path, schedule_path);

@@ -1,11 +1,15 @@
 #include "engine/llama_weights.h"
 
+#include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
+#include <system_error>
+#include <thread>
 
 #include "core/config_node.h"
 #include "core/rng.h"
@@ -167,33 +171,69 @@ std::vector<std::string> tensor_names(const ModelConfig& config) {
   return names;
 }
 
-LlamaWeights LlamaWeights::random(const LlamaConfig& config, std::uint64_t seed) {
+kernels::CounterNormal random_tensor_params(const ModelConfig& config, std::uint64_t seed,
+                                            const std::string& name, std::int64_t cols) {
+  const std::uint64_t key = mix64(mix64(seed ^ name_hash("llama_weights")) ^ name_hash(name));
+  double mean = 0;
+  double scale;
+  if (cols == 0) {
+    mean = name.ends_with("norm.weight") ? 1.0 : 0.0;
+    scale = 0.1;
+  } else {
+    scale = name == "model.embed_tokens.weight" ? 1.0 : 1.0 / std::sqrt(double(cols));
+    if (name == "lm_head.weight") scale = 4.0 / std::sqrt(double(config.hidden_size));
+  }
+  return kernels::counter_normal_params(key, mean, scale);
+}
+
+LlamaWeights LlamaWeights::random(const LlamaConfig& config, std::uint64_t seed, int num_threads) {
   config.model.validate();
   LlamaWeights w;
   w.config = config;
   w.layers.resize(config.model.num_layers);
-  Rng rng = Rng::stream(seed, "llama_weights");
-  const std::int64_t hidden = config.model.hidden_size;
+  struct Tensor {
+    float* data;
+    std::int64_t size;
+    kernels::CounterNormal params;
+  };
+  std::vector<Tensor> tensors;
   for_each_tensor(w, [&](const std::string& name, auto& x, std::int64_t rows, std::int64_t cols) {
-    // Scales: embeddings N(0, 1) so the residual stream starts at unit RMS; a projection
-    // N(0, 1/in) keeps its output's variance equal to its input's; norm weights and biases near
-    // 1 and 0 so they matter without dominating; the LM head N(0, 16/hidden) on a unit-RMS input
-    // gives logits of standard deviation ~4, so the top two logits are rarely within 1e-3.
-    double scale;
-    double mean = 0;
-    if (cols == 0) {
-      const bool is_norm = name.ends_with("norm.weight");
-      mean = is_norm ? 1.0 : 0.0;
-      scale = 0.1;
-    } else {
-      scale = name == "model.embed_tokens.weight" ? 1.0 : 1.0 / std::sqrt(double(cols));
-      if (name == "lm_head.weight") scale = 4.0 / std::sqrt(double(hidden));
-    }
     resize_to(x, rows, cols);
-    for (Eigen::Index i = 0; i < x.size(); ++i) {
-      x.data()[i] = static_cast<float>(mean + scale * rng.normal());
-    }
+    tensors.push_back({x.data(), x.size(), random_tensor_params(config.model, seed, name, cols)});
   });
+  // Work items of at most kChunk elements, taken from a shared counter: every element is a pure
+  // function of (tensor, index), so which thread writes it does not matter. Pages are first
+  // touched by the filling threads, so allocation cost is parallel too.
+  constexpr std::int64_t kChunk = std::int64_t{1} << 20;
+  struct Chunk {
+    std::size_t tensor;
+    std::int64_t begin, end;
+  };
+  std::vector<Chunk> chunks;
+  for (std::size_t t = 0; t < tensors.size(); ++t) {
+    for (std::int64_t b = 0; b < tensors[t].size; b += kChunk) {
+      chunks.push_back({t, b, std::min(tensors[t].size, b + kChunk)});
+    }
+  }
+  std::atomic<std::size_t> next{0};
+  auto work = [&] {
+    for (std::size_t c = next++; c < chunks.size(); c = next++) {
+      const Tensor& t = tensors[chunks[c].tensor];
+      for (std::int64_t i = chunks[c].begin; i < chunks[c].end; ++i) {
+        t.data[i] = kernels::counter_normal(t.params, static_cast<std::uint64_t>(i));
+      }
+    }
+  };
+  const int hw = static_cast<int>(std::max(1U, std::thread::hardware_concurrency()));
+  const std::size_t n = std::min<std::size_t>(num_threads > 0 ? num_threads : hw, chunks.size());
+  std::vector<std::thread> pool;
+  try {
+    for (std::size_t i = 1; i < n; ++i) pool.emplace_back(work);
+  } catch (const std::system_error&) {
+    // No more threads: the ones running (and this one) take the remaining chunks.
+  }
+  work();
+  for (std::thread& t : pool) t.join();
   return w;
 }
 

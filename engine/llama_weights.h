@@ -4,8 +4,10 @@
 // Matrices keep the Hugging Face nn.Linear layout [out_features, in_features], row-major, so a
 // projection of a token batch X [tokens, in] is X * W^T, and a checkpoint tensor is copied as is.
 // Weights come from one of two places:
-//   - LlamaWeights::random(config, seed): deterministic (core/rng.h) from the seed, scaled so
-//     activations stay O(1) and logits have a spread of a few units (see the .cc);
+//   - LlamaWeights::random(config, seed): deterministic from the seed, scaled so activations
+//     stay O(1) and logits have a spread of a few units (random_tensor_params). Each element is
+//     a pure function of (seed, tensor name, element index) (kernels/counter_normal.h), so the
+//     tensors fill in parallel and the CUDA executor generates the same weights on the GPU;
 //   - LlamaWeights::load(config, path): a safetensors file, directory or sharded index with the
 //     Hugging Face names (tensor_names() lists them), shapes checked against the config.
 #pragma once
@@ -16,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/counter_normal.h"
 #include "sim/model_config.h"
 
 namespace servelab {
@@ -68,8 +71,11 @@ struct LlamaWeights {
     return config.model.tie_word_embeddings ? embed_tokens : lm_head;
   }
 
-  // Deterministic random weights. Throws ConfigError when config.model.validate() does.
-  static LlamaWeights random(const LlamaConfig& config, std::uint64_t seed);
+  // Deterministic random weights: tensor `name` ([rows, cols]) holds counter_normal(
+  // random_tensor_params(config, seed, name, cols), i) at flat row-major index i. Filled by
+  // num_threads threads (0: std::thread::hardware_concurrency()); the result does not depend on
+  // the thread count. Throws ConfigError when config.model.validate() does.
+  static LlamaWeights random(const LlamaConfig& config, std::uint64_t seed, int num_threads = 0);
   // Loads every tensor of tensor_names(config) from `path` (see TensorStore::open). Throws
   // std::runtime_error naming the tensor when one is missing or its shape disagrees with the
   // config (and naming the file for malformed checkpoints). Extra tensors are ignored.
@@ -81,5 +87,14 @@ struct LlamaWeights {
 
 // The Hugging Face tensor names a model with this config needs, in a fixed order.
 std::vector<std::string> tensor_names(const ModelConfig& config);
+
+// How LlamaWeights::random draws tensor `name` of `config` (cols: its columns, 0 for a vector)
+// under `seed`: the stream key mixes the seed with the name, and the mean and scale follow these
+// rules. Embeddings N(0, 1) so the residual stream starts at unit RMS; a projection N(0, 1/in)
+// keeps its output's variance equal to its input's; norm weights and biases N(1, 0.01) and
+// N(0, 0.01) so they matter without dominating; the LM head N(0, 16/hidden) on a unit-RMS input
+// gives logits of standard deviation ~4, so the top two logits are rarely within 1e-3.
+kernels::CounterNormal random_tensor_params(const ModelConfig& config, std::uint64_t seed,
+                                            const std::string& name, std::int64_t cols);
 
 }  // namespace servelab

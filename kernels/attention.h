@@ -46,7 +46,14 @@ struct DecodeAttentionArgs {
   float scale = 0;
   DecodeSplitPlan plan;
   float* workspace = nullptr;
+  // The host's copy of max_i context_lens[i]: the launcher checks the plan against it
+  // (validate_decode_plan), since context_lens lives on the device. REQUIRES: >= every
+  // context_lens[i] (a key past max_splits * partition_tokens would be silently dropped).
+  std::int32_t max_context_len = 0;
 };
+// Throws std::invalid_argument for head_dim not 64/128, num_kv_heads not dividing num_q_heads,
+// num_seqs > 65535 (grid.y), max_context_len < 1, a plan failing validate_decode_plan for
+// max_context_len, or a split plan without workspace; std::runtime_error on a launch error.
 void paged_decode_attention(const DecodeAttentionArgs& args, Stream stream);
 
 // CTAs of the decode kernel that fit on the device at once (SMs x occupancy): the max_ctas of

@@ -68,9 +68,8 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeParams p) 
   const std::int64_t q_row = p.q_rows[seq];
 #pragma unroll
   for (int g = 0; g < G; ++g) {
-    const uint4 raw = *reinterpret_cast<const uint4*>(
-        p.q + (q_row * p.num_q_heads + q_head0 + g) * HD + lane * kVec);
-    detail::unpack8(raw, q[g]);
+    detail::unpack8(detail::load16(p.q + (q_row * p.num_q_heads + q_head0 + g) * HD + lane * kVec),
+                    q[g]);
 #pragma unroll
     for (int i = 0; i < kVec; ++i) q[g][i] *= p.scale_log2;
   }
@@ -101,7 +100,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeParams p) 
         const std::int64_t off =
             std::int64_t{table[pos / bs]} * p.kv.block_stride + (pos % bs) * row_elems + head_off;
         float kf[kVec];
-        detail::unpack8(*reinterpret_cast<const uint4*>(kbase + off), kf);
+        detail::unpack8(detail::load16(kbase + off), kf);
 #pragma unroll
         for (int g = 0; g < G; ++g) {
           float s = 0.0f;
@@ -156,7 +155,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeParams p) 
       const std::int64_t off =
           std::int64_t{table[pos / bs]} * p.kv.block_stride + (pos % bs) * row_elems + head_off;
       float vf[kVec];
-      detail::unpack8(*reinterpret_cast<const uint4*>(vbase + off), vf);
+      detail::unpack8(detail::load16(vbase + off), vf);
 #pragma unroll
       for (int g = 0; g < G; ++g) {
         const float pg = s_p[g][t];
@@ -274,9 +273,14 @@ void paged_decode_attention(const DecodeAttentionArgs& a, Stream stream) {
   if (a.kv.num_kv_heads < 1 || a.num_q_heads % a.kv.num_kv_heads != 0) {
     throw std::invalid_argument("paged_decode_attention: num_kv_heads must divide num_q_heads");
   }
-  if (a.plan.partition_tokens % kTile != 0 || a.plan.max_splits < 1) {
-    throw std::invalid_argument("paged_decode_attention: bad split plan");
+  if (a.num_seqs < 0 || a.num_seqs > 65535) {
+    throw std::invalid_argument("paged_decode_attention: num_seqs must be in [0, 65535] (grid.y)");
   }
+  if (a.max_context_len < 1) {
+    throw std::invalid_argument(
+        "paged_decode_attention: max_context_len (the longest context, host side) must be set");
+  }
+  validate_decode_plan(a.plan, a.max_context_len, "paged_decode_attention");
   if (a.plan.split() && a.workspace == nullptr) {
     throw std::invalid_argument("paged_decode_attention: split plan without workspace");
   }

@@ -1,6 +1,7 @@
 #include "kernels/attention_plan.h"
 
 #include <algorithm>
+#include <stdexcept>
 
 namespace servelab::kernels {
 
@@ -25,9 +26,46 @@ std::int64_t ctas_for(const std::vector<std::int32_t>& ctx, std::int64_t partiti
 
 }  // namespace
 
+std::string decode_plan_error(const DecodeSplitPlan& plan, std::int64_t longest_context) {
+  const std::string part = std::to_string(plan.partition_tokens);
+  const std::string splits = std::to_string(plan.max_splits);
+  if (plan.partition_tokens <= 0) {
+    return "partition_tokens is " + part + ", must be > 0 (no split would hold a key)";
+  }
+  if (plan.partition_tokens % kDecodeTileTokens != 0) {
+    return "partition_tokens " + part + " is not a multiple of the " +
+           std::to_string(kDecodeTileTokens) + "-token tile";
+  }
+  if (plan.max_splits < 1 || plan.max_splits > kMaxDecodeSplits) {
+    return "max_splits is " + splits + ", must be in [1, " + std::to_string(kMaxDecodeSplits) + "]";
+  }
+  if (std::int64_t{plan.max_splits} * plan.partition_tokens < longest_context) {
+    return splits + " splits x " + part + " tokens do not cover the longest context (" +
+           std::to_string(longest_context) + " tokens)";
+  }
+  return {};
+}
+
+void validate_decode_plan(const DecodeSplitPlan& plan, std::int64_t longest_context,
+                          const char* who) {
+  const std::string e = decode_plan_error(plan, longest_context);
+  if (!e.empty())
+    throw std::invalid_argument(std::string(who) + ": invalid decode split plan: " + e);
+}
+
 DecodeSplitPlan plan_decode_splits(const std::vector<std::int32_t>& context_lens,
                                    std::int32_t ctas_per_seq, std::int32_t max_ctas,
                                    std::int32_t min_partition) {
+  if (context_lens.empty() || ctas_per_seq < 1 || max_ctas < 1 || min_partition < 1) {
+    throw std::invalid_argument(
+        "plan_decode_splits: needs >= 1 sequence, ctas_per_seq, max_ctas and min_partition >= 1");
+  }
+  for (std::int32_t c : context_lens) {
+    if (c < 1) {
+      throw std::invalid_argument("plan_decode_splits: context length " + std::to_string(c) +
+                                  " (every sequence decodes at least its own token)");
+    }
+  }
   const std::int64_t tile = kDecodeTileTokens;
   std::int32_t longest = 1;
   for (std::int32_t c : context_lens) longest = std::max(longest, c);
@@ -35,10 +73,15 @@ DecodeSplitPlan plan_decode_splits(const std::vector<std::int32_t>& context_lens
   DecodeSplitPlan plan{static_cast<std::int32_t>(whole), 1};
   const std::int64_t base = static_cast<std::int64_t>(context_lens.size()) * ctas_per_seq;
   const std::int64_t lo_tokens = std::max<std::int64_t>(ceil_div(min_partition, tile) * tile, tile);
-  if (base >= max_ctas || whole <= lo_tokens) return plan;
+  if (base >= max_ctas || whole <= lo_tokens) {
+    validate_decode_plan(plan, longest, "plan_decode_splits");
+    return plan;
+  }
   // Smallest partition (in tiles) that keeps the grid within max_ctas; more splits than that
   // only add merge traffic. ctas_for() is non-increasing in the partition.
-  std::int64_t lo = lo_tokens / tile, hi = whole / tile;
+  // No more than kMaxDecodeSplits splits, whatever max_ctas allows.
+  std::int64_t lo = std::max(lo_tokens / tile, ceil_div(ceil_div(longest, kMaxDecodeSplits), tile));
+  std::int64_t hi = whole / tile;
   while (lo < hi) {
     const std::int64_t mid = (lo + hi) / 2;
     if (ctas_for(context_lens, mid * tile, ctas_per_seq) <= max_ctas) {
@@ -49,6 +92,7 @@ DecodeSplitPlan plan_decode_splits(const std::vector<std::int32_t>& context_lens
   }
   plan.partition_tokens = static_cast<std::int32_t>(lo * tile);
   plan.max_splits = static_cast<std::int32_t>(ceil_div(longest, plan.partition_tokens));
+  validate_decode_plan(plan, longest, "plan_decode_splits");
   return plan;
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace servelab::kernels {
@@ -18,17 +19,35 @@ inline constexpr std::int32_t kPrefillTileRows = 64;
 // divides num_q_heads / num_kv_heads. REQUIRES: num_kv_heads divides num_q_heads.
 std::int32_t decode_heads_per_cta(std::int32_t num_q_heads, std::int32_t num_kv_heads);
 
+// Invariants (validate_decode_plan): partition_tokens > 0 and a multiple of kDecodeTileTokens;
+// 1 <= max_splits <= kMaxDecodeSplits; max_splits * partition_tokens >= the longest context of
+// the batch (every key is in some split). A default-constructed plan is invalid: it must come
+// from plan_decode_splits or be filled in by hand.
 struct DecodeSplitPlan {
   std::int32_t partition_tokens = 0;  // keys per split; a multiple of kDecodeTileTokens
   std::int32_t max_splits = 1;        // grid z: ceil(max context / partition_tokens)
   bool split() const { return max_splits > 1; }
 };
 
+// The most splits a launch can have (CUDA's grid.z limit).
+inline constexpr std::int32_t kMaxDecodeSplits = 65535;
+
+// Empty when `plan` satisfies the invariants above for a batch whose longest context is
+// longest_context, else a sentence saying which one fails (for an error message).
+std::string decode_plan_error(const DecodeSplitPlan& plan, std::int64_t longest_context);
+// Throws std::invalid_argument("<who>: invalid decode split plan: <reason>") when
+// decode_plan_error(plan, longest_context) is not empty.
+void validate_decode_plan(const DecodeSplitPlan& plan, std::int64_t longest_context,
+                          const char* who);
+
 // Chooses the split-K partition for a decode batch (FlashInfer's planner, simplified): no split
 // when the batch alone fills the device (num_seqs * ctas_per_seq >= max_ctas) or the longest
 // context is at most min_partition; otherwise the smallest partition (a multiple of the tile,
-// at least min_partition) with sum_i ceil(ctx_i / partition) * ctas_per_seq <= max_ctas.
-// REQUIRES: every context length >= 1, ctas_per_seq >= 1, max_ctas >= 1.
+// at least min_partition) with sum_i ceil(ctx_i / partition) * ctas_per_seq <= max_ctas (and
+// at most kMaxDecodeSplits splits).
+// The result always satisfies validate_decode_plan for the longest of context_lens.
+// Throws std::invalid_argument when context_lens is empty or a length is < 1, ctas_per_seq < 1,
+// max_ctas < 1 or min_partition < 1.
 DecodeSplitPlan plan_decode_splits(const std::vector<std::int32_t>& context_lens,
                                    std::int32_t ctas_per_seq, std::int32_t max_ctas,
                                    std::int32_t min_partition = 128);

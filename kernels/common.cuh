@@ -27,14 +27,22 @@ __host__ __device__ inline __nv_bfloat16* bf(Bf16* p) {
   return reinterpret_cast<__nv_bfloat16*>(p);
 }
 
-// 8 bf16 values (one 16-byte load) to fp32 and back.
-__device__ __forceinline__ void unpack8(const uint4& raw, float* f) {
-  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
+// One 16-byte global load (ld.global.v4.u32 / LDG.E.128) of 8 bf16 values into registers.
+// REQUIRES: p is 16-byte aligned. Load through this, then unpack8 the register copy: handing
+// unpack8 a reference into global memory let the compiler read it as four 4-byte loads
+// (issue 14; kernels/README.md "Checking the loads" shows how to see it in the PTX).
+__device__ __forceinline__ uint4 load16(const __nv_bfloat16* p) {
+  return *reinterpret_cast<const uint4*>(p);
+}
+
+// 8 bf16 values (a register copy, e.g. from load16) to fp32, and back. A bf16 is the top half
+// of an fp32, so the conversion is two shifts/masks per 32-bit word and reads nothing in memory.
+__device__ __forceinline__ void unpack8(const uint4 raw, float* f) {
+  const unsigned w[4] = {raw.x, raw.y, raw.z, raw.w};
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    const float2 x = __bfloat1622float2(h[i]);
-    f[2 * i] = x.x;
-    f[2 * i + 1] = x.y;
+    f[2 * i] = __uint_as_float(w[i] << 16);              // low half: the even element
+    f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);  // high half: the odd element
   }
 }
 __device__ __forceinline__ uint4 pack8(const float* f) {

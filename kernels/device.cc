@@ -2,6 +2,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdio>
 #include <stdexcept>
 #include <utility>
 
@@ -122,14 +123,38 @@ void synchronize(Stream stream) {
   check(cudaStreamSynchronize(as_stream(stream)), "cudaStreamSynchronize");
 }
 
-Stream create_stream() {
+OwnedStream OwnedStream::create() {
   cudaStream_t s = nullptr;
   check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
-  return s;
+  OwnedStream o;
+  o.stream_ = s;
+  return o;
 }
 
-void destroy_stream(Stream stream) {
-  if (stream != nullptr) cudaStreamDestroy(as_stream(stream));
+OwnedStream::~OwnedStream() { release(); }
+
+OwnedStream::OwnedStream(OwnedStream&& other) noexcept
+    : stream_(std::exchange(other.stream_, nullptr)) {}
+
+OwnedStream& OwnedStream::operator=(OwnedStream&& other) noexcept {
+  if (this != &other) {
+    release();
+    stream_ = std::exchange(other.stream_, nullptr);
+  }
+  return *this;
+}
+
+void OwnedStream::release() noexcept {
+  if (stream_ == nullptr) return;
+  const cudaStream_t s = as_stream(std::exchange(stream_, nullptr));
+  // At process exit the runtime may already be unloading; that is not worth a message.
+  auto report = [](cudaError_t e, const char* what) {
+    if (e != cudaSuccess && e != cudaErrorCudartUnloading) {
+      std::fprintf(stderr, "servelab: CUDA %s: %s\n", what, cudaGetErrorString(e));
+    }
+  };
+  report(cudaStreamSynchronize(s), "cudaStreamSynchronize (stream destruction)");
+  report(cudaStreamDestroy(s), "cudaStreamDestroy");
 }
 
 GpuTimer::GpuTimer(Stream stream) : stream_(stream) {

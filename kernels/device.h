@@ -67,8 +67,28 @@ void copy_to_host(void* dst, const void* src, std::size_t bytes);
 void fill_bytes(void* dst, int value, std::size_t bytes, Stream stream = nullptr);
 void synchronize(Stream stream = nullptr);
 
-Stream create_stream();
-void destroy_stream(Stream stream);
+// A stream (cudaStreamNonBlocking) owned by this object: synchronised and destroyed with it.
+// Default-constructed it holds none (get() is nullptr, the default stream) and touches no
+// device. Move-only. Anything bound to the stream (a cuBLAS handle, events recorded on it) must
+// be destroyed first: declare the OwnedStream BEFORE such members, since members are destroyed
+// in reverse order of declaration.
+class OwnedStream {
+ public:
+  OwnedStream() = default;
+  // Throws std::runtime_error when the stream cannot be created.
+  static OwnedStream create();
+  ~OwnedStream();
+  OwnedStream(OwnedStream&& other) noexcept;
+  OwnedStream& operator=(OwnedStream&& other) noexcept;
+  OwnedStream(const OwnedStream&) = delete;
+  OwnedStream& operator=(const OwnedStream&) = delete;
+
+  Stream get() const { return stream_; }
+
+ private:
+  void release() noexcept;  // errors go to stderr: a destructor cannot throw
+  Stream stream_ = nullptr;
+};
 
 // Elapsed milliseconds of `stream` work between two points (CUDA events).
 class GpuTimer {

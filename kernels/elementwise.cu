@@ -91,19 +91,23 @@ __global__ void qkv_rope_kernel(const RopeArgs a) {
   }
 }
 
+// Grid-stride over token rows on grid.x (any token count; grid.y would stop at 65,535), the
+// block's threads over a row's 8-value groups.
 __global__ void silu_mul_kernel(const __nv_bfloat16* gate_up, __nv_bfloat16* out,
-                                std::int32_t width) {
-  const std::int64_t t = blockIdx.y;
-  const uint4* g = reinterpret_cast<const uint4*>(gate_up + t * 2 * width);
-  const uint4* u = reinterpret_cast<const uint4*>(gate_up + t * 2 * width + width);
-  uint4* o = reinterpret_cast<uint4*>(out + t * width);
-  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < width / 8; i += gridDim.x * blockDim.x) {
-    float gf[8], uf[8], r[8];
-    detail::unpack8(g[i], gf);
-    detail::unpack8(u[i], uf);
+                                std::int32_t num_tokens, std::int32_t width) {
+  const int vecs = width / 8;
+  for (std::int64_t t = blockIdx.x; t < num_tokens; t += gridDim.x) {
+    const __nv_bfloat16* g = gate_up + t * 2 * width;
+    const __nv_bfloat16* u = g + width;
+    uint4* o = reinterpret_cast<uint4*>(out + t * width);
+    for (int i = threadIdx.x; i < vecs; i += blockDim.x) {
+      float gf[8], uf[8], r[8];
+      detail::unpack8(detail::load16(g + 8 * i), gf);
+      detail::unpack8(detail::load16(u + 8 * i), uf);
 #pragma unroll
-    for (int k = 0; k < 8; ++k) r[k] = gf[k] / (1.0f + __expf(-gf[k])) * uf[k];
-    o[i] = detail::pack8(r);
+      for (int k = 0; k < 8; ++k) r[k] = gf[k] / (1.0f + __expf(-gf[k])) * uf[k];
+      o[i] = detail::pack8(r);
+    }
   }
 }
 
@@ -132,12 +136,19 @@ void qkv_rope(const RopeArgs& a, Stream stream) {
 
 void silu_mul(const Bf16* gate_up, Bf16* out, std::int32_t num_tokens, std::int32_t width,
               Stream stream) {
-  if (num_tokens == 0) return;
+  if (num_tokens < 0 || width < 0) {
+    throw std::invalid_argument("silu_mul: negative token count or width");
+  }
+  if (num_tokens == 0 || width == 0) return;
   if (width % 8 != 0) throw std::invalid_argument("silu_mul: width must be a multiple of 8");
-  const int threads = 256;
-  const int x = std::max(1, std::min(8, (width / 8 + threads - 1) / threads));
-  silu_mul_kernel<<<dim3(x, num_tokens), threads, 0, detail::as_stream(stream)>>>(
-      detail::bf(gate_up), detail::bf(out), width);
+  // Threads: the row's 8-value groups rounded up to a warp, at most 256; one CTA per row up to
+  // kMaxRowBlocks, then each CTA strides over further rows.
+  constexpr int kMaxRowBlocks = 1 << 16;
+  const int vecs = width / 8;
+  const int threads = std::min(256, (vecs + 31) / 32 * 32);
+  const int blocks = std::min(num_tokens, kMaxRowBlocks);
+  silu_mul_kernel<<<blocks, threads, 0, detail::as_stream(stream)>>>(
+      detail::bf(gate_up), detail::bf(out), num_tokens, width);
   detail::check_launch("silu_mul");
 }
 

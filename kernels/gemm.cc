@@ -3,6 +3,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <cstdio>
 #include <stdexcept>
 #include <string>
 
@@ -26,7 +27,13 @@ Gemm::Gemm() {
   handle_ = h;
 }
 
-Gemm::~Gemm() { cublasDestroy(as_handle(handle_)); }
+Gemm::~Gemm() {
+  // A destructor cannot throw: a failure is reported, not raised.
+  const cublasStatus_t st = cublasDestroy(as_handle(handle_));
+  if (st != CUBLAS_STATUS_SUCCESS) {
+    std::fprintf(stderr, "servelab: cuBLAS cublasDestroy: %s\n", cublasGetStatusString(st));
+  }
+}
 
 void Gemm::linear(const Bf16* x, const Bf16* w, void* y, Out out_type, std::int32_t tokens,
                   std::int32_t in, std::int32_t out, float beta, Stream stream) {

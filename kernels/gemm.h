@@ -15,6 +15,7 @@ class Gemm {
  public:
   enum class Out { kF32, kBf16 };
   Gemm();
+  // Destroy before the streams linear() was called with (the handle stays bound to the last).
   ~Gemm();
   Gemm(const Gemm&) = delete;
   Gemm& operator=(const Gemm&) = delete;

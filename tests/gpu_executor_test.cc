@@ -9,7 +9,9 @@
 #include <cstdint>
 #include <map>
 #include <numeric>
+#include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/block_pool.h"
@@ -20,6 +22,7 @@
 #include "core/scheduler.h"
 #include "engine/cpu_executor.h"
 #include "engine/llama_weights.h"
+#include "engine/safetensors.h"
 #if SERVELAB_HAVE_CUDA
 #include "engine/cuda_executor.h"
 #include "kernels/device.h"
@@ -283,6 +286,114 @@ TEST(GpuExecutor, SwapAndCopyRestoreKvBitForBit) {
     ASSERT_NEAR(exec.last_logits()[0][i], logits[i], kLogitTol * scale);
   }
   (void)first;
+#endif
+}
+
+// Host weights by their Hugging Face name: (data, size, is a vector).
+[[maybe_unused]] std::map<std::string, std::pair<const float*, std::int64_t>> HostTensors(
+    const LlamaWeights& w) {
+  std::map<std::string, std::pair<const float*, std::int64_t>> t;
+  auto add = [&](const std::string& name, const auto& x) { t[name] = {x.data(), x.size()}; };
+  add("model.embed_tokens.weight", w.embed_tokens);
+  if (!w.config.model.tie_word_embeddings) add("lm_head.weight", w.lm_head);
+  add("model.norm.weight", w.norm);
+  for (std::size_t i = 0; i < w.layers.size(); ++i) {
+    const LlamaLayerWeights& l = w.layers[i];
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    add(p + "self_attn.q_proj.weight", l.q_proj);
+    add(p + "self_attn.k_proj.weight", l.k_proj);
+    add(p + "self_attn.v_proj.weight", l.v_proj);
+    if (w.config.model.qkv_bias) {
+      add(p + "self_attn.q_proj.bias", l.q_bias);
+      add(p + "self_attn.k_proj.bias", l.k_bias);
+      add(p + "self_attn.v_proj.bias", l.v_bias);
+    }
+    add(p + "self_attn.o_proj.weight", l.o_proj);
+    add(p + "mlp.gate_proj.weight", l.gate_proj);
+    add(p + "mlp.up_proj.weight", l.up_proj);
+    add(p + "mlp.down_proj.weight", l.down_proj);
+    add(p + "input_layernorm.weight", l.input_layernorm);
+    add(p + "post_attention_layernorm.weight", l.post_attention_layernorm);
+  }
+  return t;
+}
+
+// Issue 14: random weights generated on the device (CudaExecutor(config, seed)) are the host's
+// LlamaWeights::random rounded to bf16, element for element (fp32 norms and biases: equal), and
+// an executor built that way computes exactly what one uploaded from the host weights does.
+TEST(GpuExecutor, DeviceGeneratedWeightsEqualHostWeights) {
+  REQUIRE_GPU();
+#if SERVELAB_HAVE_CUDA
+  for (const bool bias_tied : {false, true}) {
+    SCOPED_TRACE(bias_tied ? "qkv bias, tied embeddings" : "untied, no bias");
+    const LlamaConfig config = GpuConfig(64, 4, 2, bias_tied);
+    const std::uint64_t seed = 21;
+    const LlamaWeights host = LlamaWeights::random(config, seed);
+    CudaExecutor generated(config, seed, GpuOptions(16, 40));
+    const auto tensors = HostTensors(host);
+    const std::vector<std::string> names = tensor_names(config.model);
+    ASSERT_EQ(tensors.size(), names.size());
+    for (const std::string& name : names) {
+      SCOPED_TRACE(name);
+      ASSERT_EQ(tensors.count(name), 1U);
+      const auto [data, size] = tensors.at(name);
+      const std::vector<float> dev = generated.read_weight(name);
+      ASSERT_EQ(static_cast<std::int64_t>(dev.size()), size);
+      const bool vector = name.ends_with("norm.weight") || name.ends_with(".bias");
+      std::int64_t mismatches = 0;
+      for (std::int64_t i = 0; i < size; ++i) {
+        const float want = vector ? data[i] : bf16_to_float(float_to_bf16(data[i]));
+        if (dev[i] != want && ++mismatches <= 5) {
+          ADD_FAILURE() << "element " << i << ": device " << dev[i] << ", host " << data[i]
+                        << " (bf16 " << want << ")";
+        }
+      }
+      EXPECT_EQ(mismatches, 0);
+    }
+    EXPECT_THROW(generated.read_weight("no.such.weight"), std::out_of_range);
+
+    // Same device weights, same kernels: the same logits, bit for bit, as the uploaded ones.
+    CudaExecutor uploaded(host, GpuOptions(16, 40));
+    const RequestSpec spec = make_request(3, 0, {{unique_content_id(2, 3), 0, 40}}, 4);
+    std::vector<BlockId> table(8);
+    std::iota(table.begin(), table.end(), 1);
+    std::vector<std::int32_t> outputs;
+    std::int32_t done = 0;
+    while (outputs.size() < 4) {
+      const std::int32_t n = spec.prompt_len + static_cast<std::int32_t>(outputs.size()) - done;
+      const StepPlan plan = OnePlan(spec, outputs, done, n, table);
+      const StepResult a = generated.execute(plan);
+      const StepResult b = uploaded.execute(plan);
+      ASSERT_EQ(generated.last_logits()[0], uploaded.last_logits()[0]) << "step " << outputs.size();
+      ASSERT_EQ(a.sampled_tokens[0], b.sampled_tokens[0]);
+      done += n;
+      outputs.push_back(a.sampled_tokens[0]);
+    }
+  }
+#endif
+}
+
+// Issue 14: the executor destroyed its stream before the cuBLAS handle bound to it. Executors
+// that ran steps are destroyed (and their streams with them) without a CUDA error, and the
+// device is usable afterwards.
+TEST(GpuExecutor, DestructionLeavesTheDeviceUsable) {
+  REQUIRE_GPU();
+#if SERVELAB_HAVE_CUDA
+  const LlamaConfig config = GpuConfig(64, 4, 2, false);
+  const RequestSpec spec = make_request(1, 0, {{unique_content_id(4, 1), 0, 20}}, 1);
+  testing::internal::CaptureStderr();
+  for (int i = 0; i < 3; ++i) {
+    CudaExecutor exec(config, 5, GpuOptions(16, 8, 2));
+    exec.execute(OnePlan(spec, {}, 0, 20, {1, 2}));  // leaves no work pending: execute syncs
+    StepPlan out;
+    out.swap_out.push_back({1, 0});
+    exec.execute(out);
+  }
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(err.find("CUDA"), std::string::npos) << err;
+  kernels::DeviceBuffer after(1 << 20);
+  kernels::fill_bytes(after.get(), 0, after.bytes());
+  EXPECT_NO_THROW(kernels::synchronize());
 #endif
 }
 

@@ -17,7 +17,9 @@
 #include <cstring>
 #include <numeric>
 #include <span>
+#include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/rng.h"
@@ -303,6 +305,34 @@ TEST(GpuKernels, SiluMul) {
 #endif
 }
 
+// Issue 14: the token count was on grid.y, which stops at 65,535. More rows than that, with
+// narrow rows (one and two 8-value groups, so most of a warp idles) and a wide one.
+TEST(GpuKernels, SiluMulHandlesMoreThan65535Tokens) {
+  REQUIRE_GPU();
+#if SERVELAB_HAVE_CUDA
+  Rng rng = Rng::stream(14, "gpu_kernels.silu_many");
+  for (const auto& [T, width] : std::vector<std::pair<std::int32_t, std::int32_t>>{
+           {65536 + 37, 8}, {140000, 16}, {70001, 1032}}) {
+    SCOPED_TRACE("tokens " + std::to_string(T) + " width " + std::to_string(width));
+    const std::size_t n = static_cast<std::size_t>(T) * width;
+    const std::vector<float> gu = RandomBf16(rng, 2 * n, 2.0);
+    DeviceBuffer d_gu = Upload(ToBits(gu)), out = Poisoned(n * 2);
+    k::silu_mul(d_gu.as<k::Bf16>(), out.as<k::Bf16>(), T, width, nullptr);
+    k::synchronize();
+    std::vector<float> want;
+    want.reserve(n);
+    for (std::size_t t = 0; t < static_cast<std::size_t>(T); ++t) {
+      for (std::int32_t i = 0; i < width; ++i) {
+        const float g = gu[t * 2 * width + i], u = gu[t * 2 * width + width + i];
+        want.push_back(g / (1.0f + std::exp(-g)) * u);
+      }
+    }
+    // Poisoned outputs make any row the grid misses (the last ones above all) fail here.
+    ExpectClose(FromBits(Download<std::uint16_t>(out, n)), want, 1e-3, 8e-3, "silu_mul");
+  }
+#endif
+}
+
 TEST(GpuKernels, KvWriteIsExactAndSkipsNegativeSlots) {
   REQUIRE_GPU();
 #if SERVELAB_HAVE_CUDA
@@ -417,7 +447,8 @@ TEST(GpuKernels, PagedDecodeAttentionMatchesReference) {
     const float scale = 1.0f / std::sqrt(static_cast<float>(c.hd));
     k::paged_decode_attention(
         {f.view(), d_q.as<k::Bf16>(), out.as<k::Bf16>(), d_rows.as<std::int32_t>(),
-         d_ctx.as<std::int32_t>(), c.seqs, c.q_heads, scale, plan, ws.as<float>()},
+         d_ctx.as<std::int32_t>(), c.seqs, c.q_heads, scale, plan, ws.as<float>(),
+         *std::max_element(ctx.begin(), ctx.end())},
         nullptr);
     const std::vector<float> got = FromBits(Download<std::uint16_t>(out, q.size()));
     std::vector<float> want, got_rows;
@@ -436,6 +467,42 @@ TEST(GpuKernels, PagedDecodeAttentionMatchesReference) {
       EXPECT_TRUE(std::isnan(got[static_cast<std::size_t>(r) * c.q_heads * c.hd])) << "row " << r;
     }
   }
+#endif
+}
+
+// The launcher refuses a plan that does not cover the batch before it touches the device (so this
+// runs on any CUDA build, with or without a GPU). Issue 14: partition_tokens 0 used to launch,
+// write nothing and divide by zero in the merge.
+TEST(GpuKernels, DecodeLauncherRejectsInvalidPlans) {
+#if SERVELAB_HAVE_CUDA
+  k::DecodeAttentionArgs a;
+  a.kv.head_dim = 128;
+  a.kv.num_kv_heads = 8;
+  a.num_q_heads = 32;
+  a.num_seqs = 3;
+  a.max_context_len = 1000;
+  auto expect_reject = [&](k::DecodeSplitPlan plan, const std::string& words) {
+    a.plan = plan;
+    try {
+      k::paged_decode_attention(a, nullptr);
+      ADD_FAILURE() << "launched partition " << plan.partition_tokens << " x " << plan.max_splits;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+    }
+  };
+  expect_reject({0, 1}, "must be > 0");
+  expect_reject({0, 16}, "must be > 0");
+  expect_reject({100, 10}, "not a multiple");
+  expect_reject({128, 0}, "max_splits is 0");
+  expect_reject({128, 7}, "do not cover the longest context (1000");
+  expect_reject({960, 1}, "do not cover");
+  a.max_context_len = 0;  // unset: the launcher cannot check coverage
+  expect_reject({1024, 1}, "max_context_len");
+  a.max_context_len = 1000;
+  a.num_seqs = 70000;
+  expect_reject({1024, 1}, "num_seqs");
+#else
+  GTEST_SKIP() << "this build has no CUDA support (configured without nvcc)";
 #endif
 }
 

@@ -7,6 +7,8 @@
 #include <cmath>
 #include <cstdint>
 #include <set>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "core/request.h"
@@ -113,6 +115,84 @@ TEST(KernelsHostTest, DecodeSplitPlanProperties) {
   EXPECT_EQ(one.partition_tokens, 128);
   EXPECT_EQ(one.max_splits, 64);
   EXPECT_EQ(kernels::decode_workspace_floats(2, 4, 64, 3), 2 * 4 * 3 * 66);
+}
+
+// Issue 14: a plan with partition_tokens 0 used to pass, and the kernel then wrote nothing.
+TEST(KernelsHostTest, DecodePlanValidationRejectsEachBrokenInvariant) {
+  using kernels::DecodeSplitPlan;
+  const std::int32_t tile = kernels::kDecodeTileTokens;
+  auto rejects = [](DecodeSplitPlan p, std::int64_t longest, const std::string& words) {
+    const std::string e = kernels::decode_plan_error(p, longest);
+    EXPECT_NE(e.find(words), std::string::npos) << "error was '" << e << "'";
+    try {
+      kernels::validate_decode_plan(p, longest, "caller");
+      ADD_FAILURE() << "accepted partition " << p.partition_tokens << " x " << p.max_splits;
+    } catch (const std::invalid_argument& ex) {
+      EXPECT_EQ(std::string(ex.what()), "caller: invalid decode split plan: " + e);
+    }
+  };
+  rejects({0, 1}, 10, "must be > 0");
+  rejects({0, 4}, 1, "must be > 0");
+  rejects({-tile, 2}, 10, "must be > 0");
+  rejects({}, 1, "must be > 0");  // a default plan is not a plan
+  rejects({tile + 1, 1}, 10, "not a multiple of the 64-token tile");
+  rejects({100, 3}, 10, "not a multiple");
+  rejects({tile, 0}, 10, "max_splits is 0");
+  rejects({tile, -1}, 10, "max_splits is -1");
+  rejects({tile, kernels::kMaxDecodeSplits + 1}, 10, "max_splits is 65536");
+  rejects({tile, 1}, tile + 1, "1 splits x 64 tokens do not cover the longest context (65");
+  rejects({2 * tile, 3}, 6 * tile + 1, "do not cover");
+  // Exactly covering is fine, and so is over-covering.
+  EXPECT_EQ(kernels::decode_plan_error({tile, 1}, tile), "");
+  EXPECT_EQ(kernels::decode_plan_error({2 * tile, 3}, 6 * tile), "");
+  EXPECT_EQ(kernels::decode_plan_error({8192, 1}, 1), "");
+  EXPECT_NO_THROW(kernels::validate_decode_plan({128, 64}, 8192, "caller"));
+}
+
+TEST(KernelsHostTest, DecodePlannerRejectsBadInputs) {
+  EXPECT_THROW(kernels::plan_decode_splits({}, 1, 100), std::invalid_argument);
+  EXPECT_THROW(kernels::plan_decode_splits({10, 0}, 1, 100), std::invalid_argument);
+  EXPECT_THROW(kernels::plan_decode_splits({10, -3}, 1, 100), std::invalid_argument);
+  EXPECT_THROW(kernels::plan_decode_splits({10}, 0, 100), std::invalid_argument);
+  EXPECT_THROW(kernels::plan_decode_splits({10}, 1, 0), std::invalid_argument);
+  EXPECT_THROW(kernels::plan_decode_splits({10}, 1, 100, 0), std::invalid_argument);
+}
+
+// The planner's output is a valid plan that covers every sequence, on many shapes: lengths
+// 1 .. 2^31 - 1 around the tile and partition edges, any min_partition, grids from 1 CTA to
+// more than the split cap allows.
+TEST(KernelsHostTest, DecodePlannerCoversEveryContextOnManyShapes) {
+  Rng rng = Rng::stream(14, "kernels_host_test.cover");
+  const std::int32_t tile = kernels::kDecodeTileTokens;
+  const std::vector<std::int32_t> edges = {
+      1, 2, 63, 64, 65, 127, 128, 129, 4095, 4096, 4097, 131071, 1 << 20, 5000000, (1 << 30) + 1};
+  for (int trial = 0; trial < 3000; ++trial) {
+    std::vector<std::int32_t> ctx(static_cast<std::size_t>(rng.uniform_int(1, 40)));
+    for (std::int32_t& c : ctx) {
+      c = rng.uniform() < 0.3 ? edges[rng.uniform_int(0, std::int64_t(edges.size()) - 1)]
+                              : static_cast<std::int32_t>(rng.uniform_int(1, 70000));
+    }
+    const auto per_seq = static_cast<std::int32_t>(rng.uniform_int(1, 64));
+    const auto max_ctas = static_cast<std::int32_t>(
+        rng.uniform() < 0.2 ? rng.uniform_int(1 << 20, 1 << 30) : rng.uniform_int(1, 4000));
+    const auto min_partition = static_cast<std::int32_t>(rng.uniform_int(1, 1000));
+    SCOPED_TRACE("trial " + std::to_string(trial));
+    const kernels::DecodeSplitPlan p =
+        kernels::plan_decode_splits(ctx, per_seq, max_ctas, min_partition);
+    const std::int64_t longest = *std::max_element(ctx.begin(), ctx.end());
+    ASSERT_EQ(kernels::decode_plan_error(p, longest), "");
+    ASSERT_GT(p.partition_tokens, 0);
+    ASSERT_EQ(p.partition_tokens % tile, 0);
+    ASSERT_LE(p.max_splits, kernels::kMaxDecodeSplits);
+    // Every key of every sequence lies in exactly one split < max_splits, and no split of the
+    // longest sequence is empty.
+    for (std::int32_t c : ctx) {
+      const std::int64_t splits = (c + std::int64_t{p.partition_tokens} - 1) / p.partition_tokens;
+      ASSERT_GE(splits, 1);
+      ASSERT_LE(splits, p.max_splits);
+    }
+    ASSERT_EQ((longest + p.partition_tokens - 1) / p.partition_tokens, p.max_splits);
+  }
 }
 
 TEST(KernelsHostTest, PrefillTilesCoverEveryQueryOnce) {
