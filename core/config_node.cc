@@ -1,9 +1,12 @@
 #include "core/config_node.h"
 
+#include <yaml-cpp/depthguard.h>
+
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -33,9 +36,56 @@ void tag_override(YAML::Node node) {
   }
 }
 
+std::string mark_text(const std::string& name, const YAML::Mark& m) {
+  if (m.line < 0) return name;
+  return name + ":" + std::to_string(m.line + 1) + ":" + std::to_string(m.column + 1);
+}
+
 }  // namespace
 
+void check_yaml_structure(const YAML::Node& root, const std::string& name) {
+  // Depth-first over the tree as a reader sees it: a node reached through several aliases is
+  // visited (and counted) once per path, which is what expanding the aliases would cost.
+  std::vector<std::pair<YAML::Node, int>> stack{{root, 0}};
+  std::size_t count = 0;
+  while (!stack.empty()) {
+    auto [node, depth] = stack.back();
+    stack.pop_back();
+    if (++count > kMaxYamlNodes) {
+      throw ConfigError(mark_text(name, node.Mark()) + ": more than " +
+                        std::to_string(kMaxYamlNodes) +
+                        " YAML nodes (with anchors and aliases expanded); refusing to load it");
+    }
+    if (depth > kMaxYamlDepth) {
+      throw ConfigError(mark_text(name, node.Mark()) + ": nesting too deep (more than " +
+                        std::to_string(kMaxYamlDepth) + " levels)");
+    }
+    if (node.IsMap()) {
+      std::vector<std::pair<std::string, YAML::Mark>> seen;
+      for (const auto& kv : node) {
+        if (kv.first.IsScalar()) {
+          const std::string key = kv.first.Scalar();
+          for (const auto& [k, m] : seen) {
+            if (k == key) {
+              throw ConfigError(mark_text(name, kv.first.Mark()) + ": duplicate key '" + key +
+                                "' (first at line " + std::to_string(m.line + 1) + ")");
+            }
+          }
+          if (seen.size() < 4096) seen.emplace_back(key, kv.first.Mark());
+        }
+        stack.emplace_back(kv.second, depth + 1);
+      }
+    } else if (node.IsSequence()) {
+      for (const auto& e : node) stack.emplace_back(e, depth + 1);
+    }
+  }
+}
+
 ConfigNode ConfigNode::load_file(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    throw ConfigError(path + ": is a directory, expected a YAML file");
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) throw ConfigError(path + ": cannot open file (" + std::strerror(errno) + ")");
   std::stringstream ss;
@@ -47,6 +97,10 @@ ConfigNode ConfigNode::load_string(const std::string& text, const std::string& n
   YAML::Node root;
   try {
     root = YAML::Load(text);
+  } catch (const YAML::DeepRecursion& e) {
+    throw ConfigError(name + ":" + std::to_string(e.mark.line + 1) + ":" +
+                      std::to_string(e.mark.column + 1) + ": nesting too deep (more than " +
+                      std::to_string(kMaxYamlDepth) + " levels)");
   } catch (const YAML::Exception& e) {
     throw ConfigError(name + ":" + std::to_string(e.mark.line + 1) + ":" +
                       std::to_string(e.mark.column + 1) + ": malformed YAML: " + e.msg);
@@ -54,6 +108,7 @@ ConfigNode ConfigNode::load_string(const std::string& text, const std::string& n
   if (!root.IsMap()) {
     throw ConfigError(name + ":1:1: expected a mapping of sections at the top level");
   }
+  check_yaml_structure(root, name);
   return ConfigNode(root, std::make_shared<const std::string>(name), "");
 }
 
@@ -261,10 +316,14 @@ void apply_override(YAML::Node root, const std::string& assignment) {
   YAML::Node value;
   try {
     value = YAML::Load(text);
+  } catch (const YAML::DeepRecursion&) {
+    throw ConfigError("--set " + path + ": nesting too deep (more than " +
+                      std::to_string(kMaxYamlDepth) + " levels)");
   } catch (const YAML::Exception& e) {
     throw ConfigError("--set " + path + ": malformed value '" + text + "': " + e.msg);
   }
   if (!value.IsDefined() || value.IsNull()) value = YAML::Node(text);
+  check_yaml_structure(value, "--set " + path);
   tag_override(value);
   std::vector<std::string> parts;
   std::size_t start = 0;

@@ -27,8 +27,9 @@ class ConfigError : public std::runtime_error {
 
 class ConfigNode {
  public:
-  // Parses `path`. Throws ConfigError for a missing/unreadable file or malformed YAML (with the
-  // line), or a document whose top level is not a mapping.
+  // Parses `path`. Throws ConfigError for a missing/unreadable file, a directory, malformed YAML
+  // (with the line), a document whose top level is not a mapping, or one check_yaml_structure()
+  // refuses (duplicate keys, nesting too deep, alias bombs).
   static ConfigNode load_file(const std::string& path);
   // Parses YAML text; `name` stands for the file in messages.
   static ConfigNode load_string(const std::string& text, const std::string& name);
@@ -92,6 +93,16 @@ class ConfigNode {
   std::shared_ptr<const std::string> file_;
   std::string path_;
 };
+
+// Limits of a YAML document (or --set value), checked by load_file/load_string/apply_override.
+inline constexpr std::size_t kMaxYamlNodes = 1'000'000;  // aliases expanded: no alias bombs
+inline constexpr int kMaxYamlDepth = 200;                // nesting levels
+
+// Throws ConfigError naming `name`:LINE:COL for a mapping with a duplicate key (yaml-cpp would
+// keep the first silently), nesting deeper than kMaxYamlDepth, or more than kMaxYamlNodes nodes
+// counted with anchors and aliases expanded (so `sweep:`, `compare:` and --set values cannot
+// blow up exponentially when copied or printed).
+void check_yaml_structure(const YAML::Node& root, const std::string& name);
 
 // Applies `assignment` ("a.b.c=value", value parsed as YAML) to the document under `root`,
 // creating maps as needed; the node is marked so errors about it say "--set a.b.c".

@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "core/csv_line.h"
+#include "core/output_file.h"
 
 namespace servelab {
 
@@ -15,10 +16,15 @@ namespace {
 
 std::FILE* open_or_throw(const std::string& path) {
   std::FILE* f = std::fopen(path.c_str(), "wb");
-  if (!f) throw std::runtime_error(path + ": cannot write (" + std::strerror(errno) + ")");
+  if (!f) throw_io_error(path, "writing", errno);
   static constexpr std::size_t kBuffer = 1 << 20;
   std::setvbuf(f, nullptr, _IOFBF, kBuffer);
   return f;
+}
+
+// An earlier buffered write may have failed already (ENOSPC): ferror keeps it.
+void flush_or_throw(std::FILE* f, const char* name) {
+  if (f && (std::fflush(f) != 0 || std::ferror(f))) throw_io_error(name, "writing", errno);
 }
 
 std::string fixed_point(TimeNs t, TimeNs unit, int digits) {
@@ -225,16 +231,14 @@ void Recorder::finalize(TimeNs first_arrival, TimeNs end, const PrefixCacheStats
   end_ = end;
   prefix_ = prefix;
   finalized_ = true;
-  if (steps_ && std::fflush(steps_) != 0) throw std::runtime_error("steps.csv: write failed");
-  if (schedule_ && std::fflush(schedule_) != 0) {
-    throw std::runtime_error("schedule.csv: write failed");
-  }
+  flush_or_throw(steps_, "steps.csv");
+  flush_or_throw(schedule_, "schedule.csv");
   if (blocks_) {
     // Requests still holding blocks at the end (none when every request finished).
     while (!held_.empty()) release_blocks(held_.begin()->first, end);
-    if (std::fflush(blocks_) != 0) throw std::runtime_error("blocks.csv: write failed");
+    flush_or_throw(blocks_, "blocks.csv");
   }
-  if (events_ && std::fflush(events_) != 0) throw std::runtime_error("events.csv: write failed");
+  flush_or_throw(events_, "events.csv");
 }
 
 RunSummary Recorder::summary() const {
@@ -343,7 +347,9 @@ void Recorder::write_requests_csv(const std::string& path) const {
         tpot.c_str(), done ? format_ms(r->finish_ns - r->arrival_ns).c_str() : "",
         to_string(r->status), reason.c_str());
   }
-  if (std::fclose(f) != 0) throw std::runtime_error(path + ": write failed");
+  const bool failed = std::ferror(f) != 0;
+  const int err = errno;
+  if (std::fclose(f) != 0 || failed) throw_io_error(path, "writing", failed ? err : errno);
 }
 
 namespace {
@@ -398,10 +404,12 @@ void write_summary_json(const std::string& path, const RunSummary& s,
                    {"cow_copies", s.cow_copies},
                    {"blocks_saved_by_sharing", s.blocks_saved_by_sharing}};
   j["batch"] = {{"seqs_mean", s.batch_seqs_mean}, {"slot_efficiency", s.slot_efficiency}};
-  std::ofstream out(path, std::ios::binary);
-  if (!out) throw std::runtime_error(path + ": cannot write");
-  out << j.dump(2) << '\n';
-  if (!out) throw std::runtime_error(path + ": write failed");
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  if (!f) throw_io_error(path, "writing", errno);
+  const std::string text = j.dump(2) + '\n';
+  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  const int err = errno;
+  if (std::fclose(f) != 0 || !ok) throw_io_error(path, "writing", ok ? errno : err);
 }
 
 }  // namespace servelab

@@ -1,6 +1,7 @@
 #include "engine/engine_driver.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <map>
@@ -11,6 +12,8 @@
 #include <vector>
 
 #include "core/config_node.h"
+#include "core/interrupt.h"
+#include "core/output_file.h"
 #include "engine/cpu_executor.h"
 #if SERVELAB_HAVE_CUDA
 #include "engine/cuda_executor.h"
@@ -62,13 +65,13 @@ class TokenCapture : public SchedulerObserver {
 void write_tokens_jsonl(const std::string& path,
                         const std::map<RequestId, std::vector<std::int32_t>>& tokens) {
   std::FILE* f = std::fopen(path.c_str(), "wb");
-  if (f == nullptr) throw std::runtime_error(path + ": cannot open for writing");
+  if (f == nullptr) throw_io_error(path, "writing", errno);
   for (const auto& [id, toks] : tokens) {
     std::fprintf(f, "{\"id\": %llu, \"tokens\": [", static_cast<unsigned long long>(id));
     for (std::size_t i = 0; i < toks.size(); ++i) std::fprintf(f, "%s%d", i ? ", " : "", toks[i]);
     std::fputs("]}\n", f);
   }
-  if (std::fclose(f) != 0) throw std::runtime_error(path + ": write failed");
+  if (std::fclose(f) != 0) throw_io_error(path, "writing", errno);
 }
 
 // Pulls arrivals from a workload in order: an independent workload is read one request ahead,
@@ -122,7 +125,61 @@ void require_cuda_device() {
 #endif
 }
 
+// A checkpoint that cannot be used is the user's input: every std::runtime_error of loading it
+// (a malformed file, a shape the config does not match) becomes a ConfigError (exit code 2).
+LlamaWeights load_checkpoint(const LlamaConfig& llama, const std::string& path) {
+  try {
+    return LlamaWeights::load(llama, path);
+  } catch (const ConfigError&) {
+    throw;
+  } catch (const std::runtime_error& e) {
+    throw ConfigError(e.what());
+  }
+}
+
+std::string gib(std::int64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f GiB", static_cast<double>(bytes) / (1LL << 30));
+  return buf;
+}
+
 }  // namespace
+
+std::optional<std::int64_t> mem_available_bytes() {
+  std::FILE* f = std::fopen("/proc/meminfo", "r");
+  if (!f) return std::nullopt;
+  char line[256];
+  std::optional<std::int64_t> out;
+  while (std::fgets(line, sizeof line, f)) {
+    long long kib = 0;
+    if (std::sscanf(line, "MemAvailable: %lld kB", &kib) == 1) {
+      out = static_cast<std::int64_t>(kib) * 1024;
+      break;
+    }
+  }
+  std::fclose(f);
+  return out;
+}
+
+CpuMemoryEstimate estimate_cpu_engine_memory(const ExperimentConfig& config,
+                                             const ModelConfig& model, std::int64_t num_gpu_blocks,
+                                             std::int64_t num_cpu_blocks,
+                                             std::int64_t block_bytes) {
+  CpuMemoryEstimate e;
+  e.weights = model.num_params() * static_cast<std::int64_t>(sizeof(float));
+  e.kv = num_gpu_blocks * block_bytes;
+  e.swap = num_cpu_blocks * block_bytes;
+  // One step's buffers: per token, the hidden state, q/k/v, attention output and the MLP's
+  // gate/up; per sequence, the logits; per token and head, one row of attention scores.
+  const std::int64_t tokens = config.scheduler.max_num_batched_tokens;
+  const std::int64_t per_token = 4 * std::int64_t{model.hidden_size} + model.q_size() +
+                                 2 * model.kv_size() + 3 * std::int64_t{model.intermediate_size};
+  e.activations =
+      static_cast<std::int64_t>(sizeof(float)) *
+      (tokens * per_token + std::int64_t{config.scheduler.max_num_seqs} * model.vocab_size +
+       tokens * model.num_heads);
+  return e;
+}
 
 std::int64_t engine_block_bytes(const ModelConfig& model, std::int32_t block_size) {
   return 2 * std::int64_t{model.num_layers} * block_size * model.kv_size() *
@@ -185,21 +242,41 @@ RunOutput run_engine(const ExperimentConfig& config, const EngineOptions& option
   }
 
   std::unique_ptr<Workload> workload =
-      make_workload(config.workload_section(), config.seed, config.base_dir);
+      limit_workload(make_workload(config.workload_section(), config.seed, config.base_dir),
+                     config.max_requests, config.max_duration_ns, config.file);
   out.workload = workload->describe();
-  out.out_dir = options.out_dir.empty() ? "out/" + config.name + "-engine" : options.out_dir;
-  prepare_out_dir(out.out_dir);
+  const std::string final_dir =
+      options.out_dir.empty() ? "out/" + config.name + "-engine" : options.out_dir;
+  check_out_dir(final_dir);
+  // Written under a temporary sibling, moved into place when the run completed (sim/run.h).
+  StagedDir stage(final_dir);
+  out.out_dir = stage.temp_path();
   const std::string steps_path = config.outputs.steps_csv ? out.out_dir + "/steps.csv" : "";
   const std::string schedule_path =
       config.outputs.record_schedule ? out.out_dir + "/schedule.csv" : "";
 
+  if (!cuda) {
+    // Refuse before allocating: a run that cannot fit ends in std::bad_alloc (or the OOM
+    // killer) after a long load otherwise.
+    const CpuMemoryEstimate need = estimate_cpu_engine_memory(config, model, out.num_gpu_blocks,
+                                                              num_cpu_blocks, out.block_bytes);
+    const std::optional<std::int64_t> avail = mem_available_bytes();
+    if (avail && need.total() > *avail) {
+      throw ConfigError(config.file + ": the CPU engine needs about " + gib(need.total()) +
+                        " (weights " + gib(need.weights) + " fp32, KV cache " + gib(need.kv) +
+                        ", swap space " + gib(need.swap) + ", activations " +
+                        gib(need.activations) + ") but only " + gib(*avail) +
+                        " is available (MemAvailable); lower --kv-memory-gb, "
+                        "serving.num_gpu_blocks or serving.swap_space_gb, or use a smaller model");
+    }
+  }
   // Weights before the KV cache: a bad checkpoint fails before gigabytes are allocated. The CUDA
   // executor generates random weights on the device itself (no fp32 host copy: 32 GB for an 8B
   // model), so host weights exist only for a checkpoint or the CPU executor.
   const bool device_random = cuda && options.weights.empty();
   std::optional<LlamaWeights> weights;
   if (!options.weights.empty()) {
-    weights = LlamaWeights::load(llama, options.weights);
+    weights = load_checkpoint(llama, options.weights);
   } else if (!device_random) {
     weights = LlamaWeights::random(llama, config.seed);
   }
@@ -249,6 +326,7 @@ RunOutput run_engine(const ExperimentConfig& config, const EngineOptions& option
   };
   Clock::time_point last_progress = start;
   while (true) {
+    throw_if_interrupted();  // SIGINT/SIGTERM: unwind; the staged folder is removed
     const TimeNs now = clock_now();
     for (std::optional<TimeNs> t = arrivals.peek(); t && *t <= now; t = arrivals.peek()) {
       scheduler.add_request(arrivals.take(), now);
@@ -275,7 +353,7 @@ RunOutput run_engine(const ExperimentConfig& config, const EngineOptions& option
     ++totals.num_steps;
     scheduler.complete(result, end);
     totals.end_ns = std::max(totals.end_ns, end);
-    if (options.progress && Clock::now() - last_progress > std::chrono::milliseconds(500)) {
+    if (options.progress && Clock::now() - last_progress > std::chrono::milliseconds(1000)) {
       last_progress = Clock::now();
       std::fprintf(stderr, "\r  %lld requests arrived, %lld steps, wall %.1f s   ",
                    static_cast<long long>(totals.num_arrivals),
@@ -302,6 +380,8 @@ RunOutput run_engine(const ExperimentConfig& config, const EngineOptions& option
     write_tokens_jsonl(out.out_dir + "/tokens.jsonl", capture.tokens());
     out.files.push_back("tokens.jsonl");
   }
+  stage.commit();
+  out.out_dir = stage.final_path();
   return out;
 }
 

@@ -23,6 +23,7 @@
 // schedule.csv is byte-identical to `sim run`'s; with arrivals spread in time it is not.
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include "sim/experiment.h"
@@ -40,11 +41,26 @@ struct EngineOptions {
   bool progress = false;       // progress line on stderr
 };
 
-// Throws ConfigError for bad input or an unavailable device, std::runtime_error for I/O or a
-// malformed checkpoint. Output folder rules as for run_simulation.
+// Throws ConfigError for bad input (a malformed or non-finite checkpoint included), an
+// unavailable device, an I/O failure, or a CPU run whose estimated memory
+// (estimate_cpu_engine_memory) exceeds MemAvailable; Interrupted on SIGINT/SIGTERM. Output folder
+// rules as for run_simulation (staged, replaced only when the run completed).
 RunOutput run_engine(const ExperimentConfig& config, const EngineOptions& options);
 
 // Bytes of fp32 K and V of one block across all layers.
 std::int64_t engine_block_bytes(const ModelConfig& model, std::int32_t block_size);
+
+// What the CPU engine allocates, in bytes: fp32 weights, the KV blocks, the host swap blocks and
+// one step's activations (a rough estimate: hidden states, projections, MLP, logits, scores).
+struct CpuMemoryEstimate {
+  std::int64_t weights = 0, kv = 0, swap = 0, activations = 0;
+  std::int64_t total() const { return weights + kv + swap + activations; }
+};
+CpuMemoryEstimate estimate_cpu_engine_memory(const ExperimentConfig& config,
+                                             const ModelConfig& model, std::int64_t num_gpu_blocks,
+                                             std::int64_t num_cpu_blocks, std::int64_t block_bytes);
+
+// MemAvailable of /proc/meminfo in bytes (nullopt where there is none).
+std::optional<std::int64_t> mem_available_bytes();
 
 }  // namespace servelab

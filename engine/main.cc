@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/config_node.h"
+#include "core/output_file.h"
 #include "engine/engine_driver.h"
 #include "engine/profile.h"
 #include "sim/cli_args.h"
@@ -28,7 +29,8 @@ constexpr const char* kUsage =
     "\n"
     "commands:\n"
     "  run EXP.yaml [--device cpu|cuda] [--out DIR] [--seed N] [--set key.path=value]...\n"
-    "             [--weights PATH] [--kv-memory-gb G] [--record-schedule] [--tokens] [--quiet]\n"
+    "             [--weights PATH] [--kv-memory-gb G] [--record-schedule] [--tokens]\n"
+    "             [--progress] [--quiet]\n"
     "      run one experiment (the same files as `sim run`) with every step executed on the\n"
     "      model and timed; arrivals are replayed in wall-clock time. Writes summary.json,\n"
     "      requests.csv, steps.csv, config.yaml (schedule.csv with --record-schedule,\n"
@@ -39,13 +41,14 @@ constexpr const char* kUsage =
     "      serving.num_gpu_blocks=N` simulates the same capacity.\n"
     "  profile --model M -o PROFILE.csv [--device cpu|cuda] [--reps N] [--rounds R]\n"
     "             [--warmup N] [--quick] [--max-tokens N] [--block-size N] [--weights PATH]\n"
-    "             [--seed N] [--quiet]\n"
+    "             [--seed N] [--force] [--quiet]\n"
     "      time the executor over a grid of step shapes (prefill, batched prefill, chunks with\n"
     "      cached context, decode batches by context, mixed, swap, copy): N repetitions\n"
     "      (default 9) over R passes (default 3), each shape warmed up and timed back to back\n"
     "      within a pass; writes each shape's median with the cost\n"
     "      model's features and a header naming the device, date and engine version, for\n"
-    "      `sim calibrate` (docs/validation.md)\n"
+    "      `sim calibrate` (docs/validation.md); an existing PROFILE.csv is replaced only with\n"
+    "      --force\n"
     "  help       this text\n"
     "\n"
     "Experiment files are described in docs/experiments.md; the engine in docs/engine.md.\n";
@@ -87,7 +90,7 @@ int cmd_run(const std::vector<std::string>& args) {
   const bool record_schedule = a.record_schedule, quiet = a.quiet;
   servelab::ExperimentConfig config = servelab::load_experiment(a.experiment, a.overrides, a.seed);
   if (record_schedule) config.outputs.record_schedule = true;
-  options.progress = !quiet && isatty(STDERR_FILENO);
+  options.progress = a.show_progress();
   const auto start = std::chrono::steady_clock::now();
   const servelab::RunOutput run = servelab::run_engine(config, options);
   const double wall =
@@ -142,6 +145,8 @@ int cmd_profile(const std::vector<std::string>& args) {
       o.seed = servelab::parse_seed(value());
     } else if (a == "--quick") {
       o.quick = true;
+    } else if (a == "--force") {
+      o.force = true;
     } else if (a == "--quiet" || a == "-q") {
       quiet = true;
     } else {
@@ -153,6 +158,8 @@ int cmd_profile(const std::vector<std::string>& args) {
   }
   if (o.model.empty()) throw UsageError("engine profile: --model M is required");
   if (o.out.empty()) throw UsageError("engine profile: -o PROFILE.csv is required");
+  // Before the (long) profile: an existing file only with --force, never an input.
+  servelab::check_output_file(o.out, {o.weights, o.model}, o.force);
   const auto start = std::chrono::steady_clock::now();
   const std::size_t shapes =
       servelab::run_profile(o, !quiet && isatty(STDERR_FILENO) ? stderr : nullptr);

@@ -6,10 +6,13 @@
 #include <deque>
 #include <fstream>
 #include <memory>
+#include <sstream>
 #include <stdexcept>
 #include <thread>
 
 #include "core/config_node.h"
+#include "core/interrupt.h"
+#include "core/output_file.h"
 #include "core/request.h"
 #include "core/step_plan.h"
 #include "engine/cpu_executor.h"
@@ -287,14 +290,14 @@ std::size_t run_profile(const ProfileOptions& o, std::FILE* progress) {
                      rounds, ++done, built.size(), b.shape->family.c_str());
         std::fflush(progress);
       }
+      throw_if_interrupted();
       for (int w = 0; w < o.warmup; ++w) exec->execute(b.plan);
       for (int r = 0; r < reps; ++r) b.durations_ns.push_back(exec->execute(b.plan).duration_ns);
     }
   }
   if (progress) std::fputs("\r\033[K", progress);
 
-  std::ofstream out(o.out, std::ios::binary);
-  if (!out) throw std::runtime_error(o.out + ": cannot open for writing");
+  std::ostringstream out;
   out << "# ServeLab engine profile (`engine profile`; format in docs/validation.md)\n";
   out << "# format_version: 1\n";
   out << "# model: " << model.name << "\n";
@@ -322,8 +325,7 @@ std::size_t run_profile(const ProfileOptions& o, std::FILE* progress) {
         << s.copy_blocks << "," << b.durations_ns.size() << "," << median(b.durations_ns) << ","
         << *mn << "," << *mx << "\n";
   }
-  out.close();
-  if (!out) throw std::runtime_error(o.out + ": write failed");
+  write_file_atomically(o.out, out.str());
   return built.size();
 }
 

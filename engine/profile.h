@@ -30,12 +30,13 @@ namespace servelab {
 struct ProfileOptions {
   std::string model;           // catalogue name, YAML file or Hugging Face config.json path
   std::string device = "cpu";  // "cuda" is refused (ConfigError): no CUDA executor in this build
-  std::string out;             // the CSV to write
+  std::string out;             // the CSV to write (atomically: temp file + rename)
   std::string weights;         // optional checkpoint; random weights from `seed` otherwise
   int reps = 9;
   int warmup = 2;  // per round
   int rounds = 3;
   bool quick = false;  // a small grid (tests, smoke runs)
+  bool force = false;  // --force: replace an existing `out` (never the weights or model file)
   std::int32_t block_size = 16;
   std::int32_t max_tokens = 2048;  // largest step (tokens, context) in the grid; capped by the
                                    // model's max_position_embeddings

@@ -10,6 +10,8 @@
 #include <set>
 #include <stdexcept>
 
+#include "core/config_node.h"
+
 namespace servelab {
 namespace {
 
@@ -17,12 +19,12 @@ namespace {
 constexpr std::uint64_t kMaxHeaderSize = 100'000'000;
 
 [[noreturn]] void fail(const std::string& path, const std::string& what) {
-  throw std::runtime_error("safetensors " + path + ": " + what);
+  throw ConfigError("safetensors " + path + ": " + what);
 }
 
 [[noreturn]] void fail_tensor(const std::string& path, const std::string& tensor,
                               const std::string& what) {
-  throw std::runtime_error("safetensors " + path + ": tensor '" + tensor + "': " + what);
+  throw ConfigError("safetensors " + path + ": tensor '" + tensor + "': " + what);
 }
 
 std::uint64_t read_u64_le(const unsigned char* p) {
@@ -293,7 +295,7 @@ const std::string& TensorStore::file_of(const std::string& name) const {
   return files_[where_.at(name)].path;
 }
 
-Tensor TensorStore::load(const std::string& name) const {
+Tensor TensorStore::load(const std::string& name, bool allow_non_finite) const {
   const SafetensorsEntry& e = entry(name);
   const SafetensorsHeader& h = files_[where_.at(name)];
   if (e.dtype != "F32" && e.dtype != "F16" && e.dtype != "BF16") {
@@ -321,6 +323,15 @@ Tensor TensorStore::load(const std::string& name) const {
     for (std::size_t i = 0; i < n; ++i) {
       const auto u = static_cast<std::uint16_t>(p[2 * i] | p[2 * i + 1] << 8);
       t.values[i] = bf16 ? bf16_to_float(u) : f16_to_float(u);
+    }
+  }
+  if (!allow_non_finite) {
+    for (std::size_t i = 0; i < n; ++i) {
+      if (!std::isfinite(t.values[i])) {
+        fail_tensor(h.path, name,
+                    "holds a non-finite value (" + std::to_string(t.values[i]) + ") at element " +
+                        std::to_string(i) + "; refusing to run a corrupt checkpoint");
+      }
     }
   }
   return t;

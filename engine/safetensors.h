@@ -9,7 +9,8 @@
 // names the shard file of every tensor. TensorStore opens either and loads tensors converted to
 // fp32 (from F32, F16 or BF16; other valid dtypes are listed but cannot be loaded).
 //
-// Errors: every malformed input throws std::runtime_error whose message names the file and,
+// Errors: every malformed input throws ConfigError (a std::runtime_error; the commands exit
+// with code 2) whose message names the file and,
 // where one is involved, the tensor: a header length beyond the file, malformed JSON, an unknown
 // dtype, shape x dtype size != byte length, offsets reversed, overlapping or beyond the data
 // section (a truncated file), and a tensor asked for but not present.
@@ -81,9 +82,10 @@ class TensorStore {
   const SafetensorsEntry& entry(const std::string& name) const;
   // The file that holds `name`. REQUIRES: contains(name).
   const std::string& file_of(const std::string& name) const;
-  // Reads `name` converted to fp32. Throws std::runtime_error (file and tensor named) when the
-  // tensor is missing, its dtype cannot be converted, or the file is short.
-  Tensor load(const std::string& name) const;
+  // Reads `name` converted to fp32. Throws ConfigError (file and tensor named) when the tensor
+  // is missing, its dtype cannot be converted, the file is short, or (unless allow_non_finite)
+  // a value is NaN or infinite: a checkpoint with such weights would run silently to garbage.
+  Tensor load(const std::string& name, bool allow_non_finite = false) const;
   // What the store was opened from (the index file for a sharded model).
   const std::string& path() const { return path_; }
   const std::map<std::string, std::string>& metadata() const { return metadata_; }

@@ -1,10 +1,13 @@
 #include "sim/cli_args.h"
 
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
 
+#include "core/interrupt.h"
 #include "serving/home.h"
 
 namespace servelab {
@@ -27,6 +30,8 @@ std::vector<std::string> ExperimentArgs::all_overrides() const {
   if (record_blocks) out.push_back("outputs.record_blocks=true");
   return out;
 }
+
+bool ExperimentArgs::show_progress() const { return !quiet && (progress || isatty(STDERR_FILENO)); }
 
 ExperimentArgs parse_experiment_args(const std::vector<std::string>& args,
                                      const std::string& command, const ExtraOption& extra) {
@@ -54,6 +59,8 @@ ExperimentArgs parse_experiment_args(const std::vector<std::string>& args,
       out.record_blocks = true;
     } else if (a == "--quiet" || a == "-q") {
       out.quiet = true;
+    } else if (a == "--progress") {
+      out.progress = true;
     } else if (extra && extra(a, value)) {
       continue;
     } else if (!a.empty() && a[0] == '-') {
@@ -82,6 +89,7 @@ int run_command(const char* program, const char* usage, int argc, char** argv,
   }
   const std::string cmd = args[0];
   args.erase(args.begin());
+  install_interrupt_handlers();
   try {
     if (cmd == "help" || cmd == "--help" || cmd == "-h") {
       std::fputs(usage, stdout);
@@ -89,6 +97,10 @@ int run_command(const char* program, const char* usage, int argc, char** argv,
     }
     if (const std::optional<int> code = dispatch(cmd, args)) return *code;
     throw UsageError("unknown command '" + cmd + "' (try: " + program + " help)");
+  } catch (const Interrupted& e) {
+    // Whatever was being written was temporary (StagedDir, AtomicFile) and is gone.
+    std::fprintf(stderr, "\n%s: interrupted; no output written\n", program);
+    return 128 + e.signal();
   } catch (const UsageError& e) {
     std::fprintf(stderr, "%s: %s\n", program, e.what());
     std::fputs(usage, stderr);

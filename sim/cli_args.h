@@ -30,6 +30,10 @@ struct ExperimentArgs {
   bool record_events = false;          // --record-events (events.csv)
   bool record_blocks = false;          // --record-blocks (blocks.csv)
   bool quiet = false;                  // --quiet / -q
+  bool progress = false;               // --progress: a progress line even when stderr is no tty
+
+  // Whether to print progress: --progress or stderr a terminal, never with --quiet.
+  bool show_progress() const;
 
   // The --set overrides followed by those the flags stand for (--seed, --record-*), for commands
   // that load the experiment several times (compare, sweep).
@@ -51,8 +55,9 @@ using Subcommand = std::function<int(const std::vector<std::string>& args)>;
 
 // The whole main() of a ServeLab command (`program` is "sim" or "engine"): `help` prints
 // `usage`; `dispatch(name, args)` runs subcommand `name` or returns nullopt when there is none.
-// Exit codes: 2 for usage errors (with the usage text) and bad input (ConfigError), 1 for any
-// other exception, otherwise the subcommand's own.
+// Installs the SIGINT/SIGTERM handlers (core/interrupt.h). Exit codes: 2 for usage errors (with
+// the usage text) and bad input (ConfigError), 128 + signal when interrupted ("interrupted; no
+// output written"), 1 for any other exception, otherwise the subcommand's own.
 int run_command(const char* program, const char* usage, int argc, char** argv,
                 const std::function<std::optional<int>(
                     const std::string& name, const std::vector<std::string>& args)>& dispatch);

@@ -1,12 +1,14 @@
 #include "sim/compare.h"
 
 #include <cctype>
+#include <cerrno>
 #include <cinttypes>
 #include <filesystem>
 #include <set>
 #include <stdexcept>
 
 #include "core/config_node.h"
+#include "core/output_file.h"
 
 namespace servelab {
 
@@ -17,9 +19,11 @@ void check_name(const std::string& name, const std::string& where) {
   for (char c : name) {
     ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.');
   }
-  if (!ok || name == "." || name == "..") {
+  // A folder name: no '/', not "." or "..", not hidden (".x" is how staging folders are named).
+  if (!ok || name.front() == '.' || name.size() > 200) {
     throw ConfigError(where + ": variant name '" + name +
-                      "': expected letters, digits, '-', '_' or '.'");
+                      "': expected up to 200 letters, digits, '-', '_' or '.', not starting "
+                      "with '.'");
   }
 }
 
@@ -97,17 +101,22 @@ std::vector<VariantResult> run_compare(const std::string& path,
   }
   if (out_dir.empty()) out_dir = "out/" + configs.front().name + "-compare";
   // The folder may hold a previous one (compare.csv and run folders), nothing else.
-  prepare_group_dir(out_dir, "compare.csv", "comparison");
+  std::vector<std::string> names;
+  for (const Variant& v : variants) names.push_back(v.name);
+  check_group_dir(out_dir, "compare.csv", "comparison", names);
+  // Everything is written under a temporary sibling and moved into OUT at the end, so an error
+  // or an interrupt leaves OUT as it was.
+  StagedDir stage(out_dir);
   std::vector<VariantResult> results;
   for (std::size_t i = 0; i < variants.size(); ++i) {
     RunOptions options;
-    options.out_dir = out_dir + "/" + variants[i].name;
+    options.out_dir = stage.temp_path() + "/" + variants[i].name;
     options.progress = progress;
     results.push_back({variants[i], run_simulation(configs[i], options)});
   }
-  const std::string csv = out_dir + "/compare.csv";
+  const std::string csv = stage.temp_path() + "/compare.csv";
   std::FILE* f = std::fopen(csv.c_str(), "wb");
-  if (!f) throw std::runtime_error(csv + ": cannot write");
+  if (!f) throw_io_error(csv, "writing", errno);
   std::fputs(
       "variant,overrides,completed,rejected,aborted,requests_per_s,output_tokens_per_s,"
       "ttft_p50_ms,ttft_p99_ms,tpot_p50_ms,tpot_p99_ms,e2e_p50_ms,goodput_requests_per_s,"
@@ -130,7 +139,9 @@ std::vector<VariantResult> run_compare(const std::string& path,
         s.tpot_ms.p99, s.e2e_ms.p50, s.goodput_requests_per_s, s.slo_attainment, s.preemptions,
         s.recomputed_tokens, s.prefix_hit_rate, s.kv_usage_mean, s.kv_usage_max);
   }
-  if (std::fclose(f) != 0) throw std::runtime_error(csv + ": write failed");
+  if (std::fclose(f) != 0) throw_io_error(csv, "writing", errno);
+  stage.commit_entries();
+  for (VariantResult& r : results) r.run.out_dir = out_dir + "/" + r.variant.name;
   return results;
 }
 

@@ -134,12 +134,21 @@ ExperimentConfig load_experiment(const std::string& path, const std::vector<std:
   if (c.base_dir.empty())
     c.base_dir.push_back('.');  // (not = ".": GCC 12 -Wrestrict false positive)
   top.allow_keys({"name", "description", "seed", "model", "hardware", "serving", "policies",
-                  "workload", "slo", "outputs", "compare", "cost_model", "sweep"});
+                  "workload", "slo", "outputs", "compare", "cost_model", "sweep", "limits"});
   c.name = top.has("name") ? top.get_string("name") : std::filesystem::path(path).stem().string();
+  // The name becomes a folder name (out/<name>): no '/', no "." or "..", no hidden folder.
+  bool name_ok = !c.name.empty() && c.name.front() != '.';
   for (char ch : c.name) {
     if (!(std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' || ch == '.')) {
-      top.at("name").fail("a name of letters, digits, '-', '_' or '.'");
+      name_ok = false;
     }
+  }
+  if (!name_ok) {
+    constexpr const char* kWhat =
+        "a name of letters, digits, '-', '_' or '.' that does not start with '.'";
+    if (top.has("name")) top.at("name").fail(kWhat);
+    throw ConfigError(path + ": the experiment name '" + c.name + "' (from the file name) is not " +
+                      kWhat + "; set `name:`");
   }
   c.description = top.get_string("description", "");
   c.seed = static_cast<std::uint64_t>(top.get_int("seed", 0, 0, INT64_MAX));
@@ -152,6 +161,31 @@ ExperimentConfig load_experiment(const std::string& path, const std::vector<std:
   if (auto o = top.find("outputs")) parse_outputs(*o, c);
   if (auto m = top.find("cost_model")) parse_cost_model(*m, c);
   if (!top.has("workload")) top.at("workload");  // throws "required but missing"
+  if (auto l = top.find("limits")) {
+    l->allow_keys({"max_requests", "max_duration_s"});
+    c.limits_set = true;
+    c.max_requests = l->get_int("max_requests", kDefaultMaxRequests, 1, 1'000'000'000'000);
+    c.max_duration_ns = seconds_to_ns(
+        l->get_double("max_duration_s", static_cast<double>(kDefaultMaxDurationS), 1e-9, 4e9));
+  }
+  // The workload's own size against the limits, before anything runs (a trace or session
+  // workload is checked as it is read: run_simulation wraps it in limit_workload()).
+  const ConfigNode w = top.at("workload");
+  if (w.is_map() && w.has("num_requests") && w.at("num_requests").is_scalar()) {
+    const ConfigNode n = w.at("num_requests");
+    const double v = n.as_double();
+    if (v > static_cast<double>(c.max_requests)) {
+      n.fail("at most limits.max_requests (" + std::to_string(c.max_requests) +
+             "); raise limits.max_requests to run more");
+    }
+  }
+  if (w.is_map() && w.has("duration_s") && w.at("duration_s").is_scalar()) {
+    const ConfigNode d = w.at("duration_s");
+    if (d.as_double() > ns_to_s(c.max_duration_ns)) {
+      d.fail("at most limits.max_duration_s (" + std::to_string(ns_to_s(c.max_duration_ns)) +
+             " s); raise limits.max_duration_s to simulate longer");
+    }
+  }
   c.root = root;
   return c;
 }
@@ -204,6 +238,12 @@ std::string resolved_config_yaml(const ExperimentConfig& c,
     e << YAML::Key << "cost_model" << YAML::Value << YAML::BeginMap;
     e << YAML::Key << "type" << YAML::Value << c.cost_model.type;
     e << YAML::Key << "file" << YAML::Value << c.cost_model.file;
+    e << YAML::EndMap;
+  }
+  if (c.limits_set) {
+    e << YAML::Key << "limits" << YAML::Value << YAML::BeginMap;
+    e << YAML::Key << "max_requests" << YAML::Value << c.max_requests;
+    e << YAML::Key << "max_duration_s" << YAML::Value << ns_to_s(c.max_duration_ns);
     e << YAML::EndMap;
   }
   if (!extra.empty()) {

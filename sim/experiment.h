@@ -21,6 +21,7 @@
 #include "core/config_node.h"
 #include "core/recorder.h"
 #include "core/scheduler_config.h"
+#include "core/time.h"
 #include "policies/registry.h"
 #include "sim/calibrated_cost_model.h"
 
@@ -51,6 +52,9 @@ struct CostModelChoice {
   std::optional<CalibratedProfile> calibrated;  // loaded and validated with the experiment
 };
 
+inline constexpr std::int64_t kDefaultMaxRequests = 100'000'000;
+inline constexpr std::int64_t kDefaultMaxDurationS = 365LL * 24 * 3600;  // one year
+
 struct ExperimentConfig {
   std::string file;      // path as given
   std::string base_dir;  // the file's directory, for relative data paths
@@ -68,6 +72,11 @@ struct ExperimentConfig {
   SloConfig slo;
   OutputOptions outputs;
   CostModelChoice cost_model;
+  // `limits:` guards against runs that would fill the disk or never end (docs/experiments.md):
+  // at most max_requests requests, none arriving later than max_duration_ns after time 0.
+  std::int64_t max_requests = kDefaultMaxRequests;
+  TimeNs max_duration_ns = kDefaultMaxDurationS * kNsPerS;
+  bool limits_set = false;  // a `limits:` section was given (then config.yaml shows it)
   YAML::Node root;  // the whole document after overrides (its workload section is read later)
 
   ConfigNode workload_section() const;

@@ -32,7 +32,7 @@ constexpr const char* kUsage =
     "\n"
     "commands:\n"
     "  run EXP.yaml [--out DIR] [--seed N] [--set key.path=value]... [--record-schedule]\n"
-    "             [--record-events] [--record-blocks] [--quiet]\n"
+    "             [--record-events] [--record-blocks] [--progress] [--quiet]\n"
     "      simulate one experiment; writes summary.json, requests.csv, steps.csv, config.yaml\n"
     "      (and schedule.csv, events.csv, blocks.csv when asked) to DIR (default\n"
     "      out/<experiment name>/)\n"
@@ -50,7 +50,7 @@ constexpr const char* kUsage =
     "      figures from run, compare or sweep folders: latency CDFs, throughput and KV usage\n"
     "      over time, batch composition, request Gantt (needs schedule.csv), KV block map\n"
     "      (needs blocks.csv), curves and bars per variant; default DIR: RUN_DIR/figures\n"
-    "  calibrate PROFILE.csv -o COST.yaml [--engine-run ENGINE_DIR] [--quiet]\n"
+    "  calibrate PROFILE.csv -o COST.yaml [--engine-run ENGINE_DIR] [--force] [--quiet]\n"
     "      fit the calibrated cost model to an `engine profile` (NNLS over the roofline's\n"
     "      operators), plus the engine loop's host overhead from an engine run folder recorded\n"
     "      with --record-schedule; prints the fit error per shape family; use the file with\n"
@@ -64,8 +64,9 @@ constexpr const char* kUsage =
     "      requests, span, rate, inter-arrival CV, length percentiles and, where content is\n"
     "      known, the repeated-block fraction of a trace (F: azure, mooncake, burstgpt, vidur,\n"
     "      servelab; detected when omitted)\n"
-    "  trace convert IN OUT [--format F]\n"
-    "      rewrite any supported trace in ServeLab's own CSV format\n"
+    "  trace convert IN OUT [--format F] [--force]\n"
+    "      rewrite any supported trace in ServeLab's own CSV format (an existing OUT is\n"
+    "      replaced only with --force, and never when it is IN)\n"
     "  help       this text\n"
     "\n"
     "Experiment files are described in docs/experiments.md; metrics in docs/metrics.md.\n";
@@ -81,7 +82,7 @@ int cmd_run(const std::vector<std::string>& args) {
   servelab::RunOptions options;
   options.out_dir = a.out_dir;
   const bool quiet = a.quiet;
-  options.progress = !quiet && isatty(STDERR_FILENO);
+  options.progress = a.show_progress();
   const auto start = std::chrono::steady_clock::now();
   const servelab::RunOutput run = servelab::run_simulation(config, options);
   const double wall =
@@ -109,8 +110,7 @@ int cmd_compare(const std::vector<std::string>& args) {
   if (variants.empty()) {
     throw ConfigError(*exp + ": no variants: add a `compare:` section or pass --variant");
   }
-  const auto results =
-      servelab::run_compare(*exp, variants, overrides, out_dir, !quiet && isatty(STDERR_FILENO));
+  const auto results = servelab::run_compare(*exp, variants, overrides, out_dir, a.show_progress());
   if (!quiet) {
     servelab::print_compare_table(stdout, results);
     const std::string dir = std::filesystem::path(results.front().run.out_dir).parent_path();

@@ -9,6 +9,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 
 #include "core/config_node.h"
@@ -54,7 +56,18 @@ std::string plot_input_kind(const std::string& dir) {
   std::error_code ec;
   if (!fs::exists(dir, ec)) throw ConfigError(dir + ": no such folder");
   if (!fs::is_directory(dir, ec)) throw ConfigError(dir + ": not a folder");
-  if (fs::exists(fs::path(dir) / "summary.json", ec)) return "run";
+  if (fs::exists(fs::path(dir) / "summary.json", ec)) {
+    // Checked here too (servelab_plot.py does the same) so a corrupt file is one clear line.
+    const std::string path = (fs::path(dir) / "summary.json").string();
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw ConfigError(path + ": cannot read");
+    try {
+      (void)nlohmann::json::parse(in);
+    } catch (const nlohmann::json::exception& e) {
+      throw ConfigError(path + ": not valid JSON: " + e.what());
+    }
+    return "run";
+  }
   if (fs::exists(fs::path(dir) / "sweep.csv", ec)) return "sweep";
   if (fs::exists(fs::path(dir) / "compare.csv", ec)) return "compare";
   throw ConfigError(dir +

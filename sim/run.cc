@@ -1,10 +1,13 @@
 #include "sim/run.h"
 
+#include <cerrno>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <set>
 
+#include "core/output_file.h"
 #include "policies/queue_order.h"
 #include "sim/calibrated_cost_model.h"
 #include "sim/hardware_config.h"
@@ -31,9 +34,10 @@ const std::set<std::string>& run_files() {
 
 }  // namespace
 
-void prepare_out_dir(const std::string& dir) {
+void check_out_dir(const std::string& dir) {
+  refuse_symlink(dir);
   std::error_code ec;
-  if (fs::exists(dir, ec)) {
+  if (fs::exists(fs::symlink_status(dir, ec))) {
     if (!fs::is_directory(dir, ec)) {
       throw ConfigError(dir + ": output path exists and is not a directory");
     }
@@ -43,16 +47,23 @@ void prepare_out_dir(const std::string& dir) {
         throw ConfigError(dir + ": refusing to write here: it holds '" + name +
                           "', which is not a ServeLab run output (choose another --out)");
       }
+      if (entry.is_symlink()) {
+        throw ConfigError(entry.path().string() +
+                          ": is a symlink; refusing to replace a run folder holding one");
+      }
     }
+    if (ec) throw_io_error(dir, "listing", ec.value());
   }
-  fs::create_directories(dir, ec);
-  if (ec) throw std::runtime_error(dir + ": cannot create directory (" + ec.message() + ")");
 }
 
-void prepare_group_dir(const std::string& dir, const std::string& index_file,
-                       const std::string& what) {
+void check_group_dir(const std::string& dir, const std::string& index_file, const std::string& what,
+                     const std::vector<std::string>& runs) {
+  refuse_symlink(dir);
   std::error_code ec;
-  if (fs::exists(dir, ec)) {
+  if (fs::exists(fs::symlink_status(dir, ec))) {
+    if (!fs::is_directory(dir, ec)) {
+      throw ConfigError(dir + ": output path exists and is not a directory");
+    }
     for (const auto& entry : fs::directory_iterator(dir, ec)) {
       const std::string name = entry.path().filename().string();
       if (name != index_file && !entry.is_directory()) {
@@ -60,9 +71,10 @@ void prepare_group_dir(const std::string& dir, const std::string& index_file,
                           "', which is not a ServeLab " + what + " output (choose another --out)");
       }
     }
+    if (ec) throw_io_error(dir, "listing", ec.value());
+    refuse_symlink(dir + "/" + index_file);
+    for (const std::string& run : runs) check_out_dir(dir + "/" + run);
   }
-  fs::create_directories(dir, ec);
-  if (ec) throw std::runtime_error(dir + ": cannot create directory (" + ec.message() + ")");
 }
 
 SchedulerConfig scheduler_config_with_policies(const ExperimentConfig& config) {
@@ -88,9 +100,11 @@ KvCacheOptions kv_cache_options_for(const ExperimentConfig& config) {
 }
 
 static void write_text(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary);
-  out << text;
-  if (!out) throw std::runtime_error(path + ": write failed");
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  if (!f) throw_io_error(path, "writing", errno);
+  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  const int err = errno;
+  if (std::fclose(f) != 0 || !ok) throw_io_error(path, "writing", ok ? errno : err);
 }
 
 void fill_batch_slots(const ExperimentConfig& config, RunSummary& summary) {
@@ -169,13 +183,19 @@ RunOutput run_simulation(const ExperimentConfig& config, const RunOptions& optio
                       "), got " + std::to_string(config.scheduler.max_model_len));
   }
   std::unique_ptr<Workload> workload =
-      make_workload(config.workload_section(), config.seed, config.base_dir);
+      limit_workload(make_workload(config.workload_section(), config.seed, config.base_dir),
+                     config.max_requests, config.max_duration_ns, config.file);
   out.workload = workload->describe();
 
   std::string steps_path, schedule_path;
+  // The run is written into a temporary sibling folder and moved into place once complete, so
+  // an existing run folder is replaced only by a whole new run (never by a partial one).
+  std::optional<StagedDir> stage;
   if (options.write_files) {
-    out.out_dir = options.out_dir.empty() ? "out/" + config.name : options.out_dir;
-    prepare_out_dir(out.out_dir);
+    const std::string final_dir = options.out_dir.empty() ? "out/" + config.name : options.out_dir;
+    check_out_dir(final_dir);
+    stage.emplace(final_dir);
+    out.out_dir = stage->temp_path();
     if (config.outputs.steps_csv) steps_path = out.out_dir + "/steps.csv";
     if (config.outputs.record_schedule) schedule_path = out.out_dir + "/schedule.csv";
   }
@@ -219,11 +239,13 @@ RunOutput run_simulation(const ExperimentConfig& config, const RunOptions& optio
   Simulator sim(*workload, replica, recorder);
   if (options.progress) {
     const auto start = std::chrono::steady_clock::now();
+    // At most about once per second of wall time.
     sim.set_progress(
-        [start](std::int64_t arrivals, TimeNs now) {
+        [start, next = 1.0](std::int64_t arrivals, TimeNs now) mutable {
           const double wall =
               std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-          if (wall < 0.5) return;
+          if (wall < next) return;
+          next = wall + 1.0;
           std::fprintf(stderr, "\r  %lld requests arrived, simulated %.1f s, wall %.1f s   ",
                        static_cast<long long>(arrivals), ns_to_s(now), wall);
           std::fflush(stderr);
@@ -239,6 +261,8 @@ RunOutput run_simulation(const ExperimentConfig& config, const RunOptions& optio
   if (!options.write_files) return out;
 
   write_run_outputs(config, recorder, {"sim", model.name, hardware.name}, out);
+  stage->commit();
+  out.out_dir = stage->final_path();
   return out;
 }
 

@@ -34,20 +34,25 @@ struct RunOutput {
   std::string backend = "sim";  // summary.json run.backend: "sim", "engine-cpu"
 };
 
-// Throws ConfigError for bad input (exit code 2 in the commands), std::runtime_error for I/O.
-// Refuses (ConfigError) to write into an existing directory that holds files other than a
-// previous run's outputs, so nothing a user put there is overwritten.
+// Throws ConfigError for bad input and I/O failures (exit code 2 in the commands), Interrupted on
+// SIGINT/SIGTERM. Refuses (ConfigError) to write into an existing directory that holds files
+// other than a previous run's outputs, so nothing a user put there is overwritten. The run is
+// written to a temporary sibling folder (.NAME.tmp-PID) that replaces the run folder only when
+// the run completed: on any error or interrupt the previous folder (if any) is left as it was.
 RunOutput run_simulation(const ExperimentConfig& config, const RunOptions& options);
 
 // The pieces run_simulation shares with the engine driver (engine/engine_driver.h), so both
 // backends build the same scheduler and write the same run folder.
 
-// Creates `dir`, or checks that an existing one holds only run outputs (ConfigError otherwise).
-void prepare_out_dir(const std::string& dir);
+// Checks that `dir` may receive a run: absent, or a folder holding only a previous run's outputs
+// (ConfigError otherwise, and for a symlinked folder or a symlink inside it). Creates nothing:
+// the run is written to a StagedDir (core/output_file.h) that replaces `dir` at the end.
+void check_out_dir(const std::string& dir);
 // The same for a folder of runs (`sim compare`, `sim sweep`): an existing one may hold only
-// `index_file` and sub-folders; `what` names the output in the error ("comparison", "sweep").
-void prepare_group_dir(const std::string& dir, const std::string& index_file,
-                       const std::string& what);
+// `index_file` and sub-folders, and those named in `runs` only run outputs; `what` names the
+// output in the error ("comparison", "sweep").
+void check_group_dir(const std::string& dir, const std::string& index_file, const std::string& what,
+                     const std::vector<std::string>& runs);
 // The scheduler settings with the policy choices applied: the queue order is built with the
 // experiment seed (parse_policies already set the preemption victim).
 SchedulerConfig scheduler_config_with_policies(const ExperimentConfig& config);
@@ -62,7 +67,7 @@ struct RunMeta {
 // Writes summary.json, requests.csv (when configured) and config.yaml into out.out_dir from the
 // finalized `recorder`, out.summary, out.workload, out.num_gpu_blocks and out.block_bytes, and
 // lists them, with the streamed steps.csv / schedule.csv, in out.files (fixed order). Throws
-// std::runtime_error on I/O failure.
+// ConfigError on I/O failure.
 void write_run_outputs(const ExperimentConfig& config, const Recorder& recorder,
                        const RunMeta& meta, RunOutput& out);
 // Sets summary.slot_efficiency from batch_seqs_mean and serving.max_num_seqs (write_run_outputs

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "core/config_node.h"
+#include "core/interrupt.h"
 
 namespace servelab {
 
@@ -134,7 +135,9 @@ SimulationTotals Simulator::run() {
     }
     arm_arrival(now);
     try_start_step(now);
-    if (progress_ && ++num_events % progress_every_ == 0) progress_(totals_.num_arrivals, now);
+    ++num_events;
+    if ((num_events & 1023) == 0) throw_if_interrupted();  // SIGINT/SIGTERM: unwind cleanly
+    if (progress_ && num_events % progress_every_ == 0) progress_(totals_.num_arrivals, now);
   }
   if (replica_.scheduler_.has_unfinished()) {
     throw std::logic_error("simulation ended with unfinished requests (" +

@@ -99,7 +99,8 @@ class Simulator {
   }
 
   // Runs until the workload is exhausted and every request has finished or been rejected.
-  // Throws std::logic_error if the scheduler stalls with unfinished requests and nothing to run.
+  // Throws std::logic_error if the scheduler stalls with unfinished requests and nothing to run,
+  // Interrupted (core/interrupt.h) soon after SIGINT or SIGTERM.
   SimulationTotals run();
 
  private:

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cctype>
+#include <cerrno>
 #include <cinttypes>
 #include <exception>
 #include <filesystem>
@@ -13,6 +14,7 @@
 #include <thread>
 
 #include "core/config_node.h"
+#include "core/output_file.h"
 #include "sim/cli_args.h"
 #include "sim/plot.h"
 #include "traces/workload.h"
@@ -43,6 +45,8 @@ bool is_key_path(const std::string& key) {
 }
 
 // A value as a piece of a folder name: letters, digits, '.', '-'; anything else becomes '_'.
+constexpr std::size_t kMaxNamePart = 48;
+
 std::string name_part(const std::string& text) {
   std::string out;
   for (char c : text) {
@@ -54,6 +58,8 @@ std::string name_part(const std::string& text) {
     }
   }
   while (!out.empty() && out.back() == '_') out.pop_back();
+  // Folder names are at most 255 bytes; the point's index prefix keeps shortened names unique.
+  if (out.size() > kMaxNamePart) out.resize(kMaxNamePart);
   return out.empty() ? "x" : out;
 }
 
@@ -158,7 +164,18 @@ std::vector<SweepResult> run_sweep(const std::string& path,
   }
   if (out_dir.empty()) out_dir = "out/" + configs.front().name + "-sweep";
   // The folder may hold a previous one (sweep.csv and run folders), nothing else.
-  prepare_group_dir(out_dir, "sweep.csv", "sweep");
+  std::vector<std::string> names;
+  for (const SweepPoint& p : points) {
+    if (p.name.size() > 255) {
+      throw ConfigError(path + ": sweep point " + p.name.substr(0, 40) +
+                        "...: its folder name is longer than 255 bytes (fewer sweep keys)");
+    }
+    names.push_back(p.name);
+  }
+  check_group_dir(out_dir, "sweep.csv", "sweep", names);
+  // Everything is written under a temporary sibling and moved into OUT at the end, so an error
+  // or an interrupt leaves OUT as it was.
+  StagedDir stage(out_dir);
 
   std::vector<SweepResult> results(points.size());
   std::vector<std::exception_ptr> errors(points.size());
@@ -169,7 +186,7 @@ std::vector<SweepResult> run_sweep(const std::string& path,
     for (std::size_t i = next++; i < points.size(); i = next++) {
       try {
         RunOptions options;
-        options.out_dir = out_dir + "/" + points[i].name;
+        options.out_dir = stage.temp_path() + "/" + points[i].name;
         results[i] = {points[i], run_simulation(configs[i], options)};
       } catch (...) {
         errors[i] = std::current_exception();
@@ -198,9 +215,9 @@ std::vector<SweepResult> run_sweep(const std::string& path,
     }
   }
 
-  const std::string csv = out_dir + "/sweep.csv";
+  const std::string csv = stage.temp_path() + "/sweep.csv";
   std::FILE* f = std::fopen(csv.c_str(), "wb");
-  if (!f) throw std::runtime_error(csv + ": cannot write");
+  if (!f) throw_io_error(csv, "writing", errno);
   std::fputs("point", f);
   for (const SweepAxis& a : axes) std::fprintf(f, ",%s", a.key.c_str());
   std::fputs(
@@ -226,7 +243,9 @@ std::vector<SweepResult> run_sweep(const std::string& path,
                  s.prefix_hit_rate, s.kv_usage_mean, s.kv_usage_max, s.batch_seqs_mean,
                  s.slot_efficiency);
   }
-  if (std::fclose(f) != 0) throw std::runtime_error(csv + ": write failed");
+  if (std::fclose(f) != 0) throw_io_error(csv, "writing", errno);
+  stage.commit_entries();
+  for (SweepResult& r : results) r.run.out_dir = out_dir + "/" + r.point.name;
   return results;
 }
 
@@ -266,7 +285,7 @@ int sweep_command(const std::vector<std::string>& args) {
       });
   const std::vector<std::string> overrides = a.all_overrides();
   const std::vector<SweepAxis> axes = sweep_from_experiment(a.experiment);
-  const bool progress = !a.quiet && isatty(STDERR_FILENO);
+  const bool progress = a.show_progress();
   const std::vector<SweepResult> results =
       run_sweep(a.experiment, overrides, a.out_dir, jobs, progress);
   const std::string dir = std::filesystem::path(results.front().run.out_dir).parent_path();

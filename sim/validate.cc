@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "core/config_node.h"
+#include "core/output_file.h"
 #include "core/step_plan.h"
 #include "sim/calibrated_cost_model.h"
 #include "sim/calibration.h"
@@ -562,11 +563,9 @@ int validate_command(const std::vector<std::string>& args) {
   }
   std::error_code ec;
   fs::create_directories(dir, ec);
-  if (ec) throw std::runtime_error(dir + ": cannot create directory (" + ec.message() + ")");
+  if (ec) throw_io_error(dir, "creating the folder", ec.value());
   const std::string path = dir + "/validation.json";
-  std::ofstream o(path, std::ios::binary);
-  o << validation_json(rep);
-  if (!o) throw std::runtime_error(path + ": write failed");
+  write_file_atomically(path, validation_json(rep));
   if (!quiet) {
     print_validation(stdout, rep);
     std::printf("  wrote %s\n", path.c_str());
@@ -576,10 +575,12 @@ int validate_command(const std::vector<std::string>& args) {
 
 int calibrate_command(const std::vector<std::string>& args) {
   std::string profile, out, engine_run;
-  bool quiet = false;
+  bool quiet = false, force = false;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
-    if (a == "-o" || a == "--out") {
+    if (a == "--force") {
+      force = true;
+    } else if (a == "-o" || a == "--out") {
       if (i + 1 >= args.size()) throw UsageError(a + ": expected a value");
       out = args[++i];
     } else if (a == "--engine-run") {
@@ -598,6 +599,15 @@ int calibrate_command(const std::vector<std::string>& args) {
   if (profile.empty())
     throw UsageError("sim calibrate: expected a profile (sim calibrate PROFILE.csv -o COST.yaml)");
   if (out.empty()) throw UsageError("sim calibrate: expected -o COST.yaml");
+  // Never the measured profile (or the engine run's files), and an existing file only with
+  // --force; checked before the fit so a refusal costs nothing.
+  std::vector<std::string> inputs = {profile};
+  if (!engine_run.empty()) {
+    for (const char* f : {"/schedule.csv", "/steps.csv", "/summary.json", "/config.yaml"}) {
+      inputs.push_back(engine_run + f);
+    }
+  }
+  check_output_file(out, inputs, force);
   const EngineProfile p = read_profile(profile);
   CalibrationResult r = fit_profile(p);
   std::string extra;
@@ -610,10 +620,7 @@ int calibrate_command(const std::vector<std::string>& args) {
                   engine_run.c_str(), static_cast<long long>(h.steps), h.step_s, h.per_sequence_s);
     extra = buf;
   }
-  std::ofstream o(out, std::ios::binary);
-  o << calibration_yaml(r, profile) << extra;
-  o.close();
-  if (!o) throw std::runtime_error(out + ": write failed");
+  write_file_atomically(out, calibration_yaml(r, profile) + extra);
   if (!quiet) {
     print_calibration(stdout, r);
     if (!extra.empty()) std::printf("  %s", extra.c_str());

@@ -18,6 +18,8 @@
 namespace servelab {
 namespace {
 
+using test_util::Cli;
+using test_util::read_file;
 using test_util::run_sim;
 using test_util::temp_dir;
 using test_util::write_file;
@@ -466,6 +468,34 @@ TEST(SimCli, CalibrateBadInputsExitTwo) {
   // No -o: usage error.
   r = run_sim("calibrate " + (dir / "good.csv").string(), dir);
   EXPECT_EQ(r.code, 2);
+}
+
+// Issue 15: `sim calibrate p.csv -o p.csv` replaced the measured profile; an existing output was
+// overwritten silently. Now: output == input is always refused, an existing output needs
+// --force, and the write is atomic.
+TEST(SimCli, CalibrateNeverOverwritesItsInputOrAnExistingFile) {
+  const auto dir = temp_dir("calibrate_overwrite");
+  const std::string text = synthetic_profile(known(), 0.0, 1);
+  write_file(dir / "p.csv", text);
+  const std::string p = (dir / "p.csv").string(), c = (dir / "c.yaml").string();
+  Cli r = run_sim("calibrate " + p + " -o " + p, dir);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("input"), std::string::npos) << r.err;
+  r = run_sim("calibrate " + p + " -o " + p + " --force", dir);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(read_file(dir / "p.csv"), text);  // the measured profile is intact
+
+  write_file(dir / "c.yaml", "mine\n");
+  r = run_sim("calibrate " + p + " -o " + c, dir);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--force"), std::string::npos) << r.err;
+  EXPECT_EQ(read_file(dir / "c.yaml"), "mine\n");
+  r = run_sim("calibrate " + p + " -o " + c + " --force --quiet", dir);
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NO_THROW(load_calibrated_profile(c));
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    EXPECT_EQ(e.path().filename().string().find(".tmp"), std::string::npos) << e.path();
+  }
 }
 
 }  // namespace

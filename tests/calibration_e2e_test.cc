@@ -140,5 +140,20 @@ TEST(CalibrationE2E, ProfileOnCudaOrAClearRefusal) {
   EXPECT_NE(text.find("# executor: CudaExecutor bf16"), std::string::npos) << text.substr(0, 600);
 }
 
+// Issue 15: `engine profile -o FILE` replaced an existing file silently. It is refused (before
+// profiling) without --force, and the weights or model file is never an output.
+TEST(CalibrationE2E, ProfileRefusesToOverwrite) {
+  const auto dir = temp_dir("calibration_e2e_overwrite");
+  const std::string out = (dir / "p.csv").string();
+  test_util::write_file(out, "measured\n");
+  Cli r = run_engine_cli("profile --model tiny --quick -o " + out, dir);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--force"), std::string::npos) << r.err;
+  EXPECT_EQ(test_util::read_file(out), "measured\n");
+  r = run_engine_cli("profile --model tiny --quick --force --weights " + out + " -o " + out, dir);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(test_util::read_file(out), "measured\n");
+}
+
 }  // namespace
 }  // namespace servelab

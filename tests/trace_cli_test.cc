@@ -62,4 +62,41 @@ TEST(TraceCli, BadInputIsExitCode2) {
   fs::remove(bad);
 }
 
+// Issue 15: `sim trace convert IN OUT` overwrote OUT silently, left it empty when a later row
+// was bad, and with IN = OUT wiped the input.
+TEST(TraceCli, ConvertNeverLosesData) {
+  const fs::path dir = servelab::test_util::temp_dir("trace_convert_safety");
+  const std::string good = (dir / "good.csv").string(), out = (dir / "out.csv").string();
+  const std::string trace =
+      "arrival_ns,prompt_tokens,output_tokens,priority,tenant,segments\n0,10,5,0,0,1:0:10\n1000,20,"
+      "5,0,0,2:0:20\n2000,30,5,0,0,3:0:30\n";
+  servelab::test_util::write_file(good, trace);
+  servelab::test_util::write_file(out, "precious\n");
+  // An existing OUT: refused without --force.
+  Cli c = sim("trace convert " + good + " " + out);
+  EXPECT_EQ(c.code, 2);
+  EXPECT_NE(c.err.find("--force"), std::string::npos) << c.err;
+  EXPECT_EQ(servelab::test_util::read_file(out), "precious\n");
+  // A bad row after good ones: OUT keeps its old content (written to a temporary, renamed on
+  // success only), and no temporary is left behind.
+  const std::string bad = (dir / "bad.csv").string();
+  servelab::test_util::write_file(bad, trace + "3000,x,5,0,0,4:0:5\n");
+  c = sim("trace convert " + bad + " " + out + " --format servelab --force");
+  EXPECT_EQ(c.code, 2) << c.err;
+  EXPECT_EQ(servelab::test_util::read_file(out), "precious\n");
+  for (const auto& e : fs::directory_iterator(dir)) {
+    EXPECT_EQ(e.path().filename().string().find(".tmp"), std::string::npos) << e.path();
+  }
+  // IN = OUT: refused even with --force, also through another spelling of the path.
+  const std::string same = (dir / "." / "good.csv").string();
+  c = sim("trace convert " + good + " " + same + " --force");
+  EXPECT_EQ(c.code, 2);
+  EXPECT_NE(c.err.find("input"), std::string::npos) << c.err;
+  EXPECT_EQ(servelab::test_util::read_file(good), trace);
+  // --force replaces an existing OUT with the converted trace.
+  c = sim("trace convert " + good + " " + out + " --force");
+  ASSERT_EQ(c.code, 0) << c.err;
+  EXPECT_NE(servelab::test_util::read_file(out).find("arrival_ns"), std::string::npos);
+}
+
 }  // namespace

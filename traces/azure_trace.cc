@@ -5,6 +5,7 @@
 #include <limits>
 #include <stdexcept>
 
+#include "core/checked_time.h"
 #include "core/config_node.h"
 
 namespace servelab {
@@ -101,7 +102,9 @@ std::optional<TimeNs> parse_timestamp_ns(std::string_view text) {
   const std::int64_t days =
       days_from_civil(year, static_cast<unsigned>(month), static_cast<unsigned>(day));
   const std::int64_t secs = days * 86400 + hour * 3600 + minute * 60 + second - offset_s;
-  return secs * kNsPerS + frac_ns;
+  // Nanoseconds since 1970 fit years 1678 to 2261; outside, nullopt (checked, never a wrap).
+  const std::optional<TimeNs> ns = checked_mul(secs, kNsPerS);
+  return ns ? checked_add(*ns, frac_ns) : std::nullopt;
 }
 
 AzureTraceWorkload::AzureTraceWorkload(const std::string& path, AzureTraceOptions options)
@@ -132,7 +135,7 @@ bool AzureTraceWorkload::read_row() {
     csv_.fail("3 comma-separated fields " + std::string(kHeader), csv_.line());
   }
   const std::optional<TimeNs> t = parse_timestamp_ns(f[0]);
-  if (!t) csv_.fail(kTimestampForm, f[0]);
+  if (!t) csv_.fail(std::string(kTimestampForm) + " (years 1678 to 2261)", f[0]);
   auto count = [&](std::string_view text, const char* name) {
     const std::optional<std::int64_t> v = parse_int(text);
     if (!v || *v < 1 || *v > std::numeric_limits<std::int32_t>::max()) {
@@ -155,14 +158,22 @@ bool AzureTraceWorkload::read_row() {
 
 std::optional<RequestSpec> AzureTraceWorkload::next() {
   if (!has_pending_) return std::nullopt;
-  const TimeNs delta = pending_.timestamp_ns - first_ns_;
-  const TimeNs scaled =
-      options_.time_scale == 1.0
+  // Checked: a huge span times time_scale is an error naming the row, never a wrap.
+  const std::optional<TimeNs> delta = checked_sub(pending_.timestamp_ns, first_ns_);
+  const std::optional<TimeNs> scaled =
+      !delta ? std::nullopt
+      : options_.time_scale == 1.0
           ? delta
-          : static_cast<TimeNs>(std::llround(static_cast<double>(delta) * options_.time_scale));
+          : checked_round_ns(static_cast<double>(*delta) * options_.time_scale);
+  const std::optional<TimeNs> arrival =
+      scaled ? checked_add(options_.start_ns, *scaled) : std::nullopt;
+  if (!arrival) {
+    throw ConfigError(csv_.path() + ":" + std::to_string(previous_line_) +
+                      ": the arrival time (after time_scale and start_s) is beyond ~292 years");
+  }
   RequestSpec spec;
   spec.id = next_id_;
-  spec.arrival_ns = options_.start_ns + scaled;
+  spec.arrival_ns = *arrival;
   spec.prompt.push_back({unique_content_id(options_.content_seed, next_id_), 0,
                          static_cast<std::uint32_t>(pending_.context_tokens)});
   spec.prompt_len = pending_.context_tokens;

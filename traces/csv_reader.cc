@@ -1,5 +1,6 @@
 #include "traces/csv_reader.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
@@ -44,7 +45,11 @@ bool CsvReader::read_line() {
     std::memmove(buffer_.data(), start, end_ - begin_);
     end_ -= begin_;
     begin_ = 0;
-    if (end_ == buffer_.size()) buffer_.resize(buffer_.size() * 2);
+    if (end_ >= kMaxLineBytes) {
+      throw ConfigError(path_ + ":" + std::to_string(line_number_ + 1) + ": line longer than " +
+                        std::to_string(kMaxLineBytes >> 20) + " MiB (is this a trace file?)");
+    }
+    if (end_ == buffer_.size()) buffer_.resize(std::min(buffer_.size() * 2, kMaxLineBytes + 1));
     const std::size_t got = std::fread(buffer_.data() + end_, 1, buffer_.size() - end_, file_);
     if (got == 0) {
       if (std::ferror(file_)) {

@@ -21,6 +21,10 @@
 
 namespace servelab {
 
+// The longest line a reader accepts: a longer one (a binary or sparse file, a missing line end)
+// is an error naming PATH:LINE instead of an unbounded buffer.
+inline constexpr std::size_t kMaxLineBytes = std::size_t{1} << 20;  // 1 MiB
+
 class CsvReader {
  public:
   // Opens `path`. Throws ConfigError "PATH: cannot open file (REASON)".
@@ -30,7 +34,8 @@ class CsvReader {
   CsvReader& operator=(const CsvReader&) = delete;
 
   // Reads the next non-blank line and splits it at every comma. Returns false at the end of the
-  // file. The views from line() and fields() stay valid until the next call.
+  // file. Throws ConfigError for a line longer than kMaxLineBytes. The views from line() and
+  // fields() stay valid until the next call.
   bool next_row();
   std::string_view line() const { return line_; }
   std::span<const std::string_view> fields() const { return fields_; }

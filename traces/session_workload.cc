@@ -357,7 +357,7 @@ std::unique_ptr<Workload> make_session_file_workload(const ConfigNode& s, std::u
   double scale = 1.0;
   if (s.has("time_scale")) {
     scale = s.at("time_scale").as_double();
-    if (!(scale > 0)) s.at("time_scale").fail("a number > 0");
+    if (!(scale > 0 && scale <= 1e6)) s.at("time_scale").fail("a number > 0 and up to 1e6");
   }
   std::ifstream in(path, std::ios::binary);
   if (!in) throw ConfigError(path + ": cannot open the sessions file");

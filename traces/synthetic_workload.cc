@@ -4,6 +4,9 @@
 #include <cstdio>
 #include <stdexcept>
 
+#include "core/checked_time.h"
+#include "core/config_node.h"
+
 namespace servelab {
 
 namespace {
@@ -119,28 +122,33 @@ SyntheticWorkload::SyntheticWorkload(SyntheticConfig config, std::uint64_t seed)
     lognormal_sigma_[i] = std::sqrt(sigma2);
     lognormal_mu_[i] = std::log(dists[i]->mean) - sigma2 / 2;
   }
-  on_ns_ = std::max<TimeNs>(1, seconds_to_ns(a.on_s));
-  off_ns_ = seconds_to_ns(a.off_s);
+  require(a.process != ArrivalProcess::kOnOff ||
+              (checked_seconds_to_ns(a.on_s) && checked_seconds_to_ns(a.off_s)),
+          "onoff on_s and off_s must be below 4.6e9 s");
+  on_ns_ = std::max<TimeNs>(1, checked_seconds_to_ns(a.on_s).value_or(1));
+  off_ns_ = checked_seconds_to_ns(a.off_s).value_or(0);
 }
 
-TimeNs SyntheticWorkload::draw_gap() {
+std::optional<TimeNs> SyntheticWorkload::draw_gap() {
   const ArrivalConfig& a = config_.arrival;
   switch (a.process) {
     case ArrivalProcess::kPoisson:
     case ArrivalProcess::kOnOff:
-      return seconds_to_ns(arrival_rng_.exponential(a.rate));
+      return checked_seconds_to_ns(arrival_rng_.exponential(a.rate));
     case ArrivalProcess::kGamma:
-      return seconds_to_ns(arrival_rng_.gamma(gamma_shape_, gamma_scale_s_));
+      return checked_seconds_to_ns(arrival_rng_.gamma(gamma_shape_, gamma_scale_s_));
     case ArrivalProcess::kFixed:
       break;  // not drawn: computed from the id so rounding never accumulates
   }
   return 0;
 }
 
-TimeNs SyntheticWorkload::wall_time(TimeNs active_ns) const {
+std::optional<TimeNs> SyntheticWorkload::wall_time(TimeNs active_ns) const {
   if (config_.arrival.process != ArrivalProcess::kOnOff) return active_ns;
   const TimeNs cycles = active_ns / on_ns_;
-  return cycles * (on_ns_ + off_ns_) + active_ns % on_ns_;
+  const std::optional<TimeNs> period = checked_add(on_ns_, off_ns_);
+  const std::optional<TimeNs> full = period ? checked_mul(cycles, *period) : std::nullopt;
+  return full ? checked_add(*full, active_ns % on_ns_) : std::nullopt;
 }
 
 std::optional<RequestSpec> SyntheticWorkload::next() {
@@ -150,14 +158,36 @@ std::optional<RequestSpec> SyntheticWorkload::next() {
     return std::nullopt;
   }
   const bool fixed = config_.arrival.process == ArrivalProcess::kFixed;
-  const TimeNs active =
-      fixed ? seconds_to_ns(static_cast<double>(next_id_) / config_.arrival.rate) : active_ns_;
-  const TimeNs since_start = wall_time(active);
-  if (config_.duration_ns && since_start >= *config_.duration_ns) {
+  const std::optional<TimeNs> active =
+      overflow_ ? std::nullopt
+      : fixed   ? checked_seconds_to_ns(static_cast<double>(next_id_) / config_.arrival.rate)
+                : std::optional<TimeNs>(active_ns_);
+  const std::optional<TimeNs> since_start = active ? wall_time(*active) : std::nullopt;
+  const std::optional<TimeNs> arrival =
+      since_start ? checked_add(config_.start_ns, *since_start) : std::nullopt;
+  if (!arrival) {
+    // Beyond any representable time: past duration_s when there is one, else an error.
+    if (config_.duration_ns) {
+      done_ = true;
+      return std::nullopt;
+    }
+    throw ConfigError(config_.arrival_location + ": request " + std::to_string(next_id_) +
+                      " would arrive more than 292 years after the start (the arrival rate is "
+                      "too small for num_requests; raise the rate or set duration_s)");
+  }
+  if (config_.duration_ns && *since_start >= *config_.duration_ns) {
     done_ = true;
     return std::nullopt;
   }
-  if (!fixed) active_ns_ += draw_gap();
+  if (!fixed) {
+    const std::optional<TimeNs> gap = draw_gap();
+    const std::optional<TimeNs> sum = gap ? checked_add(active_ns_, *gap) : std::nullopt;
+    if (sum) {
+      active_ns_ = *sum;
+    } else {
+      overflow_ = true;
+    }
+  }
 
   // Lengths: each distribution draws from its own stream.
   std::size_t row = 0;
@@ -186,7 +216,7 @@ std::optional<RequestSpec> SyntheticWorkload::next() {
 
   RequestSpec spec;
   spec.id = next_id_;
-  spec.arrival_ns = config_.start_ns + since_start;
+  spec.arrival_ns = *arrival;
   spec.max_output_tokens = output_len;
   spec.n = config_.n;
   // Built canonical directly (distinct streams, no empty segment): no make_request() copy.

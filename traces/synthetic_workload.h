@@ -115,6 +115,9 @@ struct SyntheticConfig {
   bool paired_rows = false;
   std::optional<SharedPrefixConfig> shared_prefix;
   std::int32_t n = 1;  // parallel samples per request (RequestSpec::n), in [1, kMaxSamples]
+  // Where the arrival process was configured ("FILE:LINE:COL: key 'workload.arrival'"), for the
+  // error when arrival times would overflow (a tiny rate without duration_s).
+  std::string arrival_location = "workload.arrival";
 };
 
 // The content stream of shared system prompt `prefix` (distinct from every unique_content_id).
@@ -128,16 +131,19 @@ class SyntheticWorkload : public Workload {
   // the YAML first, with messages that name the key).
   SyntheticWorkload(SyntheticConfig config, std::uint64_t seed);
 
+  // Throws ConfigError (naming config.arrival_location) when the next arrival time would
+  // overflow TimeNs (about 292 years) and no duration_s ends the workload first.
   std::optional<RequestSpec> next() override;
   std::string describe() const override;
 
   const SyntheticConfig& config() const { return config_; }
 
  private:
-  // The next gap of the arrival process in "active" time (time spent in on periods).
-  TimeNs draw_gap();
-  // Active time to wall time since start: skips the off periods of kOnOff.
-  TimeNs wall_time(TimeNs active_ns) const;
+  // The next gap of the arrival process in "active" time (time spent in on periods); nullopt
+  // when it overflows TimeNs.
+  std::optional<TimeNs> draw_gap();
+  // Active time to wall time since start: skips the off periods of kOnOff (nullopt: overflow).
+  std::optional<TimeNs> wall_time(TimeNs active_ns) const;
 
   SyntheticConfig config_;
   std::uint64_t seed_;
@@ -145,7 +151,8 @@ class SyntheticWorkload : public Workload {
   double gamma_shape_ = 1.0, gamma_scale_s_ = 1.0;
   double lognormal_mu_[2] = {0, 0}, lognormal_sigma_[2] = {0, 0};  // prompt, output
   TimeNs on_ns_ = 0, off_ns_ = 0;
-  TimeNs active_ns_ = 0;  // arrival of the next request in active time
+  TimeNs active_ns_ = 0;   // arrival of the next request in active time
+  bool overflow_ = false;  // active_ns_ would have overflowed: no representable next arrival
   RequestId next_id_ = 0;
   bool done_ = false;
 };

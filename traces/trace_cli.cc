@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "core/config_node.h"
+#include "core/output_file.h"
 #include "traces/csv_reader.h"
 #include "traces/trace_readers.h"
 #include "traces/trace_stats.h"
@@ -15,7 +16,7 @@ namespace servelab {
 namespace {
 
 constexpr const char* kUsage =
-    "usage: sim trace stats FILE [--format F] | sim trace convert IN OUT [--format F] "
+    "usage: sim trace stats FILE [--format F] | sim trace convert IN OUT [--format F] [--force] "
     "(F: azure, mooncake, burstgpt, vidur, servelab, auto)";
 
 bool ends_with(const std::string& s, std::string_view suffix) {
@@ -58,8 +59,11 @@ std::string detect_trace_format(const std::string& path) {
 int trace_command(const std::vector<std::string>& args) {
   std::vector<std::string> positional;
   std::string format = "auto";
+  bool force = false;
   for (std::size_t i = 0; i < args.size(); ++i) {
-    if (args[i] == "--format") {
+    if (args[i] == "--force") {
+      force = true;
+    } else if (args[i] == "--format") {
       if (i + 1 == args.size()) throw ConfigError(std::string("--format needs a value; ") + kUsage);
       format = args[++i];
       if (format != "auto" && format != "azure" && format != "mooncake" && format != "burstgpt" &&
@@ -80,6 +84,8 @@ int trace_command(const std::vector<std::string>& args) {
     return 0;
   }
   if (positional.size() == 3 && positional[0] == "convert") {
+    // OUT == IN is refused even with --force (it would wipe the input before reading it).
+    check_output_file(positional[2], {positional[1]}, force);
     std::unique_ptr<Workload> w = open_trace(positional[1], format);
     const std::int64_t n = write_servelab_trace(*w, positional[2]);
     std::printf("wrote %lld requests to %s\n", static_cast<long long>(n), positional[2].c_str());

@@ -12,6 +12,9 @@
 #include <string_view>
 #include <vector>
 
+#include "core/checked_time.h"
+#include "core/interrupt.h"
+#include "core/output_file.h"
 #include "core/time.h"
 #include "traces/csv_reader.h"
 
@@ -64,12 +67,19 @@ class TraceReader : public Workload {
     if (!has_pending_) return std::nullopt;
     RequestSpec spec;
     spec.id = next_id_;
+    // Checked: a huge timestamp or time_scale is an error naming the row, never a wrap.
     const TimeNs delta = options_.rebase ? pending_.time_ns - first_ns_ : pending_.time_ns;
-    spec.arrival_ns =
-        options_.start_ns +
-        (options_.time_scale == 1.0
-             ? delta
-             : static_cast<TimeNs>(std::llround(static_cast<double>(delta) * options_.time_scale)));
+    const std::optional<TimeNs> scaled =
+        options_.time_scale == 1.0
+            ? std::optional<TimeNs>(delta)
+            : checked_round_ns(static_cast<double>(delta) * options_.time_scale);
+    const std::optional<TimeNs> arrival =
+        scaled ? checked_add(options_.start_ns, *scaled) : std::nullopt;
+    if (!arrival) {
+      throw ConfigError(csv_.path() + ":" + std::to_string(previous_line_) +
+                        ": the arrival time (after time_scale and start_s) is beyond ~292 years");
+    }
+    spec.arrival_ns = *arrival;
     if (pending_.prompt.empty()) {
       spec.prompt.push_back({unique_content_id(options_.content_seed, next_id_), 0,
                              static_cast<std::uint32_t>(pending_.prompt_len)});
@@ -238,9 +248,13 @@ class MooncakeReader : public TraceReader {
     };
     const nlohmann::json& ts = field("timestamp");
     if (!ts.is_number() || ts.get<double>() < 0) bad("a non-negative number timestamp", ts.dump());
-    row.time_ns = ts.is_number_integer()
-                      ? ts.get<std::int64_t>() * kNsPerMs
-                      : static_cast<TimeNs>(std::llround(ts.get<double>() * 1e6));
+    // Milliseconds; checked: a timestamp beyond ~292 years of ns is an error, not a wrap.
+    const std::optional<TimeNs> t =
+        ts.is_number_unsigned() && ts.get<std::uint64_t>() > INT64_MAX ? std::nullopt
+        : ts.is_number_integer() ? checked_mul(ts.get<std::int64_t>(), kNsPerMs)
+                                 : checked_round_ns(ts.get<double>() * 1e6);
+    if (!t) bad("a timestamp (ms) below 9.2e12", ts.dump());
+    row.time_ns = *t;
     auto count = [&](const char* key) {
       const nlohmann::json& v = field(key);
       if (!v.is_number_integer() || v.get<std::int64_t>() < 1 ||
@@ -534,7 +548,9 @@ std::unique_ptr<Workload> make_trace_reader(const ConfigNode& s, std::uint64_t s
   if (s.has("max_requests")) o.max_requests = s.get_int("max_requests", 1, INT64_MAX);
   if (s.has("time_scale")) {
     o.time_scale = s.at("time_scale").as_double();
-    if (!(o.time_scale > 0)) s.at("time_scale").fail("a number > 0");
+    if (!(o.time_scale > 0 && o.time_scale <= 1e6)) {
+      s.at("time_scale").fail("a number > 0 and up to 1e6");
+    }
   }
   o.start_ns = seconds_to_ns(s.get_double("start_s", 0.0, 0.0, 1e9));
   o.lenient = s.get_bool("lenient", false);
@@ -564,10 +580,10 @@ std::unique_ptr<Workload> make_trace_reader(const ConfigNode& s, std::uint64_t s
 }
 
 std::int64_t write_servelab_trace(Workload& w, const std::string& out_path) {
-  std::FILE* f = std::fopen(out_path.c_str(), "wb");
-  if (f == nullptr) {
-    throw ConfigError(out_path + ": cannot open file for writing (" + std::strerror(errno) + ")");
-  }
+  // Written to a temporary sibling and renamed onto out_path only when every row converted.
+  AtomicFile out(out_path);
+  std::FILE* f = std::fopen(out.temp_path().c_str(), "wb");
+  if (f == nullptr) throw_io_error(out_path, "writing", errno);
   std::string buf;
   buf.reserve(1 << 20);
   buf.append(kServeLabHeader).push_back('\n');
@@ -596,6 +612,7 @@ std::int64_t write_servelab_trace(Workload& w, const std::string& out_path) {
       if (buf.size() > (1 << 20) - 4096) {
         ok = ok && std::fwrite(buf.data(), 1, buf.size(), f) == buf.size();
         buf.clear();
+        throw_if_interrupted();
       }
     }
   } catch (...) {
@@ -603,8 +620,9 @@ std::int64_t write_servelab_trace(Workload& w, const std::string& out_path) {
     throw;
   }
   ok = ok && std::fwrite(buf.data(), 1, buf.size(), f) == buf.size();
-  ok = (std::fclose(f) == 0) && ok;
-  if (!ok) throw ConfigError(out_path + ": write error");
+  const int err = errno;
+  if (std::fclose(f) != 0 || !ok) throw_io_error(out_path, "writing", ok ? errno : err);
+  out.commit();
   return count;
 }
 

@@ -78,7 +78,10 @@ std::unique_ptr<Workload> make_trace_reader(const ConfigNode& section, std::uint
                                             const std::string& path);
 
 // Writes `w` (drained) to `out_path` in the ServeLab format above; returns the request count.
-// Throws ConfigError when the file cannot be written.
+// The file is written to a temporary sibling and renamed onto `out_path` only on success: a bad
+// row, an I/O error or an interrupt leaves `out_path` as it was. Throws ConfigError when the
+// file cannot be written, Interrupted on SIGINT/SIGTERM. The caller checks `out_path` first
+// (check_output_file: --force, never the input).
 std::int64_t write_servelab_trace(Workload& w, const std::string& out_path);
 
 }  // namespace servelab

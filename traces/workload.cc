@@ -1,5 +1,6 @@
 #include "traces/workload.h"
 
+#include <cstdio>
 #include <filesystem>
 #include <map>
 
@@ -65,7 +66,8 @@ ArrivalConfig parse_arrival(const ConfigNode& n) {
     n.allow_keys({"process", "rate", "on_s", "off_s"});
     a.process = ArrivalProcess::kOnOff;
     a.on_s = positive_double(n, "on_s");
-    a.off_s = n.get_double("off_s", 0.0, 1e12);
+    if (a.on_s > 1e9) n.at("on_s").fail("a number of seconds up to 1e9");
+    a.off_s = n.get_double("off_s", 0.0, 1e9);
   }
   a.rate = positive_double(n, "rate");
   return a;
@@ -133,12 +135,17 @@ std::unique_ptr<Workload> make_synthetic(const ConfigNode& s, std::uint64_t seed
   SyntheticConfig c;
   c.n = static_cast<std::int32_t>(s.get_int("n", 1, 1, kMaxSamples));
   if (s.has("num_requests")) c.num_requests = s.get_int("num_requests", 1, INT64_MAX);
-  if (s.has("duration_s")) c.duration_ns = seconds_to_ns(positive_double(s, "duration_s"));
+  if (s.has("duration_s")) {
+    const double d = positive_double(s, "duration_s");
+    if (d > 1e9) s.at("duration_s").fail("a number of seconds up to 1e9");
+    c.duration_ns = seconds_to_ns(d);
+  }
   if (!c.num_requests && !c.duration_ns) {
     s.fail_message("needs num_requests or duration_s (or both) to know when to stop");
   }
   c.start_ns = seconds_to_ns(s.get_double("start_s", 0.0, 0.0, 1e9));
   c.arrival = parse_arrival(s.at("arrival"));
+  c.arrival_location = s.at("arrival").location() + ": key '" + s.at("arrival").path() + "'";
 
   TableCache cache;
   if (s.has("lengths")) {
@@ -169,6 +176,12 @@ std::unique_ptr<Workload> make_synthetic(const ConfigNode& s, std::uint64_t seed
     p.num_prefixes = static_cast<std::int32_t>(n.get_int("num_prefixes", 1, 1'000'000'000));
     p.length = static_cast<std::int32_t>(n.get_int("length", 1, kMaxSyntheticLength - 1));
     p.fraction = n.get_double("fraction", 0.0, 1.0);
+    // A prefix at least as long as every prompt would make every shared prompt longer than
+    // asked for (and possibly than max_model_len, rejecting them all).
+    if (p.fraction > 0 && p.length >= c.prompt_len.max) {
+      n.at("length").fail("a length below the longest prompt (prompt_len max " +
+                          std::to_string(c.prompt_len.max) + "): the prefix is part of the prompt");
+    }
     c.shared_prefix = p;
   }
   return std::make_unique<SyntheticWorkload>(std::move(c), seed);
@@ -180,7 +193,10 @@ std::unique_ptr<Workload> make_azure(const ConfigNode& s, std::uint64_t seed,
   const std::string path = data_file(s.at("path"), base_dir);
   AzureTraceOptions o;
   if (s.has("max_requests")) o.max_requests = s.get_int("max_requests", 1, INT64_MAX);
-  if (s.has("time_scale")) o.time_scale = positive_double(s, "time_scale");
+  if (s.has("time_scale")) {
+    o.time_scale = positive_double(s, "time_scale");
+    if (o.time_scale > 1e6) s.at("time_scale").fail("a number > 0 and up to 1e6");
+  }
   o.start_ns = seconds_to_ns(s.get_double("start_s", 0.0, 0.0, 1e9));
   o.content_seed = seed;
   return std::make_unique<AzureTraceWorkload>(path, o);
@@ -211,6 +227,58 @@ std::unique_ptr<Workload> make_workload(const ConfigNode& section, std::uint64_t
   }
   if (transforms) w = std::make_unique<TransformedWorkload>(std::move(w), *transforms, seed);
   return w;
+}
+
+namespace {
+
+class LimitedWorkload : public Workload {
+ public:
+  LimitedWorkload(std::unique_ptr<Workload> inner, std::int64_t max_requests, TimeNs max_arrival,
+                  std::string where)
+      : inner_(std::move(inner)),
+        max_requests_(max_requests),
+        max_arrival_(max_arrival),
+        where_(std::move(where)) {}
+
+  std::optional<RequestSpec> next() override {
+    std::optional<RequestSpec> r = inner_->next();
+    if (!r) return r;
+    if (++count_ > max_requests_) {
+      throw ConfigError(where_ + ": the workload has more than " + std::to_string(max_requests_) +
+                        " requests (limits.max_requests); raise limits.max_requests to run "
+                        "more");
+    }
+    if (r->arrival_ns > max_arrival_) {
+      char buf[160];
+      std::snprintf(buf, sizeof buf, "request %lld arrives at %.9g s, after %.9g s",
+                    static_cast<long long>(r->id), ns_to_s(r->arrival_ns), ns_to_s(max_arrival_));
+      throw ConfigError(where_ + ": " + buf +
+                        " (limits.max_duration_s); raise limits.max_duration_s to simulate "
+                        "longer");
+    }
+    return r;
+  }
+  std::string describe() const override { return inner_->describe(); }
+  std::int64_t skipped_rows() const override { return inner_->skipped_rows(); }
+  bool dependent() const override { return inner_->dependent(); }
+  std::optional<TimeNs> next_arrival() override { return inner_->next_arrival(); }
+  void on_finish(RequestId id, TimeNs t) override { inner_->on_finish(id, t); }
+  bool exhausted() const override { return inner_->exhausted(); }
+
+ private:
+  std::unique_ptr<Workload> inner_;
+  std::int64_t max_requests_;
+  TimeNs max_arrival_;
+  std::string where_;
+  std::int64_t count_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Workload> limit_workload(std::unique_ptr<Workload> inner, std::int64_t max_requests,
+                                         TimeNs max_arrival_ns, std::string where) {
+  return std::make_unique<LimitedWorkload>(std::move(inner), max_requests, max_arrival_ns,
+                                           std::move(where));
 }
 
 }  // namespace servelab

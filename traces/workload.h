@@ -59,6 +59,12 @@ class Workload {
   virtual bool exhausted() const { return false; }
 };
 
+// `inner` behind a guard that throws ConfigError when it yields more than `max_requests`
+// requests or one arriving after `max_arrival_ns`; `where` starts the message (the experiment
+// file) and the message names the limits.max_requests / limits.max_duration_s key to raise.
+std::unique_ptr<Workload> limit_workload(std::unique_ptr<Workload> inner, std::int64_t max_requests,
+                                         TimeNs max_arrival_ns, std::string where);
+
 // Builds the workload that `section` (the `workload:` mapping) describes; `type` selects the
 // kind. `seed` is the experiment seed: every random stream and every content id derives from it.
 // Relative file paths in the section are resolved by resolve_data_path() against `base_dir`

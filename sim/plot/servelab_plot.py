@@ -87,6 +87,17 @@ def read_csv(path):
         return list(csv.DictReader(f))
 
 
+def read_json(path):
+    """A JSON file, or InputError "PATH: not valid JSON: ..." (exit 2, no traceback)."""
+    try:
+        with open(path, "rb") as f:
+            return json.loads(f.read().decode("utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:  # JSONDecodeError is a ValueError
+        raise InputError(f"{path}: not valid JSON: {e}") from None
+    except OSError as e:
+        raise InputError(f"{path}: cannot read: {e.strerror}") from None
+
+
 def num(text, default=math.nan):
     return float(text) if text not in ("", None) else default
 
@@ -97,8 +108,7 @@ class Run:
     def __init__(self, path, name):
         self.path = path
         self.name = name
-        with open(os.path.join(path, "summary.json")) as f:
-            self.summary = json.load(f)
+        self.summary = read_json(os.path.join(path, "summary.json"))
         self._requests = None
         self._steps = None
 
@@ -544,10 +554,14 @@ def main(argv):
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
     try:
-        inputs = [(p, *runs_of(p)) for p in args.inputs]
+        return plot_all(args)
     except InputError as e:
         print(f"servelab_plot: error: {e}", file=sys.stderr)
         return 2
+
+
+def plot_all(args):
+    inputs = [(p, *runs_of(p)) for p in args.inputs]
     os.makedirs(args.out, exist_ok=True)
     written = []
     all_runs = [r for _, _, runs in inputs for r in runs]

@@ -1,0 +1,169 @@
+#include "core/output_file.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+namespace servelab {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// ".NAME.KIND-PID" next to `path`.
+std::string sibling(const std::string& path, const char* kind) {
+  fs::path p(path);
+  while (!p.empty() && p.filename().empty()) p = p.parent_path();  // "dir/" -> "dir"
+  const fs::path parent = p.parent_path();
+  // Appended piece by piece: `"." + std::string` trips a GCC 12 -Wrestrict false positive.
+  std::string name(1, '.');
+  name.append(p.filename().string()).append(".").append(kind).append("-");
+  name.append(std::to_string(static_cast<long long>(::getpid())));
+  return (parent / name).string();
+}
+
+std::string hint(int err) {
+  switch (err) {
+    case EACCES:
+    case EPERM:
+      return "; check the folder's permissions or choose another output";
+    case ENOSPC:
+    case EDQUOT:
+      return "; the disk is full: free space or choose another output";
+    case EROFS:
+      return "; the file system is read-only: choose another output";
+    default:
+      return "";
+  }
+}
+
+}  // namespace
+
+void throw_io_error(const std::string& path, const std::string& what, int err) {
+  throw ConfigError(path + ": " + what + " failed (" + std::strerror(err) + ")" + hint(err));
+}
+
+void refuse_symlink(const std::string& path) {
+  std::error_code ec;
+  if (fs::is_symlink(fs::symlink_status(path, ec))) {
+    throw ConfigError(path +
+                      ": is a symlink; refusing to write through it (remove it or choose "
+                      "another output)");
+  }
+}
+
+void check_output_file(const std::string& out, const std::vector<std::string>& inputs, bool force) {
+  std::error_code ec;
+  const fs::file_status st = fs::status(out, ec);
+  if (!fs::exists(st)) return;
+  for (const std::string& in : inputs) {
+    std::error_code eq_ec;
+    if (fs::equivalent(in, out, eq_ec)) {
+      throw ConfigError(out + ": the output is the input file " + in +
+                        "; refusing to overwrite it (choose another output)");
+    }
+  }
+  if (fs::is_directory(st)) throw ConfigError(out + ": output path is a directory");
+  if (!force) {
+    throw ConfigError(out + ": output file exists; pass --force to replace it");
+  }
+}
+
+AtomicFile::AtomicFile(std::string path) : path_(std::move(path)), temp_(sibling(path_, "tmp")) {}
+
+AtomicFile::~AtomicFile() {
+  if (!committed_) ::unlink(temp_.c_str());
+}
+
+void AtomicFile::commit() {
+  if (std::rename(temp_.c_str(), path_.c_str()) != 0) throw_io_error(path_, "rename", errno);
+  committed_ = true;
+}
+
+void write_file_atomically(const std::string& path, const std::string& text) {
+  AtomicFile file(path);
+  std::FILE* f = std::fopen(file.temp_path().c_str(), "wb");
+  if (!f) throw_io_error(path, "writing", errno);
+  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  const int err = errno;
+  if (std::fclose(f) != 0 || !ok) throw_io_error(path, "writing", ok ? errno : err);
+  file.commit();
+}
+
+StagedDir::StagedDir(std::string dir) : dir_(std::move(dir)), temp_(sibling(dir_, "tmp")) {
+  refuse_symlink(dir_);
+  std::error_code ec;
+  const fs::path parent = fs::path(temp_).parent_path();
+  if (!parent.empty()) {
+    fs::create_directories(parent, ec);
+    if (ec) throw_io_error(parent.string(), "creating the folder", ec.value());
+  }
+  fs::remove_all(temp_, ec);  // a leftover of a killed run with the same process id
+  if (!fs::create_directory(temp_, ec)) {
+    throw_io_error(temp_, "creating the folder", ec ? ec.value() : EEXIST);
+  }
+}
+
+StagedDir::~StagedDir() {
+  if (committed_) return;
+  std::error_code ec;
+  fs::remove_all(temp_, ec);
+}
+
+void StagedDir::commit() {
+  std::error_code ec;
+  refuse_symlink(dir_);
+  if (fs::exists(fs::symlink_status(dir_, ec))) {
+    const std::string old = sibling(dir_, "old");
+    fs::remove_all(old, ec);
+    if (std::rename(dir_.c_str(), old.c_str()) != 0) throw_io_error(dir_, "replacing", errno);
+    if (std::rename(temp_.c_str(), dir_.c_str()) != 0) {
+      const int err = errno;
+      std::rename(old.c_str(), dir_.c_str());  // put the previous folder back
+      throw_io_error(dir_, "replacing", err);
+    }
+    fs::remove_all(old, ec);
+  } else if (std::rename(temp_.c_str(), dir_.c_str()) != 0) {
+    throw_io_error(dir_, "creating", errno);
+  }
+  committed_ = true;
+}
+
+void StagedDir::commit_entries() {
+  std::error_code ec;
+  refuse_symlink(dir_);
+  fs::create_directories(dir_, ec);
+  if (ec) throw_io_error(dir_, "creating the folder", ec.value());
+  std::vector<fs::path> entries;
+  for (const auto& e : fs::directory_iterator(temp_, ec)) entries.push_back(e.path());
+  if (ec) throw_io_error(temp_, "listing", ec.value());
+  // Folders first, the index file (compare.csv, sweep.csv) last: it is what readers look for.
+  std::stable_partition(entries.begin(), entries.end(),
+                        [](const fs::path& p) { return fs::is_directory(p); });
+  for (const fs::path& from : entries) {
+    const std::string to = (fs::path(dir_) / from.filename()).string();
+    refuse_symlink(to);
+    const bool is_dir = fs::is_directory(from);
+    if (is_dir && fs::exists(fs::symlink_status(to, ec))) {
+      const std::string old = sibling(to, "old");
+      fs::remove_all(old, ec);
+      if (std::rename(to.c_str(), old.c_str()) != 0) throw_io_error(to, "replacing", errno);
+      if (std::rename(from.c_str(), to.c_str()) != 0) {
+        const int err = errno;
+        std::rename(old.c_str(), to.c_str());
+        throw_io_error(to, "replacing", err);
+      }
+      fs::remove_all(old, ec);
+    } else if (std::rename(from.c_str(), to.c_str()) != 0) {
+      throw_io_error(to, "writing", errno);
+    }
+  }
+  fs::remove_all(temp_, ec);
+  committed_ = true;
+}
+
+}  // namespace servelab

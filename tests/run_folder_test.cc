@@ -1,0 +1,189 @@
+// Issue 15, "no lost data": run folders are written under a temporary sibling and moved into
+// place only when the run completed; experiment names cannot escape the output folder; symlinks
+// are never followed; SIGINT/SIGTERM stop a run cleanly with no output and exit 130/143.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <string>
+#include <thread>
+
+#include "tests/test_util.h"
+
+namespace servelab {
+namespace {
+
+namespace fs = std::filesystem;
+
+using namespace servelab::test_util;
+
+std::string experiment(const std::string& name_line, const std::string& workload) {
+  return name_line +
+         "seed: 7\nmodel: tiny\nhardware: H100-SXM\nserving:\n  block_size: 16\n"
+         "  num_gpu_blocks: 64\n  max_model_len: 512\nworkload:\n" +
+         workload;
+}
+
+const std::string kSmall =
+    "  type: synthetic\n  num_requests: 40\n  arrival: {process: poisson, rate: 50}\n"
+    "  prompt_len: {dist: uniform, min: 20, max: 200}\n"
+    "  output_len: {dist: uniform, min: 5, max: 60}\n";
+
+// No ".NAME.tmp-PID" or ".NAME.old-PID" left in `dir`.
+void expect_no_leftovers(const fs::path& dir) {
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string n = e.path().filename().string();
+    EXPECT_EQ(n.find(".tmp-"), std::string::npos) << e.path();
+    EXPECT_EQ(n.find(".old-"), std::string::npos) << e.path();
+  }
+}
+
+TEST(RunFolder, NamesThatEscapeTheOutputFolderAreRejected) {
+  const fs::path dir = temp_dir("run_folder_names");
+  fs::create_directories(dir / "work");
+  for (const char* name : {"..", ".", ".hidden", "a/b", "../x", "\"\""}) {
+    write_file(dir / "work/e.yaml", experiment(std::string("name: ") + name + "\n", kSmall));
+    // Default output folder out/<name>: run from dir/work so "out/.." would be dir/work.
+    const std::string cmd = "cd " + (dir / "work").string() + " && " + SERVELAB_SIM_BIN +
+                            " run e.yaml -q 2> " + (dir / "err.txt").string();
+    const int status = std::system(cmd.c_str());
+    ASSERT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 2) << name;
+    const std::string err = read_file(dir / "err.txt");
+    EXPECT_NE(err.find("e.yaml:1:"), std::string::npos) << name << ": " << err;
+    EXPECT_NE(err.find("'name'"), std::string::npos) << name << ": " << err;
+  }
+  EXPECT_FALSE(fs::exists(dir / "work/summary.json"));
+  EXPECT_FALSE(fs::exists(dir / "work/out"));
+  // A file stem starting with '.' (no `name:`) is refused too.
+  write_file(dir / "work/.e.yaml", experiment("", kSmall));
+  const Cli cli = run_sim("run " + (dir / "work/.e.yaml").string() + " -q", dir);
+  EXPECT_EQ(cli.code, 2);
+  EXPECT_NE(cli.err.find("name"), std::string::npos) << cli.err;
+  // The variants of `sim compare` are folder names too.
+  write_file(dir / "c.yaml", experiment("name: c\n", kSmall));
+  EXPECT_EQ(run_sim("compare " + (dir / "c.yaml").string() + " --variant ..:seed=1 -q --out " +
+                        (dir / "cmp").string(),
+                    dir)
+                .code,
+            2);
+}
+
+TEST(RunFolder, SymlinkedOutputFolderIsRefused) {
+  const fs::path dir = temp_dir("run_folder_symlink");
+  write_file(dir / "e.yaml", experiment("name: e\n", kSmall));
+  fs::create_directories(dir / "real");
+  fs::create_directory_symlink(dir / "real", dir / "link");
+  Cli cli =
+      run_sim("run " + (dir / "e.yaml").string() + " -q --out " + (dir / "link").string(), dir);
+  EXPECT_EQ(cli.code, 2);
+  EXPECT_NE(cli.err.find("symlink"), std::string::npos) << cli.err;
+  EXPECT_TRUE(fs::is_empty(dir / "real"));
+  // A run folder holding a symlinked output file (pointing anywhere) is not replaced.
+  ASSERT_EQ(
+      run_sim("run " + (dir / "e.yaml").string() + " -q --out " + (dir / "r").string(), dir).code,
+      0);
+  write_file(dir / "victim.txt", "keep\n");
+  fs::remove(dir / "r/steps.csv");
+  fs::create_symlink(dir / "victim.txt", dir / "r/steps.csv");
+  cli = run_sim("run " + (dir / "e.yaml").string() + " -q --out " + (dir / "r").string(), dir);
+  EXPECT_EQ(cli.code, 2);
+  EXPECT_NE(cli.err.find("symlink"), std::string::npos) << cli.err;
+  EXPECT_EQ(read_file(dir / "victim.txt"), "keep\n");
+}
+
+TEST(RunFolder, AReusedFolderHoldsOnlyTheNewRun) {
+  const fs::path dir = temp_dir("run_folder_reuse");
+  write_file(dir / "e.yaml", experiment("name: e\n", kSmall));
+  const std::string run = "run " + (dir / "e.yaml").string() + " -q --out " + (dir / "r").string();
+  ASSERT_EQ(run_sim(run + " --record-schedule --record-events --record-blocks", dir).code, 0);
+  ASSERT_TRUE(fs::exists(dir / "r/schedule.csv"));
+  ASSERT_TRUE(fs::exists(dir / "r/blocks.csv"));
+  ASSERT_EQ(run_sim(run, dir).code, 0);
+  EXPECT_TRUE(fs::exists(dir / "r/summary.json"));
+  EXPECT_TRUE(fs::exists(dir / "r/steps.csv"));
+  EXPECT_FALSE(fs::exists(dir / "r/schedule.csv"));  // stale files of the first run are gone
+  EXPECT_FALSE(fs::exists(dir / "r/events.csv"));
+  EXPECT_FALSE(fs::exists(dir / "r/blocks.csv"));
+  expect_no_leftovers(dir);
+}
+
+TEST(RunFolder, AFailedRunLeavesThePreviousFolderIntact) {
+  const fs::path dir = temp_dir("run_folder_failed");
+  write_file(dir / "e.yaml", experiment("name: e\n", kSmall));
+  const std::string out = " -q --out " + (dir / "r").string();
+  ASSERT_EQ(run_sim("run " + (dir / "e.yaml").string() + out, dir).code, 0);
+  const std::string summary = read_file(dir / "r/summary.json");
+  // A trace whose third row is malformed fails in the middle of the simulation.
+  write_file(dir / "t.csv",
+             "arrival_ns,prompt_tokens,output_tokens,priority,tenant,segments\n0,10,5,0,0,1:0:"
+             "10\n1000000,20,5,0,0,2:0:20\n2000000,x,5,0,0,3:0:30\n");
+  write_file(
+      dir / "bad.yaml",
+      experiment("name: e\n", "  type: servelab\n  path: " + (dir / "t.csv").string() + "\n"));
+  const Cli cli = run_sim("run " + (dir / "bad.yaml").string() + out, dir);
+  EXPECT_EQ(cli.code, 2) << cli.err;
+  EXPECT_NE(cli.err.find("t.csv:4:"), std::string::npos) << cli.err;  // failed mid-run
+  EXPECT_EQ(read_file(dir / "r/summary.json"), summary);
+  EXPECT_TRUE(fs::exists(dir / "r/requests.csv"));
+  EXPECT_TRUE(fs::exists(dir / "r/steps.csv"));
+  expect_no_leftovers(dir);
+}
+
+// Runs `sim ARGS...` in a child, sends `sig` once it has run for a while, and returns its exit
+// status (-1 when it had to be killed); stderr goes to `err`.
+int interrupt_sim(const std::vector<std::string>& args, int sig, const fs::path& err) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const int fd = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(fd, STDERR_FILENO);
+    std::vector<char*> argv;
+    std::string bin = SERVELAB_SIM_BIN;
+    argv.push_back(bin.data());
+    std::vector<std::string> copy = args;
+    for (std::string& a : copy) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::execv(bin.c_str(), argv.data());
+    ::_exit(127);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  ::kill(pid, sig);
+  int status = 0;
+  for (int i = 0; i < 300; ++i) {  // up to 30 s
+    if (::waitpid(pid, &status, WNOHANG) == pid) {
+      return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, &status, 0);
+  return -1;
+}
+
+TEST(RunFolder, SigintAndSigtermStopTheRunWithNoOutput) {
+  const fs::path dir = temp_dir("run_folder_signal");
+  // Far more requests than a few seconds can simulate.
+  write_file(dir / "e.yaml", experiment("name: e\n",
+                                        "  type: synthetic\n  num_requests: 50000000\n"
+                                        "  arrival: {process: poisson, rate: 1000}\n"
+                                        "  prompt_len: {dist: uniform, min: 20, max: 200}\n"
+                                        "  output_len: {dist: uniform, min: 5, max: 60}\n"));
+  for (const auto& [sig, code] : {std::pair{SIGINT, 130}, std::pair{SIGTERM, 143}}) {
+    const fs::path out = dir / ("r" + std::to_string(sig));
+    EXPECT_EQ(interrupt_sim({"run", (dir / "e.yaml").string(), "-q", "--record-schedule", "--out",
+                             out.string()},
+                            sig, dir / "err.txt"),
+              code);
+    EXPECT_FALSE(fs::exists(out));
+    EXPECT_NE(read_file(dir / "err.txt").find("interrupted; no output written"), std::string::npos)
+        << read_file(dir / "err.txt");
+    expect_no_leftovers(dir);
+  }
+}
+
+}  // namespace
+}  // namespace servelab

@@ -1,0 +1,270 @@
+// Issue 15, "user errors exit 2": inputs that used to end in "internal error" (exit 1), a
+// traceback, silent acceptance or unbounded work now give one clear message naming the file,
+// line or key, and exit code 2.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "engine/llama_weights.h"
+#include "sim/model_config.h"
+#include "tests/test_util.h"
+
+namespace servelab {
+namespace {
+
+namespace fs = std::filesystem;
+
+using namespace servelab::test_util;
+
+std::string experiment(const std::string& workload, const std::string& extra = "") {
+  return "name: e\nseed: 7\nmodel: tiny\nhardware: H100-SXM\nserving:\n  block_size: 16\n"
+         "  num_gpu_blocks: 64\n  max_model_len: 512\n" +
+         extra + "workload:\n" + workload;
+}
+
+const std::string kSmall =
+    "  type: synthetic\n  num_requests: 20\n  arrival: {process: poisson, rate: 50}\n"
+    "  prompt_len: {dist: uniform, min: 20, max: 200}\n"
+    "  output_len: {dist: uniform, min: 5, max: 60}\n";
+
+// Exit code 2, no "internal error", and every needle in stderr.
+void expect_user_error(const Cli& cli, const std::vector<std::string>& needles) {
+  EXPECT_EQ(cli.code, 2) << cli.err;
+  EXPECT_EQ(cli.err.find("internal error"), std::string::npos) << cli.err;
+  EXPECT_EQ(cli.err.find("Traceback"), std::string::npos) << cli.err;
+  for (const std::string& n : needles) {
+    EXPECT_NE(cli.err.find(n), std::string::npos) << "'" << n << "' not in: " << cli.err;
+  }
+}
+
+Cli run_engine(const std::string& args, const fs::path& dir) {
+  const auto out = dir / "engine_stdout.txt", err = dir / "engine_stderr.txt";
+  const std::string cmd =
+      std::string(SERVELAB_ENGINE_BIN) + " " + args + " > " + out.string() + " 2> " + err.string();
+  const int status = std::system(cmd.c_str());
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_file(out), read_file(err)};
+}
+
+TEST(UserErrors, DuplicateYamlKeyNamesTheLine) {
+  const fs::path dir = temp_dir("ue_duplicate");
+  write_file(dir / "e.yaml", experiment(kSmall) + "seed: 8\n");
+  expect_user_error(run_sim("run " + (dir / "e.yaml").string() + " -q", dir),
+                    {"e.yaml:15:1", "duplicate key 'seed'", "first at line 2"});
+}
+
+TEST(UserErrors, DeepNestingIsAClearError) {
+  const fs::path dir = temp_dir("ue_nesting");
+  for (int depth : {300, 5000}) {
+    write_file(dir / "e.yaml", experiment(kSmall) + "description: " + std::string(depth, '[') +
+                                   std::string(depth, ']') + "\n");
+    expect_user_error(run_sim("run " + (dir / "e.yaml").string() + " -q", dir),
+                      {"e.yaml:15:", "nesting too deep"});
+  }
+}
+
+TEST(UserErrors, AliasBombsAreRefusedQuickly) {
+  const fs::path dir = temp_dir("ue_alias");
+  std::string bomb = "{a0: &a0 [x, x, x, x, x, x, x, x, x, x]";
+  for (int i = 1; i <= 9; ++i) {
+    std::string refs;
+    for (int k = 0; k < 10; ++k) refs += std::string(k ? ", " : "") + "*a" + std::to_string(i - 1);
+    bomb += ", a" + std::to_string(i) + ": &a" + std::to_string(i) + " [" + refs + "]";
+  }
+  bomb += "}";
+  write_file(dir / "e.yaml", experiment(kSmall));
+  const auto start = std::chrono::steady_clock::now();
+  expect_user_error(
+      run_sim("run " + (dir / "e.yaml").string() + " -q \"--set=description=" + bomb + "\"", dir),
+      {"--set description", "YAML nodes"});
+  // In the file (a `sweep:` or `compare:` value) as well.
+  write_file(dir / "s.yaml", experiment(kSmall) + "sweep:\n  description: [" + bomb + "]\n");
+  expect_user_error(run_sim("sweep " + (dir / "s.yaml").string() + " -q --no-plot", dir),
+                    {"s.yaml:", "YAML nodes"});
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+}
+
+TEST(UserErrors, ADirectoryAsTheExperimentSaysSo) {
+  const fs::path dir = temp_dir("ue_directory");
+  fs::create_directories(dir / "exp.yaml");
+  expect_user_error(run_sim("run " + (dir / "exp.yaml").string(), dir), {"is a directory"});
+}
+
+TEST(UserErrors, PlotOfACorruptSummaryIsOneLine) {
+  const fs::path dir = temp_dir("ue_plot");
+  fs::create_directories(dir / "run");
+  write_file(dir / "run/summary.json", "{\"requests\": ");
+  expect_user_error(run_sim("plot " + (dir / "run").string(), dir),
+                    {"summary.json", "not valid JSON"});
+}
+
+TEST(UserErrors, OverlongTraceLinesAreRefused) {
+  const fs::path dir = temp_dir("ue_long_line");
+  {
+    std::ofstream out(dir / "t.csv", std::ios::binary);
+    out << "arrival_ns,prompt_tokens,output_tokens,priority,tenant,segments\n"
+        << std::string(3 << 20, '0');
+  }
+  expect_user_error(run_sim("trace stats " + (dir / "t.csv").string() + " --format servelab", dir),
+                    {"t.csv:2:", "longer than 1 MiB"});
+}
+
+TEST(UserErrors, ASharedPrefixLongerThanThePromptNamesTheKey) {
+  const fs::path dir = temp_dir("ue_prefix");
+  write_file(dir / "e.yaml", experiment(kSmall + "  shared_prefix: {num_prefixes: 2, length: 600, "
+                                                 "fraction: 0.5}\n"));
+  expect_user_error(run_sim("run " + (dir / "e.yaml").string() + " -q", dir),
+                    {"e.yaml:", "workload.shared_prefix.length", "prompt_len max"});
+}
+
+TEST(UserErrors, LongSweepValuesGiveShortFolderNames) {
+  const fs::path dir = temp_dir("ue_sweep_long");
+  write_file(dir / "s.yaml", experiment(kSmall) + "sweep:\n  description: [\"" +
+                                 std::string(300, 'd') + "\", short]\n");
+  const Cli cli = run_sim(
+      "sweep " + (dir / "s.yaml").string() + " -q --no-plot --out " + (dir / "sw").string(), dir);
+  ASSERT_EQ(cli.code, 0) << cli.err;
+  EXPECT_TRUE(fs::exists(dir / "sw/sweep.csv"));
+  int runs = 0;
+  for (const auto& e : fs::directory_iterator(dir / "sw")) {
+    if (!e.is_directory()) continue;
+    ++runs;
+    EXPECT_LE(e.path().filename().string().size(), 255u);
+    EXPECT_TRUE(fs::exists(e.path() / "summary.json")) << e.path();
+  }
+  EXPECT_EQ(runs, 2);
+}
+
+TEST(UserErrors, RequestAndDurationLimits) {
+  const fs::path dir = temp_dir("ue_limits");
+  write_file(dir / "e.yaml", experiment(kSmall));
+  const std::string e = (dir / "e.yaml").string();
+  expect_user_error(run_sim("run " + e + " -q --set workload.num_requests=1e12", dir),
+                    {"--set workload.num_requests", "limits.max_requests"});
+  expect_user_error(run_sim("run " + e + " -q --set workload.duration_s=1e8", dir),
+                    {"--set workload.duration_s", "limits.max_duration_s"});
+  // Checked while the workload is read too (a trace, or anything num_requests does not bound).
+  expect_user_error(
+      run_sim("run " + e + " -q --set limits.max_requests=10 --out " + (dir / "r").string(), dir),
+      {"e.yaml:11:", "workload.num_requests", "limits.max_requests"});
+  write_file(dir / "t.csv",
+             "arrival_ns,prompt_tokens,output_tokens,priority,tenant,segments\n"
+             "0,10,5,0,0,1:0:10\n1000,20,5,0,0,2:0:20\n5000000000,30,5,0,0,3:0:30\n");
+  write_file(dir / "t.yaml", experiment("  type: servelab\n  path: t.csv\n"));
+  expect_user_error(
+      run_sim("run " + (dir / "t.yaml").string() + " -q --set limits.max_requests=2", dir),
+      {"t.yaml", "more than 2 requests", "limits.max_requests"});
+  expect_user_error(run_sim("run " + (dir / "t.yaml").string() +
+                                " -q --set limits.max_duration_s=1 --out " + (dir / "r").string(),
+                            dir),
+                    {"t.yaml", "limits.max_duration_s"});
+  EXPECT_FALSE(fs::exists(dir / "r"));
+  // Raising the limits runs.
+  EXPECT_EQ(run_sim("run " + (dir / "t.yaml").string() +
+                        " -q '--set=limits={max_requests: 3, max_duration_s: 10}' --out " +
+                        (dir / "r").string(),
+                    dir)
+                .code,
+            0);
+}
+
+TEST(UserErrors, TimeOverflowsAreErrorsNotWraps) {
+  const fs::path dir = temp_dir("ue_overflow");
+  write_file(dir / "e.yaml", experiment(kSmall));
+  const std::string e = (dir / "e.yaml").string();
+  expect_user_error(run_sim("run " + e + " -q --set workload.arrival.rate=1e-300", dir),
+                    {"workload.arrival", "292 years"});
+  // With duration_s the tiny rate just means few requests.
+  EXPECT_EQ(run_sim("run " + e +
+                        " -q --set workload.arrival.rate=1e-300 "
+                        "--set workload.duration_s=10 --out " +
+                        (dir / "r").string(),
+                    dir)
+                .code,
+            0);
+  // Azure rows in year 1 or 9999: outside what nanoseconds since 1970 can hold.
+  for (const char* year : {"0001", "9999"}) {
+    write_file(dir / "a.csv", std::string("TIMESTAMP,ContextTokens,GeneratedTokens\n") + year +
+                                  "-01-01 00:00:00,10,5\n");
+    expect_user_error(run_sim("trace stats " + (dir / "a.csv").string(), dir),
+                      {"a.csv:2:", "1678"});
+  }
+  // A huge time_scale on an Azure trace.
+  write_file(dir / "a.csv",
+             "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,10,5\n"
+             "2023-11-17 18:15:46,10,5\n");
+  write_file(dir / "az.yaml", experiment("  type: azure\n  path: a.csv\n  time_scale: 1e6\n"));
+  expect_user_error(run_sim("run " + (dir / "az.yaml").string() + " -q", dir),
+                    {"a.csv:3:", "292 years"});
+  expect_user_error(
+      run_sim("run " + (dir / "az.yaml").string() + " -q --set workload.time_scale=1e300", dir),
+      {"--set workload.time_scale", "up to 1e6"});
+  // Mooncake timestamps (ms) beyond 2^63 ns.
+  write_file(dir / "m.jsonl",
+             "{\"timestamp\": 0, \"input_length\": 10, \"output_length\": 5, \"hash_ids\": [1]}\n"
+             "{\"timestamp\": 9000000000000000, \"input_length\": 10, \"output_length\": 5, "
+             "\"hash_ids\": [1]}\n");
+  expect_user_error(run_sim("trace stats " + (dir / "m.jsonl").string(), dir), {"m.jsonl:2:"});
+}
+
+TEST(UserErrors, UnwritableOutputIsExitCode2) {
+  const fs::path dir = temp_dir("ue_unwritable");
+  write_file(dir / "e.yaml", experiment(kSmall));
+  write_file(dir / "file", "x\n");
+  expect_user_error(
+      run_sim("run " + (dir / "e.yaml").string() + " -q --out " + (dir / "file/sub").string(), dir),
+      {"file"});
+  write_file(
+      dir / "t.csv",
+      "arrival_ns,prompt_tokens,output_tokens,priority,tenant,segments\n0,10,5,0,0,1:0:10\n");
+  expect_user_error(run_sim("trace convert " + (dir / "t.csv").string() + " " +
+                                (dir / "file/out.csv").string() + " --format servelab",
+                            dir),
+                    {"file/out.csv"});
+}
+
+TEST(UserErrors, MalformedOrNonFiniteCheckpointsAreExitCode2) {
+  const fs::path dir = temp_dir("ue_checkpoint");
+  write_file(dir / "e.yaml", experiment(kSmall));
+  write_file(dir / "bad.safetensors", std::string("\x10\0\0\0\0\0\0\0{\"a\": 1}", 16));
+  expect_user_error(run_engine("run " + (dir / "e.yaml").string() + " -q --weights " +
+                                   (dir / "bad.safetensors").string(),
+                               dir),
+                    {"bad.safetensors"});
+  // A valid checkpoint with one NaN weight: refused, naming the tensor.
+  const LlamaConfig llama = load_llama_config("tiny", default_catalog_dir());
+  LlamaWeights w = LlamaWeights::random(llama, 1);
+  w.norm(0) = std::numeric_limits<float>::quiet_NaN();
+  w.save((dir / "nan.safetensors").string());
+  expect_user_error(run_engine("run " + (dir / "e.yaml").string() + " -q --weights " +
+                                   (dir / "nan.safetensors").string(),
+                               dir),
+                    {"nan.safetensors", "model.norm.weight", "non-finite"});
+}
+
+TEST(UserErrors, TheCpuEngineChecksMemoryBeforeAllocating) {
+  const fs::path dir = temp_dir("ue_memory");
+  std::ifstream in("/proc/meminfo");
+  long long avail_kib = 0;
+  for (std::string line; std::getline(in, line);) {
+    if (std::sscanf(line.c_str(), "MemAvailable: %lld kB", &avail_kib) == 1) break;
+  }
+  if (avail_kib == 0) GTEST_SKIP() << "no MemAvailable in /proc/meminfo";
+  const long long gib = avail_kib / (1 << 20) * 2 + 8;
+  write_file(dir / "e.yaml",
+             "name: e\nseed: 7\nmodel: tiny\nhardware: H100-SXM\nserving:\n  max_model_len: 512\n"
+             "workload:\n" +
+                 kSmall);
+  const auto start = std::chrono::steady_clock::now();
+  expect_user_error(
+      run_engine("run " + (dir / "e.yaml").string() + " -q --kv-memory-gb " + std::to_string(gib),
+                 dir),
+      {"MemAvailable", "KV cache"});
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+}
+
+}  // namespace
+}  // namespace servelab
