@@ -238,9 +238,18 @@ class MooncakeReader : public TraceReader {
     };
     const nlohmann::json& ts = field("timestamp");
     if (!ts.is_number() || ts.get<double>() < 0) bad("a non-negative number timestamp", ts.dump());
-    row.time_ns = ts.is_number_integer()
-                      ? ts.get<std::int64_t>() * kNsPerMs
-                      : static_cast<TimeNs>(std::llround(ts.get<double>() * 1e6));
+    // Milliseconds, converted to ns: the result must fit a TimeNs (about 292 years).
+    if (ts.is_number_integer()) {
+      const std::uint64_t ms = ts.get<std::uint64_t>();  // non-negative, checked above
+      if (ms > static_cast<std::uint64_t>(std::numeric_limits<TimeNs>::max() / kNsPerMs)) {
+        bad("a timestamp below 2^63 ns", ts.dump());
+      }
+      row.time_ns = static_cast<TimeNs>(ms) * kNsPerMs;
+    } else {
+      const double ns = ts.get<double>() * 1e6;
+      if (!(ns < 9e18)) bad("a timestamp below 2^63 ns", ts.dump());
+      row.time_ns = static_cast<TimeNs>(std::llround(ns));
+    }
     auto count = [&](const char* key) {
       const nlohmann::json& v = field(key);
       if (!v.is_number_integer() || v.get<std::int64_t>() < 1 ||
@@ -395,7 +404,10 @@ class ColumnJsonlReader : public TraceReader {
     };
     auto integer = [&](const std::string& key, std::int64_t min, std::int64_t max) {
       const nlohmann::json& v = number(key);
-      if (!v.is_number_integer() || v.get<std::int64_t>() < min || v.get<std::int64_t>() > max) {
+      // (An unsigned beyond INT64_MAX would wrap to a negative int64: rejected first.)
+      if (!v.is_number_integer() ||
+          (v.is_number_unsigned() && v.get<std::uint64_t>() > INT64_MAX) ||
+          v.get<std::int64_t>() < min || v.get<std::int64_t>() > max) {
         bad("an integer in [" + std::to_string(min) + ", " + std::to_string(max) + "] \"" + key +
                 "\"",
             v.dump());
