@@ -435,7 +435,10 @@ ValidationReport validate_runs(const std::string& sim_dir, const std::string& en
                                                          {"e2e_ms", "p99"},
                                                          {"itl_ms", "p50"},
                                                          {"preemption", "preemptions"}};
-  for (const auto& [section, key] : metrics) {
+  for (const auto& metric : metrics) {
+    // Not a structured binding: clang before 16 cannot capture one in the lambda below.
+    const auto& section = metric.first;
+    const auto& key = metric.second;
     AggregateError a;
     a.metric = std::string(section) + "." + key;
     auto get = [&](const nlohmann::json& j, const std::string& file) {

@@ -3,6 +3,7 @@
 // schedulers.md section 6, scenario 25).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -256,10 +257,14 @@ TEST(PolicyQueueOrderTest, PredictedSjfWithoutErrorIsSjf) {
 }
 
 TEST(PolicyQueueOrderTest, PredictedSjfIsDeterministicPerSeedAndNoisy) {
-  // The prediction depends only on (seed, id): not on the order requests arrive in.
-  EXPECT_EQ(predicted_output_tokens(kSeed, 0.5, 17, 100),
-            predicted_output_tokens(kSeed, 0.5, 17, 100));
-  EXPECT_NE(predicted_output_tokens(kSeed, 0.5, 17, 100), 100.0);
+  // One lognormal factor exp(error * z) per (seed, id): it scales any true length alike,
+  // `error` scales its logarithm, and another id or seed draws another z.
+  const double p100 = predicted_output_tokens(kSeed, 0.5, 17, 100);
+  EXPECT_DOUBLE_EQ(predicted_output_tokens(kSeed, 0.5, 17, 200), 2 * p100);
+  EXPECT_NEAR(std::log(predicted_output_tokens(kSeed, 1.0, 17, 100) / 100),
+              2 * std::log(p100 / 100), 1e-9);
+  EXPECT_NE(predicted_output_tokens(kSeed, 0.5, 18, 100), p100);
+  EXPECT_NE(p100, 100.0);
   EXPECT_NE(predicted_output_tokens(kSeed, 0.5, 17, 100),
             predicted_output_tokens(kSeed + 1, 0.5, 17, 100));
   Pool p;

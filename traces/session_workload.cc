@@ -252,7 +252,9 @@ std::vector<SessionNode> parse_session_json(const std::string& text, const std::
       throw ConfigError(name + ": " + who + ": field '" + field + "': expected " + expected +
                         ", got " + got);
     };
-    for (const auto& [k, v] : r.items()) {
+    for (const auto& item : r.items()) {
+      // Not a structured binding: clang before 16 cannot capture one in the lambda below.
+      const std::string& k = item.key();
       static const char* const kKnown[] = {"id",           "parents",      "arrival_s",
                                            "think_time_s", "input_tokens", "output_tokens",
                                            "hash_ids",     "priority",     "tenant"};

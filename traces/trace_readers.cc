@@ -409,7 +409,10 @@ class ColumnJsonlReader : public TraceReader {
     };
     auto integer = [&](const std::string& key, std::int64_t min, std::int64_t max) {
       const nlohmann::json& v = number(key);
-      if (!v.is_number_integer() || v.get<std::int64_t>() < min || v.get<std::int64_t>() > max) {
+      // (An unsigned beyond INT64_MAX would wrap to a negative int64: rejected first.)
+      if (!v.is_number_integer() ||
+          (v.is_number_unsigned() && v.get<std::uint64_t>() > INT64_MAX) ||
+          v.get<std::int64_t>() < min || v.get<std::int64_t>() > max) {
         bad("an integer in [" + std::to_string(min) + ", " + std::to_string(max) + "] \"" + key +
                 "\"",
             v.dump());
