@@ -11,16 +11,18 @@
 #include <thread>
 #include <vector>
 
-#include "core/config_node.h"
-#include "core/interrupt.h"
-#include "core/output_file.h"
 #include "engine/cpu_executor.h"
+#include "serving/config_node.h"
+#include "serving/interrupt.h"
+#include "serving/output_file.h"
 #if SERVELAB_HAVE_CUDA
 #include "engine/cuda_executor.h"
 #include "kernels/device.h"
 #endif
 #include "engine/llama_weights.h"
-#include "sim/model_config.h"
+#include "serving/model_config.h"
+#include "serving/replica.h"
+#include "serving/workload_feedback.h"
 #include "traces/workload.h"
 
 namespace servelab {

@@ -9,7 +9,7 @@
 #include <set>
 #include <sstream>
 
-#include "core/config_node.h"
+#include "serving/config_node.h"
 #include "sim/nnls.h"
 
 namespace servelab {
@@ -100,27 +100,6 @@ std::string quoted(const std::string& s) {
 }
 
 }  // namespace
-
-const std::vector<std::string>& profile_columns() {
-  static const std::vector<std::string> cols = {"family",
-                                                "num_tokens",
-                                                "prefill_tokens",
-                                                "prefill_pairs",
-                                                "prefill_context_tokens",
-                                                "decode_tokens",
-                                                "decode_pairs",
-                                                "decode_context_tokens",
-                                                "num_sampled",
-                                                "num_entries",
-                                                "swap_out_blocks",
-                                                "swap_in_blocks",
-                                                "copy_blocks",
-                                                "reps",
-                                                "median_ns",
-                                                "min_ns",
-                                                "max_ns"};
-  return cols;
-}
 
 EngineProfile read_profile(const std::string& path) {
   std::ifstream in(path);

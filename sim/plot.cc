@@ -13,9 +13,9 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
-#include "core/config_node.h"
+#include "serving/cli_args.h"
+#include "serving/config_node.h"
 #include "serving/home.h"
-#include "sim/cli_args.h"
 
 extern char** environ;
 

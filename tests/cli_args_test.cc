@@ -1,5 +1,5 @@
 // The command-line parsing shared by `sim run`, `sim compare` and `engine run`.
-#include "sim/cli_args.h"
+#include "serving/cli_args.h"
 
 #include <gtest/gtest.h>
 

@@ -24,7 +24,6 @@
 #include <vector>
 
 #include "core/block_pool.h"
-#include "core/config_node.h"
 #include "core/host_block_pool.h"
 #include "core/kv_cache_manager.h"
 #include "core/request.h"
@@ -32,6 +31,7 @@
 #include "core/scheduler.h"
 #include "engine/cpu_executor.h"
 #include "engine/llama_weights.h"
+#include "serving/config_node.h"
 #include "serving/home.h"
 
 namespace servelab {
@@ -564,7 +564,8 @@ void RunWorkload(const LlamaWeights& w, std::uint64_t seed, const SamplingParams
       }
       Eigen::Index best;
       logits.maxCoeff(&best);
-      ASSERT_EQ(got[k], best) << "output " << k;
+      ASSERT_EQ(got[k], best) << "output " << k << ", top-two margin " << TopTwoMargin(logits)
+                              << ", logit of the engine's token " << logits[got[k]];
       ++stats.compared;
       if (k + 1 < got.size()) logits = dense.Step(got[k]);
     }

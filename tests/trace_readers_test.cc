@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "core/config_node.h"
+#include "serving/config_node.h"
 #include "serving/home.h"
 #include "traces/trace_stats.h"
 #include "traces/transforms.h"

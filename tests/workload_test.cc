@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/config_node.h"
+#include "serving/config_node.h"
 #include "serving/home.h"
 #include "traces/azure_trace.h"
 #include "traces/length_table.h"

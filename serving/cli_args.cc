@@ -1,4 +1,4 @@
-#include "sim/cli_args.h"
+#include "serving/cli_args.h"
 
 #include <unistd.h>
 
@@ -7,8 +7,8 @@
 #include <cstdlib>
 #include <exception>
 
-#include "core/interrupt.h"
 #include "serving/home.h"
+#include "serving/interrupt.h"
 
 namespace servelab {
 
