@@ -20,46 +20,47 @@ const std::set<std::string>& run_files() {
   return files;
 }
 
+// Calls `check(entry)` for each entry of `dir` when it exists (after refusing a symlinked `dir`
+// and a `dir` that is not a folder); returns whether it exists.
+template <typename Check>
+bool check_existing_dir(const std::string& dir, Check check) {
+  refuse_symlink(dir);
+  std::error_code ec;
+  if (!fs::exists(fs::symlink_status(dir, ec))) return false;
+  if (!fs::is_directory(dir, ec)) {
+    throw ConfigError(dir + ": output path exists and is not a directory");
+  }
+  for (const auto& entry : fs::directory_iterator(dir, ec)) check(entry);
+  if (ec) throw_io_error(dir, "listing", ec.value());
+  return true;
+}
+
 }  // namespace
 
 void check_out_dir(const std::string& dir) {
-  refuse_symlink(dir);
-  std::error_code ec;
-  if (fs::exists(fs::symlink_status(dir, ec))) {
-    if (!fs::is_directory(dir, ec)) {
-      throw ConfigError(dir + ": output path exists and is not a directory");
+  check_existing_dir(dir, [&](const fs::directory_entry& entry) {
+    const std::string name = entry.path().filename().string();
+    if (!run_files().count(name)) {
+      throw ConfigError(dir + ": refusing to write here: it holds '" + name +
+                        "', which is not a ServeLab run output (choose another --out)");
     }
-    for (const auto& entry : fs::directory_iterator(dir, ec)) {
-      const std::string name = entry.path().filename().string();
-      if (!run_files().count(name)) {
-        throw ConfigError(dir + ": refusing to write here: it holds '" + name +
-                          "', which is not a ServeLab run output (choose another --out)");
-      }
-      if (entry.is_symlink()) {
-        throw ConfigError(entry.path().string() +
-                          ": is a symlink; refusing to replace a run folder holding one");
-      }
+    if (entry.is_symlink()) {
+      throw ConfigError(entry.path().string() +
+                        ": is a symlink; refusing to replace a run folder holding one");
     }
-    if (ec) throw_io_error(dir, "listing", ec.value());
-  }
+  });
 }
 
 void check_group_dir(const std::string& dir, const std::string& index_file, const std::string& what,
                      const std::vector<std::string>& runs) {
-  refuse_symlink(dir);
-  std::error_code ec;
-  if (fs::exists(fs::symlink_status(dir, ec))) {
-    if (!fs::is_directory(dir, ec)) {
-      throw ConfigError(dir + ": output path exists and is not a directory");
+  const bool exists = check_existing_dir(dir, [&](const fs::directory_entry& entry) {
+    const std::string name = entry.path().filename().string();
+    if (name != index_file && !entry.is_directory()) {
+      throw ConfigError(dir + ": refusing to write here: it holds '" + name +
+                        "', which is not a ServeLab " + what + " output (choose another --out)");
     }
-    for (const auto& entry : fs::directory_iterator(dir, ec)) {
-      const std::string name = entry.path().filename().string();
-      if (name != index_file && !entry.is_directory()) {
-        throw ConfigError(dir + ": refusing to write here: it holds '" + name +
-                          "', which is not a ServeLab " + what + " output (choose another --out)");
-      }
-    }
-    if (ec) throw_io_error(dir, "listing", ec.value());
+  });
+  if (exists) {
     refuse_symlink(dir + "/" + index_file);
     for (const std::string& run : runs) check_out_dir(dir + "/" + run);
   }

@@ -14,24 +14,15 @@ namespace servelab {
 // Forwards every scheduler event to `downstream` (the Recorder) and tells a dependent workload
 // (sessions) when each of its requests finishes, is rejected or aborted, so it can release the
 // requests that wait on them. Both references must outlive it.
-class WorkloadFeedback : public SchedulerObserver {
+class WorkloadFeedback : public ForwardingObserver {
  public:
   WorkloadFeedback(Workload& workload, SchedulerObserver& downstream)
-      : workload_(workload), downstream_(downstream), notify_(workload.dependent()) {}
+      : ForwardingObserver(downstream), workload_(workload), notify_(workload.dependent()) {}
   void on_reject(const Request& req, TimeNs now) override;
-  void on_token(const Request& req, TimeNs prev_token_ns, TimeNs now) override {
-    downstream_.on_token(req, prev_token_ns, now);
-  }
-  void on_step_tokens(std::span<const Request* const> requests,
-                      std::span<const TimeNs> prev_token_ns, TimeNs now) override {
-    downstream_.on_step_tokens(requests, prev_token_ns, now);
-  }
-  void on_preempt(const Request& req, TimeNs now) override { downstream_.on_preempt(req, now); }
   void on_finish(const Request& req, TimeNs now) override;
 
  private:
   Workload& workload_;
-  SchedulerObserver& downstream_;
   bool notify_;
 };
 
