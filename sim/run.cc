@@ -79,23 +79,18 @@ void check_group_dir(const std::string& dir, const std::string& index_file, cons
 
 SchedulerConfig scheduler_config_with_policies(const ExperimentConfig& config) {
   SchedulerConfig sc = config.scheduler;
-  sc.make_waiting_queue = [spec = config.policies.queue, seed = config.seed] {
-    return make_waiting_queue(spec, seed);
-  };
+  // The queue again: its maker is bound to the seed, which --seed may have changed.
+  PolicyTarget target{&sc, nullptr, config.seed};
+  build_policy(PolicyKind::kQueue, config.policies.queue, target);
   return sc;
 }
 
 KvCacheOptions kv_cache_options_for(const ExperimentConfig& config) {
   KvCacheOptions kv_cache_options;
-  if (config.policies.prefix_cache.name == "radix") {
-    kv_cache_options.prefix_cache = PrefixCacheMode::kRadix;
-  }
-  if (config.policies.allocation.name == "contiguous") {
-    kv_cache_options.allocation = KvAllocation::kContiguous;
-    kv_cache_options.reserve = config.policies.allocation.get_string("reserve") == "max_tokens"
-                                   ? KvReserve::kMaxTokens
-                                   : KvReserve::kMaxModelLen;
-  }
+  SchedulerConfig scratch;  // the scheduler side was built when the experiment was loaded
+  PolicyTarget target{&scratch, &kv_cache_options, config.seed};
+  build_policy(PolicyKind::kPrefixCache, config.policies.prefix_cache, target);
+  build_policy(PolicyKind::kAllocation, config.policies.allocation, target);
   return kv_cache_options;
 }
 
@@ -216,7 +211,8 @@ RunOutput run_simulation(const ExperimentConfig& config, const RunOptions& optio
   WorkloadFeedback feedback(*workload, recorder);
   const KvCacheOptions kv_cache_options = kv_cache_options_for(config);
   SchedulerConfig sc = scheduler_config_with_policies(config);
-  if (sc.preemption_mode == PreemptionMode::kAuto) {
+  // The cost oracle of the `auto` preemption mode (the other modes never ask it).
+  {
     if (calibrated) {
       sc.prefer_swap = [&c = *calibrated](const Request& r) {
         return calibrated_swap_is_cheaper(c, r);
@@ -227,7 +223,7 @@ RunOutput run_simulation(const ExperimentConfig& config, const RunOptions& optio
   }
   // Host swap blocks only where a preemption mode can use them.
   const auto cpu_blocks = static_cast<std::int32_t>(
-      sc.preemption_mode == PreemptionMode::kRecompute
+      sc.preemption == nullptr || !sc.preemption->uses_host_memory()
           ? 0
           : std::min<std::int64_t>(capacity.num_cpu_blocks, std::int64_t{1} << 30));
   // Only a dependent workload (sessions) needs to hear of finishes; otherwise the recorder

@@ -13,12 +13,13 @@
 #include "core/rng.h"
 #include "engine/llama_weights.h"
 #include "kernels/counter_normal.h"
+#include "serving/home.h"
 
 namespace servelab {
 namespace {
 
 LlamaConfig TinyConfig() {
-  return load_llama_config("tiny", std::string(SERVELAB_SOURCE_DIR) + "/experiments/catalog");
+  return load_llama_config("tiny", servelab_home().string() + "/experiments/catalog");
 }
 
 // Bigger than tiny so that per-tensor statistics are tight, small enough to fill in a moment.
