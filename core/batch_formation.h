@@ -29,7 +29,7 @@
 namespace servelab {
 
 class Scheduler;
-struct Request;
+class Request;
 
 class BatchFormation {
  public:

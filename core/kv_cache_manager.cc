@@ -39,7 +39,7 @@ KvCacheManager::KvCacheManager(BlockPool& pool, std::int32_t block_size, std::in
 
 void KvCacheManager::update_block_hashes(Request& req, std::int32_t num_tokens) {
   const auto want = static_cast<std::size_t>(full_blocks(num_tokens));
-  std::vector<BlockHash>& hashes = req.block_hashes;
+  std::vector<BlockHash>& hashes = req.block_hashes_;
   if (hashes.size() >= want) return;
   if (hashes.capacity() == 0) {
     // One allocation for the request's whole life: it never has more than total_tokens tokens.
@@ -66,11 +66,11 @@ PrefixHit KvCacheManager::get_computed_blocks(Request& req) {
   for (std::int32_t i = 0; i < max_blocks; ++i) {
     // Hash lazily: a miss on block i makes every later block a miss (the chain includes the
     // parent), so the rest need not be hashed yet.
-    if (static_cast<std::int32_t>(req.block_hashes.size()) <= i) {
+    if (static_cast<std::int32_t>(req.block_hashes_.size()) <= i) {
       update_block_hashes(req, (i + 1) * block_size_);
     }
     const std::optional<BlockId> b =
-        tree_ ? tree_->lookup(req.block_hashes[i]) : pool_.lookup(req.block_hashes[i]);
+        tree_ ? tree_->lookup(req.block_hashes_[i]) : pool_.lookup(req.block_hashes_[i]);
     if (!b) break;
     if (hit.blocks.empty()) hit.blocks.reserve(static_cast<std::size_t>(max_blocks - i));
     hit.blocks.push_back(*b);
@@ -123,7 +123,7 @@ bool KvCacheManager::allocate_slots_slow(Request& req, std::int32_t num_new_toke
                            std::to_string(req.id()) + " which already holds blocks");
   }
   // Parallel sampling only (see fork()).
-  if (req.cow_tail && !copy_on_write(req, num_new_tokens)) return false;
+  if (req.cow_tail_ && !copy_on_write(req, num_new_tokens)) return false;
   const std::int32_t to_take = num_blocks_to_allocate(req, num_new_tokens, hit);
   if (to_take > num_free_blocks()) return false;
 
@@ -147,7 +147,7 @@ bool KvCacheManager::allocate_slots_slow(Request& req, std::int32_t num_new_toke
     if (tree_) tree_->on_acquired(hit->blocks);
     req.block_table.insert(req.block_table.end(), hit->blocks.begin(), hit->blocks.end());
     // The hit blocks were found by their hashes, so they are registered already.
-    req.num_cached_blocks = static_cast<std::int32_t>(hit->blocks.size());
+    req.num_cached_blocks_ = static_cast<std::int32_t>(hit->blocks.size());
   }
   const std::int32_t fresh = need_blocks - static_cast<std::int32_t>(req.block_table.size());
   if (fresh > 0) take_blocks(fresh, req.block_table);
@@ -160,18 +160,18 @@ bool KvCacheManager::allocate_slots_slow(Request& req, std::int32_t num_new_toke
   }
   // Slot accounting, incrementally: the table only grew, and the KV now reaches need_slots.
   // The table is now max(old_table, need_blocks) long (hit blocks are part of need_blocks).
-  const std::int32_t old_kv = req.kv_accounted_tokens;
+  const std::int32_t old_kv = req.kv_accounted_tokens_;
   if (need_blocks > old_table) held_blocks_ += need_blocks - old_table;
   kv_tokens_ += need_slots - old_kv;
   kv_blocks_ += kv_blocks - blocks_for(old_kv);
-  req.kv_accounted_tokens = need_slots;
+  req.kv_accounted_tokens_ = need_slots;
   return true;
 }
 
 void KvCacheManager::cache_full_blocks(Request& req, std::int32_t num_tokens) {
   const std::int32_t num_full =
       std::min(full_blocks(num_tokens), static_cast<std::int32_t>(req.block_table.size()));
-  if (num_full > req.num_cached_blocks) register_full_blocks(req, num_full);
+  if (num_full > req.num_cached_blocks_) register_full_blocks(req, num_full);
 }
 
 void KvCacheManager::register_full_blocks(Request& req, std::int32_t num_full) {
@@ -182,17 +182,17 @@ void KvCacheManager::register_full_blocks(Request& req, std::int32_t num_full) {
   }
   // Every block's index slot was prefetched when the block was hashed (update_block_hashes):
   // for a prefill chunk, one by one between the hashes, so the loads overlap the hashing.
-  for (std::int32_t i = req.num_cached_blocks; i < num_full; ++i) {
+  for (std::int32_t i = req.num_cached_blocks_; i < num_full; ++i) {
     // A block that already carries this hash (registered by an earlier step) is left as is.
-    pool_.cache_block(req.block_table[i], req.block_hashes[i]);
+    pool_.cache_block(req.block_table[i], req.block_hashes_[i]);
   }
-  req.num_cached_blocks = num_full;
+  req.num_cached_blocks_ = num_full;
   // Look one block ahead: the block being filled now will be registered in a later step (its
   // hash depends on token identities only, known already), so hash it now and start loading its
   // index slot; by the time it fills, the slot is in cache instead of a miss on the hot path.
   // Only for a block the request will fill (its full length is known).
   const auto next = static_cast<std::size_t>(num_full) + 1;
-  if (req.block_hashes.size() < next &&
+  if (req.block_hashes_.size() < next &&
       static_cast<std::int64_t>(next) * block_size_ <=
           std::min<std::int64_t>(req.spec.total_tokens(), max_model_len_)) {
     update_block_hashes(req, static_cast<std::int32_t>(next) * block_size_);
@@ -201,8 +201,8 @@ void KvCacheManager::register_full_blocks(Request& req, std::int32_t num_full) {
 
 void KvCacheManager::forget_uncomputed_blocks(Request& req) {
   const std::int32_t computed = full_blocks(std::min(req.num_computed_tokens, max_model_len_));
-  if (req.num_cached_blocks <= computed) return;
-  for (std::int32_t i = req.num_cached_blocks - 1; i >= computed; --i) {
+  if (req.num_cached_blocks_ <= computed) return;
+  for (std::int32_t i = req.num_cached_blocks_ - 1; i >= computed; --i) {
     const BlockId b = req.block_table[i];
     if (!tree_) {
       pool_.uncache_block(b);
@@ -210,7 +210,7 @@ void KvCacheManager::forget_uncomputed_blocks(Request& req) {
       tree_->remove(b);
     }
   }
-  req.num_cached_blocks = computed;
+  req.num_cached_blocks_ = computed;
 }
 
 void KvCacheManager::free(Request& req) {
@@ -222,26 +222,26 @@ void KvCacheManager::free(Request& req) {
   pool_.free_blocks(scratch_);
   if (tree_) tree_->on_released(scratch_);
   req.block_table.clear();
-  req.num_cached_blocks = 0;
-  req.kv_accounted_tokens = 0;
-  req.cow_tail = false;
-  if (!req.host_block_table.empty()) {  // aborted while swapped out
-    host_->free(req.host_block_table);
-    req.host_block_table.clear();
+  req.num_cached_blocks_ = 0;
+  req.kv_accounted_tokens_ = 0;
+  req.cow_tail_ = false;
+  if (!req.host_block_table_.empty()) {  // aborted while swapped out
+    host_->free(req.host_block_table_);
+    req.host_block_table_.clear();
   }
   // block_hashes stay: they depend only on the request's content, not on where its KV lived.
 }
 
 void KvCacheManager::account(const Request& req) {
   held_blocks_ += static_cast<std::int64_t>(req.block_table.size());
-  kv_tokens_ += req.kv_accounted_tokens;
-  kv_blocks_ += blocks_for(req.kv_accounted_tokens);
+  kv_tokens_ += req.kv_accounted_tokens_;
+  kv_blocks_ += blocks_for(req.kv_accounted_tokens_);
 }
 
 void KvCacheManager::unaccount(const Request& req) {
   held_blocks_ -= static_cast<std::int64_t>(req.block_table.size());
-  kv_tokens_ -= req.kv_accounted_tokens;
-  kv_blocks_ -= blocks_for(req.kv_accounted_tokens);
+  kv_tokens_ -= req.kv_accounted_tokens_;
+  kv_blocks_ -= blocks_for(req.kv_accounted_tokens_);
 }
 
 std::int32_t KvCacheManager::reservation_blocks(const Request& req) const {
@@ -252,7 +252,7 @@ std::int32_t KvCacheManager::reservation_blocks(const Request& req) const {
 }
 
 bool KvCacheManager::can_swap_out(const Request& req) const {
-  if (host_ == nullptr || req.block_table.empty() || !req.host_block_table.empty() ||
+  if (host_ == nullptr || req.block_table.empty() || !req.host_block_table_.empty() ||
       host_->num_free_blocks() < static_cast<std::int32_t>(req.block_table.size())) {
     return false;
   }
@@ -278,48 +278,48 @@ void KvCacheManager::swap_out(Request& req, std::vector<BlockMove>& moves) {
   unaccount(req);
   forget_uncomputed_blocks(req);
   const std::size_t n = req.block_table.size();
-  req.host_block_table.reserve(n);
-  host_->allocate(static_cast<std::int32_t>(n), req.host_block_table);
+  req.host_block_table_.reserve(n);
+  host_->allocate(static_cast<std::int32_t>(n), req.host_block_table_);
   moves.reserve(moves.size() + n);
   for (std::size_t i = 0; i < n; ++i)
-    moves.push_back({req.block_table[i], req.host_block_table[i]});
+    moves.push_back({req.block_table[i], req.host_block_table_[i]});
   // Freed as free() does (last first, hashes kept): until evicted, a lookup still finds the
   // content on the device.
   scratch_.assign(req.block_table.rbegin(), req.block_table.rend());
   pool_.free_blocks(scratch_);
   if (tree_) tree_->on_released(scratch_);
   req.block_table.clear();
-  req.num_cached_blocks = 0;
-  req.cow_tail = false;  // the host copy is the sample's own
+  req.num_cached_blocks_ = 0;
+  req.cow_tail_ = false;  // the host copy is the sample's own
   // The preserved KV is what num_computed_tokens covers (the scheduler may have rolled back an
   // unexecuted allocation before preempting); swap_in accounts for exactly that.
-  req.kv_accounted_tokens = std::min(req.num_computed_tokens, max_model_len_);
+  req.kv_accounted_tokens_ = std::min(req.num_computed_tokens, max_model_len_);
 }
 
 bool KvCacheManager::can_swap_in(const Request& req, std::int32_t num_new_tokens) const {
-  if (req.host_block_table.empty() || !req.block_table.empty()) return false;
-  const auto table = static_cast<std::int32_t>(req.host_block_table.size());
+  if (req.host_block_table_.empty() || !req.block_table.empty()) return false;
+  const auto table = static_cast<std::int32_t>(req.host_block_table_.size());
   const std::int32_t computed = std::min(req.num_computed_tokens, max_model_len_);
   const std::int32_t need_slots = std::min(computed + num_new_tokens, max_model_len_);
   return std::max(table, blocks_for(need_slots)) <= num_free_blocks();
 }
 
 bool KvCacheManager::swap_in(Request& req, std::vector<BlockMove>& moves) {
-  if (req.host_block_table.empty() || !req.block_table.empty()) {
+  if (req.host_block_table_.empty() || !req.block_table.empty()) {
     throw std::logic_error("KvCacheManager: swap_in of request " + std::to_string(req.id()) +
                            " which is not swapped out");
   }
-  const auto n = static_cast<std::int32_t>(req.host_block_table.size());
+  const auto n = static_cast<std::int32_t>(req.host_block_table_.size());
   if (n > num_free_blocks()) return false;
   // Fresh blocks, even where a freed device block still caches the same content: the KV is
   // copied in regardless (vLLM v0), which keeps swap_in a plain all-or-nothing allocation.
   take_blocks(n, req.block_table);
   moves.reserve(moves.size() + static_cast<std::size_t>(n));
   for (std::int32_t i = 0; i < n; ++i) {
-    moves.push_back({req.host_block_table[i], req.block_table[i]});
+    moves.push_back({req.host_block_table_[i], req.block_table[i]});
   }
-  host_->free(req.host_block_table);
-  req.host_block_table.clear();
+  host_->free(req.host_block_table_);
+  req.host_block_table_.clear();
   if (caching_) {
     // Same content as before the swap-out, so the same hashes; this restores num_cached_blocks.
     cache_full_blocks(req, std::min(req.num_computed_tokens, req.num_tokens()));
@@ -329,14 +329,14 @@ bool KvCacheManager::swap_in(Request& req, std::vector<BlockMove>& moves) {
 }
 
 void KvCacheManager::insert_radix(Request& req, std::int32_t num_full) {
-  for (std::int32_t i = req.num_cached_blocks; i < num_full; ++i) {
+  for (std::int32_t i = req.num_cached_blocks_; i < num_full; ++i) {
     const BlockId b = req.block_table[i];
     if (tree_->contains(b)) continue;  // a hit block, or shared with a sibling sample
     // A block whose content is cached already (computed twice) stays private to req, and so
     // do the blocks after it (their parent is not a node): the tree holds one copy.
-    tree_->insert(i == 0 ? kNullBlock : req.block_table[i - 1], b, req.block_hashes[i]);
+    tree_->insert(i == 0 ? kNullBlock : req.block_table[i - 1], b, req.block_hashes_[i]);
   }
-  req.num_cached_blocks = num_full;
+  req.num_cached_blocks_ = num_full;
 }
 
 void KvCacheManager::take_blocks(std::int32_t n, std::vector<BlockId>& out) {
@@ -345,7 +345,8 @@ void KvCacheManager::take_blocks(std::int32_t n, std::vector<BlockId>& out) {
 }
 
 void KvCacheManager::fork(Request& parent, Request& child) {
-  if (parent.block_table.empty() || !child.block_table.empty() || !child.host_block_table.empty()) {
+  if (parent.block_table.empty() || !child.block_table.empty() ||
+      !child.host_block_table_.empty()) {
     throw std::logic_error("KvCacheManager: fork of request " + std::to_string(parent.id()) +
                            " needs a parent with a device table and a child without blocks");
   }
@@ -355,18 +356,18 @@ void KvCacheManager::fork(Request& parent, Request& child) {
   // The hashes of the full blocks only: the parent may have hashed the block being filled ahead
   // (see register_full_blocks), and that one covers outputs, which differ between samples.
   const auto shared_hashes =
-      std::min(parent.block_hashes.size(),
+      std::min(parent.block_hashes_.size(),
                static_cast<std::size_t>(full_blocks(parent.num_computed_tokens)));
-  child.block_hashes.assign(
-      parent.block_hashes.begin(),
-      parent.block_hashes.begin() + static_cast<std::ptrdiff_t>(shared_hashes));
-  child.num_cached_blocks = parent.num_cached_blocks;
-  child.kv_accounted_tokens = parent.kv_accounted_tokens;
+  child.block_hashes_.assign(
+      parent.block_hashes_.begin(),
+      parent.block_hashes_.begin() + static_cast<std::ptrdiff_t>(shared_hashes));
+  child.num_cached_blocks_ = parent.num_cached_blocks_;
+  child.kv_accounted_tokens_ = parent.kv_accounted_tokens_;
   account(child);
   const std::int32_t next = parent.num_computed_tokens;  // the next position written
   if (next % block_size_ != 0 &&
       full_blocks(next) < static_cast<std::int32_t>(parent.block_table.size())) {
-    parent.cow_tail = child.cow_tail = true;
+    parent.cow_tail_ = child.cow_tail_ = true;
   }
   stats_.blocks_saved_by_sharing += static_cast<std::int64_t>(parent.block_table.size());
 }
@@ -377,7 +378,7 @@ bool KvCacheManager::copy_on_write(Request& req, std::int32_t num_new_tokens) {
   if (next % block_size_ == 0 || i >= static_cast<std::int32_t>(req.block_table.size()) ||
       pool_.ref_count(req.block_table[i]) <= 1) {
     // The next token opens a fresh block, or req is the block's last holder: write in place.
-    req.cow_tail = false;
+    req.cow_tail_ = false;
     return true;
   }
   if (num_blocks_to_allocate(req, num_new_tokens) + 1 > num_free_blocks()) return false;
@@ -393,7 +394,7 @@ bool KvCacheManager::copy_on_write(Request& req, std::int32_t num_new_tokens) {
   req.block_table[i] = fresh;
   scratch_[0] = shared;
   pool_.free_blocks(scratch_);  // a partial block: never a radix node
-  req.cow_tail = false;
+  req.cow_tail_ = false;
   ++stats_.cow_copies;
   --stats_.blocks_saved_by_sharing;
   return true;

@@ -148,11 +148,11 @@ class KvCacheManager {
                                              const PrefixHit* hit = nullptr) {
     // Contract: a swapped-out request is swapped in before it gets slots (checked in debug
     // builds only: this runs for every scheduled request in every step).
-    assert(req.host_block_table.empty() && "allocate_slots for a swapped-out request");
+    assert(req.host_block_table_.empty() && "allocate_slots for a swapped-out request");
     const std::int32_t need_slots =
         std::min(req.num_computed_tokens + num_new_tokens, max_model_len_);
     const auto table = static_cast<std::int32_t>(req.block_table.size());
-    if (hit != nullptr || req.cow_tail || blocks_for(need_slots) > table) [[unlikely]] {
+    if (hit != nullptr || req.cow_tail_ || blocks_for(need_slots) > table) [[unlikely]] {
       return allocate_slots_slow(req, num_new_tokens, hit);
     }
     if (caching_) {
@@ -160,12 +160,12 @@ class KvCacheManager {
       // registered: usually none, one when a decode token fills the last block.
       const std::int32_t full = std::min(
           full_blocks(std::min(req.num_computed_tokens + num_new_tokens, req.num_tokens())), table);
-      if (full > req.num_cached_blocks) register_full_blocks(req, full);
+      if (full > req.num_cached_blocks_) register_full_blocks(req, full);
     }
-    const std::int32_t old_kv = req.kv_accounted_tokens;
+    const std::int32_t old_kv = req.kv_accounted_tokens_;
     kv_tokens_ += need_slots - old_kv;
     kv_blocks_ += blocks_for(need_slots) - blocks_for(old_kv);
-    req.kv_accounted_tokens = need_slots;
+    req.kv_accounted_tokens_ = need_slots;
     return true;
   }
 
@@ -182,7 +182,7 @@ class KvCacheManager {
 
   // Blocks req holds: its device table, or its host table while swapped out.
   std::int32_t num_blocks(const Request& req) const {
-    return static_cast<std::int32_t>(req.block_table.size() + req.host_block_table.size());
+    return static_cast<std::int32_t>(req.block_table.size() + req.host_block_table_.size());
   }
   // Blocks a contiguous admission of req reserves (in paged mode: what its full length needs,
   // cdiv(min(prompt_len + max_output_tokens, max_model_len), block_size)). The scheduler's
@@ -197,7 +197,7 @@ class KvCacheManager {
   // Moves req's KV to the host: for each block of its device table, in position order, takes a
   // host block and appends {device block, host block} to `moves`; then frees the device blocks
   // as free() does (last first, hashes kept: they stay findable until evicted) and stores the
-  // host blocks in req.host_block_table. num_computed_tokens and block_hashes are untouched (the
+  // host blocks in req.host_block_table_. num_computed_tokens and block_hashes are untouched (the
   // KV is preserved, not lost); num_cached_blocks becomes 0 (no device table). Throws
   // std::logic_error when !can_swap_out(req) or req is already swapped out (checked before any
   // change).
@@ -232,14 +232,14 @@ class KvCacheManager {
   const PrefixCacheStats& stats() const { return stats_; }
 
  private:
-  // Extends req.block_hashes to (at least) every full block among its first num_tokens tokens,
+  // Extends req.block_hashes_ to (at least) every full block among its first num_tokens tokens,
   // prefetching each new hash's index slot (hash mode), which a lookup or registration reads soon.
   void update_block_hashes(Request& req, std::int32_t num_tokens);
   // The general allocate_slots (see its contract).
   bool allocate_slots_slow(Request& req, std::int32_t num_new_tokens, const PrefixHit* hit);
   // Registers every block that is full once the first num_tokens tokens are written.
   void cache_full_blocks(Request& req, std::int32_t num_tokens);
-  // Registers blocks [req.num_cached_blocks, num_full) of req's table in the prefix cache, then
+  // Registers blocks [req.num_cached_blocks_, num_full) of req's table in the prefix cache, then
   // hashes block num_full ahead (the one being filled) when the request will fill it.
   // REQUIRES: num_cached_blocks < num_full <= the table's size.
   void register_full_blocks(Request& req, std::int32_t num_full);
@@ -266,7 +266,7 @@ class KvCacheManager {
   std::int32_t full_blocks(std::int32_t tokens) const {
     return block_shift_ >= 0 ? tokens >> block_shift_ : tokens / block_size_;
   }
-  // Slot accounting: removes / adds req's device table and req.kv_accounted_tokens.
+  // Slot accounting: removes / adds req's device table and req.kv_accounted_tokens_.
   void unaccount(const Request& req);
   void account(const Request& req);
 

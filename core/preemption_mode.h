@@ -19,7 +19,7 @@
 
 namespace servelab {
 
-struct Request;
+class Request;
 struct SchedulerConfig;
 
 class PreemptionMode {

@@ -30,7 +30,7 @@ enum class RequestStatus : std::uint8_t {
 
 const char* to_string(RequestStatus s);
 
-struct Request;
+class Request;
 
 // The samples of a request with spec.n > 1 after its fork (parallel sampling). Sample 0 is the
 // request itself; samples[k] is sample k. Every sample points at the group; a finished sample
@@ -41,45 +41,82 @@ struct SampleGroup {
   std::int32_t unfinished = 0;  // samples not yet finished or aborted
 };
 
-struct Request {
+// A request inside the scheduler. The public members are its observable state (what observers,
+// backends' drivers and the Recorder read). Two parts are private to the classes that keep them:
+// the KV cache manager's bookkeeping (hash chain, registered blocks, slot accounting, swapped-out
+// blocks, copy-on-write flag) and the scheduler's notes (the furthest point ever computed, the
+// total ever scheduled, and the undo notes of the plan being formed). Read-only accessors expose
+// them for tests and diagnostics.
+//
+// Token counters, one meaning each: num_computed_tokens is progress (tokens whose KV is, or is
+// being, computed; it falls back after a preemption by recompute); num_recomputed_tokens counts
+// tokens computed again after a preemption (a metric); num_computed_total() counts every token
+// ever scheduled; max_computed_tokens() is the furthest progress ever reached, which tells the
+// scheduler which scheduled tokens are recomputations.
+class Request {
+ public:
   explicit Request(RequestSpec s) : spec(std::move(s)) {}
   Request(const Request&) = delete;
   Request& operator=(const Request&) = delete;
 
+  // Data members keep the order they had as a plain struct (the scheduler's hot loop reads the
+  // first cache lines); access alternates accordingly.
   RequestSpec spec;
   RequestStatus status = RequestStatus::kWaiting;
   std::int32_t num_computed_tokens = 0;     // tokens whose KV is (or is being) computed
   std::vector<std::int32_t> output_tokens;  // sampled token values, in order
   std::vector<BlockId> block_table;         // physical blocks, position order
-  // Hashes of the first blocks (by token identity, so known before the tokens are computed):
-  // every full block, and the block being filled once the block before it was registered, if the
-  // request will fill it (KvCacheManager hashes one block ahead).
-  std::vector<BlockHash> block_hashes;
-  std::int32_t num_cached_blocks = 0;    // leading blocks of block_table registered in the cache
-  std::int32_t kv_accounted_tokens = 0;  // KvCacheManager's slot accounting (its own use)
-  std::int32_t num_cached_tokens = -1;   // prefix hit at first admission (-1: not admitted yet)
+
+ private:
+  friend class KvCacheManager;
+  friend class Scheduler;
+  // KvCacheManager's. Hashes of the first blocks (by token identity, so known before the tokens
+  // are computed): every full block, and the block being filled once the block before it was
+  // registered, if the request will fill it (the manager hashes one block ahead).
+  std::vector<BlockHash> block_hashes_;
+  std::int32_t num_cached_blocks_ = 0;    // leading blocks of block_table registered in the cache
+  std::int32_t kv_accounted_tokens_ = 0;  // slot accounting
+
+ public:
+  std::int32_t num_cached_tokens = -1;  // prefix hit at first admission (-1: not admitted yet)
   std::int32_t num_preemptions = 0;
   std::int64_t num_recomputed_tokens = 0;  // tokens computed again after a preemption
-  std::int64_t num_computed_total = 0;     // all tokens scheduled for this request, ever
-  std::int32_t max_computed_tokens = 0;    // furthest num_computed_tokens ever reached: tokens
-                                           // scheduled below it after a preemption are recomputed
+
+ private:
+  // Scheduler's.
+  std::int64_t num_computed_total_ = 0;   // all tokens scheduled for this request, ever
+  std::int32_t max_computed_tokens_ = 0;  // furthest num_computed_tokens ever reached: tokens
+                                          // scheduled below it after a preemption are recomputed
+
+ public:
   TimeNs first_scheduled_ns = -1;
-  // The Scheduler's note of what this request's entry in the plan being formed changed, so that
-  // a refund (a priority preemption after it was scheduled) can undo it exactly: the values of
-  // max_computed_tokens and first_scheduled_ns before the entry. Meaningless otherwise.
-  std::int32_t undo_max_computed_tokens = 0;
-  TimeNs undo_first_scheduled_ns = -1;
+
+ private:
+  // Scheduler's: what this request's entry in the plan being formed changed, so that a refund (a
+  // priority preemption after it was scheduled) can undo it exactly: the values of
+  // max_computed_tokens_ and first_scheduled_ns before the entry. Meaningless otherwise.
+  std::int32_t undo_max_computed_tokens_ = 0;
+  TimeNs undo_first_scheduled_ns_ = -1;
+
+ public:
   TimeNs first_token_ns = -1;
   TimeNs last_token_ns = -1;
   TimeNs finish_ns = -1;
   std::string finish_reason;
-  std::vector<BlockId> host_block_table;  // host blocks holding the KV while swapped out
+
+ private:
+  std::vector<BlockId> host_block_table_;  // KvCacheManager's: host blocks holding a swapped KV
+
+ public:
   // Parallel sampling: null until a request with spec.n > 1 forks (and always for n == 1).
   std::shared_ptr<SampleGroup> group;
-  // The last block of the table may be shared with a sibling sample and not full: the next
-  // append must copy it first if it is still shared (KvCacheManager, copy-on-write).
-  bool cow_tail = false;
 
+ private:
+  // KvCacheManager's: the last block of the table may be shared with a sibling sample and not
+  // full: the next append must copy it first if it is still shared (copy-on-write).
+  bool cow_tail_ = false;
+
+ public:
   RequestId id() const { return spec.id; }
   std::int32_t num_output_tokens() const { return static_cast<std::int32_t>(output_tokens.size()); }
   // Output tokens of the request: its own, or with parallel sampling those of all its samples.
@@ -88,6 +125,16 @@ struct Request {
   bool will_fork() const { return spec.n > 1 && group == nullptr; }
   // Tokens known so far: prompt plus outputs.
   std::int32_t num_tokens() const { return spec.prompt_len + num_output_tokens(); }
+
+  // The KV cache manager's state, read-only.
+  const std::vector<BlockHash>& block_hashes() const { return block_hashes_; }
+  std::int32_t num_cached_blocks() const { return num_cached_blocks_; }
+  std::int32_t kv_accounted_tokens() const { return kv_accounted_tokens_; }
+  const std::vector<BlockId>& host_block_table() const { return host_block_table_; }
+  bool cow_tail() const { return cow_tail_; }
+  // The scheduler's counters, read-only.
+  std::int64_t num_computed_total() const { return num_computed_total_; }
+  std::int32_t max_computed_tokens() const { return max_computed_tokens_; }
 };
 
 }  // namespace servelab

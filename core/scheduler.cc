@@ -184,15 +184,15 @@ std::int32_t Scheduler::unschedule(const Request& r) {
     waiting_->on_tokens_scheduled(r, e.is_prefill ? -n : 0, e.is_prefill ? 0 : -n);
   }
   Request& m = *plan_requests_[k];
-  const std::int32_t undo_max = m.undo_max_computed_tokens;
+  const std::int32_t undo_max = m.undo_max_computed_tokens_;
   // As add_to_plan counted it, from the high-water mark before the entry.
   const std::int32_t recomputed = std::max(0, std::min(e.context_len(), undo_max) - e.first_token);
   m.num_computed_tokens = e.first_token;  // preempt() resets it anyway
-  m.max_computed_tokens = undo_max;
+  m.max_computed_tokens_ = undo_max;
   m.num_recomputed_tokens -= recomputed;
   counters_.num_recomputed_tokens -= recomputed;
-  m.num_computed_total -= n;
-  m.first_scheduled_ns = m.undo_first_scheduled_ns;
+  m.num_computed_total_ -= n;
+  m.first_scheduled_ns = m.undo_first_scheduled_ns_;
   plan_.requests.erase(plan_.requests.begin() + static_cast<std::ptrdiff_t>(k));
   plan_requests_.erase(plan_requests_.begin() + static_cast<std::ptrdiff_t>(k));
   return n;
@@ -271,7 +271,7 @@ void Scheduler::admit_front(Request& r, const PrefixHit& hit) {
   if (r.will_fork()) fork_seats_ += static_cast<std::size_t>(r.spec.n - 1);
   r.status = RequestStatus::kRunning;
   r.num_computed_tokens = hit.num_tokens;
-  r.max_computed_tokens = std::max(r.max_computed_tokens, hit.num_tokens);
+  r.max_computed_tokens_ = std::max(r.max_computed_tokens_, hit.num_tokens);
   if (r.num_cached_tokens < 0) r.num_cached_tokens = hit.num_tokens;
 }
 
@@ -492,7 +492,7 @@ void Scheduler::fork_request(Request& r, const std::int32_t* tokens, TimeNs now)
     c->group = group;
     c->status = RequestStatus::kRunning;
     c->num_computed_tokens = r.num_computed_tokens;
-    c->max_computed_tokens = r.num_computed_tokens;
+    c->max_computed_tokens_ = r.num_computed_tokens;
     c->num_cached_tokens = r.num_cached_tokens;
     c->first_scheduled_ns = r.first_scheduled_ns;
     c->output_tokens.reserve(static_cast<std::size_t>(c->spec.max_output_tokens));

@@ -297,9 +297,9 @@ class Scheduler {
   plan_.totals.num_sampled += samples ? 1 : 0;
 
   // Positions below the high-water mark had KV before a preemption dropped it.
-  const std::int32_t max_computed = r.max_computed_tokens;
-  r.undo_max_computed_tokens = max_computed;
-  r.undo_first_scheduled_ns = r.first_scheduled_ns;
+  const std::int32_t max_computed = r.max_computed_tokens_;
+  r.undo_max_computed_tokens_ = max_computed;
+  r.undo_first_scheduled_ns_ = r.first_scheduled_ns;
   if (report_service_) waiting_->on_tokens_scheduled(r, is_prefill ? n : 0, is_prefill ? 0 : n);
   if (max_computed > first) {
     // Recomputing KV a preemption dropped.
@@ -308,8 +308,8 @@ class Scheduler {
     counters_.num_recomputed_tokens += recomputed;
   }
   r.num_computed_tokens = end;
-  if (end > max_computed) r.max_computed_tokens = end;
-  r.num_computed_total += n;
+  if (end > max_computed) r.max_computed_tokens_ = end;
+  r.num_computed_total_ += n;
   if (r.first_scheduled_ns < 0) r.first_scheduled_ns = now;
 }
 

@@ -13,7 +13,7 @@ class BatchFormation;
 class PreemptionMode;
 class VictimRule;
 class WaitingQueue;
-struct Request;
+class Request;
 
 struct SchedulerConfig {
   std::int32_t max_num_batched_tokens = 8192;  // token budget per step

@@ -21,7 +21,7 @@
 
 namespace servelab {
 
-struct Request;
+class Request;
 
 class VictimRule {
  public:

@@ -357,7 +357,7 @@ TEST(VictimTest, AVictimScheduledEarlierInTheStepIsRefunded) {
   const std::vector<Request*> waiting = h.sched.waiting();
   ASSERT_EQ(waiting.size(), 1u);
   EXPECT_EQ(waiting[0]->num_computed_tokens, 0);
-  EXPECT_EQ(waiting[0]->num_computed_total, 40);  // step 1's token was refunded
+  EXPECT_EQ(waiting[0]->num_computed_total(), 40);  // step 1's token was refunded
   EXPECT_EQ(waiting[0]->num_output_tokens(), 1);
 }
 

@@ -122,7 +122,7 @@ TEST(ContiguousAllocation, AdmissionIsAllOrNothing) {
   EXPECT_FALSE(step(kv, b, 5));  // a paged manager would fit it in one block
   EXPECT_TRUE(b.block_table.empty());
   EXPECT_EQ(pool.num_free_blocks(), 2);
-  EXPECT_EQ(b.kv_accounted_tokens, 0);
+  EXPECT_EQ(b.kv_accounted_tokens(), 0);
   pool.check_invariants();
   kv.free(a);
   EXPECT_TRUE(step(kv, b, 5));
@@ -216,7 +216,7 @@ TEST(SlotAccounting, ExactWhenTheSchedulerRollsBackBeforeFree) {
   r.num_computed_tokens -= 10;  // unscheduled
   kv.free(r);
   EXPECT_EQ(counters(kv), (Counters{0, 0, 0, 0}));
-  EXPECT_EQ(r.kv_accounted_tokens, 0);
+  EXPECT_EQ(r.kv_accounted_tokens(), 0);
 }
 
 TEST(SlotAccounting, SwapKeepsTheCountersExact) {
@@ -262,7 +262,7 @@ void random_sequence_matches_recount(const KvCacheOptions& base, std::uint32_t s
   for (int it = 0; it < 4000; ++it) {
     Request& r = *reqs[rng() % reqs.size()];
     const int op = static_cast<int>(rng() % 10);
-    if (!r.host_block_table.empty()) {  // swapped out: come back, or give up
+    if (!r.host_block_table().empty()) {  // swapped out: come back, or give up
       std::vector<BlockMove> moves;
       if (op < 7) {
         (void)kv.swap_in(r, moves);

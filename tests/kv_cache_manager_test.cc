@@ -97,17 +97,17 @@ TEST_F(PrefixCachingScenario, A1ColdPrefillThenHitWhileOwnerRuns) {
   EXPECT_EQ(req1_.block_table, (Ids{1, 2, 3, 5}));
   for (BlockId b : {1, 2, 3}) {
     EXPECT_EQ(pool_.ref_count(b), 2) << b;
-    EXPECT_EQ(pool_.block_hash(b), std::optional<BlockHash>(req0_.block_hashes[b - 1])) << b;
+    EXPECT_EQ(pool_.block_hash(b), std::optional<BlockHash>(req0_.block_hashes()[b - 1])) << b;
   }
   // Partial last blocks carry no hash.
   EXPECT_EQ(pool_.block_hash(4), std::nullopt);
   EXPECT_EQ(pool_.block_hash(5), std::nullopt);
   EXPECT_EQ(pool_.num_free_blocks(), 5);
-  EXPECT_EQ(req0_.num_cached_blocks, 3);
-  EXPECT_EQ(req1_.num_cached_blocks, 3);
+  EXPECT_EQ(req0_.num_cached_blocks(), 3);
+  EXPECT_EQ(req1_.num_cached_blocks(), 3);
   // The shared prefix hashes the same in both requests.
-  ASSERT_GE(req1_.block_hashes.size(), 3u);
-  for (int i = 0; i < 3; ++i) EXPECT_EQ(req0_.block_hashes[i], req1_.block_hashes[i]);
+  ASSERT_GE(req1_.block_hashes().size(), 3u);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(req0_.block_hashes()[i], req1_.block_hashes()[i]);
 }
 
 TEST_F(PrefixCachingScenario, A2FreeOrderIsNeverUsedThenTailsThenChainReversed) {
@@ -115,9 +115,9 @@ TEST_F(PrefixCachingScenario, A2FreeOrderIsNeverUsedThenTailsThenChainReversed) 
   EXPECT_EQ(pool_.num_free_blocks(), 10);
   EXPECT_EQ(pool_.free_queue(), (Ids{6, 7, 8, 9, 10, 4, 5, 3, 2, 1}));
   EXPECT_TRUE(req0_.block_table.empty());
-  EXPECT_EQ(req0_.num_cached_blocks, 0);
+  EXPECT_EQ(req0_.num_cached_blocks(), 0);
   // Hashes depend on content only: kept, with the 4th block's, hashed one block ahead.
-  EXPECT_EQ(req0_.block_hashes.size(), 4u);
+  EXPECT_EQ(req0_.block_hashes().size(), 4u);
   // Freed full blocks stay findable (lazy eviction).
   EXPECT_EQ(pool_.num_free_cached_blocks(), 3);
 }
@@ -142,11 +142,11 @@ TEST_F(PrefixCachingScenario, A4EvictionFollowsTheFreeQueue) {
   EXPECT_TRUE(pool_.free_queue().empty());
   // Only 1, 2 and 3 carried hashes; all three were evicted, and the common prefix is gone.
   EXPECT_EQ(pool_.num_evictions(), 3);
-  for (int i = 0; i < 3; ++i) EXPECT_EQ(pool_.lookup(req0_.block_hashes[i]), std::nullopt);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(pool_.lookup(req0_.block_hashes()[i]), std::nullopt);
   // req3's own 10 full blocks are now the cache.
-  EXPECT_EQ(req3_.num_cached_blocks, 10);
+  EXPECT_EQ(req3_.num_cached_blocks(), 10);
   EXPECT_EQ(pool_.num_cached_blocks(), 10);
-  EXPECT_EQ(pool_.lookup(req3_.block_hashes[0]), std::optional<BlockId>(7));
+  EXPECT_EQ(pool_.lookup(req3_.block_hashes()[0]), std::optional<BlockId>(7));
 }
 
 // A6 (test_decode): decode allocates only when a block fills, and caches a block once full.
@@ -164,7 +164,7 @@ TEST(KvCacheManager, A6DecodeAllocatesOnlyWhenABlockFills) {
   req.num_computed_tokens = 59;
   EXPECT_EQ(req.block_table, (Ids{1, 2, 3, 4}));
   EXPECT_EQ(pool.block_hash(4), std::nullopt);
-  EXPECT_EQ(req.num_cached_blocks, 3);
+  EXPECT_EQ(req.num_cached_blocks(), 3);
 
   add_outputs(req, 19);  // 78 tokens: block 4 fills and a 5th starts
   EXPECT_EQ(kv.num_blocks_to_allocate(req, 19), 1);
@@ -173,14 +173,14 @@ TEST(KvCacheManager, A6DecodeAllocatesOnlyWhenABlockFills) {
   req.num_computed_tokens = 78;
   EXPECT_EQ(req.block_table, (Ids{1, 2, 3, 4, 5}));
   // Block 5 is hashed one block ahead (the request will fill it) but not registered yet.
-  ASSERT_EQ(req.block_hashes.size(), 5u);
-  EXPECT_EQ(req.block_hashes[4], hash_block(req.block_hashes[3], req.spec, 4, kBs));
-  EXPECT_EQ(pool.block_hash(4), std::optional<BlockHash>(req.block_hashes[3]));
+  ASSERT_EQ(req.block_hashes().size(), 5u);
+  EXPECT_EQ(req.block_hashes()[4], hash_block(req.block_hashes()[3], req.spec, 4, kBs));
+  EXPECT_EQ(pool.block_hash(4), std::optional<BlockHash>(req.block_hashes()[3]));
   EXPECT_EQ(pool.block_hash(5), std::nullopt);
-  EXPECT_EQ(pool.lookup(req.block_hashes[4]), std::nullopt);
-  EXPECT_EQ(req.num_cached_blocks, 4);
+  EXPECT_EQ(pool.lookup(req.block_hashes()[4]), std::nullopt);
+  EXPECT_EQ(req.num_cached_blocks(), 4);
   // Block 4 mixes prompt and output tokens; its hash follows the chain from block 3.
-  EXPECT_EQ(req.block_hashes[3], hash_block(req.block_hashes[2], req.spec, 3, kBs));
+  EXPECT_EQ(req.block_hashes()[3], hash_block(req.block_hashes()[2], req.spec, 3, kBs));
 }
 
 // A7 (test_hash_block_correct_reuse): only full blocks are cached; a reused block loses its hash.
@@ -200,7 +200,7 @@ TEST(KvCacheManager, A7ReusedBlockHasItsHashCleared) {
   EXPECT_EQ(partial.block_table, Ids{1});
   EXPECT_EQ(pool.block_hash(1), std::nullopt);
   EXPECT_EQ(pool.num_evictions(), 1);
-  EXPECT_TRUE(partial.block_hashes.empty());  // a 15-token request has no full block
+  EXPECT_TRUE(partial.block_hashes().empty());  // a 15-token request has no full block
 }
 
 // A12: the last token is always recomputed, so hits stop one block short on aligned prompts.
@@ -209,7 +209,7 @@ TEST(KvCacheManager, A12LookupLeavesTheLastTokenToCompute) {
   KvCacheManager kv(pool, kBs, kMaxLen, true);
   Request owner = make(0, Groups{{7, 48}});
   admit(kv, owner);
-  EXPECT_EQ(owner.num_cached_blocks, 3);  // all 3 full blocks are cached...
+  EXPECT_EQ(owner.num_cached_blocks(), 3);  // all 3 full blocks are cached...
 
   Request same = make(1, Groups{{7, 48}});
   const PrefixHit h = kv.get_computed_blocks(same);
@@ -244,14 +244,14 @@ TEST(KvCacheManager, TwoIdentical32TokenPromptsShareExactlyOneBlock) {
   // Block 3 is a duplicate of block 2: same hash, both registered, lookup gives the older one.
   EXPECT_EQ(pool.block_hash(3), pool.block_hash(2));
   EXPECT_EQ(pool.num_cached_blocks(), 3);
-  EXPECT_EQ(pool.lookup(a.block_hashes[1]), std::optional<BlockId>(2));
+  EXPECT_EQ(pool.lookup(a.block_hashes()[1]), std::optional<BlockId>(2));
   // After the original is freed and evicted, the duplicate still serves the hash.
   free_req(kv, a);
   Ids scratch;
   pool.get_new_blocks(pool.num_free_blocks(), scratch);  // pops everything: evicts 2 (and not 1)
   pool.check_invariants();
-  EXPECT_EQ(pool.lookup(a.block_hashes[1]), std::optional<BlockId>(3));
-  EXPECT_EQ(pool.lookup(a.block_hashes[0]), std::optional<BlockId>(1));
+  EXPECT_EQ(pool.lookup(a.block_hashes()[1]), std::optional<BlockId>(3));
+  EXPECT_EQ(pool.lookup(a.block_hashes()[0]), std::optional<BlockId>(1));
 }
 
 TEST(KvCacheManager, Identical33TokenPromptHitsTwoBlocksAndComputesOneToken) {
@@ -289,7 +289,7 @@ TEST(KvCacheManager, HitBlocksAtRefZeroCountAgainstFreeAndFailureChangesNothing)
   EXPECT_FALSE(kv.allocate_slots(big, 20, &h));
   pool.check_invariants();
   EXPECT_TRUE(big.block_table.empty());
-  EXPECT_EQ(big.num_cached_blocks, 0);
+  EXPECT_EQ(big.num_cached_blocks(), 0);
   EXPECT_EQ(pool.free_queue(), (Ids{4, 3, 2, 1}));
   for (BlockId b : {1, 2, 3}) EXPECT_EQ(pool.ref_count(b), 0);
   EXPECT_EQ(pool.num_evictions(), 0);
@@ -318,14 +318,14 @@ TEST(KvCacheManager, RunningRequestAllocationIsAllOrNothing) {
   EXPECT_FALSE(kv.allocate_slots(a, 9));
   pool.check_invariants();
   EXPECT_EQ(a.block_table, before);
-  EXPECT_EQ(a.num_cached_blocks, 2);
+  EXPECT_EQ(a.num_cached_blocks(), 2);
   // Decode that stays inside the last block needs nothing and succeeds even with no free block.
   EXPECT_TRUE(kv.allocate_slots(a, 8));
   free_req(kv, b);
   EXPECT_TRUE(kv.allocate_slots(a, 9));
   pool.check_invariants();
   EXPECT_EQ(a.block_table, (Ids{1, 2, 3, 4}));
-  EXPECT_EQ(a.num_cached_blocks, 3);
+  EXPECT_EQ(a.num_cached_blocks(), 3);
 }
 
 TEST(KvCacheManager, ChunkedPrefillCachesOnlyBlocksFullAfterEachChunk) {
@@ -335,7 +335,7 @@ TEST(KvCacheManager, ChunkedPrefillCachesOnlyBlocksFullAfterEachChunk) {
   ASSERT_TRUE(kv.allocate_slots(a, 20));
   a.num_computed_tokens = 20;
   EXPECT_EQ(a.block_table, (Ids{1, 2}));
-  EXPECT_EQ(a.num_cached_blocks, 1);
+  EXPECT_EQ(a.num_cached_blocks(), 1);
   EXPECT_EQ(pool.num_cached_blocks(), 1);
   // Eager caching: another request already hits the first chunk's full block in the same step.
   Request b = make(1, Groups{{1, 55}});
@@ -344,7 +344,7 @@ TEST(KvCacheManager, ChunkedPrefillCachesOnlyBlocksFullAfterEachChunk) {
   a.num_computed_tokens = 55;
   pool.check_invariants();
   EXPECT_EQ(a.block_table, (Ids{1, 2, 3, 4}));
-  EXPECT_EQ(a.num_cached_blocks, 3);
+  EXPECT_EQ(a.num_cached_blocks(), 3);
   EXPECT_EQ(kv.get_computed_blocks(b).blocks, (Ids{1, 2, 3}));
 }
 
@@ -356,7 +356,7 @@ TEST(KvCacheManager, LookaheadSlotsAreNeverCached) {
   ASSERT_TRUE(kv.allocate_slots(a, 40));
   pool.check_invariants();
   EXPECT_EQ(a.block_table.size(), 3u);
-  EXPECT_EQ(a.num_cached_blocks, 1);
+  EXPECT_EQ(a.num_cached_blocks(), 1);
   EXPECT_EQ(pool.num_cached_blocks(), 1);
 }
 
@@ -377,11 +377,11 @@ TEST(KvCacheManager, FreeReleasesLastBlockFirstAndKeepsHashes) {
   Request a = make(0, Groups{{1, 70}});  // blocks 1..5, first 4 full
   admit(kv, a);
   EXPECT_EQ(a.block_table, (Ids{1, 2, 3, 4, 5}));
-  const std::vector<BlockHash> hashes = a.block_hashes;
+  const std::vector<BlockHash> hashes = a.block_hashes();
   free_req(kv, a);
   EXPECT_EQ(pool.free_queue(), (Ids{6, 7, 8, 5, 4, 3, 2, 1}));
-  EXPECT_EQ(a.block_hashes, hashes);
-  EXPECT_EQ(a.num_cached_blocks, 0);
+  EXPECT_EQ(a.block_hashes(), hashes);
+  EXPECT_EQ(a.num_cached_blocks(), 0);
   // Eviction then takes the chain's deep end before its root: after 5 pops, block 4 (the 4th
   // block) is gone while blocks 1..3 still serve a 3-block hit.
   Ids scratch;
@@ -400,7 +400,7 @@ TEST(KvCacheManager, ResumedRequestHitsItsOwnOutputBlocksAndCountsAsPreempted) {
   add_outputs(a, 10);  // 50 tokens: block 2 (tokens 32..47) now mixes prompt and output
   ASSERT_TRUE(kv.allocate_slots(a, 10));
   a.num_computed_tokens = 50;
-  EXPECT_EQ(a.num_cached_blocks, 3);
+  EXPECT_EQ(a.num_cached_blocks(), 3);
   const Ids table = a.block_table;
   EXPECT_EQ(kv.stats().lookups, 1);
 
@@ -418,7 +418,7 @@ TEST(KvCacheManager, ResumedRequestHitsItsOwnOutputBlocksAndCountsAsPreempted) {
   pool.check_invariants();
   // The cached prefix comes back; the partial 4th block is fresh, from the queue's head.
   EXPECT_EQ(a.block_table, (Ids{1, 2, 3, 5}));
-  EXPECT_EQ(a.num_cached_blocks, 3);
+  EXPECT_EQ(a.num_cached_blocks(), 3);
 
   // Another request with the same prompt hits only the prompt-only blocks: output tokens are
   // identified per request.
@@ -457,9 +457,9 @@ TEST(KvCacheManager, CachingOffDoesNoLookupsHashingOrRegistration) {
   admit(kv, b);
   EXPECT_EQ(a.block_table, (Ids{1, 2, 3, 4}));
   EXPECT_EQ(b.block_table, (Ids{5, 6, 7, 8}));
-  EXPECT_TRUE(a.block_hashes.empty());
-  EXPECT_TRUE(b.block_hashes.empty());
-  EXPECT_EQ(a.num_cached_blocks, 0);
+  EXPECT_TRUE(a.block_hashes().empty());
+  EXPECT_TRUE(b.block_hashes().empty());
+  EXPECT_EQ(a.num_cached_blocks(), 0);
   EXPECT_EQ(pool.num_cached_blocks(), 0);
   EXPECT_EQ(kv.stats().lookups, 0);
   EXPECT_EQ(kv.stats().queried_tokens, 0);
@@ -503,7 +503,7 @@ TEST(KvCacheManager, BlocksOfAStepCalledOffAreNotCached) {
       a.num_computed_tokens = 16;
       // Step 2 allocates tokens [16, 32), which registers block 1, and is called off.
       ASSERT_TRUE(kv.allocate_slots(a, 16));
-      EXPECT_EQ(a.num_cached_blocks, 2);
+      EXPECT_EQ(a.num_cached_blocks(), 2);
       const BlockId uncomputed = a.block_table[1];
       if (swap) {
         std::vector<BlockMove> moves;

@@ -87,7 +87,7 @@ TEST(ParallelSamplingTest, ForkSharesThePromptAndCopiesTheTailOnWrite) {
     EXPECT_EQ(r.spec.sample, static_cast<std::int32_t>(k));
     EXPECT_EQ(r.block_table, (Ids{1, 2, 3}));
     EXPECT_EQ(r.output_tokens, (std::vector<std::int32_t>{100 * static_cast<int>(k + 1)}));
-    EXPECT_TRUE(r.cow_tail);
+    EXPECT_TRUE(r.cow_tail());
   }
   for (BlockId b : {1, 2, 3}) EXPECT_EQ(pool.ref_count(b), 4);
   EXPECT_EQ(kv.stats().blocks_saved_by_sharing, 9);
@@ -152,13 +152,13 @@ TEST(ParallelSamplingTest, EachSampleHashesItsOwnOutputBlocks) {
   const Request& b = *s.running()[1];
   EXPECT_EQ(a.num_computed_tokens, 48);
   EXPECT_EQ(b.num_computed_tokens, 48);
-  EXPECT_EQ(a.block_hashes[1], b.block_hashes[1]);  // the shared prompt
+  EXPECT_EQ(a.block_hashes()[1], b.block_hashes()[1]);  // the shared prompt
   for (const Request* r : {&a, &b}) {
-    EXPECT_EQ(r->num_cached_blocks, 3);
+    EXPECT_EQ(r->num_cached_blocks(), 3);
     EXPECT_EQ(pool.block_hash(r->block_table[2]),
-              std::optional<BlockHash>(hash_block(r->block_hashes[1], r->spec, 2, 16)));
+              std::optional<BlockHash>(hash_block(r->block_hashes()[1], r->spec, 2, 16)));
   }
-  EXPECT_NE(a.block_hashes[2], b.block_hashes[2]);
+  EXPECT_NE(a.block_hashes()[2], b.block_hashes()[2]);
   kv.check_invariants();
 }
 

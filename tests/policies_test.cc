@@ -427,8 +427,8 @@ TEST(PolicyPriorityPreemptionTest, Scenario25LowPriorityVictimIsRefundedThenResu
   const Request* low = h.sched.waiting().front();
   EXPECT_EQ(low->status, RequestStatus::kPreempted);
   EXPECT_EQ(low->num_computed_tokens, 0);
-  EXPECT_EQ(low->num_computed_total, 31);  // 30 + 1: the refunded token is not counted
-  EXPECT_EQ(low->max_computed_tokens, 31);
+  EXPECT_EQ(low->num_computed_total(), 31);  // 30 + 1: the refunded token is not counted
+  EXPECT_EQ(low->max_computed_tokens(), 31);
   EXPECT_EQ(h.sched.counters().num_preemptions, 1);
   EXPECT_EQ(h.sched.counters().num_finished, 1);
 

@@ -134,11 +134,11 @@ void CheckInvariants(const Scheduler& s, const BlockPool& pool, const StepPlan* 
       swapped.insert(r->id());
       ASSERT_EQ(r->status, RequestStatus::kSwapped);
       ASSERT_TRUE(r->block_table.empty());
-      ASSERT_FALSE(r->host_block_table.empty());
+      ASSERT_FALSE(r->host_block_table().empty());
       // The KV is kept: the host table covers every computed token.
-      ASSERT_GE(static_cast<std::int64_t>(r->host_block_table.size()) * c.block_size,
+      ASSERT_GE(static_cast<std::int64_t>(r->host_block_table().size()) * c.block_size,
                 r->num_computed_tokens);
-      for (BlockId b : r->host_block_table) ++host_holders[static_cast<std::size_t>(b)];
+      for (BlockId b : r->host_block_table()) ++host_holders[static_cast<std::size_t>(b)];
     }
     std::int32_t host_free = 0;
     for (BlockId b = 0; b < host->num_blocks(); ++b) {
@@ -154,7 +154,7 @@ void CheckInvariants(const Scheduler& s, const BlockPool& pool, const StepPlan* 
   std::vector<std::int32_t> holders(static_cast<std::size_t>(pool.num_blocks()), 0);
   for (const Request* r : s.running()) {
     ASSERT_EQ(r->status, RequestStatus::kRunning);
-    ASSERT_TRUE(r->host_block_table.empty());
+    ASSERT_TRUE(r->host_block_table().empty());
     ASSERT_LE(r->num_computed_tokens, r->num_tokens());
     ASSERT_GE(static_cast<std::int64_t>(r->block_table.size()) * c.block_size,
               r->num_computed_tokens);

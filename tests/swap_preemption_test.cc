@@ -118,12 +118,12 @@ TEST(SwapPreemptionTest, LastRunningIsSwappedOutAndBackIn) {
   EXPECT_EQ(b->status, RequestStatus::kSwapped);
   EXPECT_EQ(b->num_computed_tokens, 16);  // the KV is kept
   EXPECT_TRUE(b->block_table.empty());
-  ASSERT_EQ(b->host_block_table.size(), 4u);
+  ASSERT_EQ(b->host_block_table().size(), 4u);
   for (std::size_t k = 0; k < 4; ++k) {
     EXPECT_EQ(out.swap_out[k].src, b_blocks[k]);
-    EXPECT_EQ(out.swap_out[k].dst, b->host_block_table[k]);
+    EXPECT_EQ(out.swap_out[k].dst, b->host_block_table()[k]);
   }
-  const std::vector<BlockId> host_table = b->host_block_table;
+  const std::vector<BlockId> host_table = b->host_block_table();
   EXPECT_FALSE(Scheduled(out, 1));
   EXPECT_EQ(f.sched.num_swapped(), 1u);
   EXPECT_EQ(f.host.num_free_blocks(), 12);

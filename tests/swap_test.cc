@@ -115,7 +115,7 @@ TEST_F(SwapTest, SwapOutThenInRestoresTablesAndCounts) {
   const auto hashes_before = table_hashes(pool_, r);
   const auto refs_before = table_refs(pool_, r);
   const std::int32_t computed_before = r.num_computed_tokens;
-  const std::int32_t cached_before = r.num_cached_blocks;
+  const std::int32_t cached_before = r.num_cached_blocks();
   const std::int32_t free_before = pool_.num_free_blocks();
   const std::int64_t held_before = kv_.num_held_slots(), kv_before = kv_.num_kv_slots();
   ASSERT_EQ(dev_before.size(), 3u);
@@ -129,10 +129,10 @@ TEST_F(SwapTest, SwapOutThenInRestoresTablesAndCounts) {
   ASSERT_EQ(out.size(), 3u);
   for (std::size_t i = 0; i < 3; ++i) {
     EXPECT_EQ(out[i].src, dev_before[i]) << i;  // position order
-    EXPECT_EQ(out[i].dst, r.host_block_table[i]) << i;
+    EXPECT_EQ(out[i].dst, r.host_block_table()[i]) << i;
   }
   EXPECT_TRUE(r.block_table.empty());
-  EXPECT_EQ(r.host_block_table, (Ids{0, 1, 2}));
+  EXPECT_EQ(r.host_block_table(), (Ids{0, 1, 2}));
   EXPECT_EQ(kv_.num_blocks(r), 3);
   EXPECT_EQ(r.num_computed_tokens, computed_before);  // the KV is preserved, not lost
   EXPECT_EQ(pool_.num_free_blocks(), free_before + 3);
@@ -150,11 +150,11 @@ TEST_F(SwapTest, SwapOutThenInRestoresTablesAndCounts) {
     EXPECT_EQ(in[i].src, out[i].dst) << i;  // the moves pair up
     EXPECT_EQ(in[i].dst, r.block_table[i]) << i;
   }
-  EXPECT_TRUE(r.host_block_table.empty());
+  EXPECT_TRUE(r.host_block_table().empty());
   EXPECT_EQ(host_.num_free_blocks(), 8);
   EXPECT_EQ(r.num_computed_tokens, computed_before);
   EXPECT_EQ(r.block_table.size(), dev_before.size());
-  EXPECT_EQ(r.num_cached_blocks, cached_before);
+  EXPECT_EQ(r.num_cached_blocks(), cached_before);
   EXPECT_EQ(table_hashes(pool_, r), hashes_before);
   EXPECT_EQ(table_refs(pool_, r), refs_before);
   EXPECT_EQ(pool_.num_free_blocks(), free_before);
@@ -183,7 +183,7 @@ TEST_F(SwapTest, CannotSwapOutWhenHostSpaceIsShortAndNothingChanges) {
   EXPECT_THROW(kv.swap_out(r, moves), std::logic_error);
   EXPECT_EQ(moves.size(), 1u);
   EXPECT_EQ(r.block_table, table);
-  EXPECT_TRUE(r.host_block_table.empty());
+  EXPECT_TRUE(r.host_block_table().empty());
   EXPECT_EQ(pool.num_free_blocks(), 7);
   EXPECT_EQ(host.num_free_blocks(), 2);
   pool.check_invariants();
@@ -247,7 +247,7 @@ TEST_F(SwapTest, HashesSurviveSoALookupHitsTheDeviceBlocksUntilEvicted) {
   std::vector<BlockMove> in;
   EXPECT_FALSE(kv_.swap_in(r, in));
   EXPECT_TRUE(in.empty());
-  EXPECT_EQ(r.host_block_table.size(), 3u);
+  EXPECT_EQ(r.host_block_table().size(), 3u);
   EXPECT_TRUE(r.block_table.empty());
   check(kv_);
 
@@ -268,7 +268,7 @@ TEST_F(SwapTest, SwapInWithTheOldCopyStillCachedKeepsInvariants) {
   kv_.swap_out(r, moves);
   ASSERT_TRUE(kv_.swap_in(r, moves));
   check(kv_);
-  EXPECT_EQ(r.num_cached_blocks, 3);
+  EXPECT_EQ(r.num_cached_blocks(), 3);
   EXPECT_EQ(pool_.num_cached_blocks(), 6);  // 3 old (free, evictable) + 3 in use
   kv_.free(r);
   check(kv_);
@@ -295,7 +295,7 @@ TEST_F(SwapTest, FreeWhileSwappedReleasesTheHostBlocks) {
   kv_.free(r);  // e.g. aborted while swapped
   check(kv_);
   EXPECT_EQ(host_.num_free_blocks(), 8);
-  EXPECT_TRUE(r.host_block_table.empty());
+  EXPECT_TRUE(r.host_block_table().empty());
   EXPECT_EQ(kv_.num_held_slots(), 0);
   EXPECT_EQ(kv_.num_kv_slots(), 0);
   EXPECT_EQ(kv_.num_blocks(r), 0);
