@@ -5,6 +5,8 @@
 #include <stdexcept>
 #include <utility>
 
+#include "core/strings.h"
+
 namespace servelab {
 
 const char* to_string(PolicyKind kind) {
@@ -61,12 +63,6 @@ const T& get_typed(const PolicySpec& spec, const std::string& key) {
     throw std::logic_error("policy '" + spec.name + "': parameter '" + key + "' has another type");
   }
   return *v;
-}
-
-std::string join(const std::vector<std::string>& names) {
-  std::string out;
-  for (const std::string& n : names) out += (out.empty() ? "" : ", ") + n;
-  return out;
 }
 
 // "an int in [0, 10]", "a double >= 0", "one of a, b", ...

@@ -1,5 +1,7 @@
 #include "sim/calibration.h"
 
+#include <yaml-cpp/yaml.h>
+
 #include <algorithm>
 #include <array>
 #include <cerrno>
@@ -8,6 +10,7 @@
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <stdexcept>
 
 #include "core/config_node.h"
 #include "sim/nnls.h"
@@ -81,22 +84,6 @@ std::vector<std::string> split_csv(const std::string& line) {
   for (std::string f; std::getline(ss, f, ',');) out.push_back(trim(f));
   if (!line.empty() && line.back() == ',') out.emplace_back();
   return out;
-}
-
-std::string fmt(double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.9g", v);
-  return buf;
-}
-
-// A YAML double-quoted scalar.
-std::string quoted(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out.push_back('\\');
-    out.push_back(c);
-  }
-  return out + "\"";
 }
 
 }  // namespace
@@ -367,47 +354,76 @@ CalibrationResult fit_profile(const EngineProfile& profile) {
   return result;
 }
 
-std::string calibration_yaml(const CalibrationResult& result, const std::string& profile_path) {
+std::string calibration_yaml(const CalibrationResult& result, const std::string& profile_path,
+                             const HostOverhead* host) {
   const CalibratedProfile& p = result.profile;
   const CalibratedCoefficients& c = p.coefficients;
-  std::string y;
-  y += "# ServeLab calibrated cost model, written by `sim calibrate` (docs/validation.md).\n";
-  y += "# Use it with `cost_model: {type: calibrated, file: THIS_FILE}` in an experiment,\n";
-  y += "# or `sim run EXP.yaml --set cost_model.file=THIS_FILE`.\n";
-  y += "type: calibrated\n";
-  y += "format_version: 1\n";
-  y += "model: " + quoted(p.model) + "\n";
-  y += "device: " + quoted(p.device) + "\n";
-  y += "date_utc: " + quoted(p.date_utc) + "\n";
-  y += "engine_version: " + quoted(p.engine_version) + "\n";
-  y += "profile: " + quoted(profile_path) + "\n";
-  y += "block_size: " + std::to_string(p.block_size) + "\n";
-  y += "block_bytes: " + std::to_string(p.block_bytes) + "\n";
-  y += "coefficients:                 # seconds per unit; step = sum of unit counts x these\n";
-  y += "  step_s: " + fmt(c.step_s) + "                 # per non-empty step\n";
-  y += "  per_sequence_s: " + fmt(c.per_sequence_s) + "\n";
-  y += "  per_token_s: " + fmt(c.per_token_s) + "\n";
-  y += "  per_token_above_knee_s: " + fmt(c.per_token_above_knee_s) + "\n";
-  y += "  knee_tokens: " + std::to_string(c.knee_tokens) + "\n";
-  y += "  prefill_pair_s: " + fmt(c.prefill_pair_s) + "\n";
-  y += "  decode_context_token_s: " + fmt(c.decode_context_token_s) + "\n";
-  y += "  decode_context_token_above_knee_s: " + fmt(c.decode_context_token_above_knee_s) + "\n";
-  y += "  decode_context_knee_tokens: " + std::to_string(c.decode_context_knee_tokens) + "\n";
-  y += "  sampled_sequence_s: " + fmt(c.sampled_sequence_s) + "\n";
-  y += "  swap_byte_s: " + fmt(c.swap_byte_s) + "\n";
-  y += "  copy_byte_s: " + fmt(c.copy_byte_s) + "\n";
-  y += "fit:                          # relative errors on the profile itself (fractions)\n";
-  y += "  method: nnls-relative-huber\n";
-  y += "  converged: " + std::string(result.converged ? "true" : "false") + "\n";
-  y += "  shapes: " + std::to_string(result.overall.shapes) + "\n";
-  y += "  mape: " + fmt(result.overall.mape) + "\n";
-  y += "  max_error: " + fmt(result.overall.max_error) + "\n";
-  y += "  families:\n";
+  YAML::Emitter y;
+  y.SetDoublePrecision(9);  // "%.9g"
+  y.SetIndent(2);
+  const auto text = [&](const char* key, const std::string& value) {
+    y << YAML::Key << key << YAML::Value << YAML::DoubleQuoted << value;
+  };
+  const auto number = [&](const char* key, auto value) {
+    y << YAML::Key << key << YAML::Value << value;
+  };
+  y << YAML::BeginMap;
+  number("type", "calibrated");
+  number("format_version", 1);
+  text("model", p.model);
+  text("device", p.device);
+  text("date_utc", p.date_utc);
+  text("engine_version", p.engine_version);
+  text("profile", profile_path);
+  number("block_size", p.block_size);
+  number("block_bytes", p.block_bytes);
+  y << YAML::Key << "coefficients" << YAML::Value
+    << YAML::Comment("seconds per unit; step = sum of unit counts x these") << YAML::BeginMap;
+  number("step_s", c.step_s);
+  y << YAML::Comment("per non-empty step");
+  number("per_sequence_s", c.per_sequence_s);
+  number("per_token_s", c.per_token_s);
+  number("per_token_above_knee_s", c.per_token_above_knee_s);
+  number("knee_tokens", c.knee_tokens);
+  number("prefill_pair_s", c.prefill_pair_s);
+  number("decode_context_token_s", c.decode_context_token_s);
+  number("decode_context_token_above_knee_s", c.decode_context_token_above_knee_s);
+  number("decode_context_knee_tokens", c.decode_context_knee_tokens);
+  number("sampled_sequence_s", c.sampled_sequence_s);
+  number("swap_byte_s", c.swap_byte_s);
+  number("copy_byte_s", c.copy_byte_s);
+  y << YAML::EndMap;
+  y << YAML::Key << "fit" << YAML::Value
+    << YAML::Comment("relative errors on the profile itself (fractions)") << YAML::BeginMap;
+  number("method", "nnls-relative-huber");
+  number("converged", result.converged);
+  number("shapes", result.overall.shapes);
+  number("mape", result.overall.mape);
+  number("max_error", result.overall.max_error);
+  y << YAML::Key << "families" << YAML::Value << YAML::BeginMap;
   for (const auto& [name, e] : result.families) {
-    y += "    " + quoted(name) + ": {shapes: " + std::to_string(e.shapes) +
-         ", mape: " + fmt(e.mape) + ", max_error: " + fmt(e.max_error) + "}\n";
+    y << YAML::Key << YAML::DoubleQuoted << name << YAML::Value << YAML::Flow << YAML::BeginMap;
+    number("shapes", e.shapes);
+    number("mape", e.mape);
+    number("max_error", e.max_error);
+    y << YAML::EndMap;
   }
-  return y;
+  y << YAML::EndMap << YAML::EndMap;
+  if (host != nullptr) {
+    y << YAML::Key << "host_overhead" << YAML::Value
+      << YAML::Comment("added to step_s and per_sequence_s") << YAML::BeginMap;
+    text("engine_run", host->engine_run);
+    number("steps", host->steps);
+    number("step_s", host->step_s);
+    number("per_sequence_s", host->per_sequence_s);
+    y << YAML::EndMap;
+  }
+  y << YAML::EndMap;
+  if (!y.good()) throw std::logic_error("calibration_yaml: " + y.GetLastError());
+  return "# ServeLab calibrated cost model, written by `sim calibrate` (docs/validation.md).\n"
+         "# Use it with `cost_model: {type: calibrated, file: THIS_FILE}` in an experiment,\n"
+         "# or `sim run EXP.yaml --set cost_model.file=THIS_FILE`.\n" +
+         std::string(y.c_str()) + "\n";
 }
 
 void print_calibration(std::FILE* out, const CalibrationResult& r) {

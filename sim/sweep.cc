@@ -17,6 +17,7 @@
 #include "core/output_file.h"
 #include "sim/cli_args.h"
 #include "sim/plot.h"
+#include "sim/variant_loader.h"
 #include "traces/workload.h"
 
 namespace servelab {
@@ -141,26 +142,19 @@ std::vector<SweepResult> run_sweep(const std::string& path,
   // Each value alone first, so an error names the sweep key that caused it.
   for (const SweepAxis& a : axes) {
     for (const std::string& v : a.values) {
-      std::vector<std::string> overrides = base_overrides;
-      overrides.push_back(a.key + "=" + v);
+      const std::string label = a.location + ": sweep key '" + a.key + "', value " + v;
+      const ExperimentConfig c = load_variant(path, base_overrides, {a.key + "=" + v}, label);
       try {
-        const ExperimentConfig c = load_experiment(path, overrides);
         make_workload(c.workload_section(), c.seed, c.base_dir);
       } catch (const ConfigError& e) {
-        throw ConfigError(a.location + ": sweep key '" + a.key + "', value " + v + ": " + e.what());
+        throw ConfigError(label + ": " + e.what());
       }
     }
   }
   const std::vector<SweepPoint> points = sweep_points(axes);
   std::vector<ExperimentConfig> configs;
   for (const SweepPoint& p : points) {
-    std::vector<std::string> overrides = base_overrides;
-    overrides.insert(overrides.end(), p.overrides.begin(), p.overrides.end());
-    try {
-      configs.push_back(load_experiment(path, overrides));
-    } catch (const ConfigError& e) {
-      throw ConfigError("sweep point " + p.name + ": " + e.what());
-    }
+    configs.push_back(load_variant(path, base_overrides, p.overrides, "sweep point " + p.name));
   }
   if (out_dir.empty()) out_dir = "out/" + configs.front().name + "-sweep";
   // The folder may hold a previous one (sweep.csv and run folders), nothing else.

@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "core/config_node.h"
+#include "core/metrics.h"
 #include "core/output_file.h"
 #include "core/step_plan.h"
 #include "sim/calibrated_cost_model.h"
@@ -120,14 +121,9 @@ std::string dump(const YAML::Node& n) {
   return e.c_str();
 }
 
-// Linear interpolation between closest ranks (numpy's default), as docs/metrics.md.
+// The metrics' percentile (docs/metrics.md); 0 for no values.
 double percentile(const std::vector<double>& sorted, double p) {
-  if (sorted.empty()) return 0;
-  const double pos = (static_cast<double>(sorted.size()) - 1) * p / 100.0;
-  const std::size_t k = static_cast<std::size_t>(pos);
-  const double f = pos - static_cast<double>(k);
-  if (k + 1 >= sorted.size()) return sorted.back();
-  return sorted[k] + (sorted[k + 1] - sorted[k]) * f;
+  return sorted.empty() ? 0 : percentile_sorted(sorted, p);
 }
 
 // The executed steps in order (steps with no rows are not executed: an idle engine forms
@@ -250,6 +246,7 @@ HostOverhead fit_host_overhead(const std::string& engine_dir, CalibratedProfile&
     resid.push_back(st.measured_s - model.seconds(f));
   }
   HostOverhead h;
+  h.engine_run = engine_dir;
   h.steps = static_cast<std::int64_t>(rows.size());
   if (rows.size() < 2) {
     throw ConfigError(engine_dir +
@@ -613,20 +610,16 @@ int calibrate_command(const std::vector<std::string>& args) {
   check_output_file(out, inputs, force);
   const EngineProfile p = read_profile(profile);
   CalibrationResult r = fit_profile(p);
-  std::string extra;
-  if (!engine_run.empty()) {
-    const HostOverhead h = fit_host_overhead(engine_run, r.profile);
-    char buf[512];
-    std::snprintf(buf, sizeof buf,
-                  "host_overhead:                # added to step_s and per_sequence_s\n"
-                  "  engine_run: \"%s\"\n  steps: %lld\n  step_s: %.9g\n  per_sequence_s: %.9g\n",
-                  engine_run.c_str(), static_cast<long long>(h.steps), h.step_s, h.per_sequence_s);
-    extra = buf;
-  }
-  write_file_atomically(out, calibration_yaml(r, profile) + extra);
+  std::optional<HostOverhead> host;
+  if (!engine_run.empty()) host = fit_host_overhead(engine_run, r.profile);
+  write_file_atomically(out, calibration_yaml(r, profile, host ? &*host : nullptr));
   if (!quiet) {
     print_calibration(stdout, r);
-    if (!extra.empty()) std::printf("  %s", extra.c_str());
+    if (host) {
+      std::printf("  host overhead over %lld steps of %s: step_s %.9g, per_sequence_s %.9g\n",
+                  static_cast<long long>(host->steps), host->engine_run.c_str(), host->step_s,
+                  host->per_sequence_s);
+    }
     std::printf("  wrote %s\n", out.c_str());
   }
   return 0;

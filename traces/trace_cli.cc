@@ -6,6 +6,7 @@
 
 #include "core/config_node.h"
 #include "core/output_file.h"
+#include "core/strings.h"
 #include "traces/csv_reader.h"
 #include "traces/trace_readers.h"
 #include "traces/trace_stats.h"
@@ -18,11 +19,6 @@ namespace {
 constexpr const char* kUsage =
     "usage: sim trace stats FILE [--format F] | sim trace convert IN OUT [--format F] [--force] "
     "(F: azure, mooncake, burstgpt, vidur, servelab, auto)";
-
-bool ends_with(const std::string& s, std::string_view suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 
 // The workload reading `path` in `format` (auto resolved), built through make_workload so the
 // command and experiment files read traces identically. Seed 0: content ids of unshared prompts
