@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -14,6 +15,7 @@
 
 #include "core/config_node.h"
 #include "sim/nnls.h"
+#include "traces/csv_reader.h"
 
 namespace servelab {
 
@@ -71,21 +73,6 @@ CalibratedCoefficients from_vector(const Eigen::VectorXd& x, std::int64_t knee,
   return c;
 }
 
-std::string trim(const std::string& s) {
-  const auto b = s.find_first_not_of(" \t\r");
-  if (b == std::string::npos) return "";
-  const auto e = s.find_last_not_of(" \t\r");
-  return s.substr(b, e - b + 1);
-}
-
-std::vector<std::string> split_csv(const std::string& line) {
-  std::vector<std::string> out;
-  std::stringstream ss(line);
-  for (std::string f; std::getline(ss, f, ',');) out.push_back(trim(f));
-  if (!line.empty() && line.back() == ',') out.emplace_back();
-  return out;
-}
-
 }  // namespace
 
 const std::vector<std::string>& profile_columns() {
@@ -110,31 +97,30 @@ const std::vector<std::string>& profile_columns() {
 }
 
 EngineProfile read_profile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw ConfigError(path + ": cannot open the profile (does it exist?)");
+  if (!std::filesystem::is_regular_file(path)) {
+    throw ConfigError(path + ": cannot open the profile (does it exist?)");
+  }
+  // The one CSV reader (traces/csv_reader.h): blank lines skipped, errors name PATH:LINE.
+  CsvReader csv(path);
   EngineProfile p;
   p.file = path;
-  std::string line;
-  std::int64_t line_no = 0;
   std::vector<std::string> header;
   std::map<std::string, std::size_t> col;
-  auto fail = [&](const std::string& what) {
-    throw ConfigError(path + ":" + std::to_string(line_no) + ": " + what);
-  };
-  while (std::getline(in, line)) {
-    ++line_no;
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (trim(line).empty()) continue;
+  auto fail = [&](const std::string& what) { csv.fail_message(what); };
+  while (csv.next_row()) {
+    const std::string_view line = csv.line();
     if (line[0] == '#') {
-      const std::string body = line.substr(1);
+      const std::string_view body = line.substr(1);
       const auto colon = body.find(':');
-      if (colon != std::string::npos && header.empty()) {
-        p.header[trim(body.substr(0, colon))] = trim(body.substr(colon + 1));
+      if (colon != std::string_view::npos && header.empty()) {
+        p.header[std::string(trim(body.substr(0, colon)))] = trim(body.substr(colon + 1));
       }
       continue;
     }
+    std::vector<std::string> f;
+    for (const std::string_view field : csv.fields()) f.emplace_back(trim(field));
     if (header.empty()) {
-      header = split_csv(line);
+      header = std::move(f);
       for (std::size_t i = 0; i < header.size(); ++i) col[header[i]] = i;
       for (const std::string& c : profile_columns()) {
         if (c == "reps" || c == "min_ns" || c == "max_ns") continue;
@@ -142,7 +128,6 @@ EngineProfile read_profile(const std::string& path) {
       }
       continue;
     }
-    const std::vector<std::string> f = split_csv(line);
     if (f.size() != header.size()) {
       fail("expected " + std::to_string(header.size()) + " fields, got " +
            std::to_string(f.size()));
@@ -158,7 +143,7 @@ EngineProfile read_profile(const std::string& path) {
       return v;
     };
     ProfileRow r;
-    r.line = line_no;
+    r.line = csv.line_number();
     r.family = f[col.at("family")];
     if (r.family.empty()) fail("column 'family': empty");
     StepFeatures& s = r.features.step;

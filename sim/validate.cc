@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <span>
 #include <sstream>
 
 #include "core/config_node.h"
@@ -23,6 +24,7 @@
 #include "sim/model_config.h"
 #include "sim/nnls.h"
 #include "sim/roofline_cost_model.h"
+#include "traces/csv_reader.h"
 
 namespace servelab {
 
@@ -58,38 +60,26 @@ struct Csv {
   }
 };
 
-std::vector<std::string> split(const std::string& line) {
-  std::vector<std::string> out;
-  std::stringstream ss(line);
-  for (std::string f; std::getline(ss, f, ',');) out.push_back(f);
-  if (!line.empty() && line.back() == ',') out.emplace_back();
-  return out;
-}
-
+// Read with the one CSV reader (traces/csv_reader.h): errors name PATH:LINE.
 Csv read_csv(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw ConfigError(path + ": cannot open (is this a run folder?)");
+  if (!fs::is_regular_file(path)) throw ConfigError(path + ": cannot open (is this a run folder?)");
+  CsvReader csv(path);
   Csv c;
   c.file = path;
-  std::string line;
-  std::int64_t n = 0;
   std::size_t width = 0;
-  while (std::getline(in, line)) {
-    ++n;
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (line.empty()) continue;
-    std::vector<std::string> f = split(line);
+  while (csv.next_row()) {
+    const std::span<const std::string_view> f = csv.fields();
     if (c.col.empty()) {
-      for (std::size_t i = 0; i < f.size(); ++i) c.col[f[i]] = i;
+      for (std::size_t i = 0; i < f.size(); ++i) c.col[std::string(f[i])] = i;
       width = f.size();
       continue;
     }
     if (f.size() != width) {
-      throw ConfigError(path + ":" + std::to_string(n) + ": expected " + std::to_string(width) +
-                        " fields, got " + std::to_string(f.size()));
+      csv.fail_message("expected " + std::to_string(width) + " fields, got " +
+                       std::to_string(f.size()));
     }
-    c.rows.push_back(std::move(f));
-    c.lines.push_back(n);
+    c.rows.emplace_back(f.begin(), f.end());
+    c.lines.push_back(csv.line_number());
   }
   if (c.col.empty()) throw ConfigError(path + ": empty file");
   return c;

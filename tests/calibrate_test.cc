@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -201,6 +202,33 @@ EngineProfile profile_from(const std::string& text, const std::string& name) {
   const auto dir = temp_dir("calibrate_" + name);
   write_file(dir / "profile.csv", text);
   return read_profile((dir / "profile.csv").string());
+}
+
+// The profile is read with the one CSV reader: CRLF line ends, blank lines and padded fields are
+// accepted; a short row is reported as PATH:LINE.
+TEST(Calibration, ProfileReaderAcceptsCrlfAndNamesTheLine) {
+  std::string text = synthetic_profile(known(), 0.0, 1);
+  const std::string plain = text;
+  std::string crlf;
+  for (char c : text) crlf += c == '\n' ? std::string("\r\n\r\n") : std::string(1, c);
+  const EngineProfile a = profile_from(plain, "plain");
+  const EngineProfile b = profile_from(crlf, "crlf");
+  ASSERT_EQ(a.rows.size(), b.rows.size());
+  EXPECT_EQ(a.header, b.header);
+  EXPECT_EQ(b.rows.back().line, 2 * a.rows.back().line - 1);
+  EXPECT_EQ(a.rows.front().family, b.rows.front().family);
+  text += "decode, 1 ,0\n";
+  const auto lines = std::count(text.begin(), text.end(), '\n');
+  try {
+    profile_from(text, "short");
+    ADD_FAILURE() << "no error";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("profile.csv:" + std::to_string(lines) + ": expected " +
+                                         std::to_string(profile_columns().size()) +
+                                         " fields, got 3"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(Calibration, RecoversKnownCoefficientsExactlyWithoutNoise) {
