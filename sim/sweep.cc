@@ -15,7 +15,7 @@
 
 #include "core/config_node.h"
 #include "core/output_file.h"
-#include "sim/cli_args.h"
+#include "serving/cli.h"
 #include "sim/plot.h"
 #include "sim/variant_loader.h"
 #include "traces/workload.h"
@@ -261,22 +261,19 @@ void print_sweep_table(std::FILE* out, const std::vector<SweepAxis>& axes,
 int sweep_command(const std::vector<std::string>& args) {
   int jobs = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   bool plot = true;
+  bool no_plot = false;
   const ExperimentArgs a = parse_experiment_args(
-      args, "sim sweep", [&](const std::string& flag, const std::function<std::string()>& value) {
-        if (flag == "--no-plot") {
-          plot = false;
-          return true;
-        }
-        if (flag != "--jobs" && flag != "-j") return false;
-        const std::string v = value();
-        char* end = nullptr;
-        const long n = std::strtol(v.c_str(), &end, 10);
-        if (v.empty() || *end != '\0' || n < 1 || n > 4096) {
-          throw UsageError("--jobs: expected an integer from 1 to 4096, got '" + v + "'");
-        }
-        jobs = static_cast<int>(n);
-        return true;
-      });
+      args, "sim sweep",
+      [&](CLI::App& app) {
+        app.add_option("-j,--jobs", jobs, "simulations run at once (default: all cores)")
+            ->check(cli::integer_in(1, 4096))
+            ->type_name("N");
+        app.add_flag("--no-plot", no_plot, "no figures (OUT/figures/)");
+      },
+      "Run every point of the experiment's `sweep:` grid (key.path: [values]) on N threads; "
+      "writes OUT/sweep.csv, OUT/<point>/ and OUT/figures/ (default OUT: "
+      "out/<experiment name>-sweep); the files do not depend on N.");
+  plot = !no_plot;
   const std::vector<std::string> overrides = a.all_overrides();
   const std::vector<SweepAxis> axes = sweep_from_experiment(a.experiment);
   const bool progress = a.show_progress();

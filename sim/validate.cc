@@ -17,9 +17,9 @@
 #include "core/metrics.h"
 #include "core/output_file.h"
 #include "core/step_plan.h"
+#include "serving/cli.h"
 #include "sim/calibrated_cost_model.h"
 #include "sim/calibration.h"
-#include "sim/cli_args.h"
 #include "sim/hardware_config.h"
 #include "sim/model_config.h"
 #include "sim/nnls.h"
@@ -520,28 +520,21 @@ std::string validation_json(const ValidationReport& r) {
 }
 
 int validate_command(const std::vector<std::string>& args) {
-  std::vector<std::string> dirs;
-  std::string out, cost;
+  std::string sim_dir, engine_dir, out, cost;
   bool quiet = false;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= args.size()) throw UsageError(a + ": expected a value");
-      return args[++i];
-    };
-    if (a == "--out" || a == "-o") {
-      out = value();
-    } else if (a == "--cost-model") {
-      cost = value();
-    } else if (a == "--quiet" || a == "-q") {
-      quiet = true;
-    } else if (!a.empty() && a[0] == '-') {
-      throw UsageError("sim validate: unknown option '" + a + "'");
-    } else {
-      dirs.push_back(a);
-    }
-  }
-  if (dirs.size() != 2) {
+  const auto app = cli::command(
+      "sim validate",
+      "Compare a sim run with the engine's run of the same experiment: step-time, per-request "
+      "and aggregate errors, schedules step by step; writes OUT/validation.json.");
+  app->add_option("SIM_DIR", sim_dir, "the sim run folder");
+  app->add_option("ENGINE_DIR", engine_dir, "the engine's run folder");
+  cli::add_out(*app, out, "the report's folder (default SIM_DIR-validation)");
+  app->add_option("--cost-model", cost, "predict the engine's steps with this calibrated model")
+      ->type_name("COST.yaml");
+  cli::add_quiet(*app, quiet);
+  cli::parse(*app, args);
+  const std::vector<std::string> dirs = {sim_dir, engine_dir};
+  if (sim_dir.empty() || engine_dir.empty()) {
     throw UsageError("sim validate: expected two run folders (sim validate SIM_DIR ENGINE_DIR)");
   }
   const ValidationReport rep = validate_runs(dirs[0], dirs[1], cost);
@@ -566,26 +559,21 @@ int validate_command(const std::vector<std::string>& args) {
 int calibrate_command(const std::vector<std::string>& args) {
   std::string profile, out, engine_run;
   bool quiet = false, force = false;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (a == "--force") {
-      force = true;
-    } else if (a == "-o" || a == "--out") {
-      if (i + 1 >= args.size()) throw UsageError(a + ": expected a value");
-      out = args[++i];
-    } else if (a == "--engine-run") {
-      if (i + 1 >= args.size()) throw UsageError(a + ": expected a value");
-      engine_run = args[++i];
-    } else if (a == "--quiet" || a == "-q") {
-      quiet = true;
-    } else if (!a.empty() && a[0] == '-') {
-      throw UsageError("sim calibrate: unknown option '" + a + "'");
-    } else if (profile.empty()) {
-      profile = a;
-    } else {
-      throw UsageError("sim calibrate: more than one profile given");
-    }
-  }
+  std::vector<std::string> profiles;
+  const auto app = cli::command(
+      "sim calibrate",
+      "Fit the calibrated cost model to an `engine profile` (NNLS over the roofline's "
+      "operators), plus the engine loop's host overhead from an engine run folder recorded with "
+      "--record-schedule; prints the fit error per shape family (docs/validation.md).");
+  app->add_option("PROFILE.csv", profiles, "the profile `engine profile` wrote");
+  cli::add_out(*app, out, "the cost model file to write")->type_name("COST.yaml");
+  app->add_option("--engine-run", engine_run, "fit the host overhead on this engine run folder")
+      ->type_name("ENGINE_DIR");
+  cli::add_force(*app, force, "COST.yaml");
+  cli::add_quiet(*app, quiet);
+  cli::parse(*app, args);
+  if (profiles.size() > 1) throw UsageError("sim calibrate: more than one profile given");
+  if (!profiles.empty()) profile = profiles[0];
   if (profile.empty())
     throw UsageError("sim calibrate: expected a profile (sim calibrate PROFILE.csv -o COST.yaml)");
   if (out.empty()) throw UsageError("sim calibrate: expected -o COST.yaml");

@@ -48,7 +48,7 @@ TEST(RunFolder, NamesThatEscapeTheOutputFolderAreRejected) {
   for (const char* name : {"..", ".", ".hidden", "a/b", "../x", "\"\""}) {
     write_file(dir / "work/e.yaml", experiment(std::string("name: ") + name + "\n", kSmall));
     // Default output folder out/<name>: run from dir/work so "out/.." would be dir/work.
-    const std::string cmd = "cd " + (dir / "work").string() + " && " + SERVELAB_SIM_BIN +
+    const std::string cmd = "cd " + (dir / "work").string() + " && " + servelab_program("sim") +
                             " run e.yaml -q 2> " + (dir / "err.txt").string();
     const int status = std::system(cmd.c_str());
     ASSERT_TRUE(WIFEXITED(status));
@@ -142,7 +142,7 @@ int interrupt_sim(const std::vector<std::string>& args, int sig, const fs::path&
     const int fd = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     ::dup2(fd, STDERR_FILENO);
     std::vector<char*> argv;
-    std::string bin = SERVELAB_SIM_BIN;
+    std::string bin = servelab_program("sim");
     argv.push_back(bin.data());
     std::vector<std::string> copy = args;
     for (std::string& a : copy) argv.push_back(a.data());

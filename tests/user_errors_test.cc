@@ -44,7 +44,7 @@ void expect_user_error(const Cli& cli, const std::vector<std::string>& needles) 
 Cli run_engine(const std::string& args, const fs::path& dir) {
   const auto out = dir / "engine_stdout.txt", err = dir / "engine_stderr.txt";
   const std::string cmd =
-      std::string(SERVELAB_ENGINE_BIN) + " " + args + " > " + out.string() + " 2> " + err.string();
+      servelab_program("engine") + " " + args + " > " + out.string() + " 2> " + err.string();
   const int status = std::system(cmd.c_str());
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_file(out), read_file(err)};
 }
