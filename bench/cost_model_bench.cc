@@ -3,8 +3,8 @@
 #include <benchmark/benchmark.h>
 
 #include "core/step_plan.h"
-#include "sim/hardware_config.h"
-#include "sim/model_config.h"
+#include "serving/hardware_config.h"
+#include "serving/model_config.h"
 #include "sim/roofline_cost_model.h"
 
 namespace servelab {

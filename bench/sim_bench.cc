@@ -2,8 +2,8 @@
 // Figures and the command that produced them: docs/performance.md.
 #include <benchmark/benchmark.h>
 
+#include "serving/experiment.h"
 #include "serving/home.h"
-#include "sim/experiment.h"
 #include "sim/run.h"
 
 namespace servelab {

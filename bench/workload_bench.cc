@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "core/config_node.h"
+#include "serving/config_node.h"
 #include "serving/home.h"
 #include "traces/azure_trace.h"
 #include "traces/workload.h"

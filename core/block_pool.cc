@@ -196,6 +196,21 @@ void BlockPool::cache_block(BlockId block, const BlockHash& hash) {
   }
 }
 
+void BlockPool::uncache_block(BlockId block) {
+  if (block <= kNullBlock || block >= num_blocks())
+    fail("uncache_block on invalid " + block_str(block));
+  BlockState& st = state_[block];
+  if (st.ref <= 0) fail("uncache_block on " + block_str(block) + " which has no reference");
+  if (!st.has(kHasHash)) return;
+  if (st.bits & (kDupMember | kHasDups)) {
+    drop_duplicate(block);
+  } else {
+    index_.erase(BlockTagIndex::tag_of(hashes_[block]), block);  // alone under its hash
+  }
+  st.bits &= ~kFlagMask;
+  --num_hashed_;
+}
+
 std::optional<BlockId> BlockPool::lookup(const BlockHash& hash) const {
   const BlockId b = index_.find(hash);
   if (b == BlockTagIndex::kEmpty) return std::nullopt;

@@ -74,6 +74,10 @@ class BlockPool {
   // Registers `block` under `hash`. REQUIRES: the block has a reference and carries no hash, or
   // already carries exactly this hash (then nothing changes).
   void cache_block(BlockId block, const BlockHash& hash);
+  // Unregisters `block`: it carries no hash afterwards (no effect if it carries none). For a
+  // block registered before its KV was computed, when that computation is called off.
+  // REQUIRES: the block has a reference.
+  void uncache_block(BlockId block);
   // Prefetches the index slot of `hash` (a hint; no effect on state). See BlockTagIndex.
   void prefetch(const BlockHash& hash) const { index_.prefetch(hash); }
   // A block registered under `hash`, if any.

@@ -199,8 +199,23 @@ void KvCacheManager::register_full_blocks(Request& req, std::int32_t num_full) {
   }
 }
 
+void KvCacheManager::forget_uncomputed_blocks(Request& req) {
+  const std::int32_t computed = full_blocks(std::min(req.num_computed_tokens, max_model_len_));
+  if (req.num_cached_blocks <= computed) return;
+  for (std::int32_t i = req.num_cached_blocks - 1; i >= computed; --i) {
+    const BlockId b = req.block_table[i];
+    if (!tree_) {
+      pool_.uncache_block(b);
+    } else if (tree_->contains(b)) {  // not when its content was in the tree already
+      tree_->remove(b);
+    }
+  }
+  req.num_cached_blocks = computed;
+}
+
 void KvCacheManager::free(Request& req) {
   if (!req.block_table.empty()) unaccount(req);
+  forget_uncomputed_blocks(req);
   // Last block first: within a request, the deeper end of the hash chain is evicted before the
   // shared prefix, which other requests are more likely to hit.
   scratch_.assign(req.block_table.rbegin(), req.block_table.rend());
@@ -261,6 +276,7 @@ void KvCacheManager::swap_out(Request& req, std::vector<BlockMove>& moves) {
                            "already swapped, or too few free host blocks)");
   }
   unaccount(req);
+  forget_uncomputed_blocks(req);
   const std::size_t n = req.block_table.size();
   req.host_block_table.reserve(n);
   host_->allocate(static_cast<std::int32_t>(n), req.host_block_table);

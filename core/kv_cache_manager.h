@@ -175,8 +175,9 @@ class KvCacheManager {
                                       const PrefixHit* hit = nullptr) const;
 
   // Releases req's blocks, last block first; full blocks keep their hashes (they stay in the
-  // cache until evicted). Clears the table and num_cached_blocks. A swapped-out request's host
-  // blocks are released too (an abort while swapped).
+  // cache until evicted), except those past req.num_computed_tokens (see
+  // forget_uncomputed_blocks). Clears the table and num_cached_blocks. A swapped-out request's
+  // host blocks are released too (an abort while swapped).
   void free(Request& req);
 
   // Blocks req holds: its device table, or its host table while swapped out.
@@ -242,6 +243,12 @@ class KvCacheManager {
   // hashes block num_full ahead (the one being filled) when the request will fill it.
   // REQUIRES: num_cached_blocks < num_full <= the table's size.
   void register_full_blocks(Request& req, std::int32_t num_full);
+  // Unregisters req's registered blocks that num_computed_tokens does not cover, deepest first.
+  // Blocks are registered when allocated, before the forward pass computes their KV; when the
+  // scheduler calls that step off (Scheduler::unschedule, for a victim already in the plan, rolls
+  // num_computed_tokens back), they hold no KV of req's tokens, and a later prefix hit on them
+  // would read whatever they held before. free() and swap_out() call it before releasing.
+  void forget_uncomputed_blocks(Request& req);
   // Radix mode: inserts req's blocks [num_cached_blocks, num_full) into the tree.
   void insert_radix(Request& req, std::int32_t num_full);
   // Takes n blocks from the pool, evicting radix-tree leaves first when the pool is short.

@@ -95,6 +95,23 @@ std::int32_t RadixTree::evict(std::int32_t n) {
   return done;
 }
 
+void RadixTree::remove(BlockId block) {
+  if (!contains(block) || nodes_[block].children != 0 || !locked(block)) {
+    fail("remove of block " + std::to_string(block) + " which is not a locked leaf node");
+  }
+  Node& node = nodes_[block];
+  index_.erase(BlockTagIndex::tag_of(keys_[block]), block);
+  node.in_tree = false;
+  --num_nodes_;
+  if (node.parent != kNullBlock) {
+    Node& p = nodes_[node.parent];
+    if (--p.children == 0 && !locked(node.parent)) leaves_.insert({p.tick, node.parent});
+  }
+  node.parent = kNullBlock;
+  const BlockId one[] = {block};
+  pool_.free_blocks(one);  // the tree's reference; the holder keeps the block
+}
+
 std::vector<BlockId> RadixTree::eviction_order() const {
   std::vector<BlockId> out;
   out.reserve(leaves_.size());

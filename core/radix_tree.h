@@ -54,6 +54,11 @@ class RadixTree {
   // Whether `block` is a node of the tree.
   bool contains(BlockId block) const { return block > 0 && nodes_[block].in_tree; }
 
+  // Removes leaf node `block`, which someone besides the tree holds (locked), and drops the
+  // tree's reference: for a block inserted before its KV was computed, when that computation is
+  // called off. REQUIRES: contains(block), no children, pool reference count >= 2.
+  void remove(BlockId block);
+
   // Call after the pool reference count of `blocks` rose (touch): nodes that became locked
   // leave the eviction order.
   void on_acquired(std::span<const BlockId> blocks);

@@ -33,4 +33,26 @@ class SchedulerObserver {
   virtual void on_finish(const Request& req, TimeNs now) { (void)req, (void)now; }
 };
 
+// Passes every event on to `downstream`, which must outlive it. An observer that sits between the
+// scheduler and another one (WorkloadFeedback, the engine's token capture) derives from it,
+// overrides the events it also acts on and calls the base version first, so the downstream
+// observer sees every event exactly once and in order.
+class ForwardingObserver : public SchedulerObserver {
+ public:
+  explicit ForwardingObserver(SchedulerObserver& downstream) : downstream_(downstream) {}
+  void on_reject(const Request& req, TimeNs now) override { downstream_.on_reject(req, now); }
+  void on_token(const Request& req, TimeNs prev_token_ns, TimeNs now) override {
+    downstream_.on_token(req, prev_token_ns, now);
+  }
+  void on_step_tokens(std::span<const Request* const> requests,
+                      std::span<const TimeNs> prev_token_ns, TimeNs now) override {
+    downstream_.on_step_tokens(requests, prev_token_ns, now);
+  }
+  void on_preempt(const Request& req, TimeNs now) override { downstream_.on_preempt(req, now); }
+  void on_finish(const Request& req, TimeNs now) override { downstream_.on_finish(req, now); }
+
+ private:
+  SchedulerObserver& downstream_;
+};
+
 }  // namespace servelab

@@ -11,16 +11,18 @@
 #include <thread>
 #include <vector>
 
-#include "core/config_node.h"
-#include "core/interrupt.h"
-#include "core/output_file.h"
 #include "engine/cpu_executor.h"
+#include "serving/config_node.h"
+#include "serving/interrupt.h"
+#include "serving/output_file.h"
 #if SERVELAB_HAVE_CUDA
 #include "engine/cuda_executor.h"
 #include "kernels/device.h"
 #endif
 #include "engine/llama_weights.h"
-#include "sim/model_config.h"
+#include "serving/model_config.h"
+#include "serving/replica.h"
+#include "serving/workload_feedback.h"
 #include "traces/workload.h"
 
 namespace servelab {
@@ -35,29 +37,21 @@ constexpr TimeNs kMaxIdleSleepNs = 100'000'000;
 
 // Forwards every event to the Recorder and keeps each request's sampled token ids, so
 // tokens.jsonl can be written without the Recorder holding tokens.
-class TokenCapture : public SchedulerObserver {
+class TokenCapture : public ForwardingObserver {
  public:
-  TokenCapture(SchedulerObserver& downstream, bool keep) : downstream_(downstream), keep_(keep) {}
+  TokenCapture(SchedulerObserver& downstream, bool keep)
+      : ForwardingObserver(downstream), keep_(keep) {}
   void on_reject(const Request& req, TimeNs now) override {
-    downstream_.on_reject(req, now);
+    ForwardingObserver::on_reject(req, now);
     if (keep_) tokens_[req.id()] = req.output_tokens;
   }
-  void on_token(const Request& req, TimeNs prev_token_ns, TimeNs now) override {
-    downstream_.on_token(req, prev_token_ns, now);
-  }
-  void on_step_tokens(std::span<const Request* const> requests,
-                      std::span<const TimeNs> prev_token_ns, TimeNs now) override {
-    downstream_.on_step_tokens(requests, prev_token_ns, now);
-  }
-  void on_preempt(const Request& req, TimeNs now) override { downstream_.on_preempt(req, now); }
   void on_finish(const Request& req, TimeNs now) override {
-    downstream_.on_finish(req, now);
+    ForwardingObserver::on_finish(req, now);
     if (keep_) tokens_[req.id()] = req.output_tokens;
   }
   const std::map<RequestId, std::vector<std::int32_t>>& tokens() const { return tokens_; }
 
  private:
-  SchedulerObserver& downstream_;
   bool keep_;
   std::map<RequestId, std::vector<std::int32_t>> tokens_;  // sorted by id
 };

@@ -26,9 +26,9 @@
 #include <optional>
 #include <string>
 
-#include "sim/experiment.h"
-#include "sim/model_config.h"
-#include "sim/run.h"
+#include "serving/experiment.h"
+#include "serving/model_config.h"
+#include "serving/run_folder.h"
 
 namespace servelab {
 

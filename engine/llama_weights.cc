@@ -11,9 +11,9 @@
 #include <system_error>
 #include <thread>
 
-#include "core/config_node.h"
 #include "core/rng.h"
 #include "engine/safetensors.h"
+#include "serving/config_node.h"
 
 namespace servelab {
 namespace {

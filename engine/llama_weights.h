@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "kernels/counter_normal.h"
-#include "sim/model_config.h"
+#include "serving/model_config.h"
 
 namespace servelab {
 

@@ -12,13 +12,13 @@
 #include <string>
 #include <vector>
 
-#include "core/config_node.h"
-#include "core/output_file.h"
 #include "engine/engine_driver.h"
 #include "engine/profile.h"
 #include "serving/cli.h"
-#include "sim/experiment.h"
-#include "sim/run.h"
+#include "serving/config_node.h"
+#include "serving/experiment.h"
+#include "serving/output_file.h"
+#include "serving/run_folder.h"
 
 namespace {
 

@@ -10,17 +10,16 @@
 #include <stdexcept>
 #include <thread>
 
-#include "core/config_node.h"
-#include "core/interrupt.h"
-#include "core/output_file.h"
 #include "core/request.h"
 #include "core/step_plan.h"
 #include "engine/cpu_executor.h"
 #include "engine/engine_driver.h"
 #include "engine/llama_weights.h"
-#include "sim/calibrated_cost_model.h"
-#include "sim/calibration.h"
-#include "sim/model_config.h"
+#include "serving/calibration_profile.h"
+#include "serving/config_node.h"
+#include "serving/interrupt.h"
+#include "serving/model_config.h"
+#include "serving/output_file.h"
 #if SERVELAB_HAVE_CUDA
 #include "engine/cuda_executor.h"
 #include "kernels/device.h"

@@ -10,7 +10,7 @@
 #include <set>
 #include <stdexcept>
 
-#include "core/config_node.h"
+#include "serving/config_node.h"
 
 namespace servelab {
 namespace {

@@ -16,8 +16,8 @@
 #include <variant>
 #include <vector>
 
-#include "core/config_node.h"
 #include "core/scheduler_config.h"
+#include "serving/config_node.h"
 
 namespace servelab {
 

@@ -8,8 +8,8 @@
 #include <cstdlib>
 #include <exception>
 
-#include "core/interrupt.h"
 #include "serving/home.h"
+#include "serving/interrupt.h"
 
 namespace servelab {
 

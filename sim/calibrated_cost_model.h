@@ -21,7 +21,8 @@
 // + copy_byte_s          * W_copy * block_bytes             copy-on-write in device memory
 //
 // An empty plan takes 0. Every coefficient is >= 0 (fitted by NNLS), so adding work never
-// shortens a step. The file format is in docs/validation.md; the fit in sim/calibration.h.
+// shortens a step. The file format is in docs/validation.md and serving/calibration_profile.h; the
+// fit in sim/calibration.h.
 #pragma once
 
 #include <cstdint>
@@ -29,55 +30,10 @@
 #include <string_view>
 
 #include "core/request_state.h"
+#include "serving/calibration_profile.h"
 #include "sim/cost_model.h"
 
 namespace servelab {
-
-// StepFeatures plus the number of plan entries (the per-sequence term).
-struct CalibrationFeatures {
-  StepFeatures step;
-  std::int64_t num_entries = 0;
-
-  bool empty() const {
-    return step.num_tokens == 0 && step.swap_out_blocks == 0 && step.swap_in_blocks == 0 &&
-           step.copy_blocks == 0;
-  }
-  // One pass over the plan; no allocation.
-  static CalibrationFeatures from_plan(const StepPlan& plan);
-};
-
-// Seconds per unit of each term (see the file comment).
-struct CalibratedCoefficients {
-  double step_s = 0;
-  double per_sequence_s = 0;
-  double per_token_s = 0;
-  double per_token_above_knee_s = 0;
-  std::int64_t knee_tokens = 0;  // 0 with per_token_above_knee_s = 0: a single slope
-  double prefill_pair_s = 0;
-  double decode_context_token_s = 0;
-  double decode_context_token_above_knee_s = 0;
-  std::int64_t decode_context_knee_tokens = 0;  // 0: a single slope
-  double sampled_sequence_s = 0;
-  double swap_byte_s = 0;
-  double copy_byte_s = 0;
-};
-
-// A cost.yaml: coefficients plus where they were measured.
-struct CalibratedProfile {
-  std::string file;            // where it was loaded from ("" when built in memory)
-  std::string model;           // the model the profile ran (must match the experiment's)
-  std::string device;          // e.g. "cpu: AMD EPYC 7B13 (2 threads)"
-  std::string date_utc;        // when the engine profile was measured
-  std::string engine_version;  // project version and git describe of the profiling engine
-  std::int32_t block_size = 16;
-  std::int64_t block_bytes = 0;  // K and V of one block, all layers, as the engine stores it
-  CalibratedCoefficients coefficients;
-};
-
-// Reads and validates a cost.yaml. Throws ConfigError naming the file (and line and key) for a
-// missing file, malformed YAML, an unknown or missing key, a wrong type or a negative
-// coefficient.
-CalibratedProfile load_calibrated_profile(const std::string& path);
 
 class CalibratedCostModel final : public CostModel {
  public:

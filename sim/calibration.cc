@@ -13,7 +13,7 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "core/config_node.h"
+#include "serving/config_node.h"
 #include "sim/nnls.h"
 #include "traces/csv_reader.h"
 
@@ -74,27 +74,6 @@ CalibratedCoefficients from_vector(const Eigen::VectorXd& x, std::int64_t knee,
 }
 
 }  // namespace
-
-const std::vector<std::string>& profile_columns() {
-  static const std::vector<std::string> cols = {"family",
-                                                "num_tokens",
-                                                "prefill_tokens",
-                                                "prefill_pairs",
-                                                "prefill_context_tokens",
-                                                "decode_tokens",
-                                                "decode_pairs",
-                                                "decode_context_tokens",
-                                                "num_sampled",
-                                                "num_entries",
-                                                "swap_out_blocks",
-                                                "swap_in_blocks",
-                                                "copy_blocks",
-                                                "reps",
-                                                "median_ns",
-                                                "min_ns",
-                                                "max_ns"};
-  return cols;
-}
 
 EngineProfile read_profile(const std::string& path) {
   if (!std::filesystem::is_regular_file(path)) {

@@ -46,9 +46,6 @@ struct EngineProfile {
   std::vector<ProfileRow> rows;
 };
 
-// The CSV columns `engine profile` writes, in order.
-const std::vector<std::string>& profile_columns();
-
 // Throws ConfigError naming the file (and line) for a missing or unreadable file, a missing
 // column or header key, a malformed row, a non-positive duration, or no rows at all.
 EngineProfile read_profile(const std::string& path);

@@ -7,8 +7,8 @@
 #include <set>
 #include <stdexcept>
 
-#include "core/config_node.h"
-#include "core/output_file.h"
+#include "serving/config_node.h"
+#include "serving/output_file.h"
 #include "sim/variant_loader.h"
 
 namespace servelab {

@@ -4,42 +4,17 @@
 // implementations must be O(plan entries), must not allocate, and must be pure (same plan, same
 // answer; no state changes), which keeps simulations deterministic.
 //
-// StepFeatures is the operator structure every cost model shares (the roofline, and the
-// calibrated model that fits coefficients to the same features): how many tokens the GEMMs see,
-// how many (query, context) pairs attention computes, how much KV it reads, how many sequences
-// the LM head samples, how many blocks move.
+// Every cost model prices the same operator structure, StepFeatures (core/step_features.h).
 #pragma once
 
 #include <cstdint>
 #include <string_view>
 
+#include "core/step_features.h"
 #include "core/step_plan.h"
 #include "core/time.h"
 
 namespace servelab {
-
-struct StepFeatures {
-  std::int64_t num_tokens = 0;  // rows of every GEMM: sum of num_tokens over all entries
-
-  // Over prefill entries (is_prefill) and decode entries (the rest) separately.
-  // A chunk of n tokens starting at position p attends causally to n*p + n*(n+1)/2 (query, key)
-  // pairs and reads the K/V of its p + n context tokens.
-  std::int64_t prefill_tokens = 0;
-  std::int64_t prefill_pairs = 0;
-  std::int64_t prefill_context_tokens = 0;  // sum of context_len()
-  std::int64_t decode_tokens = 0;
-  std::int64_t decode_pairs = 0;
-  std::int64_t decode_context_tokens = 0;
-
-  std::int64_t num_sampled = 0;  // entries with samples: rows of the LM head
-  std::int64_t swap_out_blocks = 0;
-  std::int64_t swap_in_blocks = 0;
-  std::int64_t copy_blocks = 0;  // device-to-device copy-on-write
-
-  // From the plan's totals when it carries them (plan.totals.valid, as Scheduler plans do), else
-  // one pass over the entries; no allocation.
-  static StepFeatures from_plan(const StepPlan& plan);
-};
 
 // Predicted seconds per operator for one step. total() is their sum.
 struct StepCostBreakdown {

@@ -12,11 +12,11 @@
 #include <string>
 #include <vector>
 
-#include "core/config_node.h"
 #include "policies/policies_cli.h"
 #include "serving/cli.h"
+#include "serving/config_node.h"
+#include "serving/experiment.h"
 #include "sim/compare.h"
-#include "sim/experiment.h"
 #include "sim/plot.h"
 #include "sim/run.h"
 #include "sim/sweep.h"

@@ -13,8 +13,8 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
-#include "core/config_node.h"
 #include "serving/cli.h"
+#include "serving/config_node.h"
 #include "serving/home.h"
 
 extern char** environ;

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <utility>
 
-#include "core/config_node.h"
+#include "serving/config_node.h"
 
 namespace servelab {
 

@@ -14,9 +14,9 @@
 #include <cstdint>
 #include <string_view>
 
+#include "serving/hardware_config.h"
+#include "serving/model_config.h"
 #include "sim/cost_model.h"
-#include "sim/hardware_config.h"
-#include "sim/model_config.h"
 
 namespace servelab {
 

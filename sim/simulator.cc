@@ -3,42 +3,10 @@
 #include <stdexcept>
 #include <string>
 
-#include "core/config_node.h"
-#include "core/interrupt.h"
+#include "serving/config_node.h"
+#include "serving/interrupt.h"
 
 namespace servelab {
-
-namespace {
-
-KvCacheOptions with_host_pool(KvCacheOptions options, HostBlockPool& host) {
-  if (host.num_blocks() > 0) options.host_pool = &host;
-  return options;
-}
-
-}  // namespace
-
-Replica::Replica(const SchedulerConfig& config, std::int32_t num_gpu_blocks, Backend& backend,
-                 SchedulerObserver* observer, const KvCacheOptions& kv_options,
-                 std::int32_t num_cpu_blocks)
-    : pool_(num_gpu_blocks),
-      host_pool_(num_cpu_blocks),
-      kv_(pool_, config.block_size, config.max_model_len, config.enable_prefix_caching,
-          with_host_pool(kv_options, host_pool_)),
-      scheduler_(config, kv_, observer),
-      backend_(backend) {}
-
-StepSnapshot Replica::snapshot() const {
-  StepSnapshot s;
-  s.num_usable_blocks = pool_.num_usable_blocks();
-  // Radix mode: cached blocks nobody uses are held by the tree but count as free.
-  s.kv_blocks_free = kv_.num_free_blocks();
-  s.kv_blocks_used = s.num_usable_blocks - s.kv_blocks_free;
-  s.kv_blocks_cached = kv_.num_free_cached_blocks();
-  s.waiting = static_cast<std::int32_t>(scheduler_.num_waiting());
-  s.running = static_cast<std::int32_t>(scheduler_.num_running());
-  fill_kv_slot_stats(kv_, s);
-  return s;
-}
 
 Simulator::Simulator(Workload& workload, Replica& replica, Recorder& recorder)
     : workload_(workload),
@@ -48,32 +16,22 @@ Simulator::Simulator(Workload& workload, Replica& replica, Recorder& recorder)
 
 void Simulator::try_start_step(TimeNs now) {
   Replica& r = replica_;
-  if (r.busy_) return;
-  const StepPlan& plan = r.scheduler_.schedule(now);
+  if (busy_) return;
+  const StepPlan& plan = r.scheduler().schedule(now);
   if (plan.empty()) {
-    if (r.scheduler_.num_running() == 0 && r.scheduler_.num_waiting() > 0) {
+    if (r.scheduler().num_running() == 0 && r.scheduler().num_waiting() > 0) {
       throw std::logic_error("simulator stalled at t=" + std::to_string(now) +
-                             " ns: " + std::to_string(r.scheduler_.num_waiting()) +
+                             " ns: " + std::to_string(r.scheduler().num_waiting()) +
                              " waiting requests and nothing can run");
     }
     return;
   }
   const StepSnapshot snap = r.snapshot();
-  r.backend_.execute_into(plan, r.pending_);
-  recorder_.on_step(plan, now, r.pending_.duration_ns, snap);
-  r.busy_ = true;
+  r.backend().execute_into(plan, pending_);
+  recorder_.on_step(plan, now, pending_.duration_ns, snap);
+  busy_ = true;
   ++totals_.num_steps;
-  events_.push(now + r.pending_.duration_ns, EventKind::kStepEnd, 0);
-}
-
-void WorkloadFeedback::on_reject(const Request& req, TimeNs now) {
-  downstream_.on_reject(req, now);
-  if (notify_) workload_.on_finish(req.id(), now);
-}
-
-void WorkloadFeedback::on_finish(const Request& req, TimeNs now) {
-  downstream_.on_finish(req, now);
-  if (notify_) workload_.on_finish(req.id(), now);
+  events_.push(now + pending_.duration_ns, EventKind::kStepEnd, 0);
 }
 
 std::optional<TimeNs> Simulator::peek_arrival() {
@@ -124,13 +82,13 @@ SimulationTotals Simulator::run() {
       if (armed_ && *armed_ == now) armed_.reset();
       // Every request due by now is queued before the replica schedules.
       for (std::optional<TimeNs> t = peek_arrival(); t && *t <= now; t = peek_arrival()) {
-        replica_.scheduler_.add_request(take_arrival(), now);
+        replica_.scheduler().add_request(take_arrival(), now);
         ++totals_.num_arrivals;
       }
       totals_.end_ns = std::max(totals_.end_ns, now);
     } else {
-      replica_.busy_ = false;
-      replica_.scheduler_.complete(replica_.pending_, now);
+      busy_ = false;
+      replica_.scheduler().complete(pending_, now);
       totals_.end_ns = std::max(totals_.end_ns, now);
     }
     arm_arrival(now);
@@ -139,10 +97,10 @@ SimulationTotals Simulator::run() {
     if ((num_events & 1023) == 0) throw_if_interrupted();  // SIGINT/SIGTERM: unwind cleanly
     if (progress_ && num_events % progress_every_ == 0) progress_(totals_.num_arrivals, now);
   }
-  if (replica_.scheduler_.has_unfinished()) {
+  if (replica_.scheduler().has_unfinished()) {
     throw std::logic_error("simulation ended with unfinished requests (" +
-                           std::to_string(replica_.scheduler_.num_waiting()) + " waiting, " +
-                           std::to_string(replica_.scheduler_.num_running()) + " running)");
+                           std::to_string(replica_.scheduler().num_waiting()) + " waiting, " +
+                           std::to_string(replica_.scheduler().num_running()) + " running)");
   }
   if (workload_.dependent() && !workload_.exhausted()) {
     throw ConfigError(workload_.describe() +

@@ -13,9 +13,9 @@
 #include <stdexcept>
 #include <thread>
 
-#include "core/config_node.h"
-#include "core/output_file.h"
 #include "serving/cli.h"
+#include "serving/config_node.h"
+#include "serving/output_file.h"
 #include "sim/plot.h"
 #include "sim/variant_loader.h"
 #include "traces/workload.h"

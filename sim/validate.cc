@@ -13,15 +13,15 @@
 #include <span>
 #include <sstream>
 
-#include "core/config_node.h"
 #include "core/metrics.h"
-#include "core/output_file.h"
 #include "core/step_plan.h"
 #include "serving/cli.h"
+#include "serving/config_node.h"
+#include "serving/hardware_config.h"
+#include "serving/model_config.h"
+#include "serving/output_file.h"
 #include "sim/calibrated_cost_model.h"
 #include "sim/calibration.h"
-#include "sim/hardware_config.h"
-#include "sim/model_config.h"
 #include "sim/nnls.h"
 #include "sim/roofline_cost_model.h"
 #include "traces/csv_reader.h"

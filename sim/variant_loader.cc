@@ -1,6 +1,6 @@
 #include "sim/variant_loader.h"
 
-#include "core/config_node.h"
+#include "serving/config_node.h"
 
 namespace servelab {
 

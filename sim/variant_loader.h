@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "sim/experiment.h"
+#include "serving/experiment.h"
 
 namespace servelab {
 

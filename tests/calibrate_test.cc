@@ -9,11 +9,11 @@
 #include <string>
 #include <vector>
 
-#include "core/config_node.h"
 #include "core/rng.h"
+#include "serving/config_node.h"
+#include "serving/experiment.h"
 #include "sim/calibrated_cost_model.h"
 #include "sim/calibration.h"
-#include "sim/experiment.h"
 #include "sim/nnls.h"
 #include "tests/test_util.h"
 

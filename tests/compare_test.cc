@@ -7,7 +7,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "core/config_node.h"
+#include "serving/config_node.h"
 #include "tests/test_util.h"
 
 namespace servelab {

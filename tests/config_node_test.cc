@@ -1,5 +1,5 @@
 // ConfigNode: typed access and errors that name file, line and key.
-#include "core/config_node.h"
+#include "serving/config_node.h"
 
 #include <gtest/gtest.h>
 

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "core/kv_cache_manager.h"
-#include "core/recorder.h"
+#include "serving/recorder.h"
 
 namespace servelab {
 namespace {

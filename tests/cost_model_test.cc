@@ -13,13 +13,13 @@
 #include <string>
 #include <vector>
 
-#include "core/config_node.h"
 #include "core/rng.h"
 #include "core/step_plan.h"
+#include "serving/config_node.h"
+#include "serving/hardware_config.h"
 #include "serving/home.h"
-#include "sim/hardware_config.h"
-#include "sim/kv_capacity.h"
-#include "sim/model_config.h"
+#include "serving/kv_capacity.h"
+#include "serving/model_config.h"
 #include "sim/roofline_cost_model.h"
 #include "sim/sim_backend.h"
 

@@ -1,6 +1,6 @@
 // CsvLine must print exactly what the printf formats it replaced print (outputs are compared
 // byte for byte across versions).
-#include "core/csv_line.h"
+#include "serving/csv_line.h"
 
 #include <gtest/gtest.h>
 

@@ -24,7 +24,6 @@
 #include <vector>
 
 #include "core/block_pool.h"
-#include "core/config_node.h"
 #include "core/host_block_pool.h"
 #include "core/kv_cache_manager.h"
 #include "core/request.h"
@@ -32,6 +31,7 @@
 #include "core/scheduler.h"
 #include "engine/cpu_executor.h"
 #include "engine/llama_weights.h"
+#include "serving/config_node.h"
 #include "serving/home.h"
 
 namespace servelab {
@@ -422,6 +422,54 @@ struct PreemptionSetup {
   std::int32_t host_blocks = 0;
 };
 
+// Which token's KV each cache slot holds, by token identity, following the plans: block moves,
+// then every entry's writes. A prefix hit on a block whose KV was never computed for the hitting
+// request's tokens (a stale or unwritten slot) fails check() whatever the weights are, while the
+// greedy comparison catches it only when the stale KV flips an argmax.
+struct KvLedger {
+  using Slot = std::pair<BlockId, std::int32_t>;  // (block, offset in block)
+  std::map<Slot, std::pair<std::uint64_t, std::uint32_t>> device, host;
+
+  static void move(const std::map<Slot, std::pair<std::uint64_t, std::uint32_t>>& src, BlockId from,
+                   std::map<Slot, std::pair<std::uint64_t, std::uint32_t>>& dst, BlockId to,
+                   std::int32_t block_size) {
+    for (std::int32_t o = 0; o < block_size; ++o) {
+      const auto it = src.find({from, o});
+      if (it == src.end()) {
+        dst.erase({to, o});
+      } else {
+        dst[{to, o}] = it->second;
+      }
+    }
+  }
+  // The executor's order: swap out, swap in, copies, then all entries' K/V before any attention.
+  void apply(const StepPlan& plan, std::int32_t bs) {
+    for (const BlockMove& m : plan.swap_out) move(device, m.src, host, m.dst, bs);
+    for (const BlockMove& m : plan.swap_in) move(host, m.src, device, m.dst, bs);
+    for (const BlockMove& m : plan.copies) move(device, m.src, device, m.dst, bs);
+    for (const ScheduledRequest& e : plan.requests) {
+      for (std::int32_t p = e.first_token; p < e.context_len(); ++p) {
+        const TokenId id = token_identity(*e.spec, p);
+        device[{e.block_table[p / bs], p % bs}] = {id.content_id, id.offset};
+      }
+    }
+  }
+  void check(const StepPlan& plan, std::int32_t bs, std::int64_t step) const {
+    for (const ScheduledRequest& e : plan.requests) {
+      for (std::int32_t p = 0; p < e.first_token; ++p) {
+        const BlockId b = e.block_table[p / bs];
+        const TokenId want = token_identity(*e.spec, p);
+        const auto it = device.find({b, p % bs});
+        ASSERT_TRUE(it != device.end() && it->second.first == want.content_id &&
+                    it->second.second == want.offset)
+            << "step " << step << ": request " << e.id << " attends to position " << p
+            << " in block " << b << ", whose KV was not computed for that token (first_token "
+            << e.first_token << ", num_cached_prefix " << e.num_cached_prefix << ")";
+      }
+    }
+  }
+};
+
 // Runs a random workload through the scheduler and checks every request's outputs against the
 // same request run alone: the dense reference when greedy, the executor with the same sampling
 // options (one request, no preemption, fresh cache) otherwise.
@@ -492,6 +540,7 @@ void RunWorkload(const LlamaWeights& w, std::uint64_t seed, const SamplingParams
 
   std::map<RequestId, std::vector<std::int32_t>> outputs;
   TimeNs now = 0;
+  KvLedger ledger;
   while (s.has_unfinished()) {
     const StepPlan& plan = s.schedule(now);
     ASSERT_FALSE(plan.empty()) << "stalled";
@@ -505,6 +554,9 @@ void RunWorkload(const LlamaWeights& w, std::uint64_t seed, const SamplingParams
       ++(swapped ? stats.swapped_victims : stats.recomputed_victims);
     }
     stats.cow_copies += static_cast<std::int64_t>(plan.copies.size());
+    // Weight-independent: every position an entry attends to holds KV written for that token.
+    ledger.apply(plan, c.block_size);
+    ASSERT_NO_FATAL_FAILURE(ledger.check(plan, c.block_size, stats.steps));
     const StepResult result = exec.execute(plan);
     std::size_t fork_at = 0;
     for (std::size_t i = 0; i < plan.requests.size(); ++i) {
@@ -564,7 +616,8 @@ void RunWorkload(const LlamaWeights& w, std::uint64_t seed, const SamplingParams
       }
       Eigen::Index best;
       logits.maxCoeff(&best);
-      ASSERT_EQ(got[k], best) << "output " << k;
+      ASSERT_EQ(got[k], best) << "output " << k << ", top-two margin " << TopTwoMargin(logits)
+                              << ", logit of the engine's token " << logits[got[k]];
       ++stats.compared;
       if (k + 1 < got.size()) logits = dense.Step(got[k]);
     }

@@ -13,13 +13,12 @@
 #include "core/rng.h"
 #include "engine/llama_weights.h"
 #include "kernels/counter_normal.h"
+#include "serving/model_config.h"
 
 namespace servelab {
 namespace {
 
-LlamaConfig TinyConfig() {
-  return load_llama_config("tiny", std::string(SERVELAB_SOURCE_DIR) + "/experiments/catalog");
-}
+LlamaConfig TinyConfig() { return load_llama_config("tiny", default_catalog_dir()); }
 
 // Bigger than tiny so that per-tensor statistics are tight, small enough to fill in a moment.
 LlamaConfig MediumConfig() {

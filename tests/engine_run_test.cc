@@ -13,9 +13,9 @@
 
 #include "engine/engine_driver.h"
 #include "engine/llama_weights.h"
+#include "serving/experiment.h"
 #include "serving/home.h"
-#include "sim/experiment.h"
-#include "sim/model_config.h"
+#include "serving/model_config.h"
 #include "sim/run.h"
 #include "tests/test_util.h"
 

@@ -26,8 +26,8 @@
 #if SERVELAB_HAVE_CUDA
 #include "engine/cuda_executor.h"
 #include "kernels/device.h"
-#include "serving/home.h"
 #endif
+#include "serving/home.h"
 
 namespace servelab {
 namespace {

@@ -8,8 +8,12 @@
 #include <gtest/gtest.h>
 
 #include <stdexcept>
+#include <string>
 #include <utility>
 #include <vector>
+
+#include "core/host_block_pool.h"
+#include "core/radix_tree.h"
 
 namespace servelab {
 namespace {
@@ -474,6 +478,62 @@ TEST(KvCacheManager, HitWithExistingTableIsRejected) {
   ASSERT_TRUE(kv.allocate_slots(b, 8, &h));
   EXPECT_THROW(kv.allocate_slots(b, 8, &h), std::logic_error);
   pool.check_invariants();
+}
+
+// A step's full blocks are registered when it allocates, before its KV is computed. When the
+// scheduler calls the step off (Scheduler::unschedule: a preemption victim already in the plan;
+// it rolls num_computed_tokens back) and then preempts the request, the blocks that step would
+// have filled must not stay findable: a later hit on them would attend to whatever KV they held
+// before (stale KV, wrong greedy tokens in engine_model_test). Freed (recompute) or swapped
+// out, in hash and radix mode.
+TEST(KvCacheManager, BlocksOfAStepCalledOffAreNotCached) {
+  for (const PrefixCacheMode mode : {PrefixCacheMode::kHash, PrefixCacheMode::kRadix}) {
+    for (const bool swap : {false, true}) {
+      SCOPED_TRACE(std::string(mode == PrefixCacheMode::kHash ? "hash" : "radix") +
+                   (swap ? " swap_out" : " free"));
+      BlockPool pool(11);
+      HostBlockPool host(10);
+      KvCacheOptions opt;
+      opt.prefix_cache = mode;
+      opt.host_pool = &host;
+      KvCacheManager kv(pool, kBs, kMaxLen, true, opt);
+      Request a = make(0, Groups{{7, 40}});  // blocks 0, 1 full; block 2 holds 8 tokens
+      // Step 1 computes tokens [0, 16): block 0 is full and cached.
+      ASSERT_TRUE(kv.allocate_slots(a, 16));
+      a.num_computed_tokens = 16;
+      // Step 2 allocates tokens [16, 32), which registers block 1, and is called off.
+      ASSERT_TRUE(kv.allocate_slots(a, 16));
+      EXPECT_EQ(a.num_cached_blocks, 2);
+      const BlockId uncomputed = a.block_table[1];
+      if (swap) {
+        std::vector<BlockMove> moves;
+        kv.swap_out(a, moves);
+      } else {
+        kv.free(a);
+        a.num_computed_tokens = 0;
+      }
+      kv.check_invariants();
+      EXPECT_EQ(pool.block_hash(uncomputed), std::nullopt);
+      if (mode == PrefixCacheMode::kRadix) {
+        EXPECT_FALSE(kv.radix_tree()->contains(uncomputed));
+      }
+      // The same prompt hits block 0 only, whose KV was computed.
+      Request b = make(1, Groups{{7, 40}});
+      const PrefixHit h = kv.get_computed_blocks(b);
+      EXPECT_EQ(h.num_tokens, 16);
+      if (!swap) {
+        EXPECT_EQ(kv.get_computed_blocks(a).num_tokens, 16);  // a itself, resumed
+      }
+      // Computed for real later, the block is cached again.
+      ASSERT_TRUE(kv.allocate_slots(b, 24, &h));
+      b.num_computed_tokens = 40;
+      kv.check_invariants();
+      Request c = make(2, Groups{{7, 40}});
+      EXPECT_EQ(kv.get_computed_blocks(c).num_tokens, 32);
+      free_req(kv, b);
+      kv.check_invariants();
+    }
+  }
 }
 
 }  // namespace

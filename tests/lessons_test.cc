@@ -11,8 +11,8 @@
 #include <string>
 
 #include "serving/home.h"
-#include "sim/kv_capacity.h"
-#include "sim/model_config.h"
+#include "serving/kv_capacity.h"
+#include "serving/model_config.h"
 #include "tests/test_util.h"
 
 namespace servelab {

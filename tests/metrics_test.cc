@@ -3,9 +3,9 @@
 
 #include <gtest/gtest.h>
 
-#include "core/recorder.h"
 #include "core/rng.h"
 #include "core/scheduler_observer.h"
+#include "serving/recorder.h"
 
 namespace servelab {
 namespace {

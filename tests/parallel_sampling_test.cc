@@ -8,10 +8,10 @@
 #include <vector>
 
 #include "core/block_hash.h"
-#include "core/config_node.h"
 #include "core/host_block_pool.h"
 #include "core/kv_cache_manager.h"
 #include "core/scheduler.h"
+#include "serving/config_node.h"
 #include "traces/workload.h"
 
 namespace servelab {

@@ -14,8 +14,8 @@
 #include "core/scheduler.h"
 #include "policies/queue_order.h"
 #include "policies/registry.h"
+#include "serving/experiment.h"
 #include "serving/home.h"
-#include "sim/experiment.h"
 #include "sim/run.h"
 
 namespace servelab {

@@ -11,7 +11,7 @@
 #include <map>
 #include <sstream>
 
-#include "sim/experiment.h"
+#include "serving/experiment.h"
 #include "sim/run.h"
 #include "tests/test_util.h"
 #include "traces/trace_readers.h"

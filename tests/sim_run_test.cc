@@ -9,8 +9,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "serving/experiment.h"
 #include "serving/home.h"
-#include "sim/experiment.h"
 #include "sim/run.h"
 #include "tests/test_util.h"
 

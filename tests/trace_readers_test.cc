@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "core/config_node.h"
+#include "serving/config_node.h"
 #include "serving/home.h"
 #include "traces/trace_stats.h"
 #include "traces/transforms.h"
@@ -408,6 +408,7 @@ void expect_same(const std::vector<RequestSpec>& a, const std::vector<RequestSpe
 
 TEST(TraceConvert, MooncakeRoundTripIsIdentical) {
   const std::string out = write_file("conv_servelab.csv", "");
+  std::filesystem::remove(out);  // convert refuses an existing output without --force
   EXPECT_EQ(trace_command({"convert", kConversation, out}), 0);
   const auto original = read_all("workload: {type: mooncake, path: " + kConversation + "}", 0);
   const auto back = read_all("workload: {type: servelab, path: " + out + "}", 0);

@@ -10,7 +10,7 @@
 #include <string>
 
 #include "engine/llama_weights.h"
-#include "sim/model_config.h"
+#include "serving/model_config.h"
 #include "tests/test_util.h"
 
 namespace servelab {

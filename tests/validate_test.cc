@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "core/config_node.h"
+#include "serving/config_node.h"
 #include "tests/test_util.h"
 
 namespace servelab {

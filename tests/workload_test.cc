@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/config_node.h"
+#include "serving/config_node.h"
 #include "serving/home.h"
 #include "traces/azure_trace.h"
 #include "traces/length_table.h"
@@ -479,8 +479,8 @@ TEST(WorkloadAzure, FileErrorsNameTheFileAndLine) {
   EXPECT_THAT(streamed_error("fields.csv", "2023-11-16 18:15:47,374\n"),
               HasSubstr("fields.csv:4: expected 3 comma-separated fields"));
   EXPECT_THAT(streamed_error("time.csv", "2023-11-16 18:15:4x,374,44\n"),
-              HasSubstr("time.csv:4: expected a timestamp like 2023-11-16 18:15:46.6805900, got "
-                        "'2023-11-16 18:15:4x'"));
+              HasSubstr("time.csv:4: expected a timestamp like 2023-11-16 18:15:46.6805900 "
+                        "(years 1678 to 2261), got '2023-11-16 18:15:4x'"));
   EXPECT_THAT(streamed_error("zero.csv", "2023-11-16 18:15:47,0,44\n"),
               HasSubstr("zero.csv:4: expected a positive integer ContextTokens, got '0'"));
   EXPECT_THAT(streamed_error("negative.csv", "2023-11-16 18:15:47,374,-3\n"),

@@ -6,7 +6,7 @@
 #include <stdexcept>
 
 #include "core/checked_time.h"
-#include "core/config_node.h"
+#include "serving/config_node.h"
 
 namespace servelab {
 

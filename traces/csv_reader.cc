@@ -5,7 +5,7 @@
 #include <charconv>
 #include <cstring>
 
-#include "core/config_node.h"
+#include "serving/config_node.h"
 
 namespace servelab {
 

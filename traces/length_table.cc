@@ -3,7 +3,7 @@
 #include <cassert>
 #include <limits>
 
-#include "core/config_node.h"
+#include "serving/config_node.h"
 #include "traces/csv_reader.h"
 
 namespace servelab {

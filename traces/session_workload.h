@@ -88,9 +88,9 @@
 #include <string>
 #include <vector>
 
-#include "core/config_node.h"
 #include "core/request.h"
 #include "core/time.h"
+#include "serving/config_node.h"
 #include "traces/workload.h"
 
 namespace servelab {

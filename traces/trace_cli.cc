@@ -4,10 +4,10 @@
 #include <cstdio>
 #include <memory>
 
-#include "core/config_node.h"
-#include "core/output_file.h"
 #include "core/strings.h"
 #include "serving/cli.h"
+#include "serving/config_node.h"
+#include "serving/output_file.h"
 #include "traces/csv_reader.h"
 #include "traces/trace_readers.h"
 #include "traces/trace_stats.h"

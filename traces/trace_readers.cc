@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "core/checked_time.h"
-#include "core/interrupt.h"
-#include "core/output_file.h"
 #include "core/time.h"
+#include "serving/interrupt.h"
+#include "serving/output_file.h"
 #include "traces/csv_reader.h"
 
 namespace servelab {

@@ -52,8 +52,8 @@
 #include <memory>
 #include <string>
 
-#include "core/config_node.h"
 #include "core/request.h"
+#include "serving/config_node.h"
 #include "traces/workload.h"
 
 namespace servelab {

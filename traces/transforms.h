@@ -24,8 +24,8 @@
 #include <optional>
 #include <string>
 
-#include "core/config_node.h"
 #include "core/rng.h"
+#include "serving/config_node.h"
 #include "traces/workload.h"
 
 namespace servelab {

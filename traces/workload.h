@@ -16,8 +16,8 @@
 #include <optional>
 #include <string>
 
-#include "core/config_node.h"
 #include "core/request.h"
+#include "serving/config_node.h"
 
 namespace servelab {
 

@@ -9,8 +9,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "core/config_node.h"
-#include "sim/experiment.h"
+#include "serving/config_node.h"
+#include "serving/experiment.h"
 #include "tests/fuzz/fuzz_input_file.h"
 #include "traces/workload.h"
 

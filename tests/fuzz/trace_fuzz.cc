@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <string>
 
-#include "core/config_node.h"
+#include "serving/config_node.h"
 #include "tests/fuzz/fuzz_input_file.h"
 #include "traces/workload.h"
 

@@ -18,11 +18,11 @@
 #include <string>
 #include <vector>
 
-#include "core/config_node.h"
 #include "core/request.h"
 #include "engine/cpu_executor.h"
 #include "engine/llama_weights.h"
-#include "sim/model_config.h"
+#include "serving/config_node.h"
+#include "serving/model_config.h"
 #if SERVELAB_HAVE_CUDA
 #include "engine/cuda_executor.h"
 #include "kernels/device.h"

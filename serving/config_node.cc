@@ -1,4 +1,4 @@
-#include "core/config_node.h"
+#include "serving/config_node.h"
 
 #include <yaml-cpp/depthguard.h>
 

@@ -1,4 +1,4 @@
-#include "sim/experiment.h"
+#include "serving/experiment.h"
 
 #include <cctype>
 #include <filesystem>

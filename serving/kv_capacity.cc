@@ -1,10 +1,10 @@
-#include "sim/kv_capacity.h"
+#include "serving/kv_capacity.h"
 
 #include <cmath>
 #include <cstdio>
 #include <string>
 
-#include "core/config_node.h"
+#include "serving/config_node.h"
 
 namespace servelab {
 

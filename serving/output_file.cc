@@ -1,4 +1,4 @@
-#include "core/output_file.h"
+#include "serving/output_file.h"
 
 #include <unistd.h>
 

@@ -1,4 +1,4 @@
-#include "core/interrupt.h"
+#include "serving/interrupt.h"
 
 #include <csignal>
 #include <string>

@@ -1,13 +1,13 @@
-#include "sim/hardware_config.h"
+#include "serving/hardware_config.h"
 
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <vector>
 
-#include "core/config_node.h"
 #include "core/strings.h"
-#include "sim/model_config.h"
+#include "serving/config_node.h"
+#include "serving/model_config.h"
 
 namespace servelab {
 

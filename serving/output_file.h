@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "core/config_node.h"
+#include "serving/config_node.h"
 
 namespace servelab {
 

@@ -1,12 +1,12 @@
-#include "sim/model_config.h"
+#include "serving/model_config.h"
 
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "core/config_node.h"
 #include "core/strings.h"
+#include "serving/config_node.h"
 #include "serving/home.h"
 
 namespace servelab {

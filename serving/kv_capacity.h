@@ -14,8 +14,8 @@
 #include <cstdint>
 #include <optional>
 
-#include "sim/hardware_config.h"
-#include "sim/model_config.h"
+#include "serving/hardware_config.h"
+#include "serving/model_config.h"
 
 namespace servelab {
 

@@ -18,12 +18,9 @@
 #include <string_view>
 #include <vector>
 
-namespace servelab {
+#include "core/config_error.h"
 
-class ConfigError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
+namespace servelab {
 
 class ConfigNode {
  public:

@@ -18,12 +18,12 @@
 #include <string>
 #include <vector>
 
-#include "core/config_node.h"
-#include "core/recorder.h"
 #include "core/scheduler_config.h"
 #include "core/time.h"
 #include "policies/registry.h"
-#include "sim/calibrated_cost_model.h"
+#include "serving/calibration_profile.h"
+#include "serving/config_node.h"
+#include "serving/recorder.h"
 
 namespace servelab {
 

@@ -1,4 +1,4 @@
-#include "core/recorder.h"
+#include "serving/recorder.h"
 
 #include <algorithm>
 #include <cinttypes>
@@ -7,8 +7,8 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
-#include "core/csv_line.h"
-#include "core/output_file.h"
+#include "serving/csv_line.h"
+#include "serving/output_file.h"
 
 namespace servelab {
 

@@ -1,0 +1,62 @@
+#include "serving/replica.h"
+
+#include "policies/queue_order.h"
+#include "serving/kv_capacity.h"
+
+namespace servelab {
+
+namespace {
+
+KvCacheOptions with_host_pool(KvCacheOptions options, HostBlockPool& host) {
+  if (host.num_blocks() > 0) options.host_pool = &host;
+  return options;
+}
+
+}  // namespace
+
+Replica::Replica(const SchedulerConfig& config, std::int32_t num_gpu_blocks, Backend& backend,
+                 SchedulerObserver* observer, const KvCacheOptions& kv_options,
+                 std::int32_t num_cpu_blocks)
+    : pool_(num_gpu_blocks),
+      host_pool_(num_cpu_blocks),
+      kv_(pool_, config.block_size, config.max_model_len, config.enable_prefix_caching,
+          with_host_pool(kv_options, host_pool_)),
+      scheduler_(config, kv_, observer),
+      backend_(backend) {}
+
+StepSnapshot Replica::snapshot() const {
+  StepSnapshot s;
+  s.num_usable_blocks = pool_.num_usable_blocks();
+  // Radix mode: cached blocks nobody uses are held by the tree but count as free.
+  s.kv_blocks_free = kv_.num_free_blocks();
+  s.kv_blocks_used = s.num_usable_blocks - s.kv_blocks_free;
+  s.kv_blocks_cached = kv_.num_free_cached_blocks();
+  s.waiting = static_cast<std::int32_t>(scheduler_.num_waiting());
+  s.running = static_cast<std::int32_t>(scheduler_.num_running());
+  fill_kv_slot_stats(kv_, s);
+  return s;
+}
+
+SchedulerConfig scheduler_config_with_policies(const ExperimentConfig& config) {
+  SchedulerConfig sc = config.scheduler;
+  sc.make_waiting_queue = [spec = config.policies.queue, seed = config.seed] {
+    return make_waiting_queue(spec, seed);
+  };
+  return sc;
+}
+
+KvCacheOptions kv_cache_options_for(const ExperimentConfig& config) {
+  KvCacheOptions kv_cache_options;
+  if (config.policies.prefix_cache.name == "radix") {
+    kv_cache_options.prefix_cache = PrefixCacheMode::kRadix;
+  }
+  if (config.policies.allocation.name == "contiguous") {
+    kv_cache_options.allocation = KvAllocation::kContiguous;
+    kv_cache_options.reserve = config.policies.allocation.get_string("reserve") == "max_tokens"
+                                   ? KvReserve::kMaxTokens
+                                   : KvReserve::kMaxModelLen;
+  }
+  return kv_cache_options;
+}
+
+}  // namespace servelab

@@ -1,0 +1,157 @@
+#include "serving/run_folder.h"
+
+#include <cerrno>
+#include <filesystem>
+#include <set>
+
+#include "serving/output_file.h"
+
+namespace servelab {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// The files a run folder may hold; anything else means the folder is not ours to overwrite.
+const std::set<std::string>& run_files() {
+  static const std::set<std::string> files = {
+      "summary.json", "requests.csv", "steps.csv",  "schedule.csv", "config.yaml",
+      "tokens.jsonl", "events.csv",   "blocks.csv", "figures"};  // figures/: `sim plot`
+  return files;
+}
+
+// Calls `check(entry)` for each entry of `dir` when it exists (after refusing a symlinked `dir`
+// and a `dir` that is not a folder); returns whether it exists.
+template <typename Check>
+bool check_existing_dir(const std::string& dir, Check check) {
+  refuse_symlink(dir);
+  std::error_code ec;
+  if (!fs::exists(fs::symlink_status(dir, ec))) return false;
+  if (!fs::is_directory(dir, ec)) {
+    throw ConfigError(dir + ": output path exists and is not a directory");
+  }
+  for (const auto& entry : fs::directory_iterator(dir, ec)) check(entry);
+  if (ec) throw_io_error(dir, "listing", ec.value());
+  return true;
+}
+
+}  // namespace
+
+void check_out_dir(const std::string& dir) {
+  check_existing_dir(dir, [&](const fs::directory_entry& entry) {
+    const std::string name = entry.path().filename().string();
+    if (!run_files().count(name)) {
+      throw ConfigError(dir + ": refusing to write here: it holds '" + name +
+                        "', which is not a ServeLab run output (choose another --out)");
+    }
+    if (entry.is_symlink()) {
+      throw ConfigError(entry.path().string() +
+                        ": is a symlink; refusing to replace a run folder holding one");
+    }
+  });
+}
+
+void check_group_dir(const std::string& dir, const std::string& index_file, const std::string& what,
+                     const std::vector<std::string>& runs) {
+  const bool exists = check_existing_dir(dir, [&](const fs::directory_entry& entry) {
+    const std::string name = entry.path().filename().string();
+    if (name != index_file && !entry.is_directory()) {
+      throw ConfigError(dir + ": refusing to write here: it holds '" + name +
+                        "', which is not a ServeLab " + what + " output (choose another --out)");
+    }
+  });
+  if (exists) {
+    refuse_symlink(dir + "/" + index_file);
+    for (const std::string& run : runs) check_out_dir(dir + "/" + run);
+  }
+}
+
+static void write_text(const std::string& path, const std::string& text) {
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  if (!f) throw_io_error(path, "writing", errno);
+  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  const int err = errno;
+  if (std::fclose(f) != 0 || !ok) throw_io_error(path, "writing", ok ? errno : err);
+}
+
+void fill_batch_slots(const ExperimentConfig& config, RunSummary& summary) {
+  summary.slot_efficiency = summary.batch_seqs_mean / config.scheduler.max_num_seqs;
+}
+
+void write_run_outputs(const ExperimentConfig& config, const Recorder& recorder,
+                       const RunMeta& meta, RunOutput& out) {
+  fill_batch_slots(config, out.summary);
+  if (config.outputs.steps_csv) out.files.push_back("steps.csv");
+  if (config.outputs.record_schedule) out.files.push_back("schedule.csv");
+  if (config.outputs.record_events && recorder.records_events()) out.files.push_back("events.csv");
+  if (config.outputs.record_blocks && recorder.records_blocks()) out.files.push_back("blocks.csv");
+  const std::vector<std::pair<std::string, std::string>> summary_meta = {
+      {"experiment", config.name},
+      {"backend", meta.backend},
+      {"seed", std::to_string(config.seed)},
+      {"model", meta.model},
+      {"hardware", meta.hardware},
+      {"workload", out.workload},
+      {"num_gpu_blocks", std::to_string(out.num_gpu_blocks)},
+      {"block_size", std::to_string(config.scheduler.block_size)},
+  };
+  write_summary_json(out.out_dir + "/summary.json", out.summary, summary_meta);
+  out.files.insert(out.files.begin(), "summary.json");
+  if (config.outputs.requests_csv) {
+    recorder.write_requests_csv(out.out_dir + "/requests.csv");
+    out.files.insert(out.files.begin() + 1, "requests.csv");
+  }
+  write_text(out.out_dir + "/config.yaml",
+             resolved_config_yaml(config, {{"num_gpu_blocks", std::to_string(out.num_gpu_blocks)},
+                                           {"block_bytes", std::to_string(out.block_bytes)},
+                                           {"workload", out.workload}}));
+  out.files.push_back("config.yaml");
+}
+
+void print_summary(std::FILE* f, const ExperimentConfig& config, const RunOutput& run) {
+  const RunSummary& s = run.summary;
+  std::fprintf(f, "%s: %lld requests (%lld completed, %lld rejected", config.name.c_str(),
+               static_cast<long long>(s.num_requests), static_cast<long long>(s.completed),
+               static_cast<long long>(s.rejected));
+  if (s.aborted) std::fprintf(f, ", %lld aborted", static_cast<long long>(s.aborted));
+  if (s.skipped_trace_rows) {
+    std::fprintf(f, "; %lld malformed trace rows skipped",
+                 static_cast<long long>(s.skipped_trace_rows));
+  }
+  std::fprintf(f, ") in %.3f s %s, %lld steps\n", s.duration_s,
+               run.backend == "sim" ? "simulated" : "of wall time",
+               static_cast<long long>(s.num_steps));
+  std::fprintf(f, "  %s on %s, %lld KV blocks of %d tokens; workload: %s\n", config.model.c_str(),
+               run.backend == "sim" ? config.hardware.c_str() : run.backend.c_str(),
+               static_cast<long long>(run.num_gpu_blocks), config.scheduler.block_size,
+               run.workload.c_str());
+  std::fprintf(f, "  throughput  %.2f req/s   input %.0f tok/s   output %.0f tok/s\n",
+               s.requests_per_s, s.input_tokens_per_s, s.output_tokens_per_s);
+  std::fprintf(f, "  %-13s %10s %10s %10s %10s %10s\n", "latency (ms)", "mean", "p50", "p90", "p99",
+               "max");
+  auto row = [&](const char* name, const DistributionSummary& d) {
+    std::fprintf(f, "  %-13s %10.2f %10.2f %10.2f %10.2f %10.2f\n", name, d.mean, d.p50, d.p90,
+                 d.p99, d.max);
+  };
+  row("TTFT", s.ttft_ms);
+  row("TPOT", s.tpot_ms);
+  row("ITL", s.itl_ms);
+  row("E2E", s.e2e_ms);
+  row("queueing", s.queueing_ms);
+  std::fprintf(f, "  goodput     %.2f req/s (%.1f %% of completed requests meet the SLOs)\n",
+               s.goodput_requests_per_s, 100.0 * s.slo_attainment);
+  std::fprintf(f,
+               "  preemptions %lld (%lld tokens recomputed)   prefix-cache hit rate %.1f %%   "
+               "KV usage mean %.1f %% max %.1f %%\n",
+               static_cast<long long>(s.preemptions), static_cast<long long>(s.recomputed_tokens),
+               100.0 * s.prefix_hit_rate, 100.0 * s.kv_usage_mean, 100.0 * s.kv_usage_max);
+  if (!run.out_dir.empty()) {
+    std::fprintf(f, "  wrote %s/{", run.out_dir.c_str());
+    for (std::size_t i = 0; i < run.files.size(); ++i) {
+      std::fprintf(f, "%s%s", i ? "," : "", run.files[i].c_str());
+    }
+    std::fputs("}\n", f);
+  }
+}
+
+}  // namespace servelab

@@ -1,0 +1,68 @@
+// Run folders, as both drivers write them: summary.json, requests.csv, steps.csv, schedule.csv
+// (when asked), events.csv and blocks.csv (when asked), config.yaml; docs/metrics.md defines
+// every column. The folder is staged (serving/output_file.h StagedDir) and replaces an existing
+// one only when the run completed; check_out_dir() refuses a folder holding anything that is not
+// a previous run's output, so nothing a user put there is overwritten.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "core/metrics.h"
+#include "core/time.h"
+#include "serving/experiment.h"
+#include "serving/recorder.h"
+
+namespace servelab {
+
+// What a driver's loop counted.
+struct SimulationTotals {
+  TimeNs first_arrival_ns = 0;
+  TimeNs end_ns = 0;  // the later of the last step end and the last arrival
+  std::int64_t num_arrivals = 0;
+  std::int64_t num_steps = 0;
+};
+
+// One run's results and where they went.
+struct RunOutput {
+  RunSummary summary;
+  SimulationTotals totals;
+  std::string out_dir;
+  std::vector<std::string> files;  // written, in order
+  std::int64_t num_gpu_blocks = 0;
+  std::int64_t block_bytes = 0;
+  std::string workload;         // the workload's one-line description
+  std::string backend = "sim";  // summary.json run.backend: "sim", "engine-cpu"
+};
+
+// Checks that `dir` may receive a run: absent, or a folder holding only a previous run's outputs
+// (ConfigError otherwise, and for a symlinked folder or a symlink inside it). Creates nothing:
+// the run is written to a StagedDir (serving/output_file.h) that replaces `dir` at the end.
+void check_out_dir(const std::string& dir);
+// The same for a folder of runs (`sim compare`, `sim sweep`): an existing one may hold only
+// `index_file` and sub-folders, and those named in `runs` only run outputs; `what` names the
+// output in the error ("comparison", "sweep").
+void check_group_dir(const std::string& dir, const std::string& index_file, const std::string& what,
+                     const std::vector<std::string>& runs);
+
+struct RunMeta {
+  std::string backend;   // summary.json run.backend
+  std::string model;     // model name
+  std::string hardware;  // hardware name, or the device the engine ran on
+};
+// Writes summary.json, requests.csv (when configured) and config.yaml into out.out_dir from the
+// finalized `recorder`, out.summary, out.workload, out.num_gpu_blocks and out.block_bytes, and
+// lists them, with the streamed steps.csv / schedule.csv, in out.files (fixed order). Throws
+// ConfigError on I/O failure.
+void write_run_outputs(const ExperimentConfig& config, const Recorder& recorder,
+                       const RunMeta& meta, RunOutput& out);
+// Sets summary.slot_efficiency from batch_seqs_mean and serving.max_num_seqs (write_run_outputs
+// calls it, so every backend's summary.json has it).
+void fill_batch_slots(const ExperimentConfig& config, RunSummary& summary);
+
+// The short human summary `sim run` prints.
+void print_summary(std::FILE* out, const ExperimentConfig& config, const RunOutput& run);
+
+}  // namespace servelab
