@@ -7,7 +7,7 @@
 //    slots preempts a victim (by recompute: blocks freed tail first with their hashes kept,
 //    num_computed_tokens reset, outputs kept, back to the waiting queue with push_front),
 //    repeatedly, until it fits or it has preempted itself. The victim is the last running
-//    request, or with PreemptionVictim::kLowestPriority the max over running of (priority,
+//    request, or with the lowest-priority victim rule the max over running of (priority,
 //    arrival), first in list order on ties; if that one was already scheduled in this step its
 //    plan entry is removed, its tokens go back to the budget and its progress is undone (vLLM
 //    v1 priority mode). A request given 0 tokens keeps its place.
@@ -17,53 +17,45 @@
 //    hit (threshold-capped); with chunking off a request over the budget stops admission; a
 //    request that cannot get blocks stops admission (no skipping).
 // 3. Every scheduled request's num_computed_tokens advances by its n.
-// Other batch formations (config.batch_formation, the `batch` plugin; see docs/policies.md):
-// - kStatic: when nothing runs, a batch is formed from the head of the waiting queue (up to
-//   max_num_seqs, each with blocks for prompt + max_output_tokens reserved at admission); its
-//   prompts are prefilled chunk by chunk under the budget (members whose prompt is done wait),
-//   then all members decode in lockstep; finished members leave, nobody joins until all end.
-// - kOrca: every running request decodes each step; then waiting requests join in queue order
-//   while their whole prompt fits the remaining budget (no chunking, head-of-line) and blocks for
-//   prompt + max_output_tokens can be reserved. Never preempts.
-// - kSarathi: decodes first (1 token each, preempting a victim when one cannot get a slot), then
-//   ongoing partial prefills, then new admissions while the whole prompt's blocks fit above the
-//   watermark; prefills get min(remaining, tau - used) with tau = sarathi_chunk_size.
-// - kPrefillFirst: if the head of the waiting queue can be admitted (whole prompt in the budget,
-//   blocks above the watermark, a free seat), the step is prefill-only (admit while they fit);
-//   otherwise it decodes every running request, preempting victims as needed.
-// Victims (config.preemption_victim): last running, lowest priority, SGLang's retract order
-// (fewest outputs, then longest prompt) or most blocks; a victim already in this step's plan is
-// refunded. With config.max_preemptions > 0, a request preempted more than that many times is
-// aborted (kAborted, reported through on_finish, then deleted).
-// Swap (config.preemption_mode kSwap, or kAuto when config.prefer_swap(victim) is true; vLLM v0
-// preemption_mode=swap), kVllm formation only: a victim whose device blocks the host pool can
+// Policies are objects (config.batch, config.victim, config.preemption; core/batch_formation.h,
+// core/victim_rule.h, core/preemption_mode.h). The steps above are VllmBatchFormation, the
+// default; the other formations (policies/: static, orca, sarathi, prefill-first; see
+// docs/policies.md) form their plans with the same step-building operations (below), and every
+// admission goes through the one loop admit_waiting(). A victim (config.victim: last running
+// by default, or a plugin: lowest priority, SGLang's retract order, most blocks) already in
+// this step's plan is refunded. With config.max_preemptions > 0, a request preempted more than
+// that many times is aborted (kAborted, reported through on_finish, then deleted).
+// Swap (a PreemptionMode whose swap(victim) is true: `swap`, or `auto` when
+// config.prefer_swap(victim) says so; vLLM v0 preemption_mode=swap), only with a formation that
+// resumes swapped requests (vllm): a victim whose device blocks the host pool can
 // take (kv.can_swap_out) is swapped out instead of recomputed: its moves go to plan.swap_out,
 // it becomes kSwapped, keeps num_computed_tokens and joins the swapped list (FIFO). When the
 // host pool is short the victim is recomputed instead (vLLM v0 aborts the request with "lack of
 // CPU swap space"; a fallback keeps the run going and is what a real engine would rather do).
 // A victim past the preemption cap is aborted without being swapped. In a step that preempted
 // nothing, after the running phase and before any admission, swapped requests are resumed in
-// FIFO order: while the budget and a seat last and kv.can_swap_in(r, n) holds for its next n
-// tokens, r is swapped in (plan.swap_in) and scheduled; the first that does not fit stops the
-// pass (head-of-line). While any request remains swapped nobody is admitted from the waiting
-// queue (vLLM v0: swapped requests go before new prefills). So a request is never swapped in
-// and out in the same step, and no step both swaps in and swaps out.
+// FIFO order (swap_in_phase): while the budget and a seat last and kv.can_swap_in(r, n) holds
+// for its next n tokens, r is swapped in (plan.swap_in) and scheduled; the first that does not
+// fit stops the pass (head-of-line). While any request remains swapped nobody is admitted from
+// the waiting queue (vLLM v0: swapped requests go before new prefills). So a request is never
+// swapped in and out in the same step, and no step both swaps in and swaps out.
 // Requests whose prompt + output exceed max_model_len, or that could never fit in the whole
 // cache, are rejected at arrival (counted, never scheduled). So are empty prompts, requests for
-// no output, and, with chunked prefill off, requests that might one day need more tokens in one
-// step than max_num_batched_tokens allows (vLLM refuses such configurations outright; here a
-// request like that would block the queue forever).
+// no output, and whatever the batch formation says it could never schedule
+// (BatchFormation::rejection_reason; e.g. vllm with chunked prefill off refuses requests that
+// might one day need more tokens in one step than max_num_batched_tokens allows, as vLLM refuses
+// such configurations outright; here a request like that would block the queue forever).
 //
-// Parallel sampling (RequestSpec::n > 1; kVllm, kSarathi and kPrefillFirst with paged
-// allocation; rejected at arrival otherwise): a request is prefilled once; the step that samples
-// its first token draws n tokens (ScheduledRequest::num_samples) and the request forks into n
-// samples (sample 0 is the request itself, sample k has id sample_request_id(id, k)) that share
-// its blocks (KvCacheManager::fork, copy-on-write of the shared partial block into
-// plan.copies). Each sample is then a sequence of its own in running_ (a seat each; a request
-// that will fork is admitted only with n seats free, and keeps n - 1 of them reserved until it
-// forks). A victim that is a sample takes its whole group with it: every running sample is
-// preempted (recomputed: back to the waiting queue one by one, each resuming on its own with
-// prefix hits on the shared prompt; or swapped, each with its own host copy of the blocks),
+// Parallel sampling (RequestSpec::n > 1; formations that support it (vllm, sarathi,
+// prefill-first) with paged allocation; rejected at arrival otherwise): a request is prefilled
+// once; the step that samples its first token draws n tokens (ScheduledRequest::num_samples) and
+// the request forks into n samples (sample 0 is the request itself, sample k has id
+// sample_request_id(id, k)) that share its blocks (KvCacheManager::fork, copy-on-write of the
+// shared partial block into plan.copies). Each sample is then a sequence of its own in running_ (a
+// seat each; a request that will fork is admitted only with n seats free, and keeps n - 1 of them
+// reserved until it forks). A victim that is a sample takes its whole group with it: every running
+// sample is preempted (recomputed: back to the waiting queue one by one, each resuming on its own
+// with prefix hits on the shared prompt; or swapped, each with its own host copy of the blocks),
 // except the requester itself when the victim is its own sibling. The request finishes when its
 // last sample does and is reported once, through sample 0.
 //
@@ -71,16 +63,21 @@
 // observer->on_finish (or on_reject); the destructor frees the blocks of what remains.
 #pragma once
 
+#include <algorithm>
+#include <cassert>
 #include <cstdint>
 #include <deque>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "core/batch_formation.h"
 #include "core/kv_cache_manager.h"
+#include "core/preemption_mode.h"
 #include "core/scheduler_config.h"
 #include "core/scheduler_observer.h"
 #include "core/step_plan.h"
+#include "core/victim_rule.h"
 #include "core/waiting_queue.h"
 
 namespace servelab {
@@ -98,7 +95,9 @@ class Scheduler {
  public:
   // `kv` and `observer` (may be null) must outlive the scheduler. Throws std::invalid_argument
   // on a config with a budget, seat count or max_model_len below 1, a negative threshold, or a
-  // block size or prefix-caching switch that disagrees with `kv`'s. The waiting queue is
+  // block size or prefix-caching switch that disagrees with `kv`'s, or a preemption mode that
+  // uses host memory with a batch formation that does not resume swapped requests. Null policy
+  // objects in `config` mean vLLM v1's (see scheduler_config.h). The waiting queue is
   // `waiting` if given, else config.make_waiting_queue() if set, else FCFS.
   Scheduler(const SchedulerConfig& config, KvCacheManager& kv, SchedulerObserver* observer,
             std::unique_ptr<WaitingQueue> waiting = nullptr);
@@ -134,6 +133,67 @@ class Scheduler {
   const SchedulerCounters& counters() const { return counters_; }
   const SchedulerConfig& config() const { return config_; }
   KvCacheManager& kv() { return kv_; }
+  const KvCacheManager& kv() const { return kv_; }
+  // The policy objects in use (config's, or core's vLLM v1 defaults).
+  const BatchFormation& batch_formation() const { return *batch_; }
+  const VictimRule& victim_rule() const { return *victim_; }
+  const PreemptionMode& preemption_mode() const { return *preemption_; }
+
+  // ---- Step building: what a BatchFormation's fill() uses (core/batch_formation.h). Valid only
+  // inside fill(), i.e. during schedule().
+
+  // The plan being formed.
+  const StepPlan& plan() const { return plan_; }
+  // Seats in use: running requests plus the n - 1 seats reserved for each running request that
+  // will fork (parallel sampling).
+  std::size_t seats_taken() const { return running_.size() + fork_seats_; }
+  // Whether r still has prompt (or, after a preemption, prompt + outputs) to prefill.
+  static bool prefill_pending(const Request& r) {
+    return r.num_computed_tokens < r.spec.prompt_len || r.num_tokens() - r.num_computed_tokens > 1;
+  }
+  // int(fraction * usable blocks): the blocks an admission must leave free (vLLM v0 watermark).
+  std::int32_t watermark_blocks(double fraction) const;
+  // What make_room did: `i` follows running()[i] when an earlier entry left, `budget` includes
+  // the tokens of refunded victims, and ok is false when running()[i] preempted itself (it is
+  // gone; i then indexes the next request).
+  struct Room {
+    std::size_t i;
+    std::int32_t budget;
+    bool ok;
+  };
+  // Allocates n slots for running()[i], preempting victims (the VictimRule's, by the
+  // PreemptionMode) until it fits; a victim already in the plan is refunded. Values in and
+  // out rather than references, so a formation's hot loop keeps i and budget in registers.
+  Room make_room(std::size_t i, std::int32_t n, std::int32_t budget, TimeNs now);
+  // Appends r's entry (n tokens from r.num_computed_tokens; cached_now tokens hit in the prefix
+  // cache at this admission) and advances r's progress. REQUIRES: n >= 1, r's slots allocated.
+  void add_to_plan(Request& r, std::int32_t n, std::int32_t cached_now, TimeNs now);
+  // add_to_plan with the entry's kind given: is_prefill = (end < known tokens || n > 1) and
+  // samples = (end == known tokens), as add_to_plan derives them (a decode passes false, true).
+  void add_entry(Request& r, std::int32_t n, std::int32_t cached_now, TimeNs now, bool is_prefill,
+                 bool samples);
+  // How admit_waiting() admits. Every formation's admissions are this one loop: from the
+  // waiting queue's front, in its order, while a seat is free (n seats for a request that will
+  // fork) and (if stop_when_budget_spent) budget is left; the first request that does not fit
+  // stops it (head-of-line blocking, no skipping). Each candidate's prefix hit is looked up,
+  // n = its tokens after the hit, capped at token_cap (if > 0), then at the budget.
+  struct AdmissionRule {
+    std::int32_t token_cap = 0;          // > 0: at most this many tokens per request (vLLM's
+                                         // long_prefill_token_threshold)
+    bool whole_prompt = false;           // n over the budget waits (no chunking)
+    std::int32_t watermark_blocks = -1;  // >= 0: n's blocks plus this many must be free
+    bool reserve_max_length = false;     // take blocks for prompt + max_output_tokens at once
+    bool schedule = true;                // schedule the n tokens in this step's plan
+    bool stop_when_budget_spent = true;  // false: look at the head even with no budget left
+                                         // (vLLM v0 computes a candidate before its budget check)
+    std::int32_t max_admissions = 0;     // > 0: at most this many admissions in this call
+  };
+  // The admission loop (above); returns the budget left.
+  std::int32_t admit_waiting(std::int32_t budget, const AdmissionRule& rule, TimeNs now);
+  // The resume pass over the swapped list (see above), run by formations that resume swapped
+  // requests, after their running phase in a step that preempted nothing; returns the budget
+  // left.
+  std::int32_t swap_in_phase(std::int32_t budget, TimeNs now);
 
  private:
   // The reason a request must be refused at arrival, or "" if it can be queued.
@@ -144,49 +204,19 @@ class Scheduler {
   void preempt(Request& victim, TimeNs now);
   // Whether preempt() would swap `victim` out rather than recompute it.
   bool should_swap(const Request& victim) const;
-  // The resume pass over swapped_ (see above); returns the budget left.
-  std::int32_t swap_in_phase(std::int32_t budget, TimeNs now);
   // Gives up on `r` (unlinked, no plan entry, blocks freed here): reports and deletes it.
   void abort_request(Request& r, TimeNs now);
-  // One pass of the running phase, then (if `admit`) the waiting phase, appending to plan_.
-  void fill_plan(TimeNs now, bool admit);
-  // The batch formations other than vLLM's, one step each (see above); they append to plan_.
-  void fill_plan_static(TimeNs now);
-  void fill_plan_orca(TimeNs now);
-  void fill_plan_sarathi(TimeNs now, bool admit);
-  void fill_plan_prefill_first(TimeNs now, bool admit);
-  // Allocates n slots for running_[i], preempting victims until it fits; a victim already in the
-  // plan is refunded to `budget`, and i follows running_[i] when an earlier entry leaves. Returns
-  // false when running_[i] preempted itself (it is gone; i then indexes the next request).
-  bool make_room(std::size_t& i, std::int32_t n, std::int32_t& budget, TimeNs now);
   // Moves the waiting queue's front `r` (which just got its blocks for `hit`) to running_.
   void admit_front(Request& r, const PrefixHit& hit);
-  // Blocks an admission must leave free (admission_watermark of the usable blocks).
-  std::int32_t watermark_blocks() const;
-  // Whether r still has prompt (or, after a preemption, prompt + outputs) to prefill.
-  static bool prefill_pending(const Request& r) {
-    return r.num_computed_tokens < r.spec.prompt_len || r.num_tokens() - r.num_computed_tokens > 1;
-  }
   bool in_plan(const Request& r) const;
-  // The index in running_ of the next preemption victim (see above).
-  std::size_t pick_victim() const;
   // Removes the plan entry of `r` (scheduled earlier in this step), undoing its progress and
   // returning its tokens.
   std::int32_t unschedule(const Request& r);
-  // Appends r's entry (n tokens from r.num_computed_tokens) and advances r's progress.
-  void add_to_plan(Request& r, std::int32_t n, std::int32_t cached_now, TimeNs now);
-  // add_to_plan with the entry's kind given: is_prefill = (end < known tokens || n > 1) and
-  // samples = (end == known tokens), as add_to_plan derives them (a decode passes false, true).
-  void add_entry(Request& r, std::int32_t n, std::int32_t cached_now, TimeNs now, bool is_prefill,
-                 bool samples);
   // Marks r finished, frees its blocks and reports it; the caller unlinks and deletes it (a
   // forked sample: its group is reported and deleted when its last sample is done).
   void finish(Request& r, TimeNs now);
 
   // ---- Parallel sampling (spec.n > 1; see the file comment) ----
-  // Seats in use: running requests plus the n - 1 seats reserved for each running request that
-  // will fork.
-  std::size_t seats_taken() const { return running_.size() + fork_seats_; }
   // Forks r into its group after its first-token step: samples 1 .. n-1 share r's blocks and
   // take their first tokens from `tokens` (n - 1 of them); they join running_ right after r.
   void fork_request(Request& r, const std::int32_t* tokens, TimeNs now);
@@ -206,6 +236,10 @@ class Scheduler {
   void release_done_groups();
 
   SchedulerConfig config_;
+  // config_'s policy objects, or core's defaults (never null).
+  const BatchFormation* batch_ = nullptr;
+  const VictimRule* victim_ = nullptr;
+  const PreemptionMode* preemption_ = nullptr;
   KvCacheManager& kv_;
   SchedulerObserver* observer_;
   std::unique_ptr<WaitingQueue> waiting_;
@@ -224,5 +258,59 @@ class Scheduler {
   std::size_t fork_seats_ = 0;  // seats reserved for the samples of running unforked requests
   std::vector<std::shared_ptr<SampleGroup>> done_groups_;  // reported, awaiting deletion
 };
+
+// add_to_plan and add_entry run once per scheduled request per step, called from every batch
+// formation's loop (in other files): defined here so they inline there.
+[[gnu::always_inline]] inline void Scheduler::add_to_plan(Request& r, std::int32_t n,
+                                                          std::int32_t cached_now, TimeNs now) {
+  assert(n >= 1);
+  const std::int32_t end = r.num_computed_tokens + n;
+  const std::int32_t known = r.num_tokens();
+  // Anything but a single last-token step computes known tokens whose KV is missing.
+  add_entry(r, n, cached_now, now, /*is_prefill=*/end < known || n > 1, /*samples=*/end == known);
+}
+
+[[gnu::always_inline]] inline void Scheduler::add_entry(Request& r, std::int32_t n,
+                                                        std::int32_t cached_now, TimeNs now,
+                                                        bool is_prefill, bool samples) {
+  const std::int32_t first = r.num_computed_tokens;
+  const std::int32_t end = first + n;
+  ScheduledRequest& e = plan_.requests.emplace_back();
+  e.id = r.id();
+  e.spec = &r.spec;
+  e.output_tokens = r.output_tokens;
+  e.first_token = first;
+  e.num_tokens = n;
+  e.num_cached_prefix = cached_now;
+  e.is_prefill = is_prefill;
+  e.samples = samples;
+  e.block_table = r.block_table;
+  plan_requests_.push_back(&r);
+  if (is_prefill) {
+    plan_.num_prefill_tokens += n;
+    plan_.totals.prefill_pairs += causal_pairs(first, n);
+    plan_.totals.prefill_context_tokens += end;
+  } else {
+    plan_.num_decode_tokens += n;
+    plan_.totals.decode_context_tokens += end;
+  }
+  plan_.totals.num_sampled += samples ? 1 : 0;
+
+  // Positions below the high-water mark had KV before a preemption dropped it.
+  const std::int32_t max_computed = r.max_computed_tokens;
+  r.undo_max_computed_tokens = max_computed;
+  r.undo_first_scheduled_ns = r.first_scheduled_ns;
+  if (report_service_) waiting_->on_tokens_scheduled(r, is_prefill ? n : 0, is_prefill ? 0 : n);
+  if (max_computed > first) {
+    // Recomputing KV a preemption dropped.
+    const std::int32_t recomputed = std::min(end, max_computed) - first;
+    r.num_recomputed_tokens += recomputed;
+    counters_.num_recomputed_tokens += recomputed;
+  }
+  r.num_computed_tokens = end;
+  if (end > max_computed) r.max_computed_tokens = end;
+  r.num_computed_total += n;
+  if (r.first_scheduled_ns < 0) r.first_scheduled_ns = now;
+}
 
 }  // namespace servelab

@@ -230,7 +230,7 @@ RunOutput run_engine(const ExperimentConfig& config, const EngineOptions& option
 
   // Swap space only when the preemption policy can swap: the host arrays are allocated in full.
   std::int64_t num_cpu_blocks = 0;
-  if (config.scheduler.preemption_mode != PreemptionMode::kRecompute) {
+  if (config.scheduler.preemption != nullptr && config.scheduler.preemption->uses_host_memory()) {
     num_cpu_blocks = std::min<std::int64_t>(
         static_cast<std::int64_t>(config.swap_space_gb * (1LL << 30)) / out.block_bytes, 1LL << 30);
   }

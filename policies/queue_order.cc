@@ -197,81 +197,111 @@ double predicted_output_tokens(std::uint64_t seed, double error, std::uint64_t i
 }
 
 std::unique_ptr<WaitingQueue> make_waiting_queue(const PolicySpec& spec, std::uint64_t seed) {
-  if (spec.name == "fcfs") return std::make_unique<FcfsWaitingQueue>();
-  if (spec.name == "priority") {
-    return make_keyed("priority", [](const Request& r) {
-      return std::pair<std::int32_t, TimeNs>(r.spec.priority, r.spec.arrival_ns);
-    });
-  }
-  if (spec.name == "sjf") {
-    return make_keyed("sjf", [](const Request& r) {
-      return std::pair<std::int32_t, TimeNs>(r.spec.max_output_tokens - r.num_output_tokens(),
-                                             r.spec.arrival_ns);
-    });
-  }
-  if (spec.name == "predicted-sjf") {
-    const double error = spec.get_double("error");
-    return make_keyed("predicted-sjf", [seed, error](const Request& r) {
-      const double predicted =
-          predicted_output_tokens(seed, error, r.id(), r.spec.max_output_tokens);
-      const double remaining = std::max(0.0, predicted - r.num_output_tokens());
-      return std::pair<double, TimeNs>(remaining, r.spec.arrival_ns);
-    });
-  }
-  if (spec.name == "fair") {
-    return std::make_unique<VtcQueue>(spec.get_double("input_weight"),
-                                      spec.get_double("output_weight"));
-  }
-  throw ConfigError("unknown queue policy '" + spec.name + "'");
+  SchedulerConfig sc;
+  PolicyTarget target{&sc, nullptr, seed};
+  build_policy(PolicyKind::kQueue, spec, target);
+  return sc.make_waiting_queue();
 }
 
-void register_queue_orders(PolicyRegistry& r) {
-  r.add({PolicyKind::kQueue,
-         "fcfs",
-         "first come, first served; a preempted request goes back to the head",
-         "vLLM v1 FCFSRequestQueue (--scheduling-policy fcfs)",
-         {}});
-  r.add({PolicyKind::kQueue,
-         "priority",
-         "smallest RequestSpec.priority first, then arrival, then id; preempted requests are "
-         "re-inserted by the same key",
-         "vLLM v1 PriorityRequestQueue (--scheduling-policy priority)",
-         {}});
-  r.add({PolicyKind::kQueue,
-         "sjf",
-         "oracle shortest job first: fewest remaining output tokens (true length), then arrival",
-         "oracle SJF baseline of Fu et al., arXiv 2408.15792 (vllm-ltr)",
-         {}});
-  r.add({PolicyKind::kQueue,
-         "predicted-sjf",
-         "SJF on a noisy length prediction: true output * exp(error * N(0,1)), one draw per "
-         "request",
-         "learning-to-rank SJF (Fu et al., arXiv 2408.15792), predictor modelled as noise",
-         {{"error",
-           ParamType::kDouble,
-           0.5,
-           0.0,
-           10.0,
-           {},
-           "lognormal sigma of the prediction error (0: exact, equals sjf)"}}});
-  r.add({PolicyKind::kQueue,
-         "fair",
-         "per-tenant virtual token counters; admit from the backlogged tenant served least",
-         "VTC (Sheng et al., OSDI'24, Fairness in Serving Large Language Models)",
-         {{"input_weight",
-           ParamType::kDouble,
-           1.0,
-           0.0,
-           1e6,
-           {},
-           "counter increment per prefill token served"},
-          {"output_weight",
-           ParamType::kDouble,
-           2.0,
-           0.0,
-           1e6,
-           {},
-           "counter increment per decode token served"}}});
+namespace {
+
+// A queue plugin's factory: the scheduler config gets a maker bound to the spec and the seed
+// (each Scheduler builds its own queue: queues hold state, the config is shared).
+template <class Make>
+PolicyFactory queue_factory(Make make) {
+  return [make](const PolicySpec& spec, PolicyTarget& t) {
+    t.scheduler->make_waiting_queue = [make, spec, seed = t.seed] { return make(spec, seed); };
+  };
 }
+
+const PolicyRegistrar kFcfs({PolicyKind::kQueue,
+                             "fcfs",
+                             "first come, first served; a preempted request goes back to the head",
+                             "vLLM v1 FCFSRequestQueue (--scheduling-policy fcfs)",
+                             {},
+                             queue_factory([](const PolicySpec&,
+                                              std::uint64_t) -> std::unique_ptr<WaitingQueue> {
+                               return std::make_unique<FcfsWaitingQueue>();
+                             }),
+                             /*rank=*/0});
+
+const PolicyRegistrar kPriority(
+    {PolicyKind::kQueue,
+     "priority",
+     "smallest RequestSpec.priority first, then arrival, then id; preempted requests are "
+     "re-inserted by the same key",
+     "vLLM v1 PriorityRequestQueue (--scheduling-policy priority)",
+     {},
+     queue_factory([](const PolicySpec&, std::uint64_t) {
+       return make_keyed("priority", [](const Request& r) {
+         return std::pair<std::int32_t, TimeNs>(r.spec.priority, r.spec.arrival_ns);
+       });
+     }),
+     /*rank=*/1});
+
+const PolicyRegistrar kSjf(
+    {PolicyKind::kQueue,
+     "sjf",
+     "oracle shortest job first: fewest remaining output tokens (true length), then arrival",
+     "oracle SJF baseline of Fu et al., arXiv 2408.15792 (vllm-ltr)",
+     {},
+     queue_factory([](const PolicySpec&, std::uint64_t) {
+       return make_keyed("sjf", [](const Request& r) {
+         return std::pair<std::int32_t, TimeNs>(r.spec.max_output_tokens - r.num_output_tokens(),
+                                                r.spec.arrival_ns);
+       });
+     }),
+     /*rank=*/2});
+
+const PolicyRegistrar kPredictedSjf(
+    {PolicyKind::kQueue,
+     "predicted-sjf",
+     "SJF on a noisy length prediction: true output * exp(error * N(0,1)), one draw per "
+     "request",
+     "learning-to-rank SJF (Fu et al., arXiv 2408.15792), predictor modelled as noise",
+     {{"error",
+       ParamType::kDouble,
+       0.5,
+       0.0,
+       10.0,
+       {},
+       "lognormal sigma of the prediction error (0: exact, equals sjf)"}},
+     queue_factory([](const PolicySpec& spec, std::uint64_t seed) {
+       const double error = spec.get_double("error");
+       return make_keyed("predicted-sjf", [seed, error](const Request& r) {
+         const double predicted =
+             predicted_output_tokens(seed, error, r.id(), r.spec.max_output_tokens);
+         const double remaining = std::max(0.0, predicted - r.num_output_tokens());
+         return std::pair<double, TimeNs>(remaining, r.spec.arrival_ns);
+       });
+     }),
+     /*rank=*/3});
+
+const PolicyRegistrar kFair(
+    {PolicyKind::kQueue,
+     "fair",
+     "per-tenant virtual token counters; admit from the backlogged tenant served least",
+     "VTC (Sheng et al., OSDI'24, Fairness in Serving Large Language Models)",
+     {{"input_weight",
+       ParamType::kDouble,
+       1.0,
+       0.0,
+       1e6,
+       {},
+       "counter increment per prefill token served"},
+      {"output_weight",
+       ParamType::kDouble,
+       2.0,
+       0.0,
+       1e6,
+       {},
+       "counter increment per decode token served"}},
+     queue_factory([](const PolicySpec& spec, std::uint64_t) -> std::unique_ptr<WaitingQueue> {
+       return std::make_unique<VtcQueue>(spec.get_double("input_weight"),
+                                         spec.get_double("output_weight"));
+     }),
+     /*rank=*/4});
+
+}  // namespace
 
 }  // namespace servelab

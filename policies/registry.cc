@@ -1,10 +1,14 @@
 #include "policies/registry.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <stdexcept>
+#include <tuple>
 #include <utility>
 
+#include "core/batch_formation.h"
+#include "core/preemption_mode.h"
 #include "core/strings.h"
 
 namespace servelab {
@@ -21,6 +25,8 @@ const char* to_string(PolicyKind kind) {
       return "prefix_cache";
     case PolicyKind::kAllocation:
       return "allocation";
+    case PolicyKind::kVictim:
+      return "victim";
   }
   return "?";
 }
@@ -71,6 +77,7 @@ std::string expected_text(const ParamInfo& p) {
     case ParamType::kBool:
       return "a bool (true or false)";
     case ParamType::kString:
+      if (p.plugin_of) return "one of " + PolicyRegistry::instance().names(*p.plugin_of);
       return p.choices.empty() ? "a string" : "one of " + join(p.choices);
     case ParamType::kInt:
     case ParamType::kDouble: {
@@ -117,6 +124,9 @@ ParamValue parse_param(const ParamInfo& p, const ConfigNode& v) {
     case ParamType::kString: {
       if (!v.is_scalar()) v.fail(expected_text(p));
       std::string s = v.as_string();
+      if (p.plugin_of && PolicyRegistry::instance().find(*p.plugin_of, s) == nullptr) {
+        v.fail(expected_text(p));
+      }
       if (!p.choices.empty()) {
         bool ok = false;
         for (const std::string& c : p.choices) ok = ok || c == s;
@@ -141,182 +151,41 @@ const std::string& PolicySpec::get_string(const std::string& key) const {
   return get_typed<std::string>(*this, key);
 }
 
-namespace {
-
-// The parameters every preemption plugin shares.
-ParamInfo victim_param() {
-  return {"victim",
-          ParamType::kString,
-          std::string("last-running"),
-          -1e300,
-          1e300,
-          {"last-running", "lowest-priority", "fewest-computed", "most-blocks"},
-          "last-running: the most recently admitted running request (vLLM FCFS); "
-          "lowest-priority: max (priority, arrival) over running (vLLM priority); "
-          "fewest-computed: fewest output tokens, then longest prompt (SGLang retract order); "
-          "most-blocks: most KV blocks held, ties to the later arrival. A victim already "
-          "scheduled this step is refunded"};
+std::vector<ParamInfo> preemption_params() {
+  ParamInfo victim{"victim",
+                   ParamType::kString,
+                   std::string("last-running"),
+                   -1e300,
+                   1e300,
+                   {},
+                   "last-running: the most recently admitted running request (vLLM FCFS); "
+                   "lowest-priority: max (priority, arrival) over running (vLLM priority); "
+                   "fewest-computed: fewest output tokens, then longest prompt (SGLang retract "
+                   "order); most-blocks: most KV blocks held, ties to the later arrival. A victim "
+                   "already scheduled this step is refunded"};
+  victim.plugin_of = PolicyKind::kVictim;
+  ParamInfo cap{"max_preemptions",
+                ParamType::kInt,
+                std::int64_t{0},
+                0,
+                1e9,
+                {},
+                "abort a request preempted more than this many times (0: no cap)"};
+  return {victim, cap};
 }
 
-ParamInfo max_preemptions_param() {
-  return {"max_preemptions",
-          ParamType::kInt,
-          std::int64_t{0},
-          0,
-          1e9,
-          {},
-          "abort a request preempted more than this many times (0: no cap)"};
+void build_preemption(std::shared_ptr<const PreemptionMode> mode, const PolicySpec& spec,
+                      PolicyTarget& target) {
+  target.scheduler->preemption = std::move(mode);
+  target.scheduler->max_preemptions = static_cast<std::int32_t>(spec.get_int("max_preemptions"));
+  build_policy(PolicyKind::kVictim,
+               default_policy_spec(PolicyKind::kVictim, spec.get_string("victim")), target);
 }
 
-}  // namespace
+const PolicyRegistry& PolicyRegistry::instance() { return mutable_instance(); }
 
-void register_core_policies(PolicyRegistry& r) {
-  r.add({PolicyKind::kBatch,
-         "vllm",
-         "continuous batching: running requests first, then waiting ones, under one token "
-         "budget with chunked prefill",
-         "vLLM v1 Scheduler.schedule() (vllm/v1/core/sched/scheduler.py)",
-         {}});
-  r.add({PolicyKind::kBatch,
-         "static",
-         "static batching: a batch forms only when nothing runs, reserves every member's maximum "
-         "length, prefills (chunked) then decodes in lockstep; nobody joins until all finish",
-         "request-level batching of pre-Orca servers (e.g. FasterTransformer, TF Serving)",
-         {}});
-  r.add({PolicyKind::kBatch,
-         "orca",
-         "iteration-level scheduling: running requests decode every step, new ones join whole "
-         "(no chunking, head-of-line) when blocks for prompt + max_output_tokens can be reserved",
-         "Orca (Yu et al., OSDI'22); Sarathi-Serve's orca_scheduler.py baseline",
-         {}});
-  r.add({PolicyKind::kBatch,
-         "sarathi",
-         "stall-free batching: decodes first, then ongoing partial prefills, then new prompts, "
-         "chunked to a per-step token budget tau",
-         "Sarathi-Serve (Agrawal et al., OSDI'24; sarathi/core/scheduler/sarathi_scheduler.py)",
-         {{"chunk_size",
-           ParamType::kInt,
-           std::int64_t{0},
-           0,
-           1 << 24,
-           {},
-           "the token budget tau per step (0: max_num_batched_tokens; capped by it)"},
-          {"watermark",
-           ParamType::kDouble,
-           0.01,
-           0.0,
-           0.99,
-           {},
-           "fraction of the KV blocks an admission must leave free"}}});
-  r.add({PolicyKind::kBatch,
-         "prefill-first",
-         "a step is prefill-only when the waiting head can be admitted whole (head-of-line), "
-         "else decode-only over all running requests; never mixed, no chunking",
-         "vLLM v0 _schedule_default (vllm/core/scheduler.py, chunked prefill off)",
-         {{"watermark",
-           ParamType::kDouble,
-           0.01,
-           0.0,
-           0.99,
-           {},
-           "fraction of the KV blocks an admission must leave free"}}});
-  r.add({PolicyKind::kPreemption,
-         "recompute",
-         "free the victim's KV (full blocks stay cached) and recompute prompt + outputs on "
-         "resume",
-         "vLLM v1 _preempt_request (recompute only)",
-         {victim_param(), max_preemptions_param()}});
-  r.add({PolicyKind::kPreemption,
-         "swap",
-         "move the victim's KV to host memory (serving.swap_space_gb) and copy it back before "
-         "new admissions; recompute instead when the host pool is full",
-         "vLLM v0 --preemption-mode swap (vllm/core/scheduler.py _preempt_by_swap)",
-         {victim_param(), max_preemptions_param()}});
-  r.add({PolicyKind::kPreemption,
-         "auto",
-         "per victim, swap when two host-link transfers of its blocks cost less than "
-         "recomputing its computed tokens by the cost model, else recompute",
-         "vLLM v0 preemption modes chosen per victim by cost (FastServe-style KV offload)",
-         {victim_param(), max_preemptions_param()}});
-  r.add({PolicyKind::kPrefixCache,
-         "hash",
-         "hash-chained full blocks are shared across requests and kept until evicted (LRU)",
-         "vLLM v1 automatic prefix caching (kv_cache_utils.hash_block_tokens)",
-         {}});
-  r.add({PolicyKind::kPrefixCache,
-         "radix",
-         "a radix tree of full blocks owns the cache: nodes used by running requests (and their "
-         "ancestors) are locked, unlocked leaves are evicted least recently used first",
-         "SGLang (RadixAttention)",
-         {}});
-  r.add({PolicyKind::kPrefixCache,
-         "none",
-         "no prefix caching: every request computes its whole "
-         "prompt",
-         "vLLM --no-enable-prefix-caching",
-         {}});
-  r.add({PolicyKind::kAllocation,
-         "paged",
-         "fixed-size KV blocks allocated on demand from one pool",
-         "PagedAttention (Kwon et al., SOSP'23)",
-         {}});
-  r.add({PolicyKind::kAllocation,
-         "contiguous",
-         "each request reserves KV for its maximum length at admission (no sharing, no prefix "
-         "cache)",
-         "serving systems before PagedAttention (FasterTransformer, Orca), as in Kwon et al.",
-         {{"reserve",
-           ParamType::kString,
-           std::string("max_model_len"),
-           -1e300,
-           1e300,
-           {"max_model_len", "max_tokens"},
-           "max_model_len: every request reserves max_model_len tokens; max_tokens: prompt + "
-           "its max_output_tokens"}}});
-}
-
-void apply_scheduler_policies(const PolicySpec& batch, const PolicySpec& preemption,
-                              SchedulerConfig& sc) {
-  if (batch.name == "static") {
-    sc.batch_formation = BatchFormation::kStatic;
-  } else if (batch.name == "orca") {
-    sc.batch_formation = BatchFormation::kOrca;
-  } else if (batch.name == "sarathi") {
-    sc.batch_formation = BatchFormation::kSarathi;
-    sc.sarathi_chunk_size = static_cast<std::int32_t>(batch.get_int("chunk_size"));
-    sc.admission_watermark = batch.get_double("watermark");
-  } else if (batch.name == "prefill-first") {
-    sc.batch_formation = BatchFormation::kPrefillFirst;
-    sc.admission_watermark = batch.get_double("watermark");
-  } else {
-    sc.batch_formation = BatchFormation::kVllm;
-  }
-  const std::string& victim = preemption.get_string("victim");
-  sc.preemption_victim = victim == "lowest-priority"   ? PreemptionVictim::kLowestPriority
-                         : victim == "fewest-computed" ? PreemptionVictim::kFewestComputed
-                         : victim == "most-blocks"     ? PreemptionVictim::kMostBlocks
-                                                       : PreemptionVictim::kLastRunning;
-  sc.max_preemptions = static_cast<std::int32_t>(preemption.get_int("max_preemptions"));
-  sc.preemption_mode = preemption.name == "swap"   ? PreemptionMode::kSwap
-                       : preemption.name == "auto" ? PreemptionMode::kAuto
-                                                   : PreemptionMode::kRecompute;
-  // Only the vllm formation resumes swapped requests (static and orca never preempt).
-  if (sc.preemption_mode != PreemptionMode::kRecompute &&
-      (sc.batch_formation == BatchFormation::kSarathi ||
-       sc.batch_formation == BatchFormation::kPrefillFirst)) {
-    throw ConfigError("policies.preemption: '" + preemption.name +
-                      "' is not supported with batch '" + batch.name +
-                      "' (swapping needs batch vllm; use preemption recompute)");
-  }
-}
-
-const PolicyRegistry& PolicyRegistry::instance() {
-  static const PolicyRegistry* registry = [] {
-    auto* r = new PolicyRegistry();  // never destroyed: usable from any static destructor
-    register_core_policies(*r);
-    register_queue_orders(*r);
-    return r;
-  }();
+PolicyRegistry& PolicyRegistry::mutable_instance() {
+  static PolicyRegistry* registry = new PolicyRegistry();  // never destroyed
   return *registry;
 }
 
@@ -325,37 +194,43 @@ void PolicyRegistry::add(PluginInfo info) {
     throw std::logic_error(std::string("policy registry: duplicate ") + to_string(info.kind) +
                            " plugin '" + info.name + "'");
   }
+  if (!info.factory) {
+    throw std::logic_error("policy registry: plugin '" + info.name + "' has no factory");
+  }
   for (const ParamInfo& p : info.params) {
     if (p.def.index() != static_cast<std::size_t>(p.type)) {
       throw std::logic_error("policy registry: plugin '" + info.name + "' parameter '" + p.name +
                              "' has a default of another type");
     }
   }
-  plugins_.push_back(std::move(info));
+  plugins_.push_back(std::make_unique<PluginInfo>(std::move(info)));
 }
 
 const PluginInfo* PolicyRegistry::find(PolicyKind kind, std::string_view name) const {
-  for (const PluginInfo& p : plugins_) {
-    if (p.kind == kind && p.name == name) return &p;
+  for (const auto& p : plugins_) {
+    if (p->kind == kind && p->name == name) return p.get();
   }
   return nullptr;
 }
 
 std::vector<const PluginInfo*> PolicyRegistry::list(PolicyKind kind) const {
   std::vector<const PluginInfo*> out;
-  for (const PluginInfo& p : plugins_) {
-    if (p.kind == kind) out.push_back(&p);
+  for (const auto& p : plugins_) {
+    if (p->kind == kind) out.push_back(p.get());
   }
+  std::sort(out.begin(), out.end(), [](const PluginInfo* a, const PluginInfo* b) {
+    return std::tie(a->rank, a->name) < std::tie(b->rank, b->name);
+  });
+  return out;
+}
+
+std::string PolicyRegistry::names(PolicyKind kind) const {
+  std::string out;
+  for (const PluginInfo* p : list(kind)) out += (out.empty() ? "" : ", ") + p->name;
   return out;
 }
 
 namespace {
-
-std::vector<std::string> plugin_names(PolicyKind kind) {
-  std::vector<std::string> names;
-  for (const PluginInfo* p : PolicyRegistry::instance().list(kind)) names.push_back(p->name);
-  return names;
-}
 
 PolicySpec defaults_of(const PluginInfo& info) {
   PolicySpec spec;
@@ -370,14 +245,14 @@ PolicySpec default_policy_spec(PolicyKind kind, const std::string& name) {
   const PluginInfo* info = PolicyRegistry::instance().find(kind, name);
   if (info == nullptr) {
     throw ConfigError(std::string("unknown ") + to_string(kind) + " policy '" + name +
-                      "' (available: " + join(plugin_names(kind)) + ")");
+                      "' (available: " + PolicyRegistry::instance().names(kind) + ")");
   }
   return defaults_of(*info);
 }
 
 PolicySpec parse_policy_spec(PolicyKind kind, const ConfigNode& node) {
   const std::string expected_name = std::string("a ") + to_string(kind) + " policy name (one of " +
-                                    join(plugin_names(kind)) + ")";
+                                    PolicyRegistry::instance().names(kind) + ")";
   if (node.is_scalar()) {
     const std::string name = node.as_string();
     const PluginInfo* info = PolicyRegistry::instance().find(kind, name);
@@ -398,6 +273,45 @@ PolicySpec parse_policy_spec(PolicyKind kind, const ConfigNode& node) {
     if (auto v = node.find(p.name)) spec.params[p.name] = parse_param(p, *v);
   }
   return spec;
+}
+
+void build_policy(PolicyKind kind, const PolicySpec& spec, PolicyTarget& target,
+                  const std::string& key) {
+  const std::string where = key.empty() ? std::string("policies.") + to_string(kind) : key;
+  const PluginInfo* info = PolicyRegistry::instance().find(kind, spec.name);
+  if (info == nullptr) {
+    throw ConfigError(where + ": unknown " + to_string(kind) + " policy '" + spec.name +
+                      "' (available: " + PolicyRegistry::instance().names(kind) + ")");
+  }
+  try {
+    info->factory(spec, target);
+  } catch (const std::invalid_argument& e) {
+    throw ConfigError(where + ": " + e.what());
+  }
+}
+
+void check_policy_combination(const SchedulerConfig& sc) {
+  if (sc.preemption == nullptr || !sc.preemption->uses_host_memory()) return;
+  const std::string_view batch = sc.batch != nullptr ? sc.batch->name() : "vllm";
+  if (sc.batch == nullptr || sc.batch->resumes_swapped()) return;
+  throw ConfigError("policies.preemption: '" + std::string(sc.preemption->name()) +
+                    "' is not supported with batch '" + std::string(batch) +
+                    "' (swapping needs batch vllm; use preemption recompute)");
+}
+
+void use_policy(SchedulerConfig& sc, PolicyKind kind, const std::string& name,
+                const std::map<std::string, ParamValue>& params) {
+  PolicySpec spec = default_policy_spec(kind, name);
+  for (const auto& [k, v] : params) {
+    const auto it = spec.params.find(k);
+    if (it == spec.params.end() || it->second.index() != v.index()) {
+      throw ConfigError(std::string(to_string(kind)) + " policy '" + name + "': no parameter '" +
+                        k + "' of that type");
+    }
+    it->second = v;
+  }
+  PolicyTarget target{&sc, nullptr, 0};
+  build_policy(kind, spec, target);
 }
 
 std::string format_policy_spec(const PolicySpec& spec) {

@@ -47,11 +47,13 @@ void parse_policies(const ConfigNode& p, ExperimentConfig& c) {
   for (const auto& [kind, spec] : kinds) {
     if (auto v = p.find(to_string(kind))) *spec = parse_policy_spec(kind, *v);
   }
-  // Contiguous reservations share nothing, so there is no prefix cache to use.
-  c.scheduler.enable_prefix_caching =
-      c.policies.prefix_cache.name != "none" && c.policies.allocation.name != "contiguous";
-  // Batch formation, its knobs, the preemption victim and cap.
-  apply_scheduler_policies(c.policies.batch, c.policies.preemption, c.scheduler);
+  // Each plugin's factory builds its objects into the scheduler config (the KV cache side is
+  // built at run time, kv_cache_options_for).
+  PolicyTarget target{&c.scheduler, nullptr, c.seed};
+  for (const auto& [kind, spec] : kinds) {
+    build_policy(kind, *spec, target, c.file + ": policies." + to_string(kind));
+  }
+  check_policy_combination(c.scheduler);
 }
 
 // A plugin without parameters as its bare name (as before the registry), else a flow map.

@@ -1,6 +1,6 @@
 #include "serving/replica.h"
 
-#include "policies/queue_order.h"
+#include "policies/registry.h"
 #include "serving/kv_capacity.h"
 
 namespace servelab {
@@ -39,23 +39,18 @@ StepSnapshot Replica::snapshot() const {
 
 SchedulerConfig scheduler_config_with_policies(const ExperimentConfig& config) {
   SchedulerConfig sc = config.scheduler;
-  sc.make_waiting_queue = [spec = config.policies.queue, seed = config.seed] {
-    return make_waiting_queue(spec, seed);
-  };
+  // The queue again: its maker is bound to the seed, which --seed may have changed.
+  PolicyTarget target{&sc, nullptr, config.seed};
+  build_policy(PolicyKind::kQueue, config.policies.queue, target);
   return sc;
 }
 
 KvCacheOptions kv_cache_options_for(const ExperimentConfig& config) {
   KvCacheOptions kv_cache_options;
-  if (config.policies.prefix_cache.name == "radix") {
-    kv_cache_options.prefix_cache = PrefixCacheMode::kRadix;
-  }
-  if (config.policies.allocation.name == "contiguous") {
-    kv_cache_options.allocation = KvAllocation::kContiguous;
-    kv_cache_options.reserve = config.policies.allocation.get_string("reserve") == "max_tokens"
-                                   ? KvReserve::kMaxTokens
-                                   : KvReserve::kMaxModelLen;
-  }
+  SchedulerConfig scratch;  // the scheduler side was built when the experiment was loaded
+  PolicyTarget target{&scratch, &kv_cache_options, config.seed};
+  build_policy(PolicyKind::kPrefixCache, config.policies.prefix_cache, target);
+  build_policy(PolicyKind::kAllocation, config.policies.allocation, target);
   return kv_cache_options;
 }
 

@@ -95,7 +95,8 @@ RunOutput run_simulation(const ExperimentConfig& config, const RunOptions& optio
   WorkloadFeedback feedback(*workload, recorder);
   const KvCacheOptions kv_cache_options = kv_cache_options_for(config);
   SchedulerConfig sc = scheduler_config_with_policies(config);
-  if (sc.preemption_mode == PreemptionMode::kAuto) {
+  // The cost oracle of the `auto` preemption mode (the other modes never ask it).
+  {
     if (calibrated) {
       sc.prefer_swap = [&c = *calibrated](const Request& r) {
         return calibrated_swap_is_cheaper(c, r);
@@ -106,7 +107,7 @@ RunOutput run_simulation(const ExperimentConfig& config, const RunOptions& optio
   }
   // Host swap blocks only where a preemption mode can use them.
   const auto cpu_blocks = static_cast<std::int32_t>(
-      sc.preemption_mode == PreemptionMode::kRecompute
+      sc.preemption == nullptr || !sc.preemption->uses_host_memory()
           ? 0
           : std::min<std::int64_t>(capacity.num_cpu_blocks, std::int64_t{1} << 30));
   // Only a dependent workload (sessions) needs to hear of finishes; otherwise the recorder

@@ -62,9 +62,9 @@ class Observer : public SchedulerObserver {
   std::vector<std::int32_t> abort_preemptions, finished_preemptions;
 };
 
-SchedulerConfig Config(BatchFormation bf, std::int32_t budget, std::int32_t max_seqs = 16) {
+SchedulerConfig Config(const std::string& bf, std::int32_t budget, std::int32_t max_seqs = 16) {
   SchedulerConfig c;
-  c.batch_formation = bf;
+  use_policy(c, PolicyKind::kBatch, bf);
   c.max_num_batched_tokens = budget;
   c.max_num_seqs = max_seqs;
   c.enable_prefix_caching = false;
@@ -118,7 +118,7 @@ using Plan = std::vector<Entry>;
 // 4*256 = 1024, a slot efficiency of 46.875 %. A request arriving meanwhile waits for the next
 // batch even though seats and blocks are free.
 TEST(StaticBatchTest, BatchRunsUntilItsLongestMemberEnds) {
-  Harness h(Config(BatchFormation::kStatic, 8192, /*max_seqs=*/8), 101);
+  Harness h(Config("static", 8192, /*max_seqs=*/8), 101);
   const std::int32_t outs[] = {32, 128, 64, 256};
   for (RequestId id = 0; id < 4; ++id) h.sched.add_request(Spec(id, 16, outs[id]), 0);
 
@@ -163,7 +163,7 @@ TEST(StaticBatchTest, BatchRunsUntilItsLongestMemberEnds) {
 // Prompts larger than the budget are prefilled chunk by chunk; a member whose prompt is done
 // waits (lockstep) until every member's is, then all decode together.
 TEST(StaticBatchTest, ChunkedPrefillThenLockstepDecode) {
-  Harness h(Config(BatchFormation::kStatic, 40), 101);
+  Harness h(Config("static", 40), 101);
   for (RequestId id = 0; id < 3; ++id) h.sched.add_request(Spec(id, 30, 2), 0);
   EXPECT_EQ(h.Step(), (Plan{{0, 0, 30, true, true}, {1, 0, 10, true, false}}));
   EXPECT_EQ(h.Step(), (Plan{{1, 10, 20, true, true}, {2, 0, 20, true, false}}));
@@ -180,7 +180,7 @@ TEST(StaticBatchTest, ChunkedPrefillThenLockstepDecode) {
 // needs 1 block, which is free, but its maximum length needs ceil((16 + 48) / 16) = 4 > 2 free
 // blocks, so it is not admitted until request 0 ends (vllm would admit it at once).
 TEST(OrcaBatchTest, MaxLengthReservationKeepsOutARequestWhosePromptWouldFit) {
-  Harness h(Config(BatchFormation::kOrca, 8192), 11);
+  Harness h(Config("orca", 8192), 11);
   h.sched.add_request(Spec(0, 16, 100), 0);
   h.sched.add_request(Spec(1, 16, 48), 0);
   EXPECT_EQ(h.Step(), (Plan{{0, 0, 16, true, true}}));
@@ -194,7 +194,7 @@ TEST(OrcaBatchTest, MaxLengthReservationKeepsOutARequestWhosePromptWouldFit) {
   EXPECT_EQ(h.sched.counters().num_preemptions, 0);
 
   // The same two requests under vllm: both start at once.
-  Harness v(Config(BatchFormation::kVllm, 8192), 11);
+  Harness v(Config("vllm", 8192), 11);
   v.sched.add_request(Spec(0, 16, 100), 0);
   v.sched.add_request(Spec(1, 16, 48), 0);
   EXPECT_EQ(v.Step().size(), 2u);
@@ -204,7 +204,7 @@ TEST(OrcaBatchTest, MaxLengthReservationKeepsOutARequestWhosePromptWouldFit) {
 // (head-of-line, no chunking). Step 1: a decode and request 1 (9 tokens); request 2's 12 > 11
 // waits. Step 2: two decodes and request 2's 12 tokens (14 <= 20): requests join every step.
 TEST(OrcaBatchTest, WholePromptsJoinEveryIteration) {
-  Harness h(Config(BatchFormation::kOrca, 20), 101);
+  Harness h(Config("orca", 20), 101);
   h.sched.add_request(Spec(0, 16, 3), 0);
   h.sched.add_request(Spec(1, 8, 2), 0);
   h.sched.add_request(Spec(2, 12, 1), 0);
@@ -217,7 +217,7 @@ TEST(OrcaBatchTest, WholePromptsJoinEveryIteration) {
 }
 
 TEST(OrcaBatchTest, PromptOverTheBudgetIsRejected) {
-  Harness h(Config(BatchFormation::kOrca, 20), 101);
+  Harness h(Config("orca", 20), 101);
   h.sched.add_request(Spec(0, 21, 1), 0);
   EXPECT_EQ(h.obs.rejected, (std::vector<RequestId>{0}));
 }
@@ -227,8 +227,8 @@ TEST(OrcaBatchTest, PromptOverTheBudgetIsRejected) {
 // tau = chunk_size 32 under max_num_batched_tokens 100. Each step: decodes (1 token each),
 // then partial prefills, then new prompts, each chunked to what is left of tau.
 TEST(SarathiBatchTest, DecodesFirstThenChunksWithExactSplits) {
-  SchedulerConfig c = Config(BatchFormation::kSarathi, 100);
-  c.sarathi_chunk_size = 32;
+  SchedulerConfig c = Config("sarathi", 100);
+  use_policy(c, PolicyKind::kBatch, "sarathi", {{"chunk_size", std::int64_t{32}}});
   Harness h(c, 101);
   h.sched.add_request(Spec(0, 40, 3), 0);
   EXPECT_EQ(h.Step(), (Plan{{0, 0, 32, true, false}}));
@@ -249,8 +249,8 @@ TEST(SarathiBatchTest, DecodesFirstThenChunksWithExactSplits) {
 // 0.1 = 1 block. A 144-token prompt (9 blocks) is admitted (9 + 1 <= 10); then a 16-token one
 // (1 block) is not (1 + 1 > 1 free) although the budget has room for a chunk.
 TEST(SarathiBatchTest, AdmissionKeepsTheWatermark) {
-  SchedulerConfig c = Config(BatchFormation::kSarathi, 256);
-  c.admission_watermark = 0.1;
+  SchedulerConfig c = Config("sarathi", 256);
+  use_policy(c, PolicyKind::kBatch, "sarathi", {{"watermark", 0.1}});
   Harness h(c, 11);
   h.sched.add_request(Spec(0, 144, 1), 0);
   h.sched.add_request(Spec(1, 16, 1), 0);
@@ -263,7 +263,7 @@ TEST(SarathiBatchTest, AdmissionKeepsTheWatermark) {
 // Budget 64. Steps are prefill-only while a waiting request can be admitted whole, else
 // decode-only; never mixed.
 TEST(PrefillFirstBatchTest, PrefillOnlyAndDecodeOnlySteps) {
-  Harness h(Config(BatchFormation::kPrefillFirst, 64), 101);
+  Harness h(Config("prefill-first", 64), 101);
   h.sched.add_request(Spec(0, 30, 3), 0);
   h.sched.add_request(Spec(1, 30, 2), 0);
   h.sched.add_request(Spec(2, 30, 2), 0);  // 90 > 64: waits for the next prefill step
@@ -281,7 +281,7 @@ TEST(PrefillFirstBatchTest, PrefillOnlyAndDecodeOnlySteps) {
 // 4 usable blocks, two 16-token prompts (1 block each; the watermark int(0.01 * 4) is 0). In
 // step 1 both decodes take a second block, which fills the cache.
 TEST(PrefillFirstBatchTest, DecodePreemptsTheLastRunningByRecompute) {
-  Harness h(Config(BatchFormation::kPrefillFirst, 64), 5);
+  Harness h(Config("prefill-first", 64), 5);
   h.sched.add_request(Spec(0, 16, 40), 0);
   h.sched.add_request(Spec(1, 16, 20), 0);
   EXPECT_EQ(h.Step(), (Plan{{0, 0, 16, true, true}, {1, 0, 16, true, true}}));
@@ -302,9 +302,9 @@ TEST(PrefillFirstBatchTest, DecodePreemptsTheLastRunningByRecompute) {
 // Three requests fill 7 usable blocks in step 0: 0 (16 tokens, 1 block), 1 (40 tokens, 3
 // blocks, arrived at t=5), 2 (33 tokens, 3 blocks, arrived at t=3). In step 1, request 0's
 // decode at position 16 needs a block and none is free.
-Plan VictimScenario(PreemptionVictim victim, std::vector<RequestId>& preempted) {
-  SchedulerConfig c = Config(BatchFormation::kVllm, 8192);
-  c.preemption_victim = victim;
+Plan VictimScenario(const std::string& victim, std::vector<RequestId>& preempted) {
+  SchedulerConfig c = Config("vllm", 8192);
+  use_policy(c, PolicyKind::kVictim, victim);
   Harness h(c, 8);
   h.sched.add_request(Spec(0, 16, 8, 0), 0);
   h.sched.add_request(Spec(1, 40, 8, 5), 0);
@@ -318,7 +318,7 @@ Plan VictimScenario(PreemptionVictim victim, std::vector<RequestId>& preempted) 
 
 TEST(VictimTest, LastRunningPreemptsTheLastAdmitted) {
   std::vector<RequestId> preempted;
-  EXPECT_EQ(VictimScenario(PreemptionVictim::kLastRunning, preempted),
+  EXPECT_EQ(VictimScenario("last-running", preempted),
             (Plan{{0, 16, 1, false, true}, {1, 40, 1, false, true}}));
   EXPECT_EQ(preempted, (std::vector<RequestId>{2}));
 }
@@ -326,7 +326,7 @@ TEST(VictimTest, LastRunningPreemptsTheLastAdmitted) {
 // SGLang's retract order: fewest outputs (all have 1), then the longest prompt: request 1.
 TEST(VictimTest, FewestComputedPreemptsFewestOutputsThenLongestPrompt) {
   std::vector<RequestId> preempted;
-  EXPECT_EQ(VictimScenario(PreemptionVictim::kFewestComputed, preempted),
+  EXPECT_EQ(VictimScenario("fewest-computed", preempted),
             (Plan{{0, 16, 1, false, true}, {2, 33, 1, false, true}}));
   EXPECT_EQ(preempted, (std::vector<RequestId>{1}));
 }
@@ -334,7 +334,7 @@ TEST(VictimTest, FewestComputedPreemptsFewestOutputsThenLongestPrompt) {
 // Requests 1 and 2 hold 3 blocks each; the tie goes to the later arrival, request 1 (t=5).
 TEST(VictimTest, MostBlocksPreemptsTheBiggestTiesToTheLaterArrival) {
   std::vector<RequestId> preempted;
-  EXPECT_EQ(VictimScenario(PreemptionVictim::kMostBlocks, preempted),
+  EXPECT_EQ(VictimScenario("most-blocks", preempted),
             (Plan{{0, 16, 1, false, true}, {2, 33, 1, false, true}}));
   EXPECT_EQ(preempted, (std::vector<RequestId>{1}));
 }
@@ -344,8 +344,8 @@ TEST(VictimTest, MostBlocksPreemptsTheBiggestTiesToTheLaterArrival) {
 // first; request 1 (16 tokens) then needs a second block; fewest-computed picks request 0
 // (equal outputs, longer prompt), which is unscheduled.
 TEST(VictimTest, AVictimScheduledEarlierInTheStepIsRefunded) {
-  SchedulerConfig c = Config(BatchFormation::kVllm, 8192);
-  c.preemption_victim = PreemptionVictim::kFewestComputed;
+  SchedulerConfig c = Config("vllm", 8192);
+  use_policy(c, PolicyKind::kVictim, "fewest-computed");
   Harness h(c, 5);
   h.sched.add_request(Spec(0, 40, 8), 0);
   h.sched.add_request(Spec(1, 16, 8), 0);
@@ -372,7 +372,7 @@ struct CapRun {
 };
 
 void RunCapStream(std::int32_t cap, CapRun& run) {
-  SchedulerConfig c = Config(BatchFormation::kVllm, 64, 8);
+  SchedulerConfig c = Config("vllm", 64, 8);
   c.max_preemptions = cap;
   BlockPool pool(9);
   KvCacheManager kv(pool, 16, c.max_model_len, false);
@@ -421,25 +421,60 @@ TEST(PreemptionCapTest, AbortsExactlyWhenTheCapIsExceeded) {
 
 TEST(BatchPluginRegistryTest, SpecsReachTheSchedulerConfig) {
   SchedulerConfig sc;
+  PolicyTarget target{&sc, nullptr, 0};
   PolicySpec batch = default_policy_spec(PolicyKind::kBatch, "sarathi");
   batch.params["chunk_size"] = std::int64_t{512};
   PolicySpec pre = default_policy_spec(PolicyKind::kPreemption, "recompute");
   pre.params["victim"] = std::string("most-blocks");
   pre.params["max_preemptions"] = std::int64_t{3};
-  apply_scheduler_policies(batch, pre, sc);
-  EXPECT_EQ(sc.batch_formation, BatchFormation::kSarathi);
-  EXPECT_EQ(sc.sarathi_chunk_size, 512);
-  EXPECT_DOUBLE_EQ(sc.admission_watermark, 0.01);
-  EXPECT_EQ(sc.preemption_victim, PreemptionVictim::kMostBlocks);
+  build_policy(PolicyKind::kBatch, batch, target);
+  build_policy(PolicyKind::kPreemption, pre, target);
+  ASSERT_NE(sc.batch, nullptr);
+  EXPECT_EQ(sc.batch->name(), "sarathi");
+  ASSERT_NE(sc.victim, nullptr);
+  EXPECT_EQ(sc.victim->name(), "most-blocks");
+  ASSERT_NE(sc.preemption, nullptr);
+  EXPECT_EQ(sc.preemption->name(), "recompute");
   EXPECT_EQ(sc.max_preemptions, 3);
-  apply_scheduler_policies(default_policy_spec(PolicyKind::kBatch, "static"), pre, sc);
-  EXPECT_EQ(sc.batch_formation, BatchFormation::kStatic);
-  apply_scheduler_policies(default_policy_spec(PolicyKind::kBatch, "orca"), pre, sc);
-  EXPECT_EQ(sc.batch_formation, BatchFormation::kOrca);
-  apply_scheduler_policies(default_policy_spec(PolicyKind::kBatch, "prefill-first"), pre, sc);
-  EXPECT_EQ(sc.batch_formation, BatchFormation::kPrefillFirst);
-  apply_scheduler_policies(default_policy_spec(PolicyKind::kBatch, "vllm"), pre, sc);
-  EXPECT_EQ(sc.batch_formation, BatchFormation::kVllm);
+  for (const char* name : {"static", "orca", "prefill-first", "vllm"}) {
+    build_policy(PolicyKind::kBatch, default_policy_spec(PolicyKind::kBatch, name), target);
+    EXPECT_EQ(sc.batch->name(), name);
+  }
+}
+
+// Every registered plugin of every kind has a factory that builds what its name says.
+TEST(BatchPluginRegistryTest, EveryPluginBuilds) {
+  for (PolicyKind kind : {PolicyKind::kBatch, PolicyKind::kPreemption, PolicyKind::kVictim}) {
+    for (const PluginInfo* info : PolicyRegistry::instance().list(kind)) {
+      SchedulerConfig sc;
+      PolicyTarget target{&sc, nullptr, 0};
+      build_policy(kind, default_policy_spec(kind, info->name), target);
+      const std::string_view built = kind == PolicyKind::kBatch        ? sc.batch->name()
+                                     : kind == PolicyKind::kPreemption ? sc.preemption->name()
+                                                                       : sc.victim->name();
+      EXPECT_EQ(built, info->name);
+    }
+  }
+}
+
+// An unknown name is an error that lists the known ones, wherever it comes from.
+TEST(BatchPluginRegistryTest, UnknownNamesListTheKnownOnes) {
+  SchedulerConfig sc;
+  PolicyTarget target{&sc, nullptr, 0};
+  PolicySpec spec;
+  spec.name = "nope";
+  try {
+    build_policy(PolicyKind::kBatch, spec, target, "exp.yaml: policies.batch");
+    FAIL() << "no error";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("exp.yaml: policies.batch"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("vllm, static, orca, sarathi, prefill-first"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(use_policy(sc, PolicyKind::kVictim, "nope"), ConfigError);
+  EXPECT_THROW(use_policy(sc, PolicyKind::kBatch, "sarathi", {{"tau", std::int64_t{1}}}),
+               ConfigError);
 }
 
 }  // namespace

@@ -31,6 +31,7 @@
 #include "core/scheduler.h"
 #include "engine/cpu_executor.h"
 #include "engine/llama_weights.h"
+#include "policies/registry.h"
 #include "serving/config_node.h"
 #include "serving/home.h"
 
@@ -418,7 +419,7 @@ struct WorkloadStats {
 // How preemption treats a victim's KV: recompute (no host pool), or swap to a host pool of
 // `host_blocks` blocks.
 struct PreemptionSetup {
-  PreemptionMode mode = PreemptionMode::kRecompute;
+  std::string mode = "recompute";
   std::int32_t host_blocks = 0;
 };
 
@@ -474,36 +475,34 @@ struct KvLedger {
 // same request run alone: the dense reference when greedy, the executor with the same sampling
 // options (one request, no preemption, fresh cache) otherwise.
 void RunWorkload(const LlamaWeights& w, std::uint64_t seed, const SamplingParams& sampling,
-                 WorkloadStats& stats, BatchFormation formation = BatchFormation::kVllm,
-                 PreemptionVictim victim = PreemptionVictim::kLastRunning,
-                 PreemptionSetup preemption = {}, PrefixCacheMode cache = PrefixCacheMode::kHash,
-                 std::int32_t max_n = 1) {
+                 WorkloadStats& stats, std::string formation = "vllm",
+                 std::string victim = "last-running", PreemptionSetup preemption = {},
+                 PrefixCacheMode cache = PrefixCacheMode::kHash, std::int32_t max_n = 1) {
   Rng rng = Rng::stream(seed, "engine_model_test");
   const std::int32_t vocab = w.config.model.vocab_size;
   SchedulerConfig c;
-  c.batch_formation = formation;
-  c.preemption_victim = victim;
-  c.preemption_mode = preemption.mode;
+  use_policy(c, PolicyKind::kBatch, formation);
+  use_policy(c, PolicyKind::kPreemption, preemption.mode);  // before the victim: it sets one
+  use_policy(c, PolicyKind::kVictim, victim);
   c.block_size = static_cast<std::int32_t>(rng.uniform_int(2, 5));
   c.max_num_batched_tokens = static_cast<std::int32_t>(rng.uniform_int(12, 40));
   c.long_prefill_token_threshold = static_cast<std::int32_t>(rng.uniform_int(4, 16));
   c.max_num_seqs = static_cast<std::int32_t>(rng.uniform_int(3, 8));
   c.max_model_len = 128;
   // Orca, Sarathi and prefill-first take whole prompts (up to 50 tokens here) in one step.
-  if (formation != BatchFormation::kVllm && formation != BatchFormation::kStatic) {
+  if (formation != "vllm" && formation != "static") {
     c.max_num_batched_tokens = std::max(c.max_num_batched_tokens, 64);
   }
   c.enable_chunked_prefill = true;
   c.enable_prefix_caching = true;
   const std::int32_t num_blocks = static_cast<std::int32_t>(64 / c.block_size) + 2;
-  SCOPED_TRACE(
-      "formation " + std::to_string(static_cast<int>(formation)) + " victim " +
-      std::to_string(static_cast<int>(victim)) + " seed " + std::to_string(seed) + " block_size " +
-      std::to_string(c.block_size) + " budget " + std::to_string(c.max_num_batched_tokens) +
-      " threshold " + std::to_string(c.long_prefill_token_threshold) + " blocks " +
-      std::to_string(num_blocks) + " mode " + std::to_string(static_cast<int>(preemption.mode)) +
-      " host_blocks " + std::to_string(preemption.host_blocks) + " cache " +
-      std::to_string(static_cast<int>(cache)) + " max_n " + std::to_string(max_n));
+  SCOPED_TRACE("formation " + formation + " victim " + victim + " seed " + std::to_string(seed) +
+               " block_size " + std::to_string(c.block_size) + " budget " +
+               std::to_string(c.max_num_batched_tokens) + " threshold " +
+               std::to_string(c.long_prefill_token_threshold) + " blocks " +
+               std::to_string(num_blocks) + " mode " + preemption.mode + " host_blocks " +
+               std::to_string(preemption.host_blocks) + " cache " +
+               std::to_string(static_cast<int>(cache)) + " max_n " + std::to_string(max_n));
 
   // Requests: a shared system prompt (one of two) for most, then a unique tail.
   std::vector<RequestSpec> specs;
@@ -525,7 +524,7 @@ void RunWorkload(const LlamaWeights& w, std::uint64_t seed, const SamplingParams
   BlockPool pool(num_blocks);
   HostBlockPool host(preemption.host_blocks);
   KvCacheOptions kv_opt;
-  if (preemption.mode != PreemptionMode::kRecompute) kv_opt.host_pool = &host;
+  if (preemption.mode != "recompute") kv_opt.host_pool = &host;
   kv_opt.prefix_cache = cache;
   KvCacheManager kv(pool, c.block_size, c.max_model_len, c.enable_prefix_caching, kv_opt);
   Scheduler s(c, kv, nullptr);
@@ -645,10 +644,8 @@ TEST(EngineModelTest, SchedulingNeverChangesGreedyOutputs) {
 // The same property under every batch formation and preemption victim the scheduler offers.
 TEST(EngineModelTest, EveryBatchFormationKeepsGreedyOutputs) {
   const LlamaWeights w = LlamaWeights::random(TinyConfig(), 13);
-  for (BatchFormation f : {BatchFormation::kVllm, BatchFormation::kStatic, BatchFormation::kOrca,
-                           BatchFormation::kSarathi, BatchFormation::kPrefillFirst}) {
-    for (PreemptionVictim v : {PreemptionVictim::kLastRunning, PreemptionVictim::kLowestPriority,
-                               PreemptionVictim::kFewestComputed, PreemptionVictim::kMostBlocks}) {
+  for (std::string f : {"vllm", "static", "orca", "sarathi", "prefill-first"}) {
+    for (std::string v : {"last-running", "lowest-priority", "fewest-computed", "most-blocks"}) {
       WorkloadStats stats;
       for (std::uint64_t seed = 31; seed <= 32; ++seed) {
         RunWorkload(w, seed, SamplingParams{}, stats, f, v);
@@ -668,11 +665,9 @@ TEST(EngineModelTest, SwapPreemptionKeepsGreedyOutputs) {
   for (const std::int32_t host_blocks : {64, 4}) {
     SCOPED_TRACE("host_blocks " + std::to_string(host_blocks));
     WorkloadStats stats;
-    for (PreemptionVictim v : {PreemptionVictim::kLastRunning, PreemptionVictim::kLowestPriority,
-                               PreemptionVictim::kFewestComputed, PreemptionVictim::kMostBlocks}) {
+    for (std::string v : {"last-running", "lowest-priority", "fewest-computed", "most-blocks"}) {
       for (std::uint64_t seed = 1; seed <= 6; ++seed) {
-        RunWorkload(w, seed, SamplingParams{}, stats, BatchFormation::kVllm, v,
-                    {PreemptionMode::kSwap, host_blocks});
+        RunWorkload(w, seed, SamplingParams{}, stats, "vllm", v, {"swap", host_blocks});
         if (HasFatalFailure()) return;
       }
     }
@@ -716,18 +711,15 @@ TEST(EngineModelTest, RadixCacheAndParallelSamplingKeepOutputs) {
   const LlamaWeights w = LlamaWeights::random(TinyConfig(), 17);
   WorkloadStats greedy, sampled, radix;
   for (std::uint64_t seed = 41; seed <= 46; ++seed) {
-    RunWorkload(w, seed, SamplingParams{}, radix, BatchFormation::kVllm,
-                PreemptionVictim::kLastRunning, {}, PrefixCacheMode::kRadix, 1);
+    RunWorkload(w, seed, SamplingParams{}, radix, "vllm", "last-running", {},
+                PrefixCacheMode::kRadix, 1);
     if (HasFatalFailure()) return;
     for (const PrefixCacheMode cache : {PrefixCacheMode::kHash, PrefixCacheMode::kRadix}) {
-      RunWorkload(w, seed, SamplingParams{}, greedy, BatchFormation::kVllm,
-                  PreemptionVictim::kLastRunning, {}, cache, 3);
+      RunWorkload(w, seed, SamplingParams{}, greedy, "vllm", "last-running", {}, cache, 3);
       if (HasFatalFailure()) return;
       RunWorkload(w, seed, SamplingParams{.temperature = 1.0, .top_p = 0.95, .seed = 5}, sampled,
-                  seed % 2 == 0 ? BatchFormation::kVllm : BatchFormation::kSarathi,
-                  PreemptionVictim::kMostBlocks,
-                  {seed % 2 == 0 ? PreemptionMode::kSwap : PreemptionMode::kRecompute, 16}, cache,
-                  3);
+                  seed % 2 == 0 ? "vllm" : "sarathi", "most-blocks",
+                  {seed % 2 == 0 ? "swap" : "recompute", 16}, cache, 3);
       if (HasFatalFailure()) return;
     }
   }

@@ -23,6 +23,8 @@
 #include "engine/cpu_executor.h"
 #include "engine/llama_weights.h"
 #include "engine/safetensors.h"
+#include "policies/registry.h"
+#include "serving/home.h"
 #if SERVELAB_HAVE_CUDA
 #include "engine/cuda_executor.h"
 #include "kernels/device.h"
@@ -178,7 +180,7 @@ TEST(GpuExecutor, SchedulingNeverChangesGreedyOutputs) {
     c.enable_chunked_prefill = true;
     c.enable_prefix_caching = true;
     const bool swap = seed % 2 == 0;
-    c.preemption_mode = swap ? PreemptionMode::kSwap : PreemptionMode::kRecompute;
+    use_policy(c, PolicyKind::kPreemption, swap ? "swap" : "recompute");
     const std::int32_t num_blocks = 200 / c.block_size + 2, host_blocks = swap ? 64 : 0;
     std::vector<RequestSpec> specs;
     for (RequestId id = 0; id < 10; ++id) {

@@ -11,6 +11,7 @@
 #include "core/host_block_pool.h"
 #include "core/kv_cache_manager.h"
 #include "core/scheduler.h"
+#include "policies/registry.h"
 #include "serving/config_node.h"
 #include "traces/workload.h"
 
@@ -188,19 +189,18 @@ TEST(ParallelSamplingTest, BlockAlignedPromptNeedsNoCopy) {
 // victim (the last running, G's sample 1) takes G's sample 0 with it. Both resume sample by
 // sample (a sample never preempts itself while its sibling runs: the sibling goes), and every
 // request finishes with all its tokens and no leak.
-void RunTightCache(PreemptionMode mode, bool radix) {
-  SCOPED_TRACE(std::string(mode == PreemptionMode::kSwap ? "swap" : "recompute") +
-               (radix ? " radix" : " hash"));
+void RunTightCache(std::string mode, bool radix) {
+  SCOPED_TRACE(std::string(mode == "swap" ? "swap" : "recompute") + (radix ? " radix" : " hash"));
   BlockPool pool(7);
-  HostBlockPool host(mode == PreemptionMode::kSwap ? 16 : 0);
+  HostBlockPool host(mode == "swap" ? 16 : 0);
   KvCacheOptions o;
-  if (mode == PreemptionMode::kSwap) o.host_pool = &host;
+  if (mode == "swap") o.host_pool = &host;
   if (radix) o.prefix_cache = PrefixCacheMode::kRadix;
   KvCacheManager kv(pool, 4, 64, true, o);
   SchedulerConfig c;
   c.block_size = 4;
   c.max_model_len = 64;
-  c.preemption_mode = mode;
+  use_policy(c, PolicyKind::kPreemption, mode);
   Reports obs;
   Scheduler s(c, kv, &obs);
   s.add_request(make_request(1, 0, {{41, 0, 1}}, 12), 0);
@@ -225,7 +225,7 @@ void RunTightCache(PreemptionMode mode, bool radix) {
     kv.check_invariants();
   }
   EXPECT_TRUE(whole_group);
-  if (mode == PreemptionMode::kSwap) {
+  if (mode == "swap") {
     EXPECT_GT(swapped_out, 0);
   }
   ASSERT_EQ(obs.finished.size(), 2u);
@@ -242,13 +242,13 @@ void RunTightCache(PreemptionMode mode, bool radix) {
 }
 
 TEST(ParallelSamplingTest, PreemptionByRecomputeTakesEverySample) {
-  RunTightCache(PreemptionMode::kRecompute, false);
-  RunTightCache(PreemptionMode::kRecompute, true);
+  RunTightCache("recompute", false);
+  RunTightCache("recompute", true);
 }
 
 TEST(ParallelSamplingTest, PreemptionBySwapTakesEverySample) {
-  RunTightCache(PreemptionMode::kSwap, false);
-  RunTightCache(PreemptionMode::kSwap, true);
+  RunTightCache("swap", false);
+  RunTightCache("swap", true);
 }
 
 TEST(ParallelSamplingTest, RejectedWhereItCannotRun) {
@@ -266,7 +266,7 @@ TEST(ParallelSamplingTest, RejectedWhereItCannotRun) {
     spec.n = 0;
     s.add_request(spec, 0);
   }
-  c.batch_formation = BatchFormation::kStatic;
+  use_policy(c, PolicyKind::kBatch, "static");
   {
     Scheduler s(c, kv, &obs);
     RequestSpec spec = make_request(3, 0, {{42, 0, 8}}, 2);

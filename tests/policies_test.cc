@@ -387,13 +387,13 @@ class Harness {
   std::vector<RequestId> preempted;
 };
 
-SchedulerConfig Scenario25Config(PreemptionVictim victim) {
+SchedulerConfig Scenario25Config(std::string victim) {
   SchedulerConfig c;
   c.max_num_batched_tokens = 200;
   c.max_num_seqs = 2;
   c.block_size = 16;
   c.enable_prefix_caching = false;
-  c.preemption_victim = victim;
+  use_policy(c, PolicyKind::kVictim, victim);
   return c;
 }
 
@@ -412,7 +412,7 @@ RequestSpec Scenario25Request(RequestId id, TimeNs arrival, std::int32_t len, st
 // block: the victim is req_low, already scheduled, whose tokens are refunded. After req_high
 // finishes, req_low resumes with all 32 tokens (30 prompt + 2 decoded).
 TEST(PolicyPriorityPreemptionTest, Scenario25LowPriorityVictimIsRefundedThenResumes) {
-  Harness h(Scenario25Config(PreemptionVictim::kLowestPriority), 5, "priority");
+  Harness h(Scenario25Config("lowest-priority"), 5, "priority");
   h.sched.add_request(Scenario25Request(0, 0, 30, 10, 1), 0);
   EXPECT_EQ(h.Step(0), (std::vector<Entry>{{0, 0, 30}}));
   h.sched.add_request(Scenario25Request(1, 1, 32, 2, 0), 1);
@@ -444,7 +444,7 @@ TEST(PolicyPriorityPreemptionTest, Scenario25LowPriorityVictimIsRefundedThenResu
 
 // The same setup under FCFS: running.pop() is req_high, which preempts itself.
 TEST(PolicyPriorityPreemptionTest, Scenario25UnderFcfsTheNewcomerPreemptsItself) {
-  Harness h(Scenario25Config(PreemptionVictim::kLastRunning), 5, "fcfs");
+  Harness h(Scenario25Config("last-running"), 5, "fcfs");
   h.sched.add_request(Scenario25Request(0, 0, 30, 10, 1), 0);
   h.Step(0);
   h.sched.add_request(Scenario25Request(1, 1, 32, 2, 0), 1);
@@ -459,7 +459,7 @@ TEST(PolicyPriorityPreemptionTest, Scenario25UnderFcfsTheNewcomerPreemptsItself)
 // before it, the pass is empty; the scheduler schedules again at once (vLLM's engine loop would
 // run an empty step), so a plan is empty only when nothing can run.
 TEST(PolicyPriorityPreemptionTest, SelfPreemptionAtTheHeadReschedulesTheOthers) {
-  Harness h(Scenario25Config(PreemptionVictim::kLowestPriority), 5, "priority");
+  Harness h(Scenario25Config("lowest-priority"), 5, "priority");
   // Low priority first in the running list, high priority second.
   h.sched.add_request(Scenario25Request(0, 0, 31, 10, 1), 0);
   h.Step(0);  // 0: 31 prompt, 1 output -> 32 tokens, 2 blocks full
@@ -520,7 +520,8 @@ TEST(PolicyExperimentTest, PoliciesSectionReachesTheSchedulerAndTheResolvedConfi
                                "policies.prefix_cache=none"});
   EXPECT_EQ(c.policies.queue.name, "predicted-sjf");
   EXPECT_EQ(c.policies.queue.get_double("error"), 0.25);
-  EXPECT_EQ(c.scheduler.preemption_victim, PreemptionVictim::kLowestPriority);
+  ASSERT_NE(c.scheduler.victim, nullptr);
+  EXPECT_EQ(c.scheduler.victim->name(), "lowest-priority");
   EXPECT_FALSE(c.scheduler.enable_prefix_caching);
   const std::string yaml = resolved_config_yaml(c, {});
   EXPECT_NE(yaml.find("  batch: vllm\n"), std::string::npos) << yaml;

@@ -12,6 +12,7 @@
 #include <string>
 #include <thread>
 
+#include "serving/home.h"
 #include "tests/test_util.h"
 
 namespace servelab {

@@ -118,7 +118,8 @@ RequestSpec RandomRequest(Rng& rng, RequestId id, TimeNs now, std::uint64_t seed
 // reference count is the number of swapped tables holding it.
 void CheckInvariants(const Scheduler& s, const BlockPool& pool, const StepPlan* plan,
                      const std::set<RequestId>& running_before = {},
-                     const HostBlockPool* host = nullptr, const KvCacheManager* kv = nullptr) {
+                     const HostBlockPool* host = nullptr, const KvCacheManager* kv = nullptr,
+                     std::int32_t chunk_size = 0) {
   const SchedulerConfig& c = s.config();
   ASSERT_LE(s.num_running(), static_cast<std::size_t>(c.max_num_seqs));
   pool.check_invariants();
@@ -178,22 +179,21 @@ void CheckInvariants(const Scheduler& s, const BlockPool& pool, const StepPlan* 
 
   if (plan == nullptr) return;
   ASSERT_LE(plan->num_tokens(), c.max_num_batched_tokens);
-  const BatchFormation bf = c.batch_formation;
-  if (bf == BatchFormation::kSarathi && c.sarathi_chunk_size > 0) {
-    ASSERT_LE(plan->num_tokens(), c.sarathi_chunk_size);  // tau
+  const std::string bf(c.batch != nullptr ? c.batch->name() : "vllm");
+  if (bf == "sarathi" && chunk_size > 0) {
+    ASSERT_LE(plan->num_tokens(), chunk_size);  // tau
   }
   // Whole prompts only: without chunking in vllm, and always in orca and prefill-first.
-  const bool whole_prompts =
-      bf == BatchFormation::kVllm
-          ? !c.enable_chunked_prefill && c.long_prefill_token_threshold == 0
-          : bf == BatchFormation::kOrca || bf == BatchFormation::kPrefillFirst;
+  const bool whole_prompts = bf == "vllm"
+                                 ? !c.enable_chunked_prefill && c.long_prefill_token_threshold == 0
+                                 : bf == "orca" || bf == "prefill-first";
   std::int32_t prefill = 0, decode = 0;
   std::int64_t decode_context = 0, prefill_pairs = 0, prefill_context = 0, sampled = 0;
   std::set<RequestId> seen;
   for (const ScheduledRequest& e : plan->requests) {
     ASSERT_TRUE(seen.insert(e.id).second) << "request " << e.id << " scheduled twice";
     ASSERT_GE(e.num_tokens, 1);
-    if (bf == BatchFormation::kVllm && c.long_prefill_token_threshold > 0) {
+    if (bf == "vllm" && c.long_prefill_token_threshold > 0) {
       ASSERT_LE(e.num_tokens, c.long_prefill_token_threshold);
     }
     ASSERT_GE(static_cast<std::int64_t>(e.block_table.size()) * c.block_size, e.context_len());
@@ -255,15 +255,15 @@ void CheckInvariants(const Scheduler& s, const BlockPool& pool, const StepPlan* 
     }
   }
   // Maximum-length reservation: static and orca never preempt.
-  if (bf == BatchFormation::kStatic || bf == BatchFormation::kOrca) {
+  if (bf == "static" || bf == "orca") {
     ASSERT_TRUE(plan->preempted.empty());
   }
   // Static: nobody joins a running batch.
-  if (bf == BatchFormation::kStatic && !running_before.empty()) {
+  if (bf == "static" && !running_before.empty()) {
     for (RequestId id : seen) ASSERT_TRUE(running_before.count(id)) << "joined " << id;
   }
   // Prefill-first: a step admits (prefill-only) or runs the running requests, never both.
-  if (bf == BatchFormation::kPrefillFirst) {
+  if (bf == "prefill-first") {
     std::size_t admitted = 0;
     for (RequestId id : seen) admitted += running_before.count(id) == 0 ? 1 : 0;
     ASSERT_TRUE(admitted == 0 || admitted == seen.size()) << "a mixed prefill-first step";
@@ -274,50 +274,38 @@ void CheckInvariants(const Scheduler& s, const BlockPool& pool, const StepPlan* 
   }
 }
 
-const char* VictimName(PreemptionVictim v) {
-  switch (v) {
-    case PreemptionVictim::kLastRunning:
-      return "last-running";
-    case PreemptionVictim::kLowestPriority:
-      return "lowest-priority";
-    case PreemptionVictim::kFewestComputed:
-      return "fewest-computed";
-    case PreemptionVictim::kMostBlocks:
-      return "most-blocks";
-  }
-  return "?";
-}
+const std::string& VictimName(const std::string& v) { return v; }
 
 // One random stream under queue order `queue` (YAML value; "" for the scheduler's default FCFS),
 // preemption `victim`, batch formation `bf` and preemption cap `max_preemptions`, adding its
 // preemptions and aborts to `totals` if given. The
 // formation's own knobs (sarathi's tau) derive from the seed without drawing from the stream.
-// `mode` kSwap / kAuto get a small host pool (derived from the seed, sometimes too small for a
-// victim, so the recompute fallback runs too); kAuto prefers swapping victims with more than
+// `mode` swap / auto get a small host pool (derived from the seed, sometimes too small for a
+// victim, so the recompute fallback runs too); auto prefers swapping victims with more than
 // two blocks' worth of computed tokens.
-void RunSeed(std::uint64_t seed, const std::string& queue = "",
-             PreemptionVictim victim = PreemptionVictim::kLastRunning,
-             BatchFormation bf = BatchFormation::kVllm, std::int32_t max_preemptions = 0,
-             SchedulerCounters* totals = nullptr, PreemptionMode mode = PreemptionMode::kRecompute,
+void RunSeed(std::uint64_t seed, const std::string& queue = "", std::string victim = "last-running",
+             std::string bf = "vllm", std::int32_t max_preemptions = 0,
+             SchedulerCounters* totals = nullptr, std::string mode = "recompute",
              std::int64_t* swapped_blocks = nullptr, PrefixCacheMode cache = PrefixCacheMode::kHash,
              std::int32_t max_n = 1, PrefixCacheStats* sharing = nullptr) {
-  SCOPED_TRACE("seed " + std::to_string(seed) + " queue '" + queue + "' victim " +
-               VictimName(victim) + " batch " + std::to_string(static_cast<int>(bf)) +
-               " max_preemptions " + std::to_string(max_preemptions) + " cache " +
-               (cache == PrefixCacheMode::kRadix ? "radix" : "hash") + " max_n " +
-               std::to_string(max_n));
+  SCOPED_TRACE(
+      "seed " + std::to_string(seed) + " queue '" + queue + "' victim " + VictimName(victim) +
+      " batch " + bf + " max_preemptions " + std::to_string(max_preemptions) + " cache " +
+      (cache == PrefixCacheMode::kRadix ? "radix" : "hash") + " max_n " + std::to_string(max_n));
   Rng rng = Rng::stream(seed, "scheduler_property");
   Params p = RandomParams(rng);
-  p.config.preemption_victim = victim;
-  p.config.batch_formation = bf;
+  use_policy(p.config, PolicyKind::kPreemption, mode);  // before the victim: it sets one
+  use_policy(p.config, PolicyKind::kVictim, victim);
+  use_policy(p.config, PolicyKind::kBatch, bf);
   p.config.max_preemptions = max_preemptions;
-  p.config.preemption_mode = mode;
-  if (mode == PreemptionMode::kAuto) {
+  if (mode == "auto") {
     const std::int32_t bs = p.config.block_size;
     p.config.prefer_swap = [bs](const Request& r) { return r.num_computed_tokens > 2 * bs; };
   }
-  if (bf == BatchFormation::kSarathi && seed % 2 == 0) {
-    p.config.sarathi_chunk_size = static_cast<std::int32_t>(4 + mix64(seed) % 64);
+  std::int32_t chunk_size = 0;  // sarathi's tau (0: the budget)
+  if (bf == "sarathi" && seed % 2 == 0) {
+    chunk_size = static_cast<std::int32_t>(4 + mix64(seed) % 64);
+    use_policy(p.config, PolicyKind::kBatch, bf, {{"chunk_size", std::int64_t{chunk_size}}});
   }
   const SchedulerConfig& c = p.config;
   SCOPED_TRACE("bs " + std::to_string(c.block_size) + " blocks " + std::to_string(p.num_blocks) +
@@ -328,7 +316,7 @@ void RunSeed(std::uint64_t seed, const std::string& queue = "",
                (c.enable_prefix_caching ? " cached" : " uncached"));
 
   BlockPool pool(p.num_blocks);
-  const bool swapping = mode != PreemptionMode::kRecompute;
+  const bool swapping = mode != "recompute";
   HostBlockPool host(swapping ? static_cast<std::int32_t>(mix64(seed + 7) % 48) : 0);
   KvCacheOptions kv_options;
   if (swapping) kv_options.host_pool = &host;
@@ -364,7 +352,7 @@ void RunSeed(std::uint64_t seed, const std::string& queue = "",
     std::set<RequestId> running_before;
     for (const Request* r : s.running()) running_before.insert(r->id());
     const StepPlan& plan = s.schedule(now);
-    CheckInvariants(s, pool, &plan, running_before, host_check, &kv);
+    CheckInvariants(s, pool, &plan, running_before, host_check, &kv, chunk_size);
     if (testing::Test::HasFatalFailure()) return;
     if (swapped_blocks != nullptr)
       *swapped_blocks += static_cast<std::int64_t>(plan.swap_out.size());
@@ -412,23 +400,22 @@ void RunSeed(std::uint64_t seed, const std::string& queue = "",
 TEST(SchedulerPropertyTest, SwapAndAutoPreemptionKeepEveryInvariant) {
   const char* const queues[] = {"fcfs", "priority", "sjf", "{name: predicted-sjf, error: 1}",
                                 "{name: fair, input_weight: 1, output_weight: 3}"};
-  for (PreemptionMode mode : {PreemptionMode::kSwap, PreemptionMode::kAuto}) {
+  for (std::string mode : {"swap", "auto"}) {
     std::int64_t swapped_blocks = 0;
     SchedulerCounters totals;
-    for (PreemptionVictim victim :
-         {PreemptionVictim::kLastRunning, PreemptionVictim::kLowestPriority,
-          PreemptionVictim::kFewestComputed, PreemptionVictim::kMostBlocks}) {
+    for (std::string victim :
+         {"last-running", "lowest-priority", "fewest-computed", "most-blocks"}) {
       for (const char* queue : queues) {
         for (std::uint64_t seed = 1; seed <= 8; ++seed) {
-          RunSeed(seed, queue, victim, BatchFormation::kVllm, static_cast<std::int32_t>(seed % 3),
-                  &totals, mode, &swapped_blocks);
+          RunSeed(seed, queue, victim, "vllm", static_cast<std::int32_t>(seed % 3), &totals, mode,
+                  &swapped_blocks);
           if (HasFatalFailure()) return;
         }
       }
     }
-    EXPECT_GT(swapped_blocks, 0) << static_cast<int>(mode);
-    EXPECT_GT(totals.num_preemptions, 0) << static_cast<int>(mode);
-    EXPECT_GT(totals.num_aborted, 0) << static_cast<int>(mode);
+    EXPECT_GT(swapped_blocks, 0) << mode;
+    EXPECT_GT(totals.num_preemptions, 0) << mode;
+    EXPECT_GT(totals.num_aborted, 0) << mode;
   }
 }
 
@@ -446,8 +433,7 @@ TEST(SchedulerPropertyTest, EveryQueueOrderKeepsEveryInvariant) {
   const std::size_t registered = PolicyRegistry::instance().list(PolicyKind::kQueue).size();
   ASSERT_EQ(registered, std::size(queues)) << "a new queue order needs adding here";
   for (const char* queue : queues) {
-    for (PreemptionVictim victim :
-         {PreemptionVictim::kLastRunning, PreemptionVictim::kLowestPriority}) {
+    for (std::string victim : {"last-running", "lowest-priority"}) {
       for (std::uint64_t seed = 1; seed <= 24; ++seed) {
         RunSeed(seed, queue, victim);
         if (HasFatalFailure()) return;
@@ -464,11 +450,9 @@ TEST(SchedulerPropertyTest, EveryBatchFormationKeepsEveryInvariant) {
                                 "{name: fair, input_weight: 1, output_weight: 3}"};
   const std::size_t registered = PolicyRegistry::instance().list(PolicyKind::kBatch).size();
   ASSERT_EQ(registered, 5u) << "a new batch formation needs adding here";
-  for (BatchFormation bf : {BatchFormation::kVllm, BatchFormation::kStatic, BatchFormation::kOrca,
-                            BatchFormation::kSarathi, BatchFormation::kPrefillFirst}) {
-    for (PreemptionVictim victim :
-         {PreemptionVictim::kLastRunning, PreemptionVictim::kLowestPriority,
-          PreemptionVictim::kFewestComputed, PreemptionVictim::kMostBlocks}) {
+  for (std::string bf : {"vllm", "static", "orca", "sarathi", "prefill-first"}) {
+    for (std::string victim :
+         {"last-running", "lowest-priority", "fewest-computed", "most-blocks"}) {
       SchedulerCounters totals;
       for (const char* queue : queues) {
         for (std::uint64_t seed = 1; seed <= 4; ++seed) {
@@ -478,11 +462,11 @@ TEST(SchedulerPropertyTest, EveryBatchFormationKeepsEveryInvariant) {
       }
       // The streams reach the paths under test: preemption (and the cap) wherever a formation
       // can preempt at all.
-      if (bf == BatchFormation::kStatic || bf == BatchFormation::kOrca) {
+      if (bf == "static" || bf == "orca") {
         EXPECT_EQ(totals.num_preemptions, 0);
       } else {
-        EXPECT_GT(totals.num_preemptions, 0) << static_cast<int>(bf) << " " << VictimName(victim);
-        EXPECT_GT(totals.num_aborted, 0) << static_cast<int>(bf) << " " << VictimName(victim);
+        EXPECT_GT(totals.num_preemptions, 0) << bf << " " << VictimName(victim);
+        EXPECT_GT(totals.num_aborted, 0) << bf << " " << VictimName(victim);
       }
     }
   }
@@ -534,25 +518,23 @@ TEST(SchedulerPropertyTest, RadixCacheAndParallelSamplingKeepEveryInvariant) {
   PrefixCacheStats radix, forks;
   SchedulerCounters totals;
   for (std::uint64_t seed = 1; seed <= 40; ++seed) {
-    RunSeed(seed, "", PreemptionVictim::kLastRunning, BatchFormation::kVllm, 0, &totals,
-            PreemptionMode::kRecompute, nullptr, PrefixCacheMode::kRadix, 1, &radix);
+    RunSeed(seed, "", "last-running", "vllm", 0, &totals, "recompute", nullptr,
+            PrefixCacheMode::kRadix, 1, &radix);
     if (HasFatalFailure()) return;
   }
   EXPECT_GT(radix.hit_tokens, 0);
-  const PreemptionVictim victims[] = {
-      PreemptionVictim::kLastRunning, PreemptionVictim::kLowestPriority,
-      PreemptionVictim::kFewestComputed, PreemptionVictim::kMostBlocks};
+  const std::string victims[] = {"last-running", "lowest-priority", "fewest-computed",
+                                 "most-blocks"};
   for (const PrefixCacheMode cache : {PrefixCacheMode::kHash, PrefixCacheMode::kRadix}) {
     for (std::uint64_t seed = 100; seed <= 115; ++seed) {
-      const PreemptionVictim v = victims[seed % 4];
-      RunSeed(seed, "", v, BatchFormation::kVllm, seed % 3 == 0 ? 3 : 0, &totals,
-              PreemptionMode::kRecompute, nullptr, cache, 4, &forks);
+      const std::string v = victims[seed % 4];
+      RunSeed(seed, "", v, "vllm", seed % 3 == 0 ? 3 : 0, &totals, "recompute", nullptr, cache, 4,
+              &forks);
       if (HasFatalFailure()) return;
-      RunSeed(seed, "", v, BatchFormation::kVllm, 0, &totals, PreemptionMode::kSwap, nullptr, cache,
-              4, &forks);
+      RunSeed(seed, "", v, "vllm", 0, &totals, "swap", nullptr, cache, 4, &forks);
       if (HasFatalFailure()) return;
-      RunSeed(seed, "", v, seed % 2 == 0 ? BatchFormation::kSarathi : BatchFormation::kPrefillFirst,
-              0, &totals, PreemptionMode::kRecompute, nullptr, cache, 4, &forks);
+      RunSeed(seed, "", v, seed % 2 == 0 ? "sarathi" : "prefill-first", 0, &totals, "recompute",
+              nullptr, cache, 4, &forks);
       if (HasFatalFailure()) return;
     }
   }

@@ -36,7 +36,7 @@ RequestSpec Spec(RequestId id, std::int32_t len, std::int32_t max_out, TimeNs ar
 // the step computing position 16, A needs a 5th block and B (the last running request, holding
 // 4 blocks with 16 tokens computed) is preempted.
 struct Fixture {
-  explicit Fixture(PreemptionMode mode, std::int32_t host_blocks)
+  explicit Fixture(std::string mode, std::int32_t host_blocks)
       : pool(9),
         host(host_blocks),
         kv(pool, kBs, 64, /*enable_prefix_caching=*/false, Options(host)),
@@ -47,13 +47,13 @@ struct Fixture {
     o.host_pool = &host;
     return o;
   }
-  static SchedulerConfig Config(PreemptionMode mode) {
+  static SchedulerConfig Config(std::string mode) {
     SchedulerConfig c;
     c.block_size = kBs;
     c.max_model_len = 64;
     c.enable_prefix_caching = false;
     c.max_num_batched_tokens = 64;
-    c.preemption_mode = mode;
+    use_policy(c, PolicyKind::kPreemption, mode);
     return c;
   }
   // Runs one step; every sampling entry gets token 0.
@@ -106,7 +106,7 @@ std::vector<BlockId> RunUntilPreemption(Fixture& f) {
 }
 
 TEST(SwapPreemptionTest, LastRunningIsSwappedOutAndBackIn) {
-  Fixture f(PreemptionMode::kSwap, 16);
+  Fixture f("swap", 16);
   const std::vector<BlockId> b_blocks = RunUntilPreemption(f);
   ASSERT_EQ(b_blocks.size(), 4u);
   const StepPlan out = f.last;
@@ -163,7 +163,7 @@ TEST(SwapPreemptionTest, LastRunningIsSwappedOutAndBackIn) {
 }
 
 TEST(SwapPreemptionTest, ShortHostSpaceFallsBackToRecompute) {
-  Fixture f(PreemptionMode::kSwap, 2);  // B holds 4 blocks
+  Fixture f("swap", 2);  // B holds 4 blocks
   RunUntilPreemption(f);
   EXPECT_TRUE(f.last.swap_out.empty());
   EXPECT_EQ(f.last.preempted, std::vector<RequestId>{1});
@@ -186,7 +186,7 @@ TEST(SwapPreemptionTest, DestroyingTheSchedulerFreesHostBlocks) {
   HostBlockPool host(16);
   KvCacheManager kv(pool, kBs, 64, false, Fixture::Options(host));
   {
-    Scheduler s(Fixture::Config(PreemptionMode::kSwap), kv, nullptr);
+    Scheduler s(Fixture::Config("swap"), kv, nullptr);
     s.add_request(Spec(0, 12, 8), 0);
     s.add_request(Spec(1, 12, 8), 0);
     for (int step = 0; step < 20 && s.num_swapped() == 0; ++step) {
@@ -212,7 +212,7 @@ TEST(SwapPreemptionTest, AutoSwapsLongVictimsAndRecomputesShortOnes) {
     BlockPool pool(9);
     HostBlockPool host(16);
     KvCacheManager kv(pool, kBs, 64, false, Fixture::Options(host));
-    SchedulerConfig c = Fixture::Config(PreemptionMode::kAuto);
+    SchedulerConfig c = Fixture::Config("auto");
     c.prefer_swap = [min_tokens](const Request& r) { return r.num_computed_tokens >= min_tokens; };
     Scheduler s(c, kv, nullptr);
     s.add_request(Spec(0, 12, 8), 0);
@@ -237,7 +237,7 @@ TEST(SwapPreemptionTest, AutoSwapsLongVictimsAndRecomputesShortOnes) {
 }
 
 TEST(SwapPreemptionTest, AutoWithoutAnOracleRecomputes) {
-  Fixture f(PreemptionMode::kAuto, 16);
+  Fixture f("auto", 16);
   RunUntilPreemption(f);
   EXPECT_TRUE(f.last.swap_out.empty());
   EXPECT_EQ(f.Find(1)->status, RequestStatus::kPreempted);
@@ -266,17 +266,19 @@ TEST(SwapPreemptionTest, SwapNeedsTheVllmBatchFormation) {
   for (const char* batch : {"sarathi", "prefill-first"}) {
     for (const char* mode : {"swap", "auto"}) {
       try {
-        apply_scheduler_policies(default_policy_spec(PolicyKind::kBatch, batch),
-                                 default_policy_spec(PolicyKind::kPreemption, mode), sc);
+        use_policy(sc, PolicyKind::kBatch, batch);
+        use_policy(sc, PolicyKind::kPreemption, mode);
+        check_policy_combination(sc);
         ADD_FAILURE() << batch << " + " << mode << " accepted";
       } catch (const ConfigError& e) {
         EXPECT_NE(std::string(e.what()).find("policies.preemption"), std::string::npos);
       }
     }
   }
-  apply_scheduler_policies(default_policy_spec(PolicyKind::kBatch, "vllm"),
-                           default_policy_spec(PolicyKind::kPreemption, "auto"), sc);
-  EXPECT_EQ(sc.preemption_mode, PreemptionMode::kAuto);
+  use_policy(sc, PolicyKind::kBatch, "vllm");
+  use_policy(sc, PolicyKind::kPreemption, "auto");
+  check_policy_combination(sc);
+  EXPECT_EQ(sc.preemption->name(), "auto");
 }
 
 // End to end: swapping on the bursty experiment moves blocks and recomputes less.

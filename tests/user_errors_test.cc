@@ -10,6 +10,7 @@
 #include <string>
 
 #include "engine/llama_weights.h"
+#include "serving/home.h"
 #include "serving/model_config.h"
 #include "tests/test_util.h"
 

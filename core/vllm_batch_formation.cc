@@ -1,0 +1,77 @@
+#include "core/vllm_batch_formation.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "core/scheduler.h"
+
+namespace servelab {
+
+void VllmBatchFormation::fill(Scheduler& s, TimeNs now, bool admit) const {
+  const SchedulerConfig& config = s.config();
+  KvCacheManager& kv = s.kv();
+  std::int32_t budget = config.max_num_batched_tokens;
+  const std::int32_t threshold = config.long_prefill_token_threshold;
+  // The per-request cap of phase 1 (the threshold, when set; the budget caps it too).
+  const std::int32_t cap = threshold > 0 ? threshold : std::numeric_limits<std::int32_t>::max();
+  const std::size_t preempted_before = s.plan().preempted.size();
+
+  // Phase 1: running requests in list order.
+  const std::vector<Request*>& running = s.running();
+  std::size_t i = 0;
+  while (i < running.size() && budget > 0) {
+    Request& r = *running[i];
+    const std::int32_t remaining = r.num_tokens() - r.num_computed_tokens;
+    // The common case first, a decode (one token) that fits the blocks the request can get: the
+    // same calls as below with n = 1, which the compiler specialises. A failed allocation
+    // changes nothing, so the general path below simply tries again and preempts.
+    if (remaining == 1 && kv.allocate_slots(r, 1)) {
+      s.add_entry(r, 1, 0, now, /*is_prefill=*/false, /*samples=*/true);
+      budget -= 1;
+      ++i;
+      continue;
+    }
+    const std::int32_t n = std::min({remaining, cap, budget});
+    if (n <= 0) {  // nothing to do this step; it keeps its place
+      ++i;
+      continue;
+    }
+    const Scheduler::Room room = s.make_room(i, n, budget, now);
+    i = room.i;
+    budget = room.budget;
+    if (!room.ok) break;  // r preempted itself: nothing after it is left to schedule
+    s.add_to_plan(r, n, 0, now);
+    budget -= n;
+    ++i;
+  }
+  // Phases 2 and 3 never run in a step that preempted (the freed blocks would otherwise go
+  // straight to newcomers while the victims wait).
+  if (!admit || s.plan().preempted.size() != preempted_before) return;
+  // Phase 2: swapped requests resume; while any stays swapped nobody new is admitted.
+  if (s.num_swapped() > 0) budget = s.swap_in_phase(budget, now);
+  if (s.num_swapped() > 0) return;
+  // Phase 3: waiting requests in queue order.
+  Scheduler::AdmissionRule rule;
+  rule.token_cap = threshold;
+  rule.whole_prompt = !config.enable_chunked_prefill;  // no skipping ahead
+  s.admit_waiting(budget, rule, now);
+}
+
+std::string VllmBatchFormation::rejection_reason(const Request& r, const Scheduler& s) const {
+  const SchedulerConfig& config = s.config();
+  if (config.enable_chunked_prefill) return {};
+  // A waiting request asks for num_tokens - hit tokens in one step; num_tokens reaches
+  // total - 1 before the last token is sampled (a request resumed after a preemption).
+  std::int64_t worst = static_cast<std::int64_t>(r.spec.prompt_len) + r.spec.max_output_tokens - 1;
+  if (config.long_prefill_token_threshold > 0) {
+    worst = std::min<std::int64_t>(worst, config.long_prefill_token_threshold);
+  }
+  if (worst > config.max_num_batched_tokens) {
+    return "may need " + std::to_string(worst) +
+           " tokens in one step, more than max_num_batched_tokens " +
+           std::to_string(config.max_num_batched_tokens) + " with chunked prefill off";
+  }
+  return {};
+}
+
+}  // namespace servelab

@@ -1,0 +1,89 @@
+// Batch formation `prefill-first`: vLLM v0's default policy without chunked prefill
+// (vllm/core/scheduler.py _schedule_default). If the head of the waiting queue can be admitted
+// (its whole prompt, or prompt + outputs after a preemption, minus prefix hits, fits the budget;
+// its blocks leave the watermark free; a seat is free) the step is prefill-only: requests are
+// admitted from the head while they fit (head-of-line). Otherwise the step decodes every running
+// request, preempting victims by recompute when one cannot append. Prefill and decode never mix.
+#include <algorithm>
+
+#include "core/batch_formation.h"
+#include "core/scheduler.h"
+#include "policies/registry.h"
+#include "policies/watermark.h"
+
+namespace servelab {
+namespace {
+
+class PrefillFirstBatchFormation final : public BatchFormation {
+ public:
+  // Throws std::invalid_argument on a watermark outside [0, 1).
+  explicit PrefillFirstBatchFormation(double watermark) : watermark_(watermark) {
+    check_watermark(watermark_);
+  }
+  std::string_view name() const override { return "prefill-first"; }
+
+  void fill(Scheduler& s, TimeNs now, bool admit) const override {
+    std::int32_t budget = s.config().max_num_batched_tokens;
+    if (admit) {
+      // Prefill step: vLLM v0 _schedule_prefills computes a candidate's tokens before its budget
+      // check, so the head is looked at even when the budget is spent.
+      Scheduler::AdmissionRule rule;
+      rule.whole_prompt = true;
+      rule.watermark_blocks = s.watermark_blocks(watermark_);
+      rule.stop_when_budget_spent = false;
+      budget = s.admit_waiting(budget, rule, now);
+    }
+    if (!s.plan().requests.empty()) return;  // prefill-only: running requests skip this step
+    // Decode step over every running request, preempting victims when one cannot append.
+    const std::vector<Request*>& running = s.running();
+    std::size_t i = 0;
+    while (i < running.size() && budget > 0) {
+      Request& r = *running[i];
+      const std::int32_t n = std::min(r.num_tokens() - r.num_computed_tokens, budget);
+      if (n <= 0) {
+        ++i;
+        continue;
+      }
+      const Scheduler::Room room = s.make_room(i, n, budget, now);
+      i = room.i;
+      budget = room.budget;
+      if (!room.ok) continue;
+      s.add_to_plan(r, n, 0, now);
+      budget -= n;
+      ++i;
+    }
+  }
+
+  std::string rejection_reason(const Request& r, const Scheduler& s) const override {
+    std::string reason = watermark_rejection(r, s, watermark_);
+    if (!reason.empty()) return reason;
+    // Whole prompts only: a request resumed after a preemption asks for up to
+    // prompt + outputs - 1 tokens in one step.
+    const std::int64_t worst =
+        static_cast<std::int64_t>(r.spec.prompt_len) + r.spec.max_output_tokens - 1;
+    const std::int32_t budget = s.config().max_num_batched_tokens;
+    if (worst <= budget) return {};
+    return "may need " + std::to_string(worst) +
+           " tokens in one step, more than max_num_batched_tokens " + std::to_string(budget) +
+           " with prefill-first batching (no chunking)";
+  }
+
+ private:
+  double watermark_;
+};
+
+const PolicyRegistrar kRegistrar(
+    {PolicyKind::kBatch,
+     "prefill-first",
+     "a step is prefill-only when the waiting head can be admitted whole (head-of-line), "
+     "else decode-only over all running requests; never mixed, no chunking",
+     "vLLM v0 _schedule_default (vllm/core/scheduler.py, chunked prefill off)",
+     {watermark_param()},
+     [](const PolicySpec& spec, PolicyTarget& t) {
+       t.scheduler->batch =
+           std::make_shared<const PrefillFirstBatchFormation>(spec.get_double("watermark"));
+     },
+     /*rank=*/4});
+
+}  // namespace
+}  // namespace servelab
