@@ -5,10 +5,13 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <span>
 #include <stdexcept>
 #include <string>
 
 #include "core/rng.h"
+#include "engine/plan_check.h"
+#include "kernels/sampling_ref.h"
 
 namespace servelab {
 
@@ -82,32 +85,11 @@ std::span<float> CpuExecutor::mutable_value_block(std::int32_t layer, std::int32
 }
 
 void CpuExecutor::validate(const StepPlan& plan) const {
-  auto check = [](bool ok, const std::string& what) {
-    if (!ok) throw std::invalid_argument("CpuExecutor: " + what);
-  };
-  auto device = [&](BlockId b) { return b >= 0 && b < options_.num_blocks; };
-  auto host = [&](BlockId b) { return b >= 0 && b < options_.num_host_blocks; };
-  for (const BlockMove& m : plan.swap_out) {
-    check(device(m.src) && host(m.dst), "swap_out block out of range");
-  }
-  for (const BlockMove& m : plan.swap_in) {
-    check(host(m.src) && device(m.dst), "swap_in block out of range");
-  }
-  for (const BlockMove& m : plan.copies) {
-    check(device(m.src) && device(m.dst), "copy block out of range");
-  }
-  const std::int32_t bs = options_.block_size;
-  for (const ScheduledRequest& e : plan.requests) {
-    const std::string id = "request " + std::to_string(e.id);
-    check(e.spec != nullptr && e.num_tokens >= 1 && e.first_token >= 0, id + ": empty entry");
-    check(static_cast<std::int64_t>(e.block_table.size()) * bs >= e.context_len(),
-          id + ": block table too short");
-    for (std::int32_t b = 0; b * bs < e.context_len(); ++b) {
-      check(device(e.block_table[b]), id + ": block id out of range");
-    }
-    check(e.context_len() <= e.spec->prompt_len + static_cast<std::int64_t>(e.output_tokens.size()),
-          id + ": positions beyond the known tokens");
-  }
+  PlanLimits limits;
+  limits.num_blocks = options_.num_blocks;
+  limits.num_host_blocks = options_.num_host_blocks;
+  limits.block_size = options_.block_size;
+  check_plan(plan, limits, "CpuExecutor");
 }
 
 void CpuExecutor::move_blocks(const StepPlan& plan) {
@@ -274,28 +256,9 @@ std::int32_t CpuExecutor::sample(RequestId id, std::uint64_t index,
   }
   // One stream per (seed, request, output index): the draw never depends on the batch.
   Rng rng(mix64(mix64(sp.seed ^ name_hash("cpu_executor.sample")) ^ id) ^ mix64(index));
-  const auto n = static_cast<std::int32_t>(logits.size());
-  std::vector<double> prob(n);
-  const double mx = logits.maxCoeff();
-  double total = 0;
-  for (std::int32_t t = 0; t < n; ++t) {
-    prob[t] = std::exp((logits[t] - mx) / sp.temperature);
-    total += prob[t];
-  }
-  std::vector<std::int32_t> order(n);
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](std::int32_t a, std::int32_t b) { return prob[a] > prob[b]; });
-  // Nucleus: the most likely tokens until their mass reaches top_p (at least one).
-  std::int32_t keep = 0;
-  double mass = 0;
-  while (keep < n && (keep == 0 || mass < sp.top_p * total)) mass += prob[order[keep++]];
-  double u = rng.uniform() * mass;
-  for (std::int32_t r = 0; r < keep; ++r) {
-    u -= prob[order[r]];
-    if (u < 0) return order[r];
-  }
-  return order[keep - 1];
+  // Nucleus sampling, the one reference implementation (kernels/sampling_ref.h).
+  return kernels::top_p_reference(std::span<const float>(logits.data(), logits.size()),
+                                  sp.temperature, sp.top_p, rng.uniform());
 }
 
 }  // namespace servelab

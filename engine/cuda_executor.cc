@@ -9,6 +9,7 @@
 #include <string>
 
 #include "core/rng.h"
+#include "engine/plan_check.h"
 #include "engine/safetensors.h"
 #include "kernels/activation.h"
 #include "kernels/attention.h"
@@ -357,31 +358,14 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
   const std::int32_t bs = opt.block_size;
 
   // Validation: the same plans CpuExecutor refuses, before any state changes.
-  auto check = [](bool ok, const std::string& what) {
-    if (!ok) throw std::invalid_argument("CudaExecutor: " + what);
-  };
-  auto device = [&](BlockId b) { return b >= 0 && b < opt.num_blocks; };
-  auto host = [&](BlockId b) { return b >= 0 && b < opt.num_host_blocks; };
-  for (const BlockMove& mv : plan.swap_out)
-    check(device(mv.src) && host(mv.dst), "swap_out block out of range");
-  for (const BlockMove& mv : plan.swap_in)
-    check(host(mv.src) && device(mv.dst), "swap_in block out of range");
-  for (const BlockMove& mv : plan.copies)
-    check(device(mv.src) && device(mv.dst), "copy block out of range");
+  PlanLimits limits;
+  limits.num_blocks = opt.num_blocks;
+  limits.num_host_blocks = opt.num_host_blocks;
+  limits.block_size = bs;
+  limits.max_context = s.rope_rows;
+  check_plan(plan, limits, "CudaExecutor");
   std::int32_t max_ctx = 0;
-  for (const ScheduledRequest& e : plan.requests) {
-    const std::string id = "request " + std::to_string(e.id);
-    check(e.spec != nullptr && e.num_tokens >= 1 && e.first_token >= 0, id + ": empty entry");
-    check(static_cast<std::int64_t>(e.block_table.size()) * bs >= e.context_len(),
-          id + ": block table too short");
-    for (std::int32_t b = 0; b * bs < e.context_len(); ++b) {
-      check(device(e.block_table[b]), id + ": block id out of range");
-    }
-    check(e.context_len() <= e.spec->prompt_len + static_cast<std::int64_t>(e.output_tokens.size()),
-          id + ": positions beyond the known tokens");
-    check(e.context_len() <= s.rope_rows, id + ": context beyond max_model_len");
-    max_ctx = std::max(max_ctx, e.context_len());
-  }
+  for (const ScheduledRequest& e : plan.requests) max_ctx = std::max(max_ctx, e.context_len());
 
   // Step metadata on the host.
   const std::int32_t width = std::max<std::int32_t>(1, (max_ctx + bs - 1) / bs);  // table stride

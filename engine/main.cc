@@ -14,7 +14,7 @@
 
 #include "engine/engine_driver.h"
 #include "engine/profile.h"
-#include "serving/cli_args.h"
+#include "serving/cli.h"
 #include "serving/config_node.h"
 #include "serving/experiment.h"
 #include "serving/output_file.h"
@@ -49,7 +49,7 @@ constexpr const char* kUsage =
     "      model's features and a header naming the device, date and engine version, for\n"
     "      `sim calibrate` (docs/validation.md); an existing PROFILE.csv is replaced only with\n"
     "      --force\n"
-    "  help       this text\n"
+    "  help       this text; `engine COMMAND --help` lists a command's options\n"
     "\n"
     "Experiment files are described in docs/experiments.md; the engine in docs/engine.md.\n";
 
@@ -67,26 +67,34 @@ double parse_gib(const std::string& text) {
 int cmd_run(const std::vector<std::string>& args) {
   servelab::EngineOptions options;
   const servelab::ExperimentArgs a = servelab::parse_experiment_args(
-      args, "engine run", [&](const std::string& flag, const std::function<std::string()>& value) {
-        if (flag == "--device") {
-          options.device = value();
-        } else if (flag.rfind("--device=", 0) == 0) {
-          options.device = flag.substr(9);
-        } else if (flag == "--weights") {
-          options.weights = value();
-        } else if (flag == "--kv-memory-gb") {
-          options.kv_memory_gib = parse_gib(value());
-        } else if (flag == "--tokens") {
-          options.write_tokens = true;
-        } else {
-          return false;
-        }
-        return true;
-      });
+      args, "engine run",
+      [&](CLI::App& app) {
+        app.add_option("--device", options.device, "where the model runs (default cpu)")
+            ->check(servelab::cli::one_of({"cpu", "cuda"}));
+        app.add_option("--weights", options.weights,
+                       "a safetensors checkpoint (default: random weights from the seed)")
+            ->type_name("PATH");
+        app.add_option_function<std::string>(
+               "--kv-memory-gb",
+               [&](const std::string& v) { options.kv_memory_gib = parse_gib(v); },
+               "GiB of K/V blocks when serving.num_gpu_blocks is not set (default 1)")
+            ->check(CLI::Validator(
+                [](std::string& v) -> std::string {
+                  try {
+                    parse_gib(v);
+                  } catch (const UsageError&) {
+                    return "expected a positive number of GiB, got '" + v + "'";
+                  }
+                  return "";
+                },
+                "G"));
+        app.add_flag("--tokens", options.write_tokens, "write tokens.jsonl (the sampled tokens)");
+      },
+      "Run one experiment (the same files as `sim run`) with every step executed on the model "
+      "and timed; arrivals are replayed in wall-clock time. Writes summary.json, requests.csv, "
+      "steps.csv, config.yaml (schedule.csv with --record-schedule, tokens.jsonl with --tokens) "
+      "to the run folder (default out/<experiment name>-engine/).");
   options.out_dir = a.out_dir;
-  if (options.device != "cpu" && options.device != "cuda") {
-    throw UsageError("--device: expected cpu or cuda, got '" + options.device + "'");
-  }
   const bool record_schedule = a.record_schedule, quiet = a.quiet;
   servelab::ExperimentConfig config = servelab::load_experiment(a.experiment, a.overrides, a.seed);
   if (record_schedule) config.outputs.record_schedule = true;
@@ -102,60 +110,40 @@ int cmd_run(const std::vector<std::string>& args) {
   return 0;
 }
 
-int parse_count(const std::string& flag, const std::string& text, int min, int max) {
-  char* end = nullptr;
-  const long v = std::strtol(text.c_str(), &end, 10);
-  if (text.empty() || *end != '\0' || v < min || v > max) {
-    throw UsageError(flag + ": expected an integer in [" + std::to_string(min) + ", " +
-                     std::to_string(max) + "], got '" + text + "'");
-  }
-  return static_cast<int>(v);
-}
-
 int cmd_profile(const std::vector<std::string>& args) {
+  namespace cli = servelab::cli;
   servelab::ProfileOptions o;
   bool quiet = false;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= args.size()) throw UsageError(a + ": expected a value");
-      return args[++i];
-    };
-    if (a == "--model") {
-      o.model = value();
-    } else if (a == "-o" || a == "--out") {
-      o.out = value();
-    } else if (a == "--device") {
-      o.device = value();
-    } else if (a.rfind("--device=", 0) == 0) {
-      o.device = a.substr(9);
-    } else if (a == "--reps") {
-      o.reps = parse_count(a, value(), 1, 1000);
-    } else if (a == "--rounds") {
-      o.rounds = parse_count(a, value(), 1, 1000);
-    } else if (a == "--warmup") {
-      o.warmup = parse_count(a, value(), 0, 1000);
-    } else if (a == "--max-tokens") {
-      o.max_tokens = parse_count(a, value(), 16, 1 << 20);
-    } else if (a == "--block-size") {
-      o.block_size = parse_count(a, value(), 1, 256);
-    } else if (a == "--weights") {
-      o.weights = value();
-    } else if (a == "--seed") {
-      o.seed = servelab::parse_seed(value());
-    } else if (a == "--quick") {
-      o.quick = true;
-    } else if (a == "--force") {
-      o.force = true;
-    } else if (a == "--quiet" || a == "-q") {
-      quiet = true;
-    } else {
-      throw UsageError("engine profile: unknown argument '" + a + "'");
-    }
-  }
-  if (o.device != "cpu" && o.device != "cuda") {
-    throw UsageError("--device: expected cpu or cuda, got '" + o.device + "'");
-  }
+  const auto app = cli::command(
+      "engine profile",
+      "Time the executor over a grid of step shapes (prefill, batched prefill, chunks with "
+      "cached context, decode batches by context, mixed, swap, copy): N repetitions over R "
+      "passes, each shape warmed up and timed back to back within a pass; writes each shape's "
+      "median with the cost model's features and a header naming the device, date and engine "
+      "version, for `sim calibrate` (docs/validation.md).");
+  app->add_option("--model", o.model, "the model (catalogue name or config.json)")->type_name("M");
+  cli::add_out(*app, o.out, "the profile to write")->type_name("PROFILE.csv");
+  app->add_option("--device", o.device, "where the model runs (default cpu)")
+      ->check(cli::one_of({"cpu", "cuda"}));
+  const auto count = [&](const char* name, auto& field, int min, int max, const char* what) {
+    app->add_option(name, field, what)->check(cli::integer_in(min, max))->type_name("N");
+  };
+  count("--reps", o.reps, 1, 1000, "timed repetitions per shape (default 9)");
+  count("--rounds", o.rounds, 1, 1000, "passes over the grid (default 3)");
+  count("--warmup", o.warmup, 0, 1000, "untimed runs before each shape");
+  count("--max-tokens", o.max_tokens, 16, 1 << 20, "the largest step in tokens");
+  count("--block-size", o.block_size, 1, 256, "tokens per KV block");
+  app->add_option("--weights", o.weights, "a safetensors checkpoint (default: random weights)")
+      ->type_name("PATH");
+  app->add_option_function<std::string>(
+         "--seed", [&](const std::string& v) { o.seed = servelab::parse_seed(v); },
+         "the random weights' seed")
+      ->check(cli::seed_value())
+      ->type_name("N");
+  app->add_flag("--quick", o.quick, "a small grid (minutes, not hours)");
+  cli::add_force(*app, o.force, "PROFILE.csv");
+  cli::add_quiet(*app, quiet);
+  cli::parse(*app, args);
   if (o.model.empty()) throw UsageError("engine profile: --model M is required");
   if (o.out.empty()) throw UsageError("engine profile: -o PROFILE.csv is required");
   // Before the (long) profile: an existing file only with --force, never an input.

@@ -1,11 +1,12 @@
 // Host references for the GPU sampling kernels (kernels/sampling.h).
 //
-// Semantics are CpuExecutor's (engine/cpu_executor.cc): greedy = argmax, lowest token id on exact
-// ties; nucleus = softmax(logits / temperature), tokens in (probability descending, id ascending)
-// order, the shortest prefix whose mass reaches top_p * total (at least one token), then the
-// first token whose running mass exceeds u * (prefix mass) for one uniform draw u in [0, 1).
-// The caller draws u from the request's stream, so GPU and CPU sample the same token from the
-// same logits up to rounding at the boundaries.
+// top_p_reference is the one nucleus sampler on the host: CpuExecutor (engine/cpu_executor.cc)
+// samples with it, and the GPU kernels are tested against it. Semantics: greedy = argmax, lowest
+// token id on exact ties; nucleus = softmax(logits / temperature), tokens in (probability
+// descending, id ascending) order, the shortest prefix whose mass reaches top_p * total (at least
+// one token), then the first token whose running mass exceeds u * (prefix mass) for one uniform
+// draw u in [0, 1). The caller draws u from the request's stream, so GPU and CPU sample the same
+// token from the same logits up to rounding at the boundaries.
 #pragma once
 
 #include <cstdint>

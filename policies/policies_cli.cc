@@ -6,14 +6,16 @@
 #include <vector>
 
 #include "policies/registry.h"
+#include "serving/cli.h"
 
 namespace servelab {
 
 int policies_command(const std::vector<std::string>& args) {
-  if (!args.empty()) {
-    std::fprintf(stderr, "sim policies: takes no arguments (got '%s')\n", args[0].c_str());
-    return 2;
-  }
+  const auto app = cli::command(
+      "sim policies",
+      "List the policy plugins, their origins and parameters (docs/policies.md). Takes no "
+      "arguments.");
+  cli::parse(*app, args);
   std::fputs(format_catalogue().c_str(), stdout);
   return 0;
 }

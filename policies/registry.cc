@@ -9,6 +9,7 @@
 
 #include "core/batch_formation.h"
 #include "core/preemption_mode.h"
+#include "core/strings.h"
 
 namespace servelab {
 
@@ -68,12 +69,6 @@ const T& get_typed(const PolicySpec& spec, const std::string& key) {
     throw std::logic_error("policy '" + spec.name + "': parameter '" + key + "' has another type");
   }
   return *v;
-}
-
-std::string join(const std::vector<std::string>& names) {
-  std::string out;
-  for (const std::string& n : names) out += (out.empty() ? "" : ", ") + n;
-  return out;
 }
 
 // "an int in [0, 10]", "a double >= 0", "one of a, b", ...

@@ -10,21 +10,14 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/strings.h"
+
 namespace servelab {
 
 namespace {
 
 // Nodes created by --set carry this tag so messages can say where the value came from.
 constexpr const char* kOverrideTag = "!servelab-set";
-
-std::string join(const std::vector<std::string>& items) {
-  std::string out;
-  for (std::size_t i = 0; i < items.size(); ++i) {
-    if (i) out += ", ";
-    out += items[i];
-  }
-  return out;
-}
 
 // Marks every node of an override value so messages about it say "--set a.b.c".
 void tag_override(YAML::Node node) {

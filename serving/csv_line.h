@@ -6,34 +6,43 @@
 // "%d", fixed-point times as "%lld.%0*lld" of (t / unit, t % unit), doubles as "%.6f" (to_chars
 // with a precision is specified to format like printf in the C locale). A negative time gives an
 // empty field. Fields are separated by commas in the order added; end() adds the newline.
+// Any row fits: the buffer starts at 512 bytes and grows (on a cold path) before a field that
+// might not fit, so a long word or a huge double is written whole, never past the end.
 #pragma once
 
+#include <algorithm>
 #include <charconv>
 #include <concepts>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
+#include <memory>
 #include <string_view>
 
 namespace servelab {
 
 class CsvLine {
  public:
+  CsvLine() = default;
+  CsvLine(const CsvLine&) = delete;  // points into itself
+  CsvLine& operator=(const CsvLine&) = delete;
+
   // Any integer type, as "%d" / "%lld" / "%llu" would print it.
   template <std::integral T>
   CsvLine& add(T v) {
-    sep();
+    sep(kMaxInteger);
     pos_ = std::to_chars(pos_, end_, v).ptr;
     return *this;
   }
   CsvLine& add(std::string_view s) {
-    sep();
-    for (const char c : s) *pos_++ = c;
+    sep(s.size());
+    pos_ = std::copy(s.begin(), s.end(), pos_);
     return *this;
   }
   // t / unit, a point, then t % unit on `digits` digits (zero-padded); empty when t < 0.
   // REQUIRES: unit == 10^digits.
   CsvLine& add_fixed(std::int64_t t, std::int64_t unit, int digits) {
-    sep();
+    sep(kMaxInteger + 1 + static_cast<std::size_t>(std::max(digits, 0)));
     if (t < 0) return *this;
     pos_ = std::to_chars(pos_, end_, t / unit).ptr;
     *pos_++ = '.';
@@ -47,27 +56,50 @@ class CsvLine {
   }
   // "%.6f".
   CsvLine& add_fixed6(double v) {
-    sep();
+    sep(kMaxFixed6);
     pos_ = std::to_chars(pos_, end_, v, std::chars_format::fixed, 6).ptr;
     return *this;
   }
   // Ends the row and writes it to `f`; the line is then empty again.
   void end(std::FILE* f) {
-    *pos_++ = '\n';
+    *pos_++ = '\n';  // every field left room for it
     std::fwrite(buf_, 1, static_cast<std::size_t>(pos_ - buf_), f);
     pos_ = buf_;
     first_ = true;
   }
 
  private:
-  void sep() {
+  // The most characters one field may take: an integer (sign and 20 digits), a "%.6f" double
+  // (DBL_MAX has 309 integer digits, a sign, a point and 6 decimals).
+  static constexpr std::size_t kMaxInteger = 21;
+  static constexpr std::size_t kMaxFixed6 = 320;
+
+  // Makes room for a separator, a field of up to `field` characters and the final newline,
+  // then writes the separator.
+  void sep(std::size_t field) {
+    if (static_cast<std::size_t>(end_ - pos_) < field + 2) [[unlikely]]
+      grow(field + 2);
     if (!first_) *pos_++ = ',';
     first_ = false;
   }
-  // Rows are short (numbers and short words); 512 bytes hold the widest with room to spare.
-  char buf_[512];
-  char* pos_ = buf_;
-  char* const end_ = buf_ + sizeof(buf_);
+  [[gnu::noinline, gnu::cold]] void grow(std::size_t need) {
+    const auto used = static_cast<std::size_t>(pos_ - buf_);
+    const std::size_t capacity = std::max(2 * static_cast<std::size_t>(end_ - buf_), used + need);
+    auto bigger = std::make_unique_for_overwrite<char[]>(capacity);
+    std::memcpy(bigger.get(), buf_, used);
+    heap_ = std::move(bigger);
+    buf_ = heap_.get();
+    pos_ = buf_ + used;
+    end_ = buf_ + capacity;
+  }
+
+  // Rows are short (numbers and short words): the inline buffer holds them without allocating;
+  // a longer one moves to the heap.
+  char small_[512];
+  std::unique_ptr<char[]> heap_;
+  char* buf_ = small_;
+  char* pos_ = small_;
+  char* end_ = small_ + sizeof(small_);
   bool first_ = true;
 };
 

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <vector>
 
+#include "core/strings.h"
 #include "serving/config_node.h"
 #include "serving/model_config.h"
 
@@ -13,19 +14,6 @@ namespace servelab {
 namespace fs = std::filesystem;
 
 namespace {
-
-std::string join(const std::vector<std::string>& items) {
-  std::string out;
-  for (std::size_t i = 0; i < items.size(); ++i) {
-    if (i) out += ", ";
-    out += items[i];
-  }
-  return out;
-}
-
-bool ends_with(std::string_view s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
-}
 
 HardwareConfig load_file(const std::string& path) {
   const ConfigNode node = ConfigNode::load_file(path);

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "core/strings.h"
 #include "serving/config_node.h"
 #include "serving/home.h"
 
@@ -13,19 +14,6 @@ namespace servelab {
 namespace fs = std::filesystem;
 
 namespace {
-
-bool ends_with(std::string_view s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
-}
-
-std::string join(const std::vector<std::string>& items) {
-  std::string out;
-  for (std::size_t i = 0; i < items.size(); ++i) {
-    if (i) out += ", ";
-    out += items[i];
-  }
-  return out;
-}
 
 // Limits a catalogue or config.json may state; generous, they only catch nonsense (a negative
 // count, a misplaced exponent) early with a message rather than an overflow later.

@@ -1,16 +1,21 @@
 #include "sim/calibration.h"
 
+#include <yaml-cpp/yaml.h>
+
 #include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <stdexcept>
 
 #include "serving/config_node.h"
 #include "sim/nnls.h"
+#include "traces/csv_reader.h"
 
 namespace servelab {
 
@@ -68,65 +73,33 @@ CalibratedCoefficients from_vector(const Eigen::VectorXd& x, std::int64_t knee,
   return c;
 }
 
-std::string trim(const std::string& s) {
-  const auto b = s.find_first_not_of(" \t\r");
-  if (b == std::string::npos) return "";
-  const auto e = s.find_last_not_of(" \t\r");
-  return s.substr(b, e - b + 1);
-}
-
-std::vector<std::string> split_csv(const std::string& line) {
-  std::vector<std::string> out;
-  std::stringstream ss(line);
-  for (std::string f; std::getline(ss, f, ',');) out.push_back(trim(f));
-  if (!line.empty() && line.back() == ',') out.emplace_back();
-  return out;
-}
-
-std::string fmt(double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.9g", v);
-  return buf;
-}
-
-// A YAML double-quoted scalar.
-std::string quoted(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out.push_back('\\');
-    out.push_back(c);
-  }
-  return out + "\"";
-}
-
 }  // namespace
 
 EngineProfile read_profile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw ConfigError(path + ": cannot open the profile (does it exist?)");
+  if (!std::filesystem::is_regular_file(path)) {
+    throw ConfigError(path + ": cannot open the profile (does it exist?)");
+  }
+  // The one CSV reader (traces/csv_reader.h): blank lines skipped, errors name PATH:LINE.
+  CsvReader csv(path);
   EngineProfile p;
   p.file = path;
-  std::string line;
-  std::int64_t line_no = 0;
   std::vector<std::string> header;
   std::map<std::string, std::size_t> col;
-  auto fail = [&](const std::string& what) {
-    throw ConfigError(path + ":" + std::to_string(line_no) + ": " + what);
-  };
-  while (std::getline(in, line)) {
-    ++line_no;
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (trim(line).empty()) continue;
+  auto fail = [&](const std::string& what) { csv.fail_message(what); };
+  while (csv.next_row()) {
+    const std::string_view line = csv.line();
     if (line[0] == '#') {
-      const std::string body = line.substr(1);
+      const std::string_view body = line.substr(1);
       const auto colon = body.find(':');
-      if (colon != std::string::npos && header.empty()) {
-        p.header[trim(body.substr(0, colon))] = trim(body.substr(colon + 1));
+      if (colon != std::string_view::npos && header.empty()) {
+        p.header[std::string(trim(body.substr(0, colon)))] = trim(body.substr(colon + 1));
       }
       continue;
     }
+    std::vector<std::string> f;
+    for (const std::string_view field : csv.fields()) f.emplace_back(trim(field));
     if (header.empty()) {
-      header = split_csv(line);
+      header = std::move(f);
       for (std::size_t i = 0; i < header.size(); ++i) col[header[i]] = i;
       for (const std::string& c : profile_columns()) {
         if (c == "reps" || c == "min_ns" || c == "max_ns") continue;
@@ -134,7 +107,6 @@ EngineProfile read_profile(const std::string& path) {
       }
       continue;
     }
-    const std::vector<std::string> f = split_csv(line);
     if (f.size() != header.size()) {
       fail("expected " + std::to_string(header.size()) + " fields, got " +
            std::to_string(f.size()));
@@ -150,7 +122,7 @@ EngineProfile read_profile(const std::string& path) {
       return v;
     };
     ProfileRow r;
-    r.line = line_no;
+    r.line = csv.line_number();
     r.family = f[col.at("family")];
     if (r.family.empty()) fail("column 'family': empty");
     StepFeatures& s = r.features.step;
@@ -346,47 +318,76 @@ CalibrationResult fit_profile(const EngineProfile& profile) {
   return result;
 }
 
-std::string calibration_yaml(const CalibrationResult& result, const std::string& profile_path) {
+std::string calibration_yaml(const CalibrationResult& result, const std::string& profile_path,
+                             const HostOverhead* host) {
   const CalibratedProfile& p = result.profile;
   const CalibratedCoefficients& c = p.coefficients;
-  std::string y;
-  y += "# ServeLab calibrated cost model, written by `sim calibrate` (docs/validation.md).\n";
-  y += "# Use it with `cost_model: {type: calibrated, file: THIS_FILE}` in an experiment,\n";
-  y += "# or `sim run EXP.yaml --set cost_model.file=THIS_FILE`.\n";
-  y += "type: calibrated\n";
-  y += "format_version: 1\n";
-  y += "model: " + quoted(p.model) + "\n";
-  y += "device: " + quoted(p.device) + "\n";
-  y += "date_utc: " + quoted(p.date_utc) + "\n";
-  y += "engine_version: " + quoted(p.engine_version) + "\n";
-  y += "profile: " + quoted(profile_path) + "\n";
-  y += "block_size: " + std::to_string(p.block_size) + "\n";
-  y += "block_bytes: " + std::to_string(p.block_bytes) + "\n";
-  y += "coefficients:                 # seconds per unit; step = sum of unit counts x these\n";
-  y += "  step_s: " + fmt(c.step_s) + "                 # per non-empty step\n";
-  y += "  per_sequence_s: " + fmt(c.per_sequence_s) + "\n";
-  y += "  per_token_s: " + fmt(c.per_token_s) + "\n";
-  y += "  per_token_above_knee_s: " + fmt(c.per_token_above_knee_s) + "\n";
-  y += "  knee_tokens: " + std::to_string(c.knee_tokens) + "\n";
-  y += "  prefill_pair_s: " + fmt(c.prefill_pair_s) + "\n";
-  y += "  decode_context_token_s: " + fmt(c.decode_context_token_s) + "\n";
-  y += "  decode_context_token_above_knee_s: " + fmt(c.decode_context_token_above_knee_s) + "\n";
-  y += "  decode_context_knee_tokens: " + std::to_string(c.decode_context_knee_tokens) + "\n";
-  y += "  sampled_sequence_s: " + fmt(c.sampled_sequence_s) + "\n";
-  y += "  swap_byte_s: " + fmt(c.swap_byte_s) + "\n";
-  y += "  copy_byte_s: " + fmt(c.copy_byte_s) + "\n";
-  y += "fit:                          # relative errors on the profile itself (fractions)\n";
-  y += "  method: nnls-relative-huber\n";
-  y += "  converged: " + std::string(result.converged ? "true" : "false") + "\n";
-  y += "  shapes: " + std::to_string(result.overall.shapes) + "\n";
-  y += "  mape: " + fmt(result.overall.mape) + "\n";
-  y += "  max_error: " + fmt(result.overall.max_error) + "\n";
-  y += "  families:\n";
+  YAML::Emitter y;
+  y.SetDoublePrecision(9);  // "%.9g"
+  y.SetIndent(2);
+  const auto text = [&](const char* key, const std::string& value) {
+    y << YAML::Key << key << YAML::Value << YAML::DoubleQuoted << value;
+  };
+  const auto number = [&](const char* key, auto value) {
+    y << YAML::Key << key << YAML::Value << value;
+  };
+  y << YAML::BeginMap;
+  number("type", "calibrated");
+  number("format_version", 1);
+  text("model", p.model);
+  text("device", p.device);
+  text("date_utc", p.date_utc);
+  text("engine_version", p.engine_version);
+  text("profile", profile_path);
+  number("block_size", p.block_size);
+  number("block_bytes", p.block_bytes);
+  y << YAML::Key << "coefficients" << YAML::Value
+    << YAML::Comment("seconds per unit; step = sum of unit counts x these") << YAML::BeginMap;
+  number("step_s", c.step_s);
+  y << YAML::Comment("per non-empty step");
+  number("per_sequence_s", c.per_sequence_s);
+  number("per_token_s", c.per_token_s);
+  number("per_token_above_knee_s", c.per_token_above_knee_s);
+  number("knee_tokens", c.knee_tokens);
+  number("prefill_pair_s", c.prefill_pair_s);
+  number("decode_context_token_s", c.decode_context_token_s);
+  number("decode_context_token_above_knee_s", c.decode_context_token_above_knee_s);
+  number("decode_context_knee_tokens", c.decode_context_knee_tokens);
+  number("sampled_sequence_s", c.sampled_sequence_s);
+  number("swap_byte_s", c.swap_byte_s);
+  number("copy_byte_s", c.copy_byte_s);
+  y << YAML::EndMap;
+  y << YAML::Key << "fit" << YAML::Value
+    << YAML::Comment("relative errors on the profile itself (fractions)") << YAML::BeginMap;
+  number("method", "nnls-relative-huber");
+  number("converged", result.converged);
+  number("shapes", result.overall.shapes);
+  number("mape", result.overall.mape);
+  number("max_error", result.overall.max_error);
+  y << YAML::Key << "families" << YAML::Value << YAML::BeginMap;
   for (const auto& [name, e] : result.families) {
-    y += "    " + quoted(name) + ": {shapes: " + std::to_string(e.shapes) +
-         ", mape: " + fmt(e.mape) + ", max_error: " + fmt(e.max_error) + "}\n";
+    y << YAML::Key << YAML::DoubleQuoted << name << YAML::Value << YAML::Flow << YAML::BeginMap;
+    number("shapes", e.shapes);
+    number("mape", e.mape);
+    number("max_error", e.max_error);
+    y << YAML::EndMap;
   }
-  return y;
+  y << YAML::EndMap << YAML::EndMap;
+  if (host != nullptr) {
+    y << YAML::Key << "host_overhead" << YAML::Value
+      << YAML::Comment("added to step_s and per_sequence_s") << YAML::BeginMap;
+    text("engine_run", host->engine_run);
+    number("steps", host->steps);
+    number("step_s", host->step_s);
+    number("per_sequence_s", host->per_sequence_s);
+    y << YAML::EndMap;
+  }
+  y << YAML::EndMap;
+  if (!y.good()) throw std::logic_error("calibration_yaml: " + y.GetLastError());
+  return "# ServeLab calibrated cost model, written by `sim calibrate` (docs/validation.md).\n"
+         "# Use it with `cost_model: {type: calibrated, file: THIS_FILE}` in an experiment,\n"
+         "# or `sim run EXP.yaml --set cost_model.file=THIS_FILE`.\n" +
+         std::string(y.c_str()) + "\n";
 }
 
 void print_calibration(std::FILE* out, const CalibrationResult& r) {

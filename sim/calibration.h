@@ -73,8 +73,19 @@ std::map<std::string, FamilyError> profile_errors(const EngineProfile& profile,
                                                   const CalibratedCoefficients& coefficients,
                                                   FamilyError* overall = nullptr);
 
-// The cost.yaml text (deterministic: fixed key order, %.9g numbers).
-std::string calibration_yaml(const CalibrationResult& result, const std::string& profile_path);
+// Host overhead the profile cannot see (the engine loop's scheduling and bookkeeping around
+// execute()), fitted over an engine run's steps by fit_host_overhead (sim/validate.h).
+struct HostOverhead {
+  std::string engine_run;  // the engine run folder it was fitted on
+  std::int64_t steps = 0;
+  double step_s = 0, per_sequence_s = 0;
+};
+
+// The cost.yaml text, written with yaml-cpp's emitter (deterministic: fixed key order, numbers
+// as "%.9g", strings double-quoted and escaped), plus a `host_overhead` section when `host` is
+// given. Loads back with load_calibrated_profile.
+std::string calibration_yaml(const CalibrationResult& result, const std::string& profile_path,
+                             const HostOverhead* host = nullptr);
 
 // The fit report `sim calibrate` prints.
 void print_calibration(std::FILE* out, const CalibrationResult& result);

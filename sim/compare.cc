@@ -9,6 +9,7 @@
 
 #include "serving/config_node.h"
 #include "serving/output_file.h"
+#include "sim/variant_loader.h"
 
 namespace servelab {
 
@@ -91,13 +92,7 @@ std::vector<VariantResult> run_compare(const std::string& path,
   // Load every variant first: a bad override in the last variant is reported before any run.
   std::vector<ExperimentConfig> configs;
   for (const Variant& v : variants) {
-    std::vector<std::string> overrides = base_overrides;
-    overrides.insert(overrides.end(), v.overrides.begin(), v.overrides.end());
-    try {
-      configs.push_back(load_experiment(path, overrides));
-    } catch (const ConfigError& e) {
-      throw ConfigError("variant '" + v.name + "': " + e.what());
-    }
+    configs.push_back(load_variant(path, base_overrides, v.overrides, "variant '" + v.name + "'"));
   }
   if (out_dir.empty()) out_dir = "out/" + configs.front().name + "-compare";
   // The folder may hold a previous one (compare.csv and run folders), nothing else.

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "policies/policies_cli.h"
-#include "serving/cli_args.h"
+#include "serving/cli.h"
 #include "serving/config_node.h"
 #include "serving/experiment.h"
 #include "sim/compare.h"
@@ -67,14 +67,18 @@ constexpr const char* kUsage =
     "  trace convert IN OUT [--format F] [--force]\n"
     "      rewrite any supported trace in ServeLab's own CSV format (an existing OUT is\n"
     "      replaced only with --force, and never when it is IN)\n"
-    "  help       this text\n"
+    "  help       this text; `sim COMMAND --help` lists a command's options\n"
     "\n"
     "Experiment files are described in docs/experiments.md; metrics in docs/metrics.md.\n";
 
 using servelab::UsageError;
 
 int cmd_run(const std::vector<std::string>& args) {
-  const servelab::ExperimentArgs a = servelab::parse_experiment_args(args, "sim run");
+  const servelab::ExperimentArgs a = servelab::parse_experiment_args(
+      args, "sim run", {},
+      "Simulate one experiment; writes summary.json, requests.csv, steps.csv, config.yaml (and "
+      "schedule.csv, events.csv, blocks.csv when asked) to the run folder (default "
+      "out/<experiment name>/).");
   servelab::ExperimentConfig config = servelab::load_experiment(a.experiment, a.overrides, a.seed);
   if (a.record_schedule) config.outputs.record_schedule = true;
   if (a.record_events) config.outputs.record_events = true;
@@ -95,13 +99,21 @@ int cmd_run(const std::vector<std::string>& args) {
 }
 
 int cmd_compare(const std::vector<std::string>& args) {
-  std::vector<servelab::Variant> variants;
+  std::vector<std::string> variant_args;
   servelab::ExperimentArgs a = servelab::parse_experiment_args(
-      args, "sim compare", [&](const std::string& flag, const std::function<std::string()>& value) {
-        if (flag != "--variant") return false;
-        variants.push_back(servelab::parse_variant(value()));
-        return true;
-      });
+      args, "sim compare",
+      [&](CLI::App& app) {
+        app.add_option("--variant", variant_args,
+                       "a variant: its name and overrides (repeatable; replaces the "
+                       "experiment's compare: section)")
+            ->type_name("NAME:key=value,...")
+            ->allow_extra_args(false);
+      },
+      "Run the variants of the experiment's `compare:` section (or those given with --variant) "
+      "on the same workload and seed; prints a table, writes OUT/compare.csv and OUT/<variant>/ "
+      "(default OUT: out/<experiment name>-compare).");
+  std::vector<servelab::Variant> variants;
+  for (const std::string& v : variant_args) variants.push_back(servelab::parse_variant(v));
   const std::vector<std::string> overrides = a.all_overrides();
   const std::string* exp = &a.experiment;
   const std::string out_dir = a.out_dir;

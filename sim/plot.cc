@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
-#include "serving/cli_args.h"
+#include "serving/cli.h"
 #include "serving/config_node.h"
 #include "serving/home.h"
 
@@ -25,27 +25,17 @@ namespace fs = std::filesystem;
 
 PlotArgs parse_plot_args(const std::vector<std::string>& args) {
   PlotArgs out;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= args.size()) throw UsageError(a + ": expected a value");
-      return args[++i];
-    };
-    if (a == "-o" || a == "--out") {
-      out.out_dir = value();
-    } else if (a == "--format") {
-      out.format = value();
-      if (out.format != "png" && out.format != "svg" && out.format != "pdf") {
-        throw UsageError("--format: expected png, svg or pdf, got '" + out.format + "'");
-      }
-    } else if (a == "--quiet" || a == "-q") {
-      out.quiet = true;
-    } else if (!a.empty() && a[0] == '-') {
-      throw UsageError("sim plot: unknown option '" + a + "'");
-    } else {
-      out.inputs.push_back(a);
-    }
-  }
+  const auto app = cli::command(
+      "sim plot",
+      "Figures from run, compare or sweep folders: latency CDFs, throughput and KV usage over "
+      "time, batch composition, request Gantt (needs schedule.csv), KV block map (needs "
+      "blocks.csv), curves and bars per variant.");
+  app->add_option("RUN_DIR", out.inputs, "run, compare or sweep folders");
+  cli::add_out(*app, out.out_dir, "the figures' folder (default RUN_DIR/figures)");
+  app->add_option("--format", out.format, "the figures' format (default png)")
+      ->check(cli::one_of({"png", "svg", "pdf"}));
+  cli::add_quiet(*app, out.quiet);
+  cli::parse(*app, args);
   if (out.inputs.empty()) {
     throw UsageError("sim plot: expected at least one run folder (sim plot RUN_DIR...)");
   }

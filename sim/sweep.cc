@@ -13,10 +13,11 @@
 #include <stdexcept>
 #include <thread>
 
-#include "serving/cli_args.h"
+#include "serving/cli.h"
 #include "serving/config_node.h"
 #include "serving/output_file.h"
 #include "sim/plot.h"
+#include "sim/variant_loader.h"
 #include "traces/workload.h"
 
 namespace servelab {
@@ -141,26 +142,19 @@ std::vector<SweepResult> run_sweep(const std::string& path,
   // Each value alone first, so an error names the sweep key that caused it.
   for (const SweepAxis& a : axes) {
     for (const std::string& v : a.values) {
-      std::vector<std::string> overrides = base_overrides;
-      overrides.push_back(a.key + "=" + v);
+      const std::string label = a.location + ": sweep key '" + a.key + "', value " + v;
+      const ExperimentConfig c = load_variant(path, base_overrides, {a.key + "=" + v}, label);
       try {
-        const ExperimentConfig c = load_experiment(path, overrides);
         make_workload(c.workload_section(), c.seed, c.base_dir);
       } catch (const ConfigError& e) {
-        throw ConfigError(a.location + ": sweep key '" + a.key + "', value " + v + ": " + e.what());
+        throw ConfigError(label + ": " + e.what());
       }
     }
   }
   const std::vector<SweepPoint> points = sweep_points(axes);
   std::vector<ExperimentConfig> configs;
   for (const SweepPoint& p : points) {
-    std::vector<std::string> overrides = base_overrides;
-    overrides.insert(overrides.end(), p.overrides.begin(), p.overrides.end());
-    try {
-      configs.push_back(load_experiment(path, overrides));
-    } catch (const ConfigError& e) {
-      throw ConfigError("sweep point " + p.name + ": " + e.what());
-    }
+    configs.push_back(load_variant(path, base_overrides, p.overrides, "sweep point " + p.name));
   }
   if (out_dir.empty()) out_dir = "out/" + configs.front().name + "-sweep";
   // The folder may hold a previous one (sweep.csv and run folders), nothing else.
@@ -267,22 +261,19 @@ void print_sweep_table(std::FILE* out, const std::vector<SweepAxis>& axes,
 int sweep_command(const std::vector<std::string>& args) {
   int jobs = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   bool plot = true;
+  bool no_plot = false;
   const ExperimentArgs a = parse_experiment_args(
-      args, "sim sweep", [&](const std::string& flag, const std::function<std::string()>& value) {
-        if (flag == "--no-plot") {
-          plot = false;
-          return true;
-        }
-        if (flag != "--jobs" && flag != "-j") return false;
-        const std::string v = value();
-        char* end = nullptr;
-        const long n = std::strtol(v.c_str(), &end, 10);
-        if (v.empty() || *end != '\0' || n < 1 || n > 4096) {
-          throw UsageError("--jobs: expected an integer from 1 to 4096, got '" + v + "'");
-        }
-        jobs = static_cast<int>(n);
-        return true;
-      });
+      args, "sim sweep",
+      [&](CLI::App& app) {
+        app.add_option("-j,--jobs", jobs, "simulations run at once (default: all cores)")
+            ->check(cli::integer_in(1, 4096))
+            ->type_name("N");
+        app.add_flag("--no-plot", no_plot, "no figures (OUT/figures/)");
+      },
+      "Run every point of the experiment's `sweep:` grid (key.path: [values]) on N threads; "
+      "writes OUT/sweep.csv, OUT/<point>/ and OUT/figures/ (default OUT: "
+      "out/<experiment name>-sweep); the files do not depend on N.");
+  plot = !no_plot;
   const std::vector<std::string> overrides = a.all_overrides();
   const std::vector<SweepAxis> axes = sweep_from_experiment(a.experiment);
   const bool progress = a.show_progress();

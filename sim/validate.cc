@@ -10,10 +10,12 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <span>
 #include <sstream>
 
+#include "core/metrics.h"
 #include "core/step_plan.h"
-#include "serving/cli_args.h"
+#include "serving/cli.h"
 #include "serving/config_node.h"
 #include "serving/hardware_config.h"
 #include "serving/model_config.h"
@@ -22,6 +24,7 @@
 #include "sim/calibration.h"
 #include "sim/nnls.h"
 #include "sim/roofline_cost_model.h"
+#include "traces/csv_reader.h"
 
 namespace servelab {
 
@@ -57,38 +60,26 @@ struct Csv {
   }
 };
 
-std::vector<std::string> split(const std::string& line) {
-  std::vector<std::string> out;
-  std::stringstream ss(line);
-  for (std::string f; std::getline(ss, f, ',');) out.push_back(f);
-  if (!line.empty() && line.back() == ',') out.emplace_back();
-  return out;
-}
-
+// Read with the one CSV reader (traces/csv_reader.h): errors name PATH:LINE.
 Csv read_csv(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw ConfigError(path + ": cannot open (is this a run folder?)");
+  if (!fs::is_regular_file(path)) throw ConfigError(path + ": cannot open (is this a run folder?)");
+  CsvReader csv(path);
   Csv c;
   c.file = path;
-  std::string line;
-  std::int64_t n = 0;
   std::size_t width = 0;
-  while (std::getline(in, line)) {
-    ++n;
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (line.empty()) continue;
-    std::vector<std::string> f = split(line);
+  while (csv.next_row()) {
+    const std::span<const std::string_view> f = csv.fields();
     if (c.col.empty()) {
-      for (std::size_t i = 0; i < f.size(); ++i) c.col[f[i]] = i;
+      for (std::size_t i = 0; i < f.size(); ++i) c.col[std::string(f[i])] = i;
       width = f.size();
       continue;
     }
     if (f.size() != width) {
-      throw ConfigError(path + ":" + std::to_string(n) + ": expected " + std::to_string(width) +
-                        " fields, got " + std::to_string(f.size()));
+      csv.fail_message("expected " + std::to_string(width) + " fields, got " +
+                       std::to_string(f.size()));
     }
-    c.rows.push_back(std::move(f));
-    c.lines.push_back(n);
+    c.rows.emplace_back(f.begin(), f.end());
+    c.lines.push_back(csv.line_number());
   }
   if (c.col.empty()) throw ConfigError(path + ": empty file");
   return c;
@@ -120,14 +111,9 @@ std::string dump(const YAML::Node& n) {
   return e.c_str();
 }
 
-// Linear interpolation between closest ranks (numpy's default), as docs/metrics.md.
+// The metrics' percentile (docs/metrics.md); 0 for no values.
 double percentile(const std::vector<double>& sorted, double p) {
-  if (sorted.empty()) return 0;
-  const double pos = (static_cast<double>(sorted.size()) - 1) * p / 100.0;
-  const std::size_t k = static_cast<std::size_t>(pos);
-  const double f = pos - static_cast<double>(k);
-  if (k + 1 >= sorted.size()) return sorted.back();
-  return sorted[k] + (sorted[k + 1] - sorted[k]) * f;
+  return sorted.empty() ? 0 : percentile_sorted(sorted, p);
 }
 
 // The executed steps in order (steps with no rows are not executed: an idle engine forms
@@ -250,6 +236,7 @@ HostOverhead fit_host_overhead(const std::string& engine_dir, CalibratedProfile&
     resid.push_back(st.measured_s - model.seconds(f));
   }
   HostOverhead h;
+  h.engine_run = engine_dir;
   h.steps = static_cast<std::int64_t>(rows.size());
   if (rows.size() < 2) {
     throw ConfigError(engine_dir +
@@ -533,28 +520,21 @@ std::string validation_json(const ValidationReport& r) {
 }
 
 int validate_command(const std::vector<std::string>& args) {
-  std::vector<std::string> dirs;
-  std::string out, cost;
+  std::string sim_dir, engine_dir, out, cost;
   bool quiet = false;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= args.size()) throw UsageError(a + ": expected a value");
-      return args[++i];
-    };
-    if (a == "--out" || a == "-o") {
-      out = value();
-    } else if (a == "--cost-model") {
-      cost = value();
-    } else if (a == "--quiet" || a == "-q") {
-      quiet = true;
-    } else if (!a.empty() && a[0] == '-') {
-      throw UsageError("sim validate: unknown option '" + a + "'");
-    } else {
-      dirs.push_back(a);
-    }
-  }
-  if (dirs.size() != 2) {
+  const auto app = cli::command(
+      "sim validate",
+      "Compare a sim run with the engine's run of the same experiment: step-time, per-request "
+      "and aggregate errors, schedules step by step; writes OUT/validation.json.");
+  app->add_option("SIM_DIR", sim_dir, "the sim run folder");
+  app->add_option("ENGINE_DIR", engine_dir, "the engine's run folder");
+  cli::add_out(*app, out, "the report's folder (default SIM_DIR-validation)");
+  app->add_option("--cost-model", cost, "predict the engine's steps with this calibrated model")
+      ->type_name("COST.yaml");
+  cli::add_quiet(*app, quiet);
+  cli::parse(*app, args);
+  const std::vector<std::string> dirs = {sim_dir, engine_dir};
+  if (sim_dir.empty() || engine_dir.empty()) {
     throw UsageError("sim validate: expected two run folders (sim validate SIM_DIR ENGINE_DIR)");
   }
   const ValidationReport rep = validate_runs(dirs[0], dirs[1], cost);
@@ -579,26 +559,21 @@ int validate_command(const std::vector<std::string>& args) {
 int calibrate_command(const std::vector<std::string>& args) {
   std::string profile, out, engine_run;
   bool quiet = false, force = false;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (a == "--force") {
-      force = true;
-    } else if (a == "-o" || a == "--out") {
-      if (i + 1 >= args.size()) throw UsageError(a + ": expected a value");
-      out = args[++i];
-    } else if (a == "--engine-run") {
-      if (i + 1 >= args.size()) throw UsageError(a + ": expected a value");
-      engine_run = args[++i];
-    } else if (a == "--quiet" || a == "-q") {
-      quiet = true;
-    } else if (!a.empty() && a[0] == '-') {
-      throw UsageError("sim calibrate: unknown option '" + a + "'");
-    } else if (profile.empty()) {
-      profile = a;
-    } else {
-      throw UsageError("sim calibrate: more than one profile given");
-    }
-  }
+  std::vector<std::string> profiles;
+  const auto app = cli::command(
+      "sim calibrate",
+      "Fit the calibrated cost model to an `engine profile` (NNLS over the roofline's "
+      "operators), plus the engine loop's host overhead from an engine run folder recorded with "
+      "--record-schedule; prints the fit error per shape family (docs/validation.md).");
+  app->add_option("PROFILE.csv", profiles, "the profile `engine profile` wrote");
+  cli::add_out(*app, out, "the cost model file to write")->type_name("COST.yaml");
+  app->add_option("--engine-run", engine_run, "fit the host overhead on this engine run folder")
+      ->type_name("ENGINE_DIR");
+  cli::add_force(*app, force, "COST.yaml");
+  cli::add_quiet(*app, quiet);
+  cli::parse(*app, args);
+  if (profiles.size() > 1) throw UsageError("sim calibrate: more than one profile given");
+  if (!profiles.empty()) profile = profiles[0];
   if (profile.empty())
     throw UsageError("sim calibrate: expected a profile (sim calibrate PROFILE.csv -o COST.yaml)");
   if (out.empty()) throw UsageError("sim calibrate: expected -o COST.yaml");
@@ -613,20 +588,16 @@ int calibrate_command(const std::vector<std::string>& args) {
   check_output_file(out, inputs, force);
   const EngineProfile p = read_profile(profile);
   CalibrationResult r = fit_profile(p);
-  std::string extra;
-  if (!engine_run.empty()) {
-    const HostOverhead h = fit_host_overhead(engine_run, r.profile);
-    char buf[512];
-    std::snprintf(buf, sizeof buf,
-                  "host_overhead:                # added to step_s and per_sequence_s\n"
-                  "  engine_run: \"%s\"\n  steps: %lld\n  step_s: %.9g\n  per_sequence_s: %.9g\n",
-                  engine_run.c_str(), static_cast<long long>(h.steps), h.step_s, h.per_sequence_s);
-    extra = buf;
-  }
-  write_file_atomically(out, calibration_yaml(r, profile) + extra);
+  std::optional<HostOverhead> host;
+  if (!engine_run.empty()) host = fit_host_overhead(engine_run, r.profile);
+  write_file_atomically(out, calibration_yaml(r, profile, host ? &*host : nullptr));
   if (!quiet) {
     print_calibration(stdout, r);
-    if (!extra.empty()) std::printf("  %s", extra.c_str());
+    if (host) {
+      std::printf("  host overhead over %lld steps of %s: step_s %.9g, per_sequence_s %.9g\n",
+                  static_cast<long long>(host->steps), host->engine_run.c_str(), host->step_s,
+                  host->per_sequence_s);
+    }
     std::printf("  wrote %s\n", out.c_str());
   }
   return 0;

@@ -19,6 +19,7 @@
 
 #include "core/step_plan.h"
 #include "sim/calibrated_cost_model.h"
+#include "sim/calibration.h"
 
 namespace servelab {
 
@@ -88,10 +89,6 @@ std::vector<EngineStep> engine_steps(const std::string& engine_dir);
 // Host overhead the profile cannot see (the engine loop's scheduling and bookkeeping around
 // execute()): fits measured - predicted over an engine run's steps as step_s + per_sequence_s x
 // entries (relative least squares, both >= 0) and adds them to `profile`'s coefficients.
-struct HostOverhead {
-  std::int64_t steps = 0;
-  double step_s = 0, per_sequence_s = 0;
-};
 HostOverhead fit_host_overhead(const std::string& engine_dir, CalibratedProfile& profile);
 
 // `sim calibrate PROFILE.csv -o COST.yaml [--engine-run ENGINE_DIR] [--quiet]`.

@@ -2,7 +2,9 @@
 // made by a known model (with and without noise), the cost.yaml round trip, the cost_model
 // experiment key, and the exit codes of `sim calibrate` on bad input.
 #include <gtest/gtest.h>
+#include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -202,6 +204,33 @@ EngineProfile profile_from(const std::string& text, const std::string& name) {
   return read_profile((dir / "profile.csv").string());
 }
 
+// The profile is read with the one CSV reader: CRLF line ends, blank lines and padded fields are
+// accepted; a short row is reported as PATH:LINE.
+TEST(Calibration, ProfileReaderAcceptsCrlfAndNamesTheLine) {
+  std::string text = synthetic_profile(known(), 0.0, 1);
+  const std::string plain = text;
+  std::string crlf;
+  for (char c : text) crlf += c == '\n' ? std::string("\r\n\r\n") : std::string(1, c);
+  const EngineProfile a = profile_from(plain, "plain");
+  const EngineProfile b = profile_from(crlf, "crlf");
+  ASSERT_EQ(a.rows.size(), b.rows.size());
+  EXPECT_EQ(a.header, b.header);
+  EXPECT_EQ(b.rows.back().line, 2 * a.rows.back().line - 1);
+  EXPECT_EQ(a.rows.front().family, b.rows.front().family);
+  text += "decode, 1 ,0\n";
+  const auto lines = std::count(text.begin(), text.end(), '\n');
+  try {
+    profile_from(text, "short");
+    ADD_FAILURE() << "no error";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("profile.csv:" + std::to_string(lines) + ": expected " +
+                                         std::to_string(profile_columns().size()) +
+                                         " fields, got 3"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(Calibration, RecoversKnownCoefficientsExactlyWithoutNoise) {
   const CalibratedCoefficients c = known();
   const CalibrationResult r = fit_profile(profile_from(synthetic_profile(c, 0.0, 1), "exact"));
@@ -279,6 +308,35 @@ TEST(Calibration, YamlRoundTripGivesTheSameModel) {
     const CalibrationFeatures f = features(s);
     EXPECT_NEAR(a.seconds(f), b.seconds(f), 1e-8 * a.seconds(f));
   }
+}
+
+// Strings from the user (paths, model names) are escaped, not pasted: quotes, backslashes and
+// newlines load back as written; the host overhead section loads too.
+TEST(Calibration, YamlEscapesTextAndWritesHostOverhead) {
+  CalibrationResult r = fit_profile(profile_from(synthetic_profile(known(), 0.02, 4), "esc"));
+  r.profile.device = "GPU \"x\"\\ #1\nsecond line: {a}";
+  HostOverhead h;
+  h.engine_run = "out/run \"q\": #x\\";
+  h.steps = 12;
+  h.step_s = 1.25e-4;
+  h.per_sequence_s = 3e-6;
+  const auto dir = temp_dir("calibrate_escape");
+  write_file(dir / "cost.yaml", calibration_yaml(r, "pro: \"file\".csv", &h));
+  const CalibratedProfile p = load_calibrated_profile((dir / "cost.yaml").string());
+  EXPECT_EQ(p.device, r.profile.device);
+  EXPECT_EQ(p.model, "tiny");
+  const YAML::Node doc = YAML::LoadFile((dir / "cost.yaml").string());
+  EXPECT_EQ(doc["profile"].as<std::string>(), "pro: \"file\".csv");
+  EXPECT_EQ(doc["host_overhead"]["engine_run"].as<std::string>(), h.engine_run);
+  EXPECT_EQ(doc["host_overhead"]["steps"].as<std::int64_t>(), 12);
+  EXPECT_EQ(doc["host_overhead"]["step_s"].as<double>(), 1.25e-4);
+  EXPECT_EQ(doc["coefficients"]["step_s"].as<std::string>(), [&] {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.9g", r.profile.coefficients.step_s);
+    return std::string(buf);
+  }());
+  EXPECT_EQ(doc["fit"]["families"]["decode"]["shapes"].as<std::int64_t>(),
+            r.families.at("decode").shapes);
 }
 
 TEST(CalibratedCostModel, StepTimeOfAPlan) {

@@ -1,7 +1,8 @@
-// The command-line parsing shared by `sim run`, `sim compare` and `engine run`.
-#include "serving/cli_args.h"
-
+// The command-line parsing shared by `sim run`, `sim compare`, `sim sweep` and `engine run`
+// (serving/cli.h).
 #include <gtest/gtest.h>
+
+#include "serving/cli.h"
 
 namespace servelab {
 namespace {
@@ -24,12 +25,9 @@ TEST(CliArgs, ParsesTheCommonOptionsInAnyOrder) {
 
 TEST(CliArgs, CommandOptionsGoToTheExtraHandler) {
   std::string device;
-  const ExperimentArgs a = parse_experiment_args(
-      {"e.yaml", "--device", "cpu"}, "engine run",
-      [&](const std::string& flag, const std::function<std::string()>& value) {
-        if (flag != "--device") return false;
-        device = value();
-        return true;
+  const ExperimentArgs a =
+      parse_experiment_args({"e.yaml", "--device", "cpu"}, "engine run", [&](CLI::App& app) {
+        app.add_option("--device", device)->check(cli::one_of({"cpu", "cuda"}));
       });
   EXPECT_EQ(device, "cpu");
   EXPECT_EQ(a.experiment, "e.yaml");
@@ -49,6 +47,38 @@ TEST(CliArgs, MistakesAreUsageErrorsNamingTheCommand) {
   EXPECT_NE(message({"a.yaml", "--bogus"}).find("unknown option '--bogus'"), std::string::npos);
   EXPECT_NE(message({"a.yaml", "--set"}).find("--set: expected a value"), std::string::npos);
   EXPECT_NE(message({"a.yaml", "--seed", "-3"}).find("non-negative"), std::string::npos);
+  EXPECT_NE(
+      message({"a.yaml", "--seed", "x"}).find("--seed: expected a non-negative integer, got 'x'"),
+      std::string::npos);
+  EXPECT_NE(message({"a.yaml", "--seed"}).find("--seed: expected a value"), std::string::npos);
+}
+
+TEST(CliArgs, ValidatorsSayWhatTheyExpect) {
+  auto message = [](std::vector<std::string> args) {
+    try {
+      parse_experiment_args(args, "engine run", [](CLI::App& app) {
+        static std::string device;
+        static int jobs = 0;
+        app.add_option("--device", device)->check(cli::one_of({"cpu", "cuda"}));
+        app.add_option("--jobs", jobs)->check(cli::integer_in(1, 4096));
+      });
+    } catch (const UsageError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(message({"a.yaml", "--device", "tpu"}),
+            "engine run: --device: expected cpu or cuda, got 'tpu'");
+  EXPECT_EQ(message({"a.yaml", "--jobs", "0"}),
+            "engine run: --jobs: expected an integer in [1, 4096], got '0'");
+  EXPECT_EQ(message({"a.yaml", "--jobs", "12x"}),
+            "engine run: --jobs: expected an integer in [1, 4096], got '12x'");
+  EXPECT_EQ(message({"a.yaml", "--device=cuda", "--jobs=4"}), "");
+}
+
+TEST(CliArgs, HelpIsNotAnError) {
+  EXPECT_THROW(parse_experiment_args({"--help"}, "sim run"), HelpShown);
+  EXPECT_THROW(parse_experiment_args({"a.yaml", "-h"}, "sim run"), HelpShown);
 }
 
 }  // namespace

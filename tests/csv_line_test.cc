@@ -38,7 +38,7 @@ std::string printf_fixed(std::int64_t t, std::int64_t unit, int digits) {
 }
 
 std::string printf_f6(double v) {
-  char buf[64];
+  char buf[400];  // DBL_MAX takes 316 characters
   std::snprintf(buf, sizeof(buf), "%.6f", v);
   return buf;
 }
@@ -81,6 +81,36 @@ TEST(CsvLine, SixDecimalsMatchPrintf) {
     const double w = rng.uniform() * 1e6;
     EXPECT_EQ(row([&](CsvLine& l) { l.add_fixed6(w); }), printf_f6(w) + "\n") << w;
   }
+}
+
+// Rows longer than the inline buffer grow it instead of writing past its end; the text is the
+// same as printf's.
+TEST(CsvLine, LongRowsGrowTheBuffer) {
+  const std::string word(5000, 'w');
+  EXPECT_EQ(row([&](CsvLine& l) { l.add(1).add(word).add(2); }), "1," + word + ",2\n");
+  const double huge = std::numeric_limits<double>::max();
+  const double neg = -std::numeric_limits<double>::max();
+  std::string expected;
+  for (int i = 0; i < 10; ++i) expected += (i ? "," : "") + printf_f6(i % 2 ? neg : huge);
+  EXPECT_EQ(row([&](CsvLine& l) {
+              for (int i = 0; i < 10; ++i) l.add_fixed6(i % 2 ? neg : huge);
+            }),
+            expected + "\n");
+  // Many short fields, then the line is reused for a short row.
+  std::string many;
+  char* data = nullptr;
+  std::size_t size = 0;
+  std::FILE* f = open_memstream(&data, &size);
+  CsvLine line;
+  for (int i = 0; i < 1000; ++i) {
+    line.add(std::numeric_limits<std::int64_t>::min());
+    many += (i ? "," : "") + std::to_string(std::numeric_limits<std::int64_t>::min());
+  }
+  line.end(f);
+  line.add(7).add("decode").end(f);
+  std::fclose(f);
+  EXPECT_EQ(std::string(data, size), many + "\n7,decode\n");
+  std::free(data);
 }
 
 }  // namespace

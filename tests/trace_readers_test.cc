@@ -433,11 +433,13 @@ TEST(TraceConvert, DetectsFormatsAndRejectsBadArguments) {
   EXPECT_EQ(detect_trace_format(kConversation), "mooncake");
   EXPECT_EQ(detect_trace_format(write_file("b.csv", kBurst)), "burstgpt");
   EXPECT_EQ(detect_trace_format(vidur_file()), "vidur");
-  EXPECT_THAT(error_of([] { trace_command({"stats"}); }), HasSubstr("usage"));
+  EXPECT_THAT(error_of([] { trace_command({"stats"}); }), HasSubstr("FILE is required"));
+  EXPECT_THAT(error_of([] { trace_command({"frobnicate"}); }), HasSubstr("usage"));
   EXPECT_THAT(error_of([] {
                 trace_command({"stats", kAzureConv, "--format", "xml"});
               }),
-              HasSubstr("unknown format"));
+              HasSubstr("--format: expected auto, azure, mooncake, burstgpt, vidur or servelab, "
+                        "got 'xml'"));
   EXPECT_THAT(error_of([] { detect_trace_format(write_file("what.csv", "a,b\n1,2\n")); }),
               HasSubstr("--format"));
   EXPECT_EQ(trace_command({"stats", kSynthetic}), 0);

@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <memory>
 
+#include "core/strings.h"
+#include "serving/cli.h"
 #include "serving/config_node.h"
 #include "serving/output_file.h"
 #include "traces/csv_reader.h"
@@ -18,11 +20,6 @@ namespace {
 constexpr const char* kUsage =
     "usage: sim trace stats FILE [--format F] | sim trace convert IN OUT [--format F] [--force] "
     "(F: azure, mooncake, burstgpt, vidur, servelab, auto)";
-
-bool ends_with(const std::string& s, std::string_view suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 
 // The workload reading `path` in `format` (auto resolved), built through make_workload so the
 // command and experiment files read traces identically. Seed 0: content ids of unshared prompts
@@ -57,41 +54,56 @@ std::string detect_trace_format(const std::string& path) {
 }
 
 int trace_command(const std::vector<std::string>& args) {
-  std::vector<std::string> positional;
+  const std::vector<std::string> formats = {"auto",     "azure", "mooncake",
+                                            "burstgpt", "vidur", "servelab"};
+  const std::string sub = args.empty() ? "" : args[0];
+  const std::vector<std::string> rest(args.begin() + (args.empty() ? 0 : 1), args.end());
   std::string format = "auto";
-  bool force = false;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    if (args[i] == "--force") {
-      force = true;
-    } else if (args[i] == "--format") {
-      if (i + 1 == args.size()) throw ConfigError(std::string("--format needs a value; ") + kUsage);
-      format = args[++i];
-      if (format != "auto" && format != "azure" && format != "mooncake" && format != "burstgpt" &&
-          format != "vidur" && format != "servelab") {
-        throw ConfigError("--format: unknown format '" + format + "'; " + kUsage);
-      }
-    } else {
-      positional.push_back(args[i]);
-    }
-  }
-  if (positional.size() == 2 && positional[0] == "stats") {
-    if (format == "auto") format = detect_trace_format(positional[1]);
-    std::unique_ptr<Workload> w = open_trace(positional[1], format);
+  if (sub == "stats") {
+    std::string file;
+    const auto app = cli::command(
+        "sim trace stats",
+        "Requests, span, rate, inter-arrival CV, length percentiles and, where content is "
+        "known, the repeated-block fraction of a trace.");
+    app->add_option("FILE", file, "the trace")->required();
+    app->add_option("--format", format, "the trace's format (default: detected)")
+        ->check(cli::one_of(formats));
+    cli::parse(*app, rest);
+    if (format == "auto") format = detect_trace_format(file);
+    std::unique_ptr<Workload> w = open_trace(file, format);
     // Only these formats carry prompt content; for the others every block would be unique.
     const bool has_content = format == "mooncake" || format == "servelab";
     const TraceStats st = compute_trace_stats(*w, has_content ? 512 : 0);
     std::printf("%s\n%s", w->describe().c_str(), format_trace_stats(st).c_str());
     return 0;
   }
-  if (positional.size() == 3 && positional[0] == "convert") {
+  if (sub == "convert") {
+    std::string in, out;
+    bool force = false;
+    const auto app = cli::command(
+        "sim trace convert",
+        "Rewrite any supported trace in ServeLab's own CSV format (an existing OUT is replaced "
+        "only with --force, and never when it is IN).");
+    app->add_option("IN", in, "the trace to read")->required();
+    app->add_option("OUT", out, "the ServeLab trace to write")->required();
+    app->add_option("--format", format, "IN's format (default: detected)")
+        ->check(cli::one_of(formats));
+    cli::add_force(*app, force, "OUT");
+    cli::parse(*app, rest);
     // OUT == IN is refused even with --force (it would wipe the input before reading it).
-    check_output_file(positional[2], {positional[1]}, force);
-    std::unique_ptr<Workload> w = open_trace(positional[1], format);
-    const std::int64_t n = write_servelab_trace(*w, positional[2]);
-    std::printf("wrote %lld requests to %s\n", static_cast<long long>(n), positional[2].c_str());
+    check_output_file(out, {in}, force);
+    std::unique_ptr<Workload> w = open_trace(in, format);
+    const std::int64_t n = write_servelab_trace(*w, out);
+    std::printf("wrote %lld requests to %s\n", static_cast<long long>(n), out.c_str());
     return 0;
   }
-  throw ConfigError(kUsage);
+  if (sub == "--help" || sub == "-h" || sub == "help") {
+    std::printf("%s\n(sim trace stats --help and sim trace convert --help list the options)\n",
+                kUsage);
+    return 0;
+  }
+  throw UsageError(sub.empty() ? std::string("sim trace: expected stats or convert; ") + kUsage
+                               : "sim trace: unknown subcommand '" + sub + "'; " + kUsage);
 }
 
 }  // namespace servelab

@@ -1,0 +1,30 @@
+// The checks both executors (CpuExecutor, CudaExecutor) make on a StepPlan before it changes
+// any state, so a scheduler bug is an exception naming the request, never a wild memory access.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <string_view>
+
+#include "core/step_plan.h"
+
+namespace servelab {
+
+// What an executor holds: KV blocks on the device and in host swap space, tokens per block,
+// and the longest context it can compute (RoPE table rows; no limit by default).
+struct PlanLimits {
+  std::int32_t num_blocks = 0;
+  std::int32_t num_host_blocks = 0;
+  std::int32_t block_size = 1;
+  std::int64_t max_context = std::numeric_limits<std::int64_t>::max();
+};
+
+// Throws std::invalid_argument("<who>: <what>") on the first violation, in this order: a swap
+// out (device -> host), swap in (host -> device) or copy (device -> device) block out of range;
+// then per scheduled request ("request ID: ..."): an empty entry (no spec, no tokens or a
+// negative first token), a block table shorter than the context, a block id out of range
+// among the blocks the context covers, positions beyond the prompt and the tokens sampled so
+// far, a context longer than `max_context` ("context beyond max_model_len").
+void check_plan(const StepPlan& plan, const PlanLimits& limits, std::string_view who);
+
+}  // namespace servelab

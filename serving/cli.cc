@@ -1,0 +1,230 @@
+#include "serving/cli.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <charconv>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+
+#include "serving/home.h"
+#include "serving/interrupt.h"
+
+namespace servelab {
+
+namespace {
+
+// "a", "a or b", "a, b or c".
+std::string or_list(const std::vector<std::string>& words) {
+  std::string out;
+  for (std::size_t i = 0; i < words.size(); ++i) {
+    if (i) out += i + 1 == words.size() ? " or " : ", ";
+    out += words[i];
+  }
+  return out;
+}
+
+std::optional<std::int64_t> to_integer(const std::string& text) {
+  std::int64_t v = 0;
+  const char* end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(text.data(), end, v);
+  if (text.empty() || ec != std::errc() || ptr != end) return std::nullopt;
+  return v;
+}
+
+}  // namespace
+
+std::uint64_t parse_seed(const std::string& text) {
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long v = std::strtoull(text.c_str(), &end, 10);
+  if (text.empty() || text[0] == '-' || *end != '\0' || errno != 0) {
+    throw UsageError("--seed: expected a non-negative integer, got '" + text + "'");
+  }
+  return v;
+}
+
+std::vector<std::string> ExperimentArgs::all_overrides() const {
+  std::vector<std::string> out = overrides;
+  if (seed) out.push_back("seed=" + std::to_string(*seed));
+  if (record_schedule) out.push_back("outputs.record_schedule=true");
+  if (record_events) out.push_back("outputs.record_events=true");
+  if (record_blocks) out.push_back("outputs.record_blocks=true");
+  return out;
+}
+
+bool ExperimentArgs::show_progress() const { return !quiet && (progress || isatty(STDERR_FILENO)); }
+
+namespace cli {
+
+std::unique_ptr<CLI::App> command(const std::string& name, const std::string& description) {
+  auto app = std::make_unique<CLI::App>(description, name);
+  app->set_help_flag("-h,--help", "print this help and exit");
+  app->allow_extras();  // reported by parse() as "unknown option" / "unexpected argument"
+  app->get_formatter()->column_width(34);
+  return app;
+}
+
+void parse(CLI::App& app, const std::vector<std::string>& args) {
+  const std::string& name = app.get_name();
+  std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 pops from the back
+  try {
+    app.parse(reversed);
+  } catch (const CLI::CallForHelp&) {
+    std::fputs(app.help().c_str(), stdout);
+    throw HelpShown{};
+  } catch (const CLI::ArgumentMismatch& e) {
+    // "--set: 1 required TEXT missing": name the option and what it needs.
+    const std::string what = e.what();
+    const std::string option = what.substr(0, what.find(':'));
+    throw UsageError(name + ": " + option + ": expected a value");
+  } catch (const CLI::ParseError& e) {
+    throw UsageError(name + ": " + e.what());
+  }
+  for (const std::string& extra : app.remaining()) {
+    if (extra == "--") continue;
+    if (extra.size() > 1 && extra[0] == '-') {
+      throw UsageError(name + ": unknown option '" + extra + "'");
+    }
+    throw UsageError(name + ": unexpected argument '" + extra + "'");
+  }
+}
+
+CLI::Validator integer_in(std::int64_t min, std::int64_t max) {
+  const std::string expected =
+      "an integer in [" + std::to_string(min) + ", " + std::to_string(max) + "]";
+  return CLI::Validator(
+      [=](std::string& text) -> std::string {
+        const std::optional<std::int64_t> v = to_integer(text);
+        if (v && *v >= min && *v <= max) return "";
+        return "expected " + expected + ", got '" + text + "'";
+      },
+      "INT in [" + std::to_string(min) + ", " + std::to_string(max) + "]");
+}
+
+CLI::Validator one_of(const std::vector<std::string>& choices) {
+  std::string desc;
+  for (const std::string& c : choices) desc += (desc.empty() ? "" : "|") + c;
+  return CLI::Validator(
+      [=](std::string& text) -> std::string {
+        for (const std::string& c : choices) {
+          if (text == c) return "";
+        }
+        return "expected " + or_list(choices) + ", got '" + text + "'";
+      },
+      desc);
+}
+
+CLI::Validator seed_value() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        try {
+          parse_seed(text);
+        } catch (const UsageError&) {
+          return "expected a non-negative integer, got '" + text + "'";
+        }
+        return "";
+      },
+      "N >= 0");
+}
+
+CLI::Option* add_quiet(CLI::App& app, bool& quiet) {
+  return app.add_flag("-q,--quiet", quiet, "print nothing but errors");
+}
+
+CLI::Option* add_force(CLI::App& app, bool& force, const std::string& what) {
+  return app.add_flag("--force", force, "replace an existing " + what);
+}
+
+CLI::Option* add_out(CLI::App& app, std::string& out, const std::string& what) {
+  return app.add_option("-o,--out", out, what)->type_name("PATH");
+}
+
+void add_experiment_options(CLI::App& app, ExperimentArgs& args) {
+  add_out(app, args.out_dir, "the run folder (default out/<experiment name>...)");
+  app.add_option_function<std::string>(
+         "--seed", [&args](const std::string& v) { args.seed = parse_seed(v); },
+         "the experiment's seed (as --set seed=N)")
+      ->check(seed_value())
+      ->type_name("N");
+  app.add_option("--set", args.overrides,
+                 "override one experiment key, e.g. --set workload.arrival.rate=5 (repeatable)")
+      ->type_name("key.path=value")
+      ->allow_extra_args(false);
+  app.add_flag("--record-schedule", args.record_schedule,
+               "write schedule.csv (every step's scheduled requests)");
+  app.add_flag("--record-events", args.record_events, "write events.csv (request events)");
+  app.add_flag("--record-blocks", args.record_blocks, "write blocks.csv (KV block map)");
+  app.add_flag("--progress", args.progress, "a progress line even when stderr is no terminal");
+  add_quiet(app, args.quiet);
+}
+
+}  // namespace cli
+
+ExperimentArgs parse_experiment_args(const std::vector<std::string>& args,
+                                     const std::string& command,
+                                     const std::function<void(CLI::App&)>& add_extra,
+                                     const std::string& description) {
+  ExperimentArgs out;
+  std::vector<std::string> files;
+  const auto app = cli::command(command, description);
+  app->add_option("EXP.yaml", files, "the experiment file (docs/experiments.md)");
+  cli::add_experiment_options(*app, out);
+  if (add_extra) add_extra(*app);
+  cli::parse(*app, args);
+  if (files.empty()) {
+    throw UsageError(command + ": expected an experiment file (" + command + " EXP.yaml)");
+  }
+  if (files.size() > 1) {
+    throw UsageError(command + ": more than one experiment file given ('" + files[0] + "', '" +
+                     files[1] + "')");
+  }
+  out.experiment = files[0];
+  return out;
+}
+
+int run_command(const char* program, const char* usage, int argc, char** argv,
+                const std::function<std::optional<int>(
+                    const std::string& name, const std::vector<std::string>& args)>& dispatch) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty()) {
+    std::fputs(usage, stderr);
+    return 2;
+  }
+  const std::string cmd = args[0];
+  args.erase(args.begin());
+  install_interrupt_handlers();
+  try {
+    if (cmd == "help" || cmd == "--help" || cmd == "-h") {
+      std::fputs(usage, stdout);
+      return 0;
+    }
+    if (const std::optional<int> code = dispatch(cmd, args)) return *code;
+    std::fprintf(stderr, "%s: unknown command '%s'\n", program, cmd.c_str());
+    std::fputs(usage, stderr);
+    return 2;
+  } catch (const HelpShown&) {
+    return 0;
+  } catch (const Interrupted& e) {
+    // Whatever was being written was temporary (StagedDir, AtomicFile) and is gone.
+    std::fprintf(stderr, "\n%s: interrupted; no output written\n", program);
+    return 128 + e.signal();
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "%s: %s\n", program, e.what());
+    std::fprintf(stderr, "(%s %s --help lists the options; %s help the commands)\n", program,
+                 cmd.c_str(), program);
+    return 2;
+  } catch (const ConfigError& e) {
+    std::fprintf(stderr, "%s: error: %s\n", program, e.what());
+    return 2;
+  } catch (const HomeError& e) {  // the install is incomplete or SERVELAB_HOME is wrong
+    std::fprintf(stderr, "%s: error: %s\n", program, e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: internal error: %s\n", program, e.what());
+    return 1;
+  }
+}
+
+}  // namespace servelab

@@ -1,0 +1,109 @@
+// Every subcommand of `sim` and `engine` answers --help: exit code 0, its options on stdout.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "serving/home.h"
+#include "tests/test_util.h"
+
+namespace servelab {
+namespace {
+
+namespace fs = std::filesystem;
+using test_util::Cli;
+using test_util::read_file;
+using test_util::temp_dir;
+
+Cli run(const std::string& program, const std::string& args) {
+  const fs::path dir = temp_dir("cli_help");
+  const fs::path out = dir / "stdout.txt", err = dir / "stderr.txt";
+  const std::string cmd =
+      servelab_program(program) + " " + args + " > " + out.string() + " 2> " + err.string();
+  const int status = std::system(cmd.c_str());
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_file(out), read_file(err)};
+}
+
+struct Expect {
+  std::string program, command;
+  std::vector<std::string> options;  // each must appear in the help text
+};
+
+TEST(CliHelp, EverySubcommandListsItsOptions) {
+  const std::vector<Expect> all = {
+      {"sim",
+       "run",
+       {"EXP.yaml", "--out", "--seed", "--set", "--record-schedule", "--record-events",
+        "--record-blocks", "--progress", "--quiet"}},
+      {"sim", "compare", {"EXP.yaml", "--variant", "--set", "--out", "--quiet"}},
+      {"sim", "sweep", {"EXP.yaml", "--jobs", "--no-plot", "--set", "--out"}},
+      {"sim", "plot", {"RUN_DIR", "--out", "--format", "--quiet"}},
+      {"sim", "calibrate", {"PROFILE.csv", "--out", "--engine-run", "--force", "--quiet"}},
+      {"sim", "validate", {"SIM_DIR", "ENGINE_DIR", "--out", "--cost-model", "--quiet"}},
+      {"sim", "policies", {"--help"}},
+      {"sim", "trace stats", {"FILE", "--format"}},
+      {"sim", "trace convert", {"IN", "OUT", "--format", "--force"}},
+      {"engine",
+       "run",
+       {"EXP.yaml", "--device", "--weights", "--kv-memory-gb", "--tokens", "--out", "--seed",
+        "--set", "--record-schedule", "--quiet"}},
+      {"engine",
+       "profile",
+       {"--model", "--out", "--device", "--reps", "--rounds", "--warmup", "--max-tokens",
+        "--block-size", "--weights", "--seed", "--quick", "--force", "--quiet"}},
+  };
+  for (const Expect& e : all) {
+    for (const char* flag : {"--help", "-h"}) {
+      SCOPED_TRACE(e.program + " " + e.command + " " + flag);
+      const Cli c = run(e.program, e.command + " " + flag);
+      EXPECT_EQ(c.code, 0) << c.err;
+      EXPECT_NE(c.out.find("Usage: " + e.program + " " + e.command), std::string::npos) << c.out;
+      for (const std::string& o : e.options) {
+        EXPECT_NE(c.out.find(o), std::string::npos) << o << " missing from:\n" << c.out;
+      }
+    }
+  }
+  // The programs' own help, and `sim trace --help`.
+  for (const char* program : {"sim", "engine"}) {
+    for (const char* h : {"help", "--help", "-h"}) {
+      EXPECT_EQ(run(program, h).code, 0) << program << " " << h;
+    }
+  }
+  const Cli trace = run("sim", "trace --help");
+  EXPECT_EQ(trace.code, 0);
+  EXPECT_NE(trace.out.find("trace stats"), std::string::npos) << trace.out;
+}
+
+// Usage errors exit 2 and name the option and what it expected.
+TEST(CliHelp, UsageErrorsNameTheOption) {
+  struct Case {
+    std::string program, args, needle;
+  };
+  const std::vector<Case> cases = {
+      {"sim", "run x.yaml --bogus", "sim run: unknown option '--bogus'"},
+      {"sim", "run x.yaml --seed", "--seed: expected a value"},
+      {"sim", "sweep x.yaml --jobs 0", "--jobs: expected an integer in [1, 4096], got '0'"},
+      {"sim", "plot d --format gif", "--format: expected png, svg or pdf, got 'gif'"},
+      {"sim", "validate a b c", "sim validate: unexpected argument 'c'"},
+      {"sim", "calibrate p.csv --force --frobnicate", "unknown option '--frobnicate'"},
+      {"sim", "policies extra", "sim policies: unexpected argument 'extra'"},
+      {"sim", "trace stats f.csv --format nope", "--format: expected auto, azure"},
+      {"sim", "trace convert in.csv", "OUT is required"},
+      {"engine", "run x.yaml --device tpu", "--device: expected cpu or cuda, got 'tpu'"},
+      {"engine", "run x.yaml --kv-memory-gb -1", "--kv-memory-gb: expected a positive number"},
+      {"engine", "profile --reps 0", "--reps: expected an integer in [1, 1000], got '0'"},
+      {"engine", "profile --model m", "-o PROFILE.csv is required"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.program + " " + c.args);
+    const Cli r = run(c.program, c.args);
+    EXPECT_EQ(r.code, 2) << r.err;
+    EXPECT_NE(r.err.find(c.needle), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("internal error"), std::string::npos) << r.err;
+  }
+}
+
+}  // namespace
+}  // namespace servelab
