@@ -10,7 +10,7 @@
 namespace servelab {
 
 class Scheduler;
-struct Request;
+class Request;
 
 // The `watermark` parameter (double in [0, 0.99], default 0.01).
 ParamInfo watermark_param();

@@ -56,7 +56,16 @@ void check_yaml_structure(const YAML::Node& root, const std::string& name) {
     if (node.IsMap()) {
       std::vector<std::pair<std::string, YAML::Mark>> seen;
       for (const auto& kv : node) {
-        if (kv.first.IsScalar()) {
+        // Every reader takes keys as names: a sequence, mapping or empty key ("? - a") is an
+        // error here, once, rather than a conversion failure wherever the key is read.
+        if (!kv.first.IsScalar()) {
+          throw ConfigError(mark_text(name, kv.first.Mark()) +
+                            ": expected a plain key (a name), got " +
+                            (kv.first.IsSequence() ? "a sequence"
+                             : kv.first.IsMap()    ? "a mapping"
+                                                   : "an empty key"));
+        }
+        {
           const std::string key = kv.first.Scalar();
           for (const auto& [k, m] : seen) {
             if (k == key) {
@@ -122,7 +131,7 @@ bool ConfigNode::has(std::string_view key) const {
 std::vector<std::string> ConfigNode::keys() const {
   std::vector<std::string> out;
   if (!node_.IsMap()) return out;
-  for (const auto& kv : node_) out.push_back(kv.first.as<std::string>());
+  for (const auto& kv : node_) out.push_back(kv.first.Scalar());
   return out;
 }
 
@@ -159,7 +168,7 @@ void ConfigNode::allow_keys(std::initializer_list<std::string_view> allowed) con
 void ConfigNode::allow_keys(const std::vector<std::string>& allowed) const {
   if (!node_.IsMap()) fail("a mapping");
   for (const auto& kv : node_) {
-    const std::string key = kv.first.as<std::string>();
+    const std::string key = kv.first.Scalar();
     bool ok = false;
     for (const auto& a : allowed) ok = ok || a == key;
     if (!ok) {

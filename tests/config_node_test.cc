@@ -50,6 +50,17 @@ TEST(ConfigNode, UnknownKeyListsAllowedKeys) {
   EXPECT_NE(msg.find("a, b"), std::string::npos) << msg;
 }
 
+// Found by experiment_fuzz: a sequence, mapping or empty key reached allow_keys() and escaped as
+// a yaml-cpp conversion error (an uncaught exception) instead of a ConfigError with the line.
+TEST(ConfigNode, KeysThatAreNotNamesAreErrorsWithTheLine) {
+  for (const char* text :
+       {"a: 1\n? - x\n  - y\n: 2\n", "a: 1\n? {x: 1}\n: 2\n", "a: 1\n? \n: 2\n"}) {
+    const std::string msg = error_of([&] { ConfigNode::load_string(text, "c.yaml"); });
+    EXPECT_EQ(msg.rfind("c.yaml:", 0), 0u) << text << " -> " << msg;  // FILE:LINE:COL first
+    EXPECT_NE(msg.find("expected a plain key"), std::string::npos) << text << " -> " << msg;
+  }
+}
+
 TEST(ConfigNode, MissingRequiredKey) {
   ConfigNode n = ConfigNode::load_string("a: 1\n", "m.yaml");
   const std::string msg = error_of([&] { n.get_string("model"); });
