@@ -223,10 +223,10 @@ TEST(Calibration, ProfileReaderAcceptsCrlfAndNamesTheLine) {
     profile_from(text, "short");
     ADD_FAILURE() << "no error";
   } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("profile.csv:" + std::to_string(lines) + ": expected " +
-                                         std::to_string(profile_columns().size()) +
-                                         " fields, got 3"),
-              std::string::npos)
+    EXPECT_NE(
+        std::string(e.what()).find("profile.csv:" + std::to_string(lines) + ": expected " +
+                                   std::to_string(profile_columns().size()) + " fields, got 3"),
+        std::string::npos)
         << e.what();
   }
 }

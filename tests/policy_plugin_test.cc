@@ -22,8 +22,8 @@
 #include "core/kv_cache_manager.h"
 #include "core/scheduler.h"
 #include "policies/registry.h"
-#include "serving/home.h"
 #include "serving/experiment.h"
+#include "serving/home.h"
 #include "sim/run.h"
 
 namespace servelab {
