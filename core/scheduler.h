@@ -165,6 +165,37 @@ class Scheduler {
   // PreemptionMode) until it fits; a victim already in the plan is refunded. Values in and
   // out rather than references, so a formation's hot loop keeps i and budget in registers.
   Room make_room(std::size_t i, std::int32_t n, std::int32_t budget, TimeNs now);
+  // What a running-phase loop does when a request preempts itself to make room.
+  enum class OnSelfPreemption { kNext, kStop };
+  // The running phase most formations share: running requests in list order while `budget`
+  // lasts, each for n = tokens_for(r, budget) tokens (n <= 0: skipped, it keeps its place),
+  // room made by make_room, the entry added with add_to_plan. When a request preempts itself the
+  // loop goes on with the next one (kNext) or ends (kStop). Returns the budget left. (vLLM v1's
+  // own loop, core/vllm_batch_formation.cc, adds a decode fast path in front of the same steps.)
+  template <typename TokensFor>
+  std::int32_t schedule_running(std::int32_t budget, TimeNs now, OnSelfPreemption on_self,
+                                TokensFor tokens_for) {
+    std::size_t i = 0;
+    while (i < running_.size() && budget > 0) {
+      Request& r = *running_[i];
+      const std::int32_t n = tokens_for(static_cast<const Request&>(r), budget);
+      if (n <= 0) {
+        ++i;
+        continue;
+      }
+      const Room room = make_room(i, n, budget, now);
+      i = room.i;
+      budget = room.budget;
+      if (!room.ok) {
+        if (on_self == OnSelfPreemption::kStop) break;
+        continue;  // r is gone; i names the next request
+      }
+      add_to_plan(r, n, 0, now);
+      budget -= n;
+      ++i;
+    }
+    return budget;
+  }
   // Appends r's entry (n tokens from r.num_computed_tokens; cached_now tokens hit in the prefix
   // cache at this admission) and advances r's progress. REQUIRES: n >= 1, r's slots allocated.
   void add_to_plan(Request& r, std::int32_t n, std::int32_t cached_now, TimeNs now);

@@ -35,23 +35,10 @@ class PrefillFirstBatchFormation final : public BatchFormation {
     }
     if (!s.plan().requests.empty()) return;  // prefill-only: running requests skip this step
     // Decode step over every running request, preempting victims when one cannot append.
-    const std::vector<Request*>& running = s.running();
-    std::size_t i = 0;
-    while (i < running.size() && budget > 0) {
-      Request& r = *running[i];
-      const std::int32_t n = std::min(r.num_tokens() - r.num_computed_tokens, budget);
-      if (n <= 0) {
-        ++i;
-        continue;
-      }
-      const Scheduler::Room room = s.make_room(i, n, budget, now);
-      i = room.i;
-      budget = room.budget;
-      if (!room.ok) continue;
-      s.add_to_plan(r, n, 0, now);
-      budget -= n;
-      ++i;
-    }
+    s.schedule_running(budget, now, Scheduler::OnSelfPreemption::kNext,
+                       [](const Request& r, std::int32_t left) {
+                         return std::min(r.num_tokens() - r.num_computed_tokens, left);
+                       });
   }
 
   std::string rejection_reason(const Request& r, const Scheduler& s) const override {

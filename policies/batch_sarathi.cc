@@ -33,41 +33,19 @@ class SarathiBatchFormation final : public BatchFormation {
     const std::int32_t tau = chunk_size_ > 0 ? std::min(chunk_size_, max_tokens) : max_tokens;
     std::int32_t budget = tau;
     const std::size_t preempted_before = s.plan().preempted.size();
-    const std::vector<Request*>& running = s.running();
+    using OnSelf = Scheduler::OnSelfPreemption;
     // 1. Decodes, 1 token each, so none ever stalls behind a prefill.
-    std::size_t i = 0;
-    while (i < running.size() && budget > 0) {
-      Request& r = *running[i];
-      if (Scheduler::prefill_pending(r) || r.num_tokens() - r.num_computed_tokens <= 0) {
-        ++i;
-        continue;
-      }
-      const Scheduler::Room room = s.make_room(i, 1, budget, now);
-      i = room.i;
-      budget = room.budget;
-      if (!room.ok) continue;  // r preempted itself; i now names the next request
-      s.add_to_plan(r, 1, 0, now);
-      budget -= 1;
-      ++i;
-    }
+    budget = s.schedule_running(budget, now, OnSelf::kNext, [](const Request& r, std::int32_t) {
+      return Scheduler::prefill_pending(r) || r.num_tokens() <= r.num_computed_tokens ? 0 : 1;
+    });
     // 2. Ongoing partial prefills (admitted earlier, or refunded above), each chunked to what
     // is left of tau.
-    i = 0;
-    while (i < running.size() && budget > 0) {
-      Request& r = *running[i];
-      if (!Scheduler::prefill_pending(r)) {
-        ++i;
-        continue;
-      }
-      const std::int32_t n = std::min(r.num_tokens() - r.num_computed_tokens, budget);
-      const Scheduler::Room room = s.make_room(i, n, budget, now);
-      i = room.i;
-      budget = room.budget;
-      if (!room.ok) continue;
-      s.add_to_plan(r, n, 0, now);
-      budget -= n;
-      ++i;
-    }
+    budget =
+        s.schedule_running(budget, now, OnSelf::kNext, [](const Request& r, std::int32_t left) {
+          return Scheduler::prefill_pending(r)
+                     ? std::min(r.num_tokens() - r.num_computed_tokens, left)
+                     : 0;
+        });
     // 3. New requests while the whole prompt's blocks fit above the watermark and a seat is
     // free; nobody in a step that preempted (the freed blocks are the victims').
     if (!admit || s.plan().preempted.size() != preempted_before) return;

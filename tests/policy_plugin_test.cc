@@ -38,23 +38,10 @@ class TrickleBatchFormation final : public BatchFormation {
     std::int32_t budget = s.config().max_num_batched_tokens;
     const std::size_t preempted_before = s.plan().preempted.size();
     // Running requests in list order, chunked to the budget, preempting when out of blocks.
-    const std::vector<Request*>& running = s.running();
-    std::size_t i = 0;
-    while (i < running.size() && budget > 0) {
-      Request& r = *running[i];
-      const std::int32_t n = std::min(r.num_tokens() - r.num_computed_tokens, budget);
-      if (n <= 0) {
-        ++i;
-        continue;
-      }
-      const Scheduler::Room room = s.make_room(i, n, budget, now);
-      i = room.i;
-      budget = room.budget;
-      if (!room.ok) break;
-      s.add_to_plan(r, n, 0, now);
-      budget -= n;
-      ++i;
-    }
+    budget = s.schedule_running(budget, now, Scheduler::OnSelfPreemption::kStop,
+                                [](const Request& r, std::int32_t left) {
+                                  return std::min(r.num_tokens() - r.num_computed_tokens, left);
+                                });
     if (!admit || s.plan().preempted.size() != preempted_before) return;
     Scheduler::AdmissionRule rule;
     rule.max_admissions = per_step_;
