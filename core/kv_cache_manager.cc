@@ -31,9 +31,10 @@ KvCacheManager::KvCacheManager(BlockPool& pool, std::int32_t block_size, std::in
   if (max_model_len < 1) throw std::invalid_argument("KvCacheManager: max_model_len must be >= 1");
   // A table never holds more than max_model_len tokens, so this is the largest free() ever needs.
   scratch_.reserve(static_cast<std::size_t>(cdiv(max_model_len, block_size)));
-  if (caching_ && options.prefix_cache == PrefixCacheMode::kRadix) {
-    tree_ = std::make_unique<RadixTree>(pool);
-    idle_ref_ = 1;  // the tree's own reference
+  if (caching_) {
+    if (!options.prefix_cache) throw std::invalid_argument("KvCacheManager: no prefix cache");
+    cache_ = options.prefix_cache(pool);
+    idle_ref_ = cache_->idle_ref_count();
   }
 }
 
@@ -52,7 +53,7 @@ void KvCacheManager::update_block_hashes(Request& req, std::int32_t num_tokens) 
         hash_block(parent, req.spec, static_cast<std::int32_t>(hashes.size()), block_size_));
     // Every hash is looked up or registered soon (the block is full, or will be): start loading
     // its index slot now, while the next hash is computed.
-    if (!tree_) pool_.prefetch(hashes.back());
+    if (cache_) cache_->prefetch(hashes.back());
   }
 }
 
@@ -69,8 +70,7 @@ PrefixHit KvCacheManager::get_computed_blocks(Request& req) {
     if (static_cast<std::int32_t>(req.block_hashes_.size()) <= i) {
       update_block_hashes(req, (i + 1) * block_size_);
     }
-    const std::optional<BlockId> b =
-        tree_ ? tree_->lookup(req.block_hashes_[i]) : pool_.lookup(req.block_hashes_[i]);
+    const std::optional<BlockId> b = cache_->lookup(req.block_hashes_[i]);
     if (!b) break;
     if (hit.blocks.empty()) hit.blocks.reserve(static_cast<std::size_t>(max_blocks - i));
     hit.blocks.push_back(*b);
@@ -105,8 +105,8 @@ std::int32_t KvCacheManager::num_blocks_to_allocate(const Request& req, std::int
     need_blocks = std::max(need_blocks, reservation_blocks(req));
   }
   std::int32_t n = std::max(need_blocks - table - hit_blocks, 0);
-  // Hit blocks nobody references sit in the free queue (radix: are unlocked tree nodes);
-  // touching them takes them out of the free capacity just like fresh blocks.
+  // Hit blocks nobody references count as free capacity (in the pool's free queue, or
+  // reclaimable by the cache); touching them takes them out of it just like fresh blocks.
   if (hit != nullptr) {
     for (const BlockId b : hit->blocks) {
       if (pool_.ref_count(b) == idle_ref_) ++n;
@@ -144,7 +144,7 @@ bool KvCacheManager::allocate_slots_slow(Request& req, std::int32_t num_new_toke
   }
   if (hit != nullptr) {
     pool_.touch(hit->blocks);
-    if (tree_) tree_->on_acquired(hit->blocks);
+    cache_->on_acquired(hit->blocks);
     req.block_table.insert(req.block_table.end(), hit->blocks.begin(), hit->blocks.end());
     // The hit blocks were found by their hashes, so they are registered already.
     req.num_cached_blocks_ = static_cast<std::int32_t>(hit->blocks.size());
@@ -176,16 +176,7 @@ void KvCacheManager::cache_full_blocks(Request& req, std::int32_t num_tokens) {
 
 void KvCacheManager::register_full_blocks(Request& req, std::int32_t num_full) {
   update_block_hashes(req, num_full * block_size_);
-  if (tree_) {
-    insert_radix(req, num_full);
-    return;
-  }
-  // Every block's index slot was prefetched when the block was hashed (update_block_hashes):
-  // for a prefill chunk, one by one between the hashes, so the loads overlap the hashing.
-  for (std::int32_t i = req.num_cached_blocks_; i < num_full; ++i) {
-    // A block that already carries this hash (registered by an earlier step) is left as is.
-    pool_.cache_block(req.block_table[i], req.block_hashes_[i]);
-  }
+  cache_->insert(req.block_table, req.block_hashes_, req.num_cached_blocks_, num_full);
   req.num_cached_blocks_ = num_full;
   // Look one block ahead: the block being filled now will be registered in a later step (its
   // hash depends on token identities only, known already), so hash it now and start loading its
@@ -203,12 +194,7 @@ void KvCacheManager::forget_uncomputed_blocks(Request& req) {
   const std::int32_t computed = full_blocks(std::min(req.num_computed_tokens, max_model_len_));
   if (req.num_cached_blocks_ <= computed) return;
   for (std::int32_t i = req.num_cached_blocks_ - 1; i >= computed; --i) {
-    const BlockId b = req.block_table[i];
-    if (!tree_) {
-      pool_.uncache_block(b);
-    } else if (tree_->contains(b)) {  // not when its content was in the tree already
-      tree_->remove(b);
-    }
+    cache_->forget(req.block_table[i]);
   }
   req.num_cached_blocks_ = computed;
 }
@@ -220,7 +206,7 @@ void KvCacheManager::free(Request& req) {
   // shared prefix, which other requests are more likely to hit.
   scratch_.assign(req.block_table.rbegin(), req.block_table.rend());
   pool_.free_blocks(scratch_);
-  if (tree_) tree_->on_released(scratch_);
+  if (cache_) cache_->on_released(scratch_);
   req.block_table.clear();
   req.num_cached_blocks_ = 0;
   req.kv_accounted_tokens_ = 0;
@@ -287,7 +273,7 @@ void KvCacheManager::swap_out(Request& req, std::vector<BlockMove>& moves) {
   // content on the device.
   scratch_.assign(req.block_table.rbegin(), req.block_table.rend());
   pool_.free_blocks(scratch_);
-  if (tree_) tree_->on_released(scratch_);
+  if (cache_) cache_->on_released(scratch_);
   req.block_table.clear();
   req.num_cached_blocks_ = 0;
   req.cow_tail_ = false;  // the host copy is the sample's own
@@ -328,19 +314,8 @@ bool KvCacheManager::swap_in(Request& req, std::vector<BlockMove>& moves) {
   return true;
 }
 
-void KvCacheManager::insert_radix(Request& req, std::int32_t num_full) {
-  for (std::int32_t i = req.num_cached_blocks_; i < num_full; ++i) {
-    const BlockId b = req.block_table[i];
-    if (tree_->contains(b)) continue;  // a hit block, or shared with a sibling sample
-    // A block whose content is cached already (computed twice) stays private to req, and so
-    // do the blocks after it (their parent is not a node): the tree holds one copy.
-    tree_->insert(i == 0 ? kNullBlock : req.block_table[i - 1], b, req.block_hashes_[i]);
-  }
-  req.num_cached_blocks_ = num_full;
-}
-
 void KvCacheManager::take_blocks(std::int32_t n, std::vector<BlockId>& out) {
-  if (tree_ && n > pool_.num_free_blocks()) tree_->evict(n - pool_.num_free_blocks());
+  if (cache_ && n > pool_.num_free_blocks()) cache_->make_room(n);
   pool_.get_new_blocks(n, out);
 }
 
@@ -352,7 +327,7 @@ void KvCacheManager::fork(Request& parent, Request& child) {
   }
   child.block_table = parent.block_table;
   pool_.touch(child.block_table);
-  if (tree_) tree_->on_acquired(child.block_table);
+  if (cache_) cache_->on_acquired(child.block_table);
   // The hashes of the full blocks only: the parent may have hashed the block being filled ahead
   // (see register_full_blocks), and that one covers outputs, which differ between samples.
   const auto shared_hashes =
@@ -393,7 +368,7 @@ bool KvCacheManager::copy_on_write(Request& req, std::int32_t num_new_tokens) {
   copies_->push_back({shared, fresh});
   req.block_table[i] = fresh;
   scratch_[0] = shared;
-  pool_.free_blocks(scratch_);  // a partial block: never a radix node
+  pool_.free_blocks(scratch_);  // a partial block: never registered in the cache
   req.cow_tail_ = false;
   ++stats_.cow_copies;
   --stats_.blocks_saved_by_sharing;
@@ -402,12 +377,7 @@ bool KvCacheManager::copy_on_write(Request& req, std::int32_t num_new_tokens) {
 
 void KvCacheManager::check_invariants() const {
   pool_.check_invariants();
-  if (tree_) {
-    if (pool_.num_cached_blocks() != 0) {
-      throw std::logic_error("KvCacheManager: radix mode but the pool carries hashes");
-    }
-    tree_->check_invariants();
-  }
+  if (cache_) cache_->check_invariants();
 }
 
 }  // namespace servelab

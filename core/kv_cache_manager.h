@@ -1,6 +1,11 @@
 // KvCacheManager: per-request block tables over a BlockPool, with prefix caching
 // (vLLM v1 kv_cache_manager.py and single_type_kv_cache_manager.py, full attention only).
 //
+// Which blocks hold which content is the business of a PrefixCache (core/prefix_cache.h: the
+// `hash` and `radix` plugins, or one a user registers), built by KvCacheOptions::prefix_cache
+// when caching is on; the manager hashes a request's full blocks, asks the cache for hits and
+// registers blocks with it, and keeps every reference count itself.
+//
 // A request's table lives in Request::block_table; this class is the only writer of it,
 // of Request::host_block_table, Request::block_hashes, Request::num_cached_blocks and
 // Request::kv_accounted_tokens.
@@ -33,8 +38,9 @@
 #include <vector>
 
 #include "core/block_pool.h"
+#include "core/hash_prefix_cache.h"
 #include "core/host_block_pool.h"
-#include "core/radix_tree.h"
+#include "core/prefix_cache.h"
 #include "core/request_state.h"
 #include "core/step_plan.h"
 
@@ -61,12 +67,6 @@ struct PrefixHit {
 
 enum class KvAllocation : std::uint8_t { kPaged, kContiguous };
 
-// Which prefix cache serves lookups when caching is on (the `prefix_cache` plugin).
-enum class PrefixCacheMode : std::uint8_t {
-  kHash,   // vLLM v1: hashes on the pool's blocks, lazy LRU eviction from the free queue
-  kRadix,  // SGLang RadixAttention: a RadixTree owns the cached blocks (core/radix_tree.h)
-};
-
 // What a contiguous reservation covers.
 enum class KvReserve : std::uint8_t {
   kMaxModelLen,  // cdiv(max_model_len, block_size) blocks for every request
@@ -77,7 +77,8 @@ struct KvCacheOptions {
   KvAllocation allocation = KvAllocation::kPaged;
   KvReserve reserve = KvReserve::kMaxModelLen;  // contiguous mode only
   HostBlockPool* host_pool = nullptr;  // swap space; null: no swapping (can_swap_out is false)
-  PrefixCacheMode prefix_cache = PrefixCacheMode::kHash;  // when caching is on
+  // Builds the prefix cache when caching is on (the `prefix_cache` plugin); default vLLM v1's.
+  PrefixCacheFactory prefix_cache = make_hash_prefix_cache;
 };
 
 class KvCacheManager {
@@ -97,20 +98,17 @@ class KvCacheManager {
   bool contiguous() const { return allocation_ == KvAllocation::kContiguous; }
   HostBlockPool* host_pool() { return host_; }
   const HostBlockPool* host_pool() const { return host_; }
-  // The radix tree in PrefixCacheMode::kRadix with caching on, else null.
-  const RadixTree* radix_tree() const { return tree_.get(); }
+  // The prefix cache with caching on, else null.
+  const PrefixCache* prefix_cache() const { return cache_.get(); }
 
-  // Blocks an allocation can take: the pool's free blocks, plus in radix mode the cached blocks
-  // nobody references (the tree evicts them on demand). Use this, not pool().num_free_blocks(),
-  // for capacity checks.
+  // Blocks an allocation can take: the pool's free blocks, plus those the prefix cache can
+  // reclaim (radix: cached blocks nobody references, evicted on demand). Use this, not
+  // pool().num_free_blocks(), for capacity checks.
   std::int32_t num_free_blocks() const {
-    return pool_.num_free_blocks() + (tree_ ? tree_->num_unlocked() : 0);
+    return pool_.num_free_blocks() + (cache_ ? cache_->num_reclaimable() : 0);
   }
-  // Cached blocks nobody references (evictable cache): the pool's free hashed blocks, or the
-  // radix tree's unlocked nodes.
-  std::int32_t num_free_cached_blocks() const {
-    return tree_ ? tree_->num_unlocked() : pool_.num_free_cached_blocks();
-  }
+  // Cached blocks nobody references (the evictable cache); 0 without caching.
+  std::int32_t num_free_cached_blocks() const { return cache_ ? cache_->num_evictable() : 0; }
 
   // Where copy-on-write copies go (the scheduler's StepPlan::copies). Without one, an
   // allocation that needs a copy throws std::logic_error.
@@ -124,7 +122,7 @@ class KvCacheManager {
   // one); the last holder writes in place. REQUIRES: parent holds a device table, child none.
   void fork(Request& parent, Request& child);
 
-  // Pool invariants, plus the radix tree's in radix mode (throws std::logic_error).
+  // Pool invariants, plus the prefix cache's (throws std::logic_error).
   void check_invariants() const;
 
   // The longest run of cached full blocks matching the start of req's sequence, capped so that
@@ -233,7 +231,7 @@ class KvCacheManager {
 
  private:
   // Extends req.block_hashes_ to (at least) every full block among its first num_tokens tokens,
-  // prefetching each new hash's index slot (hash mode), which a lookup or registration reads soon.
+  // prefetching each new hash in the cache, which a lookup or registration reads soon.
   void update_block_hashes(Request& req, std::int32_t num_tokens);
   // The general allocate_slots (see its contract).
   bool allocate_slots_slow(Request& req, std::int32_t num_new_tokens, const PrefixHit* hit);
@@ -249,9 +247,8 @@ class KvCacheManager {
   // num_computed_tokens back), they hold no KV of req's tokens, and a later prefix hit on them
   // would read whatever they held before. free() and swap_out() call it before releasing.
   void forget_uncomputed_blocks(Request& req);
-  // Radix mode: inserts req's blocks [num_cached_blocks, num_full) into the tree.
-  void insert_radix(Request& req, std::int32_t num_full);
-  // Takes n blocks from the pool, evicting radix-tree leaves first when the pool is short.
+  // Takes n blocks from the pool, letting the prefix cache reclaim blocks first when the pool is
+  // short.
   void take_blocks(std::int32_t n, std::vector<BlockId>& out);
   // The copy-on-write step of allocate_slots for a request marked cow_tail (see fork());
   // false (nothing changed) when the copy and the new tokens' blocks do not fit.
@@ -283,8 +280,8 @@ class KvCacheManager {
   std::int64_t kv_blocks_ = 0;    // sum of cdiv(kv_accounted_tokens, block_size)
   PrefixCacheStats stats_;
   std::vector<BlockId> scratch_;
-  std::unique_ptr<RadixTree> tree_;  // radix mode only
-  std::int32_t idle_ref_ = 0;        // reference count of a cached block nobody uses
+  std::unique_ptr<PrefixCache> cache_;  // with caching on only
+  std::int32_t idle_ref_ = 0;           // cache_->idle_ref_count(), read per hit block
   std::vector<BlockMove>* copies_ = nullptr;
 };
 

@@ -1,23 +1,27 @@
-// The `prefix_cache` plugins: which prefix cache the KvCacheManager keeps
-// (core/kv_cache_manager.h). Both caches are implemented in core beside the block pool they share,
-// in the allocation hot path (core/block_pool.h hashes, core/radix_tree.h), so these plugins are
-// factories that configure the manager rather than classes behind a virtual interface:
-//   hash   vLLM v1 automatic prefix caching: hash-chained full blocks, LRU eviction from the
-//          pool's free queue (kv_cache_utils.hash_block_tokens)
-//   radix  SGLang RadixAttention at block granularity: a RadixTree owns the cached blocks,
-//          locked root paths, leaf-only LRU eviction
+// The `prefix_cache` plugins: which PrefixCache (core/prefix_cache.h) the KvCacheManager builds.
+// The two shipped caches are classes in core, beside the block pool and radix tree they use
+// (the default must exist without the registry); here they get names, documentation and
+// factories:
+//   hash   HashPrefixCache (core/hash_prefix_cache.h): vLLM v1 automatic prefix caching,
+//          hash-chained full blocks, LRU eviction from the pool's free queue
+//   radix  RadixPrefixCache (core/radix_prefix_cache.h): SGLang RadixAttention at block
+//          granularity, locked root paths, leaf-only LRU eviction
 //   none   no prefix caching (vLLM --no-enable-prefix-caching)
+// A new cache is a PrefixCache subclass and a registrar in one file (docs/policies.md, "Adding a
+// policy"; tests/policy_plugin_test.cc adds one).
+#include "core/hash_prefix_cache.h"
 #include "core/kv_cache_manager.h"
+#include "core/radix_prefix_cache.h"
 #include "core/scheduler_config.h"
 #include "policies/registry.h"
 
 namespace servelab {
 namespace {
 
-PolicyFactory cache_factory(bool enabled, PrefixCacheMode mode) {
-  return [enabled, mode](const PolicySpec&, PolicyTarget& t) {
-    t.scheduler->enable_prefix_caching = enabled;
-    if (t.kv_cache != nullptr) t.kv_cache->prefix_cache = mode;
+PolicyFactory cache_factory(PrefixCacheFactory make) {
+  return [make](const PolicySpec&, PolicyTarget& t) {
+    t.scheduler->enable_prefix_caching = static_cast<bool>(make);
+    if (t.kv_cache != nullptr && make) t.kv_cache->prefix_cache = make;
   };
 }
 
@@ -27,7 +31,7 @@ const PolicyRegistrar kHash({PolicyKind::kPrefixCache,
                              "evicted (LRU)",
                              "vLLM v1 automatic prefix caching (kv_cache_utils.hash_block_tokens)",
                              {},
-                             cache_factory(true, PrefixCacheMode::kHash),
+                             cache_factory(make_hash_prefix_cache),
                              /*rank=*/0});
 
 const PolicyRegistrar kRadix(
@@ -37,7 +41,7 @@ const PolicyRegistrar kRadix(
      "ancestors) are locked, unlocked leaves are evicted least recently used first",
      "SGLang (RadixAttention)",
      {},
-     cache_factory(true, PrefixCacheMode::kRadix),
+     cache_factory(make_radix_prefix_cache),
      /*rank=*/1});
 
 const PolicyRegistrar kNone({PolicyKind::kPrefixCache,
@@ -45,7 +49,7 @@ const PolicyRegistrar kNone({PolicyKind::kPrefixCache,
                              "no prefix caching: every request computes its whole prompt",
                              "vLLM --no-enable-prefix-caching",
                              {},
-                             cache_factory(false, PrefixCacheMode::kHash),
+                             cache_factory(nullptr),
                              /*rank=*/2});
 
 }  // namespace

@@ -88,9 +88,9 @@ struct PolicyTarget {
 // Builds the plugin `spec` names (its parameters validated by the registry) into `target`: sets
 // the fields its kind owns (batch: scheduler->batch; queue: scheduler->make_waiting_queue;
 // preemption: scheduler->preemption, max_preemptions and, through the victim rule's factory,
-// scheduler->victim; victim: scheduler->victim; prefix_cache and allocation:
-// scheduler->enable_prefix_caching and kv_cache's mode). May throw std::invalid_argument for
-// values the plugin's constructor refuses.
+// scheduler->victim; victim: scheduler->victim; prefix_cache: scheduler->enable_prefix_caching
+// and kv_cache->prefix_cache (the PrefixCache factory); allocation: kv_cache's allocation mode).
+// May throw std::invalid_argument for values the plugin's constructor refuses.
 using PolicyFactory = std::function<void(const PolicySpec& spec, PolicyTarget& target)>;
 
 struct PluginInfo {

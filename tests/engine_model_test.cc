@@ -26,6 +26,7 @@
 #include "core/block_pool.h"
 #include "core/host_block_pool.h"
 #include "core/kv_cache_manager.h"
+#include "core/radix_prefix_cache.h"
 #include "core/request.h"
 #include "core/rng.h"
 #include "core/scheduler.h"
@@ -37,6 +38,9 @@
 
 namespace servelab {
 namespace {
+
+// A prefix cache plugin's maker (comparable, unlike PrefixCacheFactory).
+using CacheMaker = decltype(&make_hash_prefix_cache);
 
 constexpr double kLogitRelTol = 1e-4;
 constexpr float kTieMargin = 1e-3f;
@@ -477,7 +481,7 @@ struct KvLedger {
 void RunWorkload(const LlamaWeights& w, std::uint64_t seed, const SamplingParams& sampling,
                  WorkloadStats& stats, std::string formation = "vllm",
                  std::string victim = "last-running", PreemptionSetup preemption = {},
-                 PrefixCacheMode cache = PrefixCacheMode::kHash, std::int32_t max_n = 1) {
+                 CacheMaker cache = make_hash_prefix_cache, std::int32_t max_n = 1) {
   Rng rng = Rng::stream(seed, "engine_model_test");
   const std::int32_t vocab = w.config.model.vocab_size;
   SchedulerConfig c;
@@ -502,7 +506,8 @@ void RunWorkload(const LlamaWeights& w, std::uint64_t seed, const SamplingParams
                std::to_string(c.long_prefill_token_threshold) + " blocks " +
                std::to_string(num_blocks) + " mode " + preemption.mode + " host_blocks " +
                std::to_string(preemption.host_blocks) + " cache " +
-               std::to_string(static_cast<int>(cache)) + " max_n " + std::to_string(max_n));
+               (cache == make_radix_prefix_cache ? "radix" : "hash") + " max_n " +
+               std::to_string(max_n));
 
   // Requests: a shared system prompt (one of two) for most, then a unique tail.
   std::vector<RequestSpec> specs;
@@ -712,9 +717,9 @@ TEST(EngineModelTest, RadixCacheAndParallelSamplingKeepOutputs) {
   WorkloadStats greedy, sampled, radix;
   for (std::uint64_t seed = 41; seed <= 46; ++seed) {
     RunWorkload(w, seed, SamplingParams{}, radix, "vllm", "last-running", {},
-                PrefixCacheMode::kRadix, 1);
+                make_radix_prefix_cache, 1);
     if (HasFatalFailure()) return;
-    for (const PrefixCacheMode cache : {PrefixCacheMode::kHash, PrefixCacheMode::kRadix}) {
+    for (const CacheMaker cache : {make_hash_prefix_cache, make_radix_prefix_cache}) {
       RunWorkload(w, seed, SamplingParams{}, greedy, "vllm", "last-running", {}, cache, 3);
       if (HasFatalFailure()) return;
       RunWorkload(w, seed, SamplingParams{.temperature = 1.0, .top_p = 0.95, .seed = 5}, sampled,

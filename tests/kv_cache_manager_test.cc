@@ -13,10 +13,14 @@
 #include <vector>
 
 #include "core/host_block_pool.h"
+#include "core/radix_prefix_cache.h"
 #include "core/radix_tree.h"
 
 namespace servelab {
 namespace {
+
+// A prefix cache plugin's maker (comparable, unlike PrefixCacheFactory).
+using CacheMaker = decltype(&make_hash_prefix_cache);
 
 using Ids = std::vector<BlockId>;
 using Groups = std::vector<std::pair<std::uint64_t, std::uint32_t>>;  // (content id, length)
@@ -487,9 +491,9 @@ TEST(KvCacheManager, HitWithExistingTableIsRejected) {
 // before (stale KV, wrong greedy tokens in engine_model_test). Freed (recompute) or swapped
 // out, in hash and radix mode.
 TEST(KvCacheManager, BlocksOfAStepCalledOffAreNotCached) {
-  for (const PrefixCacheMode mode : {PrefixCacheMode::kHash, PrefixCacheMode::kRadix}) {
+  for (const CacheMaker mode : {make_hash_prefix_cache, make_radix_prefix_cache}) {
     for (const bool swap : {false, true}) {
-      SCOPED_TRACE(std::string(mode == PrefixCacheMode::kHash ? "hash" : "radix") +
+      SCOPED_TRACE(std::string(mode == make_hash_prefix_cache ? "hash" : "radix") +
                    (swap ? " swap_out" : " free"));
       BlockPool pool(11);
       HostBlockPool host(10);
@@ -514,8 +518,8 @@ TEST(KvCacheManager, BlocksOfAStepCalledOffAreNotCached) {
       }
       kv.check_invariants();
       EXPECT_EQ(pool.block_hash(uncomputed), std::nullopt);
-      if (mode == PrefixCacheMode::kRadix) {
-        EXPECT_FALSE(kv.radix_tree()->contains(uncomputed));
+      if (mode == make_radix_prefix_cache) {
+        EXPECT_FALSE(radix_tree_of(kv.prefix_cache())->contains(uncomputed));
       }
       // The same prompt hits block 0 only, whose KV was computed.
       Request b = make(1, Groups{{7, 40}});

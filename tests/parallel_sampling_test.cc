@@ -10,6 +10,7 @@
 #include "core/block_hash.h"
 #include "core/host_block_pool.h"
 #include "core/kv_cache_manager.h"
+#include "core/radix_prefix_cache.h"
 #include "core/scheduler.h"
 #include "policies/registry.h"
 #include "serving/config_node.h"
@@ -195,7 +196,7 @@ void RunTightCache(std::string mode, bool radix) {
   HostBlockPool host(mode == "swap" ? 16 : 0);
   KvCacheOptions o;
   if (mode == "swap") o.host_pool = &host;
-  if (radix) o.prefix_cache = PrefixCacheMode::kRadix;
+  if (radix) o.prefix_cache = make_radix_prefix_cache;
   KvCacheManager kv(pool, 4, 64, true, o);
   SchedulerConfig c;
   c.block_size = 4;

@@ -1,4 +1,4 @@
-// The radix prefix cache (PrefixCacheMode::kRadix, core/radix_tree.h): hand-worked scenarios
+// The radix prefix cache (RadixPrefixCache, core/radix_prefix_cache.h): hand-worked scenarios
 // for hits, locks and leaf-only LRU eviction at block size 4, and hash vs radix agreement on a
 // workload with block-aligned shared prefixes.
 #include <gtest/gtest.h>
@@ -7,11 +7,15 @@
 #include <vector>
 
 #include "core/kv_cache_manager.h"
+#include "core/radix_prefix_cache.h"
 #include "core/radix_tree.h"
 #include "core/scheduler.h"
 
 namespace servelab {
 namespace {
+
+// A prefix cache plugin's maker (comparable, unlike PrefixCacheFactory).
+using CacheMaker = decltype(&make_hash_prefix_cache);
 
 using Ids = std::vector<BlockId>;
 using Groups = std::vector<std::pair<std::uint64_t, std::uint32_t>>;  // (content id, length)
@@ -26,7 +30,7 @@ Request make(RequestId id, const Groups& groups) {
 
 KvCacheOptions radix_options() {
   KvCacheOptions o;
-  o.prefix_cache = PrefixCacheMode::kRadix;
+  o.prefix_cache = make_radix_prefix_cache;
   return o;
 }
 
@@ -55,7 +59,7 @@ class RadixScenario : public ::testing::Test {
 };
 
 TEST_F(RadixScenario, HitsLocksAndLeafFirstEviction) {
-  const RadixTree& tree = *kv_.radix_tree();
+  const RadixTree& tree = *radix_tree_of(kv_.prefix_cache());
   // A: 14 tokens in blocks 1-4; its 3 full blocks become the path 1 -> 2 -> 3, each referenced
   // by A and the tree (locked).
   Request a = make(0, {{1, 12}, {2, 2}});
@@ -136,7 +140,7 @@ TEST_F(RadixScenario, HitsLocksAndLeafFirstEviction) {
 
 // Among leaves, the least recently released goes first, whatever the insertion order.
 TEST_F(RadixScenario, LeastRecentlyReleasedLeafFirst) {
-  const RadixTree& tree = *kv_.radix_tree();
+  const RadixTree& tree = *radix_tree_of(kv_.prefix_cache());
   Request x = make(0, {{1, 4}, {2, 4}, {3, 1}});  // nodes: 1 -> 2
   Request y = make(1, {{1, 4}, {4, 4}, {5, 1}});  // hit 1; node 4 under 1
   admit(kv_, x);
@@ -164,7 +168,7 @@ TEST_F(RadixScenario, LeastRecentlyReleasedLeafFirst) {
 // block-aligned shared prefixes, with a cache large enough that nothing is evicted, every
 // request hits the same tokens.
 TEST(RadixCacheTest, SameHitsAsHashOnBlockAlignedPrefixes) {
-  auto run = [](PrefixCacheMode mode) {
+  auto run = [](CacheMaker mode) {
     BlockPool pool(4096);
     KvCacheOptions o;
     o.prefix_cache = mode;
@@ -199,8 +203,8 @@ TEST(RadixCacheTest, SameHitsAsHashOnBlockAlignedPrefixes) {
     }
     return std::make_pair(cached, kv.stats());
   };
-  const auto [hash_cached, hash_stats] = run(PrefixCacheMode::kHash);
-  const auto [radix_cached, radix_stats] = run(PrefixCacheMode::kRadix);
+  const auto [hash_cached, hash_stats] = run(make_hash_prefix_cache);
+  const auto [radix_cached, radix_stats] = run(make_radix_prefix_cache);
   EXPECT_EQ(hash_cached, radix_cached);
   EXPECT_EQ(hash_stats.queried_tokens, radix_stats.queried_tokens);
   EXPECT_EQ(hash_stats.hit_tokens, radix_stats.hit_tokens);

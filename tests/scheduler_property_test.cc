@@ -13,6 +13,7 @@
 #include "core/block_pool.h"
 #include "core/host_block_pool.h"
 #include "core/kv_cache_manager.h"
+#include "core/radix_prefix_cache.h"
 #include "core/rng.h"
 #include "core/scheduler.h"
 #include "policies/queue_order.h"
@@ -20,6 +21,9 @@
 
 namespace servelab {
 namespace {
+
+// A prefix cache plugin's maker (comparable, unlike PrefixCacheFactory).
+using CacheMaker = decltype(&make_hash_prefix_cache);
 
 // Samples token 0 for every entry that samples; every step takes 1 ms.
 class TrivialBackend : public Backend {
@@ -124,7 +128,7 @@ void CheckInvariants(const Scheduler& s, const BlockPool& pool, const StepPlan* 
   ASSERT_LE(s.num_running(), static_cast<std::size_t>(c.max_num_seqs));
   pool.check_invariants();
   // The radix tree holds one reference on each of its nodes.
-  const RadixTree* tree = kv != nullptr ? kv->radix_tree() : nullptr;
+  const RadixTree* tree = kv != nullptr ? radix_tree_of(kv->prefix_cache()) : nullptr;
   if (kv != nullptr) kv->check_invariants();
   std::set<RequestId> swapped;
   if (host != nullptr) {
@@ -286,12 +290,12 @@ const std::string& VictimName(const std::string& v) { return v; }
 void RunSeed(std::uint64_t seed, const std::string& queue = "", std::string victim = "last-running",
              std::string bf = "vllm", std::int32_t max_preemptions = 0,
              SchedulerCounters* totals = nullptr, std::string mode = "recompute",
-             std::int64_t* swapped_blocks = nullptr, PrefixCacheMode cache = PrefixCacheMode::kHash,
+             std::int64_t* swapped_blocks = nullptr, CacheMaker cache = make_hash_prefix_cache,
              std::int32_t max_n = 1, PrefixCacheStats* sharing = nullptr) {
   SCOPED_TRACE(
       "seed " + std::to_string(seed) + " queue '" + queue + "' victim " + VictimName(victim) +
       " batch " + bf + " max_preemptions " + std::to_string(max_preemptions) + " cache " +
-      (cache == PrefixCacheMode::kRadix ? "radix" : "hash") + " max_n " + std::to_string(max_n));
+      (cache == make_radix_prefix_cache ? "radix" : "hash") + " max_n " + std::to_string(max_n));
   Rng rng = Rng::stream(seed, "scheduler_property");
   Params p = RandomParams(rng);
   use_policy(p.config, PolicyKind::kPreemption, mode);  // before the victim: it sets one
@@ -381,8 +385,9 @@ void RunSeed(std::uint64_t seed, const std::string& queue = "", std::string vict
   EXPECT_EQ(obs.ids.size(), static_cast<std::size_t>(p.num_requests));
   // Nothing leaks: every usable block is free again (radix: or an unlocked tree node).
   EXPECT_EQ(kv.num_free_blocks(), pool.num_usable_blocks());
-  if (kv.radix_tree() != nullptr) {
-    EXPECT_EQ(kv.radix_tree()->num_unlocked(), kv.radix_tree()->num_nodes());
+  if (radix_tree_of(kv.prefix_cache()) != nullptr) {
+    EXPECT_EQ(radix_tree_of(kv.prefix_cache())->num_unlocked(),
+              radix_tree_of(kv.prefix_cache())->num_nodes());
   }
   kv.check_invariants();
   if (sharing != nullptr) {
@@ -519,13 +524,13 @@ TEST(SchedulerPropertyTest, RadixCacheAndParallelSamplingKeepEveryInvariant) {
   SchedulerCounters totals;
   for (std::uint64_t seed = 1; seed <= 40; ++seed) {
     RunSeed(seed, "", "last-running", "vllm", 0, &totals, "recompute", nullptr,
-            PrefixCacheMode::kRadix, 1, &radix);
+            make_radix_prefix_cache, 1, &radix);
     if (HasFatalFailure()) return;
   }
   EXPECT_GT(radix.hit_tokens, 0);
   const std::string victims[] = {"last-running", "lowest-priority", "fewest-computed",
                                  "most-blocks"};
-  for (const PrefixCacheMode cache : {PrefixCacheMode::kHash, PrefixCacheMode::kRadix}) {
+  for (const CacheMaker cache : {make_hash_prefix_cache, make_radix_prefix_cache}) {
     for (std::uint64_t seed = 100; seed <= 115; ++seed) {
       const std::string v = victims[seed % 4];
       RunSeed(seed, "", v, "vllm", seed % 3 == 0 ? 3 : 0, &totals, "recompute", nullptr, cache, 4,
