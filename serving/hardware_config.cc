@@ -42,13 +42,31 @@ void HardwareConfig::validate() const {
   check(fraction(attention_flops_efficiency), "attention_flops_efficiency", "must be in (0, 1]");
   check(fraction(memory_bandwidth_efficiency), "memory_bandwidth_efficiency", "must be in (0, 1]");
   check(fraction(host_link_efficiency), "host_link_efficiency", "must be in (0, 1]");
+  auto fraction_or_zero = [](double f) { return f >= 0 && f <= 1; };
+  check(fraction_or_zero(gemm_bandwidth_efficiency), "gemm_bandwidth_efficiency",
+        "must be in [0, 1]");
+  check(fraction_or_zero(norm_bandwidth_efficiency), "norm_bandwidth_efficiency",
+        "must be in [0, 1]");
+  check(fraction_or_zero(rope_bandwidth_efficiency), "rope_bandwidth_efficiency",
+        "must be in [0, 1]");
+  check(fraction_or_zero(activation_bandwidth_efficiency), "activation_bandwidth_efficiency",
+        "must be in [0, 1]");
+  check(fraction_or_zero(residual_bandwidth_efficiency), "residual_bandwidth_efficiency",
+        "must be in [0, 1]");
+  auto overlap = [](double k) { return k == 0 || (k >= 1 && k <= 64); };
+  check(overlap(gemm_overlap), "gemm_overlap", "must be 0 (hard max) or in [1, 64]");
+  check(overlap(elementwise_overlap), "elementwise_overlap", "must be 0 (hard max) or in [1, 64]");
+  check(gemm_min_s >= 0 && gemm_min_s < 1, "gemm_min_s", "must be in [0, 1)");
+  check(elementwise_min_s >= 0 && elementwise_min_s < 1, "elementwise_min_s", "must be in [0, 1)");
   check(step_overhead_s >= 0 && step_overhead_s < 10, "step_overhead_s", "must be in [0, 10)");
+  check(sequence_overhead_s >= 0 && sequence_overhead_s < 1, "sequence_overhead_s",
+        "must be in [0, 1)");
 }
 
 HardwareConfig parse_hardware(const ConfigNode& node, const std::string& default_name) {
   node.allow_keys({"name", "description", "peak_tflops", "peak_tflops_fp32", "hbm_bandwidth_gbps",
-                   "memory_gib", "host_link_gbps", "tensor_parallel", "efficiency",
-                   "step_overhead_us"});
+                   "memory_gib", "host_link_gbps", "tensor_parallel", "efficiency", "kernel_min_us",
+                   "step_overhead_us", "sequence_overhead_us", "fitted"});
   HardwareConfig hw;
   hw.name = node.get_string("name", default_name);
   hw.source = node.file();
@@ -61,16 +79,38 @@ HardwareConfig parse_hardware(const ConfigNode& node, const std::string& default
   hw.host_link_bandwidth = node.get_double("host_link_gbps", 1e-3, 1e6) * 1e9;
   hw.tensor_parallel = static_cast<std::int32_t>(node.get_int("tensor_parallel", 1, 1, 1));
   if (const auto eff = node.find("efficiency")) {
-    eff->allow_keys({"gemm_flops", "attention_flops", "memory_bandwidth", "host_link"});
+    eff->allow_keys({"gemm_flops", "attention_flops", "memory_bandwidth", "host_link",
+                     "gemm_bandwidth", "norm_bandwidth", "rope_bandwidth", "activation_bandwidth",
+                     "residual_bandwidth", "gemm_overlap", "elementwise_overlap"});
     hw.gemm_flops_efficiency = eff->get_double("gemm_flops", hw.gemm_flops_efficiency, 1e-6, 1.0);
     hw.attention_flops_efficiency =
         eff->get_double("attention_flops", hw.attention_flops_efficiency, 1e-6, 1.0);
     hw.memory_bandwidth_efficiency =
         eff->get_double("memory_bandwidth", hw.memory_bandwidth_efficiency, 1e-6, 1.0);
     hw.host_link_efficiency = eff->get_double("host_link", hw.host_link_efficiency, 1e-6, 1.0);
+    hw.gemm_bandwidth_efficiency = eff->get_double("gemm_bandwidth", 0.0, 1e-6, 1.0);
+    hw.norm_bandwidth_efficiency = eff->get_double("norm_bandwidth", 0.0, 1e-6, 1.0);
+    hw.rope_bandwidth_efficiency = eff->get_double("rope_bandwidth", 0.0, 1e-6, 1.0);
+    hw.activation_bandwidth_efficiency = eff->get_double("activation_bandwidth", 0.0, 1e-6, 1.0);
+    hw.residual_bandwidth_efficiency = eff->get_double("residual_bandwidth", 0.0, 1e-6, 1.0);
+    hw.gemm_overlap = eff->get_double("gemm_overlap", 0.0, 1.0, 64.0);
+    hw.elementwise_overlap = eff->get_double("elementwise_overlap", 0.0, 1.0, 64.0);
+  }
+  if (const auto mins = node.find("kernel_min_us")) {
+    mins->allow_keys({"gemm", "elementwise"});
+    hw.gemm_min_s = mins->get_double("gemm", 0.0, 0.0, 1e5) * 1e-6;
+    hw.elementwise_min_s = mins->get_double("elementwise", 0.0, 0.0, 1e5) * 1e-6;
+  }
+  if (const auto fitted = node.find("fitted")) {
+    // Provenance of fitted values (`sim calibrate --vidur` writes it): free-form strings.
+    fitted->allow_keys({"from", "method", "held_out"});
+    (void)fitted->get_string("from", "");
+    (void)fitted->get_string("method", "");
+    (void)fitted->get_string("held_out", "");
   }
   hw.step_overhead_s =
       node.get_double("step_overhead_us", hw.step_overhead_s * 1e6, 0.0, 1e7 - 1) * 1e-6;
+  hw.sequence_overhead_s = node.get_double("sequence_overhead_us", 0.0, 0.0, 1e6 - 1) * 1e-6;
   return hw;
 }
 

@@ -26,12 +26,31 @@ struct HardwareConfig {
   // has no communication term yet.
   std::int32_t tensor_parallel = 1;
 
-  // Fractions of peak reached in practice, each in (0, 1].
-  double gemm_flops_efficiency = 0.65;       // large GEMMs, of peak_flops
+  // Fractions of peak reached in practice, each in (0, 1]. The bandwidth efficiencies of
+  // GEMM weight streaming and of each elementwise kind may be 0, meaning
+  // memory_bandwidth_efficiency's value. The defaults are the classic roofline (hard max, no
+  // per-launch times, one bandwidth efficiency); the shipped catalogue holds values fitted to
+  // measured kernels (docs/cost-model.md, sim/operator_time.h).
+  double gemm_flops_efficiency = 0.65;       // GEMMs, of peak_flops
   double attention_flops_efficiency = 0.5;   // prefill attention, of peak_flops
-  double memory_bandwidth_efficiency = 0.7;  // streaming weights and KV, of hbm_bandwidth
+  double memory_bandwidth_efficiency = 0.7;  // streaming KV (attention) and copies
   double host_link_efficiency = 0.8;         // pinned-memory copies, of host_link_bandwidth
-  double step_overhead_s = 500e-6;           // fixed per step: launches, scheduling, sampling
+  double gemm_bandwidth_efficiency = 0;      // GEMM weight and activation traffic
+  double norm_bandwidth_efficiency = 0;      // elementwise kinds (sim/operator_time.h)
+  double rope_bandwidth_efficiency = 0;
+  double activation_bandwidth_efficiency = 0;
+  double residual_bandwidth_efficiency = 0;
+  // How compute and memory time of one launch combine: a p-norm exponent >= 1 (1: they add;
+  // larger: they overlap more), or 0 for the hard max.
+  double gemm_overlap = 0;
+  double elementwise_overlap = 0;
+  double gemm_min_s = 0;         // added to every GEMM launch
+  double elementwise_min_s = 0;  // the least an elementwise launch takes
+
+  // Host time of a step (scheduling, input preparation, sampling, detokenisation, output
+  // processing): a fixed part for every non-empty step plus a part per sampled sequence.
+  double step_overhead_s = 500e-6;
+  double sequence_overhead_s = 0;
 
   // peak_flops for bf16/fp16, peak_flops_fp32 for fp32.
   double peak_flops_for(std::string_view dtype) const {

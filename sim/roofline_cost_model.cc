@@ -18,9 +18,10 @@ inline double roofline(double flops, double s_per_flop, double bytes, double s_p
 
 RooflineCostModel::RooflineCostModel(ModelConfig model, HardwareConfig hardware,
                                      std::int32_t block_size)
-    : model_(std::move(model)), hardware_(std::move(hardware)), block_size_(block_size) {
-  model_.validate();
-  hardware_.validate();
+    : model_((model.validate(), std::move(model))),
+      hardware_((hardware.validate(), std::move(hardware))),
+      block_size_(block_size),
+      op_(hardware_, model_.dtype) {
   if (block_size_ < 1) {
     throw ConfigError("block_size must be at least 1, got " + std::to_string(block_size_));
   }
@@ -32,7 +33,6 @@ RooflineCostModel::RooflineCostModel(ModelConfig model, HardwareConfig hardware,
 
   block_bytes_ = m.kv_bytes_per_token() * block_size_;
 
-  s_per_gemm_flop_ = 1.0 / (peak * hw.gemm_flops_efficiency);
   s_per_attention_flop_ = 1.0 / (peak * hw.attention_flops_efficiency);
   s_per_hbm_byte_ = 1.0 / (hw.hbm_bandwidth * hw.memory_bandwidth_efficiency);
   s_per_host_byte_ = 1.0 / (hw.host_link_bandwidth * hw.host_link_efficiency);
@@ -61,6 +61,60 @@ RooflineCostModel::RooflineCostModel(ModelConfig model, HardwareConfig hardware,
   lm_head_flops_per_seq_ = 2.0 * h * m.vocab_size;
   lm_head_weight_bytes_ = h * m.vocab_size * d;
   lm_head_act_bytes_per_seq_ = (h + m.vocab_size) * d;
+
+  gemm_table_.resize(kTableTokens + 1);
+  elementwise_table_.resize(kTableTokens + 1);
+  for (std::int64_t t = 0; t <= kTableTokens; ++t) {
+    gemm_table_[t] = gemm_seconds(t);
+    elementwise_table_[t] = elementwise_seconds(t);
+  }
+  lm_head_table_.resize(kTableSeqs + 1);
+  for (std::int64_t s = 0; s <= kTableSeqs; ++s) lm_head_table_[s] = lm_head_seconds(s);
+}
+
+double RooflineCostModel::gemm_seconds(std::int64_t tokens) const {
+  if (tokens <= 0) return 0;
+  const ModelConfig& m = model_;
+  const double t = static_cast<double>(tokens);
+  const double h = m.hidden_size, q = static_cast<double>(m.q_size());
+  const double kv = static_cast<double>(m.kv_size()), inter = m.intermediate_size;
+  const double d = m.dtype_bytes;
+  // vLLM's launches per layer: fused QKV, O, fused gate/up, down.
+  const double shapes[4][2] = {{q + 2 * kv, h}, {h, q}, {2 * inter, h}, {h, inter}};
+  if (op_.classic_gemm()) {
+    // The classic roofline prices the layer's GEMMs as one operator: max(all FLOPs / rate, all
+    // bytes / bandwidth).
+    double compute = 0, memory = 0;
+    for (const auto& s : shapes) {
+      compute += op_.gemm_compute(t, s[0], s[1]);
+      memory += op_.gemm_memory(t, s[0], s[1], d);
+    }
+    return std::max(compute, memory) * m.num_layers;
+  }
+  double layer = 0;
+  for (const auto& s : shapes) layer += op_.gemm(t, s[0], s[1], d);
+  return layer * m.num_layers;
+}
+
+double RooflineCostModel::elementwise_seconds(std::int64_t tokens) const {
+  if (tokens <= 0) return 0;
+  const ModelConfig& m = model_;
+  const double t = static_cast<double>(tokens);
+  const double h = m.hidden_size, q = static_cast<double>(m.q_size());
+  const double kv = static_cast<double>(m.kv_size()), inter = m.intermediate_size;
+  const double d = m.dtype_bytes;
+  // Per layer: two fused residual-add + RMSNorm (read x and residual, write both: 4h), RoPE in
+  // place on q and k (2q + 2kv), SiLU-mul (reads 2 inter, writes inter); then the embedding
+  // gather once (reads and writes h).
+  const double layer = 2 * op_.elementwise(t * 4 * h * d, ElementwiseKind::kNorm) +
+                       op_.elementwise(t * 2 * (q + kv) * d, ElementwiseKind::kRope) +
+                       op_.elementwise(t * 3 * inter * d, ElementwiseKind::kActivation);
+  return layer * m.num_layers + op_.elementwise(t * 2 * h * d, ElementwiseKind::kResidual);
+}
+
+double RooflineCostModel::lm_head_seconds(std::int64_t seqs) const {
+  return op_.gemm(static_cast<double>(seqs), model_.vocab_size, model_.hidden_size,
+                  model_.dtype_bytes);
 }
 
 StepCostBreakdown RooflineCostModel::breakdown(const StepFeatures& f) const {
@@ -69,10 +123,11 @@ StepCostBreakdown RooflineCostModel::breakdown(const StepFeatures& f) const {
     const double t = static_cast<double>(f.num_tokens);
     const double flops = gemm_flops_per_token_ * t;
     const double bytes = gemm_weight_bytes_ + gemm_act_bytes_per_token_ * t;
-    b.gemm = roofline(flops, s_per_gemm_flop_, bytes, s_per_hbm_byte_);
+    const bool tabled = f.num_tokens <= kTableTokens;
+    b.gemm = tabled ? gemm_table_[f.num_tokens] : gemm_seconds(f.num_tokens);
     // Elementwise kernels do a few FLOPs per byte: memory-bound at any token count.
     const double ew_bytes = elementwise_bytes_per_token_ * t;
-    b.elementwise = ew_bytes * s_per_hbm_byte_;
+    b.elementwise = tabled ? elementwise_table_[f.num_tokens] : elementwise_seconds(f.num_tokens);
     b.flops += flops;
     b.bytes += bytes + ew_bytes;
   }
@@ -93,7 +148,8 @@ StepCostBreakdown RooflineCostModel::breakdown(const StepFeatures& f) const {
     const double s = static_cast<double>(f.num_sampled);
     const double flops = lm_head_flops_per_seq_ * s;
     const double bytes = lm_head_weight_bytes_ + lm_head_act_bytes_per_seq_ * s;
-    b.lm_head = roofline(flops, s_per_gemm_flop_, bytes, s_per_hbm_byte_);
+    b.lm_head = f.num_sampled <= kTableSeqs ? lm_head_table_[f.num_sampled]
+                                            : lm_head_seconds(f.num_sampled);
     b.flops += flops;
     b.bytes += bytes;
   }
@@ -105,7 +161,9 @@ StepCostBreakdown RooflineCostModel::breakdown(const StepFeatures& f) const {
   b.bytes += copy_bytes;
   const bool empty =
       f.num_tokens == 0 && f.swap_out_blocks == 0 && f.swap_in_blocks == 0 && f.copy_blocks == 0;
-  b.overhead = empty ? 0.0 : hardware_.step_overhead_s;
+  b.overhead = empty ? 0.0
+                     : hardware_.step_overhead_s +
+                           hardware_.sequence_overhead_s * static_cast<double>(f.num_sampled);
   return b;
 }
 

@@ -1,22 +1,29 @@
 // RooflineCostModel: step time from FLOPs over peak and bytes over bandwidth, per operator.
 //
-// For each operator of a step (GEMMs, prefill attention, decode attention, LM head) the time is
-//   max(FLOPs / (peak_flops * flops_efficiency), bytes / (hbm_bandwidth * bandwidth_efficiency))
-// and the step adds elementwise kernels (norms, RoPE, SiLU-mul: bytes over bandwidth), swap (bytes
-// over the host link), copy-on-write copies (bytes over HBM) and a fixed per-step overhead. Every
-// formula, with a worked example, is in docs/cost-model.md.
+// Per layer, each of the four GEMM launches (fused QKV, O, fused gate/up, down) and the LM head
+// is priced by OperatorTime::gemm (compute and memory time combined, plus a per-launch time), the
+// elementwise launches (two fused residual-add + RMSNorm, RoPE, SiLU-mul, and the embedding
+// gather) by OperatorTime::elementwise; attention is
+//   max(FLOPs / (peak_flops * attention_efficiency), bytes / (hbm_bandwidth * memory_efficiency));
+// the step adds swap (bytes over the host link), copy-on-write copies (bytes over HBM) and host
+// time (a fixed part per step and a part per sampled sequence). Every formula, with a worked
+// example, is in docs/cost-model.md.
 //
-// The constructor folds the model and hardware into a handful of per-unit coefficients, so
-// step_time() is one pass over the plan's entries plus a few multiplications; it allocates
-// nothing. The object is immutable after construction and safe to share between threads.
+// The GEMM and elementwise time depends on the step's token count only, and the LM head's on the
+// sampled sequences only: the constructor tabulates both (up to kTableTokens and kTableSeqs;
+// larger steps are computed directly), so step_time() is a pass over the plan's totals, two
+// table reads and a few multiplications; it allocates nothing. The object is immutable after
+// construction and safe to share between threads.
 #pragma once
 
 #include <cstdint>
 #include <string_view>
+#include <vector>
 
 #include "serving/hardware_config.h"
 #include "serving/model_config.h"
 #include "sim/cost_model.h"
+#include "sim/operator_time.h"
 
 namespace servelab {
 
@@ -40,14 +47,26 @@ class RooflineCostModel final : public CostModel {
   // K and V of block_size tokens across all layers.
   std::int64_t block_bytes() const { return block_bytes_; }
 
+  // Seconds of all layers' GEMMs and elementwise kernels for a step of `tokens` tokens, and of
+  // the LM head for `seqs` sampled sequences (what the tables hold).
+  double gemm_seconds(std::int64_t tokens) const;
+  double elementwise_seconds(std::int64_t tokens) const;
+  double lm_head_seconds(std::int64_t seqs) const;
+
+  static constexpr std::int64_t kTableTokens = 16384;
+  static constexpr std::int64_t kTableSeqs = 4096;
+
  private:
   ModelConfig model_;
   HardwareConfig hardware_;
   std::int32_t block_size_;
   std::int64_t block_bytes_;
 
+  OperatorTime op_;
+  // gemm_seconds + elementwise_seconds by token count, lm_head_seconds by sequences.
+  std::vector<double> gemm_table_, elementwise_table_, lm_head_table_;
+
   // Seconds per FLOP or per byte at the effective rates.
-  double s_per_gemm_flop_;
   double s_per_attention_flop_;
   double s_per_hbm_byte_;
   double s_per_host_byte_;

@@ -24,6 +24,7 @@
 #include "sim/calibration.h"
 #include "sim/nnls.h"
 #include "sim/roofline_cost_model.h"
+#include "sim/vidur_fit.h"
 #include "traces/csv_reader.h"
 
 namespace servelab {
@@ -557,21 +558,52 @@ int validate_command(const std::vector<std::string>& args) {
 }
 
 int calibrate_command(const std::vector<std::string>& args) {
-  std::string profile, out, engine_run;
+  std::string profile, out, engine_run, hardware;
   bool quiet = false, force = false;
-  std::vector<std::string> profiles;
+  std::vector<std::string> profiles, vidur, held_out;
   const auto app = cli::command(
       "sim calibrate",
       "Fit the calibrated cost model to an `engine profile` (NNLS over the roofline's "
       "operators), plus the engine loop's host overhead from an engine run folder recorded with "
-      "--record-schedule; prints the fit error per shape family (docs/validation.md).");
+      "--record-schedule; prints the fit error per shape family (docs/validation.md). With "
+      "--vidur, fit a hardware entry's kernel parameters to Vidur operator profiles instead, "
+      "holding out every other token count and the --held-out profiles.");
   app->add_option("PROFILE.csv", profiles, "the profile `engine profile` wrote");
+  app->add_option("--vidur", vidur, "Vidur mlp.csv profiles of one GPU to fit (repeatable)")
+      ->type_name("MLP.csv");
+  app->add_option("--held-out", held_out,
+                  "Vidur profiles of the same GPU only to report errors on (repeatable)")
+      ->type_name("MLP.csv");
+  app->add_option("--hardware", hardware, "the catalogue entry (or .yaml) to start from (--vidur)")
+      ->type_name("NAME");
   cli::add_out(*app, out, "the cost model file to write")->type_name("COST.yaml");
   app->add_option("--engine-run", engine_run, "fit the host overhead on this engine run folder")
       ->type_name("ENGINE_DIR");
   cli::add_force(*app, force, "COST.yaml");
   cli::add_quiet(*app, quiet);
   cli::parse(*app, args);
+  if (!vidur.empty()) {
+    if (!profiles.empty()) throw UsageError("sim calibrate: --vidur takes no engine profile");
+    if (hardware.empty()) throw UsageError("sim calibrate: --vidur needs --hardware NAME");
+    if (out.empty()) throw UsageError("sim calibrate: expected -o HARDWARE.yaml");
+    std::vector<std::string> inputs = vidur;
+    inputs.insert(inputs.end(), held_out.begin(), held_out.end());
+    check_output_file(out, inputs, force);
+    const HardwareConfig base = load_hardware(hardware, default_catalog_dir());
+    std::vector<VidurProfile> train, test;
+    for (const std::string& f : vidur) train.push_back(read_vidur_profile(f));
+    for (const std::string& f : held_out) test.push_back(read_vidur_profile(f));
+    const VidurFit fit = fit_vidur(base, train, test);
+    write_file_atomically(out, vidur_hardware_yaml(fit, vidur, held_out));
+    if (!quiet) {
+      print_vidur_fit(stdout, fit);
+      std::printf("  wrote %s\n", out.c_str());
+    }
+    return 0;
+  }
+  if (!held_out.empty() || !hardware.empty()) {
+    throw UsageError("sim calibrate: --held-out and --hardware go with --vidur");
+  }
   if (profiles.size() > 1) throw UsageError("sim calibrate: more than one profile given");
   if (!profiles.empty()) profile = profiles[0];
   if (profile.empty())
