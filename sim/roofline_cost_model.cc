@@ -14,6 +14,16 @@ inline double roofline(double flops, double s_per_flop, double bytes, double s_p
   return std::max(flops * s_per_flop, bytes * s_per_byte);
 }
 
+// hidden, q, kv and intermediate widths and the element size, as doubles.
+struct Widths {
+  double h, q, kv, inter, d;
+};
+Widths widths(const ModelConfig& m) {
+  return {static_cast<double>(m.hidden_size), static_cast<double>(m.q_size()),
+          static_cast<double>(m.kv_size()), static_cast<double>(m.intermediate_size),
+          static_cast<double>(m.dtype_bytes)};
+}
+
 }  // namespace
 
 RooflineCostModel::RooflineCostModel(ModelConfig model, HardwareConfig hardware,
@@ -76,9 +86,7 @@ double RooflineCostModel::gemm_seconds(std::int64_t tokens) const {
   if (tokens <= 0) return 0;
   const ModelConfig& m = model_;
   const double t = static_cast<double>(tokens);
-  const double h = m.hidden_size, q = static_cast<double>(m.q_size());
-  const double kv = static_cast<double>(m.kv_size()), inter = m.intermediate_size;
-  const double d = m.dtype_bytes;
+  const auto [h, q, kv, inter, d] = widths(m);
   // vLLM's launches per layer: fused QKV, O, fused gate/up, down.
   const double shapes[4][2] = {{q + 2 * kv, h}, {h, q}, {2 * inter, h}, {h, inter}};
   if (op_.classic_gemm()) {
@@ -100,9 +108,7 @@ double RooflineCostModel::elementwise_seconds(std::int64_t tokens) const {
   if (tokens <= 0) return 0;
   const ModelConfig& m = model_;
   const double t = static_cast<double>(tokens);
-  const double h = m.hidden_size, q = static_cast<double>(m.q_size());
-  const double kv = static_cast<double>(m.kv_size()), inter = m.intermediate_size;
-  const double d = m.dtype_bytes;
+  const auto [h, q, kv, inter, d] = widths(m);
   // Per layer: two fused residual-add + RMSNorm (read x and residual, write both: 4h), RoPE in
   // place on q and k (2q + 2kv), SiLU-mul (reads 2 inter, writes inter); then the embedding
   // gather once (reads and writes h).
