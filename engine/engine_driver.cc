@@ -14,6 +14,7 @@
 #include "engine/cpu_executor.h"
 #include "serving/config_node.h"
 #include "serving/interrupt.h"
+#include "serving/machine.h"
 #include "serving/output_file.h"
 #if SERVELAB_HAVE_CUDA
 #include "engine/cuda_executor.h"
@@ -188,6 +189,17 @@ RunOutput run_engine(const ExperimentConfig& config, const EngineOptions& option
   // device memory and serving.gpu_memory_utilization (--kv-memory-gb is for the CPU engine).
   const bool cuda = options.device == "cuda";
   if (cuda) require_cuda_device();
+  // A calibrated cost model in the experiment was measured on some machine; the engine's
+  // measurements are comparable with it only on the same device.
+  if (config.cost_model.calibrated && config.cost_model.calibrated->machine) {
+    std::string gpu_name;
+#if SERVELAB_HAVE_CUDA
+    if (cuda) gpu_name = kernels::device_info().name;
+#endif
+    const CalibratedProfile& p = *config.cost_model.calibrated;
+    warn_if_calibrated_elsewhere(p.file, p.machine, this_machine(options.device, gpu_name),
+                                 CalibrationUse::kEngine);
+  }
   RunOutput out;
   out.backend = "engine-" + options.device;
   const LlamaConfig llama = load_llama_config(config.model, default_catalog_dir());

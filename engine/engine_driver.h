@@ -41,6 +41,9 @@ struct EngineOptions {
   bool progress = false;       // progress line on stderr
 };
 
+// When the experiment has a calibrated cost model whose file records a machine other than the
+// device this run executes on (kind and name; serving/machine.h), prints one warning line on
+// stderr (once per file and process) before running.
 // Throws ConfigError for bad input (a malformed or non-finite checkpoint included), an
 // unavailable device, an I/O failure, or a CPU run whose estimated memory
 // (estimate_cpu_engine_memory) exceeds MemAvailable; Interrupted on SIGINT/SIGTERM. Output folder

@@ -45,8 +45,8 @@ constexpr const char* kUsage =
     "      time the executor over a grid of step shapes (prefill, batched prefill, chunks with\n"
     "      cached context, decode batches by context, mixed, swap, copy): N repetitions\n"
     "      (default 9) over R passes (default 3), each shape warmed up and timed back to back\n"
-    "      within a pass; writes each shape's median with the cost\n"
-    "      model's features and a header naming the device, date and engine version, for\n"
+    "      within a pass; writes each shape's median with the cost model's features and a\n"
+    "      header naming the machine (device name, threads), date and engine version, for\n"
     "      `sim calibrate` (docs/validation.md); an existing PROFILE.csv is replaced only with\n"
     "      --force\n"
     "  help       this text; `engine COMMAND --help` lists a command's options\n"
@@ -119,8 +119,9 @@ int cmd_profile(const std::vector<std::string>& args) {
       "Time the executor over a grid of step shapes (prefill, batched prefill, chunks with "
       "cached context, decode batches by context, mixed, swap, copy): N repetitions over R "
       "passes, each shape warmed up and timed back to back within a pass; writes each shape's "
-      "median with the cost model's features and a header naming the device, date and engine "
-      "version, for `sim calibrate` (docs/validation.md).");
+      "median with the cost model's features and a header naming the machine (device name, "
+      "threads; $SERVELAB_MACHINE_NAME replaces the name), date and engine version, for `sim "
+      "calibrate` (docs/validation.md).");
   app->add_option("--model", o.model, "the model (catalogue name or config.json)")->type_name("M");
   cli::add_out(*app, o.out, "the profile to write")->type_name("PROFILE.csv");
   app->add_option("--device", o.device, "where the model runs (default cpu)")

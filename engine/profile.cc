@@ -4,11 +4,9 @@
 #include <chrono>
 #include <ctime>
 #include <deque>
-#include <fstream>
 #include <memory>
 #include <sstream>
 #include <stdexcept>
-#include <thread>
 
 #include "core/request.h"
 #include "core/step_plan.h"
@@ -18,6 +16,7 @@
 #include "serving/calibration_profile.h"
 #include "serving/config_node.h"
 #include "serving/interrupt.h"
+#include "serving/machine.h"
 #include "serving/model_config.h"
 #include "serving/output_file.h"
 #if SERVELAB_HAVE_CUDA
@@ -117,20 +116,8 @@ std::string engine_version() {
 }
 
 std::string cpu_device_name() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line, name = "unknown CPU";
-  while (std::getline(in, line)) {
-    if (line.rfind("model name", 0) == 0) {
-      const auto colon = line.find(':');
-      if (colon != std::string::npos) {
-        name = line.substr(colon + 1);
-        name.erase(0, name.find_first_not_of(" \t"));
-      }
-      break;
-    }
-  }
-  const unsigned threads = std::thread::hardware_concurrency();
-  return "cpu: " + name + " (" + std::to_string(threads) + " hardware threads)";
+  const MachineRecord m = this_machine("cpu");
+  return "cpu: " + m.name + " (" + std::to_string(m.threads) + " hardware threads)";
 }
 
 std::vector<ProfileShape> profile_grid(bool quick, std::int32_t max_tokens) {
@@ -217,6 +204,9 @@ std::size_t run_profile(const ProfileOptions& o, std::FILE* progress) {
     throw ConfigError("--reps and --rounds must be >= 1 and --warmup >= 0");
   }
   if (o.block_size < 1 || o.block_size > 256) throw ConfigError("--block-size: expected 1..256");
+  // The machine the header records (serving/machine.h); a bad $SERVELAB_MACHINE_NAME fails here,
+  // before the weights are made. CUDA: the GPU's name, filled in with the executor below.
+  MachineRecord machine = this_machine(o.device);
   const LlamaConfig llama = load_llama_config(o.model, default_catalog_dir());
   const ModelConfig& model = llama.model;
   const std::int32_t max_tokens = std::min<std::int32_t>(
@@ -266,6 +256,7 @@ std::size_t run_profile(const ProfileOptions& o, std::FILE* progress) {
     const kernels::DeviceInfo info = kernels::device_info();
     device_name = info.name + " (sm_" + std::to_string(info.major) + std::to_string(info.minor) +
                   ", " + std::to_string(info.sm_count) + " SMs)";
+    machine = this_machine("cuda", info.name);
     executor = "CudaExecutor bf16 (cuBLAS + ServeLab kernels)";
     block_bytes = cuda->block_bytes();
     exec = std::move(cuda);
@@ -301,6 +292,9 @@ std::size_t run_profile(const ProfileOptions& o, std::FILE* progress) {
   out << "# format_version: 1\n";
   out << "# model: " << model.name << "\n";
   out << "# device: " << device_name << "\n";
+  out << "# machine_kind: " << machine.kind << "\n";
+  out << "# machine_name: " << machine.name << "\n";
+  out << "# machine_threads: " << machine.threads << "\n";
   out << "# date_utc: " << utc_now() << "\n";
   out << "# engine_version: " << engine_version() << "\n";
   out << "# executor: " << executor << "\n";

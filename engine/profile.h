@@ -67,8 +67,10 @@ std::size_t run_profile(const ProfileOptions& options, std::FILE* progress);
 
 // "0.1.0 (git 9bf2efc)": the project version and, when known at configure time, git describe.
 std::string engine_version();
-// The CPU model from /proc/cpuinfo with the hardware thread count, e.g. "cpu: AMD EPYC (2
-// threads)".
+// The profile header's `device` line for the CPU: "cpu: NAME (N hardware threads)" with
+// this_machine("cpu")'s name and thread count (serving/machine.h; $SERVELAB_MACHINE_NAME
+// replaces the name). The header's machine_kind/machine_name/machine_threads lines record the
+// same machine for `sim calibrate` (for --device cuda: the GPU's name).
 std::string cpu_device_name();
 
 }  // namespace servelab

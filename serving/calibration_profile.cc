@@ -37,8 +37,9 @@ const std::vector<std::string>& profile_columns() {
 
 CalibratedProfile load_calibrated_profile(const std::string& path) {
   const ConfigNode doc = ConfigNode::load_file(path);
-  doc.allow_keys({"type", "format_version", "model", "device", "date_utc", "engine_version",
-                  "profile", "block_size", "block_bytes", "coefficients", "fit", "host_overhead"});
+  doc.allow_keys({"type", "format_version", "model", "device", "machine", "date_utc",
+                  "engine_version", "profile", "block_size", "block_bytes", "coefficients", "fit",
+                  "host_overhead"});
   const ConfigNode type = doc.at("type");
   if (type.as_string() != "calibrated") type.fail("'calibrated'");
   if (doc.has("format_version")) doc.get_int("format_version", 1, 1);
@@ -46,6 +47,16 @@ CalibratedProfile load_calibrated_profile(const std::string& path) {
   p.file = path;
   p.model = doc.get_string("model");
   p.device = doc.get_string("device", "");
+  if (const std::optional<ConfigNode> m = doc.find("machine")) {
+    m->allow_keys({"kind", "name", "threads"});
+    MachineRecord r;
+    r.kind = m->at("kind").as_choice({"cpu", "cuda"});
+    const ConfigNode name = m->at("name");
+    r.name = name.as_string();
+    if (r.name.empty()) name.fail("a non-empty device name");
+    r.threads = m->get_int("threads", 1, INT64_MAX);
+    p.machine = std::move(r);
+  }
   p.date_utc = doc.get_string("date_utc", "");
   p.engine_version = doc.get_string("engine_version", "");
   if (doc.has("profile")) doc.get_string("profile");

@@ -6,11 +6,13 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/step_features.h"
 #include "core/step_plan.h"
+#include "serving/machine.h"
 
 namespace servelab {
 
@@ -45,9 +47,12 @@ struct CalibratedCoefficients {
 
 // A cost.yaml: coefficients plus where they were measured.
 struct CalibratedProfile {
-  std::string file;            // where it was loaded from ("" when built in memory)
-  std::string model;           // the model the profile ran (must match the experiment's)
-  std::string device;          // e.g. "cpu: AMD EPYC 7B13 (2 threads)"
+  std::string file;    // where it was loaded from ("" when built in memory)
+  std::string model;   // the model the profile ran (must match the experiment's)
+  std::string device;  // e.g. "cpu: AMD EPYC 7B13 (2 threads)"
+  // The machine the profile was measured on (`machine:`); empty for files written before it was
+  // recorded, which load as before and are never warned about (serving/machine.h).
+  std::optional<MachineRecord> machine;
   std::string date_utc;        // when the engine profile was measured
   std::string engine_version;  // project version and git describe of the profiling engine
   std::int32_t block_size = 16;
@@ -57,7 +62,9 @@ struct CalibratedProfile {
 
 // Reads and validates a cost.yaml. Throws ConfigError naming the file (and line and key) for a
 // missing file, malformed YAML, an unknown or missing key, a wrong type or a negative
-// coefficient.
+// coefficient. `machine:` is optional; when present it must be a mapping of exactly `kind` (cpu
+// or cuda), `name` (a non-empty string) and `threads` (an integer >= 1). Loading never compares
+// the machine: the users of the file do (warn_if_calibrated_elsewhere).
 CalibratedProfile load_calibrated_profile(const std::string& path);
 
 // The CSV columns `engine profile` writes, in order.

@@ -92,7 +92,22 @@ EngineProfile read_profile(const std::string& path) {
       const std::string_view body = line.substr(1);
       const auto colon = body.find(':');
       if (colon != std::string_view::npos && header.empty()) {
-        p.header[std::string(trim(body.substr(0, colon)))] = trim(body.substr(colon + 1));
+        const std::string key(trim(body.substr(0, colon)));
+        const std::string value(trim(body.substr(colon + 1)));
+        if (key == "machine_kind" && value != "cpu" && value != "cuda") {
+          fail("header 'machine_kind': expected cpu or cuda, got '" + shorten(value) + "'");
+        }
+        if (key == "machine_name" && value.empty()) {
+          fail("header 'machine_name': expected a device name, got nothing");
+        }
+        if (key == "machine_threads") {
+          const std::optional<std::int64_t> n = parse_int(value);
+          if (!n || *n < 1) {
+            fail("header 'machine_threads': expected an integer >= 1, got '" + shorten(value) +
+                 "'");
+          }
+        }
+        p.header[key] = value;
       }
       continue;
     }
@@ -166,6 +181,25 @@ EngineProfile read_profile(const std::string& path) {
   if (!p.header.count("model")) throw ConfigError(path + ": header line '# model: ...' is missing");
   p.block_size = static_cast<std::int32_t>(header_int("block_size", 1));
   p.block_bytes = header_int("block_bytes", 1);
+  // The machine: all three lines (each checked where it was read) or none (an older profile).
+  const int machine_lines =
+      static_cast<int>(p.header.count("machine_kind") + p.header.count("machine_name") +
+                       p.header.count("machine_threads"));
+  if (machine_lines == 3) {
+    MachineRecord m;
+    m.kind = p.header.at("machine_kind");
+    m.name = p.header.at("machine_name");
+    m.threads = header_int("machine_threads", 1);
+    p.machine = std::move(m);
+  } else if (machine_lines > 0) {
+    for (const char* key : {"machine_kind", "machine_name", "machine_threads"}) {
+      if (!p.header.count(key)) {
+        throw ConfigError(path + ": header line '# " + std::string(key) +
+                          ": ...' is missing (the machine_kind, machine_name and "
+                          "machine_threads lines come together)");
+      }
+    }
+  }
   return p;
 }
 
@@ -306,6 +340,7 @@ CalibrationResult fit_profile(const EngineProfile& profile) {
   };
   p.model = header("model");
   p.device = header("device");
+  p.machine = profile.machine;
   p.date_utc = header("date_utc");
   p.engine_version = header("engine_version");
   p.block_size = profile.block_size;
@@ -336,6 +371,15 @@ std::string calibration_yaml(const CalibrationResult& result, const std::string&
   number("format_version", 1);
   text("model", p.model);
   text("device", p.device);
+  if (p.machine) {  // profiles written before the machine was recorded have none
+    y << YAML::Key << "machine" << YAML::Value
+      << YAML::Comment("what the profile ran on; calibrations do not carry across machines")
+      << YAML::BeginMap;
+    number("kind", p.machine->kind);
+    text("name", p.machine->name);
+    number("threads", p.machine->threads);
+    y << YAML::EndMap;
+  }
   text("date_utc", p.date_utc);
   text("engine_version", p.engine_version);
   text("profile", profile_path);

@@ -2,8 +2,9 @@
 // (`engine profile` writes it, `sim calibrate` runs this). Formats and the method are in
 // docs/validation.md.
 //
-// Profile CSV: `# key: value` header lines (model, device, date_utc, engine_version, block_size,
-// block_bytes, ...), then a CSV header and one row per step shape:
+// Profile CSV: `# key: value` header lines (model, device, machine_kind, machine_name,
+// machine_threads, date_utc, engine_version, block_size, block_bytes, ...), then a CSV header and
+// one row per step shape:
 //   family, num_tokens, prefill_tokens, prefill_pairs, prefill_context_tokens, decode_tokens,
 //   decode_pairs, decode_context_tokens, num_sampled, num_entries, swap_out_blocks,
 //   swap_in_blocks, copy_blocks, reps, median_ns, min_ns, max_ns
@@ -24,6 +25,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -41,13 +43,18 @@ struct ProfileRow {
 struct EngineProfile {
   std::string file;
   std::map<std::string, std::string> header;  // the `# key: value` lines
+  // From `# machine_kind:` (cpu or cuda), `# machine_name:` and `# machine_threads:` (>= 1): all
+  // three or none (profiles written before the machine was recorded have none).
+  std::optional<MachineRecord> machine;
   std::int32_t block_size = 0;
   std::int64_t block_bytes = 0;
   std::vector<ProfileRow> rows;
 };
 
 // Throws ConfigError naming the file (and line) for a missing or unreadable file, a missing
-// column or header key, a malformed row, a non-positive duration, or no rows at all.
+// column or header key, a malformed row, a non-positive duration, no rows at all, or machine
+// lines that are incomplete or malformed (a kind other than cpu or cuda, an empty name, a thread
+// count that is not an integer >= 1).
 EngineProfile read_profile(const std::string& path);
 
 struct FamilyError {

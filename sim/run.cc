@@ -10,6 +10,7 @@
 #include "policies/queue_order.h"
 #include "serving/hardware_config.h"
 #include "serving/kv_capacity.h"
+#include "serving/machine.h"
 #include "serving/model_config.h"
 #include "serving/output_file.h"
 #include "sim/calibrated_cost_model.h"
@@ -28,6 +29,12 @@ std::unique_ptr<const CalibratedCostModel> make_calibrated_cost_model(
     throw ConfigError(config.file + ": key 'cost_model.file': " + p.file +
                       " was calibrated for model '" + p.model + "', but the experiment runs '" +
                       model.name + "'");
+  }
+  // A CPU calibration predicts the CPU engine, which runs on this host: say so when this host's
+  // CPU is not the one it was measured on (a CUDA calibration is never warned about here).
+  if (p.machine && p.machine->kind == "cpu") {
+    warn_if_calibrated_elsewhere(p.file, p.machine, this_machine("cpu"),
+                                 CalibrationUse::kSimulation);
   }
   return std::make_unique<const CalibratedCostModel>(p, config.scheduler.block_size);
 }

@@ -31,7 +31,9 @@ struct RunOptions {
 RunOutput run_simulation(const ExperimentConfig& config, const RunOptions& options);
 
 // The calibrated cost model the experiment asks for (cost_model.type calibrated), or null for
-// the roofline. Throws ConfigError when the profile was calibrated for another model.
+// the roofline. Throws ConfigError when the profile was calibrated for another model. A CPU
+// calibration whose `machine:` names another CPU than this host's prints one warning line on
+// stderr (once per file and process; serving/machine.h); a CUDA calibration never does here.
 std::unique_ptr<const CalibratedCostModel> make_calibrated_cost_model(
     const ExperimentConfig& config, const ModelConfig& model);
 

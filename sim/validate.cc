@@ -18,6 +18,7 @@
 #include "serving/cli.h"
 #include "serving/config_node.h"
 #include "serving/hardware_config.h"
+#include "serving/machine.h"
 #include "serving/model_config.h"
 #include "serving/output_file.h"
 #include "sim/calibrated_cost_model.h"
@@ -171,7 +172,12 @@ ReplayModel replay_model(const YAML::Node& sim_config, const std::string& sim_co
       throw ConfigError(sim_config_path + ": key 'cost_model.file': '" + file +
                         "' not found (pass --cost-model FILE)");
     }
-    r.model = std::make_unique<CalibratedCostModel>(load_calibrated_profile(file), block_size);
+    CalibratedProfile profile = load_calibrated_profile(file);
+    if (profile.machine && profile.machine->kind == "cpu") {  // as in sim run (sim/run.h)
+      warn_if_calibrated_elsewhere(profile.file, profile.machine, this_machine("cpu"),
+                                   CalibrationUse::kSimulation);
+    }
+    r.model = std::make_unique<CalibratedCostModel>(std::move(profile), block_size);
     r.description = "calibrated (" + file + ")";
     return r;
   }

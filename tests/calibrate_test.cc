@@ -339,6 +339,107 @@ TEST(Calibration, YamlEscapesTextAndWritesHostOverhead) {
             r.families.at("decode").shapes);
 }
 
+// ---- the machine a profile was measured on (issue 16) ----
+
+// `text` with `lines` inserted after its `# device:` header line.
+std::string with_header_lines(std::string text, const std::string& lines) {
+  const auto at = text.find('\n', text.find("# device:")) + 1;
+  text.insert(at, lines);
+  return text;
+}
+
+const char* kMachineLines =
+    "# machine_kind: cpu\n# machine_name: Test CPU @ 1.0GHz: model 7\n# machine_threads: 6\n";
+
+// The machine goes profile -> cost.yaml -> loaded profile unchanged; without machine lines (an
+// older profile) there is no `machine:` and the file loads as before.
+TEST(CalibrationMachine, RoundTripsFromProfileToCostYaml) {
+  const EngineProfile with = profile_from(
+      with_header_lines(synthetic_profile(known(), 0.0, 1), kMachineLines), "machine_rt");
+  ASSERT_TRUE(with.machine);
+  EXPECT_EQ(with.machine->kind, "cpu");
+  EXPECT_EQ(with.machine->name, "Test CPU @ 1.0GHz: model 7");  // a colon in the name survives
+  EXPECT_EQ(with.machine->threads, 6);
+  const CalibrationResult r = fit_profile(with);
+  ASSERT_TRUE(r.profile.machine);
+  EXPECT_EQ(*r.profile.machine, *with.machine);
+  const std::string yaml = calibration_yaml(r, "profile.csv");
+  EXPECT_NE(yaml.find("machine:"), std::string::npos) << yaml;
+  const auto dir = temp_dir("calibrate_machine_rt");
+  write_file(dir / "cost.yaml", yaml);
+  const CalibratedProfile p = load_calibrated_profile((dir / "cost.yaml").string());
+  ASSERT_TRUE(p.machine);
+  EXPECT_EQ(*p.machine, *with.machine);
+  // Deterministic: the same profile gives the same bytes.
+  EXPECT_EQ(calibration_yaml(fit_profile(with), "profile.csv"), yaml);
+
+  const EngineProfile without = profile_from(synthetic_profile(known(), 0.0, 1), "machine_none");
+  EXPECT_FALSE(without.machine);
+  const std::string old_yaml = calibration_yaml(fit_profile(without), "profile.csv");
+  EXPECT_EQ(old_yaml.find("machine"), std::string::npos) << old_yaml;
+  write_file(dir / "old.yaml", old_yaml);
+  EXPECT_FALSE(load_calibrated_profile((dir / "old.yaml").string()).machine);
+}
+
+// Machine header lines that are incomplete or malformed are errors naming PATH:LINE and the key.
+TEST(CalibrationMachine, MalformedProfileLinesAreErrors) {
+  const std::string base = synthetic_profile(known(), 0.0, 1);
+  const auto error = [&](const std::string& lines, const std::string& name) {
+    try {
+      profile_from(with_header_lines(base, lines), name);
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  std::string e = error("# machine_kind: tpu\n# machine_name: x\n# machine_threads: 2\n", "k");
+  EXPECT_NE(e.find("profile.csv:4: header 'machine_kind': expected cpu or cuda, got 'tpu'"),
+            std::string::npos)
+      << e;
+  e = error("# machine_kind: cpu\n# machine_name: x\n# machine_threads: 0\n", "t");
+  EXPECT_NE(e.find("profile.csv:6: header 'machine_threads'"), std::string::npos) << e;
+  e = error("# machine_kind: cpu\n# machine_name:\n# machine_threads: 2\n", "n");
+  EXPECT_NE(e.find("profile.csv:5: header 'machine_name'"), std::string::npos) << e;
+  e = error("# machine_kind: cpu\n# machine_threads: 2\n", "missing");
+  EXPECT_NE(e.find("profile.csv: header line '# machine_name: ...' is missing"), std::string::npos)
+      << e;
+}
+
+// A malformed `machine:` in cost.yaml names the file, line and key.
+TEST(CalibrationMachine, MalformedCostYamlMachineIsAnError) {
+  const auto dir = temp_dir("calibrate_machine_bad");
+  const std::string coefficients =
+      "coefficients: {step_s: 0, per_sequence_s: 0, per_token_s: 1.0e-6, "
+      "per_token_above_knee_s: 0, knee_tokens: 0, prefill_pair_s: 0, decode_context_token_s: 0, "
+      "sampled_sequence_s: 0, swap_byte_s: 0, copy_byte_s: 0}\n";
+  const auto error = [&](const std::string& machine) {
+    write_file(dir / "cost.yaml",
+               "type: calibrated\nmodel: tiny\nblock_size: 16\n"
+               "block_bytes: 8192\n" +
+                   machine + coefficients);
+    try {
+      load_calibrated_profile((dir / "cost.yaml").string());
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(error("machine: {kind: cpu, name: \"A\", threads: 2}\n"), "no error");
+  std::string e = error("machine: {kind: gpu, name: A, threads: 2}\n");
+  EXPECT_NE(e.find("cost.yaml:5:"), std::string::npos) << e;
+  EXPECT_NE(e.find("machine.kind"), std::string::npos) << e;
+  e = error("machine: {kind: cpu, name: \"\", threads: 2}\n");
+  EXPECT_NE(e.find("machine.name"), std::string::npos) << e;
+  e = error("machine: {kind: cpu, name: A, threads: 0}\n");
+  EXPECT_NE(e.find("machine.threads"), std::string::npos) << e;
+  e = error("machine: {kind: cpu, name: A}\n");
+  EXPECT_NE(e.find("threads"), std::string::npos) << e;
+  e = error("machine: {kind: cpu, name: A, threads: 2, cores: 2}\n");
+  EXPECT_NE(e.find("machine.cores"), std::string::npos) << e;
+  e = error("machine: Intel\n");
+  EXPECT_NE(e.find("'machine'"), std::string::npos) << e;
+}
+
 TEST(CalibratedCostModel, StepTimeOfAPlan) {
   CalibratedProfile p;
   p.model = "tiny";

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "serving/home.h"
+#include "serving/machine.h"
 #include "sim/calibrated_cost_model.h"
 #include "tests/test_util.h"
 #if SERVELAB_HAVE_CUDA
@@ -55,8 +56,9 @@ TEST(CalibrationE2E, ProfileCalibrateRunValidate) {
       "profile --model tiny --quick --reps 3 --warmup 1 --max-tokens 512 -o " + profile, dir);
   ASSERT_EQ(r.code, 0) << r.err;
   const std::string text = read_file(profile);
-  for (const char* key : {"# model: tiny", "# device: cpu",
-                          "# date_utc: ", "# engine_version: ", "# block_bytes: 8192"}) {
+  for (const char* key :
+       {"# model: tiny", "# device: cpu", "# machine_kind: cpu\n", "# machine_name: ",
+        "# machine_threads: ", "# date_utc: ", "# engine_version: ", "# block_bytes: 8192"}) {
     EXPECT_NE(text.find(key), std::string::npos) << key;
   }
 
@@ -66,15 +68,23 @@ TEST(CalibrationE2E, ProfileCalibrateRunValidate) {
   EXPECT_EQ(p.model, "tiny");
   EXPECT_NE(p.device.find("cpu"), std::string::npos);
   EXPECT_FALSE(p.date_utc.empty());
+  // The machine it was measured on, copied from the profile (issue 16): this one, so neither the
+  // engine nor the simulator below warns.
+  ASSERT_TRUE(p.machine);
+  EXPECT_EQ(*p.machine, this_machine("cpu"));
 
   write_file(dir / "exp.yaml", kExperiment);
   const std::string exp = (dir / "exp.yaml").string();
-  r = run_engine_cli("run " + exp + " --quiet --out " + (dir / "engine").string(), dir);
+  r = run_engine_cli("run " + exp + " --quiet --out " + (dir / "engine").string() +
+                         " --set cost_model.file=" + cost,
+                     dir);
   ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.err.find("do not carry across machines"), std::string::npos) << r.err;
   r = run_sim(
       "run " + exp + " --quiet --out " + (dir / "sim").string() + " --set cost_model.file=" + cost,
       dir);
   ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.err.find("do not carry across machines"), std::string::npos) << r.err;
   r = run_sim("validate " + (dir / "sim").string() + " " + (dir / "engine").string() + " --out " +
                   (dir / "v").string(),
               dir);

@@ -4,6 +4,7 @@
 #include "sim/validate.h"
 
 #include <gtest/gtest.h>
+#include <stdlib.h>
 
 #include <cmath>
 #include <nlohmann/json.hpp>
@@ -162,6 +163,32 @@ TEST(Validate, ReplayWithACalibratedModelInfersSampling) {
   EXPECT_NEAR(r.step_replay->max, 0.725, 1e-9);
   EXPECT_NE(r.replay_cost_model.find("calibrated"), std::string::npos);
   // The sim config differs from the engine's only in cost_model: no error.
+}
+
+// Issue 16: replaying with a CPU calibration recorded on another CPU warns (one line, on
+// stderr); on the same CPU it does not. $SERVELAB_MACHINE_NAME stands for this machine.
+TEST(Validate, ReplayWithACalibrationFromAnotherCpuWarnsOnce) {
+  const path dir = temp_dir("validate_machine");
+  write_file(dir / "cost.yaml",
+             "type: calibrated\nmodel: tiny\nmachine: {kind: cpu, name: \"Recorded CPU\", "
+             "threads: 2}\nblock_size: 16\nblock_bytes: 8192\ncoefficients:\n"
+             "  step_s: 0.01\n  per_sequence_s: 0\n  per_token_s: 0\n  per_token_above_knee_s: 0\n"
+             "  knee_tokens: 0\n  prefill_pair_s: 0\n  decode_context_token_s: 0\n"
+             "  sampled_sequence_s: 0.001\n  swap_byte_s: 0\n  copy_byte_s: 0\n");
+  write_runs(dir, "cost_model: {type: calibrated, file: " + (dir / "cost.yaml").string() + "}\n");
+  ::setenv("SERVELAB_MACHINE_NAME", "Recorded CPU", 1);
+  testing::internal::CaptureStderr();
+  validate_runs((dir / "sim").string(), (dir / "engine").string());
+  EXPECT_EQ(testing::internal::GetCapturedStderr(), "");
+  ::setenv("SERVELAB_MACHINE_NAME", "Another CPU", 1);
+  testing::internal::CaptureStderr();
+  validate_runs((dir / "sim").string(), (dir / "engine").string());
+  validate_runs((dir / "sim").string(), (dir / "engine").string());
+  const std::string err = testing::internal::GetCapturedStderr();
+  ::unsetenv("SERVELAB_MACHINE_NAME");
+  EXPECT_NE(err.find("cost.yaml was calibrated on cpu \"Recorded CPU\""), std::string::npos) << err;
+  EXPECT_NE(err.find("do not carry across machines"), std::string::npos) << err;
+  EXPECT_EQ(err.find('\n'), err.size() - 1) << err;  // one line, once
 }
 
 TEST(Validate, DifferingSchedulesReportTheFirstStepAndPairOnlyBefore) {
