@@ -13,7 +13,7 @@ namespace {
 void parse_serving(const ConfigNode& s, ExperimentConfig& c) {
   s.allow_keys({"block_size", "max_num_batched_tokens", "max_num_seqs", "max_model_len",
                 "long_prefill_token_threshold", "enable_chunked_prefill", "gpu_memory_utilization",
-                "num_gpu_blocks", "activation_reserve_gb", "swap_space_gb"});
+                "num_gpu_blocks", "activation_reserve_gb", "swap_space_gb", "frontend"});
   SchedulerConfig& sc = c.scheduler;
   sc.block_size = static_cast<std::int32_t>(s.get_int("block_size", sc.block_size, 1, 256));
   sc.max_num_batched_tokens = static_cast<std::int32_t>(
@@ -32,6 +32,15 @@ void parse_serving(const ConfigNode& s, ExperimentConfig& c) {
     c.activation_reserve_gb = s.get_double("activation_reserve_gb", 0.0, 1e4);
   }
   c.swap_space_gb = s.get_double("swap_space_gb", c.swap_space_gb, 0, 1e5);
+  if (auto f = s.find("frontend")) {
+    // The front end's cost per request (serving/frontend.h); microseconds.
+    f->allow_keys({"per_request_us", "per_prompt_token_us", "concurrency"});
+    FrontendConfig& fe = c.frontend;
+    fe.set = true;
+    fe.per_request_us = f->get_double("per_request_us", 0.0, 0.0, 1e9);
+    fe.per_prompt_token_us = f->get_double("per_prompt_token_us", 0.0, 0.0, 1e6);
+    fe.concurrency = static_cast<std::int32_t>(f->get_int("concurrency", 1, 0, 1 << 20));
+  }
 }
 
 void parse_policies(const ConfigNode& p, ExperimentConfig& c) {
@@ -215,6 +224,13 @@ std::string resolved_config_yaml(const ExperimentConfig& c,
     e << YAML::Key << "activation_reserve_gb" << YAML::Value << *c.activation_reserve_gb;
   }
   e << YAML::Key << "swap_space_gb" << YAML::Value << c.swap_space_gb;
+  if (c.frontend.set) {
+    e << YAML::Key << "frontend" << YAML::Value << YAML::Flow << YAML::BeginMap;
+    e << YAML::Key << "per_request_us" << YAML::Value << c.frontend.per_request_us;
+    e << YAML::Key << "per_prompt_token_us" << YAML::Value << c.frontend.per_prompt_token_us;
+    e << YAML::Key << "concurrency" << YAML::Value << c.frontend.concurrency;
+    e << YAML::EndMap;
+  }
   e << YAML::EndMap;
   e << YAML::Key << "policies" << YAML::Value << YAML::BeginMap;
   emit_policy(e, "batch", c.policies.batch);

@@ -114,6 +114,12 @@ RequestRecord Recorder::make_record(const Request& req) const {
   return r;
 }
 
+void Recorder::on_ready(RequestId id, TimeNs arrival, TimeNs now) {
+  if (!events_) return;
+  std::fprintf(events_, "%s,%" PRIu64 ",ready,%s\n", format_seconds(now).c_str(), id,
+               format_ms(now - arrival).c_str());
+}
+
 void Recorder::on_reject(const Request& req, TimeNs now) {
   records_.push_back(make_record(req));
   event(req, now, "reject", req.finish_reason);

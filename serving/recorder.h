@@ -108,6 +108,11 @@ class Recorder : public SchedulerObserver {
   // One executed step: its plan, start time, duration and the state it ran in.
   void on_step(const StepPlan& plan, TimeNs start, TimeNs duration, const StepSnapshot& snap);
 
+  // Request `id`, which arrived at `arrival`, left the front end (serving.frontend) and reached
+  // the scheduler at `now`: an events.csv row `ready` with the front-end time in ms as detail.
+  // Drivers call it only when the front end is enabled.
+  void on_ready(RequestId id, TimeNs arrival, TimeNs now);
+
   // Closes the run: first arrival and end time, plus the counters only the core knows.
   // REQUIRES: called once, after the last step.
   void finalize(TimeNs first_arrival, TimeNs end, const PrefixCacheStats& prefix);
