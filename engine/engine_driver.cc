@@ -185,6 +185,14 @@ RunOutput run_engine(const ExperimentConfig& config, const EngineOptions& option
   if (options.device != "cpu" && options.device != "cuda") {
     throw ConfigError("--device: expected cpu or cuda, got '" + options.device + "'");
   }
+  // The executors run one forward pass per plan; rounds of several exist only in the simulator.
+  if (config.scheduler.num_scheduler_steps > 1) {
+    throw ConfigError(config.num_scheduler_steps_location +
+                      ": key 'serving.num_scheduler_steps': the engine runs every plan as one "
+                      "forward pass, so multi-step scheduling (" +
+                      std::to_string(config.scheduler.num_scheduler_steps) +
+                      " steps) can only be simulated (sim run); use 1 for engine run");
+  }
   // CUDA: bf16 blocks; without serving.num_gpu_blocks the executor sizes the cache from free
   // device memory and serving.gpu_memory_utilization (--kv-memory-gb is for the CPU engine).
   const bool cuda = options.device == "cuda";

@@ -207,7 +207,7 @@ void Recorder::on_step(const StepPlan& plan, TimeNs start, TimeNs duration,
         .add_fixed(duration, kNsPerMs, 6)
         .add(size(plan.requests))
         .add(plan.num_prefill_tokens)
-        .add(plan.num_decode_tokens)
+        .add(plan.num_decode_tokens * plan.num_steps)  // a round: every pass's tokens
         .add(snap.kv_blocks_used)
         .add(snap.kv_blocks_free)
         .add(snap.kv_blocks_cached)
@@ -225,7 +225,7 @@ void Recorder::on_step(const StepPlan& plan, TimeNs start, TimeNs duration,
       line.add(plan.step_index)
           .add(s.id)
           .add(s.first_token)
-          .add(s.num_tokens)
+          .add(s.num_tokens * plan.num_steps)
           .add(s.is_prefill ? "prefill" : "decode")
           .end(schedule_);
     }

@@ -105,7 +105,9 @@ class Recorder : public SchedulerObserver {
   void on_preempt(const Request& req, TimeNs now) override;
   void on_finish(const Request& req, TimeNs now) override;
 
-  // One executed step: its plan, start time, duration and the state it ran in.
+  // One executed step: its plan, start time, duration and the state it ran in. A multi-step
+  // round (plan.num_steps N > 1) is one step: one steps.csv row whose decode_tokens and one
+  // schedule.csv row per entry whose num_tokens count all N passes.
   void on_step(const StepPlan& plan, TimeNs start, TimeNs duration, const StepSnapshot& snap);
 
   // Request `id`, which arrived at `arrival`, left the front end (serving.frontend) and reached
