@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
@@ -210,6 +211,31 @@ TEST(FrontEndRun, SessionsAndLoadRunDeterministically) {
   o.out_dir = (dir / "plain").string();
   const RunOutput p = run_simulation(plain, o);
   EXPECT_GT(a.summary.ttft_ms.mean, p.summary.ttft_ms.mean);
+  fs::remove_all(dir);
+}
+
+// The engine hands requests over at the same ready times: with 20 ms of front end per request
+// and one tokenizer, three requests arriving together are first scheduled no earlier than 20,
+// 40 and 60 ms after their arrival (wall-clock: a lower bound only).
+TEST(FrontEndRun, EngineAppliesTheFrontEnd) {
+  const fs::path dir = temp_dir("frontend_engine");
+  write_file(dir / "e.yaml",
+             experiment("  frontend: {per_request_us: 20000}\n", 3, "{process: fixed, rate: 1e6}"));
+  const fs::path out = dir / "stdout.txt", err = dir / "stderr.txt";
+  const std::string cmd = servelab_program("engine") + " run " + (dir / "e.yaml").string() +
+                          " --quiet --out " + (dir / "run").string() + " > " + out.string() +
+                          " 2> " + err.string();
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << read_file(err);
+  const auto rows = read_csv(dir / "run" / "requests.csv");
+  ASSERT_EQ(rows.size(), 3u);
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    EXPECT_EQ(rows[i].at("status"), "finished");
+    const double arrival0 = std::stod(rows[0].at("arrival_s"));
+    EXPECT_GE(std::stod(rows[i].at("first_scheduled_s")),
+              arrival0 + 0.020 * static_cast<double>(i + 1) - 1e-9)
+        << i;
+    EXPECT_GE(std::stod(rows[i].at("ttft_ms")), 20.0 * static_cast<double>(i + 1) - 0.01) << i;
+  }
   fs::remove_all(dir);
 }
 

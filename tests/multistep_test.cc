@@ -422,6 +422,28 @@ TEST(MultiStepRun, EveryShippedPolicyMixRunsWithFourSteps) {
   fs::remove_all(dir);
 }
 
+// experiments/multistep.yaml: rounds cut the steps, raise TTFT (arrivals wait for the round's
+// end) and make ITL one gap per round; the front end adds its time to TTFT.
+TEST(MultiStepRun, ShippedComparisonShowsWhatItDocuments) {
+  const fs::path dir = temp_dir("multistep_shipped");
+  const std::string exp = servelab_home().string() + "/experiments/multistep.yaml";
+  const Cli cli = run_sim("compare " + exp + " --quiet --out " + (dir / "c").string(), dir);
+  ASSERT_EQ(cli.code, 0) << cli.err;
+  const auto summary = [&](const std::string& variant) {
+    return nlohmann::json::parse(read_file(dir / "c" / variant / "summary.json"));
+  };
+  const nlohmann::json single = summary("v0.6-single-step"), ms8 = summary("v0.6-ms8"),
+                       ms16 = summary("v0.6-ms16"), fe = summary("v0.6-ms8-frontend");
+  EXPECT_EQ(ms8["requests"]["completed"], single["requests"]["completed"]);
+  EXPECT_LT(ms8["num_steps"].get<double>(), single["num_steps"].get<double>() / 3);
+  EXPECT_LT(ms16["num_steps"].get<double>(), ms8["num_steps"].get<double>());
+  EXPECT_GT(ms8["ttft_ms"]["mean"].get<double>(), single["ttft_ms"]["mean"].get<double>());
+  EXPECT_EQ(ms8["itl_ms"]["p50"].get<double>(), 0.0);
+  EXPECT_GT(ms8["itl_ms"]["p99"].get<double>(), single["itl_ms"]["p99"].get<double>());
+  EXPECT_GT(fe["ttft_ms"]["mean"].get<double>(), ms8["ttft_ms"]["mean"].get<double>());
+  fs::remove_all(dir);
+}
+
 TEST(MultiStepRun, BadStepCountsAreConfigErrors) {
   const fs::path dir = temp_dir("multistep_errors");
   write_file(dir / "e.yaml",
