@@ -51,8 +51,9 @@ class CostModel {
   // Duration of the step, integer nanoseconds (rounded once from seconds). An empty plan
   // (no entries, no swaps) takes 0. Never negative; never decreases when work is added.
   virtual TimeNs step_time(const StepPlan& plan) const = 0;
-  // Seconds per operator of one forward pass of `plan` (zeros for an empty plan); total()
-  // converts to step_time(plan) (rounded once). Pure, like step_time.
+  // Seconds per operator of one forward pass of `plan` (zeros for an empty plan);
+  // seconds_to_ns(total()) is step_time(plan), up to the order in which a model sums its terms
+  // (1 ns). Pure, like step_time.
   virtual StepCostBreakdown breakdown(const StepPlan& plan) const = 0;
   // Duration of the whole round of `plan` (see above), integer ns rounded once; step_time(plan)
   // when plan.num_steps == 1.
