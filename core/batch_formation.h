@@ -45,6 +45,10 @@ class BatchFormation {
   virtual bool resumes_swapped() const { return false; }
   // Whether requests with n > 1 samples can run (they need on-demand allocation).
   virtual bool supports_parallel_sampling() const { return true; }
+  // Whether this formation reserves a decode's lookahead slots (Scheduler::decode_lookahead), so
+  // that its decode-only plans can run as multi-step rounds (num_scheduler_steps > 1). The
+  // scheduler refuses num_scheduler_steps > 1 with a formation that answers false.
+  virtual bool supports_multi_step() const { return false; }
   // The formation's own reason to refuse `r` at arrival ("" if none), checked after the
   // scheduler's common checks (length, cache capacity): a request this formation could never
   // schedule would otherwise block the queue forever.

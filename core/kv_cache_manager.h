@@ -167,6 +167,13 @@ class KvCacheManager {
     return true;
   }
 
+  // Registers in the prefix cache the blocks req's computed tokens fill, up to
+  // min(num_computed_tokens, num_tokens()): what allocate_slots could not register when the slots
+  // were reserved ahead of their tokens (a multi-step round's lookahead). No-op without caching.
+  void register_computed_blocks(Request& req) {
+    if (caching_) cache_full_blocks(req, std::min(req.num_computed_tokens, req.num_tokens()));
+  }
+
   // Blocks that allocate_slots(req, n, hit) would take from the free capacity (not counting a
   // copy-on-write copy).
   std::int32_t num_blocks_to_allocate(const Request& req, std::int32_t num_new_tokens,

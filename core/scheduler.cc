@@ -48,6 +48,15 @@ Scheduler::Scheduler(const SchedulerConfig& config, KvCacheManager& kv, Schedule
   if (config_.long_prefill_token_threshold < 0) {
     throw std::invalid_argument("Scheduler: long_prefill_token_threshold must be >= 0");
   }
+  if (config_.num_scheduler_steps < 1) {
+    throw std::invalid_argument("Scheduler: num_scheduler_steps must be >= 1");
+  }
+  // Rounds need every decode's lookahead slots, which only some formations reserve.
+  if (config_.num_scheduler_steps > 1 && !batch_->supports_multi_step()) {
+    throw std::invalid_argument("Scheduler: batch formation '" + std::string(batch_->name()) +
+                                "' does not support num_scheduler_steps > 1");
+  }
+  lookahead_ = config_.num_scheduler_steps - 1;
   // A formation without the swap-in pass would strand swapped victims.
   if (preemption_->uses_host_memory() && !batch_->resumes_swapped()) {
     throw std::invalid_argument("Scheduler: preemption '" + std::string(preemption_->name()) +
@@ -248,7 +257,8 @@ void Scheduler::abort_request(Request& r, TimeNs now) {
 Scheduler::Room Scheduler::make_room(std::size_t i, std::int32_t n, std::int32_t budget,
                                      TimeNs now) {
   Request* r = running_[i];
-  while (!kv_.allocate_slots(*r, n)) {
+  const std::int32_t slots = n + decode_lookahead(*r, n);
+  while (!kv_.allocate_slots(*r, slots)) {
     const std::size_t v = victim_->pick(running_);
     assert(v < running_.size());
     Request* victim = running_[v];
@@ -268,6 +278,7 @@ Scheduler::Room Scheduler::make_room(std::size_t i, std::int32_t n, std::int32_t
 void Scheduler::admit_front(Request& r, const PrefixHit& hit) {
   waiting_->pop_front();
   running_.push_back(&r);
+  ++admitted_in_step_;
   if (r.will_fork()) fork_seats_ += static_cast<std::size_t>(r.spec.n - 1);
   r.status = RequestStatus::kRunning;
   r.num_computed_tokens = hit.num_tokens;
@@ -281,6 +292,7 @@ const StepPlan& Scheduler::schedule(TimeNs now) {
   plan_requests_.clear();
   plan_.step_index = next_step_++;
   plan_.totals.valid = true;  // kept by add_entry and unschedule
+  admitted_in_step_ = 0;
   batch_->fill(*this, now, /*admit=*/true);
   // A victim other than the last running one can be the request being scheduled while others
   // still run, which leaves an empty plan; vLLM's engine loop then simply schedules again (an
@@ -308,6 +320,7 @@ const StepPlan& Scheduler::schedule(TimeNs now) {
       }
     }
   }
+  if (lookahead_ > 0) mark_round();
   plan_pending_ = !plan_.empty();
   if (!done_groups_.empty()) release_done_groups();  // groups ended by aborts
   return plan_;
@@ -356,9 +369,11 @@ std::int32_t Scheduler::swap_in_phase(std::int32_t budget, TimeNs now) {
     if (threshold > 0 && n > threshold) n = threshold;
     if (!config_.enable_chunked_prefill && n > budget) break;
     n = std::min(n, budget);
-    if (!kv_.can_swap_in(r, std::max(n, 0))) break;  // head-of-line, as vLLM v0's swapped queue
+    // A decode's lookahead slots come back with it (vLLM v0 can_swap_in with lookahead).
+    const std::int32_t slots = std::max(n, 0) + decode_lookahead(r, n);
+    if (!kv_.can_swap_in(r, slots)) break;  // head-of-line, as vLLM v0's swapped queue
     bool ok = kv_.swap_in(r, plan_.swap_in);
-    if (n > 0) ok = ok && kv_.allocate_slots(r, n);  // can_swap_in covered both
+    if (slots > 0) ok = ok && kv_.allocate_slots(r, slots);  // can_swap_in covered both
     assert(ok);
     (void)ok;
     swapped_.pop_front();
@@ -394,6 +409,10 @@ void Scheduler::finish(Request& r, TimeNs now) {
 }
 
 void Scheduler::complete(const StepResult& result, TimeNs now) {
+  if (plan_.num_steps > 1) {
+    complete_round(result, now);
+    return;
+  }
   if (result.sampled_tokens.size() < plan_.requests.size()) {
     throw std::invalid_argument(
         "Scheduler::complete: " + std::to_string(result.sampled_tokens.size()) +
@@ -570,6 +589,96 @@ void Scheduler::release_done_groups() {
     for (Request* s : samples) delete s;
   }
   done_groups_.clear();
+}
+
+void Scheduler::mark_round() {
+  // Prefill, admissions and forks run as single steps (vLLM v0.6: a prompt's step is a single
+  // step; the scheduler's next call admits and forks).
+  if (plan_.requests.empty() || plan_.num_prefill_tokens > 0 || plan_.num_fork_tokens > 0 ||
+      admitted_in_step_ > 0) {
+    return;
+  }
+  const std::int32_t steps = config_.num_scheduler_steps;
+  const std::size_t entries = plan_.requests.size();
+  for (std::size_t k = 0; k < entries; ++k) {
+    const ScheduledRequest& e = plan_.requests[k];
+    // A first token ends the request's prompt phase: that step is single.
+    if (!e.samples || e.output_tokens.empty()) return;
+  }
+  for (std::size_t k = 0; k < entries; ++k) {
+    const ScheduledRequest& e = plan_.requests[k];
+    const std::int64_t need =
+        std::min<std::int64_t>(e.first_token + steps, plan_requests_[k]->spec.total_tokens() - 1);
+    if (static_cast<std::int64_t>(e.block_table.size()) * config_.block_size < need) {
+      throw std::logic_error("Scheduler: batch formation '" + std::string(batch_->name()) +
+                             "' did not reserve the lookahead slots of request " +
+                             std::to_string(e.id) + " for a multi-step round");
+    }
+  }
+  plan_.num_steps = steps;
+  if (report_service_) {
+    for (const Request* r : plan_requests_) waiting_->on_tokens_scheduled(*r, 0, steps - 1);
+  }
+}
+
+void Scheduler::complete_round(const StepResult& result, TimeNs now) {
+  const std::size_t entries = plan_.requests.size();
+  const auto steps = static_cast<std::size_t>(plan_.num_steps);
+  if (result.sampled_tokens.size() < entries * steps) {
+    throw std::invalid_argument(
+        "Scheduler::complete: " + std::to_string(result.sampled_tokens.size()) +
+        " sampled tokens for a round of " + std::to_string(steps) + " passes over " +
+        std::to_string(entries) + " entries");
+  }
+  if (token_requests_.size() < entries) {
+    token_requests_.resize(entries);
+    token_prev_ns_.resize(entries);
+  }
+  Request** const got = token_requests_.data();
+  TimeNs* const prev = token_prev_ns_.data();
+  // Pass by pass, the tokens of the sequences still producing; all delivered at the round's end.
+  for (std::size_t p = 0; p < steps; ++p) {
+    std::size_t num_got = 0;
+    for (std::size_t k = 0; k < entries; ++k) {
+      Request& r = *plan_requests_[k];
+      if (r.num_output_tokens() >= r.spec.max_output_tokens) continue;  // done earlier this round
+      got[num_got] = &r;
+      prev[num_got] = r.last_token_ns;
+      ++num_got;
+      r.output_tokens.push_back(result.sampled_tokens[p * entries + k]);
+      r.last_token_ns = now;  // (first_token_ns was set: a round never samples a first token)
+    }
+    if (observer_ != nullptr && num_got > 0) {
+      observer_->on_step_tokens(std::span<const Request* const>(got, num_got),
+                                std::span<const TimeNs>(prev, num_got), now);
+    }
+  }
+  // Progress: pass p computed position first_token + p of every entry, as far as the request's
+  // tokens and its KV positions (the last token's KV is never computed) go.
+  bool any_finished = false;
+  for (std::size_t k = 0; k < entries; ++k) {
+    Request& r = *plan_requests_[k];
+    const std::int32_t computed = std::min({plan_.requests[k].first_token + plan_.num_steps,
+                                            r.num_tokens(), r.spec.total_tokens() - 1});
+    r.num_computed_total_ += plan_.num_steps - 1;
+    r.num_computed_tokens = std::max(r.num_computed_tokens, computed);
+    r.max_computed_tokens_ = std::max(r.max_computed_tokens_, r.num_computed_tokens);
+    kv_.register_computed_blocks(r);
+    any_finished = any_finished || r.num_output_tokens() >= r.spec.max_output_tokens;
+  }
+  // Then the finishes, in plan order.
+  if (any_finished) {
+    for (Request* r : plan_requests_) {
+      if (r->num_output_tokens() >= r->spec.max_output_tokens) finish(*r, now);
+    }
+    std::erase_if(running_, [](const Request* r) { return r->status == RequestStatus::kFinished; });
+    for (Request* r : plan_requests_) {
+      if (r->status == RequestStatus::kFinished && r->group == nullptr) delete r;
+    }
+  }
+  if (!done_groups_.empty()) release_done_groups();
+  plan_requests_.clear();
+  plan_pending_ = false;
 }
 
 }  // namespace servelab

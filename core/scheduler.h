@@ -59,6 +59,22 @@
 // except the requester itself when the victim is its own sibling. The request finishes when its
 // last sample does and is reported once, through sample 0.
 //
+// Multi-step scheduling (config.num_scheduler_steps = N > 1; vLLM v0.6's --num-scheduler-steps,
+// docs/policies.md "Multi-step scheduling"): every decode reserves, besides the slot of its token,
+// decode_lookahead() lookahead slots (N - 1, capped at the request's maximum length) when it gets
+// its slots, so a victim is preempted for them as for any slot. A plan that admitted nobody from
+// the waiting queue, has no prefill tokens and whose entries all decode running requests that
+// already have an output token (no first token, hence no fork) is a round: plan.num_steps = N,
+// the backend runs N forward passes over the same batch before complete(), and nobody is admitted
+// or preempted in between. complete() of a round appends up to N tokens per entry, all at the
+// round's end (delivered together: tokens come in chunks of N), reported pass by pass through
+// on_step_tokens; a request that reaches its output length inside the round stops sampling there
+// but keeps its seat and blocks until the round ends; then num_computed_tokens covers the KV the
+// round computed and the blocks it filled are registered in the prefix cache. Any other plan is
+// a single step, as with N = 1 (vLLM v0.6 runs prefill steps as single steps without chunked
+// prefill). Formations that do not reserve lookahead slots (BatchFormation::supports_multi_step()
+// false) are refused.
+//
 // Ownership: the scheduler allocates a Request per arrival and deletes it right after
 // observer->on_finish (or on_reject); the destructor frees the blocks of what remains.
 #pragma once
@@ -96,7 +112,9 @@ class Scheduler {
   // `kv` and `observer` (may be null) must outlive the scheduler. Throws std::invalid_argument
   // on a config with a budget, seat count or max_model_len below 1, a negative threshold, or a
   // block size or prefix-caching switch that disagrees with `kv`'s, or a preemption mode that
-  // uses host memory with a batch formation that does not resume swapped requests. Null policy
+  // uses host memory with a batch formation that does not resume swapped requests, or
+  // num_scheduler_steps below 1 or above 1 with a formation that does not support multi-step
+  // (BatchFormation::supports_multi_step). Null policy
   // objects in `config` mean vLLM v1's (see scheduler_config.h). The waiting queue is
   // `waiting` if given, else config.make_waiting_queue() if set, else FCFS.
   Scheduler(const SchedulerConfig& config, KvCacheManager& kv, SchedulerObserver* observer,
@@ -116,6 +134,9 @@ class Scheduler {
   // Applies the result of the last plan at time `now` (the step's end): appends sampled tokens
   // (reported to the observer together, through on_step_tokens, in plan order), then finishes
   // requests that reached their output length and frees their blocks (on_finish, plan order).
+  // A multi-step round (plan.num_steps N > 1) appends up to N tokens per entry, all at `now`,
+  // reported through on_step_tokens once per pass (see the file comment). Throws
+  // std::invalid_argument when `result` holds fewer tokens than the plan needs.
   void complete(const StepResult& result, TimeNs now);
 
   bool has_unfinished() const {
@@ -151,6 +172,19 @@ class Scheduler {
   static bool prefill_pending(const Request& r) {
     return r.num_computed_tokens < r.spec.prompt_len || r.num_tokens() - r.num_computed_tokens > 1;
   }
+  // Multi-step scheduling: the lookahead slots (config.num_scheduler_steps - 1; 0 with one step).
+  std::int32_t lookahead_slots() const { return lookahead_; }
+  // The slots a formation reserves for r beyond the n it schedules: vLLM's lookahead slots, N - 1,
+  // when the entry is a decode (n == 1 and r has exactly one token left to compute), capped at
+  // r's maximum length (positions up to prompt + max_output_tokens - 2 ever hold KV), so a
+  // request that fits the cache alone always fits its rounds; 0 otherwise and with one step.
+  // make_room() and swap_in_phase() add it themselves; a formation that calls
+  // kv().allocate_slots(r, n) directly must ask for n + decode_lookahead(r, n).
+  std::int32_t decode_lookahead(const Request& r, std::int32_t n) const {
+    if (lookahead_ == 0 || n != 1 || r.num_tokens() - r.num_computed_tokens != 1) return 0;
+    const std::int32_t room = r.spec.total_tokens() - 2 - r.num_computed_tokens;
+    return std::clamp(room, 0, lookahead_);
+  }
   // int(fraction * usable blocks): the blocks an admission must leave free (vLLM v0 watermark).
   std::int32_t watermark_blocks(double fraction) const;
   // What make_room did: `i` follows running()[i] when an earlier entry left, `budget` includes
@@ -161,9 +195,10 @@ class Scheduler {
     std::int32_t budget;
     bool ok;
   };
-  // Allocates n slots for running()[i], preempting victims (the VictimRule's, by the
-  // PreemptionMode) until it fits; a victim already in the plan is refunded. Values in and
-  // out rather than references, so a formation's hot loop keeps i and budget in registers.
+  // Allocates n slots (plus decode_lookahead) for running()[i], preempting victims (the
+  // VictimRule's, by the PreemptionMode) until they fit; a victim already in the plan is
+  // refunded. Values in and out rather than references, so a formation's hot loop keeps i and
+  // budget in registers.
   Room make_room(std::size_t i, std::int32_t n, std::int32_t budget, TimeNs now);
   // What a running-phase loop does when a request preempts itself to make room.
   enum class OnSelfPreemption { kNext, kStop };
@@ -266,6 +301,13 @@ class Scheduler {
   // Deletes the samples of the groups sample_done completed.
   void release_done_groups();
 
+  // ---- Multi-step scheduling (num_scheduler_steps > 1; see the file comment) ----
+  // Makes the plan just formed a round (plan_.num_steps = N) when it qualifies. Throws
+  // std::logic_error when a qualifying entry lacks its lookahead slots (a formation bug).
+  void mark_round();
+  // complete() for a round.
+  void complete_round(const StepResult& result, TimeNs now);
+
   SchedulerConfig config_;
   // config_'s policy objects, or core's defaults (never null).
   const BatchFormation* batch_ = nullptr;
@@ -284,7 +326,9 @@ class Scheduler {
   std::vector<Request*> token_requests_;
   std::vector<TimeNs> token_prev_ns_;
   std::int64_t next_step_ = 0;
-  bool plan_pending_ = false;  // a non-empty plan awaits complete()
+  bool plan_pending_ = false;          // a non-empty plan awaits complete()
+  std::int32_t lookahead_ = 0;         // config_.num_scheduler_steps - 1
+  std::int32_t admitted_in_step_ = 0;  // admissions from the waiting queue in the plan being formed
   SchedulerCounters counters_;
   std::size_t fork_seats_ = 0;  // seats reserved for the samples of running unforked requests
   std::vector<std::shared_ptr<SampleGroup>> done_groups_;  // reported, awaiting deletion

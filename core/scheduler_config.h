@@ -23,6 +23,11 @@ struct SchedulerConfig {
   bool enable_chunked_prefill = true;
   bool enable_prefix_caching = true;
   std::int32_t block_size = 16;
+  // vLLM v0.6's multi-step scheduling (`serving.num_scheduler_steps`, docs/policies.md): a plan
+  // every entry of which decodes a running request that already has an output token, in a step
+  // that admitted nobody, runs as one round of this many forward passes (StepPlan::num_steps),
+  // with the slots reserved up front (lookahead). 1: every plan is one forward pass (vLLM v1).
+  std::int32_t num_scheduler_steps = 1;
   // The policy objects (plugins built by policies/registry; core only sees the interfaces).
   // Null means vLLM v1's choice, which core provides itself: VllmBatchFormation,
   // LastRunningVictim, RecomputePreemption. They are immutable, so copies of a config share them.

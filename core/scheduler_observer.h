@@ -22,7 +22,9 @@ class SchedulerObserver {
   // The tokens a completed step appended, all at time now, in plan order: requests[i] got one
   // token, its previous one at prev_token_ns[i] (-1 for a first token). Reported before any of
   // the step's finishes. The default calls on_token for each; an observer that only needs the
-  // times overrides this (one virtual call per step rather than one per token).
+  // times overrides this (one virtual call per step rather than one per token). A multi-step
+  // round (StepPlan::num_steps N > 1) calls it once per pass, in pass order, every call at the
+  // round's end: a request's tokens of one round after its first have prev_token_ns == now.
   virtual void on_step_tokens(std::span<const Request* const> requests,
                               std::span<const TimeNs> prev_token_ns, TimeNs now) {
     for (std::size_t i = 0; i < requests.size(); ++i) on_token(*requests[i], prev_token_ns[i], now);

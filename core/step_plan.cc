@@ -11,6 +11,7 @@ void StepPlan::clear() {
   num_prefill_tokens = 0;
   num_decode_tokens = 0;
   num_fork_tokens = 0;
+  num_steps = 1;
   totals = Totals{};
 }
 

@@ -58,6 +58,14 @@ struct StepPlan {
   std::int32_t num_prefill_tokens = 0;     // sum of num_tokens over prefill entries
   std::int32_t num_decode_tokens = 0;      // sum over decode entries (one token each)
   std::int32_t num_fork_tokens = 0;        // sum over entries of num_samples - 1
+  // Forward passes the plan runs back to back before the scheduler runs again (a multi-step
+  // round, SchedulerConfig::num_scheduler_steps). 1 for an ordinary step. With N > 1 every entry
+  // is a decode that samples; pass p (0-based) computes position first_token + p of each entry
+  // and samples the next token, so an entry computes N positions (its block table covers them,
+  // capped at the request's maximum length), though a request whose last token comes in pass p
+  // samples nothing after it. The fields above describe one pass: a cost model prices a pass
+  // (the simulator's round time is in docs/cost-model.md).
+  std::int32_t num_steps = 1;
   // Running totals the Scheduler keeps as it builds the plan, so that cost models need not walk
   // the entries of every step. valid is false in a plan built elsewhere (consumers then compute
   // what they need from the entries) and after clear().
@@ -78,6 +86,8 @@ struct StepPlan {
 struct StepResult {
   TimeNs duration_ns = 0;
   // One value per plan entry, in plan order; meaningful where the entry samples (-1 elsewhere).
+  // For a plan with num_steps N > 1: N values per entry, pass by pass (pass p's token of entry k
+  // at p * entries + k).
   std::vector<std::int32_t> sampled_tokens;
   // For each entry with num_samples > 1, in plan order: the first tokens of samples 1 .. n-1.
   std::vector<std::int32_t> fork_tokens;

@@ -7,25 +7,24 @@
 
 namespace servelab {
 
-void VllmBatchFormation::fill(Scheduler& s, TimeNs now, bool admit) const {
-  const SchedulerConfig& config = s.config();
-  KvCacheManager& kv = s.kv();
-  std::int32_t budget = config.max_num_batched_tokens;
-  const std::int32_t threshold = config.long_prefill_token_threshold;
-  // The per-request cap of phase 1 (the threshold, when set; the budget caps it too).
-  const std::int32_t cap = threshold > 0 ? threshold : std::numeric_limits<std::int32_t>::max();
-  const std::size_t preempted_before = s.plan().preempted.size();
+namespace {
 
-  // Phase 1: running requests in list order.
+// Phase 1: running requests in list order; returns the budget left. Lookahead (multi-step
+// scheduling) is a template argument so that the one-step decode fast path keeps its constant
+// one-slot allocation, which the compiler specialises.
+template <bool Lookahead>
+std::int32_t schedule_running_phase(Scheduler& s, std::int32_t budget, std::int32_t cap,
+                                    TimeNs now) {
+  KvCacheManager& kv = s.kv();
   const std::vector<Request*>& running = s.running();
   std::size_t i = 0;
   while (i < running.size() && budget > 0) {
     Request& r = *running[i];
     const std::int32_t remaining = r.num_tokens() - r.num_computed_tokens;
-    // The common case first, a decode (one token) that fits the blocks the request can get: the
-    // same calls as below with n = 1, which the compiler specialises. A failed allocation
-    // changes nothing, so the general path below simply tries again and preempts.
-    if (remaining == 1 && kv.allocate_slots(r, 1)) {
+    // The common case first, a decode (one token, plus its lookahead slots with multi-step) that
+    // fits the blocks the request can get: the same calls as below with n = 1. A failed
+    // allocation changes nothing, so the general path below simply tries again and preempts.
+    if (remaining == 1 && kv.allocate_slots(r, Lookahead ? 1 + s.decode_lookahead(r, 1) : 1)) {
       s.add_entry(r, 1, 0, now, /*is_prefill=*/false, /*samples=*/true);
       budget -= 1;
       ++i;
@@ -44,6 +43,22 @@ void VllmBatchFormation::fill(Scheduler& s, TimeNs now, bool admit) const {
     budget -= n;
     ++i;
   }
+  return budget;
+}
+
+}  // namespace
+
+void VllmBatchFormation::fill(Scheduler& s, TimeNs now, bool admit) const {
+  const SchedulerConfig& config = s.config();
+  std::int32_t budget = config.max_num_batched_tokens;
+  const std::int32_t threshold = config.long_prefill_token_threshold;
+  // The per-request cap of phase 1 (the threshold, when set; the budget caps it too).
+  const std::int32_t cap = threshold > 0 ? threshold : std::numeric_limits<std::int32_t>::max();
+  const std::size_t preempted_before = s.plan().preempted.size();
+
+  // Phase 1: running requests in list order (multi-step: decodes reserve their round's slots).
+  budget = s.lookahead_slots() > 0 ? schedule_running_phase<true>(s, budget, cap, now)
+                                   : schedule_running_phase<false>(s, budget, cap, now);
   // Phases 2 and 3 never run in a step that preempted (the freed blocks would otherwise go
   // straight to newcomers while the victims wait).
   if (!admit || s.plan().preempted.size() != preempted_before) return;

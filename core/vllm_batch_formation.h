@@ -24,6 +24,7 @@ class VllmBatchFormation final : public BatchFormation {
   std::string_view name() const override { return "vllm"; }
   void fill(Scheduler& s, TimeNs now, bool admit) const override;
   bool resumes_swapped() const override { return true; }
+  bool supports_multi_step() const override { return true; }
   // With chunked prefill off, a request that might one day need more tokens in one step than
   // max_num_batched_tokens allows (a resumed request asks for up to prompt + outputs - 1).
   std::string rejection_reason(const Request& r, const Scheduler& s) const override;

@@ -13,6 +13,7 @@
 
 #include "engine/cpu_executor.h"
 #include "serving/config_node.h"
+#include "serving/frontend.h"
 #include "serving/interrupt.h"
 #include "serving/machine.h"
 #include "serving/output_file.h"
@@ -185,6 +186,14 @@ RunOutput run_engine(const ExperimentConfig& config, const EngineOptions& option
   if (options.device != "cpu" && options.device != "cuda") {
     throw ConfigError("--device: expected cpu or cuda, got '" + options.device + "'");
   }
+  // The executors run one forward pass per plan; rounds of several exist only in the simulator.
+  if (config.scheduler.num_scheduler_steps > 1) {
+    throw ConfigError(config.num_scheduler_steps_location +
+                      ": key 'serving.num_scheduler_steps': the engine runs every plan as one "
+                      "forward pass, so multi-step scheduling (" +
+                      std::to_string(config.scheduler.num_scheduler_steps) +
+                      " steps) can only be simulated (sim run); use 1 for engine run");
+  }
   // CUDA: bf16 blocks; without serving.num_gpu_blocks the executor sizes the cache from free
   // device memory and serving.gpu_memory_utilization (--kv-memory-gb is for the CPU engine).
   const bool cuda = options.device == "cuda";
@@ -322,6 +331,9 @@ RunOutput run_engine(const ExperimentConfig& config, const EngineOptions& option
   Scheduler& scheduler = replica.scheduler();
 
   ArrivalFeed arrivals(*workload);
+  // serving.frontend: arrivals reach the scheduler at their ready time (serving/frontend.h).
+  const bool frontend_on = config.frontend.enabled();
+  FrontEnd frontend(config.frontend);
   SimulationTotals& totals = out.totals;
   const std::optional<TimeNs> first = arrivals.peek();
   totals.first_arrival_ns = first.value_or(0);
@@ -335,9 +347,19 @@ RunOutput run_engine(const ExperimentConfig& config, const EngineOptions& option
     throw_if_interrupted();  // SIGINT/SIGTERM: unwind; the staged folder is removed
     const TimeNs now = clock_now();
     for (std::optional<TimeNs> t = arrivals.peek(); t && *t <= now; t = arrivals.peek()) {
-      scheduler.add_request(arrivals.take(), now);
+      if (frontend_on) {
+        frontend.push(arrivals.take());
+      } else {
+        scheduler.add_request(arrivals.take(), now);
+      }
       ++totals.num_arrivals;
       totals.end_ns = std::max(totals.end_ns, now);
+    }
+    for (std::optional<TimeNs> t = frontend.next_ready(); t && *t <= now;
+         t = frontend.next_ready()) {
+      RequestSpec spec = frontend.pop();
+      if (recorder.records_events()) recorder.on_ready(spec.id, spec.arrival_ns, now);
+      scheduler.add_request(std::move(spec), now);
     }
     const StepPlan& plan = scheduler.schedule(now);
     if (plan.empty()) {
@@ -345,7 +367,10 @@ RunOutput run_engine(const ExperimentConfig& config, const EngineOptions& option
         throw std::logic_error("engine stalled: " + std::to_string(scheduler.num_waiting()) +
                                " waiting requests and nothing can run");
       }
-      const std::optional<TimeNs> next = arrivals.peek();
+      std::optional<TimeNs> next = arrivals.peek();
+      if (const std::optional<TimeNs> ready = frontend.next_ready()) {
+        next = next ? std::min(*next, *ready) : *ready;
+      }
       if (!next) break;
       const TimeNs wait = std::min(*next - clock_now(), kMaxIdleSleepNs);
       if (wait > 0) std::this_thread::sleep_for(std::chrono::nanoseconds(wait));

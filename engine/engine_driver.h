@@ -7,7 +7,10 @@
 // time since the run started, so a trace that starts at t0 starts at once. Each loop iteration
 // adds every request whose arrival time has passed, forms a plan at `now`, executes it and
 // completes it at the measured end time (scheduling overhead included in the step). An idle
-// engine sleeps until the next arrival (in slices of at most 100 ms). Dependent workloads
+// engine sleeps until the next arrival (in slices of at most 100 ms). With a front end
+// (serving.frontend) a request reaches the scheduler at its ready time instead of its arrival,
+// as in the simulator. Multi-step scheduling (serving.num_scheduler_steps > 1) is refused
+// (ConfigError): the executors run one forward pass per plan. Dependent workloads
 // (sessions) hear of finished requests through WorkloadFeedback, as in the simulator.
 //
 // KV capacity: serving.num_gpu_blocks when set, else kv_memory_gib of fp32 K+V divided by the

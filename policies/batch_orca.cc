@@ -19,6 +19,7 @@ class OrcaBatchFormation final : public BatchFormation {
   std::string_view name() const override { return "orca"; }
   bool resumes_swapped() const override { return true; }  // never preempts: swap is a no-op
   bool supports_parallel_sampling() const override { return false; }
+  bool supports_multi_step() const override { return true; }
 
   void fill(Scheduler& s, TimeNs now, bool /*admit: never preempts*/) const override {
     std::int32_t budget = s.config().max_num_batched_tokens;
@@ -29,7 +30,7 @@ class OrcaBatchFormation final : public BatchFormation {
       Request& r = *running[i];
       const std::int32_t n = std::min(r.num_tokens() - r.num_computed_tokens, budget);
       if (n <= 0) continue;
-      const bool ok = s.kv().allocate_slots(r, n);
+      const bool ok = s.kv().allocate_slots(r, n + s.decode_lookahead(r, n));
       assert(ok);
       (void)ok;
       s.add_to_plan(r, n, 0, now);

@@ -21,6 +21,7 @@ class PrefillFirstBatchFormation final : public BatchFormation {
     check_watermark(watermark_);
   }
   std::string_view name() const override { return "prefill-first"; }
+  bool supports_multi_step() const override { return true; }  // decodes go through make_room
 
   void fill(Scheduler& s, TimeNs now, bool admit) const override {
     std::int32_t budget = s.config().max_num_batched_tokens;

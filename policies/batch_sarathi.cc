@@ -27,6 +27,7 @@ class SarathiBatchFormation final : public BatchFormation {
     check_watermark(watermark_);
   }
   std::string_view name() const override { return "sarathi"; }
+  bool supports_multi_step() const override { return true; }  // decodes go through make_room
 
   void fill(Scheduler& s, TimeNs now, bool admit) const override {
     const std::int32_t max_tokens = s.config().max_num_batched_tokens;

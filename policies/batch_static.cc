@@ -22,6 +22,7 @@ class StaticBatchFormation final : public BatchFormation {
   std::string_view name() const override { return "static"; }
   bool resumes_swapped() const override { return true; }  // never preempts: swap is a no-op
   bool supports_parallel_sampling() const override { return false; }
+  bool supports_multi_step() const override { return true; }
 
   void fill(Scheduler& s, TimeNs now, bool /*admit: never preempts*/) const override {
     std::int32_t budget = s.config().max_num_batched_tokens;
@@ -44,7 +45,7 @@ class StaticBatchFormation final : public BatchFormation {
       const std::int32_t n = std::min(r.num_tokens() - r.num_computed_tokens, budget);
       if (n <= 0) continue;
       // Within the reservation: never fails (it only registers newly full blocks).
-      const bool ok = s.kv().allocate_slots(r, n);
+      const bool ok = s.kv().allocate_slots(r, n + s.decode_lookahead(r, n));
       assert(ok);
       (void)ok;
       s.add_to_plan(r, n, r.first_scheduled_ns < 0 ? r.num_computed_tokens : 0, now);

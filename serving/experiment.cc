@@ -13,7 +13,8 @@ namespace {
 void parse_serving(const ConfigNode& s, ExperimentConfig& c) {
   s.allow_keys({"block_size", "max_num_batched_tokens", "max_num_seqs", "max_model_len",
                 "long_prefill_token_threshold", "enable_chunked_prefill", "gpu_memory_utilization",
-                "num_gpu_blocks", "activation_reserve_gb", "swap_space_gb"});
+                "num_gpu_blocks", "activation_reserve_gb", "swap_space_gb", "num_scheduler_steps",
+                "frontend"});
   SchedulerConfig& sc = c.scheduler;
   sc.block_size = static_cast<std::int32_t>(s.get_int("block_size", sc.block_size, 1, 256));
   sc.max_num_batched_tokens = static_cast<std::int32_t>(
@@ -32,6 +33,19 @@ void parse_serving(const ConfigNode& s, ExperimentConfig& c) {
     c.activation_reserve_gb = s.get_double("activation_reserve_gb", 0.0, 1e4);
   }
   c.swap_space_gb = s.get_double("swap_space_gb", c.swap_space_gb, 0, 1e5);
+  if (s.has("num_scheduler_steps")) {
+    sc.num_scheduler_steps = static_cast<std::int32_t>(s.get_int("num_scheduler_steps", 1, 1024));
+    c.num_scheduler_steps_location = s.at("num_scheduler_steps").location();
+  }
+  if (auto f = s.find("frontend")) {
+    // The front end's cost per request (serving/frontend.h); microseconds.
+    f->allow_keys({"per_request_us", "per_prompt_token_us", "concurrency"});
+    FrontendConfig& fe = c.frontend;
+    fe.set = true;
+    fe.per_request_us = f->get_double("per_request_us", 0.0, 0.0, 1e9);
+    fe.per_prompt_token_us = f->get_double("per_prompt_token_us", 0.0, 0.0, 1e6);
+    fe.concurrency = static_cast<std::int32_t>(f->get_int("concurrency", 1, 0, 1 << 20));
+  }
 }
 
 void parse_policies(const ConfigNode& p, ExperimentConfig& c) {
@@ -159,6 +173,16 @@ ExperimentConfig load_experiment(const std::string& path, const std::vector<std:
   c.hardware = top.get_string("hardware");
   if (auto s = top.find("serving")) parse_serving(*s, c);
   if (auto p = top.find("policies")) parse_policies(*p, c);
+  // Multi-step needs a formation that reserves lookahead slots (every built-in one does).
+  if (c.scheduler.num_scheduler_steps > 1 && c.scheduler.batch != nullptr &&
+      !c.scheduler.batch->supports_multi_step()) {
+    throw ConfigError(c.num_scheduler_steps_location +
+                      ": key 'serving.num_scheduler_steps': batch formation '" +
+                      std::string(c.scheduler.batch->name()) +
+                      "' does not support multi-step scheduling (it reserves no lookahead "
+                      "slots); use 1 or a formation that does (vllm, prefill-first, sarathi, "
+                      "orca, static)");
+  }
   if (auto s = top.find("slo")) parse_slo(*s, c);
   if (auto o = top.find("outputs")) parse_outputs(*o, c);
   if (auto m = top.find("cost_model")) parse_cost_model(*m, c);
@@ -209,12 +233,22 @@ std::string resolved_config_yaml(const ExperimentConfig& c,
   e << YAML::Key << "long_prefill_token_threshold" << YAML::Value
     << c.scheduler.long_prefill_token_threshold;
   e << YAML::Key << "enable_chunked_prefill" << YAML::Value << c.scheduler.enable_chunked_prefill;
+  if (c.scheduler.num_scheduler_steps != 1) {
+    e << YAML::Key << "num_scheduler_steps" << YAML::Value << c.scheduler.num_scheduler_steps;
+  }
   e << YAML::Key << "gpu_memory_utilization" << YAML::Value << c.gpu_memory_utilization;
   if (c.num_gpu_blocks) e << YAML::Key << "num_gpu_blocks" << YAML::Value << *c.num_gpu_blocks;
   if (c.activation_reserve_gb) {
     e << YAML::Key << "activation_reserve_gb" << YAML::Value << *c.activation_reserve_gb;
   }
   e << YAML::Key << "swap_space_gb" << YAML::Value << c.swap_space_gb;
+  if (c.frontend.set) {
+    e << YAML::Key << "frontend" << YAML::Value << YAML::Flow << YAML::BeginMap;
+    e << YAML::Key << "per_request_us" << YAML::Value << c.frontend.per_request_us;
+    e << YAML::Key << "per_prompt_token_us" << YAML::Value << c.frontend.per_prompt_token_us;
+    e << YAML::Key << "concurrency" << YAML::Value << c.frontend.concurrency;
+    e << YAML::EndMap;
+  }
   e << YAML::EndMap;
   e << YAML::Key << "policies" << YAML::Value << YAML::BeginMap;
   emit_policy(e, "batch", c.policies.batch);

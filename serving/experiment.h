@@ -3,7 +3,8 @@
 // Sections (reference: docs/experiments.md):
 //   name, description, seed        what the run is called and its single source of randomness
 //   model, hardware                catalogue names (experiments/catalog/) or a config.json path
-//   serving                        block size, budgets, max_model_len, memory and swap sizing
+//   serving                        block size, budgets, max_model_len, memory and swap sizing,
+//                                  multi-step scheduling, the front end's cost
 //   policies                       plugins (with parameters) for batch formation, queue order,
 //                                  preemption, prefix caching and allocation
 //   workload                       passed to make_workload() (traces/workload.h)
@@ -23,6 +24,7 @@
 #include "policies/registry.h"
 #include "serving/calibration_profile.h"
 #include "serving/config_node.h"
+#include "serving/frontend.h"
 #include "serving/recorder.h"
 
 namespace servelab {
@@ -64,6 +66,10 @@ struct ExperimentConfig {
   std::string model;     // catalogue name or config.json path
   std::string hardware;  // catalogue name
   SchedulerConfig scheduler;
+  // Where serving.num_scheduler_steps was set ("FILE:LINE:COL" or "--set ..."; "" when absent),
+  // for errors about it found after parsing (a driver or formation that cannot do multi-step).
+  std::string num_scheduler_steps_location;
+  FrontendConfig frontend;  // serving.frontend: per-request front-end time (default: none)
   double gpu_memory_utilization = 0.9;
   std::optional<std::int64_t> num_gpu_blocks;
   std::optional<double> activation_reserve_gb;  // GiB; estimated from the model when unset

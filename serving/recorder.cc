@@ -114,6 +114,12 @@ RequestRecord Recorder::make_record(const Request& req) const {
   return r;
 }
 
+void Recorder::on_ready(RequestId id, TimeNs arrival, TimeNs now) {
+  if (!events_) return;
+  std::fprintf(events_, "%s,%" PRIu64 ",ready,%s\n", format_seconds(now).c_str(), id,
+               format_ms(now - arrival).c_str());
+}
+
 void Recorder::on_reject(const Request& req, TimeNs now) {
   records_.push_back(make_record(req));
   event(req, now, "reject", req.finish_reason);
@@ -201,7 +207,7 @@ void Recorder::on_step(const StepPlan& plan, TimeNs start, TimeNs duration,
         .add_fixed(duration, kNsPerMs, 6)
         .add(size(plan.requests))
         .add(plan.num_prefill_tokens)
-        .add(plan.num_decode_tokens)
+        .add(plan.num_decode_tokens * plan.num_steps)  // a round: every pass's tokens
         .add(snap.kv_blocks_used)
         .add(snap.kv_blocks_free)
         .add(snap.kv_blocks_cached)
@@ -219,7 +225,7 @@ void Recorder::on_step(const StepPlan& plan, TimeNs start, TimeNs duration,
       line.add(plan.step_index)
           .add(s.id)
           .add(s.first_token)
-          .add(s.num_tokens)
+          .add(s.num_tokens * plan.num_steps)
           .add(s.is_prefill ? "prefill" : "decode")
           .end(schedule_);
     }

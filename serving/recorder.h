@@ -105,8 +105,15 @@ class Recorder : public SchedulerObserver {
   void on_preempt(const Request& req, TimeNs now) override;
   void on_finish(const Request& req, TimeNs now) override;
 
-  // One executed step: its plan, start time, duration and the state it ran in.
+  // One executed step: its plan, start time, duration and the state it ran in. A multi-step
+  // round (plan.num_steps N > 1) is one step: one steps.csv row whose decode_tokens and one
+  // schedule.csv row per entry whose num_tokens count all N passes.
   void on_step(const StepPlan& plan, TimeNs start, TimeNs duration, const StepSnapshot& snap);
+
+  // Request `id`, which arrived at `arrival`, left the front end (serving.frontend) and reached
+  // the scheduler at `now`: an events.csv row `ready` with the front-end time in ms as detail.
+  // Drivers call it only when the front end is enabled.
+  void on_ready(RequestId id, TimeNs arrival, TimeNs now);
 
   // Closes the run: first arrival and end time, plus the counters only the core knows.
   // REQUIRES: called once, after the last step.

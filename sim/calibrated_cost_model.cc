@@ -43,6 +43,31 @@ TimeNs CalibratedCostModel::step_time(const StepPlan& plan) const {
   return seconds_to_ns(seconds(CalibrationFeatures::from_plan(plan)));
 }
 
+StepCostBreakdown CalibratedCostModel::breakdown(const StepPlan& plan) const {
+  StepCostBreakdown b;
+  const CalibrationFeatures f = CalibrationFeatures::from_plan(plan);
+  if (f.empty()) return b;
+  const CalibratedCoefficients& c = profile_.coefficients;
+  const StepFeatures& s = f.step;
+  const double t = static_cast<double>(s.num_tokens);
+  const double above =
+      c.knee_tokens > 0 ? std::max(0.0, t - static_cast<double>(c.knee_tokens)) : 0.0;
+  const double dc = static_cast<double>(s.decode_context_tokens);
+  const double dc_above =
+      c.decode_context_knee_tokens > 0
+          ? std::max(0.0, dc - static_cast<double>(c.decode_context_knee_tokens))
+          : 0.0;
+  b.overhead = c.step_s + c.per_sequence_s * static_cast<double>(f.num_entries);
+  b.gemm = c.per_token_s * t + c.per_token_above_knee_s * above;
+  b.prefill_attention = c.prefill_pair_s * static_cast<double>(s.prefill_pairs);
+  b.decode_attention =
+      c.decode_context_token_s * dc + c.decode_context_token_above_knee_s * dc_above;
+  b.lm_head = c.sampled_sequence_s * static_cast<double>(s.num_sampled);
+  b.swap = c.swap_byte_s * static_cast<double>(s.swap_out_blocks + s.swap_in_blocks) * block_bytes_;
+  b.copy = c.copy_byte_s * static_cast<double>(s.copy_blocks) * block_bytes_;
+  return b;
+}
+
 TimeNs CalibratedCostModel::swap_time(std::int64_t num_blocks) const {
   return seconds_to_ns(static_cast<double>(num_blocks) * block_bytes_ *
                        profile_.coefficients.swap_byte_s);

@@ -42,6 +42,11 @@ class CalibratedCostModel final : public CostModel {
   CalibratedCostModel(CalibratedProfile profile, std::int32_t block_size);
 
   TimeNs step_time(const StepPlan& plan) const override;
+  // The terms above by operator: overhead (the host part) = step_s + per_sequence_s * entries;
+  // gemm = the per-token terms; prefill_attention = the pair term; decode_attention = the
+  // decode-context terms; lm_head = the sampled-sequence term; swap and copy; no FLOPs or bytes.
+  // total() equals seconds() up to rounding.
+  StepCostBreakdown breakdown(const StepPlan& plan) const override;
   TimeNs swap_time(std::int64_t num_blocks) const override;
   std::string_view name() const override { return "calibrated"; }
 

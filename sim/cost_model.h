@@ -5,6 +5,13 @@
 // answer; no state changes), which keeps simulations deterministic.
 //
 // Every cost model prices the same operator structure, StepFeatures (core/step_features.h).
+//
+// A multi-step round (StepPlan::num_steps N > 1, vLLM v0.6's multi-step scheduling) runs the
+// plan's forward pass N times but its host work once: round_time() is
+//   N x (total - overhead - swap - copy) + overhead + swap + copy
+// of breakdown(plan), where `overhead` is the host-side time of a step (scheduling, input
+// preparation, launches, sampling bookkeeping) and the block moves (swap, copy-on-write) happen
+// once, before the first pass (docs/cost-model.md, "Host time per round").
 #pragma once
 
 #include <cstdint>
@@ -25,7 +32,7 @@ struct StepCostBreakdown {
   double lm_head = 0;            // logits for the sampled sequences
   double swap = 0;               // swap out + swap in over the host link
   double copy = 0;               // copy-on-write block copies in device memory
-  double overhead = 0;           // fixed per non-empty step
+  double overhead = 0;           // host-side time of a non-empty step
   double flops = 0;              // total FLOPs of the step (for MFU)
   double bytes = 0;              // total device-memory bytes of the step (for bandwidth use)
 
@@ -44,6 +51,13 @@ class CostModel {
   // Duration of the step, integer nanoseconds (rounded once from seconds). An empty plan
   // (no entries, no swaps) takes 0. Never negative; never decreases when work is added.
   virtual TimeNs step_time(const StepPlan& plan) const = 0;
+  // Seconds per operator of one forward pass of `plan` (zeros for an empty plan);
+  // seconds_to_ns(total()) is step_time(plan), up to the order in which a model sums its terms
+  // (1 ns). Pure, like step_time.
+  virtual StepCostBreakdown breakdown(const StepPlan& plan) const = 0;
+  // Duration of the whole round of `plan` (see above), integer ns rounded once; step_time(plan)
+  // when plan.num_steps == 1.
+  TimeNs round_time(const StepPlan& plan) const;
   // Time to move num_blocks KV blocks one way over the host link. REQUIRES: num_blocks >= 0.
   virtual TimeNs swap_time(std::int64_t num_blocks) const = 0;
   // Short identifier ("roofline", "calibrated") for logs and run summaries.

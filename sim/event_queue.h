@@ -16,6 +16,7 @@ namespace servelab {
 enum class EventKind : std::uint8_t {
   kArrival,  // the workload's next request reaches the router
   kStepEnd,  // a replica's running step finishes
+  kReady,    // a request leaves the front end (serving.frontend) for the scheduler
 };
 
 struct Event {

@@ -123,7 +123,7 @@ RunOutput run_simulation(const ExperimentConfig& config, const RunOptions& optio
       workload->dependent() ? static_cast<SchedulerObserver*>(&feedback) : &recorder;
   Replica replica(sc, static_cast<std::int32_t>(capacity.num_gpu_blocks), backend, observer,
                   kv_cache_options, cpu_blocks);
-  Simulator sim(*workload, replica, recorder);
+  Simulator sim(*workload, replica, recorder, config.frontend);
   if (options.progress) {
     const auto start = std::chrono::steady_clock::now();
     // At most about once per second of wall time.

@@ -11,6 +11,14 @@ StepResult SimBackend::execute(const StepPlan& plan) {
 }
 
 void SimBackend::execute_into(const StepPlan& plan, StepResult& result) {
+  if (plan.num_steps > 1) [[unlikely]] {
+    // A multi-step round: N passes, the host part once; N tokens per entry.
+    result.duration_ns = std::max<TimeNs>(1, cost_.round_time(plan));
+    result.sampled_tokens.assign(plan.requests.size() * static_cast<std::size_t>(plan.num_steps),
+                                 0);
+    result.fork_tokens.assign(static_cast<std::size_t>(plan.num_fork_tokens), 0);
+    return;
+  }
   result.duration_ns = std::max<TimeNs>(1, cost_.step_time(plan));
   result.sampled_tokens.assign(plan.requests.size(), 0);
   result.fork_tokens.assign(static_cast<std::size_t>(plan.num_fork_tokens), 0);

@@ -15,7 +15,9 @@ class SimBackend : public Backend {
   // `cost` must outlive the backend.
   explicit SimBackend(const CostModel& cost) : cost_(cost) {}
   std::string_view name() const override { return "sim"; }
-  // Duration = the cost model's prediction, at least 1 ns so simulated time always advances.
+  // Duration = the cost model's prediction, at least 1 ns so simulated time always advances; for
+  // a multi-step round (plan.num_steps > 1) CostModel::round_time, with num_steps placeholder
+  // tokens per entry.
   StepResult execute(const StepPlan& plan) override;
   // Reuses result's token vectors (no allocation once they have grown to the largest plan).
   void execute_into(const StepPlan& plan, StepResult& result) override;

@@ -8,11 +8,42 @@
 
 namespace servelab {
 
-Simulator::Simulator(Workload& workload, Replica& replica, Recorder& recorder)
+Simulator::Simulator(Workload& workload, Replica& replica, Recorder& recorder,
+                     const FrontendConfig& frontend)
     : workload_(workload),
       dependent_(workload.dependent()),
       replica_(replica),
-      recorder_(recorder) {}
+      recorder_(recorder),
+      frontend_on_(frontend.enabled()),
+      frontend_(frontend) {}
+
+bool Simulator::arrive(RequestSpec spec, TimeNs now) {
+  if (!frontend_on_) {
+    replica_.scheduler().add_request(std::move(spec), now);
+    return true;
+  }
+  frontend_.push(std::move(spec));
+  return hand_over_ready(now);  // a request with no front-end time is ready at once
+}
+
+bool Simulator::hand_over_ready(TimeNs now) {
+  bool any = false;
+  for (std::optional<TimeNs> t = frontend_.next_ready(); t && *t <= now;
+       t = frontend_.next_ready()) {
+    RequestSpec spec = frontend_.pop();
+    if (recorder_.records_events()) recorder_.on_ready(spec.id, spec.arrival_ns, now);
+    replica_.scheduler().add_request(std::move(spec), now);
+    any = true;
+  }
+  // One event at the earliest ready time (an earlier one may come with a later arrival when
+  // several requests are in the front end at once; a stale later event then finds nothing).
+  const std::optional<TimeNs> next = frontend_.next_ready();
+  if (next && (!ready_armed_ || *next < *ready_armed_)) {
+    events_.push(*next, EventKind::kReady);
+    ready_armed_ = next;
+  }
+  return any;
+}
 
 void Simulator::try_start_step(TimeNs now) {
   Replica& r = replica_;
@@ -78,13 +109,22 @@ SimulationTotals Simulator::run() {
   while (!events_.empty()) {
     const Event ev = events_.pop();
     const TimeNs now = ev.time;
+    // With the front end on, an event that gave the scheduler nothing new starts no step (its
+    // plan would be the same as the last one's).
+    bool start = true;
     if (ev.kind == EventKind::kArrival) {
       if (armed_ && *armed_ == now) armed_.reset();
       // Every request due by now is queued before the replica schedules.
+      bool handed = false;
       for (std::optional<TimeNs> t = peek_arrival(); t && *t <= now; t = peek_arrival()) {
-        replica_.scheduler().add_request(take_arrival(), now);
+        handed = arrive(take_arrival(), now) || handed;
         ++totals_.num_arrivals;
       }
+      totals_.end_ns = std::max(totals_.end_ns, now);
+      start = handed || !frontend_on_;
+    } else if (ev.kind == EventKind::kReady) {
+      if (ready_armed_ && *ready_armed_ == now) ready_armed_.reset();
+      start = hand_over_ready(now);  // false for a stale event
       totals_.end_ns = std::max(totals_.end_ns, now);
     } else {
       busy_ = false;
@@ -92,12 +132,12 @@ SimulationTotals Simulator::run() {
       totals_.end_ns = std::max(totals_.end_ns, now);
     }
     arm_arrival(now);
-    try_start_step(now);
+    if (start) try_start_step(now);
     ++num_events;
     if ((num_events & 1023) == 0) throw_if_interrupted();  // SIGINT/SIGTERM: unwind cleanly
     if (progress_ && num_events % progress_every_ == 0) progress_(totals_.num_arrivals, now);
   }
-  if (replica_.scheduler().has_unfinished()) {
+  if (replica_.scheduler().has_unfinished() || !frontend_.empty()) {
     throw std::logic_error("simulation ended with unfinished requests (" +
                            std::to_string(replica_.scheduler().num_waiting()) + " waiting, " +
                            std::to_string(replica_.scheduler().num_running()) + " running)");

@@ -145,5 +145,39 @@ TEST(PolicyPluginTest, AnExperimentUsesThePluginByName) {
   std::filesystem::remove_all(dir);
 }
 
+// A formation that reserves no lookahead slots (supports_multi_step() false, as trickle) cannot
+// run multi-step rounds: asking for them is a ConfigError naming where num_scheduler_steps was
+// set and the formation.
+TEST(PolicyPluginTest, MultiStepNeedsAFormationThatReservesLookahead) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                    ("servelab_policy_plugin_ms_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string workload =
+      "workload: {type: synthetic, num_requests: 2, arrival: {process: fixed, rate: 1}, "
+      "prompt_len: {dist: fixed, value: 8}, output_len: {dist: fixed, value: 4}}\n";
+  std::ofstream(dir / "t.yaml") << "model: tiny\nhardware: H100-SXM\nserving:\n"
+                                << "  num_scheduler_steps: 4\npolicies:\n  batch: trickle\n"
+                                << workload;
+  std::ofstream(dir / "u.yaml") << "model: tiny\nhardware: H100-SXM\npolicies:\n"
+                                << "  batch: trickle\n"
+                                << workload;
+  const auto error = [](const std::string& file, const std::vector<std::string>& set) {
+    try {
+      load_experiment(file, set);
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  const std::string in_file = error((dir / "t.yaml").string(), {});
+  EXPECT_NE(in_file.find("t.yaml:4:"), std::string::npos) << in_file;
+  EXPECT_NE(in_file.find("serving.num_scheduler_steps"), std::string::npos) << in_file;
+  EXPECT_NE(in_file.find("trickle"), std::string::npos) << in_file;
+  const std::string by_set = error((dir / "u.yaml").string(), {"serving.num_scheduler_steps=2"});
+  EXPECT_NE(by_set.find("--set serving.num_scheduler_steps"), std::string::npos) << by_set;
+  EXPECT_EQ(error((dir / "u.yaml").string(), {"serving.num_scheduler_steps=1"}), "accepted");
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace servelab

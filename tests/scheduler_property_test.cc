@@ -25,20 +25,28 @@ namespace {
 // A prefix cache plugin's maker (comparable, unlike PrefixCacheFactory).
 using CacheMaker = decltype(&make_hash_prefix_cache);
 
-// Samples token 0 for every entry that samples; every step takes 1 ms.
+// Samples token 0 for every entry that samples (in every pass of a multi-step round); every
+// step takes 1 ms.
 class TrivialBackend : public Backend {
  public:
   std::string_view name() const override { return "trivial"; }
   StepResult execute(const StepPlan& plan) override {
     StepResult r;
     r.duration_ns = kNsPerMs;
-    for (const ScheduledRequest& e : plan.requests) {
-      r.sampled_tokens.push_back(e.samples ? 0 : -1);
-      if (e.num_samples > 1) r.fork_tokens.insert(r.fork_tokens.end(), e.num_samples - 1, 0);
+    for (std::int32_t pass = 0; pass < plan.num_steps; ++pass) {
+      for (const ScheduledRequest& e : plan.requests) {
+        r.sampled_tokens.push_back(e.samples ? 0 : -1);
+        if (pass == 0 && e.num_samples > 1) {
+          r.fork_tokens.insert(r.fork_tokens.end(), e.num_samples - 1, 0);
+        }
+      }
     }
     return r;
   }
 };
+
+// Multi-step rounds the streams ran (RunSeed with steps > 1).
+std::int64_t g_rounds = 0;
 
 class CountingObserver : public SchedulerObserver {
  public:
@@ -291,13 +299,16 @@ void RunSeed(std::uint64_t seed, const std::string& queue = "", std::string vict
              std::string bf = "vllm", std::int32_t max_preemptions = 0,
              SchedulerCounters* totals = nullptr, std::string mode = "recompute",
              std::int64_t* swapped_blocks = nullptr, CacheMaker cache = make_hash_prefix_cache,
-             std::int32_t max_n = 1, PrefixCacheStats* sharing = nullptr) {
-  SCOPED_TRACE(
-      "seed " + std::to_string(seed) + " queue '" + queue + "' victim " + VictimName(victim) +
-      " batch " + bf + " max_preemptions " + std::to_string(max_preemptions) + " cache " +
-      (cache == make_radix_prefix_cache ? "radix" : "hash") + " max_n " + std::to_string(max_n));
+             std::int32_t max_n = 1, PrefixCacheStats* sharing = nullptr,
+             std::int32_t sched_steps = 1) {
+  SCOPED_TRACE("seed " + std::to_string(seed) + " queue '" + queue + "' victim " +
+               VictimName(victim) + " batch " + bf + " max_preemptions " +
+               std::to_string(max_preemptions) + " cache " +
+               (cache == make_radix_prefix_cache ? "radix" : "hash") + " max_n " +
+               std::to_string(max_n) + " steps " + std::to_string(sched_steps));
   Rng rng = Rng::stream(seed, "scheduler_property");
   Params p = RandomParams(rng);
+  p.config.num_scheduler_steps = sched_steps;
   use_policy(p.config, PolicyKind::kPreemption, mode);  // before the victim: it sets one
   use_policy(p.config, PolicyKind::kVictim, victim);
   use_policy(p.config, PolicyKind::kBatch, bf);
@@ -355,9 +366,26 @@ void RunSeed(std::uint64_t seed, const std::string& queue = "", std::string vict
     }
     std::set<RequestId> running_before;
     for (const Request* r : s.running()) running_before.insert(r->id());
+    std::set<RequestId> swapped_before;  // may resume into a round (not admitted: swapped in)
+    for (const Request* r : s.swapped()) swapped_before.insert(r->id());
     const StepPlan& plan = s.schedule(now);
     CheckInvariants(s, pool, &plan, running_before, host_check, &kv, chunk_size);
     if (testing::Test::HasFatalFailure()) return;
+    // A round: decodes of requests with outputs only, lookahead slots held, nobody admitted.
+    ASSERT_TRUE(plan.num_steps == 1 || plan.num_steps == sched_steps);
+    if (plan.num_steps > 1) {
+      ++g_rounds;
+      ASSERT_EQ(plan.num_prefill_tokens, 0);
+      ASSERT_EQ(plan.num_fork_tokens, 0);
+      for (const ScheduledRequest& e : plan.requests) {
+        ASSERT_TRUE(running_before.count(e.id) || swapped_before.count(e.id))
+            << "admitted " << e.id << " into a round";
+        ASSERT_FALSE(e.output_tokens.empty());
+        const std::int64_t need =
+            std::min<std::int64_t>(e.first_token + sched_steps, e.spec->total_tokens() - 1);
+        ASSERT_GE(static_cast<std::int64_t>(e.block_table.size()) * c.block_size, need);
+      }
+    }
     if (swapped_blocks != nullptr)
       *swapped_blocks += static_cast<std::int64_t>(plan.swap_out.size());
     const StepResult result = backend.execute(plan);
@@ -548,6 +576,40 @@ TEST(SchedulerPropertyTest, RadixCacheAndParallelSamplingKeepEveryInvariant) {
   EXPECT_GT(totals.num_preemptions, 0);
   RecordProperty("cow_copies", static_cast<int>(forks.cow_copies));
   RecordProperty("preemptions", static_cast<int>(totals.num_preemptions));
+}
+
+// Multi-step rounds (num_scheduler_steps 2 to 8) under every batch formation, preemption by
+// recompute, swap and auto, the fair queue, the radix cache and parallel sampling: the invariants
+// after each step and round (lookahead held, no admission, decodes only), no leaks, every request
+// ends, and rounds do happen.
+TEST(SchedulerPropertyTest, MultiStepRoundsKeepEveryInvariant) {
+  g_rounds = 0;
+  SchedulerCounters totals;
+  for (std::string bf : {"vllm", "static", "orca", "sarathi", "prefill-first"}) {
+    for (std::uint64_t seed = 1; seed <= 8; ++seed) {
+      RunSeed(seed, "", "last-running", bf, static_cast<std::int32_t>(seed % 3), &totals,
+              "recompute", nullptr, make_hash_prefix_cache, 1, nullptr,
+              static_cast<std::int32_t>(2 + seed % 7));
+      if (HasFatalFailure()) return;
+    }
+  }
+  const std::string victims[] = {"last-running", "lowest-priority", "fewest-computed",
+                                 "most-blocks"};
+  std::int64_t swapped_blocks = 0;
+  PrefixCacheStats forks;
+  for (std::uint64_t seed = 100; seed <= 123; ++seed) {
+    RunSeed(seed, seed % 2 == 0 ? "{name: fair, input_weight: 1, output_weight: 3}" : "",
+            victims[seed % 4], seed % 3 == 0 ? "prefill-first" : "vllm", 0, &totals,
+            seed % 3 == 0 ? "recompute" : (seed % 2 == 0 ? "swap" : "auto"), &swapped_blocks,
+            seed % 4 < 2 ? make_radix_prefix_cache : make_hash_prefix_cache, seed % 5 == 0 ? 1 : 4,
+            &forks, static_cast<std::int32_t>(2 + seed % 7));
+    if (HasFatalFailure()) return;
+  }
+  EXPECT_GT(g_rounds, 1000);
+  EXPECT_GT(totals.num_preemptions, 0);
+  EXPECT_GT(swapped_blocks, 0);
+  EXPECT_GT(forks.cow_copies, 0);
+  RecordProperty("rounds", static_cast<int>(g_rounds));
 }
 
 }  // namespace
