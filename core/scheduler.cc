@@ -454,6 +454,10 @@ void Scheduler::complete(const StepResult& result, TimeNs now) {
       any_finished = true;
     }
   }
+  end_of_step(any_finished);
+}
+
+void Scheduler::end_of_step(bool any_finished) {
   if (any_finished) {
     // One pass keeps the others' order and costs O(running) however many finished.
     std::erase_if(running_, [](const Request* r) { return r->status == RequestStatus::kFinished; });
@@ -671,14 +675,8 @@ void Scheduler::complete_round(const StepResult& result, TimeNs now) {
     for (Request* r : plan_requests_) {
       if (r->num_output_tokens() >= r->spec.max_output_tokens) finish(*r, now);
     }
-    std::erase_if(running_, [](const Request* r) { return r->status == RequestStatus::kFinished; });
-    for (Request* r : plan_requests_) {
-      if (r->status == RequestStatus::kFinished && r->group == nullptr) delete r;
-    }
   }
-  if (!done_groups_.empty()) release_done_groups();
-  plan_requests_.clear();
-  plan_pending_ = false;
+  end_of_step(any_finished);
 }
 
 }  // namespace servelab

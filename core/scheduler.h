@@ -300,6 +300,10 @@ class Scheduler {
   void sample_done(Request& r, TimeNs now);
   // Deletes the samples of the groups sample_done completed.
   void release_done_groups();
+  // The end of complete() (one step or a round): drops finished requests from the running list
+  // (one pass, order kept) and deletes those outside a group when any_finished, releases groups
+  // that ended, and clears the plan's request list.
+  void end_of_step(bool any_finished);
 
   // ---- Multi-step scheduling (num_scheduler_steps > 1; see the file comment) ----
   // Makes the plan just formed a round (plan_.num_steps = N) when it qualifies. Throws

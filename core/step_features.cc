@@ -4,14 +4,14 @@ namespace servelab {
 
 namespace {
 
-// Adds one prefill entry (a chunk of n tokens from position p) to the prefill sums.
-void add_prefill(StepFeatures& f, const ScheduledRequest& r) {
+// Adds one entry (n tokens from position p) to the sums of its kind (prefill or decode).
+void add_entry(const ScheduledRequest& r, std::int64_t& tokens, std::int64_t& pairs,
+               std::int64_t& context) {
   const std::int64_t n = r.num_tokens;
   const std::int64_t p = r.first_token;
-  f.prefill_tokens += n;
-  f.prefill_pairs += causal_pairs(p, n);
-  f.prefill_context_tokens += p + n;
-  f.num_sampled += r.samples ? 1 : 0;
+  tokens += n;
+  pairs += causal_pairs(p, n);
+  context += p + n;
 }
 
 }  // namespace
@@ -39,14 +39,10 @@ StepFeatures StepFeatures::from_plan(const StepPlan& plan) {
   StepFeatures f;
   for (const ScheduledRequest& r : plan.requests) {
     if (r.is_prefill) {
-      add_prefill(f, r);
-      continue;
+      add_entry(r, f.prefill_tokens, f.prefill_pairs, f.prefill_context_tokens);
+    } else {
+      add_entry(r, f.decode_tokens, f.decode_pairs, f.decode_context_tokens);
     }
-    const std::int64_t n = r.num_tokens;
-    const std::int64_t p = r.first_token;
-    f.decode_tokens += n;
-    f.decode_pairs += causal_pairs(p, n);
-    f.decode_context_tokens += p + n;
     f.num_sampled += r.samples ? 1 : 0;
   }
   f.num_tokens = f.prefill_tokens + f.decode_tokens;

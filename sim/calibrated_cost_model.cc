@@ -7,24 +7,43 @@
 
 namespace servelab {
 
+namespace {
+
+// Every term of the calibrated model for one step, each computed once (both the total and the
+// breakdown read them).
+struct Terms {
+  double step, sequences, tokens, tokens_above_knee, prefill_pairs, decode_context,
+      decode_context_above_knee, sampled, swap, copy;
+};
+
+Terms terms(const CalibratedCoefficients& c, const CalibrationFeatures& f, double block_bytes) {
+  const StepFeatures& s = f.step;
+  const double t = static_cast<double>(s.num_tokens);
+  const double dc = static_cast<double>(s.decode_context_tokens);
+  const auto above = [](double x, std::int64_t knee) {
+    return knee > 0 ? std::max(0.0, x - static_cast<double>(knee)) : 0.0;
+  };
+  return {c.step_s,
+          c.per_sequence_s * static_cast<double>(f.num_entries),
+          c.per_token_s * t,
+          c.per_token_above_knee_s * above(t, c.knee_tokens),
+          c.prefill_pair_s * static_cast<double>(s.prefill_pairs),
+          c.decode_context_token_s * dc,
+          c.decode_context_token_above_knee_s * above(dc, c.decode_context_knee_tokens),
+          c.sampled_sequence_s * static_cast<double>(s.num_sampled),
+          c.swap_byte_s * static_cast<double>(s.swap_out_blocks + s.swap_in_blocks) * block_bytes,
+          c.copy_byte_s * static_cast<double>(s.copy_blocks) * block_bytes};
+}
+
+}  // namespace
+
 double calibrated_seconds(const CalibratedCoefficients& c, const CalibrationFeatures& f,
                           double block_bytes) {
   if (f.empty()) return 0.0;
-  const StepFeatures& s = f.step;
-  const double t = static_cast<double>(s.num_tokens);
-  const double above =
-      c.knee_tokens > 0 ? std::max(0.0, t - static_cast<double>(c.knee_tokens)) : 0.0;
-  const double dc = static_cast<double>(s.decode_context_tokens);
-  const double dc_above =
-      c.decode_context_knee_tokens > 0
-          ? std::max(0.0, dc - static_cast<double>(c.decode_context_knee_tokens))
-          : 0.0;
-  return c.step_s + c.per_sequence_s * static_cast<double>(f.num_entries) + c.per_token_s * t +
-         c.decode_context_token_above_knee_s * dc_above + c.per_token_above_knee_s * above +
-         c.prefill_pair_s * static_cast<double>(s.prefill_pairs) + c.decode_context_token_s * dc +
-         c.sampled_sequence_s * static_cast<double>(s.num_sampled) +
-         c.swap_byte_s * static_cast<double>(s.swap_out_blocks + s.swap_in_blocks) * block_bytes +
-         c.copy_byte_s * static_cast<double>(s.copy_blocks) * block_bytes;
+  const Terms x = terms(c, f, block_bytes);
+  // This summation order is the one the fitted profiles' predictions were recorded with.
+  return x.step + x.sequences + x.tokens + x.decode_context_above_knee + x.tokens_above_knee +
+         x.prefill_pairs + x.decode_context + x.sampled + x.swap + x.copy;
 }
 
 CalibratedCostModel::CalibratedCostModel(CalibratedProfile profile, std::int32_t block_size)
@@ -47,24 +66,14 @@ StepCostBreakdown CalibratedCostModel::breakdown(const StepPlan& plan) const {
   StepCostBreakdown b;
   const CalibrationFeatures f = CalibrationFeatures::from_plan(plan);
   if (f.empty()) return b;
-  const CalibratedCoefficients& c = profile_.coefficients;
-  const StepFeatures& s = f.step;
-  const double t = static_cast<double>(s.num_tokens);
-  const double above =
-      c.knee_tokens > 0 ? std::max(0.0, t - static_cast<double>(c.knee_tokens)) : 0.0;
-  const double dc = static_cast<double>(s.decode_context_tokens);
-  const double dc_above =
-      c.decode_context_knee_tokens > 0
-          ? std::max(0.0, dc - static_cast<double>(c.decode_context_knee_tokens))
-          : 0.0;
-  b.overhead = c.step_s + c.per_sequence_s * static_cast<double>(f.num_entries);
-  b.gemm = c.per_token_s * t + c.per_token_above_knee_s * above;
-  b.prefill_attention = c.prefill_pair_s * static_cast<double>(s.prefill_pairs);
-  b.decode_attention =
-      c.decode_context_token_s * dc + c.decode_context_token_above_knee_s * dc_above;
-  b.lm_head = c.sampled_sequence_s * static_cast<double>(s.num_sampled);
-  b.swap = c.swap_byte_s * static_cast<double>(s.swap_out_blocks + s.swap_in_blocks) * block_bytes_;
-  b.copy = c.copy_byte_s * static_cast<double>(s.copy_blocks) * block_bytes_;
+  const Terms x = terms(profile_.coefficients, f, block_bytes_);
+  b.overhead = x.step + x.sequences;
+  b.gemm = x.tokens + x.tokens_above_knee;
+  b.prefill_attention = x.prefill_pairs;
+  b.decode_attention = x.decode_context + x.decode_context_above_knee;
+  b.lm_head = x.sampled;
+  b.swap = x.swap;
+  b.copy = x.copy;
   return b;
 }
 

@@ -11,7 +11,6 @@
 
 #include "core/config_error.h"
 #include "sim/nelder_mead.h"
-#include "sim/operator_time.h"
 #include "traces/csv_reader.h"
 
 namespace servelab {
@@ -60,9 +59,10 @@ struct Point {
 };
 
 double objective(const HardwareConfig& hw, const std::vector<Point>& pts) {
+  const OperatorTime time(hw, "bf16");
   double sum = 0;
   for (const Point& p : pts) {
-    const double r = std::log(vidur_predict(hw, *p.profile, p.op, p.tokens) / p.seconds);
+    const double r = std::log(vidur_predict(time, *p.profile, p.op, p.tokens) / p.seconds);
     sum += r * r;
   }
   return sum / static_cast<double>(pts.size());
@@ -170,9 +170,8 @@ VidurProfile read_vidur_profile(const std::string& path) {
   return p;
 }
 
-double vidur_predict(const HardwareConfig& hw, const VidurProfile& p, VidurOp op,
+double vidur_predict(const OperatorTime& t, const VidurProfile& p, VidurOp op,
                      std::int64_t tokens) {
-  const OperatorTime t(hw, "bf16");
   const double m = static_cast<double>(tokens);
   const double h = static_cast<double>(p.hidden);
   const double head = h / static_cast<double>(p.heads);
@@ -205,6 +204,7 @@ double vidur_predict(const HardwareConfig& hw, const VidurProfile& p, VidurOp op
 
 VidurErrors vidur_errors(const HardwareConfig& hw, const VidurProfile& p,
                          const std::vector<std::int64_t>& tokens) {
+  const OperatorTime time(hw, "bf16");
   VidurErrors e;
   e.file = p.file;
   std::vector<double> linear, ew, layer;
@@ -218,7 +218,7 @@ VidurErrors vidur_errors(const HardwareConfig& hw, const VidurProfile& p,
                                              : 3;
     for (int i = 0; i < kVidurNumOps; ++i) {
       const auto op = static_cast<VidurOp>(i);
-      const double pred = vidur_predict(hw, p, op, r.num_tokens);
+      const double pred = vidur_predict(time, p, op, r.num_tokens);
       // The profile times one add; a layer has two (after attention and after the MLP).
       const double weight = op == kVidurAdd ? 2.0 : 1.0;
       if (i < 4) {

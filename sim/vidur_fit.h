@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "serving/hardware_config.h"
+#include "sim/operator_time.h"
 #include "sim/validate.h"
 
 namespace servelab {
@@ -69,8 +70,9 @@ struct VidurProfile {
 // tensor parallelism 1.
 VidurProfile read_vidur_profile(const std::string& path);
 
-// Predicted seconds of `op` at `tokens` tokens on `hw` for the profile's shape.
-double vidur_predict(const HardwareConfig& hw, const VidurProfile& profile, VidurOp op,
+// Predicted seconds of `op` at `tokens` tokens for the profile's shape, priced by `time`
+// (OperatorTime(hw, "bf16") of the hardware in question).
+double vidur_predict(const OperatorTime& time, const VidurProfile& profile, VidurOp op,
                      std::int64_t tokens);
 
 // Errors as sim/validate.h's ErrorStats of predicted / measured - 1.
