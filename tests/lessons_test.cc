@@ -210,6 +210,36 @@ TEST(Lessons, PrefixCachingOnMooncake) {
   EXPECT_LT(h["kv_cache"]["usage_mean"].get<double>(), n["kv_cache"]["usage_mean"].get<double>());
 }
 
+// docs/lessons/prefix-caching-mooncake.md, last paragraph, and docs/experiments.md: the whole
+// Mooncake hour at 1.7x, where the prefix cache decides whether the server keeps up.
+TEST(Lessons, MooncakeHourAtTheLimit) {
+  const fs::path dir = temp_dir("lesson_mooncake_hour");
+  const std::string exp = servelab_home().string() + "/experiments/mooncake-conv.yaml";
+  for (const char* pc : {"hash", "none"}) {
+    const Cli r = run_sim("run " + exp + " --quiet --set policies.prefix_cache=" + pc + " --out " +
+                              (dir / pc).string(),
+                          dir);
+    ASSERT_EQ(r.code, 0) << r.err;
+  }
+  const json h = summary(dir / "hash"), n = summary(dir / "none");
+  EXPECT_EQ(h["requests"]["completed"], 12031);
+  EXPECT_EQ(n["requests"]["completed"], 12031);
+  EXPECT_NEAR(h["ttft_ms"]["p50"].get<double>() / 1000, 1.8, 0.05);   // seconds
+  EXPECT_NEAR(n["ttft_ms"]["p50"].get<double>() / 60000, 2.0, 0.05);  // minutes
+  EXPECT_EQ(n["preemption"]["preemptions"], 4388);
+  EXPECT_GT(n["ttft_ms"]["p50"].get<double>(), 30 * h["ttft_ms"]["p50"].get<double>());
+  auto max_waiting = [](const fs::path& run) {
+    int most = 0;
+    for (const auto& row : read_csv(run / "steps.csv")) {
+      most = std::max(most, std::stoi(row.at("waiting")));
+    }
+    return most;
+  };
+  EXPECT_EQ(max_waiting(dir / "hash"), 36);
+  EXPECT_EQ(max_waiting(dir / "none"), 1051);
+  fs::remove_all(dir);
+}
+
 // docs/lessons/preemption.md
 TEST(Lessons, RecomputeVsSwap) {
   const fs::path dir = temp_dir("lesson_preempt");
