@@ -73,6 +73,23 @@ double parse_gib(const std::string& text) {
   return v;
 }
 
+// --kv-memory-gb G (engine run and engine serve).
+void add_kv_memory_option(CLI::App& app, double& gib) {
+  app.add_option_function<std::string>(
+         "--kv-memory-gb", [&gib](const std::string& v) { gib = parse_gib(v); },
+         "GiB of K/V blocks when serving.num_gpu_blocks is not set (default 1)")
+      ->check(CLI::Validator(
+          [](std::string& v) -> std::string {
+            try {
+              parse_gib(v);
+            } catch (const UsageError&) {
+              return "expected a positive number of GiB, got '" + v + "'";
+            }
+            return "";
+          },
+          "G"));
+}
+
 int cmd_run(const std::vector<std::string>& args) {
   servelab::EngineOptions options;
   const servelab::ExperimentArgs a = servelab::parse_experiment_args(
@@ -83,20 +100,7 @@ int cmd_run(const std::vector<std::string>& args) {
         app.add_option("--weights", options.weights,
                        "a safetensors checkpoint (default: random weights from the seed)")
             ->type_name("PATH");
-        app.add_option_function<std::string>(
-               "--kv-memory-gb",
-               [&](const std::string& v) { options.kv_memory_gib = parse_gib(v); },
-               "GiB of K/V blocks when serving.num_gpu_blocks is not set (default 1)")
-            ->check(CLI::Validator(
-                [](std::string& v) -> std::string {
-                  try {
-                    parse_gib(v);
-                  } catch (const UsageError&) {
-                    return "expected a positive number of GiB, got '" + v + "'";
-                  }
-                  return "";
-                },
-                "G"));
+        add_kv_memory_option(app, options.kv_memory_gib);
         app.add_flag("--tokens", options.write_tokens, "write tokens.jsonl (the sampled tokens)");
       },
       "Run one experiment (the same files as `sim run`) with every step executed on the model "
@@ -146,10 +150,7 @@ int cmd_serve(const std::vector<std::string>& args) {
   app->add_option("--weights", o.engine.weights,
                   "a safetensors checkpoint (default: random weights from the seed)")
       ->type_name("PATH");
-  app->add_option_function<std::string>(
-         "--kv-memory-gb", [&](const std::string& v) { o.engine.kv_memory_gib = parse_gib(v); },
-         "GiB of K/V blocks when serving.num_gpu_blocks is not set (default 1)")
-      ->type_name("G");
+  add_kv_memory_option(*app, o.engine.kv_memory_gib);
   app->add_option("--max-in-flight", max_in_flight,
                   "requests accepted and not finished before new ones get 429 (default 256)")
       ->check(cli::integer_in(1, 100000))

@@ -1,5 +1,6 @@
 #include "engine/serve_queue.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 namespace servelab {
@@ -100,6 +101,8 @@ void ServeQueue::admit(TimeNs now, Scheduler& scheduler) {
   }
   for (Pending& p : submitted) {
     const RequestId id = p.spec.id;
+    // Stamped by a handler after the loop read `now`: it arrived no later than this step.
+    p.spec.arrival_ns = std::min(p.spec.arrival_ns, now);
     live_[id] = p.channel;
     // A rejection is reported (and done() called) inside add_request.
     scheduler.add_request(std::move(p.spec), now);
@@ -132,6 +135,17 @@ void ServeQueue::done(RequestId id) {
   live_.erase(id);
   std::lock_guard lock(mu_);
   --in_flight_;
+  cv_.notify_all();
+}
+
+void ServeQueue::abandon(const std::string& reason) {
+  for (auto& [id, channel] : live_) channel->finished(RequestStatus::kAborted, reason);
+  live_.clear();
+  std::lock_guard lock(mu_);
+  for (Pending& p : submitted_) p.channel->rejected(reason);
+  submitted_.clear();
+  in_flight_ = 0;
+  draining_ = true;
   cv_.notify_all();
 }
 

@@ -77,6 +77,9 @@ class ServeQueue : public WorkSource {
   RequestChannel* channel(RequestId id);
   // Request `id` left the scheduler (finished, aborted or rejected): forgets its channel.
   void done(RequestId id);
+  // The loop failed and serves no more: every request in flight ends aborted (or rejected, if
+  // not yet admitted) with `reason`, so no handler waits forever; new ones are refused.
+  void abandon(const std::string& reason);
 
  private:
   struct Pending {

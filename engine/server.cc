@@ -155,9 +155,9 @@ class Server {
       try {
         SimulationTotals totals;
         run_engine_loop(replica_, source_, clock_, {}, totals);
-      } catch (...) {
+      } catch (const std::exception& e) {
         loop_error = std::current_exception();
-        queue_.drain();
+        queue_.abandon(std::string("the engine failed: ") + e.what());
       }
       loop_done = true;
     });
