@@ -598,6 +598,17 @@ TEST(EngineServe, BadCommandLinesAreUsageErrors) {
   EXPECT_EQ(engine("serve --model no-such-model --port 0"), 2);
   EXPECT_NE(read_file(dir / "e").find("no-such-model"), std::string::npos);
   EXPECT_EQ(run_sim("bench x.yaml", dir).code, 2);  // no --url
+  // A server that cannot be reached, a URL that is not one: bad input, nothing written.
+  write_file(dir / "e.yaml", kServeExperiment);
+  const Cli unreachable = run_sim("bench " + (dir / "e.yaml").string() +
+                                      " --url http://127.0.0.1:1 --out " + (dir / "b").string(),
+                                  dir);
+  EXPECT_EQ(unreachable.code, 2);
+  EXPECT_NE(unreachable.err.find("cannot reach the server"), std::string::npos) << unreachable.err;
+  EXPECT_FALSE(fs::exists(dir / "b"));
+  const Cli not_url = run_sim("bench " + (dir / "e.yaml").string() + " --url localhost:8000", dir);
+  EXPECT_EQ(not_url.code, 2);
+  EXPECT_NE(not_url.err.find("--url: expected http://HOST:PORT"), std::string::npos) << not_url.err;
   fs::remove_all(dir);
 }
 
