@@ -254,6 +254,56 @@ void Scheduler::abort_request(Request& r, TimeNs now) {
   delete &r;
 }
 
+bool Scheduler::abort(RequestId id, TimeNs now, const std::string& reason) {
+  if (plan_pending_) throw std::logic_error("Scheduler::abort: a plan awaits complete()");
+  const auto matches = [id](const Request* r) { return base_request_id(r->id()) == id; };
+  Request* found = nullptr;
+  for (Request* r : running_) found = found ? found : (matches(r) ? r : nullptr);
+  for (Request* r : swapped_) found = found ? found : (matches(r) ? r : nullptr);
+  if (found == nullptr) {
+    for (Request* r : waiting_->snapshot()) found = found ? found : (matches(r) ? r : nullptr);
+  }
+  if (found == nullptr) return false;
+  if (found->group == nullptr) {
+    abort_sequence(*found, now, reason);
+    return true;
+  }
+  // A forked request: every sample still unfinished goes; the group is reported by the last.
+  const std::vector<Request*> samples = found->group->samples;
+  for (Request* s : samples) {
+    if (s->status == RequestStatus::kFinished || s->status == RequestStatus::kAborted) continue;
+    abort_sequence(*s, now, reason);
+  }
+  release_done_groups();
+  return true;
+}
+
+void Scheduler::abort_sequence(Request& r, TimeNs now, const std::string& reason) {
+  switch (r.status) {
+    case RequestStatus::kRunning:
+      running_.erase(std::find(running_.begin(), running_.end(), &r));
+      if (r.will_fork()) fork_seats_ -= static_cast<std::size_t>(r.spec.n - 1);
+      break;
+    case RequestStatus::kSwapped:
+      swapped_.erase(std::find(swapped_.begin(), swapped_.end(), &r));
+      break;
+    default:  // kWaiting, kPreempted
+      waiting_->erase(&r);
+      break;
+  }
+  kv_.free(r);
+  r.status = RequestStatus::kAborted;
+  r.finish_ns = now;
+  r.finish_reason = reason;
+  if (r.group != nullptr) {
+    sample_done(r, now);
+    return;
+  }
+  ++counters_.num_aborted;
+  if (observer_ != nullptr) observer_->on_finish(r, now);
+  delete &r;
+}
+
 Scheduler::Room Scheduler::make_room(std::size_t i, std::int32_t n, std::int32_t budget,
                                      TimeNs now) {
   Request* r = running_[i];

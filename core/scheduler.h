@@ -139,6 +139,15 @@ class Scheduler {
   // std::invalid_argument when `result` holds fewer tokens than the plan needs.
   void complete(const StepResult& result, TimeNs now);
 
+  // Aborts the unfinished request `id` wherever it is (waiting, preempted, running or swapped),
+  // as vLLM's finish_requests(FINISHED_ABORTED) does for a client that went away: its device and
+  // host blocks are freed (full blocks keep their hashes, as after any free), its status becomes
+  // kAborted with finish_reason `reason`, it is reported through on_finish at `now` and deleted.
+  // A request with parallel samples is aborted whole (every unfinished sample; reported once).
+  // Returns false when no unfinished request has that id (finished, rejected or unknown).
+  // REQUIRES: no plan awaits complete() (std::logic_error otherwise): call between steps.
+  bool abort(RequestId id, TimeNs now, const std::string& reason);
+
   bool has_unfinished() const {
     return !waiting_->empty() || !running_.empty() || !swapped_.empty();
   }
@@ -272,6 +281,9 @@ class Scheduler {
   bool should_swap(const Request& victim) const;
   // Gives up on `r` (unlinked, no plan entry, blocks freed here): reports and deletes it.
   void abort_request(Request& r, TimeNs now);
+  // abort(): unlinks one unfinished sequence from its queue, frees its blocks and reports it
+  // (a sample: through its group).
+  void abort_sequence(Request& r, TimeNs now, const std::string& reason);
   // Moves the waiting queue's front `r` (which just got its blocks for `hit`) to running_.
   void admit_front(Request& r, const PrefixHit& hit);
   bool in_plan(const Request& r) const;

@@ -26,9 +26,12 @@
 // schedule.csv is byte-identical to `sim run`'s; with arrivals spread in time it is not.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 
+#include "core/backend.h"
+#include "engine/llama_weights.h"
 #include "serving/experiment.h"
 #include "serving/model_config.h"
 #include "serving/run_folder.h"
@@ -52,6 +55,21 @@ struct EngineOptions {
 // (estimate_cpu_engine_memory) exceeds MemAvailable; Interrupted on SIGINT/SIGTERM. Output folder
 // rules as for run_simulation (staged, replaced only when the run completed).
 RunOutput run_engine(const ExperimentConfig& config, const EngineOptions& options);
+
+// What run_engine and `engine serve` build before their loop: the model, the KV capacity and
+// the executor that owns the KV blocks.
+struct EngineInstance {
+  LlamaConfig llama;
+  std::int64_t num_gpu_blocks = 0;        // what the executor allocated
+  std::int64_t num_cpu_blocks = 0;        // swap blocks (preemption swap or auto), else 0
+  std::int64_t block_bytes = 0;           // of one block across all layers
+  std::unique_ptr<LlamaWeights> weights;  // host weights (null for device-random CUDA ones)
+  std::unique_ptr<Backend> executor;      // uses *weights: destroyed first (member order)
+};
+// Checks the experiment against the engine (device, multi-step, max_model_len, KV budget, host
+// memory) and loads weights and the executor, as described above; throws as run_engine does.
+// Warns (stderr) about a calibration measured elsewhere.
+EngineInstance load_engine(const ExperimentConfig& config, const EngineOptions& options);
 
 // Bytes of fp32 K and V of one block across all layers.
 std::int64_t engine_block_bytes(const ModelConfig& model, std::int32_t block_size);

@@ -145,6 +145,12 @@ void Recorder::on_step_tokens(std::span<const Request* const> /*requests*/,
   if (run > 0 && run_prev >= 0) itl_ns_.add(now - run_prev, run);
 }
 
+void Recorder::add_measured(const RequestRecord& record, std::span<const TimeNs> token_gaps) {
+  measured_ = true;
+  records_.push_back(record);
+  for (const TimeNs gap : token_gaps) itl_ns_.add(gap);
+}
+
 void Recorder::on_preempt(const Request& req, TimeNs now) {
   ++preemptions_;
   event(req, now, "preempt", req.status == RequestStatus::kSwapped ? "swap" : "recompute");
@@ -269,7 +275,8 @@ RunSummary Recorder::summary() const {
     const double t_e2e = ns_to_ms(r.finish_ns - r.arrival_ns);
     ttft.push_back(t_ttft);
     e2e.push_back(t_e2e);
-    queueing.push_back(ns_to_ms(r.first_scheduled_ns - r.arrival_ns));
+    if (r.first_scheduled_ns >= 0)
+      queueing.push_back(ns_to_ms(r.first_scheduled_ns - r.arrival_ns));
     std::optional<double> t_tpot;
     // Per sequence: with parallel sampling, the tokens of one sample.
     const std::int32_t per_seq = r.output_tokens / r.samples;
@@ -343,6 +350,19 @@ void Recorder::write_requests_csv(const std::string& path) const {
                                  : "";
     std::string reason = r->reason;
     std::replace(reason.begin(), reason.end(), ',', ';');
+    if (measured_) {
+      // A client's view (add_measured): what only the server knows stays empty.
+      std::fprintf(
+          f, "%" PRIu64 ",%s,,%s,%s,%d,%d,,,,,%s,%s,%s,%s,%s\n", r->id,
+          format_seconds(r->arrival_ns).c_str(),
+          r->first_token_ns >= 0 ? format_seconds(r->first_token_ns).c_str() : "",
+          r->finish_ns >= 0 ? format_seconds(r->finish_ns).c_str() : "", r->prompt_tokens,
+          r->output_tokens,
+          r->first_token_ns >= 0 ? format_ms(r->first_token_ns - r->arrival_ns).c_str() : "",
+          tpot.c_str(), done ? format_ms(r->finish_ns - r->arrival_ns).c_str() : "",
+          to_string(r->status), reason.c_str());
+      continue;
+    }
     std::fprintf(
         f, "%" PRIu64 ",%s,%s,%s,%s,%d,%d,%d,%d,%" PRId64 ",%s,%s,%s,%s,%s,%s\n", r->id,
         format_seconds(r->arrival_ns).c_str(), format_seconds(r->first_scheduled_ns).c_str(),

@@ -115,6 +115,12 @@ class Recorder : public SchedulerObserver {
   // Drivers call it only when the front end is enabled.
   void on_ready(RequestId id, TimeNs arrival, TimeNs now);
 
+  // A request measured by a client (`sim bench`) rather than reported by a scheduler: its record
+  // (first_scheduled_ns -1; cached_tokens, preemptions and recomputed_tokens unknown) and the
+  // gaps between its streamed chunks (ITL). Once called, requests.csv leaves the columns a client
+  // cannot know empty: first_scheduled_s, cached_tokens, preemptions, recomputed_tokens,
+  // queueing_ms.
+  void add_measured(const RequestRecord& record, std::span<const TimeNs> token_gaps);
   // Closes the run: first arrival and end time, plus the counters only the core knows.
   // REQUIRES: called once, after the last step.
   void finalize(TimeNs first_arrival, TimeNs end, const PrefixCacheStats& prefix);
@@ -161,6 +167,7 @@ class Recorder : public SchedulerObserver {
   TimeNs first_arrival_ = 0, end_ = 0;
   PrefixCacheStats prefix_;
   bool finalized_ = false;
+  bool measured_ = false;  // add_measured() was called
   std::FILE* steps_ = nullptr;
   std::FILE* schedule_ = nullptr;
   std::int64_t scheduled_seqs_ = 0;  // sum over steps of plan entries
