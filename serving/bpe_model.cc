@@ -1,6 +1,7 @@
 #include "serving/bpe_model.h"
 
 #include <algorithm>
+#include <bit>
 #include <functional>
 
 #include "serving/byte_level.h"
@@ -37,9 +38,46 @@ BpeModel::BpeModel(std::vector<std::optional<std::string>> tokens, bool ignore_m
 
 BpeModel::~BpeModel() = default;
 
+namespace {
+std::size_t slot_of(std::uint64_t key, int shift) {
+  return static_cast<std::size_t>((key * 0x9E3779B97F4A7C15ull) >> shift);
+}
+}  // namespace
+
+void BpeModel::grow_merges() {
+  std::vector<MergeSlot> old = std::move(merges_);
+  const std::size_t capacity = old.empty() ? 1024 : old.size() * 2;
+  merges_.assign(capacity, MergeSlot{kEmptySlot, {}});
+  merge_shift_ = 64 - std::countr_zero(capacity);
+  const std::size_t mask = capacity - 1;
+  for (const MergeSlot& s : old) {
+    if (s.key == kEmptySlot) continue;
+    std::size_t i = slot_of(s.key, merge_shift_);
+    while (merges_[i].key != kEmptySlot) i = (i + 1) & mask;
+    merges_[i] = s;
+  }
+}
+
+const BpeModel::Merge* BpeModel::find_merge(std::uint64_t key) const {
+  if (merges_.empty()) return nullptr;
+  const std::size_t mask = merges_.size() - 1;
+  for (std::size_t i = slot_of(key, merge_shift_);; i = (i + 1) & mask) {
+    const MergeSlot& s = merges_[i];
+    if (s.key == key) return &s.merge;
+    if (s.key == kEmptySlot) return nullptr;
+  }
+}
+
 bool BpeModel::add_merge(std::int32_t left, std::int32_t right, std::int32_t merged) {
-  const auto rank = static_cast<std::int32_t>(merges_.size());
-  return merges_.emplace(pair_key(left, right), Merge{rank, merged}).second;
+  const std::uint64_t key = pair_key(left, right);
+  if (find_merge(key) != nullptr) return false;
+  if (2 * (num_merges_ + 1) > merges_.size()) grow_merges();
+  const std::size_t mask = merges_.size() - 1;
+  std::size_t i = slot_of(key, merge_shift_);
+  while (merges_[i].key != kEmptySlot) i = (i + 1) & mask;
+  merges_[i] = {key, {static_cast<std::int32_t>(num_merges_), merged}};
+  ++num_merges_;
+  return true;
 }
 
 std::optional<std::int32_t> BpeModel::id_of(std::string_view token) const {
@@ -118,9 +156,9 @@ void BpeModel::merge_loop(std::string_view piece, std::vector<std::int32_t>& out
     if (right < 0) return;
     const std::int32_t lid = syms[static_cast<std::size_t>(left)].id;
     const std::int32_t rid = syms[static_cast<std::size_t>(right)].id;
-    auto it = merges_.find(pair_key(lid, rid));
-    if (it == merges_.end()) return;
-    heap.push_back({it->second.rank, left, right, it->second.merged, lid, rid});
+    const Merge* m = find_merge(pair_key(lid, rid));
+    if (m == nullptr) return;
+    heap.push_back({m->rank, left, right, m->merged, lid, rid});
     std::push_heap(heap.begin(), heap.end());
   };
   for (std::int32_t i = 0; i + 1 < n; ++i) consider(i);
