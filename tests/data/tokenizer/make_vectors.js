@@ -38,6 +38,12 @@ const texts = [
   'The quick brown fox jumps over the lazy dog. ' +
       'Pack my box with five dozen liquor jugs!\n\nSphinx of black quartz, judge my vow.',
   'x'.repeat(100) + ' ' + 'ab'.repeat(40),
+  // Unicode classes and whitespace at the edges of the split patterns. (Not U+FEFF: JavaScript's
+  // \s includes it, tiktoken's and Hugging Face's \s (Unicode White_Space) do not.)
+  '\u0085next line, vertical\u000btab, form\u000cfeed, \u2028line \u2029paragraph',
+  'numbers beyond ASCII: Ⅻ ½ ² ٣٤٥٦٧ ৩৪ 一二三', 'letters: 𝔘𝔫𝔦𝔠𝔬𝔡𝔢 ǅungla ʰmodifier ﬁ',
+  "'S'T'RE'VE'M'LL'D 's't're've'm'll'd don’t", '  \n  x', 'end with spaces\n   ',
+  '\t\t\tx \t \n\t', 'a\u0301\u0301\u0301 e\u200db \u00ad soft',
 ];
 const gpt2Extra = [], cl100kExtra = [];
 for (const text of texts) {
