@@ -135,6 +135,10 @@ class Reader {
   std::string file_;
 };
 
+// Ids index tables, so they must be dense enough: below twice the number of tokens plus a margin
+// (real files leave small gaps, e.g. cl100k's special tokens), never a huge allocation.
+std::size_t id_limit(std::size_t num_tokens) { return 2 * num_tokens + 1024; }
+
 std::string type_of(const Reader& r, const json& obj, const std::string& key) {
   if (!obj.is_object()) r.fail(key, "expected an object, got " + obj.dump());
   const json& t = r.member(obj, key, "type");
@@ -171,12 +175,22 @@ AddedTokens read_added_tokens(const Reader& r, const json& doc) {
   const json* list = r.optional_member(doc, "added_tokens");
   if (list == nullptr) return AddedTokens();
   if (!list->is_array()) r.fail("added_tokens", "expected an array, got " + list->dump());
+  std::size_t vocab_size = 0;
+  if (doc.contains("model") && doc["model"].is_object() && doc["model"].contains("vocab")) {
+    vocab_size = doc["model"]["vocab"].size();
+  }
+  const std::size_t limit = id_limit(vocab_size + list->size());
   for (std::size_t i = 0; i < list->size(); ++i) {
     const std::string key = "added_tokens[" + std::to_string(i) + "]";
     const json& t = (*list)[i];
     if (!t.is_object()) r.fail(key, "expected an object, got " + t.dump());
     AddedTokens::Token tok;
     tok.id = r.id(r.member(t, key, "id"), key + ".id");
+    if (static_cast<std::size_t>(tok.id) >= limit) {
+      r.fail(key + ".id", "id " + std::to_string(tok.id) +
+                              " is far beyond the vocabulary (expected " + "ids below " +
+                              std::to_string(limit) + ")");
+    }
     const json& content = r.member(t, key, "content");
     if (!content.is_string() || content.get<std::string>().empty()) {
       r.fail(key + ".content", "expected a non-empty string, got " + content.dump());
@@ -229,8 +243,14 @@ std::unique_ptr<BpeModel> read_model(const Reader& r, const json& doc) {
   const json& vocab = r.member(model, "model", "vocab");
   if (!vocab.is_object()) r.fail("model.vocab", "expected an object of token: id");
   std::vector<std::optional<std::string>> tokens;
+  const std::size_t limit = id_limit(vocab.size());
   for (const auto& [text, v] : vocab.items()) {
     const std::int32_t id = r.id(v, "model.vocab[\"" + text + "\"]");
+    if (static_cast<std::size_t>(id) >= limit) {
+      r.fail("model.vocab[\"" + text + "\"]",
+             "id " + std::to_string(id) + " is far beyond the " + std::to_string(vocab.size()) +
+                 " tokens (expected ids below " + std::to_string(limit) + ")");
+    }
     if (static_cast<std::size_t>(id) >= tokens.size())
       tokens.resize(static_cast<std::size_t>(id) + 1);
     if (tokens[static_cast<std::size_t>(id)]) {

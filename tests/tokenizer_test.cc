@@ -381,6 +381,9 @@ TEST(Tokenizer, BadFilesNameTheFileAndKey) {
       {"missing_byte", [](auto& j) { j["model"]["vocab"].erase("A"); }, "model.vocab"},
       {"vocab_id", [](auto& j) { j["model"]["vocab"]["A"] = "sixty-five"; }, "model.vocab[\"A\"]"},
       {"vocab_dup", [](auto& j) { j["model"]["vocab"]["A"] = 66; }, "model.vocab"},
+      {"vocab_huge_id", [](auto& j) { j["model"]["vocab"]["A"] = 1 << 29; }, "model.vocab[\"A\"]"},
+      {"added_huge_id", [](auto& j) { j["added_tokens"][0]["id"] = 1 << 29; },
+       "added_tokens[0].id"},
       {"normalizer",
        [](auto& j) {
          j["normalizer"] = {{"type", "NFC"}};
