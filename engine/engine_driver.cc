@@ -377,6 +377,7 @@ RunOutput run_engine(const ExperimentConfig& config, const EngineOptions& option
       continue;
     }
     const StepSnapshot snap = replica.snapshot();
+    if (options.before_step) options.before_step(scheduler, plan);
     const StepResult result = executor->execute(plan);
     // The step lasts from the plan to the end of execution: scheduling overhead is real time.
     const TimeNs end = std::max(clock_now(), now + 1);
