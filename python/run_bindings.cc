@@ -4,7 +4,8 @@
 // (python/run_files.h). The run releases the GIL (Python policies take it back when called) and
 // turns SIGINT into a clean stop (serving/interrupt.h ScopedInterruptHandler: the loops unwind,
 // the temporaries are removed, Python sees KeyboardInterrupt). While a Python policy is active
-// the scheduler's invariants are checked after every step (core/scheduler_invariants.h).
+// the scheduler's invariants are checked after every step (core/scheduler_invariants.h) and the
+// KV pool's every 1024 steps.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -39,6 +40,8 @@ ExperimentConfig load(const std::string& name, const std::optional<std::string>&
   return load_experiment(name, overrides, seed);
 }
 
+constexpr std::int64_t kPoolCheckEvery = 1024;
+
 // The step hook while a Python policy is active: the invariants, reported as the policy's fault.
 std::function<void(const Scheduler&, const StepPlan&)> invariant_hook(
     const ExperimentConfig& config) {
@@ -46,6 +49,9 @@ std::function<void(const Scheduler&, const StepPlan&)> invariant_hook(
   return [](const Scheduler& scheduler, const StepPlan& plan) {
     try {
       check_scheduler_invariants(scheduler, plan);
+      // The pool's full check is O(blocks): every 1024 steps (a policy cannot reach the pool
+      // but through the scheduler, whose invariants are checked every step).
+      if (plan.step_index % kPoolCheckEvery == 0) scheduler.kv().check_invariants();
     } catch (const std::logic_error& e) {
       throw PythonPolicyError(std::string(e.what()) + " (a Python policy is active: queue order '" +
                               scheduler.waiting_queue().name() + "', victim rule '" +
