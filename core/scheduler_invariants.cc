@@ -1,6 +1,6 @@
 #include "core/scheduler_invariants.h"
 
-#include <set>
+#include <algorithm>
 #include <stdexcept>
 #include <vector>
 
@@ -22,11 +22,11 @@ void check_scheduler_invariants(const Scheduler& s, const StepPlan& plan) {
     broken(std::to_string(s.num_running()) + " running requests, more than max_num_seqs (" +
            std::to_string(c.max_num_seqs) + ")");
   }
-  std::set<RequestId> seen;
-  std::set<RequestId> running;
+  // Sorted id lists rather than sets: this runs after every step.
+  std::vector<RequestId> running;
+  running.reserve(s.num_running());
   for (const Request* r : s.running()) {
-    if (!seen.insert(r->id()).second) broken(req(*r) + " is twice in the running list");
-    running.insert(r->id());
+    running.push_back(r->id());
     if (r->status != RequestStatus::kRunning) {
       broken(req(*r) + " is in the running list with status " + to_string(r->status));
     }
@@ -38,15 +38,14 @@ void check_scheduler_invariants(const Scheduler& s, const StepPlan& plan) {
       broken(req(*r) + "'s block table does not cover its computed tokens");
     }
   }
+  std::vector<RequestId> held = running;
   const std::vector<Request*> waiting = s.waiting();
   if (waiting.size() != s.num_waiting()) {
     broken("the waiting queue holds " + std::to_string(waiting.size()) + " requests but reports " +
            std::to_string(s.num_waiting()));
   }
   for (const Request* r : waiting) {
-    if (!seen.insert(r->id()).second) {
-      broken(req(*r) + " is in the waiting queue twice or also running or swapped");
-    }
+    held.push_back(r->id());
     if (r->status != RequestStatus::kWaiting && r->status != RequestStatus::kPreempted) {
       broken(req(*r) + " is in the waiting queue with status " + to_string(r->status));
     }
@@ -55,7 +54,7 @@ void check_scheduler_invariants(const Scheduler& s, const StepPlan& plan) {
     }
   }
   for (const Request* r : s.swapped()) {
-    if (!seen.insert(r->id()).second) broken(req(*r) + " is swapped and also queued or running");
+    held.push_back(r->id());
     if (r->status != RequestStatus::kSwapped) {
       broken(req(*r) + " is in the swapped list with status " + to_string(r->status));
     }
@@ -63,23 +62,37 @@ void check_scheduler_invariants(const Scheduler& s, const StepPlan& plan) {
       broken(req(*r) + " is swapped but holds device blocks or no host blocks");
     }
   }
+  std::sort(held.begin(), held.end());
+  if (const auto twice = std::adjacent_find(held.begin(), held.end()); twice != held.end()) {
+    broken("request " + std::to_string(*twice) +
+           " is held twice by the waiting queue, the running list and the swapped list");
+  }
 
   if (plan.num_tokens() > c.max_num_batched_tokens) {
     broken("step " + std::to_string(plan.step_index) + " schedules " +
            std::to_string(plan.num_tokens()) + " tokens, more than max_num_batched_tokens (" +
            std::to_string(c.max_num_batched_tokens) + ")");
   }
-  std::set<RequestId> scheduled;
+  std::sort(running.begin(), running.end());
+  std::vector<RequestId> scheduled;
+  scheduled.reserve(plan.requests.size());
   std::int64_t prefill = 0, decode = 0;
   for (const ScheduledRequest& e : plan.requests) {
-    const std::string who = "request " + std::to_string(e.id);
-    if (!scheduled.insert(e.id).second) broken(who + " is scheduled twice in one step");
-    if (e.num_tokens < 1) broken(who + " is scheduled for no tokens");
-    if (!running.count(e.id)) broken(who + " is scheduled but not running");
+    scheduled.push_back(e.id);
+    if (e.num_tokens < 1) broken("request " + std::to_string(e.id) + " is scheduled for no tokens");
+    if (!std::binary_search(running.begin(), running.end(), e.id)) {
+      broken("request " + std::to_string(e.id) + " is scheduled but not running");
+    }
     if (static_cast<std::int64_t>(e.block_table.size()) * c.block_size < e.context_len()) {
-      broken(who + "'s block table does not cover the tokens it is scheduled for");
+      broken("request " + std::to_string(e.id) +
+             "'s block table does not cover the tokens it is scheduled for");
     }
     (e.is_prefill ? prefill : decode) += e.num_tokens;
+  }
+  std::sort(scheduled.begin(), scheduled.end());
+  if (const auto twice = std::adjacent_find(scheduled.begin(), scheduled.end());
+      twice != scheduled.end()) {
+    broken("request " + std::to_string(*twice) + " is scheduled twice in one step");
   }
   if (prefill != plan.num_prefill_tokens || decode != plan.num_decode_tokens) {
     broken("step " + std::to_string(plan.step_index) +

@@ -112,7 +112,7 @@ TEST(SchedulerInvariantsTest, BrokenQueueIsCaughtAfterTheStepThatPreempted) {
   }
   q->dedupe();
   EXPECT_NE(error.find("scheduler invariant broken: request"), std::string::npos) << error;
-  EXPECT_NE(error.find("waiting queue twice"), std::string::npos) << error;
+  EXPECT_NE(error.find("is held twice"), std::string::npos) << error;
 }
 
 class CountingBackend final : public Backend {

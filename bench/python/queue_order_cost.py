@@ -2,9 +2,10 @@
 """What a queue order written in Python costs: the Azure conversation trace
 (experiments/azure-conv.yaml, 19,366 requests) under the built-in `fcfs` and under a Python
 queue order that admits in the same order (key: arrival time, then id), with the same
-preemption rule. Runs are interleaved (built-in, Python, built-in, ...) so machine load hits
-both alike; prints each run's wall time, the medians, and checks that both give byte-identical
-run folders. docs/performance.md records the numbers.
+preemption rule, with the per-step invariant checks (the default while a Python policy is
+active) and without them (check_invariants=False). Runs are interleaved (built-in, Python, built-in, ...) so machine load hits
+both alike; prints each run's wall time, the medians, and checks that all give byte-identical
+run folders (but config.yaml, which names the queue order). docs/performance.md records the numbers.
 
     PYTHONPATH=build/release/python /usr/bin/python3 bench/python/queue_order_cost.py [--reps N]
 """
@@ -30,20 +31,22 @@ def main():
         return (request.arrival_ns, request.id)
 
     servelab.register_queue_order("python-fcfs", fcfs_key, description="FCFS in Python")
-    variants = {"built-in fcfs": {}, "Python fcfs": {"policies.queue": "python-fcfs"}}
+    python = {"policies.queue": "python-fcfs"}
+    variants = {"built-in fcfs": ({}, True), "Python fcfs": (python, True),
+                "  unchecked": (python, False)}
     times = {name: [] for name in variants}
     files = {}
     for _ in range(args.reps):
-        for name, overrides in variants.items():
+        for name, (overrides, check) in variants.items():
             calls = 0
             start = time.perf_counter()
-            result = servelab.run(args.experiment, overrides=overrides)
+            result = servelab.run(args.experiment, overrides=overrides, check_invariants=check)
             times[name].append(time.perf_counter() - start)
-            files[name] = result.files
+            # config.yaml names the queue order; every other file must be the same.
+            files[name] = {n: d for n, d in result.files.items() if n != "config.yaml"}
             if name == "Python fcfs":
                 key_calls = calls
-    summary = files["built-in fcfs"]
-    same = all(files[n] == summary for n in variants)
+    same = all(files[n] == files["built-in fcfs"] for n in variants)
     requests = result.summary["requests"]["total"]
     print(f"{args.experiment}: {requests} requests, {result.summary['num_steps']} steps, "
           f"{key_calls} key calls per Python run; outputs identical: {same}")
@@ -52,8 +55,11 @@ def main():
         med = statistics.median(ts)
         print(f"  {name:14s} median {med:.3f} s  (runs: {', '.join(f'{t:.3f}' for t in ts)})"
               f"  x{med / base:.2f}")
-    extra = statistics.median(times["Python fcfs"]) - base
-    print(f"  cost of the Python order: {extra * 1e6 / key_calls:.2f} us per key call")
+    unchecked = statistics.median(times["  unchecked"]) - base
+    checks = statistics.median(times["Python fcfs"]) - statistics.median(times["  unchecked"])
+    steps = result.summary["num_steps"]
+    print(f"  Python key calls: {unchecked * 1e6 / key_calls:.2f} us per call; invariant checks:"
+          f" {checks * 1e6 / steps:.2f} us per step")
     if not same:
         raise SystemExit("the Python FCFS order did not reproduce the built-in one")
 
