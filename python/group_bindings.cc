@@ -1,7 +1,9 @@
 // servelab.compare / servelab.sweep / servelab.plot: the commands' functions (sim/compare.h,
 // sim/sweep.h, sim/plot.h). compare and sweep run into a temporary folder of runs whose files come
 // back as bytes (python/run_files.h); their save writes that folder with the commands' rules
-// (check_group_dir, staged, entries moved in). plot runs the same script as `sim plot`.
+// (check_group_dir, staged, entries moved in). Once a Python policy has been registered, every
+// run of a compare or sweep checks the scheduler's invariants (python/invariant_hook.h). plot
+// runs the same script as `sim plot`.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -10,6 +12,8 @@
 #include <vector>
 
 #include "python/bindings.h"
+#include "python/invariant_hook.h"
+#include "python/python_plugins.h"
 #include "python/run_files.h"
 #include "serving/interrupt.h"
 #include "serving/output_file.h"
@@ -41,6 +45,7 @@ GroupFiles compare(
   if (variants.empty()) {
     throw ConfigError(path + ": no variants: add a `compare:` section or pass variants=");
   }
+  const StepHook hook = python_plugins_registered() ? invariant_hook() : StepHook();
   TempDir tmp;
   std::vector<std::string> names;
   Files files;
@@ -48,7 +53,8 @@ GroupFiles compare(
     py::gil_scoped_release release;
     ScopedInterruptHandler interrupt;
     const std::string out = (tmp.path() / "compare").string();
-    const std::vector<VariantResult> results = run_compare(path, variants, overrides, out, false);
+    const std::vector<VariantResult> results =
+        run_compare(path, variants, overrides, out, false, hook);
     for (const VariantResult& r : results) names.push_back(r.variant.name);
     files = read_tree(out);
   }
@@ -57,6 +63,7 @@ GroupFiles compare(
 
 GroupFiles sweep(const std::string& path, const std::vector<std::string>& overrides, int jobs) {
   if (jobs < 1) throw ConfigError("sweep: jobs: expected at least 1, got " + std::to_string(jobs));
+  const StepHook hook = python_plugins_registered() ? invariant_hook() : StepHook();
   TempDir tmp;
   std::vector<std::string> names;
   Files files;
@@ -64,7 +71,7 @@ GroupFiles sweep(const std::string& path, const std::vector<std::string>& overri
     py::gil_scoped_release release;
     ScopedInterruptHandler interrupt;
     const std::string out = (tmp.path() / "sweep").string();
-    const std::vector<SweepResult> results = run_sweep(path, overrides, out, jobs, false);
+    const std::vector<SweepResult> results = run_sweep(path, overrides, out, jobs, false, hook);
     for (const SweepResult& r : results) names.push_back(r.point.name);
     files = read_tree(out);
   }

@@ -187,6 +187,13 @@ bool uses_python_policy(const ExperimentConfig& config) {
          has(PolicyKind::kVictim, std::get<std::string>(victim->second));
 }
 
+bool python_plugins_registered() {
+  for (const auto& [kind, names] : python_names()) {
+    if (!names.empty()) return true;
+  }
+  return false;
+}
+
 void bind_policies(py::module_& m) {
   bind_request_view(m);
   m.def("policies", &catalogue,

@@ -12,5 +12,8 @@ namespace servelab::python {
 // Whether `config` uses a plugin registered from Python (queue order or victim rule).
 // REQUIRES: the GIL (the set of names is the interpreter's).
 bool uses_python_policy(const ExperimentConfig& config);
+// Whether any plugin has been registered from Python (compare and sweep, which load their
+// variants themselves, check invariants in every run then). REQUIRES: the GIL.
+bool python_plugins_registered();
 
 }  // namespace servelab::python

@@ -15,11 +15,10 @@
 #include <string>
 #include <vector>
 
-#include "core/scheduler_invariants.h"
 #include "engine/engine_driver.h"
 #include "python/bindings.h"
+#include "python/invariant_hook.h"
 #include "python/python_plugins.h"
-#include "python/python_policy_error.h"
 #include "python/run_files.h"
 #include "serving/interrupt.h"
 #include "serving/output_file.h"
@@ -41,24 +40,11 @@ ExperimentConfig load(const std::string& name, const std::optional<std::string>&
   return load_experiment(name, overrides, seed);
 }
 
-// The step hook while a Python policy is active: the invariants, reported as the policy's fault.
-std::function<void(const Scheduler&, const StepPlan&)> invariant_hook(
-    const ExperimentConfig& config, bool check) {
+// The step hook of a run: the invariant checks while a Python policy is active (unless
+// check_invariants=False).
+StepHook step_hook(const ExperimentConfig& config, bool check) {
   if (!check || !uses_python_policy(config)) return {};
-  return [](const Scheduler& scheduler, const StepPlan& plan) {
-    try {
-      check_scheduler_invariants(scheduler, plan);
-      // The pool's full check is O(blocks) (about 0.1 us per block): every max(1024, blocks)
-      // steps, so it adds about 0.1 us per step. A policy reaches the pool only through the
-      // scheduler, whose invariants are checked every step.
-      const std::int64_t every = std::max<std::int64_t>(1024, scheduler.kv().pool().num_blocks());
-      if (plan.step_index % every == 0) scheduler.kv().check_invariants();
-    } catch (const std::logic_error& e) {
-      throw PythonPolicyError(std::string(e.what()) + " (a Python policy is active: queue order '" +
-                              scheduler.waiting_queue().name() + "', victim rule '" +
-                              std::string(scheduler.victim_rule().name()) + "')");
-    }
-  };
+  return invariant_hook();
 }
 
 void apply_records(ExperimentConfig& config, bool schedule, bool events, bool blocks) {
@@ -74,7 +60,7 @@ py::list run(const std::string& name, const std::optional<std::string>& text,
   ExperimentConfig config = load(name, text, base_dir, overrides, seed);
   apply_records(config, record_schedule, record_events, record_blocks);
   RunOptions options;
-  options.before_step = invariant_hook(config, check_invariants);
+  options.before_step = step_hook(config, check_invariants);
   TempDir tmp;
   options.out_dir = (tmp.path() / config.name).string();
   Files files;
@@ -103,7 +89,7 @@ py::list engine_run(const std::string& name, const std::optional<std::string>& t
   }
   options.kv_memory_gib = kv_memory_gib;
   options.write_tokens = tokens;
-  options.before_step = invariant_hook(config, check_invariants);
+  options.before_step = step_hook(config, check_invariants);
   TempDir tmp;
   options.out_dir = (tmp.path() / config.name).string();
   Files files;

@@ -97,3 +97,19 @@ def test_registration_rules():
                                         "workload.num_requests": 5})
     with pytest.raises(RuntimeError, match="after the policy call"):
         kept[0].id
+
+
+def test_python_policy_in_a_parallel_sweep_and_a_compare(tmp_path):
+    servelab.register_queue_order("py-fcfs2", lambda r: (r.arrival_ns, r.id))
+    exp = tmp_path / "sweep.yaml"
+    exp.write_text(BURST_TINY.read_text() + "sweep:\n  policies.queue: [fcfs, py-fcfs2]\n"
+                   "  serving.max_num_seqs: [8, 32]\n")
+    g = servelab.sweep(exp, jobs=2)  # workers take the GIL for each key call
+    runs = list(g.runs.values())
+    assert len(runs) == 4
+    for builtin, python in ((runs[0], runs[2]), (runs[1], runs[3])):
+        assert builtin.files["requests.csv"] == python.files["requests.csv"]
+        assert builtin.files["steps.csv"] == python.files["steps.csv"]
+    servelab.register_queue_order("py-broken2", lambda r: r.no_such_attribute)
+    with pytest.raises(servelab.PolicyError, match="py-broken2.*AttributeError"):
+        servelab.compare(BURST_TINY, variants={"ok": {}, "bad": {"policies.queue": "py-broken2"}})
