@@ -423,7 +423,7 @@ RunOutput run_engine(const ExperimentConfig& config, const EngineOptions& option
       [&](const StepPlan& plan, TimeNs start, TimeNs duration, const StepSnapshot& snap) {
         recorder.on_step(plan, start, duration, snap);
       },
-      totals);
+      totals, options.before_step);
   if (scheduler.has_unfinished()) {
     throw std::logic_error("engine run ended with unfinished requests (" +
                            std::to_string(scheduler.num_waiting()) + " waiting, " +

@@ -26,6 +26,7 @@
 // schedule.csv is byte-identical to `sim run`'s; with arrivals spread in time it is not.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -45,6 +46,9 @@ struct EngineOptions {
   double kv_memory_gib = 1.0;  // KV budget when serving.num_gpu_blocks is unset
   bool write_tokens = false;   // also write tokens.jsonl: {"id": N, "tokens": [...]} per request
   bool progress = false;       // progress line on stderr
+  // As RunOptions::before_step (sim/run.h): called with the scheduler and every plan before the
+  // executor runs it; an exception from it stops the run. Empty: none.
+  std::function<void(const Scheduler& scheduler, const StepPlan& plan)> before_step;
 };
 
 // When the experiment has a calibrated cost model whose file records a machine other than the

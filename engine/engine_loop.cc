@@ -7,7 +7,8 @@
 namespace servelab {
 
 void run_engine_loop(Replica& replica, WorkSource& source, const WallClock& clock,
-                     const StepHook& on_step, SimulationTotals& totals) {
+                     const StepHook& on_step, SimulationTotals& totals,
+                     const BeforeStepHook& before_step) {
   Scheduler& scheduler = replica.scheduler();
   Backend& backend = replica.backend();
   while (true) {
@@ -23,6 +24,7 @@ void run_engine_loop(Replica& replica, WorkSource& source, const WallClock& cloc
       continue;
     }
     const StepSnapshot snap = replica.snapshot();
+    if (before_step) before_step(scheduler, plan);
     const StepResult result = backend.execute(plan);
     // The step lasts from the plan to the end of execution: scheduling overhead is real time.
     const TimeNs end = std::max(clock.now(), now + 1);

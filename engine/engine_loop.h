@@ -57,11 +57,16 @@ class WorkSource {
 using StepHook =
     std::function<void(const StepPlan& plan, TimeNs start, TimeNs duration, const StepSnapshot&)>;
 
+// Called with the scheduler and every plan before the backend runs it (EngineOptions::
+// before_step: invariant checks while a Python policy is active).
+using BeforeStepHook = std::function<void(const Scheduler& scheduler, const StepPlan& plan)>;
+
 // Runs the loop until source.wait_for_work() returns false. Counts steps in totals.num_steps
 // and raises totals.end_ns to each step's end. Throws std::logic_error when the scheduler
 // stalls (requests waiting, nothing running, nothing schedulable); whatever the source, the
-// backend or the hook throws passes through.
+// backend or the hooks throw passes through.
 void run_engine_loop(Replica& replica, WorkSource& source, const WallClock& clock,
-                     const StepHook& on_step, SimulationTotals& totals);
+                     const StepHook& on_step, SimulationTotals& totals,
+                     const BeforeStepHook& before_step = {});
 
 }  // namespace servelab

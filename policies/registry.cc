@@ -206,6 +206,16 @@ void PolicyRegistry::add(PluginInfo info) {
   plugins_.push_back(std::make_unique<PluginInfo>(std::move(info)));
 }
 
+bool PolicyRegistry::remove(PolicyKind kind, std::string_view name) {
+  for (auto it = plugins_.begin(); it != plugins_.end(); ++it) {
+    if ((*it)->kind == kind && (*it)->name == name) {
+      plugins_.erase(it);
+      return true;
+    }
+  }
+  return false;
+}
+
 const PluginInfo* PolicyRegistry::find(PolicyKind kind, std::string_view name) const {
   for (const auto& p : plugins_) {
     if (p->kind == kind && p->name == name) return p.get();

@@ -128,6 +128,9 @@ class PolicyRegistry {
   // Registers a plugin. Throws std::logic_error on a duplicate name within its kind, a missing
   // factory or a default that does not match its parameter's type.
   void add(PluginInfo info);
+  // Unregisters a plugin (the Python module replaces a plugin a notebook registers again);
+  // returns whether it was registered. Objects its factory already built are unaffected.
+  bool remove(PolicyKind kind, std::string_view name);
   // nullptr if unknown.
   const PluginInfo* find(PolicyKind kind, std::string_view name) const;
   // The plugins of a kind by (rank, name).

@@ -150,21 +150,24 @@ ConfigNode ExperimentConfig::workload_section() const {
   return root_node.at("workload");
 }
 
-ExperimentConfig load_experiment(const std::string& path, const std::vector<std::string>& overrides,
-                                 std::optional<std::uint64_t> seed) {
-  ConfigNode doc = ConfigNode::load_file(path);
+namespace {
+
+// The experiment in `doc` (already parsed): `path` names it in messages, `base_dir` resolves its
+// relative data paths, `default_name` names it when it has no `name:`.
+ExperimentConfig experiment_from_document(const ConfigNode& doc, const std::string& path,
+                                          std::string base_dir, const std::string& default_name,
+                                          const std::vector<std::string>& overrides,
+                                          std::optional<std::uint64_t> seed) {
   YAML::Node root = doc.yaml();
   for (const std::string& o : overrides) apply_override(root, o);
   ConfigNode top(root, std::make_shared<const std::string>(path), "");
 
   ExperimentConfig c;
   c.file = path;
-  c.base_dir = std::filesystem::path(path).parent_path().string();
-  if (c.base_dir.empty())
-    c.base_dir.push_back('.');  // (not = ".": GCC 12 -Wrestrict false positive)
+  c.base_dir = std::move(base_dir);
   top.allow_keys({"name", "description", "seed", "model", "hardware", "serving", "policies",
                   "workload", "slo", "outputs", "compare", "cost_model", "sweep", "limits"});
-  c.name = top.has("name") ? top.get_string("name") : std::filesystem::path(path).stem().string();
+  c.name = top.has("name") ? top.get_string("name") : default_name;
   // The name becomes a folder name (out/<name>): no '/', no "." or "..", no hidden folder.
   bool name_ok = !c.name.empty() && c.name.front() != '.';
   for (char ch : c.name) {
@@ -227,6 +230,25 @@ ExperimentConfig load_experiment(const std::string& path, const std::vector<std:
   }
   c.root = root;
   return c;
+}
+
+}  // namespace
+
+ExperimentConfig load_experiment(const std::string& path, const std::vector<std::string>& overrides,
+                                 std::optional<std::uint64_t> seed) {
+  const ConfigNode doc = ConfigNode::load_file(path);
+  std::string base_dir = std::filesystem::path(path).parent_path().string();
+  if (base_dir.empty()) base_dir.push_back('.');  // (not = ".": GCC 12 -Wrestrict false positive)
+  return experiment_from_document(doc, path, std::move(base_dir),
+                                  std::filesystem::path(path).stem().string(), overrides, seed);
+}
+
+ExperimentConfig load_experiment_text(const std::string& text, const std::string& name,
+                                      const std::string& base_dir, const std::string& default_name,
+                                      const std::vector<std::string>& overrides,
+                                      std::optional<std::uint64_t> seed) {
+  const ConfigNode doc = ConfigNode::load_string(text, name);
+  return experiment_from_document(doc, name, base_dir, default_name, overrides, seed);
 }
 
 std::string resolved_config_yaml(const ExperimentConfig& c,

@@ -105,6 +105,14 @@ struct ExperimentConfig {
 ExperimentConfig load_experiment(const std::string& path, const std::vector<std::string>& overrides,
                                  std::optional<std::uint64_t> seed = std::nullopt);
 
+// The same for an experiment given as YAML text (the Python module's dicts): `name` stands for
+// the file in messages, relative data paths resolve against `base_dir`, and `default_name`
+// names the experiment when the text has no `name:`.
+ExperimentConfig load_experiment_text(const std::string& text, const std::string& name,
+                                      const std::string& base_dir, const std::string& default_name,
+                                      const std::vector<std::string>& overrides,
+                                      std::optional<std::uint64_t> seed = std::nullopt);
+
 // The resolved configuration as YAML text: every section with defaults filled in, followed by
 // `derived` facts (`extra`, e.g. the KV block count the run used).
 std::string resolved_config_yaml(const ExperimentConfig& config,

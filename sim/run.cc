@@ -7,6 +7,7 @@
 #include <optional>
 #include <set>
 
+#include "core/hooked_backend.h"
 #include "policies/queue_order.h"
 #include "serving/hardware_config.h"
 #include "serving/kv_capacity.h"
@@ -92,7 +93,15 @@ RunOutput run_simulation(const ExperimentConfig& config, const RunOptions& optio
       make_calibrated_cost_model(config, model);
   const CostModel& cost = calibrated ? static_cast<const CostModel&>(*calibrated)
                                      : static_cast<const CostModel&>(roofline);
-  SimBackend backend(cost);
+  SimBackend sim_backend(cost);
+  // The hook sees the replica's scheduler, which exists only once the replica is built.
+  const Scheduler* hooked_scheduler = nullptr;
+  std::optional<HookedBackend> hooked;
+  if (options.before_step) {
+    hooked.emplace(sim_backend,
+                   [&](const StepPlan& plan) { options.before_step(*hooked_scheduler, plan); });
+  }
+  Backend& backend = hooked ? static_cast<Backend&>(*hooked) : sim_backend;
   Recorder recorder(config.slo, steps_path, schedule_path);
   if (options.write_files && config.outputs.record_events) {
     recorder.record_events(out.out_dir + "/events.csv");
@@ -124,6 +133,7 @@ RunOutput run_simulation(const ExperimentConfig& config, const RunOptions& optio
       workload->dependent() ? static_cast<SchedulerObserver*>(&feedback) : &recorder;
   Replica replica(sc, static_cast<std::int32_t>(capacity.num_gpu_blocks), backend, observer,
                   kv_cache_options, cpu_blocks);
+  hooked_scheduler = &replica.scheduler();
   Simulator sim(*workload, replica, recorder, config.frontend);
   if (options.progress) {
     const auto start = std::chrono::steady_clock::now();

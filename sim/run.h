@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -17,10 +18,18 @@
 
 namespace servelab {
 
+// What a driver calls with the scheduler and every plan before executing it (see below).
+using StepHook = std::function<void(const Scheduler& scheduler, const StepPlan& plan)>;
+
 struct RunOptions {
   std::string out_dir;      // empty: out/<experiment name>
   bool progress = false;    // progress line on stderr (callers pass isatty(stderr))
   bool write_files = true;  // false: compute the summary only (benchmarks, compare)
+  // Called with the scheduler and every plan after schedule() formed it and before the backend
+  // executes it (core/hooked_backend.h); an exception from it stops the run. Empty: no hook and
+  // no cost (`sim run`). The Python module checks the scheduler's invariants here while a Python
+  // policy is active.
+  StepHook before_step;
 };
 
 // Throws ConfigError for bad input and I/O failures (exit code 2 in the commands), Interrupted on
