@@ -52,7 +52,8 @@ constexpr const char* kUsage =
     "      `sim calibrate` (docs/validation.md); an existing PROFILE.csv is replaced only with\n"
     "      --force\n"
     "  serve [EXP.yaml | --model M] [--host H] [--port P] [--device cpu|cuda] [--weights PATH]\n"
-    "             [--kv-memory-gb G] [--max-in-flight N] [--served-model-name NAME] [--seed N]\n"
+    "             [--kv-memory-gb G] [--max-in-flight N] [--served-model-name NAME]\n"
+    "             [--tokenizer FILE] [--seed N]\n"
     "             [--set key.path=value]...\n"
     "      an OpenAI-compatible HTTP server (/v1/completions, /v1/chat/completions, /v1/models,\n"
     "      /health, /metrics) over the engine with the experiment's serving settings (default\n"
@@ -155,6 +156,9 @@ int cmd_serve(const std::vector<std::string>& args) {
                   "requests accepted and not finished before new ones get 429 (default 256)")
       ->check(cli::integer_in(1, 100000))
       ->type_name("N");
+  app->add_option("--tokenizer", o.tokenizer,
+                  "tokenizer.json for text prompts and output text (default: "
+                  "data/tokenizers/bytes, one token per byte)");
   app->add_option("--served-model-name", o.served_model_name,
                   "the model name clients use (default: the model's)")
       ->type_name("NAME");

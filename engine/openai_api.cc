@@ -2,7 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "serving/byte_tokenizer.h"
+#include "serving/chat_template.h"
 
 namespace servelab {
 
@@ -157,7 +157,7 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat,
     if (!body.contains("messages")) throw bad("'messages' is required", "messages");
     const json& msgs = body["messages"];
     expect(msgs.is_array() && !msgs.empty(), "messages", "a non-empty array of messages");
-    std::vector<PlainChatMessage> messages;
+    std::vector<ChatMessage> messages;
     for (const json& m : msgs) {
       expect(m.is_object(), "messages", "objects with 'role' and 'content'");
       for (const auto& [key, value] : m.items()) {
@@ -174,7 +174,7 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat,
       }
       messages.push_back({role, m["content"].get<std::string>()});
     }
-    r.prompt = tokenizer.encode(plain_chat_prompt(messages));
+    r.prompt = encode_chat(tokenizer, messages);
   } else {
     if (!body.contains("prompt")) throw bad("'prompt' is required", "prompt");
     const json& p = body["prompt"];

@@ -46,7 +46,8 @@ struct CompletionRequest {
 
 // Parses a /v1/completions (chat = false) or /v1/chat/completions (chat = true) body. Text
 // prompts and chat messages are encoded with `tokenizer` (chat messages through
-// plain_chat_prompt, the stand-in chat template). Throws ApiError (status 400).
+// encode_chat: the Llama 3 format, or plain text for a tokenizer without chat tokens).
+// Throws ApiError (status 400).
 CompletionRequest parse_completion_request(std::string_view body, bool chat,
                                            const ApiLimits& limits, const Tokenizer& tokenizer);
 

@@ -18,9 +18,10 @@
 #include "engine/openai_api.h"
 #include "engine/serve_metrics.h"
 #include "engine/serve_queue.h"
-#include "serving/byte_tokenizer.h"
+#include "serving/home.h"
 #include "serving/interrupt.h"
 #include "serving/replica.h"
+#include "serving/tokenizer.h"
 
 namespace servelab {
 
@@ -114,13 +115,34 @@ struct Exchange {
   bool finish_sent = false;
 };
 
+// The text of generated ids. A model may generate ids the tokenizer has no token for (random
+// weights with a smaller tokenizer, e.g. the byte tokenizer on a large model): those render as
+// "<|ID|>", the rest decode as usual (then per id, so a character split around such an id
+// becomes U+FFFD).
+std::string render_text(const Tokenizer& tok, std::span<const std::int32_t> ids) {
+  try {
+    return tok.decode(ids);
+  } catch (const std::out_of_range&) {
+  }
+  std::string text;
+  for (const std::int32_t id : ids) {
+    try {
+      text += tok.decode(std::span<const std::int32_t>(&id, 1));
+    } catch (const std::out_of_range&) {
+      text += "<|" + std::to_string(id) + "|>";
+    }
+  }
+  return text;
+}
+
 class Server {
  public:
-  Server(const ExperimentConfig& config, const ServeOptions& options, EngineInstance& engine)
+  Server(const ExperimentConfig& config, const ServeOptions& options, EngineInstance& engine,
+         const Tokenizer& tokenizer)
       : options_(options),
         model_name_(options.served_model_name.empty() ? engine.llama.model.name
                                                       : options.served_model_name),
-        tokenizer_(engine.llama.model.vocab_size),
+        tokenizer_(tokenizer),
         limits_{model_name_, engine.llama.model.vocab_size, config.scheduler.max_model_len},
         clock_(0),
         queue_(options.max_in_flight, clock_),
@@ -296,7 +318,7 @@ class Server {
           }
           out += "data: [DONE]\n\n";
         } else {
-          out = completion_json(ex->meta, tokenizer_.decode(ex->tokens), ex->prompt_tokens,
+          out = completion_json(ex->meta, render_text(tokenizer_, ex->tokens), ex->prompt_tokens,
                                 ex->completion_tokens);
         }
         if (!sink.write(out.data(), out.size())) return false;
@@ -329,7 +351,7 @@ class Server {
   std::string next_text(Exchange& ex, bool last) const {
     static constexpr std::string_view kReplacement = "\xEF\xBF\xBD";
     std::string_view full;
-    const std::string text = tokenizer_.decode(ex.tokens);
+    const std::string text = render_text(tokenizer_, ex.tokens);
     full = text;
     if (!last) {
       while (full.size() >= kReplacement.size() &&
@@ -345,7 +367,7 @@ class Server {
 
   const ServeOptions& options_;
   const std::string model_name_;
-  ByteTokenizer tokenizer_;  // stand-in until the BPE tokenizer is merged
+  const Tokenizer& tokenizer_;
   const ApiLimits limits_;
   const WallClock clock_;
   ServeQueue queue_;
@@ -363,12 +385,18 @@ int run_server(const ExperimentConfig& config, const ServeOptions& options, std:
   if (options.max_in_flight < 1) throw ConfigError("--max-in-flight: expected at least 1");
   // cpp-httplib sends without MSG_NOSIGNAL: a client that hung up must not kill the server.
   std::signal(SIGPIPE, SIG_IGN);
+  const std::string tokenizer_file = options.tokenizer.empty()
+                                         ? home_path("data/tokenizers/bytes/tokenizer.json")
+                                         : options.tokenizer;
+  const std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(tokenizer_file);
   EngineInstance engine = load_engine(config, options.engine);
-  if (engine.llama.model.vocab_size < 256) {
-    throw ConfigError("model " + engine.llama.model.name +
-                      ": the stand-in byte tokenizer needs a vocabulary of at least 256 tokens");
+  if (tokenizer->vocab_size() > engine.llama.model.vocab_size) {
+    throw ConfigError(tokenizer_file + ": a vocabulary of " +
+                      std::to_string(tokenizer->vocab_size()) + " tokens, more than model " +
+                      engine.llama.model.name + "'s " +
+                      std::to_string(engine.llama.model.vocab_size) + " (--tokenizer)");
   }
-  Server server(config, options, engine);
+  Server server(config, options, engine, *tokenizer);
   return server.run(log);
 }
 

@@ -27,6 +27,10 @@ struct ServeOptions {
   EngineOptions engine;
   std::size_t max_in_flight = 256;  // requests admitted and not finished; more: 429
   std::string served_model_name;    // empty: the model's name
+  // The tokenizer.json of text prompts, chat messages and output text (serving/tokenizer.h);
+  // empty: data/tokenizers/bytes (one token per byte, for the tiny model). Its vocabulary may
+  // not exceed the model's.
+  std::string tokenizer;
 };
 
 // Serves until SIGINT/SIGTERM, then drains and returns 0. Prints "listening on

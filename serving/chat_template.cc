@@ -61,4 +61,21 @@ std::vector<std::int32_t> apply_chat_template(const Tokenizer& tok,
   return ids;
 }
 
+bool has_llama3_chat_tokens(const Tokenizer& tok) {
+  for (const char* name :
+       {"<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"}) {
+    if (!tok.token_id(name)) return false;
+  }
+  return true;
+}
+
+std::vector<std::int32_t> encode_chat(const Tokenizer& tok, std::span<const ChatMessage> msgs,
+                                      bool add_generation_prompt) {
+  if (has_llama3_chat_tokens(tok)) return apply_chat_template(tok, msgs, add_generation_prompt);
+  std::string text;
+  for (const ChatMessage& m : msgs) text += m.role + ": " + m.content + "\n";
+  if (add_generation_prompt) text += "assistant: ";
+  return tok.encode(text);
+}
+
 }  // namespace servelab

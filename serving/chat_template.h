@@ -33,4 +33,14 @@ std::vector<std::int32_t> apply_chat_template(const Tokenizer& tok,
                                               std::span<const ChatMessage> msgs,
                                               bool add_generation_prompt = true);
 
+// True when `tok` has the Llama 3 chat format's special tokens.
+bool has_llama3_chat_tokens(const Tokenizer& tok);
+
+// What `engine serve` encodes chat messages with: apply_chat_template when the tokenizer has the
+// Llama 3 special tokens; otherwise (a vocabulary without chat tokens, such as the tiny model's
+// byte tokenizer) the plain text "ROLE: CONTENT\n" per message, then "assistant: " when
+// add_generation_prompt, encoded with Tokenizer::encode.
+std::vector<std::int32_t> encode_chat(const Tokenizer& tok, std::span<const ChatMessage> msgs,
+                                      bool add_generation_prompt = true);
+
 }  // namespace servelab

@@ -597,6 +597,13 @@ TEST(EngineServe, BadCommandLinesAreUsageErrors) {
   EXPECT_EQ(engine("serve --model tiny --port 70000"), 2);
   EXPECT_EQ(engine("serve --model no-such-model --port 0"), 2);
   EXPECT_NE(read_file(dir / "e").find("no-such-model"), std::string::npos);
+  // A tokenizer with more tokens than the model (GPT-2's 50,257 for tiny's 256), a missing one.
+  const std::string gpt2 = servelab_home().string() + "/data/tokenizers/gpt2/tokenizer.json";
+  EXPECT_EQ(engine("serve --model tiny --port 0 --tokenizer " + gpt2), 2);
+  EXPECT_NE(read_file(dir / "e").find("more than model tiny's 256"), std::string::npos)
+      << read_file(dir / "e");
+  EXPECT_EQ(engine("serve --model tiny --port 0 --tokenizer " + (dir / "none.json").string()), 2);
+  EXPECT_NE(read_file(dir / "e").find("none.json"), std::string::npos) << read_file(dir / "e");
   EXPECT_EQ(run_sim("bench x.yaml", dir).code, 2);  // no --url
   // A server that cannot be reached, a URL that is not one: bad input, nothing written.
   write_file(dir / "e.yaml", kServeExperiment);

@@ -1,49 +1,25 @@
-// The pieces of `engine serve` below HTTP: the stand-in byte tokenizer and its UTF-8 repair, the
-// OpenAI request parser's defaults and limits, the Prometheus histogram's buckets, and the
-// hand-over queue's bound and drain.
+// The pieces of `engine serve` below HTTP: the OpenAI request parser's defaults and limits (with
+// the tiny model's byte tokenizer and the plain chat format), the Prometheus histogram's buckets,
+// and the hand-over queue's bound and drain.
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "engine/openai_api.h"
 #include "engine/serve_metrics.h"
 #include "engine/serve_queue.h"
-#include "serving/byte_tokenizer.h"
+#include "serving/home.h"
+#include "serving/tokenizer.h"
 
 namespace servelab {
 namespace {
 
-TEST(ByteTokenizer, RoundTripsBytesAndNamesPlaceholders) {
-  const ByteTokenizer tok(300);
-  const std::vector<std::int32_t> ids = tok.encode("h\xC3\xA9!");
-  EXPECT_EQ(ids, (std::vector<std::int32_t>{'h', 0xC3, 0xA9, '!'}));
-  EXPECT_EQ(tok.decode(ids), "h\xC3\xA9!");
-  const std::vector<std::int32_t> high = {'a', 299};
-  EXPECT_EQ(tok.decode(high), "a<|299|>");
-  EXPECT_EQ(tok.token_id("<|299|>"), 299);
-  EXPECT_EQ(tok.token_id("<|300|>"), std::nullopt);
-  EXPECT_EQ(tok.token_id("<|0299|>"), std::nullopt);
-  EXPECT_EQ(tok.token_id("x"), 'x');
-  const std::vector<std::int32_t> bad = {300};
-  EXPECT_THROW(tok.decode(bad), std::out_of_range);
-  EXPECT_THROW(ByteTokenizer(255), std::invalid_argument);
-}
-
-TEST(ByteTokenizer, InvalidUtf8BecomesReplacementCharacters) {
-  const std::string r = "\xEF\xBF\xBD";
-  EXPECT_EQ(sanitize_utf8("a\xC3"), "a" + r);  // truncated
-  EXPECT_EQ(sanitize_utf8("\xC3"
-                          "A"),
-            r + "A");                                                // not a continuation
-  EXPECT_EQ(sanitize_utf8("\xC0\xAF"), r + r);                       // overlong lead, stray byte
-  EXPECT_EQ(sanitize_utf8("\xED\xA0\x80"), r);                       // a surrogate
-  EXPECT_EQ(sanitize_utf8("\xF0\x9F\x98\x80"), "\xF0\x9F\x98\x80");  // valid 4 bytes
-  EXPECT_EQ(sanitize_utf8("\x80"), r);
-}
-
 TEST(OpenAiApi, DefaultsAndContextLimits) {
-  const ByteTokenizer tok(256);
+  const std::unique_ptr<Tokenizer> bytes =
+      load_tokenizer(home_path("data/tokenizers/bytes/tokenizer.json"));
+  const Tokenizer& tok = *bytes;
   const ApiLimits limits{"tiny", 256, 64};
   CompletionRequest r = parse_completion_request("{\"prompt\": \"abc\"}", false, limits, tok);
   EXPECT_EQ(r.prompt, (std::vector<std::int32_t>{'a', 'b', 'c'}));

@@ -549,5 +549,18 @@ TEST(ChatTemplate, RefusesUnknownRolesAndTokenizersWithoutTheSpecialTokens) {
   }
 }
 
+// encode_chat (engine serve's chat messages): the Llama 3 format where the special tokens exist,
+// plain "ROLE: CONTENT" lines otherwise.
+TEST(ChatTemplate, EncodeChatFallsBackToPlainLinesWithoutChatTokens) {
+  const std::vector<ChatMessage> dialog = {{"system", "This is a test sentence."},
+                                           {"user", "This is a response."}};
+  EXPECT_TRUE(has_llama3_chat_tokens(llama3_like()));
+  EXPECT_EQ(encode_chat(llama3_like(), dialog), apply_chat_template(llama3_like(), dialog));
+  EXPECT_FALSE(has_llama3_chat_tokens(gpt2()));
+  const std::string plain = "system: This is a test sentence.\nuser: This is a response.\n";
+  EXPECT_EQ(encode_chat(gpt2(), dialog), gpt2().encode(plain + "assistant: "));
+  EXPECT_EQ(encode_chat(gpt2(), dialog, false), gpt2().encode(plain));
+}
+
 }  // namespace
 }  // namespace servelab
