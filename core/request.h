@@ -38,6 +38,7 @@ struct RequestSpec {
   std::uint32_t tenant = 0;            // for fair-share queue orders
   std::int32_t n = 1;                  // parallel samples (n > 1: forked after the prefill)
   std::int32_t sample = 0;             // which sample this sequence is (0: the request itself)
+  std::uint64_t session = 0;           // multi-turn session (0: none); for session-affinity routing
 
   std::int32_t total_tokens() const { return prompt_len + max_output_tokens; }
 };
