@@ -145,6 +145,12 @@ class Scheduler {
     std::int64_t num_recomputed_tokens = 0;
   };
   void add_prefilled_request(RequestSpec spec, const PrefilledState& state, TimeNs now);
+  // Why add_request would reject `spec` now ("" if it would not); what the cluster driver asks
+  // before splitting a request between a prefill and a decode replica.
+  std::string rejection_reason_for(const RequestSpec& spec) const {
+    const Request r(spec);
+    return rejection_reason(r);
+  }
 
   // Forms the next plan. The returned reference stays valid until complete() or the next
   // schedule(). The plan is empty when there is nothing to run. REQUIRES: the previous plan was

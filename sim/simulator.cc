@@ -96,7 +96,10 @@ void Simulator::dispatch(RequestSpec spec, TimeNs now) {
   }
   recorder_.on_route(spec.id, i, now, "route");
   ++stats_[i].routed;
-  if (replicas_[i].role == ReplicaRole::kPrefill && spec.n == 1 && spec.max_output_tokens >= 2) {
+  // Split unless the request cannot be (parallel sampling, one token) or would be refused whole
+  // (then the prefill replica refuses it, with the reason, before any work is done).
+  if (replicas_[i].role == ReplicaRole::kPrefill && spec.n == 1 && spec.max_output_tokens >= 2 &&
+      replicas_[i].replica->scheduler().rejection_reason_for(spec).empty()) {
     handoff_->expect(spec.id, spec.max_output_tokens);
     spec.max_output_tokens = 1;  // the prompt and the first token here; the rest on a decode one
   }

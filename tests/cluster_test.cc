@@ -1,6 +1,7 @@
 // Clusters: the `cluster:` section, the routers, the multi-replica simulator, prefill/decode
 // disaggregation (Scheduler::add_prefilled_request, PrefillHandoff, KV transfers).
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 
 #include <filesystem>
 #include <map>
@@ -9,7 +10,9 @@
 
 #include "core/scheduler.h"
 #include "policies/registry.h"
+#include "policies/router_prefix_index.h"
 #include "serving/experiment.h"
+#include "serving/home.h"
 #include "serving/kv_transfer.h"
 #include "serving/replica.h"
 #include "sim/run.h"
@@ -208,6 +211,32 @@ TEST(Routers, PrefixAffinityFollowsTheCacheUnlessImbalanced) {
   EXPECT_NE(got, b);
 }
 
+TEST(Routers, PrefixIndexForgetsTheLeastRecentlySentBlocks) {
+  RouterPrefixIndex index(2, 16);
+  std::vector<std::vector<BlockHash>> prompts;
+  for (int k = 0; k < 400; ++k) prompts.push_back(index.prompt_hashes(prompt(k, 1000 + k, 160)));
+  ASSERT_EQ(prompts[0].size(), 10u);
+  // 400 prompts of 10 blocks into a 1,000-block memory: the last 100 prompts stay.
+  for (const auto& p : prompts) index.insert(0, p, 1000);
+  EXPECT_EQ(index.size(0), 1000);
+  EXPECT_EQ(index.size(1), 0);
+  for (int k = 0; k < 400; ++k) {
+    EXPECT_EQ(index.matched_blocks(0, prompts[k]), k >= 300 ? 10 : 0) << k;
+    EXPECT_EQ(index.matched_blocks(1, prompts[k]), 0);
+  }
+  // Sending an old prompt again refreshes it; it then outlives newer ones.
+  index.insert(0, prompts[300], 1000);
+  index.insert(0, index.prompt_hashes(prompt(999, 5000, 160)), 1000);
+  EXPECT_EQ(index.matched_blocks(0, prompts[300]), 10);
+  EXPECT_EQ(index.matched_blocks(0, prompts[301]), 0);
+  EXPECT_EQ(index.size(0), 1000);
+  // A shared prefix matches as far as it goes.
+  RequestSpec longer = prompt(1, 1300, 160);
+  longer.prompt.push_back({77, 0, 64});
+  longer.prompt_len += 64;
+  EXPECT_EQ(index.matched_blocks(0, index.prompt_hashes(longer)), 10);
+}
+
 TEST(Routers, WeightedAndSessionAffinity) {
   auto w = make_router("weighted", 2, {{"prefix_weight", 0.0}, {"kv_weight", 0.0}});
   EXPECT_EQ(w->route(prompt(0, 1, 64), loads({4, 2})), 1u);  // queue score only
@@ -357,6 +386,40 @@ TEST(ClusterRun, PrefillDecodeDisaggregation) {
   for (const auto& r : requests) {
     EXPECT_FALSE(r.at("ttft_ms").empty());
   }
+  fs::remove_all(dir);
+}
+
+TEST(ClusterRun, RequestsRefusedWholeAreNotSplit) {
+  // 200 + 400 tokens exceed max_model_len 512: the prefill replica refuses each request (it
+  // would have accepted its one-token prefill part), and nothing is transferred.
+  const fs::path dir = temp_dir("cluster_refuse");
+  std::string text = experiment(kPd);
+  text.replace(text.find("output_len: {dist: uniform, min: 2, max: 40}"), 44,
+               "output_len: {dist: fixed, value: 400}");
+  text.replace(text.find("min: 20, max: 200"), 17, "min: 150, max: 200");
+  const ExperimentConfig c = load_text(dir, text);
+  RunOptions o;
+  o.out_dir = (dir / "a").string();
+  const RunOutput out = run_simulation(c, o);
+  EXPECT_EQ(out.summary.rejected, 80);
+  const auto summary = nlohmann::json::parse(read_file(dir / "a" / "summary.json"));
+  EXPECT_EQ(summary["cluster"]["kv_transfers"]["count"], 0);
+  fs::remove_all(dir);
+}
+
+TEST(ClusterRun, EngineRefusesAClusterByName) {
+  const fs::path dir = temp_dir("cluster_engine");
+  fs::create_directories(dir);
+  write_file(dir / "exp.yaml", experiment(kPd));
+  const std::string cmd = servelab_program("engine") + " run " + (dir / "exp.yaml").string() +
+                          " --out " + (dir / "out").string() + " > /dev/null 2> " +
+                          (dir / "err.txt").string();
+  const int status = std::system(cmd.c_str());
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 2);
+  const std::string err = read_file(dir / "err.txt");
+  EXPECT_NE(err.find("exp.yaml:"), std::string::npos) << err;
+  EXPECT_NE(err.find("key 'cluster'"), std::string::npos) << err;
   fs::remove_all(dir);
 }
 

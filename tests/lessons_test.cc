@@ -162,6 +162,39 @@ TEST(Lessons, PrefixCachingOnMooncake) {
   EXPECT_NEAR(n["kv_cache"]["usage_mean"].get<double>(), 0.272, 0.0005);
 }
 
+// docs/lessons/prefix-routing.md
+TEST(Lessons, PrefixAffinityRouting) {
+  const fs::path dir = temp_dir("lesson_routing");
+  const fs::path out = compare("prefix-routing.yaml", dir);
+  const json rr = summary(out / "round-robin"), lo = summary(out / "least-outstanding"),
+             pa = summary(out / "prefix-affinity");
+  for (const json* s : {&rr, &lo, &pa}) {
+    EXPECT_EQ((*s)["requests"]["completed"], 3000);
+    EXPECT_EQ((*s)["throughput"]["input_tokens"], 10802094);
+  }
+  EXPECT_EQ(rr["cluster"]["pools"][0]["prefill_tokens"], 7477777);
+  EXPECT_EQ(lo["cluster"]["pools"][0]["prefill_tokens"], 7525399);
+  EXPECT_EQ(pa["cluster"]["pools"][0]["prefill_tokens"], 3081198);
+  EXPECT_NEAR(rr["ttft_ms"]["p50"].get<double>(), 4018.9, 0.05);
+  EXPECT_NEAR(lo["ttft_ms"]["p50"].get<double>(), 4696.0, 0.05);
+  EXPECT_NEAR(pa["ttft_ms"]["p50"].get<double>(), 34.3, 0.05);
+  EXPECT_NEAR(rr["ttft_ms"]["p99"].get<double>(), 9246.6, 0.05);
+  EXPECT_NEAR(lo["ttft_ms"]["p99"].get<double>(), 8309.5, 0.05);
+  EXPECT_NEAR(pa["ttft_ms"]["p99"].get<double>(), 250.1, 0.05);
+  EXPECT_NEAR(rr["tpot_ms"]["p50"].get<double>(), 30.90, 0.005);
+  EXPECT_NEAR(lo["tpot_ms"]["p50"].get<double>(), 30.91, 0.005);
+  EXPECT_NEAR(pa["tpot_ms"]["p50"].get<double>(), 13.37, 0.005);
+  EXPECT_NEAR(rr["goodput"]["requests_per_s"].get<double>(), 1.74, 0.005);
+  EXPECT_NEAR(lo["goodput"]["requests_per_s"].get<double>(), 1.92, 0.005);
+  EXPECT_NEAR(pa["goodput"]["requests_per_s"].get<double>(), 35.68, 0.005);
+  EXPECT_EQ(rr["preemption"]["preemptions"], 173);
+  EXPECT_EQ(lo["preemption"]["preemptions"], 172);
+  EXPECT_EQ(pa["preemption"]["preemptions"], 0);
+  EXPECT_NEAR(rr["kv_cache"]["usage_mean"].get<double>(), 0.956, 0.0005);
+  EXPECT_NEAR(lo["kv_cache"]["usage_mean"].get<double>(), 0.957, 0.0005);
+  EXPECT_NEAR(pa["kv_cache"]["usage_mean"].get<double>(), 0.404, 0.0005);
+}
+
 // docs/lessons/preemption.md
 TEST(Lessons, RecomputeVsSwap) {
   const fs::path dir = temp_dir("lesson_preempt");
