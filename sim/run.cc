@@ -85,7 +85,8 @@ RunOutput run_simulation(const ExperimentConfig& config, const RunOptions& optio
   RunOutput out;
   const std::string catalog = default_catalog_dir();
   const ModelConfig model = load_model(config.model, catalog);
-  const HardwareConfig hardware = load_hardware(config.hardware, catalog);
+  const HardwareConfig hardware =
+      config.cost_model.with_host_time(load_hardware(config.hardware, catalog));
   const KvCapacity capacity = kv_capacity_for(config, model, hardware);
   out.num_gpu_blocks = capacity.num_gpu_blocks;
   out.block_bytes = capacity.block_bytes;
