@@ -250,27 +250,27 @@ TEST(Lessons, PrefixAffinityRouting) {
     EXPECT_EQ((*s)["requests"]["completed"], 3000);
     EXPECT_EQ((*s)["throughput"]["input_tokens"], 10802094);
   }
-  EXPECT_EQ(rr["cluster"]["pools"][0]["prefill_tokens"], 7477777);
-  EXPECT_EQ(lo["cluster"]["pools"][0]["prefill_tokens"], 7525399);
-  EXPECT_EQ(pa["cluster"]["pools"][0]["prefill_tokens"], 3081198);
-  EXPECT_NEAR(rr["ttft_ms"]["p50"].get<double>(), 4018.9, 0.05);
-  EXPECT_NEAR(lo["ttft_ms"]["p50"].get<double>(), 4696.0, 0.05);
-  EXPECT_NEAR(pa["ttft_ms"]["p50"].get<double>(), 34.3, 0.05);
-  EXPECT_NEAR(rr["ttft_ms"]["p99"].get<double>(), 9246.6, 0.05);
-  EXPECT_NEAR(lo["ttft_ms"]["p99"].get<double>(), 8309.5, 0.05);
-  EXPECT_NEAR(pa["ttft_ms"]["p99"].get<double>(), 250.1, 0.05);
-  EXPECT_NEAR(rr["tpot_ms"]["p50"].get<double>(), 30.90, 0.005);
-  EXPECT_NEAR(lo["tpot_ms"]["p50"].get<double>(), 30.91, 0.005);
-  EXPECT_NEAR(pa["tpot_ms"]["p50"].get<double>(), 13.37, 0.005);
-  EXPECT_NEAR(rr["goodput"]["requests_per_s"].get<double>(), 1.74, 0.005);
-  EXPECT_NEAR(lo["goodput"]["requests_per_s"].get<double>(), 1.92, 0.005);
-  EXPECT_NEAR(pa["goodput"]["requests_per_s"].get<double>(), 35.68, 0.005);
-  EXPECT_EQ(rr["preemption"]["preemptions"], 173);
-  EXPECT_EQ(lo["preemption"]["preemptions"], 172);
+  EXPECT_EQ(rr["cluster"]["pools"][0]["prefill_tokens"], 7486153);
+  EXPECT_EQ(lo["cluster"]["pools"][0]["prefill_tokens"], 7434206);
+  EXPECT_EQ(pa["cluster"]["pools"][0]["prefill_tokens"], 3062430);
+  EXPECT_NEAR(rr["ttft_ms"]["p50"].get<double>(), 2847.1, 0.05);
+  EXPECT_NEAR(lo["ttft_ms"]["p50"].get<double>(), 2886.4, 0.05);
+  EXPECT_NEAR(pa["ttft_ms"]["p50"].get<double>(), 36.2, 0.05);
+  EXPECT_NEAR(rr["ttft_ms"]["p99"].get<double>(), 7302.6, 0.05);
+  EXPECT_NEAR(lo["ttft_ms"]["p99"].get<double>(), 5616.4, 0.05);
+  EXPECT_NEAR(pa["ttft_ms"]["p99"].get<double>(), 189.6, 0.05);
+  EXPECT_NEAR(rr["tpot_ms"]["p50"].get<double>(), 30.20, 0.005);
+  EXPECT_NEAR(lo["tpot_ms"]["p50"].get<double>(), 30.17, 0.005);
+  EXPECT_NEAR(pa["tpot_ms"]["p50"].get<double>(), 13.24, 0.005);
+  EXPECT_NEAR(rr["goodput"]["requests_per_s"].get<double>(), 2.01, 0.005);
+  EXPECT_NEAR(lo["goodput"]["requests_per_s"].get<double>(), 2.12, 0.005);
+  EXPECT_NEAR(pa["goodput"]["requests_per_s"].get<double>(), 35.63, 0.005);
+  EXPECT_EQ(rr["preemption"]["preemptions"], 167);
+  EXPECT_EQ(lo["preemption"]["preemptions"], 180);
   EXPECT_EQ(pa["preemption"]["preemptions"], 0);
   EXPECT_NEAR(rr["kv_cache"]["usage_mean"].get<double>(), 0.956, 0.0005);
-  EXPECT_NEAR(lo["kv_cache"]["usage_mean"].get<double>(), 0.957, 0.0005);
-  EXPECT_NEAR(pa["kv_cache"]["usage_mean"].get<double>(), 0.404, 0.0005);
+  EXPECT_NEAR(lo["kv_cache"]["usage_mean"].get<double>(), 0.956, 0.0005);
+  EXPECT_NEAR(pa["kv_cache"]["usage_mean"].get<double>(), 0.402, 0.0005);
 }
 
 // docs/lessons/preemption.md
