@@ -39,6 +39,7 @@ struct RequestSpec {
   std::uint32_t tenant = 0;            // for fair-share queue orders
   std::int32_t n = 1;                  // parallel samples (n > 1: forked after the prefill)
   std::int32_t sample = 0;             // which sample this sequence is (0: the request itself)
+  std::uint64_t session = 0;           // multi-turn session (0: none); for session-affinity routing
   // A literal prompt (engine serve: token ids a client sent): the token values, prompt_len of
   // them; null for prompts described by content streams only. See make_literal_request().
   std::shared_ptr<const std::vector<std::int32_t>> prompt_values;

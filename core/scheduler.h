@@ -126,6 +126,32 @@ class Scheduler {
   // Queues a request that arrived at `now` (or rejects it; see above).
   void add_request(RequestSpec spec, TimeNs now);
 
+  // Prefill/decode disaggregation: queues a request whose prompt was computed, and whose first
+  // output token was sampled, on another replica, whose KV blocks were transferred here (the
+  // cluster driver decides when they arrived). The request enters the waiting queue holding its
+  // first output token; its first admission allocates blocks for the prompt's tokens (a local
+  // prefix hit first, as always) and counts them as computed without scheduling them, so its
+  // first step here computes the first output token's KV and samples the second (vLLM's KV
+  // connector semantics: externally computed tokens). A preemption by recompute drops the
+  // transferred KV like any other (the prompt is then recomputed here). `state` carries what the
+  // prefill side observed, so the request's record (TTFT, cached tokens, preemptions) is the
+  // request's, not this replica's part of it. REQUIRES: spec.n == 1 and
+  // spec.max_output_tokens >= 2 (else std::invalid_argument). Rejected like add_request.
+  struct PrefilledState {
+    TimeNs first_scheduled_ns = -1;
+    TimeNs first_token_ns = -1;
+    std::int32_t num_cached_tokens = 0;
+    std::int32_t num_preemptions = 0;
+    std::int64_t num_recomputed_tokens = 0;
+  };
+  void add_prefilled_request(RequestSpec spec, const PrefilledState& state, TimeNs now);
+  // Why add_request would reject `spec` now ("" if it would not); what the cluster driver asks
+  // before splitting a request between a prefill and a decode replica.
+  std::string rejection_reason_for(const RequestSpec& spec) const {
+    const Request r(spec);
+    return rejection_reason(r);
+  }
+
   // Forms the next plan. The returned reference stays valid until complete() or the next
   // schedule(). The plan is empty when there is nothing to run. REQUIRES: the previous plan was
   // completed.

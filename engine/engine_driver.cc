@@ -259,6 +259,12 @@ EngineInstance load_engine(const ExperimentConfig& config, const EngineOptions& 
   if (options.device != "cpu" && options.device != "cuda") {
     throw ConfigError("--device: expected cpu or cuda, got '" + options.device + "'");
   }
+  // One replica, one executor: a cluster (several replicas, routers, P/D) is simulated only.
+  if (config.cluster.set) {
+    throw ConfigError(config.cluster.pools.front().location +
+                      ": key 'cluster': the engine drives one replica, so a cluster can only be "
+                      "simulated (sim run); remove the section for engine run");
+  }
   // The executors run one forward pass per plan; rounds of several exist only in the simulator.
   if (config.scheduler.num_scheduler_steps > 1) {
     throw ConfigError(config.num_scheduler_steps_location +

@@ -45,19 +45,23 @@ std::string format_double(double v) {
 std::string format_seconds(TimeNs t) { return fixed_point(t, kNsPerS, 9); }
 std::string format_ms(TimeNs t) { return fixed_point(t, kNsPerMs, 6); }
 
-Recorder::Recorder(SloConfig slo, const std::string& steps_path, const std::string& schedule_path)
-    : slo_(slo) {
+Recorder::Recorder(SloConfig slo, const std::string& steps_path, const std::string& schedule_path,
+                   bool replica_column)
+    : slo_(slo), replica_column_(replica_column) {
   if (!steps_path.empty()) {
     steps_ = open_or_throw(steps_path);
+    std::fputs(replica_column_ ? "step,replica," : "step,", steps_);
     std::fputs(
-        "step,start_s,duration_ms,num_seqs,prefill_tokens,decode_tokens,kv_blocks_used,"
+        "start_s,duration_ms,num_seqs,prefill_tokens,decode_tokens,kv_blocks_used,"
         "kv_blocks_free,kv_blocks_cached,kv_usage,waiting,running,preempted,swap_out_blocks,"
         "swap_in_blocks\n",
         steps_);
   }
   if (!schedule_path.empty()) {
     schedule_ = open_or_throw(schedule_path);
-    std::fputs("step,request,first_token,num_tokens,kind\n", schedule_);
+    std::fputs(replica_column_ ? "step,replica,request,first_token,num_tokens,kind\n"
+                               : "step,request,first_token,num_tokens,kind\n",
+               schedule_);
   }
 }
 
@@ -163,8 +167,24 @@ void Recorder::on_finish(const Request& req, TimeNs now) {
   if (blocks_) release_blocks(req.id(), now);
 }
 
+void Recorder::on_route(RequestId id, std::uint32_t replica, TimeNs now, const char* stage) {
+  if (!events_) return;
+  std::fprintf(events_, "%s,%" PRIu64 ",%s,replica=%" PRIu32 "\n", format_seconds(now).c_str(), id,
+               stage, replica);
+}
+
+void Recorder::on_transfer(RequestId id, std::uint32_t src, std::uint32_t dst, std::int64_t bytes,
+                           TimeNs now, TimeNs begin, TimeNs finish) {
+  if (!events_) return;
+  std::fprintf(events_,
+               "%s,%" PRIu64 ",transfer,%" PRIu32 "->%" PRIu32 " bytes=%" PRId64
+               " wait_ms=%s transfer_ms=%s\n",
+               format_seconds(now).c_str(), id, src, dst, bytes, format_ms(begin - now).c_str(),
+               format_ms(finish - begin).c_str());
+}
+
 void Recorder::on_step(const StepPlan& plan, TimeNs start, TimeNs duration,
-                       const StepSnapshot& snap) {
+                       const StepSnapshot& snap, std::uint32_t replica) {
   ++num_steps_;
   scheduled_seqs_ += static_cast<std::int64_t>(plan.requests.size());
   if (blocks_) {
@@ -208,8 +228,9 @@ void Recorder::on_step(const StepPlan& plan, TimeNs start, TimeNs duration,
   const auto size = [](const auto& v) { return v.size(); };
   if (steps_) {
     CsvLine line;
-    line.add(plan.step_index)
-        .add_fixed(start, kNsPerS, 9)
+    line.add(plan.step_index);
+    if (replica_column_) line.add(replica);
+    line.add_fixed(start, kNsPerS, 9)
         .add_fixed(duration, kNsPerMs, 6)
         .add(size(plan.requests))
         .add(plan.num_prefill_tokens)
@@ -228,8 +249,9 @@ void Recorder::on_step(const StepPlan& plan, TimeNs start, TimeNs duration,
   if (schedule_) {
     CsvLine line;
     for (const ScheduledRequest& s : plan.requests) {
-      line.add(plan.step_index)
-          .add(s.id)
+      line.add(plan.step_index);
+      if (replica_column_) line.add(replica);
+      line.add(s.id)
           .add(s.first_token)
           .add(s.num_tokens * plan.num_steps)
           .add(s.is_prefill ? "prefill" : "decode")
@@ -393,7 +415,8 @@ nlohmann::ordered_json dist_json(const DistributionSummary& d) {
 }  // namespace
 
 void write_summary_json(const std::string& path, const RunSummary& s,
-                        const std::vector<std::pair<std::string, std::string>>& meta) {
+                        const std::vector<std::pair<std::string, std::string>>& meta,
+                        const std::string& cluster_json) {
   nlohmann::ordered_json j;
   nlohmann::ordered_json m;
   for (const auto& [k, v] : meta) m[k] = v;
@@ -432,6 +455,7 @@ void write_summary_json(const std::string& path, const RunSummary& s,
   j["batch"] = {{"seqs_mean", s.batch_seqs_mean}, {"slot_efficiency", s.slot_efficiency}};
   std::FILE* f = std::fopen(path.c_str(), "wb");
   if (!f) throw_io_error(path, "writing", errno);
+  if (!cluster_json.empty()) j["cluster"] = nlohmann::ordered_json::parse(cluster_json);
   const std::string text = j.dump(2) + '\n';
   const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
   const int err = errno;

@@ -40,12 +40,8 @@ std::unique_ptr<const CalibratedCostModel> make_calibrated_cost_model(
   return std::make_unique<const CalibratedCostModel>(p, config.scheduler.block_size);
 }
 
-RunOutput run_simulation(const ExperimentConfig& config, const RunOptions& options) {
-  RunOutput out;
-  const std::string catalog = default_catalog_dir();
-  const ModelConfig model = load_model(config.model, catalog);
-  const HardwareConfig hardware =
-      config.cost_model.with_host_time(load_hardware(config.hardware, catalog));
+KvCapacity kv_capacity_for(const ExperimentConfig& config, const ModelConfig& model,
+                           const HardwareConfig& hardware) {
   KvCapacityOptions kv_options;
   kv_options.block_size = config.scheduler.block_size;
   kv_options.gpu_memory_utilization = config.gpu_memory_utilization;
@@ -58,8 +54,6 @@ RunOutput run_simulation(const ExperimentConfig& config, const RunOptions& optio
   kv_options.num_gpu_blocks = config.num_gpu_blocks;
   kv_options.swap_space_gib = config.swap_space_gb;
   const KvCapacity capacity = compute_kv_capacity(model, hardware, kv_options);
-  out.num_gpu_blocks = capacity.num_gpu_blocks;
-  out.block_bytes = capacity.block_bytes;
   if (capacity.num_gpu_blocks > (1LL << 30)) {
     throw ConfigError(config.file + ": " + std::to_string(capacity.num_gpu_blocks) +
                       " KV blocks is more than ServeLab supports (2^30)");
@@ -70,6 +64,33 @@ RunOutput run_simulation(const ExperimentConfig& config, const RunOptions& optio
                       "max_position_embeddings (" + std::to_string(model.max_position_embeddings) +
                       "), got " + std::to_string(config.scheduler.max_model_len));
   }
+  return capacity;
+}
+
+std::function<void(std::int64_t, TimeNs)> progress_printer() {
+  const auto start = std::chrono::steady_clock::now();
+  // At most about once per second of wall time.
+  return [start, next = 1.0](std::int64_t arrivals, TimeNs now) mutable {
+    const double wall =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (wall < next) return;
+    next = wall + 1.0;
+    std::fprintf(stderr, "\r  %lld requests arrived, simulated %.1f s, wall %.1f s   ",
+                 static_cast<long long>(arrivals), ns_to_s(now), wall);
+    std::fflush(stderr);
+  };
+}
+
+RunOutput run_simulation(const ExperimentConfig& config, const RunOptions& options) {
+  if (config.cluster.set) return run_cluster_simulation(config, options);
+  RunOutput out;
+  const std::string catalog = default_catalog_dir();
+  const ModelConfig model = load_model(config.model, catalog);
+  const HardwareConfig hardware =
+      config.cost_model.with_host_time(load_hardware(config.hardware, catalog));
+  const KvCapacity capacity = kv_capacity_for(config, model, hardware);
+  out.num_gpu_blocks = capacity.num_gpu_blocks;
+  out.block_bytes = capacity.block_bytes;
   std::unique_ptr<Workload> workload =
       limit_workload(make_workload(config.workload_section(), config.seed, config.base_dir),
                      config.max_requests, config.max_duration_ns, config.file);
@@ -135,21 +156,7 @@ RunOutput run_simulation(const ExperimentConfig& config, const RunOptions& optio
                   kv_cache_options, cpu_blocks);
   hooked_scheduler = &replica.scheduler();
   Simulator sim(*workload, replica, recorder, config.frontend);
-  if (options.progress) {
-    const auto start = std::chrono::steady_clock::now();
-    // At most about once per second of wall time.
-    sim.set_progress(
-        [start, next = 1.0](std::int64_t arrivals, TimeNs now) mutable {
-          const double wall =
-              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-          if (wall < next) return;
-          next = wall + 1.0;
-          std::fprintf(stderr, "\r  %lld requests arrived, simulated %.1f s, wall %.1f s   ",
-                       static_cast<long long>(arrivals), ns_to_s(now), wall);
-          std::fflush(stderr);
-        },
-        1 << 14);
-  }
+  if (options.progress) sim.set_progress(progress_printer(), 1 << 14);
   out.totals = sim.run();
   if (options.progress) std::fputs("\r\033[K", stderr);
   recorder.finalize(out.totals.first_arrival_ns, out.totals.end_ns, replica.kv().stats());

@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "serving/experiment.h"
+#include "serving/hardware_config.h"
+#include "serving/kv_capacity.h"
 #include "serving/model_config.h"
 #include "serving/run_folder.h"
 #include "sim/calibrated_cost_model.h"
@@ -38,6 +40,18 @@ struct RunOptions {
 // written to a temporary sibling folder (.NAME.tmp-PID) that replaces the run folder only when
 // the run completed: on any error or interrupt the previous folder (if any) is left as it was.
 RunOutput run_simulation(const ExperimentConfig& config, const RunOptions& options);
+
+// run_simulation for an experiment with a `cluster:` section (sim/cluster_run.cc): every pool's
+// replicas, routers, KV transfers; the run folder gains the replica columns and summary.json
+// its `cluster` object (docs/metrics.md).
+RunOutput run_cluster_simulation(const ExperimentConfig& config, const RunOptions& options);
+
+// The KV capacity of one replica of `model` on `hardware` under the experiment's serving
+// settings. Throws ConfigError for more than 2^30 blocks or a max_model_len beyond the model's.
+KvCapacity kv_capacity_for(const ExperimentConfig& config, const ModelConfig& model,
+                           const HardwareConfig& hardware);
+// The progress line `sim run` prints on stderr (at most about once per second).
+std::function<void(std::int64_t arrivals, TimeNs now)> progress_printer();
 
 // The calibrated cost model the experiment asks for (cost_model.type calibrated), or null for
 // the roofline. Throws ConfigError when the profile was calibrated for another model. A CPU
