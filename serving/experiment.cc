@@ -150,7 +150,8 @@ ExperimentConfig load_experiment(const std::string& path, const std::vector<std:
   if (c.base_dir.empty())
     c.base_dir.push_back('.');  // (not = ".": GCC 12 -Wrestrict false positive)
   top.allow_keys({"name", "description", "seed", "model", "hardware", "serving", "policies",
-                  "workload", "slo", "outputs", "compare", "cost_model", "sweep", "limits"});
+                  "workload", "slo", "outputs", "compare", "cost_model", "sweep", "limits",
+                  "parallel", "topology"});
   c.name = top.has("name") ? top.get_string("name") : std::filesystem::path(path).stem().string();
   // The name becomes a folder name (out/<name>): no '/', no "." or "..", no hidden folder.
   bool name_ok = !c.name.empty() && c.name.front() != '.';
@@ -186,6 +187,7 @@ ExperimentConfig load_experiment(const std::string& path, const std::vector<std:
   if (auto s = top.find("slo")) parse_slo(*s, c);
   if (auto o = top.find("outputs")) parse_outputs(*o, c);
   if (auto m = top.find("cost_model")) parse_cost_model(*m, c);
+  parse_parallel_section(top, c.parallel);
   if (!top.has("workload")) top.at("workload");  // throws "required but missing"
   if (auto l = top.find("limits")) {
     l->allow_keys({"max_requests", "max_duration_s"});
@@ -275,6 +277,16 @@ std::string resolved_config_yaml(const ExperimentConfig& c,
     e << YAML::Key << "type" << YAML::Value << c.cost_model.type;
     e << YAML::Key << "file" << YAML::Value << c.cost_model.file;
     e << YAML::EndMap;
+  }
+  if (c.parallel.set) {
+    e << YAML::Key << "parallel" << YAML::Value << YAML::Flow << YAML::BeginMap;
+    e << YAML::Key << "tensor" << YAML::Value << c.parallel.tensor;
+    e << YAML::Key << "pipeline" << YAML::Value << c.parallel.pipeline;
+    e << YAML::Key << "microbatches" << YAML::Value << c.parallel.microbatches;
+    e << YAML::EndMap;
+  }
+  if (c.parallel.topology) {
+    e << YAML::Key << "topology" << YAML::Value << without_override_marks(c.root["topology"]);
   }
   if (c.limits_set) {
     e << YAML::Key << "limits" << YAML::Value << YAML::BeginMap;

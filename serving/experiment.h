@@ -11,6 +11,8 @@
 //   slo                            latency objectives for goodput
 //   outputs                        which files a run writes
 //   cost_model                     roofline (default) or a calibrated cost.yaml
+//   parallel, topology             tensor/pipeline parallelism of the replica and the GPUs' links
+//                                  (serving/parallel_config.h)
 // Every key is checked; errors are ConfigError naming file:line and the key path.
 #pragma once
 
@@ -25,6 +27,7 @@
 #include "serving/calibration_profile.h"
 #include "serving/config_node.h"
 #include "serving/frontend.h"
+#include "serving/parallel_config.h"
 #include "serving/recorder.h"
 
 namespace servelab {
@@ -78,6 +81,7 @@ struct ExperimentConfig {
   SloConfig slo;
   OutputOptions outputs;
   CostModelChoice cost_model;
+  ParallelChoice parallel;  // `parallel:` and `topology:` (default: one GPU)
   // `limits:` guards against runs that would fill the disk or never end (docs/experiments.md):
   // at most max_requests requests, none arriving later than max_duration_ns after time 0.
   std::int64_t max_requests = kDefaultMaxRequests;

@@ -55,7 +55,24 @@ RunOutput run_simulation(const ExperimentConfig& config, const RunOptions& optio
   kv_options.max_num_seqs = config.scheduler.max_num_seqs;
   kv_options.num_gpu_blocks = config.num_gpu_blocks;
   kv_options.swap_space_gib = config.swap_space_gb;
-  const KvCapacity capacity = compute_kv_capacity(model, hardware, kv_options);
+  // Model parallelism (`parallel:`, `topology:`): checked against the model and the topology,
+  // collectives priced; the default is one GPU.
+  const ParallelConfig parallel = resolve_parallel(config.parallel, model, hardware);
+  kv_options.tensor_parallel = parallel.tensor;
+  kv_options.pipeline_parallel = parallel.pipeline;
+  if (config.parallel.set && config.cost_model.calibrated) {
+    throw ConfigError(config.parallel.where + ": a calibrated cost model was measured on one " +
+                      "device and has no communication terms; use the roofline (no cost_model) " +
+                      "with parallel, or leave parallel out");
+  }
+  const KvCapacity capacity = [&] {
+    if (!config.parallel.set) return compute_kv_capacity(model, hardware, kv_options);
+    try {
+      return compute_kv_capacity(model, hardware, kv_options);
+    } catch (const ConfigError& e) {
+      throw ConfigError(config.parallel.where + ": " + e.what());
+    }
+  }();
   out.num_gpu_blocks = capacity.num_gpu_blocks;
   out.block_bytes = capacity.block_bytes;
   if (capacity.num_gpu_blocks > (1LL << 30)) {
@@ -85,7 +102,7 @@ RunOutput run_simulation(const ExperimentConfig& config, const RunOptions& optio
     if (config.outputs.steps_csv) steps_path = out.out_dir + "/steps.csv";
     if (config.outputs.record_schedule) schedule_path = out.out_dir + "/schedule.csv";
   }
-  const RooflineCostModel roofline(model, hardware, config.scheduler.block_size);
+  const RooflineCostModel roofline(model, hardware, config.scheduler.block_size, parallel);
   // A calibrated profile (cost_model: {type: calibrated, file: ...}) replaces the roofline.
   const std::unique_ptr<const CalibratedCostModel> calibrated =
       make_calibrated_cost_model(config, model);
