@@ -25,7 +25,7 @@ HardwareConfig load_file(const std::string& path) {
 }  // namespace
 
 InterconnectSpec parse_interconnect(const ConfigNode& node) {
-  std::vector<std::string> keys = {"gpus_per_node"};
+  std::vector<std::string> keys = {"gpus_per_node", "efficiency"};
   for (LinkKind k : kLinkKinds) {
     keys.push_back(std::string(to_string(k)) + "_gbps");
     keys.push_back(std::string(to_string(k)) + "_latency_us");
@@ -33,6 +33,7 @@ InterconnectSpec parse_interconnect(const ConfigNode& node) {
   node.allow_keys(keys);
   InterconnectSpec ic;
   ic.gpus_per_node = static_cast<std::int32_t>(node.get_int("gpus_per_node", 0, 1, 1 << 16));
+  ic.efficiency = node.get_double("efficiency", 1.0, 1e-3, 1.0);
   for (LinkKind k : kLinkKinds) {
     const std::string gbps = std::string(to_string(k)) + "_gbps";
     const std::string latency = std::string(to_string(k)) + "_latency_us";

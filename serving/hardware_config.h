@@ -69,10 +69,10 @@ struct HardwareConfig {
 // missing required keys and out-of-range values are ConfigErrors with FILE:LINE:COL and the key.
 HardwareConfig parse_hardware(const ConfigNode& node, const std::string& default_name);
 
-// An `interconnect:` mapping: gpus_per_node, and for each link kind K (nvlink, pcie, infiniband,
-// ethernet) K_gbps (GB/s each way, > 0) with an optional K_latency_us (per hop, default 0).
-// Absent kinds have bandwidth 0. Unknown keys and out-of-range values are ConfigErrors with the
-// location.
+// An `interconnect:` mapping: gpus_per_node, efficiency (default 1), and for each link kind K
+// (nvlink, pcie, infiniband, ethernet) K_gbps (GB/s each way, > 0) with an optional K_latency_us
+// (per hop, default 0). Absent kinds have bandwidth 0. Unknown keys and out-of-range values are
+// ConfigErrors with the location.
 InterconnectSpec parse_interconnect(const ConfigNode& node);
 
 // `name_or_path` is a path ending in .yaml/.yml, or a catalogue name looked up as

@@ -50,7 +50,11 @@ struct LinkSpec {
 
 struct InterconnectSpec {
   std::int32_t gpus_per_node = 0;  // GPUs one node holds; 0 when the entry does not say
-  std::array<LinkSpec, 4> links;   // indexed by LinkKind
+  std::array<LinkSpec, 4> links;   // indexed by LinkKind, datasheet bandwidths
+  // Fraction of a port's datasheet bandwidth that NCCL transfers reach, in (0, 1]; the
+  // topology's links taken from these ports run at bandwidth * efficiency (docs/validation.md
+  // fits it to measured all-reduces).
+  double efficiency = 1.0;
 
   const LinkSpec& operator[](LinkKind kind) const { return links[static_cast<int>(kind)]; }
   LinkSpec& operator[](LinkKind kind) { return links[static_cast<int>(kind)]; }

@@ -257,6 +257,7 @@ namespace {
 LinkSpec port_or(LinkKind kind, double bandwidth, double latency_s, const InterconnectSpec& ports,
                  const std::string& hardware_name, const std::string& where) {
   LinkSpec s = ports[kind];
+  s.bandwidth *= ports.efficiency;
   if (bandwidth > 0) {
     s.bandwidth = bandwidth;
   } else if (!(s.bandwidth > 0)) {

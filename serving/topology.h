@@ -111,7 +111,8 @@ class Topology {
 // A topology of `nodes` identical nodes of `gpus_per_node` GPUs each: every GPU has an `intra`
 // link to its node's switch ("nodeK.switch") and, when nodes > 1, an `inter` link to one network
 // switch ("network") (one NIC per GPU, as on HGX systems). Bandwidth and latency of each kind
-// come from `ports` unless the overrides (> 0 bandwidth, >= 0 latency) are given. GPU names are
+// come from `ports` (bandwidth * ports.efficiency) unless the overrides (> 0 bandwidth, >= 0
+// latency) are given; an override is the link's bandwidth as it is. GPU names are
 // "nodeK.gpuJ". Throws ConfigError when a kind has no bandwidth in `ports`.
 struct UniformTopologySpec {
   std::int32_t nodes = 1;
@@ -130,7 +131,8 @@ Topology build_uniform_topology(const UniformTopologySpec& spec, const Interconn
 //   explicit: {nodes: [{name: a, gpus: 4}, ...], switches: [s, ...],
 //              links: [{endpoints: [X, Y], kind: nvlink, gbps: 450, latency_us: 1}, ...]}
 // where an endpoint is a GPU ("a.gpu3"), a switch, or "a.*" (every GPU of node a, one link each).
-// Missing bandwidths and latencies come from `ports` (the hardware catalogue's interconnect).
+// Missing bandwidths and latencies come from `ports` (the hardware catalogue's interconnect;
+// bandwidth * efficiency); a given gbps is used as it is.
 // Errors are ConfigErrors with FILE:LINE:COL: an unknown link kind, an endpoint that names
 // nothing, a non-positive bandwidth, a link of a kind the hardware lacks and no gbps, a GPU
 // with no path to the others.
