@@ -77,36 +77,51 @@ void LinkTransfers::progress_to(TimeNs t) {
 }
 
 void LinkTransfers::reshare() {
-  // Progressive filling over the channels the sending flows cross.
-  std::vector<double> cap = capacity_;
-  std::vector<std::int32_t> count(capacity_.size(), 0);
-  for (const Flow& f : sending_) {
-    for (std::int32_t c : f.channels) ++count[c];
+  // Progressive filling over the channels the sending flows cross (only those: a topology of
+  // thousands of GPUs has far more channels than transfers in flight), in channel order.
+  std::vector<std::int32_t> used;
+  for (const Flow& f : sending_) used.insert(used.end(), f.channels.begin(), f.channels.end());
+  std::sort(used.begin(), used.end());
+  used.erase(std::unique(used.begin(), used.end()), used.end());
+  auto local = [&used](std::int32_t c) {
+    return static_cast<std::size_t>(std::lower_bound(used.begin(), used.end(), c) - used.begin());
+  };
+  std::vector<double> cap(used.size());
+  std::vector<std::int32_t> count(used.size(), 0);
+  for (std::size_t k = 0; k < used.size(); ++k) cap[k] = capacity_[used[k]];
+  std::vector<std::vector<std::size_t>> flow_channels(sending_.size());
+  for (std::size_t i = 0; i < sending_.size(); ++i) {
+    for (std::int32_t c : sending_[i].channels) {
+      flow_channels[i].push_back(local(c));
+      ++count[flow_channels[i].back()];
+    }
   }
   std::vector<bool> fixed(sending_.size(), false);
   std::size_t left = sending_.size();
   while (left > 0) {
-    std::int32_t best = -1;
+    std::size_t best = used.size();
     double share = std::numeric_limits<double>::infinity();
-    for (std::size_t c = 0; c < cap.size(); ++c) {
-      if (count[c] == 0) continue;
-      const double s = cap[c] / count[c];
+    for (std::size_t k = 0; k < used.size(); ++k) {
+      if (count[k] == 0) continue;
+      const double s = cap[k] / count[k];
       if (s < share) {
         share = s;
-        best = static_cast<std::int32_t>(c);
+        best = k;
       }
     }
-    if (best < 0) throw std::logic_error("LinkTransfers: a sending transfer crosses no channel");
+    if (best == used.size()) {
+      throw std::logic_error("LinkTransfers: a sending transfer crosses no channel");
+    }
     for (std::size_t i = 0; i < sending_.size(); ++i) {
       if (fixed[i]) continue;
-      const auto& ch = sending_[i].channels;
+      const auto& ch = flow_channels[i];
       if (std::find(ch.begin(), ch.end(), best) == ch.end()) continue;
       fixed[i] = true;
       --left;
       sending_[i].rate = share;
-      for (std::int32_t c : ch) {
-        cap[c] = std::max(0.0, cap[c] - share);
-        --count[c];
+      for (std::size_t k : ch) {
+        cap[k] = std::max(0.0, cap[k] - share);
+        --count[k];
       }
     }
   }
@@ -184,12 +199,8 @@ std::vector<TimeNs> transfer_finish_times(const Topology& topology,
     for (const FinishedTransfer& d : done) finish[static_cast<std::size_t>(d.id)] = d.finish_ns;
   };
   for (const TransferSpec& s : specs) {
-    // Finishes before this start are settled first, so rates change in time order.
-    while (true) {
-      const std::optional<TimeNs> next = model.next_finish();
-      if (!next || *next > s.start_ns) break;
-      collect(model.advance(*next));
-    }
+    // Drains and finishes up to this start are settled first, so rates change in time order.
+    collect(model.advance(s.start_ns));
     model.start(s.start_ns, s.from, s.to, s.bytes);
   }
   while (const std::optional<TimeNs> next = model.next_finish()) collect(model.advance(*next));

@@ -14,6 +14,10 @@
 // Networks", section 6.5.2, defines max-min fairness and the filling algorithm; docs/cost-model.md
 // ("Transfers sharing links") has the worked example the tests check.
 //
+// Cost: each start or drain recomputes the shares over the channels in use, O(R * C) for C
+// channels crossed by the transfers in flight and R filling rounds (at most the number of
+// transfers); next_finish() runs the model forward on a copy until the first finish.
+//
 // Determinism: transfers get ids 0, 1, 2, ... in the order they start; finishes come out in
 // (time, id) order; no decision depends on addresses or unordered containers. Not thread-safe.
 #pragma once

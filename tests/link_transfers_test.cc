@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <vector>
 
 namespace servelab {
@@ -126,6 +127,35 @@ TEST(LinkTransfers, SameInputsGiveTheSameFinishes) {
     const Route r = t.route(specs[i].from, specs[i].to);
     const double alone = r.channels.empty() ? 0 : specs[i].bytes / r.bottleneck * 1e9;
     EXPECT_GE(a[i] - specs[i].start_ns, static_cast<TimeNs>(alone) + r.latency_ns - 1) << i;
+  }
+}
+
+TEST(LinkTransfers, ManyTransfersOnALargeTopologyNeverBeatTheirBottleneck) {
+  InterconnectSpec ports;
+  ports[LinkKind::kNvlink] = {450e9, 1e-6};
+  ports[LinkKind::kInfiniband] = {50e9, 2.5e-6};
+  UniformTopologySpec s;
+  s.nodes = 64;
+  s.gpus_per_node = 8;
+  const Topology t = build_uniform_topology(s, ports, "test");
+  std::vector<TransferSpec> specs;
+  for (int i = 0; i < 400; ++i) {
+    // Prefill GPUs in the first half send to decode GPUs in the second, several at a time.
+    specs.push_back({i * 50'000, (i * 7) % 256, 256 + (i * 13) % 256, 200'000'000});
+  }
+  const std::vector<TimeNs> f = transfer_finish_times(t, specs);
+  // Conservation: what leaves GPU g's InfiniBand port cannot leave faster than 50 GB/s.
+  std::vector<std::int64_t> sent(256, 0);
+  std::vector<TimeNs> last(256, 0);
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    const Route r = t.route(specs[i].from, specs[i].to);
+    EXPECT_GE(f[i] - specs[i].start_ns,
+              static_cast<TimeNs>(specs[i].bytes / r.bottleneck * 1e9) + r.latency_ns - 1);
+    sent[specs[i].from] += specs[i].bytes;
+    last[specs[i].from] = std::max(last[specs[i].from], f[i]);
+  }
+  for (int g = 0; g < 256; ++g) {
+    if (sent[g] > 0) EXPECT_GE(last[g], static_cast<TimeNs>(sent[g] / 50e9 * 1e9)) << g;
   }
 }
 
