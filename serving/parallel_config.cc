@@ -103,6 +103,33 @@ Topology replica_topology(const ParallelChoice& c, const HardwareConfig& hw) {
   }
 }
 
+void check_replica_placement(std::int32_t tensor, std::int32_t pipeline, const Topology& topology,
+                             GpuId first, const std::string& tensor_where,
+                             const std::string& pipeline_where) {
+  const std::string tp = std::to_string(tensor), pp = std::to_string(pipeline);
+  if (tensor > topology.max_gpus_per_node()) {
+    throw ConfigError(tensor_where + ": tensor parallelism " + tp +
+                      " is larger than a node's GPUs (" +
+                      std::to_string(topology.max_gpus_per_node()) +
+                      "); a tensor-parallel group must stay inside one node");
+  }
+  if (first < 0 || first + tensor * pipeline > topology.num_gpus()) {
+    throw ConfigError((pipeline > 1 ? pipeline_where : tensor_where) + ": tensor " + tp +
+                      " x pipeline " + pp + " needs " + std::to_string(tensor * pipeline) +
+                      " GPUs from GPU " + std::to_string(first) + "; the topology has " +
+                      std::to_string(topology.num_gpus()));
+  }
+  for (std::int32_t s = 0; s < pipeline; ++s) {
+    const GpuId lo = first + s * tensor, hi = lo + tensor - 1;
+    if (topology.node_of(lo) != topology.node_of(hi)) {
+      throw ConfigError(tensor_where + ": the tensor-parallel group of stage " + std::to_string(s) +
+                        " (GPUs " + topology.vertex_name(lo) + " to " + topology.vertex_name(hi) +
+                        ") spans two nodes; choose a tensor size " +
+                        "that divides the GPUs per node");
+    }
+  }
+}
+
 ParallelConfig resolve_parallel(const ParallelChoice& c, const ModelConfig& model,
                                 const HardwareConfig& hw) {
   if (!c.set) {
@@ -123,26 +150,7 @@ ParallelConfig resolve_parallel(const ParallelChoice& c, const ModelConfig& mode
     return {};
   }
   const Topology topology = replica_topology(c, hw);
-  if (c.tensor > topology.max_gpus_per_node()) {
-    throw ConfigError(c.tensor_where + ": tensor parallelism " + tp +
-                      " is larger than a node's GPUs (" +
-                      std::to_string(topology.max_gpus_per_node()) +
-                      "); a tensor-parallel group must stay inside one node");
-  }
-  if (c.tensor * c.pipeline > topology.num_gpus()) {
-    throw ConfigError((c.pipeline > 1 ? c.pipeline_where : c.tensor_where) + ": tensor " + tp +
-                      " x pipeline " + pp + " needs " + std::to_string(c.tensor * c.pipeline) +
-                      " GPUs; the topology has " + std::to_string(topology.num_gpus()));
-  }
-  for (std::int32_t s = 0; s < c.pipeline; ++s) {
-    const GpuId lo = s * c.tensor, hi = lo + c.tensor - 1;
-    if (topology.node_of(lo) != topology.node_of(hi)) {
-      throw ConfigError(c.tensor_where + ": the tensor-parallel group of stage " +
-                        std::to_string(s) + " (GPUs " + topology.vertex_name(lo) + " to " +
-                        topology.vertex_name(hi) + ") spans two nodes; choose a tensor size " +
-                        "that divides the GPUs per node");
-    }
-  }
+  check_replica_placement(c.tensor, c.pipeline, topology, 0, c.tensor_where, c.pipeline_where);
   return place_replica(c.tensor, c.pipeline, c.microbatches, topology);
 }
 

@@ -60,6 +60,14 @@ ModelConfig tensor_shard(const ModelConfig& model, std::int32_t tensor,
 ParallelConfig place_replica(std::int32_t tensor, std::int32_t pipeline, std::int32_t microbatches,
                              const Topology& topology, GpuId first = 0);
 
+// Checks a replica of tensor x pipeline GPUs placed from GPU `first`: each stage's
+// tensor-parallel group inside one node (and no wider than a node), every GPU in the topology.
+// Throws ConfigError prefixed by `tensor_where` or `pipeline_where` (e.g. "FILE:LINE:COL: key
+// 'parallel.tensor'"), naming the GPUs. For a cluster placing replicas one after another.
+void check_replica_placement(std::int32_t tensor, std::int32_t pipeline, const Topology& topology,
+                             GpuId first, const std::string& tensor_where,
+                             const std::string& pipeline_where);
+
 // The experiment's `parallel:` section (and `topology:`, when given), as parsed; resolved
 // against the model and hardware at run time by resolve_parallel().
 struct ParallelChoice {

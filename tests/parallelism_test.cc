@@ -211,6 +211,15 @@ TEST(Parallelism, PlaceReplicaPricesCollectivesOverTheTopology) {
   EXPECT_NEAR(p.stage_send.latency_s, 5e-6, 1e-15);
   EXPECT_NEAR(p.stage_send.s_per_byte, 1 / 50e9, 1e-24);
   expect_config_error([&] { place_replica(8, 3, 1, t); }, {"24 GPUs", "16"});
+  // A second replica of tensor 4 from GPU 4 stays in node 0; from GPU 6 it would span two.
+  check_replica_placement(4, 1, t, 4, "x.yaml:3:5: key 'cluster.tp'", "p");
+  expect_config_error(
+      [&] { check_replica_placement(4, 1, t, 6, "x.yaml:3:5: key 'cluster.tp'", "p"); },
+      {"x.yaml:3:5", "cluster.tp", "node0.gpu6 to node1.gpu1", "spans two nodes"});
+  expect_config_error([&] { check_replica_placement(4, 2, t, 12, "t", "x.yaml:4:1: key 'pp'"); },
+                      {"x.yaml:4:1", "needs 8 GPUs from GPU 12", "has 16"});
+  expect_config_error([&] { check_replica_placement(16, 1, t, 0, "x.yaml:2:1: key 'tp'", "p"); },
+                      {"x.yaml:2:1", "larger than a node's GPUs (8)"});
 }
 
 // `sim run` with a `parallel:` section: it runs, decodes faster with more GPUs, and refuses bad
