@@ -101,18 +101,31 @@ void parse_outputs(const ConfigNode& o, ExperimentConfig& c) {
   c.outputs.record_blocks = o.get_bool("record_blocks", c.outputs.record_blocks);
 }
 
-// cost_model: {type: roofline} or {type: calibrated, file: cost.yaml}; a file alone means
-// calibrated. A relative file is looked for in the working directory, then beside the
-// experiment, then in the source tree.
+// cost_model: {type: roofline, step_overhead_us, sequence_overhead_us} or {type: calibrated,
+// file: cost.yaml}; a file alone means calibrated. A relative file is looked for in the working
+// directory, then beside the experiment, then in the source tree.
 void parse_cost_model(const ConfigNode& n, ExperimentConfig& c) {
-  n.allow_keys({"type", "file"});
+  n.allow_keys({"type", "file", "step_overhead_us", "sequence_overhead_us"});
   CostModelChoice& cm = c.cost_model;
   cm.type = n.has("type")   ? n.at("type").as_choice({"roofline", "calibrated"})
             : n.has("file") ? "calibrated"
                             : "roofline";
   if (cm.type == "roofline") {
     if (n.has("file")) n.at("file").fail_message("a roofline cost model takes no file");
+    // The hardware entry's bounds (serving/hardware_config.cc).
+    if (n.has("step_overhead_us")) {
+      cm.step_overhead_us = n.get_double("step_overhead_us", 0.0, 1e7 - 1);
+    }
+    if (n.has("sequence_overhead_us")) {
+      cm.sequence_overhead_us = n.get_double("sequence_overhead_us", 0.0, 1e6 - 1);
+    }
     return;
+  }
+  for (const char* key : {"step_overhead_us", "sequence_overhead_us"}) {
+    if (n.has(key)) {
+      n.at(key).fail_message(std::string("a calibrated cost model fits its own host time; ") + key +
+                             " is a roofline key");
+    }
   }
   const ConfigNode file = n.at("file");
   const std::string path = file.as_string();
@@ -276,6 +289,16 @@ std::string resolved_config_yaml(const ExperimentConfig& c,
     e << YAML::Key << "cost_model" << YAML::Value << YAML::BeginMap;
     e << YAML::Key << "type" << YAML::Value << c.cost_model.type;
     e << YAML::Key << "file" << YAML::Value << c.cost_model.file;
+    e << YAML::EndMap;
+  } else if (c.cost_model.step_overhead_us || c.cost_model.sequence_overhead_us) {
+    e << YAML::Key << "cost_model" << YAML::Value << YAML::BeginMap;
+    e << YAML::Key << "type" << YAML::Value << "roofline";
+    if (c.cost_model.step_overhead_us) {
+      e << YAML::Key << "step_overhead_us" << YAML::Value << *c.cost_model.step_overhead_us;
+    }
+    if (c.cost_model.sequence_overhead_us) {
+      e << YAML::Key << "sequence_overhead_us" << YAML::Value << *c.cost_model.sequence_overhead_us;
+    }
     e << YAML::EndMap;
   }
   if (c.parallel.set) {

@@ -27,6 +27,7 @@
 #include "serving/calibration_profile.h"
 #include "serving/config_node.h"
 #include "serving/frontend.h"
+#include "serving/hardware_config.h"
 #include "serving/parallel_config.h"
 #include "serving/recorder.h"
 
@@ -55,6 +56,17 @@ struct CostModelChoice {
   std::string type = "roofline";                // "roofline" or "calibrated"
   std::string file;                             // calibrated: the cost.yaml, resolved
   std::optional<CalibratedProfile> calibrated;  // loaded and validated with the experiment
+  // Roofline only: the serving stack's host time (step_overhead_us, sequence_overhead_us),
+  // replacing the hardware entry's values when set. Host time belongs to the software (vLLM
+  // version, CPU) more than to the GPU, so a replay of a given deployment states it here.
+  std::optional<double> step_overhead_us;
+  std::optional<double> sequence_overhead_us;
+  // `hw` with the host times above applied (unchanged when neither is set).
+  HardwareConfig with_host_time(HardwareConfig hw) const {
+    if (step_overhead_us) hw.step_overhead_s = *step_overhead_us * 1e-6;
+    if (sequence_overhead_us) hw.sequence_overhead_s = *sequence_overhead_us * 1e-6;
+    return hw;
+  }
 };
 
 inline constexpr std::int64_t kDefaultMaxRequests = 100'000'000;

@@ -48,6 +48,23 @@ InterconnectSpec parse_interconnect(const ConfigNode& node) {
   return ic;
 }
 
+HardwareConfig HardwareConfig::classic_roofline() const {
+  const HardwareConfig classic;
+  HardwareConfig hw = *this;
+  hw.gemm_flops_efficiency = classic.gemm_flops_efficiency;
+  hw.gemm_bandwidth_efficiency = classic.gemm_bandwidth_efficiency;
+  hw.norm_bandwidth_efficiency = classic.norm_bandwidth_efficiency;
+  hw.rope_bandwidth_efficiency = classic.rope_bandwidth_efficiency;
+  hw.activation_bandwidth_efficiency = classic.activation_bandwidth_efficiency;
+  hw.residual_bandwidth_efficiency = classic.residual_bandwidth_efficiency;
+  hw.gemm_overlap = classic.gemm_overlap;
+  hw.elementwise_overlap = classic.elementwise_overlap;
+  hw.gemm_min_s = classic.gemm_min_s;
+  hw.elementwise_min_s = classic.elementwise_min_s;
+  hw.sequence_overhead_s = classic.sequence_overhead_s;
+  return hw;
+}
+
 void HardwareConfig::validate() const {
   const std::string where = (source.empty() ? "hardware '" + name + "'" : source) + ": key '";
   auto check = [&](bool ok, const char* key, const char* what) {

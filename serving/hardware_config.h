@@ -63,6 +63,12 @@ struct HardwareConfig {
   // Throws ConfigError (naming `source` and the field) when a value is out of range or
   // tensor_parallel is not 1.
   void validate() const;
+  // This entry with its kernel parameters reset to the classic roofline (the defaults above:
+  // GEMM efficiency 0.65, hard max, no per-launch times, memory_bandwidth_efficiency for all
+  // traffic, no per-sequence host time). Peaks, attention, host link and step overhead are kept.
+  // What `sim calibrate --vidur` reports as "before" and what docs/cost-model.md's worked
+  // example uses.
+  HardwareConfig classic_roofline() const;
 };
 
 // A hardware entry from a YAML mapping; `name` defaults to `default_name`. Strict: unknown keys,

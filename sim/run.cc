@@ -43,7 +43,8 @@ RunOutput run_simulation(const ExperimentConfig& config, const RunOptions& optio
   RunOutput out;
   const std::string catalog = default_catalog_dir();
   const ModelConfig model = load_model(config.model, catalog);
-  const HardwareConfig hardware = load_hardware(config.hardware, catalog);
+  const HardwareConfig hardware =
+      config.cost_model.with_host_time(load_hardware(config.hardware, catalog));
   KvCapacityOptions kv_options;
   kv_options.block_size = config.scheduler.block_size;
   kv_options.gpu_memory_utilization = config.gpu_memory_utilization;

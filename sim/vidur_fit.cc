@@ -300,11 +300,12 @@ VidurFit fit_vidur(const HardwareConfig& base, const std::vector<VidurProfile>& 
   hw.gemm_min_s = round3(hw.gemm_min_s * 1e6) * 1e-6;
   hw.elementwise_min_s = round3(hw.elementwise_min_s * 1e6) * 1e-6;
   hw.validate();
+  const HardwareConfig classic = base.classic_roofline();
   for (std::size_t i = 0; i < train.size(); ++i) {
-    for (const HardwareConfig* h : {&std::as_const(fit.hardware), &base}) {
+    for (const HardwareConfig* h : {&std::as_const(fit.hardware), &classic}) {
       VidurErrors err = vidur_errors(*h, train[i], test_tokens[i]);
       err.subset = "held-out tokens";
-      (h == &base ? fit.baseline : fit.errors).push_back(err);
+      (h == &classic ? fit.baseline : fit.errors).push_back(err);
     }
   }
   for (const VidurProfile& p : held_out) {
@@ -312,10 +313,10 @@ VidurFit fit_vidur(const HardwareConfig& base, const std::vector<VidurProfile>& 
     for (const VidurRow& r : p.rows) all.push_back(r.num_tokens);
     std::sort(all.begin(), all.end());
     all.erase(std::unique(all.begin(), all.end()), all.end());
-    for (const HardwareConfig* h : {&std::as_const(fit.hardware), &base}) {
+    for (const HardwareConfig* h : {&std::as_const(fit.hardware), &classic}) {
       VidurErrors err = vidur_errors(*h, p, all);
       err.subset = "held-out model";
-      (h == &base ? fit.baseline : fit.errors).push_back(err);
+      (h == &classic ? fit.baseline : fit.errors).push_back(err);
     }
   }
   return fit;

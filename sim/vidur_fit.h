@@ -94,7 +94,7 @@ struct VidurFit {
   HardwareConfig hardware;            // the base entry with the fitted parameters
   std::vector<VidurErrors> errors;    // held-out tokens of each training profile, then each
                                       // held-out profile
-  std::vector<VidurErrors> baseline;  // the same for the base entry (before the fit)
+  std::vector<VidurErrors> baseline;  // the same for base.classic_roofline() ("before")
 };
 
 // Fits `base`'s kernel parameters on `train` (see above) and reports errors on held-out data.

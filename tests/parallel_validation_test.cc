@@ -1,5 +1,5 @@
 // Tensor parallelism against Vidur's measurements (data/profiles/vidur, docs/validation.md
-// section 7): the ring all-reduce model (serving/collectives.h) over the catalogue's H100 and
+// section 8): the ring all-reduce model (serving/collectives.h) over the catalogue's H100 and
 // A100 nodes against NCCL all-reduces on a DGX H100 and a DGX A100, and the roofline's linear
 // layers on one GPU's tensor shard (serving/parallel_config.h, sim/operator_time.h) against
 // Llama-2-70B's linear layers on H100 at tensor parallelism 1, 2, 4 and 8. Prints the error
