@@ -280,9 +280,11 @@ TEST(Parallelism, ShippedExperimentComparesTensorAndPipeline) {
   ASSERT_EQ(tpot.size(), 6u);
   EXPECT_LT(tpot["tp8"], tpot["tp4"]);
   EXPECT_GT(tpot["tp8"], tpot["tp4"] / 2);  // the all-reduces do not shrink
-  EXPECT_GE(tpot["tp4-pp2"], tpot["tp4"]);
-  EXPECT_GT(tpot["tp4-pp2-mb2"], tpot["tp4-pp2"]);
-  EXPECT_GE(tpot["tp4-pp2-two-nodes"], tpot["tp4-pp2"]);
+  // Sequential stages: about tp4's TPOT (each step a little longer by the sends; the p50 over
+  // requests moves with the batching by less than that), whether the stages share a node or not.
+  EXPECT_NEAR(tpot["tp4-pp2"], tpot["tp4"], 0.02 * tpot["tp4"]);
+  EXPECT_NEAR(tpot["tp4-pp2-two-nodes"], tpot["tp4-pp2"], 0.02 * tpot["tp4"]);
+  EXPECT_GT(tpot["tp4-pp2-mb2"], 1.2 * tpot["tp4-pp2"]);
   EXPECT_GT(tpot["tp2-pp4"], tpot["tp4"]);
   fs::remove_all(dir);
 }
