@@ -273,6 +273,14 @@ EngineInstance load_engine(const ExperimentConfig& config, const EngineOptions& 
                       std::to_string(config.scheduler.num_scheduler_steps) +
                       " steps) can only be simulated (sim run); use 1 for engine run");
   }
+  // The executors run a model on one device; model parallelism exists only in the simulator.
+  if (config.parallel.set && config.parallel.tensor * config.parallel.pipeline > 1) {
+    throw ConfigError(config.parallel.where +
+                      ": the engine runs a model on one device, so tensor " +
+                      std::to_string(config.parallel.tensor) + " x pipeline " +
+                      std::to_string(config.parallel.pipeline) +
+                      " can only be simulated (sim run); use tensor 1, pipeline 1 for engine run");
+  }
   // CUDA: bf16 blocks; without serving.num_gpu_blocks the executor sizes the cache from free
   // device memory and serving.gpu_memory_utilization (--kv-memory-gb is for the CPU engine).
   const bool cuda = options.device == "cuda";

@@ -329,7 +329,7 @@ ExperimentConfig experiment_from_document(const ConfigNode& doc, const std::stri
   c.base_dir = std::move(base_dir);
   top.allow_keys({"name", "description", "seed", "model", "hardware", "serving", "policies",
                   "workload", "slo", "outputs", "compare", "cost_model", "sweep", "limits",
-                  "cluster"});
+                  "cluster", "parallel", "topology"});
   c.name = top.has("name") ? top.get_string("name") : default_name;
   // The name becomes a folder name (out/<name>): no '/', no "." or "..", no hidden folder.
   bool name_ok = !c.name.empty() && c.name.front() != '.';
@@ -366,6 +366,14 @@ ExperimentConfig experiment_from_document(const ConfigNode& doc, const std::stri
   if (auto o = top.find("outputs")) parse_outputs(*o, c);
   if (auto m = top.find("cost_model")) parse_cost_model(*m, c);
   if (auto cl = top.find("cluster")) parse_cluster(*cl, c);
+  parse_parallel_section(top, c.parallel);
+  if (c.cluster.set && (c.parallel.set || c.parallel.topology)) {
+    // Each pool states its own parallelism; a cluster over a topology is not wired yet.
+    (c.parallel.set ? top.at("parallel") : top.at("topology"))
+        .fail_message(
+            "a cluster: section takes its parallelism per pool (tensor_parallel, "
+            "pipeline_parallel); top-level parallel: and topology: are for one replica");
+  }
   if (!top.has("workload")) top.at("workload");  // throws "required but missing"
   if (auto l = top.find("limits")) {
     l->allow_keys({"max_requests", "max_duration_s"});
@@ -486,6 +494,16 @@ std::string resolved_config_yaml(const ExperimentConfig& c,
     e << YAML::EndMap;
   }
   if (c.cluster.set) emit_cluster(e, c.cluster);
+  if (c.parallel.set) {
+    e << YAML::Key << "parallel" << YAML::Value << YAML::Flow << YAML::BeginMap;
+    e << YAML::Key << "tensor" << YAML::Value << c.parallel.tensor;
+    e << YAML::Key << "pipeline" << YAML::Value << c.parallel.pipeline;
+    e << YAML::Key << "microbatches" << YAML::Value << c.parallel.microbatches;
+    e << YAML::EndMap;
+  }
+  if (c.parallel.topology) {
+    e << YAML::Key << "topology" << YAML::Value << without_override_marks(c.root["topology"]);
+  }
   if (c.limits_set) {
     e << YAML::Key << "limits" << YAML::Value << YAML::BeginMap;
     e << YAML::Key << "max_requests" << YAML::Value << c.max_requests;

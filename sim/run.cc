@@ -41,7 +41,7 @@ std::unique_ptr<const CalibratedCostModel> make_calibrated_cost_model(
 }
 
 KvCapacity kv_capacity_for(const ExperimentConfig& config, const ModelConfig& model,
-                           const HardwareConfig& hardware) {
+                           const HardwareConfig& hardware, const ParallelConfig& parallel) {
   KvCapacityOptions kv_options;
   kv_options.block_size = config.scheduler.block_size;
   kv_options.gpu_memory_utilization = config.gpu_memory_utilization;
@@ -53,7 +53,23 @@ KvCapacity kv_capacity_for(const ExperimentConfig& config, const ModelConfig& mo
   kv_options.max_num_seqs = config.scheduler.max_num_seqs;
   kv_options.num_gpu_blocks = config.num_gpu_blocks;
   kv_options.swap_space_gib = config.swap_space_gb;
-  const KvCapacity capacity = compute_kv_capacity(model, hardware, kv_options);
+  // Model parallelism (`parallel:`, `topology:`): checked against the model and the topology
+  // by the caller (resolve_parallel); the default is one GPU.
+  kv_options.tensor_parallel = parallel.tensor;
+  kv_options.pipeline_parallel = parallel.pipeline;
+  if (config.parallel.set && config.cost_model.calibrated) {
+    throw ConfigError(config.parallel.where + ": a calibrated cost model was measured on one " +
+                      "device and has no communication terms; use the roofline (no cost_model) " +
+                      "with parallel, or leave parallel out");
+  }
+  const KvCapacity capacity = [&] {
+    if (!config.parallel.set) return compute_kv_capacity(model, hardware, kv_options);
+    try {
+      return compute_kv_capacity(model, hardware, kv_options);
+    } catch (const ConfigError& e) {
+      throw ConfigError(config.parallel.where + ": " + e.what());
+    }
+  }();
   if (capacity.num_gpu_blocks > (1LL << 30)) {
     throw ConfigError(config.file + ": " + std::to_string(capacity.num_gpu_blocks) +
                       " KV blocks is more than ServeLab supports (2^30)");
@@ -88,7 +104,8 @@ RunOutput run_simulation(const ExperimentConfig& config, const RunOptions& optio
   const ModelConfig model = load_model(config.model, catalog);
   const HardwareConfig hardware =
       config.cost_model.with_host_time(load_hardware(config.hardware, catalog));
-  const KvCapacity capacity = kv_capacity_for(config, model, hardware);
+  const ParallelConfig parallel = resolve_parallel(config.parallel, model, hardware);
+  const KvCapacity capacity = kv_capacity_for(config, model, hardware, parallel);
   out.num_gpu_blocks = capacity.num_gpu_blocks;
   out.block_bytes = capacity.block_bytes;
   std::unique_ptr<Workload> workload =
@@ -108,7 +125,7 @@ RunOutput run_simulation(const ExperimentConfig& config, const RunOptions& optio
     if (config.outputs.steps_csv) steps_path = out.out_dir + "/steps.csv";
     if (config.outputs.record_schedule) schedule_path = out.out_dir + "/schedule.csv";
   }
-  const RooflineCostModel roofline(model, hardware, config.scheduler.block_size);
+  const RooflineCostModel roofline(model, hardware, config.scheduler.block_size, parallel);
   // A calibrated profile (cost_model: {type: calibrated, file: ...}) replaces the roofline.
   const std::unique_ptr<const CalibratedCostModel> calibrated =
       make_calibrated_cost_model(config, model);

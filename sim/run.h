@@ -14,6 +14,7 @@
 #include "serving/hardware_config.h"
 #include "serving/kv_capacity.h"
 #include "serving/model_config.h"
+#include "serving/parallel_config.h"
 #include "serving/run_folder.h"
 #include "sim/calibrated_cost_model.h"
 #include "sim/simulator.h"
@@ -46,10 +47,12 @@ RunOutput run_simulation(const ExperimentConfig& config, const RunOptions& optio
 // its `cluster` object (docs/metrics.md).
 RunOutput run_cluster_simulation(const ExperimentConfig& config, const RunOptions& options);
 
-// The KV capacity of one replica of `model` on `hardware` under the experiment's serving
-// settings. Throws ConfigError for more than 2^30 blocks or a max_model_len beyond the model's.
+// The KV capacity of one replica of `model` on `hardware` split over `parallel`'s GPUs (one by
+// default) under the experiment's serving settings. Throws ConfigError for more than 2^30
+// blocks, a max_model_len beyond the model's, a model that does not fit, or a calibrated cost
+// model with a `parallel:` section.
 KvCapacity kv_capacity_for(const ExperimentConfig& config, const ModelConfig& model,
-                           const HardwareConfig& hardware);
+                           const HardwareConfig& hardware, const ParallelConfig& parallel = {});
 // The progress line `sim run` prints on stderr (at most about once per second).
 std::function<void(std::int64_t arrivals, TimeNs now)> progress_printer();
 
