@@ -41,6 +41,23 @@ void BM_AzureConvNoPrefixCache(benchmark::State& state) {
 }
 BENCHMARK(BM_AzureConvNoPrefixCache)->Unit(benchmark::kMillisecond);
 
+// A cluster (issue 17): 16 replicas of azure-code.yaml's Llama-3-8B / H100 behind a
+// least-outstanding router, replaying the Azure 2023 code trace (8,819 requests) at 16 times its
+// rate, so each replica sees about the single-replica load.
+void BM_AzureCode16Replicas(benchmark::State& state) {
+  replay(
+      state, "azure-code.yaml",
+      {"workload.time_scale=0.0625", "cluster={router: least_outstanding, pools: [{count: 16}]}"});
+}
+BENCHMARK(BM_AzureCode16Replicas)->Unit(benchmark::kMillisecond);
+
+// The same behind the prefix-affinity router (it hashes every prompt's blocks).
+void BM_AzureCode16ReplicasPrefixAffinity(benchmark::State& state) {
+  replay(state, "azure-code.yaml",
+         {"workload.time_scale=0.0625", "cluster={router: prefix_affinity, pools: [{count: 16}]}"});
+}
+BENCHMARK(BM_AzureCode16ReplicasPrefixAffinity)->Unit(benchmark::kMillisecond);
+
 // One million synthetic requests (burst.yaml's distributions at a steady 20 req/s, the whole
 // H100 memory for KV).
 void BM_Synthetic1M(benchmark::State& state) {

@@ -33,6 +33,16 @@ RequestSpec make_request(RequestId id, TimeNs arrival_ns, std::vector<PromptSegm
   return spec;
 }
 
+RequestSpec make_literal_request(RequestId id, TimeNs arrival_ns, std::vector<std::int32_t> tokens,
+                                 std::int32_t max_output_tokens) {
+  std::vector<PromptSegment> segments;
+  segments.reserve(tokens.size());
+  for (const std::int32_t t : tokens) segments.push_back({literal_token_stream(t), 0, 1});
+  RequestSpec spec = make_request(id, arrival_ns, std::move(segments), max_output_tokens);
+  spec.prompt_values = std::make_shared<const std::vector<std::int32_t>>(std::move(tokens));
+  return spec;
+}
+
 TokenId token_identity(const RequestSpec& spec, std::int32_t pos) {
   assert(pos >= 0);
   if (pos >= spec.prompt_len) {

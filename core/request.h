@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -38,6 +39,10 @@ struct RequestSpec {
   std::uint32_t tenant = 0;            // for fair-share queue orders
   std::int32_t n = 1;                  // parallel samples (n > 1: forked after the prefill)
   std::int32_t sample = 0;             // which sample this sequence is (0: the request itself)
+  std::uint64_t session = 0;           // multi-turn session (0: none); for session-affinity routing
+  // A literal prompt (engine serve: token ids a client sent): the token values, prompt_len of
+  // them; null for prompts described by content streams only. See make_literal_request().
+  std::shared_ptr<const std::vector<std::int32_t>> prompt_values;
 
   std::int32_t total_tokens() const { return prompt_len + max_output_tokens; }
 };
@@ -86,5 +91,25 @@ struct TokenId {
   std::uint32_t offset;
 };
 TokenId token_identity(const RequestSpec& spec, std::int32_t pos);
+
+// The content stream standing for the literal token value `value`: a literal prompt is one
+// one-token segment of literal_token_stream(t) per token t, so equal token sequences have equal
+// identities (block hashes, prefix caching) and different ones differ (up to a 64-bit hash).
+inline constexpr std::uint64_t literal_token_stream(std::int32_t value) {
+  return mix64(0x6c69746572616c21ULL ^ static_cast<std::uint32_t>(value));  // "literal!"
+}
+
+// A request whose prompt is the given token values (kept in prompt_values for the engine).
+RequestSpec make_literal_request(RequestId id, TimeNs arrival_ns, std::vector<std::int32_t> tokens,
+                                 std::int32_t max_output_tokens);
+
+// The value the engine feeds the model for prompt position p: the literal value when the
+// prompt has them, else token_value() of the position's identity. REQUIRES: 0 <= p < prompt_len.
+inline std::int32_t prompt_token_value(const RequestSpec& spec, std::int32_t p,
+                                       std::int32_t vocab_size) {
+  if (spec.prompt_values) return (*spec.prompt_values)[static_cast<std::size_t>(p)];
+  const TokenId t = token_identity(spec, p);
+  return token_value(t.content_id, t.offset, vocab_size);
+}
 
 }  // namespace servelab

@@ -97,6 +97,10 @@ class Request {
   // max_computed_tokens_ and first_scheduled_ns before the entry. Meaningless otherwise.
   std::int32_t undo_max_computed_tokens_ = 0;
   TimeNs undo_first_scheduled_ns_ = -1;
+  // Scheduler's: leading tokens whose KV another replica computed and transferred here (P/D
+  // disaggregation, Scheduler::add_prefilled_request); they count as computed at the first
+  // admission and are forgotten then (a preemption by recompute recomputes them here).
+  std::int32_t external_tokens_ = 0;
 
  public:
   TimeNs first_token_ns = -1;

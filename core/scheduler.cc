@@ -166,6 +166,34 @@ void Scheduler::add_request(RequestSpec spec, TimeNs now) {
   delete r;
 }
 
+void Scheduler::add_prefilled_request(RequestSpec spec, const PrefilledState& state, TimeNs now) {
+  if (spec.n != 1 || spec.max_output_tokens < 2) {
+    throw std::invalid_argument("add_prefilled_request: request " + std::to_string(spec.id) +
+                                " needs n == 1 and max_output_tokens >= 2");
+  }
+  ++counters_.num_arrived;
+  auto* r = new Request(std::move(spec));
+  std::string reason = rejection_reason(*r);
+  r->first_scheduled_ns = state.first_scheduled_ns;
+  r->first_token_ns = r->last_token_ns = state.first_token_ns;
+  r->num_cached_tokens = state.num_cached_tokens;
+  r->num_preemptions = state.num_preemptions;
+  r->num_recomputed_tokens = state.num_recomputed_tokens;
+  if (reason.empty()) {
+    r->output_tokens.reserve(static_cast<std::size_t>(r->spec.max_output_tokens));
+    r->output_tokens.push_back(0);  // the first token, sampled on the prefill replica
+    r->external_tokens_ = r->spec.prompt_len;
+    waiting_->push_back(r);
+    return;
+  }
+  r->status = RequestStatus::kRejected;
+  r->finish_reason = std::move(reason);
+  r->finish_ns = now;
+  ++counters_.num_rejected;
+  if (observer_ != nullptr) observer_->on_reject(*r, now);
+  delete r;
+}
+
 bool Scheduler::in_plan(const Request& r) const {
   return std::find(plan_requests_.begin(), plan_requests_.end(), &r) != plan_requests_.end();
 }
@@ -246,6 +274,56 @@ void Scheduler::abort_request(Request& r, TimeNs now) {
   r.finish_reason = "preempted " + std::to_string(r.num_preemptions) + " times (max_preemptions " +
                     std::to_string(config_.max_preemptions) + ")";
   if (r.group != nullptr) {  // deleted with its group
+    sample_done(r, now);
+    return;
+  }
+  ++counters_.num_aborted;
+  if (observer_ != nullptr) observer_->on_finish(r, now);
+  delete &r;
+}
+
+bool Scheduler::abort(RequestId id, TimeNs now, const std::string& reason) {
+  if (plan_pending_) throw std::logic_error("Scheduler::abort: a plan awaits complete()");
+  const auto matches = [id](const Request* r) { return base_request_id(r->id()) == id; };
+  Request* found = nullptr;
+  for (Request* r : running_) found = found ? found : (matches(r) ? r : nullptr);
+  for (Request* r : swapped_) found = found ? found : (matches(r) ? r : nullptr);
+  if (found == nullptr) {
+    for (Request* r : waiting_->snapshot()) found = found ? found : (matches(r) ? r : nullptr);
+  }
+  if (found == nullptr) return false;
+  if (found->group == nullptr) {
+    abort_sequence(*found, now, reason);
+    return true;
+  }
+  // A forked request: every sample still unfinished goes; the group is reported by the last.
+  const std::vector<Request*> samples = found->group->samples;
+  for (Request* s : samples) {
+    if (s->status == RequestStatus::kFinished || s->status == RequestStatus::kAborted) continue;
+    abort_sequence(*s, now, reason);
+  }
+  release_done_groups();
+  return true;
+}
+
+void Scheduler::abort_sequence(Request& r, TimeNs now, const std::string& reason) {
+  switch (r.status) {
+    case RequestStatus::kRunning:
+      running_.erase(std::find(running_.begin(), running_.end(), &r));
+      if (r.will_fork()) fork_seats_ -= static_cast<std::size_t>(r.spec.n - 1);
+      break;
+    case RequestStatus::kSwapped:
+      swapped_.erase(std::find(swapped_.begin(), swapped_.end(), &r));
+      break;
+    default:  // kWaiting, kPreempted
+      waiting_->erase(&r);
+      break;
+  }
+  kv_.free(r);
+  r.status = RequestStatus::kAborted;
+  r.finish_ns = now;
+  r.finish_reason = reason;
+  if (r.group != nullptr) {
     sample_done(r, now);
     return;
   }
@@ -336,20 +414,29 @@ std::int32_t Scheduler::admit_waiting(std::int32_t budget, const AdmissionRule& 
     // Every admission looks up the prefix cache: a resumed request usually finds its own
     // earlier full blocks there.
     PrefixHit hit = kv_.get_computed_blocks(r);
-    std::int32_t n = r.num_tokens() - hit.num_tokens;
+    // Transferred KV (add_prefilled_request) beyond the local hit: allocated, not computed.
+    const std::int32_t external = std::max(0, r.external_tokens_ - hit.num_tokens);
+    std::int32_t n = r.num_tokens() - hit.num_tokens - external;
     if (rule.token_cap > 0 && n > rule.token_cap) n = rule.token_cap;
     if (rule.whole_prompt && n > budget) break;  // no skipping ahead
     if (rule.watermark_blocks >= 0 &&
-        kv_.num_blocks_to_allocate(r, n, &hit) + rule.watermark_blocks > kv_.num_free_blocks()) {
+        kv_.num_blocks_to_allocate(r, n + external, &hit) + rule.watermark_blocks >
+            kv_.num_free_blocks()) {
       break;
     }
     n = std::min(n, budget);
     // A reservation covers the request's whole maximum length (all or nothing); otherwise the
     // blocks for this step's n tokens. Either way a request that cannot get them waits at the
     // head (head-of-line blocking on KV space too).
-    const std::int32_t slots = rule.reserve_max_length ? r.spec.total_tokens() - hit.num_tokens : n;
+    const std::int32_t slots =
+        rule.reserve_max_length ? r.spec.total_tokens() - hit.num_tokens : n + external;
     if (!kv_.allocate_slots(r, slots, &hit)) break;
     admit_front(r, hit);
+    if (r.external_tokens_ > 0) [[unlikely]] {
+      r.num_computed_tokens += external;
+      r.max_computed_tokens_ = std::max(r.max_computed_tokens_, r.num_computed_tokens);
+      r.external_tokens_ = 0;
+    }
     ++admitted;
     if (!rule.schedule) continue;
     add_to_plan(r, n, hit.num_tokens, now);

@@ -126,6 +126,32 @@ class Scheduler {
   // Queues a request that arrived at `now` (or rejects it; see above).
   void add_request(RequestSpec spec, TimeNs now);
 
+  // Prefill/decode disaggregation: queues a request whose prompt was computed, and whose first
+  // output token was sampled, on another replica, whose KV blocks were transferred here (the
+  // cluster driver decides when they arrived). The request enters the waiting queue holding its
+  // first output token; its first admission allocates blocks for the prompt's tokens (a local
+  // prefix hit first, as always) and counts them as computed without scheduling them, so its
+  // first step here computes the first output token's KV and samples the second (vLLM's KV
+  // connector semantics: externally computed tokens). A preemption by recompute drops the
+  // transferred KV like any other (the prompt is then recomputed here). `state` carries what the
+  // prefill side observed, so the request's record (TTFT, cached tokens, preemptions) is the
+  // request's, not this replica's part of it. REQUIRES: spec.n == 1 and
+  // spec.max_output_tokens >= 2 (else std::invalid_argument). Rejected like add_request.
+  struct PrefilledState {
+    TimeNs first_scheduled_ns = -1;
+    TimeNs first_token_ns = -1;
+    std::int32_t num_cached_tokens = 0;
+    std::int32_t num_preemptions = 0;
+    std::int64_t num_recomputed_tokens = 0;
+  };
+  void add_prefilled_request(RequestSpec spec, const PrefilledState& state, TimeNs now);
+  // Why add_request would reject `spec` now ("" if it would not); what the cluster driver asks
+  // before splitting a request between a prefill and a decode replica.
+  std::string rejection_reason_for(const RequestSpec& spec) const {
+    const Request r(spec);
+    return rejection_reason(r);
+  }
+
   // Forms the next plan. The returned reference stays valid until complete() or the next
   // schedule(). The plan is empty when there is nothing to run. REQUIRES: the previous plan was
   // completed.
@@ -138,6 +164,15 @@ class Scheduler {
   // reported through on_step_tokens once per pass (see the file comment). Throws
   // std::invalid_argument when `result` holds fewer tokens than the plan needs.
   void complete(const StepResult& result, TimeNs now);
+
+  // Aborts the unfinished request `id` wherever it is (waiting, preempted, running or swapped),
+  // as vLLM's finish_requests(FINISHED_ABORTED) does for a client that went away: its device and
+  // host blocks are freed (full blocks keep their hashes, as after any free), its status becomes
+  // kAborted with finish_reason `reason`, it is reported through on_finish at `now` and deleted.
+  // A request with parallel samples is aborted whole (every unfinished sample; reported once).
+  // Returns false when no unfinished request has that id (finished, rejected or unknown).
+  // REQUIRES: no plan awaits complete() (std::logic_error otherwise): call between steps.
+  bool abort(RequestId id, TimeNs now, const std::string& reason);
 
   bool has_unfinished() const {
     return !waiting_->empty() || !running_.empty() || !swapped_.empty();
@@ -272,6 +307,9 @@ class Scheduler {
   bool should_swap(const Request& victim) const;
   // Gives up on `r` (unlinked, no plan entry, blocks freed here): reports and deletes it.
   void abort_request(Request& r, TimeNs now);
+  // abort(): unlinks one unfinished sequence from its queue, frees its blocks and reports it
+  // (a sample: through its group).
+  void abort_sequence(Request& r, TimeNs now, const std::string& reason);
   // Moves the waiting queue's front `r` (which just got its blocks for `hit`) to running_.
   void admit_front(Request& r, const PrefixHit& hit);
   bool in_plan(const Request& r) const;

@@ -135,8 +135,7 @@ StepResult CpuExecutor::execute(const StepPlan& plan) {
     for (std::int32_t p = e.first_token; p < e.context_len(); ++p) {
       std::int32_t value;
       if (p < e.spec->prompt_len) {
-        const TokenId t = token_identity(*e.spec, p);
-        value = token_value(t.content_id, t.offset, m.vocab_size);
+        value = prompt_token_value(*e.spec, p, m.vocab_size);
       } else {
         value = e.output_tokens[p - e.spec->prompt_len];
       }

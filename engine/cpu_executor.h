@@ -24,8 +24,9 @@
 //      num_samples = n > 1 (parallel sampling, the step before a fork) draws n tokens from the
 //      same logits, sample k with the stream of sample_request_id(id, k) (sample 0 is the
 //      request's own): the first token of each sample, in fork_tokens for k >= 1.
-// Token values: a prompt position p takes token_value(token_identity(spec, p)); position
-// p >= prompt_len takes output_tokens[p - prompt_len].
+// Token values: a prompt position p takes prompt_token_value(spec, p) (a literal prompt's own
+// value, else token_value(token_identity(spec, p))); position p >= prompt_len takes
+// output_tokens[p - prompt_len].
 #pragma once
 
 #include <cstdint>

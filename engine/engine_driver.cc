@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/cpu_executor.h"
+#include "engine/engine_loop.h"
 #include "serving/config_node.h"
 #include "serving/frontend.h"
 #include "serving/interrupt.h"
@@ -107,6 +108,78 @@ class ArrivalFeed {
   TimeNs last_ = 0;
 };
 
+// `engine run`'s work: the experiment's arrivals in wall-clock time, through the front end
+// (serving.frontend) when it is enabled; SIGINT/SIGTERM unwind the run (the staged folder is
+// removed). An idle engine sleeps until the next arrival or ready time, at most
+// kMaxIdleSleepNs at a time.
+class ExperimentSource : public WorkSource {
+ public:
+  ExperimentSource(ArrivalFeed& arrivals, const FrontendConfig& frontend, Recorder& recorder,
+                   const WallClock& clock, SimulationTotals& totals, bool progress)
+      : arrivals_(arrivals),
+        frontend_on_(frontend.enabled()),
+        frontend_(frontend),
+        recorder_(recorder),
+        clock_(clock),
+        totals_(totals),
+        progress_(progress),
+        last_progress_(clock.start()) {}
+  ~ExperimentSource() override {
+    if (progress_) std::fputs("\r\033[K", stderr);
+  }
+
+  void admit(TimeNs now, Scheduler& scheduler) override {
+    throw_if_interrupted();
+    for (std::optional<TimeNs> t = arrivals_.peek(); t && *t <= now; t = arrivals_.peek()) {
+      if (frontend_on_) {
+        frontend_.push(arrivals_.take());
+      } else {
+        scheduler.add_request(arrivals_.take(), now);
+      }
+      ++totals_.num_arrivals;
+      totals_.end_ns = std::max(totals_.end_ns, now);
+    }
+    for (std::optional<TimeNs> t = frontend_.next_ready(); t && *t <= now;
+         t = frontend_.next_ready()) {
+      RequestSpec spec = frontend_.pop();
+      if (recorder_.records_events()) recorder_.on_ready(spec.id, spec.arrival_ns, now);
+      scheduler.add_request(std::move(spec), now);
+    }
+  }
+
+  bool wait_for_work(TimeNs /*now*/, const Scheduler& /*scheduler*/) override {
+    std::optional<TimeNs> next = arrivals_.peek();
+    if (const std::optional<TimeNs> ready = frontend_.next_ready()) {
+      next = next ? std::min(*next, *ready) : *ready;
+    }
+    if (!next) return false;
+    const TimeNs wait = std::min(*next - clock_.now(), kMaxIdleSleepNs);
+    if (wait > 0) std::this_thread::sleep_for(std::chrono::nanoseconds(wait));
+    return true;
+  }
+
+  void after_step(TimeNs /*end*/) override {
+    if (progress_ && Clock::now() - last_progress_ > std::chrono::milliseconds(1000)) {
+      last_progress_ = Clock::now();
+      std::fprintf(stderr, "\r  %lld requests arrived, %lld steps, wall %.1f s   ",
+                   static_cast<long long>(totals_.num_arrivals),
+                   static_cast<long long>(totals_.num_steps),
+                   std::chrono::duration<double>(last_progress_ - clock_.start()).count());
+      std::fflush(stderr);
+    }
+  }
+
+ private:
+  ArrivalFeed& arrivals_;
+  const bool frontend_on_;
+  FrontEnd frontend_;
+  Recorder& recorder_;
+  const WallClock& clock_;
+  SimulationTotals& totals_;
+  const bool progress_;
+  Clock::time_point last_progress_;
+};
+
 // --device cuda needs a CUDA build and a usable device; says which is missing.
 void require_cuda_device() {
 #if SERVELAB_HAVE_CUDA
@@ -182,9 +255,15 @@ std::int64_t engine_block_bytes(const ModelConfig& model, std::int32_t block_siz
          static_cast<std::int64_t>(sizeof(float));
 }
 
-RunOutput run_engine(const ExperimentConfig& config, const EngineOptions& options) {
+EngineInstance load_engine(const ExperimentConfig& config, const EngineOptions& options) {
   if (options.device != "cpu" && options.device != "cuda") {
     throw ConfigError("--device: expected cpu or cuda, got '" + options.device + "'");
+  }
+  // One replica, one executor: a cluster (several replicas, routers, P/D) is simulated only.
+  if (config.cluster.set) {
+    throw ConfigError(config.cluster.pools.front().location +
+                      ": key 'cluster': the engine drives one replica, so a cluster can only be "
+                      "simulated (sim run); remove the section for engine run");
   }
   // The executors run one forward pass per plan; rounds of several exist only in the simulator.
   if (config.scheduler.num_scheduler_steps > 1) {
@@ -193,6 +272,14 @@ RunOutput run_engine(const ExperimentConfig& config, const EngineOptions& option
                       "forward pass, so multi-step scheduling (" +
                       std::to_string(config.scheduler.num_scheduler_steps) +
                       " steps) can only be simulated (sim run); use 1 for engine run");
+  }
+  // The executors run a model on one device; model parallelism exists only in the simulator.
+  if (config.parallel.set && config.parallel.tensor * config.parallel.pipeline > 1) {
+    throw ConfigError(config.parallel.where +
+                      ": the engine runs a model on one device, so tensor " +
+                      std::to_string(config.parallel.tensor) + " x pipeline " +
+                      std::to_string(config.parallel.pipeline) +
+                      " can only be simulated (sim run); use tensor 1, pipeline 1 for engine run");
   }
   // CUDA: bf16 blocks; without serving.num_gpu_blocks the executor sizes the cache from free
   // device memory and serving.gpu_memory_utilization (--kv-memory-gb is for the CPU engine).
@@ -209,9 +296,9 @@ RunOutput run_engine(const ExperimentConfig& config, const EngineOptions& option
     warn_if_calibrated_elsewhere(p.file, p.machine, this_machine(options.device, gpu_name),
                                  CalibrationUse::kEngine);
   }
-  RunOutput out;
-  out.backend = "engine-" + options.device;
-  const LlamaConfig llama = load_llama_config(config.model, default_catalog_dir());
+  EngineInstance out;
+  out.llama = load_llama_config(config.model, default_catalog_dir());
+  const LlamaConfig& llama = out.llama;
   const ModelConfig& model = llama.model;
   if (config.scheduler.max_model_len > model.max_position_embeddings) {
     throw ConfigError(config.file + ": key 'serving.max_model_len': expected at most the model's " +
@@ -250,25 +337,11 @@ RunOutput run_engine(const ExperimentConfig& config, const EngineOptions& option
   }
 
   // Swap space only when the preemption policy can swap: the host arrays are allocated in full.
-  std::int64_t num_cpu_blocks = 0;
+  std::int64_t& num_cpu_blocks = out.num_cpu_blocks;
   if (config.scheduler.preemption != nullptr && config.scheduler.preemption->uses_host_memory()) {
     num_cpu_blocks = std::min<std::int64_t>(
         static_cast<std::int64_t>(config.swap_space_gb * (1LL << 30)) / out.block_bytes, 1LL << 30);
   }
-
-  std::unique_ptr<Workload> workload =
-      limit_workload(make_workload(config.workload_section(), config.seed, config.base_dir),
-                     config.max_requests, config.max_duration_ns, config.file);
-  out.workload = workload->describe();
-  const std::string final_dir =
-      options.out_dir.empty() ? "out/" + config.name + "-engine" : options.out_dir;
-  check_out_dir(final_dir);
-  // Written under a temporary sibling, moved into place when the run completed (sim/run.h).
-  StagedDir stage(final_dir);
-  out.out_dir = stage.temp_path();
-  const std::string steps_path = config.outputs.steps_csv ? out.out_dir + "/steps.csv" : "";
-  const std::string schedule_path =
-      config.outputs.record_schedule ? out.out_dir + "/schedule.csv" : "";
 
   if (!cuda) {
     // Refuse before allocating: a run that cannot fit ends in std::bad_alloc (or the OOM
@@ -289,13 +362,13 @@ RunOutput run_engine(const ExperimentConfig& config, const EngineOptions& option
   // executor generates random weights on the device itself (no fp32 host copy: 32 GB for an 8B
   // model), so host weights exist only for a checkpoint or the CPU executor.
   const bool device_random = cuda && options.weights.empty();
-  std::optional<LlamaWeights> weights;
+  std::unique_ptr<LlamaWeights>& weights = out.weights;
   if (!options.weights.empty()) {
-    weights = load_checkpoint(llama, options.weights);
+    weights = std::make_unique<LlamaWeights>(load_checkpoint(llama, options.weights));
   } else if (!device_random) {
-    weights = LlamaWeights::random(llama, config.seed);
+    weights = std::make_unique<LlamaWeights>(LlamaWeights::random(llama, config.seed));
   }
-  std::unique_ptr<Backend> executor;
+  std::unique_ptr<Backend>& executor = out.executor;
   if (cuda) {
 #if SERVELAB_HAVE_CUDA
     CudaExecutorOptions cuda_options;
@@ -322,78 +395,49 @@ RunOutput run_engine(const ExperimentConfig& config, const EngineOptions& option
     executor = std::make_unique<CpuExecutor>(*weights, exec_options);
   }
 
+  return out;
+}
+
+RunOutput run_engine(const ExperimentConfig& config, const EngineOptions& options) {
+  EngineInstance engine = load_engine(config, options);
+  RunOutput out;
+  out.backend = "engine-" + options.device;
+  out.num_gpu_blocks = engine.num_gpu_blocks;
+  out.block_bytes = engine.block_bytes;
+  const ModelConfig& model = engine.llama.model;
+  std::unique_ptr<Workload> workload =
+      limit_workload(make_workload(config.workload_section(), config.seed, config.base_dir),
+                     config.max_requests, config.max_duration_ns, config.file);
+  out.workload = workload->describe();
+  const std::string final_dir =
+      options.out_dir.empty() ? "out/" + config.name + "-engine" : options.out_dir;
+  check_out_dir(final_dir);
+  // Written under a temporary sibling, moved into place when the run completed (sim/run.h).
+  StagedDir stage(final_dir);
+  out.out_dir = stage.temp_path();
+  const std::string steps_path = config.outputs.steps_csv ? out.out_dir + "/steps.csv" : "";
+  const std::string schedule_path =
+      config.outputs.record_schedule ? out.out_dir + "/schedule.csv" : "";
+
   Recorder recorder(config.slo, steps_path, schedule_path);
   TokenCapture capture(recorder, options.write_tokens);
   WorkloadFeedback feedback(*workload, capture);
   Replica replica(scheduler_config_with_policies(config),
-                  static_cast<std::int32_t>(out.num_gpu_blocks), *executor, &feedback,
-                  kv_cache_options_for(config), static_cast<std::int32_t>(num_cpu_blocks));
+                  static_cast<std::int32_t>(out.num_gpu_blocks), *engine.executor, &feedback,
+                  kv_cache_options_for(config), static_cast<std::int32_t>(engine.num_cpu_blocks));
   Scheduler& scheduler = replica.scheduler();
 
   ArrivalFeed arrivals(*workload);
-  // serving.frontend: arrivals reach the scheduler at their ready time (serving/frontend.h).
-  const bool frontend_on = config.frontend.enabled();
-  FrontEnd frontend(config.frontend);
   SimulationTotals& totals = out.totals;
-  const std::optional<TimeNs> first = arrivals.peek();
-  totals.first_arrival_ns = first.value_or(0);
-  const Clock::time_point start = Clock::now();
-  const auto clock_now = [&] {
-    return totals.first_arrival_ns +
-           std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count();
-  };
-  Clock::time_point last_progress = start;
-  while (true) {
-    throw_if_interrupted();  // SIGINT/SIGTERM: unwind; the staged folder is removed
-    const TimeNs now = clock_now();
-    for (std::optional<TimeNs> t = arrivals.peek(); t && *t <= now; t = arrivals.peek()) {
-      if (frontend_on) {
-        frontend.push(arrivals.take());
-      } else {
-        scheduler.add_request(arrivals.take(), now);
-      }
-      ++totals.num_arrivals;
-      totals.end_ns = std::max(totals.end_ns, now);
-    }
-    for (std::optional<TimeNs> t = frontend.next_ready(); t && *t <= now;
-         t = frontend.next_ready()) {
-      RequestSpec spec = frontend.pop();
-      if (recorder.records_events()) recorder.on_ready(spec.id, spec.arrival_ns, now);
-      scheduler.add_request(std::move(spec), now);
-    }
-    const StepPlan& plan = scheduler.schedule(now);
-    if (plan.empty()) {
-      if (scheduler.num_running() == 0 && scheduler.num_waiting() > 0) {
-        throw std::logic_error("engine stalled: " + std::to_string(scheduler.num_waiting()) +
-                               " waiting requests and nothing can run");
-      }
-      std::optional<TimeNs> next = arrivals.peek();
-      if (const std::optional<TimeNs> ready = frontend.next_ready()) {
-        next = next ? std::min(*next, *ready) : *ready;
-      }
-      if (!next) break;
-      const TimeNs wait = std::min(*next - clock_now(), kMaxIdleSleepNs);
-      if (wait > 0) std::this_thread::sleep_for(std::chrono::nanoseconds(wait));
-      continue;
-    }
-    const StepSnapshot snap = replica.snapshot();
-    const StepResult result = executor->execute(plan);
-    // The step lasts from the plan to the end of execution: scheduling overhead is real time.
-    const TimeNs end = std::max(clock_now(), now + 1);
-    recorder.on_step(plan, now, end - now, snap);
-    ++totals.num_steps;
-    scheduler.complete(result, end);
-    totals.end_ns = std::max(totals.end_ns, end);
-    if (options.progress && Clock::now() - last_progress > std::chrono::milliseconds(1000)) {
-      last_progress = Clock::now();
-      std::fprintf(stderr, "\r  %lld requests arrived, %lld steps, wall %.1f s   ",
-                   static_cast<long long>(totals.num_arrivals),
-                   static_cast<long long>(totals.num_steps),
-                   std::chrono::duration<double>(last_progress - start).count());
-      std::fflush(stderr);
-    }
-  }
-  if (options.progress) std::fputs("\r\033[K", stderr);
+  totals.first_arrival_ns = arrivals.peek().value_or(0);
+  const WallClock clock(totals.first_arrival_ns);
+  ExperimentSource source(arrivals, config.frontend, recorder, clock, totals, options.progress);
+  run_engine_loop(
+      replica, source, clock,
+      [&](const StepPlan& plan, TimeNs start, TimeNs duration, const StepSnapshot& snap) {
+        recorder.on_step(plan, start, duration, snap);
+      },
+      totals, options.before_step);
   if (scheduler.has_unfinished()) {
     throw std::logic_error("engine run ended with unfinished requests (" +
                            std::to_string(scheduler.num_waiting()) + " waiting, " +

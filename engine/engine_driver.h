@@ -26,9 +26,13 @@
 // schedule.csv is byte-identical to `sim run`'s; with arrivals spread in time it is not.
 #pragma once
 
+#include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 
+#include "core/backend.h"
+#include "engine/llama_weights.h"
 #include "serving/experiment.h"
 #include "serving/model_config.h"
 #include "serving/run_folder.h"
@@ -42,6 +46,9 @@ struct EngineOptions {
   double kv_memory_gib = 1.0;  // KV budget when serving.num_gpu_blocks is unset
   bool write_tokens = false;   // also write tokens.jsonl: {"id": N, "tokens": [...]} per request
   bool progress = false;       // progress line on stderr
+  // As RunOptions::before_step (sim/run.h): called with the scheduler and every plan before the
+  // executor runs it; an exception from it stops the run. Empty: none.
+  std::function<void(const Scheduler& scheduler, const StepPlan& plan)> before_step;
 };
 
 // When the experiment has a calibrated cost model whose file records a machine other than the
@@ -52,6 +59,21 @@ struct EngineOptions {
 // (estimate_cpu_engine_memory) exceeds MemAvailable; Interrupted on SIGINT/SIGTERM. Output folder
 // rules as for run_simulation (staged, replaced only when the run completed).
 RunOutput run_engine(const ExperimentConfig& config, const EngineOptions& options);
+
+// What run_engine and `engine serve` build before their loop: the model, the KV capacity and
+// the executor that owns the KV blocks.
+struct EngineInstance {
+  LlamaConfig llama;
+  std::int64_t num_gpu_blocks = 0;        // what the executor allocated
+  std::int64_t num_cpu_blocks = 0;        // swap blocks (preemption swap or auto), else 0
+  std::int64_t block_bytes = 0;           // of one block across all layers
+  std::unique_ptr<LlamaWeights> weights;  // host weights (null for device-random CUDA ones)
+  std::unique_ptr<Backend> executor;      // uses *weights: destroyed first (member order)
+};
+// Checks the experiment against the engine (device, multi-step, max_model_len, KV budget, host
+// memory) and loads weights and the executor, as described above; throws as run_engine does.
+// Warns (stderr) about a calibration measured elsewhere.
+EngineInstance load_engine(const ExperimentConfig& config, const EngineOptions& options);
 
 // Bytes of fp32 K and V of one block across all layers.
 std::int64_t engine_block_bytes(const ModelConfig& model, std::int32_t block_size);

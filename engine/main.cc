@@ -14,9 +14,11 @@
 
 #include "engine/engine_driver.h"
 #include "engine/profile.h"
+#include "engine/server.h"
 #include "serving/cli.h"
 #include "serving/config_node.h"
 #include "serving/experiment.h"
+#include "serving/home.h"
 #include "serving/output_file.h"
 #include "serving/run_folder.h"
 
@@ -49,6 +51,14 @@ constexpr const char* kUsage =
     "      header naming the machine (device name, threads), date and engine version, for\n"
     "      `sim calibrate` (docs/validation.md); an existing PROFILE.csv is replaced only with\n"
     "      --force\n"
+    "  serve [EXP.yaml | --model M] [--host H] [--port P] [--device cpu|cuda] [--weights PATH]\n"
+    "             [--kv-memory-gb G] [--max-in-flight N] [--served-model-name NAME]\n"
+    "             [--tokenizer FILE] [--seed N]\n"
+    "             [--set key.path=value]...\n"
+    "      an OpenAI-compatible HTTP server (/v1/completions, /v1/chat/completions, /v1/models,\n"
+    "      /health, /metrics) over the engine with the experiment's serving settings (default\n"
+    "      experiments/serve.yaml with model M); SIGINT/SIGTERM drain in-flight requests, then\n"
+    "      exit 0. docs/serving.md.\n"
     "  help       this text; `engine COMMAND --help` lists a command's options\n"
     "\n"
     "Experiment files are described in docs/experiments.md; the engine in docs/engine.md.\n";
@@ -64,6 +74,23 @@ double parse_gib(const std::string& text) {
   return v;
 }
 
+// --kv-memory-gb G (engine run and engine serve).
+void add_kv_memory_option(CLI::App& app, double& gib) {
+  app.add_option_function<std::string>(
+         "--kv-memory-gb", [&gib](const std::string& v) { gib = parse_gib(v); },
+         "GiB of K/V blocks when serving.num_gpu_blocks is not set (default 1)")
+      ->check(CLI::Validator(
+          [](std::string& v) -> std::string {
+            try {
+              parse_gib(v);
+            } catch (const UsageError&) {
+              return "expected a positive number of GiB, got '" + v + "'";
+            }
+            return "";
+          },
+          "G"));
+}
+
 int cmd_run(const std::vector<std::string>& args) {
   servelab::EngineOptions options;
   const servelab::ExperimentArgs a = servelab::parse_experiment_args(
@@ -74,20 +101,7 @@ int cmd_run(const std::vector<std::string>& args) {
         app.add_option("--weights", options.weights,
                        "a safetensors checkpoint (default: random weights from the seed)")
             ->type_name("PATH");
-        app.add_option_function<std::string>(
-               "--kv-memory-gb",
-               [&](const std::string& v) { options.kv_memory_gib = parse_gib(v); },
-               "GiB of K/V blocks when serving.num_gpu_blocks is not set (default 1)")
-            ->check(CLI::Validator(
-                [](std::string& v) -> std::string {
-                  try {
-                    parse_gib(v);
-                  } catch (const UsageError&) {
-                    return "expected a positive number of GiB, got '" + v + "'";
-                  }
-                  return "";
-                },
-                "G"));
+        add_kv_memory_option(app, options.kv_memory_gib);
         app.add_flag("--tokens", options.write_tokens, "write tokens.jsonl (the sampled tokens)");
       },
       "Run one experiment (the same files as `sim run`) with every step executed on the model "
@@ -108,6 +122,64 @@ int cmd_run(const std::vector<std::string>& args) {
     std::printf("  wall time %.3f s (including model setup)\n", wall);
   }
   return 0;
+}
+
+int cmd_serve(const std::vector<std::string>& args) {
+  namespace cli = servelab::cli;
+  servelab::ServeOptions o;
+  std::string experiment, model;
+  std::optional<std::uint64_t> seed;
+  std::vector<std::string> overrides;
+  int max_in_flight = 256;
+  const auto app = cli::command(
+      "engine serve",
+      "Serve the engine over HTTP with the OpenAI API subset of docs/serving.md "
+      "(/v1/completions, /v1/chat/completions, streaming or not; /v1/models, /health, /metrics "
+      "with vLLM's metric names). Serving settings come from EXP.yaml (its workload is not used) "
+      "or experiments/serve.yaml with --model M. SIGINT/SIGTERM stop new requests, let the "
+      "in-flight ones finish, then exit 0.");
+  app->add_option("experiment", experiment, "the experiment whose serving settings to use")
+      ->type_name("EXP.yaml");
+  app->add_option("--model", model, "the model (catalogue name), with experiments/serve.yaml")
+      ->type_name("M");
+  app->add_option("--host", o.host, "the address to listen on (default 127.0.0.1)")->type_name("H");
+  app->add_option("--port", o.port, "the port (default 8000; 0: any free port)")
+      ->check(cli::integer_in(0, 65535))
+      ->type_name("P");
+  app->add_option("--device", o.engine.device, "where the model runs (default cpu)")
+      ->check(cli::one_of({"cpu", "cuda"}));
+  app->add_option("--weights", o.engine.weights,
+                  "a safetensors checkpoint (default: random weights from the seed)")
+      ->type_name("PATH");
+  add_kv_memory_option(*app, o.engine.kv_memory_gib);
+  app->add_option("--max-in-flight", max_in_flight,
+                  "requests accepted and not finished before new ones get 429 (default 256)")
+      ->check(cli::integer_in(1, 100000))
+      ->type_name("N");
+  app->add_option("--tokenizer", o.tokenizer,
+                  "tokenizer.json for text prompts and output text (default: "
+                  "data/tokenizers/bytes, one token per byte)");
+  app->add_option("--served-model-name", o.served_model_name,
+                  "the model name clients use (default: the model's)")
+      ->type_name("NAME");
+  app->add_option_function<std::string>(
+         "--seed", [&](const std::string& v) { seed = servelab::parse_seed(v); },
+         "the random weights' seed")
+      ->check(cli::seed_value())
+      ->type_name("N");
+  app->add_option("--set", overrides, "override an experiment key (key.path=value)")
+      ->type_name("KEY=VALUE");
+  cli::parse(*app, args);
+  if (experiment.empty() == model.empty()) {
+    throw UsageError("engine serve: give an experiment file or --model M (one of them)");
+  }
+  if (!model.empty()) {
+    experiment = servelab::home_path("experiments/serve.yaml");
+    overrides.insert(overrides.begin(), "model=" + model);
+  }
+  o.max_in_flight = static_cast<std::size_t>(max_in_flight);
+  const servelab::ExperimentConfig config = servelab::load_experiment(experiment, overrides, seed);
+  return servelab::run_server(config, o, stdout);
 }
 
 int cmd_profile(const std::vector<std::string>& args) {
@@ -169,6 +241,7 @@ int main(int argc, char** argv) {
       [](const std::string& cmd, const std::vector<std::string>& args) -> std::optional<int> {
         if (cmd == "run") return cmd_run(args);
         if (cmd == "profile") return cmd_profile(args);
+        if (cmd == "serve") return cmd_serve(args);
         return std::nullopt;
       });
 }

@@ -27,6 +27,8 @@ const char* to_string(PolicyKind kind) {
       return "allocation";
     case PolicyKind::kVictim:
       return "victim";
+    case PolicyKind::kRouter:
+      return "router";
   }
   return "?";
 }
@@ -206,6 +208,16 @@ void PolicyRegistry::add(PluginInfo info) {
   plugins_.push_back(std::make_unique<PluginInfo>(std::move(info)));
 }
 
+bool PolicyRegistry::remove(PolicyKind kind, std::string_view name) {
+  for (auto it = plugins_.begin(); it != plugins_.end(); ++it) {
+    if ((*it)->kind == kind && (*it)->name == name) {
+      plugins_.erase(it);
+      return true;
+    }
+  }
+  return false;
+}
+
 const PluginInfo* PolicyRegistry::find(PolicyKind kind, std::string_view name) const {
   for (const auto& p : plugins_) {
     if (p->kind == kind && p->name == name) return p.get();
@@ -327,10 +339,14 @@ std::string format_catalogue() {
       "Policy plugins, by kind. Choose one per kind in an experiment's `policies:` section,\n"
       "either by name (queue: fcfs) or with parameters (queue: {name: predicted-sjf, error: "
       "0.5}).\n";
-  for (PolicyKind kind : kAllPolicyKinds) {
+  // The routers are chosen in `cluster.router` (docs/experiments.md), listed after the rest.
+  constexpr PolicyKind kListed[] = {PolicyKind::kBatch,      PolicyKind::kQueue,
+                                    PolicyKind::kPreemption, PolicyKind::kPrefixCache,
+                                    PolicyKind::kAllocation, PolicyKind::kRouter};
+  for (PolicyKind kind : kListed) {
     out += "\n";
     out += to_string(kind);
-    out += ":\n";
+    out += kind == PolicyKind::kRouter ? " (cluster.router):\n" : ":\n";
     for (const PluginInfo* p : reg.list(kind)) {
       out += "  " + p->name + "\n";
       out += "      " + p->description + "\n";

@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "core/kv_cache_manager.h"
+#include "core/router.h"
 #include "core/scheduler_config.h"
 #include "serving/config_node.h"
 
@@ -49,11 +50,13 @@ enum class PolicyKind : std::uint8_t {
   kPrefixCache,
   kAllocation,
   kVictim,
+  kRouter,  // `cluster.router` (core/router.h); not a `policies:` key either
 };
 inline constexpr PolicyKind kAllPolicyKinds[] = {PolicyKind::kBatch, PolicyKind::kQueue,
                                                  PolicyKind::kPreemption, PolicyKind::kPrefixCache,
                                                  PolicyKind::kAllocation};
-// The YAML key of a kind ("batch", "queue", "preemption", "prefix_cache", "allocation"; "victim").
+// The YAML key of a kind ("batch", "queue", "preemption", "prefix_cache", "allocation"; "victim",
+// "router").
 const char* to_string(PolicyKind kind);
 
 enum class ParamType : std::uint8_t { kInt, kDouble, kBool, kString };
@@ -79,17 +82,20 @@ struct PolicySpec;
 
 // What a plugin's factory builds into. `scheduler` is always set; `kv_cache` is null when only
 // the scheduler's side is wanted (experiment loading); `seed` is the experiment seed.
+// `router` is set only when a router is built (it receives the router plugin's maker).
 struct PolicyTarget {
   SchedulerConfig* scheduler = nullptr;
   KvCacheOptions* kv_cache = nullptr;
   std::uint64_t seed = 0;
+  RouterMaker* router = nullptr;
 };
 
 // Builds the plugin `spec` names (its parameters validated by the registry) into `target`: sets
 // the fields its kind owns (batch: scheduler->batch; queue: scheduler->make_waiting_queue;
 // preemption: scheduler->preemption, max_preemptions and, through the victim rule's factory,
 // scheduler->victim; victim: scheduler->victim; prefix_cache: scheduler->enable_prefix_caching
-// and kv_cache->prefix_cache (the PrefixCache factory); allocation: kv_cache's allocation mode).
+// and kv_cache->prefix_cache (the PrefixCache factory); allocation: kv_cache's allocation mode;
+// router: *router, a maker that builds one Router per routing stage).
 // May throw std::invalid_argument for values the plugin's constructor refuses.
 using PolicyFactory = std::function<void(const PolicySpec& spec, PolicyTarget& target)>;
 
@@ -128,6 +134,9 @@ class PolicyRegistry {
   // Registers a plugin. Throws std::logic_error on a duplicate name within its kind, a missing
   // factory or a default that does not match its parameter's type.
   void add(PluginInfo info);
+  // Unregisters a plugin (the Python module replaces a plugin a notebook registers again);
+  // returns whether it was registered. Objects its factory already built are unaffected.
+  bool remove(PolicyKind kind, std::string_view name);
   // nullptr if unknown.
   const PluginInfo* find(PolicyKind kind, std::string_view name) const;
   // The plugins of a kind by (rank, name).

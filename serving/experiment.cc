@@ -4,6 +4,8 @@
 #include <filesystem>
 #include <utility>
 
+#include "serving/hardware_config.h"
+#include "serving/model_config.h"
 #include "traces/workload.h"
 
 namespace servelab {
@@ -143,28 +145,192 @@ void parse_cost_model(const ConfigNode& n, ExperimentConfig& c) {
   cm.calibrated = load_calibrated_profile(cm.file);
 }
 
+// cluster: {router, decode_router, kv_transfer, pools: [{name, model, hardware, count, role,
+// tensor_parallel, pipeline_parallel}, ...]}.
+void parse_cluster(const ConfigNode& n, ExperimentConfig& c) {
+  n.allow_keys({"pools", "router", "decode_router", "kv_transfer"});
+  ClusterConfig& cl = c.cluster;
+  cl.set = true;
+  if (auto r = n.find("router")) cl.router = parse_policy_spec(PolicyKind::kRouter, *r);
+  if (auto r = n.find("decode_router")) {
+    cl.decode_router = parse_policy_spec(PolicyKind::kRouter, *r);
+  }
+  if (auto t = n.find("kv_transfer")) {
+    t->allow_keys({"bandwidth_gb_s", "latency_us"});
+    cl.kv_transfer_set = true;
+    cl.kv_transfer.bandwidth_gb_s = t->get_double("bandwidth_gb_s", 0.0, 0.0, 1e6);
+    cl.kv_transfer.latency_us = t->get_double("latency_us", cl.kv_transfer.latency_us, 0.0, 1e9);
+  }
+  const ConfigNode pools = n.at("pools");
+  if (!pools.is_sequence() || pools.elements().empty()) {
+    pools.fail("a non-empty list of pools ({name, model, hardware, count, role, ...})");
+  }
+  const std::string catalog = default_catalog_dir();
+  std::int64_t total = 0;
+  std::optional<ConfigNode> decode_role, prefill_role;
+  std::string prefill_model;
+  for (const ConfigNode& p : pools.elements()) {
+    p.allow_keys(
+        {"name", "model", "hardware", "count", "role", "tensor_parallel", "pipeline_parallel"});
+    PoolConfig pool;
+    pool.location = p.location();
+    pool.name = p.get_string("name", "pool" + std::to_string(cl.pools.size()));
+    for (const PoolConfig& q : cl.pools) {
+      if (q.name == pool.name) {
+        (p.has("name") ? p.at("name") : p)
+            .fail_message("pool name '" + pool.name + "' is used twice; pool names are unique");
+      }
+    }
+    pool.model = p.get_string("model", c.model);
+    pool.hardware = p.get_string("hardware", c.hardware);
+    // Unknown names are errors here, at the pool's key, not when the run starts.
+    try {
+      (void)load_model(pool.model, catalog);
+    } catch (const ConfigError& e) {
+      (p.has("model") ? p.at("model") : p).fail_message(e.what());
+    }
+    try {
+      (void)load_hardware(pool.hardware, catalog);
+    } catch (const ConfigError& e) {
+      (p.has("hardware") ? p.at("hardware") : p).fail_message(e.what());
+    }
+    pool.count = static_cast<std::int32_t>(p.get_int("count", 1, 1, 1 << 20));
+    total += pool.count;
+    if (auto r = p.find("role")) {
+      const std::string role = r->as_choice({"unified", "prefill", "decode"});
+      pool.role = role == "prefill"  ? ReplicaRole::kPrefill
+                  : role == "decode" ? ReplicaRole::kDecode
+                                     : ReplicaRole::kUnified;
+      if (pool.role == ReplicaRole::kDecode && !decode_role) decode_role = *r;
+      if (pool.role == ReplicaRole::kPrefill && !prefill_role) {
+        prefill_role = *r;
+        prefill_model = pool.model;
+      }
+    }
+    for (const char* key : {"tensor_parallel", "pipeline_parallel"}) {
+      const auto v = static_cast<std::int32_t>(p.get_int(key, 1, 1, 1 << 16));
+      if (v > 1) {
+        p.at(key).fail_message(std::string(key) +
+                               " > 1 is not yet supported (the cost model has no parallelism "
+                               "terms yet); use 1");
+      }
+      (std::string_view(key) == "tensor_parallel" ? pool.tensor_parallel : pool.pipeline_parallel) =
+          v;
+    }
+    cl.pools.push_back(std::move(pool));
+  }
+  if (total > (1 << 20)) pools.fail("at most 1048576 replicas in all");
+  if (decode_role && !prefill_role) {
+    decode_role->fail_message(
+        "a decode pool needs a prefill pool to send it requests; add a pool with role prefill");
+  }
+  if (prefill_role && !decode_role) {
+    prefill_role->fail_message(
+        "a prefill pool needs a decode pool to hand its requests to; add a pool with role decode");
+  }
+  if (prefill_role) {
+    // The KV a prefill replica computed is only meaningful to a replica of the same model.
+    for (const ConfigNode& p : pools.elements()) {
+      const std::string model = p.get_string("model", c.model);
+      if (p.has("role") && p.at("role").as_string() != "unified" && model != prefill_model) {
+        (p.has("model") ? p.at("model") : p)
+            .fail_message("prefill and decode pools must serve the same model ('" + prefill_model +
+                          "'), got '" + model + "'");
+      }
+    }
+  }
+  if (!cl.disaggregated() && (cl.decode_router || cl.kv_transfer_set)) {
+    n.at(cl.decode_router ? "decode_router" : "kv_transfer")
+        .fail_message("only meaningful with prefill and decode pools");
+  }
+  // The router's factory runs once here, so a parameter it refuses is an error now.
+  SchedulerConfig scratch;
+  RouterMaker maker;
+  PolicyTarget target{&scratch, nullptr, c.seed, &maker};
+  build_policy(PolicyKind::kRouter, cl.router, target, c.file + ": cluster.router");
+  if (cl.decode_router) {
+    build_policy(PolicyKind::kRouter, *cl.decode_router, target,
+                 c.file + ": cluster.decode_router");
+  }
+}
+
+void emit_cluster(YAML::Emitter& e, const ClusterConfig& cl) {
+  e << YAML::Key << "cluster" << YAML::Value << YAML::BeginMap;
+  emit_policy(e, "router", cl.router);
+  if (cl.decode_router) emit_policy(e, "decode_router", *cl.decode_router);
+  if (cl.disaggregated()) {
+    e << YAML::Key << "kv_transfer" << YAML::Value << YAML::Flow << YAML::BeginMap;
+    e << YAML::Key << "bandwidth_gb_s" << YAML::Value << cl.kv_transfer.bandwidth_gb_s;
+    e << YAML::Key << "latency_us" << YAML::Value << cl.kv_transfer.latency_us;
+    e << YAML::EndMap;
+  }
+  e << YAML::Key << "pools" << YAML::Value << YAML::BeginSeq;
+  for (const PoolConfig& p : cl.pools) {
+    e << YAML::Flow << YAML::BeginMap;
+    e << YAML::Key << "name" << YAML::Value << p.name;
+    e << YAML::Key << "model" << YAML::Value << p.model;
+    e << YAML::Key << "hardware" << YAML::Value << p.hardware;
+    e << YAML::Key << "count" << YAML::Value << p.count;
+    e << YAML::Key << "role" << YAML::Value << to_string(p.role);
+    e << YAML::Key << "tensor_parallel" << YAML::Value << p.tensor_parallel;
+    e << YAML::Key << "pipeline_parallel" << YAML::Value << p.pipeline_parallel;
+    e << YAML::EndMap;
+  }
+  e << YAML::EndSeq;
+  e << YAML::EndMap;
+}
+
 }  // namespace
+
+const char* to_string(ReplicaRole role) {
+  switch (role) {
+    case ReplicaRole::kUnified:
+      return "unified";
+    case ReplicaRole::kPrefill:
+      return "prefill";
+    case ReplicaRole::kDecode:
+      return "decode";
+  }
+  return "?";
+}
+
+std::int32_t ClusterConfig::num_replicas() const {
+  std::int32_t n = 0;
+  for (const PoolConfig& p : pools) n += p.count;
+  return n;
+}
+
+bool ClusterConfig::disaggregated() const {
+  for (const PoolConfig& p : pools) {
+    if (p.role != ReplicaRole::kUnified) return true;
+  }
+  return false;
+}
 
 ConfigNode ExperimentConfig::workload_section() const {
   ConfigNode root_node(root, std::make_shared<const std::string>(file), "");
   return root_node.at("workload");
 }
 
-ExperimentConfig load_experiment(const std::string& path, const std::vector<std::string>& overrides,
-                                 std::optional<std::uint64_t> seed) {
-  ConfigNode doc = ConfigNode::load_file(path);
+namespace {
+
+// The experiment in `doc` (already parsed): `path` names it in messages, `base_dir` resolves its
+// relative data paths, `default_name` names it when it has no `name:`.
+ExperimentConfig experiment_from_document(const ConfigNode& doc, const std::string& path,
+                                          std::string base_dir, const std::string& default_name,
+                                          const std::vector<std::string>& overrides,
+                                          std::optional<std::uint64_t> seed) {
   YAML::Node root = doc.yaml();
   for (const std::string& o : overrides) apply_override(root, o);
   ConfigNode top(root, std::make_shared<const std::string>(path), "");
 
   ExperimentConfig c;
   c.file = path;
-  c.base_dir = std::filesystem::path(path).parent_path().string();
-  if (c.base_dir.empty())
-    c.base_dir.push_back('.');  // (not = ".": GCC 12 -Wrestrict false positive)
+  c.base_dir = std::move(base_dir);
   top.allow_keys({"name", "description", "seed", "model", "hardware", "serving", "policies",
-                  "workload", "slo", "outputs", "compare", "cost_model", "sweep", "limits"});
-  c.name = top.has("name") ? top.get_string("name") : std::filesystem::path(path).stem().string();
+                  "workload", "slo", "outputs", "compare", "cost_model", "sweep", "limits",
+                  "cluster", "parallel", "topology"});
+  c.name = top.has("name") ? top.get_string("name") : default_name;
   // The name becomes a folder name (out/<name>): no '/', no "." or "..", no hidden folder.
   bool name_ok = !c.name.empty() && c.name.front() != '.';
   for (char ch : c.name) {
@@ -199,6 +365,15 @@ ExperimentConfig load_experiment(const std::string& path, const std::vector<std:
   if (auto s = top.find("slo")) parse_slo(*s, c);
   if (auto o = top.find("outputs")) parse_outputs(*o, c);
   if (auto m = top.find("cost_model")) parse_cost_model(*m, c);
+  if (auto cl = top.find("cluster")) parse_cluster(*cl, c);
+  parse_parallel_section(top, c.parallel);
+  if (c.cluster.set && (c.parallel.set || c.parallel.topology)) {
+    // Each pool states its own parallelism; a cluster over a topology is not wired yet.
+    (c.parallel.set ? top.at("parallel") : top.at("topology"))
+        .fail_message(
+            "a cluster: section takes its parallelism per pool (tensor_parallel, "
+            "pipeline_parallel); top-level parallel: and topology: are for one replica");
+  }
   if (!top.has("workload")) top.at("workload");  // throws "required but missing"
   if (auto l = top.find("limits")) {
     l->allow_keys({"max_requests", "max_duration_s"});
@@ -227,6 +402,25 @@ ExperimentConfig load_experiment(const std::string& path, const std::vector<std:
   }
   c.root = root;
   return c;
+}
+
+}  // namespace
+
+ExperimentConfig load_experiment(const std::string& path, const std::vector<std::string>& overrides,
+                                 std::optional<std::uint64_t> seed) {
+  const ConfigNode doc = ConfigNode::load_file(path);
+  std::string base_dir = std::filesystem::path(path).parent_path().string();
+  if (base_dir.empty()) base_dir.push_back('.');  // (not = ".": GCC 12 -Wrestrict false positive)
+  return experiment_from_document(doc, path, std::move(base_dir),
+                                  std::filesystem::path(path).stem().string(), overrides, seed);
+}
+
+ExperimentConfig load_experiment_text(const std::string& text, const std::string& name,
+                                      const std::string& base_dir, const std::string& default_name,
+                                      const std::vector<std::string>& overrides,
+                                      std::optional<std::uint64_t> seed) {
+  const ConfigNode doc = ConfigNode::load_string(text, name);
+  return experiment_from_document(doc, name, base_dir, default_name, overrides, seed);
 }
 
 std::string resolved_config_yaml(const ExperimentConfig& c,
@@ -298,6 +492,17 @@ std::string resolved_config_yaml(const ExperimentConfig& c,
       e << YAML::Key << "sequence_overhead_us" << YAML::Value << *c.cost_model.sequence_overhead_us;
     }
     e << YAML::EndMap;
+  }
+  if (c.cluster.set) emit_cluster(e, c.cluster);
+  if (c.parallel.set) {
+    e << YAML::Key << "parallel" << YAML::Value << YAML::Flow << YAML::BeginMap;
+    e << YAML::Key << "tensor" << YAML::Value << c.parallel.tensor;
+    e << YAML::Key << "pipeline" << YAML::Value << c.parallel.pipeline;
+    e << YAML::Key << "microbatches" << YAML::Value << c.parallel.microbatches;
+    e << YAML::EndMap;
+  }
+  if (c.parallel.topology) {
+    e << YAML::Key << "topology" << YAML::Value << without_override_marks(c.root["topology"]);
   }
   if (c.limits_set) {
     e << YAML::Key << "limits" << YAML::Value << YAML::BeginMap;

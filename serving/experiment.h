@@ -11,6 +11,10 @@
 //   slo                            latency objectives for goodput
 //   outputs                        which files a run writes
 //   cost_model                     roofline (default) or a calibrated cost.yaml
+//   cluster                        pools of replicas behind a router, prefill/decode roles (absent:
+//                                  one replica of `model` on `hardware`, as always)
+//   parallel, topology             tensor/pipeline parallelism of the replica and the GPUs' links
+//                                  (serving/parallel_config.h)
 // Every key is checked; errors are ConfigError naming file:line and the key path.
 #pragma once
 
@@ -26,6 +30,7 @@
 #include "serving/config_node.h"
 #include "serving/frontend.h"
 #include "serving/hardware_config.h"
+#include "serving/parallel_config.h"
 #include "serving/recorder.h"
 
 namespace servelab {
@@ -66,6 +71,48 @@ struct CostModelChoice {
   }
 };
 
+// What a replica of a cluster does with a request: everything (unified), the prompt and the
+// first token only (prefill; its KV then travels to a decode replica), or the rest (decode).
+enum class ReplicaRole : std::uint8_t { kUnified, kPrefill, kDecode };
+const char* to_string(ReplicaRole role);
+
+// One pool of identical replicas (`cluster.pools[i]`).
+struct PoolConfig {
+  std::string name;      // unique in the cluster; default "pool<i>"
+  std::string model;     // catalogue name or config.json path (default: the experiment's)
+  std::string hardware;  // catalogue name (default: the experiment's)
+  std::int32_t count = 1;
+  ReplicaRole role = ReplicaRole::kUnified;
+  std::int32_t tensor_parallel = 1;  // only 1 until the topology's parallelism terms land
+  std::int32_t pipeline_parallel = 1;
+  std::string location;  // "FILE:LINE:COL" of the pool, for errors found later
+};
+
+// The KV transfer links of a prefill/decode cluster (`cluster.kv_transfer`): one link per
+// (prefill, decode) replica pair; a transfer takes latency + bytes / bandwidth and the transfers
+// on one link are serialised (serving/kv_transfer.h). Bandwidth 0 means the lesser of the two
+// replicas' host links (hardware host_link_bandwidth * host_link_efficiency: the KV goes
+// through host memory, as without RDMA or NVLink between the GPUs).
+struct KvTransferConfig {
+  double bandwidth_gb_s = 0;  // GB/s (1e9 bytes); 0: from the hardware catalogue
+  double latency_us = 10;     // per transfer
+};
+
+// `cluster:` (docs/experiments.md). Absent (set == false): one replica of the experiment's model
+// on its hardware, no router, the outputs of a single-replica run.
+struct ClusterConfig {
+  bool set = false;
+  std::vector<PoolConfig> pools;
+  PolicySpec router = default_policy_spec(PolicyKind::kRouter, "round_robin");
+  // The router for decode replicas (P/D); default: the same plugin as `router`.
+  std::optional<PolicySpec> decode_router;
+  KvTransferConfig kv_transfer;
+  bool kv_transfer_set = false;
+
+  std::int32_t num_replicas() const;
+  bool disaggregated() const;  // some pool has role prefill or decode
+};
+
 inline constexpr std::int64_t kDefaultMaxRequests = 100'000'000;
 inline constexpr std::int64_t kDefaultMaxDurationS = 365LL * 24 * 3600;  // one year
 
@@ -90,6 +137,8 @@ struct ExperimentConfig {
   SloConfig slo;
   OutputOptions outputs;
   CostModelChoice cost_model;
+  ClusterConfig cluster;
+  ParallelChoice parallel;  // `parallel:` and `topology:` (default: one GPU)
   // `limits:` guards against runs that would fill the disk or never end (docs/experiments.md):
   // at most max_requests requests, none arriving later than max_duration_ns after time 0.
   std::int64_t max_requests = kDefaultMaxRequests;
@@ -104,6 +153,14 @@ struct ExperimentConfig {
 // Throws ConfigError on any problem.
 ExperimentConfig load_experiment(const std::string& path, const std::vector<std::string>& overrides,
                                  std::optional<std::uint64_t> seed = std::nullopt);
+
+// The same for an experiment given as YAML text (the Python module's dicts): `name` stands for
+// the file in messages, relative data paths resolve against `base_dir`, and `default_name`
+// names the experiment when the text has no `name:`.
+ExperimentConfig load_experiment_text(const std::string& text, const std::string& name,
+                                      const std::string& base_dir, const std::string& default_name,
+                                      const std::vector<std::string>& overrides,
+                                      std::optional<std::uint64_t> seed = std::nullopt);
 
 // The resolved configuration as YAML text: every section with defaults filled in, followed by
 // `derived` facts (`extra`, e.g. the KV block count the run used).

@@ -24,6 +24,30 @@ HardwareConfig load_file(const std::string& path) {
 
 }  // namespace
 
+InterconnectSpec parse_interconnect(const ConfigNode& node) {
+  std::vector<std::string> keys = {"gpus_per_node", "efficiency"};
+  for (LinkKind k : kLinkKinds) {
+    keys.push_back(std::string(to_string(k)) + "_gbps");
+    keys.push_back(std::string(to_string(k)) + "_latency_us");
+  }
+  node.allow_keys(keys);
+  InterconnectSpec ic;
+  ic.gpus_per_node = static_cast<std::int32_t>(node.get_int("gpus_per_node", 0, 1, 1 << 16));
+  ic.efficiency = node.get_double("efficiency", 1.0, 1e-3, 1.0);
+  for (LinkKind k : kLinkKinds) {
+    const std::string gbps = std::string(to_string(k)) + "_gbps";
+    const std::string latency = std::string(to_string(k)) + "_latency_us";
+    // GB/s (1e9 B/s) each way, and microseconds per hop; a latency needs its bandwidth.
+    if (!node.has(gbps)) {
+      if (node.has(latency)) node.at(latency).fail_message("given without " + gbps);
+      continue;
+    }
+    ic[k].bandwidth = node.get_double(gbps, 1e-6, 1e6) * 1e9;
+    ic[k].latency_s = node.get_double(latency, 0.0, 0.0, 1e6) * 1e-6;
+  }
+  return ic;
+}
+
 HardwareConfig HardwareConfig::classic_roofline() const {
   const HardwareConfig classic;
   HardwareConfig hw = *this;
@@ -83,7 +107,7 @@ void HardwareConfig::validate() const {
 HardwareConfig parse_hardware(const ConfigNode& node, const std::string& default_name) {
   node.allow_keys({"name", "description", "peak_tflops", "peak_tflops_fp32", "hbm_bandwidth_gbps",
                    "memory_gib", "host_link_gbps", "tensor_parallel", "efficiency", "kernel_min_us",
-                   "step_overhead_us", "sequence_overhead_us", "fitted"});
+                   "step_overhead_us", "sequence_overhead_us", "fitted", "interconnect"});
   HardwareConfig hw;
   hw.name = node.get_string("name", default_name);
   hw.source = node.file();
@@ -125,6 +149,7 @@ HardwareConfig parse_hardware(const ConfigNode& node, const std::string& default
     (void)fitted->get_string("method", "");
     (void)fitted->get_string("held_out", "");
   }
+  if (const auto ic = node.find("interconnect")) hw.interconnect = parse_interconnect(*ic);
   hw.step_overhead_s =
       node.get_double("step_overhead_us", hw.step_overhead_s * 1e6, 0.0, 1e7 - 1) * 1e-6;
   hw.sequence_overhead_s = node.get_double("sequence_overhead_us", 0.0, 0.0, 1e6 - 1) * 1e-6;

@@ -10,6 +10,8 @@
 #include <string>
 #include <string_view>
 
+#include "serving/interconnect.h"
+
 namespace servelab {
 
 class ConfigNode;
@@ -22,9 +24,11 @@ struct HardwareConfig {
   double hbm_bandwidth = 0;        // device memory bandwidth, B/s
   std::int64_t memory_bytes = 0;   // device memory capacity
   double host_link_bandwidth = 0;  // host <-> device, one direction, B/s (PCIe)
-  // Degree of tensor parallelism the entry describes. Only 1 is supported for now: the roofline
-  // has no communication term yet.
+  // GPUs the entry describes: always 1 (an entry is one GPU; tensor and pipeline parallelism are
+  // the experiment's `parallel:` section, serving/parallel_config.h).
   std::int32_t tensor_parallel = 1;
+  // The GPU's links to other GPUs (`interconnect:`; empty when the entry has none).
+  InterconnectSpec interconnect;
 
   // Fractions of peak reached in practice, each in (0, 1]. The bandwidth efficiencies of
   // GEMM weight streaming and of each elementwise kind may be 0, meaning
@@ -70,6 +74,12 @@ struct HardwareConfig {
 // A hardware entry from a YAML mapping; `name` defaults to `default_name`. Strict: unknown keys,
 // missing required keys and out-of-range values are ConfigErrors with FILE:LINE:COL and the key.
 HardwareConfig parse_hardware(const ConfigNode& node, const std::string& default_name);
+
+// An `interconnect:` mapping: gpus_per_node, efficiency (default 1), and for each link kind K
+// (nvlink, pcie, infiniband, ethernet) K_gbps (GB/s each way, > 0) with an optional K_latency_us
+// (per hop, default 0). Absent kinds have bandwidth 0. Unknown keys and out-of-range values are
+// ConfigErrors with the location.
+InterconnectSpec parse_interconnect(const ConfigNode& node);
 
 // `name_or_path` is a path ending in .yaml/.yml, or a catalogue name looked up as
 // catalog_dir/hardware/<name>.yaml (case-sensitive; an unknown name is a ConfigError listing

@@ -34,4 +34,17 @@ inline void throw_if_interrupted() {
 // For tests: forget a received signal.
 void reset_interrupt();
 
+// For a library inside another program (the Python module): while at least one scope is alive,
+// SIGINT is recorded by the handler above (so throw_if_interrupted() sees it, from any thread);
+// the first scope forgets any earlier signal and saves the program's own SIGINT action, the last
+// one restores it and forgets the signal. SIGTERM is left to the host program. Scopes may
+// overlap from several threads.
+class ScopedInterruptHandler {
+ public:
+  ScopedInterruptHandler();
+  ~ScopedInterruptHandler();
+  ScopedInterruptHandler(const ScopedInterruptHandler&) = delete;
+  ScopedInterruptHandler& operator=(const ScopedInterruptHandler&) = delete;
+};
+
 }  // namespace servelab

@@ -1,10 +1,13 @@
 #include "serving/kv_capacity.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "serving/config_node.h"
+#include "serving/parallel_config.h"
 
 namespace servelab {
 
@@ -23,6 +26,87 @@ std::string num(double v) {
 }
 
 }  // namespace
+
+// The tensor * pipeline case: the same arithmetic per GPU, the replica limited by its most
+// constrained GPU (one of each stage stands for its whole tensor-parallel group).
+static KvCapacity parallel_kv_capacity(const ModelConfig& model, const HardwareConfig& hardware,
+                                       const KvCapacityOptions& options) {
+  const std::int32_t tp = options.tensor_parallel, pp = options.pipeline_parallel;
+  const std::string who = "model " + model.name + " on " + std::to_string(tp * pp) + " x " +
+                          hardware.name + " (tensor " + std::to_string(tp) + ", pipeline " +
+                          std::to_string(pp) + ")";
+  const ModelConfig shard = tensor_shard(model, tp);
+  const std::int64_t d = model.dtype_bytes;
+  KvCapacity c;
+  c.block_size = options.block_size;
+  c.block_bytes = kv_block_bytes(model, options.block_size);
+  c.num_gpus = tp * pp;
+  struct Stage {
+    std::int64_t weights, block_bytes;
+  };
+  std::vector<Stage> stages;
+  for (std::int32_t s = 0; s < pp; ++s) {
+    const std::int64_t layers = stage_layers(model.num_layers, pp, s);
+    std::int64_t params = layers * shard.params_per_layer();
+    if (s == 0) params += shard.embedding_params();
+    if (s == pp - 1) {
+      params += model.hidden_size;  // final norm
+      // The LM head; a tied one is the embedding's copy, held by the last stage when it is not
+      // the first.
+      if (!model.tie_word_embeddings || pp > 1) params += shard.embedding_params();
+    }
+    stages.push_back({params * d, 2 * layers * shard.kv_size() * d * options.block_size});
+  }
+  c.gpu_block_bytes = 0;
+  for (const Stage& st : stages) c.gpu_block_bytes = std::max(c.gpu_block_bytes, st.block_bytes);
+  c.num_cpu_blocks = static_cast<std::int64_t>(
+      std::floor(options.swap_space_gib * 1073741824.0 / static_cast<double>(c.gpu_block_bytes)));
+  c.weight_bytes = 0;
+  for (const Stage& st : stages) c.weight_bytes = std::max(c.weight_bytes, st.weights);
+  if (options.num_gpu_blocks) {
+    if (*options.num_gpu_blocks < 1) {
+      throw ConfigError("num_gpu_blocks must be at least 1, got " +
+                        std::to_string(*options.num_gpu_blocks));
+    }
+    c.num_gpu_blocks = *options.num_gpu_blocks;
+    c.overridden = true;
+    return c;
+  }
+  c.memory_bytes = hardware.memory_bytes;
+  c.usable_bytes =
+      std::llround(static_cast<double>(hardware.memory_bytes) * options.gpu_memory_utilization);
+  c.activation_reserve_bytes =
+      options.activation_reserve_bytes
+          ? *options.activation_reserve_bytes
+          : default_activation_reserve_bytes(shard, options.max_num_batched_tokens,
+                                             options.max_num_seqs);
+  if (c.activation_reserve_bytes < 0) {
+    throw ConfigError("activation_reserve_bytes must not be negative, got " +
+                      std::to_string(c.activation_reserve_bytes));
+  }
+  c.num_gpu_blocks = -1;
+  for (std::int32_t s = 0; s < pp; ++s) {
+    const Stage& st = stages[s];
+    const std::int64_t kv = c.usable_bytes - st.weights - c.activation_reserve_bytes;
+    if (kv < st.block_bytes) {
+      throw ConfigError(who + ": no room for the KV cache on a GPU of stage " + std::to_string(s) +
+                        ": memory " + gib(c.memory_bytes) + " x " +
+                        num(options.gpu_memory_utilization) + " = " + gib(c.usable_bytes) +
+                        ", minus its weights " + gib(st.weights) + " and activation reserve " +
+                        gib(c.activation_reserve_bytes) + " leaves " + gib(kv) +
+                        ", less than one block (" + std::to_string(st.block_bytes) +
+                        " bytes); use more GPUs (tensor or pipeline), a larger GPU or a smaller "
+                        "model");
+    }
+    const std::int64_t blocks = kv / st.block_bytes;
+    if (c.num_gpu_blocks < 0 || blocks < c.num_gpu_blocks) {
+      c.num_gpu_blocks = blocks;
+      c.weight_bytes = st.weights;
+      c.kv_bytes = kv;
+    }
+  }
+  return c;
+}
 
 std::int64_t kv_block_bytes(const ModelConfig& model, std::int32_t block_size) {
   return model.kv_bytes_per_token() * block_size;
@@ -56,9 +140,16 @@ KvCapacity compute_kv_capacity(const ModelConfig& model, const HardwareConfig& h
     throw ConfigError(who + ": tensor_parallel " + std::to_string(hardware.tensor_parallel) +
                       " is not supported (only 1)");
   }
+  const std::int32_t tp = options.tensor_parallel, pp = options.pipeline_parallel;
+  if (tp < 1 || pp < 1 || pp > model.num_layers) {
+    throw ConfigError(who + ": tensor_parallel " + std::to_string(tp) + " and pipeline_parallel " +
+                      std::to_string(pp) + " must be at least 1 (and at most one stage per layer)");
+  }
+  if (tp != 1 || pp != 1) return parallel_kv_capacity(model, hardware, options);
   KvCapacity c;
   c.block_size = options.block_size;
   c.block_bytes = kv_block_bytes(model, options.block_size);
+  c.gpu_block_bytes = c.block_bytes;
   c.weight_bytes = model.weight_bytes();
   c.num_cpu_blocks = static_cast<std::int64_t>(
       std::floor(options.swap_space_gib * 1073741824.0 / static_cast<double>(c.block_bytes)));
@@ -94,8 +185,8 @@ KvCapacity compute_kv_capacity(const ModelConfig& model, const HardwareConfig& h
                       ", minus weights " + gib(c.weight_bytes) + " and activation reserve " +
                       gib(c.activation_reserve_bytes) + " leaves " + gib(c.kv_bytes) +
                       ", less than one block (" + std::to_string(c.block_bytes) +
-                      " bytes); use a larger GPU, a higher gpu_memory_utilization or a smaller "
-                      "model (tensor parallelism is not supported yet)");
+                      " bytes); use a larger GPU, a higher gpu_memory_utilization, a smaller "
+                      "model or more GPUs (parallel.tensor, parallel.pipeline)");
   }
   c.num_gpu_blocks = c.kv_bytes / c.block_bytes;
   return c;

@@ -5,6 +5,12 @@
 //   num_gpu_blocks = floor(kv_bytes / block_bytes)        (or the given override)
 //   num_cpu_blocks = floor(swap_space_gib * 2^30 / block_bytes)
 //
+// With tensor parallelism over tp GPUs and pipeline parallelism over pp stages
+// (serving/parallel_config.h) the arithmetic is done per GPU: a GPU of stage s holds its
+// layers' share of the weights (tensor_shard of the model; the first stage also the embedding,
+// the last the final norm and LM head) and of the KV cache (its layers, its KV heads), and the
+// replica has as many blocks as its most constrained GPU.
+//
 // The activation reserve stands for what vLLM measures in its profiling run (peak activations
 // at max_num_batched_tokens, sampler logits) plus memory outside PyTorch's allocator (CUDA
 // context, cuBLAS workspace, CUDA graphs). When not given it is estimated by
@@ -30,18 +36,25 @@ struct KvCapacityOptions {
   // Use exactly this many device blocks (vLLM's num_gpu_blocks_override, or the count an engine
   // reported); skips the memory arithmetic and its fit check.
   std::optional<std::int64_t> num_gpu_blocks;
-  double swap_space_gib = 4.0;  // host memory for swapped-out blocks (vLLM's default, 4 GiB)
+  double swap_space_gib = 4.0;  // host memory for swapped-out blocks (vLLM's default, 4 GiB),
+                                // per GPU
+  // Model parallelism of the replica (serving/parallel_config.h).
+  std::int32_t tensor_parallel = 1;
+  std::int32_t pipeline_parallel = 1;
 };
 
 struct KvCapacity {
   std::int32_t block_size = 0;
-  std::int64_t block_bytes = 0;
+  std::int64_t block_bytes = 0;      // K and V of a block across the whole model (all GPUs)
+  std::int64_t gpu_block_bytes = 0;  // the part one GPU holds (the largest); block_bytes on one
+  std::int32_t num_gpus = 1;         // tensor_parallel * pipeline_parallel
   std::int64_t num_gpu_blocks = 0;
   std::int64_t num_cpu_blocks = 0;
   bool overridden = false;  // num_gpu_blocks came from the options, not from memory arithmetic
 
   // The terms of the arithmetic, in bytes (all 0 except block_bytes when overridden, but
-  // weight_bytes, which is always filled in).
+  // weight_bytes, which is always filled in); per GPU, of the GPU that limits the block count,
+  // when the replica has several (the first such stage on a tie).
   std::int64_t memory_bytes = 0;  // the device's memory
   std::int64_t usable_bytes = 0;  // memory * gpu_memory_utilization
   std::int64_t weight_bytes = 0;
@@ -67,7 +80,8 @@ std::int64_t default_activation_reserve_bytes(const ModelConfig& model,
 
 // Throws ConfigError with the numbers when an option is out of range, when the weights and the
 // reserve do not fit in memory * utilization, or when fewer than one block remains (or the
-// override is < 1).
+// override is < 1), and (from tensor_shard) when the model's heads do not split over
+// tensor_parallel GPUs.
 KvCapacity compute_kv_capacity(const ModelConfig& model, const HardwareConfig& hardware,
                                const KvCapacityOptions& options);
 

@@ -45,19 +45,23 @@ std::string format_double(double v) {
 std::string format_seconds(TimeNs t) { return fixed_point(t, kNsPerS, 9); }
 std::string format_ms(TimeNs t) { return fixed_point(t, kNsPerMs, 6); }
 
-Recorder::Recorder(SloConfig slo, const std::string& steps_path, const std::string& schedule_path)
-    : slo_(slo) {
+Recorder::Recorder(SloConfig slo, const std::string& steps_path, const std::string& schedule_path,
+                   bool replica_column)
+    : slo_(slo), replica_column_(replica_column) {
   if (!steps_path.empty()) {
     steps_ = open_or_throw(steps_path);
+    std::fputs(replica_column_ ? "step,replica," : "step,", steps_);
     std::fputs(
-        "step,start_s,duration_ms,num_seqs,prefill_tokens,decode_tokens,kv_blocks_used,"
+        "start_s,duration_ms,num_seqs,prefill_tokens,decode_tokens,kv_blocks_used,"
         "kv_blocks_free,kv_blocks_cached,kv_usage,waiting,running,preempted,swap_out_blocks,"
         "swap_in_blocks\n",
         steps_);
   }
   if (!schedule_path.empty()) {
     schedule_ = open_or_throw(schedule_path);
-    std::fputs("step,request,first_token,num_tokens,kind\n", schedule_);
+    std::fputs(replica_column_ ? "step,replica,request,first_token,num_tokens,kind\n"
+                               : "step,request,first_token,num_tokens,kind\n",
+               schedule_);
   }
 }
 
@@ -145,6 +149,12 @@ void Recorder::on_step_tokens(std::span<const Request* const> /*requests*/,
   if (run > 0 && run_prev >= 0) itl_ns_.add(now - run_prev, run);
 }
 
+void Recorder::add_measured(const RequestRecord& record, std::span<const TimeNs> token_gaps) {
+  measured_ = true;
+  records_.push_back(record);
+  for (const TimeNs gap : token_gaps) itl_ns_.add(gap);
+}
+
 void Recorder::on_preempt(const Request& req, TimeNs now) {
   ++preemptions_;
   event(req, now, "preempt", req.status == RequestStatus::kSwapped ? "swap" : "recompute");
@@ -157,8 +167,24 @@ void Recorder::on_finish(const Request& req, TimeNs now) {
   if (blocks_) release_blocks(req.id(), now);
 }
 
+void Recorder::on_route(RequestId id, std::uint32_t replica, TimeNs now, const char* stage) {
+  if (!events_) return;
+  std::fprintf(events_, "%s,%" PRIu64 ",%s,replica=%" PRIu32 "\n", format_seconds(now).c_str(), id,
+               stage, replica);
+}
+
+void Recorder::on_transfer(RequestId id, std::uint32_t src, std::uint32_t dst, std::int64_t bytes,
+                           TimeNs now, TimeNs begin, TimeNs finish) {
+  if (!events_) return;
+  std::fprintf(events_,
+               "%s,%" PRIu64 ",transfer,%" PRIu32 "->%" PRIu32 " bytes=%" PRId64
+               " wait_ms=%s transfer_ms=%s\n",
+               format_seconds(now).c_str(), id, src, dst, bytes, format_ms(begin - now).c_str(),
+               format_ms(finish - begin).c_str());
+}
+
 void Recorder::on_step(const StepPlan& plan, TimeNs start, TimeNs duration,
-                       const StepSnapshot& snap) {
+                       const StepSnapshot& snap, std::uint32_t replica) {
   ++num_steps_;
   scheduled_seqs_ += static_cast<std::int64_t>(plan.requests.size());
   if (blocks_) {
@@ -202,8 +228,9 @@ void Recorder::on_step(const StepPlan& plan, TimeNs start, TimeNs duration,
   const auto size = [](const auto& v) { return v.size(); };
   if (steps_) {
     CsvLine line;
-    line.add(plan.step_index)
-        .add_fixed(start, kNsPerS, 9)
+    line.add(plan.step_index);
+    if (replica_column_) line.add(replica);
+    line.add_fixed(start, kNsPerS, 9)
         .add_fixed(duration, kNsPerMs, 6)
         .add(size(plan.requests))
         .add(plan.num_prefill_tokens)
@@ -222,8 +249,9 @@ void Recorder::on_step(const StepPlan& plan, TimeNs start, TimeNs duration,
   if (schedule_) {
     CsvLine line;
     for (const ScheduledRequest& s : plan.requests) {
-      line.add(plan.step_index)
-          .add(s.id)
+      line.add(plan.step_index);
+      if (replica_column_) line.add(replica);
+      line.add(s.id)
           .add(s.first_token)
           .add(s.num_tokens * plan.num_steps)
           .add(s.is_prefill ? "prefill" : "decode")
@@ -269,7 +297,8 @@ RunSummary Recorder::summary() const {
     const double t_e2e = ns_to_ms(r.finish_ns - r.arrival_ns);
     ttft.push_back(t_ttft);
     e2e.push_back(t_e2e);
-    queueing.push_back(ns_to_ms(r.first_scheduled_ns - r.arrival_ns));
+    if (r.first_scheduled_ns >= 0)
+      queueing.push_back(ns_to_ms(r.first_scheduled_ns - r.arrival_ns));
     std::optional<double> t_tpot;
     // Per sequence: with parallel sampling, the tokens of one sample.
     const std::int32_t per_seq = r.output_tokens / r.samples;
@@ -343,6 +372,19 @@ void Recorder::write_requests_csv(const std::string& path) const {
                                  : "";
     std::string reason = r->reason;
     std::replace(reason.begin(), reason.end(), ',', ';');
+    if (measured_) {
+      // A client's view (add_measured): what only the server knows stays empty.
+      std::fprintf(
+          f, "%" PRIu64 ",%s,,%s,%s,%d,%d,,,,,%s,%s,%s,%s,%s\n", r->id,
+          format_seconds(r->arrival_ns).c_str(),
+          r->first_token_ns >= 0 ? format_seconds(r->first_token_ns).c_str() : "",
+          r->finish_ns >= 0 ? format_seconds(r->finish_ns).c_str() : "", r->prompt_tokens,
+          r->output_tokens,
+          r->first_token_ns >= 0 ? format_ms(r->first_token_ns - r->arrival_ns).c_str() : "",
+          tpot.c_str(), done ? format_ms(r->finish_ns - r->arrival_ns).c_str() : "",
+          to_string(r->status), reason.c_str());
+      continue;
+    }
     std::fprintf(
         f, "%" PRIu64 ",%s,%s,%s,%s,%d,%d,%d,%d,%" PRId64 ",%s,%s,%s,%s,%s,%s\n", r->id,
         format_seconds(r->arrival_ns).c_str(), format_seconds(r->first_scheduled_ns).c_str(),
@@ -373,7 +415,8 @@ nlohmann::ordered_json dist_json(const DistributionSummary& d) {
 }  // namespace
 
 void write_summary_json(const std::string& path, const RunSummary& s,
-                        const std::vector<std::pair<std::string, std::string>>& meta) {
+                        const std::vector<std::pair<std::string, std::string>>& meta,
+                        const std::string& cluster_json) {
   nlohmann::ordered_json j;
   nlohmann::ordered_json m;
   for (const auto& [k, v] : meta) m[k] = v;
@@ -412,6 +455,7 @@ void write_summary_json(const std::string& path, const RunSummary& s,
   j["batch"] = {{"seqs_mean", s.batch_seqs_mean}, {"slot_efficiency", s.slot_efficiency}};
   std::FILE* f = std::fopen(path.c_str(), "wb");
   if (!f) throw_io_error(path, "writing", errno);
+  if (!cluster_json.empty()) j["cluster"] = nlohmann::ordered_json::parse(cluster_json);
   const std::string text = j.dump(2) + '\n';
   const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
   const int err = errno;

@@ -90,8 +90,10 @@ class Recorder : public SchedulerObserver {
  public:
   // Streaming outputs: when `steps_path` / `schedule_path` are non-empty, one CSV row per step
   // (per scheduled request) is written there as the run goes. Throws std::runtime_error when a
-  // file cannot be opened.
-  Recorder(SloConfig slo, const std::string& steps_path, const std::string& schedule_path);
+  // file cannot be opened. `replica_column`: steps.csv and schedule.csv get a `replica` column
+  // after `step` (a cluster run: step numbers count per replica).
+  Recorder(SloConfig slo, const std::string& steps_path, const std::string& schedule_path,
+           bool replica_column = false);
   ~Recorder() override;
   Recorder(const Recorder&) = delete;
   Recorder& operator=(const Recorder&) = delete;
@@ -108,13 +110,28 @@ class Recorder : public SchedulerObserver {
   // One executed step: its plan, start time, duration and the state it ran in. A multi-step
   // round (plan.num_steps N > 1) is one step: one steps.csv row whose decode_tokens and one
   // schedule.csv row per entry whose num_tokens count all N passes.
-  void on_step(const StepPlan& plan, TimeNs start, TimeNs duration, const StepSnapshot& snap);
+  void on_step(const StepPlan& plan, TimeNs start, TimeNs duration, const StepSnapshot& snap,
+               std::uint32_t replica = 0);
+
+  // Cluster events (events.csv, when recorded): request `id` was routed to `replica` at `now`
+  // (`stage` "route" for an arrival, "route_decode" for a prefilled request); its KV (`bytes`)
+  // left `src` for `dst`: queued at `now`, on the link from `begin`, arrived at `finish` (one
+  // `transfer` row at `now`, detail "src->dst bytes=B wait_ms=W transfer_ms=T").
+  void on_route(RequestId id, std::uint32_t replica, TimeNs now, const char* stage);
+  void on_transfer(RequestId id, std::uint32_t src, std::uint32_t dst, std::int64_t bytes,
+                   TimeNs now, TimeNs begin, TimeNs finish);
 
   // Request `id`, which arrived at `arrival`, left the front end (serving.frontend) and reached
   // the scheduler at `now`: an events.csv row `ready` with the front-end time in ms as detail.
   // Drivers call it only when the front end is enabled.
   void on_ready(RequestId id, TimeNs arrival, TimeNs now);
 
+  // A request measured by a client (`sim bench`) rather than reported by a scheduler: its record
+  // (first_scheduled_ns -1; cached_tokens, preemptions and recomputed_tokens unknown) and the
+  // gaps between its streamed chunks (ITL). Once called, requests.csv leaves the columns a client
+  // cannot know empty: first_scheduled_s, cached_tokens, preemptions, recomputed_tokens,
+  // queueing_ms.
+  void add_measured(const RequestRecord& record, std::span<const TimeNs> token_gaps);
   // Closes the run: first arrival and end time, plus the counters only the core knows.
   // REQUIRES: called once, after the last step.
   void finalize(TimeNs first_arrival, TimeNs end, const PrefixCacheStats& prefix);
@@ -161,18 +178,22 @@ class Recorder : public SchedulerObserver {
   TimeNs first_arrival_ = 0, end_ = 0;
   PrefixCacheStats prefix_;
   bool finalized_ = false;
+  bool measured_ = false;  // add_measured() was called
   std::FILE* steps_ = nullptr;
   std::FILE* schedule_ = nullptr;
   std::int64_t scheduled_seqs_ = 0;  // sum over steps of plan entries
   std::FILE* events_ = nullptr;
   std::FILE* blocks_ = nullptr;
   std::map<RequestId, std::vector<HeldBlock>> held_;  // blocks.csv: open intervals by position
+  bool replica_column_ = false;
 };
 
 // Writes summary.json for `s` (keys and units as in docs/metrics.md), with `meta` (experiment
-// name, backend, seed...) as the first object. Throws std::runtime_error on I/O failure.
+// name, backend, seed...) as the first object, and `cluster_json` (a JSON object's text, when
+// not empty) as a last `cluster` object. Throws std::runtime_error on I/O failure.
 void write_summary_json(const std::string& path, const RunSummary& s,
-                        const std::vector<std::pair<std::string, std::string>>& meta);
+                        const std::vector<std::pair<std::string, std::string>>& meta,
+                        const std::string& cluster_json = "");
 
 // Exact decimal renderings of integer nanoseconds: seconds with 9 decimals, ms with 6.
 std::string format_seconds(TimeNs t);

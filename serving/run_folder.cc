@@ -95,7 +95,7 @@ void write_run_outputs(const ExperimentConfig& config, const Recorder& recorder,
       {"num_gpu_blocks", std::to_string(out.num_gpu_blocks)},
       {"block_size", std::to_string(config.scheduler.block_size)},
   };
-  write_summary_json(out.out_dir + "/summary.json", out.summary, summary_meta);
+  write_summary_json(out.out_dir + "/summary.json", out.summary, summary_meta, out.cluster_json);
   out.files.insert(out.files.begin(), "summary.json");
   if (config.outputs.requests_csv) {
     recorder.write_requests_csv(out.out_dir + "/requests.csv");

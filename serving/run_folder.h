@@ -35,6 +35,7 @@ struct RunOutput {
   std::int64_t block_bytes = 0;
   std::string workload;         // the workload's one-line description
   std::string backend = "sim";  // summary.json run.backend: "sim", "engine-cpu"
+  std::string cluster_json;     // a cluster run's summary.json `cluster` object (JSON text)
 };
 
 // Checks that `dir` may receive a run: absent, or a folder holding only a previous run's outputs

@@ -88,7 +88,8 @@ Variant parse_variant(const std::string& text) {
 std::vector<VariantResult> run_compare(const std::string& path,
                                        const std::vector<Variant>& variants,
                                        const std::vector<std::string>& base_overrides,
-                                       std::string out_dir, bool progress) {
+                                       std::string out_dir, bool progress,
+                                       const StepHook& before_step) {
   // Load every variant first: a bad override in the last variant is reported before any run.
   std::vector<ExperimentConfig> configs;
   for (const Variant& v : variants) {
@@ -107,6 +108,7 @@ std::vector<VariantResult> run_compare(const std::string& path,
     RunOptions options;
     options.out_dir = stage.temp_path() + "/" + variants[i].name;
     options.progress = progress;
+    options.before_step = before_step;
     results.push_back({variants[i], run_simulation(configs[i], options)});
   }
   const std::string csv = stage.temp_path() + "/compare.csv";

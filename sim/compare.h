@@ -38,11 +38,13 @@ Variant parse_variant(const std::string& text);
 
 // Runs every variant of `path` (with `base_overrides` applied first, then the variant's) and
 // writes OUT/<variant>/ and OUT/compare.csv (OUT defaults to out/<name>-compare).
-// REQUIRES: !variants.empty(). Throws ConfigError for bad input.
+// `before_step` is each run's RunOptions::before_step. REQUIRES: !variants.empty(). Throws
+// ConfigError for bad input.
 std::vector<VariantResult> run_compare(const std::string& path,
                                        const std::vector<Variant>& variants,
                                        const std::vector<std::string>& base_overrides,
-                                       std::string out_dir, bool progress);
+                                       std::string out_dir, bool progress,
+                                       const StepHook& before_step = {});
 
 // The comparison table `sim compare` prints.
 void print_compare_table(std::FILE* out, const std::vector<VariantResult>& results);

@@ -33,12 +33,17 @@ struct StepCostBreakdown {
   double swap = 0;               // swap out + swap in over the host link
   double copy = 0;               // copy-on-write block copies in device memory
   double overhead = 0;           // host-side time of a non-empty step
-  double flops = 0;              // total FLOPs of the step (for MFU)
-  double bytes = 0;              // total device-memory bytes of the step (for bandwidth use)
+  // Model parallelism (0 on one GPU): tensor-parallel all-reduces and stage-to-stage sends of
+  // the first micro-batch, and the wait for the remaining micro-batches behind the slowest
+  // stage (serving/parallel_config.h, docs/cost-model.md "Parallelism").
+  double communication = 0;
+  double pipeline = 0;
+  double flops = 0;  // total FLOPs of the step, all GPUs of the replica (for MFU)
+  double bytes = 0;  // total device-memory bytes of the step, all GPUs (for bandwidth use)
 
   double total() const {
     return gemm + elementwise + prefill_attention + decode_attention + lm_head + swap + copy +
-           overhead;
+           overhead + communication + pipeline;
   }
 };
 

@@ -14,16 +14,17 @@
 namespace servelab {
 
 enum class EventKind : std::uint8_t {
-  kArrival,  // the workload's next request reaches the router
-  kStepEnd,  // a replica's running step finishes
-  kReady,    // a request leaves the front end (serving.frontend) for the scheduler
+  kArrival,   // the workload's next request reaches the router
+  kStepEnd,   // a replica's running step finishes
+  kReady,     // a request leaves the front end (serving.frontend) for the scheduler
+  kTransfer,  // a prefilled request's KV arrived at its decode replica (P/D disaggregation)
 };
 
 struct Event {
   TimeNs time = 0;
   std::uint64_t seq = 0;
   EventKind kind = EventKind::kArrival;
-  std::uint32_t target = 0;  // replica index for kStepEnd
+  std::uint32_t target = 0;  // replica index for kStepEnd, transfer slot for kTransfer
 };
 
 class EventQueue {

@@ -16,6 +16,7 @@
 #include "serving/cli.h"
 #include "serving/config_node.h"
 #include "serving/experiment.h"
+#include "sim/bench.h"
 #include "sim/compare.h"
 #include "sim/plot.h"
 #include "sim/run.h"
@@ -59,6 +60,13 @@ constexpr const char* kUsage =
     "      compare a sim run with the engine's run of the same experiment: step-time, per-request\n"
     "      and aggregate errors, schedules step by step; writes DIR/validation.json (default\n"
     "      DIR: SIM_DIR-validation)\n"
+    "  bench EXP.yaml --url URL [--out DIR] [--model NAME] [--max-concurrency N] [--seed N]\n"
+    "             [--set key.path=value]... [--progress] [--quiet]\n"
+    "      replay the experiment's workload against an OpenAI-compatible server (streaming\n"
+    "      /v1/completions at the arrival times), measure TTFT, ITL, TPOT and E2E as vLLM's\n"
+    "      benchmark_serving does, and write summary.json and requests.csv like `sim run` "
+    "(default\n"
+    "      DIR: out/<experiment name>-bench/), for `sim validate SIM_DIR DIR` (docs/serving.md)\n"
     "  policies   list the policy plugins, their origins and parameters (docs/policies.md)\n"
     "  trace stats FILE [--format F]\n"
     "      requests, span, rate, inter-arrival CV, length percentiles and, where content is\n"
@@ -143,6 +151,7 @@ int main(int argc, char** argv) {
         if (cmd == "plot") return servelab::plot_command(args);
         if (cmd == "calibrate") return servelab::calibrate_command(args);
         if (cmd == "validate") return servelab::validate_command(args);
+        if (cmd == "bench") return servelab::bench_command(args);
         if (cmd == "policies") return servelab::policies_command(args);
         if (cmd == "trace") return servelab::trace_command(args);
         return std::nullopt;

@@ -27,21 +27,32 @@ Widths widths(const ModelConfig& m) {
 }  // namespace
 
 RooflineCostModel::RooflineCostModel(ModelConfig model, HardwareConfig hardware,
-                                     std::int32_t block_size)
+                                     std::int32_t block_size, ParallelConfig parallel)
     : model_((model.validate(), std::move(model))),
+      shard_(tensor_shard(model_, parallel.tensor)),
       hardware_((hardware.validate(), std::move(hardware))),
+      parallel_(parallel),
       block_size_(block_size),
       op_(hardware_, model_.dtype) {
   if (block_size_ < 1) {
     throw ConfigError("block_size must be at least 1, got " + std::to_string(block_size_));
   }
-  const ModelConfig& m = model_;
+  if (parallel_.pipeline < 1 || parallel_.pipeline > model_.num_layers ||
+      parallel_.microbatches < 1) {
+    throw ConfigError("parallel: pipeline must be in [1, layers] and microbatches at least 1");
+  }
+  // Every operator below is one GPU's: the shard's widths (the model's own on one GPU).
+  const ModelConfig& m = shard_;
   const HardwareConfig& hw = hardware_;
   const double layers = m.num_layers;
   const double d = m.dtype_bytes;
   const double peak = hw.peak_flops_for(m.dtype);
 
   block_bytes_ = m.kv_bytes_per_token() * block_size_;
+  if (parallel_.pipeline > 1) {
+    // The largest stage's layers (the first stages take the remainder).
+    block_bytes_ = block_bytes_ / m.num_layers * stage_layers(m.num_layers, parallel_.pipeline, 0);
+  }
 
   s_per_attention_flop_ = 1.0 / (peak * hw.attention_flops_efficiency);
   s_per_hbm_byte_ = 1.0 / (hw.hbm_bandwidth * hw.memory_bandwidth_efficiency);
@@ -84,7 +95,7 @@ RooflineCostModel::RooflineCostModel(ModelConfig model, HardwareConfig hardware,
 
 double RooflineCostModel::gemm_seconds(std::int64_t tokens) const {
   if (tokens <= 0) return 0;
-  const ModelConfig& m = model_;
+  const ModelConfig& m = shard_;
   const double t = static_cast<double>(tokens);
   const auto [h, q, kv, inter, d] = widths(m);
   // vLLM's launches per layer: fused QKV, O, fused gate/up, down.
@@ -106,7 +117,7 @@ double RooflineCostModel::gemm_seconds(std::int64_t tokens) const {
 
 double RooflineCostModel::elementwise_seconds(std::int64_t tokens) const {
   if (tokens <= 0) return 0;
-  const ModelConfig& m = model_;
+  const ModelConfig& m = shard_;
   const double t = static_cast<double>(tokens);
   const auto [h, q, kv, inter, d] = widths(m);
   // Per layer: two fused residual-add + RMSNorm (read x and residual, write both: 4h), RoPE in
@@ -119,11 +130,81 @@ double RooflineCostModel::elementwise_seconds(std::int64_t tokens) const {
 }
 
 double RooflineCostModel::lm_head_seconds(std::int64_t seqs) const {
-  return op_.gemm(static_cast<double>(seqs), model_.vocab_size, model_.hidden_size,
-                  model_.dtype_bytes);
+  return op_.gemm(static_cast<double>(seqs), shard_.vocab_size, shard_.hidden_size,
+                  shard_.dtype_bytes);
 }
 
 StepCostBreakdown RooflineCostModel::breakdown(const StepFeatures& f) const {
+  return parallel_.is_default() ? shard_breakdown(f) : parallel_breakdown(f);
+}
+
+StepCostBreakdown RooflineCostModel::parallel_breakdown(const StepFeatures& f) const {
+  const std::int32_t pp = parallel_.pipeline;
+  // Micro-batches: never more than the step has tokens; each count divided, rounded up.
+  const std::int64_t mb =
+      std::max<std::int64_t>(1, std::min<std::int64_t>(parallel_.microbatches, f.num_tokens));
+  auto part = [mb](std::int64_t x) { return (x + mb - 1) / mb; };
+  StepFeatures one_f;
+  one_f.num_tokens = part(f.num_tokens);
+  one_f.prefill_tokens = part(f.prefill_tokens);
+  one_f.prefill_pairs = part(f.prefill_pairs);
+  one_f.prefill_context_tokens = part(f.prefill_context_tokens);
+  one_f.decode_tokens = part(f.decode_tokens);
+  one_f.decode_pairs = part(f.decode_pairs);
+  one_f.decode_context_tokens = part(f.decode_context_tokens);
+  one_f.num_sampled = part(f.num_sampled);
+  // One micro-batch through all layers of one GPU's shard.
+  const StepCostBreakdown one = shard_breakdown(one_f);
+  const ModelConfig& m = shard_;
+  const double layers = m.num_layers;
+  const double t = static_cast<double>(one_f.num_tokens);
+  // Hidden states of the micro-batch: what every all-reduce and stage send moves.
+  const double hidden_bytes = t * m.hidden_size * m.dtype_bytes;
+  const double all_reduce = parallel_.tp_all_reduce.seconds(hidden_bytes);
+  const double send = parallel_.stage_send.seconds(hidden_bytes);
+  const double embedding =
+      op_.elementwise(t * 2 * m.hidden_size * m.dtype_bytes, ElementwiseKind::kResidual);
+  const double per_layer =
+      (one.gemm + (one.elementwise - embedding) + one.prefill_attention + one.decode_attention) /
+          layers +
+      2 * all_reduce;
+  double slowest = 0;
+  for (std::int32_t s = 0; s < pp; ++s) {
+    double stage = stage_layers(m.num_layers, pp, s) * per_layer;
+    if (s == 0) stage += embedding + all_reduce;
+    if (s == pp - 1) stage += one.lm_head;
+    if (s + 1 < pp) stage += send;
+    slowest = std::max(slowest, stage);
+  }
+  StepCostBreakdown b;
+  b.gemm = one.gemm;
+  b.elementwise = one.elementwise;
+  b.prefill_attention = one.prefill_attention;
+  b.decode_attention = one.decode_attention;
+  b.lm_head = one.lm_head;
+  b.communication = (2 * layers + 1) * all_reduce + (pp - 1) * send;
+  b.pipeline = static_cast<double>(mb - 1) * slowest;
+  const double scale = static_cast<double>(mb) * parallel_.tensor;
+  b.flops = one.flops * scale;
+  b.bytes = one.bytes * scale;
+  // Block moves and host time: as on one GPU, with each GPU moving its share in parallel.
+  StepFeatures moves;
+  moves.swap_out_blocks = f.swap_out_blocks;
+  moves.swap_in_blocks = f.swap_in_blocks;
+  moves.copy_blocks = f.copy_blocks;
+  const StepCostBreakdown mv = shard_breakdown(moves);
+  b.swap = mv.swap;
+  b.copy = mv.copy;
+  b.bytes += mv.bytes * static_cast<double>(parallel_.num_gpus());
+  const bool empty =
+      f.num_tokens == 0 && f.swap_out_blocks == 0 && f.swap_in_blocks == 0 && f.copy_blocks == 0;
+  b.overhead = empty ? 0.0
+                     : hardware_.step_overhead_s +
+                           hardware_.sequence_overhead_s * static_cast<double>(f.num_sampled);
+  return b;
+}
+
+StepCostBreakdown RooflineCostModel::shard_breakdown(const StepFeatures& f) const {
   StepCostBreakdown b;
   if (f.num_tokens > 0) {
     const double t = static_cast<double>(f.num_tokens);

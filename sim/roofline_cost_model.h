@@ -9,6 +9,17 @@
 // time (a fixed part per step and a part per sampled sequence). Every formula, with a worked
 // example, is in docs/cost-model.md.
 //
+// Model parallelism (ParallelConfig, serving/parallel_config.h): with tensor parallelism every
+// operator is priced on one GPU's shard of the model (tensor_shard: its heads, KV heads,
+// intermediate width and vocabulary rows), and each layer adds two all-reduces of the step's
+// hidden states (after attention and after the MLP) and the embedding one more. With pipeline
+// parallelism the batch is cut into micro-batches (each count divided by microbatches, rounded
+// up); stage s takes t_s = its layers' share of the per-layer time, plus the embedding (first
+// stage), the LM head (last stage) and the send to the next stage; the step takes
+//   sum_s t_s + (microbatches - 1) * max_s t_s          (GPipe: Huang et al., 2019)
+// plus swap, copy-on-write and host time. On one GPU (the default) none of this applies and
+// the step costs what it always did.
+//
 // The GEMM and elementwise time depends on the step's token count only, and the LM head's on the
 // sampled sequences only: the constructor tabulates both (up to kTableTokens and kTableSeqs;
 // larger steps are computed directly), so step_time() is a pass over the plan's totals, two
@@ -22,6 +33,7 @@
 
 #include "serving/hardware_config.h"
 #include "serving/model_config.h"
+#include "serving/parallel_config.h"
 #include "sim/cost_model.h"
 #include "sim/operator_time.h"
 
@@ -30,8 +42,9 @@ namespace servelab {
 class RooflineCostModel final : public CostModel {
  public:
   // Throws ConfigError when model or hardware fail validate() (hardware.tensor_parallel must be
-  // 1) or block_size < 1.
-  RooflineCostModel(ModelConfig model, HardwareConfig hardware, std::int32_t block_size);
+  // 1), block_size < 1, or the model does not split over parallel.tensor GPUs.
+  RooflineCostModel(ModelConfig model, HardwareConfig hardware, std::int32_t block_size,
+                    ParallelConfig parallel = {});
 
   TimeNs step_time(const StepPlan& plan) const override;
   TimeNs swap_time(std::int64_t num_blocks) const override;
@@ -42,13 +55,18 @@ class RooflineCostModel final : public CostModel {
   StepCostBreakdown breakdown(const StepFeatures& features) const;
 
   const ModelConfig& model() const { return model_; }
+  // One GPU's shard of the model (the model itself when parallel.tensor == 1).
+  const ModelConfig& shard() const { return shard_; }
   const HardwareConfig& hardware() const { return hardware_; }
+  const ParallelConfig& parallel() const { return parallel_; }
   std::int32_t block_size() const { return block_size_; }
-  // K and V of block_size tokens across all layers.
+  // K and V of block_size tokens that one GPU holds (all layers on one GPU; the largest stage's
+  // share under model parallelism): what one GPU swaps or copies per block, in parallel with the
+  // others.
   std::int64_t block_bytes() const { return block_bytes_; }
 
-  // Seconds of all layers' GEMMs and elementwise kernels for a step of `tokens` tokens, and of
-  // the LM head for `seqs` sampled sequences (what the tables hold).
+  // Seconds of all layers' GEMMs and elementwise kernels of one GPU's shard for a step of
+  // `tokens` tokens, and of the LM head for `seqs` sampled sequences (what the tables hold).
   double gemm_seconds(std::int64_t tokens) const;
   double elementwise_seconds(std::int64_t tokens) const;
   double lm_head_seconds(std::int64_t seqs) const;
@@ -57,8 +75,14 @@ class RooflineCostModel final : public CostModel {
   static constexpr std::int64_t kTableSeqs = 4096;
 
  private:
+  // The step on one GPU's shard, all layers, no communication.
+  StepCostBreakdown shard_breakdown(const StepFeatures& features) const;
+  StepCostBreakdown parallel_breakdown(const StepFeatures& features) const;
+
   ModelConfig model_;
+  ModelConfig shard_;
   HardwareConfig hardware_;
+  ParallelConfig parallel_;
   std::int32_t block_size_;
   std::int64_t block_bytes_;
 

@@ -7,6 +7,7 @@
 #include <optional>
 #include <set>
 
+#include "core/hooked_backend.h"
 #include "policies/queue_order.h"
 #include "serving/hardware_config.h"
 #include "serving/kv_capacity.h"
@@ -39,12 +40,8 @@ std::unique_ptr<const CalibratedCostModel> make_calibrated_cost_model(
   return std::make_unique<const CalibratedCostModel>(p, config.scheduler.block_size);
 }
 
-RunOutput run_simulation(const ExperimentConfig& config, const RunOptions& options) {
-  RunOutput out;
-  const std::string catalog = default_catalog_dir();
-  const ModelConfig model = load_model(config.model, catalog);
-  const HardwareConfig hardware =
-      config.cost_model.with_host_time(load_hardware(config.hardware, catalog));
+KvCapacity kv_capacity_for(const ExperimentConfig& config, const ModelConfig& model,
+                           const HardwareConfig& hardware, const ParallelConfig& parallel) {
   KvCapacityOptions kv_options;
   kv_options.block_size = config.scheduler.block_size;
   kv_options.gpu_memory_utilization = config.gpu_memory_utilization;
@@ -56,9 +53,23 @@ RunOutput run_simulation(const ExperimentConfig& config, const RunOptions& optio
   kv_options.max_num_seqs = config.scheduler.max_num_seqs;
   kv_options.num_gpu_blocks = config.num_gpu_blocks;
   kv_options.swap_space_gib = config.swap_space_gb;
-  const KvCapacity capacity = compute_kv_capacity(model, hardware, kv_options);
-  out.num_gpu_blocks = capacity.num_gpu_blocks;
-  out.block_bytes = capacity.block_bytes;
+  // Model parallelism (`parallel:`, `topology:`): checked against the model and the topology
+  // by the caller (resolve_parallel); the default is one GPU.
+  kv_options.tensor_parallel = parallel.tensor;
+  kv_options.pipeline_parallel = parallel.pipeline;
+  if (config.parallel.set && config.cost_model.calibrated) {
+    throw ConfigError(config.parallel.where + ": a calibrated cost model was measured on one " +
+                      "device and has no communication terms; use the roofline (no cost_model) " +
+                      "with parallel, or leave parallel out");
+  }
+  const KvCapacity capacity = [&] {
+    if (!config.parallel.set) return compute_kv_capacity(model, hardware, kv_options);
+    try {
+      return compute_kv_capacity(model, hardware, kv_options);
+    } catch (const ConfigError& e) {
+      throw ConfigError(config.parallel.where + ": " + e.what());
+    }
+  }();
   if (capacity.num_gpu_blocks > (1LL << 30)) {
     throw ConfigError(config.file + ": " + std::to_string(capacity.num_gpu_blocks) +
                       " KV blocks is more than ServeLab supports (2^30)");
@@ -69,6 +80,34 @@ RunOutput run_simulation(const ExperimentConfig& config, const RunOptions& optio
                       "max_position_embeddings (" + std::to_string(model.max_position_embeddings) +
                       "), got " + std::to_string(config.scheduler.max_model_len));
   }
+  return capacity;
+}
+
+std::function<void(std::int64_t, TimeNs)> progress_printer() {
+  const auto start = std::chrono::steady_clock::now();
+  // At most about once per second of wall time.
+  return [start, next = 1.0](std::int64_t arrivals, TimeNs now) mutable {
+    const double wall =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (wall < next) return;
+    next = wall + 1.0;
+    std::fprintf(stderr, "\r  %lld requests arrived, simulated %.1f s, wall %.1f s   ",
+                 static_cast<long long>(arrivals), ns_to_s(now), wall);
+    std::fflush(stderr);
+  };
+}
+
+RunOutput run_simulation(const ExperimentConfig& config, const RunOptions& options) {
+  if (config.cluster.set) return run_cluster_simulation(config, options);
+  RunOutput out;
+  const std::string catalog = default_catalog_dir();
+  const ModelConfig model = load_model(config.model, catalog);
+  const HardwareConfig hardware =
+      config.cost_model.with_host_time(load_hardware(config.hardware, catalog));
+  const ParallelConfig parallel = resolve_parallel(config.parallel, model, hardware);
+  const KvCapacity capacity = kv_capacity_for(config, model, hardware, parallel);
+  out.num_gpu_blocks = capacity.num_gpu_blocks;
+  out.block_bytes = capacity.block_bytes;
   std::unique_ptr<Workload> workload =
       limit_workload(make_workload(config.workload_section(), config.seed, config.base_dir),
                      config.max_requests, config.max_duration_ns, config.file);
@@ -86,13 +125,21 @@ RunOutput run_simulation(const ExperimentConfig& config, const RunOptions& optio
     if (config.outputs.steps_csv) steps_path = out.out_dir + "/steps.csv";
     if (config.outputs.record_schedule) schedule_path = out.out_dir + "/schedule.csv";
   }
-  const RooflineCostModel roofline(model, hardware, config.scheduler.block_size);
+  const RooflineCostModel roofline(model, hardware, config.scheduler.block_size, parallel);
   // A calibrated profile (cost_model: {type: calibrated, file: ...}) replaces the roofline.
   const std::unique_ptr<const CalibratedCostModel> calibrated =
       make_calibrated_cost_model(config, model);
   const CostModel& cost = calibrated ? static_cast<const CostModel&>(*calibrated)
                                      : static_cast<const CostModel&>(roofline);
-  SimBackend backend(cost);
+  SimBackend sim_backend(cost);
+  // The hook sees the replica's scheduler, which exists only once the replica is built.
+  const Scheduler* hooked_scheduler = nullptr;
+  std::optional<HookedBackend> hooked;
+  if (options.before_step) {
+    hooked.emplace(sim_backend,
+                   [&](const StepPlan& plan) { options.before_step(*hooked_scheduler, plan); });
+  }
+  Backend& backend = hooked ? static_cast<Backend&>(*hooked) : sim_backend;
   Recorder recorder(config.slo, steps_path, schedule_path);
   if (options.write_files && config.outputs.record_events) {
     recorder.record_events(out.out_dir + "/events.csv");
@@ -124,22 +171,9 @@ RunOutput run_simulation(const ExperimentConfig& config, const RunOptions& optio
       workload->dependent() ? static_cast<SchedulerObserver*>(&feedback) : &recorder;
   Replica replica(sc, static_cast<std::int32_t>(capacity.num_gpu_blocks), backend, observer,
                   kv_cache_options, cpu_blocks);
+  hooked_scheduler = &replica.scheduler();
   Simulator sim(*workload, replica, recorder, config.frontend);
-  if (options.progress) {
-    const auto start = std::chrono::steady_clock::now();
-    // At most about once per second of wall time.
-    sim.set_progress(
-        [start, next = 1.0](std::int64_t arrivals, TimeNs now) mutable {
-          const double wall =
-              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-          if (wall < next) return;
-          next = wall + 1.0;
-          std::fprintf(stderr, "\r  %lld requests arrived, simulated %.1f s, wall %.1f s   ",
-                       static_cast<long long>(arrivals), ns_to_s(now), wall);
-          std::fflush(stderr);
-        },
-        1 << 14);
-  }
+  if (options.progress) sim.set_progress(progress_printer(), 1 << 14);
   out.totals = sim.run();
   if (options.progress) std::fputs("\r\033[K", stderr);
   recorder.finalize(out.totals.first_arrival_ns, out.totals.end_ns, replica.kv().stats());

@@ -12,14 +12,104 @@ Simulator::Simulator(Workload& workload, Replica& replica, Recorder& recorder,
                      const FrontendConfig& frontend)
     : workload_(workload),
       dependent_(workload.dependent()),
-      replica_(replica),
+      replicas_{SimReplica{&replica, ReplicaRole::kUnified, 0}},
+      state_(1),
+      cluster_(false),
+      arrival_candidates_{0},
       recorder_(recorder),
       frontend_on_(frontend.enabled()),
       frontend_(frontend) {}
 
+Simulator::Simulator(Workload& workload, ClusterSetup cluster, Recorder& recorder,
+                     const FrontendConfig& frontend)
+    : workload_(workload),
+      dependent_(workload.dependent()),
+      replicas_(std::move(cluster.replicas)),
+      state_(replicas_.size()),
+      cluster_(true),
+      router_(std::move(cluster.router)),
+      decode_router_(std::move(cluster.decode_router)),
+      transfer_(cluster.transfer),
+      handoff_(cluster.handoff),
+      stats_(replicas_.size()),
+      recorder_(recorder),
+      frontend_on_(frontend.enabled()),
+      frontend_(frontend) {
+  bool prefill = false;
+  for (std::uint32_t i = 0; i < replicas_.size(); ++i) {
+    if (replicas_[i].replica == nullptr) throw std::invalid_argument("Simulator: null replica");
+    if (replicas_[i].role == ReplicaRole::kDecode) {
+      decode_candidates_.push_back(i);
+    } else {
+      arrival_candidates_.push_back(i);
+      prefill = prefill || replicas_[i].role == ReplicaRole::kPrefill;
+    }
+  }
+  if (arrival_candidates_.empty()) {
+    throw std::invalid_argument("Simulator: a cluster needs a unified or prefill replica");
+  }
+  if (arrival_candidates_.size() > 1 && router_ == nullptr) {
+    throw std::invalid_argument("Simulator: several replicas and no router");
+  }
+  if (!decode_candidates_.empty() &&
+      (transfer_ == nullptr || (decode_candidates_.size() > 1 && decode_router_ == nullptr))) {
+    throw std::invalid_argument("Simulator: decode replicas need a transfer model and a router");
+  }
+  if (prefill && (handoff_ == nullptr || decode_candidates_.empty())) {
+    throw std::invalid_argument("Simulator: prefill replicas need a handoff and decode replicas");
+  }
+}
+
+void Simulator::touch(std::uint32_t i) {
+  if (state_[i].touched) return;
+  state_[i].touched = true;
+  touched_.push_back(i);
+}
+
+std::span<const ReplicaLoad> Simulator::view(const std::vector<std::uint32_t>& candidates) {
+  loads_.resize(candidates.size());
+  for (std::size_t k = 0; k < candidates.size(); ++k) {
+    const std::uint32_t i = candidates[k];
+    Replica& r = *replicas_[i].replica;
+    ReplicaLoad& l = loads_[k];
+    l.replica = i;
+    l.waiting =
+        static_cast<std::int32_t>(r.scheduler().num_waiting() + r.scheduler().num_swapped());
+    l.running = static_cast<std::int32_t>(r.scheduler().num_running());
+    l.outstanding = l.waiting + l.running + state_[i].incoming;
+    l.kv_blocks_usable = std::max<std::int32_t>(1, r.pool().num_usable_blocks());
+    l.kv_blocks_used = r.pool().num_usable_blocks() - r.kv().num_free_blocks();
+  }
+  return loads_;
+}
+
+void Simulator::dispatch(RequestSpec spec, TimeNs now) {
+  if (!cluster_) {
+    replicas_[0].replica->scheduler().add_request(std::move(spec), now);
+    return;
+  }
+  std::uint32_t i = arrival_candidates_[0];
+  if (arrival_candidates_.size() > 1) {
+    const std::size_t k = router_->route(spec, view(arrival_candidates_));
+    if (k >= arrival_candidates_.size()) throw std::logic_error("router chose no candidate");
+    i = arrival_candidates_[k];
+  }
+  recorder_.on_route(spec.id, i, now, "route");
+  ++stats_[i].routed;
+  // Split unless the request cannot be (parallel sampling, one token) or would be refused whole
+  // (then the prefill replica refuses it, with the reason, before any work is done).
+  if (replicas_[i].role == ReplicaRole::kPrefill && spec.n == 1 && spec.max_output_tokens >= 2 &&
+      replicas_[i].replica->scheduler().rejection_reason_for(spec).empty()) {
+    handoff_->expect(spec.id, spec.max_output_tokens);
+    spec.max_output_tokens = 1;  // the prompt and the first token here; the rest on a decode one
+  }
+  replicas_[i].replica->scheduler().add_request(std::move(spec), now);
+  touch(i);
+}
+
 bool Simulator::arrive(RequestSpec spec, TimeNs now) {
   if (!frontend_on_) {
-    replica_.scheduler().add_request(std::move(spec), now);
+    dispatch(std::move(spec), now);
     return true;
   }
   frontend_.push(std::move(spec));
@@ -32,7 +122,7 @@ bool Simulator::hand_over_ready(TimeNs now) {
        t = frontend_.next_ready()) {
     RequestSpec spec = frontend_.pop();
     if (recorder_.records_events()) recorder_.on_ready(spec.id, spec.arrival_ns, now);
-    replica_.scheduler().add_request(std::move(spec), now);
+    dispatch(std::move(spec), now);
     any = true;
   }
   // One event at the earliest ready time (an earlier one may come with a later arrival when
@@ -45,24 +135,87 @@ bool Simulator::hand_over_ready(TimeNs now) {
   return any;
 }
 
-void Simulator::try_start_step(TimeNs now) {
-  Replica& r = replica_;
-  if (busy_) return;
+void Simulator::try_start_step(std::uint32_t i, TimeNs now) {
+  ReplicaState& st = state_[i];
+  if (st.busy) return;
+  Replica& r = *replicas_[i].replica;
   const StepPlan& plan = r.scheduler().schedule(now);
   if (plan.empty()) {
     if (r.scheduler().num_running() == 0 && r.scheduler().num_waiting() > 0) {
       throw std::logic_error("simulator stalled at t=" + std::to_string(now) +
                              " ns: " + std::to_string(r.scheduler().num_waiting()) +
-                             " waiting requests and nothing can run");
+                             " waiting requests and nothing can run" +
+                             (cluster_ ? " on replica " + std::to_string(i) : std::string()));
     }
     return;
   }
   const StepSnapshot snap = r.snapshot();
-  r.backend().execute_into(plan, pending_);
-  recorder_.on_step(plan, now, pending_.duration_ns, snap);
-  busy_ = true;
+  r.backend().execute_into(plan, st.pending);
+  recorder_.on_step(plan, now, st.pending.duration_ns, snap, i);
+  st.busy = true;
   ++totals_.num_steps;
-  events_.push(now + pending_.duration_ns, EventKind::kStepEnd, 0);
+  if (cluster_) {
+    ReplicaStats& s = stats_[i];
+    const TimeNs d = st.pending.duration_ns;
+    ++s.steps;
+    s.busy_ns += d;
+    s.prefill_tokens += plan.num_prefill_tokens;
+    s.decode_tokens += static_cast<std::int64_t>(plan.num_decode_tokens) * plan.num_steps;
+    if (snap.num_usable_blocks > 0) {
+      s.usage_time += static_cast<long double>(snap.kv_blocks_used) / snap.num_usable_blocks * d;
+    }
+    s.waiting_time += static_cast<long double>(snap.waiting) * d;
+  }
+  events_.push(now + st.pending.duration_ns, EventKind::kStepEnd, i);
+}
+
+void Simulator::start_transfers(std::uint32_t src, TimeNs now) {
+  std::vector<PrefillHandoff::Handed>& handed = handoff_->handed();
+  for (PrefillHandoff::Handed& h : handed) {
+    std::uint32_t dst = decode_candidates_[0];
+    if (decode_candidates_.size() > 1) {
+      const std::size_t k = decode_router_->route(h.spec, view(decode_candidates_));
+      if (k >= decode_candidates_.size()) throw std::logic_error("router chose no candidate");
+      dst = decode_candidates_[k];
+    }
+    recorder_.on_route(h.spec.id, dst, now, "route_decode");
+    ++stats_[dst].routed;
+    const std::int32_t block = replicas_[src].replica->kv().block_size();
+    const std::int64_t blocks = (h.spec.prompt_len + block - 1) / block;
+    const std::int64_t bytes = blocks * replicas_[src].block_bytes;
+    const KvTransferTimes t = transfer_->transfer(bytes, src, dst, now);
+    if (t.begin < now || t.finish < t.begin) throw std::logic_error("KV transfer ends in the past");
+    recorder_.on_transfer(h.spec.id, src, dst, bytes, now, t.begin, t.finish);
+    TransferStats& ts = transfer_stats_;
+    ++ts.count;
+    ts.bytes += bytes;
+    ts.wait_ns += t.begin - now;
+    ts.transfer_ns += t.finish - t.begin;
+    ts.max_ns = std::max(ts.max_ns, t.finish - now);
+    std::uint32_t slot;
+    if (!free_slots_.empty()) {
+      slot = free_slots_.back();
+      free_slots_.pop_back();
+      in_flight_[slot] = InFlight{std::move(h), dst};
+    } else {
+      slot = static_cast<std::uint32_t>(in_flight_.size());
+      in_flight_.push_back(InFlight{std::move(h), dst});
+    }
+    ++state_[dst].incoming;
+    ++num_in_flight_;
+    events_.push(t.finish, EventKind::kTransfer, slot);
+  }
+  handed.clear();
+}
+
+void Simulator::end_transfer(std::uint32_t slot, TimeNs now) {
+  InFlight& f = in_flight_[slot];
+  --state_[f.dst].incoming;
+  --num_in_flight_;
+  replicas_[f.dst].replica->scheduler().add_prefilled_request(std::move(f.request.spec),
+                                                              f.request.state, now);
+  touch(f.dst);
+  free_slots_.push_back(slot);
 }
 
 std::optional<TimeNs> Simulator::peek_arrival() {
@@ -102,6 +255,14 @@ void Simulator::arm_arrival(TimeNs now) {
   armed_ = *t;
 }
 
+bool Simulator::any_unfinished() const {
+  if (num_in_flight_ > 0 || !frontend_.empty()) return true;
+  for (const SimReplica& r : replicas_) {
+    if (r.replica->scheduler().has_unfinished()) return true;
+  }
+  return false;
+}
+
 SimulationTotals Simulator::run() {
   if (const std::optional<TimeNs> first = peek_arrival()) totals_.first_arrival_ns = *first;
   arm_arrival(totals_.first_arrival_ns);
@@ -126,21 +287,43 @@ SimulationTotals Simulator::run() {
       if (ready_armed_ && *ready_armed_ == now) ready_armed_.reset();
       start = hand_over_ready(now);  // false for a stale event
       totals_.end_ns = std::max(totals_.end_ns, now);
-    } else {
-      busy_ = false;
-      replica_.scheduler().complete(pending_, now);
+    } else if (ev.kind == EventKind::kStepEnd) {
+      ReplicaState& st = state_[ev.target];
+      st.busy = false;
+      replicas_[ev.target].replica->scheduler().complete(st.pending, now);
+      totals_.end_ns = std::max(totals_.end_ns, now);
+      if (cluster_) {
+        if (replicas_[ev.target].role == ReplicaRole::kPrefill) start_transfers(ev.target, now);
+        touch(ev.target);
+      }
+    } else {  // kTransfer
+      end_transfer(ev.target, now);
       totals_.end_ns = std::max(totals_.end_ns, now);
     }
     arm_arrival(now);
-    if (start) try_start_step(now);
+    if (!cluster_) {
+      if (start) try_start_step(0, now);
+    } else {
+      // Every replica that got work (or finished a step) at this event, in the order they did.
+      for (std::size_t k = 0; k < touched_.size(); ++k) {
+        state_[touched_[k]].touched = false;
+        try_start_step(touched_[k], now);
+      }
+      touched_.clear();
+    }
     ++num_events;
     if ((num_events & 1023) == 0) throw_if_interrupted();  // SIGINT/SIGTERM: unwind cleanly
     if (progress_ && num_events % progress_every_ == 0) progress_(totals_.num_arrivals, now);
   }
-  if (replica_.scheduler().has_unfinished() || !frontend_.empty()) {
-    throw std::logic_error("simulation ended with unfinished requests (" +
-                           std::to_string(replica_.scheduler().num_waiting()) + " waiting, " +
-                           std::to_string(replica_.scheduler().num_running()) + " running)");
+  if (any_unfinished()) {
+    std::int64_t waiting = 0, running = 0;
+    for (const SimReplica& r : replicas_) {
+      waiting += static_cast<std::int64_t>(r.replica->scheduler().num_waiting());
+      running += static_cast<std::int64_t>(r.replica->scheduler().num_running());
+    }
+    throw std::logic_error("simulation ended with unfinished requests (" + std::to_string(waiting) +
+                           " waiting, " + std::to_string(running) + " running, " +
+                           std::to_string(num_in_flight_) + " in transfer)");
   }
   if (workload_.dependent() && !workload_.exhausted()) {
     throw ConfigError(workload_.describe() +

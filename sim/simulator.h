@@ -11,24 +11,81 @@
 // instant are queued before the replica schedules); its arrival time stays the request's. With
 // the front end disabled (both costs 0) arrivals go straight to the scheduler, as before.
 // The Replica (serving/replica.h) owns the serving state; the simulator owns only the event
-// state around it (whether a step is in flight, and its result), so a cluster of replicas behind
-// a router is a vector of replicas and of such states; this version drives one.
+// state around it (whether a step is in flight, and its result).
+//
+// A cluster (ClusterSetup) is a vector of replicas on the same virtual clock and event queue,
+// each with its own scheduler, KV pool, backend and cost model; step-end events name their
+// replica, and events keep the (time, insertion sequence) order, so a cluster run is as
+// deterministic as a single one. A request that leaves the front end (or arrives, without one)
+// is routed at that instant: the Router (core/router.h) sees a load view of the unified and
+// prefill replicas and picks one. Prefill/decode disaggregation: a request routed to a prefill
+// replica runs there with max_output_tokens 1 (PrefillHandoff); when its first token is out the
+// decode router picks a decode replica from a view of the decode replicas, the KvTransferModel
+// books the transfer of its prompt's KV blocks (ceil(prompt_len / block_size) blocks of the
+// source replica's block bytes), and when the transfer ends (a kTransfer event) the request joins
+// that replica's waiting queue holding its first token (Scheduler::add_prefilled_request); it
+// decodes once blocks were allocated for it there, so a full decode replica queues it. Requests
+// that cannot be split (parallel sampling, a single output token) run whole on the prefill
+// replica. Every replica that got work at an instant tries to start a step after all the
+// instant's arrivals were routed.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
+#include <vector>
 
 #include "core/backend.h"
+#include "core/router.h"
 #include "serving/frontend.h"
+#include "serving/kv_transfer.h"
 #include "serving/recorder.h"
 #include "serving/replica.h"
 #include "serving/run_folder.h"
 #include "serving/workload_feedback.h"
 #include "sim/event_queue.h"
+#include "sim/prefill_handoff.h"
 #include "traces/workload.h"
 
 namespace servelab {
+
+// One replica of a cluster as the simulator drives it.
+struct SimReplica {
+  Replica* replica = nullptr;
+  ReplicaRole role = ReplicaRole::kUnified;
+  std::int64_t block_bytes = 0;  // KV bytes per block (the size of a P/D transfer)
+};
+
+// A cluster to drive. Unified and prefill replicas receive arrivals through `router`; decode
+// replicas receive prefilled requests through `decode_router` over `transfer`. The prefill
+// replicas' observer must be `handoff` (whose downstream is the other replicas' observer).
+// Routers may be null when they would only ever see one candidate.
+struct ClusterSetup {
+  std::vector<SimReplica> replicas;
+  std::unique_ptr<Router> router;
+  std::unique_ptr<Router> decode_router;  // required with decode replicas (when > 1)
+  KvTransferModel* transfer = nullptr;    // required with decode replicas
+  PrefillHandoff* handoff = nullptr;      // required with prefill replicas
+};
+
+// What one replica of a cluster did (ClusterSetup runs only).
+struct ReplicaStats {
+  std::int64_t routed = 0;  // requests routed to it (arrivals, or prefilled ones for decode)
+  std::int64_t steps = 0;
+  TimeNs busy_ns = 0;  // sum of its step durations
+  std::int64_t prefill_tokens = 0, decode_tokens = 0;
+  long double usage_time = 0;    // sum of KV usage * step duration
+  long double waiting_time = 0;  // sum of waiting requests * step duration
+};
+
+// The KV transfers of a P/D run.
+struct TransferStats {
+  std::int64_t count = 0, bytes = 0;
+  TimeNs wait_ns = 0;      // summed time queued for a link
+  TimeNs transfer_ns = 0;  // summed time on the link (latency + bytes / bandwidth)
+  TimeNs max_ns = 0;       // the longest wait + transfer
+};
 
 class Simulator {
  public:
@@ -38,6 +95,11 @@ class Simulator {
   // All references must outlive the simulator. `frontend`: the front end's settings (disabled by
   // default); throws std::invalid_argument on invalid ones (see FrontEnd).
   Simulator(Workload& workload, Replica& replica, Recorder& recorder,
+            const FrontendConfig& frontend = {});
+  // A cluster (see above): throws std::invalid_argument when it has no replica, no unified or
+  // prefill replica, or decode replicas without a transfer model (or more than one without a
+  // decode router), or prefill replicas without a handoff, or several candidates and no router.
+  Simulator(Workload& workload, ClusterSetup cluster, Recorder& recorder,
             const FrontendConfig& frontend = {});
   void set_progress(Progress fn, std::int64_t every) {
     progress_ = std::move(fn);
@@ -49,8 +111,32 @@ class Simulator {
   // Interrupted (core/interrupt.h) soon after SIGINT or SIGTERM.
   SimulationTotals run();
 
+  // Cluster runs: per replica (cluster order) and the transfers. Empty / zero otherwise.
+  const std::vector<ReplicaStats>& replica_stats() const { return stats_; }
+  const TransferStats& transfer_stats() const { return transfer_stats_; }
+
  private:
-  void try_start_step(TimeNs now);
+  struct ReplicaState {
+    bool busy = false;          // a step is in flight
+    bool touched = false;       // got work at the current instant (cluster runs)
+    std::int32_t incoming = 0;  // KV transfers in flight towards it
+    StepResult pending;         // the in-flight step's result, applied at its end
+  };
+  struct InFlight {  // a KV transfer (P/D)
+    PrefillHandoff::Handed request;
+    std::uint32_t dst = 0;
+  };
+
+  void try_start_step(std::uint32_t i, TimeNs now);
+  // Queues a request that is ready for a scheduler: replica 0, or the router's choice.
+  void dispatch(RequestSpec spec, TimeNs now);
+  void touch(std::uint32_t i);
+  // The load view of `candidates` into loads_.
+  std::span<const ReplicaLoad> view(const std::vector<std::uint32_t>& candidates);
+  // After a prefill replica's step end: routes and books the transfer of each handed request.
+  void start_transfers(std::uint32_t src, TimeNs now);
+  void end_transfer(std::uint32_t slot, TimeNs now);
+  bool any_unfinished() const;
   // The next known arrival time, buffering one request of an independent workload.
   std::optional<TimeNs> peek_arrival();
   RequestSpec take_arrival();
@@ -65,9 +151,20 @@ class Simulator {
 
   Workload& workload_;
   const bool dependent_;  // workload_.dependent(), asked once
-  Replica& replica_;
-  bool busy_ = false;   // a step of the replica is in flight
-  StepResult pending_;  // its result, applied at the step end
+  std::vector<SimReplica> replicas_;
+  std::vector<ReplicaState> state_;
+  const bool cluster_;  // driven as a cluster (router, per-replica stats, replica columns)
+  std::unique_ptr<Router> router_, decode_router_;
+  KvTransferModel* transfer_ = nullptr;
+  PrefillHandoff* handoff_ = nullptr;
+  std::vector<std::uint32_t> arrival_candidates_, decode_candidates_;
+  std::vector<ReplicaLoad> loads_;
+  std::vector<std::uint32_t> touched_;
+  std::vector<InFlight> in_flight_;  // by slot; free slots listed in free_slots_
+  std::vector<std::uint32_t> free_slots_;
+  std::int64_t num_in_flight_ = 0;
+  std::vector<ReplicaStats> stats_;
+  TransferStats transfer_stats_;
   Recorder& recorder_;
   EventQueue events_;
   SimulationTotals totals_;

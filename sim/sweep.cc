@@ -137,7 +137,8 @@ std::vector<SweepPoint> sweep_points(const std::vector<SweepAxis>& axes) {
 
 std::vector<SweepResult> run_sweep(const std::string& path,
                                    const std::vector<std::string>& base_overrides,
-                                   std::string out_dir, int jobs, bool progress) {
+                                   std::string out_dir, int jobs, bool progress,
+                                   const StepHook& before_step) {
   const std::vector<SweepAxis> axes = sweep_from_experiment(path);
   // Each value alone first, so an error names the sweep key that caused it.
   for (const SweepAxis& a : axes) {
@@ -181,6 +182,7 @@ std::vector<SweepResult> run_sweep(const std::string& path,
       try {
         RunOptions options;
         options.out_dir = stage.temp_path() + "/" + points[i].name;
+        options.before_step = before_step;
         results[i] = {points[i], run_simulation(configs[i], options)};
       } catch (...) {
         errors[i] = std::current_exception();

@@ -48,10 +48,12 @@ std::vector<SweepPoint> sweep_points(const std::vector<SweepAxis>& axes);
 
 // Runs every point of `path`'s sweep (with `base_overrides` applied first) on `jobs` workers
 // (>= 1) and writes OUT/<point>/ and OUT/sweep.csv (OUT defaults to out/<name>-sweep).
-// Throws ConfigError for bad input.
+// `before_step` is each run's RunOptions::before_step (called from the workers: it must be
+// thread-safe). Throws ConfigError for bad input.
 std::vector<SweepResult> run_sweep(const std::string& path,
                                    const std::vector<std::string>& base_overrides,
-                                   std::string out_dir, int jobs, bool progress);
+                                   std::string out_dir, int jobs, bool progress,
+                                   const StepHook& before_step = {});
 
 // The table `sim sweep` prints.
 void print_sweep_table(std::FILE* out, const std::vector<SweepAxis>& axes,

@@ -322,7 +322,12 @@ ValidationReport validate_runs(const std::string& sim_dir, const std::string& en
       rep.warnings.push_back(std::string("config.yaml key '") + key + "' differs between the runs");
     }
   }
-  if (dump(sc["derived"]["num_gpu_blocks"]) != dump(ec["derived"]["num_gpu_blocks"])) {
+  if (dump(ec["derived"]["num_gpu_blocks"]) == "0") {
+    // sim bench: a client measured the server and cannot know its KV capacity.
+    rep.warnings.push_back(
+        "the engine folder does not record its KV block count (a client's measurement, sim "
+        "bench): make sure sim run used the server's (--set serving.num_gpu_blocks=N)");
+  } else if (dump(sc["derived"]["num_gpu_blocks"]) != dump(ec["derived"]["num_gpu_blocks"])) {
     rep.warnings.push_back("the runs had different KV block counts (" +
                            dump(sc["derived"]["num_gpu_blocks"]) + " vs " +
                            dump(ec["derived"]["num_gpu_blocks"]) +

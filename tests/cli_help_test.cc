@@ -43,6 +43,10 @@ TEST(CliHelp, EverySubcommandListsItsOptions) {
       {"sim", "calibrate", {"PROFILE.csv", "--out", "--engine-run", "--force", "--quiet"}},
       {"sim", "validate", {"SIM_DIR", "ENGINE_DIR", "--out", "--cost-model", "--quiet"}},
       {"sim", "policies", {"--help"}},
+      {"sim",
+       "bench",
+       {"EXP.yaml", "--url", "--model", "--max-concurrency", "--out", "--seed", "--set",
+        "--progress", "--quiet"}},
       {"sim", "trace stats", {"FILE", "--format"}},
       {"sim", "trace convert", {"IN", "OUT", "--format", "--force"}},
       {"engine",
@@ -53,6 +57,10 @@ TEST(CliHelp, EverySubcommandListsItsOptions) {
        "profile",
        {"--model", "--out", "--device", "--reps", "--rounds", "--warmup", "--max-tokens",
         "--block-size", "--weights", "--seed", "--quick", "--force", "--quiet"}},
+      {"engine",
+       "serve",
+       {"EXP.yaml", "--model", "--host", "--port", "--device", "--weights", "--kv-memory-gb",
+        "--max-in-flight", "--served-model-name", "--seed", "--set"}},
   };
   for (const Expect& e : all) {
     for (const char* flag : {"--help", "-h"}) {
@@ -95,6 +103,11 @@ TEST(CliHelp, UsageErrorsNameTheOption) {
       {"engine", "run x.yaml --kv-memory-gb -1", "--kv-memory-gb: expected a positive number"},
       {"engine", "profile --reps 0", "--reps: expected an integer in [1, 1000], got '0'"},
       {"engine", "profile --model m", "-o PROFILE.csv is required"},
+      {"engine", "serve --model tiny --port 70000", "--port: expected an integer in [0, 65535]"},
+      {"engine", "serve --model tiny --kv-memory-gb 0", "--kv-memory-gb: expected a positive"},
+      {"engine", "serve", "give an experiment file or --model M"},
+      {"sim", "bench x.yaml", "--url URL is required"},
+      {"sim", "bench x.yaml --url u --max-concurrency 0", "--max-concurrency: expected an integer"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.program + " " + c.args);

@@ -240,6 +240,39 @@ TEST(Lessons, MooncakeHourAtTheLimit) {
   fs::remove_all(dir);
 }
 
+// docs/lessons/prefix-routing.md
+TEST(Lessons, PrefixAffinityRouting) {
+  const fs::path dir = temp_dir("lesson_routing");
+  const fs::path out = compare("prefix-routing.yaml", dir);
+  const json rr = summary(out / "round-robin"), lo = summary(out / "least-outstanding"),
+             pa = summary(out / "prefix-affinity");
+  for (const json* s : {&rr, &lo, &pa}) {
+    EXPECT_EQ((*s)["requests"]["completed"], 3000);
+    EXPECT_EQ((*s)["throughput"]["input_tokens"], 10802094);
+  }
+  EXPECT_EQ(rr["cluster"]["pools"][0]["prefill_tokens"], 7486153);
+  EXPECT_EQ(lo["cluster"]["pools"][0]["prefill_tokens"], 7434206);
+  EXPECT_EQ(pa["cluster"]["pools"][0]["prefill_tokens"], 3062430);
+  EXPECT_NEAR(rr["ttft_ms"]["p50"].get<double>(), 2847.1, 0.05);
+  EXPECT_NEAR(lo["ttft_ms"]["p50"].get<double>(), 2886.4, 0.05);
+  EXPECT_NEAR(pa["ttft_ms"]["p50"].get<double>(), 36.2, 0.05);
+  EXPECT_NEAR(rr["ttft_ms"]["p99"].get<double>(), 7302.6, 0.05);
+  EXPECT_NEAR(lo["ttft_ms"]["p99"].get<double>(), 5616.4, 0.05);
+  EXPECT_NEAR(pa["ttft_ms"]["p99"].get<double>(), 189.6, 0.05);
+  EXPECT_NEAR(rr["tpot_ms"]["p50"].get<double>(), 30.20, 0.005);
+  EXPECT_NEAR(lo["tpot_ms"]["p50"].get<double>(), 30.17, 0.005);
+  EXPECT_NEAR(pa["tpot_ms"]["p50"].get<double>(), 13.24, 0.005);
+  EXPECT_NEAR(rr["goodput"]["requests_per_s"].get<double>(), 2.01, 0.005);
+  EXPECT_NEAR(lo["goodput"]["requests_per_s"].get<double>(), 2.12, 0.005);
+  EXPECT_NEAR(pa["goodput"]["requests_per_s"].get<double>(), 35.63, 0.005);
+  EXPECT_EQ(rr["preemption"]["preemptions"], 167);
+  EXPECT_EQ(lo["preemption"]["preemptions"], 180);
+  EXPECT_EQ(pa["preemption"]["preemptions"], 0);
+  EXPECT_NEAR(rr["kv_cache"]["usage_mean"].get<double>(), 0.956, 0.0005);
+  EXPECT_NEAR(lo["kv_cache"]["usage_mean"].get<double>(), 0.956, 0.0005);
+  EXPECT_NEAR(pa["kv_cache"]["usage_mean"].get<double>(), 0.402, 0.0005);
+}
+
 // docs/lessons/preemption.md
 TEST(Lessons, RecomputeVsSwap) {
   const fs::path dir = temp_dir("lesson_preempt");

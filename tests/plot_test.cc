@@ -127,5 +127,25 @@ TEST(Plot, BadArgumentsExitTwoNamingTheFolder) {
   EXPECT_EQ(run_sim("plot " + (dir / "empty").string() + " --format gif", dir).code, 2);
 }
 
+TEST(Plot, ClusterRunGivesReplicaAndTransferFigures) {
+  SKIP_WITHOUT_MATPLOTLIB();
+  const fs::path dir = temp_dir("plot_cluster");
+  const Cli r = run_sim("run " + servelab_home().string() +
+                            "/experiments/cluster-pd.yaml --quiet --set workload.num_requests=60 "
+                            "--set 'cluster.pools=[{count: 1, role: prefill}, {count: 2, role: "
+                            "decode}]' --out " +
+                            (dir / "pd").string(),
+                        dir);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const Cli p = run_sim("plot " + (dir / "pd").string() + " -o " + (dir / "fig").string(), dir);
+  ASSERT_EQ(p.code, 0) << p.err;
+  expect_valid(dir / "fig" / "pd-replicas.png", "png");
+  expect_valid(dir / "fig" / "pd-transfers.png", "png");
+  expect_valid(dir / "fig" / "pd-throughput.png", "png");
+  // Per-replica step numbers would make the single-replica figures wrong: not drawn.
+  EXPECT_FALSE(fs::exists(dir / "fig" / "pd-batch.png"));
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace servelab

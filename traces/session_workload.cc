@@ -194,6 +194,10 @@ std::optional<RequestSpec> SessionWorkload::next() {
   RequestSpec spec = make_request(r.id, r.arrival_ns, std::move(prompt), node.output_tokens);
   spec.priority = node.priority;
   spec.tenant = node.tenant;
+  // The session: the root reached through first parents (a conversation's turns share it).
+  if (session_.empty()) session_.assign(nodes_.size(), 0);
+  session_[r.id] = parents.empty() ? r.id + 1 : session_[parents[0]];
+  spec.session = session_[r.id];
 
   for (RequestId p : parents) {
     if (--children_unbuilt_[p] == 0) std::vector<PromptSegment>().swap(prompts_[p]);

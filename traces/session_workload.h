@@ -18,6 +18,9 @@
 // `content` (explicit segments: a shared system prompt, or hash-id blocks) followed by
 // `fresh_tokens` tokens of the stream unique_content_id(seed, id).
 //
+// Sessions: a request's RequestSpec::session is 1 + the id of the root its first-parent chain
+// leads to, so every turn of a conversation carries the same one (session-affinity routing).
+//
 // Errors (ConfigError, "SOURCE: session request 'KEY' ..."): a duplicate key, a parent key that
 // names no request, a parent listed twice, a root with an empty prompt, and a cycle (checked
 // with Boost.Graph; the message names one request on the cycle).
@@ -145,6 +148,7 @@ class SessionWorkload : public Workload {
   std::vector<std::uint8_t> finished_;
   // The prompt of each returned request while some child still needs it (freed after that).
   std::vector<std::vector<PromptSegment>> prompts_;
+  std::vector<std::uint64_t> session_;  // RequestSpec::session of each returned request
   std::vector<std::int32_t> children_unbuilt_;
   std::vector<Ready> heap_;  // min-heap of released, not yet returned requests
   std::size_t returned_ = 0;

@@ -274,6 +274,77 @@ def batch_composition(run, out_dir, fmt, written):
     save(fig, out_dir, f"{run.name}-batch", fmt, written)
 
 
+# ---------------------------------------------------------------------------------------------
+# Cluster runs (steps.csv with a `replica` column; docs/metrics.md, "Cluster runs")
+
+
+def is_cluster(run):
+    return "cluster" in run.summary
+
+
+def replica_load(run, out_dir, fmt, written):
+    """Per-replica requests (running + waiting) over time, and each replica's busy fraction."""
+    s = run.steps()
+    if not s or "replica" not in s or s["start_s"].size == 0:
+        return
+    replicas = sorted(set(int(r) for r in s["replica"]))
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(9, 6), constrained_layout=True,
+                                   gridspec_kw={"height_ratios": [3, 2]})
+    cmap = plt.get_cmap("tab20")
+    for k, rep in enumerate(replicas):
+        idx = s["replica"] == rep
+        ax1.step(s["start_s"][idx], s["running"][idx] + s["waiting"][idx], where="post",
+                 linewidth=0.9, color=cmap(k % 20), label=f"replica {rep}" if len(replicas) <= 16 else None)
+    ax1.set_ylabel("requests (running + waiting)")
+    ax1.set_xlabel("simulated time (s)")
+    ax1.set_title(f"Per-replica load: {run.title}")
+    if len(replicas) <= 16:
+        ax1.legend(loc="upper right", ncol=2, fontsize="small")
+    names, busy, colors = [], [], []
+    role_colors = {"unified": STATE_COLORS["prefilling"], "prefill": STATE_COLORS["prefilling"],
+                   "decode": STATE_COLORS["decoding"]}
+    for pool in run.summary["cluster"].get("pools", []):
+        for r in pool.get("replicas", []):
+            names.append(str(r["replica"]))
+            busy.append(100 * r["busy_fraction"])
+            colors.append(role_colors.get(pool.get("role"), "#7f7f7f"))
+    ax2.bar(names, busy, color=colors)
+    ax2.set_ylim(0, 105)
+    ax2.set_ylabel("busy (% of the run)")
+    ax2.set_xlabel("replica (blue: unified or prefill; green: decode)")
+    ax2.set_title("Step time per replica")
+    save(fig, out_dir, f"{run.name}-replicas", fmt, written)
+
+
+def transfer_timeline(run, out_dir, fmt, written):
+    """P/D: each KV transfer as a bar on its decode replica's row (grey: queued for the link)."""
+    p = run.file("events.csv")
+    if not p:
+        return
+    rows = [r for r in read_csv(p) if r["event"] == "transfer"]
+    if not rows:
+        return
+    fig, ax = plt.subplots(figsize=(9, 4.5), constrained_layout=True)
+    waits, moves = {}, {}
+    for r in rows:
+        parts = r["detail"].split(" ")
+        dst = int(parts[0].split("->")[1])
+        fields = dict(f.split("=") for f in parts[1:])
+        t = float(r["time_s"])
+        wait = float(fields["wait_ms"]) / 1000
+        move = float(fields["transfer_ms"]) / 1000
+        waits.setdefault(dst, []).append((t, wait))
+        moves.setdefault(dst, []).append((t + wait, move))
+    for dst in sorted(moves):
+        ax.broken_barh([w for w in waits[dst] if w[1] > 0], (dst - 0.4, 0.8), color="#bbbbbb")
+        ax.broken_barh(moves[dst], (dst - 0.4, 0.8), color=STATE_COLORS["decoding"])
+    ax.set_yticks(sorted(moves))
+    ax.set_ylabel("decode replica")
+    ax.set_xlabel("simulated time (s)")
+    ax.set_title(f"KV transfers (grey: waiting for the link): {run.title}")
+    save(fig, out_dir, f"{run.name}-transfers", fmt, written)
+
+
 def merge(intervals):
     """Merges touching [a, b) intervals (sorted by start)."""
     out = []
@@ -578,6 +649,11 @@ def plot_all(args):
         if kind == "run":
             run = runs[0]
             throughput_over_time(run, args.out, args.format, written)
+            if is_cluster(run):
+                # Step numbers, block ids and the schedule are per replica: other figures.
+                replica_load(run, args.out, args.format, written)
+                transfer_timeline(run, args.out, args.format, written)
+                continue
             batch_composition(run, args.out, args.format, written)
             gantt(run, args.out, args.format, written)
             kv_block_map(run, args.out, args.format, written, args.quiet)

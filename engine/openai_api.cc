@@ -1,0 +1,281 @@
+#include "engine/openai_api.h"
+
+#include <nlohmann/json.hpp>
+
+#include "serving/chat_template.h"
+
+namespace servelab {
+
+namespace {
+
+using nlohmann::json;
+
+ApiError bad(const std::string& message, const std::string& param = "",
+             const std::string& code = "") {
+  return ApiError(400, message, "invalid_request_error", param, code);
+}
+
+// The fields each endpoint knows. Unknown ones are refused rather than silently ignored.
+bool known_field(const std::string& key, bool chat) {
+  static const char* const kCommon[] = {
+      "model", "max_tokens", "stream", "stream_options", "temperature",      "top_p",
+      "n",     "ignore_eos", "user",   "seed",           "presence_penalty", "frequency_penalty",
+      "stop",  "logprobs"};
+  for (const char* k : kCommon) {
+    if (key == k) return true;
+  }
+  if (chat) return key == "messages" || key == "max_completion_tokens";
+  return key == "prompt" || key == "best_of" || key == "echo";
+}
+
+void expect(bool ok, const std::string& param, const std::string& what) {
+  if (!ok) throw bad("'" + param + "': expected " + what, param);
+}
+
+// A number field that must equal `required` (what the engine implements), when present.
+void only_value(const json& body, const char* key, double required, const std::string& why) {
+  if (!body.contains(key) || body[key].is_null()) return;
+  expect(body[key].is_number(), key, "a number");
+  if (body[key].get<double>() != required) {
+    throw bad(std::string("'") + key + "': only " + why + " is supported", key);
+  }
+}
+
+std::vector<std::int32_t> token_array(const json& a, const std::string& param,
+                                      const ApiLimits& limits) {
+  std::vector<std::int32_t> ids;
+  ids.reserve(a.size());
+  for (const json& t : a) {
+    expect(t.is_number_integer(), param, "an array of token ids (integers)");
+    const auto v = t.get<std::int64_t>();
+    if (v < 0 || v >= limits.vocab_size) {
+      throw bad("'" + param + "': token id " + std::to_string(v) +
+                    " is outside the vocabulary [0, " + std::to_string(limits.vocab_size) + ")",
+                param);
+    }
+    ids.push_back(static_cast<std::int32_t>(v));
+  }
+  return ids;
+}
+
+std::int32_t max_tokens_field(const json& body, const char* key, std::int32_t fallback) {
+  if (!body.contains(key) || body[key].is_null()) return fallback;
+  expect(body[key].is_number_integer(), key, "an integer");
+  const auto v = body[key].get<std::int64_t>();
+  if (v < 1 || v > (1 << 24)) throw bad(std::string("'") + key + "': expected at least 1", key);
+  return static_cast<std::int32_t>(v);
+}
+
+}  // namespace
+
+ApiError::ApiError(int status_, std::string message, std::string type_, std::string param_,
+                   std::string code_)
+    : std::runtime_error(std::move(message)),
+      status(status_),
+      type(std::move(type_)),
+      param(std::move(param_)),
+      code(std::move(code_)) {}
+
+std::string error_json(const ApiError& e) {
+  json err = {{"message", e.what()}, {"type", e.type}, {"param", nullptr}, {"code", nullptr}};
+  if (!e.param.empty()) err["param"] = e.param;
+  if (!e.code.empty()) err["code"] = e.code;
+  return json{{"error", err}}.dump();
+}
+
+CompletionRequest parse_completion_request(std::string_view text, bool chat,
+                                           const ApiLimits& limits, const Tokenizer& tokenizer) {
+  json body;
+  try {
+    body = json::parse(text);
+  } catch (const json::parse_error& e) {
+    throw bad(std::string("malformed JSON body: ") + e.what(), "", "invalid_json");
+  }
+  if (!body.is_object()) throw bad("the request body must be a JSON object");
+  for (const auto& [key, value] : body.items()) {
+    if (!known_field(key, chat)) {
+      throw bad("unknown field '" + key + "' (docs/serving.md lists the supported ones)", key,
+                "unknown_field");
+    }
+  }
+  CompletionRequest r;
+  r.chat = chat;
+  if (body.contains("model") && !body["model"].is_null()) {
+    expect(body["model"].is_string(), "model", "a string");
+    if (body["model"].get<std::string>() != limits.model) {
+      throw ApiError(404, "the model '" + body["model"].get<std::string>() + "' does not exist",
+                     "NotFoundError", "model", "model_not_found");
+    }
+  }
+  if (body.contains("stream") && !body["stream"].is_null()) {
+    expect(body["stream"].is_boolean(), "stream", "true or false");
+    r.stream = body["stream"].get<bool>();
+  }
+  if (body.contains("stream_options") && !body["stream_options"].is_null()) {
+    const json& so = body["stream_options"];
+    expect(so.is_object(), "stream_options", "an object");
+    for (const auto& [key, value] : so.items()) {
+      if (key != "include_usage" && key != "continuous_usage_stats") {
+        throw bad("unknown field 'stream_options." + key + "'", "stream_options", "unknown_field");
+      }
+      expect(value.is_boolean(), "stream_options." + key, "true or false");
+    }
+    if (!r.stream)
+      throw bad("'stream_options' is only allowed with stream: true", "stream_options");
+    r.include_usage = so.value("include_usage", false);
+  }
+  if (body.contains("ignore_eos") && !body["ignore_eos"].is_null()) {
+    expect(body["ignore_eos"].is_boolean(), "ignore_eos", "true or false");
+  }
+  if (body.contains("user") && !body["user"].is_null()) {
+    expect(body["user"].is_string(), "user", "a string");
+  }
+  if (body.contains("seed") && !body["seed"].is_null()) {
+    expect(body["seed"].is_number_integer(), "seed", "an integer");
+  }
+  only_value(body, "temperature", 0.0, "0 (greedy decoding)");
+  only_value(body, "top_p", 1.0, "1");
+  only_value(body, "n", 1, "n = 1");
+  only_value(body, "best_of", 1, "best_of = 1");
+  only_value(body, "presence_penalty", 0, "0");
+  only_value(body, "frequency_penalty", 0, "0");
+  if (body.contains("logprobs") && !body["logprobs"].is_null() &&
+      !(body["logprobs"].is_boolean() && !body["logprobs"].get<bool>())) {
+    throw bad("'logprobs': log probabilities are not supported", "logprobs");
+  }
+  if (body.contains("echo") && !body["echo"].is_null() &&
+      !(body["echo"].is_boolean() && !body["echo"].get<bool>())) {
+    throw bad("'echo': only false is supported", "echo");
+  }
+  if (body.contains("stop") && !body["stop"].is_null() &&
+      !((body["stop"].is_array() && body["stop"].empty()) ||
+        (body["stop"].is_string() && body["stop"].get<std::string>().empty()))) {
+    throw bad("'stop': stop sequences are not supported (generation ends at max_tokens)", "stop");
+  }
+
+  if (chat) {
+    if (!body.contains("messages")) throw bad("'messages' is required", "messages");
+    const json& msgs = body["messages"];
+    expect(msgs.is_array() && !msgs.empty(), "messages", "a non-empty array of messages");
+    std::vector<ChatMessage> messages;
+    for (const json& m : msgs) {
+      expect(m.is_object(), "messages", "objects with 'role' and 'content'");
+      for (const auto& [key, value] : m.items()) {
+        if (key != "role" && key != "content" && key != "name") {
+          throw bad("unknown field 'messages[]." + key + "'", "messages", "unknown_field");
+        }
+      }
+      expect(m.contains("role") && m["role"].is_string(), "messages", "a string 'role'");
+      expect(m.contains("content") && m["content"].is_string(), "messages", "a string 'content'");
+      const std::string role = m["role"].get<std::string>();
+      if (role != "system" && role != "user" && role != "assistant") {
+        throw bad("'messages': unknown role '" + role + "' (system, user or assistant)",
+                  "messages");
+      }
+      messages.push_back({role, m["content"].get<std::string>()});
+    }
+    r.prompt = encode_chat(tokenizer, messages);
+  } else {
+    if (!body.contains("prompt")) throw bad("'prompt' is required", "prompt");
+    const json& p = body["prompt"];
+    if (p.is_string()) {
+      r.prompt = tokenizer.encode(p.get<std::string>());
+    } else if (p.is_array() && !p.empty() && p[0].is_array()) {
+      expect(p.size() == 1, "prompt", "one prompt (batches of prompts are not supported)");
+      r.prompt = token_array(p[0], "prompt", limits);
+    } else if (p.is_array() && !p.empty() && p[0].is_string()) {
+      expect(p.size() == 1, "prompt", "one prompt (batches of prompts are not supported)");
+      r.prompt = tokenizer.encode(p[0].get<std::string>());
+    } else if (p.is_array()) {
+      r.prompt = token_array(p, "prompt", limits);
+    } else {
+      throw bad("'prompt': expected a string or an array of token ids", "prompt");
+    }
+  }
+  if (r.prompt.empty()) throw bad("the prompt is empty", chat ? "messages" : "prompt");
+  const auto prompt_len = static_cast<std::int64_t>(r.prompt.size());
+  if (prompt_len >= limits.max_model_len) {
+    throw bad("this model's maximum context length is " + std::to_string(limits.max_model_len) +
+                  " tokens; the prompt has " + std::to_string(prompt_len),
+              chat ? "messages" : "prompt", "context_length_exceeded");
+  }
+  // Defaults: OpenAI's 16 for completions; the rest of the context for chat (as vLLM).
+  const std::int32_t fallback =
+      chat ? limits.max_model_len - static_cast<std::int32_t>(prompt_len) : 16;
+  r.max_tokens = max_tokens_field(body, "max_tokens", fallback);
+  if (chat) r.max_tokens = max_tokens_field(body, "max_completion_tokens", r.max_tokens);
+  if (prompt_len + r.max_tokens > limits.max_model_len) {
+    throw bad("this model's maximum context length is " + std::to_string(limits.max_model_len) +
+                  " tokens; the request asks for " + std::to_string(prompt_len + r.max_tokens) +
+                  " (" + std::to_string(prompt_len) + " in the prompt, " +
+                  std::to_string(r.max_tokens) + " to generate)",
+              "max_tokens", "context_length_exceeded");
+  }
+  return r;
+}
+
+std::string completion_json(const ResponseMeta& meta, const std::string& text,
+                            std::int32_t prompt_tokens, std::int32_t completion_tokens) {
+  json choice = {{"index", 0}, {"finish_reason", "length"}, {"logprobs", nullptr}};
+  if (meta.chat) {
+    choice["message"] = {{"role", "assistant"}, {"content", text}};
+  } else {
+    choice["text"] = text;
+  }
+  const json j = {{"id", meta.id},
+                  {"object", meta.chat ? "chat.completion" : "text_completion"},
+                  {"created", meta.created},
+                  {"model", meta.model},
+                  {"choices", json::array({choice})},
+                  {"usage",
+                   {{"prompt_tokens", prompt_tokens},
+                    {"completion_tokens", completion_tokens},
+                    {"total_tokens", prompt_tokens + completion_tokens}}}};
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::string chunk_json(const ResponseMeta& meta, const std::string& text, bool first,
+                       const std::string& finish_reason) {
+  json choice = {{"index", 0}, {"logprobs", nullptr}};
+  choice["finish_reason"] = finish_reason.empty() ? json(nullptr) : json(finish_reason);
+  if (meta.chat) {
+    json delta = {{"content", text}};
+    if (first) delta["role"] = "assistant";
+    choice["delta"] = delta;
+  } else {
+    choice["text"] = text;
+  }
+  const json j = {{"id", meta.id},
+                  {"object", meta.chat ? "chat.completion.chunk" : "text_completion"},
+                  {"created", meta.created},
+                  {"model", meta.model},
+                  {"choices", json::array({choice})}};
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::string usage_chunk_json(const ResponseMeta& meta, std::int32_t prompt_tokens,
+                             std::int32_t completion_tokens) {
+  const json j = {{"id", meta.id},
+                  {"object", meta.chat ? "chat.completion.chunk" : "text_completion"},
+                  {"created", meta.created},
+                  {"model", meta.model},
+                  {"choices", json::array()},
+                  {"usage",
+                   {{"prompt_tokens", prompt_tokens},
+                    {"completion_tokens", completion_tokens},
+                    {"total_tokens", prompt_tokens + completion_tokens}}}};
+  return j.dump();
+}
+
+std::string models_json(const std::string& model, std::int64_t created,
+                        std::int32_t max_model_len) {
+  const json j = {{"object", "list"},
+                  {"data", json::array({{{"id", model},
+                                         {"object", "model"},
+                                         {"created", created},
+                                         {"owned_by", "servelab"},
+                                         {"max_model_len", max_model_len}}})}};
+  return j.dump();
+}
+
+}  // namespace servelab

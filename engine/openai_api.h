@@ -1,0 +1,74 @@
+// The OpenAI API subset `engine serve` speaks (docs/serving.md): request bodies of
+// /v1/completions and /v1/chat/completions parsed and checked, and the JSON of responses,
+// streamed chunks and errors.
+//
+// Every problem with a request is an ApiError carrying the HTTP status and OpenAI's error object
+// {"error": {"message", "type", "param", "code"}}: malformed JSON, a body that is not an object,
+// an unknown field, a field of the wrong type or out of range, a sampling parameter the engine
+// does not implement (anything but greedy decoding of one sequence), a token id outside the
+// vocabulary, an empty prompt, or prompt + max_tokens over the model's context (max_model_len).
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "serving/tokenizer.h"
+
+namespace servelab {
+
+struct ApiError : std::runtime_error {
+  ApiError(int status, std::string message, std::string type, std::string param = "",
+           std::string code = "");
+  int status;
+  std::string type;   // "invalid_request_error", "server_overloaded", ...
+  std::string param;  // the offending field ("" -> null)
+  std::string code;   // a machine-readable code ("" -> null)
+};
+// {"error": {"message": ..., "type": ..., "param": ..., "code": ...}}
+std::string error_json(const ApiError& e);
+
+struct ApiLimits {
+  std::string model;            // the served model name (requests may name it or omit it)
+  std::int32_t vocab_size = 0;  // token ids must be below
+  std::int32_t max_model_len = 0;
+};
+
+struct CompletionRequest {
+  bool chat = false;
+  std::vector<std::int32_t> prompt;  // token ids
+  std::int32_t max_tokens = 0;
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+};
+
+// Parses a /v1/completions (chat = false) or /v1/chat/completions (chat = true) body. Text
+// prompts and chat messages are encoded with `tokenizer` (chat messages through
+// encode_chat: the Llama 3 format, or plain text for a tokenizer without chat tokens).
+// Throws ApiError (status 400).
+CompletionRequest parse_completion_request(std::string_view body, bool chat,
+                                           const ApiLimits& limits, const Tokenizer& tokenizer);
+
+// Response pieces. `id` is "cmpl-N" / "chatcmpl-N", `created` Unix seconds.
+struct ResponseMeta {
+  std::string id;
+  std::string model;
+  std::int64_t created = 0;
+  bool chat = false;
+};
+// The whole non-streaming response: one choice with `text`, finish_reason "length", usage.
+std::string completion_json(const ResponseMeta& meta, const std::string& text,
+                            std::int32_t prompt_tokens, std::int32_t completion_tokens);
+// One streamed chunk with `text` (a delta; the chat stream's first chunk also carries the role)
+// and, when `finish_reason` is non-empty, that reason. Without the "data: " framing.
+std::string chunk_json(const ResponseMeta& meta, const std::string& text, bool first,
+                       const std::string& finish_reason);
+// The usage chunk (stream_options.include_usage): no choices, usage filled in.
+std::string usage_chunk_json(const ResponseMeta& meta, std::int32_t prompt_tokens,
+                             std::int32_t completion_tokens);
+// GET /v1/models.
+std::string models_json(const std::string& model, std::int64_t created, std::int32_t max_model_len);
+
+}  // namespace servelab

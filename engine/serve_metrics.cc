@@ -1,0 +1,167 @@
+#include "engine/serve_metrics.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cstdio>
+
+namespace servelab {
+
+namespace {
+
+// vLLM v1's bucket bounds (seconds).
+std::vector<double> ttft_buckets() {
+  return {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,  0.25,  0.5,   0.75,
+          1.0,   2.5,   5.0,  7.5,  10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0};
+}
+std::vector<double> itl_buckets() {
+  return {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2,  0.3,  0.4, 0.5,
+          0.75, 1.0,   2.5,  5.0,   7.5, 10.0, 20.0, 40.0, 80.0};
+}
+std::vector<double> e2e_buckets() {
+  return {0.3,  0.5,  0.8,  1.0,  1.5,   2.0,   2.5,   5.0,   10.0,   15.0,  20.0,
+          30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
+}
+
+// The shortest text that reads back as v, with ".0" on whole numbers: how Prometheus' Python
+// client (and so vLLM) writes bucket bounds, so le="1.0" label matchers work unchanged.
+std::string number(double v) {
+  char buf[64];
+  const auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
+  std::string s(buf, ec == std::errc() ? end : buf);
+  if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
+  return s;
+}
+
+void header(std::string& out, const char* name, const char* type, const char* help) {
+  out += "# HELP ";
+  out += name;
+  out += ' ';
+  out += help;
+  out += "\n# TYPE ";
+  out += name;
+  out += ' ';
+  out += type;
+  out += '\n';
+}
+
+}  // namespace
+
+PromHistogram::PromHistogram(std::vector<double> bounds)
+    : bounds_(std::move(bounds)), counts_(bounds_.size() + 1, 0) {}
+
+void PromHistogram::observe(double value) {
+  // Prometheus buckets are "less than or equal to" their bound.
+  const auto it = std::lower_bound(bounds_.begin(), bounds_.end(), value);
+  ++counts_[static_cast<std::size_t>(it - bounds_.begin())];
+  sum_ += value;
+  ++count_;
+}
+
+void PromHistogram::render(std::string& out, const std::string& name,
+                           const std::string& labels) const {
+  std::int64_t cumulative = 0;
+  for (std::size_t i = 0; i <= bounds_.size(); ++i) {
+    cumulative += counts_[i];
+    const std::string le = i < bounds_.size() ? number(bounds_[i]) : "+Inf";
+    out += name + "_bucket{" + labels + ",le=\"" + le + "\"} " + std::to_string(cumulative) + "\n";
+  }
+  out += name + "_sum{" + labels + "} " + number(sum_) + "\n";
+  out += name + "_count{" + labels + "} " + std::to_string(count_) + "\n";
+}
+
+ServeMetrics::ServeMetrics(std::string model_name)
+    : labels_("model_name=\"" + model_name + "\""),
+      ttft_(ttft_buckets()),
+      itl_(itl_buckets()),
+      e2e_(e2e_buckets()) {}
+
+void ServeMetrics::on_admitted(std::int32_t prompt_tokens) {
+  std::lock_guard lock(mu_);
+  prompt_tokens_ += prompt_tokens;
+}
+
+void ServeMetrics::on_token(TimeNs prev_token_ns, TimeNs now, TimeNs arrival_ns) {
+  std::lock_guard lock(mu_);
+  ++generation_tokens_;
+  if (prev_token_ns < 0) {
+    ttft_.observe(ns_to_s(now - arrival_ns));
+  } else {
+    itl_.observe(ns_to_s(now - prev_token_ns));
+  }
+}
+
+void ServeMetrics::on_preempt() {
+  std::lock_guard lock(mu_);
+  ++preemptions_;
+}
+
+void ServeMetrics::on_finish(bool finished, TimeNs arrival_ns, TimeNs now) {
+  std::lock_guard lock(mu_);
+  if (finished) {
+    ++success_length_;
+    e2e_.observe(ns_to_s(now - arrival_ns));
+  } else {
+    ++success_abort_;
+  }
+}
+
+void ServeMetrics::set_state(std::int64_t running, std::int64_t waiting, double kv_usage,
+                             const PrefixCacheStats& prefix) {
+  std::lock_guard lock(mu_);
+  running_ = running;
+  waiting_ = waiting;
+  kv_usage_ = kv_usage;
+  prefix_queries_ = prefix.queried_tokens + prefix.preempted_queried_tokens;
+  prefix_hits_ = prefix.hit_tokens + prefix.preempted_hit_tokens;
+}
+
+std::string ServeMetrics::render() const {
+  std::lock_guard lock(mu_);
+  std::string out;
+  const std::string l = "{" + labels_ + "}";
+  auto scalar = [&](const char* name, const char* type, const char* help, const std::string& v) {
+    header(out, name, type, help);
+    out += std::string(name) + l + " " + v + "\n";
+  };
+  scalar("vllm:num_requests_running", "gauge", "Number of requests in model execution batches.",
+         std::to_string(running_));
+  scalar("vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.",
+         std::to_string(waiting_));
+  scalar("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.",
+         number(kv_usage_));
+  scalar("vllm:gpu_cache_usage_perc", "gauge",
+         "KV-cache usage. 1 means 100 percent usage (older name of vllm:kv_cache_usage_perc).",
+         number(kv_usage_));
+  scalar("vllm:prefix_cache_queries_total", "counter",
+         "Prefix cache queries, in terms of number of queried tokens.",
+         std::to_string(prefix_queries_));
+  scalar("vllm:prefix_cache_hits_total", "counter",
+         "Prefix cache hits, in terms of number of cached tokens.", std::to_string(prefix_hits_));
+  scalar("vllm:num_preemptions_total", "counter", "Cumulative number of preemptions.",
+         std::to_string(preemptions_));
+  scalar("vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.",
+         std::to_string(prompt_tokens_));
+  scalar("vllm:generation_tokens_total", "counter", "Number of generation tokens processed.",
+         std::to_string(generation_tokens_));
+  header(out, "vllm:request_success_total", "counter", "Count of finished requests.");
+  out += "vllm:request_success_total{" + labels_ + ",finished_reason=\"length\"} " +
+         std::to_string(success_length_) + "\n";
+  out += "vllm:request_success_total{" + labels_ + ",finished_reason=\"abort\"} " +
+         std::to_string(success_abort_) + "\n";
+  header(out, "vllm:time_to_first_token_seconds", "histogram",
+         "Histogram of time to first token in seconds.");
+  ttft_.render(out, "vllm:time_to_first_token_seconds", labels_);
+  header(out, "vllm:inter_token_latency_seconds", "histogram",
+         "Histogram of inter-token latency in seconds.");
+  itl_.render(out, "vllm:inter_token_latency_seconds", labels_);
+  header(out, "vllm:time_per_output_token_seconds", "histogram",
+         "Histogram of time per output token in seconds (older name of "
+         "vllm:inter_token_latency_seconds).");
+  itl_.render(out, "vllm:time_per_output_token_seconds", labels_);
+  header(out, "vllm:e2e_request_latency_seconds", "histogram",
+         "Histogram of end to end request latency in seconds.");
+  e2e_.render(out, "vllm:e2e_request_latency_seconds", labels_);
+  return out;
+}
+
+}  // namespace servelab

@@ -1,0 +1,73 @@
+// ServeMetrics: what `engine serve` exposes on /metrics, in the Prometheus text format with
+// vLLM's metric names, meanings, buckets and `model_name` label (vLLM v1, vllm/v1/metrics; see
+// docs/serving.md for the list). The loop thread records (request events, the state after each
+// step); HTTP threads render; a mutex separates them.
+//
+// Gauges: vllm:num_requests_running, vllm:num_requests_waiting, vllm:kv_cache_usage_perc (the
+// fraction of usable KV blocks held, 0..1; also under its older name vllm:gpu_cache_usage_perc).
+// Counters (tokens): vllm:prompt_tokens_total and vllm:generation_tokens_total (of finished and
+// aborted requests' prompts at admission and every sampled token), vllm:prefix_cache_queries_total
+// and vllm:prefix_cache_hits_total (prefix-cache lookups in tokens, resumed requests included),
+// vllm:num_preemptions_total, vllm:request_success_total{finished_reason="length"|"abort"}.
+// Histograms (seconds): vllm:time_to_first_token_seconds (first token - arrival at the server),
+// vllm:inter_token_latency_seconds (each gap between a request's consecutive tokens; also under
+// the older name vllm:time_per_output_token_seconds), vllm:e2e_request_latency_seconds
+// (finish - arrival, finished requests).
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/kv_cache_manager.h"
+#include "core/time.h"
+
+namespace servelab {
+
+// A Prometheus histogram with fixed upper bounds (cumulative buckets plus +Inf, sum, count).
+class PromHistogram {
+ public:
+  explicit PromHistogram(std::vector<double> bounds);
+  void observe(double value);
+  // Appends the _bucket, _sum and _count lines of `name` with `labels` ("k=\"v\"").
+  void render(std::string& out, const std::string& name, const std::string& labels) const;
+  std::int64_t count() const { return count_; }
+  double sum() const { return sum_; }
+
+ private:
+  std::vector<double> bounds_;
+  std::vector<std::int64_t> counts_;  // per bucket, not cumulative; last: above every bound
+  double sum_ = 0;
+  std::int64_t count_ = 0;
+};
+
+class ServeMetrics {
+ public:
+  explicit ServeMetrics(std::string model_name);
+
+  // Loop thread.
+  void on_admitted(std::int32_t prompt_tokens);
+  void on_token(TimeNs prev_token_ns, TimeNs now, TimeNs arrival_ns);
+  void on_preempt();
+  // finished: true for a request that produced all its tokens, false for an abort.
+  void on_finish(bool finished, TimeNs arrival_ns, TimeNs now);
+  void set_state(std::int64_t running, std::int64_t waiting, double kv_usage,
+                 const PrefixCacheStats& prefix);
+
+  // Any thread: the whole exposition text.
+  std::string render() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::string labels_;
+  std::int64_t running_ = 0, waiting_ = 0;
+  double kv_usage_ = 0;
+  std::int64_t prompt_tokens_ = 0, generation_tokens_ = 0, preemptions_ = 0;
+  std::int64_t prefix_queries_ = 0, prefix_hits_ = 0;
+  std::int64_t success_length_ = 0, success_abort_ = 0;
+  PromHistogram ttft_, itl_, e2e_;
+};
+
+}  // namespace servelab

@@ -1,0 +1,152 @@
+#include "engine/serve_queue.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace servelab {
+
+void RequestChannel::admitted() {
+  std::lock_guard lock(mu_);
+  if (state_ == State::kPending) state_ = State::kAdmitted;
+  cv_.notify_all();
+}
+
+void RequestChannel::rejected(const std::string& reason) {
+  std::lock_guard lock(mu_);
+  state_ = State::kRejected;
+  reason_ = reason;
+  cv_.notify_all();
+}
+
+void RequestChannel::token(std::int32_t value) {
+  std::lock_guard lock(mu_);
+  tokens_.push_back(value);
+  cv_.notify_all();
+}
+
+void RequestChannel::finished(RequestStatus status, const std::string& reason) {
+  std::lock_guard lock(mu_);
+  state_ = status == RequestStatus::kFinished ? State::kFinished : State::kAborted;
+  reason_ = reason;
+  cv_.notify_all();
+}
+
+RequestChannel::State RequestChannel::wait_admission(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mu_);
+  cv_.wait_for(lock, timeout, [&] { return state_ != State::kPending; });
+  return state_;
+}
+
+RequestChannel::Update RequestChannel::take(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mu_);
+  cv_.wait_for(lock, timeout, [&] {
+    return !tokens_.empty() || state_ == State::kFinished || state_ == State::kAborted ||
+           state_ == State::kRejected;
+  });
+  Update u;
+  u.tokens.swap(tokens_);
+  u.state = state_;
+  u.reason = reason_;
+  return u;
+}
+
+ServeQueue::ServeQueue(std::size_t max_in_flight, const WallClock& clock)
+    : max_in_flight_(max_in_flight), clock_(clock) {
+  if (max_in_flight < 1) throw std::invalid_argument("ServeQueue: max_in_flight must be >= 1");
+}
+
+ServeQueue::Submit ServeQueue::submit(RequestSpec spec, std::shared_ptr<RequestChannel> channel,
+                                      RequestId* id) {
+  std::lock_guard lock(mu_);
+  if (draining_) return Submit::kDraining;
+  if (in_flight_ >= max_in_flight_) return Submit::kFull;
+  ++in_flight_;
+  spec.id = next_id_++;
+  spec.arrival_ns = clock_.now();
+  *id = spec.id;
+  submitted_.push_back({std::move(spec), std::move(channel)});
+  cv_.notify_all();
+  return Submit::kAccepted;
+}
+
+void ServeQueue::abort(RequestId id) {
+  std::lock_guard lock(mu_);
+  aborts_.push_back(id);
+  cv_.notify_all();
+}
+
+void ServeQueue::drain() {
+  std::lock_guard lock(mu_);
+  draining_ = true;
+  cv_.notify_all();
+}
+
+bool ServeQueue::draining() const {
+  std::lock_guard lock(mu_);
+  return draining_;
+}
+
+std::size_t ServeQueue::in_flight() const {
+  std::lock_guard lock(mu_);
+  return in_flight_;
+}
+
+void ServeQueue::admit(TimeNs now, Scheduler& scheduler) {
+  std::deque<Pending> submitted;
+  std::vector<RequestId> aborts;
+  {
+    std::lock_guard lock(mu_);
+    submitted.swap(submitted_);
+    aborts.swap(aborts_);
+  }
+  for (Pending& p : submitted) {
+    const RequestId id = p.spec.id;
+    // Stamped by a handler after the loop read `now`: it arrived no later than this step.
+    p.spec.arrival_ns = std::min(p.spec.arrival_ns, now);
+    live_[id] = p.channel;
+    // A rejection is reported (and done() called) inside add_request.
+    scheduler.add_request(std::move(p.spec), now);
+    p.channel->admitted();
+  }
+  bool aborted = false;
+  for (const RequestId id : aborts) {
+    if (live_.count(id) != 0) aborted = scheduler.abort(id, now, "client disconnected") || aborted;
+  }
+  // Aborts are rare and free blocks outside the usual paths: check the pool and cache after
+  // them (std::logic_error ends the server rather than serving from a corrupt cache).
+  if (aborted) scheduler.kv().check_invariants();
+}
+
+bool ServeQueue::wait_for_work(TimeNs /*now*/, const Scheduler& /*scheduler*/) {
+  std::unique_lock lock(mu_);
+  if (draining_ && in_flight_ == 0 && submitted_.empty()) return false;
+  // Bounded, so that a state the loop must look at again is never missed for long.
+  cv_.wait_for(lock, std::chrono::milliseconds(100),
+               [&] { return !submitted_.empty() || !aborts_.empty() || draining_; });
+  return !(draining_ && in_flight_ == 0 && submitted_.empty());
+}
+
+RequestChannel* ServeQueue::channel(RequestId id) {
+  const auto it = live_.find(id);
+  return it == live_.end() ? nullptr : it->second.get();
+}
+
+void ServeQueue::done(RequestId id) {
+  live_.erase(id);
+  std::lock_guard lock(mu_);
+  --in_flight_;
+  cv_.notify_all();
+}
+
+void ServeQueue::abandon(const std::string& reason) {
+  for (auto& [id, channel] : live_) channel->finished(RequestStatus::kAborted, reason);
+  live_.clear();
+  std::lock_guard lock(mu_);
+  for (Pending& p : submitted_) p.channel->rejected(reason);
+  submitted_.clear();
+  in_flight_ = 0;
+  draining_ = true;
+  cv_.notify_all();
+}
+
+}  // namespace servelab

@@ -1,0 +1,102 @@
+// The hand-over between `engine serve`'s HTTP handler threads and its scheduler loop thread.
+//
+// A handler submits a request (its RequestSpec without id or arrival) with a RequestChannel and
+// then waits on the channel; the loop thread, between steps (ServeQueue is its WorkSource), adds
+// submissions to the scheduler, applies aborts (a client that went away) and, through a
+// SchedulerObserver (engine/server.cc), pushes each sampled token and the final outcome into the
+// request's channel. The queue is bounded: at most `max_in_flight` requests are submitted and not
+// yet finished, so overload is refused at the door (submit() says kFull) and memory stays bounded.
+// drain() stops taking requests; the loop then ends once every in-flight request has finished.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/request.h"
+#include "core/request_state.h"
+#include "engine/engine_loop.h"
+
+namespace servelab {
+
+// One request's results, from the loop thread (producer) to its handler thread (consumer).
+class RequestChannel {
+ public:
+  enum class State { kPending, kAdmitted, kRejected, kFinished, kAborted };
+  struct Update {
+    std::vector<std::int32_t> tokens;  // sampled since the previous take()
+    State state = State::kPending;
+    std::string reason;  // rejection or abort reason
+  };
+
+  // Loop side.
+  void admitted();
+  void rejected(const std::string& reason);
+  void token(std::int32_t value);
+  void finished(RequestStatus status, const std::string& reason);
+
+  // Handler side: waits up to `timeout` for a change of admission state, returns the state.
+  State wait_admission(std::chrono::milliseconds timeout);
+  // Waits up to `timeout` for tokens or an end, then takes the tokens that arrived.
+  Update take(std::chrono::milliseconds timeout);
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::int32_t> tokens_;
+  State state_ = State::kPending;
+  std::string reason_;
+};
+
+class ServeQueue : public WorkSource {
+ public:
+  enum class Submit { kAccepted, kFull, kDraining };
+
+  // `clock` stamps arrivals and must outlive the queue. REQUIRES: max_in_flight >= 1.
+  ServeQueue(std::size_t max_in_flight, const WallClock& clock);
+
+  // Handler threads. On kAccepted `*id` is the request's id (arrival stamped now).
+  Submit submit(RequestSpec spec, std::shared_ptr<RequestChannel> channel, RequestId* id);
+  // Aborts request `id` at the loop's next turn (no-op when it finished meanwhile).
+  void abort(RequestId id);
+  // Stops accepting requests; the loop ends once the in-flight ones are done.
+  void drain();
+  bool draining() const;
+  std::size_t in_flight() const;
+
+  // Loop thread.
+  void admit(TimeNs now, Scheduler& scheduler) override;
+  bool wait_for_work(TimeNs now, const Scheduler& scheduler) override;
+  // The channel of an in-flight request (null when unknown).
+  RequestChannel* channel(RequestId id);
+  // Request `id` left the scheduler (finished, aborted or rejected): forgets its channel.
+  void done(RequestId id);
+  // The loop failed and serves no more: every request in flight ends aborted (or rejected, if
+  // not yet admitted) with `reason`, so no handler waits forever; new ones are refused.
+  void abandon(const std::string& reason);
+
+ private:
+  struct Pending {
+    RequestSpec spec;
+    std::shared_ptr<RequestChannel> channel;
+  };
+  const std::size_t max_in_flight_;
+  const WallClock& clock_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Pending> submitted_;
+  std::vector<RequestId> aborts_;
+  std::size_t in_flight_ = 0;
+  RequestId next_id_ = 0;
+  bool draining_ = false;
+  // Loop thread only: the channels of requests in the scheduler.
+  std::map<RequestId, std::shared_ptr<RequestChannel>> live_;
+};
+
+}  // namespace servelab

@@ -1,0 +1,403 @@
+#include "engine/server.h"
+
+#include <httplib.h>
+#include <sys/socket.h>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <ctime>
+#include <exception>
+#include <memory>
+#include <span>
+#include <string_view>
+#include <thread>
+
+#include "core/scheduler_observer.h"
+#include "engine/engine_loop.h"
+#include "engine/openai_api.h"
+#include "engine/serve_metrics.h"
+#include "engine/serve_queue.h"
+#include "serving/home.h"
+#include "serving/interrupt.h"
+#include "serving/replica.h"
+#include "serving/tokenizer.h"
+
+namespace servelab {
+
+namespace {
+
+constexpr auto kPoll = std::chrono::milliseconds(50);
+
+// Tokens and outcomes from the scheduler to the requests' channels and the metrics.
+class ServeObserver : public SchedulerObserver {
+ public:
+  ServeObserver(ServeQueue& queue, ServeMetrics& metrics) : queue_(queue), metrics_(metrics) {}
+  void on_reject(const Request& req, TimeNs /*now*/) override {
+    if (RequestChannel* ch = queue_.channel(req.id())) ch->rejected(req.finish_reason);
+    queue_.done(req.id());
+  }
+  void on_step_tokens(std::span<const Request* const> requests,
+                      std::span<const TimeNs> prev_token_ns, TimeNs now) override {
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+      const Request& r = *requests[i];
+      if (prev_token_ns[i] < 0) metrics_.on_admitted(r.spec.prompt_len);
+      metrics_.on_token(prev_token_ns[i], now, r.spec.arrival_ns);
+      if (RequestChannel* ch = queue_.channel(r.id())) ch->token(r.output_tokens.back());
+    }
+  }
+  void on_preempt(const Request& /*req*/, TimeNs /*now*/) override { metrics_.on_preempt(); }
+  void on_finish(const Request& req, TimeNs now) override {
+    metrics_.on_finish(req.status == RequestStatus::kFinished, req.spec.arrival_ns, now);
+    if (RequestChannel* ch = queue_.channel(req.id())) ch->finished(req.status, req.finish_reason);
+    queue_.done(req.id());
+  }
+
+ private:
+  ServeQueue& queue_;
+  ServeMetrics& metrics_;
+};
+
+// The queue as the loop's work source, refreshing the metrics' gauges as the state changes.
+class ServeSource : public WorkSource {
+ public:
+  ServeSource(ServeQueue& queue, ServeMetrics& metrics, Replica& replica)
+      : queue_(queue), metrics_(metrics), replica_(replica) {}
+  void admit(TimeNs now, Scheduler& scheduler) override {
+    queue_.admit(now, scheduler);
+    publish();
+  }
+  bool wait_for_work(TimeNs now, const Scheduler& scheduler) override {
+    return queue_.wait_for_work(now, scheduler);
+  }
+  void after_step(TimeNs /*end*/) override { publish(); }
+
+ private:
+  void publish() {
+    const StepSnapshot s = replica_.snapshot();
+    const double usage = s.num_usable_blocks > 0 ? static_cast<double>(s.kv_blocks_used) /
+                                                       static_cast<double>(s.num_usable_blocks)
+                                                 : 0.0;
+    metrics_.set_state(s.running, s.waiting, usage, replica_.kv().stats());
+  }
+  ServeQueue& queue_;
+  ServeMetrics& metrics_;
+  Replica& replica_;
+};
+
+// cpp-httplib 0.11 listens with a backlog of 5: a burst of clients connecting at once (a
+// benchmark's 256 streams) overflows it and some connections are reset. The listening socket is
+// a protected member; listen() again raises the backlog of a bound, listening socket.
+class HttpServer : public httplib::Server {
+ public:
+  void raise_backlog(int backlog) { ::listen(svr_sock_, backlog); }
+};
+
+void send_error(httplib::Response& res, const ApiError& e) {
+  res.status = e.status;
+  if (e.status == 429 || e.status == 503) res.set_header("Retry-After", "1");
+  res.set_content(error_json(e), "application/json");
+}
+
+std::string sse(const std::string& json) { return "data: " + json + "\n\n"; }
+
+// What one request's handler shares with its content provider.
+struct Exchange {
+  std::shared_ptr<RequestChannel> channel;
+  RequestId id = 0;
+  ResponseMeta meta;
+  std::int32_t prompt_tokens = 0;
+  std::int32_t completion_tokens = 0;
+  std::int32_t max_tokens = 0;
+  std::vector<std::int32_t> tokens;  // the output so far
+  std::size_t text_sent = 0;         // bytes of its decoded text streamed
+  bool first = true;
+  bool finish_sent = false;
+};
+
+// The text of generated ids. A model may generate ids the tokenizer has no token for (random
+// weights with a smaller tokenizer, e.g. the byte tokenizer on a large model): those render as
+// "<|ID|>", the rest decode as usual (then per id, so a character split around such an id
+// becomes U+FFFD).
+std::string render_text(const Tokenizer& tok, std::span<const std::int32_t> ids) {
+  try {
+    return tok.decode(ids);
+  } catch (const std::out_of_range&) {
+  }
+  std::string text;
+  for (const std::int32_t id : ids) {
+    try {
+      text += tok.decode(std::span<const std::int32_t>(&id, 1));
+    } catch (const std::out_of_range&) {
+      text += "<|" + std::to_string(id) + "|>";
+    }
+  }
+  return text;
+}
+
+class Server {
+ public:
+  Server(const ExperimentConfig& config, const ServeOptions& options, EngineInstance& engine,
+         const Tokenizer& tokenizer)
+      : options_(options),
+        model_name_(options.served_model_name.empty() ? engine.llama.model.name
+                                                      : options.served_model_name),
+        tokenizer_(tokenizer),
+        limits_{model_name_, engine.llama.model.vocab_size, config.scheduler.max_model_len},
+        clock_(0),
+        queue_(options.max_in_flight, clock_),
+        metrics_(model_name_),
+        observer_(queue_, metrics_),
+        replica_(scheduler_config_with_policies(config),
+                 static_cast<std::int32_t>(engine.num_gpu_blocks), *engine.executor, &observer_,
+                 kv_cache_options_for(config), static_cast<std::int32_t>(engine.num_cpu_blocks)),
+        source_(queue_, metrics_, replica_),
+        created_(static_cast<std::int64_t>(std::time(nullptr))) {}
+
+  int run(std::FILE* log) {
+    HttpServer http;
+    const std::size_t threads = options_.max_in_flight + 16;
+    http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+    http.set_payload_max_length(std::size_t{16} << 20);
+    http.set_tcp_nodelay(true);
+    routes(http);
+    int port = options_.port;
+    if (port == 0) {
+      port = http.bind_to_any_port(options_.host);
+      if (port < 0) throw ConfigError("--host " + options_.host + ": cannot bind a port");
+    } else if (!http.bind_to_port(options_.host, port)) {
+      throw ConfigError("--port " + std::to_string(port) + ": cannot bind " + options_.host + ":" +
+                        std::to_string(port) + " (in use, or not an address of this machine)");
+    }
+    http.raise_backlog(4096);
+    std::thread http_thread([&] { http.listen_after_bind(); });
+    std::exception_ptr loop_error;
+    std::atomic<bool> loop_done{false};
+    std::thread loop_thread([&] {
+      try {
+        SimulationTotals totals;
+        run_engine_loop(replica_, source_, clock_, {}, totals);
+      } catch (const std::exception& e) {
+        loop_error = std::current_exception();
+        queue_.abandon(std::string("the engine failed: ") + e.what());
+      }
+      loop_done = true;
+    });
+    if (log != nullptr) {
+      std::fprintf(log, "engine serve: %s on %s, listening on http://%s:%d\n", model_name_.c_str(),
+                   options_.engine.device.c_str(), options_.host.c_str(), port);
+      std::fflush(log);
+    }
+    // SIGINT/SIGTERM: drain. The loop ends once nothing is in flight.
+    while (interrupt_signal() == 0 && !loop_done) std::this_thread::sleep_for(kPoll);
+    queue_.drain();
+    loop_thread.join();
+    // Every response still being written gets its end before the sockets close.
+    while (active_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    http.stop();
+    http_thread.join();
+    if (loop_error) std::rethrow_exception(loop_error);
+    if (log != nullptr) {
+      std::fprintf(log, "engine serve: drained, exiting\n");
+      std::fflush(log);
+    }
+    return 0;
+  }
+
+ private:
+  void routes(HttpServer& http) {
+    http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+      if (queue_.draining()) {
+        send_error(res, ApiError(503, "the server is shutting down", "server_shutting_down"));
+      } else {
+        res.set_content("", "text/plain");
+      }
+    });
+    http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+      res.set_content(models_json(model_name_, created_, limits_.max_model_len),
+                      "application/json");
+    });
+    http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+      res.set_content(metrics_.render(), "text/plain; version=0.0.4; charset=utf-8");
+    });
+    http.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+      complete(req, res, false);
+    });
+    http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
+      complete(req, res, true);
+    });
+    http.set_exception_handler(
+        [](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+          std::string what = "internal error";
+          try {
+            std::rethrow_exception(ep);
+          } catch (const std::exception& e) {
+            what = e.what();
+          } catch (...) {
+          }
+          send_error(res, ApiError(500, what, "internal_server_error"));
+        });
+  }
+
+  void complete(const httplib::Request& req, httplib::Response& res, bool chat) {
+    CompletionRequest parsed;
+    try {
+      parsed = parse_completion_request(req.body, chat, limits_, tokenizer_);
+    } catch (const ApiError& e) {
+      send_error(res, e);
+      return;
+    }
+    auto ex = std::make_shared<Exchange>();
+    ex->channel = std::make_shared<RequestChannel>();
+    ex->prompt_tokens = static_cast<std::int32_t>(parsed.prompt.size());
+    ex->max_tokens = parsed.max_tokens;
+    RequestSpec spec = make_literal_request(0, 0, std::move(parsed.prompt), parsed.max_tokens);
+    switch (queue_.submit(std::move(spec), ex->channel, &ex->id)) {
+      case ServeQueue::Submit::kAccepted:
+        break;
+      case ServeQueue::Submit::kFull:
+        send_error(
+            res, ApiError(429,
+                          "too many requests in flight (" + std::to_string(options_.max_in_flight) +
+                              ", --max-in-flight); retry later",
+                          "server_overloaded", "", "too_many_requests"));
+        return;
+      case ServeQueue::Submit::kDraining:
+        send_error(res, ApiError(503, "the server is shutting down", "server_shutting_down"));
+        return;
+    }
+    // The loop admits or rejects it at its next turn (within one step).
+    RequestChannel::State state = RequestChannel::State::kPending;
+    for (int i = 0; i < 1200 && state == RequestChannel::State::kPending; ++i) {
+      state = ex->channel->wait_admission(kPoll);
+    }
+    if (state == RequestChannel::State::kRejected) {
+      const RequestChannel::Update u = ex->channel->take(std::chrono::milliseconds(0));
+      send_error(res, ApiError(400, "the engine refused the request: " + u.reason,
+                               "invalid_request_error", chat ? "messages" : "prompt"));
+      return;
+    }
+    if (state == RequestChannel::State::kPending) {
+      queue_.abort(ex->id);
+      send_error(res,
+                 ApiError(503, "the engine did not take the request in time", "server_overloaded"));
+      return;
+    }
+    ex->meta.id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(ex->id);
+    ex->meta.model = model_name_;
+    ex->meta.created = static_cast<std::int64_t>(std::time(nullptr));
+    ex->meta.chat = chat;
+    ++active_;
+    const bool stream = parsed.stream, usage = parsed.include_usage;
+    auto provider = [this, ex, stream, usage](std::size_t /*offset*/, httplib::DataSink& sink) {
+      RequestChannel::Update u = ex->channel->take(kPoll);
+      if (!sink.is_writable()) return false;  // the client went away: the releaser aborts
+      if (stream) {
+        // One event per token, as vLLM sends one per step; the last token's carries the
+        // finish_reason (generation always ends at max_tokens).
+        std::string out;
+        for (const std::int32_t t : u.tokens) {
+          ++ex->completion_tokens;
+          ex->tokens.push_back(t);
+          const bool last = ex->completion_tokens == ex->max_tokens;
+          out += sse(chunk_json(ex->meta, next_text(*ex, last), ex->first, last ? "length" : ""));
+          ex->first = false;
+          ex->finish_sent = ex->finish_sent || last;
+        }
+        if (!out.empty() && !sink.write(out.data(), out.size())) return false;
+      } else {
+        ex->completion_tokens += static_cast<std::int32_t>(u.tokens.size());
+        ex->tokens.insert(ex->tokens.end(), u.tokens.begin(), u.tokens.end());
+      }
+      if (u.state == RequestChannel::State::kFinished) {
+        std::string out;
+        if (stream) {
+          if (!ex->finish_sent) out = sse(chunk_json(ex->meta, "", ex->first, "length"));
+          if (usage) {
+            out += sse(usage_chunk_json(ex->meta, ex->prompt_tokens, ex->completion_tokens));
+          }
+          out += "data: [DONE]\n\n";
+        } else {
+          out = completion_json(ex->meta, render_text(tokenizer_, ex->tokens), ex->prompt_tokens,
+                                ex->completion_tokens);
+        }
+        if (!sink.write(out.data(), out.size())) return false;
+        sink.done();
+      } else if (u.state == RequestChannel::State::kAborted) {
+        const std::string err = error_json(
+            ApiError(500, "the engine aborted the request: " + u.reason, "internal_server_error"));
+        const std::string out = stream ? sse(err) + "data: [DONE]\n\n" : err;
+        sink.write(out.data(), out.size());
+        sink.done();
+      }
+      return true;
+    };
+    auto releaser = [this, ex](bool success) {
+      if (!success) queue_.abort(ex->id);  // a no-op when it finished meanwhile
+      --active_;
+    };
+    if (stream) {
+      res.set_header("Cache-Control", "no-cache");
+      res.set_chunked_content_provider("text/event-stream", provider, releaser);
+    } else {
+      res.set_chunked_content_provider("application/json", provider, releaser);
+    }
+  }
+
+  // The text the tokens since the last call add: the decoded output beyond what was sent,
+  // holding back a trailing U+FFFD (an incomplete UTF-8 sequence a later token may complete)
+  // unless this is the last token. Decodes the whole output each time (outputs are short
+  // next to what a step costs).
+  std::string next_text(Exchange& ex, bool last) const {
+    static constexpr std::string_view kReplacement = "\xEF\xBF\xBD";
+    std::string_view full;
+    const std::string text = render_text(tokenizer_, ex.tokens);
+    full = text;
+    if (!last) {
+      while (full.size() >= kReplacement.size() &&
+             full.substr(full.size() - kReplacement.size()) == kReplacement) {
+        full.remove_suffix(kReplacement.size());
+      }
+    }
+    if (full.size() <= ex.text_sent) return "";
+    std::string delta(full.substr(ex.text_sent));
+    ex.text_sent = full.size();
+    return delta;
+  }
+
+  const ServeOptions& options_;
+  const std::string model_name_;
+  const Tokenizer& tokenizer_;
+  const ApiLimits limits_;
+  const WallClock clock_;
+  ServeQueue queue_;
+  ServeMetrics metrics_;
+  ServeObserver observer_;
+  Replica replica_;
+  ServeSource source_;
+  const std::int64_t created_;
+  std::atomic<int> active_{0};
+};
+
+}  // namespace
+
+int run_server(const ExperimentConfig& config, const ServeOptions& options, std::FILE* log) {
+  if (options.max_in_flight < 1) throw ConfigError("--max-in-flight: expected at least 1");
+  // cpp-httplib sends without MSG_NOSIGNAL: a client that hung up must not kill the server.
+  std::signal(SIGPIPE, SIG_IGN);
+  const std::string tokenizer_file = options.tokenizer.empty()
+                                         ? home_path("data/tokenizers/bytes/tokenizer.json")
+                                         : options.tokenizer;
+  const std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(tokenizer_file);
+  EngineInstance engine = load_engine(config, options.engine);
+  if (tokenizer->vocab_size() > engine.llama.model.vocab_size) {
+    throw ConfigError(tokenizer_file + ": a vocabulary of " +
+                      std::to_string(tokenizer->vocab_size()) + " tokens, more than model " +
+                      engine.llama.model.name + "'s " +
+                      std::to_string(engine.llama.model.vocab_size) + " (--tokenizer)");
+  }
+  Server server(config, options, engine, *tokenizer);
+  return server.run(log);
+}
+
+}  // namespace servelab

@@ -1,0 +1,209 @@
+// The policy registry from Python: the catalogue `sim policies` prints (as text and as data), and
+// Python callables registered as plugins (python/python_queue_order.h, python_victim_rule.h)
+// that experiments then name like built-in ones. Registering a name again replaces the Python
+// plugin of that name (a notebook cell run twice); a built-in name is refused.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <variant>
+
+#include "core/config_error.h"
+#include "policies/registry.h"
+#include "python/bindings.h"
+#include "python/python_plugins.h"
+#include "python/python_policy.h"
+#include "python/python_queue_order.h"
+#include "python/python_victim_rule.h"
+#include "python/request_view.h"
+
+namespace py = pybind11;
+
+namespace servelab::python {
+
+namespace {
+
+// Names registered from Python, per kind (changed and read with the GIL held).
+std::map<PolicyKind, std::set<std::string>>& python_names() {
+  static auto* names = new std::map<PolicyKind, std::set<std::string>>();  // never destroyed
+  return *names;
+}
+
+py::object to_python(const ParamValue& v) {
+  return std::visit([](const auto& x) -> py::object { return py::cast(x); }, v);
+}
+
+py::dict params_dict(const PolicySpec& spec) {
+  py::dict d;
+  for (const auto& [name, value] : spec.params) d[py::str(name)] = to_python(value);
+  return d;
+}
+
+// {name: default} or {name: (default, "doc")} -> ParamInfo, typed by the default.
+std::vector<ParamInfo> parse_params(const std::string& plugin, const py::dict& params) {
+  std::vector<ParamInfo> out;
+  for (const auto& [key, value] : params) {
+    ParamInfo p;
+    p.name = py::cast<std::string>(key);
+    py::handle def = value;
+    if (py::isinstance<py::tuple>(value)) {
+      const auto t = py::reinterpret_borrow<py::tuple>(value);
+      if (t.size() != 2 || !py::isinstance<py::str>(t[1])) {
+        throw ConfigError("register '" + plugin + "': parameter '" + p.name +
+                          "': expected a default value or (default, \"description\")");
+      }
+      def = t[0];
+      p.doc = py::cast<std::string>(t[1]);
+    }
+    if (PyBool_Check(def.ptr())) {
+      p.type = ParamType::kBool;
+      p.def = py::cast<bool>(def);
+    } else if (PyLong_Check(def.ptr())) {
+      p.type = ParamType::kInt;
+      p.def = py::cast<std::int64_t>(def);
+    } else if (PyFloat_Check(def.ptr())) {
+      p.type = ParamType::kDouble;
+      p.def = py::cast<double>(def);
+    } else if (py::isinstance<py::str>(def)) {
+      p.type = ParamType::kString;
+      p.def = py::cast<std::string>(def);
+    } else {
+      throw ConfigError("register '" + plugin + "': parameter '" + p.name +
+                        "': expected a default of type bool, int, float or str, got " +
+                        py::repr(def).cast<std::string>());
+    }
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+std::string origin_of(const py::object& fn) {
+  const std::string module = py::str(py::getattr(fn, "__module__", py::str("?")));
+  const std::string name = py::str(py::getattr(fn, "__qualname__", py::repr(fn)));
+  return "Python: " + module + "." + name;
+}
+
+// Adds (or replaces) the Python plugin `info.name` of `info.kind`.
+void register_python_plugin(PluginInfo info) {
+  if (info.name.empty()) throw ConfigError("register: the plugin name is empty");
+  PolicyRegistry& registry = PolicyRegistry::mutable_instance();
+  std::set<std::string>& mine = python_names()[info.kind];
+  if (registry.find(info.kind, info.name) != nullptr) {
+    if (!mine.count(info.name)) {
+      throw ConfigError("register: '" + info.name + "' is a built-in " + to_string(info.kind) +
+                        " plugin; choose another name");
+    }
+    registry.remove(info.kind, info.name);
+  }
+  mine.insert(info.name);
+  info.rank = 1000;  // after the built-in plugins in listings
+  registry.add(std::move(info));
+}
+
+void register_queue_order(const std::string& name, py::function fn, std::optional<py::dict> params,
+                          const std::string& description) {
+  PluginInfo info;
+  info.kind = PolicyKind::kQueue;
+  info.name = name;
+  info.description = description.empty() ? "a queue order written in Python" : description;
+  info.origin = origin_of(fn);
+  if (params) info.params = parse_params(name, *params);
+  const bool with_params = params.has_value();
+  auto policy = std::make_shared<const PythonPolicy>(name, "queue order", std::move(fn));
+  info.factory = [policy, with_params](const PolicySpec& spec, PolicyTarget& t) {
+    t.scheduler->make_waiting_queue = [policy, spec,
+                                       with_params]() -> std::unique_ptr<WaitingQueue> {
+      py::gil_scoped_acquire gil;
+      py::object values = with_params ? py::object(params_dict(spec)) : py::object(py::none());
+      return std::make_unique<PythonQueueOrder>(policy, std::move(values));
+    };
+  };
+  register_python_plugin(std::move(info));
+}
+
+void register_victim_rule(const std::string& name, py::function fn,
+                          const std::string& description) {
+  PluginInfo info;
+  info.kind = PolicyKind::kVictim;
+  info.name = name;
+  info.description = description.empty() ? "a victim rule written in Python" : description;
+  info.origin = origin_of(fn);
+  auto policy = std::make_shared<const PythonPolicy>(name, "victim rule", std::move(fn));
+  info.factory = [policy](const PolicySpec&, PolicyTarget& t) {
+    t.scheduler->victim = std::make_shared<const PythonVictimRule>(policy);
+  };
+  register_python_plugin(std::move(info));
+}
+
+py::list catalogue() {
+  py::list out;
+  std::vector<PolicyKind> kinds(std::begin(kAllPolicyKinds), std::end(kAllPolicyKinds));
+  kinds.push_back(PolicyKind::kVictim);
+  for (const PolicyKind kind : kinds) {
+    for (const PluginInfo* p : PolicyRegistry::instance().list(kind)) {
+      py::list params;
+      for (const ParamInfo& q : p->params) {
+        py::dict d;
+        d["name"] = q.name;
+        d["type"] = to_string(q.type);
+        d["default"] = to_python(q.def);
+        if (q.type == ParamType::kInt || q.type == ParamType::kDouble) {
+          d["min"] = q.min;
+          d["max"] = q.max;
+        }
+        if (!q.choices.empty()) d["choices"] = q.choices;
+        if (q.plugin_of) d["plugin_of"] = to_string(*q.plugin_of);
+        d["doc"] = q.doc;
+        params.append(d);
+      }
+      py::dict d;
+      d["kind"] = to_string(kind);
+      d["name"] = p->name;
+      d["description"] = p->description;
+      d["origin"] = p->origin;
+      d["params"] = params;
+      d["python"] = python_names()[kind].count(p->name) > 0;
+      out.append(d);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+bool uses_python_policy(const ExperimentConfig& config) {
+  const auto& names = python_names();
+  const auto has = [&](PolicyKind kind, const std::string& name) {
+    const auto it = names.find(kind);
+    return it != names.end() && it->second.count(name) > 0;
+  };
+  if (has(PolicyKind::kQueue, config.policies.queue.name)) return true;
+  const auto victim = config.policies.preemption.params.find("victim");
+  return victim != config.policies.preemption.params.end() &&
+         std::holds_alternative<std::string>(victim->second) &&
+         has(PolicyKind::kVictim, std::get<std::string>(victim->second));
+}
+
+bool python_plugins_registered() {
+  for (const auto& [kind, names] : python_names()) {
+    if (!names.empty()) return true;
+  }
+  return false;
+}
+
+void bind_policies(py::module_& m) {
+  bind_request_view(m);
+  m.def("policies", &catalogue,
+        "Every policy plugin (built-in and registered from Python) with its kind, name, "
+        "description, origin and parameters, in `sim policies` order.");
+  m.def("policies_text", &format_catalogue, "The catalogue exactly as `sim policies` prints it.");
+  m.def("register_queue_order", &register_queue_order, py::arg("name"), py::arg("key"),
+        py::arg("params") = py::none(), py::arg("description") = "");
+  m.def("register_victim_rule", &register_victim_rule, py::arg("name"), py::arg("pick"),
+        py::arg("description") = "");
+}
+
+}  // namespace servelab::python

@@ -1,0 +1,47 @@
+#include "python/python_policy.h"
+
+#include <utility>
+
+#include "python/python_policy_error.h"
+
+namespace py = pybind11;
+
+namespace servelab::python {
+
+PythonPolicy::PythonPolicy(std::string name, std::string kind, py::object fn)
+    : name_(std::move(name)), kind_(std::move(kind)), fn_(std::move(fn)) {}
+
+PythonPolicy::~PythonPolicy() {
+  if (!Py_IsInitialized()) {
+    (void)fn_.release();  // the interpreter is gone: nothing left to release
+    return;
+  }
+  py::gil_scoped_acquire gil;
+  fn_ = py::object();
+}
+
+void PythonPolicy::fail(const std::string& what) const {
+  throw PythonPolicyError("Python " + kind_ + " '" + name_ + "': " + what);
+}
+
+void PythonPolicy::fail(py::error_already_set& e) const {
+  std::string text;
+  try {
+    const py::object lines =
+        py::module_::import("traceback").attr("format_exception")(e.type(), e.value(), e.trace());
+    text = py::str("").attr("join")(lines).cast<std::string>();
+  } catch (const py::error_already_set&) {
+    text = e.what();
+  }
+  while (!text.empty() && text.back() == '\n') text.pop_back();
+  std::string what;
+  try {
+    what = py::str(e.type().attr("__name__")).cast<std::string>() + ": " +
+           py::str(e.value()).cast<std::string>();
+  } catch (const py::error_already_set&) {
+    what = "an exception";
+  }
+  fail("raised " + what + "; the run stopped.\n" + text);
+}
+
+}  // namespace servelab::python

@@ -1,0 +1,72 @@
+"""How an experiment and its overrides reach the C++ loader.
+
+An experiment is a YAML file (str or os.PathLike) or a dict with the same keys. A dict is passed
+as JSON text (JSON is YAML), named "<dict>" in error messages; its relative data paths (a trace
+file) resolve against the current folder, and without a `name` key it is called "experiment".
+Overrides are {"key.path": value} as with `--set key.path=value`: a str is taken as YAML text,
+anything else is written as JSON (numbers, booleans, None, lists, dicts).
+"""
+
+import json
+import os
+
+from ._servelab import ConfigError
+
+DICT_NAME = "<dict>"
+
+
+def experiment_args(experiment):
+    """(name, text or None, base_dir) for the C++ loader."""
+    if isinstance(experiment, dict):
+        try:
+            text = json.dumps(experiment, indent=1, allow_nan=False)
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"{DICT_NAME}: not an experiment: {e}") from None
+        return DICT_NAME, text, os.getcwd()
+    if isinstance(experiment, (str, os.PathLike)):
+        return os.fspath(experiment), None, ""
+    raise TypeError(
+        "experiment: expected a YAML file path or a dict, got " + type(experiment).__name__
+    )
+
+
+def experiment_path(experiment, what):
+    """The file of an experiment that must be a file (compare, sweep)."""
+    if isinstance(experiment, (str, os.PathLike)):
+        return os.fspath(experiment)
+    raise TypeError(
+        f"{what}: expected an experiment file path (str or os.PathLike), got "
+        f"{type(experiment).__name__}; a dict is accepted by run() and engine_run() only"
+    )
+
+
+def override_list(overrides, seed=None):
+    """["key.path=value", ...] from a dict (and seed=N last, as the commands' --seed)."""
+    if overrides is None:
+        overrides = {}
+    if not isinstance(overrides, dict):
+        raise TypeError("overrides: expected a dict {\"key.path\": value}, got "
+                        + type(overrides).__name__)
+    out = []
+    for key, value in overrides.items():
+        if not isinstance(key, str) or not key:
+            raise ConfigError(f"overrides: expected key paths as non-empty strings, got {key!r}")
+        if isinstance(value, str):
+            text = value
+        else:
+            try:
+                text = json.dumps(value, allow_nan=False)
+            except (TypeError, ValueError) as e:
+                raise ConfigError(f"--set {key}: cannot write {value!r} as YAML: {e}") from None
+        out.append(f"{key}={text}")
+    if seed is not None:
+        out.append(f"seed={check_seed(seed)}")
+    return out
+
+
+def check_seed(seed):
+    if seed is None:
+        return None
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0 or seed >= 2**63:
+        raise ConfigError(f"seed: expected an integer from 0 to 2^63-1, got {seed!r}")
+    return seed

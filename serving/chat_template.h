@@ -1,0 +1,46 @@
+// Chat messages -> prompt token ids, in the Llama 3 family's chat format (Llama 3, 3.1, 3.2 and
+// 3.3 instruct models), written out here rather than by running the model's Jinja template:
+//
+//   <|begin_of_text|>
+//   for each message: <|start_header_id|>ROLE<|end_header_id|>\n\nCONTENT<|eot_id|>
+//   when add_generation_prompt: <|start_header_id|>assistant<|end_header_id|>\n\n
+//
+// CONTENT is the message's content with leading and trailing whitespace removed (the template's
+// `| trim`). The text between special tokens is encoded with Tokenizer::encode, so special-token
+// text inside a content is matched as the special token, exactly as tokenising the rendered
+// template does. Roles: system, user, assistant, ipython (Llama 3.1's tool results). Llama 3.1's
+// default system preamble (knowledge cutoff date, tools) is not added.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "serving/tokenizer.h"
+
+namespace servelab {
+
+struct ChatMessage {
+  std::string role;
+  std::string content;
+};
+
+// The Llama 3 chat format (<|begin_of_text|><|start_header_id|>role<|end_header_id|>\n\n
+// content<|eot_id|> ..., then the assistant header when add_generation_prompt). ConfigError on an
+// unknown role or a tokenizer lacking the special tokens.
+std::vector<std::int32_t> apply_chat_template(const Tokenizer& tok,
+                                              std::span<const ChatMessage> msgs,
+                                              bool add_generation_prompt = true);
+
+// True when `tok` has the Llama 3 chat format's special tokens.
+bool has_llama3_chat_tokens(const Tokenizer& tok);
+
+// What `engine serve` encodes chat messages with: apply_chat_template when the tokenizer has the
+// Llama 3 special tokens; otherwise (a vocabulary without chat tokens, such as the tiny model's
+// byte tokenizer) the plain text "ROLE: CONTENT\n" per message, then "assistant: " when
+// add_generation_prompt, encoded with Tokenizer::encode.
+std::vector<std::int32_t> encode_chat(const Tokenizer& tok, std::span<const ChatMessage> msgs,
+                                      bool add_generation_prompt = true);
+
+}  // namespace servelab

@@ -1,0 +1,157 @@
+#include "serving/parallel_config.h"
+
+#include <algorithm>
+
+namespace servelab {
+
+std::int32_t stage_layers(std::int32_t layers, std::int32_t stages, std::int32_t stage) {
+  return layers / stages + (stage < layers % stages ? 1 : 0);
+}
+
+ModelConfig tensor_shard(const ModelConfig& model, std::int32_t tensor, const std::string& where) {
+  if (tensor == 1) return model;
+  const std::string prefix = (where.empty() ? std::string("tensor parallelism") : where) + ": ";
+  const std::string tp = std::to_string(tensor);
+  auto fail = [&](const std::string& what) {
+    throw ConfigError(prefix + "model " + model.name + " " + what + " (tensor parallelism " + tp +
+                      ")");
+  };
+  if (tensor < 1) fail("needs at least one GPU");
+  if (model.num_heads % tensor != 0) {
+    fail("has " + std::to_string(model.num_heads) + " attention heads, not divisible by " + tp);
+  }
+  if (model.num_kv_heads % tensor != 0 && tensor % model.num_kv_heads != 0) {
+    fail("has " + std::to_string(model.num_kv_heads) + " KV heads, which neither divide nor are " +
+         "divisible by " + tp);
+  }
+  if (model.intermediate_size % tensor != 0) {
+    fail("has intermediate_size " + std::to_string(model.intermediate_size) +
+         ", not divisible by " + tp);
+  }
+  ModelConfig s = model;
+  s.num_heads = model.num_heads / tensor;
+  s.num_kv_heads = std::max(1, model.num_kv_heads / tensor);
+  s.intermediate_size = model.intermediate_size / tensor;
+  s.vocab_size = (model.vocab_size + tensor - 1) / tensor;
+  return s;
+}
+
+ParallelConfig place_replica(std::int32_t tensor, std::int32_t pipeline, std::int32_t microbatches,
+                             const Topology& topology, GpuId first) {
+  if (tensor < 1 || pipeline < 1 || microbatches < 1) {
+    throw ConfigError("parallel: tensor, pipeline and microbatches must be at least 1");
+  }
+  if (first < 0 || first + tensor * pipeline > topology.num_gpus()) {
+    throw ConfigError("parallel: a replica of " + std::to_string(tensor * pipeline) +
+                      " GPUs from GPU " + std::to_string(first) + " does not fit the topology's " +
+                      std::to_string(topology.num_gpus()) + " GPUs");
+  }
+  ParallelConfig p;
+  p.tensor = tensor;
+  p.pipeline = pipeline;
+  p.microbatches = microbatches;
+  auto slower = [](const CollectiveCost& a, const CollectiveCost& b) {
+    return CollectiveCost{std::max(a.latency_s, b.latency_s), std::max(a.s_per_byte, b.s_per_byte)};
+  };
+  for (std::int32_t s = 0; s < pipeline; ++s) {
+    std::vector<GpuId> group;
+    for (std::int32_t i = 0; i < tensor; ++i) group.push_back(first + s * tensor + i);
+    p.tp_all_reduce = slower(p.tp_all_reduce, ring_all_reduce(topology, group));
+    if (s + 1 < pipeline) {
+      p.stage_send = slower(p.stage_send,
+                            point_to_point(topology, first + s * tensor, first + (s + 1) * tensor));
+    }
+  }
+  return p;
+}
+
+void parse_parallel_section(const ConfigNode& top, ParallelChoice& c) {
+  if (auto t = top.find("topology")) c.topology = *t;
+  const auto p = top.find("parallel");
+  if (!p) return;
+  p->allow_keys({"tensor", "pipeline", "microbatches"});
+  c.set = true;
+  c.where = p->location() + ": key 'parallel'";
+  c.tensor = static_cast<std::int32_t>(p->get_int("tensor", 1, 1, 1024));
+  c.pipeline = static_cast<std::int32_t>(p->get_int("pipeline", 1, 1, 1024));
+  c.microbatches = static_cast<std::int32_t>(p->get_int("microbatches", 1, 1, 1024));
+  auto where = [&](const char* key) {
+    return p->has(key) ? p->at(key).location() + ": key '" + p->at(key).path() + "'" : c.where;
+  };
+  c.tensor_where = where("tensor");
+  c.pipeline_where = where("pipeline");
+  if (c.microbatches > 1 && c.pipeline == 1) {
+    p->at("microbatches")
+        .fail_message("micro-batches need pipeline parallelism (pipeline > 1); leave it at 1");
+  }
+}
+
+Topology replica_topology(const ParallelChoice& c, const HardwareConfig& hw) {
+  if (c.topology) return parse_topology(*c.topology, hw.interconnect, hw.name);
+  const std::int32_t gpus = c.tensor * c.pipeline;
+  UniformTopologySpec s;
+  s.gpus_per_node = hw.interconnect.gpus_per_node > 0 ? hw.interconnect.gpus_per_node : gpus;
+  s.nodes = (gpus + s.gpus_per_node - 1) / s.gpus_per_node;
+  s.intra = hw.interconnect[LinkKind::kNvlink].bandwidth > 0 ? LinkKind::kNvlink : LinkKind::kPcie;
+  s.inter = hw.interconnect[LinkKind::kInfiniband].bandwidth > 0 ? LinkKind::kInfiniband
+                                                                 : LinkKind::kEthernet;
+  try {
+    return build_uniform_topology(s, hw.interconnect, hw.name);
+  } catch (const ConfigError& e) {
+    throw ConfigError(c.where +
+                      ": no `topology:` section, and the default one cannot be built: " + e.what());
+  }
+}
+
+void check_replica_placement(std::int32_t tensor, std::int32_t pipeline, const Topology& topology,
+                             GpuId first, const std::string& tensor_where,
+                             const std::string& pipeline_where) {
+  const std::string tp = std::to_string(tensor), pp = std::to_string(pipeline);
+  if (tensor > topology.max_gpus_per_node()) {
+    throw ConfigError(tensor_where + ": tensor parallelism " + tp +
+                      " is larger than a node's GPUs (" +
+                      std::to_string(topology.max_gpus_per_node()) +
+                      "); a tensor-parallel group must stay inside one node");
+  }
+  if (first < 0 || first + tensor * pipeline > topology.num_gpus()) {
+    throw ConfigError((pipeline > 1 ? pipeline_where : tensor_where) + ": tensor " + tp +
+                      " x pipeline " + pp + " needs " + std::to_string(tensor * pipeline) +
+                      " GPUs from GPU " + std::to_string(first) + "; the topology has " +
+                      std::to_string(topology.num_gpus()));
+  }
+  for (std::int32_t s = 0; s < pipeline; ++s) {
+    const GpuId lo = first + s * tensor, hi = lo + tensor - 1;
+    if (topology.node_of(lo) != topology.node_of(hi)) {
+      throw ConfigError(tensor_where + ": the tensor-parallel group of stage " + std::to_string(s) +
+                        " (GPUs " + topology.vertex_name(lo) + " to " + topology.vertex_name(hi) +
+                        ") spans two nodes; choose a tensor size " +
+                        "that divides the GPUs per node");
+    }
+  }
+}
+
+ParallelConfig resolve_parallel(const ParallelChoice& c, const ModelConfig& model,
+                                const HardwareConfig& hw) {
+  if (!c.set) {
+    // A topology without parallelism is still checked: its errors are the user's to see.
+    if (c.topology) (void)replica_topology(c, hw);
+    return {};
+  }
+  const std::string tp = std::to_string(c.tensor), pp = std::to_string(c.pipeline);
+  // Divisibility first: it needs no topology.
+  (void)tensor_shard(model, c.tensor, c.tensor_where);
+  if (c.pipeline > model.num_layers) {
+    throw ConfigError(c.pipeline_where + ": " + pp + " pipeline stages for model " + model.name +
+                      " of " + std::to_string(model.num_layers) + " layers; at most one stage " +
+                      "per layer");
+  }
+  if (c.tensor * c.pipeline == 1) {
+    if (c.topology) (void)replica_topology(c, hw);
+    return {};
+  }
+  const Topology topology = replica_topology(c, hw);
+  check_replica_placement(c.tensor, c.pipeline, topology, 0, c.tensor_where, c.pipeline_where);
+  return place_replica(c.tensor, c.pipeline, c.microbatches, topology);
+}
+
+}  // namespace servelab

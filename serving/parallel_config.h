@@ -1,0 +1,100 @@
+// ParallelConfig: how one replica spreads a model over GPUs, and what its communication costs.
+//
+// Tensor parallelism (Megatron-LM style, as vLLM runs it) over `tensor` GPUs: each GPU holds
+// 1/tensor of the attention heads (and of the KV heads; they are replicated when tensor exceeds
+// num_kv_heads), of the MLP's intermediate width and of the vocabulary; the QKV and gate/up
+// projections are split by columns, O and down by rows, so each layer ends its attention and
+// its MLP with an all-reduce of the hidden states (two per layer), and the vocabulary-parallel
+// embedding adds one more. Pipeline parallelism over `pipeline` stages: stage s holds
+// stage_layers(L, pipeline, s) consecutive layers (the first on also the embedding, the last
+// the LM head) and sends its hidden states to the next stage. A step's batch passes through the
+// stages in `microbatches` micro-batches (GPipe). How the cost model prices all this:
+// sim/roofline_cost_model.h and docs/cost-model.md ("Parallelism").
+//
+// A replica occupies tensor * pipeline GPUs of a topology: stage s on GPUs
+// [first + s * tensor, first + (s + 1) * tensor).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "serving/collectives.h"
+#include "serving/config_node.h"
+#include "serving/hardware_config.h"
+#include "serving/model_config.h"
+#include "serving/topology.h"
+
+namespace servelab {
+
+struct ParallelConfig {
+  std::int32_t tensor = 1;
+  std::int32_t pipeline = 1;
+  std::int32_t microbatches = 1;
+  // One all-reduce over a stage's tensor-parallel group (the slowest stage's); free when
+  // tensor == 1.
+  CollectiveCost tp_all_reduce;
+  // Hidden states from one stage to the next (the slowest boundary); free when pipeline == 1.
+  CollectiveCost stage_send;
+
+  bool is_default() const { return tensor == 1 && pipeline == 1 && microbatches == 1; }
+  std::int32_t num_gpus() const { return tensor * pipeline; }
+};
+
+// Layers of stage `stage` (0-based) when `layers` are split over `stages` as evenly as
+// possible, the first (layers mod stages) stages taking one more. REQUIRES: 1 <= stages <=
+// layers, 0 <= stage < stages.
+std::int32_t stage_layers(std::int32_t layers, std::int32_t stages, std::int32_t stage);
+
+// One GPU's part of `model` under tensor parallelism over `tensor` GPUs: num_heads / tensor
+// query heads, max(1, num_kv_heads / tensor) KV heads, intermediate_size / tensor, and
+// ceil(vocab_size / tensor) vocabulary rows; hidden_size, head_dim and layers unchanged. The
+// model itself when tensor == 1. Throws ConfigError (naming `where` and the model's field)
+// when num_heads or intermediate_size is not divisible by tensor, or num_kv_heads neither
+// divides nor is divisible by it.
+ModelConfig tensor_shard(const ModelConfig& model, std::int32_t tensor,
+                         const std::string& where = "");
+
+// Communication costs of a replica of tensor x pipeline GPUs placed from GPU `first` of
+// `topology`. REQUIRES: the GPUs exist (ConfigError otherwise).
+ParallelConfig place_replica(std::int32_t tensor, std::int32_t pipeline, std::int32_t microbatches,
+                             const Topology& topology, GpuId first = 0);
+
+// Checks a replica of tensor x pipeline GPUs placed from GPU `first`: each stage's
+// tensor-parallel group inside one node (and no wider than a node), every GPU in the topology.
+// Throws ConfigError prefixed by `tensor_where` or `pipeline_where` (e.g. "FILE:LINE:COL: key
+// 'parallel.tensor'"), naming the GPUs. For a cluster placing replicas one after another.
+void check_replica_placement(std::int32_t tensor, std::int32_t pipeline, const Topology& topology,
+                             GpuId first, const std::string& tensor_where,
+                             const std::string& pipeline_where);
+
+// The experiment's `parallel:` section (and `topology:`, when given), as parsed; resolved
+// against the model and hardware at run time by resolve_parallel().
+struct ParallelChoice {
+  bool set = false;  // a `parallel:` section was given
+  std::int32_t tensor = 1;
+  std::int32_t pipeline = 1;
+  std::int32_t microbatches = 1;
+  // "FILE:LINE:COL: key 'parallel.tensor'" and the like, for errors found at run time.
+  std::string where, tensor_where, pipeline_where;
+  std::optional<ConfigNode> topology;  // the `topology:` section
+};
+
+// Reads `parallel: {tensor: N, pipeline: M, microbatches: K}` and `topology:` from the
+// experiment's top level into `choice`. Types and ranges are checked here.
+void parse_parallel_section(const ConfigNode& top, ParallelChoice& choice);
+
+// The topology a replica runs on: the `topology:` section when given, else `nodes` nodes of the
+// hardware's gpus_per_node GPUs (NVLink inside a node when the GPU has it, PCIe otherwise;
+// InfiniBand between nodes), enough for tensor * pipeline GPUs.
+Topology replica_topology(const ParallelChoice& choice, const HardwareConfig& hardware);
+
+// The ParallelConfig of a single-replica experiment: checks the choice against the model and
+// the topology (ConfigError naming the key and its line: a tensor-parallel group wider than a
+// node or spanning two, heads not divisible by tensor, more GPUs than the topology has, more
+// stages than layers) and prices the collectives. The default config when `choice.set` is false
+// (a `topology:` section is then still parsed, so its errors show).
+ParallelConfig resolve_parallel(const ParallelChoice& choice, const ModelConfig& model,
+                                const HardwareConfig& hardware);
+
+}  // namespace servelab

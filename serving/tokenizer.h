@@ -1,0 +1,46 @@
+// Text <-> token ids for prompts and completions given as text (`engine serve`).
+//
+// load_tokenizer reads a Hugging Face tokenizer.json whose model is byte-level BPE (GPT-2,
+// Llama 3, tiktoken conversions such as cl100k): the vocabulary and merges (both the "a b" and
+// the ["a", "b"] forms), ignore_merges, added_tokens (matched in the text before
+// pre-tokenisation, leftmost-longest, lstrip/rstrip honoured), the pre_tokenizer (ByteLevel,
+// Split, Sequence: serving/pretokenizer.h) and the ByteLevel decoder. What such a file may hold
+// but this reader does not implement (a normalizer, another model or pre-tokenizer type,
+// byte_fallback, dropout, word prefixes/suffixes, single_word added tokens) is a ConfigError
+// naming the file and the key, never a silent difference. The post_processor is not applied:
+// encode adds no special tokens (a chat template or the caller adds <|begin_of_text|>).
+// See docs/serving.md, section "Tokenizer".
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace servelab {
+
+// Implementations are immutable after construction and thread-safe.
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+  // Text -> ids, no special tokens added. Never throws on any UTF-8 or invalid byte input.
+  virtual std::vector<std::int32_t> encode(std::string_view text) const = 0;
+  // Ids -> text (byte-level: invalid UTF-8 sequences come back as U+FFFD). Throws
+  // std::out_of_range for an id outside the vocabulary.
+  virtual std::string decode(std::span<const std::int32_t> ids) const = 0;
+  // One past the largest id (ids below it that no token uses are outside the vocabulary too).
+  virtual std::int32_t vocab_size() const = 0;
+  // The id of an added token by its content ("<|eot_id|>"), or of a vocabulary token by its
+  // text as tokenizer.json writes it (GPT-2's byte alphabet: " hello" is "Ġhello").
+  virtual std::optional<std::int32_t> token_id(
+      std::string_view token) const = 0;  // special or normal
+};
+
+// HF tokenizer.json (model.type BPE, byte-level); ConfigError naming the file and key on bad input.
+std::unique_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& tokenizer_json);
+
+}  // namespace servelab

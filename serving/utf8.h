@@ -1,0 +1,23 @@
+// UTF-8 helpers for the tokenizer: reading one code point and making arbitrary bytes valid UTF-8.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+namespace servelab::utf8 {
+
+// The length of the well-formed UTF-8 sequence that starts at text[pos] (1 to 4), or 0 when the
+// bytes there are not one (a stray continuation byte, an overlong form, a surrogate, a code point
+// above U+10FFFF, or a sequence cut short). REQUIRES: pos < text.size().
+std::size_t sequence_length(std::string_view text, std::size_t pos);
+
+// `bytes` with every ill-formed part replaced by U+FFFD, one replacement per maximal ill-formed
+// subpart (the Unicode Standard's recommended practice, as WHATWG decoders and Rust's
+// from_utf8_lossy do). Valid input comes back unchanged.
+std::string to_valid(std::string_view bytes);
+
+// Whether `text` is well-formed UTF-8.
+bool is_valid(std::string_view text);
+
+}  // namespace servelab::utf8

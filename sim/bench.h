@@ -1,0 +1,52 @@
+// `sim bench EXP.yaml --url URL`: a load generator that replays an experiment's workload against
+// any OpenAI-compatible server (`engine serve`, vLLM, SGLang, ...) and writes the run folder
+// `sim run` writes, so `sim validate SIM_DIR BENCH_DIR` compares the simulator with that server.
+//
+// Each request of the workload (synthetic or trace; dependent workloads are refused) is sent at
+// its arrival time (wall clock, relative to the first arrival) as a streaming POST to
+// /v1/completions: the prompt as token ids (the experiment's lengths; a prompt position's value
+// is the one the engine would use, prompt_token_value(), so shared prefixes share ids),
+// max_tokens = the output length, ignore_eos, temperature 0, stream_options.include_usage. At
+// most `max_concurrency` requests are open at once (more wait for a free connection, measured
+// from when they are sent).
+//
+// Measurements follow vLLM's benchmark_serving: TTFT is the time from sending the request to the
+// first streamed chunk carrying choices; ITL the gaps between consecutive such chunks; E2E from
+// sending to the last such chunk; TPOT = (E2E - TTFT) / (output tokens - 1), output tokens from
+// the usage chunk (else the chunk count). In the run folder a request's arrival is its workload
+// arrival and its first-token and finish times are arrival + TTFT and arrival + E2E. What a
+// client cannot know is left empty in requests.csv (first_scheduled_s, cached_tokens,
+// preemptions, recomputed_tokens, queueing_ms) and zero in summary.json (steps, preemptions,
+// prefix cache, KV usage); steps.csv has its header only. A request the server refused (HTTP 4xx)
+// is `rejected`, one that failed otherwise (5xx, a broken stream, no [DONE]) `aborted`, with the
+// reason in requests.csv.
+#pragma once
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "serving/experiment.h"
+#include "serving/run_folder.h"
+
+namespace servelab {
+
+struct BenchOptions {
+  std::string url;                // http://HOST:PORT (a path ending in /completions is used as is)
+  std::string out_dir;            // empty: out/<experiment name>-bench
+  std::string model;              // empty: the first model GET /v1/models lists
+  int max_concurrency = 256;      // open requests at most
+  double timeout_s = 600;         // per request
+  std::FILE* progress = nullptr;  // a progress line every second when set
+};
+
+// Throws ConfigError for bad input (the experiment, the URL, a server that cannot be reached or
+// lists no model) and I/O failures; Interrupted on SIGINT/SIGTERM (nothing written). Output
+// folder rules as for run_simulation.
+RunOutput run_bench(const ExperimentConfig& config, const BenchOptions& options);
+
+// `sim bench EXP.yaml --url URL [--out DIR] [--model NAME] [--max-concurrency N] ...`; returns
+// the exit code.
+int bench_command(const std::vector<std::string>& args);
+
+}  // namespace servelab

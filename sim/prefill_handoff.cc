@@ -1,0 +1,29 @@
+#include "sim/prefill_handoff.h"
+
+#include <algorithm>
+
+namespace servelab {
+
+void PrefillHandoff::on_finish(const Request& req, TimeNs now) {
+  const auto it = expected_.find(req.id());
+  if (it == expected_.end()) {
+    ForwardingObserver::on_finish(req, now);
+    return;
+  }
+  const std::int32_t max_tokens = it->second;
+  expected_.erase(it);
+  if (req.status != RequestStatus::kFinished) {  // aborted on the prefill replica: it ends here
+    ForwardingObserver::on_finish(req, now);
+    return;
+  }
+  Handed h{req.spec, {}};
+  h.spec.max_output_tokens = max_tokens;
+  h.state.first_scheduled_ns = req.first_scheduled_ns;
+  h.state.first_token_ns = req.first_token_ns;
+  h.state.num_cached_tokens = std::max(0, req.num_cached_tokens);
+  h.state.num_preemptions = req.num_preemptions;
+  h.state.num_recomputed_tokens = req.num_recomputed_tokens;
+  handed_.push_back(std::move(h));
+}
+
+}  // namespace servelab

@@ -1,0 +1,86 @@
+"""Bad input raises servelab.ConfigError (a ValueError) with the command line's message; Ctrl-C
+stops a run cleanly."""
+
+import glob
+import os
+import signal
+import tempfile
+import threading
+
+import pytest
+
+import servelab
+from conftest import ALL_AT_ZERO, BURST_TINY, sim
+
+
+def cli_message(*args):
+    """The message `sim run` prints for an error ("sim: error: MESSAGE"), and its exit code."""
+    p = sim("run", *args, "--quiet")
+    prefix = "sim: error: "
+    line = p.stderr.strip().splitlines()[0]
+    assert line.startswith(prefix), p.stderr
+    return line[len(prefix):], p.returncode
+
+
+def test_bad_experiment_file_gives_the_commands_file_line_col_message(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(BURST_TINY.read_text().replace("max_num_seqs: 64", "max_num_seqs: many"))
+    expected, code = cli_message(bad, "--out", tmp_path / "out")
+    assert code == 2
+    assert f"{bad}:19:" in expected and "serving.max_num_seqs" in expected
+    with pytest.raises(servelab.ConfigError) as e:
+        servelab.run(bad)
+    assert str(e.value) == expected
+    assert isinstance(e.value, ValueError)
+
+
+def test_bad_override_names_the_key_as_set_does(tmp_path):
+    expected, _ = cli_message(BURST_TINY, "--set", "serving.max_num_seqs=0", "--out",
+                              tmp_path / "out")
+    with pytest.raises(servelab.ConfigError) as e:
+        servelab.run(BURST_TINY, overrides={"serving.max_num_seqs": 0})
+    assert str(e.value) == expected
+    assert "--set serving.max_num_seqs" in str(e.value)
+
+
+def test_dict_errors_name_the_key():
+    bad = dict(ALL_AT_ZERO, serving=dict(ALL_AT_ZERO["serving"], block_size="big"))
+    with pytest.raises(servelab.ConfigError, match=r"<dict>:\d+:\d+: key 'serving.block_size'"):
+        servelab.run(bad)
+    with pytest.raises(servelab.ConfigError, match="unknown key|allowed"):
+        servelab.run(dict(ALL_AT_ZERO, sevring={}))
+
+
+def test_bad_arguments():
+    with pytest.raises(servelab.ConfigError, match="cannot open|No such file|not found"):
+        servelab.run("no/such/experiment.yaml")
+    with pytest.raises(servelab.ConfigError, match="seed"):
+        servelab.run(BURST_TINY, seed=-1)
+    with pytest.raises(TypeError):
+        servelab.run(42)
+    with pytest.raises(TypeError):
+        servelab.run(BURST_TINY, overrides=["serving.max_num_seqs=4"])
+    with pytest.raises(servelab.ConfigError, match="expected a queue policy name .*no-such-order"):
+        servelab.run(BURST_TINY, overrides={"policies.queue": "no-such-order"})
+    with pytest.raises(TypeError):
+        servelab.compare(ALL_AT_ZERO)
+    with pytest.raises(servelab.ConfigError, match="jobs"):
+        servelab.sweep(BURST_TINY, jobs=0)
+
+
+def test_ctrl_c_stops_a_run_cleanly():
+    before = set(glob.glob(os.path.join(tempfile.gettempdir(), "servelab-*")))
+    # A run of many seconds: interrupted after 0.3 s.
+    timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            servelab.run(BURST_TINY, overrides={"workload.num_requests": 2000000,
+                                                "limits.max_requests": 2000000})
+    finally:
+        timer.cancel()
+    after = set(glob.glob(os.path.join(tempfile.gettempdir(), "servelab-*")))
+    assert after == before  # the temporary run folder is gone
+    # Python's own SIGINT handler is back, and the next run is not interrupted.
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert servelab.run(ALL_AT_ZERO).summary["requests"]["completed"] == 40

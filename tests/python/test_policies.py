@@ -1,0 +1,115 @@
+"""The policy catalogue and Python policies."""
+
+import pandas.testing
+import pytest
+
+import servelab
+from conftest import BURST_TINY, sim
+
+
+def test_catalogue_is_sim_policies():
+    assert servelab.policies_text() == sim("policies").stdout
+    plugins = servelab.policies()
+    fcfs = [p for p in plugins if p["kind"] == "queue" and p["name"] == "fcfs"]
+    assert len(fcfs) == 1 and not fcfs[0]["python"]
+    sjf = [p for p in plugins if p["name"] == "predicted-sjf"][0]
+    error = [q for q in sjf["params"] if q["name"] == "error"][0]
+    assert error["type"] == "double" and "default" in error
+    assert {p["kind"] for p in plugins} >= {"batch", "queue", "preemption", "prefix_cache",
+                                            "allocation", "victim"}
+
+
+def test_python_fcfs_equals_builtin_fcfs():
+    servelab.register_queue_order("py-fcfs", lambda r: (r.arrival_ns, r.id),
+                                  description="FCFS in Python")
+    servelab.register_victim_rule("py-last", lambda running: len(running) - 1)
+    builtin = servelab.run(BURST_TINY, record_schedule=True)
+    assert builtin.summary["preemption"]["preemptions"] > 0
+    python = servelab.run(BURST_TINY, record_schedule=True, overrides={
+        "policies.queue": "py-fcfs",
+        "policies.preemption": {"name": "recompute", "victim": "py-last"}})
+    pandas.testing.assert_frame_equal(python.schedule, builtin.schedule)
+    pandas.testing.assert_frame_equal(python.requests, builtin.requests)
+    assert python.summary == builtin.summary
+    listed = [p for p in servelab.policies() if p["name"] == "py-fcfs"][0]
+    assert listed["python"] and listed["description"] == "FCFS in Python"
+    assert "py-fcfs" in servelab.policies_text()
+
+
+def test_python_policy_from_yaml_with_parameters(tmp_path):
+    seen = []
+
+    def shortest(r, params):
+        seen.append(params["weight"])
+        return (params["weight"] * r.max_output_tokens, r.arrival_ns)
+
+    servelab.register_queue_order("py-short", shortest, params={"weight": (1.0, "a factor")})
+    exp = tmp_path / "exp.yaml"
+    exp.write_text(BURST_TINY.read_text().replace("queue: fcfs",
+                                                  "queue: {name: py-short, weight: 2.5}"))
+    r = servelab.run(exp)
+    assert r.summary["requests"]["completed"] == 200
+    assert seen and set(seen) == {2.5}
+    assert "py-short" in r.config
+    # Its parameters are checked like a built-in plugin's.
+    with pytest.raises(servelab.ConfigError, match="weight"):
+        servelab.run(BURST_TINY, overrides={"policies.queue": {"name": "py-short",
+                                                               "weight": "heavy"}})
+
+
+def test_python_victim_rule_is_asked_on_preemption():
+    calls = []
+
+    def first(running):
+        calls.append(len(running))
+        return 0
+
+    servelab.register_victim_rule("py-first", first)
+    r = servelab.run(BURST_TINY, overrides={
+        "policies.preemption": {"name": "recompute", "victim": "py-first"}})
+    assert r.summary["preemption"]["preemptions"] > 0 and calls
+    assert r.summary["requests"]["completed"] == 200
+
+
+def test_failing_policies_stop_the_run_naming_the_policy():
+    servelab.register_queue_order("py-broken", lambda r: 1 // 0)
+    with pytest.raises(servelab.PolicyError, match=r"queue order 'py-broken': raised ZeroDivisionError: integer division"):
+        servelab.run(BURST_TINY, overrides={"policies.queue": "py-broken"})
+    servelab.register_queue_order("py-text", lambda r: "soon")
+    with pytest.raises(servelab.PolicyError, match=r"(?s)'py-text'.*expected the key.*'soon'"):
+        servelab.run(BURST_TINY, overrides={"policies.queue": "py-text"})
+    servelab.register_victim_rule("py-out", lambda running: len(running))
+    with pytest.raises(servelab.PolicyError, match=r"(?s)victim rule 'py-out'.*index"):
+        servelab.run(BURST_TINY, overrides={
+            "policies.preemption": {"name": "recompute", "victim": "py-out"}})
+
+
+def test_registration_rules():
+    with pytest.raises(servelab.ConfigError, match="built-in"):
+        servelab.register_queue_order("fcfs", lambda r: 0)
+    # Registering a name again replaces the Python plugin.
+    servelab.register_queue_order("py-again", lambda r: 1 // 0)
+    servelab.register_queue_order("py-again", lambda r: (r.arrival_ns,))
+    assert servelab.run(BURST_TINY, overrides={"policies.queue": "py-again"})
+    kept = []
+    servelab.register_queue_order("py-keep", lambda r: kept.append(r) or 0)
+    servelab.run(BURST_TINY, overrides={"policies.queue": "py-keep",
+                                        "workload.num_requests": 5})
+    with pytest.raises(RuntimeError, match="after the policy call"):
+        kept[0].id
+
+
+def test_python_policy_in_a_parallel_sweep_and_a_compare(tmp_path):
+    servelab.register_queue_order("py-fcfs2", lambda r: (r.arrival_ns, r.id))
+    exp = tmp_path / "sweep.yaml"
+    exp.write_text(BURST_TINY.read_text() + "sweep:\n  policies.queue: [fcfs, py-fcfs2]\n"
+                   "  serving.max_num_seqs: [8, 32]\n")
+    g = servelab.sweep(exp, jobs=2)  # workers take the GIL for each key call
+    runs = list(g.runs.values())
+    assert len(runs) == 4
+    for builtin, python in ((runs[0], runs[2]), (runs[1], runs[3])):
+        assert builtin.files["requests.csv"] == python.files["requests.csv"]
+        assert builtin.files["steps.csv"] == python.files["steps.csv"]
+    servelab.register_queue_order("py-broken2", lambda r: r.no_such_attribute)
+    with pytest.raises(servelab.PolicyError, match="py-broken2.*AttributeError"):
+        servelab.compare(BURST_TINY, variants={"ok": {}, "bad": {"policies.queue": "py-broken2"}})

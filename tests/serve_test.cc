@@ -1,0 +1,623 @@
+// `engine serve` end to end, over localhost with ephemeral ports and the tiny model: the OpenAI
+// endpoints (completions and chat, streaming and not), every malformed-input case answered 400
+// with an OpenAI error object, overload answered 429, 256 concurrent streaming clients with
+// /metrics checked against the requests sent, clients that disconnect (aborted, no block left
+// held: the server checks the pool's invariants after every abort and its gauges return to 0),
+// SIGTERM draining in-flight requests then exiting 0, and `sim bench` against the server with
+// `sim validate` reading its run folder.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "serving/home.h"
+#include "tests/test_util.h"
+
+extern char** environ;
+
+namespace servelab {
+namespace {
+
+using namespace servelab::test_util;
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+const std::string kServeExperiment =
+    "name: serve-test\nseed: 3\nmodel: tiny\nhardware: H100-SXM\n"
+    "serving:\n  block_size: 16\n  num_gpu_blocks: 512\n  max_num_batched_tokens: 4096\n"
+    "  max_num_seqs: 256\n  max_model_len: 2048\n"
+    "policies: {prefix_cache: hash, preemption: recompute}\n"
+    "workload:\n  type: synthetic\n  num_requests: 20\n"
+    "  arrival: {process: poisson, rate: 40}\n"
+    "  prompt_len: {dist: uniform, min: 20, max: 100}\n"
+    "  output_len: {dist: uniform, min: 4, max: 24}\n"
+    "  shared_prefix: {num_prefixes: 2, length: 32, fraction: 0.5}\n";
+
+// An `engine serve` process on an ephemeral port; SIGTERM and reaped on destruction.
+class ServerProcess {
+ public:
+  ServerProcess(const fs::path& dir, const std::vector<std::string>& extra) : dir_(dir) {
+    write_file(dir / "serve.yaml", kServeExperiment);
+    std::vector<std::string> args = {servelab_program("engine"), "serve",
+                                     (dir / "serve.yaml").string(), "--port", "0"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, (dir / "serve.out").c_str(),
+                                     O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_addopen(&fa, 2, (dir / "serve.err").c_str(),
+                                     O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const int rc = posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (rc != 0) throw std::runtime_error("posix_spawn failed");
+    const std::regex line("listening on http://127\\.0\\.0\\.1:([0-9]+)");
+    const auto deadline = Clock::now() + std::chrono::seconds(30);
+    while (Clock::now() < deadline) {
+      std::smatch m;
+      const std::string out = read_file(dir / "serve.out");
+      if (std::regex_search(out, m, line)) {
+        port_ = std::stoi(m[1]);
+        return;
+      }
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        throw std::runtime_error("engine serve exited: " + read_file(dir / "serve.err"));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    throw std::runtime_error("engine serve did not start");
+  }
+  ~ServerProcess() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGTERM);
+      wait_exit(std::chrono::seconds(20));
+      if (pid_ > 0) {
+        ::kill(pid_, SIGKILL);
+        waitpid(pid_, nullptr, 0);
+      }
+    }
+  }
+  int port() const { return port_; }
+  pid_t pid() const { return pid_; }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  // The exit status after the process ended within `limit` (-1 if it did not).
+  int wait_exit(std::chrono::seconds limit) {
+    const auto deadline = Clock::now() + limit;
+    while (pid_ > 0 && Clock::now() < deadline) {
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return -1;
+  }
+  std::string stderr_text() const { return read_file(dir_ / "serve.err"); }
+
+ private:
+  fs::path dir_;
+  pid_t pid_ = -1;
+  int port_ = 0;
+};
+
+httplib::Client client_for(const ServerProcess& s) {
+  httplib::Client c("127.0.0.1", s.port());
+  c.set_read_timeout(30);
+  return c;
+}
+
+struct Stream {
+  int status = 0;
+  std::vector<json> chunks;  // parsed data: payloads before [DONE]
+  bool done = false;
+  std::string body;
+};
+
+// A streaming POST; collects the SSE events.
+Stream post_stream(const ServerProcess& s, const std::string& path, const json& body) {
+  httplib::Client c = client_for(s);
+  Stream out;
+  std::string buffer;
+  httplib::Request req;
+  req.method = "POST";
+  req.path = path;
+  req.body = body.dump();
+  req.set_header("Content-Type", "application/json");
+  req.content_receiver = [&](const char* data, std::size_t len, std::uint64_t, std::uint64_t) {
+    buffer.append(data, len);
+    out.body.append(data, len);
+    for (std::size_t p = buffer.find("\n\n"); p != std::string::npos; p = buffer.find("\n\n")) {
+      const std::string event = buffer.substr(0, p);
+      buffer.erase(0, p + 2);
+      if (event.rfind("data: ", 0) != 0) continue;
+      const std::string payload = event.substr(6);
+      if (payload == "[DONE]") {
+        out.done = true;
+      } else {
+        out.chunks.push_back(json::parse(payload));
+      }
+    }
+    return true;
+  };
+  httplib::Response res;
+  httplib::Error err;
+  if (!c.send(req, res, err)) {
+    out.body = "request failed: " + httplib::to_string(err) + " after: " + out.body;
+  }
+  out.status = res.status;
+  if (res.status != 200 && res.status > 0) out.body = res.body;
+  return out;
+}
+
+// Metric value of the line starting with `series` (name plus labels, as rendered).
+double metric(const std::string& text, const std::string& series) {
+  const std::size_t p = text.find("\n" + series + " ");
+  if (p == std::string::npos) return -1;
+  const std::size_t v = p + 1 + series.size() + 1;
+  return std::stod(text.substr(v, text.find('\n', v) - v));
+}
+
+std::string scrape(const ServerProcess& s) {
+  httplib::Client c = client_for(s);
+  const httplib::Result r = c.Get("/metrics");
+  return r && r->status == 200 ? "\n" + r->body : "";
+}
+
+const std::string kLabels = "{model_name=\"tiny\"}";
+
+TEST(EngineServe, CompletionsChatModelsAndHealth) {
+  const fs::path dir = temp_dir("serve_basic");
+  ServerProcess server(dir, {});
+  httplib::Client c = client_for(server);
+  const httplib::Result health = c.Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  const httplib::Result models = c.Get("/v1/models");
+  ASSERT_TRUE(models);
+  EXPECT_EQ(json::parse(models->body)["data"][0]["id"], "tiny");
+
+  // Token ids, not streamed.
+  const json body = {{"model", "tiny"}, {"prompt", {1, 2, 3, 4, 5}}, {"max_tokens", 6}};
+  const httplib::Result r1 = c.Post("/v1/completions", body.dump(), "application/json");
+  ASSERT_TRUE(r1);
+  ASSERT_EQ(r1->status, 200) << r1->body;
+  const json j1 = json::parse(r1->body);
+  EXPECT_EQ(j1["object"], "text_completion");
+  EXPECT_EQ(j1["usage"]["prompt_tokens"], 5);
+  EXPECT_EQ(j1["usage"]["completion_tokens"], 6);
+  EXPECT_EQ(j1["choices"][0]["finish_reason"], "length");
+  // Greedy decoding: the same prompt gives the same text.
+  const httplib::Result r2 = c.Post("/v1/completions", body.dump(), "application/json");
+  ASSERT_TRUE(r2);
+  EXPECT_EQ(json::parse(r2->body)["choices"][0]["text"], j1["choices"][0]["text"]);
+
+  // Streamed: the same text in chunks, then usage, then [DONE].
+  json sbody = body;
+  sbody["stream"] = true;
+  sbody["stream_options"] = {{"include_usage", true}};
+  const Stream st = post_stream(server, "/v1/completions", sbody);
+  ASSERT_EQ(st.status, 200) << st.body;
+  EXPECT_TRUE(st.done);
+  std::string text;
+  int with_choices = 0;
+  for (const json& ch : st.chunks) {
+    if (!ch["choices"].empty()) {
+      ++with_choices;
+      text += ch["choices"][0]["text"].get<std::string>();
+    }
+  }
+  EXPECT_EQ(text, j1["choices"][0]["text"]);
+  EXPECT_GE(with_choices, 1);
+  ASSERT_FALSE(st.chunks.empty());
+  EXPECT_EQ(st.chunks.back()["usage"]["completion_tokens"], 6);
+  EXPECT_EQ(st.chunks[st.chunks.size() - 2]["choices"][0]["finish_reason"], "length");
+
+  // A text prompt (the stand-in byte tokenizer: one token per byte).
+  const json tbody = {{"prompt", "hello"}, {"max_tokens", 3}};
+  const httplib::Result r3 = c.Post("/v1/completions", tbody.dump(), "application/json");
+  ASSERT_TRUE(r3);
+  ASSERT_EQ(r3->status, 200) << r3->body;
+  EXPECT_EQ(json::parse(r3->body)["usage"]["prompt_tokens"], 5);
+
+  // Chat, not streamed and streamed.
+  const json chat = {
+      {"model", "tiny"}, {"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"max_tokens", 4}};
+  const httplib::Result r4 = c.Post("/v1/chat/completions", chat.dump(), "application/json");
+  ASSERT_TRUE(r4);
+  ASSERT_EQ(r4->status, 200) << r4->body;
+  const json j4 = json::parse(r4->body);
+  EXPECT_EQ(j4["object"], "chat.completion");
+  EXPECT_EQ(j4["choices"][0]["message"]["role"], "assistant");
+  EXPECT_EQ(j4["usage"]["completion_tokens"], 4);
+  json schat = chat;
+  schat["stream"] = true;
+  const Stream sc = post_stream(server, "/v1/chat/completions", schat);
+  ASSERT_EQ(sc.status, 200);
+  EXPECT_TRUE(sc.done);
+  ASSERT_FALSE(sc.chunks.empty());
+  EXPECT_EQ(sc.chunks[0]["object"], "chat.completion.chunk");
+  EXPECT_EQ(sc.chunks[0]["choices"][0]["delta"]["role"], "assistant");
+  fs::remove_all(dir);
+}
+
+TEST(EngineServe, MalformedInputAnswers400WithAnOpenAIErrorObject) {
+  const fs::path dir = temp_dir("serve_malformed");
+  ServerProcess server(dir, {});
+  httplib::Client c = client_for(server);
+  struct Case {
+    std::string path, body, param;
+    int status = 400;
+  };
+  const std::string long_prompt = json(std::vector<int>(2048, 7)).dump();
+  const std::vector<Case> cases = {
+      {"/v1/completions", "{\"prompt\": [1, 2", ""},                       // malformed JSON
+      {"/v1/completions", "[1, 2, 3]", ""},                                // not an object
+      {"/v1/completions", "{\"prompt\": [1], \"bogus\": 1}", "bogus"},     // unknown field
+      {"/v1/completions", "{\"prompt\": 17}", "prompt"},                   // wrong type
+      {"/v1/completions", "{\"prompt\": [1, 256]}", "prompt"},             // outside the vocab
+      {"/v1/completions", "{\"prompt\": [-1]}", "prompt"},                 // negative id
+      {"/v1/completions", "{\"prompt\": [1.5]}", "prompt"},                // not an integer
+      {"/v1/completions", "{\"prompt\": []}", "prompt"},                   // empty
+      {"/v1/completions", "{\"prompt\": \"\"}", "prompt"},                 // empty text
+      {"/v1/completions", "{\"max_tokens\": 3}", "prompt"},                // no prompt
+      {"/v1/completions", "{\"prompt\": " + long_prompt + "}", "prompt"},  // too long
+      {"/v1/completions", "{\"prompt\": [1, 2], \"max_tokens\": 2047}", "max_tokens"},
+      {"/v1/completions", "{\"prompt\": [1], \"max_tokens\": 0}", "max_tokens"},
+      {"/v1/completions", "{\"prompt\": [1], \"max_tokens\": \"8\"}", "max_tokens"},
+      {"/v1/completions", "{\"prompt\": [1], \"temperature\": 0.7}", "temperature"},
+      {"/v1/completions", "{\"prompt\": [1], \"top_p\": 0.5}", "top_p"},
+      {"/v1/completions", "{\"prompt\": [1], \"n\": 2}", "n"},
+      {"/v1/completions", "{\"prompt\": [1], \"stream\": \"yes\"}", "stream"},
+      {"/v1/completions", "{\"prompt\": [1], \"stream_options\": {\"include_usage\": true}}",
+       "stream_options"},
+      {"/v1/completions", "{\"prompt\": [1], \"stop\": [\"x\"]}", "stop"},
+      {"/v1/completions", "{\"prompt\": [1], \"logprobs\": 2}", "logprobs"},
+      {"/v1/completions", "{\"prompt\": [[1], [2]]}", "prompt"},  // a batch
+      {"/v1/completions", "{\"prompt\": [1], \"model\": \"gpt-4\"}", "model", 404},
+      {"/v1/chat/completions", "{\"max_tokens\": 3}", "messages"},
+      {"/v1/chat/completions", "{\"messages\": \"hi\"}", "messages"},
+      {"/v1/chat/completions", "{\"messages\": [{\"role\": \"wizard\", \"content\": \"x\"}]}",
+       "messages"},
+      {"/v1/chat/completions", "{\"messages\": [{\"role\": \"user\"}]}", "messages"},
+      {"/v1/chat/completions",
+       "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], "
+       "\"prompt\": [1]}",
+       "prompt"},
+  };
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.path + " " + k.body.substr(0, 80));
+    const httplib::Result r = c.Post(k.path, k.body, "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, k.status);
+    const json j = json::parse(r->body);
+    ASSERT_TRUE(j.contains("error"));
+    const json& e = j["error"];
+    for (const char* key : {"message", "type", "param", "code"})
+      EXPECT_TRUE(e.contains(key)) << key;
+    EXPECT_FALSE(e["message"].get<std::string>().empty());
+    if (k.param.empty()) {
+      EXPECT_TRUE(e["param"].is_null());
+    } else {
+      EXPECT_EQ(e["param"], k.param);
+    }
+  }
+  // Still serving, nothing leaked into the engine.
+  const std::string m = scrape(server);
+  EXPECT_EQ(metric(m, "vllm:num_requests_running" + kLabels), 0);
+  EXPECT_EQ(metric(m, "vllm:prompt_tokens_total" + kLabels), 0);
+  fs::remove_all(dir);
+}
+
+TEST(EngineServe, OverloadAnswers429) {
+  const fs::path dir = temp_dir("serve_overload");
+  ServerProcess server(dir, {"--max-in-flight", "1"});
+  std::vector<int> statuses(16, 0);
+  std::vector<std::string> bodies(16);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 16; ++i) {
+    threads.emplace_back([&, i] {
+      httplib::Client c = client_for(server);
+      const json body = {{"prompt", {1, 2, 3}}, {"max_tokens", 1500}};
+      const httplib::Result r = c.Post("/v1/completions", body.dump(), "application/json");
+      if (r) {
+        statuses[i] = r->status;
+        bodies[i] = r->body;
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  int ok = 0, refused = 0;
+  for (int i = 0; i < 16; ++i) {
+    if (statuses[i] == 200) ++ok;
+    if (statuses[i] == 429) {
+      ++refused;
+      const json e = json::parse(bodies[i])["error"];
+      EXPECT_EQ(e["type"], "server_overloaded");
+    }
+    EXPECT_TRUE(statuses[i] == 200 || statuses[i] == 429) << statuses[i];
+  }
+  EXPECT_GE(ok, 1);
+  EXPECT_GE(refused, 1);
+  fs::remove_all(dir);
+}
+
+TEST(EngineServe, TwoHundredFiftySixConcurrentStreamsAndTheirMetrics) {
+  const fs::path dir = temp_dir("serve_256");
+  ServerProcess server(dir, {});
+  constexpr int kClients = 256, kTokens = 8;
+  std::vector<Stream> results(kClients);
+  std::vector<int> prompt_len(kClients);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kClients; ++i) {
+    prompt_len[i] = 4 + i % 29;
+    threads.emplace_back([&, i] {
+      std::vector<int> prompt;
+      for (int k = 0; k < prompt_len[i]; ++k) prompt.push_back((i * 31 + k * 7) % 256);
+      const json body = {{"prompt", prompt},
+                         {"max_tokens", kTokens},
+                         {"stream", true},
+                         {"stream_options", {{"include_usage", true}}}};
+      results[i] = post_stream(server, "/v1/completions", body);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  std::int64_t prompt_total = 0;
+  for (int i = 0; i < kClients; ++i) {
+    SCOPED_TRACE(i);
+    ASSERT_EQ(results[i].status, 200) << results[i].body;
+    EXPECT_TRUE(results[i].done);
+    ASSERT_FALSE(results[i].chunks.empty());
+    EXPECT_EQ(results[i].chunks.back()["usage"]["completion_tokens"], kTokens);
+    EXPECT_EQ(results[i].chunks.back()["usage"]["prompt_tokens"], prompt_len[i]);
+    prompt_total += prompt_len[i];
+  }
+  const std::string m = scrape(server);
+  EXPECT_EQ(metric(m, "vllm:request_success_total{model_name=\"tiny\",finished_reason=\"length\"}"),
+            kClients);
+  EXPECT_EQ(metric(m, "vllm:request_success_total{model_name=\"tiny\",finished_reason=\"abort\"}"),
+            0);
+  EXPECT_EQ(metric(m, "vllm:prompt_tokens_total" + kLabels), prompt_total);
+  EXPECT_EQ(metric(m, "vllm:generation_tokens_total" + kLabels), kClients * kTokens);
+  EXPECT_EQ(metric(m, "vllm:time_to_first_token_seconds_count" + kLabels), kClients);
+  EXPECT_EQ(metric(m, "vllm:inter_token_latency_seconds_count" + kLabels),
+            kClients * (kTokens - 1));
+  EXPECT_EQ(metric(m, "vllm:e2e_request_latency_seconds_count" + kLabels), kClients);
+  EXPECT_EQ(metric(m, "vllm:e2e_request_latency_seconds_bucket{model_name=\"tiny\",le=\"+Inf\"}"),
+            kClients);
+  // No preemption in a 512-block pool: every prompt was looked up once.
+  EXPECT_EQ(metric(m, "vllm:num_preemptions_total" + kLabels), 0);
+  EXPECT_EQ(metric(m, "vllm:prefix_cache_queries_total" + kLabels), prompt_total);
+  EXPECT_EQ(metric(m, "vllm:num_requests_running" + kLabels), 0);
+  EXPECT_EQ(metric(m, "vllm:num_requests_waiting" + kLabels), 0);
+  EXPECT_EQ(metric(m, "vllm:kv_cache_usage_perc" + kLabels), 0);
+  fs::remove_all(dir);
+}
+
+// A raw connection that sends a streaming request and hangs up after `read_bytes` bytes of the
+// response (0: at once).
+void post_and_hang_up(int port, const std::string& body, std::size_t read_bytes) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<std::uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  const std::string req =
+      "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+      "Content-Type: application/json\r\nContent-Length: " +
+      std::to_string(body.size()) + "\r\n\r\n" + body;
+  ASSERT_EQ(::send(fd, req.data(), req.size(), 0), static_cast<ssize_t>(req.size()));
+  std::string got;
+  char buf[4096];
+  while (got.size() < read_bytes) {
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) break;
+    got.append(buf, static_cast<std::size_t>(n));
+  }
+  ::close(fd);
+}
+
+TEST(EngineServe, ClientsThatDisconnectAreAbortedAndHoldNoBlocks) {
+  const fs::path dir = temp_dir("serve_disconnect");
+  ServerProcess server(dir, {});
+  const std::string streaming =
+      json{{"prompt", std::vector<int>(300, 9)}, {"max_tokens", 1700}, {"stream", true}}.dump();
+  const std::string plain = json{{"prompt", std::vector<int>(300, 5)}, {"max_tokens", 1700}}.dump();
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 4; ++i) {
+    // Streams read until their first token chunk; plain requests hang up at once.
+    threads.emplace_back([&] { post_and_hang_up(server.port(), streaming, 300); });
+    threads.emplace_back([&] { post_and_hang_up(server.port(), plain, 0); });
+  }
+  for (std::thread& t : threads) t.join();
+  std::string m;
+  const auto deadline = Clock::now() + std::chrono::seconds(20);
+  while (Clock::now() < deadline) {
+    m = scrape(server);
+    const double aborted =
+        metric(m, "vllm:request_success_total{model_name=\"tiny\",finished_reason=\"abort\"}");
+    const double finished =
+        metric(m, "vllm:request_success_total{model_name=\"tiny\",finished_reason=\"length\"}");
+    if (aborted + finished >= 8) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  // Most of them are aborted long before 1700 tokens; whatever finished, nothing stays held.
+  EXPECT_GE(metric(m, "vllm:request_success_total{model_name=\"tiny\",finished_reason=\"abort\"}"),
+            6);
+  EXPECT_EQ(metric(m, "vllm:num_requests_running" + kLabels), 0);
+  EXPECT_EQ(metric(m, "vllm:num_requests_waiting" + kLabels), 0);
+  EXPECT_EQ(metric(m, "vllm:kv_cache_usage_perc" + kLabels), 0);
+  // The server checked the pool's invariants after the aborts and is still serving.
+  httplib::Client c = client_for(server);
+  const httplib::Result r = c.Post(
+      "/v1/completions", json{{"prompt", {1, 2}}, {"max_tokens", 2}}.dump(), "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  ::kill(server.pid(), SIGTERM);
+  EXPECT_EQ(server.wait_exit(std::chrono::seconds(20)), 0) << server.stderr_text();
+  fs::remove_all(dir);
+}
+
+TEST(EngineServe, SigtermDrainsInFlightRequestsThenExitsZero) {
+  const fs::path dir = temp_dir("serve_sigterm");
+  ServerProcess server(dir, {});
+  std::atomic<bool> first_chunk{false};
+  Stream st;
+  std::thread client([&] {
+    httplib::Client c = client_for(server);
+    std::string buffer;
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/v1/completions";
+    req.body = json{{"prompt", std::vector<int>(100, 3)},
+                    {"max_tokens", 1900},
+                    {"stream", true},
+                    {"stream_options", {{"include_usage", true}}}}
+                   .dump();
+    req.set_header("Content-Type", "application/json");
+    req.content_receiver = [&](const char* data, std::size_t len, std::uint64_t, std::uint64_t) {
+      buffer.append(data, len);
+      first_chunk = true;
+      return true;
+    };
+    httplib::Response res;
+    httplib::Error err;
+    c.send(req, res, err);
+    st.status = res.status;
+    st.body = buffer;
+  });
+  while (!first_chunk) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ::kill(server.pid(), SIGTERM);
+  // Draining: still running, refusing new requests.
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  int status = 0;
+  const bool alive = waitpid(server.pid(), &status, WNOHANG) == 0;
+  if (alive) {
+    httplib::Client c = client_for(server);
+    const httplib::Result r = c.Post(
+        "/v1/completions", json{{"prompt", {1}}, {"max_tokens", 2}}.dump(), "application/json");
+    if (r) {
+      EXPECT_EQ(r->status, 503);
+    }
+  }
+  client.join();
+  EXPECT_EQ(st.status, 200);
+  EXPECT_NE(st.body.find("\"completion_tokens\":1900"), std::string::npos);
+  EXPECT_NE(st.body.find("data: [DONE]"), std::string::npos);
+  if (alive) {
+    EXPECT_EQ(server.wait_exit(std::chrono::seconds(20)), 0) << server.stderr_text();
+  }
+  fs::remove_all(dir);
+}
+
+TEST(EngineServe, SimBenchAgainstTheServerWritesARunFolderSimValidateReads) {
+  const fs::path dir = temp_dir("serve_bench");
+  ServerProcess server(dir, {});
+  const std::string exp = (dir / "serve.yaml").string();
+  const Cli bench = run_sim("bench " + exp + " --url " + server.url() + " --out " +
+                                (dir / "bench").string() + " --progress",
+                            dir);
+  ASSERT_EQ(bench.code, 0) << bench.err;
+  EXPECT_NE(bench.err.find("finished 20"), std::string::npos) << bench.err;  // progress line
+  const Cli sim = run_sim("run " + exp + " --out " + (dir / "sim").string() + " --quiet", dir);
+  ASSERT_EQ(sim.code, 0) << sim.err;
+  const auto brows = read_csv(dir / "bench" / "requests.csv");
+  const auto srows = read_csv(dir / "sim" / "requests.csv");
+  ASSERT_EQ(brows.size(), 20u);
+  ASSERT_EQ(srows.size(), 20u);
+  std::int64_t prompt_total = 0, output_total = 0;
+  for (std::size_t i = 0; i < brows.size(); ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_EQ(brows[i].at("id"), srows[i].at("id"));
+    EXPECT_EQ(brows[i].at("status"), "finished");
+    EXPECT_EQ(brows[i].at("prompt_tokens"), srows[i].at("prompt_tokens"));
+    EXPECT_EQ(brows[i].at("output_tokens"), srows[i].at("output_tokens"));
+    EXPECT_EQ(brows[i].at("arrival_s"), srows[i].at("arrival_s"));
+    // What only the server knows is empty.
+    EXPECT_EQ(brows[i].at("first_scheduled_s"), "");
+    EXPECT_EQ(brows[i].at("cached_tokens"), "");
+    EXPECT_EQ(brows[i].at("queueing_ms"), "");
+    EXPECT_LE(std::stod(brows[i].at("ttft_ms")), std::stod(brows[i].at("e2e_ms")));
+    EXPECT_GT(std::stod(brows[i].at("ttft_ms")), 0);
+    prompt_total += std::stoll(brows[i].at("prompt_tokens"));
+    output_total += std::stoll(brows[i].at("output_tokens"));
+  }
+  const json summary = json::parse(read_file(dir / "bench" / "summary.json"));
+  EXPECT_EQ(summary["run"]["backend"], "bench");
+  EXPECT_EQ(summary["requests"]["completed"], 20);
+  // The server saw exactly what the client sent; shared prefixes hit its prefix cache.
+  const std::string m = scrape(server);
+  EXPECT_EQ(metric(m, "vllm:prompt_tokens_total" + kLabels), prompt_total);
+  EXPECT_EQ(metric(m, "vllm:generation_tokens_total" + kLabels), output_total);
+  EXPECT_EQ(metric(m, "vllm:request_success_total{model_name=\"tiny\",finished_reason=\"length\"}"),
+            20);
+  EXPECT_GT(metric(m, "vllm:prefix_cache_hits_total" + kLabels), 0);
+  const Cli validate =
+      run_sim("validate " + (dir / "sim").string() + " " + (dir / "bench").string() + " --out " +
+                  (dir / "validation").string(),
+              dir);
+  EXPECT_EQ(validate.code, 0) << validate.err;
+  EXPECT_NE(validate.out.find("does not record its KV block count"), std::string::npos)
+      << validate.out;
+  const json v = json::parse(read_file(dir / "validation" / "validation.json"));
+  EXPECT_EQ(v["requests"]["compared"], 20) << v.dump();
+  fs::remove_all(dir);
+}
+
+TEST(EngineServe, BadCommandLinesAreUsageErrors) {
+  const fs::path dir = temp_dir("serve_cli");
+  const auto engine = [&](const std::string& args) {
+    const std::string cmd = servelab_program("engine") + " " + args + " > " + (dir / "o").string() +
+                            " 2> " + (dir / "e").string();
+    const int status = std::system(cmd.c_str());
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  };
+  EXPECT_EQ(engine("serve"), 2);                      // neither EXP.yaml nor --model
+  EXPECT_EQ(engine("serve x.yaml --model tiny"), 2);  // both
+  EXPECT_EQ(engine("serve --model tiny --port 70000"), 2);
+  EXPECT_EQ(engine("serve --model no-such-model --port 0"), 2);
+  EXPECT_NE(read_file(dir / "e").find("no-such-model"), std::string::npos);
+  // A tokenizer with more tokens than the model (GPT-2's 50,257 for tiny's 256), a missing one.
+  const std::string gpt2 = servelab_home().string() + "/data/tokenizers/gpt2/tokenizer.json";
+  EXPECT_EQ(engine("serve --model tiny --port 0 --tokenizer " + gpt2), 2);
+  EXPECT_NE(read_file(dir / "e").find("more than model tiny's 256"), std::string::npos)
+      << read_file(dir / "e");
+  EXPECT_EQ(engine("serve --model tiny --port 0 --tokenizer " + (dir / "none.json").string()), 2);
+  EXPECT_NE(read_file(dir / "e").find("none.json"), std::string::npos) << read_file(dir / "e");
+  EXPECT_EQ(run_sim("bench x.yaml", dir).code, 2);  // no --url
+  // A server that cannot be reached, a URL that is not one: bad input, nothing written.
+  write_file(dir / "e.yaml", kServeExperiment);
+  const Cli unreachable = run_sim("bench " + (dir / "e.yaml").string() +
+                                      " --url http://127.0.0.1:1 --out " + (dir / "b").string(),
+                                  dir);
+  EXPECT_EQ(unreachable.code, 2);
+  EXPECT_NE(unreachable.err.find("cannot reach the server"), std::string::npos) << unreachable.err;
+  EXPECT_FALSE(fs::exists(dir / "b"));
+  const Cli not_url = run_sim("bench " + (dir / "e.yaml").string() + " --url localhost:8000", dir);
+  EXPECT_EQ(not_url.code, 2);
+  EXPECT_NE(not_url.err.find("--url: expected http://HOST:PORT"), std::string::npos) << not_url.err;
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace servelab
