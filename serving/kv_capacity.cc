@@ -29,6 +29,39 @@ std::string num(double v) {
 
 // The tensor * pipeline case: the same arithmetic per GPU, the replica limited by its most
 // constrained GPU (one of each stage stands for its whole tensor-parallel group).
+// serving.num_gpu_blocks, when given, replaces the memory arithmetic: `c` gets that many blocks
+// and true comes back. ConfigError for fewer than 1.
+static bool apply_block_override(const KvCapacityOptions& options, KvCapacity& c) {
+  if (!options.num_gpu_blocks) return false;
+  if (*options.num_gpu_blocks < 1) {
+    throw ConfigError("num_gpu_blocks must be at least 1, got " +
+                      std::to_string(*options.num_gpu_blocks));
+  }
+  c.num_gpu_blocks = *options.num_gpu_blocks;
+  c.overridden = true;
+  return true;
+}
+
+// One GPU's memory, the share ServeLab may use and the activation reserve of `model` (the
+// whole model, or one GPU's tensor shard of it).
+static void set_memory_budget(const ModelConfig& model, const HardwareConfig& hardware,
+                              const KvCapacityOptions& options, KvCapacity& c) {
+  c.memory_bytes = hardware.memory_bytes;
+  // Rounded to the nearest byte: 0.9 is not exact in binary, and floor could lose a byte (and,
+  // at an exact block boundary, a block) to representation error.
+  c.usable_bytes =
+      std::llround(static_cast<double>(hardware.memory_bytes) * options.gpu_memory_utilization);
+  c.activation_reserve_bytes =
+      options.activation_reserve_bytes
+          ? *options.activation_reserve_bytes
+          : default_activation_reserve_bytes(model, options.max_num_batched_tokens,
+                                             options.max_num_seqs);
+  if (c.activation_reserve_bytes < 0) {
+    throw ConfigError("activation_reserve_bytes must not be negative, got " +
+                      std::to_string(c.activation_reserve_bytes));
+  }
+}
+
 static KvCapacity parallel_kv_capacity(const ModelConfig& model, const HardwareConfig& hardware,
                                        const KvCapacityOptions& options) {
   const std::int32_t tp = options.tensor_parallel, pp = options.pipeline_parallel;
@@ -63,27 +96,8 @@ static KvCapacity parallel_kv_capacity(const ModelConfig& model, const HardwareC
       std::floor(options.swap_space_gib * 1073741824.0 / static_cast<double>(c.gpu_block_bytes)));
   c.weight_bytes = 0;
   for (const Stage& st : stages) c.weight_bytes = std::max(c.weight_bytes, st.weights);
-  if (options.num_gpu_blocks) {
-    if (*options.num_gpu_blocks < 1) {
-      throw ConfigError("num_gpu_blocks must be at least 1, got " +
-                        std::to_string(*options.num_gpu_blocks));
-    }
-    c.num_gpu_blocks = *options.num_gpu_blocks;
-    c.overridden = true;
-    return c;
-  }
-  c.memory_bytes = hardware.memory_bytes;
-  c.usable_bytes =
-      std::llround(static_cast<double>(hardware.memory_bytes) * options.gpu_memory_utilization);
-  c.activation_reserve_bytes =
-      options.activation_reserve_bytes
-          ? *options.activation_reserve_bytes
-          : default_activation_reserve_bytes(shard, options.max_num_batched_tokens,
-                                             options.max_num_seqs);
-  if (c.activation_reserve_bytes < 0) {
-    throw ConfigError("activation_reserve_bytes must not be negative, got " +
-                      std::to_string(c.activation_reserve_bytes));
-  }
+  if (apply_block_override(options, c)) return c;
+  set_memory_budget(shard, hardware, options, c);
   c.num_gpu_blocks = -1;
   for (std::int32_t s = 0; s < pp; ++s) {
     const Stage& st = stages[s];
@@ -154,30 +168,8 @@ KvCapacity compute_kv_capacity(const ModelConfig& model, const HardwareConfig& h
   c.num_cpu_blocks = static_cast<std::int64_t>(
       std::floor(options.swap_space_gib * 1073741824.0 / static_cast<double>(c.block_bytes)));
 
-  if (options.num_gpu_blocks) {
-    if (*options.num_gpu_blocks < 1) {
-      throw ConfigError("num_gpu_blocks must be at least 1, got " +
-                        std::to_string(*options.num_gpu_blocks));
-    }
-    c.num_gpu_blocks = *options.num_gpu_blocks;
-    c.overridden = true;
-    return c;
-  }
-
-  c.memory_bytes = hardware.memory_bytes;
-  // Rounded to the nearest byte: 0.9 is not exact in binary, and floor could lose a byte (and,
-  // at an exact block boundary, a block) to representation error.
-  c.usable_bytes =
-      std::llround(static_cast<double>(hardware.memory_bytes) * options.gpu_memory_utilization);
-  c.activation_reserve_bytes =
-      options.activation_reserve_bytes
-          ? *options.activation_reserve_bytes
-          : default_activation_reserve_bytes(model, options.max_num_batched_tokens,
-                                             options.max_num_seqs);
-  if (c.activation_reserve_bytes < 0) {
-    throw ConfigError("activation_reserve_bytes must not be negative, got " +
-                      std::to_string(c.activation_reserve_bytes));
-  }
+  if (apply_block_override(options, c)) return c;
+  set_memory_budget(model, hardware, options, c);
   c.kv_bytes = c.usable_bytes - c.weight_bytes - c.activation_reserve_bytes;
   if (c.kv_bytes < c.block_bytes) {
     throw ConfigError(who + ": no room for the KV cache: memory " + gib(c.memory_bytes) + " x " +

@@ -18,6 +18,7 @@
 #include "sim/calibrated_cost_model.h"
 #include "sim/roofline_cost_model.h"
 #include "sim/run.h"
+#include "sim/run_stage.h"
 #include "sim/sim_backend.h"
 #include "sim/swap_cost.h"
 #include "traces/workload.h"
@@ -117,16 +118,9 @@ RunOutput run_cluster_simulation(const ExperimentConfig& config, const RunOption
                      config.max_requests, config.max_duration_ns, config.file);
   out.workload = workload->describe();
 
-  std::string steps_path, schedule_path;
-  std::optional<StagedDir> stage;
-  if (options.write_files) {
-    const std::string final_dir = options.out_dir.empty() ? "out/" + config.name : options.out_dir;
-    check_out_dir(final_dir);
-    stage.emplace(final_dir);
-    out.out_dir = stage->temp_path();
-    if (config.outputs.steps_csv) steps_path = out.out_dir + "/steps.csv";
-    if (config.outputs.record_schedule) schedule_path = out.out_dir + "/schedule.csv";
-  }
+  RunStage run_stage(config, options, out.out_dir);
+  const std::string& steps_path = run_stage.steps_path;
+  const std::string& schedule_path = run_stage.schedule_path;
   Recorder recorder(config.slo, steps_path, schedule_path, /*replica_column=*/true);
   if (options.write_files && config.outputs.record_events) {
     recorder.record_events(out.out_dir + "/events.csv");
@@ -256,8 +250,8 @@ RunOutput run_cluster_simulation(const ExperimentConfig& config, const RunOption
   if (!options.write_files) return out;
 
   write_run_outputs(config, recorder, {"sim", config.model, config.hardware}, out);
-  stage->commit();
-  out.out_dir = stage->final_path();
+  run_stage.stage->commit();
+  out.out_dir = run_stage.stage->final_path();
   return out;
 }
 

@@ -16,6 +16,7 @@
 #include "serving/output_file.h"
 #include "sim/calibrated_cost_model.h"
 #include "sim/roofline_cost_model.h"
+#include "sim/run_stage.h"
 #include "sim/sim_backend.h"
 #include "sim/swap_cost.h"
 #include "traces/workload.h"
@@ -113,18 +114,9 @@ RunOutput run_simulation(const ExperimentConfig& config, const RunOptions& optio
                      config.max_requests, config.max_duration_ns, config.file);
   out.workload = workload->describe();
 
-  std::string steps_path, schedule_path;
-  // The run is written into a temporary sibling folder and moved into place once complete, so
-  // an existing run folder is replaced only by a whole new run (never by a partial one).
-  std::optional<StagedDir> stage;
-  if (options.write_files) {
-    const std::string final_dir = options.out_dir.empty() ? "out/" + config.name : options.out_dir;
-    check_out_dir(final_dir);
-    stage.emplace(final_dir);
-    out.out_dir = stage->temp_path();
-    if (config.outputs.steps_csv) steps_path = out.out_dir + "/steps.csv";
-    if (config.outputs.record_schedule) schedule_path = out.out_dir + "/schedule.csv";
-  }
+  RunStage run_stage(config, options, out.out_dir);
+  const std::string& steps_path = run_stage.steps_path;
+  const std::string& schedule_path = run_stage.schedule_path;
   const RooflineCostModel roofline(model, hardware, config.scheduler.block_size, parallel);
   // A calibrated profile (cost_model: {type: calibrated, file: ...}) replaces the roofline.
   const std::unique_ptr<const CalibratedCostModel> calibrated =
@@ -183,8 +175,8 @@ RunOutput run_simulation(const ExperimentConfig& config, const RunOptions& optio
   if (!options.write_files) return out;
 
   write_run_outputs(config, recorder, {"sim", model.name, hardware.name}, out);
-  stage->commit();
-  out.out_dir = stage->final_path();
+  run_stage.stage->commit();
+  out.out_dir = run_stage.stage->final_path();
   return out;
 }
 
