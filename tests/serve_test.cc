@@ -458,7 +458,11 @@ TEST(EngineServe, ClientsThatDisconnectAreAbortedAndHoldNoBlocks) {
         metric(m, "vllm:request_success_total{model_name=\"tiny\",finished_reason=\"abort\"}");
     const double finished =
         metric(m, "vllm:request_success_total{model_name=\"tiny\",finished_reason=\"length\"}");
-    if (aborted + finished >= 8) break;
+    // Counters move as each abort is applied, the gauges once the loop has applied them all: a
+    // scrape in between sees both, so wait for the settled state rather than for the counters.
+    if (aborted + finished >= 8 && metric(m, "vllm:num_requests_running" + kLabels) == 0 &&
+        metric(m, "vllm:kv_cache_usage_perc" + kLabels) == 0)
+      break;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   // Most of them are aborted long before 1700 tokens; whatever finished, nothing stays held.
