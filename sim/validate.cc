@@ -325,7 +325,7 @@ ValidationReport validate_runs(const std::string& sim_dir, const std::string& en
   if (dump(ec["derived"]["num_gpu_blocks"]) == "0") {
     // sim bench: a client measured the server and cannot know its KV capacity.
     rep.warnings.push_back(
-        "the engine folder does not record its KV block count (a client's measurement, sim "
+        "the measured folder does not record its KV block count (a client's measurement, sim "
         "bench): make sure sim run used the server's (--set serving.num_gpu_blocks=N)");
   } else if (dump(sc["derived"]["num_gpu_blocks"]) != dump(ec["derived"]["num_gpu_blocks"])) {
     rep.warnings.push_back("the runs had different KV block counts (" +
@@ -431,6 +431,7 @@ ValidationReport validate_runs(const std::string& sim_dir, const std::string& en
   // 5. Aggregates from summary.json.
   const nlohmann::json ss = read_json(sim_dir + "/summary.json"),
                        es = read_json(engine_dir + "/summary.json");
+  if (es.contains("run") && es["run"].value("backend", "") == "bench") rep.measured_label = "bench";
   const std::pair<const char*, const char*> metrics[] = {{"throughput", "output_tokens_per_s"},
                                                          {"throughput", "requests_per_s"},
                                                          {"ttft_ms", "p50"},
@@ -470,12 +471,13 @@ ValidationReport validate_runs(const std::string& sim_dir, const std::string& en
 }
 
 void print_validation(std::FILE* f, const ValidationReport& r) {
-  std::fprintf(f, "validate %s (sim) against %s (engine)\n", r.sim_dir.c_str(),
-               r.engine_dir.c_str());
+  const char* measured = r.measured_label.c_str();
+  std::fprintf(f, "validate %s (sim) against %s (%s)\n", r.sim_dir.c_str(), r.engine_dir.c_str(),
+               measured);
   for (const std::string& w : r.warnings) std::fprintf(f, "  warning: %s\n", w.c_str());
   std::fprintf(f, "  schedules: %s", r.schedule.c_str());
   if (!r.schedule_detail.empty()) std::fprintf(f, " (%s)", r.schedule_detail.c_str());
-  std::fprintf(f, "\n  steps: sim %lld, engine %lld\n", static_cast<long long>(r.sim_steps),
+  std::fprintf(f, "\n  steps: sim %lld, %s %lld\n", static_cast<long long>(r.sim_steps), measured,
                static_cast<long long>(r.engine_steps));
   std::fprintf(f, "\n  %-34s %7s %8s %8s %8s %8s %8s %9s\n", "relative error, % (|sim-eng|/eng)",
                "n", "mean", "p50", "p90", "p99", "max", "bias");
@@ -490,7 +492,7 @@ void print_validation(std::FILE* f, const ValidationReport& r) {
   row("TPOT per request", r.tpot);
   row("E2E per request", r.e2e);
   if (r.step_replay) std::fprintf(f, "  (replay cost model: %s)\n", r.replay_cost_model.c_str());
-  std::fprintf(f, "\n  %-34s %12s %12s %9s\n", "aggregate", "sim", "engine", "error %");
+  std::fprintf(f, "\n  %-34s %12s %12s %9s\n", "aggregate", "sim", measured, "error %");
   for (const AggregateError& a : r.aggregates) {
     if (a.error) {
       std::fprintf(f, "  %-34s %12.4g %12.4g %+9.2f\n", a.metric.c_str(), a.sim, a.engine,

@@ -40,6 +40,9 @@ struct AggregateError {
 
 struct ValidationReport {
   std::string sim_dir, engine_dir;
+  // What produced the measured folder, from its summary.json "backend": "bench" for `sim bench`
+  // against a server, "engine" otherwise (the JSON keys say "engine" for either).
+  std::string measured_label = "engine";
   std::vector<std::string> warnings;  // configuration differences that do not prevent comparing
   std::int64_t sim_steps = 0, engine_steps = 0;
 

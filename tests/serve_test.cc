@@ -583,6 +583,7 @@ TEST(EngineServe, SimBenchAgainstTheServerWritesARunFolderSimValidateReads) {
   EXPECT_EQ(validate.code, 0) << validate.err;
   EXPECT_NE(validate.out.find("does not record its KV block count"), std::string::npos)
       << validate.out;
+  EXPECT_NE(validate.out.find("(bench)\n"), std::string::npos) << validate.out;  // not "engine"
   const json v = json::parse(read_file(dir / "validation" / "validation.json"));
   EXPECT_EQ(v["requests"]["compared"], 20) << v.dump();
   fs::remove_all(dir);
