@@ -1,5 +1,6 @@
 // The policy registry from Python: the catalogue `sim policies` prints (as text and as data), and
-// Python callables registered as plugins (python/python_queue_order.h, python_victim_rule.h)
+// Python callables registered as plugins (python/python_queue_order.h, python_victim_rule.h,
+// python_router.h)
 // that experiments then name like built-in ones. Registering a name again replaces the Python
 // plugin of that name (a notebook cell run twice); a built-in name is refused.
 #include <pybind11/pybind11.h>
@@ -17,6 +18,7 @@
 #include "python/python_plugins.h"
 #include "python/python_policy.h"
 #include "python/python_queue_order.h"
+#include "python/python_router.h"
 #include "python/python_victim_rule.h"
 #include "python/request_view.h"
 
@@ -138,9 +140,30 @@ void register_victim_rule(const std::string& name, py::function fn,
   register_python_plugin(std::move(info));
 }
 
+void register_router(const std::string& name, py::function fn, std::optional<py::dict> params,
+                     const std::string& description) {
+  PluginInfo info;
+  info.kind = PolicyKind::kRouter;
+  info.name = name;
+  info.description = description.empty() ? "a router written in Python" : description;
+  info.origin = origin_of(fn);
+  if (params) info.params = parse_params(name, *params);
+  const bool with_params = params.has_value();
+  auto policy = std::make_shared<const PythonPolicy>(name, "router", std::move(fn));
+  info.factory = [policy, with_params](const PolicySpec& spec, PolicyTarget& t) {
+    *t.router = [policy, spec, with_params](const RouterContext& ctx) -> std::unique_ptr<Router> {
+      py::gil_scoped_acquire gil;
+      py::object values = with_params ? py::object(params_dict(spec)) : py::object(py::none());
+      return make_python_router(policy, std::move(values), ctx.block_size);
+    };
+  };
+  register_python_plugin(std::move(info));
+}
+
 py::list catalogue() {
   py::list out;
   std::vector<PolicyKind> kinds(std::begin(kAllPolicyKinds), std::end(kAllPolicyKinds));
+  kinds.push_back(PolicyKind::kRouter);  // `sim policies` lists the routers last, too
   kinds.push_back(PolicyKind::kVictim);
   for (const PolicyKind kind : kinds) {
     for (const PluginInfo* p : PolicyRegistry::instance().list(kind)) {
@@ -181,6 +204,12 @@ bool uses_python_policy(const ExperimentConfig& config) {
     return it != names.end() && it->second.count(name) > 0;
   };
   if (has(PolicyKind::kQueue, config.policies.queue.name)) return true;
+  if (config.cluster.set) {
+    if (has(PolicyKind::kRouter, config.cluster.router.name)) return true;
+    if (config.cluster.decode_router &&
+        has(PolicyKind::kRouter, config.cluster.decode_router->name))
+      return true;
+  }
   const auto victim = config.policies.preemption.params.find("victim");
   return victim != config.policies.preemption.params.end() &&
          std::holds_alternative<std::string>(victim->second) &&
@@ -204,6 +233,9 @@ void bind_policies(py::module_& m) {
         py::arg("params") = py::none(), py::arg("description") = "");
   m.def("register_victim_rule", &register_victim_rule, py::arg("name"), py::arg("pick"),
         py::arg("description") = "");
+  bind_router_views(m);
+  m.def("register_router", &register_router, py::arg("name"), py::arg("route"),
+        py::arg("params") = py::none(), py::arg("description") = "");
 }
 
 }  // namespace servelab::python

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "core/hooked_backend.h"
 #include "serving/hardware_config.h"
 #include "serving/kv_capacity.h"
 #include "serving/kv_transfer.h"
@@ -135,6 +136,8 @@ RunOutput run_cluster_simulation(const ExperimentConfig& config, const RunOption
 
   // The replicas, pool by pool in file order: that order is the cluster's replica numbering.
   std::vector<std::unique_ptr<SimBackend>> backends;
+  // With RunOptions::before_step, each replica's backend shows its plans to the hook first.
+  std::vector<std::unique_ptr<HookedBackend>> hooked;
   std::vector<std::unique_ptr<Replica>> replicas;
   std::vector<const Pool*> pool_of;
   ClusterSetup setup;
@@ -142,12 +145,21 @@ RunOutput run_cluster_simulation(const ExperimentConfig& config, const RunOption
   for (const auto& p : pools) {
     for (std::int32_t k = 0; k < p->config->count; ++k) {
       backends.push_back(std::make_unique<SimBackend>(*p->cost));
+      Backend* backend = backends.back().get();
+      if (options.before_step) {
+        const std::size_t index = replicas.size();
+        hooked.push_back(std::make_unique<HookedBackend>(
+            *backend, [&options, &replicas, index](const StepPlan& plan) {
+              options.before_step(replicas[index]->scheduler(), plan);
+            }));
+        backend = hooked.back().get();
+      }
       const ReplicaRole role = p->config->role;
       SchedulerObserver* observer =
           role == ReplicaRole::kPrefill ? static_cast<SchedulerObserver*>(&handoff) : &downstream;
       replicas.push_back(std::make_unique<Replica>(
-          p->scheduler, static_cast<std::int32_t>(p->capacity.num_gpu_blocks), *backends.back(),
-          observer, kv_cache_options, p->cpu_blocks));
+          p->scheduler, static_cast<std::int32_t>(p->capacity.num_gpu_blocks), *backend, observer,
+          kv_cache_options, p->cpu_blocks));
       setup.replicas.push_back({replicas.back().get(), role, p->capacity.block_bytes});
       pool_of.push_back(p.get());
       (role == ReplicaRole::kDecode ? num_decode : num_arrival) += 1;

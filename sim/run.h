@@ -30,8 +30,8 @@ struct RunOptions {
   bool write_files = true;  // false: compute the summary only (benchmarks, compare)
   // Called with the scheduler and every plan after schedule() formed it and before the backend
   // executes it (core/hooked_backend.h); an exception from it stops the run. Empty: no hook and
-  // no cost (`sim run`). The Python module checks the scheduler's invariants here while a Python
-  // policy is active.
+  // no cost (`sim run`). In a cluster run it sees each replica's scheduler and plans. The Python
+  // module checks the scheduler's invariants here while a Python policy is active.
   StepHook before_step;
 };
 

@@ -14,10 +14,11 @@ commands; this package turns its results into Python objects.
 import os as _os
 
 from . import _servelab
-from ._servelab import ConfigError, PolicyError, Request
+from ._servelab import ConfigError, PolicyError, ReplicaLoad, Request, RouteRequest
 from .groups import GroupResult, compare, sweep
 from .plotting import plot
-from .policies import policies, policies_text, register_queue_order, register_victim_rule
+from .policies import (policies, policies_text, register_queue_order, register_router,
+                       register_victim_rule)
 from .result import Result
 from .runs import engine_run, run
 
@@ -29,7 +30,9 @@ __all__ = [
     "ConfigError",
     "GroupResult",
     "PolicyError",
+    "ReplicaLoad",
     "Request",
+    "RouteRequest",
     "Result",
     "compare",
     "engine_run",
@@ -38,6 +41,7 @@ __all__ = [
     "policies",
     "policies_text",
     "register_queue_order",
+    "register_router",
     "register_victim_rule",
     "run",
     "sweep",
