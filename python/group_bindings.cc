@@ -1,9 +1,10 @@
 // servelab.compare / servelab.sweep / servelab.plot: the commands' functions (sim/compare.h,
-// sim/sweep.h, sim/plot.h). compare and sweep run into a temporary folder of runs whose files come
-// back as bytes (python/run_files.h); their save writes that folder with the commands' rules
-// (check_group_dir, staged, entries moved in). Once a Python policy has been registered, every
-// run of a compare or sweep checks the scheduler's invariants (python/invariant_hook.h). plot
-// runs the same script as `sim plot`.
+// sim/sweep.h, sim/plot.h), on an experiment file or a dict's text (sim/variant_loader.h). compare
+// and sweep run into a temporary folder of runs whose files come back as bytes
+// (python/run_files.h); their save writes that folder with the commands' rules (check_group_dir,
+// staged, entries moved in). Once a Python policy has been registered, every run of a compare or
+// sweep checks the scheduler's invariants (python/invariant_hook.h). plot runs the same script as
+// `sim plot`.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -31,19 +32,28 @@ namespace {
 // (run folder names in the commands' order, every file of the group).
 using GroupFiles = std::pair<std::vector<std::string>, py::list>;
 
+// The experiment: `text` (YAML or JSON, named `name` in messages, data paths relative to
+// `base_dir`) when given, else the file `name`.
+ExperimentSource source_of(const std::string& name, const std::optional<std::string>& text,
+                           const std::string& base_dir) {
+  if (text) return ExperimentSource(name, *text, base_dir);
+  return ExperimentSource(name);
+}
+
 GroupFiles compare(
-    const std::string& path,
+    const std::string& name, const std::optional<std::string>& text, const std::string& base_dir,
     const std::optional<std::vector<std::pair<std::string, std::vector<std::string>>>>&
         variant_list,
     const std::vector<std::string>& overrides) {
+  const ExperimentSource source = source_of(name, text, base_dir);
   std::vector<Variant> variants;
   if (variant_list) {
     for (const auto& [name, sets] : *variant_list) variants.push_back({name, sets});
   } else {
-    variants = variants_from_experiment(path);
+    variants = variants_from_experiment(source);
   }
   if (variants.empty()) {
-    throw ConfigError(path + ": no variants: add a `compare:` section or pass variants=");
+    throw ConfigError(source.path + ": no variants: add a `compare:` section or pass variants=");
   }
   const StepHook hook = python_plugins_registered() ? invariant_hook() : StepHook();
   TempDir tmp;
@@ -54,14 +64,16 @@ GroupFiles compare(
     ScopedInterruptHandler interrupt;
     const std::string out = (tmp.path() / "compare").string();
     const std::vector<VariantResult> results =
-        run_compare(path, variants, overrides, out, false, hook);
+        run_compare(source, variants, overrides, out, false, hook);
     for (const VariantResult& r : results) names.push_back(r.variant.name);
     files = read_tree(out);
   }
   return {names, to_python(files)};
 }
 
-GroupFiles sweep(const std::string& path, const std::vector<std::string>& overrides, int jobs) {
+GroupFiles sweep(const std::string& name, const std::optional<std::string>& text,
+                 const std::string& base_dir, const std::vector<std::string>& overrides, int jobs) {
+  const ExperimentSource source = source_of(name, text, base_dir);
   if (jobs < 1) throw ConfigError("sweep: jobs: expected at least 1, got " + std::to_string(jobs));
   const StepHook hook = python_plugins_registered() ? invariant_hook() : StepHook();
   TempDir tmp;
@@ -71,7 +83,7 @@ GroupFiles sweep(const std::string& path, const std::vector<std::string>& overri
     py::gil_scoped_release release;
     ScopedInterruptHandler interrupt;
     const std::string out = (tmp.path() / "sweep").string();
-    const std::vector<SweepResult> results = run_sweep(path, overrides, out, jobs, false, hook);
+    const std::vector<SweepResult> results = run_sweep(source, overrides, out, jobs, false, hook);
     for (const SweepResult& r : results) names.push_back(r.point.name);
     files = read_tree(out);
   }
@@ -108,9 +120,11 @@ int plot(const std::vector<std::string>& inputs, const std::string& out_dir,
 }  // namespace
 
 void bind_groups(py::module_& m) {
-  m.def("compare", &compare, py::arg("path"), py::arg("variants"), py::arg("overrides"),
+  m.def("compare", &compare, py::arg("name"), py::arg("text"), py::arg("base_dir"),
+        py::arg("variants"), py::arg("overrides"),
         "Runs the variants (or the experiment's compare: section); returns (names, files).");
-  m.def("sweep", &sweep, py::arg("path"), py::arg("overrides"), py::arg("jobs"),
+  m.def("sweep", &sweep, py::arg("name"), py::arg("text"), py::arg("base_dir"),
+        py::arg("overrides"), py::arg("jobs"),
         "Runs the experiment's sweep: grid on `jobs` threads; returns (names, files).");
   m.def("save_group", &save_group, py::arg("dir"), py::arg("index_file"), py::arg("what"),
         py::arg("runs"), py::arg("files"), "Writes a compare or sweep folder.");

@@ -38,8 +38,8 @@ std::string flow_yaml(const YAML::Node& node) {
 
 }  // namespace
 
-std::vector<Variant> variants_from_experiment(const std::string& path) {
-  const ConfigNode doc = ConfigNode::load_file(path);
+std::vector<Variant> variants_from_experiment(const ExperimentSource& source) {
+  const ConfigNode doc = source.document();
   std::vector<Variant> out;
   const std::optional<ConfigNode> section = doc.find("compare");
   if (!section) return out;
@@ -85,7 +85,7 @@ Variant parse_variant(const std::string& text) {
   return v;
 }
 
-std::vector<VariantResult> run_compare(const std::string& path,
+std::vector<VariantResult> run_compare(const ExperimentSource& source,
                                        const std::vector<Variant>& variants,
                                        const std::vector<std::string>& base_overrides,
                                        std::string out_dir, bool progress,
@@ -93,7 +93,8 @@ std::vector<VariantResult> run_compare(const std::string& path,
   // Load every variant first: a bad override in the last variant is reported before any run.
   std::vector<ExperimentConfig> configs;
   for (const Variant& v : variants) {
-    configs.push_back(load_variant(path, base_overrides, v.overrides, "variant '" + v.name + "'"));
+    configs.push_back(
+        load_variant(source, base_overrides, v.overrides, "variant '" + v.name + "'"));
   }
   if (out_dir.empty()) out_dir = "out/" + configs.front().name + "-compare";
   // The folder may hold a previous one (compare.csv and run folders), nothing else.

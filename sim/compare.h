@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "sim/run.h"
+#include "sim/variant_loader.h"
 
 namespace servelab {
 
@@ -31,16 +32,16 @@ struct VariantResult {
 
 // The variants of the experiment's `compare:` section. Throws ConfigError (file, line, key) for
 // a malformed section; an experiment without one has no variants.
-std::vector<Variant> variants_from_experiment(const std::string& path);
+std::vector<Variant> variants_from_experiment(const ExperimentSource& source);
 
 // Parses "name:key=value,key=value". Throws ConfigError naming the argument.
 Variant parse_variant(const std::string& text);
 
-// Runs every variant of `path` (with `base_overrides` applied first, then the variant's) and
+// Runs every variant of `source` (with `base_overrides` applied first, then the variant's) and
 // writes OUT/<variant>/ and OUT/compare.csv (OUT defaults to out/<name>-compare).
 // `before_step` is each run's RunOptions::before_step. REQUIRES: !variants.empty(). Throws
 // ConfigError for bad input.
-std::vector<VariantResult> run_compare(const std::string& path,
+std::vector<VariantResult> run_compare(const ExperimentSource& source,
                                        const std::vector<Variant>& variants,
                                        const std::vector<std::string>& base_overrides,
                                        std::string out_dir, bool progress,

@@ -79,11 +79,11 @@ std::string csv_field(const std::string& text) {
 
 }  // namespace
 
-std::vector<SweepAxis> sweep_from_experiment(const std::string& path) {
-  const ConfigNode doc = ConfigNode::load_file(path);
+std::vector<SweepAxis> sweep_from_experiment(const ExperimentSource& source) {
+  const ConfigNode doc = source.document();
   const std::optional<ConfigNode> section = doc.find("sweep");
   if (!section) {
-    throw ConfigError(path + ": no `sweep:` section (a mapping of key.path: [values])");
+    throw ConfigError(source.path + ": no `sweep:` section (a mapping of key.path: [values])");
   }
   if (!section->is_map() || section->keys().empty()) {
     section->fail("a non-empty mapping of key.path: [value, value, ...]");
@@ -135,16 +135,16 @@ std::vector<SweepPoint> sweep_points(const std::vector<SweepAxis>& axes) {
   return points;
 }
 
-std::vector<SweepResult> run_sweep(const std::string& path,
+std::vector<SweepResult> run_sweep(const ExperimentSource& source,
                                    const std::vector<std::string>& base_overrides,
                                    std::string out_dir, int jobs, bool progress,
                                    const StepHook& before_step) {
-  const std::vector<SweepAxis> axes = sweep_from_experiment(path);
+  const std::vector<SweepAxis> axes = sweep_from_experiment(source);
   // Each value alone first, so an error names the sweep key that caused it.
   for (const SweepAxis& a : axes) {
     for (const std::string& v : a.values) {
       const std::string label = a.location + ": sweep key '" + a.key + "', value " + v;
-      const ExperimentConfig c = load_variant(path, base_overrides, {a.key + "=" + v}, label);
+      const ExperimentConfig c = load_variant(source, base_overrides, {a.key + "=" + v}, label);
       try {
         make_workload(c.workload_section(), c.seed, c.base_dir);
       } catch (const ConfigError& e) {
@@ -155,14 +155,14 @@ std::vector<SweepResult> run_sweep(const std::string& path,
   const std::vector<SweepPoint> points = sweep_points(axes);
   std::vector<ExperimentConfig> configs;
   for (const SweepPoint& p : points) {
-    configs.push_back(load_variant(path, base_overrides, p.overrides, "sweep point " + p.name));
+    configs.push_back(load_variant(source, base_overrides, p.overrides, "sweep point " + p.name));
   }
   if (out_dir.empty()) out_dir = "out/" + configs.front().name + "-sweep";
   // The folder may hold a previous one (sweep.csv and run folders), nothing else.
   std::vector<std::string> names;
   for (const SweepPoint& p : points) {
     if (p.name.size() > 255) {
-      throw ConfigError(path + ": sweep point " + p.name.substr(0, 40) +
+      throw ConfigError(source.path + ": sweep point " + p.name.substr(0, 40) +
                         "...: its folder name is longer than 255 bytes (fewer sweep keys)");
     }
     names.push_back(p.name);

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "sim/run.h"
+#include "sim/variant_loader.h"
 
 namespace servelab {
 
@@ -41,16 +42,16 @@ struct SweepResult {
 // The axes of the experiment's `sweep:` section. Throws ConfigError (file, line, key) for a
 // missing or malformed section: not a mapping, a value that is not a non-empty list, a key that
 // is not a dotted path of names or that names the `sweep`/`compare` sections.
-std::vector<SweepAxis> sweep_from_experiment(const std::string& path);
+std::vector<SweepAxis> sweep_from_experiment(const ExperimentSource& source);
 
 // The cartesian product of `axes`, first axis slowest. REQUIRES: !axes.empty().
 std::vector<SweepPoint> sweep_points(const std::vector<SweepAxis>& axes);
 
-// Runs every point of `path`'s sweep (with `base_overrides` applied first) on `jobs` workers
+// Runs every point of `source`'s sweep (with `base_overrides` applied first) on `jobs` workers
 // (>= 1) and writes OUT/<point>/ and OUT/sweep.csv (OUT defaults to out/<name>-sweep).
 // `before_step` is each run's RunOptions::before_step (called from the workers: it must be
 // thread-safe). Throws ConfigError for bad input.
-std::vector<SweepResult> run_sweep(const std::string& path,
+std::vector<SweepResult> run_sweep(const ExperimentSource& source,
                                    const std::vector<std::string>& base_overrides,
                                    std::string out_dir, int jobs, bool progress,
                                    const StepHook& before_step = {});

@@ -30,16 +30,6 @@ def experiment_args(experiment):
     )
 
 
-def experiment_path(experiment, what):
-    """The file of an experiment that must be a file (compare, sweep)."""
-    if isinstance(experiment, (str, os.PathLike)):
-        return os.fspath(experiment)
-    raise TypeError(
-        f"{what}: expected an experiment file path (str or os.PathLike), got "
-        f"{type(experiment).__name__}; a dict is accepted by run() and engine_run() only"
-    )
-
-
 def override_list(overrides, seed=None):
     """["key.path=value", ...] from a dict (and seed=N last, as the commands' --seed)."""
     if overrides is None:

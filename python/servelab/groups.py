@@ -5,7 +5,7 @@ import io
 import os
 
 from . import _servelab
-from .experiment_source import experiment_path, override_list
+from .experiment_source import experiment_args, override_list
 from .result import Result
 
 
@@ -56,27 +56,28 @@ def _in_run_order(files):
 
 
 def compare(experiment, variants=None, overrides=None, seed=None):
-    """`sim compare`: the experiment (a YAML path) under each variant, same workload and seed.
-    variants: {name: {"key.path": value}} (replaces the file's `compare:` section, as
-    --variant does); default: the file's section. Returns a GroupResult."""
-    path = experiment_path(experiment, "compare")
+    """`sim compare`: the experiment (a YAML path, or a dict as for run()) under each variant,
+    same workload and seed. variants: {name: {"key.path": value}} (replaces the experiment's
+    `compare:` section, as --variant does); default: that section. Returns a GroupResult."""
+    name, text, base_dir = experiment_args(experiment)
     variant_list = None
     if variants is not None:
         if not isinstance(variants, dict):
             raise TypeError("variants: expected {name: {\"key.path\": value}}")
         variant_list = [(str(name), override_list(sets)) for name, sets in variants.items()]
-    names, files = _servelab.compare(path, variant_list, override_list(overrides, seed))
+    names, files = _servelab.compare(name, text, base_dir, variant_list,
+                                     override_list(overrides, seed))
     return GroupResult("compare", names, files)
 
 
 def sweep(experiment, overrides=None, seed=None, jobs=None):
-    """`sim sweep`: every point of the experiment's `sweep:` grid, on `jobs` threads (default:
-    all cores); results do not depend on `jobs`. No figures are drawn (call plot()). Returns a
-    GroupResult."""
-    path = experiment_path(experiment, "sweep")
+    """`sim sweep`: every point of the experiment's `sweep:` grid (a YAML path, or a dict as for
+    run()), on `jobs` threads (default: all cores); results do not depend on `jobs`. No figures
+    are drawn (call plot()). Returns a GroupResult."""
+    name, text, base_dir = experiment_args(experiment)
     if jobs is None:
         jobs = os.cpu_count() or 1
     if isinstance(jobs, bool) or not isinstance(jobs, int):
         raise TypeError("jobs: expected an int")
-    names, files = _servelab.sweep(path, override_list(overrides, seed), jobs)
+    names, files = _servelab.sweep(name, text, base_dir, override_list(overrides, seed), jobs)
     return GroupResult("sweep", names, files)

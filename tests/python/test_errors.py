@@ -63,6 +63,8 @@ def test_bad_arguments():
     with pytest.raises(servelab.ConfigError, match="expected a queue policy name .*no-such-order"):
         servelab.run(BURST_TINY, overrides={"policies.queue": "no-such-order"})
     with pytest.raises(TypeError):
+        servelab.compare(42)
+    with pytest.raises(servelab.ConfigError, match="<dict>: no variants: add a `compare:` section"):
         servelab.compare(ALL_AT_ZERO)
     with pytest.raises(servelab.ConfigError, match="jobs"):
         servelab.sweep(BURST_TINY, jobs=0)

@@ -3,6 +3,7 @@
 import os
 
 import pandas.testing
+import pytest
 
 import servelab
 from conftest import BURST_TINY, sim
@@ -73,3 +74,46 @@ def test_plot_draws_the_figures_of_a_saved_run(tmp_path):
         raise AssertionError("plot() accepted a missing folder")
     except servelab.ConfigError as e:
         assert "nothing-here" in str(e)
+
+
+# experiments/lessons/static-vs-continuous.yaml as a dict, its trace relative to the repository.
+STATIC_VS_CONTINUOUS = {
+    "name": "static-vs-continuous", "seed": 1, "model": "Llama-3-8B", "hardware": "H100-SXM",
+    "serving": {"max_num_seqs": 4},
+    "workload": {"type": "vidur", "path": "experiments/lessons/four-lengths.csv"},
+    "compare": [{"name": "static", "set": {"policies.batch": "static"}},
+                {"name": "continuous", "set": {"policies.batch": "vllm"}}],
+    "sweep": {"serving.max_num_seqs": [2, 4], "policies.batch": ["static", "vllm"]},
+}
+
+
+def test_compare_and_sweep_take_a_dict_like_a_file(tmp_path, monkeypatch):
+    root = BURST_TINY.parent.parent
+    lessons = root / "experiments" / "lessons"
+    # A dict's relative data paths resolve against the current folder, as run()'s do.
+    monkeypatch.chdir(root)
+    as_dict = servelab.compare(STATIC_VS_CONTINUOUS, overrides={"workload.max_requests": 8})
+    as_file = servelab.compare(lessons / "static-vs-continuous.yaml",
+                               overrides={"workload.max_requests": 8})
+    pandas.testing.assert_frame_equal(as_dict.table, as_file.table)
+    assert list(as_dict.runs) == ["static", "continuous"]
+    for name in as_dict.runs:
+        pandas.testing.assert_frame_equal(as_dict.runs[name].requests, as_file.runs[name].requests)
+    swept = servelab.sweep(STATIC_VS_CONTINUOUS, jobs=2)
+    exp = tmp_path / "svc.yaml"
+    text = (lessons / "static-vs-continuous.yaml").read_text()
+    exp.write_text(text.replace("path: four-lengths.csv", f"path: {lessons / 'four-lengths.csv'}")
+                   + "sweep:\n  serving.max_num_seqs: [2, 4]\n  policies.batch: [static, vllm]\n")
+    pandas.testing.assert_frame_equal(swept.table, servelab.sweep(exp, jobs=1).table)
+    assert len(swept.table) == 4
+    # Relative to the current folder: a trace the home does not ship.
+    (tmp_path / "mine.csv").write_bytes((lessons / "four-lengths.csv").read_bytes())
+    monkeypatch.chdir(tmp_path)
+    mine = dict(STATIC_VS_CONTINUOUS, workload={"type": "vidur", "path": "mine.csv"})
+    pandas.testing.assert_frame_equal(
+        servelab.compare(mine, overrides={"workload.max_requests": 8}).table, as_dict.table)
+    # Errors name the dict.
+    with pytest.raises(servelab.ConfigError, match=r"<dict>:\d+:\d+: .*max_num_seqs"):
+        servelab.compare(dict(mine, serving={"max_num_seqs": "many"}))
+    with pytest.raises(servelab.ConfigError, match=r"<dict>: no `sweep:` section"):
+        servelab.sweep({k: v for k, v in mine.items() if k != "sweep"})
