@@ -389,6 +389,33 @@ TEST(ClusterRun, PrefillDecodeDisaggregation) {
   fs::remove_all(dir);
 }
 
+// RunOptions::before_step (the Python module's invariant checks) sees every replica's plans,
+// prefill and decode ones included, and an exception from it stops the run.
+TEST(ClusterRun, StepHookSeesEveryReplica) {
+  const fs::path dir = temp_dir("cluster_hook");
+  const ExperimentConfig c = load_text(dir, experiment(kPd));
+  std::map<const Scheduler*, std::int64_t> steps;
+  RunOptions o;
+  o.out_dir = (dir / "a").string();
+  o.before_step = [&](const Scheduler& s, const StepPlan&) { ++steps[&s]; };
+  run_simulation(c, o);
+  EXPECT_EQ(steps.size(), 4u);  // 2 prefill + 2 decode replicas
+  std::int64_t total = 0;
+  for (const auto& [scheduler, n] : steps) total += n;
+  const auto summary = nlohmann::json::parse(read_file(dir / "a" / "summary.json"));
+  std::int64_t recorded = 0;
+  for (const auto& pool : summary["cluster"]["pools"])
+    recorded += pool["steps"].get<std::int64_t>();
+  EXPECT_EQ(total, recorded);
+  // The hook runs before the step executes: a hook that throws stops the run.
+  o.out_dir = (dir / "b").string();
+  o.before_step = [calls = 0](const Scheduler&, const StepPlan&) mutable {
+    if (++calls == 5) throw std::logic_error("invariant broken");
+  };
+  EXPECT_THROW(run_simulation(c, o), std::logic_error);
+  fs::remove_all(dir);
+}
+
 TEST(ClusterRun, RequestsRefusedWholeAreNotSplit) {
   // 200 + 400 tokens exceed max_model_len 512: the prefill replica refuses each request (it
   // would have accepted its one-token prefill part), and nothing is transferred.

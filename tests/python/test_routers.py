@@ -97,3 +97,26 @@ def test_python_router_in_a_compare():
                          variants={"builtin": {}, "python": {"cluster.router": "py-rr2"}})
     assert g.runs["python"].requests.equals(g.runs["builtin"].requests)
     assert g.table["ttft_p99_ms"][0] == g.table["ttft_p99_ms"][1]
+
+
+def test_python_router_routes_both_stages_of_a_pd_cluster():
+    calls = []
+
+    class Counting(RoundRobin):
+        def __call__(self, request, replicas):
+            calls.append((id(self), len(replicas)))
+            return super().__call__(request, replicas)
+
+    servelab.register_router("py-rr-pd", Counting)
+    pd = {"pools": [{"name": "p", "count": 2, "role": "prefill"},
+                    {"name": "d", "count": 3, "role": "decode"}]}
+    builtin = servelab.run(BURST_TINY, overrides={"cluster": dict(pd, router="round_robin")})
+    python = servelab.run(BURST_TINY, overrides={
+        "cluster": dict(pd, router="py-rr-pd", decode_router="py-rr-pd")})
+    assert python.requests.equals(builtin.requests)
+    # One instance per stage: arrivals over the two prefill replicas, prefilled requests over
+    # the three decode replicas.
+    by_instance = {}
+    for instance, n in calls:
+        by_instance.setdefault(instance, set()).add(n)
+    assert sorted(map(sorted, by_instance.values())) == [[2], [3]]
