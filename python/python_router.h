@@ -1,13 +1,14 @@
 // PythonRouter: a Router (core/router.h) that asks a Python callable, the adapter behind
-// servelab.register_router. For each routing decision the callable gets the request (a
-// servelab.RouteRequest: the spec's attributes and the hashes of its full prompt blocks) and the
-// candidate replicas' loads (a list of servelab.ReplicaLoad, in cluster order), and the plugin's
-// parameters when it was registered with some; it returns the index of the chosen candidate.
-// A class registered as a router is instantiated (without arguments) once per router the driver
-// builds, i.e. per run and per stage of a P/D cluster, so state kept in the instance (a
-// round-robin position) starts fresh in every run. A callable that raises or returns anything
-// but an int in range throws PythonPolicyError naming the plugin. Like every router it must be
-// deterministic: decide only from what it was shown.
+// servelab.register_router. For each routing decision (the driver asks only when a stage has
+// several replicas) the callable gets the request (a servelab.RouteRequest: the spec's attributes
+// and the hashes of its full prompt blocks) and the candidate replicas' loads (a list of
+// servelab.ReplicaLoad, in cluster order), and the plugin's parameters when it was registered
+// with some; it returns the index of the chosen candidate. A class registered as a router is
+// instantiated (without arguments) once per router the driver builds, i.e. per run and per stage
+// of a P/D cluster, so state kept in the instance (a round-robin position) starts fresh in every
+// run. A callable that raises or returns anything but an int in range throws PythonPolicyError
+// naming the plugin. Like every router it must be deterministic: decide only from what it was
+// shown.
 #pragma once
 
 #include <pybind11/pybind11.h>
