@@ -4,7 +4,6 @@ stops a run cleanly."""
 import glob
 import os
 import signal
-import tempfile
 import threading
 
 import pytest
@@ -70,8 +69,11 @@ def test_bad_arguments():
         servelab.sweep(BURST_TINY, jobs=0)
 
 
-def test_ctrl_c_stops_a_run_cleanly():
-    before = set(glob.glob(os.path.join(tempfile.gettempdir(), "servelab-*")))
+def test_ctrl_c_stops_a_run_cleanly(tmp_path, monkeypatch):
+    # A temporary folder of its own: other tests running at the same time (ctest -j) and other
+    # processes make and remove servelab-* folders in the shared one.
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    before = set(glob.glob(os.path.join(str(tmp_path), "servelab-*")))
     # A run of many seconds: interrupted after 0.3 s.
     timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
     timer.start()
@@ -81,7 +83,7 @@ def test_ctrl_c_stops_a_run_cleanly():
                                                 "limits.max_requests": 2000000})
     finally:
         timer.cancel()
-    after = set(glob.glob(os.path.join(tempfile.gettempdir(), "servelab-*")))
+    after = set(glob.glob(os.path.join(str(tmp_path), "servelab-*")))
     assert after == before  # the temporary run folder is gone
     # Python's own SIGINT handler is back, and the next run is not interrupted.
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
