@@ -2,116 +2,20 @@
 // it stores is exactly a value of the format, attention reads it back dequantized, and on the
 // tiny model the logits and greedy tokens with fp8 KV differ from those with bf16 KV by a
 // bounded amount — not zero (quantization happens) and not more (it is done right).
-//
-// Measurement: 8 requests of 48 prompt tokens decode 32 tokens each with bf16 KV; the same
-// requests are then run teacher-forced (each step fed the bf16 run's tokens, so every step sees
-// the same context) with each other format. Reported per format: the largest |logit difference|
-// against bf16 KV over all 256 sampling steps, relative to the largest |logit|, and the steps
-// whose greedy token differs. docs/lessons/fp8-kv.md quotes these numbers.
+// The measurement is tests/kv_quant_measure.h; docs/lessons/fp8-kv.md quotes its numbers.
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cmath>
-#include <cstdint>
+#include <cstdio>
 #include <string>
 #include <vector>
 
-#include "core/request.h"
-#include "engine/cpu_executor.h"
-#include "engine/llama_weights.h"
-#include "kernels/float_formats.h"
-#include "serving/home.h"
+#include "tests/kv_quant_measure.h"
 
 namespace servelab {
 namespace {
 
-using kernels::FloatFormat;
-
-LlamaConfig tiny() {
-  return load_llama_config("tiny", servelab_home().string() + "/experiments/catalog");
-}
-
-constexpr std::int32_t kPrompt = 48, kDecode = 32, kRequests = 8;
-
-struct Generation {
-  std::vector<Eigen::VectorXf> logits;  // per sampling step
-  std::vector<std::int32_t> tokens;     // greedy token per sampling step
-};
-
-// One request alone: the prompt in one step, then kDecode decode steps. With `forced`, step k
-// is fed forced[0..k) as the outputs so far (teacher forcing); else its own samples.
-Generation run_request(CpuExecutor& exec, const RequestSpec& spec,
-                       const std::vector<std::int32_t>* forced) {
-  Generation r;
-  std::vector<BlockId> table;
-  for (BlockId b = 0; b < 8; ++b) table.push_back(7 - b);  // (48 + 32) / 16 = 5 blocks needed
-  std::int32_t done = 0;
-  while (static_cast<std::int32_t>(r.tokens.size()) < kDecode) {
-    StepPlan plan;
-    ScheduledRequest e;
-    e.id = spec.id;
-    e.spec = &spec;
-    const auto n_out = static_cast<std::int32_t>(r.tokens.size());
-    // (a view: the vector must outlive the step)
-    const std::vector<std::int32_t> outputs =
-        forced ? std::vector<std::int32_t>(forced->begin(), forced->begin() + n_out) : r.tokens;
-    e.output_tokens = outputs;
-    e.first_token = done;
-    e.num_tokens = spec.prompt_len + n_out - done;
-    e.samples = true;
-    e.is_prefill = done < spec.prompt_len;
-    e.block_table = table;
-    plan.requests.push_back(e);
-    const StepResult out = exec.execute(plan);
-    done += e.num_tokens;
-    r.logits.push_back(exec.last_logits()[0]);
-    r.tokens.push_back(out.sampled_tokens[0]);
-  }
-  return r;
-}
-
-std::vector<RequestSpec> requests() {
-  std::vector<RequestSpec> specs;
-  for (int i = 0; i < kRequests; ++i) {
-    specs.push_back(make_request(static_cast<RequestId>(i + 1), 0,
-                                 {{static_cast<std::uint64_t>(100 + i), 0, kPrompt}}, kDecode));
-  }
-  return specs;
-}
-
-struct Difference {
-  double max_abs = 0;    // largest |logit - reference logit|
-  double max_logit = 0;  // largest |reference logit|
-  int differing = 0;     // steps whose greedy token differs
-  int steps = 0;
-};
-
-Difference compare(const LlamaWeights& w, CpuExecutorOptions opt,
-                   const std::vector<Generation>& ref) {
-  Difference d;
-  const std::vector<RequestSpec> specs = requests();
-  for (std::size_t i = 0; i < specs.size(); ++i) {
-    CpuExecutor exec(w, opt);
-    const Generation got = run_request(exec, specs[i], &ref[i].tokens);
-    for (std::size_t s = 0; s < got.logits.size(); ++s) {
-      d.max_abs = std::max(
-          d.max_abs, static_cast<double>((got.logits[s] - ref[i].logits[s]).cwiseAbs().maxCoeff()));
-      d.max_logit =
-          std::max(d.max_logit, static_cast<double>(ref[i].logits[s].cwiseAbs().maxCoeff()));
-      d.differing += got.tokens[s] != ref[i].tokens[s];
-      ++d.steps;
-    }
-  }
-  return d;
-}
-
-CpuExecutorOptions options(FloatFormat f) {
-  CpuExecutorOptions opt;
-  opt.block_size = 16;
-  opt.num_blocks = 8;
-  opt.kv_format = f;
-  return opt;
-}
+using namespace kv_quant;
 
 // What the cache holds is a value of the format (fp8: of x / scale), for every element written.
 TEST(KvQuantEngineTest, CacheHoldsValuesOfTheFormat) {
@@ -164,32 +68,14 @@ TEST(KvQuantEngineTest, ComputedScalesMapTheLargestValueToTheFormatsMax) {
 }
 
 TEST(KvQuantEngineTest, Fp8AgainstBf16OnTheTinyModel) {
-  const LlamaWeights w = LlamaWeights::random(tiny(), 5);
-  const std::vector<RequestSpec> specs = requests();
-  std::vector<Generation> ref;
-  for (const RequestSpec& s : specs) {
-    CpuExecutor exec(w, options(FloatFormat::kBf16));
-    ref.push_back(run_request(exec, s, nullptr));
-  }
-  struct Case {
-    const char* name;
-    CpuExecutorOptions opt;
-  };
-  CpuExecutorOptions computed = options(FloatFormat::kFp8E4m3);
-  computed.compute_kv_scales = true;
-  const Case cases[] = {{"fp32", options(FloatFormat::kFp32)},
-                        {"fp16", options(FloatFormat::kFp16)},
-                        {"fp8_e4m3", options(FloatFormat::kFp8E4m3)},
-                        {"fp8_e5m2", options(FloatFormat::kFp8E5m2)},
-                        {"fp8_e4m3 computed scales", computed}};
-  std::vector<Difference> diffs;
-  for (const Case& c : cases) {
-    const Difference d = compare(w, c.opt, ref);
+  const std::vector<Difference> diffs = measure();
+  const std::vector<Case> names = cases();
+  for (std::size_t i = 0; i < diffs.size(); ++i) {
+    const Difference& d = diffs[i];
     std::printf(
         "%-26s max |dlogit| %.4f (%.2f%% of max |logit| %.2f), greedy tokens "
         "differing %d of %d\n",
-        c.name, d.max_abs, 100 * d.max_abs / d.max_logit, d.max_logit, d.differing, d.steps);
-    diffs.push_back(d);
+        names[i].name, d.max_abs, 100 * d.max_abs / d.max_logit, d.max_logit, d.differing, d.steps);
   }
   const Difference &fp32 = diffs[0], &fp16 = diffs[1], &e4m3 = diffs[2], &e5m2 = diffs[3],
                    &scaled = diffs[4];
