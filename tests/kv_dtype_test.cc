@@ -15,6 +15,7 @@
 #include "serving/kv_capacity.h"
 #include "serving/model_config.h"
 #include "sim/roofline_cost_model.h"
+#include "tests/test_util.h"
 
 namespace servelab {
 namespace {
@@ -219,6 +220,35 @@ TEST(KvDtypeTest, ErrorsNameThePlace) {
   expect_error(plain, {"model.kv_cache_dtype=fp4"}, {"--set model.kv_cache_dtype", "fp8_e5m2"});
   expect_error("model: {kv_cache_dtype: fp8}\nhardware: H100-SXM\nworkload: {}\n", {},
                {"e.yaml:1:", "name"});
+}
+
+// The real commands: `--set model.X` on a shipped experiment, a bad value (exit 2, naming the
+// key), the engine refusing quantized weights.
+TEST(KvDtypeTest, Commands) {
+  using namespace test_util;
+  const fs::path dir = temp_dir("kv_dtype_cli");
+  const std::string exp = servelab_home().string() + "/experiments/burst.yaml";
+  const std::string few = " --set workload.num_requests=50 --quiet --out ";
+  Cli r = run_sim("run " + exp + " --set model.kv_cache_dtype=fp8 --set model.quantization=awq" +
+                      few + (dir / "fp8").string(),
+                  dir);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::string config = read_file(dir / "fp8" / "config.yaml");
+  EXPECT_NE(config.find("model:\n  name: Llama-3-8B\n  kv_cache_dtype: fp8\n  quantization: awq"),
+            std::string::npos)
+      << config;
+  r = run_sim("run " + exp + " --set model.kv_cache_dtype=fp4" + few + (dir / "bad").string(), dir);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--set model.kv_cache_dtype"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(dir / "bad"));
+  const std::string tiny = servelab_home().string() + "/experiments/burst-tiny.yaml";
+  const fs::path out = dir / "stdout.txt", err = dir / "stderr.txt";
+  const std::string cmd = servelab_program("engine") + " run " + tiny +
+                          " --set model.quantization=awq --out " + (dir / "e").string() + " > " +
+                          out.string() + " 2> " + err.string();
+  const int status = std::system(cmd.c_str());
+  EXPECT_EQ(WIFEXITED(status) ? WEXITSTATUS(status) : -1, 2);
+  EXPECT_NE(read_file(err).find("model.quantization"), std::string::npos) << read_file(err);
 }
 
 }  // namespace
