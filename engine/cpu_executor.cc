@@ -51,7 +51,16 @@ CpuExecutor::CpuExecutor(const LlamaWeights& weights, const CpuExecutorOptions& 
       options.sampling.top_p > 1) {
     throw std::invalid_argument("CpuExecutor: temperature must be >= 0 and top_p in (0, 1]");
   }
+  if (!(options.k_scale > 0 && std::isfinite(options.k_scale) && options.v_scale > 0 &&
+        std::isfinite(options.v_scale))) {
+    throw std::invalid_argument("CpuExecutor: k_scale and v_scale must be finite and positive");
+  }
   const ModelConfig& m = weights.config.model;
+  fp8_kv_ = options.kv_format == kernels::FloatFormat::kFp8E4m3 ||
+            options.kv_format == kernels::FloatFormat::kFp8E5m2;
+  k_scales_.assign(m.num_layers, fp8_kv_ ? options.k_scale : 1.0f);
+  v_scales_.assign(m.num_layers, fp8_kv_ ? options.v_scale : 1.0f);
+  scales_set_.assign(m.num_layers, !(fp8_kv_ && options.compute_kv_scales));
   block_floats_ = static_cast<std::size_t>(options.block_size) * m.kv_size();
   const std::size_t layers = static_cast<std::size_t>(m.num_layers);
   k_cache_.assign(layers * options.num_blocks * block_floats_, 0.0f);
@@ -164,7 +173,26 @@ StepResult CpuExecutor::execute(const StepPlan& plan) {
       apply_rope(q.row(t).data(), heads, hd, inv_freq_, positions[t]);
       apply_rope(k.row(t).data(), kv_heads, hd, inv_freq_, positions[t]);
     }
-    // Every entry's K/V goes into the cache before any entry attends (see the header).
+    // Every entry's K/V goes into the cache before any entry attends (see the header), in
+    // the KV cache's format.
+    const kernels::FloatFormat fmt = options_.kv_format;
+    if (!scales_set_[layer] && T > 0) {
+      // Per-tensor scales from this first step: the largest magnitude maps to the format's max.
+      const float top = kernels::format_max(fmt);
+      const float k_amax = k.cwiseAbs().maxCoeff(), v_amax = v.cwiseAbs().maxCoeff();
+      k_scales_[layer] = k_amax > 0 && std::isfinite(k_amax) ? k_amax / top : 1.0f;
+      v_scales_[layer] = v_amax > 0 && std::isfinite(v_amax) ? v_amax / top : 1.0f;
+      scales_set_[layer] = true;
+    }
+    const float k_scale = k_scales_[layer], v_scale = v_scales_[layer];
+    auto store = [fmt](const float* src, std::int64_t n, float scale, float* dst) {
+      if (fmt == kernels::FloatFormat::kFp32) {
+        std::copy_n(src, n, dst);
+        return;
+      }
+      // vLLM's KV-write kernel: fp8 gets x / scale (scale 1 for bf16 and fp16).
+      for (std::int64_t i = 0; i < n; ++i) dst[i] = kernels::round_to_format(src[i] / scale, fmt);
+    };
     float* kc = k_cache_.data();
     float* vc = v_cache_.data();
     for (std::size_t i = 0; i < plan.requests.size(); ++i) {
@@ -173,20 +201,37 @@ StepResult CpuExecutor::execute(const StepPlan& plan) {
         const std::int32_t p = e.first_token + j;
         const std::size_t off = block_offset(options_.num_blocks, layer, e.block_table[p / bs]) +
                                 static_cast<std::size_t>(p % bs) * kv_size;
-        std::copy_n(k.row(row_begin[i] + j).data(), kv_size, kc + off);
-        std::copy_n(v.row(row_begin[i] + j).data(), kv_size, vc + off);
+        store(k.row(row_begin[i] + j).data(), kv_size, k_scale, kc + off);
+        store(v.row(row_begin[i] + j).data(), kv_size, v_scale, vc + off);
       }
     }
+    // fp8 with a scale other than 1: attention reads dequantized copies (stored * scale).
+    const bool dequantize = fp8_kv_ && (k_scale != 1.0f || v_scale != 1.0f);
+    std::vector<float> k_deq, v_deq;
     // Attention, one entry at a time, reading keys and values through the block table.
     for (std::size_t i = 0; i < plan.requests.size(); ++i) {
       const ScheduledRequest& e = plan.requests[i];
       const std::int32_t ctx = e.context_len();
       std::vector<const float*> k_slot(ctx), v_slot(ctx);  // where each position's K/V lives
+      if (dequantize) {
+        k_deq.resize(static_cast<std::size_t>(ctx) * kv_size);
+        v_deq.resize(k_deq.size());
+      }
       for (std::int32_t p = 0; p < ctx; ++p) {
         const std::size_t off = block_offset(options_.num_blocks, layer, e.block_table[p / bs]) +
                                 static_cast<std::size_t>(p % bs) * kv_size;
         k_slot[p] = kc + off;
         v_slot[p] = vc + off;
+        if (dequantize) {
+          float* kd = k_deq.data() + std::int64_t{p} * kv_size;
+          float* vd = v_deq.data() + std::int64_t{p} * kv_size;
+          for (std::int64_t c = 0; c < kv_size; ++c) {
+            kd[c] = k_slot[p][c] * k_scale;
+            vd[c] = v_slot[p][c] * v_scale;
+          }
+          k_slot[p] = kd;
+          v_slot[p] = vd;
+        }
       }
       for (std::int32_t j = 0; j < e.num_tokens; ++j) {
         const Eigen::Index row = row_begin[i] + j;

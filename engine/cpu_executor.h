@@ -24,6 +24,16 @@
 //      num_samples = n > 1 (parallel sampling, the step before a fork) draws n tokens from the
 //      same logits, sample k with the stream of sample_request_id(id, k) (sample 0 is the
 //      request's own): the first token of each sample, in fork_tokens for k >= 1.
+// KV cache dtype (CpuExecutorOptions::kv_format, from model.kv_cache_dtype): the cache keeps
+// fp32 storage, but every K and V element written holds exactly a value of the format, obtained
+// as a GPU KV-write kernel obtains it (kernels/float_formats.h: round to nearest even; fp8
+// saturates at its largest finite value). bf16 and fp16 store round(x). fp8 (e4m3, e5m2) stores
+// fp8(x / scale) with vLLM's per-tensor scales (k_scale for K, v_scale for V, one pair per
+// layer; 1.0 unless given or computed), so the cache holds unscaled fp8 values (what
+// key_block() returns), and attention dequantizes what it reads: value = stored * scale. With
+// compute_kv_scales, each layer's scales are set from the first step that writes K/V in it:
+// scale = max |x| / the format's largest finite value (vLLM's --calculate-kv-scales computes
+// them once, on the first forward pass). fp32 (the default) stores x unchanged.
 // Token values: a prompt position p takes prompt_token_value(spec, p) (a literal prompt's own
 // value, else token_value(token_identity(spec, p))); position p >= prompt_len takes
 // output_tokens[p - prompt_len].
@@ -36,6 +46,7 @@
 
 #include "core/backend.h"
 #include "engine/llama_weights.h"
+#include "kernels/float_formats.h"
 
 namespace servelab {
 
@@ -50,12 +61,18 @@ struct CpuExecutorOptions {
   std::int32_t num_blocks = 0;       // device KV blocks per layer
   std::int32_t num_host_blocks = 0;  // swap space
   SamplingParams sampling;
+  // The KV cache's element type and, for fp8, the per-tensor scales (see the file comment).
+  kernels::FloatFormat kv_format = kernels::FloatFormat::kFp32;
+  float k_scale = 1.0f;
+  float v_scale = 1.0f;
+  bool compute_kv_scales = false;
 };
 
 class CpuExecutor : public Backend {
  public:
   // `weights` must outlive the executor. Throws std::invalid_argument when block_size < 1,
-  // num_blocks < 1, num_host_blocks < 0, temperature < 0 or top_p outside (0, 1].
+  // num_blocks < 1, num_host_blocks < 0, temperature < 0 or top_p outside (0, 1], or a KV
+  // scale that is not finite and positive.
   CpuExecutor(const LlamaWeights& weights, const CpuExecutorOptions& options);
   CpuExecutor(const CpuExecutor&) = delete;
   CpuExecutor& operator=(const CpuExecutor&) = delete;
@@ -80,6 +97,10 @@ class CpuExecutor : public Backend {
   std::span<float> mutable_key_block(std::int32_t layer, std::int32_t block);
   std::span<float> mutable_value_block(std::int32_t layer, std::int32_t block);
 
+  // Layer `layer`'s scales (the options' until compute_kv_scales has set them).
+  float k_scale(std::int32_t layer) const { return k_scales_[layer]; }
+  float v_scale(std::int32_t layer) const { return v_scales_[layer]; }
+
   const CpuExecutorOptions& options() const { return options_; }
   const LlamaWeights& weights() const { return weights_; }
 
@@ -97,6 +118,9 @@ class CpuExecutor : public Backend {
   std::vector<float> k_cache_, v_cache_;  // device
   std::vector<float> k_host_, v_host_;    // swap space
   std::vector<Eigen::VectorXf> last_logits_;
+  bool fp8_kv_ = false;
+  std::vector<float> k_scales_, v_scales_;  // per layer (fp8 only; 1 otherwise)
+  std::vector<bool> scales_set_;            // per layer, with compute_kv_scales
 };
 
 // RMSNorm of each row of x (Hugging Face LlamaRMSNorm in fp32): x * rsqrt(mean(x^2) + eps) * w.

@@ -250,6 +250,15 @@ CpuMemoryEstimate estimate_cpu_engine_memory(const ExperimentConfig& config,
   return e;
 }
 
+kernels::FloatFormat kv_float_format(const ModelConfig& model) {
+  const std::string k = model.kv_dtype();
+  if (k == "bf16") return kernels::FloatFormat::kBf16;
+  if (k == "fp16") return kernels::FloatFormat::kFp16;
+  if (k == "fp8_e4m3") return kernels::FloatFormat::kFp8E4m3;
+  if (k == "fp8_e5m2") return kernels::FloatFormat::kFp8E5m2;
+  return kernels::FloatFormat::kFp32;
+}
+
 std::int64_t engine_block_bytes(const ModelConfig& model, std::int32_t block_size) {
   return 2 * std::int64_t{model.num_layers} * block_size * model.kv_size() *
          static_cast<std::int64_t>(sizeof(float));
@@ -298,8 +307,27 @@ EngineInstance load_engine(const ExperimentConfig& config, const EngineOptions& 
   }
   EngineInstance out;
   out.llama = load_llama_config(config.model, default_catalog_dir());
+  apply_model_storage(config, out.llama.model);
   const LlamaConfig& llama = out.llama;
   const ModelConfig& model = llama.model;
+  model.validate();
+  // Weight quantization is priced by the cost model only: the executors multiply unquantized
+  // weights.
+  if (model.quantization != "none") {
+    throw ConfigError(config.file +
+                      ": key 'model.quantization': the engine runs unquantized "
+                      "weights, so '" +
+                      model.quantization +
+                      "' can only be simulated (sim run); use none for engine run");
+  }
+  if (cuda && model.kv_cache_dtype != "auto" && model.kv_dtype() != "bf16") {
+    throw ConfigError(config.file +
+                      ": key 'model.kv_cache_dtype': the CUDA executor stores KV "
+                      "in bf16, not " +
+                      model.kv_dtype() +
+                      " (yet); use auto or bf16, or "
+                      "--device cpu");
+  }
   if (config.scheduler.max_model_len > model.max_position_embeddings) {
     throw ConfigError(config.file + ": key 'serving.max_model_len': expected at most the model's " +
                       "max_position_embeddings (" + std::to_string(model.max_position_embeddings) +
@@ -392,6 +420,7 @@ EngineInstance load_engine(const ExperimentConfig& config, const EngineOptions& 
     exec_options.num_blocks = static_cast<std::int32_t>(out.num_gpu_blocks);
     exec_options.sampling.seed = config.seed;
     exec_options.num_host_blocks = static_cast<std::int32_t>(num_cpu_blocks);
+    exec_options.kv_format = kv_float_format(model);
     executor = std::make_unique<CpuExecutor>(*weights, exec_options);
   }
 

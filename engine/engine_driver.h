@@ -33,6 +33,7 @@
 
 #include "core/backend.h"
 #include "engine/llama_weights.h"
+#include "kernels/float_formats.h"
 #include "serving/experiment.h"
 #include "serving/model_config.h"
 #include "serving/run_folder.h"
@@ -75,7 +76,11 @@ struct EngineInstance {
 // Warns (stderr) about a calibration measured elsewhere.
 EngineInstance load_engine(const ExperimentConfig& config, const EngineOptions& options);
 
-// Bytes of fp32 K and V of one block across all layers.
+// The CPU executor's KV format for model.kv_dtype() (fp32 for an fp32 model's "auto").
+kernels::FloatFormat kv_float_format(const ModelConfig& model);
+
+// Bytes of fp32 K and V of one block across all layers (the CPU executor keeps fp32 storage
+// whatever the KV dtype; engine/cpu_executor.h).
 std::int64_t engine_block_bytes(const ModelConfig& model, std::int32_t block_size);
 
 // What the CPU engine allocates, in bytes: fp32 weights, the KV blocks, the host swap blocks and

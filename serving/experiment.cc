@@ -321,7 +321,16 @@ ExperimentConfig experiment_from_document(const ConfigNode& doc, const std::stri
                                           const std::vector<std::string>& overrides,
                                           std::optional<std::uint64_t> seed) {
   YAML::Node root = doc.yaml();
-  for (const std::string& o : overrides) apply_override(root, o);
+  for (const std::string& o : overrides) {
+    // `--set model.kv_cache_dtype=fp8` on `model: NAME`: the name becomes {name: NAME} first.
+    if (o.starts_with("model.") && root["model"].IsScalar()) {
+      YAML::Node name = root["model"];
+      YAML::Node map(YAML::NodeType::Map);
+      map["name"] = name;
+      root["model"] = map;
+    }
+    apply_override(root, o);
+  }
   ConfigNode top(root, std::make_shared<const std::string>(path), "");
 
   ExperimentConfig c;
@@ -348,7 +357,17 @@ ExperimentConfig experiment_from_document(const ConfigNode& doc, const std::stri
   c.description = top.get_string("description", "");
   c.seed = static_cast<std::uint64_t>(top.get_int("seed", 0, 0, INT64_MAX));
   if (seed) c.seed = *seed;
-  c.model = top.get_string("model");
+  if (top.has("model") && top.at("model").is_map()) {
+    const ConfigNode m = top.at("model");
+    m.allow_keys({"name", "kv_cache_dtype", "quantization"});
+    c.model = m.get_string("name");
+    ModelConfig storage;
+    parse_model_storage(m, storage);
+    if (m.has("kv_cache_dtype")) c.kv_cache_dtype = storage.kv_cache_dtype;
+    if (m.has("quantization")) c.quantization = storage.quantization;
+  } else {
+    c.model = top.get_string("model");
+  }
   c.hardware = top.get_string("hardware");
   if (auto s = top.find("serving")) parse_serving(*s, c);
   if (auto p = top.find("policies")) parse_policies(*p, c);
@@ -406,6 +425,11 @@ ExperimentConfig experiment_from_document(const ConfigNode& doc, const std::stri
 
 }  // namespace
 
+void apply_model_storage(const ExperimentConfig& config, ModelConfig& model) {
+  if (config.kv_cache_dtype) model.kv_cache_dtype = *config.kv_cache_dtype;
+  if (config.quantization) model.quantization = *config.quantization;
+}
+
 ExperimentConfig load_experiment(const std::string& path, const std::vector<std::string>& overrides,
                                  std::optional<std::uint64_t> seed) {
   const ConfigNode doc = ConfigNode::load_file(path);
@@ -430,7 +454,15 @@ std::string resolved_config_yaml(const ExperimentConfig& c,
   e << YAML::Key << "name" << YAML::Value << c.name;
   if (!c.description.empty()) e << YAML::Key << "description" << YAML::Value << c.description;
   e << YAML::Key << "seed" << YAML::Value << c.seed;
-  e << YAML::Key << "model" << YAML::Value << c.model;
+  if (c.kv_cache_dtype || c.quantization) {
+    e << YAML::Key << "model" << YAML::Value << YAML::BeginMap;
+    e << YAML::Key << "name" << YAML::Value << c.model;
+    if (c.kv_cache_dtype) e << YAML::Key << "kv_cache_dtype" << YAML::Value << *c.kv_cache_dtype;
+    if (c.quantization) e << YAML::Key << "quantization" << YAML::Value << *c.quantization;
+    e << YAML::EndMap;
+  } else {
+    e << YAML::Key << "model" << YAML::Value << c.model;
+  }
   e << YAML::Key << "hardware" << YAML::Value << c.hardware;
   e << YAML::Key << "serving" << YAML::Value << YAML::BeginMap;
   e << YAML::Key << "block_size" << YAML::Value << c.scheduler.block_size;

@@ -30,6 +30,7 @@
 #include "serving/config_node.h"
 #include "serving/frontend.h"
 #include "serving/hardware_config.h"
+#include "serving/model_config.h"
 #include "serving/parallel_config.h"
 #include "serving/recorder.h"
 
@@ -124,6 +125,10 @@ struct ExperimentConfig {
   std::uint64_t seed = 0;
   std::string model;     // catalogue name or config.json path
   std::string hardware;  // catalogue name
+  // `model:` as a mapping {name, kv_cache_dtype, quantization}: how the model is stored when
+  // served (ModelConfig's fields of the same names); unset keeps the catalogue entry's.
+  std::optional<std::string> kv_cache_dtype;
+  std::optional<std::string> quantization;
   SchedulerConfig scheduler;
   // Where serving.num_scheduler_steps was set ("FILE:LINE:COL" or "--set ..."; "" when absent),
   // for errors about it found after parsing (a driver or formation that cannot do multi-step).
@@ -148,6 +153,10 @@ struct ExperimentConfig {
 
   ConfigNode workload_section() const;
 };
+
+// The experiment's storage choices (kv_cache_dtype, quantization) applied to `model` (the
+// experiment's model, or a cluster pool's).
+void apply_model_storage(const ExperimentConfig& config, ModelConfig& model);
 
 // Loads and validates `path`, applying `overrides` ("a.b=value") first and `seed` if given.
 // Throws ConfigError on any problem.

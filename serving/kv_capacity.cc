@@ -80,7 +80,8 @@ static KvCapacity parallel_kv_capacity(const ModelConfig& model, const HardwareC
   std::vector<Stage> stages;
   for (std::int32_t s = 0; s < pp; ++s) {
     const std::int64_t layers = stage_layers(model.num_layers, pp, s);
-    std::int64_t params = layers * shard.params_per_layer();
+    // Layers as stored (model.quantization applies to their matrices); the rest in dtype.
+    std::int64_t params = 0;
     if (s == 0) params += shard.embedding_params();
     if (s == pp - 1) {
       params += model.hidden_size;  // final norm
@@ -88,7 +89,8 @@ static KvCapacity parallel_kv_capacity(const ModelConfig& model, const HardwareC
       // the first.
       if (!model.tie_word_embeddings || pp > 1) params += shard.embedding_params();
     }
-    stages.push_back({params * d, 2 * layers * shard.kv_size() * d * options.block_size});
+    stages.push_back({layers * shard.layer_weight_bytes() + params * d,
+                      2 * layers * shard.kv_size() * shard.kv_dtype_bytes() * options.block_size});
   }
   c.gpu_block_bytes = 0;
   for (const Stage& st : stages) c.gpu_block_bytes = std::max(c.gpu_block_bytes, st.block_bytes);

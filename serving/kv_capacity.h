@@ -1,7 +1,11 @@
 // KV-cache capacity from memory arithmetic, as vLLM sizes it:
 //
-//   block_bytes    = 2 (K and V) * layers * block_size * kv_heads * head_dim * dtype bytes
+//   block_bytes    = 2 (K and V) * layers * block_size * kv_heads * head_dim * KV dtype bytes
 //   kv_bytes       = memory * gpu_memory_utilization - weight bytes - activation reserve
+//
+// The KV dtype is model.kv_dtype() (model.kv_cache_dtype: fp8 stores one byte per element, half
+// of bf16's two, so about twice the blocks fit); the weight bytes are model.weight_bytes(), its
+// projection matrices as model.quantization stores them (awq or fp8 leave more room for KV).
 //   num_gpu_blocks = floor(kv_bytes / block_bytes)        (or the given override)
 //   num_cpu_blocks = floor(swap_space_gib * 2^30 / block_bytes)
 //

@@ -111,6 +111,40 @@ std::int64_t ModelConfig::num_params() const {
          lm_head;
 }
 
+std::int64_t quantized_matrix_bytes(std::int64_t in, std::int64_t out,
+                                    std::string_view quantization, std::int64_t dtype_bytes) {
+  if (quantization == "awq") {
+    // Two int4 weights per byte; per group of kAwqGroupSize input rows and per output column an
+    // fp16 scale and an fp16 zero point.
+    const std::int64_t groups = (in + kAwqGroupSize - 1) / kAwqGroupSize;
+    return (in * out + 1) / 2 + groups * out * 4;
+  }
+  if (quantization == "fp8") return in * out + 4;  // one byte each, an fp32 per-tensor scale
+  return in * out * dtype_bytes;
+}
+
+std::int64_t ModelConfig::linear_weight_bytes_per_layer() const {
+  const std::int64_t h = hidden_size, q = q_size(), kv = kv_size(), inter = intermediate_size;
+  const std::int64_t d = dtype_bytes;
+  // q, k, v (h -> q, kv, kv), o (q -> h), gate and up (h -> inter), down (inter -> h).
+  return quantized_matrix_bytes(h, q, quantization, d) +
+         2 * quantized_matrix_bytes(h, kv, quantization, d) +
+         quantized_matrix_bytes(q, h, quantization, d) +
+         2 * quantized_matrix_bytes(h, inter, quantization, d) +
+         quantized_matrix_bytes(inter, h, quantization, d);
+}
+
+std::string ModelConfig::kv_dtype() const {
+  if (kv_cache_dtype == "auto") return dtype;
+  if (kv_cache_dtype == "fp8") return "fp8_e4m3";
+  return kv_cache_dtype;
+}
+
+std::int32_t ModelConfig::kv_dtype_bytes() const {
+  const std::string k = kv_dtype();
+  return k == "fp8_e4m3" || k == "fp8_e5m2" ? 1 : dtype_size(k);
+}
+
 void ModelConfig::validate() const {
   const std::string where = (source.empty() ? "model '" + name + "'" : source) + ": key '";
   auto check = [&](bool ok, const char* key, const std::string& what) {
@@ -130,6 +164,13 @@ void ModelConfig::validate() const {
   check(dtype_size(dtype) == dtype_bytes, "dtype",
         "dtype_bytes " + std::to_string(dtype_bytes) + " does not match " + dtype);
   check(max_position_embeddings >= 1, "max_position_embeddings", "must be positive");
+  check(std::find(std::begin(kKvCacheDtypes), std::end(kKvCacheDtypes), kv_cache_dtype) !=
+            std::end(kKvCacheDtypes),
+        "kv_cache_dtype",
+        "expected one of auto, bf16, fp16, fp8, fp8_e4m3, fp8_e5m2, got '" + kv_cache_dtype + "'");
+  check(std::find(std::begin(kQuantizations), std::end(kQuantizations), quantization) !=
+            std::end(kQuantizations),
+        "quantization", "expected one of none, awq, fp8, got '" + quantization + "'");
 }
 
 std::int32_t dtype_size(std::string_view dtype) {
@@ -157,7 +198,8 @@ std::vector<std::string> catalog_names(const std::string& catalog_dir, const std
 ModelConfig parse_model(const ConfigNode& node, const std::string& default_name) {
   node.allow_keys({"name", "hf_id", "num_layers", "hidden_size", "num_heads", "num_kv_heads",
                    "head_dim", "intermediate_size", "vocab_size", "dtype", "tie_word_embeddings",
-                   "rope_theta", "max_position_embeddings", "rms_norm_eps", "qkv_bias"});
+                   "rope_theta", "max_position_embeddings", "rms_norm_eps", "qkv_bias",
+                   "kv_cache_dtype", "quantization"});
   ModelConfig m;
   m.name = node.get_string("name", default_name);
   m.source = node.file();
@@ -183,7 +225,18 @@ ModelConfig parse_model(const ConfigNode& node, const std::string& default_name)
       node.get_int("max_position_embeddings", 4096, 1, std::int64_t{1} << 40);
   m.rms_norm_eps = node.get_double("rms_norm_eps", 1e-5, 0.0, 1.0);
   m.qkv_bias = node.get_bool("qkv_bias", false);
+  parse_model_storage(node, m);
   return m;
+}
+
+void parse_model_storage(const ConfigNode& node, ModelConfig& m) {
+  if (node.has("kv_cache_dtype")) {
+    m.kv_cache_dtype = node.at("kv_cache_dtype")
+                           .as_choice({"auto", "bf16", "fp16", "fp8", "fp8_e4m3", "fp8_e5m2"});
+  }
+  if (node.has("quantization")) {
+    m.quantization = node.at("quantization").as_choice({"none", "awq", "fp8"});
+  }
 }
 
 ModelConfig parse_hf_config(const std::string& path) {

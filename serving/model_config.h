@@ -39,6 +39,16 @@ struct ModelConfig {
   std::int64_t max_position_embeddings = 4096;
   double rms_norm_eps = 1e-5;
   bool qkv_bias = false;  // q/k/v projections carry biases (Qwen2)
+  // How the model is stored when served (vLLM's --kv-cache-dtype and --quantization; set by a
+  // catalogue entry or an experiment's `model:` mapping, docs/experiments.md):
+  //   kv_cache_dtype: "auto" (the model's dtype), "bf16", "fp16", "fp8" (= "fp8_e4m3"),
+  //     "fp8_e4m3", "fp8_e5m2": the element type of K and V in the KV cache;
+  //   quantization: "none", "awq" (int4 weights in groups of 128 input rows, an fp16 scale and
+  //     an fp16 zero point per group and output column), "fp8" (one byte per weight and an
+  //     fp32 scale per matrix): the seven projection matrices of every layer; the embedding,
+  //     the LM head and the norms stay in dtype (as vLLM's AWQ and FP8 methods leave them).
+  std::string kv_cache_dtype = "auto";
+  std::string quantization = "none";
 
   // Width of the query projection output (num_heads * head_dim) and of K or V (num_kv_heads *
   // head_dim).
@@ -53,10 +63,26 @@ struct ModelConfig {
   // unless tied.
   std::int64_t embedding_params() const { return std::int64_t{vocab_size} * hidden_size; }
   std::int64_t num_params() const;
-  std::int64_t weight_bytes() const { return num_params() * dtype_bytes; }
-  // K and V of one token across all layers.
+  // Bytes of the seven projection matrices of one layer as stored under `quantization`
+  // (linear_params_per_layer() * dtype_bytes when "none"; see docs/cost-model.md).
+  std::int64_t linear_weight_bytes_per_layer() const;
+  // Bytes of one layer's parameters: its matrices as stored, biases and norms in dtype.
+  std::int64_t layer_weight_bytes() const {
+    return (params_per_layer() - linear_params_per_layer()) * dtype_bytes +
+           linear_weight_bytes_per_layer();
+  }
+  // All weights as stored: num_params() * dtype_bytes without quantization.
+  std::int64_t weight_bytes() const {
+    return num_params() * dtype_bytes -
+           std::int64_t{num_layers} * (params_per_layer() * dtype_bytes - layer_weight_bytes());
+  }
+  // The KV cache's element type with "auto" and "fp8" resolved: "fp32", "bf16", "fp16",
+  // "fp8_e4m3" or "fp8_e5m2"; and its size in bytes.
+  std::string kv_dtype() const;
+  std::int32_t kv_dtype_bytes() const;
+  // K and V of one token across all layers, in the KV cache's element type.
   std::int64_t kv_bytes_per_token() const {
-    return 2 * std::int64_t{num_layers} * kv_size() * dtype_bytes;
+    return 2 * std::int64_t{num_layers} * kv_size() * kv_dtype_bytes();
   }
 
   // Throws ConfigError (naming `source` and the field) when a field is out of range or
@@ -66,6 +92,17 @@ struct ModelConfig {
 
 // Bytes per element of "bf16", "fp16" or "fp32"; ConfigError for anything else.
 std::int32_t dtype_size(std::string_view dtype);
+
+// The values model.kv_cache_dtype and model.quantization accept.
+inline constexpr std::string_view kKvCacheDtypes[] = {"auto", "bf16",     "fp16",
+                                                      "fp8",  "fp8_e4m3", "fp8_e5m2"};
+inline constexpr std::string_view kQuantizations[] = {"none", "awq", "fp8"};
+// AWQ's group: this many input rows share one scale and zero point.
+inline constexpr std::int64_t kAwqGroupSize = 128;
+// Bytes of one (in x out) projection matrix stored under `quantization` ("none": in * out *
+// dtype_bytes; see ModelConfig::quantization).
+std::int64_t quantized_matrix_bytes(std::int64_t in, std::int64_t out,
+                                    std::string_view quantization, std::int64_t dtype_bytes);
 
 // The shipped catalogue: <source dir>/experiments/catalog.
 std::string default_catalog_dir();
@@ -78,6 +115,11 @@ std::vector<std::string> catalog_names(const std::string& catalog_dir, const std
 // defaults to `default_name`. Unknown keys, missing required keys and out-of-range values are
 // ConfigErrors with the location.
 ModelConfig parse_model(const ConfigNode& node, const std::string& default_name);
+
+// Reads the optional keys kv_cache_dtype and quantization of `node` into `m` (a catalogue entry,
+// or an experiment's `model:` mapping, whose values replace the catalogue's). A value outside
+// kKvCacheDtypes or kQuantizations is a ConfigError naming FILE:LINE:COL and the choices.
+void parse_model_storage(const ConfigNode& node, ModelConfig& m);
 
 // A model from a Hugging Face config.json. Keys read: num_hidden_layers, hidden_size,
 // num_attention_heads, num_key_value_heads (default num_attention_heads), head_dim (default

@@ -81,6 +81,7 @@ RunOutput run_cluster_simulation(const ExperimentConfig& config, const RunOption
     auto p = std::make_unique<Pool>();
     p->config = &pc;
     p->model = load_model(pc.model, catalog);
+    apply_model_storage(config, p->model);
     p->hardware = config.cost_model.with_host_time(load_hardware(pc.hardware, catalog));
     try {
       p->capacity = kv_capacity_for(config, p->model, p->hardware);

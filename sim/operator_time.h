@@ -55,6 +55,14 @@ class OperatorTime {
   double gemm_memory(double m, double n, double k, double dtype_bytes) const {
     return (n * k + m * (n + k)) * dtype_bytes * s_per_gemm_byte_;
   }
+  // A GEMM launch from its two parts (compute and memory seconds), overlapped and with the
+  // per-launch time added as gemm() does: for launches whose bytes gemm_memory cannot state
+  // (quantized weights, RooflineCostModel).
+  double gemm_from_parts(double compute_s, double memory_s) const {
+    return combine_times(compute_s, memory_s, gemm_overlap_) + gemm_min_s_;
+  }
+  // Seconds to move `bytes` at the GEMM bandwidth.
+  double gemm_bytes_time(double bytes) const { return bytes * s_per_gemm_byte_; }
   // The hard max with no per-launch time: the classic roofline, under which several launches
   // may be priced as one operator (RooflineCostModel prices a layer's GEMMs so).
   bool classic_gemm() const { return gemm_overlap_ <= 0 && gemm_min_s_ == 0; }

@@ -1,6 +1,7 @@
 #include "sim/roofline_cost_model.h"
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 
 #include "serving/config_node.h"
@@ -60,7 +61,8 @@ RooflineCostModel::RooflineCostModel(ModelConfig model, HardwareConfig hardware,
 
   const double linear = static_cast<double>(m.linear_params_per_layer());
   gemm_flops_per_token_ = 2.0 * linear * layers;
-  gemm_weight_bytes_ = linear * layers * d;
+  // Weights as stored (model.quantization; linear * dtype bytes without it).
+  gemm_weight_bytes_ = static_cast<double>(m.linear_weight_bytes_per_layer()) * layers;
   // Fused QKV (reads h, writes q + 2kv), O (reads q, writes h), fused gate/up (reads h, writes
   // 2 * inter), down (reads inter, writes h): 4h + 2q + 2kv + 3 inter elements per token.
   const double h = m.hidden_size;
@@ -100,6 +102,7 @@ double RooflineCostModel::gemm_seconds(std::int64_t tokens) const {
   const auto [h, q, kv, inter, d] = widths(m);
   // vLLM's launches per layer: fused QKV, O, fused gate/up, down.
   const double shapes[4][2] = {{q + 2 * kv, h}, {h, q}, {2 * inter, h}, {h, inter}};
+  if (m.quantization != "none") return quantized_gemm_seconds(t, shapes) * m.num_layers;
   if (op_.classic_gemm()) {
     // The classic roofline prices the layer's GEMMs as one operator: max(all FLOPs / rate, all
     // bytes / bandwidth).
@@ -113,6 +116,39 @@ double RooflineCostModel::gemm_seconds(std::int64_t tokens) const {
   double layer = 0;
   for (const auto& s : shapes) layer += op_.gemm(t, s[0], s[1], d);
   return layer * m.num_layers;
+}
+
+// One layer's four launches with quantized weights (docs/cost-model.md, "Weight quantization").
+// Each launch reads its weights as stored and its activations in dtype. AWQ below
+// kAwqDenseTokens tokens runs a fused kernel that unpacks and scales every int4 weight on the
+// CUDA cores once per kAwqTileTokens-token tile (kAwqDequantOps operations each, at the FP32
+// rate); from kAwqDenseTokens on it first writes the matrix out in dtype (one memory-bound
+// launch) and multiplies it densely. FP8 weights: one byte each, the GEMM at the dtype's rate.
+double RooflineCostModel::quantized_gemm_seconds(double t, const double (&shapes)[4][2]) const {
+  const ModelConfig& m = shard_;
+  const double d = m.dtype_bytes;
+  const bool awq = m.quantization == "awq";
+  double compute = 0, memory = 0, layer = 0;
+  for (const auto& s : shapes) {
+    const double n = s[0], k = s[1];
+    const double weights = static_cast<double>(quantized_matrix_bytes(
+        static_cast<std::int64_t>(k), static_cast<std::int64_t>(n), m.quantization, m.dtype_bytes));
+    double c = op_.gemm_compute(t, n, k);
+    double mem = op_.gemm_bytes_time(weights + t * (n + k) * d);
+    double extra = 0;  // a separate dequantization launch
+    if (awq && t >= kAwqDenseTokens) {
+      extra = op_.gemm_from_parts(0, op_.gemm_bytes_time(weights + n * k * d));
+      mem = op_.gemm_memory(t, n, k, d);
+    } else if (awq) {
+      c += std::ceil(t / kAwqTileTokens) * n * k * kAwqDequantOps / hardware_.peak_flops_fp32;
+    }
+    compute += c;
+    memory += mem;
+    layer += op_.gemm_from_parts(c, mem) + extra;
+  }
+  // The classic roofline prices the layer's GEMMs as one operator (as gemm_seconds does).
+  if (op_.classic_gemm() && !(awq && t >= kAwqDenseTokens)) return std::max(compute, memory);
+  return layer;
 }
 
 double RooflineCostModel::elementwise_seconds(std::int64_t tokens) const {

@@ -71,6 +71,14 @@ class RooflineCostModel final : public CostModel {
   double elementwise_seconds(std::int64_t tokens) const;
   double lm_head_seconds(std::int64_t seqs) const;
 
+  // Weight quantization (model.quantization = awq): the fused kernel's tile of tokens, the
+  // operations to dequantize one int4 weight (unpack, subtract the zero point, scale,
+  // convert), and the token count from which the matrix is dequantized once and multiplied
+  // densely (vLLM's AWQ layer switches at 256 tokens).
+  static constexpr double kAwqTileTokens = 16;
+  static constexpr double kAwqDequantOps = 4;
+  static constexpr double kAwqDenseTokens = 256;
+
   static constexpr std::int64_t kTableTokens = 16384;
   static constexpr std::int64_t kTableSeqs = 4096;
 
@@ -78,6 +86,8 @@ class RooflineCostModel final : public CostModel {
   // The step on one GPU's shard, all layers, no communication.
   StepCostBreakdown shard_breakdown(const StepFeatures& features) const;
   StepCostBreakdown parallel_breakdown(const StepFeatures& features) const;
+  // All four GEMM launches of one layer of the shard, weights stored as model.quantization.
+  double quantized_gemm_seconds(double tokens, const double (&shapes)[4][2]) const;
 
   ModelConfig model_;
   ModelConfig shard_;
@@ -97,11 +107,11 @@ class RooflineCostModel final : public CostModel {
 
   // Work per unit, folded from the model's shape.
   double gemm_flops_per_token_;         // 2 * linear params * layers
-  double gemm_weight_bytes_;            // linear params * layers * dtype bytes (read once a step)
+  double gemm_weight_bytes_;            // linear weights of all layers as stored (read once a step)
   double gemm_act_bytes_per_token_;     // GEMM inputs read and outputs written per token
   double elementwise_bytes_per_token_;  // norms, residual adds, RoPE, SiLU-mul, embedding
   double attention_flops_per_pair_;     // 4 * head_dim * num_heads * layers
-  double kv_bytes_per_token_;           // 2 * layers * kv_heads * head_dim * dtype bytes
+  double kv_bytes_per_token_;           // 2 * layers * kv_heads * head_dim * KV dtype bytes
   double qo_bytes_per_token_;           // Q read and O written by attention, all layers
   double lm_head_flops_per_seq_;        // 2 * hidden * vocab
   double lm_head_weight_bytes_;         // hidden * vocab * dtype bytes

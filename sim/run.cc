@@ -102,7 +102,8 @@ RunOutput run_simulation(const ExperimentConfig& config, const RunOptions& optio
   if (config.cluster.set) return run_cluster_simulation(config, options);
   RunOutput out;
   const std::string catalog = default_catalog_dir();
-  const ModelConfig model = load_model(config.model, catalog);
+  ModelConfig model = load_model(config.model, catalog);
+  apply_model_storage(config, model);
   const HardwareConfig hardware =
       config.cost_model.with_host_time(load_hardware(config.hardware, catalog));
   const ParallelConfig parallel = resolve_parallel(config.parallel, model, hardware);

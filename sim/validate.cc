@@ -182,7 +182,10 @@ ReplayModel replay_model(const YAML::Node& sim_config, const std::string& sim_co
     return r;
   }
   const std::string catalog = default_catalog_dir();
-  const std::string model = sim_config["model"].as<std::string>("");
+  // `model:` is a name, or {name, kv_cache_dtype, quantization} when the run stated those.
+  const YAML::Node model_node = sim_config["model"];
+  const bool model_map = model_node && model_node.IsMap();
+  const std::string model = (model_map ? model_node["name"] : model_node).as<std::string>("");
   const std::string hardware = sim_config["hardware"].as<std::string>("");
   HardwareConfig hw = load_hardware(hardware, catalog);
   // The serving stack's host time, when the simulated run stated it (serving/experiment.h).
@@ -192,7 +195,14 @@ ReplayModel replay_model(const YAML::Node& sim_config, const std::string& sim_co
       hw.sequence_overhead_s = cm["sequence_overhead_us"].as<double>() * 1e-6;
     }
   }
-  r.model = std::make_unique<RooflineCostModel>(load_model(model, catalog), hw, block_size);
+  ModelConfig model_config = load_model(model, catalog);
+  if (model_map && model_node["kv_cache_dtype"]) {
+    model_config.kv_cache_dtype = model_node["kv_cache_dtype"].as<std::string>();
+  }
+  if (model_map && model_node["quantization"]) {
+    model_config.quantization = model_node["quantization"].as<std::string>();
+  }
+  r.model = std::make_unique<RooflineCostModel>(std::move(model_config), hw, block_size);
   r.description = "roofline (" + hardware + ")";
   return r;
 }

@@ -18,6 +18,7 @@
 #include "serving/kv_capacity.h"
 #include "serving/model_config.h"
 #include "sim/roofline_cost_model.h"
+#include "tests/kv_quant_measure.h"
 #include "tests/test_util.h"
 
 namespace servelab {
@@ -349,6 +350,68 @@ TEST(Lessons, ChunkedPrefillTradeOff) {
   EXPECT_NEAR(step_ms(classic, 256), 8.1, 0.05);
   EXPECT_NEAR(step_ms(fitted, 8192), 229, 0.5);
   EXPECT_NEAR(step_ms(classic, 8192), 243, 0.5);
+}
+
+// docs/lessons/fp8-kv.md
+TEST(Lessons, Fp8Kv) {
+  // Capacity: the same 30 % of an H100, half the bytes per block.
+  ModelConfig bf16 = load_model("Llama-3-8B", default_catalog_dir());
+  ModelConfig fp8 = bf16;
+  fp8.kv_cache_dtype = "fp8";
+  EXPECT_EQ(kv_block_bytes(bf16, 16), 2097152);  // 2 MiB
+  EXPECT_EQ(kv_block_bytes(fp8, 16), 1048576);   // 1 MiB
+  const fs::path dir = temp_dir("lesson_fp8_kv");
+  const fs::path out = compare("fp8-kv.yaml", dir);
+  const json b = summary(out / "bf16"), f = summary(out / "fp8");
+  EXPECT_EQ(b["run"]["num_gpu_blocks"], "3607");
+  EXPECT_EQ(f["run"]["num_gpu_blocks"], "7214");
+  EXPECT_NEAR(b["throughput"]["requests_per_s"].get<double>(), 4.74, 0.005);
+  EXPECT_NEAR(f["throughput"]["requests_per_s"].get<double>(), 5.43, 0.005);
+  EXPECT_NEAR(b["throughput"]["output_tokens_per_s"].get<double>(), 1875, 0.5);
+  EXPECT_NEAR(f["throughput"]["output_tokens_per_s"].get<double>(), 2150, 0.5);
+  EXPECT_NEAR(b["ttft_ms"]["p50"].get<double>(), 6143.5, 0.05);
+  EXPECT_NEAR(b["ttft_ms"]["p99"].get<double>(), 15362.5, 0.05);
+  EXPECT_NEAR(f["ttft_ms"]["p50"].get<double>(), 62.6, 0.05);
+  EXPECT_NEAR(f["ttft_ms"]["p99"].get<double>(), 226.8, 0.05);
+  EXPECT_NEAR(b["tpot_ms"]["p50"].get<double>(), 12.94, 0.005);
+  EXPECT_NEAR(f["tpot_ms"]["p50"].get<double>(), 11.48, 0.005);
+  EXPECT_NEAR(b["tpot_ms"]["p99"].get<double>(), 14.59, 0.005);
+  EXPECT_NEAR(f["tpot_ms"]["p99"].get<double>(), 16.36, 0.005);
+  EXPECT_EQ(b["preemption"]["preemptions"], 116);
+  EXPECT_EQ(f["preemption"]["preemptions"], 0);
+  EXPECT_NEAR(b["goodput"]["requests_per_s"].get<double>(), 0.69, 0.005);
+  EXPECT_NEAR(f["goodput"]["requests_per_s"].get<double>(), 5.43, 0.005);
+  EXPECT_NEAR(b["kv_cache"]["usage_mean"].get<double>(), 0.930, 0.0005);
+  EXPECT_NEAR(f["kv_cache"]["usage_mean"].get<double>(), 0.485, 0.0005);
+  EXPECT_NEAR(b["duration_s"].get<double>(), 126.7, 0.05);
+  EXPECT_NEAR(f["duration_s"].get<double>(), 110.5, 0.05);
+  // One decode step of 64 sequences at 2,048 tokens of context, priced by the roofline.
+  const HardwareConfig h100 = load_hardware("H100-SXM", default_catalog_dir());
+  const RooflineCostModel cb(bf16, h100, 16), cf(fp8, h100, 16);
+  StepFeatures d;
+  d.num_tokens = d.decode_tokens = d.num_sampled = 64;
+  d.decode_pairs = 64 * 2048;
+  d.decode_context_tokens = 64 * 2047;
+  const StepCostBreakdown sb = cb.breakdown(d), sf = cf.breakdown(d);
+  EXPECT_NEAR(sb.decode_attention * 1e3, 7.34, 0.005);
+  EXPECT_NEAR(sf.decode_attention * 1e3, 3.68, 0.005);
+  EXPECT_NEAR(sb.total() * 1e3, 14.85, 0.005);
+  EXPECT_NEAR(sf.total() * 1e3, 11.19, 0.005);
+  // The CPU engine on the tiny model (tests/kv_quant_measure.h), against bf16 KV.
+  const std::vector<kv_quant::Difference> m = kv_quant::measure();
+  ASSERT_EQ(m.size(), 5u);
+  EXPECT_EQ(m[0].steps, 256);
+  EXPECT_NEAR(m[0].max_logit, 17.87, 0.005);
+  EXPECT_NEAR(m[0].max_abs, 0.019, 0.0005);  // fp32 KV: bf16's own rounding
+  EXPECT_EQ(m[0].differing, 1);
+  EXPECT_NEAR(m[2].max_abs, 0.38, 0.005);  // fp8 e4m3
+  EXPECT_NEAR(100 * m[2].max_abs / m[2].max_logit, 2.1, 0.05);
+  EXPECT_EQ(m[2].differing, 4);
+  EXPECT_NEAR(m[3].max_abs, 0.65, 0.005);  // fp8 e5m2
+  EXPECT_NEAR(100 * m[3].max_abs / m[3].max_logit, 3.6, 0.05);
+  EXPECT_EQ(m[3].differing, 13);
+  EXPECT_NEAR(m[4].max_abs, 0.35, 0.005);  // fp8 e4m3, computed scales
+  EXPECT_EQ(m[4].differing, 4);
 }
 
 }  // namespace

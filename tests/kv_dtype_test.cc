@@ -1,0 +1,255 @@
+// model.kv_cache_dtype and model.quantization in the simulator: the bytes of a KV block and of
+// the weights in KV capacity, the bytes the roofline charges, and the experiment keys (parsing,
+// --set on `model: NAME`, errors with their location, the echo in config.yaml).
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/step_features.h"
+#include "serving/config_node.h"
+#include "serving/experiment.h"
+#include "serving/hardware_config.h"
+#include "serving/home.h"
+#include "serving/kv_capacity.h"
+#include "serving/model_config.h"
+#include "sim/roofline_cost_model.h"
+#include "tests/test_util.h"
+
+namespace servelab {
+namespace {
+
+std::string catalog() { return servelab_home().string() + "/experiments/catalog"; }
+
+ModelConfig llama(const std::string& kv = "auto", const std::string& q = "none") {
+  ModelConfig m = load_model("Llama-3-8B", catalog());
+  m.kv_cache_dtype = kv;
+  m.quantization = q;
+  return m;
+}
+
+HardwareConfig h100() { return load_hardware("H100-SXM", catalog()); }
+
+// Llama-3-8B: 32 layers, 8 KV heads of 128: K and V of a token are 2 * 32 * 1024 elements.
+TEST(KvDtypeTest, BytesPerTokenFollowTheKvDtype) {
+  EXPECT_EQ(llama().kv_bytes_per_token(), 131072);
+  EXPECT_EQ(llama("bf16").kv_bytes_per_token(), 131072);
+  EXPECT_EQ(llama("fp16").kv_bytes_per_token(), 131072);
+  EXPECT_EQ(llama("fp8").kv_bytes_per_token(), 65536);
+  EXPECT_EQ(llama("fp8_e5m2").kv_bytes_per_token(), 65536);
+  EXPECT_EQ(llama("fp8").kv_dtype(), "fp8_e4m3");
+  EXPECT_EQ(llama().kv_dtype(), "bf16");
+  ModelConfig tiny = load_model("tiny", catalog());  // fp32: auto keeps 4 bytes
+  EXPECT_EQ(tiny.kv_dtype_bytes(), 4);
+  tiny.kv_cache_dtype = "bf16";
+  EXPECT_EQ(tiny.kv_dtype_bytes(), 2);
+  ModelConfig bad = llama("fp4");
+  EXPECT_THROW(bad.validate(), ConfigError);
+}
+
+// AWQ, by hand for one Llama-3-8B layer: q and o (4096 x 4096): 8,388,608 packed bytes + 32
+// groups x 4096 columns x 4 B = 8,912,896 each; k and v (4096 -> 1024): 2,097,152 + 131,072 =
+// 2,228,224 each; gate, up (4096 -> 14336) and down (14336 -> 4096): 29,360,128 + 1,835,008 =
+// 31,195,136 each. Sum 115,867,648 B for 218,103,808 weights: 0.53125 B per weight.
+TEST(KvDtypeTest, QuantizedWeightBytes) {
+  EXPECT_EQ(llama().linear_weight_bytes_per_layer(), 2 * 218103808);
+  EXPECT_EQ(llama("auto", "awq").linear_weight_bytes_per_layer(), 115867648);
+  EXPECT_EQ(llama("auto", "fp8").linear_weight_bytes_per_layer(), 218103808 + 7 * 4);
+  EXPECT_EQ(llama().weight_bytes(), llama().num_params() * 2);
+  EXPECT_EQ(llama().weight_bytes() - llama("auto", "awq").weight_bytes(),
+            32LL * (2 * 218103808LL - 115867648LL));
+  ModelConfig bad = llama("auto", "gptq");
+  EXPECT_THROW(bad.validate(), ConfigError);
+}
+
+TEST(KvDtypeTest, Fp8KvDoublesTheBlocks) {
+  KvCapacityOptions o;
+  o.gpu_memory_utilization = 0.9;
+  const KvCapacity bf16 = compute_kv_capacity(llama(), h100(), o);
+  const KvCapacity fp8 = compute_kv_capacity(llama("fp8"), h100(), o);
+  EXPECT_EQ(fp8.block_bytes * 2, bf16.block_bytes);
+  EXPECT_EQ(fp8.kv_bytes, bf16.kv_bytes);  // same memory, half the bytes per block
+  EXPECT_EQ(fp8.num_gpu_blocks, fp8.kv_bytes / fp8.block_bytes);
+  EXPECT_GE(fp8.num_gpu_blocks, 2 * bf16.num_gpu_blocks);
+  EXPECT_LE(fp8.num_gpu_blocks, 2 * bf16.num_gpu_blocks + 1);
+  EXPECT_EQ(fp8.num_cpu_blocks, 2 * bf16.num_cpu_blocks);
+  // Tensor and pipeline parallelism: each GPU's share halves too.
+  o.tensor_parallel = 2;
+  o.pipeline_parallel = 2;
+  const KvCapacity bf16_p = compute_kv_capacity(llama(), h100(), o);
+  const KvCapacity fp8_p = compute_kv_capacity(llama("fp8"), h100(), o);
+  EXPECT_EQ(fp8_p.gpu_block_bytes * 2, bf16_p.gpu_block_bytes);
+  EXPECT_GE(fp8_p.num_gpu_blocks, 2 * bf16_p.num_gpu_blocks);
+  EXPECT_LE(fp8_p.num_gpu_blocks, 2 * bf16_p.num_gpu_blocks + 1);
+}
+
+TEST(KvDtypeTest, QuantizedWeightsLeaveMoreRoomForKv) {
+  KvCapacityOptions o;
+  o.activation_reserve_bytes = std::int64_t{2} << 30;
+  const KvCapacity none = compute_kv_capacity(llama(), h100(), o);
+  const KvCapacity awq = compute_kv_capacity(llama("auto", "awq"), h100(), o);
+  EXPECT_EQ(none.weight_bytes - awq.weight_bytes, 32 * (2 * 218103808LL - 115867648LL));
+  EXPECT_EQ(awq.kv_bytes - none.kv_bytes, none.weight_bytes - awq.weight_bytes);
+  EXPECT_EQ(awq.num_gpu_blocks, awq.kv_bytes / awq.block_bytes);
+  o.tensor_parallel = 2;
+  const KvCapacity none2 = compute_kv_capacity(llama(), h100(), o);
+  const KvCapacity fp8w2 = compute_kv_capacity(llama("auto", "fp8"), h100(), o);
+  EXPECT_GT(fp8w2.num_gpu_blocks, none2.num_gpu_blocks);
+  EXPECT_LT(fp8w2.weight_bytes, none2.weight_bytes);
+}
+
+StepFeatures decode(std::int64_t batch, std::int64_t context) {
+  StepFeatures f;
+  f.num_tokens = f.decode_tokens = batch;
+  f.decode_pairs = batch * context;
+  f.decode_context_tokens = batch * (context - 1);
+  f.num_sampled = batch;
+  return f;
+}
+
+TEST(KvDtypeTest, RooflineChargesTheKvDtypesBytes) {
+  const RooflineCostModel bf16(llama(), h100(), 16);
+  const RooflineCostModel fp8(llama("fp8"), h100(), 16);
+  const StepFeatures f = decode(64, 2048);
+  const StepCostBreakdown b = bf16.breakdown(f), e = fp8.breakdown(f);
+  // Decode attention reads the context's KV and writes the new token's: 64 x 2048 tokens.
+  EXPECT_DOUBLE_EQ(b.bytes - e.bytes, 65536.0 * 64 * 2048);
+  // Memory-bound: the attention time nearly halves (Q and O stay in bf16).
+  EXPECT_LT(e.decode_attention, 0.51 * b.decode_attention);
+  EXPECT_GT(e.decode_attention, 0.49 * b.decode_attention);
+  EXPECT_DOUBLE_EQ(e.gemm, b.gemm);
+  EXPECT_EQ(fp8.block_bytes() * 2, bf16.block_bytes());
+  EXPECT_NEAR(static_cast<double>(fp8.swap_time(1000)), bf16.swap_time(1000) / 2.0, 1.0);
+}
+
+TEST(KvDtypeTest, RooflineChargesQuantizedWeights) {
+  const RooflineCostModel none(llama(), h100(), 16);
+  const RooflineCostModel awq(llama("auto", "awq"), h100(), 16);
+  const RooflineCostModel fp8(llama("auto", "fp8"), h100(), 16);
+  // Decode is weight-streaming: AWQ reads 0.53 B per weight instead of 2, FP8 1.
+  const StepFeatures f = decode(16, 1024);
+  const double g = none.breakdown(f).gemm;
+  EXPECT_LT(awq.breakdown(f).gemm, 0.5 * g);
+  EXPECT_LT(fp8.breakdown(f).gemm, 0.6 * g);
+  EXPECT_GT(fp8.breakdown(f).gemm, 0.45 * g);
+  EXPECT_DOUBLE_EQ(none.breakdown(f).bytes - awq.breakdown(f).bytes,
+                   32.0 * (2 * 218103808.0 - 115867648.0));
+  // Dequantization grows with the token tiles of the fused kernel: at 240 tokens AWQ is slower
+  // than bf16; from 256 tokens the matrix is dequantized once and multiplied densely, slower
+  // than bf16 by the dequantization launch.
+  EXPECT_GT(awq.gemm_seconds(240), none.gemm_seconds(240));
+  EXPECT_GT(awq.gemm_seconds(4096), none.gemm_seconds(4096));
+  EXPECT_LT(awq.gemm_seconds(4096), 1.2 * none.gemm_seconds(4096));
+  // Never cheaper with more tokens.
+  for (std::int64_t t = 1; t < 600; ++t) {
+    ASSERT_LE(awq.gemm_seconds(t), awq.gemm_seconds(t + 1) * (1 + 1e-12)) << t;
+  }
+}
+
+constexpr const char* kExperiment = R"(name: kv
+model:
+  name: Llama-3-8B
+  kv_cache_dtype: fp8
+  quantization: awq
+hardware: H100-SXM
+workload: {type: synthetic, num_requests: 10}
+)";
+
+TEST(KvDtypeTest, ExperimentKeys) {
+  const ExperimentConfig c = load_experiment_text(kExperiment, "kv.yaml", ".", "kv", {});
+  EXPECT_EQ(c.model, "Llama-3-8B");
+  ASSERT_TRUE(c.kv_cache_dtype && c.quantization);
+  EXPECT_EQ(*c.kv_cache_dtype, "fp8");
+  EXPECT_EQ(*c.quantization, "awq");
+  ModelConfig m = load_model(c.model, catalog());
+  apply_model_storage(c, m);
+  EXPECT_EQ(m.kv_dtype_bytes(), 1);
+  EXPECT_EQ(m.quantization, "awq");
+  const std::string yaml = resolved_config_yaml(c, {});
+  EXPECT_NE(yaml.find("model:\n  name: Llama-3-8B\n  kv_cache_dtype: fp8\n  quantization: awq\n"),
+            std::string::npos)
+      << yaml;
+  // The echo loads back to the same choices.
+  const ExperimentConfig again = load_experiment_text(yaml, "echo.yaml", ".", "kv", {});
+  EXPECT_EQ(*again.kv_cache_dtype, "fp8");
+  EXPECT_EQ(*again.quantization, "awq");
+}
+
+TEST(KvDtypeTest, SetOnAModelName) {
+  const std::string plain =
+      "model: Llama-3-8B\nhardware: H100-SXM\nworkload: {type: synthetic, num_requests: 10}\n";
+  const ExperimentConfig d = load_experiment_text(plain, "p.yaml", ".", "p", {});
+  EXPECT_FALSE(d.kv_cache_dtype || d.quantization);
+  EXPECT_NE(resolved_config_yaml(d, {}).find("\nmodel: Llama-3-8B\n"), std::string::npos);
+  const ExperimentConfig c = load_experiment_text(
+      plain, "p.yaml", ".", "p", {"model.kv_cache_dtype=fp8_e5m2", "model.quantization=fp8"});
+  EXPECT_EQ(c.model, "Llama-3-8B");
+  EXPECT_EQ(*c.kv_cache_dtype, "fp8_e5m2");
+  EXPECT_EQ(*c.quantization, "fp8");
+  const ExperimentConfig n = load_experiment_text(plain, "p.yaml", ".", "p", {"model.name=tiny"});
+  EXPECT_EQ(n.model, "tiny");
+}
+
+void expect_error(const std::string& text, const std::vector<std::string>& overrides,
+                  const std::vector<std::string>& parts) {
+  try {
+    (void)load_experiment_text(text, "e.yaml", ".", "e", overrides);
+    ADD_FAILURE() << "expected a ConfigError";
+  } catch (const ConfigError& e) {
+    const std::string msg = e.what();
+    for (const std::string& p : parts) {
+      EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
+    }
+  }
+}
+
+TEST(KvDtypeTest, ErrorsNameThePlace) {
+  std::string bad = kExperiment;
+  bad.replace(bad.find("fp8"), 3, "fp4");
+  expect_error(bad, {}, {"e.yaml:4:", "model.kv_cache_dtype", "fp8_e4m3"});
+  bad = kExperiment;
+  bad.replace(bad.find("awq"), 3, "gptq");
+  expect_error(bad, {}, {"e.yaml:5:", "model.quantization", "awq"});
+  bad = kExperiment;
+  bad.replace(bad.find("  quantization"), 0, "  kv_dtype: fp8\n");
+  expect_error(bad, {}, {"e.yaml:5:", "kv_dtype"});
+  expect_error(kExperiment, {"model.quantization=int2"}, {"--set model.quantization", "none"});
+  const std::string plain =
+      "model: Llama-3-8B\nhardware: H100-SXM\nworkload: {type: synthetic, num_requests: 10}\n";
+  expect_error(plain, {"model.kv_cache_dtype=fp4"}, {"--set model.kv_cache_dtype", "fp8_e5m2"});
+  expect_error("model: {kv_cache_dtype: fp8}\nhardware: H100-SXM\nworkload: {}\n", {},
+               {"e.yaml:1:", "name"});
+}
+
+// The real commands: `--set model.X` on a shipped experiment, a bad value (exit 2, naming the
+// key), the engine refusing quantized weights.
+TEST(KvDtypeTest, Commands) {
+  using namespace test_util;
+  const fs::path dir = temp_dir("kv_dtype_cli");
+  const std::string exp = servelab_home().string() + "/experiments/burst.yaml";
+  const std::string few = " --set workload.num_requests=50 --quiet --out ";
+  Cli r = run_sim("run " + exp + " --set model.kv_cache_dtype=fp8 --set model.quantization=awq" +
+                      few + (dir / "fp8").string(),
+                  dir);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::string config = read_file(dir / "fp8" / "config.yaml");
+  EXPECT_NE(config.find("model:\n  name: Llama-3-8B\n  kv_cache_dtype: fp8\n  quantization: awq"),
+            std::string::npos)
+      << config;
+  r = run_sim("run " + exp + " --set model.kv_cache_dtype=fp4" + few + (dir / "bad").string(), dir);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--set model.kv_cache_dtype"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(dir / "bad"));
+  const std::string tiny = servelab_home().string() + "/experiments/burst-tiny.yaml";
+  const fs::path out = dir / "stdout.txt", err = dir / "stderr.txt";
+  const std::string cmd = servelab_program("engine") + " run " + tiny +
+                          " --set model.quantization=awq --out " + (dir / "e").string() + " > " +
+                          out.string() + " 2> " + err.string();
+  const int status = std::system(cmd.c_str());
+  EXPECT_EQ(WIFEXITED(status) ? WEXITSTATUS(status) : -1, 2);
+  EXPECT_NE(read_file(err).find("model.quantization"), std::string::npos) << read_file(err);
+}
+
+}  // namespace
+}  // namespace servelab
