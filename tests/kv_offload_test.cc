@@ -10,6 +10,7 @@
 #include "core/kv_cache_manager.h"
 #include "core/kv_offload_tiers.h"
 #include "serving/experiment.h"
+#include "serving/home.h"
 #include "sim/run.h"
 #include "tests/test_util.h"
 
@@ -217,6 +218,28 @@ TEST(MemoryTiersConfig, BadSectionsNameTheKey) {
   EXPECT_NE(error_of("policies: {prefix_cache: radix}\nkv_offload: {host: {blocks: 4}}\n")
                 .find("hash prefix cache"),
             std::string::npos);
+}
+
+// The commands: a bad section exits 2 with FILE:LINE:COL and the key; the engine refuses both
+// sections (simulated only).
+TEST(MemoryTiersConfig, CommandsExitTwoNamingTheLine) {
+  const fs::path dir = temp_dir("tiers_cli");
+  write_file(dir / "e.yaml", kExperiment +
+                                 "prefix_cache:\n  pinned:\n"
+                                 "    - {shared_prefix: 0, length: 5000}\n");
+  const Cli big =
+      run_sim("run " + (dir / "e.yaml").string() + " -q --out " + (dir / "out").string(), dir);
+  EXPECT_EQ(big.code, 2) << big.err;
+  EXPECT_NE(big.err.find("e.yaml:18:7"), std::string::npos) << big.err;
+  EXPECT_NE(big.err.find("prefix_cache.pinned"), std::string::npos) << big.err;
+  write_file(dir / "o.yaml", kExperiment + "kv_offload:\n  host: {blocks: 8}\n");
+  const std::string engine = servelab_program("engine") + " run " + (dir / "o.yaml").string() +
+                             " -q --out " + (dir / "eout").string() + " > " +
+                             (dir / "eo.txt").string() + " 2> " + (dir / "ee.txt").string();
+  const int status = std::system(engine.c_str());
+  EXPECT_EQ(WIFEXITED(status) ? WEXITSTATUS(status) : -1, 2);
+  EXPECT_NE(read_file(dir / "ee.txt").find("o.yaml:17:"), std::string::npos)
+      << read_file(dir / "ee.txt");
 }
 
 }  // namespace
