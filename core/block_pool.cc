@@ -140,6 +140,8 @@ void BlockPool::get_new_blocks(std::int32_t n, std::vector<BlockId>& out) {
       // Lazy eviction: the cached content is lost only now. The block is out of the queue
       // already, so it leaves the free cached blocks as well as the cached ones.
       --num_free_hashed_;
+      if (eviction_sink_ != nullptr) [[unlikely]]
+        eviction_sink_->push_back(hashes_[b]);
       if (st.bits & (kDupMember | kHasDups)) [[unlikely]] {
         drop_duplicate(b);
       } else {

@@ -91,6 +91,10 @@ class BlockPool {
   std::vector<BlockId> free_queue() const;
   // Number of cached blocks evicted (hash dropped on reuse) since construction.
   std::int64_t num_evictions() const { return num_evictions_; }
+  // With a sink, get_new_blocks appends the hash of every cached block it evicts, in eviction
+  // order (KV offload: core/kv_offload_tiers.h); null (the default) records nothing. The sink
+  // must outlive the pool or be reset first.
+  void set_eviction_sink(std::vector<BlockHash>* sink) { eviction_sink_ = sink; }
 
   // Verifies every invariant above; throws std::logic_error naming the first violation.
   void check_invariants() const;
@@ -140,6 +144,7 @@ class BlockPool {
   std::int32_t num_hashed_ = 0;
   std::int32_t num_free_hashed_ = 0;
   std::int64_t num_evictions_ = 0;
+  std::vector<BlockHash>* eviction_sink_ = nullptr;
 };
 
 }  // namespace servelab

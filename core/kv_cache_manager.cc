@@ -36,6 +36,19 @@ KvCacheManager::KvCacheManager(BlockPool& pool, std::int32_t block_size, std::in
     cache_ = options.prefix_cache(pool);
     idle_ref_ = cache_->idle_ref_count();
   }
+  if (options.offload != nullptr) {
+    // Offload hooks the pool's lazy eviction, which only the hash cache uses.
+    if (!cache_ || cache_->name() != "hash") {
+      throw std::invalid_argument(
+          "KvCacheManager: KV offload needs prefix caching with the hash cache");
+    }
+    offload_ = options.offload;
+    pool_.set_eviction_sink(&evicted_);
+  }
+}
+
+KvCacheManager::~KvCacheManager() {
+  if (offload_ != nullptr) pool_.set_eviction_sink(nullptr);
 }
 
 void KvCacheManager::update_block_hashes(Request& req, std::int32_t num_tokens) {
@@ -71,9 +84,19 @@ PrefixHit KvCacheManager::get_computed_blocks(Request& req) {
       update_block_hashes(req, (i + 1) * block_size_);
     }
     const std::optional<BlockId> b = cache_->lookup(req.block_hashes_[i]);
-    if (!b) break;
+    if (!b) {
+      // KV offload: the content may still be in a lower tier (then it is loaded back).
+      const int tier = offload_ != nullptr ? offload_->find(req.block_hashes_[i]) : -1;
+      if (tier < 0) break;
+      if (hit.tiers.empty()) hit.tiers.assign(hit.blocks.size(), -1);
+      hit.tiers.push_back(static_cast<std::int8_t>(tier));
+      hit.blocks.push_back(kNullBlock);
+      stats_.tier_hit_tokens[tier] += block_size_;
+      continue;
+    }
     if (hit.blocks.empty()) hit.blocks.reserve(static_cast<std::size_t>(max_blocks - i));
     hit.blocks.push_back(*b);
+    if (!hit.tiers.empty()) hit.tiers.push_back(-1);
   }
   hit.num_tokens = static_cast<std::int32_t>(hit.blocks.size()) * block_size_;
   // Recorded on every lookup, even if the allocation then fails and the lookup repeats next step
@@ -109,7 +132,8 @@ std::int32_t KvCacheManager::num_blocks_to_allocate(const Request& req, std::int
   // reclaimable by the cache); touching them takes them out of it just like fresh blocks.
   if (hit != nullptr) {
     for (const BlockId b : hit->blocks) {
-      if (pool_.ref_count(b) == idle_ref_) ++n;
+      // A block loaded from an offload tier (kNullBlock in the hit) takes a fresh block.
+      if (b == kNullBlock || pool_.ref_count(b) == idle_ref_) ++n;
     }
   }
   return n;
@@ -143,11 +167,12 @@ bool KvCacheManager::allocate_slots_slow(Request& req, std::int32_t num_new_toke
         std::max(need_blocks, blocks_for(std::min(req.spec.total_tokens(), max_model_len_)))));
   }
   if (hit != nullptr) {
-    pool_.touch(hit->blocks);
+    pool_.touch(hit->blocks);  // skips the kNullBlock of blocks in an offload tier
     cache_->on_acquired(hit->blocks);
     req.block_table.insert(req.block_table.end(), hit->blocks.begin(), hit->blocks.end());
     // The hit blocks were found by their hashes, so they are registered already.
     req.num_cached_blocks_ = static_cast<std::int32_t>(hit->blocks.size());
+    if (!hit->tiers.empty()) load_tier_blocks(req, *hit);
   }
   const std::int32_t fresh = need_blocks - static_cast<std::int32_t>(req.block_table.size());
   if (fresh > 0) take_blocks(fresh, req.block_table);
@@ -166,6 +191,31 @@ bool KvCacheManager::allocate_slots_slow(Request& req, std::int32_t num_new_toke
   kv_blocks_ += kv_blocks - blocks_for(old_kv);
   req.kv_accounted_tokens_ = need_slots;
   return true;
+}
+
+void KvCacheManager::load_tier_blocks(Request& req, const PrefixHit& hit) {
+  const auto n = static_cast<std::int32_t>(hit.blocks.size());
+  std::int32_t first = n;
+  std::int32_t count = 0;
+  for (std::int32_t i = 0; i < n; ++i) {
+    if (hit.tiers[i] < 0) continue;
+    first = std::min(first, i);
+    ++count;
+    // Refreshed before fresh blocks are taken, whose evictions may push tier entries down.
+    offload_->on_loaded(req.block_hashes_[i], hit.tiers[i]);
+  }
+  scratch_.clear();
+  take_blocks(count, scratch_);
+  std::int32_t k = 0;
+  for (std::int32_t i = 0; i < n; ++i) {
+    if (hit.tiers[i] < 0) continue;
+    const BlockId b = scratch_[k++];
+    req.block_table[i] = b;
+    if (loads_ != nullptr) loads_->push_back({hit.tiers[i], b});
+  }
+  // Registered from the first loaded block on by cache_full_blocks (their KV is computed once
+  // the loads ran; device hit blocks after it carry their hash already).
+  req.num_cached_blocks_ = first;
 }
 
 void KvCacheManager::cache_full_blocks(Request& req, std::int32_t num_tokens) {
@@ -317,6 +367,55 @@ bool KvCacheManager::swap_in(Request& req, std::vector<BlockMove>& moves) {
 void KvCacheManager::take_blocks(std::int32_t n, std::vector<BlockId>& out) {
   if (cache_ && n > pool_.num_free_blocks()) cache_->make_room(n);
   pool_.get_new_blocks(n, out);
+  if (!evicted_.empty()) [[unlikely]] {
+    // KV offload: what the pool evicted moves to the tiers instead of being lost (stored as it
+    // is evicted; the store overlaps the step, docs/cost-model.md).
+    for (const BlockHash& h : evicted_) offload_->offload(h);
+    evicted_.clear();
+  }
+}
+
+std::int32_t KvCacheManager::num_blocks_to_pin(const RequestSpec& spec) const {
+  if (!caching_) return 0;
+  const std::int32_t full = full_blocks(std::min(spec.prompt_len, max_model_len_));
+  std::int32_t n = 0;
+  BlockHash parent = kNoneHash;
+  for (std::int32_t i = 0; i < full; ++i) {
+    parent = hash_block(parent, spec, i, block_size_);
+    const std::optional<BlockId> b = cache_->lookup(parent);
+    if (!b || pool_.ref_count(*b) == idle_ref_) ++n;
+  }
+  return n;
+}
+
+std::int32_t KvCacheManager::pin_prefix(const RequestSpec& spec) {
+  if (!caching_) throw std::logic_error("KvCacheManager: pin_prefix without prefix caching");
+  const std::int32_t need = num_blocks_to_pin(spec);
+  if (need > num_free_blocks()) {
+    throw std::logic_error("KvCacheManager: pin_prefix needs " + std::to_string(need) +
+                           " blocks, " + std::to_string(num_free_blocks()) + " are free");
+  }
+  const std::int32_t full = full_blocks(std::min(spec.prompt_len, max_model_len_));
+  std::vector<BlockId> table;
+  std::vector<BlockHash> hashes;
+  BlockHash parent = kNoneHash;
+  for (std::int32_t i = 0; i < full; ++i) {
+    parent = hash_block(parent, spec, i, block_size_);
+    hashes.push_back(parent);
+    if (const std::optional<BlockId> b = cache_->lookup(parent)) {
+      const BlockId one[1] = {*b};
+      pool_.touch(one);
+      cache_->on_acquired(one);
+      table.push_back(*b);
+    } else {
+      take_blocks(1, table);
+    }
+  }
+  // Every block carries its hash already or takes it now (cached ones are left as they are).
+  if (full > 0) cache_->insert(table, hashes, 0, full);
+  pinned_.insert(pinned_.end(), table.begin(), table.end());
+  stats_.pinned_blocks = static_cast<std::int64_t>(pinned_.size());
+  return need;
 }
 
 void KvCacheManager::fork(Request& parent, Request& child) {

@@ -40,6 +40,7 @@
 #include "core/block_pool.h"
 #include "core/hash_prefix_cache.h"
 #include "core/host_block_pool.h"
+#include "core/kv_offload_tiers.h"
 #include "core/prefix_cache.h"
 #include "core/request_state.h"
 #include "core/step_plan.h"
@@ -58,11 +59,20 @@ struct PrefixCacheStats {
   // request held at the fork, minus those copies.
   std::int64_t cow_copies = 0;
   std::int64_t blocks_saved_by_sharing = 0;
+  // KV offload (KvCacheOptions::offload): of hit_tokens + preempted_hit_tokens, those found in
+  // each offload tier (the rest were on the device), and the blocks loaded back from each.
+  std::int64_t tier_hit_tokens[kMaxOffloadTiers] = {};
+  // Pinned prefixes (pin_prefix): blocks held by the cache for the whole run.
+  std::int64_t pinned_blocks = 0;
 };
 
 struct PrefixHit {
   std::vector<BlockId> blocks;  // cached blocks covering the hit, in position order
   std::int32_t num_tokens = 0;  // blocks.size() * block_size
+  // KV offload only: empty unless some block of the hit lies in an offload tier; then the tier of
+  // each block (-1: on the device), and blocks[i] is kNullBlock where tiers[i] >= 0 (the block
+  // is loaded into a fresh device block by allocate_slots).
+  std::vector<std::int8_t> tiers;
 };
 
 enum class KvAllocation : std::uint8_t { kPaged, kContiguous };
@@ -79,6 +89,10 @@ struct KvCacheOptions {
   HostBlockPool* host_pool = nullptr;  // swap space; null: no swapping (can_swap_out is false)
   // Builds the prefix cache when caching is on (the `prefix_cache` plugin); default vLLM v1's.
   PrefixCacheFactory prefix_cache = make_hash_prefix_cache;
+  // KV offload tiers behind the pool (core/kv_offload_tiers.h); null: evicted content is lost.
+  // Requires prefix caching with the `hash` cache (the constructor throws std::invalid_argument
+  // otherwise). Must outlive the manager.
+  KvOffloadTiers* offload = nullptr;
 };
 
 class KvCacheManager {
@@ -87,6 +101,7 @@ class KvCacheManager {
   // this manager. In contiguous mode enable_prefix_caching is ignored (caching is off).
   KvCacheManager(BlockPool& pool, std::int32_t block_size, std::int32_t max_model_len,
                  bool enable_prefix_caching, const KvCacheOptions& options = {});
+  ~KvCacheManager();
   KvCacheManager(const KvCacheManager&) = delete;
   KvCacheManager& operator=(const KvCacheManager&) = delete;
 
@@ -113,6 +128,22 @@ class KvCacheManager {
   // Where copy-on-write copies go (the scheduler's StepPlan::copies). Without one, an
   // allocation that needs a copy throws std::logic_error.
   void set_copy_sink(std::vector<BlockMove>* copies) { copies_ = copies; }
+  // Where loads from offload tiers go (the scheduler's StepPlan::tier_loads). Without one, loads
+  // are made but not reported.
+  void set_load_sink(std::vector<TierLoad>* loads) { loads_ = loads; }
+  // The offload tiers, or null.
+  const KvOffloadTiers* offload_tiers() const { return offload_; }
+
+  // Pinned prefixes (`prefix_cache.pinned`): registers the full blocks of spec's prompt as
+  // computed KV held by the cache for the manager's whole life (one reference each, never
+  // released, so never evicted). A block whose content is cached already is pinned in place;
+  // the others take fresh blocks. Returns the blocks newly taken from the free capacity.
+  // REQUIRES: prefix caching on; those blocks are free (throws std::logic_error otherwise, with
+  // nothing changed).
+  std::int32_t pin_prefix(const RequestSpec& spec);
+  // Full blocks pin_prefix(spec) would newly take (0 without caching).
+  std::int32_t num_blocks_to_pin(const RequestSpec& spec) const;
+  std::int32_t num_pinned_blocks() const { return static_cast<std::int32_t>(pinned_.size()); }
 
   // Parallel sampling: gives `child` (a new sample of `parent`, holding no blocks) the
   // parent's block table, taking a reference on every block, with the parent's hashes and
@@ -254,6 +285,10 @@ class KvCacheManager {
   // num_computed_tokens back), they hold no KV of req's tokens, and a later prefix hit on them
   // would read whatever they held before. free() and swap_out() call it before releasing.
   void forget_uncomputed_blocks(Request& req);
+  // The offload part of allocate_slots for a hit with blocks in offload tiers: fresh device
+  // blocks replace the hit's kNullBlock entries in req's table (already appended), each load is
+  // reported to the load sink, and num_cached_blocks stops before the first loaded block.
+  void load_tier_blocks(Request& req, const PrefixHit& hit);
   // Takes n blocks from the pool, letting the prefix cache reclaim blocks first when the pool is
   // short.
   void take_blocks(std::int32_t n, std::vector<BlockId>& out);
@@ -290,6 +325,10 @@ class KvCacheManager {
   std::unique_ptr<PrefixCache> cache_;  // with caching on only
   std::int32_t idle_ref_ = 0;           // cache_->idle_ref_count(), read per hit block
   std::vector<BlockMove>* copies_ = nullptr;
+  KvOffloadTiers* offload_ = nullptr;
+  std::vector<BlockHash> evicted_;          // the pool's eviction sink while offloading
+  std::vector<TierLoad>* loads_ = nullptr;  // StepPlan::tier_loads
+  std::vector<BlockId> pinned_;             // blocks pin_prefix holds
 };
 
 }  // namespace servelab

@@ -81,6 +81,7 @@ Scheduler::Scheduler(const SchedulerConfig& config, KvCacheManager& kv, Schedule
   plan_.requests.reserve(seats);
   plan_requests_.reserve(seats);
   kv_.set_copy_sink(&plan_.copies);
+  kv_.set_load_sink(&plan_.tier_loads);
 }
 
 Scheduler::~Scheduler() {
@@ -100,6 +101,7 @@ Scheduler::~Scheduler() {
   for (Request* r : swapped_) drop_done_samples(r);
   for (Request* r : waiting_->snapshot()) drop_done_samples(r);
   kv_.set_copy_sink(nullptr);
+  kv_.set_load_sink(nullptr);
   for (Request* r : running_) {
     kv_.free(*r);
     delete r;
@@ -140,10 +142,15 @@ std::string Scheduler::rejection_reason(const Request& req) const {
   // guarantee progress. (A contiguous allocation reserves more than the request's length.)
   const std::int64_t blocks =
       std::max<std::int64_t>(cdiv(total, config_.block_size), kv_.reservation_blocks(req));
-  const std::int32_t usable = kv_.pool().num_usable_blocks();
+  // Pinned prefixes (KvCacheManager::pin_prefix) hold their blocks for good: conservatively,
+  // they are not part of the capacity (even if the request would share some of them).
+  const std::int32_t usable = kv_.pool().num_usable_blocks() - kv_.num_pinned_blocks();
   if (blocks > usable) {
     return "needs " + std::to_string(blocks) + " KV blocks, more than the cache's capacity of " +
-           std::to_string(usable) + " blocks";
+           std::to_string(usable) + " blocks" +
+           (kv_.num_pinned_blocks() > 0
+                ? " (" + std::to_string(kv_.num_pinned_blocks()) + " more are pinned)"
+                : std::string());
   }
   return batch_->rejection_reason(req, *this);
 }

@@ -8,6 +8,7 @@ void StepPlan::clear() {
   swap_in.clear();
   copies.clear();
   preempted.clear();
+  tier_loads.clear();
   num_prefill_tokens = 0;
   num_decode_tokens = 0;
   num_fork_tokens = 0;

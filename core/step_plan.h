@@ -48,6 +48,14 @@ struct BlockMove {
   friend bool operator==(const BlockMove&, const BlockMove&) = default;
 };
 
+// KV offload (core/kv_offload_tiers.h): a block whose content a prefix hit found in an offload
+// tier, loaded into device block `dst` before the forward pass.
+struct TierLoad {
+  std::int32_t tier = 0;  // kHostTier, kDiskTier
+  BlockId dst = 0;
+  friend bool operator==(const TierLoad&, const TierLoad&) = default;
+};
+
 struct StepPlan {
   std::int64_t step_index = 0;
   std::vector<ScheduledRequest> requests;  // in scheduling order
@@ -55,6 +63,7 @@ struct StepPlan {
   std::vector<BlockMove> swap_in;          // host block -> device block, before the forward pass
   std::vector<BlockMove> copies;           // device -> device copies (copy-on-write)
   std::vector<RequestId> preempted;        // requests preempted while forming this plan
+  std::vector<TierLoad> tier_loads;        // KV offload loads, before the forward pass
   std::int32_t num_prefill_tokens = 0;     // sum of num_tokens over prefill entries
   std::int32_t num_decode_tokens = 0;      // sum over decode entries (one token each)
   std::int32_t num_fork_tokens = 0;        // sum over entries of num_samples - 1

@@ -290,6 +290,18 @@ EngineInstance load_engine(const ExperimentConfig& config, const EngineOptions& 
                       std::to_string(config.parallel.pipeline) +
                       " can only be simulated (sim run); use tensor 1, pipeline 1 for engine run");
   }
+  // Pinned prefixes and offload tiers are modelled by the simulator only: the executors would
+  // have to compute the pinned KV and copy blocks to and from the tiers.
+  if (!config.prefix_cache.pinned.empty()) {
+    throw ConfigError(config.prefix_cache.location +
+                      ": pinned prefixes are simulated only (sim run); remove "
+                      "prefix_cache.pinned for engine run");
+  }
+  if (config.kv_offload.set) {
+    throw ConfigError(config.kv_offload.location +
+                      ": KV offload tiers are simulated only (sim run); remove the section for "
+                      "engine run");
+  }
   // CUDA: bf16 blocks; without serving.num_gpu_blocks the executor sizes the cache from free
   // device memory and serving.gpu_memory_utilization (--kv-memory-gb is for the CPU engine).
   const bool cuda = options.device == "cuda";

@@ -338,7 +338,7 @@ ExperimentConfig experiment_from_document(const ConfigNode& doc, const std::stri
   c.base_dir = std::move(base_dir);
   top.allow_keys({"name", "description", "seed", "model", "hardware", "serving", "policies",
                   "workload", "slo", "outputs", "compare", "cost_model", "sweep", "limits",
-                  "cluster", "parallel", "topology"});
+                  "cluster", "parallel", "topology", "prefix_cache", "kv_offload"});
   c.name = top.has("name") ? top.get_string("name") : default_name;
   // The name becomes a folder name (out/<name>): no '/', no "." or "..", no hidden folder.
   bool name_ok = !c.name.empty() && c.name.front() != '.';
@@ -385,6 +385,21 @@ ExperimentConfig experiment_from_document(const ConfigNode& doc, const std::stri
   if (auto o = top.find("outputs")) parse_outputs(*o, c);
   if (auto m = top.find("cost_model")) parse_cost_model(*m, c);
   if (auto cl = top.find("cluster")) parse_cluster(*cl, c);
+  if (auto pc = top.find("prefix_cache")) c.prefix_cache = parse_prefix_cache_section(*pc);
+  if (auto ko = top.find("kv_offload")) c.kv_offload = parse_kv_offload(*ko);
+  if (c.cluster.set && (!c.prefix_cache.pinned.empty() || c.kv_offload.set)) {
+    top.at(c.kv_offload.set ? "kv_offload" : "prefix_cache")
+        .fail_message(
+            "pinned prefixes and KV offload are for one replica; a cluster: run does "
+            "not support them yet");
+  }
+  if ((!c.prefix_cache.pinned.empty() || c.kv_offload.set) && !c.scheduler.enable_prefix_caching) {
+    top.at(c.kv_offload.set ? "kv_offload" : "prefix_cache")
+        .fail_message("needs prefix caching (policies.prefix_cache: hash)");
+  }
+  if (c.kv_offload.set && c.policies.prefix_cache.name != "hash") {
+    top.at("kv_offload").fail_message("needs the hash prefix cache (policies.prefix_cache: hash)");
+  }
   parse_parallel_section(top, c.parallel);
   if (c.cluster.set && (c.parallel.set || c.parallel.topology)) {
     // Each pool states its own parallelism; a cluster over a topology is not wired yet.
@@ -535,6 +550,13 @@ std::string resolved_config_yaml(const ExperimentConfig& c,
   }
   if (c.parallel.topology) {
     e << YAML::Key << "topology" << YAML::Value << without_override_marks(c.root["topology"]);
+  }
+  if (c.root["prefix_cache"]) {
+    e << YAML::Key << "prefix_cache" << YAML::Value
+      << without_override_marks(c.root["prefix_cache"]);
+  }
+  if (c.root["kv_offload"]) {
+    e << YAML::Key << "kv_offload" << YAML::Value << without_override_marks(c.root["kv_offload"]);
   }
   if (c.limits_set) {
     e << YAML::Key << "limits" << YAML::Value << YAML::BeginMap;

@@ -13,7 +13,9 @@
 //   cost_model                     roofline (default) or a calibrated cost.yaml
 //   cluster                        pools of replicas behind a router, prefill/decode roles (absent:
 //                                  one replica of `model` on `hardware`, as always)
-//   parallel, topology             tensor/pipeline parallelism of the replica and the GPUs' links
+//   prefix_cache, kv_offload       pinned prefixes; KV offload tiers
+//   (serving/memory_tiers_config.h) parallel, topology             tensor/pipeline parallelism of
+//   the replica and the GPUs' links
 //                                  (serving/parallel_config.h)
 // Every key is checked; errors are ConfigError naming file:line and the key path.
 #pragma once
@@ -30,6 +32,7 @@
 #include "serving/config_node.h"
 #include "serving/frontend.h"
 #include "serving/hardware_config.h"
+#include "serving/memory_tiers_config.h"
 #include "serving/model_config.h"
 #include "serving/parallel_config.h"
 #include "serving/recorder.h"
@@ -144,6 +147,9 @@ struct ExperimentConfig {
   CostModelChoice cost_model;
   ClusterConfig cluster;
   ParallelChoice parallel;  // `parallel:` and `topology:` (default: one GPU)
+  // `prefix_cache:` (pinned prefixes) and `kv_offload:` (serving/memory_tiers_config.h).
+  PrefixCacheSection prefix_cache;
+  KvOffloadConfig kv_offload;
   // `limits:` guards against runs that would fill the disk or never end (docs/experiments.md):
   // at most max_requests requests, none arriving later than max_duration_ns after time 0.
   std::int64_t max_requests = kDefaultMaxRequests;

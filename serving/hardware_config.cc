@@ -107,7 +107,8 @@ void HardwareConfig::validate() const {
 HardwareConfig parse_hardware(const ConfigNode& node, const std::string& default_name) {
   node.allow_keys({"name", "description", "peak_tflops", "peak_tflops_fp32", "hbm_bandwidth_gbps",
                    "memory_gib", "host_link_gbps", "tensor_parallel", "efficiency", "kernel_min_us",
-                   "step_overhead_us", "sequence_overhead_us", "fitted", "interconnect"});
+                   "step_overhead_us", "sequence_overhead_us", "fitted", "interconnect",
+                   "nvme_read_gbps"});
   HardwareConfig hw;
   hw.name = node.get_string("name", default_name);
   hw.source = node.file();
@@ -118,6 +119,7 @@ HardwareConfig parse_hardware(const ConfigNode& node, const std::string& default
   hw.hbm_bandwidth = node.get_double("hbm_bandwidth_gbps", 1e-3, 1e7) * 1e9;
   hw.memory_bytes = std::llround(node.get_double("memory_gib", 1e-3, 1e6) * 1073741824.0);
   hw.host_link_bandwidth = node.get_double("host_link_gbps", 1e-3, 1e6) * 1e9;
+  hw.nvme_read_bandwidth = node.get_double("nvme_read_gbps", 0.0, 1e-3, 1e5) * 1e9;
   hw.tensor_parallel = static_cast<std::int32_t>(node.get_int("tensor_parallel", 1, 1, 1));
   if (const auto eff = node.find("efficiency")) {
     eff->allow_keys({"gemm_flops", "attention_flops", "memory_bandwidth", "host_link",

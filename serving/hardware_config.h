@@ -24,6 +24,9 @@ struct HardwareConfig {
   double hbm_bandwidth = 0;        // device memory bandwidth, B/s
   std::int64_t memory_bytes = 0;   // device memory capacity
   double host_link_bandwidth = 0;  // host <-> device, one direction, B/s (PCIe)
+  // Sequential read of the node's local NVMe storage, B/s (0: unknown); the disk tier of KV
+  // offload (`kv_offload.disk`) reads at this rate unless the experiment states its own.
+  double nvme_read_bandwidth = 0;
   // GPUs the entry describes: always 1 (an entry is one GPU; tensor and pipeline parallelism are
   // the experiment's `parallel:` section, serving/parallel_config.h).
   std::int32_t tensor_parallel = 1;

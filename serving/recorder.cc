@@ -444,6 +444,18 @@ void write_summary_json(const std::string& path, const RunSummary& s,
   j["prefix_cache"] = {{"queried_tokens", s.prefix_queried_tokens},
                        {"hit_tokens", s.prefix_hit_tokens},
                        {"hit_rate", s.prefix_hit_rate}};
+  if (!s.offload_tiers.empty()) {
+    // Hits by where the KV was found (docs/metrics.md): the device pool, then each tier.
+    std::int64_t device = s.prefix_hit_tokens;
+    for (const RunSummary::OffloadTier& t : s.offload_tiers) device -= t.hit_tokens;
+    j["prefix_cache"]["hit_tokens_gpu"] = device;
+    for (const RunSummary::OffloadTier& t : s.offload_tiers)
+      j["prefix_cache"]["hit_tokens_" + t.name] = t.hit_tokens;
+  }
+  if (s.pinned_blocks >= 0) {
+    j["prefix_cache"]["pinned_blocks"] = s.pinned_blocks;
+    j["prefix_cache"]["pinned_prefill_s"] = s.pinned_prefill_s;
+  }
   j["kv_cache"] = {{"usage_mean", s.kv_usage_mean},
                    {"usage_max", s.kv_usage_max},
                    {"swapped_out_blocks", s.swapped_out_blocks},
@@ -453,6 +465,19 @@ void write_summary_json(const std::string& path, const RunSummary& s,
                    {"cow_copies", s.cow_copies},
                    {"blocks_saved_by_sharing", s.blocks_saved_by_sharing}};
   j["batch"] = {{"seqs_mean", s.batch_seqs_mean}, {"slot_efficiency", s.slot_efficiency}};
+  if (!s.offload_tiers.empty()) {
+    nlohmann::ordered_json o;
+    for (const RunSummary::OffloadTier& t : s.offload_tiers) {
+      o[t.name] = {{"capacity_blocks", t.capacity_blocks},
+                   {"stored_blocks", t.stored_blocks},
+                   {"loaded_blocks", t.loaded_blocks},
+                   {"evicted_blocks", t.evicted_blocks},
+                   {"hit_tokens", t.hit_tokens}};
+    }
+    o["dropped_blocks"] = s.offload_dropped_blocks;
+    o["load_time_s"] = s.offload_load_s;
+    j["kv_offload"] = o;
+  }
   std::FILE* f = std::fopen(path.c_str(), "wb");
   if (!f) throw_io_error(path, "writing", errno);
   if (!cluster_json.empty()) j["cluster"] = nlohmann::ordered_json::parse(cluster_json);

@@ -84,6 +84,20 @@ struct RunSummary {
   // Mean over steps of the requests scheduled in a step, and that mean over the batch slots
   // (serving.max_num_seqs; filled in by the driver, which knows it: 0 when unknown).
   double batch_seqs_mean = 0, slot_efficiency = 0;
+  // Pinned prefixes (`prefix_cache.pinned`; -1: none configured): blocks the cache holds, and
+  // the time their prefill takes before the run (not on its timeline). Filled in by the driver.
+  std::int64_t pinned_blocks = -1;
+  double pinned_prefill_s = 0;
+  // KV offload (`kv_offload`; empty when not configured), per tier (host, then disk), and the
+  // device-side hit tokens (prefix_hit_tokens minus the tiers'). Filled in by the driver.
+  struct OffloadTier {
+    std::string name;
+    std::int64_t capacity_blocks = 0, stored_blocks = 0, loaded_blocks = 0, evicted_blocks = 0;
+    std::int64_t hit_tokens = 0;
+  };
+  std::vector<OffloadTier> offload_tiers;
+  std::int64_t offload_dropped_blocks = 0;
+  double offload_load_s = 0;
 };
 
 class Recorder : public SchedulerObserver {

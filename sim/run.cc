@@ -12,6 +12,7 @@
 #include "serving/hardware_config.h"
 #include "serving/kv_capacity.h"
 #include "serving/machine.h"
+#include "serving/memory_tiers_config.h"
 #include "serving/model_config.h"
 #include "serving/output_file.h"
 #include "sim/calibrated_cost_model.h"
@@ -141,7 +142,15 @@ RunOutput run_simulation(const ExperimentConfig& config, const RunOptions& optio
     recorder.record_blocks(out.out_dir + "/blocks.csv");
   }
   WorkloadFeedback feedback(*workload, recorder);
-  const KvCacheOptions kv_cache_options = kv_cache_options_for(config);
+  KvCacheOptions kv_cache_options = kv_cache_options_for(config);
+  // KV offload tiers behind the pool (`kv_offload:`), their loads charged by the backend.
+  std::unique_ptr<KvOffloadTiers> offload;
+  if (config.kv_offload.set) {
+    offload = make_offload_tiers(config.kv_offload, capacity.block_bytes);
+    kv_cache_options.offload = offload.get();
+    sim_backend.set_tier_load_seconds(
+        offload_load_seconds(config.kv_offload, hardware, capacity.gpu_block_bytes));
+  }
   SchedulerConfig sc = scheduler_config_with_policies(config);
   // The cost oracle of the `auto` preemption mode (the other modes never ask it).
   {
@@ -165,6 +174,22 @@ RunOutput run_simulation(const ExperimentConfig& config, const RunOptions& optio
   Replica replica(sc, static_cast<std::int32_t>(capacity.num_gpu_blocks), backend, observer,
                   kv_cache_options, cpu_blocks);
   hooked_scheduler = &replica.scheduler();
+  // Pinned prefixes (`prefix_cache.pinned`): computed before t = 0, each priced as one prefill
+  // step by the cost model (reported, not on the timeline).
+  const std::vector<RequestSpec> pinned =
+      pin_prefixes(config.prefix_cache, config.seed, replica.kv());
+  double pinned_prefill_s = 0;
+  for (const RequestSpec& spec : pinned) {
+    StepPlan warm;
+    ScheduledRequest e;
+    e.spec = &spec;
+    e.num_tokens = spec.prompt_len;
+    e.is_prefill = true;
+    e.samples = true;
+    warm.requests.push_back(e);
+    warm.num_prefill_tokens = spec.prompt_len;
+    pinned_prefill_s += ns_to_s(cost.step_time(warm));
+  }
   Simulator sim(*workload, replica, recorder, config.frontend);
   if (options.progress) sim.set_progress(progress_printer(), 1 << 14);
   out.totals = sim.run();
@@ -173,6 +198,25 @@ RunOutput run_simulation(const ExperimentConfig& config, const RunOptions& optio
   out.summary = recorder.summary();
   out.summary.skipped_trace_rows = workload->skipped_rows();
   fill_batch_slots(config, out.summary);
+  if (!config.prefix_cache.pinned.empty()) {
+    out.summary.pinned_blocks = replica.kv().num_pinned_blocks();
+    out.summary.pinned_prefill_s = pinned_prefill_s;
+  }
+  if (offload) {
+    const char* names[kMaxOffloadTiers] = {"host", "disk"};
+    for (int t = 0; t < offload->num_tiers(); ++t) {
+      RunSummary::OffloadTier tier;
+      tier.name = names[t];
+      tier.capacity_blocks = offload->capacity(t);
+      tier.stored_blocks = offload->stats(t).stored_blocks;
+      tier.loaded_blocks = offload->stats(t).loaded_blocks;
+      tier.evicted_blocks = offload->stats(t).evicted_blocks;
+      tier.hit_tokens = replica.kv().stats().tier_hit_tokens[t];
+      out.summary.offload_tiers.push_back(tier);
+    }
+    out.summary.offload_dropped_blocks = offload->dropped_blocks();
+    out.summary.offload_load_s = ns_to_s(sim_backend.tier_load_ns());
+  }
   if (!options.write_files) return out;
 
   write_run_outputs(config, recorder, {"sim", model.name, hardware.name}, out);

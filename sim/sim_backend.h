@@ -5,7 +5,10 @@
 // them.
 #pragma once
 
+#include <array>
+
 #include "core/backend.h"
+#include "core/kv_offload_tiers.h"
 #include "sim/cost_model.h"
 
 namespace servelab {
@@ -22,8 +25,19 @@ class SimBackend : public Backend {
   // Reuses result's token vectors (no allocation once they have grown to the largest plan).
   void execute_into(const StepPlan& plan, StepResult& result) override;
 
+  // KV offload: seconds to bring one block back from each tier (docs/cost-model.md, "KV offload
+  // tiers"). A plan's tier_loads are charged in its step, before the forward pass, like a swap-in
+  // (not overlapped with it): duration += sum of the loads' seconds, rounded once.
+  void set_tier_load_seconds(const std::array<double, kMaxOffloadTiers>& s) { tier_load_s_ = s; }
+  // Total time charged for tier loads so far.
+  TimeNs tier_load_ns() const { return tier_load_ns_; }
+
  private:
+  TimeNs tier_loads(const StepPlan& plan);
+
   const CostModel& cost_;
+  std::array<double, kMaxOffloadTiers> tier_load_s_ = {};
+  TimeNs tier_load_ns_ = 0;
 };
 
 }  // namespace servelab

@@ -414,5 +414,60 @@ TEST(Lessons, Fp8Kv) {
   EXPECT_EQ(m[4].differing, 4);
 }
 
+// docs/lessons/kv-offload.md
+TEST(Lessons, KvOffload) {
+  const fs::path dir = temp_dir("lesson_kv_offload");
+  const fs::path out = compare("kv-offload.yaml", dir);
+  const json n = summary(out / "no-offload"), h = summary(out / "host"),
+             d = summary(out / "host-disk");
+  auto prefilled = [&](const char* v) {
+    std::int64_t sum = 0;
+    for (const auto& row : read_csv(out / v / "steps.csv"))
+      sum += std::stoll(row.at("prefill_tokens"));
+    return sum;
+  };
+  EXPECT_EQ(n["requests"]["completed"], 2463);
+  EXPECT_EQ(d["requests"]["completed"], 2463);
+  // Prompt tokens prefilled: the history each turn had to recompute.
+  EXPECT_EQ(prefilled("no-offload"), 3387245);
+  EXPECT_EQ(prefilled("host"), 2193319);
+  EXPECT_EQ(prefilled("host-disk"), 465953);
+  // Hit rates, and where the hits were found.
+  EXPECT_FALSE(n.contains("kv_offload"));
+  EXPECT_NEAR(n["prefix_cache"]["hit_rate"].get<double>(), 0.434, 0.0005);
+  EXPECT_NEAR(h["prefix_cache"]["hit_rate"].get<double>(), 0.594, 0.0005);
+  EXPECT_NEAR(d["prefix_cache"]["hit_rate"].get<double>(), 0.951, 0.0005);
+  EXPECT_EQ(h["prefix_cache"]["hit_tokens_gpu"], 18173200);
+  EXPECT_EQ(h["prefix_cache"]["hit_tokens_host"], 7178416);
+  EXPECT_EQ(d["prefix_cache"]["hit_tokens_gpu"], 17510736);
+  EXPECT_EQ(d["prefix_cache"]["hit_tokens_host"], 6520080);
+  EXPECT_EQ(d["prefix_cache"]["hit_tokens_disk"], 14637024);
+  EXPECT_EQ(h["kv_offload"]["host"]["capacity_blocks"], 8192);  // 16 GiB of 2 MiB blocks
+  EXPECT_EQ(h["kv_offload"]["host"]["loaded_blocks"], 73771);
+  EXPECT_EQ(h["kv_offload"]["dropped_blocks"], 158093);
+  EXPECT_EQ(d["kv_offload"]["disk"]["loaded_blocks"], 107293);
+  EXPECT_EQ(d["kv_offload"]["dropped_blocks"], 0);
+  EXPECT_NEAR(h["kv_offload"]["load_time_s"].get<double>(), 3.02, 0.005);
+  EXPECT_NEAR(d["kv_offload"]["load_time_s"].get<double>(), 39.58, 0.005);
+  // TTFT and throughput.
+  EXPECT_NEAR(n["ttft_ms"]["mean"].get<double>(), 1976.6, 0.05);
+  EXPECT_NEAR(h["ttft_ms"]["mean"].get<double>(), 1120.2, 0.05);
+  EXPECT_NEAR(d["ttft_ms"]["mean"].get<double>(), 896.2, 0.05);
+  EXPECT_NEAR(n["ttft_ms"]["p50"].get<double>(), 462.0, 0.05);
+  EXPECT_NEAR(h["ttft_ms"]["p50"].get<double>(), 80.4, 0.05);
+  EXPECT_NEAR(d["ttft_ms"]["p50"].get<double>(), 63.0, 0.05);
+  EXPECT_NEAR(n["goodput"]["slo_attainment"].get<double>(), 0.540, 0.0005);
+  EXPECT_NEAR(h["goodput"]["slo_attainment"].get<double>(), 0.654, 0.0005);
+  EXPECT_NEAR(d["goodput"]["slo_attainment"].get<double>(), 0.694, 0.0005);
+  EXPECT_NEAR(n["throughput"]["output_tokens_per_s"].get<double>(), 794.2, 0.05);
+  EXPECT_NEAR(h["throughput"]["output_tokens_per_s"].get<double>(), 808.4, 0.05);
+  EXPECT_NEAR(d["throughput"]["output_tokens_per_s"].get<double>(), 811.8, 0.05);
+  // The ordering the lesson teaches: each tier recomputes less and answers sooner.
+  EXPECT_GT(prefilled("no-offload"), prefilled("host"));
+  EXPECT_GT(prefilled("host"), 4 * prefilled("host-disk"));
+  EXPECT_LT(d["ttft_ms"]["mean"].get<double>(), h["ttft_ms"]["mean"].get<double>());
+  EXPECT_LT(h["ttft_ms"]["mean"].get<double>(), n["ttft_ms"]["mean"].get<double>());
+}
+
 }  // namespace
 }  // namespace servelab
