@@ -172,6 +172,7 @@ RunOutput run_simulation(const ExperimentConfig& config, const RunOptions& optio
   out.summary = recorder.summary();
   out.summary.skipped_trace_rows = workload->skipped_rows();
   fill_batch_slots(config, out.summary);
+  fill_overload_flag(config, out.summary);
   if (!options.write_files) return out;
 
   write_run_outputs(config, recorder, {"sim", model.name, hardware.name}, out);
