@@ -80,10 +80,10 @@ const PolicyRegistrar kQueueLength(
      {{"max_waiting",
        ParamType::kInt,
        std::int64_t{64},
-       0,
+       1,
        1e9,
        {},
-       "arrivals are shed while this many requests wait (0: shed whenever any waits)"}},
+       "arrivals are shed while this many requests wait"}},
      [](const PolicySpec& spec, PolicyTarget& t) {
        t.scheduler->admission =
            std::make_shared<const QueueLengthAdmission>(spec.get_int("max_waiting"));
