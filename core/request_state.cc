@@ -18,6 +18,8 @@ const char* to_string(RequestStatus s) {
       return "rejected";
     case RequestStatus::kAborted:
       return "aborted";
+    case RequestStatus::kShed:
+      return "shed";
   }
   return "unknown";
 }

@@ -26,6 +26,7 @@ enum class RequestStatus : std::uint8_t {
   kFinished,   // produced all its tokens
   kRejected,   // never admitted: too long, or could never fit (finish_reason says why)
   kAborted,    // admitted but given up (e.g. preemption cap); finish_reason says why
+  kShed,       // refused at arrival by the admission policy (overload); finish_reason says why
 };
 
 const char* to_string(RequestStatus s);
@@ -81,6 +82,9 @@ class Request {
   std::int32_t num_cached_tokens = -1;  // prefix hit at first admission (-1: not admitted yet)
   std::int32_t num_preemptions = 0;
   std::int64_t num_recomputed_tokens = 0;  // tokens computed again after a preemption
+  // The max_output_tokens the request asked for when a length cap (core/length_cap.h) lowered
+  // spec.max_output_tokens at arrival; 0 when it was not capped.
+  std::int32_t capped_from_tokens = 0;
 
  private:
   // Scheduler's.
@@ -101,6 +105,9 @@ class Request {
   // disaggregation, Scheduler::add_prefilled_request); they count as computed at the first
   // admission and are forgotten then (a preemption by recompute recomputes them here).
   std::int32_t external_tokens_ = 0;
+  // Scheduler's: what this request adds to the waiting queue's token count while it is queued
+  // (AdmissionLoad::waiting_tokens), as counted when it was queued.
+  std::int64_t queued_tokens_ = 0;
 
  public:
   TimeNs first_token_ns = -1;

@@ -8,6 +8,7 @@
 #include <tuple>
 #include <utility>
 
+#include "core/length_cap.h"
 #include "core/vllm_batch_formation.h"
 
 namespace servelab {
@@ -160,9 +161,10 @@ void Scheduler::add_request(RequestSpec spec, TimeNs now) {
   auto* r = new Request(std::move(spec));
   std::string reason = rejection_reason(*r);
   if (reason.empty()) {
+    if ((config_.admission || config_.length_cap) && apply_overload_control(*r, now)) return;
     // One allocation for the request's life instead of regrowth during decode.
     r->output_tokens.reserve(static_cast<std::size_t>(r->spec.max_output_tokens));
-    waiting_->push_back(r);
+    queue_back(*r);
     return;
   }
   r->status = RequestStatus::kRejected;
@@ -171,6 +173,48 @@ void Scheduler::add_request(RequestSpec spec, TimeNs now) {
   ++counters_.num_rejected;
   if (observer_ != nullptr) observer_->on_reject(*r, now);
   delete r;
+}
+
+void Scheduler::queue_back(Request& r) {
+  r.queued_tokens_ = r.num_tokens() - r.external_tokens_;
+  waiting_tokens_ += r.queued_tokens_;
+  waiting_->push_back(&r);
+}
+
+void Scheduler::queue_front(Request& r) {
+  r.queued_tokens_ = r.num_tokens() - r.external_tokens_;
+  waiting_tokens_ += r.queued_tokens_;
+  waiting_->push_front(&r);
+}
+
+void Scheduler::unqueue(Request& r) {
+  waiting_tokens_ -= r.queued_tokens_;
+  r.queued_tokens_ = 0;
+}
+
+bool Scheduler::apply_overload_control(Request& r, TimeNs now) {
+  const AdmissionLoad load = admission_load(now);
+  if (config_.admission) {
+    std::string reason = config_.admission->shed_reason(r.spec, load);
+    if (!reason.empty()) {
+      r.status = RequestStatus::kShed;
+      r.finish_reason = std::move(reason);
+      r.finish_ns = now;
+      ++counters_.num_shed;
+      if (observer_ != nullptr) observer_->on_reject(r, now);
+      delete &r;
+      return true;
+    }
+  }
+  if (config_.length_cap) {
+    const std::int32_t cap = config_.length_cap->cap(r.spec, load);
+    if (cap >= 1 && cap < r.spec.max_output_tokens) {
+      r.capped_from_tokens = r.spec.max_output_tokens;
+      r.spec.max_output_tokens = cap;
+      ++counters_.num_capped;
+    }
+  }
+  return false;
 }
 
 void Scheduler::add_prefilled_request(RequestSpec spec, const PrefilledState& state, TimeNs now) {
@@ -190,7 +234,7 @@ void Scheduler::add_prefilled_request(RequestSpec spec, const PrefilledState& st
     r->output_tokens.reserve(static_cast<std::size_t>(r->spec.max_output_tokens));
     r->output_tokens.push_back(0);  // the first token, sampled on the prefill replica
     r->external_tokens_ = r->spec.prompt_len;
-    waiting_->push_back(r);
+    queue_back(*r);
     return;
   }
   r->status = RequestStatus::kRejected;
@@ -267,7 +311,7 @@ void Scheduler::preempt(Request& victim, TimeNs now) {
     kv_.free(victim);
     victim.status = RequestStatus::kPreempted;
     victim.num_computed_tokens = 0;
-    if (!give_up) waiting_->push_front(&victim);
+    if (!give_up) queue_front(victim);
   }
   plan_.preempted.push_back(victim.id());
   if (observer_ != nullptr) observer_->on_preempt(victim, now);
@@ -323,7 +367,7 @@ void Scheduler::abort_sequence(Request& r, TimeNs now, const std::string& reason
       swapped_.erase(std::find(swapped_.begin(), swapped_.end(), &r));
       break;
     default:  // kWaiting, kPreempted
-      waiting_->erase(&r);
+      if (waiting_->erase(&r)) unqueue(r);
       break;
   }
   kv_.free(r);
@@ -362,6 +406,7 @@ Scheduler::Room Scheduler::make_room(std::size_t i, std::int32_t n, std::int32_t
 
 void Scheduler::admit_front(Request& r, const PrefixHit& hit) {
   waiting_->pop_front();
+  unqueue(r);
   running_.push_back(&r);
   ++admitted_in_step_;
   if (r.will_fork()) fork_seats_ += static_cast<std::size_t>(r.spec.n - 1);
@@ -376,6 +421,7 @@ const StepPlan& Scheduler::schedule(TimeNs now) {
   plan_.clear();
   plan_requests_.clear();
   plan_.step_index = next_step_++;
+  plan_start_ns_ = now;
   plan_.totals.valid = true;  // kept by add_entry and unschedule
   admitted_in_step_ = 0;
   batch_->fill(*this, now, /*admit=*/true);
@@ -488,11 +534,13 @@ void Scheduler::finish(Request& r, TimeNs now) {
   } else if (r.status != RequestStatus::kRunning) {
     // Only a request preempted after this plan was formed can get here; in the synchronous
     // loop that never happens, but the token still counts (vLLM test_preempt_during_execution).
-    waiting_->erase(&r);
+    if (waiting_->erase(&r)) unqueue(r);
   }
   r.status = RequestStatus::kFinished;
   r.finish_ns = now;
-  r.finish_reason = "length";
+  r.finish_reason = r.capped_from_tokens > 0
+                        ? "length (capped from " + std::to_string(r.capped_from_tokens) + ")"
+                        : "length";
   kv_.free(r);
   if (r.group != nullptr) {
     sample_done(r, now);
@@ -503,6 +551,13 @@ void Scheduler::finish(Request& r, TimeNs now) {
 }
 
 void Scheduler::complete(const StepResult& result, TimeNs now) {
+  if (plan_.num_prefill_tokens > 0 && now > plan_start_ns_) {
+    // The newest step weighs 1/4 (AdmissionLoad::prefill_tokens_per_s).
+    const double rate = static_cast<double>(plan_.num_prefill_tokens) /
+                        (static_cast<double>(now - plan_start_ns_) * 1e-9);
+    prefill_tokens_per_s_ =
+        prefill_tokens_per_s_ > 0 ? 0.75 * prefill_tokens_per_s_ + 0.25 * rate : rate;
+  }
   if (plan_.num_steps > 1) {
     complete_round(result, now);
     return;

@@ -39,6 +39,11 @@
 // fit stops the pass (head-of-line). While any request remains swapped nobody is admitted from
 // the waiting queue (vLLM v0: swapped requests go before new prefills). So a request is never
 // swapped in and out in the same step, and no step both swaps in and swaps out.
+// Overload control (config.admission, config.length_cap; core/admission_policy.h,
+// core/length_cap.h): an arrival that passes the rejection checks below is shown to the admission
+// policy, which may shed it (kShed: reported through on_reject, counted in num_shed, never
+// queued), then to the length cap, which may lower its max_output_tokens (counted in num_capped).
+// Both see the load as admission_load() describes it. Prefilled requests skip both.
 // Requests whose prompt + output exceed max_model_len, or that could never fit in the whole
 // cache, are rejected at arrival (counted, never scheduled). So are empty prompts, requests for
 // no output, and whatever the batch formation says it could never schedule
@@ -87,6 +92,7 @@
 #include <string>
 #include <vector>
 
+#include "core/admission_policy.h"
 #include "core/batch_formation.h"
 #include "core/kv_cache_manager.h"
 #include "core/preemption_mode.h"
@@ -105,6 +111,8 @@ struct SchedulerCounters {
   std::int64_t num_aborted = 0;
   std::int64_t num_preemptions = 0;
   std::int64_t num_recomputed_tokens = 0;
+  std::int64_t num_shed = 0;    // refused at arrival by the admission policy (kShed)
+  std::int64_t num_capped = 0;  // admitted with max_output_tokens lowered by the length cap
 };
 
 class Scheduler {
@@ -187,6 +195,11 @@ class Scheduler {
   std::vector<Request*> waiting() const { return waiting_->snapshot(); }
   const WaitingQueue& waiting_queue() const { return *waiting_; }
   const SchedulerCounters& counters() const { return counters_; }
+  // The load an arrival at `now` would see (core/admission_policy.h): O(1).
+  AdmissionLoad admission_load(TimeNs now) const {
+    return {now, static_cast<std::int64_t>(waiting_->size()),
+            static_cast<std::int64_t>(running_.size()), waiting_tokens_, prefill_tokens_per_s_};
+  }
   const SchedulerConfig& config() const { return config_; }
   KvCacheManager& kv() { return kv_; }
   const KvCacheManager& kv() const { return kv_; }
@@ -374,6 +387,17 @@ class Scheduler {
   SchedulerCounters counters_;
   std::size_t fork_seats_ = 0;  // seats reserved for the samples of running unforked requests
   std::vector<std::shared_ptr<SampleGroup>> done_groups_;  // reported, awaiting deletion
+  // Overload control's view of the load (admission_load()): the waiting queue's tokens, kept as
+  // requests enter and leave it (queue_back, queue_front, unqueue), and the prefill-throughput
+  // mean, updated by complete() from the step's duration since plan_start_ns_.
+  std::int64_t waiting_tokens_ = 0;
+  double prefill_tokens_per_s_ = 0;
+  TimeNs plan_start_ns_ = 0;
+  void queue_back(Request& r);
+  void queue_front(Request& r);
+  void unqueue(Request& r);  // r just left the waiting queue (popped or erased)
+  // Sheds or caps a new arrival (see the file comment); true when it was shed (and deleted).
+  bool apply_overload_control(Request& r, TimeNs now);
 };
 
 // add_to_plan and add_entry run once per scheduled request per step, called from every batch

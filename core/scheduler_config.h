@@ -9,7 +9,9 @@
 
 namespace servelab {
 
+class AdmissionPolicy;
 class BatchFormation;
+class LengthCap;
 class PreemptionMode;
 class VictimRule;
 class WaitingQueue;
@@ -47,6 +49,10 @@ struct SchedulerConfig {
   std::function<bool(const Request&)> prefer_swap;
   // Builds the waiting queue (a queue-order plugin). Empty: FCFS.
   std::function<std::unique_ptr<WaitingQueue>()> make_waiting_queue;
+  // Overload control (core/admission_policy.h, core/length_cap.h): which arrivals are shed, and
+  // whose max_output_tokens is lowered. Null: every request is admitted as asked (the default).
+  std::shared_ptr<const AdmissionPolicy> admission;
+  std::shared_ptr<const LengthCap> length_cap;
 };
 
 }  // namespace servelab

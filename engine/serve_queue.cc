@@ -11,10 +11,11 @@ void RequestChannel::admitted() {
   cv_.notify_all();
 }
 
-void RequestChannel::rejected(const std::string& reason) {
+void RequestChannel::rejected(const std::string& reason, bool shed) {
   std::lock_guard lock(mu_);
   state_ = State::kRejected;
   reason_ = reason;
+  shed_ = shed;
   cv_.notify_all();
 }
 

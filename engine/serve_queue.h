@@ -37,7 +37,8 @@ class RequestChannel {
 
   // Loop side.
   void admitted();
-  void rejected(const std::string& reason);
+  // `shed`: refused by the admission policy (overload; the handler answers 429), not invalid.
+  void rejected(const std::string& reason, bool shed = false);
   void token(std::int32_t value);
   void finished(RequestStatus status, const std::string& reason);
 
@@ -45,13 +46,19 @@ class RequestChannel {
   State wait_admission(std::chrono::milliseconds timeout);
   // Waits up to `timeout` for tokens or an end, then takes the tokens that arrived.
   Update take(std::chrono::milliseconds timeout);
+  // Whether the rejection was a shed (see rejected()).
+  bool shed() const {
+    std::lock_guard lock(mu_);
+    return shed_;
+  }
 
  private:
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable cv_;
   std::vector<std::int32_t> tokens_;
   State state_ = State::kPending;
   std::string reason_;
+  bool shed_ = false;
 };
 
 class ServeQueue : public WorkSource {

@@ -34,7 +34,9 @@ class ServeObserver : public SchedulerObserver {
  public:
   ServeObserver(ServeQueue& queue, ServeMetrics& metrics) : queue_(queue), metrics_(metrics) {}
   void on_reject(const Request& req, TimeNs /*now*/) override {
-    if (RequestChannel* ch = queue_.channel(req.id())) ch->rejected(req.finish_reason);
+    if (RequestChannel* ch = queue_.channel(req.id())) {
+      ch->rejected(req.finish_reason, req.status == RequestStatus::kShed);
+    }
     queue_.done(req.id());
   }
   void on_step_tokens(std::span<const Request* const> requests,
@@ -273,6 +275,11 @@ class Server {
     }
     if (state == RequestChannel::State::kRejected) {
       const RequestChannel::Update u = ex->channel->take(std::chrono::milliseconds(0));
+      if (ex->channel->shed()) {  // the experiment's admission policy (policies.admission)
+        send_error(res, ApiError(429, "the server is overloaded: " + u.reason + "; retry later",
+                                 "server_overloaded", "", "too_many_requests"));
+        return;
+      }
       send_error(res, ApiError(400, "the engine refused the request: " + u.reason,
                                "invalid_request_error", chat ? "messages" : "prompt"));
       return;

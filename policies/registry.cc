@@ -29,6 +29,10 @@ const char* to_string(PolicyKind kind) {
       return "victim";
     case PolicyKind::kRouter:
       return "router";
+    case PolicyKind::kAdmission:
+      return "admission";
+    case PolicyKind::kLengthCap:
+      return "length_cap";
   }
   return "?";
 }
@@ -342,7 +346,8 @@ std::string format_catalogue() {
   // The routers are chosen in `cluster.router` (docs/experiments.md), listed after the rest.
   constexpr PolicyKind kListed[] = {PolicyKind::kBatch,      PolicyKind::kQueue,
                                     PolicyKind::kPreemption, PolicyKind::kPrefixCache,
-                                    PolicyKind::kAllocation, PolicyKind::kRouter};
+                                    PolicyKind::kAllocation, PolicyKind::kAdmission,
+                                    PolicyKind::kLengthCap,  PolicyKind::kRouter};
   for (PolicyKind kind : kListed) {
     out += "\n";
     out += to_string(kind);

@@ -50,13 +50,16 @@ enum class PolicyKind : std::uint8_t {
   kPrefixCache,
   kAllocation,
   kVictim,
-  kRouter,  // `cluster.router` (core/router.h); not a `policies:` key either
+  kRouter,     // `cluster.router` (core/router.h); not a `policies:` key either
+  kAdmission,  // overload control: which arrivals are shed (core/admission_policy.h)
+  kLengthCap,  // overload control: max_output_tokens lowered under load (core/length_cap.h)
 };
-inline constexpr PolicyKind kAllPolicyKinds[] = {PolicyKind::kBatch, PolicyKind::kQueue,
+inline constexpr PolicyKind kAllPolicyKinds[] = {PolicyKind::kBatch,      PolicyKind::kQueue,
                                                  PolicyKind::kPreemption, PolicyKind::kPrefixCache,
-                                                 PolicyKind::kAllocation};
-// The YAML key of a kind ("batch", "queue", "preemption", "prefix_cache", "allocation"; "victim",
-// "router").
+                                                 PolicyKind::kAllocation, PolicyKind::kAdmission,
+                                                 PolicyKind::kLengthCap};
+// The YAML key of a kind ("batch", "queue", "preemption", "prefix_cache", "allocation",
+// "admission", "length_cap"; "victim", "router").
 const char* to_string(PolicyKind kind);
 
 enum class ParamType : std::uint8_t { kInt, kDouble, kBool, kString };
@@ -95,7 +98,8 @@ struct PolicyTarget {
 // preemption: scheduler->preemption, max_preemptions and, through the victim rule's factory,
 // scheduler->victim; victim: scheduler->victim; prefix_cache: scheduler->enable_prefix_caching
 // and kv_cache->prefix_cache (the PrefixCache factory); allocation: kv_cache's allocation mode;
-// router: *router, a maker that builds one Router per routing stage).
+// router: *router, a maker that builds one Router per routing stage; admission:
+// scheduler->admission; length_cap: scheduler->length_cap).
 // May throw std::invalid_argument for values the plugin's constructor refuses.
 using PolicyFactory = std::function<void(const PolicySpec& spec, PolicyTarget& target)>;
 

@@ -51,7 +51,8 @@ void parse_serving(const ConfigNode& s, ExperimentConfig& c) {
 }
 
 void parse_policies(const ConfigNode& p, ExperimentConfig& c) {
-  p.allow_keys({"batch", "queue", "preemption", "prefix_cache", "allocation"});
+  p.allow_keys(
+      {"batch", "queue", "preemption", "prefix_cache", "allocation", "admission", "length_cap"});
   // Each value is a plugin name or {name: ..., parameters}; the registry checks both.
   const std::pair<PolicyKind, PolicySpec*> kinds[] = {
       {PolicyKind::kBatch, &c.policies.batch},
@@ -59,6 +60,8 @@ void parse_policies(const ConfigNode& p, ExperimentConfig& c) {
       {PolicyKind::kPreemption, &c.policies.preemption},
       {PolicyKind::kPrefixCache, &c.policies.prefix_cache},
       {PolicyKind::kAllocation, &c.policies.allocation},
+      {PolicyKind::kAdmission, &c.policies.admission},
+      {PolicyKind::kLengthCap, &c.policies.length_cap},
   };
   for (const auto& [kind, spec] : kinds) {
     if (auto v = p.find(to_string(kind))) *spec = parse_policy_spec(kind, *v);
@@ -510,6 +513,8 @@ std::string resolved_config_yaml(const ExperimentConfig& c,
   emit_policy(e, "preemption", c.policies.preemption);
   emit_policy(e, "prefix_cache", c.policies.prefix_cache);
   emit_policy(e, "allocation", c.policies.allocation);
+  if (c.policies.admission.name != "admit-all") emit_policy(e, "admission", c.policies.admission);
+  if (c.policies.length_cap.name != "off") emit_policy(e, "length_cap", c.policies.length_cap);
   e << YAML::EndMap;
   e << YAML::Key << "workload" << YAML::Value << without_override_marks(c.root["workload"]);
   e << YAML::Key << "slo" << YAML::Value << YAML::BeginMap;

@@ -6,7 +6,8 @@
 //   serving                        block size, budgets, max_model_len, memory and swap sizing,
 //                                  multi-step scheduling, the front end's cost
 //   policies                       plugins (with parameters) for batch formation, queue order,
-//                                  preemption, prefix caching and allocation
+//                                  preemption, prefix caching, allocation and overload control
+//                                  (admission, length_cap)
 //   workload                       passed to make_workload() (traces/workload.h)
 //   slo                            latency objectives for goodput
 //   outputs                        which files a run writes
@@ -46,6 +47,9 @@ struct PolicyChoice {
   PolicySpec preemption = default_policy_spec(PolicyKind::kPreemption, "recompute");
   PolicySpec prefix_cache = default_policy_spec(PolicyKind::kPrefixCache, "hash");
   PolicySpec allocation = default_policy_spec(PolicyKind::kAllocation, "paged");
+  // Overload control; written to config.yaml only when not the default.
+  PolicySpec admission = default_policy_spec(PolicyKind::kAdmission, "admit-all");
+  PolicySpec length_cap = default_policy_spec(PolicyKind::kLengthCap, "off");
 };
 
 struct OutputOptions {

@@ -115,6 +115,7 @@ RequestRecord Recorder::make_record(const Request& req) const {
   r.recomputed_tokens = req.num_recomputed_tokens;
   r.status = req.status;
   r.reason = req.finish_reason;
+  r.capped = req.capped_from_tokens > 0;
   return r;
 }
 
@@ -282,6 +283,11 @@ RunSummary Recorder::summary() const {
   std::vector<double> ttft, tpot, e2e, queueing;
   std::int64_t good = 0;
   for (const RequestRecord& r : records_) {
+    s.capped += r.capped ? 1 : 0;
+    if (r.status == RequestStatus::kShed) {
+      ++s.shed;
+      continue;
+    }
     if (r.status == RequestStatus::kRejected) {
       ++s.rejected;
       continue;
@@ -426,6 +432,10 @@ void write_summary_json(const std::string& path, const RunSummary& s,
                    {"rejected", s.rejected},
                    {"aborted", s.aborted},
                    {"skipped_trace_rows", s.skipped_trace_rows}};
+  if (s.report_overload) {
+    j["requests"]["shed"] = s.shed;
+    j["requests"]["capped"] = s.capped;
+  }
   j["duration_s"] = s.duration_s;
   j["num_steps"] = s.num_steps;
   j["throughput"] = {{"requests_per_s", s.requests_per_s},

@@ -59,10 +59,17 @@ struct RequestRecord {
   std::int64_t recomputed_tokens = 0;
   RequestStatus status = RequestStatus::kWaiting;
   std::string reason;
+  bool capped = false;  // a length cap lowered its max_output_tokens (core/length_cap.h)
 };
 
 struct RunSummary {
   std::int64_t num_requests = 0, completed = 0, rejected = 0, aborted = 0;
+  // Overload control: requests shed at arrival (status shed; not in completed, rejected or
+  // aborted) and requests whose max_output_tokens a length cap lowered (whatever their end).
+  // summary.json and the printed summary show them when report_overload is set (the driver sets
+  // it when the experiment chose an admission or length_cap plugin: fill_overload_flag).
+  std::int64_t shed = 0, capped = 0;
+  bool report_overload = false;
   std::int64_t skipped_trace_rows = 0;  // malformed trace rows skipped (`lenient: true`); set by
                                         // the driver, which knows the workload
   double duration_s = 0;

@@ -78,9 +78,15 @@ void fill_batch_slots(const ExperimentConfig& config, RunSummary& summary) {
   summary.slot_efficiency = summary.batch_seqs_mean / config.scheduler.max_num_seqs;
 }
 
+void fill_overload_flag(const ExperimentConfig& config, RunSummary& summary) {
+  summary.report_overload =
+      config.policies.admission.name != "admit-all" || config.policies.length_cap.name != "off";
+}
+
 void write_run_outputs(const ExperimentConfig& config, const Recorder& recorder,
                        const RunMeta& meta, RunOutput& out) {
   fill_batch_slots(config, out.summary);
+  fill_overload_flag(config, out.summary);
   if (config.outputs.steps_csv) out.files.push_back("steps.csv");
   if (config.outputs.record_schedule) out.files.push_back("schedule.csv");
   if (config.outputs.record_events && recorder.records_events()) out.files.push_back("events.csv");
@@ -114,6 +120,10 @@ void print_summary(std::FILE* f, const ExperimentConfig& config, const RunOutput
                static_cast<long long>(s.num_requests), static_cast<long long>(s.completed),
                static_cast<long long>(s.rejected));
   if (s.aborted) std::fprintf(f, ", %lld aborted", static_cast<long long>(s.aborted));
+  if (s.report_overload) {
+    std::fprintf(f, ", %lld shed, %lld capped", static_cast<long long>(s.shed),
+                 static_cast<long long>(s.capped));
+  }
   if (s.skipped_trace_rows) {
     std::fprintf(f, "; %lld malformed trace rows skipped",
                  static_cast<long long>(s.skipped_trace_rows));

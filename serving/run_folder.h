@@ -62,6 +62,9 @@ void write_run_outputs(const ExperimentConfig& config, const Recorder& recorder,
 // Sets summary.slot_efficiency from batch_seqs_mean and serving.max_num_seqs (write_run_outputs
 // calls it, so every backend's summary.json has it).
 void fill_batch_slots(const ExperimentConfig& config, RunSummary& summary);
+// Sets summary.report_overload when the experiment chose an admission or length_cap plugin
+// (write_run_outputs calls it; the shed and capped counts are then in summary.json).
+void fill_overload_flag(const ExperimentConfig& config, RunSummary& summary);
 
 // The short human summary `sim run` prints.
 void print_summary(std::FILE* out, const ExperimentConfig& config, const RunOutput& run);

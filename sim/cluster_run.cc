@@ -206,6 +206,7 @@ RunOutput run_cluster_simulation(const ExperimentConfig& config, const RunOption
   out.summary = recorder.summary();
   out.summary.skipped_trace_rows = workload->skipped_rows();
   fill_batch_slots(config, out.summary);
+  fill_overload_flag(config, out.summary);
 
   // summary.json's `cluster` object (docs/metrics.md, "Cluster runs").
   const double duration_s =

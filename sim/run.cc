@@ -217,6 +217,7 @@ RunOutput run_simulation(const ExperimentConfig& config, const RunOptions& optio
     out.summary.offload_dropped_blocks = offload->dropped_blocks();
     out.summary.offload_load_s = ns_to_s(sim_backend.tier_load_ns());
   }
+  fill_overload_flag(config, out.summary);
   if (!options.write_files) return out;
 
   write_run_outputs(config, recorder, {"sim", model.name, hardware.name}, out);

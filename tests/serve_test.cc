@@ -361,6 +361,43 @@ TEST(EngineServe, OverloadAnswers429) {
   fs::remove_all(dir);
 }
 
+// The experiment's admission policy (policies.admission) sheds with 429 too, naming the bound.
+TEST(EngineServe, ShedRequestsAnswer429) {
+  const fs::path dir = temp_dir("serve_shed");
+  ServerProcess server(dir, {"--set", "serving.max_num_seqs=1", "--set",
+                             "policies.admission={name: queue-length, max_waiting: 1}"});
+  std::vector<int> statuses(8, 0);
+  std::vector<std::string> bodies(8);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 8; ++i) {
+    threads.emplace_back([&, i] {
+      httplib::Client c = client_for(server);
+      const json body = {{"prompt", {1, 2, 3}}, {"max_tokens", 300}};
+      const httplib::Result r = c.Post("/v1/completions", body.dump(), "application/json");
+      if (r) {
+        statuses[i] = r->status;
+        bodies[i] = r->body;
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  int ok = 0, shed = 0;
+  for (int i = 0; i < 8; ++i) {
+    if (statuses[i] == 200) ++ok;
+    if (statuses[i] == 429) {
+      ++shed;
+      const json e = json::parse(bodies[i])["error"];
+      EXPECT_EQ(e["type"], "server_overloaded");
+      EXPECT_NE(e["message"].get<std::string>().find("max_waiting 1"), std::string::npos)
+          << bodies[i];
+    }
+    EXPECT_TRUE(statuses[i] == 200 || statuses[i] == 429) << statuses[i] << " " << bodies[i];
+  }
+  EXPECT_GE(ok, 1);
+  EXPECT_GE(shed, 1);
+  fs::remove_all(dir);
+}
+
 TEST(EngineServe, TwoHundredFiftySixConcurrentStreamsAndTheirMetrics) {
   const fs::path dir = temp_dir("serve_256");
   ServerProcess server(dir, {});

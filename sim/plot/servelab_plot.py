@@ -366,7 +366,7 @@ def gantt(run, out_dir, fmt, written):
     step_start = dict(zip(s["step"].astype(int).tolist(), s["start_s"].tolist()))
     step_end = {k: v + d / 1000.0 for k, v, d in zip(s["step"].astype(int).tolist(), s["start_s"].tolist(),
                                                        s["duration_ms"].tolist())}
-    reqs = [r for r in run.requests() if r["status"] != "rejected"]
+    reqs = [r for r in run.requests() if r["status"] not in ("rejected", "shed")]
     reqs.sort(key=lambda r: int(r["id"]))
     # A window of consecutive requests, around the first preempted one when there is one.
     first = next((i for i, r in enumerate(reqs) if int(r["preemptions"] or 0) > 0), 0)
