@@ -156,6 +156,7 @@ void BlockPool::get_new_blocks(std::int32_t n, std::vector<BlockId>& out) {
   }
   head_ = head;
   ring_len_ = len;
+  num_allocated_ += n;
 }
 
 void BlockPool::touch(std::span<const BlockId> blocks) {
@@ -171,7 +172,10 @@ void BlockPool::free_blocks(std::span<const BlockId> ordered) {
   for (const BlockId b : ordered) {
     if (b == kNullBlock) continue;
     if (state_[b].ref <= 0) fail("free_blocks on " + block_str(b) + " which has no reference");
-    if (--state_[b].ref == 0) push_back(b);
+    if (--state_[b].ref == 0) {
+      push_back(b);
+      ++num_freed_;
+    }
   }
 }
 

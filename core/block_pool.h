@@ -95,6 +95,11 @@ class BlockPool {
   // order (KV offload: core/kv_offload_tiers.h); null (the default) records nothing. The sink
   // must outlive the pool or be reset first.
   void set_eviction_sink(std::vector<BlockHash>* sink) { eviction_sink_ = sink; }
+  // Page churn since construction: blocks popped by get_new_blocks, and blocks whose reference
+  // count fell to 0 in free_blocks (back in the free queue). A touch of a free block (a prefix
+  // hit on a cached block nobody held) is neither.
+  std::int64_t num_allocated() const { return num_allocated_; }
+  std::int64_t num_freed() const { return num_freed_; }
 
   // Verifies every invariant above; throws std::logic_error naming the first violation.
   void check_invariants() const;
@@ -145,6 +150,8 @@ class BlockPool {
   std::int32_t num_free_hashed_ = 0;
   std::int64_t num_evictions_ = 0;
   std::vector<BlockHash>* eviction_sink_ = nullptr;
+  std::int64_t num_allocated_ = 0;
+  std::int64_t num_freed_ = 0;
 };
 
 }  // namespace servelab

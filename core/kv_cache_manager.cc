@@ -371,6 +371,7 @@ void KvCacheManager::take_blocks(std::int32_t n, std::vector<BlockId>& out) {
     // KV offload: what the pool evicted moves to the tiers instead of being lost (stored as it
     // is evicted; the store overlaps the step, docs/cost-model.md).
     for (const BlockHash& h : evicted_) offload_->offload(h);
+    note_offloaded(static_cast<std::int64_t>(evicted_.size()));
     evicted_.clear();
   }
 }

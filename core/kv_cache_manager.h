@@ -75,6 +75,15 @@ struct PrefixHit {
   std::vector<std::int8_t> tiers;
 };
 
+// Page churn of the device pool since the manager's construction (docs/metrics.md): each a
+// monotone count of blocks, so a step's churn is the difference of two readings.
+struct KvChurn {
+  std::int64_t allocated = 0;  // blocks taken from the free queue for new KV (BlockPool)
+  std::int64_t freed = 0;      // blocks whose last reference was dropped (back to the free queue)
+  std::int64_t evicted = 0;    // cached blocks whose content was dropped (PrefixCache)
+  std::int64_t offloaded = 0;  // evicted blocks stored in a KV offload tier (0 without one)
+};
+
 enum class KvAllocation : std::uint8_t { kPaged, kContiguous };
 
 // What a contiguous reservation covers.
@@ -267,6 +276,15 @@ class KvCacheManager {
 
   const PrefixCacheStats& stats() const { return stats_; }
 
+  // ---- Page churn: O(1) ----
+  KvChurn churn() const {
+    return {pool_.num_allocated(), pool_.num_freed(), cache_ ? cache_->num_evictions() : 0,
+            offloaded_blocks_};
+  }
+  // Counts `blocks` moved from the device to a lower memory tier (a KV offload path calls it;
+  // swap preemption is not an offload: it has its own counters). REQUIRES: blocks >= 0.
+  void note_offloaded(std::int64_t blocks) { offloaded_blocks_ += blocks; }
+
  private:
   // Extends req.block_hashes_ to (at least) every full block among its first num_tokens tokens,
   // prefetching each new hash in the cache, which a lookup or registration reads soon.
@@ -316,10 +334,11 @@ class KvCacheManager {
   bool caching_;
   KvAllocation allocation_;
   KvReserve reserve_;
-  std::int32_t block_shift_;      // log2(block_size) when it is a power of two, else -1
-  std::int64_t held_blocks_ = 0;  // sum of device table sizes
-  std::int64_t kv_tokens_ = 0;    // sum of kv_accounted_tokens over device tables
-  std::int64_t kv_blocks_ = 0;    // sum of cdiv(kv_accounted_tokens, block_size)
+  std::int32_t block_shift_;           // log2(block_size) when it is a power of two, else -1
+  std::int64_t held_blocks_ = 0;       // sum of device table sizes
+  std::int64_t kv_tokens_ = 0;         // sum of kv_accounted_tokens over device tables
+  std::int64_t offloaded_blocks_ = 0;  // note_offloaded's sum
+  std::int64_t kv_blocks_ = 0;         // sum of cdiv(kv_accounted_tokens, block_size)
   PrefixCacheStats stats_;
   std::vector<BlockId> scratch_;
   std::unique_ptr<PrefixCache> cache_;  // with caching on only

@@ -34,6 +34,8 @@ StepFeatures StepFeatures::from_plan(const StepPlan& plan) {
         .swap_out_blocks = static_cast<std::int64_t>(plan.swap_out.size()),
         .swap_in_blocks = static_cast<std::int64_t>(plan.swap_in.size()),
         .copy_blocks = static_cast<std::int64_t>(plan.copies.size()),
+        .prefill_blocks = 0,
+        .decode_blocks = 0,
     };
   }
   StepFeatures f;
@@ -50,6 +52,15 @@ StepFeatures StepFeatures::from_plan(const StepPlan& plan) {
   f.swap_in_blocks = static_cast<std::int64_t>(plan.swap_in.size());
   f.copy_blocks = static_cast<std::int64_t>(plan.copies.size());
   return f;
+}
+
+void StepFeatures::add_kv_blocks(const StepPlan& plan, std::int32_t block_size) {
+  prefill_blocks = 0;
+  decode_blocks = 0;
+  for (const ScheduledRequest& r : plan.requests) {
+    const std::int64_t blocks = (std::int64_t{r.context_len()} + block_size - 1) / block_size;
+    (r.is_prefill ? prefill_blocks : decode_blocks) += blocks;
+  }
 }
 
 }  // namespace servelab

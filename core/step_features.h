@@ -29,9 +29,18 @@ struct StepFeatures {
   std::int64_t swap_in_blocks = 0;
   std::int64_t copy_blocks = 0;  // device-to-device copy-on-write
 
+  // KV blocks attention visits, per layer (a block table entry it dereferences): for each entry,
+  // ceil(context_len() / block_size). 0 unless add_kv_blocks() filled them in: a cost model
+  // that charges no per-block time never needs the walk over the entries.
+  std::int64_t prefill_blocks = 0;
+  std::int64_t decode_blocks = 0;
+
   // From the plan's totals when it carries them (plan.totals.valid, as Scheduler plans do), else
   // one pass over the entries; no allocation.
   static StepFeatures from_plan(const StepPlan& plan);
+  // Sets prefill_blocks and decode_blocks from the plan's entries (one pass, no allocation).
+  // REQUIRES: block_size >= 1.
+  void add_kv_blocks(const StepPlan& plan, std::int32_t block_size);
 };
 
 }  // namespace servelab

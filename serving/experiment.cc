@@ -106,11 +106,13 @@ void parse_outputs(const ConfigNode& o, ExperimentConfig& c) {
   c.outputs.record_blocks = o.get_bool("record_blocks", c.outputs.record_blocks);
 }
 
-// cost_model: {type: roofline, step_overhead_us, sequence_overhead_us} or {type: calibrated,
+// cost_model: {type: roofline, step_overhead_us, sequence_overhead_us, block_indirection_ns} or
+// {type: calibrated,
 // file: cost.yaml}; a file alone means calibrated. A relative file is looked for in the working
 // directory, then beside the experiment, then in the source tree.
 void parse_cost_model(const ConfigNode& n, ExperimentConfig& c) {
-  n.allow_keys({"type", "file", "step_overhead_us", "sequence_overhead_us"});
+  n.allow_keys(
+      {"type", "file", "step_overhead_us", "sequence_overhead_us", "block_indirection_ns"});
   CostModelChoice& cm = c.cost_model;
   cm.type = n.has("type")   ? n.at("type").as_choice({"roofline", "calibrated"})
             : n.has("file") ? "calibrated"
@@ -124,11 +126,14 @@ void parse_cost_model(const ConfigNode& n, ExperimentConfig& c) {
     if (n.has("sequence_overhead_us")) {
       cm.sequence_overhead_us = n.get_double("sequence_overhead_us", 0.0, 1e6 - 1);
     }
+    if (n.has("block_indirection_ns")) {
+      cm.block_indirection_ns = n.get_double("block_indirection_ns", 0.0, 1e6 - 1);
+    }
     return;
   }
-  for (const char* key : {"step_overhead_us", "sequence_overhead_us"}) {
+  for (const char* key : {"step_overhead_us", "sequence_overhead_us", "block_indirection_ns"}) {
     if (n.has(key)) {
-      n.at(key).fail_message(std::string("a calibrated cost model fits its own host time; ") + key +
+      n.at(key).fail_message(std::string("a calibrated cost model fits its own step time; ") + key +
                              " is a roofline key");
     }
   }
@@ -534,7 +539,8 @@ std::string resolved_config_yaml(const ExperimentConfig& c,
     e << YAML::Key << "type" << YAML::Value << c.cost_model.type;
     e << YAML::Key << "file" << YAML::Value << c.cost_model.file;
     e << YAML::EndMap;
-  } else if (c.cost_model.step_overhead_us || c.cost_model.sequence_overhead_us) {
+  } else if (c.cost_model.step_overhead_us || c.cost_model.sequence_overhead_us ||
+             c.cost_model.block_indirection_ns) {
     e << YAML::Key << "cost_model" << YAML::Value << YAML::BeginMap;
     e << YAML::Key << "type" << YAML::Value << "roofline";
     if (c.cost_model.step_overhead_us) {
@@ -542,6 +548,9 @@ std::string resolved_config_yaml(const ExperimentConfig& c,
     }
     if (c.cost_model.sequence_overhead_us) {
       e << YAML::Key << "sequence_overhead_us" << YAML::Value << *c.cost_model.sequence_overhead_us;
+    }
+    if (c.cost_model.block_indirection_ns) {
+      e << YAML::Key << "block_indirection_ns" << YAML::Value << *c.cost_model.block_indirection_ns;
     }
     e << YAML::EndMap;
   }

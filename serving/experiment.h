@@ -71,10 +71,15 @@ struct CostModelChoice {
   // version, CPU) more than to the GPU, so a replay of a given deployment states it here.
   std::optional<double> step_overhead_us;
   std::optional<double> sequence_overhead_us;
-  // `hw` with the host times above applied (unchanged when neither is set).
+  // Roofline only: attention's time per KV block visited per layer, in ns (block_indirection_s
+  // of serving/hardware_config.h), replacing the hardware entry's value when set. A property of
+  // the attention kernel (software) as much as of the GPU.
+  std::optional<double> block_indirection_ns;
+  // `hw` with the host times and block indirection above applied (unchanged when none is set).
   HardwareConfig with_host_time(HardwareConfig hw) const {
     if (step_overhead_us) hw.step_overhead_s = *step_overhead_us * 1e-6;
     if (sequence_overhead_us) hw.sequence_overhead_s = *sequence_overhead_us * 1e-6;
+    if (block_indirection_ns) hw.block_indirection_s = *block_indirection_ns * 1e-9;
     return hw;
   }
 };

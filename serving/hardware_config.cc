@@ -102,13 +102,15 @@ void HardwareConfig::validate() const {
   check(step_overhead_s >= 0 && step_overhead_s < 10, "step_overhead_s", "must be in [0, 10)");
   check(sequence_overhead_s >= 0 && sequence_overhead_s < 1, "sequence_overhead_s",
         "must be in [0, 1)");
+  check(block_indirection_s >= 0 && block_indirection_s < 1e-3, "block_indirection_s",
+        "must be in [0, 1 ms)");
 }
 
 HardwareConfig parse_hardware(const ConfigNode& node, const std::string& default_name) {
   node.allow_keys({"name", "description", "peak_tflops", "peak_tflops_fp32", "hbm_bandwidth_gbps",
                    "memory_gib", "host_link_gbps", "tensor_parallel", "efficiency", "kernel_min_us",
-                   "step_overhead_us", "sequence_overhead_us", "fitted", "interconnect",
-                   "nvme_read_gbps"});
+                   "step_overhead_us", "sequence_overhead_us", "block_indirection_ns", "fitted",
+                   "interconnect", "nvme_read_gbps"});
   HardwareConfig hw;
   hw.name = node.get_string("name", default_name);
   hw.source = node.file();
@@ -155,6 +157,7 @@ HardwareConfig parse_hardware(const ConfigNode& node, const std::string& default
   hw.step_overhead_s =
       node.get_double("step_overhead_us", hw.step_overhead_s * 1e6, 0.0, 1e7 - 1) * 1e-6;
   hw.sequence_overhead_s = node.get_double("sequence_overhead_us", 0.0, 0.0, 1e6 - 1) * 1e-6;
+  hw.block_indirection_s = node.get_double("block_indirection_ns", 0.0, 0.0, 1e6 - 1) * 1e-9;
   return hw;
 }
 

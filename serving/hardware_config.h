@@ -59,6 +59,14 @@ struct HardwareConfig {
   double step_overhead_s = 500e-6;
   double sequence_overhead_s = 0;
 
+  // Block-table indirection of paged attention: time per KV block an attention kernel visits,
+  // per layer (looking up the block id, a gather that starts a new memory stream, the loop's
+  // per-block bookkeeping), added to prefill and decode attention. 0 (the default) charges
+  // nothing, as a kernel that stages page ids in shared memory does (FlashInfer); the vLLM
+  // paper's PagedAttention kernel is 20-26 % slower than a contiguous one, the basis of the
+  // values docs/cost-model.md ("Block-table indirection") derives.
+  double block_indirection_s = 0;
+
   // peak_flops for bf16/fp16, peak_flops_fp32 for fp32.
   double peak_flops_for(std::string_view dtype) const {
     return dtype == "fp32" ? peak_flops_fp32 : peak_flops;

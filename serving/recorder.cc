@@ -54,7 +54,8 @@ Recorder::Recorder(SloConfig slo, const std::string& steps_path, const std::stri
     std::fputs(
         "start_s,duration_ms,num_seqs,prefill_tokens,decode_tokens,kv_blocks_used,"
         "kv_blocks_free,kv_blocks_cached,kv_usage,waiting,running,preempted,swap_out_blocks,"
-        "swap_in_blocks\n",
+        "swap_in_blocks,kv_blocks_allocated,kv_blocks_freed,kv_blocks_evicted,"
+        "kv_blocks_offloaded\n",
         steps_);
   }
   if (!schedule_path.empty()) {
@@ -223,9 +224,21 @@ void Recorder::on_step(const StepPlan& plan, TimeNs start, TimeNs duration,
     const long double unused = static_cast<long double>(snap.kv_slots_held - snap.kv_slots_filled) /
                                static_cast<long double>(snap.kv_slots_held);
     fragmentation_time_ += unused * static_cast<long double>(duration);
+    unused_slots_time_ += static_cast<long double>(snap.kv_slots_held - snap.kv_slots_filled) *
+                          static_cast<long double>(duration);
   }
   swapped_out_ += static_cast<std::int64_t>(plan.swap_out.size());
   swapped_in_ += static_cast<std::int64_t>(plan.swap_in.size());
+  // Page churn since this replica's previous snapshot (since its start for the first step).
+  if (replica >= last_churn_.size()) last_churn_.resize(replica + 1);
+  KvChurn& last = last_churn_[replica];
+  const KvChurn delta{snap.churn.allocated - last.allocated, snap.churn.freed - last.freed,
+                      snap.churn.evicted - last.evicted, snap.churn.offloaded - last.offloaded};
+  last = snap.churn;
+  churn_.allocated += delta.allocated;
+  churn_.freed += delta.freed;
+  churn_.evicted += delta.evicted;
+  churn_.offloaded += delta.offloaded;
   const auto size = [](const auto& v) { return v.size(); };
   if (steps_) {
     CsvLine line;
@@ -245,6 +258,10 @@ void Recorder::on_step(const StepPlan& plan, TimeNs start, TimeNs duration,
         .add(size(plan.preempted))
         .add(size(plan.swap_out))
         .add(size(plan.swap_in))
+        .add(delta.allocated)
+        .add(delta.freed)
+        .add(delta.evicted)
+        .add(delta.offloaded)
         .end(steps_);
   }
   if (schedule_) {
@@ -349,9 +366,20 @@ RunSummary Recorder::summary() const {
     const auto busy = static_cast<long double>(busy_time_);
     s.kv_reserved_unused_blocks_mean = static_cast<double>(reserved_unused_time_ / busy);
     s.kv_internal_fragmentation_mean = static_cast<double>(fragmentation_time_ / busy);
+    s.kv_unused_slots_mean = static_cast<double>(unused_slots_time_ / busy);
+  }
+  if (num_steps_ > 0) {
+    s.step_ms_mean = static_cast<double>(busy_time_) / 1e6 / static_cast<double>(num_steps_);
   }
   s.swapped_out_blocks = swapped_out_;
   s.swapped_in_blocks = swapped_in_;
+  s.churn = churn_;
+  if (s.duration_s > 0) {
+    s.allocations_per_s = static_cast<double>(churn_.allocated) / s.duration_s;
+    s.frees_per_s = static_cast<double>(churn_.freed) / s.duration_s;
+    s.evictions_per_s = static_cast<double>(churn_.evicted) / s.duration_s;
+    s.offloads_per_s = static_cast<double>(churn_.offloaded) / s.duration_s;
+  }
   s.batch_seqs_mean =
       num_steps_ > 0 ? static_cast<double>(scheduled_seqs_) / static_cast<double>(num_steps_) : 0.0;
   return s;
@@ -472,8 +500,17 @@ void write_summary_json(const std::string& path, const RunSummary& s,
                    {"swapped_in_blocks", s.swapped_in_blocks},
                    {"reserved_unused_blocks_mean", s.kv_reserved_unused_blocks_mean},
                    {"internal_fragmentation_mean", s.kv_internal_fragmentation_mean},
+                   {"unused_slots_mean", s.kv_unused_slots_mean},
                    {"cow_copies", s.cow_copies},
-                   {"blocks_saved_by_sharing", s.blocks_saved_by_sharing}};
+                   {"blocks_saved_by_sharing", s.blocks_saved_by_sharing},
+                   {"allocated_blocks", s.churn.allocated},
+                   {"freed_blocks", s.churn.freed},
+                   {"evicted_blocks", s.churn.evicted},
+                   {"offloaded_blocks", s.churn.offloaded},
+                   {"allocations_per_s", s.allocations_per_s},
+                   {"frees_per_s", s.frees_per_s},
+                   {"evictions_per_s", s.evictions_per_s},
+                   {"offloads_per_s", s.offloads_per_s}};
   j["batch"] = {{"seqs_mean", s.batch_seqs_mean}, {"slot_efficiency", s.slot_efficiency}};
   if (!s.offload_tiers.empty()) {
     nlohmann::ordered_json o;

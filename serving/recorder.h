@@ -42,13 +42,17 @@ struct StepSnapshot {
   std::int64_t kv_slots_held = 0;
   std::int64_t kv_slots_filled = 0;
   std::int64_t kv_blocks_reserved_unused = 0;
+  // The manager's page churn so far (KvCacheManager::churn); the recorder writes each step's
+  // difference from the replica's previous snapshot.
+  KvChurn churn;
 };
 
-// Copies the manager's O(1) slot counters into the snapshot.
+// Copies the manager's O(1) slot and churn counters into the snapshot.
 inline void fill_kv_slot_stats(const KvCacheManager& kv, StepSnapshot& s) {
   s.kv_slots_held = kv.num_held_slots();
   s.kv_slots_filled = kv.num_kv_slots();
   s.kv_blocks_reserved_unused = kv.num_reserved_unused_blocks();
+  s.churn = kv.churn();
 }
 
 struct RequestRecord {
@@ -88,6 +92,11 @@ struct RunSummary {
   // Time-weighted over steps: held blocks holding no KV, and the fraction of held token slots
   // not holding computed KV (0 in a step that holds none).
   double kv_reserved_unused_blocks_mean = 0, kv_internal_fragmentation_mean = 0;
+  // Time-weighted over steps: held token slots not holding computed KV, in tokens (the
+  // fragmentation above as an amount: what a larger block size wastes).
+  double kv_unused_slots_mean = 0;
+  // Mean duration of an executed step (a multi-step round counts once), ms.
+  double step_ms_mean = 0;
   // Mean over steps of the requests scheduled in a step, and that mean over the batch slots
   // (serving.max_num_seqs; filled in by the driver, which knows it: 0 when unknown).
   double batch_seqs_mean = 0, slot_efficiency = 0;
@@ -105,6 +114,10 @@ struct RunSummary {
   std::vector<OffloadTier> offload_tiers;
   std::int64_t offload_dropped_blocks = 0;
   double offload_load_s = 0;
+  // Page churn: blocks over the run (the sums of steps.csv's columns) and per second of
+  // duration_s.
+  KvChurn churn;
+  double allocations_per_s = 0, frees_per_s = 0, evictions_per_s = 0, offloads_per_s = 0;
 };
 
 class Recorder : public SchedulerObserver {
@@ -195,7 +208,10 @@ class Recorder : public SchedulerObserver {
   double usage_max_ = 0;
   long double reserved_unused_time_ = 0;  // sum of reserved-unused blocks * duration
   long double fragmentation_time_ = 0;    // sum of unused-slot fraction * duration
+  long double unused_slots_time_ = 0;     // sum of unused slots * duration
   std::int64_t swapped_out_ = 0, swapped_in_ = 0;
+  KvChurn churn_;                    // sums of the per-step differences
+  std::vector<KvChurn> last_churn_;  // each replica's previous snapshot
   TimeNs first_arrival_ = 0, end_ = 0;
   PrefixCacheStats prefix_;
   bool finalized_ = false;

@@ -58,6 +58,7 @@ RooflineCostModel::RooflineCostModel(ModelConfig model, HardwareConfig hardware,
   s_per_attention_flop_ = 1.0 / (peak * hw.attention_flops_efficiency);
   s_per_hbm_byte_ = 1.0 / (hw.hbm_bandwidth * hw.memory_bandwidth_efficiency);
   s_per_host_byte_ = 1.0 / (hw.host_link_bandwidth * hw.host_link_efficiency);
+  s_per_block_ = hw.block_indirection_s * layers;
 
   const double linear = static_cast<double>(m.linear_params_per_layer());
   gemm_flops_per_token_ = 2.0 * linear * layers;
@@ -189,6 +190,8 @@ StepCostBreakdown RooflineCostModel::parallel_breakdown(const StepFeatures& f) c
   one_f.decode_pairs = part(f.decode_pairs);
   one_f.decode_context_tokens = part(f.decode_context_tokens);
   one_f.num_sampled = part(f.num_sampled);
+  one_f.prefill_blocks = part(f.prefill_blocks);
+  one_f.decode_blocks = part(f.decode_blocks);
   // One micro-batch through all layers of one GPU's shard.
   const StepCostBreakdown one = shard_breakdown(one_f);
   const ModelConfig& m = shard_;
@@ -267,6 +270,12 @@ StepCostBreakdown RooflineCostModel::shard_breakdown(const StepFeatures& f) cons
   };
   b.prefill_attention = attention(f.prefill_tokens, f.prefill_pairs, f.prefill_context_tokens);
   b.decode_attention = attention(f.decode_tokens, f.decode_pairs, f.decode_context_tokens);
+  // Block-table indirection: a latency per KV block visited per layer, on top of the roofline
+  // (the lookups and gathers stall the kernel; they add no FLOPs or bytes worth counting).
+  if (s_per_block_ > 0) {
+    b.prefill_attention += static_cast<double>(f.prefill_blocks) * s_per_block_;
+    b.decode_attention += static_cast<double>(f.decode_blocks) * s_per_block_;
+  }
   if (f.num_sampled > 0) {
     const double s = static_cast<double>(f.num_sampled);
     const double flops = lm_head_flops_per_seq_ * s;
@@ -291,7 +300,9 @@ StepCostBreakdown RooflineCostModel::shard_breakdown(const StepFeatures& f) cons
 }
 
 StepCostBreakdown RooflineCostModel::breakdown(const StepPlan& plan) const {
-  return breakdown(StepFeatures::from_plan(plan));
+  StepFeatures f = StepFeatures::from_plan(plan);
+  if (s_per_block_ > 0) f.add_kv_blocks(plan, block_size_);
+  return breakdown(f);
 }
 
 TimeNs RooflineCostModel::step_time(const StepPlan& plan) const {

@@ -5,6 +5,8 @@
 // elementwise launches (two fused residual-add + RMSNorm, RoPE, SiLU-mul, and the embedding
 // gather) by OperatorTime::elementwise; attention is
 //   max(FLOPs / (peak_flops * attention_efficiency), bytes / (hbm_bandwidth * memory_efficiency));
+// plus, when hardware.block_indirection_s > 0, that time per KV block each entry's attention
+// visits per layer (ceil(context / block_size) blocks: smaller blocks, more lookups);
 // the step adds swap (bytes over the host link), copy-on-write copies (bytes over HBM) and host
 // time (a fixed part per step and a part per sampled sequence). Every formula, with a worked
 // example, is in docs/cost-model.md.
@@ -50,7 +52,9 @@ class RooflineCostModel final : public CostModel {
   TimeNs swap_time(std::int64_t num_blocks) const override;
   std::string_view name() const override { return "roofline"; }
 
-  // Seconds per operator; step_time(plan) == seconds_to_ns(breakdown(plan).total()).
+  // Seconds per operator; step_time(plan) == seconds_to_ns(breakdown(plan).total()). The
+  // features overload charges block indirection for features.prefill_blocks / decode_blocks
+  // (StepFeatures::add_kv_blocks; the plan overload fills them when the charge is nonzero).
   StepCostBreakdown breakdown(const StepPlan& plan) const;
   StepCostBreakdown breakdown(const StepFeatures& features) const;
 
@@ -104,6 +108,8 @@ class RooflineCostModel final : public CostModel {
   double s_per_attention_flop_;
   double s_per_hbm_byte_;
   double s_per_host_byte_;
+  // Block-table indirection per KV block visited, all layers of the shard (0: not charged).
+  double s_per_block_;
 
   // Work per unit, folded from the model's shape.
   double gemm_flops_per_token_;         // 2 * linear params * layers

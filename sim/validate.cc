@@ -188,11 +188,15 @@ ReplayModel replay_model(const YAML::Node& sim_config, const std::string& sim_co
   const std::string model = (model_map ? model_node["name"] : model_node).as<std::string>("");
   const std::string hardware = sim_config["hardware"].as<std::string>("");
   HardwareConfig hw = load_hardware(hardware, catalog);
-  // The serving stack's host time, when the simulated run stated it (serving/experiment.h).
+  // The serving stack's host time and block indirection, when the simulated run stated them
+  // (serving/experiment.h).
   if (const YAML::Node cm = sim_config["cost_model"]; cm && cm.IsMap()) {
     if (cm["step_overhead_us"]) hw.step_overhead_s = cm["step_overhead_us"].as<double>() * 1e-6;
     if (cm["sequence_overhead_us"]) {
       hw.sequence_overhead_s = cm["sequence_overhead_us"].as<double>() * 1e-6;
+    }
+    if (cm["block_indirection_ns"]) {
+      hw.block_indirection_s = cm["block_indirection_ns"].as<double>() * 1e-9;
     }
   }
   ModelConfig model_config = load_model(model, catalog);

@@ -255,6 +255,67 @@ TEST(CostModelRoofline, PrefillStepIsComputeBoundHandComputed) {
   EXPECT_EQ(c.lm_head, 0.0);
 }
 
+TEST(CostModelRoofline, BlockIndirectionChargesEveryVisitedBlockPerLayer) {
+  // 50 ns per block per layer, 10 layers: 500 ns per block visited.
+  HardwareConfig hw = easy_hardware();
+  hw.block_indirection_s = 50e-9;
+  // Two decode entries at context 100 and one 95-token prefill chunk from position 0:
+  //   block size 10: decode 2 x ceil(100/10) = 20 blocks -> 10 us; prefill ceil(95/10) = 10
+  //     blocks -> 5 us;
+  //   block size 32: decode 2 x ceil(100/32) = 8 blocks -> 4 us; prefill ceil(95/32) = 3 -> 1.5 us.
+  StepPlan plan = decode_plan(2, 100);
+  plan.requests.push_back(entry(0, 95, true, true));
+  plan.num_prefill_tokens = 95;
+  const RooflineCostModel plain(easy_model(), easy_hardware(), 10);
+  const RooflineCostModel small(easy_model(), hw, 10);
+  const RooflineCostModel large(easy_model(), hw, 32);
+  const StepCostBreakdown b0 = plain.breakdown(plan);
+  const StepCostBreakdown b10 = small.breakdown(plan);
+  const StepCostBreakdown b32 = large.breakdown(plan);
+  EXPECT_NEAR(b10.decode_attention - b0.decode_attention, 10e-6, 1e-12);
+  EXPECT_NEAR(b10.prefill_attention - b0.prefill_attention, 5e-6, 1e-12);
+  EXPECT_NEAR(b32.decode_attention - b0.decode_attention, 4e-6, 1e-12);
+  EXPECT_NEAR(b32.prefill_attention - b0.prefill_attention, 1.5e-6, 1e-12);
+  // Nothing else moves: no FLOPs or bytes are added, and the GEMMs do not see the pages.
+  EXPECT_EQ(b10.gemm, b0.gemm);
+  EXPECT_EQ(b10.flops, b0.flops);
+  EXPECT_EQ(b10.bytes, b0.bytes);
+  EXPECT_GT(small.step_time(plan), large.step_time(plan));
+  EXPECT_NEAR(static_cast<double>(small.step_time(plan) - plain.step_time(plan)), 15'000.0, 1.0);
+
+  // The features overload charges what the features say: none without add_kv_blocks.
+  StepFeatures f = StepFeatures::from_plan(plan);
+  EXPECT_EQ(f.decode_blocks, 0);
+  EXPECT_EQ(small.breakdown(f).decode_attention, b0.decode_attention);
+  f.add_kv_blocks(plan, 10);
+  EXPECT_EQ(f.decode_blocks, 20);
+  EXPECT_EQ(f.prefill_blocks, 10);
+  EXPECT_EQ(small.breakdown(f).decode_attention, b10.decode_attention);
+
+  // Out of range: a ConfigError naming the field.
+  hw.block_indirection_s = -1e-9;
+  expect_config_error([&] { RooflineCostModel bad(easy_model(), hw, 10); },
+                      {"block_indirection_s"});
+}
+
+TEST(CostModelCatalog, BlockIndirectionFromTheHardwareEntry) {
+  const fs::path dir = temp_dir("indirection");
+  write_file(dir / "gpu.yaml",
+             "peak_tflops: 1\npeak_tflops_fp32: 1\nhbm_bandwidth_gbps: 1\nmemory_gib: 1\n"
+             "host_link_gbps: 1\nblock_indirection_ns: 40\n");
+  EXPECT_NEAR(load_hardware((dir / "gpu.yaml").string(), catalog()).block_indirection_s, 40e-9,
+              1e-18);
+  write_file(dir / "bad.yaml",
+             "peak_tflops: 1\npeak_tflops_fp32: 1\nhbm_bandwidth_gbps: 1\nmemory_gib: 1\n"
+             "host_link_gbps: 1\nblock_indirection_ns: -3\n");
+  expect_config_error([&] { load_hardware((dir / "bad.yaml").string(), catalog()); },
+                      {"bad.yaml:6", "block_indirection_ns"});
+  // Every shipped entry leaves it at 0: today's step times.
+  for (const char* name : {"A100-80GB", "A40", "H100-SXM", "H200", "L40S"}) {
+    EXPECT_EQ(load_hardware(name, catalog()).block_indirection_s, 0.0) << name;
+  }
+}
+
 TEST(CostModelRoofline, SwapCopyAndEmptyPlan) {
   const RooflineCostModel cm(easy_model(), easy_hardware(), 10);
   // Block: 40,000 B/token * 10 tokens = 400,000 B. 5 blocks = 2e6 B over 1e9 B/s = 2 ms.

@@ -73,6 +73,11 @@ TEST(EngineRun, SameScheduleAsTheSimulatorWhenAllArriveAtZero) {
   EXPECT_EQ(a, b) << "schedule.csv differs between sim and engine";
   EXPECT_EQ(sim.summary.preemptions, engine.summary.preemptions);
   EXPECT_EQ(sim.summary.num_steps, engine.summary.num_steps);
+  // Page churn is counted in the shared core: the same schedule churns the same blocks.
+  EXPECT_GT(sim.summary.churn.allocated, 0);
+  EXPECT_EQ(sim.summary.churn.allocated, engine.summary.churn.allocated);
+  EXPECT_EQ(sim.summary.churn.freed, engine.summary.churn.freed);
+  EXPECT_EQ(sim.summary.churn.evicted, engine.summary.churn.evicted);
   fs::remove_all(dir);
 }
 

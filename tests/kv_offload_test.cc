@@ -177,6 +177,12 @@ TEST(KvOffloadSim, HostAndDiskTiersTurnLostPrefixesIntoHits) {
   EXPECT_GT(host.summary.offload_tiers[0].loaded_blocks, 0);
   EXPECT_LE(host.summary.offload_tiers[0].loaded_blocks * kBs,
             host.summary.offload_tiers[0].hit_tokens);
+  // Page churn: with a tier, every block the pool evicts is offloaded; without one, none is.
+  EXPECT_GT(none.summary.churn.evicted, 0);
+  EXPECT_EQ(none.summary.churn.offloaded, 0);
+  EXPECT_GT(host.summary.churn.offloaded, 0);
+  EXPECT_EQ(host.summary.churn.offloaded, host.summary.churn.evicted);
+  EXPECT_EQ(both.summary.churn.offloaded, both.summary.churn.evicted);
 }
 
 TEST(PinnedPrefixSim, PinnedSystemPromptsAreHitsFromTheFirstRequest) {

@@ -114,6 +114,43 @@ TEST(Plot, CompareFolderGivesCurvesAndBars) {
   }
 }
 
+// A sweep over serving.block_size also gets the page-size figure; another sweep does not.
+TEST(Plot, BlockSizeSweepGivesThePageSizeFigure) {
+  SKIP_WITHOUT_MATPLOTLIB();
+  const fs::path dir = temp_dir("plot_page_size");
+  write_file(dir / "exp.yaml",
+             "name: pages\nmodel: Llama-3-8B\nhardware: H100-SXM\nworkload:\n  type: synthetic\n"
+             "  num_requests: 40\n  arrival: {process: poisson, rate: 8}\n"
+             "  prompt_len: {dist: uniform, min: 16, max: 200}\n"
+             "  output_len: {dist: uniform, min: 4, max: 40}\nsweep:\n"
+             "  serving.block_size: [8, 32]\n");
+  const Cli s = run_sim("sweep " + (dir / "exp.yaml").string() + " --quiet --no-plot --out " +
+                            (dir / "pages").string(),
+                        dir);
+  ASSERT_EQ(s.code, 0) << s.err;
+  const auto rows = read_csv(dir / "pages" / "sweep.csv");
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_GT(std::stod(rows[1].at("unused_slots_mean")), std::stod(rows[0].at("unused_slots_mean")));
+  EXPECT_GT(std::stod(rows[0].at("step_ms_mean")), 0.0);
+  const Cli p = run_sim("plot " + (dir / "pages").string() + " -o " + (dir / "fig").string(), dir);
+  ASSERT_EQ(p.code, 0) << p.err;
+  expect_valid(dir / "fig" / "pages-page-size.png", "png");
+  expect_valid(dir / "fig" / "pages-sweep.png", "png");
+
+  std::string text = read_file(dir / "exp.yaml");
+  text.replace(text.find("serving.block_size: [8, 32]"), 27, "workload.arrival.rate: [4, 8]");
+  write_file(dir / "rate.yaml", text);
+  ASSERT_EQ(run_sim("sweep " + (dir / "rate.yaml").string() + " --quiet --no-plot --out " +
+                        (dir / "rates").string(),
+                    dir)
+                .code,
+            0);
+  ASSERT_EQ(
+      run_sim("plot " + (dir / "rates").string() + " -o " + (dir / "fig2").string(), dir).code, 0);
+  EXPECT_TRUE(fs::exists(dir / "fig2" / "rates-sweep.png"));
+  EXPECT_FALSE(fs::exists(dir / "fig2" / "rates-page-size.png"));
+}
+
 TEST(Plot, BadArgumentsExitTwoNamingTheFolder) {
   const fs::path dir = temp_dir("plot_errors");
   const Cli missing = run_sim("plot " + (dir / "nowhere").string(), dir);

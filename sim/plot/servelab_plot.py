@@ -18,6 +18,8 @@ events.csv, blocks.csv), a `sim compare` folder (compare.csv) or a `sim sweep` f
                          preemptions (compare and sweep folders)
   GROUP-throughput-latency   p50/p99 TTFT and TPOT against achieved throughput
   GROUP-sweep            sweep folders: metrics against the first numeric sweep key
+  GROUP-page-size        sweeps over serving.block_size: internal waste (unused KV slots)
+                         against mean step time and throughput
 
 Outputs are deterministic: no timestamps or software versions are embedded, SVG ids use a fixed
 salt, PDF dates come from SOURCE_DATE_EPOCH=0.
@@ -617,6 +619,44 @@ def sweep_curves(path, out_dir, fmt, written):
     save(fig, out_dir, f"{group}-sweep", fmt, written)
 
 
+def page_size_curves(path, out_dir, fmt, written):
+    """Waste against step time over serving.block_size (docs/lessons/page-size.md)."""
+    table, _ = group_table(path, "sweep")
+    if not table or "unused_slots_mean" not in table[0]:
+        return
+    xkey, lines = sweep_lines(table)
+    if xkey != "serving.block_size":
+        return
+    group = os.path.basename(os.path.normpath(path))
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), constrained_layout=True)
+    waste, step = axes[0], axes[0].twinx()
+    for i, (lab, rows) in enumerate(lines):
+        xs = [float(r[xkey]) for r in rows]
+        suffix = f" ({lab})" if len(lines) > 1 else ""
+        waste.plot(xs, [num(r["unused_slots_mean"]) for r in rows], "o-", color=f"C{(2 * i) % 10}",
+                   label=f"unused KV slots{suffix}")
+        step.plot(xs, [num(r["step_ms_mean"]) for r in rows], "s--", color=f"C{(2 * i + 1) % 10}",
+                  label=f"mean step time{suffix}")
+        axes[1].plot(xs, [num(r["output_tokens_per_s"]) for r in rows], "o-", color=f"C{i % 10}",
+                     label=f"output tokens/s{suffix}")
+    for ax in axes:
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("block size (tokens per page)")
+        ax.set_xticks([float(r[xkey]) for r in lines[0][1]])
+        ax.set_xticklabels([r[xkey] for r in lines[0][1]])
+    waste.set_ylabel("held but unused KV slots (tokens, time-weighted mean)")
+    step.set_ylabel("mean step time (ms)")
+    waste.set_title("internal waste vs step time")
+    h1, l1 = waste.get_legend_handles_labels()
+    h2, l2 = step.get_legend_handles_labels()
+    waste.legend(h1 + h2, l1 + l2, fontsize=7, loc="upper center")
+    axes[1].set_ylabel("output tokens/s")
+    axes[1].set_title("throughput")
+    axes[1].legend(fontsize=7)
+    fig.suptitle(f"{group}: page size")
+    save(fig, out_dir, f"{group}-page-size", fmt, written)
+
+
 def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("inputs", nargs="+")
@@ -662,6 +702,7 @@ def plot_all(args):
             throughput_latency(path, kind, args.out, args.format, written)
             if kind == "sweep":
                 sweep_curves(path, args.out, args.format, written)
+                page_size_curves(path, args.out, args.format, written)
     if not args.quiet:
         for p in written:
             print(f"wrote {p}")

@@ -11,7 +11,8 @@ REQUEST_COLUMNS = ["id", "arrival_s", "first_scheduled_s", "first_token_s", "fin
                    "reason"]
 STEP_COLUMNS = ["step", "start_s", "duration_ms", "num_seqs", "prefill_tokens", "decode_tokens",
                 "kv_blocks_used", "kv_blocks_free", "kv_blocks_cached", "kv_usage", "waiting",
-                "running", "preempted", "swap_out_blocks", "swap_in_blocks"]
+                "running", "preempted", "swap_out_blocks", "swap_in_blocks", "kv_blocks_allocated",
+                "kv_blocks_freed", "kv_blocks_evicted", "kv_blocks_offloaded"]
 
 
 def test_run_gives_summary_and_dataframes_with_the_documented_columns():
