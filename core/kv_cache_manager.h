@@ -58,6 +58,7 @@ struct PrefixCacheStats {
   // request held at the fork, minus those copies.
   std::int64_t cow_copies = 0;
   std::int64_t blocks_saved_by_sharing = 0;
+  std::int64_t resets = 0;  // successful reset_prefix_cache() calls
 };
 
 struct PrefixHit {
@@ -235,6 +236,13 @@ class KvCacheManager {
   std::int64_t num_reserved_unused_blocks() const { return held_blocks_ - kv_blocks_; }
 
   const PrefixCacheStats& stats() const { return stats_; }
+
+  // vLLM's reset_prefix_cache (v1 BlockPool.reset_prefix_cache): when no request holds a device
+  // block, every cached block is dropped (later lookups miss until blocks are cached again),
+  // stats().resets counts it and true is returned; while any block is held nothing changes and
+  // false is returned. Without prefix caching there is nothing to drop: true when no block is
+  // held. Host (swap) blocks are not part of the prefix cache.
+  bool reset_prefix_cache();
 
  private:
   // Extends req.block_hashes_ to (at least) every full block among its first num_tokens tokens,

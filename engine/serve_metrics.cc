@@ -95,10 +95,10 @@ void ServeMetrics::on_preempt() {
   ++preemptions_;
 }
 
-void ServeMetrics::on_finish(bool finished, TimeNs arrival_ns, TimeNs now) {
+void ServeMetrics::on_finish(bool finished, TimeNs arrival_ns, TimeNs now, bool stopped) {
   std::lock_guard lock(mu_);
   if (finished) {
-    ++success_length_;
+    ++(stopped ? success_stop_ : success_length_);
     e2e_.observe(ns_to_s(now - arrival_ns));
   } else {
     ++success_abort_;
@@ -144,6 +144,8 @@ std::string ServeMetrics::render() const {
   scalar("vllm:generation_tokens_total", "counter", "Number of generation tokens processed.",
          std::to_string(generation_tokens_));
   header(out, "vllm:request_success_total", "counter", "Count of finished requests.");
+  out += "vllm:request_success_total{" + labels_ + ",finished_reason=\"stop\"} " +
+         std::to_string(success_stop_) + "\n";
   out += "vllm:request_success_total{" + labels_ + ",finished_reason=\"length\"} " +
          std::to_string(success_length_) + "\n";
   out += "vllm:request_success_total{" + labels_ + ",finished_reason=\"abort\"} " +

@@ -39,6 +39,10 @@ struct ModelConfig {
   std::int64_t max_position_embeddings = 4096;
   double rms_norm_eps = 1e-5;
   bool qkv_bias = false;  // q/k/v projections carry biases (Qwen2)
+  // End-of-sequence token ids (config.json / catalogue `eos_token_id`: an id or a list); empty:
+  // the model has none. The first is the request's EOS; the others end requests like stop
+  // token ids unless ignore_eos (vLLM: generation_config's extra EOS ids).
+  std::vector<std::int32_t> eos_token_ids;
 
   // Width of the query projection output (num_heads * head_dim) and of K or V (num_kv_heads *
   // head_dim).
@@ -84,7 +88,8 @@ ModelConfig parse_model(const ConfigNode& node, const std::string& default_name)
 // hidden_size / num_attention_heads), intermediate_size, vocab_size, torch_dtype (or dtype;
 // default bf16), tie_word_embeddings (default false), rope_theta (or rope_parameters.rope_theta;
 // default 10000), max_position_embeddings (default 4096), rms_norm_eps (default 1e-6),
-// attention_bias, and architectures (Qwen2ForCausalLM implies qkv_bias). Other keys are ignored: a
+// attention_bias, eos_token_id (an id or a list), and architectures (Qwen2ForCausalLM implies
+// qkv_bias). Other keys are ignored: a
 // config.json has many that do not matter here. Errors are ConfigErrors "PATH: key 'K': ...".
 ModelConfig parse_hf_config(const std::string& path);
 
