@@ -13,6 +13,9 @@
 // vllm:inter_token_latency_seconds (each gap between a request's consecutive tokens; also under
 // the older name vllm:time_per_output_token_seconds), vllm:e2e_request_latency_seconds
 // (finish - arrival, finished requests).
+// ServeLab's own gauge: servelab:prefix_cache_hit_rate_recent, the hit rate over the most recent
+// 1000 requests' prefix-cache lookups (core/prefix_hit_window.h: what vLLM logs as "Prefix cache
+// hit rate"; emptied by POST /reset_prefix_cache), next to the cumulative counters above.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +25,7 @@
 #include <vector>
 
 #include "core/kv_cache_manager.h"
+#include "core/prefix_hit_window.h"
 #include "core/time.h"
 
 namespace servelab {
@@ -67,6 +71,8 @@ class ServeMetrics {
   double kv_usage_ = 0;
   std::int64_t prompt_tokens_ = 0, generation_tokens_ = 0, preemptions_ = 0;
   std::int64_t prefix_queries_ = 0, prefix_hits_ = 0;
+  PrefixCacheStats last_prefix_;  // the stats at the previous set_state (window deltas)
+  PrefixHitWindow recent_;
   std::int64_t success_length_ = 0, success_abort_ = 0, success_stop_ = 0;
   PromHistogram ttft_, itl_, e2e_;
 };
