@@ -22,7 +22,7 @@ void SimBackend::execute_into(const StepPlan& plan, StepResult& result) {
     const std::size_t entries = plan.requests.size();
     for (std::size_t k = 0; k < entries; ++k) {
       const ScheduledRequest& e = plan.requests[k];
-      if (e.spec->stop == nullptr) continue;
+      if (e.spec == nullptr || e.spec->stop == nullptr) continue;
       for (std::size_t p = 0; p < static_cast<std::size_t>(plan.num_steps); ++p) {
         result.sampled_tokens[p * entries + k] =
             sim_sampled_token(*e.spec, e.output_tokens.size() + p);
@@ -37,7 +37,7 @@ void SimBackend::execute_into(const StepPlan& plan, StepResult& result) {
   std::size_t fork_at = 0;
   for (std::size_t k = 0; k < plan.requests.size(); ++k) {
     const ScheduledRequest& e = plan.requests[k];
-    if (e.spec->stop != nullptr && e.samples) {
+    if (e.spec != nullptr && e.spec->stop != nullptr && e.samples) {
       const std::int32_t token = sim_sampled_token(*e.spec, e.output_tokens.size());
       result.sampled_tokens[k] = token;
       for (std::size_t s = 1; s < e.num_samples; ++s) result.fork_tokens[fork_at + s - 1] = token;

@@ -15,6 +15,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <string>
@@ -241,6 +243,36 @@ TEST(ServeStops, CacheSaltIsolatesHitsAndResetPrefixCacheDropsThem) {
   // The reset emptied the window: only the two requests since count; the counters go on.
   EXPECT_NEAR(s.metric(recent), 32.0 / 96.0, 1e-4);
   EXPECT_EQ(s.metric(hits), 96);
+}
+
+// `engine run` with a workload's sampling keys: the model's EOS ids (not the simulator's EOS
+// point) end requests, min_tokens first; a model without EOS runs to max_tokens.
+TEST(EngineRunStops, TheModelsEosEndsRequestsAfterMinTokens) {
+  const fs::path dir = temp_dir("engine_run_stops");
+  write_file(dir / "tiny-eos.yaml", EosModel());
+  const std::string workload =
+      "workload:\n  type: synthetic\n  num_requests: 6\n  arrival: {process: poisson, rate: 100}\n"
+      "  prompt_len: {dist: fixed, value: 20}\n  output_len: {dist: fixed, value: 10}\n"
+      "  sampling: {max_tokens: 12, min_tokens: 3}\n";
+  const auto run = [&](const std::string& name, const std::string& model) {
+    write_file(dir / (name + ".yaml"), "name: " + name + "\nseed: 3\nmodel: " + model +
+                                           "\nhardware: H100-SXM\nserving: {block_size: 16, "
+                                           "num_gpu_blocks: 128, max_model_len: 512}\n" +
+                                           workload);
+    const std::string cmd = servelab_program("engine") + " run " +
+                            (dir / (name + ".yaml")).string() + " --out " + (dir / name).string() +
+                            " > /dev/null 2>&1";
+    EXPECT_EQ(std::system(cmd.c_str()), 0) << name;
+    std::map<std::string, int> out;
+    for (const auto& r : read_csv(dir / name / "requests.csv")) {
+      ++out[r.at("output_tokens") + " " + r.at("reason")];
+    }
+    return out;
+  };
+  EXPECT_EQ(run("eos", (dir / "tiny-eos.yaml").string()),
+            (std::map<std::string, int>{{"3 stop", 6}}));
+  EXPECT_EQ(run("plain", "tiny"), (std::map<std::string, int>{{"12 length", 6}}));
+  fs::remove_all(dir);
 }
 
 }  // namespace
