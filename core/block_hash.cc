@@ -62,8 +62,16 @@ BlockHash hash_one_run(const BlockHash& parent, std::uint64_t cid, std::uint64_t
 
 }  // namespace
 
-BlockHash hash_block(const BlockHash& parent, const RequestSpec& spec, std::int32_t block_index,
-                     std::int32_t block_size) {
+BlockHash salted_root(std::uint64_t salt) {
+  const std::uint64_t words[3] = {kNoneHash.lo, kNoneHash.hi, salt};
+  const XXH128_hash_t h = XXH3_128bits(words, sizeof(words));
+  return BlockHash{h.low64, h.high64};
+}
+
+BlockHash hash_block(const BlockHash& unsalted_parent, const RequestSpec& spec,
+                     std::int32_t block_index, std::int32_t block_size) {
+  const BlockHash parent =
+      block_index == 0 && spec.cache_salt != 0 ? salted_root(spec.cache_salt) : unsalted_parent;
   const std::int64_t begin = static_cast<std::int64_t>(block_index) * block_size;
   const std::int64_t end = begin + block_size;
   // Fast paths, for almost every block: one run, inside the outputs or inside one prompt segment

@@ -22,13 +22,19 @@ struct BlockHash {
 
 inline constexpr BlockHash kNoneHash{0x53657276654c6162ULL, 0x4e6f6e6548617368ULL};
 
+// The parent hash of block 0 of a request salted with `salt` (!= 0): never kNoneHash.
+BlockHash salted_root(std::uint64_t salt);
+
 struct BlockHashHasher {
   std::size_t operator()(const BlockHash& h) const noexcept { return h.lo ^ (h.hi * 31); }
 };
 
 // Hash of block `block_index` (tokens [block_index*block_size, (block_index+1)*block_size)) of
 // `spec`'s sequence, given the hash of the previous block. The block may extend into the output
-// tokens. REQUIRES: block_size > 0.
+// tokens. A request with a cache_salt hashes its block 0 under salted_root(salt) instead of
+// `parent` (vLLM: the salt is an extra key of the first block only; later blocks inherit it
+// through the chain), so equal prompts with different salts share no block. REQUIRES:
+// block_size > 0.
 BlockHash hash_block(const BlockHash& parent, const RequestSpec& spec, std::int32_t block_index,
                      std::int32_t block_size);
 

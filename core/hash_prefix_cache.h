@@ -27,6 +27,8 @@ class HashPrefixCache final : public PrefixCache {
   void forget(BlockId block) override { pool_.uncache_block(block); }
   std::int32_t num_evictable() const override { return pool_.num_free_cached_blocks(); }
   std::int64_t num_evictions() const override { return pool_.num_evictions(); }
+  // Clears every hash in the pool (BlockPool::reset_prefix_cache).
+  bool reset() override { return pool_.reset_prefix_cache(); }
   // The pool's invariants cover the hashes; nothing else to check.
   void check_invariants() const override {}
 

@@ -475,6 +475,13 @@ bool KvCacheManager::copy_on_write(Request& req, std::int32_t num_new_tokens) {
   return true;
 }
 
+bool KvCacheManager::reset_prefix_cache() {
+  if (held_blocks_ > 0) return false;
+  if (cache_ != nullptr && !cache_->reset()) return false;
+  ++stats_.resets;
+  return true;
+}
+
 void KvCacheManager::check_invariants() const {
   pool_.check_invariants();
   if (cache_) cache_->check_invariants();

@@ -64,6 +64,7 @@ struct PrefixCacheStats {
   std::int64_t tier_hit_tokens[kMaxOffloadTiers] = {};
   // Pinned prefixes (pin_prefix): blocks held by the cache for the whole run.
   std::int64_t pinned_blocks = 0;
+  std::int64_t resets = 0;  // successful reset_prefix_cache() calls
 };
 
 struct PrefixHit {
@@ -284,6 +285,12 @@ class KvCacheManager {
   // Counts `blocks` moved from the device to a lower memory tier (a KV offload path calls it;
   // swap preemption is not an offload: it has its own counters). REQUIRES: blocks >= 0.
   void note_offloaded(std::int64_t blocks) { offloaded_blocks_ += blocks; }
+  // vLLM's reset_prefix_cache (v1 BlockPool.reset_prefix_cache): when no request holds a device
+  // block, every cached block is dropped (later lookups miss until blocks are cached again),
+  // stats().resets counts it and true is returned; while any block is held nothing changes and
+  // false is returned. Without prefix caching there is nothing to drop: true when no block is
+  // held. Host (swap) blocks are not part of the prefix cache.
+  bool reset_prefix_cache();
 
  private:
   // Extends req.block_hashes_ to (at least) every full block among its first num_tokens tokens,

@@ -74,6 +74,9 @@ class PrefixCache {
   virtual std::int32_t idle_ref_count() const { return 0; }
   // Cached blocks evicted since construction.
   virtual std::int64_t num_evictions() const = 0;
+  // Drops every cached block (vLLM's reset_prefix_cache); called only when no request holds a
+  // block. Returns false when the cache cannot (the default, for caches without a reset).
+  virtual bool reset() { return false; }
 
   // Verifies the cache's own invariants against the pool; throws std::logic_error.
   virtual void check_invariants() const = 0;

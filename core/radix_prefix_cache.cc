@@ -21,6 +21,12 @@ void RadixPrefixCache::make_room(std::int32_t n) {
   if (n > pool_.num_free_blocks()) tree_.evict(n - pool_.num_free_blocks());
 }
 
+bool RadixPrefixCache::reset() {
+  if (tree_.num_unlocked() != tree_.num_nodes()) return false;
+  tree_.evict(tree_.num_nodes());
+  return tree_.num_nodes() == 0;
+}
+
 void RadixPrefixCache::check_invariants() const {
   if (pool_.num_cached_blocks() != 0) {
     throw std::logic_error("RadixPrefixCache: the pool carries hashes");

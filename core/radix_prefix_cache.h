@@ -32,6 +32,8 @@ class RadixPrefixCache final : public PrefixCache {
   std::int32_t num_evictable() const override { return tree_.num_unlocked(); }
   std::int32_t idle_ref_count() const override { return 1; }  // the tree's own reference
   std::int64_t num_evictions() const override { return tree_.num_evictions(); }
+  // Evicts every node (counted as evictions); false while a node is locked.
+  bool reset() override;
   // The tree's invariants, and no hash on any pool block.
   void check_invariants() const override;
 

@@ -22,6 +22,8 @@ namespace servelab {
 
 using RequestId = std::uint64_t;
 
+struct StopConditions;  // core/stop_conditions.h
+
 struct PromptSegment {
   std::uint64_t content_id = 0;
   std::uint32_t offset = 0;  // position of the segment's first token in its content stream
@@ -34,7 +36,7 @@ struct RequestSpec {
   TimeNs arrival_ns = 0;               // when the request reaches the server
   std::vector<PromptSegment> prompt;   // canonical: see canonicalize()
   std::int32_t prompt_len = 0;         // sum of segment lengths
-  std::int32_t max_output_tokens = 1;  // generation stops after this many tokens (ignore_eos)
+  std::int32_t max_output_tokens = 1;  // generation stops after this many tokens at most
   std::int32_t priority = 0;           // smaller is served first (vLLM convention)
   std::uint32_t tenant = 0;            // for fair-share queue orders
   std::int32_t n = 1;                  // parallel samples (n > 1: forked after the prefill)
@@ -43,6 +45,12 @@ struct RequestSpec {
   // A literal prompt (engine serve: token ids a client sent): the token values, prompt_len of
   // them; null for prompts described by content streams only. See make_literal_request().
   std::shared_ptr<const std::vector<std::int32_t>> prompt_values;
+  // EOS, stop token ids, min_tokens, ignore_eos (core/stop_conditions.h); null: the request
+  // stops only at max_output_tokens.
+  std::shared_ptr<const StopConditions> stop;
+  // vLLM's cache_salt: an extra key of the first block's hash, so prompts with different salts
+  // never share cached blocks (core/block_hash.h); 0: none.
+  std::uint64_t cache_salt = 0;
 
   std::int32_t total_tokens() const { return prompt_len + max_output_tokens; }
 };

@@ -9,11 +9,19 @@
 #include <utility>
 
 #include "core/length_cap.h"
+#include "core/stop_conditions.h"
 #include "core/vllm_batch_formation.h"
 
 namespace servelab {
 
 namespace {
+
+// Whether r's last sampled token ended it: max_output_tokens reached, or a stop condition
+// (core/stop_conditions.h). REQUIRES: r has an output token.
+inline bool reached_stop(const Request& r) {
+  if (r.num_output_tokens() >= r.spec.max_output_tokens) return true;
+  return r.spec.stop != nullptr && check_stop(r.spec, r.output_tokens) == StopReason::kStop;
+}
 
 std::int64_t cdiv(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
@@ -333,6 +341,13 @@ void Scheduler::abort_request(Request& r, TimeNs now) {
   delete &r;
 }
 
+bool Scheduler::reset_prefix_cache() {
+  if (plan_pending_) {
+    throw std::logic_error("Scheduler::reset_prefix_cache: a plan awaits complete()");
+  }
+  return kv_.reset_prefix_cache();
+}
+
 bool Scheduler::abort(RequestId id, TimeNs now, const std::string& reason) {
   if (plan_pending_) throw std::logic_error("Scheduler::abort: a plan awaits complete()");
   const auto matches = [id](const Request* r) { return base_request_id(r->id()) == id; };
@@ -538,9 +553,13 @@ void Scheduler::finish(Request& r, TimeNs now) {
   }
   r.status = RequestStatus::kFinished;
   r.finish_ns = now;
-  r.finish_reason = r.capped_from_tokens > 0
-                        ? "length (capped from " + std::to_string(r.capped_from_tokens) + ")"
-                        : "length";
+  if (check_stop(r.spec, r.output_tokens) == StopReason::kStop) {
+    r.finish_reason = "stop";
+  } else {
+    r.finish_reason = r.capped_from_tokens > 0
+                          ? "length (capped from " + std::to_string(r.capped_from_tokens) + ")"
+                          : "length";
+  }
   kv_.free(r);
   if (r.group != nullptr) {
     sample_done(r, now);
@@ -590,7 +609,7 @@ void Scheduler::complete(const StepResult& result, TimeNs now) {
     r.output_tokens.push_back(result.sampled_tokens[k]);
     if (r.first_token_ns < 0) r.first_token_ns = now;
     r.last_token_ns = now;
-    any_done = any_done || r.num_output_tokens() >= r.spec.max_output_tokens;
+    any_done = any_done || reached_stop(r);
   }
   if (observer_ != nullptr && num_got > 0) {
     observer_->on_step_tokens(std::span<const Request* const>(got, num_got),
@@ -598,7 +617,7 @@ void Scheduler::complete(const StepResult& result, TimeNs now) {
   }
   for (std::size_t t = 0; any_done && t < num_got; ++t) {
     Request* const r = got[t];
-    if (r->num_output_tokens() >= r->spec.max_output_tokens) {
+    if (reached_stop(*r)) {
       finish(*r, now);
       any_finished = true;
     }
@@ -633,12 +652,14 @@ bool Scheduler::fork_pass(const StepResult& result, TimeNs now) {
     Request& r = *plan_requests_[k];
     if (r.status == RequestStatus::kRunning && r.will_fork()) {
       fork_request(r, result.fork_tokens.data() + at, now);
-      // Samples with a single output token are done at once (sample 0 in complete()).
-      if (r.spec.max_output_tokens <= 1) {
-        for (std::size_t s = 1; s < r.group->samples.size(); ++s) {
-          finish(*r.group->samples[s], now);
+      // Samples whose first token ends them (a single output token, or a stop token) are done
+      // at once (sample 0 in complete()).
+      for (std::size_t s = 1; s < r.group->samples.size(); ++s) {
+        Request& sample = *r.group->samples[s];
+        if (reached_stop(sample)) {
+          finish(sample, now);
+          any_finished = true;
         }
-        any_finished = true;
       }
     }
     at += static_cast<std::size_t>(e.num_samples - 1);
@@ -794,7 +815,7 @@ void Scheduler::complete_round(const StepResult& result, TimeNs now) {
     std::size_t num_got = 0;
     for (std::size_t k = 0; k < entries; ++k) {
       Request& r = *plan_requests_[k];
-      if (r.num_output_tokens() >= r.spec.max_output_tokens) continue;  // done earlier this round
+      if (!r.output_tokens.empty() && reached_stop(r)) continue;  // done earlier this round
       got[num_got] = &r;
       prev[num_got] = r.last_token_ns;
       ++num_got;
@@ -817,12 +838,12 @@ void Scheduler::complete_round(const StepResult& result, TimeNs now) {
     r.num_computed_tokens = std::max(r.num_computed_tokens, computed);
     r.max_computed_tokens_ = std::max(r.max_computed_tokens_, r.num_computed_tokens);
     kv_.register_computed_blocks(r);
-    any_finished = any_finished || r.num_output_tokens() >= r.spec.max_output_tokens;
+    any_finished = any_finished || reached_stop(r);
   }
   // Then the finishes, in plan order.
   if (any_finished) {
     for (Request* r : plan_requests_) {
-      if (r->num_output_tokens() >= r->spec.max_output_tokens) finish(*r, now);
+      if (reached_stop(*r)) finish(*r, now);
     }
   }
   end_of_step(any_finished);

@@ -182,6 +182,10 @@ class Scheduler {
   // REQUIRES: no plan awaits complete() (std::logic_error otherwise): call between steps.
   bool abort(RequestId id, TimeNs now, const std::string& reason);
 
+  // vLLM's Scheduler.reset_prefix_cache: KvCacheManager::reset_prefix_cache (false while any
+  // request holds blocks). REQUIRES: no plan awaits complete() (std::logic_error otherwise).
+  bool reset_prefix_cache();
+
   bool has_unfinished() const {
     return !waiting_->empty() || !running_.empty() || !swapped_.empty();
   }

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "core/rng.h"
+#include "core/stop_conditions.h"
 #include "engine/plan_check.h"
 #include "kernels/sampling_ref.h"
 
@@ -278,10 +279,25 @@ StepResult CpuExecutor::execute(const StepPlan& plan) {
     const RowMatrix last = x.row(row_begin[i] + e.num_tokens - 1);
     const RowMatrix normed = rms_norm(last, weights_.norm, m.rms_norm_eps);
     last_logits_[i] = weights_.head() * normed.row(0).transpose();
-    result.sampled_tokens[i] = sample(e.id, e.output_tokens.size(), last_logits_[i]);
+    // min_tokens: EOS and the stop token ids cannot be sampled before it (vLLM's logits
+    // processor; core/stop_conditions.h).
+    const Eigen::VectorXf* logits = &last_logits_[i];
+    Eigen::VectorXf masked;
+    if (e.spec->stop != nullptr) {
+      const std::vector<std::int32_t> banned =
+          suppressed_tokens(*e.spec, static_cast<std::int32_t>(e.output_tokens.size()));
+      if (!banned.empty()) {
+        masked = *logits;
+        for (const std::int32_t t : banned) {
+          if (t >= 0 && t < masked.size()) masked[t] = -std::numeric_limits<float>::infinity();
+        }
+        logits = &masked;
+      }
+    }
+    result.sampled_tokens[i] = sample(e.id, e.output_tokens.size(), *logits);
     for (std::int32_t k = 1; k < e.num_samples; ++k) {
       result.fork_tokens.push_back(
-          sample(sample_request_id(e.id, k), e.output_tokens.size(), last_logits_[i]));
+          sample(sample_request_id(e.id, k), e.output_tokens.size(), *logits));
     }
   }
   result.duration_ns =

@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/stop_conditions.h"
 #include "engine/cpu_executor.h"
 #include "engine/engine_loop.h"
 #include "serving/config_node.h"
@@ -439,6 +440,35 @@ EngineInstance load_engine(const ExperimentConfig& config, const EngineOptions& 
   return out;
 }
 
+namespace {
+
+// The workload's stop conditions with the model's EOS ids in place of the simulator's EOS
+// point: the engine's model decides where it stops (core/stop_conditions.h).
+class ModelEosWorkload : public Workload {
+ public:
+  ModelEosWorkload(std::unique_ptr<Workload> inner, std::vector<std::int32_t> eos_ids)
+      : inner_(std::move(inner)), eos_ids_(std::move(eos_ids)) {}
+  std::optional<RequestSpec> next() override {
+    std::optional<RequestSpec> r = inner_->next();
+    if (r && r->stop != nullptr) {
+      r->stop = std::make_shared<const StopConditions>(with_model_eos(*r->stop, eos_ids_));
+    }
+    return r;
+  }
+  std::string describe() const override { return inner_->describe(); }
+  std::int64_t skipped_rows() const override { return inner_->skipped_rows(); }
+  bool dependent() const override { return inner_->dependent(); }
+  std::optional<TimeNs> next_arrival() override { return inner_->next_arrival(); }
+  void on_finish(RequestId id, TimeNs t) override { inner_->on_finish(id, t); }
+  bool exhausted() const override { return inner_->exhausted(); }
+
+ private:
+  std::unique_ptr<Workload> inner_;
+  std::vector<std::int32_t> eos_ids_;
+};
+
+}  // namespace
+
 RunOutput run_engine(const ExperimentConfig& config, const EngineOptions& options) {
   EngineInstance engine = load_engine(config, options);
   RunOutput out;
@@ -446,9 +476,10 @@ RunOutput run_engine(const ExperimentConfig& config, const EngineOptions& option
   out.num_gpu_blocks = engine.num_gpu_blocks;
   out.block_bytes = engine.block_bytes;
   const ModelConfig& model = engine.llama.model;
-  std::unique_ptr<Workload> workload =
+  std::unique_ptr<Workload> workload = std::make_unique<ModelEosWorkload>(
       limit_workload(make_workload(config.workload_section(), config.seed, config.base_dir),
-                     config.max_requests, config.max_duration_ns, config.file);
+                     config.max_requests, config.max_duration_ns, config.file),
+      model.eos_token_ids);
   out.workload = workload->describe();
   const std::string final_dir =
       options.out_dir.empty() ? "out/" + config.name + "-engine" : options.out_dir;

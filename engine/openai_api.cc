@@ -21,6 +21,11 @@ bool known_field(const std::string& key, bool chat) {
       "model", "max_tokens", "stream", "stream_options", "temperature",      "top_p",
       "n",     "ignore_eos", "user",   "seed",           "presence_penalty", "frequency_penalty",
       "stop",  "logprobs"};
+  // vLLM's extra sampling parameters and its cache_salt.
+  static const char* const kVllm[] = {"stop_token_ids", "min_tokens", "cache_salt"};
+  for (const char* k : kVllm) {
+    if (key == k) return true;
+  }
   for (const char* k : kCommon) {
     if (key == k) return true;
   }
@@ -126,6 +131,22 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat,
   }
   if (body.contains("ignore_eos") && !body["ignore_eos"].is_null()) {
     expect(body["ignore_eos"].is_boolean(), "ignore_eos", "true or false");
+    r.ignore_eos = body["ignore_eos"].get<bool>();
+  }
+  if (body.contains("stop_token_ids") && !body["stop_token_ids"].is_null()) {
+    expect(body["stop_token_ids"].is_array(), "stop_token_ids", "an array of token ids");
+    r.stop_token_ids = token_array(body["stop_token_ids"], "stop_token_ids", limits);
+  }
+  if (body.contains("min_tokens") && !body["min_tokens"].is_null()) {
+    expect(body["min_tokens"].is_number_integer() && body["min_tokens"].get<std::int64_t>() >= 0 &&
+               body["min_tokens"].get<std::int64_t>() <= (1 << 24),
+           "min_tokens", "a non-negative integer");
+    r.min_tokens = body["min_tokens"].get<std::int32_t>();
+  }
+  if (body.contains("cache_salt") && !body["cache_salt"].is_null()) {
+    expect(body["cache_salt"].is_string() && !body["cache_salt"].get<std::string>().empty(),
+           "cache_salt", "a non-empty string");
+    r.cache_salt = body["cache_salt"].get<std::string>();
   }
   if (body.contains("user") && !body["user"].is_null()) {
     expect(body["user"].is_string(), "user", "a string");
@@ -150,7 +171,7 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat,
   if (body.contains("stop") && !body["stop"].is_null() &&
       !((body["stop"].is_array() && body["stop"].empty()) ||
         (body["stop"].is_string() && body["stop"].get<std::string>().empty()))) {
-    throw bad("'stop': stop sequences are not supported (generation ends at max_tokens)", "stop");
+    throw bad("'stop': stop strings are not supported (use stop_token_ids)", "stop");
   }
 
   if (chat) {
@@ -211,12 +232,18 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat,
                   std::to_string(r.max_tokens) + " to generate)",
               "max_tokens", "context_length_exceeded");
   }
+  if (r.min_tokens > r.max_tokens) {
+    throw bad("'min_tokens' (" + std::to_string(r.min_tokens) + ") must not exceed max_tokens (" +
+                  std::to_string(r.max_tokens) + ")",
+              "min_tokens");
+  }
   return r;
 }
 
 std::string completion_json(const ResponseMeta& meta, const std::string& text,
-                            std::int32_t prompt_tokens, std::int32_t completion_tokens) {
-  json choice = {{"index", 0}, {"finish_reason", "length"}, {"logprobs", nullptr}};
+                            std::int32_t prompt_tokens, std::int32_t completion_tokens,
+                            const std::string& finish_reason) {
+  json choice = {{"index", 0}, {"finish_reason", finish_reason}, {"logprobs", nullptr}};
   if (meta.chat) {
     choice["message"] = {{"role", "assistant"}, {"content", text}};
   } else {

@@ -42,6 +42,11 @@ struct CompletionRequest {
   std::int32_t max_tokens = 0;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
+  // vLLM's SamplingParams stop conditions (core/stop_conditions.h) and cache_salt.
+  std::vector<std::int32_t> stop_token_ids;  // token ids in the vocabulary
+  bool ignore_eos = false;
+  std::int32_t min_tokens = 0;  // <= max_tokens
+  std::string cache_salt;       // "" : none
 };
 
 // Parses a /v1/completions (chat = false) or /v1/chat/completions (chat = true) body. Text
@@ -58,9 +63,11 @@ struct ResponseMeta {
   std::int64_t created = 0;
   bool chat = false;
 };
-// The whole non-streaming response: one choice with `text`, finish_reason "length", usage.
+// The whole non-streaming response: one choice with `text`, `finish_reason` ("length" or "stop"),
+// usage.
 std::string completion_json(const ResponseMeta& meta, const std::string& text,
-                            std::int32_t prompt_tokens, std::int32_t completion_tokens);
+                            std::int32_t prompt_tokens, std::int32_t completion_tokens,
+                            const std::string& finish_reason = "length");
 // One streamed chunk with `text` (a delta; the chat stream's first chunk also carries the role)
 // and, when `finish_reason` is non-empty, that reason. Without the "data: " framing.
 std::string chunk_json(const ResponseMeta& meta, const std::string& text, bool first,

@@ -95,10 +95,10 @@ void ServeMetrics::on_preempt() {
   ++preemptions_;
 }
 
-void ServeMetrics::on_finish(bool finished, TimeNs arrival_ns, TimeNs now) {
+void ServeMetrics::on_finish(bool finished, TimeNs arrival_ns, TimeNs now, bool stopped) {
   std::lock_guard lock(mu_);
   if (finished) {
-    ++success_length_;
+    ++(stopped ? success_stop_ : success_length_);
     e2e_.observe(ns_to_s(now - arrival_ns));
   } else {
     ++success_abort_;
@@ -113,6 +113,13 @@ void ServeMetrics::set_state(std::int64_t running, std::int64_t waiting, double 
   kv_usage_ = kv_usage;
   prefix_queries_ = prefix.queried_tokens + prefix.preempted_queried_tokens;
   prefix_hits_ = prefix.hit_tokens + prefix.preempted_hit_tokens;
+  // The lookups since the previous call (one step's, or an admission's) enter the window.
+  const PrefixCacheStats& was = last_prefix_;
+  recent_.observe(prefix.lookups + prefix.preempted_lookups - was.lookups - was.preempted_lookups,
+                  prefix_queries_ - was.queried_tokens - was.preempted_queried_tokens,
+                  prefix_hits_ - was.hit_tokens - was.preempted_hit_tokens,
+                  prefix.resets != was.resets);
+  last_prefix_ = prefix;
 }
 
 std::string ServeMetrics::render() const {
@@ -137,6 +144,9 @@ std::string ServeMetrics::render() const {
          std::to_string(prefix_queries_));
   scalar("vllm:prefix_cache_hits_total", "counter",
          "Prefix cache hits, in terms of number of cached tokens.", std::to_string(prefix_hits_));
+  scalar("servelab:prefix_cache_hit_rate_recent", "gauge",
+         "Prefix cache hit rate over the most recent 1000 requests' lookups (vLLM's logged rate).",
+         number(recent_.hit_rate()));
   scalar("vllm:num_preemptions_total", "counter", "Cumulative number of preemptions.",
          std::to_string(preemptions_));
   scalar("vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.",
@@ -144,6 +154,8 @@ std::string ServeMetrics::render() const {
   scalar("vllm:generation_tokens_total", "counter", "Number of generation tokens processed.",
          std::to_string(generation_tokens_));
   header(out, "vllm:request_success_total", "counter", "Count of finished requests.");
+  out += "vllm:request_success_total{" + labels_ + ",finished_reason=\"stop\"} " +
+         std::to_string(success_stop_) + "\n";
   out += "vllm:request_success_total{" + labels_ + ",finished_reason=\"length\"} " +
          std::to_string(success_length_) + "\n";
   out += "vllm:request_success_total{" + labels_ + ",finished_reason=\"abort\"} " +

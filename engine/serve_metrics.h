@@ -8,11 +8,14 @@
 // Counters (tokens): vllm:prompt_tokens_total and vllm:generation_tokens_total (of finished and
 // aborted requests' prompts at admission and every sampled token), vllm:prefix_cache_queries_total
 // and vllm:prefix_cache_hits_total (prefix-cache lookups in tokens, resumed requests included),
-// vllm:num_preemptions_total, vllm:request_success_total{finished_reason="length"|"abort"}.
+// vllm:num_preemptions_total, vllm:request_success_total{finished_reason="stop"|"length"|"abort"}.
 // Histograms (seconds): vllm:time_to_first_token_seconds (first token - arrival at the server),
 // vllm:inter_token_latency_seconds (each gap between a request's consecutive tokens; also under
 // the older name vllm:time_per_output_token_seconds), vllm:e2e_request_latency_seconds
 // (finish - arrival, finished requests).
+// ServeLab's own gauge: servelab:prefix_cache_hit_rate_recent, the hit rate over the most recent
+// 1000 requests' prefix-cache lookups (core/prefix_hit_window.h: what vLLM logs as "Prefix cache
+// hit rate"; emptied by POST /reset_prefix_cache), next to the cumulative counters above.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +25,7 @@
 #include <vector>
 
 #include "core/kv_cache_manager.h"
+#include "core/prefix_hit_window.h"
 #include "core/time.h"
 
 namespace servelab {
@@ -51,8 +55,9 @@ class ServeMetrics {
   void on_admitted(std::int32_t prompt_tokens);
   void on_token(TimeNs prev_token_ns, TimeNs now, TimeNs arrival_ns);
   void on_preempt();
-  // finished: true for a request that produced all its tokens, false for an abort.
-  void on_finish(bool finished, TimeNs arrival_ns, TimeNs now);
+  // finished: true for a request that finished (at max_tokens, or by a stop condition when
+  // `stopped`), false for an abort.
+  void on_finish(bool finished, TimeNs arrival_ns, TimeNs now, bool stopped = false);
   void set_state(std::int64_t running, std::int64_t waiting, double kv_usage,
                  const PrefixCacheStats& prefix);
 
@@ -66,7 +71,9 @@ class ServeMetrics {
   double kv_usage_ = 0;
   std::int64_t prompt_tokens_ = 0, generation_tokens_ = 0, preemptions_ = 0;
   std::int64_t prefix_queries_ = 0, prefix_hits_ = 0;
-  std::int64_t success_length_ = 0, success_abort_ = 0;
+  PrefixCacheStats last_prefix_;  // the stats at the previous set_state (window deltas)
+  PrefixHitWindow recent_;
+  std::int64_t success_length_ = 0, success_abort_ = 0, success_stop_ = 0;
   PromHistogram ttft_, itl_, e2e_;
 };
 

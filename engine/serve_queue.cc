@@ -76,6 +76,19 @@ void ServeQueue::abort(RequestId id) {
   cv_.notify_all();
 }
 
+std::optional<bool> ServeQueue::reset_prefix_cache(std::chrono::milliseconds timeout) {
+  auto done = std::make_shared<std::promise<bool>>();
+  std::future<bool> answer = done->get_future();
+  {
+    std::lock_guard lock(mu_);
+    if (draining_) return false;
+    resets_.push_back(std::move(done));
+    cv_.notify_all();
+  }
+  if (answer.wait_for(timeout) != std::future_status::ready) return std::nullopt;
+  return answer.get();
+}
+
 void ServeQueue::drain() {
   std::lock_guard lock(mu_);
   draining_ = true;
@@ -95,10 +108,12 @@ std::size_t ServeQueue::in_flight() const {
 void ServeQueue::admit(TimeNs now, Scheduler& scheduler) {
   std::deque<Pending> submitted;
   std::vector<RequestId> aborts;
+  std::vector<std::shared_ptr<std::promise<bool>>> resets;
   {
     std::lock_guard lock(mu_);
     submitted.swap(submitted_);
     aborts.swap(aborts_);
+    resets.swap(resets_);
   }
   for (Pending& p : submitted) {
     const RequestId id = p.spec.id;
@@ -116,14 +131,17 @@ void ServeQueue::admit(TimeNs now, Scheduler& scheduler) {
   // Aborts are rare and free blocks outside the usual paths: check the pool and cache after
   // them (std::logic_error ends the server rather than serving from a corrupt cache).
   if (aborted) scheduler.kv().check_invariants();
+  for (const auto& r : resets) r->set_value(scheduler.reset_prefix_cache());
+  if (!resets.empty()) scheduler.kv().check_invariants();
 }
 
 bool ServeQueue::wait_for_work(TimeNs /*now*/, const Scheduler& /*scheduler*/) {
   std::unique_lock lock(mu_);
   if (draining_ && in_flight_ == 0 && submitted_.empty()) return false;
   // Bounded, so that a state the loop must look at again is never missed for long.
-  cv_.wait_for(lock, std::chrono::milliseconds(100),
-               [&] { return !submitted_.empty() || !aborts_.empty() || draining_; });
+  cv_.wait_for(lock, std::chrono::milliseconds(100), [&] {
+    return !submitted_.empty() || !aborts_.empty() || !resets_.empty() || draining_;
+  });
   return !(draining_ && in_flight_ == 0 && submitted_.empty());
 }
 
@@ -145,6 +163,8 @@ void ServeQueue::abandon(const std::string& reason) {
   std::lock_guard lock(mu_);
   for (Pending& p : submitted_) p.channel->rejected(reason);
   submitted_.clear();
+  for (const auto& r : resets_) r->set_value(false);
+  resets_.clear();
   in_flight_ = 0;
   draining_ = true;
   cv_.notify_all();

@@ -13,9 +13,11 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -72,6 +74,10 @@ class ServeQueue : public WorkSource {
   Submit submit(RequestSpec spec, std::shared_ptr<RequestChannel> channel, RequestId* id);
   // Aborts request `id` at the loop's next turn (no-op when it finished meanwhile).
   void abort(RequestId id);
+  // Asks the loop to reset the prefix cache at its next turn (Scheduler::reset_prefix_cache, after
+  // that turn's submissions and aborts) and waits up to `timeout` for its answer: true when the
+  // cache was reset, false while requests held blocks (or the loop gave up); nullopt on timeout.
+  std::optional<bool> reset_prefix_cache(std::chrono::milliseconds timeout);
   // Stops accepting requests; the loop ends once the in-flight ones are done.
   void drain();
   bool draining() const;
@@ -99,6 +105,7 @@ class ServeQueue : public WorkSource {
   std::condition_variable cv_;
   std::deque<Pending> submitted_;
   std::vector<RequestId> aborts_;
+  std::vector<std::shared_ptr<std::promise<bool>>> resets_;  // reset_prefix_cache() callers
   std::size_t in_flight_ = 0;
   RequestId next_id_ = 0;
   bool draining_ = false;

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "core/scheduler_observer.h"
+#include "core/stop_conditions.h"
 #include "engine/engine_loop.h"
 #include "engine/openai_api.h"
 #include "engine/serve_metrics.h"
@@ -22,6 +23,7 @@
 #include "serving/interrupt.h"
 #include "serving/replica.h"
 #include "serving/tokenizer.h"
+#include "traces/sampling_options.h"
 
 namespace servelab {
 
@@ -50,7 +52,8 @@ class ServeObserver : public SchedulerObserver {
   }
   void on_preempt(const Request& /*req*/, TimeNs /*now*/) override { metrics_.on_preempt(); }
   void on_finish(const Request& req, TimeNs now) override {
-    metrics_.on_finish(req.status == RequestStatus::kFinished, req.spec.arrival_ns, now);
+    metrics_.on_finish(req.status == RequestStatus::kFinished, req.spec.arrival_ns, now,
+                       req.finish_reason == "stop");
     if (RequestChannel* ch = queue_.channel(req.id())) ch->finished(req.status, req.finish_reason);
     queue_.done(req.id());
   }
@@ -154,6 +157,7 @@ class Server {
                  static_cast<std::int32_t>(engine.num_gpu_blocks), *engine.executor, &observer_,
                  kv_cache_options_for(config), static_cast<std::int32_t>(engine.num_cpu_blocks)),
         source_(queue_, metrics_, replica_),
+        eos_token_ids_(engine.llama.model.eos_token_ids),
         created_(static_cast<std::int64_t>(std::time(nullptr))) {}
 
   int run(std::FILE* log) {
@@ -222,6 +226,15 @@ class Server {
     http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
       res.set_content(metrics_.render(), "text/plain; version=0.0.4; charset=utf-8");
     });
+    // vLLM's POST /reset_prefix_cache: drops every cached block when no request holds blocks.
+    http.Post("/reset_prefix_cache", [this](const httplib::Request&, httplib::Response& res) {
+      const std::optional<bool> ok = queue_.reset_prefix_cache(std::chrono::seconds(30));
+      if (!ok) {
+        send_error(res, ApiError(503, "the engine did not answer in time", "server_overloaded"));
+        return;
+      }
+      res.set_content(*ok ? R"({"success":true})" : R"({"success":false})", "application/json");
+    });
     http.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
       complete(req, res, false);
     });
@@ -254,6 +267,16 @@ class Server {
     ex->prompt_tokens = static_cast<std::int32_t>(parsed.prompt.size());
     ex->max_tokens = parsed.max_tokens;
     RequestSpec spec = make_literal_request(0, 0, std::move(parsed.prompt), parsed.max_tokens);
+    // Stop conditions: the model's EOS, the request's stop ids, min_tokens, ignore_eos.
+    StopConditions stop;
+    stop.ignore_eos = parsed.ignore_eos;
+    stop.min_tokens = parsed.min_tokens;
+    stop.stop_token_ids = std::move(parsed.stop_token_ids);
+    stop = with_model_eos(std::move(stop), eos_token_ids_);
+    if (stop.eos_token_id >= 0 || !stop.stop_token_ids.empty()) {
+      spec.stop = std::make_shared<const StopConditions>(std::move(stop));
+    }
+    if (!parsed.cache_salt.empty()) spec.cache_salt = cache_salt_key(parsed.cache_salt);
     switch (queue_.submit(std::move(spec), ex->channel, &ex->id)) {
       case ServeQueue::Submit::kAccepted:
         break;
@@ -301,13 +324,16 @@ class Server {
       if (!sink.is_writable()) return false;  // the client went away: the releaser aborts
       if (stream) {
         // One event per token, as vLLM sends one per step; the last token's carries the
-        // finish_reason (generation always ends at max_tokens).
+        // finish_reason ("length" at max_tokens, "stop" at EOS or a stop token id).
         std::string out;
-        for (const std::int32_t t : u.tokens) {
+        const bool finished = u.state == RequestChannel::State::kFinished;
+        for (std::size_t i = 0; i < u.tokens.size(); ++i) {
           ++ex->completion_tokens;
-          ex->tokens.push_back(t);
-          const bool last = ex->completion_tokens == ex->max_tokens;
-          out += sse(chunk_json(ex->meta, next_text(*ex, last), ex->first, last ? "length" : ""));
+          ex->tokens.push_back(u.tokens[i]);
+          const bool last =
+              ex->completion_tokens == ex->max_tokens || (finished && i + 1 == u.tokens.size());
+          const std::string reason = !last ? "" : finished ? finish_reason(u) : "length";
+          out += sse(chunk_json(ex->meta, next_text(*ex, last), ex->first, reason));
           ex->first = false;
           ex->finish_sent = ex->finish_sent || last;
         }
@@ -319,14 +345,14 @@ class Server {
       if (u.state == RequestChannel::State::kFinished) {
         std::string out;
         if (stream) {
-          if (!ex->finish_sent) out = sse(chunk_json(ex->meta, "", ex->first, "length"));
+          if (!ex->finish_sent) out = sse(chunk_json(ex->meta, "", ex->first, finish_reason(u)));
           if (usage) {
             out += sse(usage_chunk_json(ex->meta, ex->prompt_tokens, ex->completion_tokens));
           }
           out += "data: [DONE]\n\n";
         } else {
           out = completion_json(ex->meta, render_text(tokenizer_, ex->tokens), ex->prompt_tokens,
-                                ex->completion_tokens);
+                                ex->completion_tokens, finish_reason(u));
         }
         if (!sink.write(out.data(), out.size())) return false;
         sink.done();
@@ -349,6 +375,11 @@ class Server {
     } else {
       res.set_chunked_content_provider("application/json", provider, releaser);
     }
+  }
+
+  // The OpenAI finish_reason of a finished request: the scheduler's ("length" or "stop").
+  static std::string finish_reason(const RequestChannel::Update& u) {
+    return u.reason == "stop" ? "stop" : "length";
   }
 
   // The text the tokens since the last call add: the decoded output beyond what was sent,
@@ -382,6 +413,7 @@ class Server {
   ServeObserver observer_;
   Replica replica_;
   ServeSource source_;
+  const std::vector<std::int32_t> eos_token_ids_;  // the model's (ModelConfig::eos_token_ids)
   const std::int64_t created_;
   std::atomic<int> active_{0};
 };

@@ -199,7 +199,7 @@ ModelConfig parse_model(const ConfigNode& node, const std::string& default_name)
   node.allow_keys({"name", "hf_id", "num_layers", "hidden_size", "num_heads", "num_kv_heads",
                    "head_dim", "intermediate_size", "vocab_size", "dtype", "tie_word_embeddings",
                    "rope_theta", "max_position_embeddings", "rms_norm_eps", "qkv_bias",
-                   "kv_cache_dtype", "quantization"});
+                   "kv_cache_dtype", "quantization", "eos_token_id"});
   ModelConfig m;
   m.name = node.get_string("name", default_name);
   m.source = node.file();
@@ -226,6 +226,13 @@ ModelConfig parse_model(const ConfigNode& node, const std::string& default_name)
   m.rms_norm_eps = node.get_double("rms_norm_eps", 1e-5, 0.0, 1.0);
   m.qkv_bias = node.get_bool("qkv_bias", false);
   parse_model_storage(node, m);
+  if (node.has("eos_token_id")) {
+    const ConfigNode e = node.at("eos_token_id");
+    const std::vector<ConfigNode> ids = e.is_sequence() ? e.elements() : std::vector<ConfigNode>{e};
+    for (const ConfigNode& id : ids) {
+      m.eos_token_ids.push_back(static_cast<std::int32_t>(id.as_int(0, m.vocab_size - 1)));
+    }
+  }
   return m;
 }
 
@@ -307,6 +314,18 @@ ModelConfig parse_hf_config(const std::string& path) {
   m.max_position_embeddings = r.get_int("max_position_embeddings", 4096, 1, std::int64_t{1} << 40);
   m.rms_norm_eps = r.get_double("rms_norm_eps", 1e-6, 0.0, 1.0);
   m.qkv_bias = qwen2 || r.get_bool("attention_bias", false);
+  if (r.has("eos_token_id")) {
+    const nlohmann::json& e = j.at("eos_token_id");
+    const nlohmann::json ids = e.is_array() ? e : nlohmann::json::array({e});
+    for (const nlohmann::json& id : ids) {
+      if (!id.is_number_integer() || id.get<std::int64_t>() < 0 ||
+          id.get<std::int64_t>() >= m.vocab_size) {
+        r.fail("eos_token_id",
+               "expected a token id or a list of token ids in [0, vocab_size), got " + e.dump());
+      }
+      m.eos_token_ids.push_back(static_cast<std::int32_t>(id.get<std::int64_t>()));
+    }
+  }
   return m;
 }
 

@@ -49,6 +49,10 @@ struct ModelConfig {
   //     the LM head and the norms stay in dtype (as vLLM's AWQ and FP8 methods leave them).
   std::string kv_cache_dtype = "auto";
   std::string quantization = "none";
+  // End-of-sequence token ids (config.json / catalogue `eos_token_id`: an id or a list); empty:
+  // the model has none. The first is the request's EOS; the others end requests like stop
+  // token ids unless ignore_eos (vLLM: generation_config's extra EOS ids).
+  std::vector<std::int32_t> eos_token_ids;
 
   // Width of the query projection output (num_heads * head_dim) and of K or V (num_kv_heads *
   // head_dim).
@@ -126,7 +130,8 @@ void parse_model_storage(const ConfigNode& node, ModelConfig& m);
 // hidden_size / num_attention_heads), intermediate_size, vocab_size, torch_dtype (or dtype;
 // default bf16), tie_word_embeddings (default false), rope_theta (or rope_parameters.rope_theta;
 // default 10000), max_position_embeddings (default 4096), rms_norm_eps (default 1e-6),
-// attention_bias, and architectures (Qwen2ForCausalLM implies qkv_bias). Other keys are ignored: a
+// attention_bias, eos_token_id (an id or a list), and architectures (Qwen2ForCausalLM implies
+// qkv_bias). Other keys are ignored: a
 // config.json has many that do not matter here. Errors are ConfigErrors "PATH: key 'K': ...".
 ModelConfig parse_hf_config(const std::string& path);
 

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "core/stop_conditions.h"
+
 namespace servelab {
 
 StepResult SimBackend::execute(const StepPlan& plan) {
@@ -26,11 +28,31 @@ void SimBackend::execute_into(const StepPlan& plan, StepResult& result) {
     result.sampled_tokens.assign(plan.requests.size() * static_cast<std::size_t>(plan.num_steps),
                                  0);
     result.fork_tokens.assign(static_cast<std::size_t>(plan.num_fork_tokens), 0);
+    const std::size_t entries = plan.requests.size();
+    for (std::size_t k = 0; k < entries; ++k) {
+      const ScheduledRequest& e = plan.requests[k];
+      if (e.spec == nullptr || e.spec->stop == nullptr) continue;
+      for (std::size_t p = 0; p < static_cast<std::size_t>(plan.num_steps); ++p) {
+        result.sampled_tokens[p * entries + k] =
+            sim_sampled_token(*e.spec, e.output_tokens.size() + p);
+      }
+    }
     return;
   }
   result.duration_ns = std::max<TimeNs>(1, cost_.step_time(plan) + loads);
-  result.sampled_tokens.assign(plan.requests.size(), 0);
-  result.fork_tokens.assign(static_cast<std::size_t>(plan.num_fork_tokens), 0);
+  result.sampled_tokens.assign(plan.requests.size(), kSimOtherToken);
+  result.fork_tokens.assign(static_cast<std::size_t>(plan.num_fork_tokens), kSimOtherToken);
+  // The simulated model's EOS (core/stop_conditions.h), for requests with stop conditions.
+  std::size_t fork_at = 0;
+  for (std::size_t k = 0; k < plan.requests.size(); ++k) {
+    const ScheduledRequest& e = plan.requests[k];
+    if (e.spec != nullptr && e.spec->stop != nullptr && e.samples) {
+      const std::int32_t token = sim_sampled_token(*e.spec, e.output_tokens.size());
+      result.sampled_tokens[k] = token;
+      for (std::size_t s = 1; s < e.num_samples; ++s) result.fork_tokens[fork_at + s - 1] = token;
+    }
+    fork_at += e.num_samples - 1U;
+  }
 }
 
 }  // namespace servelab

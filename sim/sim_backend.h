@@ -1,8 +1,9 @@
 // SimBackend: a Backend that executes nothing and asks a CostModel how long the step takes.
 //
-// Sampled tokens are placeholders (0): the simulator's requests stop at their output length,
-// and block hashes never depend on token values (core/request.h), so nothing downstream reads
-// them.
+// Sampled tokens are placeholders (kSimOtherToken, 0): block hashes never depend on token values
+// (core/request.h). A request with stop conditions gets the simulated model's EOS, kSimEosToken,
+// from its output token sim_eos_at on (core/stop_conditions.h), so the scheduler's stop check
+// ends it as an engine's would; others stop at their output length.
 #pragma once
 
 #include <array>

@@ -6,6 +6,7 @@
 
 #include "serving/home.h"
 #include "traces/azure_trace.h"
+#include "traces/sampling_options.h"
 #include "traces/session_workload.h"
 #include "traces/synthetic_workload.h"
 #include "traces/trace_readers.h"
@@ -131,7 +132,8 @@ LengthDist parse_length(const ConfigNode& n, bool is_prompt, const std::string& 
 std::unique_ptr<Workload> make_synthetic(const ConfigNode& s, std::uint64_t seed,
                                          const std::string& base_dir) {
   s.allow_keys({"type", "num_requests", "duration_s", "start_s", "arrival", "prompt_len",
-                "output_len", "lengths", "shared_prefix", "transforms", "n"});
+                "output_len", "lengths", "shared_prefix", "transforms", "n", "sampling",
+                "cache_salt"});
   SyntheticConfig c;
   c.n = static_cast<std::int32_t>(s.get_int("n", 1, 1, kMaxSamples));
   if (s.has("num_requests")) c.num_requests = s.get_int("num_requests", 1, INT64_MAX);
@@ -189,7 +191,8 @@ std::unique_ptr<Workload> make_synthetic(const ConfigNode& s, std::uint64_t seed
 
 std::unique_ptr<Workload> make_azure(const ConfigNode& s, std::uint64_t seed,
                                      const std::string& base_dir) {
-  s.allow_keys({"type", "path", "max_requests", "time_scale", "start_s", "transforms"});
+  s.allow_keys({"type", "path", "max_requests", "time_scale", "start_s", "transforms", "sampling",
+                "cache_salt"});
   const std::string path = data_file(s.at("path"), base_dir);
   AzureTraceOptions o;
   if (s.has("max_requests")) o.max_requests = s.get_int("max_requests", 1, INT64_MAX);
@@ -212,6 +215,7 @@ std::unique_ptr<Workload> make_workload(const ConfigNode& section, std::uint64_t
   // Transforms are checked before the (possibly slow) file is opened.
   std::optional<TransformOptions> transforms;
   if (section.has("transforms")) transforms = parse_transforms(section.at("transforms"));
+  RequestOptions options = parse_request_options(section);
   std::unique_ptr<Workload> w;
   if (type == "synthetic") {
     w = make_synthetic(section, seed, base_dir);
@@ -226,6 +230,9 @@ std::unique_ptr<Workload> make_workload(const ConfigNode& section, std::uint64_t
     w = make_trace_reader(section, seed, data_file(section.at("path"), base_dir));
   }
   if (transforms) w = std::make_unique<TransformedWorkload>(std::move(w), *transforms, seed);
+  if (options.sampling || options.cache_salt) {
+    w = std::make_unique<SampledWorkload>(std::move(w), std::move(options), seed);
+  }
   return w;
 }
 

@@ -1,0 +1,137 @@
+// Stop conditions and cache_salt in the simulator, through `sim run` and the workload keys
+// `sampling:` and `cache_salt:` (traces/sampling_options.h): the workload's output length is where
+// the simulated model samples EOS, max_tokens caps it, min_tokens and ignore_eos act as in vLLM,
+// eos_probability draws the EOS point; requests.csv gives each request's reason. Bad values are
+// exit code 2 naming the key.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+
+#include "serving/home.h"
+#include "tests/test_util.h"
+
+namespace servelab {
+namespace {
+
+using namespace servelab::test_util;
+
+std::string Experiment(const std::string& extra) {
+  return "name: stops\nseed: 7\nmodel: tiny\nhardware: H100-SXM\nserving:\n  block_size: 16\n"
+         "  num_gpu_blocks: 256\n  max_model_len: 512\n"
+         "workload:\n  type: synthetic\n  num_requests: 40\n"
+         "  arrival: {process: poisson, rate: 50}\n"
+         "  prompt_len: {dist: uniform, min: 20, max: 100}\n"
+         "  output_len: {dist: fixed, value: 20}\n" +
+         extra;
+}
+
+// Runs the experiment; returns requests.csv's rows (empty on failure, with the message in *err).
+std::vector<std::map<std::string, std::string>> RunSim(const fs::path& dir, const std::string& name,
+                                                       const std::string& extra) {
+  write_file(dir / (name + ".yaml"), Experiment(extra));
+  const Cli cli =
+      run_sim("run " + (dir / (name + ".yaml")).string() + " --out " + (dir / name).string(), dir);
+  EXPECT_EQ(cli.code, 0) << cli.err;
+  return read_csv(dir / name / "requests.csv");
+}
+
+// (output tokens, reason) -> count.
+std::map<std::pair<std::string, std::string>, int> Outcomes(
+    const std::vector<std::map<std::string, std::string>>& rows) {
+  std::map<std::pair<std::string, std::string>, int> out;
+  for (const auto& r : rows) ++out[{r.at("output_tokens"), r.at("reason")}];
+  return out;
+}
+
+using Outcome = std::map<std::pair<std::string, std::string>, int>;
+
+TEST(SimStops, EosPointMaxTokensMinTokensAndIgnoreEos) {
+  const fs::path dir = temp_dir("sim_stops");
+  // Without sampling keys: every request runs to its output length ("length").
+  EXPECT_EQ(Outcomes(RunSim(dir, "plain", "")), (Outcome{{{"20", "length"}, 40}}));
+  // max_tokens above the EOS point: the model stops at 20.
+  EXPECT_EQ(Outcomes(RunSim(dir, "eos", "  sampling: {max_tokens: 30}\n")),
+            (Outcome{{{"20", "stop"}, 40}}));
+  // max_tokens below it: capped.
+  EXPECT_EQ(Outcomes(RunSim(dir, "cap", "  sampling: {max_tokens: 12}\n")),
+            (Outcome{{{"12", "length"}, 40}}));
+  // EOS exactly at max_tokens: vLLM checks the length first.
+  EXPECT_EQ(Outcomes(RunSim(dir, "tie", "  sampling: {max_tokens: 20}\n")),
+            (Outcome{{{"20", "length"}, 40}}));
+  // min_tokens past the EOS point: EOS is suppressed until then.
+  EXPECT_EQ(Outcomes(RunSim(dir, "min", "  sampling: {max_tokens: 30, min_tokens: 25}\n")),
+            (Outcome{{{"25", "stop"}, 40}}));
+  // ignore_eos: to max_tokens.
+  EXPECT_EQ(Outcomes(RunSim(dir, "ignore", "  sampling: {max_tokens: 30, ignore_eos: true}\n")),
+            (Outcome{{{"30", "length"}, 40}}));
+  fs::remove_all(dir);
+}
+
+TEST(SimStops, EosProbabilityDrawsGeometricLengths) {
+  const fs::path dir = temp_dir("sim_stops_p");
+  const auto rows = RunSim(dir, "p", "  sampling: {max_tokens: 40, eos_probability: 0.1}\n");
+  ASSERT_EQ(rows.size(), 40u);
+  int stopped = 0, capped = 0;
+  double total = 0;
+  for (const auto& r : rows) {
+    const int n = std::stoi(r.at("output_tokens"));
+    total += n;
+    if (r.at("reason") == "stop") {
+      ++stopped;
+      EXPECT_LT(n, 40);
+    } else {
+      ++capped;
+      EXPECT_EQ(n, 40);
+      EXPECT_EQ(r.at("reason"), "length");
+    }
+  }
+  // Geometric(0.1) capped at 40: mean about 9.9, P(reach 40) about 1.5 %.
+  EXPECT_GT(stopped, 30);
+  EXPECT_GT(total / 40, 5.0);
+  EXPECT_LT(total / 40, 16.0);
+  // Deterministic: the same seed, the same lengths.
+  EXPECT_EQ(read_file(dir / "p" / "requests.csv"),
+            (RunSim(dir, "p2", "  sampling: {max_tokens: 40, eos_probability: 0.1}\n"),
+             read_file(dir / "p2" / "requests.csv")));
+  fs::remove_all(dir);
+}
+
+TEST(SimStops, CacheSaltSeparatesSharedPrefixes) {
+  const fs::path dir = temp_dir("sim_salt");
+  const std::string prefix = "  shared_prefix: {num_prefixes: 1, length: 64, fraction: 1.0}\n";
+  const auto cached = [&](const std::string& name, const std::string& extra) {
+    int total = 0;
+    for (const auto& r : RunSim(dir, name, prefix + extra))
+      total += std::stoi(r.at("cached_tokens"));
+    return total;
+  };
+  const int plain = cached("plain", "");
+  EXPECT_GT(plain, 0);
+  // One salt for every request: the same hits.
+  EXPECT_EQ(cached("one", "  cache_salt: {value: tenant-a}\n"), plain);
+  fs::remove_all(dir);
+}
+
+TEST(SimStops, BadKeysAreExitCode2NamingTheKey) {
+  const fs::path dir = temp_dir("sim_stops_bad");
+  const auto err = [&](const std::string& extra) {
+    write_file(dir / "bad.yaml", Experiment(extra));
+    const Cli cli =
+        run_sim("run " + (dir / "bad.yaml").string() + " --out " + (dir / "out").string(), dir);
+    EXPECT_EQ(cli.code, 2) << extra;
+    return cli.err;
+  };
+  EXPECT_NE(err("  sampling: {max_tokens: 0}\n").find("workload.sampling.max_tokens"),
+            std::string::npos);
+  EXPECT_NE(err("  sampling: {eos_probability: 0}\n").find("workload.sampling.eos_probability"),
+            std::string::npos);
+  EXPECT_NE(err("  sampling: {stop: x}\n").find("workload.sampling.stop"), std::string::npos);
+  EXPECT_NE(err("  cache_salt: {value: a, per_tenant: true}\n").find("workload.cache_salt"),
+            std::string::npos);
+  EXPECT_NE(err("  cache_salt: salt\n").find("workload.cache_salt"), std::string::npos);
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace servelab

@@ -1,0 +1,109 @@
+#include "traces/sampling_options.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "core/stop_conditions.h"
+
+namespace servelab {
+
+RequestOptions parse_request_options(const ConfigNode& s) {
+  RequestOptions o;
+  if (s.has("sampling")) {
+    const ConfigNode n = s.at("sampling");
+    if (!n.is_map()) n.fail("a mapping (max_tokens, eos_probability, min_tokens, ignore_eos)");
+    n.allow_keys({"max_tokens", "eos_probability", "min_tokens", "ignore_eos"});
+    SamplingOptions p;
+    if (n.has("max_tokens")) {
+      p.max_tokens = static_cast<std::int32_t>(n.get_int("max_tokens", 1, 10'000'000));
+    }
+    if (n.has("eos_probability")) {
+      p.eos_probability = n.get_double("eos_probability", 0.0, 1.0);
+      if (!(*p.eos_probability > 0)) n.at("eos_probability").fail("a probability in (0, 1]");
+    }
+    p.min_tokens = static_cast<std::int32_t>(n.get_int("min_tokens", 0, 0, 10'000'000));
+    p.ignore_eos = n.get_bool("ignore_eos", false);
+    o.sampling = p;
+  }
+  if (s.has("cache_salt")) {
+    const ConfigNode n = s.at("cache_salt");
+    if (!n.is_map()) n.fail("a mapping with `value: SALT` or `per_tenant: true`");
+    n.allow_keys({"value", "per_tenant"});
+    CacheSaltOptions c;
+    if (n.has("value")) {
+      c.value = n.get_string("value");
+      if (c.value.empty()) n.at("value").fail("a non-empty string");
+    }
+    c.per_tenant = n.get_bool("per_tenant", false);
+    if (c.value.empty() == !c.per_tenant) {
+      n.fail_message("needs exactly one of `value: SALT` or `per_tenant: true`");
+    }
+    o.cache_salt = c;
+  }
+  return o;
+}
+
+std::uint64_t cache_salt_key(const std::string& salt) {
+  std::uint64_t h = 0x63616368655f73ULL;  // "cache_s"
+  for (const unsigned char c : salt) h = mix64(h ^ c);
+  return h == 0 ? 1 : h;
+}
+
+SampledWorkload::SampledWorkload(std::unique_ptr<Workload> inner, RequestOptions options,
+                                 std::uint64_t seed)
+    : inner_(std::move(inner)), options_(std::move(options)), eos_rng_(Rng::stream(seed, "eos")) {
+  if (options_.cache_salt && !options_.cache_salt->value.empty()) {
+    salt_ = cache_salt_key(options_.cache_salt->value);
+  }
+}
+
+std::optional<RequestSpec> SampledWorkload::next() {
+  std::optional<RequestSpec> r = inner_->next();
+  if (!r) return r;
+  if (options_.sampling) {
+    const SamplingOptions& p = *options_.sampling;
+    auto stop = std::make_shared<StopConditions>();
+    stop->eos_token_id = kSimEosToken;
+    stop->ignore_eos = p.ignore_eos;
+    stop->min_tokens = p.min_tokens;
+    std::int32_t eos_at = r->max_output_tokens;  // the workload's length: where the model stops
+    if (p.eos_probability) {
+      // Geometric: the first output token that is EOS, each with probability p.
+      const double q = 1.0 - *p.eos_probability;
+      const double k =
+          q <= 0 ? 1.0 : 1.0 + std::floor(std::log(eos_rng_.uniform_pos()) / std::log(q));
+      eos_at = static_cast<std::int32_t>(std::clamp(k, 1.0, 10'000'000.0));
+    }
+    stop->sim_eos_at = eos_at;
+    if (p.max_tokens) r->max_output_tokens = *p.max_tokens;
+    r->stop = std::move(stop);
+  }
+  if (options_.cache_salt) {
+    r->cache_salt = options_.cache_salt->per_tenant
+                        ? cache_salt_key("tenant-" + std::to_string(r->tenant))
+                        : salt_;
+  }
+  return r;
+}
+
+std::string SampledWorkload::describe() const {
+  std::string s = inner_->describe();
+  if (options_.sampling) {
+    const SamplingOptions& p = *options_.sampling;
+    char buf[160];
+    std::snprintf(buf, sizeof buf, ", stops (eos %s, max_tokens %s, min_tokens %d%s)",
+                  p.eos_probability ? ("p=" + std::to_string(*p.eos_probability)).c_str()
+                                    : "at the output length",
+                  p.max_tokens ? std::to_string(*p.max_tokens).c_str() : "the output length",
+                  p.min_tokens, p.ignore_eos ? ", ignore_eos" : "");
+    s += buf;
+  }
+  if (options_.cache_salt) {
+    s += options_.cache_salt->per_tenant ? ", cache_salt per tenant"
+                                         : ", cache_salt '" + options_.cache_salt->value + "'";
+  }
+  return s;
+}
+
+}  // namespace servelab
