@@ -153,6 +153,7 @@ StepCostBreakdown RooflineCostModel::parallel_breakdown(const StepFeatures& f) c
   one_f.decode_pairs = part(f.decode_pairs);
   one_f.decode_context_tokens = part(f.decode_context_tokens);
   one_f.num_sampled = part(f.num_sampled);
+  one_f.draft_tokens = part(f.draft_tokens);
   // One micro-batch through all layers of one GPU's shard.
   const StepCostBreakdown one = shard_breakdown(one_f);
   const ModelConfig& m = shard_;
@@ -232,11 +233,12 @@ StepCostBreakdown RooflineCostModel::shard_breakdown(const StepFeatures& f) cons
   b.prefill_attention = attention(f.prefill_tokens, f.prefill_pairs, f.prefill_context_tokens);
   b.decode_attention = attention(f.decode_tokens, f.decode_pairs, f.decode_context_tokens);
   if (f.num_sampled > 0) {
-    const double s = static_cast<double>(f.num_sampled);
+    // Logits for every sampled sequence, and for every draft token a verify pass checks.
+    const std::int64_t rows = f.num_sampled + f.draft_tokens;
+    const double s = static_cast<double>(rows);
     const double flops = lm_head_flops_per_seq_ * s;
     const double bytes = lm_head_weight_bytes_ + lm_head_act_bytes_per_seq_ * s;
-    b.lm_head = f.num_sampled <= kTableSeqs ? lm_head_table_[f.num_sampled]
-                                            : lm_head_seconds(f.num_sampled);
+    b.lm_head = rows <= kTableSeqs ? lm_head_table_[rows] : lm_head_seconds(rows);
     b.flops += flops;
     b.bytes += bytes;
   }

@@ -19,7 +19,12 @@ void SimBackend::execute_into(const StepPlan& plan, StepResult& result) {
     result.fork_tokens.assign(static_cast<std::size_t>(plan.num_fork_tokens), 0);
     return;
   }
-  result.duration_ns = std::max<TimeNs>(1, cost_.step_time(plan));
+  if (spec_ != nullptr) [[unlikely]] {
+    const double draft_s = spec_->apply(plan, result);
+    result.duration_ns = std::max<TimeNs>(1, cost_.step_time(plan) + seconds_to_ns(draft_s));
+  } else {
+    result.duration_ns = std::max<TimeNs>(1, cost_.step_time(plan));
+  }
   result.sampled_tokens.assign(plan.requests.size(), 0);
   result.fork_tokens.assign(static_cast<std::size_t>(plan.num_fork_tokens), 0);
 }

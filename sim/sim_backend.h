@@ -7,6 +7,7 @@
 
 #include "core/backend.h"
 #include "sim/cost_model.h"
+#include "sim/speculation.h"
 
 namespace servelab {
 
@@ -21,9 +22,13 @@ class SimBackend : public Backend {
   StepResult execute(const StepPlan& plan) override;
   // Reuses result's token vectors (no allocation once they have grown to the largest plan).
   void execute_into(const StepPlan& plan, StepResult& result) override;
+  // Speculative decoding (sim/speculation.h): acceptance, proposals and the draft time, added to
+  // the step's duration (each rounded to ns). `spec` must outlive the backend; null: off.
+  void set_speculation(SimSpeculation* spec) { spec_ = spec; }
 
  private:
   const CostModel& cost_;
+  SimSpeculation* spec_ = nullptr;
 };
 
 }  // namespace servelab
