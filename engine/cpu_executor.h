@@ -24,9 +24,17 @@
 //      num_samples = n > 1 (parallel sampling, the step before a fork) draws n tokens from the
 //      same logits, sample k with the stream of sample_request_id(id, k) (sample 0 is the
 //      request's own): the first token of each sample, in fork_tokens for k >= 1.
+//   4. speculative decoding (options.speculative, method ngram): a verify entry (d draft tokens,
+//      plan.draft_tokens) samples at each of its 1 + d positions in turn, from the stream of the
+//      output index that position produces, exactly as single steps would; a draft is accepted
+//      while it equals the token sampled before it, so the first mismatch (or the bonus token
+//      after d accepted drafts) is the entry's sampled token and num_accepted says how many
+//      drafts came before: the tokens are those of a run without speculation, for any
+//      temperature. Then every entry that sampled gets an n-gram proposal (engine/
+//      ngram_proposer.h) over its prompt, outputs, accepted drafts and new token.
 // Token values: a prompt position p takes prompt_token_value(spec, p) (a literal prompt's own
 // value, else token_value(token_identity(spec, p))); position p >= prompt_len takes
-// output_tokens[p - prompt_len].
+// output_tokens[p - prompt_len], and past the known tokens a verify entry's draft tokens.
 #pragma once
 
 #include <cstdint>
@@ -35,6 +43,7 @@
 #include <vector>
 
 #include "core/backend.h"
+#include "core/speculative_config.h"
 #include "engine/llama_weights.h"
 
 namespace servelab {
@@ -50,12 +59,15 @@ struct CpuExecutorOptions {
   std::int32_t num_blocks = 0;       // device KV blocks per layer
   std::int32_t num_host_blocks = 0;  // swap space
   SamplingParams sampling;
+  // Speculative decoding: method ngram proposes and verifies (see the file comment); kNone off.
+  SpeculativeConfig speculative;
 };
 
 class CpuExecutor : public Backend {
  public:
   // `weights` must outlive the executor. Throws std::invalid_argument when block_size < 1,
-  // num_blocks < 1, num_host_blocks < 0, temperature < 0 or top_p outside (0, 1].
+  // num_blocks < 1, num_host_blocks < 0, temperature < 0 or top_p outside (0, 1], or a
+  // speculative method other than ngram is on.
   CpuExecutor(const LlamaWeights& weights, const CpuExecutorOptions& options);
   CpuExecutor(const CpuExecutor&) = delete;
   CpuExecutor& operator=(const CpuExecutor&) = delete;
