@@ -4,9 +4,13 @@
 // request with speculation as without, greedy and sampled, with drafts accepted on the
 // repetitive prompts.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <filesystem>
 #include <map>
+#include <string>
 #include <vector>
 
 #include "core/block_pool.h"
@@ -16,6 +20,7 @@
 #include "engine/llama_weights.h"
 #include "engine/ngram_proposer.h"
 #include "serving/home.h"
+#include "tests/test_util.h"
 
 namespace servelab {
 namespace {
@@ -121,6 +126,47 @@ TEST(SpeculativeEngine, SameTokensAsWithoutSpeculation) {
       EXPECT_LT(spec.steps, base.steps);
     }
   }
+}
+
+// `engine run` end to end: n-gram speculation runs on the CPU executor and writes the same
+// tokens as without it; the methods it cannot run are refused with exit code 2, naming the key.
+TEST(SpeculativeEngine, EngineRunsNgramAndRefusesOtherMethods) {
+  using namespace test_util;
+  const fs::path dir = temp_dir("specdec_engine");
+  const std::string head =
+      "model: tiny\nhardware: H100-SXM\nseed: 4\nserving:\n  num_gpu_blocks: 64\n";
+  const std::string workload =
+      "workload: {type: synthetic, num_requests: 3, arrival: {process: fixed, rate: 100}, "
+      "prompt_len: {dist: fixed, value: 24}, output_len: {dist: fixed, value: 12}}\n";
+  write_file(dir / "plain.yaml", head + workload);
+  write_file(dir / "ngram.yaml", head +
+                                     "  speculative_config: {method: ngram, "
+                                     "num_speculative_tokens: 3}\n" +
+                                     workload);
+  write_file(dir / "eagle.yaml", head +
+                                     "  speculative_config: {method: eagle, "
+                                     "num_speculative_tokens: 3}\n" +
+                                     workload);
+  const auto run_engine = [&](const std::string& args) {
+    const fs::path out = dir / "stdout.txt", err = dir / "stderr.txt";
+    const std::string cmd =
+        servelab_program("engine") + " run " + args + " > " + out.string() + " 2> " + err.string();
+    const int status = std::system(cmd.c_str());
+    return Cli{WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_file(out), read_file(err)};
+  };
+  for (const char* name : {"plain", "ngram"}) {
+    const Cli c = run_engine((dir / (std::string(name) + ".yaml")).string() +
+                             " --quiet --tokens --out " + (dir / name).string());
+    ASSERT_EQ(c.code, 0) << name << c.err;
+  }
+  EXPECT_EQ(read_file(dir / "plain" / "tokens.jsonl"), read_file(dir / "ngram" / "tokens.jsonl"));
+  const Cli eagle =
+      run_engine((dir / "eagle.yaml").string() + " --quiet --tokens --out " + (dir / "e").string());
+  EXPECT_EQ(eagle.code, 2);
+  EXPECT_NE(eagle.err.find("eagle.yaml:6:"), std::string::npos) << eagle.err;
+  EXPECT_NE(eagle.err.find("serving.speculative_config.method"), std::string::npos) << eagle.err;
+  EXPECT_FALSE(fs::exists(dir / "e"));
+  fs::remove_all(dir);
 }
 
 }  // namespace
