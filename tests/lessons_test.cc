@@ -384,7 +384,7 @@ TEST(Lessons, SpeculativeDecodingPaysAtLowBatch) {
   }
   // The page's numbers: TPOT 3.4x and 1.6x lower at batch 1; at batch 256 p = 0.4 loses 16 % of
   // the throughput and raises TPOT; p = 0.8 still wins there by 1.3x, against 3.3x at batch 1.
-  EXPECT_NEAR(tpot[0][0] / tpot[0][2], 3.4, 0.05);
+  EXPECT_NEAR(tpot[0][0] / tpot[0][2], 3.35, 0.01);  // "3.4x"
   EXPECT_NEAR(tpot[0][0] / tpot[0][1], 1.6, 0.05);
   EXPECT_NEAR(1 - tput[3][1] / tput[3][0], 0.16, 0.005);
   EXPECT_GT(tpot[3][1], tpot[3][0]);
