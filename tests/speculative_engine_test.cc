@@ -134,7 +134,8 @@ TEST(SpeculativeEngine, EngineRunsNgramAndRefusesOtherMethods) {
   using namespace test_util;
   const fs::path dir = temp_dir("specdec_engine");
   const std::string head =
-      "model: tiny\nhardware: H100-SXM\nseed: 4\nserving:\n  num_gpu_blocks: 64\n";
+      "model: tiny\nhardware: H100-SXM\nseed: 4\nserving:\n  num_gpu_blocks: 64\n  max_model_len: "
+      "512\n";
   const std::string workload =
       "workload: {type: synthetic, num_requests: 3, arrival: {process: fixed, rate: 100}, "
       "prompt_len: {dist: fixed, value: 24}, output_len: {dist: fixed, value: 12}}\n";
@@ -163,7 +164,7 @@ TEST(SpeculativeEngine, EngineRunsNgramAndRefusesOtherMethods) {
   const Cli eagle =
       run_engine((dir / "eagle.yaml").string() + " --quiet --tokens --out " + (dir / "e").string());
   EXPECT_EQ(eagle.code, 2);
-  EXPECT_NE(eagle.err.find("eagle.yaml:6:"), std::string::npos) << eagle.err;
+  EXPECT_NE(eagle.err.find("eagle.yaml:7:"), std::string::npos) << eagle.err;
   EXPECT_NE(eagle.err.find("serving.speculative_config.method"), std::string::npos) << eagle.err;
   EXPECT_FALSE(fs::exists(dir / "e"));
   fs::remove_all(dir);
