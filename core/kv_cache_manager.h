@@ -215,6 +215,20 @@ class KvCacheManager {
     if (caching_) cache_full_blocks(req, std::min(req.num_computed_tokens, req.num_tokens()));
   }
 
+  // Speculative decoding: after the scheduler rolled req.num_computed_tokens back over rejected
+  // draft tokens, shrinks req's slot accounting to the KV that remains (KV tokens :=
+  // min(num_computed_tokens, max_model_len) when that is less). The blocks stay in the table, as
+  // in vLLM v1: the next steps' tokens reuse their slots (num_reserved_unused_blocks() counts a
+  // block that holds only rolled-back slots). Nothing registered changes: allocate_slots never
+  // registers a block holding draft positions (it registers known tokens only).
+  void rollback_slots(Request& req) {
+    const std::int32_t kv = std::min(req.num_computed_tokens, max_model_len_);
+    if (kv >= req.kv_accounted_tokens_) return;
+    kv_tokens_ -= req.kv_accounted_tokens_ - kv;
+    kv_blocks_ -= blocks_for(req.kv_accounted_tokens_) - blocks_for(kv);
+    req.kv_accounted_tokens_ = kv;
+  }
+
   // Blocks that allocate_slots(req, n, hit) would take from the free capacity (not counting a
   // copy-on-write copy).
   std::int32_t num_blocks_to_allocate(const Request& req, std::int32_t num_new_tokens,

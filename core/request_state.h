@@ -128,6 +128,12 @@ class Request {
   bool cow_tail_ = false;
 
  public:
+  // Speculative decoding (core/speculative_config.h): the draft tokens proposed after the
+  // request's last step, which its next step verifies (vLLM's spec_token_ids); empty otherwise.
+  // Cleared by a preemption; capped so the verify step never produces more than the request's
+  // remaining outputs.
+  std::vector<std::int32_t> spec_token_ids;
+
   RequestId id() const { return spec.id; }
   std::int32_t num_output_tokens() const { return static_cast<std::int32_t>(output_tokens.size()); }
   // Output tokens of the request: its own, or with parallel sampling those of all its samples.
@@ -136,6 +142,10 @@ class Request {
   bool will_fork() const { return spec.n > 1 && group == nullptr; }
   // Tokens known so far: prompt plus outputs.
   std::int32_t num_tokens() const { return spec.prompt_len + num_output_tokens(); }
+  // Known tokens plus the draft tokens awaiting verification (vLLM's num_tokens_with_spec).
+  std::int32_t num_tokens_with_spec() const {
+    return num_tokens() + static_cast<std::int32_t>(spec_token_ids.size());
+  }
 
   // The KV cache manager's state, read-only.
   const std::vector<BlockHash>& block_hashes() const { return block_hashes_; }

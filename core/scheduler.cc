@@ -66,6 +66,25 @@ Scheduler::Scheduler(const SchedulerConfig& config, KvCacheManager& kv, Schedule
                                 "' does not support num_scheduler_steps > 1");
   }
   lookahead_ = config_.num_scheduler_steps - 1;
+  const SpeculativeConfig& sp = config_.speculative;
+  if (sp.num_speculative_tokens < 0) {
+    throw std::invalid_argument("Scheduler: num_speculative_tokens must be >= 0");
+  }
+  if (sp.enabled()) {
+    // Verify entries and rollback are written into vLLM v1's running phase only.
+    if (batch_->name() != kVllmBatch.name()) {
+      throw std::invalid_argument(
+          "Scheduler: speculative decoding needs the vllm batch formation, "
+          "not '" +
+          std::string(batch_->name()) + "'");
+    }
+    if (config_.num_scheduler_steps > 1) {
+      throw std::invalid_argument(
+          "Scheduler: speculative decoding and num_scheduler_steps > 1 do not combine");
+    }
+    spec_k_ = sp.num_speculative_tokens;
+    spec_lookahead_ = sp.lookahead_slots();
+  }
   // A formation without the swap-in pass would strand swapped victims.
   if (preemption_->uses_host_memory() && !batch_->resumes_swapped()) {
     throw std::invalid_argument("Scheduler: preemption '" + std::string(preemption_->name()) +
@@ -135,6 +154,7 @@ std::string Scheduler::rejection_reason(const Request& req) const {
       return "parallel sampling (n > 1) needs on-demand paged allocation (batch vllm, sarathi "
              "or prefill-first; allocation paged)";
     }
+    if (spec_k_ > 0) return "parallel sampling (n > 1) with speculative decoding is not supported";
     if (spec.n > config_.max_num_seqs) {
       return "n = " + std::to_string(spec.n) + " samples need more seats than max_num_seqs " +
              std::to_string(config_.max_num_seqs);
@@ -276,6 +296,12 @@ std::int32_t Scheduler::unschedule(const Request& r) {
     plan_.totals.decode_context_tokens -= e.context_len();
   }
   plan_.totals.num_sampled -= e.samples ? 1 : 0;
+  if (k < plan_.draft_tokens.size()) [[unlikely]] {
+    const auto d = static_cast<std::int32_t>(plan_.draft_tokens[k].size());
+    plan_.num_draft_tokens -= d;
+    if (d > 0) plan_.totals.verify_extra_pairs -= causal_pairs(e.first_token, n) - e.context_len();
+    plan_.draft_tokens.erase(plan_.draft_tokens.begin() + static_cast<std::ptrdiff_t>(k));
+  }
   if (report_service_) {
     waiting_->on_tokens_scheduled(r, e.is_prefill ? -n : 0, e.is_prefill ? 0 : -n);
   }
@@ -305,6 +331,7 @@ void Scheduler::preempt(Request& victim, TimeNs now) {
   }
   ++victim.num_preemptions;
   ++counters_.num_preemptions;
+  victim.spec_token_ids.clear();  // drafts are proposed again after the request resumes
   // Past the cap the request is given up instead of thrashing forever (a livelock guard); its
   // KV is dropped rather than moved to the host for nothing.
   const bool give_up =
@@ -401,7 +428,7 @@ void Scheduler::abort_sequence(Request& r, TimeNs now, const std::string& reason
 Scheduler::Room Scheduler::make_room(std::size_t i, std::int32_t n, std::int32_t budget,
                                      TimeNs now) {
   Request* r = running_[i];
-  const std::int32_t slots = n + decode_lookahead(*r, n);
+  const std::int32_t slots = n + decode_lookahead(*r, n) + spec_lookahead(*r, n);
   while (!kv_.allocate_slots(*r, slots)) {
     const std::size_t v = victim_->pick(running_);
     assert(v < running_.size());
@@ -496,8 +523,11 @@ std::int32_t Scheduler::admit_waiting(std::int32_t budget, const AdmissionRule& 
     // A reservation covers the request's whole maximum length (all or nothing); otherwise the
     // blocks for this step's n tokens. Either way a request that cannot get them waits at the
     // head (head-of-line blocking on KV space too).
-    const std::int32_t slots =
+    std::int32_t slots =
         rule.reserve_max_length ? r.spec.total_tokens() - hit.num_tokens : n + external;
+    if (spec_lookahead_ > 0) [[unlikely]] {  // EAGLE: from the position after the hit
+      slots += std::clamp(r.spec.total_tokens() - 1 - hit.num_tokens - slots, 0, spec_lookahead_);
+    }
     if (!kv_.allocate_slots(r, slots, &hit)) break;
     admit_front(r, hit);
     if (r.external_tokens_ > 0) [[unlikely]] {
@@ -525,7 +555,8 @@ std::int32_t Scheduler::swap_in_phase(std::int32_t budget, TimeNs now) {
     if (!config_.enable_chunked_prefill && n > budget) break;
     n = std::min(n, budget);
     // A decode's lookahead slots come back with it (vLLM v0 can_swap_in with lookahead).
-    const std::int32_t slots = std::max(n, 0) + decode_lookahead(r, n);
+    const std::int32_t slots =
+        std::max(n, 0) + decode_lookahead(r, n) + spec_lookahead(r, std::max(n, 0));
     if (!kv_.can_swap_in(r, slots)) break;  // head-of-line, as vLLM v0's swapped queue
     bool ok = kv_.swap_in(r, plan_.swap_in);
     if (slots > 0) ok = ok && kv_.allocate_slots(r, slots);  // can_swap_in covered both
@@ -569,6 +600,143 @@ void Scheduler::finish(Request& r, TimeNs now) {
   if (observer_ != nullptr) observer_->on_finish(r, now);
 }
 
+void Scheduler::add_running_entry(Request& r, std::int32_t n, TimeNs now) {
+  const auto drafts = static_cast<std::int32_t>(r.spec_token_ids.size());
+  const std::int32_t first = r.num_computed_tokens;
+  if (drafts == 0 || n < 2 || first + 1 != r.num_tokens()) {
+    // Not a verify entry; drafts the budget left no room for go (vLLM trims them too).
+    r.spec_token_ids.clear();
+    add_to_plan(r, n, 0, now);
+    return;
+  }
+  const std::int32_t d = std::min(drafts, n - 1);
+  r.spec_token_ids.resize(static_cast<std::size_t>(d));
+  add_entry(r, 1 + d, 0, now, /*is_prefill=*/false, /*samples=*/true);
+  plan_.draft_tokens.resize(plan_.requests.size());
+  plan_.draft_tokens.back() = r.spec_token_ids;
+  plan_.num_draft_tokens += d;
+  plan_.totals.verify_extra_pairs += causal_pairs(first, 1 + d) - (first + 1 + d);
+}
+
+void Scheduler::complete_spec(const StepResult& result, TimeNs now) {
+  const std::size_t entries = plan_.requests.size();
+  if (result.sampled_tokens.size() < entries) {
+    throw std::invalid_argument(
+        "Scheduler::complete: " + std::to_string(result.sampled_tokens.size()) +
+        " sampled tokens for a plan of " + std::to_string(entries) + " entries");
+  }
+  if (plan_.num_draft_tokens > 0 && result.num_accepted.size() < entries) {
+    throw std::invalid_argument(
+        "Scheduler::complete: " + std::to_string(result.num_accepted.size()) +
+        " acceptance counts for a plan of " + std::to_string(entries) +
+        " entries with draft tokens");
+  }
+  const bool proposals = !result.num_proposed.empty();
+  if (proposals && result.num_proposed.size() < entries) {
+    throw std::invalid_argument(
+        "Scheduler::complete: " + std::to_string(result.num_proposed.size()) +
+        " proposal counts for a plan of " + std::to_string(entries));
+  }
+  // Every sampling entry's new tokens: its accepted drafts, then the verifier's token.
+  // new_tokens[t] counts them for got[t]; rollback first (it depends on the plan only).
+  if (token_requests_.size() < entries) {
+    token_requests_.resize(entries);
+    token_prev_ns_.resize(entries);
+  }
+  Request** const got = token_requests_.data();
+  TimeNs* const prev = token_prev_ns_.data();
+  spec_new_.assign(entries, 0);
+  spec_acc_.assign(entries, 0);
+  spec_entry_.assign(entries, 0);
+  std::size_t num_got = 0;
+  std::int32_t most = 0;
+  for (std::size_t k = 0; k < entries; ++k) {
+    if (!plan_.requests[k].samples) continue;
+    Request& r = *plan_requests_[k];
+    const auto d = static_cast<std::int32_t>(plan_.drafts_of(k).size());
+    std::int32_t accepted = 0;
+    if (d > 0) {
+      accepted = result.num_accepted[k];
+      if (accepted < 0 || accepted > d) {
+        throw std::invalid_argument("Scheduler::complete: entry " + std::to_string(k) +
+                                    " accepted " + std::to_string(accepted) + " of " +
+                                    std::to_string(d) + " draft tokens");
+      }
+      // Rollback: the rejected drafts' KV slots are free for the next tokens.
+      r.num_computed_tokens -= d - accepted;
+      r.max_computed_tokens_ = std::max(r.undo_max_computed_tokens_, r.num_computed_tokens);
+      kv_.rollback_slots(r);
+      counters_.num_draft_tokens += d;
+      counters_.num_accepted_tokens += accepted;
+    }
+    // Past a stop (the output length) the surplus is trimmed, as vLLM does.
+    const std::int32_t room = r.spec.max_output_tokens - r.num_output_tokens();
+    spec_new_[num_got] = std::min(accepted + 1, room);
+    spec_acc_[num_got] = accepted;
+    spec_entry_[num_got] = k;
+    most = std::max(most, spec_new_[num_got]);
+    got[num_got] = &r;
+    prev[num_got] = r.last_token_ns;
+    ++num_got;
+  }
+  // Token by token, like a round's passes: the j-th new token of every entry that has one.
+  if (spec_got_.size() < num_got) {
+    spec_got_.resize(num_got);
+    spec_prev_.resize(num_got);
+  }
+  for (std::int32_t j = 0; j < most; ++j) {
+    std::size_t m = 0;
+    for (std::size_t t = 0; t < num_got; ++t) {
+      if (j >= spec_new_[t]) continue;
+      Request& r = *got[t];
+      const std::size_t k = spec_entry_[t];
+      r.output_tokens.push_back(j < spec_acc_[t]
+                                    ? plan_.draft_tokens[k][static_cast<std::size_t>(j)]
+                                    : result.sampled_tokens[k]);
+      // A stop token among the accepted drafts ends the request there (vLLM trims the rest).
+      if (r.spec.stop != nullptr && reached_stop(r)) spec_new_[t] = j + 1;
+      spec_got_[m] = &r;
+      spec_prev_[m] = j == 0 ? prev[t] : now;
+      ++m;
+      if (r.first_token_ns < 0) r.first_token_ns = now;
+      r.last_token_ns = now;
+    }
+    if (observer_ != nullptr && m > 0) {
+      observer_->on_step_tokens(std::span<const Request* const>(spec_got_.data(), m),
+                                std::span<const TimeNs>(spec_prev_.data(), m), now);
+    }
+  }
+  // The next step's drafts, then the finishes, in plan order.
+  std::size_t at = 0;  // next unused proposal
+  bool any_finished = false;
+  for (std::size_t k = 0; k < entries; ++k) {
+    const std::int32_t proposed = proposals ? result.num_proposed[k] : 0;
+    if (proposed < 0 || at + static_cast<std::size_t>(proposed) > result.proposed_tokens.size()) {
+      throw std::invalid_argument("Scheduler::complete: entry " + std::to_string(k) +
+                                  " proposes more tokens than StepResult::proposed_tokens holds");
+    }
+    Request& r = *plan_requests_[k];
+    r.spec_token_ids.clear();
+    if (plan_.requests[k].samples && r.num_output_tokens() < r.spec.max_output_tokens) {
+      const std::int32_t keep =
+          std::min({proposed, spec_k_, r.spec.max_output_tokens - r.num_output_tokens() - 1});
+      r.spec_token_ids.assign(
+          result.proposed_tokens.begin() + static_cast<std::ptrdiff_t>(at),
+          result.proposed_tokens.begin() + static_cast<std::ptrdiff_t>(at + std::max(keep, 0)));
+    }
+    at += static_cast<std::size_t>(proposed);
+  }
+  for (std::size_t t = 0; t < num_got; ++t) {
+    Request* const r = got[t];
+    if (reached_stop(*r)) {
+      r->spec_token_ids.clear();
+      finish(*r, now);
+      any_finished = true;
+    }
+  }
+  end_of_step(any_finished);
+}
+
 void Scheduler::complete(const StepResult& result, TimeNs now) {
   if (plan_.num_prefill_tokens > 0 && now > plan_start_ns_) {
     // The newest step weighs 1/4 (AdmissionLoad::prefill_tokens_per_s).
@@ -579,6 +747,10 @@ void Scheduler::complete(const StepResult& result, TimeNs now) {
   }
   if (plan_.num_steps > 1) {
     complete_round(result, now);
+    return;
+  }
+  if (spec_k_ > 0) [[unlikely]] {
+    complete_spec(result, now);
     return;
   }
   if (result.sampled_tokens.size() < plan_.requests.size()) {

@@ -80,6 +80,27 @@
 // prefill). Formations that do not reserve lookahead slots (BatchFormation::supports_multi_step()
 // false) are refused.
 //
+// Speculative decoding (config.speculative with num_speculative_tokens k > 0; vLLM v1's
+// semantics, docs/policies.md "Speculative decoding"; vllm batch formation only, one scheduler
+// step, n == 1): the backend proposes draft tokens for each entry that sampled (StepResult::
+// num_proposed / proposed_tokens); a request keeps at most k of them, and at most
+// max_output_tokens - outputs - 1, so a verify step never yields more than the request's
+// remaining outputs and never needs a slot past its maximum length (vLLM proposes k and trims
+// the surplus after a stop instead). In the running phase a request with d drafts asks for
+// num_tokens_with_spec - num_computed_tokens = 1 + d tokens, counted in the budget; when the
+// budget (or the threshold) gives it fewer, the drafts beyond are dropped. The entry is a decode
+// of 1 + d tokens whose drafts the plan lists (StepPlan::draft_tokens); its slots are allocated
+// like any (EAGLE: plus k lookahead slots in every allocation, capped at the request's maximum
+// length, spec_lookahead()). complete() appends the accepted drafts, then the verifier's token,
+// one token per on_step_tokens call (like a round's passes), and rolls the rejected drafts back:
+// num_computed_tokens falls by d - accepted; the blocks stay in the table (vLLM v1 keeps them for
+// the next steps' tokens) and only the slot accounting shrinks. Drafts are never registered in
+// the prefix cache: allocate_slots registers only blocks full of known tokens, and a block fills
+// with accepted ones when a later step's allocation covers it. A preemption drops the drafts
+// (vLLM's _preempt_request clears spec_token_ids); a refunded victim's entry gives its 1 + d
+// tokens back. counters().num_draft_tokens / num_accepted_tokens count drafts verified and
+// accepted.
+//
 // Ownership: the scheduler allocates a Request per arrival and deletes it right after
 // observer->on_finish (or on_reject); the destructor frees the blocks of what remains.
 #pragma once
@@ -111,8 +132,10 @@ struct SchedulerCounters {
   std::int64_t num_aborted = 0;
   std::int64_t num_preemptions = 0;
   std::int64_t num_recomputed_tokens = 0;
-  std::int64_t num_shed = 0;    // refused at arrival by the admission policy (kShed)
-  std::int64_t num_capped = 0;  // admitted with max_output_tokens lowered by the length cap
+  std::int64_t num_shed = 0;          // refused at arrival by the admission policy (kShed)
+  std::int64_t num_capped = 0;        // admitted with max_output_tokens lowered by the length cap
+  std::int64_t num_draft_tokens = 0;  // speculative decoding: drafts verified
+  std::int64_t num_accepted_tokens = 0;  // of those, accepted
 };
 
 class Scheduler {
@@ -237,6 +260,18 @@ class Scheduler {
     const std::int32_t room = r.spec.total_tokens() - 2 - r.num_computed_tokens;
     return std::clamp(room, 0, lookahead_);
   }
+  // Speculative decoding: whether it is on (config.speculative.enabled()).
+  bool speculative() const { return spec_k_ > 0; }
+  // EAGLE's lookahead slots for r beyond the n tokens it is given: k, capped so that r's slots
+  // never pass its maximum length (prompt + max_output_tokens - 1 positions); 0 for other methods.
+  std::int32_t spec_lookahead(const Request& r, std::int32_t n) const {
+    if (spec_lookahead_ == 0) return 0;
+    const std::int32_t room = r.spec.total_tokens() - 1 - r.num_computed_tokens - n;
+    return std::clamp(room, 0, spec_lookahead_);
+  }
+  // Adds running r's entry of n tokens (see add_to_plan): with speculation, a request with draft
+  // tokens that decodes gets a verify entry of 1 + min(d, n - 1) tokens, its other drafts dropped.
+  void add_running_entry(Request& r, std::int32_t n, TimeNs now);
   // int(fraction * usable blocks): the blocks an admission must leave free (vLLM v0 watermark).
   std::int32_t watermark_blocks(double fraction) const;
   // What make_room did: `i` follows running()[i] when an earlier entry left, `budget` includes
@@ -366,6 +401,8 @@ class Scheduler {
   void mark_round();
   // complete() for a round.
   void complete_round(const StepResult& result, TimeNs now);
+  // complete() with speculative decoding on (see the file comment).
+  void complete_spec(const StepResult& result, TimeNs now);
 
   SchedulerConfig config_;
   // config_'s policy objects, or core's defaults (never null).
@@ -384,9 +421,18 @@ class Scheduler {
   // previous token times.
   std::vector<Request*> token_requests_;
   std::vector<TimeNs> token_prev_ns_;
+  // complete_spec()'s scratch: per sampling entry its new tokens, accepted drafts and plan index;
+  // the requests and previous times of one on_step_tokens call.
+  std::vector<std::int32_t> spec_new_;
+  std::vector<std::int32_t> spec_acc_;
+  std::vector<std::size_t> spec_entry_;
+  std::vector<const Request*> spec_got_;
+  std::vector<TimeNs> spec_prev_;
   std::int64_t next_step_ = 0;
   bool plan_pending_ = false;          // a non-empty plan awaits complete()
   std::int32_t lookahead_ = 0;         // config_.num_scheduler_steps - 1
+  std::int32_t spec_k_ = 0;            // num_speculative_tokens when speculation is on, else 0
+  std::int32_t spec_lookahead_ = 0;    // config_.speculative.lookahead_slots() when on
   std::int32_t admitted_in_step_ = 0;  // admissions from the waiting queue in the plan being formed
   SchedulerCounters counters_;
   std::size_t fork_seats_ = 0;  // seats reserved for the samples of running unforked requests

@@ -7,6 +7,8 @@
 #include <functional>
 #include <memory>
 
+#include "core/speculative_config.h"
+
 namespace servelab {
 
 class AdmissionPolicy;
@@ -30,6 +32,9 @@ struct SchedulerConfig {
   // that admitted nobody, runs as one round of this many forward passes (StepPlan::num_steps),
   // with the slots reserved up front (lookahead). 1: every plan is one forward pass (vLLM v1).
   std::int32_t num_scheduler_steps = 1;
+  // vLLM's speculative decoding (`serving.speculative_config`; core/speculative_config.h and the
+  // Scheduler's file comment). Off by default.
+  SpeculativeConfig speculative;
   // The policy objects (plugins built by policies/registry; core only sees the interfaces).
   // Null means vLLM v1's choice, which core provides itself: VllmBatchFormation,
   // LastRunningVictim, RecomputePreemption. They are immutable, so copies of a config share them.

@@ -31,8 +31,9 @@ void check_scheduler_invariants(const Scheduler& s, const StepPlan& plan) {
       broken(req(*r) + " is in the running list with status " + to_string(r->status));
     }
     if (!r->host_block_table().empty()) broken(req(*r) + " is running but holds host blocks");
-    if (r->num_computed_tokens > r->num_tokens()) {
-      broken(req(*r) + " has more computed tokens than known tokens");
+    // (A verify step computes draft tokens too: speculative decoding.)
+    if (r->num_computed_tokens > r->num_tokens_with_spec()) {
+      broken(req(*r) + " has more computed tokens than known and draft tokens");
     }
     if (static_cast<std::int64_t>(r->block_table.size()) * c.block_size < r->num_computed_tokens) {
       broken(req(*r) + "'s block table does not cover its computed tokens");

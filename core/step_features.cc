@@ -28,9 +28,10 @@ StepFeatures StepFeatures::from_plan(const StepPlan& plan) {
         .prefill_pairs = t.prefill_pairs,
         .prefill_context_tokens = t.prefill_context_tokens,
         .decode_tokens = plan.num_decode_tokens,
-        .decode_pairs = t.decode_context_tokens,
+        .decode_pairs = t.decode_context_tokens + t.verify_extra_pairs,
         .decode_context_tokens = t.decode_context_tokens,
         .num_sampled = t.num_sampled,
+        .draft_tokens = plan.num_draft_tokens,
         .swap_out_blocks = static_cast<std::int64_t>(plan.swap_out.size()),
         .swap_in_blocks = static_cast<std::int64_t>(plan.swap_in.size()),
         .copy_blocks = static_cast<std::int64_t>(plan.copies.size()),
@@ -48,6 +49,7 @@ StepFeatures StepFeatures::from_plan(const StepPlan& plan) {
     f.num_sampled += r.samples ? 1 : 0;
   }
   f.num_tokens = f.prefill_tokens + f.decode_tokens;
+  f.draft_tokens = plan.num_draft_tokens;
   f.swap_out_blocks = static_cast<std::int64_t>(plan.swap_out.size());
   f.swap_in_blocks = static_cast<std::int64_t>(plan.swap_in.size());
   f.copy_blocks = static_cast<std::int64_t>(plan.copies.size());

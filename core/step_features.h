@@ -25,6 +25,9 @@ struct StepFeatures {
   std::int64_t decode_context_tokens = 0;
 
   std::int64_t num_sampled = 0;  // entries with samples: rows of the LM head
+  // Speculative decoding: draft tokens verified in the step (StepPlan::num_draft_tokens); the
+  // LM head computes logits for them too (rows num_sampled + draft_tokens).
+  std::int64_t draft_tokens = 0;
   std::int64_t swap_out_blocks = 0;
   std::int64_t swap_in_blocks = 0;
   std::int64_t copy_blocks = 0;  // device-to-device copy-on-write

@@ -13,6 +13,8 @@ void StepPlan::clear() {
   num_decode_tokens = 0;
   num_fork_tokens = 0;
   num_steps = 1;
+  draft_tokens.clear();
+  num_draft_tokens = 0;
   totals = Totals{};
 }
 

@@ -75,6 +75,17 @@ struct StepPlan {
   // samples nothing after it. The fields above describe one pass: a cost model prices a pass
   // (the simulator's round time is in docs/cost-model.md).
   std::int32_t num_steps = 1;
+  // Speculative decoding (core/speculative_config.h). A verify entry is a decode (is_prefill
+  // false, samples true) of num_tokens = 1 + d tokens: the request's last known token, then its
+  // d draft tokens, draft_tokens[k] for entry k (positions first_token + 1 ..); the backend
+  // verifies them in this pass and reports how many it accepted (StepResult::num_accepted).
+  // draft_tokens is empty without speculation, else it has one span per entry up to the last
+  // verify entry (empty spans for the others). num_draft_tokens = the sum of the d's.
+  std::vector<std::span<const std::int32_t>> draft_tokens;
+  std::int32_t num_draft_tokens = 0;
+  std::span<const std::int32_t> drafts_of(std::size_t k) const {
+    return k < draft_tokens.size() ? draft_tokens[k] : std::span<const std::int32_t>{};
+  }
   // Running totals the Scheduler keeps as it builds the plan, so that cost models need not walk
   // the entries of every step. valid is false in a plan built elsewhere (consumers then compute
   // what they need from the entries) and after clear().
@@ -84,6 +95,9 @@ struct StepPlan {
     std::int64_t prefill_pairs = 0;           // sum of causal_pairs over prefill entries
     std::int64_t prefill_context_tokens = 0;  // sum of context_len() over prefill entries
     std::int64_t num_sampled = 0;             // entries with samples
+    // Verify entries (speculative decoding): their causal (query, key) pairs beyond their
+    // context_len(), which decode_context_tokens counts once per entry.
+    std::int64_t verify_extra_pairs = 0;
   };
   Totals totals;
 
@@ -100,6 +114,16 @@ struct StepResult {
   std::vector<std::int32_t> sampled_tokens;
   // For each entry with num_samples > 1, in plan order: the first tokens of samples 1 .. n-1.
   std::vector<std::int32_t> fork_tokens;
+  // Speculative decoding. num_accepted: for a plan with draft tokens, one value per entry: how
+  // many of the entry's drafts (a prefix of them) the verifier accepted; the entry's new tokens
+  // are those drafts followed by its sampled_tokens value (the verifier's own token at the first
+  // rejected position, or the bonus token when all were accepted). Empty when no entry drafts.
+  std::vector<std::int32_t> num_accepted;
+  // Proposals for the next step: num_proposed has one count per entry (or is empty: no
+  // proposals), proposed_tokens the proposals of the entries in plan order. The scheduler keeps
+  // at most num_speculative_tokens of an entry's proposals, and fewer near its output length.
+  std::vector<std::int32_t> num_proposed;
+  std::vector<std::int32_t> proposed_tokens;
 };
 
 }  // namespace servelab

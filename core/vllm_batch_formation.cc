@@ -11,8 +11,9 @@ namespace {
 
 // Phase 1: running requests in list order; returns the budget left. Lookahead (multi-step
 // scheduling) is a template argument so that the one-step decode fast path keeps its constant
-// one-slot allocation, which the compiler specialises.
-template <bool Lookahead>
+// one-slot allocation, which the compiler specialises. So is speculative decoding (Spec): a
+// request's draft tokens count in its remaining tokens, and its entry verifies them.
+template <bool Lookahead, bool Spec>
 std::int32_t schedule_running_phase(Scheduler& s, std::int32_t budget, std::int32_t cap,
                                     TimeNs now) {
   KvCacheManager& kv = s.kv();
@@ -20,11 +21,14 @@ std::int32_t schedule_running_phase(Scheduler& s, std::int32_t budget, std::int3
   std::size_t i = 0;
   while (i < running.size() && budget > 0) {
     Request& r = *running[i];
-    const std::int32_t remaining = r.num_tokens() - r.num_computed_tokens;
+    const std::int32_t remaining =
+        (Spec ? r.num_tokens_with_spec() : r.num_tokens()) - r.num_computed_tokens;
     // The common case first, a decode (one token, plus its lookahead slots with multi-step) that
     // fits the blocks the request can get: the same calls as below with n = 1. A failed
     // allocation changes nothing, so the general path below simply tries again and preempts.
-    if (remaining == 1 && kv.allocate_slots(r, Lookahead ? 1 + s.decode_lookahead(r, 1) : 1)) {
+    if (remaining == 1 && kv.allocate_slots(r, Lookahead ? 1 + s.decode_lookahead(r, 1)
+                                               : Spec    ? 1 + s.spec_lookahead(r, 1)
+                                                         : 1)) {
       s.add_entry(r, 1, 0, now, /*is_prefill=*/false, /*samples=*/true);
       budget -= 1;
       ++i;
@@ -39,7 +43,11 @@ std::int32_t schedule_running_phase(Scheduler& s, std::int32_t budget, std::int3
     i = room.i;
     budget = room.budget;
     if (!room.ok) break;  // r preempted itself: nothing after it is left to schedule
-    s.add_to_plan(r, n, 0, now);
+    if constexpr (Spec) {
+      s.add_running_entry(r, n, now);
+    } else {
+      s.add_to_plan(r, n, 0, now);
+    }
     budget -= n;
     ++i;
   }
@@ -57,8 +65,13 @@ void VllmBatchFormation::fill(Scheduler& s, TimeNs now, bool admit) const {
   const std::size_t preempted_before = s.plan().preempted.size();
 
   // Phase 1: running requests in list order (multi-step: decodes reserve their round's slots).
-  budget = s.lookahead_slots() > 0 ? schedule_running_phase<true>(s, budget, cap, now)
-                                   : schedule_running_phase<false>(s, budget, cap, now);
+  if (s.lookahead_slots() > 0) {
+    budget = schedule_running_phase<true, false>(s, budget, cap, now);
+  } else if (s.speculative()) {
+    budget = schedule_running_phase<false, true>(s, budget, cap, now);
+  } else {
+    budget = schedule_running_phase<false, false>(s, budget, cap, now);
+  }
   // Phases 2 and 3 never run in a step that preempted (the freed blocks would otherwise go
   // straight to newcomers while the victims wait).
   if (!admit || s.plan().preempted.size() != preempted_before) return;

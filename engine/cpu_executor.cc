@@ -11,6 +11,7 @@
 
 #include "core/rng.h"
 #include "core/stop_conditions.h"
+#include "engine/ngram_proposer.h"
 #include "engine/plan_check.h"
 #include "kernels/sampling_ref.h"
 
@@ -55,6 +56,11 @@ CpuExecutor::CpuExecutor(const LlamaWeights& weights, const CpuExecutorOptions& 
   if (!(options.k_scale > 0 && std::isfinite(options.k_scale) && options.v_scale > 0 &&
         std::isfinite(options.v_scale))) {
     throw std::invalid_argument("CpuExecutor: k_scale and v_scale must be finite and positive");
+  }
+  if (options.speculative.enabled() && options.speculative.method != SpecMethod::kNgram) {
+    throw std::invalid_argument(
+        std::string("CpuExecutor: speculative decoding runs method ngram only, not ") +
+        to_string(options.speculative.method));
   }
   const ModelConfig& m = weights.config.model;
   fp8_kv_ = options.kv_format == kernels::FloatFormat::kFp8E4m3 ||
@@ -140,14 +146,18 @@ StepResult CpuExecutor::execute(const StepPlan& plan) {
   // Token values and positions of the whole step, entries back to back.
   std::vector<std::int32_t> tokens, positions;
   std::vector<std::int64_t> row_begin;  // first row of each entry
-  for (const ScheduledRequest& e : plan.requests) {
+  for (std::size_t i = 0; i < plan.requests.size(); ++i) {
+    const ScheduledRequest& e = plan.requests[i];
     row_begin.push_back(static_cast<std::int64_t>(tokens.size()));
+    const auto known = e.spec->prompt_len + static_cast<std::int32_t>(e.output_tokens.size());
     for (std::int32_t p = e.first_token; p < e.context_len(); ++p) {
       std::int32_t value;
       if (p < e.spec->prompt_len) {
         value = prompt_token_value(*e.spec, p, m.vocab_size);
-      } else {
+      } else if (p < known) {
         value = e.output_tokens[p - e.spec->prompt_len];
+      } else {
+        value = plan.draft_tokens[i][static_cast<std::size_t>(p - known)];
       }
       tokens.push_back(value);
       positions.push_back(p);
@@ -273,28 +283,60 @@ StepResult CpuExecutor::execute(const StepPlan& plan) {
   StepResult result;
   result.sampled_tokens.assign(plan.requests.size(), -1);
   last_logits_.assign(plan.requests.size(), Eigen::VectorXf());
-  for (std::size_t i = 0; i < plan.requests.size(); ++i) {
-    const ScheduledRequest& e = plan.requests[i];
-    if (!e.samples) continue;
-    const RowMatrix last = x.row(row_begin[i] + e.num_tokens - 1);
-    const RowMatrix normed = rms_norm(last, weights_.norm, m.rms_norm_eps);
-    last_logits_[i] = weights_.head() * normed.row(0).transpose();
-    // min_tokens: EOS and the stop token ids cannot be sampled before it (vLLM's logits
-    // processor; core/stop_conditions.h).
-    const Eigen::VectorXf* logits = &last_logits_[i];
-    Eigen::VectorXf masked;
+  const bool speculative = options_.speculative.enabled();
+  if (plan.num_draft_tokens > 0) result.num_accepted.assign(plan.requests.size(), 0);
+  if (speculative) result.num_proposed.assign(plan.requests.size(), 0);
+  std::vector<std::int32_t> history;
+  // Samples output index `index` of entry `e`; before min_tokens, EOS and the stop token ids
+  // cannot be sampled (vLLM's logits processor; core/stop_conditions.h).
+  Eigen::VectorXf masked;
+  const auto sample_at = [&](const ScheduledRequest& e, std::size_t index,
+                             const Eigen::VectorXf& logits) {
     if (e.spec->stop != nullptr) {
       const std::vector<std::int32_t> banned =
-          suppressed_tokens(*e.spec, static_cast<std::int32_t>(e.output_tokens.size()));
+          suppressed_tokens(*e.spec, static_cast<std::int32_t>(index));
       if (!banned.empty()) {
-        masked = *logits;
+        masked = logits;
         for (const std::int32_t t : banned) {
           if (t >= 0 && t < masked.size()) masked[t] = -std::numeric_limits<float>::infinity();
         }
-        logits = &masked;
+        return sample(e.id, index, masked);
       }
     }
-    result.sampled_tokens[i] = sample(e.id, e.output_tokens.size(), *logits);
+    return sample(e.id, index, logits);
+  };
+  for (std::size_t i = 0; i < plan.requests.size(); ++i) {
+    const ScheduledRequest& e = plan.requests[i];
+    if (!e.samples) continue;
+    const std::span<const std::int32_t> drafts = plan.drafts_of(i);
+    const auto d = static_cast<std::int32_t>(drafts.size());
+    // Verification: position j of the verify entry (row first + j) samples output index
+    // outputs + j; the drafts are accepted while they equal what was sampled before them.
+    std::int32_t accepted = 0;
+    for (; accepted < d; ++accepted) {
+      const RowMatrix row = x.row(row_begin[i] + e.num_tokens - 1 - d + accepted);
+      const RowMatrix normed = rms_norm(row, weights_.norm, m.rms_norm_eps);
+      const Eigen::VectorXf logits = weights_.head() * normed.row(0).transpose();
+      if (sample_at(e, e.output_tokens.size() + accepted, logits) != drafts[accepted]) break;
+    }
+    if (d > 0) result.num_accepted[i] = accepted;
+    const RowMatrix last = x.row(row_begin[i] + e.num_tokens - 1 - d + accepted);
+    const RowMatrix normed = rms_norm(last, weights_.norm, m.rms_norm_eps);
+    last_logits_[i] = weights_.head() * normed.row(0).transpose();
+    result.sampled_tokens[i] = sample_at(e, e.output_tokens.size() + accepted, last_logits_[i]);
+    if (speculative) {
+      // The request's tokens after this step: prompt, outputs, accepted drafts, the new token.
+      history.clear();
+      for (std::int32_t p = 0; p < e.spec->prompt_len; ++p) {
+        history.push_back(prompt_token_value(*e.spec, p, m.vocab_size));
+      }
+      history.insert(history.end(), e.output_tokens.begin(), e.output_tokens.end());
+      history.insert(history.end(), drafts.begin(), drafts.begin() + accepted);
+      history.push_back(result.sampled_tokens[i]);
+      const SpeculativeConfig& sc = options_.speculative;
+      result.num_proposed[i] = ngram_propose(history, sc.prompt_lookup_min, sc.prompt_lookup_max,
+                                             sc.num_speculative_tokens, result.proposed_tokens);
+    }
     for (std::int32_t k = 1; k < e.num_samples; ++k) {
       result.fork_tokens.push_back(
           sample(sample_request_id(e.id, k), e.output_tokens.size(), *logits));

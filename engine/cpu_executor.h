@@ -24,6 +24,14 @@
 //      num_samples = n > 1 (parallel sampling, the step before a fork) draws n tokens from the
 //      same logits, sample k with the stream of sample_request_id(id, k) (sample 0 is the
 //      request's own): the first token of each sample, in fork_tokens for k >= 1.
+//   4. speculative decoding (options.speculative, method ngram): a verify entry (d draft tokens,
+//      plan.draft_tokens) samples at each of its 1 + d positions in turn, from the stream of the
+//      output index that position produces, exactly as single steps would; a draft is accepted
+//      while it equals the token sampled before it, so the first mismatch (or the bonus token
+//      after d accepted drafts) is the entry's sampled token and num_accepted says how many
+//      drafts came before: the tokens are those of a run without speculation, for any
+//      temperature. Then every entry that sampled gets an n-gram proposal (engine/
+//      ngram_proposer.h) over its prompt, outputs, accepted drafts and new token.
 // KV cache dtype (CpuExecutorOptions::kv_format, from model.kv_cache_dtype): the cache keeps
 // fp32 storage, but every K and V element written holds exactly a value of the format, obtained
 // as a GPU KV-write kernel obtains it (kernels/float_formats.h: round to nearest even; fp8
@@ -36,7 +44,7 @@
 // them once, on the first forward pass). fp32 (the default) stores x unchanged.
 // Token values: a prompt position p takes prompt_token_value(spec, p) (a literal prompt's own
 // value, else token_value(token_identity(spec, p))); position p >= prompt_len takes
-// output_tokens[p - prompt_len].
+// output_tokens[p - prompt_len], and past the known tokens a verify entry's draft tokens.
 #pragma once
 
 #include <cstdint>
@@ -45,6 +53,7 @@
 #include <vector>
 
 #include "core/backend.h"
+#include "core/speculative_config.h"
 #include "engine/llama_weights.h"
 #include "kernels/float_formats.h"
 
@@ -66,13 +75,15 @@ struct CpuExecutorOptions {
   float k_scale = 1.0f;
   float v_scale = 1.0f;
   bool compute_kv_scales = false;
+  // Speculative decoding: method ngram proposes and verifies (see the file comment); kNone off.
+  SpeculativeConfig speculative;
 };
 
 class CpuExecutor : public Backend {
  public:
   // `weights` must outlive the executor. Throws std::invalid_argument when block_size < 1,
-  // num_blocks < 1, num_host_blocks < 0, temperature < 0 or top_p outside (0, 1], or a KV
-  // scale that is not finite and positive.
+  // num_blocks < 1, num_host_blocks < 0, temperature < 0 or top_p outside (0, 1], a KV scale
+  // that is not finite and positive, or a speculative method other than ngram is on.
   CpuExecutor(const LlamaWeights& weights, const CpuExecutorOptions& options);
   CpuExecutor(const CpuExecutor&) = delete;
   CpuExecutor& operator=(const CpuExecutor&) = delete;

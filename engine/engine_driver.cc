@@ -283,6 +283,16 @@ EngineInstance load_engine(const ExperimentConfig& config, const EngineOptions& 
                       std::to_string(config.scheduler.num_scheduler_steps) +
                       " steps) can only be simulated (sim run); use 1 for engine run");
   }
+  // The CPU executor proposes n-grams and verifies them; draft models and EAGLE heads are
+  // simulated only.
+  if (config.scheduler.speculative.enabled() &&
+      config.scheduler.speculative.method != SpecMethod::kNgram) {
+    throw ConfigError(config.speculative_location +
+                      ": key 'serving.speculative_config.method': the engine runs method ngram "
+                      "only (it has no draft model or EAGLE head), so " +
+                      to_string(config.scheduler.speculative.method) +
+                      " can only be simulated (sim run)");
+  }
   // The executors run a model on one device; model parallelism exists only in the simulator.
   if (config.parallel.set && config.parallel.tensor * config.parallel.pipeline > 1) {
     throw ConfigError(config.parallel.where +
@@ -412,6 +422,11 @@ EngineInstance load_engine(const ExperimentConfig& config, const EngineOptions& 
   std::unique_ptr<Backend>& executor = out.executor;
   if (cuda) {
 #if SERVELAB_HAVE_CUDA
+    if (config.scheduler.speculative.enabled()) {
+      throw ConfigError(config.speculative_location +
+                        ": key 'serving.speculative_config': the CUDA executor does not verify "
+                        "draft tokens yet; run speculative decoding on the CPU executor");
+    }
     CudaExecutorOptions cuda_options;
     cuda_options.block_size = block_size;
     cuda_options.num_blocks = sized_by_device ? 0 : static_cast<std::int32_t>(out.num_gpu_blocks);
@@ -434,6 +449,7 @@ EngineInstance load_engine(const ExperimentConfig& config, const EngineOptions& 
     exec_options.sampling.seed = config.seed;
     exec_options.num_host_blocks = static_cast<std::int32_t>(num_cpu_blocks);
     exec_options.kv_format = kv_float_format(model);
+    exec_options.speculative = config.scheduler.speculative;
     executor = std::make_unique<CpuExecutor>(*weights, exec_options);
   }
 

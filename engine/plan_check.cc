@@ -21,7 +21,8 @@ void check_plan(const StepPlan& plan, const PlanLimits& limits, std::string_view
     check(device(m.src) && device(m.dst), "copy block out of range");
   }
   const std::int32_t bs = limits.block_size;
-  for (const ScheduledRequest& e : plan.requests) {
+  for (std::size_t k = 0; k < plan.requests.size(); ++k) {
+    const ScheduledRequest& e = plan.requests[k];
     const std::string id = "request " + std::to_string(e.id);
     check(e.spec != nullptr && e.num_tokens >= 1 && e.first_token >= 0, id + ": empty entry");
     check(static_cast<std::int64_t>(e.block_table.size()) * bs >= e.context_len(),
@@ -29,7 +30,10 @@ void check_plan(const StepPlan& plan, const PlanLimits& limits, std::string_view
     for (std::int32_t b = 0; b * bs < e.context_len(); ++b) {
       check(device(e.block_table[b]), id + ": block id out of range");
     }
-    check(e.context_len() <= e.spec->prompt_len + static_cast<std::int64_t>(e.output_tokens.size()),
+    // Known tokens, plus the draft tokens a verify entry checks (speculative decoding).
+    check(e.context_len() <= e.spec->prompt_len +
+                                 static_cast<std::int64_t>(e.output_tokens.size()) +
+                                 static_cast<std::int64_t>(plan.drafts_of(k).size()),
           id + ": positions beyond the known tokens");
     check(e.context_len() <= limits.max_context, id + ": context beyond max_model_len");
   }

@@ -12,11 +12,58 @@ namespace servelab {
 
 namespace {
 
+// serving.speculative_config: vLLM's keys (method, num_speculative_tokens, prompt_lookup_min /
+// prompt_lookup_max for ngram, model for draft_model), plus the simulator's acceptance_rate (one
+// probability, or a list with one per draft position). docs/experiments.md documents each.
+void parse_speculative(const ConfigNode& n, ExperimentConfig& c) {
+  n.allow_keys({"method", "num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max",
+                "model", "acceptance_rate"});
+  SpeculativeConfig& sp = c.scheduler.speculative;
+  c.speculative_location = n.location();
+  const std::string method = n.at("method").as_choice({"ngram", "draft_model", "eagle"});
+  sp.method = method == "ngram"         ? SpecMethod::kNgram
+              : method == "draft_model" ? SpecMethod::kDraftModel
+                                        : SpecMethod::kEagle;
+  sp.num_speculative_tokens = static_cast<std::int32_t>(n.get_int("num_speculative_tokens", 0, 64));
+  const bool ngram = sp.method == SpecMethod::kNgram;
+  for (const char* key : {"prompt_lookup_min", "prompt_lookup_max"}) {
+    if (!ngram && n.has(key)) n.at(key).fail_message("only for method ngram");
+  }
+  sp.prompt_lookup_min =
+      static_cast<std::int32_t>(n.get_int("prompt_lookup_min", sp.prompt_lookup_min, 1, 1024));
+  sp.prompt_lookup_max = static_cast<std::int32_t>(n.get_int(
+      "prompt_lookup_max", std::max(sp.prompt_lookup_max, sp.prompt_lookup_min), 1, 1024));
+  if (sp.prompt_lookup_max < sp.prompt_lookup_min) {
+    n.at("prompt_lookup_max")
+        .fail("at least prompt_lookup_min (" + std::to_string(sp.prompt_lookup_min) + ")");
+  }
+  if (sp.method == SpecMethod::kDraftModel) {
+    sp.draft_model = n.get_string("model");  // a catalogue name, checked by the simulator
+  } else if (n.has("model")) {
+    n.at("model").fail_message("only for method draft_model");
+  }
+  if (auto a = n.find("acceptance_rate")) {
+    if (a->is_sequence()) {
+      const std::vector<ConfigNode> rates = a->elements();
+      // (With num_speculative_tokens 0, speculation off, only emptiness matters: a sweep may
+      // switch it off without editing the list.)
+      if (rates.empty() || (sp.num_speculative_tokens > 0 &&
+                            rates.size() > static_cast<std::size_t>(sp.num_speculative_tokens))) {
+        a->fail("a probability, or a list of 1 to num_speculative_tokens (" +
+                std::to_string(sp.num_speculative_tokens) + ") probabilities");
+      }
+      for (const ConfigNode& r : rates) sp.acceptance_rates.push_back(r.as_double(0.0, 1.0));
+    } else {
+      sp.acceptance_rates.push_back(a->as_double(0.0, 1.0));
+    }
+  }
+}
+
 void parse_serving(const ConfigNode& s, ExperimentConfig& c) {
   s.allow_keys({"block_size", "max_num_batched_tokens", "max_num_seqs", "max_model_len",
                 "long_prefill_token_threshold", "enable_chunked_prefill", "gpu_memory_utilization",
                 "num_gpu_blocks", "activation_reserve_gb", "swap_space_gb", "num_scheduler_steps",
-                "frontend"});
+                "frontend", "speculative_config"});
   SchedulerConfig& sc = c.scheduler;
   sc.block_size = static_cast<std::int32_t>(s.get_int("block_size", sc.block_size, 1, 256));
   sc.max_num_batched_tokens = static_cast<std::int32_t>(
@@ -39,6 +86,7 @@ void parse_serving(const ConfigNode& s, ExperimentConfig& c) {
     sc.num_scheduler_steps = static_cast<std::int32_t>(s.get_int("num_scheduler_steps", 1, 1024));
     c.num_scheduler_steps_location = s.at("num_scheduler_steps").location();
   }
+  if (auto sp = s.find("speculative_config")) parse_speculative(*sp, c);
   if (auto f = s.find("frontend")) {
     // The front end's cost per request (serving/frontend.h); microseconds.
     f->allow_keys({"per_request_us", "per_prompt_token_us", "concurrency"});
@@ -389,6 +437,17 @@ ExperimentConfig experiment_from_document(const ConfigNode& doc, const std::stri
                       "slots); use 1 or a formation that does (vllm, prefill-first, sarathi, "
                       "orca, static)");
   }
+  if (c.scheduler.speculative.enabled()) {
+    // The core supports it in vLLM v1's formation with one step per plan (core/scheduler.h).
+    const std::string at = c.speculative_location + ": key 'serving.speculative_config': ";
+    if (c.scheduler.num_scheduler_steps > 1) {
+      throw ConfigError(at + "speculative decoding does not combine with num_scheduler_steps > 1");
+    }
+    if (c.scheduler.batch != nullptr && c.scheduler.batch->name() != "vllm") {
+      throw ConfigError(at + "speculative decoding needs policies.batch vllm, not '" +
+                        std::string(c.scheduler.batch->name()) + "'");
+    }
+  }
   if (auto s = top.find("slo")) parse_slo(*s, c);
   if (auto o = top.find("outputs")) parse_outputs(*o, c);
   if (auto m = top.find("cost_model")) parse_cost_model(*m, c);
@@ -504,6 +563,21 @@ std::string resolved_config_yaml(const ExperimentConfig& c,
     e << YAML::Key << "activation_reserve_gb" << YAML::Value << *c.activation_reserve_gb;
   }
   e << YAML::Key << "swap_space_gb" << YAML::Value << c.swap_space_gb;
+  if (c.scheduler.speculative.enabled()) {
+    const SpeculativeConfig& sp = c.scheduler.speculative;
+    e << YAML::Key << "speculative_config" << YAML::Value << YAML::Flow << YAML::BeginMap;
+    e << YAML::Key << "method" << YAML::Value << to_string(sp.method);
+    e << YAML::Key << "num_speculative_tokens" << YAML::Value << sp.num_speculative_tokens;
+    if (sp.method == SpecMethod::kNgram) {
+      e << YAML::Key << "prompt_lookup_min" << YAML::Value << sp.prompt_lookup_min;
+      e << YAML::Key << "prompt_lookup_max" << YAML::Value << sp.prompt_lookup_max;
+    }
+    if (!sp.draft_model.empty()) e << YAML::Key << "model" << YAML::Value << sp.draft_model;
+    if (!sp.acceptance_rates.empty()) {
+      e << YAML::Key << "acceptance_rate" << YAML::Value << YAML::Flow << sp.acceptance_rates;
+    }
+    e << YAML::EndMap;
+  }
   if (c.frontend.set) {
     e << YAML::Key << "frontend" << YAML::Value << YAML::Flow << YAML::BeginMap;
     e << YAML::Key << "per_request_us" << YAML::Value << c.frontend.per_request_us;

@@ -145,6 +145,9 @@ struct ExperimentConfig {
   // Where serving.num_scheduler_steps was set ("FILE:LINE:COL" or "--set ..."; "" when absent),
   // for errors about it found after parsing (a driver or formation that cannot do multi-step).
   std::string num_scheduler_steps_location;
+  // Where serving.speculative_config was set ("FILE:LINE:COL"; "" when absent), for errors found
+  // after parsing (a driver that cannot run it).
+  std::string speculative_location;
   FrontendConfig frontend;  // serving.frontend: per-request front-end time (default: none)
   double gpu_memory_utilization = 0.9;
   std::optional<std::int64_t> num_gpu_blocks;

@@ -23,14 +23,12 @@ Terms terms(const CalibratedCoefficients& c, const CalibrationFeatures& f, doubl
   const auto above = [](double x, std::int64_t knee) {
     return knee > 0 ? std::max(0.0, x - static_cast<double>(knee)) : 0.0;
   };
-  return {c.step_s,
-          c.per_sequence_s * static_cast<double>(f.num_entries),
-          c.per_token_s * t,
+  return {c.step_s, c.per_sequence_s * static_cast<double>(f.num_entries), c.per_token_s * t,
           c.per_token_above_knee_s * above(t, c.knee_tokens),
-          c.prefill_pair_s * static_cast<double>(s.prefill_pairs),
-          c.decode_context_token_s * dc,
+          c.prefill_pair_s * static_cast<double>(s.prefill_pairs), c.decode_context_token_s * dc,
           c.decode_context_token_above_knee_s * above(dc, c.decode_context_knee_tokens),
-          c.sampled_sequence_s * static_cast<double>(s.num_sampled),
+          // Verify passes (speculative decoding) compute logits for their draft tokens too.
+          c.sampled_sequence_s * static_cast<double>(s.num_sampled + s.draft_tokens),
           c.swap_byte_s * static_cast<double>(s.swap_out_blocks + s.swap_in_blocks) * block_bytes,
           c.copy_byte_s * static_cast<double>(s.copy_blocks) * block_bytes};
 }

@@ -72,6 +72,11 @@ nlohmann::ordered_json replica_json(std::uint32_t index, const ReplicaStats& s, 
 }  // namespace
 
 RunOutput run_cluster_simulation(const ExperimentConfig& config, const RunOptions& options) {
+  if (config.scheduler.speculative.enabled()) {
+    throw ConfigError(config.speculative_location +
+                      ": key 'serving.speculative_config': speculative decoding is not wired "
+                      "into cluster runs yet (run one replica)");
+  }
   RunOutput out;
   const ClusterConfig& cl = config.cluster;
   const std::string catalog = default_catalog_dir();

@@ -192,6 +192,7 @@ StepCostBreakdown RooflineCostModel::parallel_breakdown(const StepFeatures& f) c
   one_f.num_sampled = part(f.num_sampled);
   one_f.prefill_blocks = part(f.prefill_blocks);
   one_f.decode_blocks = part(f.decode_blocks);
+  one_f.draft_tokens = part(f.draft_tokens);
   // One micro-batch through all layers of one GPU's shard.
   const StepCostBreakdown one = shard_breakdown(one_f);
   const ModelConfig& m = shard_;
@@ -277,11 +278,12 @@ StepCostBreakdown RooflineCostModel::shard_breakdown(const StepFeatures& f) cons
     b.decode_attention += static_cast<double>(f.decode_blocks) * s_per_block_;
   }
   if (f.num_sampled > 0) {
-    const double s = static_cast<double>(f.num_sampled);
+    // Logits for every sampled sequence, and for every draft token a verify pass checks.
+    const std::int64_t rows = f.num_sampled + f.draft_tokens;
+    const double s = static_cast<double>(rows);
     const double flops = lm_head_flops_per_seq_ * s;
     const double bytes = lm_head_weight_bytes_ + lm_head_act_bytes_per_seq_ * s;
-    b.lm_head = f.num_sampled <= kTableSeqs ? lm_head_table_[f.num_sampled]
-                                            : lm_head_seconds(f.num_sampled);
+    b.lm_head = rows <= kTableSeqs ? lm_head_table_[rows] : lm_head_seconds(rows);
     b.flops += flops;
     b.bytes += bytes;
   }

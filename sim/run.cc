@@ -24,6 +24,31 @@
 
 namespace servelab {
 
+std::unique_ptr<SimSpeculation> make_sim_speculation(const ExperimentConfig& config,
+                                                     const RooflineCostModel& target,
+                                                     const HardwareConfig& hardware,
+                                                     const ParallelConfig& parallel,
+                                                     const std::string& catalog) {
+  const SpeculativeConfig& sp = config.scheduler.speculative;
+  if (!sp.enabled()) return nullptr;
+  const std::string at = config.speculative_location + ": key 'serving.speculative_config";
+  if (sp.acceptance_rates.empty()) {
+    throw ConfigError(at +
+                      "': the simulator needs acceptance_rate (the probability that a "
+                      "draft token is accepted: one value, or one per draft position)");
+  }
+  std::unique_ptr<RooflineCostModel> draft;
+  if (sp.method == SpecMethod::kDraftModel) {
+    try {
+      draft = std::make_unique<RooflineCostModel>(load_model(sp.draft_model, catalog), hardware,
+                                                  config.scheduler.block_size, parallel);
+    } catch (const ConfigError& e) {
+      throw ConfigError(at + ".model': " + e.what());
+    }
+  }
+  return std::make_unique<SimSpeculation>(sp, config.seed, target, std::move(draft));
+}
+
 std::unique_ptr<const CalibratedCostModel> make_calibrated_cost_model(
     const ExperimentConfig& config, const ModelConfig& model) {
   if (!config.cost_model.calibrated) return nullptr;
@@ -126,6 +151,9 @@ RunOutput run_simulation(const ExperimentConfig& config, const RunOptions& optio
   const CostModel& cost = calibrated ? static_cast<const CostModel&>(*calibrated)
                                      : static_cast<const CostModel&>(roofline);
   SimBackend sim_backend(cost);
+  const std::unique_ptr<SimSpeculation> speculation =
+      make_sim_speculation(config, roofline, hardware, parallel, catalog);
+  sim_backend.set_speculation(speculation.get());
   // The hook sees the replica's scheduler, which exists only once the replica is built.
   const Scheduler* hooked_scheduler = nullptr;
   std::optional<HookedBackend> hooked;

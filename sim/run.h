@@ -18,6 +18,7 @@
 #include "serving/run_folder.h"
 #include "sim/calibrated_cost_model.h"
 #include "sim/simulator.h"
+#include "sim/speculation.h"
 
 namespace servelab {
 
@@ -55,6 +56,15 @@ KvCapacity kv_capacity_for(const ExperimentConfig& config, const ModelConfig& mo
                            const HardwareConfig& hardware, const ParallelConfig& parallel = {});
 // The progress line `sim run` prints on stderr (at most about once per second).
 std::function<void(std::int64_t arrivals, TimeNs now)> progress_printer();
+
+// The simulator's speculative decoding for `config` (serving.speculative_config), or null when
+// it is off. Throws ConfigError (naming the key) when the simulator lacks what it needs: an
+// acceptance_rate, or a draft model the catalogue knows.
+std::unique_ptr<SimSpeculation> make_sim_speculation(const ExperimentConfig& config,
+                                                     const RooflineCostModel& target,
+                                                     const HardwareConfig& hardware,
+                                                     const ParallelConfig& parallel,
+                                                     const std::string& catalog);
 
 // The calibrated cost model the experiment asks for (cost_model.type calibrated), or null for
 // the roofline. Throws ConfigError when the profile was calibrated for another model. A CPU

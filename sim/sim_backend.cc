@@ -39,7 +39,9 @@ void SimBackend::execute_into(const StepPlan& plan, StepResult& result) {
     }
     return;
   }
-  result.duration_ns = std::max<TimeNs>(1, cost_.step_time(plan) + loads);
+  // Speculative decoding: acceptance drawn, drafts proposed and their cost (sim/speculation.h).
+  const TimeNs draft_ns = spec_ != nullptr ? seconds_to_ns(spec_->apply(plan, result)) : 0;
+  result.duration_ns = std::max<TimeNs>(1, cost_.step_time(plan) + loads + draft_ns);
   result.sampled_tokens.assign(plan.requests.size(), kSimOtherToken);
   result.fork_tokens.assign(static_cast<std::size_t>(plan.num_fork_tokens), kSimOtherToken);
   // The simulated model's EOS (core/stop_conditions.h), for requests with stop conditions.

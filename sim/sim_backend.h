@@ -11,6 +11,7 @@
 #include "core/backend.h"
 #include "core/kv_offload_tiers.h"
 #include "sim/cost_model.h"
+#include "sim/speculation.h"
 
 namespace servelab {
 
@@ -25,6 +26,9 @@ class SimBackend : public Backend {
   StepResult execute(const StepPlan& plan) override;
   // Reuses result's token vectors (no allocation once they have grown to the largest plan).
   void execute_into(const StepPlan& plan, StepResult& result) override;
+  // Speculative decoding (sim/speculation.h): acceptance, proposals and the draft time, added to
+  // the step's duration (each rounded to ns). `spec` must outlive the backend; null: off.
+  void set_speculation(SimSpeculation* spec) { spec_ = spec; }
 
   // KV offload: seconds to bring one block back from each tier (docs/cost-model.md, "KV offload
   // tiers"). A plan's tier_loads are charged in its step, before the forward pass, like a swap-in
@@ -39,6 +43,7 @@ class SimBackend : public Backend {
   const CostModel& cost_;
   std::array<double, kMaxOffloadTiers> tier_load_s_ = {};
   TimeNs tier_load_ns_ = 0;
+  SimSpeculation* spec_ = nullptr;
 };
 
 }  // namespace servelab

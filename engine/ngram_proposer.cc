@@ -1,0 +1,25 @@
+#include "engine/ngram_proposer.h"
+
+#include <algorithm>
+
+namespace servelab {
+
+std::int32_t ngram_propose(std::span<const std::int32_t> tokens, std::int32_t min_n,
+                           std::int32_t max_n, std::int32_t k, std::vector<std::int32_t>& out) {
+  const auto len = static_cast<std::int64_t>(tokens.size());
+  if (k <= 0) return 0;
+  for (std::int64_t n = std::min<std::int64_t>(max_n, len - 1); n >= min_n; --n) {
+    const std::span<const std::int32_t> suffix = tokens.subspan(static_cast<std::size_t>(len - n));
+    // Earlier occurrences end before the suffix starts; the most recent one first.
+    for (std::int64_t start = len - n - 1; start >= 0; --start) {
+      if (!std::equal(suffix.begin(), suffix.end(), tokens.begin() + start)) continue;
+      const std::int64_t from = start + n;  // the token after the occurrence (< len)
+      const std::int64_t count = std::min<std::int64_t>(k, len - from);
+      out.insert(out.end(), tokens.begin() + from, tokens.begin() + from + count);
+      return static_cast<std::int32_t>(count);
+    }
+  }
+  return 0;
+}
+
+}  // namespace servelab

@@ -1,0 +1,53 @@
+// SimSpeculation: speculative decoding in the simulator (serving.speculative_config).
+//
+// The simulator runs no model, so it models the two things that decide whether speculation pays:
+// - acceptance: each draft token of a verify entry is accepted with the experiment's
+//   acceptance_rate for its position (one value for all, or one per position; the last value
+//   repeats), drawn i.i.d. from the run's seeded "speculation" stream, in plan order; acceptance
+//   stops at the first rejection (what greedy or rejection-sampling verification does);
+// - the draft cost, added to the step's time: n-gram lookup runs on the host and costs nothing
+//   here; a draft model runs num_speculative_tokens decode passes of the small model (its
+//   roofline on the same hardware) over the sequences that sampled; EAGLE runs one layer of the
+//   target model plus its LM head per draft token over them.
+// The verify pass itself is the target's step: the cost model prices its 1 + d tokens per entry
+// (GEMM rows, causal attention pairs, LM head rows; docs/cost-model.md "Speculative decoding").
+// Every sequence that sampled gets num_speculative_tokens proposals (token value 0); the
+// scheduler keeps as many as the request's remaining outputs allow.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "core/rng.h"
+#include "core/speculative_config.h"
+#include "core/step_plan.h"
+#include "sim/roofline_cost_model.h"
+
+namespace servelab {
+
+class SimSpeculation {
+ public:
+  // `target` (the served model's roofline) must outlive this object; `draft` is the draft
+  // model's roofline for method draft_model (null otherwise). REQUIRES: config.enabled() and
+  // config.acceptance_rates not empty (std::invalid_argument otherwise), and a draft roofline
+  // for draft_model.
+  SimSpeculation(const SpeculativeConfig& config, std::uint64_t seed,
+                 const RooflineCostModel& target, std::unique_ptr<RooflineCostModel> draft);
+
+  // Fills result.num_accepted (when the plan verifies drafts), num_proposed and
+  // proposed_tokens for `plan`, and returns the seconds the drafting of the step's proposals
+  // takes. Draws from the stream: call once per executed plan, in order.
+  double apply(const StepPlan& plan, StepResult& result);
+
+  // The draft cost of proposing for `sequences` sequences whose contexts sum to
+  // `context_tokens` (pure).
+  double draft_seconds(std::int64_t sequences, std::int64_t context_tokens) const;
+
+ private:
+  SpeculativeConfig config_;
+  Rng rng_;
+  const RooflineCostModel& target_;
+  std::unique_ptr<RooflineCostModel> draft_;
+};
+
+}  // namespace servelab

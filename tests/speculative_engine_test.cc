@@ -1,0 +1,174 @@
+// Speculative decoding on the CPU engine: real n-gram proposals (engine/ngram_proposer.h) and
+// exact verification in one forward pass over 1 + d tokens. The invariance property: a mixed
+// workload (chunked prompts, repetitive and random ones) yields the same tokens for every
+// request with speculation as without, greedy and sampled, with drafts accepted on the
+// repetitive prompts.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/block_pool.h"
+#include "core/kv_cache_manager.h"
+#include "core/scheduler.h"
+#include "engine/cpu_executor.h"
+#include "engine/llama_weights.h"
+#include "engine/ngram_proposer.h"
+#include "serving/home.h"
+#include "tests/test_util.h"
+
+namespace servelab {
+namespace {
+
+TEST(NgramProposer, LongestSuffixMostRecentOccurrence) {
+  std::vector<std::int32_t> out;
+  // Suffix [2, 3] occurs at 1..2 and 5..6; the most recent earlier one (5..6) is followed by 9.
+  const std::vector<std::int32_t> t = {1, 2, 3, 4, 7, 2, 3, 9, 8, 2, 3};
+  EXPECT_EQ(ngram_propose(t, 1, 3, 2, out), 2);
+  EXPECT_EQ(out, (std::vector<std::int32_t>{9, 8}));
+  // With min 3 the 2-token match does not count; [8, 2, 3] never occurred before.
+  out.clear();
+  EXPECT_EQ(ngram_propose(t, 3, 3, 2, out), 0);
+  // The proposal stops at the end of the tokens.
+  out.clear();
+  const std::vector<std::int32_t> u = {5, 6, 5};
+  EXPECT_EQ(ngram_propose(u, 1, 2, 4, out), 2);
+  EXPECT_EQ(out, (std::vector<std::int32_t>{6, 5}));
+}
+
+class Capture : public SchedulerObserver {
+ public:
+  void on_finish(const Request& req, TimeNs now) override {
+    (void)now;
+    tokens[req.id()] = req.output_tokens;
+  }
+  std::map<RequestId, std::vector<std::int32_t>> tokens;
+};
+
+struct Outcome {
+  std::map<RequestId, std::vector<std::int32_t>> tokens;
+  std::int64_t drafts = 0;
+  std::int64_t accepted = 0;
+  std::int64_t steps = 0;
+};
+
+Outcome RunEngine(const LlamaWeights& w, std::int32_t k, double temperature) {
+  SchedulerConfig sc;
+  sc.max_num_batched_tokens = 24;  // prompts are chunked, decodes ride along
+  sc.max_num_seqs = 8;
+  sc.max_model_len = 512;
+  sc.block_size = 8;
+  if (k > 0) {
+    sc.speculative.method = SpecMethod::kNgram;
+    sc.speculative.num_speculative_tokens = k;
+    sc.speculative.prompt_lookup_min = 1;
+    sc.speculative.prompt_lookup_max = 3;
+  }
+  BlockPool pool(128);
+  KvCacheManager kv(pool, sc.block_size, sc.max_model_len, sc.enable_prefix_caching);
+  Capture cap;
+  Scheduler s(sc, kv, &cap);
+  CpuExecutorOptions eo;
+  eo.block_size = sc.block_size;
+  eo.num_blocks = 128;
+  eo.sampling.temperature = temperature;
+  eo.sampling.seed = 3;
+  eo.speculative = sc.speculative;
+  CpuExecutor ex(w, eo);
+  // Repetitive prompts (a pattern repeated) and content-stream prompts, some sharing a prefix.
+  std::vector<std::int32_t> rep1, rep2;
+  for (int i = 0; i < 6; ++i) {
+    for (std::int32_t t : {11, 12, 13, 14, 15}) rep1.push_back(t);
+  }
+  for (int i = 0; i < 10; ++i) {
+    for (std::int32_t t : {40, 41, 42}) rep2.push_back(t);
+  }
+  s.add_request(make_literal_request(0, 0, rep1, 24), 0);
+  s.add_request(make_request(1, 0, {{unique_content_id(5, 1), 0, 37}}, 17), 0);
+  s.add_request(make_literal_request(2, 0, rep2, 30), 0);
+  s.add_request(
+      make_request(3, 0, {{unique_content_id(5, 1), 0, 20}, {unique_content_id(5, 3), 0, 9}}, 12),
+      0);
+  TimeNs t = 0;
+  Outcome o;
+  while (s.has_unfinished()) {
+    const StepPlan& plan = s.schedule(t);
+    if (plan.empty()) break;
+    const StepResult r = ex.execute(plan);
+    t += 1000;
+    s.complete(r, t);
+    ++o.steps;
+  }
+  o.tokens = cap.tokens;
+  o.drafts = s.counters().num_draft_tokens;
+  o.accepted = s.counters().num_accepted_tokens;
+  return o;
+}
+
+TEST(SpeculativeEngine, SameTokensAsWithoutSpeculation) {
+  const LlamaWeights w = LlamaWeights::random(load_llama_config("tiny", default_catalog_dir()), 9);
+  for (const double temperature : {0.0, 0.8}) {
+    const Outcome base = RunEngine(w, 0, temperature);
+    const Outcome spec = RunEngine(w, 3, temperature);
+    ASSERT_EQ(base.tokens.size(), 4u);
+    EXPECT_EQ(spec.tokens, base.tokens) << "temperature " << temperature;
+    EXPECT_EQ(base.drafts, 0);
+    EXPECT_GT(spec.drafts, 0);
+    if (temperature == 0.0) {
+      // Greedy decoding of a repetitive prompt repeats: the n-grams are accepted, and the run
+      // needs fewer steps.
+      EXPECT_GT(spec.accepted, 0);
+      EXPECT_LT(spec.steps, base.steps);
+    }
+  }
+}
+
+// `engine run` end to end: n-gram speculation runs on the CPU executor and writes the same
+// tokens as without it; the methods it cannot run are refused with exit code 2, naming the key.
+TEST(SpeculativeEngine, EngineRunsNgramAndRefusesOtherMethods) {
+  using namespace test_util;
+  const fs::path dir = temp_dir("specdec_engine");
+  const std::string head =
+      "model: tiny\nhardware: H100-SXM\nseed: 4\nserving:\n  num_gpu_blocks: 64\n  max_model_len: "
+      "512\n";
+  const std::string workload =
+      "workload: {type: synthetic, num_requests: 3, arrival: {process: fixed, rate: 100}, "
+      "prompt_len: {dist: fixed, value: 24}, output_len: {dist: fixed, value: 12}}\n";
+  write_file(dir / "plain.yaml", head + workload);
+  write_file(dir / "ngram.yaml", head +
+                                     "  speculative_config: {method: ngram, "
+                                     "num_speculative_tokens: 3}\n" +
+                                     workload);
+  write_file(dir / "eagle.yaml", head +
+                                     "  speculative_config: {method: eagle, "
+                                     "num_speculative_tokens: 3}\n" +
+                                     workload);
+  const auto run_engine = [&](const std::string& args) {
+    const fs::path out = dir / "stdout.txt", err = dir / "stderr.txt";
+    const std::string cmd =
+        servelab_program("engine") + " run " + args + " > " + out.string() + " 2> " + err.string();
+    const int status = std::system(cmd.c_str());
+    return Cli{WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_file(out), read_file(err)};
+  };
+  for (const char* name : {"plain", "ngram"}) {
+    const Cli c = run_engine((dir / (std::string(name) + ".yaml")).string() +
+                             " --quiet --tokens --out " + (dir / name).string());
+    ASSERT_EQ(c.code, 0) << name << c.err;
+  }
+  EXPECT_EQ(read_file(dir / "plain" / "tokens.jsonl"), read_file(dir / "ngram" / "tokens.jsonl"));
+  const Cli eagle =
+      run_engine((dir / "eagle.yaml").string() + " --quiet --tokens --out " + (dir / "e").string());
+  EXPECT_EQ(eagle.code, 2);
+  EXPECT_NE(eagle.err.find("eagle.yaml:7:"), std::string::npos) << eagle.err;
+  EXPECT_NE(eagle.err.find("serving.speculative_config.method"), std::string::npos) << eagle.err;
+  EXPECT_FALSE(fs::exists(dir / "e"));
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace servelab
