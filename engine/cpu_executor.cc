@@ -287,23 +287,24 @@ StepResult CpuExecutor::execute(const StepPlan& plan) {
   if (plan.num_draft_tokens > 0) result.num_accepted.assign(plan.requests.size(), 0);
   if (speculative) result.num_proposed.assign(plan.requests.size(), 0);
   std::vector<std::int32_t> history;
-  // Samples output index `index` of entry `e`; before min_tokens, EOS and the stop token ids
-  // cannot be sampled (vLLM's logits processor; core/stop_conditions.h).
+  // The logits output index `index` of entry `e` samples from: before min_tokens, EOS and the
+  // stop token ids cannot be sampled (vLLM's logits processor; core/stop_conditions.h).
   Eigen::VectorXf masked;
+  const auto allowed = [&](const ScheduledRequest& e, std::size_t index,
+                           const Eigen::VectorXf& logits) -> const Eigen::VectorXf& {
+    if (e.spec->stop == nullptr) return logits;
+    const std::vector<std::int32_t> banned =
+        suppressed_tokens(*e.spec, static_cast<std::int32_t>(index));
+    if (banned.empty()) return logits;
+    masked = logits;
+    for (const std::int32_t t : banned) {
+      if (t >= 0 && t < masked.size()) masked[t] = -std::numeric_limits<float>::infinity();
+    }
+    return masked;
+  };
   const auto sample_at = [&](const ScheduledRequest& e, std::size_t index,
                              const Eigen::VectorXf& logits) {
-    if (e.spec->stop != nullptr) {
-      const std::vector<std::int32_t> banned =
-          suppressed_tokens(*e.spec, static_cast<std::int32_t>(index));
-      if (!banned.empty()) {
-        masked = logits;
-        for (const std::int32_t t : banned) {
-          if (t >= 0 && t < masked.size()) masked[t] = -std::numeric_limits<float>::infinity();
-        }
-        return sample(e.id, index, masked);
-      }
-    }
-    return sample(e.id, index, logits);
+    return sample(e.id, index, allowed(e, index, logits));
   };
   for (std::size_t i = 0; i < plan.requests.size(); ++i) {
     const ScheduledRequest& e = plan.requests[i];
@@ -338,8 +339,8 @@ StepResult CpuExecutor::execute(const StepPlan& plan) {
                                              sc.num_speculative_tokens, result.proposed_tokens);
     }
     for (std::int32_t k = 1; k < e.num_samples; ++k) {
-      result.fork_tokens.push_back(
-          sample(sample_request_id(e.id, k), e.output_tokens.size(), *logits));
+      result.fork_tokens.push_back(sample(sample_request_id(e.id, k), e.output_tokens.size(),
+                                          allowed(e, e.output_tokens.size(), last_logits_[i])));
     }
   }
   result.duration_ns =
