@@ -227,6 +227,23 @@ RunOutput run_bench(const ExperimentConfig& config, const BenchOptions& options)
   bool closed = false;
   std::atomic<std::int64_t> sent{0}, finished{0}, failed{0};
   std::vector<std::thread> workers;
+  const auto stop_workers = [&] {
+    {
+      std::lock_guard lock(mu);
+      closed = true;
+    }
+    cv.notify_all();
+    for (std::thread& t : workers) {
+      if (t.joinable()) t.join();
+    }
+  };
+  // Whatever leaves this function (an exception while starting the workers or reading the
+  // workload included) stops and joins the workers first: a joinable std::thread destroyed
+  // would end the process with std::terminate.
+  struct JoinWorkers {
+    const decltype(stop_workers)& stop;
+    ~JoinWorkers() { stop(); }
+  } join_workers{stop_workers};
   for (int w = 0; w < options.max_concurrency; ++w) {
     workers.emplace_back([&] {
       httplib::Client client(endpoint.base);
@@ -250,14 +267,6 @@ RunOutput run_bench(const ExperimentConfig& config, const BenchOptions& options)
       }
     });
   }
-  const auto stop_workers = [&] {
-    {
-      std::lock_guard lock(mu);
-      closed = true;
-    }
-    cv.notify_all();
-    for (std::thread& t : workers) t.join();
-  };
 
   // Dispatch at the arrival times.
   std::optional<RequestSpec> next = workload->next();
