@@ -460,26 +460,19 @@ namespace {
 
 // The workload's stop conditions with the model's EOS ids in place of the simulator's EOS
 // point: the engine's model decides where it stops (core/stop_conditions.h).
-class ModelEosWorkload : public Workload {
+class ModelEosWorkload : public WorkloadDecorator {
  public:
   ModelEosWorkload(std::unique_ptr<Workload> inner, std::vector<std::int32_t> eos_ids)
-      : inner_(std::move(inner)), eos_ids_(std::move(eos_ids)) {}
+      : WorkloadDecorator(std::move(inner)), eos_ids_(std::move(eos_ids)) {}
   std::optional<RequestSpec> next() override {
-    std::optional<RequestSpec> r = inner_->next();
+    std::optional<RequestSpec> r = inner().next();
     if (r && r->stop != nullptr) {
       r->stop = std::make_shared<const StopConditions>(with_model_eos(*r->stop, eos_ids_));
     }
     return r;
   }
-  std::string describe() const override { return inner_->describe(); }
-  std::int64_t skipped_rows() const override { return inner_->skipped_rows(); }
-  bool dependent() const override { return inner_->dependent(); }
-  std::optional<TimeNs> next_arrival() override { return inner_->next_arrival(); }
-  void on_finish(RequestId id, TimeNs t) override { inner_->on_finish(id, t); }
-  bool exhausted() const override { return inner_->exhausted(); }
 
  private:
-  std::unique_ptr<Workload> inner_;
   std::vector<std::int32_t> eos_ids_;
 };
 

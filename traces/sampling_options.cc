@@ -52,14 +52,16 @@ std::uint64_t cache_salt_key(const std::string& salt) {
 
 SampledWorkload::SampledWorkload(std::unique_ptr<Workload> inner, RequestOptions options,
                                  std::uint64_t seed)
-    : inner_(std::move(inner)), options_(std::move(options)), eos_rng_(Rng::stream(seed, "eos")) {
+    : WorkloadDecorator(std::move(inner)),
+      options_(std::move(options)),
+      eos_rng_(Rng::stream(seed, "eos")) {
   if (options_.cache_salt && !options_.cache_salt->value.empty()) {
     salt_ = cache_salt_key(options_.cache_salt->value);
   }
 }
 
 std::optional<RequestSpec> SampledWorkload::next() {
-  std::optional<RequestSpec> r = inner_->next();
+  std::optional<RequestSpec> r = inner().next();
   if (!r) return r;
   if (options_.sampling) {
     const SamplingOptions& p = *options_.sampling;
@@ -88,7 +90,7 @@ std::optional<RequestSpec> SampledWorkload::next() {
 }
 
 std::string SampledWorkload::describe() const {
-  std::string s = inner_->describe();
+  std::string s = inner().describe();
   if (options_.sampling) {
     const SamplingOptions& p = *options_.sampling;
     char buf[160];

@@ -61,21 +61,15 @@ RequestOptions parse_request_options(const ConfigNode& section);
 // block's extra keys). engine serve uses the same function for its requests' cache_salt field.
 std::uint64_t cache_salt_key(const std::string& salt);
 
-class SampledWorkload : public Workload {
+class SampledWorkload : public WorkloadDecorator {
  public:
   // `seed` is the experiment seed (for eos_probability).
   SampledWorkload(std::unique_ptr<Workload> inner, RequestOptions options, std::uint64_t seed);
 
   std::optional<RequestSpec> next() override;
   std::string describe() const override;
-  std::int64_t skipped_rows() const override { return inner_->skipped_rows(); }
-  bool dependent() const override { return inner_->dependent(); }
-  std::optional<TimeNs> next_arrival() override { return inner_->next_arrival(); }
-  void on_finish(RequestId id, TimeNs t) override { inner_->on_finish(id, t); }
-  bool exhausted() const override { return inner_->exhausted(); }
 
  private:
-  std::unique_ptr<Workload> inner_;
   RequestOptions options_;
   Rng eos_rng_;
   std::uint64_t salt_ = 0;  // options_.cache_salt->value's key

@@ -238,17 +238,17 @@ std::unique_ptr<Workload> make_workload(const ConfigNode& section, std::uint64_t
 
 namespace {
 
-class LimitedWorkload : public Workload {
+class LimitedWorkload : public WorkloadDecorator {
  public:
   LimitedWorkload(std::unique_ptr<Workload> inner, std::int64_t max_requests, TimeNs max_arrival,
                   std::string where)
-      : inner_(std::move(inner)),
+      : WorkloadDecorator(std::move(inner)),
         max_requests_(max_requests),
         max_arrival_(max_arrival),
         where_(std::move(where)) {}
 
   std::optional<RequestSpec> next() override {
-    std::optional<RequestSpec> r = inner_->next();
+    std::optional<RequestSpec> r = inner().next();
     if (!r) return r;
     if (++count_ > max_requests_) {
       throw ConfigError(where_ + ": the workload has more than " + std::to_string(max_requests_) +
@@ -265,15 +265,8 @@ class LimitedWorkload : public Workload {
     }
     return r;
   }
-  std::string describe() const override { return inner_->describe(); }
-  std::int64_t skipped_rows() const override { return inner_->skipped_rows(); }
-  bool dependent() const override { return inner_->dependent(); }
-  std::optional<TimeNs> next_arrival() override { return inner_->next_arrival(); }
-  void on_finish(RequestId id, TimeNs t) override { inner_->on_finish(id, t); }
-  bool exhausted() const override { return inner_->exhausted(); }
 
  private:
-  std::unique_ptr<Workload> inner_;
   std::int64_t max_requests_;
   TimeNs max_arrival_;
   std::string where_;

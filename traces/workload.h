@@ -59,6 +59,28 @@ class Workload {
   virtual bool exhausted() const { return false; }
 };
 
+// A workload wrapping another: everything but next() and describe() is the inner workload's
+// (the dependent-workload protocol included), so a decorator that changes requests overrides
+// next() only.
+class WorkloadDecorator : public Workload {
+ public:
+  explicit WorkloadDecorator(std::unique_ptr<Workload> inner) : inner_(std::move(inner)) {}
+  std::optional<RequestSpec> next() override { return inner_->next(); }
+  std::string describe() const override { return inner_->describe(); }
+  std::int64_t skipped_rows() const override { return inner_->skipped_rows(); }
+  bool dependent() const override { return inner_->dependent(); }
+  std::optional<TimeNs> next_arrival() override { return inner_->next_arrival(); }
+  void on_finish(RequestId id, TimeNs t) override { inner_->on_finish(id, t); }
+  bool exhausted() const override { return inner_->exhausted(); }
+
+ protected:
+  Workload& inner() { return *inner_; }
+  const Workload& inner() const { return *inner_; }
+
+ private:
+  std::unique_ptr<Workload> inner_;
+};
+
 // `inner` behind a guard that throws ConfigError when it yields more than `max_requests`
 // requests or one arriving after `max_arrival_ns`; `where` starts the message (the experiment
 // file) and the message names the limits.max_requests / limits.max_duration_s key to raise.
