@@ -151,6 +151,7 @@ RunOutput run_cluster_simulation(const ExperimentConfig& config, const RunOption
   for (const auto& p : pools) {
     for (std::int32_t k = 0; k < p->config->count; ++k) {
       backends.push_back(std::make_unique<SimBackend>(*p->cost));
+      backends.back()->set_stop_conditions(config.workload_section().has("sampling"));
       Backend* backend = backends.back().get();
       if (options.before_step) {
         const std::size_t index = replicas.size();

@@ -154,6 +154,7 @@ RunOutput run_simulation(const ExperimentConfig& config, const RunOptions& optio
   const std::unique_ptr<SimSpeculation> speculation =
       make_sim_speculation(config, roofline, hardware, parallel, catalog);
   sim_backend.set_speculation(speculation.get());
+  sim_backend.set_stop_conditions(config.workload_section().has("sampling"));
   // The hook sees the replica's scheduler, which exists only once the replica is built.
   const Scheduler* hooked_scheduler = nullptr;
   std::optional<HookedBackend> hooked;

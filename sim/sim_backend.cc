@@ -45,6 +45,7 @@ void SimBackend::execute_into(const StepPlan& plan, StepResult& result) {
   result.sampled_tokens.assign(plan.requests.size(), kSimOtherToken);
   result.fork_tokens.assign(static_cast<std::size_t>(plan.num_fork_tokens), kSimOtherToken);
   // The simulated model's EOS (core/stop_conditions.h), for requests with stop conditions.
+  if (!stops_) return;
   std::size_t fork_at = 0;
   for (std::size_t k = 0; k < plan.requests.size(); ++k) {
     const ScheduledRequest& e = plan.requests[k];

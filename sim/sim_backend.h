@@ -29,6 +29,10 @@ class SimBackend : public Backend {
   // Speculative decoding (sim/speculation.h): acceptance, proposals and the draft time, added to
   // the step's duration (each rounded to ns). `spec` must outlive the backend; null: off.
   void set_speculation(SimSpeculation* spec) { spec_ = spec; }
+  // Whether requests may carry stop conditions (the workload's `sampling:` key): then each
+  // sampled token is the simulated model's (EOS at RequestSpec::stop->sim_eos_at); without,
+  // every token is kSimOtherToken and the plan's entries are not visited. Default: true.
+  void set_stop_conditions(bool on) { stops_ = on; }
 
   // KV offload: seconds to bring one block back from each tier (docs/cost-model.md, "KV offload
   // tiers"). A plan's tier_loads are charged in its step, before the forward pass, like a swap-in
@@ -44,6 +48,7 @@ class SimBackend : public Backend {
   std::array<double, kMaxOffloadTiers> tier_load_s_ = {};
   TimeNs tier_load_ns_ = 0;
   SimSpeculation* spec_ = nullptr;
+  bool stops_ = true;
 };
 
 }  // namespace servelab
