@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "serving/home.h"
+#include "tests/serve_process.h"
 #include "tests/test_util.h"
 
 extern char** environ;
@@ -54,57 +55,18 @@ std::string Experiment(const fs::path& model) {
          "  prompt_len: {dist: fixed, value: 8}\n  output_len: {dist: fixed, value: 4}\n";
 }
 
-// `engine serve` on an ephemeral port; SIGTERM and reaped on destruction.
-class Server {
+fs::path write_stops_experiment(const fs::path& dir) {
+  write_file(dir / "tiny-eos.yaml", EosModel());
+  write_file(dir / "serve.yaml", Experiment(dir / "tiny-eos.yaml"));
+  return dir / "serve.yaml";
+}
+
+// `engine serve` on the EOS model (tests/serve_process.h), with a JSON client.
+class Server : public ServeProcess {
  public:
-  explicit Server(const fs::path& dir) {
-    write_file(dir / "tiny-eos.yaml", EosModel());
-    write_file(dir / "serve.yaml", Experiment(dir / "tiny-eos.yaml"));
-    std::vector<std::string> args = {servelab_program("engine"), "serve",
-                                     (dir / "serve.yaml").string(), "--port", "0"};
-    std::vector<char*> argv;
-    for (std::string& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, (dir / "serve.out").c_str(),
-                                     O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_addopen(&fa, 2, (dir / "serve.err").c_str(),
-                                     O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    const int rc = posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&fa);
-    if (rc != 0) throw std::runtime_error("posix_spawn failed");
-    const std::regex line("listening on http://127\\.0\\.0\\.1:([0-9]+)");
-    const auto deadline = Clock::now() + std::chrono::seconds(30);
-    while (Clock::now() < deadline) {
-      std::smatch m;
-      const std::string out = read_file(dir / "serve.out");
-      if (std::regex_search(out, m, line)) {
-        port_ = std::stoi(m[1]);
-        return;
-      }
-      if (waitpid(pid_, nullptr, WNOHANG) == pid_) {
-        pid_ = -1;
-        throw std::runtime_error("engine serve exited: " + read_file(dir / "serve.err"));
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    throw std::runtime_error("engine serve did not start");
-  }
-  ~Server() {
-    if (pid_ <= 0) return;
-    ::kill(pid_, SIGTERM);
-    const auto deadline = Clock::now() + std::chrono::seconds(20);
-    while (Clock::now() < deadline && waitpid(pid_, nullptr, WNOHANG) != pid_) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    if (Clock::now() >= deadline) {
-      ::kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-  }
+  explicit Server(const fs::path& dir) : ServeProcess(dir, write_stops_experiment(dir), {}) {}
   httplib::Client client() const {
-    httplib::Client c("127.0.0.1", port_);
+    httplib::Client c("127.0.0.1", port());
     c.set_read_timeout(30);
     return c;
   }
@@ -134,10 +96,6 @@ class Server {
     }
     return got;
   }
-
- private:
-  pid_t pid_ = -1;
-  int port_ = 0;
 };
 
 const std::string kLabels = "{model_name=\"tiny-eos\"}";

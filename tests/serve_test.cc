@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "serving/home.h"
+#include "tests/serve_process.h"
 #include "tests/test_util.h"
 
 extern char** environ;
@@ -48,76 +49,16 @@ const std::string kServeExperiment =
     "  output_len: {dist: uniform, min: 4, max: 24}\n"
     "  shared_prefix: {num_prefixes: 2, length: 32, fraction: 0.5}\n";
 
-// An `engine serve` process on an ephemeral port; SIGTERM and reaped on destruction.
-class ServerProcess {
- public:
-  ServerProcess(const fs::path& dir, const std::vector<std::string>& extra) : dir_(dir) {
-    write_file(dir / "serve.yaml", kServeExperiment);
-    std::vector<std::string> args = {servelab_program("engine"), "serve",
-                                     (dir / "serve.yaml").string(), "--port", "0"};
-    args.insert(args.end(), extra.begin(), extra.end());
-    std::vector<char*> argv;
-    for (std::string& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, (dir / "serve.out").c_str(),
-                                     O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_addopen(&fa, 2, (dir / "serve.err").c_str(),
-                                     O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    const int rc = posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&fa);
-    if (rc != 0) throw std::runtime_error("posix_spawn failed");
-    const std::regex line("listening on http://127\\.0\\.0\\.1:([0-9]+)");
-    const auto deadline = Clock::now() + std::chrono::seconds(30);
-    while (Clock::now() < deadline) {
-      std::smatch m;
-      const std::string out = read_file(dir / "serve.out");
-      if (std::regex_search(out, m, line)) {
-        port_ = std::stoi(m[1]);
-        return;
-      }
-      int status = 0;
-      if (waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        throw std::runtime_error("engine serve exited: " + read_file(dir / "serve.err"));
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    throw std::runtime_error("engine serve did not start");
-  }
-  ~ServerProcess() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGTERM);
-      wait_exit(std::chrono::seconds(20));
-      if (pid_ > 0) {
-        ::kill(pid_, SIGKILL);
-        waitpid(pid_, nullptr, 0);
-      }
-    }
-  }
-  int port() const { return port_; }
-  pid_t pid() const { return pid_; }
-  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
-  // The exit status after the process ended within `limit` (-1 if it did not).
-  int wait_exit(std::chrono::seconds limit) {
-    const auto deadline = Clock::now() + limit;
-    while (pid_ > 0 && Clock::now() < deadline) {
-      int status = 0;
-      if (waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    return -1;
-  }
-  std::string stderr_text() const { return read_file(dir_ / "serve.err"); }
+fs::path write_serve_experiment(const fs::path& dir) {
+  write_file(dir / "serve.yaml", kServeExperiment);
+  return dir / "serve.yaml";
+}
 
- private:
-  fs::path dir_;
-  pid_t pid_ = -1;
-  int port_ = 0;
+// `engine serve` on kServeExperiment (tests/serve_process.h).
+class ServerProcess : public ServeProcess {
+ public:
+  ServerProcess(const fs::path& dir, const std::vector<std::string>& extra)
+      : ServeProcess(dir, write_serve_experiment(dir), extra) {}
 };
 
 httplib::Client client_for(const ServerProcess& s) {
