@@ -738,7 +738,7 @@ void Scheduler::complete_spec(const StepResult& result, TimeNs now) {
 }
 
 void Scheduler::complete(const StepResult& result, TimeNs now) {
-  if (plan_.num_prefill_tokens > 0 && now > plan_start_ns_) {
+  if (config_.admission && plan_.num_prefill_tokens > 0 && now > plan_start_ns_) {
     // The newest step weighs 1/4 (AdmissionLoad::prefill_tokens_per_s).
     const double rate = static_cast<double>(plan_.num_prefill_tokens) /
                         (static_cast<double>(now - plan_start_ns_) * 1e-9);
