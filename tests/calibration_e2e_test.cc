@@ -106,7 +106,10 @@ TEST(CalibrationE2E, ProfileCalibrateRunValidate) {
   }
   const double thr = number(j["aggregates"]["throughput.output_tokens_per_s"]["error"]);
   EXPECT_TRUE(std::isfinite(thr));
-  EXPECT_LT(std::abs(thr), 3.0);
+  // The engine run lasts tens of milliseconds, so one descheduling of its thread on a loaded
+  // machine moves the measured throughput by several times (seen: +4.9 with two copies of this
+  // test at once on 2 cores). A factor of 10 still catches a unit or scale error (1000x).
+  EXPECT_LT(std::abs(thr), 9.0);
 }
 
 TEST(CalibrationE2E, ProfileBadInputsExitTwo) {
