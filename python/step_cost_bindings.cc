@@ -2,8 +2,10 @@
 // model and hardware, or its calibrated profile; its block size, KV dtype, parallelism and
 // cost_model settings such as block_indirection_ns), per operator: the same prices the
 // simulator charges (sim/cost_model.h StepCostBreakdown). The step is described by its entries
-// alone, not by a run: decode entries by their context length, prefill entries by the tokens
-// already cached and the tokens computed; every entry samples.
+// alone, not by a run: decode entries by their context length (each verifying `drafts` draft
+// tokens of speculative decoding when drafts > 0, as a verify entry of core/step_plan.h),
+// prefill entries by the tokens already cached and the tokens computed; every entry samples.
+// The drafting itself (draft_model, EAGLE: sim/speculation.h) is not part of the step's price.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -33,16 +35,21 @@ constexpr double kMs = 1e3;
 py::dict step_cost(const std::string& name, const std::optional<std::string>& text,
                    const std::string& base_dir, const std::vector<std::string>& overrides,
                    const std::vector<std::int64_t>& decode,
-                   const std::vector<std::pair<std::int64_t, std::int64_t>>& prefill) {
+                   const std::vector<std::pair<std::int64_t, std::int64_t>>& prefill,
+                   std::int64_t drafts) {
   const ExperimentConfig config =
       text ? load_experiment_text(*text, name, base_dir, "experiment", overrides)
            : load_experiment(name, overrides);
   if (decode.empty() && prefill.empty()) {
     throw ConfigError("step_cost: expected at least one entry in decode or prefill");
   }
+  if (drafts < 0 || drafts > 64) {
+    throw ConfigError("step_cost: drafts: expected 0 to 64 draft tokens per decode entry, got " +
+                      std::to_string(drafts));
+  }
   // The entries: each decode computes the token at position context - 1 over `context` tokens
-  // of KV; each prefill computes `tokens` tokens after `cached` ones.
-  std::vector<ScheduledRequest> entries;
+  // of KV, and its `drafts` draft tokens after it; each prefill computes `tokens` tokens after
+  // `cached` ones.
   StepPlan plan;
   for (std::size_t i = 0; i < decode.size(); ++i) {
     if (decode[i] < 1 || decode[i] > (std::int64_t{1} << 30)) {
@@ -52,10 +59,11 @@ py::dict step_cost(const std::string& name, const std::optional<std::string>& te
     }
     ScheduledRequest r;
     r.first_token = static_cast<std::int32_t>(decode[i] - 1);
-    r.num_tokens = 1;
+    r.num_tokens = 1 + static_cast<std::int32_t>(drafts);
     r.samples = true;
     plan.requests.push_back(r);
-    ++plan.num_decode_tokens;
+    plan.num_decode_tokens += r.num_tokens;
+    plan.num_draft_tokens += static_cast<std::int32_t>(drafts);
   }
   for (std::size_t i = 0; i < prefill.size(); ++i) {
     const auto [cached, tokens] = prefill[i];
@@ -109,7 +117,7 @@ py::dict step_cost(const std::string& name, const std::optional<std::string>& te
 
 void bind_step_cost(py::module_& m) {
   m.def("step_cost", &step_cost, py::arg("name"), py::arg("text"), py::arg("base_dir"),
-        py::arg("overrides"), py::arg("decode"), py::arg("prefill"),
+        py::arg("overrides"), py::arg("decode"), py::arg("prefill"), py::arg("drafts"),
         "Prices one step under an experiment's cost model; returns {operator_ms: ...}.");
 }
 

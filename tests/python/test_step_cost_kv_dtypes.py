@@ -56,6 +56,24 @@ def test_step_cost_prefill_entries_and_dicts():
     assert cached["gemm_ms"] == cost["gemm_ms"]
 
 
+def test_step_cost_verify_entries():
+    spec = str(ROOT / "experiments" / "lessons" / "speculative-decoding.yaml")
+    assert servelab.step_cost(spec, decode=[640] * 8, drafts=0) == servelab.step_cost(
+        spec, decode=[640] * 8)
+    # Batch 1 is memory-bound: five tokens cost barely more than one. At 256 sequences the
+    # 1,280 rows are compute-bound: more than twice a decode step (speculative-decoding.md).
+    for batch, low, high in ((1, 1.0, 1.1), (256, 2.0, 5.0)):
+        one = servelab.step_cost(spec, decode=[640] * batch)
+        verify = servelab.step_cost(spec, decode=[640] * batch, drafts=4)
+        assert low < verify["total_ms"] / one["total_ms"] < high, batch
+        assert verify["lm_head_ms"] > one["lm_head_ms"]
+        assert verify["flops"] > 4 * one["flops"]
+    with pytest.raises(servelab.ConfigError, match="drafts: expected 0 to 64"):
+        servelab.step_cost(spec, decode=[16], drafts=-1)
+    with pytest.raises(TypeError, match="drafts"):
+        servelab.step_cost(spec, decode=[16], drafts=1.5)
+
+
 def test_step_cost_errors():
     with pytest.raises(servelab.ConfigError, match="at least one entry"):
         servelab.step_cost(FP8)
