@@ -4,6 +4,8 @@
 //   bind_runs      run, engine_run, saving a run folder (run_bindings.cc)
 //   bind_groups    compare, sweep, plot (group_bindings.cc)
 //   bind_policies  the catalogue and Python policies (policy_bindings.cc)
+//   bind_step_cost one step priced by an experiment's cost model (step_cost_bindings.cc)
+//   bind_kv_probe  KV dtypes against bf16 KV on the CPU engine (kv_probe_bindings.cc)
 #pragma once
 
 #include <pybind11/pybind11.h>
@@ -15,5 +17,7 @@ void bind_home(pybind11::module_& m);
 void bind_runs(pybind11::module_& m);
 void bind_groups(pybind11::module_& m);
 void bind_policies(pybind11::module_& m);
+void bind_step_cost(pybind11::module_& m);
+void bind_kv_probe(pybind11::module_& m);
 
 }  // namespace servelab::python

@@ -11,4 +11,6 @@ PYBIND11_MODULE(_servelab, m) {
   servelab::python::bind_runs(m);
   servelab::python::bind_groups(m);
   servelab::python::bind_policies(m);
+  servelab::python::bind_step_cost(m);
+  servelab::python::bind_kv_probe(m);
 }

@@ -16,11 +16,13 @@ import os as _os
 from . import _servelab
 from ._servelab import ConfigError, PolicyError, ReplicaLoad, Request, RouteRequest
 from .groups import GroupResult, compare, sweep
+from .kv_dtypes import compare_kv_dtypes
 from .plotting import plot
 from .policies import (policies, policies_text, register_queue_order, register_router,
                        register_victim_rule)
 from .result import Result
 from .runs import engine_run, run
+from .step_cost import step_cost
 
 # The ServeLab home (catalogues, experiments, traces, the plot script): found from this
 # package's folder (a build tree or an installed package) unless $SERVELAB_HOME says otherwise.
@@ -35,6 +37,7 @@ __all__ = [
     "RouteRequest",
     "Result",
     "compare",
+    "compare_kv_dtypes",
     "engine_run",
     "home",
     "plot",
@@ -44,5 +47,6 @@ __all__ = [
     "register_router",
     "register_victim_rule",
     "run",
+    "step_cost",
     "sweep",
 ]
