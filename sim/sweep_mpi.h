@@ -15,8 +15,10 @@
 // error, an I/O error, an interrupt) every rank stops, rank 0 reports the first failure (in grid
 // order for a point's error, else the lowest rank's) once, as `sim sweep` would, every rank exits
 // with its code (2 bad input, 1 an internal error, 128 + signal when interrupted), and OUT is
-// left as it was. A rank that dies outright makes mpirun end the job; OUT is still untouched
-// (only a staging folder .NAME.tmp-PID beside it may remain).
+// left as it was. Ctrl-C on mpirun, or SIGTERM to the ranks, is such an interrupt. A rank that
+// dies outright (or SIGTERM to mpirun itself, after which Open MPI kills the ranks at once) ends
+// the job without cleaning up: OUT is still untouched, but the staging folder .NAME.tmp-PID
+// beside it and the ranks' servelab-sweep-* temporaries may remain.
 #pragma once
 
 #include <string>
