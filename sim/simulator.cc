@@ -1,5 +1,6 @@
 #include "sim/simulator.h"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -16,6 +17,8 @@ Simulator::Simulator(Workload& workload, Replica& replica, Recorder& recorder,
       state_(1),
       cluster_(false),
       arrival_candidates_{0},
+      arrival_loads_(1),
+      stale_{0},
       recorder_(recorder),
       frontend_on_(frontend.enabled()),
       frontend_(frontend) {}
@@ -38,13 +41,15 @@ Simulator::Simulator(Workload& workload, ClusterSetup cluster, Recorder& recorde
   bool prefill = false;
   for (std::uint32_t i = 0; i < replicas_.size(); ++i) {
     if (replicas_[i].replica == nullptr) throw std::invalid_argument("Simulator: null replica");
-    if (replicas_[i].role == ReplicaRole::kDecode) {
-      decode_candidates_.push_back(i);
-    } else {
-      arrival_candidates_.push_back(i);
-      prefill = prefill || replicas_[i].role == ReplicaRole::kPrefill;
-    }
+    std::vector<std::uint32_t>& list =
+        replicas_[i].role == ReplicaRole::kDecode ? decode_candidates_ : arrival_candidates_;
+    state_[i].view_slot = static_cast<std::uint32_t>(list.size());
+    list.push_back(i);
+    prefill = prefill || replicas_[i].role == ReplicaRole::kPrefill;
+    stale_.push_back(i);
   }
+  arrival_loads_.resize(arrival_candidates_.size());
+  decode_loads_.resize(decode_candidates_.size());
   if (arrival_candidates_.empty()) {
     throw std::invalid_argument("Simulator: a cluster needs a unified or prefill replica");
   }
@@ -66,21 +71,24 @@ void Simulator::touch(std::uint32_t i) {
   touched_.push_back(i);
 }
 
-std::span<const ReplicaLoad> Simulator::view(const std::vector<std::uint32_t>& candidates) {
-  loads_.resize(candidates.size());
-  for (std::size_t k = 0; k < candidates.size(); ++k) {
-    const std::uint32_t i = candidates[k];
+std::span<const ReplicaLoad> Simulator::view(bool decode) {
+  for (const std::uint32_t i : stale_) {
+    ReplicaState& st = state_[i];
+    st.load_stale = false;
     Replica& r = *replicas_[i].replica;
-    ReplicaLoad& l = loads_[k];
+    ReplicaLoad& l =
+        (replicas_[i].role == ReplicaRole::kDecode ? decode_loads_ : arrival_loads_)[st.view_slot];
     l.replica = i;
     l.waiting =
         static_cast<std::int32_t>(r.scheduler().num_waiting() + r.scheduler().num_swapped());
     l.running = static_cast<std::int32_t>(r.scheduler().num_running());
-    l.outstanding = l.waiting + l.running + state_[i].incoming;
+    l.outstanding = l.waiting + l.running + st.incoming;
     l.kv_blocks_usable = std::max<std::int32_t>(1, r.pool().num_usable_blocks());
     l.kv_blocks_used = r.pool().num_usable_blocks() - r.kv().num_free_blocks();
   }
-  return loads_;
+  stale_.clear();
+  if (decode) return decode_loads_;
+  return arrival_loads_;
 }
 
 void Simulator::dispatch(RequestSpec spec, TimeNs now) {
@@ -90,7 +98,7 @@ void Simulator::dispatch(RequestSpec spec, TimeNs now) {
   }
   std::uint32_t i = arrival_candidates_[0];
   if (arrival_candidates_.size() > 1) {
-    const std::size_t k = router_->route(spec, view(arrival_candidates_));
+    const std::size_t k = router_->route(spec, view(false));
     if (k >= arrival_candidates_.size()) throw std::logic_error("router chose no candidate");
     i = arrival_candidates_[k];
   }
@@ -104,6 +112,7 @@ void Simulator::dispatch(RequestSpec spec, TimeNs now) {
     spec.max_output_tokens = 1;  // the prompt and the first token here; the rest on a decode one
   }
   replicas_[i].replica->scheduler().add_request(std::move(spec), now);
+  load_changed(i);
   touch(i);
 }
 
@@ -139,6 +148,7 @@ void Simulator::try_start_step(std::uint32_t i, TimeNs now) {
   ReplicaState& st = state_[i];
   if (st.busy) return;
   Replica& r = *replicas_[i].replica;
+  load_changed(i);
   const StepPlan& plan = r.scheduler().schedule(now);
   if (plan.empty()) {
     if (r.scheduler().num_running() == 0 && r.scheduler().num_waiting() > 0) {
@@ -174,7 +184,7 @@ void Simulator::start_transfers(std::uint32_t src, TimeNs now) {
   for (PrefillHandoff::Handed& h : handed) {
     std::uint32_t dst = decode_candidates_[0];
     if (decode_candidates_.size() > 1) {
-      const std::size_t k = decode_router_->route(h.spec, view(decode_candidates_));
+      const std::size_t k = decode_router_->route(h.spec, view(true));
       if (k >= decode_candidates_.size()) throw std::logic_error("router chose no candidate");
       dst = decode_candidates_[k];
     }
@@ -202,6 +212,7 @@ void Simulator::start_transfers(std::uint32_t src, TimeNs now) {
       in_flight_.push_back(InFlight{std::move(h), dst});
     }
     ++state_[dst].incoming;
+    load_changed(dst);
     ++num_in_flight_;
     events_.push(t.finish, EventKind::kTransfer, slot);
   }
@@ -211,6 +222,7 @@ void Simulator::start_transfers(std::uint32_t src, TimeNs now) {
 void Simulator::end_transfer(std::uint32_t slot, TimeNs now) {
   InFlight& f = in_flight_[slot];
   --state_[f.dst].incoming;
+  load_changed(f.dst);
   --num_in_flight_;
   replicas_[f.dst].replica->scheduler().add_prefilled_request(std::move(f.request.spec),
                                                               f.request.state, now);
@@ -291,6 +303,7 @@ SimulationTotals Simulator::run() {
       ReplicaState& st = state_[ev.target];
       st.busy = false;
       replicas_[ev.target].replica->scheduler().complete(st.pending, now);
+      load_changed(ev.target);
       totals_.end_ns = std::max(totals_.end_ns, now);
       if (cluster_) {
         if (replicas_[ev.target].role == ReplicaRole::kPrefill) start_transfers(ev.target, now);

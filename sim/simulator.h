@@ -117,10 +117,12 @@ class Simulator {
 
  private:
   struct ReplicaState {
-    bool busy = false;          // a step is in flight
-    bool touched = false;       // got work at the current instant (cluster runs)
-    std::int32_t incoming = 0;  // KV transfers in flight towards it
-    StepResult pending;         // the in-flight step's result, applied at its end
+    bool busy = false;            // a step is in flight
+    bool touched = false;         // got work at the current instant (cluster runs)
+    std::int32_t incoming = 0;    // KV transfers in flight towards it
+    bool load_stale = true;       // its ReplicaLoad in the views needs refreshing (in stale_)
+    std::uint32_t view_slot = 0;  // its index in arrival_loads_ or decode_loads_
+    StepResult pending;           // the in-flight step's result, applied at its end
   };
   struct InFlight {  // a KV transfer (P/D)
     PrefillHandoff::Handed request;
@@ -131,8 +133,17 @@ class Simulator {
   // Queues a request that is ready for a scheduler: replica 0, or the router's choice.
   void dispatch(RequestSpec spec, TimeNs now);
   void touch(std::uint32_t i);
-  // The load view of `candidates` into loads_.
-  std::span<const ReplicaLoad> view(const std::vector<std::uint32_t>& candidates);
+  // Replica i's scheduler, KV pool or incoming transfers changed: its load is recomputed before
+  // the next view. Every such change must call it (the views are never rebuilt whole).
+  void load_changed(std::uint32_t i) {
+    if (state_[i].load_stale) return;
+    state_[i].load_stale = true;
+    stale_.push_back(i);
+  }
+  // The loads of the arrival candidates (decode: the decode candidates), up to date. Only the
+  // replicas changed since the last view are read again: with a thousand replicas, reading every
+  // replica's scheduler and pool at each arrival dominated the run.
+  std::span<const ReplicaLoad> view(bool decode);
   // After a prefill replica's step end: routes and books the transfer of each handed request.
   void start_transfers(std::uint32_t src, TimeNs now);
   void end_transfer(std::uint32_t slot, TimeNs now);
@@ -158,7 +169,8 @@ class Simulator {
   KvTransferModel* transfer_ = nullptr;
   PrefillHandoff* handoff_ = nullptr;
   std::vector<std::uint32_t> arrival_candidates_, decode_candidates_;
-  std::vector<ReplicaLoad> loads_;
+  std::vector<ReplicaLoad> arrival_loads_, decode_loads_;  // by candidate index
+  std::vector<std::uint32_t> stale_;                       // replicas whose load_stale is set
   std::vector<std::uint32_t> touched_;
   std::vector<InFlight> in_flight_;  // by slot; free slots listed in free_slots_
   std::vector<std::uint32_t> free_slots_;

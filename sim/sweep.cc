@@ -7,6 +7,7 @@
 #include <cctype>
 #include <cerrno>
 #include <cinttypes>
+#include <cstdarg>
 #include <exception>
 #include <filesystem>
 #include <mutex>
@@ -17,6 +18,7 @@
 #include "serving/config_node.h"
 #include "serving/output_file.h"
 #include "sim/plot.h"
+#include "sim/sweep_mpi.h"
 #include "sim/variant_loader.h"
 #include "traces/workload.h"
 
@@ -77,6 +79,29 @@ std::string csv_field(const std::string& text) {
   return out;
 }
 
+// printf into a std::string.
+[[gnu::format(printf, 1, 2)]] std::string format_text(const char* format, ...) {
+  std::va_list args;
+  va_start(args, format);
+  std::va_list copy;
+  va_copy(copy, args);
+  const int n = std::vsnprintf(nullptr, 0, format, copy);
+  va_end(copy);
+  std::string text(static_cast<std::size_t>(std::max(n, 0)) + 1, '\0');
+  std::vsnprintf(text.data(), text.size(), format, args);
+  va_end(args);
+  text.pop_back();
+  return text;
+}
+
+void write_binary_file(const std::string& path, const std::string& bytes) {
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  if (!f) throw_io_error(path, "writing", errno);
+  const bool ok = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
+  const int err = errno;
+  if (std::fclose(f) != 0 || !ok) throw_io_error(path, "writing", ok ? errno : err);
+}
+
 }  // namespace
 
 std::vector<SweepAxis> sweep_from_experiment(const ExperimentSource& source) {
@@ -135,13 +160,12 @@ std::vector<SweepPoint> sweep_points(const std::vector<SweepAxis>& axes) {
   return points;
 }
 
-std::vector<SweepResult> run_sweep(const ExperimentSource& source,
-                                   const std::vector<std::string>& base_overrides,
-                                   std::string out_dir, int jobs, bool progress,
-                                   const StepHook& before_step) {
-  const std::vector<SweepAxis> axes = sweep_from_experiment(source);
+SweepPlan plan_sweep(const ExperimentSource& source, const std::vector<std::string>& base_overrides,
+                     std::string out_dir) {
+  SweepPlan plan;
+  plan.axes = sweep_from_experiment(source);
   // Each value alone first, so an error names the sweep key that caused it.
-  for (const SweepAxis& a : axes) {
+  for (const SweepAxis& a : plan.axes) {
     for (const std::string& v : a.values) {
       const std::string label = a.location + ": sweep key '" + a.key + "', value " + v;
       const ExperimentConfig c = load_variant(source, base_overrides, {a.key + "=" + v}, label);
@@ -152,147 +176,191 @@ std::vector<SweepResult> run_sweep(const ExperimentSource& source,
       }
     }
   }
-  const std::vector<SweepPoint> points = sweep_points(axes);
-  std::vector<ExperimentConfig> configs;
-  for (const SweepPoint& p : points) {
-    configs.push_back(load_variant(source, base_overrides, p.overrides, "sweep point " + p.name));
+  plan.points = sweep_points(plan.axes);
+  for (const SweepPoint& p : plan.points) {
+    plan.configs.push_back(
+        load_variant(source, base_overrides, p.overrides, "sweep point " + p.name));
   }
-  if (out_dir.empty()) out_dir = "out/" + configs.front().name + "-sweep";
-  // The folder may hold a previous one (sweep.csv and run folders), nothing else.
-  std::vector<std::string> names;
-  for (const SweepPoint& p : points) {
+  if (out_dir.empty()) out_dir = "out/" + plan.configs.front().name + "-sweep";
+  plan.out_dir = std::move(out_dir);
+  for (const SweepPoint& p : plan.points) {
     if (p.name.size() > 255) {
       throw ConfigError(source.path + ": sweep point " + p.name.substr(0, 40) +
                         "...: its folder name is longer than 255 bytes (fewer sweep keys)");
     }
-    names.push_back(p.name);
   }
-  check_group_dir(out_dir, "sweep.csv", "sweep", names);
-  // Everything is written under a temporary sibling and moved into OUT at the end, so an error
-  // or an interrupt leaves OUT as it was.
-  StagedDir stage(out_dir);
+  return plan;
+}
 
-  std::vector<SweepResult> results(points.size());
-  std::vector<std::exception_ptr> errors(points.size());
+void check_sweep_dir(const SweepPlan& plan) {
+  // The folder may hold a previous one (sweep.csv and run folders), nothing else.
+  std::vector<std::string> names;
+  for (const SweepPoint& p : plan.points) names.push_back(p.name);
+  check_group_dir(plan.out_dir, "sweep.csv", "sweep", names);
+}
+
+void run_sweep_points(const SweepPlan& plan, const std::vector<std::size_t>& indices,
+                      const std::string& dir, int jobs, bool progress, const StepHook& before_step,
+                      std::vector<SweepResult>& results, std::vector<std::exception_ptr>& errors) {
+  results.resize(plan.points.size());
+  errors.resize(plan.points.size());
   std::atomic<std::size_t> next{0};
   std::atomic<std::size_t> done{0};
   std::mutex progress_mutex;
   auto worker = [&] {
-    for (std::size_t i = next++; i < points.size(); i = next++) {
+    for (std::size_t k = next++; k < indices.size(); k = next++) {
+      const std::size_t i = indices[k];
       try {
         RunOptions options;
-        options.out_dir = stage.temp_path() + "/" + points[i].name;
+        options.out_dir = dir + "/" + plan.points[i].name;
         options.before_step = before_step;
-        results[i] = {points[i], run_simulation(configs[i], options)};
+        results[i] = {plan.points[i], run_simulation(plan.configs[i], options)};
       } catch (...) {
         errors[i] = std::current_exception();
       }
       const std::size_t d = ++done;
       if (progress) {
         std::lock_guard<std::mutex> lock(progress_mutex);
-        std::fprintf(stderr, "\r  %zu/%zu points done   ", d, points.size());
+        std::fprintf(stderr, "\r  %zu/%zu points done   ", d, indices.size());
         std::fflush(stderr);
       }
     }
   };
   const std::size_t num_workers =
-      std::min<std::size_t>(points.size(), static_cast<std::size_t>(std::max(1, jobs)));
+      std::min<std::size_t>(indices.size(), static_cast<std::size_t>(std::max(1, jobs)));
   std::vector<std::thread> threads;
   for (std::size_t w = 1; w < num_workers; ++w) threads.emplace_back(worker);
   worker();
   for (std::thread& t : threads) t.join();
   if (progress) std::fputs("\r\033[K", stderr);
-  for (std::size_t i = 0; i < points.size(); ++i) {
+}
+
+void rethrow_first_sweep_error(const SweepPlan& plan,
+                               const std::vector<std::exception_ptr>& errors) {
+  for (std::size_t i = 0; i < errors.size(); ++i) {
     if (!errors[i]) continue;
     try {
       std::rethrow_exception(errors[i]);
     } catch (const ConfigError& e) {
-      throw ConfigError("sweep point " + points[i].name + ": " + e.what());
+      throw ConfigError("sweep point " + plan.points[i].name + ": " + e.what());
     }
   }
+}
 
-  const std::string csv = stage.temp_path() + "/sweep.csv";
-  std::FILE* f = std::fopen(csv.c_str(), "wb");
-  if (!f) throw_io_error(csv, "writing", errno);
-  std::fputs("point", f);
-  for (const SweepAxis& a : axes) std::fprintf(f, ",%s", a.key.c_str());
-  std::fputs(
+std::string sweep_csv_header(const std::vector<SweepAxis>& axes) {
+  std::string line = "point";
+  for (const SweepAxis& a : axes) line.append(",").append(a.key);
+  line +=
       ",completed,rejected,aborted,duration_s,requests_per_s,input_tokens_per_s,"
       "output_tokens_per_s,ttft_mean_ms,ttft_p50_ms,ttft_p90_ms,ttft_p99_ms,tpot_mean_ms,"
       "tpot_p50_ms,tpot_p90_ms,tpot_p99_ms,itl_p99_ms,e2e_p50_ms,e2e_p99_ms,queueing_p50_ms,"
       "goodput_requests_per_s,slo_attainment,preemptions,recomputed_tokens,prefix_hit_rate,"
       "kv_usage_mean,kv_usage_max,batch_seqs_mean,slot_efficiency,internal_fragmentation_mean,"
-      "unused_slots_mean,step_ms_mean,allocations_per_s,evictions_per_s\n",
-      f);
-  for (const SweepResult& r : results) {
-    std::fputs(r.point.name.c_str(), f);
-    for (const std::string& v : r.point.values) std::fprintf(f, ",%s", csv_field(v).c_str());
-    const RunSummary& s = r.run.summary;
-    std::fprintf(
-        f,
-        ",%" PRId64 ",%" PRId64 ",%" PRId64
-        ",%.6f,%.6f,%.3f,%.3f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%."
-        "6f,%.6f,%.6f,%" PRId64 ",%" PRId64 ",%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.3f,%.6f,%.3f,%.3f\n",
-        s.completed, s.rejected, s.aborted, s.duration_s, s.requests_per_s, s.input_tokens_per_s,
-        s.output_tokens_per_s, s.ttft_ms.mean, s.ttft_ms.p50, s.ttft_ms.p90, s.ttft_ms.p99,
-        s.tpot_ms.mean, s.tpot_ms.p50, s.tpot_ms.p90, s.tpot_ms.p99, s.itl_ms.p99, s.e2e_ms.p50,
-        s.e2e_ms.p99, s.queueing_ms.p50, s.goodput_requests_per_s, s.slo_attainment, s.preemptions,
-        s.recomputed_tokens, s.prefix_hit_rate, s.kv_usage_mean, s.kv_usage_max, s.batch_seqs_mean,
-        s.slot_efficiency, s.kv_internal_fragmentation_mean, s.kv_unused_slots_mean, s.step_ms_mean,
-        s.allocations_per_s, s.evictions_per_s);
-  }
-  if (std::fclose(f) != 0) throw_io_error(csv, "writing", errno);
+      "unused_slots_mean,step_ms_mean,allocations_per_s,evictions_per_s\n";
+  return line;
+}
+
+std::string sweep_csv_row(const SweepPoint& point, const RunSummary& s) {
+  std::string line = point.name;
+  for (const std::string& v : point.values) line.append(",").append(csv_field(v));
+  line += format_text(
+      ",%" PRId64 ",%" PRId64 ",%" PRId64
+      ",%.6f,%.6f,%.3f,%.3f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%."
+      "6f,%.6f,%.6f,%" PRId64 ",%" PRId64 ",%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.3f,%.6f,%.3f,%.3f\n",
+      s.completed, s.rejected, s.aborted, s.duration_s, s.requests_per_s, s.input_tokens_per_s,
+      s.output_tokens_per_s, s.ttft_ms.mean, s.ttft_ms.p50, s.ttft_ms.p90, s.ttft_ms.p99,
+      s.tpot_ms.mean, s.tpot_ms.p50, s.tpot_ms.p90, s.tpot_ms.p99, s.itl_ms.p99, s.e2e_ms.p50,
+      s.e2e_ms.p99, s.queueing_ms.p50, s.goodput_requests_per_s, s.slo_attainment, s.preemptions,
+      s.recomputed_tokens, s.prefix_hit_rate, s.kv_usage_mean, s.kv_usage_max, s.batch_seqs_mean,
+      s.slot_efficiency, s.kv_internal_fragmentation_mean, s.kv_unused_slots_mean, s.step_ms_mean,
+      s.allocations_per_s, s.evictions_per_s);
+  return line;
+}
+
+std::string sweep_table_header() {
+  return format_text("%-32s %9s %9s %9s %9s %9s %9s %9s\n", "point", "req/s", "TTFT p50",
+                     "TTFT p99", "TPOT p50", "TPOT p99", "goodput", "preempt") +
+         format_text("%-32s %9s %9s %9s %9s %9s %9s %9s\n", "", "", "(ms)", "(ms)", "(ms)", "(ms)",
+                     "(req/s)", "");
+}
+
+std::string sweep_table_row(const SweepPoint& point, const RunSummary& s) {
+  return format_text("%-32s %9.2f %9.1f %9.1f %9.2f %9.2f %9.2f %9" PRId64 "\n", point.name.c_str(),
+                     s.requests_per_s, s.ttft_ms.p50, s.ttft_ms.p99, s.tpot_ms.p50, s.tpot_ms.p99,
+                     s.goodput_requests_per_s, s.preemptions);
+}
+
+std::vector<SweepResult> run_sweep(const ExperimentSource& source,
+                                   const std::vector<std::string>& base_overrides,
+                                   std::string out_dir, int jobs, bool progress,
+                                   const StepHook& before_step) {
+  const SweepPlan plan = plan_sweep(source, base_overrides, std::move(out_dir));
+  check_sweep_dir(plan);
+  // Everything is written under a temporary sibling and moved into OUT at the end, so an error
+  // or an interrupt leaves OUT as it was.
+  StagedDir stage(plan.out_dir);
+  std::vector<std::size_t> all(plan.points.size());
+  for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
+  std::vector<SweepResult> results;
+  std::vector<std::exception_ptr> errors;
+  run_sweep_points(plan, all, stage.temp_path(), jobs, progress, before_step, results, errors);
+  rethrow_first_sweep_error(plan, errors);
+
+  std::string csv = sweep_csv_header(plan.axes);
+  for (const SweepResult& r : results) csv += sweep_csv_row(r.point, r.run.summary);
+  write_binary_file(stage.temp_path() + "/sweep.csv", csv);
   stage.commit_entries();
-  for (SweepResult& r : results) r.run.out_dir = out_dir + "/" + r.point.name;
+  for (SweepResult& r : results) r.run.out_dir = plan.out_dir + "/" + r.point.name;
   return results;
 }
 
 void print_sweep_table(std::FILE* out, const std::vector<SweepAxis>& axes,
                        const std::vector<SweepResult>& results) {
   (void)axes;
-  std::fprintf(out, "%-32s %9s %9s %9s %9s %9s %9s %9s\n", "point", "req/s", "TTFT p50", "TTFT p99",
-               "TPOT p50", "TPOT p99", "goodput", "preempt");
-  std::fprintf(out, "%-32s %9s %9s %9s %9s %9s %9s %9s\n", "", "", "(ms)", "(ms)", "(ms)", "(ms)",
-               "(req/s)", "");
+  std::fputs(sweep_table_header().c_str(), out);
   for (const SweepResult& r : results) {
-    const RunSummary& s = r.run.summary;
-    std::fprintf(out, "%-32s %9.2f %9.1f %9.1f %9.2f %9.2f %9.2f %9" PRId64 "\n",
-                 r.point.name.c_str(), s.requests_per_s, s.ttft_ms.p50, s.ttft_ms.p99,
-                 s.tpot_ms.p50, s.tpot_ms.p99, s.goodput_requests_per_s, s.preemptions);
+    std::fputs(sweep_table_row(r.point, r.run.summary).c_str(), out);
   }
 }
 
-int sweep_command(const std::vector<std::string>& args) {
-  int jobs = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  bool plot = true;
+SweepArgs parse_sweep_args(const std::vector<std::string>& args) {
+  SweepArgs s;
+  int jobs = 0;
   bool no_plot = false;
-  const ExperimentArgs a = parse_experiment_args(
+  s.experiment = parse_experiment_args(
       args, "sim sweep",
       [&](CLI::App& app) {
-        app.add_option("-j,--jobs", jobs, "simulations run at once (default: all cores)")
+        app.add_option("-j,--jobs", jobs,
+                       "simulations run at once (default: all cores); with --mpi, per process "
+                       "(default 1)")
             ->check(cli::integer_in(1, 4096))
             ->type_name("N");
         app.add_flag("--no-plot", no_plot, "no figures (OUT/figures/)");
+        app.add_flag("--mpi", s.mpi,
+                     "share the points among the processes of an MPI job "
+                     "(mpirun -np N sim sweep EXP --mpi); the files are those of --jobs");
       },
-      "Run every point of the experiment's `sweep:` grid (key.path: [values]) on N threads; "
-      "writes OUT/sweep.csv, OUT/<point>/ and OUT/figures/ (default OUT: "
-      "out/<experiment name>-sweep); the files do not depend on N.");
-  plot = !no_plot;
-  const std::vector<std::string> overrides = a.all_overrides();
-  const std::vector<SweepAxis> axes = sweep_from_experiment(a.experiment);
-  const bool progress = a.show_progress();
-  const std::vector<SweepResult> results =
-      run_sweep(a.experiment, overrides, a.out_dir, jobs, progress);
-  const std::string dir = std::filesystem::path(results.front().run.out_dir).parent_path();
-  if (!a.quiet) {
-    print_sweep_table(stdout, axes, results);
-    std::printf("wrote %s/sweep.csv and %zu run folders\n", dir.c_str(), results.size());
+      "Run every point of the experiment's `sweep:` grid (key.path: [values]) on N threads, or "
+      "on the processes of an MPI job; writes OUT/sweep.csv, OUT/<point>/ and OUT/figures/ "
+      "(default OUT: out/<experiment name>-sweep); the files do not depend on N.");
+  s.plot = !no_plot;
+  s.jobs = jobs > 0
+               ? jobs
+               : (s.mpi ? 1 : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  return s;
+}
+
+int report_sweep(const SweepArgs& a, const std::string& dir, const std::string& table,
+                 std::size_t num_points) {
+  if (!a.experiment.quiet) {
+    std::fputs(table.c_str(), stdout);
+    std::printf("wrote %s/sweep.csv and %zu run folders\n", dir.c_str(), num_points);
     std::fflush(stdout);
   }
-  if (!plot) return 0;
+  if (!a.plot) return 0;
   PlotArgs p;
   p.inputs = {dir};
-  p.quiet = a.quiet;
+  p.quiet = a.experiment.quiet;
   const int code = run_plot(p);
   if (code == 3) {
     std::fprintf(stderr,
@@ -301,6 +369,19 @@ int sweep_command(const std::vector<std::string>& args) {
     return 0;
   }
   return code;
+}
+
+int sweep_command(const std::vector<std::string>& args) {
+  // Decided before parsing, so that under mpirun even a usage error is reported once.
+  if (std::find(args.begin(), args.end(), "--mpi") != args.end()) return sweep_mpi_command(args);
+  const SweepArgs a = parse_sweep_args(args);
+  const std::vector<SweepResult> results =
+      run_sweep(a.experiment.experiment, a.experiment.all_overrides(), a.experiment.out_dir, a.jobs,
+                a.experiment.show_progress());
+  const std::string dir = std::filesystem::path(results.front().run.out_dir).parent_path();
+  std::string table = sweep_table_header();
+  for (const SweepResult& r : results) table += sweep_table_row(r.point, r.run.summary);
+  return report_sweep(a, dir, table, results.size());
 }
 
 }  // namespace servelab

@@ -10,13 +10,17 @@
 // key's FILE:LINE:COL. Points run on `jobs` std::thread workers, each into its own run folder
 // OUT/<point>/; OUT/sweep.csv has one row per point in grid order. Every file is independent
 // of the number of workers (each point is a deterministic function of its configuration, and
-// rows are written after all points finished).
+// rows are written after all points finished). With --mpi the points are shared among the
+// processes of an MPI job instead, with the same files (sim/sweep_mpi.h).
 #pragma once
 
+#include <cstddef>
 #include <cstdio>
+#include <exception>
 #include <string>
 #include <vector>
 
+#include "serving/cli.h"
 #include "sim/run.h"
 #include "sim/variant_loader.h"
 
@@ -47,6 +51,37 @@ std::vector<SweepAxis> sweep_from_experiment(const ExperimentSource& source);
 // The cartesian product of `axes`, first axis slowest. REQUIRES: !axes.empty().
 std::vector<SweepPoint> sweep_points(const std::vector<SweepAxis>& axes);
 
+// The pieces of run_sweep, which sim/sweep_mpi.cc also runs on several processes.
+struct SweepPlan {
+  std::vector<SweepAxis> axes;
+  std::vector<SweepPoint> points;
+  std::vector<ExperimentConfig> configs;  // one per point
+  std::string out_dir;                    // OUT, the default filled in
+};
+// Validates every value and every point (workloads included) and fills in OUT; touches no file.
+// Throws ConfigError naming the sweep key or the point.
+SweepPlan plan_sweep(const ExperimentSource& source, const std::vector<std::string>& base_overrides,
+                     std::string out_dir);
+// Throws ConfigError when OUT exists and holds anything but an earlier sweep's sweep.csv and run
+// folders (serving/run_folder.h check_group_dir): nothing of the user's is overwritten.
+void check_sweep_dir(const SweepPlan& plan);
+// Runs plan.points[i] for every i in `indices` on `jobs` (>= 1) std::thread workers, each into
+// DIR/<point name>/; sets results[i], or errors[i] when that run threw (both are resized to the
+// number of points; other entries are left as they were).
+void run_sweep_points(const SweepPlan& plan, const std::vector<std::size_t>& indices,
+                      const std::string& dir, int jobs, bool progress, const StepHook& before_step,
+                      std::vector<SweepResult>& results, std::vector<std::exception_ptr>& errors);
+// Rethrows the first error in grid order, a ConfigError prefixed with "sweep point NAME: ";
+// returns when there is none.
+void rethrow_first_sweep_error(const SweepPlan& plan,
+                               const std::vector<std::exception_ptr>& errors);
+// OUT/sweep.csv is the header and one row per point in grid order; each ends with a newline.
+std::string sweep_csv_header(const std::vector<SweepAxis>& axes);
+std::string sweep_csv_row(const SweepPoint& point, const RunSummary& summary);
+// The table `sim sweep` prints: two header lines, then one line per point.
+std::string sweep_table_header();
+std::string sweep_table_row(const SweepPoint& point, const RunSummary& summary);
+
 // Runs every point of `source`'s sweep (with `base_overrides` applied first) on `jobs` workers
 // (>= 1) and writes OUT/<point>/ and OUT/sweep.csv (OUT defaults to out/<name>-sweep).
 // `before_step` is each run's RunOptions::before_step (called from the workers: it must be
@@ -60,7 +95,22 @@ std::vector<SweepResult> run_sweep(const ExperimentSource& source,
 void print_sweep_table(std::FILE* out, const std::vector<SweepAxis>& axes,
                        const std::vector<SweepResult>& results);
 
-// `sim sweep EXP.yaml [--out DIR] [--jobs N] [--seed N] [--set k=v]... [--no-plot] [--quiet]`.
+// `sim sweep`'s command line.
+struct SweepArgs {
+  ExperimentArgs experiment;
+  int jobs = 1;      // --jobs: threads (per process with --mpi); default all cores (1 with --mpi)
+  bool plot = true;  // not --no-plot
+  bool mpi = false;  // --mpi
+};
+// Throws UsageError for a misuse, HelpShown after --help.
+SweepArgs parse_sweep_args(const std::vector<std::string>& args);
+// What `sim sweep` prints once OUT (`dir`) is written: `table` (unless --quiet) and the "wrote"
+// line, then the figures (unless --no-plot). Returns the exit code.
+int report_sweep(const SweepArgs& args, const std::string& dir, const std::string& table,
+                 std::size_t num_points);
+
+// `sim sweep EXP.yaml [--out DIR] [--jobs N] [--seed N] [--set k=v]... [--no-plot] [--quiet]
+// [--mpi]`. With --mpi (sim/sweep_mpi.h) the command runs as one process of an MPI job.
 int sweep_command(const std::vector<std::string>& args);
 
 }  // namespace servelab

@@ -38,7 +38,7 @@ TEST(CliHelp, EverySubcommandListsItsOptions) {
        {"EXP.yaml", "--out", "--seed", "--set", "--record-schedule", "--record-events",
         "--record-blocks", "--progress", "--quiet"}},
       {"sim", "compare", {"EXP.yaml", "--variant", "--set", "--out", "--quiet"}},
-      {"sim", "sweep", {"EXP.yaml", "--jobs", "--no-plot", "--set", "--out"}},
+      {"sim", "sweep", {"EXP.yaml", "--jobs", "--no-plot", "--set", "--out", "--mpi"}},
       {"sim", "plot", {"RUN_DIR", "--out", "--format", "--quiet"}},
       {"sim", "calibrate", {"PROFILE.csv", "--out", "--engine-run", "--force", "--quiet"}},
       {"sim", "validate", {"SIM_DIR", "ENGINE_DIR", "--out", "--cost-model", "--quiet"}},

@@ -70,6 +70,9 @@ check "cudart is linked statically" cudart_static
 
 # The programs, from another folder, with no SERVELAB_HOME and no LD_LIBRARY_PATH.
 check "sim runs an experiment from the bundle" run 0 "$b/bin/sim" run "$b/experiments/burst-tiny.yaml" --out "$t/run" --quiet
+# The bundle carries no MPI (the plugin stays in the build folder): `sim sweep --mpi` refuses.
+check "sim sweep --mpi refuses in the bundle (exit 2)" run 2 "$b/bin/sim" sweep "$b/experiments/policies.yaml" --mpi
+check "  ... built without MPI" has "built without MPI"
 check "engine --device cuda refuses cleanly (exit 2)" run 2 "$b/bin/engine" run "$b/experiments/burst-tiny.yaml" --device cuda --out "$t/cuda" --quiet
 check "  ... and says why" has "cuda"
 check "gpu_kernels_test starts and skips" run 0 "$b/bin/gpu_kernels_test"

@@ -48,5 +48,25 @@ TEST(ShippedExperiments, GpuRunsSimulateToCompletion) {
   }
 }
 
+// experiments/cluster-1000.yaml (docs/performance.md measures it whole): the shipped sizes, and
+// the same file shrunk to 20 replicas and 2,000 requests runs to completion.
+TEST(ShippedExperiments, ThousandReplicaClusterRunsShrunk) {
+  const fs::path dir = temp_dir("shipped_cluster_1000");
+  const fs::path file = servelab_home() / "experiments/cluster-1000.yaml";
+  const std::string text = read_file(file);
+  EXPECT_NE(text.find("num_requests: 10000000"), std::string::npos);
+  EXPECT_NE(text.find("count: 1000}"), std::string::npos);
+  const Cli r = run_sim("run " + file.string() + " --quiet --out " + (dir / "out").string() +
+                            " --set workload.num_requests=2000 --set workload.arrival.rate=400"
+                            " --set 'cluster.pools=[{name: replicas, count: 20}]'",
+                        dir);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto s = nlohmann::json::parse(read_file(dir / "out" / "summary.json"));
+  EXPECT_EQ(s["requests"]["completed"].get<int>(), 2000);
+  EXPECT_EQ(s["cluster"]["replicas"].get<int>(), 20);
+  EXPECT_EQ(s["cluster"]["router"], "round_robin");
+  EXPECT_FALSE(fs::exists(dir / "out" / "steps.csv"));
+}
+
 }  // namespace
 }  // namespace servelab
