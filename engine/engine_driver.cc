@@ -482,6 +482,8 @@ RunOutput run_engine(const ExperimentConfig& config, const EngineOptions& option
       config.outputs.record_schedule ? out.out_dir + "/schedule.csv" : "";
 
   Recorder recorder(config.slo, steps_path, schedule_path);
+  if (config.outputs.record_events) recorder.record_events(out.out_dir + "/events.csv");
+  if (config.outputs.record_blocks) recorder.record_blocks(out.out_dir + "/blocks.csv");
   TokenCapture capture(recorder, options.write_tokens);
   WorkloadFeedback feedback(*workload, capture);
   Replica replica(scheduler_config_with_policies(config),

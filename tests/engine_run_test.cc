@@ -203,9 +203,11 @@ INSTANTIATE_TEST_SUITE_P(Routers, EngineCluster,
 TEST(EngineRun, ClusterOutputsHaveTheReplicaColumns) {
   const fs::path dir = temp_dir("engine_cluster_cli");
   write_file(dir / "exp.yaml", two_replicas("round_robin"));
-  const Cli cli = run_engine_cli(
-      "run " + (dir / "exp.yaml").string() + " --out " + (dir / "run").string(), dir);
+  const Cli cli = run_engine_cli("run " + (dir / "exp.yaml").string() + " --out " +
+                                     (dir / "run").string() + " --record-events",
+                                 dir);
   ASSERT_EQ(cli.code, 0) << cli.err;
+  EXPECT_EQ(routes(dir / "run" / "events.csv").size(), 40u);
   const auto steps = read_csv(dir / "run" / "steps.csv");
   std::set<std::string> replicas;
   for (const auto& r : steps) replicas.insert(r.at("replica"));
@@ -243,9 +245,13 @@ TEST(EngineRun, ClusterTheEngineCannotRunIsAClearErrorWithExitCode2) {
 TEST(EngineRun, WritesTheRunFolderWithTokensAndTheAllocatedBlockCount) {
   const fs::path dir = temp_dir("engine_cli");
   write_experiment(dir);
-  const Cli cli = run_engine_cli(
-      "run " + (dir / "exp.yaml").string() + " --out " + (dir / "run").string() + " --tokens", dir);
+  const Cli cli = run_engine_cli("run " + (dir / "exp.yaml").string() + " --out " +
+                                     (dir / "run").string() + " --tokens" + " --record-events",
+                                 dir);
   ASSERT_EQ(cli.code, 0) << cli.err;
+  std::int64_t finishes = 0;
+  for (const auto& e : read_csv(dir / "run" / "events.csv")) finishes += e.at("event") == "finish";
+  EXPECT_EQ(finishes, 40);
   EXPECT_NE(cli.out.find("TTFT"), std::string::npos);
   for (const char* f : {"summary.json", "requests.csv", "steps.csv", "config.yaml"}) {
     EXPECT_TRUE(fs::exists(dir / "run" / f)) << f;
