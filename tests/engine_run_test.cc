@@ -220,6 +220,72 @@ TEST(EngineRun, ClusterOutputsHaveTheReplicaColumns) {
   fs::remove_all(dir);
 }
 
+// Sessions (a dependent workload: a turn is released when the previous one finishes, on
+// whichever replica) behind a front end, on three replicas of two pools: the routing thread
+// waits for releases while replicas run, and the run ends when every session is done.
+TEST(EngineRun, ClusterRunsSessionsThroughTheFrontEnd) {
+  const fs::path dir = temp_dir("engine_cluster_sessions");
+  write_file(dir / "exp.yaml",
+             "name: sessions\nseed: 7\nmodel: tiny\nhardware: H100-SXM\n"
+             "serving:\n  block_size: 16\n  num_gpu_blocks: 64\n  max_num_batched_tokens: 256\n"
+             "  max_num_seqs: 16\n  max_model_len: 1024\n  frontend: {per_prompt_token_us: 20}\n"
+             "policies: {prefix_cache: hash}\n"
+             "workload:\n  type: multiturn\n  num_sessions: 8\n"
+             "  session_arrival: {process: poisson, rate: 40}\n"
+             "  turns: {dist: uniform, min: 2, max: 3}\n"
+             "  think_time_s: {dist: exponential, mean: 0.02, max: 0.05}\n"
+             "  first_prompt_len: {dist: uniform, min: 16, max: 60}\n"
+             "  new_tokens: {dist: uniform, min: 4, max: 20}\n"
+             "  output_len: {dist: uniform, min: 4, max: 12}\n"
+             "cluster:\n  router: session_affinity\n  pools:\n"
+             "    - {name: a, count: 2}\n    - {name: b, count: 1}\n");
+  ExperimentConfig c = load_experiment((dir / "exp.yaml").string(), {});
+  c.outputs.record_events = true;
+  EngineOptions eo;
+  eo.out_dir = (dir / "run").string();
+  const RunOutput run = run_engine(c, eo);
+  EXPECT_GT(run.summary.num_requests, 8);
+  EXPECT_EQ(run.summary.completed, run.summary.num_requests);
+  EXPECT_EQ(routes(dir / "run" / "events.csv").size(),
+            static_cast<std::size_t>(run.summary.num_requests));
+  const nlohmann::json s = nlohmann::json::parse(read_file(dir / "run" / "summary.json"));
+  EXPECT_EQ(s["cluster"]["replicas"], 3);
+  EXPECT_EQ(s["cluster"]["pools"][0]["requests_routed"].get<std::int64_t>() +
+                s["cluster"]["pools"][1]["requests_routed"].get<std::int64_t>(),
+            run.summary.num_requests);
+  fs::remove_all(dir);
+}
+
+// A failure on one replica's thread stops the others and reaches the caller; nothing is written.
+TEST(EngineRun, ClusterStopsWhenAReplicaFails) {
+  const fs::path dir = temp_dir("engine_cluster_fail");
+  ExperimentConfig c = write_cluster_experiment(dir, "round_robin");
+  std::mutex mu;
+  int calls = 0;
+  EngineOptions eo;
+  eo.out_dir = (dir / "run").string();
+  eo.before_step = [&](const Scheduler&, const StepPlan&) {
+    std::lock_guard<std::mutex> l(mu);
+    if (++calls == 7) throw std::logic_error("replica broke");
+  };
+  EXPECT_THROW(
+      {
+        try {
+          run_engine(c, eo);
+        } catch (const std::logic_error& e) {
+          EXPECT_STREQ(e.what(), "replica broke");
+          throw;
+        }
+      },
+      std::logic_error);
+  // The other replica stopped before its next plan (or the one after, when it had already
+  // admitted its work when the first failed).
+  EXPECT_GE(calls, 7);
+  EXPECT_LE(calls, 8);
+  EXPECT_FALSE(fs::exists(dir / "run"));
+  fs::remove_all(dir);
+}
+
 TEST(EngineRun, ClusterTheEngineCannotRunIsAClearErrorWithExitCode2) {
   const fs::path dir = temp_dir("engine_cluster_errors");
   // Prefill/decode pools: refused at the pool, naming the key.
