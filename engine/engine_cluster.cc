@@ -1,5 +1,6 @@
 #include "engine/engine_cluster.h"
 
+#include <Eigen/Core>
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
@@ -116,6 +117,9 @@ class ClusterRun {
       // one instant, no routing decision depends on a replica thread's progress.
       route_due(clock_->now());
       l.unlock();
+      // Eigen's own one-time initialisation before several threads call it (its documented
+      // requirement for multithreaded applications).
+      Eigen::initParallel();
       threads.reserve(lanes_.size());
       for (std::uint32_t i = 0; i < lanes_.size(); ++i) {
         threads.emplace_back([this, i] { drive(i); });
