@@ -13,7 +13,9 @@
 
 #include "core/stop_conditions.h"
 #include "engine/cpu_executor.h"
+#include "engine/engine_cluster.h"
 #include "engine/engine_loop.h"
+#include "engine/run_support.h"
 #include "serving/config_node.h"
 #include "serving/frontend.h"
 #include "serving/interrupt.h"
@@ -38,76 +40,6 @@ using Clock = std::chrono::steady_clock;
 // The longest an idle engine sleeps before looking again; bounds the lateness of an arrival
 // released by a dependent workload while the engine sleeps.
 constexpr TimeNs kMaxIdleSleepNs = 100'000'000;
-
-// Forwards every event to the Recorder and keeps each request's sampled token ids, so
-// tokens.jsonl can be written without the Recorder holding tokens.
-class TokenCapture : public ForwardingObserver {
- public:
-  TokenCapture(SchedulerObserver& downstream, bool keep)
-      : ForwardingObserver(downstream), keep_(keep) {}
-  void on_reject(const Request& req, TimeNs now) override {
-    ForwardingObserver::on_reject(req, now);
-    if (keep_) tokens_[req.id()] = req.output_tokens;
-  }
-  void on_finish(const Request& req, TimeNs now) override {
-    ForwardingObserver::on_finish(req, now);
-    if (keep_) tokens_[req.id()] = req.output_tokens;
-  }
-  const std::map<RequestId, std::vector<std::int32_t>>& tokens() const { return tokens_; }
-
- private:
-  bool keep_;
-  std::map<RequestId, std::vector<std::int32_t>> tokens_;  // sorted by id
-};
-
-void write_tokens_jsonl(const std::string& path,
-                        const std::map<RequestId, std::vector<std::int32_t>>& tokens) {
-  std::FILE* f = std::fopen(path.c_str(), "wb");
-  if (f == nullptr) throw_io_error(path, "writing", errno);
-  for (const auto& [id, toks] : tokens) {
-    std::fprintf(f, "{\"id\": %llu, \"tokens\": [", static_cast<unsigned long long>(id));
-    for (std::size_t i = 0; i < toks.size(); ++i) std::fprintf(f, "%s%d", i ? ", " : "", toks[i]);
-    std::fputs("]}\n", f);
-  }
-  if (std::fclose(f) != 0) throw_io_error(path, "writing", errno);
-}
-
-// Pulls arrivals from a workload in order: an independent workload is read one request ahead,
-// a dependent one announces its next release (as in Simulator).
-class ArrivalFeed {
- public:
-  explicit ArrivalFeed(Workload& w) : w_(w) {}
-  std::optional<TimeNs> peek() {
-    if (w_.dependent()) return w_.next_arrival();
-    if (!buffered_ && !done_) {
-      buffered_ = w_.next();
-      if (!buffered_) {
-        done_ = true;
-      } else if (buffered_->arrival_ns < last_) {
-        throw std::logic_error("workload yielded request " + std::to_string(buffered_->id) +
-                               " out of arrival order");
-      }
-    }
-    return buffered_ ? std::optional<TimeNs>(buffered_->arrival_ns) : std::nullopt;
-  }
-  RequestSpec take() {
-    if (w_.dependent()) {
-      std::optional<RequestSpec> r = w_.next();
-      if (!r) throw std::logic_error("dependent workload announced an arrival it did not yield");
-      return std::move(*r);
-    }
-    RequestSpec r = std::move(*buffered_);
-    buffered_.reset();
-    last_ = r.arrival_ns;
-    return r;
-  }
-
- private:
-  Workload& w_;
-  std::optional<RequestSpec> buffered_;
-  bool done_ = false;
-  TimeNs last_ = 0;
-};
 
 // `engine run`'s work: the experiment's arrivals in wall-clock time, through the front end
 // (serving.frontend) when it is enabled; SIGINT/SIGTERM unwind the run (the staged folder is
@@ -265,16 +197,80 @@ std::int64_t engine_block_bytes(const ModelConfig& model, std::int32_t block_siz
          static_cast<std::int64_t>(sizeof(float));
 }
 
-EngineInstance load_engine(const ExperimentConfig& config, const EngineOptions& options) {
+namespace {
+
+void check_device_name(const EngineOptions& options) {
   if (options.device != "cpu" && options.device != "cuda") {
     throw ConfigError("--device: expected cpu or cuda, got '" + options.device + "'");
   }
-  // One replica, one executor: a cluster (several replicas, routers, P/D) is simulated only.
+}
+
+// load_engine's body for `num_replicas` replicas of the experiment's model (a cluster's are
+// checked by load_engine_cluster first).
+EngineInstance load_replicas(const ExperimentConfig& config, const EngineOptions& options,
+                             std::int32_t num_replicas);
+
+}  // namespace
+
+EngineInstance load_engine(const ExperimentConfig& config, const EngineOptions& options) {
+  check_device_name(options);
+  // One replica, one executor: `engine run` drives a cluster (run_engine -> load_engine_cluster);
+  // `engine serve` one replica.
   if (config.cluster.set) {
     throw ConfigError(config.cluster.pools.front().location +
-                      ": key 'cluster': the engine drives one replica, so a cluster can only be "
-                      "simulated (sim run); remove the section for engine run");
+                      ": key 'cluster': engine serve drives one replica; run a cluster with "
+                      "engine run (CPU replicas) or sim run, or remove the section");
   }
+  return load_replicas(config, options, 1);
+}
+
+EngineInstance load_engine_cluster(const ExperimentConfig& config, const EngineOptions& options) {
+  check_device_name(options);
+  const ClusterConfig& cl = config.cluster;
+  if (!cl.set) throw std::logic_error("load_engine_cluster: the experiment has no cluster");
+  const std::string& where = cl.pools.front().location;
+  if (options.device != "cpu") {
+    throw ConfigError(where + ": key 'cluster': --device " + options.device +
+                      ": an engine cluster runs CPU replicas only (one executor per thread); use "
+                      "--device cpu, or sim run");
+  }
+  if (config.scheduler.speculative.enabled()) {
+    throw ConfigError(config.speculative_location +
+                      ": key 'serving.speculative_config': speculative decoding is not wired "
+                      "into cluster runs yet (run one replica)");
+  }
+  for (std::size_t i = 0; i < cl.pools.size(); ++i) {
+    const PoolConfig& p = cl.pools[i];
+    const std::string key = "cluster.pools[" + std::to_string(i) + "]";
+    if (p.role != ReplicaRole::kUnified) {
+      throw ConfigError(p.location + ": key '" + key + ".role' (pool '" + p.name + "'): role " +
+                        to_string(p.role) +
+                        ": the engine runs unified pools only (prefill/decode disaggregation "
+                        "would copy KV blocks between replicas, which the engine does not do "
+                        "yet); use role unified, or sim run");
+    }
+    if (p.tensor_parallel * p.pipeline_parallel > 1) {
+      throw ConfigError(p.location + ": key '" + key + "' (pool '" + p.name +
+                        "'): the engine runs a model on one device, so tensor " +
+                        std::to_string(p.tensor_parallel) + " x pipeline " +
+                        std::to_string(p.pipeline_parallel) +
+                        " can only be simulated (sim run); use 1 and 1 for engine run");
+    }
+    if (p.model != config.model) {
+      throw ConfigError(p.location + ": key '" + key + ".model' (pool '" + p.name +
+                        "'): the engine's replicas share one model's weights, the "
+                        "experiment's (" +
+                        config.model + "), not " + p.model +
+                        "; remove the pool's model, or sim run");
+    }
+  }
+  return load_replicas(config, options, cl.num_replicas());
+}
+
+namespace {
+
+EngineInstance load_replicas(const ExperimentConfig& config, const EngineOptions& options,
+                             std::int32_t num_replicas) {
   // The executors run one forward pass per plan; rounds of several exist only in the simulator.
   if (config.scheduler.num_scheduler_steps > 1) {
     throw ConfigError(config.num_scheduler_steps_location +
@@ -397,8 +393,12 @@ EngineInstance load_engine(const ExperimentConfig& config, const EngineOptions& 
   if (!cuda) {
     // Refuse before allocating: a run that cannot fit ends in std::bad_alloc (or the OOM
     // killer) after a long load otherwise.
-    const CpuMemoryEstimate need = estimate_cpu_engine_memory(config, model, out.num_gpu_blocks,
-                                                              num_cpu_blocks, out.block_bytes);
+    CpuMemoryEstimate need = estimate_cpu_engine_memory(config, model, out.num_gpu_blocks,
+                                                        num_cpu_blocks, out.block_bytes);
+    // A cluster's replicas share the weights; each has its own blocks and activations.
+    need.kv *= num_replicas;
+    need.swap *= num_replicas;
+    need.activations *= num_replicas;
     const std::optional<std::int64_t> avail = mem_available_bytes();
     if (avail && need.total() > *avail) {
       throw ConfigError(config.file + ": the CPU engine needs about " + gib(need.total()) +
@@ -451,44 +451,25 @@ EngineInstance load_engine(const ExperimentConfig& config, const EngineOptions& 
     exec_options.kv_format = kv_float_format(model);
     exec_options.speculative = config.scheduler.speculative;
     executor = std::make_unique<CpuExecutor>(*weights, exec_options);
+    for (std::int32_t i = 1; i < num_replicas; ++i) {
+      out.more_executors.push_back(std::make_unique<CpuExecutor>(*weights, exec_options));
+    }
   }
 
   return out;
 }
 
-namespace {
-
-// The workload's stop conditions with the model's EOS ids in place of the simulator's EOS
-// point: the engine's model decides where it stops (core/stop_conditions.h).
-class ModelEosWorkload : public WorkloadDecorator {
- public:
-  ModelEosWorkload(std::unique_ptr<Workload> inner, std::vector<std::int32_t> eos_ids)
-      : WorkloadDecorator(std::move(inner)), eos_ids_(std::move(eos_ids)) {}
-  std::optional<RequestSpec> next() override {
-    std::optional<RequestSpec> r = inner().next();
-    if (r && r->stop != nullptr) {
-      r->stop = std::make_shared<const StopConditions>(with_model_eos(*r->stop, eos_ids_));
-    }
-    return r;
-  }
-
- private:
-  std::vector<std::int32_t> eos_ids_;
-};
-
 }  // namespace
 
 RunOutput run_engine(const ExperimentConfig& config, const EngineOptions& options) {
+  if (config.cluster.set) return run_engine_cluster(config, options);
   EngineInstance engine = load_engine(config, options);
   RunOutput out;
   out.backend = "engine-" + options.device;
   out.num_gpu_blocks = engine.num_gpu_blocks;
   out.block_bytes = engine.block_bytes;
   const ModelConfig& model = engine.llama.model;
-  std::unique_ptr<Workload> workload = std::make_unique<ModelEosWorkload>(
-      limit_workload(make_workload(config.workload_section(), config.seed, config.base_dir),
-                     config.max_requests, config.max_duration_ns, config.file),
-      model.eos_token_ids);
+  std::unique_ptr<Workload> workload = make_engine_workload(config, model);
   out.workload = workload->describe();
   const std::string final_dir =
       options.out_dir.empty() ? "out/" + config.name + "-engine" : options.out_dir;
@@ -501,6 +482,8 @@ RunOutput run_engine(const ExperimentConfig& config, const EngineOptions& option
       config.outputs.record_schedule ? out.out_dir + "/schedule.csv" : "";
 
   Recorder recorder(config.slo, steps_path, schedule_path);
+  if (config.outputs.record_events) recorder.record_events(out.out_dir + "/events.csv");
+  if (config.outputs.record_blocks) recorder.record_blocks(out.out_dir + "/blocks.csv");
   TokenCapture capture(recorder, options.write_tokens);
   WorkloadFeedback feedback(*workload, capture);
   Replica replica(scheduler_config_with_policies(config),

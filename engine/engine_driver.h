@@ -21,6 +21,9 @@
 // Swap space (preemption swap or auto): serving.swap_space_gb of fp32 host blocks of the same
 // size, allocated in full by the executor.
 //
+// An experiment with a `cluster:` section runs on CPU replicas, one thread each, behind the
+// simulator's router (run_engine_cluster, engine/engine_cluster.h).
+//
 // With all arrivals at the same time the scheduler sees the same sequence of events as in the
 // simulator (requests stop at their output length, block hashes ignore token values), so
 // schedule.csv is byte-identical to `sim run`'s; with arrivals spread in time it is not.
@@ -30,6 +33,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core/backend.h"
 #include "engine/llama_weights.h"
@@ -70,11 +74,20 @@ struct EngineInstance {
   std::int64_t block_bytes = 0;           // of one block across all layers
   std::unique_ptr<LlamaWeights> weights;  // host weights (null for device-random CUDA ones)
   std::unique_ptr<Backend> executor;      // uses *weights: destroyed first (member order)
+  // load_engine_cluster: the executors of replicas 1.. (replica 0's is `executor`), each with its
+  // own KV blocks over the same *weights. Empty for one replica.
+  std::vector<std::unique_ptr<Backend>> more_executors;
 };
 // Checks the experiment against the engine (device, multi-step, max_model_len, KV budget, host
 // memory) and loads weights and the executor, as described above; throws as run_engine does.
 // Warns (stderr) about a calibration measured elsewhere.
 EngineInstance load_engine(const ExperimentConfig& config, const EngineOptions& options);
+// The same for the experiment's `cluster:` section (engine/engine_cluster.h): one CPU executor
+// per replica (each pool's count), all over one copy of the weights; the KV capacity applies to
+// each replica. Throws ConfigError, naming the pool's FILE:LINE:COL and key, for what the engine
+// cannot run: --device cuda, a prefill or decode pool, tensor or pipeline parallelism, a pool of
+// another model than the experiment's, speculative decoding. REQUIRES: config.cluster.set.
+EngineInstance load_engine_cluster(const ExperimentConfig& config, const EngineOptions& options);
 
 // The CPU executor's KV format for model.kv_dtype() (fp32 for an fp32 model's "auto").
 kernels::FloatFormat kv_float_format(const ModelConfig& model);

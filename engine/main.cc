@@ -31,8 +31,8 @@ constexpr const char* kUsage =
     "\n"
     "commands:\n"
     "  run EXP.yaml [--device cpu|cuda] [--out DIR] [--seed N] [--set key.path=value]...\n"
-    "             [--weights PATH] [--kv-memory-gb G] [--record-schedule] [--tokens]\n"
-    "             [--progress] [--quiet]\n"
+    "             [--weights PATH] [--kv-memory-gb G] [--record-schedule] [--record-events]\n"
+    "             [--record-blocks] [--tokens] [--progress] [--quiet]\n"
     "      run one experiment (the same files as `sim run`) with every step executed on the\n"
     "      model and timed; arrivals are replayed in wall-clock time. Writes summary.json,\n"
     "      requests.csv, steps.csv, config.yaml (schedule.csv with --record-schedule,\n"
@@ -40,7 +40,9 @@ constexpr const char* kUsage =
     "      Weights: random from the seed, or a safetensors checkpoint (--weights). KV blocks:\n"
     "      serving.num_gpu_blocks, else G GiB of fp32 K/V (default 1). The block count the\n"
     "      engine allocated is in summary.json and config.yaml; `sim run EXP --set\n"
-    "      serving.num_gpu_blocks=N` simulates the same capacity.\n"
+    "      serving.num_gpu_blocks=N` simulates the same capacity. A cluster: section of\n"
+    "      unified pools runs on CPU replicas, one thread each, behind its router (the KV\n"
+    "      blocks are per replica; events.csv with --record-events has the routes).\n"
     "  profile --model M -o PROFILE.csv [--device cpu|cuda] [--reps N] [--rounds R]\n"
     "             [--warmup N] [--quick] [--max-tokens N] [--block-size N] [--weights PATH]\n"
     "             [--seed N] [--force] [--quiet]\n"
@@ -112,6 +114,8 @@ int cmd_run(const std::vector<std::string>& args) {
   const bool record_schedule = a.record_schedule, quiet = a.quiet;
   servelab::ExperimentConfig config = servelab::load_experiment(a.experiment, a.overrides, a.seed);
   if (record_schedule) config.outputs.record_schedule = true;
+  if (a.record_events) config.outputs.record_events = true;
+  if (a.record_blocks) config.outputs.record_blocks = true;
   options.progress = a.show_progress();
   const auto start = std::chrono::steady_clock::now();
   const servelab::RunOutput run = servelab::run_engine(config, options);

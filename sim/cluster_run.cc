@@ -7,10 +7,11 @@
 // (a decode replica's lookups are for transferred prompts, not the workload's).
 #include <chrono>
 #include <cstdio>
-#include <nlohmann/json.hpp>
 #include <optional>
 
 #include "core/hooked_backend.h"
+#include "serving/cluster_router.h"
+#include "serving/cluster_summary.h"
 #include "serving/hardware_config.h"
 #include "serving/kv_capacity.h"
 #include "serving/kv_transfer.h"
@@ -50,23 +51,6 @@ void add_sums(PrefixCacheStats& a, const PrefixCacheStats& b) {
   a.preempted_hit_tokens += b.preempted_hit_tokens;
   a.cow_copies += b.cow_copies;
   a.blocks_saved_by_sharing += b.blocks_saved_by_sharing;
-}
-
-double ratio(long double num, long double den) {
-  return den > 0 ? static_cast<double>(num / den) : 0.0;
-}
-
-nlohmann::ordered_json replica_json(std::uint32_t index, const ReplicaStats& s, double duration_s) {
-  nlohmann::ordered_json j;
-  j["replica"] = index;
-  j["requests_routed"] = s.routed;
-  j["steps"] = s.steps;
-  j["busy_fraction"] = duration_s > 0 ? ns_to_s(s.busy_ns) / duration_s : 0.0;
-  j["prefill_tokens"] = s.prefill_tokens;
-  j["decode_tokens"] = s.decode_tokens;
-  j["kv_usage_mean"] = ratio(s.usage_time, s.busy_ns);
-  j["waiting_mean"] = ratio(s.waiting_time, s.busy_ns);
-  return j;
 }
 
 }  // namespace
@@ -172,20 +156,10 @@ RunOutput run_cluster_simulation(const ExperimentConfig& config, const RunOption
       (role == ReplicaRole::kDecode ? num_decode : num_arrival) += 1;
     }
   }
-  SchedulerConfig scratch;
-  RouterMaker maker;
-  PolicyTarget target{&scratch, nullptr, config.seed, &maker};
-  build_policy(PolicyKind::kRouter, cl.router, target, config.file + ": cluster.router");
-  setup.router =
-      maker({num_arrival, config.scheduler.block_size, mix64(config.seed ^ name_hash("router"))});
+  setup.router = make_cluster_router(config, RouterStage::kArrival, num_arrival);
   std::unique_ptr<PairLinkKvTransfer> transfer;
   if (num_decode > 0) {
-    if (cl.decode_router) {
-      build_policy(PolicyKind::kRouter, *cl.decode_router, target,
-                   config.file + ": cluster.decode_router");
-    }
-    setup.decode_router = maker(
-        {num_decode, config.scheduler.block_size, mix64(config.seed ^ name_hash("router-decode"))});
+    setup.decode_router = make_cluster_router(config, RouterStage::kDecode, num_decode);
     const double fixed = cl.kv_transfer.bandwidth_gb_s * 1e9;
     transfer = std::make_unique<PairLinkKvTransfer>(
         [fixed, &pool_of](std::uint32_t src, std::uint32_t dst) {
@@ -217,56 +191,14 @@ RunOutput run_cluster_simulation(const ExperimentConfig& config, const RunOption
   // summary.json's `cluster` object (docs/metrics.md, "Cluster runs").
   const double duration_s =
       ns_to_s(std::max<TimeNs>(0, out.totals.end_ns - out.totals.first_arrival_ns));
-  nlohmann::ordered_json j;
-  j["router"] = format_policy_spec(cl.router);
-  if (cl.disaggregated())
-    j["decode_router"] = format_policy_spec(cl.decode_router.value_or(cl.router));
-  j["replicas"] = replicas.size();
-  nlohmann::ordered_json pools_json = nlohmann::ordered_json::array();
-  std::uint32_t index = 0;
+  std::vector<PoolSummary> pool_summaries;
   for (const auto& p : pools) {
-    ReplicaStats sum;
-    nlohmann::ordered_json members = nlohmann::ordered_json::array();
-    for (std::int32_t k = 0; k < p->config->count; ++k, ++index) {
-      const ReplicaStats& s = sim.replica_stats()[index];
-      sum.routed += s.routed;
-      sum.steps += s.steps;
-      sum.busy_ns += s.busy_ns;
-      sum.prefill_tokens += s.prefill_tokens;
-      sum.decode_tokens += s.decode_tokens;
-      sum.usage_time += s.usage_time;
-      sum.waiting_time += s.waiting_time;
-      members.push_back(replica_json(index, s, duration_s));
-    }
-    nlohmann::ordered_json pj;
-    pj["name"] = p->config->name;
-    pj["role"] = to_string(p->config->role);
-    pj["model"] = p->model.name;
-    pj["hardware"] = p->hardware.name;
-    pj["count"] = p->config->count;
-    pj["num_gpu_blocks"] = p->capacity.num_gpu_blocks;
-    pj["requests_routed"] = sum.routed;
-    pj["steps"] = sum.steps;
-    pj["busy_fraction"] =
-        duration_s > 0 ? ns_to_s(sum.busy_ns) / (duration_s * p->config->count) : 0.0;
-    pj["prefill_tokens"] = sum.prefill_tokens;
-    pj["decode_tokens"] = sum.decode_tokens;
-    pj["kv_usage_mean"] = ratio(sum.usage_time, sum.busy_ns);
-    pj["waiting_mean"] = ratio(sum.waiting_time, sum.busy_ns);
-    pj["replicas"] = std::move(members);
-    pools_json.push_back(std::move(pj));
+    pool_summaries.push_back(
+        {p->config, p->model.name, p->hardware.name, p->capacity.num_gpu_blocks});
   }
-  j["pools"] = std::move(pools_json);
-  if (cl.disaggregated()) {
-    const TransferStats& t = sim.transfer_stats();
-    const double n = t.count > 0 ? static_cast<double>(t.count) : 1.0;
-    j["kv_transfers"] = {{"count", t.count},
-                         {"bytes", t.bytes},
-                         {"wait_mean_ms", static_cast<double>(t.wait_ns) / n / 1e6},
-                         {"transfer_mean_ms", static_cast<double>(t.transfer_ns) / n / 1e6},
-                         {"max_ms", static_cast<double>(t.max_ns) / 1e6}};
-  }
-  out.cluster_json = j.dump();
+  out.cluster_json =
+      cluster_summary_json(cl, pool_summaries, sim.replica_stats(),
+                           cl.disaggregated() ? &sim.transfer_stats() : nullptr, duration_s);
   if (!options.write_files) return out;
 
   write_run_outputs(config, recorder, {"sim", config.model, config.hardware}, out);

@@ -164,18 +164,7 @@ void Simulator::try_start_step(std::uint32_t i, TimeNs now) {
   recorder_.on_step(plan, now, st.pending.duration_ns, snap, i);
   st.busy = true;
   ++totals_.num_steps;
-  if (cluster_) {
-    ReplicaStats& s = stats_[i];
-    const TimeNs d = st.pending.duration_ns;
-    ++s.steps;
-    s.busy_ns += d;
-    s.prefill_tokens += plan.num_prefill_tokens;
-    s.decode_tokens += static_cast<std::int64_t>(plan.num_decode_tokens) * plan.num_steps;
-    if (snap.num_usable_blocks > 0) {
-      s.usage_time += static_cast<long double>(snap.kv_blocks_used) / snap.num_usable_blocks * d;
-    }
-    s.waiting_time += static_cast<long double>(snap.waiting) * d;
-  }
+  if (cluster_) stats_[i].add_step(plan, st.pending.duration_ns, snap);
   events_.push(now + st.pending.duration_ns, EventKind::kStepEnd, i);
 }
 

@@ -38,6 +38,7 @@
 
 #include "core/backend.h"
 #include "core/router.h"
+#include "serving/cluster_summary.h"
 #include "serving/frontend.h"
 #include "serving/kv_transfer.h"
 #include "serving/recorder.h"
@@ -69,23 +70,7 @@ struct ClusterSetup {
   PrefillHandoff* handoff = nullptr;      // required with prefill replicas
 };
 
-// What one replica of a cluster did (ClusterSetup runs only).
-struct ReplicaStats {
-  std::int64_t routed = 0;  // requests routed to it (arrivals, or prefilled ones for decode)
-  std::int64_t steps = 0;
-  TimeNs busy_ns = 0;  // sum of its step durations
-  std::int64_t prefill_tokens = 0, decode_tokens = 0;
-  long double usage_time = 0;    // sum of KV usage * step duration
-  long double waiting_time = 0;  // sum of waiting requests * step duration
-};
-
-// The KV transfers of a P/D run.
-struct TransferStats {
-  std::int64_t count = 0, bytes = 0;
-  TimeNs wait_ns = 0;      // summed time queued for a link
-  TimeNs transfer_ns = 0;  // summed time on the link (latency + bytes / bandwidth)
-  TimeNs max_ns = 0;       // the longest wait + transfer
-};
+// ReplicaStats and TransferStats (what a cluster run reports) are in serving/cluster_summary.h.
 
 class Simulator {
  public:

@@ -434,7 +434,8 @@ TEST(ClusterRun, RequestsRefusedWholeAreNotSplit) {
   fs::remove_all(dir);
 }
 
-TEST(ClusterRun, EngineRefusesAClusterByName) {
+// The engine runs unified pools only (engine/engine_cluster.h): P/D pools are refused at the pool.
+TEST(ClusterRun, EngineRefusesPrefillDecodePoolsByName) {
   const fs::path dir = temp_dir("cluster_engine");
   fs::create_directories(dir);
   write_file(dir / "exp.yaml", experiment(kPd));
@@ -446,7 +447,9 @@ TEST(ClusterRun, EngineRefusesAClusterByName) {
   EXPECT_EQ(WEXITSTATUS(status), 2);
   const std::string err = read_file(dir / "err.txt");
   EXPECT_NE(err.find("exp.yaml:"), std::string::npos) << err;
-  EXPECT_NE(err.find("key 'cluster'"), std::string::npos) << err;
+  EXPECT_NE(err.find("key 'cluster.pools[0].role' (pool 'p'): role prefill"), std::string::npos)
+      << err;
+  EXPECT_FALSE(fs::exists(dir / "out"));
   fs::remove_all(dir);
 }
 

@@ -1,16 +1,21 @@
 // End-to-end tests of the engine driver and the `engine run` command: backend agnosticism (the
-// same schedule as the simulator when every request arrives at time zero), the run folder, the
-// block count it reports, and the refused CUDA device.
+// same schedule as the simulator when every request arrives at time zero, for one replica and for
+// a cluster of two CPU replicas behind a router), the run folder, the block count it reports, and
+// the refused CUDA device and P/D pools.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <mutex>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <string>
+#include <vector>
 
+#include "core/scheduler_invariants.h"
 #include "engine/engine_driver.h"
 #include "engine/llama_weights.h"
 #include "serving/experiment.h"
@@ -81,12 +86,238 @@ TEST(EngineRun, SameScheduleAsTheSimulatorWhenAllArriveAtZero) {
   fs::remove_all(dir);
 }
 
+// kAllAtZero on two replicas of one pool behind `router`.
+std::string two_replicas(const std::string& router) {
+  return kAllAtZero + "cluster:\n  router: " + router + "\n  pools:\n    - {name: cpu, count: 2}\n";
+}
+
+ExperimentConfig write_cluster_experiment(const fs::path& dir, const std::string& router) {
+  write_file(dir / "exp.yaml", two_replicas(router));
+  ExperimentConfig c = load_experiment((dir / "exp.yaml").string(), {});
+  c.outputs.record_schedule = true;
+  c.outputs.record_events = true;
+  return c;
+}
+
+// schedule.csv's rows of each replica, in order, without the replica column (rows of different
+// replicas interleave by time in a cluster run).
+std::map<std::string, std::vector<std::string>> schedule_by_replica(const fs::path& file) {
+  std::map<std::string, std::vector<std::string>> out;
+  for (const auto& r : read_csv(file)) {
+    out[r.at("replica")].push_back(r.at("step") + "," + r.at("request") + "," +
+                                   r.at("first_token") + "," + r.at("num_tokens") + "," +
+                                   r.at("kind"));
+  }
+  return out;
+}
+
+// events.csv's routing decisions: request id -> replica.
+std::map<std::string, std::string> routes(const fs::path& file) {
+  std::map<std::string, std::string> out;
+  for (const auto& r : read_csv(file)) {
+    if (r.at("event") == "route") out[r.at("request")] = r.at("detail");
+  }
+  return out;
+}
+
+class EngineCluster : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(EngineCluster, EachReplicaHasTheSimulatedClustersScheduleWhenAllArriveAtZero) {
+  const fs::path dir = temp_dir(std::string("engine_cluster_") + GetParam());
+  const ExperimentConfig c = write_cluster_experiment(dir, GetParam());
+  RunOptions so;
+  so.out_dir = (dir / "sim").string();
+  const RunOutput sim = run_simulation(c, so);
+  EXPECT_EQ(sim.summary.completed, 40);
+  EXPECT_GT(sim.summary.prefix_hit_tokens, 0);
+  EXPECT_GT(sim.summary.preemptions, 0);
+
+  // Every plan of both replicas passes the scheduler's invariants (and the KV manager's).
+  std::mutex mu;
+  std::set<const Scheduler*> checked;
+  std::int64_t plans = 0;
+  EngineOptions eo;
+  eo.write_tokens = true;
+  eo.before_step = [&](const Scheduler& s, const StepPlan& plan) {
+    check_scheduler_invariants(s, plan);
+    s.kv().check_invariants();
+    std::lock_guard<std::mutex> l(mu);
+    checked.insert(&s);
+    ++plans;
+  };
+  eo.out_dir = (dir / "engine").string();
+  const RunOutput engine = run_engine(c, eo);
+  EXPECT_EQ(checked.size(), 2u);
+  EXPECT_EQ(plans, engine.summary.num_steps);
+  EXPECT_EQ(engine.summary.completed, 40);
+  EXPECT_EQ(engine.backend, "engine-cpu");
+
+  // The same routing decisions, and each replica's plans equal the simulated replica's.
+  const auto sim_routes = routes(dir / "sim" / "events.csv");
+  EXPECT_EQ(sim_routes.size(), 40u);
+  EXPECT_EQ(sim_routes, routes(dir / "engine" / "events.csv"));
+  const auto a = schedule_by_replica(dir / "sim" / "schedule.csv");
+  const auto b = schedule_by_replica(dir / "engine" / "schedule.csv");
+  ASSERT_EQ(a.size(), 2u) << "both replicas ran";
+  EXPECT_EQ(a, b) << "a replica's schedule differs between sim and engine";
+  EXPECT_EQ(sim.summary.num_steps, engine.summary.num_steps);
+  EXPECT_EQ(sim.summary.preemptions, engine.summary.preemptions);
+  EXPECT_EQ(sim.summary.prefix_hit_tokens, engine.summary.prefix_hit_tokens);
+
+  // summary.json's cluster object counts the same per replica.
+  const nlohmann::json js = nlohmann::json::parse(read_file(dir / "sim" / "summary.json"));
+  const nlohmann::json je = nlohmann::json::parse(read_file(dir / "engine" / "summary.json"));
+  EXPECT_EQ(je["run"]["backend"], "engine-cpu");
+  ASSERT_EQ(je["cluster"]["replicas"], 2);
+  for (int i = 0; i < 2; ++i) {
+    for (const char* k : {"requests_routed", "steps", "prefill_tokens", "decode_tokens"}) {
+      EXPECT_EQ(js["cluster"]["pools"][0]["replicas"][i][k],
+                je["cluster"]["pools"][0]["replicas"][i][k])
+          << k << " of replica " << i;
+    }
+  }
+
+  // Greedy tokens do not depend on which replica ran a request: the one-replica engine's.
+  fs::create_directories(dir / "one-config");
+  const ExperimentConfig one = write_experiment(dir / "one-config");
+  EngineOptions o1;
+  o1.write_tokens = true;
+  o1.out_dir = (dir / "one").string();
+  run_engine(one, o1);
+  const std::string tokens = read_file(dir / "engine" / "tokens.jsonl");
+  EXPECT_GT(tokens.size(), 100u);
+  EXPECT_EQ(tokens, read_file(dir / "one" / "tokens.jsonl"));
+
+  // A second run: the same tokens, routes and schedules, byte for byte.
+  eo.out_dir = (dir / "again").string();
+  run_engine(c, eo);
+  EXPECT_EQ(tokens, read_file(dir / "again" / "tokens.jsonl"));
+  EXPECT_EQ(routes(dir / "engine" / "events.csv"), routes(dir / "again" / "events.csv"));
+  EXPECT_EQ(b, schedule_by_replica(dir / "again" / "schedule.csv"));
+  fs::remove_all(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(Routers, EngineCluster,
+                         ::testing::Values("round_robin", "least_outstanding"));
+
+TEST(EngineRun, ClusterOutputsHaveTheReplicaColumns) {
+  const fs::path dir = temp_dir("engine_cluster_cli");
+  write_file(dir / "exp.yaml", two_replicas("round_robin"));
+  const Cli cli = run_engine_cli("run " + (dir / "exp.yaml").string() + " --out " +
+                                     (dir / "run").string() + " --record-events",
+                                 dir);
+  ASSERT_EQ(cli.code, 0) << cli.err;
+  EXPECT_EQ(routes(dir / "run" / "events.csv").size(), 40u);
+  const auto steps = read_csv(dir / "run" / "steps.csv");
+  std::set<std::string> replicas;
+  for (const auto& r : steps) replicas.insert(r.at("replica"));
+  EXPECT_EQ(replicas, (std::set<std::string>{"0", "1"}));
+  const nlohmann::json s = nlohmann::json::parse(read_file(dir / "run" / "summary.json"));
+  EXPECT_EQ(s["cluster"]["router"], "round_robin");
+  EXPECT_EQ(s["cluster"]["pools"][0]["name"], "cpu");
+  EXPECT_EQ(s["cluster"]["pools"][0]["requests_routed"], 40);
+  EXPECT_EQ(s["cluster"]["pools"][0]["replicas"][1]["requests_routed"], 20);
+  fs::remove_all(dir);
+}
+
+// Sessions (a dependent workload: a turn is released when the previous one finishes, on
+// whichever replica) behind a front end, on three replicas of two pools: the routing thread
+// waits for releases while replicas run, and the run ends when every session is done.
+TEST(EngineRun, ClusterRunsSessionsThroughTheFrontEnd) {
+  const fs::path dir = temp_dir("engine_cluster_sessions");
+  write_file(dir / "exp.yaml",
+             "name: sessions\nseed: 7\nmodel: tiny\nhardware: H100-SXM\n"
+             "serving:\n  block_size: 16\n  num_gpu_blocks: 64\n  max_num_batched_tokens: 256\n"
+             "  max_num_seqs: 16\n  max_model_len: 1024\n  frontend: {per_prompt_token_us: 20}\n"
+             "policies: {prefix_cache: hash}\n"
+             "workload:\n  type: multiturn\n  num_sessions: 8\n"
+             "  session_arrival: {process: poisson, rate: 40}\n"
+             "  turns: {dist: uniform, min: 2, max: 3}\n"
+             "  think_time_s: {dist: exponential, mean: 0.02, max: 0.05}\n"
+             "  first_prompt_len: {dist: uniform, min: 16, max: 60}\n"
+             "  new_tokens: {dist: uniform, min: 4, max: 20}\n"
+             "  output_len: {dist: uniform, min: 4, max: 12}\n"
+             "cluster:\n  router: session_affinity\n  pools:\n"
+             "    - {name: a, count: 2}\n    - {name: b, count: 1}\n");
+  ExperimentConfig c = load_experiment((dir / "exp.yaml").string(), {});
+  c.outputs.record_events = true;
+  EngineOptions eo;
+  eo.out_dir = (dir / "run").string();
+  const RunOutput run = run_engine(c, eo);
+  EXPECT_GT(run.summary.num_requests, 8);
+  EXPECT_EQ(run.summary.completed, run.summary.num_requests);
+  EXPECT_EQ(routes(dir / "run" / "events.csv").size(),
+            static_cast<std::size_t>(run.summary.num_requests));
+  const nlohmann::json s = nlohmann::json::parse(read_file(dir / "run" / "summary.json"));
+  EXPECT_EQ(s["cluster"]["replicas"], 3);
+  EXPECT_EQ(s["cluster"]["pools"][0]["requests_routed"].get<std::int64_t>() +
+                s["cluster"]["pools"][1]["requests_routed"].get<std::int64_t>(),
+            run.summary.num_requests);
+  fs::remove_all(dir);
+}
+
+// A failure on one replica's thread stops the others and reaches the caller; nothing is written.
+TEST(EngineRun, ClusterStopsWhenAReplicaFails) {
+  const fs::path dir = temp_dir("engine_cluster_fail");
+  ExperimentConfig c = write_cluster_experiment(dir, "round_robin");
+  std::mutex mu;
+  int calls = 0;
+  EngineOptions eo;
+  eo.out_dir = (dir / "run").string();
+  eo.before_step = [&](const Scheduler&, const StepPlan&) {
+    std::lock_guard<std::mutex> l(mu);
+    if (++calls == 7) throw std::logic_error("replica broke");
+  };
+  EXPECT_THROW(
+      {
+        try {
+          run_engine(c, eo);
+        } catch (const std::logic_error& e) {
+          EXPECT_STREQ(e.what(), "replica broke");
+          throw;
+        }
+      },
+      std::logic_error);
+  // The other replica stopped before its next plan (or the one after, when it had already
+  // admitted its work when the first failed).
+  EXPECT_GE(calls, 7);
+  EXPECT_LE(calls, 8);
+  EXPECT_FALSE(fs::exists(dir / "run"));
+  fs::remove_all(dir);
+}
+
+TEST(EngineRun, ClusterTheEngineCannotRunIsAClearErrorWithExitCode2) {
+  const fs::path dir = temp_dir("engine_cluster_errors");
+  // Prefill/decode pools: refused at the pool, naming the key.
+  write_file(dir / "pd.yaml", kAllAtZero +
+                                  "cluster:\n  pools:\n    - {name: p, role: prefill}\n"
+                                  "    - {name: d, role: decode}\n");
+  const Cli pd =
+      run_engine_cli("run " + (dir / "pd.yaml").string() + " --out " + (dir / "run").string(), dir);
+  EXPECT_EQ(pd.code, 2) << pd.err;
+  EXPECT_NE(pd.err.find("pd.yaml:22:7: key 'cluster.pools[0].role' (pool 'p'): role prefill"),
+            std::string::npos)
+      << pd.err;
+  EXPECT_FALSE(fs::exists(dir / "run"));
+  // A cluster on the CUDA executor.
+  write_file(dir / "two.yaml", two_replicas("round_robin"));
+  const Cli cuda = run_engine_cli("run " + (dir / "two.yaml").string() + " --device cuda", dir);
+  EXPECT_EQ(cuda.code, 2) << cuda.err;
+  EXPECT_NE(cuda.err.find("two.yaml:23:7: key 'cluster': --device cuda"), std::string::npos)
+      << cuda.err;
+  fs::remove_all(dir);
+}
+
 TEST(EngineRun, WritesTheRunFolderWithTokensAndTheAllocatedBlockCount) {
   const fs::path dir = temp_dir("engine_cli");
   write_experiment(dir);
-  const Cli cli = run_engine_cli(
-      "run " + (dir / "exp.yaml").string() + " --out " + (dir / "run").string() + " --tokens", dir);
+  const Cli cli = run_engine_cli("run " + (dir / "exp.yaml").string() + " --out " +
+                                     (dir / "run").string() + " --tokens" + " --record-events",
+                                 dir);
   ASSERT_EQ(cli.code, 0) << cli.err;
+  std::int64_t finishes = 0;
+  for (const auto& e : read_csv(dir / "run" / "events.csv")) finishes += e.at("event") == "finish";
+  EXPECT_EQ(finishes, 40);
   EXPECT_NE(cli.out.find("TTFT"), std::string::npos);
   for (const char* f : {"summary.json", "requests.csv", "steps.csv", "config.yaml"}) {
     EXPECT_TRUE(fs::exists(dir / "run" / f)) << f;

@@ -1,0 +1,88 @@
+#include "engine/run_support.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <stdexcept>
+
+#include "core/stop_conditions.h"
+#include "serving/output_file.h"
+
+namespace servelab {
+
+namespace {
+
+class ModelEosWorkload : public WorkloadDecorator {
+ public:
+  ModelEosWorkload(std::unique_ptr<Workload> inner, std::vector<std::int32_t> eos_ids)
+      : WorkloadDecorator(std::move(inner)), eos_ids_(std::move(eos_ids)) {}
+  std::optional<RequestSpec> next() override {
+    std::optional<RequestSpec> r = inner().next();
+    if (r && r->stop != nullptr) {
+      r->stop = std::make_shared<const StopConditions>(with_model_eos(*r->stop, eos_ids_));
+    }
+    return r;
+  }
+
+ private:
+  std::vector<std::int32_t> eos_ids_;
+};
+
+}  // namespace
+
+std::unique_ptr<Workload> make_engine_workload(const ExperimentConfig& config,
+                                               const ModelConfig& model) {
+  return std::make_unique<ModelEosWorkload>(
+      limit_workload(make_workload(config.workload_section(), config.seed, config.base_dir),
+                     config.max_requests, config.max_duration_ns, config.file),
+      model.eos_token_ids);
+}
+
+std::optional<TimeNs> ArrivalFeed::peek() {
+  if (w_.dependent()) return w_.next_arrival();
+  if (!buffered_ && !done_) {
+    buffered_ = w_.next();
+    if (!buffered_) {
+      done_ = true;
+    } else if (buffered_->arrival_ns < last_) {
+      throw std::logic_error("workload yielded request " + std::to_string(buffered_->id) +
+                             " out of arrival order");
+    }
+  }
+  return buffered_ ? std::optional<TimeNs>(buffered_->arrival_ns) : std::nullopt;
+}
+
+RequestSpec ArrivalFeed::take() {
+  if (w_.dependent()) {
+    std::optional<RequestSpec> r = w_.next();
+    if (!r) throw std::logic_error("dependent workload announced an arrival it did not yield");
+    return std::move(*r);
+  }
+  RequestSpec r = std::move(*buffered_);
+  buffered_.reset();
+  last_ = r.arrival_ns;
+  return r;
+}
+
+void TokenCapture::on_reject(const Request& req, TimeNs now) {
+  ForwardingObserver::on_reject(req, now);
+  if (keep_) tokens_[req.id()] = req.output_tokens;
+}
+
+void TokenCapture::on_finish(const Request& req, TimeNs now) {
+  ForwardingObserver::on_finish(req, now);
+  if (keep_) tokens_[req.id()] = req.output_tokens;
+}
+
+void write_tokens_jsonl(const std::string& path,
+                        const std::map<RequestId, std::vector<std::int32_t>>& tokens) {
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  if (f == nullptr) throw_io_error(path, "writing", errno);
+  for (const auto& [id, toks] : tokens) {
+    std::fprintf(f, "{\"id\": %llu, \"tokens\": [", static_cast<unsigned long long>(id));
+    for (std::size_t i = 0; i < toks.size(); ++i) std::fprintf(f, "%s%d", i ? ", " : "", toks[i]);
+    std::fputs("]}\n", f);
+  }
+  if (std::fclose(f) != 0) throw_io_error(path, "writing", errno);
+}
+
+}  // namespace servelab

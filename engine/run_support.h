@@ -1,0 +1,62 @@
+// The pieces `engine run` uses for one replica (engine/engine_driver.h) and for a cluster
+// (engine/engine_cluster.h): the experiment's workload with the model's EOS ids, arrivals pulled
+// in order, and the sampled tokens kept for tokens.jsonl.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/scheduler_observer.h"
+#include "serving/experiment.h"
+#include "serving/model_config.h"
+#include "traces/workload.h"
+
+namespace servelab {
+
+// The experiment's workload (limited by max_requests and max_duration) whose stop conditions
+// have the model's EOS ids in place of the simulator's EOS point: the engine's model decides
+// where it stops (core/stop_conditions.h).
+std::unique_ptr<Workload> make_engine_workload(const ExperimentConfig& config,
+                                               const ModelConfig& model);
+
+// Pulls arrivals from a workload in order: an independent workload is read one request ahead,
+// a dependent one announces its next release (as in Simulator). Throws std::logic_error when
+// an independent workload yields a request out of arrival order.
+class ArrivalFeed {
+ public:
+  explicit ArrivalFeed(Workload& w) : w_(w) {}
+  std::optional<TimeNs> peek();
+  RequestSpec take();  // REQUIRES: peek() returned a time
+
+ private:
+  Workload& w_;
+  std::optional<RequestSpec> buffered_;
+  bool done_ = false;
+  TimeNs last_ = 0;
+};
+
+// Forwards every event to `downstream` and keeps each request's sampled token ids (when
+// `keep`), so tokens.jsonl can be written without the Recorder holding tokens.
+class TokenCapture : public ForwardingObserver {
+ public:
+  TokenCapture(SchedulerObserver& downstream, bool keep)
+      : ForwardingObserver(downstream), keep_(keep) {}
+  void on_reject(const Request& req, TimeNs now) override;
+  void on_finish(const Request& req, TimeNs now) override;
+  const std::map<RequestId, std::vector<std::int32_t>>& tokens() const { return tokens_; }
+
+ private:
+  bool keep_;
+  std::map<RequestId, std::vector<std::int32_t>> tokens_;  // sorted by id
+};
+
+// tokens.jsonl: one line {"id": N, "tokens": [...]} per request, sorted by id. Throws ConfigError
+// on I/O failure.
+void write_tokens_jsonl(const std::string& path,
+                        const std::map<RequestId, std::vector<std::int32_t>>& tokens);
+
+}  // namespace servelab
