@@ -155,10 +155,13 @@ class Server {
         observer_(queue_, metrics_),
         replica_(scheduler_config_with_policies(config),
                  static_cast<std::int32_t>(engine.num_gpu_blocks), *engine.executor, &observer_,
-                 kv_cache_options_for(config), static_cast<std::int32_t>(engine.num_cpu_blocks)),
+                 engine_kv_cache_options(config, engine),
+                 static_cast<std::int32_t>(engine.num_cpu_blocks)),
         source_(queue_, metrics_, replica_),
         eos_token_ids_(engine.llama.model.eos_token_ids),
-        created_(static_cast<std::int64_t>(std::time(nullptr))) {}
+        created_(static_cast<std::int64_t>(std::time(nullptr))) {
+    prefill_pinned_prefixes(config, engine, replica_.kv());
+  }
 
   int run(std::FILE* log) {
     HttpServer http;

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -462,6 +463,25 @@ TEST(Lessons, KvOffload) {
   EXPECT_NEAR(n["throughput"]["output_tokens_per_s"].get<double>(), 794.2, 0.05);
   EXPECT_NEAR(h["throughput"]["output_tokens_per_s"].get<double>(), 808.4, 0.05);
   EXPECT_NEAR(d["throughput"]["output_tokens_per_s"].get<double>(), 811.8, 0.05);
+  // Idle-session offload (10 s) on the same host tier: idle sessions go down early, more of
+  // their blocks come back, but the work saved is small (the LRU free queue evicts idle
+  // sessions' blocks first anyway, and every eviction reaches the host tier).
+  const json i = summary(out / "host-idle");
+  EXPECT_EQ(i["requests"]["completed"], 2463);
+  EXPECT_EQ(i["kv_offload"]["idle"]["sessions"], 1841);
+  EXPECT_EQ(i["kv_offload"]["idle"]["blocks"], 18528);
+  EXPECT_NEAR(i["kv_offload"]["idle"]["store_time_s"].get<double>(), 0.76, 0.005);
+  EXPECT_EQ(i["kv_offload"]["host"]["loaded_blocks"], 80847);
+  EXPECT_NEAR(i["prefix_cache"]["hit_rate"].get<double>(), 0.603, 0.0005);
+  EXPECT_EQ(prefilled("host-idle"), 2203408);
+  EXPECT_NEAR(i["ttft_ms"]["mean"].get<double>(), 1113.1, 0.05);
+  EXPECT_NEAR(i["ttft_ms"]["p99"].get<double>(), 5606.3, 0.05);
+  EXPECT_NEAR(h["ttft_ms"]["p99"].get<double>(), 5760.4, 0.05);
+  EXPECT_EQ(i["kv_cache"]["offloaded_blocks"].get<std::int64_t>(),
+            i["kv_cache"]["evicted_blocks"].get<std::int64_t>() + 18528);
+  EXPECT_GT(i["prefix_cache"]["hit_rate"].get<double>(),
+            h["prefix_cache"]["hit_rate"].get<double>());
+  EXPECT_LT(std::abs(prefilled("host-idle") - prefilled("host")), prefilled("host") / 100);
   // The ordering the lesson teaches: each tier recomputes less and answers sooner.
   EXPECT_GT(prefilled("no-offload"), prefilled("host"));
   EXPECT_GT(prefilled("host"), 4 * prefilled("host-disk"));
