@@ -65,6 +65,14 @@ std::string name_part(const std::string& text) {
 }
 
 // A CSV field: ServeLab's CSVs never quote, so commas and quotes become ';' and nothing.
+// Whether a point chose an admission or length_cap plugin (RunSummary::report_overload).
+bool sweep_reports_overload(const std::vector<SweepResult>& results) {
+  for (const SweepResult& r : results) {
+    if (r.run.summary.report_overload) return true;
+  }
+  return false;
+}
+
 std::string csv_field(const std::string& text) {
   std::string out;
   for (char c : text) {
@@ -211,6 +219,9 @@ std::vector<SweepResult> run_sweep(const ExperimentSource& source,
     }
   }
 
+  // Overload control's counts, as columns only when a point chose an admission or length_cap
+  // plugin (other sweeps' files stay as they were).
+  const bool overload = sweep_reports_overload(results);
   const std::string csv = stage.temp_path() + "/sweep.csv";
   std::FILE* f = std::fopen(csv.c_str(), "wb");
   if (!f) throw_io_error(csv, "writing", errno);
@@ -222,8 +233,9 @@ std::vector<SweepResult> run_sweep(const ExperimentSource& source,
       "tpot_p50_ms,tpot_p90_ms,tpot_p99_ms,itl_p99_ms,e2e_p50_ms,e2e_p99_ms,queueing_p50_ms,"
       "goodput_requests_per_s,slo_attainment,preemptions,recomputed_tokens,prefix_hit_rate,"
       "kv_usage_mean,kv_usage_max,batch_seqs_mean,slot_efficiency,internal_fragmentation_mean,"
-      "unused_slots_mean,step_ms_mean,allocations_per_s,evictions_per_s\n",
+      "unused_slots_mean,step_ms_mean,allocations_per_s,evictions_per_s",
       f);
+  std::fputs(overload ? ",shed,capped\n" : "\n", f);
   for (const SweepResult& r : results) {
     std::fputs(r.point.name.c_str(), f);
     for (const std::string& v : r.point.values) std::fprintf(f, ",%s", csv_field(v).c_str());
@@ -232,7 +244,7 @@ std::vector<SweepResult> run_sweep(const ExperimentSource& source,
         f,
         ",%" PRId64 ",%" PRId64 ",%" PRId64
         ",%.6f,%.6f,%.3f,%.3f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%."
-        "6f,%.6f,%.6f,%" PRId64 ",%" PRId64 ",%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.3f,%.6f,%.3f,%.3f\n",
+        "6f,%.6f,%.6f,%" PRId64 ",%" PRId64 ",%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.3f,%.6f,%.3f,%.3f",
         s.completed, s.rejected, s.aborted, s.duration_s, s.requests_per_s, s.input_tokens_per_s,
         s.output_tokens_per_s, s.ttft_ms.mean, s.ttft_ms.p50, s.ttft_ms.p90, s.ttft_ms.p99,
         s.tpot_ms.mean, s.tpot_ms.p50, s.tpot_ms.p90, s.tpot_ms.p99, s.itl_ms.p99, s.e2e_ms.p50,
@@ -240,6 +252,8 @@ std::vector<SweepResult> run_sweep(const ExperimentSource& source,
         s.recomputed_tokens, s.prefix_hit_rate, s.kv_usage_mean, s.kv_usage_max, s.batch_seqs_mean,
         s.slot_efficiency, s.kv_internal_fragmentation_mean, s.kv_unused_slots_mean, s.step_ms_mean,
         s.allocations_per_s, s.evictions_per_s);
+    if (overload) std::fprintf(f, ",%" PRId64 ",%" PRId64, s.shed, s.capped);
+    std::fputs("\n", f);
   }
   if (std::fclose(f) != 0) throw_io_error(csv, "writing", errno);
   stage.commit_entries();
@@ -250,15 +264,19 @@ std::vector<SweepResult> run_sweep(const ExperimentSource& source,
 void print_sweep_table(std::FILE* out, const std::vector<SweepAxis>& axes,
                        const std::vector<SweepResult>& results) {
   (void)axes;
-  std::fprintf(out, "%-32s %9s %9s %9s %9s %9s %9s %9s\n", "point", "req/s", "TTFT p50", "TTFT p99",
+  const bool overload = sweep_reports_overload(results);
+  std::fprintf(out, "%-32s %9s %9s %9s %9s %9s %9s %9s", "point", "req/s", "TTFT p50", "TTFT p99",
                "TPOT p50", "TPOT p99", "goodput", "preempt");
+  std::fputs(overload ? "    shed  capped\n" : "\n", out);
   std::fprintf(out, "%-32s %9s %9s %9s %9s %9s %9s %9s\n", "", "", "(ms)", "(ms)", "(ms)", "(ms)",
                "(req/s)", "");
   for (const SweepResult& r : results) {
     const RunSummary& s = r.run.summary;
-    std::fprintf(out, "%-32s %9.2f %9.1f %9.1f %9.2f %9.2f %9.2f %9" PRId64 "\n",
-                 r.point.name.c_str(), s.requests_per_s, s.ttft_ms.p50, s.ttft_ms.p99,
-                 s.tpot_ms.p50, s.tpot_ms.p99, s.goodput_requests_per_s, s.preemptions);
+    std::fprintf(out, "%-32s %9.2f %9.1f %9.1f %9.2f %9.2f %9.2f %9" PRId64, r.point.name.c_str(),
+                 s.requests_per_s, s.ttft_ms.p50, s.ttft_ms.p99, s.tpot_ms.p50, s.tpot_ms.p99,
+                 s.goodput_requests_per_s, s.preemptions);
+    if (overload) std::fprintf(out, " %7" PRId64 " %7" PRId64, s.shed, s.capped);
+    std::fputs("\n", out);
   }
 }
 
