@@ -140,8 +140,10 @@ void BlockPool::get_new_blocks(std::int32_t n, std::vector<BlockId>& out) {
       // Lazy eviction: the cached content is lost only now. The block is out of the queue
       // already, so it leaves the free cached blocks as well as the cached ones.
       --num_free_hashed_;
-      if (eviction_sink_ != nullptr) [[unlikely]]
+      if (eviction_sink_ != nullptr) [[unlikely]] {
         eviction_sink_->push_back(hashes_[b]);
+        if (eviction_block_sink_ != nullptr) eviction_block_sink_->push_back(b);
+      }
       if (st.bits & (kDupMember | kHasDups)) [[unlikely]] {
         drop_duplicate(b);
       } else {
@@ -215,6 +217,29 @@ void BlockPool::uncache_block(BlockId block) {
   }
   st.bits &= ~kFlagMask;
   --num_hashed_;
+}
+
+void BlockPool::uncache_free_block(BlockId block) {
+  if (block <= kNullBlock || block >= num_blocks())
+    fail("uncache_free_block on invalid " + block_str(block));
+  BlockState& st = state_[block];
+  if (st.ref != 0 || !queued(block) || !st.has(kHasHash)) {
+    fail("uncache_free_block on " + block_str(block) + " which is not a free cached block");
+  }
+  unlink(block);  // its ring entry goes stale; it re-enters at the head below
+  if (st.bits & (kDupMember | kHasDups)) {
+    drop_duplicate(block);
+  } else {
+    index_.erase(BlockTagIndex::tag_of(hashes_[block]), block);
+  }
+  st.bits &= ~kFlagMask;
+  --num_hashed_;
+  if (ring_len_ == ring_.size()) compact_ring();
+  head_ = (head_ - 1) & ring_mask_;
+  ring_[head_] = block;
+  st.set_slot(head_);
+  ++ring_len_;
+  ++num_free_;
 }
 
 std::optional<BlockId> BlockPool::lookup(const BlockHash& hash) const {

@@ -78,6 +78,11 @@ class BlockPool {
   // block registered before its KV was computed, when that computation is called off.
   // REQUIRES: the block has a reference.
   void uncache_block(BlockId block);
+  // Drops the hash of a free cached block whose content was moved elsewhere (an idle session's
+  // KV stored down to an offload tier): the block carries no hash afterwards and moves to the
+  // head of the free queue, to be reused first. Not an eviction (num_evictions and the sink are
+  // untouched). REQUIRES: the block is free and carries a hash (fails otherwise).
+  void uncache_free_block(BlockId block);
   // Prefetches the index slot of `hash` (a hint; no effect on state). See BlockTagIndex.
   void prefetch(const BlockHash& hash) const { index_.prefetch(hash); }
   // A block registered under `hash`, if any.
@@ -92,9 +97,13 @@ class BlockPool {
   // Number of cached blocks evicted (hash dropped on reuse) since construction.
   std::int64_t num_evictions() const { return num_evictions_; }
   // With a sink, get_new_blocks appends the hash of every cached block it evicts, in eviction
-  // order (KV offload: core/kv_offload_tiers.h); null (the default) records nothing. The sink
-  // must outlive the pool or be reset first.
-  void set_eviction_sink(std::vector<BlockHash>* sink) { eviction_sink_ = sink; }
+  // order (KV offload: core/kv_offload_tiers.h), and with `blocks` also the evicted block's id
+  // (whose KV is still intact until the step that reuses it runs); null (the default) records
+  // nothing. The sinks must outlive the pool or be reset first.
+  void set_eviction_sink(std::vector<BlockHash>* sink, std::vector<BlockId>* blocks = nullptr) {
+    eviction_sink_ = sink;
+    eviction_block_sink_ = sink != nullptr ? blocks : nullptr;
+  }
   // Page churn since construction: blocks popped by get_new_blocks, and blocks whose reference
   // count fell to 0 in free_blocks (back in the free queue). A touch of a free block (a prefix
   // hit on a cached block nobody held) is neither.
@@ -150,6 +159,7 @@ class BlockPool {
   std::int32_t num_free_hashed_ = 0;
   std::int64_t num_evictions_ = 0;
   std::vector<BlockHash>* eviction_sink_ = nullptr;
+  std::vector<BlockId>* eviction_block_sink_ = nullptr;
   std::int64_t num_allocated_ = 0;
   std::int64_t num_freed_ = 0;
 };

@@ -43,7 +43,7 @@ KvCacheManager::KvCacheManager(BlockPool& pool, std::int32_t block_size, std::in
           "KvCacheManager: KV offload needs prefix caching with the hash cache");
     }
     offload_ = options.offload;
-    pool_.set_eviction_sink(&evicted_);
+    pool_.set_eviction_sink(&evicted_, &evicted_blocks_);
   }
 }
 
@@ -197,21 +197,35 @@ void KvCacheManager::load_tier_blocks(Request& req, const PrefixHit& hit) {
   const auto n = static_cast<std::int32_t>(hit.blocks.size());
   std::int32_t first = n;
   std::int32_t count = 0;
+  // With host slots, each load's source slot is taken now: the fresh blocks taken below may
+  // evict blocks whose stores push this very entry out of a small host tier and reuse its slot
+  // (the executor reads the slots before those stores write: TierLoad::stores_before).
+  const bool slots = offload_->host_slots() && loads_ != nullptr;
+  const auto before = static_cast<std::int32_t>(stores_ != nullptr ? stores_->size() : 0);
+  std::vector<std::int32_t> load_slots;  // engine only (a few per admission)
   for (std::int32_t i = 0; i < n; ++i) {
     if (hit.tiers[i] < 0) continue;
     first = std::min(first, i);
     ++count;
     // Refreshed before fresh blocks are taken, whose evictions may push tier entries down.
     offload_->on_loaded(req.block_hashes_[i], hit.tiers[i]);
+    if (slots) load_slots.push_back(offload_->host_slot(req.block_hashes_[i]));
   }
   scratch_.clear();
   take_blocks(count, scratch_);
   std::int32_t k = 0;
   for (std::int32_t i = 0; i < n; ++i) {
     if (hit.tiers[i] < 0) continue;
-    const BlockId b = scratch_[k++];
+    const BlockId b = scratch_[k];
     req.block_table[i] = b;
-    if (loads_ != nullptr) loads_->push_back({hit.tiers[i], b});
+    if (loads_ != nullptr) {
+      if (slots) {
+        loads_->push_back({hit.tiers[i], b, load_slots[static_cast<std::size_t>(k)], before});
+      } else {
+        loads_->push_back({hit.tiers[i], b});
+      }
+    }
+    ++k;
   }
   // Registered from the first loaded block on by cache_full_blocks (their KV is computed once
   // the loads ran; device hit blocks after it carry their hash already).
@@ -370,10 +384,34 @@ void KvCacheManager::take_blocks(std::int32_t n, std::vector<BlockId>& out) {
   if (!evicted_.empty()) [[unlikely]] {
     // KV offload: what the pool evicted moves to the tiers instead of being lost (stored as it
     // is evicted; the store overlaps the step, docs/cost-model.md).
-    for (const BlockHash& h : evicted_) offload_->offload(h);
+    for (std::size_t i = 0; i < evicted_.size(); ++i)
+      store_to_tiers(evicted_[i], evicted_blocks_[i]);
     note_offloaded(static_cast<std::int64_t>(evicted_.size()));
     evicted_.clear();
+    evicted_blocks_.clear();
   }
+}
+
+void KvCacheManager::store_to_tiers(const BlockHash& hash, BlockId block) {
+  const std::int32_t slot = offload_->offload(hash);
+  if (slot >= 0 && stores_ != nullptr) stores_->push_back({block, slot});
+}
+
+std::int32_t KvCacheManager::offload_idle_blocks(std::span<const BlockHash> hashes) {
+  if (offload_ == nullptr) {
+    throw std::logic_error("KvCacheManager: offload_idle_blocks without offload tiers");
+  }
+  std::int32_t n = 0;
+  for (const BlockHash& h : hashes) {
+    const std::optional<BlockId> b = cache_->lookup(h);
+    if (!b || pool_.ref_count(*b) != 0) continue;
+    store_to_tiers(h, *b);
+    pool_.uncache_free_block(*b);
+    ++n;
+  }
+  note_offloaded(n);
+  stats_.idle_offloaded_blocks += n;
+  return n;
 }
 
 std::int32_t KvCacheManager::num_blocks_to_pin(const RequestSpec& spec) const {

@@ -35,6 +35,7 @@
 #include <cassert>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "core/block_pool.h"
@@ -64,6 +65,9 @@ struct PrefixCacheStats {
   std::int64_t tier_hit_tokens[kMaxOffloadTiers] = {};
   // Pinned prefixes (pin_prefix): blocks held by the cache for the whole run.
   std::int64_t pinned_blocks = 0;
+  // Idle sessions (offload_idle_blocks): cached blocks stored down to the host tier and dropped
+  // from the device cache before anything evicted them.
+  std::int64_t idle_offloaded_blocks = 0;
   std::int64_t resets = 0;  // successful reset_prefix_cache() calls
 };
 
@@ -141,8 +145,20 @@ class KvCacheManager {
   // Where loads from offload tiers go (the scheduler's StepPlan::tier_loads). Without one, loads
   // are made but not reported.
   void set_load_sink(std::vector<TierLoad>* loads) { loads_ = loads; }
+  // Where stores into offload tiers with host slots go (the scheduler's StepPlan::tier_stores);
+  // also what TierLoad::stores_before counts. Without one, stores are made but not reported.
+  void set_store_sink(std::vector<TierStore>* stores) { stores_ = stores; }
   // The offload tiers, or null.
   const KvOffloadTiers* offload_tiers() const { return offload_; }
+
+  // Idle sessions (core/idle_session_offload.h): for each of `hashes` cached on the device in a
+  // block no request holds, stores the content into the offload tiers (tier 0) and drops it from
+  // the device cache (BlockPool::uncache_free_block: the block becomes a plain free block, reused
+  // first), so a later hit loads it back instead of losing it to an eviction. Blocks held (by a
+  // request or a pinned prefix) and hashes not cached on the device are left alone. Counted as
+  // offloaded in churn() and in stats().idle_offloaded_blocks; a store with a host slot goes to
+  // the store sink. Returns the blocks stored. REQUIRES: offload tiers (throws std::logic_error).
+  std::int32_t offload_idle_blocks(std::span<const BlockHash> hashes);
 
   // Pinned prefixes (`prefix_cache.pinned`): registers the full blocks of spec's prompt as
   // computed KV held by the cache for the manager's whole life (one reference each, never
@@ -366,9 +382,15 @@ class KvCacheManager {
   std::int32_t idle_ref_ = 0;           // cache_->idle_ref_count(), read per hit block
   std::vector<BlockMove>* copies_ = nullptr;
   KvOffloadTiers* offload_ = nullptr;
-  std::vector<BlockHash> evicted_;          // the pool's eviction sink while offloading
-  std::vector<TierLoad>* loads_ = nullptr;  // StepPlan::tier_loads
-  std::vector<BlockId> pinned_;             // blocks pin_prefix holds
+  // Stores `hash`, whose KV device block `block` holds, into the tiers (a store with a host slot
+  // goes to the store sink).
+  void store_to_tiers(const BlockHash& hash, BlockId block);
+
+  std::vector<BlockHash> evicted_;            // the pool's eviction sink while offloading
+  std::vector<BlockId> evicted_blocks_;       // and the blocks they were evicted from
+  std::vector<TierLoad>* loads_ = nullptr;    // StepPlan::tier_loads
+  std::vector<TierStore>* stores_ = nullptr;  // StepPlan::tier_stores
+  std::vector<BlockId> pinned_;               // blocks pin_prefix holds
 };
 
 }  // namespace servelab

@@ -10,14 +10,23 @@
 // prefix hit there is loaded back into a fresh device block (KvCacheManager, StepPlan::
 // tier_loads) and the entry stays where it is, refreshed (tiers are caches, not a move).
 //
+// Host slots (the engine, whose host tier is real memory): built with host_slots, every entry of
+// tier 0 owns a slot in [0, capacity(0)) of a host store, from the moment it enters the tier
+// until it leaves it (moved down or dropped); offload() returns the slot the evicted block's KV
+// must be copied into, host_slot() where an entry's KV lies. A freed slot is reused last (the
+// free slots are a FIFO), so a slot read by a load early in a step is not rewritten in the same
+// step unless the tier turns over a whole capacity of entries in between.
+//
 // Invariants (check_invariants()): every tier holds at most its capacity; a hash is in at most
-// one tier; each tier's index and LRU list hold the same hashes.
+// one tier; each tier's index and LRU list hold the same hashes; with host slots, tier 0's
+// entries own distinct slots, none of them free.
 // Determinism: the LRU order depends only on the order of calls; the hash maps are only probed,
 // never iterated.
 #pragma once
 
 #include <array>
 #include <cstdint>
+#include <deque>
 #include <list>
 #include <unordered_map>
 #include <vector>
@@ -39,9 +48,10 @@ struct OffloadTierStats {
 
 class KvOffloadTiers {
  public:
-  // capacities[t] blocks for tier t (host first, then disk). REQUIRES: 1 <= size <=
-  // kMaxOffloadTiers, every capacity >= 1 (throws std::invalid_argument otherwise).
-  explicit KvOffloadTiers(std::vector<std::int64_t> capacities);
+  // capacities[t] blocks for tier t (host first, then disk); host_slots: see above. REQUIRES:
+  // 1 <= size <= kMaxOffloadTiers, every capacity >= 1, and with host_slots capacities[0] <=
+  // INT32_MAX (throws std::invalid_argument otherwise).
+  explicit KvOffloadTiers(std::vector<std::int64_t> capacities, bool host_slots = false);
   KvOffloadTiers(const KvOffloadTiers&) = delete;
   KvOffloadTiers& operator=(const KvOffloadTiers&) = delete;
 
@@ -51,8 +61,14 @@ class KvOffloadTiers {
 
   // The tier holding `hash`, or -1.
   int find(const BlockHash& hash) const;
-  // The device pool evicted the block holding `hash`: store it in tier 0 (see above).
-  void offload(const BlockHash& hash);
+  // The device pool evicted the block holding `hash` (or an idle session's block was stored
+  // down): store it in tier 0 (see above). Returns the host slot to copy the KV into, or -1 when
+  // there is nothing to copy (no host slots, or tier 0 held the hash already: refreshed).
+  std::int32_t offload(const BlockHash& hash);
+  bool host_slots() const { return host_slots_; }
+  // With host slots, the slot of `hash`'s entry in tier 0; -1 when tier 0 does not hold it or
+  // there are no host slots.
+  std::int32_t host_slot(const BlockHash& hash) const;
   // `hash` (held by `tier`) was loaded back into the device pool: counted, and refreshed.
   void on_loaded(const BlockHash& hash, int tier);
 
@@ -64,17 +80,27 @@ class KvOffloadTiers {
   void check_invariants() const;
 
  private:
+  struct Entry {
+    BlockHash hash;
+    std::int32_t slot = -1;  // host slot (tier 0 with host slots), else -1
+  };
   struct Tier {
     std::int64_t capacity = 0;
-    std::list<BlockHash> lru;  // front: least recently used
-    std::unordered_map<BlockHash, std::list<BlockHash>::iterator, BlockHashHasher> index;
+    std::list<Entry> lru;  // front: least recently used
+    std::unordered_map<BlockHash, std::list<Entry>::iterator, BlockHashHasher> index;
     OffloadTierStats stats;
   };
   // Inserts `hash` (in no tier) as tier t's most recent entry, demoting its LRU entry on overflow.
-  void insert(int t, const BlockHash& hash);
+  // Returns the new entry's host slot (-1 without).
+  std::int32_t insert(int t, const BlockHash& hash);
+  // The entry left tier t: its host slot (if any) becomes free.
+  void release_slot(int t, const Entry& e);
 
   std::vector<Tier> tiers_;
   std::int64_t dropped_ = 0;
+  bool host_slots_ = false;
+  std::int32_t next_slot_ = 0;           // slots [next_slot_, capacity(0)) were never used
+  std::deque<std::int32_t> free_slots_;  // freed slots, reused oldest first
 };
 
 }  // namespace servelab

@@ -110,6 +110,7 @@ Scheduler::Scheduler(const SchedulerConfig& config, KvCacheManager& kv, Schedule
   plan_requests_.reserve(seats);
   kv_.set_copy_sink(&plan_.copies);
   kv_.set_load_sink(&plan_.tier_loads);
+  kv_.set_store_sink(&plan_.tier_stores);
 }
 
 Scheduler::~Scheduler() {
@@ -130,6 +131,7 @@ Scheduler::~Scheduler() {
   for (Request* r : waiting_->snapshot()) drop_done_samples(r);
   kv_.set_copy_sink(nullptr);
   kv_.set_load_sink(nullptr);
+  kv_.set_store_sink(nullptr);
   for (Request* r : running_) {
     kv_.free(*r);
     delete r;

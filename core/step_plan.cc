@@ -9,6 +9,7 @@ void StepPlan::clear() {
   copies.clear();
   preempted.clear();
   tier_loads.clear();
+  tier_stores.clear();
   num_prefill_tokens = 0;
   num_decode_tokens = 0;
   num_fork_tokens = 0;

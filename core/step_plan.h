@@ -49,11 +49,28 @@ struct BlockMove {
 };
 
 // KV offload (core/kv_offload_tiers.h): a block whose content a prefix hit found in an offload
-// tier, loaded into device block `dst` before the forward pass.
+// tier, loaded into device block `dst` before the forward pass. With host slots (the engine's
+// real host tier) `src` is the host slot it is read from, and `stores_before` the number of the
+// plan's tier_stores made before the allocation that took `dst`. Loads and stores then run in
+// the scheduler's order: the first stores_before stores, then the load's read of `src`, then
+// the stores up to the next load with a larger stores_before (those of its own allocation: they
+// may copy out a block that becomes `dst`, and may reuse `src`, which the read came before),
+// then the write of `dst`. Without host slots src is -1 and stores_before 0.
 struct TierLoad {
   std::int32_t tier = 0;  // kHostTier, kDiskTier
   BlockId dst = 0;
+  std::int32_t src = -1;
+  std::int32_t stores_before = 0;
   friend bool operator==(const TierLoad&, const TierLoad&) = default;
+};
+
+// KV offload with host slots: device block `src`, evicted while forming the plan (its KV still
+// intact), is copied into host slot `dst_slot` before the forward pass (see TierLoad for the
+// order). Plans carry none without host slots (the simulator does not charge stores).
+struct TierStore {
+  BlockId src = 0;
+  std::int32_t dst_slot = 0;
+  friend bool operator==(const TierStore&, const TierStore&) = default;
 };
 
 struct StepPlan {
@@ -64,6 +81,7 @@ struct StepPlan {
   std::vector<BlockMove> copies;           // device -> device copies (copy-on-write)
   std::vector<RequestId> preempted;        // requests preempted while forming this plan
   std::vector<TierLoad> tier_loads;        // KV offload loads, before the forward pass
+  std::vector<TierStore> tier_stores;      // KV offload stores (host slots only), likewise
   std::int32_t num_prefill_tokens = 0;     // sum of num_tokens over prefill entries
   std::int32_t num_decode_tokens = 0;      // sum over decode entries (one token each)
   std::int32_t num_fork_tokens = 0;        // sum over entries of num_samples - 1
@@ -101,7 +119,10 @@ struct StepPlan {
   };
   Totals totals;
 
-  bool empty() const { return requests.empty() && swap_out.empty() && swap_in.empty(); }
+  // A plan with only tier stores is not empty: the evicted blocks' KV must still be copied.
+  bool empty() const {
+    return requests.empty() && swap_out.empty() && swap_in.empty() && tier_stores.empty();
+  }
   std::int32_t num_tokens() const { return num_prefill_tokens + num_decode_tokens; }
   void clear();
 };

@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "core/kv_offload_tiers.h"
 #include "core/rng.h"
 #include "core/stop_conditions.h"
 #include "engine/ngram_proposer.h"
@@ -44,10 +45,11 @@ void apply_rope(float* row, std::int32_t num_heads, std::int32_t head_dim,
 
 CpuExecutor::CpuExecutor(const LlamaWeights& weights, const CpuExecutorOptions& options)
     : weights_(weights), options_(options), inv_freq_(rope_inv_freq(weights.config)) {
-  if (options.block_size < 1 || options.num_blocks < 1 || options.num_host_blocks < 0) {
+  if (options.block_size < 1 || options.num_blocks < 1 || options.num_host_blocks < 0 ||
+      options.num_tier_slots < 0) {
     throw std::invalid_argument(
         "CpuExecutor: block_size and num_blocks must be >= 1, "
-        "num_host_blocks >= 0");
+        "num_host_blocks and num_tier_slots >= 0");
   }
   if (options.sampling.temperature < 0 || !(options.sampling.top_p > 0) ||
       options.sampling.top_p > 1) {
@@ -74,6 +76,8 @@ CpuExecutor::CpuExecutor(const LlamaWeights& weights, const CpuExecutorOptions& 
   v_cache_.assign(k_cache_.size(), 0.0f);
   k_host_.assign(layers * options.num_host_blocks * block_floats_, 0.0f);
   v_host_.assign(k_host_.size(), 0.0f);
+  k_tier_.assign(layers * options.num_tier_slots * block_floats_, 0.0f);
+  v_tier_.assign(k_tier_.size(), 0.0f);
 }
 
 std::size_t CpuExecutor::block_offset(std::int32_t num_blocks, std::int32_t layer,
@@ -93,6 +97,9 @@ std::span<const float> CpuExecutor::host_key_block(std::int32_t layer, std::int3
 std::span<const float> CpuExecutor::host_value_block(std::int32_t layer, std::int32_t block) const {
   return {v_host_.data() + block_offset(options_.num_host_blocks, layer, block), block_floats_};
 }
+std::span<const float> CpuExecutor::tier_key_block(std::int32_t layer, std::int32_t slot) const {
+  return {k_tier_.data() + block_offset(options_.num_tier_slots, layer, slot), block_floats_};
+}
 std::span<float> CpuExecutor::mutable_key_block(std::int32_t layer, std::int32_t block) {
   return {k_cache_.data() + block_offset(options_.num_blocks, layer, block), block_floats_};
 }
@@ -106,6 +113,25 @@ void CpuExecutor::validate(const StepPlan& plan) const {
   limits.num_host_blocks = options_.num_host_blocks;
   limits.block_size = options_.block_size;
   check_plan(plan, limits, "CpuExecutor");
+  const std::int32_t nd = options_.num_blocks, nt = options_.num_tier_slots;
+  auto bad = [](const std::string& what) { throw std::invalid_argument("CpuExecutor: " + what); };
+  for (const TierStore& st : plan.tier_stores) {
+    if (st.src <= 0 || st.src >= nd || st.dst_slot < 0 || st.dst_slot >= nt) {
+      bad("tier store from block " + std::to_string(st.src) + " to slot " +
+          std::to_string(st.dst_slot) + " is out of range (" + std::to_string(nt) + " slots)");
+    }
+  }
+  std::int32_t before = 0;
+  for (const TierLoad& l : plan.tier_loads) {
+    if (l.tier != kHostTier || l.src < 0 || l.src >= nt || l.dst <= 0 || l.dst >= nd ||
+        l.stores_before < before ||
+        l.stores_before > static_cast<std::int32_t>(plan.tier_stores.size())) {
+      bad("tier load from tier " + std::to_string(l.tier) + " slot " + std::to_string(l.src) +
+          " to block " + std::to_string(l.dst) + " is out of range or order (" +
+          std::to_string(nt) + " host-tier slots)");
+    }
+    before = l.stores_before;
+  }
 }
 
 void CpuExecutor::move_blocks(const StepPlan& plan) {
@@ -122,6 +148,52 @@ void CpuExecutor::move_blocks(const StepPlan& plan) {
   const std::int32_t nd = options_.num_blocks, nh = options_.num_host_blocks;
   for (const BlockMove& m : plan.swap_out) {
     copy(k_cache_, v_cache_, nd, m.src, k_host_, v_host_, nh, m.dst);
+  }
+  if (!plan.tier_stores.empty() || !plan.tier_loads.empty()) {
+    // In the scheduler's order (TierLoad::stores_before): the loads of one allocation read their
+    // slots before that allocation's stores and write their blocks after them.
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::int32_t nt = options_.num_tier_slots;
+    const std::size_t per_load = 2 * static_cast<std::size_t>(layers) * block_floats_;
+    std::size_t stored = 0;
+    auto store_until = [&](std::size_t n) {
+      for (; stored < n; ++stored) {
+        const TierStore& st = plan.tier_stores[stored];
+        copy(k_cache_, v_cache_, nd, st.src, k_tier_, v_tier_, nt, st.dst_slot);
+      }
+    };
+    std::vector<float> staged;
+    const std::size_t nl = plan.tier_loads.size();
+    for (std::size_t i = 0; i < nl;) {
+      const auto group = static_cast<std::size_t>(plan.tier_loads[i].stores_before);
+      std::size_t j = i;
+      while (j < nl && static_cast<std::size_t>(plan.tier_loads[j].stores_before) == group) ++j;
+      store_until(group);
+      staged.resize((j - i) * per_load);
+      for (std::size_t k = i; k < j; ++k) {
+        float* out = staged.data() + (k - i) * per_load;
+        for (std::int32_t l = 0; l < layers; ++l) {
+          const std::size_t src = block_offset(nt, l, plan.tier_loads[k].src);
+          std::copy_n(k_tier_.begin() + src, block_floats_, out + 2 * l * block_floats_);
+          std::copy_n(v_tier_.begin() + src, block_floats_, out + (2 * l + 1) * block_floats_);
+        }
+      }
+      store_until(j < nl ? static_cast<std::size_t>(plan.tier_loads[j].stores_before)
+                         : plan.tier_stores.size());
+      for (std::size_t k = i; k < j; ++k) {
+        const float* in = staged.data() + (k - i) * per_load;
+        for (std::int32_t l = 0; l < layers; ++l) {
+          const std::size_t dst = block_offset(nd, l, plan.tier_loads[k].dst);
+          std::copy_n(in + 2 * l * block_floats_, block_floats_, k_cache_.begin() + dst);
+          std::copy_n(in + (2 * l + 1) * block_floats_, block_floats_, v_cache_.begin() + dst);
+        }
+      }
+      i = j;
+    }
+    store_until(plan.tier_stores.size());
+    tier_copy_ns_ +=
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
+            .count();
   }
   for (const BlockMove& m : plan.swap_in) {
     copy(k_host_, v_host_, nh, m.src, k_cache_, v_cache_, nd, m.dst);

@@ -4,13 +4,18 @@
 //
 // KV cache: one K and one V array per executor, each [layer][block][slot][kv_head][head_dim]
 // fp32, num_blocks device blocks per layer; swap space is a host store of num_host_blocks blocks
-// in the same layout (host block ids index it).
+// in the same layout (host block ids index it); the KV offload host tier (kv_offload.host,
+// core/kv_offload_tiers.h with host slots) is another host store of num_tier_slots blocks
+// (host slots index it).
 //
 // execute(plan):
-//   1. block moves, in this order: swap_out (device -> host), swap_in (host -> device), copies
-//      (device -> device, copy-on-write). Each move copies the block in every layer. swap_out
-//      runs first because a device block it vacates may be the destination of a swap_in or a
-//      copy in the same plan.
+//   1. block moves, in this order: swap_out (device -> host), the offload tier's stores (device
+//      -> tier slot) and loads (tier slot -> device) interleaved as TierLoad::stores_before says
+//      (the loads of one allocation read their slots before its stores and write after them),
+//      swap_in (host -> device), copies (device -> device, copy-on-write). Each move copies the
+//      block in every layer. swap_out runs first because a device block it vacates may be the
+//      destination of a swap_in or a copy in the same plan; a store reads a block evicted while
+//      the plan was formed, before a load, swap_in or copy of the same plan reuses it.
 //   2. the forward pass over all tokens of all entries as one batch: embeddings, then per layer
 //      RMSNorm, Q/K/V projections (+ biases), RoPE (rotate-half) at each token's absolute
 //      position, the step's K/V written into the entries' blocks (block_table[pos / block_size],
@@ -69,6 +74,7 @@ struct CpuExecutorOptions {
   std::int32_t block_size = 16;
   std::int32_t num_blocks = 0;       // device KV blocks per layer
   std::int32_t num_host_blocks = 0;  // swap space
+  std::int32_t num_tier_slots = 0;   // KV offload host tier (0: none)
   SamplingParams sampling;
   // The KV cache's element type and, for fp8, the per-tensor scales (see the file comment).
   kernels::FloatFormat kv_format = kernels::FloatFormat::kFp32;
@@ -82,16 +88,16 @@ struct CpuExecutorOptions {
 class CpuExecutor : public Backend {
  public:
   // `weights` must outlive the executor. Throws std::invalid_argument when block_size < 1,
-  // num_blocks < 1, num_host_blocks < 0, temperature < 0 or top_p outside (0, 1], a KV scale
-  // that is not finite and positive, or a speculative method other than ngram is on.
+  // num_blocks < 1, num_host_blocks < 0, num_tier_slots < 0, temperature < 0 or top_p outside (0,
+  // 1], a KV scale that is not finite and positive, or a speculative method other than ngram is on.
   CpuExecutor(const LlamaWeights& weights, const CpuExecutorOptions& options);
   CpuExecutor(const CpuExecutor&) = delete;
   CpuExecutor& operator=(const CpuExecutor&) = delete;
 
   std::string_view name() const override { return "cpu"; }
   // See the file comment. Throws std::invalid_argument (before changing any state) when a block
-  // id is out of range, a block table is too short for its entry's tokens, or an entry lacks
-  // the output tokens its positions need.
+  // id or tier slot is out of range, a block table is too short for its entry's tokens, or an entry
+  // lacks the output tokens its positions need.
   StepResult execute(const StepPlan& plan) override;
 
   // The logits of the last execute(), one vector per plan entry (vocab_size values for entries
@@ -104,6 +110,10 @@ class CpuExecutor : public Backend {
   std::span<const float> value_block(std::int32_t layer, std::int32_t block) const;
   std::span<const float> host_key_block(std::int32_t layer, std::int32_t block) const;
   std::span<const float> host_value_block(std::int32_t layer, std::int32_t block) const;
+  // The KV offload host tier's slot `slot` of one layer (same layout).
+  std::span<const float> tier_key_block(std::int32_t layer, std::int32_t slot) const;
+  // Wall time spent copying blocks to and from the offload tier (stores and loads) so far.
+  std::int64_t tier_copy_ns() const { return tier_copy_ns_; }
   // Mutable access for tests that plant contents before a copy or swap.
   std::span<float> mutable_key_block(std::int32_t layer, std::int32_t block);
   std::span<float> mutable_value_block(std::int32_t layer, std::int32_t block);
@@ -128,6 +138,8 @@ class CpuExecutor : public Backend {
   std::size_t block_floats_ = 0;          // floats per block per layer
   std::vector<float> k_cache_, v_cache_;  // device
   std::vector<float> k_host_, v_host_;    // swap space
+  std::vector<float> k_tier_, v_tier_;    // KV offload host tier
+  std::int64_t tier_copy_ns_ = 0;
   std::vector<Eigen::VectorXf> last_logits_;
   bool fp8_kv_ = false;
   std::vector<float> k_scales_, v_scales_;  // per layer (fp8 only; 1 otherwise)

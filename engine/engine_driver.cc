@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/block_hash.h"
 #include "core/stop_conditions.h"
 #include "engine/cpu_executor.h"
 #include "engine/engine_cluster.h"
@@ -20,6 +21,7 @@
 #include "serving/frontend.h"
 #include "serving/interrupt.h"
 #include "serving/machine.h"
+#include "serving/memory_tiers_config.h"
 #include "serving/output_file.h"
 #if SERVELAB_HAVE_CUDA
 #include "engine/cuda_executor.h"
@@ -297,17 +299,23 @@ EngineInstance load_replicas(const ExperimentConfig& config, const EngineOptions
                       std::to_string(config.parallel.pipeline) +
                       " can only be simulated (sim run); use tensor 1, pipeline 1 for engine run");
   }
-  // Pinned prefixes and offload tiers are modelled by the simulator only: the executors would
-  // have to compute the pinned KV and copy blocks to and from the tiers.
-  if (!config.prefix_cache.pinned.empty()) {
-    throw ConfigError(config.prefix_cache.location +
-                      ": pinned prefixes are simulated only (sim run); remove "
-                      "prefix_cache.pinned for engine run");
+  // Pinned prefixes and the host offload tier run on the CPU executor; the disk tier and the
+  // idle-session offload are simulated only.
+  if (config.kv_offload.disk) {
+    throw ConfigError(config.kv_offload.disk->location +
+                      ": the engine has a host offload tier only; the disk tier is simulated "
+                      "only (sim run); remove kv_offload.disk for engine run");
   }
-  if (config.kv_offload.set) {
-    throw ConfigError(config.kv_offload.location +
-                      ": KV offload tiers are simulated only (sim run); remove the section for "
+  if (config.kv_offload.idle_offload_s > 0) {
+    throw ConfigError(config.kv_offload.idle_location +
+                      ": idle-session offload is simulated only (sim run); remove it for "
                       "engine run");
+  }
+  if (options.device == "cuda" && (config.kv_offload.set || !config.prefix_cache.pinned.empty())) {
+    throw ConfigError(
+        (config.kv_offload.set ? config.kv_offload.location : config.prefix_cache.location) +
+        ": the CUDA executor has no offload tier or pinned prefixes yet; use "
+        "--device cpu");
   }
   // CUDA: bf16 blocks; without serving.num_gpu_blocks the executor sizes the cache from free
   // device memory and serving.gpu_memory_utilization (--kv-memory-gb is for the CPU engine).
@@ -393,8 +401,11 @@ EngineInstance load_replicas(const ExperimentConfig& config, const EngineOptions
   if (!cuda) {
     // Refuse before allocating: a run that cannot fit ends in std::bad_alloc (or the OOM
     // killer) after a long load otherwise.
-    CpuMemoryEstimate need = estimate_cpu_engine_memory(config, model, out.num_gpu_blocks,
-                                                        num_cpu_blocks, out.block_bytes);
+    // The offload host tier is host memory like the swap space (counted with it).
+    const std::int64_t tier_blocks =
+        config.kv_offload.set ? offload_tier_blocks(config.kv_offload.host, out.block_bytes) : 0;
+    CpuMemoryEstimate need = estimate_cpu_engine_memory(
+        config, model, out.num_gpu_blocks, num_cpu_blocks + tier_blocks, out.block_bytes);
     // A cluster's replicas share the weights; each has its own blocks and activations.
     need.kv *= num_replicas;
     need.swap *= num_replicas;
@@ -450,6 +461,11 @@ EngineInstance load_replicas(const ExperimentConfig& config, const EngineOptions
     exec_options.num_host_blocks = static_cast<std::int32_t>(num_cpu_blocks);
     exec_options.kv_format = kv_float_format(model);
     exec_options.speculative = config.scheduler.speculative;
+    if (config.kv_offload.set) {
+      out.offload = make_offload_tiers(config.kv_offload, out.block_bytes, /*host_slots=*/true);
+      exec_options.num_tier_slots = static_cast<std::int32_t>(
+          std::min<std::int64_t>(out.offload->capacity(kHostTier), INT32_MAX));
+    }
     executor = std::make_unique<CpuExecutor>(*weights, exec_options);
     for (std::int32_t i = 1; i < num_replicas; ++i) {
       out.more_executors.push_back(std::make_unique<CpuExecutor>(*weights, exec_options));
@@ -460,6 +476,45 @@ EngineInstance load_replicas(const ExperimentConfig& config, const EngineOptions
 }
 
 }  // namespace
+
+KvCacheOptions engine_kv_cache_options(const ExperimentConfig& config, EngineInstance& engine) {
+  KvCacheOptions o = kv_cache_options_for(config);
+  o.offload = engine.offload.get();
+  return o;
+}
+
+double prefill_pinned_prefixes(const ExperimentConfig& config, EngineInstance& engine,
+                               KvCacheManager& kv) {
+  if (config.prefix_cache.pinned.empty()) return 0;
+  const std::vector<RequestSpec> specs = pin_prefixes(config.prefix_cache, config.seed, kv);
+  const std::int32_t bs = kv.block_size();
+  const auto start = Clock::now();
+  for (const RequestSpec& spec : specs) {
+    // The pinned blocks: the full blocks of the prompt, found by their hashes.
+    const std::int32_t full = std::min(spec.prompt_len, config.scheduler.max_model_len) / bs;
+    if (full == 0) continue;
+    std::vector<BlockId> table;
+    BlockHash parent = kNoneHash;
+    for (std::int32_t i = 0; i < full; ++i) {
+      parent = hash_block(parent, spec, i, bs);
+      const std::optional<BlockId> b = kv.pool().lookup(parent);
+      if (!b) throw std::logic_error("prefill_pinned_prefixes: a pinned block is not cached");
+      table.push_back(*b);
+    }
+    StepPlan plan;
+    ScheduledRequest e;
+    e.spec = &spec;
+    e.first_token = 0;
+    e.num_tokens = full * bs;
+    e.is_prefill = true;
+    e.samples = false;
+    e.block_table = table;
+    plan.requests.push_back(e);
+    plan.num_prefill_tokens = e.num_tokens;
+    engine.executor->execute(plan);
+  }
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
 
 RunOutput run_engine(const ExperimentConfig& config, const EngineOptions& options) {
   if (config.cluster.set) return run_engine_cluster(config, options);
@@ -488,8 +543,10 @@ RunOutput run_engine(const ExperimentConfig& config, const EngineOptions& option
   WorkloadFeedback feedback(*workload, capture);
   Replica replica(scheduler_config_with_policies(config),
                   static_cast<std::int32_t>(out.num_gpu_blocks), *engine.executor, &feedback,
-                  kv_cache_options_for(config), static_cast<std::int32_t>(engine.num_cpu_blocks));
+                  engine_kv_cache_options(config, engine),
+                  static_cast<std::int32_t>(engine.num_cpu_blocks));
   Scheduler& scheduler = replica.scheduler();
+  const double pinned_prefill_s = prefill_pinned_prefixes(config, engine, replica.kv());
 
   ArrivalFeed arrivals(*workload);
   SimulationTotals& totals = out.totals;
@@ -514,6 +571,17 @@ RunOutput run_engine(const ExperimentConfig& config, const EngineOptions& option
   recorder.finalize(totals.first_arrival_ns, totals.end_ns, replica.kv().stats());
   out.summary = recorder.summary();
   out.summary.skipped_trace_rows = workload->skipped_rows();
+  if (!config.prefix_cache.pinned.empty()) {
+    out.summary.pinned_blocks = replica.kv().num_pinned_blocks();
+    out.summary.pinned_prefill_s = pinned_prefill_s;
+  }
+  if (engine.offload) {
+    // The load time is the executor's measured copy time, stores included.
+    const auto* cpu = dynamic_cast<const CpuExecutor*>(engine.executor.get());
+    fill_offload_summary(*engine.offload, replica.kv().stats(),
+                         cpu != nullptr ? static_cast<double>(cpu->tier_copy_ns()) * 1e-9 : 0.0,
+                         out.summary);
+  }
   write_run_outputs(config, recorder, {out.backend, model.name, options.device}, out);
   if (options.write_tokens) {
     write_tokens_jsonl(out.out_dir + "/tokens.jsonl", capture.tokens());

@@ -20,6 +20,11 @@
 // simulates the same capacity.
 // Swap space (preemption swap or auto): serving.swap_space_gb of fp32 host blocks of the same
 // size, allocated in full by the executor.
+// Pinned prefixes and the KV offload host tier (CPU executor): pinned prompts are computed by a
+// real prefill step before the run and held for it; kv_offload.host is a host store of that
+// many fp32 blocks ({gib} over the engine's block bytes), and every block the pool evicts is
+// copied into it, and a prefix hit there copied back, in the step's plan (StepPlan::tier_stores
+// and tier_loads). The disk tier and kv_offload.idle_offload_s are simulated only (ConfigError).
 //
 // An experiment with a `cluster:` section runs on CPU replicas, one thread each, behind the
 // simulator's router (run_engine_cluster, engine/engine_cluster.h).
@@ -36,6 +41,8 @@
 #include <vector>
 
 #include "core/backend.h"
+#include "core/kv_cache_manager.h"
+#include "core/kv_offload_tiers.h"
 #include "engine/llama_weights.h"
 #include "kernels/float_formats.h"
 #include "serving/experiment.h"
@@ -77,6 +84,9 @@ struct EngineInstance {
   // load_engine_cluster: the executors of replicas 1.. (replica 0's is `executor`), each with its
   // own KV blocks over the same *weights. Empty for one replica.
   std::vector<std::unique_ptr<Backend>> more_executors;
+  // The KV offload host tier (kv_offload:, CPU executor only): tiers with host slots whose KV
+  // the executor's tier store holds (CpuExecutorOptions::num_tier_slots); null without.
+  std::unique_ptr<KvOffloadTiers> offload;
 };
 // Checks the experiment against the engine (device, multi-step, max_model_len, KV budget, host
 // memory) and loads weights and the executor, as described above; throws as run_engine does.
@@ -88,6 +98,16 @@ EngineInstance load_engine(const ExperimentConfig& config, const EngineOptions& 
 // cannot run: --device cuda, a prefill or decode pool, tensor or pipeline parallelism, a pool of
 // another model than the experiment's, speculative decoding. REQUIRES: config.cluster.set.
 EngineInstance load_engine_cluster(const ExperimentConfig& config, const EngineOptions& options);
+
+// The replica's KV options for `engine`: kv_cache_options_for(config) plus its offload tier.
+KvCacheOptions engine_kv_cache_options(const ExperimentConfig& config, EngineInstance& engine);
+
+// Pinned prefixes (prefix_cache.pinned) on the engine: pins them in `kv` (pin_prefixes, same
+// errors) and computes their KV for real, one prefill step per prefix on the engine's executor
+// over the pinned blocks (their full blocks; the KV is then exact, and held for the run).
+// Returns the wall seconds those steps took (0 without pinned prefixes).
+double prefill_pinned_prefixes(const ExperimentConfig& config, EngineInstance& engine,
+                               KvCacheManager& kv);
 
 // The CPU executor's KV format for model.kv_dtype() (fp32 for an fp32 model's "auto").
 kernels::FloatFormat kv_float_format(const ModelConfig& model);

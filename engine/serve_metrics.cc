@@ -105,6 +105,21 @@ void ServeMetrics::on_finish(bool finished, TimeNs arrival_ns, TimeNs now, bool 
   }
 }
 
+void ServeMetrics::set_report_overload(bool on) {
+  std::lock_guard lock(mu_);
+  report_overload_ = on;
+}
+
+void ServeMetrics::on_shed() {
+  std::lock_guard lock(mu_);
+  ++shed_;
+}
+
+void ServeMetrics::on_capped() {
+  std::lock_guard lock(mu_);
+  ++capped_;
+}
+
 void ServeMetrics::set_state(std::int64_t running, std::int64_t waiting, double kv_usage,
                              const PrefixCacheStats& prefix) {
   std::lock_guard lock(mu_);
@@ -160,6 +175,14 @@ std::string ServeMetrics::render() const {
          std::to_string(success_length_) + "\n";
   out += "vllm:request_success_total{" + labels_ + ",finished_reason=\"abort\"} " +
          std::to_string(success_abort_) + "\n";
+  if (report_overload_) {
+    scalar("servelab:requests_shed_total", "counter",
+           "Requests the admission policy refused at arrival (answered 429).",
+           std::to_string(shed_));
+    scalar("servelab:requests_capped_total", "counter",
+           "Requests whose max_tokens a length cap lowered (counted when they end).",
+           std::to_string(capped_));
+  }
   header(out, "vllm:time_to_first_token_seconds", "histogram",
          "Histogram of time to first token in seconds.");
   ttft_.render(out, "vllm:time_to_first_token_seconds", labels_);

@@ -16,6 +16,10 @@
 // ServeLab's own gauge: servelab:prefix_cache_hit_rate_recent, the hit rate over the most recent
 // 1000 requests' prefix-cache lookups (core/prefix_hit_window.h: what vLLM logs as "Prefix cache
 // hit rate"; emptied by POST /reset_prefix_cache), next to the cumulative counters above.
+// Overload control (only when the experiment chose an admission or length_cap plugin, so other
+// servers' /metrics stay as they were): servelab:requests_shed_total (requests the admission
+// policy refused, answered 429) and servelab:requests_capped_total (requests whose max_tokens a
+// length cap lowered, counted when they finish or are aborted).
 #pragma once
 
 #include <cstdint>
@@ -60,6 +64,10 @@ class ServeMetrics {
   void on_finish(bool finished, TimeNs arrival_ns, TimeNs now, bool stopped = false);
   void set_state(std::int64_t running, std::int64_t waiting, double kv_usage,
                  const PrefixCacheStats& prefix);
+  // Overload control: render the shed and capped counters (before serving starts).
+  void set_report_overload(bool on);
+  void on_shed();
+  void on_capped();
 
   // Any thread: the whole exposition text.
   std::string render() const;
@@ -74,6 +82,8 @@ class ServeMetrics {
   PrefixCacheStats last_prefix_;  // the stats at the previous set_state (window deltas)
   PrefixHitWindow recent_;
   std::int64_t success_length_ = 0, success_abort_ = 0, success_stop_ = 0;
+  bool report_overload_ = false;
+  std::int64_t shed_ = 0, capped_ = 0;
   PromHistogram ttft_, itl_, e2e_;
 };
 

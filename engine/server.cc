@@ -39,6 +39,7 @@ class ServeObserver : public SchedulerObserver {
     if (RequestChannel* ch = queue_.channel(req.id())) {
       ch->rejected(req.finish_reason, req.status == RequestStatus::kShed);
     }
+    if (req.status == RequestStatus::kShed) metrics_.on_shed();
     queue_.done(req.id());
   }
   void on_step_tokens(std::span<const Request* const> requests,
@@ -54,6 +55,7 @@ class ServeObserver : public SchedulerObserver {
   void on_finish(const Request& req, TimeNs now) override {
     metrics_.on_finish(req.status == RequestStatus::kFinished, req.spec.arrival_ns, now,
                        req.finish_reason == "stop");
+    if (req.capped_from_tokens > 0) metrics_.on_capped();
     if (RequestChannel* ch = queue_.channel(req.id())) ch->finished(req.status, req.finish_reason);
     queue_.done(req.id());
   }
@@ -155,10 +157,16 @@ class Server {
         observer_(queue_, metrics_),
         replica_(scheduler_config_with_policies(config),
                  static_cast<std::int32_t>(engine.num_gpu_blocks), *engine.executor, &observer_,
-                 kv_cache_options_for(config), static_cast<std::int32_t>(engine.num_cpu_blocks)),
+                 engine_kv_cache_options(config, engine),
+                 static_cast<std::int32_t>(engine.num_cpu_blocks)),
         source_(queue_, metrics_, replica_),
         eos_token_ids_(engine.llama.model.eos_token_ids),
-        created_(static_cast<std::int64_t>(std::time(nullptr))) {}
+        created_(static_cast<std::int64_t>(std::time(nullptr))) {
+    RunSummary overload;
+    fill_overload_flag(config, overload);
+    metrics_.set_report_overload(overload.report_overload);
+    prefill_pinned_prefixes(config, engine, replica_.kv());
+  }
 
   int run(std::FILE* log) {
     HttpServer http;

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "serving/recorder.h"
 #include "traces/synthetic_workload.h"
 
 namespace servelab {
@@ -56,12 +57,16 @@ OffloadTierConfig parse_tier(const ConfigNode& n, bool disk) {
 }  // namespace
 
 KvOffloadConfig parse_kv_offload(const ConfigNode& node) {
-  node.allow_keys({"host", "disk"});
+  node.allow_keys({"host", "disk", "idle_offload_s"});
   KvOffloadConfig c;
   c.set = true;
   c.location = node.location() + ": key '" + node.path() + "'";
   c.host = parse_tier(node.at("host"), false);
   if (const auto d = node.find("disk")) c.disk = parse_tier(*d, true);
+  if (const auto idle = node.find("idle_offload_s")) {
+    c.idle_location = idle->location() + ": key '" + idle->path() + "'";
+    c.idle_offload_s = node.get_double("idle_offload_s", 1e-6, 1e7);
+  }
   return c;
 }
 
@@ -83,10 +88,10 @@ std::int64_t offload_tier_blocks(const OffloadTierConfig& tier, std::int64_t blo
 }
 
 std::unique_ptr<KvOffloadTiers> make_offload_tiers(const KvOffloadConfig& config,
-                                                   std::int64_t block_bytes) {
+                                                   std::int64_t block_bytes, bool host_slots) {
   std::vector<std::int64_t> capacities = {offload_tier_blocks(config.host, block_bytes)};
   if (config.disk) capacities.push_back(offload_tier_blocks(*config.disk, block_bytes));
-  return std::make_unique<KvOffloadTiers>(std::move(capacities));
+  return std::make_unique<KvOffloadTiers>(std::move(capacities), host_slots);
 }
 
 std::array<double, kMaxOffloadTiers> offload_load_seconds(const KvOffloadConfig& config,
@@ -106,6 +111,29 @@ std::array<double, kMaxOffloadTiers> offload_load_seconds(const KvOffloadConfig&
     s[kDiskTier] = bytes / read + s[kHostTier];
   }
   return s;
+}
+
+double offload_store_seconds(const HardwareConfig& hardware, std::int64_t gpu_block_bytes) {
+  return static_cast<double>(gpu_block_bytes) /
+         (hardware.host_link_bandwidth * hardware.host_link_efficiency);
+}
+
+void fill_offload_summary(const KvOffloadTiers& tiers, const PrefixCacheStats& stats, double load_s,
+                          RunSummary& summary) {
+  const char* names[kMaxOffloadTiers] = {"host", "disk"};
+  summary.offload_tiers.clear();
+  for (int t = 0; t < tiers.num_tiers(); ++t) {
+    RunSummary::OffloadTier tier;
+    tier.name = names[t];
+    tier.capacity_blocks = tiers.capacity(t);
+    tier.stored_blocks = tiers.stats(t).stored_blocks;
+    tier.loaded_blocks = tiers.stats(t).loaded_blocks;
+    tier.evicted_blocks = tiers.stats(t).evicted_blocks;
+    tier.hit_tokens = stats.tier_hit_tokens[t];
+    summary.offload_tiers.push_back(tier);
+  }
+  summary.offload_dropped_blocks = tiers.dropped_blocks();
+  summary.offload_load_s = load_s;
 }
 
 std::vector<RequestSpec> pin_prefixes(const PrefixCacheSection& section, std::uint64_t seed,

@@ -11,6 +11,10 @@
 //     host: {gib: 64}                   # or {blocks: N}: host-memory tier
 //     disk: {gib: 1000, read_gbps: 7}   # optional; read_gbps defaults to the hardware entry's
 //                                       # nvme_read_gbps
+//     idle_offload_s: 10                # optional (> 0; default off): a multi-turn session idle
+//                                       # this long has its cached blocks stored down to the host
+//                                       # tier and dropped from the GPU cache
+//                                       # (core/idle_session_offload.h; simulator only)
 #pragma once
 
 #include <array>
@@ -27,6 +31,8 @@
 #include "serving/hardware_config.h"
 
 namespace servelab {
+
+struct RunSummary;  // serving/recorder.h
 
 struct PinnedPrefixConfig {
   std::optional<std::uint64_t> shared_prefix;  // index p of shared_prefix_content_id(seed, p)
@@ -53,7 +59,9 @@ struct KvOffloadConfig {
   bool set = false;
   OffloadTierConfig host;
   std::optional<OffloadTierConfig> disk;
-  std::string location;  // of `kv_offload`
+  double idle_offload_s = 0;  // 0: idle sessions are not offloaded
+  std::string idle_location;  // "FILE:LINE:COL: key 'kv_offload.idle_offload_s'" when set
+  std::string location;       // of `kv_offload`
 };
 
 // Strict parsers: unknown keys, wrong types and out-of-range values are ConfigErrors naming
@@ -70,9 +78,10 @@ RequestSpec pinned_prefix_spec(const PinnedPrefixConfig& p, std::uint64_t seed);
 std::int64_t offload_tier_blocks(const OffloadTierConfig& tier, std::int64_t block_bytes);
 
 // The tiers `config` describes (host, then disk), sized with `block_bytes` (a block's K and V
-// across the model). REQUIRES: config.set.
+// across the model); host_slots for a real host store (the engine). REQUIRES: config.set.
 std::unique_ptr<KvOffloadTiers> make_offload_tiers(const KvOffloadConfig& config,
-                                                   std::int64_t block_bytes);
+                                                   std::int64_t block_bytes,
+                                                   bool host_slots = false);
 
 // Seconds to bring one block back from each tier to the device, for a GPU holding
 // `gpu_block_bytes` of each block (docs/cost-model.md, "KV offload tiers"): host tier, the host
@@ -83,6 +92,16 @@ std::unique_ptr<KvOffloadTiers> make_offload_tiers(const KvOffloadConfig& config
 std::array<double, kMaxOffloadTiers> offload_load_seconds(const KvOffloadConfig& config,
                                                           const HardwareConfig& hardware,
                                                           std::int64_t gpu_block_bytes);
+
+// Seconds to store one block from the device into the host tier (the host link, as a swap-out):
+// what the idle offload of a block costs the link. Stores overlap the steps (not charged to the
+// step time; docs/cost-model.md).
+double offload_store_seconds(const HardwareConfig& hardware, std::int64_t gpu_block_bytes);
+
+// The per-tier summary of a run with offload tiers (RunSummary::offload_tiers, dropped blocks,
+// load time), from the tiers and the manager's statistics; both drivers fill it the same way.
+void fill_offload_summary(const KvOffloadTiers& tiers, const PrefixCacheStats& stats, double load_s,
+                          RunSummary& summary);
 
 // Pins every prefix of `section` in `kv` (KvCacheManager::pin_prefix), in order, and returns the
 // prompts pinned. Throws ConfigError naming the pinned entry when the pinned blocks would leave

@@ -523,6 +523,12 @@ void write_summary_json(const std::string& path, const RunSummary& s,
     }
     o["dropped_blocks"] = s.offload_dropped_blocks;
     o["load_time_s"] = s.offload_load_s;
+    if (s.idle_offload_s > 0) {
+      o["idle"] = {{"after_s", s.idle_offload_s},
+                   {"sessions", s.idle_offloaded_sessions},
+                   {"blocks", s.idle_offloaded_blocks},
+                   {"store_time_s", s.idle_store_s}};
+    }
     j["kv_offload"] = o;
   }
   std::FILE* f = std::fopen(path.c_str(), "wb");

@@ -114,6 +114,11 @@ struct RunSummary {
   std::vector<OffloadTier> offload_tiers;
   std::int64_t offload_dropped_blocks = 0;
   double offload_load_s = 0;
+  // Idle-session offload (kv_offload.idle_offload_s; 0: not configured): sessions and blocks
+  // stored down to the host tier, and the host-link time those stores take (overlapped).
+  double idle_offload_s = 0;
+  std::int64_t idle_offloaded_sessions = 0, idle_offloaded_blocks = 0;
+  double idle_store_s = 0;
   // Page churn: blocks over the run (the sums of steps.csv's columns) and per second of
   // duration_s.
   KvChurn churn;

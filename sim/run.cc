@@ -200,8 +200,15 @@ RunOutput run_simulation(const ExperimentConfig& config, const RunOptions& optio
   // listens directly (one virtual call less per generated token).
   SchedulerObserver* observer =
       workload->dependent() ? static_cast<SchedulerObserver*>(&feedback) : &recorder;
+  // Idle-session offload (kv_offload.idle_offload_s) hears finishes before them.
+  std::optional<IdleSessionOffload> idle;
+  if (offload && config.kv_offload.idle_offload_s > 0) {
+    idle.emplace(*observer, seconds_to_ns(config.kv_offload.idle_offload_s));
+    observer = &*idle;
+  }
   Replica replica(sc, static_cast<std::int32_t>(capacity.num_gpu_blocks), backend, observer,
                   kv_cache_options, cpu_blocks);
+
   hooked_scheduler = &replica.scheduler();
   // Pinned prefixes (`prefix_cache.pinned`): computed before t = 0, each priced as one prefill
   // step by the cost model (reported, not on the timeline).
@@ -220,6 +227,7 @@ RunOutput run_simulation(const ExperimentConfig& config, const RunOptions& optio
     pinned_prefill_s += ns_to_s(cost.step_time(warm));
   }
   Simulator sim(*workload, replica, recorder, config.frontend);
+  if (idle) sim.set_idle_offload(&*idle);
   if (options.progress) sim.set_progress(progress_printer(), 1 << 14);
   out.totals = sim.run();
   if (options.progress) std::fputs("\r\033[K", stderr);
@@ -232,19 +240,15 @@ RunOutput run_simulation(const ExperimentConfig& config, const RunOptions& optio
     out.summary.pinned_prefill_s = pinned_prefill_s;
   }
   if (offload) {
-    const char* names[kMaxOffloadTiers] = {"host", "disk"};
-    for (int t = 0; t < offload->num_tiers(); ++t) {
-      RunSummary::OffloadTier tier;
-      tier.name = names[t];
-      tier.capacity_blocks = offload->capacity(t);
-      tier.stored_blocks = offload->stats(t).stored_blocks;
-      tier.loaded_blocks = offload->stats(t).loaded_blocks;
-      tier.evicted_blocks = offload->stats(t).evicted_blocks;
-      tier.hit_tokens = replica.kv().stats().tier_hit_tokens[t];
-      out.summary.offload_tiers.push_back(tier);
+    fill_offload_summary(*offload, replica.kv().stats(), ns_to_s(sim_backend.tier_load_ns()),
+                         out.summary);
+    if (idle) {
+      out.summary.idle_offload_s = config.kv_offload.idle_offload_s;
+      out.summary.idle_offloaded_sessions = idle->sessions_offloaded();
+      out.summary.idle_offloaded_blocks = replica.kv().stats().idle_offloaded_blocks;
+      out.summary.idle_store_s = static_cast<double>(out.summary.idle_offloaded_blocks) *
+                                 offload_store_seconds(hardware, capacity.gpu_block_bytes);
     }
-    out.summary.offload_dropped_blocks = offload->dropped_blocks();
-    out.summary.offload_load_s = ns_to_s(sim_backend.tier_load_ns());
   }
   fill_overload_flag(config, out.summary);
   if (!options.write_files) return out;

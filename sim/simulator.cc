@@ -117,6 +117,7 @@ void Simulator::dispatch(RequestSpec spec, TimeNs now) {
 }
 
 bool Simulator::arrive(RequestSpec spec, TimeNs now) {
+  if (idle_ != nullptr) idle_->on_arrival(spec.session);
   if (!frontend_on_) {
     dispatch(std::move(spec), now);
     return true;
@@ -271,6 +272,9 @@ SimulationTotals Simulator::run() {
   while (!events_.empty()) {
     const Event ev = events_.pop();
     const TimeNs now = ev.time;
+    // Sessions idle long enough lose their device cache to the host tier before anything at
+    // `now` happens (core/idle_session_offload.h).
+    if (idle_ != nullptr) idle_->offload_due(now, replicas_[0].replica->kv());
     // With the front end on, an event that gave the scheduler nothing new starts no step (its
     // plan would be the same as the last one's).
     bool start = true;

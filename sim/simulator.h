@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "core/backend.h"
+#include "core/idle_session_offload.h"
 #include "core/router.h"
 #include "serving/cluster_summary.h"
 #include "serving/frontend.h"
@@ -86,6 +87,9 @@ class Simulator {
   // decode router), or prefill replicas without a handoff, or several candidates and no router.
   Simulator(Workload& workload, ClusterSetup cluster, Recorder& recorder,
             const FrontendConfig& frontend = {});
+  // Idle-session KV offload (kv_offload.idle_offload_s; single-replica runs): told of every
+  // arrival, and asked to offload what is due before each event is handled. Null: none.
+  void set_idle_offload(IdleSessionOffload* idle) { idle_ = idle; }
   void set_progress(Progress fn, std::int64_t every) {
     progress_ = std::move(fn);
     progress_every_ = every;
@@ -174,6 +178,7 @@ class Simulator {
   TimeNs last_arrival_ = 0;
   Progress progress_;
   std::int64_t progress_every_ = 0;
+  IdleSessionOffload* idle_ = nullptr;
 };
 
 }  // namespace servelab

@@ -17,6 +17,7 @@
 #include "serving/cli.h"
 #include "serving/config_node.h"
 #include "serving/output_file.h"
+#include "serving/run_folder.h"
 #include "sim/plot.h"
 #include "sim/sweep_mpi.h"
 #include "sim/variant_loader.h"
@@ -180,6 +181,9 @@ SweepPlan plan_sweep(const ExperimentSource& source, const std::vector<std::stri
   for (const SweepPoint& p : plan.points) {
     plan.configs.push_back(
         load_variant(source, base_overrides, p.overrides, "sweep point " + p.name));
+    RunSummary flags;
+    fill_overload_flag(plan.configs.back(), flags);
+    plan.reports_overload = plan.reports_overload || flags.report_overload;
   }
   if (out_dir.empty()) out_dir = "out/" + plan.configs.front().name + "-sweep";
   plan.out_dir = std::move(out_dir);
@@ -247,7 +251,19 @@ void rethrow_first_sweep_error(const SweepPlan& plan,
   }
 }
 
-std::string sweep_csv_header(const std::vector<SweepAxis>& axes) {
+namespace {
+
+// Whether a point chose an admission or length_cap plugin (RunSummary::report_overload).
+bool sweep_reports_overload(const std::vector<SweepResult>& results) {
+  for (const SweepResult& r : results) {
+    if (r.run.summary.report_overload) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::string sweep_csv_header(const std::vector<SweepAxis>& axes, bool overload) {
   std::string line = "point";
   for (const SweepAxis& a : axes) line.append(",").append(a.key);
   line +=
@@ -256,17 +272,18 @@ std::string sweep_csv_header(const std::vector<SweepAxis>& axes) {
       "tpot_p50_ms,tpot_p90_ms,tpot_p99_ms,itl_p99_ms,e2e_p50_ms,e2e_p99_ms,queueing_p50_ms,"
       "goodput_requests_per_s,slo_attainment,preemptions,recomputed_tokens,prefix_hit_rate,"
       "kv_usage_mean,kv_usage_max,batch_seqs_mean,slot_efficiency,internal_fragmentation_mean,"
-      "unused_slots_mean,step_ms_mean,allocations_per_s,evictions_per_s\n";
+      "unused_slots_mean,step_ms_mean,allocations_per_s,evictions_per_s";
+  line += overload ? ",shed,capped\n" : "\n";
   return line;
 }
 
-std::string sweep_csv_row(const SweepPoint& point, const RunSummary& s) {
+std::string sweep_csv_row(const SweepPoint& point, const RunSummary& s, bool overload) {
   std::string line = point.name;
   for (const std::string& v : point.values) line.append(",").append(csv_field(v));
   line += format_text(
       ",%" PRId64 ",%" PRId64 ",%" PRId64
       ",%.6f,%.6f,%.3f,%.3f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%."
-      "6f,%.6f,%.6f,%" PRId64 ",%" PRId64 ",%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.3f,%.6f,%.3f,%.3f\n",
+      "6f,%.6f,%.6f,%" PRId64 ",%" PRId64 ",%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.3f,%.6f,%.3f,%.3f",
       s.completed, s.rejected, s.aborted, s.duration_s, s.requests_per_s, s.input_tokens_per_s,
       s.output_tokens_per_s, s.ttft_ms.mean, s.ttft_ms.p50, s.ttft_ms.p90, s.ttft_ms.p99,
       s.tpot_ms.mean, s.tpot_ms.p50, s.tpot_ms.p90, s.tpot_ms.p99, s.itl_ms.p99, s.e2e_ms.p50,
@@ -274,20 +291,24 @@ std::string sweep_csv_row(const SweepPoint& point, const RunSummary& s) {
       s.recomputed_tokens, s.prefix_hit_rate, s.kv_usage_mean, s.kv_usage_max, s.batch_seqs_mean,
       s.slot_efficiency, s.kv_internal_fragmentation_mean, s.kv_unused_slots_mean, s.step_ms_mean,
       s.allocations_per_s, s.evictions_per_s);
+  if (overload) line += format_text(",%" PRId64 ",%" PRId64, s.shed, s.capped);
+  line += "\n";
   return line;
 }
 
-std::string sweep_table_header() {
-  return format_text("%-32s %9s %9s %9s %9s %9s %9s %9s\n", "point", "req/s", "TTFT p50",
-                     "TTFT p99", "TPOT p50", "TPOT p99", "goodput", "preempt") +
+std::string sweep_table_header(bool overload) {
+  return format_text("%-32s %9s %9s %9s %9s %9s %9s %9s", "point", "req/s", "TTFT p50", "TTFT p99",
+                     "TPOT p50", "TPOT p99", "goodput", "preempt") +
+         (overload ? "    shed  capped\n" : "\n") +
          format_text("%-32s %9s %9s %9s %9s %9s %9s %9s\n", "", "", "(ms)", "(ms)", "(ms)", "(ms)",
                      "(req/s)", "");
 }
 
-std::string sweep_table_row(const SweepPoint& point, const RunSummary& s) {
-  return format_text("%-32s %9.2f %9.1f %9.1f %9.2f %9.2f %9.2f %9" PRId64 "\n", point.name.c_str(),
+std::string sweep_table_row(const SweepPoint& point, const RunSummary& s, bool overload) {
+  return format_text("%-32s %9.2f %9.1f %9.1f %9.2f %9.2f %9.2f %9" PRId64, point.name.c_str(),
                      s.requests_per_s, s.ttft_ms.p50, s.ttft_ms.p99, s.tpot_ms.p50, s.tpot_ms.p99,
-                     s.goodput_requests_per_s, s.preemptions);
+                     s.goodput_requests_per_s, s.preemptions) +
+         (overload ? format_text(" %7" PRId64 " %7" PRId64 "\n", s.shed, s.capped) : "\n");
 }
 
 std::vector<SweepResult> run_sweep(const ExperimentSource& source,
@@ -306,8 +327,10 @@ std::vector<SweepResult> run_sweep(const ExperimentSource& source,
   run_sweep_points(plan, all, stage.temp_path(), jobs, progress, before_step, results, errors);
   rethrow_first_sweep_error(plan, errors);
 
-  std::string csv = sweep_csv_header(plan.axes);
-  for (const SweepResult& r : results) csv += sweep_csv_row(r.point, r.run.summary);
+  std::string csv = sweep_csv_header(plan.axes, plan.reports_overload);
+  for (const SweepResult& r : results) {
+    csv += sweep_csv_row(r.point, r.run.summary, plan.reports_overload);
+  }
   write_binary_file(stage.temp_path() + "/sweep.csv", csv);
   stage.commit_entries();
   for (SweepResult& r : results) r.run.out_dir = plan.out_dir + "/" + r.point.name;
@@ -317,9 +340,10 @@ std::vector<SweepResult> run_sweep(const ExperimentSource& source,
 void print_sweep_table(std::FILE* out, const std::vector<SweepAxis>& axes,
                        const std::vector<SweepResult>& results) {
   (void)axes;
-  std::fputs(sweep_table_header().c_str(), out);
+  const bool overload = sweep_reports_overload(results);
+  std::fputs(sweep_table_header(overload).c_str(), out);
   for (const SweepResult& r : results) {
-    std::fputs(sweep_table_row(r.point, r.run.summary).c_str(), out);
+    std::fputs(sweep_table_row(r.point, r.run.summary, overload).c_str(), out);
   }
 }
 
@@ -379,8 +403,9 @@ int sweep_command(const std::vector<std::string>& args) {
       run_sweep(a.experiment.experiment, a.experiment.all_overrides(), a.experiment.out_dir, a.jobs,
                 a.experiment.show_progress());
   const std::string dir = std::filesystem::path(results.front().run.out_dir).parent_path();
-  std::string table = sweep_table_header();
-  for (const SweepResult& r : results) table += sweep_table_row(r.point, r.run.summary);
+  const bool overload = sweep_reports_overload(results);
+  std::string table = sweep_table_header(overload);
+  for (const SweepResult& r : results) table += sweep_table_row(r.point, r.run.summary, overload);
   return report_sweep(a, dir, table, results.size());
 }
 

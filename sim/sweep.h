@@ -57,6 +57,9 @@ struct SweepPlan {
   std::vector<SweepPoint> points;
   std::vector<ExperimentConfig> configs;  // one per point
   std::string out_dir;                    // OUT, the default filled in
+  // A point chose an admission or length_cap plugin: sweep.csv and the table then end with the
+  // shed and capped counts (other sweeps' files stay as they were).
+  bool reports_overload = false;
 };
 // Validates every value and every point (workloads included) and fills in OUT; touches no file.
 // Throws ConfigError naming the sweep key or the point.
@@ -76,11 +79,12 @@ void run_sweep_points(const SweepPlan& plan, const std::vector<std::size_t>& ind
 void rethrow_first_sweep_error(const SweepPlan& plan,
                                const std::vector<std::exception_ptr>& errors);
 // OUT/sweep.csv is the header and one row per point in grid order; each ends with a newline.
-std::string sweep_csv_header(const std::vector<SweepAxis>& axes);
-std::string sweep_csv_row(const SweepPoint& point, const RunSummary& summary);
+// `overload`: SweepPlan::reports_overload (the shed and capped columns).
+std::string sweep_csv_header(const std::vector<SweepAxis>& axes, bool overload);
+std::string sweep_csv_row(const SweepPoint& point, const RunSummary& summary, bool overload);
 // The table `sim sweep` prints: two header lines, then one line per point.
-std::string sweep_table_header();
-std::string sweep_table_row(const SweepPoint& point, const RunSummary& summary);
+std::string sweep_table_header(bool overload);
+std::string sweep_table_row(const SweepPoint& point, const RunSummary& summary, bool overload);
 
 // Runs every point of `source`'s sweep (with `base_overrides` applied first) on `jobs` workers
 // (>= 1) and writes OUT/<point>/ and OUT/sweep.csv (OUT defaults to out/<name>-sweep).

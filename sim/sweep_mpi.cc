@@ -190,9 +190,11 @@ void send_points(MessagePassing& mp, const SweepPlan& plan, const std::vector<st
     const SweepPoint& p = plan.points[i];
     // Appended piece by piece: `"P" + std::string` trips a GCC 12 -Wrestrict false positive.
     std::string head = "P";
-    head.append(std::to_string(i)).append("\n").append(sweep_csv_row(p, results[i].run.summary));
+    head.append(std::to_string(i))
+        .append("\n")
+        .append(sweep_csv_row(p, results[i].run.summary, plan.reports_overload));
     head.push_back('\0');
-    mp.send(0, head.append(sweep_table_row(p, results[i].run.summary)));
+    mp.send(0, head.append(sweep_table_row(p, results[i].run.summary, plan.reports_overload)));
     const fs::path root = fs::path(dir) / p.name;
     for (const fs::path& rel : files_under(root)) {
       const std::string path = (root / rel).string();
@@ -346,8 +348,9 @@ int sweep_mpi_command(const std::vector<std::string>& args) {
   std::vector<std::string> csv_rows(plan.points.size()), table_rows(plan.points.size());
   if (rank == 0) {
     for (const std::size_t i : mine) {
-      csv_rows[i] = sweep_csv_row(plan.points[i], results[i].run.summary);
-      table_rows[i] = sweep_table_row(plan.points[i], results[i].run.summary);
+      csv_rows[i] = sweep_csv_row(plan.points[i], results[i].run.summary, plan.reports_overload);
+      table_rows[i] =
+          sweep_table_row(plan.points[i], results[i].run.summary, plan.reports_overload);
     }
     failed.reset();
     for (int from = 1; from < static_cast<int>(ranks); ++from) {
@@ -365,11 +368,11 @@ int sweep_mpi_command(const std::vector<std::string>& args) {
   failed.reset();
   if (rank == 0) {
     failed = attempt([&] {
-      std::string csv = sweep_csv_header(plan.axes);
+      std::string csv = sweep_csv_header(plan.axes, plan.reports_overload);
       for (const std::string& row : csv_rows) csv += row;
       write_file_atomically(dir + "/sweep.csv", csv);
       stage->commit_entries();
-      std::string table = sweep_table_header();
+      std::string table = sweep_table_header(plan.reports_overload);
       for (const std::string& row : table_rows) table += row;
       const std::string out =
           fs::path(plan.out_dir + "/" + plan.points.front().name).parent_path().string();

@@ -226,8 +226,8 @@ TEST(MemoryTiersConfig, BadSectionsNameTheKey) {
             std::string::npos);
 }
 
-// The commands: a bad section exits 2 with FILE:LINE:COL and the key; the engine refuses both
-// sections (simulated only).
+// The commands: a bad section exits 2 with FILE:LINE:COL and the key; the engine refuses the
+// disk tier (simulated only).
 TEST(MemoryTiersConfig, CommandsExitTwoNamingTheLine) {
   const fs::path dir = temp_dir("tiers_cli");
   write_file(dir / "e.yaml", kExperiment +
@@ -238,13 +238,15 @@ TEST(MemoryTiersConfig, CommandsExitTwoNamingTheLine) {
   EXPECT_EQ(big.code, 2) << big.err;
   EXPECT_NE(big.err.find("e.yaml:18:7"), std::string::npos) << big.err;
   EXPECT_NE(big.err.find("prefix_cache.pinned"), std::string::npos) << big.err;
-  write_file(dir / "o.yaml", kExperiment + "kv_offload:\n  host: {blocks: 8}\n");
+  // The engine runs a host tier (tests/engine_tiers_test.cc), not a disk tier.
+  write_file(dir / "o.yaml",
+             kExperiment + "kv_offload:\n  host: {blocks: 8}\n  disk: {blocks: 8}\n");
   const std::string engine = servelab_program("engine") + " run " + (dir / "o.yaml").string() +
                              " -q --out " + (dir / "eout").string() + " > " +
                              (dir / "eo.txt").string() + " 2> " + (dir / "ee.txt").string();
   const int status = std::system(engine.c_str());
   EXPECT_EQ(WIFEXITED(status) ? WEXITSTATUS(status) : -1, 2);
-  EXPECT_NE(read_file(dir / "ee.txt").find("o.yaml:17:"), std::string::npos)
+  EXPECT_NE(read_file(dir / "ee.txt").find("o.yaml:18:"), std::string::npos)
       << read_file(dir / "ee.txt");
 }
 

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -464,11 +465,62 @@ TEST(Lessons, KvOffload) {
   EXPECT_NEAR(n["throughput"]["output_tokens_per_s"].get<double>(), 794.2, 0.05);
   EXPECT_NEAR(h["throughput"]["output_tokens_per_s"].get<double>(), 808.4, 0.05);
   EXPECT_NEAR(d["throughput"]["output_tokens_per_s"].get<double>(), 811.8, 0.05);
+  // Idle-session offload (10 s) on the same host tier: idle sessions go down early, more of
+  // their blocks come back, but the work saved is small (the LRU free queue evicts idle
+  // sessions' blocks first anyway, and every eviction reaches the host tier).
+  const json i = summary(out / "host-idle");
+  EXPECT_EQ(i["requests"]["completed"], 2463);
+  EXPECT_EQ(i["kv_offload"]["idle"]["sessions"], 1841);
+  EXPECT_EQ(i["kv_offload"]["idle"]["blocks"], 18528);
+  EXPECT_NEAR(i["kv_offload"]["idle"]["store_time_s"].get<double>(), 0.76, 0.005);
+  EXPECT_EQ(i["kv_offload"]["host"]["loaded_blocks"], 80847);
+  EXPECT_NEAR(i["prefix_cache"]["hit_rate"].get<double>(), 0.603, 0.0005);
+  EXPECT_EQ(prefilled("host-idle"), 2203408);
+  EXPECT_NEAR(i["ttft_ms"]["mean"].get<double>(), 1113.1, 0.05);
+  EXPECT_NEAR(i["ttft_ms"]["p99"].get<double>(), 5606.3, 0.05);
+  EXPECT_NEAR(h["ttft_ms"]["p99"].get<double>(), 5760.4, 0.05);
+  EXPECT_EQ(i["kv_cache"]["offloaded_blocks"].get<std::int64_t>(),
+            i["kv_cache"]["evicted_blocks"].get<std::int64_t>() + 18528);
+  EXPECT_GT(i["prefix_cache"]["hit_rate"].get<double>(),
+            h["prefix_cache"]["hit_rate"].get<double>());
+  EXPECT_LT(std::abs(prefilled("host-idle") - prefilled("host")), prefilled("host") / 100);
   // The ordering the lesson teaches: each tier recomputes less and answers sooner.
   EXPECT_GT(prefilled("no-offload"), prefilled("host"));
   EXPECT_GT(prefilled("host"), 4 * prefilled("host-disk"));
   EXPECT_LT(d["ttft_ms"]["mean"].get<double>(), h["ttft_ms"]["mean"].get<double>());
   EXPECT_LT(h["ttft_ms"]["mean"].get<double>(), n["ttft_ms"]["mean"].get<double>());
+}
+
+// docs/lessons/fp8-kv.md, "Over the load": the sweep behind figures/fp8-kv.png.
+TEST(Lessons, Fp8KvSweep) {
+  const fs::path dir = temp_dir("lesson_fp8_sweep");
+  const Cli r = run_sim(
+      "sweep " + kLessons + "fp8-kv.yaml --quiet --no-plot --jobs 2 --out " + (dir / "s").string(),
+      dir);
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::map<std::string, std::map<std::string, std::string>> at;  // "dtype@rate" -> row
+  for (const auto& row : read_csv(dir / "s" / "sweep.csv")) {
+    at[row.at("model.kv_cache_dtype") + "@" + row.at("workload.arrival.rate")] = row;
+  }
+  ASSERT_EQ(at.size(), 8u);
+  auto v = [&](const std::string& k, const char* col) { return std::stod(at.at(k).at(col)); };
+  EXPECT_NEAR(v("bf16@2", "output_tokens_per_s"), 744.6, 0.05);
+  EXPECT_NEAR(v("fp8@2", "output_tokens_per_s"), 745.3, 0.05);
+  EXPECT_NEAR(v("bf16@4", "output_tokens_per_s"), 1459.4, 0.05);
+  EXPECT_NEAR(v("fp8@4", "output_tokens_per_s"), 1463.9, 0.05);
+  EXPECT_NEAR(v("bf16@6", "output_tokens_per_s"), 1875.1, 0.05);
+  EXPECT_NEAR(v("bf16@8", "output_tokens_per_s"), 1885.4, 0.05);
+  EXPECT_NEAR(v("fp8@6", "output_tokens_per_s"), 2150.4, 0.05);
+  EXPECT_NEAR(v("fp8@8", "output_tokens_per_s"), 2764.2, 0.05);
+  EXPECT_NEAR(v("bf16@6", "ttft_p99_ms"), 15362.5, 0.05);
+  EXPECT_NEAR(v("bf16@8", "ttft_p99_ms"), 40387.4, 0.05);
+  EXPECT_NEAR(v("fp8@6", "ttft_p99_ms"), 226.8, 0.05);
+  EXPECT_NEAR(v("fp8@8", "ttft_p99_ms"), 2582.4, 0.05);
+  EXPECT_NEAR(v("fp8@8", "kv_usage_mean"), 0.798, 0.0005);
+  EXPECT_NEAR(v("bf16@6", "kv_usage_mean"), 0.930, 0.0005);
+  // The capacities the figure's first panel shows.
+  EXPECT_EQ(summary(dir / "s" / "3_kv_cache_dtype-bf16_rate-8")["run"]["num_gpu_blocks"], "3607");
+  EXPECT_EQ(summary(dir / "s" / "7_kv_cache_dtype-fp8_rate-8")["run"]["num_gpu_blocks"], "7214");
 }
 
 // docs/lessons/page-size.md

@@ -151,6 +151,33 @@ TEST(Plot, BlockSizeSweepGivesThePageSizeFigure) {
   EXPECT_FALSE(fs::exists(dir / "fig2" / "rates-page-size.png"));
 }
 
+// A sweep over model.kv_cache_dtype gets the kv-dtype figure (docs/lessons/fp8-kv.md), with or
+// without a numeric key beside it; a sweep over something else does not (above).
+TEST(Plot, KvDtypeSweepGivesTheKvDtypeFigure) {
+  SKIP_WITHOUT_MATPLOTLIB();
+  const fs::path dir = temp_dir("plot_kv_dtype");
+  const std::string base =
+      "name: dtypes\nmodel: Llama-3-8B\nhardware: H100-SXM\nworkload:\n  type: synthetic\n"
+      "  num_requests: 12\n  arrival: {process: poisson, rate: 8}\n"
+      "  prompt_len: {dist: uniform, min: 16, max: 200}\n"
+      "  output_len: {dist: uniform, min: 4, max: 40}\nsweep:\n"
+      "  model.kv_cache_dtype: [bf16, fp8]\n";
+  write_file(dir / "one.yaml", base);
+  write_file(dir / "two.yaml", base + "  workload.arrival.rate: [4, 8]\n");
+  for (const char* name : {"one", "two"}) {
+    const std::string n = name;
+    ASSERT_EQ(run_sim("sweep " + (dir / (n + ".yaml")).string() + " --quiet --no-plot --out " +
+                          (dir / n).string(),
+                      dir)
+                  .code,
+              0);
+    const Cli p =
+        run_sim("plot " + (dir / n).string() + " -o " + (dir / ("fig-" + n)).string(), dir);
+    ASSERT_EQ(p.code, 0) << p.err;
+    expect_valid(dir / ("fig-" + n) / (n + "-kv-dtype.png"), "png");
+  }
+}
+
 TEST(Plot, BadArgumentsExitTwoNamingTheFolder) {
   const fs::path dir = temp_dir("plot_errors");
   const Cli missing = run_sim("plot " + (dir / "nowhere").string(), dir);

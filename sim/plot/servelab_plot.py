@@ -20,6 +20,9 @@ events.csv, blocks.csv), a `sim compare` folder (compare.csv) or a `sim sweep` f
   GROUP-sweep            sweep folders: metrics against the first numeric sweep key
   GROUP-page-size        sweeps over serving.block_size: internal waste (unused KV slots)
                          against mean step time and throughput
+  GROUP-kv-dtype         sweeps over model.kv_cache_dtype: KV capacity (blocks) per dtype, and
+                         output throughput and TTFT p99 per dtype (against the first numeric
+                         sweep key when there is one)
 
 Outputs are deterministic: no timestamps or software versions are embedded, SVG ids use a fixed
 salt, PDF dates come from SOURCE_DATE_EPOCH=0.
@@ -657,6 +660,55 @@ def page_size_curves(path, out_dir, fmt, written):
     save(fig, out_dir, f"{group}-page-size", fmt, written)
 
 
+def kv_dtype_curves(path, runs, out_dir, fmt, written):
+    """Capacity and throughput per KV cache dtype (docs/lessons/fp8-kv.md)."""
+    table, _ = group_table(path, "sweep")
+    key = "model.kv_cache_dtype"
+    if not table or key not in sweep_axes(table):
+        return
+    blocks = {r.name: num(str(r.summary.get("run", {}).get("num_gpu_blocks", ""))) for r in runs}
+    numeric = [k for k in sweep_axes(table) if k != key and all(is_number(r[k]) for r in table)]
+    xkey = numeric[0] if numeric else None
+    dtypes = []
+    for r in table:
+        if r[key] not in dtypes:
+            dtypes.append(r[key])
+    group = os.path.basename(os.path.normpath(path))
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4), constrained_layout=True)
+    # Capacity: the same for every point of a dtype (the memory does not change with the load).
+    caps = [max((blocks.get(r["point"], math.nan) for r in table if r[key] == d), default=math.nan)
+            for d in dtypes]
+    axes[0].bar(range(len(dtypes)), caps, color=[f"C{i % 10}" for i in range(len(dtypes))])
+    for i, c in enumerate(caps):
+        if not math.isnan(c):
+            axes[0].annotate(f"{c:,.0f}", (i, c), ha="center", va="bottom", fontsize=8)
+    axes[0].set_xticks(range(len(dtypes)))
+    axes[0].set_xticklabels(dtypes)
+    axes[0].set_ylabel("KV blocks")
+    axes[0].set_title("KV capacity (blocks in the same memory)")
+    panels = ((axes[1], "output_tokens_per_s", "output tokens/s", "output throughput"),
+              (axes[2], "ttft_p99_ms", "TTFT p99 (ms)", "TTFT p99"))
+    for ax, col, ylabel, title in panels:
+        for i, d in enumerate(dtypes):
+            rows = [r for r in table if r[key] == d]
+            if xkey:
+                rows.sort(key=lambda r: float(r[xkey]))
+                ax.plot([float(r[xkey]) for r in rows], [num(r[col]) for r in rows], "o-",
+                        color=f"C{i % 10}", label=d)
+            else:
+                ax.bar([i], [num(rows[0][col])], color=f"C{i % 10}", label=d)
+        if xkey:
+            ax.set_xlabel(xkey)
+        else:
+            ax.set_xticks(range(len(dtypes)))
+            ax.set_xticklabels(dtypes)
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+        ax.legend(fontsize=7)
+    fig.suptitle(f"{group}: KV cache dtype")
+    save(fig, out_dir, f"{group}-kv-dtype", fmt, written)
+
+
 def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("inputs", nargs="+")
@@ -703,6 +755,7 @@ def plot_all(args):
             if kind == "sweep":
                 sweep_curves(path, args.out, args.format, written)
                 page_size_curves(path, args.out, args.format, written)
+                kv_dtype_curves(path, runs, args.out, args.format, written)
     if not args.quiet:
         for p in written:
             print(f"wrote {p}")
