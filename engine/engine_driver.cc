@@ -531,6 +531,7 @@ RunOutput run_engine(const ExperimentConfig& config, const EngineOptions& option
   recorder.finalize(totals.first_arrival_ns, totals.end_ns, replica.kv().stats());
   out.summary = recorder.summary();
   out.summary.skipped_trace_rows = workload->skipped_rows();
+  if (config.scheduler.speculative.enabled()) add_spec_decode(out.summary, scheduler.counters());
   write_run_outputs(config, recorder, {out.backend, model.name, options.device}, out);
   if (options.write_tokens) {
     write_tokens_jsonl(out.out_dir + "/tokens.jsonl", capture.tokens());

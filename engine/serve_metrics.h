@@ -16,6 +16,10 @@
 // ServeLab's own gauge: servelab:prefix_cache_hit_rate_recent, the hit rate over the most recent
 // 1000 requests' prefix-cache lookups (core/prefix_hit_window.h: what vLLM logs as "Prefix cache
 // hit rate"; emptied by POST /reset_prefix_cache), next to the cumulative counters above.
+// Speculative decoding (serving.speculative_config; absent otherwise): vLLM's counters
+// vllm:spec_decode_num_drafts_total, vllm:spec_decode_num_draft_tokens_total,
+// vllm:spec_decode_num_accepted_tokens_total and
+// vllm:spec_decode_num_accepted_tokens_per_pos_total{position="i"} (docs/metrics.md).
 #pragma once
 
 #include <cstdint>
@@ -26,6 +30,7 @@
 
 #include "core/kv_cache_manager.h"
 #include "core/prefix_hit_window.h"
+#include "core/scheduler.h"
 #include "core/time.h"
 
 namespace servelab {
@@ -60,6 +65,8 @@ class ServeMetrics {
   void on_finish(bool finished, TimeNs arrival_ns, TimeNs now, bool stopped = false);
   void set_state(std::int64_t running, std::int64_t waiting, double kv_usage,
                  const PrefixCacheStats& prefix);
+  // The scheduler's spec-decode counters (core/scheduler.h); once called, /metrics shows them.
+  void set_spec_decode(const SchedulerCounters& counters);
 
   // Any thread: the whole exposition text.
   std::string render() const;
@@ -75,6 +82,8 @@ class ServeMetrics {
   PrefixHitWindow recent_;
   std::int64_t success_length_ = 0, success_abort_ = 0, success_stop_ = 0;
   PromHistogram ttft_, itl_, e2e_;
+  bool spec_decode_ = false;
+  SchedulerCounters spec_;  // the spec-decode fields only
 };
 
 }  // namespace servelab
