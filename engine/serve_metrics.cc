@@ -122,6 +122,12 @@ void ServeMetrics::set_state(std::int64_t running, std::int64_t waiting, double 
   last_prefix_ = prefix;
 }
 
+void ServeMetrics::recount_length_as_stop() {
+  std::lock_guard lock(mu_);
+  --success_length_;
+  ++success_stop_;
+}
+
 void ServeMetrics::set_spec_decode(const SchedulerCounters& c) {
   std::lock_guard lock(mu_);
   spec_decode_ = true;

@@ -63,6 +63,9 @@ class ServeMetrics {
   // finished: true for a request that finished (at max_tokens, or by a stop condition when
   // `stopped`), false for an abort.
   void on_finish(bool finished, TimeNs arrival_ns, TimeNs now, bool stopped = false);
+  // Any thread: a request counted finished at max_tokens ended at a stop string found after its
+  // end reached the loop (engine/stop_strings.h): moves it to finished_reason "stop".
+  void recount_length_as_stop();
   void set_state(std::int64_t running, std::int64_t waiting, double kv_usage,
                  const PrefixCacheStats& prefix);
   // The scheduler's spec-decode counters (core/scheduler.h); once called, /metrics shows them.
