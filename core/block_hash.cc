@@ -6,6 +6,8 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <optional>
+#include <span>
 #include <vector>
 
 namespace servelab {
@@ -27,11 +29,18 @@ class BlockWords {
       data_[size_ - 1] += len;
       return;
     }
-    if (size_ + 3 > capacity_) grow();
+    if (size_ + 3 > capacity_) grow(size_ + 3);
     data_[size_] = cid;
     data_[size_ + 1] = off;
     data_[size_ + 2] = len;
     size_ += 3;
+  }
+  // Extra keys after the runs: a tag word, their count, then the keys.
+  void add_extra_keys(std::span<const std::uint64_t> keys) {
+    if (size_ + 2 + keys.size() > capacity_) grow(size_ + 2 + keys.size());
+    data_[size_++] = kExtraKeysTag;
+    data_[size_++] = keys.size();
+    for (const std::uint64_t k : keys) data_[size_++] = k;
   }
   BlockHash hash() const {
     const XXH128_hash_t h = XXH3_128bits(data_, sizeof(std::uint64_t) * size_);
@@ -40,9 +49,10 @@ class BlockWords {
 
  private:
   static constexpr std::size_t kInline = 2 + 3 * 16;
-  [[gnu::noinline]] void grow() {
+  static constexpr std::uint64_t kExtraKeysTag = 0x6d6d5f6b65797321ULL;  // "mm_keys!"
+  [[gnu::noinline]] void grow(std::size_t need) {
     heap_.assign(data_, data_ + size_);
-    heap_.resize(2 * capacity_);
+    heap_.resize(std::max(2 * capacity_, need));
     data_ = heap_.data();
     capacity_ = heap_.size();
   }
@@ -68,12 +78,69 @@ BlockHash salted_root(std::uint64_t salt) {
   return BlockHash{h.low64, h.high64};
 }
 
+namespace {
+
+// The canonical description of tokens [begin, end) of `spec`'s sequence: the runs of content the
+// block covers, in order (see BlockWords). Outputs use their own stream, so a prompt run never
+// merges into them.
+void add_runs(BlockWords& words, const RequestSpec& spec, std::int64_t begin, std::int64_t end) {
+  std::int64_t pos = 0;
+  for (const PromptSegment& s : spec.prompt) {
+    const std::int64_t s_end = pos + s.length;
+    if (s_end > begin && pos < end) {
+      const std::int64_t lo = std::max(pos, begin), hi = std::min(s_end, end);
+      words.add_run(s.content_id, s.offset + static_cast<std::uint64_t>(lo - pos),
+                    static_cast<std::uint64_t>(hi - lo));
+    }
+    pos = s_end;
+    if (pos >= end) break;
+  }
+  if (end > spec.prompt_len) {
+    const std::int64_t lo = std::max<std::int64_t>(begin, spec.prompt_len);
+    words.add_run(output_content_id(spec.id), static_cast<std::uint64_t>(lo - spec.prompt_len),
+                  static_cast<std::uint64_t>(end - lo));
+  }
+}
+
+// The block's hash with the content ids of the multimodal inputs overlapping [begin, end) as
+// extra keys; nullopt when none overlaps.
+std::optional<BlockHash> hash_with_mm_keys(const BlockHash& parent, const RequestSpec& spec,
+                                           std::int64_t begin, std::int64_t end) {
+  constexpr std::size_t kInlineKeys = 8;
+  std::uint64_t inline_keys[kInlineKeys];
+  std::vector<std::uint64_t> more;
+  std::size_t n = 0;
+  for (const MultimodalInput& in : *spec.mm_inputs) {
+    const std::int64_t lo = in.offset, hi = lo + static_cast<std::int64_t>(in.length);
+    if (lo >= end) break;  // sorted by offset: no later input overlaps
+    if (hi <= begin) continue;
+    if (n < kInlineKeys) {
+      inline_keys[n] = in.content_id;
+    } else {
+      if (more.empty()) more.assign(inline_keys, inline_keys + kInlineKeys);
+      more.push_back(in.content_id);
+    }
+    ++n;
+  }
+  if (n == 0) return std::nullopt;
+  BlockWords words(parent);
+  add_runs(words, spec, begin, end);
+  words.add_extra_keys(n <= kInlineKeys ? std::span<const std::uint64_t>(inline_keys, n)
+                                        : std::span<const std::uint64_t>(more));
+  return words.hash();
+}
+
+}  // namespace
+
 BlockHash hash_block(const BlockHash& unsalted_parent, const RequestSpec& spec,
                      std::int32_t block_index, std::int32_t block_size) {
   const BlockHash parent =
       block_index == 0 && spec.cache_salt != 0 ? salted_root(spec.cache_salt) : unsalted_parent;
   const std::int64_t begin = static_cast<std::int64_t>(block_index) * block_size;
   const std::int64_t end = begin + block_size;
+  if (spec.mm_inputs != nullptr && begin < spec.prompt_len) [[unlikely]] {
+    if (const std::optional<BlockHash> h = hash_with_mm_keys(parent, spec, begin, end)) return *h;
+  }
   // Fast paths, for almost every block: one run, inside the outputs or inside one prompt segment
   // (the same words as the general description below).
   if (begin >= spec.prompt_len) {
@@ -96,25 +163,8 @@ BlockHash hash_block(const BlockHash& unsalted_parent, const RequestSpec& spec,
       at = s_end;
     }
   }
-  // Canonical description: parent, then the runs of content the block covers, in order (see
-  // BlockWords). Outputs use their own stream, so a prompt run never merges into them.
   BlockWords words(parent);
-  std::int64_t pos = 0;
-  for (const PromptSegment& s : spec.prompt) {
-    const std::int64_t s_end = pos + s.length;
-    if (s_end > begin && pos < end) {
-      const std::int64_t lo = std::max(pos, begin), hi = std::min(s_end, end);
-      words.add_run(s.content_id, s.offset + static_cast<std::uint64_t>(lo - pos),
-                    static_cast<std::uint64_t>(hi - lo));
-    }
-    pos = s_end;
-    if (pos >= end) break;
-  }
-  if (end > spec.prompt_len) {
-    const std::int64_t lo = std::max<std::int64_t>(begin, spec.prompt_len);
-    words.add_run(output_content_id(spec.id), static_cast<std::uint64_t>(lo - spec.prompt_len),
-                  static_cast<std::uint64_t>(end - lo));
-  }
+  add_runs(words, spec, begin, end);
   return words.hash();
 }
 

@@ -33,8 +33,11 @@ struct BlockHashHasher {
 // `spec`'s sequence, given the hash of the previous block. The block may extend into the output
 // tokens. A request with a cache_salt hashes its block 0 under salted_root(salt) instead of
 // `parent` (vLLM: the salt is an extra key of the first block only; later blocks inherit it
-// through the chain), so equal prompts with different salts share no block. REQUIRES:
-// block_size > 0.
+// through the chain), so equal prompts with different salts share no block. A block that overlaps
+// multimodal inputs' placeholder ranges (RequestSpec::mm_inputs) also hashes their content ids,
+// in offset order, as extra keys (vLLM v1's multimodal extra keys): equal placeholder tokens
+// standing for different images give different hashes, and so do the blocks after them
+// (chained); a block that overlaps no input hashes as without them. REQUIRES: block_size > 0.
 BlockHash hash_block(const BlockHash& parent, const RequestSpec& spec, std::int32_t block_index,
                      std::int32_t block_size);
 

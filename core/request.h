@@ -31,6 +31,17 @@ struct PromptSegment {
   friend bool operator==(const PromptSegment&, const PromptSegment&) = default;
 };
 
+// A multimodal input (an image) of a prompt: its placeholder tokens are prompt positions
+// [offset, offset + length), and content_id identifies what they stand for (vLLM's mm_hash, the
+// content hash of the image). Placeholder tokens are the same for every image, so block hashes
+// take the content ids of the inputs that overlap a block as extra keys (core/block_hash.h).
+struct MultimodalInput {
+  std::uint32_t offset = 0;  // prompt position of the first placeholder token
+  std::uint32_t length = 0;  // placeholder tokens (>= 1)
+  std::uint64_t content_id = 0;
+  friend bool operator==(const MultimodalInput&, const MultimodalInput&) = default;
+};
+
 struct RequestSpec {
   RequestId id = 0;                    // unique in a workload; workloads number 0, 1, 2, ...
   TimeNs arrival_ns = 0;               // when the request reaches the server
@@ -51,6 +62,8 @@ struct RequestSpec {
   // vLLM's cache_salt: an extra key of the first block's hash, so prompts with different salts
   // never share cached blocks (core/block_hash.h); 0: none.
   std::uint64_t cache_salt = 0;
+  // Multimodal inputs, sorted by offset and not overlapping, inside the prompt; null: none.
+  std::shared_ptr<const std::vector<MultimodalInput>> mm_inputs;
 
   std::int32_t total_tokens() const { return prompt_len + max_output_tokens; }
 };

@@ -83,6 +83,7 @@ Scheduler::Scheduler(const SchedulerConfig& config, KvCacheManager& kv, Schedule
           "Scheduler: speculative decoding and num_scheduler_steps > 1 do not combine");
     }
     spec_k_ = sp.num_speculative_tokens;
+    counters_.num_accepted_tokens_per_pos.assign(static_cast<std::size_t>(spec_k_), 0);
     spec_lookahead_ = sp.lookahead_slots();
   }
   // A formation without the swap-in pass would strand swapped victims.
@@ -670,6 +671,10 @@ void Scheduler::complete_spec(const StepResult& result, TimeNs now) {
       kv_.rollback_slots(r);
       counters_.num_draft_tokens += d;
       counters_.num_accepted_tokens += accepted;
+      ++counters_.num_drafts;
+      std::vector<std::int64_t>& per_pos = counters_.num_accepted_tokens_per_pos;
+      if (per_pos.size() < static_cast<std::size_t>(accepted)) per_pos.resize(accepted, 0);
+      for (std::int32_t i = 0; i < accepted; ++i) ++per_pos[static_cast<std::size_t>(i)];
     }
     // Past a stop (the output length) the surplus is trimmed, as vLLM does.
     const std::int32_t room = r.spec.max_output_tokens - r.num_output_tokens();

@@ -98,8 +98,9 @@
 // the prefix cache: allocate_slots registers only blocks full of known tokens, and a block fills
 // with accepted ones when a later step's allocation covers it. A preemption drops the drafts
 // (vLLM's _preempt_request clears spec_token_ids); a refunded victim's entry gives its 1 + d
-// tokens back. counters().num_draft_tokens / num_accepted_tokens count drafts verified and
-// accepted.
+// tokens back. counters().num_drafts / num_draft_tokens / num_accepted_tokens /
+// num_accepted_tokens_per_pos count verify entries with drafts, drafts verified and accepted, and
+// acceptances per draft position (vLLM's spec-decode counters).
 //
 // Ownership: the scheduler allocates a Request per arrival and deletes it right after
 // observer->on_finish (or on_reject); the destructor frees the blocks of what remains.
@@ -136,6 +137,10 @@ struct SchedulerCounters {
   std::int64_t num_capped = 0;        // admitted with max_output_tokens lowered by the length cap
   std::int64_t num_draft_tokens = 0;  // speculative decoding: drafts verified
   std::int64_t num_accepted_tokens = 0;  // of those, accepted
+  std::int64_t num_drafts = 0;           // verify entries that carried at least one draft
+  // [i]: verify entries whose draft at position i was accepted (vLLM's
+  // num_accepted_tokens_per_pos); num_speculative_tokens entries when speculation is on.
+  std::vector<std::int64_t> num_accepted_tokens_per_pos;
 };
 
 class Scheduler {

@@ -582,6 +582,7 @@ RunOutput run_engine(const ExperimentConfig& config, const EngineOptions& option
                          cpu != nullptr ? static_cast<double>(cpu->tier_copy_ns()) * 1e-9 : 0.0,
                          out.summary);
   }
+  if (config.scheduler.speculative.enabled()) add_spec_decode(out.summary, scheduler.counters());
   write_run_outputs(config, recorder, {out.backend, model.name, options.device}, out);
   if (options.write_tokens) {
     write_tokens_jsonl(out.out_dir + "/tokens.jsonl", capture.tokens());

@@ -22,7 +22,8 @@ bool known_field(const std::string& key, bool chat) {
       "n",     "ignore_eos", "user",   "seed",           "presence_penalty", "frequency_penalty",
       "stop",  "logprobs"};
   // vLLM's extra sampling parameters and its cache_salt.
-  static const char* const kVllm[] = {"stop_token_ids", "min_tokens", "cache_salt"};
+  static const char* const kVllm[] = {"stop_token_ids", "min_tokens", "cache_salt",
+                                      "include_stop_str_in_output"};
   for (const char* k : kVllm) {
     if (key == k) return true;
   }
@@ -168,10 +169,26 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat,
       !(body["echo"].is_boolean() && !body["echo"].get<bool>())) {
     throw bad("'echo': only false is supported", "echo");
   }
-  if (body.contains("stop") && !body["stop"].is_null() &&
-      !((body["stop"].is_array() && body["stop"].empty()) ||
-        (body["stop"].is_string() && body["stop"].get<std::string>().empty()))) {
-    throw bad("'stop': stop strings are not supported (use stop_token_ids)", "stop");
+  if (body.contains("stop") && !body["stop"].is_null()) {
+    // A string or an array of strings (OpenAI: up to 4; vLLM takes any number); an empty string
+    // alone means none, as an empty array does.
+    const json& st = body["stop"];
+    if (st.is_string()) {
+      if (!st.get<std::string>().empty()) r.stop.push_back(st.get<std::string>());
+    } else {
+      expect(st.is_array(), "stop", "a string or an array of strings");
+      for (const json& s : st) {
+        expect(s.is_string() && !s.get<std::string>().empty(), "stop",
+               "an array of non-empty strings");
+        r.stop.push_back(s.get<std::string>());
+      }
+    }
+  }
+  if (body.contains("include_stop_str_in_output") &&
+      !body["include_stop_str_in_output"].is_null()) {
+    expect(body["include_stop_str_in_output"].is_boolean(), "include_stop_str_in_output",
+           "true or false");
+    r.include_stop_str_in_output = body["include_stop_str_in_output"].get<bool>();
   }
 
   if (chat) {
@@ -242,8 +259,9 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat,
 
 std::string completion_json(const ResponseMeta& meta, const std::string& text,
                             std::int32_t prompt_tokens, std::int32_t completion_tokens,
-                            const std::string& finish_reason) {
+                            const std::string& finish_reason, const std::string& stop_reason) {
   json choice = {{"index", 0}, {"finish_reason", finish_reason}, {"logprobs", nullptr}};
+  if (!stop_reason.empty()) choice["stop_reason"] = stop_reason;
   if (meta.chat) {
     choice["message"] = {{"role", "assistant"}, {"content", text}};
   } else {
@@ -262,9 +280,10 @@ std::string completion_json(const ResponseMeta& meta, const std::string& text,
 }
 
 std::string chunk_json(const ResponseMeta& meta, const std::string& text, bool first,
-                       const std::string& finish_reason) {
+                       const std::string& finish_reason, const std::string& stop_reason) {
   json choice = {{"index", 0}, {"logprobs", nullptr}};
   choice["finish_reason"] = finish_reason.empty() ? json(nullptr) : json(finish_reason);
+  if (!stop_reason.empty()) choice["stop_reason"] = stop_reason;
   if (meta.chat) {
     json delta = {{"content", text}};
     if (first) delta["role"] = "assistant";

@@ -47,6 +47,10 @@ struct CompletionRequest {
   bool ignore_eos = false;
   std::int32_t min_tokens = 0;  // <= max_tokens
   std::string cache_salt;       // "" : none
+  // Stop strings (`stop`: a string or an array of strings, none empty; engine/stop_strings.h)
+  // and vLLM's include_stop_str_in_output.
+  std::vector<std::string> stop;
+  bool include_stop_str_in_output = false;
 };
 
 // Parses a /v1/completions (chat = false) or /v1/chat/completions (chat = true) body. Text
@@ -64,14 +68,17 @@ struct ResponseMeta {
   bool chat = false;
 };
 // The whole non-streaming response: one choice with `text`, `finish_reason` ("length" or "stop"),
-// usage.
+// usage. A non-empty `stop_reason` (the stop string that ended the output) adds vLLM's
+// `stop_reason` field to the choice.
 std::string completion_json(const ResponseMeta& meta, const std::string& text,
                             std::int32_t prompt_tokens, std::int32_t completion_tokens,
-                            const std::string& finish_reason = "length");
+                            const std::string& finish_reason = "length",
+                            const std::string& stop_reason = "");
 // One streamed chunk with `text` (a delta; the chat stream's first chunk also carries the role)
-// and, when `finish_reason` is non-empty, that reason. Without the "data: " framing.
+// and, when `finish_reason` is non-empty, that reason (and `stop_reason` as above). Without the
+// "data: " framing.
 std::string chunk_json(const ResponseMeta& meta, const std::string& text, bool first,
-                       const std::string& finish_reason);
+                       const std::string& finish_reason, const std::string& stop_reason = "");
 // The usage chunk (stream_options.include_usage): no choices, usage filled in.
 std::string usage_chunk_json(const ResponseMeta& meta, std::int32_t prompt_tokens,
                              std::int32_t completion_tokens);

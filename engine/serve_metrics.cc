@@ -137,6 +137,21 @@ void ServeMetrics::set_state(std::int64_t running, std::int64_t waiting, double 
   last_prefix_ = prefix;
 }
 
+void ServeMetrics::recount_length_as_stop() {
+  std::lock_guard lock(mu_);
+  --success_length_;
+  ++success_stop_;
+}
+
+void ServeMetrics::set_spec_decode(const SchedulerCounters& c) {
+  std::lock_guard lock(mu_);
+  spec_decode_ = true;
+  spec_.num_drafts = c.num_drafts;
+  spec_.num_draft_tokens = c.num_draft_tokens;
+  spec_.num_accepted_tokens = c.num_accepted_tokens;
+  spec_.num_accepted_tokens_per_pos = c.num_accepted_tokens_per_pos;
+}
+
 std::string ServeMetrics::render() const {
   std::lock_guard lock(mu_);
   std::string out;
@@ -196,6 +211,21 @@ std::string ServeMetrics::render() const {
   header(out, "vllm:e2e_request_latency_seconds", "histogram",
          "Histogram of end to end request latency in seconds.");
   e2e_.render(out, "vllm:e2e_request_latency_seconds", labels_);
+  if (spec_decode_) {
+    scalar("vllm:spec_decode_num_drafts_total", "counter", "Number of spec decoding drafts.",
+           std::to_string(spec_.num_drafts));
+    scalar("vllm:spec_decode_num_draft_tokens_total", "counter", "Number of draft tokens.",
+           std::to_string(spec_.num_draft_tokens));
+    scalar("vllm:spec_decode_num_accepted_tokens_total", "counter", "Number of accepted tokens.",
+           std::to_string(spec_.num_accepted_tokens));
+    header(out, "vllm:spec_decode_num_accepted_tokens_per_pos_total", "counter",
+           "Accepted tokens per draft position.");
+    for (std::size_t i = 0; i < spec_.num_accepted_tokens_per_pos.size(); ++i) {
+      out += "vllm:spec_decode_num_accepted_tokens_per_pos_total{" + labels_ + ",position=\"" +
+             std::to_string(i) + "\"} " + std::to_string(spec_.num_accepted_tokens_per_pos[i]) +
+             "\n";
+    }
+  }
   return out;
 }
 

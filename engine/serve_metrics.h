@@ -20,6 +20,10 @@
 // servers' /metrics stay as they were): servelab:requests_shed_total (requests the admission
 // policy refused, answered 429) and servelab:requests_capped_total (requests whose max_tokens a
 // length cap lowered, counted when they finish or are aborted).
+// Speculative decoding (serving.speculative_config; absent otherwise): vLLM's counters
+// vllm:spec_decode_num_drafts_total, vllm:spec_decode_num_draft_tokens_total,
+// vllm:spec_decode_num_accepted_tokens_total and
+// vllm:spec_decode_num_accepted_tokens_per_pos_total{position="i"} (docs/metrics.md).
 #pragma once
 
 #include <cstdint>
@@ -30,6 +34,7 @@
 
 #include "core/kv_cache_manager.h"
 #include "core/prefix_hit_window.h"
+#include "core/scheduler.h"
 #include "core/time.h"
 
 namespace servelab {
@@ -62,12 +67,17 @@ class ServeMetrics {
   // finished: true for a request that finished (at max_tokens, or by a stop condition when
   // `stopped`), false for an abort.
   void on_finish(bool finished, TimeNs arrival_ns, TimeNs now, bool stopped = false);
+  // Any thread: a request counted finished at max_tokens ended at a stop string found after its
+  // end reached the loop (engine/stop_strings.h): moves it to finished_reason "stop".
+  void recount_length_as_stop();
   void set_state(std::int64_t running, std::int64_t waiting, double kv_usage,
                  const PrefixCacheStats& prefix);
   // Overload control: render the shed and capped counters (before serving starts).
   void set_report_overload(bool on);
   void on_shed();
   void on_capped();
+  // The scheduler's spec-decode counters (core/scheduler.h); once called, /metrics shows them.
+  void set_spec_decode(const SchedulerCounters& counters);
 
   // Any thread: the whole exposition text.
   std::string render() const;
@@ -85,6 +95,8 @@ class ServeMetrics {
   bool report_overload_ = false;
   std::int64_t shed_ = 0, capped_ = 0;
   PromHistogram ttft_, itl_, e2e_;
+  bool spec_decode_ = false;
+  SchedulerCounters spec_;  // the spec-decode fields only
 };
 
 }  // namespace servelab

@@ -25,11 +25,12 @@ void RequestChannel::token(std::int32_t value) {
   cv_.notify_all();
 }
 
-void RequestChannel::finished(RequestStatus status, const std::string& reason) {
+bool RequestChannel::finished(RequestStatus status, const std::string& reason) {
   std::lock_guard lock(mu_);
   state_ = status == RequestStatus::kFinished ? State::kFinished : State::kAborted;
   reason_ = reason;
   cv_.notify_all();
+  return stop_string_;
 }
 
 RequestChannel::State RequestChannel::wait_admission(std::chrono::milliseconds timeout) {

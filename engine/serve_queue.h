@@ -42,7 +42,8 @@ class RequestChannel {
   // `shed`: refused by the admission policy (overload; the handler answers 429), not invalid.
   void rejected(const std::string& reason, bool shed = false);
   void token(std::int32_t value);
-  void finished(RequestStatus status, const std::string& reason);
+  // Returns true when the handler found a stop string before (stopped_by_string()).
+  bool finished(RequestStatus status, const std::string& reason);
 
   // Handler side: waits up to `timeout` for a change of admission state, returns the state.
   State wait_admission(std::chrono::milliseconds timeout);
@@ -53,6 +54,16 @@ class RequestChannel {
     std::lock_guard lock(mu_);
     return shed_;
   }
+  // A stop string ended the output (engine/stop_strings.h); the handler then aborts the request
+  // in the scheduler. Returns true when the loop had already reported the request finished for
+  // another reason than "stop" (the model ran on past the stop string to max_tokens before the
+  // handler saw it): the handler recounts it as "stop". Otherwise finished() returns true and
+  // the observer counts it so: one of the two, whichever comes second, sees the other.
+  bool stopped_by_string() {
+    std::lock_guard lock(mu_);
+    stop_string_ = true;
+    return state_ == State::kFinished && reason_ != "stop";
+  }
 
  private:
   mutable std::mutex mu_;
@@ -61,6 +72,7 @@ class RequestChannel {
   State state_ = State::kPending;
   std::string reason_;
   bool shed_ = false;
+  bool stop_string_ = false;
 };
 
 class ServeQueue : public WorkSource {

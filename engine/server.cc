@@ -19,6 +19,7 @@
 #include "engine/openai_api.h"
 #include "engine/serve_metrics.h"
 #include "engine/serve_queue.h"
+#include "engine/stop_strings.h"
 #include "serving/home.h"
 #include "serving/interrupt.h"
 #include "serving/replica.h"
@@ -53,10 +54,12 @@ class ServeObserver : public SchedulerObserver {
   }
   void on_preempt(const Request& /*req*/, TimeNs /*now*/) override { metrics_.on_preempt(); }
   void on_finish(const Request& req, TimeNs now) override {
-    metrics_.on_finish(req.status == RequestStatus::kFinished, req.spec.arrival_ns, now,
-                       req.finish_reason == "stop");
+    RequestChannel* const ch = queue_.channel(req.id());
+    // A stop string's abort is a finish with "stop" (vLLM counts it so).
+    const bool by_string = ch != nullptr && ch->finished(req.status, req.finish_reason);
+    metrics_.on_finish(req.status == RequestStatus::kFinished || by_string, req.spec.arrival_ns,
+                       now, req.finish_reason == "stop" || by_string);
     if (req.capped_from_tokens > 0) metrics_.on_capped();
-    if (RequestChannel* ch = queue_.channel(req.id())) ch->finished(req.status, req.finish_reason);
     queue_.done(req.id());
   }
 
@@ -68,8 +71,8 @@ class ServeObserver : public SchedulerObserver {
 // The queue as the loop's work source, refreshing the metrics' gauges as the state changes.
 class ServeSource : public WorkSource {
  public:
-  ServeSource(ServeQueue& queue, ServeMetrics& metrics, Replica& replica)
-      : queue_(queue), metrics_(metrics), replica_(replica) {}
+  ServeSource(ServeQueue& queue, ServeMetrics& metrics, Replica& replica, bool spec_decode)
+      : queue_(queue), metrics_(metrics), replica_(replica), spec_decode_(spec_decode) {}
   void admit(TimeNs now, Scheduler& scheduler) override {
     queue_.admit(now, scheduler);
     publish();
@@ -86,10 +89,12 @@ class ServeSource : public WorkSource {
                                                        static_cast<double>(s.num_usable_blocks)
                                                  : 0.0;
     metrics_.set_state(s.running, s.waiting, usage, replica_.kv().stats());
+    if (spec_decode_) metrics_.set_spec_decode(replica_.scheduler().counters());
   }
   ServeQueue& queue_;
   ServeMetrics& metrics_;
   Replica& replica_;
+  bool spec_decode_;  // speculative decoding configured: publish its counters
 };
 
 // cpp-httplib 0.11 listens with a backlog of 5: a burst of clients connecting at once (a
@@ -120,6 +125,7 @@ struct Exchange {
   std::size_t text_sent = 0;         // bytes of its decoded text streamed
   bool first = true;
   bool finish_sent = false;
+  StopStrings stops;  // the request's stop strings (engine/stop_strings.h)
 };
 
 // The text of generated ids. A model may generate ids the tokenizer has no token for (random
@@ -159,7 +165,7 @@ class Server {
                  static_cast<std::int32_t>(engine.num_gpu_blocks), *engine.executor, &observer_,
                  engine_kv_cache_options(config, engine),
                  static_cast<std::int32_t>(engine.num_cpu_blocks)),
-        source_(queue_, metrics_, replica_),
+        source_(queue_, metrics_, replica_, config.scheduler.speculative.enabled()),
         eos_token_ids_(engine.llama.model.eos_token_ids),
         created_(static_cast<std::int64_t>(std::time(nullptr))) {
     RunSummary overload;
@@ -274,6 +280,8 @@ class Server {
     ex->channel = std::make_shared<RequestChannel>();
     ex->prompt_tokens = static_cast<std::int32_t>(parsed.prompt.size());
     ex->max_tokens = parsed.max_tokens;
+    ex->stops =
+        StopStrings(std::move(parsed.stop), parsed.include_stop_str_in_output, parsed.min_tokens);
     RequestSpec spec = make_literal_request(0, 0, std::move(parsed.prompt), parsed.max_tokens);
     // Stop conditions: the model's EOS, the request's stop ids, min_tokens, ignore_eos.
     StopConditions stop;
@@ -330,37 +338,61 @@ class Server {
     auto provider = [this, ex, stream, usage](std::size_t /*offset*/, httplib::DataSink& sink) {
       RequestChannel::Update u = ex->channel->take(kPoll);
       if (!sink.is_writable()) return false;  // the client went away: the releaser aborts
-      if (stream) {
-        // One event per token, as vLLM sends one per step; the last token's carries the
-        // finish_reason ("length" at max_tokens, "stop" at EOS or a stop token id).
-        std::string out;
-        const bool finished = u.state == RequestChannel::State::kFinished;
-        for (std::size_t i = 0; i < u.tokens.size(); ++i) {
-          ++ex->completion_tokens;
-          ex->tokens.push_back(u.tokens[i]);
-          const bool last =
-              ex->completion_tokens == ex->max_tokens || (finished && i + 1 == u.tokens.size());
-          const std::string reason = !last ? "" : finished ? finish_reason(u) : "length";
-          out += sse(chunk_json(ex->meta, next_text(*ex, last), ex->first, reason));
-          ex->first = false;
-          ex->finish_sent = ex->finish_sent || last;
+      const bool finished = u.state == RequestChannel::State::kFinished;
+      // Token by token: the stop strings are checked on the text after each one, and a stop
+      // drops the tokens after it.
+      bool stopped = false;
+      std::string out;
+      for (std::size_t i = 0; i < u.tokens.size() && !stopped; ++i) {
+        ++ex->completion_tokens;
+        ex->tokens.push_back(u.tokens[i]);
+        std::string text;
+        if (!ex->stops.empty()) {
+          text = render_text(tokenizer_, ex->tokens);
+          stopped = ex->stops.update(text, ex->completion_tokens);
         }
-        if (!out.empty() && !sink.write(out.data(), out.size())) return false;
-      } else {
-        ex->completion_tokens += static_cast<std::int32_t>(u.tokens.size());
-        ex->tokens.insert(ex->tokens.end(), u.tokens.begin(), u.tokens.end());
+        if (!stream) continue;
+        // One event per token, as vLLM sends one per step; the last token's carries the
+        // finish_reason ("length" at max_tokens, "stop" at EOS, a stop token id or a stop
+        // string).
+        if (ex->stops.empty()) text = render_text(tokenizer_, ex->tokens);
+        const bool last = stopped || ex->completion_tokens == ex->max_tokens ||
+                          (finished && i + 1 == u.tokens.size());
+        const std::string reason = !last      ? ""
+                                   : stopped  ? "stop"
+                                   : finished ? finish_reason(u)
+                                              : "length";
+        out += sse(chunk_json(ex->meta, next_text(*ex, text, last), ex->first, reason,
+                              stopped ? ex->stops.matched() : ""));
+        ex->first = false;
+        ex->finish_sent = ex->finish_sent || last;
       }
-      if (u.state == RequestChannel::State::kFinished) {
+      if (!out.empty() && !sink.write(out.data(), out.size())) return false;
+      if (stopped) {
+        // The scheduler stops generating at its next turn (vLLM aborts the request in the
+        // engine core when its output processor finds a stop string).
+        if (ex->channel->stopped_by_string()) metrics_.recount_length_as_stop();
+        queue_.abort(ex->id);
+      }
+      if (finished || stopped) {
+        const std::string reason = stopped ? "stop" : finish_reason(u);
+        const std::string stop_reason = stopped ? ex->stops.matched() : "";
         std::string out;
         if (stream) {
-          if (!ex->finish_sent) out = sse(chunk_json(ex->meta, "", ex->first, finish_reason(u)));
+          if (!ex->finish_sent) {
+            const std::string text = render_text(tokenizer_, ex->tokens);
+            out = sse(
+                chunk_json(ex->meta, next_text(*ex, text, true), ex->first, reason, stop_reason));
+          }
           if (usage) {
             out += sse(usage_chunk_json(ex->meta, ex->prompt_tokens, ex->completion_tokens));
           }
           out += "data: [DONE]\n\n";
         } else {
-          out = completion_json(ex->meta, render_text(tokenizer_, ex->tokens), ex->prompt_tokens,
-                                ex->completion_tokens, finish_reason(u));
+          std::string text = render_text(tokenizer_, ex->tokens);
+          if (stopped) text.resize(ex->stops.text_end());
+          out = completion_json(ex->meta, text, ex->prompt_tokens, ex->completion_tokens, reason,
+                                stop_reason);
         }
         if (!sink.write(out.data(), out.size())) return false;
         sink.done();
@@ -390,24 +422,16 @@ class Server {
     return u.reason == "stop" ? "stop" : "length";
   }
 
-  // The text the tokens since the last call add: the decoded output beyond what was sent,
-  // holding back a trailing U+FFFD (an incomplete UTF-8 sequence a later token may complete)
-  // unless this is the last token. Decodes the whole output each time (outputs are short
-  // next to what a step costs).
-  std::string next_text(Exchange& ex, bool last) const {
-    static constexpr std::string_view kReplacement = "\xEF\xBF\xBD";
-    std::string_view full;
-    const std::string text = render_text(tokenizer_, ex.tokens);
-    full = text;
-    if (!last) {
-      while (full.size() >= kReplacement.size() &&
-             full.substr(full.size() - kReplacement.size()) == kReplacement) {
-        full.remove_suffix(kReplacement.size());
-      }
-    }
-    if (full.size() <= ex.text_sent) return "";
-    std::string delta(full.substr(ex.text_sent));
-    ex.text_sent = full.size();
+  // The text the tokens since the last call add, given the output's decoded `text`: what of it
+  // may be streamed (StopStrings::sendable: a trailing U+FFFD, an incomplete UTF-8 sequence a
+  // later token may complete, and the bytes that may begin a stop string wait, unless this is
+  // the last token; after a stop string, the text before its end) beyond what was sent. Callers
+  // decode the whole output each time (outputs are short next to what a step costs).
+  static std::string next_text(Exchange& ex, std::string_view text, bool last) {
+    const std::size_t n = ex.stops.sendable(text, last);
+    if (n <= ex.text_sent) return "";
+    std::string delta(text.substr(ex.text_sent, n - ex.text_sent));
+    ex.text_sent = n;
     return delta;
   }
 

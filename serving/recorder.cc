@@ -448,6 +448,19 @@ nlohmann::ordered_json dist_json(const DistributionSummary& d) {
 }
 }  // namespace
 
+void add_spec_decode(RunSummary& s, const SchedulerCounters& c) {
+  RunSummary::SpecDecode& d = s.spec_decode ? *s.spec_decode : s.spec_decode.emplace();
+  d.num_drafts += c.num_drafts;
+  d.num_draft_tokens += c.num_draft_tokens;
+  d.num_accepted_tokens += c.num_accepted_tokens;
+  if (d.num_accepted_tokens_per_pos.size() < c.num_accepted_tokens_per_pos.size()) {
+    d.num_accepted_tokens_per_pos.resize(c.num_accepted_tokens_per_pos.size(), 0);
+  }
+  for (std::size_t i = 0; i < c.num_accepted_tokens_per_pos.size(); ++i) {
+    d.num_accepted_tokens_per_pos[i] += c.num_accepted_tokens_per_pos[i];
+  }
+}
+
 void write_summary_json(const std::string& path, const RunSummary& s,
                         const std::vector<std::pair<std::string, std::string>>& meta,
                         const std::string& cluster_json) {
@@ -530,6 +543,23 @@ void write_summary_json(const std::string& path, const RunSummary& s,
                    {"store_time_s", s.idle_store_s}};
     }
     j["kv_offload"] = o;
+  }
+  if (s.spec_decode) {
+    // vLLM's spec-decode counters, then the rates derived from them (docs/metrics.md).
+    const RunSummary::SpecDecode& d = *s.spec_decode;
+    nlohmann::ordered_json o;
+    o["num_drafts"] = d.num_drafts;
+    o["num_draft_tokens"] = d.num_draft_tokens;
+    o["num_accepted_tokens"] = d.num_accepted_tokens;
+    o["num_accepted_tokens_per_pos"] = d.num_accepted_tokens_per_pos;
+    o["acceptance_rate"] = d.num_draft_tokens > 0 ? static_cast<double>(d.num_accepted_tokens) /
+                                                        static_cast<double>(d.num_draft_tokens)
+                                                  : 0.0;
+    o["mean_acceptance_length"] =
+        d.num_drafts > 0
+            ? 1.0 + static_cast<double>(d.num_accepted_tokens) / static_cast<double>(d.num_drafts)
+            : 0.0;
+    j["spec_decode"] = o;
   }
   std::FILE* f = std::fopen(path.c_str(), "wb");
   if (!f) throw_io_error(path, "writing", errno);

@@ -123,7 +123,19 @@ struct RunSummary {
   // duration_s.
   KvChurn churn;
   double allocations_per_s = 0, frees_per_s = 0, evictions_per_s = 0, offloads_per_s = 0;
+  // Speculative decoding (serving.speculative_config; absent when speculation is off): vLLM's
+  // spec-decode counters over the run (docs/metrics.md "Speculative decoding"), filled in by the
+  // driver with add_spec_decode() (once per replica in a cluster run).
+  struct SpecDecode {
+    std::int64_t num_drafts = 0, num_draft_tokens = 0, num_accepted_tokens = 0;
+    std::vector<std::int64_t> num_accepted_tokens_per_pos;
+  };
+  std::optional<SpecDecode> spec_decode;
 };
+
+// Adds `c`'s spec-decode counters to s.spec_decode (creating it). Drivers call it when the
+// experiment configures speculative decoding.
+void add_spec_decode(RunSummary& s, const SchedulerCounters& c);
 
 class Recorder : public SchedulerObserver {
  public:

@@ -155,6 +155,18 @@ void print_summary(std::FILE* f, const ExperimentConfig& config, const RunOutput
                "KV usage mean %.1f %% max %.1f %%\n",
                static_cast<long long>(s.preemptions), static_cast<long long>(s.recomputed_tokens),
                100.0 * s.prefix_hit_rate, 100.0 * s.kv_usage_mean, 100.0 * s.kv_usage_max);
+  if (s.spec_decode && s.spec_decode->num_drafts > 0) {
+    const RunSummary::SpecDecode& d = *s.spec_decode;
+    std::fprintf(
+        f,
+        "  speculation %lld drafts, %lld of %lld draft tokens accepted (%.1f %%), "
+        "%.2f tokens per verify step\n",
+        static_cast<long long>(d.num_drafts), static_cast<long long>(d.num_accepted_tokens),
+        static_cast<long long>(d.num_draft_tokens),
+        100.0 * static_cast<double>(d.num_accepted_tokens) /
+            static_cast<double>(d.num_draft_tokens),
+        1.0 + static_cast<double>(d.num_accepted_tokens) / static_cast<double>(d.num_drafts));
+  }
   if (!run.out_dir.empty()) {
     std::fprintf(f, "  wrote %s/{", run.out_dir.c_str());
     for (std::size_t i = 0; i < run.files.size(); ++i) {

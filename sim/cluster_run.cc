@@ -56,11 +56,6 @@ void add_sums(PrefixCacheStats& a, const PrefixCacheStats& b) {
 }  // namespace
 
 RunOutput run_cluster_simulation(const ExperimentConfig& config, const RunOptions& options) {
-  if (config.scheduler.speculative.enabled()) {
-    throw ConfigError(config.speculative_location +
-                      ": key 'serving.speculative_config': speculative decoding is not wired "
-                      "into cluster runs yet (run one replica)");
-  }
   RunOutput out;
   const ClusterConfig& cl = config.cluster;
   const std::string catalog = default_catalog_dir();
@@ -126,6 +121,10 @@ RunOutput run_cluster_simulation(const ExperimentConfig& config, const RunOption
 
   // The replicas, pool by pool in file order: that order is the cluster's replica numbering.
   std::vector<std::unique_ptr<SimBackend>> backends;
+  // Speculative decoding per replica (sim/speculation.h): each replica drafts and draws its
+  // acceptance from a stream of its own (replica 0 from the experiment seed, as a one-replica
+  // run), its pool's roofline pricing the drafts.
+  std::vector<std::unique_ptr<SimSpeculation>> speculations;
   // With RunOptions::before_step, each replica's backend shows its plans to the hook first.
   std::vector<std::unique_ptr<HookedBackend>> hooked;
   std::vector<std::unique_ptr<Replica>> replicas;
@@ -136,6 +135,13 @@ RunOutput run_cluster_simulation(const ExperimentConfig& config, const RunOption
     for (std::int32_t k = 0; k < p->config->count; ++k) {
       backends.push_back(std::make_unique<SimBackend>(*p->cost));
       backends.back()->set_stop_conditions(config.workload_section().has("sampling"));
+      if (config.scheduler.speculative.enabled()) {
+        const std::uint64_t index = replicas.size();
+        speculations.push_back(make_sim_speculation(
+            config, *p->roofline, p->hardware, ParallelConfig{}, catalog,
+            index == 0 ? config.seed : mix64(config.seed ^ (name_hash("speculation") + index))));
+        backends.back()->set_speculation(speculations.back().get());
+      }
       Backend* backend = backends.back().get();
       if (options.before_step) {
         const std::size_t index = replicas.size();
@@ -187,6 +193,9 @@ RunOutput run_cluster_simulation(const ExperimentConfig& config, const RunOption
   out.summary.skipped_trace_rows = workload->skipped_rows();
   fill_batch_slots(config, out.summary);
   fill_overload_flag(config, out.summary);
+  if (config.scheduler.speculative.enabled()) {
+    for (const auto& r : replicas) add_spec_decode(out.summary, r->scheduler().counters());
+  }
 
   // summary.json's `cluster` object (docs/metrics.md, "Cluster runs").
   const double duration_s =

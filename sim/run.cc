@@ -28,7 +28,8 @@ std::unique_ptr<SimSpeculation> make_sim_speculation(const ExperimentConfig& con
                                                      const RooflineCostModel& target,
                                                      const HardwareConfig& hardware,
                                                      const ParallelConfig& parallel,
-                                                     const std::string& catalog) {
+                                                     const std::string& catalog,
+                                                     std::uint64_t seed) {
   const SpeculativeConfig& sp = config.scheduler.speculative;
   if (!sp.enabled()) return nullptr;
   const std::string at = config.speculative_location + ": key 'serving.speculative_config";
@@ -46,7 +47,7 @@ std::unique_ptr<SimSpeculation> make_sim_speculation(const ExperimentConfig& con
       throw ConfigError(at + ".model': " + e.what());
     }
   }
-  return std::make_unique<SimSpeculation>(sp, config.seed, target, std::move(draft));
+  return std::make_unique<SimSpeculation>(sp, seed, target, std::move(draft));
 }
 
 std::unique_ptr<const CalibratedCostModel> make_calibrated_cost_model(
@@ -152,7 +153,7 @@ RunOutput run_simulation(const ExperimentConfig& config, const RunOptions& optio
                                      : static_cast<const CostModel&>(roofline);
   SimBackend sim_backend(cost);
   const std::unique_ptr<SimSpeculation> speculation =
-      make_sim_speculation(config, roofline, hardware, parallel, catalog);
+      make_sim_speculation(config, roofline, hardware, parallel, catalog, config.seed);
   sim_backend.set_speculation(speculation.get());
   sim_backend.set_stop_conditions(config.workload_section().has("sampling"));
   // The hook sees the replica's scheduler, which exists only once the replica is built.
@@ -235,6 +236,9 @@ RunOutput run_simulation(const ExperimentConfig& config, const RunOptions& optio
   out.summary = recorder.summary();
   out.summary.skipped_trace_rows = workload->skipped_rows();
   fill_batch_slots(config, out.summary);
+  if (config.scheduler.speculative.enabled()) {
+    add_spec_decode(out.summary, replica.scheduler().counters());
+  }
   if (!config.prefix_cache.pinned.empty()) {
     out.summary.pinned_blocks = replica.kv().num_pinned_blocks();
     out.summary.pinned_prefill_s = pinned_prefill_s;

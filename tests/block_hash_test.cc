@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <set>
 #include <utility>
 #include <vector>
@@ -137,6 +138,80 @@ TEST(BlockHash, ManyBlocksHaveDistinctHashes) {
   std::set<std::size_t> buckets;
   for (const BlockHash& x : h) buckets.insert(BlockHashHasher{}(x));
   EXPECT_EQ(buckets.size(), 2000u);
+}
+
+// Multimodal extra keys (vLLM v1's _gen_mm_extra_hash_keys): a block that overlaps an image's
+// placeholder range hashes the image's content id with its tokens.
+constexpr std::uint64_t kPlaceholder = 0x5050;  // every image's placeholder tokens
+constexpr std::uint64_t kText = 77;
+
+// A prompt: 8 text tokens, a 20-token image placeholder [8, 28), 20 text tokens; with the image
+// `image` (0: no multimodal inputs at all).
+RequestSpec image_spec(RequestId id, std::uint64_t image, std::uint32_t offset = 8,
+                       std::uint32_t length = 20) {
+  RequestSpec s = raw_spec(id, {{kText, 0, offset}, {kPlaceholder, 0, length}, {kText, 100, 20}});
+  if (image != 0) {
+    s.mm_inputs = std::make_shared<const std::vector<MultimodalInput>>(
+        std::vector<MultimodalInput>{{offset, length, image}});
+  }
+  return s;
+}
+
+TEST(BlockHashMultimodal, SameImageHashesEqualDifferentImageDiffers) {
+  // Blocks 0 and 1 ([0, 16), [16, 32)) overlap the image [8, 28); block 2 does not, but chains.
+  const auto a = chain(image_spec(1, 0xA), 3);
+  EXPECT_EQ(chain(image_spec(2, 0xA), 3), a);  // the same image: every block equal
+  const auto b = chain(image_spec(3, 0xB), 3);
+  const auto none = chain(image_spec(4, 0), 3);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_NE(b[i], a[i]) << "block " << i;  // identical placeholder tokens, other image
+    EXPECT_NE(none[i], a[i]) << "block " << i;
+  }
+}
+
+TEST(BlockHashMultimodal, OnlyOverlappingBlocksTakeTheKey) {
+  // Image [16, 32) fills block 1 exactly: block 0 ends where it begins, block 2 begins where it
+  // ends; both hash (for a given parent) as without the image.
+  const RequestSpec with = image_spec(1, 0xA, 16, 16);
+  const RequestSpec without = image_spec(2, 0, 16, 16);
+  EXPECT_EQ(hash_block(kNoneHash, with, 0, kBs), hash_block(kNoneHash, without, 0, kBs));
+  EXPECT_NE(hash_block(kNoneHash, with, 1, kBs), hash_block(kNoneHash, without, 1, kBs));
+  EXPECT_EQ(hash_block(kNoneHash, with, 2, kBs), hash_block(kNoneHash, without, 2, kBs));
+  // One token over either boundary ([15, 33)): all three blocks take the key.
+  const RequestSpec wide = image_spec(3, 0xA, 15, 18);
+  const RequestSpec wide_none = image_spec(4, 0, 15, 18);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_NE(hash_block(kNoneHash, wide, i, kBs), hash_block(kNoneHash, wide_none, i, kBs))
+        << "block " << i;
+  }
+  // A text-only prefix before an image is shared with text-only prompts (as in vLLM).
+  EXPECT_EQ(chain(image_spec(5, 0xA, 40, 4), 2), chain(image_spec(6, 0, 40, 4), 2));
+}
+
+TEST(BlockHashMultimodal, TwoImagesInOneBlockHashBothInOrder) {
+  RequestSpec ab = raw_spec(1, {{kPlaceholder, 0, 4}, {kPlaceholder, 0, 4}, {kText, 0, 8}});
+  ab.mm_inputs = std::make_shared<const std::vector<MultimodalInput>>(
+      std::vector<MultimodalInput>{{0, 4, 0xA}, {4, 4, 0xB}});
+  RequestSpec ba = ab;
+  ba.mm_inputs = std::make_shared<const std::vector<MultimodalInput>>(
+      std::vector<MultimodalInput>{{0, 4, 0xB}, {4, 4, 0xA}});
+  RequestSpec aa = ab;
+  aa.mm_inputs = std::make_shared<const std::vector<MultimodalInput>>(
+      std::vector<MultimodalInput>{{0, 4, 0xA}, {4, 4, 0xA}});
+  const BlockHash h = hash_block(kNoneHash, ab, 0, kBs);
+  EXPECT_EQ(hash_block(kNoneHash, RequestSpec(ab), 0, kBs), h);
+  EXPECT_NE(hash_block(kNoneHash, ba, 0, kBs), h);
+  EXPECT_NE(hash_block(kNoneHash, aa, 0, kBs), h);
+  // More images in a block than the inline key buffer holds.
+  RequestSpec many = raw_spec(2, {{kText, 0, 16}});
+  std::vector<MultimodalInput> ins;
+  for (std::uint32_t i = 0; i < 12; ++i) ins.push_back({i, 1, 1000 + i});
+  many.mm_inputs = std::make_shared<const std::vector<MultimodalInput>>(ins);
+  RequestSpec many2 = many;
+  ins.back().content_id = 1;
+  many2.mm_inputs = std::make_shared<const std::vector<MultimodalInput>>(ins);
+  EXPECT_EQ(hash_block(kNoneHash, many, 0, kBs), hash_block(kNoneHash, RequestSpec(many), 0, kBs));
+  EXPECT_NE(hash_block(kNoneHash, many, 0, kBs), hash_block(kNoneHash, many2, 0, kBs));
 }
 
 }  // namespace

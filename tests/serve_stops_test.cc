@@ -203,6 +203,164 @@ TEST(ServeStops, CacheSaltIsolatesHitsAndResetPrefixCacheDropsThem) {
   EXPECT_EQ(s.metric(hits), 96);
 }
 
+// The byte offsets of the UTF-8 characters of `text` (and text.size() last).
+std::vector<std::size_t> CharStarts(const std::string& text) {
+  std::vector<std::size_t> at;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if ((static_cast<unsigned char>(text[i]) & 0xC0) != 0x80) at.push_back(i);
+  }
+  at.push_back(text.size());
+  return at;
+}
+
+// The `data:` payloads of a streamed response, [DONE] left out.
+std::vector<json> Chunks(const std::string& body) {
+  std::vector<json> chunks;
+  for (std::size_t p = 0; (p = body.find("data: ", p)) != std::string::npos;) {
+    const std::size_t e = body.find("\n\n", p);
+    const std::string payload = body.substr(p + 6, e - p - 6);
+    if (payload != "[DONE]") chunks.push_back(json::parse(payload));
+    p = e;
+  }
+  return chunks;
+}
+
+// Stop strings (vLLM's `stop`, engine/stop_strings.h): the output ends where the detokenized
+// text first contains one (here two characters, so two byte tokens at least), cut before it (or
+// after it with include_stop_str_in_output), finish_reason "stop" and stop_reason the string;
+// streaming sends no text past the cut. ignore_eos lets the EOS model generate.
+TEST(ServeStops, StopStringsEndTheTextAndTheStream) {
+  const fs::path dir = temp_dir("serve_stop_strings");
+  Server s(dir);
+  const json base = {{"prompt", Prompt(8, 30)}, {"max_tokens", 16}, {"ignore_eos", true}};
+  json r = s.post("/v1/completions", base);
+  ASSERT_TRUE(r.contains("choices")) << r.dump();
+  const std::string full = r["choices"][0]["text"];
+  EXPECT_FALSE(r["choices"][0].contains("stop_reason"));  // only when a stop string matched
+  const std::vector<std::size_t> at = CharStarts(full);
+  ASSERT_GE(at.size(), 4u) << full;  // at least 3 characters
+  // The first two-character substring (not at the very end) found first where it is: the text
+  // before it is what a stop on it leaves.
+  std::size_t c = 0;
+  for (std::size_t k = 1; k + 3 < at.size(); ++k) {
+    if (full.find(full.substr(at[k], at[k + 2] - at[k])) == at[k]) {
+      c = k;
+      break;
+    }
+  }
+  const std::string stop = full.substr(at[c], at[c + 2] - at[c]);
+  SCOPED_TRACE("output '" + full + "', stop '" + stop + "'");
+  json body = base;
+  body["stop"] = stop;
+  r = s.post("/v1/completions", body);
+  EXPECT_EQ(r["choices"][0]["text"], full.substr(0, at[c]));
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(r["choices"][0]["stop_reason"], stop);
+  const int stopped_tokens = r["usage"]["completion_tokens"];
+  EXPECT_GE(stopped_tokens, 2);
+  EXPECT_LT(stopped_tokens, 16);
+  // include_stop_str_in_output; a list of stops, one never met.
+  body["stop"] = {"never met: \x01\x02\x03", stop};
+  body["include_stop_str_in_output"] = true;
+  r = s.post("/v1/completions", body);
+  EXPECT_EQ(r["choices"][0]["text"], full.substr(0, at[c + 2]));
+  EXPECT_EQ(r["choices"][0]["stop_reason"], stop);
+  EXPECT_EQ(r["usage"]["completion_tokens"], stopped_tokens);
+  // Streaming: the deltas add up to the cut text, the last carries the reasons.
+  body.erase("include_stop_str_in_output");
+  body["stream"] = true;
+  body["stream_options"] = {{"include_usage", true}};
+  httplib::Client client = s.client();
+  const httplib::Result sr = client.Post("/v1/completions", body.dump(), "application/json");
+  ASSERT_TRUE(sr);
+  ASSERT_EQ(sr->status, 200) << sr->body;
+  const std::vector<json> chunks = Chunks(sr->body);
+  ASSERT_GE(chunks.size(), 2u) << sr->body;
+  std::string streamed;
+  for (std::size_t k = 0; k + 1 < chunks.size(); ++k) {
+    const json& choice = chunks[k]["choices"][0];
+    streamed += choice["text"].get<std::string>();
+    EXPECT_EQ(choice["finish_reason"].is_null(), k + 2 < chunks.size()) << sr->body;
+  }
+  EXPECT_EQ(streamed, full.substr(0, at[c]));
+  EXPECT_EQ(chunks[chunks.size() - 2]["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(chunks[chunks.size() - 2]["choices"][0]["stop_reason"], stop);
+  EXPECT_EQ(chunks.back()["usage"]["completion_tokens"], stopped_tokens);
+  // The requests a stop string ended count as finished with "stop", not aborted.
+  const std::string series = "vllm:request_success_total{model_name=\"tiny-eos\",finished_reason=";
+  EXPECT_EQ(s.wait_metric(series + "\"stop\"}", 3), 3);
+  EXPECT_EQ(s.metric(series + "\"abort\"}"), 0);
+  // Bad values: 400 naming the field.
+  int status = 0;
+  for (const json& bad : {json(3), json::array({""}), json::array({"a", 1})}) {
+    r = s.post("/v1/completions", {{"prompt", Prompt(4)}, {"stop", bad}}, &status);
+    EXPECT_EQ(status, 400) << bad.dump();
+    EXPECT_EQ(r["error"]["param"], "stop") << bad.dump();
+  }
+  r = s.post("/v1/completions", {{"prompt", Prompt(4)}, {"include_stop_str_in_output", "yes"}},
+             &status);
+  EXPECT_EQ(status, 400);
+  EXPECT_EQ(r["error"]["param"], "include_stop_str_in_output");
+}
+
+// With speculative decoding configured, /metrics carries vLLM's spec-decode counters; without
+// it, none of them.
+TEST(ServeStops, SpecDecodeCountersInMetrics) {
+  const fs::path dir = temp_dir("serve_spec_metrics");
+  write_file(dir / "tiny-eos.yaml", EosModel());
+  std::string experiment = Experiment(dir / "tiny-eos.yaml");
+  const std::string serving = "serving:\n";
+  experiment.insert(experiment.find(serving) + serving.size(),
+                    "  speculative_config: {method: ngram, num_speculative_tokens: 3}\n");
+  write_file(dir / "spec.yaml", experiment);
+  ServeProcess p(dir, dir / "spec.yaml", {});
+  httplib::Client c("127.0.0.1", p.port());
+  c.set_read_timeout(30);
+  // A repetitive prompt: the n-gram proposer finds drafts.
+  json prompt = json::array();
+  for (int i = 0; i < 8; ++i) {
+    for (int t : {65, 66, 67}) prompt.push_back(t);
+  }
+  const json body = {{"prompt", prompt}, {"max_tokens", 24}, {"ignore_eos", true}};
+  const httplib::Result r = c.Post("/v1/completions", body.dump(), "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const auto metric = [&](const std::string& name) -> double {
+    const httplib::Result m = c.Get("/metrics");
+    if (!m) return -1;
+    const std::string text = "\n" + m->body;
+    const std::size_t at = text.find("\n" + name + " ");
+    if (at == std::string::npos) return -1;
+    const std::size_t v = at + 1 + name.size() + 1;
+    return std::stod(text.substr(v, text.find('\n', v) - v));
+  };
+  double drafts = -1;
+  for (int i = 0; i < 250 && (drafts = metric("vllm:spec_decode_num_drafts_total" + kLabels)) <= 0;
+       ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_GT(drafts, 0);
+  const double draft_tokens = metric("vllm:spec_decode_num_draft_tokens_total" + kLabels);
+  const double accepted = metric("vllm:spec_decode_num_accepted_tokens_total" + kLabels);
+  EXPECT_GE(draft_tokens, drafts);
+  EXPECT_GE(accepted, 0);
+  EXPECT_LE(accepted, draft_tokens);
+  double per_pos = 0;
+  for (int i = 0; i < 3; ++i) {
+    const double v = metric(
+        "vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name=\"tiny-eos\",position=\"" +
+        std::to_string(i) + "\"}");
+    EXPECT_GE(v, 0) << i;
+    per_pos += v;
+  }
+  EXPECT_EQ(per_pos, accepted);
+  // The server without speculation shows none.
+  const fs::path plain_dir = dir / "plain";
+  fs::create_directories(plain_dir);
+  Server plain(plain_dir);
+  EXPECT_EQ(plain.metric("vllm:spec_decode_num_drafts_total" + kLabels), -1);
+}
+
 // `engine run` with a workload's sampling keys: the model's EOS ids (not the simulator's EOS
 // point) end requests, min_tokens first; a model without EOS runs to max_tokens.
 TEST(EngineRunStops, TheModelsEosEndsRequestsAfterMinTokens) {

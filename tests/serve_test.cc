@@ -231,7 +231,7 @@ TEST(EngineServe, MalformedInputAnswers400WithAnOpenAIErrorObject) {
       {"/v1/completions", "{\"prompt\": [1], \"stream\": \"yes\"}", "stream"},
       {"/v1/completions", "{\"prompt\": [1], \"stream_options\": {\"include_usage\": true}}",
        "stream_options"},
-      {"/v1/completions", "{\"prompt\": [1], \"stop\": [\"x\"]}", "stop"},
+      {"/v1/completions", "{\"prompt\": [1], \"stop\": [\"\"]}", "stop"},
       {"/v1/completions", "{\"prompt\": [1], \"logprobs\": 2}", "logprobs"},
       {"/v1/completions", "{\"prompt\": [[1], [2]]}", "prompt"},  // a batch
       {"/v1/completions", "{\"prompt\": [1], \"model\": \"gpt-4\"}", "model", 404},

@@ -10,6 +10,7 @@
 #include "engine/openai_api.h"
 #include "engine/serve_metrics.h"
 #include "engine/serve_queue.h"
+#include "engine/stop_strings.h"
 #include "serving/home.h"
 #include "serving/tokenizer.h"
 
@@ -74,6 +75,83 @@ TEST(ServeQueue, BoundedAndDraining) {
   q.drain();
   EXPECT_EQ(q.submit(spec(), std::make_shared<RequestChannel>(), &c),
             ServeQueue::Submit::kDraining);
+}
+
+// Stop strings on the incremental text (vLLM's check_stop_strings): a stop string spanning
+// tokens, the cut before or after it, the request's order, min_tokens, an incomplete character.
+TEST(StopStrings, MatchesOnTheIncrementalText) {
+  StopStrings s({"bc"}, false, 0);
+  EXPECT_FALSE(s.update("a", 1));
+  EXPECT_FALSE(s.update("ab", 2));
+  EXPECT_TRUE(s.update("abcd", 3));  // "c" and "d" came in one token: "d" is dropped too
+  EXPECT_EQ(s.matched(), "bc");
+  EXPECT_EQ(s.text_end(), 1u);
+  StopStrings inc({"bc"}, true, 0);
+  EXPECT_FALSE(inc.update("ab", 1));
+  EXPECT_TRUE(inc.update("abcd", 2));
+  EXPECT_EQ(inc.text_end(), 3u);
+  // The first stop string of the list that the new text completes wins.
+  StopStrings order({"zz", "d", "c"}, false, 0);
+  EXPECT_TRUE(order.update("abcd", 1));
+  EXPECT_EQ(order.matched(), "d");
+  EXPECT_EQ(order.text_end(), 3u);
+  // min_tokens: no stop string before the output has more tokens; text that came before is not
+  // searched again (only the new text is).
+  StopStrings min({"a"}, false, 2);
+  EXPECT_FALSE(min.update("a", 1));
+  EXPECT_FALSE(min.update("ab", 2));
+  EXPECT_FALSE(min.update("abc", 3));
+  EXPECT_TRUE(min.update("abca", 4));
+  EXPECT_EQ(min.text_end(), 3u);
+  // An incomplete UTF-8 character (decoded as U+FFFD) is not searched until it completes.
+  StopStrings utf({"\xC3\xA9"}, false, 0);  // "é"
+  EXPECT_FALSE(utf.update("x\xEF\xBF\xBD", 1));
+  EXPECT_TRUE(utf.update("x\xC3\xA9", 2));
+  EXPECT_EQ(utf.text_end(), 1u);
+  StopStrings fffd({"\xEF\xBF\xBD"}, false, 0);
+  EXPECT_FALSE(fffd.update("x\xEF\xBF\xBD", 1));  // may still become a character
+  EXPECT_TRUE(fffd.update("x\xEF\xBF\xBDy", 2));  // it did not
+  EXPECT_EQ(fffd.text_end(), 1u);
+}
+
+TEST(StopStrings, StreamingHoldsBackWhatMayBeginAStopString) {
+  StopStrings s({"abc", "z"}, false, 0);  // holds back 2 bytes
+  EXPECT_EQ(s.sendable("xyzab", false), 3u);
+  EXPECT_EQ(s.sendable("xyzab", true), 5u);
+  EXPECT_EQ(s.sendable("x", false), 0u);
+  // Never splits a character: "é" is two bytes.
+  StopStrings one({"ab"}, false, 0);  // holds back 1 byte
+  EXPECT_EQ(one.sendable("x\xC3\xA9", false), 1u);
+  EXPECT_EQ(one.sendable("x\xC3\xA9y", false), 3u);
+  // A trailing incomplete character waits; without stop strings nothing else does.
+  StopStrings none;
+  EXPECT_TRUE(none.empty());
+  EXPECT_EQ(none.sendable("ab\xEF\xBF\xBD", false), 2u);
+  EXPECT_EQ(none.sendable("ab\xEF\xBF\xBD", true), 5u);
+  // include_stop_str_in_output holds nothing back; after a stop, up to the cut.
+  StopStrings inc({"abc"}, true, 0);
+  EXPECT_EQ(inc.sendable("xyzab", false), 5u);
+  EXPECT_TRUE(s.update("xyzabcq", 1));
+  EXPECT_EQ(s.sendable("xyzabcq", false), 3u);
+}
+
+TEST(OpenAiApi, StopStringsParse) {
+  const std::unique_ptr<Tokenizer> bytes =
+      load_tokenizer(home_path("data/tokenizers/bytes/tokenizer.json"));
+  const ApiLimits limits{"tiny", 256, 64};
+  CompletionRequest r =
+      parse_completion_request(R"({"prompt": "a", "stop": "xy"})", false, limits, *bytes);
+  EXPECT_EQ(r.stop, (std::vector<std::string>{"xy"}));
+  EXPECT_FALSE(r.include_stop_str_in_output);
+  r = parse_completion_request(
+      R"({"prompt": "a", "stop": ["x", "yz"], "include_stop_str_in_output": true})", false, limits,
+      *bytes);
+  EXPECT_EQ(r.stop, (std::vector<std::string>{"x", "yz"}));
+  EXPECT_TRUE(r.include_stop_str_in_output);
+  for (const char* none : {R"({"prompt": "a", "stop": ""})", R"({"prompt": "a", "stop": []})",
+                           R"({"prompt": "a", "stop": null})"}) {
+    EXPECT_TRUE(parse_completion_request(none, false, limits, *bytes).stop.empty()) << none;
+  }
 }
 
 }  // namespace

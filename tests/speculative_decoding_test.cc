@@ -175,6 +175,10 @@ TEST(SpeculativeDecoding, RejectedDraftsRollBackKeepingTheirBlocks) {
   EXPECT_EQ(h.obs.tokens[2].prev, 20);
   EXPECT_EQ(h.sched.counters().num_draft_tokens, 4);
   EXPECT_EQ(h.sched.counters().num_accepted_tokens, 2);
+  // vLLM's spec-decode counters: one verify entry with drafts, positions 0 and 1 accepted.
+  EXPECT_EQ(h.sched.counters().num_drafts, 1);
+  EXPECT_EQ(h.sched.counters().num_accepted_tokens_per_pos,
+            (std::vector<std::int64_t>{1, 1, 0, 0}));
   // The next verify starts at the last known token, in the slots the rejected drafts had.
   const StepPlan& p = h.Schedule(20);
   EXPECT_EQ(p.requests[0].first_token, 33);
@@ -426,6 +430,33 @@ TEST(SimSpeculation, VerifyStepPricing) {
 
 using namespace test_util;
 
+// summary.json's spec_decode object: vLLM's counters, consistent with each other (docs/metrics.md).
+void ExpectSpecDecode(const nlohmann::json& summary, std::size_t k) {
+  ASSERT_TRUE(summary.contains("spec_decode"));
+  const nlohmann::json& d = summary["spec_decode"];
+  const auto drafts = d["num_drafts"].get<std::int64_t>();
+  const auto draft_tokens = d["num_draft_tokens"].get<std::int64_t>();
+  const auto accepted = d["num_accepted_tokens"].get<std::int64_t>();
+  const auto per_pos = d["num_accepted_tokens_per_pos"].get<std::vector<std::int64_t>>();
+  EXPECT_GT(drafts, 0);
+  EXPECT_GE(draft_tokens, drafts);
+  EXPECT_LE(draft_tokens, drafts * static_cast<std::int64_t>(k));
+  EXPECT_GT(accepted, 0);
+  EXPECT_LE(accepted, draft_tokens);
+  ASSERT_EQ(per_pos.size(), k);
+  std::int64_t sum = 0;
+  for (std::size_t i = 0; i < k; ++i) {
+    sum += per_pos[i];
+    if (i > 0) EXPECT_LE(per_pos[i], per_pos[i - 1]);  // acceptance stops at a rejection
+  }
+  EXPECT_EQ(sum, accepted);
+  EXPECT_LE(per_pos[0], drafts);
+  EXPECT_DOUBLE_EQ(d["acceptance_rate"].get<double>(),
+                   static_cast<double>(accepted) / static_cast<double>(draft_tokens));
+  EXPECT_DOUBLE_EQ(d["mean_acceptance_length"].get<double>(),
+                   1.0 + static_cast<double>(accepted) / static_cast<double>(drafts));
+}
+
 std::string Experiment(const std::string& spec) {
   return "model: Llama-3-8B\nhardware: H100-SXM\nserving:\n  speculative_config: " + spec +
          "\nworkload: {type: synthetic, num_requests: 20, arrival: {process: poisson, rate: 50}, "
@@ -496,6 +527,42 @@ TEST(SpeculativeRun, RunsDeterministicallyAndOffIsIdentical) {
   EXPECT_EQ(on["requests"]["completed"], 10);
   EXPECT_LT(on["num_steps"].get<double>(), plain["num_steps"].get<double>() / 2);
   EXPECT_LT(on["tpot_ms"]["mean"].get<double>(), plain["tpot_ms"]["mean"].get<double>() / 2);
+  // The spec-decode counters (docs/metrics.md): only with speculation on.
+  EXPECT_FALSE(plain.contains("spec_decode"));
+  EXPECT_FALSE(
+      nlohmann::json::parse(read_file(dir / "off" / "summary.json")).contains("spec_decode"));
+  ExpectSpecDecode(on, 4);
+  // At 0.9 per position the acceptance rate is near 0.9 + 0.81 + ... over 4 (about 0.74).
+  EXPECT_GT(on["spec_decode"]["acceptance_rate"].get<double>(), 0.6);
+  fs::remove_all(dir);
+}
+
+// A cluster run speculates per replica: each replica's counters add up in summary.json, the run
+// is deterministic, and prefill/decode disaggregation works with it.
+TEST(SpeculativeRun, ClusterRunsSpeculatePerReplica) {
+  const fs::path dir = temp_dir("specdec_cluster");
+  const std::string body =
+      "model: Llama-3-8B\nhardware: H100-SXM\nserving:\n  max_num_seqs: 4\n"
+      "  speculative_config: {method: ngram, num_speculative_tokens: 3, acceptance_rate: 0.7}\n"
+      "workload: {type: synthetic, num_requests: 24, arrival: {process: poisson, rate: 50}, "
+      "prompt_len: {dist: fixed, value: 64}, output_len: {dist: fixed, value: 32}}\n";
+  write_file(dir / "rr.yaml", body + "cluster: {router: round_robin, pools: [{count: 3}]}\n");
+  write_file(dir / "pd.yaml", body +
+                                  "cluster:\n  router: round_robin\n"
+                                  "  kv_transfer: {bandwidth_gb_s: 10, latency_us: 20}\n"
+                                  "  pools:\n    - {name: p, count: 1, role: prefill}\n"
+                                  "    - {name: d, count: 2, role: decode}\n");
+  for (const char* name : {"rr", "rr2", "pd"}) {
+    const std::string file = std::string(name) == "rr2" ? "rr" : name;
+    const Cli cli = run_sim(
+        "run " + (dir / (file + ".yaml")).string() + " -q --out " + (dir / name).string(), dir);
+    ASSERT_EQ(cli.code, 0) << name << cli.err;
+    const auto s = nlohmann::json::parse(read_file(dir / name / "summary.json"));
+    EXPECT_EQ(s["requests"]["completed"], 24) << name;
+    ExpectSpecDecode(s, 3);
+  }
+  EXPECT_EQ(read_file(dir / "rr" / "summary.json"), read_file(dir / "rr2" / "summary.json"));
+  EXPECT_EQ(read_file(dir / "rr" / "requests.csv"), read_file(dir / "rr2" / "requests.csv"));
   fs::remove_all(dir);
 }
 

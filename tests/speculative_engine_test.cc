@@ -161,6 +161,15 @@ TEST(SpeculativeEngine, EngineRunsNgramAndRefusesOtherMethods) {
     ASSERT_EQ(c.code, 0) << name << c.err;
   }
   EXPECT_EQ(read_file(dir / "plain" / "tokens.jsonl"), read_file(dir / "ngram" / "tokens.jsonl"));
+  // summary.json's spec_decode counters (docs/metrics.md): with speculation only, consistent.
+  EXPECT_EQ(read_file(dir / "plain" / "summary.json").find("spec_decode"), std::string::npos);
+  const std::string ngram = read_file(dir / "ngram" / "summary.json");
+  const std::size_t at = ngram.find("\"spec_decode\"");
+  ASSERT_NE(at, std::string::npos) << ngram;
+  const std::string tail = ngram.substr(at);
+  EXPECT_NE(tail.find("\"num_drafts\""), std::string::npos);
+  EXPECT_NE(tail.find("\"num_accepted_tokens_per_pos\": ["), std::string::npos);
+  EXPECT_NE(tail.find("\"mean_acceptance_length\""), std::string::npos);
   const Cli eagle =
       run_engine((dir / "eagle.yaml").string() + " --quiet --tokens --out " + (dir / "e").string());
   EXPECT_EQ(eagle.code, 2);

@@ -57,3 +57,24 @@ def test_dict_experiment_runs_like_the_same_yaml(tmp_path):
     unnamed = dict(ALL_AT_ZERO)
     del unnamed["name"]
     assert servelab.run(unnamed).summary["run"]["experiment"] == "experiment"
+
+
+def test_speculative_decoding_summary_carries_the_acceptance_counters():
+    # servelab.run of an experiment with speculative_config: vLLM's spec-decode counters in the
+    # summary (docs/metrics.md, "Speculative decoding"); absent without speculation.
+    spec = dict(ALL_AT_ZERO, serving=dict(ALL_AT_ZERO["serving"], speculative_config={
+        "method": "ngram", "num_speculative_tokens": 3, "acceptance_rate": [0.9, 0.6]}))
+    on = servelab.run(spec)
+    d = on.summary["spec_decode"]
+    assert d["num_drafts"] > 0
+    assert 0 < d["num_accepted_tokens"] <= d["num_draft_tokens"] <= 3 * d["num_drafts"]
+    assert len(d["num_accepted_tokens_per_pos"]) == 3
+    assert sum(d["num_accepted_tokens_per_pos"]) == d["num_accepted_tokens"]
+    assert d["acceptance_rate"] == d["num_accepted_tokens"] / d["num_draft_tokens"]
+    assert d["mean_acceptance_length"] == 1 + d["num_accepted_tokens"] / d["num_drafts"]
+    # Position 0 accepts with 0.9, later ones with 0.6 each (after every earlier one).
+    first = d["num_accepted_tokens_per_pos"][0] / d["num_drafts"]
+    assert 0.8 < first < 0.97
+    assert on.summary["requests"]["completed"] == 40
+    assert "spec_decode" not in servelab.run(ALL_AT_ZERO).summary
+    assert servelab.run(spec).summary["spec_decode"] == d  # deterministic

@@ -1,0 +1,121 @@
+// Multimodal inputs in the simulator (`workload.multimodal`, traces/multimodal_workload.h): the
+// workload puts image placeholder tokens in the prompts with each image's content id, block
+// hashes take the ids as extra keys (core/block_hash.h), so requests that reuse an image hit the
+// prefix cache and different images behind identical placeholder tokens never do. Bad values are
+// exit code 2 naming the key.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "serving/config_node.h"
+#include "tests/test_util.h"
+#include "traces/multimodal_workload.h"
+#include "traces/workload.h"
+
+namespace servelab {
+namespace {
+
+using namespace servelab::test_util;
+
+const std::string kWorkload =
+    "  type: synthetic\n  num_requests: 60\n  arrival: {process: poisson, rate: 20}\n"
+    "  prompt_len: {dist: uniform, min: 20, max: 60}\n  output_len: {dist: fixed, value: 8}\n";
+
+std::string Experiment(const std::string& extra) {
+  return "name: mm\nseed: 11\nmodel: tiny\nhardware: H100-SXM\nserving:\n  block_size: 16\n"
+         "  num_gpu_blocks: 512\n  max_model_len: 1024\n"
+         "workload:\n" +
+         kWorkload + extra;
+}
+
+TEST(MultimodalWorkload, PlaceholdersAndInputsInThePrompt) {
+  const ConfigNode root = ConfigNode::load_string(
+      "workload:\n" + kWorkload +
+          "  multimodal: {images_per_request: 2, tokens_per_image: 10, distinct_images: 3, "
+          "position: end}\n",
+      "w.yaml");
+  const std::unique_ptr<Workload> w = make_workload(root.at("workload"), 11, ".");
+  std::map<std::uint64_t, int> images;
+  int n = 0;
+  while (const std::optional<RequestSpec> r = w->next()) {
+    ++n;
+    ASSERT_NE(r->mm_inputs, nullptr);
+    ASSERT_EQ(r->mm_inputs->size(), 2u);
+    EXPECT_GE(r->prompt_len, 20 + 20);
+    for (std::size_t i = 0; i < 2; ++i) {
+      const MultimodalInput& in = (*r->mm_inputs)[i];
+      EXPECT_EQ(in.length, 10u);
+      EXPECT_EQ(in.offset, static_cast<std::uint32_t>(r->prompt_len - 20 + 10 * i));  // at the end
+      for (std::uint32_t p = in.offset; p < in.offset + in.length; ++p) {
+        const TokenId t = token_identity(*r, static_cast<std::int32_t>(p));
+        EXPECT_EQ(t.content_id, kImagePlaceholderStream);  // the same tokens for every image
+        EXPECT_EQ(t.offset, p - in.offset);
+      }
+      ++images[in.content_id];
+    }
+  }
+  EXPECT_EQ(n, 60);
+  EXPECT_EQ(images.size(), 3u);  // drawn from the distinct images
+}
+
+// Runs the experiment; returns summary.json's prefix_cache hit tokens.
+std::int64_t HitTokens(const fs::path& dir, const std::string& name, const std::string& extra) {
+  write_file(dir / (name + ".yaml"), Experiment(extra));
+  const Cli cli = run_sim(
+      "run " + (dir / (name + ".yaml")).string() + " -q --out " + (dir / name).string(), dir);
+  EXPECT_EQ(cli.code, 0) << cli.err;
+  const auto s = nlohmann::json::parse(read_file(dir / name / "summary.json"));
+  return s["prefix_cache"]["hit_tokens"].get<std::int64_t>();
+}
+
+TEST(MultimodalWorkload, ImageReuseHitsTheCacheDifferentImagesDoNot) {
+  const fs::path dir = temp_dir("mm_sim");
+  // Text prompts with no shared content: no hits.
+  EXPECT_EQ(HitTokens(dir, "text", ""), 0);
+  // One image (64 placeholder tokens, 4 blocks) before every prompt: all but the first request
+  // hit its 4 blocks.
+  const std::int64_t one =
+      HitTokens(dir, "one", "  multimodal: {tokens_per_image: 64, distinct_images: 1}\n");
+  EXPECT_EQ(one, 59 * 64);
+  // Every request a different image (ten million to draw from): the placeholder tokens are the
+  // same, the hashes are not.
+  EXPECT_EQ(
+      HitTokens(dir, "many", "  multimodal: {tokens_per_image: 64, distinct_images: 10000000}\n"),
+      0);
+  // A few images: hits in between.
+  const std::int64_t few =
+      HitTokens(dir, "few", "  multimodal: {tokens_per_image: 64, distinct_images: 8}\n");
+  EXPECT_GT(few, 0);
+  EXPECT_LT(few, one);
+  // Deterministic.
+  EXPECT_EQ(HitTokens(dir, "few2", "  multimodal: {tokens_per_image: 64, distinct_images: 8}\n"),
+            few);
+  EXPECT_EQ(read_file(dir / "few" / "requests.csv"), read_file(dir / "few2" / "requests.csv"));
+  fs::remove_all(dir);
+}
+
+TEST(MultimodalWorkload, BadKeysAreExitCode2NamingTheKey) {
+  const fs::path dir = temp_dir("mm_bad");
+  const auto err = [&](const std::string& extra) {
+    write_file(dir / "bad.yaml", Experiment(extra));
+    const Cli cli =
+        run_sim("run " + (dir / "bad.yaml").string() + " --out " + (dir / "out").string(), dir);
+    EXPECT_EQ(cli.code, 2) << extra;
+    return cli.err;
+  };
+  for (const char* bad :
+       {"  multimodal: {distinct_images: 0}\n", "  multimodal: {tokens_per_image: 4}\n",
+        "  multimodal: {distinct_images: 2, fraction: 1.5}\n",
+        "  multimodal: {distinct_images: 2, position: middle}\n",
+        "  multimodal: {distinct_images: 2, images: 3}\n", "  multimodal: 3\n"}) {
+    const std::string e = err(bad);
+    EXPECT_NE(e.find("bad.yaml:"), std::string::npos) << bad << e;
+    EXPECT_NE(e.find("workload.multimodal"), std::string::npos) << bad << e;
+  }
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace servelab
