@@ -22,6 +22,10 @@ struct BlockHash {
 
 inline constexpr BlockHash kNoneHash{0x53657276654c6162ULL, 0x4e6f6e6548617368ULL};
 
+// `parent` keyed with the LoRA adapter `lora_id` (!= 0): what hash_block chains from for every
+// block of a request under that adapter. Never equal to `parent` or to a salted root.
+BlockHash lora_keyed(const BlockHash& parent, std::uint32_t lora_id);
+
 // The parent hash of block 0 of a request salted with `salt` (!= 0): never kNoneHash.
 BlockHash salted_root(std::uint64_t salt);
 
@@ -33,8 +37,10 @@ struct BlockHashHasher {
 // `spec`'s sequence, given the hash of the previous block. The block may extend into the output
 // tokens. A request with a cache_salt hashes its block 0 under salted_root(salt) instead of
 // `parent` (vLLM: the salt is an extra key of the first block only; later blocks inherit it
-// through the chain), so equal prompts with different salts share no block. REQUIRES:
-// block_size > 0.
+// through the chain), so equal prompts with different salts share no block. A request under a
+// LoRA adapter (spec.lora_id != 0) hashes every block from lora_keyed(parent, lora_id) (vLLM:
+// the adapter is an extra key of every block's hash), so equal prompts under different adapters,
+// or under one and none, share no block. REQUIRES: block_size > 0.
 BlockHash hash_block(const BlockHash& parent, const RequestSpec& spec, std::int32_t block_index,
                      std::int32_t block_size);
 
