@@ -4,9 +4,12 @@
 // and cache isolation (the same prompt under the same adapter hits the prefix cache and gives the
 // same tokens; under another adapter or none it does not hit).
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <vector>
 
@@ -18,6 +21,7 @@
 #include "engine/llama_weights.h"
 #include "engine/lora_weights.h"
 #include "serving/home.h"
+#include "tests/test_util.h"
 
 namespace servelab {
 namespace {
@@ -170,6 +174,47 @@ TEST(LoraEngine, AnAdapterEntryNeedsLoraOnAndAConsistentRank) {
   e.spec = &other;
   EXPECT_THROW(on.execute(plan), std::invalid_argument);
   EXPECT_THROW(make_lora_adapter(w.config.model, 1, 0, 8), std::invalid_argument);
+}
+
+// `engine run` of an experiment with adapters: real adapters on the CPU executor, the summary's
+// lora object, one prefix computation per adapter; the CUDA executor refuses (exit code 2).
+TEST(LoraEngine, EngineRunAppliesAdaptersAndCudaRefuses) {
+  namespace fs = std::filesystem;
+  const fs::path dir = test_util::temp_dir("lora_engine_run");
+  test_util::write_file(dir / "e.yaml",
+                        "name: lora-engine\nseed: 3\nmodel: tiny\nhardware: H100-SXM\n"
+                        "serving:\n  max_num_seqs: 8\n  max_model_len: 512\n"
+                        "  num_gpu_blocks: 256\n  lora: {max_loras: 2, max_lora_rank: 8}\n"
+                        "workload:\n  type: synthetic\n  num_requests: 12\n"
+                        "  arrival: {process: poisson, rate: 50}\n"
+                        "  prompt_len: {dist: fixed, value: 40}\n"
+                        "  output_len: {dist: fixed, value: 8}\n"
+                        "  shared_prefix: {num_prefixes: 1, length: 32, fraction: 1.0}\n"
+                        "  lora: {adapters: 3, rank: 8}\n");
+  const auto engine = [&](const std::string& args) {
+    const std::string cmd = servelab_program("engine") + " run " + (dir / "e.yaml").string() + " " +
+                            args + " > " + (dir / "out.txt").string() + " 2> " +
+                            (dir / "err.txt").string();
+    const int status = std::system(cmd.c_str());
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  };
+  ASSERT_EQ(engine("--out " + (dir / "o").string()), 0) << test_util::read_file(dir / "err.txt");
+  const auto s = nlohmann::json::parse(test_util::read_file(dir / "o/summary.json"));
+  EXPECT_EQ(s["requests"]["completed"], 12);
+  EXPECT_EQ(s["lora"]["max_loras"], 2);
+  EXPECT_EQ(s["lora"]["requests_by_adapter"]["base"], 0);
+  const int adapted = s["lora"]["requests_by_adapter"]["1"].get<int>() +
+                      s["lora"]["requests_by_adapter"]["2"].get<int>() +
+                      s["lora"]["requests_by_adapter"]["3"].get<int>();
+  EXPECT_EQ(adapted, 12);
+  // The 32-token system prompt (two blocks) hits for every request but each adapter's first;
+  // every other token (40 prompt and 7 decode tokens each) is computed under an adapter.
+  EXPECT_EQ(s["prefix_cache"]["hit_tokens"], (12 - 3) * 32);
+  EXPECT_EQ(s["lora"]["lora_tokens"].get<int>(), 12 * (40 + 7) - (12 - 3) * 32);
+  EXPECT_EQ(engine("--device cuda --out " + (dir / "c").string()), 2);
+  const std::string err = test_util::read_file(dir / "err.txt");
+  EXPECT_NE(err.find("e.yaml:9:"), std::string::npos) << err;
+  EXPECT_NE(err.find("CUDA executor does not apply LoRA"), std::string::npos) << err;
 }
 
 }  // namespace
