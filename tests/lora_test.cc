@@ -430,6 +430,11 @@ TEST(LoraSim, SummaryReportsAdaptersAndTheirCostAndCacheIsolation) {
   EXPECT_LE(many["lora"]["adapters_per_step_mean"].get<double>(), 4.0);
   EXPECT_GT(many["lora"]["adapters_per_step_mean"].get<double>(), 2.0);
   EXPECT_EQ(many["requests"]["completed"], 300);
+  // Determinism: the same experiment and seed give the same run (adapter draws, skips, costs).
+  EXPECT_EQ(
+      SimRun("many2", Experiment("  lora: {max_loras: 4}\n", "  lora: {adapters: 16, rank: 16}\n"))
+          .dump(),
+      many.dump());
 }
 
 }  // namespace
