@@ -132,10 +132,19 @@ std::optional<BlockHash> hash_with_mm_keys(const BlockHash& parent, const Reques
 
 }  // namespace
 
+BlockHash lora_keyed(const BlockHash& parent, std::uint32_t lora_id) {
+  // The tag keeps the adapter's key apart from a salt's (salted_root hashes three words).
+  const std::uint64_t words[4] = {parent.lo, parent.hi, 0x4c6f5241ULL /* "LoRA" */, lora_id};
+  const XXH128_hash_t h = XXH3_128bits(words, sizeof(words));
+  return BlockHash{h.low64, h.high64};
+}
+
 BlockHash hash_block(const BlockHash& unsalted_parent, const RequestSpec& spec,
                      std::int32_t block_index, std::int32_t block_size) {
-  const BlockHash parent =
+  BlockHash parent =
       block_index == 0 && spec.cache_salt != 0 ? salted_root(spec.cache_salt) : unsalted_parent;
+  if (spec.lora_id != 0) [[unlikely]]
+    parent = lora_keyed(parent, spec.lora_id);
   const std::int64_t begin = static_cast<std::int64_t>(block_index) * block_size;
   const std::int64_t end = begin + block_size;
   if (spec.mm_inputs != nullptr && begin < spec.prompt_len) [[unlikely]] {

@@ -22,6 +22,10 @@ struct BlockHash {
 
 inline constexpr BlockHash kNoneHash{0x53657276654c6162ULL, 0x4e6f6e6548617368ULL};
 
+// `parent` keyed with the LoRA adapter `lora_id` (!= 0): what hash_block chains from for every
+// block of a request under that adapter. Never equal to `parent` or to a salted root.
+BlockHash lora_keyed(const BlockHash& parent, std::uint32_t lora_id);
+
 // The parent hash of block 0 of a request salted with `salt` (!= 0): never kNoneHash.
 BlockHash salted_root(std::uint64_t salt);
 
@@ -37,7 +41,10 @@ struct BlockHashHasher {
 // multimodal inputs' placeholder ranges (RequestSpec::mm_inputs) also hashes their content ids,
 // in offset order, as extra keys (vLLM v1's multimodal extra keys): equal placeholder tokens
 // standing for different images give different hashes, and so do the blocks after them
-// (chained); a block that overlaps no input hashes as without them. REQUIRES: block_size > 0.
+// (chained); a block that overlaps no input hashes as without them.
+// A request under a LoRA adapter (spec.lora_id != 0) hashes every block from lora_keyed(parent,
+// lora_id) (vLLM: the adapter is an extra key of every block's hash), so equal prompts under
+// different adapters, or under one and none, share no block. REQUIRES: block_size > 0.
 BlockHash hash_block(const BlockHash& parent, const RequestSpec& spec, std::int32_t block_index,
                      std::int32_t block_size);
 

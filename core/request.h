@@ -64,6 +64,13 @@ struct RequestSpec {
   std::uint64_t cache_salt = 0;
   // Multimodal inputs, sorted by offset and not overlapping, inside the prompt; null: none.
   std::shared_ptr<const std::vector<MultimodalInput>> mm_inputs;
+  // vLLM's LoRARequest (lora_int_id): the adapter the request runs under, 0 for the base model.
+  // The id is an extra key of every block's hash (core/block_hash.h), so KV computed under one
+  // adapter never serves another; the scheduler admits at most max_loras distinct adapters per
+  // step (core/lora_config.h). lora_rank: the adapter's rank (the engine builds its weights from
+  // it; the simulator prices the padded max_lora_rank, as vLLM's kernels compute). 0 without one.
+  std::uint32_t lora_id = 0;
+  std::int32_t lora_rank = 0;
 
   std::int32_t total_tokens() const { return prompt_len + max_output_tokens; }
 };

@@ -66,6 +66,9 @@ Scheduler::Scheduler(const SchedulerConfig& config, KvCacheManager& kv, Schedule
                                 "' does not support num_scheduler_steps > 1");
   }
   lookahead_ = config_.num_scheduler_steps - 1;
+  if (config_.lora.max_loras < 0 || config_.lora.max_lora_rank < 1) {
+    throw std::invalid_argument("Scheduler: max_loras must be >= 0 and max_lora_rank >= 1");
+  }
   const SpeculativeConfig& sp = config_.speculative;
   if (sp.num_speculative_tokens < 0) {
     throw std::invalid_argument("Scheduler: num_speculative_tokens must be >= 0");
@@ -161,6 +164,18 @@ std::string Scheduler::rejection_reason(const Request& req) const {
     if (spec.n > config_.max_num_seqs) {
       return "n = " + std::to_string(spec.n) + " samples need more seats than max_num_seqs " +
              std::to_string(config_.max_num_seqs);
+    }
+  }
+  if (spec.lora_id != 0) {
+    // vLLM refuses a LoRA request when LoRA is off, and an adapter above max_lora_rank.
+    if (!config_.lora.enabled()) {
+      return "runs under LoRA adapter " + std::to_string(spec.lora_id) +
+             " but LoRA is not enabled (serving.lora)";
+    }
+    if (spec.lora_rank < 1 || spec.lora_rank > config_.lora.max_lora_rank) {
+      return "LoRA adapter " + std::to_string(spec.lora_id) + " has rank " +
+             std::to_string(spec.lora_rank) + ", outside [1, max_lora_rank " +
+             std::to_string(config_.lora.max_lora_rank) + "]";
     }
   }
   if (spec.max_output_tokens < 1) {
@@ -497,6 +512,8 @@ const StepPlan& Scheduler::schedule(TimeNs now) {
     }
   }
   if (lookahead_ > 0) mark_round();
+  if (config_.lora.enabled()) [[unlikely]]
+    count_plan_loras();
   plan_pending_ = !plan_.empty();
   if (!done_groups_.empty()) release_done_groups();  // groups ended by aborts
   return plan_;
@@ -505,10 +522,21 @@ const StepPlan& Scheduler::schedule(TimeNs now) {
 std::int32_t Scheduler::admit_waiting(std::int32_t budget, const AdmissionRule& rule, TimeNs now) {
   const auto max_seqs = static_cast<std::size_t>(config_.max_num_seqs);
   std::int32_t admitted = 0;
+  const bool lora = config_.lora.enabled();
+  if (lora) [[unlikely]]
+    collect_active_loras();
   while (!waiting_->empty() && (budget > 0 || !rule.stop_when_budget_spent) &&
          seats_taken() < max_seqs && (rule.max_admissions <= 0 || admitted < rule.max_admissions)) {
     Request& r = *waiting_->front();
     if (r.will_fork() && seats_taken() + r.spec.n > max_seqs) break;
+    // vLLM v1: a request whose adapter would be one more than max_loras is skipped (it keeps its
+    // place in the queue; later requests may still be admitted).
+    if (lora && r.spec.lora_id != 0 && !lora_active(r.spec.lora_id) &&
+        active_loras_.size() >= static_cast<std::size_t>(config_.lora.max_loras)) [[unlikely]] {
+      waiting_->pop_front();
+      lora_skipped_.push_back(&r);
+      continue;
+    }
     // Every admission looks up the prefix cache: a resumed request usually finds its own
     // earlier full blocks there.
     PrefixHit hit = kv_.get_computed_blocks(r);
@@ -533,6 +561,9 @@ std::int32_t Scheduler::admit_waiting(std::int32_t budget, const AdmissionRule& 
     }
     if (!kv_.allocate_slots(r, slots, &hit)) break;
     admit_front(r, hit);
+    if (lora && r.spec.lora_id != 0 && !lora_active(r.spec.lora_id)) [[unlikely]] {
+      active_loras_.push_back(r.spec.lora_id);
+    }
     if (r.external_tokens_ > 0) [[unlikely]] {
       r.num_computed_tokens += external;
       r.max_computed_tokens_ = std::max(r.max_computed_tokens_, r.num_computed_tokens);
@@ -543,7 +574,42 @@ std::int32_t Scheduler::admit_waiting(std::int32_t budget, const AdmissionRule& 
     add_to_plan(r, n, hit.num_tokens, now);
     budget -= n;
   }
+  if (!lora_skipped_.empty()) [[unlikely]] {
+    // The skipped requests go back in front, in their order (vLLM's prepend_requests).
+    for (auto it = lora_skipped_.rbegin(); it != lora_skipped_.rend(); ++it) {
+      waiting_->push_front(*it);
+    }
+    lora_skipped_.clear();
+  }
   return budget;
+}
+
+void Scheduler::collect_active_loras() {
+  active_loras_.clear();
+  for (const Request* r : running_) {
+    if (r->spec.lora_id != 0 && !lora_active(r->spec.lora_id)) {
+      active_loras_.push_back(r->spec.lora_id);
+    }
+  }
+  // Swapped requests hold KV under their adapter and resume without an admission check.
+  for (const Request* r : swapped_) {
+    if (r->spec.lora_id != 0 && !lora_active(r->spec.lora_id)) {
+      active_loras_.push_back(r->spec.lora_id);
+    }
+  }
+}
+
+void Scheduler::count_plan_loras() {
+  std::int32_t tokens = 0;
+  active_loras_.clear();
+  for (const ScheduledRequest& e : plan_.requests) {
+    const std::uint32_t a = e.spec->lora_id;
+    if (a == 0) continue;
+    tokens += e.num_tokens;
+    if (!lora_active(a)) active_loras_.push_back(a);
+  }
+  plan_.num_lora_tokens = tokens;
+  plan_.num_loras = static_cast<std::int32_t>(active_loras_.size());
 }
 
 std::int32_t Scheduler::swap_in_phase(std::int32_t budget, TimeNs now) {

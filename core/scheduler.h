@@ -102,6 +102,19 @@
 // num_accepted_tokens_per_pos count verify entries with drafts, drafts verified and accepted, and
 // acceptances per draft position (vLLM's spec-decode counters).
 //
+// LoRA adapters (config.lora with max_loras > 0; vLLM's max_loras, core/lora_config.h,
+// docs/policies.md "LoRA adapters"): admit_waiting() counts the distinct adapters of the running
+// and swapped requests; a waiting request under an adapter not among them while they already
+// number max_loras is skipped: taken out of the queue for the rest of the loop and put back in
+// front, in order, when it ends (vLLM v1's skipped_waiting_requests), so later requests (the base
+// model, or an adapter already running) may still be admitted. Every admission path goes
+// through that loop and swapped requests count, so the running and swapped requests never hold
+// more than max_loras adapters (vLLM v1 counts the adapters scheduled in the step; in its
+// formation every running request is scheduled whenever admission runs, so the two agree).
+// A request under an adapter is rejected at arrival when LoRA is off or its rank exceeds
+// max_lora_rank. A plan counts its adapter tokens and adapters (StepPlan::num_lora_tokens,
+// num_loras) for the cost models.
+//
 // Ownership: the scheduler allocates a Request per arrival and deletes it right after
 // observer->on_finish (or on_reject); the destructor frees the blocks of what remains.
 #pragma once
@@ -453,6 +466,17 @@ class Scheduler {
   void unqueue(Request& r);  // r just left the waiting queue (popped or erased)
   // Sheds or caps a new arrival (see the file comment); true when it was shed (and deleted).
   bool apply_overload_control(Request& r, TimeNs now);
+
+  // ---- LoRA (config.lora; see the file comment) ----
+  // active_loras_ := the distinct adapters of the running and swapped requests.
+  void collect_active_loras();
+  // Sets plan_.num_lora_tokens and num_loras from the final plan (active_loras_ is scratch).
+  void count_plan_loras();
+  bool lora_active(std::uint32_t id) const {
+    return std::find(active_loras_.begin(), active_loras_.end(), id) != active_loras_.end();
+  }
+  std::vector<std::uint32_t> active_loras_;  // at most max_loras + 1 ids (scratch)
+  std::vector<Request*> lora_skipped_;       // admit_waiting's skipped requests (scratch)
 };
 
 // add_to_plan and add_entry run once per scheduled request per step, called from every batch

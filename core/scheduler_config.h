@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 
+#include "core/lora_config.h"
 #include "core/speculative_config.h"
 
 namespace servelab {
@@ -35,6 +36,8 @@ struct SchedulerConfig {
   // vLLM's speculative decoding (`serving.speculative_config`; core/speculative_config.h and the
   // Scheduler's file comment). Off by default.
   SpeculativeConfig speculative;
+  // vLLM's LoRA limits (`serving.lora`; core/lora_config.h). Off by default.
+  LoraConfig lora;
   // The policy objects (plugins built by policies/registry; core only sees the interfaces).
   // Null means vLLM v1's choice, which core provides itself: VllmBatchFormation,
   // LastRunningVictim, RecomputePreemption. They are immutable, so copies of a config share them.

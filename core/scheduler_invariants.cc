@@ -63,6 +63,22 @@ void check_scheduler_invariants(const Scheduler& s, const StepPlan& plan) {
       broken(req(*r) + " is swapped but holds device blocks or no host blocks");
     }
   }
+  if (c.lora.enabled()) {
+    // At most max_loras adapters among the running and swapped requests (admit_waiting).
+    std::vector<std::uint32_t> adapters;
+    for (const Request* r : s.running()) adapters.push_back(r->spec.lora_id);
+    for (const Request* r : s.swapped()) adapters.push_back(r->spec.lora_id);
+    std::sort(adapters.begin(), adapters.end());
+    adapters.erase(std::unique(adapters.begin(), adapters.end()), adapters.end());
+    const auto n = static_cast<std::int64_t>(adapters.size()) -
+                   (!adapters.empty() && adapters.front() == 0 ? 1 : 0);
+    if (n > c.lora.max_loras) {
+      broken(std::to_string(n) +
+             " LoRA adapters among the running and swapped requests, more "
+             "than max_loras (" +
+             std::to_string(c.lora.max_loras) + ")");
+    }
+  }
   std::sort(held.begin(), held.end());
   if (const auto twice = std::adjacent_find(held.begin(), held.end()); twice != held.end()) {
     broken("request " + std::to_string(*twice) +

@@ -10,7 +10,8 @@
 // device table covering its computed tokens and no host table; every waiting request is
 // kWaiting or kPreempted and holds no blocks; every swapped request is kSwapped and holds a host
 // table; no request is in two of the waiting queue, the running list and the swapped list, or
-// twice in one; the waiting queue's size matches its contents. For the plan: at most
+// twice in one; the waiting queue's size matches its contents; with LoRA on, at most max_loras
+// distinct adapters among the running and swapped requests. For the plan: at most
 // max_num_batched_tokens tokens, each entry scheduled once with at least one token, for a
 // running request, its block table covering its context, and its prefill/decode token totals
 // matching the plan's counters.

@@ -37,6 +37,8 @@ StepFeatures StepFeatures::from_plan(const StepPlan& plan) {
         .copy_blocks = static_cast<std::int64_t>(plan.copies.size()),
         .prefill_blocks = 0,
         .decode_blocks = 0,
+        .lora_tokens = plan.num_lora_tokens,
+        .num_loras = plan.num_loras,
     };
   }
   StepFeatures f;
@@ -47,6 +49,17 @@ StepFeatures StepFeatures::from_plan(const StepPlan& plan) {
       add_entry(r, f.decode_tokens, f.decode_pairs, f.decode_context_tokens);
     }
     f.num_sampled += r.samples ? 1 : 0;
+    const std::uint32_t lora = r.spec != nullptr ? r.spec->lora_id : 0;
+    if (lora != 0) [[unlikely]] {
+      f.lora_tokens += r.num_tokens;
+      // A new adapter unless an earlier entry had it (plans built outside the Scheduler only:
+      // quadratic in the LoRA entries, no allocation).
+      bool seen = false;
+      for (const ScheduledRequest* q = plan.requests.data(); q != &r && !seen; ++q) {
+        seen = q->spec != nullptr && q->spec->lora_id == lora;
+      }
+      f.num_loras += seen ? 0 : 1;
+    }
   }
   f.num_tokens = f.prefill_tokens + f.decode_tokens;
   f.draft_tokens = plan.num_draft_tokens;

@@ -38,6 +38,11 @@ struct StepFeatures {
   std::int64_t prefill_blocks = 0;
   std::int64_t decode_blocks = 0;
 
+  // LoRA (Punica/S-LoRA): the rows the adapter GEMMs (shrink, expand) see, tokens of entries
+  // under an adapter, and the distinct adapters whose weights the step reads. 0 without LoRA.
+  std::int64_t lora_tokens = 0;
+  std::int64_t num_loras = 0;
+
   // From the plan's totals when it carries them (plan.totals.valid, as Scheduler plans do), else
   // one pass over the entries; no allocation.
   static StepFeatures from_plan(const StepPlan& plan);

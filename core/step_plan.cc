@@ -16,6 +16,8 @@ void StepPlan::clear() {
   num_steps = 1;
   draft_tokens.clear();
   num_draft_tokens = 0;
+  num_lora_tokens = 0;
+  num_loras = 0;
   totals = Totals{};
 }
 

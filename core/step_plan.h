@@ -101,6 +101,11 @@ struct StepPlan {
   // verify entry (empty spans for the others). num_draft_tokens = the sum of the d's.
   std::vector<std::span<const std::int32_t>> draft_tokens;
   std::int32_t num_draft_tokens = 0;
+  // LoRA (core/lora_config.h): the tokens of entries whose request runs under an adapter, and
+  // the distinct adapters among them. The Scheduler sets both when LoRA is on (0 otherwise); a
+  // plan built elsewhere leaves them 0 and StepFeatures counts them from the entries.
+  std::int32_t num_lora_tokens = 0;
+  std::int32_t num_loras = 0;
   std::span<const std::int32_t> drafts_of(std::size_t k) const {
     return k < draft_tokens.size() ? draft_tokens[k] : std::span<const std::int32_t>{};
   }

@@ -132,6 +132,21 @@ void CpuExecutor::validate(const StepPlan& plan) const {
     }
     before = l.stores_before;
   }
+  for (const ScheduledRequest& e : plan.requests) {
+    const std::uint32_t id = e.spec->lora_id;
+    if (id == 0) continue;
+    if (!options_.enable_lora) {
+      throw std::invalid_argument("CpuExecutor: request " + std::to_string(e.id) +
+                                  " runs under LoRA adapter " + std::to_string(id) +
+                                  " but LoRA is not enabled");
+    }
+    const auto it = lora_adapters_.find(id);
+    if (e.spec->lora_rank < 1 ||
+        (it != lora_adapters_.end() && it->second.rank != e.spec->lora_rank)) {
+      throw std::invalid_argument("CpuExecutor: LoRA adapter " + std::to_string(id) +
+                                  " asked with rank " + std::to_string(e.spec->lora_rank));
+    }
+  }
 }
 
 void CpuExecutor::move_blocks(const StepPlan& plan) {
@@ -236,6 +251,35 @@ StepResult CpuExecutor::execute(const StepPlan& plan) {
     }
   }
   const auto T = static_cast<Eigen::Index>(tokens.size());
+  // LoRA: the rows of each entry under an adapter (empty without LoRA: the loop below adds
+  // nothing to the base model's projections).
+  struct LoraRows {
+    Eigen::Index begin, count;
+    const LoraAdapter* adapter;
+  };
+  std::vector<LoraRows> lora_rows;
+  for (std::size_t i = 0; i < plan.requests.size(); ++i) {
+    const ScheduledRequest& e = plan.requests[i];
+    const std::uint32_t id = e.spec->lora_id;
+    if (id == 0) continue;
+    auto it = lora_adapters_.find(id);
+    if (it == lora_adapters_.end()) {
+      it = lora_adapters_
+               .emplace(id, make_lora_adapter(m, options_.lora_seed, id, e.spec->lora_rank))
+               .first;
+    }
+    lora_rows.push_back({row_begin[i], e.num_tokens, &it->second});
+  }
+  // out += scaling * (in A^T) B^T of projection t, for each adapter's rows (Punica's shrink and
+  // expand over segments).
+  const auto add_lora = [&](const RowMatrix& in, RowMatrix& out, std::int32_t layer, LoraTarget t) {
+    for (const LoraRows& r : lora_rows) {
+      const LoraAdapter::Pair& p =
+          r.adapter->layers[static_cast<std::size_t>(layer)][static_cast<std::size_t>(t)];
+      const RowMatrix shrunk = in.middleRows(r.begin, r.count) * p.a.transpose();
+      out.middleRows(r.begin, r.count).noalias() += r.adapter->scaling * (shrunk * p.b.transpose());
+    }
+  };
   RowMatrix x(T, m.hidden_size);
   for (Eigen::Index t = 0; t < T; ++t) x.row(t) = weights_.embed_tokens.row(tokens[t]);
 
@@ -251,6 +295,11 @@ StepResult CpuExecutor::execute(const StepPlan& plan) {
       q.rowwise() += w.q_bias.transpose();
       k.rowwise() += w.k_bias.transpose();
       v.rowwise() += w.v_bias.transpose();
+    }
+    if (!lora_rows.empty()) {
+      add_lora(h, q, layer, LoraTarget::kQ);
+      add_lora(h, k, layer, LoraTarget::kK);
+      add_lora(h, v, layer, LoraTarget::kV);
     }
     for (Eigen::Index t = 0; t < T; ++t) {
       apply_rope(q.row(t).data(), heads, hd, inv_freq_, positions[t]);
@@ -343,13 +392,19 @@ StepResult CpuExecutor::execute(const StepPlan& plan) {
       }
     }
     x += attn * w.o_proj.transpose();
+    if (!lora_rows.empty()) add_lora(attn, x, layer, LoraTarget::kO);
     const RowMatrix h2 = rms_norm(x, w.post_attention_layernorm, m.rms_norm_eps);
-    const RowMatrix gate = h2 * w.gate_proj.transpose();
-    const RowMatrix up = h2 * w.up_proj.transpose();
+    RowMatrix gate = h2 * w.gate_proj.transpose();
+    RowMatrix up = h2 * w.up_proj.transpose();
+    if (!lora_rows.empty()) {
+      add_lora(h2, gate, layer, LoraTarget::kGate);
+      add_lora(h2, up, layer, LoraTarget::kUp);
+    }
     // SwiGLU: silu(gate) * up, silu(g) = g / (1 + e^-g).
     const RowMatrix act =
         (gate.array() / (1.0f + (-gate.array()).exp())).cwiseProduct(up.array()).matrix();
     x += act * w.down_proj.transpose();
+    if (!lora_rows.empty()) add_lora(act, x, layer, LoraTarget::kDown);
   }
 
   StepResult result;

@@ -47,12 +47,18 @@
 // compute_kv_scales, each layer's scales are set from the first step that writes K/V in it:
 // scale = max |x| / the format's largest finite value (vLLM's --calculate-kv-scales computes
 // them once, on the first forward pass). fp32 (the default) stores x unchanged.
+// LoRA (options.enable_lora; engine/lora_weights.h): an entry whose request runs under adapter a
+// (spec->lora_id = a > 0) adds scaling * (X A^T) B^T of adapter a to each of its rows' q, k, v,
+// o, gate, up and down projections, the unmerged form of a dense model with W + scaling B A; the
+// other entries of the same batch are untouched (base model or their own adapters). Adapters are
+// built on first use from (lora_seed, id, spec->lora_rank) and kept.
 // Token values: a prompt position p takes prompt_token_value(spec, p) (a literal prompt's own
 // value, else token_value(token_identity(spec, p))); position p >= prompt_len takes
 // output_tokens[p - prompt_len], and past the known tokens a verify entry's draft tokens.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -60,6 +66,7 @@
 #include "core/backend.h"
 #include "core/speculative_config.h"
 #include "engine/llama_weights.h"
+#include "engine/lora_weights.h"
 #include "kernels/float_formats.h"
 
 namespace servelab {
@@ -83,6 +90,10 @@ struct CpuExecutorOptions {
   bool compute_kv_scales = false;
   // Speculative decoding: method ngram proposes and verifies (see the file comment); kNone off.
   SpeculativeConfig speculative;
+  // LoRA adapters (see the file comment): entries whose request has a lora_id run under adapter
+  // make_lora_adapter(model, lora_seed, lora_id, lora_rank). Off: such an entry is an error.
+  bool enable_lora = false;
+  std::uint64_t lora_seed = 0;
 };
 
 class CpuExecutor : public Backend {
@@ -96,8 +107,9 @@ class CpuExecutor : public Backend {
 
   std::string_view name() const override { return "cpu"; }
   // See the file comment. Throws std::invalid_argument (before changing any state) when a block
-  // id or tier slot is out of range, a block table is too short for its entry's tokens, or an entry
-  // lacks the output tokens its positions need.
+  // id or tier slot is out of range, a block table is too short for its entry's tokens, an entry
+  // lacks the output tokens its positions need, or an entry runs under a LoRA adapter while LoRA
+  // is off, with a rank below 1, or with a rank other than the one its adapter was built with.
   StepResult execute(const StepPlan& plan) override;
 
   // The logits of the last execute(), one vector per plan entry (vocab_size values for entries
@@ -142,8 +154,9 @@ class CpuExecutor : public Backend {
   std::int64_t tier_copy_ns_ = 0;
   std::vector<Eigen::VectorXf> last_logits_;
   bool fp8_kv_ = false;
-  std::vector<float> k_scales_, v_scales_;  // per layer (fp8 only; 1 otherwise)
-  std::vector<bool> scales_set_;            // per layer, with compute_kv_scales
+  std::vector<float> k_scales_, v_scales_;              // per layer (fp8 only; 1 otherwise)
+  std::vector<bool> scales_set_;                        // per layer, with compute_kv_scales
+  std::map<std::uint32_t, LoraAdapter> lora_adapters_;  // by id, built on first use
 };
 
 // RMSNorm of each row of x (Hugging Face LlamaRMSNorm in fp32): x * rsqrt(mean(x^2) + eps) * w.

@@ -320,6 +320,12 @@ EngineInstance load_replicas(const ExperimentConfig& config, const EngineOptions
   // CUDA: bf16 blocks; without serving.num_gpu_blocks the executor sizes the cache from free
   // device memory and serving.gpu_memory_utilization (--kv-memory-gb is for the CPU engine).
   const bool cuda = options.device == "cuda";
+  // (Checked before the device, so the message is the same with and without CUDA.)
+  if (cuda && config.scheduler.lora.enabled()) {
+    throw ConfigError(config.lora_location +
+                      ": key 'serving.lora': the CUDA executor does not apply LoRA adapters "
+                      "yet; run LoRA on the CPU executor (--device cpu) or in the simulator");
+  }
   if (cuda) require_cuda_device();
   // A calibrated cost model in the experiment was measured on some machine; the engine's
   // measurements are comparable with it only on the same device.
@@ -466,6 +472,8 @@ EngineInstance load_replicas(const ExperimentConfig& config, const EngineOptions
       exec_options.num_tier_slots = static_cast<std::int32_t>(
           std::min<std::int64_t>(out.offload->capacity(kHostTier), INT32_MAX));
     }
+    exec_options.enable_lora = config.scheduler.lora.enabled();
+    exec_options.lora_seed = config.seed;
     executor = std::make_unique<CpuExecutor>(*weights, exec_options);
     for (std::int32_t i = 1; i < num_replicas; ++i) {
       out.more_executors.push_back(std::make_unique<CpuExecutor>(*weights, exec_options));

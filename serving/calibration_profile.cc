@@ -65,7 +65,8 @@ CalibratedProfile load_calibrated_profile(const std::string& path) {
   const ConfigNode c = doc.at("coefficients");
   c.allow_keys({"step_s", "per_sequence_s", "per_token_s", "per_token_above_knee_s", "knee_tokens",
                 "prefill_pair_s", "decode_context_token_s", "decode_context_token_above_knee_s",
-                "decode_context_knee_tokens", "sampled_sequence_s", "swap_byte_s", "copy_byte_s"});
+                "decode_context_knee_tokens", "sampled_sequence_s", "swap_byte_s", "copy_byte_s",
+                "lora_token_rank_s", "lora_adapter_rank_s"});
   CalibratedCoefficients& k = p.coefficients;
   // Every coefficient is required (a file missing one is not what `sim calibrate` writes), but
   // for the decode-context knee, which is optional.
@@ -83,6 +84,12 @@ CalibratedProfile load_calibrated_profile(const std::string& path) {
   k.sampled_sequence_s = c.get_double("sampled_sequence_s", 0.0, 1e6);
   k.swap_byte_s = c.get_double("swap_byte_s", 0.0, 1e6);
   k.copy_byte_s = c.get_double("copy_byte_s", 0.0, 1e6);
+  // LoRA: optional, both or neither (a profile without them cannot price adapters).
+  if (c.has("lora_token_rank_s") || c.has("lora_adapter_rank_s")) {
+    k.lora_token_rank_s = c.get_double("lora_token_rank_s", 0.0, 1e6);
+    k.lora_adapter_rank_s = c.get_double("lora_adapter_rank_s", 0.0, 1e6);
+    k.lora_set = true;
+  }
   for (const char* info : {"fit", "host_overhead"}) {  // informational sections
     if (doc.has(info) && !doc.at(info).is_map()) doc.at(info).fail("a mapping");
   }

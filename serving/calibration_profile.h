@@ -43,6 +43,12 @@ struct CalibratedCoefficients {
   double sampled_sequence_s = 0;
   double swap_byte_s = 0;
   double copy_byte_s = 0;
+  // LoRA adapters (optional in cost.yaml; `sim calibrate` does not fit them yet): seconds per
+  // token under an adapter per unit of rank (the shrink and expand GEMMs), and per distinct
+  // adapter of the step per unit of rank (reading its weights). lora_set: both were given.
+  double lora_token_rank_s = 0;
+  double lora_adapter_rank_s = 0;
+  bool lora_set = false;
 };
 
 // A cost.yaml: coefficients plus where they were measured.

@@ -1,11 +1,14 @@
 #include "serving/experiment.h"
 
+#include <algorithm>
 #include <cctype>
 #include <filesystem>
+#include <iterator>
 #include <utility>
 
 #include "serving/hardware_config.h"
 #include "serving/model_config.h"
+#include "traces/lora_workload.h"
 #include "traces/workload.h"
 
 namespace servelab {
@@ -59,11 +62,43 @@ void parse_speculative(const ConfigNode& n, ExperimentConfig& c) {
   }
 }
 
+// serving.lora: vLLM's LoRA limits (max_loras, max_lora_rank; vllm/config/lora.py). Present means
+// enable_lora; max_lora_rank takes vLLM's allowed values. docs/experiments.md documents both.
+void parse_lora(const ConfigNode& n, ExperimentConfig& c) {
+  if (!n.is_map()) n.fail("a mapping (max_loras, max_lora_rank)");
+  n.allow_keys({"max_loras", "max_lora_rank"});
+  LoraConfig& l = c.scheduler.lora;
+  c.lora_location = n.location();
+  l.max_loras = static_cast<std::int32_t>(n.get_int("max_loras", 1, 1, 1 << 16));
+  l.max_lora_rank = static_cast<std::int32_t>(n.get_int("max_lora_rank", 16, 1, 512));
+  static constexpr std::int32_t kRanks[] = {1, 8, 16, 32, 64, 128, 256, 320, 512};
+  if (std::find(std::begin(kRanks), std::end(kRanks), l.max_lora_rank) == std::end(kRanks)) {
+    n.at("max_lora_rank").fail("one of vLLM's ranks 1, 8, 16, 32, 64, 128, 256, 320, 512");
+  }
+}
+
+// workload.lora against serving.lora: adapters need LoRA on, and fit max_lora_rank.
+void check_workload_lora(const ConfigNode& top, const ExperimentConfig& c) {
+  const std::optional<ConfigNode> w = top.find("workload");
+  if (!w || !w->is_map() || !w->has("lora")) return;
+  const ConfigNode n = w->at("lora");
+  const LoraWorkloadOptions o = *parse_lora_workload_options(*w);  // its own keys, first
+  if (!c.scheduler.lora.enabled()) {
+    n.fail_message("requests under LoRA adapters need serving.lora (max_loras, max_lora_rank)");
+  }
+  if (o.rank > c.scheduler.lora.max_lora_rank) {
+    const std::string most = std::to_string(c.scheduler.lora.max_lora_rank);
+    if (n.has("rank")) n.at("rank").fail("a rank up to serving.lora.max_lora_rank (" + most + ")");
+    n.fail_message("the default rank " + std::to_string(o.rank) +
+                   " exceeds serving.lora.max_lora_rank (" + most + "); give workload.lora.rank");
+  }
+}
+
 void parse_serving(const ConfigNode& s, ExperimentConfig& c) {
   s.allow_keys({"block_size", "max_num_batched_tokens", "max_num_seqs", "max_model_len",
                 "long_prefill_token_threshold", "enable_chunked_prefill", "gpu_memory_utilization",
                 "num_gpu_blocks", "activation_reserve_gb", "swap_space_gb", "num_scheduler_steps",
-                "frontend", "speculative_config"});
+                "frontend", "speculative_config", "lora"});
   SchedulerConfig& sc = c.scheduler;
   sc.block_size = static_cast<std::int32_t>(s.get_int("block_size", sc.block_size, 1, 256));
   sc.max_num_batched_tokens = static_cast<std::int32_t>(
@@ -87,6 +122,7 @@ void parse_serving(const ConfigNode& s, ExperimentConfig& c) {
     c.num_scheduler_steps_location = s.at("num_scheduler_steps").location();
   }
   if (auto sp = s.find("speculative_config")) parse_speculative(*sp, c);
+  if (auto l = s.find("lora")) parse_lora(*l, c);
   if (auto f = s.find("frontend")) {
     // The front end's cost per request (serving/frontend.h); microseconds.
     f->allow_keys({"per_request_us", "per_prompt_token_us", "concurrency"});
@@ -448,6 +484,7 @@ ExperimentConfig experiment_from_document(const ConfigNode& doc, const std::stri
                         std::string(c.scheduler.batch->name()) + "'");
     }
   }
+  check_workload_lora(top, c);
   if (auto s = top.find("slo")) parse_slo(*s, c);
   if (auto o = top.find("outputs")) parse_outputs(*o, c);
   if (auto m = top.find("cost_model")) parse_cost_model(*m, c);
@@ -576,6 +613,12 @@ std::string resolved_config_yaml(const ExperimentConfig& c,
     if (!sp.acceptance_rates.empty()) {
       e << YAML::Key << "acceptance_rate" << YAML::Value << YAML::Flow << sp.acceptance_rates;
     }
+    e << YAML::EndMap;
+  }
+  if (c.scheduler.lora.enabled()) {
+    e << YAML::Key << "lora" << YAML::Value << YAML::Flow << YAML::BeginMap;
+    e << YAML::Key << "max_loras" << YAML::Value << c.scheduler.lora.max_loras;
+    e << YAML::Key << "max_lora_rank" << YAML::Value << c.scheduler.lora.max_lora_rank;
     e << YAML::EndMap;
   }
   if (c.frontend.set) {

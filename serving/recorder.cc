@@ -117,6 +117,7 @@ RequestRecord Recorder::make_record(const Request& req) const {
   r.status = req.status;
   r.reason = req.finish_reason;
   r.capped = req.capped_from_tokens > 0;
+  r.lora_id = req.spec.lora_id;
   return r;
 }
 
@@ -189,6 +190,8 @@ void Recorder::on_step(const StepPlan& plan, TimeNs start, TimeNs duration,
                        const StepSnapshot& snap, std::uint32_t replica) {
   ++num_steps_;
   scheduled_seqs_ += static_cast<std::int64_t>(plan.requests.size());
+  step_loras_ += plan.num_loras;
+  lora_tokens_ += plan.num_lora_tokens;
   if (blocks_) {
     // Compare each entry's table with the blocks it held: a new or replaced block opens an
     // interval now (the step's start); a replaced or dropped one closes its interval.
@@ -296,6 +299,17 @@ void Recorder::finalize(TimeNs first_arrival, TimeNs end, const PrefixCacheStats
 RunSummary Recorder::summary() const {
   RunSummary s;
   s.num_requests = static_cast<std::int64_t>(records_.size());
+  for (const RequestRecord& r : records_) {
+    if (r.lora_id != 0) ++s.requests_by_adapter[r.lora_id];
+  }
+  if (!s.requests_by_adapter.empty()) {
+    std::int64_t adapted = 0;
+    for (const auto& [id, n] : s.requests_by_adapter) adapted += n;
+    s.requests_by_adapter[0] = s.num_requests - adapted;
+  }
+  s.adapters_per_step_mean =
+      num_steps_ > 0 ? static_cast<double>(step_loras_) / static_cast<double>(num_steps_) : 0.0;
+  s.lora_tokens = lora_tokens_;
   s.duration_s = ns_to_s(std::max<TimeNs>(0, end_ - first_arrival_));
   std::vector<double> ttft, tpot, e2e, queueing;
   std::int64_t good = 0;
@@ -560,6 +574,18 @@ void write_summary_json(const std::string& path, const RunSummary& s,
             ? 1.0 + static_cast<double>(d.num_accepted_tokens) / static_cast<double>(d.num_drafts)
             : 0.0;
     j["spec_decode"] = o;
+  }
+  if (s.report_lora) {
+    nlohmann::ordered_json by_adapter = nlohmann::ordered_json::object();
+    const auto base = s.requests_by_adapter.find(0);
+    by_adapter["base"] = base != s.requests_by_adapter.end() ? base->second : s.num_requests;
+    for (const auto& [id, n] : s.requests_by_adapter) {
+      if (id != 0) by_adapter[std::to_string(id)] = n;
+    }
+    j["lora"] = {{"max_loras", s.max_loras},
+                 {"adapters_per_step_mean", s.adapters_per_step_mean},
+                 {"lora_tokens", s.lora_tokens},
+                 {"requests_by_adapter", by_adapter}};
   }
   std::FILE* f = std::fopen(path.c_str(), "wb");
   if (!f) throw_io_error(path, "writing", errno);

@@ -63,7 +63,8 @@ struct RequestRecord {
   std::int64_t recomputed_tokens = 0;
   RequestStatus status = RequestStatus::kWaiting;
   std::string reason;
-  bool capped = false;  // a length cap lowered its max_output_tokens (core/length_cap.h)
+  bool capped = false;        // a length cap lowered its max_output_tokens (core/length_cap.h)
+  std::uint32_t lora_id = 0;  // the LoRA adapter it ran under (0: the base model)
 };
 
 struct RunSummary {
@@ -131,6 +132,15 @@ struct RunSummary {
     std::vector<std::int64_t> num_accepted_tokens_per_pos;
   };
   std::optional<SpecDecode> spec_decode;
+  // LoRA (serving.lora; summary.json's `lora` object when report_lora, which the driver sets:
+  // fill_lora_report): requests per adapter (all requests of the run; base-model ones under 0),
+  // the mean over executed steps of the distinct adapters a step ran (StepPlan::num_loras), and
+  // the tokens computed under an adapter.
+  bool report_lora = false;
+  std::int32_t max_loras = 0;
+  std::map<std::uint32_t, std::int64_t> requests_by_adapter;
+  double adapters_per_step_mean = 0;
+  std::int64_t lora_tokens = 0;
 };
 
 // Adds `c`'s spec-decode counters to s.spec_decode (creating it). Drivers call it when the
@@ -236,6 +246,8 @@ class Recorder : public SchedulerObserver {
   std::FILE* steps_ = nullptr;
   std::FILE* schedule_ = nullptr;
   std::int64_t scheduled_seqs_ = 0;  // sum over steps of plan entries
+  std::int64_t step_loras_ = 0;      // sum over steps of plan.num_loras
+  std::int64_t lora_tokens_ = 0;     // sum over steps of plan.num_lora_tokens
   std::FILE* events_ = nullptr;
   std::FILE* blocks_ = nullptr;
   std::map<RequestId, std::vector<HeldBlock>> held_;  // blocks.csv: open intervals by position

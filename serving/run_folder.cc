@@ -83,10 +83,16 @@ void fill_overload_flag(const ExperimentConfig& config, RunSummary& summary) {
       config.policies.admission.name != "admit-all" || config.policies.length_cap.name != "off";
 }
 
+void fill_lora_report(const ExperimentConfig& config, RunSummary& summary) {
+  summary.report_lora = config.scheduler.lora.enabled();
+  summary.max_loras = config.scheduler.lora.max_loras;
+}
+
 void write_run_outputs(const ExperimentConfig& config, const Recorder& recorder,
                        const RunMeta& meta, RunOutput& out) {
   fill_batch_slots(config, out.summary);
   fill_overload_flag(config, out.summary);
+  fill_lora_report(config, out.summary);
   if (config.outputs.steps_csv) out.files.push_back("steps.csv");
   if (config.outputs.record_schedule) out.files.push_back("schedule.csv");
   if (config.outputs.record_events && recorder.records_events()) out.files.push_back("events.csv");

@@ -65,6 +65,8 @@ void fill_batch_slots(const ExperimentConfig& config, RunSummary& summary);
 // Sets summary.report_overload when the experiment chose an admission or length_cap plugin
 // (write_run_outputs calls it; the shed and capped counts are then in summary.json).
 void fill_overload_flag(const ExperimentConfig& config, RunSummary& summary);
+// Sets summary.report_lora and max_loras when the experiment turned LoRA on (serving.lora).
+void fill_lora_report(const ExperimentConfig& config, RunSummary& summary);
 
 // The short human summary `sim run` prints.
 void print_summary(std::FILE* out, const ExperimentConfig& config, const RunOutput& run);

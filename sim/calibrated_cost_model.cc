@@ -33,27 +33,44 @@ Terms terms(const CalibratedCoefficients& c, const CalibrationFeatures& f, doubl
           c.copy_byte_s * static_cast<double>(s.copy_blocks) * block_bytes};
 }
 
+// The LoRA terms of a step (0 without adapter tokens).
+double lora_term(const CalibratedCoefficients& c, const StepFeatures& s, double lora_rank) {
+  if (s.lora_tokens == 0 || lora_rank == 0) return 0.0;
+  return (c.lora_token_rank_s * static_cast<double>(s.lora_tokens) +
+          c.lora_adapter_rank_s * static_cast<double>(s.num_loras)) *
+         lora_rank;
+}
+
 }  // namespace
 
 double calibrated_seconds(const CalibratedCoefficients& c, const CalibrationFeatures& f,
-                          double block_bytes) {
+                          double block_bytes, double lora_rank) {
   if (f.empty()) return 0.0;
   const Terms x = terms(c, f, block_bytes);
   // This summation order is the one the fitted profiles' predictions were recorded with.
-  return x.step + x.sequences + x.tokens + x.decode_context_above_knee + x.tokens_above_knee +
-         x.prefill_pairs + x.decode_context + x.sampled + x.swap + x.copy;
+  const double s = x.step + x.sequences + x.tokens + x.decode_context_above_knee +
+                   x.tokens_above_knee + x.prefill_pairs + x.decode_context + x.sampled + x.swap +
+                   x.copy;
+  return f.step.lora_tokens == 0 ? s : s + lora_term(c, f.step, lora_rank);
 }
 
-CalibratedCostModel::CalibratedCostModel(CalibratedProfile profile, std::int32_t block_size)
-    : profile_(std::move(profile)) {
+CalibratedCostModel::CalibratedCostModel(CalibratedProfile profile, std::int32_t block_size,
+                                         std::int32_t lora_rank)
+    : profile_(std::move(profile)), lora_rank_(lora_rank) {
   if (block_size < 1) {
     throw ConfigError("block_size must be at least 1, got " + std::to_string(block_size));
+  }
+  if (lora_rank > 0 && !profile_.coefficients.lora_set) {
+    throw ConfigError(
+        (profile_.file.empty() ? std::string("the calibrated profile") : profile_.file) +
+        ": has no LoRA coefficients (lora_token_rank_s, lora_adapter_rank_s) to price the "
+        "adapters of serving.lora; add them to its coefficients or use the roofline");
   }
   block_bytes_ = static_cast<double>(profile_.block_bytes) / profile_.block_size * block_size;
 }
 
 double CalibratedCostModel::seconds(const CalibrationFeatures& f) const {
-  return calibrated_seconds(profile_.coefficients, f, block_bytes_);
+  return calibrated_seconds(profile_.coefficients, f, block_bytes_, lora_rank_);
 }
 
 TimeNs CalibratedCostModel::step_time(const StepPlan& plan) const {
@@ -72,6 +89,7 @@ StepCostBreakdown CalibratedCostModel::breakdown(const StepPlan& plan) const {
   b.lm_head = x.sampled;
   b.swap = x.swap;
   b.copy = x.copy;
+  b.lora = lora_term(profile_.coefficients, f.step, lora_rank_);
   return b;
 }
 

@@ -19,6 +19,10 @@
 // + sampled_sequence_s   * S                LM head (and sampling), by sequences sampled
 // + swap_byte_s          * (W_out + W_in) * block_bytes     swap over the host link
 // + copy_byte_s          * W_copy * block_bytes             copy-on-write in device memory
+// + lora_token_rank_s    * T_lora * R + lora_adapter_rank_s * L * R
+//                                           LoRA (optional coefficients): tokens under an adapter
+//                                           and distinct adapters of the step, at the padded rank
+//                                           R = max_lora_rank
 //
 // An empty plan takes 0. Every coefficient is >= 0 (fitted by NNLS), so adding work never
 // shortens a step. The file format is in docs/validation.md and serving/calibration_profile.h; the
@@ -38,13 +42,17 @@ namespace servelab {
 class CalibratedCostModel final : public CostModel {
  public:
   // `block_size`: the simulated KV block size; swap and copy bytes scale from the profile's
-  // block_bytes per token. Throws ConfigError when block_size < 1.
-  CalibratedCostModel(CalibratedProfile profile, std::int32_t block_size);
+  // block_bytes per token. `lora_rank` > 0: LoRA is on with adapters padded to that rank (the
+  // profile must then have its LoRA coefficients). Throws ConfigError when block_size < 1, or
+  // lora_rank > 0 with a profile without LoRA coefficients.
+  CalibratedCostModel(CalibratedProfile profile, std::int32_t block_size,
+                      std::int32_t lora_rank = 0);
 
   TimeNs step_time(const StepPlan& plan) const override;
   // The terms above by operator: overhead (the host part) = step_s + per_sequence_s * entries;
   // gemm = the per-token terms; prefill_attention = the pair term; decode_attention = the
-  // decode-context terms; lm_head = the sampled-sequence term; swap and copy; no FLOPs or bytes.
+  // decode-context terms; lm_head = the sampled-sequence term; swap and copy; lora = the LoRA
+  // terms; no FLOPs or bytes.
   // total() equals seconds() up to rounding.
   StepCostBreakdown breakdown(const StepPlan& plan) const override;
   TimeNs swap_time(std::int64_t num_blocks) const override;
@@ -58,11 +66,13 @@ class CalibratedCostModel final : public CostModel {
  private:
   CalibratedProfile profile_;
   double block_bytes_;  // at the simulated block size
+  double lora_rank_;    // 0: LoRA off
 };
 
 // Seconds of the step `f` under `c` with blocks of `block_bytes` (the fit uses this too).
+// lora_rank: the padded adapter rank (0: LoRA off, no LoRA term).
 double calibrated_seconds(const CalibratedCoefficients& c, const CalibrationFeatures& f,
-                          double block_bytes);
+                          double block_bytes, double lora_rank = 0);
 
 // The `auto` preemption oracle under a calibrated model (as sim/swap_cost.h for the roofline):
 // swap when two transfers of the victim's blocks cost less than the marginal prefill of its

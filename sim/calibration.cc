@@ -400,6 +400,10 @@ std::string calibration_yaml(const CalibrationResult& result, const std::string&
   number("sampled_sequence_s", c.sampled_sequence_s);
   number("swap_byte_s", c.swap_byte_s);
   number("copy_byte_s", c.copy_byte_s);
+  if (c.lora_set) {
+    number("lora_token_rank_s", c.lora_token_rank_s);
+    number("lora_adapter_rank_s", c.lora_adapter_rank_s);
+  }
   y << YAML::EndMap;
   y << YAML::Key << "fit" << YAML::Value
     << YAML::Comment("relative errors on the profile itself (fractions)") << YAML::BeginMap;

@@ -73,8 +73,9 @@ RunOutput run_cluster_simulation(const ExperimentConfig& config, const RunOption
       throw ConfigError(pc.location + ": key 'cluster.pools' (pool '" + pc.name +
                         "'): " + e.what());
     }
-    p->roofline =
-        std::make_unique<RooflineCostModel>(p->model, p->hardware, config.scheduler.block_size);
+    p->roofline = std::make_unique<RooflineCostModel>(
+        p->model, p->hardware, config.scheduler.block_size, ParallelConfig{},
+        config.scheduler.lora.enabled() ? config.scheduler.lora.max_lora_rank : 0);
     if (pc.model == config.model && pc.hardware == config.hardware) {
       p->calibrated = make_calibrated_cost_model(config, p->model);
     }
@@ -196,6 +197,7 @@ RunOutput run_cluster_simulation(const ExperimentConfig& config, const RunOption
   if (config.scheduler.speculative.enabled()) {
     for (const auto& r : replicas) add_spec_decode(out.summary, r->scheduler().counters());
   }
+  fill_lora_report(config, out.summary);
 
   // summary.json's `cluster` object (docs/metrics.md, "Cluster runs").
   const double duration_s =

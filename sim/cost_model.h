@@ -38,12 +38,15 @@ struct StepCostBreakdown {
   // stage (serving/parallel_config.h, docs/cost-model.md "Parallelism").
   double communication = 0;
   double pipeline = 0;
+  // LoRA adapters (Punica/S-LoRA shrink and expand GEMMs of every LoRA-enabled projection for
+  // the tokens under an adapter; 0 without LoRA; docs/cost-model.md "LoRA adapters").
+  double lora = 0;
   double flops = 0;  // total FLOPs of the step, all GPUs of the replica (for MFU)
   double bytes = 0;  // total device-memory bytes of the step, all GPUs (for bandwidth use)
 
   double total() const {
     return gemm + elementwise + prefill_attention + decode_attention + lm_head + swap + copy +
-           overhead + communication + pipeline;
+           overhead + communication + pipeline + lora;
   }
 };
 

@@ -28,13 +28,18 @@ Widths widths(const ModelConfig& m) {
 }  // namespace
 
 RooflineCostModel::RooflineCostModel(ModelConfig model, HardwareConfig hardware,
-                                     std::int32_t block_size, ParallelConfig parallel)
+                                     std::int32_t block_size, ParallelConfig parallel,
+                                     std::int32_t lora_rank)
     : model_((model.validate(), std::move(model))),
       shard_(tensor_shard(model_, parallel.tensor)),
       hardware_((hardware.validate(), std::move(hardware))),
       parallel_(parallel),
       block_size_(block_size),
+      lora_rank_(lora_rank),
       op_(hardware_, model_.dtype) {
+  if (lora_rank_ < 0) {
+    throw ConfigError("lora_rank must be >= 0, got " + std::to_string(lora_rank_));
+  }
   if (block_size_ < 1) {
     throw ConfigError("block_size must be at least 1, got " + std::to_string(block_size_));
   }
@@ -171,6 +176,38 @@ double RooflineCostModel::lm_head_seconds(std::int64_t seqs) const {
                   shard_.dtype_bytes);
 }
 
+double RooflineCostModel::lora_seconds(std::int64_t tokens, std::int64_t loras, double* flops,
+                                       double* bytes) const {
+  if (tokens <= 0 || lora_rank_ == 0) return 0;
+  const ModelConfig& m = shard_;
+  const double t = static_cast<double>(tokens);
+  const double l = static_cast<double>(std::max<std::int64_t>(loras, 1));
+  const double r = lora_rank_;
+  const auto [h, q, kv, inter, d] = widths(m);
+  // vLLM's LoRA layers per decoder layer: (slices, sum of slice inputs, sum of slice outputs) of
+  // the fused QKV (q, k, v slices, each reading the hidden state), O, fused gate/up and down.
+  const double modules[4][3] = {
+      {3, 3 * h, q + 2 * kv}, {1, q, h}, {2, 2 * h, 2 * inter}, {1, inter, h}};
+  double layer = 0, layer_flops = 0, layer_bytes = 0;
+  for (const auto& mod : modules) {
+    const double slices = mod[0], in = mod[1], out = mod[2];
+    // Shrink: x (t x in) times every adapter's A (r x in) per slice -> t x (r * slices); reads
+    // the inputs, the distinct adapters' A once, writes the rank-r buffer.
+    const double shrink_bytes = (l * r * in + t * in + t * r * slices) * d;
+    // Expand: the buffer times B (out x r) per slice, added into the projection's output (read
+    // and written).
+    const double expand_bytes = (l * r * out + t * r * slices + 2 * t * out) * d;
+    layer += op_.gemm_from_parts(op_.gemm_compute(t, r, in), op_.gemm_bytes_time(shrink_bytes)) +
+             op_.gemm_from_parts(op_.gemm_compute(t, out, r), op_.gemm_bytes_time(expand_bytes));
+    layer_flops += 2 * t * r * (in + out);
+    layer_bytes += shrink_bytes + expand_bytes;
+  }
+  const double layers = m.num_layers;
+  if (flops != nullptr) *flops += layer_flops * layers;
+  if (bytes != nullptr) *bytes += layer_bytes * layers;
+  return layer * layers;
+}
+
 StepCostBreakdown RooflineCostModel::breakdown(const StepFeatures& f) const {
   return parallel_.is_default() ? shard_breakdown(f) : parallel_breakdown(f);
 }
@@ -193,6 +230,8 @@ StepCostBreakdown RooflineCostModel::parallel_breakdown(const StepFeatures& f) c
   one_f.prefill_blocks = part(f.prefill_blocks);
   one_f.decode_blocks = part(f.decode_blocks);
   one_f.draft_tokens = part(f.draft_tokens);
+  one_f.lora_tokens = part(f.lora_tokens);
+  one_f.num_loras = f.num_loras;
   // One micro-batch through all layers of one GPU's shard.
   const StepCostBreakdown one = shard_breakdown(one_f);
   const ModelConfig& m = shard_;
@@ -204,10 +243,10 @@ StepCostBreakdown RooflineCostModel::parallel_breakdown(const StepFeatures& f) c
   const double send = parallel_.stage_send.seconds(hidden_bytes);
   const double embedding =
       op_.elementwise(t * 2 * m.hidden_size * m.dtype_bytes, ElementwiseKind::kResidual);
-  const double per_layer =
-      (one.gemm + (one.elementwise - embedding) + one.prefill_attention + one.decode_attention) /
-          layers +
-      2 * all_reduce;
+  const double per_layer = (one.gemm + (one.elementwise - embedding) + one.prefill_attention +
+                            one.decode_attention + one.lora) /
+                               layers +
+                           2 * all_reduce;
   double slowest = 0;
   for (std::int32_t s = 0; s < pp; ++s) {
     double stage = stage_layers(m.num_layers, pp, s) * per_layer;
@@ -222,6 +261,7 @@ StepCostBreakdown RooflineCostModel::parallel_breakdown(const StepFeatures& f) c
   b.prefill_attention = one.prefill_attention;
   b.decode_attention = one.decode_attention;
   b.lm_head = one.lm_head;
+  b.lora = one.lora;
   b.communication = (2 * layers + 1) * all_reduce + (pp - 1) * send;
   b.pipeline = static_cast<double>(mb - 1) * slowest;
   const double scale = static_cast<double>(mb) * parallel_.tensor;
@@ -286,6 +326,9 @@ StepCostBreakdown RooflineCostModel::shard_breakdown(const StepFeatures& f) cons
     b.lm_head = rows <= kTableSeqs ? lm_head_table_[rows] : lm_head_seconds(rows);
     b.flops += flops;
     b.bytes += bytes;
+  }
+  if (f.lora_tokens > 0) [[unlikely]] {
+    b.lora = lora_seconds(f.lora_tokens, f.num_loras, &b.flops, &b.bytes);
   }
   const double bb = static_cast<double>(block_bytes_);
   b.swap = static_cast<double>(f.swap_out_blocks + f.swap_in_blocks) * bb * s_per_host_byte_;

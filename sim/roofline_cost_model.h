@@ -19,8 +19,10 @@
 // up); stage s takes t_s = its layers' share of the per-layer time, plus the embedding (first
 // stage), the LM head (last stage) and the send to the next stage; the step takes
 //   sum_s t_s + (microbatches - 1) * max_s t_s          (GPipe: Huang et al., 2019)
-// plus swap, copy-on-write and host time. On one GPU (the default) none of this applies and
-// the step costs what it always did.
+// plus swap, copy-on-write and host time. LoRA adapters (lora_rank > 0) add, per layer, a shrink
+// and an expand launch for each of the four projections over the tokens under an adapter, each
+// reading the step's distinct adapters' weights once (Punica's SGMV; lora_seconds). On one GPU (the
+// default) none of this applies and the step costs what it always did.
 //
 // The GEMM and elementwise time depends on the step's token count only, and the LM head's on the
 // sampled sequences only: the constructor tabulates both (up to kTableTokens and kTableSeqs;
@@ -45,8 +47,10 @@ class RooflineCostModel final : public CostModel {
  public:
   // Throws ConfigError when model or hardware fail validate() (hardware.tensor_parallel must be
   // 1), block_size < 1, or the model does not split over parallel.tensor GPUs.
+  // `lora_rank` > 0: LoRA is on (serving.lora) and every adapter is priced at this rank (vLLM's
+  // max_lora_rank: its kernels run over adapters padded to it); 0: no LoRA term.
   RooflineCostModel(ModelConfig model, HardwareConfig hardware, std::int32_t block_size,
-                    ParallelConfig parallel = {});
+                    ParallelConfig parallel = {}, std::int32_t lora_rank = 0);
 
   TimeNs step_time(const StepPlan& plan) const override;
   TimeNs swap_time(std::int64_t num_blocks) const override;
@@ -74,6 +78,12 @@ class RooflineCostModel final : public CostModel {
   double gemm_seconds(std::int64_t tokens) const;
   double elementwise_seconds(std::int64_t tokens) const;
   double lm_head_seconds(std::int64_t seqs) const;
+  // Seconds of the LoRA shrink and expand launches of all layers of the shard for `tokens`
+  // tokens under `loras` distinct adapters (docs/cost-model.md "LoRA adapters"); 0 when tokens
+  // is 0 or LoRA is off. Adds the launches' FLOPs and bytes to *flops and *bytes when given.
+  double lora_seconds(std::int64_t tokens, std::int64_t loras, double* flops = nullptr,
+                      double* bytes = nullptr) const;
+  std::int32_t lora_rank() const { return lora_rank_; }
 
   // Weight quantization (model.quantization = awq): the fused kernel's tile of tokens, the
   // operations to dequantize one int4 weight (unpack, subtract the zero point, scale,
@@ -99,6 +109,7 @@ class RooflineCostModel final : public CostModel {
   ParallelConfig parallel_;
   std::int32_t block_size_;
   std::int64_t block_bytes_;
+  std::int32_t lora_rank_;
 
   OperatorTime op_;
   // gemm_seconds + elementwise_seconds by token count, lm_head_seconds by sequences.

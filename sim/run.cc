@@ -65,7 +65,13 @@ std::unique_ptr<const CalibratedCostModel> make_calibrated_cost_model(
     warn_if_calibrated_elsewhere(p.file, p.machine, this_machine("cpu"),
                                  CalibrationUse::kSimulation);
   }
-  return std::make_unique<const CalibratedCostModel>(p, config.scheduler.block_size);
+  const LoraConfig& lora = config.scheduler.lora;
+  try {
+    return std::make_unique<const CalibratedCostModel>(p, config.scheduler.block_size,
+                                                       lora.enabled() ? lora.max_lora_rank : 0);
+  } catch (const ConfigError& e) {
+    throw ConfigError(config.lora_location + ": key 'serving.lora': " + e.what());
+  }
 }
 
 KvCapacity kv_capacity_for(const ExperimentConfig& config, const ModelConfig& model,
@@ -145,7 +151,9 @@ RunOutput run_simulation(const ExperimentConfig& config, const RunOptions& optio
   RunStage run_stage(config, options, out.out_dir);
   const std::string& steps_path = run_stage.steps_path;
   const std::string& schedule_path = run_stage.schedule_path;
-  const RooflineCostModel roofline(model, hardware, config.scheduler.block_size, parallel);
+  const RooflineCostModel roofline(
+      model, hardware, config.scheduler.block_size, parallel,
+      config.scheduler.lora.enabled() ? config.scheduler.lora.max_lora_rank : 0);
   // A calibrated profile (cost_model: {type: calibrated, file: ...}) replaces the roofline.
   const std::unique_ptr<const CalibratedCostModel> calibrated =
       make_calibrated_cost_model(config, model);
@@ -255,6 +263,7 @@ RunOutput run_simulation(const ExperimentConfig& config, const RunOptions& optio
     }
   }
   fill_overload_flag(config, out.summary);
+  fill_lora_report(config, out.summary);
   if (!options.write_files) return out;
 
   write_run_outputs(config, recorder, {"sim", model.name, hardware.name}, out);

@@ -651,5 +651,56 @@ TEST(Lessons, SpeculativeDecodingPaysAtLowBatch) {
   fs::remove_all(dir);
 }
 
+// docs/lessons/lora.md
+TEST(Lessons, LoraAdaptersAgainstMaxLoras) {
+  const fs::path dir = temp_dir("lesson_lora");
+  const fs::path out = dir / "cmp";
+  const Cli r = run_sim("compare " + servelab_home().string() +
+                            "/experiments/lora.yaml --quiet --out " + out.string(),
+                        dir);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const char* const names[] = {"base-model",
+                               "adapters-1",
+                               "adapters-4",
+                               "adapters-8",
+                               "adapters-16",
+                               "adapters-64",
+                               "adapters-64-max-loras-64"};
+  // The page's table: output tokens/s, adapters per step, batch seqs, TTFT p50 / p99 (s), TPOT
+  // p50 (ms), to the digits it prints.
+  const double table[7][6] = {
+      {7721, 0.00, 197.7, 16.4, 35.9, 30.80}, {7022, 1.00, 199.3, 20.3, 43.9, 33.82},
+      {7002, 3.91, 199.4, 20.4, 44.1, 33.90}, {6978, 7.43, 199.7, 20.5, 44.4, 34.01},
+      {6561, 7.30, 160.1, 15.4, 65.5, 32.49}, {4585, 7.58, 68.3, 56.6, 120.2, 18.06},
+      {6681, 52.56, 201.3, 22.7, 48.5, 35.57}};
+  double tput[7];
+  for (int v = 0; v < 7; ++v) {
+    const json s = summary(out / names[v]);
+    EXPECT_EQ(s["requests"]["completed"], 3000) << names[v];
+    tput[v] = s["throughput"]["output_tokens_per_s"].get<double>();
+    EXPECT_NEAR(tput[v], table[v][0], 0.5) << names[v];
+    EXPECT_NEAR(s["lora"]["adapters_per_step_mean"].get<double>(), table[v][1], 0.005) << names[v];
+    EXPECT_NEAR(s["batch"]["seqs_mean"].get<double>(), table[v][2], 0.05) << names[v];
+    EXPECT_NEAR(s["ttft_ms"]["p50"].get<double>() / 1000, table[v][3], 0.05) << names[v];
+    EXPECT_NEAR(s["ttft_ms"]["p99"].get<double>() / 1000, table[v][4], 0.05) << names[v];
+    EXPECT_NEAR(s["tpot_ms"]["p50"].get<double>(), table[v][5], 0.005) << names[v];
+    // max_loras binds: never more adapters per step than allowed.
+    EXPECT_LE(s["lora"]["adapters_per_step_mean"].get<double>(), v == 6 ? 64.0 : 8.0);
+  }
+  // "about 9 %" for one adapter; "41 % below the base model" with 64; the orderings.
+  EXPECT_NEAR(1 - tput[1] / tput[0], 0.09, 0.005);
+  EXPECT_NEAR(1 - tput[5] / tput[0], 0.41, 0.005);
+  EXPECT_GT(tput[1], tput[2]);
+  EXPECT_GT(tput[2], tput[3]);
+  EXPECT_GT(tput[3], tput[4]);
+  EXPECT_GT(tput[4], tput[5]);
+  EXPECT_GT(tput[6], tput[5]);
+  EXPECT_LT(tput[6], tput[3]);
+  // The system prompt is cached once per adapter.
+  EXPECT_EQ(summary(out / names[1])["prefix_cache"]["hit_tokens"], 767744);
+  EXPECT_EQ(summary(out / names[5])["prefix_cache"]["hit_tokens"], 745984);
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace servelab

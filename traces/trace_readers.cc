@@ -535,9 +535,9 @@ bool is_trace_reader_type(const std::string& type) {
 void check_trace_reader_keys(const ConfigNode& s) {
   const std::string type =
       s.at("type").as_choice({"mooncake", "burstgpt", "vidur", "csv", "jsonl", "servelab"});
-  std::vector<std::string> keys = {"type",       "path",      "max_requests", "time_scale",
-                                   "start_s",    "lenient",   "transforms",   "sampling",
-                                   "cache_salt", "multimodal"};
+  std::vector<std::string> keys = {"type",       "path",       "max_requests", "time_scale",
+                                   "start_s",    "lenient",    "transforms",   "sampling",
+                                   "cache_salt", "multimodal", "lora"};
   if (type == "mooncake") keys.push_back("block_tokens");
   if (type == "burstgpt") keys.insert(keys.end(), {"model", "include_failed"});
   if (type == "csv" || type == "jsonl") keys.insert(keys.end(), {"columns", "arrival_unit"});

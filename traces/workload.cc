@@ -6,6 +6,7 @@
 
 #include "serving/home.h"
 #include "traces/azure_trace.h"
+#include "traces/lora_workload.h"
 #include "traces/multimodal_workload.h"
 #include "traces/sampling_options.h"
 #include "traces/session_workload.h"
@@ -134,7 +135,7 @@ std::unique_ptr<Workload> make_synthetic(const ConfigNode& s, std::uint64_t seed
                                          const std::string& base_dir) {
   s.allow_keys({"type", "num_requests", "duration_s", "start_s", "arrival", "prompt_len",
                 "output_len", "lengths", "shared_prefix", "transforms", "n", "sampling",
-                "cache_salt", "multimodal"});
+                "cache_salt", "multimodal", "lora"});
   SyntheticConfig c;
   c.n = static_cast<std::int32_t>(s.get_int("n", 1, 1, kMaxSamples));
   if (s.has("num_requests")) c.num_requests = s.get_int("num_requests", 1, INT64_MAX);
@@ -193,7 +194,7 @@ std::unique_ptr<Workload> make_synthetic(const ConfigNode& s, std::uint64_t seed
 std::unique_ptr<Workload> make_azure(const ConfigNode& s, std::uint64_t seed,
                                      const std::string& base_dir) {
   s.allow_keys({"type", "path", "max_requests", "time_scale", "start_s", "transforms", "sampling",
-                "cache_salt", "multimodal"});
+                "cache_salt", "multimodal", "lora"});
   const std::string path = data_file(s.at("path"), base_dir);
   AzureTraceOptions o;
   if (s.has("max_requests")) o.max_requests = s.get_int("max_requests", 1, INT64_MAX);
@@ -218,6 +219,7 @@ std::unique_ptr<Workload> make_workload(const ConfigNode& section, std::uint64_t
   if (section.has("transforms")) transforms = parse_transforms(section.at("transforms"));
   RequestOptions options = parse_request_options(section);
   const std::optional<MultimodalOptions> multimodal = parse_multimodal_options(section);
+  const std::optional<LoraWorkloadOptions> lora = parse_lora_workload_options(section);
   std::unique_ptr<Workload> w;
   if (type == "synthetic") {
     w = make_synthetic(section, seed, base_dir);
@@ -236,6 +238,7 @@ std::unique_ptr<Workload> make_workload(const ConfigNode& section, std::uint64_t
   if (options.sampling || options.cache_salt) {
     w = std::make_unique<SampledWorkload>(std::move(w), std::move(options), seed);
   }
+  if (lora) w = std::make_unique<LoraWorkload>(std::move(w), *lora, seed);
   return w;
 }
 
