@@ -50,6 +50,7 @@
 #include <cstdint>
 #include <span>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/backend.h"
@@ -129,6 +130,12 @@ class CpuExecutor : public Backend {
   std::vector<float> k_cache_, v_cache_;  // device
   std::vector<float> k_host_, v_host_;    // swap space
   std::vector<Eigen::VectorXf> last_logits_;
+  // Async scheduling: the token each entry of the last plan sampled, (request id, token) sorted
+  // by id; a pipelined plan's entry that starts one past its known tokens reads its input here
+  // (vLLM's worker keeps the previous step's sampled ids on the device for the same purpose).
+  std::vector<std::pair<RequestId, std::int32_t>> previous_tokens_;
+  // The previous step's token of request `id`, or -1 when the last plan sampled none for it.
+  std::int32_t previous_token(RequestId id) const;
   bool fp8_kv_ = false;
   std::vector<float> k_scales_, v_scales_;  // per layer (fp8 only; 1 otherwise)
   std::vector<bool> scales_set_;            // per layer, with compute_kv_scales
