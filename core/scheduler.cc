@@ -493,7 +493,6 @@ void Scheduler::admit_front(Request& r, const PrefixHit& hit) {
 }
 
 const StepPlan& Scheduler::schedule(TimeNs now) {
-  bool pipelined = false;
   if (async_) [[unlikely]] {
     if (plan_pending_ && other_pending_) {
       throw std::logic_error("Scheduler::schedule: two plans await complete() already");
@@ -504,7 +503,6 @@ const StepPlan& Scheduler::schedule(TimeNs now) {
       plan_pending_ = false;
       other_pending_ = true;
     }
-    pipelined = other_pending_;
   }
   assert(!plan_pending_ && "schedule() called before the previous plan was completed");
   plan_.clear();
@@ -544,7 +542,7 @@ const StepPlan& Scheduler::schedule(TimeNs now) {
   if (async_) [[unlikely]] {
     // vLLM's AsyncScheduler._update_after_schedule: every entry that samples will yield a token
     // the next plan cannot see yet.
-    plan_.pipelined = pipelined;
+    plan_.pipelined = other_pending_;  // formed while an older plan is in flight
     for (std::size_t k = 0; k < plan_.requests.size(); ++k) {
       if (plan_.requests[k].samples) ++plan_requests_[k]->num_output_placeholders;
     }
@@ -838,6 +836,20 @@ void Scheduler::complete_step(const StepResult& result, TimeNs now) {
         "Scheduler::complete: " + std::to_string(result.sampled_tokens.size()) +
         " sampled tokens for a plan of " + std::to_string(plan_.requests.size()) + " entries");
   }
+  if (async_) [[unlikely]] {
+    for (std::size_t k = 0; k < plan_.requests.size(); ++k) {
+      ScheduledRequest& e = plan_.requests[k];
+      if (!e.samples) continue;
+      Request& r = *plan_requests_[k];
+      --r.num_output_placeholders;
+      // Finished (a stop seen by the previous complete()) or aborted while this plan was in
+      // flight: its token is discarded, as vLLM's update_from_output skips finished requests.
+      // The plan ran already; the entry is kept out of the pass below.
+      if (r.status == RequestStatus::kFinished || r.status == RequestStatus::kAborted) {
+        e.samples = false;
+      }
+    }
+  }
   // Forks first (they need nothing of the parent's new token), so the loop below stays as it
   // is for n = 1.
   bool any_finished = false;
@@ -855,12 +867,6 @@ void Scheduler::complete_step(const StepResult& result, TimeNs now) {
   for (std::size_t k = 0; k < entries; ++k) {
     if (!plan_.requests[k].samples) continue;  // a partial prefill chunk yields no token
     Request& r = *plan_requests_[k];
-    if (async_) [[unlikely]] {
-      --r.num_output_placeholders;
-      // Finished (a stop noticed by the previous complete()) or aborted while this plan was in
-      // flight: its token is discarded, as vLLM's update_from_output skips finished requests.
-      if (r.status == RequestStatus::kFinished || r.status == RequestStatus::kAborted) continue;
-    }
     got[num_got] = &r;
     prev[num_got] = r.last_token_ns;
     ++num_got;

@@ -63,6 +63,13 @@ std::int32_t schedule_running_phase(Scheduler& s, std::int32_t budget, std::int3
   return budget;
 }
 
+// Async scheduling's running phase, out of line so that fill()'s inlined synchronous phase
+// compiles as it did before it existed (the simulator's hot path).
+[[gnu::noinline]] std::int32_t schedule_running_phase_async(Scheduler& s, std::int32_t budget,
+                                                            std::int32_t cap, TimeNs now) {
+  return schedule_running_phase<false, false, true>(s, budget, cap, now);
+}
+
 }  // namespace
 
 void VllmBatchFormation::fill(Scheduler& s, TimeNs now, bool admit) const {
@@ -78,8 +85,8 @@ void VllmBatchFormation::fill(Scheduler& s, TimeNs now, bool admit) const {
     budget = schedule_running_phase<true, false>(s, budget, cap, now);
   } else if (s.speculative()) {
     budget = schedule_running_phase<false, true>(s, budget, cap, now);
-  } else if (config.async_scheduling) {
-    budget = schedule_running_phase<false, false, true>(s, budget, cap, now);
+  } else if (config.async_scheduling) [[unlikely]] {
+    budget = schedule_running_phase_async(s, budget, cap, now);
   } else {
     budget = schedule_running_phase<false, false>(s, budget, cap, now);
   }

@@ -136,24 +136,9 @@ bool Simulator::hand_over_ready(TimeNs now) {
   return any;
 }
 
-void Simulator::try_start_step(std::uint32_t i, TimeNs now) {
-  ReplicaState& st = state_[i];
-  if (st.busy) return;
-  Replica& r = *replicas_[i].replica;
-  const StepPlan& plan = r.scheduler().schedule(now);
-  if (plan.empty()) {
-    if (r.scheduler().num_running() == 0 && r.scheduler().num_waiting() > 0) {
-      throw std::logic_error("simulator stalled at t=" + std::to_string(now) +
-                             " ns: " + std::to_string(r.scheduler().num_waiting()) +
-                             " waiting requests and nothing can run" +
-                             (cluster_ ? " on replica " + std::to_string(i) : std::string()));
-    }
-    return;
-  }
-  launch(i, plan, now, st.pending);
-}
-
-void Simulator::launch(std::uint32_t i, const StepPlan& plan, TimeNs now, StepResult& result) {
+// Inlined into try_start_step, the hot path of every run (one call per step).
+[[gnu::always_inline]] inline void Simulator::launch(std::uint32_t i, const StepPlan& plan,
+                                                     TimeNs now, StepResult& result) {
   ReplicaState& st = state_[i];
   Replica& r = *replicas_[i].replica;
   const StepSnapshot snap = r.snapshot();
@@ -174,6 +159,23 @@ void Simulator::launch(std::uint32_t i, const StepPlan& plan, TimeNs now, StepRe
     s.waiting_time += static_cast<long double>(snap.waiting) * d;
   }
   events_.push(now + result.duration_ns, EventKind::kStepEnd, i);
+}
+
+void Simulator::try_start_step(std::uint32_t i, TimeNs now) {
+  ReplicaState& st = state_[i];
+  if (st.busy) return;
+  Replica& r = *replicas_[i].replica;
+  const StepPlan& plan = r.scheduler().schedule(now);
+  if (plan.empty()) {
+    if (r.scheduler().num_running() == 0 && r.scheduler().num_waiting() > 0) {
+      throw std::logic_error("simulator stalled at t=" + std::to_string(now) +
+                             " ns: " + std::to_string(r.scheduler().num_waiting()) +
+                             " waiting requests and nothing can run" +
+                             (cluster_ ? " on replica " + std::to_string(i) : std::string()));
+    }
+    return;
+  }
+  launch(i, plan, now, st.pending);
 }
 
 void Simulator::end_pipelined_step(std::uint32_t i, TimeNs now) {

@@ -575,6 +575,29 @@ TEST(AsyncScheduling, CpuEngineGivesTheSynchronousTokensSeeded) {
   EXPECT_EQ(RunCpu(true, 0.8, 14), RunCpu(false, 0.8, 14));
 }
 
+// The drivers that cannot run it say so, naming the key, with exit code 2.
+TEST(AsyncScheduling, EngineServeAndCudaRefuseIt) {
+  const fs::path dir = temp_dir("async_serve");
+  write_file(dir / "e.yaml",
+             "name: async-serve\nmodel: tiny\nhardware: H100-SXM\n"
+             "serving:\n  num_gpu_blocks: 64\n  async_scheduling: true\n"
+             "workload: {type: synthetic, num_requests: 2}\n");
+  for (const std::string& args :
+       {std::string("serve ") + (dir / "e.yaml").string() + " --port 18731",
+        std::string("run ") + (dir / "e.yaml").string() + " --device cuda --out " +
+            (dir / "o").string()}) {
+    const std::string cmd = "timeout 30 " + servelab_program("engine") + " " + args + " > " +
+                            (dir / "out.txt").string() + " 2> " + (dir / "err.txt").string();
+    const int status = std::system(cmd.c_str());
+    ASSERT_TRUE(WIFEXITED(status)) << args;
+    EXPECT_EQ(WEXITSTATUS(status), 2) << args;
+    const std::string err = read_file(dir / "err.txt");
+    EXPECT_NE(err.find("e.yaml:6:"), std::string::npos) << err;
+    EXPECT_NE(err.find("serving.async_scheduling"), std::string::npos) << err;
+  }
+  fs::remove_all(dir);
+}
+
 // `engine run` with serving.async_scheduling: the same tokens.jsonl as without.
 TEST(AsyncScheduling, EngineRunWritesTheSynchronousTokens) {
   const fs::path dir = temp_dir("async_engine");
