@@ -44,7 +44,12 @@
 // them once, on the first forward pass). fp32 (the default) stores x unchanged.
 // Token values: a prompt position p takes prompt_token_value(spec, p) (a literal prompt's own
 // value, else token_value(token_identity(spec, p))); position p >= prompt_len takes
-// output_tokens[p - prompt_len], and past the known tokens a verify entry's draft tokens.
+// output_tokens[p - prompt_len], and past the known tokens a verify entry's draft tokens. Async
+// scheduling (StepPlan::pipelined): an entry that starts one past its known tokens takes the
+// token the executor's previous plan sampled for that request (vLLM's model runner keeps the
+// previous step's sampled ids on the device for the same purpose) and samples the output after
+// it; execute() refuses the whole plan (std::invalid_argument) when the previous plan sampled no
+// token for such an entry.
 #pragma once
 
 #include <cstdint>
