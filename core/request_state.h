@@ -64,6 +64,10 @@ class Request {
   // first cache lines); access alternates accordingly.
   RequestSpec spec;
   RequestStatus status = RequestStatus::kWaiting;
+  // Async scheduling (vLLM's num_output_placeholders): tokens that plans already formed will
+  // sample but whose values are not known yet (one per in-flight plan that samples this
+  // request). Always 0 without async scheduling. (16 bits: it fits the padding after status.)
+  std::int16_t num_output_placeholders = 0;
   std::int32_t num_computed_tokens = 0;     // tokens whose KV is (or is being) computed
   std::vector<std::int32_t> output_tokens;  // sampled token values, in order
   std::vector<BlockId> block_table;         // physical blocks, position order

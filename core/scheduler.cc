@@ -89,6 +89,23 @@ Scheduler::Scheduler(const SchedulerConfig& config, KvCacheManager& kv, Schedule
     counters_.num_accepted_tokens_per_pos.assign(static_cast<std::size_t>(spec_k_), 0);
     spec_lookahead_ = sp.lookahead_slots();
   }
+  if (config_.async_scheduling) {
+    // The placeholders are written into vLLM v1's running phase, complete()'s one-step path and
+    // recompute preemption only (vLLM v1 has neither swap nor multi-step rounds; ServeLab's
+    // verify steps and forks need the previous step's tokens when the next plan is formed).
+    const auto refuse = [](const std::string& why) {
+      throw std::invalid_argument("Scheduler: async_scheduling " + why);
+    };
+    if (batch_->name() != kVllmBatch.name()) {
+      refuse("needs the vllm batch formation, not '" + std::string(batch_->name()) + "'");
+    }
+    if (config_.num_scheduler_steps > 1) refuse("does not combine with num_scheduler_steps > 1");
+    if (sp.enabled()) refuse("does not combine with speculative decoding");
+    if (preemption_->uses_host_memory()) {
+      refuse("needs recompute preemption, not '" + std::string(preemption_->name()) + "'");
+    }
+    async_ = true;
+  }
   // A formation without the swap-in pass would strand swapped victims.
   if (preemption_->uses_host_memory() && !batch_->resumes_swapped()) {
     throw std::invalid_argument("Scheduler: preemption '" + std::string(preemption_->name()) +
@@ -119,6 +136,18 @@ Scheduler::Scheduler(const SchedulerConfig& config, KvCacheManager& kv, Schedule
 
 Scheduler::~Scheduler() {
   release_done_groups();
+  // Async scheduling: requests that ended while a pending plan named them (never completed).
+  if (async_) {
+    std::vector<Request*> ended;
+    for (Request* r : plan_requests_) ended.push_back(r);
+    for (Request* r : other_requests_) ended.push_back(r);
+    std::erase_if(ended, [](const Request* r) {
+      return r->status != RequestStatus::kFinished && r->status != RequestStatus::kAborted;
+    });
+    std::sort(ended.begin(), ended.end());
+    ended.erase(std::unique(ended.begin(), ended.end()), ended.end());
+    for (Request* r : ended) delete r;
+  }
   // Finished samples of unfinished groups are reachable only through their group.
   auto drop_done_samples = [](Request* r) {
     if (r->group == nullptr) return;
@@ -161,6 +190,7 @@ std::string Scheduler::rejection_reason(const Request& req) const {
              "or prefill-first; allocation paged)";
     }
     if (spec_k_ > 0) return "parallel sampling (n > 1) with speculative decoding is not supported";
+    if (async_) return "parallel sampling (n > 1) with async scheduling is not supported";
     if (spec.n > config_.max_num_seqs) {
       return "n = " + std::to_string(spec.n) + " samples need more seats than max_num_seqs " +
              std::to_string(config_.max_num_seqs);
@@ -383,18 +413,22 @@ void Scheduler::abort_request(Request& r, TimeNs now) {
   }
   ++counters_.num_aborted;
   if (observer_ != nullptr) observer_->on_finish(r, now);
+  // Async scheduling: a plan in flight still names it; that plan's complete() deletes it.
+  if (async_ && held_by_other_plan(&r)) return;
   delete &r;
 }
 
 bool Scheduler::reset_prefix_cache() {
-  if (plan_pending_) {
+  if (num_pending_plans() > 0) {
     throw std::logic_error("Scheduler::reset_prefix_cache: a plan awaits complete()");
   }
   return kv_.reset_prefix_cache();
 }
 
 bool Scheduler::abort(RequestId id, TimeNs now, const std::string& reason) {
-  if (plan_pending_) throw std::logic_error("Scheduler::abort: a plan awaits complete()");
+  if (num_pending_plans() > 0) {
+    throw std::logic_error("Scheduler::abort: a plan awaits complete()");
+  }
   const auto matches = [id](const Request* r) { return base_request_id(r->id()) == id; };
   Request* found = nullptr;
   for (Request* r : running_) found = found ? found : (matches(r) ? r : nullptr);
@@ -477,6 +511,17 @@ void Scheduler::admit_front(Request& r, const PrefixHit& hit) {
 }
 
 const StepPlan& Scheduler::schedule(TimeNs now) {
+  if (async_) [[unlikely]] {
+    if (plan_pending_ && other_pending_) {
+      throw std::logic_error("Scheduler::schedule: two plans await complete() already");
+    }
+    if (plan_pending_) {  // the last plan is in flight: it becomes the other pending plan
+      std::swap(plan_, other_plan_);
+      std::swap(plan_requests_, other_requests_);
+      plan_pending_ = false;
+      other_pending_ = true;
+    }
+  }
   assert(!plan_pending_ && "schedule() called before the previous plan was completed");
   plan_.clear();
   plan_requests_.clear();
@@ -514,6 +559,14 @@ const StepPlan& Scheduler::schedule(TimeNs now) {
   if (lookahead_ > 0) mark_round();
   if (config_.lora.enabled()) [[unlikely]]
     count_plan_loras();
+  if (async_) [[unlikely]] {
+    // vLLM's AsyncScheduler._update_after_schedule: every entry that samples will yield a token
+    // the next plan cannot see yet.
+    plan_.pipelined = other_pending_;  // formed while an older plan is in flight
+    for (std::size_t k = 0; k < plan_.requests.size(); ++k) {
+      if (plan_.requests[k].samples) ++plan_requests_[k]->num_output_placeholders;
+    }
+  }
   plan_pending_ = !plan_.empty();
   if (!done_groups_.empty()) release_done_groups();  // groups ended by aborts
   return plan_;
@@ -826,10 +879,49 @@ void Scheduler::complete(const StepResult& result, TimeNs now) {
     complete_spec(result, now);
     return;
   }
+  if (async_) [[unlikely]] {
+    if (other_pending_) {
+      complete_older(result, now);
+      return;
+    }
+    if (!plan_pending_) throw std::logic_error("Scheduler::complete: no plan awaits complete()");
+  }
+  complete_step(result, now);
+}
+
+void Scheduler::complete_older(const StepResult& result, TimeNs now) {
+  // The older plan is the other one: complete it in plan_'s place, the newer one aside.
+  const bool newer_pending = plan_pending_;
+  std::swap(plan_, other_plan_);
+  std::swap(plan_requests_, other_requests_);
+  plan_pending_ = true;
+  other_pending_ = newer_pending;
+  complete_step(result, now);
+  std::swap(plan_, other_plan_);
+  std::swap(plan_requests_, other_requests_);
+  plan_pending_ = newer_pending;
+  other_pending_ = false;
+}
+
+void Scheduler::complete_step(const StepResult& result, TimeNs now) {
   if (result.sampled_tokens.size() < plan_.requests.size()) {
     throw std::invalid_argument(
         "Scheduler::complete: " + std::to_string(result.sampled_tokens.size()) +
         " sampled tokens for a plan of " + std::to_string(plan_.requests.size()) + " entries");
+  }
+  if (async_) [[unlikely]] {
+    for (std::size_t k = 0; k < plan_.requests.size(); ++k) {
+      ScheduledRequest& e = plan_.requests[k];
+      if (!e.samples) continue;
+      Request& r = *plan_requests_[k];
+      --r.num_output_placeholders;
+      // Finished (a stop seen by the previous complete()) or aborted while this plan was in
+      // flight: its token is discarded, as vLLM's update_from_output skips finished requests.
+      // The plan ran already; the entry is kept out of the pass below.
+      if (r.status == RequestStatus::kFinished || r.status == RequestStatus::kAborted) {
+        e.samples = false;
+      }
+    }
   }
   // Forks first (they need nothing of the parent's new token), so the loop below stays as it
   // is for n = 1.
@@ -874,8 +966,19 @@ void Scheduler::end_of_step(bool any_finished) {
   if (any_finished) {
     // One pass keeps the others' order and costs O(running) however many finished.
     std::erase_if(running_, [](const Request* r) { return r->status == RequestStatus::kFinished; });
+    if (!async_) {
+      for (Request* r : plan_requests_) {
+        if (r->status == RequestStatus::kFinished && r->group == nullptr) delete r;
+      }
+    }
+  }
+  if (async_) [[unlikely]] {
+    // Requests that ended while a plan named them are deleted once no pending plan does.
     for (Request* r : plan_requests_) {
-      if (r->status == RequestStatus::kFinished && r->group == nullptr) delete r;
+      if ((r->status == RequestStatus::kFinished || r->status == RequestStatus::kAborted) &&
+          r->group == nullptr && !held_by_other_plan(r)) {
+        delete r;
+      }
     }
   }
   if (!done_groups_.empty()) release_done_groups();

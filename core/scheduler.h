@@ -115,6 +115,29 @@
 // max_lora_rank. A plan counts its adapter tokens and adapters (StepPlan::num_lora_tokens,
 // num_loras) for the cost models.
 //
+// Async scheduling (config.async_scheduling; vLLM v1's --async-scheduling, AsyncScheduler;
+// docs/policies.md "Async scheduling"; vllm batch formation, recompute preemption, one scheduler
+// step, no speculation, n == 1): schedule() may be called once more while one plan awaits
+// complete(), as vLLM's engine core forms step N+1 while step N runs (a batch queue of two).
+// The order is schedule(N), schedule(N+1), complete(N), schedule(N+2), complete(N+1), ...; a plan
+// formed while another is pending is StepPlan::pipelined. Plan N+1 is formed before N's tokens
+// are known: every entry that samples adds one output placeholder to its request
+// (Request::num_output_placeholders), and the running phase counts them as known tokens, so a
+// request decoding in N is scheduled in N+1 for the position of N's token (its value comes from
+// the backend; see StepPlan::pipelined). complete() takes away a placeholder per token applied.
+// A request is not scheduled again when the token of its pending plan is certain to be its last
+// by length (num_computed_tokens + 2 - placeholders >= prompt_len + max_output_tokens, vLLM's
+// check), so max_output_tokens never costs an extra step. A stop token (EOS, stop ids) is
+// noticed only by complete(N), after N+1 was formed: the request finishes there (reported, its
+// blocks freed), and N+1's entry for it is wasted work: complete(N+1) discards its token (vLLM
+// skips finished requests in update_from_output); the Request is deleted once no pending plan
+// names it. A request of the in-flight plan N+1 may be preempted while N+2 is formed (no
+// admission in that step, as always); complete(N+1) still appends its token (vLLM
+// test_preempt_during_execution), and that token may finish it while it waits. Prefill chunks
+// add no placeholder: the chunk after a partial chunk is scheduled as in the synchronous loop.
+// The returned plan reference stays valid until that plan's complete() or the second schedule()
+// after it, whichever comes first. Parallel sampling (n > 1) is rejected at arrival.
+//
 // Ownership: the scheduler allocates a Request per arrival and deletes it right after
 // observer->on_finish (or on_reject); the destructor frees the blocks of what remains.
 #pragma once
@@ -202,15 +225,18 @@ class Scheduler {
   }
 
   // Forms the next plan. The returned reference stays valid until complete() or the next
-  // schedule(). The plan is empty when there is nothing to run. REQUIRES: the previous plan was
-  // completed.
+  // schedule() (async scheduling: see the file comment). The plan is empty when there is nothing
+  // to run. REQUIRES: the previous plan was completed; with async scheduling, at most one plan
+  // awaits complete() (std::logic_error otherwise).
   const StepPlan& schedule(TimeNs now);
+  // Async scheduling: how many formed plans await complete() (0, 1 or 2; at most 1 otherwise).
+  int num_pending_plans() const { return (plan_pending_ ? 1 : 0) + (other_pending_ ? 1 : 0); }
 
-  // Applies the result of the last plan at time `now` (the step's end): appends sampled tokens
-  // (reported to the observer together, through on_step_tokens, in plan order), then finishes
-  // requests that reached their output length and frees their blocks (on_finish, plan order).
-  // A multi-step round (plan.num_steps N > 1) appends up to N tokens per entry, all at `now`,
-  // reported through on_step_tokens once per pass (see the file comment). Throws
+  // Applies the result of the oldest pending plan at time `now` (the step's end): appends sampled
+  // tokens (reported to the observer together, through on_step_tokens, in plan order), then
+  // finishes requests that reached their output length and frees their blocks (on_finish, plan
+  // order). A multi-step round (plan.num_steps N > 1) appends up to N tokens per entry, all at
+  // `now`, reported through on_step_tokens once per pass (see the file comment). Throws
   // std::invalid_argument when `result` holds fewer tokens than the plan needs.
   void complete(const StepResult& result, TimeNs now);
 
@@ -447,7 +473,23 @@ class Scheduler {
   std::vector<const Request*> spec_got_;
   std::vector<TimeNs> spec_prev_;
   std::int64_t next_step_ = 0;
-  bool plan_pending_ = false;          // a non-empty plan awaits complete()
+  bool plan_pending_ = false;  // a non-empty plan awaits complete()
+  // ---- Async scheduling (see the file comment) ----
+  // The other plan that awaits complete(): while a plan is formed, the one in flight before it;
+  // while the older one is completed (complete() swaps the two), the newer one.
+  StepPlan other_plan_;
+  std::vector<Request*> other_requests_;
+  bool other_pending_ = false;
+  bool async_ = false;  // config_.async_scheduling
+  // Whether the other pending plan names r (async scheduling); r must then outlive it.
+  bool held_by_other_plan(const Request* r) const {
+    return other_pending_ &&
+           std::find(other_requests_.begin(), other_requests_.end(), r) != other_requests_.end();
+  }
+  // complete() of the older of two pending plans (async scheduling).
+  void complete_older(const StepResult& result, TimeNs now);
+  // complete() of one plan without drafts, rounds or forks: the synchronous path.
+  void complete_step(const StepResult& result, TimeNs now);
   std::int32_t lookahead_ = 0;         // config_.num_scheduler_steps - 1
   std::int32_t spec_k_ = 0;            // num_speculative_tokens when speculation is on, else 0
   std::int32_t spec_lookahead_ = 0;    // config_.speculative.lookahead_slots() when on
@@ -485,7 +527,8 @@ class Scheduler {
                                                           std::int32_t cached_now, TimeNs now) {
   assert(n >= 1);
   const std::int32_t end = r.num_computed_tokens + n;
-  const std::int32_t known = r.num_tokens();
+  // Output placeholders (async scheduling) count as known: their values come from the backend.
+  const std::int32_t known = r.num_tokens() + r.num_output_placeholders;
   // Anything but a single last-token step computes known tokens whose KV is missing.
   add_entry(r, n, cached_now, now, /*is_prefill=*/end < known || n > 1, /*samples=*/end == known);
 }

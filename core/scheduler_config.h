@@ -33,6 +33,11 @@ struct SchedulerConfig {
   // that admitted nobody, runs as one round of this many forward passes (StepPlan::num_steps),
   // with the slots reserved up front (lookahead). 1: every plan is one forward pass (vLLM v1).
   std::int32_t num_scheduler_steps = 1;
+  // vLLM v1's async scheduling (`serving.async_scheduling`, docs/policies.md "Async scheduling"):
+  // the next plan is formed while the previous one runs, before its sampled tokens are known
+  // (output placeholders); see core/scheduler.h. Off: every plan is formed after the previous
+  // one completed.
+  bool async_scheduling = false;
   // vLLM's speculative decoding (`serving.speculative_config`; core/speculative_config.h and the
   // Scheduler's file comment). Off by default.
   SpeculativeConfig speculative;

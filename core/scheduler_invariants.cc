@@ -32,8 +32,9 @@ void check_scheduler_invariants(const Scheduler& s, const StepPlan& plan) {
     }
     if (!r->host_block_table().empty()) broken(req(*r) + " is running but holds host blocks");
     // (A verify step computes draft tokens too: speculative decoding.)
-    if (r->num_computed_tokens > r->num_tokens_with_spec()) {
-      broken(req(*r) + " has more computed tokens than known and draft tokens");
+    // (Async scheduling: the tokens of pending plans count, as output placeholders.)
+    if (r->num_computed_tokens > r->num_tokens_with_spec() + r->num_output_placeholders) {
+      broken(req(*r) + " has more computed tokens than known, draft and placeholder tokens");
     }
     if (static_cast<std::int64_t>(r->block_table.size()) * c.block_size < r->num_computed_tokens) {
       broken(req(*r) + "'s block table does not cover its computed tokens");

@@ -14,6 +14,7 @@ void StepPlan::clear() {
   num_decode_tokens = 0;
   num_fork_tokens = 0;
   num_steps = 1;
+  pipelined = false;
   draft_tokens.clear();
   num_draft_tokens = 0;
   num_lora_tokens = 0;

@@ -93,6 +93,14 @@ struct StepPlan {
   // samples nothing after it. The fields above describe one pass: a cost model prices a pass
   // (the simulator's round time is in docs/cost-model.md).
   std::int32_t num_steps = 1;
+  // Async scheduling (SchedulerConfig::async_scheduling): the plan was formed while the plan
+  // before it was still in flight, before that plan's sampled tokens were known. An entry of
+  // such a plan may then start at the position one past its known tokens (first_token ==
+  // prompt_len + output_tokens.size()): that position's token is the one the previous plan
+  // samples for the request, which the backend takes from its own previous result (vLLM's
+  // worker feeds the sampled ids of step N into step N+1 on the device). Such an entry is a
+  // one-token decode, and the output it samples is number first_token + 1 - prompt_len.
+  bool pipelined = false;
   // Speculative decoding (core/speculative_config.h). A verify entry is a decode (is_prefill
   // false, samples true) of num_tokens = 1 + d tokens: the request's last known token, then its
   // d draft tokens, draft_tokens[k] for entry k (positions first_token + 1 ..); the backend

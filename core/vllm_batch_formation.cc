@@ -13,7 +13,9 @@ namespace {
 // scheduling) is a template argument so that the one-step decode fast path keeps its constant
 // one-slot allocation, which the compiler specialises. So is speculative decoding (Spec): a
 // request's draft tokens count in its remaining tokens, and its entry verifies them.
-template <bool Lookahead, bool Spec>
+// Async scheduling (Async) counts a request's output placeholders as known tokens, and skips a
+// request whose pending token is certain to be its last (vLLM's check in Scheduler.schedule).
+template <bool Lookahead, bool Spec, bool Async = false>
 std::int32_t schedule_running_phase(Scheduler& s, std::int32_t budget, std::int32_t cap,
                                     TimeNs now) {
   KvCacheManager& kv = s.kv();
@@ -21,8 +23,15 @@ std::int32_t schedule_running_phase(Scheduler& s, std::int32_t budget, std::int3
   std::size_t i = 0;
   while (i < running.size() && budget > 0) {
     Request& r = *running[i];
-    const std::int32_t remaining =
-        (Spec ? r.num_tokens_with_spec() : r.num_tokens()) - r.num_computed_tokens;
+    if constexpr (Async) {
+      if (r.num_output_placeholders > 0 &&
+          r.num_computed_tokens + 2 - r.num_output_placeholders >= r.spec.total_tokens()) {
+        ++i;  // its pending plan samples its last token: no step after it is needed
+        continue;
+      }
+    }
+    const std::int32_t remaining = (Spec ? r.num_tokens_with_spec() : r.num_tokens()) +
+                                   (Async ? r.num_output_placeholders : 0) - r.num_computed_tokens;
     // The common case first, a decode (one token, plus its lookahead slots with multi-step) that
     // fits the blocks the request can get: the same calls as below with n = 1. A failed
     // allocation changes nothing, so the general path below simply tries again and preempts.
@@ -54,6 +63,13 @@ std::int32_t schedule_running_phase(Scheduler& s, std::int32_t budget, std::int3
   return budget;
 }
 
+// Async scheduling's running phase, out of line so that fill()'s inlined synchronous phase
+// compiles as it did before it existed (the simulator's hot path).
+[[gnu::noinline]] std::int32_t schedule_running_phase_async(Scheduler& s, std::int32_t budget,
+                                                            std::int32_t cap, TimeNs now) {
+  return schedule_running_phase<false, false, true>(s, budget, cap, now);
+}
+
 }  // namespace
 
 void VllmBatchFormation::fill(Scheduler& s, TimeNs now, bool admit) const {
@@ -69,6 +85,8 @@ void VllmBatchFormation::fill(Scheduler& s, TimeNs now, bool admit) const {
     budget = schedule_running_phase<true, false>(s, budget, cap, now);
   } else if (s.speculative()) {
     budget = schedule_running_phase<false, true>(s, budget, cap, now);
+  } else if (config.async_scheduling) [[unlikely]] {
+    budget = schedule_running_phase_async(s, budget, cap, now);
   } else {
     budget = schedule_running_phase<false, false>(s, budget, cap, now);
   }

@@ -218,9 +218,32 @@ void CpuExecutor::move_blocks(const StepPlan& plan) {
   }
 }
 
+std::int32_t CpuExecutor::previous_token(RequestId id) const {
+  const auto it = std::lower_bound(
+      previous_tokens_.begin(), previous_tokens_.end(), id,
+      [](const std::pair<RequestId, std::int32_t>& p, RequestId v) { return p.first < v; });
+  return it != previous_tokens_.end() && it->first == id ? it->second : -1;
+}
+
 StepResult CpuExecutor::execute(const StepPlan& plan) {
   const auto start = std::chrono::steady_clock::now();
   validate(plan);
+  // Async scheduling: an entry that starts at the previous step's token (StepPlan::pipelined).
+  // Found before any state changes, so a plan that does not follow the last one is refused whole.
+  std::vector<std::uint8_t> takes_previous(plan.requests.size(), 0);
+  if (plan.pipelined) {
+    for (std::size_t i = 0; i < plan.requests.size(); ++i) {
+      const ScheduledRequest& e = plan.requests[i];
+      if (e.first_token != e.spec->prompt_len + static_cast<std::int32_t>(e.output_tokens.size())) {
+        continue;
+      }
+      if (previous_token(e.id) < 0) {
+        throw std::invalid_argument("cpu executor: request " + std::to_string(e.id) +
+                                    " starts at a token the previous plan did not sample");
+      }
+      takes_previous[i] = 1;
+    }
+  }
   move_blocks(plan);
 
   const ModelConfig& m = weights_.config.model;
@@ -243,6 +266,8 @@ StepResult CpuExecutor::execute(const StepPlan& plan) {
         value = prompt_token_value(*e.spec, p, m.vocab_size);
       } else if (p < known) {
         value = e.output_tokens[p - e.spec->prompt_len];
+      } else if (takes_previous[i] != 0) {
+        value = previous_token(e.id);
       } else {
         value = plan.draft_tokens[i][static_cast<std::size_t>(p - known)];
       }
@@ -438,6 +463,9 @@ StepResult CpuExecutor::execute(const StepPlan& plan) {
     if (!e.samples) continue;
     const std::span<const std::int32_t> drafts = plan.drafts_of(i);
     const auto d = static_cast<std::int32_t>(drafts.size());
+    // Outputs before this step's first sample: one more when the entry starts at the previous
+    // step's token (async scheduling).
+    const std::size_t outs = e.output_tokens.size() + takes_previous[i];
     // Verification: position j of the verify entry (row first + j) samples output index
     // outputs + j; the drafts are accepted while they equal what was sampled before them.
     std::int32_t accepted = 0;
@@ -445,13 +473,13 @@ StepResult CpuExecutor::execute(const StepPlan& plan) {
       const RowMatrix row = x.row(row_begin[i] + e.num_tokens - 1 - d + accepted);
       const RowMatrix normed = rms_norm(row, weights_.norm, m.rms_norm_eps);
       const Eigen::VectorXf logits = weights_.head() * normed.row(0).transpose();
-      if (sample_at(e, e.output_tokens.size() + accepted, logits) != drafts[accepted]) break;
+      if (sample_at(e, outs + accepted, logits) != drafts[accepted]) break;
     }
     if (d > 0) result.num_accepted[i] = accepted;
     const RowMatrix last = x.row(row_begin[i] + e.num_tokens - 1 - d + accepted);
     const RowMatrix normed = rms_norm(last, weights_.norm, m.rms_norm_eps);
     last_logits_[i] = weights_.head() * normed.row(0).transpose();
-    result.sampled_tokens[i] = sample_at(e, e.output_tokens.size() + accepted, last_logits_[i]);
+    result.sampled_tokens[i] = sample_at(e, outs + accepted, last_logits_[i]);
     if (speculative) {
       // The request's tokens after this step: prompt, outputs, accepted drafts, the new token.
       history.clear();
@@ -470,6 +498,13 @@ StepResult CpuExecutor::execute(const StepPlan& plan) {
                                           allowed(e, e.output_tokens.size(), last_logits_[i])));
     }
   }
+  previous_tokens_.clear();
+  for (std::size_t i = 0; i < plan.requests.size(); ++i) {
+    if (plan.requests[i].samples) {
+      previous_tokens_.emplace_back(plan.requests[i].id, result.sampled_tokens[i]);
+    }
+  }
+  std::sort(previous_tokens_.begin(), previous_tokens_.end());
   result.duration_ns =
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
           .count();

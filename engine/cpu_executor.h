@@ -54,13 +54,19 @@
 // built on first use from (lora_seed, id, spec->lora_rank) and kept.
 // Token values: a prompt position p takes prompt_token_value(spec, p) (a literal prompt's own
 // value, else token_value(token_identity(spec, p))); position p >= prompt_len takes
-// output_tokens[p - prompt_len], and past the known tokens a verify entry's draft tokens.
+// output_tokens[p - prompt_len], and past the known tokens a verify entry's draft tokens. Async
+// scheduling (StepPlan::pipelined): an entry that starts one past its known tokens takes the
+// token the executor's previous plan sampled for that request (vLLM's model runner keeps the
+// previous step's sampled ids on the device for the same purpose) and samples the output after
+// it; execute() refuses the whole plan (std::invalid_argument) when the previous plan sampled no
+// token for such an entry.
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <span>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/backend.h"
@@ -153,6 +159,12 @@ class CpuExecutor : public Backend {
   std::vector<float> k_tier_, v_tier_;    // KV offload host tier
   std::int64_t tier_copy_ns_ = 0;
   std::vector<Eigen::VectorXf> last_logits_;
+  // Async scheduling: the token each entry of the last plan sampled, (request id, token) sorted
+  // by id; a pipelined plan's entry that starts one past its known tokens reads its input here
+  // (vLLM's worker keeps the previous step's sampled ids on the device for the same purpose).
+  std::vector<std::pair<RequestId, std::int32_t>> previous_tokens_;
+  // The previous step's token of request `id`, or -1 when the last plan sampled none for it.
+  std::int32_t previous_token(RequestId id) const;
   bool fp8_kv_ = false;
   std::vector<float> k_scales_, v_scales_;              // per layer (fp8 only; 1 otherwise)
   std::vector<bool> scales_set_;                        // per layer, with compute_kv_scales

@@ -7,6 +7,14 @@
 // (scheduling overhead included in the step). When the plan is empty the source decides how
 // long to wait, or that the loop is over. The loop owns no request state: the Scheduler has it,
 // and the source and the observers the replica was built with see every event.
+//
+// With async scheduling (SchedulerConfig::async_scheduling) the loop runs vLLM's pipelined
+// order: a step's plan is executed, then the next plan is formed (without the executed step's
+// tokens; the executor feeds them itself), then the executed step is completed at that time,
+// then the new plan is executed. The executor runs one plan at a time, so nothing overlaps in
+// wall time: the order, the placeholders and the late stops are vLLM's, the overlap is not.
+// When the plan formed after a step is empty, the step is completed and the loop schedules again
+// before it waits for work.
 #pragma once
 
 #include <chrono>

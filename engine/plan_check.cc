@@ -30,10 +30,13 @@ void check_plan(const StepPlan& plan, const PlanLimits& limits, std::string_view
     for (std::int32_t b = 0; b * bs < e.context_len(); ++b) {
       check(device(e.block_table[b]), id + ": block id out of range");
     }
-    // Known tokens, plus the draft tokens a verify entry checks (speculative decoding).
-    check(e.context_len() <= e.spec->prompt_len +
-                                 static_cast<std::int64_t>(e.output_tokens.size()) +
-                                 static_cast<std::int64_t>(plan.drafts_of(k).size()),
+    // Known tokens, plus the draft tokens a verify entry checks (speculative decoding), plus in
+    // a pipelined plan the previous step's token of a one-token decode (async scheduling).
+    const std::int64_t known =
+        e.spec->prompt_len + static_cast<std::int64_t>(e.output_tokens.size());
+    const bool takes_previous = plan.pipelined && e.num_tokens == 1 && e.first_token == known;
+    check(e.context_len() <= known + static_cast<std::int64_t>(plan.drafts_of(k).size()) +
+                                 (takes_previous ? 1 : 0),
           id + ": positions beyond the known tokens");
     check(e.context_len() <= limits.max_context, id + ": context beyond max_model_len");
   }

@@ -6,6 +6,7 @@
 #include <iterator>
 #include <utility>
 
+#include "core/preemption_mode.h"
 #include "serving/hardware_config.h"
 #include "serving/model_config.h"
 #include "traces/lora_workload.h"
@@ -94,11 +95,43 @@ void check_workload_lora(const ConfigNode& top, const ExperimentConfig& c) {
   }
 }
 
+// serving.async_scheduling against the other choices (the Scheduler refuses the same ones; here
+// the error names the file): vLLM v1 refuses speculative decoding other than EAGLE/MTP with it,
+// and has neither multi-step rounds nor swap; ServeLab's async plans are vLLM v1's formation.
+void check_async_scheduling(const ExperimentConfig& c) {
+  const SchedulerConfig& sc = c.scheduler;
+  if (!sc.async_scheduling) return;
+  const std::string at = c.async_scheduling_location + ": key 'serving.async_scheduling': ";
+  if (sc.num_scheduler_steps > 1) {
+    throw ConfigError(at + "async scheduling (vLLM v1) does not combine with num_scheduler_steps " +
+                      std::to_string(sc.num_scheduler_steps) +
+                      " (vLLM v0's multi-step scheduling, " + c.num_scheduler_steps_location +
+                      "); use one or the other");
+  }
+  if (sc.speculative.enabled()) {
+    throw ConfigError(at + "async scheduling does not combine with serving.speculative_config (" +
+                      c.speculative_location +
+                      "; vLLM allows only EAGLE/MTP drafts with it, which ServeLab's async plans "
+                      "do not carry yet)");
+  }
+  if (sc.batch != nullptr && sc.batch->name() != "vllm") {
+    throw ConfigError(at +
+                      "async scheduling needs policies.batch vllm (vLLM v1's scheduler), not '" +
+                      std::string(sc.batch->name()) + "'");
+  }
+  if (sc.preemption != nullptr && sc.preemption->uses_host_memory()) {
+    throw ConfigError(at +
+                      "async scheduling needs policies.preemption recompute (vLLM v1 has no "
+                      "swap), not '" +
+                      std::string(sc.preemption->name()) + "'");
+  }
+}
+
 void parse_serving(const ConfigNode& s, ExperimentConfig& c) {
   s.allow_keys({"block_size", "max_num_batched_tokens", "max_num_seqs", "max_model_len",
                 "long_prefill_token_threshold", "enable_chunked_prefill", "gpu_memory_utilization",
                 "num_gpu_blocks", "activation_reserve_gb", "swap_space_gb", "num_scheduler_steps",
-                "frontend", "speculative_config", "lora"});
+                "frontend", "speculative_config", "lora", "async_scheduling"});
   SchedulerConfig& sc = c.scheduler;
   sc.block_size = static_cast<std::int32_t>(s.get_int("block_size", sc.block_size, 1, 256));
   sc.max_num_batched_tokens = static_cast<std::int32_t>(
@@ -123,6 +156,8 @@ void parse_serving(const ConfigNode& s, ExperimentConfig& c) {
   }
   if (auto sp = s.find("speculative_config")) parse_speculative(*sp, c);
   if (auto l = s.find("lora")) parse_lora(*l, c);
+  sc.async_scheduling = s.get_bool("async_scheduling", false);
+  if (sc.async_scheduling) c.async_scheduling_location = s.at("async_scheduling").location();
   if (auto f = s.find("frontend")) {
     // The front end's cost per request (serving/frontend.h); microseconds.
     f->allow_keys({"per_request_us", "per_prompt_token_us", "concurrency"});
@@ -486,6 +521,7 @@ ExperimentConfig experiment_from_document(const ConfigNode& doc, const std::stri
   }
   check_workload_lora(top, c);
   if (auto s = top.find("slo")) parse_slo(*s, c);
+  check_async_scheduling(c);
   if (auto o = top.find("outputs")) parse_outputs(*o, c);
   if (auto m = top.find("cost_model")) parse_cost_model(*m, c);
   if (auto cl = top.find("cluster")) parse_cluster(*cl, c);
@@ -505,6 +541,23 @@ ExperimentConfig experiment_from_document(const ConfigNode& doc, const std::stri
     top.at("kv_offload").fail_message("needs the hash prefix cache (policies.prefix_cache: hash)");
   }
   parse_parallel_section(top, c.parallel);
+  if (c.scheduler.async_scheduling) {
+    const std::string at = c.async_scheduling_location + ": key 'serving.async_scheduling': ";
+    // vLLM: "Async scheduling is not yet compatible with pipeline_parallel_size > 1".
+    if (c.parallel.pipeline > 1) {
+      throw ConfigError(at + "async scheduling is not compatible with pipeline parallelism (" +
+                        c.parallel.pipeline_where + " is " + std::to_string(c.parallel.pipeline) +
+                        "; vLLM refuses pipeline_parallel_size > 1 with it)");
+    }
+    for (const PoolConfig& pool : c.cluster.pools) {
+      if (pool.pipeline_parallel > 1) {
+        throw ConfigError(at + "async scheduling is not compatible with pipeline parallelism (" +
+                          pool.location + ": pipeline_parallel " +
+                          std::to_string(pool.pipeline_parallel) +
+                          "; vLLM refuses pipeline_parallel_size > 1 with it)");
+      }
+    }
+  }
   if (c.cluster.set && (c.parallel.set || c.parallel.topology)) {
     // Each pool states its own parallelism; a cluster over a topology is not wired yet.
     (c.parallel.set ? top.at("parallel") : top.at("topology"))
@@ -594,6 +647,7 @@ std::string resolved_config_yaml(const ExperimentConfig& c,
   if (c.scheduler.num_scheduler_steps != 1) {
     e << YAML::Key << "num_scheduler_steps" << YAML::Value << c.scheduler.num_scheduler_steps;
   }
+  if (c.scheduler.async_scheduling) e << YAML::Key << "async_scheduling" << YAML::Value << true;
   e << YAML::Key << "gpu_memory_utilization" << YAML::Value << c.gpu_memory_utilization;
   if (c.num_gpu_blocks) e << YAML::Key << "num_gpu_blocks" << YAML::Value << *c.num_gpu_blocks;
   if (c.activation_reserve_gb) {

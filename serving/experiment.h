@@ -151,6 +151,9 @@ struct ExperimentConfig {
   // Where serving.lora was set ("FILE:LINE:COL"; "" when absent), for errors found after parsing
   // (a driver that cannot run LoRA adapters).
   std::string lora_location;
+  // Where serving.async_scheduling was set to true ("FILE:LINE:COL"; "" otherwise), for errors
+  // found after parsing (a combination vLLM refuses, a driver that cannot run it).
+  std::string async_scheduling_location;
   FrontendConfig frontend;  // serving.frontend: per-request front-end time (default: none)
   double gpu_memory_utilization = 0.9;
   std::optional<std::int64_t> num_gpu_blocks;

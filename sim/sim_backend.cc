@@ -20,6 +20,12 @@ TimeNs SimBackend::tier_loads(const StepPlan& plan) {
   return ns;
 }
 
+TimeNs SimBackend::pipelined_time(const StepPlan& plan) const {
+  const StepCostBreakdown b = cost_.breakdown(plan);
+  // The host part overlaps the device part of the step before: the period is the longer one.
+  return seconds_to_ns(std::max(b.total() - b.overhead, b.overhead));
+}
+
 void SimBackend::execute_into(const StepPlan& plan, StepResult& result) {
   const TimeNs loads = plan.tier_loads.empty() ? 0 : tier_loads(plan);
   if (plan.num_steps > 1) [[unlikely]] {
@@ -41,7 +47,8 @@ void SimBackend::execute_into(const StepPlan& plan, StepResult& result) {
   }
   // Speculative decoding: acceptance drawn, drafts proposed and their cost (sim/speculation.h).
   const TimeNs draft_ns = spec_ != nullptr ? seconds_to_ns(spec_->apply(plan, result)) : 0;
-  result.duration_ns = std::max<TimeNs>(1, cost_.step_time(plan) + loads + draft_ns);
+  result.duration_ns = std::max<TimeNs>(
+      1, (plan.pipelined ? pipelined_time(plan) : cost_.step_time(plan)) + loads + draft_ns);
   result.sampled_tokens.assign(plan.requests.size(), kSimOtherToken);
   result.fork_tokens.assign(static_cast<std::size_t>(plan.num_fork_tokens), kSimOtherToken);
   // The simulated model's EOS (core/stop_conditions.h), for requests with stop conditions.
@@ -50,7 +57,10 @@ void SimBackend::execute_into(const StepPlan& plan, StepResult& result) {
   for (std::size_t k = 0; k < plan.requests.size(); ++k) {
     const ScheduledRequest& e = plan.requests[k];
     if (e.spec != nullptr && e.spec->stop != nullptr && e.samples) {
-      const std::int32_t token = sim_sampled_token(*e.spec, e.output_tokens.size());
+      // Output number context_len - prompt_len: outputs.size(), or one more for an entry of a
+      // pipelined plan that starts at the previous plan's token (async scheduling).
+      const std::int32_t token = sim_sampled_token(
+          *e.spec, static_cast<std::size_t>(e.context_len() - e.spec->prompt_len));
       result.sampled_tokens[k] = token;
       for (std::size_t s = 1; s < e.num_samples; ++s) result.fork_tokens[fork_at + s - 1] = token;
     }

@@ -22,8 +22,15 @@ class SimBackend : public Backend {
   std::string_view name() const override { return "sim"; }
   // Duration = the cost model's prediction, at least 1 ns so simulated time always advances; for
   // a multi-step round (plan.num_steps > 1) CostModel::round_time, with num_steps placeholder
-  // tokens per entry.
+  // tokens per entry; for a pipelined plan (async scheduling, StepPlan::pipelined)
+  // pipelined_time().
   StepResult execute(const StepPlan& plan) override;
+  // Async scheduling (docs/cost-model.md, "Async scheduling"): a plan formed while the previous
+  // one ran overlaps its host part (the breakdown's overhead: scheduling, input preparation,
+  // sampling bookkeeping, detokenization) with the previous step's device part, so the time from
+  // the previous step's end to its own is max(total - overhead, overhead) of its breakdown,
+  // integer ns rounded once. (The simulator starts it when the previous step ends.)
+  TimeNs pipelined_time(const StepPlan& plan) const;
   // Reuses result's token vectors (no allocation once they have grown to the largest plan).
   void execute_into(const StepPlan& plan, StepResult& result) override;
   // Speculative decoding (sim/speculation.h): acceptance, proposals and the draft time, added to

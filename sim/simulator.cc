@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "serving/config_node.h"
 #include "serving/interrupt.h"
@@ -145,6 +146,20 @@ bool Simulator::hand_over_ready(TimeNs now) {
   return any;
 }
 
+// Inlined into try_start_step, the hot path of every run (one call per step).
+[[gnu::always_inline]] inline void Simulator::launch(std::uint32_t i, const StepPlan& plan,
+                                                     TimeNs now, StepResult& result) {
+  ReplicaState& st = state_[i];
+  Replica& r = *replicas_[i].replica;
+  const StepSnapshot snap = r.snapshot();
+  r.backend().execute_into(plan, result);
+  recorder_.on_step(plan, now, result.duration_ns, snap, i);
+  st.busy = true;
+  ++totals_.num_steps;
+  if (cluster_) stats_[i].add_step(plan, result.duration_ns, snap);
+  events_.push(now + result.duration_ns, EventKind::kStepEnd, i);
+}
+
 void Simulator::try_start_step(std::uint32_t i, TimeNs now) {
   ReplicaState& st = state_[i];
   if (st.busy) return;
@@ -160,13 +175,23 @@ void Simulator::try_start_step(std::uint32_t i, TimeNs now) {
     }
     return;
   }
-  const StepSnapshot snap = r.snapshot();
-  r.backend().execute_into(plan, st.pending);
-  recorder_.on_step(plan, now, st.pending.duration_ns, snap, i);
-  st.busy = true;
-  ++totals_.num_steps;
-  if (cluster_) stats_[i].add_step(plan, st.pending.duration_ns, snap);
-  events_.push(now + st.pending.duration_ns, EventKind::kStepEnd, i);
+  launch(i, plan, now, st.pending);
+}
+
+void Simulator::end_pipelined_step(std::uint32_t i, TimeNs now) {
+  ReplicaState& st = state_[i];
+  Scheduler& scheduler = replicas_[i].replica->scheduler();
+  // vLLM's engine core with a batch queue of two: the next plan was formed while this step ran,
+  // before its tokens were known; it starts on the device as this one ends.
+  const StepPlan& plan = scheduler.schedule(now);
+  if (plan.empty()) {
+    st.busy = false;
+    scheduler.complete(st.pending, now);
+    return;
+  }
+  launch(i, plan, now, st.next);
+  scheduler.complete(st.pending, now);
+  std::swap(st.pending, st.next);
 }
 
 void Simulator::start_transfers(std::uint32_t src, TimeNs now) {
@@ -266,6 +291,9 @@ bool Simulator::any_unfinished() const {
 }
 
 SimulationTotals Simulator::run() {
+  for (std::size_t i = 0; i < replicas_.size(); ++i) {
+    state_[i].async = replicas_[i].replica->scheduler().config().async_scheduling;
+  }
   if (const std::optional<TimeNs> first = peek_arrival()) totals_.first_arrival_ns = *first;
   arm_arrival(totals_.first_arrival_ns);
   std::int64_t num_events = 0;
@@ -294,8 +322,12 @@ SimulationTotals Simulator::run() {
       totals_.end_ns = std::max(totals_.end_ns, now);
     } else if (ev.kind == EventKind::kStepEnd) {
       ReplicaState& st = state_[ev.target];
-      st.busy = false;
-      replicas_[ev.target].replica->scheduler().complete(st.pending, now);
+      if (st.async) [[unlikely]] {
+        end_pipelined_step(ev.target, now);
+      } else {
+        st.busy = false;
+        replicas_[ev.target].replica->scheduler().complete(st.pending, now);
+      }
       load_changed(ev.target);
       totals_.end_ns = std::max(totals_.end_ns, now);
       if (cluster_) {

@@ -28,6 +28,12 @@
 // that cannot be split (parallel sampling, a single output token) run whole on the prefill
 // replica. Every replica that got work at an instant tries to start a step after all the
 // instant's arrivals were routed.
+//
+// Async scheduling (a replica whose SchedulerConfig::async_scheduling is on; docs/cost-model.md
+// "Async scheduling"): at a step's end the replica first forms the next plan (pipelined: it does
+// not see the ended step's tokens), launches it, then completes the ended step at the same
+// instant; the launched step lasts SimBackend::pipelined_time (its host part overlapped the ended
+// step). A step started on an idle replica costs its full time, as without async scheduling.
 #pragma once
 
 #include <cstdint>
@@ -112,6 +118,10 @@ class Simulator {
     bool load_stale = true;       // its ReplicaLoad in the views needs refreshing (in stale_)
     std::uint32_t view_slot = 0;  // its index in arrival_loads_ or decode_loads_
     StepResult pending;           // the in-flight step's result, applied at its end
+    // Async scheduling (SchedulerConfig::async_scheduling): at a step's end the next plan is
+    // formed and launched before the ended step's result is applied; `next` receives its result.
+    bool async = false;
+    StepResult next;
   };
   struct InFlight {  // a KV transfer (P/D)
     PrefillHandoff::Handed request;
@@ -119,6 +129,10 @@ class Simulator {
   };
 
   void try_start_step(std::uint32_t i, TimeNs now);
+  // Executes `plan` on replica i at `now` into `result`, records it and books its end event.
+  void launch(std::uint32_t i, const StepPlan& plan, TimeNs now, StepResult& result);
+  // Async scheduling: the step end of replica i (see ReplicaState::async).
+  void end_pipelined_step(std::uint32_t i, TimeNs now);
   // Queues a request that is ready for a scheduler: replica 0, or the router's choice.
   void dispatch(RequestSpec spec, TimeNs now);
   void touch(std::uint32_t i);
