@@ -388,15 +388,7 @@ RunOutput run_engine_cluster(const ExperimentConfig& config, const EngineOptions
   PrefixCacheStats prefix;
   std::vector<ReplicaStats> stats;
   for (const Lane& lane : run.lanes()) {
-    const PrefixCacheStats& p = lane.replica->kv().stats();
-    prefix.lookups += p.lookups;
-    prefix.queried_tokens += p.queried_tokens;
-    prefix.hit_tokens += p.hit_tokens;
-    prefix.preempted_lookups += p.preempted_lookups;
-    prefix.preempted_queried_tokens += p.preempted_queried_tokens;
-    prefix.preempted_hit_tokens += p.preempted_hit_tokens;
-    prefix.cow_copies += p.cow_copies;
-    prefix.blocks_saved_by_sharing += p.blocks_saved_by_sharing;
+    add_prefix_cache_stats(prefix, lane.replica->kv().stats());
     stats.push_back(lane.stats);
   }
   recorder.finalize(out.totals.first_arrival_ns, out.totals.end_ns, prefix);

@@ -38,6 +38,27 @@ void ReplicaStats::add_step(const StepPlan& plan, TimeNs duration, const StepSna
   waiting_time += static_cast<long double>(snap.waiting) * duration;
 }
 
+void ReplicaStats::add(const ReplicaStats& o) {
+  routed += o.routed;
+  steps += o.steps;
+  busy_ns += o.busy_ns;
+  prefill_tokens += o.prefill_tokens;
+  decode_tokens += o.decode_tokens;
+  usage_time += o.usage_time;
+  waiting_time += o.waiting_time;
+}
+
+void add_prefix_cache_stats(PrefixCacheStats& a, const PrefixCacheStats& b) {
+  a.lookups += b.lookups;
+  a.queried_tokens += b.queried_tokens;
+  a.hit_tokens += b.hit_tokens;
+  a.preempted_lookups += b.preempted_lookups;
+  a.preempted_queried_tokens += b.preempted_queried_tokens;
+  a.preempted_hit_tokens += b.preempted_hit_tokens;
+  a.cow_copies += b.cow_copies;
+  a.blocks_saved_by_sharing += b.blocks_saved_by_sharing;
+}
+
 std::string cluster_summary_json(const ClusterConfig& cl, const std::vector<PoolSummary>& pools,
                                  const std::vector<ReplicaStats>& stats,
                                  const TransferStats* transfers, double duration_s) {
@@ -53,13 +74,7 @@ std::string cluster_summary_json(const ClusterConfig& cl, const std::vector<Pool
     nlohmann::ordered_json members = nlohmann::ordered_json::array();
     for (std::int32_t k = 0; k < p.config->count; ++k, ++index) {
       const ReplicaStats& s = stats.at(index);
-      sum.routed += s.routed;
-      sum.steps += s.steps;
-      sum.busy_ns += s.busy_ns;
-      sum.prefill_tokens += s.prefill_tokens;
-      sum.decode_tokens += s.decode_tokens;
-      sum.usage_time += s.usage_time;
-      sum.waiting_time += s.waiting_time;
+      sum.add(s);
       members.push_back(replica_json(index, s, duration_s));
     }
     nlohmann::ordered_json pj;

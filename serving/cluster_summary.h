@@ -26,7 +26,12 @@ struct ReplicaStats {
 
   // Counts one executed step: its plan, duration and the state it ran in.
   void add_step(const StepPlan& plan, TimeNs duration, const StepSnapshot& snap);
+  // Adds another replica's counters (a pool's sums).
+  void add(const ReplicaStats& other);
 };
+
+// Adds `more`'s prefix-cache counters to `sum` (the cluster's counters are its replicas' sums).
+void add_prefix_cache_stats(PrefixCacheStats& sum, const PrefixCacheStats& more);
 
 // The KV transfers of a P/D run.
 struct TransferStats {

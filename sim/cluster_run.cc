@@ -42,17 +42,6 @@ struct Pool {
   std::int32_t cpu_blocks = 0;
 };
 
-void add_sums(PrefixCacheStats& a, const PrefixCacheStats& b) {
-  a.lookups += b.lookups;
-  a.queried_tokens += b.queried_tokens;
-  a.hit_tokens += b.hit_tokens;
-  a.preempted_lookups += b.preempted_lookups;
-  a.preempted_queried_tokens += b.preempted_queried_tokens;
-  a.preempted_hit_tokens += b.preempted_hit_tokens;
-  a.cow_copies += b.cow_copies;
-  a.blocks_saved_by_sharing += b.blocks_saved_by_sharing;
-}
-
 }  // namespace
 
 RunOutput run_cluster_simulation(const ExperimentConfig& config, const RunOptions& options) {
@@ -187,7 +176,7 @@ RunOutput run_cluster_simulation(const ExperimentConfig& config, const RunOption
   PrefixCacheStats prefix;
   for (std::size_t i = 0; i < replicas.size(); ++i) {
     if (pool_of[i]->config->role != ReplicaRole::kDecode)
-      add_sums(prefix, replicas[i]->kv().stats());
+      add_prefix_cache_stats(prefix, replicas[i]->kv().stats());
   }
   recorder.finalize(out.totals.first_arrival_ns, out.totals.end_ns, prefix);
   out.summary = recorder.summary();
