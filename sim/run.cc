@@ -24,12 +24,9 @@
 
 namespace servelab {
 
-std::unique_ptr<SimSpeculation> make_sim_speculation(const ExperimentConfig& config,
-                                                     const RooflineCostModel& target,
-                                                     const HardwareConfig& hardware,
-                                                     const ParallelConfig& parallel,
-                                                     const std::string& catalog,
-                                                     std::uint64_t seed) {
+std::unique_ptr<SimSpeculation> make_sim_speculation(
+    const ExperimentConfig& config, const RooflineCostModel& target, const HardwareConfig& hardware,
+    const ParallelConfig& parallel, const std::string& catalog, std::uint64_t seed) {
   const SpeculativeConfig& sp = config.scheduler.speculative;
   if (!sp.enabled()) return nullptr;
   const std::string at = config.speculative_location + ": key 'serving.speculative_config";

@@ -61,12 +61,9 @@ std::function<void(std::int64_t arrivals, TimeNs now)> progress_printer();
 // it is off. Throws ConfigError (naming the key) when the simulator lacks what it needs: an
 // acceptance_rate, or a draft model the catalogue knows. `seed` seeds the acceptance draws
 // (the experiment seed for one replica; a cluster run derives one per replica).
-std::unique_ptr<SimSpeculation> make_sim_speculation(const ExperimentConfig& config,
-                                                     const RooflineCostModel& target,
-                                                     const HardwareConfig& hardware,
-                                                     const ParallelConfig& parallel,
-                                                     const std::string& catalog,
-                                                     std::uint64_t seed);
+std::unique_ptr<SimSpeculation> make_sim_speculation(
+    const ExperimentConfig& config, const RooflineCostModel& target, const HardwareConfig& hardware,
+    const ParallelConfig& parallel, const std::string& catalog, std::uint64_t seed);
 
 // The calibrated cost model the experiment asks for (cost_model.type calibrated), or null for
 // the roofline. Throws ConfigError when the profile was calibrated for another model. A CPU
