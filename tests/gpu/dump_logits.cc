@@ -84,8 +84,10 @@ int run(int argc, char** argv) {
   CudaExecutor* gpu = nullptr;
 #endif
   if (device == "cpu") {
-    auto e =
-        std::make_unique<CpuExecutor>(weights, CpuExecutorOptions{block_size, blocks + 1, 0, {}});
+    CpuExecutorOptions options;
+    options.block_size = block_size;
+    options.num_blocks = blocks + 1;
+    auto e = std::make_unique<CpuExecutor>(weights, options);
     cpu = e.get();
     exec = std::move(e);
   } else if (device == "cuda") {
