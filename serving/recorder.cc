@@ -463,7 +463,8 @@ nlohmann::ordered_json dist_json(const DistributionSummary& d) {
 }  // namespace
 
 void add_spec_decode(RunSummary& s, const SchedulerCounters& c) {
-  RunSummary::SpecDecode& d = s.spec_decode ? *s.spec_decode : s.spec_decode.emplace();
+  if (!s.spec_decode) s.spec_decode = RunSummary::SpecDecode{};
+  RunSummary::SpecDecode& d = *s.spec_decode;
   d.num_drafts += c.num_drafts;
   d.num_draft_tokens += c.num_draft_tokens;
   d.num_accepted_tokens += c.num_accepted_tokens;
