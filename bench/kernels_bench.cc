@@ -3,8 +3,10 @@
 // where the build has no CUDA or the machine no device. Commands and targets: docs/gpu-todo.md.
 //
 //   BM_DeviceCopy/bytes           device-to-device cudaMemcpy: the bandwidth reference
-//   BM_DecodeAttention/batch/ctx  Llama-3-8B shape (32 q heads, 8 KV heads, head_dim 128, 16-token
-//                                 blocks, shuffled block tables): GB/s of K+V read and
+//   BM_DecodeAttention/batch/ctx/kernel
+//                                 Llama-3-8B shape (32 q heads, 8 KV heads, head_dim 128, 16-token
+//                                 blocks, shuffled block tables), kernel 0 = tiled, 1 = pipelined
+//                                 (the default; label names it): GB/s of K+V read and
 //                                 vs_copy = that / BM_DeviceCopy's rate (target >= 0.8 for batch
 //                                 >= 32, ctx >= 2048)
 //   BM_PrefillAttention/len       one causal prefill of len tokens, same shape: TFLOP/s counting
@@ -121,6 +123,9 @@ void BM_DecodeAttention(benchmark::State& state) {
 #if SERVELAB_HAVE_CUDA
   const auto batch = static_cast<std::int32_t>(state.range(0));
   const auto ctx = static_cast<std::int32_t>(state.range(1));
+  const k::DecodeKernel kernel =
+      state.range(2) == 0 ? k::DecodeKernel::kTiled : k::DecodeKernel::kPipelined;
+  state.SetLabel(k::decode_kernel_name(kernel));
   Cache cache(batch, ctx);
   k::DeviceBuffer q(static_cast<std::size_t>(batch) * kHeads * kHeadDim * 2);
   k::DeviceBuffer out(q.bytes());
@@ -130,9 +135,9 @@ void BM_DecodeAttention(benchmark::State& state) {
   k::DeviceBuffer d_rows(batch * 4), d_lens(batch * 4);
   k::copy_to_device(d_rows.get(), rows.data(), batch * 4);
   k::copy_to_device(d_lens.get(), lens.data(), batch * 4);
-  const std::int32_t g = k::decode_heads_per_cta(kHeads, kKvHeads);
   const k::DecodeSplitPlan plan =
-      k::plan_decode_splits(lens, kHeads / g, k::decode_max_resident_ctas(kHeadDim, g));
+      k::plan_decode_splits(lens, k::decode_ctas_per_seq(kernel, kHeads, kKvHeads),
+                            k::decode_max_resident_ctas(kernel, kHeadDim, kHeads, kKvHeads));
   k::DeviceBuffer ws(static_cast<std::size_t>(
                          k::decode_workspace_floats(batch, kHeads, kHeadDim, plan.max_splits)) *
                      4);
@@ -146,7 +151,8 @@ void BM_DecodeAttention(benchmark::State& state) {
                                     0.088f,
                                     plan,
                                     ws.as<float>(),
-                                    ctx};
+                                    ctx,
+                                    kernel};
   k::GpuTimer t;
   for (auto _ : state) {
     flush_l2();
@@ -163,7 +169,7 @@ void BM_DecodeAttention(benchmark::State& state) {
 #endif
 }
 BENCHMARK(BM_DecodeAttention)
-    ->ArgsProduct({{1, 8, 32, 64, 128}, {512, 2048, 8192}})
+    ->ArgsProduct({{1, 8, 32, 64, 128}, {512, 2048, 8192}, {0, 1}})
     ->UseManualTime();
 
 void BM_PrefillAttention(benchmark::State& state) {

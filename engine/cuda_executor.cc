@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "core/config_error.h"
 #include "core/rng.h"
 #include "engine/plan_check.h"
 #include "engine/safetensors.h"
@@ -96,7 +97,8 @@ struct CudaExecutor::Impl {
   DeviceBuffer embed, lm_head, final_norm, cos_sin;
   std::map<std::string, WeightRef> weight_refs;
   std::int32_t rope_rows = 0;
-  std::int32_t decode_group = 1, decode_max_ctas = 1;
+  k::DecodeKernel decode_kernel = k::kDefaultDecodeKernel;
+  std::int32_t decode_ctas_per_seq = 1, decode_max_ctas = 1;
   // Activations, sized for `cap_tokens` tokens and `cap_rows` sampled rows.
   std::int32_t cap_tokens = 0, cap_rows = 0;
   DeviceBuffer residual, hbuf, qkv, q, kk, vv, attn, gate_up, act, final_h, logits, prob, sampled;
@@ -265,6 +267,13 @@ void CudaExecutor::Impl::init(const LlamaWeights* host, std::uint64_t seed) {
         "CudaExecutor: num_kv_heads must divide num_heads, hidden and intermediate sizes must be "
         "multiples of 8");
   }
+  // SERVELAB_CUDA_DECODE is user input: a bad value is a ConfigError (exit code 2), raised
+  // before any device work.
+  try {
+    s.decode_kernel = k::decode_kernel_from_env(options.decode_kernel);
+  } catch (const std::invalid_argument& e) {
+    throw ConfigError(std::string("CudaExecutor: environment variable ") + e.what());
+  }
   std::string reason;
   if (!k::cuda_device_available(&reason)) {
     throw std::runtime_error("CudaExecutor: no usable CUDA device: " + reason);
@@ -277,8 +286,9 @@ void CudaExecutor::Impl::init(const LlamaWeights* host, std::uint64_t seed) {
       std::min<std::int64_t>(m.max_position_embeddings, options.max_model_len));
   const std::vector<float> table = k::rope_cos_sin_table(rope_inv_freq(s.config), s.rope_rows);
   s.cos_sin = upload_f32(table.data(), table.size());
-  s.decode_group = k::decode_heads_per_cta(m.num_heads, m.num_kv_heads);
-  s.decode_max_ctas = k::decode_max_resident_ctas(m.head_dim, s.decode_group);
+  s.decode_ctas_per_seq = k::decode_ctas_per_seq(s.decode_kernel, m.num_heads, m.num_kv_heads);
+  s.decode_max_ctas =
+      k::decode_max_resident_ctas(s.decode_kernel, m.head_dim, m.num_heads, m.num_kv_heads);
 
   // Activations before the KV cache, so the cache gets what is really left.
   s.ensure_capacity(options.max_num_tokens, options.max_num_seqs);
@@ -469,7 +479,7 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
     std::int32_t d_max_ctx = 0;
     if (D > 0) {
       d_max_ctx = *std::max_element(d_ctx.begin(), d_ctx.end());
-      dplan = k::plan_decode_splits(d_ctx, m.num_heads / s.decode_group, s.decode_max_ctas);
+      dplan = k::plan_decode_splits(d_ctx, s.decode_ctas_per_seq, s.decode_max_ctas);
       if (dplan.split()) {
         s.ensure_bytes(s.workspace, static_cast<std::size_t>(k::decode_workspace_floats(
                                         D, m.num_heads, m.head_dim, dplan.max_splits)) *
@@ -502,7 +512,7 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
         kv.block_tables = i32(o_dtab);
         k::paged_decode_attention(
             {kv, s.q.as<Bf16>(), s.attn.as<Bf16>(), i32(o_drows), i32(o_dctx), D, m.num_heads,
-             scale, dplan, s.workspace.as<float>(), d_max_ctx},
+             scale, dplan, s.workspace.as<float>(), d_max_ctx, s.decode_kernel},
             s.stream.get());
       }
       if (P > 0) {

@@ -32,6 +32,7 @@
 #include "core/backend.h"
 #include "engine/cpu_executor.h"
 #include "engine/llama_weights.h"
+#include "kernels/attention_plan.h"
 
 namespace servelab {
 
@@ -45,6 +46,9 @@ struct CudaExecutorOptions {
   std::int32_t max_model_len = 8192;    // longest context (RoPE table rows)
   SamplingParams sampling;
   bool keep_logits = false;  // copy each step's logits back (tests, hf_compare)
+  // Decode attention kernel (kernels/attention_plan.h); the environment variable
+  // SERVELAB_CUDA_DECODE=tiled|pipelined, when set, overrides it (docs/gpu-todo.md).
+  kernels::DecodeKernel decode_kernel = kernels::kDefaultDecodeKernel;
 };
 
 class CudaExecutor : public Backend {
@@ -54,7 +58,8 @@ class CudaExecutor : public Backend {
   // gpu_memory_utilization minus what the process holds) and swap space. `weights` is not
   // referenced after the constructor returns.
   // Throws std::invalid_argument for bad options (as CpuExecutor, plus head_dim not 64/128,
-  // unsupported shapes) and std::runtime_error for CUDA errors or when fewer than 2 blocks fit.
+  // unsupported shapes), ConfigError for a bad SERVELAB_CUDA_DECODE (before touching the device)
+  // and std::runtime_error for CUDA errors or when fewer than 2 blocks fit.
   CudaExecutor(const LlamaWeights& weights, const CudaExecutorOptions& options);
   // The same with LlamaWeights::random(config, seed) generated directly on the device, one
   // kernel launch per tensor (kernels/random_fill.h): no fp32 host copy is ever made, and every

@@ -32,9 +32,17 @@ struct PagedKv {
 // same row of `out`. Split-K along the context per `plan` (plan_decode_splits); when
 // plan.split(), `workspace` must hold decode_workspace_floats(num_seqs, num_q_heads, head_dim,
 // plan.max_splits) floats and a merge kernel combines the partial results.
-// Grid: (num_q_heads / heads_per_cta, num_seqs, plan.max_splits), 128 threads; each CTA keeps its
-// heads' queries in registers, scores a 64-token tile into shared memory, updates the running
-// (max, sum) once per tile, and accumulates P*V in registers.
+// Two kernels (DecodeKernel, kernels/attention_plan.h), both 128 threads a CTA, same workspace:
+//   kTiled (attention_decode.cu): grid (num_q_heads / decode_heads_per_cta, num_seqs,
+//     plan.max_splits); each CTA keeps its heads' queries in registers, scores a 64-token tile
+//     into shared memory, updates the running (max, sum) once per tile, accumulates P*V in
+//     registers.
+//   kPipelined (attention_decode_pipelined.cu, the default): grid (decode_ctas_per_seq, num_seqs,
+//     plan.max_splits); a CTA holds all query heads of a GQA group (up to 16) as the rows of
+//     m16n8k16 MMAs, stages the block table in shared memory and streams 64-token K/V tiles
+//     through a 3-stage cp.async pipeline.
+// Both are deterministic (same inputs, same bits) and share the plan rules (plan_decode_splits
+// with the variant's decode_ctas_per_seq and decode_max_resident_ctas).
 struct DecodeAttentionArgs {
   PagedKv kv;
   const Bf16* q = nullptr;
@@ -50,15 +58,19 @@ struct DecodeAttentionArgs {
   // (validate_decode_plan), since context_lens lives on the device. REQUIRES: >= every
   // context_lens[i] (a key past max_splits * partition_tokens would be silently dropped).
   std::int32_t max_context_len = 0;
+  DecodeKernel kernel = kDefaultDecodeKernel;
 };
 // Throws std::invalid_argument for head_dim not 64/128, num_kv_heads not dividing num_q_heads,
 // num_seqs > 65535 (grid.y), max_context_len < 1, a plan failing validate_decode_plan for
 // max_context_len, or a split plan without workspace; std::runtime_error on a launch error.
 void paged_decode_attention(const DecodeAttentionArgs& args, Stream stream);
 
-// CTAs of the decode kernel that fit on the device at once (SMs x occupancy): the max_ctas of
-// plan_decode_splits.
+// CTAs of the tiled decode kernel that fit on the device at once (SMs x occupancy): the max_ctas
+// of plan_decode_splits.
 std::int32_t decode_max_resident_ctas(std::int32_t head_dim, std::int32_t heads_per_cta);
+// The same for either kernel, for the shape (num_q_heads, num_kv_heads, head_dim).
+std::int32_t decode_max_resident_ctas(DecodeKernel kernel, std::int32_t head_dim,
+                                      std::int32_t num_q_heads, std::int32_t num_kv_heads);
 
 // Prefill (chunked, over a cached prefix): sequence i has num_queries[i] query tokens at rows
 // q_row_begin[i] .. + num_queries[i] - 1 of q and out, at positions first_pos[i] .. ; they attend

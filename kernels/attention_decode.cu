@@ -1,4 +1,6 @@
-// Paged decode attention (kernels/attention.h): one query token per sequence, split-K along the
+// Paged decode attention (kernels/attention.h): the launcher (argument checks shared by both
+// kernels, dispatch on DecodeKernel) and the tiled kernel, DecodeKernel::kTiled (the pipelined
+// one is kernels/attention_decode_pipelined.cu). One query token per sequence, split-K along the
 // context with a merge kernel. Templated on head_dim (64, 128) and the query heads per CTA
 // (1, 2, 4, 8): 8 instantiations.
 //
@@ -21,6 +23,7 @@
 #include <stdexcept>
 
 #include "kernels/attention.h"
+#include "kernels/attention_decode_pipelined.h"
 #include "kernels/common.cuh"
 
 namespace servelab::kernels {
@@ -284,10 +287,14 @@ void paged_decode_attention(const DecodeAttentionArgs& a, Stream stream) {
   if (a.plan.split() && a.workspace == nullptr) {
     throw std::invalid_argument("paged_decode_attention: split plan without workspace");
   }
+  const cudaStream_t s = detail::as_stream(stream);
+  if (a.kernel == DecodeKernel::kPipelined) {
+    detail::launch_pipelined_decode(a, s);
+    return;
+  }
   DecodeParams dp{
       a.kv,          detail::bf(a.q),         detail::bf(a.out), a.q_rows,         a.context_lens,
       a.num_q_heads, a.plan.partition_tokens, a.plan.max_splits, a.scale * kLog2e, a.workspace};
-  const cudaStream_t s = detail::as_stream(stream);
   const int g = decode_heads_per_cta(a.num_q_heads, a.kv.num_kv_heads);
   if (a.kv.head_dim == 64) {
     dispatch_group<64>(g, dp, a, s);
@@ -311,6 +318,18 @@ std::int32_t decode_max_resident_ctas(std::int32_t head_dim, std::int32_t heads_
   detail::check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, kThreads, 0),
                      "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
   return std::max(1, sms * std::max(1, per_sm));
+}
+
+std::int32_t decode_max_resident_ctas(DecodeKernel kernel, std::int32_t head_dim,
+                                      std::int32_t num_q_heads, std::int32_t num_kv_heads) {
+  if (kernel == DecodeKernel::kTiled) {
+    return decode_max_resident_ctas(head_dim, decode_heads_per_cta(num_q_heads, num_kv_heads));
+  }
+  int device = 0, sms = 0;
+  detail::check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  detail::check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
+                     "cudaDeviceGetAttribute");
+  return std::max(1, sms * std::max(1, detail::pipelined_decode_ctas_per_sm(head_dim)));
 }
 
 }  // namespace servelab::kernels

@@ -1,9 +1,44 @@
 #include "kernels/attention_plan.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <stdexcept>
 
 namespace servelab::kernels {
+
+const char* decode_kernel_name(DecodeKernel kernel) {
+  return kernel == DecodeKernel::kTiled ? "tiled" : "pipelined";
+}
+
+std::optional<DecodeKernel> decode_kernel_from_name(std::string_view name) {
+  for (DecodeKernel k : {DecodeKernel::kTiled, DecodeKernel::kPipelined}) {
+    if (name == decode_kernel_name(k)) return k;
+  }
+  return std::nullopt;
+}
+
+DecodeKernel decode_kernel_from_env(DecodeKernel fallback) {
+  const char* value = std::getenv(kDecodeKernelEnv);
+  if (value == nullptr || *value == '\0') return fallback;
+  if (const std::optional<DecodeKernel> k = decode_kernel_from_name(value)) return *k;
+  throw std::invalid_argument(std::string(kDecodeKernelEnv) + "=" + value +
+                              ": expected one of tiled, pipelined");
+}
+
+std::int32_t decode_ctas_per_seq(DecodeKernel kernel, std::int32_t num_q_heads,
+                                 std::int32_t num_kv_heads) {
+  if (kernel == DecodeKernel::kTiled) {
+    return num_q_heads / decode_heads_per_cta(num_q_heads, num_kv_heads);
+  }
+  const std::int32_t group = num_q_heads / num_kv_heads;
+  return num_kv_heads * ((group + kPipelinedMaxHeads - 1) / kPipelinedMaxHeads);
+}
+
+std::int32_t decode_table_window_tokens(std::int32_t block_size) {
+  // W <= (entries - 1) * block_size keeps ceil(W / block_size) + 1 <= entries.
+  const std::int64_t w = std::int64_t{kDecodeTableEntries - 1} * block_size;
+  return static_cast<std::int32_t>(w / kDecodeTileTokens * kDecodeTileTokens);
+}
 
 std::int32_t decode_heads_per_cta(std::int32_t num_q_heads, std::int32_t num_kv_heads) {
   const std::int32_t group = num_q_heads / num_kv_heads;

@@ -4,7 +4,9 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace servelab::kernels {
@@ -15,9 +17,50 @@ inline constexpr std::int32_t kDecodeTileTokens = 64;
 // Prefill attention: query rows and key columns per tile.
 inline constexpr std::int32_t kPrefillTileRows = 64;
 
-// Query heads one decode CTA handles (they share one KV head): the largest of 8, 4, 2, 1 that
-// divides num_q_heads / num_kv_heads. REQUIRES: num_kv_heads divides num_q_heads.
+// The decode attention kernels (kernels/attention.h), selectable at run time so that a GPU
+// session whose new kernel fails can fall back without rebuilding:
+//   kTiled      kernels/attention_decode.cu: CUDA cores, up to 8 query heads per CTA, K/V rows
+//               read straight from global memory (the first kernel, kept as the fallback);
+//   kPipelined  kernels/attention_decode_pipelined.cu: tensor cores (mma.sync m16n8k16), every
+//               query head of a GQA group in one CTA (up to kPipelinedMaxHeads), the block table
+//               staged in shared memory, K/V tiles streamed by a 3-stage cp.async pipeline,
+//               split-K merged through kernels/softmax_merge.h. The default.
+enum class DecodeKernel { kTiled, kPipelined };
+inline constexpr DecodeKernel kDefaultDecodeKernel = DecodeKernel::kPipelined;
+// The environment variable that overrides the executor's choice (docs/gpu-todo.md).
+inline constexpr const char* kDecodeKernelEnv = "SERVELAB_CUDA_DECODE";
+
+// "tiled" / "pipelined".
+const char* decode_kernel_name(DecodeKernel kernel);
+// The kernel called `name` (exact, lower case), or nullopt.
+std::optional<DecodeKernel> decode_kernel_from_name(std::string_view name);
+// kDecodeKernelEnv's value when it is set and not empty, else `fallback`. Throws
+// std::invalid_argument("SERVELAB_CUDA_DECODE=<value>: expected one of tiled, pipelined") for
+// any other value.
+DecodeKernel decode_kernel_from_env(DecodeKernel fallback);
+
+// Query heads one tiled decode CTA handles (they share one KV head): the largest of 8, 4, 2, 1
+// that divides num_q_heads / num_kv_heads. REQUIRES: num_kv_heads divides num_q_heads.
 std::int32_t decode_heads_per_cta(std::int32_t num_q_heads, std::int32_t num_kv_heads);
+
+// The pipelined kernel's query heads per CTA at most (the 16 rows of one MMA tile; a GQA group
+// of more heads takes ceil(group / 16) CTAs per KV head).
+inline constexpr std::int32_t kPipelinedMaxHeads = 16;
+// Block-table entries the pipelined kernel stages in shared memory at once.
+inline constexpr std::int32_t kDecodeTableEntries = 1024;
+
+// CTAs per sequence and split of `kernel` (grid.x; the ctas_per_seq of plan_decode_splits):
+// tiled num_q_heads / decode_heads_per_cta, pipelined num_kv_heads * ceil(group / 16).
+// REQUIRES: num_kv_heads >= 1 divides num_q_heads.
+std::int32_t decode_ctas_per_seq(DecodeKernel kernel, std::int32_t num_q_heads,
+                                 std::int32_t num_kv_heads);
+
+// Tokens of the pipelined kernel's table window: the largest multiple of kDecodeTileTokens whose
+// blocks, wherever the window starts, fit in kDecodeTableEntries entries (a window of W tokens
+// touches at most ceil(W / block_size) + 1 blocks). The kernel walks its key range window by
+// window, restaging the table between windows (16,320 tokens at block size 16, 960 at 1).
+// REQUIRES: 1 <= block_size <= 2^20.
+std::int32_t decode_table_window_tokens(std::int32_t block_size);
 
 // Invariants (validate_decode_plan): partition_tokens > 0 and a multiple of kDecodeTileTokens;
 // 1 <= max_splits <= kMaxDecodeSplits; max_splits * partition_tokens >= the longest context of

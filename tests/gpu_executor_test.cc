@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <map>
 #include <numeric>
 #include <stdexcept>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "core/block_pool.h"
+#include "core/config_error.h"
 #include "core/host_block_pool.h"
 #include "core/kv_cache_manager.h"
 #include "core/request.h"
@@ -124,40 +126,69 @@ TEST(GpuExecutor, LogitsMatchCpuExecutor) {
                  std::to_string(sh.kv));
     const LlamaWeights w = LlamaWeights::random(GpuConfig(sh.hd, sh.heads, sh.kv, sh.bias_tied), 3);
     for (std::int32_t bs : {1, 5, 16}) {
-      CpuExecutor cpu(w, CpuExecutorOptions{bs, 200, 0, {}});
-      CudaExecutor gpu(w, GpuOptions(bs, 200));
-      const RequestSpec spec = make_request(7, 0, {{unique_content_id(1, 7), 0, 150}}, 20);
-      std::vector<BlockId> table(180 / bs + 2);
-      std::iota(table.begin(), table.end(), 1);
-      std::reverse(table.begin(), table.end());
-      std::vector<std::int32_t> outputs;
-      std::int32_t done = 0;
-      int compared = 0;
-      while (outputs.size() < 20) {
-        const std::int32_t known = spec.prompt_len + static_cast<std::int32_t>(outputs.size());
-        const std::int32_t n = std::min(known - done, 64);  // 64-token chunks, then decode
-        const StepPlan plan = OnePlan(spec, outputs, done, n, table);
-        const StepResult rc = cpu.execute(plan);
-        const StepResult rg = gpu.execute(plan);
-        done += n;
-        if (!plan.requests[0].samples) continue;
-        const Eigen::VectorXf& lc = cpu.last_logits()[0];
-        const std::vector<float>& lg = gpu.last_logits()[0];
-        const std::vector<float> want(lc.data(), lc.data() + lc.size());
-        const float scale = std::max(1.0f, lc.cwiseAbs().maxCoeff());
-        for (std::size_t i = 0; i < want.size(); ++i) {
-          ASSERT_NEAR(lg[i], want[i], kLogitTol * scale)
-              << "token " << i << " step " << outputs.size();
+      for (kernels::DecodeKernel kernel :
+           {kernels::DecodeKernel::kTiled, kernels::DecodeKernel::kPipelined}) {
+        SCOPED_TRACE(std::string("block ") + std::to_string(bs) + " decode " +
+                     kernels::decode_kernel_name(kernel));
+        CpuExecutor cpu(w, CpuExecutorOptions{bs, 200, 0, {}});
+        CudaExecutorOptions options = GpuOptions(bs, 200);
+        options.decode_kernel = kernel;
+        CudaExecutor gpu(w, options);
+        const RequestSpec spec = make_request(7, 0, {{unique_content_id(1, 7), 0, 150}}, 20);
+        std::vector<BlockId> table(180 / bs + 2);
+        std::iota(table.begin(), table.end(), 1);
+        std::reverse(table.begin(), table.end());
+        std::vector<std::int32_t> outputs;
+        std::int32_t done = 0;
+        int compared = 0;
+        while (outputs.size() < 20) {
+          const std::int32_t known = spec.prompt_len + static_cast<std::int32_t>(outputs.size());
+          const std::int32_t n = std::min(known - done, 64);  // 64-token chunks, then decode
+          const StepPlan plan = OnePlan(spec, outputs, done, n, table);
+          const StepResult rc = cpu.execute(plan);
+          const StepResult rg = gpu.execute(plan);
+          done += n;
+          if (!plan.requests[0].samples) continue;
+          const Eigen::VectorXf& lc = cpu.last_logits()[0];
+          const std::vector<float>& lg = gpu.last_logits()[0];
+          const std::vector<float> want(lc.data(), lc.data() + lc.size());
+          const float scale = std::max(1.0f, lc.cwiseAbs().maxCoeff());
+          for (std::size_t i = 0; i < want.size(); ++i) {
+            ASSERT_NEAR(lg[i], want[i], kLogitTol * scale)
+                << "token " << i << " step " << outputs.size();
+          }
+          if (TopTwoMargin(want) > kGpuTieMargin) {
+            EXPECT_EQ(rg.sampled_tokens[0], rc.sampled_tokens[0]);
+          }
+          ++compared;
+          outputs.push_back(rc.sampled_tokens[0]);  // both continue from the reference's token
         }
-        if (TopTwoMargin(want) > kGpuTieMargin) {
-          EXPECT_EQ(rg.sampled_tokens[0], rc.sampled_tokens[0]);
-        }
-        ++compared;
-        outputs.push_back(rc.sampled_tokens[0]);  // both continue from the reference's token
+        EXPECT_EQ(compared, 20);
       }
-      EXPECT_EQ(compared, 20);
     }
   }
+#endif
+}
+
+// SERVELAB_CUDA_DECODE picks the decode kernel; a value that names none is a ConfigError (exit
+// code 2 in the commands) naming the variable and the accepted values, raised before the
+// executor touches the device (so this runs on any CUDA build, with or without a GPU).
+TEST(GpuExecutor, BadDecodeKernelVariableIsAConfigError) {
+#if SERVELAB_HAVE_CUDA
+  const LlamaWeights w = LlamaWeights::random(GpuConfig(64, 4, 2, false), 3);
+  ::setenv(kernels::kDecodeKernelEnv, "flash", 1);
+  try {
+    CudaExecutor exec(w, GpuOptions(16, 8));
+    ADD_FAILURE() << "constructed with SERVELAB_CUDA_DECODE=flash";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(
+        std::string(e.what()).find("SERVELAB_CUDA_DECODE=flash: expected one of tiled, pipelined"),
+        std::string::npos)
+        << e.what();
+  }
+  ::unsetenv(kernels::kDecodeKernelEnv);
+#else
+  GTEST_SKIP() << "this build has no CUDA support (configured without nvcc)";
 #endif
 }
 

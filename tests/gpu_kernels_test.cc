@@ -432,39 +432,117 @@ TEST(GpuKernels, PagedDecodeAttentionMatchesReference) {
     const std::vector<float> q = RandomBf16(rng, rows * c.q_heads * c.hd);
     std::vector<std::int32_t> q_rows(c.seqs);
     for (std::int32_t i = 0; i < c.seqs; ++i) q_rows[i] = rows - 1 - i;
-    const std::int32_t g = k::decode_heads_per_cta(c.q_heads, c.kv_heads);
-    const k::DecodeSplitPlan plan =
-        c.force_split
-            ? k::plan_decode_splits(ctx, c.q_heads / g, 1 << 20, 64)
-            : k::plan_decode_splits(ctx, c.q_heads / g, k::decode_max_resident_ctas(c.hd, g));
-    if (c.force_split) {
-      ASSERT_TRUE(plan.split() || c.max_ctx <= 128);
-    }
-    DeviceBuffer d_q = Upload(ToBits(q)), d_rows = Upload(q_rows), d_ctx = Upload(ctx);
-    DeviceBuffer out = Poisoned(q.size() * 2);
-    DeviceBuffer ws =
-        Poisoned(k::decode_workspace_floats(c.seqs, c.q_heads, c.hd, plan.max_splits) * 4);
     const float scale = 1.0f / std::sqrt(static_cast<float>(c.hd));
-    k::paged_decode_attention(
-        {f.view(), d_q.as<k::Bf16>(), out.as<k::Bf16>(), d_rows.as<std::int32_t>(),
-         d_ctx.as<std::int32_t>(), c.seqs, c.q_heads, scale, plan, ws.as<float>(),
-         *std::max_element(ctx.begin(), ctx.end())},
-        nullptr);
-    const std::vector<float> got = FromBits(Download<std::uint16_t>(out, q.size()));
-    std::vector<float> want, got_rows;
+    std::vector<float> want;
     for (std::int32_t s = 0; s < c.seqs; ++s) {
       for (std::int32_t h = 0; h < c.q_heads; ++h) {
         std::vector<float> o(c.hd);
         const std::int64_t off = (std::int64_t{q_rows[s]} * c.q_heads + h) * c.hd;
         ReferenceAttention(f, s, q.data() + off, h, c.q_heads, ctx[s] - 1, scale, o.data());
         want.insert(want.end(), o.begin(), o.end());
-        got_rows.insert(got_rows.end(), got.begin() + off, got.begin() + off + c.hd);
       }
     }
-    ExpectClose(got_rows, want, 4e-3, 1e-2, "decode");
-    // Rows no sequence owns stay poisoned: no stray writes.
-    for (std::int32_t r = 0; r < rows - c.seqs; ++r) {
-      EXPECT_TRUE(std::isnan(got[static_cast<std::size_t>(r) * c.q_heads * c.hd])) << "row " << r;
+    DeviceBuffer d_q = Upload(ToBits(q)), d_rows = Upload(q_rows), d_ctx = Upload(ctx);
+    for (k::DecodeKernel kernel : {k::DecodeKernel::kTiled, k::DecodeKernel::kPipelined}) {
+      SCOPED_TRACE(k::decode_kernel_name(kernel));
+      const std::int32_t per_seq = k::decode_ctas_per_seq(kernel, c.q_heads, c.kv_heads);
+      const k::DecodeSplitPlan plan =
+          c.force_split
+              ? k::plan_decode_splits(ctx, per_seq, 1 << 20, 64)
+              : k::plan_decode_splits(
+                    ctx, per_seq, k::decode_max_resident_ctas(kernel, c.hd, c.q_heads, c.kv_heads));
+      if (c.force_split) {
+        ASSERT_TRUE(plan.split() || c.max_ctx <= 128);
+      }
+      DeviceBuffer out = Poisoned(q.size() * 2);
+      DeviceBuffer ws =
+          Poisoned(k::decode_workspace_floats(c.seqs, c.q_heads, c.hd, plan.max_splits) * 4);
+      k::paged_decode_attention(
+          {f.view(), d_q.as<k::Bf16>(), out.as<k::Bf16>(), d_rows.as<std::int32_t>(),
+           d_ctx.as<std::int32_t>(), c.seqs, c.q_heads, scale, plan, ws.as<float>(),
+           *std::max_element(ctx.begin(), ctx.end()), kernel},
+          nullptr);
+      const std::vector<float> got = FromBits(Download<std::uint16_t>(out, q.size()));
+      std::vector<float> got_rows;
+      for (std::int32_t s = 0; s < c.seqs; ++s) {
+        for (std::int32_t h = 0; h < c.q_heads; ++h) {
+          const std::int64_t off = (std::int64_t{q_rows[s]} * c.q_heads + h) * c.hd;
+          got_rows.insert(got_rows.end(), got.begin() + off, got.begin() + off + c.hd);
+        }
+      }
+      ExpectClose(got_rows, want, 4e-3, 1e-2, "decode");
+      // Rows no sequence owns stay poisoned: no stray writes.
+      for (std::int32_t r = 0; r < rows - c.seqs; ++r) {
+        EXPECT_TRUE(std::isnan(got[static_cast<std::size_t>(r) * c.q_heads * c.hd])) << "row " << r;
+      }
+    }
+  }
+#endif
+}
+
+// Both decode kernels on every shape the brief of issue 19 lists: head_dim {64, 128}, GQA groups
+// {1, 2, 4, 7, 8} and 18 (more than the 16 query heads of one pipelined CTA), block sizes
+// {1, 16, 32, 256}, contexts 1 .. 9000 (tile edges 63/64/65, non-multiples, a 9000-token context
+// spanning several staged table windows at block size 1), each with an unsplit plan, the plan
+// for this device and a forced split (partitions of 64+ tokens); a second run of every launch
+// gives the same bits (no atomics, fixed reduction order).
+TEST(GpuKernels, DecodeKernelsMatchReferenceOnEveryShape) {
+  REQUIRE_GPU();
+#if SERVELAB_HAVE_CUDA
+  Rng rng = Rng::stream(21, "gpu_kernels.decode_shapes");
+  const std::vector<std::int32_t> longest = {1, 63, 64, 65, 1000, 4097, 9000};
+  std::size_t next = 0;
+  for (std::int32_t hd : {64, 128}) {
+    for (std::int32_t group : {1, 2, 4, 7, 8, 18}) {
+      for (std::int32_t bs : {1, 16, 32, 256}) {
+        const std::int32_t kv_heads = group == 18 ? 1 : 2, q_heads = group * kv_heads;
+        const std::vector<std::int32_t> ctx = {longest[next++ % longest.size()],
+                                               static_cast<std::int32_t>(rng.uniform_int(1, 2000))};
+        const std::int32_t seqs = 2, max_ctx = std::max(ctx[0], ctx[1]);
+        SCOPED_TRACE("hd " + std::to_string(hd) + " heads " + std::to_string(q_heads) + "/" +
+                     std::to_string(kv_heads) + " block " + std::to_string(bs) + " ctx " +
+                     std::to_string(ctx[0]) + "," + std::to_string(ctx[1]));
+        PagedFixture f(rng, bs, kv_heads, hd, ctx);
+        const std::vector<float> q = RandomBf16(rng, seqs * q_heads * hd);
+        const std::vector<std::int32_t> q_rows = {1, 0};
+        const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+        std::vector<float> want(q.size());
+        for (std::int32_t s = 0; s < seqs; ++s) {
+          for (std::int32_t h = 0; h < q_heads; ++h) {
+            const std::int64_t off = (std::int64_t{q_rows[s]} * q_heads + h) * hd;
+            ReferenceAttention(f, s, q.data() + off, h, q_heads, ctx[s] - 1, scale,
+                               want.data() + off);
+          }
+        }
+        DeviceBuffer d_q = Upload(ToBits(q)), d_rows = Upload(q_rows), d_ctx = Upload(ctx);
+        for (k::DecodeKernel kernel : {k::DecodeKernel::kTiled, k::DecodeKernel::kPipelined}) {
+          const std::int32_t per_seq = k::decode_ctas_per_seq(kernel, q_heads, kv_heads);
+          const std::int32_t whole = (max_ctx + 63) / 64 * 64;
+          const std::vector<k::DecodeSplitPlan> plans = {
+              {whole, 1},
+              k::plan_decode_splits(ctx, per_seq,
+                                    k::decode_max_resident_ctas(kernel, hd, q_heads, kv_heads)),
+              k::plan_decode_splits(ctx, per_seq, 1 << 20, 64)};
+          for (const k::DecodeSplitPlan& plan : plans) {
+            SCOPED_TRACE(std::string(k::decode_kernel_name(kernel)) + " partition " +
+                         std::to_string(plan.partition_tokens) + " x " +
+                         std::to_string(plan.max_splits));
+            auto run = [&] {
+              DeviceBuffer out = Poisoned(q.size() * 2);
+              DeviceBuffer ws =
+                  Poisoned(k::decode_workspace_floats(seqs, q_heads, hd, plan.max_splits) * 4);
+              k::paged_decode_attention({f.view(), d_q.as<k::Bf16>(), out.as<k::Bf16>(),
+                                         d_rows.as<std::int32_t>(), d_ctx.as<std::int32_t>(), seqs,
+                                         q_heads, scale, plan, ws.as<float>(), max_ctx, kernel},
+                                        nullptr);
+              return Download<std::uint16_t>(out, q.size());
+            };
+            const std::vector<std::uint16_t> first = run();
+            ExpectClose(FromBits(first), want, 4e-3, 1e-2, "decode");
+            EXPECT_TRUE(first == run()) << "a repeat run changed bits";
+          }
+        }
+      }
     }
   }
 #endif

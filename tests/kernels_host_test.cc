@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <limits>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -16,9 +18,11 @@
 #include "engine/cpu_executor.h"
 #include "engine/llama_weights.h"
 #include "kernels/attention_plan.h"
+#include "kernels/fast_divmod.h"
 #include "kernels/kv_layout.h"
 #include "kernels/rope_table.h"
 #include "kernels/sampling_ref.h"
+#include "kernels/softmax_merge.h"
 #include "serving/home.h"
 
 namespace servelab {
@@ -75,6 +79,175 @@ TEST(KernelsHostTest, DecodeHeadsPerCta) {
   EXPECT_EQ(kernels::decode_heads_per_cta(28, 4), 1);   // group 7
   EXPECT_EQ(kernels::decode_heads_per_cta(48, 4), 4);   // group 12
   EXPECT_EQ(kernels::decode_heads_per_cta(32, 16), 2);
+}
+
+TEST(KernelsHostTest, DecodeKernelNamesAndEnvironment) {
+  using kernels::DecodeKernel;
+  EXPECT_EQ(kernels::kDefaultDecodeKernel, DecodeKernel::kPipelined);
+  for (DecodeKernel k : {DecodeKernel::kTiled, DecodeKernel::kPipelined}) {
+    EXPECT_EQ(kernels::decode_kernel_from_name(kernels::decode_kernel_name(k)), k);
+  }
+  EXPECT_EQ(kernels::decode_kernel_from_name("Tiled"), std::nullopt);
+  EXPECT_EQ(kernels::decode_kernel_from_name(""), std::nullopt);
+  const char* env = kernels::kDecodeKernelEnv;
+  EXPECT_STREQ(env, "SERVELAB_CUDA_DECODE");
+  ::unsetenv(env);
+  EXPECT_EQ(kernels::decode_kernel_from_env(DecodeKernel::kTiled), DecodeKernel::kTiled);
+  ::setenv(env, "", 1);
+  EXPECT_EQ(kernels::decode_kernel_from_env(DecodeKernel::kPipelined), DecodeKernel::kPipelined);
+  ::setenv(env, "tiled", 1);
+  EXPECT_EQ(kernels::decode_kernel_from_env(DecodeKernel::kPipelined), DecodeKernel::kTiled);
+  ::setenv(env, "pipelined", 1);
+  EXPECT_EQ(kernels::decode_kernel_from_env(DecodeKernel::kTiled), DecodeKernel::kPipelined);
+  ::setenv(env, "fast", 1);
+  try {
+    kernels::decode_kernel_from_env(DecodeKernel::kTiled);
+    ADD_FAILURE() << "accepted SERVELAB_CUDA_DECODE=fast";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()), "SERVELAB_CUDA_DECODE=fast: expected one of tiled, pipelined");
+  }
+  ::unsetenv(env);
+}
+
+TEST(KernelsHostTest, DecodeCtasPerSeq) {
+  using kernels::DecodeKernel;
+  // Tiled: one CTA per decode_heads_per_cta query heads.
+  EXPECT_EQ(kernels::decode_ctas_per_seq(DecodeKernel::kTiled, 32, 8), 8);
+  EXPECT_EQ(kernels::decode_ctas_per_seq(DecodeKernel::kTiled, 28, 4), 28);
+  // Pipelined: one CTA per KV head while the group fits in 16 MMA rows.
+  EXPECT_EQ(kernels::decode_ctas_per_seq(DecodeKernel::kPipelined, 32, 8), 8);
+  EXPECT_EQ(kernels::decode_ctas_per_seq(DecodeKernel::kPipelined, 28, 4), 4);
+  EXPECT_EQ(kernels::decode_ctas_per_seq(DecodeKernel::kPipelined, 32, 32), 32);
+  EXPECT_EQ(kernels::decode_ctas_per_seq(DecodeKernel::kPipelined, 64, 4), 4);   // group 16
+  EXPECT_EQ(kernels::decode_ctas_per_seq(DecodeKernel::kPipelined, 68, 4), 8);   // group 17
+  EXPECT_EQ(kernels::decode_ctas_per_seq(DecodeKernel::kPipelined, 128, 1), 8);  // group 128
+}
+
+// FastDivmod (the pipelined decode kernel's position -> block) equals integer division for every
+// block size the cache allows, on every small position and on random and edge positions < 2^31.
+TEST(KernelsHostTest, FastDivmodEqualsDivision) {
+  Rng rng = Rng::stream(19, "kernels_host_test.fastdiv");
+  std::vector<std::uint32_t> ns;
+  for (std::uint32_t n = 0; n < 20000; ++n) ns.push_back(n);
+  for (int i = 0; i < 2000; ++i) {
+    ns.push_back(static_cast<std::uint32_t>(rng.uniform_int(0, (std::int64_t{1} << 31) - 1)));
+  }
+  for (std::uint32_t n : {0x7fffffffu, 0x7ffffffeu, 0x40000000u, 0x3fffffffu, 0x40000001u}) {
+    ns.push_back(n);
+  }
+  std::vector<std::uint32_t> divisors;
+  for (std::uint32_t d = 1; d <= 256; ++d) divisors.push_back(d);
+  for (std::uint32_t d : {1000u, 4095u, 65537u, 1u << 20, 0x7fffffffu}) divisors.push_back(d);
+  for (std::uint32_t d : divisors) {
+    const kernels::FastDivmod f = kernels::FastDivmod::make(d);
+    for (std::uint32_t n : ns) {
+      const std::uint32_t q = f.div(n);
+      ASSERT_EQ(q, n / d) << n << " / " << d;
+      ASSERT_EQ(f.mod(n, q), n % d) << n << " % " << d;
+    }
+  }
+}
+
+// The staged table window: a multiple of the tile whose blocks fit in the staged entries wherever
+// it starts (the kernel's windows start at multiples of the tile), and no smaller than needed.
+TEST(KernelsHostTest, DecodeTableWindowFitsTheStagedEntries) {
+  const std::int32_t tile = kernels::kDecodeTileTokens;
+  EXPECT_EQ(kernels::decode_table_window_tokens(16), 16320);
+  EXPECT_EQ(kernels::decode_table_window_tokens(1), 960);
+  for (std::int32_t bs = 1; bs <= 256; ++bs) {
+    const std::int32_t w = kernels::decode_table_window_tokens(bs);
+    SCOPED_TRACE("block size " + std::to_string(bs));
+    ASSERT_GT(w, 0);
+    ASSERT_EQ(w % tile, 0);
+    std::int64_t most = 0;
+    for (std::int64_t start = 0; start < 4 * std::int64_t{bs} * tile; start += tile) {
+      most = std::max(most, (start + w - 1) / bs - start / bs + 1);
+    }
+    ASSERT_LE(most, kernels::kDecodeTableEntries);
+    // One tile more could need more entries than are staged.
+    ASSERT_GT((std::int64_t{w} + tile + bs - 1) / bs + 1, kernels::kDecodeTableEntries);
+  }
+}
+
+// merge_softmax_states (the pipelined decode kernel's warp merge and split-K merge) against a
+// direct softmax: keys cut into ranges at random (some empty), each range reduced the way a warp
+// does it (64-key tiles, online update with shifted_exp2, masked keys at -inf, fully masked
+// tiles included), the ranges merged, compared with the softmax-weighted sum in double.
+TEST(KernelsHostTest, SoftmaxMergeEqualsDirectSoftmax) {
+  Rng rng = Rng::stream(20, "kernels_host_test.merge");
+  for (int trial = 0; trial < 300; ++trial) {
+    const int n = static_cast<int>(rng.uniform_int(1, 3000));
+    const double spread = rng.uniform() < 0.5 ? 4.0 : 60.0;  // 60: most weights underflow
+    std::vector<float> s(n), v(n);
+    for (int i = 0; i < n; ++i) {
+      s[i] = static_cast<float>((rng.uniform() - 0.5) * spread);
+      v[i] = static_cast<float>(rng.uniform() * 2 - 1);
+    }
+    // Direct softmax in double.
+    double mx = -1e300, den = 0, num = 0;
+    for (float x : s) mx = std::max(mx, double{x});
+    for (int i = 0; i < n; ++i) {
+      den += std::exp2(s[i] - mx);
+      num += std::exp2(s[i] - mx) * v[i];
+    }
+    // Ranges: cut points at random, empty ranges allowed.
+    const int parts = static_cast<int>(rng.uniform_int(1, 9));
+    std::vector<int> cuts = {0, n};
+    for (int j = 1; j < parts; ++j) cuts.push_back(static_cast<int>(rng.uniform_int(0, n)));
+    std::sort(cuts.begin(), cuts.end());
+    std::vector<float> ml, o;
+    for (int j = 0; j + 1 < static_cast<int>(cuts.size()); ++j) {
+      float m = -std::numeric_limits<float>::infinity(), l = 0, acc = 0;
+      // Tiles of 64 keys from the range start, padded with masked keys; a random extra fully
+      // masked tile in front.
+      const int lo = cuts[j], hi = cuts[j + 1];
+      const int first = rng.uniform() < 0.3 ? lo - 64 : lo;
+      for (int t0 = first; t0 < hi; t0 += 64) {
+        float tile_max = -std::numeric_limits<float>::infinity();
+        for (int i = t0; i < t0 + 64; ++i) {
+          if (i >= lo && i < hi) tile_max = std::max(tile_max, s[i]);
+        }
+        const float m_new = std::max(m, tile_max);
+        const float alpha = kernels::shifted_exp2(m, m_new);
+        float sum = 0, pv = 0;
+        for (int i = t0; i < t0 + 64; ++i) {
+          const float x = i >= lo && i < hi ? s[i] : -std::numeric_limits<float>::infinity();
+          const float p = kernels::shifted_exp2(x, m_new);
+          ASSERT_FALSE(std::isnan(p));
+          sum += p;
+          pv += p * (i >= lo && i < hi ? v[i] : 0.0f);
+        }
+        l = l * alpha + sum;
+        acc = acc * alpha + pv;
+        m = m_new;
+        ASSERT_FALSE(std::isnan(l) || std::isnan(acc));
+      }
+      ml.push_back(m);
+      ml.push_back(l);
+      o.push_back(l > 0 ? acc / l : 0.0f);  // as the kernel writes an empty range
+    }
+    const int k = static_cast<int>(o.size());
+    const kernels::SoftmaxState r = kernels::merge_softmax_states(ml.data(), o.data(), k, 1);
+    SCOPED_TRACE("trial " + std::to_string(trial) + " keys " + std::to_string(n));
+    EXPECT_FLOAT_EQ(r.m, static_cast<float>(mx));
+    EXPECT_NEAR(r.l, den, 1e-4 * den);
+    EXPECT_NEAR(r.o, num / den, 1e-4);
+    // A strided layout gives the same result (the kernel's o_j are head_dim or a row apart).
+    std::vector<float> strided(static_cast<std::size_t>(k) * 3, 1e30f);
+    for (int j = 0; j < k; ++j) strided[static_cast<std::size_t>(j) * 3] = o[j];
+    EXPECT_EQ(kernels::merge_softmax_states(ml.data(), strided.data(), k, 3).o, r.o);
+  }
+  // Empty states weigh nothing, even merged first; two -inf maxima do not make a NaN.
+  const float inf = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(kernels::shifted_exp2(-inf, -inf), 0.0f);
+  EXPECT_EQ(kernels::shifted_exp2(-inf, 3.0f), 0.0f);
+  EXPECT_EQ(kernels::shifted_exp2(2.0f, 3.0f), 0.5f);
+  const float ml[] = {-inf, 0.0f, 1.0f, 2.0f, -inf, 0.0f};
+  const float o[] = {0.0f, 0.25f, 0.0f};
+  const kernels::SoftmaxState r = kernels::merge_softmax_states(ml, o, 3, 1);
+  EXPECT_EQ(r.m, 1.0f);
+  EXPECT_EQ(r.l, 2.0f);
+  EXPECT_EQ(r.o, 0.25f);
 }
 
 TEST(KernelsHostTest, DecodeSplitPlanProperties) {
