@@ -34,6 +34,7 @@
 #include "kernels/attention.h"
 #include "kernels/attention_decode_pipelined.h"
 #include "kernels/common.cuh"
+#include "kernels/decode_fragments.h"
 #include "kernels/fast_divmod.h"
 #include "kernels/softmax_merge.h"
 
@@ -58,8 +59,8 @@ struct PipeSmem {
   static constexpr int kStageBytes = 2 * kTileBytes;    // K then V
   static constexpr int kTable = kStages * kStageBytes;  // int32 block ids
   static constexpr int kBytes = kTable + kDecodeTableEntries * 4;
-  static constexpr int kLdo = HD + 8;  // floats per row of a warp's O in the merge
-  static constexpr int kMergeO = 0;    // [kWarps][kRows][kLdo] floats
+  static constexpr int kLdo = decode_frag::merge_row_floats(HD);  // floats per row of a warp's O
+  static constexpr int kMergeO = 0;                               // [kWarps][kRows][kLdo] floats
   static constexpr int kMergeMl = kMergeO + kWarps * kRows * kLdo * 4;  // [kRows][kWarps][2]
   static_assert(kMergeMl + kRows * kWarps * 2 * 4 <= kTable, "the merge fits in the stages");
 };
@@ -127,7 +128,11 @@ __device__ __forceinline__ void mma_bf16(float* c, const std::uint32_t* a, std::
 // Byte offset of 16-byte chunk `chunk` of row `row` in a K or V tile (XOR swizzle).
 template <int HD>
 __device__ __forceinline__ std::uint32_t tile_offset(int row, int chunk) {
-  return row * PipeSmem<HD>::kRowBytes + ((chunk ^ (row & 7)) << 4);
+  return decode_frag::tile_offset(row, chunk, PipeSmem<HD>::kRowBytes);
+}
+template <int HD>
+__device__ __forceinline__ std::uint32_t tile_offset(decode_frag::RowCol rc) {
+  return tile_offset<HD>(rc.row, rc.col);
 }
 
 template <int HD>
@@ -147,7 +152,6 @@ __global__ void __launch_bounds__(kThreads) pipelined_decode_kernel(const PipePa
   const int heads = min(kRows, p.group - first_in_group);  // real rows of the MMA tile
   const int q_head0 = kv_head * p.group + first_in_group;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const int gid = lane / 4, tig = lane % 4;  // MMA fragment coordinates
 
   // Q as the A operand, one fragment per 16 dims; rows >= heads are zero.
   const std::int64_t q_row = p.q_rows[seq];
@@ -157,9 +161,11 @@ __global__ void __launch_bounds__(kThreads) pipelined_decode_kernel(const PipePa
   for (int kk = 0; kk < HD / 16; ++kk) {
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
-      const int row = gid + (r & 1) * 8, col = kk * 16 + tig * 2 + (r >> 1) * 8;
+      const decode_frag::RowCol rc = decode_frag::a_frag(lane, r);
       qa[kk][r] =
-          row < heads ? *reinterpret_cast<const std::uint32_t*>(qbase + row * HD + col) : 0u;
+          rc.row < heads
+              ? *reinterpret_cast<const std::uint32_t*>(qbase + rc.row * HD + kk * 16 + rc.col)
+              : 0u;
     }
   }
 
@@ -168,7 +174,7 @@ __global__ void __launch_bounds__(kThreads) pipelined_decode_kernel(const PipePa
   for (int n = 0; n < HD / 8; ++n)
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc[n][e] = 0.0f;
-  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};  // rows gid, gid + 8
+  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};  // rows lane / 4, + 8
 
   std::int32_t* s_table = reinterpret_cast<std::int32_t*>(smem + L::kTable);
   const std::int32_t* table = p.block_tables + std::int64_t{seq} * p.block_table_stride;
@@ -233,9 +239,8 @@ __global__ void __launch_bounds__(kThreads) pipelined_decode_kernel(const PipePa
         for (int e = 0; e < 4; ++e) s[j][e] = 0.0f;
 #pragma unroll
         for (int kk = 0; kk < HD / 32; ++kk) {
-          // matrix lane / 8: tokens 8j .. 8j + 7, dims 32 kk + 8 (lane / 8) .. + 7
           std::uint32_t b[4];
-          ldmatrix_x4(b, ks + tile_offset<HD>(tok0 + j * 8 + (lane & 7), kk * 4 + (lane >> 3)));
+          ldmatrix_x4(b, ks + tile_offset<HD>(decode_frag::k_ldmatrix_row(lane, tok0, j, kk)));
           mma_bf16(s[j], qa[2 * kk], b[0], b[1]);
           mma_bf16(s[j], qa[2 * kk + 1], b[2], b[3]);
         }
@@ -246,7 +251,7 @@ __global__ void __launch_bounds__(kThreads) pipelined_decode_kernel(const PipePa
       for (int j = 0; j < 2; ++j) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const int pos = pos0 + j * 8 + tig * 2 + (e & 1);
+          const int pos = pos0 + j * 8 + decode_frag::c_frag(lane, e).col;
           s[j][e] = pos < w_end ? s[j][e] * p.scale_log2 : -INFINITY;
           mx[e >> 1] = fmaxf(mx[e >> 1], s[j][e]);
         }
@@ -260,7 +265,7 @@ __global__ void __launch_bounds__(kThreads) pipelined_decode_kernel(const PipePa
         alpha[h] = shifted_exp2(m_run[h], m_new);
         m_run[h] = m_new;
       }
-      // P as the A operand: register 2 j + h holds row gid + 8 h, tokens 8 j + 2 tig, + 1.
+      // P as the A operand (C elements 2 h, 2 h + 1 of half j: row lane / 4 + 8 h).
       std::uint32_t pa[4];
       float row_sum[2] = {0.0f, 0.0f};
 #pragma unroll
@@ -270,7 +275,7 @@ __global__ void __launch_bounds__(kThreads) pipelined_decode_kernel(const PipePa
           const __nv_bfloat162 pp = __floats2bfloat162_rn(shifted_exp2(s[j][2 * h], m_run[h]),
                                                           shifted_exp2(s[j][2 * h + 1], m_run[h]));
           row_sum[h] += __low2float(pp) + __high2float(pp);
-          pa[2 * j + h] = *reinterpret_cast<const std::uint32_t*>(&pp);
+          pa[decode_frag::p_register(j, h)] = *reinterpret_cast<const std::uint32_t*>(&pp);
         }
       }
 #pragma unroll
@@ -285,10 +290,8 @@ __global__ void __launch_bounds__(kThreads) pipelined_decode_kernel(const PipePa
       // O += P V: V^T fragments through ldmatrix.trans, two n8 dim tiles per load.
 #pragma unroll
       for (int n2 = 0; n2 < HD / 16; ++n2) {
-        // matrix lane / 8: tokens 8 ((lane / 8) & 1) .. + 7, dims 16 n2 + 8 (lane / 16) .. + 7
         std::uint32_t b[4];
-        ldmatrix_x4_trans(b, vs + tile_offset<HD>(tok0 + (lane & 7) + ((lane >> 3) & 1) * 8,
-                                                  n2 * 2 + (lane >> 4)));
+        ldmatrix_x4_trans(b, vs + tile_offset<HD>(decode_frag::v_ldmatrix_row(lane, tok0, n2)));
         mma_bf16(acc[2 * n2], pa, b[0], b[1]);
         mma_bf16(acc[2 * n2 + 1], pa, b[2], b[3]);
       }
@@ -307,15 +310,16 @@ __global__ void __launch_bounds__(kThreads) pipelined_decode_kernel(const PipePa
   float* s_ml = reinterpret_cast<float*>(smem + L::kMergeMl);
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    const int row = gid + 8 * h;
+    const decode_frag::RowCol rc = decode_frag::c_frag(lane, 2 * h);
+    const int row = rc.row;
     const float inv = l_run[h] > 0.0f ? 1.0f / l_run[h] : 0.0f;
-    float* dst = s_o + (warp * kRows + row) * L::kLdo + tig * 2;
+    float* dst = s_o + (warp * kRows + row) * L::kLdo + rc.col;
 #pragma unroll
     for (int n = 0; n < HD / 8; ++n) {
       *reinterpret_cast<float2*>(dst + n * 8) =
           make_float2(acc[n][2 * h] * inv, acc[n][2 * h + 1] * inv);
     }
-    if (tig == 0) {
+    if (rc.col == 0) {
       s_ml[(row * kWarps + warp) * 2] = m_run[h];
       s_ml[(row * kWarps + warp) * 2 + 1] = l_run[h];
     }

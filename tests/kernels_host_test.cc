@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <set>
 #include <stdexcept>
@@ -18,6 +19,7 @@
 #include "engine/cpu_executor.h"
 #include "engine/llama_weights.h"
 #include "kernels/attention_plan.h"
+#include "kernels/decode_fragments.h"
 #include "kernels/fast_divmod.h"
 #include "kernels/kv_layout.h"
 #include "kernels/rope_table.h"
@@ -248,6 +250,242 @@ TEST(KernelsHostTest, SoftmaxMergeEqualsDirectSoftmax) {
   EXPECT_EQ(r.m, 1.0f);
   EXPECT_EQ(r.l, 2.0f);
   EXPECT_EQ(r.o, 0.25f);
+}
+
+// ldmatrix and mma.sync m16n8k16 (bf16 in, fp32 accumulate) emulated on the CPU exactly as the
+// PTX ISA defines them, for checking the pipelined decode kernel's fragment arithmetic
+// (kernels/decode_fragments.h). Registers are per lane: [32][n] of 32-bit words.
+namespace frag_emu {
+
+using Regs = std::vector<std::vector<std::uint32_t>>;
+
+float BitsToFloat(std::uint16_t b) {
+  const std::uint32_t w = std::uint32_t{b} << 16;
+  float f;
+  std::memcpy(&f, &w, 4);
+  return f;
+}
+std::uint16_t FloatToBits(float f) {  // only for bf16-exact values
+  std::uint32_t w;
+  std::memcpy(&w, &f, 4);
+  EXPECT_EQ(w & 0xffffu, 0u) << f << " is not a bf16 value";
+  return static_cast<std::uint16_t>(w >> 16);
+}
+std::uint32_t Pack(float lo, float hi) {
+  return FloatToBits(lo) | (std::uint32_t{FloatToBits(hi)} << 16);
+}
+float Lo(std::uint32_t r) { return BitsToFloat(static_cast<std::uint16_t>(r & 0xffffu)); }
+float Hi(std::uint32_t r) { return BitsToFloat(static_cast<std::uint16_t>(r >> 16)); }
+
+// ldmatrix.sync.aligned.m8n8.x4(.trans).shared.b16: lane 8 m + i gives the address of row i of
+// matrix m (16 bytes); without .trans lane t receives (row t / 4, columns 2 (t % 4), + 1) of each
+// matrix, with .trans (rows 2 (t % 4), + 1, column t / 4).
+Regs Ldmatrix(const std::vector<std::uint8_t>& smem, const std::vector<int>& addr, bool trans) {
+  auto elem = [&](int m, int row, int col) {
+    std::uint16_t b;
+    std::memcpy(&b, smem.data() + addr[8 * m + row] + 2 * col, 2);
+    return b;
+  };
+  Regs r(32, std::vector<std::uint32_t>(4));
+  for (int t = 0; t < 32; ++t) {
+    for (int m = 0; m < 4; ++m) {
+      const std::uint16_t lo = trans ? elem(m, 2 * (t % 4), t / 4) : elem(m, t / 4, 2 * (t % 4));
+      const std::uint16_t hi =
+          trans ? elem(m, 2 * (t % 4) + 1, t / 4) : elem(m, t / 4, 2 * (t % 4) + 1);
+      r[t][m] = lo | (std::uint32_t{hi} << 16);
+    }
+  }
+  return r;
+}
+
+// d = a b + c for mma.m16n8k16.row.col.f32.bf16.bf16.f32, fragments as in the PTX ISA tables
+// (written out here independently of decode_fragments.h): lane = 4 g + t;
+// A reg r: row g + 8 (r & 1), columns 2 t + 8 (r >> 1) + {0, 1};
+// B reg r: rows 2 t + 8 r + {0, 1}, column g; C element e: row g + 8 (e >> 1), column 2 t + (e &
+// 1).
+void Mma(std::vector<std::vector<float>>& c, const Regs& a, const Regs& b) {
+  float am[16][16], bm[16][8];
+  for (int lane = 0; lane < 32; ++lane) {
+    const int g = lane / 4, t = lane % 4;
+    for (int r = 0; r < 4; ++r) {
+      am[g + 8 * (r & 1)][2 * t + 8 * (r >> 1)] = Lo(a[lane][r]);
+      am[g + 8 * (r & 1)][2 * t + 8 * (r >> 1) + 1] = Hi(a[lane][r]);
+    }
+    for (int r = 0; r < 2; ++r) {
+      bm[2 * t + 8 * r][g] = Lo(b[lane][r]);
+      bm[2 * t + 8 * r + 1][g] = Hi(b[lane][r]);
+    }
+  }
+  for (int lane = 0; lane < 32; ++lane) {
+    const int g = lane / 4, t = lane % 4;
+    for (int e = 0; e < 4; ++e) {
+      const int row = g + 8 * (e >> 1), col = 2 * t + (e & 1);
+      for (int k = 0; k < 16; ++k) c[lane][e] += am[row][k] * bm[k][col];
+    }
+  }
+}
+
+// The 32 banks of a set of 4-byte words accessed in one shared-memory phase are all different.
+bool ConflictFree(const std::vector<int>& byte_addrs, int bytes_each) {
+  std::set<int> banks;
+  for (int a : byte_addrs) {
+    for (int w = 0; w < bytes_each / 4; ++w) banks.insert((a / 4 + w) % 32);
+  }
+  return banks.size() == byte_addrs.size() * (bytes_each / 4);
+}
+
+}  // namespace frag_emu
+
+// The pipelined decode kernel's index arithmetic, run on the CPU: K and V tiles laid out in
+// "shared memory" with the kernel's swizzle, read back through emulated ldmatrix at the kernel's
+// lane addresses, multiplied by emulated mma.sync with Q and P fragments built the kernel's way;
+// S = Q K^T and O = P V must equal the direct products exactly (small integer multiples of 1/8:
+// every product and sum is exact in fp32). Also: every ldmatrix phase, every quarter-warp of
+// tile stores and every half-warp of the merge's float2 stores touches 32 different banks.
+TEST(KernelsHostTest, PipelinedDecodeFragmentsComputeQKAndPV) {
+  namespace df = kernels::decode_frag;
+  using frag_emu::Pack;
+  Rng rng = Rng::stream(22, "kernels_host_test.fragments");
+  auto small = [&] { return static_cast<float>(rng.uniform_int(-16, 16)) / 8.0f; };
+  for (int hd : {64, 128}) {
+    SCOPED_TRACE("head_dim " + std::to_string(hd));
+    const int tile = kernels::kDecodeTileTokens, row_bytes = hd * 2, chunks = hd / 8;
+    std::vector<std::vector<float>> q(16, std::vector<float>(hd)), k(tile, std::vector<float>(hd)),
+        v(tile, std::vector<float>(hd)), p(16, std::vector<float>(tile));
+    for (auto* m : {&q, &k, &v, &p}) {
+      for (auto& row : *m) {
+        for (float& x : row) x = small();
+      }
+    }
+    // The tiles as the kernel's requests store them: thread tid, pass i -> (row, chunk).
+    std::vector<std::uint8_t> ks(static_cast<std::size_t>(tile) * row_bytes, 0xee), vs = ks;
+    std::set<int> written;
+    for (int tid = 0; tid < 128; ++tid) {
+      for (int i = 0; i < tile / (128 / chunks); ++i) {
+        const int row = tid / chunks + i * (128 / chunks), chunk = tid % chunks;
+        const int off = df::tile_offset(row, chunk, row_bytes);
+        ASSERT_TRUE(written.insert(off).second) << "chunk written twice";
+        for (int e = 0; e < 8; ++e) {
+          const std::uint16_t kb = frag_emu::FloatToBits(k[row][chunk * 8 + e]);
+          const std::uint16_t vb = frag_emu::FloatToBits(v[row][chunk * 8 + e]);
+          std::memcpy(ks.data() + off + 2 * e, &kb, 2);
+          std::memcpy(vs.data() + off + 2 * e, &vb, 2);
+        }
+      }
+    }
+    ASSERT_EQ(static_cast<int>(written.size()), tile * chunks);
+    for (int first = 0; first < 128; first += 8) {  // quarter-warps of 16-byte stores
+      std::vector<int> addrs;
+      for (int tid = first; tid < first + 8; ++tid) {
+        addrs.push_back(df::tile_offset(tid / chunks, tid % chunks, row_bytes));
+      }
+      EXPECT_TRUE(frag_emu::ConflictFree(addrs, 16)) << "tile stores of threads " << first;
+    }
+    // Q fragments as the kernel loads them.
+    std::vector<frag_emu::Regs> qa(hd / 16, frag_emu::Regs(32, std::vector<std::uint32_t>(4)));
+    for (int kk = 0; kk < hd / 16; ++kk) {
+      for (int lane = 0; lane < 32; ++lane) {
+        for (int r = 0; r < 4; ++r) {
+          const df::RowCol rc = df::a_frag(lane, r);
+          qa[kk][lane][r] = Pack(q[rc.row][kk * 16 + rc.col], q[rc.row][kk * 16 + rc.col + 1]);
+        }
+      }
+    }
+    for (int warp = 0; warp < 4; ++warp) {
+      const int tok0 = warp * 16;
+      // S = Q K^T, two 8-token halves.
+      for (int j = 0; j < 2; ++j) {
+        std::vector<std::vector<float>> s(32, std::vector<float>(4, 0.0f));
+        for (int kk = 0; kk < hd / 32; ++kk) {
+          std::vector<int> addr(32);
+          for (int lane = 0; lane < 32; ++lane) {
+            const df::RowCol rc = df::k_ldmatrix_row(lane, tok0, j, kk);
+            addr[lane] = df::tile_offset(rc.row, rc.col, row_bytes);
+          }
+          for (int m = 0; m < 4; ++m) {
+            EXPECT_TRUE(
+                frag_emu::ConflictFree({addr.begin() + 8 * m, addr.begin() + 8 * m + 8}, 16))
+                << "K ldmatrix, matrix " << m;
+          }
+          const frag_emu::Regs b = frag_emu::Ldmatrix(ks, addr, false);
+          frag_emu::Regs b01(32), b23(32);
+          for (int lane = 0; lane < 32; ++lane) {
+            b01[lane] = {b[lane][0], b[lane][1]};
+            b23[lane] = {b[lane][2], b[lane][3]};
+          }
+          frag_emu::Mma(s, qa[2 * kk], b01);
+          frag_emu::Mma(s, qa[2 * kk + 1], b23);
+        }
+        for (int lane = 0; lane < 32; ++lane) {
+          for (int e = 0; e < 4; ++e) {
+            const df::RowCol rc = df::c_frag(lane, e);
+            float want = 0;
+            for (int d = 0; d < hd; ++d) want += q[rc.row][d] * k[tok0 + 8 * j + rc.col][d];
+            ASSERT_EQ(s[lane][e], want) << "S warp " << warp << " half " << j << " lane " << lane;
+          }
+        }
+      }
+      // P from C-layout values (as the kernel holds its probabilities), packed as the A operand.
+      frag_emu::Regs pa(32, std::vector<std::uint32_t>(4));
+      for (int lane = 0; lane < 32; ++lane) {
+        for (int j = 0; j < 2; ++j) {
+          for (int h = 0; h < 2; ++h) {
+            const df::RowCol c0 = df::c_frag(lane, 2 * h), c1 = df::c_frag(lane, 2 * h + 1);
+            pa[lane][df::p_register(j, h)] =
+                Pack(p[c0.row][tok0 + 8 * j + c0.col], p[c1.row][tok0 + 8 * j + c1.col]);
+          }
+        }
+      }
+      // O = P V over the warp's 16 tokens.
+      std::vector<std::vector<std::vector<float>>> acc(
+          hd / 8, std::vector<std::vector<float>>(32, std::vector<float>(4, 0.0f)));
+      for (int n2 = 0; n2 < hd / 16; ++n2) {
+        std::vector<int> addr(32);
+        for (int lane = 0; lane < 32; ++lane) {
+          const df::RowCol rc = df::v_ldmatrix_row(lane, tok0, n2);
+          addr[lane] = df::tile_offset(rc.row, rc.col, row_bytes);
+        }
+        for (int m = 0; m < 4; ++m) {
+          EXPECT_TRUE(frag_emu::ConflictFree({addr.begin() + 8 * m, addr.begin() + 8 * m + 8}, 16))
+              << "V ldmatrix, matrix " << m;
+        }
+        const frag_emu::Regs b = frag_emu::Ldmatrix(vs, addr, true);
+        frag_emu::Regs b01(32), b23(32);
+        for (int lane = 0; lane < 32; ++lane) {
+          b01[lane] = {b[lane][0], b[lane][1]};
+          b23[lane] = {b[lane][2], b[lane][3]};
+        }
+        frag_emu::Mma(acc[2 * n2], pa, b01);
+        frag_emu::Mma(acc[2 * n2 + 1], pa, b23);
+      }
+      for (int n = 0; n < hd / 8; ++n) {
+        for (int lane = 0; lane < 32; ++lane) {
+          for (int e = 0; e < 4; ++e) {
+            const df::RowCol rc = df::c_frag(lane, e);
+            float want = 0;
+            for (int t = 0; t < 16; ++t) want += p[rc.row][tok0 + t] * v[tok0 + t][8 * n + rc.col];
+            ASSERT_EQ(acc[n][lane][e], want) << "O warp " << warp << " dims " << 8 * n;
+          }
+        }
+      }
+    }
+    // The merge's float2 stores of O (row stride merge_row_floats): each half-warp conflict-free.
+    const int ld = df::merge_row_floats(hd);
+    for (int warp = 0; warp < 4; ++warp) {
+      for (int h = 0; h < 2; ++h) {
+        for (int n = 0; n < hd / 8; ++n) {
+          for (int half = 0; half < 2; ++half) {
+            std::vector<int> addrs;
+            for (int lane = 16 * half; lane < 16 * half + 16; ++lane) {
+              const df::RowCol rc = df::c_frag(lane, 2 * h);
+              addrs.push_back(((warp * 16 + rc.row) * ld + rc.col + 8 * n) * 4);
+            }
+            EXPECT_TRUE(frag_emu::ConflictFree(addrs, 8)) << "merge stores, half-warp " << half;
+          }
+        }
+      }
+    }
+  }
 }
 
 TEST(KernelsHostTest, DecodeSplitPlanProperties) {
