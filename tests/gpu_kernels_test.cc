@@ -568,7 +568,11 @@ TEST(GpuKernels, DecodeLauncherRejectsInvalidPlans) {
       EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
     }
   };
-  expect_reject({0, 1}, "must be > 0");
+  for (k::DecodeKernel kernel : {k::DecodeKernel::kTiled, k::DecodeKernel::kPipelined}) {
+    a.kernel = kernel;  // both kernels share the launcher's checks
+    expect_reject({0, 1}, "must be > 0");
+    expect_reject({128, 7}, "do not cover the longest context (1000");
+  }
   expect_reject({0, 16}, "must be > 0");
   expect_reject({100, 10}, "not a multiple");
   expect_reject({128, 0}, "max_splits is 0");
