@@ -131,6 +131,11 @@ check "gpu-bundle refuses a user's folder (exit 2)" run 2 "$src/scripts/gpu-bund
 check "  ... and leaves it alone" grep -q precious "$t/mine/notes.txt"
 check "gpu-bundle replaces an earlier bundle" "$src/scripts/gpu-bundle" "$b" --build-dir "$build" --no-build
 check "gpu-bundle refuses a build without CUDA (exit 2)" run 2 "$src/scripts/gpu-bundle" "$t/b2" --build-dir "$t" --no-build
+# A CUDA build without the bundle's programs (scripts/gpu-bundle.cmake did not make them).
+mkdir -p "$t/nobundle/kernels" && touch "$t/nobundle/CMakeCache.txt" "$t/nobundle/kernels/libservelab_kernels.a"
+check "gpu-bundle refuses a build without the bundle's programs (exit 2)" run 2 "$src/scripts/gpu-bundle" "$t/b3" --build-dir "$t/nobundle" --no-build
+check "  ... naming the target to build" has "gpu_bundle_programs"
+check "  ... and makes nothing" test ! -e "$t/b3"
 
 echo "$fails failed"
 [ "$fails" = 0 ]
