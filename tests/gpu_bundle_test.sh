@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # scripts/gpu-bundle and scripts/gpu-check on a machine without a GPU (ctest: GpuBundle): builds
-# a bundle from this build folder, checks its size and with ldd that only glibc, the NVIDIA driver
-# and cuBLAS are left to the target, runs its programs from another folder with a bare
+# a bundle from this build folder, checks its size (32,000,000 bytes), with ldd that only glibc,
+# the NVIDIA driver and cuBLAS are left to the target, that the programs share libservelab.so and
+# that cudart is in it and nowhere else, runs its programs from another folder with a bare
 # environment (they must start, and skip or refuse cleanly without a GPU), and runs every
 # gpu-check mode with --dry-run.
 #
@@ -14,6 +15,10 @@ if [ ! -f "$build/kernels/libservelab_kernels.a" ]; then
 fi
 if [ ! -x "$build/bench/kernels_bench" ]; then
   echo "SKIPPED: the benchmarks are not built (SERVELAB_BUILD_BENCH=OFF); the bundle needs kernels_bench"
+  exit 77
+fi
+if [ ! -f "$build/bundle/lib/libservelab.so" ]; then
+  echo "SKIPPED: this build has no bundle programs (scripts/gpu-bundle.cmake: they need position-independent code, SERVELAB_BUILD_PYTHON=ON)"
   exit 77
 fi
 t=$(mktemp -d)
@@ -45,7 +50,7 @@ check "gpu-bundle builds a bundle" "$src/scripts/gpu-bundle" "$b" --build-dir "$
 [ -f "$b/BUNDLE.txt" ] || { echo "FAIL no bundle made"; exit 1; }
 bytes=$(du -sb "$b" | cut -f1)
 echo "bundle: $((bytes / 1024)) KiB"
-check "bundle within 40 MiB" test "$bytes" -le $((40 * 1024 * 1024))
+check "bundle within 32,000,000 bytes" test "$bytes" -le 32000000
 
 # Every library a program needs is in the bundle, or glibc, the driver or cuBLAS.
 target_re='^(linux-vdso|ld-linux|libc\.so|libm\.so|libdl\.so|libpthread\.so|librt\.so|libcuda\.so|libnvidia|libcublas\.so|libcublasLt\.so)'
@@ -67,6 +72,30 @@ ldd_ok() {
 check "ldd: only glibc, the driver and cuBLAS are left to the target" ldd_ok
 cudart_static() { ! env -i PATH=/usr/bin:/bin ldd "$b/bin/engine" | grep -q libcudart; }
 check "cudart is linked statically" cudart_static
+# One copy of the project's code and of cudart (its shared-memory names mark it), in lib/.
+shared_code() {
+  local p path bad=0
+  for p in "$b"/bin/*; do
+    path=$(env -i PATH=/usr/bin:/bin ldd "$p" | awk '$1 == "libservelab.so" {print $3}')
+    [ -n "$path" ] && [ "$(realpath -m "$path")" = "$b/lib/libservelab.so" ] ||
+      { echo "  $(basename "$p") loads libservelab.so from '${path}', not $b/lib"; bad=1; }
+  done
+  return $bad
+}
+check "every program links the bundle's libservelab.so" shared_code
+cudart_once() {
+  local holders
+  holders=$(cd "$b" && grep -l -a 'cudart\.shm' bin/* lib/* | tr '\n' ' ')
+  [ "$holders" = "lib/libservelab.so " ] || { echo "  cudart found in: ${holders:-nothing}"; return 1; }
+}
+check "cudart is in libservelab.so and in no program" cudart_once
+for name in sim engine kernels_bench gpu_dump_logits engine_run_test home_test; do
+  check "bundle ships $name" test -x "$b/bin/$name"
+done
+for src_test in "$src"/tests/gpu_*_test.cc; do
+  name=$(basename "$src_test" .cc)
+  check "bundle ships the GPU test $name" test -x "$b/bin/$name"
+done
 
 # The programs, from another folder, with no SERVELAB_HOME and no LD_LIBRARY_PATH.
 check "sim runs an experiment from the bundle" run 0 "$b/bin/sim" run "$b/experiments/burst-tiny.yaml" --out "$t/run" --quiet
@@ -102,6 +131,11 @@ check "gpu-bundle refuses a user's folder (exit 2)" run 2 "$src/scripts/gpu-bund
 check "  ... and leaves it alone" grep -q precious "$t/mine/notes.txt"
 check "gpu-bundle replaces an earlier bundle" "$src/scripts/gpu-bundle" "$b" --build-dir "$build" --no-build
 check "gpu-bundle refuses a build without CUDA (exit 2)" run 2 "$src/scripts/gpu-bundle" "$t/b2" --build-dir "$t" --no-build
+# A CUDA build without the bundle's programs (scripts/gpu-bundle.cmake did not make them).
+mkdir -p "$t/nobundle/kernels" && touch "$t/nobundle/CMakeCache.txt" "$t/nobundle/kernels/libservelab_kernels.a"
+check "gpu-bundle refuses a build without the bundle's programs (exit 2)" run 2 "$src/scripts/gpu-bundle" "$t/b3" --build-dir "$t/nobundle" --no-build
+check "  ... naming the target to build" has "gpu_bundle_programs"
+check "  ... and makes nothing" test ! -e "$t/b3"
 
 echo "$fails failed"
 [ "$fails" = 0 ]

@@ -1,6 +1,7 @@
 // serving/home.h: programs find their run-time files without a compiled-in path. The resolver is
 // checked on hand-made folder trees; the relocation tests copy the built `sim` and `engine` to
-// temporary folders and run them from another working directory.
+// temporary folders and run them from another working directory (with the shared library of the
+// project's code beside them where they link one: a GPU bundle's programs, scripts/gpu-bundle).
 #include "serving/home.h"
 
 #include <gtest/gtest.h>
@@ -8,6 +9,8 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <string>
+#include <string_view>
 
 #include "tests/test_util.h"
 
@@ -28,6 +31,21 @@ Cli run_in(const fs::path& cwd, const std::string& cmd) {
   const int status = std::system(line.c_str());
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_file(cwd / "out.txt"),
           read_file(cwd / "err.txt")};
+}
+
+// Copies the program `name` to dir/bin/name and, where it links the project's code as a shared
+// library (a GPU bundle's programs: bin/../lib/libservelab.so), that library to
+// dir/lib/libservelab.so, as a bundle carries both. Returns the program's new path.
+fs::path copy_program(std::string_view name, const fs::path& dir) {
+  fs::create_directories(dir / "bin");
+  const fs::path to = dir / "bin" / name;
+  fs::copy_file(servelab_program(name), to);
+  const fs::path library = executable_dir().parent_path() / "lib" / "libservelab.so";
+  if (fs::exists(library)) {
+    fs::create_directories(dir / "lib");
+    fs::copy_file(library, dir / "lib" / "libservelab.so");
+  }
+  return to;
 }
 
 TEST(Home, FoundAboveTheExecutableFolder) {
@@ -91,9 +109,8 @@ TEST(Home, ProgramsAreFoundBesideTheTest) {
 // and never looks at the source tree (the tree it was built from is not above pkg/).
 TEST(Relocation, CopiedSimRunsFromItsOwnFolder) {
   const fs::path t = temp_dir("reloc_sim");
-  fs::create_directories(t / "pkg" / "bin");
   fs::create_directories(t / "elsewhere");
-  fs::copy_file(servelab_program("sim"), t / "pkg" / "bin" / "sim");
+  copy_program("sim", t / "pkg");
   fs::copy(servelab_home() / "experiments", t / "pkg" / "experiments", fs::copy_options::recursive);
   const Cli r = run_in(t / "elsewhere",
                        "env -u SERVELAB_HOME ../pkg/bin/sim run ../pkg/experiments/burst-tiny.yaml "
@@ -110,24 +127,24 @@ TEST(Relocation, CopiedSimRunsFromItsOwnFolder) {
             read_file(t / "elsewhere" / "ref" / "requests.csv"));
 }
 
+// Alone: no catalogue above the program's folder (only the library a bundle's `sim` needs).
 TEST(Relocation, CopiedAloneNeedsServelabHome) {
   const fs::path t = temp_dir("reloc_alone");
-  fs::copy_file(servelab_program("sim"), t / "sim");
+  copy_program("sim", t);
   const std::string exp = home_path("experiments/burst-tiny.yaml");
-  const Cli without = run_in(t, "env -u SERVELAB_HOME ./sim run " + exp + " --out a --quiet");
+  const Cli without = run_in(t, "env -u SERVELAB_HOME bin/sim run " + exp + " --out a --quiet");
   EXPECT_EQ(without.code, 2) << without.err;
   EXPECT_NE(without.err.find("SERVELAB_HOME"), std::string::npos) << without.err;
   EXPECT_FALSE(fs::exists(t / "a"));
-  const Cli with = run_in(
-      t, "SERVELAB_HOME='" + servelab_home().string() + "' ./sim run " + exp + " --out b --quiet");
+  const Cli with = run_in(t, "SERVELAB_HOME='" + servelab_home().string() + "' bin/sim run " + exp +
+                                 " --out b --quiet");
   EXPECT_EQ(with.code, 0) << with.err;
   EXPECT_TRUE(fs::exists(t / "b" / "summary.json"));
 }
 
 TEST(Relocation, CopiedEngineRunsTheTinyModel) {
   const fs::path t = temp_dir("reloc_engine");
-  fs::create_directories(t / "pkg" / "bin");
-  fs::copy_file(servelab_program("engine"), t / "pkg" / "bin" / "engine");
+  copy_program("engine", t / "pkg");
   fs::copy(servelab_home() / "experiments", t / "pkg" / "experiments", fs::copy_options::recursive);
   const Cli r = run_in(t,
                        "env -u SERVELAB_HOME pkg/bin/engine run pkg/experiments/burst-tiny.yaml "
