@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "core/config_error.h"
 #include "core/rng.h"
 #include "engine/plan_check.h"
 #include "engine/safetensors.h"
@@ -510,7 +511,7 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
         k::paged_prefill_attention(
             {kv, s.q.as<Bf16>(), s.attn.as<Bf16>(), i32(o_pbeg), i32(o_pnum), i32(o_pfirst),
              reinterpret_cast<const k::PrefillTile*>(at(o_tiles)),
-             static_cast<std::int32_t>(tiles.size()), m.num_heads, scale},
+             static_cast<std::int32_t>(tiles.size()), m.num_heads, scale, opt.prefill_kernel},
             s.stream.get());
       }
       s.gemm->linear(s.attn.as<Bf16>(), w.o.as<Bf16>(), residual, k::Gemm::Out::kF32, T, Q, H, 1.0f,
@@ -567,6 +568,14 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
           .count();
   return result;
+}
+
+void apply_kernel_env(CudaExecutorOptions& options) {
+  try {
+    options.prefill_kernel = kernels::prefill_kernel_from_env(options.prefill_kernel);
+  } catch (const std::invalid_argument& e) {
+    throw ConfigError(e.what());
+  }
 }
 
 }  // namespace servelab

@@ -32,6 +32,7 @@
 #include "core/backend.h"
 #include "engine/cpu_executor.h"
 #include "engine/llama_weights.h"
+#include "kernels/prefill_kernel.h"
 
 namespace servelab {
 
@@ -45,7 +46,16 @@ struct CudaExecutorOptions {
   std::int32_t max_model_len = 8192;    // longest context (RoPE table rows)
   SamplingParams sampling;
   bool keep_logits = false;  // copy each step's logits back (tests, hf_compare)
+  // Paged prefill attention kernel: the FlashAttention-2-style one, or the older WMMA one to fall
+  // back to without rebuilding. Engine commands set it from $SERVELAB_CUDA_PREFILL
+  // (apply_kernel_env).
+  kernels::PrefillKernel prefill_kernel = kernels::PrefillKernel::kFa2;
 };
+
+// Sets the kernel choices of `options` from the environment: $SERVELAB_CUDA_PREFILL = fa2 | wmma
+// (unset: unchanged). Throws ConfigError naming the variable, the accepted values and the value
+// given for anything else.
+void apply_kernel_env(CudaExecutorOptions& options);
 
 class CudaExecutor : public Backend {
  public:

@@ -461,6 +461,7 @@ EngineInstance load_replicas(const ExperimentConfig& config, const EngineOptions
     cuda_options.max_num_seqs = config.scheduler.max_num_seqs;
     cuda_options.max_model_len = config.scheduler.max_model_len;
     cuda_options.sampling.seed = config.seed;
+    apply_kernel_env(cuda_options);
     auto cuda_executor = device_random
                              ? std::make_unique<CudaExecutor>(llama, config.seed, cuda_options)
                              : std::make_unique<CudaExecutor>(*weights, cuda_options);

@@ -242,6 +242,7 @@ std::size_t run_profile(const ProfileOptions& o, std::FILE* progress) {
     co.num_host_blocks = static_cast<std::int32_t>(host_blocks);
     co.max_num_tokens = 0;
     co.max_num_seqs = 1;
+    apply_kernel_env(co);
     co.max_model_len = max_tokens + 1;
     for (const ProfileShape& s : grid) {
       std::int32_t tokens = 0;

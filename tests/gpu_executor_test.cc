@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <map>
 #include <numeric>
 #include <stdexcept>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "core/block_pool.h"
+#include "core/config_error.h"
 #include "core/host_block_pool.h"
 #include "core/kv_cache_manager.h"
 #include "core/request.h"
@@ -123,9 +125,17 @@ TEST(GpuExecutor, LogitsMatchCpuExecutor) {
     SCOPED_TRACE("head_dim " + std::to_string(sh.hd) + " heads " + std::to_string(sh.heads) + "/" +
                  std::to_string(sh.kv));
     const LlamaWeights w = LlamaWeights::random(GpuConfig(sh.hd, sh.heads, sh.kv, sh.bias_tied), 3);
-    for (std::int32_t bs : {1, 5, 16}) {
+    // Both prefill attention kernels: the default (fa2) everywhere, wmma at block size 16.
+    for (const auto& [bs, prefill] :
+         {std::pair{1, kernels::PrefillKernel::kFa2}, std::pair{5, kernels::PrefillKernel::kFa2},
+          std::pair{16, kernels::PrefillKernel::kFa2},
+          std::pair{16, kernels::PrefillKernel::kWmma}}) {
+      SCOPED_TRACE(std::string("block ") + std::to_string(bs) + " prefill " +
+                   kernels::prefill_kernel_name(prefill));
       CpuExecutor cpu(w, CpuExecutorOptions{bs, 200, 0, {}});
-      CudaExecutor gpu(w, GpuOptions(bs, 200));
+      CudaExecutorOptions go = GpuOptions(bs, 200);
+      go.prefill_kernel = prefill;
+      CudaExecutor gpu(w, go);
       const RequestSpec spec = make_request(7, 0, {{unique_content_id(1, 7), 0, 150}}, 20);
       std::vector<BlockId> table(180 / bs + 2);
       std::iota(table.begin(), table.end(), 1);
@@ -158,6 +168,34 @@ TEST(GpuExecutor, LogitsMatchCpuExecutor) {
       EXPECT_EQ(compared, 20);
     }
   }
+#endif
+}
+
+// $SERVELAB_CUDA_PREFILL picks the prefill kernel; a bad value is a ConfigError naming the
+// variable and the accepted values (no device needed).
+TEST(GpuExecutor, PrefillKernelComesFromTheEnvironment) {
+#if SERVELAB_HAVE_CUDA
+  CudaExecutorOptions o;
+  EXPECT_EQ(o.prefill_kernel, kernels::PrefillKernel::kFa2);
+  ::unsetenv("SERVELAB_CUDA_PREFILL");
+  apply_kernel_env(o);
+  EXPECT_EQ(o.prefill_kernel, kernels::PrefillKernel::kFa2);
+  ::setenv("SERVELAB_CUDA_PREFILL", "wmma", 1);
+  apply_kernel_env(o);
+  EXPECT_EQ(o.prefill_kernel, kernels::PrefillKernel::kWmma);
+  ::setenv("SERVELAB_CUDA_PREFILL", "wgmma", 1);
+  try {
+    apply_kernel_env(o);
+    ADD_FAILURE() << "accepted wgmma";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("SERVELAB_CUDA_PREFILL: expected one of fa2, wmma, got "
+                                         "'wgmma'"),
+              std::string::npos)
+        << e.what();
+  }
+  ::unsetenv("SERVELAB_CUDA_PREFILL");
+#else
+  GTEST_SKIP() << "this build has no CUDA support (configured without nvcc)";
 #endif
 }
 
