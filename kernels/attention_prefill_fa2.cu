@@ -3,7 +3,8 @@
 // paged_prefill_attention (kernels/attention.h): chunked prefill over a cached prefix, causal,
 // GQA, head_dim 64/128 (2 instantiations), any block size.
 //
-// One CTA = 64 query rows of one sequence and one query head, 4 warps x 16 rows. Per CTA:
+// One CTA = 64 query rows of one sequence and one query head, 4 warps x 16 rows; CTAs take the
+// tile list back to front (a sequence's last tiles, the longest, first). Per CTA:
 //   - Q (64 x HD) arrives by cp.async, then each warp keeps its 16 rows as mma A fragments in
 //     registers (ldmatrix x4) for the whole kernel;
 //   - K/V are walked in 64-key tiles up to the CTA's last query position (tiles wholly above the
@@ -126,7 +127,9 @@ __global__ void __launch_bounds__(kThreads) prefill_fa2_kernel(const Fa2Params p
   __nv_bfloat16* sv = reinterpret_cast<__nv_bfloat16*>(smem + L::kV);
   std::int64_t* soff = reinterpret_cast<std::int64_t*>(smem + L::kOff);
 
-  const PrefillTile tile = p.tiles[blockIdx.x];
+  // Reversed: within a head the plan lists a sequence's tiles by rising position, so the
+  // longest (most keys) start first and the short ones fill the tail of the grid.
+  const PrefillTile tile = p.tiles[gridDim.x - 1 - blockIdx.x];
   const int head = blockIdx.y;
   const int kv_head = head / (p.num_q_heads / p.kv.num_kv_heads);
   const int rows = min(kRows, p.num_queries[tile.seq] - tile.q_begin);
