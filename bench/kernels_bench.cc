@@ -9,9 +9,10 @@
 //                                 (the default; label names it): GB/s of K+V read and
 //                                 vs_copy = that / BM_DeviceCopy's rate (target >= 0.8 for batch
 //                                 >= 32, ctx >= 2048)
-//   BM_PrefillAttention/len       one causal prefill of len tokens, same shape: TFLOP/s counting
-//                                 4 * heads * len^2 * head_dim / 2 (compare with
-//                                 bench/gpu/sdpa_bench.py; target >= 0.7x SDPA)
+//   BM_PrefillAttention/len/kernel  one causal prefill of len tokens, same shape, kernel 0 = fa2
+//                                 (the default), 1 = wmma (kernels/prefill_kernel.h): TFLOP/s
+//                                 counting 4 * heads * len^2 * head_dim / 2 (compare with
+//                                 bench/gpu/sdpa_bench.py; target >= 0.7x SDPA for fa2)
 //   BM_SwapOut/blocks             copy_blocks of 2 MiB blocks to pinned host memory: GB/s
 #include <benchmark/benchmark.h>
 
@@ -176,6 +177,8 @@ void BM_PrefillAttention(benchmark::State& state) {
   if (!have_gpu(state)) return;
 #if SERVELAB_HAVE_CUDA
   const auto len = static_cast<std::int32_t>(state.range(0));
+  const k::PrefillKernel kernel =
+      state.range(1) == 0 ? k::PrefillKernel::kFa2 : k::PrefillKernel::kWmma;
   Cache cache(1, len);
   k::DeviceBuffer q(static_cast<std::size_t>(len) * kHeads * kHeadDim * 2), out(q.bytes());
   k::fill_bytes(q.get(), 0x3c, q.bytes());
@@ -195,7 +198,8 @@ void BM_PrefillAttention(benchmark::State& state) {
                                      d_tiles.as<k::PrefillTile>(),
                                      static_cast<std::int32_t>(tiles.size()),
                                      kHeads,
-                                     0.088f};
+                                     0.088f,
+                                     kernel};
   k::GpuTimer t;
   for (auto _ : state) {
     flush_l2();
@@ -208,7 +212,7 @@ void BM_PrefillAttention(benchmark::State& state) {
       benchmark::Counter(flops * state.iterations() / 1e12, benchmark::Counter::kIsRate);
 #endif
 }
-BENCHMARK(BM_PrefillAttention)->Arg(512)->Arg(2048)->Arg(8192)->UseManualTime();
+BENCHMARK(BM_PrefillAttention)->ArgsProduct({{512, 2048, 8192}, {0, 1}})->UseManualTime();
 
 void BM_SwapOut(benchmark::State& state) {
   if (!have_gpu(state)) return;

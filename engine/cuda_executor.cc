@@ -267,13 +267,10 @@ void CudaExecutor::Impl::init(const LlamaWeights* host, std::uint64_t seed) {
         "CudaExecutor: num_kv_heads must divide num_heads, hidden and intermediate sizes must be "
         "multiples of 8");
   }
-  // SERVELAB_CUDA_DECODE is user input: a bad value is a ConfigError (exit code 2), raised
+  // The kernel variables are user input: a bad value is a ConfigError (exit code 2), raised
   // before any device work.
-  try {
-    s.decode_kernel = k::decode_kernel_from_env(options.decode_kernel);
-  } catch (const std::invalid_argument& e) {
-    throw ConfigError(std::string("CudaExecutor: environment variable ") + e.what());
-  }
+  apply_kernel_env(s.options);
+  s.decode_kernel = s.options.decode_kernel;
   std::string reason;
   if (!k::cuda_device_available(&reason)) {
     throw std::runtime_error("CudaExecutor: no usable CUDA device: " + reason);
@@ -520,7 +517,7 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
         k::paged_prefill_attention(
             {kv, s.q.as<Bf16>(), s.attn.as<Bf16>(), i32(o_pbeg), i32(o_pnum), i32(o_pfirst),
              reinterpret_cast<const k::PrefillTile*>(at(o_tiles)),
-             static_cast<std::int32_t>(tiles.size()), m.num_heads, scale},
+             static_cast<std::int32_t>(tiles.size()), m.num_heads, scale, opt.prefill_kernel},
             s.stream.get());
       }
       s.gemm->linear(s.attn.as<Bf16>(), w.o.as<Bf16>(), residual, k::Gemm::Out::kF32, T, Q, H, 1.0f,
@@ -577,6 +574,15 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
           .count();
   return result;
+}
+
+void apply_kernel_env(CudaExecutorOptions& options) {
+  try {
+    options.decode_kernel = k::decode_kernel_from_env(options.decode_kernel);
+    options.prefill_kernel = k::prefill_kernel_from_env(options.prefill_kernel);
+  } catch (const std::invalid_argument& e) {
+    throw ConfigError(std::string("CudaExecutor: environment variable ") + e.what());
+  }
 }
 
 }  // namespace servelab

@@ -33,6 +33,7 @@
 #include "engine/cpu_executor.h"
 #include "engine/llama_weights.h"
 #include "kernels/attention_plan.h"
+#include "kernels/prefill_kernel.h"
 
 namespace servelab {
 
@@ -46,10 +47,17 @@ struct CudaExecutorOptions {
   std::int32_t max_model_len = 8192;    // longest context (RoPE table rows)
   SamplingParams sampling;
   bool keep_logits = false;  // copy each step's logits back (tests, hf_compare)
-  // Decode attention kernel (kernels/attention_plan.h); the environment variable
-  // SERVELAB_CUDA_DECODE=tiled|pipelined, when set, overrides it (docs/gpu-todo.md).
-  kernels::DecodeKernel decode_kernel = kernels::kDefaultDecodeKernel;
+  // The attention kernels: the new ones by default, the earlier ones kept to fall back to without
+  // rebuilding. The constructor applies the environment over these (apply_kernel_env).
+  kernels::DecodeKernel decode_kernel = kernels::kDefaultDecodeKernel;  // attention_plan.h
+  kernels::PrefillKernel prefill_kernel = kernels::PrefillKernel::kFa2;   // prefill_kernel.h
 };
+
+// Sets the kernel choices of `options` from the environment (docs/gpu-todo.md), each variable
+// unset = unchanged: $SERVELAB_CUDA_DECODE = tiled | pipelined, $SERVELAB_CUDA_PREFILL = fa2 |
+// wmma. Throws ConfigError naming the variable, the accepted values and the value given for
+// anything else. The CudaExecutor constructor calls it before touching the device.
+void apply_kernel_env(CudaExecutorOptions& options);
 
 class CudaExecutor : public Backend {
  public:

@@ -3,13 +3,15 @@
 // num_kv_heads)), head_dim 64 or 128, any block size (tested 1..256). Scores are scaled by
 // `scale` (1/sqrt(head_dim) for Llama). Query position p attends to key positions [0, p]; the
 // K/V of every position read must already be in the cache (kv_write first, as CpuExecutor does).
-// Implementation: kernels/attention_decode.cu, kernels/attention_prefill.cu.
+// Implementation: kernels/attention_decode.cu, kernels/attention_prefill.cu (launcher, WMMA
+// kernel), kernels/attention_prefill_fa2.cu (FlashAttention-2-style kernel).
 #pragma once
 
 #include <cstdint>
 
 #include "kernels/attention_plan.h"
 #include "kernels/device.h"
+#include "kernels/prefill_kernel.h"
 
 namespace servelab::kernels {
 
@@ -76,8 +78,13 @@ std::int32_t decode_max_resident_ctas(DecodeKernel kernel, std::int32_t head_dim
 // q_row_begin[i] .. + num_queries[i] - 1 of q and out, at positions first_pos[i] .. ; they attend
 // causally to [0, own position]. Work is the tile list of plan_prefill_tiles (a device array of
 // {seq, q_begin} int32 pairs). Grid: (num_tiles, num_q_heads), 128 threads (4 warps x 16 query
-// rows); S = Q K^T and O += P V on tensor cores (WMMA bf16 16x16x16, fp32 accumulate), online
-// softmax in fp32, 64-key tiles gathered through the block table into shared memory.
+// rows), 64-key tiles gathered through the block table, online softmax in fp32, P rounded to bf16
+// for the tensor cores, fp32 accumulation. Two kernels (`kernel`):
+//   kFa2 (default): mma.sync m16n8k16 with S, P and O in registers, K/V tiles by cp.async double
+//     buffered, causal tile skipping per warp (kernels/attention_prefill_fa2.cu);
+//   kWmma: WMMA 16x16x16 with S, P and O in shared memory, synchronous gathers
+//     (kernels/attention_prefill.cu).
+// Both are deterministic (same inputs: bit-identical outputs).
 struct PrefillAttentionArgs {
   PagedKv kv;
   const Bf16* q = nullptr;
@@ -89,7 +96,10 @@ struct PrefillAttentionArgs {
   std::int32_t num_tiles = 0;
   std::int32_t num_q_heads = 0;
   float scale = 0;
+  PrefillKernel kernel = PrefillKernel::kFa2;
 };
+// Throws std::invalid_argument for head_dim not 64/128 or num_kv_heads not dividing num_q_heads;
+// std::runtime_error on a launch error.
 void paged_prefill_attention(const PrefillAttentionArgs& args, Stream stream);
 
 }  // namespace servelab::kernels

@@ -1,6 +1,8 @@
-// Paged prefill attention (kernels/attention.h): chunked prefill over a cached prefix, causal,
-// on tensor cores through WMMA (bf16 16x16x16 fragments, fp32 accumulators). Templated on
-// head_dim (64, 128): 2 instantiations.
+// Paged prefill attention (kernels/attention.h): the launcher (argument checks, then the kernel
+// PrefillAttentionArgs::kernel names) and the WMMA kernel (PrefillKernel::kWmma; the default
+// kFa2 kernel is kernels/attention_prefill_fa2.cu). The WMMA kernel: chunked prefill over a
+// cached prefix, causal, on tensor cores through WMMA (bf16 16x16x16 fragments, fp32 accumulators).
+// Templated on head_dim (64, 128): 2 instantiations.
 //
 // One CTA = 64 query rows of one sequence and one query head; warp w owns rows 16w .. 16w + 15.
 // For each 64-key tile up to the tile's last query position:
@@ -13,7 +15,7 @@
 //   - O (fp32, shared memory) *= alpha row-wise, then O += P V by loading O into accumulator
 //     fragments, head_dim/16 x 4 MMAs, storing back. Keeping O in shared memory sidesteps the
 //     opaque accumulator layout of WMMA at the cost of shared-memory traffic; an mma.sync/wgmma
-//     version with register-resident O is the next step for speed (docs/gpu-todo.md).
+//     version with register-resident O is the step for speed: attention_prefill_fa2.cu.
 // Only K and V are shared between warps, so two barriers per tile suffice.
 #include <cuda_bf16.h>
 #include <mma.h>
@@ -24,6 +26,11 @@
 #include "kernels/common.cuh"
 
 namespace servelab::kernels {
+
+namespace detail {
+// kernels/attention_prefill_fa2.cu; REQUIRES: arguments checked by paged_prefill_attention.
+void launch_prefill_fa2(const PrefillAttentionArgs& a, cudaStream_t stream);
+}  // namespace detail
 
 namespace {
 
@@ -235,16 +242,21 @@ void paged_prefill_attention(const PrefillAttentionArgs& a, Stream stream) {
   if (a.kv.num_kv_heads < 1 || a.num_q_heads % a.kv.num_kv_heads != 0) {
     throw std::invalid_argument("paged_prefill_attention: num_kv_heads must divide num_q_heads");
   }
+  const cudaStream_t s = detail::as_stream(stream);
+  if (a.kernel == PrefillKernel::kFa2) {
+    detail::launch_prefill_fa2(a, s);
+    detail::check_launch("paged_prefill_attention (fa2)");
+    return;
+  }
   const PrefillParams pp{a.kv,          detail::bf(a.q), detail::bf(a.out),
                          a.q_row_begin, a.num_queries,   a.first_pos,
                          a.tiles,       a.num_q_heads,   a.scale * kLog2e};
-  const cudaStream_t s = detail::as_stream(stream);
   if (a.kv.head_dim == 64) {
     launch<64>(pp, a, s);
   } else {
     launch<128>(pp, a, s);
   }
-  detail::check_launch("paged_prefill_attention");
+  detail::check_launch("paged_prefill_attention (wmma)");
 }
 
 }  // namespace servelab::kernels

@@ -125,46 +125,60 @@ TEST(GpuExecutor, LogitsMatchCpuExecutor) {
     SCOPED_TRACE("head_dim " + std::to_string(sh.hd) + " heads " + std::to_string(sh.heads) + "/" +
                  std::to_string(sh.kv));
     const LlamaWeights w = LlamaWeights::random(GpuConfig(sh.hd, sh.heads, sh.kv, sh.bias_tied), 3);
+    // Both decode kernels at every block size with the default prefill kernel (fa2), and the
+    // wmma prefill kernel once.
+    struct Variant {
+      std::int32_t bs;
+      kernels::DecodeKernel decode;
+      kernels::PrefillKernel prefill;
+    };
+    std::vector<Variant> variants;
     for (std::int32_t bs : {1, 5, 16}) {
-      for (kernels::DecodeKernel kernel :
-           {kernels::DecodeKernel::kTiled, kernels::DecodeKernel::kPipelined}) {
-        SCOPED_TRACE(std::string("block ") + std::to_string(bs) + " decode " +
-                     kernels::decode_kernel_name(kernel));
-        CpuExecutor cpu(w, CpuExecutorOptions{bs, 200, 0, {}});
-        CudaExecutorOptions options = GpuOptions(bs, 200);
-        options.decode_kernel = kernel;
-        CudaExecutor gpu(w, options);
-        const RequestSpec spec = make_request(7, 0, {{unique_content_id(1, 7), 0, 150}}, 20);
-        std::vector<BlockId> table(180 / bs + 2);
-        std::iota(table.begin(), table.end(), 1);
-        std::reverse(table.begin(), table.end());
-        std::vector<std::int32_t> outputs;
-        std::int32_t done = 0;
-        int compared = 0;
-        while (outputs.size() < 20) {
-          const std::int32_t known = spec.prompt_len + static_cast<std::int32_t>(outputs.size());
-          const std::int32_t n = std::min(known - done, 64);  // 64-token chunks, then decode
-          const StepPlan plan = OnePlan(spec, outputs, done, n, table);
-          const StepResult rc = cpu.execute(plan);
-          const StepResult rg = gpu.execute(plan);
-          done += n;
-          if (!plan.requests[0].samples) continue;
-          const Eigen::VectorXf& lc = cpu.last_logits()[0];
-          const std::vector<float>& lg = gpu.last_logits()[0];
-          const std::vector<float> want(lc.data(), lc.data() + lc.size());
-          const float scale = std::max(1.0f, lc.cwiseAbs().maxCoeff());
-          for (std::size_t i = 0; i < want.size(); ++i) {
-            ASSERT_NEAR(lg[i], want[i], kLogitTol * scale)
-                << "token " << i << " step " << outputs.size();
-          }
-          if (TopTwoMargin(want) > kGpuTieMargin) {
-            EXPECT_EQ(rg.sampled_tokens[0], rc.sampled_tokens[0]);
-          }
-          ++compared;
-          outputs.push_back(rc.sampled_tokens[0]);  // both continue from the reference's token
-        }
-        EXPECT_EQ(compared, 20);
+      for (kernels::DecodeKernel d : {kernels::DecodeKernel::kTiled, kernels::DecodeKernel::kPipelined}) {
+        variants.push_back({bs, d, kernels::PrefillKernel::kFa2});
       }
+    }
+    variants.push_back({16, kernels::kDefaultDecodeKernel, kernels::PrefillKernel::kWmma});
+    for (const Variant& v : variants) {
+      const std::int32_t bs = v.bs;
+      SCOPED_TRACE(std::string("block ") + std::to_string(bs) + " decode " +
+                   kernels::decode_kernel_name(v.decode) + " prefill " +
+                   kernels::prefill_kernel_name(v.prefill));
+      CpuExecutor cpu(w, CpuExecutorOptions{bs, 200, 0, {}});
+      CudaExecutorOptions options = GpuOptions(bs, 200);
+      options.decode_kernel = v.decode;
+      options.prefill_kernel = v.prefill;
+      CudaExecutor gpu(w, options);
+      const RequestSpec spec = make_request(7, 0, {{unique_content_id(1, 7), 0, 150}}, 20);
+      std::vector<BlockId> table(180 / bs + 2);
+      std::iota(table.begin(), table.end(), 1);
+      std::reverse(table.begin(), table.end());
+      std::vector<std::int32_t> outputs;
+      std::int32_t done = 0;
+      int compared = 0;
+      while (outputs.size() < 20) {
+        const std::int32_t known = spec.prompt_len + static_cast<std::int32_t>(outputs.size());
+        const std::int32_t n = std::min(known - done, 64);  // 64-token chunks, then decode
+        const StepPlan plan = OnePlan(spec, outputs, done, n, table);
+        const StepResult rc = cpu.execute(plan);
+        const StepResult rg = gpu.execute(plan);
+        done += n;
+        if (!plan.requests[0].samples) continue;
+        const Eigen::VectorXf& lc = cpu.last_logits()[0];
+        const std::vector<float>& lg = gpu.last_logits()[0];
+        const std::vector<float> want(lc.data(), lc.data() + lc.size());
+        const float scale = std::max(1.0f, lc.cwiseAbs().maxCoeff());
+        for (std::size_t i = 0; i < want.size(); ++i) {
+          ASSERT_NEAR(lg[i], want[i], kLogitTol * scale)
+              << "token " << i << " step " << outputs.size();
+        }
+        if (TopTwoMargin(want) > kGpuTieMargin) {
+          EXPECT_EQ(rg.sampled_tokens[0], rc.sampled_tokens[0]);
+        }
+        ++compared;
+        outputs.push_back(rc.sampled_tokens[0]);  // both continue from the reference's token
+      }
+      EXPECT_EQ(compared, 20);
     }
   }
 #endif
@@ -187,6 +201,34 @@ TEST(GpuExecutor, BadDecodeKernelVariableIsAConfigError) {
         << e.what();
   }
   ::unsetenv(kernels::kDecodeKernelEnv);
+#else
+  GTEST_SKIP() << "this build has no CUDA support (configured without nvcc)";
+#endif
+}
+
+// $SERVELAB_CUDA_PREFILL picks the prefill kernel; a bad value is a ConfigError naming the
+// variable and the accepted values (no device needed).
+TEST(GpuExecutor, PrefillKernelComesFromTheEnvironment) {
+#if SERVELAB_HAVE_CUDA
+  CudaExecutorOptions o;
+  EXPECT_EQ(o.prefill_kernel, kernels::PrefillKernel::kFa2);
+  ::unsetenv("SERVELAB_CUDA_PREFILL");
+  apply_kernel_env(o);
+  EXPECT_EQ(o.prefill_kernel, kernels::PrefillKernel::kFa2);
+  ::setenv("SERVELAB_CUDA_PREFILL", "wmma", 1);
+  apply_kernel_env(o);
+  EXPECT_EQ(o.prefill_kernel, kernels::PrefillKernel::kWmma);
+  ::setenv("SERVELAB_CUDA_PREFILL", "wgmma", 1);
+  try {
+    apply_kernel_env(o);
+    ADD_FAILURE() << "accepted wgmma";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("SERVELAB_CUDA_PREFILL: expected one of fa2, wmma, got "
+                                         "'wgmma'"),
+              std::string::npos)
+        << e.what();
+  }
+  ::unsetenv("SERVELAB_CUDA_PREFILL");
 #else
   GTEST_SKIP() << "this build has no CUDA support (configured without nvcc)";
 #endif

@@ -588,48 +588,73 @@ TEST(GpuKernels, DecodeLauncherRejectsInvalidPlans) {
 #endif
 }
 
-// Chunked prefill over a cached prefix: sequences whose queries start at first_pos > 0.
+// Chunked prefill over a cached prefix: sequences whose queries start at first_pos > 0, both
+// kernels (PrefillKernel::kFa2, the default, and kWmma) against the same reference, each run twice
+// into fresh poisoned buffers: the two outputs must be bit-identical.
 TEST(GpuKernels, PagedPrefillAttentionMatchesReference) {
   REQUIRE_GPU();
 #if SERVELAB_HAVE_CUDA
   Rng rng = Rng::stream(8, "gpu_kernels");
+  struct Case {
+    std::int32_t hd, block_size, q_heads, kv_heads;
+    std::vector<std::int32_t> first, nq;
+  };
+  std::vector<Case> cases;
   for (std::int32_t hd : {64, 128}) {
     for (std::int32_t bs : {1, 16, 100}) {
-      SCOPED_TRACE("hd " + std::to_string(hd) + " block " + std::to_string(bs));
-      const std::int32_t q_heads = 8, kv_heads = 2;
-      const std::vector<std::int32_t> first = {0, 37, 500, 3};
-      const std::vector<std::int32_t> nq = {130, 1, 64, 77};
-      std::vector<std::int32_t> ctx, begin;
-      std::int32_t rows = 0;
-      for (std::size_t s = 0; s < nq.size(); ++s) {
-        ctx.push_back(first[s] + nq[s]);
-        begin.push_back(rows);
-        rows += nq[s];
-      }
-      PagedFixture f(rng, bs, kv_heads, hd, ctx);
-      const std::vector<float> q = RandomBf16(rng, rows * q_heads * hd);
-      const std::vector<k::PrefillTile> tiles = k::plan_prefill_tiles(nq);
-      DeviceBuffer d_q = Upload(ToBits(q)), d_begin = Upload(begin), d_nq = Upload(nq),
-                   d_first = Upload(first), d_tiles = Upload(tiles);
-      DeviceBuffer out = Poisoned(q.size() * 2);
-      const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-      k::paged_prefill_attention(
-          {f.view(), d_q.as<k::Bf16>(), out.as<k::Bf16>(), d_begin.as<std::int32_t>(),
-           d_nq.as<std::int32_t>(), d_first.as<std::int32_t>(), d_tiles.as<k::PrefillTile>(),
-           static_cast<std::int32_t>(tiles.size()), q_heads, scale},
-          nullptr);
-      const std::vector<float> got = FromBits(Download<std::uint16_t>(out, q.size()));
-      std::vector<float> want(q.size());
-      for (std::size_t s = 0; s < nq.size(); ++s) {
-        for (std::int32_t i = 0; i < nq[s]; ++i) {
-          for (std::int32_t h = 0; h < q_heads; ++h) {
-            const std::int64_t off = ((std::int64_t{begin[s]} + i) * q_heads + h) * hd;
-            ReferenceAttention(f, static_cast<std::int32_t>(s), q.data() + off, h, q_heads,
-                               first[s] + i, scale, want.data() + off);
-          }
+      cases.push_back({hd, bs, 8, 2, {0, 37, 500, 3}, {130, 1, 64, 77}});
+    }
+  }
+  // A long cached prefix and one chunk; several sequences of mixed lengths (block sizes 1, 16,
+  // 256; GQA groups 4 and 1); a chunk starting mid-tile.
+  cases.push_back({128, 16, 8, 2, {2000}, {200}});
+  cases.push_back({64, 16, 8, 2, {1500}, {150}});
+  cases.push_back({128, 256, 16, 4, {0, 0, 700, 1, 300}, {200, 5, 129, 64, 17}});
+  cases.push_back({64, 256, 16, 4, {0, 260, 33}, {300, 40, 1}});
+  cases.push_back({128, 1, 4, 4, {0, 90}, {70, 63}});
+  cases.push_back({64, 1, 16, 4, {511, 0}, {65, 3}});
+  for (const Case& c : cases) {
+    SCOPED_TRACE("hd " + std::to_string(c.hd) + " block " + std::to_string(c.block_size) +
+                 " heads " + std::to_string(c.q_heads) + "/" + std::to_string(c.kv_heads) +
+                 " seqs " + std::to_string(c.nq.size()) + " first[0] " +
+                 std::to_string(c.first[0]));
+    std::vector<std::int32_t> ctx, begin;
+    std::int32_t rows = 0;
+    for (std::size_t s = 0; s < c.nq.size(); ++s) {
+      ctx.push_back(c.first[s] + c.nq[s]);
+      begin.push_back(rows);
+      rows += c.nq[s];
+    }
+    PagedFixture f(rng, c.block_size, c.kv_heads, c.hd, ctx);
+    const std::vector<float> q = RandomBf16(rng, rows * c.q_heads * c.hd);
+    const std::vector<k::PrefillTile> tiles = k::plan_prefill_tiles(c.nq);
+    DeviceBuffer d_q = Upload(ToBits(q)), d_begin = Upload(begin), d_nq = Upload(c.nq),
+                 d_first = Upload(c.first), d_tiles = Upload(tiles);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(c.hd));
+    std::vector<float> want(q.size());
+    for (std::size_t s = 0; s < c.nq.size(); ++s) {
+      for (std::int32_t i = 0; i < c.nq[s]; ++i) {
+        for (std::int32_t h = 0; h < c.q_heads; ++h) {
+          const std::int64_t off = ((std::int64_t{begin[s]} + i) * c.q_heads + h) * c.hd;
+          ReferenceAttention(f, static_cast<std::int32_t>(s), q.data() + off, h, c.q_heads,
+                             c.first[s] + i, scale, want.data() + off);
         }
       }
-      ExpectClose(got, want, 4e-3, 1e-2, "prefill");
+    }
+    for (k::PrefillKernel kernel : {k::PrefillKernel::kFa2, k::PrefillKernel::kWmma}) {
+      SCOPED_TRACE(k::prefill_kernel_name(kernel));
+      std::vector<std::uint16_t> runs[2];
+      for (std::vector<std::uint16_t>& bits : runs) {
+        DeviceBuffer out = Poisoned(q.size() * 2);
+        k::paged_prefill_attention(
+            {f.view(), d_q.as<k::Bf16>(), out.as<k::Bf16>(), d_begin.as<std::int32_t>(),
+             d_nq.as<std::int32_t>(), d_first.as<std::int32_t>(), d_tiles.as<k::PrefillTile>(),
+             static_cast<std::int32_t>(tiles.size()), c.q_heads, scale, kernel},
+            nullptr);
+        bits = Download<std::uint16_t>(out, q.size());
+      }
+      ExpectClose(FromBits(runs[0]), want, 4e-3, 1e-2, "prefill");
+      EXPECT_TRUE(runs[0] == runs[1]) << "two runs of the same launch differ";
     }
   }
 #endif

@@ -1,0 +1,358 @@
+// Paged prefill attention, FlashAttention-2 style (PrefillKernel::kFa2, the default; the WMMA
+// kernel of attention_prefill.cu stays selectable as kWmma). Same contract as
+// paged_prefill_attention (kernels/attention.h): chunked prefill over a cached prefix, causal,
+// GQA, head_dim 64/128 (2 instantiations), any block size.
+//
+// One CTA = 64 query rows of one sequence and one query head, 4 warps x 16 rows; CTAs take the
+// tile list back to front (a sequence's last tiles, the longest, first). Per CTA:
+//   - Q (64 x HD) arrives by cp.async, then each warp keeps its 16 rows as mma A fragments in
+//     registers (ldmatrix x4) for the whole kernel;
+//   - K/V are walked in 64-key tiles up to the CTA's last query position (tiles wholly above the
+//     diagonal are never loaded). Per tile, 64 threads stage the tile's per-key global offsets
+//     (block id from the block table x block stride + slot) in shared memory, then every thread
+//     issues 16-byte cp.async copies of K and V rows (keys past the last position: zero-filled,
+//     src-size 0). Two buffers: tile t + 1 is in flight while tile t is computed; one barrier per
+//     tile;
+//   - a warp skips a tile wholly above its own rows' diagonal; otherwise S = Q K^T (16 x 64, fp32)
+//     with mma.sync m16n8k16 bf16 into registers, B fragments by ldmatrix x4 from K;
+//   - the causal mask is applied only on a tile that reaches past the warp's first position;
+//   - online softmax in fp32 on the registers: row max over the 4 lanes of a group (shuffles),
+//     P = 2^(S * scale * log2 e - m) with ex2.approx, alpha = 2^(m_old - m) rescales O and the
+//     per-lane partial row sums (reduced across the group once, at the end);
+//   - P's accumulators are repacked as bf16 A fragments in registers (kernels/mma_fragments.h:
+//     the C fragments of two 8-key tiles are one A fragment) and O += P V runs on mma.sync with V's
+//     B fragments from ldmatrix x4 .trans;
+//   - O lives in registers (HD / 8 x 4 floats per lane) and is written once, divided by the row
+//     sum, as bf16 pairs.
+// Shared memory rows are padded to HD + 8 bf16 (a 16-byte pad: the 8 row addresses of an
+// ldmatrix phase land in 8 different 16-byte bank groups). Deterministic: fixed order, no atomics.
+// Resources (ptxas, sm_90): kernels/README.md.
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "kernels/attention.h"
+#include "kernels/common.cuh"
+#include "kernels/mma_fragments.h"
+
+namespace servelab::kernels::detail {
+
+void launch_prefill_fa2(const PrefillAttentionArgs& a, cudaStream_t stream);
+
+namespace {
+
+constexpr int kThreads = 128;
+constexpr int kRows = kPrefillTileRows;  // query rows per CTA (16 per warp)
+constexpr int kKeys = 64;                // keys per K/V tile
+static_assert(kRows == 16 * (kThreads / 32), "one m16 row block per warp");
+
+template <int HD>
+struct Fa2Smem {
+  static constexpr int kLd = HD + 8;               // bf16 per row (16-byte pad)
+  static constexpr int kTile = kKeys * kLd;        // bf16 per K or V buffer
+  static constexpr int kQ = 0;                     // [kRows][kLd] bf16
+  static constexpr int kK = kQ + kRows * kLd * 2;  // [2][kKeys][kLd] bf16
+  static constexpr int kV = kK + 2 * kTile * 2;    // [2][kKeys][kLd] bf16
+  static constexpr int kOff = kV + 2 * kTile * 2;  // [2][kKeys] int64 element offsets
+  static constexpr int kBytes = kOff + 2 * kKeys * 8;
+  static_assert(kK % 16 == 0 && kV % 16 == 0 && kOff % 16 == 0 && (kLd * 2) % 16 == 0,
+                "cp.async and ldmatrix need 16-byte aligned rows");
+};
+
+struct Fa2Params {
+  PagedKv kv;
+  const __nv_bfloat16* q;
+  __nv_bfloat16* out;
+  const std::int32_t* q_row_begin;
+  const std::int32_t* num_queries;
+  const std::int32_t* first_pos;
+  const PrefillTile* tiles;
+  std::int32_t num_q_heads;
+  float scale_log2;
+};
+
+__device__ __forceinline__ unsigned smem_u32(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+// 16 bytes global -> shared, bypassing L1; with valid = false nothing is read and the 16
+// destination bytes are zero-filled (src-size 0).
+__device__ __forceinline__ void cp_async16(unsigned dst, const void* src, bool valid) {
+  const int n = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], unsigned addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], unsigned addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+// d += a b, m16n8k16, bf16 inputs, fp32 accumulators (fragment maps: kernels/mma_fragments.h).
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const unsigned (&a)[4], unsigned b0,
+                                         unsigned b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ float ex2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+// Two floats as one .b32 of bf16 (lo in the low half: the even column of a fragment pair).
+__device__ __forceinline__ unsigned pack_bf16x2(float lo, float hi) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const unsigned*>(&h);
+}
+
+template <int HD>
+__global__ void __launch_bounds__(kThreads) prefill_fa2_kernel(const Fa2Params p) {
+  using L = Fa2Smem<HD>;
+  constexpr int kChunks = HD / 8;  // 16-byte chunks per row
+  constexpr int kDimBlocks = HD / 16;
+  constexpr int kKeyBlocks = kKeys / 16;
+  extern __shared__ __align__(128) unsigned char smem[];
+  __nv_bfloat16* sq = reinterpret_cast<__nv_bfloat16*>(smem + L::kQ);
+  __nv_bfloat16* sk = reinterpret_cast<__nv_bfloat16*>(smem + L::kK);
+  __nv_bfloat16* sv = reinterpret_cast<__nv_bfloat16*>(smem + L::kV);
+  std::int64_t* soff = reinterpret_cast<std::int64_t*>(smem + L::kOff);
+
+  // Reversed: within a head the plan lists a sequence's tiles by rising position, so the
+  // longest (most keys) start first and the short ones fill the tail of the grid.
+  const PrefillTile tile = p.tiles[gridDim.x - 1 - blockIdx.x];
+  const int head = blockIdx.y;
+  const int kv_head = head / (p.num_q_heads / p.kv.num_kv_heads);
+  const int rows = min(kRows, p.num_queries[tile.seq] - tile.q_begin);
+  const std::int64_t row0 = std::int64_t{p.q_row_begin[tile.seq]} + tile.q_begin;
+  const int pos0 = p.first_pos[tile.seq] + tile.q_begin;  // position of the CTA's row 0
+  const int last_pos = pos0 + rows - 1;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+
+  // Q: rows past `rows` are zero (their results are never written).
+  for (int i = tid; i < kRows * kChunks; i += kThreads) {
+    const int r = i / kChunks, c = (i % kChunks) * 8;
+    const bool valid = r < rows;
+    const __nv_bfloat16* src = valid ? p.q + ((row0 + r) * p.num_q_heads + head) * HD + c : p.q;
+    cp_async16(smem_u32(sq + r * L::kLd + c), src, valid);
+  }
+  cp_async_commit();
+
+  const std::int32_t* table = p.kv.block_tables + std::int64_t{tile.seq} * p.kv.block_table_stride;
+  const int bs = p.kv.block_size;
+  const std::int64_t row_elems = std::int64_t{p.kv.num_kv_heads} * HD;
+  const std::int64_t head_off = std::int64_t{kv_head} * HD;
+  const __nv_bfloat16* kbase = bf(p.kv.k);
+  const __nv_bfloat16* vbase = bf(p.kv.v);
+  const int n_tiles = last_pos / kKeys + 1;
+
+  // Tile t's per-key element offsets (-1: past the last position) into buffer `buf`.
+  auto stage_offsets = [&](int t, int buf) {
+    if (tid < kKeys) {
+      const int pos = t * kKeys + tid;
+      soff[buf * kKeys + tid] = pos <= last_pos
+                                    ? std::int64_t{table[pos / bs]} * p.kv.block_stride +
+                                          (pos % bs) * row_elems + head_off
+                                    : -1;
+    }
+  };
+  // K and V rows of the staged tile into buffer `buf`, as one cp.async group.
+  auto issue_kv = [&](int buf) {
+    for (int i = tid; i < kKeys * kChunks; i += kThreads) {
+      const int r = i / kChunks, c = (i % kChunks) * 8;
+      const std::int64_t off = soff[buf * kKeys + r];
+      const bool valid = off >= 0;
+      const int dst = buf * L::kTile + r * L::kLd + c;
+      cp_async16(smem_u32(sk + dst), valid ? kbase + off + c : kbase, valid);
+      cp_async16(smem_u32(sv + dst), valid ? vbase + off + c : vbase, valid);
+    }
+    cp_async_commit();
+  };
+
+  stage_offsets(0, 0);
+  __syncthreads();
+  issue_kv(0);
+  cp_async_wait<1>();  // Q landed (tile 0 may still be in flight)
+  __syncthreads();
+
+  unsigned qf[kDimBlocks][4];
+  {
+    const frag::Rc a = frag::q_ldmatrix_addr(lane);
+#pragma unroll
+    for (int kk = 0; kk < kDimBlocks; ++kk) {
+      ldmatrix_x4(qf[kk], smem_u32(sq + (warp * 16 + a.row) * L::kLd + kk * 16 + a.col));
+    }
+  }
+
+  float o[HD / 8][4];
+#pragma unroll
+  for (int d = 0; d < HD / 8; ++d) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) o[d][i] = 0.0f;
+  }
+  // This lane's two rows (C elements 0, 1 and 2, 3): running max (log2 units) and partial sum.
+  float m_run[2] = {-INFINITY, -INFINITY};
+  float l_run[2] = {0.0f, 0.0f};
+  const int warp_pos0 = pos0 + warp * 16;
+  const int g = frag::group(lane);
+  const int row_pos[2] = {warp_pos0 + g, warp_pos0 + g + 8};
+  const frag::Rc ka = frag::k_ldmatrix_addr(lane);
+  const frag::Rc va = frag::v_ldmatrix_addr(lane);
+
+  for (int t = 0; t < n_tiles; ++t) {
+    const int buf = t & 1;
+    const bool more = t + 1 < n_tiles;
+    if (more) stage_offsets(t + 1, buf ^ 1);
+    cp_async_wait<0>();
+    __syncthreads();  // tile t landed for everyone; buffer buf ^ 1 is free; offsets visible
+    if (more) issue_kv(buf ^ 1);
+
+    const int kt = t * kKeys;
+    if (kt > warp_pos0 + 15) continue;  // wholly above this warp's diagonal
+    const __nv_bfloat16* tk = sk + buf * L::kTile;
+    const __nv_bfloat16* tv = sv + buf * L::kTile;
+
+    // S = Q K^T: 16 rows x 64 keys, 8 n-tiles of 8 keys.
+    float s[kKeys / 8][4];
+#pragma unroll
+    for (int n = 0; n < kKeys / 8; ++n) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) s[n][i] = 0.0f;
+    }
+#pragma unroll
+    for (int kb = 0; kb < kKeyBlocks; ++kb) {
+#pragma unroll
+      for (int kk = 0; kk < kDimBlocks; ++kk) {
+        unsigned b[4];
+        ldmatrix_x4(b, smem_u32(tk + (kb * 16 + ka.row) * L::kLd + kk * 16 + ka.col));
+        mma_bf16(s[2 * kb], qf[kk], b[0], b[1]);
+        mma_bf16(s[2 * kb + 1], qf[kk], b[2], b[3]);
+      }
+    }
+
+    // Causal mask, only where some key of the tile is after some row of the warp.
+    if (kt + kKeys - 1 > warp_pos0) {
+#pragma unroll
+      for (int n = 0; n < kKeys / 8; ++n) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const frag::Rc c = frag::c_elem(lane, i);
+          if (kt + n * 8 + c.col > row_pos[i / 2]) s[n][i] = -INFINITY;
+        }
+      }
+    }
+
+    // Online softmax (log2 domain).
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int n = 0; n < kKeys / 8; ++n) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) mx[i / 2] = fmaxf(mx[i / 2], s[n][i]);
+    }
+    float alpha[2], m_use[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+      const float m_new = fmaxf(m_run[r], mx[r] * p.scale_log2);
+      // A row with no valid key yet keeps m = -inf: subtract 0 instead (no inf - inf).
+      m_use[r] = m_new == -INFINITY ? 0.0f : m_new;
+      alpha[r] = ex2(m_run[r] - m_use[r]);  // m_run = -inf: 0, nothing accumulated yet
+      m_run[r] = m_new;
+    }
+    float rs[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int n = 0; n < kKeys / 8; ++n) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        s[n][i] = ex2(fmaf(s[n][i], p.scale_log2, -m_use[i / 2]));
+        rs[i / 2] += s[n][i];
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) l_run[r] = l_run[r] * alpha[r] + rs[r];
+#pragma unroll
+    for (int d = 0; d < HD / 8; ++d) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) o[d][i] *= alpha[i / 2];
+    }
+
+    // O += P V: P's accumulators repacked as bf16 A fragments, one per 16 keys.
+#pragma unroll
+    for (int kb = 0; kb < kKeyBlocks; ++kb) {
+      unsigned pa[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int e0 = 2 * j, e1 = 2 * j + 1;
+        pa[j] = pack_bf16x2(s[2 * kb + frag::p_from_c_tile(e0)][frag::p_from_c_elem(e0)],
+                            s[2 * kb + frag::p_from_c_tile(e1)][frag::p_from_c_elem(e1)]);
+      }
+#pragma unroll
+      for (int db = 0; db < kDimBlocks; ++db) {
+        unsigned b[4];
+        ldmatrix_x4_trans(b, smem_u32(tv + (kb * 16 + va.row) * L::kLd + db * 16 + va.col));
+        mma_bf16(o[2 * db], pa, b[0], b[1]);
+        mma_bf16(o[2 * db + 1], pa, b[2], b[3]);
+      }
+    }
+  }
+
+  float inv[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float l = l_run[r];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    inv[r] = 1.0f / l;
+  }
+#pragma unroll
+  for (int d = 0; d < HD / 8; ++d) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const frag::Rc c = frag::c_elem(lane, 2 * r);
+      const int row = warp * 16 + c.row;
+      if (row < rows) {
+        const __nv_bfloat162 v =
+            __floats2bfloat162_rn(o[d][2 * r] * inv[r], o[d][2 * r + 1] * inv[r]);
+        *reinterpret_cast<__nv_bfloat162*>(p.out + ((row0 + row) * p.num_q_heads + head) * HD +
+                                           d * 8 + c.col) = v;
+      }
+    }
+  }
+}
+
+template <int HD>
+void launch(const Fa2Params& pp, const PrefillAttentionArgs& a, cudaStream_t s) {
+  constexpr int bytes = Fa2Smem<HD>::kBytes;
+  static const bool configured = [] {
+    check_cuda(cudaFuncSetAttribute(&prefill_fa2_kernel<HD>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
+               "cudaFuncSetAttribute(prefill fa2)");
+    return true;
+  }();
+  (void)configured;
+  prefill_fa2_kernel<HD><<<dim3(a.num_tiles, a.num_q_heads), kThreads, bytes, s>>>(pp);
+}
+
+}  // namespace
+
+void launch_prefill_fa2(const PrefillAttentionArgs& a, cudaStream_t stream) {
+  const Fa2Params pp{a.kv,        bf(a.q), bf(a.out),     a.q_row_begin,   a.num_queries,
+                     a.first_pos, a.tiles, a.num_q_heads, a.scale * kLog2e};
+  if (a.kv.head_dim == 64) {
+    launch<64>(pp, a, stream);
+  } else {
+    launch<128>(pp, a, stream);
+  }
+}
+
+}  // namespace servelab::kernels::detail

@@ -1,0 +1,51 @@
+// The choice of paged prefill attention kernel (kernels/prefill_kernel.h): names, parsing, and
+// $SERVELAB_CUDA_PREFILL (a bad value is an error naming the variable and the accepted values).
+#include "kernels/prefill_kernel.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+
+namespace servelab {
+namespace {
+
+using kernels::PrefillKernel;
+
+TEST(PrefillKernel, NamesRoundTrip) {
+  for (PrefillKernel k : {PrefillKernel::kFa2, PrefillKernel::kWmma}) {
+    EXPECT_EQ(kernels::parse_prefill_kernel(kernels::prefill_kernel_name(k), "x"), k);
+  }
+  EXPECT_STREQ(kernels::prefill_kernel_name(PrefillKernel::kFa2), "fa2");
+  EXPECT_STREQ(kernels::prefill_kernel_name(PrefillKernel::kWmma), "wmma");
+}
+
+TEST(PrefillKernel, BadNamesAreRefusedWithTheAcceptedValues) {
+  for (const char* bad : {"", "FA2", "wmma ", "flash", "fa3"}) {
+    try {
+      kernels::parse_prefill_kernel(bad, "SERVELAB_CUDA_PREFILL");
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_EQ(std::string(e.what()), std::string("SERVELAB_CUDA_PREFILL: expected one of fa2, "
+                                                   "wmma, got '") +
+                                           bad + "'");
+    }
+  }
+}
+
+TEST(PrefillKernel, EnvironmentOverridesTheFallbackWhenSet) {
+  ::unsetenv(kernels::kPrefillKernelEnv);
+  EXPECT_EQ(kernels::prefill_kernel_from_env(PrefillKernel::kWmma), PrefillKernel::kWmma);
+  EXPECT_EQ(kernels::prefill_kernel_from_env(PrefillKernel::kFa2), PrefillKernel::kFa2);
+  ::setenv(kernels::kPrefillKernelEnv, "wmma", 1);
+  EXPECT_EQ(kernels::prefill_kernel_from_env(PrefillKernel::kFa2), PrefillKernel::kWmma);
+  ::setenv(kernels::kPrefillKernelEnv, "fa2", 1);
+  EXPECT_EQ(kernels::prefill_kernel_from_env(PrefillKernel::kWmma), PrefillKernel::kFa2);
+  ::setenv(kernels::kPrefillKernelEnv, "bogus", 1);
+  EXPECT_THROW(kernels::prefill_kernel_from_env(PrefillKernel::kFa2), std::invalid_argument);
+  ::unsetenv(kernels::kPrefillKernelEnv);
+}
+
+}  // namespace
+}  // namespace servelab
