@@ -16,6 +16,7 @@
 #include "engine/cpu_executor.h"
 #include "engine/engine_cluster.h"
 #include "engine/engine_loop.h"
+#include "engine/gpu_switches.h"
 #include "engine/run_support.h"
 #include "serving/config_node.h"
 #include "serving/frontend.h"
@@ -461,6 +462,7 @@ EngineInstance load_replicas(const ExperimentConfig& config, const EngineOptions
     cuda_options.max_num_seqs = config.scheduler.max_num_seqs;
     cuda_options.max_model_len = config.scheduler.max_model_len;
     cuda_options.sampling.seed = config.seed;
+    apply_cuda_switches(cuda_switches_from_env(), cuda_options);
     auto cuda_executor = device_random
                              ? std::make_unique<CudaExecutor>(llama, config.seed, cuda_options)
                              : std::make_unique<CudaExecutor>(*weights, cuda_options);
