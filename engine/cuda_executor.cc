@@ -8,6 +8,7 @@
 #include <map>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "core/rng.h"
 #include "engine/plan_check.h"
@@ -161,10 +162,12 @@ struct CudaExecutor::Impl {
     }
   }
 
-  void ensure_bytes(DeviceBuffer& buf, std::size_t bytes) {
+  // Grows `buf` to at least `bytes`. A buffer a decode graph may reference (graph_visible)
+  // invalidates every captured graph when it moves; the eager step metadata (meta) does not.
+  void ensure_bytes(DeviceBuffer& buf, std::size_t bytes, bool graph_visible = true) {
     if (buf.bytes() >= bytes) return;
     k::synchronize(stream.get());
-    ++buffers_generation;
+    if (graph_visible) ++buffers_generation;
     buf = DeviceBuffer(std::max(bytes, buf.bytes() * 2));
   }
 
@@ -599,7 +602,7 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
                     o_u = s.staging.add(sample_u), o_out = s.staging.add(pairs_of(plan.swap_out)),
                     o_in = s.staging.add(pairs_of(plan.swap_in)),
                     o_copy = s.staging.add(pairs_of(plan.copies));
-  s.ensure_bytes(s.meta, s.staging.bytes().size() + 16);
+  s.ensure_bytes(s.meta, s.staging.bytes().size() + 16, false);
   s.ensure_capacity(T, S);
   k::copy_async(s.meta.get(), s.staging.bytes().data(), s.staging.bytes().size(), s.stream.get());
   auto at = [&](std::size_t off) { return static_cast<unsigned char*>(s.meta.get()) + off; };
