@@ -116,8 +116,10 @@ class ExperimentSource : public WorkSource {
   Clock::time_point last_progress_;
 };
 
-// --device cuda needs a CUDA build and a usable device; says which is missing.
+// --device cuda needs a CUDA build and a usable device; says which is missing. A malformed
+// environment switch (engine/gpu_switches.h) is reported first, with or without a GPU.
 void require_cuda_device() {
+  cuda_switches_from_env();
 #if SERVELAB_HAVE_CUDA
   std::string reason;
   if (!kernels::cuda_device_available(&reason)) {
