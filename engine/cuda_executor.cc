@@ -3,18 +3,21 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
-#include "core/config_error.h"
 #include "core/rng.h"
 #include "engine/plan_check.h"
 #include "engine/safetensors.h"
 #include "kernels/activation.h"
 #include "kernels/attention.h"
 #include "kernels/cache_ops.h"
+#include "kernels/cuda_graph.h"
+#include "kernels/decode_graph_plan.h"
 #include "kernels/device.h"
 #include "kernels/embedding.h"
 #include "kernels/gemm.h"
@@ -92,6 +95,7 @@ struct CudaExecutor::Impl {
   // (the cuBLAS handle, which Gemm::linear binds to it, and every buffer work on it may still
   // use) goes first, then the stream, whose destruction waits for that work. Keep it first.
   k::OwnedStream stream;
+  DeviceBuffer cublas_workspace;  // fixed, so that GEMMs can be captured (Gemm::set_workspace)
   std::unique_ptr<k::Gemm> gemm;
   std::vector<Layer> layers;
   DeviceBuffer embed, lm_head, final_norm, cos_sin;
@@ -106,6 +110,20 @@ struct CudaExecutor::Impl {
   DeviceBuffer kv_cache, host_cache;
   std::vector<std::vector<float>> last_logits;
   Staging staging;
+  // CUDA-graph decode steps: the bucket sizes, the padded inputs' device copy (graph_meta), the
+  // graphs by key with their last use (least recently used evicted past kMaxGraphs), and
+  // buffers_generation, bumped whenever a buffer a graph may reference is reallocated.
+  static constexpr std::size_t kMaxGraphs = 48;
+  struct GraphEntry {
+    k::CudaGraph graph;
+    std::uint64_t last_used = 0;
+  };
+  std::vector<std::int32_t> buckets;
+  DeviceBuffer graph_meta;
+  Staging graph_staging;
+  std::map<k::DecodeGraphKey, GraphEntry> graphs;
+  std::uint64_t buffers_generation = 0, graph_clock = 0;
+  CudaGraphStats stats;
 
   Impl(const LlamaConfig& c, const CudaExecutorOptions& o) : config(c), options(o) {}
 
@@ -121,12 +139,15 @@ struct CudaExecutor::Impl {
       const std::size_t t = static_cast<std::size_t>(cap_tokens);
       const std::size_t qkv_w = static_cast<std::size_t>(m.q_size() + 2 * m.kv_size());
       k::synchronize(stream.get());
+      ++buffers_generation;
       residual = DeviceBuffer(t * m.hidden_size * sizeof(float));
       hbuf = DeviceBuffer(t * m.hidden_size * sizeof(Bf16));
       qkv = DeviceBuffer(t * qkv_w * sizeof(float));
       q = DeviceBuffer(t * m.q_size() * sizeof(Bf16));
-      kk = DeviceBuffer(t * m.kv_size() * sizeof(Bf16));
-      vv = DeviceBuffer(t * m.kv_size() * sizeof(Bf16));
+      if (!options.fused_qkv_rope) {  // scratch rows of the unfused qkv_rope + kv_write
+        kk = DeviceBuffer(t * m.kv_size() * sizeof(Bf16));
+        vv = DeviceBuffer(t * m.kv_size() * sizeof(Bf16));
+      }
       attn = DeviceBuffer(t * m.q_size() * sizeof(Bf16));
       gate_up = DeviceBuffer(t * 2 * m.intermediate_size * sizeof(Bf16));
       act = DeviceBuffer(t * m.intermediate_size * sizeof(Bf16));
@@ -142,11 +163,38 @@ struct CudaExecutor::Impl {
     }
   }
 
-  void ensure_bytes(DeviceBuffer& buf, std::size_t bytes) {
+  // Grows `buf` to at least `bytes`. A buffer a decode graph may reference (graph_visible)
+  // invalidates every captured graph when it moves; the eager step metadata (meta) does not.
+  void ensure_bytes(DeviceBuffer& buf, std::size_t bytes, bool graph_visible = true) {
     if (buf.bytes() >= bytes) return;
     k::synchronize(stream.get());
+    if (graph_visible) ++buffers_generation;
     buf = DeviceBuffer(std::max(bytes, buf.bytes() * 2));
   }
+
+  // Device pointers and sizes of one forward pass (embedding and layers) over `num_tokens`
+  // tokens: the eager step's metadata, or a decode graph's padded inputs.
+  struct ForwardArgs {
+    std::int32_t num_tokens = 0;
+    const std::int32_t* tokens = nullptr;
+    const std::int32_t* positions = nullptr;
+    const std::int64_t* slots = nullptr;
+    std::int32_t width = 1;  // block-table stride
+    std::int32_t D = 0;      // decode sequences
+    const std::int32_t *d_rows = nullptr, *d_ctx = nullptr, *d_tab = nullptr;
+    k::DecodeSplitPlan dplan;
+    std::int32_t d_max_ctx = 0;
+    std::int32_t P = 0;  // prefill sequences
+    const std::int32_t *p_beg = nullptr, *p_num = nullptr, *p_first = nullptr, *p_tab = nullptr;
+    const k::PrefillTile* tiles = nullptr;
+    std::int32_t num_tiles = 0;
+  };
+  // Enqueues embedding and every layer on `stream`; nothing else (no allocation, no copy, no
+  // synchronisation), so that it can be captured.
+  void forward_layers(const ForwardArgs& f);
+  // The decode-only step of `in` (already padded to `key.bucket` and copied to graph_meta at
+  // the offsets `f` points to): replays key's graph, capturing it first when it is new.
+  void run_decode_graph(const k::DecodeGraphKey& key, const ForwardArgs& f);
 };
 
 CudaExecutor::CudaExecutor(const LlamaWeights& weights, const CudaExecutorOptions& options)
@@ -267,17 +315,17 @@ void CudaExecutor::Impl::init(const LlamaWeights* host, std::uint64_t seed) {
         "CudaExecutor: num_kv_heads must divide num_heads, hidden and intermediate sizes must be "
         "multiples of 8");
   }
-  // The kernel variables are user input: a bad value is a ConfigError (exit code 2), raised
-  // before any device work.
-  apply_kernel_env(s.options);
-  s.decode_kernel = s.options.decode_kernel;
+  s.decode_kernel = options.decode_kernel;
   std::string reason;
   if (!k::cuda_device_available(&reason)) {
     throw std::runtime_error("CudaExecutor: no usable CUDA device: " + reason);
   }
   s.layout = {m.num_layers, options.block_size, m.num_kv_heads, m.head_dim, 2};
   s.stream = k::OwnedStream::create();
+  s.cublas_workspace = DeviceBuffer(k::Gemm::kRecommendedWorkspaceBytes);
   s.gemm = std::make_unique<k::Gemm>();
+  s.gemm->set_workspace(s.cublas_workspace.get(), s.cublas_workspace.bytes());
+  s.buckets = k::decode_graph_buckets(options.max_num_seqs);
   s.load_weights(host, seed);
   s.rope_rows = static_cast<std::int32_t>(
       std::min<std::int64_t>(m.max_position_embeddings, options.max_model_len));
@@ -320,6 +368,11 @@ CudaExecutor::~CudaExecutor() = default;
 std::int32_t CudaExecutor::num_blocks() const { return impl_->options.num_blocks; }
 std::int64_t CudaExecutor::block_bytes() const { return impl_->layout.block_bytes(); }
 const CudaExecutorOptions& CudaExecutor::options() const { return impl_->options; }
+CudaGraphStats CudaExecutor::graph_stats() const {
+  CudaGraphStats st = impl_->stats;
+  st.cached_graphs = static_cast<std::int32_t>(impl_->graphs.size());
+  return st;
+}
 const std::vector<std::vector<float>>& CudaExecutor::last_logits() const {
   return impl_->last_logits;
 }
@@ -355,6 +408,112 @@ std::vector<std::uint16_t> CudaExecutor::read_block(bool host, std::int32_t laye
   k::copy_async(out.data(), src.as<const Bf16>() + off, n * sizeof(Bf16), s.stream.get());
   k::synchronize(s.stream.get());
   return out;
+}
+
+void CudaExecutor::Impl::forward_layers(const ForwardArgs& f) {
+  const ModelConfig& m = model();
+  const std::int32_t bs = options.block_size;
+  const std::int32_t T = f.num_tokens, D = f.D, P = f.P, width = f.width;
+  const std::int32_t H = m.hidden_size, Q = static_cast<std::int32_t>(m.q_size()),
+                     KV = static_cast<std::int32_t>(m.kv_size()), I = m.intermediate_size;
+  const float eps = static_cast<float>(m.rms_norm_eps);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(m.head_dim));
+  const k::DecodeSplitPlan& dplan = f.dplan;
+  const std::int32_t d_max_ctx = f.d_max_ctx;
+  Impl& s = *this;
+  float* residual = s.residual.as<float>();
+  k::embedding_lookup(f.tokens, T, s.embed.as<Bf16>(), m.vocab_size, H, residual, s.stream.get());
+  Bf16* cache = s.kv_cache.as<Bf16>();
+  for (std::int32_t l = 0; l < m.num_layers; ++l) {
+    const Impl::Layer& w = s.layers[l];
+    k::rms_norm({residual, nullptr, nullptr, w.in_norm.as<float>(), s.hbuf.as<Bf16>(), T, H, eps},
+                s.stream.get());
+    s.gemm->linear(s.hbuf.as<Bf16>(), w.qkv.as<Bf16>(), s.qkv.get(), k::Gemm::Out::kF32, T, H,
+                   Q + 2 * KV, 0.0f, s.stream.get());
+    Bf16* k_layer = cache + s.layout.layer_base(l, 0);
+    Bf16* v_layer = cache + s.layout.layer_base(l, 1);
+    const float* bias = m.qkv_bias ? w.qkv_bias.as<float>() : nullptr;
+    if (options.fused_qkv_rope) {
+      k::qkv_rope_kv_write({s.qkv.as<float>(), bias, f.positions, s.cos_sin.as<float>(), T,
+                            m.num_heads, m.num_kv_heads, m.head_dim, s.q.as<Bf16>(), f.slots,
+                            k_layer, v_layer, s.layout.block_stride(), bs},
+                           s.stream.get());
+    } else {
+      k::qkv_rope({s.qkv.as<float>(), bias, f.positions, s.cos_sin.as<float>(), T, m.num_heads,
+                   m.num_kv_heads, m.head_dim, s.q.as<Bf16>(), s.kk.as<Bf16>(), s.vv.as<Bf16>()},
+                  s.stream.get());
+      k::kv_write({s.kk.as<Bf16>(), s.vv.as<Bf16>(), f.slots, T, k_layer, v_layer,
+                   s.layout.block_stride(), bs, m.num_kv_heads, m.head_dim},
+                  s.stream.get());
+    }
+    k::PagedKv kv{k_layer, v_layer, s.layout.block_stride(), bs, m.num_kv_heads, m.head_dim,
+                  nullptr, width};
+    if (D > 0) {
+      kv.block_tables = f.d_tab;
+      k::paged_decode_attention({kv, s.q.as<Bf16>(), s.attn.as<Bf16>(), f.d_rows, f.d_ctx, D,
+                                 m.num_heads, scale, dplan, s.workspace.as<float>(), d_max_ctx,
+                                 s.decode_kernel},
+                                s.stream.get());
+    }
+    if (P > 0) {
+      kv.block_tables = f.p_tab;
+      k::paged_prefill_attention({kv, s.q.as<Bf16>(), s.attn.as<Bf16>(), f.p_beg, f.p_num,
+                                  f.p_first, f.tiles, f.num_tiles, m.num_heads, scale,
+                                  options.prefill_kernel},
+                                 s.stream.get());
+    }
+    s.gemm->linear(s.attn.as<Bf16>(), w.o.as<Bf16>(), residual, k::Gemm::Out::kF32, T, Q, H, 1.0f,
+                   s.stream.get());
+    k::rms_norm({residual, nullptr, nullptr, w.post_norm.as<float>(), s.hbuf.as<Bf16>(), T, H, eps},
+                s.stream.get());
+    s.gemm->linear(s.hbuf.as<Bf16>(), w.gate_up.as<Bf16>(), s.gate_up.get(), k::Gemm::Out::kBf16, T,
+                   H, 2 * I, 0.0f, s.stream.get());
+    k::silu_mul(s.gate_up.as<Bf16>(), s.act.as<Bf16>(), T, I, s.stream.get());
+    s.gemm->linear(s.act.as<Bf16>(), w.down.as<Bf16>(), residual, k::Gemm::Out::kF32, T, I, H, 1.0f,
+                   s.stream.get());
+  }
+}
+
+void CudaExecutor::Impl::run_decode_graph(const k::DecodeGraphKey& key, const ForwardArgs& f) {
+  // Graphs of an older buffer generation point at freed memory: drop them all.
+  for (auto it = graphs.begin(); it != graphs.end();) {
+    it = it->first.buffers_generation != buffers_generation ? graphs.erase(it) : std::next(it);
+  }
+  auto it = graphs.find(key);
+  if (it == graphs.end()) {
+    // The first step of a key runs eagerly (this computes the step and warms cuBLAS up for the
+    // shapes, so that nothing initialises lazily during capture), then is captured. Replaying
+    // it recomputes the same values: the KV rows it writes are bit-identical.
+    forward_layers(f);
+    ++stats.padded_eager;
+    GraphEntry entry;
+    try {
+      entry.graph.begin_capture(stream.get());
+      forward_layers(f);
+      entry.graph.end_capture();
+    } catch (const std::exception& e) {
+      entry.graph.abort_capture();
+      stats.disabled = true;
+      graphs.clear();
+      std::fprintf(stderr,
+                   "servelab: CUDA graph capture failed (%s); decode steps run eagerly from now "
+                   "on (SERVELAB_CUDA_GRAPHS=0 skips the attempt)\n",
+                   e.what());
+      return;  // the eager pass above computed the step
+    }
+    ++stats.captures;
+    if (graphs.size() >= kMaxGraphs) {
+      auto oldest = graphs.begin();
+      for (auto g = graphs.begin(); g != graphs.end(); ++g) {
+        if (g->second.last_used < oldest->second.last_used) oldest = g;
+      }
+      graphs.erase(oldest);
+    }
+    it = graphs.emplace(key, std::move(entry)).first;
+  }
+  it->second.last_used = ++graph_clock;
+  it->second.graph.launch(stream.get());
+  ++stats.replays;
 }
 
 StepResult CudaExecutor::execute(const StepPlan& plan) {
@@ -448,7 +607,7 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
                     o_u = s.staging.add(sample_u), o_out = s.staging.add(pairs_of(plan.swap_out)),
                     o_in = s.staging.add(pairs_of(plan.swap_in)),
                     o_copy = s.staging.add(pairs_of(plan.copies));
-  s.ensure_bytes(s.meta, s.staging.bytes().size() + 16);
+  s.ensure_bytes(s.meta, s.staging.bytes().size() + 16, false);
   s.ensure_capacity(T, S);
   k::copy_async(s.meta.get(), s.staging.bytes().data(), s.staging.bytes().size(), s.stream.get());
   auto at = [&](std::size_t off) { return static_cast<unsigned char*>(s.meta.get()) + off; };
@@ -468,68 +627,90 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
   result.sampled_tokens.assign(plan.requests.size(), -1);
   s.last_logits.assign(opt.keep_logits ? plan.requests.size() : 0, {});
   if (T > 0) {
-    const std::int32_t H = m.hidden_size, Q = static_cast<std::int32_t>(m.q_size()),
-                       KV = static_cast<std::int32_t>(m.kv_size()), I = m.intermediate_size;
+    const std::int32_t H = m.hidden_size;
     const float eps = static_cast<float>(m.rms_norm_eps);
-    const float scale = 1.0f / std::sqrt(static_cast<float>(m.head_dim));
-    k::DecodeSplitPlan dplan;
-    std::int32_t d_max_ctx = 0;
-    if (D > 0) {
-      d_max_ctx = *std::max_element(d_ctx.begin(), d_ctx.end());
-      dplan = k::plan_decode_splits(d_ctx, s.decode_ctas_per_seq, s.decode_max_ctas);
-      if (dplan.split()) {
+    float* residual = s.residual.as<float>();
+    // Decode-only steps of at most the largest bucket take the graph path (replayed, or padded
+    // eager with pad_decode_steps); everything else runs eagerly, unpadded.
+    const std::int32_t bucket =
+        P == 0 && D == T ? k::decode_graph_bucket(s.buckets, D) : std::int32_t{0};
+    const bool graph_path =
+        bucket > 0 && ((opt.cuda_graphs && !s.stats.disabled) || opt.pad_decode_steps);
+    if (graph_path) {
+      const std::int32_t max_width = (s.rope_rows + bs - 1) / bs;
+      const std::int32_t table_width = k::decode_graph_table_width(width, max_width);
+      const k::PaddedDecodeInputs in = k::pad_decode_inputs(
+          tokens, positions, slots, d_ctx, d_tables, width, bucket, table_width, 0);
+      Impl::ForwardArgs f;
+      f.num_tokens = f.D = bucket;
+      f.width = table_width;
+      f.dplan = k::decode_graph_split_plan(in.context_lens, s.decode_ctas_per_seq,
+                                           s.decode_max_ctas, table_width, bs);
+      f.d_max_ctx = *std::max_element(d_ctx.begin(), d_ctx.end());
+      // Size everything before the key is taken: a reallocation bumps buffers_generation.
+      s.ensure_capacity(bucket, S);
+      if (f.dplan.split()) {
         s.ensure_bytes(s.workspace, static_cast<std::size_t>(k::decode_workspace_floats(
-                                        D, m.num_heads, m.head_dim, dplan.max_splits)) *
+                                        bucket, m.num_heads, m.head_dim, f.dplan.max_splits)) *
                                         sizeof(float));
       }
-    }
-    float* residual = s.residual.as<float>();
-    k::embedding_lookup(i32(o_tokens), T, s.embed.as<Bf16>(), m.vocab_size, H, residual,
-                        s.stream.get());
-    Bf16* cache = s.kv_cache.as<Bf16>();
-    for (std::int32_t l = 0; l < m.num_layers; ++l) {
-      const Impl::Layer& w = s.layers[l];
-      k::rms_norm({residual, nullptr, nullptr, w.in_norm.as<float>(), s.hbuf.as<Bf16>(), T, H, eps},
-                  s.stream.get());
-      s.gemm->linear(s.hbuf.as<Bf16>(), w.qkv.as<Bf16>(), s.qkv.get(), k::Gemm::Out::kF32, T, H,
-                     Q + 2 * KV, 0.0f, s.stream.get());
-      k::qkv_rope({s.qkv.as<float>(), m.qkv_bias ? w.qkv_bias.as<float>() : nullptr, i32(o_pos),
-                   s.cos_sin.as<float>(), T, m.num_heads, m.num_kv_heads, m.head_dim,
-                   s.q.as<Bf16>(), s.kk.as<Bf16>(), s.vv.as<Bf16>()},
-                  s.stream.get());
-      Bf16* k_layer = cache + s.layout.layer_base(l, 0);
-      Bf16* v_layer = cache + s.layout.layer_base(l, 1);
-      k::kv_write(
-          {s.kk.as<Bf16>(), s.vv.as<Bf16>(), reinterpret_cast<const std::int64_t*>(at(o_slots)), T,
-           k_layer, v_layer, s.layout.block_stride(), bs, m.num_kv_heads, m.head_dim},
-          s.stream.get());
-      k::PagedKv kv{k_layer, v_layer, s.layout.block_stride(), bs, m.num_kv_heads, m.head_dim,
-                    nullptr, width};
+      s.graph_staging.clear();
+      const std::size_t g_tokens = s.graph_staging.add(in.tokens),
+                        g_pos = s.graph_staging.add(in.positions),
+                        g_slots = s.graph_staging.add(in.slots),
+                        g_rows = s.graph_staging.add(in.q_rows),
+                        g_ctx = s.graph_staging.add(in.context_lens),
+                        g_tab = s.graph_staging.add(in.block_tables);
+      s.ensure_bytes(s.graph_meta, s.graph_staging.bytes().size() + 16);
+      k::copy_async(s.graph_meta.get(), s.graph_staging.bytes().data(),
+                    s.graph_staging.bytes().size(), s.stream.get());
+      const auto* gm = static_cast<const unsigned char*>(s.graph_meta.get());
+      auto g32 = [&](std::size_t off) { return reinterpret_cast<const std::int32_t*>(gm + off); };
+      f.tokens = g32(g_tokens);
+      f.positions = g32(g_pos);
+      f.slots = reinterpret_cast<const std::int64_t*>(gm + g_slots);
+      f.d_rows = g32(g_rows);
+      f.d_ctx = g32(g_ctx);
+      f.d_tab = g32(g_tab);
+      const k::DecodeGraphKey key{bucket, table_width, f.dplan.partition_tokens, f.dplan.max_splits,
+                                  s.buffers_generation};
+      if (opt.cuda_graphs && !s.stats.disabled) {
+        s.run_decode_graph(key, f);
+      } else {
+        s.forward_layers(f);
+        ++s.stats.padded_eager;
+      }
+    } else {
+      Impl::ForwardArgs f;
+      f.num_tokens = T;
+      f.tokens = i32(o_tokens);
+      f.positions = i32(o_pos);
+      f.slots = reinterpret_cast<const std::int64_t*>(at(o_slots));
+      f.width = width;
+      f.D = D;
+      f.P = P;
       if (D > 0) {
-        kv.block_tables = i32(o_dtab);
-        k::paged_decode_attention(
-            {kv, s.q.as<Bf16>(), s.attn.as<Bf16>(), i32(o_drows), i32(o_dctx), D, m.num_heads,
-             scale, dplan, s.workspace.as<float>(), d_max_ctx, s.decode_kernel},
-            s.stream.get());
+        f.d_rows = i32(o_drows);
+        f.d_ctx = i32(o_dctx);
+        f.d_tab = i32(o_dtab);
+        f.d_max_ctx = *std::max_element(d_ctx.begin(), d_ctx.end());
+        f.dplan = k::plan_decode_splits(d_ctx, s.decode_ctas_per_seq, s.decode_max_ctas);
+        if (f.dplan.split()) {
+          s.ensure_bytes(s.workspace, static_cast<std::size_t>(k::decode_workspace_floats(
+                                          D, m.num_heads, m.head_dim, f.dplan.max_splits)) *
+                                          sizeof(float));
+        }
       }
       if (P > 0) {
-        kv.block_tables = i32(o_ptab);
-        k::paged_prefill_attention(
-            {kv, s.q.as<Bf16>(), s.attn.as<Bf16>(), i32(o_pbeg), i32(o_pnum), i32(o_pfirst),
-             reinterpret_cast<const k::PrefillTile*>(at(o_tiles)),
-             static_cast<std::int32_t>(tiles.size()), m.num_heads, scale, opt.prefill_kernel},
-            s.stream.get());
+        f.p_beg = i32(o_pbeg);
+        f.p_num = i32(o_pnum);
+        f.p_first = i32(o_pfirst);
+        f.p_tab = i32(o_ptab);
+        f.tiles = reinterpret_cast<const k::PrefillTile*>(at(o_tiles));
+        f.num_tiles = static_cast<std::int32_t>(tiles.size());
       }
-      s.gemm->linear(s.attn.as<Bf16>(), w.o.as<Bf16>(), residual, k::Gemm::Out::kF32, T, Q, H, 1.0f,
-                     s.stream.get());
-      k::rms_norm(
-          {residual, nullptr, nullptr, w.post_norm.as<float>(), s.hbuf.as<Bf16>(), T, H, eps},
-          s.stream.get());
-      s.gemm->linear(s.hbuf.as<Bf16>(), w.gate_up.as<Bf16>(), s.gate_up.get(), k::Gemm::Out::kBf16,
-                     T, H, 2 * I, 0.0f, s.stream.get());
-      k::silu_mul(s.gate_up.as<Bf16>(), s.act.as<Bf16>(), T, I, s.stream.get());
-      s.gemm->linear(s.act.as<Bf16>(), w.down.as<Bf16>(), residual, k::Gemm::Out::kF32, T, I, H,
-                     1.0f, s.stream.get());
+      s.forward_layers(f);
+      ++s.stats.eager_steps;
     }
     if (S > 0) {
       k::rms_norm({residual, nullptr, i32(o_srows), s.final_norm.as<float>(), s.final_h.as<Bf16>(),
@@ -574,15 +755,6 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
           .count();
   return result;
-}
-
-void apply_kernel_env(CudaExecutorOptions& options) {
-  try {
-    options.decode_kernel = k::decode_kernel_from_env(options.decode_kernel);
-    options.prefill_kernel = k::prefill_kernel_from_env(options.prefill_kernel);
-  } catch (const std::invalid_argument& e) {
-    throw ConfigError(std::string("CudaExecutor: environment variable ") + e.what());
-  }
 }
 
 }  // namespace servelab

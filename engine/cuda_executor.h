@@ -15,12 +15,27 @@
 //
 // execute(plan): block moves (swap_out, swap_in, copies; each a single batched copy_blocks
 // launch, in that order, as CpuExecutor), then the forward pass over all tokens of the step:
-// embedding; per layer RMSNorm, QKV GEMM, bias + RoPE, KV write for ALL entries, attention
-// (decode kernel for one-token entries, prefill kernel for the rest, both reading K/V through the
-// block tables), O GEMM accumulated into the residual, RMSNorm, gate/up GEMM, SiLU-mul, down GEMM
-// accumulated into the residual; then for sampling entries the final norm, LM head and sampling.
-// The step's metadata goes to the device in one copy; one synchronisation at the end (the
-// sampled tokens are needed on the host). duration_ns is the wall time of the call.
+// embedding; per layer RMSNorm, QKV GEMM, then one kernel for bias + RoPE + the KV write of ALL
+// entries (kernels/rope.h qkv_rope_kv_write; or, with fused_qkv_rope = false, the unfused
+// qkv_rope + kv_write through bf16 scratch rows), attention (decode kernel for one-token
+// entries, prefill kernel for the rest, both reading K/V through the block tables), O GEMM
+// accumulated into the residual, RMSNorm, gate/up GEMM, SiLU-mul, down GEMM accumulated into the
+// residual; then for sampling entries the final norm, LM head and sampling. The step's metadata
+// goes to the device in one copy; one synchronisation at the end (the sampled tokens are needed
+// on the host). duration_ns is the wall time of the call.
+//
+// CUDA graphs (cuda_graphs, default on): a decode-only step (every entry one token, no prefill)
+// of B <= max_num_seqs sequences runs its embedding and layers as one replayed graph, captured
+// per DecodeGraphKey (kernels/decode_graph_plan.h: the batch-size bucket >= B, the block-table
+// width bucket and the split-K plan), with the inputs padded to the bucket (padding rows write
+// no KV) and copied into fixed device buffers before the launch. The first step of a key runs
+// eagerly (padded; it also warms cuBLAS up), is captured, then replayed. Block moves and the
+// final norm, LM head and sampling stay eager; mixed and prefill steps are all eager. cuBLAS
+// gets a fixed 32 MiB workspace (in both modes) so that capture is legal. Graph replay computes
+// exactly the padded eager pass (pad_decode_steps), bit for bit; the unpadded eager pass can
+// differ in the last bits where cuBLAS picks another kernel for the other row count. A capture
+// that fails disables graphs for the executor (one message on stderr) and the step's result
+// comes from the eager pass.
 #pragma once
 
 #include <cstdint>
@@ -48,16 +63,29 @@ struct CudaExecutorOptions {
   SamplingParams sampling;
   bool keep_logits = false;  // copy each step's logits back (tests, hf_compare)
   // The attention kernels: the new ones by default, the earlier ones kept to fall back to without
-  // rebuilding. The constructor applies the environment over these (apply_kernel_env).
+  // rebuilding (environment: SERVELAB_CUDA_DECODE, SERVELAB_CUDA_PREFILL, engine/gpu_switches.h).
   kernels::DecodeKernel decode_kernel = kernels::kDefaultDecodeKernel;  // attention_plan.h
   kernels::PrefillKernel prefill_kernel = kernels::PrefillKernel::kFa2;   // prefill_kernel.h
+  // Decode-only steps as CUDA graphs per batch-size bucket (environment: SERVELAB_CUDA_GRAPHS,
+  // engine/gpu_switches.h).
+  bool cuda_graphs = true;
+  // With cuda_graphs off: run decode-only steps eagerly with exactly the padded launches a
+  // graph would replay (tests compare the two bit for bit). No effect with cuda_graphs on.
+  bool pad_decode_steps = false;
+  // Bias + RoPE + KV write in one kernel; false: the unfused qkv_rope + kv_write pair through
+  // bf16 scratch rows (environment: SERVELAB_CUDA_FUSED_QKV).
+  bool fused_qkv_rope = true;
 };
 
-// Sets the kernel choices of `options` from the environment (docs/gpu-todo.md), each variable
-// unset = unchanged: $SERVELAB_CUDA_DECODE = tiled | pipelined, $SERVELAB_CUDA_PREFILL = fa2 |
-// wmma. Throws ConfigError naming the variable, the accepted values and the value given for
-// anything else. The CudaExecutor constructor calls it before touching the device.
-void apply_kernel_env(CudaExecutorOptions& options);
+// Counters of the CUDA-graph path since construction (tests, benchmarks).
+struct CudaGraphStats {
+  std::int64_t captures = 0;       // graphs captured and instantiated
+  std::int64_t replays = 0;        // graph launches (the first launch after a capture counts)
+  std::int64_t padded_eager = 0;   // padded decode passes run eagerly (warm-ups, pad_decode_steps)
+  std::int64_t eager_steps = 0;    // forward passes outside the graph path (prefill, mixed, large)
+  std::int32_t cached_graphs = 0;  // graphs held now
+  bool disabled = false;           // a capture failed: graphs are off for this executor
+};
 
 class CudaExecutor : public Backend {
  public:
@@ -66,8 +94,7 @@ class CudaExecutor : public Backend {
   // gpu_memory_utilization minus what the process holds) and swap space. `weights` is not
   // referenced after the constructor returns.
   // Throws std::invalid_argument for bad options (as CpuExecutor, plus head_dim not 64/128,
-  // unsupported shapes), ConfigError for a bad SERVELAB_CUDA_DECODE (before touching the device)
-  // and std::runtime_error for CUDA errors or when fewer than 2 blocks fit.
+  // unsupported shapes) and std::runtime_error for CUDA errors or when fewer than 2 blocks fit.
   CudaExecutor(const LlamaWeights& weights, const CudaExecutorOptions& options);
   // The same with LlamaWeights::random(config, seed) generated directly on the device, one
   // kernel launch per tensor (kernels/random_fill.h): no fp32 host copy is ever made, and every
@@ -86,6 +113,7 @@ class CudaExecutor : public Backend {
   std::int32_t num_blocks() const;
   std::int64_t block_bytes() const;  // bf16 K+V of one block across all layers
   const CudaExecutorOptions& options() const;
+  CudaGraphStats graph_stats() const;
   // With keep_logits: the last execute()'s logits per plan entry (empty for non-sampling ones).
   const std::vector<std::vector<float>>& last_logits() const;
   // Tests: the device copy of weight `name` (a tensor_names() name), widened to float (bf16

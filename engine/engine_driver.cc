@@ -16,6 +16,7 @@
 #include "engine/cpu_executor.h"
 #include "engine/engine_cluster.h"
 #include "engine/engine_loop.h"
+#include "engine/gpu_switches.h"
 #include "engine/run_support.h"
 #include "serving/config_node.h"
 #include "serving/frontend.h"
@@ -115,8 +116,10 @@ class ExperimentSource : public WorkSource {
   Clock::time_point last_progress_;
 };
 
-// --device cuda needs a CUDA build and a usable device; says which is missing.
+// --device cuda needs a CUDA build and a usable device; says which is missing. A malformed
+// environment switch (engine/gpu_switches.h) is reported first, with or without a GPU.
 void require_cuda_device() {
+  cuda_switches_from_env();
 #if SERVELAB_HAVE_CUDA
   std::string reason;
   if (!kernels::cuda_device_available(&reason)) {
@@ -461,6 +464,7 @@ EngineInstance load_replicas(const ExperimentConfig& config, const EngineOptions
     cuda_options.max_num_seqs = config.scheduler.max_num_seqs;
     cuda_options.max_model_len = config.scheduler.max_model_len;
     cuda_options.sampling.seed = config.seed;
+    apply_cuda_switches(cuda_switches_from_env(), cuda_options);
     auto cuda_executor = device_random
                              ? std::make_unique<CudaExecutor>(llama, config.seed, cuda_options)
                              : std::make_unique<CudaExecutor>(*weights, cuda_options);

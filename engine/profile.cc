@@ -12,6 +12,7 @@
 #include "core/step_plan.h"
 #include "engine/cpu_executor.h"
 #include "engine/engine_driver.h"
+#include "engine/gpu_switches.h"
 #include "engine/llama_weights.h"
 #include "serving/calibration_profile.h"
 #include "serving/config_node.h"
@@ -252,6 +253,7 @@ std::size_t run_profile(const ProfileOptions& o, std::FILE* progress) {
       co.max_num_tokens = std::max(co.max_num_tokens, tokens);
       co.max_num_seqs = std::max(co.max_num_seqs, static_cast<std::int32_t>(s.entries.size()));
     }
+    apply_cuda_switches(cuda_switches_from_env(), co);
     auto cuda = std::make_unique<CudaExecutor>(weights, co);
     const kernels::DeviceInfo info = kernels::device_info();
     device_name = info.name + " (sm_" + std::to_string(info.major) + std::to_string(info.minor) +

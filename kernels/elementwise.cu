@@ -1,6 +1,6 @@
 // The per-token kernels of the forward pass, one translation unit to keep nvcc time down:
 // embedding lookup (embedding.h), RMSNorm with fused residual add (norm.h), QKV bias + RoPE
-// (rope.h), SiLU-and-multiply (activation.h).
+// (rope.h) and its fused form with the KV write, SiLU-and-multiply (activation.h).
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -53,6 +53,22 @@ __global__ void __launch_bounds__(kNormThreads) rms_norm_kernel(const RmsNormArg
   }
 }
 
+// Bias add and rotate-half RoPE of one (x1, x2) = (x[j], x[j + d/2]) pair, with every fp32
+// operation explicitly rounded (no contraction left to the compiler), so that qkv_rope_kernel
+// and qkv_rope_kv_write_kernel produce the same bits.
+__device__ __forceinline__ void rope_pair(float x1, float x2, const float* bias, int c1, int c2,
+                                          float c, float s, float& y1, float& y2) {
+  if (bias != nullptr) {
+    x1 = __fadd_rn(x1, bias[c1]);
+    x2 = __fadd_rn(x2, bias[c2]);
+  }
+  y1 = __fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s));
+  y2 = __fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s));
+}
+__device__ __forceinline__ float v_value(float x, const float* bias, int c) {
+  return bias != nullptr ? __fadd_rn(x, bias[c]) : x;
+}
+
 // One CTA per token; thread j of a head handles the pair (j, j + d/2).
 __global__ void qkv_rope_kernel(const RopeArgs a) {
   const int t = blockIdx.x;
@@ -64,13 +80,8 @@ __global__ void qkv_rope_kernel(const RopeArgs a) {
   for (int i = threadIdx.x; i < rope_heads * half; i += blockDim.x) {
     const int h = i / half, j = i % half;
     const int c1 = h * hd + j, c2 = c1 + half;
-    float x1 = in[c1], x2 = in[c2];
-    if (a.bias != nullptr) {
-      x1 += a.bias[c1];
-      x2 += a.bias[c2];
-    }
-    const float c = cs[j], s = cs[half + j];
-    const float y1 = x1 * c - x2 * s, y2 = x2 * c + x1 * s;
+    float y1, y2;
+    rope_pair(in[c1], in[c2], a.bias, c1, c2, cs[j], cs[half + j], y1, y2);
     if (h < a.num_q_heads) {
       __nv_bfloat16* q = detail::bf(a.q) + std::int64_t{t} * a.num_q_heads * hd + h * hd;
       q[j] = __float2bfloat16(y1);
@@ -85,9 +96,40 @@ __global__ void qkv_rope_kernel(const RopeArgs a) {
   const int v_begin = rope_heads * hd, kv_width = a.num_kv_heads * hd;
   __nv_bfloat16* v = detail::bf(a.v) + std::int64_t{t} * kv_width;
   for (int i = threadIdx.x; i < kv_width; i += blockDim.x) {
-    float x = in[v_begin + i];
-    if (a.bias != nullptr) x += a.bias[v_begin + i];
-    v[i] = __float2bfloat16(x);
+    v[i] = __float2bfloat16(v_value(in[v_begin + i], a.bias, v_begin + i));
+  }
+}
+
+// qkv_rope_kernel with K and V stored into the token's cache slot instead of scratch rows. A
+// padding or skipped token (slot < 0) still rotates its Q (the decode kernel reads its row).
+__global__ void qkv_rope_kv_write_kernel(const QkvRopeKvWriteArgs a) {
+  const int t = blockIdx.x;
+  const int hd = a.head_dim, half = hd / 2;
+  const int width = (a.num_q_heads + 2 * a.num_kv_heads) * hd;
+  const float* in = a.qkv + std::int64_t{t} * width;
+  const float* cs = a.cos_sin + std::int64_t{a.positions[t]} * hd;
+  const std::int64_t slot = a.slot_mapping[t];
+  const int kv_width = a.num_kv_heads * hd;
+  // The slot's row in this layer's K and V planes (kv_layout.h), when the token has one.
+  const std::int64_t dst =
+      slot < 0 ? -1 : (slot / a.block_size) * a.block_stride + (slot % a.block_size) * kv_width;
+  const int rope_heads = slot < 0 ? a.num_q_heads : a.num_q_heads + a.num_kv_heads;
+  for (int i = threadIdx.x; i < rope_heads * half; i += blockDim.x) {
+    const int h = i / half, j = i % half;
+    const int c1 = h * hd + j, c2 = c1 + half;
+    float y1, y2;
+    rope_pair(in[c1], in[c2], a.bias, c1, c2, cs[j], cs[half + j], y1, y2);
+    __nv_bfloat16* out = h < a.num_q_heads
+                             ? detail::bf(a.q) + std::int64_t{t} * a.num_q_heads * hd + h * hd
+                             : detail::bf(a.k_cache) + dst + (h - a.num_q_heads) * hd;
+    out[j] = __float2bfloat16(y1);
+    out[j + half] = __float2bfloat16(y2);
+  }
+  if (slot < 0) return;
+  const int v_begin = (a.num_q_heads + a.num_kv_heads) * hd;
+  __nv_bfloat16* v = detail::bf(a.v_cache) + dst;
+  for (int i = threadIdx.x; i < kv_width; i += blockDim.x) {
+    v[i] = __float2bfloat16(v_value(in[v_begin + i], a.bias, v_begin + i));
   }
 }
 
@@ -132,6 +174,14 @@ void qkv_rope(const RopeArgs& a, Stream stream) {
   if (a.head_dim % 2 != 0) throw std::invalid_argument("qkv_rope: odd head_dim");
   qkv_rope_kernel<<<a.num_tokens, 256, 0, detail::as_stream(stream)>>>(a);
   detail::check_launch("qkv_rope");
+}
+
+void qkv_rope_kv_write(const QkvRopeKvWriteArgs& a, Stream stream) {
+  if (a.num_tokens == 0) return;
+  if (a.head_dim % 2 != 0) throw std::invalid_argument("qkv_rope_kv_write: odd head_dim");
+  if (a.block_size < 1) throw std::invalid_argument("qkv_rope_kv_write: block_size < 1");
+  qkv_rope_kv_write_kernel<<<a.num_tokens, 256, 0, detail::as_stream(stream)>>>(a);
+  detail::check_launch("qkv_rope_kv_write");
 }
 
 void silu_mul(const Bf16* gate_up, Bf16* out, std::int32_t num_tokens, std::int32_t width,

@@ -35,10 +35,19 @@ Gemm::~Gemm() {
   }
 }
 
+void Gemm::set_workspace(void* workspace, std::size_t bytes) {
+  workspace_ = workspace;
+  workspace_bytes_ = workspace != nullptr ? bytes : 0;
+}
+
 void Gemm::linear(const Bf16* x, const Bf16* w, void* y, Out out_type, std::int32_t tokens,
                   std::int32_t in, std::int32_t out, float beta, Stream stream) {
   if (tokens == 0) return;
   check(cublasSetStream(as_handle(handle_), static_cast<cudaStream_t>(stream)), "cublasSetStream");
+  if (workspace_ != nullptr) {
+    check(cublasSetWorkspace(as_handle(handle_), workspace_, workspace_bytes_),
+          "cublasSetWorkspace");
+  }
   const float alpha = 1.0f;
   const cudaDataType_t ctype = out_type == Out::kF32 ? CUDA_R_32F : CUDA_R_16BF;
   check(cublasGemmEx(as_handle(handle_), CUBLAS_OP_T, CUBLAS_OP_N, out, tokens, in, &alpha, w,

@@ -5,6 +5,7 @@
 // beta = 1 with an fp32 y adds the projection into the residual stream (o_proj, down_proj).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "kernels/device.h"
@@ -23,8 +24,17 @@ class Gemm {
   void linear(const Bf16* x, const Bf16* w, void* y, Out out_type, std::int32_t tokens,
               std::int32_t in, std::int32_t out, float beta, Stream stream);
 
+  // Gives cuBLAS a fixed workspace (device memory the caller owns and keeps alive while this
+  // object is used), re-applied after every cublasSetStream (which resets it). With one, no
+  // GEMM allocates, which makes linear() legal inside CUDA-graph stream capture; without one
+  // (nullptr) cuBLAS uses its own pool. cuBLAS recommends 32 MiB on Hopper.
+  void set_workspace(void* workspace, std::size_t bytes);
+  static constexpr std::size_t kRecommendedWorkspaceBytes = std::size_t{32} << 20;
+
  private:
   void* handle_ = nullptr;  // cublasHandle_t
+  void* workspace_ = nullptr;
+  std::size_t workspace_bytes_ = 0;
 };
 
 }  // namespace servelab::kernels

@@ -401,5 +401,22 @@ TEST(EngineRun, CudaDeviceIsAClearErrorWithExitCode2) {
   fs::remove_all(dir);
 }
 
+// The CUDA executor's environment switches (engine/gpu_switches.h) are checked before anything
+// else of --device cuda: a bad value is a usage error naming the variable, GPU or not.
+TEST(EngineRun, BadCudaSwitchIsAnErrorNamingTheVariable) {
+  const fs::path dir = temp_dir("engine_cuda_switch");
+  write_experiment(dir);
+  ::setenv("SERVELAB_CUDA_GRAPHS", "maybe", 1);
+  const Cli cli = run_engine_cli(
+      "run " + (dir / "exp.yaml").string() + " --device cuda --out " + (dir / "run").string(), dir);
+  ::unsetenv("SERVELAB_CUDA_GRAPHS");
+  EXPECT_EQ(cli.code, 2) << cli.err;
+  EXPECT_NE(cli.err.find("SERVELAB_CUDA_GRAPHS='maybe': expected 0 (off) or 1 (on)"),
+            std::string::npos)
+      << cli.err;
+  EXPECT_FALSE(fs::exists(dir / "run"));
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace servelab

@@ -184,56 +184,6 @@ TEST(GpuExecutor, LogitsMatchCpuExecutor) {
 #endif
 }
 
-// SERVELAB_CUDA_DECODE picks the decode kernel; a value that names none is a ConfigError (exit
-// code 2 in the commands) naming the variable and the accepted values, raised before the
-// executor touches the device (so this runs on any CUDA build, with or without a GPU).
-TEST(GpuExecutor, BadDecodeKernelVariableIsAConfigError) {
-#if SERVELAB_HAVE_CUDA
-  const LlamaWeights w = LlamaWeights::random(GpuConfig(64, 4, 2, false), 3);
-  ::setenv(kernels::kDecodeKernelEnv, "flash", 1);
-  try {
-    CudaExecutor exec(w, GpuOptions(16, 8));
-    ADD_FAILURE() << "constructed with SERVELAB_CUDA_DECODE=flash";
-  } catch (const ConfigError& e) {
-    EXPECT_NE(
-        std::string(e.what()).find("SERVELAB_CUDA_DECODE=flash: expected one of tiled, pipelined"),
-        std::string::npos)
-        << e.what();
-  }
-  ::unsetenv(kernels::kDecodeKernelEnv);
-#else
-  GTEST_SKIP() << "this build has no CUDA support (configured without nvcc)";
-#endif
-}
-
-// $SERVELAB_CUDA_PREFILL picks the prefill kernel; a bad value is a ConfigError naming the
-// variable and the accepted values (no device needed).
-TEST(GpuExecutor, PrefillKernelComesFromTheEnvironment) {
-#if SERVELAB_HAVE_CUDA
-  CudaExecutorOptions o;
-  EXPECT_EQ(o.prefill_kernel, kernels::PrefillKernel::kFa2);
-  ::unsetenv("SERVELAB_CUDA_PREFILL");
-  apply_kernel_env(o);
-  EXPECT_EQ(o.prefill_kernel, kernels::PrefillKernel::kFa2);
-  ::setenv("SERVELAB_CUDA_PREFILL", "wmma", 1);
-  apply_kernel_env(o);
-  EXPECT_EQ(o.prefill_kernel, kernels::PrefillKernel::kWmma);
-  ::setenv("SERVELAB_CUDA_PREFILL", "wgmma", 1);
-  try {
-    apply_kernel_env(o);
-    ADD_FAILURE() << "accepted wgmma";
-  } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("SERVELAB_CUDA_PREFILL: expected one of fa2, wmma, got "
-                                         "'wgmma'"),
-              std::string::npos)
-        << e.what();
-  }
-  ::unsetenv("SERVELAB_CUDA_PREFILL");
-#else
-  GTEST_SKIP() << "this build has no CUDA support (configured without nvcc)";
-#endif
-}
-
 // The invariance property on the GPU: random workloads through the real scheduler (chunked
 // prefill, prefix caching, recompute and swap preemption) give each request the greedy tokens
 // it gets when run alone on the same executor, wherever the decision is not a near-tie.
@@ -469,6 +419,184 @@ TEST(GpuExecutor, DestructionLeavesTheDeviceUsable) {
   kernels::DeviceBuffer after(1 << 20);
   kernels::fill_bytes(after.get(), 0, after.bytes());
   EXPECT_NO_THROW(kernels::synchronize());
+#endif
+}
+
+#if SERVELAB_HAVE_CUDA
+// A request stepped by hand in multi-request plans: the whole known prefix on its first step,
+// then one token per step; blocks [first_block, first_block + 16).
+struct HandSeq {
+  RequestSpec spec;
+  std::vector<std::int32_t> outputs;
+  std::int32_t done = 0;
+  std::vector<BlockId> table;
+  HandSeq(RequestId id, std::uint32_t prompt, BlockId first_block)
+      : spec(make_request(id, 0, {{unique_content_id(19, id), 0, prompt}}, 1000)) {
+    for (BlockId b = 0; b < 16; ++b) table.push_back(first_block + b);
+  }
+  std::int32_t known() const { return spec.prompt_len + static_cast<std::int32_t>(outputs.size()); }
+};
+
+StepPlan HandPlan(const std::vector<HandSeq*>& seqs) {
+  StepPlan plan;
+  for (HandSeq* q : seqs) {
+    ScheduledRequest e;
+    e.id = q->spec.id;
+    e.spec = &q->spec;
+    e.output_tokens = q->outputs;
+    e.first_token = q->done;
+    e.num_tokens = q->known() - q->done;
+    e.is_prefill = q->done < q->spec.prompt_len;
+    e.samples = true;
+    e.block_table = q->table;
+    plan.requests.push_back(e);
+  }
+  return plan;
+}
+
+// Runs `plan` on every executor, requires bit-identical logits and tokens, and advances seqs.
+void StepAllEqual(const std::vector<CudaExecutor*>& execs, const std::vector<HandSeq*>& seqs,
+                  const std::string& what) {
+  const StepPlan plan = HandPlan(seqs);
+  std::vector<StepResult> results;
+  for (CudaExecutor* x : execs) results.push_back(x->execute(plan));
+  for (std::size_t e = 1; e < execs.size(); ++e) {
+    ASSERT_EQ(results[e].sampled_tokens, results[0].sampled_tokens) << what;
+    for (std::size_t i = 0; i < seqs.size(); ++i) {
+      ASSERT_EQ(execs[e]->last_logits()[i], execs[0]->last_logits()[i])
+          << what << ": logits of entry " << i << " differ (executor " << e << ")";
+    }
+  }
+  for (std::size_t i = 0; i < seqs.size(); ++i) {
+    seqs[i]->done = seqs[i]->known();
+    seqs[i]->outputs.push_back(results[0].sampled_tokens[i]);
+  }
+}
+#endif
+
+// Issue 19 item 4: decode steps replayed from CUDA graphs give bit-identical logits and tokens
+// to the same steps run eagerly with the same padded shapes (pad_decode_steps; an unpadded eager
+// step may differ in the last bits where cuBLAS picks another kernel for another row count), over
+// batch sizes in several buckets, mixed and prefill steps (eager in both) in between; padding rows
+// leave the KV cache alone, and the fused and unfused QKV/RoPE/KV-write paths agree bit for bit.
+TEST(GpuExecutor, CudaGraphReplayIsBitIdenticalToPaddedEagerSteps) {
+  REQUIRE_GPU();
+#if SERVELAB_HAVE_CUDA
+  struct Shape {
+    std::int32_t hd, heads, kv;
+    bool bias_tied;
+  };
+  for (const Shape& sh : {Shape{64, 4, 2, false}, Shape{128, 8, 2, true}}) {
+    SCOPED_TRACE("head_dim " + std::to_string(sh.hd));
+    const LlamaWeights w = LlamaWeights::random(GpuConfig(sh.hd, sh.heads, sh.kv, sh.bias_tied), 4);
+    CudaExecutorOptions graphs = GpuOptions(16, 200);
+    CudaExecutorOptions padded = graphs;
+    padded.cuda_graphs = false;
+    padded.pad_decode_steps = true;
+    CudaExecutorOptions unfused = padded;
+    unfused.fused_qkv_rope = false;
+    CudaExecutor a(w, graphs), b(w, padded), c(w, unfused);
+    const std::vector<std::uint16_t> dummy_before = a.read_block(false, 0, false, 0);
+    std::vector<HandSeq> seqs;
+    for (RequestId id = 0; id < 11; ++id) {
+      seqs.emplace_back(id, 20 + 7 * static_cast<std::uint32_t>(id), 1 + 16 * id);
+    }
+    const std::vector<CudaExecutor*> all = {&a, &b, &c};
+    auto pick = [&](std::int32_t from, std::int32_t n) {
+      std::vector<HandSeq*> v;
+      for (std::int32_t i = from; i < from + n; ++i) v.push_back(&seqs[i]);
+      return v;
+    };
+    StepAllEqual(all, pick(0, 3), "prefill of 3");
+    for (int i = 0; i < 4; ++i) StepAllEqual(all, pick(0, 3), "decode 3 (bucket 4)");
+    StepAllEqual(all, pick(3, 6), "prefill of 6");
+    for (int i = 0; i < 3; ++i) StepAllEqual(all, pick(0, 9), "decode 9 (bucket 16)");
+    std::vector<HandSeq*> mixed = pick(0, 5);
+    mixed.push_back(&seqs[9]);  // its prompt: a mixed step, eager everywhere
+    StepAllEqual(all, mixed, "mixed");
+    for (int i = 0; i < 3; ++i) StepAllEqual(all, pick(0, 10), "decode 10 (bucket 16)");
+    for (int i = 0; i < 2; ++i) StepAllEqual(all, pick(2, 1), "decode 1 (bucket 1)");
+    for (int i = 0; i < 2; ++i) StepAllEqual(all, pick(0, 5), "decode 5 (bucket 8)");
+    if (HasFailure()) return;
+    const CudaGraphStats st = a.graph_stats();
+    EXPECT_FALSE(st.disabled);
+    EXPECT_GE(st.captures, 4);  // buckets 4, 16, 1, 8
+    EXPECT_EQ(st.replays, 4 + 3 + 3 + 2 + 2);
+    EXPECT_EQ(b.graph_stats().replays, 0);
+    EXPECT_EQ(b.graph_stats().padded_eager, 14);
+    // The caches agree everywhere the sequences live, and the dummy block padding rows read is
+    // untouched.
+    for (std::int32_t layer = 0; layer < w.config.model.num_layers; ++layer) {
+      for (BlockId blk = 1; blk <= 16 * 10; blk += 5) {
+        ASSERT_EQ(a.read_block(false, layer, true, blk), b.read_block(false, layer, true, blk));
+        ASSERT_EQ(a.read_block(false, layer, false, blk), c.read_block(false, layer, false, blk));
+      }
+    }
+    EXPECT_EQ(a.read_block(false, 0, false, 0), dummy_before);
+  }
+#endif
+}
+
+// A graph is captured once per key and replayed afterwards; a new bucket or a wider block table
+// captures a new one; prefill steps never touch graphs; cuda_graphs = false never captures.
+TEST(GpuExecutor, CudaGraphsCaptureOncePerBucketAndReplay) {
+  REQUIRE_GPU();
+#if SERVELAB_HAVE_CUDA
+  const LlamaWeights w = LlamaWeights::random(GpuConfig(64, 4, 2, false), 6);
+  CudaExecutor exec(w, GpuOptions(16, 200));
+  std::vector<HandSeq> seqs;
+  for (RequestId id = 0; id < 5; ++id) seqs.emplace_back(id, 40, 1 + 16 * id);
+  auto step = [&](std::vector<HandSeq*> v) {
+    const StepPlan plan = HandPlan(v);
+    const StepResult r = exec.execute(plan);
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      v[i]->done = v[i]->known();
+      v[i]->outputs.push_back(r.sampled_tokens[i]);
+    }
+  };
+  std::vector<HandSeq*> three = {&seqs[0], &seqs[1], &seqs[2]};
+  std::vector<HandSeq*> five = {&seqs[0], &seqs[1], &seqs[2], &seqs[3], &seqs[4]};
+  step(three);  // prefill: eager
+  EXPECT_EQ(exec.graph_stats().captures, 0);
+  EXPECT_EQ(exec.graph_stats().eager_steps, 1);
+  for (int i = 0; i < 5; ++i) step(three);  // contexts 41..45: bucket 4, table width 4
+  EXPECT_EQ(exec.graph_stats().captures, 1);
+  EXPECT_EQ(exec.graph_stats().replays, 5);
+  step({&seqs[3], &seqs[4]});              // their prefill
+  for (int i = 0; i < 3; ++i) step(five);  // bucket 8: a second graph
+  EXPECT_EQ(exec.graph_stats().captures, 2);
+  EXPECT_EQ(exec.graph_stats().replays, 8);
+  for (int i = 0; i < 2; ++i) step(three);  // back to bucket 4: replayed, not captured
+  EXPECT_EQ(exec.graph_stats().captures, 2);
+  EXPECT_EQ(exec.graph_stats().replays, 10);
+  EXPECT_EQ(exec.graph_stats().cached_graphs, 2);
+  // Sequence 0 alone (bucket 1: a third graph) until its context passes 64 tokens: 5 blocks of
+  // 16 need table width 8, a fourth graph; no other capture on the way.
+  std::vector<HandSeq*> one = {&seqs[0]};
+  step(one);
+  EXPECT_EQ(exec.graph_stats().captures, 3);
+  while (seqs[0].known() < 64) step(one);
+  EXPECT_EQ(exec.graph_stats().captures, 3);
+  step(one);
+  step(one);
+  EXPECT_EQ(exec.graph_stats().captures, 4);
+  EXPECT_EQ(exec.graph_stats().eager_steps, 2);
+  EXPECT_FALSE(exec.graph_stats().disabled);
+
+  CudaExecutorOptions off = GpuOptions(16, 200);
+  off.cuda_graphs = false;
+  CudaExecutor eager(w, off);
+  HandSeq s(9, 30, 1);
+  for (int i = 0; i < 4; ++i) {
+    const StepPlan plan = HandPlan({&s});
+    const StepResult r = eager.execute(plan);
+    s.done = s.known();
+    s.outputs.push_back(r.sampled_tokens[0]);
+  }
+  EXPECT_EQ(eager.graph_stats().captures, 0);
+  EXPECT_EQ(eager.graph_stats().replays, 0);
+  EXPECT_EQ(eager.graph_stats().padded_eager, 0);
+  EXPECT_EQ(eager.graph_stats().eager_steps, 4);
 #endif
 }
 

@@ -369,6 +369,100 @@ TEST(GpuKernels, KvWriteIsExactAndSkipsNegativeSlots) {
 #endif
 }
 
+// Issue 19 item 3: bias + RoPE + KV write in one kernel. Q equals qkv_rope's bit for bit, the
+// cache equals what qkv_rope + kv_write store bit for bit (untouched where the slot is -1), and
+// both are within one bf16 rounding of CpuExecutor's apply_rope.
+TEST(GpuKernels, FusedQkvRopeKvWriteEqualsTheUnfusedPair) {
+  REQUIRE_GPU();
+#if SERVELAB_HAVE_CUDA
+  Rng rng = Rng::stream(19, "gpu_kernels.fused_qkv");
+  for (std::int32_t hd : {64, 128}) {
+    for (const bool with_bias : {false, true}) {
+      for (std::int32_t bs : {1, 16}) {
+        SCOPED_TRACE("head_dim " + std::to_string(hd) + (with_bias ? " bias" : "") +
+                     " block size " + std::to_string(bs));
+        LlamaConfig c;
+        c.model.head_dim = hd;
+        c.model.rope_theta = 500000.0;
+        c.rope_scaling = RopeScaling{};
+        const std::vector<double> inv_freq = rope_inv_freq(c);
+        const std::int32_t qh = 8, kvh = 2, T = 7, width = (qh + 2 * kvh) * hd, rows = 4096;
+        const std::int32_t row = kvh * hd;
+        const k::KvCacheLayout l{2, bs, kvh, hd, 2};
+        const std::int32_t blocks = 8 * 16 / bs + 2, layer = 1;
+        const std::vector<float> table = k::rope_cos_sin_table(inv_freq, rows);
+        std::vector<float> qkv(T * width), bias(width);
+        for (float& x : qkv) x = static_cast<float>(rng.normal(0.0, 1.0));
+        for (float& x : bias) x = static_cast<float>(rng.normal(0.0, 0.1));
+        std::vector<std::int32_t> pos(T);
+        for (std::int32_t& p : pos) p = static_cast<std::int32_t>(rng.uniform_int(0, rows - 1));
+        std::vector<std::int64_t> slots;
+        for (std::int32_t t = 0; t < T; ++t)
+          slots.push_back(t == 3 ? -1 : (t * 5 + 2) % (blocks * bs));
+        const std::vector<std::uint16_t> before =
+            ToBits(RandomBf16(rng, static_cast<std::size_t>(blocks * l.block_stride())));
+        DeviceBuffer d_qkv = Upload(qkv), d_bias = Upload(bias), d_pos = Upload(pos),
+                     d_tab = Upload(table), d_slots = Upload(slots);
+        const float* b = with_bias ? d_bias.as<float>() : nullptr;
+        // The unfused pair.
+        DeviceBuffer q1 = Poisoned(T * qh * hd * 2), kk = Poisoned(T * row * 2),
+                     vv = Poisoned(T * row * 2), cache1 = Upload(before);
+        k::qkv_rope({d_qkv.as<float>(), b, d_pos.as<std::int32_t>(), d_tab.as<float>(), T, qh, kvh,
+                     hd, q1.as<k::Bf16>(), kk.as<k::Bf16>(), vv.as<k::Bf16>()},
+                    nullptr);
+        k::Bf16* base1 = cache1.as<k::Bf16>();
+        k::kv_write({kk.as<k::Bf16>(), vv.as<k::Bf16>(), d_slots.as<std::int64_t>(), T,
+                     base1 + l.layer_base(layer, 0), base1 + l.layer_base(layer, 1),
+                     l.block_stride(), bs, kvh, hd},
+                    nullptr);
+        // The fused kernel.
+        DeviceBuffer q2 = Poisoned(T * qh * hd * 2), cache2 = Upload(before);
+        k::Bf16* base2 = cache2.as<k::Bf16>();
+        k::qkv_rope_kv_write(
+            {d_qkv.as<float>(), b, d_pos.as<std::int32_t>(), d_tab.as<float>(), T, qh, kvh, hd,
+             q2.as<k::Bf16>(), d_slots.as<std::int64_t>(), base2 + l.layer_base(layer, 0),
+             base2 + l.layer_base(layer, 1), l.block_stride(), bs},
+            nullptr);
+        const std::vector<std::uint16_t> fused_q = Download<std::uint16_t>(q2, T * qh * hd);
+        const std::vector<std::uint16_t> fused_cache =
+            Download<std::uint16_t>(cache2, before.size());
+        EXPECT_EQ(fused_q, Download<std::uint16_t>(q1, T * qh * hd)) << "q bits";
+        EXPECT_EQ(fused_cache, Download<std::uint16_t>(cache1, before.size())) << "cache bits";
+        // Against CpuExecutor's rope (one bf16 rounding), and the skipped slot untouched.
+        std::vector<float> wq, got_k, wk, got_v, wv;
+        for (std::int32_t t = 0; t < T; ++t) {
+          std::vector<float> r(qkv.begin() + t * width, qkv.begin() + (t + 1) * width);
+          if (with_bias) {
+            for (std::int32_t i = 0; i < width; ++i) r[i] += bias[i];
+          }
+          apply_rope(r.data(), qh, hd, inv_freq, pos[t]);
+          apply_rope(r.data() + qh * hd, kvh, hd, inv_freq, pos[t]);
+          wq.insert(wq.end(), r.begin(), r.begin() + qh * hd);
+          if (slots[t] < 0) continue;
+          for (std::int32_t h = 0; h < kvh; ++h) {
+            for (std::int32_t d = 0; d < hd; ++d) {
+              const std::int64_t ko = l.offset(slots[t] / bs, layer, 0, slots[t] % bs, h, d);
+              const std::int64_t vo = l.offset(slots[t] / bs, layer, 1, slots[t] % bs, h, d);
+              got_k.push_back(bf16_to_float(fused_cache[ko]));
+              got_v.push_back(bf16_to_float(fused_cache[vo]));
+              wk.push_back(r[(qh + h) * hd + d]);
+              wv.push_back(r[(qh + kvh + h) * hd + d]);
+            }
+          }
+        }
+        ExpectClose(FromBits(fused_q), wq, 1e-3, 8e-3, "q");
+        ExpectClose(got_k, wk, 1e-3, 8e-3, "k in cache");
+        ExpectClose(got_v, wv, 1e-3, 8e-3, "v in cache");
+        // Only the written slots changed.
+        std::int64_t changed = 0;
+        for (std::size_t i = 0; i < before.size(); ++i) changed += fused_cache[i] != before[i];
+        EXPECT_LE(changed, std::int64_t{T - 1} * 2 * row);
+      }
+    }
+  }
+#endif
+}
+
 TEST(GpuKernels, CopyBlocksDeviceAndPinnedHostAreExact) {
   REQUIRE_GPU();
 #if SERVELAB_HAVE_CUDA

@@ -160,7 +160,7 @@ def report_e2e(work):
         s = load(os.path.join(work, f"engine-c{c}", "summary.json"))
         h = hf_by_c.get(c)
         if s is None:
-            rows.append((c, "no result", "", "", "", "", "", "FAIL"))
+            rows.append((c, "no result", "", "", "", "", "", "", "FAIL"))
             ok = False
             continue
         tps = s["throughput"]["output_tokens_per_s"]
@@ -174,6 +174,67 @@ def report_e2e(work):
                      ("PASS" if good else "MISS") if c >= 32 else "report"))
     print(table(rows, ("conc", "engine tok/s", "HF tok/s", "speedup", "TTFT p50 ms",
                        "HF TTFT ms", "TPOT p50 ms", "HF TPOT ms", "target")))
+    ok &= report_decode_step(work)
+    return ok
+
+
+# Llama-3-8B (bench/gpu/e2e-*.yaml): the bytes one decode step must read. Weights: every layer's
+# matrices and the LM head (the embedding table is only gathered); KV: the blocks the running
+# requests hold (steps.csv kv_blocks_used, at most one partial block per request over).
+LLAMA3_8B = dict(layers=32, hidden=4096, inter=14336, q=4096, kv=1024, vocab=128256)
+BLOCK_BYTES = 16 * 2 * 32 * 1024 * 2  # block_size 16, K and V, 32 layers, 8 x 128, bf16
+STEP_TARGET = 1.25  # issue 19: a decode step within 1.25x of (weights + KV bytes) / bandwidth
+
+
+def decode_steps(work, folder, batch):
+    """(median duration ms, median kv_blocks_used, count) of the decode-only steps of `batch`."""
+    try:
+        with open(os.path.join(work, folder, "steps.csv")) as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    head = lines[0].split(",")
+    col = {name: i for i, name in enumerate(head)}
+    ms, blocks = [], []
+    for line in lines[1:]:
+        v = line.split(",")
+        if int(v[col["prefill_tokens"]]) == 0 and int(v[col["decode_tokens"]]) == batch:
+            ms.append(float(v[col["duration_ms"]]))
+            blocks.append(int(v[col["kv_blocks_used"]]))
+    if not ms:
+        return None
+    ms.sort()
+    blocks.sort()
+    return ms[len(ms) // 2], blocks[len(blocks) // 2], len(ms)
+
+
+def report_decode_step(work):
+    j = load(os.path.join(work, "copy_bw.json")) or {}
+    copy = 0.0
+    for b in j.get("benchmarks", []):
+        if b["name"].startswith("BM_DeviceCopy"):
+            copy = max(copy, b.get("GBps", 0) or b.get("bytes_per_second", 0) / 1e9)
+    m = LLAMA3_8B
+    weights = 2 * (m["layers"] * (m["hidden"] * (m["q"] + 2 * m["kv"]) + m["q"] * m["hidden"] +
+                                  3 * m["hidden"] * m["inter"]) + m["vocab"] * m["hidden"])
+    rows, ok = [], True
+    for folder, label in (("engine-c32", "graphs on"), ("engine-c32-eager", "graphs off")):
+        d = decode_steps(work, folder, 32)
+        if d is None or not copy:
+            rows.append((label, "no result", "", "", "", "FAIL" if label == "graphs on" else ""))
+            ok &= label != "graphs on"
+            continue
+        step_ms, blocks, n = d
+        bound_ms = (weights + blocks * BLOCK_BYTES) / (copy * 1e9) * 1e3
+        ratio = step_ms / bound_ms
+        good = ratio <= STEP_TARGET
+        if label == "graphs on":
+            ok &= good
+        rows.append((label, f"{step_ms:.2f}", f"{bound_ms:.2f}", f"{ratio:.2f}x", str(n),
+                     ("PASS" if good else "MISS") if label == "graphs on" else "report"))
+    print(f"decode step at batch 32 (Llama-3-8B, copy bandwidth {copy:.0f} GB/s measured in this "
+          f"run; bound = (weights {weights / 1e9:.2f} GB + KV blocks held) / copy bandwidth)")
+    print(table(rows, ("CUDA graphs", "step p50 ms", "bound ms", "ratio", "steps", "target")))
     return ok
 
 

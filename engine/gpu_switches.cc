@@ -1,0 +1,39 @@
+#include "engine/gpu_switches.h"
+
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+
+#include "core/config_error.h"
+
+namespace servelab {
+
+std::optional<bool> parse_switch(std::string_view name, const char* value) {
+  if (value == nullptr) return std::nullopt;
+  std::string_view v(value);
+  while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
+  while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.remove_suffix(1);
+  if (v == "1") return true;
+  if (v == "0") return false;
+  throw ConfigError("environment variable " + std::string(name) + "='" + std::string(value) +
+                    "': expected 0 (off) or 1 (on), or unset it for the default");
+}
+
+CudaSwitches cuda_switches_from_env() {
+  CudaSwitches sw;
+  sw.cuda_graphs = parse_switch(kCudaGraphsEnv, std::getenv(kCudaGraphsEnv));
+  sw.fused_qkv_rope = parse_switch(kCudaFusedQkvEnv, std::getenv(kCudaFusedQkvEnv));
+  try {
+    if (std::getenv(kernels::kDecodeKernelEnv) != nullptr) {
+      sw.decode_kernel = kernels::decode_kernel_from_env(kernels::kDefaultDecodeKernel);
+    }
+    if (std::getenv(kernels::kPrefillKernelEnv) != nullptr) {
+      sw.prefill_kernel = kernels::prefill_kernel_from_env(kernels::PrefillKernel::kFa2);
+    }
+  } catch (const std::invalid_argument& e) {
+    throw ConfigError(std::string("environment variable ") + e.what());
+  }
+  return sw;
+}
+
+}  // namespace servelab

@@ -1,0 +1,49 @@
+// The environment switches of the CUDA executor: fallbacks a GPU session can flip without
+// rebuilding when a new path misbehaves on the device (docs/gpu-todo.md).
+//   SERVELAB_CUDA_GRAPHS=0|1                decode-only steps as CUDA graphs (cuda_graphs)
+//   SERVELAB_CUDA_FUSED_QKV=0|1             bias + RoPE + KV write in one kernel (fused_qkv_rope)
+//   SERVELAB_CUDA_DECODE=tiled|pipelined    decode attention kernel (decode_kernel)
+//   SERVELAB_CUDA_PREFILL=fa2|wmma          prefill attention kernel (prefill_kernel)
+// Unset leaves the option as it is (defaults: graphs and fusion on, the pipelined and fa2
+// kernels). The engine commands (engine run, serve, profile) apply them; the CudaExecutor itself
+// does not read the environment, so tests choose their variants explicitly. Plain C++, compiled
+// in every build so that the parsing is tested without CUDA (tests/cuda_switches_test.cc).
+#pragma once
+
+#include <optional>
+#include <string_view>
+
+#include "kernels/attention_plan.h"
+#include "kernels/prefill_kernel.h"
+
+namespace servelab {
+
+inline constexpr const char* kCudaGraphsEnv = "SERVELAB_CUDA_GRAPHS";
+inline constexpr const char* kCudaFusedQkvEnv = "SERVELAB_CUDA_FUSED_QKV";
+
+// The value of switch `name`: "1" is true, "0" false (surrounding blanks ignored); nullptr (unset)
+// is nullopt. Anything else throws ConfigError naming the variable, the value and the accepted
+// values.
+std::optional<bool> parse_switch(std::string_view name, const char* value);
+
+struct CudaSwitches {
+  std::optional<bool> cuda_graphs;
+  std::optional<bool> fused_qkv_rope;
+  std::optional<kernels::DecodeKernel> decode_kernel;
+  std::optional<kernels::PrefillKernel> prefill_kernel;
+};
+// Every switch from the process environment (parse_switch on the two booleans; the kernels by
+// name). Throws ConfigError naming the variable, the value and the accepted values.
+CudaSwitches cuda_switches_from_env();
+
+// Sets the options that the environment switches set. Opt is CudaExecutorOptions (a template so
+// that this header needs no CUDA build).
+template <typename Opt>
+void apply_cuda_switches(const CudaSwitches& sw, Opt& options) {
+  if (sw.cuda_graphs) options.cuda_graphs = *sw.cuda_graphs;
+  if (sw.fused_qkv_rope) options.fused_qkv_rope = *sw.fused_qkv_rope;
+  if (sw.decode_kernel) options.decode_kernel = *sw.decode_kernel;
+  if (sw.prefill_kernel) options.prefill_kernel = *sw.prefill_kernel;
+}
+
+}  // namespace servelab

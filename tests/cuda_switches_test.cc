@@ -1,0 +1,101 @@
+// The CUDA executor's environment switches (engine/gpu_switches.h): parsed and validated without
+// a GPU; a bad value is a ConfigError naming the variable and the accepted values.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "core/config_error.h"
+#include "engine/gpu_switches.h"
+
+namespace servelab {
+namespace {
+
+struct FakeOptions {
+  bool cuda_graphs = true;
+  bool fused_qkv_rope = true;
+  kernels::DecodeKernel decode_kernel = kernels::kDefaultDecodeKernel;
+  kernels::PrefillKernel prefill_kernel = kernels::PrefillKernel::kFa2;
+};
+
+TEST(CudaSwitches, ZeroAndOneAreTheOnlyValues) {
+  EXPECT_EQ(parse_switch(kCudaGraphsEnv, nullptr), std::nullopt);
+  EXPECT_EQ(parse_switch(kCudaGraphsEnv, "1"), true);
+  EXPECT_EQ(parse_switch(kCudaGraphsEnv, "0"), false);
+  EXPECT_EQ(parse_switch(kCudaGraphsEnv, " 0\t"), false);
+  for (const char* bad : {"", "yes", "true", "2", "01", "off"}) {
+    try {
+      parse_switch(kCudaFusedQkvEnv, bad);
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const ConfigError& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find("SERVELAB_CUDA_FUSED_QKV"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("expected 0 (off) or 1 (on)"), std::string::npos) << msg;
+    }
+  }
+}
+
+TEST(CudaSwitches, EnvironmentSetsOnlyWhatItNames) {
+  ::unsetenv(kCudaGraphsEnv);
+  ::unsetenv(kCudaFusedQkvEnv);
+  FakeOptions o;
+  apply_cuda_switches(cuda_switches_from_env(), o);
+  EXPECT_TRUE(o.cuda_graphs);
+  EXPECT_TRUE(o.fused_qkv_rope);
+  ::setenv(kCudaGraphsEnv, "0", 1);
+  apply_cuda_switches(cuda_switches_from_env(), o);
+  EXPECT_FALSE(o.cuda_graphs);
+  EXPECT_TRUE(o.fused_qkv_rope);
+  ::setenv(kCudaFusedQkvEnv, "0", 1);
+  ::setenv(kCudaGraphsEnv, "1", 1);
+  apply_cuda_switches(cuda_switches_from_env(), o);
+  EXPECT_TRUE(o.cuda_graphs);
+  EXPECT_FALSE(o.fused_qkv_rope);
+  ::setenv(kCudaGraphsEnv, "maybe", 1);
+  EXPECT_THROW(cuda_switches_from_env(), ConfigError);
+  ::unsetenv(kCudaGraphsEnv);
+  ::unsetenv(kCudaFusedQkvEnv);
+}
+
+// The attention kernels by name: SERVELAB_CUDA_DECODE and SERVELAB_CUDA_PREFILL set only their
+// own option; a name that is no kernel is a ConfigError naming the variable and the choices.
+TEST(CudaSwitches, KernelVariablesPickTheAttentionKernels) {
+  ::unsetenv(kernels::kDecodeKernelEnv);
+  ::unsetenv(kernels::kPrefillKernelEnv);
+  FakeOptions o;
+  apply_cuda_switches(cuda_switches_from_env(), o);
+  EXPECT_EQ(o.decode_kernel, kernels::DecodeKernel::kPipelined);
+  EXPECT_EQ(o.prefill_kernel, kernels::PrefillKernel::kFa2);
+  ::setenv(kernels::kDecodeKernelEnv, "tiled", 1);
+  apply_cuda_switches(cuda_switches_from_env(), o);
+  EXPECT_EQ(o.decode_kernel, kernels::DecodeKernel::kTiled);
+  EXPECT_EQ(o.prefill_kernel, kernels::PrefillKernel::kFa2);
+  ::setenv(kernels::kPrefillKernelEnv, "wmma", 1);
+  apply_cuda_switches(cuda_switches_from_env(), o);
+  EXPECT_EQ(o.prefill_kernel, kernels::PrefillKernel::kWmma);
+  ::setenv(kernels::kDecodeKernelEnv, "flash", 1);
+  try {
+    cuda_switches_from_env();
+    ADD_FAILURE() << "accepted SERVELAB_CUDA_DECODE=flash";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("SERVELAB_CUDA_DECODE=flash: expected one of tiled, "
+                                         "pipelined"),
+              std::string::npos)
+        << e.what();
+  }
+  ::unsetenv(kernels::kDecodeKernelEnv);
+  ::setenv(kernels::kPrefillKernelEnv, "wgmma", 1);
+  try {
+    cuda_switches_from_env();
+    ADD_FAILURE() << "accepted SERVELAB_CUDA_PREFILL=wgmma";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("SERVELAB_CUDA_PREFILL: expected one of fa2, wmma, got "
+                                         "'wgmma'"),
+              std::string::npos)
+        << e.what();
+  }
+  ::unsetenv(kernels::kPrefillKernelEnv);
+}
+
+}  // namespace
+}  // namespace servelab

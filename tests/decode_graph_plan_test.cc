@@ -1,0 +1,131 @@
+// The host side of CUDA-graph decode steps (kernels/decode_graph_plan.h): bucket sizes, bucket
+// choice, the block-table width buckets, the split plan a graph bakes in, and the padding rows.
+#include "kernels/decode_graph_plan.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <stdexcept>
+#include <vector>
+
+namespace servelab::kernels {
+namespace {
+
+TEST(DecodeGraphPlan, BucketsFollowVllmCaptureSizesUpToMaxNumSeqs) {
+  EXPECT_EQ(decode_graph_buckets(1), (std::vector<std::int32_t>{1}));
+  EXPECT_EQ(decode_graph_buckets(3), (std::vector<std::int32_t>{1, 2, 4}));
+  EXPECT_EQ(decode_graph_buckets(8), (std::vector<std::int32_t>{1, 2, 4, 8}));
+  EXPECT_EQ(decode_graph_buckets(20), (std::vector<std::int32_t>{1, 2, 4, 8, 16, 24}));
+  EXPECT_EQ(decode_graph_buckets(32), (std::vector<std::int32_t>{1, 2, 4, 8, 16, 24, 32}));
+  const std::vector<std::int32_t> b256 = decode_graph_buckets(256);
+  EXPECT_EQ(b256.size(), 3U + 32U);
+  EXPECT_EQ(b256.back(), 256);
+  EXPECT_THROW(decode_graph_buckets(0), std::invalid_argument);
+}
+
+TEST(DecodeGraphPlan, EveryBatchGetsTheSmallestBucketThatHoldsIt) {
+  for (std::int32_t max_seqs : {1, 5, 16, 37, 256}) {
+    const std::vector<std::int32_t> b = decode_graph_buckets(max_seqs);
+    for (std::int32_t batch = 1; batch <= max_seqs; ++batch) {
+      const std::int32_t got = decode_graph_bucket(b, batch);
+      ASSERT_GE(got, batch) << max_seqs << " " << batch;
+      // No smaller bucket holds it: padding is never more than the bucket grid forces.
+      for (std::int32_t x : b) {
+        if (x >= batch) {
+          EXPECT_EQ(got, x);
+          break;
+        }
+      }
+    }
+    EXPECT_EQ(decode_graph_bucket(b, b.back() + 1), 0) << "too large: eager";
+  }
+  EXPECT_EQ(decode_graph_bucket(decode_graph_buckets(32), 17), 24);
+  EXPECT_EQ(decode_graph_bucket(decode_graph_buckets(32), 3), 4);
+}
+
+TEST(DecodeGraphPlan, TableWidthIsAPowerOfTwoCappedAtTheMaximum) {
+  EXPECT_EQ(decode_graph_table_width(1, 512), 1);
+  EXPECT_EQ(decode_graph_table_width(3, 512), 4);
+  EXPECT_EQ(decode_graph_table_width(64, 512), 64);
+  EXPECT_EQ(decode_graph_table_width(65, 512), 128);
+  EXPECT_EQ(decode_graph_table_width(300, 300), 300);
+  EXPECT_EQ(decode_graph_table_width(257, 300), 300);
+  EXPECT_THROW(decode_graph_table_width(0, 10), std::invalid_argument);
+  EXPECT_THROW(decode_graph_table_width(11, 10), std::invalid_argument);
+}
+
+TEST(DecodeGraphPlan, GraphSplitPlanCoversTheWholeTableAndChangesOnlyWithIt) {
+  // A full batch (no split): the partition covers table_width * block_size, so contexts that
+  // grow within the same table width keep one plan (one graph).
+  std::vector<std::int32_t> ctx(64, 1);
+  DecodeSplitPlan first;
+  for (std::int32_t longest = 65; longest <= 512; longest += 37) {
+    ctx[0] = longest;
+    const DecodeSplitPlan p = decode_graph_split_plan(ctx, 4, 132, 32, 16);
+    EXPECT_FALSE(p.split());
+    EXPECT_EQ(p.partition_tokens, 512);
+    EXPECT_TRUE(decode_plan_error(p, 32 * 16).empty());
+    if (longest == 65) first = p;
+    EXPECT_EQ(p.partition_tokens, first.partition_tokens);
+  }
+  // A block size that does not divide the tile: rounded up to whole tiles.
+  EXPECT_EQ(decode_graph_split_plan({10}, 4, 1, 3, 7).partition_tokens, 64);
+  // A small batch of long contexts splits exactly as plan_decode_splits does.
+  const std::vector<std::int32_t> long_ctx = {4000, 3000, 1, 1};
+  const DecodeSplitPlan split = decode_graph_split_plan(long_ctx, 4, 132, 256, 16);
+  const DecodeSplitPlan eager = plan_decode_splits(long_ctx, 4, 132);
+  ASSERT_TRUE(split.split());
+  EXPECT_EQ(split.partition_tokens, eager.partition_tokens);
+  EXPECT_EQ(split.max_splits, eager.max_splits);
+}
+
+TEST(DecodeGraphPlan, PaddingRowsWriteNothingAndAttendToOneDummyKey) {
+  const std::vector<std::int32_t> tokens = {5, 6, 7}, positions = {10, 3, 20};
+  const std::vector<std::int64_t> slots = {42, 7, 99};
+  const std::vector<std::int32_t> ctx = {11, 4, 21};
+  const std::vector<std::int32_t> tables = {1, 2, 9, 4, 0, 0, 5, 6, 8};  // 3 rows of stride 3
+  const PaddedDecodeInputs p = pad_decode_inputs(tokens, positions, slots, ctx, tables, 3, 8, 4, 0);
+  ASSERT_EQ(p.tokens.size(), 8U);
+  ASSERT_EQ(p.block_tables.size(), 32U);
+  for (std::size_t i = 0; i < 8; ++i) {
+    EXPECT_EQ(p.q_rows[i], static_cast<std::int32_t>(i));
+    if (i < 3) {
+      EXPECT_EQ(p.tokens[i], tokens[i]);
+      EXPECT_EQ(p.positions[i], positions[i]);
+      EXPECT_EQ(p.slots[i], slots[i]);
+      EXPECT_EQ(p.context_lens[i], ctx[i]);
+      for (std::size_t c = 0; c < 4; ++c) {
+        EXPECT_EQ(p.block_tables[i * 4 + c], c < 3 ? tables[i * 3 + c] : 0) << i << " " << c;
+      }
+    } else {
+      EXPECT_EQ(p.tokens[i], 0);
+      EXPECT_EQ(p.positions[i], 0);
+      EXPECT_EQ(p.slots[i], -1) << "a padding row must not write the KV cache";
+      EXPECT_EQ(p.context_lens[i], 1);
+      for (std::size_t c = 0; c < 4; ++c) EXPECT_EQ(p.block_tables[i * 4 + c], 0);
+    }
+  }
+  // A narrower graph table cuts rows (the caller guarantees the contexts fit).
+  const PaddedDecodeInputs narrow = pad_decode_inputs({1}, {0}, {3}, {1}, {7, 8, 9}, 3, 1, 1, 2);
+  EXPECT_EQ(narrow.block_tables, (std::vector<std::int32_t>{7}));
+  EXPECT_THROW(pad_decode_inputs(tokens, positions, slots, ctx, tables, 3, 2, 4, 0),
+               std::invalid_argument);
+  EXPECT_THROW(pad_decode_inputs(tokens, {1}, slots, ctx, tables, 3, 8, 4, 0),
+               std::invalid_argument);
+  EXPECT_THROW(pad_decode_inputs(tokens, positions, slots, ctx, {1, 2}, 3, 8, 4, 0),
+               std::invalid_argument);
+}
+
+TEST(DecodeGraphPlan, KeysDifferInEveryBakedInField) {
+  const DecodeGraphKey a{8, 16, 256, 1, 0};
+  EXPECT_EQ(a, (DecodeGraphKey{8, 16, 256, 1, 0}));
+  EXPECT_NE(a, (DecodeGraphKey{16, 16, 256, 1, 0}));
+  EXPECT_NE(a, (DecodeGraphKey{8, 32, 256, 1, 0}));
+  EXPECT_NE(a, (DecodeGraphKey{8, 16, 128, 1, 0}));
+  EXPECT_NE(a, (DecodeGraphKey{8, 16, 256, 2, 0}));
+  EXPECT_NE(a, (DecodeGraphKey{8, 16, 256, 1, 1}));
+  EXPECT_LT(a, (DecodeGraphKey{16, 1, 1, 1, 0}));
+}
+
+}  // namespace
+}  // namespace servelab::kernels
