@@ -93,6 +93,11 @@ else
   echo "skip the figure: /usr/bin/python3 has no matplotlib"
 fi
 
+# The report says when the pipeline is incomplete, and exits 1.
+rm -rf "$w/burst-8b-vllm-hash-roofline-validation"
+check "the report of an incomplete run exits 1" run 1 python3 "$b/experiments/validation/gpu/report.py" "$w" --out r2.md
+check "  ... naming what is missing" has "INCOMPLETE: no validation of burst-8b vllm-hash (roofline)" "$w/r2.md"
+
 # The calibrated model, shipped where its name says, is found from any folder by that path.
 cp "$cal/tiny-cpu.yaml" "$cal/tiny-cpu-profile.csv" "$b/experiments/catalog/calibrated/"
 check "the shipped model loads from the catalogue" run 0 "$b/bin/sim" run "$b/experiments/burst-tiny.yaml" \
