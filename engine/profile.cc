@@ -4,6 +4,7 @@
 #include <chrono>
 #include <ctime>
 #include <deque>
+#include <fstream>
 #include <memory>
 #include <sstream>
 #include <stdexcept>
@@ -98,6 +99,25 @@ std::int64_t median(std::vector<std::int64_t> v) {
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2] + 1) / 2;
 }
 
+#if SERVELAB_HAVE_CUDA
+// The NVIDIA kernel driver's version, from the line "NVRM version: NVIDIA UNIX x86_64 Kernel
+// Module  580.65.06  ..." of /proc/driver/nvidia/version; "unknown" where that file is missing
+// (a container without it) or says something else.
+std::string nvidia_driver_version() {
+  std::ifstream in("/proc/driver/nvidia/version");
+  std::string line;
+  while (std::getline(in, line)) {
+    const std::string key = "Kernel Module";
+    const std::size_t at = line.find(key);
+    if (at == std::string::npos) continue;
+    std::istringstream rest(line.substr(at + key.size()));
+    std::string version;
+    if (rest >> version) return version;
+  }
+  return "unknown";
+}
+#endif
+
 std::string utc_now() {
   const std::time_t t = std::time(nullptr);
   std::tm tm{};
@@ -124,48 +144,51 @@ std::string cpu_device_name() {
 std::vector<ProfileShape> profile_grid(bool quick, std::int32_t max_tokens) {
   std::vector<ProfileShape> g;
   const std::int32_t m = max_tokens;
+  // Above 2,048 tokens the full grid grows to the sizes a GPU serves (the workloads of
+  // experiments/validation/gpu batch up to 8,192 tokens over contexts up to 8,192); up to 2,048
+  // it is the grid the shipped CPU profile was measured with, shape for shape.
+  const bool large = !quick && m > 2048;
   auto prompt = [](std::int32_t n) { return ProfileEntry{0, n, true, true}; };
   auto decode = [](std::int32_t c) { return ProfileEntry{c - 1, 1, false, true}; };
   auto add = [&](std::string family, std::vector<ProfileEntry> entries, std::int32_t swap = 0,
                  std::int32_t copy = 0) {
     g.push_back({std::move(family), std::move(entries), swap, copy});
   };
-  const std::vector<std::int32_t> prefill_n =
-      quick ? std::vector<std::int32_t>{8, 64, 256}
-            : std::vector<std::int32_t>{1,   2,   4,   8,   16,   32,   64,  128,
-                                        256, 384, 512, 768, 1024, 1536, 2048};
+  using Sizes = std::vector<std::int32_t>;
+  auto with = [](Sizes base, bool more, const Sizes& extra) {
+    if (more) base.insert(base.end(), extra.begin(), extra.end());
+    return base;
+  };
+  const Sizes prefill_n =
+      quick ? Sizes{8, 64, 256}
+            : with({1, 2, 4, 8, 16, 32, 64, 128, 256, 384, 512, 768, 1024, 1536, 2048}, large,
+                   {3072, 4096, 6144, 8192});
   for (std::int32_t n : prefill_n) {
     if (n <= m) add("prefill", {prompt(n)});
   }
-  for (std::int32_t k :
-       quick ? std::vector<std::int32_t>{4} : std::vector<std::int32_t>{2, 4, 8, 16}) {
-    for (std::int32_t n :
-         quick ? std::vector<std::int32_t>{32} : std::vector<std::int32_t>{16, 64, 256}) {
+  for (std::int32_t k : quick ? Sizes{4} : Sizes{2, 4, 8, 16}) {
+    for (std::int32_t n : quick ? Sizes{32} : with({16, 64, 256}, large, {1024})) {
       if (k * n <= m) add("prefill_batch", std::vector<ProfileEntry>(k, prompt(n)));
     }
   }
-  for (std::int32_t n :
-       quick ? std::vector<std::int32_t>{64} : std::vector<std::int32_t>{16, 64, 256}) {
-    for (std::int32_t p :
-         quick ? std::vector<std::int32_t>{256} : std::vector<std::int32_t>{128, 512, 1024, 1536}) {
+  for (std::int32_t n : quick ? Sizes{64} : with({16, 64, 256}, large, {1024})) {
+    for (std::int32_t p : quick ? Sizes{256} : with({128, 512, 1024, 1536}, large, {3072, 6144})) {
       if (p + n <= m) add("chunk", {ProfileEntry{p, n, true, false}});
     }
   }
-  for (std::int32_t b : quick ? std::vector<std::int32_t>{1, 8, 32}
-                              : std::vector<std::int32_t>{1, 2, 4, 8, 16, 32, 64, 128, 256}) {
-    for (std::int32_t c : quick ? std::vector<std::int32_t>{32, 256}
-                                : std::vector<std::int32_t>{16, 64, 256, 1024, 2048}) {
-      if (c <= m && std::int64_t{b} * c <= 131072) {
+  // Decode steps read at most this many KV tokens (x 128 KiB for Llama-3-8B in bf16: 32 GiB).
+  const std::int64_t max_decode_kv = large ? 262144 : 131072;
+  for (std::int32_t b : quick ? Sizes{1, 8, 32} : Sizes{1, 2, 4, 8, 16, 32, 64, 128, 256}) {
+    for (std::int32_t c :
+         quick ? Sizes{32, 256} : with({16, 64, 256, 1024, 2048}, large, {4096, 8192})) {
+      if (c <= m && std::int64_t{b} * c <= max_decode_kv) {
         add("decode", std::vector<ProfileEntry>(b, decode(c)));
       }
     }
   }
-  for (std::int32_t b :
-       quick ? std::vector<std::int32_t>{8} : std::vector<std::int32_t>{4, 16, 64}) {
-    for (std::int32_t c :
-         quick ? std::vector<std::int32_t>{128} : std::vector<std::int32_t>{128, 1024}) {
-      for (std::int32_t n :
-           quick ? std::vector<std::int32_t>{64} : std::vector<std::int32_t>{32, 256}) {
+  for (std::int32_t b : quick ? Sizes{8} : Sizes{4, 16, 64}) {
+    for (std::int32_t c : quick ? Sizes{128} : with({128, 1024}, large, {4096})) {
+      for (std::int32_t n : quick ? Sizes{64} : with({32, 256}, large, {2048})) {
         if (c > m || n > m) continue;
         std::vector<ProfileEntry> e(b, decode(c));
         e.push_back(prompt(n));
@@ -174,8 +197,7 @@ std::vector<ProfileShape> profile_grid(bool quick, std::int32_t max_tokens) {
     }
   }
   const std::int32_t small_ctx = std::min<std::int32_t>(64, m);
-  for (std::int32_t k :
-       quick ? std::vector<std::int32_t>{4, 32} : std::vector<std::int32_t>{1, 4, 16, 64, 256}) {
+  for (std::int32_t k : quick ? Sizes{4, 32} : Sizes{1, 4, 16, 64, 256}) {
     add("swap", std::vector<ProfileEntry>(4, decode(small_ctx)), k, 0);
     add("copy", std::vector<ProfileEntry>(4, decode(small_ctx)), 0, k);
   }
@@ -227,6 +249,7 @@ std::size_t run_profile(const ProfileOptions& o, std::FILE* progress) {
   // largest shape of the grid.
   std::unique_ptr<Backend> exec;
   std::string device_name = cpu_device_name(), executor = "CpuExecutor fp32 (Eigen)";
+  std::string driver;  // the GPU driver's version (CUDA only)
   std::int64_t block_bytes = engine_block_bytes(model, o.block_size);
   if (o.device == "cpu") {
     CpuExecutorOptions eo;
@@ -260,6 +283,7 @@ std::size_t run_profile(const ProfileOptions& o, std::FILE* progress) {
                   ", " + std::to_string(info.sm_count) + " SMs)";
     machine = this_machine("cuda", info.name);
     executor = "CudaExecutor bf16 (cuBLAS + ServeLab kernels)";
+    driver = "NVIDIA " + nvidia_driver_version();
     block_bytes = cuda->block_bytes();
     exec = std::move(cuda);
   }
@@ -294,6 +318,7 @@ std::size_t run_profile(const ProfileOptions& o, std::FILE* progress) {
   out << "# format_version: 1\n";
   out << "# model: " << model.name << "\n";
   out << "# device: " << device_name << "\n";
+  if (!driver.empty()) out << "# driver: " << driver << "\n";
   out << "# machine_kind: " << machine.kind << "\n";
   out << "# machine_name: " << machine.name << "\n";
   out << "# machine_threads: " << machine.threads << "\n";

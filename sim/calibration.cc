@@ -225,6 +225,38 @@ std::map<std::string, FamilyError> profile_errors(const EngineProfile& profile,
   return fam;
 }
 
+ProfileSplit split_profile(const EngineProfile& profile, int every) {
+  if (every < 2) {
+    throw ConfigError("--holdout: expected an integer >= 2 (every N-th shape is held out), got " +
+                      std::to_string(every));
+  }
+  ProfileSplit s;
+  s.fit = profile;
+  s.fit.rows.clear();
+  s.held_out = s.fit;
+  std::map<std::string, int> seen;  // shapes of each family so far
+  for (const ProfileRow& r : profile.rows) {
+    const int k = ++seen[r.family];
+    (k % every == 0 ? s.held_out : s.fit).rows.push_back(r);
+  }
+  if (s.held_out.rows.empty()) {
+    throw ConfigError(profile.file + ": --holdout " + std::to_string(every) +
+                      ": no shape family has " + std::to_string(every) +
+                      " shapes, so nothing would be held out");
+  }
+  return s;
+}
+
+CalibrationResult fit_profile_holdout(const EngineProfile& profile, int every) {
+  const ProfileSplit s = split_profile(profile, every);
+  CalibrationResult r = fit_profile(s.fit);
+  HoldoutErrors h;
+  h.every = every;
+  h.families = profile_errors(s.held_out, r.profile.coefficients, &h.overall);
+  r.holdout = std::move(h);
+  return r;
+}
+
 CalibrationResult fit_profile(const EngineProfile& profile) {
   const Eigen::Index n = static_cast<Eigen::Index>(profile.rows.size());
   const double bb = static_cast<double>(profile.block_bytes);
@@ -406,21 +438,39 @@ std::string calibration_yaml(const CalibrationResult& result, const std::string&
   }
   y << YAML::EndMap;
   y << YAML::Key << "fit" << YAML::Value
-    << YAML::Comment("relative errors on the profile itself (fractions)") << YAML::BeginMap;
+    << YAML::Comment(result.holdout
+                         ? "relative errors (fractions) on the shapes fitted; holdout: on the "
+                           "shapes held out of the fit"
+                         : "relative errors on the profile itself (fractions)")
+    << YAML::BeginMap;
   number("method", "nnls-relative-huber");
   number("converged", result.converged);
   number("shapes", result.overall.shapes);
   number("mape", result.overall.mape);
   number("max_error", result.overall.max_error);
-  y << YAML::Key << "families" << YAML::Value << YAML::BeginMap;
-  for (const auto& [name, e] : result.families) {
-    y << YAML::Key << YAML::DoubleQuoted << name << YAML::Value << YAML::Flow << YAML::BeginMap;
-    number("shapes", e.shapes);
-    number("mape", e.mape);
-    number("max_error", e.max_error);
+  const auto families = [&](const std::map<std::string, FamilyError>& fams) {
+    y << YAML::Key << "families" << YAML::Value << YAML::BeginMap;
+    for (const auto& [name, e] : fams) {
+      y << YAML::Key << YAML::DoubleQuoted << name << YAML::Value << YAML::Flow << YAML::BeginMap;
+      number("shapes", e.shapes);
+      number("mape", e.mape);
+      number("max_error", e.max_error);
+      y << YAML::EndMap;
+    }
+    y << YAML::EndMap;
+  };
+  families(result.families);
+  if (result.holdout) {
+    const HoldoutErrors& h = *result.holdout;
+    y << YAML::Key << "holdout" << YAML::Value << YAML::BeginMap;
+    number("every", h.every);
+    number("shapes", h.overall.shapes);
+    number("mape", h.overall.mape);
+    number("max_error", h.overall.max_error);
+    families(h.families);
     y << YAML::EndMap;
   }
-  y << YAML::EndMap << YAML::EndMap;
+  y << YAML::EndMap;
   if (host != nullptr) {
     y << YAML::Key << "host_overhead" << YAML::Value
       << YAML::Comment("added to step_s and per_sequence_s") << YAML::BeginMap;
@@ -459,15 +509,25 @@ void print_calibration(std::FILE* out, const CalibrationResult& r) {
                c.swap_byte_s > 0 ? 1e-9 / c.swap_byte_s : 0.0);
   std::fprintf(out, "    copy                  %12.3f GB/s\n",
                c.copy_byte_s > 0 ? 1e-9 / c.copy_byte_s : 0.0);
-  std::fprintf(out, "  fit error by shape family (|predicted - measured| / measured):\n");
-  std::fprintf(out, "    %-16s %7s %9s %9s\n", "family", "shapes", "MAPE %", "max %");
-  for (const auto& [name, e] : r.families) {
-    std::fprintf(out, "    %-16s %7lld %9.2f %9.2f\n", name.c_str(),
-                 static_cast<long long>(e.shapes), 100 * e.mape, 100 * e.max_error);
+  const auto table = [&](const std::map<std::string, FamilyError>& fams,
+                         const FamilyError& overall) {
+    std::fprintf(out, "    %-16s %7s %9s %9s\n", "family", "shapes", "MAPE %", "max %");
+    for (const auto& [name, e] : fams) {
+      std::fprintf(out, "    %-16s %7lld %9.2f %9.2f\n", name.c_str(),
+                   static_cast<long long>(e.shapes), 100 * e.mape, 100 * e.max_error);
+    }
+    std::fprintf(out, "    %-16s %7lld %9.2f %9.2f\n", "all",
+                 static_cast<long long>(overall.shapes), 100 * overall.mape,
+                 100 * overall.max_error);
+  };
+  std::fprintf(out, "  fit error by shape family (|predicted - measured| / measured)%s:\n",
+               r.holdout ? ", on the shapes fitted" : "");
+  table(r.families, r.overall);
+  if (r.holdout) {
+    std::fprintf(out, "  held-out error (one shape in %d of each family, never fitted):\n",
+                 r.holdout->every);
+    table(r.holdout->families, r.holdout->overall);
   }
-  std::fprintf(out, "    %-16s %7lld %9.2f %9.2f\n", "all",
-               static_cast<long long>(r.overall.shapes), 100 * r.overall.mape,
-               100 * r.overall.max_error);
   if (!r.converged) std::fprintf(out, "  warning: NNLS stopped at its iteration limit\n");
 }
 

@@ -63,17 +63,38 @@ struct FamilyError {
   double max_error = 0;  // the largest of those
 };
 
-struct CalibrationResult {
-  CalibratedProfile profile;                    // coefficients + provenance, ready to write
+// Errors on shapes the fit never saw (`sim calibrate --holdout N`).
+struct HoldoutErrors {
+  int every = 0;                                // every N-th shape of each family was held out
   std::map<std::string, FamilyError> families;  // by family name
   FamilyError overall;
-  std::vector<double> predicted_s;  // per profile row
+};
+
+struct CalibrationResult {
+  CalibratedProfile profile;                    // coefficients + provenance, ready to write
+  std::map<std::string, FamilyError> families;  // by family name, on the shapes fitted
+  FamilyError overall;
+  std::vector<double> predicted_s;  // per profile row (of the profile fitted)
   bool converged = true;
+  std::optional<HoldoutErrors> holdout;  // set by fit_profile_holdout
 };
 
 // Fits the coefficients. Throws ConfigError when the profile cannot determine a fit (fewer
 // shapes than the terms it exercises).
 CalibrationResult fit_profile(const EngineProfile& profile);
+
+// A profile split for an honest error: within each family, in file order, the every-th,
+// 2 x every-th, ... shape is held out, the others are for fitting (so each family keeps its
+// first shape, and held-out shapes lie between fitted ones). Both parts keep the header.
+// Throws ConfigError when every < 2 or when no family has `every` shapes (nothing held out).
+struct ProfileSplit {
+  EngineProfile fit, held_out;
+};
+ProfileSplit split_profile(const EngineProfile& profile, int every);
+
+// fit_profile on split_profile(profile, every).fit, with `holdout` set to the errors of the
+// fitted coefficients on the held-out shapes. The coefficients describe the fitted part only.
+CalibrationResult fit_profile_holdout(const EngineProfile& profile, int every);
 
 // Per-family errors of `coefficients` on `profile` (the same arithmetic the fit reports).
 std::map<std::string, FamilyError> profile_errors(const EngineProfile& profile,
@@ -90,7 +111,7 @@ struct HostOverhead {
 
 // The cost.yaml text, written with yaml-cpp's emitter (deterministic: fixed key order, numbers
 // as "%.9g", strings double-quoted and escaped), plus a `host_overhead` section when `host` is
-// given. Loads back with load_calibrated_profile.
+// given and `fit.holdout` when the result has one. Loads back with load_calibrated_profile.
 std::string calibration_yaml(const CalibrationResult& result, const std::string& profile_path,
                              const HostOverhead* host = nullptr);
 

@@ -27,10 +27,11 @@ PlotArgs parse_plot_args(const std::vector<std::string>& args) {
   PlotArgs out;
   const auto app = cli::command(
       "sim plot",
-      "Figures from run, compare or sweep folders: latency CDFs, throughput and KV usage over "
-      "time, batch composition, request Gantt (needs schedule.csv), KV block map (needs "
-      "blocks.csv), curves and bars per variant.");
-  app->add_option("RUN_DIR", out.inputs, "run, compare or sweep folders");
+      "Figures from run, compare, sweep or validation folders: latency CDFs, throughput and KV "
+      "usage over time, batch composition, request Gantt (needs schedule.csv), KV block map "
+      "(needs blocks.csv), curves and bars per variant, predicted against measured step time "
+      "(`sim validate` folders).");
+  app->add_option("RUN_DIR", out.inputs, "run, compare, sweep or validation folders");
   cli::add_out(*app, out.out_dir, "the figures' folder (default RUN_DIR/figures)");
   app->add_option("--format", out.format, "the figures' format (default png)")
       ->check(cli::one_of({"png", "svg", "pdf"}));
@@ -60,9 +61,19 @@ std::string plot_input_kind(const std::string& dir) {
   }
   if (fs::exists(fs::path(dir) / "sweep.csv", ec)) return "sweep";
   if (fs::exists(fs::path(dir) / "compare.csv", ec)) return "compare";
+  if (fs::exists(fs::path(dir) / "validation.json", ec)) {
+    // The figure is drawn from replay.csv, which `sim validate` writes beside validation.json.
+    if (!fs::exists(fs::path(dir) / "replay.csv", ec)) {
+      throw ConfigError(dir +
+                        ": a `sim validate` folder without replay.csv (written by sim validate "
+                        "since the replay figure exists): run sim validate again");
+    }
+    return "validation";
+  }
   throw ConfigError(dir +
-                    ": not a run folder (no summary.json) nor a `sim compare` / `sim sweep` "
-                    "folder (no compare.csv or sweep.csv)");
+                    ": not a run folder (no summary.json), a `sim compare` / `sim sweep` folder "
+                    "(no compare.csv or sweep.csv) nor a `sim validate` folder (no "
+                    "validation.json)");
 }
 
 std::string plot_script_path() {

@@ -242,7 +242,8 @@ std::vector<EngineStep> engine_steps(const std::string& engine_dir) {
   std::vector<EngineStep> out;
   for (std::size_t i = 0; i < steps.rows.size(); ++i) {
     EngineStep st;
-    st.plan = std::move(plans[static_cast<std::int64_t>(steps.number(i, "step"))]);
+    st.step = static_cast<std::int64_t>(steps.number(i, "step"));
+    st.plan = std::move(plans[st.step]);
     st.plan.swap_out.resize(static_cast<std::size_t>(steps.number(i, "swap_out_blocks")));
     st.plan.swap_in.resize(static_cast<std::size_t>(steps.number(i, "swap_in_blocks")));
     st.measured_s = steps.number(i, "duration_ms") * 1e-3;
@@ -414,7 +415,11 @@ ValidationReport validate_runs(const std::string& sim_dir, const std::string& en
     std::vector<double> errors;
     for (const EngineStep& st : steps) {
       if (st.measured_s > 0) {
-        errors.push_back((ns_to_s(rm.model->step_time(st.plan)) - st.measured_s) / st.measured_s);
+        const double predicted = ns_to_s(rm.model->step_time(st.plan));
+        errors.push_back((predicted - st.measured_s) / st.measured_s);
+        const CalibrationFeatures f = CalibrationFeatures::from_plan(st.plan);
+        rep.replayed.push_back({st.step, f.num_entries, f.step.prefill_tokens, f.step.decode_tokens,
+                                f.step.decode_context_tokens, st.measured_s, predicted});
       }
     }
     rep.step_replay = error_stats(errors);
@@ -554,13 +559,30 @@ std::string validation_json(const ValidationReport& r) {
   return j.dump(2) + "\n";
 }
 
+std::string replay_csv(const ValidationReport& r) {
+  std::string out =
+      "step,num_seqs,prefill_tokens,decode_tokens,decode_context_tokens,measured_ms,"
+      "predicted_ms\n";
+  char buf[256];
+  for (const ValidationReport::ReplayedStep& s : r.replayed) {
+    std::snprintf(buf, sizeof buf, "%lld,%lld,%lld,%lld,%lld,%.6f,%.6f\n",
+                  static_cast<long long>(s.step), static_cast<long long>(s.num_seqs),
+                  static_cast<long long>(s.prefill_tokens), static_cast<long long>(s.decode_tokens),
+                  static_cast<long long>(s.decode_context_tokens), s.measured_s * 1e3,
+                  s.predicted_s * 1e3);
+    out += buf;
+  }
+  return out;
+}
+
 int validate_command(const std::vector<std::string>& args) {
   std::string sim_dir, engine_dir, out, cost;
   bool quiet = false;
   const auto app = cli::command(
       "sim validate",
       "Compare a sim run with the engine's run of the same experiment: step-time, per-request "
-      "and aggregate errors, schedules step by step; writes OUT/validation.json.");
+      "and aggregate errors, schedules step by step; writes OUT/validation.json and OUT/replay.csv "
+      "(each engine step's measured and replayed duration).");
   app->add_option("SIM_DIR", sim_dir, "the sim run folder");
   app->add_option("ENGINE_DIR", engine_dir, "the engine's run folder");
   cli::add_out(*app, out, "the report's folder (default SIM_DIR-validation)");
@@ -584,6 +606,7 @@ int validate_command(const std::vector<std::string>& args) {
   if (ec) throw_io_error(dir, "creating the folder", ec.value());
   const std::string path = dir + "/validation.json";
   write_file_atomically(path, validation_json(rep));
+  write_file_atomically(dir + "/replay.csv", replay_csv(rep));
   if (!quiet) {
     print_validation(stdout, rep);
     std::printf("  wrote %s\n", path.c_str());
@@ -594,6 +617,7 @@ int validate_command(const std::vector<std::string>& args) {
 int calibrate_command(const std::vector<std::string>& args) {
   std::string profile, out, engine_run, hardware;
   bool quiet = false, force = false;
+  int holdout = 0;
   std::vector<std::string> profiles, vidur, held_out;
   const auto app = cli::command(
       "sim calibrate",
@@ -613,11 +637,21 @@ int calibrate_command(const std::vector<std::string>& args) {
   cli::add_out(*app, out, "the cost model file to write")->type_name("COST.yaml");
   app->add_option("--engine-run", engine_run, "fit the host overhead on this engine run folder")
       ->type_name("ENGINE_DIR");
+  CLI::Option* holdout_option =
+      app->add_option("--holdout", holdout,
+                      "hold every N-th shape of each family out of the fit and report the error on "
+                      "those (N >= 2)")
+          ->type_name("N");
   cli::add_force(*app, force, "COST.yaml");
   cli::add_quiet(*app, quiet);
   cli::parse(*app, args);
   if (!vidur.empty()) {
     if (!profiles.empty()) throw UsageError("sim calibrate: --vidur takes no engine profile");
+    if (holdout_option->count() > 0) {
+      throw UsageError(
+          "sim calibrate: --holdout goes with an engine profile (--vidur holds out every other "
+          "token count and the --held-out profiles)");
+    }
     if (hardware.empty()) throw UsageError("sim calibrate: --vidur needs --hardware NAME");
     if (out.empty()) throw UsageError("sim calibrate: expected -o HARDWARE.yaml");
     std::vector<std::string> inputs = vidur;
@@ -638,6 +672,10 @@ int calibrate_command(const std::vector<std::string>& args) {
   if (!held_out.empty() || !hardware.empty()) {
     throw UsageError("sim calibrate: --held-out and --hardware go with --vidur");
   }
+  if (holdout_option->count() > 0 && holdout < 2) {
+    throw UsageError("sim calibrate: --holdout: expected an integer >= 2, got " +
+                     std::to_string(holdout));
+  }
   if (profiles.size() > 1) throw UsageError("sim calibrate: more than one profile given");
   if (!profiles.empty()) profile = profiles[0];
   if (profile.empty())
@@ -653,7 +691,7 @@ int calibrate_command(const std::vector<std::string>& args) {
   }
   check_output_file(out, inputs, force);
   const EngineProfile p = read_profile(profile);
-  CalibrationResult r = fit_profile(p);
+  CalibrationResult r = holdout ? fit_profile_holdout(p, holdout) : fit_profile(p);
   std::optional<HostOverhead> host;
   if (!engine_run.empty()) host = fit_host_overhead(engine_run, r.profile);
   write_file_atomically(out, calibration_yaml(r, profile, host ? &*host : nullptr));

@@ -61,6 +61,13 @@ struct ValidationReport {
   // engine's schedule.csv and requests.csv).
   std::optional<ErrorStats> step_replay;
   std::string replay_cost_model;  // "calibrated (FILE)" or "roofline (HARDWARE)"
+  // Each replayed engine step (the data of the predicted-against-measured figure, replay.csv).
+  struct ReplayedStep {
+    std::int64_t step = 0;  // the engine's step index (steps.csv)
+    std::int64_t num_seqs = 0, prefill_tokens = 0, decode_tokens = 0, decode_context_tokens = 0;
+    double measured_s = 0, predicted_s = 0;
+  };
+  std::vector<ReplayedStep> replayed;
 
   std::int64_t requests_compared = 0;
   ErrorStats ttft, tpot, e2e;
@@ -77,13 +84,20 @@ void print_validation(std::FILE* out, const ValidationReport& report);
 // validation.json (nlohmann ordered keys; fractions, not percent).
 std::string validation_json(const ValidationReport& report);
 
-// `sim validate SIM_DIR ENGINE_DIR [--out DIR] [--cost-model FILE] [--quiet]`; returns the
-// exit code, throws UsageError / ConfigError.
+// replay.csv: one row per replayed engine step with a positive measured duration (step,
+// num_seqs, prefill_tokens, decode_tokens, decode_context_tokens, measured_ms, predicted_ms);
+// the header alone when nothing was replayed.
+std::string replay_csv(const ValidationReport& report);
+
+// `sim validate SIM_DIR ENGINE_DIR [--out DIR] [--cost-model FILE] [--quiet]`: writes
+// DIR/validation.json and DIR/replay.csv; returns the exit code, throws UsageError /
+// ConfigError.
 int validate_command(const std::vector<std::string>& args);
 // The engine's executed steps rebuilt from a run folder recorded with --record-schedule
 // (schedule.csv, requests.csv, steps.csv): each step's plan (entries with positions, kinds and
 // whether they sample; swap block counts) and its measured duration.
 struct EngineStep {
+  std::int64_t step = 0;  // the index in steps.csv
   StepPlan plan;
   double measured_s = 0;
 };

@@ -6,6 +6,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -293,6 +296,99 @@ TEST(Calibration, FamilyErrorsAreReported) {
     EXPECT_LE(r.families.at(fam).mape, r.families.at(fam).max_error + 1e-15);
   }
   EXPECT_EQ(r.overall.shapes, static_cast<std::int64_t>(synthetic_grid().size()));
+}
+
+// `sim calibrate --holdout N`: every N-th shape of each family is held out of the fit.
+TEST(Calibration, HoldoutSplitsEveryNthShapeOfEachFamily) {
+  const EngineProfile p = profile_from(synthetic_profile(known(), 0.0, 1), "split");
+  const ProfileSplit s = split_profile(p, 3);
+  EXPECT_EQ(s.fit.rows.size() + s.held_out.rows.size(), p.rows.size());
+  std::map<std::string, std::vector<std::int64_t>> lines;  // held-out lines by family
+  for (const ProfileRow& r : s.held_out.rows) lines[r.family].push_back(r.line);
+  // prefill: 7 shapes (lines 9-15) -> the 3rd and 6th held out; decode: 12 -> 4; prefill_batch
+  // and mixed: 3 and 2 -> 1 and 0; swap and copy interleave (2 each) -> none.
+  EXPECT_EQ(lines["prefill"], (std::vector<std::int64_t>{11, 14}));
+  EXPECT_EQ(lines["decode"].size(), 4u);
+  EXPECT_EQ(lines["prefill_batch"].size(), 1u);
+  EXPECT_FALSE(lines.count("mixed"));
+  EXPECT_FALSE(lines.count("swap"));
+  // Every family keeps shapes to fit; the header travels with both parts.
+  std::set<std::string> fitted;
+  for (const ProfileRow& r : s.fit.rows) fitted.insert(r.family);
+  EXPECT_EQ(fitted.size(), 7u);
+  EXPECT_EQ(s.held_out.block_bytes, 8192);
+  EXPECT_EQ(s.fit.header.at("model"), "tiny");
+  EXPECT_THROW(split_profile(p, 1), ConfigError);
+  try {
+    split_profile(p, 13);  // no family has 13 shapes
+    ADD_FAILURE() << "expected a ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("nothing would be held out"), std::string::npos);
+  }
+}
+
+TEST(Calibration, HoldoutErrorsAreOnShapesTheFitNeverSaw) {
+  // Exact data: the model fitted on two thirds predicts the rest exactly.
+  const CalibrationResult exact =
+      fit_profile_holdout(profile_from(synthetic_profile(known(), 0.0, 1), "ho_exact"), 3);
+  ASSERT_TRUE(exact.holdout);
+  EXPECT_EQ(exact.holdout->every, 3);
+  EXPECT_EQ(exact.overall.shapes + exact.holdout->overall.shapes,
+            static_cast<std::int64_t>(synthetic_grid().size()));
+  EXPECT_LT(exact.holdout->overall.max_error, 1e-3);
+  // One held-out shape (the 3rd prefill) measured twice as slow: the fit cannot see it (its
+  // error stays tiny), the held-out error shows it as 50 %.
+  std::string text = synthetic_profile(known(), 0.0, 1);
+  std::vector<std::string> lines;
+  std::stringstream ss(text);
+  for (std::string l; std::getline(ss, l);) lines.push_back(l);
+  std::string& row = lines[10];  // file line 11: prefill of 32 tokens
+  ASSERT_EQ(row.rfind("prefill,32,", 0), 0u) << row;
+  std::vector<std::string> f;
+  std::stringstream rs(row);
+  for (std::string x; std::getline(rs, x, ',');) f.push_back(x);
+  for (std::size_t i = f.size() - 3; i < f.size(); ++i) {
+    f[i] = std::to_string(2 * std::stoll(f[i]));
+  }
+  row.clear();
+  for (std::size_t i = 0; i < f.size(); ++i) row += (i ? "," : "") + f[i];
+  std::string slow;
+  for (const std::string& l : lines) slow += l + "\n";
+  const CalibrationResult r = fit_profile_holdout(profile_from(slow, "ho_slow"), 3);
+  EXPECT_LT(r.overall.max_error, 1e-3);
+  EXPECT_NEAR(r.holdout->families.at("prefill").max_error, 0.5, 1e-3);
+  EXPECT_NEAR(r.holdout->overall.max_error, 0.5, 1e-3);
+  // Without a hold-out it is one of the shapes fitted, and their error shows it.
+  EXPECT_GT(fit_profile(profile_from(slow, "ho_all")).overall.max_error, 1e-3);
+  // The YAML records it under fit.holdout and still loads.
+  const auto dir = temp_dir("calibrate_holdout_yaml");
+  write_file(dir / "cost.yaml", calibration_yaml(r, "p.csv"));
+  const YAML::Node y = YAML::LoadFile((dir / "cost.yaml").string());
+  EXPECT_EQ(y["fit"]["holdout"]["every"].as<int>(), 3);
+  EXPECT_EQ(y["fit"]["holdout"]["shapes"].as<std::int64_t>(), r.holdout->overall.shapes);
+  EXPECT_NEAR(y["fit"]["holdout"]["families"]["prefill"]["max_error"].as<double>(), 0.5, 1e-3);
+  EXPECT_EQ(y["fit"]["shapes"].as<std::int64_t>(), r.overall.shapes);
+  EXPECT_NO_THROW(load_calibrated_profile((dir / "cost.yaml").string()));
+}
+
+TEST(SimCli, CalibrateHoldout) {
+  const auto dir = temp_dir("calibrate_holdout_cli");
+  write_file(dir / "p.csv", synthetic_profile(known(), 0.01, 2));
+  const std::string p = (dir / "p.csv").string(), c = (dir / "c.yaml").string();
+  Cli r = run_sim("calibrate " + p + " -o " + c + " --holdout 3", dir);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("held-out error (one shape in 3 of each family"), std::string::npos)
+      << r.out;
+  EXPECT_NE(read_file(dir / "c.yaml").find("holdout:"), std::string::npos);
+  for (const char* bad : {"1", "0", "0x", "-2"}) {
+    r = run_sim("calibrate " + p + " -o " + (dir / "d.yaml").string() + " --holdout " + bad, dir);
+    EXPECT_EQ(r.code, 2) << bad;
+    EXPECT_NE(r.err.find("--holdout"), std::string::npos) << bad << ": " << r.err;
+  }
+  r = run_sim("calibrate " + p + " -o " + (dir / "d.yaml").string() + " --holdout 40", dir);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("nothing would be held out"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(dir / "d.yaml"));
 }
 
 TEST(Calibration, YamlRoundTripGivesTheSameModel) {

@@ -114,6 +114,53 @@ TEST(Plot, CompareFolderGivesCurvesAndBars) {
   }
 }
 
+// `sim validate` folders (validation.json + replay.csv) give the predicted-against-measured step
+// time figure: one panel per engine run, one colour per cost model; the same inputs give the
+// same bytes. A validation folder without replay.csv is refused, naming the folder.
+void validation_folder(const fs::path& d, const std::string& engine, const std::string& model,
+                       double scale) {
+  fs::create_directories(d);
+  write_file(d / "validation.json", "{\"engine_dir\": \"" + engine +
+                                        "\", \"step_time\": {\"replay_cost_model\": \"" + model +
+                                        "\"}}\n");
+  std::string csv =
+      "step,num_seqs,prefill_tokens,decode_tokens,decode_context_tokens,measured_ms,"
+      "predicted_ms\n";
+  for (int i = 0; i < 200; ++i) {
+    const double measured = 2.0 + 0.37 * i;
+    csv += std::to_string(i) + ",8,0,8,800," + std::to_string(measured) + "," +
+           std::to_string(measured * scale * (1 + 0.01 * (i % 7 - 3))) + "\n";
+  }
+  write_file(d / "replay.csv", csv);
+}
+
+TEST(Plot, ValidationFoldersGiveTheStepTimeFigure) {
+  SKIP_WITHOUT_MATPLOTLIB();
+  const fs::path dir = temp_dir("plot_validation");
+  validation_folder(dir / "a-cal", "out/burst-vllm-engine", "calibrated (cost.yaml)", 1.0);
+  validation_folder(dir / "a-roof", "out/burst-vllm-engine", "roofline (H200)", 0.6);
+  validation_folder(dir / "b-cal", "out/azure-vllm-engine", "calibrated (cost.yaml)", 1.02);
+  const std::string in =
+      (dir / "a-cal").string() + " " + (dir / "a-roof").string() + " " + (dir / "b-cal").string();
+  for (const char* out : {"f1", "f2"}) {
+    const Cli p = run_sim("plot " + in + " --format svg -o " + (dir / out).string(), dir);
+    ASSERT_EQ(p.code, 0) << p.err;
+    expect_valid(dir / out / "step-time-validation.svg", "svg");
+  }
+  const std::string svg = read_file(dir / "f1" / "step-time-validation.svg");
+  EXPECT_EQ(svg, read_file(dir / "f2" / "step-time-validation.svg"));
+  // Two panels titled by engine run, legends naming each model with its mean error.
+  EXPECT_NE(svg.find("burst-vllm"), std::string::npos);
+  EXPECT_NE(svg.find("azure-vllm"), std::string::npos);
+  EXPECT_NE(svg.find("roofline (H200): 40.0 % mean |error|"), std::string::npos);
+  EXPECT_EQ(fs::exists(dir / "f1" / "latency-cdf.svg"), false);  // no run folders given
+  fs::remove(dir / "b-cal" / "replay.csv");
+  const Cli bad = run_sim("plot " + (dir / "b-cal").string() + " -o " + (dir / "f3").string(), dir);
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.err.find("b-cal"), std::string::npos) << bad.err;
+  EXPECT_NE(bad.err.find("replay.csv"), std::string::npos) << bad.err;
+}
+
 // A sweep over serving.block_size also gets the page-size figure; another sweep does not.
 TEST(Plot, BlockSizeSweepGivesThePageSizeFigure) {
   SKIP_WITHOUT_MATPLOTLIB();

@@ -165,6 +165,42 @@ TEST(Validate, ReplayWithACalibratedModelInfersSampling) {
   // The sim config differs from the engine's only in cost_model: no error.
 }
 
+// replay.csv (the data of `sim plot`'s predicted-against-measured figure): one row per engine
+// step, its shape and both durations, from the report and from `sim validate`.
+TEST(Validate, ReplayCsvHoldsEveryEngineStepMeasuredAndPredicted) {
+  const path dir = temp_dir("validate_replay_csv");
+  write_file(dir / "cost.yaml",
+             "type: calibrated\nmodel: tiny\nblock_size: 16\nblock_bytes: 8192\ncoefficients:\n"
+             "  step_s: 0.01\n  per_sequence_s: 0\n  per_token_s: 0\n  per_token_above_knee_s: 0\n"
+             "  knee_tokens: 0\n  prefill_pair_s: 0\n  decode_context_token_s: 0\n"
+             "  sampled_sequence_s: 0.001\n  swap_byte_s: 0\n  copy_byte_s: 0\n");
+  write_runs(dir, "cost_model: {type: calibrated, file: " + (dir / "cost.yaml").string() + "}\n");
+  const ValidationReport r = validate_runs((dir / "sim").string(), (dir / "engine").string());
+  ASSERT_EQ(r.replayed.size(), 3u);
+  EXPECT_EQ(r.replayed[1].step, 1);
+  EXPECT_EQ(r.replayed[1].prefill_tokens, 16);
+  EXPECT_EQ(r.replayed[2].decode_tokens, 1);
+  EXPECT_EQ(r.replayed[2].decode_context_tokens, 33);
+  EXPECT_NEAR(r.replayed[2].measured_s, 0.040, 1e-12);
+  EXPECT_NEAR(r.replayed[2].predicted_s, 0.011, 1e-9);
+  const std::string expected =
+      "step,num_seqs,prefill_tokens,decode_tokens,decode_context_tokens,measured_ms,"
+      "predicted_ms\n"
+      "0,1,16,0,0,10.000000,10.000000\n"
+      "1,1,16,0,0,20.000000,11.000000\n"
+      "2,1,0,1,33,40.000000,11.000000\n";
+  EXPECT_EQ(replay_csv(r), expected);
+  const auto c = run_sim("validate " + (dir / "sim").string() + " " + (dir / "engine").string() +
+                             " --out " + (dir / "v").string() + " -q",
+                         dir);
+  ASSERT_EQ(c.code, 0) << c.err;
+  EXPECT_EQ(test_util::read_file(dir / "v/replay.csv"), expected);
+  // An engine run without schedule.csv cannot be replayed: the header alone.
+  std::filesystem::remove(dir / "engine/schedule.csv");
+  const ValidationReport none = validate_runs((dir / "sim").string(), (dir / "engine").string());
+  EXPECT_EQ(replay_csv(none), expected.substr(0, expected.find('\n') + 1));
+}
+
 // Issue 16: replaying with a CPU calibration recorded on another CPU warns (one line, on
 // stderr); on the same CPU it does not. $SERVELAB_MACHINE_NAME stands for this machine.
 TEST(Validate, ReplayWithACalibrationFromAnotherCpuWarnsOnce) {

@@ -4,8 +4,8 @@
     servelab_plot.py [--out DIR] [--format png|svg|pdf] [--quiet] INPUT...
 
 Each INPUT is a run folder (summary.json, requests.csv, steps.csv, and optionally schedule.csv,
-events.csv, blocks.csv), a `sim compare` folder (compare.csv) or a `sim sweep` folder
-(sweep.csv). Figures written to DIR:
+events.csv, blocks.csv), a `sim compare` folder (compare.csv), a `sim sweep` folder
+(sweep.csv) or a `sim validate` folder (validation.json, replay.csv). Figures written to DIR:
 
   latency-cdf            TTFT, TPOT and E2E CDFs, one line per run (every input's runs)
   RUN-throughput         tokens/s and finished requests/s over time, KV usage over time
@@ -23,6 +23,10 @@ events.csv, blocks.csv), a `sim compare` folder (compare.csv) or a `sim sweep` f
   GROUP-kv-dtype         sweeps over model.kv_cache_dtype: KV capacity (blocks) per dtype, and
                          output throughput and TTFT p99 per dtype (against the first numeric
                          sweep key when there is one)
+  step-time-validation   `sim validate` folders (validation.json, replay.csv): each engine
+                         step's replayed duration against its measured one, log-log, with the
+                         y = x line and a +-5 % band; one panel per engine run, one colour per
+                         cost model that predicted it
 
 Outputs are deterministic: no timestamps or software versions are embedded, SVG ids use a fixed
 salt, PDF dates come from SOURCE_DATE_EPOCH=0.
@@ -46,6 +50,7 @@ try:
     import matplotlib.pyplot as plt
     from matplotlib.colors import ListedColormap
     from matplotlib.patches import Patch
+    from matplotlib.ticker import FormatStrFormatter, LogLocator, NullLocator
     import numpy as np
 except ImportError as e:  # pragma: no cover - depends on the machine
     print(f"servelab_plot: matplotlib is not available to {sys.executable}: {e}", file=sys.stderr)
@@ -146,12 +151,43 @@ class Run:
         return self._steps
 
 
+class Validation:
+    """One `sim validate` folder: validation.json and replay.csv (one row per engine step)."""
+
+    def __init__(self, path):
+        self.path = path
+        self.report = read_json(os.path.join(path, "validation.json"))
+        replay = os.path.join(path, "replay.csv")
+        if not os.path.exists(replay):
+            raise InputError(f"{path}: a `sim validate` folder without replay.csv: run sim "
+                             "validate again")
+        rows = read_csv(replay)
+        self.measured_ms = np.array([float(r["measured_ms"]) for r in rows])
+        self.predicted_ms = np.array([float(r["predicted_ms"]) for r in rows])
+
+    @property
+    def engine_run(self):
+        """The measured run's folder name, without a trailing -engine."""
+        name = os.path.basename(os.path.normpath(self.report.get("engine_dir", "?")))
+        return name[: -len("-engine")] if name.endswith("-engine") else name
+
+    @property
+    def model(self):
+        """"calibrated" or "roofline (H200)": the replay's cost model, without the file path."""
+        m = self.report.get("step_time", {}).get("replay_cost_model", "") or "?"
+        return "calibrated" if m.startswith("calibrated") else m
+
+
 def runs_of(path):
     """The runs an input folder stands for, and its kind."""
     if not os.path.isdir(path):
         raise InputError(f"{path}: no such folder")
     if os.path.exists(os.path.join(path, "summary.json")):
         return "run", [Run(path, os.path.basename(os.path.normpath(path)))]
+    if os.path.exists(os.path.join(path, "validation.json")) and not any(
+        os.path.exists(os.path.join(path, t)) for t in ("sweep.csv", "compare.csv")
+    ):
+        return "validation", [Validation(path)]
     for kind, table, column in (("sweep", "sweep.csv", "point"), ("compare", "compare.csv", "variant")):
         t = os.path.join(path, table)
         if os.path.exists(t):
@@ -709,6 +745,71 @@ def kv_dtype_curves(path, runs, out_dir, fmt, written):
     save(fig, out_dir, f"{group}-kv-dtype", fmt, written)
 
 
+# ---------------------------------------------------------------------------------------------
+# Predicted against measured step time (`sim validate` folders)
+
+VALIDATION_COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#8c564b", "#17becf"]
+
+
+def step_time_validation(validations, out_dir, fmt, written):
+    # One panel per measured run (validations sharing an engine folder), one colour per cost
+    # model, in input order.
+    panels = {}
+    for v in validations:
+        panels.setdefault(v.engine_run, []).append(v)
+    models = []
+    for v in validations:
+        if v.model not in models:
+            models.append(v.model)
+    n = len(panels)
+    ncols = 1 if n == 1 else 2
+    nrows = (n + ncols - 1) // ncols
+    width, height = 5.2 * ncols, 4.2 * nrows + 0.4
+    fig, axes = plt.subplots(nrows, ncols, figsize=(width, height), squeeze=False)
+    # Fixed margins (in inches): tight_layout measures every minor tick of the log axes, which
+    # costs seconds for a few panels.
+    fig.subplots_adjust(left=0.75 / width, right=1 - 0.2 / width, bottom=0.5 / height,
+                        top=1 - 0.6 / height, wspace=0.3, hspace=0.35)
+    for ax in axes.flat[n:]:
+        ax.set_visible(False)
+    for ax, (run, vs) in zip(axes.flat, panels.items()):
+        lo, hi = math.inf, 0.0
+        for v in vs:
+            keep = (v.measured_ms > 0) & (v.predicted_ms > 0)
+            m, p = v.measured_ms[keep], v.predicted_ms[keep]
+            if len(m) == 0:
+                continue
+            lo = min(lo, m.min(), p.min())
+            hi = max(hi, m.max(), p.max())
+            mape = 100 * float(np.mean(np.abs(p - m) / m))
+            bias = 100 * float(np.mean((p - m) / m))
+            color = VALIDATION_COLORS[models.index(v.model) % len(VALIDATION_COLORS)]
+            ax.scatter(m, p, s=5, alpha=0.4, color=color, linewidths=0,
+                       label=f"{v.model}: {mape:.1f} % mean |error| ({bias:+.1f} % bias), "
+                             f"{len(m)} steps")
+        if hi > 0:
+            x = np.array([lo / 1.2, hi * 1.2])
+            ax.fill_between(x, x * 0.95, x * 1.05, color="#999999", alpha=0.25, linewidth=0,
+                            label="within 5 %")
+            ax.plot(x, x, color="black", linewidth=0.8, linestyle="--")
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+            # Labelled ticks at 1, 2 and 5 per decade and no minor ones (each tick is an artist;
+            # log axes' default minor ticks made this figure take seconds).
+            for axis in (ax.xaxis, ax.yaxis):
+                axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+                axis.set_major_formatter(FormatStrFormatter("%g"))
+                axis.set_minor_locator(NullLocator())
+            ax.set_xlim(x[0], x[1])
+            ax.set_ylim(x[0], x[1])
+        ax.set_xlabel("measured step time (ms)")
+        ax.set_ylabel("predicted step time (ms)")
+        ax.set_title(run)
+        ax.legend(loc="upper left", fontsize=7, markerscale=3)
+    fig.suptitle("Predicted against measured step time (each engine step replayed)")
+    save(fig, out_dir, "step-time-validation", fmt, written)
+
+
 def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("inputs", nargs="+")
@@ -727,6 +828,8 @@ def plot_all(args):
     inputs = [(p, *runs_of(p)) for p in args.inputs]
     os.makedirs(args.out, exist_ok=True)
     written = []
+    validations = [v for _, kind, vs in inputs if kind == "validation" for v in vs]
+    inputs = [i for i in inputs if i[1] != "validation"]
     all_runs = [r for _, _, runs in inputs for r in runs]
     # Names must be unique within the output folder.
     seen = {}
@@ -756,6 +859,8 @@ def plot_all(args):
                 sweep_curves(path, args.out, args.format, written)
                 page_size_curves(path, args.out, args.format, written)
                 kv_dtype_curves(path, runs, args.out, args.format, written)
+    if validations:
+        step_time_validation(validations, args.out, args.format, written)
     if not args.quiet:
         for p in written:
             print(f"wrote {p}")

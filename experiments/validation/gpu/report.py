@@ -1,0 +1,286 @@
+#!/usr/bin/env python3
+"""The report of `gpu-check validate` (docs/validation.md, "On a GPU"): markdown tables from one
+validate work folder, ready to copy into docs/validation.md.
+
+usage: report.py WORK_DIR [--out report.md] [--device cuda|cpu]
+
+WORK_DIR is the folder gpu-check validate works in (inside validate.tar.gz it is the one
+top-level folder): steps.tsv (name, exit status, seconds of each command), machine.txt,
+commands.txt, experiments/catalog/calibrated/*-profile.csv and *.yaml, calibrate.log, the run
+folders <workload>-<mix>-engine and the validation folders <workload>-<mix>-<model>-validation
+(model: calibrated or roofline), figures/step-time-validation.png.
+
+Writes the report to --out (relative to WORK_DIR; default report.md) and prints it. Exit status:
+0 when the pipeline is complete (every command exited 0 and every engine run was validated
+under both cost models), 1 otherwise, 2 for bad usage. Meeting the accuracy targets is reported,
+not required: the issue asks for what is measured. Standard library only.
+"""
+import argparse
+import csv
+import glob
+import json
+import os
+import sys
+
+# Issue 20's targets, as absolute relative errors.
+TARGETS = {"step": 0.05, "tpot": 0.03, "throughput": 0.03, "ttft": 0.10}
+MIXES = ("vllm-hash", "sarathi-recompute")
+MODELS = ("calibrated", "roofline")
+
+
+def load_json(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def read_text(path):
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def steps(work):
+    """steps.tsv as a list of (name, exit status, seconds), in order."""
+    out = []
+    for line in (read_text(os.path.join(work, "steps.tsv")) or "").splitlines():
+        parts = line.split("\t")
+        if len(parts) == 3:
+            out.append((parts[0], int(parts[1]), int(parts[2])))
+    return out
+
+
+def split_run(name):
+    """'burst-8b-vllm-hash' -> ('burst-8b', 'vllm-hash'), or None."""
+    for mix in MIXES:
+        if name.endswith("-" + mix):
+            return name[: -len(mix) - 1], mix
+    return None
+
+
+def pct(x, signed=False):
+    if x is None:
+        return "n/a"
+    return f"{100 * x:+.1f}" if signed else f"{100 * abs(x):.1f}"
+
+
+def get(j, *keys):
+    for k in keys:
+        if not isinstance(j, dict) or k not in j:
+            return None
+        j = j[k]
+    return j
+
+
+def profile_section(work):
+    files = sorted(glob.glob(os.path.join(work, "experiments/catalog/calibrated/*-profile.csv")))
+    if not files:
+        return ["No profile (engine profile did not finish: see profile.log)."], {}
+    path = files[0]
+    header, rows = {}, []
+    with open(path, newline="") as f:
+        lines = [l for l in f if l.strip()]
+    for l in lines:
+        if l.startswith("#"):
+            key, sep, value = l[1:].partition(":")
+            if sep:
+                header[key.strip()] = value.strip()
+    rows = list(csv.DictReader(l for l in lines if not l.startswith("#")))
+    fams = {}
+    for r in rows:
+        med, lo, hi = int(r["median_ns"]), int(r["min_ns"]), int(r["max_ns"])
+        fams.setdefault(r["family"], []).append((med, (hi - lo) / med if med else 0.0))
+    out = [f"`{os.path.relpath(path, work)}`: {len(rows)} shapes, device {header.get('device', '?')}, "
+           f"driver {header.get('driver', 'n/a')}, engine {header.get('engine_version', '?')}, "
+           f"measured {header.get('date_utc', '?')}; {header.get('reps', '?')} repetitions over "
+           f"{header.get('rounds', '?')} rounds ({header.get('warmup', '?')} warm-up), grid "
+           f"{header.get('grid', '?')}.", "",
+           "| family | shapes | median step time, ms (smallest - largest shape) | spread (max - min) / median: median over shapes | worst |",
+           "|---|---|---|---|---|"]
+    for fam, v in sorted(fams.items()):
+        meds = sorted(m for m, _ in v)
+        spreads = sorted(s for _, s in v)
+        mid = spreads[len(spreads) // 2]
+        out.append(f"| {fam} | {len(v)} | {meds[0] / 1e6:.3f} - {meds[-1] / 1e6:.3f} "
+                   f"| {100 * mid:.1f} % | {100 * spreads[-1]:.1f} % |")
+    return out, header
+
+
+def runs(work):
+    """{(workload, mix): {"engine": summary, "calibrated": validation, "roofline": ...}}."""
+    found = {}
+    for d in sorted(glob.glob(os.path.join(work, "*-engine"))):
+        name = os.path.basename(d)[: -len("-engine")]
+        key = split_run(name)
+        if key is None:  # the calibration run
+            continue
+        entry = found.setdefault(key, {})
+        entry["engine"] = load_json(os.path.join(d, "summary.json"))
+        for m in MODELS:
+            entry[m] = load_json(os.path.join(work, f"{name}-{m}-validation", "validation.json"))
+    return found
+
+
+def headline(found):
+    """calibrated and roofline side by side, with the targets."""
+    out = ["| workload | mix | replayed step MAPE % (cal / roof) | TPOT p50 error % (cal / roof) "
+           "| throughput error % (cal / roof) | TTFT p50 error % (cal / roof) "
+           "| targets met (cal / roof) |", "|---|---|---|---|---|---|---|"]
+    met = {m: 0 for m in MODELS}
+    for (wl, mix), e in sorted(found.items()):
+        cells = {k: [] for k in ("step", "tpot", "throughput", "ttft")}
+        verdict = []
+        for m in MODELS:
+            v = e.get(m)
+            vals = {
+                "step": get(v, "step_time", "replayed", "mean"),
+                "tpot": get(v, "aggregates", "tpot_ms.p50", "error"),
+                "throughput": get(v, "aggregates", "throughput.output_tokens_per_s", "error"),
+                "ttft": get(v, "aggregates", "ttft_ms.p50", "error"),
+            }
+            signed = {"step": False, "tpot": True, "throughput": True, "ttft": True}
+            ok = v is not None
+            for k, x in vals.items():
+                cells[k].append(pct(x, signed[k]))
+                ok = ok and x is not None and abs(x) <= TARGETS[k]
+            n_ok = sum(1 for k, x in vals.items() if x is not None and abs(x) <= TARGETS[k])
+            verdict.append("n/a" if v is None else ("all" if ok else f"{n_ok}/4"))
+            met[m] += 1 if ok else 0
+        out.append(f"| {wl} | {mix} | {' / '.join(cells['step'])} | {' / '.join(cells['tpot'])} "
+                   f"| {' / '.join(cells['throughput'])} | {' / '.join(cells['ttft'])} "
+                   f"| {' / '.join(verdict)} |")
+    return out, met
+
+
+def full_table(found, model):
+    """The columns of docs/validation.md's CPU table (experiments/validation/summarize.py)."""
+    out = ["| workload | mix | steps eng/sim | schedule | step MAPE replayed (p50) "
+           "| step MAPE paired (n) | TTFT mean / p50 | TPOT mean / p50 | E2E mean / p50 "
+           "| throughput | TTFT p50 | TTFT p99 | TPOT p50 | TPOT p99 |", "|" + "---|" * 14]
+    for (wl, mix), e in sorted(found.items()):
+        j = e.get(model)
+        if j is None:
+            out.append(f"| {wl} | {mix} | no validation.json |" + " |" * 11)
+            continue
+        sched = j["schedule"]["comparison"]
+        if sched == "differ":
+            sched = f"differ at {j['schedule']['first_differing_step']}"
+        st, rq = j["step_time"], j["requests"]
+        rep = st["replayed"] or {}
+
+        def agg(metric):
+            return pct(get(j, "aggregates", metric, "error"), signed=True)
+
+        out.append(
+            f"| {wl} | {mix} | {j['steps']['engine']}/{j['steps']['sim']} | {sched} "
+            f"| {pct(rep.get('mean'))} ({pct(rep.get('p50'))}) "
+            f"| {pct(st['paired']['mean'])} ({st['paired']['count']}) "
+            f"| {pct(rq['ttft']['mean'])} / {pct(rq['ttft']['p50'])} "
+            f"| {pct(rq['tpot']['mean'])} / {pct(rq['tpot']['p50'])} "
+            f"| {pct(rq['e2e']['mean'])} / {pct(rq['e2e']['p50'])} "
+            f"| {agg('throughput.output_tokens_per_s')} | {agg('ttft_ms.p50')} "
+            f"| {agg('ttft_ms.p99')} | {agg('tpot_ms.p50')} | {agg('tpot_ms.p99')} |")
+    return out
+
+
+def engine_table(found):
+    out = ["| workload | mix | requests | KV blocks | steps | duration s | output tok/s "
+           "| TTFT p50 ms | TPOT p50 ms | prefix hit rate | preemptions |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for (wl, mix), e in sorted(found.items()):
+        s = e.get("engine")
+        if s is None:
+            out.append(f"| {wl} | {mix} | no summary.json |" + " |" * 8)
+            continue
+
+        def num(*keys, fmt="{:.2f}"):
+            x = get(s, *keys)
+            return "n/a" if x is None else fmt.format(float(x))
+
+        out.append(
+            f"| {wl} | {mix} | {get(s, 'requests', 'completed')}/{get(s, 'requests', 'total')} "
+            f"| {get(s, 'run', 'num_gpu_blocks')} | {get(s, 'num_steps')} "
+            f"| {num('duration_s', fmt='{:.1f}')} "
+            f"| {num('throughput', 'output_tokens_per_s', fmt='{:.0f}')} "
+            f"| {num('ttft_ms', 'p50')} | {num('tpot_ms', 'p50')} "
+            f"| {num('prefix_cache', 'hit_rate', fmt='{:.3f}')} "
+            f"| {get(s, 'preemption', 'preemptions')} |")
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("work")
+    ap.add_argument("--out", default="report.md")
+    ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    args = ap.parse_args()
+    work = args.work
+    if not os.path.isdir(work):
+        print(f"report.py: {work}: no such folder", file=sys.stderr)
+        return 2
+    st = steps(work)
+    # The figure is reported, not required (it needs matplotlib; the tables do not).
+    failed = [(n, rc) for n, rc, _ in st if rc != 0 and n not in ("report", "figure")]
+    found = runs(work)
+    incomplete = [f"{wl} {mix} ({m})" for (wl, mix), e in sorted(found.items()) for m in MODELS
+                  if e.get(m) is None]
+    engine_steps = [n for n, _, _ in st if n.startswith("engine_")]
+    complete = bool(st) and not failed and not incomplete and len(found) == len(engine_steps) > 0
+
+    machine = (read_text(os.path.join(work, "machine.txt")) or "").strip()
+    lines = ["# gpu-check validate: the simulator against the engine", ""]
+    if args.device == "cpu":
+        lines += ["**CPU dry run** (`--device cpu`): the tiny model on the CPU engine, a quick "
+                  "profile and shrunk workloads. It checks the pipeline; its numbers say nothing "
+                  "about a GPU.", ""]
+    lines += ["```text", machine, "```", ""]
+    lines.append("Pipeline: " + ("complete." if complete else "INCOMPLETE: " + "; ".join(
+        [f"{n} exited {rc}" for n, rc in failed] + [f"no validation of {x}" for x in incomplete]
+        or ["nothing ran"])))
+    lines += ["", "## 1. Profile (`engine profile`)", ""]
+    prof, _ = profile_section(work)
+    lines += prof
+    lines += ["", "## 2. Calibration (`sim calibrate --holdout 3`)", "",
+              "Fitted on two shapes of every three of each family; the held-out table is the "
+              "error on the third, which the fit never saw.", "", "```text",
+              (read_text(os.path.join(work, "calibrate.log")) or "no calibrate.log").rstrip(),
+              "```"]
+    head, met = headline(found)
+    lines += ["", "## 3. Errors: calibrated and uncalibrated roofline side by side", "",
+              "Targets (issue 20): replayed step time <= 5 % (mean absolute), TPOT p50 and "
+              "throughput <= 3 %, TTFT p50 <= 10 %. Signed errors are (sim - engine) / engine.",
+              ""]
+    lines += head
+    lines += ["", f"Every target met on {met['calibrated']} of {len(found)} workload x mix runs "
+              f"with the calibrated model, {met['roofline']} with the roofline."]
+    for m in MODELS:
+        lines += ["", f"### All errors, {m} (percent; per-request columns: mean / p50 of "
+                  "|sim - eng| / eng; the last five: signed aggregate errors)", ""]
+        lines += full_table(found, m)
+    lines += ["", "## 4. The engine runs", ""]
+    lines += engine_table(found)
+    fig = os.path.join("figures", "step-time-validation.png")
+    lines += ["", "## 5. Figure", "",
+              (f"`{fig}`: each engine step's replayed duration against its measured one, "
+               "calibrated and roofline (`sim plot` of the validation folders)."
+               if os.path.exists(os.path.join(work, fig)) else
+               "No figure (see figure.log; redraw with `sim plot *-validation -o figures`).")]
+    commands = (read_text(os.path.join(work, "commands.txt")) or "").rstrip()
+    lines += ["", "## 6. Commands (BUNDLE: the bundle's folder; run in the work folder)", "",
+              "```text", commands, "```", "", "## 7. Time per command", "",
+              "| command | exit | s |", "|---|---|---|"]
+    lines += [f"| {n} | {rc} | {s} |" for n, rc, s in st]
+    lines.append(f"| total | | {sum(s for _, _, s in st)} |")
+    text = "\n".join(lines) + "\n"
+    with open(os.path.join(work, args.out), "w") as f:
+        f.write(text)
+    sys.stdout.write(text)
+    return 0 if complete else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

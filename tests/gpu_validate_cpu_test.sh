@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# `gpu-check validate --device cpu` (ctest: GpuValidateCpu): the GPU validation pipeline of
+# issue 20 end to end on the CPU engine, from a bundle-shaped folder, so that on the GPU only the
+# device differs. The folder is laid out as scripts/gpu-bundle lays out a bundle (bin/ with sim
+# and engine, experiments/, the traces the GPU experiments read, sim/plot/, bench/gpu/,
+# gpu-check at the root), from this build's CPU programs; it runs from another working
+# directory with a bare environment. Checks: exit 0, two files left, the report's tables (six
+# workload x mix rows, calibrated and roofline, the held-out calibration error), the profile and
+# calibrated model named and written as they ship in experiments/catalog/calibrated/ (and usable
+# from there), a replay.csv per validation, the figure where matplotlib is installed, and the
+# option's refusals.
+#
+# usage: gpu_validate_cpu_test.sh SOURCE_DIR BUILD_DIR
+set -uo pipefail
+src=$1 build=$2
+t=$(mktemp -d)
+trap 'rm -rf "$t"' EXIT
+t=$(realpath "$t")
+fails=0
+check() {  # check DESCRIPTION COMMAND...: the command must succeed
+  local what=$1
+  shift
+  if "$@"; then echo "ok   $what"; else echo "FAIL $what"; fails=$((fails + 1)); fi
+}
+# run EXPECTED_CODE CMD...: from $t/elsewhere with a bare environment; output in $t/last.txt
+run() {
+  local want=$1
+  shift
+  (cd "$t/elsewhere" && env -i PATH=/usr/bin:/bin HOME="$t" "$@") >"$t/last.txt" 2>&1
+  local rc=$?
+  if [ "$rc" != "$want" ]; then
+    echo "exit $rc, expected $want: $*"
+    tail -n 30 "$t/last.txt"
+    return 1
+  fi
+}
+has() { grep -q -- "$1" "$2" || { echo "$2 lacks '$1'"; return 1; }; }
+
+# The bundle's layout (scripts/gpu-bundle), with this build's CPU programs.
+b=$t/bundle
+mkdir -p "$b/bin" "$b/lib" "$b/sim" "$b/bench" "$b/traces" "$t/elsewhere"
+cp "$build/sim/sim" "$build/engine/engine" "$b/bin/"
+cp -r "$src/experiments" "$b/"
+rm -rf "$b/experiments/validation/e2e"
+while read -r f; do
+  [ -f "$src/$f" ] || continue
+  mkdir -p "$b/$(dirname "$f")"
+  cp "$src/$f" "$b/$f"
+done < <(grep -rhoE 'traces/[A-Za-z0-9_./-]+' "$src/experiments/validation/gpu" | sort -u)
+cp -r "$src/sim/plot" "$b/sim/"
+cp -r "$src/bench/gpu" "$b/bench/"
+cp "$src/scripts/gpu-check" "$b/gpu-check"
+echo "commit: cpu-test" >"$b/BUNDLE.txt"
+echo cpu-test >"$b/.servelab-bundle"
+
+t0=$(date +%s)
+check "gpu-check validate --device cpu exits 0" run 0 "$b/gpu-check" validate --device cpu --out "$t/o"
+echo "gpu-check validate --device cpu: $(($(date +%s) - t0)) s"
+check "  ... and leaves two files" test "$(ls "$t/o" | tr '\n' ' ')" = "validate.tar.gz validate.txt "
+r=$t/o/validate.txt
+check "  ... the pipeline is complete" has "Pipeline: complete." "$r"
+for wl in burst-8b azure-conv-8b mooncake-8b; do
+  for mix in vllm-hash sarathi-recompute; do
+    # One headline row (calibrated / roofline side by side), and a row in each full table.
+    check "  ... $wl $mix in the tables" test "$(grep -c "^| $wl | $mix |" "$r")" = 4
+  done
+done
+check "  ... the held-out calibration error" has "held-out error (one shape in 3 of each family" "$r"
+check "  ... the profile's spread per family" has "| decode | " "$r"
+check "  ... the commands" has "BUNDLE/bin/sim calibrate experiments/catalog/calibrated/tiny-cpu-profile.csv" "$r"
+check "  ... the machine" has "device: cpu" "$r"
+
+mkdir -p "$t/x"
+tar -xzf "$t/o/validate.tar.gz" -C "$t/x"
+w=$(echo "$t"/x/gpu-check-validate.*)
+cal=$w/experiments/catalog/calibrated
+check "the profile ships as tiny-cpu-profile.csv" has "# machine_kind: cpu" "$cal/tiny-cpu-profile.csv"
+check "the model ships as tiny-cpu.yaml, naming the profile where it ships" \
+  has 'profile: "experiments/catalog/calibrated/tiny-cpu-profile.csv"' "$cal/tiny-cpu.yaml"
+check "  ... with the held-out errors" has "holdout:" "$cal/tiny-cpu.yaml"
+check "  ... and the host overhead of the calibration run" has "engine_run: \"calibration-burst-8b-engine\"" "$cal/tiny-cpu.yaml"
+n=$(ls -d "$w"/*-validation | wc -l)
+check "twelve validations (3 workloads x 2 mixes x 2 cost models)" test "$n" = 12
+check "  ... each with replay.csv" test "$(ls "$w"/*-validation/replay.csv | wc -l)" = 12
+check "  ... the roofline ones replayed with the H200 roofline" \
+  has '"replay_cost_model": "roofline (H200)"' "$w/mooncake-8b-vllm-hash-roofline-validation/validation.json"
+check "  ... the sim given the engine's block count" \
+  has '"num_gpu_blocks": "1024"' "$w/azure-conv-8b-sarathi-recompute-roofline-sim/summary.json"
+check "  ... Sarathi chunks of 512" has "chunk_size: 512" "$w/burst-8b-sarathi-recompute-engine/config.yaml"
+if /usr/bin/python3 -c 'import matplotlib' 2>/dev/null; then
+  check "the figure" test -s "$w/figures/step-time-validation.png"
+else
+  echo "skip the figure: /usr/bin/python3 has no matplotlib"
+fi
+
+# The report says when the pipeline is incomplete, and exits 1.
+rm -rf "$w/burst-8b-vllm-hash-roofline-validation"
+check "the report of an incomplete run exits 1" run 1 python3 "$b/experiments/validation/gpu/report.py" "$w" --out r2.md
+check "  ... naming what is missing" has "INCOMPLETE: no validation of burst-8b vllm-hash (roofline)" "$w/r2.md"
+
+# The calibrated model, shipped where its name says, is found from any folder by that path.
+cp "$cal/tiny-cpu.yaml" "$cal/tiny-cpu-profile.csv" "$b/experiments/catalog/calibrated/"
+check "the shipped model loads from the catalogue" run 0 "$b/bin/sim" run "$b/experiments/burst-tiny.yaml" \
+  --set cost_model.file=experiments/catalog/calibrated/tiny-cpu.yaml --quiet --out "$t/shipped"
+
+check "gpu-check validate --dry-run lists the roofline runs" run 0 "$b/gpu-check" validate --dry-run --out "$t/d"
+check "  ... " has "sim_burst-8b-vllm-hash_roofline" "$t/last.txt"
+check "  ... and the report" has "experiments/validation/gpu/report.py" "$t/last.txt"
+check "--device cpu with another mode refuses (exit 2)" run 2 "$b/gpu-check" tests --device cpu
+check "--device gpu refuses (exit 2)" run 2 "$b/gpu-check" validate --device gpu
+check "  ... naming what it expected" has "expected cuda or cpu" "$t/last.txt"
+
+echo "$fails failed"
+[ "$fails" = 0 ]
