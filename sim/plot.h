@@ -27,7 +27,7 @@ PlotArgs parse_plot_args(const std::vector<std::string>& args);
 
 // What an input folder is: "run", "compare" or "sweep". Throws ConfigError naming the folder
 // when it does not exist or is none of them, or when a run folder's summary.json is not valid
-// JSON ("PATH: not valid JSON: ...").
+// JSON ("PATH: not valid JSON: ...") or not a JSON object.
 std::string plot_input_kind(const std::string& dir);
 
 // The script and interpreter `sim plot` runs (see the top of this file).

@@ -638,7 +638,9 @@ TEST(Lessons, SpeculativeDecodingPaysAtLowBatch) {
     }
     // p = 0.8 wins at every batch size, by less as the batch grows.
     EXPECT_GT(tput[b][2], tput[b][0]);
-    if (b > 0) EXPECT_LT(tput[b][2] / tput[b][0], tput[b - 1][2] / tput[b - 1][0]);
+    if (b > 0) {
+      EXPECT_LT(tput[b][2] / tput[b][0], tput[b - 1][2] / tput[b - 1][0]);
+    }
   }
   // The page's numbers: TPOT 3.4x and 1.6x lower at batch 1; at batch 256 p = 0.4 loses 16 % of
   // the throughput and raises TPOT; p = 0.8 still wins there by 1.3x, against 3.3x at batch 1.
