@@ -21,9 +21,9 @@
 #include "serving/cluster_summary.h"
 #include "serving/frontend.h"
 #include "serving/interrupt.h"
-#include "serving/output_file.h"
 #include "serving/recorder.h"
 #include "serving/replica.h"
+#include "serving/run_stage.h"
 #include "serving/workload_feedback.h"
 
 namespace servelab {
@@ -340,19 +340,11 @@ RunOutput run_engine_cluster(const ExperimentConfig& config, const EngineOptions
   const ModelConfig& model = engine.llama.model;
   std::unique_ptr<Workload> workload = make_engine_workload(config, model);
   out.workload = workload->describe();
-  const std::string final_dir =
-      options.out_dir.empty() ? "out/" + config.name + "-engine" : options.out_dir;
-  check_out_dir(final_dir);
-  // Written under a temporary sibling, moved into place when the run completed (sim/run.h).
-  StagedDir stage(final_dir);
-  out.out_dir = stage.temp_path();
-  const std::string steps_path = config.outputs.steps_csv ? out.out_dir + "/steps.csv" : "";
-  const std::string schedule_path =
-      config.outputs.record_schedule ? out.out_dir + "/schedule.csv" : "";
-
-  Recorder recorder(config.slo, steps_path, schedule_path, /*replica_column=*/true);
-  if (config.outputs.record_events) recorder.record_events(out.out_dir + "/events.csv");
-  if (config.outputs.record_blocks) recorder.record_blocks(out.out_dir + "/blocks.csv");
+  // Written under a temporary sibling, moved into place when the run completed.
+  RunStage run_stage(
+      config, {.out_dir = options.out_dir, .default_suffix = "-engine", .replica_column = true});
+  out.out_dir = run_stage.dir();
+  Recorder& recorder = run_stage.recorder();
   TokenCapture capture(recorder, options.write_tokens);
   WorkloadFeedback feedback(*workload, capture);
 
@@ -405,8 +397,7 @@ RunOutput run_engine_cluster(const ExperimentConfig& config, const EngineOptions
     write_tokens_jsonl(out.out_dir + "/tokens.jsonl", capture.tokens());
     out.files.push_back("tokens.jsonl");
   }
-  stage.commit();
-  out.out_dir = stage.final_path();
+  out.out_dir = run_stage.commit();
   return out;
 }
 

@@ -23,7 +23,7 @@
 #include "serving/interrupt.h"
 #include "serving/machine.h"
 #include "serving/memory_tiers_config.h"
-#include "serving/output_file.h"
+#include "serving/run_stage.h"
 #if SERVELAB_HAVE_CUDA
 #include "engine/cuda_executor.h"
 #include "kernels/device.h"
@@ -546,19 +546,10 @@ RunOutput run_engine(const ExperimentConfig& config, const EngineOptions& option
   const ModelConfig& model = engine.llama.model;
   std::unique_ptr<Workload> workload = make_engine_workload(config, model);
   out.workload = workload->describe();
-  const std::string final_dir =
-      options.out_dir.empty() ? "out/" + config.name + "-engine" : options.out_dir;
-  check_out_dir(final_dir);
-  // Written under a temporary sibling, moved into place when the run completed (sim/run.h).
-  StagedDir stage(final_dir);
-  out.out_dir = stage.temp_path();
-  const std::string steps_path = config.outputs.steps_csv ? out.out_dir + "/steps.csv" : "";
-  const std::string schedule_path =
-      config.outputs.record_schedule ? out.out_dir + "/schedule.csv" : "";
-
-  Recorder recorder(config.slo, steps_path, schedule_path);
-  if (config.outputs.record_events) recorder.record_events(out.out_dir + "/events.csv");
-  if (config.outputs.record_blocks) recorder.record_blocks(out.out_dir + "/blocks.csv");
+  // Written under a temporary sibling, moved into place when the run completed.
+  RunStage run_stage(config, {.out_dir = options.out_dir, .default_suffix = "-engine"});
+  out.out_dir = run_stage.dir();
+  Recorder& recorder = run_stage.recorder();
   TokenCapture capture(recorder, options.write_tokens);
   WorkloadFeedback feedback(*workload, capture);
   Replica replica(scheduler_config_with_policies(config),
@@ -608,8 +599,7 @@ RunOutput run_engine(const ExperimentConfig& config, const EngineOptions& option
     write_tokens_jsonl(out.out_dir + "/tokens.jsonl", capture.tokens());
     out.files.push_back("tokens.jsonl");
   }
-  stage.commit();
-  out.out_dir = stage.final_path();
+  out.out_dir = run_stage.commit();
   return out;
 }
 

@@ -16,11 +16,10 @@
 #include "serving/kv_capacity.h"
 #include "serving/kv_transfer.h"
 #include "serving/model_config.h"
-#include "serving/output_file.h"
+#include "serving/run_stage.h"
 #include "sim/calibrated_cost_model.h"
 #include "sim/roofline_cost_model.h"
 #include "sim/run.h"
-#include "sim/run_stage.h"
 #include "sim/sim_backend.h"
 #include "sim/swap_cost.h"
 #include "traces/workload.h"
@@ -94,16 +93,11 @@ RunOutput run_cluster_simulation(const ExperimentConfig& config, const RunOption
                      config.max_requests, config.max_duration_ns, config.file);
   out.workload = workload->describe();
 
-  RunStage run_stage(config, options, out.out_dir);
-  const std::string& steps_path = run_stage.steps_path;
-  const std::string& schedule_path = run_stage.schedule_path;
-  Recorder recorder(config.slo, steps_path, schedule_path, /*replica_column=*/true);
-  if (options.write_files && config.outputs.record_events) {
-    recorder.record_events(out.out_dir + "/events.csv");
-  }
-  if (options.write_files && config.outputs.record_blocks) {
-    recorder.record_blocks(out.out_dir + "/blocks.csv");
-  }
+  RunStage run_stage(
+      config,
+      {.out_dir = options.out_dir, .write_files = options.write_files, .replica_column = true});
+  out.out_dir = run_stage.dir();
+  Recorder& recorder = run_stage.recorder();
   WorkloadFeedback feedback(*workload, recorder);
   SchedulerObserver& downstream =
       workload->dependent() ? static_cast<SchedulerObserver&>(feedback) : recorder;
@@ -202,8 +196,7 @@ RunOutput run_cluster_simulation(const ExperimentConfig& config, const RunOption
   if (!options.write_files) return out;
 
   write_run_outputs(config, recorder, {"sim", config.model, config.hardware}, out);
-  run_stage.stage->commit();
-  out.out_dir = run_stage.stage->final_path();
+  out.out_dir = run_stage.commit();
   return out;
 }
 

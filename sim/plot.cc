@@ -52,10 +52,17 @@ std::string plot_input_kind(const std::string& dir) {
     const std::string path = (fs::path(dir) / "summary.json").string();
     std::ifstream in(path, std::ios::binary);
     if (!in) throw ConfigError(path + ": cannot read");
+    nlohmann::json summary;
     try {
-      (void)nlohmann::json::parse(in);
+      summary = nlohmann::json::parse(in);
     } catch (const nlohmann::json::exception& e) {
       throw ConfigError(path + ": not valid JSON: " + e.what());
+    }
+    // The script reads the run's keys from it (run, requests, ...): anything but an object
+    // would end there in a traceback.
+    if (!summary.is_object()) {
+      throw ConfigError(path + ": expected a JSON object (a run's summary), got " +
+                        std::string(summary.type_name()));
     }
     return "run";
   }

@@ -28,7 +28,7 @@ PlotArgs parse_plot_args(const std::vector<std::string>& args);
 // What an input folder is: "run", "compare", "sweep" or "validation" (a `sim validate` folder:
 // validation.json and replay.csv). Throws ConfigError naming the folder when it does not exist
 // or is none of them, when a run folder's summary.json is not valid JSON ("PATH: not valid
-// JSON: ..."), or when a validation folder lacks replay.csv.
+// JSON: ...") or not a JSON object, or when a validation folder lacks replay.csv.
 std::string plot_input_kind(const std::string& dir);
 
 // The script and interpreter `sim plot` runs (see the top of this file).

@@ -14,10 +14,9 @@
 #include "serving/machine.h"
 #include "serving/memory_tiers_config.h"
 #include "serving/model_config.h"
-#include "serving/output_file.h"
+#include "serving/run_stage.h"
 #include "sim/calibrated_cost_model.h"
 #include "sim/roofline_cost_model.h"
-#include "sim/run_stage.h"
 #include "sim/sim_backend.h"
 #include "sim/swap_cost.h"
 #include "traces/workload.h"
@@ -145,9 +144,9 @@ RunOutput run_simulation(const ExperimentConfig& config, const RunOptions& optio
                      config.max_requests, config.max_duration_ns, config.file);
   out.workload = workload->describe();
 
-  RunStage run_stage(config, options, out.out_dir);
-  const std::string& steps_path = run_stage.steps_path;
-  const std::string& schedule_path = run_stage.schedule_path;
+  RunStage run_stage(config, {.out_dir = options.out_dir, .write_files = options.write_files});
+  out.out_dir = run_stage.dir();
+  Recorder& recorder = run_stage.recorder();
   const RooflineCostModel roofline(
       model, hardware, config.scheduler.block_size, parallel,
       config.scheduler.lora.enabled() ? config.scheduler.lora.max_lora_rank : 0);
@@ -169,13 +168,6 @@ RunOutput run_simulation(const ExperimentConfig& config, const RunOptions& optio
                    [&](const StepPlan& plan) { options.before_step(*hooked_scheduler, plan); });
   }
   Backend& backend = hooked ? static_cast<Backend&>(*hooked) : sim_backend;
-  Recorder recorder(config.slo, steps_path, schedule_path);
-  if (options.write_files && config.outputs.record_events) {
-    recorder.record_events(out.out_dir + "/events.csv");
-  }
-  if (options.write_files && config.outputs.record_blocks) {
-    recorder.record_blocks(out.out_dir + "/blocks.csv");
-  }
   WorkloadFeedback feedback(*workload, recorder);
   KvCacheOptions kv_cache_options = kv_cache_options_for(config);
   // KV offload tiers behind the pool (`kv_offload:`), their loads charged by the backend.
@@ -264,8 +256,7 @@ RunOutput run_simulation(const ExperimentConfig& config, const RunOptions& optio
   if (!options.write_files) return out;
 
   write_run_outputs(config, recorder, {"sim", model.name, hardware.name}, out);
-  run_stage.stage->commit();
-  out.out_dir = run_stage.stage->final_path();
+  out.out_dir = run_stage.commit();
   return out;
 }
 

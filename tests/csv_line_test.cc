@@ -91,7 +91,10 @@ TEST(CsvLine, LongRowsGrowTheBuffer) {
   const double huge = std::numeric_limits<double>::max();
   const double neg = -std::numeric_limits<double>::max();
   std::string expected;
-  for (int i = 0; i < 10; ++i) expected += (i ? "," : "") + printf_f6(i % 2 ? neg : huge);
+  for (int i = 0; i < 10; ++i) {
+    if (i) expected += ',';
+    expected += printf_f6(i % 2 ? neg : huge);
+  }
   EXPECT_EQ(row([&](CsvLine& l) {
               for (int i = 0; i < 10; ++i) l.add_fixed6(i % 2 ? neg : huge);
             }),
@@ -104,7 +107,8 @@ TEST(CsvLine, LongRowsGrowTheBuffer) {
   CsvLine line;
   for (int i = 0; i < 1000; ++i) {
     line.add(std::numeric_limits<std::int64_t>::min());
-    many += (i ? "," : "") + std::to_string(std::numeric_limits<std::int64_t>::min());
+    if (i) many += ',';
+    many += std::to_string(std::numeric_limits<std::int64_t>::min());
   }
   line.end(f);
   line.add(7).add("decode").end(f);

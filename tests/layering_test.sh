@@ -2,7 +2,9 @@
 # The build refuses includes across layers (docs/architecture.md): a header of a layer a target
 # does not depend on is not on its include path. For each layer's library, with the include
 # directories CMake gives it, a file including one of its own headers compiles and a file
-# including a header of a forbidden layer fails with "No such file or directory".
+# including a header of a forbidden layer fails with "No such file or directory". The compiler
+# only preprocesses (-E): that resolves every include, transitively, which is all the layering is
+# about, in a tenth of the time of parsing the headers (the build itself compiles them).
 # Usage: layering_test.sh CXX core=DIRS config=DIRS serving=DIRS sim=DIRS engine=DIRS
 # (DIRS: the target's include directories, ';'-separated, as CMake lists them).
 set -uo pipefail
@@ -14,12 +16,12 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 failures=0
 
-compile() {  # compile LAYER HEADER -> stderr in $tmp/err, returns the compiler's status
+compile() {  # compile LAYER HEADER -> stderr in $tmp/err, returns the preprocessor's status
   local flags=()
   IFS=';' read -ra list <<<"${dirs[$1]}"
   for d in "${list[@]}"; do [ -n "$d" ] && flags+=("-I$d"); done
   printf '#include "%s"\n' "$2" >"$tmp/t.cc"
-  "$cxx" -std=c++20 -fsyntax-only "${flags[@]}" "$tmp/t.cc" 2>"$tmp/err"
+  "$cxx" -std=c++20 -E -o /dev/null "${flags[@]}" "$tmp/t.cc" 2>"$tmp/err"
 }
 allowed() {
   if ! compile "$1" "$2"; then

@@ -155,7 +155,9 @@ TEST(LinkTransfers, ManyTransfersOnALargeTopologyNeverBeatTheirBottleneck) {
     last[specs[i].from] = std::max(last[specs[i].from], f[i]);
   }
   for (int g = 0; g < 256; ++g) {
-    if (sent[g] > 0) EXPECT_GE(last[g], static_cast<TimeNs>(sent[g] / 50e9 * 1e9)) << g;
+    if (sent[g] > 0) {
+      EXPECT_GE(last[g], static_cast<TimeNs>(sent[g] / 50e9 * 1e9)) << g;
+    }
   }
 }
 

@@ -95,7 +95,9 @@ std::int32_t SecondHit(const std::string& name, std::int64_t depth = 1) {
   first.num_computed_tokens = 80;
   const PrefixHit hit = kv.get_computed_blocks(second);
   kv.check_invariants();
-  if (kv.prefix_cache() != nullptr) EXPECT_EQ(kv.prefix_cache()->name(), name);
+  if (kv.prefix_cache() != nullptr) {
+    EXPECT_EQ(kv.prefix_cache()->name(), name);
+  }
   return hit.num_tokens;
 }
 

@@ -447,7 +447,9 @@ void ExpectSpecDecode(const nlohmann::json& summary, std::size_t k) {
   std::int64_t sum = 0;
   for (std::size_t i = 0; i < k; ++i) {
     sum += per_pos[i];
-    if (i > 0) EXPECT_LE(per_pos[i], per_pos[i - 1]);  // acceptance stops at a rejection
+    if (i > 0) {
+      EXPECT_LE(per_pos[i], per_pos[i - 1]);  // acceptance stops at a rejection
+    }
   }
   EXPECT_EQ(sum, accepted);
   EXPECT_LE(per_pos[0], drafts);

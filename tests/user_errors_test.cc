@@ -102,6 +102,10 @@ TEST(UserErrors, PlotOfACorruptSummaryIsOneLine) {
   write_file(dir / "run/summary.json", "{\"requests\": ");
   expect_user_error(run_sim("plot " + (dir / "run").string(), dir),
                     {"summary.json", "not valid JSON"});
+  // Valid JSON that is not a run's summary (an object) is refused before the script runs.
+  write_file(dir / "run/summary.json", "[1, 2]");
+  expect_user_error(run_sim("plot " + (dir / "run").string(), dir),
+                    {"summary.json", "expected a JSON object", "array"});
 }
 
 TEST(UserErrors, OverlongTraceLinesAreRefused) {

@@ -1,0 +1,47 @@
+#include "serving/run_stage.h"
+
+#include <stdexcept>
+
+#include "serving/run_folder.h"
+
+namespace servelab {
+
+namespace {
+
+// Checks the final folder and stages it, or nothing when the run writes no files.
+std::optional<StagedDir> stage_for(const ExperimentConfig& config, const RunStageOptions& options) {
+  if (!options.write_files) return std::nullopt;
+  const std::string final_dir =
+      options.out_dir.empty() ? "out/" + config.name + options.default_suffix : options.out_dir;
+  check_out_dir(final_dir);
+  return std::optional<StagedDir>(std::in_place, final_dir);
+}
+
+std::string streamed_path(const std::optional<StagedDir>& stage, bool wanted, const char* name) {
+  return stage && wanted ? stage->temp_path() + "/" + name : std::string();
+}
+
+}  // namespace
+
+RunStage::RunStage(const ExperimentConfig& config, const RunStageOptions& options)
+    : stage_(stage_for(config, options)),
+      recorder_(config.slo, streamed_path(stage_, config.outputs.steps_csv, "steps.csv"),
+                streamed_path(stage_, config.outputs.record_schedule, "schedule.csv"),
+                options.replica_column) {
+  if (!stage_) return;
+  if (config.outputs.record_events) recorder_.record_events(stage_->temp_path() + "/events.csv");
+  if (config.outputs.record_blocks) recorder_.record_blocks(stage_->temp_path() + "/blocks.csv");
+}
+
+const std::string& RunStage::dir() const {
+  static const std::string none;
+  return stage_ ? stage_->temp_path() : none;
+}
+
+std::string RunStage::commit() {
+  if (!stage_) throw std::logic_error("RunStage::commit: the run writes no files");
+  stage_->commit();
+  return stage_->final_path();
+}
+
+}  // namespace servelab

@@ -1,0 +1,112 @@
+// serving/run_stage.h: where a run writes. The final folder is checked before anything is
+// created, the run goes to a hidden staging sibling, streamed files open there as the experiment's
+// `outputs:` ask, commit() moves the folder into place, and an abandoned stage leaves nothing.
+#include "serving/run_stage.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <set>
+#include <string>
+
+#include "core/config_error.h"
+#include "tests/test_util.h"
+
+namespace servelab {
+namespace {
+
+using namespace test_util;
+
+ExperimentConfig experiment(const std::string& name) {
+  ExperimentConfig c;
+  c.name = name;
+  return c;
+}
+
+std::set<std::string> entries(const fs::path& dir) {
+  std::set<std::string> out;
+  for (const auto& e : fs::directory_iterator(dir)) out.insert(e.path().filename().string());
+  return out;
+}
+
+TEST(RunStage, StagesOpensTheAskedStreamsAndCommitsIntoPlace) {
+  const fs::path dir = temp_dir("run_stage_commit");
+  ExperimentConfig c = experiment("e");
+  c.outputs.steps_csv = true;
+  c.outputs.record_schedule = false;
+  c.outputs.record_events = true;
+  c.outputs.record_blocks = true;
+  const std::string final_dir = (dir / "run").string();
+  std::string committed;
+  {
+    RunStage stage(c, {.out_dir = final_dir});
+    ASSERT_TRUE(stage.writes_files());
+    const fs::path temp = stage.dir();
+    EXPECT_EQ(temp.parent_path(), dir);
+    EXPECT_EQ(temp.filename().string().rfind(".run.tmp-", 0), 0u) << temp;
+    EXPECT_FALSE(fs::exists(final_dir));  // nothing in place before the run completed
+    EXPECT_EQ(entries(temp), (std::set<std::string>{"steps.csv", "events.csv", "blocks.csv"}));
+    committed = stage.commit();
+  }
+  EXPECT_EQ(committed, final_dir);
+  EXPECT_EQ(entries(final_dir), (std::set<std::string>{"steps.csv", "events.csv", "blocks.csv"}));
+  EXPECT_EQ(entries(dir), (std::set<std::string>{"run"}));  // no staging folder left
+}
+
+TEST(RunStage, AnAbandonedRunLeavesThePreviousFolderAsItWas) {
+  const fs::path dir = temp_dir("run_stage_abandon");
+  fs::create_directories(dir / "run");
+  write_file(dir / "run" / "summary.json", "{\"previous\": true}");
+  {
+    RunStage stage(experiment("e"), {.out_dir = (dir / "run").string()});
+    EXPECT_TRUE(fs::exists(stage.dir()));
+  }  // destroyed without commit(): an error or an interrupt
+  EXPECT_EQ(entries(dir), (std::set<std::string>{"run"}));
+  EXPECT_EQ(read_file(dir / "run" / "summary.json"), "{\"previous\": true}");
+}
+
+TEST(RunStage, RefusesAFolderHoldingAUsersFileBeforeCreatingAnything) {
+  const fs::path dir = temp_dir("run_stage_refuse");
+  fs::create_directories(dir / "run");
+  write_file(dir / "run" / "notes.txt", "mine");
+  try {
+    RunStage stage(experiment("e"), {.out_dir = (dir / "run").string()});
+    FAIL() << "a folder holding notes.txt was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("notes.txt"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(entries(dir), (std::set<std::string>{"run"}));
+  EXPECT_EQ(entries(dir / "run"), (std::set<std::string>{"notes.txt"}));
+}
+
+TEST(RunStage, DefaultFolderIsOutNameWithTheDriversSuffix) {
+  const fs::path dir = temp_dir("run_stage_default");
+  const fs::path cwd = fs::current_path();
+  fs::current_path(dir);
+  std::string sim, engine;
+  {
+    RunStage s(experiment("burst"), {});
+    sim = s.commit();
+  }
+  {
+    RunStage s(experiment("burst"), {.default_suffix = "-engine"});
+    engine = s.commit();
+  }
+  fs::current_path(cwd);
+  EXPECT_EQ(sim, "out/burst");
+  EXPECT_EQ(engine, "out/burst-engine");
+  EXPECT_TRUE(fs::is_directory(dir / "out" / "burst"));
+  EXPECT_TRUE(fs::is_directory(dir / "out" / "burst-engine"));
+}
+
+TEST(RunStage, WithoutFilesNothingIsCreatedAndCommitIsRefused) {
+  const fs::path dir = temp_dir("run_stage_none");
+  RunStage stage(experiment("e"), {.out_dir = (dir / "run").string(), .write_files = false});
+  EXPECT_FALSE(stage.writes_files());
+  EXPECT_EQ(stage.dir(), "");
+  EXPECT_TRUE(entries(dir).empty());
+  EXPECT_THROW(stage.commit(), std::logic_error);
+}
+
+}  // namespace
+}  // namespace servelab
