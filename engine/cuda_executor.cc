@@ -450,17 +450,17 @@ void CudaExecutor::Impl::forward_layers(const ForwardArgs& f) {
                   nullptr, width};
     if (D > 0) {
       kv.block_tables = f.d_tab;
-      k::paged_decode_attention({kv, s.q.as<Bf16>(), s.attn.as<Bf16>(), f.d_rows, f.d_ctx, D,
-                                 m.num_heads, scale, dplan, s.workspace.as<float>(), d_max_ctx,
-                                 s.decode_kernel},
-                                s.stream.get());
+      k::paged_decode_attention(
+          {kv, s.q.as<Bf16>(), s.attn.as<Bf16>(), f.d_rows, f.d_ctx, D, m.num_heads, scale, dplan,
+           s.workspace.as<float>(), d_max_ctx, s.decode_kernel},
+          s.stream.get());
     }
     if (P > 0) {
       kv.block_tables = f.p_tab;
-      k::paged_prefill_attention({kv, s.q.as<Bf16>(), s.attn.as<Bf16>(), f.p_beg, f.p_num,
-                                  f.p_first, f.tiles, f.num_tiles, m.num_heads, scale,
-                                  options.prefill_kernel},
-                                 s.stream.get());
+      k::paged_prefill_attention(
+          {kv, s.q.as<Bf16>(), s.attn.as<Bf16>(), f.p_beg, f.p_num, f.p_first, f.tiles, f.num_tiles,
+           m.num_heads, scale, options.prefill_kernel},
+          s.stream.get());
     }
     s.gemm->linear(s.attn.as<Bf16>(), w.o.as<Bf16>(), residual, k::Gemm::Out::kF32, T, Q, H, 1.0f,
                    s.stream.get());

@@ -64,8 +64,8 @@ struct CudaExecutorOptions {
   bool keep_logits = false;  // copy each step's logits back (tests, hf_compare)
   // The attention kernels: the new ones by default, the earlier ones kept to fall back to without
   // rebuilding (environment: SERVELAB_CUDA_DECODE, SERVELAB_CUDA_PREFILL, engine/gpu_switches.h).
-  kernels::DecodeKernel decode_kernel = kernels::kDefaultDecodeKernel;  // attention_plan.h
-  kernels::PrefillKernel prefill_kernel = kernels::PrefillKernel::kFa2;   // prefill_kernel.h
+  kernels::DecodeKernel decode_kernel = kernels::kDefaultDecodeKernel;   // attention_plan.h
+  kernels::PrefillKernel prefill_kernel = kernels::PrefillKernel::kFa2;  // prefill_kernel.h
   // Decode-only steps as CUDA graphs per batch-size bucket (environment: SERVELAB_CUDA_GRAPHS,
   // engine/gpu_switches.h).
   bool cuda_graphs = true;

@@ -134,7 +134,8 @@ TEST(GpuExecutor, LogitsMatchCpuExecutor) {
     };
     std::vector<Variant> variants;
     for (std::int32_t bs : {1, 5, 16}) {
-      for (kernels::DecodeKernel d : {kernels::DecodeKernel::kTiled, kernels::DecodeKernel::kPipelined}) {
+      for (kernels::DecodeKernel d :
+           {kernels::DecodeKernel::kTiled, kernels::DecodeKernel::kPipelined}) {
         variants.push_back({bs, d, kernels::PrefillKernel::kFa2});
       }
     }
