@@ -24,6 +24,7 @@
 
 #include "kernels/attention.h"
 #include "kernels/common.cuh"
+#include "kernels/prefill_params.cuh"
 
 namespace servelab::kernels {
 
@@ -35,7 +36,6 @@ void launch_prefill_fa2(const PrefillAttentionArgs& a, cudaStream_t stream);
 namespace {
 
 namespace wmma = nvcuda::wmma;
-using detail::kLog2e;
 
 constexpr int kThreads = 128;
 constexpr int kRows = kPrefillTileRows;  // query rows per CTA
@@ -59,17 +59,7 @@ struct Smem {
                 "WMMA needs 256-bit aligned tiles");
 };
 
-struct PrefillParams {
-  PagedKv kv;
-  const __nv_bfloat16* q;
-  __nv_bfloat16* out;
-  const std::int32_t* q_row_begin;
-  const std::int32_t* num_queries;
-  const std::int32_t* first_pos;
-  const PrefillTile* tiles;
-  std::int32_t num_q_heads;
-  float scale_log2;
-};
+using detail::PrefillParams;
 
 template <int HD>
 __global__ void __launch_bounds__(kThreads) prefill_kernel(const PrefillParams p) {
@@ -248,9 +238,7 @@ void paged_prefill_attention(const PrefillAttentionArgs& a, Stream stream) {
     detail::check_launch("paged_prefill_attention (fa2)");
     return;
   }
-  const PrefillParams pp{a.kv,          detail::bf(a.q), detail::bf(a.out),
-                         a.q_row_begin, a.num_queries,   a.first_pos,
-                         a.tiles,       a.num_q_heads,   a.scale * kLog2e};
+  const PrefillParams pp = detail::prefill_params(a);
   if (a.kv.head_dim == 64) {
     launch<64>(pp, a, s);
   } else {

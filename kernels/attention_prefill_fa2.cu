@@ -34,6 +34,7 @@
 #include "kernels/attention.h"
 #include "kernels/common.cuh"
 #include "kernels/mma_fragments.h"
+#include "kernels/prefill_params.cuh"
 
 namespace servelab::kernels::detail {
 
@@ -57,18 +58,6 @@ struct Fa2Smem {
   static constexpr int kBytes = kOff + 2 * kKeys * 8;
   static_assert(kK % 16 == 0 && kV % 16 == 0 && kOff % 16 == 0 && (kLd * 2) % 16 == 0,
                 "cp.async and ldmatrix need 16-byte aligned rows");
-};
-
-struct Fa2Params {
-  PagedKv kv;
-  const __nv_bfloat16* q;
-  __nv_bfloat16* out;
-  const std::int32_t* q_row_begin;
-  const std::int32_t* num_queries;
-  const std::int32_t* first_pos;
-  const PrefillTile* tiles;
-  std::int32_t num_q_heads;
-  float scale_log2;
 };
 
 __device__ __forceinline__ unsigned smem_u32(const void* p) {
@@ -116,7 +105,7 @@ __device__ __forceinline__ unsigned pack_bf16x2(float lo, float hi) {
 }
 
 template <int HD>
-__global__ void __launch_bounds__(kThreads) prefill_fa2_kernel(const Fa2Params p) {
+__global__ void __launch_bounds__(kThreads) prefill_fa2_kernel(const PrefillParams p) {
   using L = Fa2Smem<HD>;
   constexpr int kChunks = HD / 8;  // 16-byte chunks per row
   constexpr int kDimBlocks = HD / 16;
@@ -331,7 +320,7 @@ __global__ void __launch_bounds__(kThreads) prefill_fa2_kernel(const Fa2Params p
 }
 
 template <int HD>
-void launch(const Fa2Params& pp, const PrefillAttentionArgs& a, cudaStream_t s) {
+void launch(const PrefillParams& pp, const PrefillAttentionArgs& a, cudaStream_t s) {
   constexpr int bytes = Fa2Smem<HD>::kBytes;
   static const bool configured = [] {
     check_cuda(cudaFuncSetAttribute(&prefill_fa2_kernel<HD>,
@@ -346,8 +335,7 @@ void launch(const Fa2Params& pp, const PrefillAttentionArgs& a, cudaStream_t s) 
 }  // namespace
 
 void launch_prefill_fa2(const PrefillAttentionArgs& a, cudaStream_t stream) {
-  const Fa2Params pp{a.kv,        bf(a.q), bf(a.out),     a.q_row_begin,   a.num_queries,
-                     a.first_pos, a.tiles, a.num_q_heads, a.scale * kLog2e};
+  const PrefillParams pp = prefill_params(a);
   if (a.kv.head_dim == 64) {
     launch<64>(pp, a, stream);
   } else {

@@ -14,11 +14,7 @@
 // Plain C++17; the functions are __host__ __device__ under nvcc.
 #pragma once
 
-#if defined(__CUDACC__)
-#define SERVELAB_HOST_DEVICE __host__ __device__
-#else
-#define SERVELAB_HOST_DEVICE
-#endif
+#include "kernels/host_device.h"
 
 namespace servelab::kernels::decode_frag {
 

@@ -15,11 +15,7 @@
 #include <cmath>
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define SERVELAB_HOST_DEVICE __host__ __device__
-#else
-#define SERVELAB_HOST_DEVICE
-#endif
+#include "kernels/host_device.h"
 
 namespace servelab::kernels {
 

@@ -24,23 +24,8 @@ fi
 t=$(mktemp -d)
 trap 'rm -rf "$t"' EXIT
 fails=0
-check() {  # check DESCRIPTION COMMAND...: the command must succeed
-  local what=$1
-  shift
-  if "$@"; then echo "ok   $what"; else echo "FAIL $what"; fails=$((fails + 1)); fi
-}
-# run EXPECTED_CODE CMD...: from $t/elsewhere with a bare environment; output in $t/last.txt
-run() {
-  local want=$1
-  shift
-  (cd "$t/elsewhere" && env -i PATH=/usr/bin:/bin HOME="$t" "$@") >"$t/last.txt" 2>&1
-  local rc=$?
-  if [ "$rc" != "$want" ]; then
-    echo "exit $rc, expected $want: $*"
-    tail -n 20 "$t/last.txt"
-    return 1
-  fi
-}
+# check and run: tests/script_checks.sh
+source "$src/tests/script_checks.sh"
 has() { grep -q -- "$1" "$t/last.txt" || { echo "output lacks '$1':"; tail -n 20 "$t/last.txt"; return 1; }; }
 mkdir -p "$t/elsewhere"
 t=$(realpath "$t")

@@ -145,7 +145,10 @@ TEST(GpuExecutor, LogitsMatchCpuExecutor) {
       SCOPED_TRACE(std::string("block ") + std::to_string(bs) + " decode " +
                    kernels::decode_kernel_name(v.decode) + " prefill " +
                    kernels::prefill_kernel_name(v.prefill));
-      CpuExecutor cpu(w, CpuExecutorOptions{bs, 200, 0, {}});
+      CpuExecutorOptions cpu_options;
+      cpu_options.block_size = bs;
+      cpu_options.num_blocks = 200;
+      CpuExecutor cpu(w, cpu_options);
       CudaExecutorOptions options = GpuOptions(bs, 200);
       options.decode_kernel = v.decode;
       options.prefill_kernel = v.prefill;

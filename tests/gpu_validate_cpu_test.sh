@@ -17,23 +17,8 @@ t=$(mktemp -d)
 trap 'rm -rf "$t"' EXIT
 t=$(realpath "$t")
 fails=0
-check() {  # check DESCRIPTION COMMAND...: the command must succeed
-  local what=$1
-  shift
-  if "$@"; then echo "ok   $what"; else echo "FAIL $what"; fails=$((fails + 1)); fi
-}
-# run EXPECTED_CODE CMD...: from $t/elsewhere with a bare environment; output in $t/last.txt
-run() {
-  local want=$1
-  shift
-  (cd "$t/elsewhere" && env -i PATH=/usr/bin:/bin HOME="$t" "$@") >"$t/last.txt" 2>&1
-  local rc=$?
-  if [ "$rc" != "$want" ]; then
-    echo "exit $rc, expected $want: $*"
-    tail -n 30 "$t/last.txt"
-    return 1
-  fi
-}
+# check and run: tests/script_checks.sh
+source "$src/tests/script_checks.sh"
 has() { grep -q -- "$1" "$2" || { echo "$2 lacks '$1'"; return 1; }; }
 
 # The bundle's layout (scripts/gpu-bundle), with this build's CPU programs.

@@ -1,0 +1,32 @@
+// The kernel parameters both paged prefill attention kernels take (attention_prefill.cu: wmma,
+// attention_prefill_fa2.cu: fa2), built once from the launcher's PrefillAttentionArgs. Internal
+// to the .cu files (never included by host-only code).
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "kernels/attention.h"
+#include "kernels/common.cuh"
+
+namespace servelab::kernels::detail {
+
+struct PrefillParams {
+  PagedKv kv;
+  const __nv_bfloat16* q;
+  __nv_bfloat16* out;
+  const std::int32_t* q_row_begin;
+  const std::int32_t* num_queries;
+  const std::int32_t* first_pos;
+  const PrefillTile* tiles;
+  std::int32_t num_q_heads;
+  float scale_log2;  // the score scale times log2(e): the kernels work with exp2
+};
+
+inline PrefillParams prefill_params(const PrefillAttentionArgs& a) {
+  return {a.kv,        bf(a.q), bf(a.out),     a.q_row_begin,   a.num_queries,
+          a.first_pos, a.tiles, a.num_q_heads, a.scale * kLog2e};
+}
+
+}  // namespace servelab::kernels::detail
