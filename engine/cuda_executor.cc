@@ -101,7 +101,6 @@ struct CudaExecutor::Impl {
   DeviceBuffer embed, lm_head, final_norm, cos_sin;
   std::map<std::string, WeightRef> weight_refs;
   std::int32_t rope_rows = 0;
-  k::DecodeKernel decode_kernel = k::kDefaultDecodeKernel;
   std::int32_t decode_ctas_per_seq = 1, decode_max_ctas = 1;
   // Activations, sized for `cap_tokens` tokens and `cap_rows` sampled rows.
   std::int32_t cap_tokens = 0, cap_rows = 0;
@@ -315,7 +314,6 @@ void CudaExecutor::Impl::init(const LlamaWeights* host, std::uint64_t seed) {
         "CudaExecutor: num_kv_heads must divide num_heads, hidden and intermediate sizes must be "
         "multiples of 8");
   }
-  s.decode_kernel = options.decode_kernel;
   std::string reason;
   if (!k::cuda_device_available(&reason)) {
     throw std::runtime_error("CudaExecutor: no usable CUDA device: " + reason);
@@ -331,9 +329,10 @@ void CudaExecutor::Impl::init(const LlamaWeights* host, std::uint64_t seed) {
       std::min<std::int64_t>(m.max_position_embeddings, options.max_model_len));
   const std::vector<float> table = k::rope_cos_sin_table(rope_inv_freq(s.config), s.rope_rows);
   s.cos_sin = upload_f32(table.data(), table.size());
-  s.decode_ctas_per_seq = k::decode_ctas_per_seq(s.decode_kernel, m.num_heads, m.num_kv_heads);
+  s.decode_ctas_per_seq =
+      k::decode_ctas_per_seq(s.options.decode_kernel, m.num_heads, m.num_kv_heads);
   s.decode_max_ctas =
-      k::decode_max_resident_ctas(s.decode_kernel, m.head_dim, m.num_heads, m.num_kv_heads);
+      k::decode_max_resident_ctas(s.options.decode_kernel, m.head_dim, m.num_heads, m.num_kv_heads);
 
   // Activations before the KV cache, so the cache gets what is really left.
   s.ensure_capacity(options.max_num_tokens, options.max_num_seqs);
@@ -452,7 +451,7 @@ void CudaExecutor::Impl::forward_layers(const ForwardArgs& f) {
       kv.block_tables = f.d_tab;
       k::paged_decode_attention(
           {kv, s.q.as<Bf16>(), s.attn.as<Bf16>(), f.d_rows, f.d_ctx, D, m.num_heads, scale, dplan,
-           s.workspace.as<float>(), d_max_ctx, s.decode_kernel},
+           s.workspace.as<float>(), d_max_ctx, s.options.decode_kernel},
           s.stream.get());
     }
     if (P > 0) {
