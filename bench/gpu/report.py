@@ -189,6 +189,14 @@ def report_e2e(work):
                      ("PASS" if good else "MISS") if c >= 32 else "report"))
     print(table(rows, ("conc", "engine tok/s", "HF tok/s", "speedup", "TTFT p50 ms",
                        "HF TTFT ms", "TPOT p50 ms", "HF TPOT ms", "target")))
+    if hf:
+        print(f"HF baseline: torch {hf.get('torch', '?')}, transformers "
+              f"{hf.get('transformers', '?')}, attention {hf.get('attention', '?')}")
+    if hf.get("ok") is False:
+        # hf_generate_bench.py checks that every generate returned exactly the tokens asked for.
+        print("HF baseline: FAILED (a generate returned the wrong number of tokens: "
+              "hf_generate.log)")
+        ok = False
     ok &= report_decode_step(work)
     return ok
 

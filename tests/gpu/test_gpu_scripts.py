@@ -352,6 +352,9 @@ class Report(unittest.TestCase):
         self.assertIn("11.0x", text)
         self.assertFalse(ok)  # no steps.csv / copy_bw.json: the decode-step row fails
         self.assertIn("decode step at batch 32", text)
+        self.assertNotIn("HF baseline: FAILED", text)
+        self.write("hf_generate.json", {"ok": False, "levels": []})
+        self.assertIn("HF baseline: FAILED", self.run_report("e2e")[1])
 
     def test_tests_mode_reads_hf_compare(self):
         self.write("steps.tsv", "hf_compare\t0\t40\n")
