@@ -82,9 +82,10 @@ def main(argv=None):
     cfg = transformers.LlamaConfig(**llama3_8b_config())
     torch.manual_seed(0)
     # Built in fp32 on the GPU (32 GB for 8B), then cast: no reliance on a bf16 default dtype.
+    # The explicit .to("cuda") covers a constructor that ignores the device context.
     with torch.device("cuda"):
         model = transformers.LlamaForCausalLM(cfg)
-    model = model.to(torch.bfloat16).eval()
+    model = model.to("cuda").to(torch.bfloat16).eval()
     torch.cuda.empty_cache()
     result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
               "transformers": transformers.__version__,
@@ -97,7 +98,7 @@ def main(argv=None):
         ids = torch.randint(0, cfg.vocab_size, (c, args.prompt_len), device="cuda")
         mask = torch.ones_like(ids)
 
-        def gen(n):
+        def gen(n, ids=ids, mask=mask, c=c):
             with torch.no_grad():
                 out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=n,
                                      min_new_tokens=n, do_sample=False, pad_token_id=0)
@@ -112,7 +113,6 @@ def main(argv=None):
         result["levels"].append(level)
         print(f"concurrency {c:4d}: {level['output_tokens_per_s']:9.1f} output tok/s  "
               f"TTFT {level['ttft_ms']:8.1f} ms  TPOT {level['tpot_ms']:7.2f} ms", flush=True)
-        del ids, mask
         torch.cuda.empty_cache()
     for b in bad:
         print(f"{SCRIPT}: error: {b}", file=sys.stderr)

@@ -30,8 +30,8 @@ Writes a JSON summary with --json. Exit status: 0 everything agrees, 1 a check f
 or a missing / unsupported package or device.
 
 usage: python3 tests/gpu/hf_compare.py --exe BUNDLE/bin/gpu_dump_logits [--prompts 8]
-           [--steps 64] [--engine-devices cuda,cpu] [--hf-device cuda] [--json OUT.json]
-           [--keep DIR]
+           [--steps 64] [--engine-devices cuda,cpu] [--hf-device cuda] [--config MODEL.json]
+           [--json OUT.json] [--keep DIR]
 """
 import argparse
 import json
@@ -59,10 +59,24 @@ def parse_args(argv):
                     help="engine devices to compare, comma-separated from cuda, cpu")
     ap.add_argument("--hf-device", default="cuda", choices=("cuda", "cpu"),
                     help="where transformers runs the fp32 reference (default cuda)")
+    ap.add_argument("--config", help="a JSON file of LlamaConfig arguments to use instead of the "
+                                     "built-in model (model_config())")
     ap.add_argument("--json", help="write the results to this file")
     ap.add_argument("--keep", help="directory to keep the model and dumps in (its model/ must not "
                                    "exist yet)")
     args = ap.parse_args(argv)
+    if args.config:
+        try:
+            with open(args.config) as f:
+                args.config = json.load(f)
+        except (OSError, ValueError) as e:
+            ap.error(f"--config: {e}")
+        missing = [k for k in ("hidden_size", "intermediate_size", "num_hidden_layers",
+                               "num_attention_heads", "vocab_size") if k not in args.config]
+        if missing:
+            ap.error(f"--config: missing {', '.join(missing)}")
+    else:
+        args.config = model_config()
     if not 1 <= args.prompts <= 64:
         ap.error(f"--prompts: expected 1..64, got {args.prompts}")
     if args.steps < 1:
@@ -157,9 +171,10 @@ def run_dump(exe, model_dir, device, prompts, steps, out):
         return json.load(f)["runs"]
 
 
-def make_model(torch, transformers, path):
-    """Saves the random bf16 model to `path`; returns its state dict (bf16, on the CPU)."""
-    cfg = transformers.LlamaConfig(**model_config())
+def make_model(torch, transformers, config, path):
+    """Saves a random bf16 LlamaForCausalLM of LlamaConfig(**config) to `path`; returns its state
+    dict (bf16, on the CPU)."""
+    cfg = transformers.LlamaConfig(**config)
     torch.manual_seed(1234)
     model = transformers.LlamaForCausalLM(cfg)
     with torch.no_grad():
@@ -181,7 +196,7 @@ def main(argv=None):
     work = args.keep or tempfile.mkdtemp(prefix="hf_compare_")
     os.makedirs(work, exist_ok=True)
     model_dir = os.path.join(work, "model")
-    saved = make_model(torch, transformers, model_dir)
+    saved = make_model(torch, transformers, args.config, model_dir)
     problems = hf_checkpoint.check_checkpoint(model_dir)
     with open(os.path.join(model_dir, "config.json")) as f:
         config = json.load(f)

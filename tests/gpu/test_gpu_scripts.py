@@ -39,6 +39,8 @@ import sdpa_bench  # noqa: E402
 DUMP = os.environ.get("SERVELAB_GPU_DUMP_LOGITS")
 SCRIPTS = [os.path.join(HERE, f) for f in sorted(os.listdir(HERE)) if f.endswith(".py")] + \
           [os.path.join(BENCH, f) for f in sorted(os.listdir(BENCH)) if f.endswith(".py")]
+STANDINS = [os.path.join(HERE, "standin", m, "__init__.py")
+            for m in ("torch", "transformers", "safetensors")]
 
 
 def usage_error(fn, argv):
@@ -56,7 +58,7 @@ class Compile(unittest.TestCase):
     def test_every_script_compiles(self):
         self.assertGreaterEqual(len(SCRIPTS), 8)
         with tempfile.TemporaryDirectory() as d:
-            for path in SCRIPTS:
+            for path in SCRIPTS + STANDINS:
                 with self.subTest(script=os.path.relpath(path, ROOT)):
                     py_compile.compile(path, cfile=os.path.join(d, "x.pyc"), doraise=True)
 
@@ -485,6 +487,98 @@ class EngineAgainstReference(unittest.TestCase):
                    for n, shape in hf_checkpoint.expected_tensors(config)]
         runs = self.engine(config, 8, prompts=1, steps=2, tensors=tensors, dtype="F32")
         self.assertEqual(len(runs[0]["logits"][0]), config["vocab_size"])
+
+
+STANDIN = os.path.join(HERE, "standin")
+
+
+@unittest.skipUnless(DUMP and os.access(DUMP, os.X_OK),
+                     "SERVELAB_GPU_DUMP_LOGITS does not name the gpu_dump_logits program")
+class HfCompareWithStandIns(unittest.TestCase):
+    """hf_compare.py end to end on the CPU with tests/gpu/standin in place of torch and
+    transformers: the script's own pipeline, the engine's CPU executor, llama_reference.py as
+    the model transformers would run."""
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="gpu_standin_")
+        self.config = os.path.join(self.dir, "tiny.json")
+        c = tiny_config()
+        with open(self.config, "w") as f:
+            json.dump({k: v for k, v in c.items()
+                       if k not in ("architectures", "model_type", "dtype",
+                                    "transformers_version")}, f)
+
+    def tearDown(self):
+        shutil.rmtree(self.dir)
+
+    def run_script(self, env=None, pythonpath=STANDIN, extra=()):
+        keep = os.path.join(self.dir, "keep")
+        shutil.rmtree(keep, ignore_errors=True)
+        out = os.path.join(self.dir, "r.json")
+        if os.path.exists(out):
+            os.remove(out)
+        e = dict(os.environ, PYTHONPATH=pythonpath, **(env or {}))
+        p = subprocess.run([sys.executable, "-B", os.path.join(HERE, "hf_compare.py"), "--exe",
+                            DUMP, "--engine-devices", "cpu", "--hf-device", "cpu", "--prompts",
+                            "2", "--steps", "4", "--config", self.config, "--keep", keep,
+                            "--json", out, *extra], capture_output=True, text=True, env=e)
+        result = None
+        if os.path.exists(out):
+            with open(out) as f:
+                result = json.load(f)
+        return p, result
+
+    def test_the_pipeline_agrees(self):
+        p, result = self.run_script()
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertIn("torch 2.11.0+standin, transformers 5.17.0", p.stdout)
+        self.assertTrue(result["ok"])
+        # gpu_dump_logits: prompt k has 24 + 5 k tokens.
+        self.assertEqual([r["prompt_len"] for r in result["runs"]], [24, 29])
+        for r in result["runs"]:
+            self.assertEqual((r["cpu"]["greedy"], r["cpu"]["greedy_equal_steps"]), ("ok", 4))
+            self.assertLess(r["cpu"]["logit_error"], 1e-4)
+        self.assertIn("cpu: 2/2 prompts x 4 tokens identical", result["summary"])
+        # report.py's tests mode reads what the script wrote.
+        work = os.path.join(self.dir, "keep")
+        shutil.copy(os.path.join(self.dir, "r.json"), os.path.join(work, "hf_compare.json"))
+        with open(os.path.join(work, "steps.tsv"), "w") as f:
+            f.write("hf_compare\t0\t1\n")
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            report.report_tests(work)
+        self.assertRegex(out.getvalue(), r"hf_compare\s+PASS\s+cpu: 2/2 prompts")
+
+    def test_a_disagreeing_reference_fails(self):
+        p, result = self.run_script({"STANDIN_LOGIT_OFFSET": "100"})
+        self.assertEqual(p.returncode, 1, p.stdout + p.stderr)
+        self.assertFalse(result["ok"])
+        self.assertEqual(result["runs"][0]["cpu"]["greedy"], "diverged")
+        self.assertIn("FAILED", p.stdout)
+
+    def test_a_checkpoint_the_engine_cannot_read_stops_before_running(self):
+        p, result = self.run_script({"STANDIN_RENAME": "lm_head.weight:output.weight"})
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("does not fit the engine: tensor 'lm_head.weight' is missing", p.stderr)
+        self.assertIsNone(result)
+        self.assertFalse(os.path.exists(os.path.join(self.dir, "keep", "cpu.json")))
+
+    def test_an_unsupported_transformers_exits_2(self):
+        old = os.path.join(self.dir, "old", "transformers")
+        os.makedirs(old)
+        with open(os.path.join(old, "__init__.py"), "w") as f:
+            f.write('__version__ = "4.57.1"\n')
+        p, _ = self.run_script(pythonpath=os.path.dirname(old) + os.pathsep + STANDIN)
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("transformers 4.57.1 is not supported: expected >= 5.0 and < 6.0",
+                      p.stderr)
+
+    def test_cuda_without_a_device_exits_2(self):
+        e = dict(os.environ, PYTHONPATH=STANDIN)
+        p = subprocess.run([sys.executable, "-B", os.path.join(HERE, "hf_compare.py"), "--exe",
+                            DUMP, "--config", self.config], capture_output=True, text=True, env=e)
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("sees no CUDA device", p.stderr)
 
 
 @unittest.skipUnless(DUMP and os.access(DUMP, os.X_OK) and
