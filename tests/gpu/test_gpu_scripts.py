@@ -5,8 +5,9 @@ Runs with the standard library only: every script compiles; argument parsing; th
 (tests/gpu/hf_checkpoint.py); hf_compare.py's comparison; report.py's tables on made-up work
 folders; and, where SERVELAB_GPU_DUMP_LOGITS names the gpu_dump_logits program, the engine's CPU
 executor on checkpoints written as transformers 5 (and 4.x) write them, against an independent
-float64 Llama forward (tests/gpu/llama_reference.py). The end-to-end hf_compare run on the CPU
-needs torch and transformers and skips, saying so, where they are missing.
+float64 Llama forward (tests/gpu/llama_reference.py), and hf_compare.py end to end on the CPU
+with tests/gpu/standin in place of torch, transformers and safetensors. The same end-to-end run
+with the real torch and transformers skips, saying so, where they are missing.
 """
 import contextlib
 import importlib.util
