@@ -231,7 +231,8 @@ __global__ void decode_merge_kernel(const DecodeParams p, int head_dim) {
 template <int HD, int G>
 void launch(const DecodeParams& dp, const DecodeAttentionArgs& a, cudaStream_t s) {
   const dim3 grid(a.num_q_heads / G, a.num_seqs, a.plan.max_splits);
-  decode_kernel<HD, G><<<grid, kThreads, 0, s>>>(dp);
+  const auto kernel = decode_kernel<HD, G>;  // one macro argument
+  SERVELAB_LAUNCH(kernel, grid, kThreads, 0, s)(dp);
 }
 
 template <int HD>
@@ -303,8 +304,8 @@ void paged_decode_attention(const DecodeAttentionArgs& a, Stream stream) {
   }
   detail::check_launch("paged_decode_attention");
   if (a.plan.split()) {
-    decode_merge_kernel<<<dim3(a.num_q_heads, a.num_seqs), a.kv.head_dim, 0, s>>>(dp,
-                                                                                  a.kv.head_dim);
+    SERVELAB_LAUNCH(decode_merge_kernel, dim3(a.num_q_heads, a.num_seqs), a.kv.head_dim, 0, s)
+    (dp, a.kv.head_dim);
     detail::check_launch("paged_decode_attention merge");
   }
 }

@@ -36,6 +36,7 @@
 #include "kernels/common.cuh"
 #include "kernels/decode_fragments.h"
 #include "kernels/fast_divmod.h"
+#include "kernels/ptx.cuh"
 #include "kernels/softmax_merge.h"
 
 namespace servelab::kernels::detail {
@@ -88,43 +89,6 @@ struct PipeParams {
   float* workspace;
 };
 
-__device__ __forceinline__ std::uint32_t smem_addr(const void* p) {
-  return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
-}
-// 16 bytes global -> shared, asynchronously; zero-filled (nothing read) when !full.
-__device__ __forceinline__ void cp_async16(std::uint32_t dst, const void* src, bool full) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-               "r"(full ? 16 : 0)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-__device__ __forceinline__ void ldmatrix_x4(std::uint32_t* r, std::uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr)
-               : "memory");
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(std::uint32_t* r, std::uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr)
-               : "memory");
-}
-// c += a (16x16, row) * b (16x8, col), bf16 in, fp32 accumulate.
-__device__ __forceinline__ void mma_bf16(float* c, const std::uint32_t* a, std::uint32_t b0,
-                                         std::uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9}, {%0, %1, %2, %3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 // Byte offset of 16-byte chunk `chunk` of row `row` in a K or V tile (XOR swizzle).
 template <int HD>
 __device__ __forceinline__ std::uint32_t tile_offset(int row, int chunk) {
@@ -140,7 +104,7 @@ __global__ void __launch_bounds__(kThreads) pipelined_decode_kernel(const PipePa
   using L = PipeSmem<HD>;
   constexpr int kChunks = HD / 8;  // 16-byte chunks per K/V row
   constexpr int kRowsPerPass = kThreads / kChunks;
-  extern __shared__ __align__(128) unsigned char smem[];
+  SERVELAB_DYNAMIC_SMEM(smem);
 
   const int seq = blockIdx.y, split = blockIdx.z;
   const int ctx = p.context_lens[seq];
@@ -181,7 +145,7 @@ __global__ void __launch_bounds__(kThreads) pipelined_decode_kernel(const PipePa
   const std::int64_t row_elems = std::int64_t{p.num_kv_heads} * HD;
   const __nv_bfloat16* kbase = p.k + std::int64_t{kv_head} * HD;
   const __nv_bfloat16* vbase = p.v + std::int64_t{kv_head} * HD;
-  const std::uint32_t sbase = smem_addr(smem);
+  const std::uint32_t sbase = smem_u32(smem);
 
   for (int w0 = begin; w0 < end; w0 += p.window) {
     const int w_end = min(end, w0 + p.window);
@@ -398,15 +362,15 @@ void launch_pipelined_decode(const DecodeAttentionArgs& a, cudaStream_t s) {
   const dim3 grid(a.kv.num_kv_heads * chunks, a.num_seqs, a.plan.max_splits);
   if (a.kv.head_dim == 64) {
     prepared_kernel<64>();
-    pipelined_decode_kernel<64><<<grid, kThreads, PipeSmem<64>::kBytes, s>>>(pp);
+    SERVELAB_LAUNCH(pipelined_decode_kernel<64>, grid, kThreads, PipeSmem<64>::kBytes, s)(pp);
   } else {
     prepared_kernel<128>();
-    pipelined_decode_kernel<128><<<grid, kThreads, PipeSmem<128>::kBytes, s>>>(pp);
+    SERVELAB_LAUNCH(pipelined_decode_kernel<128>, grid, kThreads, PipeSmem<128>::kBytes, s)(pp);
   }
   check_launch("paged_decode_attention (pipelined)");
   if (a.plan.split()) {
-    pipelined_merge_kernel<<<dim3(a.num_q_heads, a.num_seqs), a.kv.head_dim, 0, s>>>(pp,
-                                                                                     a.kv.head_dim);
+    SERVELAB_LAUNCH(pipelined_merge_kernel, dim3(a.num_q_heads, a.num_seqs), a.kv.head_dim, 0, s)
+    (pp, a.kv.head_dim);
     check_launch("paged_decode_attention (pipelined) merge");
   }
 }

@@ -64,7 +64,7 @@ using detail::PrefillParams;
 template <int HD>
 __global__ void __launch_bounds__(kThreads) prefill_kernel(const PrefillParams p) {
   using L = Smem<HD>;
-  extern __shared__ __align__(128) unsigned char smem[];
+  SERVELAB_DYNAMIC_SMEM(smem);
   __nv_bfloat16* sq = reinterpret_cast<__nv_bfloat16*>(smem + L::kQ);
   __nv_bfloat16* sk = reinterpret_cast<__nv_bfloat16*>(smem + L::kK);
   __nv_bfloat16* sv = reinterpret_cast<__nv_bfloat16*>(smem + L::kV);
@@ -219,7 +219,7 @@ void launch(const PrefillParams& pp, const PrefillAttentionArgs& a, cudaStream_t
     return true;
   }();
   (void)configured;
-  prefill_kernel<HD><<<dim3(a.num_tiles, a.num_q_heads), kThreads, bytes, s>>>(pp);
+  SERVELAB_LAUNCH(prefill_kernel<HD>, dim3(a.num_tiles, a.num_q_heads), kThreads, bytes, s)(pp);
 }
 
 }  // namespace

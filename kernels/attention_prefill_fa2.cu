@@ -35,6 +35,7 @@
 #include "kernels/common.cuh"
 #include "kernels/mma_fragments.h"
 #include "kernels/prefill_params.cuh"
+#include "kernels/ptx.cuh"
 
 namespace servelab::kernels::detail {
 
@@ -60,44 +61,6 @@ struct Fa2Smem {
                 "cp.async and ldmatrix need 16-byte aligned rows");
 };
 
-__device__ __forceinline__ unsigned smem_u32(const void* p) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-// 16 bytes global -> shared, bypassing L1; with valid = false nothing is read and the 16
-// destination bytes are zero-filled (src-size 0).
-__device__ __forceinline__ void cp_async16(unsigned dst, const void* src, bool valid) {
-  const int n = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], unsigned addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], unsigned addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-// d += a b, m16n8k16, bf16 inputs, fp32 accumulators (fragment maps: kernels/mma_fragments.h).
-__device__ __forceinline__ void mma_bf16(float (&d)[4], const unsigned (&a)[4], unsigned b0,
-                                         unsigned b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9}, {%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-__device__ __forceinline__ float ex2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
 // Two floats as one .b32 of bf16 (lo in the low half: the even column of a fragment pair).
 __device__ __forceinline__ unsigned pack_bf16x2(float lo, float hi) {
   const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
@@ -110,7 +73,7 @@ __global__ void __launch_bounds__(kThreads) prefill_fa2_kernel(const PrefillPara
   constexpr int kChunks = HD / 8;  // 16-byte chunks per row
   constexpr int kDimBlocks = HD / 16;
   constexpr int kKeyBlocks = kKeys / 16;
-  extern __shared__ __align__(128) unsigned char smem[];
+  SERVELAB_DYNAMIC_SMEM(smem);
   __nv_bfloat16* sq = reinterpret_cast<__nv_bfloat16*>(smem + L::kQ);
   __nv_bfloat16* sk = reinterpret_cast<__nv_bfloat16*>(smem + L::kK);
   __nv_bfloat16* sv = reinterpret_cast<__nv_bfloat16*>(smem + L::kV);
@@ -329,7 +292,7 @@ void launch(const PrefillParams& pp, const PrefillAttentionArgs& a, cudaStream_t
     return true;
   }();
   (void)configured;
-  prefill_fa2_kernel<HD><<<dim3(a.num_tiles, a.num_q_heads), kThreads, bytes, s>>>(pp);
+  SERVELAB_LAUNCH(prefill_fa2_kernel<HD>, dim3(a.num_tiles, a.num_q_heads), kThreads, bytes, s)(pp);
 }
 
 }  // namespace

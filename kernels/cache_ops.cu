@@ -45,7 +45,7 @@ void kv_write(const KvWriteArgs& a, Stream stream) {
   if ((std::int64_t{a.num_kv_heads} * a.head_dim) % 8 != 0) {
     throw std::invalid_argument("kv_write: num_kv_heads * head_dim must be a multiple of 8");
   }
-  kv_write_kernel<<<a.num_tokens, 128, 0, detail::as_stream(stream)>>>(a);
+  SERVELAB_LAUNCH(kv_write_kernel, a.num_tokens, 128, 0, detail::as_stream(stream))(a);
   detail::check_launch("kv_write");
 }
 
@@ -54,8 +54,8 @@ void copy_blocks(const void* src, void* dst, const BlockPair* pairs, std::int32_
   if (num_pairs == 0) return;
   if (block_bytes % 16 != 0) throw std::invalid_argument("copy_blocks: block_bytes % 16 != 0");
   const dim3 grid(num_pairs, static_cast<unsigned>((block_bytes + kChunkBytes - 1) / kChunkBytes));
-  copy_blocks_kernel<<<grid, 256, 0, detail::as_stream(stream)>>>(
-      static_cast<const unsigned char*>(src), static_cast<unsigned char*>(dst), pairs, block_bytes);
+  SERVELAB_LAUNCH(copy_blocks_kernel, grid, 256, 0, detail::as_stream(stream))
+  (static_cast<const unsigned char*>(src), static_cast<unsigned char*>(dst), pairs, block_bytes);
   detail::check_launch("copy_blocks");
 }
 

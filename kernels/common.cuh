@@ -10,6 +10,19 @@
 
 #include "kernels/device.h"
 
+// One spelling of a launch and of the dynamic shared-memory array for the real build and the CUDA
+// emulator (tests/emu/): SERVELAB_LAUNCH(kernel, grid, block, smem_bytes, stream)(args...) and,
+// inside a kernel, SERVELAB_DYNAMIC_SMEM(name); (a 128-byte aligned unsigned char array).
+// `kernel` is one macro argument: name a template instance with a comma through a local pointer.
+#if defined(SERVELAB_CUDA_EMU)
+#define SERVELAB_LAUNCH(kernel, grid, block, smem, stream) \
+  ::servelab_emu::make_launcher(kernel, #kernel, grid, block, smem, stream)
+#define SERVELAB_DYNAMIC_SMEM(name) unsigned char* const name = ::servelab_emu::dynamic_smem()
+#else
+#define SERVELAB_LAUNCH(kernel, grid, block, smem, stream) kernel<<<grid, block, smem, stream>>>
+#define SERVELAB_DYNAMIC_SMEM(name) extern __shared__ __align__(128) unsigned char name[]
+#endif
+
 namespace servelab::kernels::detail {
 
 inline void check_cuda(cudaError_t e, const char* what) {

@@ -158,21 +158,21 @@ __global__ void silu_mul_kernel(const __nv_bfloat16* gate_up, __nv_bfloat16* out
 void embedding_lookup(const std::int32_t* tokens, std::int32_t num_tokens, const Bf16* table,
                       std::int32_t vocab, std::int32_t hidden, float* residual, Stream stream) {
   if (num_tokens == 0) return;
-  embedding_kernel<<<num_tokens, 256, 0, detail::as_stream(stream)>>>(tokens, detail::bf(table),
-                                                                      vocab, hidden, residual);
+  SERVELAB_LAUNCH(embedding_kernel, num_tokens, 256, 0, detail::as_stream(stream))
+  (tokens, detail::bf(table), vocab, hidden, residual);
   detail::check_launch("embedding_lookup");
 }
 
 void rms_norm(const RmsNormArgs& a, Stream stream) {
   if (a.num_rows == 0) return;
-  rms_norm_kernel<<<a.num_rows, kNormThreads, 0, detail::as_stream(stream)>>>(a);
+  SERVELAB_LAUNCH(rms_norm_kernel, a.num_rows, kNormThreads, 0, detail::as_stream(stream))(a);
   detail::check_launch("rms_norm");
 }
 
 void qkv_rope(const RopeArgs& a, Stream stream) {
   if (a.num_tokens == 0) return;
   if (a.head_dim % 2 != 0) throw std::invalid_argument("qkv_rope: odd head_dim");
-  qkv_rope_kernel<<<a.num_tokens, 256, 0, detail::as_stream(stream)>>>(a);
+  SERVELAB_LAUNCH(qkv_rope_kernel, a.num_tokens, 256, 0, detail::as_stream(stream))(a);
   detail::check_launch("qkv_rope");
 }
 
@@ -180,7 +180,7 @@ void qkv_rope_kv_write(const QkvRopeKvWriteArgs& a, Stream stream) {
   if (a.num_tokens == 0) return;
   if (a.head_dim % 2 != 0) throw std::invalid_argument("qkv_rope_kv_write: odd head_dim");
   if (a.block_size < 1) throw std::invalid_argument("qkv_rope_kv_write: block_size < 1");
-  qkv_rope_kv_write_kernel<<<a.num_tokens, 256, 0, detail::as_stream(stream)>>>(a);
+  SERVELAB_LAUNCH(qkv_rope_kv_write_kernel, a.num_tokens, 256, 0, detail::as_stream(stream))(a);
   detail::check_launch("qkv_rope_kv_write");
 }
 
@@ -197,8 +197,8 @@ void silu_mul(const Bf16* gate_up, Bf16* out, std::int32_t num_tokens, std::int3
   const int vecs = width / 8;
   const int threads = std::min(256, (vecs + 31) / 32 * 32);
   const int blocks = std::min(num_tokens, kMaxRowBlocks);
-  silu_mul_kernel<<<blocks, threads, 0, detail::as_stream(stream)>>>(
-      detail::bf(gate_up), detail::bf(out), num_tokens, width);
+  SERVELAB_LAUNCH(silu_mul_kernel, blocks, threads, 0, detail::as_stream(stream))
+  (detail::bf(gate_up), detail::bf(out), num_tokens, width);
   detail::check_launch("silu_mul");
 }
 

@@ -41,14 +41,15 @@ int blocks_for(std::int64_t n) {
 void fill_counter_normal(Bf16* dst, std::int64_t n, const CounterNormal& params, Stream stream) {
   const int blocks = blocks_for(n);
   if (blocks == 0) return;
-  fill_bf16_kernel<<<blocks, kThreads, 0, detail::as_stream(stream)>>>(detail::bf(dst), n, params);
+  SERVELAB_LAUNCH(fill_bf16_kernel, blocks, kThreads, 0, detail::as_stream(stream))
+  (detail::bf(dst), n, params);
   detail::check_launch("fill_counter_normal (bf16)");
 }
 
 void fill_counter_normal(float* dst, std::int64_t n, const CounterNormal& params, Stream stream) {
   const int blocks = blocks_for(n);
   if (blocks == 0) return;
-  fill_f32_kernel<<<blocks, kThreads, 0, detail::as_stream(stream)>>>(dst, n, params);
+  SERVELAB_LAUNCH(fill_f32_kernel, blocks, kThreads, 0, detail::as_stream(stream))(dst, n, params);
   detail::check_launch("fill_counter_normal (f32)");
 }
 

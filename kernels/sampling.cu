@@ -130,15 +130,16 @@ __global__ void __launch_bounds__(kThreads)
 void greedy_sample(const float* logits, std::int32_t num_rows, std::int32_t vocab,
                    std::int32_t* out, Stream stream) {
   if (num_rows == 0) return;
-  greedy_kernel<<<num_rows, kThreads, 0, detail::as_stream(stream)>>>(logits, vocab, out);
+  SERVELAB_LAUNCH(greedy_kernel, num_rows, kThreads, 0, detail::as_stream(stream))
+  (logits, vocab, out);
   detail::check_launch("greedy_sample");
 }
 
 void top_p_sample(const float* logits, std::int32_t num_rows, std::int32_t vocab, float temperature,
                   float top_p, const float* u, float* scratch, std::int32_t* out, Stream stream) {
   if (num_rows == 0) return;
-  top_p_kernel<<<num_rows, kThreads, 0, detail::as_stream(stream)>>>(
-      logits, vocab, detail::kLog2e / temperature, top_p, u, scratch, out);
+  SERVELAB_LAUNCH(top_p_kernel, num_rows, kThreads, 0, detail::as_stream(stream))
+  (logits, vocab, detail::kLog2e / temperature, top_p, u, scratch, out);
   detail::check_launch("top_p_sample");
 }
 

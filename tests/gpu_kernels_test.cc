@@ -61,6 +61,14 @@ bool GpuAvailable(std::string* reason) {
     if (!GpuAvailable(&why)) GTEST_SKIP() << "no CUDA device: " << why; \
   } while (0)
 
+// A reduced run: under compute-sanitizer (gpu-check sets SERVELAB_SANITIZER_RUN=1) and under the
+// CUDA emulator (tests/emu/CMakeLists.txt sets it for its ctest entries), both about a hundredfold
+// slower than the GPU, the long case lists run every fourth case (case i with i % 4 == 0).
+[[maybe_unused]] bool ReducedRun() { return std::getenv("SERVELAB_SANITIZER_RUN") != nullptr; }
+[[maybe_unused]] bool SkippedInReducedRun(std::size_t case_index) {
+  return ReducedRun() && case_index % 4 != 0;
+}
+
 // bf16-exact random values.
 [[maybe_unused]] std::vector<float> RandomBf16(Rng& rng, std::size_t n, double stddev = 1.0) {
   std::vector<float> v(n);
@@ -312,8 +320,11 @@ TEST(GpuKernels, SiluMulHandlesMoreThan65535Tokens) {
   REQUIRE_GPU();
 #if SERVELAB_HAVE_CUDA
   Rng rng = Rng::stream(14, "gpu_kernels.silu_many");
-  for (const auto& [T, width] : std::vector<std::pair<std::int32_t, std::int32_t>>{
-           {65536 + 37, 8}, {140000, 16}, {70001, 1032}}) {
+  const std::vector<std::pair<std::int32_t, std::int32_t>> shapes = {
+      {65536 + 37, 8}, {140000, 16}, {70001, 1032}};
+  for (std::size_t ci = 0; ci < shapes.size(); ++ci) {
+    if (SkippedInReducedRun(ci)) continue;
+    const auto& [T, width] = shapes[ci];
     SCOPED_TRACE("tokens " + std::to_string(T) + " width " + std::to_string(width));
     const std::size_t n = static_cast<std::size_t>(T) * width;
     const std::vector<float> gu = RandomBf16(rng, 2 * n, 2.0);
@@ -515,7 +526,9 @@ TEST(GpuKernels, PagedDecodeAttentionMatchesReference) {
       {64, 8, 8, 8, 4, 700, true},      {64, 16, 2, 256, 3, 1200, false},
       {128, 12, 4, 7, 4, 300, true},    {64, 4, 1, 1, 2, 150, false},
       {128, 64, 8, 32, 2, 5000, true},  {64, 32, 16, 16, 6, 64, false}};
-  for (const Case& c : cases) {
+  for (std::size_t ci = 0; ci < cases.size(); ++ci) {
+    if (SkippedInReducedRun(ci)) continue;
+    const Case& c = cases[ci];
     SCOPED_TRACE("hd " + std::to_string(c.hd) + " heads " + std::to_string(c.q_heads) + "/" +
                  std::to_string(c.kv_heads) + " block " + std::to_string(c.block_size) +
                  (c.force_split ? " split" : ""));
@@ -586,15 +599,13 @@ TEST(GpuKernels, DecodeKernelsMatchReferenceOnEveryShape) {
 #if SERVELAB_HAVE_CUDA
   Rng rng = Rng::stream(21, "gpu_kernels.decode_shapes");
   const std::vector<std::int32_t> longest = {1, 63, 64, 65, 1000, 4097, 9000};
-  // Under compute-sanitizer (gpu-check sets SERVELAB_SANITIZER_RUN=1; racecheck slows shared-memory
-  // kernels a hundredfold) every fourth shape: 12 of the 48, still both head dims, every group and
-  // block size, both kernels and all three plans. Outside it: all 48.
-  const bool sanitizer_run = std::getenv("SERVELAB_SANITIZER_RUN") != nullptr;
+  // A reduced run (ReducedRun) takes every fourth shape: 12 of the 48, still both head dims,
+  // every group and block size, both kernels and all three plans. Otherwise all 48.
   std::size_t next = 0, shape = 0;
   for (std::int32_t hd : {64, 128}) {
     for (std::int32_t group : {1, 2, 4, 7, 8, 18}) {
       for (std::int32_t bs : {1, 16, 32, 256}) {
-        if (sanitizer_run && shape++ % 4 != 0) continue;
+        if (SkippedInReducedRun(shape++)) continue;
         const std::int32_t kv_heads = group == 18 ? 1 : 2, q_heads = group * kv_heads;
         const std::vector<std::int32_t> ctx = {longest[next++ % longest.size()],
                                                static_cast<std::int32_t>(rng.uniform_int(1, 2000))};
@@ -713,7 +724,9 @@ TEST(GpuKernels, PagedPrefillAttentionMatchesReference) {
   cases.push_back({64, 256, 16, 4, {0, 260, 33}, {300, 40, 1}});
   cases.push_back({128, 1, 4, 4, {0, 90}, {70, 63}});
   cases.push_back({64, 1, 16, 4, {511, 0}, {65, 3}});
-  for (const Case& c : cases) {
+  for (std::size_t ci = 0; ci < cases.size(); ++ci) {
+    if (SkippedInReducedRun(ci)) continue;
+    const Case& c = cases[ci];
     SCOPED_TRACE("hd " + std::to_string(c.hd) + " block " + std::to_string(c.block_size) +
                  " heads " + std::to_string(c.q_heads) + "/" + std::to_string(c.kv_heads) +
                  " seqs " + std::to_string(c.nq.size()) + " first[0] " +

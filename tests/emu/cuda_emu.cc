@@ -1,0 +1,880 @@
+// The CUDA emulator's runtime (contract: tests/emu/include/servelab_cuda_emu.h): fibers for a
+// block's threads, the warp collectives and PTX instruction models, the runtime API over host
+// memory, stream capture into replayable graphs.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <deque>
+#include <map>
+#include <memory>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "servelab_cuda_emu.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#define SERVELAB_EMU_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define SERVELAB_EMU_ASAN 1
+#endif
+#endif
+#if defined(SERVELAB_EMU_ASAN)
+#include <sanitizer/common_interface_defs.h>
+#endif
+
+thread_local uint3 threadIdx{0, 0, 0};
+thread_local uint3 blockIdx{0, 0, 0};
+thread_local dim3 blockDim{1, 1, 1};
+thread_local dim3 gridDim{1, 1, 1};
+
+#if !defined(__x86_64__)
+#error "the CUDA emulator's fiber switch is written for x86-64"
+#endif
+
+// switch_stack(save, to): saves the callee-saved registers on the current stack, stores the
+// stack pointer in *save, loads `to` and restores that stack's registers (System V x86-64 ABI).
+extern "C" void servelab_emu_switch_stack(void** save, void* to);
+asm(R"(
+  .text
+  .globl servelab_emu_switch_stack
+  .type servelab_emu_switch_stack,@function
+servelab_emu_switch_stack:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+  .size servelab_emu_switch_stack,.-servelab_emu_switch_stack
+  .section .note.GNU-stack,"",@progbits
+  .text
+)");
+
+namespace servelab_emu {
+namespace {
+
+#if defined(SERVELAB_EMU_ASAN)
+constexpr std::size_t kStackBytes = 1u << 20;
+#else
+constexpr std::size_t kStackBytes = 256u << 10;
+#endif
+constexpr std::size_t kDeviceBytes = std::size_t{2} << 30;   // what cudaMemGetInfo reports
+constexpr std::size_t kPoisonLimit = std::size_t{64} << 20;  // allocations filled with 0xff
+constexpr int kMaxSmemOptin = 232448;                        // 227 KB (sm_90)
+constexpr int kDefaultSmem = 48 * 1024;
+
+enum class Collective { kNone, kShfl, kSyncwarp, kLdmatrix, kLdmatrixTrans, kMma };
+const char* collective_name(Collective c) {
+  switch (c) {
+    case Collective::kShfl:
+      return "__shfl_xor_sync";
+    case Collective::kSyncwarp:
+      return "__syncwarp";
+    case Collective::kLdmatrix:
+      return "ldmatrix";
+    case Collective::kLdmatrixTrans:
+      return "ldmatrix.trans";
+    case Collective::kMma:
+      return "mma.sync";
+    case Collective::kNone:
+      break;
+  }
+  return "nothing";
+}
+
+struct CopyRequest {
+  unsigned char* dst;
+  const unsigned char* src;
+  int bytes;  // 0: zero-fill
+};
+
+struct Fiber {
+  void* sp = nullptr;
+  std::unique_ptr<unsigned char[]> stack;
+  uint3 tid{0, 0, 0};
+  int warp = 0, lane = 0;
+  bool done = false;
+  bool waiting = false;
+  bool at_block_barrier = false;  // waiting in __syncthreads (else in a warp collective)
+  std::vector<CopyRequest> open_group;
+  std::deque<std::vector<CopyRequest>> groups;
+#if defined(SERVELAB_EMU_ASAN)
+  void* fake_stack = nullptr;
+#endif
+};
+
+struct LaneSlot {
+  std::uint32_t in[10];
+  std::uint32_t out[4];
+  int arg = 0;
+};
+
+struct Warp {
+  int lanes = 0;  // existing and not exited
+  int arrived = 0;
+  Collective kind = Collective::kNone;
+  LaneSlot slot[32];
+};
+
+// One block being run.
+struct BlockRun {
+  std::vector<Fiber>* fibers = nullptr;
+  std::vector<Warp> warps;
+  int live = 0;
+  int block_arrived = 0;
+  Fiber* current = nullptr;
+  void* scheduler_sp = nullptr;
+  const std::function<void()>* body = nullptr;
+  std::vector<unsigned char> smem;
+  std::string error;
+#if defined(SERVELAB_EMU_ASAN)
+  void* scheduler_fake_stack = nullptr;
+  const void* scheduler_bottom = nullptr;
+  std::size_t scheduler_size = 0;
+#endif
+};
+
+struct Capture {
+  std::vector<std::function<void()>> ops;
+  bool invalid = false;
+};
+
+struct State {
+  BlockRun* run = nullptr;
+  std::vector<Fiber> fibers;  // reused between blocks (their stacks)
+  std::map<const void*, int> smem_limit;
+  std::map<cudaStream_t, Capture> captures;
+  cudaError_t last_error = cudaSuccess;
+  std::string last_message;
+  std::int64_t launches = 0;
+  std::size_t allocated = 0;
+  std::map<void*, std::size_t> allocations;
+};
+State& state() {
+  static thread_local State s;
+  return s;
+}
+
+std::string dim_string(dim3 d) {
+  return "(" + std::to_string(d.x) + ", " + std::to_string(d.y) + ", " + std::to_string(d.z) + ")";
+}
+std::string idx_string(uint3 d) {
+  return "(" + std::to_string(d.x) + ", " + std::to_string(d.y) + ", " + std::to_string(d.z) + ")";
+}
+
+// ---- fibers ----------------------------------------------------------------------------------
+
+void switch_to_scheduler(bool exiting) {
+  BlockRun& r = *state().run;
+  Fiber& f = *r.current;
+#if defined(SERVELAB_EMU_ASAN)
+  __sanitizer_start_switch_fiber(exiting ? nullptr : &f.fake_stack, r.scheduler_bottom,
+                                 r.scheduler_size);
+#else
+  (void)exiting;
+#endif
+  servelab_emu_switch_stack(&f.sp, r.scheduler_sp);
+#if defined(SERVELAB_EMU_ASAN)
+  __sanitizer_finish_switch_fiber(f.fake_stack, nullptr, nullptr);
+#endif
+}
+
+// Stops the running thread for good, the block's run failing with `message`.
+[[noreturn]] void fail(const std::string& message) {
+  BlockRun& r = *state().run;
+  if (r.error.empty()) {
+    r.error =
+        message + " (block " + idx_string(blockIdx) + ", thread " + idx_string(threadIdx) + ")";
+  }
+  r.current->done = true;
+  switch_to_scheduler(true);
+  std::abort();  // never resumed
+}
+
+void release_block_barrier(BlockRun& r) {
+  for (Fiber& f : *r.fibers) {
+    if (f.waiting && !f.done) f.waiting = false;
+  }
+  r.block_arrived = 0;
+}
+
+void thread_exited(BlockRun& r, Fiber& f) {
+  f.done = true;
+  --r.live;
+  Warp& w = r.warps[static_cast<std::size_t>(f.warp)];
+  --w.lanes;
+  if (w.arrived > 0 && r.error.empty()) {
+    r.error = "lane " + std::to_string(f.lane) + " of warp " + std::to_string(f.warp) +
+              " exited while its warp waits in " + collective_name(w.kind) + " (block " +
+              idx_string(blockIdx) + ")";
+  }
+  if (r.block_arrived > 0 && r.block_arrived == r.live) release_block_barrier(r);
+}
+
+void fiber_main() {
+  BlockRun& r = *state().run;
+#if defined(SERVELAB_EMU_ASAN)
+  __sanitizer_finish_switch_fiber(nullptr, &r.scheduler_bottom, &r.scheduler_size);
+#endif
+  try {
+    (*r.body)();
+  } catch (const std::exception& e) {
+    if (r.error.empty()) r.error = std::string("exception in kernel code: ") + e.what();
+  }
+  thread_exited(r, *r.current);
+  switch_to_scheduler(true);
+  std::abort();  // an exited fiber is never resumed
+}
+
+void prepare_stack(Fiber& f) {
+  if (!f.stack) f.stack.reset(new unsigned char[kStackBytes]);  // not zeroed: pages stay untouched
+  // The return address of the first switch sits at a 16-byte aligned slot, so fiber_main starts
+  // with the stack alignment of a called function; six zeroed callee-saved registers below it.
+  auto top = reinterpret_cast<std::uintptr_t>(f.stack.get() + kStackBytes) & ~std::uintptr_t{15};
+  auto* slot = reinterpret_cast<void**>(top - 32);
+  slot[0] = reinterpret_cast<void*>(&fiber_main);
+  slot[1] = nullptr;
+  for (int i = 1; i <= 6; ++i) slot[-i] = nullptr;
+  f.sp = slot - 6;
+}
+
+// Runs one block of `body` to completion; returns the failure message or "".
+std::string run_block(const std::function<void()>& body, dim3 block, std::size_t smem_bytes) {
+  State& st = state();
+  const int n = static_cast<int>(block.x * block.y * block.z);
+  if (static_cast<int>(st.fibers.size()) < n) st.fibers.resize(static_cast<std::size_t>(n));
+  std::vector<Fiber> fibers;  // the first n of st.fibers, moved in and back (stacks reused)
+  fibers.reserve(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i) fibers.push_back(std::move(st.fibers[static_cast<std::size_t>(i)]));
+
+  BlockRun r;
+  r.fibers = &fibers;
+  r.body = &body;
+  r.live = n;
+  r.smem.assign(smem_bytes, 0xff);
+  r.warps.resize(static_cast<std::size_t>((n + 31) / 32));
+  for (int i = 0; i < n; ++i) {
+    Fiber& f = fibers[static_cast<std::size_t>(i)];
+    f.tid = {static_cast<unsigned>(i) % block.x, static_cast<unsigned>(i) / block.x % block.y,
+             static_cast<unsigned>(i) / (block.x * block.y)};
+    f.warp = i / 32;
+    f.lane = i % 32;
+    f.done = f.waiting = false;
+    f.open_group.clear();
+    f.groups.clear();
+    ++r.warps[static_cast<std::size_t>(f.warp)].lanes;
+    prepare_stack(f);
+  }
+  BlockRun* const outer = st.run;
+  st.run = &r;
+  for (;;) {
+    bool ran = false;
+    for (Fiber& f : fibers) {
+      if (f.done || f.waiting) continue;
+      ran = true;
+      r.current = &f;
+      threadIdx = f.tid;
+#if defined(SERVELAB_EMU_ASAN)
+      __sanitizer_start_switch_fiber(&r.scheduler_fake_stack, f.stack.get(), kStackBytes);
+#endif
+      servelab_emu_switch_stack(&r.scheduler_sp, f.sp);
+#if defined(SERVELAB_EMU_ASAN)
+      __sanitizer_finish_switch_fiber(r.scheduler_fake_stack, nullptr, nullptr);
+#endif
+      if (!r.error.empty()) break;
+    }
+    if (!r.error.empty() || r.live == 0) break;
+    if (!ran) {
+      int at_block = 0, at_warp = 0;
+      Collective kind = Collective::kNone;
+      for (const Fiber& f : fibers) {
+        if (f.done || !f.waiting) continue;
+        if (f.at_block_barrier) {
+          ++at_block;
+        } else {
+          ++at_warp;
+          kind = r.warps[static_cast<std::size_t>(f.warp)].kind;
+        }
+      }
+      r.error = "deadlock: " + std::to_string(at_block) + " threads wait at __syncthreads and " +
+                std::to_string(at_warp) + " in a warp collective (" + collective_name(kind) +
+                ") that the others never reach (block " + idx_string(blockIdx) + ")";
+      break;
+    }
+  }
+  st.run = outer;
+  for (int i = 0; i < n; ++i)
+    st.fibers[static_cast<std::size_t>(i)] = std::move(fibers[static_cast<std::size_t>(i)]);
+  return r.error;
+}
+
+BlockRun& running(const char* what) {
+  BlockRun* r = state().run;
+  if (r == nullptr) {
+    std::fprintf(stderr, "servelab CUDA emulator: %s called outside a kernel\n", what);
+    std::abort();
+  }
+  return *r;
+}
+
+// ---- warp collectives ------------------------------------------------------------------------
+
+void compute_collective(Warp& w, Collective kind, const BlockRun& r);
+
+// Posts this lane's inputs; the last lane to arrive computes every lane's outputs.
+const std::uint32_t* warp_collective(Collective kind, unsigned mask, const std::uint32_t* in,
+                                     int n_in, int arg = 0) {
+  BlockRun& r = running(collective_name(kind));
+  Fiber& f = *r.current;
+  Warp& w = r.warps[static_cast<std::size_t>(f.warp)];
+  if (mask != 0xffffffffu) {
+    fail(std::string(collective_name(kind)) + " with mask " + std::to_string(mask) +
+         ": the emulator supports full-warp collectives only");
+  }
+  if (w.lanes != 32) {
+    fail(std::string(collective_name(kind)) + " with a full mask in a warp of " +
+         std::to_string(w.lanes) + " live lanes");
+  }
+  if (w.arrived == 0) {
+    w.kind = kind;
+  } else if (w.kind != kind) {
+    fail(std::string("divergent warp: this lane is in ") + collective_name(kind) + ", " +
+         std::to_string(w.arrived) + " others in " + collective_name(w.kind));
+  }
+  LaneSlot& s = w.slot[f.lane];
+  std::copy(in, in + n_in, s.in);
+  s.arg = arg;
+  if (++w.arrived == 32) {
+    compute_collective(w, kind, r);
+    w.arrived = 0;
+    for (Fiber& g : *r.fibers) {
+      if (g.warp == f.warp && g.waiting && !g.done) g.waiting = false;
+    }
+  } else {
+    f.waiting = true;
+    f.at_block_barrier = false;
+    switch_to_scheduler(false);
+    if (!r.error.empty()) fail(r.error);
+  }
+  return s.out;
+}
+
+// The 16 bytes of shared memory at `addr`, checked.
+const unsigned char* smem_row(const BlockRun& r, std::uint32_t addr, const char* what) {
+  if (addr % 16 != 0 || std::size_t{addr} + 16 > r.smem.size()) {
+    fail(std::string(what) + ": row address " + std::to_string(addr) +
+         (addr % 16 != 0 ? " is not 16-byte aligned"
+                         : " is past the block's " + std::to_string(r.smem.size()) +
+                               " bytes of dynamic shared memory"));
+  }
+  return r.smem.data() + addr;
+}
+
+std::uint16_t half_of(std::uint32_t reg, int hi) {
+  return static_cast<std::uint16_t>(hi ? reg >> 16 : reg & 0xffffu);
+}
+float bf16_bits(std::uint16_t b) { return __uint_as_float(std::uint32_t{b} << 16); }
+
+void compute_collective(Warp& w, Collective kind, const BlockRun& r) {
+  switch (kind) {
+    case Collective::kShfl:
+      for (int l = 0; l < 32; ++l) {
+        const int width = w.slot[l].arg >> 8, lane_mask = w.slot[l].arg & 0xff;
+        const int src = (l & ~(width - 1)) | ((l ^ lane_mask) & (width - 1));
+        w.slot[l].out[0] = w.slot[src].in[0];
+      }
+      return;
+    case Collective::kSyncwarp:
+    case Collective::kNone:
+      return;
+    case Collective::kLdmatrix:
+    case Collective::kLdmatrixTrans: {
+      // Matrix m's row j is the 16 bytes at the address of lane 8 m + j. Lane l, register m:
+      // elements (l / 4, 2 (l % 4) + {0, 1}) of matrix m, or of its transpose.
+      const unsigned char* rows[32];
+      for (int l = 0; l < 32; ++l) rows[l] = smem_row(r, w.slot[l].in[0], collective_name(kind));
+      for (int l = 0; l < 32; ++l) {
+        for (int m = 0; m < 4; ++m) {
+          std::uint16_t e[2];
+          for (int k = 0; k < 2; ++k) {
+            const int row = kind == Collective::kLdmatrix ? l / 4 : 2 * (l % 4) + k;
+            const int col = kind == Collective::kLdmatrix ? 2 * (l % 4) + k : l / 4;
+            std::memcpy(&e[k], rows[8 * m + row] + 2 * col, 2);
+          }
+          w.slot[l].out[m] = std::uint32_t{e[0]} | (std::uint32_t{e[1]} << 16);
+        }
+      }
+      return;
+    }
+    case Collective::kMma: {
+      // PTX ISA, mma.m16n8k16 .bf16 -> .f32, lane l = 4 g + t:
+      //   A (16 x 16) a0 (g, 2t..2t+1), a1 (g+8, 2t..), a2 (g, 2t+8..), a3 (g+8, 2t+8..)
+      //   B (16 x 8)  b0 (2t..2t+1, g), b1 (2t+8..2t+9, g)
+      //   C, D (16 x 8) c0 (g, 2t), c1 (g, 2t+1), c2 (g+8, 2t), c3 (g+8, 2t+1)
+      float a[16][16], b[16][8];
+      for (int l = 0; l < 32; ++l) {
+        const int g = l / 4, t = l % 4;
+        const std::uint32_t* in = w.slot[l].in;
+        for (int k = 0; k < 2; ++k) {
+          a[g][2 * t + k] = bf16_bits(half_of(in[0], k));
+          a[g + 8][2 * t + k] = bf16_bits(half_of(in[1], k));
+          a[g][2 * t + 8 + k] = bf16_bits(half_of(in[2], k));
+          a[g + 8][2 * t + 8 + k] = bf16_bits(half_of(in[3], k));
+          b[2 * t + k][g] = bf16_bits(half_of(in[4], k));
+          b[2 * t + 8 + k][g] = bf16_bits(half_of(in[5], k));
+        }
+      }
+      for (int l = 0; l < 32; ++l) {
+        const int g = l / 4, t = l % 4;
+        for (int e = 0; e < 4; ++e) {
+          const int row = g + 8 * (e >> 1), col = 2 * t + (e & 1);
+          double acc = __uint_as_float(w.slot[l].in[6 + e]);
+          for (int k = 0; k < 16; ++k) acc += double{a[row][k]} * b[k][col];
+          w.slot[l].out[e] = __float_as_uint(static_cast<float>(acc));
+        }
+      }
+      return;
+    }
+  }
+}
+
+// ---- errors and capture ------------------------------------------------------------------------
+
+cudaError_t set_error(cudaError_t e, const std::string& message) {
+  State& st = state();
+  st.last_error = e;
+  st.last_message = message;
+  return e;
+}
+
+Capture* capture_of(cudaStream_t s) {
+  auto& caps = state().captures;
+  const auto it = caps.find(s);
+  return it == caps.end() ? nullptr : &it->second;
+}
+
+// A call that synchronises (or allocates) while a stream is being captured: CUDA refuses it and
+// invalidates the capture.
+cudaError_t refuse_during_capture(const char* what) {
+  for (auto& [s, c] : state().captures) {
+    c.invalid = true;
+    (void)s;
+  }
+  return set_error(cudaErrorStreamCaptureUnsupported,
+                   std::string(what) + " is not allowed while a stream is being captured");
+}
+bool capturing_any() { return !state().captures.empty(); }
+
+}  // namespace
+
+// ---- the functions the kernels call -------------------------------------------------------------
+
+std::uint32_t shfl_xor(unsigned mask, std::uint32_t value, int lane_mask, int width) {
+  if (width < 1 || width > 32 || (width & (width - 1)) != 0 || lane_mask < 0 || lane_mask > 31) {
+    fail("__shfl_xor_sync: width " + std::to_string(width) + ", lane mask " +
+         std::to_string(lane_mask));
+  }
+  return warp_collective(Collective::kShfl, mask, &value, 1, (width << 8) | lane_mask)[0];
+}
+
+void cp_async16(std::uint32_t dst, const void* src, int src_bytes) {
+  BlockRun& r = running("cp.async");
+  if (dst % 16 != 0 || std::size_t{dst} + 16 > r.smem.size()) {
+    fail("cp.async: shared address " + std::to_string(dst) +
+         (dst % 16 != 0 ? " is not 16-byte aligned"
+                        : " is past the block's " + std::to_string(r.smem.size()) +
+                              " bytes of dynamic shared memory"));
+  }
+  if (src_bytes != 0 && src_bytes != 16) fail("cp.async: src-size must be 0 or 16");
+  if (src_bytes == 16 && reinterpret_cast<std::uintptr_t>(src) % 16 != 0) {
+    fail("cp.async: global source address is not 16-byte aligned");
+  }
+  r.current->open_group.push_back(
+      {r.smem.data() + dst, static_cast<const unsigned char*>(src), src_bytes});
+}
+
+void cp_async_commit() {
+  Fiber& f = *running("cp.async.commit_group").current;
+  f.groups.push_back(std::move(f.open_group));
+  f.open_group.clear();
+}
+
+void cp_async_wait(int pending_groups) {
+  Fiber& f = *running("cp.async.wait_group").current;
+  while (static_cast<int>(f.groups.size()) > pending_groups) {
+    for (const CopyRequest& c : f.groups.front()) {
+      if (c.bytes == 16) {
+        std::memcpy(c.dst, c.src, 16);
+      } else {
+        std::memset(c.dst, 0, 16);
+      }
+    }
+    f.groups.pop_front();
+  }
+}
+
+void ldmatrix_x4(std::uint32_t (&reg)[4], std::uint32_t addr, bool trans) {
+  const std::uint32_t* out = warp_collective(
+      trans ? Collective::kLdmatrixTrans : Collective::kLdmatrix, 0xffffffffu, &addr, 1);
+  std::copy(out, out + 4, reg);
+}
+
+void mma_m16n8k16_bf16(float (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0,
+                       std::uint32_t b1) {
+  std::uint32_t in[10] = {a[0], a[1], a[2], a[3], b0, b1};
+  for (int e = 0; e < 4; ++e) in[6 + e] = __float_as_uint(d[e]);
+  const std::uint32_t* out = warp_collective(Collective::kMma, 0xffffffffu, in, 10);
+  for (int e = 0; e < 4; ++e) d[e] = __uint_as_float(out[e]);
+}
+
+unsigned char* dynamic_smem() { return running("dynamic shared memory").smem.data(); }
+
+std::int64_t launches_executed() { return state().launches; }
+
+bool enqueue(cudaStream_t stream, std::function<void()> op) {
+  if (Capture* c = capture_of(stream)) {
+    c->ops.push_back(std::move(op));
+    return true;
+  }
+  if (stream == nullptr && capturing_any()) {
+    refuse_during_capture("an operation on the legacy default stream");
+    return false;
+  }
+  op();
+  return true;
+}
+
+void launch(const void* func, const char* name, dim3 grid, dim3 block, std::size_t smem,
+            cudaStream_t stream, std::function<void()> body) {
+  State& st = state();
+  const std::string who = std::string(name) + " <<<" + dim_string(grid) + ", " + dim_string(block) +
+                          ", " + std::to_string(smem) + ">>>";
+  const std::uint64_t threads = std::uint64_t{block.x} * block.y * block.z;
+  if (threads == 0 || threads > 1024 || block.z > 64 || grid.x == 0 || grid.y == 0 || grid.z == 0 ||
+      grid.y > 65535 || grid.z > 65535) {
+    set_error(cudaErrorInvalidConfiguration, who + ": invalid launch configuration");
+    return;
+  }
+  const auto lim = st.smem_limit.find(func);
+  const int limit = lim == st.smem_limit.end() ? kDefaultSmem : lim->second;
+  if (smem > static_cast<std::size_t>(limit)) {
+    set_error(cudaErrorInvalidValue,
+              who + ": " + std::to_string(smem) + " bytes of dynamic shared memory, above the " +
+                  std::to_string(limit) +
+                  " this kernel may use (cudaFuncSetAttribute MaxDynamicSharedMemorySize)");
+    return;
+  }
+  auto run = [grid, block, smem, who, body = std::move(body)] {
+    State& s = state();
+    ++s.launches;
+    const dim3 saved_grid = gridDim, saved_block = blockDim;
+    gridDim = grid;
+    blockDim = block;
+    for (unsigned z = 0; z < grid.z; ++z) {
+      for (unsigned y = 0; y < grid.y; ++y) {
+        for (unsigned x = 0; x < grid.x; ++x) {
+          blockIdx = {x, y, z};
+          const std::string e = run_block(body, block, smem);
+          if (!e.empty()) {
+            set_error(cudaErrorLaunchFailure, who + ": " + e);
+            std::fprintf(stderr, "servelab CUDA emulator: %s: %s\n", who.c_str(), e.c_str());
+            gridDim = saved_grid;
+            blockDim = saved_block;
+            return;
+          }
+        }
+      }
+    }
+    gridDim = saved_grid;
+    blockDim = saved_block;
+  };
+  enqueue(stream, std::move(run));
+}
+
+}  // namespace servelab_emu
+
+using servelab_emu::set_error;
+using servelab_emu::State;
+using servelab_emu::state;
+
+void __syncthreads() {
+  using namespace servelab_emu;
+  BlockRun& r = running("__syncthreads");
+  if (++r.block_arrived == r.live) {
+    release_block_barrier(r);
+    return;
+  }
+  r.current->waiting = true;
+  r.current->at_block_barrier = true;
+  switch_to_scheduler(false);
+  if (!r.error.empty()) fail(r.error);
+}
+
+void __syncwarp(unsigned mask) {
+  servelab_emu::warp_collective(servelab_emu::Collective::kSyncwarp, mask, nullptr, 0);
+}
+
+std::size_t __cvta_generic_to_shared(const void* p) {
+  using namespace servelab_emu;
+  BlockRun& r = running("__cvta_generic_to_shared");
+  const auto* b = static_cast<const unsigned char*>(p);
+  if (b < r.smem.data() || b > r.smem.data() + r.smem.size()) {
+    fail(
+        "__cvta_generic_to_shared: the address is not in the block's dynamic shared memory (the "
+        "emulator maps only that)");
+  }
+  return static_cast<std::size_t>(b - r.smem.data());
+}
+
+// ---- runtime API
+// -----------------------------------------------------------------------------------
+
+cudaError_t cudaGetDeviceCount(int* n) {
+  *n = 1;
+  return cudaSuccess;
+}
+cudaError_t cudaGetDevice(int* device) {
+  *device = 0;
+  return cudaSuccess;
+}
+cudaError_t cudaSetDevice(int device) {
+  return device == 0 ? cudaSuccess : set_error(cudaErrorInvalidValue, "no such device");
+}
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
+  if (device != 0) return set_error(cudaErrorInvalidValue, "no such device");
+  *prop = cudaDeviceProp{};
+  std::snprintf(prop->name, sizeof(prop->name), "ServeLab CUDA emulator (H200-shaped, CPU)");
+  prop->major = 9;
+  prop->minor = 0;
+  prop->multiProcessorCount = 132;
+  prop->totalGlobalMem = servelab_emu::kDeviceBytes;
+  prop->sharedMemPerBlockOptin = servelab_emu::kMaxSmemOptin;
+  prop->maxThreadsPerBlock = 1024;
+  prop->maxThreadsPerMultiProcessor = 2048;
+  prop->clockRate = 1980000;
+  prop->memoryClockRate = 3201000;
+  prop->memoryBusWidth = 6144;
+  prop->l2CacheSize = 60 << 20;
+  return cudaSuccess;
+}
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
+  if (device != 0 || attr != cudaDevAttrMultiProcessorCount) {
+    return set_error(cudaErrorInvalidValue, "cudaDeviceGetAttribute: not emulated");
+  }
+  *value = 132;
+  return cudaSuccess;
+}
+cudaError_t cudaMemGetInfo(std::size_t* free_bytes, std::size_t* total_bytes) {
+  *total_bytes = servelab_emu::kDeviceBytes;
+  *free_bytes =
+      servelab_emu::kDeviceBytes - std::min(servelab_emu::kDeviceBytes, state().allocated);
+  return cudaSuccess;
+}
+cudaError_t cudaGetLastError() {
+  const cudaError_t e = state().last_error;
+  state().last_error = cudaSuccess;
+  return e;
+}
+cudaError_t cudaPeekAtLastError() { return state().last_error; }
+const char* cudaGetErrorString(cudaError_t e) {
+  if (e == cudaSuccess) return "no error";
+  const std::string& m = state().last_message;
+  return m.empty() ? "CUDA emulator error" : m.c_str();
+}
+cudaError_t cudaDeviceSynchronize() {
+  if (servelab_emu::capturing_any()) {
+    return servelab_emu::refuse_during_capture("cudaDeviceSynchronize");
+  }
+  return cudaSuccess;
+}
+
+cudaError_t cudaMalloc(void** p, std::size_t bytes) {
+  using namespace servelab_emu;
+  if (capturing_any()) return refuse_during_capture("cudaMalloc");
+  State& st = state();
+  if (st.allocated + bytes > kDeviceBytes) {
+    return set_error(cudaErrorMemoryAllocation, "out of emulated device memory");
+  }
+  void* q = ::operator new (std::max<std::size_t>(bytes, 1), std::align_val_t{256});
+  // Never-written device memory reads as NaN, as garbage would read on a GPU.
+  if (bytes <= kPoisonLimit) std::memset(q, 0xff, bytes);
+  st.allocated += bytes;
+  st.allocations[q] = bytes;
+  *p = q;
+  return cudaSuccess;
+}
+cudaError_t cudaFree(void* p) {
+  if (p == nullptr) return cudaSuccess;
+  State& st = state();
+  const auto it = st.allocations.find(p);
+  if (it == st.allocations.end()) {
+    return set_error(cudaErrorInvalidValue, "cudaFree of a pointer cudaMalloc did not return");
+  }
+  st.allocated -= it->second;
+  st.allocations.erase(it);
+  ::operator delete (p, std::align_val_t{256});
+  return cudaSuccess;
+}
+cudaError_t cudaHostAlloc(void** p, std::size_t bytes, unsigned) {
+  *p = ::operator new (std::max<std::size_t>(bytes, 1), std::align_val_t{256});
+  return cudaSuccess;
+}
+cudaError_t cudaHostGetDevicePointer(void** device, void* host, unsigned) {
+  *device = host;
+  return cudaSuccess;
+}
+cudaError_t cudaFreeHost(void* p) {
+  ::operator delete (p, std::align_val_t{256});
+  return cudaSuccess;
+}
+cudaError_t cudaMemcpy(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind) {
+  if (servelab_emu::capturing_any()) return servelab_emu::refuse_during_capture("cudaMemcpy");
+  if (bytes > 0) std::memmove(dst, src, bytes);
+  return cudaSuccess;
+}
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind,
+                            cudaStream_t stream) {
+  if (!servelab_emu::enqueue(stream, [=] {
+        if (bytes > 0) std::memmove(dst, src, bytes);
+      })) {
+    return state().last_error;
+  }
+  return cudaSuccess;
+}
+cudaError_t cudaMemset(void* dst, int value, std::size_t bytes) {
+  if (servelab_emu::capturing_any()) return servelab_emu::refuse_during_capture("cudaMemset");
+  std::memset(dst, value, bytes);
+  return cudaSuccess;
+}
+cudaError_t cudaMemsetAsync(void* dst, int value, std::size_t bytes, cudaStream_t stream) {
+  if (!servelab_emu::enqueue(stream, [=] { std::memset(dst, value, bytes); })) {
+    return state().last_error;
+  }
+  return cudaSuccess;
+}
+
+namespace {
+struct EmuStream {
+  int id;
+};
+struct EmuEvent {
+  std::chrono::steady_clock::time_point at;
+};
+struct EmuGraph {
+  std::vector<std::function<void()>> ops;
+};
+}  // namespace
+
+cudaError_t cudaStreamCreate(cudaStream_t* s) {
+  *s = reinterpret_cast<cudaStream_t>(new EmuStream{1});
+  return cudaSuccess;
+}
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) { return cudaStreamCreate(s); }
+cudaError_t cudaStreamDestroy(cudaStream_t s) {
+  state().captures.erase(s);
+  delete reinterpret_cast<EmuStream*>(s);
+  return cudaSuccess;
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+  if (servelab_emu::capture_of(s) != nullptr) {
+    return servelab_emu::refuse_during_capture("cudaStreamSynchronize on a capturing stream");
+  }
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventCreate(cudaEvent_t* e) {
+  *e = reinterpret_cast<cudaEvent_t>(new EmuEvent{std::chrono::steady_clock::now()});
+  return cudaSuccess;
+}
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+  delete reinterpret_cast<EmuEvent*>(e);
+  return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+  auto* ev = reinterpret_cast<EmuEvent*>(e);
+  servelab_emu::enqueue(s, [ev] { ev->at = std::chrono::steady_clock::now(); });
+  return cudaSuccess;
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t stop) {
+  const auto d = reinterpret_cast<EmuEvent*>(stop)->at - reinterpret_cast<EmuEvent*>(start)->at;
+  *ms = std::chrono::duration<float, std::milli>(d).count();
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode) {
+  if (s == nullptr) return set_error(cudaErrorInvalidValue, "cannot capture the legacy stream");
+  if (servelab_emu::capture_of(s) != nullptr) {
+    return set_error(cudaErrorInvalidValue, "the stream is already being captured");
+  }
+  state().captures[s] = {};
+  return cudaSuccess;
+}
+cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t* graph) {
+  servelab_emu::Capture* c = servelab_emu::capture_of(s);
+  *graph = nullptr;
+  if (c == nullptr) return set_error(cudaErrorInvalidValue, "the stream is not being captured");
+  const bool invalid = c->invalid;
+  auto* g = new EmuGraph{std::move(c->ops)};
+  state().captures.erase(s);
+  if (invalid) {
+    delete g;
+    return set_error(cudaErrorStreamCaptureInvalidated,
+                     "the capture was invalidated by an operation not allowed during capture");
+  }
+  *graph = reinterpret_cast<cudaGraph_t>(g);
+  return cudaSuccess;
+}
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long) {
+  *exec = reinterpret_cast<cudaGraphExec_t>(new EmuGraph(*reinterpret_cast<EmuGraph*>(graph)));
+  return cudaSuccess;
+}
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s) {
+  const auto* g = reinterpret_cast<const EmuGraph*>(exec);
+  const cudaError_t before = state().last_error;
+  for (const auto& op : g->ops) {
+    if (!servelab_emu::enqueue(s, op)) return state().last_error;
+  }
+  return state().last_error != before ? state().last_error : cudaSuccess;
+}
+cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
+  delete reinterpret_cast<EmuGraph*>(graph);
+  return cudaSuccess;
+}
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
+  delete reinterpret_cast<EmuGraph*>(exec);
+  return cudaSuccess;
+}
+
+cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int value) {
+  if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize || value < 0 ||
+      value > servelab_emu::kMaxSmemOptin) {
+    return set_error(cudaErrorInvalidValue, "cudaFuncSetAttribute: MaxDynamicSharedMemorySize " +
+                                                std::to_string(value) + " (at most " +
+                                                std::to_string(servelab_emu::kMaxSmemOptin) + ")");
+  }
+  state().smem_limit[func] = value;
+  return cudaSuccess;
+}
+cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* blocks, const void*,
+                                                          int block_threads,
+                                                          std::size_t dynamic_smem) {
+  // sm_90: 228 KB of shared memory per SM (1 KB reserved per block), 2048 threads, 32 blocks.
+  const std::size_t per_block = dynamic_smem + 1024;
+  const int by_smem = static_cast<int>((228u * 1024u) / per_block);
+  const int by_threads = 2048 / std::max(1, ((block_threads + 31) / 32) * 32);
+  *blocks = std::max(0, std::min({32, by_smem, by_threads}));
+  return cudaSuccess;
+}

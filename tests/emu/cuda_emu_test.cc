@@ -1,0 +1,267 @@
+// The CUDA emulator itself (tests/emu/include/servelab_cuda_emu.h): its models of the warp
+// collectives and PTX instructions against direct computations, and that the mistakes it exists
+// to catch (a missing barrier or wait, a barrier in divergent code, a collective with exited
+// lanes, shared memory above the opt-in, a synchronising call during capture) fail loudly.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kernels/common.cuh"
+#include "kernels/ptx.cuh"
+
+namespace {
+
+using servelab::kernels::detail::cp_async16;
+using servelab::kernels::detail::cp_async_commit;
+using servelab::kernels::detail::cp_async_wait;
+using servelab::kernels::detail::ldmatrix_x4;
+using servelab::kernels::detail::ldmatrix_x4_trans;
+using servelab::kernels::detail::mma_bf16;
+using servelab::kernels::detail::smem_u32;
+
+std::string last_error() {
+  const cudaError_t e = cudaGetLastError();
+  return e == cudaSuccess ? "" : cudaGetErrorString(e);
+}
+
+std::uint16_t bf16(float f) { return __float2bfloat16_rn(f).__x; }
+float from_bf16(std::uint16_t b) { return __uint_as_float(std::uint32_t{b} << 16); }
+
+// ---- kernels under test ---------------------------------------------------------------------
+
+__global__ void reverse_kernel(const int* in, int* out, bool barrier) {
+  __shared__ int s[256];
+  s[threadIdx.x] = in[blockIdx.x * blockDim.x + threadIdx.x];
+  if (barrier) __syncthreads();
+  out[blockIdx.x * blockDim.x + threadIdx.x] = s[blockDim.x - 1 - threadIdx.x];
+}
+
+__global__ void shfl_kernel(int* out, int lane_mask) {
+  const int v = static_cast<int>(threadIdx.x) * 10;
+  out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, v, lane_mask);
+}
+
+__global__ void divergent_barrier_kernel() {
+  if (threadIdx.x < 32) __syncthreads();
+}
+
+__global__ void deadlock_kernel(int* out) {
+  if (threadIdx.x < 16) {
+    __syncthreads();
+  } else {
+    out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, 1, 1);
+  }
+}
+
+__global__ void exited_lane_kernel(int* out) {
+  if (threadIdx.x == 5) return;
+  out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, 1, 1);
+}
+
+// One warp: every lane copies 16 bytes with cp.async; `wait` decides whether the group is
+// waited for before the block reads shared memory back.
+__global__ void cp_async_kernel(const std::uint32_t* src, std::uint32_t* out, bool wait,
+                                bool zero_fill) {
+  SERVELAB_DYNAMIC_SMEM(smem);
+  const int lane = threadIdx.x;
+  cp_async16(smem_u32(smem + 16 * lane), src + 4 * lane, !zero_fill);
+  cp_async_commit();
+  if (wait) cp_async_wait<0>();
+  __syncthreads();
+  std::memcpy(out + 4 * lane, smem + 16 * ((lane + 1) % 32), 16);
+}
+
+// D = A B + C for one 16x16 A (row-major bf16), 16x8 B (given as B^T, 8 x 16 row-major bf16,
+// i.e. column-major B) and 16x8 C, through ldmatrix (A: x4; B: x4 over B^T, two k halves) and
+// one mma.sync; `trans_b` loads B from a row-major 16x8 copy with ldmatrix.trans instead.
+__global__ void mma_kernel(const std::uint16_t* a, const std::uint16_t* bt, const std::uint16_t* b,
+                           const float* c, float* d, bool trans_b) {
+  SERVELAB_DYNAMIC_SMEM(smem);
+  auto* sa = reinterpret_cast<std::uint16_t*>(smem);         // 16 x 16
+  auto* sbt = reinterpret_cast<std::uint16_t*>(smem + 512);  // 8 x 16 (B^T)
+  auto* sb = reinterpret_cast<std::uint16_t*>(smem + 768);   // 16 x 8 (B), rows of 16 bytes
+  const int lane = threadIdx.x;
+  for (int i = lane; i < 256; i += 32) sa[i] = a[i];
+  for (int i = lane; i < 128; i += 32) sbt[i] = bt[i];
+  for (int i = lane; i < 128; i += 32) sb[i] = b[i];
+  __syncwarp();
+  std::uint32_t af[4];
+  // Matrices: rows 0-7 / cols 0-7, rows 8-15 / cols 0-7, rows 0-7 / cols 8-15, rows 8-15 / 8-15.
+  const int m = lane / 8, r = lane % 8;
+  ldmatrix_x4(af, smem_u32(sa + ((m & 1) * 8 + r) * 16 + (m >> 1) * 8));
+  std::uint32_t bf[4];
+  if (!trans_b) {
+    // B^T rows n = r, k halves: matrices 0 (k 0-7) and 1 (k 8-15); 2, 3 repeat them.
+    ldmatrix_x4(bf, smem_u32(sbt + r * 16 + (m & 1) * 8));
+  } else {
+    // B rows k = 8 (m & 1) + r, all 8 columns; .trans gives the col-major fragment.
+    ldmatrix_x4_trans(bf, smem_u32(sb + ((m & 1) * 8 + r) * 8));
+  }
+  const int g = lane / 4, t = lane % 4;
+  float acc[4] = {c[g * 8 + 2 * t], c[g * 8 + 2 * t + 1], c[(g + 8) * 8 + 2 * t],
+                  c[(g + 8) * 8 + 2 * t + 1]};
+  mma_bf16(acc, af, bf[0], bf[1]);
+  d[g * 8 + 2 * t] = acc[0];
+  d[g * 8 + 2 * t + 1] = acc[1];
+  d[(g + 8) * 8 + 2 * t] = acc[2];
+  d[(g + 8) * 8 + 2 * t + 1] = acc[3];
+}
+
+__global__ void big_smem_kernel(int* out) {
+  SERVELAB_DYNAMIC_SMEM(smem);
+  smem[60000] = 7;
+  out[0] = smem[60000];
+}
+
+__global__ void add_one_kernel(int* x) { x[threadIdx.x] += 1; }
+
+// ---- tests -----------------------------------------------------------------------------------
+
+TEST(CudaEmu, SharedMemoryAndBarrierAcrossWarps) {
+  std::vector<int> in(512), out(512, -1);
+  for (int i = 0; i < 512; ++i) in[i] = i * 3;
+  SERVELAB_LAUNCH(reverse_kernel, 2, 256, 0, nullptr)(in.data(), out.data(), true);
+  ASSERT_EQ(last_error(), "");
+  for (int b = 0; b < 2; ++b) {
+    for (int t = 0; t < 256; ++t) EXPECT_EQ(out[b * 256 + t], in[b * 256 + 255 - t]);
+  }
+}
+
+TEST(CudaEmu, MissingBarrierReadsStaleData) {
+  // Without the barrier a thread reads its mirror's slot before the mirror has run: the block's
+  // threads run in order, so the first half reads what the previous block left (stale).
+  std::vector<int> in(512), out(512, -1);
+  for (int i = 0; i < 512; ++i) in[i] = i;
+  SERVELAB_LAUNCH(reverse_kernel, 2, 256, 0, nullptr)(in.data(), out.data(), false);
+  ASSERT_EQ(last_error(), "");
+  int wrong = 0;
+  for (int b = 0; b < 2; ++b) {
+    for (int t = 0; t < 256; ++t) wrong += out[b * 256 + t] != in[b * 256 + 255 - t];
+  }
+  EXPECT_GT(wrong, 0);
+}
+
+TEST(CudaEmu, ShuffleXor) {
+  for (int mask : {1, 2, 16, 31}) {
+    std::vector<int> out(32, -1);
+    SERVELAB_LAUNCH(shfl_kernel, 1, 32, 0, nullptr)(out.data(), mask);
+    ASSERT_EQ(last_error(), "");
+    for (int l = 0; l < 32; ++l) EXPECT_EQ(out[l], (l ^ mask) * 10) << "mask " << mask;
+  }
+}
+
+TEST(CudaEmu, DivergentBarriersAndCollectivesFail) {
+  // Threads 32..63 exit; __syncthreads waits only for live threads, so this one completes.
+  SERVELAB_LAUNCH(divergent_barrier_kernel, 1, 64, 0, nullptr)();
+  EXPECT_EQ(last_error(), "");
+  // Half a warp at __syncthreads, half in a shuffle: neither can complete.
+  std::vector<int> out(32);
+  SERVELAB_LAUNCH(deadlock_kernel, 1, 32, 0, nullptr)(out.data());
+  std::string e = last_error();
+  EXPECT_NE(e.find("deadlock: 16 threads wait at __syncthreads and 16 in a warp collective"),
+            std::string::npos)
+      << e;
+  // A warp collective that an exited lane can never reach.
+  SERVELAB_LAUNCH(exited_lane_kernel, 1, 32, 0, nullptr)(out.data());
+  e = last_error();
+  EXPECT_NE(e.find("exited while its warp waits in __shfl_xor_sync"), std::string::npos) << e;
+}
+
+TEST(CudaEmu, CpAsyncLandsOnlyAfterItsWait) {
+  std::vector<std::uint32_t> src(128), out(128, 0);
+  for (int i = 0; i < 128; ++i) src[i] = 0x1000u + i;
+  SERVELAB_LAUNCH(cp_async_kernel, 1, 32, 512, nullptr)(src.data(), out.data(), true, false);
+  ASSERT_EQ(last_error(), "");
+  for (int l = 0; l < 32; ++l) {
+    for (int w = 0; w < 4; ++w) EXPECT_EQ(out[4 * l + w], src[4 * ((l + 1) % 32) + w]);
+  }
+  // Forgetting the wait: neighbours' copies have not landed, the poison (0xff..) is read.
+  SERVELAB_LAUNCH(cp_async_kernel, 1, 32, 512, nullptr)(src.data(), out.data(), false, false);
+  ASSERT_EQ(last_error(), "");
+  for (std::uint32_t v : out) EXPECT_EQ(v, 0xffffffffu);
+  // src-size 0: nothing read, zeros land.
+  SERVELAB_LAUNCH(cp_async_kernel, 1, 32, 512, nullptr)(src.data(), out.data(), true, true);
+  ASSERT_EQ(last_error(), "");
+  for (std::uint32_t v : out) EXPECT_EQ(v, 0u);
+}
+
+TEST(CudaEmu, LdmatrixAndMmaComputeTheProduct) {
+  std::vector<std::uint16_t> a(256), bt(128), b(128);
+  std::vector<float> c(128), d(128);
+  for (int i = 0; i < 256; ++i) a[i] = bf16(std::sin(0.37f * i) * 2.0f);
+  for (int n = 0; n < 8; ++n) {
+    for (int k = 0; k < 16; ++k) {
+      const std::uint16_t v = bf16(std::cos(0.11f * (n * 16 + k)) - 0.25f);
+      bt[n * 16 + k] = v;
+      b[k * 8 + n] = v;
+    }
+  }
+  for (int i = 0; i < 128; ++i) c[i] = 0.5f * i;
+  for (bool trans : {false, true}) {
+    std::fill(d.begin(), d.end(), NAN);
+    SERVELAB_LAUNCH(mma_kernel, 1, 32, 1024, nullptr)
+    (a.data(), bt.data(), b.data(), c.data(), d.data(), trans);
+    ASSERT_EQ(last_error(), "");
+    for (int i = 0; i < 16; ++i) {
+      for (int n = 0; n < 8; ++n) {
+        double want = c[i * 8 + n];
+        for (int k = 0; k < 16; ++k) {
+          want += double{from_bf16(a[i * 16 + k])} * from_bf16(b[k * 8 + n]);
+        }
+        EXPECT_NEAR(d[i * 8 + n], want, 1e-4 * (1 + std::fabs(want)))
+            << "row " << i << " col " << n << (trans ? " (ldmatrix.trans)" : "");
+      }
+    }
+  }
+}
+
+TEST(CudaEmu, DynamicSharedMemoryAbove48KbNeedsTheOptIn) {
+  int out = 0;
+  SERVELAB_LAUNCH(big_smem_kernel, 1, 32, 64 * 1024, nullptr)(&out);
+  const std::string e = last_error();
+  EXPECT_NE(e.find("cudaFuncSetAttribute"), std::string::npos) << e;
+  ASSERT_EQ(
+      cudaFuncSetAttribute(big_smem_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 64 * 1024),
+      cudaSuccess);
+  SERVELAB_LAUNCH(big_smem_kernel, 1, 32, 64 * 1024, nullptr)(&out);
+  EXPECT_EQ(last_error(), "");
+  EXPECT_EQ(out, 7);
+  EXPECT_NE(cudaFuncSetAttribute(big_smem_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 300 * 1024),
+            cudaSuccess);
+  cudaGetLastError();
+}
+
+TEST(CudaEmu, CaptureRecordsAndGraphReplays) {
+  cudaStream_t s = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
+  std::vector<int> x(32, 0);
+  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  SERVELAB_LAUNCH(add_one_kernel, 1, 32, 0, s)(x.data());
+  SERVELAB_LAUNCH(add_one_kernel, 1, 32, 0, s)(x.data());
+  EXPECT_EQ(x[0], 0) << "a captured launch does not run";
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  cudaGraphDestroy(graph);
+  const std::int64_t before = servelab_emu::launches_executed();
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
+  EXPECT_EQ(servelab_emu::launches_executed() - before, 6);
+  for (int v : x) EXPECT_EQ(v, 6);
+  cudaGraphExecDestroy(exec);
+
+  // A synchronising call during capture fails and invalidates the capture.
+  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  EXPECT_EQ(cudaStreamSynchronize(s), cudaErrorStreamCaptureUnsupported);
+  EXPECT_EQ(cudaStreamEndCapture(s, &graph), cudaErrorStreamCaptureInvalidated);
+  EXPECT_EQ(graph, nullptr);
+  cudaGetLastError();
+  cudaStreamDestroy(s);
+}
+
+}  // namespace
