@@ -22,6 +22,7 @@
 #endif
 #endif
 #if defined(SERVELAB_EMU_ASAN)
+#include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
 #endif
 
@@ -240,6 +241,11 @@ void fiber_main() {
 
 void prepare_stack(Fiber& f) {
   if (!f.stack) f.stack.reset(new unsigned char[kStackBytes]);  // not zeroed: pages stay untouched
+#if defined(SERVELAB_EMU_ASAN)
+  // A fiber's frames end without returning (it switches away for good): their stack redzones
+  // would stay poisoned for the next block's fiber on this stack.
+  __asan_unpoison_memory_region(f.stack.get(), kStackBytes);
+#endif
   // The return address of the first switch sits at a 16-byte aligned slot, so fiber_main starts
   // with the stack alignment of a called function; six zeroed callee-saved registers below it.
   auto top = reinterpret_cast<std::uintptr_t>(f.stack.get() + kStackBytes) & ~std::uintptr_t{15};
