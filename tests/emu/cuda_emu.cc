@@ -168,10 +168,9 @@ State& state() {
   return s;
 }
 
-std::string dim_string(dim3 d) {
-  return "(" + std::to_string(d.x) + ", " + std::to_string(d.y) + ", " + std::to_string(d.z) + ")";
-}
-std::string idx_string(uint3 d) {
+// "(x, y, z)" of a dim3 or uint3.
+template <typename D>
+std::string xyz(D d) {
   return "(" + std::to_string(d.x) + ", " + std::to_string(d.y) + ", " + std::to_string(d.z) + ")";
 }
 
@@ -196,8 +195,7 @@ void switch_to_scheduler(bool exiting) {
 [[noreturn]] void fail(const std::string& message) {
   BlockRun& r = *state().run;
   if (r.error.empty()) {
-    r.error =
-        message + " (block " + idx_string(blockIdx) + ", thread " + idx_string(threadIdx) + ")";
+    r.error = message + " (block " + xyz(blockIdx) + ", thread " + xyz(threadIdx) + ")";
   }
   r.current->done = true;
   switch_to_scheduler(true);
@@ -219,7 +217,7 @@ void thread_exited(BlockRun& r, Fiber& f) {
   if (w.arrived > 0 && r.error.empty()) {
     r.error = "lane " + std::to_string(f.lane) + " of warp " + std::to_string(f.warp) +
               " exited while its warp waits in " + collective_name(w.kind) + " (block " +
-              idx_string(blockIdx) + ")";
+              xyz(blockIdx) + ")";
   }
   if (r.block_arrived > 0 && r.block_arrived == r.live) release_block_barrier(r);
 }
@@ -316,7 +314,7 @@ std::string run_block(const std::function<void()>& body, dim3 block, std::size_t
       }
       r.error = "deadlock: " + std::to_string(at_block) + " threads wait at __syncthreads and " +
                 std::to_string(at_warp) + " in a warp collective (" + collective_name(kind) +
-                ") that the others never reach (block " + idx_string(blockIdx) + ")";
+                ") that the others never reach (block " + xyz(blockIdx) + ")";
       break;
     }
   }
@@ -372,7 +370,6 @@ const std::uint32_t* warp_collective(Collective kind, unsigned mask, const std::
     f.waiting = true;
     f.at_block_barrier = false;
     switch_to_scheduler(false);
-    if (!r.error.empty()) fail(r.error);
   }
   return s.out;
 }
@@ -565,8 +562,8 @@ bool enqueue(cudaStream_t stream, std::function<void()> op) {
 void launch(const void* func, const char* name, dim3 grid, dim3 block, std::size_t smem,
             cudaStream_t stream, std::function<void()> body) {
   State& st = state();
-  const std::string who = std::string(name) + " <<<" + dim_string(grid) + ", " + dim_string(block) +
-                          ", " + std::to_string(smem) + ">>>";
+  const std::string who = std::string(name) + " <<<" + xyz(grid) + ", " + xyz(block) + ", " +
+                          std::to_string(smem) + ">>>";
   const std::uint64_t threads = std::uint64_t{block.x} * block.y * block.z;
   if (threads == 0 || threads > 1024 || block.z > 64 || grid.x == 0 || grid.y == 0 || grid.z == 0 ||
       grid.y > 65535 || grid.z > 65535) {
@@ -625,7 +622,6 @@ void __syncthreads() {
   r.current->waiting = true;
   r.current->at_block_barrier = true;
   switch_to_scheduler(false);
-  if (!r.error.empty()) fail(r.error);
 }
 
 void __syncwarp(unsigned mask) {
