@@ -109,7 +109,8 @@ struct CudaExecutor::Impl {
   DeviceBuffer kv_cache, host_cache;
   std::vector<std::vector<float>> last_logits;
   Staging staging;
-  // CUDA-graph decode steps: the bucket sizes, the padded inputs' device copy (graph_meta), the
+  // CUDA-graph decode steps: the bucket sizes, the padded inputs' device copy (graph_meta, sized
+  // once for the largest bucket and the widest table: growing it would drop every graph), the
   // graphs by key with their last use (least recently used evicted past kMaxGraphs), and
   // buffers_generation, bumped whenever a buffer a graph may reference is reallocated.
   static constexpr std::size_t kMaxGraphs = 48;
@@ -329,6 +330,16 @@ void CudaExecutor::Impl::init(const LlamaWeights* host, std::uint64_t seed) {
       std::min<std::int64_t>(m.max_position_embeddings, options.max_model_len));
   const std::vector<float> table = k::rope_cos_sin_table(rope_inv_freq(s.config), s.rope_rows);
   s.cos_sin = upload_f32(table.data(), table.size());
+  {
+    // The staged layout of the largest padded decode step (execute(): tokens, positions, slots,
+    // q rows, context lengths, block tables, each 16-byte aligned).
+    const std::size_t rows = static_cast<std::size_t>(s.buckets.back());
+    const std::size_t width = static_cast<std::size_t>((s.rope_rows + options.block_size - 1) /
+                                                       options.block_size);
+    const std::size_t i32 = sizeof(std::int32_t);
+    s.graph_meta = DeviceBuffer(4 * rows * i32 + rows * sizeof(std::int64_t) + rows * width * i32 +
+                                7 * 16);
+  }
   s.decode_ctas_per_seq =
       k::decode_ctas_per_seq(s.options.decode_kernel, m.num_heads, m.num_kv_heads);
   s.decode_max_ctas =
