@@ -226,11 +226,11 @@ int cmd_profile(const std::vector<std::string>& args) {
   // Before the (long) profile: an existing file only with --force, never an input.
   servelab::check_output_file(o.out, {o.weights, o.model}, o.force);
   const auto start = std::chrono::steady_clock::now();
-  const std::size_t shapes =
+  const servelab::ProfileRun run =
       servelab::run_profile(o, !quiet && isatty(STDERR_FILENO) ? stderr : nullptr);
   if (!quiet) {
-    std::printf("profiled %zu step shapes of %s on %s in %.1f s; wrote %s\n", shapes,
-                o.model.c_str(), servelab::cpu_device_name().c_str(),
+    std::printf("profiled %zu step shapes of %s on %s in %.1f s; wrote %s\n", run.shapes,
+                o.model.c_str(), run.device.c_str(),
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
                 o.out.c_str());
   }

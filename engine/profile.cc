@@ -204,7 +204,7 @@ std::vector<ProfileShape> profile_grid(bool quick, std::int32_t max_tokens) {
   return g;
 }
 
-std::size_t run_profile(const ProfileOptions& o, std::FILE* progress) {
+ProfileRun run_profile(const ProfileOptions& o, std::FILE* progress) {
   if (o.device != "cpu" && o.device != "cuda") {
     throw ConfigError("--device: expected cpu or cuda, got '" + o.device + "'");
   }
@@ -346,7 +346,7 @@ std::size_t run_profile(const ProfileOptions& o, std::FILE* progress) {
         << *mn << "," << *mx << "\n";
   }
   write_file_atomically(o.out, out.str());
-  return built.size();
+  return {built.size(), device_name};
 }
 
 }  // namespace servelab

@@ -62,10 +62,18 @@ struct ProfileShape {
 // 8,192, contexts to 8,192, decode steps to 262,144 KV tokens: 152 shapes at 8,192).
 std::vector<ProfileShape> profile_grid(bool quick, std::int32_t max_tokens);
 
+// What run_profile did: the number of shapes profiled and the device they ran on, as the
+// header's `device` line names it ("cpu: NAME (N hardware threads)", or the GPU's name, compute
+// capability and SM count).
+struct ProfileRun {
+  std::size_t shapes = 0;
+  std::string device;
+};
+
 // Runs the grid and writes options.out. `progress` (may be null) gets a line per shape
 // round. Throws ConfigError for bad options, an unavailable device or an unknown model,
-// std::runtime_error when the file cannot be written. Returns the number of shapes.
-std::size_t run_profile(const ProfileOptions& options, std::FILE* progress);
+// std::runtime_error when the file cannot be written.
+ProfileRun run_profile(const ProfileOptions& options, std::FILE* progress);
 
 // "0.1.0 (git 9bf2efc)": the project version and, when known at configure time, git describe.
 std::string engine_version();

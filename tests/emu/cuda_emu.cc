@@ -8,6 +8,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <new>
 #include <string>
 #include <vector>
@@ -152,20 +153,33 @@ struct Capture {
   bool invalid = false;
 };
 
+// What CUDA keeps per host thread: the last error. A block runs on the thread that launched it
+// (its fibers are that thread's).
 struct State {
   BlockRun* run = nullptr;
   std::vector<Fiber> fibers;  // reused between blocks (their stacks)
-  std::map<const void*, int> smem_limit;
-  std::map<cudaStream_t, Capture> captures;
   cudaError_t last_error = cudaSuccess;
   std::string last_message;
-  std::int64_t launches = 0;
-  std::size_t allocated = 0;
-  std::map<void*, std::size_t> allocations;
 };
 State& state() {
   static thread_local State s;
   return s;
+}
+
+// What CUDA keeps per device context, for every host thread alike (a kernel attribute set on one
+// thread holds for launches from another; memory and captures are the process's): guarded by mu,
+// never held while a kernel runs.
+struct Device {
+  std::mutex mu;
+  std::map<const void*, int> smem_limit;
+  std::map<cudaStream_t, Capture> captures;
+  std::size_t allocated = 0;
+  std::map<void*, std::size_t> allocations;
+  std::atomic<std::int64_t> launches{0};
+};
+Device& device() {
+  static Device d;
+  return d;
 }
 
 // "(x, y, z)" of a dim3 or uint3.
@@ -462,23 +476,31 @@ cudaError_t set_error(cudaError_t e, const std::string& message) {
   return e;
 }
 
-Capture* capture_of(cudaStream_t s) {
-  auto& caps = state().captures;
-  const auto it = caps.find(s);
-  return it == caps.end() ? nullptr : &it->second;
+bool capturing(cudaStream_t s) {
+  Device& d = device();
+  std::lock_guard<std::mutex> lock(d.mu);
+  return d.captures.count(s) != 0;
 }
 
 // A call that synchronises (or allocates) while a stream is being captured: CUDA refuses it and
 // invalidates the capture.
 cudaError_t refuse_during_capture(const char* what) {
-  for (auto& [s, c] : state().captures) {
-    c.invalid = true;
-    (void)s;
+  {
+    Device& d = device();
+    std::lock_guard<std::mutex> lock(d.mu);
+    for (auto& [s, c] : d.captures) {
+      c.invalid = true;
+      (void)s;
+    }
   }
   return set_error(cudaErrorStreamCaptureUnsupported,
                    std::string(what) + " is not allowed while a stream is being captured");
 }
-bool capturing_any() { return !state().captures.empty(); }
+bool capturing_any() {
+  Device& d = device();
+  std::lock_guard<std::mutex> lock(d.mu);
+  return !d.captures.empty();
+}
 
 }  // namespace
 
@@ -544,14 +566,21 @@ void mma_m16n8k16_bf16(float (&d)[4], const std::uint32_t (&a)[4], std::uint32_t
 
 unsigned char* dynamic_smem() { return running("dynamic shared memory").smem.data(); }
 
-std::int64_t launches_executed() { return state().launches; }
+std::int64_t launches_executed() { return device().launches.load(); }
 
 bool enqueue(cudaStream_t stream, std::function<void()> op) {
-  if (Capture* c = capture_of(stream)) {
-    c->ops.push_back(std::move(op));
-    return true;
+  bool refuse = false;
+  {
+    Device& d = device();
+    std::lock_guard<std::mutex> lock(d.mu);
+    const auto c = d.captures.find(stream);
+    if (c != d.captures.end()) {
+      c->second.ops.push_back(std::move(op));
+      return true;
+    }
+    refuse = stream == nullptr && !d.captures.empty();
   }
-  if (stream == nullptr && capturing_any()) {
+  if (refuse) {
     refuse_during_capture("an operation on the legacy default stream");
     return false;
   }
@@ -561,7 +590,6 @@ bool enqueue(cudaStream_t stream, std::function<void()> op) {
 
 void launch(const void* func, const char* name, dim3 grid, dim3 block, std::size_t smem,
             cudaStream_t stream, std::function<void()> body) {
-  State& st = state();
   const std::string who = std::string(name) + " <<<" + xyz(grid) + ", " + xyz(block) + ", " +
                           std::to_string(smem) + ">>>";
   const std::uint64_t threads = std::uint64_t{block.x} * block.y * block.z;
@@ -570,8 +598,13 @@ void launch(const void* func, const char* name, dim3 grid, dim3 block, std::size
     set_error(cudaErrorInvalidConfiguration, who + ": invalid launch configuration");
     return;
   }
-  const auto lim = st.smem_limit.find(func);
-  const int limit = lim == st.smem_limit.end() ? kDefaultSmem : lim->second;
+  int limit = kDefaultSmem;
+  {
+    Device& d = device();
+    std::lock_guard<std::mutex> lock(d.mu);
+    const auto lim = d.smem_limit.find(func);
+    if (lim != d.smem_limit.end()) limit = lim->second;
+  }
   if (smem > static_cast<std::size_t>(limit)) {
     set_error(cudaErrorInvalidValue,
               who + ": " + std::to_string(smem) + " bytes of dynamic shared memory, above the " +
@@ -580,8 +613,7 @@ void launch(const void* func, const char* name, dim3 grid, dim3 block, std::size
     return;
   }
   auto run = [grid, block, smem, who, body = std::move(body)] {
-    State& s = state();
-    ++s.launches;
+    ++device().launches;
     const dim3 saved_grid = gridDim, saved_block = blockDim;
     gridDim = grid;
     blockDim = block;
@@ -681,7 +713,11 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) 
 cudaError_t cudaMemGetInfo(std::size_t* free_bytes, std::size_t* total_bytes) {
   *total_bytes = servelab_emu::kDeviceBytes;
   *free_bytes =
-      servelab_emu::kDeviceBytes - std::min(servelab_emu::kDeviceBytes, state().allocated);
+      servelab_emu::kDeviceBytes - std::min(servelab_emu::kDeviceBytes, [] {
+        servelab_emu::Device& d = servelab_emu::device();
+        std::lock_guard<std::mutex> lock(d.mu);
+        return d.allocated;
+      }());
   return cudaSuccess;
 }
 cudaError_t cudaGetLastError() {
@@ -705,7 +741,8 @@ cudaError_t cudaDeviceSynchronize() {
 cudaError_t cudaMalloc(void** p, std::size_t bytes) {
   using namespace servelab_emu;
   if (capturing_any()) return refuse_during_capture("cudaMalloc");
-  State& st = state();
+  Device& st = device();
+  std::lock_guard<std::mutex> lock(st.mu);
   if (st.allocated + bytes > kDeviceBytes) {
     return set_error(cudaErrorMemoryAllocation, "out of emulated device memory");
   }
@@ -719,9 +756,11 @@ cudaError_t cudaMalloc(void** p, std::size_t bytes) {
 }
 cudaError_t cudaFree(void* p) {
   if (p == nullptr) return cudaSuccess;
-  State& st = state();
+  servelab_emu::Device& st = servelab_emu::device();
+  std::unique_lock<std::mutex> lock(st.mu);
   const auto it = st.allocations.find(p);
   if (it == st.allocations.end()) {
+    lock.unlock();
     return set_error(cudaErrorInvalidValue, "cudaFree of a pointer cudaMalloc did not return");
   }
   st.allocated -= it->second;
@@ -785,12 +824,16 @@ cudaError_t cudaStreamCreate(cudaStream_t* s) {
 }
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) { return cudaStreamCreate(s); }
 cudaError_t cudaStreamDestroy(cudaStream_t s) {
-  state().captures.erase(s);
+  {
+    servelab_emu::Device& d = servelab_emu::device();
+    std::lock_guard<std::mutex> lock(d.mu);
+    d.captures.erase(s);
+  }
   delete reinterpret_cast<EmuStream*>(s);
   return cudaSuccess;
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
-  if (servelab_emu::capture_of(s) != nullptr) {
+  if (servelab_emu::capturing(s)) {
     return servelab_emu::refuse_during_capture("cudaStreamSynchronize on a capturing stream");
   }
   return cudaSuccess;
@@ -818,19 +861,32 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t stop)
 
 cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode) {
   if (s == nullptr) return set_error(cudaErrorInvalidValue, "cannot capture the legacy stream");
-  if (servelab_emu::capture_of(s) != nullptr) {
+  servelab_emu::Device& d = servelab_emu::device();
+  std::unique_lock<std::mutex> lock(d.mu);
+  if (d.captures.count(s) != 0) {
+    lock.unlock();
     return set_error(cudaErrorInvalidValue, "the stream is already being captured");
   }
-  state().captures[s] = {};
+  d.captures[s] = {};
   return cudaSuccess;
 }
 cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t* graph) {
-  servelab_emu::Capture* c = servelab_emu::capture_of(s);
   *graph = nullptr;
-  if (c == nullptr) return set_error(cudaErrorInvalidValue, "the stream is not being captured");
-  const bool invalid = c->invalid;
-  auto* g = new EmuGraph{std::move(c->ops)};
-  state().captures.erase(s);
+  servelab_emu::Capture c;
+  bool found = false;
+  {
+    servelab_emu::Device& d = servelab_emu::device();
+    std::lock_guard<std::mutex> lock(d.mu);
+    const auto it = d.captures.find(s);
+    if (it != d.captures.end()) {
+      c = std::move(it->second);
+      d.captures.erase(it);
+      found = true;
+    }
+  }
+  if (!found) return set_error(cudaErrorInvalidValue, "the stream is not being captured");
+  const bool invalid = c.invalid;
+  auto* g = new EmuGraph{std::move(c.ops)};
   if (invalid) {
     delete g;
     return set_error(cudaErrorStreamCaptureInvalidated,
@@ -867,7 +923,9 @@ cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int v
                                                 std::to_string(value) + " (at most " +
                                                 std::to_string(servelab_emu::kMaxSmemOptin) + ")");
   }
-  state().smem_limit[func] = value;
+  servelab_emu::Device& d = servelab_emu::device();
+  std::lock_guard<std::mutex> lock(d.mu);
+  d.smem_limit[func] = value;
   return cudaSuccess;
 }
 cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* blocks, const void*,

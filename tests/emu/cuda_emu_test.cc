@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kernels/common.cuh"
@@ -112,6 +113,14 @@ __global__ void mma_kernel(const std::uint16_t* a, const std::uint16_t* bt, cons
 }
 
 __global__ void big_smem_kernel(int* out) {
+  SERVELAB_DYNAMIC_SMEM(smem);
+  smem[60000] = 7;
+  out[0] = smem[60000];
+}
+
+// The same, for a test of its own (the attribute is process-wide: big_smem_kernel's opt-in from
+// another test would hold here).
+__global__ void big_smem_kernel2(int* out) {
   SERVELAB_DYNAMIC_SMEM(smem);
   smem[60000] = 7;
   out[0] = smem[60000];
@@ -234,6 +243,24 @@ TEST(CudaEmu, DynamicSharedMemoryAbove48KbNeedsTheOptIn) {
                                  300 * 1024),
             cudaSuccess);
   cudaGetLastError();
+}
+
+// As in CUDA, a kernel attribute belongs to the process (the device context): set on one host
+// thread, it holds for launches from another (engine serve opts in on its main thread and steps
+// on the engine's); the last error is per thread. (The emulator once kept both per thread.)
+TEST(CudaEmu, KernelAttributesAreThePerProcessLastErrorsPerThread) {
+  std::thread([] {
+    cudaFuncSetAttribute(big_smem_kernel2, cudaFuncAttributeMaxDynamicSharedMemorySize, 64 * 1024);
+  }).join();
+  int out = 0;
+  SERVELAB_LAUNCH(big_smem_kernel2, 1, 32, 64 * 1024, nullptr)(&out);
+  EXPECT_EQ(last_error(), "");
+  EXPECT_EQ(out, 7);
+  SERVELAB_LAUNCH(big_smem_kernel2, 1, 32, 100 * 1024, nullptr)(&out);
+  std::string other;
+  std::thread([&other] { other = last_error(); }).join();
+  EXPECT_EQ(other, "");
+  EXPECT_NE(last_error().find("above the 65536"), std::string::npos);
 }
 
 TEST(CudaEmu, CaptureRecordsAndGraphReplays) {
