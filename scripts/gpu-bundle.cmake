@@ -43,8 +43,11 @@ set(SERVELAB_BUNDLE_DIR ${PROJECT_BINARY_DIR}/bundle)
 # (policies/CMakeLists.txt), so its objects arrive that way; listed here too they would be
 # defined twice. The static archives themselves then add nothing (every object they hold is
 # already in), only their external libraries (yaml-cpp, PCRE2, cpp-httplib, cuBLAS, cudart).
+# servelab_engine_common is the engine's object library (engine/CMakeLists.txt): servelab_engine's
+# own objects are only the CUDA-dependent ones.
 set(servelab_bundle_libraries servelab_core servelab_config servelab_cli servelab_traces
-    servelab_serving servelab_sim servelab_kernels_host servelab_kernels servelab_engine)
+    servelab_serving servelab_sim servelab_kernels_host servelab_kernels servelab_engine_common
+    servelab_engine)
 set(servelab_bundle_objects "")
 foreach(library ${servelab_bundle_libraries})
   list(APPEND servelab_bundle_objects $<TARGET_OBJECTS:${library}>)

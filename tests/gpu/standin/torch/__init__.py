@@ -1,7 +1,8 @@
 """Stand-in for the subset of torch that tests/gpu/hf_compare.py calls (see ../README.md).
 
 Tensors are flat lists of Python floats with a shape; bfloat16 rounds to nearest even
-(hf_checkpoint.bf16_bits). There is no CUDA here: cuda.is_available() is False.
+(hf_checkpoint.bf16_bits). There is no CUDA here: cuda.is_available() is False, or True with
+STANDIN_CUDA=1 for the CUDA emulator's gpu_dump_logits_emu.
 """
 import contextlib
 import os
@@ -126,9 +127,16 @@ def equal(a, b):
 
 
 class _Cuda:
+    """No CUDA here, except with STANDIN_CUDA=1 (the engine's CUDA side is then the CUDA
+    emulator's gpu_dump_logits_emu; transformers' side still runs on "cpu")."""
+
     @staticmethod
     def is_available():
-        return False
+        return os.environ.get("STANDIN_CUDA") == "1"
+
+    @staticmethod
+    def get_device_name():
+        return "stand-in (CUDA emulator)"
 
 
 cuda = _Cuda()
