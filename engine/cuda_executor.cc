@@ -334,11 +334,11 @@ void CudaExecutor::Impl::init(const LlamaWeights* host, std::uint64_t seed) {
     // The staged layout of the largest padded decode step (execute(): tokens, positions, slots,
     // q rows, context lengths, block tables, each 16-byte aligned).
     const std::size_t rows = static_cast<std::size_t>(s.buckets.back());
-    const std::size_t width = static_cast<std::size_t>((s.rope_rows + options.block_size - 1) /
-                                                       options.block_size);
+    const std::size_t width =
+        static_cast<std::size_t>((s.rope_rows + options.block_size - 1) / options.block_size);
     const std::size_t i32 = sizeof(std::int32_t);
-    s.graph_meta = DeviceBuffer(4 * rows * i32 + rows * sizeof(std::int64_t) + rows * width * i32 +
-                                7 * 16);
+    s.graph_meta =
+        DeviceBuffer(4 * rows * i32 + rows * sizeof(std::int64_t) + rows * width * i32 + 7 * 16);
   }
   s.decode_ctas_per_seq =
       k::decode_ctas_per_seq(s.options.decode_kernel, m.num_heads, m.num_kv_heads);

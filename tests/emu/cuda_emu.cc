@@ -711,13 +711,10 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) 
   return cudaSuccess;
 }
 cudaError_t cudaMemGetInfo(std::size_t* free_bytes, std::size_t* total_bytes) {
+  servelab_emu::Device& d = servelab_emu::device();
+  std::lock_guard<std::mutex> lock(d.mu);
   *total_bytes = servelab_emu::kDeviceBytes;
-  *free_bytes =
-      servelab_emu::kDeviceBytes - std::min(servelab_emu::kDeviceBytes, [] {
-        servelab_emu::Device& d = servelab_emu::device();
-        std::lock_guard<std::mutex> lock(d.mu);
-        return d.allocated;
-      }());
+  *free_bytes = servelab_emu::kDeviceBytes - std::min(servelab_emu::kDeviceBytes, d.allocated);
   return cudaSuccess;
 }
 cudaError_t cudaGetLastError() {
