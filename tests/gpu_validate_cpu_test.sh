@@ -88,6 +88,25 @@ cp "$cal/tiny-cpu.yaml" "$cal/tiny-cpu-profile.csv" "$b/experiments/catalog/cali
 check "the shipped model loads from the catalogue" run 0 "$b/bin/sim" run "$b/experiments/burst-tiny.yaml" \
   --set cost_model.file=experiments/catalog/calibrated/tiny-cpu.yaml --quiet --out "$t/shipped"
 
+# --budget: the smallest (60 s) leaves 30 s to commands (30 s are kept for the tables): what
+# fits runs, the rest is skipped, and the two files are written all the same.
+t0=$(date +%s)
+check "gpu-check validate --budget 60 ends within it" run 1 "$b/gpu-check" validate --device cpu \
+  --budget 60 --out "$t/b"
+check "  ... (within 60 s)" test $(($(date +%s) - t0)) -le 60
+check "  ... leaving two files" test "$(ls "$t/b" | tr '\n' ' ')" = "validate.tar.gz validate.txt "
+mkdir -p "$t/bx"
+tar -xzf "$t/b/validate.tar.gz" -C "$t/bx"
+bw=$(echo "$t"/bx/gpu-check-validate.*)
+check "  ... the profile ran" grep -q "^profile	0	" "$bw/steps.tsv"
+check "  ... the engine runs were skipped, saying why" \
+  has "skipped: [0-9]* s left of the 60 s budget (--budget)" "$bw/engine_burst-8b-vllm-hash.log"
+check "  ... and the report says the pipeline is incomplete" has "INCOMPLETE" "$t/b/validate.txt"
+check "--budget below 60 refuses (exit 2)" run 2 "$b/gpu-check" validate --device cpu --budget 59
+check "a mode named twice refuses (exit 2)" run 2 "$b/gpu-check" bench bench --dry-run
+check "two modes dry-run in order" run 0 "$b/gpu-check" bench e2e --dry-run --out "$t/d"
+check "  ... bench, then e2e" test "$(grep -o '^mode [a-z0-9]*' "$t/last.txt" | tr '\n' ' ')" = "mode bench mode e2e "
+
 check "gpu-check validate --dry-run lists the roofline runs" run 0 "$b/gpu-check" validate --dry-run --out "$t/d"
 check "  ... " has "sim_burst-8b-vllm-hash_roofline" "$t/last.txt"
 check "  ... and the report" has "experiments/validation/gpu/report.py" "$t/last.txt"

@@ -48,6 +48,15 @@ def table(rows, header):
     return "\n".join(out)
 
 
+def skipped(work, name):
+    """Whether gpu-check skipped step `name` for want of time (--budget): its log says so."""
+    try:
+        with open(os.path.join(work, name + ".log")) as f:
+            return f" {name} skipped: " in f.readline()
+    except OSError:
+        return False
+
+
 def gtest_counts(path):
     """(passed, failed, skipped) from a --gtest_output=json file, or None."""
     j = load(path)
@@ -73,6 +82,8 @@ def report_tests(work):
         rc = st.get(name, (None, 0))[0]
         good = c is not None and rc == 0 and c[1] == 0 and c[2] == 0 and c[0] > 0
         detail = "no result" if c is None else f"{c[0]} passed, {c[1]} failed, {c[2]} skipped"
+        if skipped(work, name):
+            detail = "not run: out of time (--budget)"
         rows.append((name, "PASS" if good else "FAIL", detail, st.get(name, (0, 0))[1]))
         ok &= good
     for tool in ("memcheck", "racecheck", "synccheck"):
@@ -85,13 +96,17 @@ def report_tests(work):
             summary = lines[-1] if lines else f"exit {rc}"
         except OSError:
             pass
+        if skipped(work, name):
+            summary = "not run: out of time (--budget)"
         good = rc == 0
         rows.append((name, "PASS" if good else "FAIL", summary, secs))
         ok &= good
     hf = load(os.path.join(work, "hf_compare.json"))
     rc, secs = st.get("hf_compare", (None, 0))
     if hf is None:
-        rows.append(("hf_compare", "FAIL", f"no result (exit {rc})", secs))
+        why = "not run: out of time (--budget)" if skipped(work, "hf_compare") else \
+            f"no result (exit {rc})"
+        rows.append(("hf_compare", "FAIL", why, secs))
         ok = False
     else:
         good = rc == 0 and hf.get("ok", False)

@@ -337,6 +337,25 @@ class Report(unittest.TestCase):
         self.write("kernels_bench.json", {"benchmarks": runs})
         self.assertFalse(self.run_report("bench")[0])
 
+    def test_tests_skipped_for_time_say_so(self):
+        # gpu-check --budget: what it did not run is a failure named as such, not a crash.
+        gtest = {"testsuites": [{"testsuite": [{"name": "A", "result": "COMPLETED"}]}]}
+        for name in ("gpu_kernels_test", "gpu_executor_test", "engine_run_cuda"):
+            self.write(name + ".json", gtest)
+        self.write("hf_compare.json", {"ok": True, "summary": "cuda: 8/8 prompts"})
+        self.write("sanitizer_memcheck.log", "========= ERROR SUMMARY: 0 errors\n")
+        for tool in ("racecheck", "synccheck"):
+            self.write(f"sanitizer_{tool}.log",
+                       f"gpu-check: sanitizer_{tool} skipped: 12 s left of the 540 s budget\n")
+        self.write("steps.tsv", "".join(f"{n}\t0\t5\n" for n in (
+            "gpu_kernels_test", "gpu_executor_test", "engine_run_cuda", "hf_compare",
+            "sanitizer_memcheck")) + "sanitizer_racecheck\t124\t0\nsanitizer_synccheck\t124\t0\n")
+        ok, text = self.run_report("tests")
+        self.assertFalse(ok)
+        self.assertRegex(text, r"sanitizer_memcheck\s+PASS\s+========= ERROR SUMMARY: 0 errors")
+        self.assertRegex(text, r"sanitizer_racecheck\s+FAIL\s+not run: out of time \(--budget\)")
+        self.assertRegex(text, r"hf_compare\s+PASS")
+
     def test_bench_without_sdpa_figures_misses(self):
         self.write("kernels_bench.json", {"benchmarks": [
             {"name": "BM_PrefillAttention/8192/0/manual_time", "TFLOPs": 300}]})
