@@ -72,7 +72,7 @@ constexpr std::size_t kStackBytes = 1u << 20;
 #else
 constexpr std::size_t kStackBytes = 256u << 10;
 #endif
-constexpr std::size_t kDeviceBytes = std::size_t{2} << 30;   // what cudaMemGetInfo reports
+constexpr std::size_t kDeviceBytes = std::size_t{4} << 30;   // what cudaMemGetInfo reports
 constexpr std::size_t kPoisonLimit = std::size_t{64} << 20;  // allocations filled with 0xff
 constexpr int kMaxSmemOptin = 232448;                        // 227 KB (sm_90)
 constexpr int kDefaultSmem = 48 * 1024;

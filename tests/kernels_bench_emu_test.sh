@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The kernel benchmark (bench/kernels_bench.cc) on the CUDA emulator (ctest: Emu.KernelsBench,
+# label EMU): its smallest shapes run to the end (buffers, split plans, the L2 flush, the copy
+# reference, CUDA-event timing) with no benchmark error, as `gpu-check bench` will run them on a
+# GPU, and bench/gpu/report.py reads the JSON Google Benchmark writes (the counters it needs are
+# there, named as it expects). The emulator's timings are the CPU's: nothing is judged on them.
+#
+# usage: kernels_bench_emu_test.sh SOURCE_DIR KERNELS_BENCH_EMU
+set -uo pipefail
+src=$1 bench=$2
+t=$(mktemp -d)
+trap 'rm -rf "$t"' EXIT
+fails=0
+mkdir -p "$t/elsewhere" "$t/work"
+# check and run: tests/script_checks.sh (run: from $t/elsewhere, bare environment).
+source "$src/tests/script_checks.sh"
+has() { grep -q -- "$1" "$2" || { echo "$2 lacks '$1'"; return 1; }; }
+
+j=$t/work/kernels_bench.json
+check "kernels_bench (emulated) runs its smallest shapes" run 0 "$bench" \
+  '--benchmark_filter=^BM_(DeviceCopy/268435456|DecodeAttention/(1|8)/512/|PrefillAttention/512/|SwapOut/16)' \
+  --benchmark_min_time=0.01 --benchmark_out_format=json "--benchmark_out=$j"
+check "  ... eight benchmarks, none in error" python3 - "$j" <<'EOF'
+import json, sys
+runs = [b for b in json.load(open(sys.argv[1]))["benchmarks"]
+        if b.get("run_type", "iteration") == "iteration"]
+names = [b["name"] for b in runs]
+print("  " + ", ".join(names))
+bad = [b["name"] + ": " + b.get("error_message", "") for b in runs if b.get("error_occurred")]
+decode = [b for b in runs if b["name"].startswith("BM_DecodeAttention")]
+ok = (len(runs) == 8 and not bad and len(decode) == 4 and
+      all(b["GBps"] > 0 and b["copy_GBps"] > 0 and b["splits"] >= 1 for b in decode) and
+      {b["label"] for b in decode} == {"tiled", "pipelined"} and
+      all(b["TFLOPs"] > 0 for b in runs if b["name"].startswith("BM_PrefillAttention")))
+print("\n".join(bad))
+sys.exit(0 if ok else 1)
+EOF
+# report.py's bench table from the real output: the decode rows named by kernel, the copy
+# reference; prefill rows miss their target here (no SDPA figure without torch), so it exits 1.
+check "report.py bench reads it" run 1 python3 "$src/bench/gpu/report.py" bench "$t/work"
+check "  ... the copy reference" has "device-to-device copy: " "$t/last.txt"
+check "  ... decode rows by kernel" has "BM_DecodeAttention/8/512/1 (pipelined)" "$t/last.txt"
+check "  ... the tiled kernel reported" has "BM_DecodeAttention/8/512/0 (tiled)" "$t/last.txt"
+check "  ... prefill rows" has "BM_PrefillAttention/512/0" "$t/last.txt"
+check "  ... and no benchmark error" bash -c "! grep -q ERROR '$t/last.txt'"
+
+[ "$fails" -eq 0 ] || { echo "$fails check(s) failed"; cat "$t/last.txt"; exit 1; }
+echo "all checks passed"
