@@ -51,6 +51,11 @@ bool GpuAvailable(std::string* reason) {
     if (!GpuAvailable(&why)) GTEST_SKIP() << "no CUDA device: " << why; \
   } while (0)
 
+// A reduced run (SERVELAB_SANITIZER_RUN set: the CUDA emulator's ctest entries, slowest under
+// AddressSanitizer) takes fewer decode steps, seeds and shapes in the three longest tests, as
+// tests/gpu_kernels_test.cc takes fewer cases; run the executable directly for all of them.
+[[maybe_unused]] bool ReducedRun() { return std::getenv("SERVELAB_SANITIZER_RUN") != nullptr; }
+
 // Logits agree within this fraction of max(1, max |logit|): bf16 weights, activations and KV
 // against the fp32 reference, two layers.
 constexpr float kLogitTol = 3e-2f;
@@ -121,7 +126,10 @@ TEST(GpuExecutor, LogitsMatchCpuExecutor) {
     std::int32_t hd, heads, kv;
     bool bias_tied;
   };
-  for (const Shape& sh : {Shape{64, 4, 2, false}, Shape{128, 8, 2, true}, Shape{64, 8, 1, false}}) {
+  const std::vector<Shape> shapes = {Shape{64, 4, 2, false}, Shape{128, 8, 2, true},
+                                     Shape{64, 8, 1, false}};
+  for (std::size_t si = 0; si < shapes.size(); ++si) {
+    const Shape& sh = shapes[si];
     SCOPED_TRACE("head_dim " + std::to_string(sh.hd) + " heads " + std::to_string(sh.heads) + "/" +
                  std::to_string(sh.kv));
     const LlamaWeights w = LlamaWeights::random(GpuConfig(sh.hd, sh.heads, sh.kv, sh.bias_tied), 3);
@@ -140,7 +148,10 @@ TEST(GpuExecutor, LogitsMatchCpuExecutor) {
       }
     }
     variants.push_back({16, kernels::kDefaultDecodeKernel, kernels::PrefillKernel::kWmma});
-    for (const Variant& v : variants) {
+    for (std::size_t vi = 0; vi < variants.size(); ++vi) {
+      // A reduced run takes each variant once, on one of the shapes.
+      if (ReducedRun() && (vi + si) % 3 != 0) continue;
+      const Variant& v = variants[vi];
       const std::int32_t bs = v.bs;
       SCOPED_TRACE(std::string("block ") + std::to_string(bs) + " decode " +
                    kernels::decode_kernel_name(v.decode) + " prefill " +
@@ -160,7 +171,8 @@ TEST(GpuExecutor, LogitsMatchCpuExecutor) {
       std::vector<std::int32_t> outputs;
       std::int32_t done = 0;
       int compared = 0;
-      while (outputs.size() < 20) {
+      const std::size_t steps = ReducedRun() ? 6 : 20;
+      while (outputs.size() < steps) {
         const std::int32_t known = spec.prompt_len + static_cast<std::int32_t>(outputs.size());
         const std::int32_t n = std::min(known - done, 64);  // 64-token chunks, then decode
         const StepPlan plan = OnePlan(spec, outputs, done, n, table);
@@ -182,7 +194,7 @@ TEST(GpuExecutor, LogitsMatchCpuExecutor) {
         ++compared;
         outputs.push_back(rc.sampled_tokens[0]);  // both continue from the reference's token
       }
-      EXPECT_EQ(compared, 20);
+      EXPECT_EQ(compared, static_cast<int>(steps));
     }
   }
 #endif
@@ -196,7 +208,8 @@ TEST(GpuExecutor, SchedulingNeverChangesGreedyOutputs) {
 #if SERVELAB_HAVE_CUDA
   const LlamaWeights w = LlamaWeights::random(GpuConfig(64, 4, 2, false), 11);
   std::int64_t compared = 0, near_ties = 0, preemptions = 0, cached = 0;
-  for (std::uint64_t seed = 1; seed <= 8; ++seed) {
+  const std::uint64_t seeds = ReducedRun() ? 3 : 8;
+  for (std::uint64_t seed = 1; seed <= seeds; ++seed) {
     Rng rng = Rng::stream(seed, "gpu_executor_test");
     SchedulerConfig c;
     c.block_size = static_cast<std::int32_t>(rng.uniform_int(2, 17));
@@ -270,7 +283,7 @@ TEST(GpuExecutor, SchedulingNeverChangesGreedyOutputs) {
   }
   EXPECT_GT(preemptions, 0);
   EXPECT_GT(cached, 0);
-  EXPECT_GT(compared, 300);
+  EXPECT_GT(compared, static_cast<std::int64_t>(300 * seeds / 8));
   EXPECT_LT(near_ties * 10, compared);
 #endif
 }
@@ -490,7 +503,9 @@ TEST(GpuExecutor, CudaGraphReplayIsBitIdenticalToPaddedEagerSteps) {
     std::int32_t hd, heads, kv;
     bool bias_tied;
   };
-  for (const Shape& sh : {Shape{64, 4, 2, false}, Shape{128, 8, 2, true}}) {
+  std::vector<Shape> shapes = {Shape{64, 4, 2, false}, Shape{128, 8, 2, true}};
+  if (ReducedRun()) shapes.erase(shapes.begin());  // head_dim 128, biases, tied embeddings
+  for (const Shape& sh : shapes) {
     SCOPED_TRACE("head_dim " + std::to_string(sh.hd));
     const LlamaWeights w = LlamaWeights::random(GpuConfig(sh.hd, sh.heads, sh.kv, sh.bias_tied), 4);
     CudaExecutorOptions graphs = GpuOptions(16, 200);

@@ -72,20 +72,29 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa,
   }
   const float al = *static_cast<const float*>(alpha), be = *static_cast<const float*>(beta);
   auto op = [=] {
-    std::vector<float> acol(static_cast<std::size_t>(k));
+    // op(A) rows and op(B) columns widened to float once, each contiguous in k, then one
+    // double-precision dot product per element of C, summed in k order.
+    std::vector<float> arow(static_cast<std::size_t>(m) * k), bcol(static_cast<std::size_t>(n) * k);
     for (int i = 0; i < m; ++i) {
       for (int kk = 0; kk < k; ++kk) {
         const long long idx = transa == CUBLAS_OP_N ? i + static_cast<long long>(kk) * lda
                                                     : kk + static_cast<long long>(i) * lda;
-        acol[static_cast<std::size_t>(kk)] = load(a, atype, idx);
+        arow[static_cast<std::size_t>(i) * k + kk] = load(a, atype, idx);
       }
-      for (int j = 0; j < n; ++j) {
+    }
+    for (int j = 0; j < n; ++j) {
+      for (int kk = 0; kk < k; ++kk) {
+        const long long idx = transb == CUBLAS_OP_N ? kk + static_cast<long long>(j) * ldb
+                                                    : j + static_cast<long long>(kk) * ldb;
+        bcol[static_cast<std::size_t>(j) * k + kk] = load(b, btype, idx);
+      }
+    }
+    for (int j = 0; j < n; ++j) {
+      const float* bj = bcol.data() + static_cast<std::size_t>(j) * k;
+      for (int i = 0; i < m; ++i) {
+        const float* ai = arow.data() + static_cast<std::size_t>(i) * k;
         double acc = 0;
-        for (int kk = 0; kk < k; ++kk) {
-          const long long idx = transb == CUBLAS_OP_N ? kk + static_cast<long long>(j) * ldb
-                                                      : j + static_cast<long long>(kk) * ldb;
-          acc += double{acol[static_cast<std::size_t>(kk)]} * load(b, btype, idx);
-        }
+        for (int kk = 0; kk < k; ++kk) acc += double{ai[kk]} * bj[kk];
         const long long ci = i + static_cast<long long>(j) * ldc;
         // beta = 0 never reads C (it may hold NaN), as cuBLAS.
         const double prior = be == 0.0f ? 0.0 : double{be} * load(c, ctype, ci);

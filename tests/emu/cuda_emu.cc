@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <new>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -132,7 +133,7 @@ struct Warp {
 
 // One block being run.
 struct BlockRun {
-  std::vector<Fiber>* fibers = nullptr;
+  std::span<Fiber> fibers;  // the first blockDim of the thread's State::fibers
   std::vector<Warp> warps;
   int live = 0;
   int block_arrived = 0;
@@ -158,6 +159,8 @@ struct Capture {
 struct State {
   BlockRun* run = nullptr;
   std::vector<Fiber> fibers;  // reused between blocks (their stacks)
+  std::vector<unsigned char>
+      smem;  // a block's shared memory, reused (BlockRun::smem while it runs)
   cudaError_t last_error = cudaSuccess;
   std::string last_message;
 };
@@ -217,7 +220,7 @@ void switch_to_scheduler(bool exiting) {
 }
 
 void release_block_barrier(BlockRun& r) {
-  for (Fiber& f : *r.fibers) {
+  for (Fiber& f : r.fibers) {
     if (f.waiting && !f.done) f.waiting = false;
   }
   r.block_arrived = 0;
@@ -252,11 +255,21 @@ void fiber_main() {
 }
 
 void prepare_stack(Fiber& f) {
-  if (!f.stack) f.stack.reset(new unsigned char[kStackBytes]);  // not zeroed: pages stay untouched
+  if (!f.stack) {
+    f.stack.reset(new unsigned char[kStackBytes]);  // not zeroed: pages stay untouched
+    f.sp = nullptr;
+  }
 #if defined(SERVELAB_EMU_ASAN)
-  // A fiber's frames end without returning (it switches away for good): their stack redzones
-  // would stay poisoned for the next block's fiber on this stack.
-  __asan_unpoison_memory_region(f.stack.get(), kStackBytes);
+  // The frames live at a fiber's last switch never return (it switched away for good, or its
+  // block ended without resuming it): their redzones would stay poisoned for the next block's
+  // fiber on this stack. They lie between that switch's stack pointer and the top (frames that
+  // returned earlier unpoisoned their own); unpoisoning only that span, not the whole 1 MiB,
+  // keeps a launch cheap (128 fibers a block).
+  if (f.sp != nullptr) {
+    const auto base = reinterpret_cast<std::uintptr_t>(f.stack.get());
+    const std::uintptr_t low = std::max(base, reinterpret_cast<std::uintptr_t>(f.sp) - 256);
+    __asan_unpoison_memory_region(reinterpret_cast<void*>(low), base + kStackBytes - low);
+  }
 #endif
   // The return address of the first switch sits at a 16-byte aligned slot, so fiber_main starts
   // with the stack alignment of a called function; six zeroed callee-saved registers below it.
@@ -272,15 +285,17 @@ void prepare_stack(Fiber& f) {
 std::string run_block(const std::function<void()>& body, dim3 block, std::size_t smem_bytes) {
   State& st = state();
   const int n = static_cast<int>(block.x * block.y * block.z);
+  if (st.run != nullptr) return "a kernel launch from inside a kernel (not emulated)";
+  // The thread's fibers and shared memory are reused from block to block, never reallocated
+  // (under AddressSanitizer every allocation is expensive, and a launch runs many blocks).
   if (static_cast<int>(st.fibers.size()) < n) st.fibers.resize(static_cast<std::size_t>(n));
-  std::vector<Fiber> fibers;  // the first n of st.fibers, moved in and back (stacks reused)
-  fibers.reserve(static_cast<std::size_t>(n));
-  for (int i = 0; i < n; ++i) fibers.push_back(std::move(st.fibers[static_cast<std::size_t>(i)]));
+  const std::span<Fiber> fibers(st.fibers.data(), static_cast<std::size_t>(n));
 
   BlockRun r;
-  r.fibers = &fibers;
+  r.fibers = fibers;
   r.body = &body;
   r.live = n;
+  r.smem.swap(st.smem);
   r.smem.assign(smem_bytes, 0xff);
   r.warps.resize(static_cast<std::size_t>((n + 31) / 32));
   for (int i = 0; i < n; ++i) {
@@ -295,7 +310,6 @@ std::string run_block(const std::function<void()>& body, dim3 block, std::size_t
     ++r.warps[static_cast<std::size_t>(f.warp)].lanes;
     prepare_stack(f);
   }
-  BlockRun* const outer = st.run;
   st.run = &r;
   for (;;) {
     bool ran = false;
@@ -332,9 +346,8 @@ std::string run_block(const std::function<void()>& body, dim3 block, std::size_t
       break;
     }
   }
-  st.run = outer;
-  for (int i = 0; i < n; ++i)
-    st.fibers[static_cast<std::size_t>(i)] = std::move(fibers[static_cast<std::size_t>(i)]);
+  st.run = nullptr;
+  st.smem.swap(r.smem);
   return r.error;
 }
 
@@ -377,7 +390,7 @@ const std::uint32_t* warp_collective(Collective kind, unsigned mask, const std::
   if (++w.arrived == 32) {
     compute_collective(w, kind, r);
     w.arrived = 0;
-    for (Fiber& g : *r.fibers) {
+    for (Fiber& g : r.fibers) {
       if (g.warp == f.warp && g.waiting && !g.done) g.waiting = false;
     }
   } else {
