@@ -4,6 +4,8 @@
 # reference, CUDA-event timing) with no benchmark error, as `gpu-check bench` will run them on a
 # GPU, and bench/gpu/report.py reads the JSON Google Benchmark writes (the counters it needs are
 # there, named as it expects). The emulator's timings are the CPU's: nothing is judged on them.
+# The WMMA prefill fallback is left out: its replicated-fragment model is the emulator's slowest
+# path (minutes under AddressSanitizer).
 #
 # usage: kernels_bench_emu_test.sh SOURCE_DIR KERNELS_BENCH_EMU
 set -uo pipefail
@@ -18,9 +20,9 @@ has() { grep -q -- "$1" "$2" || { echo "$2 lacks '$1'"; return 1; }; }
 
 j=$t/work/kernels_bench.json
 check "kernels_bench (emulated) runs its smallest shapes" run 0 "$bench" \
-  '--benchmark_filter=^BM_(DeviceCopy/268435456|DecodeAttention/(1|8)/512/|PrefillAttention/512/|SwapOut/16)' \
+  '--benchmark_filter=^BM_(DeviceCopy/268435456|DecodeAttention/(1|8)/512/|PrefillAttention/512/0|SwapOut/16)' \
   --benchmark_min_time=0.01 --benchmark_out_format=json "--benchmark_out=$j"
-check "  ... eight benchmarks, none in error" python3 - "$j" <<'EOF'
+check "  ... seven benchmarks, none in error" python3 - "$j" <<'EOF'
 import json, sys
 runs = [b for b in json.load(open(sys.argv[1]))["benchmarks"]
         if b.get("run_type", "iteration") == "iteration"]
@@ -28,7 +30,7 @@ names = [b["name"] for b in runs]
 print("  " + ", ".join(names))
 bad = [b["name"] + ": " + b.get("error_message", "") for b in runs if b.get("error_occurred")]
 decode = [b for b in runs if b["name"].startswith("BM_DecodeAttention")]
-ok = (len(runs) == 8 and not bad and len(decode) == 4 and
+ok = (len(runs) == 7 and not bad and len(decode) == 4 and
       all(b["GBps"] > 0 and b["copy_GBps"] > 0 and b["splits"] >= 1 for b in decode) and
       {b["label"] for b in decode} == {"tiled", "pipelined"} and
       all(b["TFLOPs"] > 0 for b in runs if b["name"].startswith("BM_PrefillAttention")))
