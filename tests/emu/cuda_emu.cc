@@ -159,8 +159,6 @@ struct Capture {
 struct State {
   BlockRun* run = nullptr;
   std::vector<Fiber> fibers;  // reused between blocks (their stacks)
-  std::vector<unsigned char>
-      smem;  // a block's shared memory, reused (BlockRun::smem while it runs)
   cudaError_t last_error = cudaSuccess;
   std::string last_message;
 };
@@ -286,8 +284,9 @@ std::string run_block(const std::function<void()>& body, dim3 block, std::size_t
   State& st = state();
   const int n = static_cast<int>(block.x * block.y * block.z);
   if (st.run != nullptr) return "a kernel launch from inside a kernel (not emulated)";
-  // The thread's fibers and shared memory are reused from block to block, never reallocated
-  // (under AddressSanitizer every allocation is expensive, and a launch runs many blocks).
+  // The thread's fibers are reused from block to block, never reallocated (under
+  // AddressSanitizer every allocation is expensive, and a launch runs many blocks). Shared memory
+  // is allocated afresh at its exact size, so that ASan sees an access past its end.
   if (static_cast<int>(st.fibers.size()) < n) st.fibers.resize(static_cast<std::size_t>(n));
   const std::span<Fiber> fibers(st.fibers.data(), static_cast<std::size_t>(n));
 
@@ -295,7 +294,6 @@ std::string run_block(const std::function<void()>& body, dim3 block, std::size_t
   r.fibers = fibers;
   r.body = &body;
   r.live = n;
-  r.smem.swap(st.smem);
   r.smem.assign(smem_bytes, 0xff);
   r.warps.resize(static_cast<std::size_t>((n + 31) / 32));
   for (int i = 0; i < n; ++i) {
@@ -347,7 +345,6 @@ std::string run_block(const std::function<void()>& body, dim3 block, std::size_t
     }
   }
   st.run = nullptr;
-  st.smem.swap(r.smem);
   return r.error;
 }
 

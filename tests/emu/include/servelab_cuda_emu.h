@@ -29,6 +29,10 @@
 //     stream is being captured: then launches, copies and fills are recorded into the graph and
 //     run by cudaGraphLaunch; a synchronising call on a capturing stream fails the capture, as
 //     CUDA's does.
+//   - One device of 4 GiB (cudaMemGetInfo, cudaGetDeviceProperties: H200-shaped, 132 SMs).
+//     Device memory, kernel attributes and stream captures belong to the process, as in CUDA (an
+//     attribute set on one host thread holds for launches from another); the last error is per
+//     host thread; a launch runs on the thread that makes it.
 // Not modelled: timing, memory ordering between blocks, occupancy beyond a formula, warp
 // divergence inside a collective-free region (lanes run to their next collective in turn).
 //
