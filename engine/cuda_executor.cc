@@ -192,6 +192,26 @@ struct CudaExecutor::Impl {
   // Enqueues embedding and every layer on `stream`; nothing else (no allocation, no copy, no
   // synchronisation), so that it can be captured.
   void forward_layers(const ForwardArgs& f);
+  // The widest block table a decode graph is captured with (max_model_len's blocks).
+  std::int32_t max_table_width() const {
+    return (rope_rows + options.block_size - 1) / options.block_size;
+  }
+  // Stages a padded decode step in graph_staging in the layout graph_meta holds (each array
+  // 16-byte aligned) and returns the arrays' offsets.
+  struct GraphInputOffsets {
+    std::size_t tokens, positions, slots, q_rows, context_lens, block_tables;
+  };
+  GraphInputOffsets stage_graph_inputs(const k::PaddedDecodeInputs& in) {
+    graph_staging.clear();
+    GraphInputOffsets o{};
+    o.tokens = graph_staging.add(in.tokens);
+    o.positions = graph_staging.add(in.positions);
+    o.slots = graph_staging.add(in.slots);
+    o.q_rows = graph_staging.add(in.q_rows);
+    o.context_lens = graph_staging.add(in.context_lens);
+    o.block_tables = graph_staging.add(in.block_tables);
+    return o;
+  }
   // The decode-only step of `in` (already padded to `key.bucket` and copied to graph_meta at
   // the offsets `f` points to): replays key's graph, capturing it first when it is new.
   void run_decode_graph(const k::DecodeGraphKey& key, const ForwardArgs& f);
@@ -330,16 +350,10 @@ void CudaExecutor::Impl::init(const LlamaWeights* host, std::uint64_t seed) {
       std::min<std::int64_t>(m.max_position_embeddings, options.max_model_len));
   const std::vector<float> table = k::rope_cos_sin_table(rope_inv_freq(s.config), s.rope_rows);
   s.cos_sin = upload_f32(table.data(), table.size());
-  {
-    // The staged layout of the largest padded decode step (execute(): tokens, positions, slots,
-    // q rows, context lengths, block tables, each 16-byte aligned).
-    const std::size_t rows = static_cast<std::size_t>(s.buckets.back());
-    const std::size_t width =
-        static_cast<std::size_t>((s.rope_rows + options.block_size - 1) / options.block_size);
-    const std::size_t i32 = sizeof(std::int32_t);
-    s.graph_meta =
-        DeviceBuffer(4 * rows * i32 + rows * sizeof(std::int64_t) + rows * width * i32 + 7 * 16);
-  }
+  // graph_meta holds the largest padded decode step (the largest bucket, the widest table).
+  s.stage_graph_inputs(
+      k::pad_decode_inputs({}, {}, {}, {}, {}, 0, s.buckets.back(), s.max_table_width(), 0));
+  s.graph_meta = DeviceBuffer(s.graph_staging.bytes().size() + 16);
   s.decode_ctas_per_seq =
       k::decode_ctas_per_seq(s.options.decode_kernel, m.num_heads, m.num_kv_heads);
   s.decode_max_ctas =
@@ -647,8 +661,7 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
     const bool graph_path =
         bucket > 0 && ((opt.cuda_graphs && !s.stats.disabled) || opt.pad_decode_steps);
     if (graph_path) {
-      const std::int32_t max_width = (s.rope_rows + bs - 1) / bs;
-      const std::int32_t table_width = k::decode_graph_table_width(width, max_width);
+      const std::int32_t table_width = k::decode_graph_table_width(width, s.max_table_width());
       const k::PaddedDecodeInputs in = k::pad_decode_inputs(
           tokens, positions, slots, d_ctx, d_tables, width, bucket, table_width, 0);
       Impl::ForwardArgs f;
@@ -664,24 +677,18 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
                                         bucket, m.num_heads, m.head_dim, f.dplan.max_splits)) *
                                         sizeof(float));
       }
-      s.graph_staging.clear();
-      const std::size_t g_tokens = s.graph_staging.add(in.tokens),
-                        g_pos = s.graph_staging.add(in.positions),
-                        g_slots = s.graph_staging.add(in.slots),
-                        g_rows = s.graph_staging.add(in.q_rows),
-                        g_ctx = s.graph_staging.add(in.context_lens),
-                        g_tab = s.graph_staging.add(in.block_tables);
+      const Impl::GraphInputOffsets g = s.stage_graph_inputs(in);
       s.ensure_bytes(s.graph_meta, s.graph_staging.bytes().size() + 16);
       k::copy_async(s.graph_meta.get(), s.graph_staging.bytes().data(),
                     s.graph_staging.bytes().size(), s.stream.get());
       const auto* gm = static_cast<const unsigned char*>(s.graph_meta.get());
       auto g32 = [&](std::size_t off) { return reinterpret_cast<const std::int32_t*>(gm + off); };
-      f.tokens = g32(g_tokens);
-      f.positions = g32(g_pos);
-      f.slots = reinterpret_cast<const std::int64_t*>(gm + g_slots);
-      f.d_rows = g32(g_rows);
-      f.d_ctx = g32(g_ctx);
-      f.d_tab = g32(g_tab);
+      f.tokens = g32(g.tokens);
+      f.positions = g32(g.positions);
+      f.slots = reinterpret_cast<const std::int64_t*>(gm + g.slots);
+      f.d_rows = g32(g.q_rows);
+      f.d_ctx = g32(g.context_lens);
+      f.d_tab = g32(g.block_tables);
       const k::DecodeGraphKey key{bucket, table_width, f.dplan.partition_tokens, f.dplan.max_splits,
                                   s.buffers_generation};
       if (opt.cuda_graphs && !s.stats.disabled) {
