@@ -73,8 +73,10 @@ DeviceBuffer upload_f32(const float* data, std::size_t n) {
 
 }  // namespace
 
-std::int64_t cuda_block_bytes(const ModelConfig& model, std::int32_t block_size) {
-  return 2 * std::int64_t{model.num_layers} * block_size * model.kv_size() * 2;
+std::int64_t cuda_block_bytes(const ModelConfig& model, std::int32_t block_size,
+                              kernels::FloatFormat kv_format) {
+  return 2 * std::int64_t{model.num_layers} * block_size * model.kv_size() *
+         k::kv_elem_bytes(kv_format);
 }
 
 struct CudaExecutor::Impl {
@@ -335,11 +337,23 @@ void CudaExecutor::Impl::init(const LlamaWeights* host, std::uint64_t seed) {
         "CudaExecutor: num_kv_heads must divide num_heads, hidden and intermediate sizes must be "
         "multiples of 8");
   }
+  k::check_kv_format(options.kv_format, options.k_scale, options.v_scale, "CudaExecutor");
+  if (k::kv_elem_bytes(options.kv_format) == 1 &&
+      (options.decode_kernel != k::DecodeKernel::kPipelined ||
+       options.prefill_kernel != k::PrefillKernel::kFa2)) {
+    throw std::invalid_argument(
+        std::string("CudaExecutor: an fp8 KV cache is read by the pipelined decode and fa2 "
+                    "prefill kernels only, not ") +
+        k::decode_kernel_name(options.decode_kernel) + " / " +
+        k::prefill_kernel_name(options.prefill_kernel) +
+        " (unset SERVELAB_CUDA_DECODE / SERVELAB_CUDA_PREFILL, or use a bf16 cache)");
+  }
   std::string reason;
   if (!k::cuda_device_available(&reason)) {
     throw std::runtime_error("CudaExecutor: no usable CUDA device: " + reason);
   }
-  s.layout = {m.num_layers, options.block_size, m.num_kv_heads, m.head_dim, 2};
+  s.layout = {m.num_layers, options.block_size, m.num_kv_heads, m.head_dim,
+              k::kv_elem_bytes(options.kv_format)};
   s.stream = k::OwnedStream::create();
   s.cublas_workspace = DeviceBuffer(k::Gemm::kRecommendedWorkspaceBytes);
   s.gemm = std::make_unique<k::Gemm>();
@@ -421,15 +435,16 @@ std::vector<float> CudaExecutor::read_weight(const std::string& name) const {
   return out;
 }
 
-std::vector<std::uint16_t> CudaExecutor::read_block(bool host, std::int32_t layer, bool value,
-                                                    std::int32_t block) const {
+std::vector<std::uint8_t> CudaExecutor::read_block(bool host, std::int32_t layer, bool value,
+                                                   std::int32_t block) const {
   const Impl& s = *impl_;
-  const std::int64_t n = s.layout.plane_elems();
-  const std::int64_t off = s.layout.offset(block, layer, value ? 1 : 0, 0, 0, 0);
-  std::vector<std::uint16_t> out(static_cast<std::size_t>(n));
+  const std::int64_t n = s.layout.plane_elems() * s.layout.elem_bytes;
+  const std::int64_t off =
+      s.layout.offset(block, layer, value ? 1 : 0, 0, 0, 0) * s.layout.elem_bytes;
+  std::vector<std::uint8_t> out(static_cast<std::size_t>(n));
   const DeviceBuffer& src = host ? s.host_cache : s.kv_cache;
   k::synchronize(s.stream.get());
-  k::copy_async(out.data(), src.as<const Bf16>() + off, n * sizeof(Bf16), s.stream.get());
+  k::copy_async(out.data(), src.as<const std::uint8_t>() + off, n, s.stream.get());
   k::synchronize(s.stream.get());
   return out;
 }
@@ -447,31 +462,44 @@ void CudaExecutor::Impl::forward_layers(const ForwardArgs& f) {
   Impl& s = *this;
   float* residual = s.residual.as<float>();
   k::embedding_lookup(f.tokens, T, s.embed.as<Bf16>(), m.vocab_size, H, residual, s.stream.get());
-  Bf16* cache = s.kv_cache.as<Bf16>();
+  unsigned char* cache = s.kv_cache.as<unsigned char>();
+  const std::int64_t eb = s.layout.elem_bytes;
+  const k::FloatFormat kvf = options.kv_format;
   for (std::int32_t l = 0; l < m.num_layers; ++l) {
     const Impl::Layer& w = s.layers[l];
     k::rms_norm({residual, nullptr, nullptr, w.in_norm.as<float>(), s.hbuf.as<Bf16>(), T, H, eps},
                 s.stream.get());
     s.gemm->linear(s.hbuf.as<Bf16>(), w.qkv.as<Bf16>(), s.qkv.get(), k::Gemm::Out::kF32, T, H,
                    Q + 2 * KV, 0.0f, s.stream.get());
-    Bf16* k_layer = cache + s.layout.layer_base(l, 0);
-    Bf16* v_layer = cache + s.layout.layer_base(l, 1);
+    void* k_layer = cache + s.layout.layer_base(l, 0) * eb;
+    void* v_layer = cache + s.layout.layer_base(l, 1) * eb;
     const float* bias = m.qkv_bias ? w.qkv_bias.as<float>() : nullptr;
     if (options.fused_qkv_rope) {
-      k::qkv_rope_kv_write({s.qkv.as<float>(), bias, f.positions, s.cos_sin.as<float>(), T,
-                            m.num_heads, m.num_kv_heads, m.head_dim, s.q.as<Bf16>(), f.slots,
-                            k_layer, v_layer, s.layout.block_stride(), bs},
-                           s.stream.get());
+      k::qkv_rope_kv_write(
+          {s.qkv.as<float>(), bias, f.positions, s.cos_sin.as<float>(), T, m.num_heads,
+           m.num_kv_heads, m.head_dim, s.q.as<Bf16>(), f.slots, k_layer, v_layer,
+           s.layout.block_stride(), bs, kvf, options.k_scale, options.v_scale},
+          s.stream.get());
     } else {
       k::qkv_rope({s.qkv.as<float>(), bias, f.positions, s.cos_sin.as<float>(), T, m.num_heads,
                    m.num_kv_heads, m.head_dim, s.q.as<Bf16>(), s.kk.as<Bf16>(), s.vv.as<Bf16>()},
                   s.stream.get());
-      k::kv_write({s.kk.as<Bf16>(), s.vv.as<Bf16>(), f.slots, T, k_layer, v_layer,
-                   s.layout.block_stride(), bs, m.num_kv_heads, m.head_dim},
-                  s.stream.get());
+      k::kv_write(
+          {s.kk.as<Bf16>(), s.vv.as<Bf16>(), f.slots, T, k_layer, v_layer, s.layout.block_stride(),
+           bs, m.num_kv_heads, m.head_dim, kvf, options.k_scale, options.v_scale},
+          s.stream.get());
     }
-    k::PagedKv kv{k_layer, v_layer, s.layout.block_stride(), bs, m.num_kv_heads, m.head_dim,
-                  nullptr, width};
+    k::PagedKv kv{k_layer,
+                  v_layer,
+                  s.layout.block_stride(),
+                  bs,
+                  m.num_kv_heads,
+                  m.head_dim,
+                  nullptr,
+                  width,
+                  kvf,
+                  options.k_scale,
+                  options.v_scale};
     if (D > 0) {
       kv.block_tables = f.d_tab;
       k::paged_decode_attention(

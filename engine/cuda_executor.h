@@ -1,7 +1,7 @@
 // CudaExecutor: the GPU engine backend. Runs StepPlans exactly as CpuExecutor does (same plan
-// semantics, same block ids, same sampling streams) with bf16 weights, activations and KV cache
-// and fp32 accumulation: cuBLAS for the projections, kernels/ for everything else.
-// Compiled only when the build has CUDA (SERVELAB_HAVE_CUDA); see docs/engine.md.
+// semantics, same block ids, same sampling streams) with bf16 weights and activations, a bf16 or
+// fp8 KV cache (options.kv_format) and fp32 accumulation: cuBLAS for the projections, kernels/ for
+// everything else. Compiled only when the build has CUDA (SERVELAB_HAVE_CUDA); see docs/engine.md.
 //
 // Device state:
 //   - weights (uploaded from LlamaWeights, or generated on the device from a seed) in bf16, with
@@ -9,7 +9,11 @@
 //     [2 * intermediate, hidden] matrix (one GEMM each); norm weights and q/k/v biases in fp32;
 //   - the KV cache: ONE allocation of num_blocks() blocks in the block-major layout of
 //     kernels/kv_layout.h ([block][layer][K|V][slot][kv_head][head_dim]), so a block move is one
-//     contiguous copy; swap space is pinned, device-mapped host memory in the same layout;
+//     contiguous copy; swap space is pinned, device-mapped host memory in the same layout. With
+//     kv_format fp8 (e4m3 or e5m2) an element is one byte holding fp8(x / scale) with the
+//     per-tensor k_scale / v_scale (CpuExecutor's fp8 contract, engine/cpu_executor.h, without
+//     compute_kv_scales: the scales are the options'); the attention kernels widen the codes to
+//     bf16 exactly and apply the scales (kernels/attention.h PagedKv);
 //   - the residual stream in fp32, activation buffers sized for max_num_tokens (grown on
 //     demand), a RoPE cos/sin table for max_model_len positions.
 //
@@ -48,6 +52,7 @@
 #include "engine/cpu_executor.h"
 #include "engine/llama_weights.h"
 #include "kernels/attention_plan.h"
+#include "kernels/float_formats.h"
 #include "kernels/prefill_kernel.h"
 
 namespace servelab {
@@ -75,6 +80,12 @@ struct CudaExecutorOptions {
   // Bias + RoPE + KV write in one kernel; false: the unfused qkv_rope + kv_write pair through
   // bf16 scratch rows (environment: SERVELAB_CUDA_FUSED_QKV).
   bool fused_qkv_rope = true;
+  // The KV cache's element format: kBf16, kFp8E4m3 or kFp8E5m2 (fp8: one byte an element, so a
+  // block takes half the bytes and about twice the blocks fit; needs the pipelined decode and
+  // fa2 prefill kernels, the defaults), with vLLM's per-tensor scales (fp8 only).
+  kernels::FloatFormat kv_format = kernels::FloatFormat::kBf16;
+  float k_scale = 1.0f;
+  float v_scale = 1.0f;
 };
 
 // Counters of the CUDA-graph path since construction (tests, benchmarks).
@@ -94,7 +105,8 @@ class CudaExecutor : public Backend {
   // gpu_memory_utilization minus what the process holds) and swap space. `weights` is not
   // referenced after the constructor returns.
   // Throws std::invalid_argument for bad options (as CpuExecutor, plus head_dim not 64/128,
-  // unsupported shapes) and std::runtime_error for CUDA errors or when fewer than 2 blocks fit.
+  // unsupported shapes, a kv_format the cache does not take, fp8 with a fallback attention
+  // kernel) and std::runtime_error for CUDA errors or when fewer than 2 blocks fit.
   CudaExecutor(const LlamaWeights& weights, const CudaExecutorOptions& options);
   // The same with LlamaWeights::random(config, seed) generated directly on the device, one
   // kernel launch per tensor (kernels/random_fill.h): no fp32 host copy is ever made, and every
@@ -111,7 +123,7 @@ class CudaExecutor : public Backend {
   StepResult execute(const StepPlan& plan) override;
 
   std::int32_t num_blocks() const;
-  std::int64_t block_bytes() const;  // bf16 K+V of one block across all layers
+  std::int64_t block_bytes() const;  // K+V of one block across all layers, in kv_format
   const CudaExecutorOptions& options() const;
   CudaGraphStats graph_stats() const;
   // With keep_logits: the last execute()'s logits per plan entry (empty for non-sampling ones).
@@ -120,18 +132,19 @@ class CudaExecutor : public Backend {
   // matrices; fp32 norm weights and biases as they are). Throws std::out_of_range for a name
   // the model does not have.
   std::vector<float> read_weight(const std::string& name) const;
-  // Tests: one layer's K or V plane of a device (or, host = true, swap-space) block, bf16 bits,
-  // [slot][kv_head][head_dim].
-  std::vector<std::uint16_t> read_block(bool host, std::int32_t layer, bool value,
-                                        std::int32_t block) const;
+  // Tests: one layer's K or V plane of a device (or, host = true, swap-space) block as stored
+  // (bf16: 2 bytes an element, little-endian; fp8: 1), [slot][kv_head][head_dim].
+  std::vector<std::uint8_t> read_block(bool host, std::int32_t layer, bool value,
+                                       std::int32_t block) const;
 
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
 
-// The bytes of one bf16 block across all layers (K and V): what the CUDA engine reports as
-// block_bytes.
-std::int64_t cuda_block_bytes(const ModelConfig& model, std::int32_t block_size);
+// The bytes of one block across all layers (K and V) with elements in `kv_format` (bf16 or fp8,
+// kernels/kv_layout.h kv_elem_bytes): what the CUDA engine reports as block_bytes.
+std::int64_t cuda_block_bytes(const ModelConfig& model, std::int32_t block_size,
+                              kernels::FloatFormat kv_format);
 
 }  // namespace servelab

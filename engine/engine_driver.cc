@@ -197,6 +197,10 @@ kernels::FloatFormat kv_float_format(const ModelConfig& model) {
   return kernels::FloatFormat::kFp32;
 }
 
+kernels::FloatFormat cuda_kv_float_format(const ModelConfig& model) {
+  return model.kv_cache_dtype == "auto" ? kernels::FloatFormat::kBf16 : kv_float_format(model);
+}
+
 std::int64_t engine_block_bytes(const ModelConfig& model, std::int32_t block_size) {
   return 2 * std::int64_t{model.num_layers} * block_size * model.kv_size() *
          static_cast<std::int64_t>(sizeof(float));
@@ -364,13 +368,13 @@ EngineInstance load_replicas(const ExperimentConfig& config, const EngineOptions
                       model.quantization +
                       "' can only be simulated (sim run); use none for engine run");
   }
-  if (cuda && model.kv_cache_dtype != "auto" && model.kv_dtype() != "bf16") {
+  const kernels::FloatFormat cuda_kv = cuda_kv_float_format(model);
+  if (cuda && cuda_kv != kernels::FloatFormat::kBf16 && cuda_kv != kernels::FloatFormat::kFp8E4m3 &&
+      cuda_kv != kernels::FloatFormat::kFp8E5m2) {
     throw ConfigError(config.file +
-                      ": key 'model.kv_cache_dtype': the CUDA executor stores KV "
-                      "in bf16, not " +
-                      model.kv_dtype() +
-                      " (yet); use auto or bf16, or "
-                      "--device cpu");
+                      ": key 'model.kv_cache_dtype': the CUDA executor stores KV in bf16 or fp8 "
+                      "(fp8, fp8_e4m3, fp8_e5m2), not " +
+                      model.kv_dtype() + "; use one of those (or auto), or --device cpu");
   }
   if (config.scheduler.max_model_len > model.max_position_embeddings) {
     throw ConfigError(config.file + ": key 'serving.max_model_len': expected at most the model's " +
@@ -380,7 +384,7 @@ EngineInstance load_replicas(const ExperimentConfig& config, const EngineOptions
   const std::int32_t block_size = config.scheduler.block_size;
   out.block_bytes = engine_block_bytes(model, block_size);
 #if SERVELAB_HAVE_CUDA
-  if (cuda) out.block_bytes = cuda_block_bytes(model, block_size);
+  if (cuda) out.block_bytes = cuda_block_bytes(model, block_size, cuda_kv);
 #endif
   if (cuda && model.head_dim != 64 && model.head_dim != 128) {
     throw ConfigError("--device cuda: the CUDA kernels support head_dim 64 and 128; model " +
@@ -464,7 +468,18 @@ EngineInstance load_replicas(const ExperimentConfig& config, const EngineOptions
     cuda_options.max_num_seqs = config.scheduler.max_num_seqs;
     cuda_options.max_model_len = config.scheduler.max_model_len;
     cuda_options.sampling.seed = config.seed;
+    cuda_options.kv_format = cuda_kv;  // fp8: per-tensor scales 1, as the CPU engine's
     apply_cuda_switches(cuda_switches_from_env(), cuda_options);
+    if (cuda_kv != kernels::FloatFormat::kBf16 &&
+        (cuda_options.decode_kernel != kernels::DecodeKernel::kPipelined ||
+         cuda_options.prefill_kernel != kernels::PrefillKernel::kFa2)) {
+      throw ConfigError(config.file + ": key 'model.kv_cache_dtype': " + model.kv_dtype() +
+                        " KV is read by the pipelined decode and fa2 prefill kernels only, and " +
+                        kernels::kDecodeKernelEnv + " / " + kernels::kPrefillKernelEnv + " chose " +
+                        kernels::decode_kernel_name(cuda_options.decode_kernel) + " / " +
+                        kernels::prefill_kernel_name(cuda_options.prefill_kernel) +
+                        "; unset them, or use a bf16 KV cache");
+    }
     auto cuda_executor = device_random
                              ? std::make_unique<CudaExecutor>(llama, config.seed, cuda_options)
                              : std::make_unique<CudaExecutor>(*weights, cuda_options);

@@ -111,6 +111,10 @@ double prefill_pinned_prefixes(const ExperimentConfig& config, EngineInstance& e
 
 // The CPU executor's KV format for model.kv_dtype() (fp32 for an fp32 model's "auto").
 kernels::FloatFormat kv_float_format(const ModelConfig& model);
+// The CUDA executor's KV format for the model: bf16 for kv_cache_dtype auto (the executor
+// computes in bf16 whatever the model's dtype), kv_float_format otherwise (bf16, fp8_e4m3 and
+// fp8_e5m2 are what it stores; load_engine refuses the rest).
+kernels::FloatFormat cuda_kv_float_format(const ModelConfig& model);
 
 // Bytes of fp32 K and V of one block across all layers (the CPU executor keeps fp32 storage
 // whatever the KV dtype; engine/cpu_executor.h).

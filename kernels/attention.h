@@ -1,9 +1,9 @@
-// Paged attention over the KV cache of kernels/kv_layout.h, bf16 K/V/Q/output, fp32 softmax
-// and accumulation, grouped-query heads (query head h reads KV head h / (num_q_heads /
-// num_kv_heads)), head_dim 64 or 128, any block size (tested 1..256). Scores are scaled by
-// `scale` (1/sqrt(head_dim) for Llama). Query position p attends to key positions [0, p]; the
-// K/V of every position read must already be in the cache (kv_write first, as CpuExecutor does).
-// Implementation: kernels/attention_decode.cu, kernels/attention_prefill.cu (launcher, WMMA
+// Paged attention over the KV cache of kernels/kv_layout.h, bf16 Q/output, bf16 or fp8 K/V
+// (PagedKv::format), fp32 softmax and accumulation, grouped-query heads (query head h reads KV head
+// h / (num_q_heads / num_kv_heads)), head_dim 64 or 128, any block size (tested 1..256). Scores are
+// scaled by `scale` (1/sqrt(head_dim) for Llama). Query position p attends to key positions [0, p];
+// the K/V of every position read must already be in the cache (kv_write first, as CpuExecutor
+// does). Implementation: kernels/attention_decode.cu, kernels/attention_prefill.cu (launcher, WMMA
 // kernel), kernels/attention_prefill_fa2.cu (FlashAttention-2-style kernel).
 #pragma once
 
@@ -11,22 +11,33 @@
 
 #include "kernels/attention_plan.h"
 #include "kernels/device.h"
+#include "kernels/float_formats.h"
+#include "kernels/kv_layout.h"
 #include "kernels/prefill_kernel.h"
 
 namespace servelab::kernels {
 
 // One layer's view of the paged cache: element (block b, slot s, kv head h, dim d) of K is
-// k[b * block_stride + (s * num_kv_heads + h) * head_dim + d] (V likewise). Block tables are a
+// k[b * block_stride + (s * num_kv_heads + h) * head_dim + d] (V likewise), an element being a
+// bf16 or, for the fp8 formats, one byte (kv_layout.h with elem_bytes 1). Block tables are a
 // device array [num_seqs][block_table_stride] of int32 block ids.
+// fp8 (format kFp8E4m3 or kFp8E5m2): the cache holds fp8(x / scale) as the KV write stores it
+// (cache_ops.h), and attention reads k = code * k_scale, v = code * v_scale (vLLM's per-tensor
+// scales): codes are widened to bf16 exactly, k_scale folds into the score scale and v_scale into
+// the output. Only the default kernels read fp8 (DecodeKernel::kPipelined, PrefillKernel::kFa2);
+// the others throw std::invalid_argument.
 struct PagedKv {
-  const Bf16* k = nullptr;
-  const Bf16* v = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
   std::int64_t block_stride = 0;
   std::int32_t block_size = 0;
   std::int32_t num_kv_heads = 0;
   std::int32_t head_dim = 0;
   const std::int32_t* block_tables = nullptr;
   std::int32_t block_table_stride = 0;
+  FloatFormat format = FloatFormat::kBf16;  // kBf16, kFp8E4m3 or kFp8E5m2
+  float k_scale = 1.0f;                     // fp8 only: positive and finite
+  float v_scale = 1.0f;
 };
 
 // Decode: one query token per sequence. Sequence i's query is row q_rows[i] of q

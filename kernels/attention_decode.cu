@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <mutex>
 #include <stdexcept>
+#include <string>
 
 #include "kernels/attention.h"
 #include "kernels/attention_decode_pipelined.h"
@@ -90,8 +91,8 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeParams p) 
   const int bs = p.kv.block_size;
   const std::int64_t row_elems = std::int64_t{p.kv.num_kv_heads} * HD;
   const std::int64_t head_off = std::int64_t{kv_head} * HD + lane * kVec;
-  const __nv_bfloat16* kbase = detail::bf(p.kv.k);
-  const __nv_bfloat16* vbase = detail::bf(p.kv.v);
+  const __nv_bfloat16* kbase = detail::kv_bf16(p.kv.k);
+  const __nv_bfloat16* vbase = detail::kv_bf16(p.kv.v);
   __syncthreads();
 
   for (int tile0 = begin; tile0 < end; tile0 += kTile) {
@@ -285,6 +286,13 @@ void paged_decode_attention(const DecodeAttentionArgs& a, Stream stream) {
         "paged_decode_attention: max_context_len (the longest context, host side) must be set");
   }
   validate_decode_plan(a.plan, a.max_context_len, "paged_decode_attention");
+  check_kv_format(a.kv.format, a.kv.k_scale, a.kv.v_scale, "paged_decode_attention");
+  if (detail::is_fp8(a.kv.format) && a.kernel != DecodeKernel::kPipelined) {
+    throw std::invalid_argument(std::string("paged_decode_attention: the ") +
+                                decode_kernel_name(a.kernel) + " kernel reads bf16 KV only, not " +
+                                std::string(format_name(a.kv.format)) +
+                                "; use the pipelined kernel");
+  }
   if (a.plan.split() && a.workspace == nullptr) {
     throw std::invalid_argument("paged_decode_attention: split plan without workspace");
   }

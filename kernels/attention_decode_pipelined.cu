@@ -24,6 +24,11 @@
 //     float2 stores are conflict-free) and merge_softmax_states (kernels/softmax_merge.h)
 //     combines them in a fixed order; the CTA writes bf16 o, or when split the normalised partial
 //     (o, m, l) to the workspace for pipelined_merge_kernel, which uses the same function.
+// fp8 KV (PagedKv::format kFp8E4m3/kFp8E5m2; the kFp8 instantiations): the stages hold the
+// one-byte codes as they are in the cache (cp.async, half the bytes of bf16, rows unswizzled);
+// once a tile has landed each warp widens its own 16 tokens of K and V to bf16 (exact) into a
+// bf16 tile laid out and swizzled as the bf16 stages are, and the MMAs read that. k_scale is
+// folded into the score scale, v_scale into the output.
 // Deterministic: no atomics, every sum in a fixed order.
 #include <cuda_bf16.h>
 
@@ -36,6 +41,7 @@
 #include "kernels/common.cuh"
 #include "kernels/decode_fragments.h"
 #include "kernels/fast_divmod.h"
+#include "kernels/fp8.cuh"
 #include "kernels/ptx.cuh"
 #include "kernels/softmax_merge.h"
 
@@ -52,13 +58,17 @@ constexpr int kRows = kPipelinedMaxHeads;  // MMA rows = query heads per CTA
 static_assert(kWarpTokens == 16, "one k16 step of P V per warp and tile");
 static_assert(kRows == 16, "the query heads are the rows of one m16n8k16 tile");
 
-// Shared memory layout (bytes). The stage buffers are reused for the warp merge at the end.
-template <int HD>
+// Shared memory layout (bytes). The stage buffers (and with fp8 the bf16 tiles after them) are
+// reused for the warp merge at the end.
+template <int HD, bool kFp8 = false>
 struct PipeSmem {
-  static constexpr int kRowBytes = HD * 2;
-  static constexpr int kTileBytes = kTile * kRowBytes;  // one K (or V) tile
-  static constexpr int kStageBytes = 2 * kTileBytes;    // K then V
-  static constexpr int kTable = kStages * kStageBytes;  // int32 block ids
+  static constexpr int kRowBytes = HD * 2;              // a bf16 row (the MMAs' tiles)
+  static constexpr int kTileBytes = kTile * kRowBytes;  // one bf16 K (or V) tile
+  static constexpr int kStageRowBytes = kFp8 ? HD : HD * 2;
+  static constexpr int kStageTileBytes = kTile * kStageRowBytes;
+  static constexpr int kStageBytes = 2 * kStageTileBytes;             // K then V, as in the cache
+  static constexpr int kConv = kStages * kStageBytes;                 // fp8: the widened K, V tiles
+  static constexpr int kTable = kConv + (kFp8 ? 2 * kTileBytes : 0);  // int32 block ids
   static constexpr int kBytes = kTable + kDecodeTableEntries * 4;
   static constexpr int kLdo = decode_frag::merge_row_floats(HD);  // floats per row of a warp's O
   static constexpr int kMergeO = 0;                               // [kWarps][kRows][kLdo] floats
@@ -67,8 +77,8 @@ struct PipeSmem {
 };
 
 struct PipeParams {
-  const __nv_bfloat16* k;
-  const __nv_bfloat16* v;
+  const unsigned char* k;  // the layer's K plane (bf16 or fp8 elements)
+  const unsigned char* v;
   std::int64_t block_stride;
   std::int32_t block_size;
   std::int32_t num_kv_heads;
@@ -85,7 +95,9 @@ struct PipeParams {
   std::int32_t partition;   // keys per split
   std::int32_t max_splits;  // grid.z
   std::int32_t window;      // tokens per staged table window
-  float scale_log2;
+  float scale_log2;         // score scale x log2(e) x k_scale
+  float v_scale;            // fp8: the output's factor; 1 for bf16
+  bool e5m2;                // fp8: the code format (false: e4m3)
   float* workspace;
 };
 
@@ -99,10 +111,11 @@ __device__ __forceinline__ std::uint32_t tile_offset(decode_frag::RowCol rc) {
   return tile_offset<HD>(rc.row, rc.col);
 }
 
-template <int HD>
+template <int HD, bool kFp8>
 __global__ void __launch_bounds__(kThreads) pipelined_decode_kernel(const PipeParams p) {
-  using L = PipeSmem<HD>;
-  constexpr int kChunks = HD / 8;  // 16-byte chunks per K/V row
+  using L = PipeSmem<HD, kFp8>;
+  constexpr int kElemBytes = kFp8 ? 1 : 2;
+  constexpr int kChunks = HD * kElemBytes / 16;  // 16-byte chunks per K/V row of the cache
   constexpr int kRowsPerPass = kThreads / kChunks;
   SERVELAB_DYNAMIC_SMEM(smem);
 
@@ -143,8 +156,8 @@ __global__ void __launch_bounds__(kThreads) pipelined_decode_kernel(const PipePa
   std::int32_t* s_table = reinterpret_cast<std::int32_t*>(smem + L::kTable);
   const std::int32_t* table = p.block_tables + std::int64_t{seq} * p.block_table_stride;
   const std::int64_t row_elems = std::int64_t{p.num_kv_heads} * HD;
-  const __nv_bfloat16* kbase = p.k + std::int64_t{kv_head} * HD;
-  const __nv_bfloat16* vbase = p.v + std::int64_t{kv_head} * HD;
+  const unsigned char* kbase = p.k + std::int64_t{kv_head} * HD * kElemBytes;
+  const unsigned char* vbase = p.v + std::int64_t{kv_head} * HD * kElemBytes;
   const std::uint32_t sbase = smem_u32(smem);
 
   for (int w0 = begin; w0 < end; w0 += p.window) {
@@ -167,15 +180,17 @@ __global__ void __launch_bounds__(kThreads) pipelined_decode_kernel(const PipePa
         const int row = tid / kChunks + i * kRowsPerPass;
         const int pos = tile0 + row;
         const bool live = pos < w_end;
-        std::int64_t off = chunk * 8;
+        std::int64_t off = chunk * 16;  // bytes
         if (live) {
           const std::uint32_t b = p.block_div.div(static_cast<std::uint32_t>(pos));
           const int slot = static_cast<int>(p.block_div.mod(static_cast<std::uint32_t>(pos), b));
-          off += std::int64_t{s_table[b - first_block]} * p.block_stride + slot * row_elems;
+          off += (std::int64_t{s_table[b - first_block]} * p.block_stride + slot * row_elems) *
+                 kElemBytes;
         }
-        const std::uint32_t dst = kdst + tile_offset<HD>(row, chunk);
+        const std::uint32_t dst =
+            kdst + (kFp8 ? row * L::kStageRowBytes + chunk * 16 : tile_offset<HD>(row, chunk));
         cp_async16(dst, kbase + off, live);
-        cp_async16(dst + L::kTileBytes, vbase + off, live);
+        cp_async16(dst + L::kStageTileBytes, vbase + off, live);
       }
     };
 
@@ -191,9 +206,28 @@ __global__ void __launch_bounds__(kThreads) pipelined_decode_kernel(const PipePa
       cp_async_commit();  // possibly empty: keeps the group count in step
 
       const int stage = t % kStages;
-      const std::uint32_t ks = sbase + stage * L::kStageBytes, vs = ks + L::kTileBytes;
+      std::uint32_t ks = sbase + stage * L::kStageBytes, vs = ks + L::kTileBytes;
       const int tok0 = warp * kWarpTokens;  // the warp's tokens within the tile
       const int pos0 = w0 + t * kTile + tok0;
+      if constexpr (kFp8) {
+        // Widen the warp's own 16 rows of K and V to bf16 (8 codes -> one swizzled 16-byte
+        // chunk); only this warp reads them, so a warp barrier suffices.
+        const unsigned char* st = smem + stage * L::kStageBytes;
+        constexpr int kPieces = HD / 8;
+#pragma unroll
+        for (int i = lane; i < kWarpTokens * kPieces; i += 32) {
+          const int row = tok0 + i / kPieces, piece = i % kPieces;
+          const int src = row * L::kStageRowBytes + piece * 8;
+          const std::uint32_t dst = tile_offset<HD>(row, piece);
+          *reinterpret_cast<uint4*>(smem + L::kConv + dst) =
+              fp8x8_to_bf16x8(*reinterpret_cast<const uint2*>(st + src), p.e5m2);
+          *reinterpret_cast<uint4*>(smem + L::kConv + L::kTileBytes + dst) = fp8x8_to_bf16x8(
+              *reinterpret_cast<const uint2*>(st + L::kStageTileBytes + src), p.e5m2);
+        }
+        __syncwarp();
+        ks = sbase + L::kConv;
+        vs = ks + L::kTileBytes;
+      }
 
       // S = Q K^T for the warp's 16 tokens (two n8 halves).
       float s[2][4];
@@ -276,7 +310,7 @@ __global__ void __launch_bounds__(kThreads) pipelined_decode_kernel(const PipePa
   for (int h = 0; h < 2; ++h) {
     const decode_frag::RowCol rc = decode_frag::c_frag(lane, 2 * h);
     const int row = rc.row;
-    const float inv = l_run[h] > 0.0f ? 1.0f / l_run[h] : 0.0f;
+    const float inv = l_run[h] > 0.0f ? p.v_scale / l_run[h] : 0.0f;
     float* dst = s_o + (warp * kRows + row) * L::kLdo + rc.col;
 #pragma unroll
     for (int n = 0; n < HD / 8; ++n) {
@@ -322,16 +356,24 @@ __global__ void pipelined_merge_kernel(const PipeParams p, int head_dim) {
 }
 
 // The dynamic shared memory above 48 KB must be opted into once per kernel.
-template <int HD>
+template <int HD, bool kFp8>
 const void* prepared_kernel() {
   static std::once_flag once;
-  const void* fn = reinterpret_cast<const void*>(&pipelined_decode_kernel<HD>);
+  const void* fn = reinterpret_cast<const void*>(&pipelined_decode_kernel<HD, kFp8>);
   std::call_once(once, [fn] {
-    check_cuda(
-        cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, PipeSmem<HD>::kBytes),
-        "cudaFuncSetAttribute (pipelined decode)");
+    check_cuda(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    PipeSmem<HD, kFp8>::kBytes),
+               "cudaFuncSetAttribute (pipelined decode)");
   });
   return fn;
+}
+
+template <int HD, bool kFp8>
+void launch(const PipeParams& pp, const dim3 grid, cudaStream_t s) {
+  prepared_kernel<HD, kFp8>();
+  const auto kernel = pipelined_decode_kernel<HD, kFp8>;  // one macro argument
+  constexpr int bytes = PipeSmem<HD, kFp8>::kBytes;
+  SERVELAB_LAUNCH(kernel, grid, kThreads, bytes, s)(pp);
 }
 
 }  // namespace
@@ -339,8 +381,9 @@ const void* prepared_kernel() {
 void launch_pipelined_decode(const DecodeAttentionArgs& a, cudaStream_t s) {
   const std::int32_t group = a.num_q_heads / a.kv.num_kv_heads;
   const std::int32_t chunks = (group + kRows - 1) / kRows;
-  const PipeParams pp{bf(a.kv.k),
-                      bf(a.kv.v),
+  const bool fp8 = is_fp8(a.kv.format);
+  const PipeParams pp{static_cast<const unsigned char*>(a.kv.k),
+                      static_cast<const unsigned char*>(a.kv.v),
                       a.kv.block_stride,
                       a.kv.block_size,
                       a.kv.num_kv_heads,
@@ -357,15 +400,15 @@ void launch_pipelined_decode(const DecodeAttentionArgs& a, cudaStream_t s) {
                       a.plan.partition_tokens,
                       a.plan.max_splits,
                       decode_table_window_tokens(a.kv.block_size),
-                      a.scale * kLog2e,
+                      a.scale * kLog2e * (fp8 ? a.kv.k_scale : 1.0f),
+                      fp8 ? a.kv.v_scale : 1.0f,
+                      a.kv.format == FloatFormat::kFp8E5m2,
                       a.workspace};
   const dim3 grid(a.kv.num_kv_heads * chunks, a.num_seqs, a.plan.max_splits);
   if (a.kv.head_dim == 64) {
-    prepared_kernel<64>();
-    SERVELAB_LAUNCH(pipelined_decode_kernel<64>, grid, kThreads, PipeSmem<64>::kBytes, s)(pp);
+    fp8 ? launch<64, true>(pp, grid, s) : launch<64, false>(pp, grid, s);
   } else {
-    prepared_kernel<128>();
-    SERVELAB_LAUNCH(pipelined_decode_kernel<128>, grid, kThreads, PipeSmem<128>::kBytes, s)(pp);
+    fp8 ? launch<128, true>(pp, grid, s) : launch<128, false>(pp, grid, s);
   }
   check_launch("paged_decode_attention (pipelined)");
   if (a.plan.split()) {
@@ -376,7 +419,7 @@ void launch_pipelined_decode(const DecodeAttentionArgs& a, cudaStream_t s) {
 }
 
 std::int32_t pipelined_decode_ctas_per_sm(std::int32_t head_dim) {
-  const void* fn = head_dim == 64 ? prepared_kernel<64>() : prepared_kernel<128>();
+  const void* fn = head_dim == 64 ? prepared_kernel<64, false>() : prepared_kernel<128, false>();
   const int bytes = head_dim == 64 ? PipeSmem<64>::kBytes : PipeSmem<128>::kBytes;
   int per_sm = 0;
   check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, kThreads, bytes),

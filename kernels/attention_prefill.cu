@@ -21,6 +21,7 @@
 #include <mma.h>
 
 #include <stdexcept>
+#include <string>
 
 #include "kernels/attention.h"
 #include "kernels/common.cuh"
@@ -103,8 +104,8 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(const PrefillParams p
   const std::int32_t* table = p.kv.block_tables + std::int64_t{tile.seq} * p.kv.block_table_stride;
   const int bs = p.kv.block_size;
   const std::int64_t row_elems = std::int64_t{p.kv.num_kv_heads} * HD;
-  const __nv_bfloat16* kbase = detail::bf(p.kv.k);
-  const __nv_bfloat16* vbase = detail::bf(p.kv.v);
+  const __nv_bfloat16* kbase = detail::kv_bf16(p.kv.k);
+  const __nv_bfloat16* vbase = detail::kv_bf16(p.kv.v);
   const int r_mine = warp * 16 + lane / 2;  // the row this lane's softmax work belongs to
   const int c_mine = (lane % 2) * 32;       // its 32 columns
   const int qpos = pos0 + r_mine;
@@ -231,6 +232,12 @@ void paged_prefill_attention(const PrefillAttentionArgs& a, Stream stream) {
   }
   if (a.kv.num_kv_heads < 1 || a.num_q_heads % a.kv.num_kv_heads != 0) {
     throw std::invalid_argument("paged_prefill_attention: num_kv_heads must divide num_q_heads");
+  }
+  check_kv_format(a.kv.format, a.kv.k_scale, a.kv.v_scale, "paged_prefill_attention");
+  if (detail::is_fp8(a.kv.format) && a.kernel != PrefillKernel::kFa2) {
+    throw std::invalid_argument(std::string("paged_prefill_attention: the ") +
+                                prefill_kernel_name(a.kernel) + " kernel reads bf16 KV only, not " +
+                                std::string(format_name(a.kv.format)) + "; use the fa2 kernel");
   }
   const cudaStream_t s = detail::as_stream(stream);
   if (a.kernel == PrefillKernel::kFa2) {

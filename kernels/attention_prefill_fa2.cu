@@ -25,7 +25,11 @@
 //   - O lives in registers (HD / 8 x 4 floats per lane) and is written once, divided by the row
 //     sum, as bf16 pairs.
 // Shared memory rows are padded to HD + 8 bf16 (a 16-byte pad: the 8 row addresses of an
-// ldmatrix phase land in 8 different 16-byte bank groups). Deterministic: fixed order, no atomics.
+// ldmatrix phase land in 8 different 16-byte bank groups). fp8 KV (the kFp8 instantiations):
+// cp.async brings the tile's one-byte codes into their own double buffer; after the tile has
+// landed all threads widen it to bf16 (exact) into the K/V buffers above, one more barrier, and
+// the MMAs run as for bf16; k_scale is folded into the score scale (prefill_params), v_scale into
+// the output. Deterministic: fixed order, no atomics.
 // Resources (ptxas, sm_90): kernels/README.md.
 #include <cuda_bf16.h>
 
@@ -33,6 +37,7 @@
 
 #include "kernels/attention.h"
 #include "kernels/common.cuh"
+#include "kernels/fp8.cuh"
 #include "kernels/mma_fragments.h"
 #include "kernels/prefill_params.cuh"
 #include "kernels/ptx.cuh"
@@ -48,16 +53,19 @@ constexpr int kRows = kPrefillTileRows;  // query rows per CTA (16 per warp)
 constexpr int kKeys = 64;                // keys per K/V tile
 static_assert(kRows == 16 * (kThreads / 32), "one m16 row block per warp");
 
-template <int HD>
+template <int HD, bool kFp8>
 struct Fa2Smem {
-  static constexpr int kLd = HD + 8;               // bf16 per row (16-byte pad)
-  static constexpr int kTile = kKeys * kLd;        // bf16 per K or V buffer
-  static constexpr int kQ = 0;                     // [kRows][kLd] bf16
-  static constexpr int kK = kQ + kRows * kLd * 2;  // [2][kKeys][kLd] bf16
-  static constexpr int kV = kK + 2 * kTile * 2;    // [2][kKeys][kLd] bf16
-  static constexpr int kOff = kV + 2 * kTile * 2;  // [2][kKeys] int64 element offsets
-  static constexpr int kBytes = kOff + 2 * kKeys * 8;
-  static_assert(kK % 16 == 0 && kV % 16 == 0 && kOff % 16 == 0 && (kLd * 2) % 16 == 0,
+  static constexpr int kLd = HD + 8;                // bf16 per row (16-byte pad)
+  static constexpr int kTile = kKeys * kLd;         // bf16 per K or V buffer
+  static constexpr int kQ = 0;                      // [kRows][kLd] bf16
+  static constexpr int kK = kQ + kRows * kLd * 2;   // [2][kKeys][kLd] bf16
+  static constexpr int kV = kK + 2 * kTile * 2;     // [2][kKeys][kLd] bf16
+  static constexpr int kOff = kV + 2 * kTile * 2;   // [2][kKeys] int64 element offsets
+  static constexpr int kF8 = kOff + 2 * kKeys * 8;  // fp8: [2][K, V][kKeys][HD] codes
+  static constexpr int kF8Tile = kKeys * HD;        // bytes of one K or V code tile
+  static constexpr int kBytes = kF8 + (kFp8 ? 4 * kF8Tile : 0);
+  static_assert(kK % 16 == 0 && kV % 16 == 0 && kOff % 16 == 0 && kF8 % 16 == 0 &&
+                    (kLd * 2) % 16 == 0,
                 "cp.async and ldmatrix need 16-byte aligned rows");
 };
 
@@ -67,10 +75,12 @@ __device__ __forceinline__ unsigned pack_bf16x2(float lo, float hi) {
   return *reinterpret_cast<const unsigned*>(&h);
 }
 
-template <int HD>
+template <int HD, bool kFp8>
 __global__ void __launch_bounds__(kThreads) prefill_fa2_kernel(const PrefillParams p) {
-  using L = Fa2Smem<HD>;
-  constexpr int kChunks = HD / 8;  // 16-byte chunks per row
+  using L = Fa2Smem<HD, kFp8>;
+  constexpr int kChunks = HD / 8;  // 16-byte chunks per bf16 row
+  constexpr int kElemBytes = kFp8 ? 1 : 2;
+  constexpr int kKvChunks = HD * kElemBytes / 16;  // 16-byte chunks per K/V row of the cache
   constexpr int kDimBlocks = HD / 16;
   constexpr int kKeyBlocks = kKeys / 16;
   SERVELAB_DYNAMIC_SMEM(smem);
@@ -103,8 +113,9 @@ __global__ void __launch_bounds__(kThreads) prefill_fa2_kernel(const PrefillPara
   const int bs = p.kv.block_size;
   const std::int64_t row_elems = std::int64_t{p.kv.num_kv_heads} * HD;
   const std::int64_t head_off = std::int64_t{kv_head} * HD;
-  const __nv_bfloat16* kbase = bf(p.kv.k);
-  const __nv_bfloat16* vbase = bf(p.kv.v);
+  const unsigned char* kbase = static_cast<const unsigned char*>(p.kv.k);
+  const unsigned char* vbase = static_cast<const unsigned char*>(p.kv.v);
+  const bool e5m2 = p.kv.format == FloatFormat::kFp8E5m2;
   const int n_tiles = last_pos / kKeys + 1;
 
   // Tile t's per-key element offsets (-1: past the last position) into buffer `buf`.
@@ -117,15 +128,22 @@ __global__ void __launch_bounds__(kThreads) prefill_fa2_kernel(const PrefillPara
                                     : -1;
     }
   };
-  // K and V rows of the staged tile into buffer `buf`, as one cp.async group.
+  // K and V rows of the staged tile into buffer `buf` (bf16: the MMAs' buffers; fp8: the code
+  // buffers), as one cp.async group.
   auto issue_kv = [&](int buf) {
-    for (int i = tid; i < kKeys * kChunks; i += kThreads) {
-      const int r = i / kChunks, c = (i % kChunks) * 8;
+    for (int i = tid; i < kKeys * kKvChunks; i += kThreads) {
+      const int r = i / kKvChunks, c = (i % kKvChunks) * 16;  // c: bytes
       const std::int64_t off = soff[buf * kKeys + r];
       const bool valid = off >= 0;
-      const int dst = buf * L::kTile + r * L::kLd + c;
-      cp_async16(smem_u32(sk + dst), valid ? kbase + off + c : kbase, valid);
-      cp_async16(smem_u32(sv + dst), valid ? vbase + off + c : vbase, valid);
+      const std::int64_t src = off * kElemBytes + c;
+      const std::uint32_t dst =
+          kFp8 ? smem_u32(smem + L::kF8 + 2 * buf * L::kF8Tile + r * HD + c)
+               : smem_u32(sk + buf * L::kTile + r * L::kLd) + static_cast<std::uint32_t>(c);
+      const std::uint32_t v_dst =
+          kFp8 ? dst + L::kF8Tile
+               : smem_u32(sv + buf * L::kTile + r * L::kLd) + static_cast<std::uint32_t>(c);
+      cp_async16(dst, valid ? kbase + src : kbase, valid);
+      cp_async16(v_dst, valid ? vbase + src : vbase, valid);
     }
     cp_async_commit();
   };
@@ -167,6 +185,19 @@ __global__ void __launch_bounds__(kThreads) prefill_fa2_kernel(const PrefillPara
     cp_async_wait<0>();
     __syncthreads();  // tile t landed for everyone; buffer buf ^ 1 is free; offsets visible
     if (more) issue_kv(buf ^ 1);
+    if constexpr (kFp8) {
+      // Widen tile t's codes to bf16 in the MMAs' buffer `buf` (last read two tiles ago).
+      const unsigned char* codes = smem + L::kF8 + 2 * buf * L::kF8Tile;
+      for (int i = tid; i < kKeys * (HD / 8); i += kThreads) {
+        const int r = i / (HD / 8), c = (i % (HD / 8)) * 8;
+        const int dst = buf * L::kTile + r * L::kLd + c;
+        *reinterpret_cast<uint4*>(sk + dst) =
+            fp8x8_to_bf16x8(*reinterpret_cast<const uint2*>(codes + r * HD + c), e5m2);
+        *reinterpret_cast<uint4*>(sv + dst) =
+            fp8x8_to_bf16x8(*reinterpret_cast<const uint2*>(codes + L::kF8Tile + r * HD + c), e5m2);
+      }
+      __syncthreads();
+    }
 
     const int kt = t * kKeys;
     if (kt > warp_pos0 + 15) continue;  // wholly above this warp's diagonal
@@ -264,7 +295,7 @@ __global__ void __launch_bounds__(kThreads) prefill_fa2_kernel(const PrefillPara
     float l = l_run[r];
     l += __shfl_xor_sync(0xffffffffu, l, 1);
     l += __shfl_xor_sync(0xffffffffu, l, 2);
-    inv[r] = 1.0f / l;
+    inv[r] = (kFp8 ? p.kv.v_scale : 1.0f) / l;
   }
 #pragma unroll
   for (int d = 0; d < HD / 8; ++d) {
@@ -282,27 +313,28 @@ __global__ void __launch_bounds__(kThreads) prefill_fa2_kernel(const PrefillPara
   }
 }
 
-template <int HD>
+template <int HD, bool kFp8>
 void launch(const PrefillParams& pp, const PrefillAttentionArgs& a, cudaStream_t s) {
-  constexpr int bytes = Fa2Smem<HD>::kBytes;
-  static const bool configured = [] {
-    check_cuda(cudaFuncSetAttribute(&prefill_fa2_kernel<HD>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
+  constexpr int bytes = Fa2Smem<HD, kFp8>::kBytes;
+  const auto kernel = prefill_fa2_kernel<HD, kFp8>;  // one macro argument
+  static const bool configured = [kernel] {
+    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
                "cudaFuncSetAttribute(prefill fa2)");
     return true;
   }();
   (void)configured;
-  SERVELAB_LAUNCH(prefill_fa2_kernel<HD>, dim3(a.num_tiles, a.num_q_heads), kThreads, bytes, s)(pp);
+  SERVELAB_LAUNCH(kernel, dim3(a.num_tiles, a.num_q_heads), kThreads, bytes, s)(pp);
 }
 
 }  // namespace
 
 void launch_prefill_fa2(const PrefillAttentionArgs& a, cudaStream_t stream) {
   const PrefillParams pp = prefill_params(a);
+  const bool fp8 = is_fp8(a.kv.format);
   if (a.kv.head_dim == 64) {
-    launch<64>(pp, a, stream);
+    fp8 ? launch<64, true>(pp, a, stream) : launch<64, false>(pp, a, stream);
   } else {
-    launch<128>(pp, a, stream);
+    fp8 ? launch<128, true>(pp, a, stream) : launch<128, false>(pp, a, stream);
   }
 }
 

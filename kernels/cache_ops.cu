@@ -5,6 +5,8 @@
 
 #include "kernels/cache_ops.h"
 #include "kernels/common.cuh"
+#include "kernels/fp8.cuh"
+#include "kernels/kv_layout.h"
 
 namespace servelab::kernels {
 
@@ -18,11 +20,32 @@ __global__ void kv_write_kernel(const KvWriteArgs a) {
   const std::int64_t dst = (slot / a.block_size) * a.block_stride + (slot % a.block_size) * row;
   const uint4* k = reinterpret_cast<const uint4*>(a.k + t * row);
   const uint4* v = reinterpret_cast<const uint4*>(a.v + t * row);
-  uint4* kc = reinterpret_cast<uint4*>(a.k_cache + dst);
-  uint4* vc = reinterpret_cast<uint4*>(a.v_cache + dst);
+  if (!detail::is_fp8(a.format)) {
+    uint4* kc = reinterpret_cast<uint4*>(static_cast<Bf16*>(a.k_cache) + dst);
+    uint4* vc = reinterpret_cast<uint4*>(static_cast<Bf16*>(a.v_cache) + dst);
+    for (int i = threadIdx.x; i < row / 8; i += blockDim.x) {
+      kc[i] = k[i];
+      vc[i] = v[i];
+    }
+    return;
+  }
+  // fp8: 8 bf16 values in, 8 codes out (one 8-byte store).
+  const bool e5m2 = a.format == FloatFormat::kFp8E5m2;
+  uint2* kc = reinterpret_cast<uint2*>(static_cast<unsigned char*>(a.k_cache) + dst);
+  uint2* vc = reinterpret_cast<uint2*>(static_cast<unsigned char*>(a.v_cache) + dst);
+  auto encode8 = [e5m2](const uint4 raw, float scale) {
+    float f[8];
+    detail::unpack8(raw, f);
+    unsigned w[2] = {0u, 0u};
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      w[j / 4] |= unsigned{detail::fp8_encode(f[j], scale, e5m2)} << (8 * (j % 4));
+    }
+    return make_uint2(w[0], w[1]);
+  };
   for (int i = threadIdx.x; i < row / 8; i += blockDim.x) {
-    kc[i] = k[i];
-    vc[i] = v[i];
+    kc[i] = encode8(k[i], a.k_scale);
+    vc[i] = encode8(v[i], a.v_scale);
   }
 }
 
@@ -45,6 +68,7 @@ void kv_write(const KvWriteArgs& a, Stream stream) {
   if ((std::int64_t{a.num_kv_heads} * a.head_dim) % 8 != 0) {
     throw std::invalid_argument("kv_write: num_kv_heads * head_dim must be a multiple of 8");
   }
+  check_kv_format(a.format, a.k_scale, a.v_scale, "kv_write");
   SERVELAB_LAUNCH(kv_write_kernel, a.num_tokens, 128, 0, detail::as_stream(stream))(a);
   detail::check_launch("kv_write");
 }

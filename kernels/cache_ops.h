@@ -14,18 +14,25 @@ namespace servelab::kernels {
 // slot_mapping[t] (= block * block_size + slot, kv_layout.h slot_of) of one layer's planes, whose
 // K (V) element (b, s, h, d) is k_cache[b * block_stride + (s * num_kv_heads + h) * head_dim + d].
 // slot_mapping[t] < 0 skips the token. Grid: num_tokens CTAs, 16-byte copies.
-// REQUIRES: num_kv_heads * head_dim a multiple of 8; no two tokens share a slot.
+// An fp8 cache (`format` kFp8E4m3 or kFp8E5m2, one byte per element) receives
+// fp8(x / k_scale) for K and fp8(x / v_scale) for V (kernels/float_formats.h: nearest even,
+// saturating), x being the bf16 value; a bf16 cache receives the bits unchanged.
+// REQUIRES: no two tokens share a slot. Throws std::invalid_argument when num_kv_heads *
+// head_dim is not a multiple of 8 or check_kv_format refuses the format or scales.
 struct KvWriteArgs {
   const Bf16* k = nullptr;
   const Bf16* v = nullptr;
   const std::int64_t* slot_mapping = nullptr;  // device [num_tokens]
   std::int32_t num_tokens = 0;
-  Bf16* k_cache = nullptr;
-  Bf16* v_cache = nullptr;
+  void* k_cache = nullptr;  // elements of `format` (kv_layout.h)
+  void* v_cache = nullptr;
   std::int64_t block_stride = 0;
   std::int32_t block_size = 0;
   std::int32_t num_kv_heads = 0;
   std::int32_t head_dim = 0;
+  FloatFormat format = FloatFormat::kBf16;  // kBf16, kFp8E4m3, kFp8E5m2
+  float k_scale = 1.0f;                     // fp8 only
+  float v_scale = 1.0f;
 };
 void kv_write(const KvWriteArgs& args, Stream stream);
 

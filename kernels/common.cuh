@@ -9,6 +9,7 @@
 #include <string>
 
 #include "kernels/device.h"
+#include "kernels/float_formats.h"
 
 // One spelling of a launch and of the dynamic shared-memory array for the real build and the CUDA
 // emulator (tests/emu/): SERVELAB_LAUNCH(kernel, grid, block, smem_bytes, stream)(args...) and,
@@ -38,6 +39,14 @@ __host__ __device__ inline const __nv_bfloat16* bf(const Bf16* p) {
 }
 __host__ __device__ inline __nv_bfloat16* bf(Bf16* p) {
   return reinterpret_cast<__nv_bfloat16*>(p);
+}
+// A bf16 KV-cache plane (PagedKv::k, v with format kBf16).
+__host__ __device__ inline const __nv_bfloat16* kv_bf16(const void* p) {
+  return static_cast<const __nv_bfloat16*>(p);
+}
+// True for the fp8 formats of a KV cache (kernels/kv_layout.h kv_elem_bytes 1).
+inline bool is_fp8(FloatFormat f) {
+  return f == FloatFormat::kFp8E4m3 || f == FloatFormat::kFp8E5m2;
 }
 
 // One 16-byte global load (ld.global.v4.u32 / LDG.E.128) of 8 bf16 values into registers.

@@ -9,6 +9,8 @@
 #include "kernels/activation.h"
 #include "kernels/common.cuh"
 #include "kernels/embedding.h"
+#include "kernels/fp8.cuh"
+#include "kernels/kv_layout.h"
 #include "kernels/norm.h"
 #include "kernels/rope.h"
 
@@ -114,20 +116,35 @@ __global__ void qkv_rope_kv_write_kernel(const QkvRopeKvWriteArgs a) {
   const std::int64_t dst =
       slot < 0 ? -1 : (slot / a.block_size) * a.block_stride + (slot % a.block_size) * kv_width;
   const int rope_heads = slot < 0 ? a.num_q_heads : a.num_q_heads + a.num_kv_heads;
+  const bool fp8 = detail::is_fp8(a.format), e5m2 = a.format == FloatFormat::kFp8E5m2;
   for (int i = threadIdx.x; i < rope_heads * half; i += blockDim.x) {
     const int h = i / half, j = i % half;
     const int c1 = h * hd + j, c2 = c1 + half;
     float y1, y2;
     rope_pair(in[c1], in[c2], a.bias, c1, c2, cs[j], cs[half + j], y1, y2);
-    __nv_bfloat16* out = h < a.num_q_heads
-                             ? detail::bf(a.q) + std::int64_t{t} * a.num_q_heads * hd + h * hd
-                             : detail::bf(a.k_cache) + dst + (h - a.num_q_heads) * hd;
+    if (h >= a.num_q_heads && fp8) {  // K into an fp8 cache: rounded once, from fp32
+      unsigned char* out = static_cast<unsigned char*>(a.k_cache) + dst + (h - a.num_q_heads) * hd;
+      out[j] = detail::fp8_encode(y1, a.k_scale, e5m2);
+      out[j + half] = detail::fp8_encode(y2, a.k_scale, e5m2);
+      continue;
+    }
+    __nv_bfloat16* out =
+        h < a.num_q_heads
+            ? detail::bf(a.q) + std::int64_t{t} * a.num_q_heads * hd + h * hd
+            : detail::bf(static_cast<Bf16*>(a.k_cache)) + dst + (h - a.num_q_heads) * hd;
     out[j] = __float2bfloat16(y1);
     out[j + half] = __float2bfloat16(y2);
   }
   if (slot < 0) return;
   const int v_begin = (a.num_q_heads + a.num_kv_heads) * hd;
-  __nv_bfloat16* v = detail::bf(a.v_cache) + dst;
+  if (fp8) {
+    unsigned char* v = static_cast<unsigned char*>(a.v_cache) + dst;
+    for (int i = threadIdx.x; i < kv_width; i += blockDim.x) {
+      v[i] = detail::fp8_encode(v_value(in[v_begin + i], a.bias, v_begin + i), a.v_scale, e5m2);
+    }
+    return;
+  }
+  __nv_bfloat16* v = detail::bf(static_cast<Bf16*>(a.v_cache)) + dst;
   for (int i = threadIdx.x; i < kv_width; i += blockDim.x) {
     v[i] = __float2bfloat16(v_value(in[v_begin + i], a.bias, v_begin + i));
   }
@@ -180,6 +197,7 @@ void qkv_rope_kv_write(const QkvRopeKvWriteArgs& a, Stream stream) {
   if (a.num_tokens == 0) return;
   if (a.head_dim % 2 != 0) throw std::invalid_argument("qkv_rope_kv_write: odd head_dim");
   if (a.block_size < 1) throw std::invalid_argument("qkv_rope_kv_write: block_size < 1");
+  check_kv_format(a.format, a.k_scale, a.v_scale, "qkv_rope_kv_write");
   SERVELAB_LAUNCH(qkv_rope_kv_write_kernel, a.num_tokens, 256, 0, detail::as_stream(stream))(a);
   detail::check_launch("qkv_rope_kv_write");
 }

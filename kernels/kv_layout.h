@@ -2,7 +2,10 @@
 //
 // The cache is ONE device allocation of num_blocks blocks, block-major across layers:
 //
-//   cache[num_blocks][num_layers][2 (K, V)][block_size][num_kv_heads][head_dim]   (bf16)
+//   cache[num_blocks][num_layers][2 (K, V)][block_size][num_kv_heads][head_dim]
+//
+// of bf16 elements, or of one-byte fp8 codes for an fp8 KV cache (elem_bytes 1: twice the blocks
+// in the same memory),
 //
 // so one logical block (the unit the scheduler moves, swaps and copies-on-write) is one
 // contiguous run of block_bytes() bytes: a swap or a copy of N blocks is N contiguous copies,
@@ -16,6 +19,9 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
+
+#include "kernels/float_formats.h"
 
 namespace servelab::kernels {
 
@@ -24,7 +30,7 @@ struct KvCacheLayout {
   std::int32_t block_size = 0;
   std::int32_t num_kv_heads = 0;
   std::int32_t head_dim = 0;
-  std::int32_t elem_bytes = 2;  // bf16
+  std::int32_t elem_bytes = 2;  // bf16; 1 for fp8 (kv_elem_bytes)
 
   // Elements of one (block, layer, K or V): block_size * num_kv_heads * head_dim.
   std::int64_t plane_elems() const { return std::int64_t{block_size} * num_kv_heads * head_dim; }
@@ -47,6 +53,13 @@ struct KvCacheLayout {
     return std::int64_t{table[pos / block_size]} * block_size + pos % block_size;
   }
 };
+
+// Bytes of one K or V element of the GPU cache in `format`: 2 (kBf16) or 1 (kFp8E4m3,
+// kFp8E5m2). Throws std::invalid_argument for a format the cache does not take (fp32, fp16).
+int kv_elem_bytes(FloatFormat format);
+// Throws std::invalid_argument "<what>: ..." unless `format` is one kv_elem_bytes takes and, for
+// fp8, both per-tensor scales are positive and finite.
+void check_kv_format(FloatFormat format, float k_scale, float v_scale, std::string_view what);
 
 // vLLM-style KV sizing: the blocks that fit in total * utilization minus what the process
 // already holds (total - free, measured after weights and activation buffers are allocated).

@@ -21,12 +21,14 @@ struct PrefillParams {
   const std::int32_t* first_pos;
   const PrefillTile* tiles;
   std::int32_t num_q_heads;
-  float scale_log2;  // the score scale times log2(e): the kernels work with exp2
+  float scale_log2;  // the score scale times log2(e) (and k_scale with fp8 KV): exp2 units
 };
 
 inline PrefillParams prefill_params(const PrefillAttentionArgs& a) {
-  return {a.kv,        bf(a.q), bf(a.out),     a.q_row_begin,   a.num_queries,
-          a.first_pos, a.tiles, a.num_q_heads, a.scale * kLog2e};
+  const float k_scale = is_fp8(a.kv.format) ? a.kv.k_scale : 1.0f;
+  return {a.kv,          bf(a.q),       bf(a.out),
+          a.q_row_begin, a.num_queries, a.first_pos,
+          a.tiles,       a.num_q_heads, a.scale * kLog2e * k_scale};
 }
 
 }  // namespace servelab::kernels::detail

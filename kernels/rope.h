@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "kernels/device.h"
+#include "kernels/float_formats.h"
 
 namespace servelab::kernels {
 
@@ -37,8 +38,14 @@ void qkv_rope(const RopeArgs& args, Stream stream);
 // k_cache[b * block_stride + (s * num_kv_heads + h) * head_dim + d], V likewise), and
 // slot_mapping[t] < 0 writes no K/V for t (its Q is still written). The arithmetic is
 // qkv_rope's, rounding step for step (both kernels share one device helper with explicitly
-// rounded fp32 operations), so the cache receives bit-for-bit what qkv_rope + kv_write store.
-// Grid: num_tokens CTAs. REQUIRES: even head_dim; no two tokens share a slot.
+// rounded fp32 operations), so a bf16 cache receives bit-for-bit what qkv_rope + kv_write store.
+// An fp8 cache (`format` kFp8E4m3 or kFp8E5m2) receives fp8(x / k_scale) for K and
+// fp8(x / v_scale) for V, rounded once from the fp32 x (kernels/fp8.cuh fp8_encode; CpuExecutor
+// rounds the same way); the unfused pair rounds to bf16 first, so the two can differ by one fp8
+// step where that double rounding lands on a tie.
+// Grid: num_tokens CTAs. REQUIRES: even head_dim; no two tokens share a slot. Throws
+// std::invalid_argument for an odd head_dim, block_size < 1, or a format or scales
+// check_kv_format refuses.
 struct QkvRopeKvWriteArgs {
   const float* qkv = nullptr;
   const float* bias = nullptr;
@@ -50,10 +57,13 @@ struct QkvRopeKvWriteArgs {
   std::int32_t head_dim = 0;
   Bf16* q = nullptr;
   const std::int64_t* slot_mapping = nullptr;  // device [num_tokens]
-  Bf16* k_cache = nullptr;
-  Bf16* v_cache = nullptr;
+  void* k_cache = nullptr;                     // elements of `format` (kv_layout.h)
+  void* v_cache = nullptr;
   std::int64_t block_stride = 0;
   std::int32_t block_size = 0;
+  FloatFormat format = FloatFormat::kBf16;  // kBf16, kFp8E4m3, kFp8E5m2
+  float k_scale = 1.0f;                     // fp8 only
+  float v_scale = 1.0f;
 };
 void qkv_rope_kv_write(const QkvRopeKvWriteArgs& args, Stream stream);
 

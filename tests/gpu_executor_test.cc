@@ -133,12 +133,14 @@ TEST(GpuExecutor, LogitsMatchCpuExecutor) {
     SCOPED_TRACE("head_dim " + std::to_string(sh.hd) + " heads " + std::to_string(sh.heads) + "/" +
                  std::to_string(sh.kv));
     const LlamaWeights w = LlamaWeights::random(GpuConfig(sh.hd, sh.heads, sh.kv, sh.bias_tied), 3);
-    // Both decode kernels at every block size with the default prefill kernel (fa2), and the
-    // wmma prefill kernel once.
+    // Both decode kernels at every block size with the default prefill kernel (fa2), the wmma
+    // prefill kernel once, and an fp8 KV cache in each format (against the CPU executor storing
+    // the same format).
     struct Variant {
       std::int32_t bs;
       kernels::DecodeKernel decode;
       kernels::PrefillKernel prefill;
+      kernels::FloatFormat kv = kernels::FloatFormat::kBf16;
     };
     std::vector<Variant> variants;
     for (std::int32_t bs : {1, 5, 16}) {
@@ -148,6 +150,10 @@ TEST(GpuExecutor, LogitsMatchCpuExecutor) {
       }
     }
     variants.push_back({16, kernels::kDefaultDecodeKernel, kernels::PrefillKernel::kWmma});
+    variants.push_back({16, kernels::DecodeKernel::kPipelined, kernels::PrefillKernel::kFa2,
+                        kernels::FloatFormat::kFp8E4m3});
+    variants.push_back({5, kernels::DecodeKernel::kPipelined, kernels::PrefillKernel::kFa2,
+                        kernels::FloatFormat::kFp8E5m2});
     for (std::size_t vi = 0; vi < variants.size(); ++vi) {
       // A reduced run takes each variant once, on one of the shapes.
       if (ReducedRun() && (vi + si) % 3 != 0) continue;
@@ -155,14 +161,17 @@ TEST(GpuExecutor, LogitsMatchCpuExecutor) {
       const std::int32_t bs = v.bs;
       SCOPED_TRACE(std::string("block ") + std::to_string(bs) + " decode " +
                    kernels::decode_kernel_name(v.decode) + " prefill " +
-                   kernels::prefill_kernel_name(v.prefill));
+                   kernels::prefill_kernel_name(v.prefill) + " kv " +
+                   std::string(kernels::format_name(v.kv)));
       CpuExecutorOptions cpu_options;
       cpu_options.block_size = bs;
       cpu_options.num_blocks = 200;
+      if (v.kv != kernels::FloatFormat::kBf16) cpu_options.kv_format = v.kv;
       CpuExecutor cpu(w, cpu_options);
       CudaExecutorOptions options = GpuOptions(bs, 200);
       options.decode_kernel = v.decode;
       options.prefill_kernel = v.prefill;
+      options.kv_format = v.kv;
       CudaExecutor gpu(w, options);
       const RequestSpec spec = make_request(7, 0, {{unique_content_id(1, 7), 0, 150}}, 20);
       std::vector<BlockId> table(180 / bs + 2);
@@ -292,42 +301,48 @@ TEST(GpuExecutor, SwapAndCopyRestoreKvBitForBit) {
   REQUIRE_GPU();
 #if SERVELAB_HAVE_CUDA
   const LlamaWeights w = LlamaWeights::random(GpuConfig(128, 8, 2, false), 5);
-  CudaExecutor exec(w, GpuOptions(8, 40, 10));
-  const RequestSpec spec = make_request(1, 0, {{unique_content_id(3, 1), 0, 30}}, 2);
-  const std::vector<BlockId> table = {3, 9, 4, 7};
-  const StepResult first = exec.execute(OnePlan(spec, {}, 0, 30, table));
-  const std::vector<float> logits = exec.last_logits()[0];
-  // Swap out to host blocks 2, 5, 6, 1; then back into device blocks 20..23; then copy 20 -> 30.
-  StepPlan out;
-  for (std::size_t i = 0; i < table.size(); ++i)
-    out.swap_out.push_back({table[i], std::vector<BlockId>{2, 5, 6, 1}[i]});
-  exec.execute(out);
-  StepPlan in;
-  for (std::size_t i = 0; i < table.size(); ++i)
-    in.swap_in.push_back({out.swap_out[i].dst, 20 + static_cast<BlockId>(i)});
-  in.copies.push_back({20, 30});
-  exec.execute(in);
-  for (std::int32_t layer = 0; layer < w.config.model.num_layers; ++layer) {
-    for (bool value : {false, true}) {
-      for (std::size_t i = 0; i < table.size(); ++i) {
-        const auto orig = exec.read_block(false, layer, value, table[i]);
-        EXPECT_EQ(exec.read_block(true, layer, value, out.swap_out[i].dst), orig);
-        EXPECT_EQ(exec.read_block(false, layer, value, 20 + static_cast<std::int32_t>(i)), orig);
+  for (kernels::FloatFormat kv : {kernels::FloatFormat::kBf16, kernels::FloatFormat::kFp8E4m3}) {
+    SCOPED_TRACE(kernels::format_name(kv));
+    CudaExecutorOptions options = GpuOptions(8, 40, 10);
+    options.kv_format = kv;
+    CudaExecutor exec(w, options);
+    const RequestSpec spec = make_request(1, 0, {{unique_content_id(3, 1), 0, 30}}, 2);
+    const std::vector<BlockId> table = {3, 9, 4, 7};
+    const StepResult first = exec.execute(OnePlan(spec, {}, 0, 30, table));
+    const std::vector<float> logits = exec.last_logits()[0];
+    // Swap out to host blocks 2, 5, 6, 1; then back into device blocks 20..23; then copy 20 -> 30.
+    StepPlan out;
+    for (std::size_t i = 0; i < table.size(); ++i)
+      out.swap_out.push_back({table[i], std::vector<BlockId>{2, 5, 6, 1}[i]});
+    exec.execute(out);
+    StepPlan in;
+    for (std::size_t i = 0; i < table.size(); ++i)
+      in.swap_in.push_back({out.swap_out[i].dst, 20 + static_cast<BlockId>(i)});
+    in.copies.push_back({20, 30});
+    exec.execute(in);
+    for (std::int32_t layer = 0; layer < w.config.model.num_layers; ++layer) {
+      for (bool value : {false, true}) {
+        for (std::size_t i = 0; i < table.size(); ++i) {
+          const auto orig = exec.read_block(false, layer, value, table[i]);
+          EXPECT_EQ(exec.read_block(true, layer, value, out.swap_out[i].dst), orig);
+          EXPECT_EQ(exec.read_block(false, layer, value, 20 + static_cast<std::int32_t>(i)), orig);
+        }
+        EXPECT_EQ(exec.read_block(false, layer, value, 30),
+                  exec.read_block(false, layer, value, 20));
       }
-      EXPECT_EQ(exec.read_block(false, layer, value, 30), exec.read_block(false, layer, value, 20));
     }
+    // The last prompt position recomputed over the restored blocks gives the same logits.
+    const std::vector<BlockId> moved = {30, 21, 22, 23};
+    exec.execute(OnePlan(spec, {}, 29, 1, moved));
+    EXPECT_EQ(exec.last_logits()[0].size(), logits.size());
+    // (The prefill kernel computed them first, the decode kernel now: bf16 tolerance.)
+    float scale = 1.0f;
+    for (float l : logits) scale = std::max(scale, std::fabs(l));
+    for (std::size_t i = 0; i < logits.size(); ++i) {
+      ASSERT_NEAR(exec.last_logits()[0][i], logits[i], kLogitTol * scale);
+    }
+    (void)first;
   }
-  // The last prompt position recomputed over the restored blocks gives the same logits.
-  const std::vector<BlockId> moved = {30, 21, 22, 23};
-  exec.execute(OnePlan(spec, {}, 29, 1, moved));
-  EXPECT_EQ(exec.last_logits()[0].size(), logits.size());
-  // (The prefill kernel computed them first, the decode kernel now: bf16 tolerance.)
-  float scale = 1.0f;
-  for (float l : logits) scale = std::max(scale, std::fabs(l));
-  for (std::size_t i = 0; i < logits.size(); ++i) {
-    ASSERT_NEAR(exec.last_logits()[0][i], logits[i], kLogitTol * scale);
-  }
-  (void)first;
 #endif
 }
 
@@ -515,7 +530,7 @@ TEST(GpuExecutor, CudaGraphReplayIsBitIdenticalToPaddedEagerSteps) {
     CudaExecutorOptions unfused = padded;
     unfused.fused_qkv_rope = false;
     CudaExecutor a(w, graphs), b(w, padded), c(w, unfused);
-    const std::vector<std::uint16_t> dummy_before = a.read_block(false, 0, false, 0);
+    const std::vector<std::uint8_t> dummy_before = a.read_block(false, 0, false, 0);
     std::vector<HandSeq> seqs;
     for (RequestId id = 0; id < 11; ++id) {
       seqs.emplace_back(id, 20 + 7 * static_cast<std::uint32_t>(id), 1 + 16 * id);
@@ -633,9 +648,36 @@ TEST(GpuExecutor, RejectsMalformedPlansAndSizesTheCache) {
   EXPECT_THROW(exec.execute(bad), std::invalid_argument);
   CudaExecutorOptions o = GpuOptions(16, 0);
   o.gpu_memory_utilization = 0.5;
-  CudaExecutor sized(w, o);
-  EXPECT_GE(sized.num_blocks(), 2);
-  EXPECT_EQ(sized.block_bytes(), cuda_block_bytes(w.config.model, 16));
+  std::int64_t bf16_bytes = 0;
+  std::int32_t bf16_blocks = 0;
+  {
+    CudaExecutor sized(w, o);
+    EXPECT_GE(sized.num_blocks(), 2);
+    EXPECT_EQ(sized.block_bytes(),
+              cuda_block_bytes(w.config.model, 16, kernels::FloatFormat::kBf16));
+    bf16_bytes = sized.block_bytes();
+    bf16_blocks = sized.num_blocks();
+  }
+  // An fp8 cache: half the bytes a block, so about twice the blocks in the same memory.
+  o.kv_format = kernels::FloatFormat::kFp8E4m3;
+  {
+    CudaExecutor fp8(w, o);
+    EXPECT_EQ(fp8.block_bytes() * 2, bf16_bytes);
+    EXPECT_GE(fp8.num_blocks(), bf16_blocks * 19 / 10);
+  }
+  // fp8 with a fallback kernel, fp16, a zero scale: refused.
+  o.decode_kernel = kernels::DecodeKernel::kTiled;
+  EXPECT_THROW(CudaExecutor(w, o), std::invalid_argument);
+  o.decode_kernel = kernels::DecodeKernel::kPipelined;
+  o.prefill_kernel = kernels::PrefillKernel::kWmma;
+  EXPECT_THROW(CudaExecutor(w, o), std::invalid_argument);
+  o.prefill_kernel = kernels::PrefillKernel::kFa2;
+  o.k_scale = 0.0f;
+  EXPECT_THROW(CudaExecutor(w, o), std::invalid_argument);
+  o.k_scale = 1.0f;
+  o.kv_format = kernels::FloatFormat::kFp16;
+  EXPECT_THROW(CudaExecutor(w, o), std::invalid_argument);
+  o.kv_format = kernels::FloatFormat::kBf16;
   o.block_size = 0;
   EXPECT_THROW(CudaExecutor(w, o), std::invalid_argument);
 #endif

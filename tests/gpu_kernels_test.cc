@@ -124,17 +124,31 @@ DeviceBuffer Poisoned(std::size_t bytes) {
   return b;
 }
 
-// A paged cache of one layer in the block-major layout, filled with random bf16 K and V, and
-// shuffled block tables for `ctx.size()` sequences.
+// fp8 codes of `format` (e4m3 or e5m2) and back.
+[[maybe_unused]] std::uint8_t Fp8Code(float x, k::FloatFormat format) {
+  return format == k::FloatFormat::kFp8E5m2 ? k::float_to_fp8_e5m2(x) : k::float_to_fp8_e4m3(x);
+}
+[[maybe_unused]] float Fp8Value(std::uint8_t code, k::FloatFormat format) {
+  return format == k::FloatFormat::kFp8E5m2 ? k::fp8_e5m2_to_float(code)
+                                            : k::fp8_e4m3_to_float(code);
+}
+
+// A paged cache of one layer in the block-major layout, filled with random K and V, and
+// shuffled block tables for `ctx.size()` sequences. bf16 (the default): bf16-exact N(0, 1)
+// values. fp8: the codes of N(0, 1) / scale with k_scale 1/32 and v_scale 1/16 (scales that are
+// not 1 exercise the kernels' dequantization), the host copy holding code * scale.
 struct PagedFixture {
   k::KvCacheLayout layout;
+  k::FloatFormat format = k::FloatFormat::kBf16;
+  float k_scale = 1.0f, v_scale = 1.0f;
   std::int32_t width = 0;
-  std::vector<float> cache;          // host copy, bf16-exact
+  std::vector<float> cache;          // host copy: the values attention must read
   std::vector<std::int32_t> tables;  // [seq][width]
   DeviceBuffer d_cache, d_tables;
   PagedFixture(Rng& rng, std::int32_t block_size, std::int32_t kv_heads, std::int32_t hd,
-               const std::vector<std::int32_t>& ctx)
-      : layout{1, block_size, kv_heads, hd, 2} {
+               const std::vector<std::int32_t>& ctx,
+               k::FloatFormat kv_format = k::FloatFormat::kBf16)
+      : layout{1, block_size, kv_heads, hd, k::kv_elem_bytes(kv_format)}, format(kv_format) {
     std::int32_t total = 0;
     for (std::int32_t c : ctx) {
       width = std::max(width, (c + block_size - 1) / block_size);
@@ -142,6 +156,21 @@ struct PagedFixture {
     }
     const std::int32_t blocks = total + 3;  // a few never referenced
     cache = RandomBf16(rng, static_cast<std::size_t>(blocks * layout.block_stride()));
+    if (layout.elem_bytes == 1) {
+      k_scale = 1.0f / 32;
+      v_scale = 1.0f / 16;
+      std::vector<std::uint8_t> codes(cache.size());
+      for (std::size_t i = 0; i < cache.size(); ++i) {
+        const bool value =
+            (static_cast<std::int64_t>(i) % layout.block_stride()) >= layout.plane_elems();
+        const float s = value ? v_scale : k_scale;
+        codes[i] = Fp8Code(cache[i] / s, format);
+        cache[i] = Fp8Value(codes[i], format) * s;
+      }
+      d_cache = Upload(codes);
+    } else {
+      d_cache = Upload(ToBits(cache));
+    }
     std::vector<std::int32_t> ids(blocks);
     std::iota(ids.begin(), ids.end(), 0);
     for (std::size_t i = ids.size(); i > 1; --i) {
@@ -152,19 +181,21 @@ struct PagedFixture {
       const std::int32_t nb = (c + block_size - 1) / block_size;
       for (std::int32_t b = 0; b < width; ++b) tables.push_back(b < nb ? ids[next++] : 0);
     }
-    d_cache = Upload(ToBits(cache));
     d_tables = Upload(tables);
   }
   k::PagedKv view() const {
-    const auto* base = d_cache.as<k::Bf16>();
-    return {base + layout.layer_base(0, 0),
-            base + layout.layer_base(0, 1),
+    const auto* base = d_cache.as<unsigned char>();
+    return {base + layout.layer_base(0, 0) * layout.elem_bytes,
+            base + layout.layer_base(0, 1) * layout.elem_bytes,
             layout.block_stride(),
             layout.block_size,
             layout.num_kv_heads,
             layout.head_dim,
             d_tables.as<std::int32_t>(),
-            width};
+            width,
+            format,
+            k_scale,
+            v_scale};
   }
   const float* kv(std::int32_t seq, std::int32_t pos, std::int32_t kvh, bool value) const {
     const std::int32_t block =
@@ -768,6 +799,245 @@ TEST(GpuKernels, PagedPrefillAttentionMatchesReference) {
       }
       ExpectClose(FromBits(runs[0]), want, 4e-3, 1e-2, "prefill");
       EXPECT_TRUE(runs[0] == runs[1]) << "two runs of the same launch differ";
+    }
+  }
+#endif
+}
+
+// fp8 KV (kernels/cache_ops.h, rope.h): kv_write stores exactly the host reference's codes of
+// bf16 value / scale (saturating: the 1e4 values), nothing else changes; the fused kernel's
+// codes, rounded once from fp32, equal the unfused pair's (rounded from bf16) except where the
+// double rounding lands on a tie (at most 1 %, one fp8 step apart), and decode to within half an
+// fp8 step of CpuExecutor's apply_rope; its Q is the bf16 run's bit for bit.
+TEST(GpuKernels, Fp8KvWriteRoundsAsTheHostReference) {
+  REQUIRE_GPU();
+#if SERVELAB_HAVE_CUDA
+  Rng rng = Rng::stream(31, "gpu_kernels.fp8_write");
+  for (k::FloatFormat fmt : {k::FloatFormat::kFp8E4m3, k::FloatFormat::kFp8E5m2}) {
+    for (std::int32_t bs : {1, 16}) {
+      SCOPED_TRACE(std::string(k::format_name(fmt)) + " block size " + std::to_string(bs));
+      const std::int32_t hd = 64, qh = 4, kvh = 2, T = 6, layer = 1, row = kvh * hd;
+      const k::KvCacheLayout l{2, bs, kvh, hd, 1};
+      const std::int32_t blocks = 32 / bs + 2;
+      const float ks = 0.05f, vs = 2.0f;
+      std::vector<float> kin = RandomBf16(rng, T * row, 4.0), vin = RandomBf16(rng, T * row, 4.0);
+      kin[5] = 1e4f;  // beyond e4m3's 448 x k_scale: saturates
+      vin[7] = -1e6f;
+      std::vector<std::int64_t> slots;
+      for (std::int32_t t = 0; t < T; ++t)
+        slots.push_back(t == 2 ? -1 : (t * 7 + 1) % (blocks * bs));
+      std::vector<std::uint8_t> before(static_cast<std::size_t>(blocks * l.block_stride()));
+      for (std::uint8_t& b : before) b = static_cast<std::uint8_t>(rng.uniform_int(0, 255));
+      DeviceBuffer cache = Upload(before), d_k = Upload(ToBits(kin)), d_v = Upload(ToBits(vin)),
+                   d_s = Upload(slots);
+      unsigned char* base = cache.as<unsigned char>();
+      k::kv_write({d_k.as<k::Bf16>(), d_v.as<k::Bf16>(), d_s.as<std::int64_t>(), T,
+                   base + l.layer_base(layer, 0), base + l.layer_base(layer, 1), l.block_stride(),
+                   bs, kvh, hd, fmt, ks, vs},
+                  nullptr);
+      std::vector<std::uint8_t> want = before;
+      for (std::int32_t t = 0; t < T; ++t) {
+        if (slots[t] < 0) continue;
+        for (std::int32_t i = 0; i < row; ++i) {
+          const std::int64_t b = slots[t] / bs, slot = slots[t] % bs;
+          want[l.offset(b, layer, 0, slot, 0, i)] = Fp8Code(kin[t * row + i] / ks, fmt);
+          want[l.offset(b, layer, 1, slot, 0, i)] = Fp8Code(vin[t * row + i] / vs, fmt);
+        }
+      }
+      const std::vector<std::uint8_t> got = Download<std::uint8_t>(cache, want.size());
+      EXPECT_EQ(got, want) << "kv_write codes";
+      EXPECT_EQ(Fp8Value(got[l.offset(slots[0] / bs, layer, 0, slots[0] % bs, 0, 5)], fmt),
+                k::format_max(fmt))
+          << "saturated";
+
+      // The fused kernel against the unfused pair and the fp32 reference.
+      LlamaConfig c;
+      c.model.head_dim = hd;
+      c.model.rope_theta = 10000.0;
+      const std::vector<double> inv_freq = rope_inv_freq(c);
+      const std::int32_t width = (qh + 2 * kvh) * hd, rows = 512;
+      const std::vector<float> table = k::rope_cos_sin_table(inv_freq, rows);
+      std::vector<float> qkv(T * width);
+      for (float& x : qkv) x = static_cast<float>(rng.normal(0.0, 1.0));
+      std::vector<std::int32_t> pos(T);
+      for (std::int32_t& p : pos) p = static_cast<std::int32_t>(rng.uniform_int(0, rows - 1));
+      DeviceBuffer d_qkv = Upload(qkv), d_pos = Upload(pos), d_tab = Upload(table);
+      DeviceBuffer q1 = Poisoned(T * qh * hd * 2), kk = Poisoned(T * row * 2),
+                   vv = Poisoned(T * row * 2), cache1 = Upload(before);
+      k::qkv_rope({d_qkv.as<float>(), nullptr, d_pos.as<std::int32_t>(), d_tab.as<float>(), T, qh,
+                   kvh, hd, q1.as<k::Bf16>(), kk.as<k::Bf16>(), vv.as<k::Bf16>()},
+                  nullptr);
+      unsigned char* base1 = cache1.as<unsigned char>();
+      k::kv_write({kk.as<k::Bf16>(), vv.as<k::Bf16>(), d_s.as<std::int64_t>(), T,
+                   base1 + l.layer_base(layer, 0), base1 + l.layer_base(layer, 1), l.block_stride(),
+                   bs, kvh, hd, fmt, ks, vs},
+                  nullptr);
+      DeviceBuffer q2 = Poisoned(T * qh * hd * 2), cache2 = Upload(before);
+      unsigned char* base2 = cache2.as<unsigned char>();
+      k::qkv_rope_kv_write(
+          {d_qkv.as<float>(), nullptr, d_pos.as<std::int32_t>(), d_tab.as<float>(), T, qh, kvh, hd,
+           q2.as<k::Bf16>(), d_s.as<std::int64_t>(), base2 + l.layer_base(layer, 0),
+           base2 + l.layer_base(layer, 1), l.block_stride(), bs, fmt, ks, vs},
+          nullptr);
+      EXPECT_EQ(Download<std::uint16_t>(q2, T * qh * hd), Download<std::uint16_t>(q1, T * qh * hd))
+          << "q bits";
+      const std::vector<std::uint8_t> fused = Download<std::uint8_t>(cache2, before.size());
+      const std::vector<std::uint8_t> unfused = Download<std::uint8_t>(cache1, before.size());
+      std::int64_t differ = 0, written = 0;
+      std::vector<float> got_kv, want_kv;
+      const double step = fmt == k::FloatFormat::kFp8E5m2 ? 0.25 : 0.125;  // relative ulp
+      for (std::int32_t t = 0; t < T; ++t) {
+        if (slots[t] < 0) continue;
+        std::vector<float> r(qkv.begin() + t * width, qkv.begin() + (t + 1) * width);
+        apply_rope(r.data() + qh * hd, kvh, hd, inv_freq, pos[t]);
+        for (std::int32_t kv = 0; kv < 2; ++kv) {
+          for (std::int32_t i = 0; i < row; ++i) {
+            const std::int64_t o = l.offset(slots[t] / bs, layer, kv, slots[t] % bs, 0, i);
+            const float s = kv == 0 ? ks : vs;
+            ++written;
+            if (fused[o] != unfused[o]) {
+              ++differ;
+              // Adjacent codes: same sign, magnitudes (the low 7 bits, monotonic) one apart.
+              const int fa = fused[o], ua = unfused[o];
+              EXPECT_TRUE(((fa ^ ua) & 0x80) == 0 && std::abs((fa & 0x7f) - (ua & 0x7f)) == 1)
+                  << "fused code " << fa << " and unfused " << ua << " more than one step apart";
+            }
+            got_kv.push_back(Fp8Value(fused[o], fmt) * s);
+            want_kv.push_back(r[(qh + kv * kvh) * hd + i]);
+          }
+        }
+      }
+      // A double rounding differs where the bf16 value is an fp8 tie: about 2^-(7 - mantissa
+      // bits) / 2 of the values (3 % for e4m3, 1.6 % for e5m2).
+      EXPECT_LE(differ * 100, written * 5) << differ << " of " << written << " codes differ";
+      // Half a step relative, plus half the smallest subnormal step (x the scale) absolute.
+      const double tiny =
+          fmt == k::FloatFormat::kFp8E5m2 ? std::ldexp(1.0, -17) : std::ldexp(1.0, -10);
+      for (std::size_t i = 0; i < got_kv.size(); ++i) {
+        const double s = (i / row) % 2 == 0 ? ks : vs;
+        const double err = std::fabs(double{got_kv[i]} - want_kv[i]);
+        EXPECT_LE(err, s * tiny + (step / 2) * std::fabs(want_kv[i]) * 1.001)
+            << "fused fp8 " << ((i / row) % 2 == 0 ? "k" : "v") << " element " << i << ": got "
+            << got_kv[i] << " want " << want_kv[i];
+      }
+      for (std::size_t i = 0; i < before.size(); ++i) {
+        if (fused[i] != before[i] && unfused[i] == before[i] && want[i] == before[i]) {
+          ADD_FAILURE() << "fused kernel wrote outside the slots at " << i;
+          break;
+        }
+      }
+    }
+  }
+#endif
+}
+
+// fp8 KV read by the pipelined decode kernel (unsplit and split plans) and the fa2 prefill kernel
+// (chunked, over a cached prefix) against the fp32 reference over the dequantized values (code x
+// scale), same tolerance as bf16; the fallback kernels (tiled, wmma) and bad scales are refused.
+TEST(GpuKernels, Fp8PagedAttentionMatchesReference) {
+  REQUIRE_GPU();
+#if SERVELAB_HAVE_CUDA
+  Rng rng = Rng::stream(32, "gpu_kernels.fp8_attention");
+  std::size_t case_index = 0;
+  for (k::FloatFormat fmt : {k::FloatFormat::kFp8E4m3, k::FloatFormat::kFp8E5m2}) {
+    for (std::int32_t hd : {64, 128}) {
+      for (std::int32_t bs : {16, 7}) {
+        if (SkippedInReducedRun(case_index++) && !(hd == 128 && bs == 16)) continue;
+        SCOPED_TRACE(std::string(k::format_name(fmt)) + " hd " + std::to_string(hd) + " block " +
+                     std::to_string(bs));
+        const std::int32_t q_heads = 8, kv_heads = 2;
+        const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+        // Decode: 3 sequences, the longest 700 tokens.
+        {
+          const std::vector<std::int32_t> ctx = {700, 65, 1};
+          PagedFixture f(rng, bs, kv_heads, hd, ctx, fmt);
+          const std::int32_t seqs = 3;
+          const std::vector<float> q = RandomBf16(rng, seqs * q_heads * hd);
+          const std::vector<std::int32_t> q_rows = {2, 0, 1};
+          std::vector<float> want(q.size());
+          for (std::int32_t s = 0; s < seqs; ++s) {
+            for (std::int32_t h = 0; h < q_heads; ++h) {
+              const std::int64_t off = (std::int64_t{q_rows[s]} * q_heads + h) * hd;
+              ReferenceAttention(f, s, q.data() + off, h, q_heads, ctx[s] - 1, scale,
+                                 want.data() + off);
+            }
+          }
+          DeviceBuffer d_q = Upload(ToBits(q)), d_rows = Upload(q_rows), d_ctx = Upload(ctx);
+          const k::DecodeKernel kernel = k::DecodeKernel::kPipelined;
+          const std::int32_t per_seq = k::decode_ctas_per_seq(kernel, q_heads, kv_heads);
+          for (const k::DecodeSplitPlan& plan :
+               {k::DecodeSplitPlan{704, 1}, k::plan_decode_splits(ctx, per_seq, 1 << 20, 64)}) {
+            SCOPED_TRACE("partition " + std::to_string(plan.partition_tokens) + " x " +
+                         std::to_string(plan.max_splits));
+            DeviceBuffer out = Poisoned(q.size() * 2);
+            DeviceBuffer ws =
+                Poisoned(k::decode_workspace_floats(seqs, q_heads, hd, plan.max_splits) * 4);
+            k::DecodeAttentionArgs a{f.view(),
+                                     d_q.as<k::Bf16>(),
+                                     out.as<k::Bf16>(),
+                                     d_rows.as<std::int32_t>(),
+                                     d_ctx.as<std::int32_t>(),
+                                     seqs,
+                                     q_heads,
+                                     scale,
+                                     plan,
+                                     ws.as<float>(),
+                                     700,
+                                     kernel};
+            k::paged_decode_attention(a, nullptr);
+            ExpectClose(FromBits(Download<std::uint16_t>(out, q.size())), want, 4e-3, 1e-2,
+                        "fp8 decode");
+            a.kernel = k::DecodeKernel::kTiled;
+            EXPECT_THROW(k::paged_decode_attention(a, nullptr), std::invalid_argument);
+            a.kernel = kernel;
+            a.kv.v_scale = 0.0f;
+            EXPECT_THROW(k::paged_decode_attention(a, nullptr), std::invalid_argument);
+          }
+        }
+        // Prefill: a chunk over a cached prefix, a fresh prompt, a one-token chunk.
+        {
+          const std::vector<std::int32_t> first = {300, 0, 90}, nq = {100, 70, 1};
+          std::vector<std::int32_t> ctx, begin;
+          std::int32_t rows = 0;
+          for (std::size_t s = 0; s < nq.size(); ++s) {
+            ctx.push_back(first[s] + nq[s]);
+            begin.push_back(rows);
+            rows += nq[s];
+          }
+          PagedFixture f(rng, bs, kv_heads, hd, ctx, fmt);
+          const std::vector<float> q = RandomBf16(rng, rows * q_heads * hd);
+          const std::vector<k::PrefillTile> tiles = k::plan_prefill_tiles(nq);
+          DeviceBuffer d_q = Upload(ToBits(q)), d_begin = Upload(begin), d_nq = Upload(nq),
+                       d_first = Upload(first), d_tiles = Upload(tiles);
+          std::vector<float> want(q.size());
+          for (std::size_t s = 0; s < nq.size(); ++s) {
+            for (std::int32_t i = 0; i < nq[s]; ++i) {
+              for (std::int32_t h = 0; h < q_heads; ++h) {
+                const std::int64_t off = ((std::int64_t{begin[s]} + i) * q_heads + h) * hd;
+                ReferenceAttention(f, static_cast<std::int32_t>(s), q.data() + off, h, q_heads,
+                                   first[s] + i, scale, want.data() + off);
+              }
+            }
+          }
+          DeviceBuffer out = Poisoned(q.size() * 2);
+          k::PrefillAttentionArgs a{f.view(),
+                                    d_q.as<k::Bf16>(),
+                                    out.as<k::Bf16>(),
+                                    d_begin.as<std::int32_t>(),
+                                    d_nq.as<std::int32_t>(),
+                                    d_first.as<std::int32_t>(),
+                                    d_tiles.as<k::PrefillTile>(),
+                                    static_cast<std::int32_t>(tiles.size()),
+                                    q_heads,
+                                    scale,
+                                    k::PrefillKernel::kFa2};
+          k::paged_prefill_attention(a, nullptr);
+          ExpectClose(FromBits(Download<std::uint16_t>(out, q.size())), want, 4e-3, 1e-2,
+                      "fp8 prefill");
+          a.kernel = k::PrefillKernel::kWmma;
+          EXPECT_THROW(k::paged_prefill_attention(a, nullptr), std::invalid_argument);
+        }
+      }
     }
   }
 #endif

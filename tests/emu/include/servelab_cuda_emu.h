@@ -84,6 +84,7 @@ struct alignas(16) float4 {
 inline float2 make_float2(float x, float y) { return {x, y}; }
 inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
 inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return {x, y, z, w}; }
+inline uint2 make_uint2(unsigned x, unsigned y) { return {x, y}; }
 
 // ---- built-in variables (set by the emulator for the running fiber) -------------------------
 extern thread_local uint3 threadIdx;
