@@ -6,12 +6,14 @@
 //   BM_DecodeAttention/batch/ctx/kernel
 //                                 Llama-3-8B shape (32 q heads, 8 KV heads, head_dim 128, 16-token
 //                                 blocks, shuffled block tables), kernel 0 = tiled, 1 = pipelined
-//                                 (the default; label names it): GB/s of K+V read and
+//                                 (the default; label names it), 2 = pipelined over an fp8 e4m3
+//                                 cache (half the bytes): GB/s of K+V read (as stored) and
 //                                 vs_copy = that / BM_DeviceCopy's rate (target >= 0.8 for batch
-//                                 >= 32, ctx >= 2048)
+//                                 >= 32, ctx >= 2048, kernel 1)
 //   BM_PrefillAttention/len/kernel  one causal prefill of len tokens, same shape, kernel 0 = fa2
-//                                 (the default), 1 = wmma (kernels/prefill_kernel.h): TFLOP/s
-//                                 counting 4 * heads * len^2 * head_dim / 2 (compare with
+//                                 (the default), 1 = wmma (kernels/prefill_kernel.h), 2 = fa2
+//                                 over an fp8 e4m3 cache: TFLOP/s counting
+//                                 4 * heads * len^2 * head_dim / 2 (compare with
 //                                 bench/gpu/sdpa_bench.py; target >= 0.7x SDPA for fa2)
 //   BM_SwapOut/blocks             copy_blocks of 2 MiB blocks to pinned host memory: GB/s
 #include <benchmark/benchmark.h>
@@ -68,17 +70,19 @@ double measured_copy_gbps() {
   return gbps;
 }
 
-// A cache with `blocks` blocks for one layer (K and V planes of a 1-layer layout), random bf16
-// bits, and shuffled block tables.
+// A cache with `blocks` blocks for one layer (K and V planes of a 1-layer layout), every byte
+// 0x3c (bf16 0x3c3c ~ 0.0115; fp8 e4m3 0x3c = 1.5), and shuffled block tables.
 struct Cache {
-  k::KvCacheLayout layout{1, kBlock, kKvHeads, kHeadDim, 2};
+  k::FloatFormat format;
+  k::KvCacheLayout layout;
   k::DeviceBuffer data, tables;
   std::int32_t width = 0;
-  Cache(std::int32_t seqs, std::int32_t ctx) {
+  Cache(std::int32_t seqs, std::int32_t ctx, k::FloatFormat f = k::FloatFormat::kBf16)
+      : format(f), layout{1, kBlock, kKvHeads, kHeadDim, k::kv_elem_bytes(f)} {
     width = (ctx + kBlock - 1) / kBlock;
     const std::int64_t blocks = std::int64_t{seqs} * width;
     data = k::DeviceBuffer(static_cast<std::size_t>(blocks * layout.block_bytes()));
-    k::fill_bytes(data.get(), 0x3c, data.bytes());  // bf16 0x3c3c ~ 0.0115
+    k::fill_bytes(data.get(), 0x3c, data.bytes());
     std::vector<std::int32_t> t(static_cast<std::size_t>(blocks));
     std::iota(t.begin(), t.end(), 0);
     servelab::Rng rng = servelab::Rng::stream(1, "kernels_bench");
@@ -89,15 +93,16 @@ struct Cache {
     k::copy_to_device(tables.get(), t.data(), t.size() * 4);
   }
   k::PagedKv view() const {
-    const auto* base = data.as<k::Bf16>();
-    return {base + layout.layer_base(0, 0),
-            base + layout.layer_base(0, 1),
+    const auto* base = data.as<unsigned char>();
+    return {base + layout.layer_base(0, 0) * layout.elem_bytes,
+            base + layout.layer_base(0, 1) * layout.elem_bytes,
             layout.block_stride(),
             kBlock,
             kKvHeads,
             kHeadDim,
             tables.as<std::int32_t>(),
-            width};
+            width,
+            format};
   }
 };
 #endif
@@ -126,8 +131,11 @@ void BM_DecodeAttention(benchmark::State& state) {
   const auto ctx = static_cast<std::int32_t>(state.range(1));
   const k::DecodeKernel kernel =
       state.range(2) == 0 ? k::DecodeKernel::kTiled : k::DecodeKernel::kPipelined;
-  state.SetLabel(k::decode_kernel_name(kernel));
-  Cache cache(batch, ctx);
+  const k::FloatFormat format =
+      state.range(2) == 2 ? k::FloatFormat::kFp8E4m3 : k::FloatFormat::kBf16;
+  state.SetLabel(std::string(k::decode_kernel_name(kernel)) +
+                 (state.range(2) == 2 ? " fp8_e4m3" : ""));
+  Cache cache(batch, ctx, format);
   k::DeviceBuffer q(static_cast<std::size_t>(batch) * kHeads * kHeadDim * 2);
   k::DeviceBuffer out(q.bytes());
   k::fill_bytes(q.get(), 0x3c, q.bytes());
@@ -161,7 +169,7 @@ void BM_DecodeAttention(benchmark::State& state) {
     k::paged_decode_attention(args, nullptr);
     state.SetIterationTime(t.stop() * 1e-3);
   }
-  const double kv_bytes = 2.0 * batch * ctx * kKvHeads * kHeadDim * 2;
+  const double kv_bytes = 2.0 * batch * ctx * kKvHeads * kHeadDim * cache.layout.elem_bytes;
   state.SetBytesProcessed(static_cast<std::int64_t>(kv_bytes) * state.iterations());
   state.counters["GBps"] =
       benchmark::Counter(kv_bytes * state.iterations() / 1e9, benchmark::Counter::kIsRate);
@@ -171,6 +179,8 @@ void BM_DecodeAttention(benchmark::State& state) {
 }
 BENCHMARK(BM_DecodeAttention)
     ->ArgsProduct({{1, 8, 32, 64, 128}, {512, 2048, 8192}, {0, 1}})
+    ->ArgsProduct({{8, 32, 128}, {512, 8192}, {2}})
+    ->Args({64, 8192, 2})
     ->UseManualTime();
 
 void BM_PrefillAttention(benchmark::State& state) {
@@ -178,8 +188,8 @@ void BM_PrefillAttention(benchmark::State& state) {
 #if SERVELAB_HAVE_CUDA
   const auto len = static_cast<std::int32_t>(state.range(0));
   const k::PrefillKernel kernel =
-      state.range(1) == 0 ? k::PrefillKernel::kFa2 : k::PrefillKernel::kWmma;
-  Cache cache(1, len);
+      state.range(1) == 1 ? k::PrefillKernel::kWmma : k::PrefillKernel::kFa2;
+  Cache cache(1, len, state.range(1) == 2 ? k::FloatFormat::kFp8E4m3 : k::FloatFormat::kBf16);
   k::DeviceBuffer q(static_cast<std::size_t>(len) * kHeads * kHeadDim * 2), out(q.bytes());
   k::fill_bytes(q.get(), 0x3c, q.bytes());
   const std::vector<std::int32_t> meta = {0, len, 0};  // q_row_begin, num_queries, first_pos
@@ -212,7 +222,10 @@ void BM_PrefillAttention(benchmark::State& state) {
       benchmark::Counter(flops * state.iterations() / 1e12, benchmark::Counter::kIsRate);
 #endif
 }
-BENCHMARK(BM_PrefillAttention)->ArgsProduct({{512, 2048, 8192}, {0, 1}})->UseManualTime();
+BENCHMARK(BM_PrefillAttention)
+    ->ArgsProduct({{512, 2048, 8192}, {0, 1}})
+    ->ArgsProduct({{512, 8192}, {2}})
+    ->UseManualTime();
 
 void BM_SwapOut(benchmark::State& state) {
   if (!have_gpu(state)) return;

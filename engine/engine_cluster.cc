@@ -388,11 +388,11 @@ RunOutput run_engine_cluster(const ExperimentConfig& config, const EngineOptions
   out.summary.skipped_trace_rows = workload->skipped_rows();
   std::vector<PoolSummary> pools;
   for (const PoolConfig& p : cl.pools)
-    pools.push_back({&p, model.name, options.device, engine.num_gpu_blocks});
+    pools.push_back({&p, model.name, engine.hardware, engine.num_gpu_blocks});
   const double duration_s =
       ns_to_s(std::max<TimeNs>(0, out.totals.end_ns - out.totals.first_arrival_ns));
   out.cluster_json = cluster_summary_json(cl, pools, stats, nullptr, duration_s);
-  write_run_outputs(config, recorder, {out.backend, model.name, options.device}, out);
+  write_run_outputs(config, recorder, {out.backend, model.name, engine.hardware}, out);
   if (options.write_tokens) {
     write_tokens_jsonl(out.out_dir + "/tokens.jsonl", capture.tokens());
     out.files.push_back("tokens.jsonl");

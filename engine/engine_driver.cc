@@ -344,16 +344,17 @@ EngineInstance load_replicas(const ExperimentConfig& config, const EngineOptions
   if (cuda) require_cuda_device();
   // A calibrated cost model in the experiment was measured on some machine; the engine's
   // measurements are comparable with it only on the same device.
-  if (config.cost_model.calibrated && config.cost_model.calibrated->machine) {
-    std::string gpu_name;
+  std::string gpu_name;
 #if SERVELAB_HAVE_CUDA
-    if (cuda) gpu_name = kernels::device_info().name;
+  if (cuda) gpu_name = kernels::device_info().name;
 #endif
+  const MachineRecord machine = this_machine(options.device, gpu_name);
+  if (config.cost_model.calibrated && config.cost_model.calibrated->machine) {
     const CalibratedProfile& p = *config.cost_model.calibrated;
-    warn_if_calibrated_elsewhere(p.file, p.machine, this_machine(options.device, gpu_name),
-                                 CalibrationUse::kEngine);
+    warn_if_calibrated_elsewhere(p.file, p.machine, machine, CalibrationUse::kEngine);
   }
   EngineInstance out;
+  out.hardware = machine.kind + ": " + machine.name;
   out.llama = load_llama_config(config.model, default_catalog_dir());
   apply_model_storage(config, out.llama.model);
   const LlamaConfig& llama = out.llama;
@@ -609,7 +610,7 @@ RunOutput run_engine(const ExperimentConfig& config, const EngineOptions& option
                          out.summary);
   }
   if (config.scheduler.speculative.enabled()) add_spec_decode(out.summary, scheduler.counters());
-  write_run_outputs(config, recorder, {out.backend, model.name, options.device}, out);
+  write_run_outputs(config, recorder, {out.backend, model.name, engine.hardware}, out);
   if (options.write_tokens) {
     write_tokens_jsonl(out.out_dir + "/tokens.jsonl", capture.tokens());
     out.files.push_back("tokens.jsonl");

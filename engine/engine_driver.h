@@ -79,6 +79,9 @@ struct EngineInstance {
   std::int64_t num_gpu_blocks = 0;        // what the executor allocated
   std::int64_t num_cpu_blocks = 0;        // swap blocks (preemption swap or auto), else 0
   std::int64_t block_bytes = 0;           // of one block across all layers
+  // The device the steps run on, for summary.json's run.hardware: "cpu: <model name>" or
+  // "cuda: <GPU name>" (serving/machine.h this_machine).
+  std::string hardware;
   std::unique_ptr<LlamaWeights> weights;  // host weights (null for device-random CUDA ones)
   std::unique_ptr<Backend> executor;      // uses *weights: destroyed first (member order)
   // load_engine_cluster: the executors of replicas 1.. (replica 0's is `executor`), each with its

@@ -180,17 +180,16 @@ __global__ void __launch_bounds__(kThreads) pipelined_decode_kernel(const PipePa
         const int row = tid / kChunks + i * kRowsPerPass;
         const int pos = tile0 + row;
         const bool live = pos < w_end;
-        std::int64_t off = chunk * 16;  // bytes
+        std::int64_t off = chunk * (16 / kElemBytes);  // elements
         if (live) {
           const std::uint32_t b = p.block_div.div(static_cast<std::uint32_t>(pos));
           const int slot = static_cast<int>(p.block_div.mod(static_cast<std::uint32_t>(pos), b));
-          off += (std::int64_t{s_table[b - first_block]} * p.block_stride + slot * row_elems) *
-                 kElemBytes;
+          off += std::int64_t{s_table[b - first_block]} * p.block_stride + slot * row_elems;
         }
         const std::uint32_t dst =
             kdst + (kFp8 ? row * L::kStageRowBytes + chunk * 16 : tile_offset<HD>(row, chunk));
-        cp_async16(dst, kbase + off, live);
-        cp_async16(dst + L::kStageTileBytes, vbase + off, live);
+        cp_async16(dst, kbase + off * kElemBytes, live);
+        cp_async16(dst + L::kStageTileBytes, vbase + off * kElemBytes, live);
       }
     };
 
@@ -206,7 +205,6 @@ __global__ void __launch_bounds__(kThreads) pipelined_decode_kernel(const PipePa
       cp_async_commit();  // possibly empty: keeps the group count in step
 
       const int stage = t % kStages;
-      std::uint32_t ks = sbase + stage * L::kStageBytes, vs = ks + L::kTileBytes;
       const int tok0 = warp * kWarpTokens;  // the warp's tokens within the tile
       const int pos0 = w0 + t * kTile + tok0;
       if constexpr (kFp8) {
@@ -225,9 +223,10 @@ __global__ void __launch_bounds__(kThreads) pipelined_decode_kernel(const PipePa
               *reinterpret_cast<const uint2*>(st + L::kStageTileBytes + src), p.e5m2);
         }
         __syncwarp();
-        ks = sbase + L::kConv;
-        vs = ks + L::kTileBytes;
       }
+      // The MMAs' bf16 K and V tiles: the stage itself, or (fp8) the widened copy.
+      const std::uint32_t ks = sbase + (kFp8 ? L::kConv : stage * L::kStageBytes);
+      const std::uint32_t vs = ks + L::kTileBytes;
 
       // S = Q K^T for the warp's 16 tokens (two n8 halves).
       float s[2][4];
@@ -310,7 +309,8 @@ __global__ void __launch_bounds__(kThreads) pipelined_decode_kernel(const PipePa
   for (int h = 0; h < 2; ++h) {
     const decode_frag::RowCol rc = decode_frag::c_frag(lane, 2 * h);
     const int row = rc.row;
-    const float inv = l_run[h] > 0.0f ? p.v_scale / l_run[h] : 0.0f;
+    float inv = l_run[h] > 0.0f ? 1.0f / l_run[h] : 0.0f;
+    if constexpr (kFp8) inv *= p.v_scale;
     float* dst = s_o + (warp * kRows + row) * L::kLdo + rc.col;
 #pragma unroll
     for (int n = 0; n < HD / 8; ++n) {

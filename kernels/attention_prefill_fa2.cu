@@ -27,7 +27,7 @@
 // Shared memory rows are padded to HD + 8 bf16 (a 16-byte pad: the 8 row addresses of an
 // ldmatrix phase land in 8 different 16-byte bank groups). fp8 KV (the kFp8 instantiations):
 // cp.async brings the tile's one-byte codes into their own double buffer; after the tile has
-// landed all threads widen it to bf16 (exact) into the K/V buffers above, one more barrier, and
+// landed all threads widen it to bf16 (exact) into a single bf16 K/V buffer, one more barrier, and
 // the MMAs run as for bf16; k_scale is folded into the score scale (prefill_params), v_scale into
 // the output. Deterministic: fixed order, no atomics.
 // Resources (ptxas, sm_90): kernels/README.md.
@@ -55,12 +55,15 @@ static_assert(kRows == 16 * (kThreads / 32), "one m16 row block per warp");
 
 template <int HD, bool kFp8>
 struct Fa2Smem {
-  static constexpr int kLd = HD + 8;                // bf16 per row (16-byte pad)
-  static constexpr int kTile = kKeys * kLd;         // bf16 per K or V buffer
-  static constexpr int kQ = 0;                      // [kRows][kLd] bf16
-  static constexpr int kK = kQ + kRows * kLd * 2;   // [2][kKeys][kLd] bf16
-  static constexpr int kV = kK + 2 * kTile * 2;     // [2][kKeys][kLd] bf16
-  static constexpr int kOff = kV + 2 * kTile * 2;   // [2][kKeys] int64 element offsets
+  static constexpr int kLd = HD + 8;         // bf16 per row (16-byte pad)
+  static constexpr int kTile = kKeys * kLd;  // bf16 per K or V buffer
+  // bf16 K/V buffers: two (cp.async double buffer) for bf16; one for fp8, whose double buffer
+  // holds the codes and whose bf16 tile is rewritten only after the barrier that ends its reads.
+  static constexpr int kBufs = kFp8 ? 1 : 2;
+  static constexpr int kQ = 0;                         // [kRows][kLd] bf16
+  static constexpr int kK = kQ + kRows * kLd * 2;      // [kBufs][kKeys][kLd] bf16
+  static constexpr int kV = kK + kBufs * kTile * 2;    // [kBufs][kKeys][kLd] bf16
+  static constexpr int kOff = kV + kBufs * kTile * 2;  // [2][kKeys] int64 element offsets
   static constexpr int kF8 = kOff + 2 * kKeys * 8;  // fp8: [2][K, V][kKeys][HD] codes
   static constexpr int kF8Tile = kKeys * HD;        // bytes of one K or V code tile
   static constexpr int kBytes = kF8 + (kFp8 ? 4 * kF8Tile : 0);
@@ -185,12 +188,13 @@ __global__ void __launch_bounds__(kThreads) prefill_fa2_kernel(const PrefillPara
     cp_async_wait<0>();
     __syncthreads();  // tile t landed for everyone; buffer buf ^ 1 is free; offsets visible
     if (more) issue_kv(buf ^ 1);
+    const int mma_buf = kFp8 ? 0 : buf;  // the bf16 K/V buffer the MMAs read
     if constexpr (kFp8) {
-      // Widen tile t's codes to bf16 in the MMAs' buffer `buf` (last read two tiles ago).
+      // Widen tile t's codes to bf16 (the bf16 tile was last read before the barrier above).
       const unsigned char* codes = smem + L::kF8 + 2 * buf * L::kF8Tile;
       for (int i = tid; i < kKeys * (HD / 8); i += kThreads) {
         const int r = i / (HD / 8), c = (i % (HD / 8)) * 8;
-        const int dst = buf * L::kTile + r * L::kLd + c;
+        const int dst = r * L::kLd + c;
         *reinterpret_cast<uint4*>(sk + dst) =
             fp8x8_to_bf16x8(*reinterpret_cast<const uint2*>(codes + r * HD + c), e5m2);
         *reinterpret_cast<uint4*>(sv + dst) =
@@ -201,8 +205,8 @@ __global__ void __launch_bounds__(kThreads) prefill_fa2_kernel(const PrefillPara
 
     const int kt = t * kKeys;
     if (kt > warp_pos0 + 15) continue;  // wholly above this warp's diagonal
-    const __nv_bfloat16* tk = sk + buf * L::kTile;
-    const __nv_bfloat16* tv = sv + buf * L::kTile;
+    const __nv_bfloat16* tk = sk + mma_buf * L::kTile;
+    const __nv_bfloat16* tv = sv + mma_buf * L::kTile;
 
     // S = Q K^T: 16 rows x 64 keys, 8 n-tiles of 8 keys.
     float s[kKeys / 8][4];
@@ -295,7 +299,8 @@ __global__ void __launch_bounds__(kThreads) prefill_fa2_kernel(const PrefillPara
     float l = l_run[r];
     l += __shfl_xor_sync(0xffffffffu, l, 1);
     l += __shfl_xor_sync(0xffffffffu, l, 2);
-    inv[r] = (kFp8 ? p.kv.v_scale : 1.0f) / l;
+    inv[r] = 1.0f / l;
+    if constexpr (kFp8) inv[r] *= p.kv.v_scale;
   }
 #pragma unroll
   for (int d = 0; d < HD / 8; ++d) {

@@ -45,7 +45,7 @@ __host__ __device__ inline const __nv_bfloat16* kv_bf16(const void* p) {
   return static_cast<const __nv_bfloat16*>(p);
 }
 // True for the fp8 formats of a KV cache (kernels/kv_layout.h kv_elem_bytes 1).
-inline bool is_fp8(FloatFormat f) {
+__host__ __device__ inline bool is_fp8(FloatFormat f) {
   return f == FloatFormat::kFp8E4m3 || f == FloatFormat::kFp8E5m2;
 }
 

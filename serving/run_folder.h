@@ -51,7 +51,7 @@ void check_group_dir(const std::string& dir, const std::string& index_file, cons
 struct RunMeta {
   std::string backend;   // summary.json run.backend
   std::string model;     // model name
-  std::string hardware;  // hardware name, or the device the engine ran on
+  std::string hardware;  // hardware name, or the device the engine ran on ("cuda: NAME")
 };
 // Writes summary.json, requests.csv (when configured) and config.yaml into out.out_dir from the
 // finalized `recorder`, out.summary, out.workload, out.num_gpu_blocks and out.block_bytes, and

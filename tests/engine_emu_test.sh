@@ -79,6 +79,7 @@ check "engine run --device cpu" run 0 "$cpu" run "$t/exp.yaml" --device cpu \
 check "engine_emu run --device cuda exits 0" run 0 "$emu" run "$t/exp.yaml" \
   --device cuda --out "$t/cuda" --tokens --record-schedule --quiet
 check "  ... as the CUDA engine" has '"backend": "engine-cuda"' "$t/cuda/summary.json"
+check "  ... on the device it names" has '"hardware": "cuda: ' "$t/cuda/summary.json"
 check "  ... all 12 requests complete, 2 preemptions" python3 -c "
 import json, sys
 s = json.load(open('$t/cuda/summary.json'))
@@ -97,14 +98,29 @@ done
 # same order for any row count: eager and replayed runs agree exactly.
 check "graphs off and on: identical tokens" same_tokens "$t/SERVELAB-CUDA-GRAPHS-0" "$t/cuda" 12
 
+# An fp8 KV cache (scales 1) against the CPU engine storing the same format: a K or V value the
+# two compute a hair apart can round to neighbouring fp8 codes, which tips more near-ties than
+# bf16 alone (9 of 12 requests identical for both formats when written); a wrong scale, layout
+# or format gives none.
+for kv in fp8 fp8_e5m2; do
+  check "$kv KV: engine run --device cpu" run 0 "$cpu" run "$t/exp.yaml" --device cpu \
+    --out "$t/cpu-$kv" --tokens --quiet --set model.kv_cache_dtype=$kv
+  check "$kv KV: engine_emu run --device cuda exits 0" run 0 "$emu" run "$t/exp.yaml" \
+    --device cuda --out "$t/cuda-$kv" --tokens --quiet --set model.kv_cache_dtype=$kv
+  check "  ... tokens agree with the CPU engine's" same_tokens "$t/cuda-$kv" "$t/cpu-$kv" 8
+done
+
 # What --device cuda refuses (exit 2, naming the key or the option).
-check "fp8 KV refused" run 2 "$emu" run "$t/exp.yaml" --device cuda --out "$t/no1" \
-  --set model.kv_cache_dtype=fp8
-check "  ... naming the key" has "key 'model.kv_cache_dtype': the CUDA executor" "$t/last.txt"
+check "fp16 KV refused" run 2 "$emu" run "$t/exp.yaml" --device cuda --out "$t/no1" \
+  --set model.kv_cache_dtype=fp16
+check "  ... naming the key" has "key 'model.kv_cache_dtype': the CUDA executor stores KV in bf16 or fp8" "$t/last.txt"
+check "fp8 KV with the tiled decode kernel refused" run 2 env SERVELAB_CUDA_DECODE=tiled "$emu" \
+  run "$t/exp.yaml" --device cuda --out "$t/no3" --set model.kv_cache_dtype=fp8
+check "  ... naming the switch" has "SERVELAB_CUDA_DECODE / SERVELAB_CUDA_PREFILL chose tiled / fa2" "$t/last.txt"
 check "head_dim 16 refused" run 2 "$emu" run "$t/exp.yaml" --device cuda \
   --out "$t/no2" --set model=tiny
 check "  ... naming the device" has "engine: error: --device cuda: the CUDA kernels support head_dim 64 and 128" "$t/last.txt"
-check "  ... and nothing written" test ! -e "$t/no1" -a ! -e "$t/no2"
+check "  ... and nothing written" test ! -e "$t/no1" -a ! -e "$t/no2" -a ! -e "$t/no3"
 
 # serve: one completion over HTTP, then SIGTERM.
 serve_once() {

@@ -4,7 +4,7 @@
 # reference, CUDA-event timing) with no benchmark error, as `gpu-check bench` will run them on a
 # GPU, and bench/gpu/report.py reads the JSON Google Benchmark writes (the counters it needs are
 # there, named as it expects). The emulator's timings are the CPU's: nothing is judged on them.
-# The WMMA prefill fallback is left out: its replicated-fragment model is the emulator's slowest
+# The fp8 rows (kernel 2) run once each. The WMMA prefill fallback is left out: its replicated-fragment model is the emulator's slowest
 # path (minutes under AddressSanitizer).
 #
 # usage: kernels_bench_emu_test.sh SOURCE_DIR KERNELS_BENCH_EMU
@@ -20,9 +20,9 @@ has() { grep -q -- "$1" "$2" || { echo "$2 lacks '$1'"; return 1; }; }
 
 j=$t/work/kernels_bench.json
 check "kernels_bench (emulated) runs its smallest shapes" run 0 "$bench" \
-  '--benchmark_filter=^BM_(DeviceCopy/268435456|DecodeAttention/(1|8)/512/|PrefillAttention/512/0|SwapOut/16)' \
+  '--benchmark_filter=^BM_(DeviceCopy/268435456|DecodeAttention/(1|8)/512/|PrefillAttention/512/(0|2)|SwapOut/16)' \
   --benchmark_min_time=0.01 --benchmark_out_format=json "--benchmark_out=$j"
-check "  ... seven benchmarks, none in error" python3 - "$j" <<'EOF'
+check "  ... nine benchmarks, none in error" python3 - "$j" <<'EOF'
 import json, sys
 runs = [b for b in json.load(open(sys.argv[1]))["benchmarks"]
         if b.get("run_type", "iteration") == "iteration"]
@@ -30,9 +30,9 @@ names = [b["name"] for b in runs]
 print("  " + ", ".join(names))
 bad = [b["name"] + ": " + b.get("error_message", "") for b in runs if b.get("error_occurred")]
 decode = [b for b in runs if b["name"].startswith("BM_DecodeAttention")]
-ok = (len(runs) == 7 and not bad and len(decode) == 4 and
+ok = (len(runs) == 9 and not bad and len(decode) == 5 and
       all(b["GBps"] > 0 and b["copy_GBps"] > 0 and b["splits"] >= 1 for b in decode) and
-      {b["label"] for b in decode} == {"tiled", "pipelined"} and
+      {b["label"] for b in decode} == {"tiled", "pipelined", "pipelined fp8_e4m3"} and
       all(b["TFLOPs"] > 0 for b in runs if b["name"].startswith("BM_PrefillAttention")))
 print("\n".join(bad))
 sys.exit(0 if ok else 1)
@@ -44,6 +44,8 @@ check "  ... the copy reference" has "device-to-device copy: " "$t/last.txt"
 check "  ... decode rows by kernel" has "BM_DecodeAttention/8/512/1 (pipelined)" "$t/last.txt"
 check "  ... the tiled kernel reported" has "BM_DecodeAttention/8/512/0 (tiled)" "$t/last.txt"
 check "  ... prefill rows" has "BM_PrefillAttention/512/0" "$t/last.txt"
+check "  ... the fp8 decode row" has "BM_DecodeAttention/8/512/2 (pipelined fp8_e4m3)" "$t/last.txt"
+check "  ... fp8 prefill row" has "BM_PrefillAttention/512/2 (fa2 fp8_e4m3)" "$t/last.txt"
 check "  ... and no benchmark error" bash -c "! grep -q ERROR '$t/last.txt'"
 
 [ "$fails" -eq 0 ] || { echo "$fails check(s) failed"; cat "$t/last.txt"; exit 1; }
