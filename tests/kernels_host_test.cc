@@ -74,6 +74,36 @@ TEST(KernelsHostTest, KvBlocksForMemory) {
   EXPECT_EQ(kernels::kv_blocks_for_memory(80 * gib, 10 * gib, 1.0, block), 10 * 512);
 }
 
+// The GPU cache's element formats: bf16 (2 bytes), fp8 e4m3/e5m2 (1 byte); fp8 needs positive,
+// finite scales; fp32 and fp16 are refused with the caller's name in the message.
+TEST(KernelsHostTest, KvFormatsOfTheGpuCache) {
+  using kernels::FloatFormat;
+  EXPECT_EQ(kernels::kv_elem_bytes(FloatFormat::kBf16), 2);
+  EXPECT_EQ(kernels::kv_elem_bytes(FloatFormat::kFp8E4m3), 1);
+  EXPECT_EQ(kernels::kv_elem_bytes(FloatFormat::kFp8E5m2), 1);
+  EXPECT_THROW(kernels::kv_elem_bytes(FloatFormat::kFp16), std::invalid_argument);
+  EXPECT_NO_THROW(kernels::check_kv_format(FloatFormat::kBf16, 0.0f, -1.0f, "x"));  // unused
+  EXPECT_NO_THROW(kernels::check_kv_format(FloatFormat::kFp8E5m2, 0.5f, 3.0f, "x"));
+  auto message = [](FloatFormat f, float ks, float vs) {
+    try {
+      kernels::check_kv_format(f, ks, vs, "kv_write");
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(message(FloatFormat::kFp32, 1, 1),
+            "kv_write: the GPU KV cache holds bf16, fp8_e4m3 or fp8_e5m2, not fp32");
+  EXPECT_NE(message(FloatFormat::kFp8E4m3, 0, 1).find("kv_write: fp8 KV scales must be positive"),
+            std::string::npos);
+  EXPECT_NE(message(FloatFormat::kFp8E4m3, 1, std::numeric_limits<float>::infinity()), "");
+  EXPECT_NE(message(FloatFormat::kFp8E4m3, std::nanf(""), 1), "");
+  // An fp8 layout: one byte an element, so a block is half the bf16 one.
+  const kernels::KvCacheLayout bf16{32, 16, 8, 128, 2}, fp8{32, 16, 8, 128, 1};
+  EXPECT_EQ(fp8.block_bytes() * 2, bf16.block_bytes());
+  EXPECT_EQ(fp8.block_stride(), bf16.block_stride());
+}
+
 TEST(KernelsHostTest, DecodeHeadsPerCta) {
   EXPECT_EQ(kernels::decode_heads_per_cta(32, 8), 4);   // Llama-3-8B
   EXPECT_EQ(kernels::decode_heads_per_cta(64, 8), 8);   // Llama-3-70B
