@@ -392,12 +392,8 @@ RunOutput run_engine_cluster(const ExperimentConfig& config, const EngineOptions
   const double duration_s =
       ns_to_s(std::max<TimeNs>(0, out.totals.end_ns - out.totals.first_arrival_ns));
   out.cluster_json = cluster_summary_json(cl, pools, stats, nullptr, duration_s);
-  write_run_outputs(config, recorder, {out.backend, model.name, engine.hardware}, out);
-  if (options.write_tokens) {
-    write_tokens_jsonl(out.out_dir + "/tokens.jsonl", capture.tokens());
-    out.files.push_back("tokens.jsonl");
-  }
-  out.out_dir = run_stage.commit();
+  finish_engine_run(config, {out.backend, model.name, engine.hardware}, capture,
+                    options.write_tokens, run_stage, out);
   return out;
 }
 

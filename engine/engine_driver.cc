@@ -610,12 +610,8 @@ RunOutput run_engine(const ExperimentConfig& config, const EngineOptions& option
                          out.summary);
   }
   if (config.scheduler.speculative.enabled()) add_spec_decode(out.summary, scheduler.counters());
-  write_run_outputs(config, recorder, {out.backend, model.name, engine.hardware}, out);
-  if (options.write_tokens) {
-    write_tokens_jsonl(out.out_dir + "/tokens.jsonl", capture.tokens());
-    out.files.push_back("tokens.jsonl");
-  }
-  out.out_dir = run_stage.commit();
+  finish_engine_run(config, {out.backend, model.name, engine.hardware}, capture,
+                    options.write_tokens, run_stage, out);
   return out;
 }
 

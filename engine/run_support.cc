@@ -85,4 +85,15 @@ void write_tokens_jsonl(const std::string& path,
   if (std::fclose(f) != 0) throw_io_error(path, "writing", errno);
 }
 
+void finish_engine_run(const ExperimentConfig& config, const RunMeta& meta,
+                       const TokenCapture& capture, bool write_tokens, RunStage& stage,
+                       RunOutput& out) {
+  write_run_outputs(config, stage.recorder(), meta, out);
+  if (write_tokens) {
+    write_tokens_jsonl(out.out_dir + "/tokens.jsonl", capture.tokens());
+    out.files.push_back("tokens.jsonl");
+  }
+  out.out_dir = stage.commit();
+}
+
 }  // namespace servelab

@@ -13,6 +13,8 @@
 #include "core/scheduler_observer.h"
 #include "serving/experiment.h"
 #include "serving/model_config.h"
+#include "serving/run_folder.h"
+#include "serving/run_stage.h"
 #include "traces/workload.h"
 
 namespace servelab {
@@ -58,5 +60,13 @@ class TokenCapture : public ForwardingObserver {
 // on I/O failure.
 void write_tokens_jsonl(const std::string& path,
                         const std::map<RequestId, std::vector<std::int32_t>>& tokens);
+
+// The end of every engine run (one replica or a cluster): the run's files into the staged
+// folder (write_run_outputs, with `meta`), tokens.jsonl from `capture` when `write_tokens`, then
+// the folder moved into place (out.out_dir becomes the final folder). Throws ConfigError on I/O
+// failure, leaving the user's folder as it was.
+void finish_engine_run(const ExperimentConfig& config, const RunMeta& meta,
+                       const TokenCapture& capture, bool write_tokens, RunStage& stage,
+                       RunOutput& out);
 
 }  // namespace servelab

@@ -81,7 +81,9 @@ void paged_decode_attention(const DecodeAttentionArgs& args, Stream stream);
 // CTAs of the tiled decode kernel that fit on the device at once (SMs x occupancy): the max_ctas
 // of plan_decode_splits.
 std::int32_t decode_max_resident_ctas(std::int32_t head_dim, std::int32_t heads_per_cta);
-// The same for either kernel, for the shape (num_q_heads, num_kv_heads, head_dim).
+// The same for either kernel, for the shape (num_q_heads, num_kv_heads, head_dim), from the
+// bf16 instance; the pipelined kernel's fp8 instance fits as many CTAs per SM (nvcc 13.0, sm_90:
+// 4 at head_dim 64, 2 at 128; kernels/README.md), so its plans use the same figure.
 std::int32_t decode_max_resident_ctas(DecodeKernel kernel, std::int32_t head_dim,
                                       std::int32_t num_q_heads, std::int32_t num_kv_heads);
 

@@ -64,8 +64,8 @@ struct Fa2Smem {
   static constexpr int kK = kQ + kRows * kLd * 2;      // [kBufs][kKeys][kLd] bf16
   static constexpr int kV = kK + kBufs * kTile * 2;    // [kBufs][kKeys][kLd] bf16
   static constexpr int kOff = kV + kBufs * kTile * 2;  // [2][kKeys] int64 element offsets
-  static constexpr int kF8 = kOff + 2 * kKeys * 8;  // fp8: [2][K, V][kKeys][HD] codes
-  static constexpr int kF8Tile = kKeys * HD;        // bytes of one K or V code tile
+  static constexpr int kF8 = kOff + 2 * kKeys * 8;     // fp8: [2][K, V][kKeys][HD] codes
+  static constexpr int kF8Tile = kKeys * HD;           // bytes of one K or V code tile
   static constexpr int kBytes = kF8 + (kFp8 ? 4 * kF8Tile : 0);
   static_assert(kK % 16 == 0 && kV % 16 == 0 && kOff % 16 == 0 && kF8 % 16 == 0 &&
                     (kLd * 2) % 16 == 0,
