@@ -226,6 +226,24 @@ void ReferenceAttention(const PagedFixture& f, std::int32_t seq, const float* q,
     out[d] = static_cast<float>(o / denom);
   }
 }
+
+// ReferenceAttention for a decode launch: sequence s's query (row q_rows[s] of q, every head)
+// attends to positions [0, ctx[s] - 1]; the result is laid out as q, rows no sequence owns 0.
+std::vector<float> ReferenceDecode(const PagedFixture& f, const std::vector<float>& q,
+                                   const std::vector<std::int32_t>& q_rows,
+                                   const std::vector<std::int32_t>& ctx, std::int32_t q_heads,
+                                   float scale) {
+  const std::int32_t hd = f.layout.head_dim;
+  std::vector<float> want(q.size());
+  for (std::size_t s = 0; s < q_rows.size(); ++s) {
+    for (std::int32_t h = 0; h < q_heads; ++h) {
+      const std::int64_t off = (std::int64_t{q_rows[s]} * q_heads + h) * hd;
+      ReferenceAttention(f, static_cast<std::int32_t>(s), q.data() + off, h, q_heads, ctx[s] - 1,
+                         scale, want.data() + off);
+    }
+  }
+  return want;
+}
 #endif
 
 TEST(GpuKernels, EmbeddingLookupIsExact) {
@@ -648,14 +666,7 @@ TEST(GpuKernels, DecodeKernelsMatchReferenceOnEveryShape) {
         const std::vector<float> q = RandomBf16(rng, seqs * q_heads * hd);
         const std::vector<std::int32_t> q_rows = {1, 0};
         const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-        std::vector<float> want(q.size());
-        for (std::int32_t s = 0; s < seqs; ++s) {
-          for (std::int32_t h = 0; h < q_heads; ++h) {
-            const std::int64_t off = (std::int64_t{q_rows[s]} * q_heads + h) * hd;
-            ReferenceAttention(f, s, q.data() + off, h, q_heads, ctx[s] - 1, scale,
-                               want.data() + off);
-          }
-        }
+        const std::vector<float> want = ReferenceDecode(f, q, q_rows, ctx, q_heads, scale);
         DeviceBuffer d_q = Upload(ToBits(q)), d_rows = Upload(q_rows), d_ctx = Upload(ctx);
         for (k::DecodeKernel kernel : {k::DecodeKernel::kTiled, k::DecodeKernel::kPipelined}) {
           const std::int32_t per_seq = k::decode_ctas_per_seq(kernel, q_heads, kv_heads);
@@ -954,14 +965,7 @@ TEST(GpuKernels, Fp8PagedAttentionMatchesReference) {
           const std::int32_t seqs = 3;
           const std::vector<float> q = RandomBf16(rng, seqs * q_heads * hd);
           const std::vector<std::int32_t> q_rows = {2, 0, 1};
-          std::vector<float> want(q.size());
-          for (std::int32_t s = 0; s < seqs; ++s) {
-            for (std::int32_t h = 0; h < q_heads; ++h) {
-              const std::int64_t off = (std::int64_t{q_rows[s]} * q_heads + h) * hd;
-              ReferenceAttention(f, s, q.data() + off, h, q_heads, ctx[s] - 1, scale,
-                                 want.data() + off);
-            }
-          }
+          const std::vector<float> want = ReferenceDecode(f, q, q_rows, ctx, q_heads, scale);
           DeviceBuffer d_q = Upload(ToBits(q)), d_rows = Upload(q_rows), d_ctx = Upload(ctx);
           const k::DecodeKernel kernel = k::DecodeKernel::kPipelined;
           const std::int32_t per_seq = k::decode_ctas_per_seq(kernel, q_heads, kv_heads);
