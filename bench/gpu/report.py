@@ -215,7 +215,25 @@ def report_e2e(work):
               "hf_generate.log)")
         ok = False
     ok &= report_decode_step(work)
+    report_fp8_kv(work)
     return ok
+
+
+def report_fp8_kv(work):
+    """One line: the concurrency-32 run with an fp8 KV cache against the bf16 one (reported)."""
+    fp8 = load(os.path.join(work, "engine-c32-fp8", "summary.json"))
+    bf16 = load(os.path.join(work, "engine-c32", "summary.json"))
+    if fp8 is None or bf16 is None:
+        print("fp8 KV at concurrency 32: not run (engine-c32-fp8, the last e2e step)")
+        return
+
+    def figures(s):
+        return (s["throughput"]["output_tokens_per_s"], pct(s, "tpot_ms"),
+                s.get("run", {}).get("num_gpu_blocks", "?"))
+
+    (t8, p8, b8), (t16, p16, b16) = figures(fp8), figures(bf16)
+    print(f"fp8 KV at concurrency 32: {t8:.0f} output tok/s (bf16 {t16:.0f}), TPOT p50 "
+          f"{p8:.2f} ms (bf16 {p16:.2f}), KV blocks {b8} (bf16 {b16})")
 
 
 # Llama-3-8B (bench/gpu/e2e-*.yaml): the bytes one decode step must read. Weights: every layer's
@@ -258,14 +276,18 @@ def report_decode_step(work):
     weights = 2 * (m["layers"] * (m["hidden"] * (m["q"] + 2 * m["kv"]) + m["q"] * m["hidden"] +
                                   3 * m["hidden"] * m["inter"]) + m["vocab"] * m["hidden"])
     rows, ok = [], True
-    for folder, label in (("engine-c32", "graphs on"), ("engine-c32-eager", "graphs off")):
+    # The fp8-KV run (engine-c32-fp8, gpu-check e2e's last step: absent when out of time) holds
+    # blocks of half the bytes; reported beside the bf16 rows, no target.
+    for folder, label, block_bytes in (("engine-c32", "graphs on", BLOCK_BYTES),
+                                       ("engine-c32-eager", "graphs off", BLOCK_BYTES),
+                                       ("engine-c32-fp8", "graphs on, fp8 KV", BLOCK_BYTES // 2)):
         d = decode_steps(work, folder, 32)
         if d is None or not copy:
             rows.append((label, "no result", "", "", "", "FAIL" if label == "graphs on" else ""))
             ok &= label != "graphs on"
             continue
         step_ms, blocks, n = d
-        bound_ms = (weights + blocks * BLOCK_BYTES) / (copy * 1e9) * 1e3
+        bound_ms = (weights + blocks * block_bytes) / (copy * 1e9) * 1e3
         ratio = step_ms / bound_ms
         good = ratio <= STEP_TARGET
         if label == "graphs on":

@@ -374,7 +374,13 @@ class Report(unittest.TestCase):
         self.assertIn("11.0x", text)
         self.assertFalse(ok)  # no steps.csv / copy_bw.json: the decode-step row fails
         self.assertIn("decode step at batch 32", text)
+        self.assertIn("fp8 KV at concurrency 32: not run", text)
         self.assertNotIn("HF baseline: FAILED", text)
+        self.write("engine-c32-fp8/summary.json", {
+            "run": {"num_gpu_blocks": "40000"}, "throughput": {"output_tokens_per_s": 9500.0},
+            "ttft_ms": {"p50": 20.0}, "tpot_ms": {"p50": 4.5}})
+        self.assertIn("fp8 KV at concurrency 32: 9500 output tok/s (bf16 9011), TPOT p50 4.50 ms "
+                      "(bf16 5.00), KV blocks 40000 (bf16 ?)", self.run_report("e2e")[1])
         self.write("hf_generate.json", {"ok": False, "levels": []})
         self.assertIn("HF baseline: FAILED", self.run_report("e2e")[1])
 
