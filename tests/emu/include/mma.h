@@ -1,12 +1,17 @@
 // Stand-in for NVIDIA's <mma.h> (nvcuda::wmma) in the CUDA emulator build: the subset the WMMA
 // prefill kernel (kernels/attention_prefill.cu) uses, 16x16x16 bf16 -> fp32. A fragment's layout
-// across lanes is opaque in CUDA, so here every lane holds the whole tile: each lane loads,
-// multiplies and stores all of it (identical values), which computes what the warp computes and
-// keeps the kernel's own __syncwarp calls the ordering between lanes, with two exceptions that
-// mirror the hardware: a load completes in every lane before any lane goes on (so a later store
-// cannot feed an earlier load of another lane), and each lane stores only its share of a tile
-// (elements i with i % 32 == lane), so a missing __syncwarp after a store is still visible.
+// across lanes is opaque in CUDA, so here every lane holds the whole tile: each lane loads all of
+// it, which keeps the kernel's own __syncwarp calls the ordering between lanes, with two
+// exceptions that mirror the hardware: a load completes in every lane before any lane goes on (so
+// a later store cannot feed an earlier load of another lane), and each lane stores only its share
+// of a tile (elements i with i % 32 == lane), so a missing __syncwarp after a store is still
+// visible. mma_sync computes only that share of the accumulator in each lane (the warp together
+// computes the tile once, not 32 times: the emulator's slowest path before) and sets the rest to
+// NaN: an accumulator leaves a fragment only through store_matrix_sync (its layout is opaque), so
+// a kernel that used another lane's element would show NaN in its output.
 #pragma once
+
+#include <limits>
 
 #include "servelab_cuda_emu.h"
 
@@ -71,12 +76,12 @@ void mma_sync(fragment<accumulator, M, N, K, float>& d,
               const fragment<matrix_b, M, N, K, TA, LB>& b,
               const fragment<accumulator, M, N, K, float>& c) {
   float out[M * N];
-  for (int r = 0; r < M; ++r) {
-    for (int n = 0; n < N; ++n) {
-      double acc = c.x[r * N + n];
-      for (int k = 0; k < K; ++k) acc += double{a.x[r * K + k]} * b.x[k * N + n];
-      out[r * N + n] = static_cast<float>(acc);
-    }
+  for (float& e : out) e = std::numeric_limits<float>::quiet_NaN();
+  for (int i = detail::lane(); i < M * N; i += 32) {  // this lane's share (store_matrix_sync's)
+    const int r = i / N, n = i % N;
+    double acc = c.x[i];
+    for (int k = 0; k < K; ++k) acc += double{a.x[r * K + k]} * b.x[k * N + n];
+    out[i] = static_cast<float>(acc);
   }
   for (int i = 0; i < M * N; ++i) d.x[i] = out[i];
 }
