@@ -113,25 +113,7 @@ void CpuExecutor::validate(const StepPlan& plan) const {
   limits.num_host_blocks = options_.num_host_blocks;
   limits.block_size = options_.block_size;
   check_plan(plan, limits, "CpuExecutor");
-  const std::int32_t nd = options_.num_blocks, nt = options_.num_tier_slots;
-  auto bad = [](const std::string& what) { throw std::invalid_argument("CpuExecutor: " + what); };
-  for (const TierStore& st : plan.tier_stores) {
-    if (st.src <= 0 || st.src >= nd || st.dst_slot < 0 || st.dst_slot >= nt) {
-      bad("tier store from block " + std::to_string(st.src) + " to slot " +
-          std::to_string(st.dst_slot) + " is out of range (" + std::to_string(nt) + " slots)");
-    }
-  }
-  std::int32_t before = 0;
-  for (const TierLoad& l : plan.tier_loads) {
-    if (l.tier != kHostTier || l.src < 0 || l.src >= nt || l.dst <= 0 || l.dst >= nd ||
-        l.stores_before < before ||
-        l.stores_before > static_cast<std::int32_t>(plan.tier_stores.size())) {
-      bad("tier load from tier " + std::to_string(l.tier) + " slot " + std::to_string(l.src) +
-          " to block " + std::to_string(l.dst) + " is out of range or order (" +
-          std::to_string(nt) + " host-tier slots)");
-    }
-    before = l.stores_before;
-  }
+  check_tier_moves(plan, options_.num_blocks, options_.num_tier_slots, "CpuExecutor");
   for (const ScheduledRequest& e : plan.requests) {
     const std::uint32_t id = e.spec->lora_id;
     if (id == 0) continue;

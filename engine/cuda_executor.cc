@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -71,6 +72,66 @@ DeviceBuffer upload_f32(const float* data, std::size_t n) {
   return buf;
 }
 
+// The offload tier's moves as copy_blocks launches, in CpuExecutor's order (TierLoad::
+// stores_before): per group of loads with the same stores_before, the stores before it, the
+// group's slots into staging blocks 0.., the stores up to the next group, then the staging
+// blocks into the loads' device blocks; last, the remaining stores. A phase is split where a
+// destination repeats (copy_blocks runs its pairs in parallel).
+enum class KvPlace { kDevice = 0, kTier = 1, kStaging = 2 };
+struct TierPhase {
+  KvPlace from, to;
+  std::vector<k::BlockPair> pairs;
+};
+struct TierPhases {
+  std::vector<TierPhase> phases;
+  std::int64_t staged_blocks = 0;  // the most staging blocks a group needs
+};
+
+TierPhases tier_phases(const StepPlan& plan) {
+  TierPhases out;
+  auto add = [&](KvPlace from, KvPlace to, const std::vector<k::BlockPair>& pairs) {
+    std::vector<k::BlockPair> run;
+    std::set<std::int64_t> dsts;
+    for (const k::BlockPair& p : pairs) {
+      if (!dsts.insert(p.dst).second) {
+        out.phases.push_back({from, to, std::move(run)});
+        run.clear();
+        dsts = {p.dst};
+      }
+      run.push_back(p);
+    }
+    if (!run.empty()) out.phases.push_back({from, to, std::move(run)});
+  };
+  std::size_t stored = 0;
+  auto stores_until = [&](std::size_t n) {
+    std::vector<k::BlockPair> v;
+    for (; stored < n; ++stored) {
+      v.push_back({plan.tier_stores[stored].src, plan.tier_stores[stored].dst_slot});
+    }
+    add(KvPlace::kDevice, KvPlace::kTier, v);
+  };
+  const std::vector<TierLoad>& loads = plan.tier_loads;
+  for (std::size_t i = 0; i < loads.size();) {
+    const auto group = static_cast<std::size_t>(loads[i].stores_before);
+    std::size_t j = i;
+    while (j < loads.size() && static_cast<std::size_t>(loads[j].stores_before) == group) ++j;
+    stores_until(group);
+    std::vector<k::BlockPair> in, out_pairs;
+    for (std::size_t q = i; q < j; ++q) {
+      in.push_back({loads[q].src, static_cast<std::int64_t>(q - i)});
+      out_pairs.push_back({static_cast<std::int64_t>(q - i), loads[q].dst});
+    }
+    add(KvPlace::kTier, KvPlace::kStaging, in);
+    stores_until(j < loads.size() ? static_cast<std::size_t>(loads[j].stores_before)
+                                  : plan.tier_stores.size());
+    add(KvPlace::kStaging, KvPlace::kDevice, out_pairs);
+    out.staged_blocks = std::max<std::int64_t>(out.staged_blocks, static_cast<std::int64_t>(j - i));
+    i = j;
+  }
+  stores_until(plan.tier_stores.size());
+  return out;
+}
+
 }  // namespace
 
 std::int64_t cuda_block_bytes(const ModelConfig& model, std::int32_t block_size,
@@ -109,6 +170,9 @@ struct CudaExecutor::Impl {
   DeviceBuffer residual, hbuf, qkv, q, kk, vv, attn, gate_up, act, final_h, logits, prob, sampled;
   DeviceBuffer meta, workspace;
   DeviceBuffer kv_cache, host_cache;
+  // The KV offload host tier (pinned) and the device blocks a tier load is staged through.
+  DeviceBuffer tier_cache, tier_staging;
+  std::int64_t tier_copy_ns = 0;
   std::vector<std::vector<float>> last_logits;
   Staging staging;
   // CUDA-graph decode steps: the bucket sizes, the padded inputs' device copy (graph_meta, sized
@@ -315,10 +379,11 @@ void CudaExecutor::Impl::init(const LlamaWeights* host, std::uint64_t seed) {
   Impl& s = *this;
   const ModelConfig& m = config.model;
   if (options.block_size < 1 || options.num_blocks < 0 || options.num_host_blocks < 0 ||
-      options.max_num_tokens < 1 || options.max_num_seqs < 1 || options.max_model_len < 1) {
+      options.num_tier_slots < 0 || options.max_num_tokens < 1 || options.max_num_seqs < 1 ||
+      options.max_model_len < 1) {
     throw std::invalid_argument(
         "CudaExecutor: block_size, max_num_tokens, max_num_seqs and max_model_len must be >= 1, "
-        "num_blocks and num_host_blocks >= 0");
+        "num_blocks, num_host_blocks and num_tier_slots >= 0");
   }
   if (!(options.gpu_memory_utilization > 0) || options.gpu_memory_utilization > 1) {
     throw std::invalid_argument("CudaExecutor: gpu_memory_utilization must be in (0, 1]");
@@ -399,6 +464,11 @@ void CudaExecutor::Impl::init(const LlamaWeights* host, std::uint64_t seed) {
         DeviceBuffer(static_cast<std::size_t>(options.num_host_blocks * s.layout.block_bytes()),
                      DeviceBuffer::Kind::kPinnedHost);
   }
+  if (options.num_tier_slots > 0) {
+    s.tier_cache =
+        DeviceBuffer(static_cast<std::size_t>(options.num_tier_slots * s.layout.block_bytes()),
+                     DeviceBuffer::Kind::kPinnedHost);
+  }
 }
 
 CudaExecutor::~CudaExecutor() = default;
@@ -432,6 +502,21 @@ std::vector<float> CudaExecutor::read_weight(const std::string& name) const {
   } else {
     k::copy_to_host(out.data(), w.data, n * sizeof(float));
   }
+  return out;
+}
+
+std::int64_t CudaExecutor::tier_copy_ns() const { return impl_->tier_copy_ns; }
+
+std::vector<std::uint8_t> CudaExecutor::read_tier_slot(std::int32_t layer, bool value,
+                                                       std::int32_t slot) const {
+  const Impl& s = *impl_;
+  const std::int64_t n = s.layout.plane_elems() * s.layout.elem_bytes;
+  const std::int64_t off =
+      s.layout.offset(slot, layer, value ? 1 : 0, 0, 0, 0) * s.layout.elem_bytes;
+  std::vector<std::uint8_t> out(static_cast<std::size_t>(n));
+  k::synchronize(s.stream.get());
+  k::copy_async(out.data(), s.tier_cache.as<const std::uint8_t>() + off, n, s.stream.get());
+  k::synchronize(s.stream.get());
   return out;
 }
 
@@ -582,6 +667,7 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
   limits.block_size = bs;
   limits.max_context = s.rope_rows;
   check_plan(plan, limits, "CudaExecutor");
+  check_tier_moves(plan, opt.num_blocks, opt.num_tier_slots, "CudaExecutor");
   std::int32_t max_ctx = 0;
   for (const ScheduledRequest& e : plan.requests) max_ctx = std::max(max_ctx, e.context_len());
 
@@ -659,7 +745,12 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
                     o_u = s.staging.add(sample_u), o_out = s.staging.add(pairs_of(plan.swap_out)),
                     o_in = s.staging.add(pairs_of(plan.swap_in)),
                     o_copy = s.staging.add(pairs_of(plan.copies));
+  const TierPhases tier = tier_phases(plan);
+  std::vector<std::size_t> o_tier;
+  for (const TierPhase& ph : tier.phases) o_tier.push_back(s.staging.add(ph.pairs));
   s.ensure_bytes(s.meta, s.staging.bytes().size() + 16, false);
+  s.ensure_bytes(s.tier_staging,
+                 static_cast<std::size_t>(tier.staged_blocks * s.layout.block_bytes()), false);
   s.ensure_capacity(T, S);
   k::copy_async(s.meta.get(), s.staging.bytes().data(), s.staging.bytes().size(), s.stream.get());
   auto at = [&](std::size_t off) { return static_cast<unsigned char*>(s.meta.get()) + off; };
@@ -670,6 +761,22 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
   auto pairs = [&](std::size_t off) { return reinterpret_cast<const k::BlockPair*>(at(off)); };
   k::copy_blocks(s.kv_cache.get(), s.host_cache.get(), pairs(o_out),
                  static_cast<std::int32_t>(plan.swap_out.size()), block_bytes, s.stream.get());
+  if (!tier.phases.empty()) {
+    // Timed as CpuExecutor times them: the copies' wall time (the step waits for them).
+    k::synchronize(s.stream.get());
+    const auto t0 = std::chrono::steady_clock::now();
+    void* where[3] = {s.kv_cache.get(), s.tier_cache.get(), s.tier_staging.get()};
+    for (std::size_t i = 0; i < tier.phases.size(); ++i) {
+      const TierPhase& ph = tier.phases[i];
+      k::copy_blocks(where[static_cast<int>(ph.from)], where[static_cast<int>(ph.to)],
+                     pairs(o_tier[i]), static_cast<std::int32_t>(ph.pairs.size()), block_bytes,
+                     s.stream.get());
+    }
+    k::synchronize(s.stream.get());
+    s.tier_copy_ns +=
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
+            .count();
+  }
   k::copy_blocks(s.host_cache.get(), s.kv_cache.get(), pairs(o_in),
                  static_cast<std::int32_t>(plan.swap_in.size()), block_bytes, s.stream.get());
   k::copy_blocks(s.kv_cache.get(), s.kv_cache.get(), pairs(o_copy),

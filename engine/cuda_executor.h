@@ -9,7 +9,9 @@
 //     [2 * intermediate, hidden] matrix (one GEMM each); norm weights and q/k/v biases in fp32;
 //   - the KV cache: ONE allocation of num_blocks() blocks in the block-major layout of
 //     kernels/kv_layout.h ([block][layer][K|V][slot][kv_head][head_dim]), so a block move is one
-//     contiguous copy; swap space is pinned, device-mapped host memory in the same layout. With
+//     contiguous copy; swap space and the KV offload host tier (num_tier_slots; plans' tier
+//     stores and loads, core/step_plan.h) are pinned, device-mapped host memory in the same
+//     layout. With
 //     kv_format fp8 (e4m3 or e5m2) an element is one byte holding fp8(x / scale) with the
 //     per-tensor k_scale / v_scale (CpuExecutor's fp8 contract, engine/cpu_executor.h, without
 //     compute_kv_scales: the scales are the options'); the attention kernels widen the codes to
@@ -17,16 +19,18 @@
 //   - the residual stream in fp32, activation buffers sized for max_num_tokens (grown on
 //     demand), a RoPE cos/sin table for max_model_len positions.
 //
-// execute(plan): block moves (swap_out, swap_in, copies; each a single batched copy_blocks
-// launch, in that order, as CpuExecutor), then the forward pass over all tokens of the step:
-// embedding; per layer RMSNorm, QKV GEMM, then one kernel for bias + RoPE + the KV write of ALL
-// entries (kernels/rope.h qkv_rope_kv_write; or, with fused_qkv_rope = false, the unfused
-// qkv_rope + kv_write through bf16 scratch rows), attention (decode kernel for one-token
-// entries, prefill kernel for the rest, both reading K/V through the block tables), O GEMM
-// accumulated into the residual, RMSNorm, gate/up GEMM, SiLU-mul, down GEMM accumulated into the
-// residual; then for sampling entries the final norm, LM head and sampling. The step's metadata
-// goes to the device in one copy; one synchronisation at the end (the sampled tokens are needed
-// on the host). duration_ns is the wall time of the call.
+// execute(plan): block moves in CpuExecutor's order (swap_out; the offload tier's stores and
+// loads interleaved as TierLoad::stores_before says, a load staged through a device buffer so
+// that it reads its slot before the stores after it and writes its block after them; swap_in;
+// copies), each phase one batched copy_blocks launch (split where a destination repeats), then the
+// forward pass over all tokens of the step: embedding; per layer RMSNorm, QKV GEMM, then one kernel
+// for bias + RoPE + the KV write of ALL entries (kernels/rope.h qkv_rope_kv_write; or, with
+// fused_qkv_rope = false, the unfused qkv_rope + kv_write through bf16 scratch rows), attention
+// (decode kernel for one-token entries, prefill kernel for the rest, both reading K/V through the
+// block tables), O GEMM accumulated into the residual, RMSNorm, gate/up GEMM, SiLU-mul, down GEMM
+// accumulated into the residual; then for sampling entries the final norm, LM head and sampling.
+// The step's metadata goes to the device in one copy; one synchronisation at the end (the sampled
+// tokens are needed on the host). duration_ns is the wall time of the call.
 //
 // CUDA graphs (cuda_graphs, default on): a decode-only step (every entry one token, no prefill)
 // of B <= max_num_seqs sequences runs its embedding and layers as one replayed graph, captured
@@ -62,6 +66,7 @@ struct CudaExecutorOptions {
   std::int32_t num_blocks = 0;          // device KV blocks; 0: as many as memory allows
   double gpu_memory_utilization = 0.9;  // fraction of device memory the process may hold
   std::int32_t num_host_blocks = 0;     // pinned swap space
+  std::int32_t num_tier_slots = 0;      // KV offload host tier, pinned (0: none)
   std::int32_t max_num_tokens = 8192;   // tokens per step the buffers are sized for
   std::int32_t max_num_seqs = 256;      // sampled rows per step the buffers are sized for
   std::int32_t max_model_len = 8192;    // longest context (RoPE table rows)
@@ -136,6 +141,11 @@ class CudaExecutor : public Backend {
   // (bf16: 2 bytes an element, little-endian; fp8: 1), [slot][kv_head][head_dim].
   std::vector<std::uint8_t> read_block(bool host, std::int32_t layer, bool value,
                                        std::int32_t block) const;
+  // Tests: the same for slot `slot` of the KV offload host tier.
+  std::vector<std::uint8_t> read_tier_slot(std::int32_t layer, bool value, std::int32_t slot) const;
+  // Wall time spent on the offload tier's stores and loads so far (each step with tier moves
+  // waits for them: the figure is the copies' own time).
+  std::int64_t tier_copy_ns() const;
 
  private:
   struct Impl;

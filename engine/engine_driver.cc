@@ -314,7 +314,7 @@ EngineInstance load_replicas(const ExperimentConfig& config, const EngineOptions
                       std::to_string(config.parallel.pipeline) +
                       " can only be simulated (sim run); use tensor 1, pipeline 1 for engine run");
   }
-  // Pinned prefixes and the host offload tier run on the CPU executor; the disk tier and the
+  // Pinned prefixes and the host offload tier run on both executors; the disk tier and the
   // idle-session offload are simulated only.
   if (config.kv_offload.disk) {
     throw ConfigError(config.kv_offload.disk->location +
@@ -325,12 +325,6 @@ EngineInstance load_replicas(const ExperimentConfig& config, const EngineOptions
     throw ConfigError(config.kv_offload.idle_location +
                       ": idle-session offload is simulated only (sim run); remove it for "
                       "engine run");
-  }
-  if (options.device == "cuda" && (config.kv_offload.set || !config.prefix_cache.pinned.empty())) {
-    throw ConfigError(
-        (config.kv_offload.set ? config.kv_offload.location : config.prefix_cache.location) +
-        ": the CUDA executor has no offload tier or pinned prefixes yet; use "
-        "--device cpu");
   }
   // CUDA: bf16 blocks; without serving.num_gpu_blocks the executor sizes the cache from free
   // device memory and serving.gpu_memory_utilization (--kv-memory-gb is for the CPU engine).
@@ -453,6 +447,13 @@ EngineInstance load_replicas(const ExperimentConfig& config, const EngineOptions
     weights = std::make_unique<LlamaWeights>(LlamaWeights::random(llama, config.seed));
   }
   std::unique_ptr<Backend>& executor = out.executor;
+  // The offload host tier's slots live with the executor (pinned host memory for CUDA).
+  std::int32_t tier_slots = 0;
+  if (config.kv_offload.set) {
+    out.offload = make_offload_tiers(config.kv_offload, out.block_bytes, /*host_slots=*/true);
+    tier_slots = static_cast<std::int32_t>(
+        std::min<std::int64_t>(out.offload->capacity(kHostTier), INT32_MAX));
+  }
   if (cuda) {
 #if SERVELAB_HAVE_CUDA
     if (config.scheduler.speculative.enabled()) {
@@ -465,6 +466,7 @@ EngineInstance load_replicas(const ExperimentConfig& config, const EngineOptions
     cuda_options.num_blocks = sized_by_device ? 0 : static_cast<std::int32_t>(out.num_gpu_blocks);
     cuda_options.gpu_memory_utilization = config.gpu_memory_utilization;
     cuda_options.num_host_blocks = static_cast<std::int32_t>(num_cpu_blocks);
+    cuda_options.num_tier_slots = tier_slots;
     cuda_options.max_num_tokens = config.scheduler.max_num_batched_tokens;
     cuda_options.max_num_seqs = config.scheduler.max_num_seqs;
     cuda_options.max_model_len = config.scheduler.max_model_len;
@@ -495,11 +497,7 @@ EngineInstance load_replicas(const ExperimentConfig& config, const EngineOptions
     exec_options.num_host_blocks = static_cast<std::int32_t>(num_cpu_blocks);
     exec_options.kv_format = kv_float_format(model);
     exec_options.speculative = config.scheduler.speculative;
-    if (config.kv_offload.set) {
-      out.offload = make_offload_tiers(config.kv_offload, out.block_bytes, /*host_slots=*/true);
-      exec_options.num_tier_slots = static_cast<std::int32_t>(
-          std::min<std::int64_t>(out.offload->capacity(kHostTier), INT32_MAX));
-    }
+    exec_options.num_tier_slots = tier_slots;
     exec_options.enable_lora = config.scheduler.lora.enabled();
     exec_options.lora_seed = config.seed;
     executor = std::make_unique<CpuExecutor>(*weights, exec_options);
@@ -604,9 +602,16 @@ RunOutput run_engine(const ExperimentConfig& config, const EngineOptions& option
   }
   if (engine.offload) {
     // The load time is the executor's measured copy time, stores included.
-    const auto* cpu = dynamic_cast<const CpuExecutor*>(engine.executor.get());
-    fill_offload_summary(*engine.offload, replica.kv().stats(),
-                         cpu != nullptr ? static_cast<double>(cpu->tier_copy_ns()) * 1e-9 : 0.0,
+    std::int64_t copy_ns = 0;
+    if (const auto* cpu = dynamic_cast<const CpuExecutor*>(engine.executor.get())) {
+      copy_ns = cpu->tier_copy_ns();
+    }
+#if SERVELAB_HAVE_CUDA
+    if (const auto* gpu = dynamic_cast<const CudaExecutor*>(engine.executor.get())) {
+      copy_ns = gpu->tier_copy_ns();
+    }
+#endif
+    fill_offload_summary(*engine.offload, replica.kv().stats(), static_cast<double>(copy_ns) * 1e-9,
                          out.summary);
   }
   if (config.scheduler.speculative.enabled()) add_spec_decode(out.summary, scheduler.counters());

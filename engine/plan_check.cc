@@ -3,6 +3,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "core/kv_offload_tiers.h"
+
 namespace servelab {
 
 void check_plan(const StepPlan& plan, const PlanLimits& limits, std::string_view who) {
@@ -39,6 +41,31 @@ void check_plan(const StepPlan& plan, const PlanLimits& limits, std::string_view
                                  (takes_previous ? 1 : 0),
           id + ": positions beyond the known tokens");
     check(e.context_len() <= limits.max_context, id + ": context beyond max_model_len");
+  }
+}
+
+void check_tier_moves(const StepPlan& plan, std::int32_t num_blocks, std::int32_t num_tier_slots,
+                      std::string_view who) {
+  const std::int32_t nd = num_blocks, nt = num_tier_slots;
+  auto bad = [who](const std::string& what) {
+    throw std::invalid_argument(std::string(who) + ": " + what);
+  };
+  for (const TierStore& st : plan.tier_stores) {
+    if (st.src <= 0 || st.src >= nd || st.dst_slot < 0 || st.dst_slot >= nt) {
+      bad("tier store from block " + std::to_string(st.src) + " to slot " +
+          std::to_string(st.dst_slot) + " is out of range (" + std::to_string(nt) + " slots)");
+    }
+  }
+  std::int32_t before = 0;
+  for (const TierLoad& l : plan.tier_loads) {
+    if (l.tier != kHostTier || l.src < 0 || l.src >= nt || l.dst <= 0 || l.dst >= nd ||
+        l.stores_before < before ||
+        l.stores_before > static_cast<std::int32_t>(plan.tier_stores.size())) {
+      bad("tier load from tier " + std::to_string(l.tier) + " slot " + std::to_string(l.src) +
+          " to block " + std::to_string(l.dst) + " is out of range or order (" +
+          std::to_string(nt) + " host-tier slots)");
+    }
+    before = l.stores_before;
   }
 }
 

@@ -27,4 +27,12 @@ struct PlanLimits {
 // far, a context longer than `max_context` ("context beyond max_model_len").
 void check_plan(const StepPlan& plan, const PlanLimits& limits, std::string_view who);
 
+// The KV offload host tier's moves (core/step_plan.h TierStore, TierLoad): throws
+// std::invalid_argument("<who>: ...") for a store from a block outside [1, num_blocks) or into a
+// slot outside [0, num_tier_slots), a load not from the host tier, from a slot out of range or
+// into a block outside [1, num_blocks), or loads whose stores_before decrease or exceed the
+// plan's stores.
+void check_tier_moves(const StepPlan& plan, std::int32_t num_blocks, std::int32_t num_tier_slots,
+                      std::string_view who);
+
 }  // namespace servelab

@@ -98,6 +98,22 @@ done
 # same order for any row count: eager and replayed runs agree exactly.
 check "graphs off and on: identical tokens" same_tokens "$t/SERVELAB-CUDA-GRAPHS-0" "$t/cuda" 12
 
+# The KV offload host tier (6 slots: reused as the run goes on) and pinned prefixes on the CUDA
+# executor: its blocks move through pinned host memory bit for bit, so the tokens are the plain
+# CUDA run's (the schedule differs: batch shapes, and so the decode split plans, may differ, which
+# can tip a near tie; 12 of 12 when written).
+{ cat "$t/exp.yaml"
+  echo "kv_offload: {host: {blocks: 6}}"
+  printf 'prefix_cache:\n  pinned:\n    - {shared_prefix: 0, length: 32}\n'; } >"$t/tiers.yaml"
+check "offload tier and pinned prefix: run --device cuda exits 0" run 0 "$emu" run \
+  "$t/tiers.yaml" --device cuda --out "$t/cuda-tiers" --tokens --quiet
+check "  ... tokens as the plain CUDA run" same_tokens "$t/cuda-tiers" "$t/cuda" 11
+check "  ... the host tier served prefix hits, the pinned blocks held" python3 -c "
+import json, sys
+s = json.load(open('$t/cuda-tiers/summary.json'))
+p = s['prefix_cache']
+sys.exit(0 if p['hit_tokens_host'] > 0 and p['pinned_blocks'] == 2 else 1)"
+
 # An fp8 KV cache (scales 1) against the CPU engine storing the same format: a K or V value the
 # two compute a hair apart can round to neighbouring fp8 codes, which tips more near-ties than
 # bf16 alone (9 of 12 requests identical for both formats when written); a wrong scale, layout

@@ -19,6 +19,7 @@
 #include "core/config_error.h"
 #include "core/host_block_pool.h"
 #include "core/kv_cache_manager.h"
+#include "core/kv_offload_tiers.h"
 #include "core/request.h"
 #include "core/rng.h"
 #include "core/scheduler.h"
@@ -343,6 +344,63 @@ TEST(GpuExecutor, SwapAndCopyRestoreKvBitForBit) {
     }
     (void)first;
   }
+#endif
+}
+
+// The KV offload host tier (CudaExecutorOptions::num_tier_slots): stores copy device blocks into
+// slots and loads copy slots back, bit for bit, in CpuExecutor's order: a load group reads its
+// slots after the stores before it (stores_before) and writes its blocks after the stores that
+// follow, so a slot overwritten and a block stored in the same plan keep their old contents
+// where the load and the store need them.
+TEST(GpuExecutor, OffloadTierMovesKvInThePlansOrder) {
+  REQUIRE_GPU();
+#if SERVELAB_HAVE_CUDA
+  const LlamaWeights w = LlamaWeights::random(GpuConfig(64, 4, 2, false), 6);
+  CudaExecutorOptions options = GpuOptions(8, 40);
+  options.num_tier_slots = 4;
+  CudaExecutor exec(w, options);
+  const RequestSpec spec = make_request(1, 0, {{unique_content_id(4, 1), 0, 30}}, 2);
+  exec.execute(OnePlan(spec, {}, 0, 30, {3, 9, 4, 7}));
+  const std::int32_t layers = w.config.model.num_layers;
+  using Bytes = std::vector<std::uint8_t>;
+  auto block = [&](std::int32_t b) {  // every layer's K and V of device block b
+    std::vector<Bytes> v;
+    for (std::int32_t l = 0; l < layers; ++l)
+      for (bool value : {false, true}) v.push_back(exec.read_block(false, l, value, b));
+    return v;
+  };
+  auto slot = [&](std::int32_t t) {
+    std::vector<Bytes> v;
+    for (std::int32_t l = 0; l < layers; ++l)
+      for (bool value : {false, true}) v.push_back(exec.read_tier_slot(l, value, t));
+    return v;
+  };
+  const auto b3 = block(3), b9 = block(9), b4 = block(4), b7 = block(7);
+  ASSERT_NE(b3, b9);
+  StepPlan first;
+  first.tier_stores = {{3, 0}, {9, 1}};
+  exec.execute(first);
+  EXPECT_EQ(slot(0), b3);
+  EXPECT_EQ(slot(1), b9);
+  // Store 7 -> slot 2; then the group (stores_before 1) reads slots 0 and 1; store 4 -> slot 0;
+  // then the group writes blocks 20 and 7.
+  StepPlan second;
+  second.tier_stores = {{7, 2}, {4, 0}};
+  second.tier_loads = {{kHostTier, 20, 0, 1}, {kHostTier, 7, 1, 1}};
+  exec.execute(second);
+  EXPECT_EQ(slot(2), b7);
+  EXPECT_EQ(slot(0), b4);
+  EXPECT_EQ(block(20), b3);
+  EXPECT_EQ(block(7), b9);
+  EXPECT_GT(exec.tier_copy_ns(), 0);
+  // Out of range or order: refused before anything moves.
+  StepPlan bad;
+  bad.tier_stores = {{3, 4}};
+  EXPECT_THROW(exec.execute(bad), std::invalid_argument);
+  bad.tier_stores = {{3, 1}};
+  bad.tier_loads = {{kHostTier, 5, 0, 2}};
+  EXPECT_THROW(exec.execute(bad), std::invalid_argument);
+  EXPECT_EQ(slot(1), b9);
 #endif
 }
 
