@@ -198,6 +198,20 @@ struct CudaExecutor::Impl {
 
   const ModelConfig& model() const { return config.model; }
 
+  // One layer's K or V plane of block `block` of `cache` (the device cache, swap space or the
+  // offload tier: one layout), as stored.
+  std::vector<std::uint8_t> read_plane(const DeviceBuffer& cache, std::int64_t block,
+                                       std::int32_t layer, bool value) const {
+    const std::int64_t n = layout.plane_elems() * layout.elem_bytes;
+    const std::int64_t off =
+        layout.offset(block, layer, value ? 1 : 0, 0, 0, 0) * layout.elem_bytes;
+    std::vector<std::uint8_t> out(static_cast<std::size_t>(n));
+    k::synchronize(stream.get());
+    k::copy_async(out.data(), cache.as<const std::uint8_t>() + off, n, stream.get());
+    k::synchronize(stream.get());
+    return out;
+  }
+
   void ensure_capacity(std::int32_t tokens, std::int32_t rows) {
     const ModelConfig& m = model();
     if (tokens > cap_tokens) {
@@ -509,29 +523,12 @@ std::int64_t CudaExecutor::tier_copy_ns() const { return impl_->tier_copy_ns; }
 
 std::vector<std::uint8_t> CudaExecutor::read_tier_slot(std::int32_t layer, bool value,
                                                        std::int32_t slot) const {
-  const Impl& s = *impl_;
-  const std::int64_t n = s.layout.plane_elems() * s.layout.elem_bytes;
-  const std::int64_t off =
-      s.layout.offset(slot, layer, value ? 1 : 0, 0, 0, 0) * s.layout.elem_bytes;
-  std::vector<std::uint8_t> out(static_cast<std::size_t>(n));
-  k::synchronize(s.stream.get());
-  k::copy_async(out.data(), s.tier_cache.as<const std::uint8_t>() + off, n, s.stream.get());
-  k::synchronize(s.stream.get());
-  return out;
+  return impl_->read_plane(impl_->tier_cache, slot, layer, value);
 }
 
 std::vector<std::uint8_t> CudaExecutor::read_block(bool host, std::int32_t layer, bool value,
                                                    std::int32_t block) const {
-  const Impl& s = *impl_;
-  const std::int64_t n = s.layout.plane_elems() * s.layout.elem_bytes;
-  const std::int64_t off =
-      s.layout.offset(block, layer, value ? 1 : 0, 0, 0, 0) * s.layout.elem_bytes;
-  std::vector<std::uint8_t> out(static_cast<std::size_t>(n));
-  const DeviceBuffer& src = host ? s.host_cache : s.kv_cache;
-  k::synchronize(s.stream.get());
-  k::copy_async(out.data(), src.as<const std::uint8_t>() + off, n, s.stream.get());
-  k::synchronize(s.stream.get());
-  return out;
+  return impl_->read_plane(host ? impl_->host_cache : impl_->kv_cache, block, layer, value);
 }
 
 void CudaExecutor::Impl::forward_layers(const ForwardArgs& f) {
