@@ -200,32 +200,12 @@ void CpuExecutor::move_blocks(const StepPlan& plan) {
   }
 }
 
-std::int32_t CpuExecutor::previous_token(RequestId id) const {
-  const auto it = std::lower_bound(
-      previous_tokens_.begin(), previous_tokens_.end(), id,
-      [](const std::pair<RequestId, std::int32_t>& p, RequestId v) { return p.first < v; });
-  return it != previous_tokens_.end() && it->first == id ? it->second : -1;
-}
-
 StepResult CpuExecutor::execute(const StepPlan& plan) {
   const auto start = std::chrono::steady_clock::now();
   validate(plan);
   // Async scheduling: an entry that starts at the previous step's token (StepPlan::pipelined).
   // Found before any state changes, so a plan that does not follow the last one is refused whole.
-  std::vector<std::uint8_t> takes_previous(plan.requests.size(), 0);
-  if (plan.pipelined) {
-    for (std::size_t i = 0; i < plan.requests.size(); ++i) {
-      const ScheduledRequest& e = plan.requests[i];
-      if (e.first_token != e.spec->prompt_len + static_cast<std::int32_t>(e.output_tokens.size())) {
-        continue;
-      }
-      if (previous_token(e.id) < 0) {
-        throw std::invalid_argument("cpu executor: request " + std::to_string(e.id) +
-                                    " starts at a token the previous plan did not sample");
-      }
-      takes_previous[i] = 1;
-    }
-  }
+  const std::vector<std::uint8_t> takes_previous = previous_.takers(plan, "CpuExecutor");
   move_blocks(plan);
 
   const ModelConfig& m = weights_.config.model;
@@ -249,7 +229,7 @@ StepResult CpuExecutor::execute(const StepPlan& plan) {
       } else if (p < known) {
         value = e.output_tokens[p - e.spec->prompt_len];
       } else if (takes_previous[i] != 0) {
-        value = previous_token(e.id);
+        value = previous_.token(e.id);
       } else {
         value = plan.draft_tokens[i][static_cast<std::size_t>(p - known)];
       }
@@ -480,13 +460,7 @@ StepResult CpuExecutor::execute(const StepPlan& plan) {
                                           allowed(e, e.output_tokens.size(), last_logits_[i])));
     }
   }
-  previous_tokens_.clear();
-  for (std::size_t i = 0; i < plan.requests.size(); ++i) {
-    if (plan.requests[i].samples) {
-      previous_tokens_.emplace_back(plan.requests[i].id, result.sampled_tokens[i]);
-    }
-  }
-  std::sort(previous_tokens_.begin(), previous_tokens_.end());
+  previous_.record(plan, result);
   result.duration_ns =
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
           .count();

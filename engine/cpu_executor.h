@@ -73,6 +73,7 @@
 #include "core/speculative_config.h"
 #include "engine/llama_weights.h"
 #include "engine/lora_weights.h"
+#include "engine/previous_tokens.h"
 #include "kernels/float_formats.h"
 
 namespace servelab {
@@ -159,12 +160,8 @@ class CpuExecutor : public Backend {
   std::vector<float> k_tier_, v_tier_;    // KV offload host tier
   std::int64_t tier_copy_ns_ = 0;
   std::vector<Eigen::VectorXf> last_logits_;
-  // Async scheduling: the token each entry of the last plan sampled, (request id, token) sorted
-  // by id; a pipelined plan's entry that starts one past its known tokens reads its input here
-  // (vLLM's worker keeps the previous step's sampled ids on the device for the same purpose).
-  std::vector<std::pair<RequestId, std::int32_t>> previous_tokens_;
-  // The previous step's token of request `id`, or -1 when the last plan sampled none for it.
-  std::int32_t previous_token(RequestId id) const;
+  // Async scheduling: the token each entry of the last plan sampled (engine/previous_tokens.h).
+  PreviousTokens previous_;
   bool fp8_kv_ = false;
   std::vector<float> k_scales_, v_scales_;              // per layer (fp8 only; 1 otherwise)
   std::vector<bool> scales_set_;                        // per layer, with compute_kv_scales

@@ -173,6 +173,7 @@ struct CudaExecutor::Impl {
   // The KV offload host tier (pinned) and the device blocks a tier load is staged through.
   DeviceBuffer tier_cache, tier_staging;
   std::int64_t tier_copy_ns = 0;
+  PreviousTokens previous;  // async scheduling: what the last plan sampled
   std::vector<std::vector<float>> last_logits;
   Staging staging;
   // CUDA-graph decode steps: the bucket sizes, the padded inputs' device copy (graph_meta, sized
@@ -665,6 +666,7 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
   limits.max_context = s.rope_rows;
   check_plan(plan, limits, "CudaExecutor");
   check_tier_moves(plan, opt.num_blocks, opt.num_tier_slots, "CudaExecutor");
+  const std::vector<std::uint8_t> takes_previous = s.previous.takers(plan, "CudaExecutor");
   std::int32_t max_ctx = 0;
   for (const ScheduledRequest& e : plan.requests) max_ctx = std::max(max_ctx, e.context_len());
 
@@ -683,10 +685,16 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
     const auto row0 = static_cast<std::int32_t>(tokens.size());
     for (std::int32_t p = e.first_token; p < e.context_len(); ++p) {
       std::int32_t value;
+      const auto out_index = static_cast<std::size_t>(p - e.spec->prompt_len);
       if (p < e.spec->prompt_len) {
         value = prompt_token_value(*e.spec, p, m.vocab_size);
+      } else if (out_index < e.output_tokens.size()) {
+        value = e.output_tokens[out_index];
+      } else if (takes_previous[i] != 0) {  // async scheduling: the last plan's token
+        value = s.previous.token(e.id);
       } else {
-        value = e.output_tokens[p - e.spec->prompt_len];
+        throw std::invalid_argument("CudaExecutor: request " + std::to_string(e.id) +
+                                    " has draft tokens; the CUDA executor does not verify them");
       }
       tokens.push_back(value);
       positions.push_back(p);
@@ -900,6 +908,7 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
     }
   }
   k::synchronize(s.stream.get());
+  s.previous.record(plan, result);
   result.duration_ns =
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
           .count();

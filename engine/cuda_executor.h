@@ -32,6 +32,10 @@
 // The step's metadata goes to the device in one copy; one synchronisation at the end (the sampled
 // tokens are needed on the host). duration_ns is the wall time of the call.
 //
+// Async scheduling (StepPlan::pipelined): as CpuExecutor, a one-token decode that starts one past
+// its request's known tokens takes the token the previous plan sampled for it
+// (engine/previous_tokens.h; here from the host copy execute() already waits for), and a plan
+// whose such entry has no previous token is refused whole.
 // CUDA graphs (cuda_graphs, default on): a decode-only step (every entry one token, no prefill)
 // of B <= max_num_seqs sequences runs its embedding and layers as one replayed graph, captured
 // per DecodeGraphKey (kernels/decode_graph_plan.h: the batch-size bucket >= B, the block-table
@@ -55,6 +59,7 @@
 #include "core/backend.h"
 #include "engine/cpu_executor.h"
 #include "engine/llama_weights.h"
+#include "engine/previous_tokens.h"
 #include "kernels/attention_plan.h"
 #include "kernels/float_formats.h"
 #include "kernels/prefill_kernel.h"

@@ -298,14 +298,6 @@ EngineInstance load_replicas(const ExperimentConfig& config, const EngineOptions
                       to_string(config.scheduler.speculative.method) +
                       " can only be simulated (sim run)");
   }
-  // Async scheduling feeds the previous step's sampled tokens into the next plan inside the
-  // executor; the CPU executor does (engine/cpu_executor.h), the CUDA one not yet.
-  if (config.scheduler.async_scheduling && options.device == "cuda") {
-    throw ConfigError(config.async_scheduling_location +
-                      ": key 'serving.async_scheduling': the CUDA executor does not take the "
-                      "previous step's tokens into a pipelined plan yet; run async scheduling on "
-                      "the CPU executor (--device cpu) or in the simulator");
-  }
   // The executors run a model on one device; model parallelism exists only in the simulator.
   if (config.parallel.set && config.parallel.tensor * config.parallel.pipeline > 1) {
     throw ConfigError(config.parallel.where +

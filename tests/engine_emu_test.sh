@@ -114,6 +114,13 @@ s = json.load(open('$t/cuda-tiers/summary.json'))
 p = s['prefix_cache']
 sys.exit(0 if p['hit_tokens_host'] > 0 and p['pinned_blocks'] == 2 else 1)"
 
+# Async scheduling (serving.async_scheduling): each pipelined decode takes the token the CUDA
+# executor's previous plan sampled; the tokens are the synchronous run's (the plans differ in
+# timing only; 12 of 12 when written).
+check "async scheduling: run --device cuda exits 0" run 0 "$emu" run "$t/exp.yaml" \
+  --device cuda --out "$t/cuda-async" --tokens --quiet --set serving.async_scheduling=true
+check "  ... tokens as the synchronous CUDA run" same_tokens "$t/cuda-async" "$t/cuda" 11
+
 # An fp8 KV cache (scales 1) against the CPU engine storing the same format: a K or V value the
 # two compute a hair apart can round to neighbouring fp8 codes, which tips more near-ties than
 # bf16 alone (9 of 12 requests identical for both formats when written); a wrong scale, layout

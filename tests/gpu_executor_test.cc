@@ -347,6 +347,38 @@ TEST(GpuExecutor, SwapAndCopyRestoreKvBitForBit) {
 #endif
 }
 
+// Async scheduling (StepPlan::pipelined): a decode formed before its input token is known takes
+// the token the executor's previous plan sampled, so its logits equal those of the same decode
+// given the token; a pipelined entry whose request sampled nothing last is refused.
+TEST(GpuExecutor, PipelinedDecodeTakesThePreviousPlansToken) {
+  REQUIRE_GPU();
+#if SERVELAB_HAVE_CUDA
+  const LlamaWeights w = LlamaWeights::random(GpuConfig(64, 4, 2, false), 8);
+  const RequestSpec spec = make_request(3, 0, {{unique_content_id(5, 3), 0, 20}}, 4);
+  const std::vector<BlockId> table = {2, 5, 1};
+  std::vector<std::vector<float>> logits;
+  for (const bool pipelined : {false, true}) {
+    CudaExecutor exec(w, GpuOptions(8, 16));
+    const StepResult first = exec.execute(OnePlan(spec, {}, 0, 20, table));
+    // (ScheduledRequest::output_tokens views the vector: it must outlive the plan.)
+    const std::vector<std::int32_t> outputs =
+        pipelined ? std::vector<std::int32_t>{}
+                  : std::vector<std::int32_t>{first.sampled_tokens[0]};
+    StepPlan next = OnePlan(spec, outputs, 20, 1, table);
+    next.pipelined = pipelined;
+    next.requests[0].samples = true;
+    next.requests[0].is_prefill = false;
+    exec.execute(next);
+    logits.push_back(exec.last_logits()[0]);
+  }
+  EXPECT_EQ(logits[0], logits[1]);
+  CudaExecutor fresh(w, GpuOptions(8, 16));
+  StepPlan orphan = OnePlan(spec, {}, 20, 1, table);
+  orphan.pipelined = true;
+  EXPECT_THROW(fresh.execute(orphan), std::invalid_argument);
+#endif
+}
+
 // The KV offload host tier (CudaExecutorOptions::num_tier_slots): stores copy device blocks into
 // slots and loads copy slots back, bit for bit, in CpuExecutor's order: a load group reads its
 // slots after the stores before it (stores_before) and writes its blocks after the stores that
