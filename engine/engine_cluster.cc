@@ -2,6 +2,7 @@
 
 #include <Eigen/Core>
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -188,7 +189,15 @@ class ClusterRun {
       if (options_.before_step) {
         before = [this](const Scheduler& s, const StepPlan& plan) {
           std::lock_guard<Mutex> l(mu_);
-          options_.before_step(s, plan);
+          if (stop_) throw Stopped{};  // another replica failed since this plan was admitted
+          try {
+            options_.before_step(s, plan);
+          } catch (...) {
+            // Raised while the lock is held: no other replica starts a step after this one
+            // failed (a first throw can take milliseconds to unwind).
+            stop_ = true;
+            throw;
+          }
         };
       }
       run_engine_loop(
@@ -201,6 +210,7 @@ class ClusterRun {
           lane.totals, before);
     } catch (const Stopped&) {
     } catch (...) {
+      stop_ = true;  // before the lock: see stop_
       Lock l(mu_);
       if (!error_) error_ = std::current_exception();
       stop_ = true;
@@ -322,8 +332,11 @@ class ClusterRun {
   std::condition_variable_any work_cv_;   // replica threads wait for their inbox
   std::condition_variable_any route_cv_;  // the routing thread waits for time or a step end
   bool closed_ = false;                   // nothing will be routed any more
-  bool stop_ = false;                     // a thread failed: every thread unwinds
-  std::exception_ptr error_;              // the first replica thread's failure
+  // A thread failed: every thread unwinds. Atomic so that a failing thread raises it before it
+  // waits for the lock (the others, stepping fast, could hold it off for many steps); read under
+  // the lock everywhere else.
+  std::atomic<bool> stop_ = false;
+  std::exception_ptr error_;  // the first replica thread's failure
   LockedObserver locked_;
   std::vector<Lane> lanes_;  // last: the replicas go before what they report to
 };
