@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "core/rng.h"
+#include "core/stop_conditions.h"
 #include "engine/plan_check.h"
 #include "engine/safetensors.h"
 #include "kernels/activation.h"
@@ -677,6 +678,7 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
   std::vector<std::int32_t> d_rows, d_ctx, d_tables;
   std::vector<std::int32_t> p_begin, p_num, p_first, p_tables;
   std::vector<std::int32_t> sample_rows;
+  std::vector<std::int32_t> mask_rows, mask_tokens;  // (sampled row, token) it must not draw
   std::vector<float> sample_u;
   std::vector<std::size_t> sample_entry;  // plan entry of each sampled row
   std::vector<std::int32_t> sample_k;     // its sample index (parallel sampling)
@@ -714,6 +716,14 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
     }
     // Parallel sampling draws num_samples tokens from the same logits: the row repeats.
     for (std::int32_t k = 0; e.samples && k < std::max<std::int32_t>(1, e.num_samples); ++k) {
+      // The output index this row samples (CpuExecutor's): one more when the entry starts at
+      // the previous step's token (async scheduling); a fork samples the request's first.
+      const std::size_t index = e.output_tokens.size() + (k == 0 ? takes_previous[i] : 0);
+      for (const std::int32_t t :
+           suppressed_tokens(*e.spec, static_cast<std::int32_t>(index))) {  // min_tokens
+        mask_rows.push_back(static_cast<std::int32_t>(sample_rows.size()));
+        mask_tokens.push_back(t);
+      }
       sample_rows.push_back(row0 + e.num_tokens - 1);
       sample_entry.push_back(i);
       sample_k.push_back(k);
@@ -721,7 +731,6 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
       if (opt.sampling.temperature > 0) {
         // CpuExecutor's stream: one per (seed, request or sample id, output index).
         const RequestId id = k == 0 ? e.id : sample_request_id(e.id, k);
-        const std::uint64_t index = e.output_tokens.size();
         Rng rng(mix64(mix64(opt.sampling.seed ^ name_hash("cpu_executor.sample")) ^ id) ^
                 mix64(index));
         u = rng.uniform();
@@ -749,7 +758,8 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
                     o_tiles = s.staging.add(tiles), o_srows = s.staging.add(sample_rows),
                     o_u = s.staging.add(sample_u), o_out = s.staging.add(pairs_of(plan.swap_out)),
                     o_in = s.staging.add(pairs_of(plan.swap_in)),
-                    o_copy = s.staging.add(pairs_of(plan.copies));
+                    o_copy = s.staging.add(pairs_of(plan.copies)),
+                    o_mrows = s.staging.add(mask_rows), o_mtoks = s.staging.add(mask_tokens);
   const TierPhases tier = tier_phases(plan);
   std::vector<std::size_t> o_tier;
   for (const TierPhase& ph : tier.phases) o_tier.push_back(s.staging.add(ph.pairs));
@@ -876,6 +886,8 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
       const Bf16* head = m.tie_word_embeddings ? s.embed.as<Bf16>() : s.lm_head.as<Bf16>();
       s.gemm->linear(s.final_h.as<Bf16>(), head, s.logits.get(), k::Gemm::Out::kF32, S, H,
                      m.vocab_size, 0.0f, s.stream.get());
+      k::mask_logits(s.logits.as<float>(), m.vocab_size, i32(o_mrows), i32(o_mtoks),
+                     static_cast<std::int32_t>(mask_rows.size()), s.stream.get());
       if (opt.sampling.temperature > 0) {
         k::top_p_sample(
             s.logits.as<float>(), S, m.vocab_size, static_cast<float>(opt.sampling.temperature),

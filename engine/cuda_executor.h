@@ -28,9 +28,10 @@
 // fused_qkv_rope = false, the unfused qkv_rope + kv_write through bf16 scratch rows), attention
 // (decode kernel for one-token entries, prefill kernel for the rest, both reading K/V through the
 // block tables), O GEMM accumulated into the residual, RMSNorm, gate/up GEMM, SiLU-mul, down GEMM
-// accumulated into the residual; then for sampling entries the final norm, LM head and sampling.
-// The step's metadata goes to the device in one copy; one synchronisation at the end (the sampled
-// tokens are needed on the host). duration_ns is the wall time of the call.
+// accumulated into the residual; then for sampling entries the final norm, LM head and sampling
+// (the tokens min_tokens keeps out masked first: core/stop_conditions.h suppressed_tokens, as
+// CpuExecutor). The step's metadata goes to the device in one copy; one synchronisation at the end
+// (the sampled tokens are needed on the host). duration_ns is the wall time of the call.
 //
 // Async scheduling (StepPlan::pipelined): as CpuExecutor, a one-token decode that starts one past
 // its request's known tokens takes the token the previous plan sampled for it
@@ -76,7 +77,8 @@ struct CudaExecutorOptions {
   std::int32_t max_num_seqs = 256;      // sampled rows per step the buffers are sized for
   std::int32_t max_model_len = 8192;    // longest context (RoPE table rows)
   SamplingParams sampling;
-  bool keep_logits = false;  // copy each step's logits back (tests, hf_compare)
+  bool keep_logits = false;  // copy each step's logits back (tests, hf_compare); a token a
+                             // request may not draw yet (min_tokens) is -inf there
   // The attention kernels: the new ones by default, the earlier ones kept to fall back to without
   // rebuilding (environment: SERVELAB_CUDA_DECODE, SERVELAB_CUDA_PREFILL, engine/gpu_switches.h).
   kernels::DecodeKernel decode_kernel = kernels::kDefaultDecodeKernel;   // attention_plan.h

@@ -18,6 +18,14 @@ namespace {
 
 constexpr int kThreads = 1024;
 
+__global__ void mask_kernel(float* logits, std::int32_t vocab, const std::int32_t* rows,
+                            const std::int32_t* tokens, std::int32_t n) {
+  const std::int32_t i = static_cast<std::int32_t>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (i >= n) return;
+  const std::int32_t t = tokens[i];
+  if (t >= 0 && t < vocab) logits[std::int64_t{rows[i]} * vocab + t] = -INFINITY;
+}
+
 __global__ void __launch_bounds__(kThreads)
     greedy_kernel(const float* logits, std::int32_t vocab, std::int32_t* out) {
   __shared__ float s_val[32];
@@ -126,6 +134,16 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 }  // namespace
+
+void mask_logits(float* logits, std::int32_t vocab, const std::int32_t* rows,
+                 const std::int32_t* tokens, std::int32_t n, Stream stream) {
+  if (n <= 0) return;
+  constexpr int kMaskThreads = 128;
+  SERVELAB_LAUNCH(mask_kernel, (n + kMaskThreads - 1) / kMaskThreads, kMaskThreads, 0,
+                  detail::as_stream(stream))
+  (logits, vocab, rows, tokens, n);
+  detail::check_launch("mask_logits");
+}
 
 void greedy_sample(const float* logits, std::int32_t num_rows, std::int32_t vocab,
                    std::int32_t* out, Stream stream) {

@@ -21,4 +21,10 @@ void top_p_sample(const float* logits, std::int32_t num_rows, std::int32_t vocab
                   float top_p, const float* u, float* scratch, std::int32_t* out, Stream stream);
 // scratch: num_rows * vocab floats (the probabilities).
 
+// Before sampling: logits[rows[i] * vocab + tokens[i]] = -infinity for i < n, the tokens a row
+// must not draw yet (min_tokens: EOS and stop ids, core/stop_conditions.h suppressed_tokens);
+// an entry whose token is outside [0, vocab) is skipped. rows, tokens: device [n].
+void mask_logits(float* logits, std::int32_t vocab, const std::int32_t* rows,
+                 const std::int32_t* tokens, std::int32_t n, Stream stream);
+
 }  // namespace servelab::kernels

@@ -23,6 +23,7 @@
 #include "core/request.h"
 #include "core/rng.h"
 #include "core/scheduler.h"
+#include "core/stop_conditions.h"
 #include "engine/cpu_executor.h"
 #include "engine/llama_weights.h"
 #include "engine/safetensors.h"
@@ -344,6 +345,42 @@ TEST(GpuExecutor, SwapAndCopyRestoreKvBitForBit) {
     }
     (void)first;
   }
+#endif
+}
+
+// min_tokens (core/stop_conditions.h): before it, EOS and the stop token ids are masked out of
+// the logits the executor samples from, as CpuExecutor masks them: the token the same prompt
+// samples greedily without conditions is not drawn when it is the EOS id, and is again once
+// min_tokens outputs exist.
+TEST(GpuExecutor, MinTokensKeepsEosOutOfTheSample) {
+  REQUIRE_GPU();
+#if SERVELAB_HAVE_CUDA
+  const LlamaWeights w = LlamaWeights::random(GpuConfig(64, 4, 2, false), 9);
+  RequestSpec spec = make_request(4, 0, {{unique_content_id(6, 4), 0, 24}}, 8);
+  const std::vector<BlockId> table = {1, 2, 3, 4};
+  auto first_token = [&](const RequestSpec& r, bool cpu_side) {
+    if (cpu_side) {
+      CpuExecutorOptions o;
+      o.block_size = 8;
+      o.num_blocks = 16;
+      CpuExecutor cpu(w, o);
+      return cpu.execute(OnePlan(r, {}, 0, 24, table)).sampled_tokens[0];
+    }
+    CudaExecutor gpu(w, GpuOptions(8, 16));
+    return gpu.execute(OnePlan(r, {}, 0, 24, table)).sampled_tokens[0];
+  };
+  const std::int32_t plain = first_token(spec, false);
+  auto stop = std::make_shared<StopConditions>();
+  stop->eos_token_id = plain;
+  stop->min_tokens = 2;
+  spec.stop = stop;
+  const std::int32_t masked = first_token(spec, false);
+  EXPECT_NE(masked, plain);
+  EXPECT_EQ(masked, first_token(spec, true)) << "the CPU executor masks the same token";
+  auto later = std::make_shared<StopConditions>(*stop);
+  later->min_tokens = 0;
+  spec.stop = later;
+  EXPECT_EQ(first_token(spec, false), plain);
 #endif
 }
 

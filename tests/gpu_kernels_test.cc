@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <numeric>
 #include <span>
 #include <stdexcept>
@@ -1073,6 +1074,25 @@ TEST(GpuKernels, GemmMatchesFp32) {
   for (float& v : want_acc) v += 0.5f;
   ExpectClose(Download<float>(y32, want.size()), want_acc, 1e-3, 1e-4, "gemm fp32 accumulate");
   ExpectClose(FromBits(Download<std::uint16_t>(y16, want.size())), want, 1e-2, 8e-3, "gemm bf16");
+#endif
+}
+
+// mask_logits (kernels/sampling.h): exactly the listed (row, token) logits become -inf; a token
+// outside the vocabulary is skipped.
+TEST(GpuKernels, MaskLogitsSetsTheListedTokensToMinusInfinity) {
+  REQUIRE_GPU();
+#if SERVELAB_HAVE_CUDA
+  const std::int32_t rows = 3, vocab = 50;
+  std::vector<float> logits(rows * vocab);
+  for (std::size_t i = 0; i < logits.size(); ++i) logits[i] = static_cast<float>(i % 17) - 8.0f;
+  const std::vector<std::int32_t> r = {0, 2, 2, 1}, t = {5, 7, 49, 50};
+  DeviceBuffer d = Upload(logits), dr = Upload(r), dt = Upload(t);
+  k::mask_logits(d.as<float>(), vocab, dr.as<std::int32_t>(), dt.as<std::int32_t>(), 4, nullptr);
+  std::vector<float> want = logits;
+  for (const std::size_t i : {std::size_t{5}, std::size_t{2 * 50 + 7}, std::size_t{2 * 50 + 49}}) {
+    want[i] = -std::numeric_limits<float>::infinity();
+  }
+  EXPECT_EQ(Download<float>(d, logits.size()), want);
 #endif
 }
 
