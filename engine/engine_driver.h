@@ -76,9 +76,9 @@ RunOutput run_engine(const ExperimentConfig& config, const EngineOptions& option
 // the executor that owns the KV blocks.
 struct EngineInstance {
   LlamaConfig llama;
-  std::int64_t num_gpu_blocks = 0;        // what the executor allocated
-  std::int64_t num_cpu_blocks = 0;        // swap blocks (preemption swap or auto), else 0
-  std::int64_t block_bytes = 0;           // of one block across all layers
+  std::int64_t num_gpu_blocks = 0;  // what the executor allocated
+  std::int64_t num_cpu_blocks = 0;  // swap blocks (preemption swap or auto), else 0
+  std::int64_t block_bytes = 0;     // of one block across all layers
   // The device the steps run on, for summary.json's run.hardware: "cpu: <model name>" or
   // "cuda: <GPU name>" (serving/machine.h this_machine).
   std::string hardware;
