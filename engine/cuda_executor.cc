@@ -191,6 +191,9 @@ struct CudaExecutor::Impl {
   Staging graph_staging;
   std::map<k::DecodeGraphKey, GraphEntry> graphs;
   std::uint64_t buffers_generation = 0, graph_clock = 0;
+  // (bucket, split) pairs whose kernels and cuBLAS shapes have run eagerly once: a later capture
+  // of the same pair (another table width or partition) needs no eager pass before it.
+  std::set<std::pair<std::int32_t, bool>> warmed;
   CudaGraphStats stats;
 
   Impl(const LlamaConfig& c, const CudaExecutorOptions& o) : config(c), options(o) {}
@@ -617,11 +620,15 @@ void CudaExecutor::Impl::run_decode_graph(const k::DecodeGraphKey& key, const Fo
   }
   auto it = graphs.find(key);
   if (it == graphs.end()) {
-    // The first step of a key runs eagerly (this computes the step and warms cuBLAS up for the
-    // shapes, so that nothing initialises lazily during capture), then is captured. Replaying
-    // it recomputes the same values: the KV rows it writes are bit-identical.
-    forward_layers(f);
-    ++stats.padded_eager;
+    // The first capture of a (bucket, split) pair follows an eager pass of the step (it warms
+    // cuBLAS up for the bucket's shapes and loads every kernel, so that nothing initialises
+    // lazily during capture); replaying recomputes the same values, so the KV rows it writes
+    // are bit-identical. Later keys of the pair (a wider table, another partition) only capture.
+    const bool computed = warmed.emplace(key.bucket, key.max_splits > 1).second;
+    if (computed) {
+      forward_layers(f);
+      ++stats.padded_eager;
+    }
     GraphEntry entry;
     try {
       entry.graph.begin_capture(stream.get());
@@ -635,7 +642,11 @@ void CudaExecutor::Impl::run_decode_graph(const k::DecodeGraphKey& key, const Fo
                    "servelab: CUDA graph capture failed (%s); decode steps run eagerly from now "
                    "on (SERVELAB_CUDA_GRAPHS=0 skips the attempt)\n",
                    e.what());
-      return;  // the eager pass above computed the step
+      if (!computed) {
+        forward_layers(f);
+        ++stats.padded_eager;
+      }
+      return;
     }
     ++stats.captures;
     if (graphs.size() >= kMaxGraphs) {

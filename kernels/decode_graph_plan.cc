@@ -37,17 +37,36 @@ std::int32_t decode_graph_table_width(std::int32_t needed, std::int32_t max_widt
   return static_cast<std::int32_t>(std::min<std::int64_t>(w, max_width));
 }
 
+namespace {
+
+// The smallest of 1, 2, 3, 4, 6, 8, 12, 16, 24, ... (2^k and 3 * 2^k) that is >= n (n >= 1):
+// less than 3/2 of n, and few enough values that a drifting n rarely changes it.
+std::int64_t quantize_tiles_up(std::int64_t n) {
+  std::int64_t p = 1;
+  while (true) {
+    if (p >= n) return p;
+    if (p >= 2 && p / 2 * 3 >= n) return p / 2 * 3;
+    p *= 2;
+  }
+}
+
+}  // namespace
+
 DecodeSplitPlan decode_graph_split_plan(const std::vector<std::int32_t>& padded_context_lens,
                                         std::int32_t ctas_per_seq, std::int32_t max_ctas,
                                         std::int32_t table_width, std::int32_t block_size) {
-  DecodeSplitPlan plan = plan_decode_splits(padded_context_lens, ctas_per_seq, max_ctas);
-  if (!plan.split()) {
-    const std::int64_t cover = std::int64_t{table_width} * block_size;
-    const std::int64_t tile = kDecodeTileTokens;
-    plan.partition_tokens = static_cast<std::int32_t>(
-        std::max<std::int64_t>(plan.partition_tokens, (cover + tile - 1) / tile * tile));
+  const DecodeSplitPlan eager = plan_decode_splits(padded_context_lens, ctas_per_seq, max_ctas);
+  const std::int64_t tile = kDecodeTileTokens;
+  const std::int64_t cover_tiles = (std::int64_t{table_width} * block_size + tile - 1) / tile;
+  const DecodeSplitPlan whole{static_cast<std::int32_t>(cover_tiles * tile), 1};
+  if (!eager.split()) return whole;
+  std::int64_t part = quantize_tiles_up(eager.partition_tokens / tile);
+  if ((cover_tiles + part - 1) / part > kMaxDecodeSplits) {
+    part = (cover_tiles + kMaxDecodeSplits - 1) / kMaxDecodeSplits;
   }
-  return plan;
+  const std::int64_t splits = (cover_tiles + part - 1) / part;
+  if (splits <= 1) return whole;
+  return {static_cast<std::int32_t>(part * tile), static_cast<std::int32_t>(splits)};
 }
 
 PaddedDecodeInputs pad_decode_inputs(const std::vector<std::int32_t>& tokens,

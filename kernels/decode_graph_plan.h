@@ -34,10 +34,16 @@ std::int32_t decode_graph_bucket(const std::vector<std::int32_t>& buckets, std::
 // 1 <= needed <= max_width.
 std::int32_t decode_graph_table_width(std::int32_t needed, std::int32_t max_width);
 
-// The split-K plan a graph bakes in for a batch padded to a bucket: plan_decode_splits over the
-// padded context lengths; an unsplit plan's partition is widened to table_width * block_size
-// (rounded up to the tile), which covers every context the table can hold, so that it changes
-// only with the table width and not every 64 tokens.
+// The split-K plan a graph bakes in for a batch padded to a bucket, a function of the table
+// width and of plan_decode_splits' choice coarsened so that it changes rarely while contexts
+// grow (each change is a new graph: a capture costs about two steps):
+//  - unsplit (plan_decode_splits does not split): one partition of table_width * block_size
+//    (rounded up to the tile), which covers every context the table can hold;
+//  - split: plan_decode_splits' partition rounded up to 2^k or 3 * 2^k tiles (less than 3/2
+//    of it, so more than 2/3 of its parallelism on the longest row), and max_splits covering the
+//    whole table, ceil(table_width * block_size / partition); splits past a row's context are
+//    empty CTAs that return at once (the merge reads ceil(context / partition) of them).
+// The result satisfies validate_decode_plan for any context of at most table_width * block_size.
 DecodeSplitPlan decode_graph_split_plan(const std::vector<std::int32_t>& padded_context_lens,
                                         std::int32_t ctas_per_seq, std::int32_t max_ctas,
                                         std::int32_t table_width, std::int32_t block_size);

@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <set>
 #include <stdexcept>
+#include <utility>
 #include <vector>
 
 namespace servelab::kernels {
@@ -70,13 +72,39 @@ TEST(DecodeGraphPlan, GraphSplitPlanCoversTheWholeTableAndChangesOnlyWithIt) {
   }
   // A block size that does not divide the tile: rounded up to whole tiles.
   EXPECT_EQ(decode_graph_split_plan({10}, 4, 1, 3, 7).partition_tokens, 64);
-  // A small batch of long contexts splits exactly as plan_decode_splits does.
+  // A small batch of long contexts splits: plan_decode_splits' partition coarsened, the splits
+  // covering the whole table.
   const std::vector<std::int32_t> long_ctx = {4000, 3000, 1, 1};
   const DecodeSplitPlan split = decode_graph_split_plan(long_ctx, 4, 132, 256, 16);
   const DecodeSplitPlan eager = plan_decode_splits(long_ctx, 4, 132);
   ASSERT_TRUE(split.split());
-  EXPECT_EQ(split.partition_tokens, eager.partition_tokens);
-  EXPECT_EQ(split.max_splits, eager.max_splits);
+  EXPECT_GE(split.partition_tokens, eager.partition_tokens);
+  EXPECT_LT(2 * split.partition_tokens, 3 * eager.partition_tokens);
+  EXPECT_EQ(split.max_splits, (256 * 16 + split.partition_tokens - 1) / split.partition_tokens);
+}
+
+TEST(DecodeGraphPlan, SplitGraphPlansChangeRarelyWhileContextsGrow) {
+  // Two long sequences and two padding rows decoding token by token through one table width
+  // (2049..4096 keys at block size 16): the eager plan moves with the contexts, the graph plan
+  // (one graph per distinct plan) only a few times, and each covers the whole table.
+  std::set<std::pair<std::int32_t, std::int32_t>> graph_plans, eager_plans;
+  for (std::int32_t longest = 2049; longest <= 4096; ++longest) {
+    const std::vector<std::int32_t> ctx = {longest, longest * 3 / 4, 1, 1};
+    const DecodeSplitPlan eager = plan_decode_splits(ctx, 4, 132);
+    const DecodeSplitPlan g = decode_graph_split_plan(ctx, 4, 132, 256, 16);
+    ASSERT_TRUE(g.split()) << longest;
+    EXPECT_TRUE(decode_plan_error(g, 256 * 16).empty()) << longest;
+    EXPECT_GE(g.partition_tokens, eager.partition_tokens) << longest;
+    EXPECT_LT(2 * g.partition_tokens, 3 * eager.partition_tokens) << longest;
+    graph_plans.emplace(g.partition_tokens, g.max_splits);
+    eager_plans.emplace(eager.partition_tokens, eager.max_splits);
+  }
+  EXPECT_LE(graph_plans.size(), 3U);
+  EXPECT_GE(eager_plans.size(), 4 * graph_plans.size());
+  // More splits than the grid allows are never planned.
+  const DecodeSplitPlan huge = decode_graph_split_plan({1 << 30, 1}, 1, 1 << 30, 1 << 26, 16);
+  EXPECT_LE(huge.max_splits, kMaxDecodeSplits);
+  EXPECT_TRUE(decode_plan_error(huge, std::int64_t{1} << 30).empty());
 }
 
 TEST(DecodeGraphPlan, PaddingRowsWriteNothingAndAttendToOneDummyKey) {

@@ -685,6 +685,14 @@ TEST(GpuExecutor, CudaGraphReplayIsBitIdenticalToPaddedEagerSteps) {
     EXPECT_EQ(st.replays, 4 + 3 + 3 + 2 + 2);
     EXPECT_EQ(b.graph_stats().replays, 0);
     EXPECT_EQ(b.graph_stats().padded_eager, 14);
+    // Two sequences (contexts 34 and 41 -> 66 and 73) decode across a table width (64 keys):
+    // bucket 2 is captured twice, the second time without the eager warm-up pass.
+    for (int i = 0; i < 32; ++i) StepAllEqual(all, pick(0, 2), "decode 2 (bucket 2)");
+    if (HasFailure()) return;
+    const CudaGraphStats st2 = a.graph_stats();
+    EXPECT_EQ(st2.captures - st.captures, 2);
+    EXPECT_EQ(st2.padded_eager - st.padded_eager, 1);
+    EXPECT_EQ(st2.replays - st.replays, 32);
     // The caches agree everywhere the sequences live, and the dummy block padding rows read is
     // untouched.
     for (std::int32_t layer = 0; layer < w.config.model.num_layers; ++layer) {
