@@ -18,6 +18,7 @@
 #include "engine/engine_loop.h"
 #include "engine/gpu_switches.h"
 #include "engine/run_support.h"
+#include "engine/warm_up.h"
 #include "serving/config_node.h"
 #include "serving/frontend.h"
 #include "serving/interrupt.h"
@@ -542,9 +543,22 @@ double prefill_pinned_prefixes(const ExperimentConfig& config, EngineInstance& e
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
+double warm_up_engine(const ExperimentConfig& config, const EngineOptions& options,
+                      EngineInstance& engine) {
+  if (options.device != "cuda") return 0;
+  const SchedulerConfig& sc = config.scheduler;
+  const WarmUpPlans plans({.max_num_batched_tokens = sc.max_num_batched_tokens,
+                           .max_model_len = sc.max_model_len,
+                           .max_num_seqs = sc.max_num_seqs,
+                           .num_blocks = engine.num_gpu_blocks,
+                           .block_size = sc.block_size});
+  return run_warm_up(*engine.executor, plans);
+}
+
 RunOutput run_engine(const ExperimentConfig& config, const EngineOptions& options) {
   if (config.cluster.set) return run_engine_cluster(config, options);
   EngineInstance engine = load_engine(config, options);
+  warm_up_engine(config, options, engine);
   RunOutput out;
   out.backend = "engine-" + options.device;
   out.num_gpu_blocks = engine.num_gpu_blocks;

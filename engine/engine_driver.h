@@ -112,6 +112,13 @@ KvCacheOptions engine_kv_cache_options(const ExperimentConfig& config, EngineIns
 double prefill_pinned_prefixes(const ExperimentConfig& config, EngineInstance& engine,
                                KvCacheManager& kv);
 
+// Before a --device cuda run or server takes its first request (engine/warm_up.h): runs the
+// warm-up plans for the experiment's scheduler limits over the executor's KV blocks, and returns
+// the wall seconds they took. 0 on the CPU, where nothing initialises lazily (its runs are
+// unchanged). Call it before prefill_pinned_prefixes: the warm-up overwrites KV blocks.
+double warm_up_engine(const ExperimentConfig& config, const EngineOptions& options,
+                      EngineInstance& engine);
+
 // The CPU executor's KV format for model.kv_dtype() (fp32 for an fp32 model's "auto").
 kernels::FloatFormat kv_float_format(const ModelConfig& model);
 // The CUDA executor's KV format for the model: bf16 for kv_cache_dtype auto (the executor

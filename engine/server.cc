@@ -171,6 +171,7 @@ class Server {
     RunSummary overload;
     fill_overload_flag(config, overload);
     metrics_.set_report_overload(overload.report_overload);
+    warm_up_engine(config, options_.engine, engine);
     prefill_pinned_prefixes(config, engine, replica_.kv());
   }
 

@@ -27,6 +27,7 @@
 #include "engine/cpu_executor.h"
 #include "engine/llama_weights.h"
 #include "engine/safetensors.h"
+#include "engine/warm_up.h"
 #include "policies/registry.h"
 #include "serving/home.h"
 #if SERVELAB_HAVE_CUDA
@@ -766,6 +767,35 @@ TEST(GpuExecutor, CudaGraphsCaptureOncePerBucketAndReplay) {
   EXPECT_EQ(eager.graph_stats().replays, 0);
   EXPECT_EQ(eager.graph_stats().padded_eager, 0);
   EXPECT_EQ(eager.graph_stats().eager_steps, 4);
+#endif
+}
+
+// The engine's warm-up (engine/warm_up.h) on the CUDA executor: it runs every decode bucket once
+// (so a later first capture of a bucket needs no eager pass) and changes nothing a run computes:
+// the same steps after it give bit-identical tokens and logits to a cold executor's.
+TEST(GpuExecutor, WarmUpWarmsEveryBucketAndChangesNoResult) {
+  REQUIRE_GPU();
+#if SERVELAB_HAVE_CUDA
+  const LlamaWeights w = LlamaWeights::random(GpuConfig(64, 4, 2, false), 8);
+  const CudaExecutorOptions o = GpuOptions(16, 200);
+  CudaExecutor warm(w, o), cold(w, o);
+  const WarmUpPlans plans({.max_num_batched_tokens = o.max_num_tokens,
+                           .max_model_len = o.max_model_len,
+                           .max_num_seqs = o.max_num_seqs,
+                           .num_blocks = o.num_blocks,
+                           .block_size = o.block_size});
+  EXPECT_GT(run_warm_up(warm, plans), 0);
+  const CudaGraphStats after = warm.graph_stats();
+  EXPECT_EQ(after.padded_eager, 5);  // buckets 1, 2, 4, 8, 16
+  EXPECT_EQ(after.captures, 5);
+  std::vector<HandSeq> seqs;
+  for (RequestId id = 0; id < 3; ++id) seqs.emplace_back(id, 30 + 5 * id, 1 + 16 * id);
+  std::vector<HandSeq*> three = {&seqs[0], &seqs[1], &seqs[2]};
+  const std::vector<CudaExecutor*> both = {&warm, &cold};
+  StepAllEqual(both, three, "prefill after the warm-up");
+  for (int i = 0; i < 4; ++i) StepAllEqual(both, three, "decode (bucket 4)");
+  EXPECT_EQ(warm.graph_stats().padded_eager, after.padded_eager);  // captured without one
+  EXPECT_EQ(cold.graph_stats().padded_eager, 1);
 #endif
 }
 
