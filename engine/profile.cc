@@ -1,6 +1,7 @@
 #include "engine/profile.h"
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <ctime>
 #include <deque>
@@ -100,21 +101,13 @@ std::int64_t median(std::vector<std::int64_t> v) {
 }
 
 #if SERVELAB_HAVE_CUDA
-// The NVIDIA kernel driver's version, from the line "NVRM version: NVIDIA UNIX x86_64 Kernel
-// Module  580.65.06  ..." of /proc/driver/nvidia/version; "unknown" where that file is missing
-// (a container without it) or says something else.
+// The NVIDIA kernel driver's version from /proc/driver/nvidia/version; "unknown" where that file
+// is missing (a container without it) or says something else.
 std::string nvidia_driver_version() {
   std::ifstream in("/proc/driver/nvidia/version");
-  std::string line;
-  while (std::getline(in, line)) {
-    const std::string key = "Kernel Module";
-    const std::size_t at = line.find(key);
-    if (at == std::string::npos) continue;
-    std::istringstream rest(line.substr(at + key.size()));
-    std::string version;
-    if (rest >> version) return version;
-  }
-  return "unknown";
+  std::ostringstream text;
+  text << in.rdbuf();
+  return parse_nvidia_driver_version(text.str());
 }
 #endif
 
@@ -128,6 +121,25 @@ std::string utc_now() {
 }
 
 }  // namespace
+
+std::string parse_nvidia_driver_version(const std::string& text) {
+  std::istringstream lines(text);
+  std::string line;
+  while (std::getline(lines, line)) {
+    const std::string key = "Kernel Module";
+    const std::size_t at = line.find(key);
+    if (at == std::string::npos) continue;
+    std::istringstream rest(line.substr(at + key.size()));
+    std::string word;
+    while (rest >> word) {
+      const bool dotted = std::isdigit(static_cast<unsigned char>(word.front())) &&
+                          word.find('.') != std::string::npos &&
+                          word.find_first_not_of("0123456789.") == std::string::npos;
+      if (dotted) return word;
+    }
+  }
+  return "unknown";
+}
 
 std::string engine_version() {
   std::string v = SERVELAB_VERSION;

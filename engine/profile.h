@@ -83,4 +83,10 @@ std::string engine_version();
 // same machine for `sim calibrate` (for --device cuda: the GPU's name).
 std::string cpu_device_name();
 
+// The NVIDIA driver version in the text of /proc/driver/nvidia/version: the first token after
+// "Kernel Module" that is a dotted number ("NVRM version: NVIDIA UNIX x86_64 Kernel Module
+// 580.65.06 ..." and, for the open kernel module, "... Open Kernel Module for x86_64 580.159.04
+// Release Build ..."); "unknown" when no line has one.
+std::string parse_nvidia_driver_version(const std::string& text);
+
 }  // namespace servelab
