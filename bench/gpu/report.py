@@ -184,6 +184,20 @@ def pct(summary, section, stat="p50"):
         return float("nan")
 
 
+def admitted_ttft_p50(work, folder):
+    """p50 over requests.csv of ttft_ms - queueing_ms: from the step that first schedules a
+    request to its first token, as HF's TTFT (its batch's prefill) is; None without the file."""
+    try:
+        with open(os.path.join(work, folder, "requests.csv")) as f:
+            lines = f.read().splitlines()
+        col = {name: i for i, name in enumerate(lines[0].split(","))}
+        v = sorted(float(r[col["ttft_ms"]]) - float(r[col["queueing_ms"]])
+                   for r in (line.split(",") for line in lines[1:]))
+    except (OSError, IndexError, KeyError, ValueError):
+        return None
+    return v[len(v) // 2] if v else None
+
+
 def report_e2e(work):
     hf = load(os.path.join(work, "hf_generate.json")) or {}
     hf_by_c = {lvl["concurrency"]: lvl for lvl in hf.get("levels", [])}
@@ -192,20 +206,25 @@ def report_e2e(work):
         s = load(os.path.join(work, f"engine-c{c}", "summary.json"))
         h = hf_by_c.get(c)
         if s is None:
-            rows.append((c, "no result", "", "", "", "", "", "", "FAIL"))
+            rows.append((c, "no result", "", "", "", "", "", "", "", "FAIL"))
             ok = False
             continue
         tps = s["throughput"]["output_tokens_per_s"]
         speedup = tps / h["output_tokens_per_s"] if h else 0
         good = speedup >= E2E_TARGET if c >= 32 else True
         ok &= good
+        admitted = admitted_ttft_p50(work, f"engine-c{c}")
         rows.append((c, f"{tps:.0f}", f"{h['output_tokens_per_s']:.0f}" if h else "-",
                      f"{speedup:.1f}x" if h else "-",
+                     f"{admitted:.1f}" if admitted is not None else "-",
                      f"{pct(s, 'ttft_ms'):.1f}", f"{h['ttft_ms']:.1f}" if h else "-",
                      f"{pct(s, 'tpot_ms'):.2f}", f"{h['tpot_ms']:.2f}" if h else "-",
                      ("PASS" if good else "MISS") if c >= 32 else "report"))
     print(table(rows, ("conc", "engine tok/s", "HF tok/s", "speedup", "TTFT p50 ms",
-                       "HF TTFT ms", "TPOT p50 ms", "HF TPOT ms", "target")))
+                       "queued TTFT p50", "HF TTFT ms", "TPOT p50 ms", "HF TPOT ms", "target")))
+    print("TTFT: from the step that admits a request to its first token (requests.csv: ttft "
+          "- queueing), as HF's is its batch's prefill; queued TTFT counts from arrival, "
+          "behind the earlier requests (the engine gets 4 x concurrency requests at once)")
     if hf:
         print(f"HF baseline: torch {hf.get('torch', '?')}, transformers "
               f"{hf.get('transformers', '?')}, attention {hf.get('attention', '?')}")

@@ -370,8 +370,13 @@ class Report(unittest.TestCase):
             self.write(f"engine-c{c}/summary.json", {
                 "throughput": {"output_tokens_per_s": 11 * c * 25.6},
                 "ttft_ms": {"p50": 20.0}, "tpot_ms": {"p50": 5.0}})
+        self.write("engine-c32/requests.csv",
+                   "id,queueing_ms,ttft_ms\n0,0.5,30.5\n1,100.0,145.0\n2,200.0,212.0\n")
         ok, text = self.run_report("e2e")
         self.assertIn("11.0x", text)
+        # c32: TTFT from admission 30.0 (p50 of 30, 45, 12), from arrival 20.0 (the summary's).
+        self.assertRegex(text, r"\n32\s+9011\s+\d+\s+11.0x\s+30.0\s+20.0\s")
+        self.assertRegex(text, r"\n8\s+\d+\s+\d+\s+11.0x\s+-\s+20.0\s")
         self.assertFalse(ok)  # no steps.csv / copy_bw.json: the decode-step row fails
         self.assertIn("decode step at batch 32", text)
         self.assertIn("fp8 KV at concurrency 32: not run", text)
