@@ -166,10 +166,12 @@ struct CudaExecutor::Impl {
   std::map<std::string, WeightRef> weight_refs;
   std::int32_t rope_rows = 0;
   std::int32_t decode_ctas_per_seq = 1, decode_max_ctas = 1;
+  std::int32_t prefill_max_ctas = 1;  // fa2's resident CTAs: plan_prefill_splits' max_ctas
   // Activations, sized for `cap_tokens` tokens and `cap_rows` sampled rows.
   std::int32_t cap_tokens = 0, cap_rows = 0;
   DeviceBuffer residual, hbuf, qkv, q, kk, vv, attn, gate_up, act, final_h, logits, prob, sampled;
   DeviceBuffer meta, workspace;
+  DeviceBuffer prefill_workspace;  // split-KV prefill partials (never in a graph)
   DeviceBuffer kv_cache, host_cache;
   // The KV offload host tier (pinned) and the device blocks a tier load is staged through.
   DeviceBuffer tier_cache, tier_staging;
@@ -273,6 +275,8 @@ struct CudaExecutor::Impl {
     const std::int32_t *p_beg = nullptr, *p_num = nullptr, *p_first = nullptr, *p_tab = nullptr;
     const k::PrefillTile* tiles = nullptr;
     std::int32_t num_tiles = 0;
+    k::PrefillSplitPlan psplit;  // split-KV prefill (fa2)
+    std::int64_t p_longest = 0;  // the largest first position + queries of the step
   };
   // Enqueues embedding and every layer on `stream`; nothing else (no allocation, no copy, no
   // synchronisation), so that it can be captured.
@@ -456,6 +460,7 @@ void CudaExecutor::Impl::init(const LlamaWeights* host, std::uint64_t seed) {
       k::decode_ctas_per_seq(s.options.decode_kernel, m.num_heads, m.num_kv_heads);
   s.decode_max_ctas =
       k::decode_max_resident_ctas(s.options.decode_kernel, m.head_dim, m.num_heads, m.num_kv_heads);
+  s.prefill_max_ctas = k::prefill_max_resident_ctas(m.head_dim);
 
   // Activations before the KV cache, so the cache gets what is really left.
   s.ensure_capacity(options.max_num_tokens, options.max_num_seqs);
@@ -598,7 +603,8 @@ void CudaExecutor::Impl::forward_layers(const ForwardArgs& f) {
       kv.block_tables = f.p_tab;
       k::paged_prefill_attention(
           {kv, s.q.as<Bf16>(), s.attn.as<Bf16>(), f.p_beg, f.p_num, f.p_first, f.tiles, f.num_tiles,
-           m.num_heads, scale, options.prefill_kernel},
+           m.num_heads, scale, options.prefill_kernel, f.psplit, s.prefill_workspace.as<float>(),
+           f.p_longest},
           s.stream.get());
     }
     s.gemm->linear(s.attn.as<Bf16>(), w.o.as<Bf16>(), residual, k::Gemm::Out::kF32, T, Q, H, 1.0f,
@@ -886,6 +892,20 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
         f.p_tab = i32(o_ptab);
         f.tiles = reinterpret_cast<const k::PrefillTile*>(at(o_tiles));
         f.num_tiles = static_cast<std::int32_t>(tiles.size());
+        for (std::size_t i = 0; i < p_num.size(); ++i) {
+          f.p_longest = std::max<std::int64_t>(f.p_longest, std::int64_t{p_first[i]} + p_num[i]);
+        }
+        if (opt.prefill_kernel == k::PrefillKernel::kFa2) {
+          f.psplit =
+              k::plan_prefill_splits(f.num_tiles, m.num_heads, f.p_longest, s.prefill_max_ctas);
+        }
+        if (f.psplit.split()) {
+          s.ensure_bytes(s.prefill_workspace,
+                         static_cast<std::size_t>(k::prefill_workspace_floats(
+                             f.num_tiles, m.num_heads, m.head_dim, f.psplit.kv_splits)) *
+                             sizeof(float),
+                         false);
+        }
       }
       s.forward_layers(f);
       ++s.stats.eager_steps;

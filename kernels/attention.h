@@ -98,6 +98,13 @@ std::int32_t decode_max_resident_ctas(DecodeKernel kernel, std::int32_t head_dim
 //   kWmma: WMMA 16x16x16 with S, P and O in shared memory, synchronous gathers
 //     (kernels/attention_prefill.cu).
 // Both are deterministic (same inputs: bit-identical outputs).
+// Split-KV (fa2 only; `split` from plan_prefill_splits, kernels/attention_plan.h): grid
+// (num_tiles, num_q_heads, kv_splits); CTA z takes keys [z * split_tokens, (z + 1) *
+// split_tokens) of its tile's causal range and writes its rows' normalised partial states
+// (o / l, m, l; empty ranges m = -inf, l = 0, o = 0) to `workspace`
+// (prefill_workspace_floats), then one merge CTA per (tile, head) combines the splits in order
+// with merge_softmax_states and writes `out`. Deterministic too; not bit-identical to the
+// unsplit kernel (another summation order), within the same tolerance.
 struct PrefillAttentionArgs {
   PagedKv kv;
   const Bf16* q = nullptr;
@@ -110,9 +117,17 @@ struct PrefillAttentionArgs {
   std::int32_t num_q_heads = 0;
   float scale = 0;
   PrefillKernel kernel = PrefillKernel::kFa2;
+  PrefillSplitPlan split;         // default: unsplit
+  float* workspace = nullptr;     // device, prefill_workspace_floats(...) floats when split
+  std::int64_t longest_keys = 0;  // the step's largest first_pos + num_queries (split only)
 };
-// Throws std::invalid_argument for head_dim not 64/128 or num_kv_heads not dividing num_q_heads;
-// std::runtime_error on a launch error.
+// Throws std::invalid_argument for head_dim not 64/128, num_kv_heads not dividing num_q_heads,
+// or a split plan with the wmma kernel, without workspace, or failing prefill_plan_error for
+// longest_keys; std::runtime_error on a launch error.
 void paged_prefill_attention(const PrefillAttentionArgs& args, Stream stream);
+
+// Prefill CTAs of the fa2 kernel that fit on the device at once (SMs x occupancy of the bf16
+// instance for head_dim): the max_ctas of plan_prefill_splits.
+std::int32_t prefill_max_resident_ctas(std::int32_t head_dim);
 
 }  // namespace servelab::kernels

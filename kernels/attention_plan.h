@@ -111,4 +111,41 @@ struct PrefillTile {
 // gets none.
 std::vector<PrefillTile> plan_prefill_tiles(const std::vector<std::int32_t>& num_queries);
 
+// Keys per K/V tile of the fa2 prefill kernel (a split's key range is a multiple of it).
+inline constexpr std::int32_t kPrefillKeyTile = 64;
+
+// Split-KV prefill (FlashDecoding's split applied to query tiles): when a prefill step's
+// (tile, head) CTAs are too few to fill the device (a short chunk after a long cached prefix:
+// one tile, 32 heads, 132 SMs), each tile's key range [0, its last position] is cut into
+// kv_splits ranges of split_tokens keys, one CTA each (grid.z); they write normalised partial
+// softmax states (kernels/softmax_merge.h) to a workspace that a merge kernel combines.
+// Invariants (prefill_plan_error): 1 <= kv_splits <= kMaxDecodeSplits; when kv_splits > 1,
+// split_tokens > 0 is a multiple of kPrefillKeyTile and kv_splits * split_tokens covers the
+// longest key range of the step. A default-constructed plan is the unsplit one.
+struct PrefillSplitPlan {
+  std::int32_t split_tokens = 0;  // keys per split (0 when unsplit)
+  std::int32_t kv_splits = 1;     // grid z
+  bool split() const { return kv_splits > 1; }
+};
+
+// No split when num_tiles * num_q_heads CTAs already fill half of max_ctas (the device's
+// resident CTA slots) or the longest key range is at most 2 * min_split_tokens; otherwise
+// kv_splits = min(max_ctas / (num_tiles * num_q_heads), ceil(longest / min_split_tokens)),
+// split_tokens = ceil(longest / kv_splits) rounded up to the key tile, and kv_splits recomputed
+// as ceil(longest / split_tokens) (so no split is empty for the longest range). The result
+// satisfies prefill_plan_error for longest_keys. Throws std::invalid_argument when a count is
+// < 1 (num_tiles may be 0: no split).
+PrefillSplitPlan plan_prefill_splits(std::int32_t num_tiles, std::int32_t num_q_heads,
+                                     std::int64_t longest_keys, std::int32_t max_ctas,
+                                     std::int32_t min_split_tokens = 512);
+
+// Empty when `plan` satisfies the invariants above for a step whose longest key range (its
+// largest first position + queries) is longest_keys, else a sentence saying which one fails.
+std::string prefill_plan_error(const PrefillSplitPlan& plan, std::int64_t longest_keys);
+
+// Floats of split-KV prefill workspace: partial outputs [tile][q_head][row][split][head_dim]
+// then the (max, sum) pairs [tile][q_head][row][split][2], row < kPrefillTileRows.
+std::int64_t prefill_workspace_floats(std::int32_t num_tiles, std::int32_t num_q_heads,
+                                      std::int32_t head_dim, std::int32_t kv_splits);
+
 }  // namespace servelab::kernels

@@ -239,6 +239,18 @@ void paged_prefill_attention(const PrefillAttentionArgs& a, Stream stream) {
                                 prefill_kernel_name(a.kernel) + " kernel reads bf16 KV only, not " +
                                 std::string(format_name(a.kv.format)) + "; use the fa2 kernel");
   }
+  if (a.split.split() || a.split.kv_splits != 1) {
+    if (a.kernel != PrefillKernel::kFa2) {
+      throw std::invalid_argument("paged_prefill_attention: split-KV needs the fa2 kernel");
+    }
+    if (a.workspace == nullptr) {
+      throw std::invalid_argument("paged_prefill_attention: a split plan needs a workspace");
+    }
+    const std::string why = prefill_plan_error(a.split, a.longest_keys);
+    if (!why.empty()) {
+      throw std::invalid_argument("paged_prefill_attention: invalid split plan: " + why);
+    }
+  }
   const cudaStream_t s = detail::as_stream(stream);
   if (a.kernel == PrefillKernel::kFa2) {
     detail::launch_prefill_fa2(a, s);

@@ -33,6 +33,7 @@
 // Resources (ptxas, sm_90): kernels/README.md.
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "kernels/attention.h"
@@ -41,6 +42,7 @@
 #include "kernels/mma_fragments.h"
 #include "kernels/prefill_params.cuh"
 #include "kernels/ptx.cuh"
+#include "kernels/softmax_merge.h"
 
 namespace servelab::kernels::detail {
 
@@ -102,6 +104,27 @@ __global__ void __launch_bounds__(kThreads) prefill_fa2_kernel(const PrefillPara
   const int pos0 = p.first_pos[tile.seq] + tile.q_begin;  // position of the CTA's row 0
   const int last_pos = pos0 + rows - 1;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  // Split-KV: this CTA's keys [key_begin, key_end), key_begin a multiple of the key tile (and
+  // key_end too unless it is last_pos + 1, past which every key is causally masked anyway).
+  const bool splitting = gridDim.z > 1;
+  const int key_begin = splitting ? blockIdx.z * p.split_tokens : 0;
+  const int key_end = splitting ? min(key_begin + p.split_tokens, last_pos + 1) : last_pos + 1;
+  const std::int64_t part0 =  // this CTA's row 0 in the workspace (split-KV)
+      ((std::int64_t{gridDim.x - 1 - blockIdx.x} * p.num_q_heads + head) * kRows) * gridDim.z +
+      blockIdx.z;
+  const std::int64_t n_parts = std::int64_t{gridDim.x} * p.num_q_heads * kRows * gridDim.z;
+  if (key_begin >= key_end) {  // past every row's position: an empty state for each row
+    for (int i = tid; i < rows * HD; i += kThreads) {
+      const int r = i / HD, d = i % HD;
+      const std::int64_t part = part0 + std::int64_t{r} * gridDim.z;
+      p.workspace[part * HD + d] = 0.0f;
+      if (d == 0) {
+        p.workspace[n_parts * HD + 2 * part] = -INFINITY;
+        p.workspace[n_parts * HD + 2 * part + 1] = 0.0f;
+      }
+    }
+    return;
+  }
 
   // Q: rows past `rows` are zero (their results are never written).
   for (int i = tid; i < kRows * kChunks; i += kThreads) {
@@ -119,16 +142,15 @@ __global__ void __launch_bounds__(kThreads) prefill_fa2_kernel(const PrefillPara
   const unsigned char* kbase = static_cast<const unsigned char*>(p.kv.k);
   const unsigned char* vbase = static_cast<const unsigned char*>(p.kv.v);
   const bool e5m2 = p.kv.format == FloatFormat::kFp8E5m2;
-  const int n_tiles = last_pos / kKeys + 1;
+  const int t_first = key_begin / kKeys, t_end = (key_end - 1) / kKeys + 1;
 
-  // Tile t's per-key element offsets (-1: past the last position) into buffer `buf`.
+  // Tile t's per-key element offsets (-1: past the CTA's keys) into buffer `buf`.
   auto stage_offsets = [&](int t, int buf) {
     if (tid < kKeys) {
       const int pos = t * kKeys + tid;
-      soff[buf * kKeys + tid] = pos <= last_pos
-                                    ? std::int64_t{table[pos / bs]} * p.kv.block_stride +
-                                          (pos % bs) * row_elems + head_off
-                                    : -1;
+      soff[buf * kKeys + tid] = pos < key_end ? std::int64_t{table[pos / bs]} * p.kv.block_stride +
+                                                    (pos % bs) * row_elems + head_off
+                                              : -1;
     }
   };
   // K and V rows of the staged tile into buffer `buf` (bf16: the MMAs' buffers; fp8: the code
@@ -151,7 +173,7 @@ __global__ void __launch_bounds__(kThreads) prefill_fa2_kernel(const PrefillPara
     cp_async_commit();
   };
 
-  stage_offsets(0, 0);
+  stage_offsets(t_first, 0);
   __syncthreads();
   issue_kv(0);
   cp_async_wait<1>();  // Q landed (tile 0 may still be in flight)
@@ -181,9 +203,9 @@ __global__ void __launch_bounds__(kThreads) prefill_fa2_kernel(const PrefillPara
   const frag::Rc ka = frag::k_ldmatrix_addr(lane);
   const frag::Rc va = frag::v_ldmatrix_addr(lane);
 
-  for (int t = 0; t < n_tiles; ++t) {
-    const int buf = t & 1;
-    const bool more = t + 1 < n_tiles;
+  for (int t = t_first; t < t_end; ++t) {
+    const int buf = (t - t_first) & 1;
+    const bool more = t + 1 < t_end;
     if (more) stage_offsets(t + 1, buf ^ 1);
     cp_async_wait<0>();
     __syncthreads();  // tile t landed for everyone; buffer buf ^ 1 is free; offsets visible
@@ -293,13 +315,14 @@ __global__ void __launch_bounds__(kThreads) prefill_fa2_kernel(const PrefillPara
     }
   }
 
-  float inv[2];
+  float inv[2], l_row[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     float l = l_run[r];
     l += __shfl_xor_sync(0xffffffffu, l, 1);
     l += __shfl_xor_sync(0xffffffffu, l, 2);
-    inv[r] = 1.0f / l;
+    l_row[r] = l;
+    inv[r] = l > 0.0f ? 1.0f / l : 0.0f;  // 0: a row with no key in this split (split-KV)
     if constexpr (kFp8) inv[r] *= p.kv.v_scale;
   }
 #pragma unroll
@@ -308,27 +331,68 @@ __global__ void __launch_bounds__(kThreads) prefill_fa2_kernel(const PrefillPara
     for (int r = 0; r < 2; ++r) {
       const frag::Rc c = frag::c_elem(lane, 2 * r);
       const int row = warp * 16 + c.row;
-      if (row < rows) {
-        const __nv_bfloat162 v =
-            __floats2bfloat162_rn(o[d][2 * r] * inv[r], o[d][2 * r + 1] * inv[r]);
+      if (row >= rows) continue;
+      const float o0 = o[d][2 * r] * inv[r], o1 = o[d][2 * r + 1] * inv[r];
+      if (!splitting) {
         *reinterpret_cast<__nv_bfloat162*>(p.out + ((row0 + row) * p.num_q_heads + head) * HD +
-                                           d * 8 + c.col) = v;
+                                           d * 8 + c.col) = __floats2bfloat162_rn(o0, o1);
+      } else {
+        const std::int64_t part = part0 + std::int64_t{row} * gridDim.z;
+        *reinterpret_cast<float2*>(p.workspace + part * HD + d * 8 + c.col) = make_float2(o0, o1);
+        if (d == 0 && c.col == 0) {
+          p.workspace[n_parts * HD + 2 * part] = m_run[r];
+          p.workspace[n_parts * HD + 2 * part + 1] = l_row[r];
+        }
       }
     }
   }
 }
 
+// Split-KV: one CTA per (tile, query head) merges each row's kv_splits partial states in split
+// order (merge_softmax_states) and writes the bf16 output row.
+__global__ void __launch_bounds__(kThreads)
+    prefill_merge_kernel(const PrefillParams p, int head_dim, int kv_splits) {
+  const PrefillTile tile = p.tiles[blockIdx.x];
+  const int head = blockIdx.y;
+  const int rows = min(kRows, p.num_queries[tile.seq] - tile.q_begin);
+  const std::int64_t row0 = std::int64_t{p.q_row_begin[tile.seq]} + tile.q_begin;
+  const std::int64_t n_parts = std::int64_t{gridDim.x} * p.num_q_heads * kRows * kv_splits;
+  for (int i = threadIdx.x; i < rows * head_dim; i += blockDim.x) {
+    const int r = i / head_dim, d = i % head_dim;
+    const std::int64_t first =
+        ((std::int64_t{blockIdx.x} * p.num_q_heads + head) * kRows + r) * kv_splits;
+    const SoftmaxState st =
+        merge_softmax_states(p.workspace + n_parts * head_dim + 2 * first,
+                             p.workspace + first * head_dim + d, kv_splits, head_dim);
+    p.out[((row0 + r) * p.num_q_heads + head) * head_dim + d] = __float2bfloat16(st.o);
+  }
+}
+
+// The kernel instance with its dynamic shared memory above 48 KB opted into (once).
 template <int HD, bool kFp8>
-void launch(const PrefillParams& pp, const PrefillAttentionArgs& a, cudaStream_t s) {
+auto prepared_kernel() {
   constexpr int bytes = Fa2Smem<HD, kFp8>::kBytes;
-  const auto kernel = prefill_fa2_kernel<HD, kFp8>;  // one macro argument
+  const auto kernel = prefill_fa2_kernel<HD, kFp8>;
   static const bool configured = [kernel] {
     check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
                "cudaFuncSetAttribute(prefill fa2)");
     return true;
   }();
   (void)configured;
-  SERVELAB_LAUNCH(kernel, dim3(a.num_tiles, a.num_q_heads), kThreads, bytes, s)(pp);
+  return kernel;
+}
+
+template <int HD, bool kFp8>
+void launch(const PrefillParams& pp, const PrefillAttentionArgs& a, cudaStream_t s) {
+  constexpr int bytes = Fa2Smem<HD, kFp8>::kBytes;
+  const auto kernel = prepared_kernel<HD, kFp8>();  // one macro argument
+  const int splits = a.split.split() ? a.split.kv_splits : 1;
+  SERVELAB_LAUNCH(kernel, dim3(a.num_tiles, a.num_q_heads, splits), kThreads, bytes, s)(pp);
+  if (splits > 1) {
+    check_launch("paged_prefill_attention (fa2, split)");
+    SERVELAB_LAUNCH(prefill_merge_kernel, dim3(a.num_tiles, a.num_q_heads), kThreads, 0, s)
+    (pp, HD, splits);
+  }
 }
 
 }  // namespace
@@ -343,4 +407,24 @@ void launch_prefill_fa2(const PrefillAttentionArgs& a, cudaStream_t stream) {
   }
 }
 
+template <int HD>
+std::int32_t resident_ctas() {
+  int device = 0, sms = 0, per_sm = 0;
+  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
+             "cudaDeviceGetAttribute");
+  check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, prepared_kernel<HD, false>(),
+                                                           kThreads, Fa2Smem<HD, false>::kBytes),
+             "cudaOccupancyMaxActiveBlocksPerMultiprocessor (prefill fa2)");
+  return std::max(1, sms * std::max(1, per_sm));
+}
+
 }  // namespace servelab::kernels::detail
+
+namespace servelab::kernels {
+
+std::int32_t prefill_max_resident_ctas(std::int32_t head_dim) {
+  return head_dim == 64 ? detail::resident_ctas<64>() : detail::resident_ctas<128>();
+}
+
+}  // namespace servelab::kernels

@@ -21,14 +21,24 @@ struct PrefillParams {
   const std::int32_t* first_pos;
   const PrefillTile* tiles;
   std::int32_t num_q_heads;
-  float scale_log2;  // the score scale times log2(e) (and k_scale with fp8 KV): exp2 units
+  float scale_log2;           // the score scale times log2(e) (and k_scale with fp8 KV): exp2 units
+  std::int32_t split_tokens;  // split-KV (fa2): keys per split; kv_splits is gridDim.z
+  float* workspace;           // split-KV partial states (prefill_workspace_floats)
 };
 
 inline PrefillParams prefill_params(const PrefillAttentionArgs& a) {
   const float k_scale = is_fp8(a.kv.format) ? a.kv.k_scale : 1.0f;
-  return {a.kv,          bf(a.q),       bf(a.out),
-          a.q_row_begin, a.num_queries, a.first_pos,
-          a.tiles,       a.num_q_heads, a.scale * kLog2e * k_scale};
+  return {a.kv,
+          bf(a.q),
+          bf(a.out),
+          a.q_row_begin,
+          a.num_queries,
+          a.first_pos,
+          a.tiles,
+          a.num_q_heads,
+          a.scale * kLog2e * k_scale,
+          a.split.split() ? a.split.split_tokens : 0,
+          a.workspace};
 }
 
 }  // namespace servelab::kernels::detail

@@ -636,6 +636,59 @@ TEST(KernelsHostTest, DecodePlannerCoversEveryContextOnManyShapes) {
   }
 }
 
+// Split-KV prefill planning (kernels/attention_plan.h): a short chunk after a long prefix is
+// split until the device is full; a step that fills the device, or a short range, is not.
+TEST(KernelsHostTest, PrefillSplitPlanFillsTheDeviceOnlyWhenItIsIdle) {
+  using kernels::plan_prefill_splits;
+  using kernels::PrefillSplitPlan;
+  // One 16-token chunk after 6,160 cached keys, 32 heads, 264 resident CTAs (an H200's 132 SMs
+  // x 2): 8 splits of 832 keys (264 / 32 = 8), covering 6,176.
+  const PrefillSplitPlan chunk = plan_prefill_splits(1, 32, 6176, 264);
+  EXPECT_EQ(chunk.kv_splits, 8);
+  EXPECT_EQ(chunk.split_tokens, 832);
+  EXPECT_EQ(kernels::prefill_plan_error(chunk, 6176), "");
+  // A full prefill of 8k tokens: 128 tiles x 32 heads fill the device, no split.
+  EXPECT_FALSE(plan_prefill_splits(128, 32, 8192, 264).split());
+  // More than half the device busy, no split (5 tiles x 32 heads: 160 CTAs); 4 tiles (128)
+  // split in two.
+  EXPECT_FALSE(plan_prefill_splits(5, 32, 8192, 264).split());
+  EXPECT_TRUE(plan_prefill_splits(4, 32, 8192, 264).split());
+  // A short range: at most 2 x min_split_tokens keys, no split; just above, ceil(1025 / 512)
+  // splits of whole key tiles.
+  EXPECT_FALSE(plan_prefill_splits(1, 8, 1024, 264).split());
+  const PrefillSplitPlan three = plan_prefill_splits(1, 8, 1025, 264);
+  EXPECT_EQ(three.kv_splits, 3);
+  EXPECT_EQ(three.split_tokens, 384);
+  EXPECT_FALSE(plan_prefill_splits(0, 32, 100000, 264).split());  // no tiles
+  // On many shapes the plan is valid for its range and leaves no split empty.
+  Rng rng = Rng::stream(15, "kernels_host_test.prefill_split");
+  for (int trial = 0; trial < 2000; ++trial) {
+    const auto tiles = static_cast<std::int32_t>(rng.uniform_int(1, 300));
+    const auto heads = static_cast<std::int32_t>(rng.uniform_int(1, 64));
+    const std::int64_t longest = rng.uniform_int(1, 2000000);
+    const auto max_ctas = static_cast<std::int32_t>(rng.uniform_int(1, 5000));
+    const auto min_split = static_cast<std::int32_t>(rng.uniform_int(1, 2000));
+    const PrefillSplitPlan p = plan_prefill_splits(tiles, heads, longest, max_ctas, min_split);
+    ASSERT_EQ(kernels::prefill_plan_error(p, longest), "") << trial;
+    if (p.split()) {
+      ASSERT_LE(std::int64_t{tiles} * heads * 2, max_ctas) << trial;
+      ASSERT_LT(std::int64_t{p.kv_splits - 1} * p.split_tokens, longest) << trial;
+      ASSERT_LE(std::int64_t{tiles} * heads * p.kv_splits, std::max(max_ctas, 2 * tiles * heads))
+          << trial;
+    }
+  }
+  // The invariants, one broken at a time.
+  EXPECT_NE(kernels::prefill_plan_error({64, 0}, 10), "");
+  EXPECT_NE(kernels::prefill_plan_error({0, 2}, 10), "");
+  EXPECT_NE(kernels::prefill_plan_error({100, 2}, 10), "");
+  EXPECT_NE(kernels::prefill_plan_error({64, 2}, 129), "");
+  EXPECT_EQ(kernels::prefill_plan_error({64, 2}, 128), "");
+  EXPECT_EQ(kernels::prefill_plan_error({}, 1 << 30), "");
+  EXPECT_THROW(plan_prefill_splits(1, 0, 10, 10), std::invalid_argument);
+  EXPECT_THROW(plan_prefill_splits(1, 1, 0, 10), std::invalid_argument);
+  EXPECT_THROW(plan_prefill_splits(-1, 1, 10, 10), std::invalid_argument);
+}
+
 TEST(KernelsHostTest, PrefillTilesCoverEveryQueryOnce) {
   const std::vector<std::int32_t> nq = {1, 64, 65, 0, 200};
   const std::vector<kernels::PrefillTile> tiles = kernels::plan_prefill_tiles(nq);
