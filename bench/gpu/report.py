@@ -235,6 +235,7 @@ def report_e2e(work):
         ok = False
     ok &= report_decode_step(work)
     report_fp8_kv(work)
+    report_kernel_breakdown(work)
     return ok
 
 
@@ -317,6 +318,86 @@ def report_decode_step(work):
           f"run; bound = (weights {weights / 1e9:.2f} GB + KV blocks held) / copy bandwidth)")
     print(table(rows, ("CUDA graphs", "step p50 ms", "bound ms", "ratio", "steps", "target")))
     return ok
+
+
+# Kernel classes of a decode step, by substring of ncu's kernel name (first match wins).
+KERNEL_CLASSES = (
+    ("attention", ("decode_kernel", "merge_kernel")),
+    ("GEMM (cuBLAS)", ("gemm", "xmma", "nvjet", "cutlass", "gemv", "splitk")),
+    ("RMSNorm", ("rms_norm",)),
+    ("QKV bias, RoPE, KV write", ("qkv_rope", "kv_write")),
+    ("SiLU x mul", ("silu",)),
+    ("embedding", ("embedding",)),
+    ("sampling", ("sample", "argmax", "mask_logits", "top_p", "greedy")),
+)
+
+
+def kernel_class(name):
+    low = name.lower()
+    for label, keys in KERNEL_CLASSES:
+        if any(k in low for k in keys):
+            return label
+    return "other"
+
+
+def ncu_kernel_times(path):
+    """[(kernel name, ns)] from the CSV that `ncu --csv --page raw --metrics
+    gpu__time_duration.sum` prints (lines that are not CSV rows, ncu's ==PROF== notes among
+    them, are skipped; the units row scales the values); None without the file or the columns."""
+    import csv
+    try:
+        with open(path, errors="replace") as f:
+            lines = [line for line in f if line.startswith('"')]
+    except OSError:
+        return None
+    rows = list(csv.reader(lines))
+    if not rows:
+        return None
+    head = rows[0]
+    try:
+        name_col, time_col = head.index("Kernel Name"), head.index("gpu__time_duration.sum")
+    except ValueError:
+        return None
+    scale = {"nsecond": 1.0, "ns": 1.0, "usecond": 1e3, "us": 1e3, "msecond": 1e6, "ms": 1e6,
+             "second": 1e9, "s": 1e9}
+    unit, out = 1.0, []
+    for r in rows[1:]:
+        if len(r) <= max(name_col, time_col):
+            continue
+        value = r[time_col].replace(",", "")
+        try:
+            out.append((r[name_col], float(value) * unit))
+        except ValueError:
+            unit = scale.get(value.strip().lower(), unit)  # the units row
+    return out
+
+
+def report_kernel_breakdown(work, layers=LLAMA3_8B["layers"]):
+    """Where a decode step at batch 32 goes, per kernel class: ncu's per-kernel durations over a
+    few decode steps of a c32 run (gpu-check e2e's ncu_decode_step; report only)."""
+    times = ncu_kernel_times(os.path.join(work, "ncu_decode_step.log"))
+    if not times:
+        print("decode step per kernel class: not run or no ncu figures (ncu_decode_step.log)")
+        return
+    steps = sum(1 for name, _ in times if "decode_kernel" in name) / layers
+    if steps < 1:
+        print(f"decode step per kernel class: the {len(times)} kernels ncu timed hold no whole "
+              f"decode step (ncu_decode_step.log)")
+        return
+    per = {}
+    for name, ns in times:
+        c = kernel_class(name)
+        n, t = per.get(c, (0, 0.0))
+        per[c] = (n + 1, t + ns)
+    total = sum(t for _, t in per.values())
+    rows = [(c, f"{t / steps / 1e3:.1f}", f"{100 * t / total:.1f} %", f"{n / steps:.0f}")
+            for c, (n, t) in sorted(per.items(), key=lambda kv: -kv[1][1])]
+    rows.append(("all kernels", f"{total / steps / 1e3:.1f}", "100 %",
+                 f"{len(times) / steps:.0f}"))
+    print(f"decode step at batch 32 per kernel class (ncu gpu__time_duration over {len(times)} "
+          f"kernels, {steps:.1f} steps; the step time above less this sum is time between "
+          f"kernels)")
+    print(table(rows, ("kernel class", "us per step", "share", "kernels per step")))
 
 
 def report_validate(work):

@@ -388,6 +388,35 @@ class Report(unittest.TestCase):
                       "(bf16 5.00), KV blocks 40000 (bf16 ?)", self.run_report("e2e")[1])
         self.write("hf_generate.json", {"ok": False, "levels": []})
         self.assertIn("HF baseline: FAILED", self.run_report("e2e")[1])
+        self.assertIn("decode step per kernel class: not run", self.run_report("e2e")[1])
+
+    def test_kernel_breakdown_from_ncu_csv(self):
+        # As `ncu --csv --page raw --metrics gpu__time_duration.sum` prints it, between its
+        # ==PROF== notes: a header, a units row, one row per kernel. Two layers, two steps.
+        rows = ['"ID","Kernel Name","gpu__time_duration.sum"', '"","","usecond"']
+        step = [("sm90_xmma_gemm_bf16bf16_bf16f32", "30.0"), ("rms_norm_kernel", "2.0"),
+                ("void k::pipelined_decode_kernel<128, false>(P)", "10.0"),
+                ("silu_mul_kernel", "3.0"), ("cutlass::Kernel<gemv>", "25.0")]
+        for i in range(4):  # 2 steps x 2 layers
+            rows += [f'"{i}","{n}","{t}"' for n, t in step]
+        rows.append('"99","greedy_sample_kernel","1,000.0"')
+        self.write("ncu_decode_step.log", "==PROF== Connected to process 1\n" +
+                   "\n".join(rows) + "\n==PROF== Disconnected\n")
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            report.report_kernel_breakdown(self.work, layers=2)
+        text = out.getvalue()
+        self.assertIn("21 kernels, 2.0 steps", text)
+        # Per step: GEMMs 2 x (30 + 25) = 110 us, attention 20, sampling 500 (1 ms over 2 steps).
+        self.assertRegex(text, r"sampling\s+500.0\s+")
+        self.assertRegex(text, r"GEMM \(cuBLAS\)\s+110.0\s+")
+        self.assertRegex(text, r"attention\s+20.0\s+")
+        self.assertRegex(text, r"all kernels\s+640.0\s+100 %\s+10")
+        self.write("ncu_decode_step.log", "==PROF== No kernels were profiled.\n")
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            report.report_kernel_breakdown(self.work, layers=2)
+        self.assertIn("not run or no ncu figures", out.getvalue())
 
     def test_tests_mode_reads_hf_compare(self):
         self.write("steps.tsv", "hf_compare\t0\t40\n")
