@@ -20,10 +20,12 @@ checked against torch 2.11 and transformers 5.17: docs/gpu-todo.md).
        spread; 3e-2 leaves margin without hiding a wrong kernel, whose errors are O(1));
      - greedy tokens: HF's greedy choice at step s is the argmax of its logits after the engine's
        first s tokens, so the first step where that argmax differs from the engine's token is
-       where HF's own greedy generation would leave the engine's. Every engine token must equal
-       it, except where HF's margin between its choice and the engine's token is below 2 x the
+       where HF's own greedy generation would leave the engine's. Every engine token, at every
+       step (teacher-forced, the steps after a difference are still comparable), must equal it,
+       except where HF's margin between its choice and the engine's token is below 2 x the
        device's tolerance x max(1, max |logit|): a near-tie that the engine's precision may break
-       either way, reported as "tie" and not failed.
+       either way, reported as "tie" and not failed. The summary counts the tokens that are HF's
+       choice over all prompts and steps.
    generate() is not used here: with min_new_tokens it masks the EOS id (2, LlamaConfig's
    default) until the last step, so HF would refuse a token the engine may rightly pick.
 Writes a JSON summary with --json. Exit status: 0 everything agrees, 1 a check failed, 2 bad usage
@@ -122,26 +124,36 @@ def compare_run(ref, run, tol):
 
     ref: one list of vocab floats per step (HF after prompt + the engine's first s tokens);
     run: {"tokens": [...], "logits": [[...], ...]} from gpu_dump_logits.
-    Returns {"logit_error", "greedy_equal_steps", "greedy": ok|tie|diverged, "margin"}.
+    Returns {"logit_error", "greedy_equal_steps" (steps before the first difference),
+    "agree_steps" (steps whose token is HF's choice), "tie_steps", "greedy": ok|tie|diverged
+    (tie: every difference is a near-tie), "margin" (HF's largest margin over the differences,
+    None without one)}.
     """
     tokens, mine = run["tokens"], run["logits"]
     if not (len(ref) == len(tokens) == len(mine)):
         raise ValueError(f"compare_run: {len(ref)} reference rows, {len(tokens)} tokens, "
                          f"{len(mine)} logit rows")
     error, equal, verdict, margin = 0.0, len(tokens), "ok", None
+    agree = ties = 0
     for step, (r, m, token) in enumerate(zip(ref, mine, tokens)):
         if len(r) != len(m):
             raise ValueError(f"compare_run: step {step}: {len(m)} engine logits, {len(r)} HF")
         scale = max(1.0, max(abs(x) for x in r))
         error = max(error, max(abs(a - b) for a, b in zip(m, r)) / scale)
-        if verdict == "ok":
-            best = max(range(len(r)), key=r.__getitem__)
-            if best != token:
-                equal = step
-                margin = r[best] - r[token]
-                verdict = "tie" if margin < 2 * tol * scale else "diverged"
-    return {"logit_error": error, "greedy_equal_steps": equal, "greedy": verdict,
-            "margin": margin}
+        best = max(range(len(r)), key=r.__getitem__)
+        if best == token:
+            agree += 1
+            continue
+        equal = min(equal, step)
+        gap = r[best] - r[token]
+        margin = gap if margin is None else max(margin, gap)
+        if gap < 2 * tol * scale:
+            ties += 1
+            verdict = "tie" if verdict == "ok" else verdict
+        else:
+            verdict = "diverged"
+    return {"logit_error": error, "greedy_equal_steps": equal, "agree_steps": agree,
+            "tie_steps": ties, "greedy": verdict, "margin": margin}
 
 
 def summarize(result):
@@ -153,9 +165,16 @@ def summarize(result):
         same = sum(r["greedy"] == "ok" for r in rows)
         ties = sum(r["greedy"] == "tie" for r in rows)
         worst = max(r["logit_error"] for r in rows)
-        parts.append(f"{dev}: {same}/{len(rows)} prompts x {result['steps']} tokens identical"
-                     + (f" ({ties} near-tie)" if ties else "")
-                     + f", logit error {worst:.1e} (tol {TOLERANCE[dev]:g})")
+        text = (f"{dev}: {same}/{len(rows)} prompts x {result['steps']} tokens identical"
+                + (f" ({ties} near-tie)" if ties else ""))
+        if all("agree_steps" in r for r in rows):
+            agree = sum(r["agree_steps"] for r in rows)
+            tie_steps = sum(r["tie_steps"] for r in rows)
+            margins = [r["margin"] for r in rows if r.get("margin") is not None]
+            text += (f", {agree}/{len(rows) * result['steps']} tokens HF's greedy choice"
+                     + (f" ({tie_steps} near-ties, largest margin {max(margins):.3f})"
+                        if tie_steps and margins else ""))
+        parts.append(text + f", logit error {worst:.1e} (tol {TOLERANCE[dev]:g})")
     return "; ".join(parts), ok
 
 

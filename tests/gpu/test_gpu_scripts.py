@@ -277,6 +277,23 @@ class Comparison(unittest.TestCase):
         self.assertEqual(cpu["greedy"], "diverged")
         far = hf_compare.compare_run([[0.0, 6.0, 5.0], [3.0, 2.9, 0.0]], self.RUN, 3e-2)
         self.assertEqual((far["greedy"], far["greedy_equal_steps"]), ("diverged", 0))
+        self.assertEqual((far["agree_steps"], far["tie_steps"]), (1, 0))
+
+    def test_every_step_counts_after_a_near_tie(self):
+        # Teacher-forced: a clear disagreement after a near-tie still fails, and each step is
+        # counted (RUN's tokens are 2 then 0).
+        run = {"tokens": [2, 0, 1], "logits": [[0.0, 1.0, 5.0], [3.0, 2.9, 0.0], [0, 4.0, 0]]}
+        tie_then_far = hf_compare.compare_run(
+            [[0.0, 5.02, 5.0], [3.0, 2.9, 0.0], [0.0, 1.0, 4.0]], run, 3e-2)
+        self.assertEqual(tie_then_far["greedy"], "diverged")
+        self.assertEqual(tie_then_far["greedy_equal_steps"], 0)
+        self.assertEqual((tie_then_far["agree_steps"], tie_then_far["tie_steps"]), (1, 1))
+        self.assertAlmostEqual(tie_then_far["margin"], 3.0)
+        two_ties = hf_compare.compare_run(
+            [[0.0, 5.02, 5.0], [3.0, 2.9, 0.0], [0.0, 1.0, 1.05]], run, 3e-2)
+        self.assertEqual(two_ties["greedy"], "tie")
+        self.assertEqual((two_ties["agree_steps"], two_ties["tie_steps"]), (1, 2))
+        self.assertAlmostEqual(two_ties["margin"], 0.05)
 
     def test_shape_mismatch_is_an_error(self):
         with self.assertRaisesRegex(ValueError, "reference rows"):
@@ -292,6 +309,11 @@ class Comparison(unittest.TestCase):
         self.assertTrue(good)
         self.assertIn("cuda: 1/2 prompts x 64 tokens identical (1 near-tie), logit error 2.0e-02",
                       text)
+        ok.update(agree_steps=64, tie_steps=0, margin=None)
+        tie.update(agree_steps=61, tie_steps=3, margin=0.04)
+        self.assertIn("cuda: 1/2 prompts x 64 tokens identical (1 near-tie), 125/128 tokens HF's "
+                      "greedy choice (3 near-ties, largest margin 0.040), logit error 2.0e-02",
+                      hf_compare.summarize(result)[0])
         result["runs"][1]["ok"] = False
         self.assertFalse(hf_compare.summarize(result)[1])
 
