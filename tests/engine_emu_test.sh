@@ -177,6 +177,20 @@ EOF
   return $ok
 }
 check "engine_emu serve --device cuda answers a completion" serve_once
+# gpu-check e2e's serve step (bench/gpu/serve_bench.sh): the experiment's whole workload through
+# `sim bench` over HTTP against `engine serve --device cuda`, then SIGTERM.
+check "serve_bench.sh: sim bench against engine_emu serve --device cuda" run 0 \
+  env SERVELAB_HOME="$src" bash "$src/bench/gpu/serve_bench.sh" "$emu" "$sim" "$t/exp.yaml" \
+  "$t/sbench" --device cuda
+check "  ... every request finished" python3 -c "
+import json, sys
+r = json.load(open('$t/sbench/summary.json'))['requests']
+sys.exit(0 if r['completed'] == r['total'] > 0 else 1)"
+check "serve_bench.sh: a server that cannot start is exit 1" run 1 env SERVELAB_HOME="$src" \
+  bash "$src/bench/gpu/serve_bench.sh" "$emu" "$sim" "$t/exp.yaml" "$t/sbench2" --device cuda \
+  --set model=tiny
+check "  ... with the server's reason" has "the CUDA kernels support head_dim 64 and 128" "$t/last.txt"
+check "serve_bench.sh: bad arguments are exit 2" run 2 bash "$src/bench/gpu/serve_bench.sh" "$emu"
 
 # The validation loop of issue 20 (scripts/gpu-check validate) on the emulated CUDA engine.
 p=$t/profile.csv

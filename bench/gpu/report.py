@@ -235,8 +235,27 @@ def report_e2e(work):
         ok = False
     ok &= report_decode_step(work)
     report_fp8_kv(work)
+    ok &= report_serve(work)
     report_kernel_breakdown(work)
     return ok
+
+
+def report_serve(work):
+    """`engine serve --device cuda` under `sim bench` (gpu-check e2e's serve_c32) beside `engine
+    run` of the same workload. Fails only when it ran and left requests unfinished."""
+    b = load(os.path.join(work, "serve-c32", "summary.json"))
+    if b is None:
+        print("serve at concurrency 32 (HTTP, sim bench): not run (serve_c32.log)")
+        return True
+    r, e = b.get("requests", {}), load(os.path.join(work, "engine-c32", "summary.json")) or {}
+    done, total = r.get("completed", 0), r.get("total", 0)
+    tps = b.get("throughput", {}).get("output_tokens_per_s", float("nan"))
+    etps = e.get("throughput", {}).get("output_tokens_per_s", float("nan"))
+    print(f"serve at concurrency 32 (HTTP, sim bench): {done}/{total} finished, {tps:.0f} output "
+          f"tok/s (engine run {etps:.0f}), TTFT p50 {pct(b, 'ttft_ms'):.1f} ms (engine run "
+          f"{pct(e, 'ttft_ms'):.1f}), TPOT p50 {pct(b, 'tpot_ms'):.2f} ms (engine run "
+          f"{pct(e, 'tpot_ms'):.2f})" + ("" if done == total > 0 else ": FAILED"))
+    return done == total > 0
 
 
 def report_fp8_kv(work):

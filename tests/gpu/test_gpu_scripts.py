@@ -411,6 +411,26 @@ class Report(unittest.TestCase):
         self.write("hf_generate.json", {"ok": False, "levels": []})
         self.assertIn("HF baseline: FAILED", self.run_report("e2e")[1])
         self.assertIn("decode step per kernel class: not run", self.run_report("e2e")[1])
+        self.assertIn("serve at concurrency 32 (HTTP, sim bench): not run",
+                      self.run_report("e2e")[1])
+
+    def test_serve_beside_engine_run(self):
+        self.write("engine-c32/summary.json", {"throughput": {"output_tokens_per_s": 4000.0},
+                                               "ttft_ms": {"p50": 100.0},
+                                               "tpot_ms": {"p50": 6.0}})
+        serve = {"requests": {"completed": 128, "total": 128},
+                 "throughput": {"output_tokens_per_s": 3900.0}, "ttft_ms": {"p50": 110.0},
+                 "tpot_ms": {"p50": 6.1}}
+        self.write("serve-c32/summary.json", serve)
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            self.assertTrue(report.report_serve(self.work))
+        self.assertIn("128/128 finished, 3900 output tok/s (engine run 4000), TTFT p50 110.0 ms "
+                      "(engine run 100.0), TPOT p50 6.10 ms (engine run 6.00)", out.getvalue())
+        serve["requests"]["completed"] = 127
+        self.write("serve-c32/summary.json", serve)
+        with contextlib.redirect_stdout(io.StringIO()):
+            self.assertFalse(report.report_serve(self.work))
 
     def test_kernel_breakdown_from_ncu_csv(self):
         # As `ncu --csv --page raw --metrics gpu__time_duration.sum` prints it, between its
