@@ -209,7 +209,10 @@ void BM_PrefillAttention(benchmark::State& state) {
                                      static_cast<std::int32_t>(tiles.size()),
                                      kHeads,
                                      0.088f,
-                                     kernel};
+                                     kernel,
+                                     {},
+                                     nullptr,
+                                     0};
   k::GpuTimer t;
   for (auto _ : state) {
     flush_l2();
@@ -225,6 +228,61 @@ void BM_PrefillAttention(benchmark::State& state) {
 BENCHMARK(BM_PrefillAttention)
     ->ArgsProduct({{512, 2048, 8192}, {0, 1}})
     ->ArgsProduct({{512, 8192}, {2}})
+    ->UseManualTime();
+
+// A chunk of Q queries after PREFIX cached keys (one sequence), fa2, unsplit (S = 0) or split-KV
+// as the executor plans it (S = 1): a short chunk after a long prefix is the case split-KV is
+// for (one query tile x 32 heads leaves most SMs idle). Reported: time and the split count.
+void BM_PrefillChunk(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+#if SERVELAB_HAVE_CUDA
+  const auto nq = static_cast<std::int32_t>(state.range(0));
+  const auto prefix = static_cast<std::int32_t>(state.range(1));
+  Cache cache(1, prefix + nq, k::FloatFormat::kBf16);
+  k::DeviceBuffer q(static_cast<std::size_t>(nq) * kHeads * kHeadDim * 2), out(q.bytes());
+  k::fill_bytes(q.get(), 0x3c, q.bytes());
+  const std::vector<std::int32_t> meta = {0, nq, prefix};  // q_row_begin, num_queries, first_pos
+  k::DeviceBuffer d_meta(12);
+  k::copy_to_device(d_meta.get(), meta.data(), 12);
+  const std::vector<k::PrefillTile> tiles = k::plan_prefill_tiles({nq});
+  k::DeviceBuffer d_tiles(tiles.size() * sizeof(k::PrefillTile));
+  k::copy_to_device(d_tiles.get(), tiles.data(), d_tiles.bytes());
+  const auto ntiles = static_cast<std::int32_t>(tiles.size());
+  const k::PrefillSplitPlan plan =
+      state.range(2) == 1 ? k::plan_prefill_splits(ntiles, kHeads, prefix + nq,
+                                                   k::prefill_max_resident_ctas(kHeadDim))
+                          : k::PrefillSplitPlan{};
+  k::DeviceBuffer ws(static_cast<std::size_t>(k::prefill_workspace_floats(
+                         ntiles, kHeads, kHeadDim, std::max(1, plan.kv_splits))) *
+                     sizeof(float));
+  const std::int32_t* m = d_meta.as<std::int32_t>();
+  const k::PrefillAttentionArgs args{cache.view(),
+                                     q.as<k::Bf16>(),
+                                     out.as<k::Bf16>(),
+                                     m,
+                                     m + 1,
+                                     m + 2,
+                                     d_tiles.as<k::PrefillTile>(),
+                                     ntiles,
+                                     kHeads,
+                                     0.088f,
+                                     k::PrefillKernel::kFa2,
+                                     plan,
+                                     ws.as<float>(),
+                                     prefix + nq};
+  k::GpuTimer t;
+  for (auto _ : state) {
+    flush_l2();
+    t.start();
+    k::paged_prefill_attention(args, nullptr);
+    state.SetIterationTime(t.stop() * 1e-3);
+  }
+  state.counters["splits"] = plan.kv_splits;
+#endif
+}
+BENCHMARK(BM_PrefillChunk)
+    ->ArgsProduct({{16, 256}, {6144}, {0, 1}})
+    ->Args({16, 128, 0})  // the same chunk after a short prefix: what split-KV should approach
     ->UseManualTime();
 
 void BM_SwapOut(benchmark::State& state) {

@@ -169,6 +169,13 @@ def report_bench(work):
             rows.append((f"{name} ({kernel})", f"{b['TFLOPs']:.1f} TFLOP/s",
                          f"{ratio:.2f} of SDPA ({ref:.1f})" if ref else "no SDPA figure",
                          verdict))
+        elif name.startswith("BM_PrefillChunk"):
+            # BM_PrefillChunk/queries/prefix/split: fa2 unsplit (0) or split-KV as planned (1).
+            parts = name.split("/")
+            label = "split-KV" if parts[3:4] == ["1"] else "unsplit"
+            rows.append((f"{name} (fa2 {label})", f"{b['real_time'] / 1e3:.1f} us"
+                         if b.get("time_unit", "ns") == "ns" else f"{b['real_time']} "
+                         f"{b.get('time_unit')}", f"{int(b.get('splits', 1))} splits", "report"))
         elif name.startswith("BM_DeviceCopy") or name.startswith("BM_SwapOut"):
             rows.append((name, f"{gbps(b):.0f} GB/s", "reference" if "Copy" in name else "",
                          "report"))

@@ -355,6 +355,11 @@ class Report(unittest.TestCase):
                                r"0.85 of copy\s+PASS")
         self.assertRegex(text, r"BM_DecodeAttention/64/8192/0 \(tiled\) .*0.25 of copy\s+report")
         self.assertIn("0.75 of SDPA (400.0)", text)
+        runs.append({"name": "BM_PrefillChunk/16/6144/1/manual_time", "real_time": 1234.0,
+                     "time_unit": "ns", "splits": 8})
+        self.write("kernels_bench.json", {"benchmarks": runs})
+        self.assertRegex(self.run_report("bench")[1],
+                         r"BM_PrefillChunk/16/6144/1 \(fa2 split-KV\)\s+1.2 us\s+8 splits\s+report")
         runs[4]["TFLOPs"] = 200  # fa2 at 0.5x SDPA misses the 0.7x target
         self.write("kernels_bench.json", {"benchmarks": runs})
         self.assertFalse(self.run_report("bench")[0])
