@@ -183,36 +183,50 @@ BENCHMARK(BM_DecodeAttention)
     ->Args({64, 8192, 2})
     ->UseManualTime();
 
-void BM_PrefillAttention(benchmark::State& state) {
-  if (!have_gpu(state)) return;
 #if SERVELAB_HAVE_CUDA
-  const auto len = static_cast<std::int32_t>(state.range(0));
-  const k::PrefillKernel kernel =
-      state.range(1) == 1 ? k::PrefillKernel::kWmma : k::PrefillKernel::kFa2;
-  Cache cache(1, len, state.range(1) == 2 ? k::FloatFormat::kFp8E4m3 : k::FloatFormat::kBf16);
-  k::DeviceBuffer q(static_cast<std::size_t>(len) * kHeads * kHeadDim * 2), out(q.bytes());
-  k::fill_bytes(q.get(), 0x3c, q.bytes());
-  const std::vector<std::int32_t> meta = {0, len, 0};  // q_row_begin, num_queries, first_pos
-  k::DeviceBuffer d_meta(12);
-  k::copy_to_device(d_meta.get(), meta.data(), 12);
-  const std::vector<k::PrefillTile> tiles = k::plan_prefill_tiles({len});
-  k::DeviceBuffer d_tiles(tiles.size() * sizeof(k::PrefillTile));
-  k::copy_to_device(d_tiles.get(), tiles.data(), d_tiles.bytes());
-  const std::int32_t* m = d_meta.as<std::int32_t>();
-  const k::PrefillAttentionArgs args{cache.view(),
-                                     q.as<k::Bf16>(),
-                                     out.as<k::Bf16>(),
-                                     m,
-                                     m + 1,
-                                     m + 2,
-                                     d_tiles.as<k::PrefillTile>(),
-                                     static_cast<std::int32_t>(tiles.size()),
-                                     kHeads,
-                                     0.088f,
-                                     kernel,
-                                     {},
-                                     nullptr,
-                                     0};
+// One sequence's prefill for the benchmarks below: nq queries (bf16, all 0x3c3c) at positions
+// first .. first + nq - 1, their tiles and metadata on the device, and the launch arguments over
+// `cache` (which holds the sequence's first + nq keys).
+struct PrefillInputs {
+  k::DeviceBuffer q, out, meta, tiles;
+  std::int32_t num_tiles = 0, first = 0, nq = 0;
+  PrefillInputs(std::int32_t queries, std::int32_t first_pos)
+      : q(static_cast<std::size_t>(queries) * kHeads * kHeadDim * 2),
+        out(q.bytes()),
+        meta(12),
+        first(first_pos),
+        nq(queries) {
+    k::fill_bytes(q.get(), 0x3c, q.bytes());
+    const std::vector<std::int32_t> m = {0, nq, first};  // q_row_begin, num_queries, first_pos
+    k::copy_to_device(meta.get(), m.data(), 12);
+    const std::vector<k::PrefillTile> t = k::plan_prefill_tiles({nq});
+    tiles = k::DeviceBuffer(t.size() * sizeof(k::PrefillTile));
+    k::copy_to_device(tiles.get(), t.data(), tiles.bytes());
+    num_tiles = static_cast<std::int32_t>(t.size());
+  }
+  k::PrefillAttentionArgs args(const Cache& cache, k::PrefillKernel kernel,
+                               const k::PrefillSplitPlan& plan = {},
+                               float* workspace = nullptr) const {
+    const std::int32_t* m = meta.as<std::int32_t>();
+    return {cache.view(),
+            q.as<k::Bf16>(),
+            out.as<k::Bf16>(),
+            m,
+            m + 1,
+            m + 2,
+            tiles.as<k::PrefillTile>(),
+            num_tiles,
+            kHeads,
+            0.088f,
+            kernel,
+            plan,
+            workspace,
+            std::int64_t{first} + nq};
+  }
+};
+
+// Times `args` (the L2 flushed before each launch).
+void time_prefill(benchmark::State& state, const k::PrefillAttentionArgs& args) {
   k::GpuTimer t;
   for (auto _ : state) {
     flush_l2();
@@ -220,6 +234,18 @@ void BM_PrefillAttention(benchmark::State& state) {
     k::paged_prefill_attention(args, nullptr);
     state.SetIterationTime(t.stop() * 1e-3);
   }
+}
+#endif
+
+void BM_PrefillAttention(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+#if SERVELAB_HAVE_CUDA
+  const auto len = static_cast<std::int32_t>(state.range(0));
+  const k::PrefillKernel kernel =
+      state.range(1) == 1 ? k::PrefillKernel::kWmma : k::PrefillKernel::kFa2;
+  const Cache cache(1, len, state.range(1) == 2 ? k::FloatFormat::kFp8E4m3 : k::FloatFormat::kBf16);
+  const PrefillInputs in(len, 0);
+  time_prefill(state, in.args(cache, kernel));
   const double flops = 4.0 * kHeads * static_cast<double>(len) * len * kHeadDim / 2;
   state.counters["TFLOPs"] =
       benchmark::Counter(flops * state.iterations() / 1e12, benchmark::Counter::kIsRate);
@@ -238,45 +264,16 @@ void BM_PrefillChunk(benchmark::State& state) {
 #if SERVELAB_HAVE_CUDA
   const auto nq = static_cast<std::int32_t>(state.range(0));
   const auto prefix = static_cast<std::int32_t>(state.range(1));
-  Cache cache(1, prefix + nq, k::FloatFormat::kBf16);
-  k::DeviceBuffer q(static_cast<std::size_t>(nq) * kHeads * kHeadDim * 2), out(q.bytes());
-  k::fill_bytes(q.get(), 0x3c, q.bytes());
-  const std::vector<std::int32_t> meta = {0, nq, prefix};  // q_row_begin, num_queries, first_pos
-  k::DeviceBuffer d_meta(12);
-  k::copy_to_device(d_meta.get(), meta.data(), 12);
-  const std::vector<k::PrefillTile> tiles = k::plan_prefill_tiles({nq});
-  k::DeviceBuffer d_tiles(tiles.size() * sizeof(k::PrefillTile));
-  k::copy_to_device(d_tiles.get(), tiles.data(), d_tiles.bytes());
-  const auto ntiles = static_cast<std::int32_t>(tiles.size());
+  const Cache cache(1, prefix + nq);
+  const PrefillInputs in(nq, prefix);
   const k::PrefillSplitPlan plan =
-      state.range(2) == 1 ? k::plan_prefill_splits(ntiles, kHeads, prefix + nq,
+      state.range(2) == 1 ? k::plan_prefill_splits(in.num_tiles, kHeads, prefix + nq,
                                                    k::prefill_max_resident_ctas(kHeadDim))
                           : k::PrefillSplitPlan{};
   k::DeviceBuffer ws(static_cast<std::size_t>(k::prefill_workspace_floats(
-                         ntiles, kHeads, kHeadDim, std::max(1, plan.kv_splits))) *
+                         in.num_tiles, kHeads, kHeadDim, std::max(1, plan.kv_splits))) *
                      sizeof(float));
-  const std::int32_t* m = d_meta.as<std::int32_t>();
-  const k::PrefillAttentionArgs args{cache.view(),
-                                     q.as<k::Bf16>(),
-                                     out.as<k::Bf16>(),
-                                     m,
-                                     m + 1,
-                                     m + 2,
-                                     d_tiles.as<k::PrefillTile>(),
-                                     ntiles,
-                                     kHeads,
-                                     0.088f,
-                                     k::PrefillKernel::kFa2,
-                                     plan,
-                                     ws.as<float>(),
-                                     prefix + nq};
-  k::GpuTimer t;
-  for (auto _ : state) {
-    flush_l2();
-    t.start();
-    k::paged_prefill_attention(args, nullptr);
-    state.SetIterationTime(t.stop() * 1e-3);
-  }
+  time_prefill(state, in.args(cache, k::PrefillKernel::kFa2, plan, ws.as<float>()));
   state.counters["splits"] = plan.kv_splits;
 #endif
 }

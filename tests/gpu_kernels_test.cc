@@ -797,37 +797,46 @@ TEST(GpuKernels, PagedPrefillAttentionMatchesReference) {
         }
       }
     }
-    for (k::PrefillKernel kernel : {k::PrefillKernel::kFa2, k::PrefillKernel::kWmma}) {
-      SCOPED_TRACE(k::prefill_kernel_name(kernel));
+    std::int64_t longest = 0;
+    for (std::size_t s = 0; s < ctx.size(); ++s) longest = std::max<std::int64_t>(longest, ctx[s]);
+    const auto ntiles = static_cast<std::int32_t>(tiles.size());
+    DeviceBuffer out = Poisoned(q.size() * 2);
+    auto args = [&](k::PrefillKernel kernel, const k::PrefillSplitPlan& plan, float* ws) {
+      return k::PrefillAttentionArgs{f.view(),
+                                     d_q.as<k::Bf16>(),
+                                     out.as<k::Bf16>(),
+                                     d_begin.as<std::int32_t>(),
+                                     d_nq.as<std::int32_t>(),
+                                     d_first.as<std::int32_t>(),
+                                     d_tiles.as<k::PrefillTile>(),
+                                     ntiles,
+                                     c.q_heads,
+                                     scale,
+                                     kernel,
+                                     plan,
+                                     ws,
+                                     longest};
+    };
+    // Two launches into a poisoned output: close to the reference, and bit-identical.
+    auto check_twice = [&](const k::PrefillAttentionArgs& a, const char* what) {
       std::vector<std::uint16_t> runs[2];
       for (std::vector<std::uint16_t>& bits : runs) {
-        DeviceBuffer out = Poisoned(q.size() * 2);
-        k::paged_prefill_attention({f.view(),
-                                    d_q.as<k::Bf16>(),
-                                    out.as<k::Bf16>(),
-                                    d_begin.as<std::int32_t>(),
-                                    d_nq.as<std::int32_t>(),
-                                    d_first.as<std::int32_t>(),
-                                    d_tiles.as<k::PrefillTile>(),
-                                    static_cast<std::int32_t>(tiles.size()),
-                                    c.q_heads,
-                                    scale,
-                                    kernel,
-                                    {},
-                                    nullptr,
-                                    0},
-                                   nullptr);
+        out = Poisoned(q.size() * 2);
+        k::PrefillAttentionArgs launch = a;
+        launch.out = out.as<k::Bf16>();
+        k::paged_prefill_attention(launch, nullptr);
         bits = Download<std::uint16_t>(out, q.size());
       }
-      ExpectClose(FromBits(runs[0]), want, 4e-3, 1e-2, "prefill");
+      ExpectClose(FromBits(runs[0]), want, 4e-3, 1e-2, what);
       EXPECT_TRUE(runs[0] == runs[1]) << "two runs of the same launch differ";
+    };
+    for (k::PrefillKernel kernel : {k::PrefillKernel::kFa2, k::PrefillKernel::kWmma}) {
+      SCOPED_TRACE(k::prefill_kernel_name(kernel));
+      check_twice(args(kernel, {}, nullptr), "prefill");
     }
     // Split-KV (fa2): key ranges of one and three key tiles (every tile of a long prefix in
     // its own CTA; splits past a short sequence's positions empty), and the planner's plan for
     // a device of 8 resident CTAs.
-    std::int64_t longest = 0;
-    for (std::size_t s = 0; s < ctx.size(); ++s) longest = std::max<std::int64_t>(longest, ctx[s]);
-    const auto ntiles = static_cast<std::int32_t>(tiles.size());
     std::vector<k::PrefillSplitPlan> plans;
     for (std::int32_t keys : {64, 192}) {
       plans.push_back({keys, static_cast<std::int32_t>((longest + keys - 1) / keys)});
@@ -841,40 +850,15 @@ TEST(GpuKernels, PagedPrefillAttentionMatchesReference) {
       DeviceBuffer ws(static_cast<std::size_t>(
                           k::prefill_workspace_floats(ntiles, c.q_heads, c.hd, plan.kv_splits)) *
                       sizeof(float));
-      std::vector<std::uint16_t> runs[2];
-      for (std::vector<std::uint16_t>& bits : runs) {
-        DeviceBuffer out = Poisoned(q.size() * 2);
-        k::paged_prefill_attention(
-            {f.view(), d_q.as<k::Bf16>(), out.as<k::Bf16>(), d_begin.as<std::int32_t>(),
-             d_nq.as<std::int32_t>(), d_first.as<std::int32_t>(), d_tiles.as<k::PrefillTile>(),
-             ntiles, c.q_heads, scale, k::PrefillKernel::kFa2, plan, ws.as<float>(), longest},
-            nullptr);
-        bits = Download<std::uint16_t>(out, q.size());
-      }
-      ExpectClose(FromBits(runs[0]), want, 4e-3, 1e-2, "prefill split");
-      EXPECT_TRUE(runs[0] == runs[1]) << "two runs of the same split launch differ";
+      check_twice(args(k::PrefillKernel::kFa2, plan, ws.as<float>()), "prefill split");
     }
     if (ci == 0) {
       // Refused: a split with the wmma kernel, without a workspace, or short of the range.
-      DeviceBuffer out = Poisoned(q.size() * 2);
       DeviceBuffer ws(
           static_cast<std::size_t>(k::prefill_workspace_floats(ntiles, c.q_heads, c.hd, 64)) *
           sizeof(float));
       const k::PrefillSplitPlan covering{64, static_cast<std::int32_t>((longest + 63) / 64)};
-      k::PrefillAttentionArgs a{f.view(),
-                                d_q.as<k::Bf16>(),
-                                out.as<k::Bf16>(),
-                                d_begin.as<std::int32_t>(),
-                                d_nq.as<std::int32_t>(),
-                                d_first.as<std::int32_t>(),
-                                d_tiles.as<k::PrefillTile>(),
-                                ntiles,
-                                c.q_heads,
-                                scale,
-                                k::PrefillKernel::kWmma,
-                                covering,
-                                ws.as<float>(),
-                                longest};
+      k::PrefillAttentionArgs a = args(k::PrefillKernel::kWmma, covering, ws.as<float>());
       EXPECT_THROW(k::paged_prefill_attention(a, nullptr), std::invalid_argument);
       a.kernel = k::PrefillKernel::kFa2;
       a.workspace = nullptr;
