@@ -15,6 +15,12 @@
 //                                 over an fp8 e4m3 cache: TFLOP/s counting
 //                                 4 * heads * len^2 * head_dim / 2 (compare with
 //                                 bench/gpu/sdpa_bench.py; target >= 0.7x SDPA for fa2)
+//   BM_PrefillChunk/q/prefix/split  a chunk of q queries after prefix cached keys, fa2 unsplit (0)
+//                                 or split-KV as the executor plans it (1): time, splits
+//   BM_DecodeGemm/M/shape         one of Llama-3-8B's linear layers at M tokens through cuBLAS as
+//                                 the executor calls it (0 qkv, 1 o, 2 gate_up, 3 down, 4 LM
+//                                 head): GB/s of weights + activations, vs the copy (a decode
+//                                 step reads every weight once: these rows say how close)
 //   BM_SwapOut/blocks             copy_blocks of 2 MiB blocks to pinned host memory: GB/s
 #include <benchmark/benchmark.h>
 
@@ -29,6 +35,7 @@
 #include "kernels/attention.h"
 #include "kernels/cache_ops.h"
 #include "kernels/device.h"
+#include "kernels/gemm.h"
 #include "kernels/kv_layout.h"
 #endif
 
@@ -281,6 +288,58 @@ BENCHMARK(BM_PrefillChunk)
     ->ArgsProduct({{16, 256}, {6144}, {0, 1}})
     ->Args({16, 128, 0})  // the same chunk after a short prefix: what split-KV should approach
     ->UseManualTime();
+
+#if SERVELAB_HAVE_CUDA
+// Llama-3-8B's linear layers as CudaExecutor::forward_layers calls Gemm::linear.
+struct GemmShape {
+  const char* name;
+  std::int32_t in, out;
+  k::Gemm::Out out_type;
+  float beta;
+};
+constexpr GemmShape kGemmShapes[] = {
+    {"qkv", 4096, 6144, k::Gemm::Out::kF32, 0.0f},
+    {"o", 4096, 4096, k::Gemm::Out::kF32, 1.0f},
+    {"gate_up", 4096, 28672, k::Gemm::Out::kBf16, 0.0f},
+    {"down", 14336, 4096, k::Gemm::Out::kF32, 1.0f},
+    {"lm_head", 4096, 128256, k::Gemm::Out::kF32, 0.0f},
+};
+#endif
+
+void BM_DecodeGemm(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+#if SERVELAB_HAVE_CUDA
+  const auto m = static_cast<std::int32_t>(state.range(0));
+  const GemmShape& g = kGemmShapes[state.range(1)];
+  const std::size_t w_bytes = std::size_t{2} * g.in * g.out;
+  const std::size_t x_bytes = std::size_t{2} * m * g.in;
+  const std::size_t y_bytes = std::size_t{g.out_type == k::Gemm::Out::kF32 ? 4u : 2u} * m * g.out;
+  k::DeviceBuffer w(w_bytes), x(x_bytes), y(y_bytes);
+  k::fill_bytes(w.get(), 0x3c, w_bytes);
+  k::fill_bytes(x.get(), 0x3c, x_bytes);
+  k::fill_bytes(y.get(), 0, y_bytes);
+  k::Gemm gemm;
+  k::DeviceBuffer ws(k::Gemm::kRecommendedWorkspaceBytes);
+  gemm.set_workspace(ws.get(), ws.bytes());
+  gemm.linear(x.as<k::Bf16>(), w.as<k::Bf16>(), y.get(), g.out_type, m, g.in, g.out, g.beta,
+              nullptr);  // cuBLAS picks and loads its kernel outside the timing
+  k::GpuTimer t;
+  for (auto _ : state) {
+    flush_l2();
+    t.start();
+    gemm.linear(x.as<k::Bf16>(), w.as<k::Bf16>(), y.get(), g.out_type, m, g.in, g.out, g.beta,
+                nullptr);
+    state.SetIterationTime(t.stop() * 1e-3);
+  }
+  const double bytes = static_cast<double>(w_bytes + x_bytes + y_bytes * (g.beta != 0 ? 2 : 1));
+  state.SetBytesProcessed(static_cast<std::int64_t>(bytes) * state.iterations());
+  state.counters["GBps"] =
+      benchmark::Counter(bytes * state.iterations() / 1e9, benchmark::Counter::kIsRate);
+  state.counters["copy_GBps"] = measured_copy_gbps();
+  state.SetLabel(g.name);
+#endif
+}
+BENCHMARK(BM_DecodeGemm)->ArgsProduct({{1, 32, 128}, {0, 1, 2, 3, 4}})->UseManualTime();
 
 void BM_SwapOut(benchmark::State& state) {
   if (!have_gpu(state)) return;

@@ -169,6 +169,11 @@ def report_bench(work):
             rows.append((f"{name} ({kernel})", f"{b['TFLOPs']:.1f} TFLOP/s",
                          f"{ratio:.2f} of SDPA ({ref:.1f})" if ref else "no SDPA figure",
                          verdict))
+        elif name.startswith("BM_DecodeGemm"):
+            # BM_DecodeGemm/M/shape: one Llama-3-8B linear layer at M tokens (label: its name).
+            ratio = gbps(b) / copy if copy else 0
+            rows.append((f"{name} ({b.get('label', '?')})", f"{gbps(b):.0f} GB/s",
+                         f"{ratio:.2f} of copy", "report"))
         elif name.startswith("BM_PrefillChunk"):
             # BM_PrefillChunk/queries/prefix/split: fa2 unsplit (0) or split-KV as planned (1).
             parts = name.split("/")

@@ -357,9 +357,13 @@ class Report(unittest.TestCase):
         self.assertIn("0.75 of SDPA (400.0)", text)
         runs.append({"name": "BM_PrefillChunk/16/6144/1/manual_time", "real_time": 1234.0,
                      "time_unit": "ns", "splits": 8})
+        runs.append({"name": "BM_DecodeGemm/32/4/manual_time", "GBps": 3600.0,
+                     "label": "lm_head"})
         self.write("kernels_bench.json", {"benchmarks": runs})
         self.assertRegex(self.run_report("bench")[1],
                          r"BM_PrefillChunk/16/6144/1 \(fa2 split-KV\)\s+1.2 us\s+8 splits\s+report")
+        self.assertRegex(self.run_report("bench")[1],
+                         r"BM_DecodeGemm/32/4 \(lm_head\)\s+3600 GB/s\s+0.90 of copy\s+report")
         runs[4]["TFLOPs"] = 200  # fa2 at 0.5x SDPA misses the 0.7x target
         self.write("kernels_bench.json", {"benchmarks": runs})
         self.assertFalse(self.run_report("bench")[0])
