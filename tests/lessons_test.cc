@@ -8,6 +8,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -16,10 +17,13 @@
 #include <vector>
 
 #include "core/step_plan.h"
+#include "serving/calibration_profile.h"
 #include "serving/hardware_config.h"
 #include "serving/home.h"
 #include "serving/kv_capacity.h"
 #include "serving/model_config.h"
+#include "sim/calibrated_cost_model.h"
+#include "sim/calibration.h"
 #include "sim/roofline_cost_model.h"
 #include "tests/kv_quant_measure.h"
 #include "tests/test_util.h"
@@ -735,6 +739,121 @@ TEST(Lessons, LoraAdaptersAgainstMaxLoras) {
   // The system prompt is cached once per adapter.
   EXPECT_EQ(summary(out / names[1])["prefix_cache"]["hit_tokens"], 767744);
   EXPECT_EQ(summary(out / names[5])["prefix_cache"]["hit_tokens"], 745984);
+  fs::remove_all(dir);
+}
+
+// docs/lessons/gpu-decode-cost.md: the numbers come from the H200 profile and calibrated model
+// that ship in experiments/catalog/calibrated/ (measured 2026-11-28) and from the lesson's
+// `sim compare`.
+namespace gpu_decode_cost {
+
+// The measured median of the profile's decode row of `seqs` sequences at context `ctx`, ms.
+double measured_decode_ms(const EngineProfile& p, std::int64_t seqs, std::int64_t ctx) {
+  for (const ProfileRow& r : p.rows) {
+    if (r.family == "decode" && r.features.step.decode_tokens == seqs &&
+        r.features.step.decode_context_tokens == seqs * ctx) {
+      return static_cast<double>(r.median_ns) / 1e6;
+    }
+  }
+  ADD_FAILURE() << "no decode row for " << seqs << " x " << ctx;
+  return 0;
+}
+
+double measured_chunk_ms(const EngineProfile& p, std::int64_t tokens, std::int64_t context) {
+  for (const ProfileRow& r : p.rows) {
+    if (r.family == "chunk" && r.features.step.prefill_tokens == tokens &&
+        r.features.step.prefill_context_tokens == context) {
+      return static_cast<double>(r.median_ns) / 1e6;
+    }
+  }
+  ADD_FAILURE() << "no chunk row for " << tokens << " after " << context - tokens;
+  return 0;
+}
+
+// A decode step of `seqs` sequences at context `ctx`, priced by `cm`, ms.
+double priced_decode_ms(const CostModel& cm, std::int32_t seqs, std::int32_t ctx) {
+  StepPlan plan;
+  for (std::int32_t i = 0; i < seqs; ++i) {
+    ScheduledRequest r;
+    r.first_token = ctx - 1;
+    r.num_tokens = 1;
+    r.is_prefill = false;
+    r.samples = true;
+    plan.requests.push_back(r);
+  }
+  plan.num_decode_tokens = seqs;
+  return static_cast<double>(cm.step_time(plan)) / 1e6;
+}
+
+}  // namespace gpu_decode_cost
+
+TEST(Lessons, GpuDecodeCost) {
+  using namespace gpu_decode_cost;
+  const std::string cal = servelab_home().string() + "/experiments/catalog/calibrated/";
+  const EngineProfile p = read_profile(cal + "llama-3-8b-h200-profile.csv");
+  const ModelConfig m = load_model("Llama-3-8B", default_catalog_dir());
+  const HardwareConfig h200 = load_hardware("H200", default_catalog_dir());
+  const RooflineCostModel roof(m, h200, 16);
+  const CalibratedCostModel calibrated(load_calibrated_profile(cal + "llama-3-8b-h200.yaml"), 16);
+  // Batching at context 16: measured, tokens per second, roofline.
+  const std::int32_t seqs[] = {1, 32, 128, 256};
+  const double measured[] = {5.18, 5.33, 6.16, 8.49};
+  const double tokens_per_s[] = {193, 6008, 20769, 30168};
+  const double roofline[] = {5.03, 5.48, 7.44, 10.49};
+  for (int i = 0; i < 4; ++i) {
+    SCOPED_TRACE(seqs[i]);
+    const double ms = measured_decode_ms(p, seqs[i], 16);
+    EXPECT_NEAR(ms, measured[i], 0.005);
+    EXPECT_NEAR(seqs[i] / ms * 1e3, tokens_per_s[i], 0.5);
+    EXPECT_NEAR(priced_decode_ms(roof, seqs[i], 16), roofline[i], 0.005);
+  }
+  const double one = measured_decode_ms(p, 1, 16);
+  EXPECT_NEAR(measured_decode_ms(p, 32, 16) / one, 1.03, 0.005);
+  EXPECT_NEAR(measured_decode_ms(p, 128, 16) / one, 1.19, 0.005);
+  EXPECT_NEAR(32 * one / measured_decode_ms(p, 32, 16), 31, 0.5);
+  EXPECT_NEAR(128 * one / measured_decode_ms(p, 128, 16), 107, 0.6);
+  // The weights' read time at the measured copy bandwidth, and the floor above it.
+  const double weights_gb =
+      2.0 *
+      (32.0 * (4096.0 * (4096 + 2 * 1024) + 4096.0 * 4096 + 3.0 * 4096 * 14336) + 128256.0 * 4096) /
+      1e9;
+  EXPECT_NEAR(weights_gb, 15.0, 0.05);
+  EXPECT_NEAR(weights_gb / 4224 * 1e3, 3.55, 0.005);
+  EXPECT_NEAR(one - weights_gb / 4224 * 1e3, 1.6, 0.05);
+  // Context at 32 sequences.
+  const std::int32_t ctx[] = {16, 1024, 4096, 8192};
+  const double measured_ctx[] = {5.33, 6.38, 9.46, 13.56};
+  const double roofline_ctx[] = {5.48, 6.74, 10.58, 15.69};
+  for (int i = 0; i < 4; ++i) {
+    SCOPED_TRACE(ctx[i]);
+    EXPECT_NEAR(measured_decode_ms(p, 32, ctx[i]), measured_ctx[i], 0.005);
+    EXPECT_NEAR(priced_decode_ms(roof, 32, ctx[i]), roofline_ctx[i], 0.005);
+  }
+  EXPECT_EQ(kv_block_bytes(m, 16) / 16, 131072);  // 128 KiB a token
+  const double kv_gb = 32.0 * 8192 * 131072 / 1e9;
+  EXPECT_NEAR(kv_gb, 34.4, 0.05);
+  const double extra_ms = measured_decode_ms(p, 32, 8192) - measured_decode_ms(p, 32, 16);
+  EXPECT_NEAR(extra_ms, 8.23, 0.005);
+  EXPECT_NEAR(kv_gb / extra_ms, 4.17, 0.005);  // TB/s
+  // The chunk after a short and a long prefix.
+  EXPECT_NEAR(measured_chunk_ms(p, 16, 16 + 128), 5.70, 0.005);
+  EXPECT_NEAR(measured_chunk_ms(p, 16, 16 + 6144), 12.24, 0.005);
+  // The calibrated model's host overhead and what it does to a large batch.
+  EXPECT_NEAR(calibrated.profile().coefficients.per_sequence_s * 1e6, 10.8, 0.05);
+  EXPECT_NEAR(priced_decode_ms(calibrated, 128, 16), 8.31, 0.005);
+
+  // The lesson's experiment.
+  const fs::path dir = temp_dir("lesson_gpu_decode");
+  const Cli r = run_sim(
+      "compare " + kLessons + "gpu-decode-cost.yaml --quiet --out " + (dir / "c").string(), dir);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const json ro = summary(dir / "c" / "roofline");
+  const json ca = summary(dir / "c" / "calibrated");
+  EXPECT_NEAR(ro["throughput"]["output_tokens_per_s"].get<double>(), 3611, 0.5);
+  EXPECT_NEAR(ca["throughput"]["output_tokens_per_s"].get<double>(), 3596, 0.5);
+  EXPECT_NEAR(ro["tpot_ms"]["p50"].get<double>(), 6.57, 0.005);
+  EXPECT_NEAR(ca["tpot_ms"]["p50"].get<double>(), 6.90, 0.005);
+  EXPECT_NEAR(ca["tpot_ms"]["p50"].get<double>() / ro["tpot_ms"]["p50"].get<double>(), 1.05, 0.005);
   fs::remove_all(dir);
 }
 
