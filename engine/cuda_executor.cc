@@ -630,8 +630,8 @@ void CudaExecutor::Impl::run_decode_graph(const k::DecodeGraphKey& key, const Fo
     // cuBLAS up for the bucket's shapes and loads every kernel, so that nothing initialises
     // lazily during capture); replaying recomputes the same values, so the KV rows it writes
     // are bit-identical. Later keys of the pair (a wider table, another partition) only capture.
-    const bool computed = warmed.emplace(key.bucket, key.max_splits > 1).second;
-    if (computed) {
+    const bool eager_ran = warmed.emplace(key.bucket, key.max_splits > 1).second;
+    if (eager_ran) {
       forward_layers(f);
       ++stats.padded_eager;
     }
@@ -648,7 +648,7 @@ void CudaExecutor::Impl::run_decode_graph(const k::DecodeGraphKey& key, const Fo
                    "servelab: CUDA graph capture failed (%s); decode steps run eagerly from now "
                    "on (SERVELAB_CUDA_GRAPHS=0 skips the attempt)\n",
                    e.what());
-      if (!computed) {
+      if (!eager_ran) {
         forward_layers(f);
         ++stats.padded_eager;
       }

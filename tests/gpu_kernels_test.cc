@@ -1097,6 +1097,19 @@ TEST(GpuKernels, Fp8PagedAttentionMatchesReference) {
           k::paged_prefill_attention(a, nullptr);
           ExpectClose(FromBits(Download<std::uint16_t>(out, q.size())), want, 4e-3, 1e-2,
                       "fp8 prefill");
+          // Split-KV over the fp8 cache: two-tile splits (400 keys: 4 splits; v_scale applied
+          // before the merge).
+          DeviceBuffer ws(static_cast<std::size_t>(k::prefill_workspace_floats(
+                              static_cast<std::int32_t>(tiles.size()), q_heads, hd, 4)) *
+                          sizeof(float));
+          a.split = {128, 4};
+          a.workspace = ws.as<float>();
+          a.longest_keys = 400;
+          out = Poisoned(q.size() * 2);
+          a.out = out.as<k::Bf16>();
+          k::paged_prefill_attention(a, nullptr);
+          ExpectClose(FromBits(Download<std::uint16_t>(out, q.size())), want, 4e-3, 1e-2,
+                      "fp8 prefill, split");
           a.kernel = k::PrefillKernel::kWmma;
           EXPECT_THROW(k::paged_prefill_attention(a, nullptr), std::invalid_argument);
         }
