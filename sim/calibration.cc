@@ -14,7 +14,7 @@
 #include <stdexcept>
 
 #include "serving/config_node.h"
-#include "sim/nnls.h"
+#include "sim/huber_nnls.h"
 #include "traces/csv_reader.h"
 
 namespace servelab {
@@ -301,33 +301,14 @@ CalibrationResult fit_profile(const EngineProfile& profile) {
       throw ConfigError(profile.file + ": " + std::to_string(n) + " shapes cannot determine the " +
                         std::to_string(used) + " terms they exercise; profile more shapes");
     }
-    // Huber-weighted NNLS by iteratively reweighted least squares: a shape whose median was
-    // hit by a scheduling hiccup (a few ms on a loaded machine) weighs linearly, not
-    // quadratically. The Huber threshold is fixed from the first (no-knee) fit so that the
-    // objectives of all knees are comparable.
-    Eigen::VectorXd sqrt_w = Eigen::VectorXd::Ones(n);
-    NnlsResult r;
-    Eigen::VectorXd resid;
-    for (int it = 0; it < 10; ++it) {
-      r = nnls(sqrt_w.asDiagonal() * A, sqrt_w.cwiseProduct(b));
-      resid = A * r.x - b;
-      if (huber_c <= 0) {
-        std::vector<double> a(resid.data(), resid.data() + n);
-        for (double& v : a) v = std::abs(v);
-        std::nth_element(a.begin(), a.begin() + n / 2, a.end());
-        huber_c = 1.345 * std::max(0.01, 1.4826 * a[static_cast<std::size_t>(n / 2)]);
-      }
-      for (Eigen::Index i = 0; i < n; ++i) {
-        const double e = std::abs(resid(i));
-        sqrt_w(i) = e <= huber_c ? 1.0 : std::sqrt(huber_c / e);
-      }
-    }
+    // Huber-weighted NNLS (sim/huber_nnls.h): a shape whose median was hit by a scheduling
+    // hiccup (a few ms on a loaded machine) weighs linearly, not quadratically. The Huber
+    // threshold is fixed from the first (no-knee) fit so that the objectives of all knees are
+    // comparable.
+    const HuberNnlsResult h = huber_nnls(A, b, huber_c);
+    const NnlsResult& r = h.fit;
     Fit f;
-    f.objective = 0;
-    for (Eigen::Index i = 0; i < n; ++i) {
-      const double e = std::abs(resid(i));
-      f.objective += e <= huber_c ? 0.5 * e * e : huber_c * (e - 0.5 * huber_c);
-    }
+    f.objective = h.objective;
     f.x = r.x.cwiseQuotient(norms);
     f.converged = r.converged;
     return f;

@@ -23,7 +23,7 @@
 #include "serving/output_file.h"
 #include "sim/calibrated_cost_model.h"
 #include "sim/calibration.h"
-#include "sim/nnls.h"
+#include "sim/huber_nnls.h"
 #include "sim/roofline_cost_model.h"
 #include "sim/vidur_fit.h"
 #include "traces/csv_reader.h"
@@ -282,7 +282,11 @@ HostOverhead fit_host_overhead(const std::string& engine_dir, CalibratedProfile&
   }
   const Eigen::VectorXd norms = A.colwise().norm().transpose();
   for (int j = 0; j < 2; ++j) A.col(j) /= norms(j);
-  const Eigen::VectorXd x = nnls(A, b).x.cwiseQuotient(norms);
+  // Huber-weighted (sim/huber_nnls.h): a step with a one-off stall (a CUDA-graph capture, a
+  // page fault) must not become everyone's overhead. The threshold scales with the relative
+  // residuals' median (at least 0.5 %).
+  double huber_c = 0;
+  const Eigen::VectorXd x = huber_nnls(A, b, huber_c, 0.005).fit.x.cwiseQuotient(norms);
   h.step_s = x(0);
   h.per_sequence_s = x(1);
   profile.coefficients.step_s += h.step_s;

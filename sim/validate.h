@@ -105,7 +105,8 @@ std::vector<EngineStep> engine_steps(const std::string& engine_dir);
 
 // Host overhead the profile cannot see (the engine loop's scheduling and bookkeeping around
 // execute()): fits measured - predicted over an engine run's steps as step_s + per_sequence_s x
-// entries (relative least squares, both >= 0) and adds them to `profile`'s coefficients.
+// entries (relative errors, Huber-weighted: sim/huber_nnls.h; both >= 0) and adds them to
+// `profile`'s coefficients.
 HostOverhead fit_host_overhead(const std::string& engine_dir, CalibratedProfile& profile);
 
 // `sim calibrate PROFILE.csv -o COST.yaml [--engine-run ENGINE_DIR] [--quiet]`.

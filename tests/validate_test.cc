@@ -333,10 +333,29 @@ TEST(HostOverhead, FitsWhatTheProfileMissed) {
   EXPECT_GT(h.step_s + h.per_sequence_s, 0.005);
   EXPECT_NEAR(p.coefficients.step_s + p.coefficients.per_sequence_s,
               0.001 + h.step_s + h.per_sequence_s, 1e-12);
-  // Relative least squares over 10, 20, 40 ms with one entry each: the minimiser of
-  // sum ((x - y_i) / y_i)^2 is x = sum(1/y) / sum(1/y^2).
-  const double x = (1 / 10.0 + 1 / 20.0 + 1 / 40.0) / (1 / 100.0 + 1 / 400.0 + 1 / 1600.0);
-  EXPECT_NEAR(p.coefficients.step_s + p.coefficients.per_sequence_s, x * 1e-3, 1e-9);
+  // Relative errors over 10, 20, 40 ms with one entry each, Huber-weighted: the first round is
+  // least squares, x0 = sum(1/y) / sum(1/y^2), its relative residuals set the threshold
+  // c = 1.345 x 1.4826 x median |r|, and the solution is the fixed point of
+  // x = sum(w_i / y_i) / sum(w_i / y_i^2) with w_i = min(1, c / |(x - y_i) / y_i|).
+  const double y[] = {10, 20, 40};
+  const double x0 = (1 / 10.0 + 1 / 20.0 + 1 / 40.0) / (1 / 100.0 + 1 / 400.0 + 1 / 1600.0);
+  std::vector<double> r0;
+  for (double v : y) r0.push_back(std::abs((x0 - v) / v));
+  std::sort(r0.begin(), r0.end());
+  const double thr = 1.345 * std::max(0.005, 1.4826 * r0[1]);
+  double x = x0;
+  for (int it = 0; it < 200; ++it) {
+    double num = 0, den = 0;
+    for (double v : y) {
+      const double e = std::abs((x - v) / v);
+      const double w = e <= thr ? 1.0 : thr / e;
+      num += w / v;
+      den += w / (v * v);
+    }
+    x = num / den;
+  }
+  EXPECT_LT(x, x0);  // the 40 ms step, beyond the threshold, pulls less
+  EXPECT_NEAR(p.coefficients.step_s + p.coefficients.per_sequence_s, x * 1e-3, 1e-3 * x * 1e-3);
   // `sim calibrate --engine-run` writes the section and the file still loads.
   auto c = test_util::run_sim("calibrate " + (dir / "nope.csv").string() + " -o " +
                                   (dir / "c.yaml").string() + " --engine-run " +
