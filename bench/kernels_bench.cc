@@ -151,9 +151,9 @@ void BM_DecodeAttention(benchmark::State& state) {
   k::DeviceBuffer d_rows(batch * 4), d_lens(batch * 4);
   k::copy_to_device(d_rows.get(), rows.data(), batch * 4);
   k::copy_to_device(d_lens.get(), lens.data(), batch * 4);
-  const k::DecodeSplitPlan plan =
-      k::plan_decode_splits(lens, k::decode_ctas_per_seq(kernel, kHeads, kKvHeads),
-                            k::decode_max_resident_ctas(kernel, kHeadDim, kHeads, kKvHeads));
+  const k::DecodeSplitPlan plan = k::plan_decode_splits(
+      lens, k::decode_ctas_per_seq(kernel, kHeads, kKvHeads),
+      k::decode_max_resident_ctas(kernel, kHeadDim, kHeads, kKvHeads, format));
   k::DeviceBuffer ws(static_cast<std::size_t>(
                          k::decode_workspace_floats(batch, kHeads, kHeadDim, plan.max_splits)) *
                      4);
@@ -197,7 +197,8 @@ BENCHMARK(BM_DecodeAttention)
 struct PrefillInputs {
   k::DeviceBuffer q, out, meta, tiles;
   std::int32_t num_tiles = 0, first = 0, nq = 0;
-  PrefillInputs(std::int32_t queries, std::int32_t first_pos)
+  PrefillInputs(std::int32_t queries, std::int32_t first_pos,
+                k::PrefillKernel kernel = k::PrefillKernel::kFa2)
       : q(static_cast<std::size_t>(queries) * kHeads * kHeadDim * 2),
         out(q.bytes()),
         meta(12),
@@ -206,7 +207,7 @@ struct PrefillInputs {
     k::fill_bytes(q.get(), 0x3c, q.bytes());
     const std::vector<std::int32_t> m = {0, nq, first};  // q_row_begin, num_queries, first_pos
     k::copy_to_device(meta.get(), m.data(), 12);
-    const std::vector<k::PrefillTile> t = k::plan_prefill_tiles({nq});
+    const std::vector<k::PrefillTile> t = k::plan_prefill_tiles({nq}, k::prefill_tile_rows(kernel));
     tiles = k::DeviceBuffer(t.size() * sizeof(k::PrefillTile));
     k::copy_to_device(tiles.get(), t.data(), tiles.bytes());
     num_tiles = static_cast<std::int32_t>(t.size());
@@ -248,10 +249,12 @@ void BM_PrefillAttention(benchmark::State& state) {
   if (!have_gpu(state)) return;
 #if SERVELAB_HAVE_CUDA
   const auto len = static_cast<std::int32_t>(state.range(0));
-  const k::PrefillKernel kernel =
-      state.range(1) == 1 ? k::PrefillKernel::kWmma : k::PrefillKernel::kFa2;
+  // 0: fa2, 1: wmma, 2: fa2 over fp8 e4m3, 3: fa2_128 (bench/gpu/report.py PREFILL_KERNELS).
+  const k::PrefillKernel kernel = state.range(1) == 1   ? k::PrefillKernel::kWmma
+                                  : state.range(1) == 3 ? k::PrefillKernel::kFa2Wide
+                                                        : k::PrefillKernel::kFa2;
   const Cache cache(1, len, state.range(1) == 2 ? k::FloatFormat::kFp8E4m3 : k::FloatFormat::kBf16);
-  const PrefillInputs in(len, 0);
+  const PrefillInputs in(len, 0, kernel);
   time_prefill(state, in.args(cache, kernel));
   const double flops = 4.0 * kHeads * static_cast<double>(len) * len * kHeadDim / 2;
   state.counters["TFLOPs"] =
@@ -259,7 +262,7 @@ void BM_PrefillAttention(benchmark::State& state) {
 #endif
 }
 BENCHMARK(BM_PrefillAttention)
-    ->ArgsProduct({{512, 2048, 8192}, {0, 1}})
+    ->ArgsProduct({{512, 2048, 8192}, {0, 1, 3}})
     ->ArgsProduct({{512, 8192}, {2}})
     ->UseManualTime();
 

@@ -428,7 +428,7 @@ void CudaExecutor::Impl::init(const LlamaWeights* host, std::uint64_t seed) {
   k::check_kv_format(options.kv_format, options.k_scale, options.v_scale, "CudaExecutor");
   if (k::kv_elem_bytes(options.kv_format) == 1 &&
       (options.decode_kernel != k::DecodeKernel::kPipelined ||
-       options.prefill_kernel != k::PrefillKernel::kFa2)) {
+       !k::is_fa2(options.prefill_kernel))) {
     throw std::invalid_argument(
         std::string("CudaExecutor: an fp8 KV cache is read by the pipelined decode and fa2 "
                     "prefill kernels only, not ") +
@@ -458,9 +458,9 @@ void CudaExecutor::Impl::init(const LlamaWeights* host, std::uint64_t seed) {
   s.graph_meta = DeviceBuffer(s.graph_staging.bytes().size() + 16);
   s.decode_ctas_per_seq =
       k::decode_ctas_per_seq(s.options.decode_kernel, m.num_heads, m.num_kv_heads);
-  s.decode_max_ctas =
-      k::decode_max_resident_ctas(s.options.decode_kernel, m.head_dim, m.num_heads, m.num_kv_heads);
-  s.prefill_max_ctas = k::prefill_max_resident_ctas(m.head_dim);
+  s.decode_max_ctas = k::decode_max_resident_ctas(s.options.decode_kernel, m.head_dim, m.num_heads,
+                                                  m.num_kv_heads, options.kv_format);
+  s.prefill_max_ctas = k::prefill_max_resident_ctas(m.head_dim, s.options.prefill_kernel);
 
   // Activations before the KV cache, so the cache gets what is really left.
   s.ensure_capacity(options.max_num_tokens, options.max_num_seqs);
@@ -755,7 +755,8 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
       sample_u.push_back(static_cast<float>(u));
     }
   }
-  const std::vector<k::PrefillTile> tiles = k::plan_prefill_tiles(p_num);
+  const std::int32_t tile_rows = k::prefill_tile_rows(opt.prefill_kernel);
+  const std::vector<k::PrefillTile> tiles = k::plan_prefill_tiles(p_num, tile_rows);
   auto pairs_of = [](const std::vector<BlockMove>& moves) {
     std::vector<k::BlockPair> v;
     for (const BlockMove& mv : moves) v.push_back({mv.src, mv.dst});
@@ -895,14 +896,14 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
         for (std::size_t i = 0; i < p_num.size(); ++i) {
           f.p_longest = std::max<std::int64_t>(f.p_longest, std::int64_t{p_first[i]} + p_num[i]);
         }
-        if (opt.prefill_kernel == k::PrefillKernel::kFa2) {
+        if (k::is_fa2(opt.prefill_kernel)) {
           f.psplit =
               k::plan_prefill_splits(f.num_tiles, m.num_heads, f.p_longest, s.prefill_max_ctas);
         }
         if (f.psplit.split()) {
           s.ensure_bytes(s.prefill_workspace,
                          static_cast<std::size_t>(k::prefill_workspace_floats(
-                             f.num_tiles, m.num_heads, m.head_dim, f.psplit.kv_splits)) *
+                             f.num_tiles, m.num_heads, m.head_dim, f.psplit.kv_splits, tile_rows)) *
                              sizeof(float),
                          false);
         }

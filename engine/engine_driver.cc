@@ -468,7 +468,7 @@ EngineInstance load_replicas(const ExperimentConfig& config, const EngineOptions
     apply_cuda_switches(cuda_switches_from_env(), cuda_options);
     if (cuda_kv != kernels::FloatFormat::kBf16 &&
         (cuda_options.decode_kernel != kernels::DecodeKernel::kPipelined ||
-         cuda_options.prefill_kernel != kernels::PrefillKernel::kFa2)) {
+         !kernels::is_fa2(cuda_options.prefill_kernel))) {
       throw ConfigError(config.file + ": key 'model.kv_cache_dtype': " + model.kv_dtype() +
                         " KV is read by the pipelined decode and fa2 prefill kernels only, and " +
                         kernels::kDecodeKernelEnv + " / " + kernels::kPrefillKernelEnv + " chose " +

@@ -3,7 +3,7 @@
 //   SERVELAB_CUDA_GRAPHS=0|1                decode-only steps as CUDA graphs (cuda_graphs)
 //   SERVELAB_CUDA_FUSED_QKV=0|1             bias + RoPE + KV write in one kernel (fused_qkv_rope)
 //   SERVELAB_CUDA_DECODE=tiled|pipelined    decode attention kernel (decode_kernel)
-//   SERVELAB_CUDA_PREFILL=fa2|wmma          prefill attention kernel (prefill_kernel)
+//   SERVELAB_CUDA_PREFILL=fa2|wmma|fa2_128  prefill attention kernel (prefill_kernel)
 // Unset leaves the option as it is (defaults: graphs and fusion on, the pipelined and fa2
 // kernels). The engine commands (engine run, serve, profile) apply them; the CudaExecutor itself
 // does not read the environment, so tests choose their variants explicitly. Plain C++, compiled

@@ -24,8 +24,8 @@ namespace servelab::kernels {
 // fp8 (format kFp8E4m3 or kFp8E5m2): the cache holds fp8(x / scale) as the KV write stores it
 // (cache_ops.h), and attention reads k = code * k_scale, v = code * v_scale (vLLM's per-tensor
 // scales): codes are widened to bf16 exactly, k_scale folds into the score scale and v_scale into
-// the output. Only the default kernels read fp8 (DecodeKernel::kPipelined, PrefillKernel::kFa2);
-// the others throw std::invalid_argument.
+// the output. Only the default kernels read fp8 (DecodeKernel::kPipelined, the fa2 prefill
+// kernels PrefillKernel::kFa2 and kFa2Wide); the others throw std::invalid_argument.
 struct PagedKv {
   const void* k = nullptr;
   const void* v = nullptr;
@@ -81,30 +81,35 @@ void paged_decode_attention(const DecodeAttentionArgs& args, Stream stream);
 // CTAs of the tiled decode kernel that fit on the device at once (SMs x occupancy): the max_ctas
 // of plan_decode_splits.
 std::int32_t decode_max_resident_ctas(std::int32_t head_dim, std::int32_t heads_per_cta);
-// The same for either kernel, for the shape (num_q_heads, num_kv_heads, head_dim), from the
-// bf16 instance; the pipelined kernel's fp8 instance fits as many CTAs per SM (nvcc 13.0, sm_90:
-// 4 at head_dim 64, 2 at 128; kernels/README.md), so its plans use the same figure.
+// The same for either kernel, for the shape (num_q_heads, num_kv_heads, head_dim) and the cache's
+// element format: the pipelined kernel's fp8 instances hold half the shared memory of bf16 and
+// fit more CTAs per SM (kernels/README.md); the tiled kernel reads bf16 only.
 std::int32_t decode_max_resident_ctas(DecodeKernel kernel, std::int32_t head_dim,
-                                      std::int32_t num_q_heads, std::int32_t num_kv_heads);
+                                      std::int32_t num_q_heads, std::int32_t num_kv_heads,
+                                      FloatFormat format = FloatFormat::kBf16);
 
 // Prefill (chunked, over a cached prefix): sequence i has num_queries[i] query tokens at rows
 // q_row_begin[i] .. + num_queries[i] - 1 of q and out, at positions first_pos[i] .. ; they attend
-// causally to [0, own position]. Work is the tile list of plan_prefill_tiles (a device array of
-// {seq, q_begin} int32 pairs). Grid: (num_tiles, num_q_heads), 128 threads (4 warps x 16 query
-// rows), 64-key tiles gathered through the block table, online softmax in fp32, P rounded to bf16
-// for the tensor cores, fp32 accumulation. Two kernels (`kernel`):
-//   kFa2 (default): mma.sync m16n8k16 with S, P and O in registers, K/V tiles by cp.async double
-//     buffered, causal tile skipping per warp (kernels/attention_prefill_fa2.cu);
+// causally to [0, own position]. Work is the tile list of plan_prefill_tiles with the kernel's
+// prefill_tile_rows (a device array of {seq, q_begin} int32 pairs). Grid: (num_tiles,
+// num_q_heads), 128 threads (4 warps), 64-key tiles gathered through the block table, online
+// softmax in fp32, P rounded to bf16 for the tensor cores, fp32 accumulation. Kernels (`kernel`):
+//   kFa2 (default): 64 query rows per CTA, 16 per warp; mma.sync m16n8k16 with S, P and O in
+//     registers, K/V tiles by cp.async double buffered, causal tile skipping per warp
+//     (kernels/attention_prefill_fa2.cu);
+//   kFa2Wide: the same kernel with 128 query rows per CTA, two 16-row blocks per warp (rows
+//     16 w and 64 + 16 w) sharing each K/V fragment, Q re-read from shared memory per tile;
 //   kWmma: WMMA 16x16x16 with S, P and O in shared memory, synchronous gathers
 //     (kernels/attention_prefill.cu).
-// Both are deterministic (same inputs: bit-identical outputs).
-// Split-KV (fa2 only; `split` from plan_prefill_splits, kernels/attention_plan.h): grid
+// All are deterministic (same inputs: bit-identical outputs); kFa2Wide's outputs are kFa2's bit
+// for bit (the same products in the same order per row).
+// Split-KV (fa2 kernels only; `split` from plan_prefill_splits, kernels/attention_plan.h): grid
 // (num_tiles, num_q_heads, kv_splits); CTA z takes keys [z * split_tokens, (z + 1) *
 // split_tokens) of its tile's causal range and writes its rows' normalised partial states
 // (o / l, m, l; empty ranges m = -inf, l = 0, o = 0) to `workspace`
-// (prefill_workspace_floats), then one merge CTA per (tile, head) combines the splits in order
-// with merge_softmax_states and writes `out`. Deterministic too; not bit-identical to the
-// unsplit kernel (another summation order), within the same tolerance.
+// (prefill_workspace_floats with the kernel's tile rows), then one merge CTA per (tile, head)
+// combines the splits in order with merge_softmax_states and writes `out`. Deterministic too; not
+// bit-identical to the unsplit kernel (another summation order), within the same tolerance.
 struct PrefillAttentionArgs {
   PagedKv kv;
   const Bf16* q = nullptr;
@@ -126,8 +131,9 @@ struct PrefillAttentionArgs {
 // longest_keys; std::runtime_error on a launch error.
 void paged_prefill_attention(const PrefillAttentionArgs& args, Stream stream);
 
-// Prefill CTAs of the fa2 kernel that fit on the device at once (SMs x occupancy of the bf16
-// instance for head_dim): the max_ctas of plan_prefill_splits.
-std::int32_t prefill_max_resident_ctas(std::int32_t head_dim);
+// Prefill CTAs of an fa2 kernel (kFa2 or kFa2Wide) that fit on the device at once (SMs x
+// occupancy of its bf16 instance for head_dim): the max_ctas of plan_prefill_splits.
+std::int32_t prefill_max_resident_ctas(std::int32_t head_dim,
+                                       PrefillKernel kernel = PrefillKernel::kFa2);
 
 }  // namespace servelab::kernels

@@ -330,7 +330,8 @@ std::int32_t decode_max_resident_ctas(std::int32_t head_dim, std::int32_t heads_
 }
 
 std::int32_t decode_max_resident_ctas(DecodeKernel kernel, std::int32_t head_dim,
-                                      std::int32_t num_q_heads, std::int32_t num_kv_heads) {
+                                      std::int32_t num_q_heads, std::int32_t num_kv_heads,
+                                      FloatFormat format) {
   if (kernel == DecodeKernel::kTiled) {
     return decode_max_resident_ctas(head_dim, decode_heads_per_cta(num_q_heads, num_kv_heads));
   }
@@ -338,7 +339,8 @@ std::int32_t decode_max_resident_ctas(DecodeKernel kernel, std::int32_t head_dim
   detail::check_cuda(cudaGetDevice(&device), "cudaGetDevice");
   detail::check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
                      "cudaDeviceGetAttribute");
-  return std::max(1, sms * std::max(1, detail::pipelined_decode_ctas_per_sm(head_dim)));
+  return std::max(
+      1, sms * std::max(1, detail::pipelined_decode_ctas_per_sm(head_dim, detail::is_fp8(format))));
 }
 
 }  // namespace servelab::kernels

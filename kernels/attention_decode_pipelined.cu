@@ -25,10 +25,13 @@
 //     combines them in a fixed order; the CTA writes bf16 o, or when split the normalised partial
 //     (o, m, l) to the workspace for pipelined_merge_kernel, which uses the same function.
 // fp8 KV (PagedKv::format kFp8E4m3/kFp8E5m2; the kFp8 instantiations): the stages hold the
-// one-byte codes as they are in the cache (cp.async, half the bytes of bf16, rows unswizzled);
-// once a tile has landed each warp widens its own 16 tokens of K and V to bf16 (exact) into a
-// bf16 tile laid out and swizzled as the bf16 stages are, and the MMAs read that. k_scale is
-// folded into the score scale, v_scale into the output.
+// one-byte codes as they are in the cache (cp.async, half the bytes of bf16; swizzled by
+// decode_frag::fp8_tile_offset), and each lane reads its MMA operands' codes straight from the
+// stage into registers and widens them there to bf16 (exact), with no ldmatrix and no bf16 copy
+// in shared memory: so that a lane's codes are contiguous, the head dims are permuted in both
+// products (decode_fragments.h fp8_qk_dim, fp8_pv_dim; Q is loaded and O written permuted to
+// match). Half the shared memory of bf16 (more CTAs per SM), no widening pass and no warp
+// barrier. k_scale is folded into the score scale, v_scale into the output.
 // Deterministic: no atomics, every sum in a fixed order.
 #include <cuda_bf16.h>
 
@@ -58,17 +61,15 @@ constexpr int kRows = kPipelinedMaxHeads;  // MMA rows = query heads per CTA
 static_assert(kWarpTokens == 16, "one k16 step of P V per warp and tile");
 static_assert(kRows == 16, "the query heads are the rows of one m16n8k16 tile");
 
-// Shared memory layout (bytes). The stage buffers (and with fp8 the bf16 tiles after them) are
-// reused for the warp merge at the end.
+// Shared memory layout (bytes). The stage buffers are reused for the warp merge at the end.
 template <int HD, bool kFp8 = false>
 struct PipeSmem {
   static constexpr int kRowBytes = HD * 2;              // a bf16 row (the MMAs' tiles)
   static constexpr int kTileBytes = kTile * kRowBytes;  // one bf16 K (or V) tile
   static constexpr int kStageRowBytes = kFp8 ? HD : HD * 2;
   static constexpr int kStageTileBytes = kTile * kStageRowBytes;
-  static constexpr int kStageBytes = 2 * kStageTileBytes;             // K then V, as in the cache
-  static constexpr int kConv = kStages * kStageBytes;                 // fp8: the widened K, V tiles
-  static constexpr int kTable = kConv + (kFp8 ? 2 * kTileBytes : 0);  // int32 block ids
+  static constexpr int kStageBytes = 2 * kStageTileBytes;  // K then V, as in the cache
+  static constexpr int kTable = kStages * kStageBytes;     // int32 block ids
   static constexpr int kBytes = kTable + kDecodeTableEntries * 4;
   static constexpr int kLdo = decode_frag::merge_row_floats(HD);  // floats per row of a warp's O
   static constexpr int kMergeO = 0;                               // [kWarps][kRows][kLdo] floats
@@ -133,16 +134,16 @@ __global__ void __launch_bounds__(kThreads) pipelined_decode_kernel(const PipePa
   // Q as the A operand, one fragment per 16 dims; rows >= heads are zero.
   const std::int64_t q_row = p.q_rows[seq];
   const __nv_bfloat16* qbase = p.q + (q_row * p.num_q_heads + q_head0) * HD;
+  // fp8: k-step kk holds dims fp8_qk_dim instead of 16 kk .. 16 kk + 15.
   std::uint32_t qa[HD / 16][4];
 #pragma unroll
   for (int kk = 0; kk < HD / 16; ++kk) {
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const decode_frag::RowCol rc = decode_frag::a_frag(lane, r);
+      const int dim = kFp8 ? decode_frag::fp8_qk_dim(lane % 4, kk, r >> 1, HD) : kk * 16 + rc.col;
       qa[kk][r] =
-          rc.row < heads
-              ? *reinterpret_cast<const std::uint32_t*>(qbase + rc.row * HD + kk * 16 + rc.col)
-              : 0u;
+          rc.row < heads ? *reinterpret_cast<const std::uint32_t*>(qbase + rc.row * HD + dim) : 0u;
     }
   }
 
@@ -186,8 +187,8 @@ __global__ void __launch_bounds__(kThreads) pipelined_decode_kernel(const PipePa
           const int slot = static_cast<int>(p.block_div.mod(static_cast<std::uint32_t>(pos), b));
           off += std::int64_t{s_table[b - first_block]} * p.block_stride + slot * row_elems;
         }
-        const std::uint32_t dst =
-            kdst + (kFp8 ? row * L::kStageRowBytes + chunk * 16 : tile_offset<HD>(row, chunk));
+        const std::uint32_t dst = kdst + (kFp8 ? decode_frag::fp8_tile_offset(row, chunk, HD)
+                                               : tile_offset<HD>(row, chunk));
         cp_async16(dst, kbase + off * kElemBytes, live);
         cp_async16(dst + L::kStageTileBytes, vbase + off * kElemBytes, live);
       }
@@ -207,25 +208,8 @@ __global__ void __launch_bounds__(kThreads) pipelined_decode_kernel(const PipePa
       const int stage = t % kStages;
       const int tok0 = warp * kWarpTokens;  // the warp's tokens within the tile
       const int pos0 = w0 + t * kTile + tok0;
-      if constexpr (kFp8) {
-        // Widen the warp's own 16 rows of K and V to bf16 (8 codes -> one swizzled 16-byte
-        // chunk); only this warp reads them, so a warp barrier suffices.
-        const unsigned char* st = smem + stage * L::kStageBytes;
-        constexpr int kPieces = HD / 8;
-#pragma unroll
-        for (int i = lane; i < kWarpTokens * kPieces; i += 32) {
-          const int row = tok0 + i / kPieces, piece = i % kPieces;
-          const int src = row * L::kStageRowBytes + piece * 8;
-          const std::uint32_t dst = tile_offset<HD>(row, piece);
-          *reinterpret_cast<uint4*>(smem + L::kConv + dst) =
-              fp8x8_to_bf16x8(*reinterpret_cast<const uint2*>(st + src), p.e5m2);
-          *reinterpret_cast<uint4*>(smem + L::kConv + L::kTileBytes + dst) = fp8x8_to_bf16x8(
-              *reinterpret_cast<const uint2*>(st + L::kStageTileBytes + src), p.e5m2);
-        }
-        __syncwarp();
-      }
-      // The MMAs' bf16 K and V tiles: the stage itself, or (fp8) the widened copy.
-      const std::uint32_t ks = sbase + (kFp8 ? L::kConv : stage * L::kStageBytes);
+      const unsigned char* kst = smem + stage * L::kStageBytes;  // fp8: the codes
+      const std::uint32_t ks = sbase + stage * L::kStageBytes;   // bf16: ldmatrix addresses
       const std::uint32_t vs = ks + L::kTileBytes;
 
       // S = Q K^T for the warp's 16 tokens (two n8 halves).
@@ -234,12 +218,29 @@ __global__ void __launch_bounds__(kThreads) pipelined_decode_kernel(const PipePa
       for (int j = 0; j < 2; ++j) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) s[j][e] = 0.0f;
+        if constexpr (kFp8) {
+          // Row 8 j + g: this lane's head_dim / 4 codes, 4 k-steps per 16-byte chunk.
+          const int row = tok0 + 8 * j + lane / 4;
 #pragma unroll
-        for (int kk = 0; kk < HD / 32; ++kk) {
-          std::uint32_t b[4];
-          ldmatrix_x4(b, ks + tile_offset<HD>(decode_frag::k_ldmatrix_row(lane, tok0, j, kk)));
-          mma_bf16(s[j], qa[2 * kk], b[0], b[1]);
-          mma_bf16(s[j], qa[2 * kk + 1], b[2], b[3]);
+          for (int i = 0; i < HD / 64; ++i) {
+            const uint4 w = *reinterpret_cast<const uint4*>(
+                kst +
+                decode_frag::fp8_tile_offset(row, decode_frag::fp8_k_chunk(lane % 4, i, HD), HD));
+            const unsigned words[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+            for (int u = 0; u < 4; ++u) {
+              mma_bf16(s[j], qa[4 * i + u], fp8x2_to_bf16x2(words[u], p.e5m2),
+                       fp8x2_to_bf16x2(words[u] >> 16, p.e5m2));
+            }
+          }
+        } else {
+#pragma unroll
+          for (int kk = 0; kk < HD / 32; ++kk) {
+            std::uint32_t b[4];
+            ldmatrix_x4(b, ks + tile_offset<HD>(decode_frag::k_ldmatrix_row(lane, tok0, j, kk)));
+            mma_bf16(s[j], qa[2 * kk], b[0], b[1]);
+            mma_bf16(s[j], qa[2 * kk + 1], b[2], b[3]);
+          }
         }
       }
       // Scale, mask, online softmax per row (a row's 16 columns live in one quad).
@@ -284,13 +285,52 @@ __global__ void __launch_bounds__(kThreads) pipelined_decode_kernel(const PipePa
         acc[n][2] *= alpha[1];
         acc[n][3] *= alpha[1];
       }
-      // O += P V: V^T fragments through ldmatrix.trans, two n8 dim tiles per load.
+      if constexpr (kFp8) {
+        // O += P V: this lane's head_dim / 8 dims (those of g = lane / 4) of tokens 2 t, 2 t + 1
+        // (B register 0) and 2 t + 8, 2 t + 9 (register 1); n-tile nt is dim g head_dim / 8 + nt.
+        constexpr int kWords = HD / 32;  // 4-byte words of a row's dims per lane
+        const int g = lane / 4, t = lane % 4;
+        unsigned vw[4][kWords];
 #pragma unroll
-      for (int n2 = 0; n2 < HD / 16; ++n2) {
-        std::uint32_t b[4];
-        ldmatrix_x4_trans(b, vs + tile_offset<HD>(decode_frag::v_ldmatrix_row(lane, tok0, n2)));
-        mma_bf16(acc[2 * n2], pa, b[0], b[1]);
-        mma_bf16(acc[2 * n2 + 1], pa, b[2], b[3]);
+        for (int r = 0; r < 4; ++r) {
+          const int row = tok0 + 2 * t + (r & 1) + 8 * (r >> 1);
+          if constexpr (HD == 128) {
+            const uint4 w = *reinterpret_cast<const uint4*>(
+                kst + L::kStageTileBytes + decode_frag::fp8_tile_offset(row, g, HD));
+            vw[r][0] = w.x;
+            vw[r][1] = w.y;
+            vw[r][2] = w.z;
+            vw[r][3] = w.w;
+          } else {
+            const uint2 w = *reinterpret_cast<const uint2*>(
+                kst + L::kStageTileBytes + decode_frag::fp8_tile_offset(row, g / 2, HD) +
+                8 * (g % 2));
+            vw[r][0] = w.x;
+            vw[r][1] = w.y;
+          }
+        }
+#pragma unroll
+        for (int w = 0; w < kWords; ++w) {
+#pragma unroll
+          for (int hi = 0; hi < 2; ++hi) {
+            const unsigned lo_tokens = decode_frag::interleave_bytes(vw[0][w], vw[1][w], hi);
+            const unsigned hi_tokens = decode_frag::interleave_bytes(vw[2][w], vw[3][w], hi);
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              mma_bf16(acc[4 * w + 2 * hi + e], pa, fp8x2_to_bf16x2(lo_tokens >> (16 * e), p.e5m2),
+                       fp8x2_to_bf16x2(hi_tokens >> (16 * e), p.e5m2));
+            }
+          }
+        }
+      } else {
+        // O += P V: V^T fragments through ldmatrix.trans, two n8 dim tiles per load.
+#pragma unroll
+        for (int n2 = 0; n2 < HD / 16; ++n2) {
+          std::uint32_t b[4];
+          ldmatrix_x4_trans(b, vs + tile_offset<HD>(decode_frag::v_ldmatrix_row(lane, tok0, n2)));
+          mma_bf16(acc[2 * n2], pa, b[0], b[1]);
+          mma_bf16(acc[2 * n2 + 1], pa, b[2], b[3]);
+        }
       }
     }
     cp_async_wait<0>();
@@ -311,11 +351,16 @@ __global__ void __launch_bounds__(kThreads) pipelined_decode_kernel(const PipePa
     const int row = rc.row;
     float inv = l_run[h] > 0.0f ? 1.0f / l_run[h] : 0.0f;
     if constexpr (kFp8) inv *= p.v_scale;
-    float* dst = s_o + (warp * kRows + row) * L::kLdo + rc.col;
+    float* dst = s_o + (warp * kRows + row) * L::kLdo;
 #pragma unroll
     for (int n = 0; n < HD / 8; ++n) {
-      *reinterpret_cast<float2*>(dst + n * 8) =
-          make_float2(acc[n][2 * h] * inv, acc[n][2 * h + 1] * inv);
+      if constexpr (kFp8) {  // n-tile n, column c is dim fp8_pv_dim(c, n)
+        dst[decode_frag::fp8_pv_dim(rc.col, n, HD)] = acc[n][2 * h] * inv;
+        dst[decode_frag::fp8_pv_dim(rc.col + 1, n, HD)] = acc[n][2 * h + 1] * inv;
+      } else {
+        *reinterpret_cast<float2*>(dst + rc.col + n * 8) =
+            make_float2(acc[n][2 * h] * inv, acc[n][2 * h + 1] * inv);
+      }
     }
     if (rc.col == 0) {
       s_ml[(row * kWarps + warp) * 2] = m_run[h];
@@ -418,9 +463,12 @@ void launch_pipelined_decode(const DecodeAttentionArgs& a, cudaStream_t s) {
   }
 }
 
-std::int32_t pipelined_decode_ctas_per_sm(std::int32_t head_dim) {
-  const void* fn = head_dim == 64 ? prepared_kernel<64, false>() : prepared_kernel<128, false>();
-  const int bytes = head_dim == 64 ? PipeSmem<64>::kBytes : PipeSmem<128>::kBytes;
+std::int32_t pipelined_decode_ctas_per_sm(std::int32_t head_dim, bool fp8) {
+  const void* fn = head_dim == 64
+                       ? (fp8 ? prepared_kernel<64, true>() : prepared_kernel<64, false>())
+                       : (fp8 ? prepared_kernel<128, true>() : prepared_kernel<128, false>());
+  const int bytes = head_dim == 64 ? (fp8 ? PipeSmem<64, true>::kBytes : PipeSmem<64>::kBytes)
+                                   : (fp8 ? PipeSmem<128, true>::kBytes : PipeSmem<128>::kBytes);
   int per_sm = 0;
   check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, kThreads, bytes),
              "cudaOccupancyMaxActiveBlocksPerMultiprocessor (pipelined decode)");

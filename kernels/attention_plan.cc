@@ -177,14 +177,20 @@ std::string prefill_plan_error(const PrefillSplitPlan& plan, std::int64_t longes
 }
 
 std::int64_t prefill_workspace_floats(std::int32_t num_tiles, std::int32_t num_q_heads,
-                                      std::int32_t head_dim, std::int32_t kv_splits) {
-  return std::int64_t{num_tiles} * num_q_heads * kv_splits * kPrefillTileRows * (head_dim + 2);
+                                      std::int32_t head_dim, std::int32_t kv_splits,
+                                      std::int32_t tile_rows) {
+  return std::int64_t{num_tiles} * num_q_heads * kv_splits * tile_rows * (head_dim + 2);
 }
 
-std::vector<PrefillTile> plan_prefill_tiles(const std::vector<std::int32_t>& num_queries) {
+std::vector<PrefillTile> plan_prefill_tiles(const std::vector<std::int32_t>& num_queries,
+                                            std::int32_t tile_rows) {
+  if (tile_rows < 1) {
+    throw std::invalid_argument("plan_prefill_tiles: tile_rows must be >= 1, got " +
+                                std::to_string(tile_rows));
+  }
   std::vector<PrefillTile> tiles;
   for (std::size_t s = 0; s < num_queries.size(); ++s) {
-    for (std::int32_t q = 0; q < num_queries[s]; q += kPrefillTileRows) {
+    for (std::int32_t q = 0; q < num_queries[s]; q += tile_rows) {
       tiles.push_back({static_cast<std::int32_t>(s), q});
     }
   }

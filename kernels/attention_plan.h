@@ -100,16 +100,18 @@ DecodeSplitPlan plan_decode_splits(const std::vector<std::int32_t>& context_lens
 std::int64_t decode_workspace_floats(std::int32_t num_seqs, std::int32_t num_q_heads,
                                      std::int32_t head_dim, std::int32_t max_splits);
 
-// One prefill CTA's work: kPrefillTileRows query rows of sequence `seq` starting at its query
-// `q_begin` (so rows q_begin .. min(q_begin + rows, num_queries) - 1).
+// One prefill CTA's work: tile_rows (kPrefillTileRows, or the kernel's prefill_tile_rows) query
+// rows of sequence `seq` starting at its query `q_begin` (so rows q_begin ..
+// min(q_begin + tile_rows, num_queries) - 1).
 struct PrefillTile {
   std::int32_t seq = 0;
   std::int32_t q_begin = 0;
 };
 
-// Tiles covering every query of every sequence, sequences in order. A sequence with 0 queries
-// gets none.
-std::vector<PrefillTile> plan_prefill_tiles(const std::vector<std::int32_t>& num_queries);
+// Tiles of tile_rows queries covering every query of every sequence, sequences in order. A
+// sequence with 0 queries gets none. Throws std::invalid_argument when tile_rows < 1.
+std::vector<PrefillTile> plan_prefill_tiles(const std::vector<std::int32_t>& num_queries,
+                                            std::int32_t tile_rows = kPrefillTileRows);
 
 // Keys per K/V tile of the fa2 prefill kernel (a split's key range is a multiple of it).
 inline constexpr std::int32_t kPrefillKeyTile = 64;
@@ -144,8 +146,9 @@ PrefillSplitPlan plan_prefill_splits(std::int32_t num_tiles, std::int32_t num_q_
 std::string prefill_plan_error(const PrefillSplitPlan& plan, std::int64_t longest_keys);
 
 // Floats of split-KV prefill workspace: partial outputs [tile][q_head][row][split][head_dim]
-// then the (max, sum) pairs [tile][q_head][row][split][2], row < kPrefillTileRows.
+// then the (max, sum) pairs [tile][q_head][row][split][2], row < tile_rows.
 std::int64_t prefill_workspace_floats(std::int32_t num_tiles, std::int32_t num_q_heads,
-                                      std::int32_t head_dim, std::int32_t kv_splits);
+                                      std::int32_t head_dim, std::int32_t kv_splits,
+                                      std::int32_t tile_rows = kPrefillTileRows);
 
 }  // namespace servelab::kernels

@@ -234,14 +234,14 @@ void paged_prefill_attention(const PrefillAttentionArgs& a, Stream stream) {
     throw std::invalid_argument("paged_prefill_attention: num_kv_heads must divide num_q_heads");
   }
   check_kv_format(a.kv.format, a.kv.k_scale, a.kv.v_scale, "paged_prefill_attention");
-  if (detail::is_fp8(a.kv.format) && a.kernel != PrefillKernel::kFa2) {
+  if (detail::is_fp8(a.kv.format) && !is_fa2(a.kernel)) {
     throw std::invalid_argument(std::string("paged_prefill_attention: the ") +
                                 prefill_kernel_name(a.kernel) + " kernel reads bf16 KV only, not " +
                                 std::string(format_name(a.kv.format)) + "; use the fa2 kernel");
   }
   if (a.split.split() || a.split.kv_splits != 1) {
-    if (a.kernel != PrefillKernel::kFa2) {
-      throw std::invalid_argument("paged_prefill_attention: split-KV needs the fa2 kernel");
+    if (!is_fa2(a.kernel)) {
+      throw std::invalid_argument("paged_prefill_attention: split-KV needs an fa2 kernel");
     }
     if (a.workspace == nullptr) {
       throw std::invalid_argument("paged_prefill_attention: a split plan needs a workspace");
@@ -252,9 +252,10 @@ void paged_prefill_attention(const PrefillAttentionArgs& a, Stream stream) {
     }
   }
   const cudaStream_t s = detail::as_stream(stream);
-  if (a.kernel == PrefillKernel::kFa2) {
+  if (is_fa2(a.kernel)) {
     detail::launch_prefill_fa2(a, s);
-    detail::check_launch("paged_prefill_attention (fa2)");
+    detail::check_launch(a.kernel == PrefillKernel::kFa2 ? "paged_prefill_attention (fa2)"
+                                                         : "paged_prefill_attention (fa2_128)");
     return;
   }
   const PrefillParams pp = detail::prefill_params(a);

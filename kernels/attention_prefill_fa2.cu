@@ -3,19 +3,25 @@
 // paged_prefill_attention (kernels/attention.h): chunked prefill over a cached prefix, causal,
 // GQA, head_dim 64/128 (2 instantiations), any block size.
 //
-// One CTA = 64 query rows of one sequence and one query head, 4 warps x 16 rows; CTAs take the
-// tile list back to front (a sequence's last tiles, the longest, first). Per CTA:
-//   - Q (64 x HD) arrives by cp.async, then each warp keeps its 16 rows as mma A fragments in
-//     registers (ldmatrix x4) for the whole kernel;
+// One CTA = 64 x kMB query rows of one sequence and one query head, 4 warps; warp w owns the
+// 16-row blocks w, 4 + w (kMB = 2: PrefillKernel::kFa2Wide, FlashAttention-2's tiling for
+// head_dim 128, where each K/V fragment read from shared memory feeds both blocks' MMAs); CTAs
+// take the tile list back to front (a sequence's last tiles, the longest, first). Per CTA:
+//   - Q (64 kMB x HD) arrives by cp.async; with kMB = 1 each warp keeps its 16 rows as mma A
+//     fragments in registers (ldmatrix x4) for the whole kernel, with kMB = 2 (no registers to
+//     spare: O alone takes 128 per lane at head_dim 128) it re-reads them per K/V tile, one
+//     16-dim block at a time;
 //   - K/V are walked in 64-key tiles up to the CTA's last query position (tiles wholly above the
 //     diagonal are never loaded). Per tile, 64 threads stage the tile's per-key global offsets
 //     (block id from the block table x block stride + slot) in shared memory, then every thread
 //     issues 16-byte cp.async copies of K and V rows (keys past the last position: zero-filled,
 //     src-size 0). Two buffers: tile t + 1 is in flight while tile t is computed; one barrier per
 //     tile;
-//   - a warp skips a tile wholly above its own rows' diagonal; otherwise S = Q K^T (16 x 64, fp32)
-//     with mma.sync m16n8k16 bf16 into registers, B fragments by ldmatrix x4 from K;
-//   - the causal mask is applied only on a tile that reaches past the warp's first position;
+//   - a row block skips a tile wholly above its diagonal (and a block past the tile's last query
+//     skips them all); otherwise S = Q K^T (16 x 64, fp32) with mma.sync m16n8k16 bf16 into
+//     registers, B fragments by ldmatrix x4 from K; every S element sums its 16-dim blocks in
+//     the same order whatever kMB, so both variants give bit-identical outputs;
+//   - the causal mask is applied only on a tile that reaches past the block's first position;
 //   - online softmax in fp32 on the registers: row max over the 4 lanes of a group (shuffles),
 //     P = 2^(S * scale * log2 e - m) with ex2.approx, alpha = 2^(m_old - m) rescales O and the
 //     per-lane partial row sums (reduced across the group once, at the end);
@@ -51,12 +57,17 @@ void launch_prefill_fa2(const PrefillAttentionArgs& a, cudaStream_t stream);
 namespace {
 
 constexpr int kThreads = 128;
-constexpr int kRows = kPrefillTileRows;  // query rows per CTA (16 per warp)
-constexpr int kKeys = 64;                // keys per K/V tile
-static_assert(kRows == 16 * (kThreads / 32), "one m16 row block per warp");
+constexpr int kWarps = kThreads / 32;
+constexpr int kKeys = kPrefillKeyTile;  // keys per K/V tile
+static_assert(kPrefillTileRows == 16 * kWarps, "kFa2: one m16 row block per warp");
 
-template <int HD, bool kFp8>
+// Query rows per CTA: kMB row blocks of 16 per warp.
+template <int kMB>
+constexpr int kRowsOf = 16 * kWarps* kMB;
+
+template <int HD, bool kFp8, int kMB>
 struct Fa2Smem {
+  static constexpr int kRows = kRowsOf<kMB>;
   static constexpr int kLd = HD + 8;         // bf16 per row (16-byte pad)
   static constexpr int kTile = kKeys * kLd;  // bf16 per K or V buffer
   // bf16 K/V buffers: two (cp.async double buffer) for bf16; one for fp8, whose double buffer
@@ -80,9 +91,11 @@ __device__ __forceinline__ unsigned pack_bf16x2(float lo, float hi) {
   return *reinterpret_cast<const unsigned*>(&h);
 }
 
-template <int HD, bool kFp8>
+template <int HD, bool kFp8, int kMB>
 __global__ void __launch_bounds__(kThreads) prefill_fa2_kernel(const PrefillParams p) {
-  using L = Fa2Smem<HD, kFp8>;
+  using L = Fa2Smem<HD, kFp8, kMB>;
+  constexpr int kRows = L::kRows;
+  constexpr bool kQInRegs = kMB == 1;
   constexpr int kChunks = HD / 8;  // 16-byte chunks per bf16 row
   constexpr int kElemBytes = kFp8 ? 1 : 2;
   constexpr int kKvChunks = HD * kElemBytes / 16;  // 16-byte chunks per K/V row of the cache
@@ -179,27 +192,45 @@ __global__ void __launch_bounds__(kThreads) prefill_fa2_kernel(const PrefillPara
   cp_async_wait<1>();  // Q landed (tile 0 may still be in flight)
   __syncthreads();
 
-  unsigned qf[kDimBlocks][4];
-  {
-    const frag::Rc a = frag::q_ldmatrix_addr(lane);
+  // Row block m of this warp: CTA rows 64 m + 16 warp .. + 15.
+  const frag::Rc qa_addr = frag::q_ldmatrix_addr(lane);
+  auto q_frag = [&](unsigned(&f)[4], int m, int kk) {
+    ldmatrix_x4(f,
+                smem_u32(sq + (m * 64 + warp * 16 + qa_addr.row) * L::kLd + kk * 16 + qa_addr.col));
+  };
+  unsigned qf[kQInRegs ? kDimBlocks : 1][4];
+  if constexpr (kQInRegs) {
 #pragma unroll
-    for (int kk = 0; kk < kDimBlocks; ++kk) {
-      ldmatrix_x4(qf[kk], smem_u32(sq + (warp * 16 + a.row) * L::kLd + kk * 16 + a.col));
-    }
+    for (int kk = 0; kk < kDimBlocks; ++kk) q_frag(qf[kk], 0, kk);
   }
 
-  float o[HD / 8][4];
+  float o[kMB][HD / 8][4];
 #pragma unroll
-  for (int d = 0; d < HD / 8; ++d) {
+  for (int m = 0; m < kMB; ++m) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) o[d][i] = 0.0f;
+    for (int d = 0; d < HD / 8; ++d) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) o[m][d][i] = 0.0f;
+    }
   }
-  // This lane's two rows (C elements 0, 1 and 2, 3): running max (log2 units) and partial sum.
-  float m_run[2] = {-INFINITY, -INFINITY};
-  float l_run[2] = {0.0f, 0.0f};
-  const int warp_pos0 = pos0 + warp * 16;
+  // This lane's two rows (C elements 0, 1 and 2, 3) of each block: running max (log2 units) and
+  // partial sum.
+  float m_run[kMB][2], l_run[kMB][2];
+  int blk_pos0[kMB], row_pos[kMB][2];
+  bool blk_rows[kMB];  // the block has a query row of the tile
   const int g = frag::group(lane);
-  const int row_pos[2] = {warp_pos0 + g, warp_pos0 + g + 8};
+#pragma unroll
+  for (int m = 0; m < kMB; ++m) {
+    blk_pos0[m] = pos0 + m * 64 + warp * 16;
+    row_pos[m][0] = blk_pos0[m] + g;
+    row_pos[m][1] = blk_pos0[m] + g + 8;
+    blk_rows[m] = m * 64 + warp * 16 < rows;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      m_run[m][r] = -INFINITY;
+      l_run[m][r] = 0.0f;
+    }
+  }
   const frag::Rc ka = frag::k_ldmatrix_addr(lane);
   const frag::Rc va = frag::v_ldmatrix_addr(lane);
 
@@ -226,122 +257,169 @@ __global__ void __launch_bounds__(kThreads) prefill_fa2_kernel(const PrefillPara
     }
 
     const int kt = t * kKeys;
-    if (kt > warp_pos0 + 15) continue;  // wholly above this warp's diagonal
+    bool live[kMB];  // the block has a row at or past the tile's first key
+    bool any = false;
+#pragma unroll
+    for (int m = 0; m < kMB; ++m) {
+      live[m] = blk_rows[m] && kt <= blk_pos0[m] + 15;
+      any = any || live[m];
+    }
+    if (!any) continue;  // wholly above this warp's diagonals
     const __nv_bfloat16* tk = sk + mma_buf * L::kTile;
     const __nv_bfloat16* tv = sv + mma_buf * L::kTile;
 
-    // S = Q K^T: 16 rows x 64 keys, 8 n-tiles of 8 keys.
-    float s[kKeys / 8][4];
+    // S = Q K^T: per block 16 rows x 64 keys, 8 n-tiles of 8 keys.
+    float s[kMB][kKeys / 8][4];
 #pragma unroll
-    for (int n = 0; n < kKeys / 8; ++n) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) s[n][i] = 0.0f;
-    }
-#pragma unroll
-    for (int kb = 0; kb < kKeyBlocks; ++kb) {
-#pragma unroll
-      for (int kk = 0; kk < kDimBlocks; ++kk) {
-        unsigned b[4];
-        ldmatrix_x4(b, smem_u32(tk + (kb * 16 + ka.row) * L::kLd + kk * 16 + ka.col));
-        mma_bf16(s[2 * kb], qf[kk], b[0], b[1]);
-        mma_bf16(s[2 * kb + 1], qf[kk], b[2], b[3]);
-      }
-    }
-
-    // Causal mask, only where some key of the tile is after some row of the warp.
-    if (kt + kKeys - 1 > warp_pos0) {
+    for (int m = 0; m < kMB; ++m) {
 #pragma unroll
       for (int n = 0; n < kKeys / 8; ++n) {
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const frag::Rc c = frag::c_elem(lane, i);
-          if (kt + n * 8 + c.col > row_pos[i / 2]) s[n][i] = -INFINITY;
+        for (int i = 0; i < 4; ++i) s[m][n][i] = 0.0f;
+      }
+    }
+    if constexpr (kQInRegs) {
+#pragma unroll
+      for (int kb = 0; kb < kKeyBlocks; ++kb) {
+#pragma unroll
+        for (int kk = 0; kk < kDimBlocks; ++kk) {
+          unsigned b[4];
+          ldmatrix_x4(b, smem_u32(tk + (kb * 16 + ka.row) * L::kLd + kk * 16 + ka.col));
+          mma_bf16(s[0][2 * kb], qf[kk], b[0], b[1]);
+          mma_bf16(s[0][2 * kb + 1], qf[kk], b[2], b[3]);
+        }
+      }
+    } else {
+      // One 16-dim block of Q (both row blocks) at a time; each K fragment feeds both blocks.
+#pragma unroll
+      for (int kk = 0; kk < kDimBlocks; ++kk) {
+        unsigned qa[kMB][4];
+#pragma unroll
+        for (int m = 0; m < kMB; ++m) {
+          if (live[m]) q_frag(qa[m], m, kk);
+        }
+#pragma unroll
+        for (int kb = 0; kb < kKeyBlocks; ++kb) {
+          unsigned b[4];
+          ldmatrix_x4(b, smem_u32(tk + (kb * 16 + ka.row) * L::kLd + kk * 16 + ka.col));
+#pragma unroll
+          for (int m = 0; m < kMB; ++m) {
+            if (!live[m]) continue;
+            mma_bf16(s[m][2 * kb], qa[m], b[0], b[1]);
+            mma_bf16(s[m][2 * kb + 1], qa[m], b[2], b[3]);
+          }
         }
       }
     }
 
-    // Online softmax (log2 domain).
-    float mx[2] = {-INFINITY, -INFINITY};
+    // Per live block: the causal mask (only where some key of the tile is after some row of the
+    // block) and the online softmax (log2 domain); P stays in s.
 #pragma unroll
-    for (int n = 0; n < kKeys / 8; ++n) {
+    for (int m = 0; m < kMB; ++m) {
+      if (!live[m]) continue;
+      if (kt + kKeys - 1 > blk_pos0[m]) {
 #pragma unroll
-      for (int i = 0; i < 4; ++i) mx[i / 2] = fmaxf(mx[i / 2], s[n][i]);
-    }
-    float alpha[2], m_use[2];
+        for (int n = 0; n < kKeys / 8; ++n) {
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-      const float m_new = fmaxf(m_run[r], mx[r] * p.scale_log2);
-      // A row with no valid key yet keeps m = -inf: subtract 0 instead (no inf - inf).
-      m_use[r] = m_new == -INFINITY ? 0.0f : m_new;
-      alpha[r] = ex2(m_run[r] - m_use[r]);  // m_run = -inf: 0, nothing accumulated yet
-      m_run[r] = m_new;
-    }
-    float rs[2] = {0.0f, 0.0f};
+          for (int i = 0; i < 4; ++i) {
+            const frag::Rc c = frag::c_elem(lane, i);
+            if (kt + n * 8 + c.col > row_pos[m][i / 2]) s[m][n][i] = -INFINITY;
+          }
+        }
+      }
+      float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-    for (int n = 0; n < kKeys / 8; ++n) {
+      for (int n = 0; n < kKeys / 8; ++n) {
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        s[n][i] = ex2(fmaf(s[n][i], p.scale_log2, -m_use[i / 2]));
-        rs[i / 2] += s[n][i];
+        for (int i = 0; i < 4; ++i) mx[i / 2] = fmaxf(mx[i / 2], s[m][n][i]);
+      }
+      float alpha[2], m_use[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+        const float m_new = fmaxf(m_run[m][r], mx[r] * p.scale_log2);
+        // A row with no valid key yet keeps m = -inf: subtract 0 instead (no inf - inf).
+        m_use[r] = m_new == -INFINITY ? 0.0f : m_new;
+        alpha[r] = ex2(m_run[m][r] - m_use[r]);  // m_run = -inf: 0, nothing accumulated yet
+        m_run[m][r] = m_new;
+      }
+      float rs[2] = {0.0f, 0.0f};
+#pragma unroll
+      for (int n = 0; n < kKeys / 8; ++n) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          s[m][n][i] = ex2(fmaf(s[m][n][i], p.scale_log2, -m_use[i / 2]));
+          rs[i / 2] += s[m][n][i];
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < 2; ++r) l_run[m][r] = l_run[m][r] * alpha[r] + rs[r];
+#pragma unroll
+      for (int d = 0; d < HD / 8; ++d) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) o[m][d][i] *= alpha[i / 2];
       }
     }
-#pragma unroll
-    for (int r = 0; r < 2; ++r) l_run[r] = l_run[r] * alpha[r] + rs[r];
-#pragma unroll
-    for (int d = 0; d < HD / 8; ++d) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) o[d][i] *= alpha[i / 2];
-    }
 
-    // O += P V: P's accumulators repacked as bf16 A fragments, one per 16 keys.
+    // O += P V: P's accumulators repacked as bf16 A fragments, one per 16 keys; each V fragment
+    // feeds every live block.
 #pragma unroll
     for (int kb = 0; kb < kKeyBlocks; ++kb) {
-      unsigned pa[4];
+      unsigned pa[kMB][4];
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int e0 = 2 * j, e1 = 2 * j + 1;
-        pa[j] = pack_bf16x2(s[2 * kb + frag::p_from_c_tile(e0)][frag::p_from_c_elem(e0)],
-                            s[2 * kb + frag::p_from_c_tile(e1)][frag::p_from_c_elem(e1)]);
+      for (int m = 0; m < kMB; ++m) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const int e0 = 2 * j, e1 = 2 * j + 1;
+          pa[m][j] = pack_bf16x2(s[m][2 * kb + frag::p_from_c_tile(e0)][frag::p_from_c_elem(e0)],
+                                 s[m][2 * kb + frag::p_from_c_tile(e1)][frag::p_from_c_elem(e1)]);
+        }
       }
 #pragma unroll
       for (int db = 0; db < kDimBlocks; ++db) {
         unsigned b[4];
         ldmatrix_x4_trans(b, smem_u32(tv + (kb * 16 + va.row) * L::kLd + db * 16 + va.col));
-        mma_bf16(o[2 * db], pa, b[0], b[1]);
-        mma_bf16(o[2 * db + 1], pa, b[2], b[3]);
+#pragma unroll
+        for (int m = 0; m < kMB; ++m) {
+          if (!live[m]) continue;
+          mma_bf16(o[m][2 * db], pa[m], b[0], b[1]);
+          mma_bf16(o[m][2 * db + 1], pa[m], b[2], b[3]);
+        }
       }
     }
   }
 
-  float inv[2], l_row[2];
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    float l = l_run[r];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    l_row[r] = l;
-    inv[r] = l > 0.0f ? 1.0f / l : 0.0f;  // 0: a row with no key in this split (split-KV)
-    if constexpr (kFp8) inv[r] *= p.kv.v_scale;
-  }
-#pragma unroll
-  for (int d = 0; d < HD / 8; ++d) {
+  for (int m = 0; m < kMB; ++m) {
+    float inv[2], l_row[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const frag::Rc c = frag::c_elem(lane, 2 * r);
-      const int row = warp * 16 + c.row;
-      if (row >= rows) continue;
-      const float o0 = o[d][2 * r] * inv[r], o1 = o[d][2 * r + 1] * inv[r];
-      if (!splitting) {
-        *reinterpret_cast<__nv_bfloat162*>(p.out + ((row0 + row) * p.num_q_heads + head) * HD +
-                                           d * 8 + c.col) = __floats2bfloat162_rn(o0, o1);
-      } else {
-        const std::int64_t part = part0 + std::int64_t{row} * gridDim.z;
-        *reinterpret_cast<float2*>(p.workspace + part * HD + d * 8 + c.col) = make_float2(o0, o1);
-        if (d == 0 && c.col == 0) {
-          p.workspace[n_parts * HD + 2 * part] = m_run[r];
-          p.workspace[n_parts * HD + 2 * part + 1] = l_row[r];
+      float l = l_run[m][r];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      l_row[r] = l;
+      inv[r] = l > 0.0f ? 1.0f / l : 0.0f;  // 0: a row with no key in this split (split-KV)
+      if constexpr (kFp8) inv[r] *= p.kv.v_scale;
+    }
+#pragma unroll
+    for (int d = 0; d < HD / 8; ++d) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const frag::Rc c = frag::c_elem(lane, 2 * r);
+        const int row = m * 64 + warp * 16 + c.row;
+        if (row >= rows) continue;
+        const float o0 = o[m][d][2 * r] * inv[r], o1 = o[m][d][2 * r + 1] * inv[r];
+        if (!splitting) {
+          *reinterpret_cast<__nv_bfloat162*>(p.out + ((row0 + row) * p.num_q_heads + head) * HD +
+                                             d * 8 + c.col) = __floats2bfloat162_rn(o0, o1);
+        } else {
+          const std::int64_t part = part0 + std::int64_t{row} * gridDim.z;
+          *reinterpret_cast<float2*>(p.workspace + part * HD + d * 8 + c.col) = make_float2(o0, o1);
+          if (d == 0 && c.col == 0) {
+            p.workspace[n_parts * HD + 2 * part] = m_run[m][r];
+            p.workspace[n_parts * HD + 2 * part + 1] = l_row[r];
+          }
         }
       }
     }
@@ -351,16 +429,16 @@ __global__ void __launch_bounds__(kThreads) prefill_fa2_kernel(const PrefillPara
 // Split-KV: one CTA per (tile, query head) merges each row's kv_splits partial states in split
 // order (merge_softmax_states) and writes the bf16 output row.
 __global__ void __launch_bounds__(kThreads)
-    prefill_merge_kernel(const PrefillParams p, int head_dim, int kv_splits) {
+    prefill_merge_kernel(const PrefillParams p, int head_dim, int kv_splits, int tile_rows) {
   const PrefillTile tile = p.tiles[blockIdx.x];
   const int head = blockIdx.y;
-  const int rows = min(kRows, p.num_queries[tile.seq] - tile.q_begin);
+  const int rows = min(tile_rows, p.num_queries[tile.seq] - tile.q_begin);
   const std::int64_t row0 = std::int64_t{p.q_row_begin[tile.seq]} + tile.q_begin;
-  const std::int64_t n_parts = std::int64_t{gridDim.x} * p.num_q_heads * kRows * kv_splits;
+  const std::int64_t n_parts = std::int64_t{gridDim.x} * p.num_q_heads * tile_rows * kv_splits;
   for (int i = threadIdx.x; i < rows * head_dim; i += blockDim.x) {
     const int r = i / head_dim, d = i % head_dim;
     const std::int64_t first =
-        ((std::int64_t{blockIdx.x} * p.num_q_heads + head) * kRows + r) * kv_splits;
+        ((std::int64_t{blockIdx.x} * p.num_q_heads + head) * tile_rows + r) * kv_splits;
     const SoftmaxState st =
         merge_softmax_states(p.workspace + n_parts * head_dim + 2 * first,
                              p.workspace + first * head_dim + d, kv_splits, head_dim);
@@ -369,10 +447,10 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // The kernel instance with its dynamic shared memory above 48 KB opted into (once).
-template <int HD, bool kFp8>
+template <int HD, bool kFp8, int kMB>
 auto prepared_kernel() {
-  constexpr int bytes = Fa2Smem<HD, kFp8>::kBytes;
-  const auto kernel = prefill_fa2_kernel<HD, kFp8>;
+  constexpr int bytes = Fa2Smem<HD, kFp8, kMB>::kBytes;
+  const auto kernel = prefill_fa2_kernel<HD, kFp8, kMB>;
   static const bool configured = [kernel] {
     check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
                "cudaFuncSetAttribute(prefill fa2)");
@@ -382,40 +460,50 @@ auto prepared_kernel() {
   return kernel;
 }
 
-template <int HD, bool kFp8>
+template <int HD, bool kFp8, int kMB>
 void launch(const PrefillParams& pp, const PrefillAttentionArgs& a, cudaStream_t s) {
-  constexpr int bytes = Fa2Smem<HD, kFp8>::kBytes;
-  const auto kernel = prepared_kernel<HD, kFp8>();  // one macro argument
+  constexpr int bytes = Fa2Smem<HD, kFp8, kMB>::kBytes;
+  const auto kernel = prepared_kernel<HD, kFp8, kMB>();  // one macro argument
   const int splits = a.split.split() ? a.split.kv_splits : 1;
   SERVELAB_LAUNCH(kernel, dim3(a.num_tiles, a.num_q_heads, splits), kThreads, bytes, s)(pp);
   if (splits > 1) {
     check_launch("paged_prefill_attention (fa2, split)");
     SERVELAB_LAUNCH(prefill_merge_kernel, dim3(a.num_tiles, a.num_q_heads), kThreads, 0, s)
-    (pp, HD, splits);
+    (pp, HD, splits, kRowsOf<kMB>);
   }
 }
 
 }  // namespace
 
-void launch_prefill_fa2(const PrefillAttentionArgs& a, cudaStream_t stream) {
-  const PrefillParams pp = prefill_params(a);
+template <int kMB>
+void launch_rows(const PrefillParams& pp, const PrefillAttentionArgs& a, cudaStream_t stream) {
   const bool fp8 = is_fp8(a.kv.format);
   if (a.kv.head_dim == 64) {
-    fp8 ? launch<64, true>(pp, a, stream) : launch<64, false>(pp, a, stream);
+    fp8 ? launch<64, true, kMB>(pp, a, stream) : launch<64, false, kMB>(pp, a, stream);
   } else {
-    fp8 ? launch<128, true>(pp, a, stream) : launch<128, false>(pp, a, stream);
+    fp8 ? launch<128, true, kMB>(pp, a, stream) : launch<128, false, kMB>(pp, a, stream);
   }
 }
 
-template <int HD>
+void launch_prefill_fa2(const PrefillAttentionArgs& a, cudaStream_t stream) {
+  const PrefillParams pp = prefill_params(a);
+  if (a.kernel == PrefillKernel::kFa2Wide) {
+    launch_rows<2>(pp, a, stream);
+  } else {
+    launch_rows<1>(pp, a, stream);
+  }
+}
+
+template <int HD, int kMB>
 std::int32_t resident_ctas() {
   int device = 0, sms = 0, per_sm = 0;
   check_cuda(cudaGetDevice(&device), "cudaGetDevice");
   check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
              "cudaDeviceGetAttribute");
-  check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, prepared_kernel<HD, false>(),
-                                                           kThreads, Fa2Smem<HD, false>::kBytes),
-             "cudaOccupancyMaxActiveBlocksPerMultiprocessor (prefill fa2)");
+  check_cuda(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, prepared_kernel<HD, false, kMB>(),
+                                                    kThreads, Fa2Smem<HD, false, kMB>::kBytes),
+      "cudaOccupancyMaxActiveBlocksPerMultiprocessor (prefill fa2)");
   return std::max(1, sms * std::max(1, per_sm));
 }
 
@@ -423,8 +511,11 @@ std::int32_t resident_ctas() {
 
 namespace servelab::kernels {
 
-std::int32_t prefill_max_resident_ctas(std::int32_t head_dim) {
-  return head_dim == 64 ? detail::resident_ctas<64>() : detail::resident_ctas<128>();
+std::int32_t prefill_max_resident_ctas(std::int32_t head_dim, PrefillKernel kernel) {
+  if (kernel == PrefillKernel::kFa2Wide) {
+    return head_dim == 64 ? detail::resident_ctas<64, 2>() : detail::resident_ctas<128, 2>();
+  }
+  return head_dim == 64 ? detail::resident_ctas<64, 1>() : detail::resident_ctas<128, 1>();
 }
 
 }  // namespace servelab::kernels

@@ -62,4 +62,48 @@ SERVELAB_HOST_DEVICE constexpr RowCol v_ldmatrix_row(int lane, int tok0, int n2)
 // 2 j + h holds C elements 2 h and 2 h + 1 of half j (row g + 8 h, tokens 8 j + 2 t, + 1).
 SERVELAB_HOST_DEVICE constexpr int p_register(int j, int h) { return 2 * j + h; }
 
+// fp8 KV (one byte per element): the kernel reads the codes straight from the pipeline stage
+// into registers and widens them there, without ldmatrix, so the dims of both products are
+// permuted (any permutation gives the same dot products; Q and the output are permuted to match):
+//   S = Q K^T, k-step s (0 .. head_dim / 16), logical k = 2 t + 8 h + e of the m16n8k16 tile is
+//     dim fp8_qk_dim(t, s, h, head_dim) + e: lane t of a quad owns dims
+//     t head_dim / 4 .. + head_dim / 4 - 1 of every K row, so it loads them as 16-byte chunks
+//     (fp8_k_chunk) and 32-bit word s holds the codes of its B registers 0 (bytes 0, 1) and 1
+//     (bytes 2, 3) of step s;
+//   O = P V, n-tile nt (0 .. head_dim / 8), column n of the tile is dim fp8_pv_dim(n, nt, ...):
+//     the lane with g = lane / 4 owns dims g head_dim / 8 .. + head_dim / 8 - 1 of every V row
+//     (16 bytes at head_dim 128, 8 at 64) of its four tokens 2 t, 2 t + 1, 2 t + 8, 2 t + 9, and
+//     interleave_bytes pairs two tokens' codes of one dim into a B register.
+SERVELAB_HOST_DEVICE constexpr int fp8_qk_dim(int t, int step, int h, int head_dim) {
+  return t * (head_dim / 4) + 4 * step + 2 * h;
+}
+// The 16-byte chunk (of head_dim / 16 per row) that holds K dims fp8_qk_dim(t, 4 i, 0, .) ..
+// + 15 of lane t (i < head_dim / 64).
+SERVELAB_HOST_DEVICE constexpr int fp8_k_chunk(int t, int i, int head_dim) {
+  return t * (head_dim / 64) + i;
+}
+SERVELAB_HOST_DEVICE constexpr int fp8_pv_dim(int col, int nt, int head_dim) {
+  return col * (head_dim / 8) + nt;
+}
+// Byte offset of 16-byte chunk `chunk` of row `row` in an fp8 K or V tile (rows of head_dim
+// bytes, 64 or 128). head_dim 128: chunks XOR-swizzled by row mod 8, as the bf16 tiles. head_dim
+// 64: two rows per 128-byte line, the line's 8 chunks XOR-swizzled by 2 (line mod 4). Either way
+// the kernel's K reads (16 bytes: rows g, chunks fp8_k_chunk) and V reads (16 or 8 bytes: rows
+// 2 t (+ 1, + 8, + 9), dims of g) are free of bank conflicts (tests/kernels_host_test.cc).
+SERVELAB_HOST_DEVICE constexpr int fp8_tile_offset(int row, int chunk, int head_dim) {
+  if (head_dim == 128) return row * 128 + ((chunk ^ (row & 7)) << 4);
+  const int line = row >> 1, c8 = ((row & 1) << 2) | chunk;
+  return line * 128 + ((c8 ^ ((line & 3) << 1)) << 4);
+}
+// Bytes [a0, b0, a1, b1] (hi = false) or [a2, b2, a3, b3] (hi = true) of words a, b (byte 0 the
+// least significant): two tokens' codes of dims 4 w .. 4 w + 3 paired per dim (PRMT 0x5140 /
+// 0x7362).
+SERVELAB_HOST_DEVICE constexpr unsigned interleave_bytes(unsigned a, unsigned b, bool hi) {
+  if (hi) {
+    a >>= 16;
+    b >>= 16;
+  }
+  return (a & 0xffu) | ((b & 0xffu) << 8) | ((a & 0xff00u) << 8) | ((b & 0xff00u) << 16);
+}
+
 }  // namespace servelab::kernels::decode_frag

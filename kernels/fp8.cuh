@@ -8,6 +8,7 @@
 //                                nearest even, saturating at the largest finite value (CUDA's
 //                                __NV_SATFINITE; NaN stays NaN): float_formats.h's
 //                                float_to_fp8_e4m3 / _e5m2 of (x / scale), bit for bit;
+//   fp8x2_to_bf16x2(codes, e5m2) the low 2 codes (byte 0 -> the low half) to a bf16 pair, exact;
 //   fp8x8_to_bf16x8(raw, e5m2)   8 codes (byte i of `raw` is element i) to 8 bf16 values (uint4,
 //                                element i in the low half of word i / 2 when i is even), exact:
 //                                every e4m3 and e5m2 value is a bf16 value.
@@ -55,15 +56,17 @@ __device__ __forceinline__ float2 fp8x2_to_float2(unsigned codes, bool e5m2) {
 
 #endif
 
+__device__ __forceinline__ unsigned fp8x2_to_bf16x2(unsigned codes, bool e5m2) {
+  const float2 f = fp8x2_to_float2(codes, e5m2);
+  const __nv_bfloat162 b = __floats2bfloat162_rn(f.x, f.y);
+  return *reinterpret_cast<const unsigned*>(&b);
+}
+
 __device__ __forceinline__ uint4 fp8x8_to_bf16x8(const uint2 raw, bool e5m2) {
   const unsigned in[2] = {raw.x, raw.y};
   unsigned out[4];
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 f = fp8x2_to_float2(in[i / 2] >> (16 * (i % 2)), e5m2);
-    const __nv_bfloat162 b = __floats2bfloat162_rn(f.x, f.y);
-    out[i] = *reinterpret_cast<const unsigned*>(&b);
-  }
+  for (int i = 0; i < 4; ++i) out[i] = fp8x2_to_bf16x2(in[i / 2] >> (16 * (i % 2)), e5m2);
   return make_uint4(out[0], out[1], out[2], out[3]);
 }
 

@@ -1,25 +1,37 @@
 // Which paged prefill attention kernel runs (kernels/attention.h, PrefillAttentionArgs::kernel):
-// the FlashAttention-2-style mma.sync kernel (the default) or the older WMMA kernel, kept so that
-// a GPU session whose new kernel fails can switch back without rebuilding. The engine takes the
+// the FlashAttention-2-style mma.sync kernel (the default), its 128-row variant, or the older
+// WMMA kernel, kept so that a GPU session whose new kernel fails can switch back without
+// rebuilding. The engine takes the
 // choice from $SERVELAB_CUDA_PREFILL (docs/gpu-todo.md). Plain C++, in servelab_kernels_host.
 #pragma once
 
+#include <cstdint>
 #include <string_view>
 
 namespace servelab::kernels {
 
 enum class PrefillKernel {
-  kFa2,   // kernels/attention_prefill_fa2.cu: register-resident S, P, O; cp.async double buffer
-  kWmma,  // kernels/attention_prefill.cu: WMMA, S, P and O in shared memory
+  kFa2,      // kernels/attention_prefill_fa2.cu: register-resident S, P, O; cp.async double
+             // buffer; 64 query rows per CTA (4 warps x 16)
+  kWmma,     // kernels/attention_prefill.cu: WMMA, S, P and O in shared memory
+  kFa2Wide,  // the fa2 kernel with 128 query rows per CTA (4 warps x 2 x 16, as FlashAttention-2
+             // tiles head_dim 128): each K/V fragment read from shared memory feeds two MMAs
 };
 
 inline constexpr const char* kPrefillKernelEnv = "SERVELAB_CUDA_PREFILL";
 
-// "fa2" or "wmma".
+// "fa2", "wmma" or "fa2_128".
 const char* prefill_kernel_name(PrefillKernel kernel);
 
-// The kernel named `text` (exactly "fa2" or "wmma"). Throws std::invalid_argument
-// "<what>: expected one of fa2, wmma, got '<text>'" otherwise (empty included).
+// Query rows per CTA (one PrefillTile) of the kernel: 128 for kFa2Wide, 64 otherwise; the tile
+// list (plan_prefill_tiles) and split workspace (prefill_workspace_floats) of a launch must use
+// its kernel's figure.
+std::int32_t prefill_tile_rows(PrefillKernel kernel);
+// The fa2 kernels (kFa2, kFa2Wide): the ones that read an fp8 cache and split the key range.
+bool is_fa2(PrefillKernel kernel);
+
+// The kernel named `text` (exactly "fa2", "wmma" or "fa2_128"). Throws std::invalid_argument
+// "<what>: expected one of fa2, wmma, fa2_128, got '<text>'" otherwise (empty included).
 PrefillKernel parse_prefill_kernel(std::string_view text, std::string_view what);
 
 // $SERVELAB_CUDA_PREFILL parsed by parse_prefill_kernel (its name as `what`) when the variable

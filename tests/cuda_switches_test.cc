@@ -89,8 +89,8 @@ TEST(CudaSwitches, KernelVariablesPickTheAttentionKernels) {
     cuda_switches_from_env();
     ADD_FAILURE() << "accepted SERVELAB_CUDA_PREFILL=wgmma";
   } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("SERVELAB_CUDA_PREFILL: expected one of fa2, wmma, got "
-                                         "'wgmma'"),
+    EXPECT_NE(std::string(e.what()).find("SERVELAB_CUDA_PREFILL: expected one of fa2, wmma, "
+                                         "fa2_128, got 'wgmma'"),
               std::string::npos)
         << e.what();
   }

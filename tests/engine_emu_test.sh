@@ -88,7 +88,7 @@ check "  ... tokens agree with the CPU engine's" same_tokens "$t/cuda" "$t/cpu" 
 
 # The switches of engine/gpu_switches.h, each run to the end.
 for sw in SERVELAB_CUDA_DECODE=tiled SERVELAB_CUDA_DECODE=pipelined SERVELAB_CUDA_PREFILL=wmma \
-  SERVELAB_CUDA_FUSED_QKV=0 SERVELAB_CUDA_GRAPHS=0; do
+  SERVELAB_CUDA_PREFILL=fa2_128 SERVELAB_CUDA_FUSED_QKV=0 SERVELAB_CUDA_GRAPHS=0; do
   d=$t/${sw//[=_]/-}
   check "$sw: run exits 0" run 0 "$sw" "$emu" run "$t/exp.yaml" --device cuda \
     --out "$d" --tokens --quiet

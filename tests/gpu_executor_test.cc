@@ -137,7 +137,7 @@ TEST(GpuExecutor, LogitsMatchCpuExecutor) {
                  std::to_string(sh.kv));
     const LlamaWeights w = LlamaWeights::random(GpuConfig(sh.hd, sh.heads, sh.kv, sh.bias_tied), 3);
     // Both decode kernels at every block size with the default prefill kernel (fa2), the wmma
-    // prefill kernel once, and an fp8 KV cache in each format (against the CPU executor storing
+    // and fa2_128 prefill kernels once each, and an fp8 KV cache in each format (against the CPU executor storing
     // the same format).
     struct Variant {
       std::int32_t bs;
@@ -153,6 +153,7 @@ TEST(GpuExecutor, LogitsMatchCpuExecutor) {
       }
     }
     variants.push_back({16, kernels::kDefaultDecodeKernel, kernels::PrefillKernel::kWmma});
+    variants.push_back({16, kernels::kDefaultDecodeKernel, kernels::PrefillKernel::kFa2Wide});
     variants.push_back({16, kernels::DecodeKernel::kPipelined, kernels::PrefillKernel::kFa2,
                         kernels::FloatFormat::kFp8E4m3});
     variants.push_back({5, kernels::DecodeKernel::kPipelined, kernels::PrefillKernel::kFa2,

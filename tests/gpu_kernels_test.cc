@@ -742,9 +742,10 @@ TEST(GpuKernels, DecodeLauncherRejectsInvalidPlans) {
 #endif
 }
 
-// Chunked prefill over a cached prefix: sequences whose queries start at first_pos > 0, both
-// kernels (PrefillKernel::kFa2, the default, and kWmma) against the same reference, each run twice
-// into fresh poisoned buffers: the two outputs must be bit-identical.
+// Chunked prefill over a cached prefix: sequences whose queries start at first_pos > 0, every
+// kernel (PrefillKernel::kFa2, the default, kWmma, and kFa2Wide over its 128-row tiles) against
+// the same reference, each run twice into fresh poisoned buffers: the two outputs must be
+// bit-identical, and kFa2Wide's must be kFa2's bit for bit (split or not).
 TEST(GpuKernels, PagedPrefillAttentionMatchesReference) {
   REQUIRE_GPU();
 #if SERVELAB_HAVE_CUDA
@@ -784,8 +785,11 @@ TEST(GpuKernels, PagedPrefillAttentionMatchesReference) {
     PagedFixture f(rng, c.block_size, c.kv_heads, c.hd, ctx);
     const std::vector<float> q = RandomBf16(rng, rows * c.q_heads * c.hd);
     const std::vector<k::PrefillTile> tiles = k::plan_prefill_tiles(c.nq);
+    const std::vector<k::PrefillTile> wide_tiles =
+        k::plan_prefill_tiles(c.nq, k::prefill_tile_rows(k::PrefillKernel::kFa2Wide));
     DeviceBuffer d_q = Upload(ToBits(q)), d_begin = Upload(begin), d_nq = Upload(c.nq),
-                 d_first = Upload(c.first), d_tiles = Upload(tiles);
+                 d_first = Upload(c.first), d_tiles = Upload(tiles),
+                 d_wide_tiles = Upload(wide_tiles);
     const float scale = 1.0f / std::sqrt(static_cast<float>(c.hd));
     std::vector<float> want(q.size());
     for (std::size_t s = 0; s < c.nq.size(); ++s) {
@@ -800,16 +804,22 @@ TEST(GpuKernels, PagedPrefillAttentionMatchesReference) {
     std::int64_t longest = 0;
     for (std::size_t s = 0; s < ctx.size(); ++s) longest = std::max<std::int64_t>(longest, ctx[s]);
     const auto ntiles = static_cast<std::int32_t>(tiles.size());
+    const bool wide_kernel[] = {false, true};
+    auto tiles_of = [&](k::PrefillKernel kernel) {
+      return static_cast<std::int32_t>(
+          (kernel == k::PrefillKernel::kFa2Wide ? wide_tiles : tiles).size());
+    };
     DeviceBuffer out = Poisoned(q.size() * 2);
     auto args = [&](k::PrefillKernel kernel, const k::PrefillSplitPlan& plan, float* ws) {
+      const bool wide = kernel == k::PrefillKernel::kFa2Wide;
       return k::PrefillAttentionArgs{f.view(),
                                      d_q.as<k::Bf16>(),
                                      out.as<k::Bf16>(),
                                      d_begin.as<std::int32_t>(),
                                      d_nq.as<std::int32_t>(),
                                      d_first.as<std::int32_t>(),
-                                     d_tiles.as<k::PrefillTile>(),
-                                     ntiles,
+                                     (wide ? d_wide_tiles : d_tiles).as<k::PrefillTile>(),
+                                     tiles_of(kernel),
                                      c.q_heads,
                                      scale,
                                      kernel,
@@ -829,10 +839,17 @@ TEST(GpuKernels, PagedPrefillAttentionMatchesReference) {
       }
       ExpectClose(FromBits(runs[0]), want, 4e-3, 1e-2, what);
       EXPECT_TRUE(runs[0] == runs[1]) << "two runs of the same launch differ";
+      return runs[0];
     };
-    for (k::PrefillKernel kernel : {k::PrefillKernel::kFa2, k::PrefillKernel::kWmma}) {
+    std::vector<std::uint16_t> fa2_bits;
+    for (k::PrefillKernel kernel :
+         {k::PrefillKernel::kFa2, k::PrefillKernel::kWmma, k::PrefillKernel::kFa2Wide}) {
       SCOPED_TRACE(k::prefill_kernel_name(kernel));
-      check_twice(args(kernel, {}, nullptr), "prefill");
+      const std::vector<std::uint16_t> bits = check_twice(args(kernel, {}, nullptr), "prefill");
+      if (kernel == k::PrefillKernel::kFa2) fa2_bits = bits;
+      if (kernel == k::PrefillKernel::kFa2Wide) {
+        EXPECT_TRUE(bits == fa2_bits) << "fa2_128 differs from fa2";
+      }
     }
     // Split-KV (fa2): key ranges of one and three key tiles (every tile of a long prefix in
     // its own CTA; splits past a short sequence's positions empty), and the planner's plan for
@@ -847,10 +864,18 @@ TEST(GpuKernels, PagedPrefillAttentionMatchesReference) {
       if (!plan.split()) continue;
       SCOPED_TRACE("fa2 split " + std::to_string(plan.kv_splits) + " x " +
                    std::to_string(plan.split_tokens));
-      DeviceBuffer ws(static_cast<std::size_t>(
-                          k::prefill_workspace_floats(ntiles, c.q_heads, c.hd, plan.kv_splits)) *
-                      sizeof(float));
-      check_twice(args(k::PrefillKernel::kFa2, plan, ws.as<float>()), "prefill split");
+      std::vector<std::uint16_t> narrow_bits;
+      for (bool wide : wide_kernel) {
+        const k::PrefillKernel kernel = wide ? k::PrefillKernel::kFa2Wide : k::PrefillKernel::kFa2;
+        DeviceBuffer ws(
+            static_cast<std::size_t>(k::prefill_workspace_floats(
+                tiles_of(kernel), c.q_heads, c.hd, plan.kv_splits, k::prefill_tile_rows(kernel))) *
+            sizeof(float));
+        const std::vector<std::uint16_t> bits =
+            check_twice(args(kernel, plan, ws.as<float>()), "prefill split");
+        if (!wide) narrow_bits = bits;
+        if (wide) EXPECT_TRUE(bits == narrow_bits) << "split fa2_128 differs from split fa2";
+      }
     }
     if (ci == 0) {
       // Refused: a split with the wmma kernel, without a workspace, or short of the range.
@@ -1108,8 +1133,36 @@ TEST(GpuKernels, Fp8PagedAttentionMatchesReference) {
           out = Poisoned(q.size() * 2);
           a.out = out.as<k::Bf16>();
           k::paged_prefill_attention(a, nullptr);
-          ExpectClose(FromBits(Download<std::uint16_t>(out, q.size())), want, 4e-3, 1e-2,
-                      "fp8 prefill, split");
+          const std::vector<std::uint16_t> split_bits = Download<std::uint16_t>(out, q.size());
+          ExpectClose(FromBits(split_bits), want, 4e-3, 1e-2, "fp8 prefill, split");
+          // The 128-row fa2 kernel over the same cache: fa2's bits, unsplit and split.
+          {
+            const k::PrefillKernel wide = k::PrefillKernel::kFa2Wide;
+            const std::vector<k::PrefillTile> wt =
+                k::plan_prefill_tiles(nq, k::prefill_tile_rows(wide));
+            DeviceBuffer d_wt = Upload(wt);
+            DeviceBuffer wws(static_cast<std::size_t>(k::prefill_workspace_floats(
+                                 static_cast<std::int32_t>(wt.size()), q_heads, hd, 4,
+                                 k::prefill_tile_rows(wide))) *
+                             sizeof(float));
+            k::PrefillAttentionArgs w = a;
+            w.kernel = wide;
+            w.tiles = d_wt.as<k::PrefillTile>();
+            w.num_tiles = static_cast<std::int32_t>(wt.size());
+            w.workspace = wws.as<float>();
+            out = Poisoned(q.size() * 2);
+            w.out = out.as<k::Bf16>();
+            k::paged_prefill_attention(w, nullptr);
+            EXPECT_TRUE(Download<std::uint16_t>(out, q.size()) == split_bits)
+                << "fp8 prefill, split: fa2_128 differs from fa2";
+            w.split = {};
+            w.workspace = nullptr;
+            out = Poisoned(q.size() * 2);
+            w.out = out.as<k::Bf16>();
+            k::paged_prefill_attention(w, nullptr);
+            ExpectClose(FromBits(Download<std::uint16_t>(out, q.size())), want, 4e-3, 1e-2,
+                        "fp8 prefill, fa2_128");
+          }
           a.kernel = k::PrefillKernel::kWmma;
           EXPECT_THROW(k::paged_prefill_attention(a, nullptr), std::invalid_argument);
         }

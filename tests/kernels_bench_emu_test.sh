@@ -20,9 +20,9 @@ has() { grep -q -- "$1" "$2" || { echo "$2 lacks '$1'"; return 1; }; }
 
 j=$t/work/kernels_bench.json
 check "kernels_bench (emulated) runs its smallest shapes" run 0 "$bench" \
-  '--benchmark_filter=^BM_(DeviceCopy/268435456|DecodeAttention/(1|8)/512/|PrefillAttention/512/(0|2)|PrefillChunk/16/128/|DecodeGemm/1/1/|SwapOut/16)' \
+  '--benchmark_filter=^BM_(DeviceCopy/268435456|DecodeAttention/(1|8)/512/|PrefillAttention/512/(0|2|3)|PrefillChunk/16/128/|DecodeGemm/1/1/|SwapOut/16)' \
   --benchmark_min_time=0.01 --benchmark_out_format=json "--benchmark_out=$j"
-check "  ... eleven benchmarks, none in error" python3 - "$j" <<'EOF'
+check "  ... twelve benchmarks, none in error" python3 - "$j" <<'EOF'
 import json, sys
 runs = [b for b in json.load(open(sys.argv[1]))["benchmarks"]
         if b.get("run_type", "iteration") == "iteration"]
@@ -30,7 +30,7 @@ names = [b["name"] for b in runs]
 print("  " + ", ".join(names))
 bad = [b["name"] + ": " + b.get("error_message", "") for b in runs if b.get("error_occurred")]
 decode = [b for b in runs if b["name"].startswith("BM_DecodeAttention")]
-ok = (len(runs) == 11 and not bad and len(decode) == 5 and
+ok = (len(runs) == 12 and not bad and len(decode) == 5 and
       all(b["GBps"] > 0 and b["copy_GBps"] > 0 and b["splits"] >= 1 for b in decode) and
       {b["label"] for b in decode} == {"tiled", "pipelined", "pipelined fp8_e4m3"} and
       all(b["TFLOPs"] > 0 for b in runs if b["name"].startswith("BM_PrefillAttention")))
@@ -46,6 +46,7 @@ check "  ... the tiled kernel reported" has "BM_DecodeAttention/8/512/0 (tiled)"
 check "  ... prefill rows" has "BM_PrefillAttention/512/0" "$t/last.txt"
 check "  ... the fp8 decode row" has "BM_DecodeAttention/8/512/2 (pipelined fp8_e4m3)" "$t/last.txt"
 check "  ... fp8 prefill row" has "BM_PrefillAttention/512/2 (fa2 fp8_e4m3)" "$t/last.txt"
+check "  ... the 128-row prefill row" has "BM_PrefillAttention/512/3 (fa2_128)" "$t/last.txt"
 check "  ... the chunk row" has "BM_PrefillChunk/16/128/0 (fa2 unsplit)" "$t/last.txt"
 check "  ... a GEMM row, named" has "BM_DecodeGemm/1/1 (o)" "$t/last.txt"
 check "  ... and no benchmark error" bash -c "! grep -q ERROR '$t/last.txt'"

@@ -21,6 +21,7 @@
 #include "kernels/attention_plan.h"
 #include "kernels/decode_fragments.h"
 #include "kernels/fast_divmod.h"
+#include "kernels/float_formats.h"
 #include "kernels/kv_layout.h"
 #include "kernels/rope_table.h"
 #include "kernels/sampling_ref.h"
@@ -514,6 +515,160 @@ TEST(KernelsHostTest, PipelinedDecodeFragmentsComputeQKAndPV) {
           }
         }
       }
+    }
+  }
+}
+
+// The fp8 path of the pipelined decode kernel, run on the CPU the same way: e4m3 K and V tiles
+// stored by the kernel's requests at fp8_tile_offset, each lane's codes read from them as the
+// kernel reads them (16-byte K chunks, 16- or 8-byte V pieces of four token rows), widened to
+// bf16 and paired by interleave_bytes into B registers, Q loaded and O read back with the
+// permuted dims (fp8_qk_dim, fp8_pv_dim): S = Q K^T and O = P V must equal the direct products
+// exactly, and every phase of those reads must be free of bank conflicts.
+TEST(KernelsHostTest, PipelinedDecodeFp8FragmentsComputeQKAndPV) {
+  namespace df = kernels::decode_frag;
+  using frag_emu::Pack;
+  EXPECT_EQ(df::interleave_bytes(0x44332211u, 0x88776655u, false), 0x66225511u);
+  EXPECT_EQ(df::interleave_bytes(0x44332211u, 0x88776655u, true), 0x88447733u);
+  Rng rng = Rng::stream(23, "kernels_host_test.fp8_fragments");
+  auto small = [&] { return static_cast<float>(rng.uniform_int(-16, 16)) / 8.0f; };
+  // A pair of e4m3 codes (low 16 bits) as the bf16 pair fp8x2_to_bf16x2 makes of them.
+  auto widen = [](unsigned codes) {
+    return Pack(kernels::fp8_e4m3_to_float(static_cast<std::uint8_t>(codes & 0xffu)),
+                kernels::fp8_e4m3_to_float(static_cast<std::uint8_t>((codes >> 8) & 0xffu)));
+  };
+  auto word = [](const std::vector<std::uint8_t>& m, int off) {
+    std::uint32_t w;
+    std::memcpy(&w, m.data() + off, 4);
+    return w;
+  };
+  for (int hd : {64, 128}) {
+    SCOPED_TRACE("head_dim " + std::to_string(hd));
+    const int tile = kernels::kDecodeTileTokens, chunks = hd / 16;
+    std::vector<std::vector<float>> q(16, std::vector<float>(hd)), k(tile, std::vector<float>(hd)),
+        v(tile, std::vector<float>(hd)), p(16, std::vector<float>(tile));
+    for (auto* m : {&q, &k, &v, &p}) {
+      for (auto& row : *m) {
+        for (float& x : row) x = small();
+      }
+    }
+    // The tiles as the requests store them: thread tid, pass i -> (row, chunk of 16 codes).
+    std::vector<std::uint8_t> ks(static_cast<std::size_t>(tile) * hd, 0xee), vs = ks;
+    std::set<int> written;
+    for (int tid = 0; tid < 128; ++tid) {
+      for (int i = 0; i < tile / (128 / chunks); ++i) {
+        const int row = tid / chunks + i * (128 / chunks), chunk = tid % chunks;
+        const int off = df::fp8_tile_offset(row, chunk, hd);
+        ASSERT_TRUE(off >= 0 && off + 16 <= tile * hd && written.insert(off).second)
+            << "row " << row << " chunk " << chunk;
+        for (int e = 0; e < 16; ++e) {
+          ks[off + e] = kernels::float_to_fp8_e4m3(k[row][chunk * 16 + e]);
+          vs[off + e] = kernels::float_to_fp8_e4m3(v[row][chunk * 16 + e]);
+        }
+      }
+    }
+    // Q fragments, permuted dims.
+    std::vector<frag_emu::Regs> qa(hd / 16, frag_emu::Regs(32, std::vector<std::uint32_t>(4)));
+    for (int step = 0; step < hd / 16; ++step) {
+      for (int lane = 0; lane < 32; ++lane) {
+        for (int r = 0; r < 4; ++r) {
+          const int row = df::a_frag(lane, r).row;
+          const int dim = df::fp8_qk_dim(lane % 4, step, r >> 1, hd);
+          qa[step][lane][r] = Pack(q[row][dim], q[row][dim + 1]);
+        }
+      }
+    }
+    for (int warp = 0; warp < 4; ++warp) {
+      const int tok0 = warp * 16;
+      for (int j = 0; j < 2; ++j) {
+        std::vector<std::vector<float>> s(32, std::vector<float>(4, 0.0f));
+        for (int i = 0; i < hd / 64; ++i) {
+          std::vector<int> addr(32);
+          for (int lane = 0; lane < 32; ++lane) {
+            addr[lane] =
+                df::fp8_tile_offset(tok0 + 8 * j + lane / 4, df::fp8_k_chunk(lane % 4, i, hd), hd);
+          }
+          for (int phase = 0; phase < 4; ++phase) {  // 16-byte loads: quarter-warps
+            EXPECT_TRUE(frag_emu::ConflictFree(
+                {addr.begin() + 8 * phase, addr.begin() + 8 * phase + 8}, 16))
+                << "fp8 K reads, chunk pass " << i << " phase " << phase;
+          }
+          for (int u = 0; u < 4; ++u) {
+            frag_emu::Regs b(32);
+            for (int lane = 0; lane < 32; ++lane) {
+              const std::uint32_t w = word(ks, addr[lane] + 4 * u);
+              b[lane] = {widen(w), widen(w >> 16)};
+            }
+            frag_emu::Mma(s, qa[4 * i + u], b);
+          }
+        }
+        for (int lane = 0; lane < 32; ++lane) {
+          for (int e = 0; e < 4; ++e) {
+            const df::RowCol rc = df::c_frag(lane, e);
+            float want = 0;
+            for (int d = 0; d < hd; ++d) want += q[rc.row][d] * k[tok0 + 8 * j + rc.col][d];
+            ASSERT_EQ(s[lane][e], want) << "S warp " << warp << " half " << j << " lane " << lane;
+          }
+        }
+      }
+      frag_emu::Regs pa(32, std::vector<std::uint32_t>(4));
+      for (int lane = 0; lane < 32; ++lane) {
+        for (int j = 0; j < 2; ++j) {
+          for (int h = 0; h < 2; ++h) {
+            const df::RowCol c0 = df::c_frag(lane, 2 * h), c1 = df::c_frag(lane, 2 * h + 1);
+            pa[lane][df::p_register(j, h)] =
+                Pack(p[c0.row][tok0 + 8 * j + c0.col], p[c1.row][tok0 + 8 * j + c1.col]);
+          }
+        }
+      }
+      // V: lane (g, t) reads dims of g from token rows 2 t, 2 t + 1, 2 t + 8, 2 t + 9.
+      const int piece = hd / 8;  // bytes per lane and row
+      std::vector<std::vector<int>> vaddr(4, std::vector<int>(32));
+      for (int r = 0; r < 4; ++r) {
+        for (int lane = 0; lane < 32; ++lane) {
+          const int g = lane / 4, t = lane % 4;
+          const int row = tok0 + 2 * t + (r & 1) + 8 * (r >> 1);
+          vaddr[r][lane] = hd == 128 ? df::fp8_tile_offset(row, g, hd)
+                                     : df::fp8_tile_offset(row, g / 2, hd) + 8 * (g % 2);
+        }
+        const int per_phase = 128 / piece;  // lanes per shared-memory phase
+        for (int first = 0; first < 32; first += per_phase) {
+          EXPECT_TRUE(frag_emu::ConflictFree(
+              {vaddr[r].begin() + first, vaddr[r].begin() + first + per_phase}, piece))
+              << "fp8 V reads, row " << r << " lanes " << first;
+        }
+      }
+      std::vector<std::vector<std::vector<float>>> acc(
+          hd / 8, std::vector<std::vector<float>>(32, std::vector<float>(4, 0.0f)));
+      for (int w = 0; w < hd / 32; ++w) {
+        for (int hi = 0; hi < 2; ++hi) {
+          for (int e = 0; e < 2; ++e) {
+            frag_emu::Regs b(32);
+            for (int lane = 0; lane < 32; ++lane) {
+              const unsigned lo_tok = df::interleave_bytes(word(vs, vaddr[0][lane] + 4 * w),
+                                                           word(vs, vaddr[1][lane] + 4 * w), hi);
+              const unsigned hi_tok = df::interleave_bytes(word(vs, vaddr[2][lane] + 4 * w),
+                                                           word(vs, vaddr[3][lane] + 4 * w), hi);
+              b[lane] = {widen(lo_tok >> (16 * e)), widen(hi_tok >> (16 * e))};
+            }
+            frag_emu::Mma(acc[4 * w + 2 * hi + e], pa, b);
+          }
+        }
+      }
+      std::set<int> dims;
+      for (int n = 0; n < hd / 8; ++n) {
+        for (int lane = 0; lane < 32; ++lane) {
+          for (int e = 0; e < 4; ++e) {
+            const df::RowCol rc = df::c_frag(lane, e);
+            const int dim = df::fp8_pv_dim(rc.col, n, hd);
+            dims.insert(dim);
+            float want = 0;
+            for (int t = 0; t < 16; ++t) want += p[rc.row][tok0 + t] * v[tok0 + t][dim];
+            ASSERT_EQ(acc[n][lane][e], want) << "O warp " << warp << " n-tile " << n;
+          }
+        }
+      }
+      ASSERT_EQ(static_cast<int>(dims.size()), hd) << "every dim of O once";
     }
   }
 }

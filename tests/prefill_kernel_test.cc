@@ -14,21 +14,31 @@ namespace {
 using kernels::PrefillKernel;
 
 TEST(PrefillKernel, NamesRoundTrip) {
-  for (PrefillKernel k : {PrefillKernel::kFa2, PrefillKernel::kWmma}) {
+  for (PrefillKernel k : {PrefillKernel::kFa2, PrefillKernel::kWmma, PrefillKernel::kFa2Wide}) {
     EXPECT_EQ(kernels::parse_prefill_kernel(kernels::prefill_kernel_name(k), "x"), k);
   }
   EXPECT_STREQ(kernels::prefill_kernel_name(PrefillKernel::kFa2), "fa2");
   EXPECT_STREQ(kernels::prefill_kernel_name(PrefillKernel::kWmma), "wmma");
+  EXPECT_STREQ(kernels::prefill_kernel_name(PrefillKernel::kFa2Wide), "fa2_128");
+}
+
+TEST(PrefillKernel, TileRowsAndFa2Family) {
+  EXPECT_EQ(kernels::prefill_tile_rows(PrefillKernel::kFa2), 64);
+  EXPECT_EQ(kernels::prefill_tile_rows(PrefillKernel::kWmma), 64);
+  EXPECT_EQ(kernels::prefill_tile_rows(PrefillKernel::kFa2Wide), 128);
+  EXPECT_TRUE(kernels::is_fa2(PrefillKernel::kFa2));
+  EXPECT_TRUE(kernels::is_fa2(PrefillKernel::kFa2Wide));
+  EXPECT_FALSE(kernels::is_fa2(PrefillKernel::kWmma));
 }
 
 TEST(PrefillKernel, BadNamesAreRefusedWithTheAcceptedValues) {
-  for (const char* bad : {"", "FA2", "wmma ", "flash", "fa3"}) {
+  for (const char* bad : {"", "FA2", "wmma ", "flash", "fa3", "fa2_64", "fa2-128"}) {
     try {
       kernels::parse_prefill_kernel(bad, "SERVELAB_CUDA_PREFILL");
       ADD_FAILURE() << "accepted '" << bad << "'";
     } catch (const std::invalid_argument& e) {
       EXPECT_EQ(std::string(e.what()), std::string("SERVELAB_CUDA_PREFILL: expected one of fa2, "
-                                                   "wmma, got '") +
+                                                   "wmma, fa2_128, got '") +
                                            bad + "'");
     }
   }
@@ -42,6 +52,8 @@ TEST(PrefillKernel, EnvironmentOverridesTheFallbackWhenSet) {
   EXPECT_EQ(kernels::prefill_kernel_from_env(PrefillKernel::kFa2), PrefillKernel::kWmma);
   ::setenv(kernels::kPrefillKernelEnv, "fa2", 1);
   EXPECT_EQ(kernels::prefill_kernel_from_env(PrefillKernel::kWmma), PrefillKernel::kFa2);
+  ::setenv(kernels::kPrefillKernelEnv, "fa2_128", 1);
+  EXPECT_EQ(kernels::prefill_kernel_from_env(PrefillKernel::kFa2), PrefillKernel::kFa2Wide);
   ::setenv(kernels::kPrefillKernelEnv, "bogus", 1);
   EXPECT_THROW(kernels::prefill_kernel_from_env(PrefillKernel::kFa2), std::invalid_argument);
   ::unsetenv(kernels::kPrefillKernelEnv);

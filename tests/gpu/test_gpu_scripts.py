@@ -359,7 +359,12 @@ class Report(unittest.TestCase):
                      "time_unit": "ns", "splits": 8})
         runs.append({"name": "BM_DecodeGemm/32/4/manual_time", "GBps": 3600.0,
                      "label": "lm_head"})
+        runs.append({"name": "BM_PrefillAttention/8192/3/manual_time", "TFLOPs": 320})
         self.write("kernels_bench.json", {"benchmarks": runs})
+        # fa2_128 is reported beside fa2, not held to the target.
+        self.assertRegex(self.run_report("bench")[1],
+                         r"BM_PrefillAttention/8192/3 \(fa2_128\)\s+320.0 TFLOP/s\s+"
+                         r"0.80 of SDPA \(400.0\)\s+report")
         self.assertRegex(self.run_report("bench")[1],
                          r"BM_PrefillChunk/16/6144/1 \(fa2 split-KV\)\s+1.2 us\s+8 splits\s+report")
         self.assertRegex(self.run_report("bench")[1],
