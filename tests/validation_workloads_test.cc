@@ -96,7 +96,7 @@ TEST(ValidationWorkloads, SarathiMixChunksEveryWorkloadAndPreemptsTheBurstyOne) 
     EXPECT_GT(s.partial_chunks, s.chunked_prompts) << w << ": prompts cut more than once";
   }
   // burst-8b's fixed KV cache fills in its bursts: both mixes recompute preempted requests.
-  EXPECT_GE(preemptions(simulate("burst-8b", "sarathi-recompute")), 3);
+  EXPECT_GE(preemptions(simulate("burst-8b", "sarathi-recompute")), 2);
   EXPECT_GE(preemptions(simulate("burst-8b", "vllm-hash")), 3);
 }
 
