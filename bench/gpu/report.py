@@ -2,6 +2,7 @@
 """The tables `gpu-check` prints: reads one mode's work folder and prints its summary.
 
 usage: report.py tests|bench|e2e|validate WORK_DIR
+       report.py prefill-choice WORK_DIR   (the faster fa2 prefill kernel at 8k: fa2 or fa2_128)
 Exit status: 0 when every check of the mode passed, 1 otherwise (a missing file is a failure).
 Standard library only, so it runs on any python3.
 """
@@ -446,7 +447,25 @@ def report_validate(work):
     return st.get("report", (None, 0))[0] == 0
 
 
+def prefill_choice(work, length=8192, margin=0.02):
+    """The fa2 prefill kernel to run after `bench` in the same gpu-check invocation: "fa2_128" when
+    BM_PrefillAttention/LENGTH/3 beat /LENGTH/0 by more than `margin` (the two give the same
+    outputs bit for bit, so only speed decides), else "fa2" (also without both figures)."""
+    j = load(os.path.join(work, "kernels_bench.json")) or {}
+    tflops = {}
+    for b in j.get("benchmarks", []):
+        parts = b.get("name", "").split("/")
+        if (parts[0] == "BM_PrefillAttention" and len(parts) > 2 and parts[1] == str(length)
+                and not b.get("error_occurred") and b.get("run_type", "iteration") == "iteration"):
+            tflops[PREFILL_KERNELS.get(parts[2])] = b.get("TFLOPs", 0)
+    fa2, wide = tflops.get("fa2", 0), tflops.get("fa2_128", 0)
+    return "fa2_128" if fa2 > 0 and wide > fa2 * (1 + margin) else "fa2"
+
+
 def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "prefill-choice":
+        print(prefill_choice(sys.argv[2]))
+        return 0
     if len(sys.argv) != 3 or sys.argv[1] not in ("tests", "bench", "e2e", "validate"):
         print(__doc__, file=sys.stderr)
         return 2

@@ -373,6 +373,23 @@ class Report(unittest.TestCase):
         self.write("kernels_bench.json", {"benchmarks": runs})
         self.assertFalse(self.run_report("bench")[0])
 
+    def test_prefill_choice_takes_fa2_128_only_when_clearly_faster(self):
+        # gpu-check bench: the modes after it run the faster fa2 variant at 8k.
+        def choice(fa2, wide):
+            runs = [{"name": "BM_PrefillAttention/8192/0/manual_time", "TFLOPs": fa2},
+                    {"name": "BM_PrefillAttention/512/3/manual_time", "TFLOPs": 999},
+                    {"name": "BM_PrefillAttention/8192/1/manual_time", "TFLOPs": 999}]
+            if wide is not None:
+                runs.append({"name": "BM_PrefillAttention/8192/3/manual_time", "TFLOPs": wide})
+            self.write("kernels_bench.json", {"benchmarks": runs})
+            return report.prefill_choice(self.work)
+        self.assertEqual(choice(200, 240), "fa2_128")
+        self.assertEqual(choice(200, 203), "fa2")  # within 2 %: keep the default
+        self.assertEqual(choice(240, 200), "fa2")
+        self.assertEqual(choice(200, None), "fa2")
+        os.remove(os.path.join(self.work, "kernels_bench.json"))
+        self.assertEqual(report.prefill_choice(self.work), "fa2")
+
     def test_tests_skipped_for_time_say_so(self):
         # gpu-check --budget: what it did not run is a failure named as such, not a crash.
         gtest = {"testsuites": [{"testsuite": [{"name": "A", "result": "COMPLETED"}]}]}
