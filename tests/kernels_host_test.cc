@@ -365,6 +365,59 @@ bool ConflictFree(const std::vector<int>& byte_addrs, int bytes_each) {
   return banks.size() == byte_addrs.size() * (bytes_each / 4);
 }
 
+using Mat = std::vector<std::vector<float>>;
+namespace df = kernels::decode_frag;
+
+// C fragments `s` of S = Q K^T for tokens tok0 + 8 j .. + 7 equal the direct products exactly.
+void ExpectScores(const std::vector<std::vector<float>>& s, const Mat& q, const Mat& k, int tok0,
+                  int j, int hd) {
+  for (int lane = 0; lane < 32; ++lane) {
+    for (int e = 0; e < 4; ++e) {
+      const df::RowCol rc = df::c_frag(lane, e);
+      float want = 0;
+      for (int d = 0; d < hd; ++d) want += q[rc.row][d] * k[tok0 + 8 * j + rc.col][d];
+      ASSERT_EQ(s[lane][e], want) << "S tokens from " << tok0 << " half " << j << " lane " << lane;
+    }
+  }
+}
+
+// P (C-layout values, as the kernel holds its probabilities) for the warp's 16 tokens from tok0,
+// packed as the A operand of P V.
+Regs PFragments(const Mat& p, int tok0) {
+  Regs pa(32, std::vector<std::uint32_t>(4));
+  for (int lane = 0; lane < 32; ++lane) {
+    for (int j = 0; j < 2; ++j) {
+      for (int h = 0; h < 2; ++h) {
+        const df::RowCol c0 = df::c_frag(lane, 2 * h), c1 = df::c_frag(lane, 2 * h + 1);
+        pa[lane][df::p_register(j, h)] =
+            Pack(p[c0.row][tok0 + 8 * j + c0.col], p[c1.row][tok0 + 8 * j + c1.col]);
+      }
+    }
+  }
+  return pa;
+}
+
+// acc[n] (the C fragments of n-tile n of O = P V over the 16 tokens from tok0) equals the direct
+// products exactly, column c of n-tile n being dim dim_of(n, c); every dim appears once.
+template <typename DimOf>
+void ExpectOutputs(const std::vector<std::vector<std::vector<float>>>& acc, const Mat& p,
+                   const Mat& v, int tok0, int hd, DimOf dim_of) {
+  std::set<int> dims;
+  for (int n = 0; n < hd / 8; ++n) {
+    for (int lane = 0; lane < 32; ++lane) {
+      for (int e = 0; e < 4; ++e) {
+        const df::RowCol rc = df::c_frag(lane, e);
+        const int dim = dim_of(n, rc.col);
+        dims.insert(dim);
+        float want = 0;
+        for (int t = 0; t < 16; ++t) want += p[rc.row][tok0 + t] * v[tok0 + t][dim];
+        ASSERT_EQ(acc[n][lane][e], want) << "O tokens from " << tok0 << " n-tile " << n;
+      }
+    }
+  }
+  ASSERT_EQ(static_cast<int>(dims.size()), hd) << "every dim of O once";
+}
+
 }  // namespace frag_emu
 
 // The pipelined decode kernel's index arithmetic, run on the CPU: K and V tiles laid out in
@@ -447,26 +500,9 @@ TEST(KernelsHostTest, PipelinedDecodeFragmentsComputeQKAndPV) {
           frag_emu::Mma(s, qa[2 * kk], b01);
           frag_emu::Mma(s, qa[2 * kk + 1], b23);
         }
-        for (int lane = 0; lane < 32; ++lane) {
-          for (int e = 0; e < 4; ++e) {
-            const df::RowCol rc = df::c_frag(lane, e);
-            float want = 0;
-            for (int d = 0; d < hd; ++d) want += q[rc.row][d] * k[tok0 + 8 * j + rc.col][d];
-            ASSERT_EQ(s[lane][e], want) << "S warp " << warp << " half " << j << " lane " << lane;
-          }
-        }
+        frag_emu::ExpectScores(s, q, k, tok0, j, hd);
       }
-      // P from C-layout values (as the kernel holds its probabilities), packed as the A operand.
-      frag_emu::Regs pa(32, std::vector<std::uint32_t>(4));
-      for (int lane = 0; lane < 32; ++lane) {
-        for (int j = 0; j < 2; ++j) {
-          for (int h = 0; h < 2; ++h) {
-            const df::RowCol c0 = df::c_frag(lane, 2 * h), c1 = df::c_frag(lane, 2 * h + 1);
-            pa[lane][df::p_register(j, h)] =
-                Pack(p[c0.row][tok0 + 8 * j + c0.col], p[c1.row][tok0 + 8 * j + c1.col]);
-          }
-        }
-      }
+      const frag_emu::Regs pa = frag_emu::PFragments(p, tok0);
       // O = P V over the warp's 16 tokens.
       std::vector<std::vector<std::vector<float>>> acc(
           hd / 8, std::vector<std::vector<float>>(32, std::vector<float>(4, 0.0f)));
@@ -489,16 +525,7 @@ TEST(KernelsHostTest, PipelinedDecodeFragmentsComputeQKAndPV) {
         frag_emu::Mma(acc[2 * n2], pa, b01);
         frag_emu::Mma(acc[2 * n2 + 1], pa, b23);
       }
-      for (int n = 0; n < hd / 8; ++n) {
-        for (int lane = 0; lane < 32; ++lane) {
-          for (int e = 0; e < 4; ++e) {
-            const df::RowCol rc = df::c_frag(lane, e);
-            float want = 0;
-            for (int t = 0; t < 16; ++t) want += p[rc.row][tok0 + t] * v[tok0 + t][8 * n + rc.col];
-            ASSERT_EQ(acc[n][lane][e], want) << "O warp " << warp << " dims " << 8 * n;
-          }
-        }
-      }
+      frag_emu::ExpectOutputs(acc, p, v, tok0, hd, [](int n, int col) { return 8 * n + col; });
     }
     // The merge's float2 stores of O (row stride merge_row_floats): each half-warp conflict-free.
     const int ld = df::merge_row_floats(hd);
@@ -602,25 +629,9 @@ TEST(KernelsHostTest, PipelinedDecodeFp8FragmentsComputeQKAndPV) {
             frag_emu::Mma(s, qa[4 * i + u], b);
           }
         }
-        for (int lane = 0; lane < 32; ++lane) {
-          for (int e = 0; e < 4; ++e) {
-            const df::RowCol rc = df::c_frag(lane, e);
-            float want = 0;
-            for (int d = 0; d < hd; ++d) want += q[rc.row][d] * k[tok0 + 8 * j + rc.col][d];
-            ASSERT_EQ(s[lane][e], want) << "S warp " << warp << " half " << j << " lane " << lane;
-          }
-        }
+        frag_emu::ExpectScores(s, q, k, tok0, j, hd);
       }
-      frag_emu::Regs pa(32, std::vector<std::uint32_t>(4));
-      for (int lane = 0; lane < 32; ++lane) {
-        for (int j = 0; j < 2; ++j) {
-          for (int h = 0; h < 2; ++h) {
-            const df::RowCol c0 = df::c_frag(lane, 2 * h), c1 = df::c_frag(lane, 2 * h + 1);
-            pa[lane][df::p_register(j, h)] =
-                Pack(p[c0.row][tok0 + 8 * j + c0.col], p[c1.row][tok0 + 8 * j + c1.col]);
-          }
-        }
-      }
+      const frag_emu::Regs pa = frag_emu::PFragments(p, tok0);
       // V: lane (g, t) reads dims of g from token rows 2 t, 2 t + 1, 2 t + 8, 2 t + 9.
       const int piece = hd / 8;  // bytes per lane and row
       std::vector<std::vector<int>> vaddr(4, std::vector<int>(32));
@@ -655,20 +666,8 @@ TEST(KernelsHostTest, PipelinedDecodeFp8FragmentsComputeQKAndPV) {
           }
         }
       }
-      std::set<int> dims;
-      for (int n = 0; n < hd / 8; ++n) {
-        for (int lane = 0; lane < 32; ++lane) {
-          for (int e = 0; e < 4; ++e) {
-            const df::RowCol rc = df::c_frag(lane, e);
-            const int dim = df::fp8_pv_dim(rc.col, n, hd);
-            dims.insert(dim);
-            float want = 0;
-            for (int t = 0; t < 16; ++t) want += p[rc.row][tok0 + t] * v[tok0 + t][dim];
-            ASSERT_EQ(acc[n][lane][e], want) << "O warp " << warp << " n-tile " << n;
-          }
-        }
-      }
-      ASSERT_EQ(static_cast<int>(dims.size()), hd) << "every dim of O once";
+      frag_emu::ExpectOutputs(acc, p, v, tok0, hd,
+                              [hd](int n, int col) { return df::fp8_pv_dim(col, n, hd); });
     }
   }
 }
