@@ -873,8 +873,11 @@ TEST(GpuKernels, PagedPrefillAttentionMatchesReference) {
             sizeof(float));
         const std::vector<std::uint16_t> bits =
             check_twice(args(kernel, plan, ws.as<float>()), "prefill split");
-        if (!wide) narrow_bits = bits;
-        if (wide) EXPECT_TRUE(bits == narrow_bits) << "split fa2_128 differs from split fa2";
+        if (wide) {
+          EXPECT_TRUE(bits == narrow_bits) << "split fa2_128 differs from split fa2";
+        } else {
+          narrow_bits = bits;
+        }
       }
     }
     if (ci == 0) {
@@ -1039,31 +1042,34 @@ TEST(GpuKernels, Fp8PagedAttentionMatchesReference) {
                      std::to_string(bs));
         const std::int32_t q_heads = 8, kv_heads = 2;
         const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-        // Decode: 3 sequences, the longest 700 tokens.
-        {
+        // Decode: 3 sequences, the longest 700 tokens; GQA groups of 4 and of 18 (two CTAs of
+        // up to 16 query heads per KV head, the second with 2).
+        for (const auto& [dq, dkv] : {std::pair<std::int32_t, std::int32_t>{q_heads, kv_heads},
+                                      std::pair<std::int32_t, std::int32_t>{18, 1}}) {
+          SCOPED_TRACE("decode heads " + std::to_string(dq) + "/" + std::to_string(dkv));
           const std::vector<std::int32_t> ctx = {700, 65, 1};
-          PagedFixture f(rng, bs, kv_heads, hd, ctx, fmt);
+          PagedFixture f(rng, bs, dkv, hd, ctx, fmt);
           const std::int32_t seqs = 3;
-          const std::vector<float> q = RandomBf16(rng, seqs * q_heads * hd);
+          const std::vector<float> q = RandomBf16(rng, seqs * dq * hd);
           const std::vector<std::int32_t> q_rows = {2, 0, 1};
-          const std::vector<float> want = ReferenceDecode(f, q, q_rows, ctx, q_heads, scale);
+          const std::vector<float> want = ReferenceDecode(f, q, q_rows, ctx, dq, scale);
           DeviceBuffer d_q = Upload(ToBits(q)), d_rows = Upload(q_rows), d_ctx = Upload(ctx);
           const k::DecodeKernel kernel = k::DecodeKernel::kPipelined;
-          const std::int32_t per_seq = k::decode_ctas_per_seq(kernel, q_heads, kv_heads);
+          const std::int32_t per_seq = k::decode_ctas_per_seq(kernel, dq, dkv);
           for (const k::DecodeSplitPlan& plan :
                {k::DecodeSplitPlan{704, 1}, k::plan_decode_splits(ctx, per_seq, 1 << 20, 64)}) {
             SCOPED_TRACE("partition " + std::to_string(plan.partition_tokens) + " x " +
                          std::to_string(plan.max_splits));
             DeviceBuffer out = Poisoned(q.size() * 2);
             DeviceBuffer ws =
-                Poisoned(k::decode_workspace_floats(seqs, q_heads, hd, plan.max_splits) * 4);
+                Poisoned(k::decode_workspace_floats(seqs, dq, hd, plan.max_splits) * 4);
             k::DecodeAttentionArgs a{f.view(),
                                      d_q.as<k::Bf16>(),
                                      out.as<k::Bf16>(),
                                      d_rows.as<std::int32_t>(),
                                      d_ctx.as<std::int32_t>(),
                                      seqs,
-                                     q_heads,
+                                     dq,
                                      scale,
                                      plan,
                                      ws.as<float>(),
