@@ -24,7 +24,9 @@
 //     float2 stores are conflict-free) and merge_softmax_states (kernels/softmax_merge.h)
 //     combines them in a fixed order; the CTA writes bf16 o, or when split the normalised partial
 //     (o, m, l) to the workspace for pipelined_merge_kernel, which uses the same function.
-// fp8 KV (PagedKv::format kFp8E4m3/kFp8E5m2; the kFp8 instantiations): the stages hold the
+// fp8 KV (PagedKv::format kFp8E4m3/kFp8E5m2; the instantiations with kKv = kKvE4m3, kKvE5m2:
+// the code format is a template parameter so that each widening is one conversion instruction,
+// not a branch on a run-time flag): the stages hold the
 // one-byte codes as they are in the cache (cp.async, half the bytes of bf16; swizzled by
 // decode_frag::fp8_tile_offset), and each lane reads its MMA operands' codes straight from the
 // stage into registers and widens them there to bf16 (exact), with no ldmatrix and no bf16 copy
@@ -32,7 +34,8 @@
 // products (decode_fragments.h fp8_qk_dim, fp8_pv_dim; Q is loaded and O written permuted to
 // match). Half the shared memory of bf16 (more CTAs per SM), no widening pass and no warp
 // barrier. k_scale is folded into the score scale, v_scale into the output.
-// Deterministic: no atomics, every sum in a fixed order.
+// Deterministic: no atomics, every sum in a fixed order. Instances: head_dim {64, 128} x KV
+// {bf16, e4m3, e5m2}.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -98,7 +101,6 @@ struct PipeParams {
   std::int32_t window;      // tokens per staged table window
   float scale_log2;         // score scale x log2(e) x k_scale
   float v_scale;            // fp8: the output's factor; 1 for bf16
-  bool e5m2;                // fp8: the code format (false: e4m3)
   float* workspace;
 };
 
@@ -112,8 +114,12 @@ __device__ __forceinline__ std::uint32_t tile_offset(decode_frag::RowCol rc) {
   return tile_offset<HD>(rc.row, rc.col);
 }
 
-template <int HD, bool kFp8>
+// The KV element type of an instance (template argument kKv).
+constexpr int kKvBf16 = 0, kKvE4m3 = 1, kKvE5m2 = 2;
+
+template <int HD, int kKv>
 __global__ void __launch_bounds__(kThreads) pipelined_decode_kernel(const PipeParams p) {
+  constexpr bool kFp8 = kKv != kKvBf16, kE5m2 = kKv == kKvE5m2;
   using L = PipeSmem<HD, kFp8>;
   constexpr int kElemBytes = kFp8 ? 1 : 2;
   constexpr int kChunks = HD * kElemBytes / 16;  // 16-byte chunks per K/V row of the cache
@@ -229,8 +235,8 @@ __global__ void __launch_bounds__(kThreads) pipelined_decode_kernel(const PipePa
             const unsigned words[4] = {w.x, w.y, w.z, w.w};
 #pragma unroll
             for (int u = 0; u < 4; ++u) {
-              mma_bf16(s[j], qa[4 * i + u], fp8x2_to_bf16x2(words[u], p.e5m2),
-                       fp8x2_to_bf16x2(words[u] >> 16, p.e5m2));
+              mma_bf16(s[j], qa[4 * i + u], fp8x2_to_bf16x2(words[u], kE5m2),
+                       fp8x2_to_bf16x2(words[u] >> 16, kE5m2));
             }
           }
         } else {
@@ -317,8 +323,8 @@ __global__ void __launch_bounds__(kThreads) pipelined_decode_kernel(const PipePa
             const unsigned hi_tokens = decode_frag::interleave_bytes(vw[2][w], vw[3][w], hi);
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
-              mma_bf16(acc[4 * w + 2 * hi + e], pa, fp8x2_to_bf16x2(lo_tokens >> (16 * e), p.e5m2),
-                       fp8x2_to_bf16x2(hi_tokens >> (16 * e), p.e5m2));
+              mma_bf16(acc[4 * w + 2 * hi + e], pa, fp8x2_to_bf16x2(lo_tokens >> (16 * e), kE5m2),
+                       fp8x2_to_bf16x2(hi_tokens >> (16 * e), kE5m2));
             }
           }
         }
@@ -401,23 +407,23 @@ __global__ void pipelined_merge_kernel(const PipeParams p, int head_dim) {
 }
 
 // The dynamic shared memory above 48 KB must be opted into once per kernel.
-template <int HD, bool kFp8>
+template <int HD, int kKv>
 const void* prepared_kernel() {
   static std::once_flag once;
-  const void* fn = reinterpret_cast<const void*>(&pipelined_decode_kernel<HD, kFp8>);
+  const void* fn = reinterpret_cast<const void*>(&pipelined_decode_kernel<HD, kKv>);
   std::call_once(once, [fn] {
     check_cuda(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    PipeSmem<HD, kFp8>::kBytes),
+                                    PipeSmem<HD, kKv != kKvBf16>::kBytes),
                "cudaFuncSetAttribute (pipelined decode)");
   });
   return fn;
 }
 
-template <int HD, bool kFp8>
+template <int HD, int kKv>
 void launch(const PipeParams& pp, const dim3 grid, cudaStream_t s) {
-  prepared_kernel<HD, kFp8>();
-  const auto kernel = pipelined_decode_kernel<HD, kFp8>;  // one macro argument
-  constexpr int bytes = PipeSmem<HD, kFp8>::kBytes;
+  prepared_kernel<HD, kKv>();
+  const auto kernel = pipelined_decode_kernel<HD, kKv>;  // one macro argument
+  constexpr int bytes = PipeSmem<HD, kKv != kKvBf16>::kBytes;
   SERVELAB_LAUNCH(kernel, grid, kThreads, bytes, s)(pp);
 }
 
@@ -447,13 +453,17 @@ void launch_pipelined_decode(const DecodeAttentionArgs& a, cudaStream_t s) {
                       decode_table_window_tokens(a.kv.block_size),
                       a.scale * kLog2e * (fp8 ? a.kv.k_scale : 1.0f),
                       fp8 ? a.kv.v_scale : 1.0f,
-                      a.kv.format == FloatFormat::kFp8E5m2,
                       a.workspace};
   const dim3 grid(a.kv.num_kv_heads * chunks, a.num_seqs, a.plan.max_splits);
+  const int kv = !fp8 ? kKvBf16 : a.kv.format == FloatFormat::kFp8E5m2 ? kKvE5m2 : kKvE4m3;
   if (a.kv.head_dim == 64) {
-    fp8 ? launch<64, true>(pp, grid, s) : launch<64, false>(pp, grid, s);
+    kv == kKvBf16   ? launch<64, kKvBf16>(pp, grid, s)
+    : kv == kKvE4m3 ? launch<64, kKvE4m3>(pp, grid, s)
+                    : launch<64, kKvE5m2>(pp, grid, s);
   } else {
-    fp8 ? launch<128, true>(pp, grid, s) : launch<128, false>(pp, grid, s);
+    kv == kKvBf16   ? launch<128, kKvBf16>(pp, grid, s)
+    : kv == kKvE4m3 ? launch<128, kKvE4m3>(pp, grid, s)
+                    : launch<128, kKvE5m2>(pp, grid, s);
   }
   check_launch("paged_decode_attention (pipelined)");
   if (a.plan.split()) {
@@ -464,9 +474,10 @@ void launch_pipelined_decode(const DecodeAttentionArgs& a, cudaStream_t s) {
 }
 
 std::int32_t pipelined_decode_ctas_per_sm(std::int32_t head_dim, bool fp8) {
+  // fp8: the e4m3 instance (the e5m2 one has the same shared memory; kernels/README.md).
   const void* fn = head_dim == 64
-                       ? (fp8 ? prepared_kernel<64, true>() : prepared_kernel<64, false>())
-                       : (fp8 ? prepared_kernel<128, true>() : prepared_kernel<128, false>());
+                       ? (fp8 ? prepared_kernel<64, kKvE4m3>() : prepared_kernel<64, kKvBf16>())
+                       : (fp8 ? prepared_kernel<128, kKvE4m3>() : prepared_kernel<128, kKvBf16>());
   const int bytes = head_dim == 64 ? (fp8 ? PipeSmem<64, true>::kBytes : PipeSmem<64>::kBytes)
                                    : (fp8 ? PipeSmem<128, true>::kBytes : PipeSmem<128>::kBytes);
   int per_sm = 0;
