@@ -1,7 +1,8 @@
 // Paged prefill attention, FlashAttention-2 style (PrefillKernel::kFa2, the default; the WMMA
 // kernel of attention_prefill.cu stays selectable as kWmma). Same contract as
 // paged_prefill_attention (kernels/attention.h): chunked prefill over a cached prefix, causal,
-// GQA, head_dim 64/128 (2 instantiations), any block size.
+// GQA, head_dim 64/128, any block size. Instances: head_dim {64, 128} x KV {bf16, fp8} x query
+// rows per CTA {64, 128}.
 //
 // One CTA = 64 x kMB query rows of one sequence and one query head, 4 warps; warp w owns the
 // 16-row blocks w, 4 + w (kMB = 2: PrefillKernel::kFa2Wide, FlashAttention-2's tiling for
@@ -62,12 +63,11 @@ constexpr int kKeys = kPrefillKeyTile;  // keys per K/V tile
 static_assert(kPrefillTileRows == 16 * kWarps, "kFa2: one m16 row block per warp");
 
 // Query rows per CTA: kMB row blocks of 16 per warp.
-template <int kMB>
-constexpr int kRowsOf = 16 * kWarps* kMB;
+constexpr int rows_per_cta(int mb) { return 16 * kWarps * mb; }
 
 template <int HD, bool kFp8, int kMB>
 struct Fa2Smem {
-  static constexpr int kRows = kRowsOf<kMB>;
+  static constexpr int kRows = rows_per_cta(kMB);
   static constexpr int kLd = HD + 8;         // bf16 per row (16-byte pad)
   static constexpr int kTile = kKeys * kLd;  // bf16 per K or V buffer
   // bf16 K/V buffers: two (cp.async double buffer) for bf16; one for fp8, whose double buffer
@@ -469,7 +469,7 @@ void launch(const PrefillParams& pp, const PrefillAttentionArgs& a, cudaStream_t
   if (splits > 1) {
     check_launch("paged_prefill_attention (fa2, split)");
     SERVELAB_LAUNCH(prefill_merge_kernel, dim3(a.num_tiles, a.num_q_heads), kThreads, 0, s)
-    (pp, HD, splits, kRowsOf<kMB>);
+    (pp, HD, splits, rows_per_cta(kMB));
   }
 }
 
