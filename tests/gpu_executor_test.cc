@@ -137,8 +137,8 @@ TEST(GpuExecutor, LogitsMatchCpuExecutor) {
                  std::to_string(sh.kv));
     const LlamaWeights w = LlamaWeights::random(GpuConfig(sh.hd, sh.heads, sh.kv, sh.bias_tied), 3);
     // Both decode kernels at every block size with the default prefill kernel (fa2), the wmma
-    // and fa2_128 prefill kernels once each, and an fp8 KV cache in each format (against the CPU executor storing
-    // the same format).
+    // and fa2_128 prefill kernels once each, and an fp8 KV cache in each format (against the CPU
+    // executor storing the same format).
     struct Variant {
       std::int32_t bs;
       kernels::DecodeKernel decode;
