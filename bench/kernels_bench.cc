@@ -17,10 +17,13 @@
 //                                 bench/gpu/sdpa_bench.py; target >= 0.7x SDPA for fa2)
 //   BM_PrefillChunk/q/prefix/split  a chunk of q queries after prefix cached keys, fa2 unsplit (0)
 //                                 or split-KV as the executor plans it (1): time, splits
-//   BM_DecodeGemm/M/shape         one of Llama-3-8B's linear layers at M tokens through cuBLAS as
-//                                 the executor calls it (0 qkv, 1 o, 2 gate_up, 3 down, 4 LM
-//                                 head): GB/s of weights + activations, vs the copy (a decode
-//                                 step reads every weight once: these rows say how close)
+//   BM_DecodeGemm/M/shape/kernel  one of Llama-3-8B's linear layers at M tokens as the executor
+//                                 calls it (0 qkv, 1 o, 2 gate_up, 3 down, 4 LM head, 5 down
+//                                 with its SiLU-and-multiply: silu_mul + cuBLAS, or the skinny
+//                                 kernel's fused input), kernel 0 = cuBLAS, 1 = skinny
+//                                 (kernels/gemm_kernel.h; at M <= 32 only): GB/s of
+//                                 weights + activations, vs the copy (a decode step reads every
+//                                 weight once: these rows say how close); label "shape kernel"
 //   BM_SwapOut/blocks             copy_blocks of 2 MiB blocks to pinned host memory: GB/s
 #include <benchmark/benchmark.h>
 
@@ -299,13 +302,15 @@ struct GemmShape {
   std::int32_t in, out;
   k::Gemm::Out out_type;
   float beta;
+  bool swiglu;  // x is gate_up [M][2 in]: Gemm::swiglu_linear (silu_mul + linear, or fused)
 };
 constexpr GemmShape kGemmShapes[] = {
-    {"qkv", 4096, 6144, k::Gemm::Out::kF32, 0.0f},
-    {"o", 4096, 4096, k::Gemm::Out::kF32, 1.0f},
-    {"gate_up", 4096, 28672, k::Gemm::Out::kBf16, 0.0f},
-    {"down", 14336, 4096, k::Gemm::Out::kF32, 1.0f},
-    {"lm_head", 4096, 128256, k::Gemm::Out::kF32, 0.0f},
+    {"qkv", 4096, 6144, k::Gemm::Out::kF32, 0.0f, false},
+    {"o", 4096, 4096, k::Gemm::Out::kF32, 1.0f, false},
+    {"gate_up", 4096, 28672, k::Gemm::Out::kBf16, 0.0f, false},
+    {"down", 14336, 4096, k::Gemm::Out::kF32, 1.0f, false},
+    {"lm_head", 4096, 128256, k::Gemm::Out::kF32, 0.0f, false},
+    {"silu_down", 14336, 4096, k::Gemm::Out::kF32, 1.0f, true},
 };
 #endif
 
@@ -314,24 +319,33 @@ void BM_DecodeGemm(benchmark::State& state) {
 #if SERVELAB_HAVE_CUDA
   const auto m = static_cast<std::int32_t>(state.range(0));
   const GemmShape& g = kGemmShapes[state.range(1)];
+  const auto kernel = state.range(2) == 1 ? k::GemmKernel::kSkinny : k::GemmKernel::kCublas;
   const std::size_t w_bytes = std::size_t{2} * g.in * g.out;
-  const std::size_t x_bytes = std::size_t{2} * m * g.in;
+  const std::size_t x_bytes = std::size_t{2} * m * g.in * (g.swiglu ? 2 : 1);
   const std::size_t y_bytes = std::size_t{g.out_type == k::Gemm::Out::kF32 ? 4u : 2u} * m * g.out;
-  k::DeviceBuffer w(w_bytes), x(x_bytes), y(y_bytes);
+  k::DeviceBuffer w(w_bytes), x(x_bytes), y(y_bytes), act(std::size_t{2} * m * g.in);
   k::fill_bytes(w.get(), 0x3c, w_bytes);
   k::fill_bytes(x.get(), 0x3c, x_bytes);
   k::fill_bytes(y.get(), 0, y_bytes);
   k::Gemm gemm;
+  gemm.set_kernel(kernel);
   k::DeviceBuffer ws(k::Gemm::kRecommendedWorkspaceBytes);
   gemm.set_workspace(ws.get(), ws.bytes());
-  gemm.linear(x.as<k::Bf16>(), w.as<k::Bf16>(), y.get(), g.out_type, m, g.in, g.out, g.beta,
-              nullptr);  // cuBLAS picks and loads its kernel outside the timing
+  const auto run = [&] {
+    if (g.swiglu) {
+      gemm.swiglu_linear(x.as<k::Bf16>(), act.as<k::Bf16>(), w.as<k::Bf16>(), y.get(), g.out_type,
+                         m, g.in, g.out, g.beta, nullptr);
+    } else {
+      gemm.linear(x.as<k::Bf16>(), w.as<k::Bf16>(), y.get(), g.out_type, m, g.in, g.out, g.beta,
+                  nullptr);
+    }
+  };
+  run();  // cuBLAS picks and loads its kernel outside the timing
   k::GpuTimer t;
   for (auto _ : state) {
     flush_l2();
     t.start();
-    gemm.linear(x.as<k::Bf16>(), w.as<k::Bf16>(), y.get(), g.out_type, m, g.in, g.out, g.beta,
-                nullptr);
+    run();
     state.SetIterationTime(t.stop() * 1e-3);
   }
   const double bytes = static_cast<double>(w_bytes + x_bytes + y_bytes * (g.beta != 0 ? 2 : 1));
@@ -339,10 +353,21 @@ void BM_DecodeGemm(benchmark::State& state) {
   state.counters["GBps"] =
       benchmark::Counter(bytes * state.iterations() / 1e9, benchmark::Counter::kIsRate);
   state.counters["copy_GBps"] = measured_copy_gbps();
-  state.SetLabel(g.name);
+  state.SetLabel(std::string(g.name) + " " + k::gemm_kernel_name(kernel));
 #endif
 }
-BENCHMARK(BM_DecodeGemm)->ArgsProduct({{1, 32, 128}, {0, 1, 2, 3, 4}})->UseManualTime();
+// The skinny kernel at M = 1, 8 and 32 only: at 128 Gemm falls back to cuBLAS.
+BENCHMARK(BM_DecodeGemm)
+    ->Apply([](benchmark::internal::Benchmark* b) {
+      for (const std::int64_t m : {1, 8, 32, 128}) {
+        for (std::int64_t shape = 0; shape < 6; ++shape) {
+          for (std::int64_t kernel = 0; kernel < (m <= 32 ? 2 : 1); ++kernel) {
+            b->Args({m, shape, kernel});
+          }
+        }
+      }
+    })
+    ->UseManualTime();
 
 void BM_SwapOut(benchmark::State& state) {
   if (!have_gpu(state)) return;

@@ -446,6 +446,7 @@ void CudaExecutor::Impl::init(const LlamaWeights* host, std::uint64_t seed) {
   s.cublas_workspace = DeviceBuffer(k::Gemm::kRecommendedWorkspaceBytes);
   s.gemm = std::make_unique<k::Gemm>();
   s.gemm->set_workspace(s.cublas_workspace.get(), s.cublas_workspace.bytes());
+  s.gemm->set_kernel(s.options.gemm_kernel);
   s.buckets = k::decode_graph_buckets(options.max_num_seqs);
   s.load_weights(host, seed);
   s.rope_rows = static_cast<std::int32_t>(
@@ -613,9 +614,8 @@ void CudaExecutor::Impl::forward_layers(const ForwardArgs& f) {
                 s.stream.get());
     s.gemm->linear(s.hbuf.as<Bf16>(), w.gate_up.as<Bf16>(), s.gate_up.get(), k::Gemm::Out::kBf16, T,
                    H, 2 * I, 0.0f, s.stream.get());
-    k::silu_mul(s.gate_up.as<Bf16>(), s.act.as<Bf16>(), T, I, s.stream.get());
-    s.gemm->linear(s.act.as<Bf16>(), w.down.as<Bf16>(), residual, k::Gemm::Out::kF32, T, I, H, 1.0f,
-                   s.stream.get());
+    s.gemm->swiglu_linear(s.gate_up.as<Bf16>(), s.act.as<Bf16>(), w.down.as<Bf16>(), residual,
+                          k::Gemm::Out::kF32, T, I, H, 1.0f, s.stream.get());
   }
 }
 

@@ -63,6 +63,7 @@
 #include "engine/previous_tokens.h"
 #include "kernels/attention_plan.h"
 #include "kernels/float_formats.h"
+#include "kernels/gemm_kernel.h"
 #include "kernels/prefill_kernel.h"
 
 namespace servelab {
@@ -83,6 +84,9 @@ struct CudaExecutorOptions {
   // rebuilding (environment: SERVELAB_CUDA_DECODE, SERVELAB_CUDA_PREFILL, engine/gpu_switches.h).
   kernels::DecodeKernel decode_kernel = kernels::kDefaultDecodeKernel;   // attention_plan.h
   kernels::PrefillKernel prefill_kernel = kernels::PrefillKernel::kFa2;  // prefill_kernel.h
+  // The linear layers of steps with at most 32 tokens: cuBLAS or the skinny kernel (environment:
+  // SERVELAB_CUDA_GEMM; kernels/gemm_kernel.h). Larger steps always run cuBLAS.
+  kernels::GemmKernel gemm_kernel = kernels::GemmKernel::kCublas;
   // Decode-only steps as CUDA graphs per batch-size bucket (environment: SERVELAB_CUDA_GRAPHS,
   // engine/gpu_switches.h).
   bool cuda_graphs = true;

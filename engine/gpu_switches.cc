@@ -30,6 +30,9 @@ CudaSwitches cuda_switches_from_env() {
     if (std::getenv(kernels::kPrefillKernelEnv) != nullptr) {
       sw.prefill_kernel = kernels::prefill_kernel_from_env(kernels::PrefillKernel::kFa2);
     }
+    if (std::getenv(kernels::kGemmKernelEnv) != nullptr) {
+      sw.gemm_kernel = kernels::gemm_kernel_from_env(kernels::GemmKernel::kCublas);
+    }
   } catch (const std::invalid_argument& e) {
     throw ConfigError(std::string("environment variable ") + e.what());
   }

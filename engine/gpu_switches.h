@@ -4,16 +4,18 @@
 //   SERVELAB_CUDA_FUSED_QKV=0|1             bias + RoPE + KV write in one kernel (fused_qkv_rope)
 //   SERVELAB_CUDA_DECODE=tiled|pipelined    decode attention kernel (decode_kernel)
 //   SERVELAB_CUDA_PREFILL=fa2|wmma|fa2_128  prefill attention kernel (prefill_kernel)
+//   SERVELAB_CUDA_GEMM=cublas|skinny        linear layers of steps of <= 32 tokens (gemm_kernel)
 // Unset leaves the option as it is (defaults: graphs and fusion on, the pipelined and fa2
-// kernels). The engine commands (engine run, serve, profile) apply them; the CudaExecutor itself
-// does not read the environment, so tests choose their variants explicitly. Plain C++, compiled
-// in every build so that the parsing is tested without CUDA (tests/cuda_switches_test.cc).
+// kernels, cuBLAS). The engine commands (engine run, serve, profile) apply them; the CudaExecutor
+// itself does not read the environment, so tests choose their variants explicitly. Plain C++,
+// compiled in every build so that the parsing is tested without CUDA (tests/cuda_switches_test.cc).
 #pragma once
 
 #include <optional>
 #include <string_view>
 
 #include "kernels/attention_plan.h"
+#include "kernels/gemm_kernel.h"
 #include "kernels/prefill_kernel.h"
 
 namespace servelab {
@@ -31,6 +33,7 @@ struct CudaSwitches {
   std::optional<bool> fused_qkv_rope;
   std::optional<kernels::DecodeKernel> decode_kernel;
   std::optional<kernels::PrefillKernel> prefill_kernel;
+  std::optional<kernels::GemmKernel> gemm_kernel;
 };
 // Every switch from the process environment (parse_switch on the two booleans; the kernels by
 // name). Throws ConfigError naming the variable, the value and the accepted values.
@@ -44,6 +47,7 @@ void apply_cuda_switches(const CudaSwitches& sw, Opt& options) {
   if (sw.fused_qkv_rope) options.fused_qkv_rope = *sw.fused_qkv_rope;
   if (sw.decode_kernel) options.decode_kernel = *sw.decode_kernel;
   if (sw.prefill_kernel) options.prefill_kernel = *sw.prefill_kernel;
+  if (sw.gemm_kernel) options.gemm_kernel = *sw.gemm_kernel;
 }
 
 }  // namespace servelab

@@ -75,6 +75,12 @@ __device__ __forceinline__ uint4 pack8(const float* f) {
   return raw;
 }
 
+// SwiGLU of one element, silu(g) * u = g / (1 + e^-g) * u in fp32: silu_mul (elementwise.cu) and
+// the skinny GEMM's fused input (gemm_skinny.cu) both use this, so they produce the same bits.
+__device__ __forceinline__ float silu_times(float g, float u) {
+  return g / (1.0f + __expf(-g)) * u;
+}
+
 __device__ __forceinline__ float warp_sum(float x) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);

@@ -164,7 +164,7 @@ __global__ void silu_mul_kernel(const __nv_bfloat16* gate_up, __nv_bfloat16* out
       detail::unpack8(detail::load16(g + 8 * i), gf);
       detail::unpack8(detail::load16(u + 8 * i), uf);
 #pragma unroll
-      for (int k = 0; k < 8; ++k) r[k] = gf[k] / (1.0f + __expf(-gf[k])) * uf[k];
+      for (int k = 0; k < 8; ++k) r[k] = detail::silu_times(gf[k], uf[k]);
       o[i] = detail::pack8(r);
     }
   }

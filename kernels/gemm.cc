@@ -7,6 +7,9 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/activation.h"
+#include "kernels/gemm_skinny.h"
+
 namespace servelab::kernels {
 
 namespace {
@@ -43,6 +46,13 @@ void Gemm::set_workspace(void* workspace, std::size_t bytes) {
 void Gemm::linear(const Bf16* x, const Bf16* w, void* y, Out out_type, std::int32_t tokens,
                   std::int32_t in, std::int32_t out, float beta, Stream stream) {
   if (tokens == 0) return;
+  if (kernel_ == GemmKernel::kSkinny) {
+    const SkinnyGemmArgs a{x, w, y, out_type == Out::kF32, tokens, in, out, beta, false};
+    if (skinny_gemm_fits(a)) {
+      skinny_linear(a, stream);
+      return;
+    }
+  }
   check(cublasSetStream(as_handle(handle_), static_cast<cudaStream_t>(stream)), "cublasSetStream");
   if (workspace_ != nullptr) {
     check(cublasSetWorkspace(as_handle(handle_), workspace_, workspace_bytes_),
@@ -54,6 +64,21 @@ void Gemm::linear(const Bf16* x, const Bf16* w, void* y, Out out_type, std::int3
                      CUDA_R_16BF, in, x, CUDA_R_16BF, in, &beta, y, ctype, out, CUBLAS_COMPUTE_32F,
                      CUBLAS_GEMM_DEFAULT),
         "cublasGemmEx");
+}
+
+void Gemm::swiglu_linear(const Bf16* gate_up, Bf16* act, const Bf16* w, void* y, Out out_type,
+                         std::int32_t tokens, std::int32_t in, std::int32_t out, float beta,
+                         Stream stream) {
+  if (tokens == 0) return;
+  if (kernel_ == GemmKernel::kSkinny) {
+    const SkinnyGemmArgs a{gate_up, w, y, out_type == Out::kF32, tokens, in, out, beta, true};
+    if (skinny_gemm_fits(a)) {
+      skinny_linear(a, stream);
+      return;
+    }
+  }
+  silu_mul(gate_up, act, tokens, in, stream);
+  linear(act, w, y, out_type, tokens, in, out, beta, stream);
 }
 
 }  // namespace servelab::kernels

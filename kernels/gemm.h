@@ -3,12 +3,16 @@
 // Hugging Face nn.Linear layout; row-major W[out][in] is column-major W^T, so this is
 // cublasGemmEx(OP_T, OP_N, out, T, in, W, lda=in, X, ldb=in, Y, ldc=out).
 // beta = 1 with an fp32 y adds the projection into the residual stream (o_proj, down_proj).
+// With set_kernel(GemmKernel::kSkinny) (kernels/gemm_kernel.h) a call the skinny kernel takes
+// (kernels/gemm_skinny.h skinny_gemm_fits: at most 32 tokens) runs it instead of cuBLAS: the same
+// contract, another summation order.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
 #include "kernels/device.h"
+#include "kernels/gemm_kernel.h"
 
 namespace servelab::kernels {
 
@@ -24,6 +28,16 @@ class Gemm {
   void linear(const Bf16* x, const Bf16* w, void* y, Out out_type, std::int32_t tokens,
               std::int32_t in, std::int32_t out, float beta, Stream stream);
 
+  // The MLP's second half: linear(silu_mul(gate_up), w) with gate_up [tokens][2 * in] bf16
+  // (kernels/activation.h). The skinny kernel reads gate_up itself (the same bits, one launch and
+  // no intermediate); otherwise silu_mul writes `act` [tokens][in] and linear() reads it.
+  void swiglu_linear(const Bf16* gate_up, Bf16* act, const Bf16* w, void* y, Out out_type,
+                     std::int32_t tokens, std::int32_t in, std::int32_t out, float beta,
+                     Stream stream);
+
+  void set_kernel(GemmKernel kernel) { kernel_ = kernel; }
+  GemmKernel kernel() const { return kernel_; }
+
   // Gives cuBLAS a fixed workspace (device memory the caller owns and keeps alive while this
   // object is used), re-applied after every cublasSetStream (which resets it). With one, no
   // GEMM allocates, which makes linear() legal inside CUDA-graph stream capture; without one
@@ -35,6 +49,7 @@ class Gemm {
   void* handle_ = nullptr;  // cublasHandle_t
   void* workspace_ = nullptr;
   std::size_t workspace_bytes_ = 0;
+  GemmKernel kernel_ = GemmKernel::kCublas;
 };
 
 }  // namespace servelab::kernels

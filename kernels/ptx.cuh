@@ -13,7 +13,10 @@
 //   ldmatrix_x4(_trans)     four 8x8 b16 matrices from shared memory, lane l giving the address of
 //                           row l % 8 of matrix l / 8 (16-byte aligned); .trans transposes each;
 //   mma_bf16(d, a, b0, b1)  d += a (16x16, row) * b (16x8, col), bf16 in, fp32 accumulate;
-//   ex2(x)                  2^x (ex2.approx.ftz: about 2 ulp, denormals flushed).
+//   ex2(x)                  2^x (ex2.approx.ftz: about 2 ulp, denormals flushed);
+//   ld_stream16(p)          16 bytes from global memory read once (ld.global.nc.L1::no_allocate:
+//                           the non-coherent path, not kept in L1); p 16-byte aligned and not
+//                           written by any thread while the kernel runs (weights).
 // Every function with .sync in its instruction must be reached by all 32 lanes of the warp.
 #pragma once
 
@@ -47,6 +50,9 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], const std::uint32_t (&a)
   servelab_emu::mma_m16n8k16_bf16(d, a, b0, b1);
 }
 __device__ __forceinline__ float ex2(float x) { return exp2f(x); }
+__device__ __forceinline__ uint4 ld_stream16(const void* p) {
+  return *static_cast<const uint4*>(p);
+}
 
 #else
 
@@ -89,6 +95,13 @@ __device__ __forceinline__ float ex2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
   return y;
+}
+__device__ __forceinline__ uint4 ld_stream16(const void* p) {
+  uint4 r;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+      : "l"(p));
+  return r;
 }
 
 #endif

@@ -16,6 +16,7 @@ struct FakeOptions {
   bool fused_qkv_rope = true;
   kernels::DecodeKernel decode_kernel = kernels::kDefaultDecodeKernel;
   kernels::PrefillKernel prefill_kernel = kernels::PrefillKernel::kFa2;
+  kernels::GemmKernel gemm_kernel = kernels::GemmKernel::kCublas;
 };
 
 TEST(CudaSwitches, ZeroAndOneAreTheOnlyValues) {
@@ -95,6 +96,40 @@ TEST(CudaSwitches, KernelVariablesPickTheAttentionKernels) {
         << e.what();
   }
   ::unsetenv(kernels::kPrefillKernelEnv);
+}
+
+// SERVELAB_CUDA_GEMM picks the linear layers' kernel of small steps and nothing else.
+TEST(CudaSwitches, GemmVariablePicksTheLinearKernel) {
+  ::unsetenv(kernels::kGemmKernelEnv);
+  ::unsetenv(kernels::kPrefillKernelEnv);
+  ::unsetenv(kernels::kDecodeKernelEnv);
+  FakeOptions o;
+  apply_cuda_switches(cuda_switches_from_env(), o);
+  EXPECT_EQ(o.gemm_kernel, kernels::GemmKernel::kCublas);
+  ::setenv(kernels::kGemmKernelEnv, "skinny", 1);
+  apply_cuda_switches(cuda_switches_from_env(), o);
+  EXPECT_EQ(o.gemm_kernel, kernels::GemmKernel::kSkinny);
+  EXPECT_EQ(o.prefill_kernel, kernels::PrefillKernel::kFa2);
+  EXPECT_EQ(o.decode_kernel, kernels::DecodeKernel::kPipelined);
+  EXPECT_STREQ(kernels::gemm_kernel_name(o.gemm_kernel), "skinny");
+  ::setenv(kernels::kGemmKernelEnv, "cublas", 1);
+  apply_cuda_switches(cuda_switches_from_env(), o);
+  EXPECT_EQ(o.gemm_kernel, kernels::GemmKernel::kCublas);
+  EXPECT_STREQ(kernels::gemm_kernel_name(o.gemm_kernel), "cublas");
+  for (const char* bad : {"", "Skinny", "cutlass"}) {
+    ::setenv(kernels::kGemmKernelEnv, bad, 1);
+    try {
+      cuda_switches_from_env();
+      ADD_FAILURE() << "accepted SERVELAB_CUDA_GEMM='" << bad << "'";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("SERVELAB_CUDA_GEMM: expected one of cublas, skinny, "
+                                           "got '" +
+                                           std::string(bad) + "'"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  ::unsetenv(kernels::kGemmKernelEnv);
 }
 
 }  // namespace

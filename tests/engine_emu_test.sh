@@ -88,7 +88,8 @@ check "  ... tokens agree with the CPU engine's" same_tokens "$t/cuda" "$t/cpu" 
 
 # The switches of engine/gpu_switches.h, each run to the end.
 for sw in SERVELAB_CUDA_DECODE=tiled SERVELAB_CUDA_DECODE=pipelined SERVELAB_CUDA_PREFILL=wmma \
-  SERVELAB_CUDA_PREFILL=fa2_128 SERVELAB_CUDA_FUSED_QKV=0 SERVELAB_CUDA_GRAPHS=0; do
+  SERVELAB_CUDA_PREFILL=fa2_128 SERVELAB_CUDA_FUSED_QKV=0 SERVELAB_CUDA_GRAPHS=0 \
+  SERVELAB_CUDA_GEMM=skinny; do
   d=$t/${sw//[=_]/-}
   check "$sw: run exits 0" run 0 "$sw" "$emu" run "$t/exp.yaml" --device cuda \
     --out "$d" --tokens --quiet
@@ -97,6 +98,9 @@ done
 # Graph replay computes the padded eager pass bit for bit, and the emulated cuBLAS sums in the
 # same order for any row count: eager and replayed runs agree exactly.
 check "graphs off and on: identical tokens" same_tokens "$t/SERVELAB-CUDA-GRAPHS-0" "$t/cuda" 12
+check "a GEMM kernel that does not exist refused" run 2 env SERVELAB_CUDA_GEMM=cutlass "$emu" run \
+  "$t/exp.yaml" --device cuda --out "$t/no-gemm" --quiet
+check "  ... naming the variable and the choices" has "SERVELAB_CUDA_GEMM: expected one of cublas, skinny, got 'cutlass'" "$t/last.txt"
 
 # The KV offload host tier (6 slots: reused as the run goes on) and pinned prefixes on the CUDA
 # executor: its blocks move through pinned host memory bit for bit, so the tokens are the plain

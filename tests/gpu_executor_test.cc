@@ -137,13 +137,14 @@ TEST(GpuExecutor, LogitsMatchCpuExecutor) {
                  std::to_string(sh.kv));
     const LlamaWeights w = LlamaWeights::random(GpuConfig(sh.hd, sh.heads, sh.kv, sh.bias_tied), 3);
     // Both decode kernels at every block size with the default prefill kernel (fa2), the wmma
-    // and fa2_128 prefill kernels once each, and an fp8 KV cache in each format (against the CPU
-    // executor storing the same format).
+    // and fa2_128 prefill kernels once each, an fp8 KV cache in each format (against the CPU
+    // executor storing the same format), and the skinny linear-layer kernel twice.
     struct Variant {
       std::int32_t bs;
       kernels::DecodeKernel decode;
       kernels::PrefillKernel prefill;
       kernels::FloatFormat kv = kernels::FloatFormat::kBf16;
+      kernels::GemmKernel gemm = kernels::GemmKernel::kCublas;
     };
     std::vector<Variant> variants;
     for (std::int32_t bs : {1, 5, 16}) {
@@ -158,6 +159,11 @@ TEST(GpuExecutor, LogitsMatchCpuExecutor) {
                         kernels::FloatFormat::kFp8E4m3});
     variants.push_back({5, kernels::DecodeKernel::kPipelined, kernels::PrefillKernel::kFa2,
                         kernels::FloatFormat::kFp8E5m2});
+    // The skinny linear-layer kernel (decode steps and the LM head; prefill chunks fall back).
+    variants.push_back({16, kernels::DecodeKernel::kPipelined, kernels::PrefillKernel::kFa2,
+                        kernels::FloatFormat::kBf16, kernels::GemmKernel::kSkinny});
+    variants.push_back({5, kernels::DecodeKernel::kPipelined, kernels::PrefillKernel::kFa2Wide,
+                        kernels::FloatFormat::kFp8E4m3, kernels::GemmKernel::kSkinny});
     for (std::size_t vi = 0; vi < variants.size(); ++vi) {
       // A reduced run takes each variant once, on one of the shapes.
       if (ReducedRun() && (vi + si) % 3 != 0) continue;
@@ -166,7 +172,8 @@ TEST(GpuExecutor, LogitsMatchCpuExecutor) {
       SCOPED_TRACE(std::string("block ") + std::to_string(bs) + " decode " +
                    kernels::decode_kernel_name(v.decode) + " prefill " +
                    kernels::prefill_kernel_name(v.prefill) + " kv " +
-                   std::string(kernels::format_name(v.kv)));
+                   std::string(kernels::format_name(v.kv)) + " gemm " +
+                   kernels::gemm_kernel_name(v.gemm));
       CpuExecutorOptions cpu_options;
       cpu_options.block_size = bs;
       cpu_options.num_blocks = 200;
@@ -176,6 +183,7 @@ TEST(GpuExecutor, LogitsMatchCpuExecutor) {
       options.decode_kernel = v.decode;
       options.prefill_kernel = v.prefill;
       options.kv_format = v.kv;
+      options.gemm_kernel = v.gemm;
       CudaExecutor gpu(w, options);
       const RequestSpec spec = make_request(7, 0, {{unique_content_id(1, 7), 0, 150}}, 20);
       std::vector<BlockId> table(180 / bs + 2);
@@ -640,6 +648,7 @@ void StepAllEqual(const std::vector<CudaExecutor*>& execs, const std::vector<Han
 // step may differ in the last bits where cuBLAS picks another kernel for another row count), over
 // batch sizes in several buckets, mixed and prefill steps (eager in both) in between; padding rows
 // leave the KV cache alone, and the fused and unfused QKV/RoPE/KV-write paths agree bit for bit.
+// With either linear-layer kernel (cuBLAS, or the skinny one with its fused SiLU input).
 TEST(GpuExecutor, CudaGraphReplayIsBitIdenticalToPaddedEagerSteps) {
   REQUIRE_GPU();
 #if SERVELAB_HAVE_CUDA
@@ -647,12 +656,28 @@ TEST(GpuExecutor, CudaGraphReplayIsBitIdenticalToPaddedEagerSteps) {
     std::int32_t hd, heads, kv;
     bool bias_tied;
   };
-  std::vector<Shape> shapes = {Shape{64, 4, 2, false}, Shape{128, 8, 2, true}};
-  if (ReducedRun()) shapes.erase(shapes.begin());  // head_dim 128, biases, tied embeddings
-  for (const Shape& sh : shapes) {
-    SCOPED_TRACE("head_dim " + std::to_string(sh.hd));
+  // Each shape with both linear-layer kernels (cuBLAS, skinny); a reduced run takes head_dim 128
+  // (biases, tied embeddings) with cuBLAS and head_dim 64 with the skinny kernel.
+  struct Case {
+    Shape shape;
+    kernels::GemmKernel gemm;
+  };
+  std::vector<Case> cases;
+  for (const Shape& sh : {Shape{64, 4, 2, false}, Shape{128, 8, 2, true}}) {
+    for (const kernels::GemmKernel g :
+         {kernels::GemmKernel::kCublas, kernels::GemmKernel::kSkinny}) {
+      if (!ReducedRun() || (sh.hd == 128) == (g == kernels::GemmKernel::kCublas)) {
+        cases.push_back({sh, g});
+      }
+    }
+  }
+  for (const Case& cs : cases) {
+    const Shape& sh = cs.shape;
+    SCOPED_TRACE("head_dim " + std::to_string(sh.hd) + " gemm " +
+                 kernels::gemm_kernel_name(cs.gemm));
     const LlamaWeights w = LlamaWeights::random(GpuConfig(sh.hd, sh.heads, sh.kv, sh.bias_tied), 4);
     CudaExecutorOptions graphs = GpuOptions(16, 200);
+    graphs.gemm_kernel = cs.gemm;
     CudaExecutorOptions padded = graphs;
     padded.cuda_graphs = false;
     padded.pad_decode_steps = true;

@@ -3,6 +3,7 @@
 
 usage: report.py tests|bench|e2e|validate WORK_DIR
        report.py prefill-choice WORK_DIR   (the faster fa2 prefill kernel at 8k: fa2 or fa2_128)
+       report.py gemm-choice WORK_DIR      (the faster decode-step GEMM kernel: cublas or skinny)
 Exit status: 0 when every check of the mode passed, 1 otherwise (a missing file is a failure).
 Standard library only, so it runs on any python3.
 """
@@ -172,7 +173,8 @@ def report_bench(work):
                          f"{ratio:.2f} of SDPA ({ref:.1f})" if ref else "no SDPA figure",
                          verdict))
         elif name.startswith("BM_DecodeGemm"):
-            # BM_DecodeGemm/M/shape: one Llama-3-8B linear layer at M tokens (label: its name).
+            # BM_DecodeGemm/M/shape/kernel: one Llama-3-8B linear layer at M tokens through
+            # cuBLAS (0) or the skinny kernel (1) (label: "shape kernel").
             ratio = gbps(b) / copy if copy else 0
             rows.append((f"{name} ({b.get('label', '?')})", f"{gbps(b):.0f} GB/s",
                          f"{ratio:.2f} of copy", "report"))
@@ -356,6 +358,7 @@ def report_decode_step(work):
 # Kernel classes of a decode step, by substring of ncu's kernel name (first match wins).
 KERNEL_CLASSES = (
     ("attention", ("decode_kernel", "merge_kernel")),
+    ("GEMM (skinny)", ("skinny_gemm",)),
     ("GEMM (cuBLAS)", ("gemm", "xmma", "nvjet", "cutlass", "gemv", "splitk")),
     ("RMSNorm", ("rms_norm",)),
     ("QKV bias, RoPE, KV write", ("qkv_rope", "kv_write")),
@@ -462,9 +465,36 @@ def prefill_choice(work, length=8192, margin=0.02):
     return "fa2_128" if fa2 > 0 and wide > fa2 * (1 + margin) else "fa2"
 
 
+# The linear layers of one decode step (BM_DecodeGemm shapes): qkv, o, gate_up, down with its
+# SiLU-and-multiply, LM head.
+DECODE_STEP_GEMMS = ("0", "1", "2", "5", "4")
+
+
+def gemm_choice(work, tokens=("1", "8", "32"), margin=0.02):
+    """The linear-layer kernel to run after `bench` in the same gpu-check invocation: "skinny" when
+    the decode step's GEMMs (DECODE_STEP_GEMMS, summed over M in `tokens`) take more than
+    `margin` less time with it than with cuBLAS, else "cublas" (also without every figure)."""
+    j = load(os.path.join(work, "kernels_bench.json")) or {}
+    times = {}
+    for b in j.get("benchmarks", []):
+        parts = b.get("name", "").split("/manual_time")[0].split("/")
+        if (parts[0] == "BM_DecodeGemm" and len(parts) == 4 and not b.get("error_occurred")
+                and b.get("run_type", "iteration") == "iteration"):
+            times[tuple(parts[1:])] = b.get("real_time", 0)
+    total = {}
+    for kernel in ("0", "1"):
+        got = [times.get((m, shape, kernel)) for m in tokens for shape in DECODE_STEP_GEMMS]
+        total[kernel] = sum(got) if all(t and t > 0 for t in got) else None
+    cublas, skinny = total["0"], total["1"]
+    return "skinny" if cublas and skinny and skinny < cublas * (1 - margin) else "cublas"
+
+
 def main():
     if len(sys.argv) == 3 and sys.argv[1] == "prefill-choice":
         print(prefill_choice(sys.argv[2]))
+        return 0
+    if len(sys.argv) == 3 and sys.argv[1] == "gemm-choice":
+        print(gemm_choice(sys.argv[2]))
         return 0
     if len(sys.argv) != 3 or sys.argv[1] not in ("tests", "bench", "e2e", "validate"):
         print(__doc__, file=sys.stderr)

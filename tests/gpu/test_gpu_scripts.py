@@ -357,8 +357,8 @@ class Report(unittest.TestCase):
         self.assertIn("0.75 of SDPA (400.0)", text)
         runs.append({"name": "BM_PrefillChunk/16/6144/1/manual_time", "real_time": 1234.0,
                      "time_unit": "ns", "splits": 8})
-        runs.append({"name": "BM_DecodeGemm/32/4/manual_time", "GBps": 3600.0,
-                     "label": "lm_head"})
+        runs.append({"name": "BM_DecodeGemm/32/4/1/manual_time", "GBps": 3600.0,
+                     "label": "lm_head skinny"})
         runs.append({"name": "BM_PrefillAttention/8192/3/manual_time", "TFLOPs": 320})
         self.write("kernels_bench.json", {"benchmarks": runs})
         # fa2_128 is reported beside fa2, not held to the target.
@@ -368,7 +368,8 @@ class Report(unittest.TestCase):
         self.assertRegex(self.run_report("bench")[1],
                          r"BM_PrefillChunk/16/6144/1 \(fa2 split-KV\)\s+1.2 us\s+8 splits\s+report")
         self.assertRegex(self.run_report("bench")[1],
-                         r"BM_DecodeGemm/32/4 \(lm_head\)\s+3600 GB/s\s+0.90 of copy\s+report")
+                         r"BM_DecodeGemm/32/4/1 \(lm_head skinny\)\s+3600 GB/s\s+0.90 of copy\s+"
+                         r"report")
         runs[4]["TFLOPs"] = 200  # fa2 at 0.5x SDPA misses the 0.7x target
         self.write("kernels_bench.json", {"benchmarks": runs})
         self.assertFalse(self.run_report("bench")[0])
@@ -389,6 +390,31 @@ class Report(unittest.TestCase):
         self.assertEqual(choice(200, None), "fa2")
         os.remove(os.path.join(self.work, "kernels_bench.json"))
         self.assertEqual(report.prefill_choice(self.work), "fa2")
+
+    def test_gemm_choice_takes_skinny_only_when_a_decode_steps_gemms_are_faster(self):
+        # gpu-check bench: the modes after it run the linear-layer kernel whose decode-step GEMMs
+        # (qkv, o, gate_up, down with SiLU, LM head at M = 1, 8, 32) take less time in sum.
+        def choice(skinny_us, drop=None, extra=()):
+            runs = []
+            for m in ("1", "8", "32"):
+                for shape in ("0", "1", "2", "3", "4", "5"):
+                    for kernel, t in (("0", 100.0), ("1", skinny_us)):
+                        if (m, shape, kernel) != drop:
+                            runs.append({"name": f"BM_DecodeGemm/{m}/{shape}/{kernel}/manual_time",
+                                         "real_time": t})
+            runs += list(extra)
+            self.write("kernels_bench.json", {"benchmarks": runs})
+            return report.gemm_choice(self.work)
+        self.assertEqual(choice(90.0), "skinny")
+        self.assertEqual(choice(99.0), "cublas")  # within 2 %: keep the default
+        self.assertEqual(choice(120.0), "cublas")
+        self.assertEqual(choice(90.0, drop=("8", "2", "1")), "cublas")  # a figure missing
+        self.assertEqual(choice(90.0, drop=("8", "3", "1")), "skinny")  # plain down: not counted
+        # M = 128 (cuBLAS only) does not count, however slow.
+        slow = [{"name": "BM_DecodeGemm/128/2/0/manual_time", "real_time": 1e9}]
+        self.assertEqual(choice(99.0, extra=slow), "cublas")
+        os.remove(os.path.join(self.work, "kernels_bench.json"))
+        self.assertEqual(report.gemm_choice(self.work), "cublas")
 
     def test_tests_skipped_for_time_say_so(self):
         # gpu-check --budget: what it did not run is a failure named as such, not a crash.
@@ -469,7 +495,8 @@ class Report(unittest.TestCase):
         rows = ['"ID","Kernel Name","gpu__time_duration.sum"', '"","","usecond"']
         step = [("sm90_xmma_gemm_bf16bf16_bf16f32", "30.0"), ("rms_norm_kernel", "2.0"),
                 ("void k::pipelined_decode_kernel<128, false>(P)", "10.0"),
-                ("silu_mul_kernel", "3.0"), ("cutlass::Kernel<gemv>", "25.0")]
+                ("silu_mul_kernel", "3.0"), ("cutlass::Kernel<gemv>", "25.0"),
+                ("void k::skinny_gemm_kernel<1, true>(A)", "7.0")]
         for i in range(4):  # 2 steps x 2 layers
             rows += [f'"{i}","{n}","{t}"' for n, t in step]
         rows.append('"99","greedy_sample_kernel","1,000.0"')
@@ -479,12 +506,13 @@ class Report(unittest.TestCase):
         with contextlib.redirect_stdout(out):
             report.report_kernel_breakdown(self.work, layers=2)
         text = out.getvalue()
-        self.assertIn("21 kernels, 2.0 steps", text)
+        self.assertIn("25 kernels, 2.0 steps", text)
         # Per step: GEMMs 2 x (30 + 25) = 110 us, attention 20, sampling 500 (1 ms over 2 steps).
         self.assertRegex(text, r"sampling\s+500.0\s+")
         self.assertRegex(text, r"GEMM \(cuBLAS\)\s+110.0\s+")
+        self.assertRegex(text, r"GEMM \(skinny\)\s+14.0\s+")
         self.assertRegex(text, r"attention\s+20.0\s+")
-        self.assertRegex(text, r"all kernels\s+640.0\s+100 %\s+10")
+        self.assertRegex(text, r"all kernels\s+654.0\s+100 %\s+12")
         self.write("ncu_decode_step.log", "==PROF== No kernels were profiled.\n")
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
