@@ -1297,7 +1297,7 @@ TEST(GpuKernels, SkinnyGemmFusedSwigluAndFallback) {
                          via_cublas.get(), k::Gemm::Out::kF32, T, in, out, 0.0f, nullptr);
     ExpectClose(Download<float>(via_cublas, T * out), b, 1e-3, 1e-4, "cuBLAS against skinny");
   }
-  for (const auto [T, in] : {std::pair{40, 256}, std::pair{4, 48}}) {
+  for (const auto& [T, in] : {std::pair{40, 256}, std::pair{4, 48}}) {
     SCOPED_TRACE("fallback: tokens " + std::to_string(T) + " in " + std::to_string(in));
     const std::int32_t out = 24;
     const std::vector<float> x = RandomBf16(rng, T * in), w = RandomBf16(rng, out * in);
