@@ -25,6 +25,7 @@
 #include "kernels/gemm.h"
 #include "kernels/kv_layout.h"
 #include "kernels/norm.h"
+#include "kernels/programmatic_launch.h"
 #include "kernels/random_fill.h"
 #include "kernels/rope.h"
 #include "kernels/rope_table.h"
@@ -675,6 +676,9 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
   const ModelConfig& m = s.model();
   const CudaExecutorOptions& opt = s.options;
   const std::int32_t bs = opt.block_size;
+  // The kernels that support it launch with programmatic dependent launch (kernels/
+  // programmatic_launch.h), captured graphs included.
+  const k::ProgrammaticLaunch pdl(opt.programmatic_launch);
 
   // Validation: the same plans CpuExecutor refuses, before any state changes.
   PlanLimits limits;

@@ -87,6 +87,11 @@ struct CudaExecutorOptions {
   // The linear layers of steps with at most 32 tokens: cuBLAS or the skinny kernel (environment:
   // SERVELAB_CUDA_GEMM; kernels/gemm_kernel.h). Larger steps always run cuBLAS.
   kernels::GemmKernel gemm_kernel = kernels::GemmKernel::kCublas;
+  // Programmatic dependent launch of the decode-step kernels other than cuBLAS's (norms, RoPE and
+  // KV write, SiLU, decode attention, the skinny GEMM; kernels/programmatic_launch.h): each may
+  // be scheduled while the one before it drains. The same bits either way (environment:
+  // SERVELAB_CUDA_PDL).
+  bool programmatic_launch = false;
   // Decode-only steps as CUDA graphs per batch-size bucket (environment: SERVELAB_CUDA_GRAPHS,
   // engine/gpu_switches.h).
   bool cuda_graphs = true;

@@ -23,6 +23,7 @@ CudaSwitches cuda_switches_from_env() {
   CudaSwitches sw;
   sw.cuda_graphs = parse_switch(kCudaGraphsEnv, std::getenv(kCudaGraphsEnv));
   sw.fused_qkv_rope = parse_switch(kCudaFusedQkvEnv, std::getenv(kCudaFusedQkvEnv));
+  sw.programmatic_launch = parse_switch(kCudaPdlEnv, std::getenv(kCudaPdlEnv));
   try {
     if (std::getenv(kernels::kDecodeKernelEnv) != nullptr) {
       sw.decode_kernel = kernels::decode_kernel_from_env(kernels::kDefaultDecodeKernel);

@@ -5,10 +5,12 @@
 //   SERVELAB_CUDA_DECODE=tiled|pipelined    decode attention kernel (decode_kernel)
 //   SERVELAB_CUDA_PREFILL=fa2|wmma|fa2_128  prefill attention kernel (prefill_kernel)
 //   SERVELAB_CUDA_GEMM=cublas|skinny        linear layers of steps of <= 32 tokens (gemm_kernel)
+//   SERVELAB_CUDA_PDL=0|1                   programmatic dependent launch (programmatic_launch)
 // Unset leaves the option as it is (defaults: graphs and fusion on, the pipelined and fa2
-// kernels, cuBLAS). The engine commands (engine run, serve, profile) apply them; the CudaExecutor
-// itself does not read the environment, so tests choose their variants explicitly. Plain C++,
-// compiled in every build so that the parsing is tested without CUDA (tests/cuda_switches_test.cc).
+// kernels, cuBLAS, PDL off). The engine commands (engine run, serve, profile) apply them; the
+// CudaExecutor itself does not read the environment, so tests choose their variants explicitly.
+// Plain C++, compiled in every build so that the parsing is tested without CUDA
+// (tests/cuda_switches_test.cc).
 #pragma once
 
 #include <optional>
@@ -22,6 +24,7 @@ namespace servelab {
 
 inline constexpr const char* kCudaGraphsEnv = "SERVELAB_CUDA_GRAPHS";
 inline constexpr const char* kCudaFusedQkvEnv = "SERVELAB_CUDA_FUSED_QKV";
+inline constexpr const char* kCudaPdlEnv = "SERVELAB_CUDA_PDL";
 
 // The value of switch `name`: "1" is true, "0" false (surrounding blanks ignored); nullptr (unset)
 // is nullopt. Anything else throws ConfigError naming the variable, the value and the accepted
@@ -31,11 +34,12 @@ std::optional<bool> parse_switch(std::string_view name, const char* value);
 struct CudaSwitches {
   std::optional<bool> cuda_graphs;
   std::optional<bool> fused_qkv_rope;
+  std::optional<bool> programmatic_launch;
   std::optional<kernels::DecodeKernel> decode_kernel;
   std::optional<kernels::PrefillKernel> prefill_kernel;
   std::optional<kernels::GemmKernel> gemm_kernel;
 };
-// Every switch from the process environment (parse_switch on the two booleans; the kernels by
+// Every switch from the process environment (parse_switch on the booleans; the kernels by
 // name). Throws ConfigError naming the variable, the value and the accepted values.
 CudaSwitches cuda_switches_from_env();
 
@@ -45,6 +49,7 @@ template <typename Opt>
 void apply_cuda_switches(const CudaSwitches& sw, Opt& options) {
   if (sw.cuda_graphs) options.cuda_graphs = *sw.cuda_graphs;
   if (sw.fused_qkv_rope) options.fused_qkv_rope = *sw.fused_qkv_rope;
+  if (sw.programmatic_launch) options.programmatic_launch = *sw.programmatic_launch;
   if (sw.decode_kernel) options.decode_kernel = *sw.decode_kernel;
   if (sw.prefill_kernel) options.prefill_kernel = *sw.prefill_kernel;
   if (sw.gemm_kernel) options.gemm_kernel = *sw.gemm_kernel;

@@ -119,6 +119,8 @@ constexpr int kKvBf16 = 0, kKvE4m3 = 1, kKvE5m2 = 2;
 
 template <int HD, int kKv>
 __global__ void __launch_bounds__(kThreads) pipelined_decode_kernel(const PipeParams p) {
+  detail::wait_for_predecessor();
+  detail::allow_dependents();
   constexpr bool kFp8 = kKv != kKvBf16, kE5m2 = kKv == kKvE5m2;
   using L = PipeSmem<HD, kFp8>;
   constexpr int kElemBytes = kFp8 ? 1 : 2;
@@ -396,6 +398,8 @@ __global__ void __launch_bounds__(kThreads) pipelined_decode_kernel(const PipePa
 // One CTA per (query head, sequence), one thread per dim: the sequence's ceil(ctx / partition)
 // partial states merged by merge_softmax_states.
 __global__ void pipelined_merge_kernel(const PipeParams p, int head_dim) {
+  detail::wait_for_predecessor();
+  detail::allow_dependents();
   const int head = blockIdx.x, seq = blockIdx.y, d = threadIdx.x;
   const int n = (p.context_lens[seq] + p.partition - 1) / p.partition;
   const std::int64_t n_parts = std::int64_t{gridDim.y} * p.num_q_heads * p.max_splits;
@@ -424,7 +428,7 @@ void launch(const PipeParams& pp, const dim3 grid, cudaStream_t s) {
   prepared_kernel<HD, kKv>();
   const auto kernel = pipelined_decode_kernel<HD, kKv>;  // one macro argument
   constexpr int bytes = PipeSmem<HD, kKv != kKvBf16>::kBytes;
-  SERVELAB_LAUNCH(kernel, grid, kThreads, bytes, s)(pp);
+  SERVELAB_LAUNCH_PDL(kernel, grid, kThreads, bytes, s)(pp);
 }
 
 }  // namespace
@@ -467,7 +471,8 @@ void launch_pipelined_decode(const DecodeAttentionArgs& a, cudaStream_t s) {
   }
   check_launch("paged_decode_attention (pipelined)");
   if (a.plan.split()) {
-    SERVELAB_LAUNCH(pipelined_merge_kernel, dim3(a.num_q_heads, a.num_seqs), a.kv.head_dim, 0, s)
+    SERVELAB_LAUNCH_PDL(pipelined_merge_kernel, dim3(a.num_q_heads, a.num_seqs), a.kv.head_dim, 0,
+                        s)
     (pp, a.kv.head_dim);
     check_launch("paged_decode_attention (pipelined) merge");
   }

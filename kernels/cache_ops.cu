@@ -13,6 +13,8 @@ namespace servelab::kernels {
 namespace {
 
 __global__ void kv_write_kernel(const KvWriteArgs a) {
+  detail::wait_for_predecessor();
+  detail::allow_dependents();
   const int t = blockIdx.x;
   const std::int64_t slot = a.slot_mapping[t];
   if (slot < 0) return;
@@ -69,7 +71,7 @@ void kv_write(const KvWriteArgs& a, Stream stream) {
     throw std::invalid_argument("kv_write: num_kv_heads * head_dim must be a multiple of 8");
   }
   check_kv_format(a.format, a.k_scale, a.v_scale, "kv_write");
-  SERVELAB_LAUNCH(kv_write_kernel, a.num_tokens, 128, 0, detail::as_stream(stream))(a);
+  SERVELAB_LAUNCH_PDL(kv_write_kernel, a.num_tokens, 128, 0, detail::as_stream(stream))(a);
   detail::check_launch("kv_write");
 }
 

@@ -7,20 +7,30 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "kernels/device.h"
 #include "kernels/float_formats.h"
+#include "kernels/programmatic_launch.h"
 
 // One spelling of a launch and of the dynamic shared-memory array for the real build and the CUDA
 // emulator (tests/emu/): SERVELAB_LAUNCH(kernel, grid, block, smem_bytes, stream)(args...) and,
 // inside a kernel, SERVELAB_DYNAMIC_SMEM(name); (a 128-byte aligned unsigned char array).
 // `kernel` is one macro argument: name a template instance with a comma through a local pointer.
+// SERVELAB_LAUNCH_PDL(...)(args...) is the same launch with programmatic dependent launch when
+// the launching thread is inside kernels::ProgrammaticLaunch(true) (programmatic_launch.h: the
+// kernel's contract); such a kernel calls detail::wait_for_predecessor() in every thread.
 #if defined(SERVELAB_CUDA_EMU)
 #define SERVELAB_LAUNCH(kernel, grid, block, smem, stream) \
   ::servelab_emu::make_launcher(kernel, #kernel, grid, block, smem, stream)
+#define SERVELAB_LAUNCH_PDL(kernel, grid, block, smem, stream)              \
+  ::servelab_emu::make_launcher(kernel, #kernel, grid, block, smem, stream, \
+                                ::servelab::kernels::ProgrammaticLaunch::active())
 #define SERVELAB_DYNAMIC_SMEM(name) unsigned char* const name = ::servelab_emu::dynamic_smem()
 #else
 #define SERVELAB_LAUNCH(kernel, grid, block, smem, stream) kernel<<<grid, block, smem, stream>>>
+#define SERVELAB_LAUNCH_PDL(kernel, grid, block, smem, stream) \
+  ::servelab::kernels::detail::make_pdl_launcher(kernel, grid, block, smem, stream)
 #define SERVELAB_DYNAMIC_SMEM(name) extern __shared__ __align__(128) unsigned char name[]
 #endif
 
@@ -33,6 +43,57 @@ inline void check_cuda(cudaError_t e, const char* what) {
 }
 inline void check_launch(const char* what) { check_cuda(cudaGetLastError(), what); }
 inline cudaStream_t as_stream(Stream s) { return static_cast<cudaStream_t>(s); }
+
+#if !defined(SERVELAB_CUDA_EMU)
+// What SERVELAB_LAUNCH_PDL builds in a CUDA build: cudaLaunchKernelEx with the
+// programmatic-stream-serialization attribute when ProgrammaticLaunch::active(), none otherwise
+// (then it is an ordinary launch). A launch error throws here; check_launch after it as usual.
+template <typename... P>
+struct PdlLauncher {
+  void (*kernel)(P...);
+  dim3 grid, block;
+  std::size_t smem;
+  cudaStream_t stream;
+  template <typename... A>
+  void operator()(A&&... args) const {
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = grid;
+    config.blockDim = block;
+    config.dynamicSmemBytes = smem;
+    config.stream = stream;
+    config.attrs = attr;
+    config.numAttrs = ProgrammaticLaunch::active() ? 1 : 0;
+    check_cuda(cudaLaunchKernelEx(&config, kernel, std::forward<A>(args)...), "cudaLaunchKernelEx");
+  }
+};
+template <typename... P>
+PdlLauncher<P...> make_pdl_launcher(void (*kernel)(P...), dim3 grid, dim3 block, std::size_t smem,
+                                    cudaStream_t stream) {
+  return {kernel, grid, block, smem, stream};
+}
+#endif
+
+// The device side of programmatic dependent launch (programmatic_launch.h). Every thread of a
+// kernel launched through SERVELAB_LAUNCH_PDL calls wait_for_predecessor() (griddepcontrol.wait)
+// before touching what other kernels write or read, then allow_dependents()
+// (griddepcontrol.launch_dependents: the next kernel's CTAs may be scheduled once every CTA of
+// this one has called it or exited; it waits for this kernel's completion all the same). Both
+// return at once in a kernel launched without the attribute.
+__device__ __forceinline__ void wait_for_predecessor() {
+#if defined(SERVELAB_CUDA_EMU)
+  ::servelab_emu::griddep_wait();
+#else
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void allow_dependents() {
+#if !defined(SERVELAB_CUDA_EMU)
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
 
 __host__ __device__ inline const __nv_bfloat16* bf(const Bf16* p) {
   return reinterpret_cast<const __nv_bfloat16*>(p);

@@ -20,6 +20,8 @@ namespace {
 
 __global__ void embedding_kernel(const std::int32_t* tokens, const __nv_bfloat16* table,
                                  std::int32_t vocab, std::int32_t hidden, float* residual) {
+  detail::wait_for_predecessor();
+  detail::allow_dependents();
   const int t = blockIdx.x;
   const std::int32_t id = tokens[t];
   float* out = residual + std::int64_t{t} * hidden;
@@ -34,6 +36,8 @@ constexpr int kNormThreads = 256;
 
 __global__ void __launch_bounds__(kNormThreads) rms_norm_kernel(const RmsNormArgs a) {
   __shared__ float scratch[32];
+  detail::wait_for_predecessor();
+  detail::allow_dependents();
   const int i = blockIdx.x;
   const std::int64_t r = a.rows != nullptr ? a.rows[i] : i;
   float* x = a.residual + r * a.hidden;
@@ -73,6 +77,8 @@ __device__ __forceinline__ float v_value(float x, const float* bias, int c) {
 
 // One CTA per token; thread j of a head handles the pair (j, j + d/2).
 __global__ void qkv_rope_kernel(const RopeArgs a) {
+  detail::wait_for_predecessor();
+  detail::allow_dependents();
   const int t = blockIdx.x;
   const int hd = a.head_dim, half = hd / 2;
   const int width = (a.num_q_heads + 2 * a.num_kv_heads) * hd;
@@ -105,6 +111,8 @@ __global__ void qkv_rope_kernel(const RopeArgs a) {
 // qkv_rope_kernel with K and V stored into the token's cache slot instead of scratch rows. A
 // padding or skipped token (slot < 0) still rotates its Q (the decode kernel reads its row).
 __global__ void qkv_rope_kv_write_kernel(const QkvRopeKvWriteArgs a) {
+  detail::wait_for_predecessor();
+  detail::allow_dependents();
   const int t = blockIdx.x;
   const int hd = a.head_dim, half = hd / 2;
   const int width = (a.num_q_heads + 2 * a.num_kv_heads) * hd;
@@ -154,6 +162,8 @@ __global__ void qkv_rope_kv_write_kernel(const QkvRopeKvWriteArgs a) {
 // block's threads over a row's 8-value groups.
 __global__ void silu_mul_kernel(const __nv_bfloat16* gate_up, __nv_bfloat16* out,
                                 std::int32_t num_tokens, std::int32_t width) {
+  detail::wait_for_predecessor();
+  detail::allow_dependents();
   const int vecs = width / 8;
   for (std::int64_t t = blockIdx.x; t < num_tokens; t += gridDim.x) {
     const __nv_bfloat16* g = gate_up + t * 2 * width;
@@ -175,21 +185,21 @@ __global__ void silu_mul_kernel(const __nv_bfloat16* gate_up, __nv_bfloat16* out
 void embedding_lookup(const std::int32_t* tokens, std::int32_t num_tokens, const Bf16* table,
                       std::int32_t vocab, std::int32_t hidden, float* residual, Stream stream) {
   if (num_tokens == 0) return;
-  SERVELAB_LAUNCH(embedding_kernel, num_tokens, 256, 0, detail::as_stream(stream))
+  SERVELAB_LAUNCH_PDL(embedding_kernel, num_tokens, 256, 0, detail::as_stream(stream))
   (tokens, detail::bf(table), vocab, hidden, residual);
   detail::check_launch("embedding_lookup");
 }
 
 void rms_norm(const RmsNormArgs& a, Stream stream) {
   if (a.num_rows == 0) return;
-  SERVELAB_LAUNCH(rms_norm_kernel, a.num_rows, kNormThreads, 0, detail::as_stream(stream))(a);
+  SERVELAB_LAUNCH_PDL(rms_norm_kernel, a.num_rows, kNormThreads, 0, detail::as_stream(stream))(a);
   detail::check_launch("rms_norm");
 }
 
 void qkv_rope(const RopeArgs& a, Stream stream) {
   if (a.num_tokens == 0) return;
   if (a.head_dim % 2 != 0) throw std::invalid_argument("qkv_rope: odd head_dim");
-  SERVELAB_LAUNCH(qkv_rope_kernel, a.num_tokens, 256, 0, detail::as_stream(stream))(a);
+  SERVELAB_LAUNCH_PDL(qkv_rope_kernel, a.num_tokens, 256, 0, detail::as_stream(stream))(a);
   detail::check_launch("qkv_rope");
 }
 
@@ -198,7 +208,7 @@ void qkv_rope_kv_write(const QkvRopeKvWriteArgs& a, Stream stream) {
   if (a.head_dim % 2 != 0) throw std::invalid_argument("qkv_rope_kv_write: odd head_dim");
   if (a.block_size < 1) throw std::invalid_argument("qkv_rope_kv_write: block_size < 1");
   check_kv_format(a.format, a.k_scale, a.v_scale, "qkv_rope_kv_write");
-  SERVELAB_LAUNCH(qkv_rope_kv_write_kernel, a.num_tokens, 256, 0, detail::as_stream(stream))(a);
+  SERVELAB_LAUNCH_PDL(qkv_rope_kv_write_kernel, a.num_tokens, 256, 0, detail::as_stream(stream))(a);
   detail::check_launch("qkv_rope_kv_write");
 }
 
@@ -215,7 +225,7 @@ void silu_mul(const Bf16* gate_up, Bf16* out, std::int32_t num_tokens, std::int3
   const int vecs = width / 8;
   const int threads = std::min(256, (vecs + 31) / 32 * 32);
   const int blocks = std::min(num_tokens, kMaxRowBlocks);
-  SERVELAB_LAUNCH(silu_mul_kernel, blocks, threads, 0, detail::as_stream(stream))
+  SERVELAB_LAUNCH_PDL(silu_mul_kernel, blocks, threads, 0, detail::as_stream(stream))
   (detail::bf(gate_up), detail::bf(out), num_tokens, width);
   detail::check_launch("silu_mul");
 }

@@ -105,6 +105,10 @@ __global__ void __launch_bounds__(kThreads) skinny_gemm_kernel(const SkinnyGemmA
       }
     }
   }
+  // The weights no kernel writes are in flight before the wait; the tokens come from the
+  // previous kernel (programmatic_launch.h).
+  detail::wait_for_predecessor();
+  detail::allow_dependents();
   if (c_begin < c_end) {
 #pragma unroll
     for (int n = 0; n < NT; ++n) {
@@ -184,7 +188,7 @@ template <int NT, bool kSwiglu>
 void launch(const SkinnyGemmArgs& a, Stream stream) {
   const unsigned blocks = static_cast<unsigned>((std::int64_t{a.out} + kRows - 1) / kRows);
   void (*kernel)(SkinnyGemmArgs) = skinny_gemm_kernel<NT, kSwiglu>;
-  SERVELAB_LAUNCH(kernel, blocks, kThreads, 0, detail::as_stream(stream))(a);
+  SERVELAB_LAUNCH_PDL(kernel, blocks, kThreads, 0, detail::as_stream(stream))(a);
 }
 
 template <bool kSwiglu>

@@ -14,6 +14,7 @@ namespace {
 struct FakeOptions {
   bool cuda_graphs = true;
   bool fused_qkv_rope = true;
+  bool programmatic_launch = false;
   kernels::DecodeKernel decode_kernel = kernels::kDefaultDecodeKernel;
   kernels::PrefillKernel prefill_kernel = kernels::PrefillKernel::kFa2;
   kernels::GemmKernel gemm_kernel = kernels::GemmKernel::kCublas;
@@ -56,6 +57,17 @@ TEST(CudaSwitches, EnvironmentSetsOnlyWhatItNames) {
   EXPECT_THROW(cuda_switches_from_env(), ConfigError);
   ::unsetenv(kCudaGraphsEnv);
   ::unsetenv(kCudaFusedQkvEnv);
+  // SERVELAB_CUDA_PDL: programmatic dependent launch, off unless set to 1.
+  ::unsetenv(kCudaPdlEnv);
+  apply_cuda_switches(cuda_switches_from_env(), o);
+  EXPECT_FALSE(o.programmatic_launch);
+  ::setenv(kCudaPdlEnv, "1", 1);
+  apply_cuda_switches(cuda_switches_from_env(), o);
+  EXPECT_TRUE(o.programmatic_launch);
+  EXPECT_TRUE(o.cuda_graphs);
+  ::setenv(kCudaPdlEnv, "on", 1);
+  EXPECT_THROW(cuda_switches_from_env(), ConfigError);
+  ::unsetenv(kCudaPdlEnv);
 }
 
 // The attention kernels by name: SERVELAB_CUDA_DECODE and SERVELAB_CUDA_PREFILL set only their

@@ -98,6 +98,12 @@ done
 # Graph replay computes the padded eager pass bit for bit, and the emulated cuBLAS sums in the
 # same order for any row count: eager and replayed runs agree exactly.
 check "graphs off and on: identical tokens" same_tokens "$t/SERVELAB-CUDA-GRAPHS-0" "$t/cuda" 12
+# Programmatic dependent launch with the skinny GEMM (whose weight loads come before the wait):
+# the emulator fails any such launch in which a thread exits without waiting, and PDL changes
+# when kernels start, not what they compute (12 of 12 identical when written).
+check "SERVELAB_CUDA_PDL=1 with the skinny GEMM: run exits 0" run 0 SERVELAB_CUDA_PDL=1 \
+  SERVELAB_CUDA_GEMM=skinny "$emu" run "$t/exp.yaml" --device cuda --out "$t/pdl" --tokens --quiet
+check "  ... tokens as the skinny run without PDL" same_tokens "$t/pdl" "$t/SERVELAB-CUDA-GEMM-skinny" 11
 check "a GEMM kernel that does not exist refused" run 2 env SERVELAB_CUDA_GEMM=cutlass "$emu" run \
   "$t/exp.yaml" --device cuda --out "$t/no-gemm" --quiet
 check "  ... naming the variable and the choices" has "SERVELAB_CUDA_GEMM: expected one of cublas, skinny, got 'cutlass'" "$t/last.txt"

@@ -36,6 +36,10 @@
 #endif
 #include "serving/home.h"
 
+#if SERVELAB_CUDA_EMU
+#include "servelab_cuda_emu.h"  // programmatic_launches_executed
+#endif
+
 namespace servelab {
 namespace {
 
@@ -648,7 +652,8 @@ void StepAllEqual(const std::vector<CudaExecutor*>& execs, const std::vector<Han
 // step may differ in the last bits where cuBLAS picks another kernel for another row count), over
 // batch sizes in several buckets, mixed and prefill steps (eager in both) in between; padding rows
 // leave the KV cache alone, and the fused and unfused QKV/RoPE/KV-write paths agree bit for bit.
-// With either linear-layer kernel (cuBLAS, or the skinny one with its fused SiLU input).
+// With either linear-layer kernel (cuBLAS, or the skinny one with its fused SiLU input), and with
+// programmatic dependent launch (graphs on) giving the same bits as without.
 TEST(GpuExecutor, CudaGraphReplayIsBitIdenticalToPaddedEagerSteps) {
   REQUIRE_GPU();
 #if SERVELAB_HAVE_CUDA
@@ -683,13 +688,19 @@ TEST(GpuExecutor, CudaGraphReplayIsBitIdenticalToPaddedEagerSteps) {
     padded.pad_decode_steps = true;
     CudaExecutorOptions unfused = padded;
     unfused.fused_qkv_rope = false;
-    CudaExecutor a(w, graphs), b(w, padded), c(w, unfused);
+    // Programmatic dependent launch changes when kernels may start, never what they compute.
+    CudaExecutorOptions pdl = graphs;
+    pdl.programmatic_launch = true;
+    CudaExecutor a(w, graphs), b(w, padded), c(w, unfused), d(w, pdl);
     const std::vector<std::uint8_t> dummy_before = a.read_block(false, 0, false, 0);
     std::vector<HandSeq> seqs;
     for (RequestId id = 0; id < 11; ++id) {
       seqs.emplace_back(id, 20 + 7 * static_cast<std::uint32_t>(id), 1 + 16 * id);
     }
-    const std::vector<CudaExecutor*> all = {&a, &b, &c};
+    const std::vector<CudaExecutor*> all = {&a, &b, &c, &d};
+#if SERVELAB_CUDA_EMU
+    const std::int64_t programmatic_before = servelab_emu::programmatic_launches_executed();
+#endif
     auto pick = [&](std::int32_t from, std::int32_t n) {
       std::vector<HandSeq*> v;
       for (std::int32_t i = from; i < from + n; ++i) v.push_back(&seqs[i]);
@@ -706,6 +717,11 @@ TEST(GpuExecutor, CudaGraphReplayIsBitIdenticalToPaddedEagerSteps) {
     for (int i = 0; i < 2; ++i) StepAllEqual(all, pick(2, 1), "decode 1 (bucket 1)");
     for (int i = 0; i < 2; ++i) StepAllEqual(all, pick(0, 5), "decode 5 (bucket 8)");
     if (HasFailure()) return;
+#if SERVELAB_CUDA_EMU
+    // Only `d` launches programmatically (every thread of those launches waited: the emulator
+    // fails one that does not).
+    EXPECT_GT(servelab_emu::programmatic_launches_executed(), programmatic_before);
+#endif
     const CudaGraphStats st = a.graph_stats();
     EXPECT_FALSE(st.disabled);
     EXPECT_GE(st.captures, 4);  // buckets 4, 16, 1, 8

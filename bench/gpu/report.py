@@ -335,6 +335,7 @@ def report_decode_step(work):
     # blocks of half the bytes; reported beside the bf16 rows, no target.
     for folder, label, block_bytes in (("engine-c32", "graphs on", BLOCK_BYTES),
                                        ("engine-c32-eager", "graphs off", BLOCK_BYTES),
+                                       ("engine-c32-pdl", "graphs on, PDL", BLOCK_BYTES),
                                        ("engine-c32-fp8", "graphs on, fp8 KV", BLOCK_BYTES // 2)):
         d = decode_steps(work, folder, 32)
         if d is None or not copy:

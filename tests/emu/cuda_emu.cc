@@ -111,6 +111,7 @@ struct Fiber {
   bool done = false;
   bool waiting = false;
   bool at_block_barrier = false;  // waiting in __syncthreads (else in a warp collective)
+  bool waited_for_grid = false;   // executed griddepcontrol.wait (griddep_wait)
   std::vector<CopyRequest> open_group;
   std::deque<std::vector<CopyRequest>> groups;
 #if defined(SERVELAB_EMU_ASAN)
@@ -142,6 +143,7 @@ struct BlockRun {
   const std::function<void()>* body = nullptr;
   std::vector<unsigned char> smem;
   std::string error;
+  bool programmatic = false;  // launched with programmatic dependent launch
 #if defined(SERVELAB_EMU_ASAN)
   void* scheduler_fake_stack = nullptr;
   const void* scheduler_bottom = nullptr;
@@ -177,6 +179,7 @@ struct Device {
   std::size_t allocated = 0;
   std::map<void*, std::size_t> allocations;
   std::atomic<std::int64_t> launches{0};
+  std::atomic<std::int64_t> programmatic_launches{0};
 };
 Device& device() {
   static Device d;
@@ -227,6 +230,11 @@ void release_block_barrier(BlockRun& r) {
 void thread_exited(BlockRun& r, Fiber& f) {
   f.done = true;
   --r.live;
+  if (r.programmatic && !f.waited_for_grid && r.error.empty()) {
+    r.error = "thread " + xyz(f.tid) + " of block " + xyz(blockIdx) +
+              " exited without griddepcontrol.wait in a kernel launched with programmatic "
+              "dependent launch (kernels/programmatic_launch.h: every thread must wait)";
+  }
   Warp& w = r.warps[static_cast<std::size_t>(f.warp)];
   --w.lanes;
   if (w.arrived > 0 && r.error.empty()) {
@@ -280,7 +288,8 @@ void prepare_stack(Fiber& f) {
 }
 
 // Runs one block of `body` to completion; returns the failure message or "".
-std::string run_block(const std::function<void()>& body, dim3 block, std::size_t smem_bytes) {
+std::string run_block(const std::function<void()>& body, dim3 block, std::size_t smem_bytes,
+                      bool programmatic) {
   State& st = state();
   const int n = static_cast<int>(block.x * block.y * block.z);
   if (st.run != nullptr) return "a kernel launch from inside a kernel (not emulated)";
@@ -294,6 +303,7 @@ std::string run_block(const std::function<void()>& body, dim3 block, std::size_t
   r.fibers = fibers;
   r.body = &body;
   r.live = n;
+  r.programmatic = programmatic;
   r.smem.assign(smem_bytes, 0xff);
   r.warps.resize(static_cast<std::size_t>((n + 31) / 32));
   for (int i = 0; i < n; ++i) {
@@ -302,7 +312,7 @@ std::string run_block(const std::function<void()>& body, dim3 block, std::size_t
              static_cast<unsigned>(i) / (block.x * block.y)};
     f.warp = i / 32;
     f.lane = i % 32;
-    f.done = f.waiting = false;
+    f.done = f.waiting = f.waited_for_grid = false;
     f.open_group.clear();
     f.groups.clear();
     ++r.warps[static_cast<std::size_t>(f.warp)].lanes;
@@ -577,6 +587,9 @@ void mma_m16n8k16_bf16(float (&d)[4], const std::uint32_t (&a)[4], std::uint32_t
 unsigned char* dynamic_smem() { return running("dynamic shared memory").smem.data(); }
 
 std::int64_t launches_executed() { return device().launches.load(); }
+std::int64_t programmatic_launches_executed() { return device().programmatic_launches.load(); }
+
+void griddep_wait() { running("griddepcontrol.wait").current->waited_for_grid = true; }
 
 bool enqueue(cudaStream_t stream, std::function<void()> op) {
   bool refuse = false;
@@ -599,7 +612,7 @@ bool enqueue(cudaStream_t stream, std::function<void()> op) {
 }
 
 void launch(const void* func, const char* name, dim3 grid, dim3 block, std::size_t smem,
-            cudaStream_t stream, std::function<void()> body) {
+            cudaStream_t stream, std::function<void()> body, bool programmatic) {
   const std::string who = std::string(name) + " <<<" + xyz(grid) + ", " + xyz(block) + ", " +
                           std::to_string(smem) + ">>>";
   const std::uint64_t threads = std::uint64_t{block.x} * block.y * block.z;
@@ -622,8 +635,9 @@ void launch(const void* func, const char* name, dim3 grid, dim3 block, std::size
                   " this kernel may use (cudaFuncSetAttribute MaxDynamicSharedMemorySize)");
     return;
   }
-  auto run = [grid, block, smem, who, body = std::move(body)] {
+  auto run = [grid, block, smem, who, programmatic, body = std::move(body)] {
     ++device().launches;
+    if (programmatic) ++device().programmatic_launches;
     const dim3 saved_grid = gridDim, saved_block = blockDim;
     gridDim = grid;
     blockDim = block;
@@ -631,7 +645,7 @@ void launch(const void* func, const char* name, dim3 grid, dim3 block, std::size
       for (unsigned y = 0; y < grid.y; ++y) {
         for (unsigned x = 0; x < grid.x; ++x) {
           blockIdx = {x, y, z};
-          const std::string e = run_block(body, block, smem);
+          const std::string e = run_block(body, block, smem, programmatic);
           if (!e.empty()) {
             set_error(cudaErrorLaunchFailure, who + ": " + e);
             std::fprintf(stderr, "servelab CUDA emulator: %s: %s\n", who.c_str(), e.c_str());

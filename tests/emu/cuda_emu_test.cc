@@ -128,6 +128,15 @@ __global__ void big_smem_kernel2(int* out) {
 
 __global__ void add_one_kernel(int* x) { x[threadIdx.x] += 1; }
 
+// Programmatic dependent launch: every thread must wait for the predecessor grid; here the
+// threads from `skip_from` on return first.
+__global__ void pdl_kernel(int* x, int skip_from) {
+  if (static_cast<int>(threadIdx.x) >= skip_from) return;
+  servelab::kernels::detail::wait_for_predecessor();
+  servelab::kernels::detail::allow_dependents();
+  x[threadIdx.x] += 1;
+}
+
 // ---- tests -----------------------------------------------------------------------------------
 
 TEST(CudaEmu, SharedMemoryAndBarrierAcrossWarps) {
@@ -161,6 +170,42 @@ TEST(CudaEmu, ShuffleXor) {
     ASSERT_EQ(last_error(), "");
     for (int l = 0; l < 32; ++l) EXPECT_EQ(out[l], (l ^ mask) * 10) << "mask " << mask;
   }
+}
+
+// SERVELAB_LAUNCH_PDL launches programmatically only inside ProgrammaticLaunch(true); such a
+// launch fails when a thread exits without griddepcontrol.wait (programmatic_launch.h); the same
+// kernel launched plainly does not need it.
+TEST(CudaEmu, ProgrammaticLaunchRequiresEveryThreadToWait) {
+  using servelab::kernels::ProgrammaticLaunch;
+  std::vector<int> x(64, 0);
+  const std::int64_t before = servelab_emu::programmatic_launches_executed();
+  SERVELAB_LAUNCH_PDL(pdl_kernel, 1, 64, 0, nullptr)(x.data(), 64);
+  EXPECT_EQ(last_error(), "");
+  EXPECT_EQ(servelab_emu::programmatic_launches_executed(), before);
+  {
+    const ProgrammaticLaunch on(true);
+    EXPECT_TRUE(ProgrammaticLaunch::active());
+    {
+      const ProgrammaticLaunch off(false);
+      EXPECT_FALSE(ProgrammaticLaunch::active());
+      SERVELAB_LAUNCH_PDL(pdl_kernel, 1, 64, 0, nullptr)(x.data(), 40);  // plain: fine
+      EXPECT_EQ(last_error(), "");
+    }
+    EXPECT_TRUE(ProgrammaticLaunch::active());
+    SERVELAB_LAUNCH_PDL(pdl_kernel, 2, 64, 0, nullptr)(x.data(), 64);
+    EXPECT_EQ(last_error(), "");
+    EXPECT_EQ(servelab_emu::programmatic_launches_executed(), before + 1);
+    SERVELAB_LAUNCH_PDL(pdl_kernel, 1, 64, 0, nullptr)(x.data(), 40);
+    const std::string e = last_error();
+    EXPECT_NE(e.find("thread (40, 0, 0) of block (0, 0, 0) exited without griddepcontrol.wait"),
+              std::string::npos)
+        << e;
+  }
+  EXPECT_FALSE(ProgrammaticLaunch::active());
+  // Four launches: thread 0 of each block added 1 in every one (the failed launch's error comes
+  // at thread 40's exit), 2 in the two-block one; thread 63 only where it was not skipped.
+  EXPECT_EQ(x[0], 5);
+  EXPECT_EQ(x[63], 3);
 }
 
 TEST(CudaEmu, DivergentBarriersAndCollectivesFail) {

@@ -442,6 +442,31 @@ class Report(unittest.TestCase):
         self.assertFalse(ok)
         self.assertIn("no SDPA figure", text)
 
+    def test_decode_step_rows_graphs_eager_and_pdl(self):
+        # The decode-only steps at batch 32 of each run against (weights + KV) / copy bandwidth;
+        # only the default run ("graphs on") is held to the 1.25x target.
+        self.write("copy_bw.json", {"benchmarks": [
+            {"name": "BM_DeviceCopy/1073741824/manual_time", "bytes_per_second": 4.0e12}]})
+
+        def steps(folder, ms):
+            rows = ["prefill_tokens,decode_tokens,duration_ms,kv_blocks_used"]
+            rows += [f"0,32,{t},1000" for t in ms] + ["512,31,40.0,1000", "0,31,1.0,1000"]
+            self.write(f"{folder}/steps.csv", "\n".join(rows) + "\n")
+        steps("engine-c32", [6.0, 6.2, 5.9])
+        steps("engine-c32-pdl", [5.5, 5.4, 5.6])
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            ok = report.report_decode_step(self.work)
+        text = out.getvalue()
+        # bound = (15.01 GB of weights + 1000 blocks x 2 MiB) / 4000 GB/s = 4.28 ms
+        self.assertRegex(text, r"graphs on\s+6.00\s+4.28\s+1.40x\s+3\s+MISS")
+        self.assertRegex(text, r"graphs on, PDL\s+5.50\s+4.28\s+1.29x\s+3\s+report")
+        self.assertRegex(text, r"graphs off\s+no result")
+        self.assertFalse(ok)
+        steps("engine-c32", [5.3])
+        with contextlib.redirect_stdout(io.StringIO()):
+            self.assertTrue(report.report_decode_step(self.work))
+
     def test_e2e_speedup_against_hf(self):
         self.write("hf_generate.json", {"levels": [
             hf_generate_bench.level_figures(c, 256, 0.1, 10.0) for c in (1, 8, 32, 128)]})

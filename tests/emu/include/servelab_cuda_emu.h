@@ -295,13 +295,21 @@ namespace servelab_emu {
 
 // Runs (or, on a capturing stream, records) one launch of `body` over grid x block. `func`
 // identifies the kernel (for its cudaFuncSetAttribute limit); `name` is for messages.
+// `programmatic`: launched with programmatic dependent launch (SERVELAB_LAUNCH_PDL under
+// kernels::ProgrammaticLaunch): blocks run in order as always, and a thread that exits without
+// having called griddep_wait fails the launch.
 void launch(const void* func, const char* name, dim3 grid, dim3 block, std::size_t smem,
-            cudaStream_t stream, std::function<void()> body);
+            cudaStream_t stream, std::function<void()> body, bool programmatic = false);
 // Runs `op` now, or records it when `stream` is being captured; false (and the capture
 // invalidated) when `op` may not be captured.
 bool enqueue(cudaStream_t stream, std::function<void()> op);
-// Number of kernel launches executed since the process started (graph replays included).
+// Number of kernel launches executed since the process started (graph replays included), and
+// how many of them were programmatic.
 std::int64_t launches_executed();
+std::int64_t programmatic_launches_executed();
+// griddepcontrol.wait: records that the calling thread waited (launches are sequential here,
+// so the predecessor has always completed).
+void griddep_wait();
 
 // What SERVELAB_LAUNCH(...) builds: kernel, configuration, then the call's arguments, which
 // are converted to the kernel's parameter types and copied, as a launch does.
@@ -312,19 +320,21 @@ struct Launcher {
   dim3 grid, block;
   std::size_t smem;
   cudaStream_t stream;
+  bool programmatic;
   template <typename... A>
   void operator()(A&&... args) const {
     static_assert(sizeof...(A) == sizeof...(P), "kernel argument count");
     std::tuple<std::decay_t<P>...> params(static_cast<std::decay_t<P>>(std::forward<A>(args))...);
     auto* fn = kernel;
-    launch(reinterpret_cast<const void*>(fn), name, grid, block, smem, stream,
-           [fn, params] { std::apply(fn, params); });
+    launch(
+        reinterpret_cast<const void*>(fn), name, grid, block, smem, stream,
+        [fn, params] { std::apply(fn, params); }, programmatic);
   }
 };
 template <typename... P>
 Launcher<P...> make_launcher(void (*kernel)(P...), const char* name, dim3 grid, dim3 block,
-                             std::size_t smem, cudaStream_t stream) {
-  return {kernel, name, grid, block, smem, stream};
+                             std::size_t smem, cudaStream_t stream, bool programmatic = false) {
+  return {kernel, name, grid, block, smem, stream, programmatic};
 }
 
 }  // namespace servelab_emu
