@@ -251,6 +251,7 @@ def report_e2e(work):
         ok = False
     ok &= report_decode_step(work)
     report_fp8_kv(work)
+    report_async(work, hf_by_c.get(32))
     ok &= report_serve(work)
     report_kernel_breakdown(work)
     return ok
@@ -272,6 +273,20 @@ def report_serve(work):
           f"{pct(e, 'ttft_ms'):.1f}), TPOT p50 {pct(b, 'tpot_ms'):.2f} ms (engine run "
           f"{pct(e, 'tpot_ms'):.2f})" + ("" if done == total > 0 else ": FAILED"))
     return done == total > 0
+
+
+def report_async(work, hf32):
+    """One line: the concurrency-32 run with async scheduling (serving.async_scheduling: the host
+    schedules step n + 1 while the GPU runs step n) against the default run (reported)."""
+    a = load(os.path.join(work, "engine-c32-async", "summary.json"))
+    s = load(os.path.join(work, "engine-c32", "summary.json"))
+    if a is None or s is None:
+        print("async scheduling at concurrency 32: not run (engine-c32-async)")
+        return
+    tps, base = a["throughput"]["output_tokens_per_s"], s["throughput"]["output_tokens_per_s"]
+    hf = f", {tps / hf32['output_tokens_per_s']:.1f}x HF" if hf32 else ""
+    print(f"async scheduling at concurrency 32: {tps:.0f} output tok/s{hf} (default {base:.0f}), "
+          f"TPOT p50 {pct(a, 'tpot_ms'):.2f} ms (default {pct(s, 'tpot_ms'):.2f})")
 
 
 def report_fp8_kv(work):

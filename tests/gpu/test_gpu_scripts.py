@@ -490,6 +490,11 @@ class Report(unittest.TestCase):
             "ttft_ms": {"p50": 20.0}, "tpot_ms": {"p50": 4.5}})
         self.assertIn("fp8 KV at concurrency 32: 9500 output tok/s (bf16 9011), TPOT p50 4.50 ms "
                       "(bf16 5.00), KV blocks 40000 (bf16 ?)", self.run_report("e2e")[1])
+        self.assertIn("async scheduling at concurrency 32: not run", self.run_report("e2e")[1])
+        self.write("engine-c32-async/summary.json", {
+            "throughput": {"output_tokens_per_s": 9800.0}, "tpot_ms": {"p50": 4.7}})
+        self.assertIn("async scheduling at concurrency 32: 9800 output tok/s, 12.0x HF (default "
+                      "9011), TPOT p50 4.70 ms (default 5.00)", self.run_report("e2e")[1])
         self.write("hf_generate.json", {"ok": False, "levels": []})
         self.assertIn("HF baseline: FAILED", self.run_report("e2e")[1])
         self.assertIn("decode step per kernel class: not run", self.run_report("e2e")[1])
