@@ -114,9 +114,6 @@ __device__ __forceinline__ std::uint32_t tile_offset(decode_frag::RowCol rc) {
   return tile_offset<HD>(rc.row, rc.col);
 }
 
-// The KV element type of an instance (template argument kKv).
-constexpr int kKvBf16 = 0, kKvE4m3 = 1, kKvE5m2 = 2;
-
 template <int HD, int kKv>
 __global__ void __launch_bounds__(kThreads) pipelined_decode_kernel(const PipeParams p) {
   detail::wait_for_predecessor();
@@ -459,7 +456,7 @@ void launch_pipelined_decode(const DecodeAttentionArgs& a, cudaStream_t s) {
                       fp8 ? a.kv.v_scale : 1.0f,
                       a.workspace};
   const dim3 grid(a.kv.num_kv_heads * chunks, a.num_seqs, a.plan.max_splits);
-  const int kv = !fp8 ? kKvBf16 : a.kv.format == FloatFormat::kFp8E5m2 ? kKvE5m2 : kKvE4m3;
+  const int kv = kv_instance(a.kv.format);
   if (a.kv.head_dim == 64) {
     kv == kKvBf16   ? launch<64, kKvBf16>(pp, grid, s)
     : kv == kKvE4m3 ? launch<64, kKvE4m3>(pp, grid, s)

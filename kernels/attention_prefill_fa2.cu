@@ -1,8 +1,9 @@
 // Paged prefill attention, FlashAttention-2 style (PrefillKernel::kFa2, the default; the WMMA
 // kernel of attention_prefill.cu stays selectable as kWmma). Same contract as
 // paged_prefill_attention (kernels/attention.h): chunked prefill over a cached prefix, causal,
-// GQA, head_dim 64/128, any block size. Instances: head_dim {64, 128} x KV {bf16, fp8} x query
-// rows per CTA {64, 128}.
+// GQA, head_dim 64/128, any block size. Instances: head_dim {64, 128} x KV {bf16, e4m3, e5m2}
+// (kKv, fp8.cuh: the code format is a template argument, so each widening is one conversion with
+// no branch on a run-time flag) x query rows per CTA {64, 128}.
 //
 // One CTA = 64 x kMB query rows of one sequence and one query head, 4 warps; warp w owns the
 // 16-row blocks w, 4 + w (kMB = 2: PrefillKernel::kFa2Wide, FlashAttention-2's tiling for
@@ -32,7 +33,7 @@
 //   - O lives in registers (HD / 8 x 4 floats per lane) and is written once, divided by the row
 //     sum, as bf16 pairs.
 // Shared memory rows are padded to HD + 8 bf16 (a 16-byte pad: the 8 row addresses of an
-// ldmatrix phase land in 8 different 16-byte bank groups). fp8 KV (the kFp8 instantiations):
+// ldmatrix phase land in 8 different 16-byte bank groups). fp8 KV (kKv e4m3 or e5m2):
 // cp.async brings the tile's one-byte codes into their own double buffer; after the tile has
 // landed all threads widen it to bf16 (exact) into a single bf16 K/V buffer, one more barrier, and
 // the MMAs run as for bf16; k_scale is folded into the score scale (prefill_params), v_scale into
@@ -91,8 +92,9 @@ __device__ __forceinline__ unsigned pack_bf16x2(float lo, float hi) {
   return *reinterpret_cast<const unsigned*>(&h);
 }
 
-template <int HD, bool kFp8, int kMB>
+template <int HD, int kKv, int kMB>
 __global__ void __launch_bounds__(kThreads) prefill_fa2_kernel(const PrefillParams p) {
+  constexpr bool kFp8 = kKv != kKvBf16;
   using L = Fa2Smem<HD, kFp8, kMB>;
   constexpr int kRows = L::kRows;
   constexpr bool kQInRegs = kMB == 1;
@@ -154,7 +156,7 @@ __global__ void __launch_bounds__(kThreads) prefill_fa2_kernel(const PrefillPara
   const std::int64_t head_off = std::int64_t{kv_head} * HD;
   const unsigned char* kbase = static_cast<const unsigned char*>(p.kv.k);
   const unsigned char* vbase = static_cast<const unsigned char*>(p.kv.v);
-  const bool e5m2 = p.kv.format == FloatFormat::kFp8E5m2;
+  constexpr bool e5m2 = kKv == kKvE5m2;
   const int t_first = key_begin / kKeys, t_end = (key_end - 1) / kKeys + 1;
 
   // Tile t's per-key element offsets (-1: past the CTA's keys) into buffer `buf`.
@@ -447,10 +449,10 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // The kernel instance with its dynamic shared memory above 48 KB opted into (once).
-template <int HD, bool kFp8, int kMB>
+template <int HD, int kKv, int kMB>
 auto prepared_kernel() {
-  constexpr int bytes = Fa2Smem<HD, kFp8, kMB>::kBytes;
-  const auto kernel = prefill_fa2_kernel<HD, kFp8, kMB>;
+  constexpr int bytes = Fa2Smem<HD, kKv != kKvBf16, kMB>::kBytes;
+  const auto kernel = prefill_fa2_kernel<HD, kKv, kMB>;
   static const bool configured = [kernel] {
     check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
                "cudaFuncSetAttribute(prefill fa2)");
@@ -460,10 +462,10 @@ auto prepared_kernel() {
   return kernel;
 }
 
-template <int HD, bool kFp8, int kMB>
+template <int HD, int kKv, int kMB>
 void launch(const PrefillParams& pp, const PrefillAttentionArgs& a, cudaStream_t s) {
-  constexpr int bytes = Fa2Smem<HD, kFp8, kMB>::kBytes;
-  const auto kernel = prepared_kernel<HD, kFp8, kMB>();  // one macro argument
+  constexpr int bytes = Fa2Smem<HD, kKv != kKvBf16, kMB>::kBytes;
+  const auto kernel = prepared_kernel<HD, kKv, kMB>();  // one macro argument
   const int splits = a.split.split() ? a.split.kv_splits : 1;
   SERVELAB_LAUNCH(kernel, dim3(a.num_tiles, a.num_q_heads, splits), kThreads, bytes, s)(pp);
   if (splits > 1) {
@@ -477,11 +479,15 @@ void launch(const PrefillParams& pp, const PrefillAttentionArgs& a, cudaStream_t
 
 template <int kMB>
 void launch_rows(const PrefillParams& pp, const PrefillAttentionArgs& a, cudaStream_t stream) {
-  const bool fp8 = is_fp8(a.kv.format);
+  const int kv = kv_instance(a.kv.format);
   if (a.kv.head_dim == 64) {
-    fp8 ? launch<64, true, kMB>(pp, a, stream) : launch<64, false, kMB>(pp, a, stream);
+    kv == kKvBf16   ? launch<64, kKvBf16, kMB>(pp, a, stream)
+    : kv == kKvE4m3 ? launch<64, kKvE4m3, kMB>(pp, a, stream)
+                    : launch<64, kKvE5m2, kMB>(pp, a, stream);
   } else {
-    fp8 ? launch<128, true, kMB>(pp, a, stream) : launch<128, false, kMB>(pp, a, stream);
+    kv == kKvBf16   ? launch<128, kKvBf16, kMB>(pp, a, stream)
+    : kv == kKvE4m3 ? launch<128, kKvE4m3, kMB>(pp, a, stream)
+                    : launch<128, kKvE5m2, kMB>(pp, a, stream);
   }
 }
 
@@ -501,7 +507,7 @@ std::int32_t resident_ctas() {
   check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
              "cudaDeviceGetAttribute");
   check_cuda(
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, prepared_kernel<HD, false, kMB>(),
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, prepared_kernel<HD, kKvBf16, kMB>(),
                                                     kThreads, Fa2Smem<HD, false, kMB>::kBytes),
       "cudaOccupancyMaxActiveBlocksPerMultiprocessor (prefill fa2)");
   return std::max(1, sms * std::max(1, per_sm));

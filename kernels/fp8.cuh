@@ -20,14 +20,22 @@
 
 #include <cstdint>
 
-#if defined(SERVELAB_CUDA_EMU)
 #include "kernels/float_formats.h"
-#else
+#if !defined(SERVELAB_CUDA_EMU)
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 #endif
 
 namespace servelab::kernels::detail {
+
+// The KV element type of an attention kernel instance (its template argument kKv): with the
+// format a template argument, every widening is one conversion, with no branch on a run-time
+// format flag around it.
+constexpr int kKvBf16 = 0, kKvE4m3 = 1, kKvE5m2 = 2;
+// The instance argument of a PagedKv format (kBf16, kFp8E4m3, kFp8E5m2).
+constexpr int kv_instance(FloatFormat f) {
+  return f == FloatFormat::kFp8E5m2 ? kKvE5m2 : f == FloatFormat::kFp8E4m3 ? kKvE4m3 : kKvBf16;
+}
 
 #if defined(SERVELAB_CUDA_EMU)
 
