@@ -22,6 +22,14 @@ void check(cublasStatus_t s, const char* what) {
 
 cublasHandle_t as_handle(void* h) { return static_cast<cublasHandle_t>(h); }
 
+// Runs `a` on the skinny kernel when `kernel` chooses it and it takes the shape; false otherwise
+// (the caller runs cuBLAS).
+bool ran_skinny(GemmKernel kernel, const SkinnyGemmArgs& a, Stream stream) {
+  if (kernel != GemmKernel::kSkinny || !skinny_gemm_fits(a)) return false;
+  skinny_linear(a, stream);
+  return true;
+}
+
 }  // namespace
 
 Gemm::Gemm() {
@@ -45,13 +53,9 @@ void Gemm::set_workspace(void* workspace, std::size_t bytes) {
 
 void Gemm::linear(const Bf16* x, const Bf16* w, void* y, Out out_type, std::int32_t tokens,
                   std::int32_t in, std::int32_t out, float beta, Stream stream) {
-  if (tokens == 0) return;
-  if (kernel_ == GemmKernel::kSkinny) {
-    const SkinnyGemmArgs a{x, w, y, out_type == Out::kF32, tokens, in, out, beta, false};
-    if (skinny_gemm_fits(a)) {
-      skinny_linear(a, stream);
-      return;
-    }
+  if (tokens == 0 ||
+      ran_skinny(kernel_, {x, w, y, out_type == Out::kF32, tokens, in, out, beta, false}, stream)) {
+    return;
   }
   check(cublasSetStream(as_handle(handle_), static_cast<cudaStream_t>(stream)), "cublasSetStream");
   if (workspace_ != nullptr) {
@@ -69,13 +73,10 @@ void Gemm::linear(const Bf16* x, const Bf16* w, void* y, Out out_type, std::int3
 void Gemm::swiglu_linear(const Bf16* gate_up, Bf16* act, const Bf16* w, void* y, Out out_type,
                          std::int32_t tokens, std::int32_t in, std::int32_t out, float beta,
                          Stream stream) {
-  if (tokens == 0) return;
-  if (kernel_ == GemmKernel::kSkinny) {
-    const SkinnyGemmArgs a{gate_up, w, y, out_type == Out::kF32, tokens, in, out, beta, true};
-    if (skinny_gemm_fits(a)) {
-      skinny_linear(a, stream);
-      return;
-    }
+  if (tokens == 0 ||
+      ran_skinny(kernel_, {gate_up, w, y, out_type == Out::kF32, tokens, in, out, beta, true},
+                 stream)) {
+    return;
   }
   silu_mul(gate_up, act, tokens, in, stream);
   linear(act, w, y, out_type, tokens, in, out, beta, stream);
