@@ -88,6 +88,22 @@ bool GpuAvailable(std::string* reason) {
   return v;
 }
 
+// y[t][o] = sum_i x[t][i] w[o][i] in double precision (x [tokens][in], w [out][in]), as fp32.
+[[maybe_unused]] std::vector<float> ReferenceLinear(const std::vector<float>& x,
+                                                    const std::vector<float>& w,
+                                                    std::int32_t tokens, std::int32_t in,
+                                                    std::int32_t out) {
+  std::vector<float> y(static_cast<std::size_t>(tokens) * out);
+  for (std::int32_t t = 0; t < tokens; ++t) {
+    for (std::int32_t o = 0; o < out; ++o) {
+      double sum = 0;
+      for (std::int32_t i = 0; i < in; ++i) sum += double{x[t * in + i]} * w[o * in + i];
+      y[static_cast<std::size_t>(t) * out + o] = static_cast<float>(sum);
+    }
+  }
+  return y;
+}
+
 // Checks |got - want| <= atol + rtol |want| element-wise (NaN fails); reports the first misses.
 [[maybe_unused]] void ExpectClose(const std::vector<float>& got, const std::vector<float>& want,
                                   double atol, double rtol, const std::string& what) {
@@ -1193,14 +1209,7 @@ TEST(GpuKernels, GemmMatchesFp32) {
               nullptr);
   gemm.linear(d_x.as<k::Bf16>(), d_w.as<k::Bf16>(), y16.get(), k::Gemm::Out::kBf16, T, in, out,
               0.0f, nullptr);
-  std::vector<float> want(T * out);
-  for (std::int32_t t = 0; t < T; ++t) {
-    for (std::int32_t o = 0; o < out; ++o) {
-      double s = 0;
-      for (std::int32_t i = 0; i < in; ++i) s += double{x[t * in + i]} * w[o * in + i];
-      want[t * out + o] = static_cast<float>(s);
-    }
-  }
+  const std::vector<float> want = ReferenceLinear(x, w, T, in, out);
   std::vector<float> want_acc(want);
   for (float& v : want_acc) v += 0.5f;
   ExpectClose(Download<float>(y32, want.size()), want_acc, 1e-3, 1e-4, "gemm fp32 accumulate");
@@ -1228,14 +1237,7 @@ TEST(GpuKernels, SkinnyGemmMatchesReference) {
                  std::to_string(out));
     const std::vector<float> x = RandomBf16(rng, T * in), w = RandomBf16(rng, out * in);
     DeviceBuffer d_x = Upload(ToBits(x)), d_w = Upload(ToBits(w));
-    std::vector<float> want(T * out);
-    for (std::int32_t t = 0; t < T; ++t) {
-      for (std::int32_t o = 0; o < out; ++o) {
-        double sum = 0;
-        for (std::int32_t i = 0; i < in; ++i) sum += double{x[t * in + i]} * w[o * in + i];
-        want[t * out + o] = static_cast<float>(sum);
-      }
-    }
+    const std::vector<float> want = ReferenceLinear(x, w, T, in, out);
     std::vector<float> base(T * out);
     for (std::size_t i = 0; i < base.size(); ++i) base[i] = 0.25f * static_cast<float>(i % 7);
     DeviceBuffer acc = Upload(base), nan32 = Poisoned(T * out * 4), y16 = Poisoned(T * out * 2);
