@@ -12,7 +12,8 @@
 //                                 >= 32, ctx >= 2048, kernel 1)
 //   BM_PrefillAttention/len/kernel  one causal prefill of len tokens, same shape, kernel 0 = fa2
 //                                 (the default), 1 = wmma (kernels/prefill_kernel.h), 2 = fa2
-//                                 over an fp8 e4m3 cache: TFLOP/s counting
+//                                 over an fp8 e4m3 cache, 3 = fa2_128, 4 = wgmma (Hopper wgmma,
+//                                 128 query rows per CTA, bf16 KV): TFLOP/s counting
 //                                 4 * heads * len^2 * head_dim / 2 (compare with
 //                                 bench/gpu/sdpa_bench.py; target >= 0.7x SDPA for fa2)
 //   BM_PrefillChunk/q/prefix/split  a chunk of q queries after prefix cached keys, fa2 unsplit (0)
@@ -28,7 +29,9 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <exception>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -37,9 +40,12 @@
 #if SERVELAB_HAVE_CUDA
 #include "kernels/attention.h"
 #include "kernels/cache_ops.h"
+#include "kernels/counter_normal.h"
 #include "kernels/device.h"
+#include "kernels/float_formats.h"
 #include "kernels/gemm.h"
 #include "kernels/kv_layout.h"
+#include "kernels/random_fill.h"
 #endif
 
 namespace {
@@ -236,15 +242,66 @@ struct PrefillInputs {
   }
 };
 
-// Times `args` (the L2 flushed before each launch).
+// Times `args` (the L2 flushed before each launch). A launch that throws (a kernel this build or
+// device cannot run, such as wgmma without sm_90a) is this benchmark's error, and the run goes on
+// to the next one (report.py shows the row as ERROR).
 void time_prefill(benchmark::State& state, const k::PrefillAttentionArgs& args) {
   k::GpuTimer t;
   for (auto _ : state) {
     flush_l2();
     t.start();
-    k::paged_prefill_attention(args, nullptr);
+    try {
+      k::paged_prefill_attention(args, nullptr);
+    } catch (const std::exception& e) {
+      state.SkipWithError(e.what());
+      break;
+    }
     state.SetIterationTime(t.stop() * 1e-3);
   }
+}
+
+// A bf16 kernel other than fa2 is checked before it is timed: on random Q, K and V (the inputs
+// its timed runs then read) its output must be fa2's within bf16 rounding (|a - b| <= 2e-2 (1 +
+// |b|): a fragment or descriptor mistake gives errors of order 1, or NaN). One that differs is
+// the row's error, so report.py's prefill choice never runs it in the modes after bench (its
+// speed would mean nothing); a GPU test failure says more.
+bool agrees_with_fa2(benchmark::State& state, Cache& cache, PrefillInputs& in,
+                     k::PrefillKernel kernel) {
+  const std::size_t q_elems = in.q.bytes() / 2, kv_elems = cache.data.bytes() / 2;
+  PrefillInputs ref(in.nq, in.first);  // fa2's tiles
+  for (k::DeviceBuffer* q : {&in.q, &ref.q}) {
+    k::fill_counter_normal(q->as<k::Bf16>(), static_cast<std::int64_t>(q_elems),
+                           k::counter_normal_params(0x5eed, 0.0, 1.0), nullptr);
+  }
+  k::fill_counter_normal(cache.data.as<k::Bf16>(), static_cast<std::int64_t>(kv_elems),
+                         k::counter_normal_params(0x5eee, 0.0, 1.0), nullptr);
+  std::vector<std::uint16_t> got(q_elems), want(q_elems);
+  try {
+    k::paged_prefill_attention(ref.args(cache, k::PrefillKernel::kFa2), nullptr);
+    k::paged_prefill_attention(in.args(cache, kernel), nullptr);
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+    return false;
+  }
+  k::copy_to_host(want.data(), ref.out.get(), q_elems * 2);
+  k::copy_to_host(got.data(), in.out.get(), q_elems * 2);
+  double worst = 0;
+  for (std::size_t i = 0; i < q_elems; ++i) {
+    const double a = k::bf16_to_float(got[i]), b = k::bf16_to_float(want[i]);
+    const double err = std::fabs(a - b) / (1 + std::fabs(b));
+    if (std::isnan(err)) {
+      worst = err;
+      break;
+    }
+    worst = std::max(worst, err);
+  }
+  if (!(worst <= 2e-2)) {
+    const std::string why =
+        "outputs differ from fa2's (worst |a - b| / (1 + |b|) " + std::to_string(worst) + ")";
+    state.SkipWithError(why.c_str());
+    return false;
+  }
+  return true;
 }
 #endif
 
@@ -252,12 +309,17 @@ void BM_PrefillAttention(benchmark::State& state) {
   if (!have_gpu(state)) return;
 #if SERVELAB_HAVE_CUDA
   const auto len = static_cast<std::int32_t>(state.range(0));
-  // 0: fa2, 1: wmma, 2: fa2 over fp8 e4m3, 3: fa2_128 (bench/gpu/report.py PREFILL_KERNELS).
+  // 0: fa2, 1: wmma, 2: fa2 over fp8 e4m3, 3: fa2_128, 4: wgmma (bench/gpu/report.py
+  // PREFILL_KERNELS).
   const k::PrefillKernel kernel = state.range(1) == 1   ? k::PrefillKernel::kWmma
                                   : state.range(1) == 3 ? k::PrefillKernel::kFa2Wide
+                                  : state.range(1) == 4 ? k::PrefillKernel::kWgmma
                                                         : k::PrefillKernel::kFa2;
-  const Cache cache(1, len, state.range(1) == 2 ? k::FloatFormat::kFp8E4m3 : k::FloatFormat::kBf16);
-  const PrefillInputs in(len, 0, kernel);
+  Cache cache(1, len, state.range(1) == 2 ? k::FloatFormat::kFp8E4m3 : k::FloatFormat::kBf16);
+  PrefillInputs in(len, 0, kernel);
+  if (state.range(1) != 0 && state.range(1) != 2 && !agrees_with_fa2(state, cache, in, kernel)) {
+    return;
+  }
   time_prefill(state, in.args(cache, kernel));
   const double flops = 4.0 * kHeads * static_cast<double>(len) * len * kHeadDim / 2;
   state.counters["TFLOPs"] =
@@ -265,7 +327,7 @@ void BM_PrefillAttention(benchmark::State& state) {
 #endif
 }
 BENCHMARK(BM_PrefillAttention)
-    ->ArgsProduct({{512, 2048, 8192}, {0, 1, 3}})
+    ->ArgsProduct({{512, 2048, 8192}, {0, 1, 3, 4}})
     ->ArgsProduct({{512, 8192}, {2}})
     ->UseManualTime();
 

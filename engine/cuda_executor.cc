@@ -13,6 +13,7 @@
 
 #include "core/rng.h"
 #include "core/stop_conditions.h"
+#include "engine/gpu_switches.h"
 #include "engine/plan_check.h"
 #include "engine/safetensors.h"
 #include "kernels/activation.h"
@@ -167,7 +168,8 @@ struct CudaExecutor::Impl {
   std::map<std::string, WeightRef> weight_refs;
   std::int32_t rope_rows = 0;
   std::int32_t decode_ctas_per_seq = 1, decode_max_ctas = 1;
-  std::int32_t prefill_max_ctas = 1;  // fa2's resident CTAs: plan_prefill_splits' max_ctas
+  // The prefill kernel's resident CTAs (prefill_max_resident_ctas): plan_prefill_splits' max_ctas
+  std::int32_t prefill_max_ctas = 1;
   // Activations, sized for `cap_tokens` tokens and `cap_rows` sampled rows.
   std::int32_t cap_tokens = 0, cap_rows = 0;
   DeviceBuffer residual, hbuf, qkv, q, kk, vv, attn, gate_up, act, final_h, logits, prob, sampled;
@@ -276,7 +278,7 @@ struct CudaExecutor::Impl {
     const std::int32_t *p_beg = nullptr, *p_num = nullptr, *p_first = nullptr, *p_tab = nullptr;
     const k::PrefillTile* tiles = nullptr;
     std::int32_t num_tiles = 0;
-    k::PrefillSplitPlan psplit;  // split-KV prefill (fa2)
+    k::PrefillSplitPlan psplit;  // split-KV prefill (kernels of k::prefill_splits_keys)
     std::int64_t p_longest = 0;  // the largest first position + queries of the step
   };
   // Enqueues embedding and every layer on `stream`; nothing else (no allocation, no copy, no
@@ -427,15 +429,10 @@ void CudaExecutor::Impl::init(const LlamaWeights* host, std::uint64_t seed) {
         "multiples of 8");
   }
   k::check_kv_format(options.kv_format, options.k_scale, options.v_scale, "CudaExecutor");
-  if (k::kv_elem_bytes(options.kv_format) == 1 &&
-      (options.decode_kernel != k::DecodeKernel::kPipelined ||
-       !k::is_fa2(options.prefill_kernel))) {
-    throw std::invalid_argument(
-        std::string("CudaExecutor: an fp8 KV cache is read by the pipelined decode and fa2 "
-                    "prefill kernels only, not ") +
-        k::decode_kernel_name(options.decode_kernel) + " / " +
-        k::prefill_kernel_name(options.prefill_kernel) +
-        " (unset SERVELAB_CUDA_DECODE / SERVELAB_CUDA_PREFILL, or use a bf16 cache)");
+  if (const std::string refusal =
+          cuda_kv_kernels_refusal(options.kv_format, options.decode_kernel, options.prefill_kernel);
+      !refusal.empty()) {
+    throw std::invalid_argument("CudaExecutor: " + refusal);
   }
   std::string reason;
   if (!k::cuda_device_available(&reason)) {
@@ -900,7 +897,7 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
         for (std::size_t i = 0; i < p_num.size(); ++i) {
           f.p_longest = std::max<std::int64_t>(f.p_longest, std::int64_t{p_first[i]} + p_num[i]);
         }
-        if (k::is_fa2(opt.prefill_kernel)) {
+        if (k::prefill_splits_keys(opt.prefill_kernel)) {
           f.psplit =
               k::plan_prefill_splits(f.num_tiles, m.num_heads, f.p_longest, s.prefill_max_ctas);
         }

@@ -102,8 +102,9 @@ struct CudaExecutorOptions {
   // bf16 scratch rows (environment: SERVELAB_CUDA_FUSED_QKV).
   bool fused_qkv_rope = true;
   // The KV cache's element format: kBf16, kFp8E4m3 or kFp8E5m2 (fp8: one byte an element, so a
-  // block takes half the bytes and about twice the blocks fit; needs the pipelined decode and
-  // fa2 prefill kernels, the defaults), with vLLM's per-tensor scales (fp8 only).
+  // block takes half the bytes and about twice the blocks fit; needs the pipelined decode kernel
+  // and an fa2 prefill kernel, fa2 or fa2_128: cuda_kv_kernels_refusal in gpu_switches.h), with
+  // vLLM's per-tensor scales (fp8 only).
   kernels::FloatFormat kv_format = kernels::FloatFormat::kBf16;
   float k_scale = 1.0f;
   float v_scale = 1.0f;

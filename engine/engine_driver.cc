@@ -466,15 +466,10 @@ EngineInstance load_replicas(const ExperimentConfig& config, const EngineOptions
     cuda_options.sampling.seed = config.seed;
     cuda_options.kv_format = cuda_kv;  // fp8: per-tensor scales 1, as the CPU engine's
     apply_cuda_switches(cuda_switches_from_env(), cuda_options);
-    if (cuda_kv != kernels::FloatFormat::kBf16 &&
-        (cuda_options.decode_kernel != kernels::DecodeKernel::kPipelined ||
-         !kernels::is_fa2(cuda_options.prefill_kernel))) {
-      throw ConfigError(config.file + ": key 'model.kv_cache_dtype': " + model.kv_dtype() +
-                        " KV is read by the pipelined decode and fa2 prefill kernels only, and " +
-                        kernels::kDecodeKernelEnv + " / " + kernels::kPrefillKernelEnv + " chose " +
-                        kernels::decode_kernel_name(cuda_options.decode_kernel) + " / " +
-                        kernels::prefill_kernel_name(cuda_options.prefill_kernel) +
-                        "; unset them, or use a bf16 KV cache");
+    if (const std::string refusal = cuda_kv_kernels_refusal(cuda_kv, cuda_options.decode_kernel,
+                                                            cuda_options.prefill_kernel);
+        !refusal.empty()) {
+      throw ConfigError(config.file + ": key 'model.kv_cache_dtype': " + refusal);
     }
     auto cuda_executor = device_random
                              ? std::make_unique<CudaExecutor>(llama, config.seed, cuda_options)

@@ -1,8 +1,10 @@
 #include "engine/gpu_switches.h"
 
+#include <cstddef>
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "core/config_error.h"
 
@@ -38,6 +40,31 @@ CudaSwitches cuda_switches_from_env() {
     throw ConfigError(std::string("environment variable ") + e.what());
   }
   return sw;
+}
+
+std::string cuda_kv_kernels_refusal(kernels::FloatFormat kv_format, kernels::DecodeKernel decode,
+                                    kernels::PrefillKernel prefill) {
+  const bool fp8 =
+      kv_format == kernels::FloatFormat::kFp8E4m3 || kv_format == kernels::FloatFormat::kFp8E5m2;
+  if (!fp8 ||
+      (decode == kernels::DecodeKernel::kPipelined && kernels::prefill_reads_fp8(prefill))) {
+    return "";
+  }
+  std::vector<const char*> readers;
+  for (kernels::PrefillKernel k : kernels::kPrefillKernels) {
+    if (kernels::prefill_reads_fp8(k)) readers.push_back(kernels::prefill_kernel_name(k));
+  }
+  std::string prefill_names;
+  for (std::size_t i = 0; i < readers.size(); ++i) {
+    if (i > 0) prefill_names += i + 1 == readers.size() ? " and " : ", ";
+    prefill_names += readers[i];
+  }
+  return "an " + std::string(kernels::format_name(kv_format)) + " KV cache is read by the " +
+         kernels::decode_kernel_name(kernels::DecodeKernel::kPipelined) +
+         " decode kernel and the " + prefill_names + " prefill kernel" +
+         (readers.size() > 1 ? "s" : "") + " only, and " + kernels::kDecodeKernelEnv + " / " +
+         kernels::kPrefillKernelEnv + " chose " + kernels::decode_kernel_name(decode) + " / " +
+         kernels::prefill_kernel_name(prefill) + "; unset them, or use a bf16 KV cache";
 }
 
 }  // namespace servelab

@@ -3,7 +3,8 @@
 //   SERVELAB_CUDA_GRAPHS=0|1                decode-only steps as CUDA graphs (cuda_graphs)
 //   SERVELAB_CUDA_FUSED_QKV=0|1             bias + RoPE + KV write in one kernel (fused_qkv_rope)
 //   SERVELAB_CUDA_DECODE=tiled|pipelined    decode attention kernel (decode_kernel)
-//   SERVELAB_CUDA_PREFILL=fa2|wmma|fa2_128  prefill attention kernel (prefill_kernel)
+//   SERVELAB_CUDA_PREFILL=fa2|wmma|fa2_128|wgmma  prefill attention kernel (prefill_kernel;
+//                                           wgmma: Hopper wgmma, 128 rows a CTA, bf16 KV only)
 //   SERVELAB_CUDA_GEMM=cublas|skinny        linear layers of steps of <= 32 tokens (gemm_kernel)
 //   SERVELAB_CUDA_PDL=0|1                   programmatic dependent launch (programmatic_launch)
 // Unset leaves the option as it is (defaults: graphs and fusion on, the pipelined and fa2
@@ -14,9 +15,11 @@
 #pragma once
 
 #include <optional>
+#include <string>
 #include <string_view>
 
 #include "kernels/attention_plan.h"
+#include "kernels/float_formats.h"
 #include "kernels/gemm_kernel.h"
 #include "kernels/prefill_kernel.h"
 
@@ -54,5 +57,19 @@ void apply_cuda_switches(const CudaSwitches& sw, Opt& options) {
   if (sw.prefill_kernel) options.prefill_kernel = *sw.prefill_kernel;
   if (sw.gemm_kernel) options.gemm_kernel = *sw.gemm_kernel;
 }
+
+// Why the CUDA executor cannot read a KV cache in `kv_format` with the decode kernel `decode` and
+// the prefill kernel `prefill`, or "" when it can. bf16 (and any format that is not fp8: the
+// format itself is check_kv_format's business) is read by every kernel; an fp8 cache (e4m3 or
+// e5m2) only by the pipelined decode kernel and the prefill kernels of
+// kernels::prefill_reads_fp8. The reason names the kernels that read fp8, the switches and the
+// kernels they chose, and the ways out, for example
+//   "an fp8_e4m3 KV cache is read by the pipelined decode kernel and the fa2 and fa2_128 prefill
+//   kernels only, and SERVELAB_CUDA_DECODE / SERVELAB_CUDA_PREFILL chose tiled / fa2; unset
+//   them, or use a bf16 KV cache"
+// The CUDA executor throws it as std::invalid_argument, the engine driver as a ConfigError
+// naming the config file and key.
+std::string cuda_kv_kernels_refusal(kernels::FloatFormat kv_format, kernels::DecodeKernel decode,
+                                    kernels::PrefillKernel prefill);
 
 }  // namespace servelab

@@ -25,7 +25,8 @@ namespace servelab::kernels {
 // (cache_ops.h), and attention reads k = code * k_scale, v = code * v_scale (vLLM's per-tensor
 // scales): codes are widened to bf16 exactly, k_scale folds into the score scale and v_scale into
 // the output. Only the default kernels read fp8 (DecodeKernel::kPipelined, the fa2 prefill
-// kernels PrefillKernel::kFa2 and kFa2Wide); the others throw std::invalid_argument.
+// kernels PrefillKernel::kFa2 and kFa2Wide: prefill_reads_fp8); the others throw
+// std::invalid_argument.
 struct PagedKv {
   const void* k = nullptr;
   const void* v = nullptr;
@@ -92,18 +93,23 @@ std::int32_t decode_max_resident_ctas(DecodeKernel kernel, std::int32_t head_dim
 // q_row_begin[i] .. + num_queries[i] - 1 of q and out, at positions first_pos[i] .. ; they attend
 // causally to [0, own position]. Work is the tile list of plan_prefill_tiles with the kernel's
 // prefill_tile_rows (a device array of {seq, q_begin} int32 pairs). Grid: (num_tiles,
-// num_q_heads), 128 threads (4 warps), 64-key tiles gathered through the block table, online
-// softmax in fp32, P rounded to bf16 for the tensor cores, fp32 accumulation. Kernels (`kernel`):
+// num_q_heads), 128 threads (4 warps) for the fa2 and wmma kernels, 64-key tiles gathered through
+// the block table, online softmax in fp32, P rounded to bf16 for the tensor cores, fp32
+// accumulation. Kernels (`kernel`):
 //   kFa2 (default): 64 query rows per CTA, 16 per warp; mma.sync m16n8k16 with S, P and O in
 //     registers, K/V tiles by cp.async double buffered, causal tile skipping per warp
 //     (kernels/attention_prefill_fa2.cu);
 //   kFa2Wide: the same kernel with 128 query rows per CTA, two 16-row blocks per warp (rows
 //     16 w and 64 + 16 w) sharing each K/V fragment, Q re-read from shared memory per tile;
+//   kWgmma: Hopper wgmma m64nNk16 from shared-memory descriptors, S and O in registers; 128 query
+//     rows per CTA, two warpgroups of 64 rows; bf16 KV only; needs a build with sm_90a
+//     (kernels/attention_prefill_wgmma.cu);
 //   kWmma: WMMA 16x16x16 with S, P and O in shared memory, synchronous gathers
 //     (kernels/attention_prefill.cu).
 // All are deterministic (same inputs: bit-identical outputs); kFa2Wide's outputs are kFa2's bit
 // for bit (the same products in the same order per row).
-// Split-KV (fa2 kernels only; `split` from plan_prefill_splits, kernels/attention_plan.h): grid
+// Split-KV (kFa2, kFa2Wide, kWgmma: prefill_splits_keys; `split` from plan_prefill_splits,
+// kernels/attention_plan.h): grid
 // (num_tiles, num_q_heads, kv_splits); CTA z takes keys [z * split_tokens, (z + 1) *
 // split_tokens) of its tile's causal range and writes its rows' normalised partial states
 // (o / l, m, l; empty ranges m = -inf, l = 0, o = 0) to `workspace`
@@ -131,8 +137,9 @@ struct PrefillAttentionArgs {
 // longest_keys; std::runtime_error on a launch error.
 void paged_prefill_attention(const PrefillAttentionArgs& args, Stream stream);
 
-// Prefill CTAs of an fa2 kernel (kFa2 or kFa2Wide) that fit on the device at once (SMs x
-// occupancy of its bf16 instance for head_dim): the max_ctas of plan_prefill_splits.
+// Prefill CTAs of a kernel that splits keys (prefill_splits_keys: kFa2, kFa2Wide, kWgmma) that
+// fit on the device at once (SMs x occupancy of its bf16 instance for head_dim): the max_ctas of
+// plan_prefill_splits.
 std::int32_t prefill_max_resident_ctas(std::int32_t head_dim,
                                        PrefillKernel kernel = PrefillKernel::kFa2);
 

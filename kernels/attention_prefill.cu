@@ -32,6 +32,7 @@ namespace servelab::kernels {
 namespace detail {
 // kernels/attention_prefill_fa2.cu; REQUIRES: arguments checked by paged_prefill_attention.
 void launch_prefill_fa2(const PrefillAttentionArgs& a, cudaStream_t stream);
+void launch_prefill_wgmma(const PrefillAttentionArgs& a, cudaStream_t stream);
 }  // namespace detail
 
 namespace {
@@ -234,14 +235,15 @@ void paged_prefill_attention(const PrefillAttentionArgs& a, Stream stream) {
     throw std::invalid_argument("paged_prefill_attention: num_kv_heads must divide num_q_heads");
   }
   check_kv_format(a.kv.format, a.kv.k_scale, a.kv.v_scale, "paged_prefill_attention");
-  if (detail::is_fp8(a.kv.format) && !is_fa2(a.kernel)) {
+  if (detail::is_fp8(a.kv.format) && !prefill_reads_fp8(a.kernel)) {
     throw std::invalid_argument(std::string("paged_prefill_attention: the ") +
                                 prefill_kernel_name(a.kernel) + " kernel reads bf16 KV only, not " +
                                 std::string(format_name(a.kv.format)) + "; use the fa2 kernel");
   }
   if (a.split.split() || a.split.kv_splits != 1) {
-    if (!is_fa2(a.kernel)) {
-      throw std::invalid_argument("paged_prefill_attention: split-KV needs an fa2 kernel");
+    if (!prefill_splits_keys(a.kernel)) {
+      throw std::invalid_argument(std::string("paged_prefill_attention: the ") +
+                                  prefill_kernel_name(a.kernel) + " kernel does not split keys");
     }
     if (a.workspace == nullptr) {
       throw std::invalid_argument("paged_prefill_attention: a split plan needs a workspace");
@@ -252,7 +254,12 @@ void paged_prefill_attention(const PrefillAttentionArgs& a, Stream stream) {
     }
   }
   const cudaStream_t s = detail::as_stream(stream);
-  if (is_fa2(a.kernel)) {
+  if (a.kernel == PrefillKernel::kWgmma) {
+    detail::launch_prefill_wgmma(a, s);
+    detail::check_launch("paged_prefill_attention (wgmma)");
+    return;
+  }
+  if (a.kernel == PrefillKernel::kFa2 || a.kernel == PrefillKernel::kFa2Wide) {
     detail::launch_prefill_fa2(a, s);
     detail::check_launch(a.kernel == PrefillKernel::kFa2 ? "paged_prefill_attention (fa2)"
                                                          : "paged_prefill_attention (fa2_128)");

@@ -49,12 +49,16 @@
 #include "kernels/fp8.cuh"
 #include "kernels/mma_fragments.h"
 #include "kernels/prefill_params.cuh"
+#include "kernels/prefill_shared.cuh"
 #include "kernels/ptx.cuh"
 #include "kernels/softmax_merge.h"
 
 namespace servelab::kernels::detail {
 
 void launch_prefill_fa2(const PrefillAttentionArgs& a, cudaStream_t stream);
+void launch_prefill_merge(const PrefillParams& pp, const PrefillAttentionArgs& a, int tile_rows,
+                          cudaStream_t stream);
+std::int32_t wgmma_resident_ctas(std::int32_t head_dim);
 
 namespace {
 
@@ -86,12 +90,6 @@ struct Fa2Smem {
                 "cp.async and ldmatrix need 16-byte aligned rows");
 };
 
-// Two floats as one .b32 of bf16 (lo in the low half: the even column of a fragment pair).
-__device__ __forceinline__ unsigned pack_bf16x2(float lo, float hi) {
-  const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const unsigned*>(&h);
-}
-
 template <int HD, int kKv, int kMB>
 __global__ void __launch_bounds__(kThreads) prefill_fa2_kernel(const PrefillParams p) {
   constexpr bool kFp8 = kKv != kKvBf16;
@@ -109,35 +107,12 @@ __global__ void __launch_bounds__(kThreads) prefill_fa2_kernel(const PrefillPara
   __nv_bfloat16* sv = reinterpret_cast<__nv_bfloat16*>(smem + L::kV);
   std::int64_t* soff = reinterpret_cast<std::int64_t*>(smem + L::kOff);
 
-  // Reversed: within a head the plan lists a sequence's tiles by rising position, so the
-  // longest (most keys) start first and the short ones fill the tail of the grid.
-  const PrefillTile tile = p.tiles[gridDim.x - 1 - blockIdx.x];
-  const int head = blockIdx.y;
-  const int kv_head = head / (p.num_q_heads / p.kv.num_kv_heads);
-  const int rows = min(kRows, p.num_queries[tile.seq] - tile.q_begin);
-  const std::int64_t row0 = std::int64_t{p.q_row_begin[tile.seq]} + tile.q_begin;
-  const int pos0 = p.first_pos[tile.seq] + tile.q_begin;  // position of the CTA's row 0
-  const int last_pos = pos0 + rows - 1;
+  const PrefillCta cta = prefill_cta(p, kRows);
+  const int head = cta.head, rows = cta.rows, pos0 = cta.pos0;
+  const std::int64_t row0 = cta.row0;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  // Split-KV: this CTA's keys [key_begin, key_end), key_begin a multiple of the key tile (and
-  // key_end too unless it is last_pos + 1, past which every key is causally masked anyway).
-  const bool splitting = gridDim.z > 1;
-  const int key_begin = splitting ? blockIdx.z * p.split_tokens : 0;
-  const int key_end = splitting ? min(key_begin + p.split_tokens, last_pos + 1) : last_pos + 1;
-  const std::int64_t part0 =  // this CTA's row 0 in the workspace (split-KV)
-      ((std::int64_t{gridDim.x - 1 - blockIdx.x} * p.num_q_heads + head) * kRows) * gridDim.z +
-      blockIdx.z;
-  const std::int64_t n_parts = std::int64_t{gridDim.x} * p.num_q_heads * kRows * gridDim.z;
-  if (key_begin >= key_end) {  // past every row's position: an empty state for each row
-    for (int i = tid; i < rows * HD; i += kThreads) {
-      const int r = i / HD, d = i % HD;
-      const std::int64_t part = part0 + std::int64_t{r} * gridDim.z;
-      p.workspace[part * HD + d] = 0.0f;
-      if (d == 0) {
-        p.workspace[n_parts * HD + 2 * part] = -INFINITY;
-        p.workspace[n_parts * HD + 2 * part + 1] = 0.0f;
-      }
-    }
+  if (cta.key_begin >= cta.key_end) {  // past every row's position
+    prefill_store_empty<HD>(p, cta, tid, kThreads);
     return;
   }
 
@@ -150,24 +125,14 @@ __global__ void __launch_bounds__(kThreads) prefill_fa2_kernel(const PrefillPara
   }
   cp_async_commit();
 
-  const std::int32_t* table = p.kv.block_tables + std::int64_t{tile.seq} * p.kv.block_table_stride;
-  const int bs = p.kv.block_size;
-  const std::int64_t row_elems = std::int64_t{p.kv.num_kv_heads} * HD;
-  const std::int64_t head_off = std::int64_t{kv_head} * HD;
   const unsigned char* kbase = static_cast<const unsigned char*>(p.kv.k);
   const unsigned char* vbase = static_cast<const unsigned char*>(p.kv.v);
   constexpr bool e5m2 = kKv == kKvE5m2;
-  const int t_first = key_begin / kKeys, t_end = (key_end - 1) / kKeys + 1;
-
-  // Tile t's per-key element offsets (-1: past the CTA's keys) into buffer `buf`.
+  const int t_first = cta.key_begin / kKeys, t_end = (cta.key_end - 1) / kKeys + 1;
   auto stage_offsets = [&](int t, int buf) {
-    if (tid < kKeys) {
-      const int pos = t * kKeys + tid;
-      soff[buf * kKeys + tid] = pos < key_end ? std::int64_t{table[pos / bs]} * p.kv.block_stride +
-                                                    (pos % bs) * row_elems + head_off
-                                              : -1;
-    }
+    prefill_stage_offsets<HD>(p, cta, soff + buf * kKeys, t, tid);
   };
+
   // K and V rows of the staged tile into buffer `buf` (bf16: the MMAs' buffers; fp8: the code
   // buffers), as one cp.async group.
   auto issue_kv = [&](int buf) {
@@ -215,23 +180,14 @@ __global__ void __launch_bounds__(kThreads) prefill_fa2_kernel(const PrefillPara
       for (int i = 0; i < 4; ++i) o[m][d][i] = 0.0f;
     }
   }
-  // This lane's two rows (C elements 0, 1 and 2, 3) of each block: running max (log2 units) and
-  // partial sum.
-  float m_run[kMB][2], l_run[kMB][2];
-  int blk_pos0[kMB], row_pos[kMB][2];
+  // This lane's two rows of each block: running max and partial sum (prefill_shared.cuh).
+  RowState st[kMB];
+  int blk_pos0[kMB];
   bool blk_rows[kMB];  // the block has a query row of the tile
-  const int g = frag::group(lane);
 #pragma unroll
   for (int m = 0; m < kMB; ++m) {
     blk_pos0[m] = pos0 + m * 64 + warp * 16;
-    row_pos[m][0] = blk_pos0[m] + g;
-    row_pos[m][1] = blk_pos0[m] + g + 8;
     blk_rows[m] = m * 64 + warp * 16 < rows;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      m_run[m][r] = -INFINITY;
-      l_run[m][r] = 0.0f;
-    }
   }
   const frag::Rc ka = frag::k_ldmatrix_addr(lane);
   const frag::Rc va = frag::v_ldmatrix_addr(lane);
@@ -314,54 +270,10 @@ __global__ void __launch_bounds__(kThreads) prefill_fa2_kernel(const PrefillPara
       }
     }
 
-    // Per live block: the causal mask (only where some key of the tile is after some row of the
-    // block) and the online softmax (log2 domain); P stays in s.
+    // Per live block: the causal mask and the online softmax (log2 domain); P stays in s.
 #pragma unroll
     for (int m = 0; m < kMB; ++m) {
-      if (!live[m]) continue;
-      if (kt + kKeys - 1 > blk_pos0[m]) {
-#pragma unroll
-        for (int n = 0; n < kKeys / 8; ++n) {
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const frag::Rc c = frag::c_elem(lane, i);
-            if (kt + n * 8 + c.col > row_pos[m][i / 2]) s[m][n][i] = -INFINITY;
-          }
-        }
-      }
-      float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-      for (int n = 0; n < kKeys / 8; ++n) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) mx[i / 2] = fmaxf(mx[i / 2], s[m][n][i]);
-      }
-      float alpha[2], m_use[2];
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-        const float m_new = fmaxf(m_run[m][r], mx[r] * p.scale_log2);
-        // A row with no valid key yet keeps m = -inf: subtract 0 instead (no inf - inf).
-        m_use[r] = m_new == -INFINITY ? 0.0f : m_new;
-        alpha[r] = ex2(m_run[m][r] - m_use[r]);  // m_run = -inf: 0, nothing accumulated yet
-        m_run[m][r] = m_new;
-      }
-      float rs[2] = {0.0f, 0.0f};
-#pragma unroll
-      for (int n = 0; n < kKeys / 8; ++n) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          s[m][n][i] = ex2(fmaf(s[m][n][i], p.scale_log2, -m_use[i / 2]));
-          rs[i / 2] += s[m][n][i];
-        }
-      }
-#pragma unroll
-      for (int r = 0; r < 2; ++r) l_run[m][r] = l_run[m][r] * alpha[r] + rs[r];
-#pragma unroll
-      for (int d = 0; d < HD / 8; ++d) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) o[m][d][i] *= alpha[i / 2];
-      }
+      if (live[m]) prefill_softmax_step<HD>(s[m], o[m], st[m], kt, blk_pos0[m], p.scale_log2, lane);
     }
 
     // O += P V: P's accumulators repacked as bf16 A fragments, one per 16 keys; each V fragment
@@ -370,14 +282,7 @@ __global__ void __launch_bounds__(kThreads) prefill_fa2_kernel(const PrefillPara
     for (int kb = 0; kb < kKeyBlocks; ++kb) {
       unsigned pa[kMB][4];
 #pragma unroll
-      for (int m = 0; m < kMB; ++m) {
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const int e0 = 2 * j, e1 = 2 * j + 1;
-          pa[m][j] = pack_bf16x2(s[m][2 * kb + frag::p_from_c_tile(e0)][frag::p_from_c_elem(e0)],
-                                 s[m][2 * kb + frag::p_from_c_tile(e1)][frag::p_from_c_elem(e1)]);
-        }
-      }
+      for (int m = 0; m < kMB; ++m) prefill_p_fragment(pa[m], s[m], kb);
 #pragma unroll
       for (int db = 0; db < kDimBlocks; ++db) {
         unsigned b[4];
@@ -394,37 +299,7 @@ __global__ void __launch_bounds__(kThreads) prefill_fa2_kernel(const PrefillPara
 
 #pragma unroll
   for (int m = 0; m < kMB; ++m) {
-    float inv[2], l_row[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float l = l_run[m][r];
-      l += __shfl_xor_sync(0xffffffffu, l, 1);
-      l += __shfl_xor_sync(0xffffffffu, l, 2);
-      l_row[r] = l;
-      inv[r] = l > 0.0f ? 1.0f / l : 0.0f;  // 0: a row with no key in this split (split-KV)
-      if constexpr (kFp8) inv[r] *= p.kv.v_scale;
-    }
-#pragma unroll
-    for (int d = 0; d < HD / 8; ++d) {
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const frag::Rc c = frag::c_elem(lane, 2 * r);
-        const int row = m * 64 + warp * 16 + c.row;
-        if (row >= rows) continue;
-        const float o0 = o[m][d][2 * r] * inv[r], o1 = o[m][d][2 * r + 1] * inv[r];
-        if (!splitting) {
-          *reinterpret_cast<__nv_bfloat162*>(p.out + ((row0 + row) * p.num_q_heads + head) * HD +
-                                             d * 8 + c.col) = __floats2bfloat162_rn(o0, o1);
-        } else {
-          const std::int64_t part = part0 + std::int64_t{row} * gridDim.z;
-          *reinterpret_cast<float2*>(p.workspace + part * HD + d * 8 + c.col) = make_float2(o0, o1);
-          if (d == 0 && c.col == 0) {
-            p.workspace[n_parts * HD + 2 * part] = m_run[m][r];
-            p.workspace[n_parts * HD + 2 * part + 1] = l_row[r];
-          }
-        }
-      }
-    }
+    prefill_store_rows<HD, kFp8>(p, cta, o[m], st[m], m * 64 + warp * 16, lane);
   }
 }
 
@@ -470,12 +345,17 @@ void launch(const PrefillParams& pp, const PrefillAttentionArgs& a, cudaStream_t
   SERVELAB_LAUNCH(kernel, dim3(a.num_tiles, a.num_q_heads, splits), kThreads, bytes, s)(pp);
   if (splits > 1) {
     check_launch("paged_prefill_attention (fa2, split)");
-    SERVELAB_LAUNCH(prefill_merge_kernel, dim3(a.num_tiles, a.num_q_heads), kThreads, 0, s)
-    (pp, HD, splits, rows_per_cta(kMB));
+    launch_prefill_merge(pp, a, rows_per_cta(kMB), s);
   }
 }
 
 }  // namespace
+
+void launch_prefill_merge(const PrefillParams& pp, const PrefillAttentionArgs& a, int tile_rows,
+                          cudaStream_t stream) {
+  SERVELAB_LAUNCH(prefill_merge_kernel, dim3(a.num_tiles, a.num_q_heads), kThreads, 0, stream)
+  (pp, a.kv.head_dim, a.split.kv_splits, tile_rows);
+}
 
 template <int kMB>
 void launch_rows(const PrefillParams& pp, const PrefillAttentionArgs& a, cudaStream_t stream) {
@@ -518,6 +398,7 @@ std::int32_t resident_ctas() {
 namespace servelab::kernels {
 
 std::int32_t prefill_max_resident_ctas(std::int32_t head_dim, PrefillKernel kernel) {
+  if (kernel == PrefillKernel::kWgmma) return detail::wgmma_resident_ctas(head_dim);
   if (kernel == PrefillKernel::kFa2Wide) {
     return head_dim == 64 ? detail::resident_ctas<64, 2>() : detail::resident_ctas<128, 2>();
   }

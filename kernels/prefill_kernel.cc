@@ -12,6 +12,8 @@ const char* prefill_kernel_name(PrefillKernel kernel) {
       return "wmma";
     case PrefillKernel::kFa2Wide:
       return "fa2_128";
+    case PrefillKernel::kWgmma:
+      return "wgmma";
     case PrefillKernel::kFa2:
       break;
   }
@@ -19,18 +21,26 @@ const char* prefill_kernel_name(PrefillKernel kernel) {
 }
 
 std::int32_t prefill_tile_rows(PrefillKernel kernel) {
-  return kernel == PrefillKernel::kFa2Wide ? 128 : 64;
+  return kernel == PrefillKernel::kFa2Wide || kernel == PrefillKernel::kWgmma ? 128 : 64;
 }
 
-bool is_fa2(PrefillKernel kernel) {
+bool prefill_reads_fp8(PrefillKernel kernel) {
   return kernel == PrefillKernel::kFa2 || kernel == PrefillKernel::kFa2Wide;
 }
 
+bool prefill_splits_keys(PrefillKernel kernel) {
+  return kernel == PrefillKernel::kFa2 || kernel == PrefillKernel::kFa2Wide ||
+         kernel == PrefillKernel::kWgmma;
+}
+
 PrefillKernel parse_prefill_kernel(std::string_view text, std::string_view what) {
-  if (text == "fa2") return PrefillKernel::kFa2;
-  if (text == "wmma") return PrefillKernel::kWmma;
-  if (text == "fa2_128") return PrefillKernel::kFa2Wide;
-  throw std::invalid_argument(std::string(what) + ": expected one of fa2, wmma, fa2_128, got '" +
+  std::string names;
+  for (PrefillKernel kernel : kPrefillKernels) {
+    if (text == prefill_kernel_name(kernel)) return kernel;
+    names += names.empty() ? "" : ", ";
+    names += prefill_kernel_name(kernel);
+  }
+  throw std::invalid_argument(std::string(what) + ": expected one of " + names + ", got '" +
                               std::string(text) + "'");
 }
 

@@ -1,8 +1,8 @@
 // Which paged prefill attention kernel runs (kernels/attention.h, PrefillAttentionArgs::kernel):
-// the FlashAttention-2-style mma.sync kernel (the default), its 128-row variant, or the older
-// WMMA kernel, kept so that a GPU session whose new kernel fails can switch back without
-// rebuilding. The engine takes the
-// choice from $SERVELAB_CUDA_PREFILL (docs/gpu-todo.md). Plain C++, in servelab_kernels_host.
+// the FlashAttention-2-style mma.sync kernel (the default), its 128-row variant, the Hopper wgmma
+// kernel, or the older WMMA kernel, kept so that a GPU session whose new kernel fails can switch
+// back without rebuilding. The engine takes the choice from $SERVELAB_CUDA_PREFILL
+// (docs/gpu-todo.md). Plain C++, in servelab_kernels_host.
 #pragma once
 
 #include <cstdint>
@@ -16,22 +16,35 @@ enum class PrefillKernel {
   kWmma,     // kernels/attention_prefill.cu: WMMA, S, P and O in shared memory
   kFa2Wide,  // the fa2 kernel with 128 query rows per CTA (4 warps x 2 x 16, as FlashAttention-2
              // tiles head_dim 128): each K/V fragment read from shared memory feeds two MMAs
+  kWgmma,    // kernels/attention_prefill_wgmma.cu: wgmma m64nNk16 from shared-memory descriptors,
+             // S and O in registers; 128 query rows per CTA (2 warpgroups x 64); bf16 KV only;
+             // needs a build with sm_90a
 };
+
+// Every kernel, in the order parse_prefill_kernel's message lists their names.
+inline constexpr PrefillKernel kPrefillKernels[] = {PrefillKernel::kFa2, PrefillKernel::kWmma,
+                                                    PrefillKernel::kFa2Wide, PrefillKernel::kWgmma};
 
 inline constexpr const char* kPrefillKernelEnv = "SERVELAB_CUDA_PREFILL";
 
-// "fa2", "wmma" or "fa2_128".
+// "fa2", "wmma", "fa2_128" or "wgmma".
 const char* prefill_kernel_name(PrefillKernel kernel);
 
-// Query rows per CTA (one PrefillTile) of the kernel: 128 for kFa2Wide, 64 otherwise; the tile
-// list (plan_prefill_tiles) and split workspace (prefill_workspace_floats) of a launch must use
-// its kernel's figure.
+// Query rows per CTA (one PrefillTile) of the kernel: 128 for kFa2Wide and kWgmma, 64 otherwise;
+// the tile list (plan_prefill_tiles) and split workspace (prefill_workspace_floats) of a launch
+// must use its kernel's figure.
 std::int32_t prefill_tile_rows(PrefillKernel kernel);
-// The fa2 kernels (kFa2, kFa2Wide): the ones that read an fp8 cache and split the key range.
-bool is_fa2(PrefillKernel kernel);
+// Whether the kernel reads an fp8 (e4m3 or e5m2) KV cache: kFa2 and kFa2Wide. The others take
+// bf16 KV only; a launch of one of them on an fp8 cache is refused.
+bool prefill_reads_fp8(PrefillKernel kernel);
+// Whether the kernel splits the key range of a tile across CTAs (plan_prefill_splits; partial
+// states in the prefill workspace, merged by the merge kernel): kFa2, kFa2Wide and kWgmma. For
+// kWmma a launch must pass an unsplit plan.
+bool prefill_splits_keys(PrefillKernel kernel);
 
-// The kernel named `text` (exactly "fa2", "wmma" or "fa2_128"). Throws std::invalid_argument
-// "<what>: expected one of fa2, wmma, fa2_128, got '<text>'" otherwise (empty included).
+// The kernel named `text` (exactly "fa2", "wmma", "fa2_128" or "wgmma"). Throws
+// std::invalid_argument "<what>: expected one of fa2, wmma, fa2_128, wgmma, got '<text>'"
+// otherwise (empty included).
 PrefillKernel parse_prefill_kernel(std::string_view text, std::string_view what);
 
 // $SERVELAB_CUDA_PREFILL parsed by parse_prefill_kernel (its name as `what`) when the variable

@@ -98,16 +98,50 @@ TEST(CudaSwitches, KernelVariablesPickTheAttentionKernels) {
   }
   ::unsetenv(kernels::kDecodeKernelEnv);
   ::setenv(kernels::kPrefillKernelEnv, "wgmma", 1);
+  apply_cuda_switches(cuda_switches_from_env(), o);
+  EXPECT_EQ(o.prefill_kernel, kernels::PrefillKernel::kWgmma);
+  ::setenv(kernels::kPrefillKernelEnv, "fa3", 1);
   try {
     cuda_switches_from_env();
-    ADD_FAILURE() << "accepted SERVELAB_CUDA_PREFILL=wgmma";
+    ADD_FAILURE() << "accepted SERVELAB_CUDA_PREFILL=fa3";
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("SERVELAB_CUDA_PREFILL: expected one of fa2, wmma, "
-                                         "fa2_128, got 'wgmma'"),
+                                         "fa2_128, wgmma, got 'fa3'"),
               std::string::npos)
         << e.what();
   }
   ::unsetenv(kernels::kPrefillKernelEnv);
+}
+
+// An fp8 KV cache with kernels that do not read it: one reason, shared by the CUDA executor and
+// the engine driver, naming the kernels that do, the switches and what they chose.
+TEST(CudaSwitches, Fp8KvNeedsKernelsThatReadIt) {
+  using kernels::DecodeKernel;
+  using kernels::FloatFormat;
+  using kernels::PrefillKernel;
+  for (DecodeKernel d : {DecodeKernel::kTiled, DecodeKernel::kPipelined}) {
+    for (PrefillKernel p : kernels::kPrefillKernels) {
+      SCOPED_TRACE(std::string(kernels::decode_kernel_name(d)) + " / " +
+                   kernels::prefill_kernel_name(p));
+      EXPECT_EQ(cuda_kv_kernels_refusal(FloatFormat::kBf16, d, p), "");
+      for (FloatFormat f : {FloatFormat::kFp8E4m3, FloatFormat::kFp8E5m2}) {
+        const std::string why = cuda_kv_kernels_refusal(f, d, p);
+        EXPECT_EQ(why.empty(), d == DecodeKernel::kPipelined && kernels::prefill_reads_fp8(p))
+            << why;
+      }
+    }
+  }
+  EXPECT_EQ(
+      cuda_kv_kernels_refusal(FloatFormat::kFp8E4m3, DecodeKernel::kTiled, PrefillKernel::kFa2),
+      "an fp8_e4m3 KV cache is read by the pipelined decode kernel and the fa2 and fa2_128 "
+      "prefill kernels only, and SERVELAB_CUDA_DECODE / SERVELAB_CUDA_PREFILL chose tiled / "
+      "fa2; unset them, or use a bf16 KV cache");
+  const std::string wgmma = cuda_kv_kernels_refusal(FloatFormat::kFp8E5m2, DecodeKernel::kPipelined,
+                                                    PrefillKernel::kWgmma);
+  EXPECT_NE(wgmma.find("an fp8_e5m2 KV cache"), std::string::npos) << wgmma;
+  EXPECT_NE(wgmma.find("SERVELAB_CUDA_DECODE / SERVELAB_CUDA_PREFILL chose pipelined / wgmma"),
+            std::string::npos)
+      << wgmma;
 }
 
 // SERVELAB_CUDA_GEMM picks the linear layers' kernel of small steps and nothing else.

@@ -88,8 +88,8 @@ check "  ... tokens agree with the CPU engine's" same_tokens "$t/cuda" "$t/cpu" 
 
 # The switches of engine/gpu_switches.h, each run to the end.
 for sw in SERVELAB_CUDA_DECODE=tiled SERVELAB_CUDA_DECODE=pipelined SERVELAB_CUDA_PREFILL=wmma \
-  SERVELAB_CUDA_PREFILL=fa2_128 SERVELAB_CUDA_FUSED_QKV=0 SERVELAB_CUDA_GRAPHS=0 \
-  SERVELAB_CUDA_GEMM=skinny; do
+  SERVELAB_CUDA_PREFILL=fa2_128 SERVELAB_CUDA_PREFILL=wgmma SERVELAB_CUDA_FUSED_QKV=0 \
+  SERVELAB_CUDA_GRAPHS=0 SERVELAB_CUDA_GEMM=skinny; do
   d=$t/${sw//[=_]/-}
   check "$sw: run exits 0" run 0 "$sw" "$emu" run "$t/exp.yaml" --device cuda \
     --out "$d" --tokens --quiet
@@ -150,10 +150,14 @@ check "  ... naming the key" has "key 'model.kv_cache_dtype': the CUDA executor 
 check "fp8 KV with the tiled decode kernel refused" run 2 env SERVELAB_CUDA_DECODE=tiled "$emu" \
   run "$t/exp.yaml" --device cuda --out "$t/no3" --set model.kv_cache_dtype=fp8
 check "  ... naming the switch" has "SERVELAB_CUDA_DECODE / SERVELAB_CUDA_PREFILL chose tiled / fa2" "$t/last.txt"
+check "fp8 KV with the wgmma prefill kernel (bf16 KV only) refused" run 2 env \
+  SERVELAB_CUDA_PREFILL=wgmma "$emu" run "$t/exp.yaml" --device cuda --out "$t/no4" \
+  --set model.kv_cache_dtype=fp8
+check "  ... naming the switch" has "SERVELAB_CUDA_DECODE / SERVELAB_CUDA_PREFILL chose pipelined / wgmma" "$t/last.txt"
 check "head_dim 16 refused" run 2 "$emu" run "$t/exp.yaml" --device cuda \
   --out "$t/no2" --set model=tiny
 check "  ... naming the device" has "engine: error: --device cuda: the CUDA kernels support head_dim 64 and 128" "$t/last.txt"
-check "  ... and nothing written" test ! -e "$t/no1" -a ! -e "$t/no2" -a ! -e "$t/no3"
+check "  ... and nothing written" test ! -e "$t/no1" -a ! -e "$t/no2" -a ! -e "$t/no3" -a ! -e "$t/no4"
 
 # serve: one completion over HTTP, then SIGTERM.
 serve_once() {

@@ -141,8 +141,9 @@ TEST(GpuExecutor, LogitsMatchCpuExecutor) {
                  std::to_string(sh.kv));
     const LlamaWeights w = LlamaWeights::random(GpuConfig(sh.hd, sh.heads, sh.kv, sh.bias_tied), 3);
     // Both decode kernels at every block size with the default prefill kernel (fa2), the wmma
-    // and fa2_128 prefill kernels once each, an fp8 KV cache in each format (against the CPU
-    // executor storing the same format), and the skinny linear-layer kernel twice.
+    // prefill kernel once, the 128-row fa2_128 and wgmma prefill kernels twice each (block
+    // sizes 16 and 5; wgmma reads bf16 KV only), an fp8 KV cache in each format (against the CPU
+    // executor storing the same format), and the skinny linear-layer kernel three times.
     struct Variant {
       std::int32_t bs;
       kernels::DecodeKernel decode;
@@ -159,6 +160,7 @@ TEST(GpuExecutor, LogitsMatchCpuExecutor) {
     }
     variants.push_back({16, kernels::kDefaultDecodeKernel, kernels::PrefillKernel::kWmma});
     variants.push_back({16, kernels::kDefaultDecodeKernel, kernels::PrefillKernel::kFa2Wide});
+    variants.push_back({16, kernels::kDefaultDecodeKernel, kernels::PrefillKernel::kWgmma});
     variants.push_back({16, kernels::DecodeKernel::kPipelined, kernels::PrefillKernel::kFa2,
                         kernels::FloatFormat::kFp8E4m3});
     variants.push_back({5, kernels::DecodeKernel::kPipelined, kernels::PrefillKernel::kFa2,
@@ -168,6 +170,8 @@ TEST(GpuExecutor, LogitsMatchCpuExecutor) {
                         kernels::FloatFormat::kBf16, kernels::GemmKernel::kSkinny});
     variants.push_back({5, kernels::DecodeKernel::kPipelined, kernels::PrefillKernel::kFa2Wide,
                         kernels::FloatFormat::kFp8E4m3, kernels::GemmKernel::kSkinny});
+    variants.push_back({5, kernels::DecodeKernel::kPipelined, kernels::PrefillKernel::kWgmma,
+                        kernels::FloatFormat::kBf16, kernels::GemmKernel::kSkinny});
     for (std::size_t vi = 0; vi < variants.size(); ++vi) {
       // A reduced run takes each variant once, on one of the shapes.
       if (ReducedRun() && (vi + si) % 3 != 0) continue;
@@ -878,6 +882,17 @@ TEST(GpuExecutor, RejectsMalformedPlansAndSizesTheCache) {
   o.decode_kernel = kernels::DecodeKernel::kPipelined;
   o.prefill_kernel = kernels::PrefillKernel::kWmma;
   EXPECT_THROW(CudaExecutor(w, o), std::invalid_argument);
+  // wgmma reads bf16 KV only: refused with the reason cuda_kv_kernels_refusal gives.
+  o.prefill_kernel = kernels::PrefillKernel::kWgmma;
+  try {
+    CudaExecutor refused(w, o);
+    ADD_FAILURE() << "fp8 KV with the wgmma prefill kernel accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("SERVELAB_CUDA_DECODE / SERVELAB_CUDA_PREFILL chose "
+                                         "pipelined / wgmma"),
+              std::string::npos)
+        << e.what();
+  }
   o.prefill_kernel = kernels::PrefillKernel::kFa2;
   o.k_scale = 0.0f;
   EXPECT_THROW(CudaExecutor(w, o), std::invalid_argument);

@@ -760,9 +760,12 @@ TEST(GpuKernels, DecodeLauncherRejectsInvalidPlans) {
 }
 
 // Chunked prefill over a cached prefix: sequences whose queries start at first_pos > 0, every
-// kernel (PrefillKernel::kFa2, the default, kWmma, and kFa2Wide over its 128-row tiles) against
-// the same reference, each run twice into fresh poisoned buffers: the two outputs must be
-// bit-identical, and kFa2Wide's must be kFa2's bit for bit (split or not).
+// kernel (PrefillKernel::kFa2, the default, kWmma, and kFa2Wide and kWgmma over their 128-row
+// tiles) against the same reference, each run twice into fresh poisoned buffers: the two outputs
+// must be bit-identical, and kFa2Wide's must be kFa2's bit for bit (split or not). kWgmma's
+// S and O sum their k blocks in fa2's order: on the CUDA emulator, whose wgmma rounds each
+// 16-element block as its mma.sync does, its outputs must be fa2's bit for bit too (a wrong
+// descriptor or fragment mapping could not pass that); on a GPU only the reference binds it.
 TEST(GpuKernels, PagedPrefillAttentionMatchesReference) {
   REQUIRE_GPU();
 #if SERVELAB_HAVE_CUDA
@@ -821,14 +824,13 @@ TEST(GpuKernels, PagedPrefillAttentionMatchesReference) {
     std::int64_t longest = 0;
     for (std::size_t s = 0; s < ctx.size(); ++s) longest = std::max<std::int64_t>(longest, ctx[s]);
     const auto ntiles = static_cast<std::int32_t>(tiles.size());
-    const bool wide_kernel[] = {false, true};
+    auto is_wide = [](k::PrefillKernel kernel) { return k::prefill_tile_rows(kernel) == 128; };
     auto tiles_of = [&](k::PrefillKernel kernel) {
-      return static_cast<std::int32_t>(
-          (kernel == k::PrefillKernel::kFa2Wide ? wide_tiles : tiles).size());
+      return static_cast<std::int32_t>((is_wide(kernel) ? wide_tiles : tiles).size());
     };
     DeviceBuffer out = Poisoned(q.size() * 2);
     auto args = [&](k::PrefillKernel kernel, const k::PrefillSplitPlan& plan, float* ws) {
-      const bool wide = kernel == k::PrefillKernel::kFa2Wide;
+      const bool wide = is_wide(kernel);
       return k::PrefillAttentionArgs{f.view(),
                                      d_q.as<k::Bf16>(),
                                      out.as<k::Bf16>(),
@@ -858,14 +860,24 @@ TEST(GpuKernels, PagedPrefillAttentionMatchesReference) {
       EXPECT_TRUE(runs[0] == runs[1]) << "two runs of the same launch differ";
       return runs[0];
     };
+#if defined(SERVELAB_CUDA_EMU)
+    const bool wgmma_is_fa2 = true;  // the emulator's wgmma rounds as its mma.sync
+#else
+    const bool wgmma_is_fa2 = false;
+#endif
+    // Whether `kernel`'s outputs must be fa2's bit for bit.
+    auto same_bits_as_fa2 = [&](k::PrefillKernel kernel) {
+      return kernel == k::PrefillKernel::kFa2Wide ||
+             (kernel == k::PrefillKernel::kWgmma && wgmma_is_fa2);
+    };
     std::vector<std::uint16_t> fa2_bits;
-    for (k::PrefillKernel kernel :
-         {k::PrefillKernel::kFa2, k::PrefillKernel::kWmma, k::PrefillKernel::kFa2Wide}) {
+    for (k::PrefillKernel kernel : {k::PrefillKernel::kFa2, k::PrefillKernel::kWmma,
+                                    k::PrefillKernel::kFa2Wide, k::PrefillKernel::kWgmma}) {
       SCOPED_TRACE(k::prefill_kernel_name(kernel));
       const std::vector<std::uint16_t> bits = check_twice(args(kernel, {}, nullptr), "prefill");
       if (kernel == k::PrefillKernel::kFa2) fa2_bits = bits;
-      if (kernel == k::PrefillKernel::kFa2Wide) {
-        EXPECT_TRUE(bits == fa2_bits) << "fa2_128 differs from fa2";
+      if (same_bits_as_fa2(kernel)) {
+        EXPECT_TRUE(bits == fa2_bits) << k::prefill_kernel_name(kernel) << " differs from fa2";
       }
     }
     // Split-KV (fa2): key ranges of one and three key tiles (every tile of a long prefix in
@@ -879,21 +891,23 @@ TEST(GpuKernels, PagedPrefillAttentionMatchesReference) {
     if (ReducedRun()) plans.resize(1);  // the sanitizer build: one-tile splits only
     for (const k::PrefillSplitPlan& plan : plans) {
       if (!plan.split()) continue;
-      SCOPED_TRACE("fa2 split " + std::to_string(plan.kv_splits) + " x " +
+      SCOPED_TRACE("split " + std::to_string(plan.kv_splits) + " x " +
                    std::to_string(plan.split_tokens));
       std::vector<std::uint16_t> narrow_bits;
-      for (bool wide : wide_kernel) {
-        const k::PrefillKernel kernel = wide ? k::PrefillKernel::kFa2Wide : k::PrefillKernel::kFa2;
+      for (k::PrefillKernel kernel :
+           {k::PrefillKernel::kFa2, k::PrefillKernel::kFa2Wide, k::PrefillKernel::kWgmma}) {
+        SCOPED_TRACE(k::prefill_kernel_name(kernel));
         DeviceBuffer ws(
             static_cast<std::size_t>(k::prefill_workspace_floats(
                 tiles_of(kernel), c.q_heads, c.hd, plan.kv_splits, k::prefill_tile_rows(kernel))) *
             sizeof(float));
         const std::vector<std::uint16_t> bits =
             check_twice(args(kernel, plan, ws.as<float>()), "prefill split");
-        if (wide) {
-          EXPECT_TRUE(bits == narrow_bits) << "split fa2_128 differs from split fa2";
-        } else {
+        if (kernel == k::PrefillKernel::kFa2) {
           narrow_bits = bits;
+        } else if (same_bits_as_fa2(kernel)) {
+          EXPECT_TRUE(bits == narrow_bits)
+              << "split " << k::prefill_kernel_name(kernel) << " differs from split fa2";
         }
       }
     }

@@ -4,9 +4,10 @@
 # reference, CUDA-event timing) with no benchmark error, as `gpu-check bench` will run them on a
 # GPU, and bench/gpu/report.py reads the JSON Google Benchmark writes (the counters it needs are
 # there, named as it expects). The emulator's timings are the CPU's: nothing is judged on them.
-# The fp8 rows (kernel 2) run once each; the o_proj GEMM at one token through cuBLAS and the
-# skinny kernel. The WMMA prefill fallback is left out: its replicated-fragment model is the emulator's slowest
-# path (minutes under AddressSanitizer).
+# The fp8 rows (kernel 2) run once each, the 128-row prefill kernels (3 fa2_128, 4 wgmma) at 512;
+# the o_proj GEMM at one token through cuBLAS and the skinny kernel. The WMMA prefill fallback is
+# left out: its replicated-fragment model is the emulator's slowest path (minutes under
+# AddressSanitizer).
 #
 # usage: kernels_bench_emu_test.sh SOURCE_DIR KERNELS_BENCH_EMU
 set -uo pipefail
@@ -21,9 +22,9 @@ has() { grep -q -- "$1" "$2" || { echo "$2 lacks '$1'"; return 1; }; }
 
 j=$t/work/kernels_bench.json
 check "kernels_bench (emulated) runs its smallest shapes" run 0 "$bench" \
-  '--benchmark_filter=^BM_(DeviceCopy/268435456|DecodeAttention/(1|8)/512/|PrefillAttention/512/(0|2|3)|PrefillChunk/16/128/|DecodeGemm/1/1/|SwapOut/16)' \
+  '--benchmark_filter=^BM_(DeviceCopy/268435456|DecodeAttention/(1|8)/512/|PrefillAttention/512/(0|2|3|4)|PrefillChunk/16/128/|DecodeGemm/1/1/|SwapOut/16)' \
   --benchmark_min_time=0.01 --benchmark_out_format=json "--benchmark_out=$j"
-check "  ... thirteen benchmarks, none in error" python3 - "$j" <<'EOF'
+check "  ... fourteen benchmarks, none in error" python3 - "$j" <<'EOF'
 import json, sys
 runs = [b for b in json.load(open(sys.argv[1]))["benchmarks"]
         if b.get("run_type", "iteration") == "iteration"]
@@ -31,7 +32,7 @@ names = [b["name"] for b in runs]
 print("  " + ", ".join(names))
 bad = [b["name"] + ": " + b.get("error_message", "") for b in runs if b.get("error_occurred")]
 decode = [b for b in runs if b["name"].startswith("BM_DecodeAttention")]
-ok = (len(runs) == 13 and not bad and len(decode) == 5 and
+ok = (len(runs) == 14 and not bad and len(decode) == 5 and
       all(b["GBps"] > 0 and b["copy_GBps"] > 0 and b["splits"] >= 1 for b in decode) and
       {b["label"] for b in decode} == {"tiled", "pipelined", "pipelined fp8_e4m3"} and
       all(b["TFLOPs"] > 0 for b in runs if b["name"].startswith("BM_PrefillAttention")))
@@ -48,6 +49,7 @@ check "  ... prefill rows" has "BM_PrefillAttention/512/0" "$t/last.txt"
 check "  ... the fp8 decode row" has "BM_DecodeAttention/8/512/2 (pipelined fp8_e4m3)" "$t/last.txt"
 check "  ... fp8 prefill row" has "BM_PrefillAttention/512/2 (fa2 fp8_e4m3)" "$t/last.txt"
 check "  ... the 128-row prefill row" has "BM_PrefillAttention/512/3 (fa2_128)" "$t/last.txt"
+check "  ... the wgmma prefill row" has "BM_PrefillAttention/512/4 (wgmma)" "$t/last.txt"
 check "  ... the chunk row" has "BM_PrefillChunk/16/128/0 (fa2 unsplit)" "$t/last.txt"
 check "  ... a GEMM row, named" has "BM_DecodeGemm/1/1/0 (o cublas)" "$t/last.txt"
 check "  ... the skinny kernel's row" has "BM_DecodeGemm/1/1/1 (o skinny)" "$t/last.txt"

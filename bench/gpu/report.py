@@ -2,7 +2,9 @@
 """The tables `gpu-check` prints: reads one mode's work folder and prints its summary.
 
 usage: report.py tests|bench|e2e|validate WORK_DIR
-       report.py prefill-choice WORK_DIR   (the faster fa2 prefill kernel at 8k: fa2 or fa2_128)
+       report.py prefill-choice [--fp8] WORK_DIR
+                                           (the fastest prefill kernel at 8k: fa2, fa2_128 or
+                                           wgmma; with --fp8, of those that read an fp8 KV cache)
        report.py gemm-choice WORK_DIR      (the faster decode-step GEMM kernel: cublas or skinny)
 Exit status: 0 when every check of the mode passed, 1 otherwise (a missing file is a failure).
 Standard library only, so it runs on any python3.
@@ -20,9 +22,14 @@ DECODE_TARGET, PREFILL_TARGET, E2E_TARGET = 0.8, 0.7, 10.0
 # are reported.
 # Kernel 2 is the default kernel over an fp8 e4m3 cache (reported: decode GB/s count the bytes
 # read, half of bf16's for the same tokens). Prefill kernel 3 is fa2_128, the fa2 kernel with 128
-# query rows per CTA (reported beside fa2: the faster of the two should become the default).
+# query rows per CTA, and 4 wgmma, the Hopper wgmma kernel (128 query rows per CTA, bf16 KV only),
+# both reported beside fa2: the fastest should become the default.
 DECODE_KERNELS = {"0": "tiled", "1": "pipelined", "2": "pipelined fp8_e4m3"}
-PREFILL_KERNELS = {"0": "fa2", "1": "wmma", "2": "fa2 fp8_e4m3", "3": "fa2_128"}
+PREFILL_KERNELS = {"0": "fa2", "1": "wmma", "2": "fa2 fp8_e4m3", "3": "fa2_128", "4": "wgmma"}
+# The prefill kernels prefill_choice picks among, the default first, and those of them that read
+# an fp8 KV cache (kernels/prefill_kernel.h prefill_reads_fp8).
+PREFILL_CHOICES = ("fa2", "fa2_128", "wgmma")
+PREFILL_FP8_KERNELS = ("fa2", "fa2_128")
 
 
 def load(path):
@@ -466,19 +473,29 @@ def report_validate(work):
     return st.get("report", (None, 0))[0] == 0
 
 
-def prefill_choice(work, length=8192, margin=0.02):
-    """The fa2 prefill kernel to run after `bench` in the same gpu-check invocation: "fa2_128" when
-    BM_PrefillAttention/LENGTH/3 beat /LENGTH/0 by more than `margin` (the two give the same
-    outputs bit for bit, so only speed decides), else "fa2" (also without both figures)."""
+def prefill_choice(work, length=None, margin=0.02, fp8=False):
+    """The prefill kernel to run after `bench` in the same gpu-check invocation: the fastest of
+    PREFILL_CHOICES (with `fp8`, of those in PREFILL_FP8_KERNELS) by BM_PrefillAttention TFLOP/s
+    at `length` (default: the largest length fa2 has a figure at), when it beats fa2 by more than
+    `margin`; else "fa2" (also without fa2's figure). A kernel without a row there (not run, or in
+    error) is skipped. Only speed decides: fa2_128 gives fa2's outputs bit for bit, and wgmma is
+    held to the same tolerance by the tests."""
     j = load(os.path.join(work, "kernels_bench.json")) or {}
-    tflops = {}
+    tflops = {}  # (length, kernel name) -> TFLOP/s
     for b in j.get("benchmarks", []):
-        parts = b.get("name", "").split("/")
-        if (parts[0] == "BM_PrefillAttention" and len(parts) > 2 and parts[1] == str(length)
+        parts = b.get("name", "").split("/manual_time")[0].split("/")
+        if (parts[0] == "BM_PrefillAttention" and len(parts) > 2 and parts[1].isdigit()
                 and not b.get("error_occurred") and b.get("run_type", "iteration") == "iteration"):
-            tflops[PREFILL_KERNELS.get(parts[2])] = b.get("TFLOPs", 0)
-    fa2, wide = tflops.get("fa2", 0), tflops.get("fa2_128", 0)
-    return "fa2_128" if fa2 > 0 and wide > fa2 * (1 + margin) else "fa2"
+            tflops[(int(parts[1]), PREFILL_KERNELS.get(parts[2]))] = b.get("TFLOPs", 0)
+    if length is None:
+        length = max((n for n, kernel in tflops if kernel == "fa2"), default=None)
+    candidates = PREFILL_FP8_KERNELS if fp8 else PREFILL_CHOICES
+    got = {k: tflops[(length, k)] for k in candidates if tflops.get((length, k), 0) > 0}
+    fa2 = got.get("fa2", 0)
+    if fa2 <= 0:
+        return "fa2"
+    best = max(got, key=lambda k: got[k])
+    return best if got[best] > fa2 * (1 + margin) else "fa2"
 
 
 # The linear layers of one decode step (BM_DecodeGemm shapes): qkv, o, gate_up, down with its
@@ -508,6 +525,9 @@ def gemm_choice(work, tokens=("1", "8", "32"), margin=0.02):
 def main():
     if len(sys.argv) == 3 and sys.argv[1] == "prefill-choice":
         print(prefill_choice(sys.argv[2]))
+        return 0
+    if len(sys.argv) == 4 and sys.argv[1] == "prefill-choice" and sys.argv[2] == "--fp8":
+        print(prefill_choice(sys.argv[3], fp8=True))
         return 0
     if len(sys.argv) == 3 and sys.argv[1] == "gemm-choice":
         print(gemm_choice(sys.argv[2]))

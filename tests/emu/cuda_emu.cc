@@ -103,6 +103,15 @@ struct CopyRequest {
   int bytes;  // 0: zero-fill
 };
 
+// One wgmma.mma_async as a thread issued it (servelab_cuda_emu.h wgmma_bf16).
+struct WgmmaOp {
+  float* d;
+  int n;
+  const std::uint32_t* a;  // null: A through desc_a
+  std::uint64_t desc_a, desc_b;
+  bool accumulate, b_mn_major;
+};
+
 struct Fiber {
   void* sp = nullptr;
   std::unique_ptr<unsigned char[]> stack;
@@ -114,6 +123,11 @@ struct Fiber {
   bool waited_for_grid = false;   // executed griddepcontrol.wait (griddep_wait)
   std::vector<CopyRequest> open_group;
   std::deque<std::vector<CopyRequest>> groups;
+  bool at_warpgroup = false;  // waiting in wgmma.wait_group
+  bool wgmma_fenced = false;  // wgmma.fence since the last wgmma.wait_group
+  int wgmma_pending = 0;      // argument of the wgmma.wait_group it waits in
+  std::vector<WgmmaOp> wgmma_open;
+  std::deque<std::vector<WgmmaOp>> wgmma_groups;
 #if defined(SERVELAB_EMU_ASAN)
   void* fake_stack = nullptr;
 #endif
@@ -138,6 +152,7 @@ struct BlockRun {
   std::vector<Warp> warps;
   int live = 0;
   int block_arrived = 0;
+  std::vector<int> warpgroup_arrived;  // threads waiting in wgmma.wait_group, per warpgroup
   Fiber* current = nullptr;
   void* scheduler_sp = nullptr;
   const std::function<void()>* body = nullptr;
@@ -242,6 +257,17 @@ void thread_exited(BlockRun& r, Fiber& f) {
               " exited while its warp waits in " + collective_name(w.kind) + " (block " +
               xyz(blockIdx) + ")";
   }
+  if (!f.wgmma_groups.empty() || !f.wgmma_open.empty()) {
+    if (r.error.empty()) {
+      r.error = "thread " + xyz(f.tid) + " of block " + xyz(blockIdx) +
+                " exited with wgmma.mma_async operations it never waited for";
+    }
+  }
+  const std::size_t wg = static_cast<std::size_t>(f.warp / 4);
+  if (wg < r.warpgroup_arrived.size() && r.warpgroup_arrived[wg] > 0 && r.error.empty()) {
+    r.error = "thread " + xyz(f.tid) + " exited while its warpgroup waits in wgmma.wait_group" +
+              " (block " + xyz(blockIdx) + ")";
+  }
   if (r.block_arrived > 0 && r.block_arrived == r.live) release_block_barrier(r);
 }
 
@@ -306,6 +332,7 @@ std::string run_block(const std::function<void()>& body, dim3 block, std::size_t
   r.programmatic = programmatic;
   r.smem.assign(smem_bytes, 0xff);
   r.warps.resize(static_cast<std::size_t>((n + 31) / 32));
+  r.warpgroup_arrived.assign(static_cast<std::size_t>((n + 127) / 128), 0);
   for (int i = 0; i < n; ++i) {
     Fiber& f = fibers[static_cast<std::size_t>(i)];
     f.tid = {static_cast<unsigned>(i) % block.x, static_cast<unsigned>(i) / block.x % block.y,
@@ -315,6 +342,9 @@ std::string run_block(const std::function<void()>& body, dim3 block, std::size_t
     f.done = f.waiting = f.waited_for_grid = false;
     f.open_group.clear();
     f.groups.clear();
+    f.at_warpgroup = f.wgmma_fenced = false;
+    f.wgmma_open.clear();
+    f.wgmma_groups.clear();
     ++r.warps[static_cast<std::size_t>(f.warp)].lanes;
     prepare_stack(f);
   }
@@ -337,12 +367,14 @@ std::string run_block(const std::function<void()>& body, dim3 block, std::size_t
     }
     if (!r.error.empty() || r.live == 0) break;
     if (!ran) {
-      int at_block = 0, at_warp = 0;
+      int at_block = 0, at_warp = 0, at_warpgroup = 0;
       Collective kind = Collective::kNone;
       for (const Fiber& f : fibers) {
         if (f.done || !f.waiting) continue;
         if (f.at_block_barrier) {
           ++at_block;
+        } else if (f.at_warpgroup) {
+          ++at_warpgroup;
         } else {
           ++at_warp;
           kind = r.warps[static_cast<std::size_t>(f.warp)].kind;
@@ -350,7 +382,8 @@ std::string run_block(const std::function<void()>& body, dim3 block, std::size_t
       }
       r.error = "deadlock: " + std::to_string(at_block) + " threads wait at __syncthreads and " +
                 std::to_string(at_warp) + " in a warp collective (" + collective_name(kind) +
-                ") that the others never reach (block " + xyz(blockIdx) + ")";
+                "), " + std::to_string(at_warpgroup) +
+                " in wgmma.wait_group, that the others never reach (block " + xyz(blockIdx) + ")";
       break;
     }
   }
@@ -403,6 +436,7 @@ const std::uint32_t* warp_collective(Collective kind, unsigned mask, const std::
   } else {
     f.waiting = true;
     f.at_block_barrier = false;
+    f.at_warpgroup = false;
     switch_to_scheduler(false);
   }
   return s.out;
@@ -584,6 +618,161 @@ void mma_m16n8k16_bf16(float (&d)[4], const std::uint32_t (&a)[4], std::uint32_t
   for (int e = 0; e < 4; ++e) d[e] = __uint_as_float(out[e]);
 }
 
+// ---- warpgroup MMA ---------------------------------------------------------------------------
+
+// The bf16 element (mn, k) of a no-swizzle canonical layout through `desc` (servelab_cuda_emu.h).
+float wgmma_operand(const BlockRun& r, std::uint64_t desc, int mn, int k, bool mn_major,
+                    const char* which) {
+  const std::uint64_t start = (desc & 0x3fffu) << 4, lbo = ((desc >> 16) & 0x3fffu) << 4,
+                      sbo = ((desc >> 32) & 0x3fffu) << 4;
+  const std::uint64_t reserved = desc & ((std::uint64_t{3} << 14) | (std::uint64_t{3} << 30) |
+                                         (std::uint64_t{7} << 46) | (std::uint64_t{0x3ff} << 52));
+  if (reserved != 0 || ((desc >> 49) & 7u) != 0 || (desc >> 62) != 0) {
+    fail(std::string("wgmma: matrix descriptor of ") + which + " " + std::to_string(desc) +
+         ": the emulator models only the no-swizzle canonical layout (swizzle mode 0, base "
+         "offset 0, reserved bits 0)");
+  }
+  const std::uint64_t at =
+      mn_major ? start + (mn % 8) * 2 + (mn / 8) * sbo + (k % 8) * 16 + (k / 8) * lbo
+               : start + (mn % 8) * 16 + (mn / 8) * sbo + (k % 8) * 2 + (k / 8) * lbo;
+  if (at + 2 > r.smem.size()) {
+    fail(std::string("wgmma: ") + which + " element (" + std::to_string(mn) + ", " +
+         std::to_string(k) + ") at shared address " + std::to_string(at) + " is past the block's " +
+         std::to_string(r.smem.size()) + " bytes of dynamic shared memory");
+  }
+  std::uint16_t bits;
+  std::memcpy(&bits, r.smem.data() + at, 2);
+  return bf16_bits(bits);
+}
+
+// Runs operation `op` of a group, issued alike by the 128 threads of warpgroup `wg` (`ops[t]`
+// is thread t's).
+void run_wgmma(const BlockRun& r, const std::vector<const WgmmaOp*>& ops) {
+  const WgmmaOp& o = *ops[0];
+  for (const WgmmaOp* x : ops) {
+    if (x->n != o.n || (x->a == nullptr) != (o.a == nullptr) || x->desc_b != o.desc_b ||
+        (o.a == nullptr && x->desc_a != o.desc_a) || x->accumulate != o.accumulate ||
+        x->b_mn_major != o.b_mn_major) {
+      fail(
+          "wgmma: the threads of a warpgroup issued different operations (shape, descriptors "
+          "or flags differ)");
+    }
+  }
+  const int n = o.n;
+  std::vector<float> a(64 * 16), b(16 * static_cast<std::size_t>(n));
+  for (int t = 0; t < 128; ++t) {
+    if (o.a == nullptr) break;
+    const int row = 16 * (t / 32) + (t % 32) / 4, col = 2 * (t % 4);
+    const std::uint32_t* reg = ops[static_cast<std::size_t>(t)]->a;
+    for (int h = 0; h < 2; ++h) {
+      a[static_cast<std::size_t>(row * 16 + col + h)] = bf16_bits(half_of(reg[0], h));
+      a[static_cast<std::size_t>((row + 8) * 16 + col + h)] = bf16_bits(half_of(reg[1], h));
+      a[static_cast<std::size_t>(row * 16 + col + 8 + h)] = bf16_bits(half_of(reg[2], h));
+      a[static_cast<std::size_t>((row + 8) * 16 + col + 8 + h)] = bf16_bits(half_of(reg[3], h));
+    }
+  }
+  for (int k = 0; k < 16; ++k) {
+    if (o.a == nullptr) {
+      for (int m = 0; m < 64; ++m)
+        a[static_cast<std::size_t>(m * 16 + k)] = wgmma_operand(r, o.desc_a, m, k, false, "A");
+    }
+    for (int j = 0; j < n; ++j) {
+      b[static_cast<std::size_t>(k * n + j)] = wgmma_operand(r, o.desc_b, j, k, o.b_mn_major, "B");
+    }
+  }
+  for (int t = 0; t < 128; ++t) {
+    float* d = ops[static_cast<std::size_t>(t)]->d;
+    for (int i = 0; i < n / 2; ++i) {
+      const int row = 16 * (t / 32) + (t % 32) / 4 + 8 * ((i / 2) % 2);
+      const int col = 8 * (i / 4) + 2 * (t % 4) + i % 2;
+      double acc = o.accumulate ? d[i] : 0.0;
+      for (int k = 0; k < 16; ++k) {
+        acc += double{a[static_cast<std::size_t>(row * 16 + k)]} *
+               b[static_cast<std::size_t>(k * n + col)];
+      }
+      d[i] = static_cast<float>(acc);
+    }
+  }
+}
+
+void wgmma_bf16(float* d, int n, const std::uint32_t* a, std::uint64_t desc_a, std::uint64_t desc_b,
+                bool accumulate, bool b_mn_major) {
+  BlockRun& r = running("wgmma.mma_async");
+  Fiber& f = *r.current;
+  if (r.fibers.size() % 128 != 0) {
+    fail("wgmma.mma_async in a block of " + std::to_string(r.fibers.size()) +
+         " threads (a multiple of 128, whole warpgroups, is needed)");
+  }
+  if (n < 8 || n > 256 || n % 8 != 0) fail("wgmma.mma_async: n = " + std::to_string(n));
+  if (!f.wgmma_fenced) {
+    fail(
+        "wgmma.mma_async without a wgmma.fence since the thread's last wgmma.wait_group (the "
+        "accumulator and A registers may be stale)");
+  }
+  f.wgmma_open.push_back({d, n, a, desc_a, desc_b, accumulate, b_mn_major});
+}
+
+void wgmma_fence() { running("wgmma.fence").current->wgmma_fenced = true; }
+
+void wgmma_commit() {
+  Fiber& f = *running("wgmma.commit_group").current;
+  f.wgmma_groups.push_back(std::move(f.wgmma_open));
+  f.wgmma_open.clear();
+}
+
+void wgmma_wait(int pending) {
+  BlockRun& r = running("wgmma.wait_group");
+  Fiber& f = *r.current;
+  if (r.fibers.size() % 128 != 0) {
+    fail("wgmma.wait_group in a block of " + std::to_string(r.fibers.size()) + " threads");
+  }
+  if (!f.wgmma_open.empty()) {
+    fail("wgmma.wait_group with wgmma.mma_async operations not yet committed");
+  }
+  f.wgmma_fenced = false;
+  f.wgmma_pending = pending;
+  const std::size_t wg = static_cast<std::size_t>(f.warp / 4);
+  const std::span<Fiber> group = r.fibers.subspan(wg * 128, 128);
+  for (const Fiber& g : group) {
+    if (g.done) fail("wgmma.wait_group in a warpgroup some of whose threads have exited");
+  }
+  if (++r.warpgroup_arrived[wg] < 128) {
+    f.waiting = true;
+    f.at_block_barrier = false;
+    f.at_warpgroup = true;
+    switch_to_scheduler(false);
+    return;
+  }
+  r.warpgroup_arrived[wg] = 0;
+  for (const Fiber& g : group) {
+    if (g.wgmma_pending != pending || g.wgmma_groups.size() != f.wgmma_groups.size()) {
+      fail(
+          "wgmma.wait_group: the threads of a warpgroup differ in their wait argument or "
+          "committed groups");
+    }
+  }
+  while (static_cast<int>(f.wgmma_groups.size()) > pending) {
+    const std::size_t ops = f.wgmma_groups.front().size();
+    for (const Fiber& g : group) {
+      if (g.wgmma_groups.front().size() != ops) {
+        fail("wgmma.wait_group: the threads of a warpgroup committed different operations");
+      }
+    }
+    std::vector<const WgmmaOp*> op(128);
+    for (std::size_t i = 0; i < ops; ++i) {
+      for (std::size_t t = 0; t < 128; ++t) op[t] = &group[t].wgmma_groups.front()[i];
+      run_wgmma(r, op);
+    }
+    for (Fiber& g : group) g.wgmma_groups.pop_front();
+  }
+  for (Fiber& g : group) {
+    if (g.waiting && g.at_warpgroup && !g.done) {
+      g.waiting = false;
+      g.at_warpgroup = false;
+    }
+  }
+}
+
 unsigned char* dynamic_smem() { return running("dynamic shared memory").smem.data(); }
 
 std::int64_t launches_executed() { return device().launches.load(); }
@@ -677,6 +866,7 @@ void __syncthreads() {
   }
   r.current->waiting = true;
   r.current->at_block_barrier = true;
+  r.current->at_warpgroup = false;
   switch_to_scheduler(false);
 }
 

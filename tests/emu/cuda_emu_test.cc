@@ -23,6 +23,12 @@ using servelab::kernels::detail::ldmatrix_x4;
 using servelab::kernels::detail::ldmatrix_x4_trans;
 using servelab::kernels::detail::mma_bf16;
 using servelab::kernels::detail::smem_u32;
+using servelab::kernels::detail::wgmma_commit;
+using servelab::kernels::detail::wgmma_desc;
+using servelab::kernels::detail::wgmma_fence;
+using servelab::kernels::detail::wgmma_rs_bmn;
+using servelab::kernels::detail::wgmma_ss;
+using servelab::kernels::detail::wgmma_wait;
 
 std::string last_error() {
   const cudaError_t e = cudaGetLastError();
@@ -139,6 +145,55 @@ __global__ void pdl_kernel(int* x, int skip_from) {
 
 // ---- tests -----------------------------------------------------------------------------------
 
+// Warpgroup MMA, m64n64k16: a (64 x 16) and b (16 x 64) row-major bf16 in global memory are
+// stored in shared memory in the no-swizzle canonical layouts (A K-major, LBO 128, SBO 256; B
+// K-major the same, or MN-major with SBO 256 along N and LBO 128 along K), then d = c + a b by
+// one wgmma (A from shared memory, or with `rs` from registers, which wgmma_rs_bmn pairs with B
+// MN-major). `early`
+// receives d as read between the issue and the wait. `fence` false skips wgmma.fence; `waiters`
+// < 128: only that many threads wait (a warpgroup collective short of threads).
+__global__ void wgmma_kernel(const std::uint16_t* a, const std::uint16_t* b, const float* c,
+                             float* d, float* early, bool rs, bool b_mn, bool fence, int waiters) {
+  SERVELAB_DYNAMIC_SMEM(smem);
+  const int t = threadIdx.x;
+  auto put = [&](std::uint32_t at, std::uint16_t v) { std::memcpy(smem + at, &v, 2); };
+  for (int i = t; i < 64 * 16; i += 128) {
+    const int m = i / 16, k = i % 16;
+    put((m % 8) * 16 + (m / 8) * 256 + (k % 8) * 2 + (k / 8) * 128, a[i]);
+  }
+  for (int i = t; i < 16 * 64; i += 128) {
+    const int k = i / 64, n = i % 64;
+    put(2048 + (b_mn ? (n % 8) * 2 + (n / 8) * 256 + (k % 8) * 16 + (k / 8) * 128
+                     : (n % 8) * 16 + (n / 8) * 256 + (k % 8) * 2 + (k / 8) * 128),
+        b[i]);
+  }
+  __syncthreads();
+  const int w = t / 32, g = (t % 32) / 4, q = t % 4;
+  // Accumulator element i of this thread: row-major index in the 64 x 64 result.
+  auto at = [&](int i) {
+    return (16 * w + g + 8 * ((i / 2) % 2)) * 64 + 8 * (i / 4) + 2 * q + i % 2;
+  };
+  float acc[8][4];
+  for (int i = 0; i < 32; ++i) acc[i / 4][i % 4] = c[at(i)];
+  std::uint32_t af[4];
+  for (int r = 0; r < 4; ++r) {
+    const int row = 16 * w + g + 8 * (r % 2), col = 2 * q + 8 * (r / 2);
+    af[r] = std::uint32_t{a[row * 16 + col]} | (std::uint32_t{a[row * 16 + col + 1]} << 16);
+  }
+  const std::uint32_t base = smem_u32(smem);
+  if (fence) wgmma_fence();
+  if (rs) {
+    wgmma_rs_bmn<64>(acc, af, wgmma_desc(base + 2048, 128, 256), true);
+  } else {
+    wgmma_ss<64>(acc, wgmma_desc(base, 128, 256), wgmma_desc(base + 2048, 128, 256), true);
+  }
+  wgmma_commit();
+  for (int i = 0; i < 32; ++i) early[at(i)] = acc[i / 4][i % 4];
+  if (t >= waiters) return;
+  wgmma_wait<0>(acc, af);
+  for (int i = 0; i < 32; ++i) d[at(i)] = acc[i / 4][i % 4];
+}
+
 TEST(CudaEmu, SharedMemoryAndBarrierAcrossWarps) {
   std::vector<int> in(512), out(512, -1);
   for (int i = 0; i < 512; ++i) in[i] = i * 3;
@@ -243,6 +298,22 @@ TEST(CudaEmu, CpAsyncLandsOnlyAfterItsWait) {
   for (std::uint32_t v : out) EXPECT_EQ(v, 0u);
 }
 
+// d (rows x cols, row-major) against c + a b, a (rows x 16) and b (16 x cols) bf16 row-major.
+void ExpectProduct(const std::vector<float>& d, const std::vector<std::uint16_t>& a,
+                   const std::vector<std::uint16_t>& b, const std::vector<float>& c, int rows,
+                   int cols, const std::string& what) {
+  for (int i = 0; i < rows; ++i) {
+    for (int n = 0; n < cols; ++n) {
+      double want = c[i * cols + n];
+      for (int k = 0; k < 16; ++k) {
+        want += double{from_bf16(a[i * 16 + k])} * from_bf16(b[k * cols + n]);
+      }
+      ASSERT_NEAR(d[i * cols + n], want, 1e-4 * (1 + std::fabs(want)))
+          << what << ": row " << i << " col " << n;
+    }
+  }
+}
+
 TEST(CudaEmu, LdmatrixAndMmaComputeTheProduct) {
   std::vector<std::uint16_t> a(256), bt(128), b(128);
   std::vector<float> c(128), d(128);
@@ -260,17 +331,44 @@ TEST(CudaEmu, LdmatrixAndMmaComputeTheProduct) {
     SERVELAB_LAUNCH(mma_kernel, 1, 32, 1024, nullptr)
     (a.data(), bt.data(), b.data(), c.data(), d.data(), trans);
     ASSERT_EQ(last_error(), "");
-    for (int i = 0; i < 16; ++i) {
-      for (int n = 0; n < 8; ++n) {
-        double want = c[i * 8 + n];
-        for (int k = 0; k < 16; ++k) {
-          want += double{from_bf16(a[i * 16 + k])} * from_bf16(b[k * 8 + n]);
-        }
-        EXPECT_NEAR(d[i * 8 + n], want, 1e-4 * (1 + std::fabs(want)))
-            << "row " << i << " col " << n << (trans ? " (ldmatrix.trans)" : "");
-      }
-    }
+    ExpectProduct(d, a, b, c, 16, 8, trans ? "ldmatrix.trans" : "ldmatrix");
   }
+}
+
+// wgmma.m64n64k16 from the PTX ISA's layouts, as kernels/ptx.cuh offers it (A and B K-major from
+// shared memory; A from registers with B MN-major), against the direct product; asynchronous (the
+// accumulators read before the wait still hold c); refused without wgmma.fence, when threads exit
+// without the wait, and in a block that is not whole warpgroups.
+TEST(CudaEmu, WgmmaComputesTheProductAtItsWait) {
+  std::vector<std::uint16_t> a(64 * 16), b(16 * 64);
+  std::vector<float> c(64 * 64), d(64 * 64), early(64 * 64);
+  for (int i = 0; i < 64 * 16; ++i) a[i] = bf16(std::sin(0.37f * i) * 2.0f);
+  for (int i = 0; i < 16 * 64; ++i) b[i] = bf16(std::cos(0.11f * i) - 0.25f);
+  for (int i = 0; i < 64 * 64; ++i) c[i] = 0.01f * i;
+  struct Mode {
+    bool rs, b_mn;
+  };
+  for (const Mode m : {Mode{false, false}, Mode{true, true}}) {
+    SCOPED_TRACE(std::string(m.rs ? "A registers" : "A shared") +
+                 (m.b_mn ? ", B MN-major" : ", B K-major"));
+    std::fill(d.begin(), d.end(), NAN);
+    ASSERT_EQ(cudaFuncSetAttribute(wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 4096),
+              cudaSuccess);
+    SERVELAB_LAUNCH(wgmma_kernel, 1, 128, 4096, nullptr)
+    (a.data(), b.data(), c.data(), d.data(), early.data(), m.rs, m.b_mn, true, 128);
+    ASSERT_EQ(last_error(), "");
+    EXPECT_TRUE(early == c) << "accumulators changed before wgmma.wait_group";
+    ExpectProduct(d, a, b, c, 64, 64, "wgmma");
+  }
+  SERVELAB_LAUNCH(wgmma_kernel, 1, 128, 4096, nullptr)
+  (a.data(), b.data(), c.data(), d.data(), early.data(), false, false, false, 128);
+  EXPECT_NE(last_error().find("without a wgmma.fence"), std::string::npos);
+  SERVELAB_LAUNCH(wgmma_kernel, 1, 128, 4096, nullptr)
+  (a.data(), b.data(), c.data(), d.data(), early.data(), false, false, true, 96);
+  EXPECT_NE(last_error().find("never waited for"), std::string::npos);
+  SERVELAB_LAUNCH(wgmma_kernel, 1, 64, 4096, nullptr)
+  (a.data(), b.data(), c.data(), d.data(), early.data(), false, false, true, 64);
+  EXPECT_NE(last_error().find("multiple of 128"), std::string::npos);
 }
 
 TEST(CudaEmu, DynamicSharedMemoryAbove48KbNeedsTheOptIn) {

@@ -360,11 +360,15 @@ class Report(unittest.TestCase):
         runs.append({"name": "BM_DecodeGemm/32/4/1/manual_time", "GBps": 3600.0,
                      "label": "lm_head skinny"})
         runs.append({"name": "BM_PrefillAttention/8192/3/manual_time", "TFLOPs": 320})
+        runs.append({"name": "BM_PrefillAttention/8192/4/manual_time", "TFLOPs": 360})
         self.write("kernels_bench.json", {"benchmarks": runs})
-        # fa2_128 is reported beside fa2, not held to the target.
+        # fa2_128 and wgmma are reported beside fa2, not held to the target.
         self.assertRegex(self.run_report("bench")[1],
                          r"BM_PrefillAttention/8192/3 \(fa2_128\)\s+320.0 TFLOP/s\s+"
                          r"0.80 of SDPA \(400.0\)\s+report")
+        self.assertRegex(self.run_report("bench")[1],
+                         r"BM_PrefillAttention/8192/4 \(wgmma\)\s+360.0 TFLOP/s\s+"
+                         r"0.90 of SDPA \(400.0\)\s+report")
         self.assertRegex(self.run_report("bench")[1],
                          r"BM_PrefillChunk/16/6144/1 \(fa2 split-KV\)\s+1.2 us\s+8 splits\s+report")
         self.assertRegex(self.run_report("bench")[1],
@@ -374,22 +378,54 @@ class Report(unittest.TestCase):
         self.write("kernels_bench.json", {"benchmarks": runs})
         self.assertFalse(self.run_report("bench")[0])
 
-    def test_prefill_choice_takes_fa2_128_only_when_clearly_faster(self):
-        # gpu-check bench: the modes after it run the faster fa2 variant at 8k.
-        def choice(fa2, wide):
-            runs = [{"name": "BM_PrefillAttention/8192/0/manual_time", "TFLOPs": fa2},
+    def test_prefill_choice_takes_the_fastest_only_when_clearly_faster_than_fa2(self):
+        # gpu-check bench: the modes after it run the fastest of fa2, fa2_128 and wgmma at the
+        # largest length fa2 ran (a kernel without a row there is skipped); e2e's fp8 KV run the
+        # fastest of those that read fp8 (not wgmma).
+        def choice(fa2, wide, wgmma=None, fp8=False, wgmma_error=False, length=8192):
+            runs = [{"name": f"BM_PrefillAttention/{length}/0/manual_time", "TFLOPs": fa2},
+                    {"name": "BM_PrefillAttention/512/0/manual_time", "TFLOPs": 1},
                     {"name": "BM_PrefillAttention/512/3/manual_time", "TFLOPs": 999},
-                    {"name": "BM_PrefillAttention/8192/1/manual_time", "TFLOPs": 999}]
+                    {"name": "BM_PrefillAttention/512/4/manual_time", "TFLOPs": 999},
+                    {"name": f"BM_PrefillAttention/{length}/1/manual_time", "TFLOPs": 999},
+                    {"name": f"BM_PrefillAttention/{length}/2/manual_time", "TFLOPs": 999}]
             if wide is not None:
-                runs.append({"name": "BM_PrefillAttention/8192/3/manual_time", "TFLOPs": wide})
+                runs.append({"name": f"BM_PrefillAttention/{length}/3/manual_time",
+                             "TFLOPs": wide})
+            if wgmma is not None:
+                runs.append({"name": f"BM_PrefillAttention/{length}/4/manual_time",
+                             "TFLOPs": wgmma, "error_occurred": wgmma_error})
             self.write("kernels_bench.json", {"benchmarks": runs})
-            return report.prefill_choice(self.work)
+            return report.prefill_choice(self.work, fp8=fp8)
         self.assertEqual(choice(200, 240), "fa2_128")
         self.assertEqual(choice(200, 203), "fa2")  # within 2 %: keep the default
         self.assertEqual(choice(240, 200), "fa2")
         self.assertEqual(choice(200, None), "fa2")
+        self.assertEqual(choice(200, 240, 260), "wgmma")
+        self.assertEqual(choice(200, 260, 240), "fa2_128")
+        self.assertEqual(choice(200, None, 240), "wgmma")  # fa2_128 without a row: skipped
+        self.assertEqual(choice(200, 203, 202), "fa2")
+        self.assertEqual(choice(200, 240, 999, wgmma_error=True), "fa2_128")
+        self.assertEqual(choice(200, 240, 260, fp8=True), "fa2_128")  # wgmma reads bf16 only
+        self.assertEqual(choice(200, None, 260, fp8=True), "fa2")
+        self.assertEqual(choice(0, 240, 260), "fa2")  # no fa2 figure: keep the default
+        self.assertEqual(choice(200, 240, 260, length=16384), "wgmma")  # the largest length
         os.remove(os.path.join(self.work, "kernels_bench.json"))
         self.assertEqual(report.prefill_choice(self.work), "fa2")
+        self.assertEqual(report.prefill_choice(self.work, fp8=True), "fa2")
+
+    def test_prefill_choice_command_line(self):
+        # What scripts/gpu-check runs: `report.py prefill-choice [--fp8] WORK`.
+        runs = [{"name": "BM_PrefillAttention/8192/0/manual_time", "TFLOPs": 200},
+                {"name": "BM_PrefillAttention/8192/3/manual_time", "TFLOPs": 240},
+                {"name": "BM_PrefillAttention/8192/4/manual_time", "TFLOPs": 260}]
+        self.write("kernels_bench.json", {"benchmarks": runs})
+        script = os.path.join(ROOT, "bench", "gpu", "report.py")
+        for args, want in ((["prefill-choice"], "wgmma"),
+                           (["prefill-choice", "--fp8"], "fa2_128")):
+            p = subprocess.run([sys.executable, "-B", script] + args + [self.work],
+                               capture_output=True, text=True)
+            self.assertEqual((p.returncode, p.stdout), (0, want + "\n"), p.stderr)
 
     def test_gemm_choice_takes_skinny_only_when_a_decode_steps_gemms_are_faster(self):
         # gpu-check bench: the modes after it run the linear-layer kernel whose decode-step GEMMs

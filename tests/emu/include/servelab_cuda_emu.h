@@ -180,6 +180,38 @@ void mma_m16n8k16_bf16(float (&d)[4], const std::uint32_t (&a)[4], std::uint32_t
                        std::uint32_t b1);
 // The block's dynamic shared memory (the `extern __shared__` array).
 unsigned char* dynamic_smem();
+
+// Warpgroup MMA (sm_90a; PTX ISA "Asynchronous Warpgroup Level Matrix Multiply-Accumulate"),
+// bf16 inputs, fp32 accumulators, shape m64nNk16 (n a multiple of 8, 8..256). A warpgroup is
+// threads 128 w .. 128 w + 127 of the block (the block's size must be a multiple of 128).
+//   wgmma_bf16(d, n, a, desc_a, desc_b, accumulate, b_mn_major): this thread's part of
+//     wgmma.mma_async.sync.aligned.m64nNk16.f32.bf16.bf16: D (64 x n) = A (64 x 16) B (16 x n)
+//     (+ D when `accumulate`: scale-d). A from registers when `a` is not null (the thread's four
+//     .b32 of the A fragment, the mma.m16n8k16 A layout per warp, warp w % 4 of the group owning
+//     rows 16 (w % 4) ..), else from shared memory through `desc_a` (K-major); B through `desc_b`,
+//     K-major or, with `b_mn_major` (imm-trans-b = 1), MN-major. `d` holds the thread's n / 2
+//     accumulators: element i is row 16 (w % 4) + lane / 4 + 8 ((i / 2) % 2), column
+//     8 (i / 4) + 2 (lane % 4) + i % 2.
+//     Descriptors: start address >> 4 in bits 0-13, leading byte offset >> 4 in 16-29, stride
+//     byte offset >> 4 in 32-45, base offset 49-51, swizzle mode 62-63; only the no-swizzle
+//     canonical layouts are modelled (T = 8 bf16 = 16 bytes): K-major element (mn, k) at
+//     start + (mn % 8) 16 + (mn / 8) SBO + (k % 8) 2 + (k / 8) LBO, MN-major at
+//     start + (mn % 8) 2 + (mn / 8) SBO + (k % 8) 16 + (k / 8) LBO. Anything else fails.
+//     Asynchronous as on the GPU: nothing is read or written when it is issued. The operation
+//     runs when a wgmma_wait of the whole warpgroup retires its group: then it reads shared
+//     memory, the A registers (through `a`: they must still hold the fragment) and `d`, and
+//     writes `d`. Reading the accumulators before that wait sees the old values, as it may on a
+//     GPU. A wgmma_bf16 without a wgmma_fence since the thread's last wgmma_wait fails.
+//   wgmma_fence: wgmma.fence.sync.aligned;
+//   wgmma_commit: wgmma.commit_group.sync.aligned (closes the thread's group);
+//   wgmma_wait(pending): wgmma.wait_group.sync.aligned pending: a warpgroup collective (all 128
+//     threads); retires every group but the newest `pending`, in order, checking that every
+//     thread issued the same operations (descriptors, shape, flags).
+void wgmma_bf16(float* d, int n, const std::uint32_t* a, std::uint64_t desc_a, std::uint64_t desc_b,
+                bool accumulate, bool b_mn_major);
+void wgmma_fence();
+void wgmma_commit();
+void wgmma_wait(int pending);
 }  // namespace servelab_emu
 
 // ---- runtime API ---------------------------------------------------------------------------
