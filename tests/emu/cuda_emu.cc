@@ -224,15 +224,17 @@ void switch_to_scheduler(bool exiting) {
 #endif
 }
 
+// What fail() throws: it unwinds the failing thread's fiber to fiber_main, so that the frames
+// between (the temporaries of the message included) are destroyed, not abandoned.
+struct KernelFailure {};
+
 // Stops the running thread for good, the block's run failing with `message`.
 [[noreturn]] void fail(const std::string& message) {
   BlockRun& r = *state().run;
   if (r.error.empty()) {
     r.error = message + " (block " + xyz(blockIdx) + ", thread " + xyz(threadIdx) + ")";
   }
-  r.current->done = true;
-  switch_to_scheduler(true);
-  std::abort();  // never resumed
+  throw KernelFailure{};
 }
 
 void release_block_barrier(BlockRun& r) {
@@ -278,6 +280,8 @@ void fiber_main() {
 #endif
   try {
     (*r.body)();
+  } catch (const KernelFailure&) {
+    // r.error holds the message
   } catch (const std::exception& e) {
     if (r.error.empty()) r.error = std::string("exception in kernel code: ") + e.what();
   }
