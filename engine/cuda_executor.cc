@@ -434,6 +434,12 @@ void CudaExecutor::Impl::init(const LlamaWeights* host, std::uint64_t seed) {
       !refusal.empty()) {
     throw std::invalid_argument("CudaExecutor: " + refusal);
   }
+  if (!k::prefill_kernel_built(options.prefill_kernel)) {
+    throw std::invalid_argument(std::string("CudaExecutor: the ") +
+                                k::prefill_kernel_name(options.prefill_kernel) +
+                                " prefill kernel is not in this build (it needs sm_90a: cmake "
+                                "-DSERVELAB_CUDA_SM90A=ON)");
+  }
   std::string reason;
   if (!k::cuda_device_available(&reason)) {
     throw std::runtime_error("CudaExecutor: no usable CUDA device: " + reason);

@@ -27,6 +27,7 @@
 #include "serving/run_stage.h"
 #if SERVELAB_HAVE_CUDA
 #include "engine/cuda_executor.h"
+#include "kernels/attention.h"
 #include "kernels/device.h"
 #endif
 #include "engine/llama_weights.h"
@@ -470,6 +471,12 @@ EngineInstance load_replicas(const ExperimentConfig& config, const EngineOptions
                                                             cuda_options.prefill_kernel);
         !refusal.empty()) {
       throw ConfigError(config.file + ": key 'model.kv_cache_dtype': " + refusal);
+    }
+    if (!kernels::prefill_kernel_built(cuda_options.prefill_kernel)) {
+      throw ConfigError(std::string(kernels::kPrefillKernelEnv) + "=" +
+                        kernels::prefill_kernel_name(cuda_options.prefill_kernel) +
+                        ": this build has no such kernel (it needs sm_90a: cmake "
+                        "-DSERVELAB_CUDA_SM90A=ON); use fa2 or fa2_128");
     }
     auto cuda_executor = device_random
                              ? std::make_unique<CudaExecutor>(llama, config.seed, cuda_options)

@@ -137,6 +137,11 @@ struct PrefillAttentionArgs {
 // longest_keys; std::runtime_error on a launch error.
 void paged_prefill_attention(const PrefillAttentionArgs& args, Stream stream);
 
+// Whether this build has `kernel`'s code: every kernel but kWgmma always; kWgmma where nvcc
+// targets sm_90a (SERVELAB_CUDA_SM90A, the default) and on the CUDA emulator. A launch of a
+// kernel that is not built throws std::invalid_argument.
+bool prefill_kernel_built(PrefillKernel kernel);
+
 // Prefill CTAs of a kernel that splits keys (prefill_splits_keys: kFa2, kFa2Wide, kWgmma) that
 // fit on the device at once (SMs x occupancy of its bf16 instance for head_dim): the max_ctas of
 // plan_prefill_splits.

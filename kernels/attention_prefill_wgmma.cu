@@ -260,3 +260,11 @@ std::int32_t wgmma_resident_ctas(std::int32_t head_dim) {
 }
 
 }  // namespace servelab::kernels::detail
+
+namespace servelab::kernels {
+
+bool prefill_kernel_built(PrefillKernel kernel) {
+  return kernel != PrefillKernel::kWgmma || detail::kBuilt;
+}
+
+}  // namespace servelab::kernels
