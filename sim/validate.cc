@@ -113,11 +113,6 @@ std::string dump(const YAML::Node& n) {
   return e.c_str();
 }
 
-// The metrics' percentile (docs/metrics.md); 0 for no values.
-double percentile(const std::vector<double>& sorted, double p) {
-  return sorted.empty() ? 0 : percentile_sorted(sorted, p);
-}
-
 // The executed steps in order (steps with no rows are not executed: an idle engine forms
 // empty plans, which use up step indices), each with its step index and its schedule rows
 // ("request:first_token+num_tokens kind").
@@ -294,27 +289,6 @@ HostOverhead fit_host_overhead(const std::string& engine_dir, CalibratedProfile&
   return h;
 }
 
-ErrorStats error_stats(const std::vector<double>& signed_errors) {
-  ErrorStats s;
-  s.count = static_cast<std::int64_t>(signed_errors.size());
-  if (signed_errors.empty()) return s;
-  std::vector<double> abs_errors;
-  double sum = 0, sum_signed = 0;
-  for (double e : signed_errors) {
-    abs_errors.push_back(std::abs(e));
-    sum += std::abs(e);
-    sum_signed += e;
-  }
-  std::sort(abs_errors.begin(), abs_errors.end());
-  s.mean = sum / static_cast<double>(s.count);
-  s.mean_signed = sum_signed / static_cast<double>(s.count);
-  s.p50 = percentile(abs_errors, 50);
-  s.p90 = percentile(abs_errors, 90);
-  s.p99 = percentile(abs_errors, 99);
-  s.max = abs_errors.back();
-  return s;
-}
-
 ValidationReport validate_runs(const std::string& sim_dir, const std::string& engine_dir,
                                const std::string& cost_model_file) {
   ValidationReport rep;
@@ -427,6 +401,7 @@ ValidationReport validate_runs(const std::string& sim_dir, const std::string& en
       }
     }
     rep.step_replay = error_stats(errors);
+    rep.replayed_by_kind = replay_by_kind(rep.replayed);
   }
 
   // 4. Requests, joined by id over those finished in both.
@@ -493,6 +468,39 @@ ValidationReport validate_runs(const std::string& sim_dir, const std::string& en
   return rep;
 }
 
+namespace {
+
+// The replayed error by step kind and the first replayed step (a cold start shows there).
+void print_replay_by_kind(std::FILE* f, const ValidationReport& r) {
+  if (r.replayed_by_kind.empty()) return;
+  std::fprintf(f, "\n  %-34s %7s %11s %11s %9s %8s %14s %9s\n", "replayed step time by kind",
+               "steps", "measured s", "predicted s", "time-wtd", "MAPE", "slow (% time)",
+               "w/o slow");
+  for (const StepKindError& k : r.replayed_by_kind) {
+    char slow[32], without[32];
+    std::snprintf(slow, sizeof slow, "%lld (%.1f)", static_cast<long long>(k.slow_steps),
+                  100 * k.slow_measured_s / k.measured_s);
+    if (k.time_weighted_without_slow) {
+      std::snprintf(without, sizeof without, "%+.2f", 100 * *k.time_weighted_without_slow);
+    } else {
+      std::snprintf(without, sizeof without, "-");
+    }
+    std::fprintf(f, "  %-34s %7lld %11.3f %11.3f %+9.2f %8.2f %14s %9s\n", k.kind.c_str(),
+                 static_cast<long long>(k.steps), k.measured_s, k.predicted_s,
+                 100 * k.time_weighted, 100 * k.error.mean, slow, without);
+  }
+  const ReplayedStep& first = r.replayed.front();
+  std::fprintf(f,
+               "  (percent; time-wtd: (sum predicted - sum measured) / sum measured; slow: "
+               "measured > %.1fx predicted)\n"
+               "  first replayed step (%lld): measured %.2f ms, predicted %.2f ms (%+.1f %%)\n",
+               kSlowStepFactor, static_cast<long long>(first.step), 1e3 * first.measured_s,
+               1e3 * first.predicted_s,
+               100 * (first.predicted_s - first.measured_s) / first.measured_s);
+}
+
+}  // namespace
+
 void print_validation(std::FILE* f, const ValidationReport& r) {
   const char* measured = r.measured_label.c_str();
   std::fprintf(f, "validate %s (sim) against %s (%s)\n", r.sim_dir.c_str(), r.engine_dir.c_str(),
@@ -515,6 +523,7 @@ void print_validation(std::FILE* f, const ValidationReport& r) {
   row("TPOT per request", r.tpot);
   row("E2E per request", r.e2e);
   if (r.step_replay) std::fprintf(f, "  (replay cost model: %s)\n", r.replay_cost_model.c_str());
+  print_replay_by_kind(f, r);
   std::fprintf(f, "\n  %-34s %12s %12s %9s\n", "aggregate", "sim", measured, "error %");
   for (const AggregateError& a : r.aggregates) {
     if (a.error) {
@@ -550,6 +559,32 @@ std::string validation_json(const ValidationReport& r) {
                     {"paired_basis", r.paired_basis},
                     {"replayed", r.step_replay ? stats(*r.step_replay) : J(nullptr)},
                     {"replay_cost_model", r.replay_cost_model}};
+  J kinds = J::array();
+  for (const StepKindError& k : r.replayed_by_kind) {
+    kinds.push_back(
+        {{"kind", k.kind},
+         {"steps", k.steps},
+         {"measured_s", k.measured_s},
+         {"predicted_s", k.predicted_s},
+         {"time_weighted", k.time_weighted},
+         {"error", stats(k.error)},
+         {"slow_steps", k.slow_steps},
+         {"slow_measured_s", k.slow_measured_s},
+         {"time_weighted_without_slow",
+          k.time_weighted_without_slow ? J(*k.time_weighted_without_slow) : J(nullptr)}});
+  }
+  j["step_time"]["replayed_by_kind"] = kinds;
+  j["step_time"]["slow_step_factor"] = kSlowStepFactor;
+  if (r.replayed.empty()) {
+    j["step_time"]["first_replayed"] = nullptr;
+  } else {
+    const ReplayedStep& first = r.replayed.front();
+    j["step_time"]["first_replayed"] = {
+        {"step", first.step},
+        {"measured_s", first.measured_s},
+        {"predicted_s", first.predicted_s},
+        {"error", (first.predicted_s - first.measured_s) / first.measured_s}};
+  }
   j["requests"] = {{"compared", r.requests_compared},
                    {"ttft", stats(r.ttft)},
                    {"tpot", stats(r.tpot)},
@@ -568,7 +603,7 @@ std::string replay_csv(const ValidationReport& r) {
       "step,num_seqs,prefill_tokens,decode_tokens,decode_context_tokens,measured_ms,"
       "predicted_ms\n";
   char buf[256];
-  for (const ValidationReport::ReplayedStep& s : r.replayed) {
+  for (const ReplayedStep& s : r.replayed) {
     std::snprintf(buf, sizeof buf, "%lld,%lld,%lld,%lld,%lld,%.6f,%.6f\n",
                   static_cast<long long>(s.step), static_cast<long long>(s.num_seqs),
                   static_cast<long long>(s.prefill_tokens), static_cast<long long>(s.decode_tokens),

@@ -20,17 +20,10 @@
 #include "core/step_plan.h"
 #include "sim/calibrated_cost_model.h"
 #include "sim/calibration.h"
+#include "sim/error_stats.h"
+#include "sim/replay_by_kind.h"
 
 namespace servelab {
-
-struct ErrorStats {
-  std::int64_t count = 0;
-  double mean = 0, p50 = 0, p90 = 0, p99 = 0, max = 0;  // of |relative error|
-  double mean_signed = 0;                               // of the signed relative error
-};
-
-// Summary of relative errors (signed values in, stats of their absolute values out).
-ErrorStats error_stats(const std::vector<double>& signed_errors);
 
 struct AggregateError {
   std::string metric;  // e.g. "throughput.output_tokens_per_s", "ttft_ms.p50"
@@ -62,12 +55,10 @@ struct ValidationReport {
   std::optional<ErrorStats> step_replay;
   std::string replay_cost_model;  // "calibrated (FILE)" or "roofline (HARDWARE)"
   // Each replayed engine step (the data of the predicted-against-measured figure, replay.csv).
-  struct ReplayedStep {
-    std::int64_t step = 0;  // the engine's step index (steps.csv)
-    std::int64_t num_seqs = 0, prefill_tokens = 0, decode_tokens = 0, decode_context_tokens = 0;
-    double measured_s = 0, predicted_s = 0;
-  };
+  using ReplayedStep = servelab::ReplayedStep;
   std::vector<ReplayedStep> replayed;
+  // The replayed error by step kind (sim/replay_by_kind.h); empty when nothing was replayed.
+  std::vector<StepKindError> replayed_by_kind;
 
   std::int64_t requests_compared = 0;
   ErrorStats ttft, tpot, e2e;

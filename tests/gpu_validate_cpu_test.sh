@@ -46,10 +46,12 @@ r=$t/o/validate.txt
 check "  ... the pipeline is complete" has "Pipeline: complete." "$r"
 for wl in burst-8b azure-conv-8b mooncake-8b; do
   for mix in vllm-hash sarathi-recompute; do
-    # One headline row (calibrated / roofline side by side), and a row in each full table.
-    check "  ... $wl $mix in the tables" test "$(grep -c "^| $wl | $mix |" "$r")" = 4
+    # One headline row (calibrated / roofline side by side), a row in each full table and in
+    # each by-kind table, one in the engine table.
+    check "  ... $wl $mix in the tables" test "$(grep -c "^| $wl | $mix |" "$r")" = 6
   done
 done
+check "  ... the replayed error by step kind" has "| decode: steps, time-weighted % (without slow)" "$r"
 check "  ... the held-out calibration error" has "held-out error (one shape in 3 of each family" "$r"
 check "  ... the profile's spread per family" has "| decode | " "$r"
 check "  ... the commands" has "BUNDLE/bin/sim calibrate experiments/catalog/calibrated/tiny-cpu-profile.csv" "$r"

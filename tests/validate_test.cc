@@ -195,10 +195,76 @@ TEST(Validate, ReplayCsvHoldsEveryEngineStepMeasuredAndPredicted) {
                          dir);
   ASSERT_EQ(c.code, 0) << c.err;
   EXPECT_EQ(test_util::read_file(dir / "v/replay.csv"), expected);
+  // By kind: the decode step (40 vs 11) and the second chunk (20 vs 11) are slow (> 1.5x).
+  ASSERT_EQ(r.replayed_by_kind.size(), 3u);
+  EXPECT_EQ(r.replayed_by_kind[0].kind, "decode");
+  EXPECT_EQ(r.replayed_by_kind[0].slow_steps, 1);
+  EXPECT_FALSE(r.replayed_by_kind[0].time_weighted_without_slow);
+  EXPECT_EQ(r.replayed_by_kind[1].kind, "prefill");
+  EXPECT_NEAR(r.replayed_by_kind[1].time_weighted, (21.0 - 30.0) / 30.0, 1e-9);
+  EXPECT_NEAR(*r.replayed_by_kind[1].time_weighted_without_slow, 0.0, 1e-9);
+  EXPECT_EQ(r.replayed_by_kind[2].kind, "all");
+  EXPECT_NEAR(r.replayed_by_kind[2].slow_measured_s, 0.060, 1e-12);
+  const nlohmann::json j = nlohmann::json::parse(test_util::read_file(dir / "v/validation.json"));
+  ASSERT_EQ(j["step_time"]["replayed_by_kind"].size(), 3u);
+  EXPECT_EQ(j["step_time"]["replayed_by_kind"][0]["kind"], "decode");
+  EXPECT_TRUE(j["step_time"]["replayed_by_kind"][0]["time_weighted_without_slow"].is_null());
+  EXPECT_NEAR(j["step_time"]["first_replayed"]["error"].get<double>(), 0.0, 1e-9);
+  EXPECT_EQ(j["step_time"]["slow_step_factor"].get<double>(), kSlowStepFactor);
   // An engine run without schedule.csv cannot be replayed: the header alone.
   std::filesystem::remove(dir / "engine/schedule.csv");
   const ValidationReport none = validate_runs((dir / "sim").string(), (dir / "engine").string());
   EXPECT_EQ(replay_csv(none), expected.substr(0, expected.find('\n') + 1));
+  EXPECT_TRUE(none.replayed_by_kind.empty());
+}
+
+// The replayed error split by step kind: sums, time-weighted errors, slow steps (measured >
+// 1.5x predicted) and the time-weighted error without them.
+TEST(ReplayByKind, SumsEachKindAndSeparatesTheSlowSteps) {
+  auto step = [](std::int64_t i, std::int64_t prefill, std::int64_t decode, double m_ms,
+                 double p_ms) {
+    ReplayedStep s;
+    s.step = i;
+    s.prefill_tokens = prefill;
+    s.decode_tokens = decode;
+    s.measured_s = m_ms / 1e3;
+    s.predicted_s = p_ms / 1e3;
+    return s;
+  };
+  const std::vector<ReplayedStep> steps = {
+      step(0, 0, 0, 5, 1),     // other, slow: the only one of its kind
+      step(1, 0, 4, 10, 10),   // decode
+      step(2, 16, 0, 20, 18),  // prefill
+      step(3, 0, 4, 30, 10),   // decode, slow
+      step(4, 8, 2, 40, 50),   // mixed
+      step(5, 0, 4, 10, 11),   // decode
+  };
+  const std::vector<StepKindError> k = replay_by_kind(steps);
+  ASSERT_EQ(k.size(), 5u);
+  EXPECT_EQ(k[0].kind, "decode");
+  EXPECT_EQ(k[1].kind, "prefill");
+  EXPECT_EQ(k[2].kind, "mixed");
+  EXPECT_EQ(k[3].kind, "other");
+  EXPECT_EQ(k[4].kind, "all");
+  // decode: 50 ms measured, 31 predicted; the 30 ms step is slow; without it 21 vs 20.
+  EXPECT_EQ(k[0].steps, 3);
+  EXPECT_NEAR(k[0].measured_s, 0.050, 1e-12);
+  EXPECT_NEAR(k[0].predicted_s, 0.031, 1e-12);
+  EXPECT_NEAR(k[0].time_weighted, -19.0 / 50.0, 1e-12);
+  EXPECT_NEAR(k[0].error.mean, (0.0 + 20.0 / 30.0 + 0.1) / 3, 1e-12);
+  EXPECT_EQ(k[0].slow_steps, 1);
+  EXPECT_NEAR(k[0].slow_measured_s, 0.030, 1e-12);
+  EXPECT_NEAR(*k[0].time_weighted_without_slow, 1.0 / 20.0, 1e-12);
+  EXPECT_NEAR(k[2].time_weighted, 0.25, 1e-12);
+  EXPECT_EQ(k[2].slow_steps, 0);
+  EXPECT_FALSE(k[3].time_weighted_without_slow);  // every step of the kind is slow
+  // all: 115 ms measured, 100 predicted; slow 30 + 5 ms; without them 80 vs 89.
+  EXPECT_EQ(k[4].steps, 6);
+  EXPECT_NEAR(k[4].time_weighted, -15.0 / 115.0, 1e-12);
+  EXPECT_EQ(k[4].slow_steps, 2);
+  EXPECT_NEAR(k[4].slow_measured_s, 0.035, 1e-12);
+  EXPECT_NEAR(*k[4].time_weighted_without_slow, 9.0 / 80.0, 1e-12);
+  EXPECT_TRUE(replay_by_kind({}).empty());
 }
 
 // Issue 16: replaying with a CPU calibration recorded on another CPU warns (one line, on
@@ -286,6 +352,8 @@ TEST(Validate, CommandWritesJsonAndRefusesBadInput) {
                    dir);
   ASSERT_EQ(c.code, 0) << c.err;
   EXPECT_NE(c.out.find("TTFT per request"), std::string::npos) << c.out;
+  EXPECT_NE(c.out.find("replayed step time by kind"), std::string::npos) << c.out;
+  EXPECT_NE(c.out.find("first replayed step (0)"), std::string::npos) << c.out;
   const nlohmann::json j = nlohmann::json::parse(test_util::read_file(dir / "v/validation.json"));
   EXPECT_EQ(j["schedule"]["comparison"], "identical");
   EXPECT_NEAR(j["requests"]["tpot"]["mean"].get<double>(), 0.15, 1e-12);

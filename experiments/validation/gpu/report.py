@@ -187,6 +187,33 @@ def full_table(found, model):
     return out
 
 
+def by_kind_table(found, model):
+    """The replayed step error by step kind (sim validate's replayed_by_kind): time-weighted
+    signed error, then without the slow steps, with their count and share of the kind's time."""
+    kinds = ("decode", "mixed", "prefill")
+    out = ["| workload | mix | " + " | ".join(
+        f"{k}: steps, time-weighted % (without slow), slow steps (% of time)" for k in kinds)
+        + " | first step ms, measured / predicted |", "|---|---|" + "---|" * (len(kinds) + 1)]
+    for (wl, mix), e in sorted(found.items()):
+        st = get(e.get(model), "step_time") or {}
+        by = {k.get("kind"): k for k in st.get("replayed_by_kind") or []}
+        cells = []
+        for kind in kinds:
+            k = by.get(kind)
+            if k is None:
+                cells.append("none")
+                continue
+            share = k["slow_measured_s"] / k["measured_s"] if k["measured_s"] else 0.0
+            cells.append(f"{k['steps']}, {pct(k['time_weighted'], True)} "
+                         f"({pct(k.get('time_weighted_without_slow'), True)}), "
+                         f"{k['slow_steps']} ({100 * share:.1f})")
+        first = st.get("first_replayed")
+        first_cell = ("n/a" if not first else
+                      f"{1e3 * first['measured_s']:.1f} / {1e3 * first['predicted_s']:.1f}")
+        out.append(f"| {wl} | {mix} | " + " | ".join(cells) + f" | {first_cell} |")
+    return out
+
+
 def engine_table(found):
     out = ["| workload | mix | requests | KV blocks | steps | duration s | output tok/s "
            "| TTFT p50 ms | TPOT p50 ms | prefix hit rate | preemptions |",
@@ -261,6 +288,14 @@ def main():
         lines += ["", f"### All errors, {m} (percent; per-request columns: mean / p50 of "
                   "|sim - eng| / eng; the last five: signed aggregate errors)", ""]
         lines += full_table(found, m)
+    lines += ["", "### Replayed step time by kind (where the latency errors come from)", "",
+              "Signed, percent: (sum of predicted - sum of measured) / sum of measured over the "
+              "engine steps of each kind, then the same without the slow steps (measured > "
+              "1.5x predicted: graph captures, cold kernels, host stalls), their count and share "
+              "of the kind's measured time. TPOT follows the decode and mixed kinds."]
+    for m in MODELS:
+        lines += ["", f"{m}:", ""]
+        lines += by_kind_table(found, m)
     lines += ["", "## 4. The engine runs", ""]
     lines += engine_table(found)
     fig = os.path.join("figures", "step-time-validation.png")
