@@ -43,6 +43,7 @@
 #include "kernels/norm.h"
 #include "kernels/rope.h"
 #include "kernels/sampling.h"
+#include "kernels/wgmma_probe.h"
 #endif
 
 namespace servelab {
@@ -766,6 +767,114 @@ TEST(GpuKernels, DecodeLauncherRejectsInvalidPlans) {
 // S and O sum their k blocks in fa2's order: on the CUDA emulator, whose wgmma rounds each
 // 16-element block as its mma.sync does, its outputs must be fa2's bit for bit too (a wrong
 // descriptor or fragment mapping could not pass that); on a GPU only the reference binds it.
+// The PTX layout reading of the wgmma prefill kernel, one instruction at a time
+// (kernels/wgmma_probe.h): with the kernel's strides, the form of S = Q K^T (A and B K-major from
+// shared memory, n 64) and of O += P V (A from registers, B MN-major, n 64 and 128) give A B
+// (fp32 sums of 16 exact bf16 products: within 1e-4 of the double-precision product). If the
+// GPU disagrees, the test runs the other stride assignments and names the one that agrees: the
+// fix for attention_prefill_wgmma.cu's wgmma_desc calls and the emulator's wgmma_operand. Every
+// other assignment must disagree, else the probe could not tell a misreading apart.
+TEST(GpuKernels, WgmmaOperandLayoutsMatchTheProduct) {
+  REQUIRE_GPU();
+#if SERVELAB_HAVE_CUDA
+  if (!k::wgmma_probe_built()) {
+    GTEST_SKIP() << "this build has no sm_90a code (configured with SERVELAB_CUDA_SM90A=OFF)";
+  }
+  using k::WgmmaProbeForm;
+  using k::WgmmaStrides;
+  Rng rng = Rng::stream(23, "gpu_kernels.wgmma_probe");
+  struct Case {
+    WgmmaProbeForm form;
+    std::int32_t n;
+    const char* name;
+  };
+  const Case cases[] = {
+      {WgmmaProbeForm::kSs, 64, "S = Q K^T form (A, B K-major in smem), n 64"},
+      {WgmmaProbeForm::kRsBmn, 64, "O += P V form (A in registers, B MN-major), n 64"},
+      {WgmmaProbeForm::kRsBmn, 128, "O += P V form (A in registers, B MN-major), n 128"}};
+  auto text = [](const WgmmaStrides& st) {
+    return "{lbo " + std::to_string(st.lbo) + ", sbo " + std::to_string(st.sbo) + "}";
+  };
+  // The operands' strides as a message names them (A's only where A is in shared memory).
+  auto strides = [&](WgmmaProbeForm form, const WgmmaStrides& as, const WgmmaStrides& bs) {
+    return (form == WgmmaProbeForm::kSs ? "A " + text(as) + ", " : std::string()) + "B " + text(bs);
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const std::int32_t n = c.n;
+    const std::vector<float> a = RandomBf16(rng, 64 * 16), b = RandomBf16(rng, 16 * n);
+    std::vector<float> want(static_cast<std::size_t>(64) * n);
+    for (int m = 0; m < 64; ++m) {
+      for (int j = 0; j < n; ++j) {
+        double sum = 0;
+        for (int kk = 0; kk < 16; ++kk) sum += double{a[m * 16 + kk]} * b[kk * n + j];
+        want[static_cast<std::size_t>(m) * n + j] = static_cast<float>(sum);
+      }
+    }
+    DeviceBuffer d_a = Upload(ToBits(a)), d_b = Upload(ToBits(b));
+    // The first element that differs from A B (index, got, want), or -1.
+    auto first_miss = [&](const std::vector<float>& got, float* g, float* w) {
+      for (std::size_t i = 0; i < got.size(); ++i) {
+        if (!(std::fabs(got[i] - want[i]) <= 1e-4 + 1e-5 * std::fabs(want[i]))) {
+          *g = got[i];
+          *w = want[i];
+          return static_cast<std::int64_t>(i);
+        }
+      }
+      return std::int64_t{-1};
+    };
+    auto run = [&](const WgmmaStrides& as, const WgmmaStrides& bs) {
+      DeviceBuffer d = Poisoned(static_cast<std::size_t>(64) * n * 4);
+      k::WgmmaProbeArgs args;
+      args.form = c.form;
+      args.n = n;
+      args.a = d_a.as<k::Bf16>();
+      args.b = d_b.as<k::Bf16>();
+      args.d = d.as<float>();
+      args.a_strides = as;
+      args.b_strides = bs;
+      k::wgmma_probe(args, nullptr);
+      return Download<float>(d, static_cast<std::size_t>(64) * n);
+    };
+    const WgmmaStrides ka = k::wgmma_probe_kernel_strides(c.form, false, n),
+                       kb = k::wgmma_probe_kernel_strides(c.form, true, n);
+    const WgmmaStrides sa{ka.sbo, ka.lbo}, sb{kb.sbo, kb.lbo};
+    // The other assignments: LBO and SBO swapped for A (SS only), for B, for both.
+    std::vector<std::pair<WgmmaStrides, WgmmaStrides>> others = {{ka, sb}};
+    if (c.form == WgmmaProbeForm::kSs) {
+      others.push_back({sa, kb});
+      others.push_back({sa, sb});
+    }
+    float g = 0, w = 0;
+    const std::int64_t miss = first_miss(run(ka, kb), &g, &w);
+    if (miss < 0) {
+      for (const auto& [as, bs] : others) {
+        EXPECT_GE(first_miss(run(as, bs), &g, &w), 0)
+            << strides(c.form, as, bs)
+            << " also gives A B: the probe cannot tell these strides from the kernel's";
+      }
+      continue;
+    }
+    std::string agrees;
+    for (const auto& [as, bs] : others) {
+      if (first_miss(run(as, bs), &g, &w) < 0) agrees += " " + strides(c.form, as, bs) + ";";
+    }
+    first_miss(run(ka, kb), &g, &w);
+    ADD_FAILURE() << "with the kernel's strides (" << strides(c.form, ka, kb)
+                  << ") D differs from A B, first at row " << miss / n << " column " << miss % n
+                  << " (got " << g << ", want " << w << "). "
+                  << (agrees.empty()
+                          ? "No other LBO/SBO assignment gives A B either: the accumulator or A "
+                            "fragment mapping (kernels/ptx.cuh) or the instruction's flags are "
+                            "misread."
+                          : "It is A B with" + agrees +
+                                " so LBO and SBO are misread for that operand: fix "
+                                "attention_prefill_wgmma.cu's wgmma_desc calls and the emulator's "
+                                "wgmma_operand (tests/emu/cuda_emu.cc).");
+  }
+#endif
+}
+
 TEST(GpuKernels, PagedPrefillAttentionMatchesReference) {
   REQUIRE_GPU();
 #if SERVELAB_HAVE_CUDA
