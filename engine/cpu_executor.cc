@@ -443,17 +443,9 @@ StepResult CpuExecutor::execute(const StepPlan& plan) {
     last_logits_[i] = weights_.head() * normed.row(0).transpose();
     result.sampled_tokens[i] = sample_at(e, outs + accepted, last_logits_[i]);
     if (speculative) {
-      // The request's tokens after this step: prompt, outputs, accepted drafts, the new token.
-      history.clear();
-      for (std::int32_t p = 0; p < e.spec->prompt_len; ++p) {
-        history.push_back(prompt_token_value(*e.spec, p, m.vocab_size));
-      }
-      history.insert(history.end(), e.output_tokens.begin(), e.output_tokens.end());
-      history.insert(history.end(), drafts.begin(), drafts.begin() + accepted);
-      history.push_back(result.sampled_tokens[i]);
-      const SpeculativeConfig& sc = options_.speculative;
-      result.num_proposed[i] = ngram_propose(history, sc.prompt_lookup_min, sc.prompt_lookup_max,
-                                             sc.num_speculative_tokens, result.proposed_tokens);
+      result.num_proposed[i] = propose_after_step(
+          e, drafts.first(static_cast<std::size_t>(accepted)), result.sampled_tokens[i],
+          m.vocab_size, options_.speculative, history, result.proposed_tokens);
     }
     for (std::int32_t k = 1; k < e.num_samples; ++k) {
       result.fork_tokens.push_back(sample(sample_request_id(e.id, k), e.output_tokens.size(),

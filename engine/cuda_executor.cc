@@ -14,6 +14,7 @@
 #include "core/rng.h"
 #include "core/stop_conditions.h"
 #include "engine/gpu_switches.h"
+#include "engine/ngram_proposer.h"
 #include "engine/plan_check.h"
 #include "engine/safetensors.h"
 #include "kernels/activation.h"
@@ -418,6 +419,11 @@ void CudaExecutor::Impl::init(const LlamaWeights* host, std::uint64_t seed) {
       options.sampling.top_p > 1) {
     throw std::invalid_argument("CudaExecutor: temperature must be >= 0 and top_p in (0, 1]");
   }
+  if (options.speculative.enabled() && options.speculative.method != SpecMethod::kNgram) {
+    throw std::invalid_argument(
+        std::string("CudaExecutor: speculative decoding runs method ngram only, not ") +
+        to_string(options.speculative.method));
+  }
   if (m.head_dim != 64 && m.head_dim != 128) {
     throw std::invalid_argument("CudaExecutor: head_dim must be 64 or 128, got " +
                                 std::to_string(m.head_dim));
@@ -468,7 +474,13 @@ void CudaExecutor::Impl::init(const LlamaWeights* host, std::uint64_t seed) {
   s.prefill_max_ctas = k::prefill_max_resident_ctas(m.head_dim, s.options.prefill_kernel);
 
   // Activations before the KV cache, so the cache gets what is really left.
-  s.ensure_capacity(options.max_num_tokens, options.max_num_seqs);
+  // A verify entry samples 1 + k rows.
+  const std::int64_t rows =
+      std::int64_t{options.max_num_seqs} *
+      (1 + (options.speculative.enabled() ? options.speculative.num_speculative_tokens : 0));
+  s.ensure_capacity(options.max_num_tokens,
+                    static_cast<std::int32_t>(std::min<std::int64_t>(
+                        rows, std::max(options.max_num_seqs, options.max_num_tokens))));
   k::synchronize(s.stream.get());
 
   std::int64_t blocks = options.num_blocks;
@@ -704,23 +716,37 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
   std::vector<std::int32_t> sample_rows;
   std::vector<std::int32_t> mask_rows, mask_tokens;  // (sampled row, token) it must not draw
   std::vector<float> sample_u;
-  std::vector<std::size_t> sample_entry;  // plan entry of each sampled row
-  std::vector<std::int32_t> sample_k;     // its sample index (parallel sampling)
+  std::vector<std::int32_t> sample_k;  // its sample index (parallel sampling)
+  std::vector<std::int32_t> first_sample(plan.requests.size(), -1);  // each entry's first row
   for (std::size_t i = 0; i < plan.requests.size(); ++i) {
     const ScheduledRequest& e = plan.requests[i];
     const auto row0 = static_cast<std::int32_t>(tokens.size());
+    const std::span<const std::int32_t> drafts = plan.drafts_of(i);
+    const auto d = static_cast<std::int32_t>(drafts.size());
+    if (d > 0 && !opt.speculative.enabled()) {
+      throw std::invalid_argument("CudaExecutor: request " + std::to_string(e.id) +
+                                  " has draft tokens but speculative decoding is off");
+    }
+    if (d > 0 && (!e.samples || e.num_samples > 1 || d >= e.num_tokens)) {
+      throw std::invalid_argument("CudaExecutor: request " + std::to_string(e.id) +
+                                  ": a verify entry samples one sequence and has fewer drafts "
+                                  "than tokens");
+    }
+    const auto known = e.spec->prompt_len + static_cast<std::int32_t>(e.output_tokens.size());
     for (std::int32_t p = e.first_token; p < e.context_len(); ++p) {
       std::int32_t value;
-      const auto out_index = static_cast<std::size_t>(p - e.spec->prompt_len);
       if (p < e.spec->prompt_len) {
         value = prompt_token_value(*e.spec, p, m.vocab_size);
-      } else if (out_index < e.output_tokens.size()) {
-        value = e.output_tokens[out_index];
+      } else if (p < known) {
+        value = e.output_tokens[static_cast<std::size_t>(p - e.spec->prompt_len)];
       } else if (takes_previous[i] != 0) {  // async scheduling: the last plan's token
         value = s.previous.token(e.id);
+      } else if (p - known < d) {
+        value = drafts[static_cast<std::size_t>(p - known)];
       } else {
         throw std::invalid_argument("CudaExecutor: request " + std::to_string(e.id) +
-                                    " has draft tokens; the CUDA executor does not verify them");
+                                    " runs position " + std::to_string(p) +
+                                    " past its known tokens without a draft for it");
       }
       tokens.push_back(value);
       positions.push_back(p);
@@ -738,18 +764,23 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
       p_num.push_back(e.num_tokens);
       p_first.push_back(e.first_token);
     }
-    // Parallel sampling draws num_samples tokens from the same logits: the row repeats.
-    for (std::int32_t k = 0; e.samples && k < std::max<std::int32_t>(1, e.num_samples); ++k) {
+    // Parallel sampling draws num_samples tokens from the same logits: the row repeats. A
+    // verify entry samples each of its last 1 + d rows (j = 0 .. d), row j at output index
+    // outputs + j.
+    if (e.samples) first_sample[i] = static_cast<std::int32_t>(sample_rows.size());
+    const std::int32_t rows_sampled = e.samples ? std::max<std::int32_t>(1, e.num_samples) + d : 0;
+    for (std::int32_t r = 0; r < rows_sampled; ++r) {
+      const std::int32_t k = d > 0 ? 0 : r, j = d > 0 ? r : d;
       // The output index this row samples (CpuExecutor's): one more when the entry starts at
       // the previous step's token (async scheduling); a fork samples the request's first.
-      const std::size_t index = e.output_tokens.size() + (k == 0 ? takes_previous[i] : 0);
+      const std::size_t index =
+          e.output_tokens.size() + (k == 0 ? takes_previous[i] : 0) + static_cast<std::size_t>(j);
       for (const std::int32_t t :
            suppressed_tokens(*e.spec, static_cast<std::int32_t>(index))) {  // min_tokens
         mask_rows.push_back(static_cast<std::int32_t>(sample_rows.size()));
         mask_tokens.push_back(t);
       }
-      sample_rows.push_back(row0 + e.num_tokens - 1);
-      sample_entry.push_back(i);
+      sample_rows.push_back(row0 + e.num_tokens - 1 - d + j);
       sample_k.push_back(k);
       double u = 0;
       if (opt.sampling.temperature > 0) {
@@ -944,17 +975,32 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
         k::copy_async(logits.data(), s.logits.get(), logits.size() * sizeof(float), s.stream.get());
       }
       k::synchronize(s.stream.get());
-      for (std::int32_t r = 0; r < S; ++r) {
-        if (sample_k[r] > 0) {
-          result.fork_tokens.push_back(sampled[r]);  // rows are in plan order, samples in order
-          continue;
-        }
-        result.sampled_tokens[sample_entry[r]] = sampled[r];
+      if (plan.num_draft_tokens > 0) result.num_accepted.assign(plan.requests.size(), 0);
+      if (opt.speculative.enabled()) result.num_proposed.assign(plan.requests.size(), 0);
+      std::vector<std::int32_t> history;
+      for (std::size_t i = 0; i < plan.requests.size(); ++i) {
+        if (first_sample[i] < 0) continue;
+        // Verification: row j's token is the draft at j while they agree.
+        const std::span<const std::int32_t> drafts = plan.drafts_of(i);
+        const auto d = static_cast<std::int32_t>(drafts.size());
+        std::int32_t accepted = 0;
+        while (accepted < d && sampled[first_sample[i] + accepted] == drafts[accepted]) ++accepted;
+        if (d > 0) result.num_accepted[i] = accepted;
+        const std::int32_t r = first_sample[i] + accepted;
+        result.sampled_tokens[i] = sampled[r];
         if (opt.keep_logits) {
-          s.last_logits[sample_entry[r]].assign(
-              logits.begin() + std::int64_t{r} * m.vocab_size,
-              logits.begin() + std::int64_t{r + 1} * m.vocab_size);
+          s.last_logits[i].assign(logits.begin() + std::int64_t{r} * m.vocab_size,
+                                  logits.begin() + std::int64_t{r + 1} * m.vocab_size);
         }
+        if (opt.speculative.enabled()) {
+          result.num_proposed[i] = propose_after_step(
+              plan.requests[i], drafts.first(static_cast<std::size_t>(accepted)), sampled[r],
+              m.vocab_size, opt.speculative, history, result.proposed_tokens);
+        }
+      }
+      // Forks (sample index k >= 1): rows in plan order, samples in order.
+      for (std::int32_t r = 0; r < S; ++r) {
+        if (sample_k[r] > 0) result.fork_tokens.push_back(sampled[r]);
       }
     }
   }

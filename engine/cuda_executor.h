@@ -33,6 +33,15 @@
 // CpuExecutor). The step's metadata goes to the device in one copy; one synchronisation at the end
 // (the sampled tokens are needed on the host). duration_ns is the wall time of the call.
 //
+// Speculative decoding (options.speculative, method ngram): as CpuExecutor (engine/
+// cpu_executor.h item 4), with the verification batched: a verify entry's d draft tokens are its
+// positions after the known tokens, the final norm and LM head run on all of its 1 + d rows and
+// every row is sampled at once, each from the stream of the output index it produces (masked as
+// min_tokens says at that index); then on the host a draft is accepted while it equals the token
+// sampled at the position before it, and the first mismatch (or the bonus token) is the entry's
+// token. Rows after the first mismatch are sampled and discarded. Each entry that sampled gets
+// CpuExecutor's n-gram proposal (propose_after_step, engine/ngram_proposer.h). Verify steps are
+// not decode-only, so they run eagerly.
 // Async scheduling (StepPlan::pipelined): as CpuExecutor, a one-token decode that starts one past
 // its request's known tokens takes the token the previous plan sampled for it
 // (engine/previous_tokens.h; here from the host copy execute() already waits for), and a plan
@@ -58,6 +67,7 @@
 #include <vector>
 
 #include "core/backend.h"
+#include "core/speculative_config.h"
 #include "engine/cpu_executor.h"
 #include "engine/llama_weights.h"
 #include "engine/previous_tokens.h"
@@ -108,6 +118,9 @@ struct CudaExecutorOptions {
   kernels::FloatFormat kv_format = kernels::FloatFormat::kBf16;
   float k_scale = 1.0f;
   float v_scale = 1.0f;
+  // Speculative decoding: method ngram only (as CpuExecutor). Sampled-row buffers are sized for
+  // max_num_seqs x (1 + num_speculative_tokens) rows (at most max_num_tokens).
+  SpeculativeConfig speculative;
 };
 
 // Counters of the CUDA-graph path since construction (tests, benchmarks).

@@ -450,11 +450,6 @@ EngineInstance load_replicas(const ExperimentConfig& config, const EngineOptions
   }
   if (cuda) {
 #if SERVELAB_HAVE_CUDA
-    if (config.scheduler.speculative.enabled()) {
-      throw ConfigError(config.speculative_location +
-                        ": key 'serving.speculative_config': the CUDA executor does not verify "
-                        "draft tokens yet; run speculative decoding on the CPU executor");
-    }
     CudaExecutorOptions cuda_options;
     cuda_options.block_size = block_size;
     cuda_options.num_blocks = sized_by_device ? 0 : static_cast<std::int32_t>(out.num_gpu_blocks);
@@ -466,6 +461,7 @@ EngineInstance load_replicas(const ExperimentConfig& config, const EngineOptions
     cuda_options.max_model_len = config.scheduler.max_model_len;
     cuda_options.sampling.seed = config.seed;
     cuda_options.kv_format = cuda_kv;  // fp8: per-tensor scales 1, as the CPU engine's
+    cuda_options.speculative = config.scheduler.speculative;
     apply_cuda_switches(cuda_switches_from_env(), cuda_options);
     if (const std::string refusal = cuda_kv_kernels_refusal(cuda_kv, cuda_options.decode_kernel,
                                                             cuda_options.prefill_kernel);

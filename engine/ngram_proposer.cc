@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "core/request.h"
+
 namespace servelab {
 
 std::int32_t ngram_propose(std::span<const std::int32_t> tokens, std::int32_t min_n,
@@ -20,6 +22,22 @@ std::int32_t ngram_propose(std::span<const std::int32_t> tokens, std::int32_t mi
     }
   }
   return 0;
+}
+
+std::int32_t propose_after_step(const ScheduledRequest& e,
+                                std::span<const std::int32_t> accepted_drafts, std::int32_t sampled,
+                                std::int32_t vocab_size, const SpeculativeConfig& config,
+                                std::vector<std::int32_t>& history,
+                                std::vector<std::int32_t>& out) {
+  history.clear();
+  for (std::int32_t p = 0; p < e.spec->prompt_len; ++p) {
+    history.push_back(prompt_token_value(*e.spec, p, vocab_size));
+  }
+  history.insert(history.end(), e.output_tokens.begin(), e.output_tokens.end());
+  history.insert(history.end(), accepted_drafts.begin(), accepted_drafts.end());
+  history.push_back(sampled);
+  return ngram_propose(history, config.prompt_lookup_min, config.prompt_lookup_max,
+                       config.num_speculative_tokens, out);
 }
 
 }  // namespace servelab

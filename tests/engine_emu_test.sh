@@ -131,6 +131,16 @@ check "async scheduling: run --device cuda exits 0" run 0 "$emu" run "$t/exp.yam
   --device cuda --out "$t/cuda-async" --tokens --quiet --set serving.async_scheduling=true
 check "  ... tokens as the synchronous CUDA run" same_tokens "$t/cuda-async" "$t/cuda" 11
 
+# N-gram speculative decoding (serving.speculative_config): verify entries through the prefill
+# kernel, every verify row sampled at once; the tokens are the plain CUDA run's up to rounding
+# (the verified and decoded positions run different attention kernels), and summary.json
+# carries the spec-decode counters.
+check "speculative decoding: run --device cuda exits 0" run 0 "$emu" run "$t/exp.yaml" \
+  --device cuda --out "$t/cuda-spec" --tokens --quiet \
+  --set serving.speculative_config.method=ngram --set serving.speculative_config.num_speculative_tokens=3
+check "  ... tokens as the plain CUDA run" same_tokens "$t/cuda-spec" "$t/cuda" 10
+check "  ... with the spec-decode counters" has '"spec_decode"' "$t/cuda-spec/summary.json"
+
 # An fp8 KV cache (scales 1) against the CPU engine storing the same format: a K or V value the
 # two compute a hair apart can round to neighbouring fp8 codes, which tips more near-ties than
 # bf16 alone (9 of 12 requests identical for both formats when written); a wrong scale, layout

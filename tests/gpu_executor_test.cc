@@ -34,6 +34,7 @@
 #include "engine/cuda_executor.h"
 #include "kernels/attention.h"
 #include "kernels/device.h"
+#include "kernels/sampling_ref.h"
 #endif
 #include "serving/home.h"
 
@@ -316,6 +317,142 @@ TEST(GpuExecutor, SchedulingNeverChangesGreedyOutputs) {
   EXPECT_GT(cached, 0);
   EXPECT_GT(compared, static_cast<std::int64_t>(300 * seeds / 8));
   EXPECT_LT(near_ties * 10, compared);
+#endif
+}
+
+#if SERVELAB_HAVE_CUDA
+// Each finished request's output tokens.
+class FinishedTokens : public SchedulerObserver {
+ public:
+  void on_finish(const Request& req, TimeNs now) override {
+    (void)now;
+    tokens[req.id()] = req.output_tokens;
+  }
+  std::map<RequestId, std::vector<std::int32_t>> tokens;
+};
+
+struct SpecRun {
+  std::map<RequestId, std::vector<std::int32_t>> tokens;
+  // The plain run's logits at each output of each request (keep_logits).
+  std::map<RequestId, std::vector<std::vector<float>>> logits;
+  std::int64_t drafts = 0, accepted = 0, steps = 0;
+};
+
+// Whether the token drawn at output `index` of request `id` from `logits` would survive the
+// rounding differences between two kernel paths: greedy, a top-2 margin above kGpuTieMargin;
+// sampled (seed 3, top_p 1), the same token for the executors' draw u moved by +-5e-3 (a logit
+// change of 1e-3 at temperature 0.3 moves the cumulative mass by far less).
+bool StableDraw(const std::vector<float>& logits, double temperature, RequestId id,
+                std::size_t index) {
+  if (temperature == 0) return TopTwoMargin(logits) > kGpuTieMargin;
+  const double u =
+      Rng(mix64(mix64(std::uint64_t{3} ^ name_hash("cpu_executor.sample")) ^ id) ^ mix64(index))
+          .uniform();
+  const double lo = std::max(0.0, u - 5e-3), hi = std::min(u + 5e-3, 1.0 - 1e-9);
+  return kernels::top_p_reference(logits, temperature, 1.0, lo) ==
+         kernels::top_p_reference(logits, temperature, 1.0, hi);
+}
+
+// Repetitive literal prompts (greedy decoding of a random model repeats them, so n-grams match)
+// and content-stream prompts, chunked, through the real scheduler, with speculation k (0: off).
+SpecRun RunSpeculation(const LlamaWeights& w, std::int32_t k, double temperature) {
+  SchedulerConfig sc;
+  sc.max_num_batched_tokens = 24;
+  sc.max_num_seqs = 8;
+  sc.max_model_len = 512;
+  sc.block_size = 8;
+  if (k > 0) {
+    sc.speculative.method = SpecMethod::kNgram;
+    sc.speculative.num_speculative_tokens = k;
+    sc.speculative.prompt_lookup_min = 1;
+    sc.speculative.prompt_lookup_max = 3;
+  }
+  BlockPool pool(128);
+  KvCacheManager kv(pool, sc.block_size, sc.max_model_len, sc.enable_prefix_caching);
+  FinishedTokens cap;
+  Scheduler s(sc, kv, &cap);
+  CudaExecutorOptions o = GpuOptions(sc.block_size, 128);
+  o.sampling.temperature = temperature;
+  o.sampling.seed = 3;
+  o.speculative = sc.speculative;
+  CudaExecutor ex(w, o);
+  std::vector<std::int32_t> rep1, rep2;
+  for (int i = 0; i < 6; ++i) {
+    for (std::int32_t t : {11, 12, 13, 14, 15}) rep1.push_back(t);
+  }
+  for (int i = 0; i < 10; ++i) {
+    for (std::int32_t t : {40, 41, 42}) rep2.push_back(t);
+  }
+  s.add_request(make_literal_request(0, 0, rep1, 24), 0);
+  s.add_request(make_request(1, 0, {{unique_content_id(5, 1), 0, 37}}, 17), 0);
+  s.add_request(make_literal_request(2, 0, rep2, 30), 0);
+  s.add_request(
+      make_request(3, 0, {{unique_content_id(5, 1), 0, 20}, {unique_content_id(5, 3), 0, 9}}, 12),
+      0);
+  SpecRun out;
+  TimeNs t = 0;
+  while (s.has_unfinished()) {
+    const StepPlan& plan = s.schedule(t);
+    if (plan.empty()) break;
+    const StepResult r = ex.execute(plan);
+    if (k == 0) {
+      for (std::size_t i = 0; i < plan.requests.size(); ++i) {
+        if (plan.requests[i].samples) {
+          out.logits[plan.requests[i].id].push_back(ex.last_logits()[i]);
+        }
+      }
+    }
+    t += 1000;
+    s.complete(r, t);
+    ++out.steps;
+  }
+  out.tokens = cap.tokens;
+  out.drafts = s.counters().num_draft_tokens;
+  out.accepted = s.counters().num_accepted_tokens;
+  return out;
+}
+#endif
+
+// Speculative decoding on the CUDA executor (n-gram drafts verified in one batch,
+// engine/cuda_executor.h): every request gets the tokens of the run without speculation, greedy
+// and sampled, up to the first draw of that run that rounding could flip (StableDraw: a
+// verified position's logits come from the prefill kernel, a decoded one's from the decode
+// kernel, which round differently); drafts are accepted on the repetitive prompts and the
+// greedy run takes fewer steps. Sampled rows are drawn from their own output index's stream, so
+// a verify row drawing with another index's u would show. Other methods are refused.
+TEST(GpuExecutor, SpeculativeDecodingGivesTheTokensOfPlainDecoding) {
+  REQUIRE_GPU();
+#if SERVELAB_HAVE_CUDA
+  const LlamaWeights w = LlamaWeights::random(GpuConfig(64, 4, 2, false), 9);
+  for (const double temperature : {0.0, 0.3}) {
+    SCOPED_TRACE("temperature " + std::to_string(temperature));
+    const SpecRun base = RunSpeculation(w, 0, temperature),
+                  spec = RunSpeculation(w, 3, temperature);
+    ASSERT_EQ(base.tokens.size(), 4u);
+    ASSERT_EQ(spec.tokens.size(), 4u);
+    std::int64_t compared = 0;
+    for (const auto& [id, want] : base.tokens) {
+      SCOPED_TRACE("request " + std::to_string(id));
+      const std::vector<std::int32_t>& got = spec.tokens.at(id);
+      ASSERT_EQ(got.size(), want.size());
+      const std::vector<std::vector<float>>& logits = base.logits.at(id);
+      ASSERT_EQ(logits.size(), want.size());
+      for (std::size_t j = 0; j < want.size() && StableDraw(logits[j], temperature, id, j);
+           ++j, ++compared) {
+        ASSERT_EQ(got[j], want[j]) << "output " << j;
+      }
+    }
+    EXPECT_GT(compared, 40);
+    EXPECT_GT(spec.drafts, 0);
+    if (temperature == 0) {
+      EXPECT_GT(spec.accepted, 0);
+      EXPECT_LT(spec.steps, base.steps);
+    }
+  }
+  CudaExecutorOptions eagle = GpuOptions(8, 16);
+  eagle.speculative.method = SpecMethod::kEagle;
+  eagle.speculative.num_speculative_tokens = 2;
+  EXPECT_THROW(CudaExecutor(w, eagle), std::invalid_argument);
 #endif
 }
 
