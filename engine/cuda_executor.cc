@@ -1,6 +1,7 @@
 #include "engine/cuda_executor.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -14,6 +15,7 @@
 #include "core/rng.h"
 #include "core/stop_conditions.h"
 #include "engine/gpu_switches.h"
+#include "engine/lora_weights.h"
 #include "engine/ngram_proposer.h"
 #include "engine/plan_check.h"
 #include "engine/safetensors.h"
@@ -263,6 +265,28 @@ struct CudaExecutor::Impl {
     buf = DeviceBuffer(std::max(bytes, buf.bytes() * 2));
   }
 
+  // LoRA adapters on the device, built on first use from make_lora_adapter (CpuExecutor's
+  // weights): per layer and target, A [rank][in] and scaling * B [out][rank], both bf16.
+  struct LoraDevice {
+    std::int32_t rank = 0;
+    std::vector<std::array<std::pair<DeviceBuffer, DeviceBuffer>, kNumLoraTargets>> layers;
+  };
+  std::map<std::uint32_t, LoraDevice> lora_adapters;
+  DeviceBuffer lora_tmp;  // a shrink's output, [rows][rank] bf16 (never in a graph)
+  // Consecutive rows of the step under one adapter (adjacent entries of one adapter merged).
+  struct LoraSegment {
+    std::int32_t row0 = 0, rows = 0;
+    const LoraDevice* adapter = nullptr;
+  };
+  // The adapter `id` of rank `rank` on the device (uploaded on first use).
+  const LoraDevice& lora_adapter(std::uint32_t id, std::int32_t rank);
+  // out[rows of each segment][col0 ..] += scaling * (in A^T) B^T of `target` in layer `l`:
+  // two cuBLAS GEMMs per segment (shrink into lora_tmp, expand with beta 1). `in` and `out` are
+  // row-strided (ld_in, ld_out elements).
+  void apply_lora(const std::vector<LoraSegment>& segments, std::int32_t l, LoraTarget target,
+                  const Bf16* in, std::int32_t ld_in, void* out, k::Gemm::Out out_type,
+                  std::int32_t ld_out, std::int32_t col0);
+
   // Device pointers and sizes of one forward pass (embedding and layers) over `num_tokens`
   // tokens: the eager step's metadata, or a decode graph's padded inputs.
   struct ForwardArgs {
@@ -281,6 +305,7 @@ struct CudaExecutor::Impl {
     std::int32_t num_tiles = 0;
     k::PrefillSplitPlan psplit;  // split-KV prefill (kernels of k::prefill_splits_keys)
     std::int64_t p_longest = 0;  // the largest first position + queries of the step
+    const std::vector<LoraSegment>* lora = nullptr;  // null or empty: no adapter (graphs: null)
   };
   // Enqueues embedding and every layer on `stream`; nothing else (no allocation, no copy, no
   // synchronisation), so that it can be captured.
@@ -580,6 +605,16 @@ void CudaExecutor::Impl::forward_layers(const ForwardArgs& f) {
                 s.stream.get());
     s.gemm->linear(s.hbuf.as<Bf16>(), w.qkv.as<Bf16>(), s.qkv.get(), k::Gemm::Out::kF32, T, H,
                    Q + 2 * KV, 0.0f, s.stream.get());
+    const bool lora = f.lora != nullptr && !f.lora->empty();
+    if (lora) {
+      const std::int32_t ld = Q + 2 * KV;
+      s.apply_lora(*f.lora, l, LoraTarget::kQ, s.hbuf.as<Bf16>(), H, s.qkv.get(),
+                   k::Gemm::Out::kF32, ld, 0);
+      s.apply_lora(*f.lora, l, LoraTarget::kK, s.hbuf.as<Bf16>(), H, s.qkv.get(),
+                   k::Gemm::Out::kF32, ld, Q);
+      s.apply_lora(*f.lora, l, LoraTarget::kV, s.hbuf.as<Bf16>(), H, s.qkv.get(),
+                   k::Gemm::Out::kF32, ld, Q + KV);
+    }
     void* k_layer = cache + s.layout.layer_base(l, 0) * eb;
     void* v_layer = cache + s.layout.layer_base(l, 1) * eb;
     const float* bias = m.qkv_bias ? w.qkv_bias.as<float>() : nullptr;
@@ -626,12 +661,78 @@ void CudaExecutor::Impl::forward_layers(const ForwardArgs& f) {
     }
     s.gemm->linear(s.attn.as<Bf16>(), w.o.as<Bf16>(), residual, k::Gemm::Out::kF32, T, Q, H, 1.0f,
                    s.stream.get());
+    if (lora) {
+      s.apply_lora(*f.lora, l, LoraTarget::kO, s.attn.as<Bf16>(), Q, residual, k::Gemm::Out::kF32,
+                   H, 0);
+    }
     k::rms_norm({residual, nullptr, nullptr, w.post_norm.as<float>(), s.hbuf.as<Bf16>(), T, H, eps},
                 s.stream.get());
     s.gemm->linear(s.hbuf.as<Bf16>(), w.gate_up.as<Bf16>(), s.gate_up.get(), k::Gemm::Out::kBf16, T,
                    H, 2 * I, 0.0f, s.stream.get());
-    s.gemm->swiglu_linear(s.gate_up.as<Bf16>(), s.act.as<Bf16>(), w.down.as<Bf16>(), residual,
-                          k::Gemm::Out::kF32, T, I, H, 1.0f, s.stream.get());
+    if (!lora) {
+      s.gemm->swiglu_linear(s.gate_up.as<Bf16>(), s.act.as<Bf16>(), w.down.as<Bf16>(), residual,
+                            k::Gemm::Out::kF32, T, I, H, 1.0f, s.stream.get());
+      continue;
+    }
+    // Adapted steps: gate and up take their deltas before the activation, and down's input
+    // (act) is materialised for its own delta.
+    s.apply_lora(*f.lora, l, LoraTarget::kGate, s.hbuf.as<Bf16>(), H, s.gate_up.get(),
+                 k::Gemm::Out::kBf16, 2 * I, 0);
+    s.apply_lora(*f.lora, l, LoraTarget::kUp, s.hbuf.as<Bf16>(), H, s.gate_up.get(),
+                 k::Gemm::Out::kBf16, 2 * I, I);
+    k::silu_mul(s.gate_up.as<Bf16>(), s.act.as<Bf16>(), T, I, s.stream.get());
+    s.gemm->linear(s.act.as<Bf16>(), w.down.as<Bf16>(), residual, k::Gemm::Out::kF32, T, I, H, 1.0f,
+                   s.stream.get());
+    s.apply_lora(*f.lora, l, LoraTarget::kDown, s.act.as<Bf16>(), I, residual, k::Gemm::Out::kF32,
+                 H, 0);
+  }
+}
+
+const CudaExecutor::Impl::LoraDevice& CudaExecutor::Impl::lora_adapter(std::uint32_t id,
+                                                                       std::int32_t rank) {
+  auto it = lora_adapters.find(id);
+  if (it != lora_adapters.end()) return it->second;
+  const LoraAdapter host = make_lora_adapter(model(), options.lora_seed, id, rank);
+  LoraDevice dev;
+  dev.rank = host.rank;
+  for (const auto& layer : host.layers) {
+    auto& out = dev.layers.emplace_back();
+    for (int t = 0; t < kNumLoraTargets; ++t) {
+      const LoraAdapter::Pair& p = layer[static_cast<std::size_t>(t)];
+      const RowMatrix scaled_b = host.scaling * p.b;
+      DeviceBuffer a(static_cast<std::size_t>(p.a.size()) * sizeof(Bf16));
+      DeviceBuffer b(static_cast<std::size_t>(scaled_b.size()) * sizeof(Bf16));
+      upload_bf16(a.as<Bf16>(), p.a.data(), p.a.size());
+      upload_bf16(b.as<Bf16>(), scaled_b.data(), scaled_b.size());
+      out[static_cast<std::size_t>(t)] = {std::move(a), std::move(b)};
+    }
+  }
+  return lora_adapters.emplace(id, std::move(dev)).first->second;
+}
+
+void CudaExecutor::Impl::apply_lora(const std::vector<LoraSegment>& segments, std::int32_t l,
+                                    LoraTarget target, const Bf16* in, std::int32_t ld_in,
+                                    void* out, k::Gemm::Out out_type, std::int32_t ld_out,
+                                    std::int32_t col0) {
+  const ModelConfig& m = model();
+  const auto H = static_cast<std::int32_t>(m.hidden_size),
+             Q = static_cast<std::int32_t>(m.q_size()), KV = static_cast<std::int32_t>(m.kv_size()),
+             I = m.intermediate_size;
+  // (in, out) of each target, in LoraTarget's order: q, k, v, o, gate, up, down.
+  const std::int32_t dims[kNumLoraTargets][2] = {{H, Q}, {H, KV}, {H, KV}, {Q, H},
+                                                 {H, I}, {H, I},  {I, H}};
+  const auto t = static_cast<std::size_t>(target);
+  const std::int32_t in_dim = dims[t][0], out_dim = dims[t][1];
+  const std::size_t out_elem = out_type == k::Gemm::Out::kF32 ? sizeof(float) : sizeof(Bf16);
+  for (const LoraSegment& g : segments) {
+    const auto& [a, b] = g.adapter->layers[static_cast<std::size_t>(l)][t];
+    const std::int32_t r = g.adapter->rank;
+    gemm->linear_strided(in + std::int64_t{g.row0} * ld_in, ld_in, a.as<Bf16>(), lora_tmp.get(),
+                         k::Gemm::Out::kBf16, r, g.rows, in_dim, r, 0.0f, stream.get());
+    void* dst = static_cast<unsigned char*>(out) +
+                (std::int64_t{g.row0} * ld_out + col0) * static_cast<std::int64_t>(out_elem);
+    gemm->linear_strided(lora_tmp.as<Bf16>(), r, b.as<Bf16>(), dst, out_type, ld_out, g.rows, r,
+                         out_dim, 1.0f, stream.get());
   }
 }
 
@@ -704,6 +805,21 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
   check_plan(plan, limits, "CudaExecutor");
   check_tier_moves(plan, opt.num_blocks, opt.num_tier_slots, "CudaExecutor");
   const std::vector<std::uint8_t> takes_previous = s.previous.takers(plan, "CudaExecutor");
+  for (const ScheduledRequest& e : plan.requests) {  // LoRA, as CpuExecutor checks it
+    const std::uint32_t id = e.spec->lora_id;
+    if (id == 0) continue;
+    if (!opt.enable_lora) {
+      throw std::invalid_argument("CudaExecutor: request " + std::to_string(e.id) +
+                                  " runs under LoRA adapter " + std::to_string(id) +
+                                  " but LoRA is not enabled");
+    }
+    const auto it = s.lora_adapters.find(id);
+    if (e.spec->lora_rank < 1 ||
+        (it != s.lora_adapters.end() && it->second.rank != e.spec->lora_rank)) {
+      throw std::invalid_argument("CudaExecutor: LoRA adapter " + std::to_string(id) +
+                                  " asked with rank " + std::to_string(e.spec->lora_rank));
+    }
+  }
   std::int32_t max_ctx = 0;
   for (const ScheduledRequest& e : plan.requests) max_ctx = std::max(max_ctx, e.context_len());
 
@@ -718,9 +834,21 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
   std::vector<float> sample_u;
   std::vector<std::int32_t> sample_k;  // its sample index (parallel sampling)
   std::vector<std::int32_t> first_sample(plan.requests.size(), -1);  // each entry's first row
+  std::vector<Impl::LoraSegment> lora_segments;
+  std::int32_t lora_max_rank = 0;
   for (std::size_t i = 0; i < plan.requests.size(); ++i) {
     const ScheduledRequest& e = plan.requests[i];
     const auto row0 = static_cast<std::int32_t>(tokens.size());
+    if (e.spec->lora_id != 0 && e.num_tokens > 0) {
+      const Impl::LoraDevice* a = &s.lora_adapter(e.spec->lora_id, e.spec->lora_rank);
+      lora_max_rank = std::max(lora_max_rank, a->rank);
+      if (!lora_segments.empty() && lora_segments.back().adapter == a &&
+          lora_segments.back().row0 + lora_segments.back().rows == row0) {
+        lora_segments.back().rows += e.num_tokens;
+      } else {
+        lora_segments.push_back({row0, e.num_tokens, a});
+      }
+    }
     const std::span<const std::int32_t> drafts = plan.drafts_of(i);
     const auto d = static_cast<std::int32_t>(drafts.size());
     if (d > 0 && !opt.speculative.enabled()) {
@@ -862,8 +990,10 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
     float* residual = s.residual.as<float>();
     // Decode-only steps of at most the largest bucket take the graph path (replayed, or padded
     // eager with pad_decode_steps); everything else runs eagerly, unpadded.
-    const std::int32_t bucket =
-        P == 0 && D == T ? k::decode_graph_bucket(s.buckets, D) : std::int32_t{0};
+    // (Steps under a LoRA adapter too: their GEMMs depend on the batch's adapters.)
+    const std::int32_t bucket = P == 0 && D == T && lora_segments.empty()
+                                    ? k::decode_graph_bucket(s.buckets, D)
+                                    : std::int32_t{0};
     const bool graph_path =
         bucket > 0 && ((opt.cuda_graphs && !s.stats.disabled) || opt.pad_decode_steps);
     if (graph_path) {
@@ -945,6 +1075,13 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
                              sizeof(float),
                          false);
         }
+      }
+      if (!lora_segments.empty()) {
+        s.ensure_bytes(
+            s.lora_tmp,
+            static_cast<std::size_t>(T) * static_cast<std::size_t>(lora_max_rank) * sizeof(Bf16),
+            false);
+        f.lora = &lora_segments;
       }
       s.forward_layers(f);
       ++s.stats.eager_steps;

@@ -42,6 +42,14 @@
 // token. Rows after the first mismatch are sampled and discarded. Each entry that sampled gets
 // CpuExecutor's n-gram proposal (propose_after_step, engine/ngram_proposer.h). Verify steps are
 // not decode-only, so they run eagerly.
+// LoRA (options.enable_lora): as CpuExecutor (engine/cpu_executor.h), each entry under adapter
+// a adds scaling * (X A^T) B^T of a to its rows of the q, k, v, o, gate, up and down projections.
+// Adapters come from make_lora_adapter on first use and live on the device in bf16 (B pre-scaled);
+// the deltas are two cuBLAS GEMMs per segment of consecutive rows under one adapter (shrink, then
+// expand with beta 1 onto a column slice of the fused QKV or gate/up output, or into the residual
+// for o and down), after the base projection. An adapted step computes silu_mul into `act` for
+// down's delta instead of the skinny kernel's fused SwiGLU, and never takes the graph path. The
+// per-segment GEMMs are the plain form; a segmented (SGMV-style) kernel would batch them.
 // Async scheduling (StepPlan::pipelined): as CpuExecutor, a one-token decode that starts one past
 // its request's known tokens takes the token the previous plan sampled for it
 // (engine/previous_tokens.h; here from the host copy execute() already waits for), and a plan
@@ -118,6 +126,10 @@ struct CudaExecutorOptions {
   kernels::FloatFormat kv_format = kernels::FloatFormat::kBf16;
   float k_scale = 1.0f;
   float v_scale = 1.0f;
+  // LoRA (as CpuExecutorOptions): entries whose request runs under adapter a > 0 add its
+  // deltas; adapters are made from (lora_seed, a, rank) on first use.
+  bool enable_lora = false;
+  std::uint64_t lora_seed = 0;
   // Speculative decoding: method ngram only (as CpuExecutor). Sampled-row buffers are sized for
   // max_num_seqs x (1 + num_speculative_tokens) rows (at most max_num_tokens).
   SpeculativeConfig speculative;

@@ -324,11 +324,6 @@ EngineInstance load_replicas(const ExperimentConfig& config, const EngineOptions
   // device memory and serving.gpu_memory_utilization (--kv-memory-gb is for the CPU engine).
   const bool cuda = options.device == "cuda";
   // (Checked before the device, so the message is the same with and without CUDA.)
-  if (cuda && config.scheduler.lora.enabled()) {
-    throw ConfigError(config.lora_location +
-                      ": key 'serving.lora': the CUDA executor does not apply LoRA adapters "
-                      "yet; run LoRA on the CPU executor (--device cpu) or in the simulator");
-  }
   if (cuda) require_cuda_device();
   // A calibrated cost model in the experiment was measured on some machine; the engine's
   // measurements are comparable with it only on the same device.
@@ -462,6 +457,8 @@ EngineInstance load_replicas(const ExperimentConfig& config, const EngineOptions
     cuda_options.sampling.seed = config.seed;
     cuda_options.kv_format = cuda_kv;  // fp8: per-tensor scales 1, as the CPU engine's
     cuda_options.speculative = config.scheduler.speculative;
+    cuda_options.enable_lora = config.scheduler.lora.enabled();
+    cuda_options.lora_seed = config.seed;
     apply_cuda_switches(cuda_switches_from_env(), cuda_options);
     if (const std::string refusal = cuda_kv_kernels_refusal(cuda_kv, cuda_options.decode_kernel,
                                                             cuda_options.prefill_kernel);

@@ -57,6 +57,13 @@ void Gemm::linear(const Bf16* x, const Bf16* w, void* y, Out out_type, std::int3
       ran_skinny(kernel_, {x, w, y, out_type == Out::kF32, tokens, in, out, beta, false}, stream)) {
     return;
   }
+  linear_strided(x, in, w, y, out_type, out, tokens, in, out, beta, stream);
+}
+
+void Gemm::linear_strided(const Bf16* x, std::int32_t ldx, const Bf16* w, void* y, Out out_type,
+                          std::int32_t ldy, std::int32_t tokens, std::int32_t in, std::int32_t out,
+                          float beta, Stream stream) {
+  if (tokens == 0) return;
   check(cublasSetStream(as_handle(handle_), static_cast<cudaStream_t>(stream)), "cublasSetStream");
   if (workspace_ != nullptr) {
     check(cublasSetWorkspace(as_handle(handle_), workspace_, workspace_bytes_),
@@ -65,7 +72,7 @@ void Gemm::linear(const Bf16* x, const Bf16* w, void* y, Out out_type, std::int3
   const float alpha = 1.0f;
   const cudaDataType_t ctype = out_type == Out::kF32 ? CUDA_R_32F : CUDA_R_16BF;
   check(cublasGemmEx(as_handle(handle_), CUBLAS_OP_T, CUBLAS_OP_N, out, tokens, in, &alpha, w,
-                     CUDA_R_16BF, in, x, CUDA_R_16BF, in, &beta, y, ctype, out, CUBLAS_COMPUTE_32F,
+                     CUDA_R_16BF, in, x, CUDA_R_16BF, ldx, &beta, y, ctype, ldy, CUBLAS_COMPUTE_32F,
                      CUBLAS_GEMM_DEFAULT),
         "cublasGemmEx");
 }

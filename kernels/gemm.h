@@ -28,6 +28,13 @@ class Gemm {
   void linear(const Bf16* x, const Bf16* w, void* y, Out out_type, std::int32_t tokens,
               std::int32_t in, std::int32_t out, float beta, Stream stream);
 
+  // linear() through cuBLAS on row-strided operands: row t of x at x + t * ldx, of y at
+  // y + t * ldy (elements; ldx >= in, ldy >= out), so y may be a column slice of a wider matrix
+  // (LoRA's shrink and expand onto the fused QKV and gate/up outputs). Never the skinny kernel.
+  void linear_strided(const Bf16* x, std::int32_t ldx, const Bf16* w, void* y, Out out_type,
+                      std::int32_t ldy, std::int32_t tokens, std::int32_t in, std::int32_t out,
+                      float beta, Stream stream);
+
   // The MLP's second half: linear(silu_mul(gate_up), w) with gate_up [tokens][2 * in] bf16
   // (kernels/activation.h). The skinny kernel reads gate_up itself (the same bits, one launch and
   // no intermediate); otherwise silu_mul writes `act` [tokens][in] and linear() reads it.

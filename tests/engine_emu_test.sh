@@ -73,6 +73,19 @@ sys.exit(0 if len(ta) == 12 and set(ta) == set(tb) and same >= int(sys.argv[3]) 
 EOF
 }
 
+# not_same_tokens A B: fewer than half the requests have identical tokens in A and B.
+not_same_tokens() {
+  python3 - "$1/tokens.jsonl" "$2/tokens.jsonl" <<'EOF'
+import json, sys
+a, b = ([json.loads(l) for l in open(p)] for p in sys.argv[1:3])
+ta = {r["id"]: r["tokens"] for r in a}
+tb = {r["id"]: r["tokens"] for r in b}
+same = sum(ta[i] == tb.get(i) for i in ta)
+print(f"  {same}/{len(ta)} requests with identical tokens")
+sys.exit(0 if same * 2 < len(ta) else 1)
+EOF
+}
+
 # The CPU engine's tokens: the reference.
 check "engine run --device cpu" run 0 "$cpu" run "$t/exp.yaml" --device cpu \
   --out "$t/cpu" --tokens --quiet
@@ -140,6 +153,19 @@ check "speculative decoding: run --device cuda exits 0" run 0 "$emu" run "$t/exp
   --set serving.speculative_config.method=ngram --set serving.speculative_config.num_speculative_tokens=3
 check "  ... tokens as the plain CUDA run" same_tokens "$t/cuda-spec" "$t/cuda" 10
 check "  ... with the spec-decode counters" has '"spec_decode"' "$t/cuda-spec/summary.json"
+
+# LoRA (serving.lora, three adapters of rank 8): the CUDA executor's per-segment adapter GEMMs
+# against the CPU engine's exact deltas; bf16 rounding tips a near-tie now and then, as in the
+# plain comparison above.
+sed -e 's/^serving:$/serving:\n  lora: {max_loras: 2, max_lora_rank: 8}/' "$t/exp.yaml" >"$t/exp-lora.yaml"
+echo "  lora: {adapters: 3, rank: 8}" >>"$t/exp-lora.yaml"
+check "LoRA: engine run --device cpu" run 0 "$cpu" run "$t/exp-lora.yaml" --device cpu \
+  --out "$t/cpu-lora" --tokens --quiet
+check "LoRA: engine_emu run --device cuda exits 0" run 0 "$emu" run "$t/exp-lora.yaml" \
+  --device cuda --out "$t/cuda-lora" --tokens --quiet
+check "  ... tokens agree with the CPU engine's" same_tokens "$t/cuda-lora" "$t/cpu-lora" 9
+check "  ... with adapters applied (tokens differ from the base model's)" not_same_tokens \
+  "$t/cuda-lora" "$t/cuda"
 
 # An fp8 KV cache (scales 1) against the CPU engine storing the same format: a K or V value the
 # two compute a hair apart can round to neighbouring fp8 codes, which tips more near-ties than
