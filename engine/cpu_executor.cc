@@ -114,21 +114,13 @@ void CpuExecutor::validate(const StepPlan& plan) const {
   limits.block_size = options_.block_size;
   check_plan(plan, limits, "CpuExecutor");
   check_tier_moves(plan, options_.num_blocks, options_.num_tier_slots, "CpuExecutor");
-  for (const ScheduledRequest& e : plan.requests) {
-    const std::uint32_t id = e.spec->lora_id;
-    if (id == 0) continue;
-    if (!options_.enable_lora) {
-      throw std::invalid_argument("CpuExecutor: request " + std::to_string(e.id) +
-                                  " runs under LoRA adapter " + std::to_string(id) +
-                                  " but LoRA is not enabled");
-    }
-    const auto it = lora_adapters_.find(id);
-    if (e.spec->lora_rank < 1 ||
-        (it != lora_adapters_.end() && it->second.rank != e.spec->lora_rank)) {
-      throw std::invalid_argument("CpuExecutor: LoRA adapter " + std::to_string(id) +
-                                  " asked with rank " + std::to_string(e.spec->lora_rank));
-    }
-  }
+  check_lora_entries(
+      plan, options_.enable_lora,
+      [&](std::uint32_t id) {
+        const auto it = lora_adapters_.find(id);
+        return it == lora_adapters_.end() ? 0 : it->second.rank;
+      },
+      "CpuExecutor");
 }
 
 void CpuExecutor::move_blocks(const StepPlan& plan) {

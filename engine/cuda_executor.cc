@@ -805,21 +805,14 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
   check_plan(plan, limits, "CudaExecutor");
   check_tier_moves(plan, opt.num_blocks, opt.num_tier_slots, "CudaExecutor");
   const std::vector<std::uint8_t> takes_previous = s.previous.takers(plan, "CudaExecutor");
-  for (const ScheduledRequest& e : plan.requests) {  // LoRA, as CpuExecutor checks it
-    const std::uint32_t id = e.spec->lora_id;
-    if (id == 0) continue;
-    if (!opt.enable_lora) {
-      throw std::invalid_argument("CudaExecutor: request " + std::to_string(e.id) +
-                                  " runs under LoRA adapter " + std::to_string(id) +
-                                  " but LoRA is not enabled");
-    }
-    const auto it = s.lora_adapters.find(id);
-    if (e.spec->lora_rank < 1 ||
-        (it != s.lora_adapters.end() && it->second.rank != e.spec->lora_rank)) {
-      throw std::invalid_argument("CudaExecutor: LoRA adapter " + std::to_string(id) +
-                                  " asked with rank " + std::to_string(e.spec->lora_rank));
-    }
-  }
+  check_lora_entries(
+      plan, opt.enable_lora,
+      [&](std::uint32_t id) {
+        const auto it = s.lora_adapters.find(id);
+        return it == s.lora_adapters.end() ? 0 : it->second.rank;
+      },
+      "CudaExecutor");
+
   std::int32_t max_ctx = 0;
   for (const ScheduledRequest& e : plan.requests) max_ctx = std::max(max_ctx, e.context_len());
 

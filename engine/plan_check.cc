@@ -69,4 +69,23 @@ void check_tier_moves(const StepPlan& plan, std::int32_t num_blocks, std::int32_
   }
 }
 
+void check_lora_entries(const StepPlan& plan, bool enable_lora,
+                        const std::function<std::int32_t(std::uint32_t)>& built_rank,
+                        std::string_view who) {
+  for (const ScheduledRequest& e : plan.requests) {
+    const std::uint32_t id = e.spec->lora_id;
+    if (id == 0) continue;
+    if (!enable_lora) {
+      throw std::invalid_argument(std::string(who) + ": request " + std::to_string(e.id) +
+                                  " runs under LoRA adapter " + std::to_string(id) +
+                                  " but LoRA is not enabled");
+    }
+    const std::int32_t built = built_rank(id);
+    if (e.spec->lora_rank < 1 || (built != 0 && built != e.spec->lora_rank)) {
+      throw std::invalid_argument(std::string(who) + ": LoRA adapter " + std::to_string(id) +
+                                  " asked with rank " + std::to_string(e.spec->lora_rank));
+    }
+  }
+}
+
 }  // namespace servelab

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <string_view>
 
@@ -34,5 +35,12 @@ void check_plan(const StepPlan& plan, const PlanLimits& limits, std::string_view
 // plan's stores.
 void check_tier_moves(const StepPlan& plan, std::int32_t num_blocks, std::int32_t num_tier_slots,
                       std::string_view who);
+
+// LoRA entries: throws std::invalid_argument("<who>: ...") for an entry under an adapter
+// (spec->lora_id > 0) when `enable_lora` is off, or asked with a rank below 1 or other than the
+// one the adapter was built with (`built_rank(id)`: 0 for an adapter not built yet).
+void check_lora_entries(const StepPlan& plan, bool enable_lora,
+                        const std::function<std::int32_t(std::uint32_t)>& built_rank,
+                        std::string_view who);
 
 }  // namespace servelab

@@ -220,16 +220,8 @@ void launch(const PrefillParams& pp, const PrefillAttentionArgs& a, cudaStream_t
   }
 }
 
-// Whether this build has the kernel's code: the emulator, or nvcc with sm_90a.
-constexpr bool kBuilt =
-#if defined(SERVELAB_CUDA_EMU) || defined(SERVELAB_CUDA_SM90A)
-    true;
-#else
-    false;
-#endif
-
 void require_built() {
-  if (!kBuilt) {
+  if (!kWgmmaBuilt) {
     throw std::invalid_argument(
         "paged_prefill_attention: the wgmma kernel needs a build for sm_90a (cmake "
         "-DSERVELAB_CUDA_SM90A=ON); use fa2 or fa2_128");
@@ -264,7 +256,7 @@ std::int32_t wgmma_resident_ctas(std::int32_t head_dim) {
 namespace servelab::kernels {
 
 bool prefill_kernel_built(PrefillKernel kernel) {
-  return kernel != PrefillKernel::kWgmma || detail::kBuilt;
+  return kernel != PrefillKernel::kWgmma || detail::kWgmmaBuilt;
 }
 
 }  // namespace servelab::kernels

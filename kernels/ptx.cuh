@@ -56,6 +56,15 @@ namespace servelab::kernels::detail {
 #define SERVELAB_WGMMA 0
 #endif
 
+// The host side of the same question: whether this build has the sm_90a code (the emulator, or
+// servelab_kernels configured with SERVELAB_CUDA_SM90A); the wgmma launchers refuse otherwise.
+inline constexpr bool kWgmmaBuilt =
+#if defined(SERVELAB_CUDA_EMU) || defined(SERVELAB_CUDA_SM90A)
+    true;
+#else
+    false;
+#endif
+
 __device__ __forceinline__ std::uint64_t wgmma_desc(std::uint32_t addr, std::uint32_t lbo,
                                                     std::uint32_t sbo) {
   return (std::uint64_t{(addr >> 4) & 0x3fffu}) | (std::uint64_t{(lbo >> 4) & 0x3fffu} << 16) |

@@ -104,13 +104,6 @@ __global__ void __launch_bounds__(128)
 #endif
 }
 
-constexpr bool kBuilt =
-#if defined(SERVELAB_CUDA_EMU) || defined(SERVELAB_CUDA_SM90A)
-    true;
-#else
-    false;
-#endif
-
 template <int N>
 void launch(const WgmmaProbeArgs& p, cudaStream_t s) {
   const auto* a = detail::bf(p.a);
@@ -137,10 +130,10 @@ WgmmaStrides wgmma_probe_kernel_strides(WgmmaProbeForm form, bool operand_b, std
   return {128, 256};
 }
 
-bool wgmma_probe_built() { return kBuilt; }
+bool wgmma_probe_built() { return detail::kWgmmaBuilt; }
 
 void wgmma_probe(const WgmmaProbeArgs& p, Stream stream) {
-  if (!kBuilt) {
+  if (!detail::kWgmmaBuilt) {
     throw std::invalid_argument(
         "wgmma_probe: needs a build for sm_90a (cmake -DSERVELAB_CUDA_SM90A=ON)");
   }

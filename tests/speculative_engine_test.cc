@@ -20,6 +20,7 @@
 #include "engine/llama_weights.h"
 #include "engine/ngram_proposer.h"
 #include "serving/home.h"
+#include "tests/speculation_workload.h"
 #include "tests/test_util.h"
 
 namespace servelab {
@@ -58,17 +59,7 @@ struct Outcome {
 };
 
 Outcome RunEngine(const LlamaWeights& w, std::int32_t k, double temperature) {
-  SchedulerConfig sc;
-  sc.max_num_batched_tokens = 24;  // prompts are chunked, decodes ride along
-  sc.max_num_seqs = 8;
-  sc.max_model_len = 512;
-  sc.block_size = 8;
-  if (k > 0) {
-    sc.speculative.method = SpecMethod::kNgram;
-    sc.speculative.num_speculative_tokens = k;
-    sc.speculative.prompt_lookup_min = 1;
-    sc.speculative.prompt_lookup_max = 3;
-  }
+  const SchedulerConfig sc = test_util::speculation_scheduler(k);
   BlockPool pool(128);
   KvCacheManager kv(pool, sc.block_size, sc.max_model_len, sc.enable_prefix_caching);
   Capture cap;
@@ -80,20 +71,7 @@ Outcome RunEngine(const LlamaWeights& w, std::int32_t k, double temperature) {
   eo.sampling.seed = 3;
   eo.speculative = sc.speculative;
   CpuExecutor ex(w, eo);
-  // Repetitive prompts (a pattern repeated) and content-stream prompts, some sharing a prefix.
-  std::vector<std::int32_t> rep1, rep2;
-  for (int i = 0; i < 6; ++i) {
-    for (std::int32_t t : {11, 12, 13, 14, 15}) rep1.push_back(t);
-  }
-  for (int i = 0; i < 10; ++i) {
-    for (std::int32_t t : {40, 41, 42}) rep2.push_back(t);
-  }
-  s.add_request(make_literal_request(0, 0, rep1, 24), 0);
-  s.add_request(make_request(1, 0, {{unique_content_id(5, 1), 0, 37}}, 17), 0);
-  s.add_request(make_literal_request(2, 0, rep2, 30), 0);
-  s.add_request(
-      make_request(3, 0, {{unique_content_id(5, 1), 0, 20}, {unique_content_id(5, 3), 0, 9}}, 12),
-      0);
+  test_util::add_speculation_requests(s);
   TimeNs t = 0;
   Outcome o;
   while (s.has_unfinished()) {
