@@ -322,16 +322,6 @@ TEST(GpuExecutor, SchedulingNeverChangesGreedyOutputs) {
 }
 
 #if SERVELAB_HAVE_CUDA
-// Each finished request's output tokens.
-class FinishedTokens : public SchedulerObserver {
- public:
-  void on_finish(const Request& req, TimeNs now) override {
-    (void)now;
-    tokens[req.id()] = req.output_tokens;
-  }
-  std::map<RequestId, std::vector<std::int32_t>> tokens;
-};
-
 struct SpecRun {
   std::map<RequestId, std::vector<std::int32_t>> tokens;
   // The plain run's logits at each output of each request (keep_logits).
@@ -360,7 +350,7 @@ SpecRun RunSpeculation(const LlamaWeights& w, std::int32_t k, double temperature
   const SchedulerConfig sc = test_util::speculation_scheduler(k);
   BlockPool pool(128);
   KvCacheManager kv(pool, sc.block_size, sc.max_model_len, sc.enable_prefix_caching);
-  FinishedTokens cap;
+  test_util::FinishedTokens cap;
   Scheduler s(sc, kv, &cap);
   CudaExecutorOptions o = GpuOptions(sc.block_size, 128);
   o.sampling.temperature = temperature;

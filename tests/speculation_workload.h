@@ -5,12 +5,23 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <vector>
 
 #include "core/request.h"
 #include "core/scheduler.h"
 
 namespace servelab::test_util {
+
+// Each finished request's output tokens.
+class FinishedTokens : public SchedulerObserver {
+ public:
+  void on_finish(const Request& req, TimeNs now) override {
+    (void)now;
+    tokens[req.id()] = req.output_tokens;
+  }
+  std::map<RequestId, std::vector<std::int32_t>> tokens;
+};
 
 // The scheduler settings, with n-gram speculation of k tokens (lookup 1..3) when k > 0.
 inline SchedulerConfig speculation_scheduler(std::int32_t k) {

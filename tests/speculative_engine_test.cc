@@ -42,15 +42,6 @@ TEST(NgramProposer, LongestSuffixMostRecentOccurrence) {
   EXPECT_EQ(out, (std::vector<std::int32_t>{6, 5}));
 }
 
-class Capture : public SchedulerObserver {
- public:
-  void on_finish(const Request& req, TimeNs now) override {
-    (void)now;
-    tokens[req.id()] = req.output_tokens;
-  }
-  std::map<RequestId, std::vector<std::int32_t>> tokens;
-};
-
 struct Outcome {
   std::map<RequestId, std::vector<std::int32_t>> tokens;
   std::int64_t drafts = 0;
@@ -62,7 +53,7 @@ Outcome RunEngine(const LlamaWeights& w, std::int32_t k, double temperature) {
   const SchedulerConfig sc = test_util::speculation_scheduler(k);
   BlockPool pool(128);
   KvCacheManager kv(pool, sc.block_size, sc.max_model_len, sc.enable_prefix_caching);
-  Capture cap;
+  test_util::FinishedTokens cap;
   Scheduler s(sc, kv, &cap);
   CpuExecutorOptions eo;
   eo.block_size = sc.block_size;
