@@ -812,7 +812,6 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
         return it == s.lora_adapters.end() ? 0 : it->second.rank;
       },
       "CudaExecutor");
-
   std::int32_t max_ctx = 0;
   for (const ScheduledRequest& e : plan.requests) max_ctx = std::max(max_ctx, e.context_len());
 
