@@ -62,12 +62,6 @@ constexpr int kThreads = 128 * kGroups;
 constexpr int kRows = 64 * kGroups;  // query rows per CTA: prefill_tile_rows(kWgmma)
 constexpr int kKeys = kPrefillKeyTile;
 
-// Byte offset of row r, 16-byte chunk c of a tile in the core-matrix layout.
-template <int HD>
-__device__ __forceinline__ std::uint32_t cm_offset(int r, int c) {
-  return static_cast<std::uint32_t>((r / 8) * (HD * 16) + c * 128 + (r % 8) * 16);
-}
-
 template <int HD>
 struct WgmmaSmem {
   static constexpr int kRowBytes = HD * 2;
@@ -110,7 +104,7 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_wgmma_kernel(const Prefil
     const bool valid = r < cta.rows;
     const __nv_bfloat16* src =
         valid ? p.q + ((cta.row0 + r) * p.num_q_heads + cta.head) * HD + c * 8 : p.q;
-    cp_async16(base + L::kQ + cm_offset<HD>(r, c), src, valid);
+    cp_async16(base + L::kQ + core_matrix_offset<HD>(r, c), src, valid);
   }
   cp_async_commit();
 
@@ -123,7 +117,7 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_wgmma_kernel(const Prefil
       const std::int64_t off = soff[buf * kKeys + r];
       const bool valid = off >= 0;
       const std::int64_t src = off * 2 + c * 16;
-      const std::uint32_t at = buf * L::kTile + cm_offset<HD>(r, c);
+      const std::uint32_t at = buf * L::kTile + core_matrix_offset<HD>(r, c);
       cp_async16(base + L::kK + at, valid ? kbase + src : kbase, valid);
       cp_async16(base + L::kV + at, valid ? vbase + src : vbase, valid);
     }

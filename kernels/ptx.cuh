@@ -65,6 +65,15 @@ inline constexpr bool kWgmmaBuilt =
     false;
 #endif
 
+// Byte offset of row r, 16-byte chunk c (elements 8 c .. 8 c + 7) of a tile whose rows hold
+// kRowElems bf16, in the no-swizzle core-matrix layout the wgmma kernels use: 8-row x 16-byte core
+// matrices of 128 contiguous bytes, chunks of a row group 128 bytes apart (LBO along the chunks),
+// row groups 16 kRowElems bytes apart.
+template <int kRowElems>
+__host__ __device__ __forceinline__ std::uint32_t core_matrix_offset(int r, int c) {
+  return static_cast<std::uint32_t>((r / 8) * (kRowElems * 16) + c * 128 + (r % 8) * 16);
+}
+
 __device__ __forceinline__ std::uint64_t wgmma_desc(std::uint32_t addr, std::uint32_t lbo,
                                                     std::uint32_t sbo) {
   return (std::uint64_t{(addr >> 4) & 0x3fffu}) | (std::uint64_t{(lbo >> 4) & 0x3fffu} << 16) |

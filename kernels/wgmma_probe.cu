@@ -14,7 +14,7 @@ namespace servelab::kernels {
 namespace {
 
 // Shared memory: A's region, then B's, both zero-filled first. The regions are larger than the
-// operands so that any strides wgmma_probe accepts (probe_fits) stay inside them, whichever way
+// operands so that any strides wgmma_probe accepts (operand_extent) stay inside them, whichever way
 // the hardware reads LBO and SBO: a misread layout reads zeros or the other operand, never past
 // the allocation (48 KB, the most a launch gets without opting in).
 constexpr int kARegion = 4096;
@@ -40,10 +40,10 @@ __global__ void __launch_bounds__(128)
     reinterpret_cast<uint4*>(sm)[i] = make_uint4(0, 0, 0, 0);
   }
   __syncthreads();
-  // A: row m, chunk c.
+  // A: row m, chunk c, placed as the prefill kernel places Q (detail::core_matrix_offset).
   for (int i = tid; i < 64 * 2; i += 128) {
     const int m = i / 2, c = i % 2;
-    *reinterpret_cast<uint4*>(sm + (m / 8) * 256 + c * 128 + (m % 8) * 16) =
+    *reinterpret_cast<uint4*>(sm + detail::core_matrix_offset<16>(m, c)) =
         detail::load16(a + m * 16 + c * 8);
   }
   unsigned char* sb = sm + kARegion;
@@ -51,7 +51,7 @@ __global__ void __launch_bounds__(128)
     // B MN-major: row k, chunk c holds B(k, 8 c .. 8 c + 7), contiguous in b.
     for (int i = tid; i < 16 * (N / 8); i += 128) {
       const int k = i / (N / 8), c = i % (N / 8);
-      *reinterpret_cast<uint4*>(sb + (k / 8) * (16 * N) + c * 128 + (k % 8) * 16) =
+      *reinterpret_cast<uint4*>(sb + detail::core_matrix_offset<N>(k, c)) =
           detail::load16(b + k * N + c * 8);
     }
   } else {
@@ -59,7 +59,7 @@ __global__ void __launch_bounds__(128)
     for (int i = tid; i < N * 2; i += 128) {
       const int j = i / 2, c = i % 2;
       __nv_bfloat16* row =
-          reinterpret_cast<__nv_bfloat16*>(sb + (j / 8) * 256 + c * 128 + (j % 8) * 16);
+          reinterpret_cast<__nv_bfloat16*>(sb + detail::core_matrix_offset<16>(j, c));
 #pragma unroll
       for (int e = 0; e < 8; ++e) row[e] = b[(8 * c + e) * N + j];
     }
@@ -106,19 +106,12 @@ __global__ void __launch_bounds__(128)
 
 template <int N>
 void launch(const WgmmaProbeArgs& p, cudaStream_t s) {
-  const auto* a = detail::bf(p.a);
-  const auto* b = detail::bf(p.b);
-  if (p.form == WgmmaProbeForm::kRsBmn) {
-    void (*kernel)(const __nv_bfloat16*, const __nv_bfloat16*, float*, std::uint32_t, std::uint32_t,
-                   std::uint32_t, std::uint32_t) = wgmma_probe_kernel<N, true>;
-    SERVELAB_LAUNCH(kernel, 1, 128, kSmemBytes, s)
-    (a, b, p.d, p.a_strides.lbo, p.a_strides.sbo, p.b_strides.lbo, p.b_strides.sbo);
-  } else {
-    void (*kernel)(const __nv_bfloat16*, const __nv_bfloat16*, float*, std::uint32_t, std::uint32_t,
-                   std::uint32_t, std::uint32_t) = wgmma_probe_kernel<N, false>;
-    SERVELAB_LAUNCH(kernel, 1, 128, kSmemBytes, s)
-    (a, b, p.d, p.a_strides.lbo, p.a_strides.sbo, p.b_strides.lbo, p.b_strides.sbo);
-  }
+  void (*kernel)(const __nv_bfloat16*, const __nv_bfloat16*, float*, std::uint32_t, std::uint32_t,
+                 std::uint32_t, std::uint32_t) =
+      p.form == WgmmaProbeForm::kRsBmn ? wgmma_probe_kernel<N, true> : wgmma_probe_kernel<N, false>;
+  SERVELAB_LAUNCH(kernel, 1, 128, kSmemBytes, s)
+  (detail::bf(p.a), detail::bf(p.b), p.d, p.a_strides.lbo, p.a_strides.sbo, p.b_strides.lbo,
+   p.b_strides.sbo);
 }
 
 }  // namespace
