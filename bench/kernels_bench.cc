@@ -25,6 +25,12 @@
 //                                 (kernels/gemm_kernel.h; at M <= 32 only): GB/s of
 //                                 weights + activations, vs the copy (a decode step reads every
 //                                 weight once: these rows say how close); label "shape kernel"
+//   BM_LoraDelta/M/adapters/kernel  the LoRA deltas of one Llama-3-8B layer (q, k, v, o, gate,
+//                                 up, down; rank 16) for a decode batch of M rows, row i under
+//                                 adapter i % adapters (so `adapters` > 1 makes M one-row
+//                                 segments), kernel 0 = cuBLAS (two GEMMs per segment and
+//                                 projection), 1 = the gather kernels (kernels/lora.h, 8 launches):
+//                                 time per layer; label "S segments kernel"
 //   BM_SwapOut/blocks             copy_blocks of 2 MiB blocks to pinned host memory: GB/s
 #include <benchmark/benchmark.h>
 
@@ -45,6 +51,7 @@
 #include "kernels/float_formats.h"
 #include "kernels/gemm.h"
 #include "kernels/kv_layout.h"
+#include "kernels/lora.h"
 #include "kernels/random_fill.h"
 #endif
 
@@ -70,6 +77,20 @@ constexpr std::int32_t kHeads = 32, kKvHeads = 8, kHeadDim = 128, kBlock = 16;
 void flush_l2() {
   static k::DeviceBuffer junk(256u << 20);
   k::fill_bytes(junk.get(), 0, junk.bytes());
+}
+
+// Runs `run` once untimed (cuBLAS picks and loads its kernels there), then times it per iteration
+// with a cold L2.
+template <typename Run>
+void time_warm_then_cold(benchmark::State& state, const Run& run) {
+  run();
+  k::GpuTimer t;
+  for (auto _ : state) {
+    flush_l2();
+    t.start();
+    run();
+    state.SetIterationTime(t.stop() * 1e-3);
+  }
 }
 
 double measured_copy_gbps() {
@@ -402,14 +423,7 @@ void BM_DecodeGemm(benchmark::State& state) {
                   nullptr);
     }
   };
-  run();  // cuBLAS picks and loads its kernel outside the timing
-  k::GpuTimer t;
-  for (auto _ : state) {
-    flush_l2();
-    t.start();
-    run();
-    state.SetIterationTime(t.stop() * 1e-3);
-  }
+  time_warm_then_cold(state, run);
   const double bytes = static_cast<double>(w_bytes + x_bytes + y_bytes * (g.beta != 0 ? 2 : 1));
   state.SetBytesProcessed(static_cast<std::int64_t>(bytes) * state.iterations());
   state.counters["GBps"] =
@@ -426,6 +440,92 @@ BENCHMARK(BM_DecodeGemm)
           for (std::int64_t kernel = 0; kernel < (m <= 32 ? 2 : 1); ++kernel) {
             b->Args({m, shape, kernel});
           }
+        }
+      }
+    })
+    ->UseManualTime();
+
+void BM_LoraDelta(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+#if SERVELAB_HAVE_CUDA
+  const auto m = static_cast<std::int32_t>(state.range(0));
+  const auto num_adapters = static_cast<std::int32_t>(state.range(1));
+  const bool gather = state.range(2) == 1;
+  constexpr std::int32_t kRank = 16, kHidden = 4096, kKv = 1024, kInter = 14336;
+  const k::LoraShape shape = k::llama_lora_shape(kHidden, kHidden, kKv, kInter);
+  std::vector<k::DeviceBuffer> adapters;
+  for (std::int32_t a = 0; a < num_adapters; ++a) {
+    adapters.emplace_back(static_cast<std::size_t>(shape.elements(kRank, 1)) * 2);
+    k::fill_bytes(adapters.back().get(), 0x3c, adapters.back().bytes());
+  }
+  std::vector<k::LoraRow> rows;
+  std::vector<k::LoraSegment> segments;
+  for (std::int32_t i = 0; i < m; ++i) {
+    const k::Bf16* w = adapters[static_cast<std::size_t>(i % num_adapters)].as<k::Bf16>();
+    rows.push_back({w, i, kRank});
+    if (!segments.empty() && segments.back().weights == w) {
+      ++segments.back().rows;
+    } else {
+      segments.push_back({w, i, 1, kRank});
+    }
+  }
+  k::DeviceBuffer d_rows(rows.size() * sizeof(k::LoraRow));
+  k::copy_to_device(d_rows.get(), rows.data(), d_rows.bytes());
+  const auto mb = static_cast<std::size_t>(m);
+  k::DeviceBuffer hidden(mb * kHidden * 2), attn(mb * kHidden * 2), act(mb * kInter * 2);
+  k::DeviceBuffer qkv(mb * (kHidden + 2 * kKv) * 4), residual(mb * kHidden * 4),
+      gate_up(mb * 2 * kInter * 2);
+  for (k::DeviceBuffer* b : {&hidden, &attn, &act, &qkv, &residual, &gate_up}) {
+    k::fill_bytes(b->get(), 0, b->bytes());
+  }
+  k::DeviceBuffer tmp16(mb * kRank * 2), tmp32(mb * 3 * kRank * 4);
+  k::Gemm gemm;
+  k::DeviceBuffer ws(k::Gemm::kRecommendedWorkspaceBytes);
+  gemm.set_workspace(ws.get(), ws.bytes());
+  // The executor's four groups: (first target, count, input, its width, output, type, width).
+  struct Group {
+    int first, count;
+    const k::DeviceBuffer* in;
+    std::int32_t ld_in;
+    k::DeviceBuffer* out;
+    k::Gemm::Out type;
+    std::int32_t ld_out;
+  };
+  const Group groups[] = {{0, 3, &hidden, kHidden, &qkv, k::Gemm::Out::kF32, kHidden + 2 * kKv},
+                          {3, 1, &attn, kHidden, &residual, k::Gemm::Out::kF32, kHidden},
+                          {4, 2, &hidden, kHidden, &gate_up, k::Gemm::Out::kBf16, 2 * kInter},
+                          {6, 1, &act, kInter, &residual, k::Gemm::Out::kF32, kHidden}};
+  const auto run = [&] {
+    for (const Group& g : groups) {
+      if (gather) {
+        k::LoraGroupArgs a;
+        a.rows = d_rows.as<k::LoraRow>();
+        a.num_rows = m;
+        a.shape = shape;
+        a.first_target = g.first;
+        a.num_targets = g.count;
+        a.tmp = tmp32.as<float>();
+        a.max_rank = kRank;
+        k::lora_shrink(a, g.in->as<k::Bf16>(), g.ld_in, nullptr);
+        k::lora_expand(a, g.out->get(), g.type == k::Gemm::Out::kF32, g.ld_out, 0, nullptr);
+      } else {
+        k::lora_cublas(gemm, segments.data(), static_cast<std::int32_t>(segments.size()), shape, 0,
+                       g.first, g.count, g.in->as<k::Bf16>(), g.ld_in, g.out->get(), g.type,
+                       g.ld_out, tmp16.as<k::Bf16>(), nullptr);
+      }
+    }
+  };
+  time_warm_then_cold(state, run);
+  state.counters["segments"] = static_cast<double>(segments.size());
+  state.SetLabel(std::to_string(segments.size()) + " segments " +
+                 k::lora_kernel_name(gather ? k::LoraKernel::kGather : k::LoraKernel::kCublas));
+#endif
+}
+BENCHMARK(BM_LoraDelta)
+    ->Apply([](benchmark::internal::Benchmark* b) {
+      for (const std::int64_t m : {8, 32}) {
+        for (const std::int64_t adapters : {std::int64_t{1}, std::int64_t{4}, m}) {
+          for (std::int64_t kernel = 0; kernel < 2; ++kernel) b->Args({m, adapters, kernel});
         }
       }
     })

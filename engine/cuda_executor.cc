@@ -28,6 +28,7 @@
 #include "kernels/embedding.h"
 #include "kernels/gemm.h"
 #include "kernels/kv_layout.h"
+#include "kernels/lora.h"
 #include "kernels/norm.h"
 #include "kernels/programmatic_launch.h"
 #include "kernels/random_fill.h"
@@ -266,26 +267,35 @@ struct CudaExecutor::Impl {
   }
 
   // LoRA adapters on the device, built on first use from make_lora_adapter (CpuExecutor's
-  // weights): per layer and target, A [rank][in] and scaling * B [out][rank], both bf16.
+  // weights): one packed bf16 allocation each (A [rank][in] and scaling * B [out][rank] per layer
+  // and target, where lora_shape puts them: kernels/lora_kernel.h).
   struct LoraDevice {
     std::int32_t rank = 0;
-    std::vector<std::array<std::pair<DeviceBuffer, DeviceBuffer>, kNumLoraTargets>> layers;
+    DeviceBuffer weights;
   };
   std::map<std::uint32_t, LoraDevice> lora_adapters;
-  DeviceBuffer lora_tmp;  // a shrink's output, [rows][rank] bf16 (never in a graph)
-  // Consecutive rows of the step under one adapter (adjacent entries of one adapter merged).
-  struct LoraSegment {
-    std::int32_t row0 = 0, rows = 0;
-    const LoraDevice* adapter = nullptr;
+  k::LoraShape lora_shape;      // the model's projections (constructor)
+  bool lora_gather_ok = false;  // every dimension a multiple of 8 (the gather kernels' need)
+  DeviceBuffer lora_tmp;        // a cuBLAS shrink's output, [rows][rank] bf16 (never in a graph)
+  DeviceBuffer lora_gather;     // the gather shrink's output, [rows][3][max rank] fp32
+  // A step's LoRA work: the segments that take cuBLAS GEMMs, and the rows the gather kernels take
+  // (kernels/lora.h; device memory, the step's metadata).
+  struct LoraStep {
+    std::vector<k::LoraSegment> segments;
+    const k::LoraRow* rows = nullptr;
+    std::int32_t num_rows = 0, max_rank = 0;  // max_rank: the gather rows' largest
+    bool empty() const { return segments.empty() && num_rows == 0; }
   };
   // The adapter `id` of rank `rank` on the device (uploaded on first use).
   const LoraDevice& lora_adapter(std::uint32_t id, std::int32_t rank);
-  // out[rows of each segment][col0 ..] += scaling * (in A^T) B^T of `target` in layer `l`:
-  // two cuBLAS GEMMs per segment (shrink into lora_tmp, expand with beta 1). `in` and `out` are
-  // row-strided (ld_in, ld_out elements).
-  void apply_lora(const std::vector<LoraSegment>& segments, std::int32_t l, LoraTarget target,
+  // For the num_targets consecutive targets from `first` in layer `l` (a group reading `in` and
+  // writing consecutive column slices of `out` from column 0): out[row][...] += scaling *
+  // (in A^T) B^T for every adapted row: two cuBLAS GEMMs per segment and target (shrink into
+  // lora_tmp, expand with beta 1), then the gather kernels' shrink and expand over lora.rows.
+  // `in` and `out` are row-strided (ld_in, ld_out elements).
+  void apply_lora(const LoraStep& lora, std::int32_t l, LoraTarget first, std::int32_t num_targets,
                   const Bf16* in, std::int32_t ld_in, void* out, k::Gemm::Out out_type,
-                  std::int32_t ld_out, std::int32_t col0);
+                  std::int32_t ld_out);
 
   // Device pointers and sizes of one forward pass (embedding and layers) over `num_tokens`
   // tokens: the eager step's metadata, or a decode graph's padded inputs.
@@ -303,9 +313,9 @@ struct CudaExecutor::Impl {
     const std::int32_t *p_beg = nullptr, *p_num = nullptr, *p_first = nullptr, *p_tab = nullptr;
     const k::PrefillTile* tiles = nullptr;
     std::int32_t num_tiles = 0;
-    k::PrefillSplitPlan psplit;  // split-KV prefill (kernels of k::prefill_splits_keys)
-    std::int64_t p_longest = 0;  // the largest first position + queries of the step
-    const std::vector<LoraSegment>* lora = nullptr;  // null or empty: no adapter (graphs: null)
+    k::PrefillSplitPlan psplit;      // split-KV prefill (kernels of k::prefill_splits_keys)
+    std::int64_t p_longest = 0;      // the largest first position + queries of the step
+    const LoraStep* lora = nullptr;  // null or empty: no adapter (graphs: null)
   };
   // Enqueues embedding and every layer on `stream`; nothing else (no allocation, no copy, no
   // synchronisation), so that it can be captured.
@@ -483,6 +493,13 @@ void CudaExecutor::Impl::init(const LlamaWeights* host, std::uint64_t seed) {
   s.gemm->set_workspace(s.cublas_workspace.get(), s.cublas_workspace.bytes());
   s.gemm->set_kernel(s.options.gemm_kernel);
   s.buckets = k::decode_graph_buckets(options.max_num_seqs);
+  s.lora_shape = k::llama_lora_shape(m.hidden_size, static_cast<std::int32_t>(m.q_size()),
+                                     static_cast<std::int32_t>(m.kv_size()), m.intermediate_size);
+  s.lora_gather_ok = true;
+  for (int t = 0; t < k::kLoraTargets; ++t) {
+    s.lora_gather_ok =
+        s.lora_gather_ok && s.lora_shape.in[t] % 8 == 0 && s.lora_shape.out[t] % 8 == 0;
+  }
   s.load_weights(host, seed);
   s.rope_rows = static_cast<std::int32_t>(
       std::min<std::int64_t>(m.max_position_embeddings, options.max_model_len));
@@ -607,13 +624,8 @@ void CudaExecutor::Impl::forward_layers(const ForwardArgs& f) {
                    Q + 2 * KV, 0.0f, s.stream.get());
     const bool lora = f.lora != nullptr && !f.lora->empty();
     if (lora) {
-      const std::int32_t ld = Q + 2 * KV;
-      s.apply_lora(*f.lora, l, LoraTarget::kQ, s.hbuf.as<Bf16>(), H, s.qkv.get(),
-                   k::Gemm::Out::kF32, ld, 0);
-      s.apply_lora(*f.lora, l, LoraTarget::kK, s.hbuf.as<Bf16>(), H, s.qkv.get(),
-                   k::Gemm::Out::kF32, ld, Q);
-      s.apply_lora(*f.lora, l, LoraTarget::kV, s.hbuf.as<Bf16>(), H, s.qkv.get(),
-                   k::Gemm::Out::kF32, ld, Q + KV);
+      s.apply_lora(*f.lora, l, LoraTarget::kQ, 3, s.hbuf.as<Bf16>(), H, s.qkv.get(),
+                   k::Gemm::Out::kF32, Q + 2 * KV);
     }
     void* k_layer = cache + s.layout.layer_base(l, 0) * eb;
     void* v_layer = cache + s.layout.layer_base(l, 1) * eb;
@@ -662,8 +674,8 @@ void CudaExecutor::Impl::forward_layers(const ForwardArgs& f) {
     s.gemm->linear(s.attn.as<Bf16>(), w.o.as<Bf16>(), residual, k::Gemm::Out::kF32, T, Q, H, 1.0f,
                    s.stream.get());
     if (lora) {
-      s.apply_lora(*f.lora, l, LoraTarget::kO, s.attn.as<Bf16>(), Q, residual, k::Gemm::Out::kF32,
-                   H, 0);
+      s.apply_lora(*f.lora, l, LoraTarget::kO, 1, s.attn.as<Bf16>(), Q, residual,
+                   k::Gemm::Out::kF32, H);
     }
     k::rms_norm({residual, nullptr, nullptr, w.post_norm.as<float>(), s.hbuf.as<Bf16>(), T, H, eps},
                 s.stream.get());
@@ -676,15 +688,13 @@ void CudaExecutor::Impl::forward_layers(const ForwardArgs& f) {
     }
     // Adapted steps: gate and up take their deltas before the activation, and down's input
     // (act) is materialised for its own delta.
-    s.apply_lora(*f.lora, l, LoraTarget::kGate, s.hbuf.as<Bf16>(), H, s.gate_up.get(),
-                 k::Gemm::Out::kBf16, 2 * I, 0);
-    s.apply_lora(*f.lora, l, LoraTarget::kUp, s.hbuf.as<Bf16>(), H, s.gate_up.get(),
-                 k::Gemm::Out::kBf16, 2 * I, I);
+    s.apply_lora(*f.lora, l, LoraTarget::kGate, 2, s.hbuf.as<Bf16>(), H, s.gate_up.get(),
+                 k::Gemm::Out::kBf16, 2 * I);
     k::silu_mul(s.gate_up.as<Bf16>(), s.act.as<Bf16>(), T, I, s.stream.get());
     s.gemm->linear(s.act.as<Bf16>(), w.down.as<Bf16>(), residual, k::Gemm::Out::kF32, T, I, H, 1.0f,
                    s.stream.get());
-    s.apply_lora(*f.lora, l, LoraTarget::kDown, s.act.as<Bf16>(), I, residual, k::Gemm::Out::kF32,
-                 H, 0);
+    s.apply_lora(*f.lora, l, LoraTarget::kDown, 1, s.act.as<Bf16>(), I, residual,
+                 k::Gemm::Out::kF32, H);
   }
 }
 
@@ -693,47 +703,44 @@ const CudaExecutor::Impl::LoraDevice& CudaExecutor::Impl::lora_adapter(std::uint
   auto it = lora_adapters.find(id);
   if (it != lora_adapters.end()) return it->second;
   const LoraAdapter host = make_lora_adapter(model(), options.lora_seed, id, rank);
-  LoraDevice dev;
-  dev.rank = host.rank;
-  for (const auto& layer : host.layers) {
-    auto& out = dev.layers.emplace_back();
+  const auto layers = static_cast<std::int32_t>(host.layers.size());
+  std::vector<float> packed(static_cast<std::size_t>(lora_shape.elements(host.rank, layers)));
+  for (std::int32_t l = 0; l < layers; ++l) {
     for (int t = 0; t < kNumLoraTargets; ++t) {
-      const LoraAdapter::Pair& p = layer[static_cast<std::size_t>(t)];
+      const LoraAdapter::Pair& p =
+          host.layers[static_cast<std::size_t>(l)][static_cast<std::size_t>(t)];
       const RowMatrix scaled_b = host.scaling * p.b;
-      DeviceBuffer a(static_cast<std::size_t>(p.a.size()) * sizeof(Bf16));
-      DeviceBuffer b(static_cast<std::size_t>(scaled_b.size()) * sizeof(Bf16));
-      upload_bf16(a.as<Bf16>(), p.a.data(), p.a.size());
-      upload_bf16(b.as<Bf16>(), scaled_b.data(), scaled_b.size());
-      out[static_cast<std::size_t>(t)] = {std::move(a), std::move(b)};
+      std::copy_n(p.a.data(), p.a.size(), packed.begin() + lora_shape.a_offset(host.rank, l, t));
+      std::copy_n(scaled_b.data(), scaled_b.size(),
+                  packed.begin() + lora_shape.b_offset(host.rank, l, t));
     }
   }
+  LoraDevice dev;
+  dev.rank = host.rank;
+  dev.weights = DeviceBuffer(packed.size() * sizeof(Bf16));
+  upload_bf16(dev.weights.as<Bf16>(), packed.data(), static_cast<std::int64_t>(packed.size()));
   return lora_adapters.emplace(id, std::move(dev)).first->second;
 }
 
-void CudaExecutor::Impl::apply_lora(const std::vector<LoraSegment>& segments, std::int32_t l,
-                                    LoraTarget target, const Bf16* in, std::int32_t ld_in,
-                                    void* out, k::Gemm::Out out_type, std::int32_t ld_out,
-                                    std::int32_t col0) {
-  const ModelConfig& m = model();
-  const auto H = static_cast<std::int32_t>(m.hidden_size),
-             Q = static_cast<std::int32_t>(m.q_size()), KV = static_cast<std::int32_t>(m.kv_size()),
-             I = m.intermediate_size;
-  // (in, out) of each target, in LoraTarget's order: q, k, v, o, gate, up, down.
-  const std::int32_t dims[kNumLoraTargets][2] = {{H, Q}, {H, KV}, {H, KV}, {Q, H},
-                                                 {H, I}, {H, I},  {I, H}};
-  const auto t = static_cast<std::size_t>(target);
-  const std::int32_t in_dim = dims[t][0], out_dim = dims[t][1];
-  const std::size_t out_elem = out_type == k::Gemm::Out::kF32 ? sizeof(float) : sizeof(Bf16);
-  for (const LoraSegment& g : segments) {
-    const auto& [a, b] = g.adapter->layers[static_cast<std::size_t>(l)][t];
-    const std::int32_t r = g.adapter->rank;
-    gemm->linear_strided(in + std::int64_t{g.row0} * ld_in, ld_in, a.as<Bf16>(), lora_tmp.get(),
-                         k::Gemm::Out::kBf16, r, g.rows, in_dim, r, 0.0f, stream.get());
-    void* dst = static_cast<unsigned char*>(out) +
-                (std::int64_t{g.row0} * ld_out + col0) * static_cast<std::int64_t>(out_elem);
-    gemm->linear_strided(lora_tmp.as<Bf16>(), r, b.as<Bf16>(), dst, out_type, ld_out, g.rows, r,
-                         out_dim, 1.0f, stream.get());
-  }
+void CudaExecutor::Impl::apply_lora(const LoraStep& lora, std::int32_t l, LoraTarget first,
+                                    std::int32_t num_targets, const Bf16* in, std::int32_t ld_in,
+                                    void* out, k::Gemm::Out out_type, std::int32_t ld_out) {
+  const int first_target = static_cast<int>(first);
+  k::lora_cublas(*gemm, lora.segments.data(), static_cast<std::int32_t>(lora.segments.size()),
+                 lora_shape, l, first_target, num_targets, in, ld_in, out, out_type, ld_out,
+                 lora_tmp.as<Bf16>(), stream.get());
+  if (lora.num_rows == 0) return;
+  k::LoraGroupArgs g;
+  g.rows = lora.rows;
+  g.num_rows = lora.num_rows;
+  g.shape = lora_shape;
+  g.layer = l;
+  g.first_target = first_target;
+  g.num_targets = num_targets;
+  g.tmp = lora_gather.as<float>();
+  g.max_rank = lora.max_rank;
+  k::lora_shrink(g, in, ld_in, stream.get());
+  k::lora_expand(g, out, out_type == k::Gemm::Out::kF32, ld_out, 0, stream.get());
 }
 
 void CudaExecutor::Impl::run_decode_graph(const k::DecodeGraphKey& key, const ForwardArgs& f) {
@@ -826,19 +833,19 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
   std::vector<float> sample_u;
   std::vector<std::int32_t> sample_k;  // its sample index (parallel sampling)
   std::vector<std::int32_t> first_sample(plan.requests.size(), -1);  // each entry's first row
-  std::vector<Impl::LoraSegment> lora_segments;
-  std::int32_t lora_max_rank = 0;
+  // Consecutive rows of the step under one adapter (adjacent entries of one adapter merged).
+  std::vector<k::LoraSegment> lora_segments;
   for (std::size_t i = 0; i < plan.requests.size(); ++i) {
     const ScheduledRequest& e = plan.requests[i];
     const auto row0 = static_cast<std::int32_t>(tokens.size());
     if (e.spec->lora_id != 0 && e.num_tokens > 0) {
-      const Impl::LoraDevice* a = &s.lora_adapter(e.spec->lora_id, e.spec->lora_rank);
-      lora_max_rank = std::max(lora_max_rank, a->rank);
-      if (!lora_segments.empty() && lora_segments.back().adapter == a &&
+      const Impl::LoraDevice& a = s.lora_adapter(e.spec->lora_id, e.spec->lora_rank);
+      const Bf16* weights = a.weights.as<Bf16>();
+      if (!lora_segments.empty() && lora_segments.back().weights == weights &&
           lora_segments.back().row0 + lora_segments.back().rows == row0) {
         lora_segments.back().rows += e.num_tokens;
       } else {
-        lora_segments.push_back({row0, e.num_tokens, a});
+        lora_segments.push_back({weights, row0, e.num_tokens, a.rank});
       }
     }
     const std::span<const std::int32_t> drafts = plan.drafts_of(i);
@@ -913,6 +920,22 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
       sample_u.push_back(static_cast<float>(u));
     }
   }
+  // LoRA: short segments' rows to the gather kernels (kernels/lora_kernel.h), the rest to cuBLAS.
+  Impl::LoraStep lora;
+  std::vector<k::LoraRow> lora_rows;
+  std::int32_t lora_cublas_rank = 0;
+  for (const k::LoraSegment& g : lora_segments) {
+    const std::int32_t r = g.rank;
+    if (opt.lora_kernel == k::LoraKernel::kGather && s.lora_gather_ok &&
+        g.rows <= k::kLoraGatherMaxRows && r <= k::kLoraMaxGatherRank) {
+      for (std::int32_t i = 0; i < g.rows; ++i) lora_rows.push_back({g.weights, g.row0 + i, r});
+      lora.max_rank = std::max(lora.max_rank, r);
+    } else {
+      lora.segments.push_back(g);
+      lora_cublas_rank = std::max(lora_cublas_rank, r);
+    }
+  }
+  lora.num_rows = static_cast<std::int32_t>(lora_rows.size());
   const std::int32_t tile_rows = k::prefill_tile_rows(opt.prefill_kernel);
   const std::vector<k::PrefillTile> tiles = k::plan_prefill_tiles(p_num, tile_rows);
   auto pairs_of = [](const std::vector<BlockMove>& moves) {
@@ -935,7 +958,8 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
                     o_u = s.staging.add(sample_u), o_out = s.staging.add(pairs_of(plan.swap_out)),
                     o_in = s.staging.add(pairs_of(plan.swap_in)),
                     o_copy = s.staging.add(pairs_of(plan.copies)),
-                    o_mrows = s.staging.add(mask_rows), o_mtoks = s.staging.add(mask_tokens);
+                    o_mrows = s.staging.add(mask_rows), o_mtoks = s.staging.add(mask_tokens),
+                    o_lrows = s.staging.add(lora_rows);
   const TierPhases tier = tier_phases(plan);
   std::vector<std::size_t> o_tier;
   for (const TierPhase& ph : tier.phases) o_tier.push_back(s.staging.add(ph.pairs));
@@ -983,9 +1007,8 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
     // Decode-only steps of at most the largest bucket take the graph path (replayed, or padded
     // eager with pad_decode_steps); everything else runs eagerly, unpadded.
     // (Steps under a LoRA adapter too: their GEMMs depend on the batch's adapters.)
-    const std::int32_t bucket = P == 0 && D == T && lora_segments.empty()
-                                    ? k::decode_graph_bucket(s.buckets, D)
-                                    : std::int32_t{0};
+    const std::int32_t bucket =
+        P == 0 && D == T && lora.empty() ? k::decode_graph_bucket(s.buckets, D) : std::int32_t{0};
     const bool graph_path =
         bucket > 0 && ((opt.cuda_graphs && !s.stats.disabled) || opt.pad_decode_steps);
     if (graph_path) {
@@ -1068,12 +1091,18 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
                          false);
         }
       }
-      if (!lora_segments.empty()) {
-        s.ensure_bytes(
-            s.lora_tmp,
-            static_cast<std::size_t>(T) * static_cast<std::size_t>(lora_max_rank) * sizeof(Bf16),
-            false);
-        f.lora = &lora_segments;
+      if (!lora.empty()) {
+        s.ensure_bytes(s.lora_tmp,
+                       static_cast<std::size_t>(T) *
+                           static_cast<std::size_t>(std::max(1, lora_cublas_rank)) * sizeof(Bf16),
+                       false);
+        // Three targets at most share an input (q, k, v).
+        s.ensure_bytes(s.lora_gather,
+                       static_cast<std::size_t>(std::max(1, lora.num_rows)) * 3 *
+                           static_cast<std::size_t>(std::max(1, lora.max_rank)) * sizeof(float),
+                       false);
+        lora.rows = reinterpret_cast<const k::LoraRow*>(at(o_lrows));
+        f.lora = &lora;
       }
       s.forward_layers(f);
       ++s.stats.eager_steps;

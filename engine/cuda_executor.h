@@ -44,12 +44,16 @@
 // not decode-only, so they run eagerly.
 // LoRA (options.enable_lora): as CpuExecutor (engine/cpu_executor.h), each entry under adapter
 // a adds scaling * (X A^T) B^T of a to its rows of the q, k, v, o, gate, up and down projections.
-// Adapters come from make_lora_adapter on first use and live on the device in bf16 (B pre-scaled);
-// the deltas are two cuBLAS GEMMs per segment of consecutive rows under one adapter (shrink, then
-// expand with beta 1 onto a column slice of the fused QKV or gate/up output, or into the residual
-// for o and down), after the base projection. An adapted step computes silu_mul into `act` for
-// down's delta instead of the skinny kernel's fused SwiGLU, and never takes the graph path. The
-// per-segment GEMMs are the plain form; a segmented (SGMV-style) kernel would batch them.
+// Adapters come from make_lora_adapter on first use and live on the device in bf16, one packed
+// allocation each (kernels/lora_kernel.h LoraShape; B pre-scaled). The deltas are added after the
+// base projection onto a column slice of the fused QKV or gate/up output, or into the residual
+// for o and down. With options.lora_kernel kGather (default) the rows of short segments (at most
+// kLoraGatherMaxRows consecutive rows under one adapter: decode rows, short chunks) go through the
+// gather kernels (kernels/lora.h: a shrink and an expand per group of projections sharing an
+// input, whatever the number of adapters, i.e. 8 launches a layer), and each longer segment takes
+// two cuBLAS GEMMs per projection (shrink, then expand with beta 1); kCublas sends every segment
+// to cuBLAS. An adapted step computes silu_mul into `act` for down's delta instead of the skinny
+// kernel's fused SwiGLU, and never takes the graph path.
 // Async scheduling (StepPlan::pipelined): as CpuExecutor, a one-token decode that starts one past
 // its request's known tokens takes the token the previous plan sampled for it
 // (engine/previous_tokens.h; here from the host copy execute() already waits for), and a plan
@@ -82,6 +86,7 @@
 #include "kernels/attention_plan.h"
 #include "kernels/float_formats.h"
 #include "kernels/gemm_kernel.h"
+#include "kernels/lora_kernel.h"
 #include "kernels/prefill_kernel.h"
 
 namespace servelab {
@@ -130,6 +135,9 @@ struct CudaExecutorOptions {
   // deltas; adapters are made from (lora_seed, a, rank) on first use.
   bool enable_lora = false;
   std::uint64_t lora_seed = 0;
+  // How the deltas are computed: the gather kernels for short segments (default) or cuBLAS GEMMs
+  // per segment (environment: SERVELAB_CUDA_LORA; kernels/lora_kernel.h).
+  kernels::LoraKernel lora_kernel = kernels::LoraKernel::kGather;
   // Speculative decoding: method ngram only (as CpuExecutor). Sampled-row buffers are sized for
   // max_num_seqs x (1 + num_speculative_tokens) rows (at most max_num_tokens).
   SpeculativeConfig speculative;

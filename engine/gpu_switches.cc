@@ -36,6 +36,9 @@ CudaSwitches cuda_switches_from_env() {
     if (std::getenv(kernels::kGemmKernelEnv) != nullptr) {
       sw.gemm_kernel = kernels::gemm_kernel_from_env(kernels::GemmKernel::kCublas);
     }
+    if (std::getenv(kernels::kLoraKernelEnv) != nullptr) {
+      sw.lora_kernel = kernels::lora_kernel_from_env(kernels::LoraKernel::kGather);
+    }
   } catch (const std::invalid_argument& e) {
     throw ConfigError(std::string("environment variable ") + e.what());
   }

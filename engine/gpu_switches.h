@@ -7,10 +7,11 @@
 //                                           wgmma: Hopper wgmma, 128 rows a CTA, bf16 KV only)
 //   SERVELAB_CUDA_GEMM=cublas|skinny        linear layers of steps of <= 32 tokens (gemm_kernel)
 //   SERVELAB_CUDA_PDL=0|1                   programmatic dependent launch (programmatic_launch)
+//   SERVELAB_CUDA_LORA=gather|cublas        LoRA deltas of short segments (lora_kernel)
 // Unset leaves the option as it is (defaults: graphs and fusion on, the pipelined and fa2
-// kernels, cuBLAS, PDL off). The engine commands (engine run, serve, profile) apply them; the
-// CudaExecutor itself does not read the environment, so tests choose their variants explicitly.
-// Plain C++, compiled in every build so that the parsing is tested without CUDA
+// kernels, cuBLAS, PDL off, LoRA gather). The engine commands (engine run, serve, profile) apply
+// them; the CudaExecutor itself does not read the environment, so tests choose their variants
+// explicitly. Plain C++, compiled in every build so that the parsing is tested without CUDA
 // (tests/cuda_switches_test.cc).
 #pragma once
 
@@ -21,6 +22,7 @@
 #include "kernels/attention_plan.h"
 #include "kernels/float_formats.h"
 #include "kernels/gemm_kernel.h"
+#include "kernels/lora_kernel.h"
 #include "kernels/prefill_kernel.h"
 
 namespace servelab {
@@ -41,6 +43,7 @@ struct CudaSwitches {
   std::optional<kernels::DecodeKernel> decode_kernel;
   std::optional<kernels::PrefillKernel> prefill_kernel;
   std::optional<kernels::GemmKernel> gemm_kernel;
+  std::optional<kernels::LoraKernel> lora_kernel;
 };
 // Every switch from the process environment (parse_switch on the booleans; the kernels by
 // name). Throws ConfigError naming the variable, the value and the accepted values.
@@ -56,6 +59,7 @@ void apply_cuda_switches(const CudaSwitches& sw, Opt& options) {
   if (sw.decode_kernel) options.decode_kernel = *sw.decode_kernel;
   if (sw.prefill_kernel) options.prefill_kernel = *sw.prefill_kernel;
   if (sw.gemm_kernel) options.gemm_kernel = *sw.gemm_kernel;
+  if (sw.lora_kernel) options.lora_kernel = *sw.lora_kernel;
 }
 
 // Why the CUDA executor cannot read a KV cache in `kv_format` with the decode kernel `decode` and

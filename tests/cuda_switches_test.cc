@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <string>
+#include <utility>
 
 #include "core/config_error.h"
 #include "engine/gpu_switches.h"
@@ -18,6 +19,7 @@ struct FakeOptions {
   kernels::DecodeKernel decode_kernel = kernels::kDefaultDecodeKernel;
   kernels::PrefillKernel prefill_kernel = kernels::PrefillKernel::kFa2;
   kernels::GemmKernel gemm_kernel = kernels::GemmKernel::kCublas;
+  kernels::LoraKernel lora_kernel = kernels::LoraKernel::kGather;
 };
 
 TEST(CudaSwitches, ZeroAndOneAreTheOnlyValues) {
@@ -176,6 +178,40 @@ TEST(CudaSwitches, GemmVariablePicksTheLinearKernel) {
     }
   }
   ::unsetenv(kernels::kGemmKernelEnv);
+}
+
+// SERVELAB_CUDA_LORA picks how LoRA deltas are computed, and nothing else; a bad value names the
+// variable and both kernels.
+TEST(CudaSwitches, LoraVariablePicksTheDeltaKernel) {
+  ::unsetenv(kernels::kLoraKernelEnv);
+  ::unsetenv(kernels::kGemmKernelEnv);
+  FakeOptions o;
+  apply_cuda_switches(cuda_switches_from_env(), o);
+  EXPECT_EQ(o.lora_kernel, kernels::LoraKernel::kGather);
+  const std::pair<const char*, kernels::LoraKernel> good[] = {
+      {"cublas", kernels::LoraKernel::kCublas}, {"gather", kernels::LoraKernel::kGather}};
+  for (const auto& [text, kernel] : good) {
+    ::setenv(kernels::kLoraKernelEnv, text, 1);
+    apply_cuda_switches(cuda_switches_from_env(), o);
+    EXPECT_EQ(o.lora_kernel, kernel);
+    EXPECT_STREQ(kernels::lora_kernel_name(o.lora_kernel), text);
+    EXPECT_EQ(o.gemm_kernel, kernels::GemmKernel::kCublas);
+  }
+  ::setenv(kernels::kLoraKernelEnv, "sgmv", 1);
+  EXPECT_THROW(
+      {
+        try {
+          cuda_switches_from_env();
+        } catch (const ConfigError& e) {
+          EXPECT_NE(std::string(e.what()).find(
+                        "SERVELAB_CUDA_LORA: expected one of gather, cublas, got 'sgmv'"),
+                    std::string::npos)
+              << e.what();
+          throw;
+        }
+      },
+      ConfigError);
+  ::unsetenv(kernels::kLoraKernelEnv);
 }
 
 }  // namespace

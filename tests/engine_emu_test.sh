@@ -154,9 +154,9 @@ check "speculative decoding: run --device cuda exits 0" run 0 "$emu" run "$t/exp
 check "  ... tokens as the plain CUDA run" same_tokens "$t/cuda-spec" "$t/cuda" 10
 check "  ... with the spec-decode counters" has '"spec_decode"' "$t/cuda-spec/summary.json"
 
-# LoRA (serving.lora, three adapters of rank 8): the CUDA executor's per-segment adapter GEMMs
-# against the CPU engine's exact deltas; bf16 rounding tips a near-tie now and then, as in the
-# plain comparison above.
+# LoRA (serving.lora, three adapters of rank 8): the CUDA executor's deltas (the gather kernels
+# for decode rows and short chunks, cuBLAS GEMMs for longer segments) against the CPU engine's
+# exact ones; bf16 rounding tips a near-tie now and then, as in the plain comparison above.
 sed -e 's/^serving:$/serving:\n  lora: {max_loras: 2, max_lora_rank: 8}/' "$t/exp.yaml" >"$t/exp-lora.yaml"
 echo "  lora: {adapters: 3, rank: 8}" >>"$t/exp-lora.yaml"
 check "LoRA: engine run --device cpu" run 0 "$cpu" run "$t/exp-lora.yaml" --device cpu \
@@ -166,6 +166,9 @@ check "LoRA: engine_emu run --device cuda exits 0" run 0 "$emu" run "$t/exp-lora
 check "  ... tokens agree with the CPU engine's" same_tokens "$t/cuda-lora" "$t/cpu-lora" 9
 check "  ... with adapters applied (tokens differ from the base model's)" not_same_tokens \
   "$t/cuda-lora" "$t/cuda"
+check "a LoRA kernel that does not exist refused" run 2 env SERVELAB_CUDA_LORA=sgmv "$emu" run \
+  "$t/exp-lora.yaml" --device cuda --out "$t/no-lora" --quiet
+check "  ... naming the variable and the choices" has "SERVELAB_CUDA_LORA: expected one of gather, cublas, got 'sgmv'" "$t/last.txt"
 
 # An fp8 KV cache (scales 1) against the CPU engine storing the same format: a K or V value the
 # two compute a hair apart can round to neighbouring fp8 codes, which tips more near-ties than

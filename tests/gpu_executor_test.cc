@@ -762,16 +762,21 @@ void StepAllEqual(const std::vector<CudaExecutor*>& execs, const std::vector<Han
 // LoRA on the CUDA executor (engine/cuda_executor.h): one batch mixing two adapters of different
 // ranks (the first on two adjacent entries: one segment) and the base model, over a prefill step
 // and decode steps, gives each entry CpuExecutor's logits with the same adapters within the bf16
-// tolerance, with either linear-layer kernel; the adapters move the logits by more than that
-// tolerance (so a missing delta would fail), and adapted decode steps never replay a graph.
+// tolerance, with either linear-layer kernel and either LoRA kernel choice (the gather kernels
+// with cuBLAS for the long segment, or cuBLAS for all); the adapters move the logits by more than
+// that tolerance (so a missing delta would fail), and adapted decode steps never replay a graph.
 // Without enable_lora, or with an adapter asked at another rank, the plan is refused.
 TEST(GpuExecutor, LoraAdaptersMatchCpuExecutor) {
   REQUIRE_GPU();
 #if SERVELAB_HAVE_CUDA
   const LlamaWeights w = LlamaWeights::random(GpuConfig(64, 4, 2, false), 5);
-  for (const kernels::GemmKernel gemm :
-       {kernels::GemmKernel::kCublas, kernels::GemmKernel::kSkinny}) {
-    SCOPED_TRACE(std::string("gemm ") + kernels::gemm_kernel_name(gemm));
+  const std::pair<kernels::GemmKernel, kernels::LoraKernel> variants[] = {
+      {kernels::GemmKernel::kCublas, kernels::LoraKernel::kCublas},
+      {kernels::GemmKernel::kSkinny, kernels::LoraKernel::kGather},
+      {kernels::GemmKernel::kCublas, kernels::LoraKernel::kGather}};
+  for (const auto& [gemm, lora_kernel] : variants) {
+    SCOPED_TRACE(std::string("gemm ") + kernels::gemm_kernel_name(gemm) + ", lora " +
+                 kernels::lora_kernel_name(lora_kernel));
     CpuExecutorOptions co;
     co.block_size = 16;
     co.num_blocks = 200;
@@ -782,8 +787,12 @@ TEST(GpuExecutor, LoraAdaptersMatchCpuExecutor) {
     go.enable_lora = true;
     go.lora_seed = 7;
     go.gemm_kernel = gemm;
+    go.lora_kernel = lora_kernel;
     CudaExecutor gpu(w, go);
-    HandSeq a(1, 40, 1), d(4, 10, 60), b(2, 25, 20), c(3, 33, 40);
+    // The first step's a + d (80 rows under adapter 1) is longer than kLoraGatherMaxRows: cuBLAS
+    // takes it under either kernel choice, while c's 33 rows and every decode row take the
+    // gather kernels under kGather.
+    HandSeq a(1, 70, 1), d(4, 10, 60), b(2, 25, 20), c(3, 33, 40);
     a.spec.lora_id = d.spec.lora_id = 1;
     a.spec.lora_rank = d.spec.lora_rank = 8;
     c.spec.lora_id = 2;

@@ -40,6 +40,7 @@
 #include "kernels/embedding.h"
 #include "kernels/gemm.h"
 #include "kernels/gemm_skinny.h"
+#include "kernels/lora.h"
 #include "kernels/norm.h"
 #include "kernels/rope.h"
 #include "kernels/sampling.h"
@@ -1445,6 +1446,123 @@ TEST(GpuKernels, SkinnyGemmFusedSwigluAndFallback) {
     const std::vector<float> a = Download<float>(y1, T * out), b = Download<float>(y2, T * out);
     EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << "fallback is not cuBLAS";
   }
+#endif
+}
+
+// The LoRA gather kernels (kernels/lora.h) over a step where rows of three adapters (ranks 8, 4
+// and 12: the 16-byte and the scalar B paths) interleave with rows under none, on each group the
+// executor launches: q, k, v from a strided input into fp32 column slices; gate, up into a bf16
+// output; down alone into an fp32 output at a column offset. Against the double-precision
+// reference: adapted rows get base + delta, the others keep their bits; the same launches twice
+// give the same bits; the launchers refuse bad groups.
+TEST(GpuKernels, LoraGatherMatchesReference) {
+  REQUIRE_GPU();
+#if SERVELAB_HAVE_CUDA
+  Rng rng = Rng::stream(23, "gpu_kernels.lora");
+  const std::int32_t H = 64, Q = 64, KV = 32, I = 96, layers = 2, layer = 1, T = 7;
+  const k::LoraShape shape = k::llama_lora_shape(H, Q, KV, I);
+  const std::int32_t ranks[3] = {8, 4, 12};
+  std::vector<std::vector<float>> adapters;
+  std::vector<DeviceBuffer> d_adapters;
+  for (const std::int32_t r : ranks) {
+    adapters.push_back(RandomBf16(rng, static_cast<std::size_t>(shape.elements(r, layers)), 0.3));
+    d_adapters.push_back(Upload(ToBits(adapters.back())));
+  }
+  // (row, adapter): rows 1 and 4 have none.
+  const std::vector<std::pair<std::int32_t, int>> placed = {{0, 0}, {2, 1}, {3, 0}, {5, 2}, {6, 0}};
+  std::vector<k::LoraRow> rows;
+  for (const auto& [row, a] : placed) rows.push_back({d_adapters[a].as<k::Bf16>(), row, ranks[a]});
+  DeviceBuffer d_rows = Upload(rows);
+  DeviceBuffer tmp(static_cast<std::size_t>(rows.size()) * 3 * 12 * sizeof(float));
+  struct Group {
+    int first, count;
+    std::int32_t ld_in, ld_out, col0;
+    bool f32;
+  };
+  const Group groups[] = {{0, 3, H + 8, Q + 2 * KV, 0, true},
+                          {4, 2, H, 2 * I, 0, false},
+                          {6, 1, I, H + 16, 8, true}};
+  for (const Group& gr : groups) {
+    SCOPED_TRACE("targets from " + std::to_string(gr.first));
+    const std::int32_t in_dim = shape.in[gr.first];
+    const std::vector<float> x = RandomBf16(rng, static_cast<std::size_t>(T) * gr.ld_in);
+    std::vector<float> base = RandomBf16(rng, static_cast<std::size_t>(T) * gr.ld_out);
+    DeviceBuffer d_x = Upload(ToBits(x));
+    std::vector<float> want = base;
+    for (const auto& [row, a] : placed) {
+      const std::vector<float>& w = adapters[static_cast<std::size_t>(a)];
+      const std::int32_t r = ranks[a];
+      std::int32_t col = gr.col0;
+      for (int t = gr.first; t < gr.first + gr.count; ++t) {
+        const float* A = w.data() + shape.a_offset(r, layer, t);
+        const float* B = w.data() + shape.b_offset(r, layer, t);
+        std::vector<double> v(static_cast<std::size_t>(r));
+        for (std::int32_t j = 0; j < r; ++j) {
+          for (std::int32_t c = 0; c < in_dim; ++c) {
+            v[j] += double{x[static_cast<std::size_t>(row) * gr.ld_in + c]} * A[j * in_dim + c];
+          }
+        }
+        for (std::int32_t n = 0; n < shape.out[t]; ++n) {
+          double d = 0;
+          for (std::int32_t j = 0; j < r; ++j) d += v[j] * B[n * r + j];
+          want[static_cast<std::size_t>(row) * gr.ld_out + col + n] += static_cast<float>(d);
+        }
+        col += shape.out[t];
+      }
+    }
+    k::LoraGroupArgs g;
+    g.rows = d_rows.as<k::LoraRow>();
+    g.num_rows = static_cast<std::int32_t>(rows.size());
+    g.shape = shape;
+    g.layer = layer;
+    g.first_target = gr.first;
+    g.num_targets = gr.count;
+    g.tmp = tmp.as<float>();
+    g.max_rank = 12;
+    std::vector<std::vector<std::uint8_t>> runs;
+    for (int run = 0; run < 2; ++run) {
+      DeviceBuffer out = gr.f32 ? Upload(base) : Upload(ToBits(base));
+      k::lora_shrink(g, d_x.as<k::Bf16>(), gr.ld_in, nullptr);
+      k::lora_expand(g, out.get(), gr.f32, gr.ld_out, gr.col0, nullptr);
+      const std::vector<float> got = gr.f32 ? Download<float>(out, base.size())
+                                            : FromBits(Download<std::uint16_t>(out, base.size()));
+      if (gr.f32) {
+        ExpectClose(got, want, 1e-3, 1e-4, "fp32 output");
+      } else {
+        ExpectClose(got, want, 1e-2, 8e-3, "bf16 output");
+      }
+      for (const std::int32_t untouched : {1, 4}) {
+        for (std::int32_t c = 0; c < gr.ld_out; ++c) {
+          const std::size_t at = static_cast<std::size_t>(untouched) * gr.ld_out + c;
+          ASSERT_EQ(got[at], base[at]) << "row " << untouched << " column " << c << " changed";
+        }
+      }
+      runs.emplace_back(reinterpret_cast<const std::uint8_t*>(got.data()),
+                        reinterpret_cast<const std::uint8_t*>(got.data() + got.size()));
+    }
+    EXPECT_EQ(runs[0], runs[1]) << "not deterministic";
+  }
+  k::LoraGroupArgs bad;
+  bad.rows = d_rows.as<k::LoraRow>();
+  bad.num_rows = 1;
+  bad.shape = shape;
+  bad.tmp = tmp.as<float>();
+  bad.max_rank = 8;
+  DeviceBuffer d_x = Upload(ToBits(RandomBf16(rng, static_cast<std::size_t>(T) * H)));
+  bad.num_targets = 4;
+  EXPECT_THROW(k::lora_shrink(bad, d_x.as<k::Bf16>(), H, nullptr), std::invalid_argument);
+  bad.num_targets = 3;
+  bad.max_rank = 0;
+  EXPECT_THROW(k::lora_shrink(bad, d_x.as<k::Bf16>(), H, nullptr), std::invalid_argument);
+  bad.max_rank = 8;
+  bad.first_target = 5;  // up and down read inputs of different widths
+  bad.num_targets = 2;
+  EXPECT_THROW(k::lora_shrink(bad, d_x.as<k::Bf16>(), H, nullptr), std::invalid_argument);
+  bad.first_target = 3;
+  bad.num_targets = 1;
+  EXPECT_THROW(k::lora_expand(bad, d_x.get(), true, H, 8, nullptr), std::invalid_argument);
+  bad.shape.out[3] = 60;  // not a multiple of 8
+  EXPECT_THROW(k::lora_expand(bad, d_x.get(), true, 64, 0, nullptr), std::invalid_argument);
 #endif
 }
 

@@ -22,9 +22,9 @@ has() { grep -q -- "$1" "$2" || { echo "$2 lacks '$1'"; return 1; }; }
 
 j=$t/work/kernels_bench.json
 check "kernels_bench (emulated) runs its smallest shapes" run 0 "$bench" \
-  '--benchmark_filter=^BM_(DeviceCopy/268435456|DecodeAttention/(1|8)/512/|PrefillAttention/512/(0|2|3|4)|PrefillChunk/16/128/|DecodeGemm/1/1/|SwapOut/16)' \
+  '--benchmark_filter=^BM_(DeviceCopy/268435456|DecodeAttention/(1|8)/512/|PrefillAttention/512/(0|2|3|4)|PrefillChunk/16/128/|DecodeGemm/1/1/|LoraDelta/8/4/|SwapOut/16)' \
   --benchmark_min_time=0.01 --benchmark_out_format=json "--benchmark_out=$j"
-check "  ... fourteen benchmarks, none in error" python3 - "$j" <<'EOF'
+check "  ... sixteen benchmarks, none in error" python3 - "$j" <<'EOF'
 import json, sys
 runs = [b for b in json.load(open(sys.argv[1]))["benchmarks"]
         if b.get("run_type", "iteration") == "iteration"]
@@ -32,7 +32,7 @@ names = [b["name"] for b in runs]
 print("  " + ", ".join(names))
 bad = [b["name"] + ": " + b.get("error_message", "") for b in runs if b.get("error_occurred")]
 decode = [b for b in runs if b["name"].startswith("BM_DecodeAttention")]
-ok = (len(runs) == 14 and not bad and len(decode) == 5 and
+ok = (len(runs) == 16 and not bad and len(decode) == 5 and
       all(b["GBps"] > 0 and b["copy_GBps"] > 0 and b["splits"] >= 1 for b in decode) and
       {b["label"] for b in decode} == {"tiled", "pipelined", "pipelined fp8_e4m3"} and
       all(b["TFLOPs"] > 0 for b in runs if b["name"].startswith("BM_PrefillAttention")))
@@ -53,6 +53,7 @@ check "  ... the wgmma prefill row" has "BM_PrefillAttention/512/4 (wgmma)" "$t/
 check "  ... the chunk row" has "BM_PrefillChunk/16/128/0 (fa2 unsplit)" "$t/last.txt"
 check "  ... a GEMM row, named" has "BM_DecodeGemm/1/1/0 (o cublas)" "$t/last.txt"
 check "  ... the skinny kernel's row" has "BM_DecodeGemm/1/1/1 (o skinny)" "$t/last.txt"
+check "  ... the LoRA rows" has "BM_LoraDelta/8/4/1 (8 segments gather)" "$t/last.txt"
 # gemm-choice needs every decode-step GEMM at M = 1, 8, 32: with one shape it keeps cuBLAS.
 check "report.py gemm-choice without every figure: cublas" run 0 python3 \
   "$src/bench/gpu/report.py" gemm-choice "$t/work"

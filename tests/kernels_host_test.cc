@@ -23,6 +23,7 @@
 #include "kernels/fast_divmod.h"
 #include "kernels/float_formats.h"
 #include "kernels/kv_layout.h"
+#include "kernels/lora_kernel.h"
 #include "kernels/rope_table.h"
 #include "kernels/sampling_ref.h"
 #include "kernels/softmax_merge.h"
@@ -950,6 +951,37 @@ TEST(KernelsHostTest, TopPReferenceReproducesCpuExecutorSampling) {
     ++checked;
   }
   EXPECT_EQ(checked, 20);
+}
+
+// An adapter's packed layout (kernels/lora_kernel.h): over layers and targets, A_t [r][in_t] then
+// B_t [out_t][r] tile the allocation in order with no gap or overlap, every pair starts at a
+// multiple of 8 elements (16-byte aligned rows for the gather kernels), and the Llama shape puts
+// each projection's dimensions where LoraTarget's order says.
+TEST(KernelsHostTest, LoraShapePacksEveryPairOnceInOrder) {
+  const kernels::LoraShape s = kernels::llama_lora_shape(4096, 4096, 1024, 14336);
+  const std::int32_t in[] = {4096, 4096, 4096, 4096, 4096, 4096, 14336};
+  const std::int32_t out[] = {4096, 1024, 1024, 4096, 14336, 14336, 4096};
+  for (int t = 0; t < kernels::kLoraTargets; ++t) {
+    EXPECT_EQ(s.in[t], in[t]) << t;
+    EXPECT_EQ(s.out[t], out[t]) << t;
+  }
+  for (const std::int32_t rank : {1, 4, 12, 16}) {
+    const std::int32_t layers = 3;
+    std::int64_t next = 0;
+    for (std::int32_t l = 0; l < layers; ++l) {
+      for (int t = 0; t < kernels::kLoraTargets; ++t) {
+        EXPECT_EQ(s.a_offset(rank, l, t), next) << "rank " << rank << " layer " << l << " t " << t;
+        EXPECT_EQ(s.b_offset(rank, l, t), next + std::int64_t{rank} * in[t]);
+        EXPECT_EQ(s.a_offset(rank, l, t) % 8, 0);
+        EXPECT_EQ(s.b_offset(rank, l, t) % 8, 0);
+        next += std::int64_t{rank} * (in[t] + out[t]);
+      }
+    }
+    EXPECT_EQ(s.elements(rank, layers), next);
+  }
+  EXPECT_EQ(kernels::parse_lora_kernel("cublas", "x"), kernels::LoraKernel::kCublas);
+  EXPECT_EQ(kernels::parse_lora_kernel("gather", "x"), kernels::LoraKernel::kGather);
+  EXPECT_THROW(kernels::parse_lora_kernel("", "x"), std::invalid_argument);
 }
 
 }  // namespace

@@ -134,6 +134,13 @@ def gbps(b):
     return b.get("GBps") or b.get("bytes_per_second", 0) / 1e9
 
 
+def micros(b):
+    """A benchmark's real time as "N.N us" (or in its own unit when that is not ns)."""
+    if b.get("time_unit", "ns") == "ns":
+        return f"{b['real_time'] / 1e3:.1f} us"
+    return f"{b['real_time']} {b.get('time_unit')}"
+
+
 def report_bench(work):
     j = load(os.path.join(work, "kernels_bench.json"))
     sdpa = load(os.path.join(work, "sdpa.json"))
@@ -189,9 +196,12 @@ def report_bench(work):
             # BM_PrefillChunk/queries/prefix/split: fa2 unsplit (0) or split-KV as planned (1).
             parts = name.split("/")
             label = "split-KV" if parts[3:4] == ["1"] else "unsplit"
-            rows.append((f"{name} (fa2 {label})", f"{b['real_time'] / 1e3:.1f} us"
-                         if b.get("time_unit", "ns") == "ns" else f"{b['real_time']} "
-                         f"{b.get('time_unit')}", f"{int(b.get('splits', 1))} splits", "report"))
+            rows.append((f"{name} (fa2 {label})", micros(b), f"{int(b.get('splits', 1))} splits",
+                         "report"))
+        elif name.startswith("BM_LoraDelta"):
+            # BM_LoraDelta/M/adapters/kernel: one layer's LoRA deltas at decode batch M, cuBLAS
+            # per segment (0) or the gather kernels (1) (label: "S segments kernel").
+            rows.append((f"{name} ({b.get('label', '?')})", micros(b), "per layer", "report"))
         elif name.startswith("BM_DeviceCopy") or name.startswith("BM_SwapOut"):
             rows.append((name, f"{gbps(b):.0f} GB/s", "reference" if "Copy" in name else "",
                          "report"))
