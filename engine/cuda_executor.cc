@@ -10,6 +10,7 @@
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "core/rng.h"
@@ -200,9 +201,9 @@ struct CudaExecutor::Impl {
   Staging graph_staging;
   std::map<k::DecodeGraphKey, GraphEntry> graphs;
   std::uint64_t buffers_generation = 0, graph_clock = 0;
-  // (bucket, split) pairs whose kernels and cuBLAS shapes have run eagerly once: a later capture
-  // of the same pair (another table width or partition) needs no eager pass before it.
-  std::set<std::pair<std::int32_t, bool>> warmed;
+  // (bucket, split, lora) triples whose kernels and cuBLAS shapes have run eagerly once: a later
+  // capture of the same triple (another table width or partition) needs no eager pass before it.
+  std::set<std::tuple<std::int32_t, bool, bool>> warmed;
   CudaGraphStats stats;
 
   Impl(const LlamaConfig& c, const CudaExecutorOptions& o) : config(c), options(o) {}
@@ -315,7 +316,7 @@ struct CudaExecutor::Impl {
     std::int32_t num_tiles = 0;
     k::PrefillSplitPlan psplit;      // split-KV prefill (kernels of k::prefill_splits_keys)
     std::int64_t p_longest = 0;      // the largest first position + queries of the step
-    const LoraStep* lora = nullptr;  // null or empty: no adapter (graphs: null)
+    const LoraStep* lora = nullptr;  // null or empty: no adapter
   };
   // Enqueues embedding and every layer on `stream`; nothing else (no allocation, no copy, no
   // synchronisation), so that it can be captured.
@@ -325,11 +326,14 @@ struct CudaExecutor::Impl {
     return (rope_rows + options.block_size - 1) / options.block_size;
   }
   // Stages a padded decode step in graph_staging in the layout graph_meta holds (each array
-  // 16-byte aligned) and returns the arrays' offsets.
+  // 16-byte aligned) and returns the arrays' offsets. lora_rows: one entry per bucket row (the
+  // LoRA gather kernels' table; rank 0 where a row has no adapter), always staged so that
+  // graph_meta's layout is the same with and without adapters.
   struct GraphInputOffsets {
-    std::size_t tokens, positions, slots, q_rows, context_lens, block_tables;
+    std::size_t tokens, positions, slots, q_rows, context_lens, block_tables, lora_rows;
   };
-  GraphInputOffsets stage_graph_inputs(const k::PaddedDecodeInputs& in) {
+  GraphInputOffsets stage_graph_inputs(const k::PaddedDecodeInputs& in,
+                                       const std::vector<k::LoraRow>& lora_rows) {
     graph_staging.clear();
     GraphInputOffsets o{};
     o.tokens = graph_staging.add(in.tokens);
@@ -338,6 +342,7 @@ struct CudaExecutor::Impl {
     o.q_rows = graph_staging.add(in.q_rows);
     o.context_lens = graph_staging.add(in.context_lens);
     o.block_tables = graph_staging.add(in.block_tables);
+    o.lora_rows = graph_staging.add(lora_rows);
     return o;
   }
   // The decode-only step of `in` (already padded to `key.bucket` and copied to graph_meta at
@@ -507,7 +512,8 @@ void CudaExecutor::Impl::init(const LlamaWeights* host, std::uint64_t seed) {
   s.cos_sin = upload_f32(table.data(), table.size());
   // graph_meta holds the largest padded decode step (the largest bucket, the widest table).
   s.stage_graph_inputs(
-      k::pad_decode_inputs({}, {}, {}, {}, {}, 0, s.buckets.back(), s.max_table_width(), 0));
+      k::pad_decode_inputs({}, {}, {}, {}, {}, 0, s.buckets.back(), s.max_table_width(), 0),
+      std::vector<k::LoraRow>(static_cast<std::size_t>(s.buckets.back())));
   s.graph_meta = DeviceBuffer(s.graph_staging.bytes().size() + 16);
   s.decode_ctas_per_seq =
       k::decode_ctas_per_seq(s.options.decode_kernel, m.num_heads, m.num_kv_heads);
@@ -750,11 +756,11 @@ void CudaExecutor::Impl::run_decode_graph(const k::DecodeGraphKey& key, const Fo
   }
   auto it = graphs.find(key);
   if (it == graphs.end()) {
-    // The first capture of a (bucket, split) pair follows an eager pass of the step (it warms
-    // cuBLAS up for the bucket's shapes and loads every kernel, so that nothing initialises
+    // The first capture of a (bucket, split, lora) triple follows an eager pass of the step (it
+    // warms cuBLAS up for the bucket's shapes and loads every kernel, so that nothing initialises
     // lazily during capture); replaying recomputes the same values, so the KV rows it writes
-    // are bit-identical. Later keys of the pair (a wider table, another partition) only capture.
-    const bool eager_ran = warmed.emplace(key.bucket, key.max_splits > 1).second;
+    // are bit-identical. Later keys of the triple (a wider table, another partition) only capture.
+    const bool eager_ran = warmed.emplace(key.bucket, key.max_splits > 1, key.lora).second;
     if (eager_ran) {
       forward_layers(f);
       ++stats.padded_eager;
@@ -920,14 +926,17 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
       sample_u.push_back(static_cast<float>(u));
     }
   }
-  // LoRA: short segments' rows to the gather kernels (kernels/lora_kernel.h), the rest to cuBLAS.
+  // LoRA: short segments' rows to the gather kernels (kernels/lora_kernel.h), the rest to cuBLAS;
+  // in a decode-only step every row to the gather kernels (one row per sequence: the weights are
+  // not reused across rows anyway, and the step can then be a CUDA graph).
   Impl::LoraStep lora;
   std::vector<k::LoraRow> lora_rows;
   std::int32_t lora_cublas_rank = 0;
+  const bool decode_only = p_num.empty() && d_rows.size() == tokens.size();
   for (const k::LoraSegment& g : lora_segments) {
     const std::int32_t r = g.rank;
     if (opt.lora_kernel == k::LoraKernel::kGather && s.lora_gather_ok &&
-        g.rows <= k::kLoraGatherMaxRows && r <= k::kLoraMaxGatherRank) {
+        (g.rows <= k::kLoraGatherMaxRows || decode_only) && r <= k::kLoraMaxGatherRank) {
       for (std::int32_t i = 0; i < g.rows; ++i) lora_rows.push_back({g.weights, g.row0 + i, r});
       lora.max_rank = std::max(lora.max_rank, r);
     } else {
@@ -1005,10 +1014,12 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
     const float eps = static_cast<float>(m.rms_norm_eps);
     float* residual = s.residual.as<float>();
     // Decode-only steps of at most the largest bucket take the graph path (replayed, or padded
-    // eager with pad_decode_steps); everything else runs eagerly, unpadded.
-    // (Steps under a LoRA adapter too: their GEMMs depend on the batch's adapters.)
-    const std::int32_t bucket =
-        P == 0 && D == T && lora.empty() ? k::decode_graph_bucket(s.buckets, D) : std::int32_t{0};
+    // eager with pad_decode_steps); everything else runs eagerly, unpadded. A decode step under
+    // LoRA adapters takes it when every adapted row went to the gather kernels (none to cuBLAS,
+    // whose GEMMs per segment depend on the batch's adapters).
+    const std::int32_t bucket = P == 0 && D == T && lora.segments.empty()
+                                    ? k::decode_graph_bucket(s.buckets, D)
+                                    : std::int32_t{0};
     const bool graph_path =
         bucket > 0 && ((opt.cuda_graphs && !s.stats.disabled) || opt.pad_decode_steps);
     if (graph_path) {
@@ -1028,7 +1039,17 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
                                         bucket, m.num_heads, m.head_dim, f.dplan.max_splits)) *
                                         sizeof(float));
       }
-      const Impl::GraphInputOffsets g = s.stage_graph_inputs(in);
+      // LoRA: an entry per bucket row (rank 0: no adapter), at the gather kernels' largest rank
+      // so that the graph does not depend on the batch's ranks.
+      std::vector<k::LoraRow> graph_lora(static_cast<std::size_t>(bucket));
+      for (std::int32_t i = 0; i < bucket; ++i) graph_lora[static_cast<std::size_t>(i)].row = i;
+      for (const k::LoraRow& r : lora_rows) graph_lora[static_cast<std::size_t>(r.row)] = r;
+      if (lora.num_rows > 0) {
+        s.ensure_bytes(s.lora_gather, static_cast<std::size_t>(bucket) * 3 *
+                                          static_cast<std::size_t>(k::kLoraMaxGatherRank) *
+                                          sizeof(float));
+      }
+      const Impl::GraphInputOffsets g = s.stage_graph_inputs(in, graph_lora);
       s.ensure_bytes(s.graph_meta, s.graph_staging.bytes().size() + 16);
       k::copy_async(s.graph_meta.get(), s.graph_staging.bytes().data(),
                     s.graph_staging.bytes().size(), s.stream.get());
@@ -1040,8 +1061,19 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
       f.d_rows = g32(g.q_rows);
       f.d_ctx = g32(g.context_lens);
       f.d_tab = g32(g.block_tables);
-      const k::DecodeGraphKey key{bucket, table_width, f.dplan.partition_tokens, f.dplan.max_splits,
-                                  s.buffers_generation};
+      Impl::LoraStep graph_step;
+      if (lora.num_rows > 0) {
+        graph_step.rows = reinterpret_cast<const k::LoraRow*>(gm + g.lora_rows);
+        graph_step.num_rows = bucket;
+        graph_step.max_rank = k::kLoraMaxGatherRank;
+        f.lora = &graph_step;
+      }
+      const k::DecodeGraphKey key{bucket,
+                                  table_width,
+                                  f.dplan.partition_tokens,
+                                  f.dplan.max_splits,
+                                  s.buffers_generation,
+                                  lora.num_rows > 0};
       if (opt.cuda_graphs && !s.stats.disabled) {
         s.run_decode_graph(key, f);
       } else {
@@ -1096,11 +1128,10 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
                        static_cast<std::size_t>(T) *
                            static_cast<std::size_t>(std::max(1, lora_cublas_rank)) * sizeof(Bf16),
                        false);
-        // Three targets at most share an input (q, k, v).
-        s.ensure_bytes(s.lora_gather,
-                       static_cast<std::size_t>(std::max(1, lora.num_rows)) * 3 *
-                           static_cast<std::size_t>(std::max(1, lora.max_rank)) * sizeof(float),
-                       false);
+        // Three targets at most share an input (q, k, v). Graph-visible: a LoRA graph uses it.
+        s.ensure_bytes(s.lora_gather, static_cast<std::size_t>(std::max(1, lora.num_rows)) * 3 *
+                                          static_cast<std::size_t>(std::max(1, lora.max_rank)) *
+                                          sizeof(float));
         lora.rows = reinterpret_cast<const k::LoraRow*>(at(o_lrows));
         f.lora = &lora;
       }

@@ -53,7 +53,10 @@
 // input, whatever the number of adapters, i.e. 8 launches a layer), and each longer segment takes
 // two cuBLAS GEMMs per projection (shrink, then expand with beta 1); kCublas sends every segment
 // to cuBLAS. An adapted step computes silu_mul into `act` for down's delta instead of the skinny
-// kernel's fused SwiGLU, and never takes the graph path.
+// kernel's fused SwiGLU. A decode-only step sends every adapted row to the gather kernels under
+// kGather and takes the graph path like any decode step (graphs keyed by DecodeGraphKey::lora:
+// one row-table entry per bucket row, rank 0 for unadapted and padding rows, so the batch's
+// adapters and ranks are inputs of the graph, not part of it); under kCublas it runs eagerly.
 // Async scheduling (StepPlan::pipelined): as CpuExecutor, a one-token decode that starts one past
 // its request's known tokens takes the token the previous plan sampled for it
 // (engine/previous_tokens.h; here from the host copy execute() already waits for), and a plan

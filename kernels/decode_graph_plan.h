@@ -56,6 +56,10 @@ struct DecodeGraphKey {
   std::int32_t partition_tokens = 0;
   std::int32_t max_splits = 1;
   std::uint64_t buffers_generation = 0;
+  // The graph applies LoRA deltas: the gather kernels over one row table entry per bucket row
+  // (kernels/lora.h), so it holds their launches and the materialised SiLU; the table's contents
+  // (which rows, which adapters) are inputs, not baked in.
+  bool lora = false;
   friend bool operator==(const DecodeGraphKey&, const DecodeGraphKey&) = default;
   friend auto operator<=>(const DecodeGraphKey&, const DecodeGraphKey&) = default;
 };

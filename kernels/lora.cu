@@ -72,9 +72,10 @@ __global__ void __launch_bounds__(kExpandThreads)
   const LoraRow r = d.rows[blockIdx.x];
   const float* src = d.tmp + std::int64_t{blockIdx.x} * d.num_targets * d.max_rank;
   for (int i = static_cast<int>(threadIdx.x); i < d.num_targets * d.max_rank; i += kExpandThreads) {
-    v[i] = src[i];
+    if (i % d.max_rank < r.rank) v[i] = src[i];  // the rest of the row's tmp is never written
   }
   __syncthreads();
+  if (r.rank == 0) return;  // an unadapted row
   const std::int32_t c = static_cast<std::int32_t>(blockIdx.y) * kExpandThreads +
                          static_cast<std::int32_t>(threadIdx.x);
   // The target of column c and its row n of B.

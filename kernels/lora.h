@@ -12,10 +12,12 @@
 // where c_t is the sum of out over the group's targets before t. Sums in fp32 in a fixed order
 // (deterministic; another order than cuBLAS's). An fp32 output adds the delta; a bf16 output is
 // replaced by bf16(its value + delta), as a cuBLAS GEMM with beta 1 computes it. Rows absent from
-// `rows` are untouched; a row may appear at most once.
+// `rows`, and rows listed with rank 0 (weights unused: a CUDA graph's table lists every row of
+// its bucket, unadapted and padding rows with rank 0), are untouched; a row may appear at most
+// once.
 //
 // REQUIRES (not checkable on the host, so undefined behaviour if broken): every row index inside
-// `in` and `out`, 1 <= rank <= max_rank, weights 16-byte aligned (DeviceBuffer's are), `tmp`
+// `in` and `out`, 0 <= rank <= max_rank, weights 16-byte aligned (DeviceBuffer's are), `tmp`
 // holding num_rows * num_targets * max_rank floats. Checked (std::invalid_argument): 1 <=
 // num_targets <= 3 with first_target + num_targets <= kLoraTargets, 1 <= max_rank <=
 // kLoraMaxGatherRank, the group's in and out dimensions positive multiples of 8, ld_in and
@@ -35,7 +37,7 @@ namespace servelab::kernels {
 struct LoraRow {
   const Bf16* weights = nullptr;  // the row's adapter, packed (device memory)
   std::int32_t row = 0;           // the row of `in` and `out`
-  std::int32_t rank = 0;          // the adapter's rank
+  std::int32_t rank = 0;          // the adapter's rank; 0: the row is skipped
 };
 
 struct LoraGroupArgs {

@@ -152,6 +152,7 @@ TEST(DecodeGraphPlan, KeysDifferInEveryBakedInField) {
   EXPECT_NE(a, (DecodeGraphKey{8, 16, 128, 1, 0}));
   EXPECT_NE(a, (DecodeGraphKey{8, 16, 256, 2, 0}));
   EXPECT_NE(a, (DecodeGraphKey{8, 16, 256, 1, 1}));
+  EXPECT_NE(a, (DecodeGraphKey{8, 16, 256, 1, 0, true}));
   EXPECT_LT(a, (DecodeGraphKey{16, 1, 1, 1, 0}));
 }
 

@@ -268,7 +268,10 @@ def report_e2e(work):
         ok = False
     ok &= report_decode_step(work)
     report_fp8_kv(work)
-    report_async(work, hf_by_c.get(32))
+    # Async scheduling: the host plans step n + 1 while the GPU runs step n.
+    report_c32_variant(work, "engine-c32-async", "async scheduling", hf_by_c.get(32))
+    # Four LoRA adapters of rank 16 interleaved in every batch (kernels/lora.h).
+    report_c32_variant(work, "engine-c32-lora", "LoRA, 4 adapters of rank 16,")
     ok &= report_serve(work)
     report_kernel_breakdown(work)
     return ok
@@ -292,17 +295,17 @@ def report_serve(work):
     return done == total > 0
 
 
-def report_async(work, hf32):
-    """One line: the concurrency-32 run with async scheduling (serving.async_scheduling: the host
-    schedules step n + 1 while the GPU runs step n) against the default run (reported)."""
-    a = load(os.path.join(work, "engine-c32-async", "summary.json"))
+def report_c32_variant(work, folder, what, hf32=None):
+    """One line: a concurrency-32 run with one setting changed (run folder `folder`) against the
+    default run (reported)."""
+    a = load(os.path.join(work, folder, "summary.json"))
     s = load(os.path.join(work, "engine-c32", "summary.json"))
     if a is None or s is None:
-        print("async scheduling at concurrency 32: not run (engine-c32-async)")
+        print(f"{what} at concurrency 32: not run ({folder})")
         return
     tps, base = a["throughput"]["output_tokens_per_s"], s["throughput"]["output_tokens_per_s"]
     hf = f", {tps / hf32['output_tokens_per_s']:.1f}x HF" if hf32 else ""
-    print(f"async scheduling at concurrency 32: {tps:.0f} output tok/s{hf} (default {base:.0f}), "
+    print(f"{what} at concurrency 32: {tps:.0f} output tok/s{hf} (default {base:.0f}), "
           f"TPOT p50 {pct(a, 'tpot_ms'):.2f} ms (default {pct(s, 'tpot_ms'):.2f})")
 
 

@@ -531,6 +531,12 @@ class Report(unittest.TestCase):
             "throughput": {"output_tokens_per_s": 9800.0}, "tpot_ms": {"p50": 4.7}})
         self.assertIn("async scheduling at concurrency 32: 9800 output tok/s, 12.0x HF (default "
                       "9011), TPOT p50 4.70 ms (default 5.00)", self.run_report("e2e")[1])
+        self.assertIn("LoRA, 4 adapters of rank 16, at concurrency 32: not run (engine-c32-lora)",
+                      self.run_report("e2e")[1])
+        self.write("engine-c32-lora/summary.json", {
+            "throughput": {"output_tokens_per_s": 7000.0}, "tpot_ms": {"p50": 6.1}})
+        self.assertIn("LoRA, 4 adapters of rank 16, at concurrency 32: 7000 output tok/s (default "
+                      "9011), TPOT p50 6.10 ms (default 5.00)", self.run_report("e2e")[1])
         self.write("hf_generate.json", {"ok": False, "levels": []})
         self.assertIn("HF baseline: FAILED", self.run_report("e2e")[1])
         self.assertIn("decode step per kernel class: not run", self.run_report("e2e")[1])
