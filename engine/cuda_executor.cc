@@ -594,6 +594,28 @@ std::vector<float> CudaExecutor::read_weight(const std::string& name) const {
   return out;
 }
 
+std::vector<float> CudaExecutor::read_lora(std::uint32_t id, std::int32_t layer, LoraTarget target,
+                                           bool b) const {
+  const Impl& s = *impl_;
+  const auto it = s.lora_adapters.find(id);
+  if (it == s.lora_adapters.end() || layer < 0 || layer >= s.model().num_layers) {
+    throw std::out_of_range("CudaExecutor::read_lora: adapter " + std::to_string(id) +
+                            " is not on the device, or no layer " + std::to_string(layer));
+  }
+  const int t = static_cast<int>(target);
+  const std::int32_t r = it->second.rank;
+  const std::int64_t n = std::int64_t{r} * (b ? s.lora_shape.out[t] : s.lora_shape.in[t]);
+  const std::int64_t off =
+      b ? s.lora_shape.b_offset(r, layer, t) : s.lora_shape.a_offset(r, layer, t);
+  std::vector<Bf16> bits(static_cast<std::size_t>(n));
+  k::synchronize(s.stream.get());
+  k::copy_to_host(bits.data(), it->second.weights.as<Bf16>() + off,
+                  static_cast<std::size_t>(n) * sizeof(Bf16));
+  std::vector<float> out(bits.size());
+  for (std::size_t i = 0; i < bits.size(); ++i) out[i] = bf16_to_float(bits[i]);
+  return out;
+}
+
 std::int64_t CudaExecutor::tier_copy_ns() const { return impl_->tier_copy_ns; }
 
 std::vector<std::uint8_t> CudaExecutor::read_tier_slot(std::int32_t layer, bool value,
@@ -708,23 +730,25 @@ const CudaExecutor::Impl::LoraDevice& CudaExecutor::Impl::lora_adapter(std::uint
                                                                        std::int32_t rank) {
   auto it = lora_adapters.find(id);
   if (it != lora_adapters.end()) return it->second;
-  const LoraAdapter host = make_lora_adapter(model(), options.lora_seed, id, rank);
-  const auto layers = static_cast<std::int32_t>(host.layers.size());
-  std::vector<float> packed(static_cast<std::size_t>(lora_shape.elements(host.rank, layers)));
-  for (std::int32_t l = 0; l < layers; ++l) {
+  // Generated on the device from make_lora_adapter's draws (an 8B model's rank-16 adapter is 42 M
+  // values: seconds on the host, milliseconds here), B times the scaling in fp32 as the host's
+  // `scaling * b`, then rounded to bf16.
+  const ModelConfig& m = model();
+  LoraDevice dev;
+  dev.rank = rank;
+  dev.weights = DeviceBuffer(static_cast<std::size_t>(lora_shape.elements(rank, m.num_layers)) *
+                             sizeof(Bf16));
+  const float scaling = lora_scaling(rank);
+  for (std::int32_t l = 0; l < m.num_layers; ++l) {
     for (int t = 0; t < kNumLoraTargets; ++t) {
-      const LoraAdapter::Pair& p =
-          host.layers[static_cast<std::size_t>(l)][static_cast<std::size_t>(t)];
-      const RowMatrix scaled_b = host.scaling * p.b;
-      std::copy_n(p.a.data(), p.a.size(), packed.begin() + lora_shape.a_offset(host.rank, l, t));
-      std::copy_n(scaled_b.data(), scaled_b.size(),
-                  packed.begin() + lora_shape.b_offset(host.rank, l, t));
+      const LoraPairDraw d =
+          lora_pair_draw(m, options.lora_seed, id, rank, l, static_cast<LoraTarget>(t));
+      k::fill_counter_normal(dev.weights.as<Bf16>() + lora_shape.a_offset(rank, l, t),
+                             std::int64_t{rank} * d.in, d.a, stream.get());
+      k::fill_counter_normal(dev.weights.as<Bf16>() + lora_shape.b_offset(rank, l, t), d.out * rank,
+                             d.b, stream.get(), scaling);
     }
   }
-  LoraDevice dev;
-  dev.rank = host.rank;
-  dev.weights = DeviceBuffer(packed.size() * sizeof(Bf16));
-  upload_bf16(dev.weights.as<Bf16>(), packed.data(), static_cast<std::int64_t>(packed.size()));
   return lora_adapters.emplace(id, std::move(dev)).first->second;
 }
 

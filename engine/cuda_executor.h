@@ -44,8 +44,9 @@
 // not decode-only, so they run eagerly.
 // LoRA (options.enable_lora): as CpuExecutor (engine/cpu_executor.h), each entry under adapter
 // a adds scaling * (X A^T) B^T of a to its rows of the q, k, v, o, gate, up and down projections.
-// Adapters come from make_lora_adapter on first use and live on the device in bf16, one packed
-// allocation each (kernels/lora_kernel.h LoraShape; B pre-scaled). The deltas are added after the
+// Adapters are make_lora_adapter's, generated on the device on first use from its draws
+// (lora_pair_draw; read_lora shows them) and kept in bf16, one packed allocation each
+// (kernels/lora_kernel.h LoraShape; B pre-scaled). The deltas are added after the
 // base projection onto a column slice of the fused QKV or gate/up output, or into the residual
 // for o and down. With options.lora_kernel kGather (default) the rows of short segments (at most
 // kLoraGatherMaxRows consecutive rows under one adapter: decode rows, short chunks) go through the
@@ -85,6 +86,7 @@
 #include "core/speculative_config.h"
 #include "engine/cpu_executor.h"
 #include "engine/llama_weights.h"
+#include "engine/lora_weights.h"
 #include "engine/previous_tokens.h"
 #include "kernels/attention_plan.h"
 #include "kernels/float_formats.h"
@@ -190,6 +192,11 @@ class CudaExecutor : public Backend {
   // matrices; fp32 norm weights and biases as they are). Throws std::out_of_range for a name
   // the model does not have.
   std::vector<float> read_weight(const std::string& name) const;
+  // Tests: adapter `id`'s A [rank][in] (b false) or scaled B [out][rank] (b true) of (layer,
+  // target) on the device, widened to float. Throws std::out_of_range for an adapter no plan has
+  // used yet or a layer the model does not have.
+  std::vector<float> read_lora(std::uint32_t id, std::int32_t layer, LoraTarget target,
+                               bool b) const;
   // Tests: one layer's K or V plane of a device (or, host = true, swap-space) block as stored
   // (bf16: 2 bytes an element, little-endian; fp8: 1), [slot][kv_head][head_dim].
   std::vector<std::uint8_t> read_block(bool host, std::int32_t layer, bool value,

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 
 #include "core/rng.h"
 
@@ -34,9 +35,9 @@ std::pair<std::int64_t, std::int64_t> shape(const ModelConfig& m, int t) {
   return {0, 0};
 }
 
-void fill(RowMatrix& x, std::int64_t rows, std::int64_t cols, std::uint64_t key, double scale) {
+void fill(RowMatrix& x, std::int64_t rows, std::int64_t cols,
+          const kernels::CounterNormal& params) {
   x.resize(rows, cols);
-  const kernels::CounterNormal params = kernels::counter_normal_params(key, 0.0, scale);
   for (Eigen::Index i = 0; i < x.size(); ++i) {
     x.data()[i] = kernels::counter_normal(params, static_cast<std::uint64_t>(i));
   }
@@ -50,6 +51,25 @@ RowMatrix& projection(LlamaLayerWeights& w, int t) {
 
 }  // namespace
 
+float lora_scaling(std::int32_t rank) { return static_cast<float>(kLoraAlpha / rank); }
+
+LoraPairDraw lora_pair_draw(const ModelConfig& model, std::uint64_t seed, std::uint32_t id,
+                            std::int32_t rank, std::int32_t layer, LoraTarget target) {
+  if (id < 1 || rank < 1) {
+    throw std::invalid_argument("make_lora_adapter: id and rank must be >= 1");
+  }
+  const int t = static_cast<int>(target);
+  const double b_scale = 0.5 / (static_cast<double>(lora_scaling(rank)) * std::sqrt(double(rank)));
+  const std::uint64_t adapter_key = mix64(mix64(seed ^ name_hash("lora_adapter")) ^ id);
+  const std::string name = "layers." + std::to_string(layer) + "." + kTargetNames[t];
+  const std::uint64_t key = mix64(adapter_key ^ name_hash(name));
+  LoraPairDraw d;
+  std::tie(d.out, d.in) = shape(model, t);
+  d.a = kernels::counter_normal_params(mix64(key ^ 0xa), 0.0, 1.0 / std::sqrt(double(d.in)));
+  d.b = kernels::counter_normal_params(mix64(key ^ 0xb), 0.0, b_scale);
+  return d;
+}
+
 LoraAdapter make_lora_adapter(const ModelConfig& model, std::uint64_t seed, std::uint32_t id,
                               std::int32_t rank) {
   if (id < 1 || rank < 1) {
@@ -58,18 +78,14 @@ LoraAdapter make_lora_adapter(const ModelConfig& model, std::uint64_t seed, std:
   LoraAdapter a;
   a.id = id;
   a.rank = rank;
-  a.scaling = static_cast<float>(kLoraAlpha / rank);
-  const double b_scale = 0.5 / (static_cast<double>(a.scaling) * std::sqrt(double(rank)));
+  a.scaling = lora_scaling(rank);
   a.layers.resize(static_cast<std::size_t>(model.num_layers));
-  const std::uint64_t adapter_key = mix64(mix64(seed ^ name_hash("lora_adapter")) ^ id);
   for (std::int32_t l = 0; l < model.num_layers; ++l) {
     for (int t = 0; t < kNumLoraTargets; ++t) {
-      const auto [out, in] = shape(model, t);
-      const std::string name = "layers." + std::to_string(l) + "." + kTargetNames[t];
-      const std::uint64_t key = mix64(adapter_key ^ name_hash(name));
+      const LoraPairDraw d = lora_pair_draw(model, seed, id, rank, l, static_cast<LoraTarget>(t));
       LoraAdapter::Pair& p = a.layers[static_cast<std::size_t>(l)][static_cast<std::size_t>(t)];
-      fill(p.a, rank, in, mix64(key ^ 0xa), 1.0 / std::sqrt(double(in)));
-      fill(p.b, out, rank, mix64(key ^ 0xb), b_scale);
+      fill(p.a, rank, d.in, d.a);
+      fill(p.b, d.out, rank, d.b);
     }
   }
   return a;

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "engine/llama_weights.h"
+#include "kernels/counter_normal.h"
 
 namespace servelab {
 
@@ -45,6 +46,19 @@ struct LoraAdapter {
 // std::invalid_argument).
 LoraAdapter make_lora_adapter(const ModelConfig& model, std::uint64_t seed, std::uint32_t id,
                               std::int32_t rank);
+
+// How make_lora_adapter draws the pair of (layer, target): element i of A [rank, in] (row-major)
+// is counter_normal(a, i) and element i of B [out, rank] is counter_normal(b, i)
+// (kernels/counter_normal.h), so a device can generate the same adapter (the CUDA executor does,
+// with kernels::fill_counter_normal). Same requirements as make_lora_adapter.
+struct LoraPairDraw {
+  kernels::CounterNormal a, b;
+  std::int64_t in = 0, out = 0;
+};
+LoraPairDraw lora_pair_draw(const ModelConfig& model, std::uint64_t seed, std::uint32_t id,
+                            std::int32_t rank, std::int32_t layer, LoraTarget target);
+// kLoraAlpha / rank in fp32, as LoraAdapter::scaling.
+float lora_scaling(std::int32_t rank);
 
 // `base` with every adapted projection replaced by W + scaling * B A (biases, norms, embeddings
 // unchanged). REQUIRES: the adapter was made for base's model (std::invalid_argument otherwise).

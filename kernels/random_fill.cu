@@ -16,10 +16,11 @@ constexpr int kThreads = 256;
 constexpr std::int64_t kMaxBlocks = 4096;
 
 __global__ void __launch_bounds__(kThreads)
-    fill_bf16_kernel(__nv_bfloat16* dst, std::int64_t n, const CounterNormal p) {
+    fill_bf16_kernel(__nv_bfloat16* dst, std::int64_t n, const CounterNormal p, float multiplier) {
   for (std::int64_t i = std::int64_t{blockIdx.x} * kThreads + threadIdx.x; i < n;
        i += std::int64_t{gridDim.x} * kThreads) {
-    dst[i] = __float2bfloat16_rn(counter_normal(p, static_cast<std::uint64_t>(i)));
+    const float v = counter_normal(p, static_cast<std::uint64_t>(i));
+    dst[i] = __float2bfloat16_rn(__fmul_rn(multiplier, v));
   }
 }
 
@@ -38,11 +39,12 @@ int blocks_for(std::int64_t n) {
 
 }  // namespace
 
-void fill_counter_normal(Bf16* dst, std::int64_t n, const CounterNormal& params, Stream stream) {
+void fill_counter_normal(Bf16* dst, std::int64_t n, const CounterNormal& params, Stream stream,
+                         float multiplier) {
   const int blocks = blocks_for(n);
   if (blocks == 0) return;
   SERVELAB_LAUNCH(fill_bf16_kernel, blocks, kThreads, 0, detail::as_stream(stream))
-  (detail::bf(dst), n, params);
+  (detail::bf(dst), n, params, multiplier);
   detail::check_launch("fill_counter_normal (bf16)");
 }
 

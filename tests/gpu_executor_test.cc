@@ -764,7 +764,8 @@ void StepAllEqual(const std::vector<CudaExecutor*>& execs, const std::vector<Han
 // and decode steps, gives each entry CpuExecutor's logits with the same adapters within the bf16
 // tolerance, with either linear-layer kernel and either LoRA kernel choice (the gather kernels
 // with cuBLAS for the long segment, or cuBLAS for all); the adapters move the logits by more than
-// that tolerance (so a missing delta would fail). With the gather kernels the adapted decode steps
+// that tolerance (so a missing delta would fail), and the adapters generated on the device equal
+// make_lora_adapter's rounded to bf16. With the gather kernels the adapted decode steps
 // replay CUDA graphs (a row table per bucket row) bit-identical to the padded eager steps; with
 // cuBLAS they run eagerly.
 // Without enable_lora, or with an adapter asked at another rank, the plan is refused.
@@ -842,6 +843,28 @@ TEST(GpuExecutor, LoraAdaptersMatchCpuExecutor) {
       }
     }
     EXPECT_EQ(moved, 3 * steps);
+    // The adapters the device generated are the host's, rounded to bf16 (B times the scaling in
+    // fp32 first), element for element.
+    for (const auto& [id, rank] : {std::pair<std::uint32_t, std::int32_t>{1, 8}, {2, 4}}) {
+      const LoraAdapter host = make_lora_adapter(w.config.model, 7, id, rank);
+      for (std::int32_t l = 0; l < w.config.model.num_layers; ++l) {
+        for (int t = 0; t < kNumLoraTargets; ++t) {
+          const LoraAdapter::Pair& p = host.layers[static_cast<std::size_t>(l)][t];
+          for (const bool b : {false, true}) {
+            const std::vector<float> dev = gpu.read_lora(id, l, static_cast<LoraTarget>(t), b);
+            const RowMatrix& want = b ? p.b : p.a;
+            ASSERT_EQ(static_cast<Eigen::Index>(dev.size()), want.size());
+            for (Eigen::Index i = 0; i < want.size(); ++i) {
+              const float v = b ? host.scaling * want.data()[i] : want.data()[i];
+              ASSERT_EQ(dev[static_cast<std::size_t>(i)], bf16_to_float(float_to_bf16(v)))
+                  << "adapter " << id << " layer " << l << " target " << t << (b ? " B" : " A")
+                  << " element " << i;
+            }
+          }
+        }
+      }
+    }
+    EXPECT_THROW(gpu.read_lora(9, 0, LoraTarget::kQ, false), std::out_of_range);
     // Steps 1.. are decode-only.
     EXPECT_EQ(gpu.graph_stats().replays,
               lora_kernel == kernels::LoraKernel::kGather ? steps - 1 : 0);
