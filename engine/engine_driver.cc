@@ -546,7 +546,8 @@ double warm_up_engine(const ExperimentConfig& config, const EngineOptions& optio
                            .max_model_len = sc.max_model_len,
                            .max_num_seqs = sc.max_num_seqs,
                            .num_blocks = engine.num_gpu_blocks,
-                           .block_size = sc.block_size});
+                           .block_size = sc.block_size,
+                           .lora_rank = sc.lora.enabled() ? sc.lora.max_lora_rank : 0});
   return run_warm_up(*engine.executor, plans);
 }
 

@@ -17,10 +17,10 @@ RequestSpec& WarmUpPlans::add_request(std::int32_t prompt_len) {
 
 WarmUpPlans::WarmUpPlans(const WarmUpShape& shape) {
   if (shape.max_num_batched_tokens < 1 || shape.max_model_len < 1 || shape.max_num_seqs < 1 ||
-      shape.num_blocks < 1 || shape.block_size < 1) {
+      shape.num_blocks < 1 || shape.block_size < 1 || shape.lora_rank < 0) {
     throw std::invalid_argument(
         "WarmUpPlans: max_num_batched_tokens, max_model_len, max_num_seqs, num_blocks and "
-        "block_size must be >= 1");
+        "block_size must be >= 1, lora_rank >= 0");
   }
   const std::int32_t bs = shape.block_size;
   const std::int64_t fit = (shape.num_blocks - 1) * bs;
@@ -49,26 +49,38 @@ WarmUpPlans::WarmUpPlans(const WarmUpShape& shape) {
     if (t / 4 < bs) break;
   }
 
-  // One decode step per graph bucket: row i at context bs in block 1 + i.
+  // One decode step per graph bucket: row i at context bs in block 1 + i; then, with LoRA, the
+  // same under the warm-up adapter.
   const std::int32_t rows = std::min(shape.max_num_seqs, t_max / bs);
   for (const std::int32_t bucket : kernels::decode_graph_buckets(shape.max_num_seqs)) {
     if (bucket > rows) break;
-    StepPlan& plan = plans_.emplace_back();
-    for (std::int32_t i = 0; i < bucket; ++i) {
-      RequestSpec& spec = add_request(bs);
-      std::vector<BlockId>& table = tables_.emplace_back(1, 1 + i);
-      ScheduledRequest e;
-      e.id = spec.id;
-      e.spec = &spec;
-      e.first_token = bs - 1;
-      e.num_tokens = 1;
-      e.is_prefill = false;
-      e.samples = true;
-      e.block_table = table;
-      plan.requests.push_back(e);
+    for (const bool lora : {false, true}) {
+      if (lora && shape.lora_rank == 0) break;
+      add_decode_step(bucket, bs, lora ? shape.lora_rank : 0);
     }
-    plan.num_decode_tokens = bucket;
   }
+}
+
+void WarmUpPlans::add_decode_step(std::int32_t bucket, std::int32_t bs, std::int32_t lora_rank) {
+  StepPlan& plan = plans_.emplace_back();
+  for (std::int32_t i = 0; i < bucket; ++i) {
+    RequestSpec& spec = add_request(bs);
+    if (lora_rank > 0) {
+      spec.lora_id = kWarmUpLoraId;
+      spec.lora_rank = lora_rank;
+    }
+    std::vector<BlockId>& table = tables_.emplace_back(1, 1 + i);
+    ScheduledRequest e;
+    e.id = spec.id;
+    e.spec = &spec;
+    e.first_token = bs - 1;
+    e.num_tokens = 1;
+    e.is_prefill = false;
+    e.samples = true;
+    e.block_table = table;
+    plan.requests.push_back(e);
+  }
+  plan.num_decode_tokens = bucket;
 }
 
 double run_warm_up(Backend& backend, const WarmUpPlans& plans) {

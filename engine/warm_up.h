@@ -11,7 +11,11 @@
 // rounded down to whole blocks, each sampling its last token; then one decode step for every
 // CUDA-graph batch bucket B (kernels::decode_graph_buckets) up to min(max_num_seqs, T /
 // block_size): B sequences at context block_size, sequence i in block 1 + i, which the largest
-// prefill wrote (its keys are finite), so no two rows write one slot.
+// prefill wrote (its keys are finite), so no two rows write one slot. With lora_rank > 0 (the
+// run serves LoRA adapters), each such decode step is followed by the same step with every
+// sequence under the warm-up adapter kWarmUpLoraId of rank lora_rank, so that the adapted
+// decode graphs (DecodeGraphKey::lora) are captured before the run too. That adapter stays on
+// the device (an 8B model's at rank 16: 84 MB), as vLLM reserves its LoRA slots.
 // Contract: the plans use blocks 1 .. T / block_size only (block 0, the null block, is never
 // touched) and request ids counting down from 2^kSampleIdShift - 1 (above every workload id).
 // Their KV is garbage to the run: warm up before anything the run keeps is computed into the
@@ -36,7 +40,11 @@ struct WarmUpShape {
   std::int32_t max_num_seqs = 0;
   std::int64_t num_blocks = 0;  // device KV blocks, block 0 included
   std::int32_t block_size = 16;
+  std::int32_t lora_rank = 0;  // 0: no LoRA decode steps
 };
+
+// The adapter id the LoRA warm-up steps run under (above any workload's ids, 1 .. adapters).
+inline constexpr std::uint32_t kWarmUpLoraId = 0xffffffffU;
 
 // The plans above and what their spans point into (so neither copyable nor movable). Empty when
 // the shape leaves less than one block of 16 tokens: nothing to warm up with.
@@ -51,6 +59,8 @@ class WarmUpPlans {
 
  private:
   RequestSpec& add_request(std::int32_t prompt_len);
+  // A decode step of `bucket` rows at context bs, under the warm-up adapter if lora_rank > 0.
+  void add_decode_step(std::int32_t bucket, std::int32_t bs, std::int32_t lora_rank);
 
   std::deque<RequestSpec> specs_;
   std::deque<std::vector<BlockId>> tables_;

@@ -1072,6 +1072,41 @@ TEST(GpuExecutor, WarmUpWarmsEveryBucketAndChangesNoResult) {
 #endif
 }
 
+// The LoRA warm-up (WarmUpShape::lora_rank): every decode bucket again under the warm-up adapter,
+// so that a run's first adapted decode step of a bucket is captured without an eager pass, and
+// with the same results as on a cold executor.
+TEST(GpuExecutor, WarmUpCapturesTheLoraDecodeGraphs) {
+  REQUIRE_GPU();
+#if SERVELAB_HAVE_CUDA
+  const LlamaWeights w = LlamaWeights::random(GpuConfig(64, 4, 2, false), 8);
+  CudaExecutorOptions o = GpuOptions(16, 200);
+  o.enable_lora = true;
+  o.lora_seed = 3;
+  CudaExecutor warm(w, o), cold(w, o);
+  const WarmUpPlans plans({.max_num_batched_tokens = o.max_num_tokens,
+                           .max_model_len = o.max_model_len,
+                           .max_num_seqs = o.max_num_seqs,
+                           .num_blocks = o.num_blocks,
+                           .block_size = o.block_size,
+                           .lora_rank = 8});
+  run_warm_up(warm, plans);
+  const CudaGraphStats after = warm.graph_stats();
+  EXPECT_EQ(after.padded_eager, 10);  // buckets 1, 2, 4, 8, 16, plain and adapted
+  EXPECT_EQ(after.captures, 10);
+  std::vector<HandSeq> seqs;
+  for (RequestId id = 0; id < 3; ++id) seqs.emplace_back(id, 30 + 5 * id, 1 + 16 * id);
+  seqs[0].spec.lora_id = seqs[2].spec.lora_id = 1;
+  seqs[0].spec.lora_rank = seqs[2].spec.lora_rank = 4;
+  std::vector<HandSeq*> three = {&seqs[0], &seqs[1], &seqs[2]};
+  const std::vector<CudaExecutor*> both = {&warm, &cold};
+  StepAllEqual(both, three, "prefill after the warm-up");
+  for (int i = 0; i < 3; ++i) StepAllEqual(both, three, "adapted decode (bucket 4)");
+  EXPECT_EQ(warm.graph_stats().padded_eager, after.padded_eager);  // captured without one
+  EXPECT_EQ(warm.graph_stats().captures, after.captures + 1);
+  EXPECT_EQ(cold.graph_stats().padded_eager, 1);
+#endif
+}
+
 TEST(GpuExecutor, RejectsMalformedPlansAndSizesTheCache) {
   REQUIRE_GPU();
 #if SERVELAB_HAVE_CUDA

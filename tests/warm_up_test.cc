@@ -61,6 +61,49 @@ TEST(WarmUp, PrefillsThenOneDecodeStepPerGraphBucketInBlocksTheLargestPrefillWro
   }
 }
 
+// With LoRA, each decode bucket's step is followed by the same step under the warm-up adapter
+// (every row; the given rank), so that the adapted decode graphs are captured too.
+TEST(WarmUp, LoraRunsEveryDecodeBucketAgainUnderTheWarmUpAdapter) {
+  const WarmUpShape shape{.max_num_batched_tokens = 1024,
+                          .max_model_len = 1024,
+                          .max_num_seqs = 8,
+                          .num_blocks = 200,
+                          .block_size = 16,
+                          .lora_rank = 16};
+  const WarmUpPlans plain({.max_num_batched_tokens = 1024,
+                           .max_model_len = 1024,
+                           .max_num_seqs = 8,
+                           .num_blocks = 200,
+                           .block_size = 16});
+  const WarmUpPlans lora(shape);
+  std::vector<std::int32_t> plain_decodes, lora_decodes;
+  for (const StepPlan& plan : plain.plans()) {
+    for (const ScheduledRequest& e : plan.requests) EXPECT_EQ(e.spec->lora_id, 0U);
+    if (plan.num_decode_tokens > 0) plain_decodes.push_back(plan.num_decode_tokens);
+  }
+  std::set<RequestId> ids;
+  for (const StepPlan& plan : lora.plans()) {
+    if (plan.num_decode_tokens == 0) continue;
+    lora_decodes.push_back(plan.num_decode_tokens);
+    const bool adapted = plan.requests[0].spec->lora_id != 0;
+    EXPECT_EQ(adapted, lora_decodes.size() % 2 == 0) << "plain, then adapted, per bucket";
+    for (const ScheduledRequest& e : plan.requests) {
+      EXPECT_EQ(e.spec->lora_id, adapted ? kWarmUpLoraId : 0U);
+      EXPECT_EQ(e.spec->lora_rank, adapted ? 16 : 0);
+      EXPECT_TRUE(ids.insert(e.id).second);
+    }
+  }
+  ASSERT_EQ(plain_decodes, (std::vector<std::int32_t>{1, 2, 4, 8}));
+  EXPECT_EQ(lora_decodes, (std::vector<std::int32_t>{1, 1, 2, 2, 4, 4, 8, 8}));
+  EXPECT_THROW(WarmUpPlans({.max_num_batched_tokens = 1024,
+                            .max_model_len = 1024,
+                            .max_num_seqs = 8,
+                            .num_blocks = 200,
+                            .block_size = 16,
+                            .lora_rank = -1}),
+               std::invalid_argument);
+}
+
 TEST(WarmUp, FitsTheCacheAndSkipsWhatDoesNotFit) {
   // 20 blocks: the largest prefill is 19 blocks of 16 (block 0 is never used), rounded down.
   const WarmUpPlans small({.max_num_batched_tokens = 8192,
