@@ -1479,9 +1479,8 @@ TEST(GpuKernels, LoraGatherMatchesReference) {
     std::int32_t ld_in, ld_out, col0;
     bool f32;
   };
-  const Group groups[] = {{0, 3, H + 8, Q + 2 * KV, 0, true},
-                          {4, 2, H, 2 * I, 0, false},
-                          {6, 1, I, H + 16, 8, true}};
+  const Group groups[] = {
+      {0, 3, H + 8, Q + 2 * KV, 0, true}, {4, 2, H, 2 * I, 0, false}, {6, 1, I, H + 16, 8, true}};
   for (const Group& gr : groups) {
     SCOPED_TRACE("targets from " + std::to_string(gr.first));
     const std::int32_t in_dim = shape.in[gr.first];
