@@ -267,9 +267,9 @@ struct CudaExecutor::Impl {
     buf = DeviceBuffer(std::max(bytes, buf.bytes() * 2));
   }
 
-  // LoRA adapters on the device, built on first use from make_lora_adapter (CpuExecutor's
-  // weights): one packed bf16 allocation each (A [rank][in] and scaling * B [out][rank] per layer
-  // and target, where lora_shape puts them: kernels/lora_kernel.h).
+  // LoRA adapters on the device, generated on first use from make_lora_adapter's draws
+  // (CpuExecutor's weights): one packed bf16 allocation each (A [rank][in] and scaling * B
+  // [out][rank] per layer and target, where lora_shape puts them: kernels/lora_kernel.h).
   struct LoraDevice {
     std::int32_t rank = 0;
     DeviceBuffer weights;
@@ -287,7 +287,7 @@ struct CudaExecutor::Impl {
     std::int32_t num_rows = 0, max_rank = 0;  // max_rank: the gather rows' largest
     bool empty() const { return segments.empty() && num_rows == 0; }
   };
-  // The adapter `id` of rank `rank` on the device (uploaded on first use).
+  // The adapter `id` of rank `rank` on the device (generated on first use).
   const LoraDevice& lora_adapter(std::uint32_t id, std::int32_t rank);
   // For the num_targets consecutive targets from `first` in layer `l` (a group reading `in` and
   // writing consecutive column slices of `out` from column 0): out[row][...] += scaling *
