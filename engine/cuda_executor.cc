@@ -276,7 +276,7 @@ struct CudaExecutor::Impl {
   };
   std::map<std::uint32_t, LoraDevice> lora_adapters;
   k::LoraShape lora_shape;      // the model's projections (constructor)
-  bool lora_gather_ok = false;  // every dimension a multiple of 8 (the gather kernels' need)
+  bool lora_gather_ok = false;  // k::lora_gather_fits(lora_shape)
   DeviceBuffer lora_tmp;        // a cuBLAS shrink's output, [rows][rank] bf16 (never in a graph)
   DeviceBuffer lora_gather;     // the gather shrink's output, [rows][3][max rank] fp32
   // A step's LoRA work: the segments that take cuBLAS GEMMs, and the rows the gather kernels take
@@ -500,11 +500,7 @@ void CudaExecutor::Impl::init(const LlamaWeights* host, std::uint64_t seed) {
   s.buckets = k::decode_graph_buckets(options.max_num_seqs);
   s.lora_shape = k::llama_lora_shape(m.hidden_size, static_cast<std::int32_t>(m.q_size()),
                                      static_cast<std::int32_t>(m.kv_size()), m.intermediate_size);
-  s.lora_gather_ok = true;
-  for (int t = 0; t < k::kLoraTargets; ++t) {
-    s.lora_gather_ok =
-        s.lora_gather_ok && s.lora_shape.in[t] % 8 == 0 && s.lora_shape.out[t] % 8 == 0;
-  }
+  s.lora_gather_ok = k::lora_gather_fits(s.lora_shape);
   s.load_weights(host, seed);
   s.rope_rows = static_cast<std::int32_t>(
       std::min<std::int64_t>(m.max_position_embeddings, options.max_model_len));
@@ -849,6 +845,7 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
         return it == s.lora_adapters.end() ? 0 : it->second.rank;
       },
       "CudaExecutor");
+
   std::int32_t max_ctx = 0;
   for (const ScheduledRequest& e : plan.requests) max_ctx = std::max(max_ctx, e.context_len());
 
@@ -1069,7 +1066,7 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
       for (std::int32_t i = 0; i < bucket; ++i) graph_lora[static_cast<std::size_t>(i)].row = i;
       for (const k::LoraRow& r : lora_rows) graph_lora[static_cast<std::size_t>(r.row)] = r;
       if (lora.num_rows > 0) {
-        s.ensure_bytes(s.lora_gather, static_cast<std::size_t>(bucket) * 3 *
+        s.ensure_bytes(s.lora_gather, static_cast<std::size_t>(bucket) * k::kLoraMaxGroupTargets *
                                           static_cast<std::size_t>(k::kLoraMaxGatherRank) *
                                           sizeof(float));
       }
@@ -1152,8 +1149,9 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
                        static_cast<std::size_t>(T) *
                            static_cast<std::size_t>(std::max(1, lora_cublas_rank)) * sizeof(Bf16),
                        false);
-        // Three targets at most share an input (q, k, v). Graph-visible: a LoRA graph uses it.
-        s.ensure_bytes(s.lora_gather, static_cast<std::size_t>(std::max(1, lora.num_rows)) * 3 *
+        // Graph-visible: a LoRA graph uses it.
+        s.ensure_bytes(s.lora_gather, static_cast<std::size_t>(std::max(1, lora.num_rows)) *
+                                          k::kLoraMaxGroupTargets *
                                           static_cast<std::size_t>(std::max(1, lora.max_rank)) *
                                           sizeof(float));
         lora.rows = reinterpret_cast<const k::LoraRow*>(at(o_lrows));

@@ -14,7 +14,6 @@ namespace {
 
 constexpr int kShrinkThreads = 256;
 constexpr int kExpandThreads = 128;
-constexpr int kMaxGroupTargets = 3;
 
 // A group's dimensions resolved on the host, as scalars (an array in a kernel parameter indexed
 // at run time would be copied to local memory first): the input width, each target's output
@@ -66,7 +65,7 @@ __global__ void __launch_bounds__(kShrinkThreads)
 __global__ void __launch_bounds__(kExpandThreads)
     lora_expand_kernel(const GroupDims d, void* out, bool out_f32, std::int32_t ld_out,
                        std::int32_t col0) {
-  __shared__ float v[kMaxGroupTargets * kLoraMaxGatherRank];
+  __shared__ float v[kLoraMaxGroupTargets * kLoraMaxGatherRank];
   detail::wait_for_predecessor();
   detail::allow_dependents();
   const LoraRow r = d.rows[blockIdx.x];
@@ -112,8 +111,8 @@ GroupDims group_dims(const LoraGroupArgs& g) {
   d.rows = g.rows;
   d.num_targets = g.num_targets;
   d.in = g.shape.in[g.first_target];
-  std::int32_t* outs[kMaxGroupTargets] = {&d.out0, &d.out1, &d.out2};
-  std::int64_t* as[kMaxGroupTargets] = {&d.a0, &d.a1, &d.a2};
+  std::int32_t* outs[kLoraMaxGroupTargets] = {&d.out0, &d.out1, &d.out2};
+  std::int64_t* as[kLoraMaxGroupTargets] = {&d.a0, &d.a1, &d.a2};
   for (int i = 0; i < g.num_targets; ++i) {
     const int t = g.first_target + i;
     *outs[i] = g.shape.out[t];
@@ -129,7 +128,7 @@ bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 
 // The checks lora.h lists; `width` is the widest input (shrink) or the group's output columns.
 void check_group(const LoraGroupArgs& g, const char* what) {
   const std::string w(what);
-  if (g.num_targets < 1 || g.num_targets > kMaxGroupTargets || g.first_target < 0 ||
+  if (g.num_targets < 1 || g.num_targets > kLoraMaxGroupTargets || g.first_target < 0 ||
       g.first_target + g.num_targets > kLoraTargets) {
     throw std::invalid_argument(w + ": needs 1 to 3 consecutive targets of the 7 (got " +
                                 std::to_string(g.num_targets) + " from " +

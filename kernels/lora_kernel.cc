@@ -23,6 +23,15 @@ LoraKernel lora_kernel_from_env(LoraKernel fallback) {
   return parse_lora_kernel(env, kLoraKernelEnv);
 }
 
+bool lora_gather_fits(const LoraShape& shape) {
+  for (int t = 0; t < kLoraTargets; ++t) {
+    if (shape.in[t] < 8 || shape.in[t] % 8 != 0 || shape.out[t] < 8 || shape.out[t] % 8 != 0) {
+      return false;
+    }
+  }
+  return true;
+}
+
 LoraShape llama_lora_shape(std::int32_t hidden, std::int32_t q_size, std::int32_t kv_size,
                            std::int32_t intermediate) {
   LoraShape s;

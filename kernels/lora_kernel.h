@@ -13,7 +13,8 @@
 //     one adapter (decode rows, short chunks) go through the gather kernels, two launches per
 //     group of projections that share an input whatever the number of adapters (Punica's BGMV);
 //     longer segments (prefill chunks) take two cuBLAS GEMMs each, where the weights are reused
-//     across rows;
+//     across rows; a decode-only step sends every row to the gather kernels (its rows never
+//     share weights, and it can then be a CUDA graph);
 //   kCublas: two cuBLAS GEMMs per segment for every segment (the first form).
 // The engine takes the choice from $SERVELAB_CUDA_LORA (docs/gpu-todo.md).
 #pragma once
@@ -33,6 +34,8 @@ inline constexpr std::int32_t kLoraGatherMaxRows = 64;
 // The largest rank the gather kernels take (their expand stages a row's shrink in shared memory).
 inline constexpr std::int32_t kLoraMaxGatherRank = 256;
 inline constexpr int kLoraTargets = 7;
+// The most targets one gather launch takes: a group sharing an input (q, k, v).
+inline constexpr int kLoraMaxGroupTargets = 3;
 
 // "gather" or "cublas".
 const char* lora_kernel_name(LoraKernel kernel);
@@ -67,6 +70,10 @@ struct LoraShape {
     return std::int64_t{rank} * layers * layer_units();
   }
 };
+
+// True when the gather kernels take every projection of `shape`: each dimension a positive
+// multiple of 8 (their 16-byte accesses). Otherwise the deltas go through cuBLAS.
+bool lora_gather_fits(const LoraShape& shape);
 
 // A Llama-family model's shape: q, k, v read `hidden` and write q_size, kv_size, kv_size; o reads
 // q_size and writes hidden; gate and up read hidden and write intermediate; down the reverse.

@@ -979,6 +979,10 @@ TEST(KernelsHostTest, LoraShapePacksEveryPairOnceInOrder) {
     }
     EXPECT_EQ(s.elements(rank, layers), next);
   }
+  EXPECT_TRUE(kernels::lora_gather_fits(s));
+  kernels::LoraShape odd = s;
+  odd.out[1] = 1020;  // k_proj's outputs not a multiple of 8: the gather kernels cannot take it
+  EXPECT_FALSE(kernels::lora_gather_fits(odd));
   EXPECT_EQ(kernels::parse_lora_kernel("cublas", "x"), kernels::LoraKernel::kCublas);
   EXPECT_EQ(kernels::parse_lora_kernel("gather", "x"), kernels::LoraKernel::kGather);
   EXPECT_THROW(kernels::parse_lora_kernel("", "x"), std::invalid_argument);
