@@ -13,6 +13,9 @@
 
 namespace servelab {
 
+// vLLM's largest max_lora_rank (its allowed ranks end at 512).
+inline constexpr std::int32_t kMaxLoraRank = 512;
+
 struct LoraConfig {
   std::int32_t max_loras = 0;       // adapters per batch (vLLM's default is 1 once enabled); 0: off
   std::int32_t max_lora_rank = 16;  // the largest adapter rank; vLLM pads every adapter to it

@@ -7,12 +7,15 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <set>
 #include <stdexcept>
 #include <string>
 #include <tuple>
 #include <utility>
 
+#include "core/lora_config.h"
+#include "core/lora_slots.h"
 #include "core/rng.h"
 #include "core/stop_conditions.h"
 #include "engine/gpu_switches.h"
@@ -267,14 +270,19 @@ struct CudaExecutor::Impl {
     buf = DeviceBuffer(std::max(bytes, buf.bytes() * 2));
   }
 
-  // LoRA adapters on the device, generated on first use from make_lora_adapter's draws
-  // (CpuExecutor's weights): one packed bf16 allocation each (A [rank][in] and scaling * B
-  // [out][rank] per layer and target, where lora_shape puts them: kernels/lora_kernel.h).
-  struct LoraDevice {
-    std::int32_t rank = 0;
-    DeviceBuffer weights;
-  };
-  std::map<std::uint32_t, LoraDevice> lora_adapters;
+  // LoRA adapters on the device: options.max_loras slots of max_lora_rank, one bf16 allocation
+  // made before the KV cache is sized (core/lora_slots.h). An adapter is generated into its slot
+  // from make_lora_adapter's draws (CpuExecutor's weights) when a step places it there: A
+  // [rank][in] and scaling * B [out][rank] per layer and target, packed at its own rank where
+  // lora_shape puts them (kernels/lora_kernel.h).
+  std::optional<LoraSlots> lora_slots;
+  DeviceBuffer lora_slot_memory;
+  std::int64_t lora_slot_elements = 0;  // one slot: lora_shape.elements(max_lora_rank, layers)
+  std::vector<std::int32_t> slot_rank;  // the rank of the adapter in each slot
+  std::map<std::uint32_t, std::int32_t> lora_ranks;  // every adapter placed so far: its rank
+  const Bf16* lora_slot(std::int32_t slot) const {
+    return lora_slot_memory.as<Bf16>() + slot * lora_slot_elements;
+  }
   k::LoraShape lora_shape;      // the model's projections (constructor)
   bool lora_gather_ok = false;  // k::lora_gather_fits(lora_shape)
   DeviceBuffer lora_tmp;        // a cuBLAS shrink's output, [rows][rank] bf16 (never in a graph)
@@ -287,8 +295,8 @@ struct CudaExecutor::Impl {
     std::int32_t num_rows = 0, max_rank = 0;  // max_rank: the gather rows' largest
     bool empty() const { return segments.empty() && num_rows == 0; }
   };
-  // The adapter `id` of rank `rank` on the device (generated on first use).
-  const LoraDevice& lora_adapter(std::uint32_t id, std::int32_t rank);
+  // Generates adapter `id` of rank `rank` into `slot` (stream-ordered).
+  void load_lora(std::int32_t slot, std::uint32_t id, std::int32_t rank);
   // For the num_targets consecutive targets from `first` in layer `l` (a group reading `in` and
   // writing consecutive column slices of `out` from column 0): out[row][...] += scaling *
   // (in A^T) B^T for every adapted row: two cuBLAS GEMMs per segment and target (shrink into
@@ -455,6 +463,13 @@ void CudaExecutor::Impl::init(const LlamaWeights* host, std::uint64_t seed) {
   if (!(options.gpu_memory_utilization > 0) || options.gpu_memory_utilization > 1) {
     throw std::invalid_argument("CudaExecutor: gpu_memory_utilization must be in (0, 1]");
   }
+  if (options.enable_lora && (options.max_loras < 1 || options.max_lora_rank < 1 ||
+                              options.max_lora_rank > kMaxLoraRank)) {
+    throw std::invalid_argument(
+        "CudaExecutor: with LoRA, max_loras must be >= 1 and max_lora_rank "
+        "in [1, " +
+        std::to_string(kMaxLoraRank) + "]");
+  }
   if (options.sampling.temperature < 0 || !(options.sampling.top_p > 0) ||
       options.sampling.top_p > 1) {
     throw std::invalid_argument("CudaExecutor: temperature must be >= 0 and top_p in (0, 1]");
@@ -502,6 +517,15 @@ void CudaExecutor::Impl::init(const LlamaWeights* host, std::uint64_t seed) {
                                      static_cast<std::int32_t>(m.kv_size()), m.intermediate_size);
   s.lora_gather_ok = k::lora_gather_fits(s.lora_shape);
   s.load_weights(host, seed);
+  if (options.enable_lora) {
+    // The adapter slots, with the weights and before the KV cache is sized (as vLLM's).
+    s.lora_slots.emplace(options.max_loras);
+    s.lora_slot_elements = s.lora_shape.elements(options.max_lora_rank, m.num_layers);
+    s.lora_slot_memory =
+        DeviceBuffer(static_cast<std::size_t>(options.max_loras) *
+                     static_cast<std::size_t>(s.lora_slot_elements) * sizeof(Bf16));
+    s.slot_rank.assign(static_cast<std::size_t>(options.max_loras), 0);
+  }
   s.rope_rows = static_cast<std::int32_t>(
       std::min<std::int64_t>(m.max_position_embeddings, options.max_model_len));
   const std::vector<float> table = k::rope_cos_sin_table(rope_inv_freq(s.config), s.rope_rows);
@@ -561,6 +585,10 @@ CudaExecutor::~CudaExecutor() = default;
 std::int32_t CudaExecutor::num_blocks() const { return impl_->options.num_blocks; }
 std::int64_t CudaExecutor::block_bytes() const { return impl_->layout.block_bytes(); }
 const CudaExecutorOptions& CudaExecutor::options() const { return impl_->options; }
+std::int64_t CudaExecutor::lora_loads() const {
+  return impl_->lora_slots ? impl_->lora_slots->loads() : 0;
+}
+
 CudaGraphStats CudaExecutor::graph_stats() const {
   CudaGraphStats st = impl_->stats;
   st.cached_graphs = static_cast<std::int32_t>(impl_->graphs.size());
@@ -593,20 +621,19 @@ std::vector<float> CudaExecutor::read_weight(const std::string& name) const {
 std::vector<float> CudaExecutor::read_lora(std::uint32_t id, std::int32_t layer, LoraTarget target,
                                            bool b) const {
   const Impl& s = *impl_;
-  const auto it = s.lora_adapters.find(id);
-  if (it == s.lora_adapters.end() || layer < 0 || layer >= s.model().num_layers) {
+  const std::int32_t slot = s.lora_slots ? s.lora_slots->slot_of(id) : -1;
+  if (slot < 0 || layer < 0 || layer >= s.model().num_layers) {
     throw std::out_of_range("CudaExecutor::read_lora: adapter " + std::to_string(id) +
                             " is not on the device, or no layer " + std::to_string(layer));
   }
   const int t = static_cast<int>(target);
-  const std::int32_t r = it->second.rank;
+  const std::int32_t r = s.slot_rank[static_cast<std::size_t>(slot)];
   const std::int64_t n = std::int64_t{r} * (b ? s.lora_shape.out[t] : s.lora_shape.in[t]);
   const std::int64_t off =
       b ? s.lora_shape.b_offset(r, layer, t) : s.lora_shape.a_offset(r, layer, t);
   std::vector<Bf16> bits(static_cast<std::size_t>(n));
   k::synchronize(s.stream.get());
-  k::copy_to_host(bits.data(), it->second.weights.as<Bf16>() + off,
-                  static_cast<std::size_t>(n) * sizeof(Bf16));
+  k::copy_to_host(bits.data(), s.lora_slot(slot) + off, static_cast<std::size_t>(n) * sizeof(Bf16));
   std::vector<float> out(bits.size());
   for (std::size_t i = 0; i < bits.size(); ++i) out[i] = bf16_to_float(bits[i]);
   return out;
@@ -722,30 +749,24 @@ void CudaExecutor::Impl::forward_layers(const ForwardArgs& f) {
   }
 }
 
-const CudaExecutor::Impl::LoraDevice& CudaExecutor::Impl::lora_adapter(std::uint32_t id,
-                                                                       std::int32_t rank) {
-  auto it = lora_adapters.find(id);
-  if (it != lora_adapters.end()) return it->second;
+void CudaExecutor::Impl::load_lora(std::int32_t slot, std::uint32_t id, std::int32_t rank) {
   // Generated on the device from make_lora_adapter's draws (an 8B model's rank-16 adapter is 42 M
-  // values: seconds on the host, milliseconds here), B times the scaling in fp32 as the host's
-  // `scaling * b`, then rounded to bf16.
+  // values: seconds on the host, milliseconds here; vLLM copies it from its CPU cache instead),
+  // B times the scaling in fp32 as the host's `scaling * b`, then rounded to bf16.
   const ModelConfig& m = model();
-  LoraDevice dev;
-  dev.rank = rank;
-  dev.weights = DeviceBuffer(static_cast<std::size_t>(lora_shape.elements(rank, m.num_layers)) *
-                             sizeof(Bf16));
+  Bf16* base = lora_slot_memory.as<Bf16>() + slot * lora_slot_elements;
   const float scaling = lora_scaling(rank);
   for (std::int32_t l = 0; l < m.num_layers; ++l) {
     for (int t = 0; t < kNumLoraTargets; ++t) {
       const LoraPairDraw d =
           lora_pair_draw(m, options.lora_seed, id, rank, l, static_cast<LoraTarget>(t));
-      k::fill_counter_normal(dev.weights.as<Bf16>() + lora_shape.a_offset(rank, l, t),
-                             std::int64_t{rank} * d.in, d.a, stream.get());
-      k::fill_counter_normal(dev.weights.as<Bf16>() + lora_shape.b_offset(rank, l, t), d.out * rank,
-                             d.b, stream.get(), scaling);
+      k::fill_counter_normal(base + lora_shape.a_offset(rank, l, t), std::int64_t{rank} * d.in, d.a,
+                             stream.get());
+      k::fill_counter_normal(base + lora_shape.b_offset(rank, l, t), d.out * rank, d.b,
+                             stream.get(), scaling);
     }
   }
-  return lora_adapters.emplace(id, std::move(dev)).first->second;
+  slot_rank[static_cast<std::size_t>(slot)] = rank;
 }
 
 void CudaExecutor::Impl::apply_lora(const LoraStep& lora, std::int32_t l, LoraTarget first,
@@ -841,10 +862,26 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
   check_lora_entries(
       plan, opt.enable_lora,
       [&](std::uint32_t id) {
-        const auto it = s.lora_adapters.find(id);
-        return it == s.lora_adapters.end() ? 0 : it->second.rank;
+        const auto it = s.lora_ranks.find(id);
+        return it == s.lora_ranks.end() ? 0 : it->second;
       },
       "CudaExecutor");
+  // The step's adapters, each once in order of first appearance: at most max_loras of them, each
+  // within max_lora_rank (the scheduler admits no more; a plan from elsewhere is refused here).
+  std::vector<std::uint32_t> step_loras;
+  step_adapters(plan, step_loras);
+  for (const ScheduledRequest& e : plan.requests) {
+    if (e.spec->lora_id != 0 && e.spec->lora_rank > opt.max_lora_rank) {
+      throw std::invalid_argument("CudaExecutor: LoRA adapter " + std::to_string(e.spec->lora_id) +
+                                  " has rank " + std::to_string(e.spec->lora_rank) +
+                                  ", above max_lora_rank " + std::to_string(opt.max_lora_rank));
+    }
+  }
+  if (static_cast<std::int64_t>(step_loras.size()) > opt.max_loras) {
+    throw std::invalid_argument("CudaExecutor: a step under " + std::to_string(step_loras.size()) +
+                                " LoRA adapters, more than max_loras " +
+                                std::to_string(opt.max_loras));
+  }
 
   std::int32_t max_ctx = 0;
   for (const ScheduledRequest& e : plan.requests) max_ctx = std::max(max_ctx, e.context_len());
@@ -862,17 +899,28 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
   std::vector<std::int32_t> first_sample(plan.requests.size(), -1);  // each entry's first row
   // Consecutive rows of the step under one adapter (adjacent entries of one adapter merged).
   std::vector<k::LoraSegment> lora_segments;
+  if (!step_loras.empty()) {
+    const std::vector<LoraSlots::Placement> placed = s.lora_slots->place(step_loras);
+    for (std::size_t i = 0; i < step_loras.size(); ++i) {
+      if (!placed[i].load) continue;
+      const std::uint32_t id = step_loras[i];
+      const auto e = std::find_if(plan.requests.begin(), plan.requests.end(),
+                                  [&](const ScheduledRequest& r) { return r.spec->lora_id == id; });
+      s.load_lora(placed[i].slot, id, e->spec->lora_rank);
+      s.lora_ranks[id] = e->spec->lora_rank;
+    }
+  }
   for (std::size_t i = 0; i < plan.requests.size(); ++i) {
     const ScheduledRequest& e = plan.requests[i];
     const auto row0 = static_cast<std::int32_t>(tokens.size());
     if (e.spec->lora_id != 0 && e.num_tokens > 0) {
-      const Impl::LoraDevice& a = s.lora_adapter(e.spec->lora_id, e.spec->lora_rank);
-      const Bf16* weights = a.weights.as<Bf16>();
+      const std::int32_t slot = s.lora_slots->slot_of(e.spec->lora_id);
+      const Bf16* weights = s.lora_slot(slot);
       if (!lora_segments.empty() && lora_segments.back().weights == weights &&
           lora_segments.back().row0 + lora_segments.back().rows == row0) {
         lora_segments.back().rows += e.num_tokens;
       } else {
-        lora_segments.push_back({weights, row0, e.num_tokens, a.rank});
+        lora_segments.push_back({weights, row0, e.num_tokens, e.spec->lora_rank});
       }
     }
     const std::span<const std::int32_t> drafts = plan.drafts_of(i);

@@ -44,9 +44,11 @@
 // not decode-only, so they run eagerly.
 // LoRA (options.enable_lora): as CpuExecutor (engine/cpu_executor.h), each entry under adapter
 // a adds scaling * (X A^T) B^T of a to its rows of the q, k, v, o, gate, up and down projections.
-// Adapters are make_lora_adapter's, generated on the device on first use from its draws
-// (lora_pair_draw; read_lora shows them) and kept in bf16, one packed allocation each
-// (kernels/lora_kernel.h LoraShape; B pre-scaled). The deltas are added after the
+// Adapters are make_lora_adapter's, generated on the device from its draws (lora_pair_draw;
+// read_lora shows them) in bf16 into one of max_loras slots of max_lora_rank, allocated before
+// the KV cache is sized (as vLLM's; core/lora_slots.h: a step's adapters are placed before it
+// runs, an absent one into a free slot or the least recently used one's; kernels/lora_kernel.h
+// LoraShape packs it at its own rank, B pre-scaled). The deltas are added after the
 // base projection onto a column slice of the fused QKV or gate/up output, or into the residual
 // for o and down. With options.lora_kernel kGather (default) the rows of short segments (at most
 // kLoraGatherMaxRows consecutive rows under one adapter: decode rows, short chunks) go through the
@@ -137,9 +139,14 @@ struct CudaExecutorOptions {
   float k_scale = 1.0f;
   float v_scale = 1.0f;
   // LoRA (as CpuExecutorOptions): entries whose request runs under adapter a > 0 add its
-  // deltas; adapters are made from (lora_seed, a, rank) on first use.
+  // deltas; adapters are made from (lora_seed, a, rank) when a step places them in a slot.
   bool enable_lora = false;
   std::uint64_t lora_seed = 0;
+  // vLLM's LoRA limits (serving.lora): max_loras adapter slots of max_lora_rank elements are
+  // allocated with the weights, before the KV cache takes what is left (core/lora_slots.h); a
+  // step under more adapters, or an adapter of a higher rank, is refused. With enable_lora only.
+  std::int32_t max_loras = 1;
+  std::int32_t max_lora_rank = 16;
   // How the deltas are computed: the gather kernels for short segments (default) or cuBLAS GEMMs
   // per segment (environment: SERVELAB_CUDA_LORA; kernels/lora_kernel.h).
   kernels::LoraKernel lora_kernel = kernels::LoraKernel::kGather;
@@ -186,6 +193,9 @@ class CudaExecutor : public Backend {
   std::int64_t block_bytes() const;  // K+V of one block across all layers, in kv_format
   const CudaExecutorOptions& options() const;
   CudaGraphStats graph_stats() const;
+  // Adapters generated into a LoRA slot so far (each placement that was not resident; 0 without
+  // LoRA): with max_loras at least the adapters in use, each is generated once.
+  std::int64_t lora_loads() const;
   // With keep_logits: the last execute()'s logits per plan entry (empty for non-sampling ones).
   const std::vector<std::vector<float>>& last_logits() const;
   // Tests: the device copy of weight `name` (a tensor_names() name), widened to float (bf16
@@ -193,8 +203,8 @@ class CudaExecutor : public Backend {
   // the model does not have.
   std::vector<float> read_weight(const std::string& name) const;
   // Tests: adapter `id`'s A [rank][in] (b false) or scaled B [out][rank] (b true) of (layer,
-  // target) on the device, widened to float. Throws std::out_of_range for an adapter no plan has
-  // used yet or a layer the model does not have.
+  // target) on the device, widened to float. Throws std::out_of_range for an adapter in no slot
+  // (never placed, or evicted since) or a layer the model does not have.
   std::vector<float> read_lora(std::uint32_t id, std::int32_t layer, LoraTarget target,
                                bool b) const;
   // Tests: one layer's K or V plane of a device (or, host = true, swap-space) block as stored

@@ -458,6 +458,8 @@ EngineInstance load_replicas(const ExperimentConfig& config, const EngineOptions
     cuda_options.kv_format = cuda_kv;  // fp8: per-tensor scales 1, as the CPU engine's
     cuda_options.speculative = config.scheduler.speculative;
     cuda_options.enable_lora = config.scheduler.lora.enabled();
+    cuda_options.max_loras = config.scheduler.lora.max_loras;
+    cuda_options.max_lora_rank = config.scheduler.lora.max_lora_rank;
     cuda_options.lora_seed = config.seed;
     apply_cuda_switches(cuda_switches_from_env(), cuda_options);
     if (const std::string refusal = cuda_kv_kernels_refusal(cuda_kv, cuda_options.decode_kernel,

@@ -71,7 +71,7 @@ void parse_lora(const ConfigNode& n, ExperimentConfig& c) {
   LoraConfig& l = c.scheduler.lora;
   c.lora_location = n.location();
   l.max_loras = static_cast<std::int32_t>(n.get_int("max_loras", 1, 1, 1 << 16));
-  l.max_lora_rank = static_cast<std::int32_t>(n.get_int("max_lora_rank", 16, 1, 512));
+  l.max_lora_rank = static_cast<std::int32_t>(n.get_int("max_lora_rank", 16, 1, kMaxLoraRank));
   static constexpr std::int32_t kRanks[] = {1, 8, 16, 32, 64, 128, 256, 320, 512};
   if (std::find(std::begin(kRanks), std::end(kRanks), l.max_lora_rank) == std::end(kRanks)) {
     n.at("max_lora_rank").fail("one of vLLM's ranks 1, 8, 16, 32, 64, 128, 256, 320, 512");

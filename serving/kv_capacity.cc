@@ -25,6 +25,13 @@ std::string num(double v) {
   return buf;
 }
 
+// ", LoRA slots X GiB (N of rank R)" in the no-room messages; empty without LoRA.
+std::string lora_term(const KvCapacityOptions& options, std::int64_t bytes) {
+  if (options.lora_slots == 0) return "";
+  return ", LoRA slots " + gib(bytes) + " (" + std::to_string(options.lora_slots) + " of rank " +
+         std::to_string(options.lora_rank) + ": serving.lora)";
+}
+
 }  // namespace
 
 // The tensor * pipeline case: the same arithmetic per GPU, the replica limited by its most
@@ -75,7 +82,7 @@ static KvCapacity parallel_kv_capacity(const ModelConfig& model, const HardwareC
   c.block_bytes = kv_block_bytes(model, options.block_size);
   c.num_gpus = tp * pp;
   struct Stage {
-    std::int64_t weights, block_bytes;
+    std::int64_t weights, lora, block_bytes;
   };
   std::vector<Stage> stages;
   for (std::int32_t s = 0; s < pp; ++s) {
@@ -90,6 +97,7 @@ static KvCapacity parallel_kv_capacity(const ModelConfig& model, const HardwareC
       if (!model.tie_word_embeddings || pp > 1) params += shard.embedding_params();
     }
     stages.push_back({layers * shard.layer_weight_bytes() + params * d,
+                      options.lora_slots * lora_slot_bytes(shard, layers, options.lora_rank),
                       2 * layers * shard.kv_size() * shard.kv_dtype_bytes() * options.block_size});
   }
   c.gpu_block_bytes = 0;
@@ -97,20 +105,25 @@ static KvCapacity parallel_kv_capacity(const ModelConfig& model, const HardwareC
   c.num_cpu_blocks = static_cast<std::int64_t>(
       std::floor(options.swap_space_gib * 1073741824.0 / static_cast<double>(c.gpu_block_bytes)));
   c.weight_bytes = 0;
-  for (const Stage& st : stages) c.weight_bytes = std::max(c.weight_bytes, st.weights);
+  for (const Stage& st : stages) {
+    if (st.weights + st.lora > c.weight_bytes + c.lora_bytes) {
+      c.weight_bytes = st.weights;
+      c.lora_bytes = st.lora;
+    }
+  }
   if (apply_block_override(options, c)) return c;
   set_memory_budget(shard, hardware, options, c);
   c.num_gpu_blocks = -1;
   for (std::int32_t s = 0; s < pp; ++s) {
     const Stage& st = stages[s];
-    const std::int64_t kv = c.usable_bytes - st.weights - c.activation_reserve_bytes;
+    const std::int64_t kv = c.usable_bytes - st.weights - st.lora - c.activation_reserve_bytes;
     if (kv < st.block_bytes) {
       throw ConfigError(who + ": no room for the KV cache on a GPU of stage " + std::to_string(s) +
                         ": memory " + gib(c.memory_bytes) + " x " +
                         num(options.gpu_memory_utilization) + " = " + gib(c.usable_bytes) +
-                        ", minus its weights " + gib(st.weights) + " and activation reserve " +
-                        gib(c.activation_reserve_bytes) + " leaves " + gib(kv) +
-                        ", less than one block (" + std::to_string(st.block_bytes) +
+                        ", minus its weights " + gib(st.weights) + lora_term(options, st.lora) +
+                        " and activation reserve " + gib(c.activation_reserve_bytes) + " leaves " +
+                        gib(kv) + ", less than one block (" + std::to_string(st.block_bytes) +
                         " bytes); use more GPUs (tensor or pipeline), a larger GPU or a smaller "
                         "model");
     }
@@ -118,6 +131,7 @@ static KvCapacity parallel_kv_capacity(const ModelConfig& model, const HardwareC
     if (c.num_gpu_blocks < 0 || blocks < c.num_gpu_blocks) {
       c.num_gpu_blocks = blocks;
       c.weight_bytes = st.weights;
+      c.lora_bytes = st.lora;
       c.kv_bytes = kv;
     }
   }
@@ -126,6 +140,12 @@ static KvCapacity parallel_kv_capacity(const ModelConfig& model, const HardwareC
 
 std::int64_t kv_block_bytes(const ModelConfig& model, std::int32_t block_size) {
   return model.kv_bytes_per_token() * block_size;
+}
+
+std::int64_t lora_slot_bytes(const ModelConfig& shard, std::int64_t layers, std::int32_t rank) {
+  const std::int64_t per_rank = 7 * std::int64_t{shard.hidden_size} + 2 * shard.q_size() +
+                                2 * shard.kv_size() + 3 * std::int64_t{shard.intermediate_size};
+  return layers * rank * per_rank * shard.dtype_bytes;
 }
 
 std::int64_t default_activation_reserve_bytes(const ModelConfig& model,
@@ -156,6 +176,12 @@ KvCapacity compute_kv_capacity(const ModelConfig& model, const HardwareConfig& h
     throw ConfigError(who + ": tensor_parallel " + std::to_string(hardware.tensor_parallel) +
                       " is not supported (only 1)");
   }
+  if (options.lora_slots < 0 || options.lora_rank < 0 ||
+      (options.lora_slots > 0 && options.lora_rank < 1)) {
+    throw ConfigError("lora_slots and lora_rank must not be negative, and the rank at least 1 " +
+                      std::string("with slots; got ") + std::to_string(options.lora_slots) +
+                      " slots of rank " + std::to_string(options.lora_rank));
+  }
   const std::int32_t tp = options.tensor_parallel, pp = options.pipeline_parallel;
   if (tp < 1 || pp < 1 || pp > model.num_layers) {
     throw ConfigError(who + ": tensor_parallel " + std::to_string(tp) + " and pipeline_parallel " +
@@ -167,18 +193,19 @@ KvCapacity compute_kv_capacity(const ModelConfig& model, const HardwareConfig& h
   c.block_bytes = kv_block_bytes(model, options.block_size);
   c.gpu_block_bytes = c.block_bytes;
   c.weight_bytes = model.weight_bytes();
+  c.lora_bytes = options.lora_slots * lora_slot_bytes(model, model.num_layers, options.lora_rank);
   c.num_cpu_blocks = static_cast<std::int64_t>(
       std::floor(options.swap_space_gib * 1073741824.0 / static_cast<double>(c.block_bytes)));
 
   if (apply_block_override(options, c)) return c;
   set_memory_budget(model, hardware, options, c);
-  c.kv_bytes = c.usable_bytes - c.weight_bytes - c.activation_reserve_bytes;
+  c.kv_bytes = c.usable_bytes - c.weight_bytes - c.lora_bytes - c.activation_reserve_bytes;
   if (c.kv_bytes < c.block_bytes) {
     throw ConfigError(who + ": no room for the KV cache: memory " + gib(c.memory_bytes) + " x " +
                       num(options.gpu_memory_utilization) + " = " + gib(c.usable_bytes) +
-                      ", minus weights " + gib(c.weight_bytes) + " and activation reserve " +
-                      gib(c.activation_reserve_bytes) + " leaves " + gib(c.kv_bytes) +
-                      ", less than one block (" + std::to_string(c.block_bytes) +
+                      ", minus weights " + gib(c.weight_bytes) + lora_term(options, c.lora_bytes) +
+                      " and activation reserve " + gib(c.activation_reserve_bytes) + " leaves " +
+                      gib(c.kv_bytes) + ", less than one block (" + std::to_string(c.block_bytes) +
                       " bytes); use a larger GPU, a higher gpu_memory_utilization, a smaller "
                       "model or more GPUs (parallel.tensor, parallel.pipeline)");
   }

@@ -1,7 +1,8 @@
 // KV-cache capacity from memory arithmetic, as vLLM sizes it:
 //
 //   block_bytes    = 2 (K and V) * layers * block_size * kv_heads * head_dim * KV dtype bytes
-//   kv_bytes       = memory * gpu_memory_utilization - weight bytes - activation reserve
+//   kv_bytes       = memory * gpu_memory_utilization - weight bytes - LoRA slots
+//                    - activation reserve
 //
 // The KV dtype is model.kv_dtype() (model.kv_cache_dtype: fp8 stores one byte per element, half
 // of bf16's two, so about twice the blocks fit); the weight bytes are model.weight_bytes(), its
@@ -14,6 +15,12 @@
 // layers' share of the weights (tensor_shard of the model; the first stage also the embedding,
 // the last the final norm and LM head) and of the KV cache (its layers, its KV heads), and the
 // replica has as many blocks as its most constrained GPU.
+//
+// With LoRA on (serving.lora), vLLM allocates max_loras adapter slots at max_lora_rank when it
+// loads the model (LoRAModelManager: every adapted layer's A and B stacked over the slots), so
+// they count with the weights it measures and leave that much less for the KV cache: lora_bytes
+// = lora_slots * lora_slot_bytes(). The CUDA engine allocates the same slots before it sizes its
+// cache (core/lora_slots.h).
 //
 // The activation reserve stands for what vLLM measures in its profiling run (peak activations
 // at max_num_batched_tokens, sampler logits) plus memory outside PyTorch's allocator (CUDA
@@ -45,6 +52,9 @@ struct KvCapacityOptions {
   // Model parallelism of the replica (serving/parallel_config.h).
   std::int32_t tensor_parallel = 1;
   std::int32_t pipeline_parallel = 1;
+  // LoRA adapter slots on each GPU (vLLM's max_loras; 0: LoRA off) and their rank (max_lora_rank).
+  std::int32_t lora_slots = 0;
+  std::int32_t lora_rank = 0;
 };
 
 struct KvCapacity {
@@ -62,8 +72,9 @@ struct KvCapacity {
   std::int64_t memory_bytes = 0;  // the device's memory
   std::int64_t usable_bytes = 0;  // memory * gpu_memory_utilization
   std::int64_t weight_bytes = 0;
+  std::int64_t lora_bytes = 0;  // lora_slots adapter slots (0 without LoRA)
   std::int64_t activation_reserve_bytes = 0;
-  std::int64_t kv_bytes = 0;  // usable - weights - reserve
+  std::int64_t kv_bytes = 0;  // usable - weights - LoRA slots - reserve
 
   double weights_gib() const { return static_cast<double>(weight_bytes) / (1 << 30); }
   double kv_gib() const { return static_cast<double>(num_gpu_blocks * block_bytes) / (1 << 30); }
@@ -74,6 +85,14 @@ struct KvCapacity {
 // K and V of block_size tokens across all layers. REQUIRES: block_size >= 1.
 std::int64_t kv_block_bytes(const ModelConfig& model, std::int32_t block_size);
 
+// One LoRA adapter slot of rank `rank` on a GPU holding `layers` layers of `shard` (the model, or
+// tensor_shard of it): per layer, A [rank][in] and B [out][rank] of the q, k, v, o, gate, up and
+// down projections in the model's dtype, split as vLLM splits them (the column-parallel q, k, v,
+// gate and up keep A whole and shard B; the row-parallel o and down shard A and keep B whole):
+//   layers * rank * (7 hidden + 2 q_size + 2 kv_size + 3 intermediate) * dtype bytes,
+// q_size, kv_size and intermediate of the shard. REQUIRES: layers >= 0, rank >= 0.
+std::int64_t lora_slot_bytes(const ModelConfig& shard, std::int64_t layers, std::int32_t rank);
+
 // Estimate of the reserve: 1 GiB for non-PyTorch memory (CUDA context, cuBLAS workspace, CUDA
 // graphs) plus the activations alive at the MLP of a max_num_batched_tokens forward pass
 // (residual, normed input, qkv, gate/up output, activated output: (2h + q + 2kv + 3 inter) *
@@ -82,9 +101,9 @@ std::int64_t default_activation_reserve_bytes(const ModelConfig& model,
                                               std::int32_t max_num_batched_tokens,
                                               std::int32_t max_num_seqs);
 
-// Throws ConfigError with the numbers when an option is out of range, when the weights and the
-// reserve do not fit in memory * utilization, or when fewer than one block remains (or the
-// override is < 1), and (from tensor_shard) when the model's heads do not split over
+// Throws ConfigError with the numbers when an option is out of range, when the weights, the LoRA
+// slots and the reserve do not fit in memory * utilization, or when fewer than one block remains
+// (or the override is < 1), and (from tensor_shard) when the model's heads do not split over
 // tensor_parallel GPUs.
 KvCapacity compute_kv_capacity(const ModelConfig& model, const HardwareConfig& hardware,
                                const KvCapacityOptions& options);

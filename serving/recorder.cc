@@ -186,12 +186,21 @@ void Recorder::on_transfer(RequestId id, std::uint32_t src, std::uint32_t dst, s
                format_ms(finish - begin).c_str());
 }
 
+void Recorder::track_lora_slots(std::int32_t max_loras) {
+  if (max_loras < 1) throw std::invalid_argument("Recorder::track_lora_slots: max_loras < 1");
+  lora_slots_ = max_loras;
+}
+
 void Recorder::on_step(const StepPlan& plan, TimeNs start, TimeNs duration,
                        const StepSnapshot& snap, std::uint32_t replica) {
   ++num_steps_;
   scheduled_seqs_ += static_cast<std::int64_t>(plan.requests.size());
   step_loras_ += plan.num_loras;
   lora_tokens_ += plan.num_lora_tokens;
+  if (lora_slots_ > 0 && plan.num_loras > 0) {
+    step_adapters(plan, step_adapters_);
+    lora_tables_.try_emplace(replica, lora_slots_).first->second.place(step_adapters_, placed_);
+  }
   if (blocks_) {
     // Compare each entry's table with the blocks it held: a new or replaced block opens an
     // interval now (the step's start); a replaced or dropped one closes its interval.
@@ -310,6 +319,7 @@ RunSummary Recorder::summary() const {
   s.adapters_per_step_mean =
       num_steps_ > 0 ? static_cast<double>(step_loras_) / static_cast<double>(num_steps_) : 0.0;
   s.lora_tokens = lora_tokens_;
+  for (const auto& [replica, table] : lora_tables_) s.adapter_loads += table.loads();
   s.duration_s = ns_to_s(std::max<TimeNs>(0, end_ - first_arrival_));
   std::vector<double> ttft, tpot, e2e, queueing;
   std::int64_t good = 0;
@@ -586,6 +596,7 @@ void write_summary_json(const std::string& path, const RunSummary& s,
     j["lora"] = {{"max_loras", s.max_loras},
                  {"adapters_per_step_mean", s.adapters_per_step_mean},
                  {"lora_tokens", s.lora_tokens},
+                 {"adapter_loads", s.adapter_loads},
                  {"requests_by_adapter", by_adapter}};
   }
   std::FILE* f = std::fopen(path.c_str(), "wb");

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/kv_cache_manager.h"
+#include "core/lora_slots.h"
 #include "core/metrics.h"
 #include "core/scheduler.h"
 #include "core/scheduler_observer.h"
@@ -134,13 +135,15 @@ struct RunSummary {
   std::optional<SpecDecode> spec_decode;
   // LoRA (serving.lora; summary.json's `lora` object when report_lora, which the driver sets:
   // fill_lora_report): requests per adapter (all requests of the run; base-model ones under 0),
-  // the mean over executed steps of the distinct adapters a step ran (StepPlan::num_loras), and
-  // the tokens computed under an adapter.
+  // the mean over executed steps of the distinct adapters a step ran (StepPlan::num_loras), the
+  // tokens computed under an adapter, and the adapters loaded into one of max_loras slots
+  // (Recorder::track_lora_slots).
   bool report_lora = false;
   std::int32_t max_loras = 0;
   std::map<std::uint32_t, std::int64_t> requests_by_adapter;
   double adapters_per_step_mean = 0;
   std::int64_t lora_tokens = 0;
+  std::int64_t adapter_loads = 0;
 };
 
 // Adds `c`'s spec-decode counters to s.spec_decode (creating it). Drivers call it when the
@@ -173,6 +176,12 @@ class Recorder : public SchedulerObserver {
   // schedule.csv row per entry whose num_tokens count all N passes.
   void on_step(const StepPlan& plan, TimeNs start, TimeNs duration, const StepSnapshot& snap,
                std::uint32_t replica = 0);
+
+  // LoRA slots (core/lora_slots.h): from now on each replica's steps place their adapters
+  // (step_adapters) in a table of `max_loras` slots, and RunSummary::adapter_loads counts the
+  // placements that were not resident: how often an engine with vLLM's slots brings an adapter
+  // in (the simulator prices each, sim/sim_backend.h). REQUIRES: max_loras >= 1.
+  void track_lora_slots(std::int32_t max_loras);
 
   // Cluster events (events.csv, when recorded): request `id` was routed to `replica` at `now`
   // (`stage` "route" for an arrival, "route_decode" for a prefilled request); its KV (`bytes`)
@@ -245,9 +254,13 @@ class Recorder : public SchedulerObserver {
   bool measured_ = false;  // add_measured() was called
   std::FILE* steps_ = nullptr;
   std::FILE* schedule_ = nullptr;
-  std::int64_t scheduled_seqs_ = 0;  // sum over steps of plan entries
-  std::int64_t step_loras_ = 0;      // sum over steps of plan.num_loras
-  std::int64_t lora_tokens_ = 0;     // sum over steps of plan.num_lora_tokens
+  std::int64_t scheduled_seqs_ = 0;                 // sum over steps of plan entries
+  std::int64_t step_loras_ = 0;                     // sum over steps of plan.num_loras
+  std::int64_t lora_tokens_ = 0;                    // sum over steps of plan.num_lora_tokens
+  std::int32_t lora_slots_ = 0;                     // track_lora_slots' max_loras (0: not tracked)
+  std::map<std::uint32_t, LoraSlots> lora_tables_;  // per replica
+  std::vector<std::uint32_t> step_adapters_;        // scratch
+  std::vector<LoraSlots::Placement> placed_;        // scratch
   std::FILE* events_ = nullptr;
   std::FILE* blocks_ = nullptr;
   std::map<RequestId, std::vector<HeldBlock>> held_;  // blocks.csv: open intervals by position

@@ -28,6 +28,7 @@ RunStage::RunStage(const ExperimentConfig& config, const RunStageOptions& option
       recorder_(config.slo, streamed_path(stage_, config.outputs.steps_csv, "steps.csv"),
                 streamed_path(stage_, config.outputs.record_schedule, "schedule.csv"),
                 options.replica_column) {
+  if (config.scheduler.lora.enabled()) recorder_.track_lora_slots(config.scheduler.lora.max_loras);
   if (!stage_) return;
   if (config.outputs.record_events) recorder_.record_events(stage_->temp_path() + "/events.csv");
   if (config.outputs.record_blocks) recorder_.record_blocks(stage_->temp_path() + "/blocks.csv");

@@ -119,6 +119,7 @@ RunOutput run_cluster_simulation(const ExperimentConfig& config, const RunOption
     for (std::int32_t k = 0; k < p->config->count; ++k) {
       backends.push_back(std::make_unique<SimBackend>(*p->cost));
       backends.back()->set_stop_conditions(config.workload_section().has("sampling"));
+      set_lora_loads(config, *p->roofline, *backends.back());
       if (config.scheduler.speculative.enabled()) {
         const std::uint64_t index = replicas.size();
         speculations.push_back(make_sim_speculation(

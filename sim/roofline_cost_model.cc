@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "serving/config_node.h"
+#include "serving/kv_capacity.h"
 
 namespace servelab {
 
@@ -174,6 +175,11 @@ double RooflineCostModel::elementwise_seconds(std::int64_t tokens) const {
 double RooflineCostModel::lm_head_seconds(std::int64_t seqs) const {
   return op_.gemm(static_cast<double>(seqs), shard_.vocab_size, shard_.hidden_size,
                   shard_.dtype_bytes);
+}
+
+double RooflineCostModel::lora_load_seconds(std::int32_t rank) const {
+  const std::int64_t layers = stage_layers(model_.num_layers, parallel_.pipeline, 0);
+  return static_cast<double>(lora_slot_bytes(shard_, layers, rank)) * s_per_host_byte_;
 }
 
 double RooflineCostModel::lora_seconds(std::int64_t tokens, std::int64_t loras, double* flops,

@@ -84,6 +84,11 @@ class RooflineCostModel final : public CostModel {
   double lora_seconds(std::int64_t tokens, std::int64_t loras, double* flops = nullptr,
                       double* bytes = nullptr) const;
   std::int32_t lora_rank() const { return lora_rank_; }
+  // Seconds to bring one adapter of rank `rank` into a LoRA slot, as vLLM copies it from its CPU
+  // cache: one GPU's share of it (serving/kv_capacity.h lora_slot_bytes of the shard and the
+  // largest stage's layers; the GPUs copy in parallel) over the host link at
+  // host_link_bandwidth x host_link_efficiency (docs/cost-model.md "LoRA adapters").
+  double lora_load_seconds(std::int32_t rank) const;
 
   // Weight quantization (model.quantization = awq): the fused kernel's tile of tokens, the
   // operations to dequantize one int4 weight (unpack, subtract the zero point, scale,

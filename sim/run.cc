@@ -70,6 +70,12 @@ std::unique_ptr<const CalibratedCostModel> make_calibrated_cost_model(
   }
 }
 
+void set_lora_loads(const ExperimentConfig& config, const RooflineCostModel& roofline,
+                    SimBackend& backend) {
+  if (!config.scheduler.lora.enabled()) return;
+  backend.set_lora_loads(config.scheduler.lora.max_loras, roofline.lora_load_seconds(1));
+}
+
 KvCapacity kv_capacity_for(const ExperimentConfig& config, const ModelConfig& model,
                            const HardwareConfig& hardware, const ParallelConfig& parallel) {
   KvCapacityOptions kv_options;
@@ -87,6 +93,11 @@ KvCapacity kv_capacity_for(const ExperimentConfig& config, const ModelConfig& mo
   // by the caller (resolve_parallel); the default is one GPU.
   kv_options.tensor_parallel = parallel.tensor;
   kv_options.pipeline_parallel = parallel.pipeline;
+  // vLLM's LoRA slots (max_loras at max_lora_rank) take device memory from the KV cache.
+  if (config.scheduler.lora.enabled()) {
+    kv_options.lora_slots = config.scheduler.lora.max_loras;
+    kv_options.lora_rank = config.scheduler.lora.max_lora_rank;
+  }
   if (config.parallel.set && config.cost_model.calibrated) {
     throw ConfigError(config.parallel.where + ": a calibrated cost model was measured on one " +
                       "device and has no communication terms; use the roofline (no cost_model) " +
@@ -178,6 +189,7 @@ RunOutput run_simulation(const ExperimentConfig& config, const RunOptions& optio
     sim_backend.set_tier_load_seconds(
         offload_load_seconds(config.kv_offload, hardware, capacity.gpu_block_bytes));
   }
+  set_lora_loads(config, roofline, sim_backend);
   SchedulerConfig sc = scheduler_config_with_policies(config);
   // The cost oracle of the `auto` preemption mode (the other modes never ask it).
   {

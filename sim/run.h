@@ -17,6 +17,8 @@
 #include "serving/parallel_config.h"
 #include "serving/run_folder.h"
 #include "sim/calibrated_cost_model.h"
+#include "sim/roofline_cost_model.h"
+#include "sim/sim_backend.h"
 #include "sim/simulator.h"
 #include "sim/speculation.h"
 
@@ -54,6 +56,10 @@ RunOutput run_cluster_simulation(const ExperimentConfig& config, const RunOption
 // model with a `parallel:` section.
 KvCapacity kv_capacity_for(const ExperimentConfig& config, const ModelConfig& model,
                            const HardwareConfig& hardware, const ParallelConfig& parallel = {});
+// With serving.lora: `backend` keeps vLLM's max_loras slots and charges each adapter load (an
+// adapter a step needs that is in no slot) at `roofline`'s lora_load_seconds. Nothing otherwise.
+void set_lora_loads(const ExperimentConfig& config, const RooflineCostModel& roofline,
+                    SimBackend& backend);
 // The progress line `sim run` prints on stderr (at most about once per second).
 std::function<void(std::int64_t arrivals, TimeNs now)> progress_printer();
 

@@ -1,6 +1,7 @@
 #include "sim/sim_backend.h"
 
 #include <algorithm>
+#include <stdexcept>
 
 #include "core/stop_conditions.h"
 
@@ -20,6 +21,33 @@ TimeNs SimBackend::tier_loads(const StepPlan& plan) {
   return ns;
 }
 
+void SimBackend::set_lora_loads(std::int32_t max_loras, double seconds_per_rank) {
+  if (!(seconds_per_rank >= 0)) {
+    throw std::invalid_argument("SimBackend::set_lora_loads: seconds_per_rank must be >= 0");
+  }
+  lora_slots_.emplace(max_loras);
+  lora_load_s_per_rank_ = seconds_per_rank;
+}
+
+TimeNs SimBackend::charge_lora_loads(const StepPlan& plan) {
+  step_adapters(plan, step_adapters_);
+  lora_slots_->place(step_adapters_, placed_);
+  std::int64_t ranks = 0;
+  for (std::size_t i = 0; i < placed_.size(); ++i) {
+    if (!placed_[i].load) continue;
+    // The rank of the adapter's first entry (every entry of one adapter has the same).
+    for (const ScheduledRequest& e : plan.requests) {
+      if (e.spec != nullptr && e.spec->lora_id == step_adapters_[i]) {
+        ranks += e.spec->lora_rank;
+        break;
+      }
+    }
+  }
+  const TimeNs ns = seconds_to_ns(static_cast<double>(ranks) * lora_load_s_per_rank_);
+  lora_load_ns_ += ns;
+  return ns;
+}
+
 TimeNs SimBackend::pipelined_time(const StepPlan& plan) const {
   const StepCostBreakdown b = cost_.breakdown(plan);
   // The host part overlaps the device part of the step before: the period is the longer one.
@@ -27,7 +55,8 @@ TimeNs SimBackend::pipelined_time(const StepPlan& plan) const {
 }
 
 void SimBackend::execute_into(const StepPlan& plan, StepResult& result) {
-  const TimeNs loads = plan.tier_loads.empty() ? 0 : tier_loads(plan);
+  const TimeNs loads = (plan.tier_loads.empty() ? 0 : tier_loads(plan)) +
+                       (lora_slots_ && plan.num_loras > 0 ? charge_lora_loads(plan) : 0);
   if (plan.num_steps > 1) [[unlikely]] {
     // A multi-step round: N passes, the host part once; N tokens per entry.
     result.duration_ns = std::max<TimeNs>(1, cost_.round_time(plan) + loads);

@@ -7,9 +7,13 @@
 #pragma once
 
 #include <array>
+#include <cstdint>
+#include <optional>
+#include <vector>
 
 #include "core/backend.h"
 #include "core/kv_offload_tiers.h"
+#include "core/lora_slots.h"
 #include "sim/cost_model.h"
 #include "sim/speculation.h"
 
@@ -48,12 +52,28 @@ class SimBackend : public Backend {
   // Total time charged for tier loads so far.
   TimeNs tier_load_ns() const { return tier_load_ns_; }
 
+  // LoRA slots (serving.lora; core/lora_slots.h): each step places its adapters (step_adapters)
+  // in `max_loras` slots, and each adapter that was in none is loaded before the forward pass,
+  // as vLLM copies it from its CPU cache: duration += its rank x `seconds_per_rank`
+  // (RooflineCostModel::lora_load_seconds(1)), summed over the step's loads and rounded once.
+  // REQUIRES: max_loras >= 1, seconds_per_rank >= 0.
+  void set_lora_loads(std::int32_t max_loras, double seconds_per_rank);
+  // Total time charged for adapter loads so far, and their number.
+  TimeNs lora_load_ns() const { return lora_load_ns_; }
+  std::int64_t lora_loads() const { return lora_slots_ ? lora_slots_->loads() : 0; }
+
  private:
   TimeNs tier_loads(const StepPlan& plan);
+  TimeNs charge_lora_loads(const StepPlan& plan);
 
   const CostModel& cost_;
   std::array<double, kMaxOffloadTiers> tier_load_s_ = {};
   TimeNs tier_load_ns_ = 0;
+  std::optional<LoraSlots> lora_slots_;
+  double lora_load_s_per_rank_ = 0;
+  TimeNs lora_load_ns_ = 0;
+  std::vector<std::uint32_t> step_adapters_;  // scratch
+  std::vector<LoraSlots::Placement> placed_;  // scratch
   SimSpeculation* spec_ = nullptr;
   bool stops_ = true;
 };

@@ -30,6 +30,7 @@
 #include "engine/warm_up.h"
 #include "policies/registry.h"
 #include "serving/home.h"
+#include "serving/kv_capacity.h"
 #include "tests/speculation_workload.h"
 #if SERVELAB_HAVE_CUDA
 #include "engine/cuda_executor.h"
@@ -789,6 +790,7 @@ TEST(GpuExecutor, LoraAdaptersMatchCpuExecutor) {
     CudaExecutorOptions go = GpuOptions(16, 200);
     go.enable_lora = true;
     go.lora_seed = 7;
+    go.max_loras = 2;  // adapters 1 and 2 share each step
     go.gemm_kernel = gemm;
     go.lora_kernel = lora_kernel;
     CudaExecutor gpu(w, go);
@@ -875,6 +877,83 @@ TEST(GpuExecutor, LoraAdaptersMatchCpuExecutor) {
     e.spec.lora_rank = 4;  // adapter 1 exists with rank 8
     EXPECT_THROW(gpu.execute(HandPlan({&e})), std::invalid_argument);
   }
+#endif
+}
+
+// LoRA slots (core/lora_slots.h): an executor with max_loras 2 running three adapters evicts
+// the least recently used one and regenerates an evicted adapter when a step needs it again;
+// every step equals, bit for bit, an executor with a slot for each adapter (a stale slot, a reload
+// skipped or the wrong slot read would differ), each adapter is generated once per placement and
+// no more, and an evicted adapter is no longer on the device. A step under more adapters than
+// slots, or an adapter above max_lora_rank, is refused with nothing changed. The slots are
+// allocated before the KV cache is sized: max_loras slots of max_lora_rank leave their bytes
+// (serving/kv_capacity.h lora_slot_bytes, the simulator's figure) fewer for the cache.
+TEST(GpuExecutor, LoraSlotsEvictTheLeastRecentlyUsedAndReloadExactly) {
+  REQUIRE_GPU();
+#if SERVELAB_HAVE_CUDA
+  const LlamaWeights w = LlamaWeights::random(GpuConfig(64, 4, 2, false), 6);
+  CudaExecutorOptions o = GpuOptions(16, 200);
+  o.enable_lora = true;
+  o.lora_seed = 11;
+  o.max_lora_rank = 8;
+  o.max_loras = 2;
+  CudaExecutor two(w, o);
+  o.max_loras = 3;
+  CudaExecutor three(w, o);
+  HandSeq a(1, 20, 1), b(2, 18, 40), c(3, 22, 80);
+  a.spec.lora_id = 1;
+  b.spec.lora_id = 2;
+  c.spec.lora_id = 3;
+  a.spec.lora_rank = c.spec.lora_rank = 8;
+  b.spec.lora_rank = 4;
+  const std::vector<CudaExecutor*> both = {&two, &three};
+  StepAllEqual(both, {&a, &b}, "prefill under 1 and 2");  // two: loads 1, 2
+  StepAllEqual(both, {&b, &c}, "2 decodes, 3 prefills");  // 3 evicts 1
+  EXPECT_THROW(two.read_lora(1, 0, LoraTarget::kQ, false), std::out_of_range);
+  StepAllEqual(both, {&a, &c}, "1 and 3 decode");  // 1 evicts 2
+  StepAllEqual(both, {&a, &b}, "1 and 2 decode");  // 2 evicts 3
+  StepAllEqual(both, {&a, &b}, "1 and 2 again");   // resident: no load
+  EXPECT_EQ(two.lora_loads(), 5);
+  EXPECT_EQ(three.lora_loads(), 3);
+  EXPECT_THROW(two.read_lora(3, 0, LoraTarget::kQ, false), std::out_of_range);
+  for (const bool bmat : {false, true}) {
+    EXPECT_EQ(two.read_lora(1, 1, LoraTarget::kDown, bmat),
+              three.read_lora(1, 1, LoraTarget::kDown, bmat));
+  }
+  // Refused before anything changes: three adapters in one step, a rank above max_lora_rank.
+  EXPECT_THROW(two.execute(HandPlan({&a, &b, &c})), std::invalid_argument);
+  HandSeq big(4, 10, 120);
+  big.spec.lora_id = 4;
+  big.spec.lora_rank = 16;
+  EXPECT_THROW(three.execute(HandPlan({&big})), std::invalid_argument);
+  EXPECT_EQ(two.lora_loads(), 5);
+  StepAllEqual(both, {&a, &b}, "after the refusals");
+  // Bad limits.
+  o.max_loras = 0;
+  EXPECT_THROW(CudaExecutor(w, o), std::invalid_argument);
+  o.max_loras = 1;
+  o.max_lora_rank = 1024;
+  EXPECT_THROW(CudaExecutor(w, o), std::invalid_argument);
+  // The slots come out of the memory the cache is sized from.
+  CudaExecutorOptions sized = GpuOptions(16, 0);
+  sized.gpu_memory_utilization = 0.5;
+  std::int64_t plain_blocks = 0, block_bytes = 0;
+  {
+    CudaExecutor plain(w, sized);
+    plain_blocks = plain.num_blocks();
+    block_bytes = plain.block_bytes();
+  }
+  sized.enable_lora = true;
+  sized.max_loras = 4;
+  sized.max_lora_rank = 64;
+  ModelConfig bf16 = w.config.model;  // the CUDA executor holds adapters in bf16
+  bf16.dtype_bytes = 2;
+  const std::int64_t slots = 4 * lora_slot_bytes(bf16, bf16.num_layers, 64);
+  CudaExecutor with_lora(w, sized);
+  const std::int64_t fewer = plain_blocks - with_lora.num_blocks();
+  EXPECT_GE(fewer, slots / block_bytes);
+  EXPECT_LE(fewer, slots / block_bytes + 2);
+  EXPECT_GT(fewer, 0);
 #endif
 }
 

@@ -14,6 +14,7 @@
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/block_hash.h"
@@ -23,9 +24,12 @@
 #include "core/step_features.h"
 #include "serving/config_node.h"
 #include "serving/experiment.h"
+#include "serving/hardware_config.h"
 #include "serving/home.h"
+#include "serving/model_config.h"
 #include "sim/calibrated_cost_model.h"
 #include "sim/roofline_cost_model.h"
+#include "sim/sim_backend.h"
 #include "tests/test_util.h"
 #include "traces/lora_workload.h"
 #include "traces/workload.h"
@@ -435,6 +439,69 @@ TEST(LoraSim, SummaryReportsAdaptersAndTheirCostAndCacheIsolation) {
       SimRun("many2", Experiment("  lora: {max_loras: 4}\n", "  lora: {adapters: 16, rank: 16}\n"))
           .dump(),
       many.dump());
+}
+
+// vLLM's adapter slots in the simulator (core/lora_slots.h in SimBackend): an adapter a step needs
+// that is in none of max_loras slots is loaded before the forward pass, charged as its own rank's
+// bytes over the host link (RooflineCostModel::lora_load_seconds); a resident one costs nothing.
+TEST(LoraSim, AdapterLoadsFollowTheSlotsAndAreChargedOverTheHostLink) {
+  const std::string catalog = servelab_home().string() + "/experiments/catalog";
+  const RooflineCostModel roofline(load_model("Llama-3-8B", catalog),
+                                   load_hardware("H100-SXM", catalog), 16, {}, 16);
+  // Llama-3-8B at rank 16: 83,886,080 bytes over 64 GB/s x 0.8.
+  EXPECT_NEAR(roofline.lora_load_seconds(16), 83'886'080 / (64e9 * 0.8), 1e-12);
+  EXPECT_DOUBLE_EQ(roofline.lora_load_seconds(8), roofline.lora_load_seconds(16) / 2);
+  SimBackend plain(roofline), slots(roofline);
+  slots.set_lora_loads(2, roofline.lora_load_seconds(1));
+  EXPECT_THROW(SimBackend(roofline).set_lora_loads(0, 1e-3), std::invalid_argument);
+  RequestSpec a = Req(1, 1), b = Req(2, 2), c = Req(3, 3), d = Req(4, 0);
+  b.lora_rank = 16;
+  static const BlockId kTable[] = {1, 2, 3};
+  auto plan = [](std::vector<const RequestSpec*> specs) {
+    StepPlan p;
+    std::set<std::uint32_t> loras;
+    for (const RequestSpec* r : specs) {
+      ScheduledRequest e;
+      e.id = r->id;
+      e.spec = r;
+      e.first_token = 40;
+      e.num_tokens = 1;
+      e.samples = true;
+      e.block_table = kTable;
+      p.requests.push_back(e);
+      if (r->lora_id != 0) {
+        loras.insert(r->lora_id);
+        ++p.num_lora_tokens;
+      }
+    }
+    p.num_loras = static_cast<std::int32_t>(loras.size());
+    return p;
+  };
+  const double per_rank = roofline.lora_load_seconds(1);
+  // {1 (rank 8), 2 (rank 16)}: both loaded, into slots 0 and 1. {2, 3}: 3 evicts 1 (slot 0).
+  // {2, 3, base}: nothing to load. {1}: 2 and 3 were last used by the same step; 1 takes the
+  // lower slot, 3's.
+  const std::vector<std::pair<StepPlan, std::int32_t>> steps = {
+      {plan({&a, &b}), 24}, {plan({&b, &c}), 8}, {plan({&b, &c, &d}), 0}, {plan({&a}), 8}};
+  for (const auto& [p, ranks] : steps) {
+    EXPECT_EQ(slots.execute(p).duration_ns - plain.execute(p).duration_ns,
+              seconds_to_ns(ranks * per_rank));
+  }
+  EXPECT_EQ(slots.lora_loads(), 4);
+  EXPECT_EQ(slots.lora_load_ns(), seconds_to_ns(24 * per_rank) + 2 * seconds_to_ns(8 * per_rank));
+  EXPECT_EQ(plain.lora_loads(), 0);
+
+  // summary.json: every adapter loaded once when max_loras holds them all; more often when it
+  // does not (the running set turns over); none without adapters.
+  const nlohmann::json off = SimRun("loads_off", Experiment("  lora: {max_loras: 4}\n", ""));
+  const nlohmann::json all = SimRun(
+      "loads_all", Experiment("  lora: {max_loras: 16}\n", "  lora: {adapters: 16, rank: 16}\n"));
+  const nlohmann::json few = SimRun(
+      "loads_few", Experiment("  lora: {max_loras: 4}\n", "  lora: {adapters: 16, rank: 16}\n"));
+  ASSERT_FALSE(off.is_null() || all.is_null() || few.is_null());
+  EXPECT_EQ(off["lora"]["adapter_loads"], 0);
+  EXPECT_EQ(all["lora"]["adapter_loads"], 16);
+  EXPECT_GT(few["lora"]["adapter_loads"].get<std::int64_t>(), 32);
 }
 
 }  // namespace
