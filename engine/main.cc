@@ -166,6 +166,11 @@ int cmd_serve(const std::vector<std::string>& args) {
   app->add_option("--served-model-name", o.served_model_name,
                   "the model name clients use (default: the model's)")
       ->type_name("NAME");
+  app->add_option("--lora-modules", o.lora_modules,
+                  "LoRA adapters served under their own model names (vLLM's --lora-modules; "
+                  "needs serving.lora): adapter ID, of rank RANK (default "
+                  "serving.lora.max_lora_rank), as NAME")
+      ->type_name("NAME=ID[:RANK] ...");
   app->add_option_function<std::string>(
          "--seed", [&](const std::string& v) { seed = servelab::parse_seed(v); },
          "the random weights' seed")

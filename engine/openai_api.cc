@@ -1,5 +1,6 @@
 #include "engine/openai_api.h"
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "serving/chat_template.h"
@@ -106,11 +107,18 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat,
   }
   CompletionRequest r;
   r.chat = chat;
+  r.model = limits.model;
   if (body.contains("model") && !body["model"].is_null()) {
     expect(body["model"].is_string(), "model", "a string");
-    if (body["model"].get<std::string>() != limits.model) {
-      throw ApiError(404, "the model '" + body["model"].get<std::string>() + "' does not exist",
-                     "NotFoundError", "model", "model_not_found");
+    r.model = body["model"].get<std::string>();
+    const auto adapter = std::find_if(limits.lora_modules.begin(), limits.lora_modules.end(),
+                                      [&](const LoraModule& m) { return m.name == r.model; });
+    if (adapter != limits.lora_modules.end()) {
+      r.lora_id = adapter->id;
+      r.lora_rank = adapter->rank;
+    } else if (r.model != limits.model) {
+      throw ApiError(404, "the model '" + r.model + "' does not exist", "NotFoundError", "model",
+                     "model_not_found");
     }
   }
   if (body.contains("stream") && !body["stream"].is_null()) {
@@ -313,14 +321,25 @@ std::string usage_chunk_json(const ResponseMeta& meta, std::int32_t prompt_token
   return j.dump();
 }
 
-std::string models_json(const std::string& model, std::int64_t created,
-                        std::int32_t max_model_len) {
-  const json j = {{"object", "list"},
-                  {"data", json::array({{{"id", model},
-                                         {"object", "model"},
-                                         {"created", created},
-                                         {"owned_by", "servelab"},
-                                         {"max_model_len", max_model_len}}})}};
+std::string models_json(const std::string& model, std::int64_t created, std::int32_t max_model_len,
+                        const std::vector<LoraModule>& lora_modules) {
+  json data = json::array({{{"id", model},
+                            {"object", "model"},
+                            {"created", created},
+                            {"owned_by", "servelab"},
+                            {"root", model},
+                            {"parent", nullptr},
+                            {"max_model_len", max_model_len}}});
+  for (const LoraModule& m : lora_modules) {
+    data.push_back(
+        {{"id", m.name},
+         {"object", "model"},
+         {"created", created},
+         {"owned_by", "servelab"},
+         {"root", "adapter " + std::to_string(m.id) + " (rank " + std::to_string(m.rank) + ")"},
+         {"parent", model}});
+  }
+  const json j = {{"object", "list"}, {"data", std::move(data)}};
   return j.dump();
 }
 

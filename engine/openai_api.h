@@ -7,6 +7,7 @@
 // an unknown field, a field of the wrong type or out of range, a sampling parameter the engine
 // does not implement (anything but greedy decoding of one sequence), a token id outside the
 // vocabulary, an empty prompt, or prompt + max_tokens over the model's context (max_model_len).
+// A `model` that is neither the served model nor one of its LoRA adapters is 404.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +16,7 @@
 #include <string_view>
 #include <vector>
 
+#include "serving/lora_modules.h"
 #include "serving/tokenizer.h"
 
 namespace servelab {
@@ -34,10 +36,17 @@ struct ApiLimits {
   std::string model;            // the served model name (requests may name it or omit it)
   std::int32_t vocab_size = 0;  // token ids must be below
   std::int32_t max_model_len = 0;
+  // LoRA adapters served under their own names (serving/lora_modules.h; empty: none).
+  std::vector<LoraModule> lora_modules;
 };
 
 struct CompletionRequest {
   bool chat = false;
+  // The model the request named (the served model when it named none), and the LoRA adapter
+  // that name serves (lora_id 0: the base model).
+  std::string model;
+  std::uint32_t lora_id = 0;
+  std::int32_t lora_rank = 0;
   std::vector<std::int32_t> prompt;  // token ids
   std::int32_t max_tokens = 0;
   bool stream = false;
@@ -82,7 +91,9 @@ std::string chunk_json(const ResponseMeta& meta, const std::string& text, bool f
 // The usage chunk (stream_options.include_usage): no choices, usage filled in.
 std::string usage_chunk_json(const ResponseMeta& meta, std::int32_t prompt_tokens,
                              std::int32_t completion_tokens);
-// GET /v1/models.
-std::string models_json(const std::string& model, std::int64_t created, std::int32_t max_model_len);
+// GET /v1/models: the served model, then each LoRA adapter with the model as its `parent` (as
+// vLLM lists --lora-modules).
+std::string models_json(const std::string& model, std::int64_t created, std::int32_t max_model_len,
+                        const std::vector<LoraModule>& lora_modules = {});
 
 }  // namespace servelab

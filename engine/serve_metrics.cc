@@ -152,6 +152,30 @@ void ServeMetrics::set_spec_decode(const SchedulerCounters& c) {
   spec_.num_accepted_tokens_per_pos = c.num_accepted_tokens_per_pos;
 }
 
+namespace {
+
+// Sorted, each name once, joined by commas.
+std::string name_list(std::vector<std::string> names) {
+  std::sort(names.begin(), names.end());
+  names.erase(std::unique(names.begin(), names.end()), names.end());
+  std::string out;
+  for (const std::string& n : names) out += (out.empty() ? "" : ",") + n;
+  return out;
+}
+
+}  // namespace
+
+void ServeMetrics::set_lora(std::int32_t max_loras, std::vector<std::string> running,
+                            std::vector<std::string> waiting, double now_s) {
+  std::string r = name_list(std::move(running)), w = name_list(std::move(waiting));
+  std::lock_guard lock(mu_);
+  lora_ = true;
+  max_loras_ = max_loras;
+  lora_running_ = std::move(r);
+  lora_waiting_ = std::move(w);
+  lora_time_s_ = now_s;
+}
+
 std::string ServeMetrics::render() const {
   std::lock_guard lock(mu_);
   std::string out;
@@ -225,6 +249,13 @@ std::string ServeMetrics::render() const {
              std::to_string(i) + "\"} " + std::to_string(spec_.num_accepted_tokens_per_pos[i]) +
              "\n";
     }
+  }
+  if (lora_) {
+    // vLLM's labels (no model_name), in its order.
+    header(out, "vllm:lora_requests_info", "gauge", "Running stats on lora requests.");
+    out += "vllm:lora_requests_info{max_lora=\"" + std::to_string(max_loras_) +
+           "\",waiting_lora_adapters=\"" + lora_waiting_ + "\",running_lora_adapters=\"" +
+           lora_running_ + "\"} " + number(lora_time_s_) + "\n";
   }
   return out;
 }

@@ -24,6 +24,7 @@
 // vllm:spec_decode_num_drafts_total, vllm:spec_decode_num_draft_tokens_total,
 // vllm:spec_decode_num_accepted_tokens_total and
 // vllm:spec_decode_num_accepted_tokens_per_pos_total{position="i"} (docs/metrics.md).
+// LoRA (serving.lora; absent otherwise): vllm:lora_requests_info (set_lora).
 #pragma once
 
 #include <cstdint>
@@ -78,6 +79,12 @@ class ServeMetrics {
   void on_capped();
   // The scheduler's spec-decode counters (core/scheduler.h); once called, /metrics shows them.
   void set_spec_decode(const SchedulerCounters& counters);
+  // LoRA (serving.lora; absent otherwise): vLLM's vllm:lora_requests_info gauge, labels
+  // max_lora, waiting_lora_adapters and running_lora_adapters (the adapters' model names of the
+  // waiting and running requests, comma-separated, sorted, each once), its value the Unix time
+  // of the update (`now_s`), as vLLM sets it.
+  void set_lora(std::int32_t max_loras, std::vector<std::string> running,
+                std::vector<std::string> waiting, double now_s);
 
   // Any thread: the whole exposition text.
   std::string render() const;
@@ -97,6 +104,10 @@ class ServeMetrics {
   PromHistogram ttft_, itl_, e2e_;
   bool spec_decode_ = false;
   SchedulerCounters spec_;  // the spec-decode fields only
+  bool lora_ = false;
+  std::int32_t max_loras_ = 0;
+  std::string lora_running_, lora_waiting_;  // comma-separated names
+  double lora_time_s_ = 0;
 };
 
 }  // namespace servelab

@@ -22,6 +22,7 @@
 #include "engine/stop_strings.h"
 #include "serving/home.h"
 #include "serving/interrupt.h"
+#include "serving/lora_modules.h"
 #include "serving/replica.h"
 #include "serving/tokenizer.h"
 #include "traces/sampling_options.h"
@@ -71,8 +72,15 @@ class ServeObserver : public SchedulerObserver {
 // The queue as the loop's work source, refreshing the metrics' gauges as the state changes.
 class ServeSource : public WorkSource {
  public:
-  ServeSource(ServeQueue& queue, ServeMetrics& metrics, Replica& replica, bool spec_decode)
-      : queue_(queue), metrics_(metrics), replica_(replica), spec_decode_(spec_decode) {}
+  // `lora_modules`: the adapters' names (vllm:lora_requests_info), with `max_loras` > 0 only.
+  ServeSource(ServeQueue& queue, ServeMetrics& metrics, Replica& replica, bool spec_decode,
+              std::int32_t max_loras, const std::vector<LoraModule>& lora_modules)
+      : queue_(queue),
+        metrics_(metrics),
+        replica_(replica),
+        spec_decode_(spec_decode),
+        max_loras_(max_loras),
+        lora_modules_(lora_modules) {}
   void admit(TimeNs now, Scheduler& scheduler) override {
     queue_.admit(now, scheduler);
     publish();
@@ -90,11 +98,26 @@ class ServeSource : public WorkSource {
                                                  : 0.0;
     metrics_.set_state(s.running, s.waiting, usage, replica_.kv().stats());
     if (spec_decode_) metrics_.set_spec_decode(replica_.scheduler().counters());
+    if (max_loras_ > 0) publish_lora();
+  }
+  void publish_lora() {
+    std::vector<std::string> running, waiting;
+    for (const Request* r : replica_.scheduler().running()) {
+      if (r->spec.lora_id != 0) running.push_back(lora_model_name(lora_modules_, r->spec.lora_id));
+    }
+    for (const Request* r : replica_.scheduler().waiting()) {
+      if (r->spec.lora_id != 0) waiting.push_back(lora_model_name(lora_modules_, r->spec.lora_id));
+    }
+    const double now_s =
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    metrics_.set_lora(max_loras_, std::move(running), std::move(waiting), now_s);
   }
   ServeQueue& queue_;
   ServeMetrics& metrics_;
   Replica& replica_;
   bool spec_decode_;  // speculative decoding configured: publish its counters
+  std::int32_t max_loras_;
+  const std::vector<LoraModule>& lora_modules_;
 };
 
 // cpp-httplib 0.11 listens with a backlog of 5: a burst of clients connecting at once (a
@@ -156,7 +179,8 @@ class Server {
         model_name_(options.served_model_name.empty() ? engine.llama.model.name
                                                       : options.served_model_name),
         tokenizer_(tokenizer),
-        limits_{model_name_, engine.llama.model.vocab_size, config.scheduler.max_model_len},
+        limits_{model_name_, engine.llama.model.vocab_size, config.scheduler.max_model_len,
+                parse_lora_modules(options.lora_modules, config.scheduler.lora, model_name_)},
         clock_(0),
         queue_(options.max_in_flight, clock_),
         metrics_(model_name_),
@@ -165,7 +189,9 @@ class Server {
                  static_cast<std::int32_t>(engine.num_gpu_blocks), *engine.executor, &observer_,
                  engine_kv_cache_options(config, engine),
                  static_cast<std::int32_t>(engine.num_cpu_blocks)),
-        source_(queue_, metrics_, replica_, config.scheduler.speculative.enabled()),
+        source_(queue_, metrics_, replica_, config.scheduler.speculative.enabled(),
+                config.scheduler.lora.enabled() ? config.scheduler.lora.max_loras : 0,
+                limits_.lora_modules),
         eos_token_ids_(engine.llama.model.eos_token_ids),
         created_(static_cast<std::int64_t>(std::time(nullptr))) {
     RunSummary overload;
@@ -235,8 +261,9 @@ class Server {
       }
     });
     http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
-      res.set_content(models_json(model_name_, created_, limits_.max_model_len),
-                      "application/json");
+      res.set_content(
+          models_json(model_name_, created_, limits_.max_model_len, limits_.lora_modules),
+          "application/json");
     });
     http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
       res.set_content(metrics_.render(), "text/plain; version=0.0.4; charset=utf-8");
@@ -294,6 +321,8 @@ class Server {
       spec.stop = std::make_shared<const StopConditions>(std::move(stop));
     }
     if (!parsed.cache_salt.empty()) spec.cache_salt = cache_salt_key(parsed.cache_salt);
+    spec.lora_id = parsed.lora_id;
+    spec.lora_rank = parsed.lora_rank;
     switch (queue_.submit(std::move(spec), ex->channel, &ex->id)) {
       case ServeQueue::Submit::kAccepted:
         break;
@@ -331,7 +360,7 @@ class Server {
       return;
     }
     ex->meta.id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(ex->id);
-    ex->meta.model = model_name_;
+    ex->meta.model = parsed.model;
     ex->meta.created = static_cast<std::int64_t>(std::time(nullptr));
     ex->meta.chat = chat;
     ++active_;
@@ -463,6 +492,10 @@ int run_server(const ExperimentConfig& config, const ServeOptions& options, std:
                       "scheduling yet (client aborts need a step boundary); use engine run or sim "
                       "run");
   }
+  // The adapters' names before the engine loads (the Server checks them again against the
+  // loaded model's name).
+  parse_lora_modules(options.lora_modules, config.scheduler.lora,
+                     options.served_model_name.empty() ? config.model : options.served_model_name);
   // cpp-httplib sends without MSG_NOSIGNAL: a client that hung up must not kill the server.
   std::signal(SIGPIPE, SIG_IGN);
   const std::string tokenizer_file = options.tokenizer.empty()

@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "engine/engine_driver.h"
 #include "serving/experiment.h"
@@ -27,6 +28,9 @@ struct ServeOptions {
   EngineOptions engine;
   std::size_t max_in_flight = 256;  // requests admitted and not finished; more: 429
   std::string served_model_name;    // empty: the model's name
+  // LoRA adapters served under their own names, "NAME=ID[:RANK]" each (vLLM's --lora-modules;
+  // serving/lora_modules.h): needs serving.lora; ConfigError for a bad entry.
+  std::vector<std::string> lora_modules;
   // The tokenizer.json of text prompts, chat messages and output text (serving/tokenizer.h);
   // empty: data/tokenizers/bytes (one token per byte, for the tiny model). Its vocabulary may
   // not exceed the model's.

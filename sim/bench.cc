@@ -17,6 +17,7 @@
 #include "core/request.h"
 #include "serving/cli.h"
 #include "serving/interrupt.h"
+#include "serving/lora_modules.h"
 #include "serving/model_config.h"
 #include "serving/output_file.h"
 #include "serving/recorder.h"
@@ -91,21 +92,24 @@ struct Outcome {
 
 // One streamed request; times relative to `send`.
 Outcome send_one(httplib::Client& client, const Endpoint& e, const std::string& model,
-                 const RequestSpec& spec, std::int32_t vocab_size) {
+                 const std::vector<LoraModule>& lora_modules, const RequestSpec& spec,
+                 std::int32_t vocab_size) {
   json prompt = json::array();
   for (std::int32_t p = 0; p < spec.prompt_len; ++p) {
     prompt.push_back(prompt_token_value(spec, p, vocab_size));
   }
-  const json body = {{"model", model},
-                     {"prompt", prompt},
-                     {"max_tokens", spec.max_output_tokens},
-                     {"temperature", 0.0},
-                     {"ignore_eos", true},
-                     {"stream", true},
-                     {"stream_options", {{"include_usage", true}}}};
+  const json body = {
+      {"model", spec.lora_id != 0 ? lora_model_name(lora_modules, spec.lora_id) : model},
+      {"prompt", prompt},
+      {"max_tokens", spec.max_output_tokens},
+      {"temperature", 0.0},
+      {"ignore_eos", true},
+      {"stream", true},
+      {"stream_options", {{"include_usage", true}}}};
   Outcome o;
   RequestRecord& r = o.record;
   r.id = spec.id;
+  r.lora_id = spec.lora_id;
   r.arrival_ns = spec.arrival_ns;
   r.prompt_tokens = spec.prompt_len;
   std::string buffer;
@@ -215,6 +219,8 @@ RunOutput run_bench(const ExperimentConfig& config, const BenchOptions& options)
       options.out_dir.empty() ? "out/" + config.name + "-bench" : options.out_dir;
   check_out_dir(final_dir);
   const std::string model = options.model.empty() ? first_model(endpoint) : options.model;
+  const std::vector<LoraModule> lora_modules =
+      parse_lora_modules(options.lora_modules, config.scheduler.lora, model);
 
   StagedDir stage(final_dir);
   out.out_dir = stage.temp_path();
@@ -260,7 +266,7 @@ RunOutput run_bench(const ExperimentConfig& config, const BenchOptions& options)
           spec = std::move(ready.front());
           ready.pop_front();
         }
-        Outcome o = send_one(client, endpoint, model, spec, model_config.vocab_size);
+        Outcome o = send_one(client, endpoint, model, lora_modules, spec, model_config.vocab_size);
         (o.record.status == RequestStatus::kFinished ? finished : failed)++;
         std::lock_guard lock(mu);
         outcomes.push_back(std::move(o));
@@ -350,6 +356,10 @@ int bench_command(const std::vector<std::string>& args) {
         app.add_option("--model", options.model,
                        "the model name to send (default: the first of GET /v1/models)")
             ->type_name("NAME");
+        app.add_option("--lora-modules", options.lora_modules,
+                       "the model names of LoRA adapters, as the server serves them (requests "
+                       "under other adapters send lora-ID)")
+            ->type_name("NAME=ID[:RANK] ...");
         app.add_option("--max-concurrency", options.max_concurrency,
                        "requests open at once at most (default 256)")
             ->check(cli::integer_in(1, 100000))

@@ -32,9 +32,13 @@
 namespace servelab {
 
 struct BenchOptions {
-  std::string url;                // http://HOST:PORT (a path ending in /completions is used as is)
-  std::string out_dir;            // empty: out/<experiment name>-bench
-  std::string model;              // empty: the first model GET /v1/models lists
+  std::string url;      // http://HOST:PORT (a path ending in /completions is used as is)
+  std::string out_dir;  // empty: out/<experiment name>-bench
+  std::string model;    // empty: the first model GET /v1/models lists
+  // Requests under a LoRA adapter (workload.lora) name it as `model`: the name these
+  // "NAME=ID[:RANK]" entries give its id (vLLM's --lora-modules, as the server was started
+  // with), else "lora-ID" (serving/lora_modules.h).
+  std::vector<std::string> lora_modules;
   int max_concurrency = 256;      // open requests at most
   double timeout_s = 600;         // per request
   std::FILE* progress = nullptr;  // a progress line every second when set

@@ -220,5 +220,33 @@ TEST(LoraEngine, EngineRunAppliesAdapters) {
   EXPECT_EQ(err.find("LoRA"), std::string::npos) << err;
 }
 
+// experiments/lora-tiny.yaml (docs/serving.md "LoRA adapters"): `sim run` and `engine run` both
+// complete it with the same requests under the same adapters, and count adapter loads into the
+// max_loras 2 slots (summary.json lora.adapter_loads: at least the 3 adapters, more as the two
+// slots turn over).
+TEST(LoraEngine, ShippedTinyExperimentRunsOnBothBackends) {
+  namespace fs = std::filesystem;
+  const fs::path dir = test_util::temp_dir("lora_tiny_shipped");
+  const std::string exp = servelab_home().string() + "/experiments/lora-tiny.yaml";
+  const test_util::Cli sim =
+      test_util::run_sim("run " + exp + " --quiet --out " + (dir / "sim").string(), dir);
+  ASSERT_EQ(sim.code, 0) << sim.err;
+  const std::string cmd = servelab_program("engine") + " run " + exp + " --quiet --out " +
+                          (dir / "eng").string() + " 2> " + (dir / "err.txt").string();
+  const int status = std::system(cmd.c_str());
+  ASSERT_EQ(WIFEXITED(status) ? WEXITSTATUS(status) : -1, 0)
+      << test_util::read_file(dir / "err.txt");
+  const auto s = nlohmann::json::parse(test_util::read_file(dir / "sim/summary.json"));
+  const auto e = nlohmann::json::parse(test_util::read_file(dir / "eng/summary.json"));
+  for (const auto* j : {&s, &e}) {
+    EXPECT_EQ((*j)["requests"]["completed"], 120);
+    EXPECT_GE((*j)["lora"]["adapter_loads"].get<int>(), 3);
+    EXPECT_LE((*j)["lora"]["adapters_per_step_mean"].get<double>(), 2.0);
+  }
+  EXPECT_EQ(e["lora"]["requests_by_adapter"], s["lora"]["requests_by_adapter"]);
+  EXPECT_GT(s["lora"]["requests_by_adapter"]["base"].get<int>(), 0);
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace servelab

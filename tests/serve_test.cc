@@ -118,11 +118,14 @@ double metric(const std::string& text, const std::string& series) {
   return std::stod(text.substr(v, text.find('\n', v) - v));
 }
 
-std::string scrape(const ServerProcess& s) {
-  httplib::Client c = client_for(s);
+std::string scrape_port(int port) {
+  httplib::Client c("127.0.0.1", port);
+  c.set_read_timeout(30);
   const httplib::Result r = c.Get("/metrics");
   return r && r->status == 200 ? "\n" + r->body : "";
 }
+
+std::string scrape(const ServerProcess& s) { return scrape_port(s.port()); }
 
 const std::string kLabels = "{model_name=\"tiny\"}";
 
@@ -564,6 +567,93 @@ TEST(EngineServe, SimBenchAgainstTheServerWritesARunFolderSimValidateReads) {
   EXPECT_NE(validate.out.find("(bench)\n"), std::string::npos) << validate.out;  // not "engine"
   const json v = json::parse(read_file(dir / "validation" / "validation.json"));
   EXPECT_EQ(v["requests"]["compared"], 20) << v.dump();
+  fs::remove_all(dir);
+}
+
+// LoRA adapters served by name (vLLM's --lora-modules; serving/lora_modules.h): GET /v1/models
+// lists each with the base model as parent, a request naming an adapter runs under it (its
+// greedy tokens differ from the base model's, the response names the adapter), an unknown name
+// is 404, /metrics has vllm:lora_requests_info, and `sim bench` sends each request of a
+// `workload.lora` under its adapter's name (all finish). Bad --lora-modules are exit code 2.
+TEST(EngineServe, LoraAdaptersAreServedByNameAndSimBenchSendsThem) {
+  const fs::path dir = temp_dir("serve_lora");
+  std::string exp = kServeExperiment;
+  exp.replace(exp.find("policies:"), 0, "  lora: {max_loras: 2, max_lora_rank: 8}\n");
+  exp += "  lora: {adapters: 3, rank: 8}\n";
+  write_file(dir / "lora.yaml", exp);
+  ServeProcess server(dir, dir / "lora.yaml", {"--lora-modules", "sql=1", "chat=2:4", "lora-3=3"});
+  httplib::Client c("127.0.0.1", server.port());
+  c.set_read_timeout(30);
+  const httplib::Result models = c.Get("/v1/models");
+  ASSERT_TRUE(models && models->status == 200);
+  const json m = json::parse(models->body)["data"];
+  ASSERT_EQ(m.size(), 4u) << m.dump();
+  EXPECT_EQ(m[0]["id"], "tiny");
+  EXPECT_TRUE(m[0]["parent"].is_null());
+  EXPECT_EQ(m[1]["id"], "sql");
+  EXPECT_EQ(m[1]["parent"], "tiny");
+  EXPECT_EQ(m[2]["root"], "adapter 2 (rank 4)");
+  const auto complete = [&](const std::string& model, int first) {
+    const json body = {{"model", model},
+                       {"prompt", {first, first + 1, first + 2, first + 3}},
+                       {"max_tokens", 16},
+                       {"ignore_eos", true}};
+    const httplib::Result r = c.Post("/v1/completions", body.dump(), "application/json");
+    EXPECT_TRUE(r && r->status == 200) << (r ? r->body : "no response");
+    const json j = r && r->status == 200 ? json::parse(r->body) : json::object();
+    if (!j.empty()) EXPECT_EQ(j["model"], model);
+    return j.empty() ? std::string() : j["choices"][0]["text"].get<std::string>();
+  };
+  int differ = 0;
+  for (const int first : {3, 40, 90}) {
+    const std::string base = complete("tiny", first), sql = complete("sql", first);
+    EXPECT_EQ(complete("sql", first), sql);  // greedy: the same again
+    differ += base != sql ? 1 : 0;
+  }
+  EXPECT_GT(differ, 0) << "adapter 1 never changed the base model's tokens";
+  const httplib::Result missing =
+      c.Post("/v1/completions", json({{"model", "lora-4"}, {"prompt", {1, 2}}}).dump(),
+             "application/json");
+  ASSERT_TRUE(missing);
+  EXPECT_EQ(missing->status, 404);
+  const std::string metrics = scrape_port(server.port());
+  EXPECT_NE(metrics.find("# TYPE vllm:lora_requests_info gauge\nvllm:lora_requests_info{max_lora="
+                         "\"2\",waiting_lora_adapters=\"\",running_lora_adapters=\"\"} "),
+            std::string::npos)
+      << metrics;
+  // sim bench sends the workload's adapters 1, 2 and 3 as sql, chat and lora-3.
+  const Cli bench =
+      run_sim("bench " + (dir / "lora.yaml").string() + " --url " + server.url() + " --out " +
+                  (dir / "bench").string() + " --lora-modules sql=1 chat=2:4",
+              dir);
+  ASSERT_EQ(bench.code, 0) << bench.err;
+  const json summary = json::parse(read_file(dir / "bench" / "summary.json"));
+  EXPECT_EQ(summary["requests"]["completed"], 20) << summary.dump();
+  std::int64_t adapted = 0;
+  for (const auto& [id, n] : summary["lora"]["requests_by_adapter"].items()) {
+    if (id != "base") adapted += n.get<std::int64_t>();
+  }
+  EXPECT_EQ(adapted, 20);
+  // Bad --lora-modules: exit code 2 with the reason, before the engine loads.
+  const auto serve_error = [&](const std::string& yaml, const std::string& modules) {
+    const std::string cmd = servelab_program("engine") + " serve " + yaml +
+                            " --port 0 --lora-modules " + modules + " > " + (dir / "o").string() +
+                            " 2> " + (dir / "e").string();
+    const int status = std::system(cmd.c_str());
+    EXPECT_EQ(WIFEXITED(status) ? WEXITSTATUS(status) : -1, 2) << modules;
+    return read_file(dir / "e");
+  };
+  write_file(dir / "plain.yaml", kServeExperiment);
+  const std::string lora = (dir / "lora.yaml").string();
+  EXPECT_NE(serve_error((dir / "plain.yaml").string(), "sql=1").find("serving.lora"),
+            std::string::npos);
+  EXPECT_NE(serve_error(lora, "sql").find("expected NAME=ID or NAME=ID:RANK"), std::string::npos);
+  EXPECT_NE(serve_error(lora, "sql=0").find("adapter id"), std::string::npos);
+  EXPECT_NE(serve_error(lora, "sql=1:16").find("exceeds serving.lora.max_lora_rank (8)"),
+            std::string::npos);
+  EXPECT_NE(serve_error(lora, "sql=1 sql=2").find("given twice"), std::string::npos);
+  EXPECT_NE(serve_error(lora, "sql=1 chat=1").find("already served as 'sql'"), std::string::npos);
+  EXPECT_NE(serve_error(lora, "tiny=1").find("the base model's"), std::string::npos);
   fs::remove_all(dir);
 }
 

@@ -4,14 +4,18 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "core/config_error.h"
+#include "core/lora_config.h"
 #include "engine/openai_api.h"
 #include "engine/serve_metrics.h"
 #include "engine/serve_queue.h"
 #include "engine/stop_strings.h"
 #include "serving/home.h"
+#include "serving/lora_modules.h"
 #include "serving/tokenizer.h"
 
 namespace servelab {
@@ -152,6 +156,79 @@ TEST(OpenAiApi, StopStringsParse) {
                            R"({"prompt": "a", "stop": null})"}) {
     EXPECT_TRUE(parse_completion_request(none, false, limits, *bytes).stop.empty()) << none;
   }
+}
+
+// --lora-modules entries (serving/lora_modules.h) and a request naming an adapter.
+TEST(LoraModules, ParseCheckAndSelectAdapters) {
+  LoraModule m = parse_lora_module("sql=7", 16);
+  EXPECT_EQ(m.name, "sql");
+  EXPECT_EQ(m.id, 7u);
+  EXPECT_EQ(m.rank, 16);
+  m = parse_lora_module("a/b-c=4294967294:512", 16);
+  EXPECT_EQ(m.name, "a/b-c");
+  EXPECT_EQ(m.id, 4294967294u);
+  EXPECT_EQ(m.rank, 512);
+  for (const char* bad : {"sql", "=1", "sql=", "sql=0", "sql=x", "sql=1:", "sql=1:0", "sql=1:513",
+                          "s ql=1", "sql=1:8:8", "sql=4294967295", "sql=-1"}) {
+    EXPECT_THROW(parse_lora_module(bad, 16), ConfigError) << bad;
+  }
+  try {
+    parse_lora_module("sql=1:1000", 16);
+    ADD_FAILURE() << "rank 1000 accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(
+        std::string(e.what()),
+        "--lora-modules 'sql=1:1000': expected the rank, an integer from 1 to 512, after ':'");
+  }
+  LoraConfig lora;
+  EXPECT_TRUE(parse_lora_modules({}, lora, "tiny").empty());
+  EXPECT_THROW(parse_lora_modules({"sql=1"}, lora, "tiny"), ConfigError);  // LoRA off
+  lora.max_loras = 2;
+  lora.max_lora_rank = 8;
+  const std::vector<LoraModule> mods = parse_lora_modules({"sql=1", "chat=2:4"}, lora, "tiny");
+  ASSERT_EQ(mods.size(), 2u);
+  EXPECT_EQ(mods[0].rank, 8);  // max_lora_rank by default
+  EXPECT_EQ(mods[1].rank, 4);
+  EXPECT_THROW(parse_lora_modules({"sql=1:16"}, lora, "tiny"), ConfigError);
+  EXPECT_THROW(parse_lora_modules({"sql=1", "sql=2"}, lora, "tiny"), ConfigError);
+  EXPECT_THROW(parse_lora_modules({"sql=1", "chat=1"}, lora, "tiny"), ConfigError);
+  EXPECT_THROW(parse_lora_modules({"tiny=1"}, lora, "tiny"), ConfigError);
+  EXPECT_EQ(lora_model_name(mods, 2), "chat");
+  EXPECT_EQ(lora_model_name(mods, 3), "lora-3");
+
+  const std::unique_ptr<Tokenizer> bytes =
+      load_tokenizer(home_path("data/tokenizers/bytes/tokenizer.json"));
+  const ApiLimits limits{"tiny", 256, 64, mods};
+  CompletionRequest r =
+      parse_completion_request("{\"prompt\": [1], \"model\": \"chat\"}", false, limits, *bytes);
+  EXPECT_EQ(r.model, "chat");
+  EXPECT_EQ(r.lora_id, 2u);
+  EXPECT_EQ(r.lora_rank, 4);
+  r = parse_completion_request("{\"prompt\": [1]}", false, limits, *bytes);
+  EXPECT_EQ(r.model, "tiny");
+  EXPECT_EQ(r.lora_id, 0u);
+  try {
+    parse_completion_request("{\"prompt\": [1], \"model\": \"lora-3\"}", false, limits, *bytes);
+    ADD_FAILURE() << "an adapter that is not served was accepted";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.status, 404);
+  }
+  const nlohmann::json models = nlohmann::json::parse(models_json("tiny", 5, 64, mods));
+  ASSERT_EQ(models["data"].size(), 3u);
+  EXPECT_EQ(models["data"][2]["id"], "chat");
+  EXPECT_EQ(models["data"][2]["parent"], "tiny");
+  EXPECT_FALSE(models["data"][2].contains("max_model_len"));
+}
+
+// vLLM's vllm:lora_requests_info: only once set, names sorted and each once, no model_name label.
+TEST(ServeMetrics, LoraRequestsInfoGauge) {
+  ServeMetrics m("tiny");
+  EXPECT_EQ(m.render().find("lora_requests_info"), std::string::npos);
+  m.set_lora(4, {"sql", "chat", "sql"}, {"zeta"}, 1700000000.5);
+  EXPECT_NE(m.render().find("vllm:lora_requests_info{max_lora=\"4\",waiting_lora_adapters=\"zeta\","
+                            "running_lora_adapters=\"chat,sql\"} 1700000000.5\n"),
+            std::string::npos)
+      << m.render();
 }
 
 }  // namespace
