@@ -13,6 +13,7 @@
 #include "core/rng.h"
 #include "core/scheduler.h"
 #include "policies/registry.h"
+#include "tests/scheduler_harness.h"
 
 namespace servelab {
 namespace {
@@ -72,40 +73,23 @@ SchedulerConfig Config(const std::string& bf, std::int32_t budget, std::int32_t 
   return c;
 }
 
-class Harness {
- public:
-  Harness(const SchedulerConfig& config, std::int32_t num_blocks)
-      : pool(num_blocks),
-        kv(pool, config.block_size, config.max_model_len, config.enable_prefix_caching),
-        sched(config, kv, &obs) {}
-
+struct Harness : test_util::SchedulerHarness<Observer> {
+  using SchedulerHarness::SchedulerHarness;
+  // One step at time 0: its entries; every sampled token is 7.
   std::vector<Entry> Step() {
-    const StepPlan& plan = sched.schedule(0);
+    const StepPlan& p = Schedule(0);
     std::vector<Entry> out;
     StepResult res;
     res.duration_ns = 1;
-    for (const ScheduledRequest& e : plan.requests) {
+    for (const ScheduledRequest& e : p.requests) {
       EXPECT_GE(static_cast<std::int64_t>(e.block_table.size()) * 16, e.context_len());
       out.push_back({e.id, e.first_token, e.num_tokens, e.is_prefill, e.samples});
       res.sampled_tokens.push_back(e.samples ? 7 : -1);
     }
-    pool.check_invariants();
-    if (!plan.empty()) sched.complete(res, 0);
-    pool.check_invariants();
+    if (!p.empty()) Finish(res, 0);
     return out;
   }
-  const Request* Running(RequestId id) const {
-    for (const Request* r : sched.running()) {
-      if (r->id() == id) return r;
-    }
-    return nullptr;
-  }
   std::int32_t UsedBlocks() const { return pool.num_usable_blocks() - pool.num_free_blocks(); }
-
-  Observer obs;
-  BlockPool pool;
-  KvCacheManager kv;
-  Scheduler sched;
 };
 
 using Plan = std::vector<Entry>;

@@ -24,6 +24,7 @@
 #include "sim/roofline_cost_model.h"
 #include "sim/run.h"
 #include "sim/sim_backend.h"
+#include "tests/scheduler_harness.h"
 #include "tests/test_util.h"
 
 namespace servelab {
@@ -78,36 +79,14 @@ SchedulerConfig Config(std::int32_t steps, bool caching = false) {
 
 // Pool + manager + scheduler stepped by hand; Complete() gives every sampled token the value 5
 // (N per entry in a round).
-struct Harness {
-  Harness(const SchedulerConfig& config, std::int32_t blocks)
-      : pool(blocks),
-        kv(pool, config.block_size, config.max_model_len, config.enable_prefix_caching),
-        sched(config, kv, &obs) {}
-  const StepPlan& Schedule(TimeNs now) {
-    plan = &sched.schedule(now);
-    pool.check_invariants();
-    return *plan;
-  }
+struct Harness : test_util::SchedulerHarness<Recording> {
+  using SchedulerHarness::SchedulerHarness;
   void Complete(TimeNs now) {
     StepResult res;
     res.duration_ns = 1;
     res.sampled_tokens.assign(plan->requests.size() * static_cast<std::size_t>(plan->num_steps), 5);
-    sched.complete(res, now);
-    pool.check_invariants();
-    kv.check_invariants();
+    Finish(res, now);
   }
-  const Request* Running(RequestId id) const {
-    for (const Request* r : sched.running()) {
-      if (r->id() == id) return r;
-    }
-    return nullptr;
-  }
-
-  Recording obs;
-  BlockPool pool;
-  KvCacheManager kv;
-  Scheduler sched;
-  const StepPlan* plan = nullptr;
 };
 
 // Two requests (prompts 16 and 20, 10 outputs each) with N = 4: the prefill is a single step,

@@ -21,6 +21,7 @@
 #include "serving/model_config.h"
 #include "sim/roofline_cost_model.h"
 #include "sim/speculation.h"
+#include "tests/scheduler_harness.h"
 #include "tests/test_util.h"
 
 namespace servelab {
@@ -61,16 +62,8 @@ class Recording : public SchedulerObserver {
 
 // A step's result: every entry samples `sampled`, accepts accepted[k] of its drafts (when the
 // plan drafts) and proposes `propose` tokens 100, 101, ...
-struct Harness {
-  Harness(const SchedulerConfig& config, std::int32_t blocks)
-      : pool(blocks),
-        kv(pool, config.block_size, config.max_model_len, config.enable_prefix_caching),
-        sched(config, kv, &obs) {}
-  const StepPlan& Schedule(TimeNs now) {
-    plan = &sched.schedule(now);
-    pool.check_invariants();
-    return *plan;
-  }
+struct Harness : test_util::SchedulerHarness<Recording> {
+  using SchedulerHarness::SchedulerHarness;
   void Complete(TimeNs now, std::vector<std::int32_t> accepted = {}, std::int32_t propose = 0,
                 std::int32_t sampled = 7) {
     StepResult res;
@@ -84,22 +77,8 @@ struct Harness {
     for (std::size_t k = 0; k < plan->requests.size(); ++k) {
       for (std::int32_t j = 0; j < propose; ++j) res.proposed_tokens.push_back(100 + j);
     }
-    sched.complete(res, now);
-    pool.check_invariants();
-    kv.check_invariants();
+    Finish(res, now);
   }
-  const Request* Running(RequestId id) const {
-    for (const Request* r : sched.running()) {
-      if (r->id() == id) return r;
-    }
-    return nullptr;
-  }
-
-  Recording obs;
-  BlockPool pool;
-  KvCacheManager kv;
-  Scheduler sched;
-  const StepPlan* plan = nullptr;
 };
 
 // A prefill samples the first token and the backend proposes 4 drafts; the next step verifies
