@@ -45,9 +45,10 @@ constexpr const char* kUsage =
     "      blocks are per replica; events.csv with --record-events has the routes).\n"
     "  profile --model M -o PROFILE.csv [--device cpu|cuda] [--reps N] [--rounds R]\n"
     "             [--warmup N] [--quick] [--max-tokens N] [--block-size N] [--weights PATH]\n"
-    "             [--seed N] [--force] [--quiet]\n"
+    "             [--lora-rank R] [--seed N] [--force] [--quiet]\n"
     "      time the executor over a grid of step shapes (prefill, batched prefill, chunks with\n"
-    "      cached context, decode batches by context, mixed, swap, copy): N repetitions\n"
+    "      cached context, decode batches by context, mixed, swap, copy; with --lora-rank, steps\n"
+    "      under LoRA adapters of rank R): N repetitions\n"
     "      (default 9) over R passes (default 3), each shape warmed up and timed back to back\n"
     "      within a pass; writes each shape's median with the cost model's features and a\n"
     "      header naming the machine (device name, threads), date and engine version, for\n"
@@ -215,6 +216,9 @@ int cmd_profile(const std::vector<std::string>& args) {
   count("--warmup", o.warmup, 0, 1000, "untimed runs before each shape");
   count("--max-tokens", o.max_tokens, 16, 1 << 20, "the largest step in tokens");
   count("--block-size", o.block_size, 1, 256, "tokens per KV block");
+  count("--lora-rank", o.lora_rank, 1, 512,
+        "also time steps under LoRA adapters of this rank (the `lora` family), for the LoRA "
+        "terms of `sim calibrate`");
   app->add_option("--weights", o.weights, "a safetensors checkpoint (default: random weights)")
       ->type_name("PATH");
   app->add_option_function<std::string>(

@@ -10,6 +10,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "core/lora_config.h"
 #include "core/request.h"
 #include "core/step_plan.h"
 #include "engine/cpu_executor.h"
@@ -60,15 +61,24 @@ struct BuiltShape {
 };
 
 void build(BuiltShape& b, const ProfileShape& s, std::int32_t bs, std::uint64_t seed,
-           RequestId& next_id) {
+           std::int32_t lora_rank, RequestId& next_id) {
   b.shape = &s;
   BlockId next_block = 1;  // block 0 is the pool's null block: never used
+  std::vector<std::uint32_t> adapters;
   for (const ProfileEntry& e : s.entries) {
     const RequestId id = next_id++;
     const std::int32_t len = e.first_token + e.num_tokens;
     b.specs.push_back(make_request(
         id, 0, {PromptSegment{unique_content_id(seed, id), 0, static_cast<std::uint32_t>(len)}},
         1));
+    if (e.lora_id != 0) {
+      b.specs.back().lora_id = e.lora_id;
+      b.specs.back().lora_rank = lora_rank;
+      b.plan.num_lora_tokens += e.num_tokens;
+      if (std::find(adapters.begin(), adapters.end(), e.lora_id) == adapters.end()) {
+        adapters.push_back(e.lora_id);
+      }
+    }
     std::vector<BlockId>& table = b.tables.emplace_back();
     for (std::int32_t k = 0; k < blocks_for(len, bs); ++k) table.push_back(next_block++);
     ScheduledRequest r;
@@ -82,6 +92,7 @@ void build(BuiltShape& b, const ProfileShape& s, std::int32_t bs, std::uint64_t 
     b.plan.requests.push_back(r);
     (e.is_prefill ? b.plan.num_prefill_tokens : b.plan.num_decode_tokens) += e.num_tokens;
   }
+  b.plan.num_loras = static_cast<std::int32_t>(adapters.size());
   for (std::int32_t k = 0; k < s.swap_blocks; ++k) {
     b.plan.swap_out.push_back({next_block++, k});
   }
@@ -153,7 +164,7 @@ std::string cpu_device_name() {
   return "cpu: " + m.name + " (" + std::to_string(m.threads) + " hardware threads)";
 }
 
-std::vector<ProfileShape> profile_grid(bool quick, std::int32_t max_tokens) {
+std::vector<ProfileShape> profile_grid(bool quick, std::int32_t max_tokens, bool lora) {
   std::vector<ProfileShape> g;
   const std::int32_t m = max_tokens;
   // Above 2,048 tokens the full grid grows to the sizes a GPU serves (the workloads of
@@ -213,6 +224,25 @@ std::vector<ProfileShape> profile_grid(bool quick, std::int32_t max_tokens) {
     add("swap", std::vector<ProfileEntry>(4, decode(small_ctx)), k, 0);
     add("copy", std::vector<ProfileEntry>(4, decode(small_ctx)), 0, k);
   }
+  if (lora) {
+    // Decode batches over 1 to 16 adapters (the token and the per-adapter terms apart), and
+    // prompts under one adapter (the token term at GEMM sizes).
+    const std::int32_t ctx = std::min<std::int32_t>(256, m);
+    for (std::int32_t b : quick ? Sizes{8, 32} : Sizes{1, 8, 32, 128}) {
+      for (std::int32_t l : quick ? Sizes{1, 8} : Sizes{1, 4, 16}) {
+        if (l > b) continue;
+        std::vector<ProfileEntry> e(b, decode(ctx));
+        for (std::int32_t i = 0; i < b; ++i) e[i].lora_id = static_cast<std::uint32_t>(1 + i % l);
+        add("lora", std::move(e));
+      }
+    }
+    for (std::int32_t n : quick ? Sizes{64} : Sizes{64, 512, 2048}) {
+      if (n > m) continue;
+      ProfileEntry e = prompt(n);
+      e.lora_id = 1;
+      add("lora", {e});
+    }
+  }
   return g;
 }
 
@@ -247,7 +277,17 @@ ProfileRun run_profile(const ProfileOptions& o, std::FILE* progress) {
   const std::int32_t max_tokens = std::min<std::int32_t>(
       o.max_tokens, static_cast<std::int32_t>(model.max_position_embeddings));
   if (max_tokens < 16) throw ConfigError("--max-tokens: expected at least 16");
-  const std::vector<ProfileShape> grid = profile_grid(o.quick, max_tokens);
+  if (o.lora_rank < 0 || o.lora_rank > kMaxLoraRank) {
+    throw ConfigError("--lora-rank: expected an integer in [1, " + std::to_string(kMaxLoraRank) +
+                      "] (0: no LoRA shapes), got " + std::to_string(o.lora_rank));
+  }
+  const std::vector<ProfileShape> grid = profile_grid(o.quick, max_tokens, o.lora_rank > 0);
+  std::int32_t max_adapters = 1;  // distinct adapters of one shape, at most
+  for (const ProfileShape& s : grid) {
+    std::uint32_t top = 0;
+    for (const ProfileEntry& e : s.entries) top = std::max(top, e.lora_id);
+    max_adapters = std::max(max_adapters, static_cast<std::int32_t>(top));
+  }
 
   std::int64_t device_blocks = 2, host_blocks = 0;
   for (const ProfileShape& s : grid) {
@@ -268,6 +308,8 @@ ProfileRun run_profile(const ProfileOptions& o, std::FILE* progress) {
     eo.block_size = o.block_size;
     eo.num_blocks = static_cast<std::int32_t>(device_blocks);
     eo.num_host_blocks = static_cast<std::int32_t>(host_blocks);
+    eo.enable_lora = o.lora_rank > 0;
+    eo.lora_seed = o.seed;
     exec = std::make_unique<CpuExecutor>(weights, eo);
   }
 #if SERVELAB_HAVE_CUDA
@@ -288,6 +330,10 @@ ProfileRun run_profile(const ProfileOptions& o, std::FILE* progress) {
       co.max_num_tokens = std::max(co.max_num_tokens, tokens);
       co.max_num_seqs = std::max(co.max_num_seqs, static_cast<std::int32_t>(s.entries.size()));
     }
+    co.enable_lora = o.lora_rank > 0;
+    co.lora_seed = o.seed;
+    co.max_loras = max_adapters;
+    co.max_lora_rank = std::max(1, o.lora_rank);
     apply_cuda_switches(cuda_switches_from_env(), co);
     auto cuda = std::make_unique<CudaExecutor>(weights, co);
     const kernels::DeviceInfo info = kernels::device_info();
@@ -302,7 +348,9 @@ ProfileRun run_profile(const ProfileOptions& o, std::FILE* progress) {
 #endif
   std::deque<BuiltShape> built;
   RequestId next_id = 0;
-  for (const ProfileShape& s : grid) build(built.emplace_back(), s, o.block_size, o.seed, next_id);
+  for (const ProfileShape& s : grid) {
+    build(built.emplace_back(), s, o.block_size, o.seed, o.lora_rank, next_id);
+  }
 
   // Shape by shape, warm-up then repetitions back to back: consecutive engine steps have
   // similar shapes, so the weights and KV blocks are as warm in cache as they are in a run. The
@@ -343,7 +391,12 @@ ProfileRun run_profile(const ProfileOptions& o, std::FILE* progress) {
   out << "# warmup: " << o.warmup << " per round\n";
   out << "# rounds: " << std::min(o.rounds, o.reps) << "\n";
   out << "# grid: " << (o.quick ? "quick" : "full") << ", max_tokens " << max_tokens << "\n";
-  const std::vector<std::string>& cols = profile_columns();
+  const bool lora = o.lora_rank > 0;
+  if (lora) out << "# lora_rank: " << o.lora_rank << "\n";
+  std::vector<std::string> cols = profile_columns();
+  if (lora) {
+    cols.insert(cols.end(), profile_lora_columns().begin(), profile_lora_columns().end());
+  }
   for (std::size_t i = 0; i < cols.size(); ++i) out << (i ? "," : "") << cols[i];
   out << "\n";
   for (const BuiltShape& b : built) {
@@ -355,7 +408,9 @@ ProfileRun run_profile(const ProfileOptions& o, std::FILE* progress) {
         << s.decode_pairs << "," << s.decode_context_tokens << "," << s.num_sampled << ","
         << f.num_entries << "," << s.swap_out_blocks << "," << s.swap_in_blocks << ","
         << s.copy_blocks << "," << b.durations_ns.size() << "," << median(b.durations_ns) << ","
-        << *mn << "," << *mx << "\n";
+        << *mn << "," << *mx;
+    if (lora) out << "," << s.lora_tokens << "," << s.num_loras;
+    out << "\n";
   }
   write_file_atomically(o.out, out.str());
   return {built.size(), device_name};

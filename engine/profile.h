@@ -18,6 +18,9 @@
 //   mixed          B decodes at context c plus one prompt of n tokens
 //   swap           k blocks swapped out and k swapped in, beside 4 decodes at context 64
 //   copy           k copy-on-write block copies, beside 4 decodes at context 64
+//   lora           with --lora-rank R only: B decodes at context 256 spread over L adapters of
+//                  rank R (round robin), and prompts of n tokens under one adapter; the file
+//                  then has the LoRA columns (serving/calibration_profile.h) and `# lora_rank: R`
 #pragma once
 
 #include <cstdint>
@@ -41,6 +44,9 @@ struct ProfileOptions {
   std::int32_t max_tokens = 2048;  // largest step (tokens, context) in the grid; capped by the
                                    // model's max_position_embeddings
   std::uint64_t seed = 0;
+  // > 0: add the `lora` family, its adapters of this rank (1..512; the executor runs with LoRA on,
+  // adapters generated from `seed`), so `sim calibrate` fits the LoRA terms.
+  std::int32_t lora_rank = 0;
 };
 
 struct ProfileEntry {
@@ -48,6 +54,7 @@ struct ProfileEntry {
   std::int32_t num_tokens = 1;
   bool is_prefill = true;
   bool samples = true;
+  std::uint32_t lora_id = 0;  // > 0: the entry runs under this adapter (the `lora` family)
 };
 
 struct ProfileShape {
@@ -60,7 +67,8 @@ struct ProfileShape {
 // The grid for steps of at most max_tokens tokens and context. Up to 2,048 the full grid is the
 // 102 shapes the shipped CPU profile was measured with; above, it grows to GPU sizes (prefill to
 // 8,192, contexts to 8,192, decode steps to 262,144 KV tokens: 152 shapes at 8,192).
-std::vector<ProfileShape> profile_grid(bool quick, std::int32_t max_tokens);
+// With `lora` the `lora` family is added.
+std::vector<ProfileShape> profile_grid(bool quick, std::int32_t max_tokens, bool lora = false);
 
 // What run_profile did: the number of shapes profiled and the device they ran on, as the
 // header's `device` line names it ("cpu: NAME (N hardware threads)", or the GPU's name, compute

@@ -35,6 +35,11 @@ const std::vector<std::string>& profile_columns() {
   return cols;
 }
 
+const std::vector<std::string>& profile_lora_columns() {
+  static const std::vector<std::string> cols = {"lora_tokens", "num_loras"};
+  return cols;
+}
+
 CalibratedProfile load_calibrated_profile(const std::string& path) {
   const ConfigNode doc = ConfigNode::load_file(path);
   doc.allow_keys({"type", "format_version", "model", "device", "machine", "date_utc",

@@ -43,9 +43,10 @@ struct CalibratedCoefficients {
   double sampled_sequence_s = 0;
   double swap_byte_s = 0;
   double copy_byte_s = 0;
-  // LoRA adapters (optional in cost.yaml; `sim calibrate` does not fit them yet): seconds per
-  // token under an adapter per unit of rank (the shrink and expand GEMMs), and per distinct
-  // adapter of the step per unit of rank (reading its weights). lora_set: both were given.
+  // LoRA adapters (optional in cost.yaml; `sim calibrate` fits them from a profile with LoRA
+  // rows, `engine profile --lora-rank R`): seconds per token under an adapter per unit of rank
+  // (the shrink and expand GEMMs), and per distinct adapter of the step per unit of rank
+  // (reading its weights). lora_set: both were given (or fitted).
   double lora_token_rank_s = 0;
   double lora_adapter_rank_s = 0;
   bool lora_set = false;
@@ -75,5 +76,9 @@ CalibratedProfile load_calibrated_profile(const std::string& path);
 
 // The CSV columns `engine profile` writes, in order.
 const std::vector<std::string>& profile_columns();
+// The columns a profile with LoRA rows (`engine profile --lora-rank R`, whose header then has a
+// `# lora_rank: R` line) writes after those: the step's tokens under an adapter and its distinct
+// adapters (StepFeatures::lora_tokens, num_loras). Optional when reading (0 without them).
+const std::vector<std::string>& profile_lora_columns();
 
 }  // namespace servelab

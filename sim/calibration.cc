@@ -13,6 +13,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "core/lora_config.h"
 #include "serving/config_node.h"
 #include "sim/huber_nnls.h"
 #include "traces/csv_reader.h"
@@ -21,7 +22,7 @@ namespace servelab {
 
 namespace {
 
-constexpr int kTerms = 10;
+constexpr int kTerms = 12;
 enum Term {
   kStep,
   kSequence,
@@ -32,15 +33,19 @@ enum Term {
   kDecodeAboveKnee,
   kSampled,
   kSwapByte,
-  kCopyByte
+  kCopyByte,
+  kLoraTokenRank,
+  kLoraAdapterRank
 };
 
-// The basis value of each term for one step (the unit each coefficient multiplies).
+// The basis value of each term for one step (the unit each coefficient multiplies); lora_rank:
+// the profile's (0 without LoRA rows).
 std::array<double, kTerms> basis(const CalibrationFeatures& f, std::int64_t knee,
-                                 std::int64_t decode_knee, double block_bytes) {
+                                 std::int64_t decode_knee, double block_bytes, double lora_rank) {
   const StepFeatures& s = f.step;
   const double t = static_cast<double>(s.num_tokens);
   const double dc = static_cast<double>(s.decode_context_tokens);
+  const bool lora = s.lora_tokens > 0;
   return {f.empty() ? 0.0 : 1.0,
           static_cast<double>(f.num_entries),
           t,
@@ -50,11 +55,13 @@ std::array<double, kTerms> basis(const CalibrationFeatures& f, std::int64_t knee
           decode_knee > 0 ? std::max(0.0, dc - static_cast<double>(decode_knee)) : 0.0,
           static_cast<double>(s.num_sampled),
           static_cast<double>(s.swap_out_blocks + s.swap_in_blocks) * block_bytes,
-          static_cast<double>(s.copy_blocks) * block_bytes};
+          static_cast<double>(s.copy_blocks) * block_bytes,
+          lora ? static_cast<double>(s.lora_tokens) * lora_rank : 0.0,
+          lora ? static_cast<double>(s.num_loras) * lora_rank : 0.0};
 }
 
 CalibratedCoefficients from_vector(const Eigen::VectorXd& x, std::int64_t knee,
-                                   std::int64_t decode_knee) {
+                                   std::int64_t decode_knee, bool lora) {
   CalibratedCoefficients c;
   c.step_s = x(kStep);
   c.per_sequence_s = x(kSequence);
@@ -70,6 +77,11 @@ CalibratedCoefficients from_vector(const Eigen::VectorXd& x, std::int64_t knee,
   c.sampled_sequence_s = x(kSampled);
   c.swap_byte_s = x(kSwapByte);
   c.copy_byte_s = x(kCopyByte);
+  if (lora) {
+    c.lora_token_rank_s = x(kLoraTokenRank);
+    c.lora_adapter_rank_s = x(kLoraAdapterRank);
+    c.lora_set = true;
+  }
   return c;
 }
 
@@ -85,6 +97,8 @@ EngineProfile read_profile(const std::string& path) {
   p.file = path;
   std::vector<std::string> header;
   std::map<std::string, std::size_t> col;
+  std::size_t lora_columns = 0;      // 2 when the profile has LoRA columns
+  std::int64_t first_lora_line = 0;  // the first row with tokens under an adapter
   auto fail = [&](const std::string& what) { csv.fail_message(what); };
   while (csv.next_row()) {
     const std::string_view line = csv.line();
@@ -120,6 +134,11 @@ EngineProfile read_profile(const std::string& path) {
         if (c == "reps" || c == "min_ns" || c == "max_ns") continue;
         if (!col.count(c)) fail("the header has no column '" + c + "'");
       }
+      lora_columns = 0;
+      for (const std::string& c : profile_lora_columns()) lora_columns += col.count(c);
+      if (lora_columns == 1) {
+        fail("the header has one of the LoRA columns lora_tokens and num_loras, not both");
+      }
       continue;
     }
     if (f.size() != header.size()) {
@@ -153,6 +172,18 @@ EngineProfile read_profile(const std::string& path) {
     s.swap_out_blocks = integer("swap_out_blocks");
     s.swap_in_blocks = integer("swap_in_blocks");
     s.copy_blocks = integer("copy_blocks");
+    if (lora_columns == 2) {
+      s.lora_tokens = integer("lora_tokens");
+      s.num_loras = integer("num_loras");
+      if (s.lora_tokens > s.num_tokens || (s.num_loras > 0) != (s.lora_tokens > 0) ||
+          s.num_loras > s.lora_tokens) {
+        fail("lora_tokens (" + std::to_string(s.lora_tokens) + ") and num_loras (" +
+             std::to_string(s.num_loras) +
+             "): expected at most num_tokens tokens under at most as many adapters, both 0 or "
+             "both positive");
+      }
+      if (s.lora_tokens > 0 && first_lora_line == 0) first_lora_line = csv.line_number();
+    }
     r.median_ns = integer("median_ns");
     if (s.num_tokens != s.prefill_tokens + s.decode_tokens) {
       fail("num_tokens (" + std::to_string(s.num_tokens) +
@@ -181,6 +212,19 @@ EngineProfile read_profile(const std::string& path) {
   if (!p.header.count("model")) throw ConfigError(path + ": header line '# model: ...' is missing");
   p.block_size = static_cast<std::int32_t>(header_int("block_size", 1));
   p.block_bytes = header_int("block_bytes", 1);
+  if (p.header.count("lora_rank") || first_lora_line > 0) {
+    if (!p.header.count("lora_rank")) {
+      throw ConfigError(path + ":" + std::to_string(first_lora_line) +
+                        ": a row with tokens under LoRA adapters, but no header line "
+                        "'# lora_rank: R' (the adapters' rank)");
+    }
+    const std::int64_t rank = header_int("lora_rank", 1);
+    if (rank > kMaxLoraRank) {
+      throw ConfigError(path + ": header 'lora_rank': expected an integer in [1, " +
+                        std::to_string(kMaxLoraRank) + "], got " + std::to_string(rank));
+    }
+    p.lora_rank = static_cast<std::int32_t>(rank);
+  }
   // The machine: all three lines (each checked where it was read) or none (an older profile).
   const int machine_lines =
       static_cast<int>(p.header.count("machine_kind") + p.header.count("machine_name") +
@@ -212,7 +256,8 @@ std::map<std::string, FamilyError> profile_errors(const EngineProfile& profile,
   for (const ProfileRow& r : profile.rows) {
     const double measured = static_cast<double>(r.median_ns) * 1e-9;
     const double err =
-        std::abs(calibrated_seconds(coefficients, r.features, bb) - measured) / measured;
+        std::abs(calibrated_seconds(coefficients, r.features, bb, profile.lora_rank) - measured) /
+        measured;
     for (FamilyError* e : {&fam[r.family], &all}) {
       ++e->shapes;
       e->mape += err;
@@ -282,7 +327,7 @@ CalibrationResult fit_profile(const EngineProfile& profile) {
     const Eigen::VectorXd b = Eigen::VectorXd::Ones(n);
     for (Eigen::Index i = 0; i < n; ++i) {
       const ProfileRow& r = profile.rows[static_cast<std::size_t>(i)];
-      const auto row = basis(r.features, knee, decode_knee, bb);
+      const auto row = basis(r.features, knee, decode_knee, bb, profile.lora_rank);
       const double y = static_cast<double>(r.median_ns) * 1e-9;
       for (int j = 0; j < kTerms; ++j) A(i, j) = row[static_cast<std::size_t>(j)] / y;
     }
@@ -358,10 +403,15 @@ CalibrationResult fit_profile(const EngineProfile& profile) {
   p.engine_version = header("engine_version");
   p.block_size = profile.block_size;
   p.block_bytes = profile.block_bytes;
-  p.coefficients = from_vector(best_x, best_knee, best_decode_knee);
+  const bool lora = std::any_of(profile.rows.begin(), profile.rows.end(), [](const ProfileRow& r) {
+    return r.features.step.lora_tokens > 0;
+  });
+  p.coefficients = from_vector(best_x, best_knee, best_decode_knee, lora);
+  result.lora_rank = profile.lora_rank;
   result.families = profile_errors(profile, p.coefficients, &result.overall);
   for (const ProfileRow& r : profile.rows) {
-    result.predicted_s.push_back(calibrated_seconds(p.coefficients, r.features, bb));
+    result.predicted_s.push_back(
+        calibrated_seconds(p.coefficients, r.features, bb, profile.lora_rank));
   }
   return result;
 }
@@ -490,6 +540,13 @@ void print_calibration(std::FILE* out, const CalibrationResult& r) {
                c.swap_byte_s > 0 ? 1e-9 / c.swap_byte_s : 0.0);
   std::fprintf(out, "    copy                  %12.3f GB/s\n",
                c.copy_byte_s > 0 ? 1e-9 / c.copy_byte_s : 0.0);
+  if (c.lora_set) {
+    std::fprintf(out, "    LoRA token x rank     %12.6f us  (x rank %d: %.4f us a token)\n",
+                 c.lora_token_rank_s * 1e6, r.lora_rank, c.lora_token_rank_s * r.lora_rank * 1e6);
+    std::fprintf(out, "    LoRA adapter x rank   %12.6f us  (x rank %d: %.3f us an adapter)\n",
+                 c.lora_adapter_rank_s * 1e6, r.lora_rank,
+                 c.lora_adapter_rank_s * r.lora_rank * 1e6);
+  }
   const auto table = [&](const std::map<std::string, FamilyError>& fams,
                          const FamilyError& overall) {
     std::fprintf(out, "    %-16s %7s %9s %9s\n", "family", "shapes", "MAPE %", "max %");

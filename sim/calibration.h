@@ -19,7 +19,9 @@
 // chosen by trying every distinct token count of the profile (and no knee) and keeping the one
 // with the smallest objective, if that is at least 25 % below the no-knee objective; then the
 // decode-context knee (the step's KV outgrowing a cache) the same way, given the GEMM knee. Terms
-// the profile never exercises (a column of zeros) get 0.
+// the profile never exercises (a column of zeros) get 0. A profile with LoRA rows adds two terms,
+// lora_tokens x R and num_loras x R (R its lora_rank), fitted with the rest; the result has
+// lora_set then (cost.yaml's lora_token_rank_s and lora_adapter_rank_s).
 #pragma once
 
 #include <cstdint>
@@ -48,13 +50,18 @@ struct EngineProfile {
   std::optional<MachineRecord> machine;
   std::int32_t block_size = 0;
   std::int64_t block_bytes = 0;
+  // `# lora_rank: R` (engine profile --lora-rank): the rank of the adapters its LoRA rows ran
+  // under; 0 for a profile without LoRA rows.
+  std::int32_t lora_rank = 0;
   std::vector<ProfileRow> rows;
 };
 
 // Throws ConfigError naming the file (and line) for a missing or unreadable file, a missing
 // column or header key, a malformed row, a non-positive duration, no rows at all, or machine
 // lines that are incomplete or malformed (a kind other than cpu or cuda, an empty name, a thread
-// count that is not an integer >= 1).
+// count that is not an integer >= 1). The LoRA columns (profile_lora_columns) are optional; rows
+// with tokens under an adapter need the `# lora_rank:` line (an integer in [1, 512]), and a row's
+// adapters must not outnumber its tokens under them.
 EngineProfile read_profile(const std::string& path);
 
 struct FamilyError {
@@ -75,6 +82,7 @@ struct CalibrationResult {
   std::map<std::string, FamilyError> families;  // by family name, on the shapes fitted
   FamilyError overall;
   std::vector<double> predicted_s;  // per profile row (of the profile fitted)
+  std::int32_t lora_rank = 0;       // the profile's (its LoRA rows' adapter rank; 0: none)
   bool converged = true;
   std::optional<HoldoutErrors> holdout;  // set by fit_profile_holdout
 };

@@ -288,6 +288,97 @@ TEST(Calibration, NegativeTruthIsClampedAndKneeIsFound) {
   }
 }
 
+// A profile with LoRA rows (engine profile --lora-rank 8): the synthetic grid with two LoRA
+// columns (0 on its rows), a `# lora_rank: 8` line, and decode batches and prompts under 1 to 8
+// adapters timed by known LoRA coefficients too.
+std::string lora_profile(const CalibratedCoefficients& c) {
+  std::istringstream in(synthetic_profile(c, 0.0, 1));
+  std::string out, line;
+  bool header_seen = false;
+  while (std::getline(in, line)) {
+    if (line[0] == '#') {
+      out += line + "\n";
+      continue;
+    }
+    if (!header_seen) {
+      out += "# lora_rank: 8\n" + line + ",lora_tokens,num_loras\n";
+      header_seen = true;
+    } else {
+      out += line + ",0,0\n";
+    }
+  }
+  const auto row = [&](const Shape& sh, std::int64_t lora_tokens, std::int64_t loras) {
+    CalibrationFeatures f = features(sh);
+    f.step.lora_tokens = lora_tokens;
+    f.step.num_loras = loras;
+    const auto ns = static_cast<long long>(std::llround(calibrated_seconds(c, f, 8192, 8) * 1e9));
+    const StepFeatures& x = f.step;
+    char buf[512];
+    std::snprintf(buf, sizeof buf,
+                  "lora,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,0,0,0,5,%lld,%lld,%lld,%lld,"
+                  "%lld\n",
+                  (long long)x.num_tokens, (long long)x.prefill_tokens, (long long)x.prefill_pairs,
+                  (long long)x.prefill_context_tokens, (long long)x.decode_tokens,
+                  (long long)x.decode_pairs, (long long)x.decode_context_tokens,
+                  (long long)x.num_sampled, (long long)f.num_entries, ns, ns, ns,
+                  (long long)lora_tokens, (long long)loras);
+    out += buf;
+  };
+  for (std::int64_t b : {1, 8, 32}) {
+    for (std::int64_t l : {1, 4, 8}) {
+      if (l <= b) row({"lora", {}, b, 256}, b, l);
+    }
+  }
+  for (std::int64_t n : {64, 512}) row({"lora", {{0, n}}}, n, 1);
+  return out;
+}
+
+// sim calibrate fits the LoRA terms from such a profile: the known coefficients come back, the
+// LoRA rows' error is ~0, cost.yaml has them, and a profile without the rank line is refused.
+TEST(Calibration, FitsTheLoraTermsFromLoraRows) {
+  CalibratedCoefficients c = known();
+  c.lora_token_rank_s = 0.02e-6;   // per token and unit of rank
+  c.lora_adapter_rank_s = 1.5e-6;  // per adapter and unit of rank
+  c.lora_set = true;
+  const EngineProfile p = profile_from(lora_profile(c), "lora");
+  EXPECT_EQ(p.lora_rank, 8);
+  const CalibrationResult r = fit_profile(p);
+  const CalibratedCoefficients& f = r.profile.coefficients;
+  EXPECT_TRUE(f.lora_set);
+  EXPECT_NEAR(f.lora_token_rank_s, c.lora_token_rank_s, 1e-3 * c.lora_token_rank_s);
+  EXPECT_NEAR(f.lora_adapter_rank_s, c.lora_adapter_rank_s, 1e-3 * c.lora_adapter_rank_s);
+  EXPECT_NEAR(f.per_token_s, c.per_token_s, 1e-3 * c.per_token_s);
+  EXPECT_LT(r.families.at("lora").max_error, 1e-4);
+  EXPECT_EQ(r.lora_rank, 8);
+  const std::string yaml = calibration_yaml(r, "profile.csv");
+  EXPECT_NE(yaml.find("lora_token_rank_s:"), std::string::npos);
+  EXPECT_NE(yaml.find("lora_adapter_rank_s:"), std::string::npos);
+  // Without LoRA rows: no LoRA coefficients (a calibrated LoRA run stays refused).
+  EXPECT_FALSE(fit_profile(profile_from(synthetic_profile(c, 0.0, 1), "plain"))
+                   .profile.coefficients.lora_set);
+  // LoRA rows need the rank line; the columns come in pairs; adapters within their tokens.
+  std::string text = lora_profile(c);
+  const auto without = [&](const std::string& from, const std::string& what) {
+    std::string t = text;
+    t.replace(t.find(what), what.size(), "");
+    return profile_from(t, from);
+  };
+  try {
+    without("norank", "# lora_rank: 8\n");
+    ADD_FAILURE() << "LoRA rows without a rank accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("no header line '# lora_rank: R'"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(without("onecol", ",num_loras"), ConfigError);
+  std::string bad = text;
+  bad.replace(bad.rfind(",512,1\n"), 7, ",512,600\n");
+  EXPECT_THROW(profile_from(bad, "toomany"), ConfigError);
+  bad = text;
+  bad.replace(bad.find("# lora_rank: 8"), 14, "# lora_rank: 9999");
+  EXPECT_THROW(profile_from(bad, "bigrank"), ConfigError);
+}
+
 TEST(Calibration, FamilyErrorsAreReported) {
   const CalibrationResult r = fit_profile(profile_from(synthetic_profile(known(), 0.02, 9), "fam"));
   for (const char* fam : {"prefill", "prefill_batch", "chunk", "decode", "mixed", "swap", "copy"}) {

@@ -112,6 +112,64 @@ TEST(CalibrationE2E, ProfileCalibrateRunValidate) {
   EXPECT_LT(std::abs(thr), 9.0);
 }
 
+// The LoRA terms end to end: `engine profile --lora-rank 8` times steps under adapters on the
+// CPU engine (the `lora` family, with its columns and rank line), `sim calibrate` fits
+// lora_token_rank_s and lora_adapter_rank_s from them, and a LoRA experiment runs on that
+// calibrated model (before, only a hand-written cost.yaml could price adapters: exit code 2).
+TEST(CalibrationE2E, LoraProfileGivesACalibratedModelThatPricesAdapters) {
+  const auto dir = temp_dir("calibration_e2e_lora");
+  const std::string profile = (dir / "profile.csv").string(), cost = (dir / "cost.yaml").string();
+  Cli r = run_engine_cli(
+      "profile --model tiny --quick --reps 3 --warmup 1 --max-tokens 512 "
+      "--lora-rank 8 -o " +
+          profile,
+      dir);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::string text = read_file(profile);
+  EXPECT_NE(text.find("# lora_rank: 8\n"), std::string::npos);
+  EXPECT_NE(text.find(",lora_tokens,num_loras\n"), std::string::npos);
+  // The quick grid's LoRA rows: 8 and 32 decodes under 1 or 8 adapters, a 64-token prompt.
+  for (const char* row : {",8,1\n", ",8,8\n", ",32,1\n", ",32,8\n", ",64,1\n"}) {
+    EXPECT_NE(text.find(row), std::string::npos) << row;
+  }
+  r = run_sim("calibrate " + profile + " -o " + cost, dir);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("LoRA token x rank"), std::string::npos) << r.out;
+  const CalibratedProfile p = load_calibrated_profile(cost);
+  EXPECT_TRUE(p.coefficients.lora_set);
+  std::string exp_text = kExperiment;
+  exp_text.replace(exp_text.find("max_model_len: 1024}"), 20,
+                   "max_model_len: 1024, lora: {max_loras: 2, max_lora_rank: 8}}");
+  const std::string outputs = "  output_len: {dist: uniform, min: 2, max: 24}\n";
+  exp_text.replace(exp_text.find(outputs), outputs.size(),
+                   outputs + "  lora: {adapters: 3, rank: 8}\n");
+  write_file(dir / "exp.yaml", exp_text);
+  r = run_sim("run " + (dir / "exp.yaml").string() + " --quiet --out " + (dir / "sim").string() +
+                  " --set cost_model.file=" + cost,
+              dir);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const nlohmann::json s = nlohmann::json::parse(read_file(dir / "sim/summary.json"));
+  EXPECT_EQ(s["requests"]["completed"], 24);
+  EXPECT_GT(s["lora"]["lora_tokens"].get<double>(), 0);
+  // The profile without its LoRA rows gives no LoRA terms, and that run is refused.
+  r = run_engine_cli(
+      "profile --model tiny --quick --reps 1 --rounds 1 --warmup 0 --max-tokens 512 -o " +
+          (dir / "plain.csv").string(),
+      dir);
+  ASSERT_EQ(r.code, 0) << r.err;
+  r = run_sim("calibrate " + (dir / "plain.csv").string() + " -o " + (dir / "plain.yaml").string(),
+              dir);
+  ASSERT_EQ(r.code, 0) << r.err;
+  r = run_sim("run " + (dir / "exp.yaml").string() + " --quiet --out " + (dir / "sim2").string() +
+                  " --set cost_model.file=" + (dir / "plain.yaml").string(),
+              dir);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("has no LoRA coefficients"), std::string::npos) << r.err;
+  r = run_engine_cli("profile --model tiny --quick --lora-rank 0 -o " + (dir / "x.csv").string(),
+                     dir);
+  EXPECT_EQ(r.code, 2);
+}
+
 TEST(CalibrationE2E, ProfileBadInputsExitTwo) {
   const auto dir = temp_dir("calibration_e2e_bad");
   const std::string out = (dir / "p.csv").string();
