@@ -25,7 +25,7 @@ TEST(OpenAiApi, DefaultsAndContextLimits) {
   const std::unique_ptr<Tokenizer> bytes =
       load_tokenizer(home_path("data/tokenizers/bytes/tokenizer.json"));
   const Tokenizer& tok = *bytes;
-  const ApiLimits limits{"tiny", 256, 64};
+  const ApiLimits limits{"tiny", 256, 64, {}};
   CompletionRequest r = parse_completion_request("{\"prompt\": \"abc\"}", false, limits, tok);
   EXPECT_EQ(r.prompt, (std::vector<std::int32_t>{'a', 'b', 'c'}));
   EXPECT_EQ(r.max_tokens, 16);  // OpenAI's default for completions
@@ -142,7 +142,7 @@ TEST(StopStrings, StreamingHoldsBackWhatMayBeginAStopString) {
 TEST(OpenAiApi, StopStringsParse) {
   const std::unique_ptr<Tokenizer> bytes =
       load_tokenizer(home_path("data/tokenizers/bytes/tokenizer.json"));
-  const ApiLimits limits{"tiny", 256, 64};
+  const ApiLimits limits{"tiny", 256, 64, {}};
   CompletionRequest r =
       parse_completion_request(R"({"prompt": "a", "stop": "xy"})", false, limits, *bytes);
   EXPECT_EQ(r.stop, (std::vector<std::string>{"xy"}));
