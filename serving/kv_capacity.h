@@ -67,8 +67,8 @@ struct KvCapacity {
   bool overridden = false;  // num_gpu_blocks came from the options, not from memory arithmetic
 
   // The terms of the arithmetic, in bytes (all 0 except block_bytes when overridden, but
-  // weight_bytes and lora_bytes, which are always filled in); per GPU, of the GPU that limits the block count,
-  // when the replica has several (the first such stage on a tie).
+  // weight_bytes and lora_bytes, which are always filled in); per GPU, of the GPU that limits the
+  // block count, when the replica has several (the first such stage on a tie).
   std::int64_t memory_bytes = 0;  // the device's memory
   std::int64_t usable_bytes = 0;  // memory * gpu_memory_utilization
   std::int64_t weight_bytes = 0;
