@@ -246,30 +246,26 @@ check "  ... with the server's reason" has "the CUDA kernels support head_dim 64
 check "serve_bench.sh: bad arguments are exit 2" run 2 bash "$src/bench/gpu/serve_bench.sh" "$emu"
 
 # The validation loop of issue 20 (scripts/gpu-check validate) on the emulated CUDA engine.
+# With the LoRA family (--lora-rank): the CUDA executor's adapter slots sized for the grid's 8
+# adapters, the LoRA columns, and sim calibrate's LoRA terms from them (one profile for both, as
+# the emulator is slow).
 p=$t/profile.csv
-check "profile --device cuda exits 0" run 0 "$emu" profile --model \
-  "$t/small-gpu.yaml" --device cuda --quick --reps 1 --rounds 1 --warmup 0 -o "$p"
-check "  ... and names the device" has "profiled 16 step shapes of .* on ServeLab CUDA emulator" "$t/last.txt"
+check "profile --device cuda --lora-rank 8 exits 0" run 0 "$emu" profile --model \
+  "$t/small-gpu.yaml" --device cuda --quick --reps 1 --rounds 1 --warmup 0 --lora-rank 8 -o "$p"
+check "  ... and names the device" has "profiled 21 step shapes of .* on ServeLab CUDA emulator" "$t/last.txt"
 check "  ... the header: a CUDA machine" has "^# machine_kind: cuda" "$p"
 check "  ... the CUDA executor" has "^# executor: CudaExecutor bf16" "$p"
+check "  ... the LoRA rank line" has "^# lora_rank: 8" "$p"
+check "  ... 32 decodes under 8 adapters" has "^lora,32,.*,32,8$" "$p"
 check "sim calibrate on it" run 0 "$sim" calibrate "$p" -o "$t/cost.yaml" --quiet
 check "  ... a CUDA machine's model" has "^  kind: cuda" "$t/cost.yaml"
+check "  ... with the LoRA terms" has "^  lora_adapter_rank_s: " "$t/cost.yaml"
 check "sim run with it" run 0 "$sim" run "$t/exp.yaml" --set cost_model.type=calibrated \
   --set "cost_model.file=$t/cost.yaml" --out "$t/sim" --quiet
 check "sim validate against the CUDA engine's run" run 0 "$sim" validate "$t/sim" \
   "$t/cuda" --cost-model "$t/cost.yaml" -o "$t/val"
 check "  ... every engine step replayed" has "steps: sim [0-9]*, engine [0-9]*" "$t/last.txt"
 check "  ... validation.json and replay.csv" test -s "$t/val/validation.json" -a -s "$t/val/replay.csv"
-# The LoRA family (engine profile --lora-rank): the CUDA executor's adapter slots sized for the
-# grid's 8 adapters, the LoRA columns, and sim calibrate's LoRA terms from them.
-pl=$t/profile-lora.csv
-check "profile --device cuda --lora-rank 8 exits 0" run 0 "$emu" profile --model \
-  "$t/small-gpu.yaml" --device cuda --quick --reps 1 --rounds 1 --warmup 0 --lora-rank 8 -o "$pl"
-check "  ... 21 shapes, the lora family among them" has "profiled 21 step shapes" "$t/last.txt"
-check "  ... its rank line and columns" has "^# lora_rank: 8" "$pl"
-check "  ... 32 decodes under 8 adapters" has "^lora,32,.*,32,8$" "$pl"
-check "sim calibrate fits the LoRA terms" run 0 "$sim" calibrate "$pl" -o "$t/cost-lora.yaml" --quiet
-check "  ... into cost.yaml" has "^  lora_adapter_rank_s: " "$t/cost-lora.yaml"
 
 [ "$fails" -eq 0 ] || { echo "$fails check(s) failed"; exit 1; }
 echo "all checks passed"
