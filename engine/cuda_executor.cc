@@ -278,7 +278,6 @@ struct CudaExecutor::Impl {
   std::optional<LoraSlots> lora_slots;
   DeviceBuffer lora_slot_memory;
   std::int64_t lora_slot_elements = 0;  // one slot: lora_shape.elements(max_lora_rank, layers)
-  std::vector<std::int32_t> slot_rank;  // the rank of the adapter in each slot
   std::map<std::uint32_t, std::int32_t> lora_ranks;  // every adapter placed so far: its rank
   const Bf16* lora_slot(std::int32_t slot) const {
     return lora_slot_memory.as<Bf16>() + slot * lora_slot_elements;
@@ -524,7 +523,6 @@ void CudaExecutor::Impl::init(const LlamaWeights* host, std::uint64_t seed) {
     s.lora_slot_memory =
         DeviceBuffer(static_cast<std::size_t>(options.max_loras) *
                      static_cast<std::size_t>(s.lora_slot_elements) * sizeof(Bf16));
-    s.slot_rank.assign(static_cast<std::size_t>(options.max_loras), 0);
   }
   s.rope_rows = static_cast<std::int32_t>(
       std::min<std::int64_t>(m.max_position_embeddings, options.max_model_len));
@@ -627,7 +625,7 @@ std::vector<float> CudaExecutor::read_lora(std::uint32_t id, std::int32_t layer,
                             " is not on the device, or no layer " + std::to_string(layer));
   }
   const int t = static_cast<int>(target);
-  const std::int32_t r = s.slot_rank[static_cast<std::size_t>(slot)];
+  const std::int32_t r = s.lora_ranks.at(id);
   const std::int64_t n = std::int64_t{r} * (b ? s.lora_shape.out[t] : s.lora_shape.in[t]);
   const std::int64_t off =
       b ? s.lora_shape.b_offset(r, layer, t) : s.lora_shape.a_offset(r, layer, t);
@@ -766,7 +764,6 @@ void CudaExecutor::Impl::load_lora(std::int32_t slot, std::uint32_t id, std::int
                              stream.get(), scaling);
     }
   }
-  slot_rank[static_cast<std::size_t>(slot)] = rank;
 }
 
 void CudaExecutor::Impl::apply_lora(const LoraStep& lora, std::int32_t l, LoraTarget first,
