@@ -749,6 +749,85 @@ TEST(Lessons, LoraAdaptersAgainstMaxLoras) {
   fs::remove_all(dir);
 }
 
+// docs/lessons/lora.md, "The cliff moves with max_loras": `sim sweep experiments/lora.yaml` (1 to
+// 64 adapters x max_loras 8, 16, 64) and the two runs at 20 req/s.
+TEST(Lessons, LoraCliffMovesWithMaxLoras) {
+  const fs::path dir = temp_dir("lesson_lora_sweep");
+  const std::string lora = servelab_home().string() + "/experiments/lora.yaml";
+  const Cli r =
+      run_sim("sweep " + lora + " --quiet --no-plot --out " + (dir / "sweep").string(), dir);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto rows = read_csv(dir / "sweep" / "sweep.csv");
+  const int adapters[] = {1, 2, 4, 8, 16, 32, 64};
+  const int limits[] = {8, 16, 64};
+  ASSERT_EQ(rows.size(), 21u);  // grid order: adapters outer, max_loras inner
+  auto at = [&](int a, int m, const char* column) {
+    for (const auto& row : rows) {
+      if (row.at("workload.lora.adapters") == std::to_string(a) &&
+          row.at("serving.lora.max_loras") == std::to_string(m)) {
+        return std::stod(row.at(column));
+      }
+    }
+    ADD_FAILURE() << "no point " << a << " x " << m;
+    return 0.0;
+  };
+  for (int i = 0; i < 7; ++i) {
+    for (int j = 0; j < 3; ++j) {
+      const int a = adapters[i], m = limits[j];
+      // Slowly down with every adapter, steeply past the limit; a higher limit never costs.
+      if (i > 0) {
+        EXPECT_LE(at(a, m, "output_tokens_per_s"), at(adapters[i - 1], m, "output_tokens_per_s"));
+      }
+      if (j > 0) {
+        EXPECT_GE(at(a, m, "output_tokens_per_s"), at(a, limits[j - 1], "output_tokens_per_s"));
+      }
+      if (a <= m) {  // the limit does not bind: the same run as without it
+        EXPECT_EQ(at(a, m, "output_tokens_per_s"), at(a, 64, "output_tokens_per_s")) << a << m;
+      }
+    }
+  }
+  // The page's numbers.
+  EXPECT_NEAR(at(8, 8, "output_tokens_per_s"), 6977, 0.5);
+  EXPECT_NEAR(at(32, 64, "output_tokens_per_s"), 6840, 0.5);
+  EXPECT_NEAR(at(1, 8, "output_tokens_per_s"), 7022, 0.5);
+  EXPECT_NEAR(at(64, 8, "output_tokens_per_s"), 4582, 0.5);
+  EXPECT_NEAR(at(64, 16, "output_tokens_per_s"), 5665, 0.5);
+  EXPECT_NEAR(at(64, 64, "output_tokens_per_s"), 6678, 0.5);
+  EXPECT_NEAR(at(32, 8, "output_tokens_per_s"), 5400, 0.5);
+  EXPECT_NEAR(at(32, 16, "output_tokens_per_s"), 6638, 0.5);
+  EXPECT_NEAR(at(1, 8, "ttft_p50_ms") / 1000, 20, 0.5);
+  EXPECT_NEAR(at(1, 8, "slo_attainment"), 0.12, 0.005);
+  EXPECT_NEAR(at(1, 8, "goodput_requests_per_s"), 3.5, 0.05);
+  EXPECT_NEAR(at(16, 8, "goodput_requests_per_s"), 13.3, 0.05);
+  EXPECT_NEAR(at(16, 16, "goodput_requests_per_s"), 3.3, 0.05);
+  EXPECT_NEAR(at(16, 64, "goodput_requests_per_s"), 3.3, 0.05);
+  EXPECT_NEAR(at(32, 16, "goodput_requests_per_s"), 13.8, 0.05);
+  EXPECT_NEAR(at(32, 16, "ttft_p50_ms") / 1000, 0.64, 0.005);
+  EXPECT_NEAR(at(16, 8, "ttft_p99_ms") / 1000, 65.5, 0.05);
+  EXPECT_NEAR(at(32, 16, "ttft_p99_ms") / 1000, 68.9, 0.05);
+  EXPECT_NEAR(at(64, 8, "goodput_requests_per_s"), 2.5, 0.05);
+  // At 20 req/s the server keeps up with 64 adapters under max_loras 64, not under 8.
+  double p50[2], tput[2];
+  for (int k = 0; k < 2; ++k) {
+    const fs::path out = dir / ("calm" + std::to_string(k));
+    const Cli c =
+        run_sim("run " + lora +
+                    " --quiet --set workload.arrival.rate=20 --set workload.lora.adapters=64"
+                    " --set serving.lora.max_loras=" +
+                    (k == 0 ? "64" : "8") + " --out " + out.string(),
+                dir);
+    ASSERT_EQ(c.code, 0) << c.err;
+    const json s = summary(out);
+    p50[k] = s["ttft_ms"]["p50"].get<double>();
+    tput[k] = s["throughput"]["output_tokens_per_s"].get<double>();
+  }
+  EXPECT_NEAR(p50[0], 32, 0.5);
+  EXPECT_NEAR(tput[0], 4756, 0.5);
+  EXPECT_NEAR(p50[1] / 1000, 33.2, 0.05);
+  EXPECT_NEAR(tput[1], 3498, 0.5);
+  fs::remove_all(dir);
+}
+
 // docs/lessons/gpu-decode-cost.md: the numbers come from the H200 profile and calibrated model
 // that ship in experiments/catalog/calibrated/ (measured 2026-11-28) and from the lesson's
 // `sim compare`.
