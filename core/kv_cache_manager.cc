@@ -113,6 +113,19 @@ PrefixHit KvCacheManager::get_computed_blocks(Request& req) {
   return hit;
 }
 
+std::span<const BlockHash> KvCacheManager::hit_candidate_hashes(Request& req) {
+  const std::int32_t max_blocks = full_blocks(std::max(req.num_tokens() - 1, 0));
+  update_block_hashes(req, max_blocks * block_size_);
+  return std::span<const BlockHash>(req.block_hashes_).first(static_cast<std::size_t>(max_blocks));
+}
+
+std::int32_t KvCacheManager::num_cached_prefix_blocks(Request& req) {
+  const std::span<const BlockHash> hashes = hit_candidate_hashes(req);
+  std::int32_t n = 0;
+  while (n < static_cast<std::int32_t>(hashes.size()) && cache_->lookup(hashes[n])) ++n;
+  return n;
+}
+
 std::int32_t KvCacheManager::num_blocks_to_allocate(const Request& req, std::int32_t num_new_tokens,
                                                     const PrefixHit* hit) const {
   // Note: the manager reads req.num_computed_tokens but never writes it. For a new admission with

@@ -187,6 +187,12 @@ class KvCacheManager {
   // Records lookup statistics (in the preempted fields when req.num_preemptions > 0).
   // Returns an empty hit when caching is off. Does not change any reference count.
   PrefixHit get_computed_blocks(Request& req);
+  // For cache-aware queue orders (core/waiting_queue.h PrefixProbe): the hashes of req's full
+  // blocks a hit could cover (get_computed_blocks' cap), hashed on demand, and how many of them,
+  // from the first, the device cache holds. No statistics, no reference or recency change.
+  // REQUIRES: prefix_caching().
+  std::span<const BlockHash> hit_candidate_hashes(Request& req);
+  std::int32_t num_cached_prefix_blocks(Request& req);
 
   // Makes room for `num_new_tokens` more tokens after req.num_computed_tokens (+ hit tokens for a
   // new admission). All or nothing: on success the hit blocks are touched and appended, new blocks

@@ -30,6 +30,18 @@ const VllmBatchFormation kVllmBatch;
 const LastRunningVictim kLastRunningVictim;
 const RecomputePreemption kRecompute;
 
+// The prefix cache as a cache-aware queue order sees it (core/waiting_queue.h).
+class KvPrefixProbe final : public PrefixProbe {
+ public:
+  explicit KvPrefixProbe(KvCacheManager& kv) : kv_(kv) {}
+  std::int32_t block_size() const override { return kv_.block_size(); }
+  std::span<const BlockHash> hashes(Request& r) override { return kv_.hit_candidate_hashes(r); }
+  std::int32_t cached_blocks(Request& r) override { return kv_.num_cached_prefix_blocks(r); }
+
+ private:
+  KvCacheManager& kv_;
+};
+
 }  // namespace
 
 Scheduler::Scheduler(const SchedulerConfig& config, KvCacheManager& kv, SchedulerObserver* observer,
@@ -44,6 +56,7 @@ Scheduler::Scheduler(const SchedulerConfig& config, KvCacheManager& kv, Schedule
   if (!waiting_ && config_.make_waiting_queue) waiting_ = config_.make_waiting_queue();
   if (!waiting_) waiting_ = std::make_unique<FcfsWaitingQueue>();
   report_service_ = waiting_->counts_service();
+  reorders_ = waiting_->reorders();
   if (config_.max_num_batched_tokens < 1) {
     throw std::invalid_argument("Scheduler: max_num_batched_tokens must be >= 1");
   }
@@ -529,6 +542,10 @@ const StepPlan& Scheduler::schedule(TimeNs now) {
   plan_start_ns_ = now;
   plan_.totals.valid = true;  // kept by add_entry and unschedule
   admitted_in_step_ = 0;
+  if (reorders_ && !waiting_->empty()) [[unlikely]] {
+    KvPrefixProbe probe(kv_);
+    waiting_->reorder(kv_.prefix_caching() ? &probe : nullptr);
+  }
   batch_->fill(*this, now, /*admit=*/true);
   // A victim other than the last running one can be the request being scheduled while others
   // still run, which leaves an empty plan; vLLM's engine loop then simply schedules again (an

@@ -457,6 +457,7 @@ class Scheduler {
   SchedulerObserver* observer_;
   std::unique_ptr<WaitingQueue> waiting_;
   bool report_service_ = false;  // waiting_->counts_service(), asked once
+  bool reorders_ = false;        // waiting_->reorders(), asked once
   std::vector<Request*> running_;
   std::deque<Request*> swapped_;  // kSwapped requests, oldest swap-out first
   StepPlan plan_;

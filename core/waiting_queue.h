@@ -19,11 +19,27 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <span>
 #include <vector>
 
+#include "core/block_hash.h"
 #include "core/request_state.h"
 
 namespace servelab {
+
+// What a cache-aware order may ask about the prefix cache at the start of a step (the
+// scheduler's KV cache manager behind it; SGLang's match_prefix). Neither call changes a
+// reference count, the cache's recency or the hit statistics.
+class PrefixProbe {
+ public:
+  virtual ~PrefixProbe() = default;
+  virtual std::int32_t block_size() const = 0;
+  // The hashes of r's full blocks a prefix hit could cover (all full blocks of its tokens but
+  // the last token's: vLLM's cap), computed on first use and kept in r.
+  virtual std::span<const BlockHash> hashes(Request& r) = 0;
+  // How many of those, from the first, the device cache holds now (offload tiers not counted).
+  virtual std::int32_t cached_blocks(Request& r) = 0;
+};
 
 class WaitingQueue {
  public:
@@ -56,6 +72,12 @@ class WaitingQueue {
                                    std::int32_t decode_tokens) {
     (void)r, (void)prefill_tokens, (void)decode_tokens;
   }
+  // Whether reorder() does anything: asked once, like counts_service().
+  virtual bool reorders() const { return false; }
+  // Called at the start of every step with a non-empty queue, before any admission: orders that
+  // re-sort the whole queue per step (SGLang's schedule policies) do it here. `probe` is null when
+  // prefix caching is off. May cost O(n log n) plus the probe's lookups.
+  virtual void reorder(PrefixProbe* probe) { (void)probe; }
 };
 
 // First come, first served: a deque, preempted victims at the head (vLLM v1 default).

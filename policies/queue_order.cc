@@ -205,15 +205,6 @@ std::unique_ptr<WaitingQueue> make_waiting_queue(const PolicySpec& spec, std::ui
 
 namespace {
 
-// A queue plugin's factory: the scheduler config gets a maker bound to the spec and the seed
-// (each Scheduler builds its own queue: queues hold state, the config is shared).
-template <class Make>
-PolicyFactory queue_factory(Make make) {
-  return [make](const PolicySpec& spec, PolicyTarget& t) {
-    t.scheduler->make_waiting_queue = [make, spec, seed = t.seed] { return make(spec, seed); };
-  };
-}
-
 const PolicyRegistrar kFcfs({PolicyKind::kQueue,
                              "fcfs",
                              "first come, first served; a preempted request goes back to the head",

@@ -10,6 +10,9 @@
 //   fair           VTC (Sheng et al., OSDI'24): per-tenant virtual token counters; the next
 //                  admission comes from the backlogged tenant with the smallest counter
 //
+// SGLang's policies (lpm, dfs-weight, lof, random), which re-sort the queue every step, are in
+// policies/queue_order_sglang.cc.
+//
 // See docs/policies.md for when each wins. All keyed orders re-insert a preempted request by
 // its (updated) key; only fcfs and fair (within a tenant) have a head to put it at.
 #pragma once
@@ -17,6 +20,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "core/scheduler_config.h"
 #include "core/waiting_queue.h"
 #include "policies/registry.h"
 
@@ -26,6 +30,16 @@ namespace servelab {
 // `seed` is the experiment seed (only predicted-sjf draws from it). Throws ConfigError for an
 // unknown plugin name.
 std::unique_ptr<WaitingQueue> make_waiting_queue(const PolicySpec& spec, std::uint64_t seed);
+
+// A queue plugin's factory: the scheduler config gets a maker bound to the spec and the seed
+// (each Scheduler builds its own queue: queues hold state, the config is shared). `make`:
+// (const PolicySpec&, std::uint64_t seed) -> std::unique_ptr<WaitingQueue>.
+template <class Make>
+PolicyFactory queue_factory(Make make) {
+  return [make](const PolicySpec& spec, PolicyTarget& t) {
+    t.scheduler->make_waiting_queue = [make, spec, seed = t.seed] { return make(spec, seed); };
+  };
+}
 
 // The predicted total output length predicted-sjf uses for request `id` whose true output
 // length is `true_output` (exposed for tests).

@@ -431,8 +431,15 @@ void RunSeed(std::uint64_t seed, const std::string& queue = "", std::string vict
 // without a preemption cap and with host pools from empty to roomy: the invariants (device and
 // host) after each step, nothing leaks, and the streams do swap.
 TEST(SchedulerPropertyTest, SwapAndAutoPreemptionKeepEveryInvariant) {
-  const char* const queues[] = {"fcfs", "priority", "sjf", "{name: predicted-sjf, error: 1}",
-                                "{name: fair, input_weight: 1, output_weight: 3}"};
+  const char* const queues[] = {"fcfs",
+                                "priority",
+                                "sjf",
+                                "{name: predicted-sjf, error: 1}",
+                                "{name: fair, input_weight: 1, output_weight: 3}",
+                                "{name: lpm, max_queue: 6}",
+                                "dfs-weight",
+                                "lof",
+                                "random"};
   for (std::string mode : {"swap", "auto"}) {
     std::int64_t swapped_blocks = 0;
     SchedulerCounters totals;
@@ -461,8 +468,15 @@ TEST(SchedulerPropertyTest, RandomStreamsKeepEveryInvariant) {
 
 // The same invariants under every registered queue order, with both preemption victims.
 TEST(SchedulerPropertyTest, EveryQueueOrderKeepsEveryInvariant) {
-  const char* const queues[] = {"fcfs", "priority", "sjf", "{name: predicted-sjf, error: 1}",
-                                "{name: fair, input_weight: 1, output_weight: 3}"};
+  const char* const queues[] = {"fcfs",
+                                "priority",
+                                "sjf",
+                                "{name: predicted-sjf, error: 1}",
+                                "{name: fair, input_weight: 1, output_weight: 3}",
+                                "{name: lpm, max_queue: 6}",
+                                "dfs-weight",
+                                "lof",
+                                "random"};
   const std::size_t registered = PolicyRegistry::instance().list(PolicyKind::kQueue).size();
   ASSERT_EQ(registered, std::size(queues)) << "a new queue order needs adding here";
   for (const char* queue : queues) {
@@ -479,8 +493,15 @@ TEST(SchedulerPropertyTest, EveryQueueOrderKeepsEveryInvariant) {
 // preemption cap: the invariants after each step, and every request ends (finished, rejected,
 // or aborted with a reason).
 TEST(SchedulerPropertyTest, EveryBatchFormationKeepsEveryInvariant) {
-  const char* const queues[] = {"fcfs", "priority", "sjf", "{name: predicted-sjf, error: 1}",
-                                "{name: fair, input_weight: 1, output_weight: 3}"};
+  const char* const queues[] = {"fcfs",
+                                "priority",
+                                "sjf",
+                                "{name: predicted-sjf, error: 1}",
+                                "{name: fair, input_weight: 1, output_weight: 3}",
+                                "{name: lpm, max_queue: 6}",
+                                "dfs-weight",
+                                "lof",
+                                "random"};
   const std::size_t registered = PolicyRegistry::instance().list(PolicyKind::kBatch).size();
   ASSERT_EQ(registered, 5u) << "a new batch formation needs adding here";
   for (std::string bf : {"vllm", "static", "orca", "sarathi", "prefill-first"}) {
