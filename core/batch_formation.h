@@ -21,6 +21,7 @@
 // prefill-first) are plugins in policies/ (docs/policies.md, "Adding a policy").
 #pragma once
 
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -31,6 +32,14 @@ namespace servelab {
 class Scheduler;
 class Request;
 
+// A formation's mutable state for one scheduler (e.g. SGLang's new_token_ratio): made by
+// make_state() when the Scheduler is built, owned by it, read in fill() through
+// Scheduler::batch_state(). The formation object itself stays immutable and shareable.
+class BatchFormationState {
+ public:
+  virtual ~BatchFormationState() = default;
+};
+
 class BatchFormation {
  public:
   virtual ~BatchFormation() = default;
@@ -39,6 +48,8 @@ class BatchFormation {
   virtual std::string_view name() const = 0;
   // Forms this step's plan through `s` (see above).
   virtual void fill(Scheduler& s, TimeNs now, bool admit) const = 0;
+  // The state one scheduler keeps for this formation (null: none, the default).
+  virtual std::unique_ptr<BatchFormationState> make_state() const { return nullptr; }
   // Whether this formation resumes swapped-out requests (Scheduler::swap_in_phase), so that
   // the swap and auto preemption modes may be used with it. A formation that never preempts
   // may answer true: swapping is then a no-op.

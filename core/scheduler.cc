@@ -57,6 +57,7 @@ Scheduler::Scheduler(const SchedulerConfig& config, KvCacheManager& kv, Schedule
   if (!waiting_) waiting_ = std::make_unique<FcfsWaitingQueue>();
   report_service_ = waiting_->counts_service();
   reorders_ = waiting_->reorders();
+  batch_state_ = batch_->make_state();
   if (config_.max_num_batched_tokens < 1) {
     throw std::invalid_argument("Scheduler: max_num_batched_tokens must be >= 1");
   }
@@ -619,6 +620,13 @@ std::int32_t Scheduler::admit_waiting(std::int32_t budget, const AdmissionRule& 
         kv_.num_blocks_to_allocate(r, n + external, &hit) + rule.watermark_blocks >
             kv_.num_free_blocks()) {
       break;
+    }
+    if (rule.reserve_tokens != nullptr) [[unlikely]] {
+      const std::int64_t need =
+          std::int64_t{n} + external +
+          std::min(r.spec.max_output_tokens - r.num_output_tokens(), rule.reserve_clip);
+      if (need >= *rule.reserve_tokens) break;
+      *rule.reserve_tokens -= need;  // if the allocation below fails, the loop stops anyway
     }
     n = std::min(n, budget);
     // A reservation covers the request's whole maximum length (all or nothing); otherwise the

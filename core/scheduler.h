@@ -284,6 +284,8 @@ class Scheduler {
 
   // The plan being formed.
   const StepPlan& plan() const { return plan_; }
+  // The batch formation's state for this scheduler (BatchFormation::make_state; null if none).
+  BatchFormationState* batch_state() const { return batch_state_.get(); }
   // Seats in use: running requests plus the n - 1 seats reserved for each running request that
   // will fork (parallel sampling).
   std::size_t seats_taken() const { return running_.size() + fork_seats_; }
@@ -384,6 +386,11 @@ class Scheduler {
     bool stop_when_budget_spent = true;  // false: look at the head even with no budget left
                                          // (vLLM v0 computes a candidate before its budget check)
     std::int32_t max_admissions = 0;     // > 0: at most this many admissions in this call
+    // SGLang's PrefillAdder: non-null: KV tokens left after the running requests' reservations
+    // (in/out). A candidate needs its tokens after the hit plus min(its remaining outputs,
+    // reserve_clip) strictly below it, and takes that much from it when admitted.
+    std::int64_t* reserve_tokens = nullptr;
+    std::int32_t reserve_clip = 4096;
   };
   // The admission loop (above); returns the budget left.
   std::int32_t admit_waiting(std::int32_t budget, const AdmissionRule& rule, TimeNs now);
@@ -456,8 +463,9 @@ class Scheduler {
   KvCacheManager& kv_;
   SchedulerObserver* observer_;
   std::unique_ptr<WaitingQueue> waiting_;
-  bool report_service_ = false;  // waiting_->counts_service(), asked once
-  bool reorders_ = false;        // waiting_->reorders(), asked once
+  std::unique_ptr<BatchFormationState> batch_state_;  // batch_->make_state()
+  bool report_service_ = false;                       // waiting_->counts_service(), asked once
+  bool reorders_ = false;                             // waiting_->reorders(), asked once
   std::vector<Request*> running_;
   std::deque<Request*> swapped_;  // kSwapped requests, oldest swap-out first
   StepPlan plan_;

@@ -127,9 +127,10 @@ TEST(PolicyRegistryTest, CatalogueListsEveryPlugin) {
       }
     }
   }
-  // vllm, static, orca, sarathi, prefill-first; 9 queue orders; recompute, swap, auto; hash,
-  // radix, none; paged, contiguous; admit-all, queue-length, predicted-wait; off, queue-length
-  EXPECT_EQ(plugins, 27u);
+  // vllm, static, orca, sarathi, prefill-first, sglang; 9 queue orders; recompute, swap, auto;
+  // hash, radix, none; paged, contiguous; admit-all, queue-length, predicted-wait; off,
+  // queue-length
+  EXPECT_EQ(plugins, 28u);
   EXPECT_NE(cat.find("SGLang (RadixAttention)"), std::string::npos) << cat;
   EXPECT_NE(cat.find("error (a double in [0, 10], default 0.5)"), std::string::npos) << cat;
   EXPECT_NE(cat.find("victim (one of last-running, lowest-priority, fewest-computed, most-blocks, "
