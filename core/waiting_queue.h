@@ -80,10 +80,10 @@ class WaitingQueue {
   virtual void reorder(PrefixProbe* probe) { (void)probe; }
 };
 
-// First come, first served: a deque, preempted victims at the head (vLLM v1 default).
-class FcfsWaitingQueue final : public WaitingQueue {
+// A deque in FCFS order (arrivals at the back, preempted victims at the head): the storage of
+// fcfs, and of the orders that re-sort it at the start of each step (policies/).
+class DequeWaitingQueue : public WaitingQueue {
  public:
-  const char* name() const override { return "fcfs"; }
   void push_back(Request* r) override { q_.push_back(r); }
   void push_front(Request* r) override { q_.push_front(r); }
   Request* front() const override { return q_.front(); }
@@ -101,8 +101,14 @@ class FcfsWaitingQueue final : public WaitingQueue {
   }
   std::vector<Request*> snapshot() const override { return {q_.begin(), q_.end()}; }
 
- private:
+ protected:
   std::deque<Request*> q_;
+};
+
+// First come, first served (vLLM v1 default).
+class FcfsWaitingQueue final : public DequeWaitingQueue {
+ public:
+  const char* name() const override { return "fcfs"; }
 };
 
 }  // namespace servelab

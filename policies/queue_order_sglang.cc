@@ -41,21 +41,8 @@ namespace servelab {
 namespace {
 
 // A list in FCFS order between reorders; subclasses re-sort it at the start of a step.
-class ReorderedQueue : public WaitingQueue {
+class ReorderedQueue : public DequeWaitingQueue {
  public:
-  void push_back(Request* r) override { q_.push_back(r); }
-  void push_front(Request* r) override { q_.push_front(r); }
-  Request* front() const override { return q_.front(); }
-  void pop_front() override { q_.pop_front(); }
-  bool empty() const override { return q_.empty(); }
-  std::size_t size() const override { return q_.size(); }
-  bool erase(Request* r) override {
-    const auto it = std::find(q_.begin(), q_.end(), r);
-    if (it == q_.end()) return false;
-    q_.erase(it);
-    return true;
-  }
-  std::vector<Request*> snapshot() const override { return {q_.begin(), q_.end()}; }
   bool reorders() const override { return true; }
 
  protected:
@@ -70,8 +57,6 @@ class ReorderedQueue : public WaitingQueue {
     for (const std::size_t i : idx) sorted.push_back(q_[i]);
     q_ = std::move(sorted);
   }
-
-  std::deque<Request*> q_;
 };
 
 class LpmQueue final : public ReorderedQueue {

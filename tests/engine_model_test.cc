@@ -649,7 +649,7 @@ TEST(EngineModelTest, SchedulingNeverChangesGreedyOutputs) {
 // The same property under every batch formation and preemption victim the scheduler offers.
 TEST(EngineModelTest, EveryBatchFormationKeepsGreedyOutputs) {
   const LlamaWeights w = LlamaWeights::random(TinyConfig(), 13);
-  for (std::string f : {"vllm", "static", "orca", "sarathi", "prefill-first"}) {
+  for (std::string f : {"vllm", "static", "orca", "sarathi", "prefill-first", "sglang"}) {
     for (std::string v : {"last-running", "lowest-priority", "fewest-computed", "most-blocks"}) {
       WorkloadStats stats;
       for (std::uint64_t seed = 31; seed <= 32; ++seed) {

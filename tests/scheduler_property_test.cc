@@ -303,6 +303,17 @@ void CheckInvariants(const Scheduler& s, const BlockPool& pool, const StepPlan* 
   }
 }
 
+// One of every registered queue order (YAML values), some with their knobs set.
+const char* const kQueues[] = {"fcfs",
+                               "priority",
+                               "sjf",
+                               "{name: predicted-sjf, error: 1}",
+                               "{name: fair, input_weight: 1, output_weight: 3}",
+                               "{name: lpm, max_queue: 6}",
+                               "dfs-weight",
+                               "lof",
+                               "random"};
+
 const std::string& VictimName(const std::string& v) { return v; }
 
 // One random stream under queue order `queue` (YAML value; "" for the scheduler's default FCFS),
@@ -448,15 +459,7 @@ void RunSeed(std::uint64_t seed, const std::string& queue = "", std::string vict
 // without a preemption cap and with host pools from empty to roomy: the invariants (device and
 // host) after each step, nothing leaks, and the streams do swap.
 TEST(SchedulerPropertyTest, SwapAndAutoPreemptionKeepEveryInvariant) {
-  const char* const queues[] = {"fcfs",
-                                "priority",
-                                "sjf",
-                                "{name: predicted-sjf, error: 1}",
-                                "{name: fair, input_weight: 1, output_weight: 3}",
-                                "{name: lpm, max_queue: 6}",
-                                "dfs-weight",
-                                "lof",
-                                "random"};
+  const auto& queues = kQueues;
   for (std::string mode : {"swap", "auto"}) {
     std::int64_t swapped_blocks = 0;
     SchedulerCounters totals;
@@ -485,15 +488,7 @@ TEST(SchedulerPropertyTest, RandomStreamsKeepEveryInvariant) {
 
 // The same invariants under every registered queue order, with both preemption victims.
 TEST(SchedulerPropertyTest, EveryQueueOrderKeepsEveryInvariant) {
-  const char* const queues[] = {"fcfs",
-                                "priority",
-                                "sjf",
-                                "{name: predicted-sjf, error: 1}",
-                                "{name: fair, input_weight: 1, output_weight: 3}",
-                                "{name: lpm, max_queue: 6}",
-                                "dfs-weight",
-                                "lof",
-                                "random"};
+  const auto& queues = kQueues;
   const std::size_t registered = PolicyRegistry::instance().list(PolicyKind::kQueue).size();
   ASSERT_EQ(registered, std::size(queues)) << "a new queue order needs adding here";
   for (const char* queue : queues) {
@@ -510,15 +505,7 @@ TEST(SchedulerPropertyTest, EveryQueueOrderKeepsEveryInvariant) {
 // preemption cap: the invariants after each step, and every request ends (finished, rejected,
 // or aborted with a reason).
 TEST(SchedulerPropertyTest, EveryBatchFormationKeepsEveryInvariant) {
-  const char* const queues[] = {"fcfs",
-                                "priority",
-                                "sjf",
-                                "{name: predicted-sjf, error: 1}",
-                                "{name: fair, input_weight: 1, output_weight: 3}",
-                                "{name: lpm, max_queue: 6}",
-                                "dfs-weight",
-                                "lof",
-                                "random"};
+  const auto& queues = kQueues;
   const std::size_t registered = PolicyRegistry::instance().list(PolicyKind::kBatch).size();
   ASSERT_EQ(registered, 6u) << "a new batch formation needs adding here";
   for (std::string bf : {"vllm", "static", "orca", "sarathi", "prefill-first", "sglang"}) {
@@ -538,7 +525,9 @@ TEST(SchedulerPropertyTest, EveryBatchFormationKeepsEveryInvariant) {
       } else {
         EXPECT_GT(totals.num_preemptions, 0) << bf << " " << VictimName(victim);
         // sglang's reservation keeps a request's preemptions below these streams' cap.
-        if (bf != "sglang") EXPECT_GT(totals.num_aborted, 0) << bf << " " << VictimName(victim);
+        if (bf != "sglang") {
+          EXPECT_GT(totals.num_aborted, 0) << bf << " " << VictimName(victim);
+        }
       }
     }
   }
