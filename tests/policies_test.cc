@@ -543,7 +543,8 @@ TEST(PolicyExperimentTest, EveryQueueOrderRunsDeterministically) {
   RunOptions o;
   o.write_files = false;
   DistributionSummary fcfs_ttft, sjf_ttft;
-  for (const char* queue : {"fcfs", "priority", "sjf", "predicted-sjf", "fair"}) {
+  for (const char* queue :
+       {"fcfs", "priority", "sjf", "predicted-sjf", "fair", "lpm", "dfs-weight", "lof", "random"}) {
     SCOPED_TRACE(queue);
     const ExperimentConfig c = load_experiment(
         kBurst, {std::string("policies.queue=") + queue, "workload.num_requests=600"});

@@ -1,7 +1,8 @@
 // SGLang's schedule policies as queue orders (policies/queue_order_sglang.cc): lpm (with in-batch
 // deprioritisation and its FCFS fallbacks), dfs-weight, lof and random, each on a hand-built
 // queue with a fake prefix probe, then lpm and dfs-weight through the scheduler and its real
-// prefix cache, and all four through an experiment.
+// prefix cache and through experiments/cache-aware.yaml (every order also runs the burst
+// experiment deterministically in policies_test.cc).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -255,23 +256,6 @@ TEST(SglangQueueOrderScheduler, LpmAdmitsTheCachedPrefixFirst) {
 }
 
 // ---------------------------------------------------------------- through an experiment
-
-TEST(SglangQueueOrderExperiment, EveryOrderRunsDeterministically) {
-  const std::string burst = servelab_home().string() + "/experiments/burst.yaml";
-  RunOptions o;
-  o.write_files = false;
-  for (const char* queue : {"lpm", "dfs-weight", "lof", "random"}) {
-    SCOPED_TRACE(queue);
-    const ExperimentConfig c = load_experiment(
-        burst, {std::string("policies.queue=") + queue, "workload.num_requests=600"});
-    const RunOutput a = run_simulation(c, o);
-    const RunOutput b = run_simulation(c, o);
-    EXPECT_EQ(a.summary.completed, 600);
-    EXPECT_EQ(a.summary.num_steps, b.summary.num_steps);
-    EXPECT_EQ(a.summary.ttft_ms.mean, b.summary.ttft_ms.mean);
-    EXPECT_EQ(a.summary.preemptions, b.summary.preemptions);
-  }
-}
 
 // experiments/cache-aware.yaml: 64 long shared prompts, a cache that holds about a dozen. At its
 // 12 req/s the queue is long, lpm stays FCFS (above max_queue) while dfs-weight and uncapped lpm
