@@ -459,7 +459,11 @@ void RunSeed(std::uint64_t seed, const std::string& queue = "", std::string vict
 // without a preemption cap and with host pools from empty to roomy: the invariants (device and
 // host) after each step, nothing leaks, and the streams do swap.
 TEST(SchedulerPropertyTest, SwapAndAutoPreemptionKeepEveryInvariant) {
-  const auto& queues = kQueues;
+  // The swap paths depend on the queue order only through where a victim returns; the orders
+  // that re-sort every step (lpm, dfs-weight, lof, random) run under recompute in the tests
+  // below, and leaving them out here keeps this test's time under the sanitizer.
+  const char* const queues[] = {"fcfs", "priority", "sjf", "{name: predicted-sjf, error: 1}",
+                                "{name: fair, input_weight: 1, output_weight: 3}"};
   for (std::string mode : {"swap", "auto"}) {
     std::int64_t swapped_blocks = 0;
     SchedulerCounters totals;
