@@ -66,15 +66,18 @@ class SglangBatchFormation final : public BatchFormation {
                        ? std::min(r.num_tokens() - r.num_computed_tokens, left)
                        : 0;
           });
-      // Then admissions under the reservation of the running requests' future outputs.
-      std::int64_t reserve = std::int64_t{s.kv().num_free_blocks()} * s.config().block_size;
-      for (const Request* r : s.running()) {
-        reserve -= static_cast<std::int64_t>(st.ratio * remaining_outputs(*r));
+      // Then admissions under the reservation of the running requests' future outputs (none in
+      // a step whose chunk had to preempt: the freed blocks are the victim's).
+      if (s.plan().preempted.empty()) {
+        std::int64_t reserve = std::int64_t{s.kv().num_free_blocks()} * s.config().block_size;
+        for (const Request* r : s.running()) {
+          reserve -= static_cast<std::int64_t>(st.ratio * remaining_outputs(*r));
+        }
+        Scheduler::AdmissionRule rule;
+        rule.reserve_tokens = &reserve;
+        rule.reserve_clip = clip_;
+        s.admit_waiting(budget, rule, now);
       }
-      Scheduler::AdmissionRule rule;
-      rule.reserve_tokens = &reserve;
-      rule.reserve_clip = clip_;
-      s.admit_waiting(budget, rule, now);
       if (!s.plan().requests.empty()) return;  // a prefill batch: nobody decodes this step
     }
     // A decode step over every running request.
