@@ -912,6 +912,98 @@ TEST(Lessons, CacheAwareOrderGroupsThePromptsRequests) {
   fs::remove_all(dir);
 }
 
+// docs/lessons/reserve-or-preempt.md
+TEST(Lessons, ReserveOrPreempt) {
+  const fs::path dir = temp_dir("lesson_reserve");
+  const fs::path out = compare("reserve-or-preempt.yaml", dir);
+  const char* const names[] = {"vllm",   "prefill-first", "sglang-own",
+                               "sglang", "sglang-cap",    "vllm-cap"};
+  // The page's table: TTFT p50 and p99 (ms), TPOT p99 (ms), goodput (req/s), preemptions,
+  // recomputed tokens.
+  const double table[6][6] = {
+      {280.9, 3833.4, 19.99, 10.85, 254, 78022}, {371.6, 4406.8, 20.53, 10.25, 44, 13038},
+      {967.2, 5677.2, 18.59, 8.02, 1, 216},      {496.5, 4864.8, 20.25, 9.42, 1, 945},
+      {1996.9, 7469.3, 18.19, 6.22, 0, 0},       {280.9, 3833.4, 19.99, 10.85, 254, 78022}};
+  json s[6];
+  for (int v = 0; v < 6; ++v) {
+    SCOPED_TRACE(names[v]);
+    s[v] = summary(out / names[v]);
+    EXPECT_EQ(s[v]["requests"]["completed"], 2000);
+    // The same 161 s and 3,104 to 3,107 output tokens/s for all.
+    EXPECT_NEAR(s[v]["duration_s"].get<double>(), 161, 0.5);
+    EXPECT_GE(std::round(s[v]["throughput"]["output_tokens_per_s"].get<double>()), 3104);
+    EXPECT_LE(std::round(s[v]["throughput"]["output_tokens_per_s"].get<double>()), 3107);
+    EXPECT_NEAR(s[v]["ttft_ms"]["p50"].get<double>(), table[v][0], 0.05);
+    EXPECT_NEAR(s[v]["ttft_ms"]["p99"].get<double>(), table[v][1], 0.05);
+    EXPECT_NEAR(s[v]["tpot_ms"]["p99"].get<double>(), table[v][2], 0.005);
+    EXPECT_NEAR(s[v]["goodput"]["requests_per_s"].get<double>(), table[v][3], 0.005);
+    EXPECT_EQ(s[v]["preemption"]["preemptions"], static_cast<std::int64_t>(table[v][4]));
+    EXPECT_EQ(s[v]["preemption"]["recomputed_tokens"], static_cast<std::int64_t>(table[v][5]));
+  }
+  // vllm-cap is vllm to the digit: vLLM's admission never reads max_tokens (the same steps; only
+  // requests.csv's finish reasons differ, "stop" before max_tokens instead of "length").
+  EXPECT_TRUE(read_file(out / "vllm" / "steps.csv") == read_file(out / "vllm-cap" / "steps.csv"));
+  // 78,022 tokens are 5.3 % of the 1.46 M prompt tokens vllm computes.
+  const double prefilled =
+      static_cast<double>(sum_column(out / "vllm" / "steps.csv", "prefill_tokens"));
+  EXPECT_NEAR(prefilled / 1e6, 1.46, 0.005);
+  EXPECT_NEAR(100 * 78022 / prefilled, 5.3, 0.05);
+  // The step shape's share of the gap: about 90 ms.
+  EXPECT_NEAR(table[1][0] - table[0][0], 90, 1);
+  // Outputs of 249.9 tokens on average; the cap 1,536 is about six times that.
+  EXPECT_NEAR(static_cast<double>(s[0]["throughput"]["output_tokens"].get<std::int64_t>()) / 2000,
+              249.9, 0.05);
+  // sglang-own: its one preemption 11 s into the run, 14,313 steps in all.
+  EXPECT_EQ(s[2]["num_steps"], 14313);
+  for (const auto& row : read_csv(out / "sglang-own" / "steps.csv")) {
+    if (row.at("preempted") != "0") EXPECT_NEAR(std::stod(row.at("start_s")), 11, 0.5);
+  }
+  // The decay at conservativeness 0.01: 0.7 x 0.01 x 0.86 / 600 = 1.0e-5 per decode step, below
+  // 0.15 over the run; at 1, from at most 1 to the floor 0.098 within 900 steps.
+  EXPECT_NEAR(0.7 * 0.01 * 0.86 / 600, 1.0e-5, 0.05e-5);
+  EXPECT_LT(0.7 * 0.01 * 0.86 / 600 * 14313, 0.15);
+  EXPECT_LE((1 - 0.098) / (0.7 * 0.86 / 600), 900);
+  // Six other seeds: conservativeness 0.01 has the higher TTFT p50 on every one.
+  for (int seed = 1; seed <= 6; ++seed) {
+    double p50[2];
+    for (int k = 0; k < 2; ++k) {
+      const fs::path run = dir / ("seed" + std::to_string(seed) + "-" + std::to_string(k));
+      const Cli c = run_sim(
+          "run " + kLessons + "reserve-or-preempt.yaml --quiet --seed " + std::to_string(seed) +
+              " --set 'policies.batch={name: sglang, schedule_conservativeness: " +
+              (k == 0 ? "0.01" : "1") + "}' --out " + run.string(),
+          dir);
+      ASSERT_EQ(c.code, 0) << c.err;
+      p50[k] = summary(run)["ttft_ms"]["p50"].get<double>();
+    }
+    EXPECT_GT(p50[0], p50[1]) << "seed " << seed;
+  }
+  // Long answers: vllm against sglang.
+  const fs::path lng = dir / "long";
+  fs::create_directories(lng);
+  const fs::path long_out = compare(
+      "reserve-or-preempt.yaml", lng,
+      "--set workload.arrival.rate=0.7 --set workload.num_requests=1000 --set "
+      "'workload.prompt_len={dist: lognormal, mean: 2500, stddev: 1500, min: 32, max: 6144}' "
+      "--set 'workload.output_len={dist: lognormal, mean: 900, stddev: 600, min: 8, max: 2000}'");
+  // preemptions, recomputed tokens, TPOT p99, worst TPOT, TTFT p50
+  const double longs[2][5] = {{112, 104321, 14.21, 32.4, 295.5}, {17, 21238, 12.25, 17.0, 304.5}};
+  for (int k = 0; k < 2; ++k) {
+    const fs::path run = long_out / (k == 0 ? "vllm" : "sglang");
+    SCOPED_TRACE(run.string());
+    const json l = summary(run);
+    EXPECT_EQ(l["preemption"]["preemptions"], static_cast<std::int64_t>(longs[k][0]));
+    EXPECT_EQ(l["preemption"]["recomputed_tokens"], static_cast<std::int64_t>(longs[k][1]));
+    EXPECT_NEAR(l["tpot_ms"]["p99"].get<double>(), longs[k][2], 0.005);
+    double worst = 0;
+    for (const auto& row : read_csv(run / "requests.csv"))
+      worst = std::max(worst, std::stod(row.at("tpot_ms")));
+    EXPECT_NEAR(worst, longs[k][3], 0.05);
+    EXPECT_NEAR(l["ttft_ms"]["p50"].get<double>(), longs[k][4], 0.05);
+  }
+  fs::remove_all(dir);
+}
+
 // docs/lessons/gpu-decode-cost.md: the numbers come from the H200 profile and calibrated model
 // that ship in experiments/catalog/calibrated/ (measured 2026-11-28) and from the lesson's
 // `sim compare`.
