@@ -393,7 +393,7 @@ TEST(MultiStepRun, EveryShippedPolicyMixRunsWithFourSteps) {
                           dir);
   ASSERT_EQ(cli.code, 0) << cli.err;
   const auto rows = read_csv(dir / "c" / "compare.csv");
-  EXPECT_GE(rows.size(), 19u);
+  EXPECT_GE(rows.size(), 22u);
   const Cli fair = run_sim("run " + kBurst + " -q --set serving.num_scheduler_steps=4 " +
                                "--set policies.queue=fair --out " + (dir / "fair").string(),
                            dir);
