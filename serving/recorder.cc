@@ -340,6 +340,7 @@ RunSummary Recorder::summary() const {
     ++s.completed;
     s.input_tokens += r.prompt_tokens;
     s.output_tokens += r.output_tokens;
+    s.prompt_cached_tokens += r.cached_tokens;
     const double t_ttft = ns_to_ms(r.first_token_ns - r.arrival_ns);
     const double t_e2e = ns_to_ms(r.finish_ns - r.arrival_ns);
     ttft.push_back(t_ttft);
@@ -381,6 +382,9 @@ RunSummary Recorder::summary() const {
   s.prefix_hit_rate = s.prefix_queried_tokens > 0 ? static_cast<double>(s.prefix_hit_tokens) /
                                                         static_cast<double>(s.prefix_queried_tokens)
                                                   : 0.0;
+  s.prompt_hit_rate = s.input_tokens > 0 ? static_cast<double>(s.prompt_cached_tokens) /
+                                               static_cast<double>(s.input_tokens)
+                                         : 0.0;
   s.cow_copies = prefix_.cow_copies;
   s.blocks_saved_by_sharing = prefix_.blocks_saved_by_sharing;
   s.kv_usage_mean =
@@ -519,7 +523,9 @@ void write_summary_json(const std::string& path, const RunSummary& s,
   j["preemption"] = {{"preemptions", s.preemptions}, {"recomputed_tokens", s.recomputed_tokens}};
   j["prefix_cache"] = {{"queried_tokens", s.prefix_queried_tokens},
                        {"hit_tokens", s.prefix_hit_tokens},
-                       {"hit_rate", s.prefix_hit_rate}};
+                       {"hit_rate", s.prefix_hit_rate},
+                       {"prompt_cached_tokens", s.prompt_cached_tokens},
+                       {"prompt_hit_rate", s.prompt_hit_rate}};
   if (!s.offload_tiers.empty()) {
     // Hits by where the KV was found (docs/metrics.md): the device pool, then each tier.
     std::int64_t device = s.prefix_hit_tokens;

@@ -86,8 +86,15 @@ struct RunSummary {
   double slo_attainment = 0;
   std::int64_t num_steps = 0;
   std::int64_t preemptions = 0, recomputed_tokens = 0;
+  // vLLM's prefix-cache counters: every lookup counts, and a waiting request is looked up again
+  // at each step that cannot admit it, so the rate also measures how often admission was tried.
   std::int64_t prefix_queried_tokens = 0, prefix_hit_tokens = 0;
   double prefix_hit_rate = 0;
+  // Per request instead: the completed requests' prompt tokens found cached at their first
+  // admission (requests.csv's cached_tokens), and that over their prompt tokens (input_tokens).
+  // Comparable across admission rules and queue orders, which retry lookups differently.
+  std::int64_t prompt_cached_tokens = 0;
+  double prompt_hit_rate = 0;
   std::int64_t cow_copies = 0, blocks_saved_by_sharing = 0;  // parallel sampling
   double kv_usage_mean = 0, kv_usage_max = 0;
   std::int64_t swapped_out_blocks = 0, swapped_in_blocks = 0;

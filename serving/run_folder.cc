@@ -157,10 +157,12 @@ void print_summary(std::FILE* f, const ExperimentConfig& config, const RunOutput
   std::fprintf(f, "  goodput     %.2f req/s (%.1f %% of completed requests meet the SLOs)\n",
                s.goodput_requests_per_s, 100.0 * s.slo_attainment);
   std::fprintf(f,
-               "  preemptions %lld (%lld tokens recomputed)   prefix-cache hit rate %.1f %%   "
-               "KV usage mean %.1f %% max %.1f %%\n",
+               "  preemptions %lld (%lld tokens recomputed)   KV usage mean %.1f %% max %.1f %%\n"
+               "  prefix cache  %.1f %% of prompt tokens cached at admission   hit rate %.1f %% of "
+               "lookups\n",
                static_cast<long long>(s.preemptions), static_cast<long long>(s.recomputed_tokens),
-               100.0 * s.prefix_hit_rate, 100.0 * s.kv_usage_mean, 100.0 * s.kv_usage_max);
+               100.0 * s.kv_usage_mean, 100.0 * s.kv_usage_max, 100.0 * s.prompt_hit_rate,
+               100.0 * s.prefix_hit_rate);
   if (s.spec_decode && s.spec_decode->num_drafts > 0) {
     const RunSummary::SpecDecode& d = *s.spec_decode;
     std::fprintf(

@@ -129,7 +129,8 @@ std::vector<VariantResult> run_compare(const ExperimentSource& source,
   std::fputs(
       "variant,overrides,completed,rejected,aborted,requests_per_s,output_tokens_per_s,"
       "ttft_p50_ms,ttft_p99_ms,tpot_p50_ms,tpot_p99_ms,e2e_p50_ms,goodput_requests_per_s,"
-      "slo_attainment,preemptions,recomputed_tokens,prefix_hit_rate,kv_usage_mean,kv_usage_max",
+      "slo_attainment,preemptions,recomputed_tokens,prefix_hit_rate,prompt_hit_rate,kv_usage_mean,"
+      "kv_usage_max",
       f);
   std::fputs(overload ? ",shed,capped\n" : "\n", f);
   for (const VariantResult& r : results) {
@@ -143,11 +144,11 @@ std::vector<VariantResult> run_compare(const ExperimentSource& source,
     std::fprintf(
         f,
         "%s,%s,%" PRId64 ",%" PRId64 ",%" PRId64
-        ",%.6f,%.3f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%" PRId64 ",%" PRId64 ",%.6f,%.6f,%.6f",
+        ",%.6f,%.3f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%" PRId64 ",%" PRId64 ",%.6f,%.6f,%.6f,%.6f",
         r.variant.name.c_str(), overrides.c_str(), s.completed, s.rejected, s.aborted,
         s.requests_per_s, s.output_tokens_per_s, s.ttft_ms.p50, s.ttft_ms.p99, s.tpot_ms.p50,
         s.tpot_ms.p99, s.e2e_ms.p50, s.goodput_requests_per_s, s.slo_attainment, s.preemptions,
-        s.recomputed_tokens, s.prefix_hit_rate, s.kv_usage_mean, s.kv_usage_max);
+        s.recomputed_tokens, s.prefix_hit_rate, s.prompt_hit_rate, s.kv_usage_mean, s.kv_usage_max);
     if (overload) std::fprintf(f, ",%" PRId64 ",%" PRId64, s.shed, s.capped);
     std::fputs("\n", f);
   }
@@ -160,17 +161,17 @@ std::vector<VariantResult> run_compare(const ExperimentSource& source,
 void print_compare_table(std::FILE* out, const std::vector<VariantResult>& results) {
   const bool overload = any_reports_overload(results);
   std::fprintf(out, "%-16s %9s %9s %9s %9s %9s %9s %9s %7s %7s %7s", "variant", "req/s", "TTFT p50",
-               "TTFT p99", "TPOT p50", "TPOT p99", "goodput", "preempt", "hit %", "KV %", "done");
+               "TTFT p99", "TPOT p50", "TPOT p99", "goodput", "preempt", "cache %", "KV %", "done");
   std::fputs(overload ? "    shed  capped\n" : "\n", out);
   std::fprintf(out, "%-16s %9s %9s %9s %9s %9s %9s %9s %7s %7s %7s\n", "", "", "(ms)", "(ms)",
-               "(ms)", "(ms)", "(req/s)", "", "", "mean", "");
+               "(ms)", "(ms)", "(req/s)", "", "prompt", "mean", "");
   for (const VariantResult& r : results) {
     const RunSummary& s = r.run.summary;
     std::fprintf(out,
                  "%-16s %9.2f %9.1f %9.1f %9.2f %9.2f %9.2f %9" PRId64 " %7.1f %7.1f %7" PRId64,
                  r.variant.name.c_str(), s.requests_per_s, s.ttft_ms.p50, s.ttft_ms.p99,
                  s.tpot_ms.p50, s.tpot_ms.p99, s.goodput_requests_per_s, s.preemptions,
-                 100.0 * s.prefix_hit_rate, 100.0 * s.kv_usage_mean, s.completed);
+                 100.0 * s.prompt_hit_rate, 100.0 * s.kv_usage_mean, s.completed);
     if (overload) std::fprintf(out, " %7" PRId64 " %7" PRId64, s.shed, s.capped);
     std::fputs("\n", out);
   }

@@ -271,7 +271,8 @@ std::string sweep_csv_header(const std::vector<SweepAxis>& axes, bool overload) 
       "output_tokens_per_s,ttft_mean_ms,ttft_p50_ms,ttft_p90_ms,ttft_p99_ms,tpot_mean_ms,"
       "tpot_p50_ms,tpot_p90_ms,tpot_p99_ms,itl_p99_ms,e2e_p50_ms,e2e_p99_ms,queueing_p50_ms,"
       "goodput_requests_per_s,slo_attainment,preemptions,recomputed_tokens,prefix_hit_rate,"
-      "kv_usage_mean,kv_usage_max,batch_seqs_mean,slot_efficiency,internal_fragmentation_mean,"
+      "prompt_hit_rate,kv_usage_mean,kv_usage_max,batch_seqs_mean,slot_efficiency,internal_"
+      "fragmentation_mean,"
       "unused_slots_mean,step_ms_mean,allocations_per_s,evictions_per_s";
   line += overload ? ",shed,capped\n" : "\n";
   return line;
@@ -283,14 +284,14 @@ std::string sweep_csv_row(const SweepPoint& point, const RunSummary& s, bool ove
   line += format_text(
       ",%" PRId64 ",%" PRId64 ",%" PRId64
       ",%.6f,%.6f,%.3f,%.3f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%."
-      "6f,%.6f,%.6f,%" PRId64 ",%" PRId64 ",%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.3f,%.6f,%.3f,%.3f",
+      "6f,%.6f,%.6f,%" PRId64 ",%" PRId64 ",%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.3f,%.6f,%.3f,%.3f",
       s.completed, s.rejected, s.aborted, s.duration_s, s.requests_per_s, s.input_tokens_per_s,
       s.output_tokens_per_s, s.ttft_ms.mean, s.ttft_ms.p50, s.ttft_ms.p90, s.ttft_ms.p99,
       s.tpot_ms.mean, s.tpot_ms.p50, s.tpot_ms.p90, s.tpot_ms.p99, s.itl_ms.p99, s.e2e_ms.p50,
       s.e2e_ms.p99, s.queueing_ms.p50, s.goodput_requests_per_s, s.slo_attainment, s.preemptions,
-      s.recomputed_tokens, s.prefix_hit_rate, s.kv_usage_mean, s.kv_usage_max, s.batch_seqs_mean,
-      s.slot_efficiency, s.kv_internal_fragmentation_mean, s.kv_unused_slots_mean, s.step_ms_mean,
-      s.allocations_per_s, s.evictions_per_s);
+      s.recomputed_tokens, s.prefix_hit_rate, s.prompt_hit_rate, s.kv_usage_mean, s.kv_usage_max,
+      s.batch_seqs_mean, s.slot_efficiency, s.kv_internal_fragmentation_mean,
+      s.kv_unused_slots_mean, s.step_ms_mean, s.allocations_per_s, s.evictions_per_s);
   if (overload) line += format_text(",%" PRId64 ",%" PRId64, s.shed, s.capped);
   line += "\n";
   return line;
