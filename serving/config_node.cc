@@ -172,7 +172,11 @@ void ConfigNode::allow_keys(const std::vector<std::string>& allowed) const {
     bool ok = false;
     for (const auto& a : allowed) ok = ok || a == key;
     if (!ok) {
-      ConfigNode k(kv.first, file_, child_path(key));
+      // Where the key was written: its line in the file, or the --set that brought it (the
+      // override's values carry the tag; its keys do not, and their marks are positions in the
+      // --set text, not in the file).
+      const ConfigNode k(kv.second.Tag() == kOverrideTag ? kv.second : kv.first, file_,
+                         child_path(key));
       throw ConfigError(k.location() + ": unknown key '" + child_path(key) +
                         "' (expected one of: " + join(allowed) + ")");
     }

@@ -100,6 +100,29 @@ TEST(ConfigNode, OverrideSetsNestedKeysAndIsNamedInErrors) {
   EXPECT_NE(msg.find("--set serving.block_size"), std::string::npos) << msg;
 }
 
+// An unknown key that came from --set is named by its --set, not by a line of the file: the
+// override's marks are positions in the --set text (this once said "o.yaml:1:2" for a key on no
+// line of o.yaml), and a key the override created has no mark at all.
+TEST(ConfigNode, UnknownKeyFromAnOverrideNamesTheOverride) {
+  for (const char* assignment : {"serving.bogus=1", "serving={block_size: 8, bogus: 1}"}) {
+    YAML::Node root =
+        ConfigNode::load_string("# a comment\nserving:\n  block_size: 16\n", "o.yaml").yaml();
+    apply_override(root, assignment);
+    const ConfigNode top(root, std::make_shared<const std::string>("o.yaml"), "");
+    const std::string msg = error_of([&] { top.at("serving").allow_keys({"block_size"}); });
+    EXPECT_EQ(msg.rfind("--set serving.bogus: unknown key 'serving.bogus'", 0), 0u)
+        << assignment << " -> " << msg;
+    EXPECT_EQ(msg.find("o.yaml"), std::string::npos) << assignment << " -> " << msg;
+  }
+  // A key of the file itself keeps its line, after an override of a sibling.
+  YAML::Node root =
+      ConfigNode::load_string("serving:\n  block_size: 16\n  bogus: 1\n", "o.yaml").yaml();
+  apply_override(root, "serving.block_size=8");
+  const ConfigNode top(root, std::make_shared<const std::string>("o.yaml"), "");
+  const std::string msg = error_of([&] { top.at("serving").allow_keys({"block_size"}); });
+  EXPECT_EQ(msg.rfind("o.yaml:3:3: unknown key 'serving.bogus'", 0), 0u) << msg;
+}
+
 TEST(ConfigNode, MalformedOverride) {
   YAML::Node root = ConfigNode::load_string("a: 1\n", "o.yaml").yaml();
   EXPECT_NE(error_of([&] { apply_override(root, "novalue"); }).find("KEY.PATH=VALUE"),
