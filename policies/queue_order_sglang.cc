@@ -125,8 +125,34 @@ class DfsWeightQueue final : public ReorderedQueue {
       node.weight += node.requests.size();
       for (const std::size_t c : node.children) node.weight += nodes_[c].weight;
     }
+    // Depth first from the root: a node's children, heavier first (stable), each with its
+    // subtree, then the node's own requests. The tree is as deep as the longest cached prefix
+    // in blocks (hundreds of thousands for a long enough prompt), so the walk keeps its own
+    // stack instead of recursing.
     q_.clear();
-    visit(0);
+    struct Frame {
+      std::size_t node;
+      std::vector<std::size_t> children;
+      std::size_t next = 0;
+    };
+    std::vector<Frame> stack;
+    const auto enter = [&](std::size_t n) {
+      Frame f{n, nodes_[n].children};
+      std::stable_sort(f.children.begin(), f.children.end(), [&](std::size_t a, std::size_t b) {
+        return nodes_[a].weight > nodes_[b].weight;
+      });
+      stack.push_back(std::move(f));
+    };
+    enter(0);
+    while (!stack.empty()) {
+      Frame& top = stack.back();
+      if (top.next < top.children.size()) {
+        enter(top.children[top.next++]);  // `top` is not used after the push moves it
+        continue;
+      }
+      q_.insert(q_.end(), nodes_[top.node].requests.begin(), nodes_[top.node].requests.end());
+      stack.pop_back();
+    }
   }
 
  private:
@@ -135,15 +161,6 @@ class DfsWeightQueue final : public ReorderedQueue {
     std::vector<Request*> requests;
     std::size_t weight = 0;
   };
-  // Heavier children first (stable), then the node's own requests.
-  void visit(std::size_t n) {
-    std::vector<std::size_t> children = nodes_[n].children;
-    std::stable_sort(children.begin(), children.end(), [&](std::size_t a, std::size_t b) {
-      return nodes_[a].weight > nodes_[b].weight;
-    });
-    for (const std::size_t c : children) visit(c);
-    q_.insert(q_.end(), nodes_[n].requests.begin(), nodes_[n].requests.end());
-  }
 
   std::vector<Node> nodes_;
   std::unordered_map<BlockHash, std::size_t, BlockHashHasher> index_;  // lookups only

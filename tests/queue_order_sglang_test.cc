@@ -172,6 +172,26 @@ TEST(SglangQueueOrder, DfsWeightWalksTheCachedTreeHeaviestFirst) {
   EXPECT_EQ(Ids(*off), (std::vector<RequestId>{5, 4, 3}));
 }
 
+// The cached tree is as deep as the longest cached prefix in blocks: a 4.8 M-token prompt in
+// 16-token blocks is a chain of 300,000 nodes. The walk keeps its own stack (a recursive one
+// overflowed the thread's stack at this depth).
+TEST(SglangQueueOrder, DfsWeightWalksADeepChainWithoutRecursion) {
+  auto q = Queue("dfs-weight");
+  Requests rs({4, 4, 4});
+  rs.PushAll(*q, {0, 1, 2});
+  FakeProbe p;
+  constexpr int kDepth = 300000;
+  std::vector<int> deep(kDepth, 7), side(kDepth, 7);
+  side[kDepth / 2] = 8;  // shares the first half, then its own branch
+  p.Set(0, deep, kDepth / 4);
+  p.Set(1, side, kDepth);
+  p.Set(2, deep, kDepth);
+  q->reorder(&p);
+  // At the fork (depth kDepth / 2) both branches weigh 1: the list's order, 1 then 2; request 0
+  // sits higher up, after its subtree.
+  EXPECT_EQ(Ids(*q), (std::vector<RequestId>{1, 2, 0}));
+}
+
 TEST(SglangQueueOrder, LofPutsTheLongestOutputFirst) {
   auto q = Queue("lof");
   Requests rs({5, 9, 5, 1, 9});
