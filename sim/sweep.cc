@@ -271,9 +271,9 @@ std::string sweep_csv_header(const std::vector<SweepAxis>& axes, bool overload) 
       "output_tokens_per_s,ttft_mean_ms,ttft_p50_ms,ttft_p90_ms,ttft_p99_ms,tpot_mean_ms,"
       "tpot_p50_ms,tpot_p90_ms,tpot_p99_ms,itl_p99_ms,e2e_p50_ms,e2e_p99_ms,queueing_p50_ms,"
       "goodput_requests_per_s,slo_attainment,preemptions,recomputed_tokens,prefix_hit_rate,"
-      "prompt_hit_rate,kv_usage_mean,kv_usage_max,batch_seqs_mean,slot_efficiency,internal_"
-      "fragmentation_mean,"
-      "unused_slots_mean,step_ms_mean,allocations_per_s,evictions_per_s";
+      "prompt_hit_rate,kv_usage_mean,kv_usage_max,batch_seqs_mean,slot_efficiency,"
+      "internal_fragmentation_mean,unused_slots_mean,step_ms_mean,allocations_per_s,"
+      "evictions_per_s";
   line += overload ? ",shed,capped\n" : "\n";
   return line;
 }
