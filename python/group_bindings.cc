@@ -48,7 +48,7 @@ GroupFiles compare(
   const ExperimentSource source = source_of(name, text, base_dir);
   std::vector<Variant> variants;
   if (variant_list) {
-    for (const auto& [name, sets] : *variant_list) variants.push_back({name, sets});
+    for (const auto& [name, sets] : *variant_list) variants.push_back({name, sets, {}});
   } else {
     variants = variants_from_experiment(source);
   }

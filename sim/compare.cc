@@ -62,6 +62,7 @@ std::vector<Variant> variants_from_experiment(const ExperimentSource& source) {
       if (!set->is_map()) set->fail("a mapping of key.path: value");
       for (const std::string& key : set->keys()) {
         var.overrides.push_back(key + "=" + flow_yaml(set->at(key).yaml()));
+        var.locations.push_back(set->at(key).location());
       }
     }
     out.push_back(std::move(var));
@@ -98,11 +99,12 @@ std::vector<VariantResult> run_compare(const ExperimentSource& source,
                                        const std::vector<std::string>& base_overrides,
                                        std::string out_dir, bool progress,
                                        const StepHook& before_step) {
-  // Load every variant first: a bad override in the last variant is reported before any run.
+  // Load every variant and make its workload first: a bad override in the last variant is
+  // reported before any run.
   std::vector<ExperimentConfig> configs;
   for (const Variant& v : variants) {
-    configs.push_back(
-        load_variant(source, base_overrides, v.overrides, "variant '" + v.name + "'"));
+    configs.push_back(load_checked_variant(source, base_overrides, v.overrides,
+                                           "variant '" + v.name + "'", v.locations));
   }
   if (out_dir.empty()) out_dir = "out/" + configs.front().name + "-compare";
   // The folder may hold a previous one (compare.csv and run folders), nothing else.

@@ -23,6 +23,9 @@ namespace servelab {
 struct Variant {
   std::string name;
   std::vector<std::string> overrides;  // "key.path=value"
+  // FILE:LINE:COL of each override's value in the `compare:` section (messages about a bad value
+  // name it); empty for variants from the command line or Python.
+  std::vector<std::string> locations;
 };
 
 struct VariantResult {

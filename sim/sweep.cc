@@ -18,10 +18,10 @@
 #include "serving/config_node.h"
 #include "serving/output_file.h"
 #include "serving/run_folder.h"
+#include "sim/compare.h"
 #include "sim/plot.h"
 #include "sim/sweep_mpi.h"
 #include "sim/variant_loader.h"
-#include "traces/workload.h"
 
 namespace servelab {
 
@@ -103,6 +103,46 @@ void write_binary_file(const std::string& path, const std::string& bytes) {
   if (std::fclose(f) != 0 || !ok) throw_io_error(path, "writing", ok ? errno : err);
 }
 
+// The `variant` axis: the named entries of the experiment's `compare:` section, or all of them.
+SweepAxis variant_axis(const ExperimentSource& source, const ConfigNode& values) {
+  SweepAxis axis;
+  axis.key = "variant";
+  axis.location = values.location();
+  const std::vector<Variant> variants = variants_from_experiment(source);
+  if (variants.empty()) {
+    values.fail_message(
+        "a `variant` axis names entries of the experiment's `compare:` section, "
+        "and the experiment has none");
+  }
+  std::string known;
+  for (const Variant& v : variants) known += (known.empty() ? "" : ", ") + v.name;
+  auto add = [&](const Variant& v) {
+    axis.values.push_back(v.name);
+    axis.value_overrides.push_back(v.overrides);
+    axis.value_locations.push_back(v.locations);
+  };
+  if (values.is_scalar() && values.as_string() == "all") {
+    for (const Variant& v : variants) add(v);
+    return axis;
+  }
+  if (!values.is_sequence() || values.elements().empty()) {
+    values.fail("a non-empty list of variant names from `compare:` (" + known + "), or all");
+  }
+  for (const ConfigNode& value : values.elements()) {
+    const std::string name = value.is_scalar() ? value.as_string() : std::string();
+    const auto it = std::find_if(variants.begin(), variants.end(),
+                                 [&](const Variant& v) { return v.name == name; });
+    if (it == variants.end()) {
+      value.fail("the name of a variant in `compare:` (" + known + ")");
+    }
+    if (std::find(axis.values.begin(), axis.values.end(), name) != axis.values.end()) {
+      value.fail_message("variant '" + name + "' is listed twice");
+    }
+    add(*it);
+  }
+  return axis;
+}
+
 }  // namespace
 
 std::vector<SweepAxis> sweep_from_experiment(const ExperimentSource& source) {
@@ -117,6 +157,10 @@ std::vector<SweepAxis> sweep_from_experiment(const ExperimentSource& source) {
   std::vector<SweepAxis> axes;
   for (const std::string& key : section->keys()) {
     const ConfigNode values = section->at(key);
+    if (key == "variant") {
+      axes.push_back(variant_axis(source, values));
+      continue;
+    }
     if (!is_key_path(key)) {
       values.fail_message("expected a dotted key path such as workload.arrival.rate");
     }
@@ -130,7 +174,11 @@ std::vector<SweepAxis> sweep_from_experiment(const ExperimentSource& source) {
     SweepAxis axis;
     axis.key = key;
     axis.location = values.location();
-    for (const ConfigNode& v : values.elements()) axis.values.push_back(flow_yaml(v.yaml()));
+    for (const ConfigNode& v : values.elements()) {
+      axis.values.push_back(flow_yaml(v.yaml()));
+      axis.value_overrides.push_back({key + "=" + axis.values.back()});
+      axis.value_locations.push_back({v.location()});
+    }
     axes.push_back(std::move(axis));
   }
   return axes;
@@ -148,10 +196,14 @@ std::vector<SweepPoint> sweep_points(const std::vector<SweepAxis>& axes) {
     std::size_t rest = i, stride = n;
     for (const SweepAxis& a : axes) {
       stride /= a.values.size();
-      const std::string& v = a.values[rest / stride];
+      const std::size_t k = rest / stride;
+      const std::string& v = a.values[k];
       rest %= stride;
       p.values.push_back(v);
-      p.overrides.push_back(a.key + "=" + v);
+      p.overrides.insert(p.overrides.end(), a.value_overrides[k].begin(),
+                         a.value_overrides[k].end());
+      p.locations.insert(p.locations.end(), a.value_locations[k].begin(),
+                         a.value_locations[k].end());
       const std::string label = a.key.substr(a.key.rfind('.') + 1);
       // Appended piece by piece: `"_" + std::string` trips a GCC 12 -Wrestrict false positive.
       p.name.append("_").append(name_part(label)).append("-").append(name_part(v));
@@ -167,20 +219,16 @@ SweepPlan plan_sweep(const ExperimentSource& source, const std::vector<std::stri
   plan.axes = sweep_from_experiment(source);
   // Each value alone first, so an error names the sweep key that caused it.
   for (const SweepAxis& a : plan.axes) {
-    for (const std::string& v : a.values) {
-      const std::string label = a.location + ": sweep key '" + a.key + "', value " + v;
-      const ExperimentConfig c = load_variant(source, base_overrides, {a.key + "=" + v}, label);
-      try {
-        make_workload(c.workload_section(), c.seed, c.base_dir);
-      } catch (const ConfigError& e) {
-        throw ConfigError(label + ": " + e.what());
-      }
+    for (std::size_t i = 0; i < a.values.size(); ++i) {
+      const std::string label = a.location + ": sweep key '" + a.key + "', value " + a.values[i];
+      load_checked_variant(source, base_overrides, a.value_overrides[i], label,
+                           a.value_locations[i]);
     }
   }
   plan.points = sweep_points(plan.axes);
   for (const SweepPoint& p : plan.points) {
     plan.configs.push_back(
-        load_variant(source, base_overrides, p.overrides, "sweep point " + p.name));
+        load_variant(source, base_overrides, p.overrides, "sweep point " + p.name, p.locations));
     RunSummary flags;
     fill_overload_flag(plan.configs.back(), flags);
     plan.reports_overload = plan.reports_overload || flags.report_overload;

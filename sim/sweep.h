@@ -5,7 +5,10 @@
 //   sweep:
 //     workload.arrival.rate: [2, 4, 8]
 //     policies.batch: [vllm, sarathi]
-// and the points are the cartesian product, first key slowest (here 6 points). Every point is
+// and the points are the cartesian product, first key slowest (here 6 points). One axis may be
+// `variant`, whose values name entries of the experiment's `compare:` section (or the string
+// `all`: every entry, in order): a point on it applies that variant's whole `set:` mapping, so
+// a grid can cross multi-key setups (a P/D split, a policy mix) with a load axis. Every point is
 // validated before any runs (workload included), so a typo costs nothing; errors name the sweep
 // key's FILE:LINE:COL. Points run on `jobs` std::thread workers, each into its own run folder
 // OUT/<point>/; OUT/sweep.csv has one row per point in grid order. Every file is independent
@@ -27,15 +30,21 @@
 namespace servelab {
 
 struct SweepAxis {
-  std::string key;                  // dotted key path
-  std::vector<std::string> values;  // YAML flow text of each value, in file order
+  std::string key;                  // dotted key path, or "variant"
+  std::vector<std::string> values;  // YAML flow text of each value (variant names), in file order
   std::string location;             // FILE:LINE:COL of the key in the sweep section
+  // Per value, in the order of `values`: the overrides it applies ("key=value": key=values[i]
+  // on a key-path axis, the variant's `set:` on the `variant` axis) and where in the file each
+  // was written (messages about a bad value name that place).
+  std::vector<std::vector<std::string>> value_overrides;
+  std::vector<std::vector<std::string>> value_locations;
 };
 
 struct SweepPoint {
   std::string name;                    // the run folder's name: index and values
   std::vector<std::string> values;     // one per axis
-  std::vector<std::string> overrides;  // "key=value", one per axis
+  std::vector<std::string> overrides;  // "key=value": each axis's value's, in axis order
+  std::vector<std::string> locations;  // where each of `overrides` was written
 };
 
 struct SweepResult {
@@ -45,7 +54,8 @@ struct SweepResult {
 
 // The axes of the experiment's `sweep:` section. Throws ConfigError (file, line, key) for a
 // missing or malformed section: not a mapping, a value that is not a non-empty list, a key that
-// is not a dotted path of names or that names the `sweep`/`compare` sections.
+// is not a dotted path of names or that names the `sweep`/`compare` sections, a `variant` axis
+// without a `compare:` section or naming a variant it does not have.
 std::vector<SweepAxis> sweep_from_experiment(const ExperimentSource& source);
 
 // The cartesian product of `axes`, first axis slowest. REQUIRES: !axes.empty().

@@ -1,5 +1,7 @@
 #include "sim/variant_loader.h"
 
+#include "traces/workload.h"
+
 namespace servelab {
 
 ConfigNode ExperimentSource::document() const {
@@ -11,16 +13,54 @@ ExperimentConfig ExperimentSource::load(const std::vector<std::string>& override
   return load_experiment(path, overrides);
 }
 
+namespace {
+
+// The message of an error about an override value ("--set KEY..."; config_node.h) with the place
+// in the file where that value was written instead.
+std::string locate_overrides(std::string message, const std::vector<std::string>& overrides,
+                             const std::vector<std::string>& locations) {
+  for (std::size_t i = overrides.size(); i-- > 0;) {  // the last override of a key is the one used
+    if (i >= locations.size() || locations[i].empty()) continue;
+    const std::string needle = "--set " + overrides[i].substr(0, overrides[i].find('='));
+    for (auto pos = message.find(needle); pos != std::string::npos;
+         pos = message.find(needle, pos + 1)) {
+      const std::size_t end = pos + needle.size();
+      if (end == message.size() || message[end] == ':' || message[end] == '.' ||
+          message[end] == ' ') {
+        return message.replace(pos, 6, locations[i] + ": set ");
+      }
+    }
+  }
+  return message;
+}
+
+}  // namespace
+
 ExperimentConfig load_variant(const ExperimentSource& source,
                               const std::vector<std::string>& base_overrides,
-                              const std::vector<std::string>& overrides, const std::string& label) {
+                              const std::vector<std::string>& overrides, const std::string& label,
+                              const std::vector<std::string>& locations) {
   std::vector<std::string> all = base_overrides;
   all.insert(all.end(), overrides.begin(), overrides.end());
   try {
     return source.load(all);
   } catch (const ConfigError& e) {
-    throw ConfigError(label + ": " + e.what());
+    throw ConfigError(label + ": " + locate_overrides(e.what(), overrides, locations));
   }
+}
+
+ExperimentConfig load_checked_variant(const ExperimentSource& source,
+                                      const std::vector<std::string>& base_overrides,
+                                      const std::vector<std::string>& overrides,
+                                      const std::string& label,
+                                      const std::vector<std::string>& locations) {
+  ExperimentConfig config = load_variant(source, base_overrides, overrides, label, locations);
+  try {
+    make_workload(config.workload_section(), config.seed, config.base_dir);
+  } catch (const ConfigError& e) {
+    throw ConfigError(label + ": " + locate_overrides(e.what(), overrides, locations));
+  }
+  return config;
 }
 
 }  // namespace servelab

@@ -32,9 +32,20 @@ struct ExperimentSource {
 
 // Loads `source` with `base_overrides` applied first, then `overrides` (both "key.path=value", as
 // with --set). A ConfigError is thrown again as "<label>: <message>", so the user learns which
-// variant or sweep point is wrong.
+// variant or sweep point is wrong. `locations`, when given, holds where in the experiment file
+// each of `overrides` was written (FILE:LINE:COL, or "" where unknown); the message then names
+// that place instead of "--set KEY".
 ExperimentConfig load_variant(const ExperimentSource& source,
                               const std::vector<std::string>& base_overrides,
-                              const std::vector<std::string>& overrides, const std::string& label);
+                              const std::vector<std::string>& overrides, const std::string& label,
+                              const std::vector<std::string>& locations = {});
+
+// load_variant, and the workload made once to check it (traces read, distributions validated:
+// what the experiment loader leaves to the run), so that a bad value fails before anything runs.
+ExperimentConfig load_checked_variant(const ExperimentSource& source,
+                                      const std::vector<std::string>& base_overrides,
+                                      const std::vector<std::string>& overrides,
+                                      const std::string& label,
+                                      const std::vector<std::string>& locations = {});
 
 }  // namespace servelab

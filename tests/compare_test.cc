@@ -85,9 +85,26 @@ TEST(Compare, VariantsEqualSingleRunsAndFailFastOnBadOverrides) {
   EXPECT_EQ(rows, 4);  // header + 3 variants
   // A bad override in the last variant is reported before anything runs.
   fs::remove_all(dir / "out2");
-  EXPECT_THROW(run_compare(exp, {{"ok", {}}, {"bad", {"policies.queue=lifo"}}}, {},
+  EXPECT_THROW(run_compare(exp, {{"ok", {}, {}}, {"bad", {"policies.queue=lifo"}, {}}}, {},
                            (dir / "out2").string(), false),
                ConfigError);
+  EXPECT_FALSE(fs::exists(dir / "out2"));
+  // So is a value only the workload reads, and a variant's value is named where the file has it.
+  const std::string base = kExperiment;
+  test_util::write_file(dir / "late.yaml", base.substr(0, base.find("compare:")) + R"(compare:
+  - name: ok
+    set: {}
+  - name: slow-typo
+    set: {workload.arrival.rate: fast}
+)");
+  const test_util::Cli late = test_util::run_sim(
+      "compare " + (dir / "late.yaml").string() + " --out " + (dir / "out3").string(), dir);
+  EXPECT_EQ(late.code, 2);
+  EXPECT_NE(late.err.find("variant 'slow-typo': " + (dir / "late.yaml").string() + ":"),
+            std::string::npos)
+      << late.err;
+  EXPECT_NE(late.err.find("expected a number, got 'fast'"), std::string::npos) << late.err;
+  EXPECT_FALSE(fs::exists(dir / "out3"));
   EXPECT_FALSE(fs::exists(dir / "out2" / "ok"));
   fs::remove_all(dir);
 }

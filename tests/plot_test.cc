@@ -198,6 +198,52 @@ TEST(Plot, BlockSizeSweepGivesThePageSizeFigure) {
   EXPECT_FALSE(fs::exists(dir / "fig2" / "rates-page-size.png"));
 }
 
+// The sweep figure's legend names a `variant` axis's points by the variants' names, and a long
+// value (a mapping, a list of pools) shortened, each line's label still its own.
+TEST(Plot, SweepLegendsNameVariantsAndShortenLongValues) {
+  SKIP_WITHOUT_MATPLOTLIB();
+  const fs::path dir = temp_dir("plot_sweep_legends");
+  const std::string head =
+      "name: legends\nmodel: Llama-3-8B\nhardware: H100-SXM\nworkload:\n  type: synthetic\n"
+      "  num_requests: 30\n  arrival: {process: poisson, rate: 8}\n"
+      "  prompt_len: {dist: uniform, min: 16, max: 200}\n"
+      "  output_len: {dist: uniform, min: 4, max: 40}\n";
+  write_file(dir / "long.yaml",
+             head +
+                 "sweep:\n  policies.preemption: [{name: recompute, victim: fewest-computed},\n"
+                 "                        {name: recompute, victim: most-blocks}]\n"
+                 "  workload.arrival.rate: [4, 8]\n");
+  write_file(dir / "variants.yaml",
+             head +
+                 "compare:\n  - {name: plain, set: {}}\n"
+                 "  - {name: sarathi-256, set: {policies.batch: sarathi, "
+                 "serving.max_num_batched_tokens: 256}}\n"
+                 "sweep:\n  variant: all\n  workload.arrival.rate: [4, 8]\n");
+  for (const std::string name : {"long", "variants"}) {
+    ASSERT_EQ(run_sim("sweep " + (dir / (name + ".yaml")).string() + " --quiet --out " +
+                          (dir / name).string() + " --no-plot",
+                      dir)
+                  .code,
+              0)
+        << name;
+    ASSERT_EQ(run_sim("plot " + (dir / name).string() + " --format svg -o " +
+                          (dir / (name + "-fig")).string(),
+                      dir)
+                  .code,
+              0)
+        << name;
+  }
+  // matplotlib's SVG keeps each text as a comment beside its glyphs.
+  const std::string variants = read_file(dir / "variants-fig" / "variants-sweep.svg");
+  EXPECT_NE(variants.find("<!-- variant=plain p50 -->"), std::string::npos);
+  EXPECT_NE(variants.find("<!-- variant=sarathi-256 p99 -->"), std::string::npos);
+  const std::string lines = read_file(dir / "long-fig" / "long-sweep.svg");
+  EXPECT_NE(lines.find("<!-- preemption={name: recompute; victim:... p50 -->"), std::string::npos);
+  EXPECT_NE(lines.find("<!-- preemption={name: recompute; victim:... #2 p50 -->"),
+            std::string::npos);
+  EXPECT_EQ(lines.find("most-blocks"), std::string::npos) << "a long value left whole";
+}
+
 // A sweep over model.kv_cache_dtype gets the kv-dtype figure (docs/lessons/fp8-kv.md), with or
 // without a numeric key beside it; a sweep over something else does not (above). Both sweeps go
 // to one `sim plot` (each input gets its figures; one matplotlib start instead of two).

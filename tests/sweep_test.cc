@@ -1,6 +1,7 @@
 // `sim sweep`: the grid runs every point, writes one row per point with unit-named columns, the
 // files do not depend on the number of workers, and a malformed sweep section is exit code 2
-// naming file:line and the key.
+// naming file:line and the key. A `variant` axis crosses the experiment's `compare:` entries with
+// the other axes: each point runs exactly the comparison's variant.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -100,6 +101,116 @@ TEST(Sweep, MalformedSectionIsExitTwoNamingLineAndKey) {
   EXPECT_NE(none.err.find("sweep"), std::string::npos) << none.err;
 
   EXPECT_EQ(run_sim("sweep " + (dir / "none.yaml").string() + " --jobs 0", dir).code, 2);
+}
+
+const char* kVariantExperiment = R"(name: tiny-variants
+seed: 5
+model: Llama-3-8B
+hardware: H100-SXM
+serving: {gpu_memory_utilization: 0.3}
+workload:
+  type: synthetic
+  num_requests: 120
+  arrival: {process: poisson, rate: 8}
+  prompt_len: {dist: uniform, min: 64, max: 2048}
+  output_len: {dist: uniform, min: 8, max: 256}
+compare:
+  - name: plain
+    set: {}
+  - name: sarathi-512
+    set: {policies.batch: sarathi, serving.max_num_batched_tokens: 512}
+  - name: fifo-swap
+    set: {policies.preemption: swap}
+sweep:
+  variant: [sarathi-512, plain]
+  workload.arrival.rate: [4, 16]
+)";
+
+TEST(Sweep, VariantAxisRunsTheComparisonsVariants) {
+  const fs::path dir = temp_dir("sweep_variants");
+  write_file(dir / "exp.yaml", kVariantExperiment);
+  const std::string exp = (dir / "exp.yaml").string();
+  const Cli sweep =
+      run_sim("sweep " + exp + " --no-plot --quiet --jobs 2 --out " + (dir / "s").string(), dir);
+  ASSERT_EQ(sweep.code, 0) << sweep.err;
+  const auto rows = read_csv(dir / "s" / "sweep.csv");
+  ASSERT_EQ(rows.size(), 4u);
+  EXPECT_EQ(rows[0].at("point"), "0_variant-sarathi-512_rate-4");
+  EXPECT_EQ(rows[0].at("variant"), "sarathi-512");
+  EXPECT_EQ(rows[3].at("variant"), "plain");
+  EXPECT_EQ(rows[3].at("workload.arrival.rate"), "16");
+  // Both keys of the variant's `set:` reached the run.
+  const std::string config = read_file(dir / "s" / rows[1].at("point") / "config.yaml");
+  EXPECT_NE(config.find("max_num_batched_tokens: 512"), std::string::npos) << config;
+  EXPECT_NE(config.find("sarathi"), std::string::npos) << config;
+  EXPECT_EQ(read_file(dir / "s" / rows[3].at("point") / "config.yaml").find("sarathi"),
+            std::string::npos);
+  // A point is the comparison's variant at that rate, byte for byte.
+  const Cli compare = run_sim(
+      "compare " + exp + " --quiet --set workload.arrival.rate=16 --out " + (dir / "c").string(),
+      dir);
+  ASSERT_EQ(compare.code, 0) << compare.err;
+  for (const char* file : {"summary.json", "requests.csv", "steps.csv"}) {
+    EXPECT_EQ(read_file(dir / "s" / rows[1].at("point") / file),
+              read_file(dir / "c" / "sarathi-512" / file))
+        << file;
+  }
+  // Chunks of 512 tokens cost the long prompts' TTFT.
+  EXPECT_GT(std::stod(rows[1].at("ttft_p99_ms")), std::stod(rows[3].at("ttft_p99_ms")));
+
+  // `all`: every variant, in the section's order.
+  std::string text = kVariantExperiment;
+  text.replace(text.find("[sarathi-512, plain]"), 20, "all");
+  write_file(dir / "all.yaml", text);
+  const Cli all = run_sim("sweep " + (dir / "all.yaml").string() +
+                              " --no-plot --quiet --jobs 2 --out " + (dir / "a").string(),
+                          dir);
+  ASSERT_EQ(all.code, 0) << all.err;
+  const auto all_rows = read_csv(dir / "a" / "sweep.csv");
+  ASSERT_EQ(all_rows.size(), 6u);
+  EXPECT_EQ(all_rows[0].at("variant"), "plain");
+  EXPECT_EQ(all_rows[4].at("variant"), "fifo-swap");
+}
+
+TEST(Sweep, VariantAxisErrorsNameTheLineAndTheKnownVariants) {
+  const fs::path dir = temp_dir("sweep_variant_errors");
+  auto sweep_of = [&](const std::string& name, const std::string& text) {
+    write_file(dir / name, text);
+    return run_sim("sweep " + (dir / name).string() + " --no-plot", dir);
+  };
+  std::string text = kVariantExperiment;
+  text.replace(text.find("[sarathi-512, plain]"), 20, "[sarathi-512, plian]");
+  const Cli unknown = sweep_of("unknown.yaml", text);
+  EXPECT_EQ(unknown.code, 2);
+  EXPECT_NE(unknown.err.find("unknown.yaml:20"), std::string::npos) << unknown.err;
+  EXPECT_NE(unknown.err.find("plain, sarathi-512, fifo-swap"), std::string::npos) << unknown.err;
+
+  text = kVariantExperiment;
+  text.replace(text.find("[sarathi-512, plain]"), 20, "[plain, plain]");
+  const Cli twice = sweep_of("twice.yaml", text);
+  EXPECT_EQ(twice.code, 2);
+  EXPECT_NE(twice.err.find("listed twice"), std::string::npos) << twice.err;
+
+  text = kVariantExperiment;
+  text.replace(text.find("[sarathi-512, plain]"), 20, "every");
+  const Cli scalar = sweep_of("scalar.yaml", text);
+  EXPECT_EQ(scalar.code, 2);
+  EXPECT_NE(scalar.err.find("or all"), std::string::npos) << scalar.err;
+
+  text = kVariantExperiment;
+  text.erase(text.find("compare:"), text.find("sweep:") - text.find("compare:"));
+  const Cli none = sweep_of("none.yaml", text);
+  EXPECT_EQ(none.code, 2);
+  EXPECT_NE(none.err.find("has none"), std::string::npos) << none.err;
+
+  // A variant whose settings the experiment rejects is named with the sweep key.
+  text = kVariantExperiment;
+  text.replace(text.find("policies.preemption: swap"), 25, "policies.preemption: swop");
+  text.replace(text.find("[sarathi-512, plain]"), 20, "all");
+  const Cli bad = sweep_of("bad.yaml", text);
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.err.find("fifo-swap"), std::string::npos) << bad.err;
+  EXPECT_NE(bad.err.find("swop"), std::string::npos) << bad.err;
 }
 
 }  // namespace

@@ -579,20 +579,32 @@ def is_number(text):
         return False
 
 
+def short_value(text, limit=28):
+    """A sweep value for a legend: a long one (a list of pools, a mapping) cut with an ellipsis;
+    a `variant` axis gives short names instead."""
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 def sweep_lines(table):
     """(x axis key or None, [(label, rows)]) for a sweep table: lines over the first numeric key,
-    one per combination of the others."""
+    one per combination of the others (long values shortened in the label, which stays unique)."""
     axes = sweep_axes(table)
     xkey = next((k for k in axes if all(is_number(r[k]) for r in table)), None)
     others = [k for k in axes if k != xkey]
     groups = {}
     for r in table:
-        label = ", ".join(f"{k.split('.')[-1]}={r[k]}" for k in others) or "sweep"
-        groups.setdefault(label, []).append(r)
+        groups.setdefault(tuple(r[k] for k in others), []).append(r)
     if xkey:
         for rows in groups.values():
             rows.sort(key=lambda r: float(r[xkey]))
-    return xkey, list(groups.items())
+    lines, used = [], set()
+    for values, rows in groups.items():
+        label = ", ".join(f"{k.split('.')[-1]}={short_value(v)}" for k, v in zip(others, values)) or "sweep"
+        if label in used:
+            label = f"{label} #{len(lines) + 1}"
+        used.add(label)
+        lines.append((label, rows))
+    return xkey, lines
 
 
 def throughput_latency(path, kind, out_dir, fmt, written):
