@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <charconv>
 #include <cmath>
 #include <cstdint>
@@ -959,7 +960,9 @@ TEST(Lessons, ReserveOrPreempt) {
   // sglang-own: its one preemption 11 s into the run, 14,313 steps in all.
   EXPECT_EQ(s[2]["num_steps"], 14313);
   for (const auto& row : read_csv(out / "sglang-own" / "steps.csv")) {
-    if (row.at("preempted") != "0") EXPECT_NEAR(std::stod(row.at("start_s")), 11, 0.5);
+    if (row.at("preempted") != "0") {
+      EXPECT_NEAR(std::stod(row.at("start_s")), 11, 0.5);
+    }
   }
   // Arrivals in the first 11 s: TTFT p50 96.6 and 96.7 ms; after: 1,250.2 against 626.4.
   for (int v : {2, 3}) {
@@ -1132,6 +1135,140 @@ TEST(Lessons, GpuDecodeCost) {
   EXPECT_NEAR(ca["tpot_ms"]["p50"].get<double>(), 6.90, 0.005);
   EXPECT_NEAR(ca["tpot_ms"]["p50"].get<double>() / ro["tpot_ms"]["p50"].get<double>(), 1.08, 0.005);
   fs::remove_all(dir);
+}
+
+// docs/lessons/pd-disaggregation.md
+TEST(Lessons, PdDisaggregation) {
+  const fs::path dir = temp_dir("lesson_pd");
+  const fs::path out = compare("pd-disaggregation.yaml", dir);
+  const char* const names[] = {"unified-4", "unified-4-chunk-256", "pd-1-3",      "pd-2-2",
+                               "pd-3-1",    "pd-1-3-25gbe",        "pd-1-3-10gbe"};
+  // The page's first table: TTFT p50, p99, TPOT p50, p99, ITL p99 (ms), goodput (req/s), the
+  // share meeting the SLO (%).
+  const double table[7][7] = {
+      {78.9, 235.3, 10.10, 12.86, 82.2, 5.06, 45.6}, {175.2, 506.0, 9.55, 11.70, 14.0, 7.83, 70.7},
+      {317.8, 1151.8, 8.41, 9.33, 9.5, 10.60, 95.6}, {79.5, 260.3, 9.76, 11.44, 11.8, 6.83, 61.7},
+      {69.4, 190.8, 19.74, 25.26, 25.8, 0.03, 0.3},  {317.8, 1151.8, 9.03, 11.54, 9.7, 9.52, 86.0},
+      {317.8, 1151.8, 60.44, 264.50, 8.9, 0.19, 2.1}};
+  json s[7];
+  for (int v = 0; v < 7; ++v) {
+    SCOPED_TRACE(names[v]);
+    s[v] = summary(out / names[v]);
+    EXPECT_EQ(s[v]["requests"]["completed"], 2000);
+    EXPECT_NEAR(s[v]["ttft_ms"]["p50"].get<double>(), table[v][0], 0.05);
+    EXPECT_NEAR(s[v]["ttft_ms"]["p99"].get<double>(), table[v][1], 0.05);
+    EXPECT_NEAR(s[v]["tpot_ms"]["p50"].get<double>(), table[v][2], 0.005);
+    EXPECT_NEAR(s[v]["tpot_ms"]["p99"].get<double>(), table[v][3], 0.005);
+    EXPECT_NEAR(s[v]["itl_ms"]["p99"].get<double>(), table[v][4], 0.05);
+    EXPECT_NEAR(s[v]["goodput"]["requests_per_s"].get<double>(), table[v][5], 0.005);
+    EXPECT_NEAR(100 * s[v]["goodput"]["slo_attainment"].get<double>(), table[v][6], 0.05);
+  }
+  // Interference in a unified replica: 1,985 steps carry a prompt, 79.3 ms and 3,012 prompt
+  // tokens each on average, 22 % of the time, against 8.1 ms a decode-only step; one decode
+  // token in 37 is in such a step.
+  {
+    std::int64_t prompt_steps = 0, prompt_tokens = 0, decodes_in_prompt_steps = 0, decodes = 0;
+    double prompt_ms = 0, decode_only_ms = 0, decode_only_steps = 0;
+    for (const auto& row : read_csv(out / "unified-4" / "steps.csv")) {
+      const std::int64_t prefill = std::stoll(row.at("prefill_tokens"));
+      const std::int64_t decode = std::stoll(row.at("decode_tokens"));
+      const double ms = std::stod(row.at("duration_ms"));
+      decodes += decode;
+      if (prefill > 0) {
+        ++prompt_steps;
+        prompt_tokens += prefill;
+        prompt_ms += ms;
+        decodes_in_prompt_steps += decode;
+      } else if (decode > 0) {
+        ++decode_only_steps;
+        decode_only_ms += ms;
+      }
+    }
+    EXPECT_EQ(prompt_steps, 1985);
+    EXPECT_NEAR(prompt_ms / prompt_steps, 79.3, 0.05);
+    EXPECT_NEAR(static_cast<double>(prompt_tokens) / prompt_steps, 3012, 0.5);
+    EXPECT_NEAR(decode_only_ms / decode_only_steps, 8.1, 0.05);
+    EXPECT_NEAR(100 * prompt_ms / (prompt_ms + decode_only_ms), 22, 0.5);
+    EXPECT_NEAR(static_cast<double>(decodes) / decodes_in_prompt_steps, 37, 0.5);
+  }
+  // Who misses the SLO: unified-4's 1,087 by TPOT only, pd-1-3's 88 by TTFT only.
+  auto misses = [](const fs::path& run, double tpot_ms) {
+    int ttft = 0, tpot = 0, any = 0;
+    for (const auto& row : read_csv(run / "requests.csv")) {
+      const bool late = std::stod(row.at("ttft_ms")) > 1000;
+      const bool slow = std::stod(row.at("tpot_ms")) > tpot_ms;
+      ttft += late;
+      tpot += slow;
+      any += late || slow;
+    }
+    return std::array<int, 3>{ttft, tpot, any};
+  };
+  EXPECT_EQ(misses(out / "unified-4", 10), (std::array<int, 3>{0, 1087, 1087}));
+  EXPECT_EQ(misses(out / "pd-1-3", 10), (std::array<int, 3>{88, 0, 88}));
+  // Busy pools: pd-1-3's prefill replica 83.5 %, pd-3-1's three 28 %.
+  EXPECT_NEAR(s[2]["cluster"]["pools"][0]["busy_fraction"].get<double>(), 0.835, 0.0005);
+  EXPECT_NEAR(s[4]["cluster"]["pools"][0]["busy_fraction"].get<double>(), 0.28, 0.005);
+  // The KV: 128 KiB a token, 392.8 MB a request, 4.4 GB/s at pd-1-3's 11.09 requests/s.
+  const json& kv = s[2]["cluster"]["kv_transfers"];
+  const double per_request = kv["bytes"].get<double>() / kv["count"].get<double>();
+  EXPECT_NEAR(per_request / 1e6, 392.8, 0.05);
+  EXPECT_NEAR(per_request * s[2]["throughput"]["requests_per_s"].get<double>() / 1e9, 4.4, 0.05);
+  EXPECT_EQ(32 * 8 * 128 * 2 * 2, 128 * 1024);
+  EXPECT_NEAR(kv["transfer_mean_ms"].get<double>(), 7.7, 0.05);
+  const json& kv25 = s[5]["cluster"]["kv_transfers"];
+  EXPECT_NEAR(kv25["transfer_mean_ms"].get<double>(), 125.7, 0.05);
+  EXPECT_NEAR(kv25["wait_mean_ms"].get<double>(), 54.4, 0.05);
+  // Each of the three 25 Gb/s links 46 % busy; at 10 Gb/s 116 % asked of each.
+  EXPECT_NEAR(s[5]["throughput"]["requests_per_s"].get<double>() / 3 *
+                  kv25["transfer_mean_ms"].get<double>() / 10,
+              46, 0.5);
+  const json& kv10 = s[6]["cluster"]["kv_transfers"];
+  EXPECT_NEAR(kv10["transfer_mean_ms"].get<double>(), 314.2, 0.05);
+  EXPECT_NEAR(kv10["wait_mean_ms"].get<double>(), 15481.9, 0.05);
+  EXPECT_NEAR(kv10["max_ms"].get<double>() / 1000, 36, 0.5);
+  EXPECT_NEAR(s[2]["throughput"]["requests_per_s"].get<double>() / 3 *
+                  kv10["transfer_mean_ms"].get<double>() / 10,
+              116, 0.5);
+
+  // The sweep: the highest rate of the grid with >= 90 % meeting the interactive and the loose
+  // SLO, and the highest goodput, per setup.
+  const Cli r = run_sim("sweep " + kLessons + "pd-disaggregation.yaml --quiet --no-plot --out " +
+                            (dir / "sweep").string(),
+                        dir);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto rows = read_csv(dir / "sweep" / "sweep.csv");
+  ASSERT_EQ(rows.size(), 35u);
+  const char* const swept[] = {"unified-4", "unified-4-chunk-256", "pd-1-3", "pd-2-2", "pd-3-1"};
+  const int tight[] = {8, 10, 12, 10, 4};
+  const int loose[] = {16, 16, 12, 16, 12};
+  const double best[] = {7.46, 8.78, 10.60, 8.49, 3.66};
+  for (int v = 0; v < 5; ++v) {
+    SCOPED_TRACE(swept[v]);
+    int tight_max = 0, loose_max = 0;
+    double goodput = 0, loose_at_16 = 0;
+    for (const auto& row : rows) {
+      if (row.at("variant") != swept[v]) continue;
+      const int rate = std::stoi(row.at("workload.arrival.rate"));
+      if (std::stod(row.at("slo_attainment")) >= 0.9) tight_max = std::max(tight_max, rate);
+      const auto m = misses(dir / "sweep" / row.at("point"), 30);
+      const double met = 1 - m[2] / 2000.0;
+      if (met >= 0.9) loose_max = std::max(loose_max, rate);
+      if (rate == 16) loose_at_16 = met;
+      goodput = std::max(goodput, std::stod(row.at("goodput_requests_per_s")));
+    }
+    EXPECT_EQ(tight_max, tight[v]);
+    EXPECT_EQ(loose_max, loose[v]);
+    EXPECT_NEAR(goodput, best[v], 0.005);
+    if (loose[v] == 16) {
+      EXPECT_GE(loose_at_16, 0.997);
+    }
+  }
+  // One prefill GPU completes 13.0 prompts a second at 16 requests/s.
+  for (const auto& row : rows) {
+    if (row.at("variant") == "pd-1-3" && row.at("workload.arrival.rate") == "16") {
+      EXPECT_NEAR(std::stod(row.at("requests_per_s")), 13.0, 0.05);
+    }
+  }
 }
 
 }  // namespace

@@ -199,7 +199,8 @@ TEST(Plot, BlockSizeSweepGivesThePageSizeFigure) {
 }
 
 // The sweep figure's legend names a `variant` axis's points by the variants' names, and a long
-// value (a mapping, a list of pools) shortened, each line's label still its own.
+// value (a mapping, a list of pools) shortened, each line's label still its own. Past two lines
+// the lines get one legend beside the panels and each panel's names the styles.
 TEST(Plot, SweepLegendsNameVariantsAndShortenLongValues) {
   SKIP_WITHOUT_MATPLOTLIB();
   const fs::path dir = temp_dir("plot_sweep_legends");
@@ -218,6 +219,7 @@ TEST(Plot, SweepLegendsNameVariantsAndShortenLongValues) {
                  "compare:\n  - {name: plain, set: {}}\n"
                  "  - {name: sarathi-256, set: {policies.batch: sarathi, "
                  "serving.max_num_batched_tokens: 256}}\n"
+                 "  - {name: fcfs-swap, set: {policies.preemption: swap}}\n"
                  "sweep:\n  variant: all\n  workload.arrival.rate: [4, 8]\n");
   for (const std::string name : {"long", "variants"}) {
     ASSERT_EQ(run_sim("sweep " + (dir / (name + ".yaml")).string() + " --quiet --out " +
@@ -235,8 +237,10 @@ TEST(Plot, SweepLegendsNameVariantsAndShortenLongValues) {
   }
   // matplotlib's SVG keeps each text as a comment beside its glyphs.
   const std::string variants = read_file(dir / "variants-fig" / "variants-sweep.svg");
-  EXPECT_NE(variants.find("<!-- variant=plain p50 -->"), std::string::npos);
-  EXPECT_NE(variants.find("<!-- variant=sarathi-256 p99 -->"), std::string::npos);
+  EXPECT_NE(variants.find("<!-- variant=plain -->"), std::string::npos);
+  EXPECT_NE(variants.find("<!-- variant=fcfs-swap -->"), std::string::npos);
+  EXPECT_NE(variants.find("<!-- p99 -->"), std::string::npos);
+  EXPECT_NE(variants.find("<!-- goodput -->"), std::string::npos);
   const std::string lines = read_file(dir / "long-fig" / "long-sweep.svg");
   EXPECT_NE(lines.find("<!-- preemption={name: recompute; victim:... p50 -->"), std::string::npos);
   EXPECT_NE(lines.find("<!-- preemption={name: recompute; victim:... #2 p50 -->"),

@@ -49,6 +49,7 @@ try:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.colors import ListedColormap
+    from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
     from matplotlib.ticker import FormatStrFormatter, LogLocator, NullLocator
     import numpy as np
@@ -651,21 +652,46 @@ def sweep_curves(path, out_dir, fmt, written):
         ("throughput (requests/s)", [("requests_per_s", "achieved", "o-"),
                                      ("goodput_requests_per_s", "goodput", "s--")]),
     ]
-    fig, axes = plt.subplots(1, 3, figsize=(12, 4), constrained_layout=True)
+    # Up to two lines: each panel's legend names every curve. More: colour is the line, style the
+    # series; the panels' legends name the styles and a legend beside them the lines, so that no
+    # legend hides the curves.
+    many = len(lines) > 2
+    if many:
+        fig, axes = plt.subplots(1, 4, figsize=(14, 4), constrained_layout=True,
+                                 gridspec_kw={"width_ratios": [1, 1, 1, 0.42]})
+        key = axes[3]
+        axes = axes[:3]
+    else:
+        fig, axes = plt.subplots(1, 3, figsize=(12, 4), constrained_layout=True)
     numeric = [float(r[xkey]) for r in table]
     logx = min(numeric) > 0 and max(numeric) / min(numeric) >= 8
     for ax, (title, series) in zip(axes, panels):
         for i, (lab, rows) in enumerate(lines):
             xs = [float(r[xkey]) for r in rows]
             for col, sl, style in series:
-                ax.plot(xs, [num(r[col]) for r in rows], style, color=f"C{i % 10}",
-                        label=f"{lab} {sl}" if len(lines) > 1 else sl)
+                label = None if many else (f"{lab} {sl}" if len(lines) > 1 else sl)
+                ax.plot(xs, [num(r[col]) for r in rows], style, color=f"C{i % 10}", label=label)
         if logx:
             ax.set_xscale("log", base=2)
+        # A latency that spans two decades (a saturated point's queue beside the others) on a
+        # log axis, so the points below saturation stay readable.
+        ys = [num(r[col]) for _, rows in lines for r in rows for col, _, _ in series]
+        ys = [y for y in ys if y == y and y > 0]
+        if "ms" in title and ys and max(ys) / min(ys) >= 100:
+            ax.set_yscale("log")
+            title = title.replace(")", ", log scale)")
         ax.set_xlabel(xkey)
         ax.set_ylabel(title)
         ax.set_title(f"{title.split(' (')[0]} vs {xkey.split('.')[-1]}")
-        ax.legend(fontsize=7)
+        if many:
+            ax.legend(handles=[Line2D([], [], color="0.3", linestyle=style[1:], marker=style[0], label=sl)
+                               for _, sl, style in series], fontsize=7)
+        else:
+            ax.legend(fontsize=7)
+    if many:
+        key.axis("off")
+        key.legend(handles=[Line2D([], [], color=f"C{i % 10}", marker="o", label=lab)
+                            for i, (lab, _) in enumerate(lines)], loc="center left", fontsize=8)
     fig.suptitle(f"{group}: sweep over {xkey}")
     save(fig, out_dir, f"{group}-sweep", fmt, written)
 

@@ -117,3 +117,20 @@ def test_compare_and_sweep_take_a_dict_like_a_file(tmp_path, monkeypatch):
         servelab.compare(dict(mine, serving={"max_num_seqs": "many"}))
     with pytest.raises(servelab.ConfigError, match=r"<dict>: no `sweep:` section"):
         servelab.sweep({k: v for k, v in mine.items() if k != "sweep"})
+
+
+def test_sweep_variant_axis_runs_the_compare_variants(monkeypatch):
+    # A dict's `variant` axis: each point is the comparison's variant at that point's values.
+    monkeypatch.chdir(BURST_TINY.parent.parent)
+    exp = dict(STATIC_VS_CONTINUOUS, sweep={"variant": "all", "serving.max_num_seqs": [2, 4]})
+    swept = servelab.sweep(exp, overrides={"workload.max_requests": 8}, jobs=2)
+    assert list(swept.table["variant"]) == ["static", "static", "continuous", "continuous"]
+    assert list(swept.runs)[0] == "0_variant-static_max_num_seqs-2"
+    compared = servelab.compare(exp, overrides={"workload.max_requests": 8,
+                                                "serving.max_num_seqs": 4})
+    for variant, point in (("static", 1), ("continuous", 3)):
+        pandas.testing.assert_frame_equal(swept.runs[list(swept.runs)[point]].requests,
+                                          compared.runs[variant].requests)
+    with pytest.raises(servelab.ConfigError, match=r"<dict>:\d+:\d+: .*sweep.variant\[0\].*"
+                                                   r"static, continuous"):
+        servelab.sweep(dict(exp, sweep={"variant": ["dynamic"]}))
