@@ -103,18 +103,9 @@ TEST(Sweep, MalformedSectionIsExitTwoNamingLineAndKey) {
   EXPECT_EQ(run_sim("sweep " + (dir / "none.yaml").string() + " --jobs 0", dir).code, 2);
 }
 
-const char* kVariantExperiment = R"(name: tiny-variants
-seed: 5
-model: Llama-3-8B
-hardware: H100-SXM
-serving: {gpu_memory_utilization: 0.3}
-workload:
-  type: synthetic
-  num_requests: 120
-  arrival: {process: poisson, rate: 8}
-  prompt_len: {dist: uniform, min: 64, max: 2048}
-  output_len: {dist: uniform, min: 8, max: 256}
-compare:
+// kExperiment with three variants and a sweep over two of them.
+const std::string kVariantExperiment =
+    std::string(kExperiment).substr(0, std::string(kExperiment).find("sweep:")) + R"(compare:
   - name: plain
     set: {}
   - name: sarathi-512
