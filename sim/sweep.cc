@@ -345,18 +345,25 @@ std::string sweep_csv_row(const SweepPoint& point, const RunSummary& s, bool ove
   return line;
 }
 
-std::string sweep_table_header(bool overload) {
-  return format_text("%-32s %9s %9s %9s %9s %9s %9s %9s", "point", "req/s", "TTFT p50", "TTFT p99",
-                     "TPOT p50", "TPOT p99", "goodput", "preempt") +
-         (overload ? "    shed  capped\n" : "\n") +
-         format_text("%-32s %9s %9s %9s %9s %9s %9s %9s\n", "", "", "(ms)", "(ms)", "(ms)", "(ms)",
-                     "(req/s)", "");
+int sweep_name_width(const std::vector<SweepPoint>& points) {
+  std::size_t width = 32;
+  for (const SweepPoint& p : points) width = std::max(width, p.name.size());
+  return static_cast<int>(width);
 }
 
-std::string sweep_table_row(const SweepPoint& point, const RunSummary& s, bool overload) {
-  return format_text("%-32s %9.2f %9.1f %9.1f %9.2f %9.2f %9.2f %9" PRId64, point.name.c_str(),
-                     s.requests_per_s, s.ttft_ms.p50, s.ttft_ms.p99, s.tpot_ms.p50, s.tpot_ms.p99,
-                     s.goodput_requests_per_s, s.preemptions) +
+std::string sweep_table_header(bool overload, int width) {
+  return format_text("%-*s %9s %9s %9s %9s %9s %9s %9s", width, "point", "req/s", "TTFT p50",
+                     "TTFT p99", "TPOT p50", "TPOT p99", "goodput", "preempt") +
+         (overload ? "    shed  capped\n" : "\n") +
+         format_text("%-*s %9s %9s %9s %9s %9s %9s %9s\n", width, "", "", "(ms)", "(ms)", "(ms)",
+                     "(ms)", "(req/s)", "");
+}
+
+std::string sweep_table_row(const SweepPoint& point, const RunSummary& s, bool overload,
+                            int width) {
+  return format_text("%-*s %9.2f %9.1f %9.1f %9.2f %9.2f %9.2f %9" PRId64, width,
+                     point.name.c_str(), s.requests_per_s, s.ttft_ms.p50, s.ttft_ms.p99,
+                     s.tpot_ms.p50, s.tpot_ms.p99, s.goodput_requests_per_s, s.preemptions) +
          (overload ? format_text(" %7" PRId64 " %7" PRId64 "\n", s.shed, s.capped) : "\n");
 }
 
@@ -386,14 +393,16 @@ std::vector<SweepResult> run_sweep(const ExperimentSource& source,
   return results;
 }
 
-void print_sweep_table(std::FILE* out, const std::vector<SweepAxis>& axes,
-                       const std::vector<SweepResult>& results) {
-  (void)axes;
+std::string sweep_table(const std::vector<SweepResult>& results) {
   const bool overload = sweep_reports_overload(results);
-  std::fputs(sweep_table_header(overload).c_str(), out);
+  std::vector<SweepPoint> points;
+  for (const SweepResult& r : results) points.push_back(r.point);
+  const int width = sweep_name_width(points);
+  std::string table = sweep_table_header(overload, width);
   for (const SweepResult& r : results) {
-    std::fputs(sweep_table_row(r.point, r.run.summary, overload).c_str(), out);
+    table += sweep_table_row(r.point, r.run.summary, overload, width);
   }
+  return table;
 }
 
 SweepArgs parse_sweep_args(const std::vector<std::string>& args) {
@@ -452,10 +461,7 @@ int sweep_command(const std::vector<std::string>& args) {
       run_sweep(a.experiment.experiment, a.experiment.all_overrides(), a.experiment.out_dir, a.jobs,
                 a.experiment.show_progress());
   const std::string dir = std::filesystem::path(results.front().run.out_dir).parent_path();
-  const bool overload = sweep_reports_overload(results);
-  std::string table = sweep_table_header(overload);
-  for (const SweepResult& r : results) table += sweep_table_row(r.point, r.run.summary, overload);
-  return report_sweep(a, dir, table, results.size());
+  return report_sweep(a, dir, sweep_table(results), results.size());
 }
 
 }  // namespace servelab

@@ -92,9 +92,12 @@ void rethrow_first_sweep_error(const SweepPlan& plan,
 // `overload`: SweepPlan::reports_overload (the shed and capped columns).
 std::string sweep_csv_header(const std::vector<SweepAxis>& axes, bool overload);
 std::string sweep_csv_row(const SweepPoint& point, const RunSummary& summary, bool overload);
-// The table `sim sweep` prints: two header lines, then one line per point.
-std::string sweep_table_header(bool overload);
-std::string sweep_table_row(const SweepPoint& point, const RunSummary& summary, bool overload);
+// The table `sim sweep` prints: two header lines, then one line per point, its name padded to
+// `width` (sweep_name_width: the longest point name, at least 32).
+int sweep_name_width(const std::vector<SweepPoint>& points);
+std::string sweep_table_header(bool overload, int width);
+std::string sweep_table_row(const SweepPoint& point, const RunSummary& summary, bool overload,
+                            int width);
 
 // Runs every point of `source`'s sweep (with `base_overrides` applied first) on `jobs` workers
 // (>= 1) and writes OUT/<point>/ and OUT/sweep.csv (OUT defaults to out/<name>-sweep).
@@ -105,9 +108,8 @@ std::vector<SweepResult> run_sweep(const ExperimentSource& source,
                                    std::string out_dir, int jobs, bool progress,
                                    const StepHook& before_step = {});
 
-// The table `sim sweep` prints.
-void print_sweep_table(std::FILE* out, const std::vector<SweepAxis>& axes,
-                       const std::vector<SweepResult>& results);
+// The table `sim sweep` prints (sweep_table_header and a row per result).
+std::string sweep_table(const std::vector<SweepResult>& results);
 
 // `sim sweep`'s command line.
 struct SweepArgs {

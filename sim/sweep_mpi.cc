@@ -194,7 +194,8 @@ void send_points(MessagePassing& mp, const SweepPlan& plan, const std::vector<st
         .append("\n")
         .append(sweep_csv_row(p, results[i].run.summary, plan.reports_overload));
     head.push_back('\0');
-    mp.send(0, head.append(sweep_table_row(p, results[i].run.summary, plan.reports_overload)));
+    mp.send(0, head.append(sweep_table_row(p, results[i].run.summary, plan.reports_overload,
+                                           sweep_name_width(plan.points))));
     const fs::path root = fs::path(dir) / p.name;
     for (const fs::path& rel : files_under(root)) {
       const std::string path = (root / rel).string();
@@ -349,8 +350,8 @@ int sweep_mpi_command(const std::vector<std::string>& args) {
   if (rank == 0) {
     for (const std::size_t i : mine) {
       csv_rows[i] = sweep_csv_row(plan.points[i], results[i].run.summary, plan.reports_overload);
-      table_rows[i] =
-          sweep_table_row(plan.points[i], results[i].run.summary, plan.reports_overload);
+      table_rows[i] = sweep_table_row(plan.points[i], results[i].run.summary, plan.reports_overload,
+                                      sweep_name_width(plan.points));
     }
     failed.reset();
     for (int from = 1; from < static_cast<int>(ranks); ++from) {
@@ -372,7 +373,7 @@ int sweep_mpi_command(const std::vector<std::string>& args) {
       for (const std::string& row : csv_rows) csv += row;
       write_file_atomically(dir + "/sweep.csv", csv);
       stage->commit_entries();
-      std::string table = sweep_table_header(plan.reports_overload);
+      std::string table = sweep_table_header(plan.reports_overload, sweep_name_width(plan.points));
       for (const std::string& row : table_rows) table += row;
       const std::string out =
           fs::path(plan.out_dir + "/" + plan.points.front().name).parent_path().string();
