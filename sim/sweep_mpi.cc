@@ -186,6 +186,7 @@ std::vector<fs::path> files_under(const fs::path& root) {
 
 void send_points(MessagePassing& mp, const SweepPlan& plan, const std::vector<std::size_t>& mine,
                  const std::vector<SweepResult>& results, const std::string& dir) {
+  const int width = sweep_name_width(plan.points);
   for (const std::size_t i : mine) {
     const SweepPoint& p = plan.points[i];
     // Appended piece by piece: `"P" + std::string` trips a GCC 12 -Wrestrict false positive.
@@ -194,8 +195,8 @@ void send_points(MessagePassing& mp, const SweepPlan& plan, const std::vector<st
         .append("\n")
         .append(sweep_csv_row(p, results[i].run.summary, plan.reports_overload));
     head.push_back('\0');
-    mp.send(0, head.append(sweep_table_row(p, results[i].run.summary, plan.reports_overload,
-                                           sweep_name_width(plan.points))));
+    mp.send(0,
+            head.append(sweep_table_row(p, results[i].run.summary, plan.reports_overload, width)));
     const fs::path root = fs::path(dir) / p.name;
     for (const fs::path& rel : files_under(root)) {
       const std::string path = (root / rel).string();
@@ -345,6 +346,7 @@ int sweep_mpi_command(const std::vector<std::string>& args) {
   }
   if (const std::optional<Failure> f = agree(*mp, failed, order)) return leave(*mp, *f);
 
+  const int width = sweep_name_width(plan.points);
   // Phase 3: the other ranks' rows and run folders travel to rank 0.
   std::vector<std::string> csv_rows(plan.points.size()), table_rows(plan.points.size());
   if (rank == 0) {
@@ -373,7 +375,7 @@ int sweep_mpi_command(const std::vector<std::string>& args) {
       for (const std::string& row : csv_rows) csv += row;
       write_file_atomically(dir + "/sweep.csv", csv);
       stage->commit_entries();
-      std::string table = sweep_table_header(plan.reports_overload, sweep_name_width(plan.points));
+      std::string table = sweep_table_header(plan.reports_overload, width);
       for (const std::string& row : table_rows) table += row;
       const std::string out =
           fs::path(plan.out_dir + "/" + plan.points.front().name).parent_path().string();
