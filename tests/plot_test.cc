@@ -28,6 +28,18 @@ bool have_matplotlib() {
                     "python3-matplotlib, as scripts/bootstrap does); sim plot tests skipped"; \
   }
 
+// A small synthetic experiment on Llama-3-8B / H100 without its `sweep:` section, for the sweep
+// figures' tests.
+std::string small_experiment(const std::string& name, int num_requests) {
+  return "name: " + name +
+         "\nmodel: Llama-3-8B\nhardware: H100-SXM\nworkload:\n  type: synthetic\n"
+         "  num_requests: " +
+         std::to_string(num_requests) +
+         "\n  arrival: {process: poisson, rate: 8}\n"
+         "  prompt_len: {dist: uniform, min: 16, max: 200}\n"
+         "  output_len: {dist: uniform, min: 4, max: 40}\n";
+}
+
 void expect_valid(const fs::path& p, const std::string& format) {
   ASSERT_TRUE(fs::exists(p)) << p << " was not written";
   const std::string bytes = read_file(p);
@@ -166,11 +178,7 @@ TEST(Plot, BlockSizeSweepGivesThePageSizeFigure) {
   SKIP_WITHOUT_MATPLOTLIB();
   const fs::path dir = temp_dir("plot_page_size");
   write_file(dir / "exp.yaml",
-             "name: pages\nmodel: Llama-3-8B\nhardware: H100-SXM\nworkload:\n  type: synthetic\n"
-             "  num_requests: 40\n  arrival: {process: poisson, rate: 8}\n"
-             "  prompt_len: {dist: uniform, min: 16, max: 200}\n"
-             "  output_len: {dist: uniform, min: 4, max: 40}\nsweep:\n"
-             "  serving.block_size: [8, 32]\n");
+             small_experiment("pages", 40) + "sweep:\n  serving.block_size: [8, 32]\n");
   const Cli s = run_sim("sweep " + (dir / "exp.yaml").string() + " --quiet --no-plot --out " +
                             (dir / "pages").string(),
                         dir);
@@ -204,11 +212,7 @@ TEST(Plot, BlockSizeSweepGivesThePageSizeFigure) {
 TEST(Plot, SweepLegendsNameVariantsAndShortenLongValues) {
   SKIP_WITHOUT_MATPLOTLIB();
   const fs::path dir = temp_dir("plot_sweep_legends");
-  const std::string head =
-      "name: legends\nmodel: Llama-3-8B\nhardware: H100-SXM\nworkload:\n  type: synthetic\n"
-      "  num_requests: 30\n  arrival: {process: poisson, rate: 8}\n"
-      "  prompt_len: {dist: uniform, min: 16, max: 200}\n"
-      "  output_len: {dist: uniform, min: 4, max: 40}\n";
+  const std::string head = small_experiment("legends", 30);
   write_file(dir / "long.yaml",
              head +
                  "sweep:\n  policies.preemption: [{name: recompute, victim: fewest-computed},\n"
@@ -255,11 +259,7 @@ TEST(Plot, KvDtypeSweepGivesTheKvDtypeFigure) {
   SKIP_WITHOUT_MATPLOTLIB();
   const fs::path dir = temp_dir("plot_kv_dtype");
   const std::string base =
-      "name: dtypes\nmodel: Llama-3-8B\nhardware: H100-SXM\nworkload:\n  type: synthetic\n"
-      "  num_requests: 12\n  arrival: {process: poisson, rate: 8}\n"
-      "  prompt_len: {dist: uniform, min: 16, max: 200}\n"
-      "  output_len: {dist: uniform, min: 4, max: 40}\nsweep:\n"
-      "  model.kv_cache_dtype: [bf16, fp8]\n";
+      small_experiment("dtypes", 12) + "sweep:\n  model.kv_cache_dtype: [bf16, fp8]\n";
   write_file(dir / "one.yaml", base);
   write_file(dir / "two.yaml", base + "  workload.arrival.rate: [4, 8]\n");
   for (const char* name : {"one", "two"}) {
