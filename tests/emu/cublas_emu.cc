@@ -72,9 +72,13 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa,
   }
   const float al = *static_cast<const float*>(alpha), be = *static_cast<const float*>(beta);
   auto op = [=] {
-    // op(A) rows and op(B) columns widened to float once, each contiguous in k, then one
-    // double-precision dot product per element of C, summed in k order.
-    std::vector<float> arow(static_cast<std::size_t>(m) * k), bcol(static_cast<std::size_t>(n) * k);
+    // op(A) rows and op(B) columns widened to float once, each contiguous in k, into buffers
+    // reused between calls; then one double-precision dot product per element of C, summed in k
+    // order. Four columns of C at a time (four independent sums, each still in k order: the
+    // same results, without one serial chain of additions bounding the speed).
+    thread_local std::vector<float> arow, bcol;
+    arow.resize(static_cast<std::size_t>(m) * k);
+    bcol.resize(static_cast<std::size_t>(n) * k);
     for (int i = 0; i < m; ++i) {
       for (int kk = 0; kk < k; ++kk) {
         const long long idx = transa == CUBLAS_OP_N ? i + static_cast<long long>(kk) * lda
@@ -89,16 +93,39 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa,
         bcol[static_cast<std::size_t>(j) * k + kk] = load(b, btype, idx);
       }
     }
-    for (int j = 0; j < n; ++j) {
+    const auto finish = [&](int i, int j, double acc) {
+      const long long ci = i + static_cast<long long>(j) * ldc;
+      // beta = 0 never reads C (it may hold NaN), as cuBLAS.
+      const double prior = be == 0.0f ? 0.0 : double{be} * load(c, ctype, ci);
+      store(c, ctype, ci, static_cast<float>(al * acc + prior));
+    };
+    int j = 0;
+    for (; j + 4 <= n; j += 4) {
+      const float* b0 = bcol.data() + static_cast<std::size_t>(j) * k;
+      const float *b1 = b0 + k, *b2 = b1 + k, *b3 = b2 + k;
+      for (int i = 0; i < m; ++i) {
+        const float* ai = arow.data() + static_cast<std::size_t>(i) * k;
+        double acc0 = 0, acc1 = 0, acc2 = 0, acc3 = 0;
+        for (int kk = 0; kk < k; ++kk) {
+          const double x = ai[kk];
+          acc0 += x * b0[kk];
+          acc1 += x * b1[kk];
+          acc2 += x * b2[kk];
+          acc3 += x * b3[kk];
+        }
+        finish(i, j, acc0);
+        finish(i, j + 1, acc1);
+        finish(i, j + 2, acc2);
+        finish(i, j + 3, acc3);
+      }
+    }
+    for (; j < n; ++j) {
       const float* bj = bcol.data() + static_cast<std::size_t>(j) * k;
       for (int i = 0; i < m; ++i) {
         const float* ai = arow.data() + static_cast<std::size_t>(i) * k;
         double acc = 0;
         for (int kk = 0; kk < k; ++kk) acc += double{ai[kk]} * bj[kk];
-        const long long ci = i + static_cast<long long>(j) * ldc;
-        // beta = 0 never reads C (it may hold NaN), as cuBLAS.
-        const double prior = be == 0.0f ? 0.0 : double{be} * load(c, ctype, ci);
-        store(c, ctype, ci, static_cast<float>(al * acc + prior));
+        finish(i, j, acc);
       }
     }
   };

@@ -434,8 +434,12 @@ const std::uint32_t* warp_collective(Collective kind, unsigned mask, const std::
   if (++w.arrived == 32) {
     compute_collective(w, kind, r);
     w.arrived = 0;
-    for (Fiber& g : r.fibers) {
-      if (g.warp == f.warp && g.waiting && !g.done) g.waiting = false;
+    // The warp's lanes are fibers 32 w .. 32 w + 31 (run_block): wake those, not the block.
+    const std::size_t first = static_cast<std::size_t>(f.warp) * 32;
+    const std::size_t last = std::min(r.fibers.size(), first + 32);
+    for (std::size_t i = first; i < last; ++i) {
+      Fiber& g = r.fibers[i];
+      if (g.waiting && !g.done) g.waiting = false;
     }
   } else {
     f.waiting = true;
