@@ -103,6 +103,7 @@ std::string cluster_summary_json(const ClusterConfig& cl, const std::vector<Pool
                          {"bytes", t.bytes},
                          {"wait_mean_ms", static_cast<double>(t.wait_ns) / n / 1e6},
                          {"transfer_mean_ms", static_cast<double>(t.transfer_ns) / n / 1e6},
+                         {"exposed_mean_ms", static_cast<double>(t.exposed_ns) / n / 1e6},
                          {"max_ms", static_cast<double>(t.max_ns) / 1e6}};
   }
   return j.dump();

@@ -36,9 +36,10 @@ void add_prefix_cache_stats(PrefixCacheStats& sum, const PrefixCacheStats& more)
 // The KV transfers of a P/D run.
 struct TransferStats {
   std::int64_t count = 0, bytes = 0;
-  TimeNs wait_ns = 0;      // summed time queued for a link
-  TimeNs transfer_ns = 0;  // summed time on the link (latency + bytes / bandwidth)
-  TimeNs max_ns = 0;       // the longest wait + transfer
+  TimeNs wait_ns = 0;      // summed time the first byte waited for its link
+  TimeNs transfer_ns = 0;  // summed time from the first byte's start to the last byte's arrival
+  TimeNs exposed_ns = 0;   // summed time from the prefill's end to the last byte's arrival
+  TimeNs max_ns = 0;       // the longest of the latter
 };
 
 // One pool as summary.json names it. Its replicas are consecutive in cluster order, pool by pool

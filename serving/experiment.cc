@@ -283,10 +283,11 @@ void parse_cluster(const ConfigNode& n, ExperimentConfig& c) {
     cl.decode_router = parse_policy_spec(PolicyKind::kRouter, *r);
   }
   if (auto t = n.find("kv_transfer")) {
-    t->allow_keys({"bandwidth_gb_s", "latency_us"});
+    t->allow_keys({"bandwidth_gb_s", "latency_us", "layerwise"});
     cl.kv_transfer_set = true;
     cl.kv_transfer.bandwidth_gb_s = t->get_double("bandwidth_gb_s", 0.0, 0.0, 1e6);
     cl.kv_transfer.latency_us = t->get_double("latency_us", cl.kv_transfer.latency_us, 0.0, 1e9);
+    cl.kv_transfer.layerwise = t->get_bool("layerwise", false);
   }
   const ConfigNode pools = n.at("pools");
   if (!pools.is_sequence() || pools.elements().empty()) {
@@ -389,6 +390,7 @@ void emit_cluster(YAML::Emitter& e, const ClusterConfig& cl) {
     e << YAML::Key << "kv_transfer" << YAML::Value << YAML::Flow << YAML::BeginMap;
     e << YAML::Key << "bandwidth_gb_s" << YAML::Value << cl.kv_transfer.bandwidth_gb_s;
     e << YAML::Key << "latency_us" << YAML::Value << cl.kv_transfer.latency_us;
+    e << YAML::Key << "layerwise" << YAML::Value << cl.kv_transfer.layerwise;
     e << YAML::EndMap;
   }
   e << YAML::Key << "pools" << YAML::Value << YAML::BeginSeq;

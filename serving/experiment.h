@@ -109,6 +109,9 @@ struct PoolConfig {
 struct KvTransferConfig {
   double bandwidth_gb_s = 0;  // GB/s (1e9 bytes); 0: from the hardware catalogue
   double latency_us = 10;     // per transfer
+  // Layer by layer as each prefill step computes it (serving/kv_transfer.h), not after the
+  // whole prefill.
+  bool layerwise = false;
 };
 
 // `cluster:` (docs/experiments.md). Absent (set == false): one replica of the experiment's model

@@ -1,20 +1,29 @@
 // KvTransferModel: how long moving a request's KV blocks between two replicas takes, for
 // prefill/decode disaggregation (the simulator asks it once per handed-over request).
 //
-// The interface is deliberately narrow: bytes, source and destination replica (cluster indices)
-// and the earliest start; the answer is when the transfer really began (after any queueing for
-// the link) and when its last byte arrived. Calls come in non-decreasing `ready` order, so a
-// model may keep the links' occupancy as state. A topology model (GPUs in nodes over NVLink,
-// PCIe, InfiniBand; shared bandwidth along paths) implements the same interface.
+// The interface is deliberately narrow: the request's KV as pieces (bytes, and the time from
+// which they may leave), source and destination replica (cluster indices); the answer is when
+// the link started moving them (after any queueing) and when the last byte arrived. A transfer
+// sent after the prefill is one piece, ready at the prefill's end; a layer-wise one
+// (`cluster.kv_transfer.layerwise`) is a piece per layer of each prefill step, ready as that
+// step computes the layer (layerwise_kv_pieces), so most of it can move while the prompt is
+// still being computed. Transfers are booked as prefills end, in time order, so a model may keep
+// the links' occupancy as state. A topology model (GPUs in nodes over NVLink, PCIe, InfiniBand;
+// shared bandwidth along paths) implements the same interface.
 //
 // PairLinkKvTransfer, the default: one dedicated link per ordered (source, destination) pair;
-// a transfer takes latency + bytes / bandwidth, and transfers on one link run one after another
-// (first come, first served), so a burst of prefills towards one decode replica queues.
+// transfers on one link run one after another in booking order (first come, first served), so a
+// burst of prefills towards one decode replica queues. A transfer starts when the link is free
+// and its first piece ready; each piece leaves once it is ready and the pieces before it have
+// left, taking bytes / bandwidth; the latency comes once, after the last piece (a one-piece
+// transfer takes latency + bytes / bandwidth from its start).
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <unordered_map>
+#include <vector>
 
 #include "core/time.h"
 
@@ -25,14 +34,44 @@ struct KvTransferTimes {
   TimeNs finish = 0;  // the last byte arrived (> begin unless bytes == 0 and latency == 0)
 };
 
+// Part of a request's KV that may leave from `ready` on.
+struct KvPiece {
+  std::int64_t bytes = 0;
+  TimeNs ready = 0;
+};
+
 class KvTransferModel {
  public:
   virtual ~KvTransferModel() = default;
-  // Books moving `bytes` (>= 0) from replica `src` to replica `dst`, available from `ready` on.
-  // REQUIRES: ready >= the previous call's ready.
-  virtual KvTransferTimes transfer(std::int64_t bytes, std::uint32_t src, std::uint32_t dst,
-                                   TimeNs ready) = 0;
+  // Books moving `pieces` from replica `src` to replica `dst`. REQUIRES: at least one piece,
+  // bytes >= 0, ready times non-decreasing; the calls in the order the transfers were decided.
+  virtual KvTransferTimes transfer_pieces(std::span<const KvPiece> pieces, std::uint32_t src,
+                                          std::uint32_t dst) = 0;
+  // One piece: `bytes` available from `ready` on.
+  KvTransferTimes transfer(std::int64_t bytes, std::uint32_t src, std::uint32_t dst, TimeNs ready) {
+    const KvPiece piece{bytes, ready};
+    return transfer_pieces({&piece, 1}, src, dst);
+  }
 };
+
+// A step of a request's prefill: `tokens` of its prompt computed from `start` to `end`.
+struct PrefillChunk {
+  TimeNs start = 0, end = 0;
+  std::int32_t tokens = 0;
+};
+
+// The pieces of a layer-wise transfer of `bytes` (a prompt of `prompt_len` tokens, >= 1) whose
+// prefill ended at `now` and ran in `chunks` (in time order; a request preempted and recomputed
+// has its later chunks last), from a model of `num_layers` (>= 1) layers. Chunks ending after
+// `now` are ignored (a plan launched before the prefill's end was known: async scheduling).
+// The chunks counted are the last ones, up to prompt_len tokens; each splits its tokens' share
+// of the bytes into num_layers pieces, layer l ready at start + (l + 1) / num_layers of the
+// chunk's time. Tokens that no counted chunk computed (a prefix hit, KV kept through a swap) are
+// one piece, ready at the first counted chunk's start. Bytes are split by token and layer in
+// integers; the pieces sum to `bytes`. Without chunks: one piece of all the bytes ready at `now`.
+std::vector<KvPiece> layerwise_kv_pieces(std::int64_t bytes, std::int32_t prompt_len,
+                                         std::span<const PrefillChunk> chunks,
+                                         std::int32_t num_layers, TimeNs now);
 
 class PairLinkKvTransfer final : public KvTransferModel {
  public:
@@ -40,8 +79,8 @@ class PairLinkKvTransfer final : public KvTransferModel {
   // > 0); `latency` per transfer.
   using Bandwidth = std::function<double(std::uint32_t src, std::uint32_t dst)>;
   PairLinkKvTransfer(Bandwidth bandwidth, TimeNs latency);
-  KvTransferTimes transfer(std::int64_t bytes, std::uint32_t src, std::uint32_t dst,
-                           TimeNs ready) override;
+  KvTransferTimes transfer_pieces(std::span<const KvPiece> pieces, std::uint32_t src,
+                                  std::uint32_t dst) override;
 
  private:
   struct Link {

@@ -177,12 +177,12 @@ void Recorder::on_route(RequestId id, std::uint32_t replica, TimeNs now, const c
 }
 
 void Recorder::on_transfer(RequestId id, std::uint32_t src, std::uint32_t dst, std::int64_t bytes,
-                           TimeNs now, TimeNs begin, TimeNs finish) {
+                           TimeNs now, TimeNs ready, TimeNs begin, TimeNs finish) {
   if (!events_) return;
   std::fprintf(events_,
                "%s,%" PRIu64 ",transfer,%" PRIu32 "->%" PRIu32 " bytes=%" PRId64
                " wait_ms=%s transfer_ms=%s\n",
-               format_seconds(now).c_str(), id, src, dst, bytes, format_ms(begin - now).c_str(),
+               format_seconds(now).c_str(), id, src, dst, bytes, format_ms(begin - ready).c_str(),
                format_ms(finish - begin).c_str());
 }
 

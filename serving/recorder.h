@@ -192,11 +192,13 @@ class Recorder : public SchedulerObserver {
 
   // Cluster events (events.csv, when recorded): request `id` was routed to `replica` at `now`
   // (`stage` "route" for an arrival, "route_decode" for a prefilled request); its KV (`bytes`)
-  // left `src` for `dst`: queued at `now`, on the link from `begin`, arrived at `finish` (one
-  // `transfer` row at `now`, detail "src->dst bytes=B wait_ms=W transfer_ms=T").
+  // left `src` for `dst`: booked at `now` (the prefill's end), its first piece ready at `ready`
+  // (`now`, or earlier for a layer-wise transfer), on the link from `begin`, arrived at `finish`
+  // (one `transfer` row at `now`, detail "src->dst bytes=B wait_ms=W transfer_ms=T", W = begin -
+  // ready, T = finish - begin).
   void on_route(RequestId id, std::uint32_t replica, TimeNs now, const char* stage);
   void on_transfer(RequestId id, std::uint32_t src, std::uint32_t dst, std::int64_t bytes,
-                   TimeNs now, TimeNs begin, TimeNs finish);
+                   TimeNs now, TimeNs ready, TimeNs begin, TimeNs finish);
 
   // Request `id`, which arrived at `arrival`, left the front end (serving.frontend) and reached
   // the scheduler at `now`: an events.csv row `ready` with the front-end time in ms as detail.

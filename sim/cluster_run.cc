@@ -5,6 +5,7 @@
 // cost model applies to the pools of the experiment's own model and hardware, the roofline to
 // the others. The prefix-cache counters of summary.json sum the unified and prefill replicas
 // (a decode replica's lookups are for transferred prompts, not the workload's).
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <optional>
@@ -142,7 +143,8 @@ RunOutput run_cluster_simulation(const ExperimentConfig& config, const RunOption
       replicas.push_back(std::make_unique<Replica>(
           p->scheduler, static_cast<std::int32_t>(p->capacity.num_gpu_blocks), *backend, observer,
           kv_cache_options, p->cpu_blocks));
-      setup.replicas.push_back({replicas.back().get(), role, p->capacity.block_bytes});
+      setup.replicas.push_back(
+          {replicas.back().get(), role, p->capacity.block_bytes, std::max(1, p->model.num_layers)});
       pool_of.push_back(p.get());
       (role == ReplicaRole::kDecode ? num_decode : num_arrival) += 1;
     }
@@ -162,6 +164,7 @@ RunOutput run_cluster_simulation(const ExperimentConfig& config, const RunOption
         },
         seconds_to_ns(cl.kv_transfer.latency_us * 1e-6));
     setup.transfer = transfer.get();
+    setup.layerwise_transfers = cl.kv_transfer.layerwise;
     setup.handoff = &handoff;
   }
   Simulator sim(*workload, std::move(setup), recorder, config.frontend);

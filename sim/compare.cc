@@ -1,5 +1,6 @@
 #include "sim/compare.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cinttypes>
@@ -162,16 +163,19 @@ std::vector<VariantResult> run_compare(const ExperimentSource& source,
 
 void print_compare_table(std::FILE* out, const std::vector<VariantResult>& results) {
   const bool overload = any_reports_overload(results);
-  std::fprintf(out, "%-16s %9s %9s %9s %9s %9s %9s %9s %7s %7s %7s", "variant", "req/s", "TTFT p50",
-               "TTFT p99", "TPOT p50", "TPOT p99", "goodput", "preempt", "cache %", "KV %", "done");
+  // The variant column: as wide as the longest name, at least 16.
+  int w = 16;
+  for (const VariantResult& r : results) w = std::max(w, static_cast<int>(r.variant.name.size()));
+  std::fprintf(out, "%-*s %9s %9s %9s %9s %9s %9s %9s %7s %7s %7s", w, "variant", "req/s",
+               "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99", "goodput", "preempt", "cache %",
+               "KV %", "done");
   std::fputs(overload ? "    shed  capped\n" : "\n", out);
-  std::fprintf(out, "%-16s %9s %9s %9s %9s %9s %9s %9s %7s %7s %7s\n", "", "", "(ms)", "(ms)",
+  std::fprintf(out, "%-*s %9s %9s %9s %9s %9s %9s %9s %7s %7s %7s\n", w, "", "", "(ms)", "(ms)",
                "(ms)", "(ms)", "(req/s)", "", "prompt", "mean", "");
   for (const VariantResult& r : results) {
     const RunSummary& s = r.run.summary;
-    std::fprintf(out,
-                 "%-16s %9.2f %9.1f %9.1f %9.2f %9.2f %9.2f %9" PRId64 " %7.1f %7.1f %7" PRId64,
-                 r.variant.name.c_str(), s.requests_per_s, s.ttft_ms.p50, s.ttft_ms.p99,
+    std::fprintf(out, "%-*s %9.2f %9.1f %9.1f %9.2f %9.2f %9.2f %9" PRId64 " %7.1f %7.1f %7" PRId64,
+                 w, r.variant.name.c_str(), s.requests_per_s, s.ttft_ms.p50, s.ttft_ms.p99,
                  s.tpot_ms.p50, s.tpot_ms.p99, s.goodput_requests_per_s, s.preemptions,
                  100.0 * s.prompt_hit_rate, 100.0 * s.kv_usage_mean, s.completed);
     if (overload) std::fprintf(out, " %7" PRId64 " %7" PRId64, s.shed, s.capped);

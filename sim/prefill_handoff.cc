@@ -10,13 +10,14 @@ void PrefillHandoff::on_finish(const Request& req, TimeNs now) {
     ForwardingObserver::on_finish(req, now);
     return;
   }
-  const std::int32_t max_tokens = it->second;
+  const std::int32_t max_tokens = it->second.max_output_tokens;
+  std::vector<PrefillChunk> chunks = std::move(it->second.chunks);
   expected_.erase(it);
   if (req.status != RequestStatus::kFinished) {  // aborted on the prefill replica: it ends here
     ForwardingObserver::on_finish(req, now);
     return;
   }
-  Handed h{req.spec, {}};
+  Handed h{req.spec, {}, std::move(chunks)};
   h.spec.max_output_tokens = max_tokens;
   h.state.first_scheduled_ns = req.first_scheduled_ns;
   h.state.first_token_ns = req.first_token_ns;

@@ -8,6 +8,10 @@
 // told about (parallel sampling, a one-token request, an abort), goes on to `downstream` (the
 // recorder, or the workload feedback in front of it), so each request is reported finished
 // exactly once, by the replica where it really ended.
+//
+// For layer-wise KV transfers (serving/kv_transfer.h layerwise_kv_pieces) the simulator also
+// tells it of every step that computes part of an expected request (on_chunk); a handed-over
+// request carries those steps.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +20,7 @@
 
 #include "core/scheduler.h"
 #include "core/scheduler_observer.h"
+#include "serving/kv_transfer.h"
 
 namespace servelab {
 
@@ -24,6 +29,7 @@ class PrefillHandoff final : public ForwardingObserver {
   struct Handed {
     RequestSpec spec;  // with the request's real max_output_tokens
     Scheduler::PrefilledState state;
+    std::vector<PrefillChunk> chunks;  // its steps, when the simulator reported them (on_chunk)
   };
 
   explicit PrefillHandoff(SchedulerObserver& downstream) : ForwardingObserver(downstream) {}
@@ -31,7 +37,12 @@ class PrefillHandoff final : public ForwardingObserver {
   // Request `id`, about to be queued on a prefill replica with max_output_tokens 1, really wants
   // `max_output_tokens` (>= 2).
   void expect(RequestId id, std::int32_t max_output_tokens) {
-    expected_.emplace(id, max_output_tokens);
+    expected_.emplace(id, Expected{max_output_tokens, {}});
+  }
+  // A step from `start` to `end` computes `tokens` of request `id`; ignored unless expected.
+  void on_chunk(RequestId id, std::int32_t tokens, TimeNs start, TimeNs end) {
+    const auto it = expected_.find(id);
+    if (it != expected_.end()) it->second.chunks.push_back({start, end, tokens});
   }
   void on_reject(const Request& req, TimeNs now) override {
     expected_.erase(req.id());
@@ -42,7 +53,11 @@ class PrefillHandoff final : public ForwardingObserver {
   std::vector<Handed>& handed() { return handed_; }
 
  private:
-  std::unordered_map<RequestId, std::int32_t> expected_;  // probed only, never iterated
+  struct Expected {
+    std::int32_t max_output_tokens = 0;
+    std::vector<PrefillChunk> chunks;
+  };
+  std::unordered_map<RequestId, Expected> expected_;  // probed only, never iterated
   std::vector<Handed> handed_;
 };
 

@@ -35,6 +35,7 @@ Simulator::Simulator(Workload& workload, ClusterSetup cluster, Recorder& recorde
       decode_router_(std::move(cluster.decode_router)),
       transfer_(cluster.transfer),
       handoff_(cluster.handoff),
+      layerwise_(cluster.layerwise_transfers),
       stats_(replicas_.size()),
       recorder_(recorder),
       frontend_on_(frontend.enabled()),
@@ -154,6 +155,11 @@ bool Simulator::hand_over_ready(TimeNs now) {
   const StepSnapshot snap = r.snapshot();
   r.backend().execute_into(plan, result);
   recorder_.on_step(plan, now, result.duration_ns, snap, i);
+  if (layerwise_ && replicas_[i].role == ReplicaRole::kPrefill) {
+    for (const ScheduledRequest& e : plan.requests) {
+      handoff_->on_chunk(e.id, e.num_tokens, now, now + result.duration_ns);
+    }
+  }
   st.busy = true;
   ++totals_.num_steps;
   if (cluster_) stats_[i].add_step(plan, result.duration_ns, snap);
@@ -208,14 +214,26 @@ void Simulator::start_transfers(std::uint32_t src, TimeNs now) {
     const std::int32_t block = replicas_[src].replica->kv().block_size();
     const std::int64_t blocks = (h.spec.prompt_len + block - 1) / block;
     const std::int64_t bytes = blocks * replicas_[src].block_bytes;
-    const KvTransferTimes t = transfer_->transfer(bytes, src, dst, now);
-    if (t.begin < now || t.finish < t.begin) throw std::logic_error("KV transfer ends in the past");
-    recorder_.on_transfer(h.spec.id, src, dst, bytes, now, t.begin, t.finish);
+    KvTransferTimes t;
+    TimeNs ready = now;  // when its first piece could leave
+    if (layerwise_) {
+      const std::vector<KvPiece> pieces =
+          layerwise_kv_pieces(bytes, h.spec.prompt_len, h.chunks, replicas_[src].num_layers, now);
+      ready = pieces.front().ready;
+      t = transfer_->transfer_pieces(pieces, src, dst);
+    } else {
+      t = transfer_->transfer(bytes, src, dst, now);
+    }
+    if (t.begin < ready || t.finish < std::max(now, t.begin)) {
+      throw std::logic_error("KV transfer ends in the past");
+    }
+    recorder_.on_transfer(h.spec.id, src, dst, bytes, now, ready, t.begin, t.finish);
     TransferStats& ts = transfer_stats_;
     ++ts.count;
     ts.bytes += bytes;
-    ts.wait_ns += t.begin - now;
+    ts.wait_ns += t.begin - ready;
     ts.transfer_ns += t.finish - t.begin;
+    ts.exposed_ns += t.finish - now;
     ts.max_ns = std::max(ts.max_ns, t.finish - now);
     std::uint32_t slot;
     if (!free_slots_.empty()) {

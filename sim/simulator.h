@@ -22,12 +22,14 @@
 // replica runs there with max_output_tokens 1 (PrefillHandoff); when its first token is out the
 // decode router picks a decode replica from a view of the decode replicas, the KvTransferModel
 // books the transfer of its prompt's KV blocks (ceil(prompt_len / block_size) blocks of the
-// source replica's block bytes), and when the transfer ends (a kTransfer event) the request joins
-// that replica's waiting queue holding its first token (Scheduler::add_prefilled_request); it
-// decodes once blocks were allocated for it there, so a full decode replica queues it. Requests
-// that cannot be split (parallel sampling, a single output token) run whole on the prefill
-// replica. Every replica that got work at an instant tries to start a step after all the
-// instant's arrivals were routed.
+// source replica's block bytes; with layer-wise transfers, ClusterSetup::layerwise_transfers,
+// as pieces per layer of each of the request's prefill steps, which the handoff hears of as each
+// step is launched: serving/kv_transfer.h), and when the transfer ends (a kTransfer event) the
+// request joins that replica's waiting queue holding its first token
+// (Scheduler::add_prefilled_request); it decodes once blocks were allocated for it there, so a full
+// decode replica queues it. Requests that cannot be split (parallel sampling, a single output
+// token) run whole on the prefill replica. Every replica that got work at an instant tries to start
+// a step after all the instant's arrivals were routed.
 //
 // Async scheduling (a replica whose SchedulerConfig::async_scheduling is on; docs/cost-model.md
 // "Async scheduling"): at a step's end the replica first forms the next plan (pipelined: it does
@@ -63,6 +65,7 @@ struct SimReplica {
   Replica* replica = nullptr;
   ReplicaRole role = ReplicaRole::kUnified;
   std::int64_t block_bytes = 0;  // KV bytes per block (the size of a P/D transfer)
+  std::int32_t num_layers = 1;   // the model's layers (the pieces of a layer-wise transfer)
 };
 
 // A cluster to drive. Unified and prefill replicas receive arrivals through `router`; decode
@@ -75,6 +78,9 @@ struct ClusterSetup {
   std::unique_ptr<Router> decode_router;  // required with decode replicas (when > 1)
   KvTransferModel* transfer = nullptr;    // required with decode replicas
   PrefillHandoff* handoff = nullptr;      // required with prefill replicas
+  // The KV leaves layer by layer as each prefill step computes it (cluster.kv_transfer.
+  // layerwise) instead of after the whole prefill.
+  bool layerwise_transfers = false;
 };
 
 // ReplicaStats and TransferStats (what a cluster run reports) are in serving/cluster_summary.h.
@@ -171,6 +177,7 @@ class Simulator {
   std::unique_ptr<Router> router_, decode_router_;
   KvTransferModel* transfer_ = nullptr;
   PrefillHandoff* handoff_ = nullptr;
+  const bool layerwise_ = false;
   std::vector<std::uint32_t> arrival_candidates_, decode_candidates_;
   std::vector<ReplicaLoad> arrival_loads_, decode_loads_;  // by candidate index
   std::vector<std::uint32_t> stale_;                       // replicas whose load_stale is set

@@ -263,6 +263,76 @@ TEST(KvTransfer, PairLinksSerialiseAndAddLatency) {
   EXPECT_EQ(c.begin, 10);
 }
 
+TEST(KvTransfer, LayerwisePiecesLeaveAsTheirLayersAreComputed) {
+  PairLinkKvTransfer t([](std::uint32_t, std::uint32_t) { return 1e9; }, 1000);  // 1 B/ns
+  // 1 MB ready at 0, 1 MB ready at 5 ms: the second waits for its layer, not for the link.
+  const std::vector<KvPiece> pieces{{1'000'000, 0}, {1'000'000, 5'000'000}};
+  const KvTransferTimes a = t.transfer_pieces(pieces, 0, 1);
+  EXPECT_EQ(a.begin, 0);
+  EXPECT_EQ(a.finish, 6'000'000 + 1000);  // latency once, after the last piece
+  // Pieces ready faster than the link sends them queue behind each other.
+  const std::vector<KvPiece> dense{{1'000'000, 7'000'000}, {1'000'000, 7'000'001}};
+  const KvTransferTimes b = t.transfer_pieces(dense, 0, 1);
+  EXPECT_EQ(b.begin, 7'000'000);
+  EXPECT_EQ(b.finish, 9'000'000 + 1000);
+  // A transfer booked next on the link waits for the whole of b, whatever its readiness.
+  EXPECT_EQ(t.transfer(10, 0, 1, 0).begin, b.finish);
+  EXPECT_THROW(t.transfer_pieces({}, 0, 1), std::invalid_argument);
+}
+
+TEST(KvTransfer, LayerwisePiecesFollowThePrefillSteps) {
+  const auto bytes_of = [](const std::vector<KvPiece>& v) {
+    std::int64_t sum = 0;
+    for (const KvPiece& p : v) sum += p.bytes;
+    return sum;
+  };
+  // Two chunks of a 100-token prompt, 4 layers: each chunk's share in 4 pieces, layer l ready at
+  // (l + 1) / 4 of its step.
+  std::vector<PrefillChunk> chunks{{0, 100, 60}, {100, 200, 40}};
+  std::vector<KvPiece> p = layerwise_kv_pieces(1000, 100, chunks, 4, 999);
+  ASSERT_EQ(p.size(), 8u);
+  EXPECT_EQ(p[0].bytes, 150);
+  EXPECT_EQ(p[0].ready, 25);
+  EXPECT_EQ(p[3].ready, 100);
+  EXPECT_EQ(p[4].bytes, 100);
+  EXPECT_EQ(p[4].ready, 125);
+  EXPECT_EQ(p[7].ready, 200);
+  EXPECT_EQ(bytes_of(p), 1000);
+  // A prefix hit of 70 tokens: their KV is there when the step that computes the rest starts.
+  p = layerwise_kv_pieces(1000, 100, std::vector<PrefillChunk>{{10, 20, 30}}, 2, 999);
+  ASSERT_EQ(p.size(), 3u);
+  EXPECT_EQ(p[0].bytes, 700);
+  EXPECT_EQ(p[0].ready, 10);
+  EXPECT_EQ(p[1].ready, 15);
+  EXPECT_EQ(p[2].ready, 20);
+  EXPECT_EQ(bytes_of(p), 1000);
+  // Preempted and recomputed: only the last chunks, up to the prompt's length, count; the
+  // earliest of them in part.
+  chunks = {{0, 10, 80}, {20, 30, 50}, {40, 50, 50}};
+  p = layerwise_kv_pieces(1000, 100, chunks, 1, 999);
+  ASSERT_EQ(p.size(), 2u);
+  EXPECT_EQ(p[0].ready, 30);
+  EXPECT_EQ(p[1].ready, 50);
+  chunks = {{0, 10, 80}, {20, 30, 50}};
+  p = layerwise_kv_pieces(1000, 100, chunks, 1, 999);
+  ASSERT_EQ(p.size(), 2u);
+  EXPECT_EQ(p[0].bytes, 500);  // 50 of the first chunk's 80 tokens
+  EXPECT_EQ(p[0].ready, 10);
+  // Uneven splits still sum to the bytes; no chunk: one piece at the fallback.
+  p = layerwise_kv_pieces(1001, 7, std::vector<PrefillChunk>{{0, 9, 4}, {9, 19, 3}}, 3, 19);
+  EXPECT_EQ(bytes_of(p), 1001);
+  for (std::size_t i = 1; i < p.size(); ++i) EXPECT_LE(p[i - 1].ready, p[i].ready);
+  p = layerwise_kv_pieces(1000, 100, {}, 32, 999);
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_EQ(p[0].ready, 999);
+  // A step launched before the prefill's end was known (async scheduling) is not the prefill's.
+  p = layerwise_kv_pieces(1000, 100, std::vector<PrefillChunk>{{0, 10, 100}, {10, 20, 1}}, 1, 10);
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_EQ(p[0].bytes, 1000);
+  EXPECT_EQ(p[0].ready, 10);
+  EXPECT_THROW(layerwise_kv_pieces(1000, 0, {}, 32, 0), std::invalid_argument);
+}
+
 TEST(PrefilledRequest, DecodesWithoutRecomputingThePrompt) {
   SchedulerConfig sc;
   sc.block_size = 16;
@@ -467,6 +537,47 @@ TEST(ClusterRun, SlowLinksDelayDecoding) {
   EXPECT_GT(slow_run.summary.e2e_ms.p50, fast.summary.e2e_ms.p50 * 2);
   EXPECT_NEAR(slow_run.summary.ttft_ms.p50, fast.summary.ttft_ms.p50,
               fast.summary.ttft_ms.p50 * 0.01 + 0.01);  // the prefill side is unchanged
+}
+
+// Layer-wise KV transfers over a slow link: most of each prompt's KV moves while the prefill
+// runs, so decoding starts sooner; the prefill side is the same run.
+TEST(ClusterRun, LayerwiseTransfersHideBehindThePrefill) {
+  const fs::path dir = temp_dir("cluster_layerwise");
+  // 100 MB/s: a prompt's KV takes about as long on the link as its prefill step.
+  std::string slow = kPd;
+  slow.replace(slow.find("bandwidth_gb_s: 10"), 18, "bandwidth_gb_s: 0.1");
+  std::string layerwise = slow;
+  layerwise.replace(layerwise.find("latency_us: 20}"), 15, "latency_us: 20, layerwise: true}");
+  const ExperimentConfig whole_c = load_text(dir / "whole", experiment(slow));
+  const ExperimentConfig layer_c = load_text(dir / "layer", experiment(layerwise));
+  EXPECT_FALSE(whole_c.cluster.kv_transfer.layerwise);
+  EXPECT_TRUE(layer_c.cluster.kv_transfer.layerwise);
+  const auto a = run_files(whole_c, dir / "a");
+  const auto b = run_files(layer_c, dir / "b");
+  EXPECT_EQ(b, run_files(layer_c, dir / "c"));  // deterministic
+  EXPECT_NE(b.at("config.yaml").find("layerwise: true"), std::string::npos);
+  const auto sa = nlohmann::json::parse(a.at("summary.json"));
+  const auto sb = nlohmann::json::parse(b.at("summary.json"));
+  EXPECT_EQ(sb["requests"]["completed"], 80);
+  const auto& ta = sa["cluster"]["kv_transfers"];
+  const auto& tb = sb["cluster"]["kv_transfers"];
+  EXPECT_EQ(ta["count"], tb["count"]);
+  EXPECT_EQ(ta["bytes"], tb["bytes"]);
+  // Whole transfers: exposed = wait + transfer; layer-wise ones expose less of the same bytes.
+  EXPECT_NEAR(ta["exposed_mean_ms"].get<double>(),
+              ta["wait_mean_ms"].get<double>() + ta["transfer_mean_ms"].get<double>(), 1e-6);
+  EXPECT_LT(tb["exposed_mean_ms"].get<double>(), ta["exposed_mean_ms"].get<double>() * 0.5);
+  EXPECT_GT(tb["exposed_mean_ms"].get<double>(), 0.02);  // at least the latency
+  // The prefill replicas' schedule is unchanged, so is TTFT; the decodes start sooner.
+  EXPECT_EQ(sa["ttft_ms"], sb["ttft_ms"]);
+  EXPECT_LT(sb["e2e_ms"]["p50"].get<double>(), sa["e2e_ms"]["p50"].get<double>());
+  std::string e = load_error(
+      experiment("cluster:\n  kv_transfer: {layerwise: maybe}\n  pools:\n    - {role: prefill}\n"
+                 "    - {role: decode}\n"));
+  EXPECT_NE(e.find("exp.yaml:17:"), std::string::npos) << e;
+  EXPECT_NE(e.find("cluster.kv_transfer.layerwise': expected true or false"), std::string::npos)
+      << e;
+  fs::remove_all(dir);
 }
 
 }  // namespace

@@ -109,5 +109,29 @@ TEST(Compare, VariantsEqualSingleRunsAndFailFastOnBadOverrides) {
   fs::remove_all(dir);
 }
 
+// The printed table's variant column is as wide as the longest name: every row's numbers start
+// at the header's columns.
+TEST(Compare, TableColumnsFitTheLongestVariantName) {
+  std::vector<VariantResult> results(2);
+  results[0].variant.name = "short";
+  results[1].variant.name = "a-variant-name-of-thirty-chars";
+  results[1].run.summary.requests_per_s = 12.5;
+  char* buf = nullptr;
+  std::size_t size = 0;
+  std::FILE* out = open_memstream(&buf, &size);
+  ASSERT_NE(out, nullptr);
+  print_compare_table(out, results);
+  std::fclose(out);
+  std::istringstream lines(std::string(buf, size));
+  std::free(buf);
+  std::vector<std::string> rows;
+  for (std::string line; std::getline(lines, line);) rows.push_back(line);
+  ASSERT_EQ(rows.size(), 4u);
+  const std::size_t req_end = rows[0].find("req/s") + 5;  // right-aligned numbers end here
+  EXPECT_EQ(rows[2].find(" 0.00 "), req_end - 5);
+  EXPECT_EQ(rows[3].find(" 12.50 "), req_end - 6);
+  EXPECT_EQ(rows[3].rfind("a-variant-name-of-thirty-chars", 0), 0u);
+}
+
 }  // namespace
 }  // namespace servelab
