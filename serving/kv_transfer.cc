@@ -39,7 +39,8 @@ std::vector<KvPiece> layerwise_kv_pieces(std::int64_t bytes, std::int32_t prompt
                                          std::span<const PrefillChunk> chunks,
                                          std::int32_t num_layers, TimeNs now) {
   if (prompt_len < 1 || num_layers < 1 || bytes < 0) {
-    throw std::invalid_argument("layerwise_kv_pieces: prompt_len and num_layers must be >= 1");
+    throw std::invalid_argument(
+        "layerwise_kv_pieces: prompt_len and num_layers must be >= 1, bytes >= 0");
   }
   std::size_t end = chunks.size();
   while (end > 0 && chunks[end - 1].end > now) --end;
