@@ -50,9 +50,12 @@ struct RequestSpec {
   std::int32_t max_output_tokens = 1;  // generation stops after this many tokens at most
   std::int32_t priority = 0;           // smaller is served first (vLLM convention)
   std::uint32_t tenant = 0;            // for fair-share queue orders
-  std::int32_t n = 1;                  // parallel samples (n > 1: forked after the prefill)
-  std::int32_t sample = 0;             // which sample this sequence is (0: the request itself)
-  std::uint64_t session = 0;           // multi-turn session (0: none); for session-affinity routing
+  // The request class (a part of a `type: mix` workload, traces/mix_workload.h): the part's
+  // index, by which the Recorder splits every metric; 0 in a workload without classes.
+  std::uint32_t request_class = 0;
+  std::int32_t n = 1;         // parallel samples (n > 1: forked after the prefill)
+  std::int32_t sample = 0;    // which sample this sequence is (0: the request itself)
+  std::uint64_t session = 0;  // multi-turn session (0: none); for session-affinity routing
   // A literal prompt (engine serve: token ids a client sent): the token values, prompt_len of
   // them; null for prompts described by content streams only. See make_literal_request().
   std::shared_ptr<const std::vector<std::int32_t>> prompt_values;

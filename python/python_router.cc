@@ -98,6 +98,8 @@ void bind_router_views(py::module_& m) {
                              [](const RouteRequest& r) { return r.spec.max_output_tokens; })
       .def_property_readonly("priority", [](const RouteRequest& r) { return r.spec.priority; })
       .def_property_readonly("tenant", [](const RouteRequest& r) { return r.spec.tenant; })
+      .def_property_readonly("request_class",
+                             [](const RouteRequest& r) { return r.spec.request_class; })
       .def_property_readonly("session", [](const RouteRequest& r) { return r.spec.session; })
       .def_property_readonly("n", [](const RouteRequest& r) { return r.spec.n; })
       .def_property_readonly("block_size", [](const RouteRequest& r) { return r.block_size; })

@@ -47,6 +47,9 @@ void bind_request_view(py::module_& m) {
       .def_property_readonly(
           "tenant", [](const RequestView& v) { return v.get().spec.tenant; }, "tenant number")
       .def_property_readonly(
+          "request_class", [](const RequestView& v) { return v.get().spec.request_class; },
+          "request class: the index of its part of a `type: mix` workload (0 otherwise)")
+      .def_property_readonly(
           "preemptions", [](const RequestView& v) { return v.get().num_preemptions; },
           "times preempted so far")
       .def_property_readonly(

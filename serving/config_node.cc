@@ -331,31 +331,84 @@ void apply_override(YAML::Node root, const std::string& assignment) {
   if (!value.IsDefined() || value.IsNull()) value = YAML::Node(text);
   check_yaml_structure(value, "--set " + path);
   tag_override(value);
-  std::vector<std::string> parts;
+  // Path components: a key, optionally followed by list indices ("parts[1]", "a[0][2]").
+  struct Step {
+    std::string key;
+    std::vector<std::size_t> indices;
+  };
+  std::vector<Step> steps;
   std::size_t start = 0;
   for (;;) {
     const auto dot = path.find('.', start);
-    parts.push_back(path.substr(start, dot - start));
+    std::string part = path.substr(start, dot - start);
+    Step step;
+    const auto bracket = part.find('[');
+    step.key = part.substr(0, bracket);
+    if (step.key.empty()) throw ConfigError("--set " + path + ": empty key in path");
+    for (std::size_t at = bracket; at != std::string::npos;) {
+      const auto close = part.find(']', at);
+      const std::string digits =
+          close == std::string::npos ? "" : part.substr(at + 1, close - at - 1);
+      if (digits.empty() || digits.size() > 9 ||
+          digits.find_first_not_of("0123456789") != std::string::npos ||
+          (close + 1 < part.size() && part[close + 1] != '[')) {
+        throw ConfigError("--set " + path + ": malformed list index in '" + part +
+                          "' (expected KEY[N], N an entry's position from 0)");
+      }
+      step.indices.push_back(std::stoul(digits));
+      at = close + 1 < part.size() ? close + 1 : std::string::npos;
+    }
+    steps.push_back(std::move(step));
     if (dot == std::string::npos) break;
     start = dot + 1;
   }
+  // An existing list's entry at `index` of the node `list` reached by `shown`.
+  const auto entry = [&](YAML::Node list, std::size_t index, const std::string& shown) {
+    if (!list.IsSequence()) {
+      throw ConfigError("--set " + path + ": '" + shown + "' is not a list");
+    }
+    if (index >= list.size()) {
+      std::string message = "--set " + path + ": '" + shown + "' has ";
+      message.append(std::to_string(list.size())).append(" entries, no [");
+      message.append(std::to_string(index)).append("]");
+      throw ConfigError(message);
+    }
+    return list[index];
+  };
   // yaml-cpp's operator[] on a non-const node creates children; walk with explicit copies so
   // we hold references into the tree, not temporaries.
   std::vector<YAML::Node> chain{root};
-  for (std::size_t i = 0; i + 1 < parts.size(); ++i) {
-    if (parts[i].empty()) throw ConfigError("--set " + path + ": empty key in path");
-    YAML::Node next = chain.back()[parts[i]];
+  std::string walked;  // the path up to the node at chain.back(), for messages
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    const Step& step = steps[i];
+    const bool last = i + 1 == steps.size();
+    if (last && step.indices.empty()) break;
+    YAML::Node next = chain.back()[step.key];
+    std::string shown = walked.empty() ? step.key : walked + "." + step.key;
+    for (std::size_t k = 0; k < step.indices.size(); ++k) {
+      if (last && k + 1 == step.indices.size()) {
+        // The assignment replaces an existing entry of the list.
+        YAML::Node slot = entry(next, step.indices[k], shown);
+        slot = value;
+        return;
+      }
+      next.reset(entry(next, step.indices[k], shown));  // rebinds the handle; = would assign
+      shown.append("[").append(std::to_string(step.indices[k])).append("]");
+    }
     if (next.IsDefined() && !next.IsNull() && !next.IsMap()) {
-      throw ConfigError("--set " + path + ": '" + parts[i] + "' is not a section");
+      throw ConfigError("--set " + path + ": '" + shown + "' is not a section");
     }
     if (!next.IsDefined() || next.IsNull()) {
-      chain.back()[parts[i]] = YAML::Node(YAML::NodeType::Map);
-      next = chain.back()[parts[i]];
+      if (!step.indices.empty()) {
+        throw ConfigError("--set " + path + ": '" + shown + "' is not a section");
+      }
+      chain.back()[step.key] = YAML::Node(YAML::NodeType::Map);
+      next = chain.back()[step.key];
     }
     chain.push_back(next);
+    walked = std::move(shown);
   }
-  if (parts.back().empty()) throw ConfigError("--set " + path + ": empty key in path");
-  chain.back()[parts.back()] = value;
+  chain.back()[steps.back().key] = value;
 }
 
 }  // namespace servelab

@@ -102,7 +102,9 @@ inline constexpr int kMaxYamlDepth = 200;                // nesting levels
 void check_yaml_structure(const YAML::Node& root, const std::string& name);
 
 // Applies `assignment` ("a.b.c=value", value parsed as YAML) to the document under `root`,
-// creating maps as needed; the node is marked so errors about it say "--set a.b.c".
+// creating maps as needed; the node is marked so errors about it say "--set a.b.c". A component
+// may index an existing list entry ("workload.parts[1].priority=2": from 0; an index past the
+// list's end is an error, lists are never grown).
 // Throws ConfigError on a malformed assignment.
 void apply_override(YAML::Node root, const std::string& assignment);
 

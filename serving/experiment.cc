@@ -10,6 +10,7 @@
 #include "serving/hardware_config.h"
 #include "serving/model_config.h"
 #include "traces/lora_workload.h"
+#include "traces/mix_workload.h"
 #include "traces/workload.h"
 
 namespace servelab {
@@ -209,11 +210,36 @@ void emit_policy(YAML::Emitter& e, const char* key, const PolicySpec& spec) {
   e << YAML::EndMap;
 }
 
+void parse_slo_targets(const ConfigNode& s, SloTargets& t) {
+  if (s.has("ttft_ms")) t.ttft_ms = s.get_double("ttft_ms", 0.0, 1e12);
+  if (s.has("tpot_ms")) t.tpot_ms = s.get_double("tpot_ms", 0.0, 1e12);
+  if (s.has("e2e_ms")) t.e2e_ms = s.get_double("e2e_ms", 0.0, 1e12);
+}
+
+// `slo:`; its `classes` keys must name classes of the workload (c.request_classes).
 void parse_slo(const ConfigNode& s, ExperimentConfig& c) {
-  s.allow_keys({"ttft_ms", "tpot_ms", "e2e_ms"});
-  if (s.has("ttft_ms")) c.slo.ttft_ms = s.get_double("ttft_ms", 0.0, 1e12);
-  if (s.has("tpot_ms")) c.slo.tpot_ms = s.get_double("tpot_ms", 0.0, 1e12);
-  if (s.has("e2e_ms")) c.slo.e2e_ms = s.get_double("e2e_ms", 0.0, 1e12);
+  s.allow_keys({"ttft_ms", "tpot_ms", "e2e_ms", "classes"});
+  parse_slo_targets(s, c.slo);
+  if (!s.has("classes")) return;
+  const ConfigNode classes = s.at("classes");
+  if (!classes.is_map()) classes.fail("a mapping of class name to {ttft_ms, tpot_ms, e2e_ms}");
+  if (c.request_classes.empty()) {
+    classes.fail_message(
+        "the workload has no request classes: per-class targets need a `type: mix` workload "
+        "whose parts name them");
+  }
+  for (const std::string& name : classes.keys()) {
+    const ConfigNode t = classes.at(name);
+    if (std::find(c.request_classes.begin(), c.request_classes.end(), name) ==
+        c.request_classes.end()) {
+      std::string known;
+      for (const std::string& k : c.request_classes) known += (known.empty() ? "" : ", ") + k;
+      t.fail_message("no class '" + name + "' in the workload (its classes: " + known + ")");
+    }
+    if (!t.is_map()) t.fail("a mapping {ttft_ms, tpot_ms, e2e_ms}");
+    t.allow_keys({"ttft_ms", "tpot_ms", "e2e_ms"});
+    parse_slo_targets(t, c.slo.classes[name]);
+  }
 }
 
 void parse_outputs(const ConfigNode& o, ExperimentConfig& c) {
@@ -522,6 +548,7 @@ ExperimentConfig experiment_from_document(const ConfigNode& doc, const std::stri
     }
   }
   check_workload_lora(top, c);
+  if (top.has("workload")) c.request_classes = request_class_names(top.at("workload"));
   if (auto s = top.find("slo")) parse_slo(*s, c);
   check_async_scheduling(c);
   if (auto o = top.find("outputs")) parse_outputs(*o, c);
@@ -699,6 +726,20 @@ std::string resolved_config_yaml(const ExperimentConfig& c,
   if (c.slo.ttft_ms) e << YAML::Key << "ttft_ms" << YAML::Value << *c.slo.ttft_ms;
   if (c.slo.tpot_ms) e << YAML::Key << "tpot_ms" << YAML::Value << *c.slo.tpot_ms;
   if (c.slo.e2e_ms) e << YAML::Key << "e2e_ms" << YAML::Value << *c.slo.e2e_ms;
+  if (!c.slo.classes.empty()) {
+    e << YAML::Key << "classes" << YAML::Value << YAML::BeginMap;
+    for (const std::string& name : c.request_classes) {
+      const auto it = c.slo.classes.find(name);
+      if (it == c.slo.classes.end()) continue;
+      const SloTargets& t = it->second;
+      e << YAML::Key << name << YAML::Value << YAML::Flow << YAML::BeginMap;
+      if (t.ttft_ms) e << YAML::Key << "ttft_ms" << YAML::Value << *t.ttft_ms;
+      if (t.tpot_ms) e << YAML::Key << "tpot_ms" << YAML::Value << *t.tpot_ms;
+      if (t.e2e_ms) e << YAML::Key << "e2e_ms" << YAML::Value << *t.e2e_ms;
+      e << YAML::EndMap;
+    }
+    e << YAML::EndMap;
+  }
   e << YAML::EndMap;
   e << YAML::Key << "outputs" << YAML::Value << YAML::BeginMap;
   e << YAML::Key << "requests_csv" << YAML::Value << c.outputs.requests_csv;

@@ -164,6 +164,9 @@ struct ExperimentConfig {
   double swap_space_gb = 4.0;                   // GiB of host memory for swapped blocks
   PolicyChoice policies;
   SloConfig slo;
+  // The workload's request classes (a `type: mix` workload's parts, traces/mix_workload.h), in
+  // part order; empty for every other workload.
+  std::vector<std::string> request_classes;
   OutputOptions outputs;
   CostModelChoice cost_model;
   ClusterConfig cluster;

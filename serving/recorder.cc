@@ -42,6 +42,16 @@ std::string format_double(double v) {
 
 }  // namespace
 
+SloTargets slo_for_class(const SloConfig& slo, const std::string& class_name) {
+  SloTargets t = slo;
+  const auto it = slo.classes.find(class_name);
+  if (it == slo.classes.end()) return t;
+  if (it->second.ttft_ms) t.ttft_ms = it->second.ttft_ms;
+  if (it->second.tpot_ms) t.tpot_ms = it->second.tpot_ms;
+  if (it->second.e2e_ms) t.e2e_ms = it->second.e2e_ms;
+  return t;
+}
+
 std::string format_seconds(TimeNs t) { return fixed_point(t, kNsPerS, 9); }
 std::string format_ms(TimeNs t) { return fixed_point(t, kNsPerMs, 6); }
 
@@ -118,6 +128,7 @@ RequestRecord Recorder::make_record(const Request& req) const {
   r.reason = req.finish_reason;
   r.capped = req.capped_from_tokens > 0;
   r.lora_id = req.spec.lora_id;
+  r.request_class = req.spec.request_class;
   return r;
 }
 
@@ -189,6 +200,13 @@ void Recorder::on_transfer(RequestId id, std::uint32_t src, std::uint32_t dst, s
 void Recorder::track_lora_slots(std::int32_t max_loras) {
   if (max_loras < 1) throw std::invalid_argument("Recorder::track_lora_slots: max_loras < 1");
   lora_slots_ = max_loras;
+}
+
+void Recorder::set_request_classes(std::vector<std::string> names) {
+  if (names.empty()) throw std::invalid_argument("Recorder::set_request_classes: no classes");
+  class_slo_.clear();
+  for (const std::string& n : names) class_slo_.push_back(slo_for_class(slo_, n));
+  class_names_ = std::move(names);
 }
 
 void Recorder::on_step(const StepPlan& plan, TimeNs start, TimeNs duration,
@@ -305,6 +323,73 @@ void Recorder::finalize(TimeNs first_arrival, TimeNs end, const PrefixCacheStats
   flush_or_throw(events_, "events.csv");
 }
 
+namespace {
+
+// The request metrics of a set of requests (a run, or one class of it).
+struct RequestTally {
+  ClassSummary counts;
+  std::int64_t prompt_cached_tokens = 0, good = 0;
+  std::vector<double> ttft, tpot, e2e, queueing;
+
+  void add(const RequestRecord& r, const SloTargets& slo) {
+    ++counts.num_requests;
+    counts.preemptions += r.preemptions;
+    if (r.status == RequestStatus::kShed) {
+      ++counts.shed;
+      return;
+    }
+    if (r.status == RequestStatus::kRejected) {
+      ++counts.rejected;
+      return;
+    }
+    if (r.status == RequestStatus::kAborted) {
+      ++counts.aborted;
+      return;
+    }
+    ++counts.completed;
+    counts.input_tokens += r.prompt_tokens;
+    counts.output_tokens += r.output_tokens;
+    counts.recomputed_tokens += r.recomputed_tokens;
+    prompt_cached_tokens += r.cached_tokens;
+    const double t_ttft = ns_to_ms(r.first_token_ns - r.arrival_ns);
+    const double t_e2e = ns_to_ms(r.finish_ns - r.arrival_ns);
+    ttft.push_back(t_ttft);
+    e2e.push_back(t_e2e);
+    if (r.first_scheduled_ns >= 0)
+      queueing.push_back(ns_to_ms(r.first_scheduled_ns - r.arrival_ns));
+    std::optional<double> t_tpot;
+    // Per sequence: with parallel sampling, the tokens of one sample.
+    const std::int32_t per_seq = r.output_tokens / r.samples;
+    if (per_seq > 1) {
+      t_tpot = (t_e2e - t_ttft) / static_cast<double>(per_seq - 1);
+      tpot.push_back(*t_tpot);
+    }
+    const bool ok = (!slo.ttft_ms || t_ttft <= *slo.ttft_ms) &&
+                    (!slo.tpot_ms || !t_tpot || *t_tpot <= *slo.tpot_ms) &&
+                    (!slo.e2e_ms || t_e2e <= *slo.e2e_ms);
+    good += ok ? 1 : 0;
+  }
+
+  ClassSummary summary(std::string name, double duration_s) {
+    ClassSummary c = counts;
+    c.name = std::move(name);
+    c.ttft_ms = summarize(ttft);
+    c.tpot_ms = summarize(tpot);
+    c.e2e_ms = summarize(e2e);
+    c.queueing_ms = summarize(queueing);
+    if (duration_s > 0) {
+      c.requests_per_s = static_cast<double>(c.completed) / duration_s;
+      c.output_tokens_per_s = static_cast<double>(c.output_tokens) / duration_s;
+      c.goodput_requests_per_s = static_cast<double>(good) / duration_s;
+    }
+    c.slo_attainment =
+        c.completed > 0 ? static_cast<double>(good) / static_cast<double>(c.completed) : 0.0;
+    return c;
+  }
+};
+
+}  // namespace
+
 RunSummary Recorder::summary() const {
   RunSummary s;
   s.num_requests = static_cast<std::int64_t>(records_.size());
@@ -321,60 +406,50 @@ RunSummary Recorder::summary() const {
   s.lora_tokens = lora_tokens_;
   for (const auto& [replica, table] : lora_tables_) s.adapter_loads += table.loads();
   s.duration_s = ns_to_s(std::max<TimeNs>(0, end_ - first_arrival_));
-  std::vector<double> ttft, tpot, e2e, queueing;
-  std::int64_t good = 0;
+  // Every request into the run's tally and, with classes, its class's: one definition of each
+  // metric for both.
+  const std::size_t num_classes = class_names_.size();
+  std::vector<RequestTally> by_class(num_classes);
+  RequestTally all;
   for (const RequestRecord& r : records_) {
     s.capped += r.capped ? 1 : 0;
-    if (r.status == RequestStatus::kShed) {
-      ++s.shed;
+    if (num_classes == 0) {
+      all.add(r, slo_);
       continue;
     }
-    if (r.status == RequestStatus::kRejected) {
-      ++s.rejected;
-      continue;
+    if (r.request_class >= num_classes) {
+      throw std::logic_error("Recorder: request " + std::to_string(r.id) + " has class " +
+                             std::to_string(r.request_class) + " of " +
+                             std::to_string(num_classes));
     }
-    if (r.status == RequestStatus::kAborted) {
-      ++s.aborted;
-      continue;
-    }
-    ++s.completed;
-    s.input_tokens += r.prompt_tokens;
-    s.output_tokens += r.output_tokens;
-    s.prompt_cached_tokens += r.cached_tokens;
-    const double t_ttft = ns_to_ms(r.first_token_ns - r.arrival_ns);
-    const double t_e2e = ns_to_ms(r.finish_ns - r.arrival_ns);
-    ttft.push_back(t_ttft);
-    e2e.push_back(t_e2e);
-    if (r.first_scheduled_ns >= 0)
-      queueing.push_back(ns_to_ms(r.first_scheduled_ns - r.arrival_ns));
-    std::optional<double> t_tpot;
-    // Per sequence: with parallel sampling, the tokens of one sample.
-    const std::int32_t per_seq = r.output_tokens / r.samples;
-    if (per_seq > 1) {
-      t_tpot = (t_e2e - t_ttft) / static_cast<double>(per_seq - 1);
-      tpot.push_back(*t_tpot);
-    }
-    const bool ok = (!slo_.ttft_ms || t_ttft <= *slo_.ttft_ms) &&
-                    (!slo_.tpot_ms || !t_tpot || *t_tpot <= *slo_.tpot_ms) &&
-                    (!slo_.e2e_ms || t_e2e <= *slo_.e2e_ms);
-    good += ok ? 1 : 0;
-    s.recomputed_tokens += r.recomputed_tokens;
+    const SloTargets& slo = class_slo_[r.request_class];
+    all.add(r, slo);
+    by_class[r.request_class].add(r, slo);
   }
-  s.ttft_ms = summarize(ttft);
-  s.tpot_ms = summarize(tpot);
-  s.e2e_ms = summarize(e2e);
-  s.queueing_ms = summarize(queueing);
+  ClassSummary total = all.summary("", s.duration_s);
+  s.shed = total.shed;
+  s.rejected = total.rejected;
+  s.aborted = total.aborted;
+  s.completed = total.completed;
+  s.input_tokens = total.input_tokens;
+  s.output_tokens = total.output_tokens;
+  s.prompt_cached_tokens = all.prompt_cached_tokens;
+  s.recomputed_tokens = total.recomputed_tokens;
+  s.ttft_ms = total.ttft_ms;
+  s.tpot_ms = total.tpot_ms;
+  s.e2e_ms = total.e2e_ms;
+  s.queueing_ms = total.queueing_ms;
+  for (std::size_t k = 0; k < num_classes; ++k) {
+    s.classes.push_back(by_class[k].summary(class_names_[k], s.duration_s));
+  }
   DistributionSummary itl = itl_ns_.summary();
   for (double* v : {&itl.mean, &itl.p50, &itl.p90, &itl.p95, &itl.p99, &itl.max}) *v /= 1e6;
   s.itl_ms = itl;
-  if (s.duration_s > 0) {
-    s.requests_per_s = static_cast<double>(s.completed) / s.duration_s;
-    s.input_tokens_per_s = static_cast<double>(s.input_tokens) / s.duration_s;
-    s.output_tokens_per_s = static_cast<double>(s.output_tokens) / s.duration_s;
-    s.goodput_requests_per_s = static_cast<double>(good) / s.duration_s;
-  }
-  s.slo_attainment =
-      s.completed > 0 ? static_cast<double>(good) / static_cast<double>(s.completed) : 0.0;
+  s.requests_per_s = total.requests_per_s;
+  s.output_tokens_per_s = total.output_tokens_per_s;
+  if (s.duration_s > 0) s.input_tokens_per_s = static_cast<double>(s.input_tokens) / s.duration_s;
+  s.goodput_requests_per_s = total.goodput_requests_per_s;
+  s.slo_attainment = total.slo_attainment;
   s.num_steps = num_steps_;
   s.preemptions = preemptions_;
   s.prefix_queried_tokens = prefix_.queried_tokens + prefix_.preempted_queried_tokens;
@@ -423,8 +498,17 @@ void Recorder::write_requests_csv(const std::string& path) const {
   std::fputs(
       "id,arrival_s,first_scheduled_s,first_token_s,finish_s,prompt_tokens,output_tokens,"
       "cached_tokens,preemptions,recomputed_tokens,queueing_ms,ttft_ms,tpot_ms,e2e_ms,status,"
-      "reason\n",
+      "reason",
       f);
+  std::fputs(class_names_.empty() ? "\n" : ",class\n", f);
+  // The row's end: its class's name when the run has classes.
+  const auto end_row = [&](const RequestRecord& r) {
+    if (!class_names_.empty()) {
+      std::fputc(',', f);
+      std::fputs(class_names_.at(r.request_class).c_str(), f);
+    }
+    std::fputc('\n', f);
+  };
   for (const RequestRecord* r : rows) {
     const bool done = r->status == RequestStatus::kFinished;
     const std::int32_t per_seq = r->output_tokens / r->samples;
@@ -437,7 +521,7 @@ void Recorder::write_requests_csv(const std::string& path) const {
     if (measured_) {
       // A client's view (add_measured): what only the server knows stays empty.
       std::fprintf(
-          f, "%" PRIu64 ",%s,,%s,%s,%d,%d,,,,,%s,%s,%s,%s,%s\n", r->id,
+          f, "%" PRIu64 ",%s,,%s,%s,%d,%d,,,,,%s,%s,%s,%s,%s", r->id,
           format_seconds(r->arrival_ns).c_str(),
           r->first_token_ns >= 0 ? format_seconds(r->first_token_ns).c_str() : "",
           r->finish_ns >= 0 ? format_seconds(r->finish_ns).c_str() : "", r->prompt_tokens,
@@ -445,10 +529,11 @@ void Recorder::write_requests_csv(const std::string& path) const {
           r->first_token_ns >= 0 ? format_ms(r->first_token_ns - r->arrival_ns).c_str() : "",
           tpot.c_str(), done ? format_ms(r->finish_ns - r->arrival_ns).c_str() : "",
           to_string(r->status), reason.c_str());
+      end_row(*r);
       continue;
     }
     std::fprintf(
-        f, "%" PRIu64 ",%s,%s,%s,%s,%d,%d,%d,%d,%" PRId64 ",%s,%s,%s,%s,%s,%s\n", r->id,
+        f, "%" PRIu64 ",%s,%s,%s,%s,%d,%d,%d,%d,%" PRId64 ",%s,%s,%s,%s,%s,%s", r->id,
         format_seconds(r->arrival_ns).c_str(), format_seconds(r->first_scheduled_ns).c_str(),
         format_seconds(r->first_token_ns).c_str(), format_seconds(r->finish_ns).c_str(),
         r->prompt_tokens, r->output_tokens, r->cached_tokens, r->preemptions, r->recomputed_tokens,
@@ -456,6 +541,7 @@ void Recorder::write_requests_csv(const std::string& path) const {
         r->first_token_ns >= 0 ? format_ms(r->first_token_ns - r->arrival_ns).c_str() : "",
         tpot.c_str(), done ? format_ms(r->finish_ns - r->arrival_ns).c_str() : "",
         to_string(r->status), reason.c_str());
+    end_row(*r);
   }
   const bool failed = std::ferror(f) != 0;
   const int err = errno;
@@ -604,6 +690,32 @@ void write_summary_json(const std::string& path, const RunSummary& s,
                  {"lora_tokens", s.lora_tokens},
                  {"adapter_loads", s.adapter_loads},
                  {"requests_by_adapter", by_adapter}};
+  }
+  if (!s.classes.empty()) {
+    // Per request class, the request metrics of the run's definitions (docs/metrics.md).
+    nlohmann::ordered_json classes = nlohmann::ordered_json::object();
+    for (const ClassSummary& c : s.classes) {
+      nlohmann::ordered_json o;
+      o["requests"] = {{"total", c.num_requests},
+                       {"completed", c.completed},
+                       {"rejected", c.rejected},
+                       {"aborted", c.aborted}};
+      if (s.report_overload) o["requests"]["shed"] = c.shed;
+      o["throughput"] = {{"requests_per_s", c.requests_per_s},
+                         {"output_tokens_per_s", c.output_tokens_per_s},
+                         {"input_tokens", c.input_tokens},
+                         {"output_tokens", c.output_tokens}};
+      o["ttft_ms"] = dist_json(c.ttft_ms);
+      o["tpot_ms"] = dist_json(c.tpot_ms);
+      o["e2e_ms"] = dist_json(c.e2e_ms);
+      o["queueing_ms"] = dist_json(c.queueing_ms);
+      o["goodput"] = {{"requests_per_s", c.goodput_requests_per_s},
+                      {"slo_attainment", c.slo_attainment}};
+      o["preemption"] = {{"preemptions", c.preemptions},
+                         {"recomputed_tokens", c.recomputed_tokens}};
+      classes[c.name] = o;
+    }
+    j["classes"] = classes;
   }
   std::FILE* f = std::fopen(path.c_str(), "wb");
   if (!f) throw_io_error(path, "writing", errno);

@@ -23,11 +23,22 @@
 
 namespace servelab {
 
-struct SloConfig {
+// Latency targets (ms); an unset one is not checked.
+struct SloTargets {
   std::optional<double> ttft_ms;
   std::optional<double> tpot_ms;
   std::optional<double> e2e_ms;
 };
+
+// The `slo:` section: targets for every request, and per request class (`slo.classes`, keyed by
+// the class names of a `type: mix` workload) targets that replace them key by key for that
+// class's requests (a key a class does not name keeps the run-wide target).
+struct SloConfig : SloTargets {
+  std::map<std::string, SloTargets> classes;
+};
+
+// The targets a request of class `class_name` is held to.
+SloTargets slo_for_class(const SloConfig& slo, const std::string& class_name);
 
 // Pool and queue state while a step runs (taken right after the plan is formed).
 struct StepSnapshot {
@@ -66,6 +77,19 @@ struct RequestRecord {
   std::string reason;
   bool capped = false;        // a length cap lowered its max_output_tokens (core/length_cap.h)
   std::uint32_t lora_id = 0;  // the LoRA adapter it ran under (0: the base model)
+  std::uint32_t request_class = 0;  // RequestSpec::request_class
+};
+
+// One request class's share of a run (Recorder::set_request_classes): the run-wide definitions
+// (docs/metrics.md) over the class's requests only; durations and rates over the run's duration.
+struct ClassSummary {
+  std::string name;
+  std::int64_t num_requests = 0, completed = 0, rejected = 0, aborted = 0, shed = 0;
+  std::int64_t input_tokens = 0, output_tokens = 0;
+  double requests_per_s = 0, output_tokens_per_s = 0;
+  DistributionSummary ttft_ms, tpot_ms, e2e_ms, queueing_ms;
+  double goodput_requests_per_s = 0, slo_attainment = 0;
+  std::int64_t preemptions = 0, recomputed_tokens = 0;
 };
 
 struct RunSummary {
@@ -151,6 +175,8 @@ struct RunSummary {
   double adapters_per_step_mean = 0;
   std::int64_t lora_tokens = 0;
   std::int64_t adapter_loads = 0;
+  // Request classes (Recorder::set_request_classes; empty without): summary.json's `classes`.
+  std::vector<ClassSummary> classes;
 };
 
 // Adds `c`'s spec-decode counters to s.spec_decode (creating it). Drivers call it when the
@@ -189,6 +215,12 @@ class Recorder : public SchedulerObserver {
   // placements that were not resident: how often an engine with vLLM's slots brings an adapter
   // in (the simulator prices each, sim/sim_backend.h). REQUIRES: max_loras >= 1.
   void track_lora_slots(std::int32_t max_loras);
+
+  // Request classes (a `type: mix` workload): `names[k]` is class k (RequestSpec::request_class).
+  // From then on requests.csv ends with a `class` column, RunSummary::classes splits the
+  // request metrics by class, and each request's SLO is its class's (slo_for_class). Call
+  // before the first event. REQUIRES: names non-empty.
+  void set_request_classes(std::vector<std::string> names);
 
   // Cluster events (events.csv, when recorded): request `id` was routed to `replica` at `now`
   // (`stage` "route" for an arrival, "route_decode" for a prefilled request); its KV (`bytes`)
@@ -244,6 +276,8 @@ class Recorder : public SchedulerObserver {
   };
 
   SloConfig slo_;
+  std::vector<std::string> class_names_;  // set_request_classes (empty: no classes)
+  std::vector<SloTargets> class_slo_;     // per class: slo_for_class
   std::vector<RequestRecord> records_;
   LogHistogram itl_ns_;
   std::int64_t num_steps_ = 0;

@@ -1,5 +1,6 @@
 #include "serving/run_folder.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <filesystem>
 #include <set>
@@ -163,6 +164,18 @@ void print_summary(std::FILE* f, const ExperimentConfig& config, const RunOutput
                static_cast<long long>(s.preemptions), static_cast<long long>(s.recomputed_tokens),
                100.0 * s.kv_usage_mean, 100.0 * s.kv_usage_max, 100.0 * s.prompt_hit_rate,
                100.0 * s.prefix_hit_rate);
+  if (!s.classes.empty()) {
+    std::size_t width = 5;
+    for (const ClassSummary& c : s.classes) width = std::max(width, c.name.size());
+    const int w = static_cast<int>(width);
+    std::fprintf(f, "  %-*s %9s %10s %10s %10s %10s %9s\n", w, "class", "completed", "TTFT p50",
+                 "TTFT p99", "TPOT p50", "E2E p99", "SLO met");
+    for (const ClassSummary& c : s.classes) {
+      std::fprintf(f, "  %-*s %9lld %10.2f %10.2f %10.2f %10.2f %7.1f %%\n", w, c.name.c_str(),
+                   static_cast<long long>(c.completed), c.ttft_ms.p50, c.ttft_ms.p99, c.tpot_ms.p50,
+                   c.e2e_ms.p99, 100.0 * c.slo_attainment);
+    }
+  }
   if (s.spec_decode && s.spec_decode->num_drafts > 0) {
     const RunSummary::SpecDecode& d = *s.spec_decode;
     std::fprintf(

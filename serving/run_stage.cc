@@ -29,6 +29,7 @@ RunStage::RunStage(const ExperimentConfig& config, const RunStageOptions& option
                 streamed_path(stage_, config.outputs.record_schedule, "schedule.csv"),
                 options.replica_column) {
   if (config.scheduler.lora.enabled()) recorder_.track_lora_slots(config.scheduler.lora.max_loras);
+  if (!config.request_classes.empty()) recorder_.set_request_classes(config.request_classes);
   if (!stage_) return;
   if (config.outputs.record_events) recorder_.record_events(stage_->temp_path() + "/events.csv");
   if (config.outputs.record_blocks) recorder_.record_blocks(stage_->temp_path() + "/blocks.csv");

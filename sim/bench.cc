@@ -110,6 +110,7 @@ Outcome send_one(httplib::Client& client, const Endpoint& e, const std::string& 
   RequestRecord& r = o.record;
   r.id = spec.id;
   r.lora_id = spec.lora_id;
+  r.request_class = spec.request_class;
   r.arrival_ns = spec.arrival_ns;
   r.prompt_tokens = spec.prompt_len;
   std::string buffer;
@@ -225,6 +226,7 @@ RunOutput run_bench(const ExperimentConfig& config, const BenchOptions& options)
   StagedDir stage(final_dir);
   out.out_dir = stage.temp_path();
   Recorder recorder(config.slo, config.outputs.steps_csv ? out.out_dir + "/steps.csv" : "", "");
+  if (!config.request_classes.empty()) recorder.set_request_classes(config.request_classes);
 
   std::mutex mu;
   std::condition_variable cv;

@@ -181,6 +181,27 @@ void print_compare_table(std::FILE* out, const std::vector<VariantResult>& resul
     if (overload) std::fprintf(out, " %7" PRId64 " %7" PRId64, s.shed, s.capped);
     std::fputs("\n", out);
   }
+  // Request classes (a mix workload): each variant's classes, a row each (their full metrics
+  // are in each run's summary.json `classes`).
+  int cw = 5;
+  bool classes = false;
+  for (const VariantResult& r : results) {
+    for (const ClassSummary& c : r.run.summary.classes) {
+      cw = std::max(cw, static_cast<int>(c.name.size()));
+      classes = true;
+    }
+  }
+  if (!classes) return;
+  std::fprintf(out, "\n%-*s %-*s %9s %9s %9s %9s %9s %9s %7s\n", w, "by class", cw, "class",
+               "req/s", "TTFT p50", "TTFT p99", "TPOT p50", "E2E p99", "goodput", "SLO %");
+  for (const VariantResult& r : results) {
+    for (const ClassSummary& c : r.run.summary.classes) {
+      std::fprintf(out, "%-*s %-*s %9.2f %9.1f %9.1f %9.2f %9.1f %9.2f %7.1f\n", w,
+                   r.variant.name.c_str(), cw, c.name.c_str(), c.requests_per_s, c.ttft_ms.p50,
+                   c.ttft_ms.p99, c.tpot_ms.p50, c.e2e_ms.p99, c.goodput_requests_per_s,
+                   100.0 * c.slo_attainment);
+    }
+  }
 }
 
 }  // namespace servelab

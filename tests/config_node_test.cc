@@ -131,5 +131,48 @@ TEST(ConfigNode, MalformedOverride) {
             std::string::npos);
 }
 
+// A path component may index an existing list entry (a mix workload's parts): the entry's key,
+// or the entry itself, is replaced, the rest of the list is left alone, errors name the --set.
+TEST(ConfigNode, OverrideIndexesListEntries) {
+  YAML::Node root = ConfigNode::load_string(
+                        "w:\n  parts:\n    - {class: a, priority: 0}\n    - {class: b}\n"
+                        "m: [[1, 2], [3, 4]]\n",
+                        "o.yaml")
+                        .yaml();
+  apply_override(root, "w.parts[1].priority=7");
+  apply_override(root, "w.parts[0].workload.rate=2");
+  apply_override(root, "m[1][0]=9");
+  const ConfigNode top(root, std::make_shared<const std::string>("o.yaml"), "");
+  const std::vector<ConfigNode> parts = top.at("w").at("parts").elements();
+  ASSERT_EQ(parts.size(), 2u);
+  EXPECT_EQ(parts[0].get_string("class"), "a");
+  EXPECT_EQ(parts[0].get_int("priority"), 0);
+  EXPECT_DOUBLE_EQ(parts[0].at("workload").get_double("rate"), 2.0);
+  EXPECT_EQ(parts[1].get_string("class"), "b");
+  EXPECT_EQ(parts[1].get_int("priority"), 7);
+  EXPECT_EQ(top.at("m").elements()[1].elements()[0].as_int(), 9);
+  EXPECT_EQ(top.at("m").elements()[0].elements()[0].as_int(), 1);
+  apply_override(root, "w.parts[1].priority=high");
+  const ConfigNode again(root, std::make_shared<const std::string>("o.yaml"), "");
+  const std::string msg =
+      error_of([&] { again.at("w").at("parts").elements()[1].get_int("priority"); });
+  EXPECT_NE(msg.find("--set w.parts[1].priority"), std::string::npos) << msg;
+  EXPECT_NE(error_of([&] {
+              apply_override(root, "w.parts[2].priority=1");
+            }).find("'w.parts' has 2 entries, no [2]"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { apply_override(root, "m[5]=1"); }).find("'m' has 2 entries, no [5]"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { apply_override(root, "w[0].x=1"); }).find("'w' is not a list"),
+            std::string::npos);
+  for (const char* bad : {"w.parts[].x=1", "w.parts[x].x=1", "w.parts[1.x=1", "w.parts[1]y.x=1"}) {
+    EXPECT_NE(error_of([&] { apply_override(root, bad); }).find("malformed list index"),
+              std::string::npos)
+        << bad;
+  }
+  EXPECT_NE(error_of([&] { apply_override(root, "w.parts[0][0].x=1"); }).find("is not a list"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace servelab

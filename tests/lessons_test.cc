@@ -916,6 +916,84 @@ TEST(Lessons, CacheAwareOrderGroupsThePromptsRequests) {
   fs::remove_all(dir);
 }
 
+// docs/lessons/sharing-a-server.md: a chat class and a batch flood on one server, by queue order.
+TEST(Lessons, SharingAServer) {
+  const fs::path dir = temp_dir("lesson_sharing");
+  const fs::path out = compare("sharing-a-server.yaml", dir);
+  const char* const names[] = {"fcfs", "fair", "priority", "sjf"};
+  // The page's table: chat TTFT p50 and p99 (ms), chat TPOT p50 (ms), chat SLO met (%), batch
+  // E2E mean (s), batch SLO met (%), output tokens/s.
+  const double table[4][7] = {{110283.2, 194889.9, 41.90, 13.3, 113.2, 99.7, 3582},
+                              {132.3, 396.3, 62.55, 99.8, 122.3, 99.8, 3571},
+                              {126.8, 383.1, 62.58, 99.8, 122.3, 99.8, 3570},
+                              {165.3, 160766.8, 59.05, 64.3, 98.3, 83.8, 3579}};
+  double batch_last[4];
+  for (int v = 0; v < 4; ++v) {
+    SCOPED_TRACE(names[v]);
+    const json s = summary(out / names[v]);
+    const json& chat = s["classes"]["chat"];
+    const json& batch = s["classes"]["batch"];
+    EXPECT_EQ(s["requests"]["completed"], 3527);
+    EXPECT_EQ(batch["requests"]["completed"], 3000);
+    EXPECT_GE(s["duration_s"].get<double>(), 285);
+    EXPECT_LT(s["duration_s"].get<double>(), 287);
+    EXPECT_NEAR(chat["ttft_ms"]["p50"].get<double>(), table[v][0], 0.05);
+    EXPECT_NEAR(chat["ttft_ms"]["p99"].get<double>(), table[v][1], 0.05);
+    EXPECT_NEAR(chat["tpot_ms"]["p50"].get<double>(), table[v][2], 0.005);
+    EXPECT_NEAR(100 * chat["goodput"]["slo_attainment"].get<double>(), table[v][3], 0.05);
+    EXPECT_NEAR(batch["e2e_ms"]["mean"].get<double>() / 1000, table[v][4], 0.05);
+    EXPECT_NEAR(100 * batch["goodput"]["slo_attainment"].get<double>(), table[v][5], 0.05);
+    EXPECT_EQ(std::round(s["throughput"]["output_tokens_per_s"].get<double>()), table[v][6]);
+    // The chat class: 13.1 % of the output tokens.
+    EXPECT_NEAR(100.0 * chat["throughput"]["output_tokens"].get<double>() /
+                    s["throughput"]["output_tokens"].get<double>(),
+                13.1, 0.05);
+    batch_last[v] = 0;
+    int chat_late = 0, tpot_missed = 0;
+    std::int64_t missed_tokens = 0;
+    for (const auto& row : read_csv(out / names[v] / "requests.csv")) {
+      if (row.at("class") == "batch") {
+        batch_last[v] = std::max(batch_last[v], std::stod(row.at("finish_s")));
+        if (!row.at("tpot_ms").empty() && std::stod(row.at("tpot_ms")) > 100) {
+          ++tpot_missed;
+          missed_tokens += std::stoll(row.at("output_tokens"));
+        }
+      } else {
+        chat_late += std::stod(row.at("first_scheduled_s")) > 200;
+      }
+    }
+    if (v == 0) {
+      EXPECT_EQ(chat_late, 416);  // of 527 chat requests, under fcfs
+    }
+    if (v == 3) {
+      // sjf: 487 batch requests (16 %), 120 output tokens on average, miss the TPOT target.
+      EXPECT_EQ(tpot_missed, 487);
+      EXPECT_NEAR(static_cast<double>(missed_tokens) / tpot_missed, 120, 0.5);
+      EXPECT_NEAR(batch["throughput"]["output_tokens"].get<double>() / 3000, 296, 0.5);
+    }
+  }
+  // Under fair and priority the batch's last request finishes 2.2 s later than under fcfs.
+  EXPECT_NEAR(batch_last[1] - batch_last[0], 2.2, 0.05);
+  EXPECT_NEAR(batch_last[2] - batch_last[0], 2.2, 0.05);
+  // At 10 chat requests/s: fair makes the chat class wait its turn, priority does not; the
+  // batch fares the same under both.
+  const double at10[2][3] = {{342.1, 87.9, 292.5}, {140.8, 99.4, 292.6}};
+  for (int k = 0; k < 2; ++k) {
+    const fs::path run = dir / (k == 0 ? "fair10" : "priority10");
+    const Cli c =
+        run_sim("run " + kLessons + "sharing-a-server.yaml --quiet --set " +
+                    (k == 0 ? "policies.queue=fair" : "policies.queue=priority") +
+                    " --set 'workload.parts[0].workload.arrival.rate=10' --out " + run.string(),
+                dir);
+    ASSERT_EQ(c.code, 0) << c.err;
+    const json s = summary(run);
+    EXPECT_NEAR(s["classes"]["chat"]["ttft_ms"]["p50"].get<double>(), at10[k][0], 0.05);
+    EXPECT_NEAR(100 * s["classes"]["chat"]["goodput"]["slo_attainment"].get<double>(), at10[k][1],
+                0.05);
+    EXPECT_NEAR(s["classes"]["batch"]["e2e_ms"]["p99"].get<double>() / 1000, at10[k][2], 0.05);
+  }
+}
+
 // docs/lessons/reserve-or-preempt.md
 TEST(Lessons, ReserveOrPreempt) {
   const fs::path dir = temp_dir("lesson_reserve");

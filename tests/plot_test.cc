@@ -124,6 +124,31 @@ TEST(Plot, CompareFolderGivesCurvesAndBars) {
   for (const char* f : {"latency-cdf", "cmp-bars", "cmp-throughput-latency"}) {
     expect_valid(dir / "fig" / (std::string(f) + ".png"), "png");
   }
+  EXPECT_FALSE(fs::exists(dir / "fig" / "cmp-classes.png"));
+}
+
+// A comparison of a `type: mix` workload gives the by-class figure too; one without classes
+// (above) does not.
+TEST(Plot, CompareOfRequestClassesGivesTheClassesFigure) {
+  SKIP_WITHOUT_MATPLOTLIB();
+  const fs::path dir = temp_dir("plot_classes");
+  const Cli c = run_sim("compare " + servelab_home().string() +
+                            "/experiments/lessons/sharing-a-server.yaml --quiet --set "
+                            "workload.parts[1].workload.num_requests=200 --set "
+                            "workload.parts[0].workload.duration_s=40 --out " +
+                            (dir / "cmp").string(),
+                        dir);
+  ASSERT_EQ(c.code, 0) << c.err;
+  const Cli p = run_sim("plot " + (dir / "cmp").string() + " -o " + (dir / "fig").string(), dir);
+  ASSERT_EQ(p.code, 0) << p.err;
+  expect_valid(dir / "fig" / "cmp-classes.png", "png");
+  expect_valid(dir / "fig" / "cmp-bars.png", "png");
+  // The same inputs, the same bytes.
+  const Cli again =
+      run_sim("plot " + (dir / "cmp").string() + " -o " + (dir / "fig2").string(), dir);
+  ASSERT_EQ(again.code, 0) << again.err;
+  EXPECT_EQ(read_file(dir / "fig" / "cmp-classes.png"),
+            read_file(dir / "fig2" / "cmp-classes.png"));
 }
 
 // `sim validate` folders (validation.json + replay.csv) give the predicted-against-measured step

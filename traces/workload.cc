@@ -7,6 +7,7 @@
 #include "serving/home.h"
 #include "traces/azure_trace.h"
 #include "traces/lora_workload.h"
+#include "traces/mix_workload.h"
 #include "traces/multimodal_workload.h"
 #include "traces/sampling_options.h"
 #include "traces/session_workload.h"
@@ -213,7 +214,7 @@ std::unique_ptr<Workload> make_workload(const ConfigNode& section, std::uint64_t
                                         const std::string& base_dir) {
   const std::string type =
       section.at("type").as_choice({"synthetic", "azure", "mooncake", "burstgpt", "vidur", "csv",
-                                    "jsonl", "servelab", "multiturn", "sessions"});
+                                    "jsonl", "servelab", "multiturn", "sessions", "mix"});
   // Transforms are checked before the (possibly slow) file is opened.
   std::optional<TransformOptions> transforms;
   if (section.has("transforms")) transforms = parse_transforms(section.at("transforms"));
@@ -225,6 +226,8 @@ std::unique_ptr<Workload> make_workload(const ConfigNode& section, std::uint64_t
     w = make_synthetic(section, seed, base_dir);
   } else if (type == "azure") {
     w = make_azure(section, seed, base_dir);
+  } else if (type == "mix") {
+    w = make_mix_workload(section, seed, base_dir);
   } else if (type == "multiturn") {
     w = make_multiturn_workload(section, seed);  // its allow_keys rejects `transforms`
   } else if (type == "sessions") {

@@ -16,6 +16,9 @@ events.csv, blocks.csv), a `sim compare` folder (compare.csv), a `sim sweep` fol
                          small runs only)
   GROUP-bars             per variant / point: throughput, TTFT and TPOT percentiles, goodput,
                          preemptions (compare and sweep folders)
+  GROUP-classes          per variant / point and request class (runs of a `type: mix`
+                         workload, summary.json `classes`): TTFT p50 and p99 (log scale),
+                         TPOT p50 and the share meeting the class's SLO
   GROUP-throughput-latency   p50/p99 TTFT and TPOT against achieved throughput
   GROUP-sweep            sweep folders: metrics against the first numeric sweep key
   GROUP-page-size        sweeps over serving.block_size: internal waste (unused KV slots)
@@ -567,6 +570,46 @@ def bars(path, kind, out_dir, fmt, written):
     save(fig, out_dir, f"{group}-bars", fmt, written)
 
 
+def class_bars(path, kind, runs, out_dir, fmt, written):
+    """Per request class: the group's runs side by side, a bar per class (only when its runs
+    report classes)."""
+    runs = [r for r in runs if r.summary.get("classes")]
+    if not runs:
+        return
+    classes = []
+    for r in runs:
+        for name in r.summary["classes"]:
+            if name not in classes:
+                classes.append(name)
+    names = [r.name for r in runs]
+    x = np.arange(len(names))
+    w = 0.8 / len(classes)
+    panels = [
+        ("TTFT p50 (ms)", lambda c: c["ttft_ms"]["p50"], True),
+        ("TTFT p99 (ms)", lambda c: c["ttft_ms"]["p99"], True),
+        ("TPOT p50 (ms)", lambda c: c["tpot_ms"]["p50"], False),
+        ("requests meeting the class's SLO (%)", lambda c: 100 * c["goodput"]["slo_attainment"], False),
+    ]
+    group = os.path.basename(os.path.normpath(path))
+    label = "point" if kind == "sweep" else "variant"
+    fig, axes = plt.subplots(1, 4, figsize=(14, 3.8), constrained_layout=True)
+    for ax, (title, value, log) in zip(axes, panels):
+        for k, cls in enumerate(classes):
+            vals = [value(r.summary["classes"][cls]) if cls in r.summary["classes"] else float("nan")
+                    for r in runs]
+            ax.bar(x + (k - (len(classes) - 1) / 2) * w, vals, width=w, label=cls)
+        if log:
+            ax.set_yscale("log")
+        ax.set_title(title, fontsize=9)
+        ax.set_xticks(x)
+        ax.set_xticklabels(names, rotation=60, ha="right", fontsize=6 if len(names) > 8 else 8)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, [f"class {c}" for c in labels], loc="upper right", ncol=len(classes),
+               fontsize=8)
+    fig.suptitle(f"{group}: per-{label} comparison by request class")
+    save(fig, out_dir, f"{group}-classes", fmt, written)
+
+
 def sweep_axes(table):
     keys = list(table[0].keys())
     return keys[1:keys.index("completed")]
@@ -892,6 +935,7 @@ def plot_all(args):
             kv_block_map(run, args.out, args.format, written, args.quiet)
         else:
             bars(path, kind, args.out, args.format, written)
+            class_bars(path, kind, runs, args.out, args.format, written)
             throughput_latency(path, kind, args.out, args.format, written)
             if kind == "sweep":
                 sweep_curves(path, args.out, args.format, written)

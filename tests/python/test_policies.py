@@ -113,3 +113,19 @@ def test_python_policy_in_a_parallel_sweep_and_a_compare(tmp_path):
     servelab.register_queue_order("py-broken2", lambda r: r.no_such_attribute)
     with pytest.raises(servelab.PolicyError, match="py-broken2.*AttributeError"):
         servelab.compare(BURST_TINY, variants={"ok": {}, "bad": {"policies.queue": "py-broken2"}})
+
+
+def test_python_queue_order_sees_the_request_class():
+    """A Python queue order keyed on `request_class` (a mix workload's part) puts the chat class
+    first, as the built-in priority order does with the parts' priorities."""
+    servelab.register_queue_order("py-class-first", lambda r: (r.request_class, r.arrival_ns, r.id))
+    lesson = servelab.home + "/experiments/lessons/sharing-a-server.yaml"
+    small = {"workload.parts[1].workload.num_requests": 600,
+             "workload.parts[0].workload.duration_s": 60}
+    by_class = servelab.run(lesson, overrides={**small, "policies.queue": "py-class-first"})
+    by_priority = servelab.run(lesson, overrides={**small, "policies.queue": "priority"})
+    fcfs = servelab.run(lesson, overrides={**small, "policies.queue": "fcfs"})
+    chat = lambda r: r.summary["classes"]["chat"]["ttft_ms"]["p99"]
+    assert chat(by_class) == chat(by_priority)
+    assert chat(by_class) * 10 < chat(fcfs)
+    assert set(by_class.requests["class"]) == {"chat", "batch"}
