@@ -80,11 +80,10 @@ void parse_lora(const ConfigNode& n, ExperimentConfig& c) {
 }
 
 // workload.lora against serving.lora: adapters need LoRA on, and fit max_lora_rank.
-void check_workload_lora(const ConfigNode& top, const ExperimentConfig& c) {
-  const std::optional<ConfigNode> w = top.find("workload");
-  if (!w || !w->is_map() || !w->has("lora")) return;
-  const ConfigNode n = w->at("lora");
-  const LoraWorkloadOptions o = *parse_lora_workload_options(*w);  // its own keys, first
+void check_lora_section(const ConfigNode& w, const ExperimentConfig& c) {
+  if (!w.is_map() || !w.has("lora")) return;
+  const ConfigNode n = w.at("lora");
+  const LoraWorkloadOptions o = *parse_lora_workload_options(w);  // its own keys, first
   if (!c.scheduler.lora.enabled()) {
     n.fail_message("requests under LoRA adapters need serving.lora (max_loras, max_lora_rank)");
   }
@@ -92,7 +91,24 @@ void check_workload_lora(const ConfigNode& top, const ExperimentConfig& c) {
     const std::string most = std::to_string(c.scheduler.lora.max_lora_rank);
     if (n.has("rank")) n.at("rank").fail("a rank up to serving.lora.max_lora_rank (" + most + ")");
     n.fail_message("the default rank " + std::to_string(o.rank) +
-                   " exceeds serving.lora.max_lora_rank (" + most + "); give workload.lora.rank");
+                   " exceeds serving.lora.max_lora_rank (" + most + "); give " + n.path() +
+                   ".rank");
+  }
+}
+
+// `workload.lora` (and a mix's parts' `workload.lora`) against serving.lora.
+void check_workload_lora(const ConfigNode& top, const ExperimentConfig& c) {
+  const std::optional<ConfigNode> w = top.find("workload");
+  if (!w || !w->is_map()) return;
+  check_lora_section(*w, c);
+  if (!w->has("type") || w->at("type").as_string() != "mix" || !w->has("parts") ||
+      !w->at("parts").is_sequence()) {
+    return;
+  }
+  for (const ConfigNode& part : w->at("parts").elements()) {
+    if (const std::optional<ConfigNode> pw = part.is_map() ? part.find("workload") : std::nullopt) {
+      check_lora_section(*pw, c);
+    }
   }
 }
 
@@ -604,20 +620,29 @@ ExperimentConfig experiment_from_document(const ConfigNode& doc, const std::stri
   }
   // The workload's own size against the limits, before anything runs (a trace or session
   // workload is checked as it is read: run_simulation wraps it in limit_workload()).
-  const ConfigNode w = top.at("workload");
-  if (w.is_map() && w.has("num_requests") && w.at("num_requests").is_scalar()) {
-    const ConfigNode n = w.at("num_requests");
-    const double v = n.as_double();
-    if (v > static_cast<double>(c.max_requests)) {
-      n.fail("at most limits.max_requests (" + std::to_string(c.max_requests) +
-             "); raise limits.max_requests to run more");
+  // A mix's parts are checked one by one (their sum is checked as the workload is read).
+  const auto check_size = [&c](const ConfigNode& w) {
+    if (w.is_map() && w.has("num_requests") && w.at("num_requests").is_scalar()) {
+      const ConfigNode n = w.at("num_requests");
+      const double v = n.as_double();
+      if (v > static_cast<double>(c.max_requests)) {
+        n.fail("at most limits.max_requests (" + std::to_string(c.max_requests) +
+               "); raise limits.max_requests to run more");
+      }
     }
-  }
-  if (w.is_map() && w.has("duration_s") && w.at("duration_s").is_scalar()) {
-    const ConfigNode d = w.at("duration_s");
-    if (d.as_double() > ns_to_s(c.max_duration_ns)) {
-      d.fail("at most limits.max_duration_s (" + std::to_string(ns_to_s(c.max_duration_ns)) +
-             " s); raise limits.max_duration_s to simulate longer");
+    if (w.is_map() && w.has("duration_s") && w.at("duration_s").is_scalar()) {
+      const ConfigNode d = w.at("duration_s");
+      if (d.as_double() > ns_to_s(c.max_duration_ns)) {
+        d.fail("at most limits.max_duration_s (" + std::to_string(ns_to_s(c.max_duration_ns)) +
+               " s); raise limits.max_duration_s to simulate longer");
+      }
+    }
+  };
+  const ConfigNode w = top.at("workload");
+  check_size(w);
+  if (!c.request_classes.empty()) {
+    for (const ConfigNode& part : w.at("parts").elements()) {
+      if (part.is_map() && part.has("workload")) check_size(part.at("workload"));
     }
   }
   c.root = root;

@@ -23,6 +23,7 @@
 #include "sim/run.h"
 #include "sim/sim_backend.h"
 #include "sim/swap_cost.h"
+#include "traces/mix_workload.h"
 #include "traces/workload.h"
 
 namespace servelab {
@@ -119,7 +120,7 @@ RunOutput run_cluster_simulation(const ExperimentConfig& config, const RunOption
   for (const auto& p : pools) {
     for (std::int32_t k = 0; k < p->config->count; ++k) {
       backends.push_back(std::make_unique<SimBackend>(*p->cost));
-      backends.back()->set_stop_conditions(config.workload_section().has("sampling"));
+      backends.back()->set_stop_conditions(workload_gives(config.workload_section(), "sampling"));
       set_lora_loads(config, *p->roofline, *backends.back());
       if (config.scheduler.speculative.enabled()) {
         const std::uint64_t index = replicas.size();

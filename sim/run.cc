@@ -19,6 +19,7 @@
 #include "sim/roofline_cost_model.h"
 #include "sim/sim_backend.h"
 #include "sim/swap_cost.h"
+#include "traces/mix_workload.h"
 #include "traces/workload.h"
 
 namespace servelab {
@@ -170,7 +171,7 @@ RunOutput run_simulation(const ExperimentConfig& config, const RunOptions& optio
   const std::unique_ptr<SimSpeculation> speculation =
       make_sim_speculation(config, roofline, hardware, parallel, catalog, config.seed);
   sim_backend.set_speculation(speculation.get());
-  sim_backend.set_stop_conditions(config.workload_section().has("sampling"));
+  sim_backend.set_stop_conditions(workload_gives(config.workload_section(), "sampling"));
   // The hook sees the replica's scheduler, which exists only once the replica is built.
   const Scheduler* hooked_scheduler = nullptr;
   std::optional<HookedBackend> hooked;

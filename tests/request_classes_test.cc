@@ -282,6 +282,62 @@ TEST(RequestClasses, SloClassesMustNameTheWorkloadsClasses) {
   EXPECT_FALSE(fs::exists(dir / "out"));
 }
 
+// A part's `lora:` is checked against serving.lora as the workload's own is: no silent adapters.
+TEST(RequestClasses, APartsLoraNeedsServingLora) {
+  const fs::path dir = temp_dir("request_classes_lora");
+  const std::string part =
+      "workload:\n  type: mix\n  parts:\n    - class: a\n      workload: {type: synthetic, "
+      "num_requests: 5, arrival: {process: poisson, rate: 4}, prompt_len: {dist: fixed, value: "
+      "100}, output_len: {dist: fixed, value: 10}, lora: {adapters: 2, rank: 64}}\n";
+  const auto error_of = [&](const std::string& serving) -> std::string {
+    write_file(dir / "lora.yaml",
+               "name: lora\nmodel: Llama-3-8B\nhardware: H100-SXM\n" + serving + part);
+    try {
+      load_experiment((dir / "lora.yaml").string(), {});
+    } catch (const ConfigError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  std::string e = error_of("");
+  EXPECT_NE(e.find("key 'workload.parts[0].workload.lora': requests under LoRA adapters need "
+                   "serving.lora"),
+            std::string::npos)
+      << e;
+  e = error_of("serving: {lora: {max_loras: 2, max_lora_rank: 16}}\n");
+  EXPECT_NE(e.find("key 'workload.parts[0].workload.lora.rank': expected a rank up to "
+                   "serving.lora.max_lora_rank (16)"),
+            std::string::npos)
+      << e;
+  EXPECT_EQ(error_of("serving: {lora: {max_loras: 2, max_lora_rank: 64}}\n"), "");
+}
+
+// A part's stop conditions end its requests in the simulator (EOS with probability 0.05 per
+// token: about 20 tokens of the 200 allowed), and a part's size is held to `limits:` before the
+// run, naming the part's key.
+TEST(RequestClasses, APartsSamplingAndSizeAreHonoured) {
+  const fs::path dir = temp_dir("request_classes_sampling");
+  write_file(dir / "eos.yaml",
+             "name: eos\nmodel: Llama-3-8B\nhardware: H100-SXM\nworkload:\n  type: mix\n"
+             "  parts:\n    - class: a\n      workload: {type: synthetic, num_requests: 50, "
+             "arrival: {process: poisson, rate: 4}, prompt_len: {dist: fixed, value: 100}, "
+             "output_len: {dist: fixed, value: 200}, sampling: {max_tokens: 200, "
+             "eos_probability: 0.05}}\n");
+  const RunOutput run = Simulate(load_experiment((dir / "eos.yaml").string(), {}), dir / "run");
+  EXPECT_EQ(run.summary.completed, 50);
+  EXPECT_LT(run.summary.output_tokens, 50 * 60);
+  EXPECT_GT(run.summary.output_tokens, 50 * 5);
+  try {
+    load_experiment((dir / "eos.yaml").string(), {"limits.max_requests=40"});
+    ADD_FAILURE() << "a part above limits.max_requests was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("key 'workload.parts[0].workload.num_requests': expected "
+                                         "at most limits.max_requests (40)"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(RequestClasses, SimRunPrintsAClassTable) {
   const fs::path dir = temp_dir("request_classes_cli");
   write_file(dir / "classes.yaml", kExperiment);

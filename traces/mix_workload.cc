@@ -44,6 +44,22 @@ std::vector<std::string> request_class_names(const ConfigNode& workload_section)
   return names;
 }
 
+bool workload_gives(const ConfigNode& workload_section, std::string_view key) {
+  if (!workload_section.is_map()) return false;
+  if (workload_section.has(key)) return true;
+  if (!workload_section.has("type") || workload_section.at("type").as_string() != "mix" ||
+      !workload_section.has("parts") || !workload_section.at("parts").is_sequence()) {
+    return false;
+  }
+  for (const ConfigNode& part : workload_section.at("parts").elements()) {
+    if (part.is_map() && part.has("workload") && part.at("workload").is_map() &&
+        part.at("workload").has(key)) {
+      return true;
+    }
+  }
+  return false;
+}
+
 std::uint64_t part_seed(std::uint64_t seed, const std::string& class_name) {
   return mix64(seed ^ name_hash("mix-part:" + class_name));
 }

@@ -34,6 +34,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "traces/workload.h"
@@ -45,6 +46,10 @@ namespace servelab {
 // other type. Reads nothing but the names, so an experiment can check `slo.classes` against
 // them before any workload is built.
 std::vector<std::string> request_class_names(const ConfigNode& workload_section);
+
+// Whether the `workload:` section, or for type mix one of its parts' workloads, gives `key` (a
+// driver asks for "sampling": stop conditions may then end requests).
+bool workload_gives(const ConfigNode& workload_section, std::string_view key);
 
 // The seed of the mix part named `class_name` in an experiment with seed `seed`.
 std::uint64_t part_seed(std::uint64_t seed, const std::string& class_name);
