@@ -260,11 +260,11 @@ EngineInstance load_engine_cluster(const ExperimentConfig& config, const EngineO
                         "would copy KV blocks between replicas, which the engine does not do "
                         "yet); use role unified, or sim run");
     }
-    if (p.tensor_parallel * p.pipeline_parallel > 1) {
-      throw ConfigError(p.location + ": key '" + key + "' (pool '" + p.name +
+    if (p.num_gpus() > 1) {
+      throw ConfigError(p.location + ": key '" + key + ".parallel' (pool '" + p.name +
                         "'): the engine runs a model on one device, so tensor " +
-                        std::to_string(p.tensor_parallel) + " x pipeline " +
-                        std::to_string(p.pipeline_parallel) +
+                        std::to_string(p.parallel.tensor) + " x pipeline " +
+                        std::to_string(p.parallel.pipeline) +
                         " can only be simulated (sim run); use 1 and 1 for engine run");
     }
     if (p.model != config.model) {

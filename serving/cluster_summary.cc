@@ -67,6 +67,9 @@ std::string cluster_summary_json(const ClusterConfig& cl, const std::vector<Pool
   if (cl.disaggregated())
     j["decode_router"] = format_policy_spec(cl.decode_router.value_or(cl.router));
   j["replicas"] = stats.size();
+  std::int64_t gpus = 0;
+  for (const PoolSummary& p : pools) gpus += std::int64_t{p.config->count} * p.config->num_gpus();
+  j["gpus"] = gpus;
   nlohmann::ordered_json pools_json = nlohmann::ordered_json::array();
   std::uint32_t index = 0;
   for (const PoolSummary& p : pools) {
@@ -83,6 +86,9 @@ std::string cluster_summary_json(const ClusterConfig& cl, const std::vector<Pool
     pj["model"] = p.model;
     pj["hardware"] = p.hardware;
     pj["count"] = p.config->count;
+    pj["tensor"] = p.config->parallel.tensor;
+    pj["pipeline"] = p.config->parallel.pipeline;
+    pj["gpus"] = std::int64_t{p.config->count} * p.config->num_gpus();
     pj["num_gpu_blocks"] = p.num_gpu_blocks;
     pj["requests_routed"] = sum.routed;
     pj["steps"] = sum.steps;

@@ -50,8 +50,9 @@ struct PoolSummary {
   std::int64_t num_gpu_blocks = 0;  // per replica
 };
 
-// The `cluster` object's JSON text: the router(s), the replica count, each pool with its summed
-// counters and its replicas' own, and (when `transfers` is not null) the KV transfers.
+// The `cluster` object's JSON text: the router(s), the replica and GPU counts, each pool with its
+// parallelism, its summed counters and its replicas' own, and (when `transfers` is not null) the
+// KV transfers.
 // `stats` has one entry per replica (cluster order); `duration_s` is the run's duration.
 std::string cluster_summary_json(const ClusterConfig& cluster,
                                  const std::vector<PoolSummary>& pools,

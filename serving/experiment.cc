@@ -315,7 +315,7 @@ void parse_cost_model(const ConfigNode& n, ExperimentConfig& c) {
 }
 
 // cluster: {router, decode_router, kv_transfer, pools: [{name, model, hardware, count, role,
-// tensor_parallel, pipeline_parallel}, ...]}.
+// parallel, topology}, ...]}.
 void parse_cluster(const ConfigNode& n, ExperimentConfig& c) {
   n.allow_keys({"pools", "router", "decode_router", "kv_transfer"});
   ClusterConfig& cl = c.cluster;
@@ -340,8 +340,14 @@ void parse_cluster(const ConfigNode& n, ExperimentConfig& c) {
   std::optional<ConfigNode> decode_role, prefill_role;
   std::string prefill_model;
   for (const ConfigNode& p : pools.elements()) {
-    p.allow_keys(
-        {"name", "model", "hardware", "count", "role", "tensor_parallel", "pipeline_parallel"});
+    for (const char* old : {"tensor_parallel", "pipeline_parallel"}) {
+      if (p.has(old)) {
+        p.at(old).fail_message(std::string("a pool states its parallelism as the top level does: "
+                                           "parallel: {tensor: N, pipeline: M}, not ") +
+                               old);
+      }
+    }
+    p.allow_keys({"name", "model", "hardware", "count", "role", "parallel", "topology"});
     PoolConfig pool;
     pool.location = p.location();
     pool.name = p.get_string("name", "pool" + std::to_string(cl.pools.size()));
@@ -377,16 +383,11 @@ void parse_cluster(const ConfigNode& n, ExperimentConfig& c) {
         prefill_model = pool.model;
       }
     }
-    for (const char* key : {"tensor_parallel", "pipeline_parallel"}) {
-      const auto v = static_cast<std::int32_t>(p.get_int(key, 1, 1, 1 << 16));
-      if (v > 1) {
-        p.at(key).fail_message(std::string(key) +
-                               " > 1 is not yet supported (the cost model has no parallelism "
-                               "terms yet); use 1");
-      }
-      (std::string_view(key) == "tensor_parallel" ? pool.tensor_parallel : pool.pipeline_parallel) =
-          v;
-    }
+    // The pool's parallelism, checked now against its model and topology (errors name
+    // cluster.pools[i].parallel.tensor and the like).
+    parse_parallel_section(p, pool.parallel);
+    (void)resolve_parallel(pool.parallel, load_model(pool.model, catalog),
+                           load_hardware(pool.hardware, catalog));
     cl.pools.push_back(std::move(pool));
   }
   if (total > (1 << 20)) pools.fail("at most 1048576 replicas in all");
@@ -443,8 +444,17 @@ void emit_cluster(YAML::Emitter& e, const ClusterConfig& cl) {
     e << YAML::Key << "hardware" << YAML::Value << p.hardware;
     e << YAML::Key << "count" << YAML::Value << p.count;
     e << YAML::Key << "role" << YAML::Value << to_string(p.role);
-    e << YAML::Key << "tensor_parallel" << YAML::Value << p.tensor_parallel;
-    e << YAML::Key << "pipeline_parallel" << YAML::Value << p.pipeline_parallel;
+    if (p.parallel.set) {
+      e << YAML::Key << "parallel" << YAML::Value << YAML::Flow << YAML::BeginMap;
+      e << YAML::Key << "tensor" << YAML::Value << p.parallel.tensor;
+      e << YAML::Key << "pipeline" << YAML::Value << p.parallel.pipeline;
+      e << YAML::Key << "microbatches" << YAML::Value << p.parallel.microbatches;
+      e << YAML::EndMap;
+    }
+    if (p.parallel.topology) {
+      e << YAML::Key << "topology" << YAML::Value
+        << without_override_marks(p.parallel.topology->yaml());
+    }
     e << YAML::EndMap;
   }
   e << YAML::EndSeq;
@@ -595,10 +605,10 @@ ExperimentConfig experiment_from_document(const ConfigNode& doc, const std::stri
                         "; vLLM refuses pipeline_parallel_size > 1 with it)");
     }
     for (const PoolConfig& pool : c.cluster.pools) {
-      if (pool.pipeline_parallel > 1) {
+      if (pool.parallel.pipeline > 1) {
         throw ConfigError(at + "async scheduling is not compatible with pipeline parallelism (" +
-                          pool.location + ": pipeline_parallel " +
-                          std::to_string(pool.pipeline_parallel) +
+                          pool.parallel.pipeline_where + " is " +
+                          std::to_string(pool.parallel.pipeline) +
                           "; vLLM refuses pipeline_parallel_size > 1 with it)");
       }
     }
@@ -607,8 +617,8 @@ ExperimentConfig experiment_from_document(const ConfigNode& doc, const std::stri
     // Each pool states its own parallelism; a cluster over a topology is not wired yet.
     (c.parallel.set ? top.at("parallel") : top.at("topology"))
         .fail_message(
-            "a cluster: section takes its parallelism per pool (tensor_parallel, "
-            "pipeline_parallel); top-level parallel: and topology: are for one replica");
+            "a cluster: section takes its parallelism per pool (cluster.pools[i].parallel and "
+            "cluster.pools[i].topology); top-level parallel: and topology: are for one replica");
   }
   if (!top.has("workload")) top.at("workload");  // throws "required but missing"
   if (auto l = top.find("limits")) {

@@ -96,8 +96,11 @@ struct PoolConfig {
   std::string hardware;  // catalogue name (default: the experiment's)
   std::int32_t count = 1;
   ReplicaRole role = ReplicaRole::kUnified;
-  std::int32_t tensor_parallel = 1;  // only 1 until the topology's parallelism terms land
-  std::int32_t pipeline_parallel = 1;
+  // The pool's `parallel:` and `topology:` (the same keys as an experiment's top level): each
+  // replica runs on its own copy of the topology (default: nodes of the pool's hardware), from
+  // GPU 0. Checked against the pool's model and topology when the experiment loads.
+  ParallelChoice parallel;
+  std::int32_t num_gpus() const { return parallel.tensor * parallel.pipeline; }
   std::string location;  // "FILE:LINE:COL" of the pool, for errors found later
 };
 

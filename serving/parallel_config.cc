@@ -71,7 +71,7 @@ void parse_parallel_section(const ConfigNode& top, ParallelChoice& c) {
   if (!p) return;
   p->allow_keys({"tensor", "pipeline", "microbatches"});
   c.set = true;
-  c.where = p->location() + ": key 'parallel'";
+  c.where = p->location() + ": key '" + p->path() + "'";
   c.tensor = static_cast<std::int32_t>(p->get_int("tensor", 1, 1, 1024));
   c.pipeline = static_cast<std::int32_t>(p->get_int("pipeline", 1, 1, 1024));
   c.microbatches = static_cast<std::int32_t>(p->get_int("microbatches", 1, 1, 1024));

@@ -3,8 +3,11 @@
 // Each pool's model, hardware, KV capacity and cost model are built once and shared by its
 // replicas; each replica has its own backend, block pool, KV manager and scheduler. A calibrated
 // cost model applies to the pools of the experiment's own model and hardware, the roofline to
-// the others. The prefix-cache counters of summary.json sum the unified and prefill replicas
-// (a decode replica's lookups are for transferred prompts, not the workload's).
+// the others (a calibrated profile, measured on one device, refuses a pool of several GPUs).
+// A pool's `parallel:` shards its model over its replicas' GPUs (serving/parallel_config.h): KV
+// capacity per GPU, step times with the collectives over the pool's topology. The prefix-cache
+// counters of summary.json sum the unified and prefill replicas (a decode replica's lookups are for
+// transferred prompts, not the workload's).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -35,6 +38,7 @@ struct Pool {
   const PoolConfig* config = nullptr;
   ModelConfig model;
   HardwareConfig hardware;
+  ParallelConfig parallel;  // of each replica
   KvCapacity capacity;
   std::unique_ptr<RooflineCostModel> roofline;
   std::unique_ptr<const CalibratedCostModel> calibrated;
@@ -57,14 +61,26 @@ RunOutput run_cluster_simulation(const ExperimentConfig& config, const RunOption
     p->model = load_model(pc.model, catalog);
     apply_model_storage(config, p->model);
     p->hardware = config.cost_model.with_host_time(load_hardware(pc.hardware, catalog));
+    p->parallel = resolve_parallel(pc.parallel, p->model, p->hardware);
+    const bool calibrated =
+        pc.model == config.model && pc.hardware == config.hardware && config.cost_model.calibrated;
+    if (calibrated && pc.num_gpus() > 1) {
+      throw ConfigError(pc.parallel.where + " (pool '" + pc.name +
+                        "'): a calibrated cost model was measured on one device and has no "
+                        "communication terms; use the roofline (no cost_model) with parallel, "
+                        "or give the pool one GPU");
+    }
     try {
-      p->capacity = kv_capacity_for(config, p->model, p->hardware);
+      p->capacity = kv_capacity_for(config, p->model, p->hardware, p->parallel);
     } catch (const ConfigError& e) {
-      throw ConfigError(pc.location + ": key 'cluster.pools' (pool '" + pc.name +
-                        "'): " + e.what());
+      // A model that does not fit: name the pool's parallelism when it has one (more GPUs is
+      // one of the ways out).
+      throw ConfigError(
+          (pc.parallel.set ? pc.parallel.where : pc.location + ": key 'cluster.pools'") +
+          " (pool '" + pc.name + "'): " + e.what());
     }
     p->roofline = std::make_unique<RooflineCostModel>(
-        p->model, p->hardware, config.scheduler.block_size, ParallelConfig{},
+        p->model, p->hardware, config.scheduler.block_size, p->parallel,
         config.scheduler.lora.enabled() ? config.scheduler.lora.max_lora_rank : 0);
     if (pc.model == config.model && pc.hardware == config.hardware) {
       p->calibrated = make_calibrated_cost_model(config, p->model);
@@ -125,7 +141,7 @@ RunOutput run_cluster_simulation(const ExperimentConfig& config, const RunOption
       if (config.scheduler.speculative.enabled()) {
         const std::uint64_t index = replicas.size();
         speculations.push_back(make_sim_speculation(
-            config, *p->roofline, p->hardware, ParallelConfig{}, catalog,
+            config, *p->roofline, p->hardware, p->parallel, catalog,
             index == 0 ? config.seed : mix64(config.seed ^ (name_hash("speculation") + index))));
         backends.back()->set_speculation(speculations.back().get());
       }
@@ -158,10 +174,12 @@ RunOutput run_cluster_simulation(const ExperimentConfig& config, const RunOption
     transfer = std::make_unique<PairLinkKvTransfer>(
         [fixed, &pool_of](std::uint32_t src, std::uint32_t dst) {
           if (fixed > 0) return fixed;
-          const auto link = [](const HardwareConfig& h) {
-            return h.host_link_bandwidth * h.host_link_efficiency;
+          // Each GPU of a replica sends (or takes) its share of the KV over its own host link.
+          const auto link = [](const Pool& p) {
+            return p.hardware.host_link_bandwidth * p.hardware.host_link_efficiency *
+                   p.config->num_gpus();
           };
-          return std::min(link(pool_of[src]->hardware), link(pool_of[dst]->hardware));
+          return std::min(link(*pool_of[src]), link(*pool_of[dst]));
         },
         seconds_to_ns(cl.kv_transfer.latency_us * 1e-6));
     setup.transfer = transfer.get();

@@ -108,7 +108,7 @@ TEST(ClusterConfig, BadClustersNameTheKey) {
   e = load_error(experiment("cluster:\n  pools:\n    - {count: 2, hardware: no-such-gpu}\n"));
   EXPECT_NE(e.find("no-such-gpu"), std::string::npos) << e;
   e = load_error(experiment("cluster:\n  pools:\n    - {count: 2, tensor_parallel: 2}\n"));
-  EXPECT_NE(e.find("not yet supported"), std::string::npos) << e;
+  EXPECT_NE(e.find("parallel: {tensor: N"), std::string::npos) << e;
   e = load_error(experiment("cluster:\n  pools:\n    - {name: a}\n    - {name: a}\n"));
   EXPECT_NE(e.find("used twice"), std::string::npos) << e;
   e = load_error(experiment("cluster:\n  pools: []\n"));
