@@ -1367,5 +1367,175 @@ TEST(Lessons, PdDisaggregation) {
   }
 }
 
+// docs/lessons/parallel-pools.md
+TEST(Lessons, ParallelPools) {
+  const fs::path dir = temp_dir("lesson_parallel_pools");
+  const fs::path out = compare("parallel-pools.yaml", dir);
+  const char* const names[] = {"unified-4x-tp2", "unified-2x-tp4", "unified-1x-tp8",
+                               "pd-tp2x1-tp2x3", "pd-tp2x2-tp2x2", "pd-tp4x1-tp2x2",
+                               "pd-tp2x2-tp4x1"};
+  // The page's first table: TTFT p50, p99, TPOT p50, p99, ITL p99 (ms), goodput (req/s), the
+  // share meeting the SLO (%).
+  const double table[7][7] = {{249.2, 744.2, 30.73, 41.50, 298.1, 0.37, 6.7},
+                              {177.9, 699.0, 23.57, 35.87, 226.6, 3.79, 66.4},
+                              {185.6, 847.8, 31.72, 57.31, 283.9, 0.81, 14.1},
+                              {46308.6, 89199.1, 20.86, 21.31, 21.3, 0.01, 0.2},
+                              {319.6, 1433.4, 22.08, 23.08, 23.2, 5.53, 99.3},
+                              {519.8, 2172.3, 22.10, 22.93, 23.0, 5.05, 90.8},
+                              {319.6, 1433.4, 15.00, 15.97, 16.0, 5.67, 99.3}};
+  json s[7];
+  for (int v = 0; v < 7; ++v) {
+    SCOPED_TRACE(names[v]);
+    s[v] = summary(out / names[v]);
+    EXPECT_EQ(s[v]["requests"]["completed"], 1500);
+    EXPECT_EQ(s[v]["cluster"]["gpus"], 8);  // every layout uses the whole node
+    EXPECT_NEAR(s[v]["ttft_ms"]["p50"].get<double>(), table[v][0], 0.05);
+    EXPECT_NEAR(s[v]["ttft_ms"]["p99"].get<double>(), table[v][1], 0.05);
+    EXPECT_NEAR(s[v]["tpot_ms"]["p50"].get<double>(), table[v][2], 0.005);
+    EXPECT_NEAR(s[v]["tpot_ms"]["p99"].get<double>(), table[v][3], 0.005);
+    EXPECT_NEAR(s[v]["itl_ms"]["p99"].get<double>(), table[v][4], 0.05);
+    EXPECT_NEAR(s[v]["goodput"]["requests_per_s"].get<double>(), table[v][5], 0.005);
+    EXPECT_NEAR(100 * s[v]["goodput"]["slo_attainment"].get<double>(), table[v][6], 0.05);
+  }
+  // The workload: prompts of 2,015 tokens and answers of 247 on average.
+  {
+    double prompt = 0, output = 0;
+    const auto rows = read_csv(out / names[0] / "requests.csv");
+    for (const auto& r : rows) {
+      prompt += std::stod(r.at("prompt_tokens"));
+      output += std::stod(r.at("output_tokens"));
+    }
+    EXPECT_NEAR(prompt / rows.size(), 2015, 0.5);
+    EXPECT_NEAR(output / rows.size(), 247, 0.5);
+  }
+  // Steps: decode-only ones (ms, sequences) and prompt ones (ms, prompt tokens), the share of
+  // time in prompt steps.
+  struct Steps {
+    double decode_ms, decode_seqs, prompt_ms, prompt_tokens, prompt_share;
+  };
+  auto steps = [&](const char* name) {
+    double dn = 0, dms = 0, dseq = 0, pn = 0, pms = 0, ptok = 0;
+    for (const auto& row : read_csv(out / name / "steps.csv")) {
+      const double ms = std::stod(row.at("duration_ms"));
+      if (std::stoll(row.at("prefill_tokens")) > 0) {
+        ++pn;
+        pms += ms;
+        ptok += std::stod(row.at("prefill_tokens"));
+      } else {
+        ++dn;
+        dms += ms;
+        dseq += std::stod(row.at("decode_tokens"));
+      }
+    }
+    return Steps{dms / dn, dseq / dn, pms / pn, ptok / pn, pms / (pms + dms)};
+  };
+  const Steps tp2 = steps("unified-4x-tp2"), tp4 = steps("unified-2x-tp4"),
+              tp8 = steps("unified-1x-tp8");
+  EXPECT_NEAR(tp2.decode_ms, 21.18, 0.005);
+  EXPECT_NEAR(tp2.decode_seqs, 10.7, 0.05);
+  EXPECT_NEAR(tp4.decode_ms, 14.42, 0.005);
+  EXPECT_NEAR(tp4.decode_seqs, 16.7, 0.05);
+  EXPECT_NEAR(tp8.decode_ms, 13.95, 0.005);
+  EXPECT_NEAR(tp8.decode_seqs, 41.2, 0.05);
+  EXPECT_NEAR(tp2.prompt_ms, 239.18, 0.005);
+  EXPECT_NEAR(tp4.prompt_ms, 156.88, 0.005);
+  EXPECT_NEAR(tp8.prompt_ms, 137.42, 0.005);
+  EXPECT_NEAR(100 * tp8.prompt_share, 59, 0.5);
+  // Prefill pools: 0.115 ms a prompt token on a replica of two, 0.070 on one of four; 17,300
+  // and 14,200 tokens a second from the pools; 12,100 of work at 6 requests/s.
+  const Steps pd22 = steps("pd-tp2x2-tp2x2"), pd41 = steps("pd-tp4x1-tp2x2");
+  const double per_token_tp2 = pd22.prompt_ms / pd22.prompt_tokens;
+  const double per_token_tp4 = pd41.prompt_ms / pd41.prompt_tokens;
+  EXPECT_NEAR(per_token_tp2, 0.115, 0.0005);
+  EXPECT_NEAR(per_token_tp4, 0.070, 0.0005);
+  EXPECT_NEAR(2 * 1000 / per_token_tp2, 17300, 50);
+  EXPECT_NEAR(1000 / per_token_tp4, 14200, 50);
+  EXPECT_NEAR(1000 / per_token_tp2, 8700, 50);
+  EXPECT_NEAR(6 * 2015, 12100, 50);
+  EXPECT_NEAR(8 * 2015, 16100, 50);
+  // Busy prefill pools: one replica of four 79 %, two of two about 65 %.
+  EXPECT_NEAR(s[5]["cluster"]["pools"][0]["busy_fraction"].get<double>(), 0.79, 0.005);
+  EXPECT_NEAR(s[4]["cluster"]["pools"][0]["busy_fraction"].get<double>(), 0.65, 0.01);
+  EXPECT_NEAR(s[6]["cluster"]["pools"][0]["busy_fraction"].get<double>(), 0.65, 0.02);
+  // Who misses: unified layouts by TPOT (1,399 and 504), split ones by TTFT (11 and 138).
+  auto misses = [&](const char* name) {
+    int ttft = 0, tpot = 0;
+    for (const auto& row : read_csv(out / name / "requests.csv")) {
+      ttft += std::stod(row.at("ttft_ms")) > 1500;
+      tpot += std::stod(row.at("tpot_ms")) > 25;
+    }
+    return std::array<int, 2>{ttft, tpot};
+  };
+  EXPECT_EQ(misses("unified-4x-tp2"), (std::array<int, 2>{0, 1399}));
+  EXPECT_EQ(misses("unified-2x-tp4"), (std::array<int, 2>{0, 504}));
+  EXPECT_EQ(misses("pd-tp2x2-tp4x1"), (std::array<int, 2>{11, 0}));
+  EXPECT_EQ(misses("pd-tp4x1-tp2x2"), (std::array<int, 2>{138, 0}));
+  // The two layouts sharing a prefill pool have the same first tokens, request by request.
+  {
+    const auto a = read_csv(out / "pd-tp2x2-tp2x2" / "requests.csv");
+    const auto b = read_csv(out / "pd-tp2x2-tp4x1" / "requests.csv");
+    ASSERT_EQ(a.size(), b.size());
+    for (std::size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].at("ttft_ms"), b[i].at("ttft_ms"));
+  }
+  // 1.5 times the best unified layout's goodput.
+  EXPECT_NEAR(s[6]["goodput"]["requests_per_s"].get<double>() /
+                  s[1]["goodput"]["requests_per_s"].get<double>(),
+              1.5, 0.05);
+  // The KV: 320 KiB a token, 662.8 MB a request, 994 GB in all, 6.48 ms a transfer at
+  // 102.4 GB/s.
+  EXPECT_EQ(80 * 8 * 128 * 2 * 2, 320 * 1024);
+  const json& kv = s[6]["cluster"]["kv_transfers"];
+  EXPECT_NEAR(kv["bytes"].get<double>() / kv["count"].get<double>() / 1e6, 662.8, 0.05);
+  EXPECT_NEAR(kv["bytes"].get<double>() / 1e9, 994, 0.5);
+  EXPECT_NEAR(kv["transfer_mean_ms"].get<double>(), 6.48, 0.005);
+  EXPECT_NEAR(kv["bytes"].get<double>() / kv["count"].get<double>() /
+                  (kv["transfer_mean_ms"].get<double>() - 0.01) / 1e6,
+              102.4, 0.05);
+
+  // The sweep: the highest rate of the grid with >= 90 % meeting the SLO, the highest goodput.
+  const Cli r = run_sim("sweep " + kLessons + "parallel-pools.yaml --quiet --no-plot --out " +
+                            (dir / "sweep").string(),
+                        dir);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto rows = read_csv(dir / "sweep" / "sweep.csv");
+  ASSERT_EQ(rows.size(), 35u);
+  const int highest[] = {2, 4, 2, 2, 6, 6, 6};
+  const double best[] = {1.86, 3.81, 3.48, 2.18, 5.71, 5.05, 5.90};
+  std::map<std::string, std::map<int, json>> at;  // variant -> rate -> row
+  for (int v = 0; v < 7; ++v) {
+    SCOPED_TRACE(names[v]);
+    int top = 0;
+    double goodput = 0;
+    for (const auto& row : rows) {
+      if (row.at("variant") != names[v]) continue;
+      const int rate = std::stoi(row.at("workload.arrival.rate"));
+      if (std::stod(row.at("slo_attainment")) >= 0.9) top = std::max(top, rate);
+      goodput = std::max(goodput, std::stod(row.at("goodput_requests_per_s")));
+      at[names[v]][rate] = {{"ttft_p50", std::stod(row.at("ttft_p50_ms"))},
+                            {"tpot_p50", std::stod(row.at("tpot_p50_ms"))},
+                            {"met", 100 * std::stod(row.at("slo_attainment"))}};
+    }
+    EXPECT_EQ(top, highest[v]);
+    EXPECT_NEAR(goodput, best[v], 0.005);
+  }
+  // At 2 requests/s: one replica of eight has the lowest TTFT (112 ms; TPOT 14.6), one of four
+  // prefills faster than two of two (156 against 220).
+  for (const char* n : names) {
+    if (std::string(n) != "unified-1x-tp8") {
+      EXPECT_GT(at[n][2]["ttft_p50"].get<double>(), at["unified-1x-tp8"][2]["ttft_p50"]) << n;
+    }
+  }
+  EXPECT_NEAR(at["unified-1x-tp8"][2]["ttft_p50"].get<double>(), 112, 0.5);
+  EXPECT_NEAR(at["unified-1x-tp8"][2]["tpot_p50"].get<double>(), 14.6, 0.05);
+  EXPECT_NEAR(at["pd-tp4x1-tp2x2"][2]["ttft_p50"].get<double>(), 156, 0.5);
+  EXPECT_NEAR(at["pd-tp2x2-tp2x2"][2]["ttft_p50"].get<double>(), 220, 0.5);
+  EXPECT_NEAR(at["unified-1x-tp8"][4]["met"].get<double>(), 89.5, 0.05);
+  // At 8: 79.1 % with two prefill replicas of two, 4.7 % with one of four; at 10 the decode
+  // replica of four still decodes at 16.1 ms.
+  EXPECT_NEAR(at["pd-tp2x2-tp2x2"][8]["met"].get<double>(), 79.1, 0.05);
+  EXPECT_NEAR(at["pd-tp2x2-tp4x1"][8]["met"].get<double>(), 79.1, 0.05);
+  EXPECT_NEAR(at["pd-tp4x1-tp2x2"][8]["met"].get<double>(), 4.7, 0.05);
+  EXPECT_NEAR(at["pd-tp2x2-tp4x1"][10]["tpot_p50"].get<double>(), 16.1, 0.05);
+}
 }  // namespace
 }  // namespace servelab
