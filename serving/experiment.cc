@@ -317,7 +317,7 @@ void parse_cost_model(const ConfigNode& n, ExperimentConfig& c) {
 // cluster: {router, decode_router, kv_transfer, pools: [{name, model, hardware, count, role,
 // parallel, topology}, ...]}.
 void parse_cluster(const ConfigNode& n, ExperimentConfig& c) {
-  n.allow_keys({"pools", "router", "decode_router", "kv_transfer"});
+  n.allow_keys({"pools", "router", "decode_router", "kv_transfer", "topology"});
   ClusterConfig& cl = c.cluster;
   cl.set = true;
   if (auto r = n.find("router")) cl.router = parse_policy_spec(PolicyKind::kRouter, *r);
@@ -336,6 +336,19 @@ void parse_cluster(const ConfigNode& n, ExperimentConfig& c) {
     pools.fail("a non-empty list of pools ({name, model, hardware, count, role, ...})");
   }
   const std::string catalog = default_catalog_dir();
+  // One topology for the whole cluster: its links' defaults are the experiment hardware's ports.
+  std::optional<Topology> topology;
+  if (auto t = n.find("topology")) {
+    cl.topology = *t;
+    const HardwareConfig hw = load_hardware(c.hardware, catalog);
+    topology = parse_topology(*t, hw.interconnect, hw.name);
+    if (auto k = n.find("kv_transfer"); k && k->has("bandwidth_gb_s")) {
+      k->at("bandwidth_gb_s")
+          .fail_message(
+              "with cluster.topology the KV travels over the topology's links; remove "
+              "bandwidth_gb_s (or the topology)");
+    }
+  }
   std::int64_t total = 0;
   std::optional<ConfigNode> decode_role, prefill_role;
   std::string prefill_model;
@@ -384,13 +397,50 @@ void parse_cluster(const ConfigNode& n, ExperimentConfig& c) {
       }
     }
     // The pool's parallelism, checked now against its model and topology (errors name
-    // cluster.pools[i].parallel.tensor and the like).
+    // cluster.pools[i].parallel.tensor and the like); with a cluster topology, against that
+    // (each replica's own placement is checked below).
     parse_parallel_section(p, pool.parallel);
-    (void)resolve_parallel(pool.parallel, load_model(pool.model, catalog),
-                           load_hardware(pool.hardware, catalog));
+    if (topology && pool.parallel.topology) {
+      p.at("topology")
+          .fail_message(
+              "the cluster has a topology (cluster.topology) that places every pool's replicas; "
+              "remove the pool's topology");
+    }
+    ParallelChoice check = pool.parallel;
+    if (topology) check.topology = *cl.topology;
+    (void)resolve_parallel(
+        check, load_model(pool.model, catalog),
+        topology ? load_hardware(c.hardware, catalog) : load_hardware(pool.hardware, catalog));
     cl.pools.push_back(std::move(pool));
   }
   if (total > (1 << 20)) pools.fail("at most 1048576 replicas in all");
+  if (topology) {
+    // Replicas one after another, pool by pool: enough GPUs, and no tensor group across nodes.
+    std::int64_t gpus = 0;
+    std::string need;
+    for (const PoolConfig& pool : cl.pools) {
+      gpus += std::int64_t{pool.count} * pool.num_gpus();
+      need += (need.empty() ? "" : " + ") + pool.name + " " + std::to_string(pool.count) + " x " +
+              std::to_string(pool.num_gpus());
+    }
+    if (gpus > topology->num_gpus()) {
+      cl.topology->fail_message("the pools need " + std::to_string(gpus) + " GPUs (" + need +
+                                "), the topology has " + std::to_string(topology->num_gpus()));
+    }
+    const std::vector<std::int32_t> first = cl.first_gpus();
+    std::size_t r = 0;
+    for (std::size_t i = 0; i < cl.pools.size(); ++i) {
+      const PoolConfig& pool = cl.pools[i];
+      const std::string key = pool.location + ": key 'cluster.pools[" + std::to_string(i) + "]'";
+      for (std::int32_t k = 0; k < pool.count; ++k, ++r) {
+        const std::string at = " (pool '" + pool.name + "', replica " + std::to_string(k) +
+                               " from GPU " + topology->vertex_name(first[r]) + ")";
+        check_replica_placement(pool.parallel.tensor, pool.parallel.pipeline, *topology, first[r],
+                                (pool.parallel.set ? pool.parallel.tensor_where : key) + at,
+                                (pool.parallel.set ? pool.parallel.pipeline_where : key) + at);
+      }
+    }
+  }
   if (decode_role && !prefill_role) {
     decode_role->fail_message(
         "a decode pool needs a prefill pool to send it requests; add a pool with role prefill");
@@ -436,6 +486,9 @@ void emit_cluster(YAML::Emitter& e, const ClusterConfig& cl) {
     e << YAML::Key << "layerwise" << YAML::Value << cl.kv_transfer.layerwise;
     e << YAML::EndMap;
   }
+  if (cl.topology) {
+    e << YAML::Key << "topology" << YAML::Value << without_override_marks(cl.topology->yaml());
+  }
   e << YAML::Key << "pools" << YAML::Value << YAML::BeginSeq;
   for (const PoolConfig& p : cl.pools) {
     e << YAML::Flow << YAML::BeginMap;
@@ -479,6 +532,18 @@ std::int32_t ClusterConfig::num_replicas() const {
   std::int32_t n = 0;
   for (const PoolConfig& p : pools) n += p.count;
   return n;
+}
+
+std::vector<std::int32_t> ClusterConfig::first_gpus() const {
+  std::vector<std::int32_t> first;
+  std::int32_t next = 0;
+  for (const PoolConfig& p : pools) {
+    for (std::int32_t k = 0; k < p.count; ++k) {
+      first.push_back(next);
+      if (topology) next += p.num_gpus();  // REQUIRES (checked at load): they fit the topology
+    }
+  }
+  return first;
 }
 
 bool ClusterConfig::disaggregated() const {

@@ -98,7 +98,8 @@ struct PoolConfig {
   ReplicaRole role = ReplicaRole::kUnified;
   // The pool's `parallel:` and `topology:` (the same keys as an experiment's top level): each
   // replica runs on its own copy of the topology (default: nodes of the pool's hardware), from
-  // GPU 0. Checked against the pool's model and topology when the experiment loads.
+  // GPU 0, unless the cluster has a topology of its own (ClusterConfig::topology; the pool then
+  // has none). Checked against the pool's model and topology when the experiment loads.
   ParallelChoice parallel;
   std::int32_t num_gpus() const { return parallel.tensor * parallel.pipeline; }
   std::string location;  // "FILE:LINE:COL" of the pool, for errors found later
@@ -127,9 +128,18 @@ struct ClusterConfig {
   std::optional<PolicySpec> decode_router;
   KvTransferConfig kv_transfer;
   bool kv_transfer_set = false;
+  // `cluster.topology`: one topology for the whole cluster (the experiment hardware's ports for
+  // links given no bandwidth). Replicas take its GPUs pool by pool in file order, each its
+  // tensor x pipeline GPUs from the next free one; their collectives and the P/D KV transfers
+  // (serving/topology_kv_transfer.h) are priced over it. Unset: every replica on a machine of
+  // its own (its pool's topology) and P/D transfers over pair links.
+  std::optional<ConfigNode> topology;
 
   std::int32_t num_replicas() const;
   bool disaggregated() const;  // some pool has role prefill or decode
+  // With a cluster topology: the first GPU of every replica, in cluster order (replicas placed
+  // one after another, pool by pool). Without one: all 0.
+  std::vector<std::int32_t> first_gpus() const;
 };
 
 inline constexpr std::int64_t kDefaultMaxRequests = 100'000'000;

@@ -21,6 +21,7 @@
 #include "serving/kv_transfer.h"
 #include "serving/model_config.h"
 #include "serving/run_stage.h"
+#include "serving/topology_kv_transfer.h"
 #include "sim/calibrated_cost_model.h"
 #include "sim/roofline_cost_model.h"
 #include "sim/run.h"
@@ -47,6 +48,14 @@ struct Pool {
   std::int32_t cpu_blocks = 0;
 };
 
+// Whether two placements of a replica price their collectives alike.
+bool same_collectives(const ParallelConfig& a, const ParallelConfig& b) {
+  const auto same = [](const CollectiveCost& x, const CollectiveCost& y) {
+    return x.latency_s == y.latency_s && x.s_per_byte == y.s_per_byte;
+  };
+  return same(a.tp_all_reduce, b.tp_all_reduce) && same(a.stage_send, b.stage_send);
+}
+
 }  // namespace
 
 RunOutput run_cluster_simulation(const ExperimentConfig& config, const RunOptions& options) {
@@ -54,14 +63,30 @@ RunOutput run_cluster_simulation(const ExperimentConfig& config, const RunOption
   const ClusterConfig& cl = config.cluster;
   const std::string catalog = default_catalog_dir();
   const KvCacheOptions kv_cache_options = kv_cache_options_for(config);
+  // With `cluster.topology`, every replica's GPUs in it (placed pool by pool, checked at load).
+  std::optional<Topology> topology;
+  if (cl.topology) {
+    const HardwareConfig hw = load_hardware(config.hardware, catalog);
+    topology = parse_topology(*cl.topology, hw.interconnect, hw.name);
+  }
+  const std::vector<std::int32_t> first_gpu = cl.first_gpus();
+  // The collectives of a replica of `pc` from GPU `first` of the cluster topology.
+  const auto placed = [&](const PoolConfig& pc, std::int32_t first) {
+    return place_replica(pc.parallel.tensor, pc.parallel.pipeline, pc.parallel.microbatches,
+                         *topology, first);
+  };
   std::vector<std::unique_ptr<Pool>> pools;
+  std::size_t pool_first = 0;  // cluster index of the pool's first replica
   for (const PoolConfig& pc : cl.pools) {
     auto p = std::make_unique<Pool>();
     p->config = &pc;
     p->model = load_model(pc.model, catalog);
     apply_model_storage(config, p->model);
     p->hardware = config.cost_model.with_host_time(load_hardware(pc.hardware, catalog));
-    p->parallel = resolve_parallel(pc.parallel, p->model, p->hardware);
+    p->parallel = topology && pc.num_gpus() > 1
+                      ? placed(pc, first_gpu[pool_first])
+                      : resolve_parallel(pc.parallel, p->model, p->hardware);
+    pool_first += static_cast<std::size_t>(pc.count);
     const bool calibrated =
         pc.model == config.model && pc.hardware == config.hardware && config.cost_model.calibrated;
     if (calibrated && pc.num_gpus() > 1) {
@@ -123,6 +148,9 @@ RunOutput run_cluster_simulation(const ExperimentConfig& config, const RunOption
 
   // The replicas, pool by pool in file order: that order is the cluster's replica numbering.
   std::vector<std::unique_ptr<SimBackend>> backends;
+  // Replicas whose place in the cluster topology prices their collectives differently from their
+  // pool's first (an explicit topology of unequal nodes or links) get a roofline of their own.
+  std::vector<std::unique_ptr<RooflineCostModel>> own_rooflines;
   // Speculative decoding per replica (sim/speculation.h): each replica drafts and draws its
   // acceptance from a stream of its own (replica 0 from the experiment seed, as a one-replica
   // run), its pool's roofline pricing the drafts.
@@ -135,13 +163,26 @@ RunOutput run_cluster_simulation(const ExperimentConfig& config, const RunOption
   std::int32_t num_arrival = 0, num_decode = 0;
   for (const auto& p : pools) {
     for (std::int32_t k = 0; k < p->config->count; ++k) {
-      backends.push_back(std::make_unique<SimBackend>(*p->cost));
+      const RooflineCostModel* roofline = p->roofline.get();
+      ParallelConfig parallel = p->parallel;
+      if (topology && k > 0 && p->config->num_gpus() > 1) {
+        parallel = placed(*p->config, first_gpu[replicas.size()]);
+        if (!same_collectives(parallel, p->parallel)) {
+          own_rooflines.push_back(std::make_unique<RooflineCostModel>(
+              p->model, p->hardware, config.scheduler.block_size, parallel,
+              config.scheduler.lora.enabled() ? config.scheduler.lora.max_lora_rank : 0));
+          roofline = own_rooflines.back().get();
+        }
+      }
+      // A calibrated cost model is refused for pools of several GPUs (above).
+      backends.push_back(std::make_unique<SimBackend>(
+          p->calibrated ? *p->cost : static_cast<const CostModel&>(*roofline)));
       backends.back()->set_stop_conditions(workload_gives(config.workload_section(), "sampling"));
-      set_lora_loads(config, *p->roofline, *backends.back());
+      set_lora_loads(config, *roofline, *backends.back());
       if (config.scheduler.speculative.enabled()) {
         const std::uint64_t index = replicas.size();
         speculations.push_back(make_sim_speculation(
-            config, *p->roofline, p->hardware, p->parallel, catalog,
+            config, *roofline, p->hardware, parallel, catalog,
             index == 0 ? config.seed : mix64(config.seed ^ (name_hash("speculation") + index))));
         backends.back()->set_speculation(speculations.back().get());
       }
@@ -167,9 +208,16 @@ RunOutput run_cluster_simulation(const ExperimentConfig& config, const RunOption
     }
   }
   setup.router = make_cluster_router(config, RouterStage::kArrival, num_arrival);
-  std::unique_ptr<PairLinkKvTransfer> transfer;
-  if (num_decode > 0) {
-    setup.decode_router = make_cluster_router(config, RouterStage::kDecode, num_decode);
+  std::unique_ptr<KvTransferModel> transfer;
+  if (num_decode > 0 && topology) {
+    // Over the cluster topology's routes, every GPU of a replica sending its share.
+    std::vector<TopologyKvTransfer::Placement> at;
+    for (std::size_t r = 0; r < replicas.size(); ++r) {
+      at.push_back({first_gpu[r], pool_of[r]->config->num_gpus()});
+    }
+    transfer = std::make_unique<TopologyKvTransfer>(
+        *topology, std::move(at), seconds_to_ns(cl.kv_transfer.latency_us * 1e-6));
+  } else if (num_decode > 0) {
     const double fixed = cl.kv_transfer.bandwidth_gb_s * 1e9;
     transfer = std::make_unique<PairLinkKvTransfer>(
         [fixed, &pool_of](std::uint32_t src, std::uint32_t dst) {
@@ -182,6 +230,9 @@ RunOutput run_cluster_simulation(const ExperimentConfig& config, const RunOption
           return std::min(link(*pool_of[src]), link(*pool_of[dst]));
         },
         seconds_to_ns(cl.kv_transfer.latency_us * 1e-6));
+  }
+  if (num_decode > 0) {
+    setup.decode_router = make_cluster_router(config, RouterStage::kDecode, num_decode);
     setup.transfer = transfer.get();
     setup.layerwise_transfers = cl.kv_transfer.layerwise;
     setup.handoff = &handoff;

@@ -1,0 +1,66 @@
+#include "serving/topology_kv_transfer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+namespace servelab {
+
+TopologyKvTransfer::TopologyKvTransfer(Topology topology, std::vector<Placement> replicas,
+                                       TimeNs latency)
+    : topology_(std::move(topology)),
+      replicas_(std::move(replicas)),
+      latency_(latency),
+      channel_free_(static_cast<std::size_t>(2 * topology_.num_links()), 0) {
+  if (latency < 0) throw std::invalid_argument("TopologyKvTransfer: latency must be >= 0");
+  for (const Placement& p : replicas_) {
+    if (p.count < 1 || p.first < 0 || p.first + p.count > topology_.num_gpus()) {
+      throw std::invalid_argument("TopologyKvTransfer: a replica's GPUs outside the topology");
+    }
+  }
+}
+
+const Route& TopologyKvTransfer::route(GpuId from, GpuId to) {
+  auto it = routes_.find({from, to});
+  if (it == routes_.end())
+    it = routes_.emplace(std::pair{from, to}, topology_.route(from, to)).first;
+  return it->second;
+}
+
+KvTransferTimes TopologyKvTransfer::transfer_pieces(std::span<const KvPiece> pieces,
+                                                    std::uint32_t src, std::uint32_t dst) {
+  if (pieces.empty()) throw std::invalid_argument("TopologyKvTransfer: a transfer of no pieces");
+  if (src >= replicas_.size() || dst >= replicas_.size()) {
+    throw std::invalid_argument("TopologyKvTransfer: no such replica");
+  }
+  const Placement& from = replicas_[src];
+  const Placement& to = replicas_[dst];
+  const std::int32_t streams = std::max(from.count, to.count);
+  KvTransferTimes t;
+  t.begin = std::numeric_limits<TimeNs>::max();
+  t.finish = 0;
+  for (std::int32_t j = 0; j < streams; ++j) {
+    const Route& r = route(from.first + j % from.count, to.first + j % to.count);
+    TimeNs at = 0;  // when this stream's previous piece left
+    for (std::size_t i = 0; i < pieces.size(); ++i) {
+      const KvPiece& p = pieces[i];
+      const std::int64_t bytes = p.bytes / streams + (j < p.bytes % streams ? 1 : 0);
+      TimeNs start = std::max(p.ready, at);
+      for (const std::int32_t c : r.channels) start = std::max(start, channel_free_[c]);
+      const TimeNs wire =
+          r.channels.empty() || bytes == 0
+              ? 0
+              : static_cast<TimeNs>(std::ceil(static_cast<double>(bytes) / r.bottleneck *
+                                              static_cast<double>(kNsPerS)));
+      at = start + wire;
+      for (const std::int32_t c : r.channels) channel_free_[c] = at;
+      if (i == 0) t.begin = std::min(t.begin, start);
+    }
+    t.finish = std::max(t.finish, at + r.latency_ns);
+  }
+  t.finish += latency_;
+  return t;
+}
+
+}  // namespace servelab

@@ -1,0 +1,198 @@
+// A cluster on one topology (`cluster.topology`): TopologyKvTransfer's hand-computed times
+// (routes, shards of wide replicas, links booked first come first served), replicas placed pool
+// by pool, and the errors of a cluster that does not fit its topology.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "serving/home.h"
+#include "serving/topology.h"
+#include "serving/topology_kv_transfer.h"
+#include "tests/test_util.h"
+
+namespace servelab {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace servelab::test_util;
+
+// Two nodes of four GPUs: NVLink at 100 GB/s (1 us a hop) inside a node, InfiniBand at 10 GB/s
+// (5 us a hop) between nodes.
+Topology two_nodes() {
+  InterconnectSpec ports;
+  ports[LinkKind::kNvlink] = {100e9, 1e-6};
+  ports[LinkKind::kInfiniband] = {10e9, 5e-6};
+  UniformTopologySpec s;
+  s.nodes = 2;
+  s.gpus_per_node = 4;
+  return build_uniform_topology(s, ports, "test");
+}
+
+constexpr TimeNs kFixed = 10'000;  // the transfer's own latency (kv_transfer.latency_us: 10)
+
+// Replicas: 0 on GPU 0, 1 on GPU 1, 2 on GPU 4 (the second node), 3 on GPUs 2-3, 4 on GPUs 6-7.
+TopologyKvTransfer model() {
+  return TopologyKvTransfer(two_nodes(), {{0, 1}, {1, 1}, {4, 1}, {2, 2}, {6, 2}}, kFixed);
+}
+
+TEST(TopologyKvTransfer, RoutesPriceTheTransfer) {
+  TopologyKvTransfer m = model();
+  // Inside a node: 1 GB over NVLink at 100 GB/s = 10 ms, two hops of 1 us.
+  KvTransferTimes t = m.transfer(1'000'000'000, 0, 1, 0);
+  EXPECT_EQ(t.begin, 0);
+  EXPECT_EQ(t.finish, 10'000'000 + 2'000 + kFixed);
+  // To the other node: 1 GB over InfiniBand at 10 GB/s = 100 ms, two hops of 5 us. It leaves
+  // GPU 0 through its network port, not its NVLink: no wait for the first transfer.
+  t = m.transfer(1'000'000'000, 0, 2, 0);
+  EXPECT_EQ(t.begin, 0);
+  EXPECT_EQ(t.finish, 100'000'000 + 10'000 + kFixed);
+  // The same NVLink route again: it waits for the first transfer's data to leave.
+  t = m.transfer(1'000'000'000, 0, 1, 1'000'000);
+  EXPECT_EQ(t.begin, 10'000'000);
+  EXPECT_EQ(t.finish, 20'000'000 + 2'000 + kFixed);
+}
+
+TEST(TopologyKvTransfer, WideReplicasSendTheirSharesInParallel) {
+  TopologyKvTransfer m = model();
+  // Two GPUs to two GPUs across the nodes: GPU 2 -> 6 and 3 -> 7, half a GB each over its own
+  // port: 50 ms instead of 100.
+  KvTransferTimes t = m.transfer(1'000'000'000, 3, 4, 0);
+  EXPECT_EQ(t.finish, 50'000'000 + 10'000 + kFixed);
+  // Two GPUs to one: both shares arrive through GPU 4's one port, one after the other.
+  t = m.transfer(1'000'000'000, 3, 2, 100'000'000);
+  EXPECT_EQ(t.begin, 100'000'000);
+  EXPECT_EQ(t.finish, 200'000'000 + 10'000 + kFixed);
+  // An odd byte count: the first stream takes the extra byte (ceil to whole nanoseconds).
+  TopologyKvTransfer n = model();
+  t = n.transfer(11, 3, 4, 0);
+  EXPECT_EQ(t.finish, 1 + 10'000 + kFixed);
+}
+
+TEST(TopologyKvTransfer, PiecesLeaveWhenReady) {
+  TopologyKvTransfer m = model();
+  // A layer-wise transfer: 0.5 GB ready at 0 (5 ms over NVLink), 0.5 GB ready at 20 ms.
+  const KvPiece pieces[] = {{500'000'000, 0}, {500'000'000, 20'000'000}};
+  const KvTransferTimes t = m.transfer_pieces(pieces, 0, 1);
+  EXPECT_EQ(t.begin, 0);
+  EXPECT_EQ(t.finish, 25'000'000 + 2'000 + kFixed);
+  // Zero bytes: the latencies alone.
+  TopologyKvTransfer n = model();
+  EXPECT_EQ(n.transfer(0, 0, 2, 7).finish, 7 + 10'000 + kFixed);
+  EXPECT_THROW(TopologyKvTransfer(two_nodes(), {{7, 2}}, 0), std::invalid_argument);
+}
+
+// Llama-3-8B on H100s; `cluster` is the last section (lines 1-12 fixed, `cluster:` on 13).
+std::string experiment(const std::string& cluster, const std::string& extra = "") {
+  return "name: topo\nseed: 5\nmodel: Llama-3-8B\nhardware: H100-SXM\nserving:\n"
+         "  max_model_len: 4096\n"
+         "workload:\n  type: synthetic\n  num_requests: 40\n"
+         "  arrival: {process: poisson, rate: 4}\n"
+         "  prompt_len: {dist: uniform, min: 200, max: 1500}\n"
+         "  output_len: {dist: uniform, min: 10, max: 60}\n" +
+         extra + cluster;
+}
+
+Cli run(const fs::path& dir, const std::string& name, const std::string& text) {
+  write_file(dir / (name + ".yaml"), text);
+  return run_sim("run " + (dir / (name + ".yaml")).string() + " --out " + (dir / name).string(),
+                 dir);
+}
+
+nlohmann::json summary(const fs::path& run) {
+  return nlohmann::json::parse(read_file(run / "summary.json"));
+}
+
+// A replica placed at GPU 0 of the cluster's topology is priced as the single-replica run on
+// that topology.
+TEST(ClusterTopology, OneReplicaMatchesThePlainRunOnTheSameTopology) {
+  const fs::path dir = temp_dir("cluster-topo-one");
+  Cli cli = run(dir, "plain",
+                experiment("", "parallel: {tensor: 4}\ntopology: {nodes: 1, gpus_per_node: 8}\n"));
+  ASSERT_EQ(cli.code, 0) << cli.err;
+  cli = run(dir, "cluster",
+            experiment("cluster:\n  topology: {nodes: 1, gpus_per_node: 8}\n  pools:\n"
+                       "    - {name: a, parallel: {tensor: 4}}\n"));
+  ASSERT_EQ(cli.code, 0) << cli.err;
+  EXPECT_EQ(read_file(dir / "plain" / "requests.csv"), read_file(dir / "cluster" / "requests.csv"));
+  EXPECT_NE(read_file(dir / "cluster" / "config.yaml").find("gpus_per_node: 8"), std::string::npos);
+  fs::remove_all(dir);
+}
+
+// P/D on one topology: a prefill and a decode replica of two GPUs each, in one node (NVLink) or
+// in two (InfiniBand). The transfer time is the prompt's KV in two shards at the link's rate.
+TEST(ClusterTopology, PrefillToDecodeOverNvlinkOrInfiniband) {
+  const fs::path dir = temp_dir("cluster-topo-pd");
+  const std::string pools =
+      "  pools:\n    - {name: p, role: prefill, parallel: {tensor: 2}}\n"
+      "    - {name: d, role: decode, parallel: {tensor: 2}}\n";
+  Cli cli =
+      run(dir, "one", experiment("cluster:\n  topology: {nodes: 1, gpus_per_node: 4}\n" + pools));
+  ASSERT_EQ(cli.code, 0) << cli.err;
+  cli = run(dir, "two", experiment("cluster:\n  topology: {nodes: 2, gpus_per_node: 2}\n" + pools));
+  ASSERT_EQ(cli.code, 0) << cli.err;
+  // H100-SXM ports at NCCL's efficiency 0.64: NVLink 450 GB/s -> 288, InfiniBand 50 -> 32.
+  const struct {
+    const char* run;
+    double bytes_per_s, hops_us;
+  } cases[] = {{"one", 450e9 * 0.64, 2 * 1.0}, {"two", 50e9 * 0.64, 2 * 2.5}};
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.run);
+    const nlohmann::json s = summary(dir / c.run);
+    EXPECT_EQ(s["requests"]["completed"], 40);
+    const nlohmann::json& kv = s["cluster"]["kv_transfers"];
+    const double mean_bytes = kv["bytes"].get<double>() / kv["count"].get<double>();
+    const double expect_ms = mean_bytes / 2 / c.bytes_per_s * 1e3 + (c.hops_us + 10) / 1e3;
+    EXPECT_NEAR(kv["transfer_mean_ms"].get<double>(), expect_ms, 1e-5) << kv;
+    EXPECT_EQ(s["cluster"]["gpus"], 4);
+  }
+  EXPECT_EQ(summary(dir / "one")["cluster"]["kv_transfers"]["bytes"],
+            summary(dir / "two")["cluster"]["kv_transfers"]["bytes"]);
+  fs::remove_all(dir);
+}
+
+TEST(ClusterTopology, BadClustersNameKeyAndLine) {
+  const fs::path dir = temp_dir("cluster-topo-errors");
+  struct Case {
+    std::string cluster;
+    std::vector<std::string> parts;
+  };
+  const std::vector<Case> cases = {
+      // More GPUs than the topology has.
+      {"cluster:\n  topology: {nodes: 1, gpus_per_node: 4}\n  pools:\n"
+       "    - {name: a, count: 3, parallel: {tensor: 2}}\n",
+       {"e.yaml:14:", "cluster.topology", "need 6 GPUs (a 3 x 2)", "has 4"}},
+      // Placed after three one-GPU replicas, a tensor group of two spans the nodes.
+      {"cluster:\n  topology: {nodes: 2, gpus_per_node: 4}\n  pools:\n"
+       "    - {name: a, count: 3}\n    - {name: b, parallel: {tensor: 2}}\n",
+       {"e.yaml:17:", "cluster.pools[1].parallel.tensor", "pool 'b', replica 0 from GPU node0.gpu3",
+        "spans two nodes"}},
+      // A pool's own topology under a cluster's.
+      {"cluster:\n  topology: {nodes: 1, gpus_per_node: 8}\n  pools:\n"
+       "    - {name: a, topology: {nodes: 1, gpus_per_node: 2}}\n",
+       {"e.yaml:16:", "cluster.pools[0].topology", "remove the pool's topology"}},
+      // A fixed link bandwidth under a topology.
+      {"cluster:\n  topology: {nodes: 1, gpus_per_node: 8}\n  kv_transfer: {bandwidth_gb_s: 5}\n"
+       "  pools:\n    - {name: p, role: prefill}\n    - {name: d, role: decode}\n",
+       {"e.yaml:15:", "kv_transfer.bandwidth_gb_s", "topology's links"}},
+      // A bad topology.
+      {"cluster:\n  topology: {nodes: 1, intra: nvlnk}\n  pools:\n    - {name: a}\n",
+       {"e.yaml:14:", "cluster.topology.intra", "nvlink"}},
+  };
+  for (const Case& c : cases) {
+    write_file(dir / "e.yaml", experiment(c.cluster));
+    const Cli cli = run_sim("run " + (dir / "e.yaml").string() + " --out " + (dir / "o").string(),
+                            servelab_home());
+    EXPECT_EQ(cli.code, 2) << c.cluster << cli.err;
+    for (const std::string& p : c.parts) {
+      EXPECT_NE(cli.err.find(p), std::string::npos) << "'" << p << "' not in: " << cli.err;
+    }
+    EXPECT_FALSE(fs::exists(dir / "o")) << c.cluster;
+  }
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace servelab
