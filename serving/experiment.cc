@@ -475,6 +475,21 @@ void parse_cluster(const ConfigNode& n, ExperimentConfig& c) {
   }
 }
 
+// A replica's `parallel:` (when given) and `topology:` (when given), as config.yaml echoes them:
+// the top level's, or a cluster pool's.
+void emit_parallel(YAML::Emitter& e, const ParallelChoice& p) {
+  if (p.set) {
+    e << YAML::Key << "parallel" << YAML::Value << YAML::Flow << YAML::BeginMap;
+    e << YAML::Key << "tensor" << YAML::Value << p.tensor;
+    e << YAML::Key << "pipeline" << YAML::Value << p.pipeline;
+    e << YAML::Key << "microbatches" << YAML::Value << p.microbatches;
+    e << YAML::EndMap;
+  }
+  if (p.topology) {
+    e << YAML::Key << "topology" << YAML::Value << without_override_marks(p.topology->yaml());
+  }
+}
+
 void emit_cluster(YAML::Emitter& e, const ClusterConfig& cl) {
   e << YAML::Key << "cluster" << YAML::Value << YAML::BeginMap;
   emit_policy(e, "router", cl.router);
@@ -497,17 +512,7 @@ void emit_cluster(YAML::Emitter& e, const ClusterConfig& cl) {
     e << YAML::Key << "hardware" << YAML::Value << p.hardware;
     e << YAML::Key << "count" << YAML::Value << p.count;
     e << YAML::Key << "role" << YAML::Value << to_string(p.role);
-    if (p.parallel.set) {
-      e << YAML::Key << "parallel" << YAML::Value << YAML::Flow << YAML::BeginMap;
-      e << YAML::Key << "tensor" << YAML::Value << p.parallel.tensor;
-      e << YAML::Key << "pipeline" << YAML::Value << p.parallel.pipeline;
-      e << YAML::Key << "microbatches" << YAML::Value << p.parallel.microbatches;
-      e << YAML::EndMap;
-    }
-    if (p.parallel.topology) {
-      e << YAML::Key << "topology" << YAML::Value
-        << without_override_marks(p.parallel.topology->yaml());
-    }
+    emit_parallel(e, p.parallel);
     e << YAML::EndMap;
   }
   e << YAML::EndSeq;
@@ -869,16 +874,7 @@ std::string resolved_config_yaml(const ExperimentConfig& c,
     e << YAML::EndMap;
   }
   if (c.cluster.set) emit_cluster(e, c.cluster);
-  if (c.parallel.set) {
-    e << YAML::Key << "parallel" << YAML::Value << YAML::Flow << YAML::BeginMap;
-    e << YAML::Key << "tensor" << YAML::Value << c.parallel.tensor;
-    e << YAML::Key << "pipeline" << YAML::Value << c.parallel.pipeline;
-    e << YAML::Key << "microbatches" << YAML::Value << c.parallel.microbatches;
-    e << YAML::EndMap;
-  }
-  if (c.parallel.topology) {
-    e << YAML::Key << "topology" << YAML::Value << without_override_marks(c.root["topology"]);
-  }
+  emit_parallel(e, c.parallel);
   if (c.root["prefix_cache"]) {
     e << YAML::Key << "prefix_cache" << YAML::Value
       << without_override_marks(c.root["prefix_cache"]);
