@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <set>
 
 #include "serving/output_file.h"
@@ -121,6 +122,43 @@ void write_run_outputs(const ExperimentConfig& config, const Recorder& recorder,
   out.files.push_back("config.yaml");
 }
 
+namespace {
+
+// A cluster run's pools (summary.json's `cluster` object): one line each, and the KV transfers.
+void print_cluster(std::FILE* f, const std::string& cluster_json) {
+  const nlohmann::json c = nlohmann::json::parse(cluster_json);
+  std::size_t width = 4;
+  for (const auto& p : c.at("pools"))
+    width = std::max(width, p.at("name").get<std::string>().size());
+  const int w = static_cast<int>(width);
+  std::fprintf(f, "  %-*s %-8s %12s %5s %9s %8s %9s\n", w, "pool", "role", "replicas", "GPUs",
+               "routed", "busy", "KV usage");
+  for (const auto& p : c.at("pools")) {
+    const std::string shape =
+        std::to_string(p.at("count").get<long long>()) + " x TP" +
+        std::to_string(p.at("tensor").get<int>()) +
+        (p.at("pipeline").get<int>() > 1 ? " PP" + std::to_string(p.at("pipeline").get<int>())
+                                         : "");
+    std::fprintf(
+        f, "  %-*s %-8s %12s %5lld %9lld %6.1f %% %7.1f %%\n", w,
+        p.at("name").get<std::string>().c_str(), p.at("role").get<std::string>().c_str(),
+        shape.c_str(), p.at("gpus").get<long long>(), p.at("requests_routed").get<long long>(),
+        100.0 * p.at("busy_fraction").get<double>(), 100.0 * p.at("kv_usage_mean").get<double>());
+  }
+  if (c.contains("kv_transfers")) {
+    const nlohmann::json& t = c.at("kv_transfers");
+    const double n = std::max<double>(1, t.at("count").get<double>());
+    std::fprintf(f,
+                 "  KV transfers %lld, %.1f MB each: %.2f ms on the link, the decode waits %.2f "
+                 "ms (max %.2f)\n",
+                 t.at("count").get<long long>(), t.at("bytes").get<double>() / n / 1e6,
+                 t.at("transfer_mean_ms").get<double>(), t.at("exposed_mean_ms").get<double>(),
+                 t.at("max_ms").get<double>());
+  }
+}
+
+}  // namespace
+
 void print_summary(std::FILE* f, const ExperimentConfig& config, const RunOutput& run) {
   const RunSummary& s = run.summary;
   std::fprintf(f, "%s: %lld requests (%lld completed, %lld rejected", config.name.c_str(),
@@ -176,6 +214,7 @@ void print_summary(std::FILE* f, const ExperimentConfig& config, const RunOutput
                    c.e2e_ms.p99, 100.0 * c.slo_attainment);
     }
   }
+  if (!run.cluster_json.empty()) print_cluster(f, run.cluster_json);
   if (s.spec_decode && s.spec_decode->num_drafts > 0) {
     const RunSummary::SpecDecode& d = *s.spec_decode;
     std::fprintf(

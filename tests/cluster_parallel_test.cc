@@ -87,6 +87,10 @@ TEST(ClusterParallel, HeterogeneousPoolsCountTheirGpus) {
                                  "    - {name: one, count: 2}\n"
                                  "    - {name: four, count: 2, parallel: {tensor: 4}}\n"));
   ASSERT_EQ(cli.code, 0) << cli.err;
+  // The printed summary has a line per pool: its shape, GPUs and requests routed.
+  EXPECT_NE(cli.out.find("replicas  GPUs    routed"), std::string::npos) << cli.out;
+  EXPECT_NE(cli.out.find("four unified       2 x TP4     8        30"), std::string::npos)
+      << cli.out;
   const nlohmann::json s = summary(dir / "mixed");
   EXPECT_EQ(s["requests"]["completed"], 60);
   const nlohmann::json& pools = s["cluster"]["pools"];
@@ -124,6 +128,7 @@ TEST(ClusterParallel, DefaultTransferBandwidthCountsEveryGpu) {
   ASSERT_EQ(cli.code, 0) << cli.err;
   cli = run(dir, "tp2", experiment(pd(", parallel: {tensor: 2}")));
   ASSERT_EQ(cli.code, 0) << cli.err;
+  EXPECT_NE(cli.out.find("KV transfers 60, "), std::string::npos) << cli.out;
   const nlohmann::json a = summary(dir / "tp1")["cluster"]["kv_transfers"];
   const nlohmann::json b = summary(dir / "tp2")["cluster"]["kv_transfers"];
   ASSERT_GT(a["count"].get<std::int64_t>(), 0);
