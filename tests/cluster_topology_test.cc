@@ -3,6 +3,8 @@
 // by pool, and the errors of a cluster that does not fit its topology.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -82,6 +84,52 @@ TEST(TopologyKvTransfer, PiecesLeaveWhenReady) {
   TopologyKvTransfer n = model();
   EXPECT_EQ(n.transfer(0, 0, 2, 7).finish, 7 + 10'000 + kFixed);
   EXPECT_THROW(TopologyKvTransfer(two_nodes(), {{7, 2}}, 0), std::invalid_argument);
+}
+
+// Many transfers between replicas of different widths, in booking order: each starts no earlier
+// than its first piece is ready, lasts at least its bytes over its streams at the fastest link,
+// is never faster than it would be alone, and the same calls give the same times.
+TEST(TopologyKvTransfer, BookedTransfersKeepTheirBounds) {
+  const std::vector<TopologyKvTransfer::Placement> at = {{0, 1}, {1, 1}, {2, 2}, {4, 4}};
+  struct Call {
+    std::int64_t bytes;
+    std::uint32_t src, dst;
+    TimeNs ready;
+  };
+  std::vector<Call> calls;
+  std::uint64_t x = 12345;
+  auto next = [&x](std::uint64_t n) {
+    x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (x >> 33) % n;
+  };
+  TimeNs now = 0;
+  for (int i = 0; i < 300; ++i) {
+    now += static_cast<TimeNs>(next(2'000'000));
+    std::uint32_t src = static_cast<std::uint32_t>(next(4)),
+                  dst = static_cast<std::uint32_t>(next(4));
+    if (src == dst) dst = (dst + 1) % 4;
+    calls.push_back({static_cast<std::int64_t>(next(400'000'000)), src, dst, now});
+  }
+  const auto run = [&] {
+    TopologyKvTransfer m(two_nodes(), at, kFixed);
+    std::vector<KvTransferTimes> out;
+    for (const Call& c : calls) out.push_back(m.transfer(c.bytes, c.src, c.dst, c.ready));
+    return out;
+  };
+  const std::vector<KvTransferTimes> a = run(), b = run();
+  for (std::size_t i = 0; i < calls.size(); ++i) {
+    const Call& c = calls[i];
+    SCOPED_TRACE(i);
+    EXPECT_EQ(a[i].begin, b[i].begin);
+    EXPECT_EQ(a[i].finish, b[i].finish);
+    EXPECT_GE(a[i].begin, c.ready);
+    const double streams = std::max(at[c.src].count, at[c.dst].count);
+    EXPECT_GE(static_cast<double>(a[i].finish - a[i].begin),
+              std::floor(static_cast<double>(c.bytes) / streams / 100e9 * 1e9));
+    TopologyKvTransfer alone(two_nodes(), at, kFixed);
+    const KvTransferTimes fresh = alone.transfer(c.bytes, c.src, c.dst, c.ready);
+    EXPECT_LE(fresh.finish, a[i].finish);
+  }
 }
 
 // Llama-3-8B on H100s; `cluster` is the last section (lines 1-12 fixed, `cluster:` on 13).
