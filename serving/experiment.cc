@@ -684,7 +684,7 @@ ExperimentConfig experiment_from_document(const ConfigNode& doc, const std::stri
     }
   }
   if (c.cluster.set && (c.parallel.set || c.parallel.topology)) {
-    // Each pool states its own parallelism; a cluster over a topology is not wired yet.
+    // Each pool states its own parallelism; the cluster's machine is cluster.topology.
     (c.parallel.set ? top.at("parallel") : top.at("topology"))
         .fail_message(
             "a cluster: section takes its parallelism per pool (cluster.pools[i].parallel and "

@@ -5,9 +5,10 @@
 // cost model applies to the pools of the experiment's own model and hardware, the roofline to
 // the others (a calibrated profile, measured on one device, refuses a pool of several GPUs).
 // A pool's `parallel:` shards its model over its replicas' GPUs (serving/parallel_config.h): KV
-// capacity per GPU, step times with the collectives over the pool's topology. The prefix-cache
-// counters of summary.json sum the unified and prefill replicas (a decode replica's lookups are for
-// transferred prompts, not the workload's).
+// capacity per GPU, step times with the collectives over the pool's topology (or at the
+// replica's place on `cluster.topology`, whose routes then carry the P/D transfers). The
+// prefix-cache counters of summary.json sum the unified and prefill replicas (a decode replica's
+// lookups are for transferred prompts, not the workload's).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
