@@ -190,8 +190,8 @@ TEST(ClusterParallel, BadPoolsNameKeyAndLine) {
   };
   for (const Case& c : cases) {
     write_file(dir / "e.yaml", experiment(c.extra, c.serving));
-    const Cli cli = run_sim("run " + (dir / "e.yaml").string() + " --out " + (dir / "o").string(),
-                            servelab_home());
+    const Cli cli =
+        run_sim("run " + (dir / "e.yaml").string() + " --out " + (dir / "o").string(), dir);
     EXPECT_EQ(cli.code, 2) << c.extra << cli.err;
     for (const std::string& p : c.parts) {
       EXPECT_NE(cli.err.find(p), std::string::npos) << "'" << p << "' not in: " << cli.err;

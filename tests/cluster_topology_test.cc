@@ -10,7 +10,6 @@
 #include <string>
 #include <vector>
 
-#include "serving/home.h"
 #include "serving/topology.h"
 #include "serving/topology_kv_transfer.h"
 #include "tests/test_util.h"
@@ -231,8 +230,8 @@ TEST(ClusterTopology, BadClustersNameKeyAndLine) {
   };
   for (const Case& c : cases) {
     write_file(dir / "e.yaml", experiment(c.cluster));
-    const Cli cli = run_sim("run " + (dir / "e.yaml").string() + " --out " + (dir / "o").string(),
-                            servelab_home());
+    const Cli cli =
+        run_sim("run " + (dir / "e.yaml").string() + " --out " + (dir / "o").string(), dir);
     EXPECT_EQ(cli.code, 2) << c.cluster << cli.err;
     for (const std::string& p : c.parts) {
       EXPECT_NE(cli.err.find(p), std::string::npos) << "'" << p << "' not in: " << cli.err;
