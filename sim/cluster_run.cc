@@ -76,6 +76,11 @@ RunOutput run_cluster_simulation(const ExperimentConfig& config, const RunOption
     return place_replica(pc.parallel.tensor, pc.parallel.pipeline, pc.parallel.microbatches,
                          *topology, first);
   };
+  const auto roofline_for = [&config](const Pool& p, const ParallelConfig& parallel) {
+    return std::make_unique<RooflineCostModel>(
+        p.model, p.hardware, config.scheduler.block_size, parallel,
+        config.scheduler.lora.enabled() ? config.scheduler.lora.max_lora_rank : 0);
+  };
   std::vector<std::unique_ptr<Pool>> pools;
   std::size_t pool_first = 0;  // cluster index of the pool's first replica
   for (const PoolConfig& pc : cl.pools) {
@@ -105,9 +110,7 @@ RunOutput run_cluster_simulation(const ExperimentConfig& config, const RunOption
           (pc.parallel.set ? pc.parallel.where : pc.location + ": key 'cluster.pools'") +
           " (pool '" + pc.name + "'): " + e.what());
     }
-    p->roofline = std::make_unique<RooflineCostModel>(
-        p->model, p->hardware, config.scheduler.block_size, p->parallel,
-        config.scheduler.lora.enabled() ? config.scheduler.lora.max_lora_rank : 0);
+    p->roofline = roofline_for(*p, p->parallel);
     if (pc.model == config.model && pc.hardware == config.hardware) {
       p->calibrated = make_calibrated_cost_model(config, p->model);
     }
@@ -169,9 +172,7 @@ RunOutput run_cluster_simulation(const ExperimentConfig& config, const RunOption
       if (topology && k > 0 && p->config->num_gpus() > 1) {
         parallel = placed(*p->config, first_gpu[replicas.size()]);
         if (!same_collectives(parallel, p->parallel)) {
-          own_rooflines.push_back(std::make_unique<RooflineCostModel>(
-              p->model, p->hardware, config.scheduler.block_size, parallel,
-              config.scheduler.lora.enabled() ? config.scheduler.lora.max_lora_rank : 0));
+          own_rooflines.push_back(roofline_for(*p, parallel));
           roofline = own_rooflines.back().get();
         }
       }
