@@ -98,7 +98,7 @@ std::string save_group(const std::string& dir, const std::string& index_file,
   check_group_dir(dir, index_file, what, runs);
   StagedDir stage(dir);
   write_files(stage.temp_path(), files);
-  stage.commit_entries();
+  commit_group(stage);
   return stage.final_path();
 }
 

@@ -67,9 +67,7 @@ std::string cluster_summary_json(const ClusterConfig& cl, const std::vector<Pool
   if (cl.disaggregated())
     j["decode_router"] = format_policy_spec(cl.decode_router.value_or(cl.router));
   j["replicas"] = stats.size();
-  std::int64_t gpus = 0;
-  for (const PoolSummary& p : pools) gpus += std::int64_t{p.config->count} * p.config->num_gpus();
-  j["gpus"] = gpus;
+  j["gpus"] = cl.num_gpus();
   nlohmann::ordered_json pools_json = nlohmann::ordered_json::array();
   std::uint32_t index = 0;
   for (const PoolSummary& p : pools) {

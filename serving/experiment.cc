@@ -1,12 +1,12 @@
 #include "serving/experiment.h"
 
 #include <algorithm>
-#include <cctype>
 #include <filesystem>
 #include <iterator>
 #include <utility>
 
 #include "core/preemption_mode.h"
+#include "core/strings.h"
 #include "serving/hardware_config.h"
 #include "serving/model_config.h"
 #include "traces/lora_workload.h"
@@ -539,6 +539,12 @@ std::int32_t ClusterConfig::num_replicas() const {
   return n;
 }
 
+std::int64_t ClusterConfig::num_gpus() const {
+  std::int64_t n = 0;
+  for (const PoolConfig& p : pools) n += std::int64_t{p.count} * p.num_gpus();
+  return n;
+}
+
 std::vector<std::int32_t> ClusterConfig::first_gpus() const {
   std::vector<std::int32_t> first;
   std::int32_t next = 0;
@@ -549,6 +555,11 @@ std::vector<std::int32_t> ClusterConfig::first_gpus() const {
     }
   }
   return first;
+}
+
+std::int64_t ExperimentConfig::num_gpus() const {
+  if (cluster.set) return cluster.num_gpus();
+  return std::int64_t{parallel.tensor} * parallel.pipeline;
 }
 
 bool ClusterConfig::disaggregated() const {
@@ -592,12 +603,8 @@ ExperimentConfig experiment_from_document(const ConfigNode& doc, const std::stri
                   "cluster", "parallel", "topology", "prefix_cache", "kv_offload"});
   c.name = top.has("name") ? top.get_string("name") : default_name;
   // The name becomes a folder name (out/<name>): no '/', no "." or "..", no hidden folder.
-  bool name_ok = !c.name.empty() && c.name.front() != '.';
-  for (char ch : c.name) {
-    if (!(std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' || ch == '.')) {
-      name_ok = false;
-    }
-  }
+  const bool name_ok = !c.name.empty() && c.name.front() != '.' &&
+                       std::all_of(c.name.begin(), c.name.end(), is_name_char);
   if (!name_ok) {
     constexpr const char* kWhat =
         "a name of letters, digits, '-', '_' or '.' that does not start with '.'";

@@ -136,6 +136,8 @@ struct ClusterConfig {
   std::optional<ConfigNode> topology;
 
   std::int32_t num_replicas() const;
+  // GPUs of all replicas: each pool's count x tensor x pipeline, summed.
+  std::int64_t num_gpus() const;
   bool disaggregated() const;  // some pool has role prefill or decode
   // With a cluster topology: the first GPU of every replica, in cluster order (replicas placed
   // one after another, pool by pool). Without one: all 0.
@@ -184,6 +186,9 @@ struct ExperimentConfig {
   CostModelChoice cost_model;
   ClusterConfig cluster;
   ParallelChoice parallel;  // `parallel:` and `topology:` (default: one GPU)
+  // The GPUs the experiment serves on: the cluster's (ClusterConfig::num_gpus) when it has one,
+  // else tensor x pipeline.
+  std::int64_t num_gpus() const;
   // `prefix_cache:` (pinned prefixes) and `kv_offload:` (serving/memory_tiers_config.h).
   PrefixCacheSection prefix_cache;
   KvOffloadConfig kv_offload;

@@ -143,30 +143,41 @@ void Recorder::on_reject(const Request& req, TimeNs now) {
   event(req, now, "reject", req.finish_reason);
 }
 
-void Recorder::on_token(const Request& /*req*/, TimeNs prev_token_ns, TimeNs now) {
-  if (prev_token_ns >= 0) itl_ns_.add(now - prev_token_ns);
+void Recorder::add_gaps(std::uint32_t request_class, TimeNs gap, std::int64_t count) {
+  itl_ns_.add(gap, count);
+  if (!class_itl_ns_.empty()) class_itl_ns_.at(request_class).add(gap, count);
 }
 
-void Recorder::on_step_tokens(std::span<const Request* const> /*requests*/,
+void Recorder::on_token(const Request& req, TimeNs prev_token_ns, TimeNs now) {
+  if (prev_token_ns >= 0) add_gaps(req.spec.request_class, now - prev_token_ns, 1);
+}
+
+void Recorder::on_step_tokens(std::span<const Request* const> requests,
                               std::span<const TimeNs> prev_token_ns, TimeNs now) {
+  // Runs of requests with the same previous token time (and class, when the run has classes).
+  const bool classes = !class_itl_ns_.empty();
   TimeNs run_prev = -1;
+  std::uint32_t run_class = 0;
   std::int64_t run = 0;
-  for (const TimeNs prev : prev_token_ns) {
-    if (prev == run_prev) {
+  for (std::size_t i = 0; i < prev_token_ns.size(); ++i) {
+    const TimeNs prev = prev_token_ns[i];
+    const std::uint32_t cls = classes ? requests[i]->spec.request_class : 0;
+    if (prev == run_prev && cls == run_class) {
       ++run;
       continue;
     }
-    if (run > 0 && run_prev >= 0) itl_ns_.add(now - run_prev, run);
+    if (run > 0 && run_prev >= 0) add_gaps(run_class, now - run_prev, run);
     run_prev = prev;
+    run_class = cls;
     run = 1;
   }
-  if (run > 0 && run_prev >= 0) itl_ns_.add(now - run_prev, run);
+  if (run > 0 && run_prev >= 0) add_gaps(run_class, now - run_prev, run);
 }
 
 void Recorder::add_measured(const RequestRecord& record, std::span<const TimeNs> token_gaps) {
   measured_ = true;
   records_.push_back(record);
-  for (const TimeNs gap : token_gaps) itl_ns_.add(gap);
+  for (const TimeNs gap : token_gaps) add_gaps(record.request_class, gap, 1);
 }
 
 void Recorder::on_preempt(const Request& req, TimeNs now) {
@@ -206,6 +217,7 @@ void Recorder::set_request_classes(std::vector<std::string> names) {
   if (names.empty()) throw std::invalid_argument("Recorder::set_request_classes: no classes");
   class_slo_.clear();
   for (const std::string& n : names) class_slo_.push_back(slo_for_class(slo_, n));
+  class_itl_ns_.assign(names.size(), LogHistogram{});
   class_names_ = std::move(names);
 }
 
@@ -325,6 +337,12 @@ void Recorder::finalize(TimeNs first_arrival, TimeNs end, const PrefixCacheStats
 
 namespace {
 
+// A summary of nanoseconds in milliseconds.
+DistributionSummary in_ms(DistributionSummary d) {
+  for (double* v : {&d.mean, &d.p50, &d.p90, &d.p95, &d.p99, &d.max}) *v /= 1e6;
+  return d;
+}
+
 // The request metrics of a set of requests (a run, or one class of it).
 struct RequestTally {
   ClassSummary counts;
@@ -441,10 +459,9 @@ RunSummary Recorder::summary() const {
   s.queueing_ms = total.queueing_ms;
   for (std::size_t k = 0; k < num_classes; ++k) {
     s.classes.push_back(by_class[k].summary(class_names_[k], s.duration_s));
+    s.classes.back().itl_ms = in_ms(class_itl_ns_[k].summary());
   }
-  DistributionSummary itl = itl_ns_.summary();
-  for (double* v : {&itl.mean, &itl.p50, &itl.p90, &itl.p95, &itl.p99, &itl.max}) *v /= 1e6;
-  s.itl_ms = itl;
+  s.itl_ms = in_ms(itl_ns_.summary());
   s.requests_per_s = total.requests_per_s;
   s.output_tokens_per_s = total.output_tokens_per_s;
   if (s.duration_s > 0) s.input_tokens_per_s = static_cast<double>(s.input_tokens) / s.duration_s;
@@ -582,6 +599,7 @@ void write_summary_json(const std::string& path, const RunSummary& s,
   nlohmann::ordered_json j;
   nlohmann::ordered_json m;
   for (const auto& [k, v] : meta) m[k] = v;
+  if (s.gpus > 0) m["gpus"] = s.gpus;
   j["run"] = m;
   j["requests"] = {{"total", s.num_requests},
                    {"completed", s.completed},
@@ -606,6 +624,7 @@ void write_summary_json(const std::string& path, const RunSummary& s,
   j["queueing_ms"] = dist_json(s.queueing_ms);
   j["goodput"] = {{"requests_per_s", s.goodput_requests_per_s},
                   {"slo_attainment", s.slo_attainment}};
+  if (s.gpus > 0) j["goodput"]["requests_per_s_per_gpu"] = s.goodput_per_gpu();
   j["preemption"] = {{"preemptions", s.preemptions}, {"recomputed_tokens", s.recomputed_tokens}};
   j["prefix_cache"] = {{"queried_tokens", s.prefix_queried_tokens},
                        {"hit_tokens", s.prefix_hit_tokens},
@@ -707,6 +726,7 @@ void write_summary_json(const std::string& path, const RunSummary& s,
                          {"output_tokens", c.output_tokens}};
       o["ttft_ms"] = dist_json(c.ttft_ms);
       o["tpot_ms"] = dist_json(c.tpot_ms);
+      o["itl_ms"] = dist_json(c.itl_ms);
       o["e2e_ms"] = dist_json(c.e2e_ms);
       o["queueing_ms"] = dist_json(c.queueing_ms);
       o["goodput"] = {{"requests_per_s", c.goodput_requests_per_s},

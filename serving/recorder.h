@@ -88,6 +88,8 @@ struct ClassSummary {
   std::int64_t input_tokens = 0, output_tokens = 0;
   double requests_per_s = 0, output_tokens_per_s = 0;
   DistributionSummary ttft_ms, tpot_ms, e2e_ms, queueing_ms;
+  // The gaps between the class's requests' consecutive tokens (the run's ITL, per class).
+  DistributionSummary itl_ms;
   double goodput_requests_per_s = 0, slo_attainment = 0;
   std::int64_t preemptions = 0, recomputed_tokens = 0;
 };
@@ -108,6 +110,13 @@ struct RunSummary {
   DistributionSummary ttft_ms, tpot_ms, itl_ms, e2e_ms, queueing_ms;
   double goodput_requests_per_s = 0;
   double slo_attainment = 0;
+  // The GPUs the run served on (ExperimentConfig::num_gpus: a cluster's all, a replica's tensor x
+  // pipeline), filled in by write_run_outputs (serving/run_folder.h); 0 when unknown (`sim bench`
+  // against a server). Goodput per GPU is goodput_requests_per_s / gpus (docs/metrics.md).
+  std::int64_t gpus = 0;
+  double goodput_per_gpu() const {
+    return gpus > 0 ? goodput_requests_per_s / static_cast<double>(gpus) : 0.0;
+  }
   std::int64_t num_steps = 0;
   std::int64_t preemptions = 0, recomputed_tokens = 0;
   // vLLM's prefix-cache counters: every lookup counts, and a waiting request is looked up again
@@ -266,6 +275,9 @@ class Recorder : public SchedulerObserver {
 
  private:
   RequestRecord make_record(const Request& req) const;
+  // `count` gaps of `gap` ns between tokens of requests of `request_class`: into the run's ITL
+  // histogram and, when the run has classes, the class's.
+  void add_gaps(std::uint32_t request_class, TimeNs gap, std::int64_t count);
   void event(const Request& req, TimeNs now, const char* what, const std::string& detail);
   // blocks.csv: closes every interval `id` has open, at `now`.
   void release_blocks(RequestId id, TimeNs now);
@@ -280,6 +292,7 @@ class Recorder : public SchedulerObserver {
   std::vector<SloTargets> class_slo_;     // per class: slo_for_class
   std::vector<RequestRecord> records_;
   LogHistogram itl_ns_;
+  std::vector<LogHistogram> class_itl_ns_;  // per class (set_request_classes)
   std::int64_t num_steps_ = 0;
   std::int64_t preemptions_ = 0;
   long double usage_time_ = 0;  // sum of usage * duration

@@ -57,15 +57,26 @@ void check_group_dir(const std::string& dir, const std::string& index_file, cons
                      const std::vector<std::string>& runs) {
   const bool exists = check_existing_dir(dir, [&](const fs::directory_entry& entry) {
     const std::string name = entry.path().filename().string();
-    if (name != index_file && !entry.is_directory()) {
+    if (name != index_file && name != kGroupClassesFile && !entry.is_directory()) {
       throw ConfigError(dir + ": refusing to write here: it holds '" + name +
                         "', which is not a ServeLab " + what + " output (choose another --out)");
     }
   });
   if (exists) {
     refuse_symlink(dir + "/" + index_file);
+    refuse_symlink(dir + "/" + kGroupClassesFile);
     for (const std::string& run : runs) check_out_dir(dir + "/" + run);
   }
+}
+
+void commit_group(StagedDir& stage) {
+  const fs::path classes = fs::path(stage.final_path()) / kGroupClassesFile;
+  std::error_code ec;
+  if (!fs::exists(fs::path(stage.temp_path()) / kGroupClassesFile) &&
+      fs::is_regular_file(fs::symlink_status(classes, ec))) {
+    if (!fs::remove(classes, ec) && ec) throw_io_error(classes.string(), "removing", ec.value());
+  }
+  stage.commit_entries();
 }
 
 static void write_text(const std::string& path, const std::string& text) {
@@ -95,6 +106,7 @@ void write_run_outputs(const ExperimentConfig& config, const Recorder& recorder,
   fill_batch_slots(config, out.summary);
   fill_overload_flag(config, out.summary);
   fill_lora_report(config, out.summary);
+  out.summary.gpus = meta.gpus_unknown ? 0 : config.num_gpus();
   if (config.outputs.steps_csv) out.files.push_back("steps.csv");
   if (config.outputs.record_schedule) out.files.push_back("schedule.csv");
   if (config.outputs.record_events && recorder.records_events()) out.files.push_back("events.csv");
@@ -206,12 +218,13 @@ void print_summary(std::FILE* f, const ExperimentConfig& config, const RunOutput
     std::size_t width = 5;
     for (const ClassSummary& c : s.classes) width = std::max(width, c.name.size());
     const int w = static_cast<int>(width);
-    std::fprintf(f, "  %-*s %9s %10s %10s %10s %10s %9s\n", w, "class", "completed", "TTFT p50",
-                 "TTFT p99", "TPOT p50", "E2E p99", "SLO met");
+    std::fprintf(f, "  %-*s %9s %10s %10s %10s %10s %10s %9s\n", w, "class", "completed",
+                 "TTFT p50", "TTFT p99", "TPOT p50", "ITL p99", "E2E p99", "SLO met");
     for (const ClassSummary& c : s.classes) {
-      std::fprintf(f, "  %-*s %9lld %10.2f %10.2f %10.2f %10.2f %7.1f %%\n", w, c.name.c_str(),
-                   static_cast<long long>(c.completed), c.ttft_ms.p50, c.ttft_ms.p99, c.tpot_ms.p50,
-                   c.e2e_ms.p99, 100.0 * c.slo_attainment);
+      std::fprintf(f, "  %-*s %9lld %10.2f %10.2f %10.2f %10.2f %10.2f %7.1f %%\n", w,
+                   c.name.c_str(), static_cast<long long>(c.completed), c.ttft_ms.p50,
+                   c.ttft_ms.p99, c.tpot_ms.p50, c.itl_ms.p99, c.e2e_ms.p99,
+                   100.0 * c.slo_attainment);
     }
   }
   if (!run.cluster_json.empty()) print_cluster(f, run.cluster_json);

@@ -13,6 +13,7 @@
 #include "core/metrics.h"
 #include "core/time.h"
 #include "serving/experiment.h"
+#include "serving/output_file.h"
 #include "serving/recorder.h"
 
 namespace servelab {
@@ -43,18 +44,27 @@ struct RunOutput {
 // the run is written to a StagedDir (serving/output_file.h) that replaces `dir` at the end.
 void check_out_dir(const std::string& dir);
 // The same for a folder of runs (`sim compare`, `sim sweep`): an existing one may hold only
-// `index_file` and sub-folders, and those named in `runs` only run outputs; `what` names the
-// output in the error ("comparison", "sweep").
+// `index_file`, kGroupClassesFile and sub-folders, and those named in `runs` only run outputs;
+// `what` names the output in the error ("comparison", "sweep").
 void check_group_dir(const std::string& dir, const std::string& index_file, const std::string& what,
                      const std::vector<std::string>& runs);
+// A folder of runs' per-class table (sim/class_table.h), when its runs have request classes.
+inline constexpr const char* kGroupClassesFile = "classes.csv";
+// Moves a folder of runs' staged entries into it (StagedDir::commit_entries); a previous
+// group's kGroupClassesFile that the new one does not replace is removed first, so that the
+// folder never pairs one group's index with another's classes.
+void commit_group(StagedDir& stage);
 
 struct RunMeta {
   std::string backend;   // summary.json run.backend
   std::string model;     // model name
   std::string hardware;  // hardware name, or the device the engine ran on ("cuda: NAME")
+  // The run measured a server it knows nothing of (`sim bench`): summary.json has no `gpus`.
+  bool gpus_unknown = false;
 };
 // Writes summary.json, requests.csv (when configured) and config.yaml into out.out_dir from the
-// finalized `recorder`, out.summary, out.workload, out.num_gpu_blocks and out.block_bytes, and
+// finalized `recorder`, out.summary (whose gpus it sets: ExperimentConfig::num_gpus, or 0 when
+// meta.gpus_unknown), out.workload, out.num_gpu_blocks and out.block_bytes, and
 // lists them, with the streamed steps.csv / schedule.csv, in out.files (fixed order). Throws
 // ConfigError on I/O failure.
 void write_run_outputs(const ExperimentConfig& config, const Recorder& recorder,

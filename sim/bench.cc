@@ -341,7 +341,8 @@ RunOutput run_bench(const ExperimentConfig& config, const BenchOptions& options)
   recorder.finalize(first_arrival, end, PrefixCacheStats{});
   out.summary = recorder.summary();
   out.summary.skipped_trace_rows = workload->skipped_rows();
-  write_run_outputs(config, recorder, {out.backend, model, options.url}, out);
+  write_run_outputs(config, recorder, {out.backend, model, options.url, /*gpus_unknown=*/true},
+                    out);
   stage.commit();
   out.out_dir = stage.final_path();
   return out;

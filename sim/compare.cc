@@ -1,34 +1,33 @@
 #include "sim/compare.h"
 
 #include <algorithm>
-#include <cctype>
 #include <cerrno>
 #include <cinttypes>
 #include <filesystem>
 #include <set>
 #include <stdexcept>
 
+#include "core/strings.h"
 #include "serving/config_node.h"
 #include "serving/output_file.h"
+#include "serving/run_folder.h"
+#include "sim/class_table.h"
+#include "sim/optional_columns.h"
 #include "sim/variant_loader.h"
 
 namespace servelab {
 
 namespace {
 
-// Whether a variant chose an admission or length_cap plugin (RunSummary::report_overload).
-bool any_reports_overload(const std::vector<VariantResult>& results) {
-  for (const VariantResult& r : results) {
-    if (r.run.summary.report_overload) return true;
-  }
-  return false;
+// The optional columns (sim/optional_columns.h) the variants' runs need.
+OptionalColumns columns_of(const std::vector<VariantResult>& results) {
+  OptionalColumns columns;
+  for (const VariantResult& r : results) columns.add(r.run.summary);
+  return columns;
 }
 
 void check_name(const std::string& name, const std::string& where) {
-  bool ok = !name.empty();
-  for (char c : name) {
-    ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.');
-  }
+  const bool ok = !name.empty() && std::all_of(name.begin(), name.end(), is_name_char);
   // A folder name: no '/', not "." or "..", not hidden (".x" is how staging folders are named).
   if (!ok || name.front() == '.' || name.size() > 200) {
     throw ConfigError(where + ": variant name '" + name +
@@ -126,16 +125,14 @@ std::vector<VariantResult> run_compare(const ExperimentSource& source,
   const std::string csv = stage.temp_path() + "/compare.csv";
   std::FILE* f = std::fopen(csv.c_str(), "wb");
   if (!f) throw_io_error(csv, "writing", errno);
-  // Overload control's counts, as columns only when a variant chose it (other comparisons'
-  // files stay as they were).
-  const bool overload = any_reports_overload(results);
+  const OptionalColumns columns = columns_of(results);
   std::fputs(
       "variant,overrides,completed,rejected,aborted,requests_per_s,output_tokens_per_s,"
       "ttft_p50_ms,ttft_p99_ms,tpot_p50_ms,tpot_p99_ms,e2e_p50_ms,goodput_requests_per_s,"
       "slo_attainment,preemptions,recomputed_tokens,prefix_hit_rate,prompt_hit_rate,kv_usage_mean,"
       "kv_usage_max",
       f);
-  std::fputs(overload ? ",shed,capped\n" : "\n", f);
+  std::fputs((columns.csv_header() + "\n").c_str(), f);
   for (const VariantResult& r : results) {
     std::string overrides;
     for (const std::string& o : r.variant.overrides)
@@ -152,34 +149,39 @@ std::vector<VariantResult> run_compare(const ExperimentSource& source,
         s.requests_per_s, s.output_tokens_per_s, s.ttft_ms.p50, s.ttft_ms.p99, s.tpot_ms.p50,
         s.tpot_ms.p99, s.e2e_ms.p50, s.goodput_requests_per_s, s.slo_attainment, s.preemptions,
         s.recomputed_tokens, s.prefix_hit_rate, s.prompt_hit_rate, s.kv_usage_mean, s.kv_usage_max);
-    if (overload) std::fprintf(f, ",%" PRId64 ",%" PRId64, s.shed, s.capped);
-    std::fputs("\n", f);
+    std::fputs((columns.csv_row(s) + "\n").c_str(), f);
   }
   if (std::fclose(f) != 0) throw_io_error(csv, "writing", errno);
-  stage.commit_entries();
+  std::string classes;
+  for (const VariantResult& r : results) classes += classes_csv_rows(r.variant.name, r.run.summary);
+  if (!classes.empty()) {
+    write_file_atomically(stage.temp_path() + "/" + kGroupClassesFile,
+                          classes_csv_header("variant") + classes);
+  }
+  commit_group(stage);
   for (VariantResult& r : results) r.run.out_dir = out_dir + "/" + r.variant.name;
   return results;
 }
 
 void print_compare_table(std::FILE* out, const std::vector<VariantResult>& results) {
-  const bool overload = any_reports_overload(results);
+  const OptionalColumns columns = columns_of(results);
   // The variant column: as wide as the longest name, at least 16.
   int w = 16;
   for (const VariantResult& r : results) w = std::max(w, static_cast<int>(r.variant.name.size()));
   std::fprintf(out, "%-*s %9s %9s %9s %9s %9s %9s %9s %7s %7s %7s", w, "variant", "req/s",
                "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99", "goodput", "preempt", "cache %",
                "KV %", "done");
-  std::fputs(overload ? "    shed  capped\n" : "\n", out);
-  std::fprintf(out, "%-*s %9s %9s %9s %9s %9s %9s %9s %7s %7s %7s\n", w, "", "", "(ms)", "(ms)",
+  std::fputs((columns.table_header(0) + "\n").c_str(), out);
+  std::fprintf(out, "%-*s %9s %9s %9s %9s %9s %9s %9s %7s %7s %7s", w, "", "", "(ms)", "(ms)",
                "(ms)", "(ms)", "(req/s)", "", "prompt", "mean", "");
+  std::fputs((columns.table_header(1) + "\n").c_str(), out);
   for (const VariantResult& r : results) {
     const RunSummary& s = r.run.summary;
     std::fprintf(out, "%-*s %9.2f %9.1f %9.1f %9.2f %9.2f %9.2f %9" PRId64 " %7.1f %7.1f %7" PRId64,
                  w, r.variant.name.c_str(), s.requests_per_s, s.ttft_ms.p50, s.ttft_ms.p99,
                  s.tpot_ms.p50, s.tpot_ms.p99, s.goodput_requests_per_s, s.preemptions,
                  100.0 * s.prompt_hit_rate, 100.0 * s.kv_usage_mean, s.completed);
-    if (overload) std::fprintf(out, " %7" PRId64 " %7" PRId64, s.shed, s.capped);
-    std::fputs("\n", out);
+    std::fputs((columns.table_row(s) + "\n").c_str(), out);
   }
   // Request classes (a mix workload): each variant's classes, a row each (their full metrics
   // are in each run's summary.json `classes`).
@@ -192,14 +194,15 @@ void print_compare_table(std::FILE* out, const std::vector<VariantResult>& resul
     }
   }
   if (!classes) return;
-  std::fprintf(out, "\n%-*s %-*s %9s %9s %9s %9s %9s %9s %7s\n", w, "by class", cw, "class",
-               "req/s", "TTFT p50", "TTFT p99", "TPOT p50", "E2E p99", "goodput", "SLO %");
+  std::fprintf(out, "\n%-*s %-*s %9s %9s %9s %9s %9s %9s %9s %7s\n", w, "by class", cw, "class",
+               "req/s", "TTFT p50", "TTFT p99", "TPOT p50", "ITL p99", "E2E p99", "goodput",
+               "SLO %");
   for (const VariantResult& r : results) {
     for (const ClassSummary& c : r.run.summary.classes) {
-      std::fprintf(out, "%-*s %-*s %9.2f %9.1f %9.1f %9.2f %9.1f %9.2f %7.1f\n", w,
+      std::fprintf(out, "%-*s %-*s %9.2f %9.1f %9.1f %9.2f %9.2f %9.1f %9.2f %7.1f\n", w,
                    r.variant.name.c_str(), cw, c.name.c_str(), c.requests_per_s, c.ttft_ms.p50,
-                   c.ttft_ms.p99, c.tpot_ms.p50, c.e2e_ms.p99, c.goodput_requests_per_s,
-                   100.0 * c.slo_attainment);
+                   c.ttft_ms.p99, c.tpot_ms.p50, c.itl_ms.p99, c.e2e_ms.p99,
+                   c.goodput_requests_per_s, 100.0 * c.slo_attainment);
     }
   }
 }

@@ -7,17 +7,18 @@
 #include <cctype>
 #include <cerrno>
 #include <cinttypes>
-#include <cstdarg>
 #include <exception>
 #include <filesystem>
 #include <mutex>
 #include <stdexcept>
 #include <thread>
 
+#include "core/strings.h"
 #include "serving/cli.h"
 #include "serving/config_node.h"
 #include "serving/output_file.h"
 #include "serving/run_folder.h"
+#include "sim/class_table.h"
 #include "sim/compare.h"
 #include "sim/plot.h"
 #include "sim/sweep_mpi.h"
@@ -40,7 +41,9 @@ bool is_key_path(const std::string& key) {
   char prev = 0;
   for (char c : key) {
     if (c == '.' && prev == '.') return false;
-    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.')) {
+    // '[' and ']': list indices, as --set takes them (`cluster.pools[0].count`); the override
+    // checks their form when the point loads, naming the sweep key.
+    if (!(is_name_char(c) || c == '[' || c == ']')) {
       return false;
     }
     prev = c;
@@ -78,21 +81,6 @@ std::string csv_field(const std::string& text) {
     }
   }
   return out;
-}
-
-// printf into a std::string.
-[[gnu::format(printf, 1, 2)]] std::string format_text(const char* format, ...) {
-  std::va_list args;
-  va_start(args, format);
-  std::va_list copy;
-  va_copy(copy, args);
-  const int n = std::vsnprintf(nullptr, 0, format, copy);
-  va_end(copy);
-  std::string text(static_cast<std::size_t>(std::max(n, 0)) + 1, '\0');
-  std::vsnprintf(text.data(), text.size(), format, args);
-  va_end(args);
-  text.pop_back();
-  return text;
 }
 
 void write_binary_file(const std::string& path, const std::string& bytes) {
@@ -231,7 +219,8 @@ SweepPlan plan_sweep(const ExperimentSource& source, const std::vector<std::stri
         load_variant(source, base_overrides, p.overrides, "sweep point " + p.name, p.locations));
     RunSummary flags;
     fill_overload_flag(plan.configs.back(), flags);
-    plan.reports_overload = plan.reports_overload || flags.report_overload;
+    flags.gpus = plan.configs.back().num_gpus();
+    plan.columns.add(flags);
   }
   if (out_dir.empty()) out_dir = "out/" + plan.configs.front().name + "-sweep";
   plan.out_dir = std::move(out_dir);
@@ -301,19 +290,31 @@ void rethrow_first_sweep_error(const SweepPlan& plan,
 
 namespace {
 
-// Whether a point chose an admission or length_cap plugin (RunSummary::report_overload).
-bool sweep_reports_overload(const std::vector<SweepResult>& results) {
-  for (const SweepResult& r : results) {
-    if (r.run.summary.report_overload) return true;
-  }
-  return false;
+// A sweep table's first columns: the point's name and one column per sweep key.
+std::string lead_header(const std::vector<SweepAxis>& axes) {
+  std::string line = "point";
+  for (const SweepAxis& a : axes) line.append(",").append(a.key);
+  return line;
+}
+
+std::string lead_values(const SweepPoint& point) {
+  std::string line = point.name;
+  for (const std::string& v : point.values) line.append(",").append(csv_field(v));
+  return line;
 }
 
 }  // namespace
 
-std::string sweep_csv_header(const std::vector<SweepAxis>& axes, bool overload) {
-  std::string line = "point";
-  for (const SweepAxis& a : axes) line.append(",").append(a.key);
+std::string sweep_classes_header(const std::vector<SweepAxis>& axes) {
+  return classes_csv_header(lead_header(axes));
+}
+
+std::string sweep_classes_rows(const SweepPoint& point, const RunSummary& summary) {
+  return classes_csv_rows(lead_values(point), summary);
+}
+
+std::string sweep_csv_header(const std::vector<SweepAxis>& axes, const OptionalColumns& columns) {
+  std::string line = lead_header(axes);
   line +=
       ",completed,rejected,aborted,duration_s,requests_per_s,input_tokens_per_s,"
       "output_tokens_per_s,ttft_mean_ms,ttft_p50_ms,ttft_p90_ms,ttft_p99_ms,tpot_mean_ms,"
@@ -322,13 +323,13 @@ std::string sweep_csv_header(const std::vector<SweepAxis>& axes, bool overload) 
       "prompt_hit_rate,kv_usage_mean,kv_usage_max,batch_seqs_mean,slot_efficiency,"
       "internal_fragmentation_mean,unused_slots_mean,step_ms_mean,allocations_per_s,"
       "evictions_per_s";
-  line += overload ? ",shed,capped\n" : "\n";
+  line += columns.csv_header() + "\n";
   return line;
 }
 
-std::string sweep_csv_row(const SweepPoint& point, const RunSummary& s, bool overload) {
-  std::string line = point.name;
-  for (const std::string& v : point.values) line.append(",").append(csv_field(v));
+std::string sweep_csv_row(const SweepPoint& point, const RunSummary& s,
+                          const OptionalColumns& columns) {
+  std::string line = lead_values(point);
   line += format_text(
       ",%" PRId64 ",%" PRId64 ",%" PRId64
       ",%.6f,%.6f,%.3f,%.3f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%."
@@ -340,8 +341,7 @@ std::string sweep_csv_row(const SweepPoint& point, const RunSummary& s, bool ove
       s.recomputed_tokens, s.prefix_hit_rate, s.prompt_hit_rate, s.kv_usage_mean, s.kv_usage_max,
       s.batch_seqs_mean, s.slot_efficiency, s.kv_internal_fragmentation_mean,
       s.kv_unused_slots_mean, s.step_ms_mean, s.allocations_per_s, s.evictions_per_s);
-  if (overload) line += format_text(",%" PRId64 ",%" PRId64, s.shed, s.capped);
-  line += "\n";
+  line += columns.csv_row(s) + "\n";
   return line;
 }
 
@@ -351,20 +351,21 @@ int sweep_name_width(const std::vector<SweepPoint>& points) {
   return static_cast<int>(width);
 }
 
-std::string sweep_table_header(bool overload, int width) {
+std::string sweep_table_header(const OptionalColumns& columns, int width) {
   return format_text("%-*s %9s %9s %9s %9s %9s %9s %9s", width, "point", "req/s", "TTFT p50",
                      "TTFT p99", "TPOT p50", "TPOT p99", "goodput", "preempt") +
-         (overload ? "    shed  capped\n" : "\n") +
-         format_text("%-*s %9s %9s %9s %9s %9s %9s %9s\n", width, "", "", "(ms)", "(ms)", "(ms)",
-                     "(ms)", "(req/s)", "");
+         columns.table_header(0) + "\n" +
+         format_text("%-*s %9s %9s %9s %9s %9s %9s %9s", width, "", "", "(ms)", "(ms)", "(ms)",
+                     "(ms)", "(req/s)", "") +
+         columns.table_header(1) + "\n";
 }
 
-std::string sweep_table_row(const SweepPoint& point, const RunSummary& s, bool overload,
-                            int width) {
+std::string sweep_table_row(const SweepPoint& point, const RunSummary& s,
+                            const OptionalColumns& columns, int width) {
   return format_text("%-*s %9.2f %9.1f %9.1f %9.2f %9.2f %9.2f %9" PRId64, width,
                      point.name.c_str(), s.requests_per_s, s.ttft_ms.p50, s.ttft_ms.p99,
                      s.tpot_ms.p50, s.tpot_ms.p99, s.goodput_requests_per_s, s.preemptions) +
-         (overload ? format_text(" %7" PRId64 " %7" PRId64 "\n", s.shed, s.capped) : "\n");
+         columns.table_row(s) + "\n";
 }
 
 std::vector<SweepResult> run_sweep(const ExperimentSource& source,
@@ -383,24 +384,33 @@ std::vector<SweepResult> run_sweep(const ExperimentSource& source,
   run_sweep_points(plan, all, stage.temp_path(), jobs, progress, before_step, results, errors);
   rethrow_first_sweep_error(plan, errors);
 
-  std::string csv = sweep_csv_header(plan.axes, plan.reports_overload);
+  std::string csv = sweep_csv_header(plan.axes, plan.columns);
   for (const SweepResult& r : results) {
-    csv += sweep_csv_row(r.point, r.run.summary, plan.reports_overload);
+    csv += sweep_csv_row(r.point, r.run.summary, plan.columns);
   }
   write_binary_file(stage.temp_path() + "/sweep.csv", csv);
-  stage.commit_entries();
+  std::string classes;
+  for (const SweepResult& r : results) classes += sweep_classes_rows(r.point, r.run.summary);
+  if (!classes.empty()) {
+    write_binary_file(stage.temp_path() + "/" + kGroupClassesFile,
+                      sweep_classes_header(plan.axes) + classes);
+  }
+  commit_group(stage);
   for (SweepResult& r : results) r.run.out_dir = plan.out_dir + "/" + r.point.name;
   return results;
 }
 
 std::string sweep_table(const std::vector<SweepResult>& results) {
-  const bool overload = sweep_reports_overload(results);
+  OptionalColumns columns;
   std::vector<SweepPoint> points;
-  for (const SweepResult& r : results) points.push_back(r.point);
-  const int width = sweep_name_width(points);
-  std::string table = sweep_table_header(overload, width);
   for (const SweepResult& r : results) {
-    table += sweep_table_row(r.point, r.run.summary, overload, width);
+    columns.add(r.run.summary);
+    points.push_back(r.point);
+  }
+  const int width = sweep_name_width(points);
+  std::string table = sweep_table_header(columns, width);
+  for (const SweepResult& r : results) {
+    table += sweep_table_row(r.point, r.run.summary, columns, width);
   }
   return table;
 }

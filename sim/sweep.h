@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "serving/cli.h"
+#include "sim/optional_columns.h"
 #include "sim/run.h"
 #include "sim/variant_loader.h"
 
@@ -67,9 +68,10 @@ struct SweepPlan {
   std::vector<SweepPoint> points;
   std::vector<ExperimentConfig> configs;  // one per point
   std::string out_dir;                    // OUT, the default filled in
-  // A point chose an admission or length_cap plugin: sweep.csv and the table then end with the
-  // shed and capped counts (other sweeps' files stay as they were).
-  bool reports_overload = false;
+  // The columns sweep.csv and the table add (sim/optional_columns.h), chosen from the points'
+  // configurations before any runs (a point of several GPUs; a point with an admission or
+  // length_cap plugin).
+  OptionalColumns columns;
 };
 // Validates every value and every point (workloads included) and fills in OUT; touches no file.
 // Throws ConfigError naming the sweep key or the point.
@@ -89,15 +91,20 @@ void run_sweep_points(const SweepPlan& plan, const std::vector<std::size_t>& ind
 void rethrow_first_sweep_error(const SweepPlan& plan,
                                const std::vector<std::exception_ptr>& errors);
 // OUT/sweep.csv is the header and one row per point in grid order; each ends with a newline.
-// `overload`: SweepPlan::reports_overload (the shed and capped columns).
-std::string sweep_csv_header(const std::vector<SweepAxis>& axes, bool overload);
-std::string sweep_csv_row(const SweepPoint& point, const RunSummary& summary, bool overload);
+// `columns`: SweepPlan::columns.
+std::string sweep_csv_header(const std::vector<SweepAxis>& axes, const OptionalColumns& columns);
+std::string sweep_csv_row(const SweepPoint& point, const RunSummary& summary,
+                          const OptionalColumns& columns);
+// OUT/classes.csv (sim/class_table.h), when some point has request classes: the header (the
+// point, one column per sweep key, then the class's) and a point's rows (none without classes).
+std::string sweep_classes_header(const std::vector<SweepAxis>& axes);
+std::string sweep_classes_rows(const SweepPoint& point, const RunSummary& summary);
 // The table `sim sweep` prints: two header lines, then one line per point, its name padded to
 // `width` (sweep_name_width: the longest point name, at least 32).
 int sweep_name_width(const std::vector<SweepPoint>& points);
-std::string sweep_table_header(bool overload, int width);
-std::string sweep_table_row(const SweepPoint& point, const RunSummary& summary, bool overload,
-                            int width);
+std::string sweep_table_header(const OptionalColumns& columns, int width);
+std::string sweep_table_row(const SweepPoint& point, const RunSummary& summary,
+                            const OptionalColumns& columns, int width);
 
 // Runs every point of `source`'s sweep (with `base_overrides` applied first) on `jobs` workers
 // (>= 1) and writes OUT/<point>/ and OUT/sweep.csv (OUT defaults to out/<name>-sweep).

@@ -22,6 +22,7 @@
 #include "serving/home.h"
 #include "serving/interrupt.h"
 #include "serving/output_file.h"
+#include "serving/run_folder.h"
 #include "sim/message_passing.h"
 #include "sim/sweep.h"
 
@@ -184,6 +185,11 @@ std::vector<fs::path> files_under(const fs::path& root) {
   return files;
 }
 
+// A point's lines of sweep.csv, the printed table and classes.csv (sim/class_table.h).
+struct PointRows {
+  std::string csv, table, classes;
+};
+
 void send_points(MessagePassing& mp, const SweepPlan& plan, const std::vector<std::size_t>& mine,
                  const std::vector<SweepResult>& results, const std::string& dir) {
   const int width = sweep_name_width(plan.points);
@@ -193,10 +199,11 @@ void send_points(MessagePassing& mp, const SweepPlan& plan, const std::vector<st
     std::string head = "P";
     head.append(std::to_string(i))
         .append("\n")
-        .append(sweep_csv_row(p, results[i].run.summary, plan.reports_overload));
+        .append(sweep_csv_row(p, results[i].run.summary, plan.columns));
     head.push_back('\0');
-    mp.send(0,
-            head.append(sweep_table_row(p, results[i].run.summary, plan.reports_overload, width)));
+    head.append(sweep_table_row(p, results[i].run.summary, plan.columns, width));
+    head.push_back('\0');
+    mp.send(0, head.append(sweep_classes_rows(p, results[i].run.summary)));
     const fs::path root = fs::path(dir) / p.name;
     for (const fs::path& rel : files_under(root)) {
       const std::string path = (root / rel).string();
@@ -220,11 +227,10 @@ void send_points(MessagePassing& mp, const SweepPlan& plan, const std::vector<st
 }
 
 // Rank 0's side: writes rank `from`'s points into DIR (the staging folder) and their rows into
-// csv_rows / table_rows. After a failure (its own or `from`'s 'X') it reads the rest of the
+// `rows`. After a failure (its own or `from`'s 'X') it reads the rest of the
 // stream without writing, so the sender never blocks; returns that failure.
 std::optional<Failure> receive_points(MessagePassing& mp, int from, const SweepPlan& plan,
-                                      const std::string& dir, std::vector<std::string>& csv_rows,
-                                      std::vector<std::string>& table_rows) {
+                                      const std::string& dir, std::vector<PointRows>& rows) {
   std::optional<Failure> failed;
   std::FILE* file = nullptr;
   std::string path;
@@ -247,7 +253,8 @@ std::optional<Failure> receive_points(MessagePassing& mp, int from, const SweepP
       switch (type) {
         case 'P': {
           const std::size_t nl = body.find('\n'), nul = body.find('\0');
-          if (nl == std::string_view::npos || nul == std::string_view::npos || nul < nl) {
+          const std::size_t nul2 = nul == std::string_view::npos ? nul : body.find('\0', nul + 1);
+          if (nl == std::string_view::npos || nul2 == std::string_view::npos || nul < nl) {
             throw std::runtime_error("a malformed point message from rank " + std::to_string(from));
           }
           point = std::stoul(std::string(body.substr(0, nl)));
@@ -256,8 +263,9 @@ std::optional<Failure> receive_points(MessagePassing& mp, int from, const SweepP
             throw std::runtime_error("rank " + std::to_string(from) + " sent point " +
                                      std::to_string(point) + ", not one of its own");
           }
-          csv_rows[point] = std::string(body.substr(nl + 1, nul - nl - 1));
-          table_rows[point] = std::string(body.substr(nul + 1));
+          rows[point].csv = std::string(body.substr(nl + 1, nul - nl - 1));
+          rows[point].table = std::string(body.substr(nul + 1, nul2 - nul - 1));
+          rows[point].classes = std::string(body.substr(nul2 + 1));
           break;
         }
         case 'F': {
@@ -348,16 +356,17 @@ int sweep_mpi_command(const std::vector<std::string>& args) {
 
   const int width = sweep_name_width(plan.points);
   // Phase 3: the other ranks' rows and run folders travel to rank 0.
-  std::vector<std::string> csv_rows(plan.points.size()), table_rows(plan.points.size());
+  std::vector<PointRows> rows(plan.points.size());
   if (rank == 0) {
     for (const std::size_t i : mine) {
-      csv_rows[i] = sweep_csv_row(plan.points[i], results[i].run.summary, plan.reports_overload);
-      table_rows[i] = sweep_table_row(plan.points[i], results[i].run.summary, plan.reports_overload,
+      rows[i].csv = sweep_csv_row(plan.points[i], results[i].run.summary, plan.columns);
+      rows[i].classes = sweep_classes_rows(plan.points[i], results[i].run.summary);
+      rows[i].table = sweep_table_row(plan.points[i], results[i].run.summary, plan.columns,
                                       sweep_name_width(plan.points));
     }
     failed.reset();
     for (int from = 1; from < static_cast<int>(ranks); ++from) {
-      std::optional<Failure> f = receive_points(*mp, from, plan, dir, csv_rows, table_rows);
+      std::optional<Failure> f = receive_points(*mp, from, plan, dir, rows);
       if (f && !failed) failed = std::move(f);
     }
   } else {
@@ -371,12 +380,20 @@ int sweep_mpi_command(const std::vector<std::string>& args) {
   failed.reset();
   if (rank == 0) {
     failed = attempt([&] {
-      std::string csv = sweep_csv_header(plan.axes, plan.reports_overload);
-      for (const std::string& row : csv_rows) csv += row;
+      std::string csv = sweep_csv_header(plan.axes, plan.columns);
+      std::string classes;
+      for (const PointRows& row : rows) {
+        csv += row.csv;
+        classes += row.classes;
+      }
       write_file_atomically(dir + "/sweep.csv", csv);
-      stage->commit_entries();
-      std::string table = sweep_table_header(plan.reports_overload, width);
-      for (const std::string& row : table_rows) table += row;
+      if (!classes.empty()) {
+        write_file_atomically(dir + "/" + kGroupClassesFile,
+                              sweep_classes_header(plan.axes) + classes);
+      }
+      commit_group(*stage);
+      std::string table = sweep_table_header(plan.columns, width);
+      for (const PointRows& row : rows) table += row.table;
       const std::string out =
           fs::path(plan.out_dir + "/" + plan.points.front().name).parent_path().string();
       code = report_sweep(a, out, table, plan.points.size());

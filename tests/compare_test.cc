@@ -5,9 +5,11 @@
 
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "serving/config_node.h"
+#include "sim/optional_columns.h"
 #include "tests/test_util.h"
 
 namespace servelab {
@@ -131,6 +133,70 @@ TEST(Compare, TableColumnsFitTheLongestVariantName) {
   EXPECT_EQ(rows[2].find(" 0.00 "), req_end - 5);
   EXPECT_EQ(rows[3].find(" 12.50 "), req_end - 6);
   EXPECT_EQ(rows[3].rfind("a-variant-name-of-thirty-chars", 0), 0u);
+}
+
+// The optional columns: none for runs on one GPU without overload control; GPUs and goodput per
+// GPU as soon as one run has several, each row filled (a run of unknown GPUs counts one), and
+// the table's header ends where its rows do.
+TEST(Compare, OptionalColumnsAppearWhenARunNeedsThem) {
+  RunSummary one, four, shed;
+  one.gpus = 1;
+  one.goodput_requests_per_s = 3;
+  four.gpus = 4;
+  four.goodput_requests_per_s = 10;
+  shed.report_overload = true;
+  shed.shed = 7;
+  OptionalColumns columns;
+  columns.add(one);
+  EXPECT_EQ(columns.csv_header(), "");
+  EXPECT_EQ(columns.csv_row(one), "");
+  EXPECT_EQ(columns.table_header(0), "");
+  columns.add(four);
+  EXPECT_EQ(columns.csv_header(), ",gpus,goodput_per_gpu");
+  EXPECT_EQ(columns.csv_row(four), ",4,2.500000");
+  EXPECT_EQ(columns.csv_row(one), ",1,3.000000");
+  RunSummary unknown;  // `sim bench`: gpus 0
+  unknown.goodput_requests_per_s = 2;
+  EXPECT_EQ(columns.csv_row(unknown), ",1,2.000000");
+  columns.add(shed);
+  EXPECT_EQ(columns.csv_header(), ",gpus,goodput_per_gpu,shed,capped");
+  EXPECT_EQ(columns.csv_row(shed), ",1,0.000000,7,0");
+  for (const RunSummary& s : {one, four, shed}) {
+    EXPECT_EQ(columns.table_row(s).size(), columns.table_header(0).size());
+  }
+  EXPECT_EQ(columns.table_header(0), "  GPUs   goodput    shed  capped");
+  EXPECT_EQ(columns.table_row(four), "     4     2.500       0       0");
+  EXPECT_EQ(columns.table_header(1), std::string(12, ' ') + "/GPU");  // under `goodput`
+}
+
+// A comparison of cluster sizes: compare.csv's gpus are every pool's replicas x GPUs, and its
+// goodput per GPU divides the variant's goodput by them.
+TEST(Compare, ClusterVariantsReportTheirGpus) {
+  const fs::path dir = temp_dir("gpus");
+  const std::string base = kExperiment;
+  test_util::write_file(dir / "e.yaml", base.substr(0, base.find("compare:")) + R"(compare:
+  - name: one
+    set: {}
+  - name: three
+    set: {cluster.pools: [{name: a, count: 3}]}
+)");
+  const test_util::Cli cli = test_util::run_sim(
+      "compare " + (dir / "e.yaml").string() + " --out " + (dir / "out").string(), dir);
+  ASSERT_EQ(cli.code, 0) << cli.err;
+  const auto rows = test_util::read_csv(dir / "out" / "compare.csv");
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0].at("gpus"), "1");
+  EXPECT_EQ(rows[1].at("gpus"), "3");
+  EXPECT_NEAR(std::stod(rows[1].at("goodput_per_gpu")),
+              std::stod(rows[1].at("goodput_requests_per_s")) / 3, 1e-6);
+  const nlohmann::json summary =
+      nlohmann::json::parse(read_file(dir / "out" / "three" / "summary.json"));
+  EXPECT_EQ(summary["run"]["gpus"], 3);
+  EXPECT_EQ(summary["cluster"]["gpus"], 3);
+  EXPECT_NEAR(summary["goodput"]["requests_per_s_per_gpu"].get<double>(),
+              summary["goodput"]["requests_per_s"].get<double>() / 3, 1e-12);
+  EXPECT_NE(cli.out.find("GPUs"), std::string::npos) << cli.out;
+  fs::remove_all(dir);
 }
 
 }  // namespace

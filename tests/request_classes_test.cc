@@ -201,16 +201,28 @@ TEST(RequestClasses, SummarySplitsEveryRequestMetricByClass) {
   ASSERT_EQ(rows.size(), static_cast<std::size_t>(s.num_requests));
   std::map<std::string, std::vector<double>> ttft;
   std::map<std::string, int> good;
+  // A request's token gaps add up to its time from first token to finish: per class, the ITL
+  // count and mean sum that over the class's rows (every gap went to its own request's class).
+  std::map<std::string, double> gaps_ms, gaps;
   for (const auto& r : rows) {
     ASSERT_TRUE(r.at("class") == "chat" || r.at("class") == "flood") << r.at("class");
     if (r.at("status") != "finished") continue;
     const double t = std::stod(r.at("ttft_ms")), e2e = std::stod(r.at("e2e_ms"));
     ttft[r.at("class")].push_back(t);
+    gaps_ms[r.at("class")] += e2e - t;
+    gaps[r.at("class")] += std::stod(r.at("output_tokens")) - 1;
     const bool ok = r.at("class") == "chat" ? t <= 1000 : t <= 600000 && e2e <= 900000;
     good[r.at("class")] += ok ? 1 : 0;
   }
+  EXPECT_EQ(s.classes[0].itl_ms.count + s.classes[1].itl_ms.count, s.itl_ms.count);
+  EXPECT_EQ(std::max(s.classes[0].itl_ms.max, s.classes[1].itl_ms.max), s.itl_ms.max);
+  EXPECT_GT(s.classes[0].itl_ms.count, 0);
   for (std::size_t k = 0; k < 2; ++k) {
     const ClassSummary& cs = s.classes[k];
+    EXPECT_EQ(static_cast<double>(cs.itl_ms.count), gaps[cs.name]) << cs.name;
+    EXPECT_NEAR(cs.itl_ms.mean * static_cast<double>(cs.itl_ms.count), gaps_ms[cs.name],
+                1e-3 * static_cast<double>(cs.completed))
+        << cs.name;  // requests.csv's milliseconds have 3 decimals
     std::vector<double> v = ttft[cs.name];
     EXPECT_DOUBLE_EQ(summarize(v).p50, cs.ttft_ms.p50) << cs.name;
     EXPECT_NEAR(cs.slo_attainment, good[cs.name] / static_cast<double>(cs.completed), 1e-12)
@@ -222,6 +234,7 @@ TEST(RequestClasses, SummarySplitsEveryRequestMetricByClass) {
   ASSERT_TRUE(j.contains("classes"));
   EXPECT_EQ(j["classes"]["flood"]["requests"]["total"], 1200);
   EXPECT_DOUBLE_EQ(j["classes"]["chat"]["ttft_ms"]["p99"].get<double>(), s.classes[0].ttft_ms.p99);
+  EXPECT_DOUBLE_EQ(j["classes"]["flood"]["itl_ms"]["p99"].get<double>(), s.classes[1].itl_ms.p99);
   EXPECT_DOUBLE_EQ(j["classes"]["chat"]["goodput"]["slo_attainment"].get<double>(),
                    s.classes[0].slo_attainment);
   const std::string config_yaml = read_file(dir / "run" / "config.yaml");
@@ -344,7 +357,9 @@ TEST(RequestClasses, SimRunPrintsAClassTable) {
   const Cli cli =
       run_sim("run " + (dir / "classes.yaml").string() + " --out " + (dir / "out").string(), dir);
   ASSERT_EQ(cli.code, 0) << cli.err;
-  EXPECT_NE(cli.out.find("class completed   TTFT p50"), std::string::npos) << cli.out;
+  EXPECT_NE(cli.out.find("class completed   TTFT p50   TTFT p99   TPOT p50    ITL p99"),
+            std::string::npos)
+      << cli.out;
   EXPECT_NE(cli.out.find("\n  chat "), std::string::npos) << cli.out;
   EXPECT_NE(cli.out.find("\n  flood "), std::string::npos) << cli.out;
 }

@@ -550,6 +550,10 @@ TEST(EngineServe, SimBenchAgainstTheServerWritesARunFolderSimValidateReads) {
   const json summary = json::parse(read_file(dir / "bench" / "summary.json"));
   EXPECT_EQ(summary["run"]["backend"], "bench");
   EXPECT_EQ(summary["requests"]["completed"], 20);
+  // The client does not know the server's GPUs: no count, no goodput per GPU.
+  EXPECT_FALSE(summary["run"].contains("gpus"));
+  EXPECT_FALSE(summary["goodput"].contains("requests_per_s_per_gpu"));
+  EXPECT_EQ(json::parse(read_file(dir / "sim" / "summary.json"))["run"]["gpus"], 1);
   // The server saw exactly what the client sent; shared prefixes hit its prefix cache.
   const std::string m = scrape(server);
   EXPECT_EQ(metric(m, "vllm:prompt_tokens_total" + kLabels), prompt_total);

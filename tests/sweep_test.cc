@@ -66,6 +66,44 @@ TEST(Sweep, RunsEveryPointAndIsIndependentOfWorkers) {
   }
   // A higher rate gives a higher throughput.
   EXPECT_GT(std::stod(rows[2].at("requests_per_s")), std::stod(rows[0].at("requests_per_s")));
+  // One GPU at every point: no columns of GPUs.
+  EXPECT_EQ(rows[0].count("gpus"), 0u);
+  EXPECT_EQ(one.out.find("GPUs"), std::string::npos) << one.out;
+}
+
+// Points of different sizes: sweep.csv and the table add the GPUs and the goodput each buys
+// (goodput / GPUs), and every point's summary.json states them.
+TEST(Sweep, PointsOfSeveralGpusReportGoodputPerGpu) {
+  const fs::path dir = temp_dir("sweep_gpus");
+  std::string text = kExperiment;
+  text.replace(text.find("  policies.batch: [vllm, sarathi]"), 33, "  parallel.tensor: [1, 2]");
+  text.replace(text.find("[4, 16]"), 7, "[16]");
+  write_file(dir / "exp.yaml", text + "slo: {ttft_ms: 400}\n");
+  const Cli cli = run_sim(
+      "sweep " + (dir / "exp.yaml").string() + " --no-plot --jobs 2 --out " + (dir / "s").string(),
+      dir);
+  ASSERT_EQ(cli.code, 0) << cli.err;
+  const auto rows = read_csv(dir / "s" / "sweep.csv");
+  ASSERT_EQ(rows.size(), 2u);
+  double per_gpu[2];
+  for (int i = 0; i < 2; ++i) {
+    const auto& r = rows[i];
+    EXPECT_EQ(r.at("gpus"), std::to_string(i + 1));
+    const double goodput = std::stod(r.at("goodput_requests_per_s"));
+    per_gpu[i] = std::stod(r.at("goodput_per_gpu"));
+    EXPECT_NEAR(per_gpu[i], goodput / (i + 1), 1e-6);
+    const std::string summary = read_file(dir / "s" / r.at("point") / "summary.json");
+    EXPECT_NE(summary.find("\"gpus\": " + std::to_string(i + 1)), std::string::npos) << summary;
+    EXPECT_NE(summary.find("\"requests_per_s_per_gpu\""), std::string::npos) << summary;
+  }
+  // A second GPU raises goodput here, but not twofold: each GPU buys less.
+  EXPECT_GT(2 * per_gpu[1], per_gpu[0]);
+  EXPECT_LT(per_gpu[1], per_gpu[0]);
+  // The table: both columns, with the per-GPU figure to three decimals.
+  EXPECT_NE(cli.out.find("GPUs"), std::string::npos) << cli.out;
+  char expected[32];
+  std::snprintf(expected, sizeof expected, " %5d %9.3f", 2, per_gpu[1]);
+  EXPECT_NE(cli.out.find(expected), std::string::npos) << expected << "\n" << cli.out;
 }
 
 TEST(Sweep, MalformedSectionIsExitTwoNamingLineAndKey) {
@@ -101,6 +139,38 @@ TEST(Sweep, MalformedSectionIsExitTwoNamingLineAndKey) {
   EXPECT_NE(none.err.find("sweep"), std::string::npos) << none.err;
 
   EXPECT_EQ(run_sim("sweep " + (dir / "none.yaml").string() + " --jobs 0", dir).code, 2);
+
+  // A list index as --set takes it; a malformed one names the sweep key's line.
+  text = kExperiment;
+  text.replace(text.find("policies.batch: [vllm, sarathi]"), 31, "cluster.pools[x].count: [1, 2]");
+  write_file(dir / "index.yaml", text);
+  const Cli index = run_sim("sweep " + (dir / "index.yaml").string() + " --no-plot", dir);
+  EXPECT_EQ(index.code, 2);
+  EXPECT_NE(index.err.find("index.yaml:14"), std::string::npos) << index.err;
+  EXPECT_NE(index.err.find("malformed list index"), std::string::npos) << index.err;
+}
+
+// An axis over a list entry (`cluster.pools[0].count`): each point sets that entry, as --set
+// does, and names its folder after the key's last name.
+TEST(Sweep, AxisOverAListEntrySetsThatEntry) {
+  const fs::path dir = temp_dir("sweep_index");
+  std::string text = kExperiment;
+  text.replace(text.find("  policies.batch: [vllm, sarathi]"), 33,
+               "  cluster.pools[0].count: [1, 3]");
+  text.replace(text.find("[4, 16]"), 7, "[16]");
+  write_file(dir / "exp.yaml", text + "cluster:\n  pools: [{name: r, count: 2}]\n");
+  const Cli cli = run_sim("sweep " + (dir / "exp.yaml").string() +
+                              " --no-plot --quiet --jobs 2 --out " + (dir / "s").string(),
+                          dir);
+  ASSERT_EQ(cli.code, 0) << cli.err;
+  const auto rows = read_csv(dir / "s" / "sweep.csv");
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[1].at("point"), "1_rate-16_count-3");
+  EXPECT_EQ(rows[1].at("cluster.pools[0].count"), "3");
+  EXPECT_EQ(rows[0].at("gpus"), "1");
+  EXPECT_EQ(rows[1].at("gpus"), "3");
+  const std::string summary = read_file(dir / "s" / rows[1].at("point") / "summary.json");
+  EXPECT_NE(summary.find("\"replicas\": 3"), std::string::npos) << summary;
 }
 
 // kExperiment with three variants and a sweep over two of them.

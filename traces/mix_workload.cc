@@ -1,9 +1,11 @@
 #include "traces/mix_workload.h"
 
+#include <algorithm>
 #include <set>
 #include <stdexcept>
 
 #include "core/rng.h"
+#include "core/strings.h"
 
 namespace servelab {
 
@@ -11,12 +13,7 @@ namespace {
 
 bool well_formed_class_name(const std::string& s) {
   if (s.empty() || s.size() > 64) return false;
-  for (const char c : s) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                    c == '-' || c == '_' || c == '.';
-    if (!ok) return false;
-  }
-  return true;
+  return std::all_of(s.begin(), s.end(), is_name_char);
 }
 
 }  // namespace

@@ -10,8 +10,9 @@ from .result import Result
 
 
 class GroupResult:
-    """A compare or sweep: ``table`` (compare.csv / sweep.csv as a DataFrame), ``runs``
-    ({run folder name: Result}, in the command's order), ``save(dir)``."""
+    """A compare or sweep: ``table`` (compare.csv / sweep.csv as a DataFrame), ``classes``
+    (classes.csv, or None), ``runs`` ({run folder name: Result}, in the command's order),
+    ``save(dir)``."""
 
     def __init__(self, kind, names, files):
         self.kind = kind  # "compare" or "sweep"
@@ -32,6 +33,15 @@ class GroupResult:
 
         data = dict(self._files)[self._index]
         return pandas.read_csv(io.BytesIO(data))
+
+    @property
+    def classes(self):
+        """classes.csv as a DataFrame (a row per run and request class), or None when no run
+        has request classes."""
+        import pandas
+
+        data = dict(self._files).get("classes.csv")
+        return None if data is None else pandas.read_csv(io.BytesIO(data))
 
     def save(self, dir):
         """Writes the folder the command writes (index file and one run folder per run), with

@@ -553,6 +553,9 @@ def bars(path, kind, out_dir, fmt, written):
         ("goodput (requests/s meeting the SLOs)", [("goodput_requests_per_s", "goodput")]),
         ("preemptions (count)", [("preemptions", "preemptions")]),
     ]
+    # Runs of several GPUs (the table's gpus column): what each GPU buys, beside the goodput.
+    if "goodput_per_gpu" in table[0]:
+        panels[4][1].append(("goodput_per_gpu", "per GPU"))
     group = os.path.basename(os.path.normpath(path))
     fig, axes = plt.subplots(2, 3, figsize=(12, 6.5), constrained_layout=True)
     for ax, (title, series) in zip(axes.flat, panels):
@@ -695,6 +698,8 @@ def sweep_curves(path, out_dir, fmt, written):
         ("throughput (requests/s)", [("requests_per_s", "achieved", "o-"),
                                      ("goodput_requests_per_s", "goodput", "s--")]),
     ]
+    if "goodput_per_gpu" in table[0]:
+        panels[2][1].append(("goodput_per_gpu", "goodput per GPU", "^:"))
     # Up to two lines: each panel's legend names every curve. More: colour is the line, style the
     # series; the panels' legends name the styles and a legend beside them the lines, so that no
     # legend hides the curves.

@@ -134,3 +134,31 @@ def test_sweep_variant_axis_runs_the_compare_variants(monkeypatch):
     with pytest.raises(servelab.ConfigError, match=r"<dict>:\d+:\d+: .*sweep.variant\[0\].*"
                                                    r"static, continuous"):
         servelab.sweep(dict(exp, sweep={"variant": ["dynamic"]}))
+
+
+def test_classes_table_of_a_mix_workload(tmp_path):
+    exp = tmp_path / "mix.yaml"
+    exp.write_text(
+        "name: mix\nmodel: Llama-3-8B\nhardware: H100-SXM\nseed: 4\n"
+        "workload:\n  type: mix\n  parts:\n"
+        "    - {class: chat, workload: {type: synthetic, num_requests: 30, arrival: {process: poisson,"
+        " rate: 5}, prompt_len: {dist: fixed, value: 300}, output_len: {dist: fixed, value: 40}}}\n"
+        "    - {class: batch, workload: {type: synthetic, num_requests: 20, arrival: {process: poisson,"
+        " rate: 5}, prompt_len: {dist: fixed, value: 2000}, output_len: {dist: fixed, value: 200}}}\n"
+        "sweep:\n  workload.parts[1].workload.arrival.rate: [5, 20]\n")
+    swept = servelab.sweep(exp, jobs=2)
+    c = swept.classes
+    assert list(c["class"]) == ["chat", "batch", "chat", "batch"]
+    assert list(c["workload.parts[1].workload.arrival.rate"]) == [5, 5, 20, 20]
+    for _, row in c.iterrows():
+        cls = swept.runs[row["point"]].summary["classes"][row["class"]]
+        assert row["completed"] == cls["requests"]["completed"]
+        assert row["itl_p99_ms"] == pytest.approx(cls["itl_ms"]["p99"], abs=1e-6)
+    # Without classes there is no table, and saving over a folder drops the old one.
+    swept.save(tmp_path / "out")
+    assert (tmp_path / "out" / "classes.csv").exists()
+    plain = servelab.sweep(sweep_experiment(tmp_path), jobs=2)
+    assert plain.classes is None
+    plain.save(tmp_path / "out")
+    assert not (tmp_path / "out" / "classes.csv").exists()
+    assert (tmp_path / "out" / "sweep.csv").exists()
