@@ -1557,5 +1557,95 @@ TEST(Lessons, ParallelPools) {
   EXPECT_NEAR(at["pd-tp4x1-tp2x2"][8]["met"].get<double>(), 4.7, 0.05);
   EXPECT_NEAR(at["pd-tp2x2-tp4x1"][10]["tpot_p50"].get<double>(), 16.0, 0.05);
 }
+
+// docs/lessons/fleet-sizing.md
+TEST(Lessons, FleetSizing) {
+  const fs::path dir = temp_dir("lesson-fleet-sizing");
+  const Cli r = run_sim(
+      "sweep " + kLessons + "fleet-sizing.yaml --quiet --no-plot --out " + (dir / "sweep").string(),
+      dir);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto rows = read_csv(dir / "sweep" / "sweep.csv");
+  ASSERT_EQ(rows.size(), 12u);
+  // The page's table: replicas; met steady, bursty (%); TPOT p50 steady (ms); sequences per
+  // step steady; goodput per GPU steady, bursty.
+  struct Row {
+    int replicas;
+    double met[2], tpot_p50, seqs, per_gpu[2];
+  };
+  const Row table[] = {{5, {2.02, 2.03}, 49.77, 186.4, {0.38, 0.38}},
+                       {6, {87.10, 57.65}, 22.43, 85.2, {14.03, 9.32}},
+                       {7, {99.98, 95.16}, 16.20, 54.7, {13.82, 13.21}},
+                       {8, {100.00, 99.81}, 13.46, 40.5, {12.11, 12.12}},
+                       {10, {100.00, 100.00}, 10.95, 26.8, {9.70, 9.73}},
+                       {12, {100.00, 100.00}, 9.76, 20.0, {8.09, 8.12}}};
+  std::map<std::string, std::map<int, json>> at;  // variant -> replicas -> summary.json
+  for (const auto& row : rows) {
+    const int n = std::stoi(row.at("cluster.pools[0].count"));
+    EXPECT_EQ(row.at("gpus"), row.at("cluster.pools[0].count"));
+    at[row.at("variant")][n] = summary(dir / "sweep" / row.at("point"));
+    EXPECT_NEAR(std::stod(row.at("goodput_per_gpu")),
+                std::stod(row.at("goodput_requests_per_s")) / n, 1e-6);
+  }
+  const char* variants[] = {"poisson", "bursty"};
+  for (const Row& t : table) {
+    SCOPED_TRACE(t.replicas);
+    for (int v = 0; v < 2; ++v) {
+      const json& s = at[variants[v]][t.replicas];
+      EXPECT_NEAR(100 * s["goodput"]["slo_attainment"].get<double>(), t.met[v], 0.005);
+      EXPECT_NEAR(s["goodput"]["requests_per_s_per_gpu"].get<double>(), t.per_gpu[v], 0.005);
+      // Busy at every size: at least 98.7 % of the time.
+      EXPECT_GE(s["cluster"]["pools"][0]["busy_fraction"].get<double>(), 0.987);
+    }
+    const json& s = at["poisson"][t.replicas];
+    EXPECT_NEAR(s["tpot_ms"]["p50"].get<double>(), t.tpot_p50, 0.005);
+    EXPECT_NEAR(s["batch"]["seqs_mean"].get<double>(), t.seqs, 0.05);
+  }
+  // Five replicas: 94.19 req/s of 100, TTFT p50 768.5 ms.
+  EXPECT_NEAR(at["poisson"][5]["throughput"]["requests_per_s"].get<double>(), 94.19, 0.005);
+  EXPECT_NEAR(at["poisson"][5]["ttft_ms"]["p50"].get<double>(), 768.5, 0.05);
+  // Six: every first token within 500 ms, 3,867 of 29,982 too slow (12.9 %), 5.6 s in the
+  // system on average (Little's law: 93 held per replica).
+  const json& six = at["poisson"][6];
+  EXPECT_LE(six["ttft_ms"]["max"].get<double>(), 500);
+  const std::int64_t completed = six["requests"]["completed"].get<std::int64_t>();
+  EXPECT_EQ(completed, 29982);
+  EXPECT_EQ(completed - std::llround(six["goodput"]["slo_attainment"].get<double>() * completed),
+            3867);
+  EXPECT_NEAR(six["e2e_ms"]["mean"].get<double>() / 1000, 5.6, 0.05);
+  EXPECT_NEAR(100 * six["e2e_ms"]["mean"].get<double>() / 1000 / 6, 93, 0.5);
+  // Seven: all but 5 meet the SLO, 1.5 % less goodput per GPU than six; twelve 42 % less.
+  const json& seven = at["poisson"][7];
+  EXPECT_EQ(completed - std::llround(seven["goodput"]["slo_attainment"].get<double>() * completed),
+            5);
+  const double per_gpu_6 = six["goodput"]["requests_per_s_per_gpu"].get<double>();
+  EXPECT_NEAR(100 * (1 - seven["goodput"]["requests_per_s_per_gpu"].get<double>() / per_gpu_6), 1.5,
+              0.05);
+  EXPECT_NEAR(
+      100 * (1 - at["poisson"][12]["goodput"]["requests_per_s_per_gpu"].get<double>() / per_gpu_6),
+      42, 0.5);
+  EXPECT_NEAR(at["poisson"][12]["throughput"]["requests_per_s"].get<double>(), 97, 0.5);
+  // The peak of goodput per GPU is six replicas for steady traffic, seven for bursty; bursty
+  // seven fails on TPOT, not TTFT.
+  for (const char* v : variants) {
+    int best = 0;
+    for (const auto& [n, s] : at[v]) {
+      if (best == 0 || s["goodput"]["requests_per_s_per_gpu"].get<double>() >
+                           at[v][best]["goodput"]["requests_per_s_per_gpu"].get<double>()) {
+        best = n;
+      }
+    }
+    EXPECT_EQ(best, std::string(v) == "poisson" ? 6 : 7) << v;
+  }
+  EXPECT_LT(at["bursty"][7]["ttft_ms"]["p99"].get<double>(), 500);
+  EXPECT_GT(at["bursty"][7]["tpot_ms"]["p99"].get<double>(), 25);
+  // The comparison at seven replicas is the sweep's two points at seven, byte for byte.
+  const fs::path cmp = compare("fleet-sizing.yaml", dir);
+  for (const auto& row : rows) {
+    if (row.at("cluster.pools[0].count") != "7") continue;
+    EXPECT_EQ(read_file(cmp / row.at("variant") / "summary.json"),
+              read_file(dir / "sweep" / row.at("point") / "summary.json"));
+  }
+}
 }  // namespace
 }  // namespace servelab

@@ -14,13 +14,15 @@ events.csv, blocks.csv), a `sim compare` folder (compare.csv), a `sim sweep` fol
                          (needs schedule.csv; events.csv tells preempted from swapped)
   RUN-kv-blocks          which request holds which physical block over time (needs blocks.csv;
                          small runs only)
-  GROUP-bars             per variant / point: throughput, TTFT and TPOT percentiles, goodput,
-                         preemptions (compare and sweep folders)
+  GROUP-bars             per variant / point: throughput, TTFT and TPOT percentiles, goodput
+                         (and goodput per GPU when a run has several GPUs), preemptions
+                         (compare and sweep folders)
   GROUP-classes          per variant / point and request class (runs of a `type: mix`
                          workload, summary.json `classes`): TTFT p50 and p99 (log scale),
                          TPOT p50 and the share meeting the class's SLO
   GROUP-throughput-latency   p50/p99 TTFT and TPOT against achieved throughput
-  GROUP-sweep            sweep folders: metrics against the first numeric sweep key
+  GROUP-sweep            sweep folders: metrics against the first numeric sweep key (a panel
+                         of goodput per GPU when a point has several GPUs)
   GROUP-page-size        sweeps over serving.block_size: internal waste (unused KV slots)
                          against mean step time and throughput
   GROUP-kv-dtype         sweeps over model.kv_cache_dtype: KV capacity (blocks) per dtype, and
@@ -698,19 +700,21 @@ def sweep_curves(path, out_dir, fmt, written):
         ("throughput (requests/s)", [("requests_per_s", "achieved", "o-"),
                                      ("goodput_requests_per_s", "goodput", "s--")]),
     ]
+    # Points of several GPUs (sweep.csv's gpus column): a panel of what each GPU buys.
     if "goodput_per_gpu" in table[0]:
-        panels[2][1].append(("goodput_per_gpu", "goodput per GPU", "^:"))
+        panels.append(("goodput per GPU (requests/s)", [("goodput_per_gpu", "goodput / GPUs", "^-")]))
     # Up to two lines: each panel's legend names every curve. More: colour is the line, style the
     # series; the panels' legends name the styles and a legend beside them the lines, so that no
     # legend hides the curves.
     many = len(lines) > 2
+    n = len(panels)
     if many:
-        fig, axes = plt.subplots(1, 4, figsize=(14, 4), constrained_layout=True,
-                                 gridspec_kw={"width_ratios": [1, 1, 1, 0.42]})
-        key = axes[3]
-        axes = axes[:3]
+        fig, axes = plt.subplots(1, n + 1, figsize=(4 * n + 2, 4), constrained_layout=True,
+                                 gridspec_kw={"width_ratios": [1] * n + [0.42]})
+        key = axes[n]
+        axes = axes[:n]
     else:
-        fig, axes = plt.subplots(1, 3, figsize=(12, 4), constrained_layout=True)
+        fig, axes = plt.subplots(1, n, figsize=(4 * n, 4), constrained_layout=True)
     numeric = [float(r[xkey]) for r in table]
     logx = min(numeric) > 0 and max(numeric) / min(numeric) >= 8
     for ax, (title, series) in zip(axes, panels):
