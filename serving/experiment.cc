@@ -732,6 +732,23 @@ ExperimentConfig experiment_from_document(const ConfigNode& doc, const std::stri
       if (part.is_map() && part.has("workload")) check_size(part.at("workload"));
     }
   }
+  // serving.max_model_len unset: its default, or the fewest positions of a model the
+  // experiment serves when that is less (vLLM derives the length from the model; a key the user
+  // did not write must not refuse a small model). A model that does not load is reported where
+  // the run loads it.
+  if (!(top.has("serving") && top.at("serving").is_map() &&
+        top.at("serving").has("max_model_len"))) {
+    std::vector<std::string> models{c.model};
+    for (const PoolConfig& pool : c.cluster.pools) models.push_back(pool.model);
+    for (const std::string& m : models) {
+      try {
+        const std::int64_t positions = load_model(m, default_catalog_dir()).max_position_embeddings;
+        c.scheduler.max_model_len = static_cast<std::int32_t>(
+            std::clamp<std::int64_t>(positions, 2, c.scheduler.max_model_len));
+      } catch (const ConfigError&) {
+      }
+    }
+  }
   c.root = root;
   return c;
 }

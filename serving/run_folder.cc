@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <cerrno>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "core/strings.h"
 #include "serving/output_file.h"
 
 namespace servelab {
@@ -65,6 +67,16 @@ void check_group_dir(const std::string& dir, const std::string& index_file, cons
   if (exists) {
     refuse_symlink(dir + "/" + index_file);
     refuse_symlink(dir + "/" + kGroupClassesFile);
+    const std::string classes = dir + "/" + kGroupClassesFile;
+    if (fs::exists(classes)) {
+      std::ifstream in(classes, std::ios::binary);
+      std::string header;
+      std::getline(in, header);
+      if (!in || !ends_with(header, kGroupClassesColumns)) {
+        throw ConfigError(dir + ": refusing to write here: its '" + kGroupClassesFile +
+                          "' is not a ServeLab " + what + " output (choose another --out)");
+      }
+    }
     for (const std::string& run : runs) check_out_dir(dir + "/" + run);
   }
 }

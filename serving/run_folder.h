@@ -44,12 +44,18 @@ struct RunOutput {
 // the run is written to a StagedDir (serving/output_file.h) that replaces `dir` at the end.
 void check_out_dir(const std::string& dir);
 // The same for a folder of runs (`sim compare`, `sim sweep`): an existing one may hold only
-// `index_file`, kGroupClassesFile and sub-folders, and those named in `runs` only run outputs;
+// `index_file`, a kGroupClassesFile whose header has kGroupClassesColumns (one of ours, not a
+// file of the user's by that name) and sub-folders, and those named in `runs` only run outputs;
 // `what` names the output in the error ("comparison", "sweep").
 void check_group_dir(const std::string& dir, const std::string& index_file, const std::string& what,
                      const std::vector<std::string>& runs);
 // A folder of runs' per-class table (sim/class_table.h), when its runs have request classes.
 inline constexpr const char* kGroupClassesFile = "classes.csv";
+// Its columns after those naming the run (sim/class_table.h writes them).
+inline constexpr const char* kGroupClassesColumns =
+    ",class,completed,rejected,aborted,shed,requests_per_s,output_tokens_per_s,ttft_p50_ms,"
+    "ttft_p99_ms,tpot_p50_ms,tpot_p99_ms,itl_p50_ms,itl_p99_ms,e2e_p50_ms,e2e_p99_ms,"
+    "queueing_p50_ms,goodput_requests_per_s,slo_attainment,preemptions,recomputed_tokens";
 // Moves a folder of runs' staged entries into it (StagedDir::commit_entries); a previous
 // group's kGroupClassesFile that the new one does not replace is removed first, so that the
 // folder never pairs one group's index with another's classes.

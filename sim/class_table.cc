@@ -3,14 +3,12 @@
 #include <cinttypes>
 
 #include "core/strings.h"
+#include "serving/run_folder.h"
 
 namespace servelab {
 
 std::string classes_csv_header(const std::string& lead) {
-  return lead +
-         ",class,completed,rejected,aborted,shed,requests_per_s,output_tokens_per_s,ttft_p50_ms,"
-         "ttft_p99_ms,tpot_p50_ms,tpot_p99_ms,itl_p50_ms,itl_p99_ms,e2e_p50_ms,e2e_p99_ms,"
-         "queueing_p50_ms,goodput_requests_per_s,slo_attainment,preemptions,recomputed_tokens\n";
+  return lead + kGroupClassesColumns + "\n";
 }
 
 std::string classes_csv_rows(const std::string& lead_values, const RunSummary& s) {

@@ -13,6 +13,22 @@ namespace {
 // A run that does not know its GPUs (`sim bench`) counts as one in a column of GPUs.
 std::int64_t gpus_of(const RunSummary& s) { return std::max<std::int64_t>(s.gpus, 1); }
 
+// The chosen columns' values of `s`: as CSV fields, or as the table's right-aligned cells.
+std::string values(const OptionalColumns& c, const RunSummary& s, bool table) {
+  std::string out;
+  const std::int64_t g = gpus_of(s);
+  const double per_gpu = s.goodput_requests_per_s / static_cast<double>(g);
+  if (c.gpus) {
+    out += table ? format_text(" %5" PRId64 " %9.3f", g, per_gpu)
+                 : format_text(",%" PRId64 ",%.6f", g, per_gpu);
+  }
+  if (c.overload) {
+    out += table ? format_text(" %7" PRId64 " %7" PRId64, s.shed, s.capped)
+                 : format_text(",%" PRId64 ",%" PRId64, s.shed, s.capped);
+  }
+  return out;
+}
+
 }  // namespace
 
 void OptionalColumns::add(const RunSummary& s) {
@@ -25,13 +41,7 @@ std::string OptionalColumns::csv_header() const {
 }
 
 std::string OptionalColumns::csv_row(const RunSummary& s) const {
-  std::string row;
-  if (gpus) {
-    row += format_text(",%" PRId64 ",%.6f", gpus_of(s),
-                       s.goodput_requests_per_s / static_cast<double>(gpus_of(s)));
-  }
-  if (overload) row += format_text(",%" PRId64 ",%" PRId64, s.shed, s.capped);
-  return row;
+  return values(*this, s, /*table=*/false);
 }
 
 std::string OptionalColumns::table_header(int line) const {
@@ -44,13 +54,7 @@ std::string OptionalColumns::table_header(int line) const {
 }
 
 std::string OptionalColumns::table_row(const RunSummary& s) const {
-  std::string row;
-  if (gpus) {
-    row += format_text(" %5" PRId64 " %9.3f", gpus_of(s),
-                       s.goodput_requests_per_s / static_cast<double>(gpus_of(s)));
-  }
-  if (overload) row += format_text(" %7" PRId64 " %7" PRId64, s.shed, s.capped);
-  return row;
+  return values(*this, s, /*table=*/true);
 }
 
 }  // namespace servelab

@@ -419,6 +419,41 @@ TEST(RequestClasses, SimCompareShowsEachVariantsClasses) {
   const auto last = nlohmann::json::parse(read_file(dir / "out" / "flood-last" / "summary.json"));
   EXPECT_LT(last["classes"]["chat"]["ttft_ms"]["p50"].get<double>(),
             fcfs["classes"]["chat"]["ttft_ms"]["p50"].get<double>() / 10);
+
+  // classes.csv: a row per variant and class, the class's summary.json values.
+  const auto rows = read_csv(dir / "out" / "classes.csv");
+  ASSERT_EQ(rows.size(), 4u);
+  EXPECT_EQ(rows[0].at("variant"), "fcfs");
+  EXPECT_EQ(rows[0].at("class"), "chat");
+  EXPECT_EQ(rows[3].at("variant"), "flood-last");
+  EXPECT_EQ(rows[3].at("class"), "flood");
+  EXPECT_NEAR(std::stod(rows[2].at("ttft_p50_ms")),
+              last["classes"]["chat"]["ttft_ms"]["p50"].get<double>(), 1e-6);
+  EXPECT_NEAR(std::stod(rows[1].at("itl_p99_ms")),
+              fcfs["classes"]["flood"]["itl_ms"]["p99"].get<double>(), 1e-6);
+  EXPECT_EQ(rows[1].at("completed"),
+            std::to_string(fcfs["classes"]["flood"]["requests"]["completed"].get<int>()));
+
+  // A comparison without classes into the same folder leaves no stale classes.csv.
+  write_file(dir / "plain.yaml",
+             "name: plain\nmodel: tiny\nhardware: H100-SXM\n"
+             "workload: {type: synthetic, num_requests: 5, arrival: {process: poisson, rate: 5}, "
+             "prompt_len: {dist: fixed, value: 20}, output_len: {dist: fixed, value: 4}}\n"
+             "compare:\n  - {name: a, set: {}}\n");
+  Cli plain =
+      run_sim("compare " + (dir / "plain.yaml").string() + " --out " + (dir / "out").string(), dir);
+  ASSERT_EQ(plain.code, 0) << plain.err;
+  EXPECT_FALSE(fs::exists(dir / "out" / "classes.csv"));
+  EXPECT_TRUE(fs::exists(dir / "out" / "compare.csv"));
+  // A classes.csv of the user's (not one ServeLab wrote) is never overwritten nor removed.
+  fs::create_directories(dir / "mine");
+  write_file(dir / "mine" / "classes.csv", "tenant,budget\nchat,10\n");
+  plain = run_sim("compare " + (dir / "plain.yaml").string() + " --out " + (dir / "mine").string(),
+                  dir);
+  EXPECT_EQ(plain.code, 2);
+  EXPECT_NE(plain.err.find("classes.csv' is not a ServeLab comparison output"), std::string::npos)
+      << plain.err;
+  EXPECT_EQ(read_file(dir / "mine" / "classes.csv"), "tenant,budget\nchat,10\n");
 }
 
 }  // namespace

@@ -221,6 +221,34 @@ TEST(SimRun, TooLongRequestsAreRejectedAndCounted) {
   fs::remove_all(dir);
 }
 
+// serving.max_model_len left out: 8192, or fewer for a model of fewer positions (tiny: 2048;
+// a cluster takes its models' fewest); written out, the limit is checked as before.
+TEST(SimRun, MaxModelLenDefaultsToTheModelsPositions) {
+  const fs::path dir = temp_dir("model_len");
+  const std::string workload =
+      "workload: {type: synthetic, num_requests: 5, arrival: {process: poisson, rate: 5}, "
+      "prompt_len: {dist: fixed, value: 20}, output_len: {dist: fixed, value: 4}}\n";
+  write_file(dir / "tiny.yaml", "model: tiny\nhardware: H100-SXM\n" + workload);
+  EXPECT_EQ(load_experiment((dir / "tiny.yaml").string(), {}).scheduler.max_model_len, 2048);
+  const Cli cli = run_sim(
+      "run " + (dir / "tiny.yaml").string() + " --quiet --out " + (dir / "run").string(), dir);
+  ASSERT_EQ(cli.code, 0) << cli.err;
+  EXPECT_NE(read_file(dir / "run" / "config.yaml").find("max_model_len: 2048"), std::string::npos);
+  write_file(dir / "big.yaml", "model: Llama-3-8B\nhardware: H100-SXM\n" + workload);
+  EXPECT_EQ(load_experiment((dir / "big.yaml").string(), {}).scheduler.max_model_len, 8192);
+  EXPECT_EQ(load_experiment((dir / "big.yaml").string(),
+                            {"cluster.pools=[{name: a}, {name: b, model: tiny}]"})
+                .scheduler.max_model_len,
+            2048);
+  const Cli over = run_sim("run " + (dir / "tiny.yaml").string() +
+                               " --set serving.max_model_len=4096 --out " + (dir / "over").string(),
+                           dir);
+  EXPECT_EQ(over.code, 2);
+  EXPECT_NE(over.err.find("max_position_embeddings (2048), got 4096"), std::string::npos)
+      << over.err;
+  fs::remove_all(dir);
+}
+
 TEST(SimRun, RefusesToOverwriteForeignFiles) {
   const fs::path dir = temp_dir("foreign");
   write_file(dir / "e.yaml", small_experiment(kSmallWorkload));
