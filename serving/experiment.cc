@@ -416,16 +416,15 @@ void parse_cluster(const ConfigNode& n, ExperimentConfig& c) {
   if (total > (1 << 20)) pools.fail("at most 1048576 replicas in all");
   if (topology) {
     // Replicas one after another, pool by pool: enough GPUs, and no tensor group across nodes.
-    std::int64_t gpus = 0;
     std::string need;
     for (const PoolConfig& pool : cl.pools) {
-      gpus += std::int64_t{pool.count} * pool.num_gpus();
       need += (need.empty() ? "" : " + ") + pool.name + " " + std::to_string(pool.count) + " x " +
               std::to_string(pool.num_gpus());
     }
-    if (gpus > topology->num_gpus()) {
-      cl.topology->fail_message("the pools need " + std::to_string(gpus) + " GPUs (" + need +
-                                "), the topology has " + std::to_string(topology->num_gpus()));
+    if (cl.num_gpus() > topology->num_gpus()) {
+      cl.topology->fail_message("the pools need " + std::to_string(cl.num_gpus()) + " GPUs (" +
+                                need + "), the topology has " +
+                                std::to_string(topology->num_gpus()));
     }
     const std::vector<std::int32_t> first = cl.first_gpus();
     std::size_t r = 0;

@@ -1,6 +1,5 @@
 #include "sim/optional_columns.h"
 
-#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 
@@ -10,14 +9,11 @@ namespace servelab {
 
 namespace {
 
-// A run that does not know its GPUs (`sim bench`) counts as one in a column of GPUs.
-std::int64_t gpus_of(const RunSummary& s) { return std::max<std::int64_t>(s.gpus, 1); }
-
 // The chosen columns' values of `s`: as CSV fields, or as the table's right-aligned cells.
 std::string values(const OptionalColumns& c, const RunSummary& s, bool table) {
   std::string out;
-  const std::int64_t g = gpus_of(s);
-  const double per_gpu = s.goodput_requests_per_s / static_cast<double>(g);
+  const std::int64_t g = s.gpus;
+  const double per_gpu = s.goodput_per_gpu();
   if (c.gpus) {
     out += table ? format_text(" %5" PRId64 " %9.3f", g, per_gpu)
                  : format_text(",%" PRId64 ",%.6f", g, per_gpu);

@@ -6,7 +6,8 @@
 //   - overload control's counts, when a run chose an admission or length_cap plugin
 //     (RunSummary::report_overload): csv `shed,capped`, table `shed`, `capped`.
 // In that order, after the fixed columns. A row of a run that does not need a chosen column
-// still fills it (1 GPU; 0 shed, 0 capped).
+// still fills it (its 1 GPU; 0 shed, 0 capped); a run that does not know its GPUs (RunSummary::
+// gpus 0) shows 0 and 0.
 #pragma once
 
 #include <string>

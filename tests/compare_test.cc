@@ -136,7 +136,7 @@ TEST(Compare, TableColumnsFitTheLongestVariantName) {
 }
 
 // The optional columns: none for runs on one GPU without overload control; GPUs and goodput per
-// GPU as soon as one run has several, each row filled (a run of unknown GPUs counts one), and
+// GPU as soon as one run has several, each row filled (a run of unknown GPUs shows 0), and
 // the table's header ends where its rows do.
 TEST(Compare, OptionalColumnsAppearWhenARunNeedsThem) {
   RunSummary one, four, shed;
@@ -144,6 +144,7 @@ TEST(Compare, OptionalColumnsAppearWhenARunNeedsThem) {
   one.goodput_requests_per_s = 3;
   four.gpus = 4;
   four.goodput_requests_per_s = 10;
+  shed.gpus = 1;
   shed.report_overload = true;
   shed.shed = 7;
   OptionalColumns columns;
@@ -157,7 +158,7 @@ TEST(Compare, OptionalColumnsAppearWhenARunNeedsThem) {
   EXPECT_EQ(columns.csv_row(one), ",1,3.000000");
   RunSummary unknown;  // `sim bench`: gpus 0
   unknown.goodput_requests_per_s = 2;
-  EXPECT_EQ(columns.csv_row(unknown), ",1,2.000000");
+  EXPECT_EQ(columns.csv_row(unknown), ",0,0.000000");
   columns.add(shed);
   EXPECT_EQ(columns.csv_header(), ",gpus,goodput_per_gpu,shed,capped");
   EXPECT_EQ(columns.csv_row(shed), ",1,0.000000,7,0");
