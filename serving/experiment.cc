@@ -325,11 +325,21 @@ void parse_cluster(const ConfigNode& n, ExperimentConfig& c) {
     cl.decode_router = parse_policy_spec(PolicyKind::kRouter, *r);
   }
   if (auto t = n.find("kv_transfer")) {
-    t->allow_keys({"bandwidth_gb_s", "latency_us", "layerwise"});
+    t->allow_keys({"bandwidth_gb_s", "latency_us", "layerwise", "sharing"});
     cl.kv_transfer_set = true;
     cl.kv_transfer.bandwidth_gb_s = t->get_double("bandwidth_gb_s", 0.0, 0.0, 1e6);
     cl.kv_transfer.latency_us = t->get_double("latency_us", cl.kv_transfer.latency_us, 0.0, 1e9);
     cl.kv_transfer.layerwise = t->get_bool("layerwise", false);
+    if (auto s = t->find("sharing")) {
+      if (s->as_choice({"queue", "fair"}) == "fair") {
+        cl.kv_transfer.sharing = KvTransferConfig::Sharing::kFair;
+      }
+      if (cl.kv_transfer.layerwise && cl.kv_transfer.sharing == KvTransferConfig::Sharing::kFair) {
+        s->fail_message(
+            "'fair' sharing is not modelled for layer-wise transfers (layerwise: true); use "
+            "'queue' or layerwise: false");
+      }
+    }
   }
   const ConfigNode pools = n.at("pools");
   if (!pools.is_sequence() || pools.elements().empty()) {
@@ -498,6 +508,8 @@ void emit_cluster(YAML::Emitter& e, const ClusterConfig& cl) {
     e << YAML::Key << "bandwidth_gb_s" << YAML::Value << cl.kv_transfer.bandwidth_gb_s;
     e << YAML::Key << "latency_us" << YAML::Value << cl.kv_transfer.latency_us;
     e << YAML::Key << "layerwise" << YAML::Value << cl.kv_transfer.layerwise;
+    e << YAML::Key << "sharing" << YAML::Value
+      << (cl.kv_transfer.sharing == KvTransferConfig::Sharing::kFair ? "fair" : "queue");
     e << YAML::EndMap;
   }
   if (cl.topology) {

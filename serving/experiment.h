@@ -116,6 +116,11 @@ struct KvTransferConfig {
   // Layer by layer as each prefill step computes it (serving/kv_transfer.h), not after the
   // whole prefill.
   bool layerwise = false;
+  // How transfers that overlap on a link use it: kQueue, one after another in the order their
+  // prefills ended (the booked models of serving/kv_transfer.h, topology_kv_transfer.h); kFair,
+  // at once, each link's bandwidth shared max-min fairly (sim/shared_kv_transfer.h). kFair is
+  // refused with layerwise.
+  enum class Sharing { kQueue, kFair } sharing = Sharing::kQueue;
 };
 
 // `cluster:` (docs/experiments.md). Absent (set == false): one replica of the experiment's model

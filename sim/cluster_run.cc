@@ -8,7 +8,8 @@
 // capacity per GPU, step times with the collectives over the pool's topology (or at the
 // replica's place on `cluster.topology`, whose routes then carry the P/D transfers). The
 // prefix-cache counters of summary.json sum the unified and prefill replicas (a decode replica's
-// lookups are for transferred prompts, not the workload's).
+// lookups are for transferred prompts, not the workload's). P/D transfers queue on their links
+// (PairLinkKvTransfer, TopologyKvTransfer) or share them (SharedKvTransfer: kv_transfer.sharing).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -26,6 +27,7 @@
 #include "sim/calibrated_cost_model.h"
 #include "sim/roofline_cost_model.h"
 #include "sim/run.h"
+#include "sim/shared_kv_transfer.h"
 #include "sim/sim_backend.h"
 #include "sim/swap_cost.h"
 #include "traces/mix_workload.h"
@@ -211,31 +213,42 @@ RunOutput run_cluster_simulation(const ExperimentConfig& config, const RunOption
   }
   setup.router = make_cluster_router(config, RouterStage::kArrival, num_arrival);
   std::unique_ptr<KvTransferModel> transfer;
+  std::unique_ptr<SharedKvTransfer> shared;
+  const bool fair = cl.kv_transfer.sharing == KvTransferConfig::Sharing::kFair;
+  const TimeNs transfer_latency = seconds_to_ns(cl.kv_transfer.latency_us * 1e-6);
   if (num_decode > 0 && topology) {
     // Over the cluster topology's routes, every GPU of a replica sending its share.
     std::vector<TopologyKvTransfer::Placement> at;
     for (std::size_t r = 0; r < replicas.size(); ++r) {
       at.push_back({first_gpu[r], pool_of[r]->config->num_gpus()});
     }
-    transfer = std::make_unique<TopologyKvTransfer>(
-        *topology, std::move(at), seconds_to_ns(cl.kv_transfer.latency_us * 1e-6));
+    if (fair) {
+      shared = std::make_unique<SharedKvTransfer>(*topology, std::move(at), transfer_latency);
+    } else {
+      transfer = std::make_unique<TopologyKvTransfer>(*topology, std::move(at), transfer_latency);
+    }
   } else if (num_decode > 0) {
     const double fixed = cl.kv_transfer.bandwidth_gb_s * 1e9;
-    transfer = std::make_unique<PairLinkKvTransfer>(
-        [fixed, &pool_of](std::uint32_t src, std::uint32_t dst) {
-          if (fixed > 0) return fixed;
-          // Each GPU of a replica sends (or takes) its share of the KV over its own host link.
-          const auto link = [](const Pool& p) {
-            return p.hardware.host_link_bandwidth * p.hardware.host_link_efficiency *
-                   p.config->num_gpus();
-          };
-          return std::min(link(*pool_of[src]), link(*pool_of[dst]));
-        },
-        seconds_to_ns(cl.kv_transfer.latency_us * 1e-6));
+    PairLinkKvTransfer::Bandwidth bandwidth = [fixed, &pool_of](std::uint32_t src,
+                                                                std::uint32_t dst) {
+      if (fixed > 0) return fixed;
+      // Each GPU of a replica sends (or takes) its share of the KV over its own host link.
+      const auto link = [](const Pool& p) {
+        return p.hardware.host_link_bandwidth * p.hardware.host_link_efficiency *
+               p.config->num_gpus();
+      };
+      return std::min(link(*pool_of[src]), link(*pool_of[dst]));
+    };
+    if (fair) {
+      shared = std::make_unique<SharedKvTransfer>(std::move(bandwidth), transfer_latency);
+    } else {
+      transfer = std::make_unique<PairLinkKvTransfer>(std::move(bandwidth), transfer_latency);
+    }
   }
   if (num_decode > 0) {
     setup.decode_router = make_cluster_router(config, RouterStage::kDecode, num_decode);
     setup.transfer = transfer.get();
+    setup.shared_transfer = shared.get();
     setup.layerwise_transfers = cl.kv_transfer.layerwise;
     setup.handoff = &handoff;
   }

@@ -33,6 +33,13 @@ LinkTransfers::LinkTransfers(std::vector<double> channel_bandwidth)
   }
 }
 
+std::int32_t LinkTransfers::add_channel(double bandwidth) {
+  if (!(bandwidth > 0))
+    throw std::invalid_argument("LinkTransfers: channel bandwidth must be positive");
+  capacity_.push_back(bandwidth);
+  return static_cast<std::int32_t>(capacity_.size() - 1);
+}
+
 void LinkTransfers::check_time(TimeNs now) const {
   if (now < now_) {
     throw std::invalid_argument("LinkTransfers: time went backwards (" + std::to_string(now) +

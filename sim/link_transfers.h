@@ -43,6 +43,9 @@ class LinkTransfers {
   // Transfers over bare channels of the given bandwidths (B/s, > 0), started with start_on().
   explicit LinkTransfers(std::vector<double> channel_bandwidth);
   LinkTransfers(const LinkTransfers&) = delete;
+
+  // Adds a bare channel of `bandwidth` B/s (> 0) and returns its id (the next after the last).
+  std::int32_t add_channel(double bandwidth);
   LinkTransfers& operator=(const LinkTransfers&) = delete;
 
   // Starts moving `bytes` from `from` to `to` at `now`; returns its id.

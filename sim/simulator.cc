@@ -34,6 +34,7 @@ Simulator::Simulator(Workload& workload, ClusterSetup cluster, Recorder& recorde
       router_(std::move(cluster.router)),
       decode_router_(std::move(cluster.decode_router)),
       transfer_(cluster.transfer),
+      shared_(cluster.shared_transfer),
       handoff_(cluster.handoff),
       layerwise_(cluster.layerwise_transfers),
       stats_(replicas_.size()),
@@ -59,8 +60,12 @@ Simulator::Simulator(Workload& workload, ClusterSetup cluster, Recorder& recorde
     throw std::invalid_argument("Simulator: several replicas and no router");
   }
   if (!decode_candidates_.empty() &&
-      (transfer_ == nullptr || (decode_candidates_.size() > 1 && decode_router_ == nullptr))) {
-    throw std::invalid_argument("Simulator: decode replicas need a transfer model and a router");
+      ((transfer_ == nullptr) == (shared_ == nullptr) ||
+       (decode_candidates_.size() > 1 && decode_router_ == nullptr))) {
+    throw std::invalid_argument("Simulator: decode replicas need one transfer model and a router");
+  }
+  if (shared_ != nullptr && layerwise_) {
+    throw std::invalid_argument("Simulator: shared transfers are not layer-wise");
   }
   if (prefill && (handoff_ == nullptr || decode_candidates_.empty())) {
     throw std::invalid_argument("Simulator: prefill replicas need a handoff and decode replicas");
@@ -214,6 +219,15 @@ void Simulator::start_transfers(std::uint32_t src, TimeNs now) {
     const std::int32_t block = replicas_[src].replica->kv().block_size();
     const std::int64_t blocks = (h.spec.prompt_len + block - 1) / block;
     const std::int64_t bytes = blocks * replicas_[src].block_bytes;
+    if (shared_ != nullptr) {
+      // Its end depends on the transfers that start while it moves: recorded when it ends.
+      const std::int64_t id = shared_->start(now, bytes, src, dst);
+      slot_of_.emplace(id, take_slot(InFlight{std::move(h), dst, src, bytes, now}));
+      ++state_[dst].incoming;
+      load_changed(dst);
+      ++num_in_flight_;
+      continue;
+    }
     KvTransferTimes t;
     TimeNs ready = now;  // when its first piece could leave
     if (layerwise_) {
@@ -235,21 +249,59 @@ void Simulator::start_transfers(std::uint32_t src, TimeNs now) {
     ts.transfer_ns += t.finish - t.begin;
     ts.exposed_ns += t.finish - now;
     ts.max_ns = std::max(ts.max_ns, t.finish - now);
-    std::uint32_t slot;
-    if (!free_slots_.empty()) {
-      slot = free_slots_.back();
-      free_slots_.pop_back();
-      in_flight_[slot] = InFlight{std::move(h), dst};
-    } else {
-      slot = static_cast<std::uint32_t>(in_flight_.size());
-      in_flight_.push_back(InFlight{std::move(h), dst});
-    }
+    const std::uint32_t slot = take_slot(InFlight{std::move(h), dst});
     ++state_[dst].incoming;
     load_changed(dst);
     ++num_in_flight_;
     events_.push(t.finish, EventKind::kTransfer, slot);
   }
   handed.clear();
+  if (shared_ != nullptr) arm_shared(now);
+}
+
+std::uint32_t Simulator::take_slot(InFlight f) {
+  if (!free_slots_.empty()) {
+    const std::uint32_t slot = free_slots_.back();
+    free_slots_.pop_back();
+    in_flight_[slot] = std::move(f);
+    return slot;
+  }
+  in_flight_.push_back(std::move(f));
+  return static_cast<std::uint32_t>(in_flight_.size() - 1);
+}
+
+void Simulator::arm_shared(TimeNs now) {
+  // A start can bring the next possible finish forward (a short transfer) or push it back (it
+  // slows the others): a wake-up is queued whenever the next one is earlier than the one
+  // queued; one that finds shared_armed_ moved elsewhere is stale and ignored.
+  const std::optional<TimeNs> next = shared_->next_finish();
+  if (!next || (shared_armed_ && *shared_armed_ <= *next)) return;
+  if (*next < now) throw std::logic_error("KV transfer ends in the past");
+  events_.push(*next, EventKind::kTransfer, kSharedTick);
+  shared_armed_ = *next;
+}
+
+void Simulator::end_shared_transfers(TimeNs now) {
+  if (!shared_armed_ || *shared_armed_ != now) return;  // stale
+  shared_armed_.reset();
+  for (const FinishedTransfer& f : shared_->advance(now)) {
+    const auto it = slot_of_.find(f.id);
+    if (it == slot_of_.end()) throw std::logic_error("a shared KV transfer of no request");
+    const std::uint32_t slot = it->second;
+    slot_of_.erase(it);
+    const InFlight& x = in_flight_[slot];
+    recorder_.on_transfer(x.request.spec.id, x.src, x.dst, x.bytes, now, x.start, x.start,
+                          f.finish_ns);
+    TransferStats& ts = transfer_stats_;
+    ++ts.count;
+    ts.bytes += x.bytes;
+    ts.transfer_ns += f.finish_ns - x.start;
+    ts.exposed_ns += f.finish_ns - x.start;
+    ts.max_ns = std::max(ts.max_ns, f.finish_ns - x.start);
+    end_transfer(slot, now);
+    totals_.end_ns = std::max(totals_.end_ns, now);
+  }
+  arm_shared(now);
 }
 
 void Simulator::end_transfer(std::uint32_t slot, TimeNs now) {
@@ -352,6 +404,8 @@ SimulationTotals Simulator::run() {
         if (replicas_[ev.target].role == ReplicaRole::kPrefill) start_transfers(ev.target, now);
         touch(ev.target);
       }
+    } else if (ev.target == kSharedTick) {  // kTransfer of the shared model
+      end_shared_transfers(now);
     } else {  // kTransfer
       end_transfer(ev.target, now);
       totals_.end_ns = std::max(totals_.end_ns, now);

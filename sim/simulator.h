@@ -24,7 +24,10 @@
 // books the transfer of its prompt's KV blocks (ceil(prompt_len / block_size) blocks of the
 // source replica's block bytes; with layer-wise transfers, ClusterSetup::layerwise_transfers,
 // as pieces per layer of each of the request's prefill steps, which the handoff hears of as each
-// step is launched: serving/kv_transfer.h), and when the transfer ends (a kTransfer event) the
+// step is launched: serving/kv_transfer.h; or, with ClusterSetup::shared_transfer, starts it
+// on the links it shares with the transfers in flight, sim/shared_kv_transfer.h, whose ends the
+// simulator learns at a wake-up event re-armed as transfers start and end), and when the
+// transfer ends (a kTransfer event) the
 // request joins that replica's waiting queue holding its first token
 // (Scheduler::add_prefilled_request); it decodes once blocks were allocated for it there, so a full
 // decode replica queues it. Requests that cannot be split (parallel sampling, a single output
@@ -41,7 +44,9 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
+#include <unordered_map>
 #include <vector>
 
 #include "core/backend.h"
@@ -56,6 +61,7 @@
 #include "serving/workload_feedback.h"
 #include "sim/event_queue.h"
 #include "sim/prefill_handoff.h"
+#include "sim/shared_kv_transfer.h"
 #include "traces/workload.h"
 
 namespace servelab {
@@ -76,8 +82,11 @@ struct ClusterSetup {
   std::vector<SimReplica> replicas;
   std::unique_ptr<Router> router;
   std::unique_ptr<Router> decode_router;  // required with decode replicas (when > 1)
-  KvTransferModel* transfer = nullptr;    // required with decode replicas
-  PrefillHandoff* handoff = nullptr;      // required with prefill replicas
+  KvTransferModel* transfer = nullptr;    // with decode replicas: this or shared_transfer
+  // Transfers that share their links while they overlap (cluster.kv_transfer.sharing: fair,
+  // sim/shared_kv_transfer.h) instead of `transfer`'s bookings; not with layerwise_transfers.
+  SharedKvTransfer* shared_transfer = nullptr;
+  PrefillHandoff* handoff = nullptr;  // required with prefill replicas
   // The KV leaves layer by layer as each prefill step computes it (cluster.kv_transfer.
   // layerwise) instead of after the whole prefill.
   bool layerwise_transfers = false;
@@ -95,7 +104,7 @@ class Simulator {
   Simulator(Workload& workload, Replica& replica, Recorder& recorder,
             const FrontendConfig& frontend = {});
   // A cluster (see above): throws std::invalid_argument when it has no replica, no unified or
-  // prefill replica, or decode replicas without a transfer model (or more than one without a
+  // prefill replica, or decode replicas without one transfer model (or more than one without a
   // decode router), or prefill replicas without a handoff, or several candidates and no router.
   Simulator(Workload& workload, ClusterSetup cluster, Recorder& recorder,
             const FrontendConfig& frontend = {});
@@ -132,6 +141,9 @@ class Simulator {
   struct InFlight {  // a KV transfer (P/D)
     PrefillHandoff::Handed request;
     std::uint32_t dst = 0;
+    std::uint32_t src = 0;   // shared transfers: recorded at the end
+    std::int64_t bytes = 0;  // shared transfers
+    TimeNs start = 0;        // shared transfers: the prefill's end
   };
 
   void try_start_step(std::uint32_t i, TimeNs now);
@@ -156,6 +168,12 @@ class Simulator {
   // After a prefill replica's step end: routes and books the transfer of each handed request.
   void start_transfers(std::uint32_t src, TimeNs now);
   void end_transfer(std::uint32_t slot, TimeNs now);
+  // Shared transfers: a slot for a transfer in flight, the wake-up at the model's next possible
+  // finish (a kTransfer event of target kSharedTick), and the transfers ended by `now`.
+  std::uint32_t take_slot(InFlight f);
+  void arm_shared(TimeNs now);
+  void end_shared_transfers(TimeNs now);
+  static constexpr std::uint32_t kSharedTick = 0xffffffffu;
   bool any_unfinished() const;
   // The next known arrival time, buffering one request of an independent workload.
   std::optional<TimeNs> peek_arrival();
@@ -176,6 +194,9 @@ class Simulator {
   const bool cluster_;  // driven as a cluster (router, per-replica stats, replica columns)
   std::unique_ptr<Router> router_, decode_router_;
   KvTransferModel* transfer_ = nullptr;
+  SharedKvTransfer* shared_ = nullptr;
+  std::optional<TimeNs> shared_armed_;                       // the shared model's queued wake-up
+  std::unordered_map<std::int64_t, std::uint32_t> slot_of_;  // shared transfer id -> slot
   PrefillHandoff* handoff_ = nullptr;
   const bool layerwise_ = false;
   std::vector<std::uint32_t> arrival_candidates_, decode_candidates_;

@@ -1,6 +1,7 @@
 // A cluster on one topology (`cluster.topology`): TopologyKvTransfer's hand-computed times
 // (routes, shards of wide replicas, links booked first come first served), replicas placed pool
-// by pool, and the errors of a cluster that does not fit its topology.
+// by pool, and the errors of a cluster that does not fit its topology; P/D transfers that share
+// their links (`cluster.kv_transfer.sharing: fair`) against queued ones.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -237,6 +238,94 @@ TEST(ClusterTopology, BadClustersNameKeyAndLine) {
       EXPECT_NE(cli.err.find(p), std::string::npos) << "'" << p << "' not in: " << cli.err;
     }
     EXPECT_FALSE(fs::exists(dir / "o")) << c.cluster;
+  }
+  fs::remove_all(dir);
+}
+
+// A burst of eight equal prompts prefilled in one step, sent to one decode replica over one pair
+// link of 1 GB/s with 100 us per transfer: queued, the last arrives after eight wire times and
+// eight latencies; shared, all arrive together after eight wire times and one latency.
+std::string burst(const std::string& sharing, const std::string& extra = "") {
+  return "name: burst\nseed: 3\nmodel: Llama-3-8B\nhardware: H100-SXM\nserving:\n"
+         "  max_model_len: 4096\n  max_num_batched_tokens: 16384\n"
+         "workload:\n  type: synthetic\n  num_requests: 8\n"
+         "  arrival: {process: fixed, rate: 1.0e12}\n"
+         "  prompt_len: {dist: fixed, value: 1000}\n"
+         "  output_len: {dist: fixed, value: 20}\n"
+         "cluster:\n  kv_transfer: {bandwidth_gb_s: 1, latency_us: 100, sharing: " +
+         sharing + extra + "}\n  pools:\n    - {name: p, role: prefill}\n" +
+         "    - {name: d, role: decode}\n";
+}
+
+TEST(KvSharing, ABurstSharesTheLinkInsteadOfQueueing) {
+  const fs::path dir = temp_dir("kv-sharing-burst");
+  for (const char* mode : {"queue", "fair"}) {
+    const Cli cli = run(dir, mode, burst(mode));
+    ASSERT_EQ(cli.code, 0) << cli.err;
+  }
+  const nlohmann::json q = summary(dir / "queue")["cluster"]["kv_transfers"];
+  const nlohmann::json f = summary(dir / "fair")["cluster"]["kv_transfers"];
+  EXPECT_EQ(q["count"], 8);
+  EXPECT_EQ(f["count"], 8);
+  EXPECT_EQ(q["bytes"], f["bytes"]);
+  // 1000 tokens in 63 blocks of 16 tokens of Llama-3-8B's 128 KiB per token: 132.12 ms at 1 GB/s.
+  const double wire_ms = f["bytes"].get<double>() / 8 / 1e9 * 1e3;
+  EXPECT_NEAR(wire_ms, 132.120576, 1e-6);
+  EXPECT_NEAR(q["max_ms"].get<double>(), 8 * (wire_ms + 0.1), 1e-5) << q;
+  EXPECT_NEAR(f["max_ms"].get<double>(), 8 * wire_ms + 0.1, 1e-5) << f;
+  EXPECT_GT(q["wait_mean_ms"].get<double>(), 0);
+  EXPECT_EQ(f["wait_mean_ms"].get<double>(), 0);
+  EXPECT_NEAR(f["transfer_mean_ms"].get<double>(), f["max_ms"].get<double>(), 1e-5);
+  EXPECT_NE(read_file(dir / "fair" / "config.yaml").find("sharing: fair"), std::string::npos);
+  // Every request still decodes to the end, and the same experiment gives the same bytes.
+  EXPECT_EQ(summary(dir / "fair")["requests"]["completed"], 8);
+  const Cli again = run(dir, "again", burst("fair"));
+  ASSERT_EQ(again.code, 0) << again.err;
+  EXPECT_EQ(read_file(dir / "fair" / "requests.csv"), read_file(dir / "again" / "requests.csv"));
+  EXPECT_EQ(read_file(dir / "fair" / "steps.csv"), read_file(dir / "again" / "steps.csv"));
+  fs::remove_all(dir);
+}
+
+// Over a topology, shared transfers are never faster than alone on their route, and never wait.
+TEST(KvSharing, OverATopologyNoTransferBeatsItsRoute) {
+  const fs::path dir = temp_dir("kv-sharing-topo");
+  const std::string cluster =
+      "cluster:\n  topology: {nodes: 2, gpus_per_node: 2}\n  kv_transfer: {sharing: fair}\n"
+      "  pools:\n    - {name: p, role: prefill, parallel: {tensor: 2}}\n"
+      "    - {name: d, role: decode, parallel: {tensor: 2}}\n";
+  const Cli cli = run(dir, "fair", experiment(cluster));
+  ASSERT_EQ(cli.code, 0) << cli.err;
+  const nlohmann::json s = summary(dir / "fair");
+  EXPECT_EQ(s["requests"]["completed"], 40);
+  const nlohmann::json& kv = s["cluster"]["kv_transfers"];
+  EXPECT_EQ(kv["count"], 40);
+  EXPECT_EQ(kv["wait_mean_ms"].get<double>(), 0);
+  // Two shards over InfiniBand (50 GB/s x 0.64), two 2.5 us hops and 10 us.
+  const double mean_bytes = kv["bytes"].get<double>() / 40;
+  EXPECT_GE(kv["transfer_mean_ms"].get<double>(),
+            mean_bytes / 2 / (50e9 * 0.64) * 1e3 + 15e-3 - 1e-6);
+  fs::remove_all(dir);
+}
+
+TEST(KvSharing, BadSharingNamesKeyAndLine) {
+  const fs::path dir = temp_dir("kv-sharing-errors");
+  const struct {
+    std::string text;
+    std::vector<std::string> parts;
+  } cases[] = {
+      {burst("fast"), {"e.yaml:15:", "cluster.kv_transfer.sharing", "queue", "fair", "fast"}},
+      {burst("fair", ", layerwise: true"),
+       {"e.yaml:15:", "cluster.kv_transfer.sharing", "layer-wise"}},
+  };
+  for (const auto& c : cases) {
+    write_file(dir / "e.yaml", c.text);
+    const Cli cli =
+        run_sim("run " + (dir / "e.yaml").string() + " --out " + (dir / "o").string(), dir);
+    EXPECT_EQ(cli.code, 2) << cli.err;
+    for (const std::string& p : c.parts) {
+      EXPECT_NE(cli.err.find(p), std::string::npos) << "'" << p << "' not in: " << cli.err;
+    }
+    EXPECT_FALSE(fs::exists(dir / "o"));
   }
   fs::remove_all(dir);
 }

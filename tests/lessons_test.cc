@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/metrics.h"
@@ -1218,7 +1219,7 @@ TEST(Lessons, GpuDecodeCost) {
 // docs/lessons/pd-disaggregation.md
 TEST(Lessons, PdDisaggregation) {
   const fs::path dir = temp_dir("lesson_pd");
-  const fs::path out = compare("pd-disaggregation.yaml", dir);
+  const fs::path out = compare("pd-disaggregation.yaml", dir, "--record-events");
   const char* const names[] = {"unified-4",
                                "unified-4-chunk-256",
                                "pd-1-3",
@@ -1227,20 +1228,22 @@ TEST(Lessons, PdDisaggregation) {
                                "pd-1-3-25gbe",
                                "pd-1-3-10gbe",
                                "pd-1-3-25gbe-layerwise",
-                               "pd-1-3-10gbe-layerwise"};
+                               "pd-1-3-10gbe-layerwise",
+                               "pd-1-3-25gbe-fair"};
   // The page's first table: TTFT p50, p99, TPOT p50, p99, ITL p99 (ms), goodput (req/s), the
   // share meeting the SLO (%).
-  const double table[9][7] = {{78.9, 235.3, 10.10, 12.86, 82.2, 5.06, 45.6},
-                              {175.2, 506.0, 9.55, 11.70, 14.0, 7.83, 70.7},
-                              {317.8, 1151.8, 8.41, 9.33, 9.5, 10.60, 95.6},
-                              {79.5, 260.3, 9.76, 11.44, 11.8, 6.83, 61.7},
-                              {69.4, 190.8, 19.74, 25.26, 25.8, 0.03, 0.3},
-                              {317.8, 1151.8, 9.03, 11.54, 9.7, 9.52, 86.0},
-                              {317.8, 1151.8, 60.44, 264.50, 8.9, 0.19, 2.1},
-                              {317.8, 1151.8, 8.57, 10.20, 9.5, 10.42, 94.1},
-                              {317.8, 1151.8, 59.80, 263.91, 8.9, 0.23, 2.5}};
-  json s[9];
-  for (int v = 0; v < 9; ++v) {
+  const double table[10][7] = {{78.9, 235.3, 10.10, 12.86, 82.2, 5.06, 45.6},
+                               {175.2, 506.0, 9.55, 11.70, 14.0, 7.83, 70.7},
+                               {317.8, 1151.8, 8.41, 9.33, 9.5, 10.60, 95.6},
+                               {79.5, 260.3, 9.76, 11.44, 11.8, 6.83, 61.7},
+                               {69.4, 190.8, 19.74, 25.26, 25.8, 0.03, 0.3},
+                               {317.8, 1151.8, 9.03, 11.54, 9.7, 9.52, 86.0},
+                               {317.8, 1151.8, 60.44, 264.50, 8.9, 0.19, 2.1},
+                               {317.8, 1151.8, 8.57, 10.20, 9.5, 10.42, 94.1},
+                               {317.8, 1151.8, 59.80, 263.91, 8.9, 0.23, 2.5},
+                               {317.8, 1151.8, 9.07, 11.86, 9.7, 9.05, 81.8}};
+  json s[10];
+  for (int v = 0; v < 10; ++v) {
     SCOPED_TRACE(names[v]);
     s[v] = summary(out / names[v]);
     EXPECT_EQ(s[v]["requests"]["completed"], 2000);
@@ -1325,6 +1328,68 @@ TEST(Lessons, PdDisaggregation) {
   EXPECT_NEAR(s[7]["cluster"]["kv_transfers"]["exposed_mean_ms"].get<double>(), 58.4, 0.05);
   EXPECT_NEAR(kv10["exposed_mean_ms"].get<double>() / 1000, 15.8, 0.05);
   EXPECT_NEAR(s[8]["cluster"]["kv_transfers"]["exposed_mean_ms"].get<double>() / 1000, 15.6, 0.05);
+  // Sharing the 25 Gb/s links instead of queueing: the decode waits 200.1 ms on average instead
+  // of 180.1, at worst 1,030.4 ms instead of 580.6; the smallest quarter of the KV (by bytes)
+  // 114.1 instead of 131.5, the largest 317.7 instead of 240.4; the sizes' c is 0.47.
+  const json& fair = s[9]["cluster"]["kv_transfers"];
+  EXPECT_EQ(fair["wait_mean_ms"].get<double>(), 0);
+  EXPECT_EQ(fair["bytes"], kv25["bytes"]);
+  EXPECT_NEAR(fair["exposed_mean_ms"].get<double>(), 200.1, 0.05);
+  EXPECT_NEAR(fair["max_ms"].get<double>(), 1030.4, 0.05);
+  EXPECT_NEAR(kv25["max_ms"].get<double>(), 580.6, 0.05);
+  const auto quarters = [](const fs::path& run) {
+    std::vector<std::pair<double, double>> t;  // (bytes, wait + transfer ms)
+    for (const auto& row : read_csv(run / "events.csv")) {
+      if (row.at("event") != "transfer") continue;
+      double bytes = 0, wait = 0, transfer = 0;
+      const std::string& d = row.at("detail");
+      EXPECT_EQ(std::sscanf(d.c_str() + d.find(' '), " bytes=%lf wait_ms=%lf transfer_ms=%lf",
+                            &bytes, &wait, &transfer),
+                3)
+          << d;
+      t.emplace_back(bytes, wait + transfer);
+    }
+    std::sort(t.begin(), t.end());
+    const std::size_t q = t.size() / 4;
+    double small = 0, large = 0, sum = 0, sq = 0;
+    for (std::size_t i = 0; i < q; ++i) {
+      small += t[i].second / static_cast<double>(q);
+      large += t[t.size() - 1 - i].second / static_cast<double>(q);
+    }
+    for (const auto& [bytes, ms] : t) {
+      sum += bytes;
+      sq += bytes * bytes;
+    }
+    const double n = static_cast<double>(t.size()), mean = sum / n;
+    return std::array<double, 3>{small, large, std::sqrt(sq / n - mean * mean) / mean};
+  };
+  const std::array<double, 3> queued = quarters(out / "pd-1-3-25gbe");
+  const std::array<double, 3> shared = quarters(out / "pd-1-3-25gbe-fair");
+  EXPECT_NEAR(queued[0], 131.5, 0.05);
+  EXPECT_NEAR(shared[0], 114.1, 0.05);
+  EXPECT_NEAR(queued[1], 240.4, 0.05);
+  EXPECT_NEAR(shared[1], 317.7, 0.05);
+  EXPECT_NEAR(queued[2], 0.47, 0.005);
+  // Prompts of c = 1.45 at 14 requests/s: sharing 60.9 ms on average, queueing 76.2.
+  double exposed[2];
+  for (int m = 0; m < 2; ++m) {
+    const std::string name = m == 0 ? "queue" : "fair";
+    const Cli r = run_sim(
+        "run " + kLessons +
+            "pd-disaggregation.yaml --quiet --set 'cluster.pools=[{name: prefill, count: 1, "
+            "role: prefill}, {name: decode, count: 3, role: decode}]' --set "
+            "'cluster.kv_transfer={bandwidth_gb_s: 3.125, sharing: " +
+            name +
+            "}' --set 'workload.prompt_len={dist: lognormal, mean: 1500, stddev: 4500, min: 16, "
+            "max: 7900}' --set workload.arrival.rate=14 --record-events --out " +
+            (dir / name).string(),
+        dir);
+    ASSERT_EQ(r.code, 0) << r.err;
+    exposed[m] = summary(dir / name)["cluster"]["kv_transfers"]["exposed_mean_ms"].get<double>();
+    EXPECT_NEAR(quarters(dir / name)[2], 1.45, 0.005);
+  }
+  EXPECT_NEAR(exposed[0], 76.2, 0.05);
+  EXPECT_NEAR(exposed[1], 60.9, 0.05);
 
   // The sweep: the highest rate of the grid with >= 90 % meeting the interactive and the loose
   // SLO, and the highest goodput, per setup.

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <stdexcept>
 #include <vector>
 
 namespace servelab {
@@ -159,6 +160,25 @@ TEST(LinkTransfers, ManyTransfersOnALargeTopologyNeverBeatTheirBottleneck) {
       EXPECT_GE(last[g], static_cast<TimeNs>(sent[g] / 50e9 * 1e9)) << g;
     }
   }
+}
+
+TEST(LinkTransfers, ChannelsAddedLaterAreSharedToo) {
+  LinkTransfers m(std::vector<double>{});
+  EXPECT_EQ(m.add_channel(10e9), 0);
+  EXPECT_EQ(m.add_channel(40e9), 1);
+  EXPECT_THROW(m.add_channel(0), std::invalid_argument);
+  // Two flows on channel 1 share its 40 GB/s; one on channel 0 has its 10 alone.
+  m.start_on(0, {1}, 0, 1'000'000'000);
+  m.start_on(0, {1}, 0, 1'000'000'000);
+  m.start_on(0, {0}, 0, 1'000'000'000);
+  EXPECT_DOUBLE_EQ(m.rate(0), 20e9);
+  EXPECT_DOUBLE_EQ(m.rate(2), 10e9);
+  const auto done = drain_all(m);
+  ASSERT_EQ(done.size(), 3u);
+  EXPECT_EQ(done[0].finish_ns, 50'000'000);
+  EXPECT_EQ(done[2].finish_ns, 100'000'000);
+  EXPECT_EQ(m.add_channel(1e9), 2);
+  EXPECT_THROW(m.start_on(200'000'000, {3}, 0, 1), std::invalid_argument);
 }
 
 TEST(LinkTransfers, TimeMustNotGoBackwards) {
