@@ -91,6 +91,14 @@ void commit_group(StagedDir& stage) {
   stage.commit_entries();
 }
 
+void commit_group(StagedDir& stage, const std::string& classes_header,
+                  const std::string& class_rows) {
+  if (!class_rows.empty()) {
+    write_file_atomically(stage.temp_path() + "/" + kGroupClassesFile, classes_header + class_rows);
+  }
+  commit_group(stage);
+}
+
 static void write_text(const std::string& path, const std::string& text) {
   std::FILE* f = std::fopen(path.c_str(), "wb");
   if (!f) throw_io_error(path, "writing", errno);

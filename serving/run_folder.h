@@ -60,6 +60,10 @@ inline constexpr const char* kGroupClassesColumns =
 // group's kGroupClassesFile that the new one does not replace is removed first, so that the
 // folder never pairs one group's index with another's classes.
 void commit_group(StagedDir& stage);
+// The same after writing kGroupClassesFile (`classes_header` then `class_rows`) into the stage
+// when `class_rows` is not empty (a group whose runs have no request classes has none).
+void commit_group(StagedDir& stage, const std::string& classes_header,
+                  const std::string& class_rows);
 
 struct RunMeta {
   std::string backend;   // summary.json run.backend

@@ -154,11 +154,7 @@ std::vector<VariantResult> run_compare(const ExperimentSource& source,
   if (std::fclose(f) != 0) throw_io_error(csv, "writing", errno);
   std::string classes;
   for (const VariantResult& r : results) classes += classes_csv_rows(r.variant.name, r.run.summary);
-  if (!classes.empty()) {
-    write_file_atomically(stage.temp_path() + "/" + kGroupClassesFile,
-                          classes_csv_header("variant") + classes);
-  }
-  commit_group(stage);
+  commit_group(stage, classes_csv_header("variant"), classes);
   for (VariantResult& r : results) r.run.out_dir = out_dir + "/" + r.variant.name;
   return results;
 }

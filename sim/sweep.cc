@@ -391,11 +391,7 @@ std::vector<SweepResult> run_sweep(const ExperimentSource& source,
   write_binary_file(stage.temp_path() + "/sweep.csv", csv);
   std::string classes;
   for (const SweepResult& r : results) classes += sweep_classes_rows(r.point, r.run.summary);
-  if (!classes.empty()) {
-    write_binary_file(stage.temp_path() + "/" + kGroupClassesFile,
-                      sweep_classes_header(plan.axes) + classes);
-  }
-  commit_group(stage);
+  commit_group(stage, sweep_classes_header(plan.axes), classes);
   for (SweepResult& r : results) r.run.out_dir = plan.out_dir + "/" + r.point.name;
   return results;
 }

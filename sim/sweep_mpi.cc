@@ -387,11 +387,7 @@ int sweep_mpi_command(const std::vector<std::string>& args) {
         classes += row.classes;
       }
       write_file_atomically(dir + "/sweep.csv", csv);
-      if (!classes.empty()) {
-        write_file_atomically(dir + "/" + kGroupClassesFile,
-                              sweep_classes_header(plan.axes) + classes);
-      }
-      commit_group(*stage);
+      commit_group(*stage, sweep_classes_header(plan.axes), classes);
       std::string table = sweep_table_header(plan.columns, width);
       for (const PointRows& row : rows) table += row.table;
       const std::string out =

@@ -1,18 +1,21 @@
 // A cluster on one topology (`cluster.topology`): TopologyKvTransfer's hand-computed times
 // (routes, shards of wide replicas, links booked first come first served), replicas placed pool
 // by pool, and the errors of a cluster that does not fit its topology; P/D transfers that share
-// their links (`cluster.kv_transfer.sharing: fair`) against queued ones.
+// their links (SharedKvTransfer, `cluster.kv_transfer.sharing: fair`) against queued ones.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "serving/kv_transfer.h"
 #include "serving/topology.h"
 #include "serving/topology_kv_transfer.h"
+#include "sim/shared_kv_transfer.h"
 #include "tests/test_util.h"
 
 namespace servelab {
@@ -36,9 +39,8 @@ Topology two_nodes() {
 constexpr TimeNs kFixed = 10'000;  // the transfer's own latency (kv_transfer.latency_us: 10)
 
 // Replicas: 0 on GPU 0, 1 on GPU 1, 2 on GPU 4 (the second node), 3 on GPUs 2-3, 4 on GPUs 6-7.
-TopologyKvTransfer model() {
-  return TopologyKvTransfer(two_nodes(), {{0, 1}, {1, 1}, {4, 1}, {2, 2}, {6, 2}}, kFixed);
-}
+const std::vector<TopologyKvTransfer::Placement> kPlaces = {{0, 1}, {1, 1}, {4, 1}, {2, 2}, {6, 2}};
+TopologyKvTransfer model() { return TopologyKvTransfer(two_nodes(), kPlaces, kFixed); }
 
 TEST(TopologyKvTransfer, RoutesPriceTheTransfer) {
   TopologyKvTransfer m = model();
@@ -130,6 +132,136 @@ TEST(TopologyKvTransfer, BookedTransfersKeepTheirBounds) {
     const KvTransferTimes fresh = alone.transfer(c.bytes, c.src, c.dst, c.ready);
     EXPECT_LE(fresh.finish, a[i].finish);
   }
+}
+
+// SharedKvTransfer (sim/shared_kv_transfer.h): transfers sharing their links max-min fairly,
+// against hand-computed ends and, alone on their links, the booked models.
+constexpr std::int64_t kGB = 1'000'000'000;
+
+std::vector<FinishedTransfer> drain_all(SharedKvTransfer& m) {
+  std::vector<FinishedTransfer> all;
+  while (const auto next = m.next_finish()) {
+    for (const FinishedTransfer& f : m.advance(*next)) all.push_back(f);
+  }
+  return all;
+}
+
+// Pair links of 100 GB/s, except 0 -> 2 at 10 GB/s.
+SharedKvTransfer pairs() {
+  return SharedKvTransfer(
+      [](std::uint32_t src, std::uint32_t dst) { return src == 0 && dst == 2 ? 10e9 : 100e9; },
+      kFixed);
+}
+
+TEST(SharedKvTransfer, AloneOnAPairLinkItTakesWhatTheQueueGivesIt) {
+  SharedKvTransfer m = pairs();
+  PairLinkKvTransfer booked(
+      [](std::uint32_t src, std::uint32_t dst) { return src == 0 && dst == 2 ? 10e9 : 100e9; },
+      kFixed);
+  EXPECT_EQ(m.start(0, kGB, 0, 2), 0);
+  const std::vector<FinishedTransfer> done = drain_all(m);
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].finish_ns, booked.transfer(kGB, 0, 2, 0).finish);
+  EXPECT_EQ(done[0].finish_ns, 100'000'000 + kFixed);
+  EXPECT_EQ(m.in_flight(), 0u);
+}
+
+TEST(SharedKvTransfer, TransfersOnOnePairLinkShareIt) {
+  SharedKvTransfer m = pairs();
+  // Two 1 GB transfers 0 -> 1 at once: 50 GB/s each, both drain at 20 ms (queued: the first
+  // would end at 10 ms + latency, the second at 20 ms + two latencies).
+  m.start(0, kGB, 0, 1);
+  m.start(0, kGB, 0, 1);
+  // 1 -> 0 is another link (the opposite direction): 10 ms.
+  m.start(0, kGB, 1, 0);
+  EXPECT_EQ(m.in_flight(), 3u);
+  const std::vector<FinishedTransfer> done = drain_all(m);
+  ASSERT_EQ(done.size(), 3u);
+  EXPECT_EQ(done[0].id, 2);
+  EXPECT_EQ(done[0].finish_ns, 10'000'000 + kFixed);
+  EXPECT_EQ(done[1].id, 0);
+  EXPECT_EQ(done[1].finish_ns, 20'000'000 + kFixed);
+  EXPECT_EQ(done[2].id, 1);
+  EXPECT_EQ(done[2].finish_ns, 20'000'000 + kFixed);
+}
+
+TEST(SharedKvTransfer, ALaterTransferSlowsOneInFlight) {
+  SharedKvTransfer m = pairs();
+  m.start(0, kGB, 0, 1);
+  EXPECT_EQ(m.next_finish(), 10'000'000 + kFixed);
+  // At 5 ms the first has 0.5 GB left; the second shares: 50 GB/s each, so the first drains at
+  // 15 ms and the second, alone again with 0.5 GB left, at 20 ms.
+  EXPECT_TRUE(m.advance(5'000'000).empty());
+  m.start(5'000'000, kGB, 0, 1);
+  EXPECT_EQ(m.next_finish(), 15'000'000 + kFixed);
+  const std::vector<FinishedTransfer> done = drain_all(m);
+  ASSERT_EQ(done.size(), 2u);
+  EXPECT_EQ(done[0].finish_ns, 15'000'000 + kFixed);
+  EXPECT_EQ(done[1].finish_ns, 20'000'000 + kFixed);
+}
+
+TEST(SharedKvTransfer, AloneOnATopologyItTakesWhatTheBookingGivesIt) {
+  struct Case {
+    std::uint32_t src, dst;
+    std::int64_t bytes;
+  };
+  // NVLink, InfiniBand, two shards over two ports, two shards into one port, an odd byte count.
+  for (const Case c :
+       {Case{0, 1, kGB}, Case{0, 2, kGB}, Case{3, 4, kGB}, Case{3, 2, kGB}, Case{3, 4, 11}}) {
+    SCOPED_TRACE(testing::Message() << c.src << "->" << c.dst << " " << c.bytes);
+    SharedKvTransfer m(two_nodes(), kPlaces, kFixed);
+    TopologyKvTransfer booked(two_nodes(), kPlaces, kFixed);
+    m.start(3'000, c.bytes, c.src, c.dst);
+    const std::vector<FinishedTransfer> done = drain_all(m);
+    ASSERT_EQ(done.size(), 1u);
+    EXPECT_EQ(done[0].finish_ns, booked.transfer(c.bytes, c.src, c.dst, 3'000).finish);
+  }
+}
+
+TEST(SharedKvTransfer, PrefillsIntoOneGpuShareItsPort) {
+  SharedKvTransfer m(two_nodes(), kPlaces, kFixed);
+  // GPUs 0 and 1 both send 1 GB to GPU 4: its one InfiniBand port in takes 5 GB/s from each,
+  // so both drain at 200 ms and arrive two 5 us hops later (queued: 100 and 200 ms).
+  m.start(0, kGB, 0, 2);
+  m.start(0, kGB, 1, 2);
+  // Meanwhile 3 -> 4 goes GPU 2 -> 6 and 3 -> 7 over ports of their own: 50 ms.
+  m.start(0, kGB, 3, 4);
+  const std::vector<FinishedTransfer> done = drain_all(m);
+  ASSERT_EQ(done.size(), 3u);
+  EXPECT_EQ(done[0].id, 2);
+  EXPECT_EQ(done[0].finish_ns, 50'000'000 + 10'000 + kFixed);
+  EXPECT_EQ(done[1].id, 0);
+  EXPECT_EQ(done[1].finish_ns, 200'000'000 + 10'000 + kFixed);
+  EXPECT_EQ(done[2].id, 1);
+  EXPECT_EQ(done[2].finish_ns, 200'000'000 + 10'000 + kFixed);
+}
+
+TEST(SharedKvTransfer, AWideTransferEndsWithItsLastStream) {
+  SharedKvTransfer m(two_nodes(), kPlaces, kFixed);
+  // 3 -> 2: GPUs 2 and 3 each send 0.5 GB into GPU 4. Replica 0 joins at 50 ms with 0.5 GB:
+  // until then the two streams had 5 GB/s each (0.25 GB sent); then three flows share the
+  // port at 10/3 GB/s: the streams' 0.25 GB drain at 125 ms, replica 0's last 0.25 GB alone at
+  // 10 GB/s by 150 ms.
+  m.start(0, kGB, 3, 2);
+  m.start(50'000'000, kGB / 2, 0, 2);
+  const std::vector<FinishedTransfer> done = drain_all(m);
+  ASSERT_EQ(done.size(), 2u);
+  EXPECT_EQ(done[0].id, 0);
+  EXPECT_NEAR(static_cast<double>(done[0].finish_ns), 125'000'000 + 10'000 + kFixed, 2);
+  EXPECT_EQ(done[1].id, 1);
+  EXPECT_NEAR(static_cast<double>(done[1].finish_ns), 150'000'000 + 10'000 + kFixed, 2);
+}
+
+TEST(SharedKvTransfer, RefusesWhatItCannotModel) {
+  EXPECT_THROW(SharedKvTransfer(two_nodes(), {{7, 2}}, kFixed), std::invalid_argument);
+  EXPECT_THROW(SharedKvTransfer(two_nodes(), kPlaces, -1), std::invalid_argument);
+  SharedKvTransfer m(two_nodes(), kPlaces, kFixed);
+  EXPECT_THROW(m.start(0, kGB, 0, 9), std::invalid_argument);
+  EXPECT_THROW(m.start(0, -1, 0, 1), std::invalid_argument);
+  m.start(10, kGB, 0, 1);
+  EXPECT_THROW(m.start(5, kGB, 0, 1), std::invalid_argument);  // time went backwards
+  SharedKvTransfer zero([](std::uint32_t, std::uint32_t) { return 0.0; }, kFixed);
+  EXPECT_THROW(zero.start(0, kGB, 0, 1), std::invalid_argument);
 }
 
 // Llama-3-8B on H100s; `cluster` is the last section (lines 1-12 fixed, `cluster:` on 13).
@@ -228,6 +360,13 @@ TEST(ClusterTopology, BadClustersNameKeyAndLine) {
       // A bad topology.
       {"cluster:\n  topology: {nodes: 1, intra: nvlnk}\n  pools:\n    - {name: a}\n",
        {"e.yaml:14:", "cluster.topology.intra", "nvlink"}},
+      // Sharing: an unknown rule, and fair with layer-wise transfers.
+      {"cluster:\n  kv_transfer: {sharing: fast}\n  pools:\n    - {name: p, role: prefill}\n"
+       "    - {name: d, role: decode}\n",
+       {"e.yaml:14:", "cluster.kv_transfer.sharing", "queue", "fair", "fast"}},
+      {"cluster:\n  kv_transfer: {layerwise: true, sharing: fair}\n  pools:\n"
+       "    - {name: p, role: prefill}\n    - {name: d, role: decode}\n",
+       {"e.yaml:14:", "cluster.kv_transfer.sharing", "layer-wise"}},
   };
   for (const Case& c : cases) {
     write_file(dir / "e.yaml", experiment(c.cluster));
@@ -304,29 +443,6 @@ TEST(KvSharing, OverATopologyNoTransferBeatsItsRoute) {
   const double mean_bytes = kv["bytes"].get<double>() / 40;
   EXPECT_GE(kv["transfer_mean_ms"].get<double>(),
             mean_bytes / 2 / (50e9 * 0.64) * 1e3 + 15e-3 - 1e-6);
-  fs::remove_all(dir);
-}
-
-TEST(KvSharing, BadSharingNamesKeyAndLine) {
-  const fs::path dir = temp_dir("kv-sharing-errors");
-  const struct {
-    std::string text;
-    std::vector<std::string> parts;
-  } cases[] = {
-      {burst("fast"), {"e.yaml:15:", "cluster.kv_transfer.sharing", "queue", "fair", "fast"}},
-      {burst("fair", ", layerwise: true"),
-       {"e.yaml:15:", "cluster.kv_transfer.sharing", "layer-wise"}},
-  };
-  for (const auto& c : cases) {
-    write_file(dir / "e.yaml", c.text);
-    const Cli cli =
-        run_sim("run " + (dir / "e.yaml").string() + " --out " + (dir / "o").string(), dir);
-    EXPECT_EQ(cli.code, 2) << cli.err;
-    for (const std::string& p : c.parts) {
-      EXPECT_NE(cli.err.find(p), std::string::npos) << "'" << p << "' not in: " << cli.err;
-    }
-    EXPECT_FALSE(fs::exists(dir / "o"));
-  }
   fs::remove_all(dir);
 }
 

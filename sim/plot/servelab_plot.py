@@ -562,9 +562,18 @@ def bars(path, kind, out_dir, fmt, written):
     fig, axes = plt.subplots(2, 3, figsize=(12, 6.5), constrained_layout=True)
     for ax, (title, series) in zip(axes.flat, panels):
         w = 0.8 / len(series)
+        drawn = []
         for k, (col, lab) in enumerate(series):
             vals = [num(r.get(col, "")) for r in table]
+            drawn += vals
             ax.bar(x + (k - (len(series) - 1) / 2) * w, vals, width=w, label=lab)
+        finite = [v for v in drawn if np.isfinite(v)]
+        if finite and not any(finite):
+            # Nothing but zeros (no preemptions anywhere): say so rather than draw an empty
+            # axis around zero.
+            ax.set_ylim(0, 1)
+            ax.text(0.5, 0.5, "0 in every run", transform=ax.transAxes, ha="center", va="center",
+                    color="0.4")
         ax.set_title(title)
         ax.set_xticks(x)
         ax.set_xticklabels(names, rotation=60, ha="right", fontsize=6 if len(names) > 8 else 8)
