@@ -10,6 +10,22 @@
 
 namespace servelab {
 
+namespace {
+
+// A P/D transfer into `stats`: its prefill ended at `prefill_end`, its first piece could leave
+// at `ready`, the link started moving it at `begin`, its last byte arrived at `finish`.
+void count_transfer(TransferStats& stats, std::int64_t bytes, TimeNs prefill_end, TimeNs ready,
+                    TimeNs begin, TimeNs finish) {
+  ++stats.count;
+  stats.bytes += bytes;
+  stats.wait_ns += begin - ready;
+  stats.transfer_ns += finish - begin;
+  stats.exposed_ns += finish - prefill_end;
+  stats.max_ns = std::max(stats.max_ns, finish - prefill_end);
+}
+
+}  // namespace
+
 Simulator::Simulator(Workload& workload, Replica& replica, Recorder& recorder,
                      const FrontendConfig& frontend)
     : workload_(workload),
@@ -222,10 +238,7 @@ void Simulator::start_transfers(std::uint32_t src, TimeNs now) {
     if (shared_ != nullptr) {
       // Its end depends on the transfers that start while it moves: recorded when it ends.
       const std::int64_t id = shared_->start(now, bytes, src, dst);
-      slot_of_.emplace(id, take_slot(InFlight{std::move(h), dst, src, bytes, now}));
-      ++state_[dst].incoming;
-      load_changed(dst);
-      ++num_in_flight_;
+      slot_of_.emplace(id, add_in_flight(InFlight{std::move(h), dst, src, bytes, now}));
       continue;
     }
     KvTransferTimes t;
@@ -242,24 +255,18 @@ void Simulator::start_transfers(std::uint32_t src, TimeNs now) {
       throw std::logic_error("KV transfer ends in the past");
     }
     recorder_.on_transfer(h.spec.id, src, dst, bytes, now, ready, t.begin, t.finish);
-    TransferStats& ts = transfer_stats_;
-    ++ts.count;
-    ts.bytes += bytes;
-    ts.wait_ns += t.begin - ready;
-    ts.transfer_ns += t.finish - t.begin;
-    ts.exposed_ns += t.finish - now;
-    ts.max_ns = std::max(ts.max_ns, t.finish - now);
-    const std::uint32_t slot = take_slot(InFlight{std::move(h), dst});
-    ++state_[dst].incoming;
-    load_changed(dst);
-    ++num_in_flight_;
-    events_.push(t.finish, EventKind::kTransfer, slot);
+    count_transfer(transfer_stats_, bytes, now, ready, t.begin, t.finish);
+    events_.push(t.finish, EventKind::kTransfer, add_in_flight(InFlight{std::move(h), dst}));
   }
   handed.clear();
   if (shared_ != nullptr) arm_shared(now);
 }
 
-std::uint32_t Simulator::take_slot(InFlight f) {
+std::uint32_t Simulator::add_in_flight(InFlight f) {
+  const std::uint32_t dst = f.dst;
+  ++state_[dst].incoming;
+  load_changed(dst);
+  ++num_in_flight_;
   if (!free_slots_.empty()) {
     const std::uint32_t slot = free_slots_.back();
     free_slots_.pop_back();
@@ -292,12 +299,7 @@ void Simulator::end_shared_transfers(TimeNs now) {
     const InFlight& x = in_flight_[slot];
     recorder_.on_transfer(x.request.spec.id, x.src, x.dst, x.bytes, now, x.start, x.start,
                           f.finish_ns);
-    TransferStats& ts = transfer_stats_;
-    ++ts.count;
-    ts.bytes += x.bytes;
-    ts.transfer_ns += f.finish_ns - x.start;
-    ts.exposed_ns += f.finish_ns - x.start;
-    ts.max_ns = std::max(ts.max_ns, f.finish_ns - x.start);
+    count_transfer(transfer_stats_, x.bytes, x.start, x.start, x.start, f.finish_ns);
     end_transfer(slot, now);
     totals_.end_ns = std::max(totals_.end_ns, now);
   }

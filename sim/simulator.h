@@ -168,9 +168,9 @@ class Simulator {
   // After a prefill replica's step end: routes and books the transfer of each handed request.
   void start_transfers(std::uint32_t src, TimeNs now);
   void end_transfer(std::uint32_t slot, TimeNs now);
-  // Shared transfers: a slot for a transfer in flight, the wake-up at the model's next possible
+  // A slot for a transfer in flight; shared transfers: the wake-up at the model's next possible
   // finish (a kTransfer event of target kSharedTick), and the transfers ended by `now`.
-  std::uint32_t take_slot(InFlight f);
+  std::uint32_t add_in_flight(InFlight f);  // also counts it towards its decode replica
   void arm_shared(TimeNs now);
   void end_shared_transfers(TimeNs now);
   static constexpr std::uint32_t kSharedTick = 0xffffffffu;
