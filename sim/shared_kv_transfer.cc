@@ -3,14 +3,11 @@
 #include <algorithm>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace servelab {
 
 namespace {
-
-bool finished_before(const FinishedTransfer& a, const FinishedTransfer& b) {
-  return a.finish_ns != b.finish_ns ? a.finish_ns < b.finish_ns : a.id < b.id;
-}
 
 void check_latency(TimeNs latency) {
   if (latency < 0) throw std::invalid_argument("SharedKvTransfer: latency must be >= 0");
@@ -68,28 +65,30 @@ std::vector<SharedKvTransfer::Stream> SharedKvTransfer::streams(std::uint32_t sr
   return out;
 }
 
-std::int64_t SharedKvTransfer::start(TimeNs now, std::int64_t bytes, std::uint32_t src,
-                                     std::uint32_t dst) {
+void SharedKvTransfer::start(TimeNs now, std::int64_t id, std::int64_t bytes, std::uint32_t src,
+                             std::uint32_t dst) {
   if (bytes < 0) throw std::invalid_argument("SharedKvTransfer: negative size");
   if (now < links_.now()) {
     throw std::invalid_argument("SharedKvTransfer: time went backwards (" + std::to_string(now) +
                                 " < " + std::to_string(links_.now()) + ")");
   }
+  if (streams_left_.contains(id)) {
+    throw std::invalid_argument("SharedKvTransfer: transfer " + std::to_string(id) +
+                                " is in flight already");
+  }
   const std::vector<Stream> s = streams(src, dst);
-  const std::int64_t id = next_id_++;
   const auto k = static_cast<std::int64_t>(s.size());
-  streams_left_[id] = Left{static_cast<std::int32_t>(k), now};
+  streams_left_[id] = Left{next_seq_++, static_cast<std::int32_t>(k), now};
   for (std::int64_t j = 0; j < k; ++j) {
     const std::int64_t share = bytes / k + (j < bytes % k ? 1 : 0);
     const std::size_t js = static_cast<std::size_t>(j);
     // The fixed latency after each stream's own: the last stream's arrival is the end.
     owner_.emplace(links_.start_on(now, s[js].channels, s[js].latency_ns + latency_, share), id);
   }
-  return id;
 }
 
 std::vector<FinishedTransfer> SharedKvTransfer::advance(TimeNs now) {
-  std::vector<FinishedTransfer> out;
+  std::vector<std::pair<std::int64_t, FinishedTransfer>> ended;  // (start order, transfer)
   for (const FinishedTransfer& f : links_.advance(now)) {
     const auto o = owner_.find(f.id);
     if (o == owner_.end()) throw std::logic_error("SharedKvTransfer: a stream of no transfer");
@@ -98,11 +97,17 @@ std::vector<FinishedTransfer> SharedKvTransfer::advance(TimeNs now) {
     const auto left = streams_left_.find(id);
     left->second.last = std::max(left->second.last, f.finish_ns);
     if (--left->second.streams == 0) {
-      out.push_back({id, left->second.last});
+      ended.push_back({left->second.seq, {id, left->second.last}});
       streams_left_.erase(left);
     }
   }
-  std::sort(out.begin(), out.end(), finished_before);
+  std::sort(ended.begin(), ended.end(), [](const auto& a, const auto& b) {
+    return a.second.finish_ns != b.second.finish_ns ? a.second.finish_ns < b.second.finish_ns
+                                                    : a.first < b.first;
+  });
+  std::vector<FinishedTransfer> out;
+  out.reserve(ended.size());
+  for (const auto& e : ended) out.push_back(e.second);
   return out;
 }
 

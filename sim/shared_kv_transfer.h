@@ -21,8 +21,8 @@
 //
 // Cost: a start or a stream's drain recomputes the shares over the channels in use
 // (LinkTransfers: O(R * C) for R filling rounds over C channels).
-// Determinism: transfers get ids 0, 1, 2, ... in start order; advance() returns them in
-// (finish time, id) order; routes are the topology's. Not thread-safe.
+// Determinism: advance() returns transfers in (finish time, start order) order; routes are the
+// topology's. Not thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -52,14 +52,16 @@ class SharedKvTransfer {
   SharedKvTransfer(const SharedKvTransfer&) = delete;
   SharedKvTransfer& operator=(const SharedKvTransfer&) = delete;
 
-  // Starts moving `bytes` (>= 0) of KV from replica `src` to replica `dst` at `now`; returns
-  // its id. REQUIRES: now >= the time of the previous call.
-  std::int64_t start(TimeNs now, std::int64_t bytes, std::uint32_t src, std::uint32_t dst);
+  // Starts moving `bytes` (>= 0) of KV from replica `src` to replica `dst` at `now`, as
+  // transfer `id` (the caller's; advance() returns it). Throws std::invalid_argument when `id` is
+  // in flight. REQUIRES: now >= the time of the previous call.
+  void start(TimeNs now, std::int64_t id, std::int64_t bytes, std::uint32_t src, std::uint32_t dst);
   // The earliest time at which a transfer in flight may end (a stream's arrival), provided
   // nothing starts before then; nullopt when none is in flight.
   std::optional<TimeNs> next_finish() const { return links_.next_finish(); }
-  // Moves the clock to `now` and returns the transfers that ended at or before it, in (finish
-  // time, id) order. REQUIRES: now >= the time of the previous call.
+  // Moves the clock to `now` and returns the transfers that ended at or before it (their ids
+  // and ends), in (finish time, start order) order. REQUIRES: now >= the time of the previous
+  // call.
   std::vector<FinishedTransfer> advance(TimeNs now);
   std::size_t in_flight() const { return streams_left_.size(); }
 
@@ -79,13 +81,14 @@ class SharedKvTransfer {
   LinkTransfers links_;
   std::unordered_map<std::uint64_t, std::int32_t> pair_channel_;  // (src << 32 | dst): probed
   std::map<std::pair<GpuId, GpuId>, Route> routes_;               // computed on first use
-  std::int64_t next_id_ = 0;
-  std::unordered_map<std::int64_t, std::int64_t> owner_;  // stream flow id -> transfer id
+  std::int64_t next_seq_ = 0;                                     // start order
+  std::unordered_map<std::int64_t, std::int64_t> owner_;          // stream flow id -> transfer id
   struct Left {
+    std::int64_t seq = 0;      // the transfer's place in start order
     std::int32_t streams = 0;  // still on the wire
     TimeNs last = 0;           // the latest arrival of the streams done
   };
-  std::map<std::int64_t, Left> streams_left_;  // by transfer id
+  std::unordered_map<std::int64_t, Left> streams_left_;  // by transfer id; probed only
 };
 
 }  // namespace servelab

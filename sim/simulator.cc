@@ -237,8 +237,9 @@ void Simulator::start_transfers(std::uint32_t src, TimeNs now) {
     const std::int64_t bytes = blocks * replicas_[src].block_bytes;
     if (shared_ != nullptr) {
       // Its end depends on the transfers that start while it moves: recorded when it ends.
-      const std::int64_t id = shared_->start(now, bytes, src, dst);
-      slot_of_.emplace(id, add_in_flight(InFlight{std::move(h), dst, src, bytes, now}));
+      // Its in-flight slot is its id there.
+      shared_->start(now, add_in_flight(InFlight{std::move(h), dst, src, bytes, now}), bytes, src,
+                     dst);
       continue;
     }
     KvTransferTimes t;
@@ -292,10 +293,7 @@ void Simulator::end_shared_transfers(TimeNs now) {
   if (!shared_armed_ || *shared_armed_ != now) return;  // stale
   shared_armed_.reset();
   for (const FinishedTransfer& f : shared_->advance(now)) {
-    const auto it = slot_of_.find(f.id);
-    if (it == slot_of_.end()) throw std::logic_error("a shared KV transfer of no request");
-    const std::uint32_t slot = it->second;
-    slot_of_.erase(it);
+    const auto slot = static_cast<std::uint32_t>(f.id);
     const InFlight& x = in_flight_[slot];
     recorder_.on_transfer(x.request.spec.id, x.src, x.dst, x.bytes, now, x.start, x.start,
                           f.finish_ns);

@@ -46,7 +46,6 @@
 #include <memory>
 #include <optional>
 #include <span>
-#include <unordered_map>
 #include <vector>
 
 #include "core/backend.h"
@@ -195,8 +194,7 @@ class Simulator {
   std::unique_ptr<Router> router_, decode_router_;
   KvTransferModel* transfer_ = nullptr;
   SharedKvTransfer* shared_ = nullptr;
-  std::optional<TimeNs> shared_armed_;                       // the shared model's queued wake-up
-  std::unordered_map<std::int64_t, std::uint32_t> slot_of_;  // shared transfer id -> slot
+  std::optional<TimeNs> shared_armed_;  // the shared model's queued wake-up
   PrefillHandoff* handoff_ = nullptr;
   const bool layerwise_ = false;
   std::vector<std::uint32_t> arrival_candidates_, decode_candidates_;

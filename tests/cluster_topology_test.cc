@@ -158,9 +158,10 @@ TEST(SharedKvTransfer, AloneOnAPairLinkItTakesWhatTheQueueGivesIt) {
   PairLinkKvTransfer booked(
       [](std::uint32_t src, std::uint32_t dst) { return src == 0 && dst == 2 ? 10e9 : 100e9; },
       kFixed);
-  EXPECT_EQ(m.start(0, kGB, 0, 2), 0);
+  m.start(0, 7, kGB, 0, 2);
   const std::vector<FinishedTransfer> done = drain_all(m);
   ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].id, 7);
   EXPECT_EQ(done[0].finish_ns, booked.transfer(kGB, 0, 2, 0).finish);
   EXPECT_EQ(done[0].finish_ns, 100'000'000 + kFixed);
   EXPECT_EQ(m.in_flight(), 0u);
@@ -169,30 +170,31 @@ TEST(SharedKvTransfer, AloneOnAPairLinkItTakesWhatTheQueueGivesIt) {
 TEST(SharedKvTransfer, TransfersOnOnePairLinkShareIt) {
   SharedKvTransfer m = pairs();
   // Two 1 GB transfers 0 -> 1 at once: 50 GB/s each, both drain at 20 ms (queued: the first
-  // would end at 10 ms + latency, the second at 20 ms + two latencies).
-  m.start(0, kGB, 0, 1);
-  m.start(0, kGB, 0, 1);
+  // would end at 10 ms + latency, the second at 20 ms + two latencies). Ties end in start
+  // order, whatever the ids.
+  m.start(0, 20, kGB, 0, 1);
+  m.start(0, 10, kGB, 0, 1);
   // 1 -> 0 is another link (the opposite direction): 10 ms.
-  m.start(0, kGB, 1, 0);
+  m.start(0, 30, kGB, 1, 0);
   EXPECT_EQ(m.in_flight(), 3u);
   const std::vector<FinishedTransfer> done = drain_all(m);
   ASSERT_EQ(done.size(), 3u);
-  EXPECT_EQ(done[0].id, 2);
+  EXPECT_EQ(done[0].id, 30);
   EXPECT_EQ(done[0].finish_ns, 10'000'000 + kFixed);
-  EXPECT_EQ(done[1].id, 0);
+  EXPECT_EQ(done[1].id, 20);
   EXPECT_EQ(done[1].finish_ns, 20'000'000 + kFixed);
-  EXPECT_EQ(done[2].id, 1);
+  EXPECT_EQ(done[2].id, 10);
   EXPECT_EQ(done[2].finish_ns, 20'000'000 + kFixed);
 }
 
 TEST(SharedKvTransfer, ALaterTransferSlowsOneInFlight) {
   SharedKvTransfer m = pairs();
-  m.start(0, kGB, 0, 1);
+  m.start(0, 0, kGB, 0, 1);
   EXPECT_EQ(m.next_finish(), 10'000'000 + kFixed);
   // At 5 ms the first has 0.5 GB left; the second shares: 50 GB/s each, so the first drains at
   // 15 ms and the second, alone again with 0.5 GB left, at 20 ms.
   EXPECT_TRUE(m.advance(5'000'000).empty());
-  m.start(5'000'000, kGB, 0, 1);
+  m.start(5'000'000, 1, kGB, 0, 1);
   EXPECT_EQ(m.next_finish(), 15'000'000 + kFixed);
   const std::vector<FinishedTransfer> done = drain_all(m);
   ASSERT_EQ(done.size(), 2u);
@@ -211,7 +213,7 @@ TEST(SharedKvTransfer, AloneOnATopologyItTakesWhatTheBookingGivesIt) {
     SCOPED_TRACE(testing::Message() << c.src << "->" << c.dst << " " << c.bytes);
     SharedKvTransfer m(two_nodes(), kPlaces, kFixed);
     TopologyKvTransfer booked(two_nodes(), kPlaces, kFixed);
-    m.start(3'000, c.bytes, c.src, c.dst);
+    m.start(3'000, 0, c.bytes, c.src, c.dst);
     const std::vector<FinishedTransfer> done = drain_all(m);
     ASSERT_EQ(done.size(), 1u);
     EXPECT_EQ(done[0].finish_ns, booked.transfer(c.bytes, c.src, c.dst, 3'000).finish);
@@ -222,17 +224,17 @@ TEST(SharedKvTransfer, PrefillsIntoOneGpuShareItsPort) {
   SharedKvTransfer m(two_nodes(), kPlaces, kFixed);
   // GPUs 0 and 1 both send 1 GB to GPU 4: its one InfiniBand port in takes 5 GB/s from each,
   // so both drain at 200 ms and arrive two 5 us hops later (queued: 100 and 200 ms).
-  m.start(0, kGB, 0, 2);
-  m.start(0, kGB, 1, 2);
+  m.start(0, 5, kGB, 0, 2);
+  m.start(0, 4, kGB, 1, 2);
   // Meanwhile 3 -> 4 goes GPU 2 -> 6 and 3 -> 7 over ports of their own: 50 ms.
-  m.start(0, kGB, 3, 4);
+  m.start(0, 9, kGB, 3, 4);
   const std::vector<FinishedTransfer> done = drain_all(m);
   ASSERT_EQ(done.size(), 3u);
-  EXPECT_EQ(done[0].id, 2);
+  EXPECT_EQ(done[0].id, 9);
   EXPECT_EQ(done[0].finish_ns, 50'000'000 + 10'000 + kFixed);
-  EXPECT_EQ(done[1].id, 0);
+  EXPECT_EQ(done[1].id, 5);
   EXPECT_EQ(done[1].finish_ns, 200'000'000 + 10'000 + kFixed);
-  EXPECT_EQ(done[2].id, 1);
+  EXPECT_EQ(done[2].id, 4);
   EXPECT_EQ(done[2].finish_ns, 200'000'000 + 10'000 + kFixed);
 }
 
@@ -242,8 +244,8 @@ TEST(SharedKvTransfer, AWideTransferEndsWithItsLastStream) {
   // until then the two streams had 5 GB/s each (0.25 GB sent); then three flows share the
   // port at 10/3 GB/s: the streams' 0.25 GB drain at 125 ms, replica 0's last 0.25 GB alone at
   // 10 GB/s by 150 ms.
-  m.start(0, kGB, 3, 2);
-  m.start(50'000'000, kGB / 2, 0, 2);
+  m.start(0, 0, kGB, 3, 2);
+  m.start(50'000'000, 1, kGB / 2, 0, 2);
   const std::vector<FinishedTransfer> done = drain_all(m);
   ASSERT_EQ(done.size(), 2u);
   EXPECT_EQ(done[0].id, 0);
@@ -256,12 +258,14 @@ TEST(SharedKvTransfer, RefusesWhatItCannotModel) {
   EXPECT_THROW(SharedKvTransfer(two_nodes(), {{7, 2}}, kFixed), std::invalid_argument);
   EXPECT_THROW(SharedKvTransfer(two_nodes(), kPlaces, -1), std::invalid_argument);
   SharedKvTransfer m(two_nodes(), kPlaces, kFixed);
-  EXPECT_THROW(m.start(0, kGB, 0, 9), std::invalid_argument);
-  EXPECT_THROW(m.start(0, -1, 0, 1), std::invalid_argument);
-  m.start(10, kGB, 0, 1);
-  EXPECT_THROW(m.start(5, kGB, 0, 1), std::invalid_argument);  // time went backwards
+  EXPECT_THROW(m.start(0, 0, kGB, 0, 9), std::invalid_argument);
+  EXPECT_THROW(m.start(0, 0, -1, 0, 1), std::invalid_argument);
+  m.start(10, 0, kGB, 0, 1);
+  EXPECT_THROW(m.start(5, 1, kGB, 0, 1), std::invalid_argument);   // time went backwards
+  EXPECT_THROW(m.start(20, 0, kGB, 0, 1), std::invalid_argument);  // id 0 is in flight
+  EXPECT_EQ(m.in_flight(), 1u);
   SharedKvTransfer zero([](std::uint32_t, std::uint32_t) { return 0.0; }, kFixed);
-  EXPECT_THROW(zero.start(0, kGB, 0, 1), std::invalid_argument);
+  EXPECT_THROW(zero.start(0, 0, kGB, 0, 1), std::invalid_argument);
 }
 
 // Llama-3-8B on H100s; `cluster` is the last section (lines 1-12 fixed, `cluster:` on 13).
