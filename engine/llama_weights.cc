@@ -122,6 +122,19 @@ LlamaConfig load_llama_config(const std::string& name_or_path, const std::string
   namespace fs = std::filesystem;
   LlamaConfig c;
   c.model = load_model(name_or_path, catalog_dir);
+  const ModelConfig& m = c.model;
+  const std::string who = "model " + m.name + (m.source.empty() ? "" : " (" + m.source + ")");
+  if (m.is_moe()) {
+    throw ConfigError(who + " is a mixture of experts (num_experts " +
+                      std::to_string(m.num_experts) + ", " + std::to_string(m.experts_per_token) +
+                      " per token): the engine runs dense Llama-family models only; `sim run` "
+                      "simulates it");
+  }
+  if (m.qk_norm) {
+    throw ConfigError(who +
+                      " normalises q and k per head (Qwen3's qk_norm): the engine runs "
+                      "Llama, Mistral and Qwen2 models only; `sim run` simulates it");
+  }
   std::error_code ec;
   std::string json_path;
   if (name_or_path.ends_with(".json")) {

@@ -43,7 +43,9 @@ struct LlamaConfig {
 
 // load_model(name_or_path, catalog_dir) plus, when name_or_path is a Hugging Face config.json
 // (or a directory holding one), its rope_scaling (or rope_parameters) entry. Throws ConfigError
-// naming the file for a rope type other than default/llama3/linear or a missing scaling key.
+// naming the file for a rope type other than default/llama3/linear or a missing scaling key,
+// and naming the model for one the engine cannot run: a mixture of experts or Qwen3's q/k norm
+// (ModelConfig::is_moe, qk_norm; the simulator prices both).
 LlamaConfig load_llama_config(const std::string& name_or_path, const std::string& catalog_dir);
 
 // The RoPE inverse frequencies, head_dim / 2 of them: theta^(-2j/d), then scaled. Pair (j,

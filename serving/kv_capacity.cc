@@ -153,7 +153,7 @@ std::int64_t default_activation_reserve_bytes(const ModelConfig& model,
                                               std::int32_t max_num_seqs) {
   constexpr std::int64_t kNonTorchBytes = std::int64_t{1} << 30;
   const std::int64_t per_token = (2 * std::int64_t{model.hidden_size} + model.q_size() +
-                                  2 * model.kv_size() + 3 * std::int64_t{model.intermediate_size}) *
+                                  2 * model.kv_size() + 3 * model.mlp_width_per_token()) *
                                  model.dtype_bytes;
   const std::int64_t logits = std::int64_t{max_num_seqs} * model.vocab_size * 4;
   return kNonTorchBytes + std::int64_t{max_num_batched_tokens} * per_token + logits;

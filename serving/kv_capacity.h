@@ -96,7 +96,9 @@ std::int64_t lora_slot_bytes(const ModelConfig& shard, std::int64_t layers, std:
 // Estimate of the reserve: 1 GiB for non-PyTorch memory (CUDA context, cuBLAS workspace, CUDA
 // graphs) plus the activations alive at the MLP of a max_num_batched_tokens forward pass
 // (residual, normed input, qkv, gate/up output, activated output: (2h + q + 2kv + 3 inter) *
-// dtype bytes per token) plus fp32 logits for max_num_seqs sequences.
+// dtype bytes per token, inter = model.mlp_width_per_token(): a mixture of experts holds
+// experts_per_token experts' intermediates per token) plus fp32 logits for max_num_seqs
+// sequences.
 std::int64_t default_activation_reserve_bytes(const ModelConfig& model,
                                               std::int32_t max_num_batched_tokens,
                                               std::int32_t max_num_seqs);

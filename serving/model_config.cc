@@ -20,6 +20,7 @@ namespace {
 constexpr std::int64_t kMaxLayers = 1024;
 constexpr std::int64_t kMaxWidth = 1 << 20;  // hidden, intermediate, head counts, head_dim
 constexpr std::int64_t kMaxVocab = 1 << 24;
+constexpr std::int64_t kMaxExperts = 4096;
 
 // --- Hugging Face config.json ------------------------------------------------------------
 
@@ -84,6 +85,37 @@ std::string dtype_from_torch(const JsonReader& r, const nlohmann::json& j, const
   r.fail(key, "expected one of: bfloat16, float16, float32, got " + v.dump());
 }
 
+// The architectures parse_hf_config reads (the first entry of config.json's "architectures").
+constexpr std::string_view kArchitectures[] = {
+    "LlamaForCausalLM",   "MistralForCausalLM",  "Qwen2ForCausalLM",   "Qwen3ForCausalLM",
+    "MixtralForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM"};
+
+// The experts of a mixture-of-experts config.json (parse_hf_config's contract).
+void read_hf_experts(const JsonReader& r, const nlohmann::json& j, const std::string& arch,
+                     ModelConfig& m) {
+  const char* count = arch == "MixtralForCausalLM" ? "num_local_experts" : "num_experts";
+  m.num_experts = static_cast<std::int32_t>(r.get_int(count, 1, kMaxExperts));
+  m.experts_per_token =
+      static_cast<std::int32_t>(r.get_int("num_experts_per_tok", 1, m.num_experts));
+  if (r.has("moe_intermediate_size")) {
+    m.intermediate_size =
+        static_cast<std::int32_t>(r.get_int("moe_intermediate_size", 1, kMaxWidth));
+  }
+  m.shared_expert_intermediate_size =
+      static_cast<std::int32_t>(r.get_int("shared_expert_intermediate_size", 0, 0, kMaxWidth));
+  if (r.get_int("decoder_sparse_step", 1, 0, kMaxLayers) != 1) {
+    r.fail("decoder_sparse_step", "only 1 is supported (every layer a mixture of experts), got " +
+                                      j.at("decoder_sparse_step").dump());
+  }
+  if (r.has("mlp_only_layers")) {
+    const nlohmann::json& dense = j.at("mlp_only_layers");
+    if (!dense.is_array() || !dense.empty()) {
+      r.fail("mlp_only_layers",
+             "dense layers among the experts' are not supported, got " + dense.dump());
+    }
+  }
+}
+
 ModelConfig load_catalogue_file(const std::string& path) {
   const ConfigNode node = ConfigNode::load_file(path);
   ModelConfig m = parse_model(node, fs::path(path).stem().string());
@@ -93,22 +125,56 @@ ModelConfig load_catalogue_file(const std::string& path) {
 
 }  // namespace
 
+namespace {
+
+// q and o are h x q_size; k and v are h x kv_size.
+std::int64_t attention_linear_params(const ModelConfig& m) {
+  return 2 * std::int64_t{m.hidden_size} * (m.q_size() + m.kv_size());
+}
+
+// The router (h x experts) and the shared expert (gate, up, down of its width, and its h x 1
+// gate); 0 in a dense model.
+std::int64_t moe_dense_params(const ModelConfig& m) {
+  if (!m.is_moe()) return 0;
+  const std::int64_t h = m.hidden_size;
+  const std::int64_t shared = m.shared_expert_intermediate_size;
+  return h * m.num_experts + (shared > 0 ? 3 * h * shared + h : 0);
+}
+
+}  // namespace
+
 std::int64_t ModelConfig::linear_params_per_layer() const {
-  const std::int64_t h = hidden_size;
-  const std::int64_t inter = intermediate_size;
-  // q and o are h x q_size; k and v are h x kv_size; gate and up h x inter; down inter x h.
-  return 2 * h * q_size() + 2 * h * kv_size() + 3 * h * inter;
+  const std::int64_t mlp = 3 * std::int64_t{hidden_size} * intermediate_size;
+  const std::int64_t experts = is_moe() ? num_experts : 1;
+  return attention_linear_params(*this) + experts * mlp + moe_dense_params(*this);
+}
+
+std::int64_t ModelConfig::active_linear_params_per_layer() const {
+  if (!is_moe()) return linear_params_per_layer();
+  return attention_linear_params(*this) +
+         experts_per_token * 3 * std::int64_t{hidden_size} * intermediate_size +
+         moe_dense_params(*this);
+}
+
+std::int64_t ModelConfig::mlp_width_per_token() const {
+  if (!is_moe()) return intermediate_size;
+  return std::int64_t{experts_per_token} * intermediate_size + shared_expert_intermediate_size;
 }
 
 std::int64_t ModelConfig::params_per_layer() const {
   const std::int64_t bias = qkv_bias ? q_size() + 2 * kv_size() : 0;
-  return linear_params_per_layer() + bias + 2 * std::int64_t{hidden_size};
+  const std::int64_t norms = 2 * std::int64_t{hidden_size} + (qk_norm ? 2 * head_dim : 0);
+  return linear_params_per_layer() + bias + norms;
 }
 
 std::int64_t ModelConfig::num_params() const {
   const std::int64_t lm_head = tie_word_embeddings ? 0 : embedding_params();
   return num_layers * params_per_layer() + hidden_size /* final norm */ + embedding_params() +
          lm_head;
+}
+
+std::int64_t ModelConfig::active_params() const {
+  return num_params() - num_layers * (linear_params_per_layer() - active_linear_params_per_layer());
 }
 
 std::int64_t quantized_matrix_bytes(std::int64_t in, std::int64_t out,
@@ -123,15 +189,34 @@ std::int64_t quantized_matrix_bytes(std::int64_t in, std::int64_t out,
   return in * out * dtype_bytes;
 }
 
+std::int64_t ModelConfig::expert_weight_bytes() const {
+  if (!is_moe()) return 0;
+  const std::int64_t h = hidden_size, inter = intermediate_size, d = dtype_bytes;
+  return 2 * quantized_matrix_bytes(h, inter, quantization, d) +
+         quantized_matrix_bytes(inter, h, quantization, d);
+}
+
 std::int64_t ModelConfig::linear_weight_bytes_per_layer() const {
   const std::int64_t h = hidden_size, q = q_size(), kv = kv_size(), inter = intermediate_size;
   const std::int64_t d = dtype_bytes;
-  // q, k, v (h -> q, kv, kv), o (q -> h), gate and up (h -> inter), down (inter -> h).
-  return quantized_matrix_bytes(h, q, quantization, d) +
-         2 * quantized_matrix_bytes(h, kv, quantization, d) +
-         quantized_matrix_bytes(q, h, quantization, d) +
-         2 * quantized_matrix_bytes(h, inter, quantization, d) +
-         quantized_matrix_bytes(inter, h, quantization, d);
+  // q, k, v (h -> q, kv, kv), o (q -> h).
+  const std::int64_t attention = quantized_matrix_bytes(h, q, quantization, d) +
+                                 2 * quantized_matrix_bytes(h, kv, quantization, d) +
+                                 quantized_matrix_bytes(q, h, quantization, d);
+  if (!is_moe()) {
+    // gate and up (h -> inter), down (inter -> h).
+    return attention + 2 * quantized_matrix_bytes(h, inter, quantization, d) +
+           quantized_matrix_bytes(inter, h, quantization, d);
+  }
+  // The experts as stored; the router and the shared expert's gate in dtype (vLLM leaves the
+  // router unquantized), the shared expert's matrices as stored.
+  const std::int64_t shared = shared_expert_intermediate_size;
+  std::int64_t bytes = attention + num_experts * expert_weight_bytes() + h * num_experts * d;
+  if (shared > 0) {
+    bytes += 2 * quantized_matrix_bytes(h, shared, quantization, d) +
+             quantized_matrix_bytes(shared, h, quantization, d) + h * d;
+  }
+  return bytes;
 }
 
 std::string ModelConfig::kv_dtype() const {
@@ -171,6 +256,20 @@ void ModelConfig::validate() const {
   check(std::find(std::begin(kQuantizations), std::end(kQuantizations), quantization) !=
             std::end(kQuantizations),
         "quantization", "expected one of none, awq, fp8, got '" + quantization + "'");
+  if (!is_moe()) {
+    check(experts_per_token == 0, "experts_per_token", "needs num_experts (a mixture of experts)");
+    check(shared_expert_intermediate_size == 0, "shared_expert_intermediate_size",
+          "needs num_experts (a mixture of experts)");
+    return;
+  }
+  check(num_experts <= kMaxExperts, "num_experts", "out of range");
+  check(experts_per_token >= 1 && experts_per_token <= num_experts, "experts_per_token",
+        "must be in [1, num_experts (" + std::to_string(num_experts) + ")], got " +
+            std::to_string(experts_per_token));
+  check(shared_expert_intermediate_size >= 0 && shared_expert_intermediate_size <= kMaxWidth,
+        "shared_expert_intermediate_size", "out of range");
+  check(quantization != "awq", "quantization",
+        "awq is not modelled for a mixture of experts (none or fp8)");
 }
 
 std::int32_t dtype_size(std::string_view dtype) {
@@ -196,10 +295,28 @@ std::vector<std::string> catalog_names(const std::string& catalog_dir, const std
 }
 
 ModelConfig parse_model(const ConfigNode& node, const std::string& default_name) {
-  node.allow_keys({"name", "hf_id", "num_layers", "hidden_size", "num_heads", "num_kv_heads",
-                   "head_dim", "intermediate_size", "vocab_size", "dtype", "tie_word_embeddings",
-                   "rope_theta", "max_position_embeddings", "rms_norm_eps", "qkv_bias",
-                   "kv_cache_dtype", "quantization", "eos_token_id"});
+  node.allow_keys({"name",
+                   "hf_id",
+                   "num_layers",
+                   "hidden_size",
+                   "num_heads",
+                   "num_kv_heads",
+                   "head_dim",
+                   "intermediate_size",
+                   "vocab_size",
+                   "dtype",
+                   "tie_word_embeddings",
+                   "rope_theta",
+                   "max_position_embeddings",
+                   "rms_norm_eps",
+                   "qkv_bias",
+                   "qk_norm",
+                   "num_experts",
+                   "experts_per_token",
+                   "shared_expert_intermediate_size",
+                   "kv_cache_dtype",
+                   "quantization",
+                   "eos_token_id"});
   ModelConfig m;
   m.name = node.get_string("name", default_name);
   m.source = node.file();
@@ -225,6 +342,18 @@ ModelConfig parse_model(const ConfigNode& node, const std::string& default_name)
       node.get_int("max_position_embeddings", 4096, 1, std::int64_t{1} << 40);
   m.rms_norm_eps = node.get_double("rms_norm_eps", 1e-5, 0.0, 1.0);
   m.qkv_bias = node.get_bool("qkv_bias", false);
+  m.qk_norm = node.get_bool("qk_norm", false);
+  if (node.has("num_experts")) {
+    m.num_experts = static_cast<std::int32_t>(node.get_int("num_experts", 1, kMaxExperts));
+    m.experts_per_token =
+        static_cast<std::int32_t>(node.get_int("experts_per_token", 1, m.num_experts));
+    m.shared_expert_intermediate_size =
+        static_cast<std::int32_t>(node.get_int("shared_expert_intermediate_size", 0, 0, kMaxWidth));
+  } else {
+    for (const char* key : {"experts_per_token", "shared_expert_intermediate_size"}) {
+      if (node.has(key)) node.at(key).fail_message("needs num_experts (a mixture of experts)");
+    }
+  }
   parse_model_storage(node, m);
   if (node.has("eos_token_id")) {
     const ConfigNode e = node.at("eos_token_id");
@@ -243,6 +372,11 @@ void parse_model_storage(const ConfigNode& node, ModelConfig& m) {
   }
   if (node.has("quantization")) {
     m.quantization = node.at("quantization").as_choice({"none", "awq", "fp8"});
+    if (m.is_moe() && m.quantization == "awq") {
+      node.at("quantization")
+          .fail_message("awq is not modelled for a mixture of experts (" + m.name +
+                        " has num_experts " + std::to_string(m.num_experts) + "); none or fp8");
+    }
   }
 }
 
@@ -258,20 +392,25 @@ ModelConfig parse_hf_config(const std::string& path) {
   if (!j.is_object()) throw ConfigError(path + ": expected a JSON object at the top level");
   const JsonReader r(j, path);
 
-  bool qwen2 = false;
+  std::string arch = "LlamaForCausalLM";
   if (r.has("architectures")) {
-    const nlohmann::json& arch = j.at("architectures");
-    if (!arch.is_array() || arch.empty() || !arch.at(0).is_string()) {
-      r.fail("architectures", "expected a list of names, got " + arch.dump());
+    const nlohmann::json& archs = j.at("architectures");
+    if (!archs.is_array() || archs.empty() || !archs.at(0).is_string()) {
+      r.fail("architectures", "expected a list of names, got " + archs.dump());
     }
-    const std::string a = arch.at(0).get<std::string>();
-    if (a != "LlamaForCausalLM" && a != "MistralForCausalLM" && a != "Qwen2ForCausalLM") {
-      r.fail("architectures", "unsupported architecture " + arch.at(0).dump() +
-                                  " (supported: LlamaForCausalLM, MistralForCausalLM, "
-                                  "Qwen2ForCausalLM)");
+    arch = archs.at(0).get<std::string>();
+    if (std::find(std::begin(kArchitectures), std::end(kArchitectures), arch) ==
+        std::end(kArchitectures)) {
+      r.fail("architectures", "unsupported architecture " + archs.at(0).dump() + " (supported: " +
+                                  join(std::vector<std::string>(std::begin(kArchitectures),
+                                                                std::end(kArchitectures))) +
+                                  ")");
     }
-    qwen2 = a == "Qwen2ForCausalLM";
   }
+  const bool qwen2 = arch == "Qwen2ForCausalLM" || arch == "Qwen2MoeForCausalLM";
+  const bool qwen3 = arch == "Qwen3ForCausalLM" || arch == "Qwen3MoeForCausalLM";
+  const bool moe = arch == "MixtralForCausalLM" || arch == "Qwen2MoeForCausalLM" ||
+                   arch == "Qwen3MoeForCausalLM";
 
   ModelConfig m;
   const fs::path p(path);
@@ -295,7 +434,11 @@ ModelConfig parse_hf_config(const std::string& path) {
   }
   m.head_dim =
       static_cast<std::int32_t>(r.get_int("head_dim", m.hidden_size / m.num_heads, 1, kMaxWidth));
-  m.intermediate_size = static_cast<std::int32_t>(r.get_int("intermediate_size", 1, kMaxWidth));
+  // A Qwen mixture of experts gives its experts' width as moe_intermediate_size (its
+  // intermediate_size is that of dense layers it does not have); read_hf_experts reads it.
+  if (!(moe && r.has("moe_intermediate_size"))) {
+    m.intermediate_size = static_cast<std::int32_t>(r.get_int("intermediate_size", 1, kMaxWidth));
+  }
   m.vocab_size = static_cast<std::int32_t>(r.get_int("vocab_size", 1, kMaxVocab));
   // Newer transformers write "dtype" where older ones wrote "torch_dtype".
   if (r.has("torch_dtype")) {
@@ -314,6 +457,8 @@ ModelConfig parse_hf_config(const std::string& path) {
   m.max_position_embeddings = r.get_int("max_position_embeddings", 4096, 1, std::int64_t{1} << 40);
   m.rms_norm_eps = r.get_double("rms_norm_eps", 1e-6, 0.0, 1.0);
   m.qkv_bias = qwen2 || r.get_bool("attention_bias", false);
+  m.qk_norm = qwen3;
+  if (moe) read_hf_experts(r, j, arch, m);
   if (r.has("eos_token_id")) {
     const nlohmann::json& e = j.at("eos_token_id");
     const nlohmann::json ids = e.is_array() ? e : nlohmann::json::array({e});

@@ -5,11 +5,17 @@
 //     mistyped key is a ConfigError naming FILE:LINE:COL and the key);
 //   - a Hugging Face config.json (a path to the file, or to a directory that holds one).
 // Supported architectures: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM (dense,
-// RMSNorm, RoPE, SwiGLU MLP, grouped-query attention; Qwen2 adds q/k/v biases).
+// RMSNorm, RoPE, SwiGLU MLP, grouped-query attention; Qwen2 adds q/k/v biases), Qwen3ForCausalLM
+// (a per-head RMSNorm on q and k, no biases), and the mixtures of experts MixtralForCausalLM,
+// Qwen2MoeForCausalLM and Qwen3MoeForCausalLM (simulated only: the engine refuses them).
 //
-// Parameter counting (see docs/cost-model.md): per layer q, k, v, o, gate, up, down matrices,
-// optional q/k/v biases and two RMSNorm weight vectors; plus the embedding, the final norm and
-// the LM head (absent when tied to the embedding).
+// Parameter counting (see docs/cost-model.md): per layer q, k, v, o matrices, optional q/k/v
+// biases, optional q/k norm weights (head_dim each), two RMSNorm weight vectors, and the MLP:
+// dense, gate, up and down (hidden x intermediate each); a mixture of experts, num_experts such
+// triples of width intermediate_size, the router (hidden x num_experts) and, when
+// shared_expert_intermediate_size > 0, one shared expert of that width with its gate (hidden x
+// 1); plus the embedding, the final norm and the LM head (absent when tied to the embedding).
+// Every layer of a mixture of experts is sparse (configs with dense layers are refused).
 #pragma once
 
 #include <cstdint>
@@ -30,8 +36,17 @@ struct ModelConfig {
   std::int32_t num_heads = 0;
   std::int32_t num_kv_heads = 0;  // divides num_heads (grouped-query attention)
   std::int32_t head_dim = 0;
+  // The SwiGLU MLP's width; in a mixture of experts, each routed expert's (config.json's
+  // moe_intermediate_size where it has one, Mixtral's intermediate_size).
   std::int32_t intermediate_size = 0;
   std::int32_t vocab_size = 0;
+  // Mixture of experts (num_experts 0: a dense MLP): each token is routed to experts_per_token
+  // of the num_experts experts (top-k of the router's logits), and passes through the shared
+  // expert too when shared_expert_intermediate_size > 0 (Qwen2-MoE).
+  std::int32_t num_experts = 0;
+  std::int32_t experts_per_token = 0;
+  std::int32_t shared_expert_intermediate_size = 0;
+  bool qk_norm = false;        // RMSNorm over each head of q and k before RoPE (Qwen3)
   std::string dtype = "bf16";  // "bf16", "fp16" or "fp32": weights, activations and KV cache
   std::int32_t dtype_bytes = 2;
   bool tie_word_embeddings = false;
@@ -58,17 +73,31 @@ struct ModelConfig {
   // head_dim).
   std::int64_t q_size() const { return std::int64_t{num_heads} * head_dim; }
   std::int64_t kv_size() const { return std::int64_t{num_kv_heads} * head_dim; }
-  // Weights of the seven projection matrices of one layer (q, k, v, o, gate, up, down); biases
-  // and norms excluded. These are what every token's GEMMs multiply by.
+  bool is_moe() const { return num_experts > 0; }
+  // Weights of one layer's projection matrices: q, k, v, o and the MLP's (dense: gate, up, down;
+  // a mixture of experts: every expert's, the router and the shared expert with its gate);
+  // biases and norms excluded.
   std::int64_t linear_params_per_layer() const;
+  // Of those, the ones one token multiplies by: all of them in a dense model; in a mixture of
+  // experts q, k, v, o, the router, experts_per_token experts and the shared expert.
+  std::int64_t active_linear_params_per_layer() const;
+  // Parameters one token uses, all layers (num_params() for a dense model).
+  std::int64_t active_params() const;
+  // The MLP's intermediate values of one token: intermediate_size, or in a mixture of experts
+  // experts_per_token * intermediate_size + shared_expert_intermediate_size.
+  std::int64_t mlp_width_per_token() const;
+  // One routed expert's gate, up and down matrices (3 * hidden * intermediate_size weights) as
+  // stored under `quantization`; 0 in a dense model.
+  std::int64_t expert_weight_bytes() const;
   // All parameters of one layer: the matrices, q/k/v biases when present, two RMSNorm vectors.
   std::int64_t params_per_layer() const;
   // Embedding table (vocab x hidden); the LM head has the same shape and is counted separately
   // unless tied.
   std::int64_t embedding_params() const { return std::int64_t{vocab_size} * hidden_size; }
   std::int64_t num_params() const;
-  // Bytes of the seven projection matrices of one layer as stored under `quantization`
-  // (linear_params_per_layer() * dtype_bytes when "none"; see docs/cost-model.md).
+  // Bytes of one layer's projection matrices as stored under `quantization`
+  // (linear_params_per_layer() * dtype_bytes when "none"; see docs/cost-model.md). The router
+  // and the shared expert's gate stay in dtype.
   std::int64_t linear_weight_bytes_per_layer() const;
   // Bytes of one layer's parameters: its matrices as stored, biases and norms in dtype.
   std::int64_t layer_weight_bytes() const {
@@ -90,7 +119,9 @@ struct ModelConfig {
   }
 
   // Throws ConfigError (naming `source` and the field) when a field is out of range or
-  // inconsistent (num_kv_heads must divide num_heads, dtype_bytes must match dtype).
+  // inconsistent (num_kv_heads must divide num_heads, dtype_bytes must match dtype,
+  // experts_per_token in [1, num_experts] in a mixture of experts and 0 otherwise, no shared
+  // expert without experts, no AWQ for a mixture of experts).
   void validate() const;
 };
 
@@ -130,8 +161,12 @@ void parse_model_storage(const ConfigNode& node, ModelConfig& m);
 // hidden_size / num_attention_heads), intermediate_size, vocab_size, torch_dtype (or dtype;
 // default bf16), tie_word_embeddings (default false), rope_theta (or rope_parameters.rope_theta;
 // default 10000), max_position_embeddings (default 4096), rms_norm_eps (default 1e-6),
-// attention_bias, eos_token_id (an id or a list), and architectures (Qwen2ForCausalLM implies
-// qkv_bias). Other keys are ignored: a
+// attention_bias, eos_token_id (an id or a list), and architectures (Qwen2ForCausalLM and
+// Qwen2MoeForCausalLM imply qkv_bias, Qwen3ForCausalLM and Qwen3MoeForCausalLM qk_norm). A
+// mixture of experts adds num_local_experts (Mixtral) or num_experts (Qwen), num_experts_per_tok,
+// moe_intermediate_size (Qwen; the experts' width), shared_expert_intermediate_size (Qwen2-MoE),
+// and refuses decoder_sparse_step other than 1 or a non-empty mlp_only_layers (dense layers
+// among sparse ones). Other keys are ignored: a
 // config.json has many that do not matter here. Errors are ConfigErrors "PATH: key 'K': ...".
 ModelConfig parse_hf_config(const std::string& path);
 

@@ -28,7 +28,12 @@ ModelConfig tensor_shard(const ModelConfig& model, std::int32_t tensor, const st
     fail("has intermediate_size " + std::to_string(model.intermediate_size) +
          ", not divisible by " + tp);
   }
+  if (model.shared_expert_intermediate_size % tensor != 0) {
+    fail("has shared_expert_intermediate_size " +
+         std::to_string(model.shared_expert_intermediate_size) + ", not divisible by " + tp);
+  }
   ModelConfig s = model;
+  s.shared_expert_intermediate_size = model.shared_expert_intermediate_size / tensor;
   s.num_heads = model.num_heads / tensor;
   s.num_kv_heads = std::max(1, model.num_kv_heads / tensor);
   s.intermediate_size = model.intermediate_size / tensor;

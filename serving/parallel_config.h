@@ -47,11 +47,13 @@ struct ParallelConfig {
 std::int32_t stage_layers(std::int32_t layers, std::int32_t stages, std::int32_t stage);
 
 // One GPU's part of `model` under tensor parallelism over `tensor` GPUs: num_heads / tensor
-// query heads, max(1, num_kv_heads / tensor) KV heads, intermediate_size / tensor, and
-// ceil(vocab_size / tensor) vocabulary rows; hidden_size, head_dim and layers unchanged. The
+// query heads, max(1, num_kv_heads / tensor) KV heads, intermediate_size / tensor (in a mixture
+// of experts: every expert's width, and the shared expert's, as vLLM's FusedMoE shards them
+// without expert parallelism; the router is replicated), and ceil(vocab_size / tensor)
+// vocabulary rows; hidden_size, head_dim, experts and layers unchanged. The
 // model itself when tensor == 1. Throws ConfigError (naming `where` and the model's field)
-// when num_heads or intermediate_size is not divisible by tensor, or num_kv_heads neither
-// divides nor is divisible by it.
+// when num_heads, intermediate_size or shared_expert_intermediate_size is not divisible by
+// tensor, or num_kv_heads neither divides nor is divisible by it.
 ModelConfig tensor_shard(const ModelConfig& model, std::int32_t tensor,
                          const std::string& where = "");
 

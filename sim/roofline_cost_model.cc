@@ -26,6 +26,38 @@ Widths widths(const ModelConfig& m) {
           static_cast<double>(m.dtype_bytes)};
 }
 
+// Elements one token reads and writes in one layer's GEMM launches: fused QKV (reads h, writes
+// q + 2kv), O (reads q, writes h), and the MLP: dense, fused gate/up (reads h, writes 2 inter)
+// and down (reads inter, writes h); a mixture of experts, the router (reads h, writes the
+// experts' logits), those two for each of the token's experts, and for the shared expert, with
+// its gate (reads h, writes 1).
+double gemm_act_elements_per_token(const ModelConfig& m) {
+  const auto [h, q, kv, inter, d] = widths(m);
+  const double attention = 2 * h + 2 * q + 2 * kv;
+  if (!m.is_moe()) return attention + 2 * h + 3 * inter;
+  const double shared = m.shared_expert_intermediate_size;
+  return attention + h + m.num_experts + m.experts_per_token * (2 * h + 3 * inter) +
+         (shared > 0 ? 3 * h + 3 * shared + 1 : 0);
+}
+
+// Bytes one token's elementwise launches move in one layer: two fused residual-add + RMSNorm
+// (read x and residual, write both: 4h each), the q/k norm when the model has one (2q + 2kv), RoPE
+// in place on q and k (2q + 2kv), SiLU-mul (reads 2 inter, writes inter per expert the token
+// uses); in a mixture of experts the routing (reads the logits, writes experts_per_token ids
+// and fp32 weights), the weighted sum of the experts' outputs (reads one h per expert, writes h)
+// and, with a shared expert, its sigmoid-gated add (reads two h and the gate, writes h).
+double elementwise_bytes_per_token(const ModelConfig& m) {
+  const auto [h, q, kv, inter, d] = widths(m);
+  double bytes = (8 * h + 2 * (q + kv) * (m.qk_norm ? 2 : 1) +
+                  3 * static_cast<double>(m.mlp_width_per_token())) *
+                 d;
+  if (m.is_moe()) {
+    bytes += m.num_experts * d + 8.0 * m.experts_per_token + (m.experts_per_token + 1) * h * d +
+             (m.shared_expert_intermediate_size > 0 ? 3 * h * d + d : 0);
+  }
+  return bytes;
+}
+
 }  // namespace
 
 RooflineCostModel::RooflineCostModel(ModelConfig model, HardwareConfig hardware,
@@ -40,6 +72,10 @@ RooflineCostModel::RooflineCostModel(ModelConfig model, HardwareConfig hardware,
       op_(hardware_, model_.dtype) {
   if (lora_rank_ < 0) {
     throw ConfigError("lora_rank must be >= 0, got " + std::to_string(lora_rank_));
+  }
+  if (lora_rank_ > 0 && model_.is_moe()) {
+    throw ConfigError("serving.lora: LoRA on a mixture of experts (model " + model_.name +
+                      ", num_experts " + std::to_string(model_.num_experts) + ") is not modelled");
   }
   if (block_size_ < 1) {
     throw ConfigError("block_size must be at least 1, got " + std::to_string(block_size_));
@@ -66,24 +102,18 @@ RooflineCostModel::RooflineCostModel(ModelConfig model, HardwareConfig hardware,
   s_per_host_byte_ = 1.0 / (hw.host_link_bandwidth * hw.host_link_efficiency);
   s_per_block_ = hw.block_indirection_s * layers;
 
-  const double linear = static_cast<double>(m.linear_params_per_layer());
-  gemm_flops_per_token_ = 2.0 * linear * layers;
-  // Weights as stored (model.quantization; linear * dtype bytes without it).
-  gemm_weight_bytes_ = static_cast<double>(m.linear_weight_bytes_per_layer()) * layers;
-  // Fused QKV (reads h, writes q + 2kv), O (reads q, writes h), fused gate/up (reads h, writes
-  // 2 * inter), down (reads inter, writes h): 4h + 2q + 2kv + 3 inter elements per token.
+  // Every token multiplies by the active weights (all of them in a dense model).
+  gemm_flops_per_token_ = 2.0 * static_cast<double>(m.active_linear_params_per_layer()) * layers;
+  // Weights as stored (model.quantization; linear * dtype bytes without it), read once a step;
+  // a mixture of experts reads its routed experts only as far as the step's tokens touch them.
+  expert_weight_bytes_ = static_cast<double>(m.expert_weight_bytes()) * layers;
+  gemm_weight_bytes_ = static_cast<double>(m.linear_weight_bytes_per_layer()) * layers -
+                       expert_weight_bytes_ * m.num_experts;
+  gemm_act_bytes_per_token_ = gemm_act_elements_per_token(m) * d * layers;
+  // Per layer, as vLLM's kernels do it (elementwise_bytes_per_token), plus the embedding gather
+  // (reads and writes h once per token).
   const double h = m.hidden_size;
-  gemm_act_bytes_per_token_ = (4.0 * h + 2.0 * static_cast<double>(m.q_size()) +
-                               2.0 * static_cast<double>(m.kv_size()) + 3.0 * m.intermediate_size) *
-                              d * layers;
-  // Per layer, as vLLM's kernels do it: two fused residual-add + RMSNorm (read x and residual,
-  // write both: 4h each), RoPE in place on q and k (2q + 2kv), SiLU-mul (reads 2 inter, writes
-  // inter); plus the embedding gather (reads and writes h once per token).
-  elementwise_bytes_per_token_ =
-      (8.0 * h + 2.0 * static_cast<double>(m.q_size()) + 2.0 * static_cast<double>(m.kv_size()) +
-       3.0 * m.intermediate_size) *
-          d * layers +
-      2.0 * h * d;
+  elementwise_bytes_per_token_ = elementwise_bytes_per_token(m) * layers + 2.0 * h * d;
   // QK^T and PV: a multiply-add (2 FLOPs) per head_dim element each, per head, per pair.
   attention_flops_per_pair_ = 4.0 * m.head_dim * m.num_heads * layers;
   kv_bytes_per_token_ = static_cast<double>(m.kv_bytes_per_token());
@@ -109,6 +139,7 @@ double RooflineCostModel::gemm_seconds(std::int64_t tokens) const {
   const auto [h, q, kv, inter, d] = widths(m);
   // vLLM's launches per layer: fused QKV, O, fused gate/up, down.
   const double shapes[4][2] = {{q + 2 * kv, h}, {h, q}, {2 * inter, h}, {h, inter}};
+  if (m.is_moe()) return moe_layer_gemm_seconds(t) * m.num_layers;
   if (m.quantization != "none") return quantized_gemm_seconds(t, shapes) * m.num_layers;
   if (op_.classic_gemm()) {
     // The classic roofline prices the layer's GEMMs as one operator: max(all FLOPs / rate, all
@@ -158,17 +189,81 @@ double RooflineCostModel::quantized_gemm_seconds(double t, const double (&shapes
   return layer;
 }
 
+double RooflineCostModel::experts_touched(std::int64_t tokens) const {
+  if (!shard_.is_moe() || tokens <= 0) return 0;
+  const double e = shard_.num_experts;
+  return e * -std::expm1(static_cast<double>(tokens) *
+                         std::log1p(-static_cast<double>(shard_.experts_per_token) / e));
+}
+
+// One layer's GEMM launches in a mixture of experts (docs/cost-model.md, "Mixture of experts"):
+// fused QKV and O, the router, the shared expert's gate/up, down and gate when it has one, and
+// the two grouped launches of the routed experts (vLLM's fused_moe: gate/up, then down), each
+// over tokens x experts_per_token rows and reading the weights of the experts_touched() experts
+// the step's tokens are routed to. Weights as stored (model.quantization: none or fp8), the
+// router and the shared expert's gate in dtype.
+double RooflineCostModel::moe_layer_gemm_seconds(double t) const {
+  const ModelConfig& m = shard_;
+  const auto [h, q, kv, inter, d] = widths(m);
+  struct Launch {
+    double compute, memory;
+  };
+  Launch launches[7];
+  int n = 0;
+  // rows x (in -> out), reading `weights` bytes of weights.
+  auto launch = [&](double rows, double out, double in, double weights) {
+    launches[n++] = {op_.gemm_compute(rows, out, in),
+                     op_.gemm_bytes_time(weights + rows * (out + in) * d)};
+  };
+  auto stored = [&](double in, double out) {
+    return static_cast<double>(quantized_matrix_bytes(static_cast<std::int64_t>(in),
+                                                      static_cast<std::int64_t>(out),
+                                                      m.quantization, m.dtype_bytes));
+  };
+  launch(t, q + 2 * kv, h, stored(h, q) + 2 * stored(h, kv));
+  launch(t, h, q, stored(q, h));
+  launch(t, m.num_experts, h, h * m.num_experts * d);
+  const double shared = m.shared_expert_intermediate_size;
+  if (shared > 0) {
+    launch(t, 2 * shared, h, 2 * stored(h, shared));
+    launch(t, h, shared, stored(shared, h));
+    launch(t, 1, h, h * d);
+  }
+  const double rows = t * m.experts_per_token;
+  const double touched = experts_touched(static_cast<std::int64_t>(t));
+  launch(rows, 2 * inter, h, touched * 2 * stored(h, inter));
+  launch(rows, h, inter, touched * stored(inter, h));
+  double compute = 0, memory = 0, layer = 0;
+  for (int i = 0; i < n; ++i) {
+    compute += launches[i].compute;
+    memory += launches[i].memory;
+    layer += op_.gemm_from_parts(launches[i].compute, launches[i].memory);
+  }
+  // The classic roofline prices the layer's GEMMs as one operator (as gemm_seconds does).
+  return op_.classic_gemm() ? std::max(compute, memory) : layer;
+}
+
 double RooflineCostModel::elementwise_seconds(std::int64_t tokens) const {
   if (tokens <= 0) return 0;
   const ModelConfig& m = shard_;
   const double t = static_cast<double>(tokens);
   const auto [h, q, kv, inter, d] = widths(m);
-  // Per layer: two fused residual-add + RMSNorm (read x and residual, write both: 4h), RoPE in
-  // place on q and k (2q + 2kv), SiLU-mul (reads 2 inter, writes inter); then the embedding
-  // gather once (reads and writes h).
-  const double layer = 2 * op_.elementwise(t * 4 * h * d, ElementwiseKind::kNorm) +
-                       op_.elementwise(t * 2 * (q + kv) * d, ElementwiseKind::kRope) +
-                       op_.elementwise(t * 3 * inter * d, ElementwiseKind::kActivation);
+  // Per layer (elementwise_bytes_per_token): two fused residual-add + RMSNorm, the q/k norm,
+  // RoPE, SiLU-mul, and a mixture of experts' routing, weighted sum and shared-expert add;
+  // then the embedding gather once (reads and writes h).
+  const double mlp = static_cast<double>(m.mlp_width_per_token());
+  double layer = 2 * op_.elementwise(t * 4 * h * d, ElementwiseKind::kNorm) +
+                 op_.elementwise(t * 2 * (q + kv) * d, ElementwiseKind::kRope) +
+                 op_.elementwise(t * 3 * mlp * d, ElementwiseKind::kActivation);
+  if (m.qk_norm) layer += op_.elementwise(t * 2 * (q + kv) * d, ElementwiseKind::kNorm);
+  if (m.is_moe()) {
+    const double k = m.experts_per_token;
+    layer += op_.elementwise(t * (m.num_experts * d + 8 * k), ElementwiseKind::kResidual) +
+             op_.elementwise(t * (k + 1) * h * d, ElementwiseKind::kResidual);
+    if (m.shared_expert_intermediate_size > 0) {
+      layer += op_.elementwise(t * (3 * h * d + d), ElementwiseKind::kResidual);
+    }
+  }
   return layer * m.num_layers + op_.elementwise(t * 2 * h * d, ElementwiseKind::kResidual);
 }
 
@@ -295,7 +390,8 @@ StepCostBreakdown RooflineCostModel::shard_breakdown(const StepFeatures& f) cons
   if (f.num_tokens > 0) {
     const double t = static_cast<double>(f.num_tokens);
     const double flops = gemm_flops_per_token_ * t;
-    const double bytes = gemm_weight_bytes_ + gemm_act_bytes_per_token_ * t;
+    double bytes = gemm_weight_bytes_ + gemm_act_bytes_per_token_ * t;
+    if (expert_weight_bytes_ > 0) bytes += experts_touched(f.num_tokens) * expert_weight_bytes_;
     const bool tabled = f.num_tokens <= kTableTokens;
     b.gemm = tabled ? gemm_table_[f.num_tokens] : gemm_seconds(f.num_tokens);
     // Elementwise kernels do a few FLOPs per byte: memory-bound at any token count.

@@ -1,9 +1,11 @@
 // RooflineCostModel: step time from FLOPs over peak and bytes over bandwidth, per operator.
 //
 // Per layer, each of the four GEMM launches (fused QKV, O, fused gate/up, down) and the LM head
-// is priced by OperatorTime::gemm (compute and memory time combined, plus a per-launch time), the
-// elementwise launches (two fused residual-add + RMSNorm, RoPE, SiLU-mul, and the embedding
-// gather) by OperatorTime::elementwise; attention is
+// is priced by OperatorTime::gemm; a mixture of experts replaces the MLP's two with the router,
+// the shared expert's launches and two grouped launches over the routed experts, which read the
+// weights of experts_touched(tokens) experts (moe_layer_gemm_seconds); (compute and memory time
+// combined, plus a per-launch time), the elementwise launches (two fused residual-add + RMSNorm,
+// RoPE, SiLU-mul, and the embedding gather) by OperatorTime::elementwise; attention is
 //   max(FLOPs / (peak_flops * attention_efficiency), bytes / (hbm_bandwidth * memory_efficiency));
 // plus, when hardware.block_indirection_s > 0, that time per KV block each entry's attention
 // visits per layer (ceil(context / block_size) blocks: smaller blocks, more lookups);
@@ -78,6 +80,12 @@ class RooflineCostModel final : public CostModel {
   double gemm_seconds(std::int64_t tokens) const;
   double elementwise_seconds(std::int64_t tokens) const;
   double lm_head_seconds(std::int64_t seqs) const;
+  // Mixture of experts: the expected number of distinct experts (of each layer) that a step of
+  // `tokens` tokens is routed to, each token choosing experts_per_token of num_experts
+  // uniformly and independently: E (1 - (1 - k/E)^tokens). k for one token, E in the limit;
+  // 0 for a dense model. Whose weights a step reads (docs/cost-model.md, "Mixture of
+  // experts").
+  double experts_touched(std::int64_t tokens) const;
   // Seconds of the LoRA shrink and expand launches of all layers of the shard for `tokens`
   // tokens under `loras` distinct adapters (docs/cost-model.md "LoRA adapters"); 0 when tokens
   // is 0 or LoRA is off. Adds the launches' FLOPs and bytes to *flops and *bytes when given.
@@ -107,6 +115,8 @@ class RooflineCostModel final : public CostModel {
   StepCostBreakdown parallel_breakdown(const StepFeatures& features) const;
   // All four GEMM launches of one layer of the shard, weights stored as model.quantization.
   double quantized_gemm_seconds(double tokens, const double (&shapes)[4][2]) const;
+  // All GEMM launches of one layer of a mixture-of-experts shard.
+  double moe_layer_gemm_seconds(double tokens) const;
 
   ModelConfig model_;
   ModelConfig shard_;
@@ -128,8 +138,10 @@ class RooflineCostModel final : public CostModel {
   double s_per_block_;
 
   // Work per unit, folded from the model's shape.
-  double gemm_flops_per_token_;         // 2 * linear params * layers
-  double gemm_weight_bytes_;            // linear weights of all layers as stored (read once a step)
+  double gemm_flops_per_token_;         // 2 * active linear params * layers
+  double gemm_weight_bytes_;            // linear weights of all layers as stored (read once a
+                                        // step), the routed experts' excepted
+  double expert_weight_bytes_;          // one routed expert of every layer (0: dense)
   double gemm_act_bytes_per_token_;     // GEMM inputs read and outputs written per token
   double elementwise_bytes_per_token_;  // norms, residual adds, RoPE, SiLU-mul, embedding
   double attention_flops_per_pair_;     // 4 * head_dim * num_heads * layers
