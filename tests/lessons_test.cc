@@ -1712,5 +1712,112 @@ TEST(Lessons, FleetSizing) {
               read_file(dir / "sweep" / row.at("point") / "summary.json"));
   }
 }
+
+// docs/lessons/mixture-of-experts.md
+TEST(Lessons, MixtureOfExperts) {
+  const std::string catalog = default_catalog_dir();
+  const HardwareConfig h200 = load_hardware("H200", catalog);
+  const char* names[] = {"Llama-3-8B", "Qwen3-30B-A3B", "Mixtral-8x7B"};
+  // The parameter table.
+  const std::int64_t params[] = {8'030'261'248, 30'532'122'624, 46'702'792'704};
+  const std::int64_t active[] = {8'030'261'248, 3'353'032'704, 12'879'925'248};
+  const std::int64_t kv_per_token[] = {131'072, 98'304, 131'072};
+  for (int i = 0; i < 3; ++i) {
+    const ModelConfig m = load_model(names[i], catalog);
+    EXPECT_EQ(m.num_params(), params[i]) << names[i];
+    EXPECT_EQ(m.active_params(), active[i]) << names[i];
+    EXPECT_EQ(m.kv_bytes_per_token(), kv_per_token[i]) << names[i];
+  }
+  // Experts touched: Mixtral 2 and 7.2 of 8; Qwen3 8, 51.6 and 111.8 of 128.
+  const RooflineCostModel qwen3(load_model("Qwen3-30B-A3B", catalog), h200, 16);
+  const RooflineCostModel mixtral(load_model("Mixtral-8x7B", catalog), h200, 16);
+  EXPECT_NEAR(mixtral.experts_touched(1), 2.0, 1e-9);
+  EXPECT_NEAR(mixtral.experts_touched(8), 7.2, 0.05);
+  EXPECT_NEAR(qwen3.experts_touched(8), 51.6, 0.05);
+  EXPECT_NEAR(qwen3.experts_touched(32), 111.8, 0.05);
+  // The decode table (batch 1, 8, 64 at context 1,024) and a 4,096-token prefill, as
+  // servelab.step_cost prices them.
+  const double decode_ms[3][3] = {{5.06, 5.36, 8.07}, {4.25, 9.01, 18.57}, {7.85, 21.62, 26.60}};
+  const double decode_gb[3][3] = {{15.2, 16.2, 24.3}, {6.2, 26.8, 66.9}, {25.6, 85.3, 102.9}};
+  const double prefill_ms[3] = {98.98, 72.42, 173.73};
+  for (int i = 0; i < 3; ++i) {
+    const RooflineCostModel cm(load_model(names[i], catalog), h200, 16);
+    const int batches[] = {1, 8, 64};
+    for (int j = 0; j < 3; ++j) {
+      StepPlan plan;
+      for (int s = 0; s < batches[j]; ++s) {
+        ScheduledRequest r;
+        r.id = static_cast<RequestId>(s);
+        r.first_token = 1023;
+        r.num_tokens = 1;
+        r.samples = true;
+        plan.requests.push_back(r);
+      }
+      plan.num_decode_tokens = batches[j];
+      const StepCostBreakdown b = cm.breakdown(plan);
+      EXPECT_NEAR(b.total() * 1e3, decode_ms[i][j], 0.005) << names[i] << " x" << batches[j];
+      EXPECT_NEAR(b.bytes / 1e9, decode_gb[i][j], 0.05) << names[i] << " x" << batches[j];
+    }
+    StepPlan prefill;
+    ScheduledRequest r;
+    r.num_tokens = 4096;
+    r.is_prefill = true;
+    r.samples = true;
+    prefill.requests.push_back(r);
+    prefill.num_prefill_tokens = 4096;
+    EXPECT_NEAR(cm.breakdown(prefill).total() * 1e3, prefill_ms[i], 0.005) << names[i];
+  }
+  // Serving the same load at 8 requests/s.
+  const fs::path dir = temp_dir("lesson_moe");
+  const fs::path out = compare("mixture-of-experts.yaml", dir);
+  const json l = summary(out / "llama-3-8b"), q = summary(out / "qwen3-30b-a3b"),
+             x = summary(out / "mixtral-8x7b");
+  EXPECT_EQ(l["run"]["num_gpu_blocks"], "56291");
+  EXPECT_EQ(q["run"]["num_gpu_blocks"], "46737");
+  EXPECT_EQ(x["run"]["num_gpu_blocks"], "19121");
+  const std::pair<const json*, std::array<double, 9>> rows[] = {
+      {&l, {29.4, 106.8, 6.82, 8.90, 2109, 7.05, 0.020, 1.0, 0}},
+      {&q, {37.8, 84.0, 18.44, 20.63, 2058, 6.88, 0.063, 1.0, 0}},
+      {&x, {85.9, 238.4, 36.53, 42.53, 1926, 5.91, 0.285, 0.918, 0}}};
+  for (const auto& [s, v] : rows) {
+    const json& j = *s;
+    const std::string who = j["run"]["model"].get<std::string>();
+    EXPECT_NEAR(j["ttft_ms"]["p50"].get<double>(), v[0], 0.05) << who;
+    EXPECT_NEAR(j["ttft_ms"]["p99"].get<double>(), v[1], 0.05) << who;
+    EXPECT_NEAR(j["tpot_ms"]["p50"].get<double>(), v[2], 0.005) << who;
+    EXPECT_NEAR(j["tpot_ms"]["p99"].get<double>(), v[3], 0.005) << who;
+    EXPECT_NEAR(j["throughput"]["output_tokens_per_s"].get<double>(), v[4], 0.5) << who;
+    EXPECT_NEAR(j["goodput"]["requests_per_s"].get<double>(), v[5], 0.005) << who;
+    EXPECT_NEAR(j["kv_cache"]["usage_mean"].get<double>(), v[6], 0.0005) << who;
+    EXPECT_NEAR(j["goodput"]["slo_attainment"].get<double>(), v[7], 0.0005) << who;
+    EXPECT_EQ(j["preemption"]["preemptions"], v[8]) << who;
+  }
+}
+
+TEST(Lessons, MixtureOfExpertsSweep) {
+  const fs::path dir = temp_dir("lesson_moe_sweep");
+  const Cli r =
+      run_sim("sweep " + kLessons + "mixture-of-experts.yaml --quiet --no-plot --jobs 2 --out " +
+                  (dir / "s").string(),
+              dir);
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::map<std::string, std::map<std::string, std::string>> at;  // "model@rate" -> row
+  for (const auto& row : read_csv(dir / "s" / "sweep.csv")) {
+    at[row.at("model") + "@" + row.at("workload.arrival.rate")] = row;
+  }
+  ASSERT_EQ(at.size(), 12u);
+  auto v = [&](const std::string& k, const char* col) { return std::stod(at.at(k).at(col)); };
+  EXPECT_NEAR(v("Llama-3-8B@2", "tpot_p50_ms"), 5.39, 0.005);
+  EXPECT_NEAR(v("Llama-3-8B@16", "tpot_p50_ms"), 10.57, 0.005);
+  EXPECT_NEAR(v("Qwen3-30B-A3B@2", "tpot_p50_ms"), 7.37, 0.005);
+  EXPECT_NEAR(v("Qwen3-30B-A3B@16", "tpot_p50_ms"), 24.20, 0.005);
+  EXPECT_NEAR(v("Mixtral-8x7B@16", "ttft_p50_ms"), 2249.2, 0.05);
+  EXPECT_NEAR(v("Mixtral-8x7B@16", "kv_usage_mean"), 0.726, 0.0005);
+  EXPECT_NEAR(v("Mixtral-8x7B@16", "goodput_requests_per_s"), 0.01, 0.005);
+  EXPECT_EQ(v("Mixtral-8x7B@16", "preemptions"), 78);
+  // The compare run at 8 requests/s is the sweep's point at 8.
+  EXPECT_NEAR(v("Qwen3-30B-A3B@8", "tpot_p50_ms"), 18.44, 0.005);
+}
+
 }  // namespace
 }  // namespace servelab

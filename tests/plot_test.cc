@@ -125,6 +125,26 @@ TEST(Plot, CompareFolderGivesCurvesAndBars) {
     expect_valid(dir / "fig" / (std::string(f) + ".png"), "png");
   }
   EXPECT_FALSE(fs::exists(dir / "fig" / "cmp-classes.png"));
+  // Its variants run one model on one GPU: no decode-steps figure.
+  EXPECT_FALSE(fs::exists(dir / "fig" / "cmp-decode-steps.png"));
+}
+
+// A comparison of models (or GPUs) gives the decode-step figure: step time by decode batch.
+TEST(Plot, CompareOfModelsGivesTheDecodeStepFigure) {
+  SKIP_WITHOUT_MATPLOTLIB();
+  const fs::path dir = temp_dir("plot_models");
+  write_file(dir / "models.yaml",
+             small_experiment("models", 120) +
+                 "compare:\n  - name: dense\n    set: {model: Llama-3-8B}\n"
+                 "  - name: moe\n    set: {model: Qwen3-30B-A3B, hardware: H200}\n");
+  ASSERT_EQ(run_sim("compare " + (dir / "models.yaml").string() + " --quiet --out " +
+                        (dir / "cmp").string(),
+                    dir)
+                .code,
+            0);
+  const Cli p = run_sim("plot " + (dir / "cmp").string() + " -o " + (dir / "fig").string(), dir);
+  ASSERT_EQ(p.code, 0) << p.err;
+  expect_valid(dir / "fig" / "cmp-decode-steps.png", "png");
 }
 
 // A comparison of a `type: mix` workload gives the by-class figure too; one without classes

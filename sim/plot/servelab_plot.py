@@ -28,6 +28,10 @@ events.csv, blocks.csv), a `sim compare` folder (compare.csv), a `sim sweep` fol
   GROUP-kv-dtype         sweeps over model.kv_cache_dtype: KV capacity (blocks) per dtype, and
                          output throughput and TTFT p99 per dtype (against the first numeric
                          sweep key when there is one)
+  GROUP-decode-steps     compare folders whose variants run different models or hardware:
+                         the median duration of decode-only steps against their batch size,
+                         and that time per sequence, one line per variant (batch sizes with
+                         at least 3 such steps)
   step-time-validation   `sim validate` folders (validation.json, replay.csv): each engine
                          step's replayed duration against its measured one, log-log, with the
                          y = x line and a +-5 % band; one panel per engine run, one colour per
@@ -757,6 +761,48 @@ def sweep_curves(path, out_dir, fmt, written):
     save(fig, out_dir, f"{group}-sweep", fmt, written)
 
 
+def decode_step_curves(path, runs, out_dir, fmt, written):
+    """What a decode step costs at each batch size, per variant: for comparing models or GPUs
+    (a compare folder whose runs differ in run.model or run.hardware)."""
+    machines = {(r.summary.get("run", {}).get("model"), r.summary.get("run", {}).get("hardware"))
+                for r in runs}
+    if len(machines) < 2:
+        return
+    curves = []
+    for run in runs:
+        s = run.steps()
+        if not s or "decode_tokens" not in s:
+            continue
+        decode_only = (s["prefill_tokens"] == 0) & (s["decode_tokens"] > 0)
+        batch, ms = s["decode_tokens"][decode_only], s["duration_ms"][decode_only]
+        xs, ys = [], []
+        for b in np.unique(batch):
+            sel = ms[batch == b]
+            if sel.size >= 3:
+                xs.append(b)
+                ys.append(float(np.median(sel)))
+        if xs:
+            curves.append((run.name, np.array(xs), np.array(ys)))
+    if not curves:
+        return
+    group = os.path.basename(os.path.normpath(path))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4), constrained_layout=True)
+    for i, (name, xs, ys) in enumerate(curves):
+        left.plot(xs, ys, "o-", color=f"C{i % 10}", markersize=3, label=name)
+        right.plot(xs, ys / xs, "o-", color=f"C{i % 10}", markersize=3, label=name)
+    for ax in (left, right):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("decode batch (sequences in a decode-only step)")
+    right.set_yscale("log")
+    left.set_ylabel("median step time (ms)")
+    left.set_title("decode step time by batch")
+    right.set_ylabel("step time per sequence (ms, log scale)")
+    right.set_title("per sequence: what batching buys")
+    left.legend(fontsize=8)
+    fig.suptitle(f"{group}: decode-only steps")
+    save(fig, out_dir, f"{group}-decode-steps", fmt, written)
+
+
 def page_size_curves(path, out_dir, fmt, written):
     """Waste against step time over serving.block_size (docs/lessons/page-size.md)."""
     table, _ = group_table(path, "sweep")
@@ -955,6 +1001,8 @@ def plot_all(args):
             bars(path, kind, args.out, args.format, written)
             class_bars(path, kind, runs, args.out, args.format, written)
             throughput_latency(path, kind, args.out, args.format, written)
+            if kind == "compare":
+                decode_step_curves(path, runs, args.out, args.format, written)
             if kind == "sweep":
                 sweep_curves(path, args.out, args.format, written)
                 page_size_curves(path, args.out, args.format, written)
