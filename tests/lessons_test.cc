@@ -28,6 +28,7 @@
 #include "sim/calibrated_cost_model.h"
 #include "sim/calibration.h"
 #include "sim/roofline_cost_model.h"
+#include "tests/cost_fixtures.h"
 #include "tests/kv_quant_measure.h"
 #include "tests/test_util.h"
 
@@ -1744,27 +1745,11 @@ TEST(Lessons, MixtureOfExperts) {
     const RooflineCostModel cm(load_model(names[i], catalog), h200, 16);
     const int batches[] = {1, 8, 64};
     for (int j = 0; j < 3; ++j) {
-      StepPlan plan;
-      for (int s = 0; s < batches[j]; ++s) {
-        ScheduledRequest r;
-        r.id = static_cast<RequestId>(s);
-        r.first_token = 1023;
-        r.num_tokens = 1;
-        r.samples = true;
-        plan.requests.push_back(r);
-      }
-      plan.num_decode_tokens = batches[j];
-      const StepCostBreakdown b = cm.breakdown(plan);
+      const StepCostBreakdown b = cm.breakdown(decode_plan(batches[j], 1024));
       EXPECT_NEAR(b.total() * 1e3, decode_ms[i][j], 0.005) << names[i] << " x" << batches[j];
       EXPECT_NEAR(b.bytes / 1e9, decode_gb[i][j], 0.05) << names[i] << " x" << batches[j];
     }
-    StepPlan prefill;
-    ScheduledRequest r;
-    r.num_tokens = 4096;
-    r.is_prefill = true;
-    r.samples = true;
-    prefill.requests.push_back(r);
-    prefill.num_prefill_tokens = 4096;
+    const StepPlan prefill = prefill_plan(0, 4096, true);
     EXPECT_NEAR(cm.breakdown(prefill).total() * 1e3, prefill_ms[i], 0.005) << names[i];
   }
   // Serving the same load at 8 requests/s.

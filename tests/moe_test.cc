@@ -18,7 +18,8 @@
 #include "serving/model_config.h"
 #include "serving/parallel_config.h"
 #include "sim/roofline_cost_model.h"
-#include "test_util.h"
+#include "tests/cost_fixtures.h"
+#include "tests/test_util.h"
 
 namespace servelab {
 namespace {
@@ -27,80 +28,20 @@ using namespace test_util;
 
 std::string catalog() { return servelab_home().string() + "/experiments/catalog"; }
 
-template <typename Fn>
-void expect_config_error(Fn fn, const std::vector<std::string>& parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected a ConfigError";
-  } catch (const ConfigError& e) {
-    const std::string msg = e.what();
-    for (const std::string& p : parts) {
-      EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
-    }
-  }
-}
-
-// `batch` decode entries at context 100, each sampling; or one prefill of `tokens` from 0.
-StepPlan decode_plan(int batch) {
-  StepPlan plan;
-  for (int i = 0; i < batch; ++i) {
-    ScheduledRequest r;
-    r.id = static_cast<RequestId>(i);
-    r.first_token = 99;
-    r.num_tokens = 1;
-    r.samples = true;
-    plan.requests.push_back(r);
-  }
-  plan.num_decode_tokens = batch;
-  return plan;
-}
-StepPlan prefill_plan(std::int32_t tokens) {
-  StepPlan plan;
-  ScheduledRequest r;
-  r.num_tokens = tokens;
-  r.is_prefill = true;
-  r.samples = true;
-  plan.requests.push_back(r);
-  plan.num_prefill_tokens = tokens;
-  return plan;
-}
-
-// Easy arithmetic: hidden = q_size = kv_size = vocab = 1000, 10 layers, bf16, and 4 experts of
-// width 500, 2 per token.
+// test_util::easy_model()'s shape (hidden = q_size = kv_size = vocab = 1000, 10 layers, bf16)
+// with 4 experts of width 500, 2 per token; priced on easy_hardware() (1e12 FLOP/s, 1e11 B/s,
+// GEMMs and memory at efficiency 1: the classic roofline).
 //   per layer: attention 2*h*q + 2*h*kv = 4e6; experts 4 * 3*1000*500 = 6e6; router 1000*4 =
 //   4,000; linear 10,004,000 (active: 4e6 + 2 * 1.5e6 + 4,000 = 7,004,000); norms 2,000.
 //   num_params 10 * 10,006,000 + final norm 1,000 + embedding and LM head 2e6 = 102,061,000;
 //   active 102,061,000 - 10 * 3e6 = 72,061,000.
 ModelConfig easy_moe() {
-  ModelConfig m;
+  ModelConfig m = easy_model();
   m.name = "easy-moe";
-  m.num_layers = 10;
-  m.hidden_size = 1000;
-  m.num_heads = 10;
-  m.num_kv_heads = 10;
-  m.head_dim = 100;
   m.intermediate_size = 500;
   m.num_experts = 4;
   m.experts_per_token = 2;
-  m.vocab_size = 1000;
   return m;
-}
-
-// Peak 1e12 FLOP/s, 1e11 B/s, every efficiency 1, no overheads: the classic roofline.
-HardwareConfig easy_hardware() {
-  HardwareConfig hw;
-  hw.name = "easy";
-  hw.peak_flops = 1e12;
-  hw.peak_flops_fp32 = 1e11;
-  hw.hbm_bandwidth = 1e11;
-  hw.memory_bytes = std::int64_t{1} << 30;
-  hw.host_link_bandwidth = 1e9;
-  hw.gemm_flops_efficiency = 1.0;
-  hw.attention_flops_efficiency = 1.0;
-  hw.memory_bandwidth_efficiency = 1.0;
-  hw.host_link_efficiency = 1.0;
-  hw.step_overhead_s = 0;
-  return hw;
 }
 
 TEST(MoeModel, ParametersCountEveryExpertAndTheActiveOnes) {
@@ -281,7 +222,7 @@ TEST(MoeRoofline, DecodeReadsOnlyTheExpertsItsTokensAreRoutedTo) {
   //   2 + 2 rows * 2,000 * 2 = 4,008,000; down 2 * 1e6 + 2 * 1,500 * 2 = 2,006,000:
   //   14,036,008 per layer, 140,360,080 in all -> 1.4036008 ms; FLOPs 2 * 7,004,000 * 10 =
   //   140,080,000 -> 0.14008 ms: memory-bound.
-  const StepCostBreakdown one = cm.breakdown(decode_plan(1));
+  const StepCostBreakdown one = cm.breakdown(decode_plan(1, 100));
   EXPECT_NEAR(one.gemm, 1.4036008e-3, 1e-12);
   // Elementwise per layer: (8h + 2(q + kv) + 3 * 2 experts * 500) * 2 = 30,000; routing
   // 4 * 2 + 8 * 2 = 24; the weighted sum (2 + 1) * 1000 * 2 = 6,000: 36,024; x10 + embedding
@@ -290,11 +231,11 @@ TEST(MoeRoofline, DecodeReadsOnlyTheExpertsItsTokensAreRoutedTo) {
   // Two tokens touch 3 experts: 2 * 140,080,000 FLOPs; bytes 10 * (6e6 + 2e6 + 8,000) + 3 *
   // 3e6 * 10 + 2 * 280,080 = 80,080,000 + 90,000,000 + 560,160 = 170,640,160 -> 1.7064016 ms,
   // where a dense model's weights cost the same at any batch.
-  const StepCostBreakdown two = cm.breakdown(decode_plan(2));
+  const StepCostBreakdown two = cm.breakdown(decode_plan(2, 100));
   EXPECT_NEAR(two.gemm, 1.7064016e-3, 1e-12);
   // A 1000-token prefill touches all 4: FLOPs 1.4008e11 -> 140.08 ms (compute-bound; bytes
   // 80,080,000 + 120,000,000 + 280,080,000 = 4.8016e8 -> 4.8 ms).
-  const StepCostBreakdown pre = cm.breakdown(prefill_plan(1000));
+  const StepCostBreakdown pre = cm.breakdown(prefill_plan(0, 1000, true));
   EXPECT_NEAR(pre.gemm, 0.14008, 1e-12);
   // Bytes reported: the GEMMs' as above, the elementwise launches', attention's and the LM
   // head's (1000 * 1000 * 2 + 2,000 * 2 = 2,004,000); decode attention at context 100:
@@ -307,7 +248,7 @@ TEST(MoeRoofline, DecodeReadsOnlyTheExpertsItsTokensAreRoutedTo) {
   dense.experts_per_token = 0;
   dense.intermediate_size = 2000;
   const RooflineCostModel all(dense, easy_hardware(), 10);
-  EXPECT_GT(all.breakdown(decode_plan(1)).gemm, one.gemm);
+  EXPECT_GT(all.breakdown(decode_plan(1, 100)).gemm, one.gemm);
 }
 
 TEST(MoeRoofline, TensorParallelismShardsEveryExpertAndReplicatesTheRouter) {

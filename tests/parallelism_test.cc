@@ -13,6 +13,7 @@
 #include "serving/kv_capacity.h"
 #include "serving/parallel_config.h"
 #include "sim/roofline_cost_model.h"
+#include "tests/cost_fixtures.h"
 #include "tests/test_util.h"
 
 namespace servelab {
@@ -21,18 +22,7 @@ namespace {
 namespace fs = std::filesystem;
 using namespace servelab::test_util;
 
-template <typename Fn>
-void expect_config_error(Fn fn, const std::vector<std::string>& parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected a ConfigError";
-  } catch (const ConfigError& e) {
-    const std::string msg = e.what();
-    for (const std::string& p : parts) {
-      EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
-    }
-  }
-}
+using test_util::expect_config_error;
 
 // 4 layers, hidden 1024, 8 heads of 128 (8 KV heads), intermediate 4096, vocabulary 32000,
 // bf16, untied: 132,654,080 parameters.

@@ -11,22 +11,12 @@
 #include "serving/config_node.h"
 #include "serving/hardware_config.h"
 #include "serving/model_config.h"
+#include "tests/cost_fixtures.h"
 
 namespace servelab {
 namespace {
 
-template <typename Fn>
-void expect_config_error(Fn fn, const std::vector<std::string>& parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected a ConfigError";
-  } catch (const ConfigError& e) {
-    const std::string msg = e.what();
-    for (const std::string& p : parts) {
-      EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
-    }
-  }
-}
+using test_util::expect_config_error;
 
 // NVLink 450 GB/s, 1 us per hop; InfiniBand 50 GB/s, 2.5 us per hop; no Ethernet.
 InterconnectSpec h100_like() {
