@@ -37,6 +37,20 @@ void BM_RooflineStepTimeDecode(benchmark::State& state) {
 }
 BENCHMARK(BM_RooflineStepTimeDecode)->Arg(1)->Arg(32)->Arg(256);
 
+// A mixture of experts (Qwen3-30B-A3B on an H200): the same tables, plus the experts a step
+// touches for its bytes.
+void BM_RooflineStepTimeDecodeMoe(benchmark::State& state) {
+  const RooflineCostModel cm(load_model("Qwen3-30B-A3B", default_catalog_dir()),
+                             load_hardware("H200", default_catalog_dir()), 16);
+  const StepPlan plan = decode_plan(static_cast<int>(state.range(0)));
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(cm.step_time(plan));
+  }
+  state.SetItemsProcessed(state.iterations());
+  state.counters["entries"] = static_cast<double>(state.range(0));
+}
+BENCHMARK(BM_RooflineStepTimeDecodeMoe)->Arg(1)->Arg(32)->Arg(256);
+
 void BM_RooflineStepTimeMixed(benchmark::State& state) {
   const RooflineCostModel cm(load_model("Llama-3-8B", default_catalog_dir()),
                              load_hardware("H100-SXM", default_catalog_dir()), 16);

@@ -769,6 +769,11 @@ ExperimentConfig experiment_from_document(const ConfigNode& doc, const std::stri
 void apply_model_storage(const ExperimentConfig& config, ModelConfig& model) {
   if (config.kv_cache_dtype) model.kv_cache_dtype = *config.kv_cache_dtype;
   if (config.quantization) model.quantization = *config.quantization;
+  if (config.quantization && model.is_moe() && model.quantization == "awq") {
+    throw ConfigError(config.file + ": key 'model.quantization': awq is not modelled for a " +
+                      "mixture of experts (" + model.name + " has num_experts " +
+                      std::to_string(model.num_experts) + "); none or fp8");
+  }
 }
 
 ExperimentConfig load_experiment(const std::string& path, const std::vector<std::string>& overrides,

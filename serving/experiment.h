@@ -208,7 +208,8 @@ struct ExperimentConfig {
 };
 
 // The experiment's storage choices (kv_cache_dtype, quantization) applied to `model` (the
-// experiment's model, or a cluster pool's).
+// experiment's model, or a cluster pool's). Throws ConfigError naming config.file and
+// 'model.quantization' for awq on a mixture of experts (not modelled).
 void apply_model_storage(const ExperimentConfig& config, ModelConfig& model);
 
 // Loads and validates `path`, applying `overrides` ("a.b=value") first and `seed` if given.

@@ -334,6 +334,24 @@ TEST(MoeSim, ShippedMixturesRunAndMoreTokensPerStepCostMore) {
                          dir);
   EXPECT_EQ(no.code, 2);
   EXPECT_NE(no.err.find("Mixtral-8x7B"), std::string::npos) << no.err;
+  // An experiment asking for AWQ weights on a mixture of experts: the experiment's key named.
+  const Cli awq = run_sim("run " + exp +
+                              " --set model.name=Qwen3-30B-A3B --set model.quantization=awq "
+                              "--set hardware=H200 --out " +
+                              (dir / "awq").string(),
+                          dir);
+  EXPECT_EQ(awq.code, 2);
+  EXPECT_NE(awq.err.find("burst.yaml: key 'model.quantization': awq"), std::string::npos)
+      << awq.err;
+  EXPECT_FALSE(fs::exists(dir / "awq"));
+  // LoRA on a mixture of experts is refused too.
+  const Cli lora = run_sim("run " + servelab_home().string() +
+                               "/experiments/lora.yaml --set model=Qwen3-30B-A3B --set "
+                               "hardware=H200 --out " +
+                               (dir / "lora").string(),
+                           dir);
+  EXPECT_EQ(lora.code, 2);
+  EXPECT_NE(lora.err.find("serving.lora"), std::string::npos) << lora.err;
   EXPECT_FALSE(fs::exists(dir / "mx"));
 }
 
