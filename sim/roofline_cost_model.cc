@@ -204,7 +204,11 @@ double RooflineCostModel::experts_touched(std::int64_t tokens) const {
 // router and the shared expert's gate in dtype.
 double RooflineCostModel::moe_layer_gemm_seconds(double t) const {
   const ModelConfig& m = shard_;
-  const auto [h, q, kv, inter, d] = widths(m);
+  // Plain variables, not a structured binding: the lambdas below capture them, which clang
+  // before 16 refuses for bindings.
+  const double h = m.hidden_size, q = static_cast<double>(m.q_size()),
+               kv = static_cast<double>(m.kv_size()), inter = m.intermediate_size,
+               d = m.dtype_bytes;
   struct Launch {
     double compute, memory;
   };
