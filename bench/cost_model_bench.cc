@@ -25,9 +25,10 @@ StepPlan decode_plan(int batch) {
   return plan;
 }
 
-void BM_RooflineStepTimeDecode(benchmark::State& state) {
-  const RooflineCostModel cm(load_model("Llama-3-8B", default_catalog_dir()),
-                             load_hardware("H100-SXM", default_catalog_dir()), 16);
+// step_time() of a decode plan of state.range(0) entries, `model` on `hardware`.
+void decode_step_time(benchmark::State& state, const char* model, const char* hardware) {
+  const RooflineCostModel cm(load_model(model, default_catalog_dir()),
+                             load_hardware(hardware, default_catalog_dir()), 16);
   const StepPlan plan = decode_plan(static_cast<int>(state.range(0)));
   for (auto _ : state) {
     benchmark::DoNotOptimize(cm.step_time(plan));
@@ -35,19 +36,16 @@ void BM_RooflineStepTimeDecode(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations());
   state.counters["entries"] = static_cast<double>(state.range(0));
 }
+
+void BM_RooflineStepTimeDecode(benchmark::State& state) {
+  decode_step_time(state, "Llama-3-8B", "H100-SXM");
+}
 BENCHMARK(BM_RooflineStepTimeDecode)->Arg(1)->Arg(32)->Arg(256);
 
 // A mixture of experts (Qwen3-30B-A3B on an H200): the same tables, plus the experts a step
 // touches for its bytes.
 void BM_RooflineStepTimeDecodeMoe(benchmark::State& state) {
-  const RooflineCostModel cm(load_model("Qwen3-30B-A3B", default_catalog_dir()),
-                             load_hardware("H200", default_catalog_dir()), 16);
-  const StepPlan plan = decode_plan(static_cast<int>(state.range(0)));
-  for (auto _ : state) {
-    benchmark::DoNotOptimize(cm.step_time(plan));
-  }
-  state.SetItemsProcessed(state.iterations());
-  state.counters["entries"] = static_cast<double>(state.range(0));
+  decode_step_time(state, "Qwen3-30B-A3B", "H200");
 }
 BENCHMARK(BM_RooflineStepTimeDecodeMoe)->Arg(1)->Arg(32)->Arg(256);
 
