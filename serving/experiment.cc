@@ -492,6 +492,11 @@ void emit_parallel(YAML::Emitter& e, const ParallelChoice& p) {
     e << YAML::Key << "tensor" << YAML::Value << p.tensor;
     e << YAML::Key << "pipeline" << YAML::Value << p.pipeline;
     e << YAML::Key << "microbatches" << YAML::Value << p.microbatches;
+    if (p.expert) {
+      e << YAML::Key << "expert" << YAML::Value << true;
+      e << YAML::Key << "expert_placement" << YAML::Value
+        << std::string(expert_placement_name(p.expert_placement));
+    }
     e << YAML::EndMap;
   }
   if (p.topology) {
@@ -628,12 +633,16 @@ ExperimentConfig experiment_from_document(const ConfigNode& doc, const std::stri
   if (seed) c.seed = *seed;
   if (top.has("model") && top.at("model").is_map()) {
     const ConfigNode m = top.at("model");
-    m.allow_keys({"name", "kv_cache_dtype", "quantization"});
+    m.allow_keys({"name", "kv_cache_dtype", "quantization", "router_skew"});
     c.model = m.get_string("name");
     ModelConfig storage;
     parse_model_storage(m, storage);
     if (m.has("kv_cache_dtype")) c.kv_cache_dtype = storage.kv_cache_dtype;
     if (m.has("quantization")) c.quantization = storage.quantization;
+    if (m.has("router_skew")) {
+      c.router_skew = m.get_double("router_skew", 0, 0, ModelConfig::kMaxRouterSkew);
+      c.router_skew_where = m.at("router_skew").location() + ": key 'model.router_skew'";
+    }
   } else {
     c.model = top.get_string("model");
   }
@@ -774,6 +783,13 @@ void apply_model_storage(const ExperimentConfig& config, ModelConfig& model) {
                       "mixture of experts (" + model.name + " has num_experts " +
                       std::to_string(model.num_experts) + "); none or fp8");
   }
+  if (config.router_skew) {
+    if (!model.is_moe()) {
+      throw ConfigError(config.router_skew_where + ": model " + model.name +
+                        " is dense (no num_experts): a router skew needs a mixture of experts");
+    }
+    model.router_skew = *config.router_skew;
+  }
 }
 
 ExperimentConfig load_experiment(const std::string& path, const std::vector<std::string>& overrides,
@@ -800,11 +816,12 @@ std::string resolved_config_yaml(const ExperimentConfig& c,
   e << YAML::Key << "name" << YAML::Value << c.name;
   if (!c.description.empty()) e << YAML::Key << "description" << YAML::Value << c.description;
   e << YAML::Key << "seed" << YAML::Value << c.seed;
-  if (c.kv_cache_dtype || c.quantization) {
+  if (c.kv_cache_dtype || c.quantization || c.router_skew) {
     e << YAML::Key << "model" << YAML::Value << YAML::BeginMap;
     e << YAML::Key << "name" << YAML::Value << c.model;
     if (c.kv_cache_dtype) e << YAML::Key << "kv_cache_dtype" << YAML::Value << *c.kv_cache_dtype;
     if (c.quantization) e << YAML::Key << "quantization" << YAML::Value << *c.quantization;
+    if (c.router_skew) e << YAML::Key << "router_skew" << YAML::Value << *c.router_skew;
     e << YAML::EndMap;
   } else {
     e << YAML::Key << "model" << YAML::Value << c.model;

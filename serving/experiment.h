@@ -164,6 +164,10 @@ struct ExperimentConfig {
   // served (ModelConfig's fields of the same names); unset keeps the catalogue entry's.
   std::optional<std::string> kv_cache_dtype;
   std::optional<std::string> quantization;
+  // `model.router_skew` (ModelConfig::router_skew) and where it was set ("FILE:LINE:COL: key
+  // 'model.router_skew'"), for the error when the model turns out to be dense.
+  std::optional<double> router_skew;
+  std::string router_skew_where;
   SchedulerConfig scheduler;
   // Where serving.num_scheduler_steps was set ("FILE:LINE:COL" or "--set ..."; "" when absent),
   // for errors about it found after parsing (a driver or formation that cannot do multi-step).
@@ -207,9 +211,10 @@ struct ExperimentConfig {
   ConfigNode workload_section() const;
 };
 
-// The experiment's storage choices (kv_cache_dtype, quantization) applied to `model` (the
-// experiment's model, or a cluster pool's). Throws ConfigError naming config.file and
-// 'model.quantization' for awq on a mixture of experts (not modelled).
+// The experiment's storage choices (kv_cache_dtype, quantization) and router skew applied to
+// `model` (the experiment's model, or a cluster pool's). Throws ConfigError naming config.file
+// and 'model.quantization' for awq on a mixture of experts (not modelled), and naming the line
+// of 'model.router_skew' when the model is dense.
 void apply_model_storage(const ExperimentConfig& config, ModelConfig& model);
 
 // Loads and validates `path`, applying `overrides` ("a.b=value") first and `seed` if given.

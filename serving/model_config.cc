@@ -260,6 +260,7 @@ void ModelConfig::validate() const {
     check(experts_per_token == 0, "experts_per_token", "needs num_experts (a mixture of experts)");
     check(shared_expert_intermediate_size == 0, "shared_expert_intermediate_size",
           "needs num_experts (a mixture of experts)");
+    check(router_skew == 0, "router_skew", "needs num_experts (a mixture of experts)");
     return;
   }
   check(num_experts <= kMaxExperts, "num_experts", "out of range");
@@ -270,6 +271,8 @@ void ModelConfig::validate() const {
         "shared_expert_intermediate_size", "out of range");
   check(quantization != "awq", "quantization",
         "awq is not modelled for a mixture of experts (none or fp8)");
+  check(router_skew >= 0 && router_skew <= kMaxRouterSkew, "router_skew",
+        "must be in [0, 4], got " + std::to_string(router_skew));
 }
 
 std::int32_t dtype_size(std::string_view dtype) {

@@ -46,6 +46,11 @@ struct ModelConfig {
   std::int32_t num_experts = 0;
   std::int32_t experts_per_token = 0;
   std::int32_t shared_expert_intermediate_size = 0;
+  // How unevenly the router spreads tokens over the experts: the Zipf exponent of their
+  // popularity (0: uniform; serving/expert_routing.h). Set by an experiment's
+  // `model.router_skew`; in [0, kMaxRouterSkew], and 0 for a dense model.
+  double router_skew = 0;
+  static constexpr double kMaxRouterSkew = 4;
   bool qk_norm = false;        // RMSNorm over each head of q and k before RoPE (Qwen3)
   std::string dtype = "bf16";  // "bf16", "fp16" or "fp32": weights, activations and KV cache
   std::int32_t dtype_bytes = 2;

@@ -74,7 +74,7 @@ void parse_parallel_section(const ConfigNode& top, ParallelChoice& c) {
   if (auto t = top.find("topology")) c.topology = *t;
   const auto p = top.find("parallel");
   if (!p) return;
-  p->allow_keys({"tensor", "pipeline", "microbatches"});
+  p->allow_keys({"tensor", "pipeline", "microbatches", "expert", "expert_placement"});
   c.set = true;
   c.where = p->location() + ": key '" + p->path() + "'";
   c.tensor = static_cast<std::int32_t>(p->get_int("tensor", 1, 1, 1024));
@@ -85,6 +85,16 @@ void parse_parallel_section(const ConfigNode& top, ParallelChoice& c) {
   };
   c.tensor_where = where("tensor");
   c.pipeline_where = where("pipeline");
+  c.expert = p->get_bool("expert", false);
+  c.expert_where = where("expert");
+  if (p->has("expert_placement")) {
+    const ConfigNode placement = p->at("expert_placement");
+    if (!c.expert) {
+      placement.fail_message("an expert placement needs expert parallelism (expert: true)");
+    }
+    parse_expert_placement(placement.as_choice({"linear", "round_robin", "balanced"}),
+                           c.expert_placement);
+  }
   if (c.microbatches > 1 && c.pipeline == 1) {
     p->at("microbatches")
         .fail_message("micro-batches need pipeline parallelism (pipeline > 1); leave it at 1");
@@ -145,6 +155,8 @@ ParallelConfig resolve_parallel(const ParallelChoice& c, const ModelConfig& mode
   const std::string tp = std::to_string(c.tensor), pp = std::to_string(c.pipeline);
   // Divisibility first: it needs no topology.
   (void)tensor_shard(model, c.tensor, c.tensor_where);
+  ParallelConfig expert;
+  apply_expert_parallel(c, model, expert);
   if (c.pipeline > model.num_layers) {
     throw ConfigError(c.pipeline_where + ": " + pp + " pipeline stages for model " + model.name +
                       " of " + std::to_string(model.num_layers) + " layers; at most one stage " +
@@ -152,11 +164,29 @@ ParallelConfig resolve_parallel(const ParallelChoice& c, const ModelConfig& mode
   }
   if (c.tensor * c.pipeline == 1) {
     if (c.topology) (void)replica_topology(c, hw);
-    return {};
+    return expert;
   }
   const Topology topology = replica_topology(c, hw);
   check_replica_placement(c.tensor, c.pipeline, topology, 0, c.tensor_where, c.pipeline_where);
-  return place_replica(c.tensor, c.pipeline, c.microbatches, topology);
+  ParallelConfig placed = place_replica(c.tensor, c.pipeline, c.microbatches, topology);
+  apply_expert_parallel(c, model, placed);
+  return placed;
+}
+
+void apply_expert_parallel(const ParallelChoice& c, const ModelConfig& model, ParallelConfig& p) {
+  if (!c.expert) return;
+  if (!model.is_moe()) {
+    throw ConfigError(c.expert_where + ": expert parallelism needs a mixture of experts; model " +
+                      model.name + " is dense (no num_experts)");
+  }
+  if (model.num_experts % c.tensor != 0) {
+    throw ConfigError(c.expert_where + ": model " + model.name + "'s " +
+                      std::to_string(model.num_experts) + " experts do not split evenly over " +
+                      std::to_string(c.tensor) +
+                      " GPUs (parallel.tensor); choose a tensor size that divides them");
+  }
+  p.expert = true;
+  p.expert_placement = c.expert_placement;
 }
 
 }  // namespace servelab

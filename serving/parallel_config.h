@@ -21,6 +21,7 @@
 
 #include "serving/collectives.h"
 #include "serving/config_node.h"
+#include "serving/expert_routing.h"
 #include "serving/hardware_config.h"
 #include "serving/model_config.h"
 #include "serving/topology.h"
@@ -31,6 +32,12 @@ struct ParallelConfig {
   std::int32_t tensor = 1;
   std::int32_t pipeline = 1;
   std::int32_t microbatches = 1;
+  // Expert parallelism (vLLM's --enable-expert-parallel, data parallelism 1): in a mixture of
+  // experts each GPU of a tensor-parallel group holds num_experts / tensor whole experts,
+  // placed by `expert_placement`, instead of 1/tensor of every expert's width; attention, the
+  // shared expert and the all-reduces stay as under tensor parallelism.
+  bool expert = false;
+  ExpertPlacement expert_placement = ExpertPlacement::kLinear;
   // One all-reduce over a stage's tensor-parallel group (the slowest stage's); free when
   // tensor == 1.
   CollectiveCost tp_all_reduce;
@@ -77,13 +84,16 @@ struct ParallelChoice {
   std::int32_t tensor = 1;
   std::int32_t pipeline = 1;
   std::int32_t microbatches = 1;
+  bool expert = false;
+  ExpertPlacement expert_placement = ExpertPlacement::kLinear;
   // "FILE:LINE:COL: key 'parallel.tensor'" and the like, for errors found at run time.
-  std::string where, tensor_where, pipeline_where;
+  std::string where, tensor_where, pipeline_where, expert_where;
   std::optional<ConfigNode> topology;  // the `topology:` section
 };
 
-// Reads `parallel: {tensor: N, pipeline: M, microbatches: K}` and `topology:` from the
-// experiment's top level into `choice`. Types and ranges are checked here.
+// Reads `parallel: {tensor: N, pipeline: M, microbatches: K, expert: B, expert_placement: P}`
+// and `topology:` from the experiment's top level into `choice`. Types and ranges are checked
+// here; expert_placement without expert: true is refused.
 void parse_parallel_section(const ConfigNode& top, ParallelChoice& choice);
 
 // The topology a replica runs on: the `topology:` section when given, else `nodes` nodes of the
@@ -94,9 +104,15 @@ Topology replica_topology(const ParallelChoice& choice, const HardwareConfig& ha
 // The ParallelConfig of a single-replica experiment: checks the choice against the model and
 // the topology (ConfigError naming the key and its line: a tensor-parallel group wider than a
 // node or spanning two, heads not divisible by tensor, more GPUs than the topology has, more
-// stages than layers) and prices the collectives. The default config when `choice.set` is false
+// stages than layers; expert parallelism on a dense model, or with num_experts not divisible by
+// tensor) and prices the collectives. The default config when `choice.set` is false
 // (a `topology:` section is then still parsed, so its errors show).
 ParallelConfig resolve_parallel(const ParallelChoice& choice, const ModelConfig& model,
                                 const HardwareConfig& hardware);
+
+// Checks `choice`'s expert parallelism against `model` (ConfigError naming parallel.expert and
+// its line) and copies it into `parallel`. A no-op without expert: true.
+void apply_expert_parallel(const ParallelChoice& choice, const ModelConfig& model,
+                           ParallelConfig& parallel);
 
 }  // namespace servelab

@@ -75,8 +75,10 @@ RunOutput run_cluster_simulation(const ExperimentConfig& config, const RunOption
   const std::vector<std::int32_t> first_gpu = cl.first_gpus();
   // The collectives of a replica of `pc` from GPU `first` of the cluster topology.
   const auto placed = [&](const PoolConfig& pc, std::int32_t first) {
-    return place_replica(pc.parallel.tensor, pc.parallel.pipeline, pc.parallel.microbatches,
-                         *topology, first);
+    ParallelConfig placed = place_replica(pc.parallel.tensor, pc.parallel.pipeline,
+                                          pc.parallel.microbatches, *topology, first);
+    apply_expert_parallel(pc.parallel, load_model(pc.model, catalog), placed);
+    return placed;
   };
   const auto roofline_for = [&config](const Pool& p, const ParallelConfig& parallel) {
     return std::make_unique<RooflineCostModel>(

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "serving/config_node.h"
+#include "serving/expert_routing.h"
 #include "serving/kv_capacity.h"
 
 namespace servelab {
@@ -122,6 +123,26 @@ RooflineCostModel::RooflineCostModel(ModelConfig model, HardwareConfig hardware,
   lm_head_weight_bytes_ = h * m.vocab_size * d;
   lm_head_act_bytes_per_seq_ = (h + m.vocab_size) * d;
 
+  if (m.is_moe()) {
+    const std::vector<double> q = expert_selection_probabilities(m);
+    uniform_routing_ = m.router_skew == 0;
+    for (double qe : q) expert_log_miss_.push_back(std::log1p(-qe));
+    if (parallel_.expert && parallel_.tensor > 1) {
+      rank_experts_ = place_experts(q, parallel_.tensor, parallel_.expert_placement);
+      for (const auto& experts : rank_experts_) {
+        double sum = 0, var = 0;
+        for (std::int32_t e : experts) {
+          const double qe = q[static_cast<std::size_t>(e)];
+          sum += qe;
+          var += qe * (1 - qe);
+        }
+        rank_q_.push_back(sum);
+        rank_q_var_.push_back(var);
+      }
+      imbalance_z_ = expected_max_standard_normal(parallel_.tensor);
+    }
+  }
+
   gemm_table_.resize(kTableTokens + 1);
   elementwise_table_.resize(kTableTokens + 1);
   for (std::int64_t t = 0; t <= kTableTokens; ++t) {
@@ -191,28 +212,82 @@ double RooflineCostModel::quantized_gemm_seconds(double t, const double (&shapes
 
 double RooflineCostModel::experts_touched(std::int64_t tokens) const {
   if (!shard_.is_moe() || tokens <= 0) return 0;
-  const double e = shard_.num_experts;
-  return e * -std::expm1(static_cast<double>(tokens) *
-                         std::log1p(-static_cast<double>(shard_.experts_per_token) / e));
+  const double t = static_cast<double>(tokens);
+  if (uniform_routing_) {
+    const double e = shard_.num_experts;
+    return e * -std::expm1(t * std::log1p(-static_cast<double>(shard_.experts_per_token) / e));
+  }
+  double touched = 0;
+  for (double log_miss : expert_log_miss_) touched -= std::expm1(t * log_miss);
+  return touched;
+}
+
+RooflineCostModel::ExpertLoad RooflineCostModel::busiest_expert_load(std::int64_t tokens) const {
+  if (!shard_.is_moe() || tokens <= 0) return {};
+  const double t = static_cast<double>(tokens);
+  if (rank_experts_.empty()) return {t * shard_.experts_per_token, experts_touched(tokens)};
+  const double inter = model_.intermediate_size;
+  ExpertLoad busiest;
+  double slowest = -1;
+  for (std::size_t r = 0; r < rank_experts_.size(); ++r) {
+    double touched = 0, var = 0;
+    for (std::int32_t e : rank_experts_[r]) {
+      const double u = -std::expm1(t * expert_log_miss_[static_cast<std::size_t>(e)]);
+      touched += u;
+      var += u * (1 - u);
+    }
+    const ExpertLoad load{t * rank_q_[r] + imbalance_z_ * std::sqrt(t * rank_q_var_[r]),
+                          std::min(static_cast<double>(rank_experts_[r].size()),
+                                   touched + imbalance_z_ * std::sqrt(var))};
+    LaunchParts parts[2];
+    routed_launches(load.rows, load.experts, inter, parts);
+    const double seconds = routed_seconds(parts);
+    if (seconds > slowest) {
+      slowest = seconds;
+      busiest = load;
+    }
+  }
+  return busiest;
+}
+
+void RooflineCostModel::routed_launches(double rows, double experts, double inter,
+                                        LaunchParts (&out)[2]) const {
+  const ModelConfig& m = shard_;
+  const double h = m.hidden_size, d = m.dtype_bytes;
+  auto stored = [&](double in, double out_width) {
+    return static_cast<double>(quantized_matrix_bytes(static_cast<std::int64_t>(in),
+                                                      static_cast<std::int64_t>(out_width),
+                                                      m.quantization, m.dtype_bytes));
+  };
+  // gate/up: rows x (h -> 2 inter); down: rows x (inter -> h).
+  out[0] = {op_.gemm_compute(rows, 2 * inter, h),
+            op_.gemm_bytes_time(experts * 2 * stored(h, inter) + rows * (2 * inter + h) * d)};
+  out[1] = {op_.gemm_compute(rows, h, inter),
+            op_.gemm_bytes_time(experts * stored(inter, h) + rows * (h + inter) * d)};
+}
+
+double RooflineCostModel::routed_seconds(const LaunchParts (&parts)[2]) const {
+  if (op_.classic_gemm()) {
+    return std::max(parts[0].compute + parts[1].compute, parts[0].memory + parts[1].memory);
+  }
+  return op_.gemm_from_parts(parts[0].compute, parts[0].memory) +
+         op_.gemm_from_parts(parts[1].compute, parts[1].memory);
 }
 
 // One layer's GEMM launches in a mixture of experts (docs/cost-model.md, "Mixture of experts"):
 // fused QKV and O, the router, the shared expert's gate/up, down and gate when it has one, and
 // the two grouped launches of the routed experts (vLLM's fused_moe: gate/up, then down), each
 // over tokens x experts_per_token rows and reading the weights of the experts_touched() experts
-// the step's tokens are routed to. Weights as stored (model.quantization: none or fp8), the
-// router and the shared expert's gate in dtype.
+// the step's tokens are routed to; under expert parallelism, the busiest GPU's rows and experts
+// at their whole width (busiest_expert_load). Weights as stored (model.quantization: none or
+// fp8), the router and the shared expert's gate in dtype.
 double RooflineCostModel::moe_layer_gemm_seconds(double t) const {
   const ModelConfig& m = shard_;
   // Plain variables, not a structured binding: the lambdas below capture them, which clang
   // before 16 refuses for bindings.
   const double h = m.hidden_size, q = static_cast<double>(m.q_size()),
-               kv = static_cast<double>(m.kv_size()), inter = m.intermediate_size,
-               d = m.dtype_bytes;
-  struct Launch {
-    double compute, memory;
-  };
-  Launch launches[7];
+               kv = static_cast<double>(m.kv_size()), d = m.dtype_bytes;
+  LaunchParts launches[7];
   int n = 0;
   // rows x (in -> out), reading `weights` bytes of weights.
   auto launch = [&](double rows, double out, double in, double weights) {
@@ -233,10 +308,14 @@ double RooflineCostModel::moe_layer_gemm_seconds(double t) const {
     launch(t, h, shared, stored(shared, h));
     launch(t, 1, h, h * d);
   }
-  const double rows = t * m.experts_per_token;
-  const double touched = experts_touched(static_cast<std::int64_t>(t));
-  launch(rows, 2 * inter, h, touched * 2 * stored(h, inter));
-  launch(rows, h, inter, touched * stored(inter, h));
+  // The routed experts: the shard's width on every GPU, or whole experts on the busiest GPU
+  // under expert parallelism.
+  const ExpertLoad load = busiest_expert_load(static_cast<std::int64_t>(t));
+  LaunchParts routed[2];
+  routed_launches(load.rows, load.experts,
+                  rank_experts_.empty() ? m.intermediate_size : model_.intermediate_size, routed);
+  launches[n++] = routed[0];
+  launches[n++] = routed[1];
   double compute = 0, memory = 0, layer = 0;
   for (int i = 0; i < n; ++i) {
     compute += launches[i].compute;

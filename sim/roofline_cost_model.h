@@ -81,11 +81,23 @@ class RooflineCostModel final : public CostModel {
   double elementwise_seconds(std::int64_t tokens) const;
   double lm_head_seconds(std::int64_t seqs) const;
   // Mixture of experts: the expected number of distinct experts (of each layer) that a step of
-  // `tokens` tokens is routed to, each token choosing experts_per_token of num_experts
-  // uniformly and independently: E (1 - (1 - k/E)^tokens). k for one token, E in the limit;
-  // 0 for a dense model. Whose weights a step reads (docs/cost-model.md, "Mixture of
-  // experts").
+  // `tokens` tokens is routed to, each token choosing expert e with probability q_e
+  // (serving/expert_routing.h) independently of the others: sum_e 1 - (1 - q_e)^tokens, which
+  // is E (1 - (1 - k/E)^tokens) for a uniform router. k for one token, E in the limit; 0 for a
+  // dense model. Whose weights a step reads (docs/cost-model.md, "Mixture of experts").
   double experts_touched(std::int64_t tokens) const;
+  // Expert parallelism (parallel.expert): the routed experts' rows (token, expert pairs) and
+  // distinct experts of the busiest GPU of a tensor-parallel group in a step of `tokens`
+  // tokens: on each GPU r the expected rows tokens * sum q_e and experts sum_e 1 - (1 -
+  // q_e)^tokens over its experts, each plus z_n standard deviations (z_n: the expected largest
+  // of n standard normals, n = parallel.tensor; the experts capped at the GPU's), the GPU whose
+  // two grouped launches take longest. Without expert parallelism every GPU has all tokens x
+  // experts_per_token rows and experts_touched(tokens) experts (each 1/tensor of its width).
+  struct ExpertLoad {
+    double rows = 0;
+    double experts = 0;
+  };
+  ExpertLoad busiest_expert_load(std::int64_t tokens) const;
   // Seconds of the LoRA shrink and expand launches of all layers of the shard for `tokens`
   // tokens under `loras` distinct adapters (docs/cost-model.md "LoRA adapters"); 0 when tokens
   // is 0 or LoRA is off. Adds the launches' FLOPs and bytes to *flops and *bytes when given.
@@ -117,6 +129,14 @@ class RooflineCostModel final : public CostModel {
   double quantized_gemm_seconds(double tokens, const double (&shapes)[4][2]) const;
   // All GEMM launches of one layer of a mixture-of-experts shard.
   double moe_layer_gemm_seconds(double tokens) const;
+  // The two grouped launches of the routed experts (gate/up, down) over `rows` rows reading
+  // `experts` experts of width `inter`, as (compute, memory) seconds each.
+  struct LaunchParts {
+    double compute, memory;
+  };
+  void routed_launches(double rows, double experts, double inter, LaunchParts (&out)[2]) const;
+  // Their time as moe_layer_gemm_seconds combines launches.
+  double routed_seconds(const LaunchParts (&parts)[2]) const;
 
   ModelConfig model_;
   ModelConfig shard_;
@@ -138,10 +158,18 @@ class RooflineCostModel final : public CostModel {
   double s_per_block_;
 
   // Work per unit, folded from the model's shape.
-  double gemm_flops_per_token_;         // 2 * active linear params * layers
-  double gemm_weight_bytes_;            // linear weights of all layers as stored (read once a
-                                        // step), the routed experts' excepted
-  double expert_weight_bytes_;          // one routed expert of every layer (0: dense)
+  double gemm_flops_per_token_;  // 2 * active linear params * layers
+  double gemm_weight_bytes_;     // linear weights of all layers as stored (read once a
+                                 // step), the routed experts' excepted
+  double expert_weight_bytes_;   // one routed expert of every layer (0: dense)
+  // Routing (serving/expert_routing.h): log(1 - q_e) per expert (-inf where q_e = 1), whether
+  // the router is uniform (the closed form applies), and under expert parallelism each GPU's
+  // experts, the sums of q_e and q_e (1 - q_e) over them, and z_n.
+  std::vector<double> expert_log_miss_;
+  bool uniform_routing_ = true;
+  std::vector<std::vector<std::int32_t>> rank_experts_;
+  std::vector<double> rank_q_, rank_q_var_;
+  double imbalance_z_ = 0;
   double gemm_act_bytes_per_token_;     // GEMM inputs read and outputs written per token
   double elementwise_bytes_per_token_;  // norms, residual adds, RoPE, SiLU-mul, embedding
   double attention_flops_per_pair_;     // 4 * head_dim * num_heads * layers
