@@ -21,10 +21,12 @@
 #include "core/metrics.h"
 #include "core/step_plan.h"
 #include "serving/calibration_profile.h"
+#include "serving/experiment.h"
 #include "serving/hardware_config.h"
 #include "serving/home.h"
 #include "serving/kv_capacity.h"
 #include "serving/model_config.h"
+#include "serving/parallel_config.h"
 #include "sim/calibrated_cost_model.h"
 #include "sim/calibration.h"
 #include "sim/roofline_cost_model.h"
@@ -1802,6 +1804,95 @@ TEST(Lessons, MixtureOfExpertsSweep) {
   EXPECT_EQ(v("Mixtral-8x7B@16", "preemptions"), 78);
   // The compare run at 8 requests/s is the sweep's point at 8.
   EXPECT_NEAR(v("Qwen3-30B-A3B@8", "tpot_p50_ms"), 18.44, 0.005);
+}
+
+// The roofline of an experiment with `sets`, built as `sim run` and servelab.step_cost build it.
+RooflineCostModel experiment_roofline(const std::string& experiment,
+                                      const std::vector<std::string>& sets) {
+  const ExperimentConfig config = load_experiment(kLessons + experiment, sets);
+  const std::string catalog = default_catalog_dir();
+  ModelConfig model = load_model(config.model, catalog);
+  apply_model_storage(config, model);
+  const HardwareConfig hardware = load_hardware(config.hardware, catalog);
+  return RooflineCostModel(model, hardware, config.scheduler.block_size,
+                           resolve_parallel(config.parallel, model, hardware));
+}
+
+TEST(Lessons, ExpertParallelism) {
+  // The step tables: decode batches 1, 8, 64 at context 1,024 and a 4,096-token prefill, for
+  // tensor and expert parallelism under the uniform router and the three splits under skew 1.
+  const std::vector<std::vector<std::string>> variants = {
+      {},
+      {"parallel.expert=true"},
+      {"model.router_skew=1.0"},
+      {"parallel.expert=true", "model.router_skew=1.0"},
+      {"parallel.expert=true", "model.router_skew=1.0", "parallel.expert_placement=balanced"}};
+  const double ms[5][4] = {{4.51, 6.27, 10.12, 41.57},
+                           {4.72, 6.69, 10.15, 38.74},
+                           {4.51, 5.67, 9.22, 41.57},
+                           {4.82, 6.20, 9.55, 40.87},
+                           {4.71, 6.11, 9.54, 38.77}};
+  const double gb[2][3] = {{6.3, 27.0, 68.3}, {6.3, 19.7, 57.5}};
+  for (std::size_t v = 0; v < variants.size(); ++v) {
+    const RooflineCostModel cm = experiment_roofline("expert-parallelism.yaml", variants[v]);
+    const int batches[] = {1, 8, 64};
+    for (int j = 0; j < 3; ++j) {
+      const StepCostBreakdown b = cm.breakdown(decode_plan(batches[j], 1024));
+      EXPECT_NEAR(b.total() * 1e3, ms[v][j], 0.005) << v << " x" << batches[j];
+      EXPECT_NEAR(b.bytes / 1e9, gb[v < 2 ? 0 : 1][j], 0.05) << v << " x" << batches[j];
+    }
+    EXPECT_NEAR(cm.breakdown(prefill_plan(0, 4096, true)).total() * 1e3, ms[v][3], 0.005) << v;
+  }
+  // The busiest GPU: 3.41 of one token's 8 rows (2 + 1.03 sqrt(32/16 * 15/16)).
+  EXPECT_NEAR(
+      experiment_roofline("expert-parallelism.yaml", variants[1]).busiest_expert_load(1).rows, 3.41,
+      0.005);
+  // Serving at 32 requests/s.
+  const fs::path dir = temp_dir("lesson_ep");
+  const fs::path out = compare("expert-parallelism.yaml", dir);
+  const char* names[] = {"tensor", "expert", "tensor-skewed", "expert-skewed-linear",
+                         "expert-skewed-balanced"};
+  const double rows[5][6] = {{28.1, 63.4, 14.68, 16.02, 7247, 154490},
+                             {26.8, 60.8, 14.07, 15.29, 7225, 154490},
+                             {28.2, 64.1, 14.31, 15.77, 7363, 154490},
+                             {27.0, 62.6, 14.31, 15.68, 7301, 154490},
+                             {26.6, 60.4, 13.92, 15.16, 7318, 154490}};
+  for (int i = 0; i < 5; ++i) {
+    const json j = summary(out / names[i]);
+    EXPECT_NEAR(j["ttft_ms"]["p50"].get<double>(), rows[i][0], 0.05) << names[i];
+    EXPECT_NEAR(j["ttft_ms"]["p99"].get<double>(), rows[i][1], 0.05) << names[i];
+    EXPECT_NEAR(j["tpot_ms"]["p50"].get<double>(), rows[i][2], 0.005) << names[i];
+    EXPECT_NEAR(j["tpot_ms"]["p99"].get<double>(), rows[i][3], 0.005) << names[i];
+    EXPECT_NEAR(j["throughput"]["output_tokens_per_s"].get<double>(), rows[i][4], 0.5) << names[i];
+    EXPECT_EQ(j["run"]["num_gpu_blocks"], std::to_string(static_cast<int>(rows[i][5])));
+  }
+}
+
+TEST(Lessons, ExpertParallelismSweep) {
+  const fs::path dir = temp_dir("lesson_ep_sweep");
+  const Cli r =
+      run_sim("sweep " + kLessons + "expert-parallelism.yaml --quiet --no-plot --jobs 2 --out " +
+                  (dir / "s").string(),
+              dir);
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::map<std::string, std::map<std::string, std::string>> at;  // "expert@rate" -> row
+  for (const auto& row : read_csv(dir / "s" / "sweep.csv")) {
+    at[row.at("parallel.expert") + "@" + row.at("workload.arrival.rate")] = row;
+  }
+  ASSERT_EQ(at.size(), 8u);
+  auto v = [&](const std::string& k, const char* col) { return std::stod(at.at(k).at(col)); };
+  EXPECT_NEAR(v("false@8", "tpot_p50_ms"), 8.39, 0.005);
+  EXPECT_NEAR(v("true@8", "tpot_p50_ms"), 8.82, 0.005);
+  EXPECT_NEAR(v("false@16", "tpot_p50_ms"), 10.75, 0.005);
+  EXPECT_NEAR(v("true@16", "tpot_p50_ms"), 10.78, 0.005);
+  EXPECT_NEAR(v("false@48", "ttft_p99_ms"), 1147.6, 0.05);
+  EXPECT_NEAR(v("true@48", "ttft_p99_ms"), 684.8, 0.05);
+  EXPECT_NEAR(v("false@48", "slo_attainment"), 0.93, 0.0005);
+  EXPECT_NEAR(v("true@48", "slo_attainment"), 1.0, 0.0005);
+  EXPECT_NEAR(v("false@48", "goodput_requests_per_s"), 28.75, 0.005);
+  EXPECT_NEAR(v("true@48", "goodput_requests_per_s"), 31.21, 0.005);
+  // The compare run at 32 requests/s is the sweep's point at 32.
+  EXPECT_NEAR(v("true@32", "tpot_p50_ms"), 14.07, 0.005);
 }
 
 }  // namespace
