@@ -5,6 +5,7 @@
 #include "core/step_plan.h"
 #include "serving/hardware_config.h"
 #include "serving/model_config.h"
+#include "serving/parallel_config.h"
 #include "sim/roofline_cost_model.h"
 
 namespace servelab {
@@ -48,6 +49,43 @@ void BM_RooflineStepTimeDecodeMoe(benchmark::State& state) {
   decode_step_time(state, "Qwen3-30B-A3B", "H200");
 }
 BENCHMARK(BM_RooflineStepTimeDecodeMoe)->Arg(1)->Arg(32)->Arg(256);
+
+// Qwen3-30B-A3B on H100s as `mode` says: 0 one GPU, uniform router; 1 one GPU, router skew 1;
+// 2 tensor 8, skew 1; 3 tensor 8 with expert parallelism (balanced placement), skew 1.
+RooflineCostModel qwen3_moe(std::int64_t mode) {
+  ModelConfig m = load_model("Qwen3-30B-A3B", default_catalog_dir());
+  if (mode > 0) m.router_skew = 1.0;
+  ParallelConfig p;
+  if (mode >= 2) p.tensor = 8;
+  if (mode == 3) {
+    p.expert = true;
+    p.expert_placement = ExpertPlacement::kBalanced;
+  }
+  return RooflineCostModel(m, load_hardware("H100-SXM", default_catalog_dir()), 16, p);
+}
+
+// Construction (the tables by token count): a skewed router sums over the 128 experts for each
+// token count, expert parallelism over each GPU's experts too.
+void BM_RooflineConstructMoe(benchmark::State& state) {
+  for (auto _ : state) {
+    const RooflineCostModel cm = qwen3_moe(state.range(0));
+    benchmark::DoNotOptimize(cm.block_bytes());
+  }
+  state.counters["mode"] = static_cast<double>(state.range(0));
+}
+BENCHMARK(BM_RooflineConstructMoe)->DenseRange(0, 3)->Unit(benchmark::kMillisecond);
+
+// step_time() of a 32-entry decode plan in each mode: the tables make the router's skew and
+// expert parallelism free per step.
+void BM_RooflineStepTimeDecodeMoeModes(benchmark::State& state) {
+  const RooflineCostModel cm = qwen3_moe(state.range(0));
+  const StepPlan plan = decode_plan(32);
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(cm.step_time(plan));
+  }
+  state.counters["mode"] = static_cast<double>(state.range(0));
+}
+BENCHMARK(BM_RooflineStepTimeDecodeMoeModes)->DenseRange(0, 3);
 
 void BM_RooflineStepTimeMixed(benchmark::State& state) {
   const RooflineCostModel cm(load_model("Llama-3-8B", default_catalog_dir()),

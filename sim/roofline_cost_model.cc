@@ -143,12 +143,18 @@ RooflineCostModel::RooflineCostModel(ModelConfig model, HardwareConfig hardware,
     }
   }
 
+  // Before the GEMM table, which reads it.
+  if (m.is_moe()) {
+    experts_touched_table_.resize(kTableTokens + 1);
+    for (std::int64_t t = 0; t <= kTableTokens; ++t) experts_touched_table_[t] = experts_touched(t);
+  }
   gemm_table_.resize(kTableTokens + 1);
   elementwise_table_.resize(kTableTokens + 1);
   for (std::int64_t t = 0; t <= kTableTokens; ++t) {
     gemm_table_[t] = gemm_seconds(t);
     elementwise_table_[t] = elementwise_seconds(t);
   }
+
   lm_head_table_.resize(kTableSeqs + 1);
   for (std::int64_t s = 0; s <= kTableSeqs; ++s) lm_head_table_[s] = lm_head_seconds(s);
 }
@@ -225,7 +231,7 @@ double RooflineCostModel::experts_touched(std::int64_t tokens) const {
 RooflineCostModel::ExpertLoad RooflineCostModel::busiest_expert_load(std::int64_t tokens) const {
   if (!shard_.is_moe() || tokens <= 0) return {};
   const double t = static_cast<double>(tokens);
-  if (rank_experts_.empty()) return {t * shard_.experts_per_token, experts_touched(tokens)};
+  if (rank_experts_.empty()) return {t * shard_.experts_per_token, touched_at(tokens)};
   const double inter = model_.intermediate_size;
   ExpertLoad busiest;
   double slowest = -1;
@@ -474,8 +480,10 @@ StepCostBreakdown RooflineCostModel::shard_breakdown(const StepFeatures& f) cons
     const double t = static_cast<double>(f.num_tokens);
     const double flops = gemm_flops_per_token_ * t;
     double bytes = gemm_weight_bytes_ + gemm_act_bytes_per_token_ * t;
-    if (expert_weight_bytes_ > 0) bytes += experts_touched(f.num_tokens) * expert_weight_bytes_;
     const bool tabled = f.num_tokens <= kTableTokens;
+    if (expert_weight_bytes_ > 0) {
+      bytes += touched_at(f.num_tokens) * expert_weight_bytes_;
+    }
     b.gemm = tabled ? gemm_table_[f.num_tokens] : gemm_seconds(f.num_tokens);
     // Elementwise kernels do a few FLOPs per byte: memory-bound at any token count.
     const double ew_bytes = elementwise_bytes_per_token_ * t;

@@ -127,6 +127,12 @@ class RooflineCostModel final : public CostModel {
   StepCostBreakdown parallel_breakdown(const StepFeatures& features) const;
   // All four GEMM launches of one layer of the shard, weights stored as model.quantization.
   double quantized_gemm_seconds(double tokens, const double (&shapes)[4][2]) const;
+  // experts_touched(tokens), from the table when it holds `tokens`.
+  double touched_at(std::int64_t tokens) const {
+    return tokens >= 0 && static_cast<std::size_t>(tokens) < experts_touched_table_.size()
+               ? experts_touched_table_[static_cast<std::size_t>(tokens)]
+               : experts_touched(tokens);
+  }
   // All GEMM launches of one layer of a mixture-of-experts shard.
   double moe_layer_gemm_seconds(double tokens) const;
   // The two grouped launches of the routed experts (gate/up, down) over `rows` rows reading
@@ -147,8 +153,10 @@ class RooflineCostModel final : public CostModel {
   std::int32_t lora_rank_;
 
   OperatorTime op_;
-  // gemm_seconds + elementwise_seconds by token count, lm_head_seconds by sequences.
-  std::vector<double> gemm_table_, elementwise_table_, lm_head_table_;
+  // gemm_seconds + elementwise_seconds by token count, lm_head_seconds by sequences;
+  // experts_touched by token count (a mixture of experts only: a skewed router's is a sum over
+  // every expert).
+  std::vector<double> gemm_table_, elementwise_table_, lm_head_table_, experts_touched_table_;
 
   // Seconds per FLOP or per byte at the effective rates.
   double s_per_attention_flop_;
