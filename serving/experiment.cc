@@ -496,6 +496,9 @@ void emit_parallel(YAML::Emitter& e, const ParallelChoice& p) {
       e << YAML::Key << "expert" << YAML::Value << true;
       e << YAML::Key << "expert_placement" << YAML::Value
         << std::string(expert_placement_name(p.expert_placement));
+      if (p.redundant_experts > 0) {
+        e << YAML::Key << "redundant_experts" << YAML::Value << p.redundant_experts;
+      }
     }
     e << YAML::EndMap;
   }

@@ -123,6 +123,63 @@ std::vector<std::vector<std::int32_t>> place_experts(const std::vector<double>& 
   return out;
 }
 
+std::vector<std::vector<ExpertCopy>> place_expert_copies(const std::vector<double>& q,
+                                                         std::int32_t ranks,
+                                                         ExpertPlacement placement,
+                                                         std::int32_t redundant) {
+  std::vector<std::vector<ExpertCopy>> out(static_cast<std::size_t>(ranks));
+  if (redundant == 0) {
+    const auto experts = place_experts(q, ranks, placement);
+    for (std::size_t r = 0; r < experts.size(); ++r) {
+      for (std::int32_t e : experts[r]) out[r].push_back({e, q[static_cast<std::size_t>(e)]});
+    }
+    return out;
+  }
+  const auto n = static_cast<std::int32_t>(q.size());
+  // Copies: one more at a time to the expert whose copies carry the most (ties: the lower id).
+  std::vector<std::int32_t> copies(q.size(), 1);
+  for (std::int32_t i = 0; i < redundant; ++i) {
+    std::size_t best = q.size();
+    for (std::size_t e = 0; e < q.size(); ++e) {
+      if (copies[e] == ranks) continue;
+      if (best == q.size() || q[e] / copies[e] > q[best] / copies[best]) best = e;
+    }
+    ++copies[best];
+  }
+  // Every copy, heaviest first (ties: the lower id), each to the least loaded GPU with room,
+  // preferring GPUs that do not hold the expert yet.
+  std::vector<ExpertCopy> all;
+  for (std::int32_t e = 0; e < n; ++e) {
+    const auto k = static_cast<std::size_t>(e);
+    for (std::int32_t c = 0; c < copies[k]; ++c) all.push_back({e, q[k] / copies[k]});
+  }
+  std::stable_sort(all.begin(), all.end(),
+                   [](const ExpertCopy& a, const ExpertCopy& b) { return a.q > b.q; });
+  const std::size_t per_rank = all.size() / static_cast<std::size_t>(ranks);
+  std::vector<double> load(out.size(), 0.0);
+  for (const ExpertCopy& copy : all) {
+    std::size_t best = out.size();
+    bool best_fresh = false;
+    for (std::size_t r = 0; r < out.size(); ++r) {
+      if (out[r].size() == per_rank) continue;
+      const bool fresh = std::none_of(out[r].begin(), out[r].end(),
+                                      [&](const ExpertCopy& c) { return c.expert == copy.expert; });
+      if (best == out.size() || (fresh && !best_fresh) ||
+          (fresh == best_fresh && load[r] < load[best])) {
+        best = r;
+        best_fresh = fresh;
+      }
+    }
+    out[best].push_back(copy);
+    load[best] += copy.q;
+  }
+  for (auto& gpu : out) {
+    std::stable_sort(gpu.begin(), gpu.end(),
+                     [](const ExpertCopy& a, const ExpertCopy& b) { return a.expert < b.expert; });
+  }
+  return out;
+}
+
 double expected_max_standard_normal(std::int32_t n) {
   if (n <= 1) return 0;
   // E[max] = integral of x n phi(x) Phi(x)^(n-1) dx; the integrand is negligible outside

@@ -17,7 +17,12 @@
 //   round_robin: expert e is on GPU e mod ranks;
 //   balanced:    the experts in decreasing q_e, each to the GPU with the smallest sum of q so
 //                far among those with room (ties: the lower GPU): a static stand-in for vLLM's
-//                expert-parallel load balancer (EPLB) without redundant experts.
+//                expert-parallel load balancer (EPLB).
+// Redundant experts (vLLM's --num-redundant-experts, with balanced placement only): R more
+// copies of the most loaded experts, one at a time to the expert whose copies carry the most
+// (q_e / copies; at most one copy per GPU), each copy taking q_e / copies of the tokens; then
+// the E + R copies are placed as balanced does, a copy never on a GPU that holds the same expert
+// while another GPU with room does not.
 #pragma once
 
 #include <cstdint>
@@ -41,6 +46,22 @@ std::vector<double> expert_selection_probabilities(const ModelConfig& model);
 // q.size().
 std::vector<std::vector<std::int32_t>> place_experts(const std::vector<double>& q,
                                                      std::int32_t ranks, ExpertPlacement placement);
+
+// One copy of an expert on a GPU: the expert's id and the probability that a token chooses it
+// (q_e divided among the expert's copies).
+struct ExpertCopy {
+  std::int32_t expert = 0;
+  double q = 0;
+};
+
+// The copies on each of `ranks` GPUs: place_experts' experts with their q when redundant is 0;
+// with redundant > 0 (REQUIRES: placement balanced, ranks divides q.size() + redundant,
+// redundant <= q.size() * (ranks - 1)) the replicated and balanced placement above. Each GPU's
+// list is ordered by expert id.
+std::vector<std::vector<ExpertCopy>> place_expert_copies(const std::vector<double>& q,
+                                                         std::int32_t ranks,
+                                                         ExpertPlacement placement,
+                                                         std::int32_t redundant);
 
 // The expected largest of n independent standard normal variables (0 for n = 1; 0.5642 for
 // 2, 1.4236 for 8), by numerical integration. REQUIRES: n >= 1.

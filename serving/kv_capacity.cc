@@ -96,9 +96,12 @@ static KvCapacity parallel_kv_capacity(const ModelConfig& model, const HardwareC
       // the first.
       if (!model.tie_word_embeddings || pp > 1) params += shard.embedding_params();
     }
-    stages.push_back({layers * shard.layer_weight_bytes() + params * d,
-                      options.lora_slots * lora_slot_bytes(shard, layers, options.lora_rank),
-                      2 * layers * shard.kv_size() * shard.kv_dtype_bytes() * options.block_size});
+    // Redundant expert copies (expert parallelism): whole experts, as stored.
+    const std::int64_t copies = std::int64_t{options.redundant_experts} / tp;
+    stages.push_back(
+        {layers * (shard.layer_weight_bytes() + copies * model.expert_weight_bytes()) + params * d,
+         options.lora_slots * lora_slot_bytes(shard, layers, options.lora_rank),
+         2 * layers * shard.kv_size() * shard.kv_dtype_bytes() * options.block_size});
   }
   c.gpu_block_bytes = 0;
   for (const Stage& st : stages) c.gpu_block_bytes = std::max(c.gpu_block_bytes, st.block_bytes);

@@ -52,6 +52,9 @@ struct KvCapacityOptions {
   // Model parallelism of the replica (serving/parallel_config.h).
   std::int32_t tensor_parallel = 1;
   std::int32_t pipeline_parallel = 1;
+  // Redundant expert copies of the replica (ParallelConfig::redundant_experts): each GPU of a
+  // stage holds redundant_experts / tensor_parallel more whole experts of its layers.
+  std::int32_t redundant_experts = 0;
   // LoRA adapter slots on each GPU (vLLM's max_loras; 0: LoRA off) and their rank (max_lora_rank).
   std::int32_t lora_slots = 0;
   std::int32_t lora_rank = 0;

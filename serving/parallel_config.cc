@@ -74,7 +74,8 @@ void parse_parallel_section(const ConfigNode& top, ParallelChoice& c) {
   if (auto t = top.find("topology")) c.topology = *t;
   const auto p = top.find("parallel");
   if (!p) return;
-  p->allow_keys({"tensor", "pipeline", "microbatches", "expert", "expert_placement"});
+  p->allow_keys(
+      {"tensor", "pipeline", "microbatches", "expert", "expert_placement", "redundant_experts"});
   c.set = true;
   c.where = p->location() + ": key '" + p->path() + "'";
   c.tensor = static_cast<std::int32_t>(p->get_int("tensor", 1, 1, 1024));
@@ -94,6 +95,18 @@ void parse_parallel_section(const ConfigNode& top, ParallelChoice& c) {
     }
     parse_expert_placement(placement.as_choice({"linear", "round_robin", "balanced"}),
                            c.expert_placement);
+  }
+  if (p->has("redundant_experts")) {
+    const ConfigNode redundant = p->at("redundant_experts");
+    c.redundant_experts = static_cast<std::int32_t>(redundant.as_int(0, 65536));
+    c.redundant_where = redundant.location() + ": key '" + redundant.path() + "'";
+    if (c.redundant_experts > 0 && !c.expert) {
+      redundant.fail_message("redundant experts need expert parallelism (expert: true)");
+    }
+    if (c.redundant_experts > 0 && c.expert_placement != ExpertPlacement::kBalanced) {
+      redundant.fail_message(
+          "redundant experts are placed by load: set expert_placement: balanced");
+    }
   }
   if (c.microbatches > 1 && c.pipeline == 1) {
     p->at("microbatches")
@@ -185,8 +198,30 @@ void apply_expert_parallel(const ParallelChoice& c, const ModelConfig& model, Pa
                       std::to_string(c.tensor) +
                       " GPUs (parallel.tensor); choose a tensor size that divides them");
   }
+  if (c.redundant_experts > 0) {
+    const std::string r = std::to_string(c.redundant_experts);
+    if (c.tensor == 1) {
+      throw ConfigError(c.redundant_where + ": " + r +
+                        " redundant experts on one GPU only take memory; they need expert "
+                        "parallelism over several GPUs (parallel.tensor > 1)");
+    }
+    if ((model.num_experts + c.redundant_experts) % c.tensor != 0) {
+      throw ConfigError(c.redundant_where + ": model " + model.name + "'s " +
+                        std::to_string(model.num_experts) + " experts and " + r +
+                        " redundant copies do not split evenly over " + std::to_string(c.tensor) +
+                        " GPUs; choose a multiple of " + std::to_string(c.tensor));
+    }
+    if (c.redundant_experts > model.num_experts * (c.tensor - 1)) {
+      throw ConfigError(c.redundant_where + ": " + r + " redundant copies of " +
+                        std::to_string(model.num_experts) + " experts over " +
+                        std::to_string(c.tensor) +
+                        " GPUs: at most one copy of an expert per GPU, so at most " +
+                        std::to_string(model.num_experts * (c.tensor - 1)));
+    }
+  }
   p.expert = true;
   p.expert_placement = c.expert_placement;
+  p.redundant_experts = c.redundant_experts;
 }
 
 }  // namespace servelab

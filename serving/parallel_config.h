@@ -38,6 +38,10 @@ struct ParallelConfig {
   // shared expert and the all-reduces stay as under tensor parallelism.
   bool expert = false;
   ExpertPlacement expert_placement = ExpertPlacement::kLinear;
+  // Copies of the most loaded experts beyond the num_experts (vLLM's --num-redundant-experts
+  // with EPLB; balanced placement only): each GPU holds (num_experts + redundant_experts) /
+  // tensor experts, more weights and less KV room (serving/expert_routing.h).
+  std::int32_t redundant_experts = 0;
   // One all-reduce over a stage's tensor-parallel group (the slowest stage's); free when
   // tensor == 1.
   CollectiveCost tp_all_reduce;
@@ -86,14 +90,16 @@ struct ParallelChoice {
   std::int32_t microbatches = 1;
   bool expert = false;
   ExpertPlacement expert_placement = ExpertPlacement::kLinear;
+  std::int32_t redundant_experts = 0;
   // "FILE:LINE:COL: key 'parallel.tensor'" and the like, for errors found at run time.
-  std::string where, tensor_where, pipeline_where, expert_where;
+  std::string where, tensor_where, pipeline_where, expert_where, redundant_where;
   std::optional<ConfigNode> topology;  // the `topology:` section
 };
 
-// Reads `parallel: {tensor: N, pipeline: M, microbatches: K, expert: B, expert_placement: P}`
-// and `topology:` from the experiment's top level into `choice`. Types and ranges are checked
-// here; expert_placement without expert: true is refused.
+// Reads `parallel: {tensor: N, pipeline: M, microbatches: K, expert: B, expert_placement: P,
+// redundant_experts: R}` and `topology:` from the experiment's top level into `choice`. Types
+// and ranges are checked here; expert_placement or redundant_experts without expert: true, and
+// redundant experts without balanced placement, are refused.
 void parse_parallel_section(const ConfigNode& top, ParallelChoice& choice);
 
 // The topology a replica runs on: the `topology:` section when given, else `nodes` nodes of the
@@ -104,9 +110,9 @@ Topology replica_topology(const ParallelChoice& choice, const HardwareConfig& ha
 // The ParallelConfig of a single-replica experiment: checks the choice against the model and
 // the topology (ConfigError naming the key and its line: a tensor-parallel group wider than a
 // node or spanning two, heads not divisible by tensor, more GPUs than the topology has, more
-// stages than layers; expert parallelism on a dense model, or with num_experts not divisible by
-// tensor) and prices the collectives. The default config when `choice.set` is false
-// (a `topology:` section is then still parsed, so its errors show).
+// stages than layers; expert parallelism on a dense model, or with num_experts (plus
+// redundant_experts) not divisible by tensor) and prices the collectives. The default config when
+// `choice.set` is false (a `topology:` section is then still parsed, so its errors show).
 ParallelConfig resolve_parallel(const ParallelChoice& choice, const ModelConfig& model,
                                 const HardwareConfig& hardware);
 

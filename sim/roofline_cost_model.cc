@@ -128,16 +128,18 @@ RooflineCostModel::RooflineCostModel(ModelConfig model, HardwareConfig hardware,
     uniform_routing_ = m.router_skew == 0;
     for (double qe : q) expert_log_miss_.push_back(std::log1p(-qe));
     if (parallel_.expert && parallel_.tensor > 1) {
-      rank_experts_ = place_experts(q, parallel_.tensor, parallel_.expert_placement);
-      for (const auto& experts : rank_experts_) {
+      for (const auto& copies : place_expert_copies(q, parallel_.tensor, parallel_.expert_placement,
+                                                    parallel_.redundant_experts)) {
         double sum = 0, var = 0;
-        for (std::int32_t e : experts) {
-          const double qe = q[static_cast<std::size_t>(e)];
-          sum += qe;
-          var += qe * (1 - qe);
+        std::vector<double> log_miss;
+        for (const ExpertCopy& c : copies) {
+          sum += c.q;
+          var += c.q * (1 - c.q);
+          log_miss.push_back(std::log1p(-c.q));
         }
         rank_q_.push_back(sum);
         rank_q_var_.push_back(var);
+        rank_copy_log_miss_.push_back(std::move(log_miss));
       }
       imbalance_z_ = expected_max_standard_normal(parallel_.tensor);
     }
@@ -231,19 +233,19 @@ double RooflineCostModel::experts_touched(std::int64_t tokens) const {
 RooflineCostModel::ExpertLoad RooflineCostModel::busiest_expert_load(std::int64_t tokens) const {
   if (!shard_.is_moe() || tokens <= 0) return {};
   const double t = static_cast<double>(tokens);
-  if (rank_experts_.empty()) return {t * shard_.experts_per_token, touched_at(tokens)};
+  if (rank_copy_log_miss_.empty()) return {t * shard_.experts_per_token, touched_at(tokens)};
   const double inter = model_.intermediate_size;
   ExpertLoad busiest;
   double slowest = -1;
-  for (std::size_t r = 0; r < rank_experts_.size(); ++r) {
+  for (std::size_t r = 0; r < rank_copy_log_miss_.size(); ++r) {
     double touched = 0, var = 0;
-    for (std::int32_t e : rank_experts_[r]) {
-      const double u = -std::expm1(t * expert_log_miss_[static_cast<std::size_t>(e)]);
+    for (double log_miss : rank_copy_log_miss_[r]) {
+      const double u = -std::expm1(t * log_miss);
       touched += u;
       var += u * (1 - u);
     }
     const ExpertLoad load{t * rank_q_[r] + imbalance_z_ * std::sqrt(t * rank_q_var_[r]),
-                          std::min(static_cast<double>(rank_experts_[r].size()),
+                          std::min(static_cast<double>(rank_copy_log_miss_[r].size()),
                                    touched + imbalance_z_ * std::sqrt(var))};
     LaunchParts parts[2];
     routed_launches(load.rows, load.experts, inter, parts);
@@ -319,7 +321,8 @@ double RooflineCostModel::moe_layer_gemm_seconds(double t) const {
   const ExpertLoad load = busiest_expert_load(static_cast<std::int64_t>(t));
   LaunchParts routed[2];
   routed_launches(load.rows, load.experts,
-                  rank_experts_.empty() ? m.intermediate_size : model_.intermediate_size, routed);
+                  rank_copy_log_miss_.empty() ? m.intermediate_size : model_.intermediate_size,
+                  routed);
   launches[n++] = routed[0];
   launches[n++] = routed[1];
   double compute = 0, memory = 0, layer = 0;

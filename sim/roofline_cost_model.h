@@ -89,7 +89,8 @@ class RooflineCostModel final : public CostModel {
   // Expert parallelism (parallel.expert): the routed experts' rows (token, expert pairs) and
   // distinct experts of the busiest GPU of a tensor-parallel group in a step of `tokens`
   // tokens: on each GPU r the expected rows tokens * sum q_e and experts sum_e 1 - (1 -
-  // q_e)^tokens over its experts, each plus z_n standard deviations (z_n: the expected largest
+  // q_e)^tokens over its experts (its expert copies, q_e shared among an expert's copies, with
+  // redundant experts), each plus z_n standard deviations (z_n: the expected largest
   // of n standard normals, n = parallel.tensor; the experts capped at the GPU's), the GPU whose
   // two grouped launches take longest. Without expert parallelism every GPU has all tokens x
   // experts_per_token rows and experts_touched(tokens) experts (each 1/tensor of its width).
@@ -172,10 +173,11 @@ class RooflineCostModel final : public CostModel {
   double expert_weight_bytes_;   // one routed expert of every layer (0: dense)
   // Routing (serving/expert_routing.h): log(1 - q_e) per expert (-inf where q_e = 1), whether
   // the router is uniform (the closed form applies), and under expert parallelism each GPU's
-  // experts, the sums of q_e and q_e (1 - q_e) over them, and z_n.
+  // expert copies, the sums of q and q (1 - q) over them, and z_n.
   std::vector<double> expert_log_miss_;
   bool uniform_routing_ = true;
-  std::vector<std::vector<std::int32_t>> rank_experts_;
+  // Under expert parallelism, log(1 - q) of each expert copy on each GPU.
+  std::vector<std::vector<double>> rank_copy_log_miss_;
   std::vector<double> rank_q_, rank_q_var_;
   double imbalance_z_ = 0;
   double gemm_act_bytes_per_token_;     // GEMM inputs read and outputs written per token

@@ -94,6 +94,7 @@ KvCapacity kv_capacity_for(const ExperimentConfig& config, const ModelConfig& mo
   // by the caller (resolve_parallel); the default is one GPU.
   kv_options.tensor_parallel = parallel.tensor;
   kv_options.pipeline_parallel = parallel.pipeline;
+  kv_options.redundant_experts = parallel.redundant_experts;
   // vLLM's LoRA slots (max_loras at max_lora_rank) take device memory from the KV cache.
   if (config.scheduler.lora.enabled()) {
     kv_options.lora_slots = config.scheduler.lora.max_loras;

@@ -15,6 +15,7 @@
 #include "serving/expert_routing.h"
 #include "serving/hardware_config.h"
 #include "serving/home.h"
+#include "serving/kv_capacity.h"
 #include "serving/model_config.h"
 #include "serving/parallel_config.h"
 #include "sim/roofline_cost_model.h"
@@ -300,6 +301,99 @@ cluster:
   EXPECT_EQ(dense.code, 2);
   EXPECT_NE(dense.err.find("pools.yaml:8:"), std::string::npos) << dense.err;
   EXPECT_NE(dense.err.find("cluster.pools[0].parallel.expert"), std::string::npos) << dense.err;
+}
+
+TEST(ExpertParallel, RedundantCopiesSplitTheHotExpertsAndTakeMemory) {
+  // q = 1.0, 0.4, 0.3, 0.3 (k = 2 of 4) over 2 GPUs with 2 redundant copies: expert 0 gets a
+  // second copy (1.0 -> 0.5 + 0.5), then it is at one copy per GPU, so expert 1 gets the other
+  // (0.4 -> 0.2 + 0.2). Heaviest first: 0 (0.5) -> GPU 0, 0 -> 1 (GPU 0 holds it), 2 (0.3) -> 0
+  // (0.5 each: the lower), 3 (0.3) -> 1 (0.5 < 0.8), 1 (0.2) -> 0 (a tie), 1 -> 1 (GPU 0 holds
+  // it). Loads 1.0 and 1.0, where without copies the best split is 1.3 and 0.7.
+  const std::vector<double> q = {1.0, 0.4, 0.3, 0.3};
+  const auto gpus = place_expert_copies(q, 2, ExpertPlacement::kBalanced, 2);
+  ASSERT_EQ(gpus.size(), 2u);
+  auto ids = [](const std::vector<ExpertCopy>& g) {
+    std::vector<std::int32_t> out;
+    for (const ExpertCopy& c : g) out.push_back(c.expert);
+    return out;
+  };
+  EXPECT_EQ(ids(gpus[0]), (std::vector<std::int32_t>{0, 1, 2}));
+  EXPECT_EQ(ids(gpus[1]), (std::vector<std::int32_t>{0, 1, 3}));
+  for (const auto& g : gpus) {
+    EXPECT_DOUBLE_EQ(g[0].q, 0.5);
+    EXPECT_DOUBLE_EQ(g[1].q, 0.2);
+    EXPECT_DOUBLE_EQ(g[2].q, 0.3);
+  }
+  // Without copies: the experts with their q, as place_experts puts them.
+  const auto plain = place_expert_copies(q, 2, ExpertPlacement::kLinear, 0);
+  EXPECT_EQ(ids(plain[0]), (std::vector<std::int32_t>{0, 1}));
+  EXPECT_DOUBLE_EQ(plain[1][0].q, 0.3);
+
+  // Qwen3-30B-A3B over 8 H100s, skew 1, balanced: its most popular expert alone is a whole GPU's
+  // mean load (q = 1 of 8 x 16 / 128), so balancing cannot even the GPUs out; 8 copies lower
+  // the busiest GPU's rows of a 4,096-token prefill from about 4,944 to 4,181 and the step's
+  // GEMMs with them (each GPU reads 17 experts instead of 16, which costs more than it saves in
+  // steps of a few hundred tokens).
+  ModelConfig q3 = load_model("Qwen3-30B-A3B", catalog());
+  q3.router_skew = 1.0;
+  const HardwareConfig h100 = load_hardware("H100-SXM", catalog());
+  ParallelConfig p;
+  p.tensor = 8;
+  p.expert = true;
+  p.expert_placement = ExpertPlacement::kBalanced;
+  const RooflineCostModel balanced(q3, h100, 16, p);
+  p.redundant_experts = 8;
+  const RooflineCostModel copies(q3, h100, 16, p);
+  EXPECT_LT(copies.busiest_expert_load(4096).rows, 0.9 * balanced.busiest_expert_load(4096).rows);
+  EXPECT_EQ(copies.busiest_expert_load(4096).experts, 17.0);
+  EXPECT_LT(copies.breakdown(prefill_plan(0, 4096, true)).gemm,
+            balanced.breakdown(prefill_plan(0, 4096, true)).gemm);
+  // Memory, on 4 GPUs with 16 copies: 16 / 4 = 4 more experts per GPU, 4 x 48 layers x 3 x
+  // 2,048 x 768 x 2 B = 1,811,939,328 B: 4,608 fewer blocks of 393,216 B (2 x 48 layers x 128
+  // KV columns per GPU x 2 B x 16 tokens).
+  KvCapacityOptions kv;
+  kv.tensor_parallel = 4;
+  const KvCapacity without = compute_kv_capacity(q3, h100, kv);
+  kv.redundant_experts = 16;
+  const KvCapacity with = compute_kv_capacity(q3, h100, kv);
+  EXPECT_EQ(with.weight_bytes - without.weight_bytes, 1'811'939'328);
+  EXPECT_EQ(without.gpu_block_bytes, 393'216);
+  EXPECT_EQ(without.num_gpu_blocks - with.num_gpu_blocks, 4'608);
+}
+
+TEST(ExpertParallel, RedundantExpertsAreCheckedWithTheirLines) {
+  const fs::path dir = temp_dir("expert_parallel_redundant");
+  const std::string q3 = "--set model.name=Qwen3-30B-A3B --set hardware=H100-SXM ";
+  const std::string ep = "--set parallel.tensor=4 --set parallel.expert=true ";
+  const Cli ok = run_burst(q3 + ep +
+                               "--set parallel.expert_placement=balanced "
+                               "--set parallel.redundant_experts=16",
+                           dir, "ok");
+  ASSERT_EQ(ok.code, 0) << ok.err;
+  EXPECT_NE(read_file(dir / "ok" / "config.yaml").find("redundant_experts: 16"), std::string::npos);
+  struct Case {
+    std::string sets, expect;
+  };
+  const Case cases[] = {
+      {"--set parallel.tensor=4 --set parallel.redundant_experts=4", "expert: true"},
+      {ep + "--set parallel.redundant_experts=4", "expert_placement: balanced"},
+      {ep + "--set parallel.expert_placement=balanced --set parallel.redundant_experts=6",
+       "choose a multiple of 4"},
+      {ep + "--set parallel.expert_placement=balanced --set parallel.redundant_experts=388",
+       "at most 384"},
+      {"--set parallel.tensor=1 --set parallel.expert=true --set "
+       "parallel.expert_placement=balanced --set parallel.redundant_experts=4",
+       "parallel.tensor > 1"},
+  };
+  int i = 0;
+  for (const Case& c : cases) {
+    const std::string out = "bad" + std::to_string(i++);
+    const Cli r = run_burst(q3 + c.sets, dir, out);
+    EXPECT_EQ(r.code, 2) << c.sets;
+    EXPECT_NE(r.err.find("parallel.redundant_experts"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find(c.expect), std::string::npos) << r.err;
+    EXPECT_FALSE(fs::exists(dir / out));
+  }
 }
 
 }  // namespace
