@@ -16,7 +16,9 @@
 // Model parallelism (ParallelConfig, serving/parallel_config.h): with tensor parallelism every
 // operator is priced on one GPU's shard of the model (tensor_shard: its heads, KV heads,
 // intermediate width and vocabulary rows), and each layer adds two all-reduces of the step's
-// hidden states (after attention and after the MLP) and the embedding one more. With pipeline
+// hidden states (after attention and after the MLP) and the embedding one more; with expert
+// parallelism (parallel.expert) a mixture of experts' routed launches are instead those of the
+// busiest GPU of the group, whole experts at their full width (busiest_expert_load). With pipeline
 // parallelism the batch is cut into micro-batches (each count divided by microbatches, rounded
 // up); stage s takes t_s = its layers' share of the per-layer time, plus the embedding (first
 // stage), the LM head (last stage) and the send to the next stage; the step takes
