@@ -200,6 +200,10 @@ void apply_expert_parallel(const ParallelChoice& c, const ModelConfig& model, Pa
   }
   if (c.redundant_experts > 0) {
     const std::string r = std::to_string(c.redundant_experts);
+    if (c.expert_placement != ExpertPlacement::kBalanced) {
+      throw ConfigError(c.redundant_where +
+                        ": redundant experts are placed by load: set expert_placement: balanced");
+    }
     if (c.tensor == 1) {
       throw ConfigError(c.redundant_where + ": " + r +
                         " redundant experts on one GPU only take memory; they need expert "

@@ -116,8 +116,10 @@ Topology replica_topology(const ParallelChoice& choice, const HardwareConfig& ha
 ParallelConfig resolve_parallel(const ParallelChoice& choice, const ModelConfig& model,
                                 const HardwareConfig& hardware);
 
-// Checks `choice`'s expert parallelism against `model` (ConfigError naming parallel.expert and
-// its line) and copies it into `parallel`. A no-op without expert: true.
+// Checks `choice`'s expert parallelism against `model` (ConfigError naming parallel.expert or
+// parallel.redundant_experts and its line: a dense model, experts (with their copies) not
+// splitting evenly over tensor, copies without balanced placement, on one GPU, or more than one
+// per GPU) and copies it into `parallel`. A no-op without expert: true.
 void apply_expert_parallel(const ParallelChoice& choice, const ModelConfig& model,
                            ParallelConfig& parallel);
 

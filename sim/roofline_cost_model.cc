@@ -78,6 +78,18 @@ RooflineCostModel::RooflineCostModel(ModelConfig model, HardwareConfig hardware,
     throw ConfigError("serving.lora: LoRA on a mixture of experts (model " + model_.name +
                       ", num_experts " + std::to_string(model_.num_experts) + ") is not modelled");
   }
+  if (parallel_.expert) {
+    // The checks resolve_parallel made, for a ParallelConfig built in code.
+    ParallelChoice choice;
+    choice.tensor = parallel_.tensor;
+    choice.expert = true;
+    choice.expert_placement = parallel_.expert_placement;
+    choice.redundant_experts = parallel_.redundant_experts;
+    choice.expert_where = "parallel.expert";
+    choice.redundant_where = "parallel.redundant_experts";
+    ParallelConfig checked;
+    apply_expert_parallel(choice, model_, checked);
+  }
   if (block_size_ < 1) {
     throw ConfigError("block_size must be at least 1, got " + std::to_string(block_size_));
   }

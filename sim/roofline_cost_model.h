@@ -50,7 +50,8 @@ namespace servelab {
 class RooflineCostModel final : public CostModel {
  public:
   // Throws ConfigError when model or hardware fail validate() (hardware.tensor_parallel must be
-  // 1), block_size < 1, or the model does not split over parallel.tensor GPUs.
+  // 1), block_size < 1, the model does not split over parallel.tensor GPUs, or its expert
+  // parallelism is one apply_expert_parallel refuses.
   // `lora_rank` > 0: LoRA is on (serving.lora) and every adapter is priced at this rank (vLLM's
   // max_lora_rank: its kernels run over adapters padded to it); 0: no LoRA term.
   RooflineCostModel(ModelConfig model, HardwareConfig hardware, std::int32_t block_size,

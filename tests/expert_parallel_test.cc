@@ -264,6 +264,19 @@ TEST(ExpertParallel, ExperimentKeysRunEchoAndRefuseWithTheirLines) {
   expect_config_error([&] { apply_expert_parallel(five, easy_moe(), p); },
                       {"x.yaml:3:12: key 'parallel.expert'", "4 experts", "over 5 GPUs"});
   EXPECT_FALSE(p.expert);
+  // The cost model checks a ParallelConfig built in code the same way.
+  ParallelConfig five_gpus = two_gpus(true);
+  five_gpus.tensor = 5;
+  expect_config_error([&] { RooflineCostModel cm(easy_moe(), easy_hardware(), 10, five_gpus); },
+                      {"parallel.expert", "4 experts", "over 5 GPUs"});
+  ParallelConfig copies = two_gpus(true, ExpertPlacement::kBalanced);
+  copies.redundant_experts = 6;
+  expect_config_error([&] { RooflineCostModel cm(easy_moe(), easy_hardware(), 10, copies); },
+                      {"parallel.redundant_experts", "at most one copy of an expert per GPU"});
+  copies.redundant_experts = 2;
+  copies.expert_placement = ExpertPlacement::kLinear;
+  expect_config_error([&] { RooflineCostModel cm(easy_moe(), easy_hardware(), 10, copies); },
+                      {"parallel.redundant_experts", "expert_placement: balanced"});
 }
 
 TEST(ExpertParallel, ClusterPoolsTakeExpertParallelism) {
