@@ -1866,6 +1866,25 @@ TEST(Lessons, ExpertParallelism) {
     EXPECT_NEAR(j["throughput"]["output_tokens_per_s"].get<double>(), rows[i][4], 0.5) << names[i];
     EXPECT_EQ(j["run"]["num_gpu_blocks"], std::to_string(static_cast<int>(rows[i][5])));
   }
+  // The decode-steps figure: the median decode-only step of 4 and of 16 sequences in each run
+  // (numpy's median: the mean of the middle two of an even count).
+  auto decode_median = [&](const char* name, int batch) {
+    std::vector<double> d;
+    for (const auto& row : read_csv(out / name / "steps.csv")) {
+      if (row.at("prefill_tokens") == "0" && std::stoi(row.at("decode_tokens")) == batch) {
+        d.push_back(std::stod(row.at("duration_ms")));
+      }
+    }
+    std::sort(d.begin(), d.end());
+    if (d.empty()) return 0.0;
+    const std::size_t n = d.size();
+    return n % 2 == 1 ? d[n / 2] : (d[n / 2 - 1] + d[n / 2]) / 2;
+  };
+  const double decode_ms[3][2] = {{5.37, 7.68}, {5.74, 7.99}, {5.12, 6.63}};
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_NEAR(decode_median(names[i], 4), decode_ms[i][0], 0.005) << names[i];
+    EXPECT_NEAR(decode_median(names[i], 16), decode_ms[i][1], 0.005) << names[i];
+  }
 }
 
 TEST(Lessons, ExpertParallelismSweep) {

@@ -147,6 +147,26 @@ TEST(Plot, CompareOfModelsGivesTheDecodeStepFigure) {
   expect_valid(dir / "fig" / "cmp-decode-steps.png", "png");
 }
 
+// So does a comparison of parallel layouts of one model on one GPU type (config.yaml's
+// `parallel:` differs, summary.json's model and hardware do not).
+TEST(Plot, CompareOfParallelLayoutsGivesTheDecodeStepFigure) {
+  SKIP_WITHOUT_MATPLOTLIB();
+  const fs::path dir = temp_dir("plot_layouts");
+  write_file(dir / "layouts.yaml",
+             small_experiment("layouts", 120) +
+                 "compare:\n  - name: tensor\n"
+                 "    set: {model: Qwen3-30B-A3B, parallel.tensor: 2}\n"
+                 "  - name: expert\n"
+                 "    set: {model: Qwen3-30B-A3B, parallel.tensor: 2, parallel.expert: true}\n");
+  const Cli c = run_sim(
+      "compare " + (dir / "layouts.yaml").string() + " --quiet --out " + (dir / "cmp").string(),
+      dir);
+  ASSERT_EQ(c.code, 0) << c.err;
+  const Cli p = run_sim("plot " + (dir / "cmp").string() + " -o " + (dir / "fig").string(), dir);
+  ASSERT_EQ(p.code, 0) << p.err;
+  expect_valid(dir / "fig" / "cmp-decode-steps.png", "png");
+}
+
 // A comparison of a `type: mix` workload gives the by-class figure too; one without classes
 // (above) does not.
 TEST(Plot, CompareOfRequestClassesGivesTheClassesFigure) {

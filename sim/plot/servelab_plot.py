@@ -28,7 +28,8 @@ events.csv, blocks.csv), a `sim compare` folder (compare.csv), a `sim sweep` fol
   GROUP-kv-dtype         sweeps over model.kv_cache_dtype: KV capacity (blocks) per dtype, and
                          output throughput and TTFT p99 per dtype (against the first numeric
                          sweep key when there is one)
-  GROUP-decode-steps     compare folders whose variants run different models or hardware:
+  GROUP-decode-steps     compare folders whose variants run different models, hardware or
+                         parallel layouts (or the model's quantization, KV dtype, router skew):
                          the median duration of decode-only steps against their batch size,
                          and that time per sequence, one line per variant (batch sizes with
                          at least 3 such steps)
@@ -135,6 +136,27 @@ class Run:
     def file(self, name):
         p = os.path.join(self.path, name)
         return p if os.path.exists(p) else None
+
+    def machine(self):
+        """What the run's steps ran on: model, hardware and, from its config.yaml, the model's
+        section (quantization, KV dtype, router skew) and the parallel layout, as written."""
+        run = self.summary.get("run", {})
+        sections = []
+        p = self.file("config.yaml")
+        if p:
+            with open(p, encoding="utf-8") as f:
+                lines = f.read().splitlines()
+            i = 0
+            while i < len(lines):
+                if lines[i].startswith(("model:", "parallel:", "topology:")):
+                    j = i + 1
+                    while j < len(lines) and lines[j].startswith(" "):
+                        j += 1
+                    sections.append("\n".join(lines[i:j]))
+                    i = j
+                else:
+                    i += 1
+        return (run.get("model"), run.get("hardware"), tuple(sections))
 
     @property
     def title(self):
@@ -762,10 +784,10 @@ def sweep_curves(path, out_dir, fmt, written):
 
 
 def decode_step_curves(path, runs, out_dir, fmt, written):
-    """What a decode step costs at each batch size, per variant: for comparing models or GPUs
-    (a compare folder whose runs differ in run.model or run.hardware)."""
-    machines = {(r.summary.get("run", {}).get("model"), r.summary.get("run", {}).get("hardware"))
-                for r in runs}
+    """What a decode step costs at each batch size, per variant: for comparing models, GPUs or
+    parallel layouts (a compare folder whose runs differ in run.model, run.hardware, or their
+    config.yaml's model section or parallel layout)."""
+    machines = {r.machine() for r in runs}
     if len(machines) < 2:
         return
     curves = []
