@@ -88,6 +88,23 @@ fs::path compare(const std::string& experiment, const fs::path& dir,
   return out;
 }
 
+// A lesson's sweep (`sim sweep --jobs 2`, into dir/s): its sweep.csv rows keyed "A@B", A and B
+// the row's values of the columns `first` and `second` (empty when the sweep failed).
+using SweepRows = std::map<std::string, std::map<std::string, std::string>>;
+SweepRows sweep_by(const std::string& experiment, const fs::path& dir, const std::string& first,
+                   const std::string& second) {
+  const Cli r = run_sim("sweep " + kLessons + experiment + " --quiet --no-plot --jobs 2 --out " +
+                            (dir / "s").string(),
+                        dir);
+  EXPECT_EQ(r.code, 0) << r.err;
+  SweepRows at;
+  if (r.code != 0) return at;
+  for (const auto& row : read_csv(dir / "s" / "sweep.csv")) {
+    at[row.at(first) + "@" + row.at(second)] = row;
+  }
+  return at;
+}
+
 // docs/lessons/static-vs-continuous.md
 TEST(Lessons, StaticVsContinuousBatching) {
   const fs::path dir = temp_dir("lesson_static");
@@ -538,14 +555,8 @@ TEST(Lessons, KvOffload) {
 // docs/lessons/fp8-kv.md, "Over the load": the sweep behind figures/fp8-kv.png.
 TEST(Lessons, Fp8KvSweep) {
   const fs::path dir = temp_dir("lesson_fp8_sweep");
-  const Cli r = run_sim(
-      "sweep " + kLessons + "fp8-kv.yaml --quiet --no-plot --jobs 2 --out " + (dir / "s").string(),
-      dir);
-  ASSERT_EQ(r.code, 0) << r.err;
-  std::map<std::string, std::map<std::string, std::string>> at;  // "dtype@rate" -> row
-  for (const auto& row : read_csv(dir / "s" / "sweep.csv")) {
-    at[row.at("model.kv_cache_dtype") + "@" + row.at("workload.arrival.rate")] = row;
-  }
+  const SweepRows at = sweep_by("fp8-kv.yaml", dir, "model.kv_cache_dtype",
+                                "workload.arrival.rate");  // "dtype@rate"
   ASSERT_EQ(at.size(), 8u);
   auto v = [&](const std::string& k, const char* col) { return std::stod(at.at(k).at(col)); };
   EXPECT_NEAR(v("bf16@2", "output_tokens_per_s"), 744.6, 0.05);
@@ -1782,16 +1793,8 @@ TEST(Lessons, MixtureOfExperts) {
 }
 
 TEST(Lessons, MixtureOfExpertsSweep) {
-  const fs::path dir = temp_dir("lesson_moe_sweep");
-  const Cli r =
-      run_sim("sweep " + kLessons + "mixture-of-experts.yaml --quiet --no-plot --jobs 2 --out " +
-                  (dir / "s").string(),
-              dir);
-  ASSERT_EQ(r.code, 0) << r.err;
-  std::map<std::string, std::map<std::string, std::string>> at;  // "model@rate" -> row
-  for (const auto& row : read_csv(dir / "s" / "sweep.csv")) {
-    at[row.at("model") + "@" + row.at("workload.arrival.rate")] = row;
-  }
+  const SweepRows at = sweep_by("mixture-of-experts.yaml", temp_dir("lesson_moe_sweep"), "model",
+                                "workload.arrival.rate");  // "model@rate"
   ASSERT_EQ(at.size(), 12u);
   auto v = [&](const std::string& k, const char* col) { return std::stod(at.at(k).at(col)); };
   EXPECT_NEAR(v("Llama-3-8B@2", "tpot_p50_ms"), 5.39, 0.005);
@@ -1888,16 +1891,8 @@ TEST(Lessons, ExpertParallelism) {
 }
 
 TEST(Lessons, ExpertParallelismSweep) {
-  const fs::path dir = temp_dir("lesson_ep_sweep");
-  const Cli r =
-      run_sim("sweep " + kLessons + "expert-parallelism.yaml --quiet --no-plot --jobs 2 --out " +
-                  (dir / "s").string(),
-              dir);
-  ASSERT_EQ(r.code, 0) << r.err;
-  std::map<std::string, std::map<std::string, std::string>> at;  // "expert@rate" -> row
-  for (const auto& row : read_csv(dir / "s" / "sweep.csv")) {
-    at[row.at("parallel.expert") + "@" + row.at("workload.arrival.rate")] = row;
-  }
+  const SweepRows at = sweep_by("expert-parallelism.yaml", temp_dir("lesson_ep_sweep"),
+                                "parallel.expert", "workload.arrival.rate");  // "expert@rate"
   ASSERT_EQ(at.size(), 8u);
   auto v = [&](const std::string& k, const char* col) { return std::stod(at.at(k).at(col)); };
   EXPECT_NEAR(v("false@8", "tpot_p50_ms"), 8.39, 0.005);
