@@ -100,12 +100,10 @@ void parse_parallel_section(const ConfigNode& top, ParallelChoice& c) {
     const ConfigNode redundant = p->at("redundant_experts");
     c.redundant_experts = static_cast<std::int32_t>(redundant.as_int(0, 65536));
     c.redundant_where = redundant.location() + ": key '" + redundant.path() + "'";
+    // The rest is checked against the model by apply_expert_parallel, which a config without
+    // expert: true never reaches.
     if (c.redundant_experts > 0 && !c.expert) {
       redundant.fail_message("redundant experts need expert parallelism (expert: true)");
-    }
-    if (c.redundant_experts > 0 && c.expert_placement != ExpertPlacement::kBalanced) {
-      redundant.fail_message(
-          "redundant experts are placed by load: set expert_placement: balanced");
     }
   }
   if (c.microbatches > 1 && c.pipeline == 1) {

@@ -98,8 +98,8 @@ struct ParallelChoice {
 
 // Reads `parallel: {tensor: N, pipeline: M, microbatches: K, expert: B, expert_placement: P,
 // redundant_experts: R}` and `topology:` from the experiment's top level into `choice`. Types
-// and ranges are checked here; expert_placement or redundant_experts without expert: true, and
-// redundant experts without balanced placement, are refused.
+// and ranges are checked here; expert_placement or redundant_experts without expert: true are
+// refused (the rest of expert parallelism: apply_expert_parallel).
 void parse_parallel_section(const ConfigNode& top, ParallelChoice& choice);
 
 // The topology a replica runs on: the `topology:` section when given, else `nodes` nodes of the
