@@ -112,6 +112,48 @@ void check_workload_lora(const ConfigNode& top, const ExperimentConfig& c) {
   }
 }
 
+// prefix_cache.pinned's {shared_prefix: P, length: N} against the workload that generates the
+// prefixes: only a synthetic workload's `shared_prefix` and a multiturn one's `system_prompt`
+// draw them from the experiment seed (a mix's parts draw from their own seeds, traces carry
+// their own tokens), P must be one of its num_prefixes and N at most its length; anything else
+// would pin blocks that no request can hit.
+void check_pinned_prefixes(const ConfigNode& top, const PrefixCacheSection& section) {
+  for (const PinnedPrefixConfig& p : section.pinned) {
+    if (!p.shared_prefix) continue;
+    const std::string at = p.location + ": shared_prefix " + std::to_string(*p.shared_prefix);
+    const std::optional<ConfigNode> w = top.find("workload");
+    const std::optional<ConfigNode> type = w && w->is_map() ? w->find("type") : std::nullopt;
+    if (!type || !type->is_scalar()) return;  // the workload's own parse reports it
+    const std::string t = type->as_string();
+    const char* key = t == "synthetic" ? "shared_prefix" : t == "multiturn" ? "system_prompt" : "";
+    const std::optional<ConfigNode> gen = *key != 0 ? w->find(key) : std::nullopt;
+    if (!gen) {
+      throw ConfigError(at + ": the workload (" + type->location() + ", type " + t +
+                        ") generates no shared prefixes from the experiment seed (a synthetic "
+                        "workload's shared_prefix and a multiturn one's system_prompt do); pin "
+                        "{tokens: [...]} instead");
+    }
+    if (!gen->is_map()) return;
+    if (const auto n = gen->find("num_prefixes"); n && n->is_scalar()) {
+      const std::int64_t count = n->as_int(1, INT64_MAX);
+      if (*p.shared_prefix >= static_cast<std::uint64_t>(count)) {
+        throw ConfigError(at + ": expected 0 .. " + std::to_string(count - 1) + " (" +
+                          n->location() + ": workload." + key + ".num_prefixes is " +
+                          std::to_string(count) + ")");
+      }
+    }
+    if (const auto n = gen->find("length"); n && n->is_scalar()) {
+      const std::int64_t length = n->as_int(1, INT64_MAX);
+      if (p.length > length) {
+        throw ConfigError(at + ": length " + std::to_string(p.length) +
+                          " is longer than the prefix (" + n->location() + ": workload." + key +
+                          ".length is " + std::to_string(length) +
+                          "); the tokens after it would never be hit");
+      }
+    }
+  }
+}
+
 // serving.async_scheduling against the other choices (the Scheduler refuses the same ones; here
 // the error names the file): vLLM v1 refuses speculative decoding other than EAGLE/MTP with it,
 // and has neither multi-step rounds nor swap; ServeLab's async plans are vLLM v1's formation.
@@ -680,7 +722,10 @@ ExperimentConfig experiment_from_document(const ConfigNode& doc, const std::stri
   if (auto o = top.find("outputs")) parse_outputs(*o, c);
   if (auto m = top.find("cost_model")) parse_cost_model(*m, c);
   if (auto cl = top.find("cluster")) parse_cluster(*cl, c);
-  if (auto pc = top.find("prefix_cache")) c.prefix_cache = parse_prefix_cache_section(*pc);
+  if (auto pc = top.find("prefix_cache")) {
+    c.prefix_cache = parse_prefix_cache_section(*pc);
+    check_pinned_prefixes(top, c.prefix_cache);
+  }
   if (auto ko = top.find("kv_offload")) c.kv_offload = parse_kv_offload(*ko);
   if (c.cluster.set && (!c.prefix_cache.pinned.empty() || c.kv_offload.set)) {
     top.at(c.kv_offload.set ? "kv_offload" : "prefix_cache")

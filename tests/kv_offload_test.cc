@@ -153,6 +153,13 @@ const std::string kExperiment =
     "  output_len: {dist: uniform, min: 10, max: 20}\n"
     "  system_prompt: {num_prefixes: 2, length: 64, fraction: 1.0}\n";
 
+// `{tokens: [1, 2, ..., n]}`: a pinned prompt of n literal tokens.
+std::string literal_tokens(int n) {
+  std::string s = "{tokens: [";
+  for (int i = 1; i <= n; ++i) s += std::to_string(i) + (i < n ? ", " : "]}");
+  return s;
+}
+
 RunOutput simulate(const std::string& extra) {
   const ExperimentConfig c =
       load_experiment_text(kExperiment + extra, "tiers.yaml", ".", "tiers", {});
@@ -196,6 +203,46 @@ TEST(PinnedPrefixSim, PinnedSystemPromptsAreHitsFromTheFirstRequest) {
   EXPECT_GE(pinned.summary.prefix_hit_tokens, plain.summary.prefix_hit_tokens);
 }
 
+// A pinned shared prefix the workload never generates is an error naming the pinned entry and
+// the workload key it is checked against: it would hold blocks that no request hits.
+TEST(MemoryTiersConfig, PinnedSharedPrefixesMustBeTheWorkloads) {
+  auto error_of = [](const std::string& text) {
+    try {
+      load_experiment_text(text, "p.yaml", ".", "p", {});
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  // The multiturn workload has system prompts 0 and 1 of 64 tokens.
+  const std::string range =
+      error_of(kExperiment + "prefix_cache: {pinned: [{shared_prefix: 2, length: 64}]}\n");
+  EXPECT_NE(range.find("p.yaml:16:"), std::string::npos) << range;
+  EXPECT_NE(range.find("prefix_cache.pinned[0]"), std::string::npos) << range;
+  EXPECT_NE(range.find("expected 0 .. 1"), std::string::npos) << range;
+  EXPECT_NE(range.find("workload.system_prompt.num_prefixes is 2"), std::string::npos) << range;
+  const std::string longer =
+      error_of(kExperiment + "prefix_cache: {pinned: [{shared_prefix: 1, length: 65}]}\n");
+  EXPECT_NE(longer.find("length 65 is longer than the prefix"), std::string::npos) << longer;
+  EXPECT_NE(longer.find("workload.system_prompt.length is 64"), std::string::npos) << longer;
+  EXPECT_EQ(error_of(kExperiment + "prefix_cache: {pinned: [{shared_prefix: 1, length: 64}]}\n"),
+            "no error");
+  // A synthetic workload: its shared_prefix section, or none at all.
+  const std::string synthetic =
+      "name: p\nmodel: tiny\nhardware: H100-SXM\n"
+      "workload: {type: synthetic, num_requests: 4, arrival: {process: poisson, rate: 1},\n"
+      "  prompt_len: {dist: fixed, value: 100}, output_len: {dist: fixed, value: 4}";
+  const std::string pin = "prefix_cache: {pinned: [{shared_prefix: 0, length: 16}]}\n";
+  EXPECT_EQ(error_of(synthetic +
+                     ",\n  shared_prefix: {num_prefixes: 1, length: 32, fraction: 1}}\n" + pin),
+            "no error");
+  const std::string none = error_of(synthetic + "}\n" + pin);
+  EXPECT_NE(none.find("generates no shared prefixes"), std::string::npos) << none;
+  EXPECT_NE(none.find("type synthetic"), std::string::npos) << none;
+  // Literal tokens need no generator.
+  EXPECT_EQ(error_of(synthetic + "}\nprefix_cache: {pinned: [{tokens: [1, 2, 3]}]}\n"), "no error");
+}
+
 TEST(MemoryTiersConfig, BadSectionsNameTheKey) {
   auto error_of = [](const std::string& extra) {
     try {
@@ -215,7 +262,7 @@ TEST(MemoryTiersConfig, BadSectionsNameTheKey) {
             std::string::npos);
   EXPECT_NE(error_of("prefix_cache: {pinned: [{tokens: []}]}\n").find("tokens"), std::string::npos);
   // Bigger than the pool (39 usable blocks): an error naming the pinned entry.
-  const std::string big = error_of("prefix_cache: {pinned: [{shared_prefix: 0, length: 2000}]}\n");
+  const std::string big = error_of("prefix_cache: {pinned: [" + literal_tokens(2000) + "]}\n");
   EXPECT_NE(big.find("prefix_cache.pinned"), std::string::npos) << big;
   EXPECT_NE(big.find("KV blocks"), std::string::npos) << big;
   EXPECT_NE(error_of("policies: {prefix_cache: none}\nkv_offload: {host: {blocks: 4}}\n")
@@ -232,7 +279,8 @@ TEST(MemoryTiersConfig, CommandsExitTwoNamingTheLine) {
   const fs::path dir = temp_dir("tiers_cli");
   write_file(dir / "e.yaml", kExperiment +
                                  "prefix_cache:\n  pinned:\n"
-                                 "    - {shared_prefix: 0, length: 5000}\n");
+                                 "    - " +
+                                 literal_tokens(5000) + "\n");
   const Cli big =
       run_sim("run " + (dir / "e.yaml").string() + " -q --out " + (dir / "out").string(), dir);
   EXPECT_EQ(big.code, 2) << big.err;
