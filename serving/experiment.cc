@@ -8,6 +8,7 @@
 #include "core/preemption_mode.h"
 #include "core/strings.h"
 #include "serving/hardware_config.h"
+#include "serving/home.h"
 #include "serving/model_config.h"
 #include "traces/lora_workload.h"
 #include "traces/mix_workload.h"
@@ -842,11 +843,29 @@ void apply_model_storage(const ExperimentConfig& config, ModelConfig& model) {
 
 ExperimentConfig load_experiment(const std::string& path, const std::vector<std::string>& overrides,
                                  std::optional<std::uint64_t> seed) {
-  const ConfigNode doc = ConfigNode::load_file(path);
-  std::string base_dir = std::filesystem::path(path).parent_path().string();
+  namespace fs = std::filesystem;
+  // A relative path that is not there from the current folder is looked up in the ServeLab home,
+  // as an experiment's data files are (resolve_data_path), so `sim run experiments/burst.yaml`
+  // works from any folder; messages then name the file that was read.
+  std::string file = path;
+  std::error_code ec;
+  if (!path.empty() && !fs::exists(path, ec) && fs::path(path).is_relative()) {
+    if (std::optional<std::string> found = resolve_data_path(path, ".")) {
+      file = *found;
+    } else {
+      std::string where = "not in the current folder";
+      try {
+        where += " nor in the ServeLab home " + servelab_home().string();
+      } catch (const HomeError&) {
+      }
+      throw ConfigError(path + ": cannot open file (" + where + ")");
+    }
+  }
+  const ConfigNode doc = ConfigNode::load_file(file);
+  std::string base_dir = fs::path(file).parent_path().string();
   if (base_dir.empty()) base_dir.push_back('.');  // (not = ".": GCC 12 -Wrestrict false positive)
-  return experiment_from_document(doc, path, std::move(base_dir),
-                                  std::filesystem::path(path).stem().string(), overrides, seed);
+  return experiment_from_document(doc, file, std::move(base_dir), fs::path(file).stem().string(),
+                                  overrides, seed);
 }
 
 ExperimentConfig load_experiment_text(const std::string& text, const std::string& name,

@@ -127,6 +127,37 @@ TEST(Relocation, CopiedSimRunsFromItsOwnFolder) {
             read_file(t / "elsewhere" / "ref" / "requests.csv"));
 }
 
+// An experiment path relative to neither the working folder nor anything there is looked up in
+// the home, as data files are: `sim run experiments/burst-tiny.yaml` from any folder runs the
+// shipped file and writes out/ where it was started; a file of that name in the working folder
+// wins; one in neither place is an error naming both.
+TEST(Home, ExperimentPathsFallBackToTheHome) {
+  const fs::path t = temp_dir("home_experiment");
+  const std::string sim = servelab_program("sim");
+  const Cli shipped = run_in(t, sim + " run experiments/burst-tiny.yaml --quiet");
+  ASSERT_EQ(shipped.code, 0) << shipped.err;
+  ASSERT_TRUE(fs::exists(t / "out" / "burst-tiny" / "summary.json"));
+  const Cli ref =
+      run_in(t, sim + " run " + home_path("experiments/burst-tiny.yaml") + " --out ref --quiet");
+  ASSERT_EQ(ref.code, 0) << ref.err;
+  EXPECT_EQ(read_file(t / "out" / "burst-tiny" / "requests.csv"),
+            read_file(t / "ref" / "requests.csv"));
+  // A local file of the same name is the one read (its own name, not the shipped one's).
+  fs::create_directories(t / "experiments");
+  write_file(t / "experiments" / "burst-tiny.yaml",
+             "name: mine\nmodel: tiny\nhardware: H100-SXM\n"
+             "workload: {type: synthetic, num_requests: 3, arrival: {process: poisson, rate: 1},\n"
+             "  prompt_len: {dist: fixed, value: 20}, output_len: {dist: fixed, value: 2}}\n");
+  const Cli local = run_in(t, sim + " run experiments/burst-tiny.yaml --quiet");
+  ASSERT_EQ(local.code, 0) << local.err;
+  EXPECT_TRUE(fs::exists(t / "out" / "mine" / "summary.json"));
+  const Cli missing = run_in(t, sim + " run experiments/no-such.yaml --quiet");
+  EXPECT_EQ(missing.code, 2);
+  EXPECT_NE(missing.err.find("experiments/no-such.yaml: cannot open file"), std::string::npos)
+      << missing.err;
+  EXPECT_NE(missing.err.find("nor in the ServeLab home"), std::string::npos) << missing.err;
+}
+
 // Alone: no catalogue above the program's folder (only the library a bundle's `sim` needs).
 TEST(Relocation, CopiedAloneNeedsServelabHome) {
   const fs::path t = temp_dir("reloc_alone");
