@@ -56,7 +56,16 @@ void refuse_symlink(const std::string& path) {
   }
 }
 
+namespace {
+
+// A character device or a FIFO (/dev/null, /dev/stdout's target, a named pipe): a stream, not a
+// file with contents to lose, and one a rename would replace by a regular file.
+bool is_stream(const fs::file_status& st) { return fs::is_character_file(st) || fs::is_fifo(st); }
+
+}  // namespace
+
 void check_output_file(const std::string& out, const std::vector<std::string>& inputs, bool force) {
+  refuse_symlink(out);
   std::error_code ec;
   const fs::file_status st = fs::status(out, ec);
   if (!fs::exists(st)) return;
@@ -68,19 +77,33 @@ void check_output_file(const std::string& out, const std::vector<std::string>& i
     }
   }
   if (fs::is_directory(st)) throw ConfigError(out + ": output path is a directory");
+  if (is_stream(st)) return;  // written in place (AtomicFile), nothing replaced
+  if (!fs::is_regular_file(st)) {
+    throw ConfigError(out +
+                      ": not a regular file (a block device or a socket); refusing to write to "
+                      "it (choose another output)");
+  }
   if (!force) {
     throw ConfigError(out + ": output file exists; pass --force to replace it");
   }
 }
 
-AtomicFile::AtomicFile(std::string path) : path_(std::move(path)), temp_(sibling(path_, "tmp")) {}
+AtomicFile::AtomicFile(std::string path) : path_(std::move(path)), temp_(sibling(path_, "tmp")) {
+  std::error_code ec;
+  if (is_stream(fs::status(path_, ec))) {
+    temp_ = path_;
+    in_place_ = true;
+  }
+}
 
 AtomicFile::~AtomicFile() {
-  if (!committed_) ::unlink(temp_.c_str());
+  if (!committed_ && !in_place_) ::unlink(temp_.c_str());
 }
 
 void AtomicFile::commit() {
-  if (std::rename(temp_.c_str(), path_.c_str()) != 0) throw_io_error(path_, "rename", errno);
+  if (!in_place_ && std::rename(temp_.c_str(), path_.c_str()) != 0) {
+    throw_io_error(path_, "rename", errno);
+  }
   committed_ = true;
 }
 

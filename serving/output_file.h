@@ -17,14 +17,18 @@ namespace servelab {
 // Throws ConfigError "PATH: WHAT failed (strerror(err))" with a hint for EACCES/ENOSPC.
 [[noreturn]] void throw_io_error(const std::string& path, const std::string& what, int err);
 
-// Checks that `out` may be written as a single output file: ConfigError when it is the same file
-// as one of `inputs` (std::filesystem::equivalent, always refused), when it is a directory, or
-// when it exists and `force` is false ("pass --force to replace it").
+// Checks that `out` may be written as a single output file: ConfigError when it is a symlink
+// (never followed, never replaced), the same file as one of `inputs` (std::filesystem::equivalent,
+// always refused), a directory, a block device or a socket, or when it is an existing regular
+// file and `force` is false ("pass --force to replace it"). A character device or a FIFO
+// (/dev/null, a named pipe) is accepted without --force: AtomicFile writes it in place.
 void check_output_file(const std::string& out, const std::vector<std::string>& inputs, bool force);
 
 // A file written to a temporary sibling of `path` (".NAME.tmp-PID" in the same folder, so the
 // rename stays on one file system) and renamed onto `path` by commit(); destroying an uncommitted
 // AtomicFile removes the temporary, so a failed or interrupted write leaves `path` as it was.
+// When `path` is a character device or a FIFO, temp_path() is `path` itself and commit() renames
+// nothing (a rename would put a regular file in the device's place).
 class AtomicFile {
  public:
   explicit AtomicFile(std::string path);
@@ -41,6 +45,7 @@ class AtomicFile {
  private:
   std::string path_, temp_;
   bool committed_ = false;
+  bool in_place_ = false;
 };
 
 // Writes `text` to `path` atomically (AtomicFile). Throws ConfigError on I/O failure.

@@ -1,5 +1,6 @@
 // `sim trace stats` and `sim trace convert` as a user runs them: output, files, exit codes.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <cstdlib>
@@ -97,6 +98,42 @@ TEST(TraceCli, ConvertNeverLosesData) {
   c = sim("trace convert " + good + " " + out + " --force");
   ASSERT_EQ(c.code, 0) << c.err;
   EXPECT_NE(servelab::test_util::read_file(out).find("arrival_ns"), std::string::npos);
+}
+
+// An output that is not a regular file: a symlink is refused (never followed, never replaced),
+// even with --force; a FIFO or a character device (/dev/null) is a stream, written in place
+// without --force and left what it was (a rename onto it would replace it by a regular file).
+TEST(TraceCli, OutputsThatAreNotRegularFiles) {
+  const fs::path dir = servelab::test_util::temp_dir("trace_convert_special");
+  const std::string good = (dir / "good.csv").string();
+  servelab::test_util::write_file(
+      good, "arrival_ns,prompt_tokens,output_tokens,priority,tenant,segments\n0,10,5,0,0,1:0:10\n");
+  servelab::test_util::write_file(dir / "target.csv", "precious\n");
+  fs::create_symlink(dir / "target.csv", dir / "link.csv");
+  Cli c = sim("trace convert " + good + " " + (dir / "link.csv").string() + " --force");
+  EXPECT_EQ(c.code, 2);
+  EXPECT_NE(c.err.find("symlink"), std::string::npos) << c.err;
+  EXPECT_TRUE(fs::is_symlink(dir / "link.csv"));
+  EXPECT_EQ(servelab::test_util::read_file(dir / "target.csv"), "precious\n");
+  // A FIFO: the converted trace comes out of it, and it stays a FIFO.
+  const fs::path fifo = dir / "fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const std::string reader_and_writer =
+      "cat '" + fifo.string() + "' > '" + (dir / "read.csv").string() + "' & " +
+      servelab::servelab_program("sim") + " trace convert '" + good + "' '" + fifo.string() +
+      "' 2> '" + (dir / "err.txt").string() + "'; r=$?; wait; exit $r";
+  const int status = std::system(("bash -c \"" + reader_and_writer + "\"").c_str());
+  EXPECT_EQ(WIFEXITED(status) ? WEXITSTATUS(status) : -1, 0)
+      << servelab::test_util::read_file(dir / "err.txt");
+  EXPECT_TRUE(fs::is_fifo(fs::symlink_status(fifo)));
+  EXPECT_NE(servelab::test_util::read_file(dir / "read.csv").find("arrival_ns"), std::string::npos);
+  // /dev/null: accepted without --force, and still a character device afterwards.
+  c = sim("trace convert " + good + " /dev/null");
+  EXPECT_EQ(c.code, 0) << c.err;
+  EXPECT_TRUE(fs::is_character_file(fs::status("/dev/null")));
+  for (const auto& e : fs::directory_iterator("/dev")) {
+    EXPECT_EQ(e.path().filename().string().rfind(".null.tmp", 0), std::string::npos) << e.path();
+  }
 }
 
 }  // namespace
