@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
+#include "core/json_depth.h"
 #include "serving/chat_template.h"
 
 namespace servelab {
@@ -93,6 +94,10 @@ std::string error_json(const ApiError& e) {
 CompletionRequest parse_completion_request(std::string_view text, bool chat,
                                            const ApiLimits& limits, const Tokenizer& tokenizer) {
   json body;
+  if (json_too_deep(text)) {
+    throw bad("the JSON body is nested more than " + std::to_string(kMaxJsonDepth) + " levels deep",
+              "", "invalid_json");
+  }
   try {
     body = json::parse(text);
   } catch (const json::parse_error& e) {

@@ -10,6 +10,7 @@
 #include <set>
 #include <stdexcept>
 
+#include "core/json_depth.h"
 #include "serving/config_node.h"
 
 namespace servelab {
@@ -161,6 +162,7 @@ SafetensorsHeader read_safetensors_header(const std::string& path) {
   in.read(text.data(), static_cast<std::streamsize>(n));
   if (!in) fail(path, "cannot read the header");
   if (text.empty() || text[0] != '{') fail(path, "malformed JSON header: must begin with '{'");
+  if (json_too_deep(text)) fail(path, "malformed JSON header: nested too deep");
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);

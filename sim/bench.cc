@@ -14,6 +14,7 @@
 #include <optional>
 #include <thread>
 
+#include "core/json_depth.h"
 #include "core/request.h"
 #include "serving/cli.h"
 #include "serving/interrupt.h"
@@ -76,6 +77,9 @@ std::string first_model(const Endpoint& e) {
   if (res->status != 200) {
     throw ConfigError("--url " + e.base + models_path + ": HTTP " + std::to_string(res->status) +
                       "; pass --model NAME");
+  }
+  if (json_too_deep(res->body)) {
+    throw ConfigError("--url " + e.base + models_path + ": no model listed; pass --model NAME");
   }
   try {
     const json j = json::parse(res->body);
@@ -142,6 +146,10 @@ Outcome send_one(httplib::Client& client, const Endpoint& e, const std::string& 
       }
       const Clock::time_point now = Clock::now();
       json chunk;
+      if (json_too_deep(payload)) {
+        stream_error = "stream chunk nested too deep";
+        return false;
+      }
       try {
         chunk = json::parse(payload);
       } catch (const json::exception&) {

@@ -47,6 +47,34 @@ TEST(OpenAiApi, DefaultsAndContextLimits) {
   }
 }
 
+// A body nested 100,000 levels deep (200 KB) is a 400, not a stack overflow of the server when a
+// message quotes it; 256 levels still parse (and fail on the field's type as usual).
+TEST(OpenAiApi, DeeplyNestedBodiesAreRefused) {
+  const std::unique_ptr<Tokenizer> bytes =
+      load_tokenizer(home_path("data/tokenizers/bytes/tokenizer.json"));
+  const ApiLimits limits{"tiny", 256, 64, {}};
+  auto nested = [](int depth) {
+    return "{\"prompt\": [1], \"max_tokens\": " + std::string(depth, '[') +
+           std::string(depth, ']') + "}";
+  };
+  try {
+    parse_completion_request(nested(100'000), false, limits, *bytes);
+    FAIL() << "accepted";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.status, 400);
+    EXPECT_EQ(e.code, "invalid_json");
+    EXPECT_NE(std::string(e.what()).find("nested more than 256 levels"), std::string::npos)
+        << e.what();
+  }
+  try {
+    parse_completion_request(nested(255), false, limits, *bytes);
+    FAIL() << "accepted";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.status, 400);
+    EXPECT_EQ(e.param, "max_tokens");
+  }
+}
+
 TEST(PromHistogram, BucketsAreCumulativeAndInclusive) {
   PromHistogram h({0.1, 1.0});
   h.observe(0.1);  // on the bound: in le="0.1"

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "core/json_depth.h"
 #include "serving/config_node.h"
 #include "serving/home.h"
 #include "traces/trace_stats.h"
@@ -165,6 +166,22 @@ TEST(TraceReaders, MooncakeMalformedRowNamesFileAndLine) {
       "{\"timestamp\": 0, \"input_length\": 10, \"output_length\": 5, \"hash_ids\": [1, 2]}\n");
   EXPECT_THAT(error_of([&] { read_all("workload: {type: mooncake, path: " + path2 + "}"); }),
               HasSubstr(path2 + ":1: expected input_length > 512"));
+}
+
+// A row nested 100,000 levels deep (a 200 KB line, under the 1 MiB line limit) is a malformed row
+// naming the file and line, not a stack overflow when the message quotes it.
+TEST(TraceReaders, DeeplyNestedJsonRowsNameFileAndLine) {
+  const std::string deep = std::string(100'000, '[') + std::string(100'000, ']');
+  const std::string path = write_file(
+      "deep.jsonl",
+      "{\"timestamp\": 0, \"input_length\": 10, \"output_length\": 5, \"hash_ids\": [1]}\n"
+      "{\"timestamp\": 5, \"input_length\": 10, \"output_length\": 5, \"hash_ids\": " +
+          deep + "}\n");
+  EXPECT_THAT(error_of([&] { read_all("workload: {type: mooncake, path: " + path + "}"); }),
+              HasSubstr(path + ":2: expected a JSON object nested at most 256 levels deep"));
+  // The depth count skips brackets inside strings.
+  EXPECT_EQ(json_nesting_depth(R"({"a": "[[[{{", "b": [1, {"c": "\"]"}]})"), 3u);
+  EXPECT_EQ(json_nesting_depth("42"), 0u);
 }
 
 // --- BurstGPT -----------------------------------------------------------------------------

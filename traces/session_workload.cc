@@ -14,6 +14,7 @@
 #include <stdexcept>
 #include <unordered_map>
 
+#include "core/json_depth.h"
 #include "core/rng.h"
 #include "traces/synthetic_workload.h"
 #include "traces/trace_readers.h"
@@ -225,6 +226,10 @@ void SessionWorkload::on_finish(RequestId id, TimeNs t) {
 std::vector<SessionNode> parse_session_json(const std::string& text, const std::string& name,
                                             std::int32_t block_tokens, double time_scale) {
   nlohmann::json doc;
+  if (json_too_deep(text)) {
+    throw ConfigError(name + ": JSON nested more than " + std::to_string(kMaxJsonDepth) +
+                      " levels deep; a sessions file nests 4");
+  }
   try {
     doc = nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {

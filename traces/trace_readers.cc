@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/checked_time.h"
+#include "core/json_depth.h"
 #include "core/time.h"
 #include "serving/interrupt.h"
 #include "serving/output_file.h"
@@ -239,6 +240,9 @@ class MooncakeReader : public TraceReader {
  protected:
   bool parse(Row& row) override {
     const std::string_view line = csv_.line();
+    if (json_too_deep(line)) {
+      bad("a JSON object nested at most " + std::to_string(kMaxJsonDepth) + " levels deep", line);
+    }
     const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (j.is_discarded() || !j.is_object()) bad("a JSON object", line);
     auto field = [&](const char* key) -> const nlohmann::json& {
@@ -399,6 +403,9 @@ class ColumnJsonlReader : public TraceReader {
  protected:
   bool parse(Row& row) override {
     const std::string_view line = csv_.line();
+    if (json_too_deep(line)) {
+      bad("a JSON object nested at most " + std::to_string(kMaxJsonDepth) + " levels deep", line);
+    }
     const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (j.is_discarded() || !j.is_object()) bad("a JSON object", line);
     auto number = [&](const std::string& key) -> const nlohmann::json& {
