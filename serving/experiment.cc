@@ -5,6 +5,7 @@
 #include <iterator>
 #include <utility>
 
+#include "core/block_pool.h"
 #include "core/preemption_mode.h"
 #include "core/strings.h"
 #include "serving/hardware_config.h"
@@ -205,7 +206,8 @@ void parse_serving(const ConfigNode& s, ExperimentConfig& c) {
   sc.enable_chunked_prefill = s.get_bool("enable_chunked_prefill", sc.enable_chunked_prefill);
   c.gpu_memory_utilization =
       s.get_double("gpu_memory_utilization", c.gpu_memory_utilization, 0.01, 1.0);
-  if (s.has("num_gpu_blocks")) c.num_gpu_blocks = s.get_int("num_gpu_blocks", 2, 1LL << 31);
+  if (s.has("num_gpu_blocks"))
+    c.num_gpu_blocks = s.get_int("num_gpu_blocks", 2, BlockPool::kMaxBlocks);
   if (s.has("activation_reserve_gb")) {
     c.activation_reserve_gb = s.get_double("activation_reserve_gb", 0.0, 1e4);
   }

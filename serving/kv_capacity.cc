@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "core/block_pool.h"
 #include "serving/config_node.h"
 #include "serving/parallel_config.h"
 
@@ -162,8 +163,36 @@ std::int64_t default_activation_reserve_bytes(const ModelConfig& model,
   return kNonTorchBytes + std::int64_t{max_num_batched_tokens} * per_token + logits;
 }
 
+// compute_kv_capacity without the block pools' size limit.
+static KvCapacity unchecked_kv_capacity(const ModelConfig& model, const HardwareConfig& hardware,
+                                        const KvCapacityOptions& options);
+
 KvCapacity compute_kv_capacity(const ModelConfig& model, const HardwareConfig& hardware,
                                const KvCapacityOptions& options) {
+  const KvCapacity c = unchecked_kv_capacity(model, hardware, options);
+  const std::string limit = std::to_string(BlockPool::kMaxBlocks) + " (2^27)";
+  if (c.num_gpu_blocks > BlockPool::kMaxBlocks) {
+    throw ConfigError(
+        c.overridden
+            ? "num_gpu_blocks " + std::to_string(c.num_gpu_blocks) + " is more than " + limit
+            : "the KV cache of model " + model.name + " on " + hardware.name + " would hold " +
+                  std::to_string(c.num_gpu_blocks) + " blocks of " +
+                  std::to_string(options.block_size) +
+                  " tokens, more than ServeLab's block pool takes, " + limit +
+                  "; use a larger serving.block_size, a lower serving.gpu_memory_utilization "
+                  "or set serving.num_gpu_blocks");
+  }
+  if (c.num_cpu_blocks > BlockPool::kMaxBlocks) {
+    throw ConfigError("swap_space_gb " + num(options.swap_space_gib) + " is " +
+                      std::to_string(c.num_cpu_blocks) + " swap blocks of " +
+                      std::to_string(c.block_bytes) + " bytes, more than the swap pool takes, " +
+                      limit + "; lower serving.swap_space_gb or use a larger serving.block_size");
+  }
+  return c;
+}
+
+static KvCapacity unchecked_kv_capacity(const ModelConfig& model, const HardwareConfig& hardware,
+                                        const KvCapacityOptions& options) {
   const std::string who = "model " + model.name + " on " + hardware.name;
   if (options.block_size < 1) {
     throw ConfigError("block_size must be at least 1, got " + std::to_string(options.block_size));

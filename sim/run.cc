@@ -113,10 +113,6 @@ KvCapacity kv_capacity_for(const ExperimentConfig& config, const ModelConfig& mo
       throw ConfigError(config.parallel.where + ": " + e.what());
     }
   }();
-  if (capacity.num_gpu_blocks > (1LL << 30)) {
-    throw ConfigError(config.file + ": " + std::to_string(capacity.num_gpu_blocks) +
-                      " KV blocks is more than ServeLab supports (2^30)");
-  }
   if (config.scheduler.max_model_len > model.max_position_embeddings) {
     // vLLM refuses this too: positions beyond the model's range are undefined.
     throw ConfigError(config.file + ": key 'serving.max_model_len': expected at most the model's " +

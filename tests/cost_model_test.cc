@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "core/block_pool.h"
 #include "core/rng.h"
 #include "core/step_plan.h"
 #include "serving/config_node.h"
@@ -129,6 +130,27 @@ TEST(CostModelCapacity, OverrideAndErrors) {
   bad = {};
   bad.num_gpu_blocks = 0;
   expect_config_error([&] { compute_kv_capacity(m, h100, bad); }, {"num_gpu_blocks"});
+  // More blocks than the block pool takes (2^27): a ConfigError naming the key to change, for a
+  // count given, derived from memory (the tiny model with one-token blocks on an H200) or
+  // derived from swap space, never BlockPool's internal error later.
+  bad = {};
+  bad.num_gpu_blocks = BlockPool::kMaxBlocks + 1;
+  expect_config_error([&] { compute_kv_capacity(m, h100, bad); }, {"num_gpu_blocks", "2^27"});
+  bad = {};
+  bad.block_size = 1;
+  bad.gpu_memory_utilization = 1;
+  expect_config_error(
+      [&] {
+        compute_kv_capacity(load_model("tiny", catalog()), load_hardware("H200", catalog()), bad);
+      },
+      {"serving.block_size", "2^27"});
+  bad = {};
+  bad.block_size = 1;
+  bad.swap_space_gib = 1e5;
+  expect_config_error([&] { compute_kv_capacity(m, h100, bad); }, {"swap_space_gb", "2^27"});
+  bad.block_size = 16;  // 2 MiB blocks: 10,000 GiB is 5.12 M of them, within the limit
+  bad.swap_space_gib = 1e4;
+  EXPECT_EQ(compute_kv_capacity(m, h100, bad).num_cpu_blocks, 5'120'000);
 }
 
 TEST(CostModelRoofline, DecodeStepIsMemoryBoundHandComputed) {
