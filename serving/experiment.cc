@@ -373,6 +373,10 @@ void parse_cluster(const ConfigNode& n, ExperimentConfig& c) {
     t->allow_keys({"bandwidth_gb_s", "latency_us", "layerwise", "sharing"});
     cl.kv_transfer_set = true;
     cl.kv_transfer.bandwidth_gb_s = t->get_double("bandwidth_gb_s", 0.0, 0.0, 1e6);
+    if (cl.kv_transfer.bandwidth_gb_s > 0 && cl.kv_transfer.bandwidth_gb_s < 1e-3) {
+      // Slower links would take transfers past the representable times.
+      t->at("bandwidth_gb_s").fail("0 (the host links) or a number of GB/s in [0.001, 1e6]");
+    }
     cl.kv_transfer.latency_us = t->get_double("latency_us", cl.kv_transfer.latency_us, 0.0, 1e9);
     cl.kv_transfer.layerwise = t->get_bool("layerwise", false);
     if (auto s = t->find("sharing")) {

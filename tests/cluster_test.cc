@@ -537,6 +537,15 @@ TEST(ClusterRun, SlowLinksDelayDecoding) {
   EXPECT_GT(slow_run.summary.e2e_ms.p50, fast.summary.e2e_ms.p50 * 2);
   EXPECT_NEAR(slow_run.summary.ttft_ms.p50, fast.summary.ttft_ms.p50,
               fast.summary.ttft_ms.p50 * 0.01 + 0.01);  // the prefill side is unchanged
+  // Slower than 1 MB/s is refused: transfers would end past the representable times.
+  std::string slower = kPd;
+  slower.replace(slower.find("bandwidth_gb_s: 10"), 18, "bandwidth_gb_s: 1e-300");
+  try {
+    load_text(dir, experiment(slower));
+    FAIL() << "accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("GB/s in [0.001, 1e6]"), std::string::npos) << e.what();
+  }
 }
 
 // Layer-wise KV transfers over a slow link: most of each prompt's KV moves while the prefill

@@ -406,6 +406,22 @@ TEST(TraceTransforms, AppliesToSyntheticAndRejectsBadKeys) {
                          ", transforms: {window_s: [5, 1]}}");
               }),
               HasSubstr("end > start"));
+  // Arrivals pushed past 2^62 ns by the transforms are errors naming the section, not wrapped
+  // (out of order) times.
+  const std::string synthetic =
+      "workload: {type: synthetic, num_requests: 5, start_s: 1e9, arrival: {process: fixed, "
+      "rate: 1}, prompt_len: {dist: fixed, value: 100}, output_len: {dist: fixed, value: 10}, ";
+  EXPECT_THAT(error_of([&] { read_all(synthetic + "transforms: {shift_s: 1e12}}"); }),
+              HasSubstr("workload.transforms': request 0 would arrive more than 2^62 ns"));
+  EXPECT_THAT(error_of([&] { read_all(synthetic + "transforms: {rate_scale: 1e-300}}"); }),
+              HasSubstr("workload.transforms': request 0 would arrive"));
+  EXPECT_THAT(error_of([&] {
+                read_all(
+                    "workload: {type: synthetic, duration_s: 1e-10, arrival: {process: fixed, "
+                    "rate: 1}, prompt_len: {dist: fixed, value: 100}, output_len: {dist: fixed, "
+                    "value: 10}}");
+              }),
+              HasSubstr("a number of seconds in [1e-9, 1e9]"));
 }
 
 // --- ServeLab format and the trace command ------------------------------------------------

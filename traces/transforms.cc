@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <stdexcept>
 
+#include "core/checked_time.h"
+#include "core/config_error.h"
 #include "core/time.h"
 
 namespace servelab {
@@ -13,6 +15,7 @@ TransformOptions parse_transforms(const ConfigNode& n) {
   n.allow_keys(
       {"window_s", "sample", "rate_scale", "shift_s", "max_prompt_tokens", "max_output_tokens"});
   TransformOptions o;
+  o.location = n.location() + ": key '" + n.path() + "'";
   if (n.has("window_s")) {
     const ConfigNode w = n.at("window_s");
     const std::vector<ConfigNode> e = w.elements();
@@ -65,11 +68,20 @@ std::optional<RequestSpec> TransformedWorkload::next() {
     }
     // One draw per inner request, kept or not, so the choice of request k depends only on k.
     if (options_.sample < 1.0 && !(sample_rng_.uniform() < options_.sample)) continue;
+    // Checked: a small rate_scale or a large shift_s can take an arrival past 2^62 ns (146
+    // years), where it would wrap.
+    std::optional<TimeNs> t = r->arrival_ns;
     if (options_.rate_scale != 1.0) {
-      r->arrival_ns = static_cast<TimeNs>(
-          std::llround(static_cast<double>(r->arrival_ns) / options_.rate_scale));
+      t = checked_round_ns(static_cast<double>(r->arrival_ns) / options_.rate_scale);
     }
-    r->arrival_ns += seconds_to_ns(options_.shift_s);
+    const std::optional<TimeNs> shift = checked_seconds_to_ns(options_.shift_s);
+    t = t && shift ? checked_add(*t, *shift) : std::nullopt;
+    if (!t || *t >= (TimeNs{1} << 62)) {
+      throw ConfigError(options_.location + ": request " + std::to_string(next_id_) +
+                        " would arrive more than 2^62 ns (146 years) after the start; use a " +
+                        "larger rate_scale or a smaller shift_s");
+    }
+    r->arrival_ns = *t;
     if (options_.max_prompt_tokens && r->prompt_len > *options_.max_prompt_tokens) {
       std::uint32_t left = static_cast<std::uint32_t>(*options_.max_prompt_tokens);
       std::size_t keep = 0;

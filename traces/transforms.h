@@ -37,6 +37,7 @@ struct TransformOptions {
   double shift_s = 0.0;                                // >= 0
   std::optional<std::int32_t> max_prompt_tokens;       // >= 1
   std::optional<std::int32_t> max_output_tokens;       // >= 1
+  std::string location;  // "FILE:LINE:COL: key 'workload.transforms'" for errors while reading
 };
 
 // Reads the `transforms:` mapping. Throws ConfigError naming the key for any invalid value.

@@ -142,7 +142,7 @@ std::unique_ptr<Workload> make_synthetic(const ConfigNode& s, std::uint64_t seed
   if (s.has("num_requests")) c.num_requests = s.get_int("num_requests", 1, INT64_MAX);
   if (s.has("duration_s")) {
     const double d = positive_double(s, "duration_s");
-    if (d > 1e9) s.at("duration_s").fail("a number of seconds up to 1e9");
+    if (d > 1e9 || d < 1e-9) s.at("duration_s").fail("a number of seconds in [1e-9, 1e9]");
     c.duration_ns = seconds_to_ns(d);
   }
   if (!c.num_requests && !c.duration_ns) {
