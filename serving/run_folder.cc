@@ -39,10 +39,28 @@ bool check_existing_dir(const std::string& dir, Check check) {
   return true;
 }
 
+// Whether `path` is a summary.json a ServeLab run wrote: a JSON object whose `run` object names
+// its backend.
+bool is_run_summary(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return false;
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return false;
+  const auto run = j.find("run");
+  return run != j.end() && run->is_object() && run->contains("backend") &&
+         (*run)["backend"].is_string();
+}
+
+// The start of the header line of a group folder's index file.
+std::string index_header_prefix(const std::string& index_file) {
+  return index_file == "sweep.csv" ? "point," : "variant,overrides,";
+}
+
 }  // namespace
 
 void check_out_dir(const std::string& dir) {
-  check_existing_dir(dir, [&](const fs::directory_entry& entry) {
+  std::string first;  // the first entry, for the message when the folder is not a run's
+  const bool exists = check_existing_dir(dir, [&](const fs::directory_entry& entry) {
     const std::string name = entry.path().filename().string();
     if (!run_files().count(name)) {
       throw ConfigError(dir + ": refusing to write here: it holds '" + name +
@@ -52,7 +70,15 @@ void check_out_dir(const std::string& dir) {
       throw ConfigError(entry.path().string() +
                         ": is a symlink; refusing to replace a run folder holding one");
     }
+    if (first.empty() || name < first) first = name;
   });
+  // Names alone do not make a previous run: a folder of the user's own steps.csv or figures/
+  // is kept unless ServeLab's summary.json says a run wrote it.
+  if (exists && !first.empty() && !is_run_summary(fs::path(dir) / "summary.json")) {
+    throw ConfigError(dir + ": refusing to write here: it holds '" + first +
+                      "' but no summary.json of a ServeLab run, so it is not a previous run's "
+                      "folder (choose another --out, or remove it)");
+  }
 }
 
 void check_group_dir(const std::string& dir, const std::string& index_file, const std::string& what,
@@ -67,6 +93,16 @@ void check_group_dir(const std::string& dir, const std::string& index_file, cons
   if (exists) {
     refuse_symlink(dir + "/" + index_file);
     refuse_symlink(dir + "/" + kGroupClassesFile);
+    const std::string index = dir + "/" + index_file;
+    if (fs::exists(index)) {
+      std::ifstream in(index, std::ios::binary);
+      std::string header;
+      std::getline(in, header);
+      if (!in || header.rfind(index_header_prefix(index_file), 0) != 0) {
+        throw ConfigError(dir + ": refusing to write here: its '" + index_file +
+                          "' is not a ServeLab " + what + " output (choose another --out)");
+      }
+    }
     const std::string classes = dir + "/" + kGroupClassesFile;
     if (fs::exists(classes)) {
       std::ifstream in(classes, std::ios::binary);

@@ -39,13 +39,16 @@ struct RunOutput {
   std::string cluster_json;     // a cluster run's summary.json `cluster` object (JSON text)
 };
 
-// Checks that `dir` may receive a run: absent, or a folder holding only a previous run's outputs
-// (ConfigError otherwise, and for a symlinked folder or a symlink inside it). Creates nothing:
+// Checks that `dir` may receive a run: absent, empty, or a folder holding only a previous run's
+// outputs, recognised by their names and by a summary.json of ServeLab's (a JSON object with a
+// `run.backend`); ConfigError otherwise, and for a symlinked folder or a symlink inside it (a
+// folder of the user's own steps.csv or figures/ is never replaced). Creates nothing:
 // the run is written to a StagedDir (serving/output_file.h) that replaces `dir` at the end.
 void check_out_dir(const std::string& dir);
 // The same for a folder of runs (`sim compare`, `sim sweep`): an existing one may hold only
-// `index_file`, a kGroupClassesFile whose header has kGroupClassesColumns (one of ours, not a
-// file of the user's by that name) and sub-folders, and those named in `runs` only run outputs;
+// `index_file` whose header is ours (compare.csv's starts "variant,overrides,", sweep.csv's
+// "point,"), a kGroupClassesFile whose header has kGroupClassesColumns (not a file of the user's
+// by those names) and sub-folders, and those named in `runs` only run outputs;
 // `what` names the output in the error ("comparison", "sweep").
 void check_group_dir(const std::string& dir, const std::string& index_file, const std::string& what,
                      const std::vector<std::string>& runs);

@@ -56,13 +56,14 @@ TEST(RunStage, StagesOpensTheAskedStreamsAndCommitsIntoPlace) {
 TEST(RunStage, AnAbandonedRunLeavesThePreviousFolderAsItWas) {
   const fs::path dir = temp_dir("run_stage_abandon");
   fs::create_directories(dir / "run");
-  write_file(dir / "run" / "summary.json", "{\"previous\": true}");
+  write_file(dir / "run" / "summary.json", "{\"run\": {\"backend\": \"sim\"}, \"previous\": true}");
   {
     RunStage stage(experiment("e"), {.out_dir = (dir / "run").string()});
     EXPECT_TRUE(fs::exists(stage.dir()));
   }  // destroyed without commit(): an error or an interrupt
   EXPECT_EQ(entries(dir), (std::set<std::string>{"run"}));
-  EXPECT_EQ(read_file(dir / "run" / "summary.json"), "{\"previous\": true}");
+  EXPECT_EQ(read_file(dir / "run" / "summary.json"),
+            "{\"run\": {\"backend\": \"sim\"}, \"previous\": true}");
 }
 
 TEST(RunStage, RefusesAFolderHoldingAUsersFileBeforeCreatingAnything) {

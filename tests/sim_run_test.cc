@@ -259,6 +259,33 @@ TEST(SimRun, RefusesToOverwriteForeignFiles) {
   EXPECT_EQ(cli.code, 2);
   EXPECT_NE(cli.err.find("thesis.tex"), std::string::npos) << cli.err;
   EXPECT_EQ(read_file(dir / "mine" / "thesis.tex"), "precious");
+  // Files named like a run's are not a run without ServeLab's summary.json: a user's steps.csv,
+  // a figures/ folder of their own, a summary.json of something else.
+  const std::string run = "run " + (dir / "e.yaml").string() + " --quiet --out ";
+  fs::create_directories(dir / "own");
+  write_file(dir / "own" / "steps.csv", "mine");
+  Cli c = run_sim(run + (dir / "own").string(), dir);
+  EXPECT_EQ(c.code, 2);
+  EXPECT_NE(c.err.find("no summary.json of a ServeLab run"), std::string::npos) << c.err;
+  EXPECT_EQ(read_file(dir / "own" / "steps.csv"), "mine");
+  fs::create_directories(dir / "figs" / "figures");
+  write_file(dir / "figs" / "figures" / "my.png", "mine");
+  EXPECT_EQ(run_sim(run + (dir / "figs").string(), dir).code, 2);
+  EXPECT_EQ(read_file(dir / "figs" / "figures" / "my.png"), "mine");
+  fs::create_directories(dir / "other");
+  write_file(dir / "other" / "summary.json", "{\"accuracy\": 0.9}");
+  EXPECT_EQ(run_sim(run + (dir / "other").string(), dir).code, 2);
+  EXPECT_EQ(read_file(dir / "other" / "summary.json"), "{\"accuracy\": 0.9}");
+  // A comparison's folder: a compare.csv of the user's is not ours to replace.
+  fs::create_directories(dir / "cmp");
+  write_file(dir / "cmp" / "compare.csv", "my own spreadsheet\n");
+  c = run_sim("compare " + (dir / "e.yaml").string() +
+                  " --quiet --variant a:serving.block_size=32 --out " + (dir / "cmp").string(),
+              dir);
+  EXPECT_EQ(c.code, 2);
+  EXPECT_NE(c.err.find("its 'compare.csv' is not a ServeLab comparison output"), std::string::npos)
+      << c.err;
+  EXPECT_EQ(read_file(dir / "cmp" / "compare.csv"), "my own spreadsheet\n");
   // A previous run's folder is fine to overwrite.
   EXPECT_EQ(
       run_sim("run " + (dir / "e.yaml").string() + " --out " + (dir / "r").string(), dir).code, 0);
