@@ -16,6 +16,7 @@
 #include "serving/cli.h"
 #include "serving/config_node.h"
 #include "serving/home.h"
+#include "serving/output_file.h"
 
 extern char** environ;
 
@@ -83,6 +84,25 @@ std::string plot_input_kind(const std::string& dir) {
                     "validation.json)");
 }
 
+void check_figures_dir(const std::string& dir) {
+  refuse_symlink(dir);
+  std::error_code ec;
+  if (!fs::exists(fs::symlink_status(dir, ec))) return;
+  if (!fs::is_directory(dir, ec)) {
+    throw ConfigError(dir + ": -o names a file, not a folder for the figures");
+  }
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string ext = entry.path().extension().string();
+    if (entry.is_symlink() || !entry.is_regular_file() ||
+        (ext != ".png" && ext != ".svg" && ext != ".pdf")) {
+      throw ConfigError(dir + ": refusing to write figures here: it holds '" +
+                        entry.path().filename().string() +
+                        "', which is not a figure (choose another -o)");
+    }
+  }
+  if (ec) throw ConfigError(dir + ": cannot list the folder (" + ec.message() + ")");
+}
+
 std::string plot_script_path() {
   if (const char* s = std::getenv("SERVELAB_PLOT_SCRIPT"); s && *s) return s;
   return home_path("sim/plot/servelab_plot.py");
@@ -105,6 +125,7 @@ int run_plot(const PlotArgs& args) {
   }
   const std::string out_dir =
       args.out_dir.empty() ? (fs::path(args.inputs.front()) / "figures").string() : args.out_dir;
+  check_figures_dir(out_dir);
   std::vector<std::string> argv_s = {plot_python(), script,     "--out",
                                      out_dir,       "--format", args.format};
   if (args.quiet) argv_s.push_back("--quiet");

@@ -31,6 +31,11 @@ PlotArgs parse_plot_args(const std::vector<std::string>& args);
 // JSON: ...") or not a JSON object, or when a validation folder lacks replay.csv.
 std::string plot_input_kind(const std::string& dir);
 
+// Checks that `dir` may receive the figures: absent, or a folder holding only figure files
+// (.png, .svg, .pdf), which the plot replaces by name. ConfigError when `dir` is a file or a
+// symlink, or holds anything else (a run folder, the user's own files).
+void check_figures_dir(const std::string& dir);
+
 // The script and interpreter `sim plot` runs (see the top of this file).
 std::string plot_script_path();
 std::string plot_python();

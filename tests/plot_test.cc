@@ -354,6 +354,23 @@ TEST(Plot, BadArgumentsExitTwoNamingTheFolder) {
   EXPECT_NE(empty.err.find("not a run folder"), std::string::npos) << empty.err;
   EXPECT_EQ(run_sim("plot", dir).code, 2);
   EXPECT_EQ(run_sim("plot " + (dir / "empty").string() + " --format gif", dir).code, 2);
+  // -o: a file, a folder holding anything but figures (a run folder, the user's notes) or a
+  // symlink is refused before anything is drawn, and left as it was. (Needs no matplotlib.)
+  fs::create_directories(dir / "run");
+  write_file(dir / "run" / "summary.json", "{\"run\": {\"backend\": \"sim\"}}");
+  write_file(dir / "notes.txt", "mine");
+  fs::create_directories(dir / "mixed");
+  write_file(dir / "mixed" / "a.png", "png");
+  write_file(dir / "mixed" / "notes.txt", "mine");
+  fs::create_symlink(dir / "mixed", dir / "link");
+  for (const char* out : {"notes.txt", "run", "mixed", "link"}) {
+    const Cli c = run_sim("plot " + (dir / "run").string() + " -o " + (dir / out).string(), dir);
+    EXPECT_EQ(c.code, 2) << out;
+    EXPECT_NE(c.err.find((dir / out).string()), std::string::npos) << c.err;
+  }
+  EXPECT_EQ(read_file(dir / "notes.txt"), "mine");
+  EXPECT_FALSE(fs::exists(dir / "run" / "figures"));
+  EXPECT_EQ(read_file(dir / "mixed" / "notes.txt"), "mine");
 }
 
 TEST(Plot, ClusterRunGivesReplicaAndTransferFigures) {
