@@ -652,6 +652,20 @@ ExperimentConfig experiment_from_document(const ConfigNode& doc, const std::stri
                                           std::optional<std::uint64_t> seed) {
   YAML::Node root = doc.yaml();
   for (const std::string& o : overrides) {
+    // The variants and the grid are read from the file by `sim compare` and `sim sweep`: an
+    // override of them would be silently ignored.
+    for (const char* section : {"compare", "sweep"}) {
+      const std::string key = o.substr(0, o.find('='));
+      if (key == section || key.starts_with(std::string(section) + ".") ||
+          key.starts_with(std::string(section) + "[")) {
+        throw ConfigError("--set " + key + ": the " + section +
+                          ": section cannot be set with --set (" +
+                          (std::string(section) == "compare"
+                               ? "pass the variants with --variant NAME:key=value,... instead"
+                               : "edit the experiment's sweep: section") +
+                          ")");
+      }
+    }
     // `--set model.kv_cache_dtype=fp8` on `model: NAME`: the name becomes {name: NAME} first.
     if (o.starts_with("model.") && root["model"].IsScalar()) {
       YAML::Node name = root["model"];

@@ -87,6 +87,12 @@ Variant parse_variant(const std::string& text) {
     if (item.find('=') == std::string::npos) {
       throw ConfigError("--variant " + text + ": '" + item + "' is not key=value");
     }
+    const std::string key = item.substr(0, item.find('='));
+    for (const std::string& o : v.overrides) {
+      if (o.substr(0, o.find('=')) == key) {
+        throw ConfigError("--variant " + text + ": key '" + key + "' is given twice");
+      }
+    }
     v.overrides.push_back(item);
     if (comma == std::string::npos) break;
     start = comma + 1;
@@ -99,6 +105,15 @@ std::vector<VariantResult> run_compare(const ExperimentSource& source,
                                        const std::vector<std::string>& base_overrides,
                                        std::string out_dir, bool progress,
                                        const StepHook& before_step) {
+  // Each variant's name is its run folder: two of one name would overwrite one run by another.
+  std::set<std::string> seen;
+  for (const Variant& v : variants) {
+    if (!seen.insert(v.name).second) {
+      throw ConfigError("variant '" + v.name +
+                        "' is given twice; each variant needs a name of its own (it names its run "
+                        "folder)");
+    }
+  }
   // Load every variant and make its workload first: a bad override in the last variant is
   // reported before any run.
   std::vector<ExperimentConfig> configs;

@@ -41,6 +41,15 @@ TEST(Compare, ParsesVariantArguments) {
   EXPECT_THROW(parse_variant("nocolon"), ConfigError);
   EXPECT_THROW(parse_variant("x:novalue"), ConfigError);
   EXPECT_THROW(parse_variant("bad name:a=1"), ConfigError);
+  // A key twice in one variant: the first value would be silently dropped.
+  try {
+    parse_variant("a:serving.block_size=32,serving.block_size=64");
+    FAIL() << "accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("key 'serving.block_size' is given twice"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(Compare, ReadsTheCompareSectionAndRejectsMistakes) {
@@ -90,6 +99,20 @@ TEST(Compare, VariantsEqualSingleRunsAndFailFastOnBadOverrides) {
   EXPECT_THROW(run_compare(exp, {{"ok", {}, {}}, {"bad", {"policies.queue=lifo"}, {}}}, {},
                            (dir / "out2").string(), false),
                ConfigError);
+  EXPECT_FALSE(fs::exists(dir / "out2"));
+  // So are two variants of one name (one run folder would overwrite the other), and a --set of
+  // the compare: section (the variants are read from the file).
+  try {
+    run_compare(exp, {{"a", {"serving.block_size=32"}, {}}, {"a", {}, {}}}, {},
+                (dir / "out2").string(), false);
+    FAIL() << "duplicate accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("variant 'a' is given twice"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(
+      run_compare(exp, {{"a", {}, {}}}, {"compare[0].name=b"}, (dir / "out2").string(), false),
+      ConfigError);
   EXPECT_FALSE(fs::exists(dir / "out2"));
   // So is a value only the workload reads, and a variant's value is named where the file has it.
   const std::string base = kExperiment;
