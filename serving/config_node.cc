@@ -75,10 +75,20 @@ void check_yaml_structure(const YAML::Node& root, const std::string& name) {
           }
           if (seen.size() < 4096) seen.emplace_back(key, kv.first.Mark());
         }
+        if (kv.second.IsNull()) {
+          // `key:` with nothing after it: never read as "the default" (remove the key for that).
+          throw ConfigError(mark_text(name, kv.first.Mark()) + ": key '" + kv.first.Scalar() +
+                            "' has no value (give one, or remove the key to use its default)");
+        }
         stack.emplace_back(kv.second, depth + 1);
       }
     } else if (node.IsSequence()) {
-      for (const auto& e : node) stack.emplace_back(e, depth + 1);
+      for (const auto& e : node) {
+        if (e.IsNull()) {
+          throw ConfigError(mark_text(name, e.Mark()) + ": an empty list entry (no value)");
+        }
+        stack.emplace_back(e, depth + 1);
+      }
     }
   }
 }
@@ -98,7 +108,15 @@ ConfigNode ConfigNode::load_file(const std::string& path) {
 ConfigNode ConfigNode::load_string(const std::string& text, const std::string& name) {
   YAML::Node root;
   try {
-    root = YAML::Load(text);
+    // Every document is read, so that a second one (after `---`) is an error rather than
+    // silently ignored.
+    std::vector<YAML::Node> docs = YAML::LoadAll(text);
+    for (std::size_t i = 1; i < docs.size(); ++i) {
+      if (docs[i].IsNull()) continue;  // a trailing `---` with nothing after it
+      throw ConfigError(mark_text(name, docs[i].Mark()) +
+                        ": a second YAML document (after '---'); an experiment is one document");
+    }
+    if (!docs.empty()) root = docs.front();
   } catch (const YAML::DeepRecursion& e) {
     throw ConfigError(name + ":" + std::to_string(e.mark.line + 1) + ":" +
                       std::to_string(e.mark.column + 1) + ": nesting too deep (more than " +

@@ -61,6 +61,24 @@ TEST(ConfigNode, KeysThatAreNotNamesAreErrorsWithTheLine) {
   }
 }
 
+// `key:` with no value read as "absent" would quietly mean the default (an emptied
+// gpu_memory_utilization ran at 0.9 instead of the 0.3 the user had); a second document after
+// `---` was never read, however malformed.
+TEST(ConfigNode, EmptyValuesAndSecondDocumentsAreErrors) {
+  std::string msg =
+      error_of([] { ConfigNode::load_string("serving:\n  gpu_memory_utilization:\n", "n.yaml"); });
+  EXPECT_EQ(msg.rfind("n.yaml:2:3: key 'gpu_memory_utilization' has no value", 0), 0u) << msg;
+  msg = error_of([] { ConfigNode::load_string("slo: {ttft_ms: ~}\n", "n.yaml"); });
+  EXPECT_NE(msg.find("key 'ttft_ms' has no value"), std::string::npos) << msg;
+  msg = error_of([] { ConfigNode::load_string("a: [1, , 3]\n", "n.yaml"); });
+  EXPECT_NE(msg.find("n.yaml:1:"), std::string::npos) << msg;
+  msg = error_of([] { ConfigNode::load_string("a: 1\n---\nb: 2\n", "d.yaml"); });
+  EXPECT_EQ(msg.rfind("d.yaml:3:1: a second YAML document", 0), 0u) << msg;
+  msg = error_of([] { ConfigNode::load_string("a: 1\n...\ngarbage: [\n", "d.yaml"); });
+  EXPECT_NE(msg.find("malformed YAML"), std::string::npos) << msg;
+  EXPECT_EQ(error_of([] { ConfigNode::load_string("a: 1\n---\n", "d.yaml"); }), "");
+}
+
 TEST(ConfigNode, MissingRequiredKey) {
   ConfigNode n = ConfigNode::load_string("a: 1\n", "m.yaml");
   const std::string msg = error_of([&] { n.get_string("model"); });
