@@ -283,6 +283,30 @@ class Server {
     http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
       complete(req, res, true);
     });
+    // Errors the HTTP library answers itself (an unknown path, a method a path does not take, a
+    // request it could not read) come with an empty body: give them the OpenAI error shape and
+    // a reason. The routes' own errors already have one and are left alone.
+    http.set_error_handler(httplib::Server::HandlerWithResponse(
+        [](const httplib::Request& req, httplib::Response& res) {
+          if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+          std::string message = "HTTP " + std::to_string(res.status);
+          if (res.status == 404) {
+            message = "no such endpoint: " + req.method + " " + req.path +
+                      " (docs/serving.md lists the endpoints)";
+          } else if (res.status == 400) {
+            message =
+                "the request could not be read: a POST needs a body with a Content-Length or "
+                "chunked encoding (curl: -d '{}')";
+          } else if (res.status == 405) {
+            message = "method " + req.method + " is not allowed on " + req.path;
+          } else if (res.status == 413) {
+            message = "the request body is too large";
+          }
+          send_error(
+              res, ApiError(res.status, message,
+                            res.status < 500 ? "invalid_request_error" : "internal_server_error"));
+          return httplib::Server::HandlerResponse::Handled;
+        }));
     http.set_exception_handler(
         [](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
           std::string what = "internal error";

@@ -46,6 +46,18 @@ Endpoint parse_url(const std::string& url) {
   Endpoint e;
   e.base = url.substr(0, slash);
   if (e.base.size() <= scheme + 3) throw ConfigError("--url: no host in '" + url + "'");
+  // host:port (an IPv6 host is bracketed): the port, when given, is a number in [1, 65535].
+  const std::string authority = e.base.substr(scheme + 3);
+  const std::size_t colon = authority.rfind(':');
+  if (colon != std::string::npos && authority.find(']', colon) == std::string::npos) {
+    const std::string port = authority.substr(colon + 1);
+    const bool digits = !port.empty() && port.size() <= 5 &&
+                        port.find_first_not_of("0123456789") == std::string::npos;
+    if (!digits || std::stoi(port) < 1 || std::stoi(port) > 65535) {
+      throw ConfigError("--url: port '" + port + "' in '" + url +
+                        "': expected a number in [1, 65535]");
+    }
+  }
   std::string path = slash == std::string::npos ? "" : url.substr(slash);
   while (!path.empty() && path.back() == '/') path.pop_back();
   const std::string suffix = "/completions";
@@ -122,7 +134,7 @@ Outcome send_one(httplib::Client& client, const Endpoint& e, const std::string& 
   std::int32_t chunks = 0;
   std::optional<std::int32_t> usage_tokens;
   bool done = false;
-  std::string stream_error;
+  std::string stream_error, finish_reason;
   const Clock::time_point send = Clock::now();
   httplib::Request req;
   req.method = "POST";
@@ -169,6 +181,11 @@ Outcome send_one(httplib::Client& client, const Endpoint& e, const std::string& 
         }
         last = now;
         ++chunks;
+        const json& choice = chunk["choices"][0];
+        if (choice.is_object() && choice.contains("finish_reason") &&
+            choice["finish_reason"].is_string()) {
+          finish_reason = choice["finish_reason"].get<std::string>();  // "length", "stop"
+        }
       }
       if (chunk.contains("usage") && chunk["usage"].is_object() &&
           chunk["usage"].contains("completion_tokens") &&
@@ -197,6 +214,7 @@ Outcome send_one(httplib::Client& client, const Endpoint& e, const std::string& 
                                        : "stream ended without [DONE]";
   } else {
     r.status = RequestStatus::kFinished;
+    r.reason = finish_reason;
   }
   r.output_tokens = usage_tokens.value_or(chunks);
   if (first) r.first_token_ns = rel(*first);

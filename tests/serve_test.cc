@@ -204,6 +204,25 @@ TEST(EngineServe, CompletionsChatModelsAndHealth) {
   fs::remove_all(dir);
 }
 
+// The whole response to `request` (raw HTTP, which should ask for Connection: close).
+std::string raw_exchange(int port, const std::string& request) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<std::uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    ::close(fd);
+    return "";
+  }
+  ::send(fd, request.data(), request.size(), 0);
+  std::string got;
+  char buf[4096];
+  for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) got.append(buf, n);
+  ::close(fd);
+  return got;
+}
+
 TEST(EngineServe, MalformedInputAnswers400WithAnOpenAIErrorObject) {
   const fs::path dir = temp_dir("serve_malformed");
   ServerProcess server(dir, {});
@@ -265,6 +284,22 @@ TEST(EngineServe, MalformedInputAnswers400WithAnOpenAIErrorObject) {
       EXPECT_EQ(e["param"], k.param);
     }
   }
+  // What the HTTP library answers itself has the error object too, with a reason: an unknown
+  // path, and a POST without a body length (`curl -X POST URL` sends none).
+  const httplib::Result unknown = c.Get("/v1/embeddings");
+  ASSERT_TRUE(unknown);
+  EXPECT_EQ(unknown->status, 404);
+  EXPECT_NE(json::parse(unknown->body)["error"]["message"].get<std::string>().find(
+                "no such endpoint: GET /v1/embeddings"),
+            std::string::npos)
+      << unknown->body;
+  const std::string no_length =
+      raw_exchange(server.port(),
+                   "POST /reset_prefix_cache HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: "
+                   "close\r\n\r\n");
+  EXPECT_EQ(no_length.rfind("HTTP/1.1 400", 0), 0u) << no_length;
+  EXPECT_NE(no_length.find("\"error\""), std::string::npos) << no_length;
+  EXPECT_NE(no_length.find("Content-Length or chunked"), std::string::npos) << no_length;
   // Still serving, nothing leaked into the engine.
   const std::string m = scrape(server);
   EXPECT_EQ(metric(m, "vllm:num_requests_running" + kLabels), 0);
@@ -540,6 +575,7 @@ TEST(EngineServe, SimBenchAgainstTheServerWritesARunFolderSimValidateReads) {
     EXPECT_EQ(brows[i].at("prompt_tokens"), srows[i].at("prompt_tokens"));
     EXPECT_EQ(brows[i].at("output_tokens"), srows[i].at("output_tokens"));
     EXPECT_EQ(brows[i].at("arrival_s"), srows[i].at("arrival_s"));
+    EXPECT_EQ(brows[i].at("reason"), "length");  // the stream's finish_reason
     // What only the server knows is empty.
     EXPECT_EQ(brows[i].at("first_scheduled_s"), "");
     EXPECT_EQ(brows[i].at("cached_tokens"), "");
@@ -696,6 +732,13 @@ TEST(EngineServe, BadCommandLinesAreUsageErrors) {
   const Cli not_url = run_sim("bench " + (dir / "e.yaml").string() + " --url localhost:8000", dir);
   EXPECT_EQ(not_url.code, 2);
   EXPECT_NE(not_url.err.find("--url: expected http://HOST:PORT"), std::string::npos) << not_url.err;
+  for (const char* port : {"99999", "0", "80x"}) {
+    const Cli bad_port = run_sim(
+        "bench " + (dir / "e.yaml").string() + " --url http://127.0.0.1:" + port + "/v1", dir);
+    EXPECT_EQ(bad_port.code, 2) << port;
+    EXPECT_NE(bad_port.err.find("expected a number in [1, 65535]"), std::string::npos)
+        << bad_port.err;
+  }
   fs::remove_all(dir);
 }
 
