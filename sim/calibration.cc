@@ -121,7 +121,13 @@ EngineProfile read_profile(const std::string& path) {
                  "'");
           }
         }
-        p.header[key] = value;
+        if (key == "format_version" && value != "1") {
+          fail("header 'format_version': this sim reads format 1, got '" + shorten(value) +
+               "' (a profile from a newer engine? rerun `engine profile` with this build)");
+        }
+        if (!p.header.emplace(key, value).second) {
+          fail("header '" + key + "' given twice (which one holds?)");
+        }
       }
       continue;
     }

@@ -97,6 +97,16 @@ nlohmann::json read_json(const std::string& path) {
   }
 }
 
+// summary.json's run.backend of the run folder `dir` ("sim", "engine-cpu", "bench", ...).
+std::string run_backend(const std::string& dir) {
+  const nlohmann::json j = read_json(dir + "/summary.json");
+  if (!j.is_object() || !j.contains("run") || !j["run"].is_object() ||
+      !j["run"].contains("backend") || !j["run"]["backend"].is_string()) {
+    throw ConfigError(dir + "/summary.json: no run.backend; not a ServeLab run folder");
+  }
+  return j["run"]["backend"].get<std::string>();
+}
+
 YAML::Node read_yaml(const std::string& path) {
   if (!fs::exists(path)) throw ConfigError(path + ": cannot open (is this a run folder?)");
   try {
@@ -248,6 +258,10 @@ std::vector<EngineStep> engine_steps(const std::string& engine_dir) {
 }
 
 HostOverhead fit_host_overhead(const std::string& engine_dir, CalibratedProfile& profile) {
+  if (const std::string backend = run_backend(engine_dir); !backend.starts_with("engine-")) {
+    throw ConfigError(engine_dir + ": --engine-run needs an engine run folder (engine run " +
+                      "--record-schedule), got a run of backend '" + backend + "'");
+  }
   const std::vector<EngineStep> steps = engine_steps(engine_dir);
   const CalibratedCostModel model(profile, profile.block_size);
   // Relative least squares of the residual (measured - predicted) on [1, entries], >= 0.
@@ -296,6 +310,22 @@ ValidationReport validate_runs(const std::string& sim_dir, const std::string& en
   rep.engine_dir = engine_dir;
   for (const std::string& d : {sim_dir, engine_dir}) {
     if (!fs::is_directory(d)) throw ConfigError(d + ": not a run folder (no such directory)");
+  }
+  std::error_code ec_same;
+  if (fs::equivalent(sim_dir, engine_dir, ec_same)) {
+    throw ConfigError(engine_dir + ": the same folder as the simulated run; validate a " +
+                      "simulator run against a measured one (engine run or sim bench)");
+  }
+  // The order matters (which side is the prediction): each folder's backend says what it is.
+  const std::string sim_backend = run_backend(sim_dir), measured_backend = run_backend(engine_dir);
+  if (sim_backend != "sim") {
+    throw ConfigError(sim_dir + ": a run of backend '" + sim_backend +
+                      "', expected a simulator run first (sim validate SIM_RUN MEASURED_RUN)");
+  }
+  if (!measured_backend.starts_with("engine-") && measured_backend != "bench") {
+    throw ConfigError(engine_dir + ": a run of backend '" + measured_backend +
+                      "', expected a measured run second (engine run or sim bench: "
+                      "sim validate SIM_RUN MEASURED_RUN)");
   }
 
   // 1. Same experiment: workload, seed and model must match; other differences are warnings.

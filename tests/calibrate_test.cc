@@ -590,6 +590,14 @@ TEST(CalibrationMachine, MalformedProfileLinesAreErrors) {
   e = error("# machine_kind: cpu\n# machine_threads: 2\n", "missing");
   EXPECT_NE(e.find("profile.csv: header line '# machine_name: ...' is missing"), std::string::npos)
       << e;
+  // A header line twice (the last silently won), and a format this build does not read.
+  e = error("# model: Llama-3-8B\n", "twice");
+  EXPECT_NE(e.find("profile.csv:4: header 'model' given twice"), std::string::npos) << e;
+  e = error("# format_version: 99\n", "future");
+  EXPECT_NE(e.find("profile.csv:4: header 'format_version': this sim reads format 1, got '99'"),
+            std::string::npos)
+      << e;
+  EXPECT_EQ(error("# format_version: 1\n", "one"), "no error");
 }
 
 // A malformed `machine:` in cost.yaml names the file, line and key.

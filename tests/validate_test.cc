@@ -51,8 +51,10 @@ std::string step(int i, const std::string& ms, int seqs, int prefill, int decode
 }
 
 std::string summary(double out_tps, double rps, double ttft50, double ttft99, double tpot50,
-                    double tpot99, double e2e50, double e2e99, double itl50, int preempt) {
+                    double tpot99, double e2e50, double e2e99, double itl50, int preempt,
+                    const std::string& backend) {
   nlohmann::json j;
+  j["run"] = {{"backend", backend}};
   j["throughput"] = {{"output_tokens_per_s", out_tps}, {"requests_per_s", rps}};
   j["ttft_ms"] = {{"p50", ttft50}, {"p99", ttft99}};
   j["tpot_ms"] = {{"p50", tpot50}, {"p99", tpot99}};
@@ -85,8 +87,9 @@ void write_runs(const path& dir, const std::string& sim_extra = "") {
                                   step(1, "20", 1, 16, 0) + step(2, "40", 1, 0, 1));
   write_file(s / "schedule.csv", kSchedule);
   write_file(e / "schedule.csv", kSchedule);
-  write_file(s / "summary.json", summary(105, 2, 180, 400, 9, 12, 220, 400, 9, 1));
-  write_file(e / "summary.json", summary(100, 2.5, 200, 400, 10, 10, 200, 500, 10, 0));
+  write_file(s / "summary.json", summary(105, 2, 180, 400, 9, 12, 220, 400, 9, 1, "sim"));
+  write_file(e / "summary.json",
+             summary(100, 2.5, 200, 400, 10, 10, 200, 500, 10, 0, "engine-cpu"));
 }
 
 TEST(ErrorStats, AbsoluteAndSignedSummaries) {
@@ -379,6 +382,16 @@ TEST(Validate, CommandWritesJsonAndRefusesBadInput) {
   EXPECT_NE(c.err.find("steps.csv:2:"), std::string::npos) << c.err;
   c = run_sim("validate " + (dir / "sim").string(), dir);
   EXPECT_EQ(c.code, 2);
+  // The folders swapped, or one folder twice: which side is the prediction is not a guess.
+  write_runs(dir);
+  c = run_sim("validate " + (dir / "engine").string() + " " + (dir / "sim").string(), dir);
+  EXPECT_EQ(c.code, 2);
+  EXPECT_NE(c.err.find("a run of backend 'engine-cpu', expected a simulator run first"),
+            std::string::npos)
+      << c.err;
+  c = run_sim("validate " + (dir / "sim").string() + " " + (dir / "sim").string(), dir);
+  EXPECT_EQ(c.code, 2);
+  EXPECT_NE(c.err.find("the same folder"), std::string::npos) << c.err;
 }
 
 }  // namespace
@@ -396,6 +409,8 @@ TEST(HostOverhead, FitsWhatTheProfileMissed) {
   p.block_size = 16;
   p.block_bytes = 8192;
   p.coefficients.step_s = 0.001;
+  // A simulator run has no measured host time to fit.
+  EXPECT_THROW(fit_host_overhead((dir / "sim").string(), p), ConfigError);
   const HostOverhead h = fit_host_overhead((dir / "engine").string(), p);
   EXPECT_EQ(h.steps, 3);
   EXPECT_GT(h.step_s + h.per_sequence_s, 0.005);
