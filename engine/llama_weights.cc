@@ -266,9 +266,8 @@ LlamaWeights LlamaWeights::load(const LlamaConfig& config, const std::string& pa
         for (std::size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
         return out + "]";
       };
-      throw std::runtime_error("checkpoint " + store.file_of(name) + ": tensor '" + name +
-                               "' has shape " + str(e.shape) + " but the config needs " +
-                               str(want));
+      throw ConfigError("checkpoint " + store.file_of(name) + ": tensor '" + name + "' has shape " +
+                        str(e.shape) + " but the config needs " + str(want));
     }
     const Tensor t = store.load(name);
     resize_to(x, rows, cols);

@@ -272,9 +272,16 @@ void emit_policy(YAML::Emitter& e, const char* key, const PolicySpec& spec) {
 }
 
 void parse_slo_targets(const ConfigNode& s, SloTargets& t) {
-  if (s.has("ttft_ms")) t.ttft_ms = s.get_double("ttft_ms", 0.0, 1e12);
-  if (s.has("tpot_ms")) t.tpot_ms = s.get_double("tpot_ms", 0.0, 1e12);
-  if (s.has("e2e_ms")) t.e2e_ms = s.get_double("e2e_ms", 0.0, 1e12);
+  // > 0: a target of 0 ms could never be met (goodput 0 whatever the run).
+  auto target = [&](const char* key, std::optional<double>& out) {
+    if (!s.has(key)) return;
+    const double v = s.get_double(key, 0.0, 1e12);
+    if (!(v > 0)) s.at(key).fail("a number of ms > 0 (and at most 1e12)");
+    out = v;
+  };
+  target("ttft_ms", t.ttft_ms);
+  target("tpot_ms", t.tpot_ms);
+  target("e2e_ms", t.e2e_ms);
 }
 
 // `slo:`; its `classes` keys must name classes of the workload (c.request_classes).

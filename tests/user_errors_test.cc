@@ -57,6 +57,25 @@ TEST(UserErrors, DuplicateYamlKeyNamesTheLine) {
                     {"e.yaml:15:1", "duplicate key 'seed'", "first at line 2"});
 }
 
+// Found by a review (2026-12-01): values accepted where the docs promised an error.
+TEST(UserErrors, SloTargetsOfZeroAndEmptyValues) {
+  const fs::path dir = temp_dir("ue_slo");
+  write_file(dir / "e.yaml", experiment(kSmall) + "slo: {ttft_ms: 0}\n");
+  expect_user_error(run_sim("run " + (dir / "e.yaml").string() + " -q", dir),
+                    {"e.yaml:15:", "slo.ttft_ms", "> 0"});
+  write_file(dir / "n.yaml", experiment(kSmall, "  gpu_memory_utilization:\n"));
+  expect_user_error(run_sim("run " + (dir / "n.yaml").string() + " -q", dir),
+                    {"n.yaml:9:3", "'gpu_memory_utilization' has no value"});
+  EXPECT_FALSE(fs::exists(dir / "out"));
+  // A workload that yields nothing (a window past its last arrival) is an error, as an empty
+  // trace file is, not an empty run.
+  const std::string windowed = kSmall + "  transforms: {window_s: [100, 200]}\n";
+  write_file(dir / "w.yaml", experiment(windowed));
+  expect_user_error(run_sim("run " + (dir / "w.yaml").string() + " -q", dir),
+                    {"w.yaml", "the workload produced no requests"});
+  EXPECT_FALSE(fs::exists(dir / "out"));
+}
+
 TEST(UserErrors, DeepNestingIsAClearError) {
   const fs::path dir = temp_dir("ue_nesting");
   for (int depth : {300, 5000}) {

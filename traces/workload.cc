@@ -258,7 +258,15 @@ class LimitedWorkload : public WorkloadDecorator {
 
   std::optional<RequestSpec> next() override {
     std::optional<RequestSpec> r = inner().next();
-    if (!r) return r;
+    if (!r) {
+      // Nothing to serve is a mistake in the workload (a window past the trace's end, a tiny
+      // sample, an empty file), not a run of zero requests.
+      if (count_ == 0) {
+        throw ConfigError(where_ + ": the workload produced no requests (" + inner().describe() +
+                          "); check its file and its transforms (window_s, sample)");
+      }
+      return r;
+    }
     if (++count_ > max_requests_) {
       throw ConfigError(where_ + ": the workload has more than " + std::to_string(max_requests_) +
                         " requests (limits.max_requests); raise limits.max_requests to run "

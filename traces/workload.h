@@ -82,8 +82,9 @@ class WorkloadDecorator : public Workload {
 };
 
 // `inner` behind a guard that throws ConfigError when it yields more than `max_requests`
-// requests or one arriving after `max_arrival_ns`; `where` starts the message (the experiment
-// file) and the message names the limits.max_requests / limits.max_duration_s key to raise.
+// requests or one arriving after `max_arrival_ns`, or when it ends without yielding any; `where`
+// starts the message (the experiment file) and the message names the limits.max_requests /
+// limits.max_duration_s key to raise.
 std::unique_ptr<Workload> limit_workload(std::unique_ptr<Workload> inner, std::int64_t max_requests,
                                          TimeNs max_arrival_ns, std::string where);
 
