@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
+#include <cstdio>
 #include <ctime>
 #include <deque>
 #include <fstream>
@@ -36,6 +37,16 @@
 #endif
 
 namespace servelab {
+
+namespace {
+
+std::string format_gib(std::int64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f GiB", static_cast<double>(bytes) / (1LL << 30));
+  return buf;
+}
+
+}  // namespace
 
 namespace {
 
@@ -294,6 +305,25 @@ ProfileRun run_profile(const ProfileOptions& o, std::FILE* progress) {
     const auto [d, h] = shape_blocks(s, o.block_size);
     device_blocks = std::max(device_blocks, d + 1);
     host_blocks = std::max(host_blocks, h);
+  }
+  // Refuse before allocating, as `engine run` does: the fp32 host weights (built for either
+  // device) and, on the CPU, the KV blocks of the largest shape; an 8B model's 32 GB ended in
+  // the OOM killer or std::bad_alloc on a small machine.
+  {
+    const std::int64_t weight_bytes = model.num_params() * static_cast<std::int64_t>(sizeof(float));
+    const std::int64_t kv_bytes =
+        o.device == "cpu" ? (device_blocks + host_blocks) * engine_block_bytes(model, o.block_size)
+                          : 0;
+    const std::optional<std::int64_t> avail = mem_available_bytes();
+    if (avail && weight_bytes + kv_bytes > *avail) {
+      auto gib = [](std::int64_t b) { return format_gib(b); };
+      throw ConfigError("engine profile: model " + model.name + " needs about " +
+                        gib(weight_bytes + kv_bytes) + " of host memory (fp32 weights " +
+                        gib(weight_bytes) + ", KV blocks " + gib(kv_bytes) + ") but only " +
+                        gib(*avail) +
+                        " is available (MemAvailable); profile a smaller model here, or on a "
+                        "machine with more memory");
+    }
   }
   const LlamaWeights weights = o.weights.empty() ? LlamaWeights::random(llama, o.seed)
                                                  : LlamaWeights::load(llama, o.weights);

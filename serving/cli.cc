@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <new>
 
 #include "serving/home.h"
 #include "serving/interrupt.h"
@@ -220,6 +221,15 @@ int run_command(const char* program, const char* usage, int argc, char** argv,
     return 2;
   } catch (const HomeError& e) {  // the install is incomplete or SERVELAB_HOME is wrong
     std::fprintf(stderr, "%s: error: %s\n", program, e.what());
+    return 2;
+  } catch (const std::bad_alloc&) {
+    // What was asked for does not fit this machine's memory (a huge pool, a cluster of
+    // 100,000 replicas): the size of the input, not a bug; the staged outputs are gone.
+    std::fprintf(stderr,
+                 "%s: error: out of memory: the experiment needs more memory than this machine "
+                 "has (fewer requests, replicas or KV blocks, or a larger machine); no output "
+                 "written\n",
+                 program);
     return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s: internal error: %s\n", program, e.what());

@@ -294,5 +294,38 @@ TEST(UserErrors, TheCpuEngineChecksMemoryBeforeAllocating) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(120));
 }
 
+// More than the machine's memory (here a 2 GiB address-space limit against a pool of 100 M
+// blocks, about 12 GB of block metadata) is one line and exit 2, not "internal error:
+// std::bad_alloc". Not under ASan, whose shadow memory needs the address space.
+TEST(UserErrors, OutOfMemoryIsOneLine) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "ASan reserves more address space than the limit allows";
+#else
+  const fs::path dir = temp_dir("ue_oom");
+  write_file(dir / "e.yaml", experiment(kSmall));
+  const std::string cmd =
+      "ulimit -v 2097152; " + servelab_program("sim") + " run " + (dir / "e.yaml").string() +
+      " -q --set serving.num_gpu_blocks=100000000 --out " + (dir / "out").string() + " > " +
+      (dir / "o.txt").string() + " 2> " + (dir / "e.txt").string();
+  const int status = std::system(("bash -c '" + cmd + "'").c_str());
+  const Cli cli{WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_file(dir / "o.txt"),
+                read_file(dir / "e.txt")};
+  expect_user_error(cli, {"sim: error: out of memory", "no output written"});
+  EXPECT_FALSE(fs::exists(dir / "out"));
+#endif
+}
+
+// `engine profile` too: Llama-3-70B's fp32 host weights (282 GB) fit no machine this runs on;
+// refused at once instead of the OOM killer.
+TEST(UserErrors, EngineProfileChecksMemoryBeforeAllocating) {
+  const fs::path dir = temp_dir("ue_profile_memory");
+  if (!fs::exists("/proc/meminfo")) GTEST_SKIP() << "no /proc/meminfo";
+  expect_user_error(
+      run_engine("profile --model Llama-3-70B --quick -o " + (dir / "p.csv").string() + " --quiet",
+                 dir),
+      {"engine profile: model Llama-3-70B needs about", "MemAvailable"});
+  EXPECT_FALSE(fs::exists(dir / "p.csv"));
+}
+
 }  // namespace
 }  // namespace servelab
