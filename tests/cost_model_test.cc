@@ -520,6 +520,14 @@ TEST(CostModelCatalog, HuggingFaceConfigJson) {
     EXPECT_EQ(m->num_params(), cat.num_params());
   }
 
+  // A key twice: refused, naming it (JSON readers keep one of the two without a word).
+  const fs::path twice = temp_dir("hf_twice") / "config.json";
+  write_file(twice, R"({"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 2,
+    "hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 256,
+    "hidden_size": 128})");
+  expect_config_error([&] { load_model(twice.string(), catalog()); },
+                      {"config.json", "key \"hidden_size\" appears twice"});
+
   // Qwen2 implies q/k/v biases; num_key_value_heads defaults to the head count; float16.
   const fs::path qwen = temp_dir("hf_qwen") / "qwen.json";
   write_file(qwen, R"({"architectures": ["Qwen2ForCausalLM"], "num_hidden_layers": 2,

@@ -367,6 +367,17 @@ TEST(SessionJson, ErrorsNameTheFileAndTheRequest) {
   e = error_of([] { parse_session_json("{\"requests\": 3}", "rec.json"); });
   EXPECT_NE(e.find("rec.json: expected an object with a \"requests\" array"), std::string::npos)
       << e;
+  // A key twice (the last would silently win: here an empty second list of requests).
+  e = error_of([] {
+    parse_session_json(
+        R"({"requests": [{"id": "a", "arrival_s": 0, "input_tokens": 1, "output_tokens": 1}],
+            "requests": []})",
+        "rec.json");
+  });
+  EXPECT_NE(e.find("rec.json: key \"requests\" appears twice"), std::string::npos) << e;
+  e = err(R"({"id": "a", "arrival_s": 0, "input_tokens": 1, "output_tokens": 1,
+              "output_tokens": 7})");
+  EXPECT_NE(e.find("key \"output_tokens\" appears twice"), std::string::npos) << e;
 }
 
 TEST(SessionJson, FileThroughMakeWorkloadAndItsErrors) {

@@ -179,6 +179,14 @@ TEST(TraceReaders, DeeplyNestedJsonRowsNameFileAndLine) {
           deep + "}\n");
   EXPECT_THAT(error_of([&] { read_all("workload: {type: mooncake, path: " + path + "}"); }),
               HasSubstr(path + ":2: expected a JSON object nested at most 256 levels deep"));
+  // A key twice in a row: which one holds would be a guess.
+  const std::string twice = write_file(
+      "twice.jsonl",
+      "{\"timestamp\": 0, \"input_length\": 10, \"output_length\": 5, \"output_length\": 7, "
+      "\"hash_ids\": [1]}\n");
+  EXPECT_THAT(
+      error_of([&] { read_all("workload: {type: mooncake, path: " + twice + "}"); }),
+      HasSubstr(twice + ":1: expected each key once in a row, got '\"output_length\" twice'"));
   // The depth count skips brackets inside strings.
   EXPECT_EQ(json_nesting_depth(R"({"a": "[[[{{", "b": [1, {"c": "\"]"}]})"), 3u);
   EXPECT_EQ(json_nesting_depth("42"), 0u);

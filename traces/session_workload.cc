@@ -16,6 +16,7 @@
 
 #include "core/json_depth.h"
 #include "core/rng.h"
+#include "traces/json_duplicate_keys.h"
 #include "traces/synthetic_workload.h"
 #include "traces/trace_readers.h"
 
@@ -234,6 +235,10 @@ std::vector<SessionNode> parse_session_json(const std::string& text, const std::
     doc = nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
     throw ConfigError(name + ": malformed JSON: " + e.what());
+  }
+  if (const std::optional<std::string> dup = first_duplicate_key(text)) {
+    throw ConfigError(name + ": key \"" + *dup +
+                      "\" appears twice in one object (JSON readers keep only one of them)");
   }
   if (!doc.is_object() || !doc.contains("requests") || !doc["requests"].is_array()) {
     throw ConfigError(name + ": expected an object with a \"requests\" array");

@@ -18,6 +18,7 @@
 #include "serving/interrupt.h"
 #include "serving/output_file.h"
 #include "traces/csv_reader.h"
+#include "traces/json_duplicate_keys.h"
 
 namespace servelab {
 
@@ -245,6 +246,9 @@ class MooncakeReader : public TraceReader {
     }
     const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (j.is_discarded() || !j.is_object()) bad("a JSON object", line);
+    if (const std::optional<std::string> dup = first_duplicate_key(line)) {
+      bad("each key once in a row", "\"" + *dup + "\" twice");
+    }
     auto field = [&](const char* key) -> const nlohmann::json& {
       const auto it = j.find(key);
       if (it == j.end()) bad(std::string("a field \"") + key + "\"", line);
@@ -408,6 +412,9 @@ class ColumnJsonlReader : public TraceReader {
     }
     const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (j.is_discarded() || !j.is_object()) bad("a JSON object", line);
+    if (const std::optional<std::string> dup = first_duplicate_key(line)) {
+      bad("each key once in a row", "\"" + *dup + "\" twice");
+    }
     auto number = [&](const std::string& key) -> const nlohmann::json& {
       const auto it = j.find(key);
       if (it == j.end()) bad("a field \"" + key + "\"", line);
