@@ -77,8 +77,12 @@ void parse(CLI::App& app, const std::vector<std::string>& args) {
     throw HelpShown{};
   } catch (const CLI::ArgumentMismatch& e) {
     // "--set: 1 required TEXT missing": name the option and what it needs.
+    // "--seed: At Most 1 required but received 2": the option was given twice.
     const std::string what = e.what();
     const std::string option = what.substr(0, what.find(':'));
+    if (what.find("At Most") != std::string::npos) {
+      throw UsageError(name + ": " + option + ": given more than once (it takes one value)");
+    }
     throw UsageError(name + ": " + option + ": expected a value");
   } catch (const CLI::ParseError& e) {
     throw UsageError(name + ": " + e.what());
@@ -139,7 +143,14 @@ CLI::Option* add_force(CLI::App& app, bool& force, const std::string& what) {
 }
 
 CLI::Option* add_out(CLI::App& app, std::string& out, const std::string& what) {
-  return app.add_option("-o,--out", out, what)->type_name("PATH");
+  // `--out ""` (an unset shell variable) would silently mean the default folder.
+  return app.add_option("-o,--out", out, what)
+      ->type_name("PATH")
+      ->check(CLI::Validator(
+          [](std::string& path) {
+            return path.empty() ? std::string("expected a path, got an empty one") : std::string();
+          },
+          "PATH"));
 }
 
 void add_experiment_options(CLI::App& app, ExperimentArgs& args) {

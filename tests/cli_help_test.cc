@@ -94,6 +94,9 @@ TEST(CliHelp, UsageErrorsNameTheOption) {
   const std::vector<Case> cases = {
       {"sim", "run x.yaml --bogus", "sim run: unknown option '--bogus'"},
       {"sim", "run x.yaml --seed", "--seed: expected a value"},
+      {"sim", "run x.yaml --seed 1 --seed 2", "--seed: given more than once"},
+      {"sim", "run x.yaml --out ''", "expected a path, got an empty one"},
+      {"engine", "profile --model tiny -o ''", "expected a path, got an empty one"},
       {"sim", "sweep x.yaml --jobs 0", "--jobs: expected an integer in [1, 4096], got '0'"},
       {"sim", "plot d --format gif", "--format: expected png, svg or pdf, got 'gif'"},
       {"sim", "validate a b c", "sim validate: unexpected argument 'c'"},
