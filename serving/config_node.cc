@@ -420,7 +420,10 @@ void apply_override(YAML::Node root, const std::string& assignment) {
       if (!step.indices.empty()) {
         throw ConfigError("--set " + path + ": '" + shown + "' is not a section");
       }
-      chain.back()[step.key] = YAML::Node(YAML::NodeType::Map);
+      // A section the override creates is the override's: an unknown key there names the --set.
+      YAML::Node created(YAML::NodeType::Map);
+      created.SetTag(kOverrideTag);
+      chain.back()[step.key] = created;
       next = chain.back()[step.key];
     }
     chain.push_back(next);

@@ -122,6 +122,14 @@ TEST(ConfigNode, OverrideSetsNestedKeysAndIsNamedInErrors) {
 // override's marks are positions in the --set text (this once said "o.yaml:1:2" for a key on no
 // line of o.yaml), and a key the override created has no mark at all.
 TEST(ConfigNode, UnknownKeyFromAnOverrideNamesTheOverride) {
+  // A section the override creates (bogus.x=3) is named by the --set too.
+  {
+    YAML::Node root = ConfigNode::load_string("serving:\n  block_size: 16\n", "o.yaml").yaml();
+    apply_override(root, "bogus.x=3");
+    const ConfigNode top(root, std::make_shared<const std::string>("o.yaml"), "");
+    const std::string msg = error_of([&] { top.allow_keys({"serving"}); });
+    EXPECT_EQ(msg.rfind("--set bogus: unknown key 'bogus'", 0), 0u) << msg;
+  }
   for (const char* assignment : {"serving.bogus=1", "serving={block_size: 8, bogus: 1}"}) {
     YAML::Node root =
         ConfigNode::load_string("# a comment\nserving:\n  block_size: 16\n", "o.yaml").yaml();
