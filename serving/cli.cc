@@ -8,11 +8,35 @@
 #include <cstdlib>
 #include <exception>
 #include <new>
+#include <string>
+#include <string_view>
 
 #include "serving/home.h"
 #include "serving/interrupt.h"
 
 namespace servelab {
+
+namespace {
+
+// `message` safe for a terminal: control bytes other than newline and tab (a NUL, an escape
+// sequence from a binary file quoted in the message) as \xNN, and at most 4,000 bytes.
+std::string printable(std::string_view message) {
+  std::string out;
+  for (const char c : message.substr(0, 4000)) {
+    const auto u = static_cast<unsigned char>(c);
+    if ((u < 0x20 && c != '\n' && c != '\t') || u == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", u);
+      out += buf;
+    } else {
+      out += c;
+    }
+  }
+  if (message.size() > 4000) out += "...";
+  return out;
+}
+
+}  // namespace
 
 namespace {
 
@@ -223,15 +247,15 @@ int run_command(const char* program, const char* usage, int argc, char** argv,
     std::fprintf(stderr, "\n%s: interrupted; no output written\n", program);
     return 128 + e.signal();
   } catch (const UsageError& e) {
-    std::fprintf(stderr, "%s: %s\n", program, e.what());
+    std::fprintf(stderr, "%s: %s\n", program, printable(e.what()).c_str());
     std::fprintf(stderr, "(%s %s --help lists the options; %s help the commands)\n", program,
                  cmd.c_str(), program);
     return 2;
   } catch (const ConfigError& e) {
-    std::fprintf(stderr, "%s: error: %s\n", program, e.what());
+    std::fprintf(stderr, "%s: error: %s\n", program, printable(e.what()).c_str());
     return 2;
   } catch (const HomeError& e) {  // the install is incomplete or SERVELAB_HOME is wrong
-    std::fprintf(stderr, "%s: error: %s\n", program, e.what());
+    std::fprintf(stderr, "%s: error: %s\n", program, printable(e.what()).c_str());
     return 2;
   } catch (const std::bad_alloc&) {
     // What was asked for does not fit this machine's memory (a huge pool, a cluster of
@@ -243,7 +267,7 @@ int run_command(const char* program, const char* usage, int argc, char** argv,
                  program);
     return 2;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s: internal error: %s\n", program, e.what());
+    std::fprintf(stderr, "%s: internal error: %s\n", program, printable(e.what()).c_str());
     return 1;
   }
 }

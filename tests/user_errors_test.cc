@@ -315,6 +315,18 @@ TEST(UserErrors, OutOfMemoryIsOneLine) {
 #endif
 }
 
+// A control character from the input quoted in a message (here an escape sequence in a model
+// name, YAML's "\e") reaches the terminal escaped, not as a colour change or worse.
+TEST(UserErrors, ControlCharactersInMessagesAreEscaped) {
+  const fs::path dir = temp_dir("ue_escape");
+  std::string text = experiment(kSmall);
+  text.replace(text.find("model: tiny"), 11, "model: \"tiny\\e[31m\"");
+  write_file(dir / "e.yaml", text);
+  const Cli cli = run_sim("run " + (dir / "e.yaml").string() + " -q", dir);
+  expect_user_error(cli, {"tiny\\x1b[31m"});
+  EXPECT_EQ(cli.err.find('\x1b'), std::string::npos) << cli.err;
+}
+
 // `engine profile` too: Llama-3-70B's fp32 host weights (282 GB) fit no machine this runs on;
 // refused at once instead of the OOM killer.
 TEST(UserErrors, EngineProfileChecksMemoryBeforeAllocating) {
