@@ -77,10 +77,14 @@ double parse_gib(const std::string& text) {
   return v;
 }
 
-// --kv-memory-gb G (engine run and engine serve).
-void add_kv_memory_option(CLI::App& app, double& gib) {
+// --kv-memory-gb G (engine run and engine serve); `given` becomes true when it is passed.
+void add_kv_memory_option(CLI::App& app, double& gib, bool& given) {
   app.add_option_function<std::string>(
-         "--kv-memory-gb", [&gib](const std::string& v) { gib = parse_gib(v); },
+         "--kv-memory-gb",
+         [&gib, &given](const std::string& v) {
+           gib = parse_gib(v);
+           given = true;
+         },
          "GiB of K/V blocks when serving.num_gpu_blocks is not set (default 1)")
       ->check(CLI::Validator(
           [](std::string& v) -> std::string {
@@ -94,8 +98,20 @@ void add_kv_memory_option(CLI::App& app, double& gib) {
           "G"));
 }
 
+// serving.num_gpu_blocks sizes the KV cache before --kv-memory-gb does (docs/engine.md): say so
+// rather than drop an option the user gave without a word.
+void note_kv_memory_ignored(const servelab::ExperimentConfig& config, bool given) {
+  if (given && config.num_gpu_blocks) {
+    std::fprintf(stderr,
+                 "engine: note: --kv-memory-gb is not used: the experiment sets "
+                 "serving.num_gpu_blocks (%lld), which sizes the KV cache\n",
+                 static_cast<long long>(*config.num_gpu_blocks));
+  }
+}
+
 int cmd_run(const std::vector<std::string>& args) {
   servelab::EngineOptions options;
+  bool kv_memory_given = false;
   const servelab::ExperimentArgs a = servelab::parse_experiment_args(
       args, "engine run",
       [&](CLI::App& app) {
@@ -104,7 +120,7 @@ int cmd_run(const std::vector<std::string>& args) {
         app.add_option("--weights", options.weights,
                        "a safetensors checkpoint (default: random weights from the seed)")
             ->type_name("PATH");
-        add_kv_memory_option(app, options.kv_memory_gib);
+        add_kv_memory_option(app, options.kv_memory_gib, kv_memory_given);
         app.add_flag("--tokens", options.write_tokens, "write tokens.jsonl (the sampled tokens)");
       },
       "Run one experiment (the same files as `sim run`) with every step executed on the model "
@@ -117,6 +133,7 @@ int cmd_run(const std::vector<std::string>& args) {
   if (record_schedule) config.outputs.record_schedule = true;
   if (a.record_events) config.outputs.record_events = true;
   if (a.record_blocks) config.outputs.record_blocks = true;
+  note_kv_memory_ignored(config, kv_memory_given);
   options.progress = a.show_progress();
   const auto start = std::chrono::steady_clock::now();
   const servelab::RunOutput run = servelab::run_engine(config, options);
@@ -156,7 +173,8 @@ int cmd_serve(const std::vector<std::string>& args) {
   app->add_option("--weights", o.engine.weights,
                   "a safetensors checkpoint (default: random weights from the seed)")
       ->type_name("PATH");
-  add_kv_memory_option(*app, o.engine.kv_memory_gib);
+  bool kv_memory_given = false;
+  add_kv_memory_option(*app, o.engine.kv_memory_gib, kv_memory_given);
   app->add_option("--max-in-flight", max_in_flight,
                   "requests accepted and not finished before new ones get 429 (default 256)")
       ->check(cli::integer_in(1, 100000))
@@ -189,6 +207,7 @@ int cmd_serve(const std::vector<std::string>& args) {
   }
   o.max_in_flight = static_cast<std::size_t>(max_in_flight);
   const servelab::ExperimentConfig config = servelab::load_experiment(experiment, overrides, seed);
+  note_kv_memory_ignored(config, kv_memory_given);
   return servelab::run_server(config, o, stdout);
 }
 

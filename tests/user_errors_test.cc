@@ -327,6 +327,21 @@ TEST(UserErrors, ControlCharactersInMessagesAreEscaped) {
   EXPECT_EQ(cli.err.find('\x1b'), std::string::npos) << cli.err;
 }
 
+// An option the experiment overrides is not dropped without a word.
+TEST(UserErrors, KvMemoryIgnoredForAFixedBlockCountIsNoted) {
+  const fs::path dir = temp_dir("ue_kv_memory");
+  write_file(dir / "e.yaml", experiment(kSmall));  // serving.num_gpu_blocks: 64
+  const Cli cli = run_engine("run " + (dir / "e.yaml").string() +
+                                 " -q --kv-memory-gb 0.5 --set workload.num_requests=3 --out " +
+                                 (dir / "out").string(),
+                             dir);
+  EXPECT_EQ(cli.code, 0) << cli.err;
+  EXPECT_NE(cli.err.find("--kv-memory-gb is not used: the experiment sets serving.num_gpu_blocks "
+                         "(64)"),
+            std::string::npos)
+      << cli.err;
+}
+
 // `engine profile` too: Llama-3-70B's fp32 host weights (282 GB) fit no machine this runs on;
 // refused at once instead of the OOM killer.
 TEST(UserErrors, EngineProfileChecksMemoryBeforeAllocating) {
