@@ -184,6 +184,7 @@ int cmd_serve(const std::vector<std::string>& args) {
                   "data/tokenizers/bytes, one token per byte)");
   app->add_option("--served-model-name", o.served_model_name,
                   "the model name clients use (default: the model's)")
+      ->check(cli::non_empty("a name"))
       ->type_name("NAME");
   app->add_option("--lora-modules", o.lora_modules,
                   "LoRA adapters served under their own model names (vLLM's --lora-modules; "

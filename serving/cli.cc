@@ -168,13 +168,15 @@ CLI::Option* add_force(CLI::App& app, bool& force, const std::string& what) {
 
 CLI::Option* add_out(CLI::App& app, std::string& out, const std::string& what) {
   // `--out ""` (an unset shell variable) would silently mean the default folder.
-  return app.add_option("-o,--out", out, what)
-      ->type_name("PATH")
-      ->check(CLI::Validator(
-          [](std::string& path) {
-            return path.empty() ? std::string("expected a path, got an empty one") : std::string();
-          },
-          "PATH"));
+  return app.add_option("-o,--out", out, what)->type_name("PATH")->check(non_empty("a path"));
+}
+
+CLI::Validator non_empty(const std::string& what) {
+  return CLI::Validator(
+      [what](std::string& text) {
+        return text.empty() ? "expected " + what + ", got an empty one" : std::string();
+      },
+      "");
 }
 
 void add_experiment_options(CLI::App& app, ExperimentArgs& args) {

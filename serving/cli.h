@@ -68,6 +68,7 @@ void parse(CLI::App& app, const std::vector<std::string>& args);
 CLI::Validator integer_in(std::int64_t min, std::int64_t max);   // a decimal integer in range
 CLI::Validator one_of(const std::vector<std::string>& choices);  // one of the words
 CLI::Validator seed_value();                                     // a non-negative integer
+CLI::Validator non_empty(const std::string& what);  // any text but "" ("expected WHAT, ...")
 
 // The common options (--quiet/-q, --force, --out/-o).
 CLI::Option* add_quiet(CLI::App& app, bool& quiet);

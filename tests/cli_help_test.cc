@@ -111,6 +111,7 @@ TEST(CliHelp, UsageErrorsNameTheOption) {
       {"engine", "serve --model tiny --port 70000", "--port: expected an integer in [0, 65535]"},
       {"engine", "serve --model tiny --kv-memory-gb 0", "--kv-memory-gb: expected a positive"},
       {"engine", "serve", "give an experiment file or --model M"},
+      {"engine", "serve --model tiny --served-model-name ''", "expected a name, got an empty one"},
       {"sim", "bench x.yaml", "--url URL is required"},
       {"sim", "bench x.yaml --url u --max-concurrency 0", "--max-concurrency: expected an integer"},
   };
