@@ -63,6 +63,16 @@ struct Csv {
 };
 
 // Read with the one CSV reader (traces/csv_reader.h): errors name PATH:LINE.
+// The columns a run folder's file must have for what validate reads of it (a file of another
+// shape would otherwise be read as no rows).
+const std::vector<std::string>& required_columns(const std::string& path) {
+  static const std::vector<std::string> none,
+      steps = {"step", "duration_ms", "num_seqs", "prefill_tokens", "decode_tokens"},
+      schedule = {"step", "request", "first_token", "num_tokens", "kind"};
+  const std::string name = fs::path(path).filename().string();
+  return name == "steps.csv" ? steps : name == "schedule.csv" ? schedule : none;
+}
+
 Csv read_csv(const std::string& path) {
   if (!fs::is_regular_file(path)) throw ConfigError(path + ": cannot open (is this a run folder?)");
   CsvReader csv(path);
@@ -84,6 +94,12 @@ Csv read_csv(const std::string& path) {
     c.lines.push_back(csv.line_number());
   }
   if (c.col.empty()) throw ConfigError(path + ": empty file");
+  for (const std::string& name : required_columns(path)) {
+    if (!c.col.count(name)) {
+      throw ConfigError(path + ":1: no column '" + name + "' in the header (not a ServeLab " +
+                        fs::path(path).filename().string() + "?)");
+    }
+  }
   return c;
 }
 

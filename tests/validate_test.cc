@@ -382,6 +382,14 @@ TEST(Validate, CommandWritesJsonAndRefusesBadInput) {
   EXPECT_NE(c.err.find("steps.csv:2:"), std::string::npos) << c.err;
   c = run_sim("validate " + (dir / "sim").string(), dir);
   EXPECT_EQ(c.code, 2);
+  // A steps.csv or schedule.csv of another shape is not read as "no steps".
+  for (const char* file : {"steps.csv", "schedule.csv"}) {
+    write_runs(dir);
+    write_file(dir / "engine" / file, "garbage\n");
+    c = run_sim("validate " + (dir / "sim").string() + " " + (dir / "engine").string(), dir);
+    EXPECT_EQ(c.code, 2) << file;
+    EXPECT_NE(c.err.find(std::string(file) + ":1: no column 'step'"), std::string::npos) << c.err;
+  }
   // The folders swapped, or one folder twice: which side is the prediction is not a guess.
   write_runs(dir);
   c = run_sim("validate " + (dir / "engine").string() + " " + (dir / "sim").string(), dir);
