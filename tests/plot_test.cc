@@ -86,6 +86,28 @@ TEST(Plot, BurstRunGivesEveryFigureAsPng) {
   EXPECT_EQ(again.code, 0) << again.err;
 }
 
+// A run folder whose CSVs are not ServeLab's (a garbage requests.csv, a steps.csv with a word
+// for a number) is exit 2 naming the file and what is wrong, not empty figures or a traceback.
+TEST(Plot, CorruptCsvFilesNameTheFileAndLine) {
+  SKIP_WITHOUT_MATPLOTLIB();
+  const fs::path dir = temp_dir("plot_corrupt");
+  const fs::path run = burst_run(dir, 50);
+  const std::string steps = read_file(run / "steps.csv");
+  write_file(run / "requests.csv", "garbage\n");
+  Cli p = run_sim("plot " + run.string() + " -o " + (dir / "f1").string(), dir);
+  EXPECT_EQ(p.code, 2) << p.err;
+  EXPECT_NE(p.err.find("requests.csv:1: no column 'id'"), std::string::npos) << p.err;
+  EXPECT_EQ(p.err.find("Traceback"), std::string::npos) << p.err;
+  fs::remove(run / "requests.csv");
+  std::string bad = steps;
+  bad[bad.find('\n') + 1] = 'x';  // the first row's step number
+  write_file(run / "steps.csv", bad);
+  p = run_sim("plot " + run.string() + " -o " + (dir / "f2").string(), dir);
+  EXPECT_EQ(p.code, 2) << p.err;
+  EXPECT_NE(p.err.find("steps.csv:2: column 'step': expected a number"), std::string::npos)
+      << p.err;
+}
+
 TEST(Plot, SvgAndPdfAreValidAndDeterministic) {
   SKIP_WITHOUT_MATPLOTLIB();
   const fs::path dir = temp_dir("plot_formats");

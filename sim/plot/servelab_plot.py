@@ -103,9 +103,40 @@ class InputError(Exception):
     pass
 
 
+# The columns each file must have for what the figures read of it: a file of another shape is
+# an InputError naming the column (exit 2), not empty figures or a traceback.
+REQUIRED_COLUMNS = {
+    "requests.csv": ("id", "arrival_s", "ttft_ms", "tpot_ms", "e2e_ms", "status"),
+    "steps.csv": ("step", "start_s", "duration_ms"),
+    "schedule.csv": ("step", "request", "num_tokens", "kind"),
+    "events.csv": ("time_s", "request", "event", "detail"),
+    "replay.csv": ("measured_ms", "predicted_ms"),
+    "sweep.csv": ("point",),
+    "compare.csv": ("variant",),
+}
+
+
 def read_csv(path):
     with open(path, newline="") as f:
-        return list(csv.DictReader(f))
+        reader = csv.DictReader(f)
+        header = reader.fieldnames or []
+        for column in REQUIRED_COLUMNS.get(os.path.basename(path), ()):
+            if column not in header:
+                raise InputError(f"{path}:1: no column '{column}' in the header (not a ServeLab "
+                                 f"{os.path.basename(path)}?)")
+        return list(reader)
+
+
+def number_column(path, rows, key):
+    """A column of a ServeLab CSV as floats, or InputError naming the line and the value."""
+    out = []
+    for i, r in enumerate(rows):
+        try:
+            out.append(float(r[key]))
+        except (TypeError, ValueError):
+            raise InputError(f"{path}:{i + 2}: column '{key}': expected a number, got "
+                             f"'{r[key]}'") from None
+    return np.array(out)
 
 
 def read_json(path):
@@ -178,7 +209,7 @@ class Run:
                 rows = read_csv(p)
                 keys = rows[0].keys() if rows else []
                 for k in keys:
-                    cols[k] = np.array([float(r[k]) for r in rows])
+                    cols[k] = number_column(p, rows, k)
             self._steps = cols
         return self._steps
 
@@ -194,8 +225,8 @@ class Validation:
             raise InputError(f"{path}: a `sim validate` folder without replay.csv: run sim "
                              "validate again")
         rows = read_csv(replay)
-        self.measured_ms = np.array([float(r["measured_ms"]) for r in rows])
-        self.predicted_ms = np.array([float(r["predicted_ms"]) for r in rows])
+        self.measured_ms = number_column(replay, rows, "measured_ms")
+        self.predicted_ms = number_column(replay, rows, "predicted_ms")
 
     @property
     def engine_run(self):
