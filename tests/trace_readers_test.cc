@@ -309,6 +309,14 @@ TEST(TraceReaders, GenericCsvWithColumnMapping) {
   EXPECT_EQ(rs[0].priority, 2);
   EXPECT_EQ(rs[2].priority, -1);
   EXPECT_EQ(rs[1].tenant, 3u);
+  // A column named twice in the header: which one `in` maps to would be a guess.
+  const std::string twice = write_file("twice.csv", "t_ms,in,out,in\n0,10,5,12\n");
+  EXPECT_THAT(
+      error_of([&] {
+        read_all("workload: {type: csv, path: " + twice +
+                 ", columns: {arrival: t_ms, prompt_tokens: in, output_tokens: out}}");
+      }),
+      HasSubstr(twice + ":1: expected each column named once in the header, got 'in twice'"));
 }
 
 TEST(TraceReaders, GenericJsonlWithColumnMapping) {

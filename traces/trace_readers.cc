@@ -1,5 +1,6 @@
 #include "traces/trace_readers.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
@@ -180,7 +181,13 @@ class TraceReader : public Workload {
       throw ConfigError(csv.path() + ": empty file, expected a header " + std::string(what));
     }
     std::vector<std::string> names;
-    for (std::string_view f : csv.fields()) names.emplace_back(trim(f));
+    for (std::string_view f : csv.fields()) {
+      // A column named twice: which one a key maps to would be a guess.
+      if (!f.empty() && std::find(names.begin(), names.end(), trim(f)) != names.end()) {
+        csv.fail("each column named once in the header", std::string(trim(f)) + " twice");
+      }
+      names.emplace_back(trim(f));
+    }
     return names;
   }
 
