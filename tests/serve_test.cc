@@ -129,6 +129,20 @@ std::string scrape(const ServerProcess& s) { return scrape_port(s.port()); }
 
 const std::string kLabels = "{model_name=\"tiny\"}";
 
+// /metrics once no request is running or waiting (at most 20 s): a non-streaming response can
+// reach the client before the engine loop has retired its request and updated the gauges.
+std::string scrape_settled(int port) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  std::string m = scrape_port(port);
+  while (std::chrono::steady_clock::now() < deadline &&
+         (metric(m, "vllm:num_requests_running" + kLabels) != 0 ||
+          metric(m, "vllm:num_requests_waiting" + kLabels) != 0)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    m = scrape_port(port);
+  }
+  return m;
+}
+
 TEST(EngineServe, CompletionsChatModelsAndHealth) {
   const fs::path dir = temp_dir("serve_basic");
   ServerProcess server(dir, {});
@@ -409,7 +423,7 @@ TEST(EngineServe, TwoHundredFiftySixConcurrentStreamsAndTheirMetrics) {
     EXPECT_EQ(results[i].chunks.back()["usage"]["prompt_tokens"], prompt_len[i]);
     prompt_total += prompt_len[i];
   }
-  const std::string m = scrape(server);
+  const std::string m = scrape_settled(server.port());
   EXPECT_EQ(metric(m, "vllm:request_success_total{model_name=\"tiny\",finished_reason=\"length\"}"),
             kClients);
   EXPECT_EQ(metric(m, "vllm:request_success_total{model_name=\"tiny\",finished_reason=\"abort\"}"),
@@ -593,7 +607,7 @@ TEST(EngineServe, SimBenchAgainstTheServerWritesARunFolderSimValidateReads) {
   EXPECT_FALSE(summary["goodput"].contains("requests_per_s_per_gpu"));
   EXPECT_EQ(json::parse(read_file(dir / "sim" / "summary.json"))["run"]["gpus"], 1);
   // The server saw exactly what the client sent; shared prefixes hit its prefix cache.
-  const std::string m = scrape(server);
+  const std::string m = scrape_settled(server.port());
   EXPECT_EQ(metric(m, "vllm:prompt_tokens_total" + kLabels), prompt_total);
   EXPECT_EQ(metric(m, "vllm:generation_tokens_total" + kLabels), output_total);
   EXPECT_EQ(metric(m, "vllm:request_success_total{model_name=\"tiny\",finished_reason=\"length\"}"),
@@ -659,7 +673,7 @@ TEST(EngineServe, LoraAdaptersAreServedByNameAndSimBenchSendsThem) {
              "application/json");
   ASSERT_TRUE(missing);
   EXPECT_EQ(missing->status, 404);
-  const std::string metrics = scrape_port(server.port());
+  const std::string metrics = scrape_settled(server.port());
   EXPECT_NE(metrics.find("# TYPE vllm:lora_requests_info gauge\nvllm:lora_requests_info{max_lora="
                          "\"2\",waiting_lora_adapters=\"\",running_lora_adapters=\"\"} "),
             std::string::npos)
