@@ -1,6 +1,8 @@
 #include "serving/config_node.h"
 
 #include <yaml-cpp/depthguard.h>
+#include <yaml-cpp/eventhandler.h>
+#include <yaml-cpp/parser.h>
 
 #include <cerrno>
 #include <cmath>
@@ -8,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "core/strings.h"
@@ -32,6 +35,44 @@ void tag_override(YAML::Node node) {
 std::string mark_text(const std::string& name, const YAML::Mark& m) {
   if (m.line < 0) return name;
   return name + ":" + std::to_string(m.line + 1) + ":" + std::to_string(m.column + 1);
+}
+
+// Where the first document after the first one with content begins, if there is one. Read
+// through the parser's events (no tree is built): yaml-cpp's LoadAll loops forever on some
+// malformed input, yielding empty documents without consuming it (found by experiment_fuzz),
+// so at most kMaxDocuments documents are looked at; empty ones (a trailing `---`) do not count.
+std::optional<YAML::Mark> second_document(const std::string& text) {
+  struct Probe : YAML::EventHandler {
+    std::optional<YAML::Mark> content;  // of the current document
+    void content_at(const YAML::Mark& m) {
+      if (!content) content = m;
+    }
+    void OnDocumentStart(const YAML::Mark&) override { content.reset(); }
+    void OnDocumentEnd() override {}
+    void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+    void OnAlias(const YAML::Mark& m, YAML::anchor_t) override { content_at(m); }
+    void OnScalar(const YAML::Mark& m, const std::string&, YAML::anchor_t,
+                  const std::string&) override {
+      content_at(m);
+    }
+    void OnSequenceStart(const YAML::Mark& m, const std::string&, YAML::anchor_t,
+                         YAML::EmitterStyle::value) override {
+      content_at(m);
+    }
+    void OnSequenceEnd() override {}
+    void OnMapStart(const YAML::Mark& m, const std::string&, YAML::anchor_t,
+                    YAML::EmitterStyle::value) override {
+      content_at(m);
+    }
+    void OnMapEnd() override {}
+  } probe;
+  constexpr int kMaxDocuments = 64;
+  std::istringstream in(text);
+  YAML::Parser parser(in);
+  for (int i = 0; i < kMaxDocuments && parser.HandleNextDocument(probe); ++i) {
+    if (i > 0 && probe.content) return probe.content;
+  }
+  return std::nullopt;
 }
 
 }  // namespace
@@ -108,15 +149,12 @@ ConfigNode ConfigNode::load_file(const std::string& path) {
 ConfigNode ConfigNode::load_string(const std::string& text, const std::string& name) {
   YAML::Node root;
   try {
-    // Every document is read, so that a second one (after `---`) is an error rather than
-    // silently ignored.
-    std::vector<YAML::Node> docs = YAML::LoadAll(text);
-    for (std::size_t i = 1; i < docs.size(); ++i) {
-      if (docs[i].IsNull()) continue;  // a trailing `---` with nothing after it
-      throw ConfigError(mark_text(name, docs[i].Mark()) +
+    root = YAML::Load(text);
+    // A second document (after `---`) is an error rather than silently ignored.
+    if (const std::optional<YAML::Mark> second = second_document(text)) {
+      throw ConfigError(mark_text(name, *second) +
                         ": a second YAML document (after '---'); an experiment is one document");
     }
-    if (!docs.empty()) root = docs.front();
   } catch (const YAML::DeepRecursion& e) {
     throw ConfigError(name + ":" + std::to_string(e.mark.line + 1) + ":" +
                       std::to_string(e.mark.column + 1) + ": nesting too deep (more than " +
