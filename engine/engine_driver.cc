@@ -22,6 +22,7 @@
 #include "serving/config_node.h"
 #include "serving/frontend.h"
 #include "serving/interrupt.h"
+#include "serving/kv_capacity.h"
 #include "serving/machine.h"
 #include "serving/memory_tiers_config.h"
 #include "serving/run_stage.h"
@@ -146,11 +147,7 @@ LlamaWeights load_checkpoint(const LlamaConfig& llama, const std::string& path) 
   }
 }
 
-std::string gib(std::int64_t bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f GiB", static_cast<double>(bytes) / (1LL << 30));
-  return buf;
-}
+std::string gib(std::int64_t bytes) { return format_gib(bytes); }
 
 }  // namespace
 

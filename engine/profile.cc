@@ -21,6 +21,7 @@
 #include "serving/calibration_profile.h"
 #include "serving/config_node.h"
 #include "serving/interrupt.h"
+#include "serving/kv_capacity.h"
 #include "serving/machine.h"
 #include "serving/model_config.h"
 #include "serving/output_file.h"
@@ -37,16 +38,6 @@
 #endif
 
 namespace servelab {
-
-namespace {
-
-std::string format_gib(std::int64_t bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f GiB", static_cast<double>(bytes) / (1LL << 30));
-  return buf;
-}
-
-}  // namespace
 
 namespace {
 
@@ -316,7 +307,7 @@ ProfileRun run_profile(const ProfileOptions& o, std::FILE* progress) {
                           : 0;
     const std::optional<std::int64_t> avail = mem_available_bytes();
     if (avail && weight_bytes + kv_bytes > *avail) {
-      auto gib = [](std::int64_t b) { return format_gib(b); };
+      const auto gib = format_gib;
       throw ConfigError("engine profile: model " + model.name + " needs about " +
                         gib(weight_bytes + kv_bytes) + " of host memory (fp32 weights " +
                         gib(weight_bytes) + ", KV blocks " + gib(kv_bytes) + ") but only " +

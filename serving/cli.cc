@@ -36,10 +36,6 @@ std::string printable(std::string_view message) {
   return out;
 }
 
-}  // namespace
-
-namespace {
-
 // "a", "a or b", "a, b or c".
 std::string or_list(const std::vector<std::string>& words) {
   std::string out;

@@ -12,13 +12,15 @@
 
 namespace servelab {
 
-namespace {
-
-std::string gib(std::int64_t bytes) {
+std::string format_gib(std::int64_t bytes) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.2f GiB", static_cast<double>(bytes) / (1 << 30));
   return buf;
 }
+
+namespace {
+
+std::string gib(std::int64_t bytes) { return format_gib(bytes); }
 
 std::string num(double v) {
   char buf[32];

@@ -113,4 +113,7 @@ std::int64_t default_activation_reserve_bytes(const ModelConfig& model,
 KvCapacity compute_kv_capacity(const ModelConfig& model, const HardwareConfig& hardware,
                                const KvCapacityOptions& options);
 
+// `bytes` as "12.34 GiB" (two decimals, 2^30 bytes to the GiB), as the capacity messages write it.
+std::string format_gib(std::int64_t bytes);
+
 }  // namespace servelab
