@@ -6,7 +6,6 @@
 #include <iterator>
 #include <nlohmann/json.hpp>
 
-#include "core/json_depth.h"
 #include "core/strings.h"
 #include "serving/config_node.h"
 #include "serving/home.h"
@@ -390,7 +389,9 @@ ModelConfig parse_hf_config(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw ConfigError(path + ": cannot open file");
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (json_too_deep(text)) throw ConfigError(path + ": JSON nested too deep for a config.json");
+  if (const std::optional<std::string> problem = json_text_problem(text)) {
+    throw ConfigError(path + ": " + *problem);
+  }
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);
@@ -398,10 +399,6 @@ ModelConfig parse_hf_config(const std::string& path) {
     throw ConfigError(path + ": malformed JSON: " + e.what());
   }
   if (!j.is_object()) throw ConfigError(path + ": expected a JSON object at the top level");
-  if (const std::optional<std::string> dup = first_duplicate_key(text)) {
-    throw ConfigError(path + ": key \"" + *dup +
-                      "\" appears twice in one object (which one holds?)");
-  }
   const JsonReader r(j, path);
 
   std::string arch = "LlamaForCausalLM";

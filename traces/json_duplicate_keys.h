@@ -14,6 +14,8 @@
 #include <string_view>
 #include <vector>
 
+#include "core/json_depth.h"
+
 namespace servelab {
 
 // The first key that appears twice in one object of `text` (in document order), or nullopt
@@ -54,6 +56,19 @@ inline std::optional<std::string> first_duplicate_key(std::string_view text) {
   nlohmann::json::sax_parse(text.begin(), text.end(), &sax, nlohmann::json::input_format_t::json,
                             /*strict=*/false);
   return sax.duplicate;
+}
+
+// What makes JSON text a user wrote unfit to read, checked before it is parsed: nesting past
+// kMaxJsonDepth ("nested more than 256 levels deep") or a key repeated in one object ("key "K"
+// appears twice in one object"); nullopt when neither (malformed text is the parser's to report).
+inline std::optional<std::string> json_text_problem(std::string_view text) {
+  if (json_too_deep(text)) {
+    return "nested more than " + std::to_string(kMaxJsonDepth) + " levels deep";
+  }
+  if (std::optional<std::string> dup = first_duplicate_key(text)) {
+    return "key \"" + *dup + "\" appears twice in one object";
+  }
+  return std::nullopt;
 }
 
 }  // namespace servelab

@@ -14,7 +14,6 @@
 #include <stdexcept>
 #include <unordered_map>
 
-#include "core/json_depth.h"
 #include "core/rng.h"
 #include "traces/json_duplicate_keys.h"
 #include "traces/synthetic_workload.h"
@@ -227,18 +226,13 @@ void SessionWorkload::on_finish(RequestId id, TimeNs t) {
 std::vector<SessionNode> parse_session_json(const std::string& text, const std::string& name,
                                             std::int32_t block_tokens, double time_scale) {
   nlohmann::json doc;
-  if (json_too_deep(text)) {
-    throw ConfigError(name + ": JSON nested more than " + std::to_string(kMaxJsonDepth) +
-                      " levels deep; a sessions file nests 4");
+  if (const std::optional<std::string> problem = json_text_problem(text)) {
+    throw ConfigError(name + ": " + *problem);
   }
   try {
     doc = nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
     throw ConfigError(name + ": malformed JSON: " + e.what());
-  }
-  if (const std::optional<std::string> dup = first_duplicate_key(text)) {
-    throw ConfigError(name + ": key \"" + *dup +
-                      "\" appears twice in one object (JSON readers keep only one of them)");
   }
   if (!doc.is_object() || !doc.contains("requests") || !doc["requests"].is_array()) {
     throw ConfigError(name + ": expected an object with a \"requests\" array");

@@ -166,6 +166,20 @@ class TraceReader : public Workload {
     bad("a non-negative time " + std::string(name), text);
   }
 
+  // The current line of a JSONL trace as a JSON object; a malformed row (not an object, nested
+  // past kMaxJsonDepth, a key twice) otherwise.
+  nlohmann::json json_row(std::string_view line) const {
+    if (json_too_deep(line)) {
+      bad("a JSON object nested at most " + std::to_string(kMaxJsonDepth) + " levels deep", line);
+    }
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || !j.is_object()) bad("a JSON object", line);
+    if (const std::optional<std::string> dup = first_duplicate_key(line)) {
+      bad("each key once in a row", "\"" + *dup + "\" twice");
+    }
+    return j;
+  }
+
   // Index of header column `name`; a (non-skippable) ConfigError if the header lacks it.
   static std::size_t column(CsvReader& csv, const std::vector<std::string>& header,
                             std::string_view name) {
@@ -248,14 +262,7 @@ class MooncakeReader : public TraceReader {
  protected:
   bool parse(Row& row) override {
     const std::string_view line = csv_.line();
-    if (json_too_deep(line)) {
-      bad("a JSON object nested at most " + std::to_string(kMaxJsonDepth) + " levels deep", line);
-    }
-    const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded() || !j.is_object()) bad("a JSON object", line);
-    if (const std::optional<std::string> dup = first_duplicate_key(line)) {
-      bad("each key once in a row", "\"" + *dup + "\" twice");
-    }
+    const nlohmann::json j = json_row(line);
     auto field = [&](const char* key) -> const nlohmann::json& {
       const auto it = j.find(key);
       if (it == j.end()) bad(std::string("a field \"") + key + "\"", line);
@@ -414,14 +421,7 @@ class ColumnJsonlReader : public TraceReader {
  protected:
   bool parse(Row& row) override {
     const std::string_view line = csv_.line();
-    if (json_too_deep(line)) {
-      bad("a JSON object nested at most " + std::to_string(kMaxJsonDepth) + " levels deep", line);
-    }
-    const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded() || !j.is_object()) bad("a JSON object", line);
-    if (const std::optional<std::string> dup = first_duplicate_key(line)) {
-      bad("each key once in a row", "\"" + *dup + "\" twice");
-    }
+    const nlohmann::json j = json_row(line);
     auto number = [&](const std::string& key) -> const nlohmann::json& {
       const auto it = j.find(key);
       if (it == j.end()) bad("a field \"" + key + "\"", line);
