@@ -39,24 +39,34 @@ bool check_existing_dir(const std::string& dir, Check check) {
   return true;
 }
 
-// Whether `path` is a summary.json a ServeLab run wrote: a JSON object whose `run` object names
-// its backend.
-bool is_run_summary(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return false;
-  const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) return false;
-  const auto run = j.find("run");
-  return run != j.end() && run->is_object() && run->contains("backend") &&
-         (*run)["backend"].is_string();
-}
-
 // The start of the header line of a group folder's index file.
 std::string index_header_prefix(const std::string& index_file) {
   return index_file == "sweep.csv" ? "point," : "variant,overrides,";
 }
 
+// Whether `path`, when it exists, is a CSV file whose header line `fits`.
+template <typename Fits>
+bool absent_or_header_fits(const std::string& path, Fits fits) {
+  if (!fs::exists(path)) return true;
+  std::ifstream in(path, std::ios::binary);
+  std::string header;
+  std::getline(in, header);
+  return in && fits(header);
+}
+
 }  // namespace
+
+std::optional<std::string> run_backend(const std::string& dir) {
+  std::ifstream in(fs::path(dir) / "summary.json", std::ios::binary);
+  if (!in) return std::nullopt;
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return std::nullopt;
+  const auto run = j.find("run");
+  if (run == j.end() || !run->is_object()) return std::nullopt;
+  const auto backend = run->find("backend");
+  if (backend == run->end() || !backend->is_string()) return std::nullopt;
+  return backend->get<std::string>();
+}
 
 void check_out_dir(const std::string& dir) {
   std::string first;  // the first entry, for the message when the folder is not a run's
@@ -74,7 +84,7 @@ void check_out_dir(const std::string& dir) {
   });
   // Names alone do not make a previous run: a folder of the user's own steps.csv or figures/
   // is kept unless ServeLab's summary.json says a run wrote it.
-  if (exists && !first.empty() && !is_run_summary(fs::path(dir) / "summary.json")) {
+  if (exists && !first.empty() && !run_backend(dir)) {
     throw ConfigError(dir + ": refusing to write here: it holds '" + first +
                       "' but no summary.json of a ServeLab run, so it is not a previous run's "
                       "folder (choose another --out, or remove it)");
@@ -93,25 +103,19 @@ void check_group_dir(const std::string& dir, const std::string& index_file, cons
   if (exists) {
     refuse_symlink(dir + "/" + index_file);
     refuse_symlink(dir + "/" + kGroupClassesFile);
-    const std::string index = dir + "/" + index_file;
-    if (fs::exists(index)) {
-      std::ifstream in(index, std::ios::binary);
-      std::string header;
-      std::getline(in, header);
-      if (!in || header.rfind(index_header_prefix(index_file), 0) != 0) {
-        throw ConfigError(dir + ": refusing to write here: its '" + index_file +
-                          "' is not a ServeLab " + what + " output (choose another --out)");
-      }
+    const auto refuse = [&](const std::string& file) {
+      throw ConfigError(dir + ": refusing to write here: its '" + file + "' is not a ServeLab " +
+                        what + " output (choose another --out)");
+    };
+    if (!absent_or_header_fits(dir + "/" + index_file, [&](const std::string& h) {
+          return h.starts_with(index_header_prefix(index_file));
+        })) {
+      refuse(index_file);
     }
-    const std::string classes = dir + "/" + kGroupClassesFile;
-    if (fs::exists(classes)) {
-      std::ifstream in(classes, std::ios::binary);
-      std::string header;
-      std::getline(in, header);
-      if (!in || !ends_with(header, kGroupClassesColumns)) {
-        throw ConfigError(dir + ": refusing to write here: its '" + kGroupClassesFile +
-                          "' is not a ServeLab " + what + " output (choose another --out)");
-      }
+    if (!absent_or_header_fits(dir + "/" + kGroupClassesFile, [](const std::string& h) {
+          return ends_with(h, kGroupClassesColumns);
+        })) {
+      refuse(kGroupClassesFile);
     }
     for (const std::string& run : runs) check_out_dir(dir + "/" + run);
   }

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,9 @@ struct RunOutput {
 // folder of the user's own steps.csv or figures/ is never replaced). Creates nothing:
 // the run is written to a StagedDir (serving/output_file.h) that replaces `dir` at the end.
 void check_out_dir(const std::string& dir);
+// run.backend of the run folder `dir`'s summary.json ("sim", "engine-cpu", "bench", ...); nullopt
+// when it holds none that a ServeLab run wrote (no file, not a JSON object, no run.backend).
+std::optional<std::string> run_backend(const std::string& dir);
 // The same for a folder of runs (`sim compare`, `sim sweep`): an existing one may hold only
 // `index_file` whose header is ours (compare.csv's starts "variant,overrides,", sweep.csv's
 // "point,"), a kGroupClassesFile whose header has kGroupClassesColumns (not a file of the user's

@@ -21,6 +21,7 @@
 #include "serving/machine.h"
 #include "serving/model_config.h"
 #include "serving/output_file.h"
+#include "serving/run_folder.h"
 #include "sim/calibrated_cost_model.h"
 #include "sim/calibration.h"
 #include "sim/huber_nnls.h"
@@ -62,7 +63,6 @@ struct Csv {
   }
 };
 
-// Read with the one CSV reader (traces/csv_reader.h): errors name PATH:LINE.
 // The columns a run folder's file must have for what validate reads of it (a file of another
 // shape would otherwise be read as no rows).
 const std::vector<std::string>& required_columns(const std::string& path) {
@@ -73,6 +73,7 @@ const std::vector<std::string>& required_columns(const std::string& path) {
   return name == "steps.csv" ? steps : name == "schedule.csv" ? schedule : none;
 }
 
+// Read with the one CSV reader (traces/csv_reader.h): errors name PATH:LINE.
 Csv read_csv(const std::string& path) {
   if (!fs::is_regular_file(path)) throw ConfigError(path + ": cannot open (is this a run folder?)");
   CsvReader csv(path);
@@ -113,14 +114,11 @@ nlohmann::json read_json(const std::string& path) {
   }
 }
 
-// summary.json's run.backend of the run folder `dir` ("sim", "engine-cpu", "bench", ...).
-std::string run_backend(const std::string& dir) {
-  const nlohmann::json j = read_json(dir + "/summary.json");
-  if (!j.is_object() || !j.contains("run") || !j["run"].is_object() ||
-      !j["run"].contains("backend") || !j["run"]["backend"].is_string()) {
-    throw ConfigError(dir + "/summary.json: no run.backend; not a ServeLab run folder");
-  }
-  return j["run"]["backend"].get<std::string>();
+// The run folder's backend (serving/run_folder.h run_backend), or a ConfigError naming it.
+std::string backend_of(const std::string& dir) {
+  if (std::optional<std::string> backend = run_backend(dir)) return *backend;
+  throw ConfigError(dir + "/summary.json: missing, or without a run.backend; not a ServeLab run " +
+                    "folder");
 }
 
 YAML::Node read_yaml(const std::string& path) {
@@ -274,7 +272,7 @@ std::vector<EngineStep> engine_steps(const std::string& engine_dir) {
 }
 
 HostOverhead fit_host_overhead(const std::string& engine_dir, CalibratedProfile& profile) {
-  if (const std::string backend = run_backend(engine_dir); !backend.starts_with("engine-")) {
+  if (const std::string backend = backend_of(engine_dir); !backend.starts_with("engine-")) {
     throw ConfigError(engine_dir + ": --engine-run needs an engine run folder (engine run " +
                       "--record-schedule), got a run of backend '" + backend + "'");
   }
@@ -333,7 +331,7 @@ ValidationReport validate_runs(const std::string& sim_dir, const std::string& en
                       "simulator run against a measured one (engine run or sim bench)");
   }
   // The order matters (which side is the prediction): each folder's backend says what it is.
-  const std::string sim_backend = run_backend(sim_dir), measured_backend = run_backend(engine_dir);
+  const std::string sim_backend = backend_of(sim_dir), measured_backend = backend_of(engine_dir);
   if (sim_backend != "sim") {
     throw ConfigError(sim_dir + ": a run of backend '" + sim_backend +
                       "', expected a simulator run first (sim validate SIM_RUN MEASURED_RUN)");
