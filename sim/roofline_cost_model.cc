@@ -157,20 +157,11 @@ RooflineCostModel::RooflineCostModel(ModelConfig model, HardwareConfig hardware,
     }
   }
 
-  // Before the GEMM table, which reads it.
-  if (m.is_moe()) {
-    experts_touched_table_.resize(kTableTokens + 1);
-    for (std::int64_t t = 0; t <= kTableTokens; ++t) experts_touched_table_[t] = experts_touched(t);
-  }
-  gemm_table_.resize(kTableTokens + 1);
-  elementwise_table_.resize(kTableTokens + 1);
-  for (std::int64_t t = 0; t <= kTableTokens; ++t) {
-    gemm_table_[t] = gemm_seconds(t);
-    elementwise_table_[t] = elementwise_seconds(t);
-  }
-
-  lm_head_table_.resize(kTableSeqs + 1);
-  for (std::int64_t s = 0; s <= kTableSeqs; ++s) lm_head_table_[s] = lm_head_seconds(s);
+  // Filled as steps read them (sim/memo_table.h): a run reads a fraction of the token counts.
+  if (m.is_moe()) experts_touched_table_ = MemoTable(kTableTokens + 1);
+  gemm_table_ = MemoTable(kTableTokens + 1);
+  elementwise_table_ = MemoTable(kTableTokens + 1);
+  lm_head_table_ = MemoTable(kTableSeqs + 1);
 }
 
 double RooflineCostModel::gemm_seconds(std::int64_t tokens) const {
@@ -495,14 +486,13 @@ StepCostBreakdown RooflineCostModel::shard_breakdown(const StepFeatures& f) cons
     const double t = static_cast<double>(f.num_tokens);
     const double flops = gemm_flops_per_token_ * t;
     double bytes = gemm_weight_bytes_ + gemm_act_bytes_per_token_ * t;
-    const bool tabled = f.num_tokens <= kTableTokens;
     if (expert_weight_bytes_ > 0) {
       bytes += touched_at(f.num_tokens) * expert_weight_bytes_;
     }
-    b.gemm = tabled ? gemm_table_[f.num_tokens] : gemm_seconds(f.num_tokens);
+    b.gemm = gemm_at(f.num_tokens);
     // Elementwise kernels do a few FLOPs per byte: memory-bound at any token count.
     const double ew_bytes = elementwise_bytes_per_token_ * t;
-    b.elementwise = tabled ? elementwise_table_[f.num_tokens] : elementwise_seconds(f.num_tokens);
+    b.elementwise = elementwise_at(f.num_tokens);
     b.flops += flops;
     b.bytes += bytes + ew_bytes;
   }
@@ -531,7 +521,7 @@ StepCostBreakdown RooflineCostModel::shard_breakdown(const StepFeatures& f) cons
     const double s = static_cast<double>(rows);
     const double flops = lm_head_flops_per_seq_ * s;
     const double bytes = lm_head_weight_bytes_ + lm_head_act_bytes_per_seq_ * s;
-    b.lm_head = rows <= kTableSeqs ? lm_head_table_[rows] : lm_head_seconds(rows);
+    b.lm_head = lm_head_at(rows);
     b.flops += flops;
     b.bytes += bytes;
   }

@@ -29,10 +29,11 @@
 // default) none of this applies and the step costs what it always did.
 //
 // The GEMM and elementwise time depends on the step's token count only, and the LM head's on the
-// sampled sequences only: the constructor tabulates both (up to kTableTokens and kTableSeqs;
-// larger steps are computed directly), so step_time() is a pass over the plan's totals, two
-// table reads and a few multiplications; it allocates nothing. The object is immutable after
-// construction and safe to share between threads.
+// sampled sequences only: both are tabulated (up to kTableTokens and kTableSeqs; larger steps
+// are computed directly), each entry the first time a step reads it (sim/memo_table.h), so
+// step_time() is a pass over the plan's totals, two table reads and a few multiplications; it
+// allocates nothing. Its results do not depend on what was read before; the object is safe to
+// share between threads (the tables' entries are atomics).
 #pragma once
 
 #include <cstdint>
@@ -43,6 +44,7 @@
 #include "serving/model_config.h"
 #include "serving/parallel_config.h"
 #include "sim/cost_model.h"
+#include "sim/memo_table.h"
 #include "sim/operator_time.h"
 
 namespace servelab {
@@ -131,11 +133,29 @@ class RooflineCostModel final : public CostModel {
   StepCostBreakdown parallel_breakdown(const StepFeatures& features) const;
   // All four GEMM launches of one layer of the shard, weights stored as model.quantization.
   double quantized_gemm_seconds(double tokens, const double (&shapes)[4][2]) const;
-  // experts_touched(tokens), from the table when it holds `tokens`.
+  // experts_touched(tokens), gemm_seconds, elementwise_seconds (by tokens) and lm_head_seconds (by
+  // sampled rows): from their table when it holds the count, else computed.
   double touched_at(std::int64_t tokens) const {
-    return tokens >= 0 && static_cast<std::size_t>(tokens) < experts_touched_table_.size()
-               ? experts_touched_table_[static_cast<std::size_t>(tokens)]
+    return experts_touched_table_.holds(tokens)
+               ? experts_touched_table_.get(tokens,
+                                            [this](std::int64_t t) { return experts_touched(t); })
                : experts_touched(tokens);
+  }
+  double gemm_at(std::int64_t tokens) const {
+    return gemm_table_.holds(tokens)
+               ? gemm_table_.get(tokens, [this](std::int64_t t) { return gemm_seconds(t); })
+               : gemm_seconds(tokens);
+  }
+  double elementwise_at(std::int64_t tokens) const {
+    return elementwise_table_.holds(tokens)
+               ? elementwise_table_.get(tokens,
+                                        [this](std::int64_t t) { return elementwise_seconds(t); })
+               : elementwise_seconds(tokens);
+  }
+  double lm_head_at(std::int64_t rows) const {
+    return lm_head_table_.holds(rows)
+               ? lm_head_table_.get(rows, [this](std::int64_t r) { return lm_head_seconds(r); })
+               : lm_head_seconds(rows);
   }
   // All GEMM launches of one layer of a mixture-of-experts shard.
   double moe_layer_gemm_seconds(double tokens) const;
@@ -160,7 +180,7 @@ class RooflineCostModel final : public CostModel {
   // gemm_seconds + elementwise_seconds by token count, lm_head_seconds by sequences;
   // experts_touched by token count (a mixture of experts only: a skewed router's is a sum over
   // every expert).
-  std::vector<double> gemm_table_, elementwise_table_, lm_head_table_, experts_touched_table_;
+  MemoTable gemm_table_, elementwise_table_, lm_head_table_, experts_touched_table_;
 
   // Seconds per FLOP or per byte at the effective rates.
   double s_per_attention_flop_;

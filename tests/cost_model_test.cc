@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/block_pool.h"
@@ -21,6 +22,7 @@
 #include "serving/home.h"
 #include "serving/kv_capacity.h"
 #include "serving/model_config.h"
+#include "sim/memo_table.h"
 #include "sim/roofline_cost_model.h"
 #include "sim/sim_backend.h"
 #include "tests/cost_fixtures.h"
@@ -379,6 +381,70 @@ TEST(CostModelRoofline, Llama3OnH100FittedEntryOfTheDocs) {
   EXPECT_NEAR(static_cast<double>(cm.step_time(prefill_plan(0, 256, true))) / 1e6, 10.70, 0.005);
   EXPECT_NEAR(static_cast<double>(classic.step_time(prefill_plan(0, 256, true))) / 1e6, 8.08,
               0.005);
+}
+
+TEST(MemoTable, ComputesAnEntryOnlyWhenFirstRead) {
+  MemoTable table(8);
+  int calls = 0;
+  const auto square = [&calls](std::int64_t i) {
+    ++calls;
+    return static_cast<double>(i * i);
+  };
+  EXPECT_EQ(table.size(), 8);
+  EXPECT_TRUE(table.holds(0));
+  EXPECT_TRUE(table.holds(7));
+  EXPECT_FALSE(table.holds(8));
+  EXPECT_FALSE(table.holds(-1));
+  EXPECT_EQ(calls, 0);  // nothing computed up front
+  EXPECT_EQ(table.get(5, square), 25.0);
+  EXPECT_EQ(table.get(5, square), 25.0);
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(table.get(0, square), 0.0);  // 0 is a value, not "empty"
+  EXPECT_EQ(table.get(0, square), 0.0);
+  EXPECT_EQ(calls, 2);
+  // A negative result is returned as it is, only not kept.
+  EXPECT_EQ(table.get(3, [](std::int64_t) { return -2.0; }), -2.0);
+  EXPECT_EQ(table.get(3, square), 9.0);
+  MemoTable moved = std::move(table);
+  EXPECT_EQ(moved.get(5, square), 25.0);
+  EXPECT_EQ(calls, 3);
+}
+
+// The roofline's tables are filled as steps read them: a step's time must not depend on which
+// steps were priced before it, on which model object prices it, or on threads sharing the model.
+TEST(CostModelRoofline, StepTimesDoNotDependOnWhatWasPricedBefore) {
+  ModelConfig moe = load_model("Qwen3-30B-A3B", catalog());
+  moe.router_skew = 1.0;  // experts_touched is a sum over the experts, tabulated too
+  const HardwareConfig h100 = load_hardware("H100-SXM", catalog());
+  for (const ModelConfig& model : {load_model("Llama-3-8B", catalog()), moe}) {
+    std::vector<StepPlan> plans;
+    for (std::int32_t n : {1, 2, 17, 512, 4096, 16384, 16385, 20000}) {
+      plans.push_back(prefill_plan(0, n, true));  // beyond 16,384 tokens: computed, not tabled
+    }
+    for (int batch : {1, 8, 64, 4096, 4097}) plans.push_back(decode_plan(batch, 1000));
+    const RooflineCostModel forward(model, h100, 16), backward(model, h100, 16);
+    std::vector<TimeNs> first(plans.size()), second(plans.size());
+    for (std::size_t i = 0; i < plans.size(); ++i) first[i] = forward.step_time(plans[i]);
+    for (std::size_t i = plans.size(); i-- > 0;) second[i] = backward.step_time(plans[i]);
+    EXPECT_EQ(first, second) << model.name;
+    for (std::size_t i = 0; i < plans.size(); ++i) {  // read again, now from the tables
+      EXPECT_EQ(forward.step_time(plans[i]), first[i]) << model.name << " plan " << i;
+    }
+    // Four threads on one fresh model, each in its own order.
+    const RooflineCostModel shared(model, h100, 16);
+    std::vector<std::vector<TimeNs>> seen(4, std::vector<TimeNs>(plans.size()));
+    std::vector<std::thread> threads;
+    for (std::size_t k = 0; k < seen.size(); ++k) {
+      threads.emplace_back([&, k] {
+        for (std::size_t j = 0; j < plans.size(); ++j) {
+          const std::size_t i = (j * 5 + k * 3) % plans.size();  // 5 is prime to 13 plans
+          seen[k][i] = shared.step_time(plans[i]);
+        }
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    for (const std::vector<TimeNs>& s : seen) EXPECT_EQ(s, first) << model.name;
+  }
 }
 
 TEST(CostModelRoofline, MoreWorkIsNeverFaster) {
