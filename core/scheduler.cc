@@ -257,10 +257,14 @@ void Scheduler::add_request(RequestSpec spec, TimeNs now) {
     queue_back(*r);
     return;
   }
-  r->status = RequestStatus::kRejected;
+  turn_away(r, RequestStatus::kRejected, std::move(reason), now);
+}
+
+void Scheduler::turn_away(Request* r, RequestStatus status, std::string reason, TimeNs now) {
+  r->status = status;
   r->finish_reason = std::move(reason);
   r->finish_ns = now;
-  ++counters_.num_rejected;
+  ++(status == RequestStatus::kShed ? counters_.num_shed : counters_.num_rejected);
   if (observer_ != nullptr) observer_->on_reject(*r, now);
   delete r;
 }
@@ -287,12 +291,7 @@ bool Scheduler::apply_overload_control(Request& r, TimeNs now) {
   if (config_.admission) {
     std::string reason = config_.admission->shed_reason(r.spec, load);
     if (!reason.empty()) {
-      r.status = RequestStatus::kShed;
-      r.finish_reason = std::move(reason);
-      r.finish_ns = now;
-      ++counters_.num_shed;
-      if (observer_ != nullptr) observer_->on_reject(r, now);
-      delete &r;
+      turn_away(&r, RequestStatus::kShed, std::move(reason), now);
       return true;
     }
   }
@@ -327,12 +326,7 @@ void Scheduler::add_prefilled_request(RequestSpec spec, const PrefilledState& st
     queue_back(*r);
     return;
   }
-  r->status = RequestStatus::kRejected;
-  r->finish_reason = std::move(reason);
-  r->finish_ns = now;
-  ++counters_.num_rejected;
-  if (observer_ != nullptr) observer_->on_reject(*r, now);
-  delete r;
+  turn_away(r, RequestStatus::kRejected, std::move(reason), now);
 }
 
 bool Scheduler::in_plan(const Request& r) const {

@@ -512,6 +512,9 @@ class Scheduler {
   std::int64_t waiting_tokens_ = 0;
   double prefill_tokens_per_s_ = 0;
   TimeNs plan_start_ns_ = 0;
+  // An arrival that never enters the queue (kRejected or kShed, with the reason): reported to
+  // the observer, counted and deleted.
+  void turn_away(Request* r, RequestStatus status, std::string reason, TimeNs now);
   void queue_back(Request& r);
   void queue_front(Request& r);
   void unqueue(Request& r);  // r just left the waiting queue (popped or erased)

@@ -472,11 +472,7 @@ StepCostBreakdown RooflineCostModel::parallel_breakdown(const StepFeatures& f) c
   b.swap = mv.swap;
   b.copy = mv.copy;
   b.bytes += mv.bytes * static_cast<double>(parallel_.num_gpus());
-  const bool empty =
-      f.num_tokens == 0 && f.swap_out_blocks == 0 && f.swap_in_blocks == 0 && f.copy_blocks == 0;
-  b.overhead = empty ? 0.0
-                     : hardware_.step_overhead_s +
-                           hardware_.sequence_overhead_s * static_cast<double>(f.num_sampled);
+  b.overhead = host_seconds(f);
   return b;
 }
 
@@ -534,11 +530,7 @@ StepCostBreakdown RooflineCostModel::shard_breakdown(const StepFeatures& f) cons
   const double copy_bytes = 2.0 * static_cast<double>(f.copy_blocks) * bb;
   b.copy = copy_bytes * s_per_hbm_byte_;
   b.bytes += copy_bytes;
-  const bool empty =
-      f.num_tokens == 0 && f.swap_out_blocks == 0 && f.swap_in_blocks == 0 && f.copy_blocks == 0;
-  b.overhead = empty ? 0.0
-                     : hardware_.step_overhead_s +
-                           hardware_.sequence_overhead_s * static_cast<double>(f.num_sampled);
+  b.overhead = host_seconds(f);
   return b;
 }
 

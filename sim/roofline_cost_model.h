@@ -131,6 +131,14 @@ class RooflineCostModel final : public CostModel {
   // The step on one GPU's shard, all layers, no communication.
   StepCostBreakdown shard_breakdown(const StepFeatures& features) const;
   StepCostBreakdown parallel_breakdown(const StepFeatures& features) const;
+  // Host time: the per-step and per-sampled-sequence overheads, 0 for a step that does nothing.
+  double host_seconds(const StepFeatures& f) const {
+    const bool empty =
+        f.num_tokens == 0 && f.swap_out_blocks == 0 && f.swap_in_blocks == 0 && f.copy_blocks == 0;
+    return empty ? 0.0
+                 : hardware_.step_overhead_s +
+                       hardware_.sequence_overhead_s * static_cast<double>(f.num_sampled);
+  }
   // All four GEMM launches of one layer of the shard, weights stored as model.quantization.
   double quantized_gemm_seconds(double tokens, const double (&shapes)[4][2]) const;
   // experts_touched(tokens), gemm_seconds, elementwise_seconds (by tokens) and lm_head_seconds (by

@@ -17,6 +17,7 @@
 #include "core/hooked_backend.h"
 #include "core/kv_cache_manager.h"
 #include "core/scheduler.h"
+#include "core/waiting_queue.h"
 
 namespace servelab {
 namespace {
@@ -35,28 +36,13 @@ StepResult Tokens(const StepPlan& plan) {
 
 // A queue that forgets to take a preempted request out of its old place: push_front adds a
 // second copy of a request that is already queued.
-class DuplicatingQueue final : public WaitingQueue {
+class DuplicatingQueue final : public DequeWaitingQueue {
  public:
   const char* name() const override { return "duplicating"; }
-  void push_back(Request* r) override { q_.push_back(r); }
   void push_front(Request* r) override {
     q_.push_front(r);
     q_.push_back(r);
   }
-  Request* front() const override { return q_.front(); }
-  void pop_front() override { q_.pop_front(); }
-  bool empty() const override { return q_.empty(); }
-  std::size_t size() const override { return q_.size(); }
-  bool erase(Request* r) override {
-    for (auto it = q_.begin(); it != q_.end(); ++it) {
-      if (*it == r) {
-        q_.erase(it);
-        return true;
-      }
-    }
-    return false;
-  }
-  std::vector<Request*> snapshot() const override { return {q_.begin(), q_.end()}; }
   // Drops the copies, so that the scheduler's destructor deletes each request once.
   void dedupe() {
     std::deque<Request*> once;
@@ -65,9 +51,6 @@ class DuplicatingQueue final : public WaitingQueue {
     }
     q_ = std::move(once);
   }
-
- private:
-  std::deque<Request*> q_;
 };
 
 TEST(SchedulerInvariantsTest, HoldThroughPreemptionsOfACorrectScheduler) {
