@@ -47,6 +47,23 @@ StepHook step_hook(const ExperimentConfig& config, bool check) {
   return invariant_hook();
 }
 
+// `runner(config, options)` (run_simulation or run_engine) into a temporary folder, with the GIL
+// released and SIGINT stopping it cleanly; the files it wrote, as Python bytes.
+template <class Options>
+py::list run_in_temp_dir(const ExperimentConfig& config, Options& options,
+                         RunOutput (*runner)(const ExperimentConfig&, const Options&)) {
+  TempDir tmp;
+  options.out_dir = (tmp.path() / config.name).string();
+  Files files;
+  {
+    py::gil_scoped_release release;
+    ScopedInterruptHandler interrupt;
+    const RunOutput out = runner(config, options);
+    files = read_files(out.out_dir, out.files);
+  }
+  return to_python(files);
+}
+
 void apply_records(ExperimentConfig& config, bool schedule, bool events, bool blocks) {
   if (schedule) config.outputs.record_schedule = true;
   if (events) config.outputs.record_events = true;
@@ -61,16 +78,7 @@ py::list run(const std::string& name, const std::optional<std::string>& text,
   apply_records(config, record_schedule, record_events, record_blocks);
   RunOptions options;
   options.before_step = step_hook(config, check_invariants);
-  TempDir tmp;
-  options.out_dir = (tmp.path() / config.name).string();
-  Files files;
-  {
-    py::gil_scoped_release release;
-    ScopedInterruptHandler interrupt;
-    const RunOutput out = run_simulation(config, options);
-    files = read_files(out.out_dir, out.files);
-  }
-  return to_python(files);
+  return run_in_temp_dir(config, options, run_simulation);
 }
 
 py::list engine_run(const std::string& name, const std::optional<std::string>& text,
@@ -90,16 +98,7 @@ py::list engine_run(const std::string& name, const std::optional<std::string>& t
   options.kv_memory_gib = kv_memory_gib;
   options.write_tokens = tokens;
   options.before_step = step_hook(config, check_invariants);
-  TempDir tmp;
-  options.out_dir = (tmp.path() / config.name).string();
-  Files files;
-  {
-    py::gil_scoped_release release;
-    ScopedInterruptHandler interrupt;
-    const RunOutput out = run_engine(config, options);
-    files = read_files(out.out_dir, out.files);
-  }
-  return to_python(files);
+  return run_in_temp_dir(config, options, run_engine);
 }
 
 std::string save_run(const std::string& dir, const py::list& py_files) {
