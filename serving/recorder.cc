@@ -577,6 +577,16 @@ nlohmann::ordered_json dist_json(const DistributionSummary& d) {
   j["max"] = d.max;
   return j;
 }
+
+// The five latency distributions of a run's summary or of one request class, in file order.
+template <class Summary>
+void put_latencies(nlohmann::ordered_json& j, const Summary& s) {
+  j["ttft_ms"] = dist_json(s.ttft_ms);
+  j["tpot_ms"] = dist_json(s.tpot_ms);
+  j["itl_ms"] = dist_json(s.itl_ms);
+  j["e2e_ms"] = dist_json(s.e2e_ms);
+  j["queueing_ms"] = dist_json(s.queueing_ms);
+}
 }  // namespace
 
 void add_spec_decode(RunSummary& s, const SchedulerCounters& c) {
@@ -617,11 +627,7 @@ void write_summary_json(const std::string& path, const RunSummary& s,
                      {"output_tokens_per_s", s.output_tokens_per_s},
                      {"input_tokens", s.input_tokens},
                      {"output_tokens", s.output_tokens}};
-  j["ttft_ms"] = dist_json(s.ttft_ms);
-  j["tpot_ms"] = dist_json(s.tpot_ms);
-  j["itl_ms"] = dist_json(s.itl_ms);
-  j["e2e_ms"] = dist_json(s.e2e_ms);
-  j["queueing_ms"] = dist_json(s.queueing_ms);
+  put_latencies(j, s);
   j["goodput"] = {{"requests_per_s", s.goodput_requests_per_s},
                   {"slo_attainment", s.slo_attainment}};
   if (s.gpus > 0) j["goodput"]["requests_per_s_per_gpu"] = s.goodput_per_gpu();
@@ -724,11 +730,7 @@ void write_summary_json(const std::string& path, const RunSummary& s,
                          {"output_tokens_per_s", c.output_tokens_per_s},
                          {"input_tokens", c.input_tokens},
                          {"output_tokens", c.output_tokens}};
-      o["ttft_ms"] = dist_json(c.ttft_ms);
-      o["tpot_ms"] = dist_json(c.tpot_ms);
-      o["itl_ms"] = dist_json(c.itl_ms);
-      o["e2e_ms"] = dist_json(c.e2e_ms);
-      o["queueing_ms"] = dist_json(c.queueing_ms);
+      put_latencies(o, c);
       o["goodput"] = {{"requests_per_s", c.goodput_requests_per_s},
                       {"slo_attainment", c.slo_attainment}};
       o["preemption"] = {{"preemptions", c.preemptions},
