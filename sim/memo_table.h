@@ -33,9 +33,13 @@ class MemoTable {
   std::int64_t size() const { return size_; }
   bool holds(std::int64_t i) const { return i >= 0 && i < size_; }
 
-  // f(i), from the table once it holds it. REQUIRES: holds(i).
+  // f(i): from the table once the entry is filled; an index outside the table is computed every
+  // time (nothing kept).
   template <class F>
   double get(std::int64_t i, F&& f) const {
+    if (!holds(i)) [[unlikely]] {
+      return f(i);
+    }
     double v = cells_[i].load(std::memory_order_relaxed);
     if (v < 0) [[unlikely]] {
       v = f(i);

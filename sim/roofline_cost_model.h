@@ -141,29 +141,19 @@ class RooflineCostModel final : public CostModel {
   }
   // All four GEMM launches of one layer of the shard, weights stored as model.quantization.
   double quantized_gemm_seconds(double tokens, const double (&shapes)[4][2]) const;
-  // experts_touched(tokens), gemm_seconds, elementwise_seconds (by tokens) and lm_head_seconds (by
-  // sampled rows): from their table when it holds the count, else computed.
-  double touched_at(std::int64_t tokens) const {
-    return experts_touched_table_.holds(tokens)
-               ? experts_touched_table_.get(tokens,
-                                            [this](std::int64_t t) { return experts_touched(t); })
-               : experts_touched(tokens);
+  // experts_touched, gemm_seconds, elementwise_seconds (by tokens) and lm_head_seconds (by
+  // sampled rows), through their tables (computed directly past a table's end).
+  double touched_at(std::int64_t t) const {
+    return experts_touched_table_.get(t, [this](std::int64_t x) { return experts_touched(x); });
   }
-  double gemm_at(std::int64_t tokens) const {
-    return gemm_table_.holds(tokens)
-               ? gemm_table_.get(tokens, [this](std::int64_t t) { return gemm_seconds(t); })
-               : gemm_seconds(tokens);
+  double gemm_at(std::int64_t t) const {
+    return gemm_table_.get(t, [this](std::int64_t x) { return gemm_seconds(x); });
   }
-  double elementwise_at(std::int64_t tokens) const {
-    return elementwise_table_.holds(tokens)
-               ? elementwise_table_.get(tokens,
-                                        [this](std::int64_t t) { return elementwise_seconds(t); })
-               : elementwise_seconds(tokens);
+  double elementwise_at(std::int64_t t) const {
+    return elementwise_table_.get(t, [this](std::int64_t x) { return elementwise_seconds(x); });
   }
   double lm_head_at(std::int64_t rows) const {
-    return lm_head_table_.holds(rows)
-               ? lm_head_table_.get(rows, [this](std::int64_t r) { return lm_head_seconds(r); })
-               : lm_head_seconds(rows);
+    return lm_head_table_.get(rows, [this](std::int64_t x) { return lm_head_seconds(x); });
   }
   // All GEMM launches of one layer of a mixture-of-experts shard.
   double moe_layer_gemm_seconds(double tokens) const;

@@ -405,9 +405,13 @@ TEST(MemoTable, ComputesAnEntryOnlyWhenFirstRead) {
   // A negative result is returned as it is, only not kept.
   EXPECT_EQ(table.get(3, [](std::int64_t) { return -2.0; }), -2.0);
   EXPECT_EQ(table.get(3, square), 9.0);
+  EXPECT_EQ(table.get(8, square), 64.0);  // outside the table: computed each time
+  EXPECT_EQ(table.get(8, square), 64.0);
+  EXPECT_EQ(table.get(-2, square), 4.0);
+  EXPECT_EQ(calls, 6);
   MemoTable moved = std::move(table);
   EXPECT_EQ(moved.get(5, square), 25.0);
-  EXPECT_EQ(calls, 3);
+  EXPECT_EQ(calls, 6);
 }
 
 // The roofline's tables are filled as steps read them: a step's time must not depend on which
