@@ -66,7 +66,7 @@ class RooflineCostModel final : public CostModel {
   // Seconds per operator; step_time(plan) == seconds_to_ns(breakdown(plan).total()). The
   // features overload charges block indirection for features.prefill_blocks / decode_blocks
   // (StepFeatures::add_kv_blocks; the plan overload fills them when the charge is nonzero).
-  StepCostBreakdown breakdown(const StepPlan& plan) const;
+  StepCostBreakdown breakdown(const StepPlan& plan) const override;
   StepCostBreakdown breakdown(const StepFeatures& features) const;
 
   const ModelConfig& model() const { return model_; }
