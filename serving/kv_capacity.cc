@@ -20,8 +20,6 @@ std::string format_gib(std::int64_t bytes) {
 
 namespace {
 
-std::string gib(std::int64_t bytes) { return format_gib(bytes); }
-
 std::string num(double v) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%g", v);
@@ -31,8 +29,8 @@ std::string num(double v) {
 // ", LoRA slots X GiB (N of rank R)" in the no-room messages; empty without LoRA.
 std::string lora_term(const KvCapacityOptions& options, std::int64_t bytes) {
   if (options.lora_slots == 0) return "";
-  return ", LoRA slots " + gib(bytes) + " (" + std::to_string(options.lora_slots) + " of rank " +
-         std::to_string(options.lora_rank) + ": serving.lora)";
+  return ", LoRA slots " + format_gib(bytes) + " (" + std::to_string(options.lora_slots) +
+         " of rank " + std::to_string(options.lora_rank) + ": serving.lora)";
 }
 
 }  // namespace
@@ -125,11 +123,12 @@ static KvCapacity parallel_kv_capacity(const ModelConfig& model, const HardwareC
     const std::int64_t kv = c.usable_bytes - st.weights - st.lora - c.activation_reserve_bytes;
     if (kv < st.block_bytes) {
       throw ConfigError(who + ": no room for the KV cache on a GPU of stage " + std::to_string(s) +
-                        ": memory " + gib(c.memory_bytes) + " x " +
-                        num(options.gpu_memory_utilization) + " = " + gib(c.usable_bytes) +
-                        ", minus its weights " + gib(st.weights) + lora_term(options, st.lora) +
-                        " and activation reserve " + gib(c.activation_reserve_bytes) + " leaves " +
-                        gib(kv) + ", less than one block (" + std::to_string(st.block_bytes) +
+                        ": memory " + format_gib(c.memory_bytes) + " x " +
+                        num(options.gpu_memory_utilization) + " = " + format_gib(c.usable_bytes) +
+                        ", minus its weights " + format_gib(st.weights) +
+                        lora_term(options, st.lora) + " and activation reserve " +
+                        format_gib(c.activation_reserve_bytes) + " leaves " + format_gib(kv) +
+                        ", less than one block (" + std::to_string(st.block_bytes) +
                         " bytes); use more GPUs (tensor or pipeline), a larger GPU or a smaller "
                         "model");
     }
@@ -235,11 +234,12 @@ static KvCapacity unchecked_kv_capacity(const ModelConfig& model, const Hardware
   set_memory_budget(model, hardware, options, c);
   c.kv_bytes = c.usable_bytes - c.weight_bytes - c.lora_bytes - c.activation_reserve_bytes;
   if (c.kv_bytes < c.block_bytes) {
-    throw ConfigError(who + ": no room for the KV cache: memory " + gib(c.memory_bytes) + " x " +
-                      num(options.gpu_memory_utilization) + " = " + gib(c.usable_bytes) +
-                      ", minus weights " + gib(c.weight_bytes) + lora_term(options, c.lora_bytes) +
-                      " and activation reserve " + gib(c.activation_reserve_bytes) + " leaves " +
-                      gib(c.kv_bytes) + ", less than one block (" + std::to_string(c.block_bytes) +
+    throw ConfigError(who + ": no room for the KV cache: memory " + format_gib(c.memory_bytes) +
+                      " x " + num(options.gpu_memory_utilization) + " = " +
+                      format_gib(c.usable_bytes) + ", minus weights " + format_gib(c.weight_bytes) +
+                      lora_term(options, c.lora_bytes) + " and activation reserve " +
+                      format_gib(c.activation_reserve_bytes) + " leaves " + format_gib(c.kv_bytes) +
+                      ", less than one block (" + std::to_string(c.block_bytes) +
                       " bytes); use a larger GPU, a higher gpu_memory_utilization, a smaller "
                       "model or more GPUs (parallel.tensor, parallel.pipeline)");
   }
