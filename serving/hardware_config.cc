@@ -73,6 +73,8 @@ void HardwareConfig::validate() const {
   check(peak_flops > 0 && std::isfinite(peak_flops), "peak_flops", "must be positive");
   check(peak_flops_fp32 > 0 && std::isfinite(peak_flops_fp32), "peak_flops_fp32",
         "must be positive");
+  check(peak_flops_fp8 >= 0 && std::isfinite(peak_flops_fp8), "peak_flops_fp8",
+        "must be positive, or 0 for a GPU without FP8 tensor cores");
   check(hbm_bandwidth > 0 && std::isfinite(hbm_bandwidth), "hbm_bandwidth", "must be positive");
   check(memory_bytes > 0, "memory_bytes", "must be positive");
   check(host_link_bandwidth > 0 && std::isfinite(host_link_bandwidth), "host_link_bandwidth",
@@ -107,10 +109,10 @@ void HardwareConfig::validate() const {
 }
 
 HardwareConfig parse_hardware(const ConfigNode& node, const std::string& default_name) {
-  node.allow_keys({"name", "description", "peak_tflops", "peak_tflops_fp32", "hbm_bandwidth_gbps",
-                   "memory_gib", "host_link_gbps", "tensor_parallel", "efficiency", "kernel_min_us",
-                   "step_overhead_us", "sequence_overhead_us", "block_indirection_ns", "fitted",
-                   "interconnect", "nvme_read_gbps"});
+  node.allow_keys({"name", "description", "peak_tflops", "peak_tflops_fp32", "peak_tflops_fp8",
+                   "hbm_bandwidth_gbps", "memory_gib", "host_link_gbps", "tensor_parallel",
+                   "efficiency", "kernel_min_us", "step_overhead_us", "sequence_overhead_us",
+                   "block_indirection_ns", "fitted", "interconnect", "nvme_read_gbps"});
   HardwareConfig hw;
   hw.name = node.get_string("name", default_name);
   hw.source = node.file();
@@ -118,6 +120,8 @@ HardwareConfig parse_hardware(const ConfigNode& node, const std::string& default
   // Units in the file are the datasheet's: TFLOP/s, GB/s (1e9 B/s), GiB, microseconds.
   hw.peak_flops = node.get_double("peak_tflops", 1e-3, 1e6) * 1e12;
   hw.peak_flops_fp32 = node.get_double("peak_tflops_fp32", 1e-3, 1e6) * 1e12;
+  // Optional: absent on GPUs without FP8 tensor cores.
+  hw.peak_flops_fp8 = node.get_double("peak_tflops_fp8", 0.0, 1e-3, 1e6) * 1e12;
   hw.hbm_bandwidth = node.get_double("hbm_bandwidth_gbps", 1e-3, 1e7) * 1e9;
   hw.memory_bytes = std::llround(node.get_double("memory_gib", 1e-3, 1e6) * 1073741824.0);
   hw.host_link_bandwidth = node.get_double("host_link_gbps", 1e-3, 1e6) * 1e9;

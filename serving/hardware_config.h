@@ -18,9 +18,14 @@ class ConfigNode;
 
 struct HardwareConfig {
   std::string name;
-  std::string source;              // the file it was read from ("" when built in code)
-  double peak_flops = 0;           // dense BF16/FP16 tensor-core FLOP/s (no 2:4 sparsity)
-  double peak_flops_fp32 = 0;      // FP32 FLOP/s (used for fp32 models)
+  std::string source;          // the file it was read from ("" when built in code)
+  double peak_flops = 0;       // dense BF16/FP16 tensor-core FLOP/s (no 2:4 sparsity)
+  double peak_flops_fp32 = 0;  // FP32 FLOP/s (used for fp32 models)
+  // Dense FP8 tensor-core FLOP/s (no 2:4 sparsity); 0 when the GPU has no FP8 tensor cores
+  // (Ampere and older). With it, fp8 weights run as W8A8 (activations quantized per token, the
+  // GEMM at this rate); without it as W8A16 (weights widened to the model's dtype in the
+  // kernel, the GEMM at peak_flops): docs/cost-model.md, "KV-cache dtype and weight quantization".
+  double peak_flops_fp8 = 0;
   double hbm_bandwidth = 0;        // device memory bandwidth, B/s
   std::int64_t memory_bytes = 0;   // device memory capacity
   double host_link_bandwidth = 0;  // host <-> device, one direction, B/s (PCIe)
@@ -71,6 +76,7 @@ struct HardwareConfig {
   double peak_flops_for(std::string_view dtype) const {
     return dtype == "fp32" ? peak_flops_fp32 : peak_flops;
   }
+  bool has_fp8_tensor_cores() const { return peak_flops_fp8 > 0; }
   // Throws ConfigError (naming `source` and the field) when a value is out of range or
   // tensor_parallel is not 1.
   void validate() const;

@@ -12,6 +12,8 @@ double or_memory(double efficiency, const HardwareConfig& hw) {
 
 OperatorTime::OperatorTime(const HardwareConfig& hw, std::string_view dtype)
     : s_per_gemm_flop_(1.0 / (hw.peak_flops_for(dtype) * hw.gemm_flops_efficiency)),
+      s_per_fp8_gemm_flop_(
+          hw.has_fp8_tensor_cores() ? 1.0 / (hw.peak_flops_fp8 * hw.gemm_flops_efficiency) : 0),
       s_per_gemm_byte_(1.0 / (hw.hbm_bandwidth * or_memory(hw.gemm_bandwidth_efficiency, hw))),
       gemm_overlap_(hw.gemm_overlap),
       gemm_min_s_(hw.gemm_min_s),

@@ -52,6 +52,11 @@ class OperatorTime {
   double gemm_compute(double m, double n, double k) const {
     return 2.0 * m * n * k * s_per_gemm_flop_;
   }
+  // The compute part of an FP8 x FP8 product (W8A8) at the hardware's FP8 tensor-core rate and
+  // the same GEMM efficiency. REQUIRES: hw.has_fp8_tensor_cores().
+  double gemm_compute_fp8(double m, double n, double k) const {
+    return 2.0 * m * n * k * s_per_fp8_gemm_flop_;
+  }
   double gemm_memory(double m, double n, double k, double dtype_bytes) const {
     return (n * k + m * (n + k)) * dtype_bytes * s_per_gemm_byte_;
   }
@@ -75,6 +80,7 @@ class OperatorTime {
 
  private:
   double s_per_gemm_flop_;
+  double s_per_fp8_gemm_flop_;  // 0 without FP8 tensor cores
   double s_per_gemm_byte_;
   double gemm_overlap_;
   double gemm_min_s_;

@@ -27,18 +27,23 @@ Widths widths(const ModelConfig& m) {
           static_cast<double>(m.dtype_bytes)};
 }
 
-// Elements one token reads and writes in one layer's GEMM launches: fused QKV (reads h, writes
+// Bytes one token reads and writes in one layer's GEMM launches: fused QKV (reads h, writes
 // q + 2kv), O (reads q, writes h), and the MLP: dense, fused gate/up (reads h, writes 2 inter)
 // and down (reads inter, writes h); a mixture of experts, the router (reads h, writes the
 // experts' logits), those two for each of the token's experts, and for the shared expert, with
-// its gate (reads h, writes 1).
-double gemm_act_elements_per_token(const ModelConfig& m) {
+// its gate (reads h, writes 1). In the model's dtype, except a dense model's inputs under W8A8
+// (`fp8_inputs`: quantized to one byte by the launch before, RooflineCostModel::fp8_inputs_).
+double gemm_act_bytes_per_token(const ModelConfig& m, bool fp8_inputs) {
   const auto [h, q, kv, inter, d] = widths(m);
   const double attention = 2 * h + 2 * q + 2 * kv;
-  if (!m.is_moe()) return attention + 2 * h + 3 * inter;
+  if (!m.is_moe() && fp8_inputs) {
+    return (2 * h + q + inter) + (q + 2 * kv + 2 * h + 2 * inter) * d;
+  }
+  if (!m.is_moe()) return (attention + 2 * h + 3 * inter) * d;
   const double shared = m.shared_expert_intermediate_size;
-  return attention + h + m.num_experts + m.experts_per_token * (2 * h + 3 * inter) +
-         (shared > 0 ? 3 * h + 3 * shared + 1 : 0);
+  return (attention + h + m.num_experts + m.experts_per_token * (2 * h + 3 * inter) +
+          (shared > 0 ? 3 * h + 3 * shared + 1 : 0)) *
+         d;
 }
 
 // Bytes one token's elementwise launches move in one layer: two fused residual-add + RMSNorm
@@ -46,12 +51,19 @@ double gemm_act_elements_per_token(const ModelConfig& m) {
 // in place on q and k (2q + 2kv), SiLU-mul (reads 2 inter, writes inter per expert the token
 // uses); in a mixture of experts the routing (reads the logits, writes experts_per_token ids
 // and fp32 weights), the weighted sum of the experts' outputs (reads one h per expert, writes h)
-// and, with a shared expert, its sigmoid-gated add (reads two h and the gate, writes h).
-double elementwise_bytes_per_token(const ModelConfig& m) {
+// and, with a shared expert, its sigmoid-gated add (reads two h and the gate, writes h). Under
+// W8A8 (`fp8_inputs`, dense models) the two norms and SiLU-mul write their outputs in one byte
+// (vLLM fuses the quantization into them) and one more launch quantizes the attention output
+// for O (reads q in dtype, writes q bytes).
+double elementwise_bytes_per_token(const ModelConfig& m, bool fp8_inputs) {
   const auto [h, q, kv, inter, d] = widths(m);
   double bytes = (8 * h + 2 * (q + kv) * (m.qk_norm ? 2 : 1) +
                   3 * static_cast<double>(m.mlp_width_per_token())) *
                  d;
+  if (fp8_inputs) {
+    bytes -= (2 * h + static_cast<double>(m.mlp_width_per_token())) * (d - 1);
+    bytes += q * (d + 1);
+  }
   if (m.is_moe()) {
     bytes += m.num_experts * d + 8.0 * m.experts_per_token + (m.experts_per_token + 1) * h * d +
              (m.shared_expert_intermediate_size > 0 ? 3 * h * d + d : 0);
@@ -103,6 +115,8 @@ RooflineCostModel::RooflineCostModel(ModelConfig model, HardwareConfig hardware,
   const double layers = m.num_layers;
   const double d = m.dtype_bytes;
   const double peak = hw.peak_flops_for(m.dtype);
+  w8a8_ = m.quantization == "fp8" && hw.has_fp8_tensor_cores();
+  fp8_inputs_ = w8a8_ && !m.is_moe();
 
   block_bytes_ = m.kv_bytes_per_token() * block_size_;
   if (parallel_.pipeline > 1) {
@@ -122,11 +136,11 @@ RooflineCostModel::RooflineCostModel(ModelConfig model, HardwareConfig hardware,
   expert_weight_bytes_ = static_cast<double>(m.expert_weight_bytes()) * layers;
   gemm_weight_bytes_ = static_cast<double>(m.linear_weight_bytes_per_layer()) * layers -
                        expert_weight_bytes_ * m.num_experts;
-  gemm_act_bytes_per_token_ = gemm_act_elements_per_token(m) * d * layers;
+  gemm_act_bytes_per_token_ = gemm_act_bytes_per_token(m, fp8_inputs_) * layers;
   // Per layer, as vLLM's kernels do it (elementwise_bytes_per_token), plus the embedding gather
   // (reads and writes h once per token).
   const double h = m.hidden_size;
-  elementwise_bytes_per_token_ = elementwise_bytes_per_token(m) * layers + 2.0 * h * d;
+  elementwise_bytes_per_token_ = elementwise_bytes_per_token(m, fp8_inputs_) * layers + 2.0 * h * d;
   // QK^T and PV: a multiply-add (2 FLOPs) per head_dim element each, per head, per pair.
   attention_flops_per_pair_ = 4.0 * m.head_dim * m.num_heads * layers;
   kv_bytes_per_token_ = static_cast<double>(m.kv_bytes_per_token());
@@ -193,7 +207,9 @@ double RooflineCostModel::gemm_seconds(std::int64_t tokens) const {
 // kAwqDenseTokens tokens runs a fused kernel that unpacks and scales every int4 weight on the
 // CUDA cores once per kAwqTileTokens-token tile (kAwqDequantOps operations each, at the FP32
 // rate); from kAwqDenseTokens on it first writes the matrix out in dtype (one memory-bound
-// launch) and multiplies it densely. FP8 weights: one byte each, the GEMM at the dtype's rate.
+// launch) and multiplies it densely. FP8 weights: one byte each; on a GPU with FP8 tensor cores
+// (W8A8) the inputs are read in one byte and the product runs at the FP8 rate, otherwise
+// (W8A16) the GEMM reads its inputs and multiplies at the dtype's rate.
 double RooflineCostModel::quantized_gemm_seconds(double t, const double (&shapes)[4][2]) const {
   const ModelConfig& m = shard_;
   const double d = m.dtype_bytes;
@@ -203,8 +219,9 @@ double RooflineCostModel::quantized_gemm_seconds(double t, const double (&shapes
     const double n = s[0], k = s[1];
     const double weights = static_cast<double>(quantized_matrix_bytes(
         static_cast<std::int64_t>(k), static_cast<std::int64_t>(n), m.quantization, m.dtype_bytes));
-    double c = op_.gemm_compute(t, n, k);
-    double mem = op_.gemm_bytes_time(weights + t * (n + k) * d);
+    double c = quantized_compute(t, n, k);
+    double mem = fp8_inputs_ ? op_.gemm_bytes_time(weights + t * k + t * n * d)
+                             : op_.gemm_bytes_time(weights + t * (n + k) * d);
     double extra = 0;  // a separate dequantization launch
     if (awq && t >= kAwqDenseTokens) {
       extra = op_.gemm_from_parts(0, op_.gemm_bytes_time(weights + n * k * d));
@@ -271,9 +288,9 @@ void RooflineCostModel::routed_launches(double rows, double experts, double inte
                                                       m.quantization, m.dtype_bytes));
   };
   // gate/up: rows x (h -> 2 inter); down: rows x (inter -> h).
-  out[0] = {op_.gemm_compute(rows, 2 * inter, h),
+  out[0] = {quantized_compute(rows, 2 * inter, h),
             op_.gemm_bytes_time(experts * 2 * stored(h, inter) + rows * (2 * inter + h) * d)};
-  out[1] = {op_.gemm_compute(rows, h, inter),
+  out[1] = {quantized_compute(rows, h, inter),
             op_.gemm_bytes_time(experts * stored(inter, h) + rows * (h + inter) * d)};
 }
 
@@ -300,9 +317,10 @@ double RooflineCostModel::moe_layer_gemm_seconds(double t) const {
                kv = static_cast<double>(m.kv_size()), d = m.dtype_bytes;
   LaunchParts launches[7];
   int n = 0;
-  // rows x (in -> out), reading `weights` bytes of weights.
-  auto launch = [&](double rows, double out, double in, double weights) {
-    launches[n++] = {op_.gemm_compute(rows, out, in),
+  // rows x (in -> out), reading `weights` bytes of weights (stored as model.quantization when
+  // `quantized`, in dtype otherwise).
+  auto launch = [&](double rows, double out, double in, double weights, bool quantized) {
+    launches[n++] = {quantized ? quantized_compute(rows, out, in) : op_.gemm_compute(rows, out, in),
                      op_.gemm_bytes_time(weights + rows * (out + in) * d)};
   };
   auto stored = [&](double in, double out) {
@@ -310,14 +328,14 @@ double RooflineCostModel::moe_layer_gemm_seconds(double t) const {
                                                       static_cast<std::int64_t>(out),
                                                       m.quantization, m.dtype_bytes));
   };
-  launch(t, q + 2 * kv, h, stored(h, q) + 2 * stored(h, kv));
-  launch(t, h, q, stored(q, h));
-  launch(t, m.num_experts, h, h * m.num_experts * d);
+  launch(t, q + 2 * kv, h, stored(h, q) + 2 * stored(h, kv), true);
+  launch(t, h, q, stored(q, h), true);
+  launch(t, m.num_experts, h, h * m.num_experts * d, false);
   const double shared = m.shared_expert_intermediate_size;
   if (shared > 0) {
-    launch(t, 2 * shared, h, 2 * stored(h, shared));
-    launch(t, h, shared, stored(shared, h));
-    launch(t, 1, h, h * d);
+    launch(t, 2 * shared, h, 2 * stored(h, shared), true);
+    launch(t, h, shared, stored(shared, h), true);
+    launch(t, 1, h, h * d, false);
   }
   // The routed experts: the shard's width on every GPU, or whole experts on the busiest GPU
   // under expert parallelism.
@@ -347,9 +365,17 @@ double RooflineCostModel::elementwise_seconds(std::int64_t tokens) const {
   // RoPE, SiLU-mul, and a mixture of experts' routing, weighted sum and shared-expert add;
   // then the embedding gather once (reads and writes h).
   const double mlp = static_cast<double>(m.mlp_width_per_token());
-  double layer = 2 * op_.elementwise(t * 4 * h * d, ElementwiseKind::kNorm) +
-                 op_.elementwise(t * 2 * (q + kv) * d, ElementwiseKind::kRope) +
-                 op_.elementwise(t * 3 * mlp * d, ElementwiseKind::kActivation);
+  double layer = op_.elementwise(t * 2 * (q + kv) * d, ElementwiseKind::kRope);
+  if (fp8_inputs_) {
+    // W8A8: the norms and SiLU-mul write one byte per output (quantization fused in), and a
+    // per-token quantization of the attention output (a row reduction, as a norm) feeds O.
+    layer += 2 * op_.elementwise(t * (3 * d + 1) * h, ElementwiseKind::kNorm) +
+             op_.elementwise(t * (2 * d + 1) * mlp, ElementwiseKind::kActivation) +
+             op_.elementwise(t * (d + 1) * q, ElementwiseKind::kNorm);
+  } else {
+    layer += 2 * op_.elementwise(t * 4 * h * d, ElementwiseKind::kNorm) +
+             op_.elementwise(t * 3 * mlp * d, ElementwiseKind::kActivation);
+  }
   if (m.qk_norm) layer += op_.elementwise(t * 2 * (q + kv) * d, ElementwiseKind::kNorm);
   if (m.is_moe()) {
     const double k = m.experts_per_token;

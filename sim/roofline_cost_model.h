@@ -141,6 +141,11 @@ class RooflineCostModel final : public CostModel {
   }
   // All four GEMM launches of one layer of the shard, weights stored as model.quantization.
   double quantized_gemm_seconds(double tokens, const double (&shapes)[4][2]) const;
+  // The compute part of a launch whose weights are stored as model.quantization: at the FP8
+  // rate under W8A8, at the dtype's otherwise.
+  double quantized_compute(double rows, double out, double in) const {
+    return w8a8_ ? op_.gemm_compute_fp8(rows, out, in) : op_.gemm_compute(rows, out, in);
+  }
   // experts_touched, gemm_seconds, elementwise_seconds (by tokens) and lm_head_seconds (by
   // sampled rows), through their tables (computed directly past a table's end).
   double touched_at(std::int64_t t) const {
@@ -175,6 +180,13 @@ class RooflineCostModel final : public CostModel {
   std::int32_t lora_rank_;
 
   OperatorTime op_;
+  // model.quantization fp8 on a GPU with FP8 tensor cores: the quantized launches multiply at
+  // the FP8 rate (W8A8). fp8_inputs_: and, in a dense model, read their inputs in one byte,
+  // quantized by the kernels before them (docs/cost-model.md); a mixture of experts keeps its
+  // activations in dtype (fused_moe quantizes its input in a launch of its own, about the bytes
+  // saved).
+  bool w8a8_ = false;
+  bool fp8_inputs_ = false;
   // gemm_seconds + elementwise_seconds by token count, lm_head_seconds by sequences;
   // experts_touched by token count (a mixture of experts only: a skewed router's is a sum over
   // every expert).

@@ -331,6 +331,9 @@ std::string vidur_hardware_yaml(const VidurFit& fit, const std::vector<std::stri
   y << YAML::Key << "name" << YAML::Value << hw.name;
   y << YAML::Key << "peak_tflops" << YAML::Value << hw.peak_flops / 1e12;
   y << YAML::Key << "peak_tflops_fp32" << YAML::Value << hw.peak_flops_fp32 / 1e12;
+  if (hw.has_fp8_tensor_cores()) {
+    y << YAML::Key << "peak_tflops_fp8" << YAML::Value << hw.peak_flops_fp8 / 1e12;
+  }
   y << YAML::Key << "hbm_bandwidth_gbps" << YAML::Value << hw.hbm_bandwidth / 1e9;
   y << YAML::Key << "memory_gib" << YAML::Value
     << static_cast<double>(hw.memory_bytes) / 1073741824.0;

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -145,6 +146,104 @@ TEST(KvDtypeTest, RooflineChargesQuantizedWeights) {
   for (std::int64_t t = 1; t < 600; ++t) {
     ASSERT_LE(awq.gemm_seconds(t), awq.gemm_seconds(t + 1) * (1 + 1e-12)) << t;
   }
+}
+
+// FP8 tensor cores (HardwareConfig::peak_flops_fp8): optional in an entry, 0 on Ampere.
+TEST(KvDtypeTest, Fp8PeakOfTheHardwareEntries) {
+  EXPECT_DOUBLE_EQ(h100().peak_flops_fp8, 1979e12);
+  EXPECT_DOUBLE_EQ(load_hardware("H200", catalog()).peak_flops_fp8, 1979e12);
+  EXPECT_DOUBLE_EQ(load_hardware("L40S", catalog()).peak_flops_fp8, 733e12);
+  EXPECT_FALSE(load_hardware("A100-80GB", catalog()).has_fp8_tensor_cores());
+  EXPECT_FALSE(load_hardware("A40", catalog()).has_fp8_tensor_cores());
+  const std::filesystem::path dir = test_util::temp_dir("fp8_peak");
+  const std::string base =
+      "peak_tflops: 1\npeak_tflops_fp32: 1\nhbm_bandwidth_gbps: 1\nmemory_gib: 1\n"
+      "host_link_gbps: 1\n";
+  for (const char* bad : {"0", "-5", "fast"}) {
+    test_util::write_file(dir / "gpu.yaml", base + "peak_tflops_fp8: " + bad + "\n");
+    try {
+      (void)load_hardware((dir / "gpu.yaml").string(), catalog());
+      ADD_FAILURE() << bad << ": expected a ConfigError";
+    } catch (const ConfigError& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find("gpu.yaml:6"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("peak_tflops_fp8"), std::string::npos) << msg;
+    }
+  }
+  HardwareConfig hw = h100();
+  hw.peak_flops_fp8 = -1;
+  EXPECT_THROW(hw.validate(), ConfigError);
+}
+
+// model.quantization: fp8 on a GPU with FP8 tensor cores is W8A8 (the GEMMs at the FP8 rate,
+// their inputs in one byte); on one without, W8A16 (weights widened in the kernel, the GEMMs
+// at the bf16 rate). By hand on the classic roofline (hard max per layer, GEMM efficiency
+// 0.65), for Llama-3-8B: 218,103,808 projection weights per layer.
+TEST(KvDtypeTest, Fp8WeightsUseFp8TensorCoresWhereTheGpuHasThem) {
+  const HardwareConfig hopper = h100().classic_roofline();
+  HardwareConfig ampere_like = hopper;  // the same GPU without FP8 tensor cores
+  ampere_like.peak_flops_fp8 = 0;
+  const RooflineCostModel none(llama(), hopper, 16);
+  const RooflineCostModel w8a8(llama("auto", "fp8"), hopper, 16);
+  const RooflineCostModel w8a16(llama("auto", "fp8"), ampere_like, 16);
+  // A prefill of 8,192 tokens is compute-bound: FP8 halves its GEMM time, W8A16 keeps bf16's.
+  const double flops = 2.0 * 8192 * 218103808.0 * 32;
+  EXPECT_NEAR(none.gemm_seconds(8192), flops / (989e12 * 0.65), 1e-12);
+  EXPECT_NEAR(w8a8.gemm_seconds(8192), flops / (1979e12 * 0.65), 1e-12);
+  EXPECT_DOUBLE_EQ(w8a16.gemm_seconds(8192), none.gemm_seconds(8192));
+  // One decode token is weight-bound: both read one byte per weight (W8A8 its input too).
+  const double h = 4096, q = 4096, kv = 1024, inter = 14336;
+  const double weights = 218103808.0 + 4 * 4;  // an fp32 scale per launch's matrix
+  const double bw = 3350e9 * 0.7;              // the classic roofline's one bandwidth efficiency
+  EXPECT_NEAR(w8a16.gemm_seconds(1), 32 * (weights + (4 * h + 2 * q + 2 * kv + 3 * inter) * 2) / bw,
+              1e-15);
+  EXPECT_NEAR(w8a8.gemm_seconds(1),
+              32 * (weights + (2 * h + q + inter) + (q + 2 * kv + 2 * h + 2 * inter) * 2) / bw,
+              1e-15);
+  // The bytes a step moves: W8A16 saves the weights' second byte; W8A8 also its GEMM inputs and
+  // the norms' and SiLU-mul's outputs (2h + inter), and adds the quantization of the attention
+  // output for O (reads q in bf16, writes q bytes): per token and layer 26,624 + 22,528 -
+  // 12,288 bytes.
+  const StepFeatures f = decode(16, 1024);
+  const double weight_saving = 32 * (218103808.0 - 28);
+  EXPECT_DOUBLE_EQ(none.breakdown(f).bytes - w8a16.breakdown(f).bytes, weight_saving);
+  EXPECT_DOUBLE_EQ(none.breakdown(f).bytes - w8a8.breakdown(f).bytes,
+                   weight_saving + 16.0 * 32 * (26624 + 22528 - 12288));
+  EXPECT_DOUBLE_EQ(w8a8.breakdown(f).flops, none.breakdown(f).flops);
+  // Elementwise time on the classic roofline is bytes over bandwidth: W8A8's 22,528 bytes saved
+  // less the quantization launch's 12,288 per token and layer.
+  EXPECT_NEAR(w8a16.elementwise_seconds(16) - w8a8.elementwise_seconds(16),
+              16.0 * 32 * (22528 - 12288) / bw, 1e-15);
+  // On the fitted H100 entry: a long prefill's GEMMs take little more than half of bf16's.
+  const RooflineCostModel fitted_none(llama(), h100(), 16);
+  const RooflineCostModel fitted_fp8(llama("auto", "fp8"), h100(), 16);
+  const double ratio = fitted_fp8.gemm_seconds(8192) / fitted_none.gemm_seconds(8192);
+  EXPECT_GT(ratio, 0.5);
+  EXPECT_LT(ratio, 0.6);
+  // There a small step pays the quantization launch's floor (3.24 us) in each of 32 layers.
+  HardwareConfig fitted_ampere_like = h100();
+  fitted_ampere_like.peak_flops_fp8 = 0;
+  const RooflineCostModel fitted_w8a16(llama("auto", "fp8"), fitted_ampere_like, 16);
+  EXPECT_GT(fitted_fp8.elementwise_seconds(16) - fitted_w8a16.elementwise_seconds(16),
+            32 * 3.24e-6 * 0.9);
+}
+
+// A mixture of experts under W8A8: its quantized launches (attention, experts) multiply at the
+// FP8 rate; the router stays in bf16 and the activations stay in dtype (fused_moe quantizes its
+// input in a launch of its own).
+TEST(KvDtypeTest, Fp8MixtureOfExpertsMultipliesAtTheFp8Rate) {
+  ModelConfig moe = load_model("Qwen3-30B-A3B", catalog());
+  moe.quantization = "fp8";
+  HardwareConfig ampere_like = h100();
+  ampere_like.peak_flops_fp8 = 0;
+  const RooflineCostModel w8a8(moe, h100(), 16);
+  const RooflineCostModel w8a16(moe, ampere_like, 16);
+  EXPECT_LT(w8a8.gemm_seconds(8192), 0.7 * w8a16.gemm_seconds(8192));
+  EXPECT_LE(w8a8.gemm_seconds(1), w8a16.gemm_seconds(1));
+  EXPECT_GT(w8a8.gemm_seconds(1), 0.95 * w8a16.gemm_seconds(1));
+  const StepFeatures f = decode(8, 512);
+  EXPECT_DOUBLE_EQ(w8a8.breakdown(f).bytes, w8a16.breakdown(f).bytes);
+  EXPECT_DOUBLE_EQ(w8a8.elementwise_seconds(8), w8a16.elementwise_seconds(8));
 }
 
 constexpr const char* kExperiment = R"(name: kv
