@@ -72,7 +72,9 @@ std::unique_ptr<SimSpeculation> make_sim_speculation(
     const ParallelConfig& parallel, const std::string& catalog, std::uint64_t seed);
 
 // The calibrated cost model the experiment asks for (cost_model.type calibrated), or null for
-// the roofline. Throws ConfigError when the profile was calibrated for another model. A CPU
+// the roofline. Throws ConfigError when the profile was calibrated for another model, when the
+// model's weights are quantized (the profile measured unquantized ones) or when its KV cache
+// holds another number of bytes per token than the profile's block_bytes (another KV dtype). A CPU
 // calibration whose `machine:` names another CPU than this host's prints one warning line on
 // stderr (once per file and process; serving/machine.h); a CUDA calibration never does here.
 std::unique_ptr<const CalibratedCostModel> make_calibrated_cost_model(

@@ -769,6 +769,28 @@ TEST(SimCli, RunWithCalibratedModelAndErrors) {
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("Llama-3-8B"), std::string::npos) << r.err;
 
+  // The profile measured unquantized weights and an fp32 KV cache of 8,192 bytes a block (the
+  // tiny model's 512 a token): a run storing either otherwise would get its times silently.
+  r = run_sim("run " + (dir / "exp.yaml").string() + " --quiet --out " + (dir / "o3").string() +
+                  " --set model.quantization=fp8",
+              dir);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("exp.yaml: key 'model.quantization': fp8"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("cost.yaml"), std::string::npos) << r.err;
+  r = run_sim("run " + (dir / "exp.yaml").string() + " --quiet --out " + (dir / "o4").string() +
+                  " --set model.kv_cache_dtype=bf16",
+              dir);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("exp.yaml: key 'model.kv_cache_dtype': the experiment's KV cache (bf16) "
+                       "holds 256 bytes per token"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("measured on one of 512 (block_bytes 8192 for 16 tokens)"),
+            std::string::npos)
+      << r.err;
+  EXPECT_FALSE(test_util::fs::exists(dir / "o3"));
+  EXPECT_FALSE(test_util::fs::exists(dir / "o4"));
+
   // Unknown key in the experiment's cost_model section: file:line:key.
   write_file(dir / "typo.yaml", experiment("") + "cost_model: {type: calibrated, flie: x}\n");
   r = run_sim("run " + (dir / "typo.yaml").string() + " --quiet", dir);
