@@ -101,4 +101,27 @@ CalibratedProfile load_calibrated_profile(const std::string& path) {
   return p;
 }
 
+void check_profile_storage(const CalibratedProfile& p, const ModelConfig& model,
+                           const std::string& where) {
+  if (model.quantization != "none") {
+    throw ConfigError(where + ": key 'model.quantization': " + model.quantization +
+                      ", but the calibrated cost model " + p.file +
+                      " was measured on unquantized weights (the engine runs no others), so its "
+                      "step times would be theirs; price quantized weights with the roofline "
+                      "(leave out cost_model)");
+  }
+  const std::int64_t kv_per_token = model.kv_bytes_per_token();
+  if (p.block_bytes > 0 && p.block_bytes != kv_per_token * p.block_size) {
+    throw ConfigError(where + ": key 'model.kv_cache_dtype': the experiment's KV cache (" +
+                      model.kv_dtype() + ") holds " + std::to_string(kv_per_token) +
+                      " bytes per token, but the calibrated cost model " + p.file +
+                      " was measured on one of " + std::to_string(p.block_bytes / p.block_size) +
+                      " (block_bytes " + std::to_string(p.block_bytes) + " for " +
+                      std::to_string(p.block_size) +
+                      " tokens), so its attention, swap and copy times would be that cache's; "
+                      "use the KV dtype it was measured with, or the roofline (leave out "
+                      "cost_model)");
+  }
+}
+
 }  // namespace servelab

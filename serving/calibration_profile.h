@@ -13,6 +13,7 @@
 #include "core/step_features.h"
 #include "core/step_plan.h"
 #include "serving/machine.h"
+#include "serving/model_config.h"
 
 namespace servelab {
 
@@ -73,6 +74,14 @@ struct CalibratedProfile {
 // or cuda), `name` (a non-empty string) and `threads` (an integer >= 1). Loading never compares
 // the machine: the users of the file do (warn_if_calibrated_elsewhere).
 CalibratedProfile load_calibrated_profile(const std::string& path);
+
+// The profile measured the engine's model as the engine stores it: unquantized weights (it runs
+// no others) and K/V of block_bytes / block_size bytes per token. Throws ConfigError, prefixed
+// with `where` (the experiment or run config naming the model), when `model` is quantized or its
+// KV cache holds another number of bytes per token (another KV dtype): priced by the profile,
+// such a run would silently get the measured model's step times.
+void check_profile_storage(const CalibratedProfile& profile, const ModelConfig& model,
+                           const std::string& where);
 
 // The CSV columns `engine profile` writes, in order.
 const std::vector<std::string>& profile_columns();

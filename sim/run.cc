@@ -56,28 +56,7 @@ std::unique_ptr<const CalibratedCostModel> make_calibrated_cost_model(
                       " was calibrated for model '" + p.model + "', but the experiment runs '" +
                       model.name + "'");
   }
-  // The profile measured the engine's weights and KV cache: unquantized weights (the engine runs
-  // no other) and K/V of its block_bytes. A run storing either differently would silently get
-  // the measured model's step times.
-  if (model.quantization != "none") {
-    throw ConfigError(config.file + ": key 'model.quantization': " + model.quantization +
-                      ", but the calibrated cost model " + p.file +
-                      " was measured on unquantized weights (the engine runs no others), so its "
-                      "step times would be theirs; price quantized weights with the roofline "
-                      "(leave out cost_model)");
-  }
-  const std::int64_t kv_per_token = model.kv_bytes_per_token();
-  if (p.block_bytes > 0 && p.block_bytes != kv_per_token * p.block_size) {
-    throw ConfigError(config.file + ": key 'model.kv_cache_dtype': the experiment's KV cache (" +
-                      model.kv_dtype() + ") holds " + std::to_string(kv_per_token) +
-                      " bytes per token, but the calibrated cost model " + p.file +
-                      " was measured on one of " + std::to_string(p.block_bytes / p.block_size) +
-                      " (block_bytes " + std::to_string(p.block_bytes) + " for " +
-                      std::to_string(p.block_size) +
-                      " tokens), so its attention, swap and copy times would be that cache's; "
-                      "use the KV dtype it was measured with, or the roofline (leave out "
-                      "cost_model)");
-  }
+  check_profile_storage(p, model, config.file);
   // A CPU calibration predicts the CPU engine, which runs on this host: say so when this host's
   // CPU is not the one it was measured on (a CUDA calibration is never warned about here).
   if (p.machine && p.machine->kind == "cpu") {

@@ -178,6 +178,22 @@ struct ReplayModel {
   std::string description;
 };
 
+// The run's model as it was stored: `model:` is a name, or {name, kv_cache_dtype, quantization}
+// when the run stated those.
+ModelConfig run_model(const YAML::Node& sim_config) {
+  const YAML::Node model_node = sim_config["model"];
+  const bool model_map = model_node && model_node.IsMap();
+  ModelConfig m = load_model((model_map ? model_node["name"] : model_node).as<std::string>(""),
+                             default_catalog_dir());
+  if (model_map && model_node["kv_cache_dtype"]) {
+    m.kv_cache_dtype = model_node["kv_cache_dtype"].as<std::string>();
+  }
+  if (model_map && model_node["quantization"]) {
+    m.quantization = model_node["quantization"].as<std::string>();
+  }
+  return m;
+}
+
 ReplayModel replay_model(const YAML::Node& sim_config, const std::string& sim_config_path,
                          const std::string& override_file) {
   ReplayModel r;
@@ -192,6 +208,7 @@ ReplayModel replay_model(const YAML::Node& sim_config, const std::string& sim_co
                         "' not found (pass --cost-model FILE)");
     }
     CalibratedProfile profile = load_calibrated_profile(file);
+    check_profile_storage(profile, run_model(sim_config), sim_config_path);
     if (profile.machine && profile.machine->kind == "cpu") {  // as in sim run (sim/run.h)
       warn_if_calibrated_elsewhere(profile.file, profile.machine, this_machine("cpu"),
                                    CalibrationUse::kSimulation);
@@ -200,13 +217,8 @@ ReplayModel replay_model(const YAML::Node& sim_config, const std::string& sim_co
     r.description = "calibrated (" + file + ")";
     return r;
   }
-  const std::string catalog = default_catalog_dir();
-  // `model:` is a name, or {name, kv_cache_dtype, quantization} when the run stated those.
-  const YAML::Node model_node = sim_config["model"];
-  const bool model_map = model_node && model_node.IsMap();
-  const std::string model = (model_map ? model_node["name"] : model_node).as<std::string>("");
   const std::string hardware = sim_config["hardware"].as<std::string>("");
-  HardwareConfig hw = load_hardware(hardware, catalog);
+  HardwareConfig hw = load_hardware(hardware, default_catalog_dir());
   // The serving stack's host time and block indirection, when the simulated run stated them
   // (serving/experiment.h).
   if (const YAML::Node cm = sim_config["cost_model"]; cm && cm.IsMap()) {
@@ -218,14 +230,7 @@ ReplayModel replay_model(const YAML::Node& sim_config, const std::string& sim_co
       hw.block_indirection_s = cm["block_indirection_ns"].as<double>() * 1e-9;
     }
   }
-  ModelConfig model_config = load_model(model, catalog);
-  if (model_map && model_node["kv_cache_dtype"]) {
-    model_config.kv_cache_dtype = model_node["kv_cache_dtype"].as<std::string>();
-  }
-  if (model_map && model_node["quantization"]) {
-    model_config.quantization = model_node["quantization"].as<std::string>();
-  }
-  r.model = std::make_unique<RooflineCostModel>(std::move(model_config), hw, block_size);
+  r.model = std::make_unique<RooflineCostModel>(run_model(sim_config), hw, block_size);
   r.description = "roofline (" + hardware + ")";
   return r;
 }

@@ -91,6 +91,22 @@ TEST(CalibrationE2E, ProfileCalibrateRunValidate) {
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("step time"), std::string::npos) << r.out;
 
+  // Runs of another KV dtype (bf16; the profile measured the tiny model's fp32 cache) replayed
+  // with this profile: refused, naming the key.
+  r = run_engine_cli("run " + exp + " --quiet --out " + (dir / "engine16").string() +
+                         " --set model.kv_cache_dtype=bf16",
+                     dir);
+  ASSERT_EQ(r.code, 0) << r.err;
+  r = run_sim("run " + exp + " --quiet --out " + (dir / "sim16").string() +
+                  " --set model.kv_cache_dtype=bf16",
+              dir);
+  ASSERT_EQ(r.code, 0) << r.err;
+  r = run_sim("validate " + (dir / "sim16").string() + " " + (dir / "engine16").string() +
+                  " --cost-model " + cost + " --out " + (dir / "v16").string(),
+              dir);
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.err.find("key 'model.kv_cache_dtype'"), std::string::npos) << r.err;
+
   const nlohmann::json j = nlohmann::json::parse(read_file(dir / "v/validation.json"));
   EXPECT_EQ(j["schedule"]["comparison"], "identical") << j["schedule"].dump();
   EXPECT_EQ(j["requests"]["compared"], 24);
