@@ -19,6 +19,7 @@
 #include "engine/gpu_switches.h"
 #include "engine/run_support.h"
 #include "engine/warm_up.h"
+#include "engine/weight_quantization.h"
 #include "serving/config_node.h"
 #include "serving/frontend.h"
 #include "serving/interrupt.h"
@@ -320,6 +321,16 @@ EngineInstance load_replicas(const ExperimentConfig& config, const EngineOptions
   // CUDA: bf16 blocks; without serving.num_gpu_blocks the executor sizes the cache from free
   // device memory and serving.gpu_memory_utilization (--kv-memory-gb is for the CPU engine).
   const bool cuda = options.device == "cuda";
+  // Quantized weights: the CPU executor multiplies by them as stored
+  // (engine/weight_quantization.h); the CUDA executor runs bf16 weights only. Checked before the
+  // device when the experiment states it, and again once a catalogue entry could have.
+  auto refuse_cuda_quantization = [&](const std::string& quantization) {
+    if (!cuda || quantization == "none") return;
+    throw ConfigError(config.file + ": key 'model.quantization': the CUDA executor runs bf16 " +
+                      "weights, so '" + quantization +
+                      "' runs on the CPU executor (--device cpu) or in the simulator (sim run)");
+  };
+  refuse_cuda_quantization(config.quantization.value_or("none"));
   // (Checked before the device, so the message is the same with and without CUDA.)
   if (cuda) require_cuda_device();
   // A calibrated cost model in the experiment was measured on some machine; the engine's
@@ -340,15 +351,7 @@ EngineInstance load_replicas(const ExperimentConfig& config, const EngineOptions
   const LlamaConfig& llama = out.llama;
   const ModelConfig& model = llama.model;
   model.validate();
-  // Weight quantization is priced by the cost model only: the executors multiply unquantized
-  // weights.
-  if (model.quantization != "none") {
-    throw ConfigError(config.file +
-                      ": key 'model.quantization': the engine runs unquantized "
-                      "weights, so '" +
-                      model.quantization +
-                      "' can only be simulated (sim run); use none for engine run");
-  }
+  refuse_cuda_quantization(model.quantization);
   const kernels::FloatFormat cuda_kv = cuda_kv_float_format(model);
   if (cuda && cuda_kv != kernels::FloatFormat::kBf16 && cuda_kv != kernels::FloatFormat::kFp8E4m3 &&
       cuda_kv != kernels::FloatFormat::kFp8E5m2) {
@@ -431,6 +434,13 @@ EngineInstance load_replicas(const ExperimentConfig& config, const EngineOptions
     weights = std::make_unique<LlamaWeights>(load_checkpoint(llama, options.weights));
   } else if (!device_random) {
     weights = std::make_unique<LlamaWeights>(LlamaWeights::random(llama, config.seed));
+  }
+  if (weights) {
+    try {
+      quantize_weights(*weights, model.quantization);
+    } catch (const ConfigError& e) {
+      throw ConfigError(config.file + ": key 'model.quantization': " + e.what());
+    }
   }
   std::unique_ptr<Backend>& executor = out.executor;
   // The offload host tier's slots live with the executor (pinned host memory for CUDA).

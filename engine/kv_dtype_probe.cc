@@ -68,6 +68,17 @@ KvProbeGeneration kv_probe_generate(CpuExecutor& exec, const RequestSpec& spec,
   return r;
 }
 
+void add_probe_difference(KvProbeDifference& d, const KvProbeGeneration& got,
+                          const KvProbeGeneration& ref) {
+  for (std::size_t s = 0; s < got.logits.size(); ++s) {
+    d.max_abs = std::max(
+        d.max_abs, static_cast<double>((got.logits[s] - ref.logits[s]).cwiseAbs().maxCoeff()));
+    d.max_logit = std::max(d.max_logit, static_cast<double>(ref.logits[s].cwiseAbs().maxCoeff()));
+    d.differing += got.tokens[s] != ref.tokens[s];
+    ++d.steps;
+  }
+}
+
 std::vector<KvProbeDifference> compare_kv_dtypes(const LlamaWeights& weights,
                                                  const KvProbeSetup& setup,
                                                  const std::vector<KvProbeCase>& cases) {
@@ -88,17 +99,8 @@ std::vector<KvProbeDifference> compare_kv_dtypes(const LlamaWeights& weights,
     d.name = c.name;
     for (std::size_t i = 0; i < specs.size(); ++i) {
       CpuExecutor exec(weights, probe_options(setup, c.format, c.compute_scales, blocks));
-      const KvProbeGeneration got =
-          kv_probe_generate(exec, specs[i], setup.decode_tokens, table, &ref[i].tokens);
-      for (std::size_t s = 0; s < got.logits.size(); ++s) {
-        d.max_abs =
-            std::max(d.max_abs,
-                     static_cast<double>((got.logits[s] - ref[i].logits[s]).cwiseAbs().maxCoeff()));
-        d.max_logit =
-            std::max(d.max_logit, static_cast<double>(ref[i].logits[s].cwiseAbs().maxCoeff()));
-        d.differing += got.tokens[s] != ref[i].tokens[s];
-        ++d.steps;
-      }
+      add_probe_difference(
+          d, kv_probe_generate(exec, specs[i], setup.decode_tokens, table, &ref[i].tokens), ref[i]);
     }
     out.push_back(d);
   }

@@ -62,6 +62,12 @@ KvProbeGeneration kv_probe_generate(CpuExecutor& exec, const RequestSpec& spec,
                                     const std::vector<BlockId>& block_table,
                                     const std::vector<std::int32_t>* forced);
 
+// Adds one request's run `got` to `d`, compared step by step with the reference run `ref` of the
+// same request (same number of steps): the largest logit difference and largest reference
+// logit, and the steps whose greedy tokens differ.
+void add_probe_difference(KvProbeDifference& d, const KvProbeGeneration& got,
+                          const KvProbeGeneration& ref);
+
 // Every case against bf16 KV, in the order given, on `weights`. Each request runs on a fresh
 // executor holding just the blocks it needs, its block table in reverse order (so a table is
 // never the identity). Deterministic: the same weights, setup and cases give the same numbers.

@@ -322,7 +322,8 @@ TEST(KvDtypeTest, ErrorsNameThePlace) {
 }
 
 // The real commands: `--set model.X` on a shipped experiment, a bad value (exit 2, naming the
-// key), the engine refusing quantized weights.
+// key), the engine refusing AWQ on the tiny model (its 64-wide inputs cannot form groups of 128;
+// tests/weight_quantization_test.cc runs the engine on quantized weights).
 TEST(KvDtypeTest, Commands) {
   using namespace test_util;
   const fs::path dir = temp_dir("kv_dtype_cli");

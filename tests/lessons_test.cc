@@ -20,6 +20,8 @@
 
 #include "core/metrics.h"
 #include "core/step_plan.h"
+#include "engine/llama_weights.h"
+#include "engine/weight_quant_probe.h"
 #include "serving/calibration_profile.h"
 #include "serving/experiment.h"
 #include "serving/hardware_config.h"
@@ -1975,6 +1977,30 @@ TEST(Lessons, QuantizedWeights) {
     ASSERT_EQ(r.code, 0) << r.err;
     EXPECT_EQ(summary(run)["run"]["num_gpu_blocks"], n) << format;
   }
+}
+
+// docs/lessons/quantized-weights.md, "What it costs in accuracy": the tiny model widened to the
+// smallest width AWQ can group (hidden 128, 8 heads of 16, MLP 256), random weights of seed 7,
+// the KV probe's 8 requests of 48 prompt tokens each decoding 32.
+TEST(Lessons, QuantizedWeightsAccuracy) {
+  LlamaConfig config = load_llama_config("tiny", default_catalog_dir());
+  config.model.hidden_size = 128;
+  config.model.num_heads = 8;
+  config.model.intermediate_size = 256;
+  const LlamaWeights weights = LlamaWeights::random(config, 7, 1);
+  const std::vector<KvProbeDifference> d =
+      compare_weight_quantizations(weights, KvProbeSetup{}, {"fp8", "awq"});
+  ASSERT_EQ(d.size(), 2u);
+  EXPECT_EQ(d[0].steps, 256);
+  EXPECT_EQ(d[1].steps, 256);
+  EXPECT_NEAR(d[0].max_logit, 17.88, 0.005);
+  EXPECT_NEAR(d[0].max_abs, 0.82, 0.005);
+  EXPECT_NEAR(100 * d[0].max_abs / d[0].max_logit, 4.6, 0.05);
+  EXPECT_EQ(d[0].differing, 13);
+  EXPECT_NEAR(d[1].max_abs, 2.96, 0.005);
+  EXPECT_NEAR(100 * d[1].max_abs / d[1].max_logit, 16.5, 0.05);
+  EXPECT_EQ(d[1].differing, 47);
+  EXPECT_NEAR(d[1].max_abs / d[0].max_abs, 3.6, 0.05);
 }
 
 TEST(Lessons, QuantizedWeightsSweep) {
