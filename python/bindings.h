@@ -5,7 +5,8 @@
 //   bind_groups    compare, sweep, plot (group_bindings.cc)
 //   bind_policies  the catalogue and Python policies (policy_bindings.cc)
 //   bind_step_cost one step priced by an experiment's cost model (step_cost_bindings.cc)
-//   bind_kv_probe  KV dtypes against bf16 KV on the CPU engine (kv_probe_bindings.cc)
+//   bind_kv_probe  KV dtypes against bf16 KV, weight quantizations against the unquantized
+//                  weights, on the CPU engine (kv_probe_bindings.cc)
 #pragma once
 
 #include <pybind11/pybind11.h>

@@ -2,7 +2,9 @@
 // KV, teacher-forced (engine/kv_dtype_probe.h), on a catalogue model's random weights (the tiny
 // model in docs/lessons/fp8-kv.md). A format is a model.kv_cache_dtype value (fp32 added, the
 // reference's own rounding); the suffix ":computed_scales" computes fp8's per-tensor scales from
-// the data instead of using 1.
+// the data instead of using 1. servelab.compare_weight_quantizations: the same for each
+// model.quantization against the unquantized weights (engine/weight_quant_probe.h;
+// docs/lessons/quantized-weights.md).
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -12,6 +14,7 @@
 
 #include "core/config_error.h"
 #include "engine/kv_dtype_probe.h"
+#include "engine/weight_quant_probe.h"
 #include "python/bindings.h"
 #include "serving/model_config.h"
 
@@ -55,38 +58,31 @@ KvProbeCase parse_case(const std::string& text, std::size_t i) {
   return c;
 }
 
-void check_count(const char* name, std::int64_t value, std::int64_t max) {
-  if (value < 1 || value > max) {
-    throw ConfigError(std::string("compare_kv_dtypes: ") + name + ": expected 1 to " +
-                      std::to_string(max) + ", got " + std::to_string(value));
-  }
+// The probe's setup from the functions' arguments, each count checked (`function` names the
+// caller in the errors).
+KvProbeSetup probe_setup(const char* function, std::int64_t requests, std::int64_t prompt_len,
+                         std::int64_t decode_tokens, std::int64_t block_size) {
+  auto check = [&](const char* name, std::int64_t value, std::int64_t max) {
+    if (value < 1 || value > max) {
+      throw ConfigError(std::string(function) + ": " + name + ": expected 1 to " +
+                        std::to_string(max) + ", got " + std::to_string(value));
+    }
+    return static_cast<std::int32_t>(value);
+  };
+  KvProbeSetup setup;
+  setup.requests = check("requests", requests, 1024);
+  setup.prompt_len = check("prompt_len", prompt_len, 1 << 16);
+  setup.decode_tokens = check("decode_tokens", decode_tokens, 1 << 16);
+  setup.block_size = check("block_size", block_size, 1024);
+  return setup;
 }
 
-py::list compare(const std::string& model, std::uint64_t seed, std::int64_t requests,
-                 std::int64_t prompt_len, std::int64_t decode_tokens, std::int64_t block_size,
-                 const std::vector<std::string>& formats) {
-  check_count("requests", requests, 1024);
-  check_count("prompt_len", prompt_len, 1 << 16);
-  check_count("decode_tokens", decode_tokens, 1 << 16);
-  check_count("block_size", block_size, 1024);
-  if (formats.empty()) throw ConfigError("compare_kv_dtypes: formats: expected at least one");
-  std::vector<KvProbeCase> cases;
-  for (std::size_t i = 0; i < formats.size(); ++i) cases.push_back(parse_case(formats[i], i));
-  KvProbeSetup setup;
-  setup.requests = static_cast<std::int32_t>(requests);
-  setup.prompt_len = static_cast<std::int32_t>(prompt_len);
-  setup.decode_tokens = static_cast<std::int32_t>(decode_tokens);
-  setup.block_size = static_cast<std::int32_t>(block_size);
-  const LlamaConfig config = load_llama_config(model, default_catalog_dir());
-  std::vector<KvProbeDifference> diffs;
-  {
-    py::gil_scoped_release release;
-    diffs = compare_kv_dtypes(LlamaWeights::random(config, seed), setup, cases);
-  }
+// One dict per difference; `key` names the compared format's column.
+py::list rows(const std::vector<KvProbeDifference>& diffs, const char* key) {
   py::list out;
   for (const KvProbeDifference& d : diffs) {
     py::dict row;
-    row["format"] = d.name;
+    row[key] = d.name;
     row["max_logit_diff"] = d.max_abs;
     row["max_logit"] = d.max_logit;
     row["tokens_differing"] = d.differing;
@@ -96,6 +92,52 @@ py::list compare(const std::string& model, std::uint64_t seed, std::int64_t requ
   return out;
 }
 
+py::list compare(const std::string& model, std::uint64_t seed, std::int64_t requests,
+                 std::int64_t prompt_len, std::int64_t decode_tokens, std::int64_t block_size,
+                 const std::vector<std::string>& formats) {
+  const KvProbeSetup setup =
+      probe_setup("compare_kv_dtypes", requests, prompt_len, decode_tokens, block_size);
+  if (formats.empty()) throw ConfigError("compare_kv_dtypes: formats: expected at least one");
+  std::vector<KvProbeCase> cases;
+  for (std::size_t i = 0; i < formats.size(); ++i) cases.push_back(parse_case(formats[i], i));
+  const LlamaConfig config = load_llama_config(model, default_catalog_dir());
+  std::vector<KvProbeDifference> diffs;
+  {
+    py::gil_scoped_release release;
+    diffs = compare_kv_dtypes(LlamaWeights::random(config, seed), setup, cases);
+  }
+  return rows(diffs, "format");
+}
+
+py::list compare_weights(const std::string& model, std::uint64_t seed, std::int64_t requests,
+                         std::int64_t prompt_len, std::int64_t decode_tokens,
+                         std::int64_t block_size, const std::vector<std::string>& quantizations) {
+  const KvProbeSetup setup =
+      probe_setup("compare_weight_quantizations", requests, prompt_len, decode_tokens, block_size);
+  if (quantizations.empty()) {
+    throw ConfigError("compare_weight_quantizations: quantizations: expected at least one");
+  }
+  for (std::size_t i = 0; i < quantizations.size(); ++i) {
+    const std::string& q = quantizations[i];
+    if (q != "none" && q != "fp8" && q != "awq") {
+      throw ConfigError("compare_weight_quantizations: quantizations[" + std::to_string(i) +
+                        "]: expected none, fp8 or awq, got '" + q + "'");
+    }
+  }
+  const LlamaConfig config = load_llama_config(model, default_catalog_dir());
+  std::vector<KvProbeDifference> diffs;
+  {
+    py::gil_scoped_release release;
+    try {
+      diffs =
+          compare_weight_quantizations(LlamaWeights::random(config, seed), setup, quantizations);
+    } catch (const ConfigError& e) {
+      throw ConfigError(std::string("compare_weight_quantizations: ") + e.what());
+    }
+  }
+  return rows(diffs, "quantization");
+}
+
 }  // namespace
 
 void bind_kv_probe(py::module_& m) {
@@ -103,6 +145,11 @@ void bind_kv_probe(py::module_& m) {
         py::arg("prompt_len"), py::arg("decode_tokens"), py::arg("block_size"), py::arg("formats"),
         "Each KV format against bf16 KV on the CPU engine, teacher-forced; returns a list of "
         "dicts.");
+  m.def("compare_weight_quantizations", &compare_weights, py::arg("model"), py::arg("seed"),
+        py::arg("requests"), py::arg("prompt_len"), py::arg("decode_tokens"), py::arg("block_size"),
+        py::arg("quantizations"),
+        "Each weight quantization against the unquantized weights on the CPU engine, "
+        "teacher-forced; returns a list of dicts.");
 }
 
 }  // namespace servelab::python

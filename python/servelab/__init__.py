@@ -23,6 +23,7 @@ from .policies import (policies, policies_text, register_queue_order, register_r
 from .result import Result
 from .runs import engine_run, run
 from .step_cost import step_cost
+from .weight_quantization import compare_weight_quantizations
 
 # The ServeLab home (catalogues, experiments, traces, the plot script): found from this
 # package's folder (a build tree or an installed package) unless $SERVELAB_HOME says otherwise.
@@ -38,6 +39,7 @@ __all__ = [
     "Result",
     "compare",
     "compare_kv_dtypes",
+    "compare_weight_quantizations",
     "engine_run",
     "home",
     "plot",
