@@ -38,6 +38,15 @@ std::vector<RequestSpec> kv_probe_requests(const KvProbeSetup& setup) {
   return specs;
 }
 
+std::vector<BlockId> kv_probe_block_table(const KvProbeSetup& setup) {
+  check_setup(setup);
+  const std::int32_t blocks =
+      (setup.prompt_len + setup.decode_tokens + setup.block_size - 1) / setup.block_size;
+  std::vector<BlockId> table;
+  for (BlockId b = blocks - 1; b >= 0; --b) table.push_back(b);
+  return table;
+}
+
 KvProbeGeneration kv_probe_generate(CpuExecutor& exec, const RequestSpec& spec,
                                     std::int32_t decode_tokens,
                                     const std::vector<BlockId>& block_table,
@@ -83,10 +92,8 @@ std::vector<KvProbeDifference> compare_kv_dtypes(const LlamaWeights& weights,
                                                  const KvProbeSetup& setup,
                                                  const std::vector<KvProbeCase>& cases) {
   const std::vector<RequestSpec> specs = kv_probe_requests(setup);
-  const std::int32_t blocks =
-      (setup.prompt_len + setup.decode_tokens + setup.block_size - 1) / setup.block_size;
-  std::vector<BlockId> table;
-  for (BlockId b = blocks - 1; b >= 0; --b) table.push_back(b);
+  const std::vector<BlockId> table = kv_probe_block_table(setup);
+  const auto blocks = static_cast<std::int32_t>(table.size());
 
   std::vector<KvProbeGeneration> ref;
   for (const RequestSpec& s : specs) {

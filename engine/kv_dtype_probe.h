@@ -54,6 +54,10 @@ struct KvProbeGeneration {
 // The probe's requests. Throws std::invalid_argument unless every count is >= 1.
 std::vector<RequestSpec> kv_probe_requests(const KvProbeSetup& setup);
 
+// The block table every probe request runs over: the blocks its prompt and decode tokens need,
+// in reverse order (so a table is never the identity); its size is the executor's block count.
+std::vector<BlockId> kv_probe_block_table(const KvProbeSetup& setup);
+
 // Runs `spec` alone on `exec` for `decode_tokens` sampling steps over `block_table` (which must
 // hold prompt + decode tokens). With `forced`, step k is fed forced[0..k) as its outputs so far;
 // else the run's own samples.

@@ -8,13 +8,10 @@ std::vector<KvProbeDifference> compare_weight_quantizations(
     const LlamaWeights& weights, const KvProbeSetup& setup,
     const std::vector<std::string>& quantizations) {
   const std::vector<RequestSpec> specs = kv_probe_requests(setup);
-  const std::int32_t blocks =
-      (setup.prompt_len + setup.decode_tokens + setup.block_size - 1) / setup.block_size;
-  std::vector<BlockId> table;
-  for (BlockId b = blocks - 1; b >= 0; --b) table.push_back(b);
+  const std::vector<BlockId> table = kv_probe_block_table(setup);
   CpuExecutorOptions options;
   options.block_size = setup.block_size;
-  options.num_blocks = blocks;
+  options.num_blocks = static_cast<std::int32_t>(table.size());
   options.kv_format = kernels::FloatFormat::kFp32;
 
   std::vector<KvProbeGeneration> ref;

@@ -57,11 +57,9 @@ void quantize_weights(LlamaWeights& weights, const std::string& quantization) {
       if (quantization == "fp8") {
         quantize_fp8_per_tensor(*matrices[i]);
       } else if (matrices[i]->cols() % kAwqGroupSize != 0) {
-        throw ConfigError(
-            "awq needs every projection's input width to be a "
-            "multiple of " +
-            std::to_string(kAwqGroupSize) + "; model " + weights.config.model.name + "'s " +
-            names[i] + " has " + std::to_string(matrices[i]->cols()));
+        throw ConfigError("awq needs every projection's input width to be a multiple of " +
+                          std::to_string(kAwqGroupSize) + "; model " + weights.config.model.name +
+                          "'s " + names[i] + " has " + std::to_string(matrices[i]->cols()));
       } else {
         quantize_awq_int4(*matrices[i]);
       }
