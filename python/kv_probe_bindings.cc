@@ -8,6 +8,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -119,7 +120,8 @@ py::list compare_weights(const std::string& model, std::uint64_t seed, std::int6
   }
   for (std::size_t i = 0; i < quantizations.size(); ++i) {
     const std::string& q = quantizations[i];
-    if (q != "none" && q != "fp8" && q != "awq") {
+    if (std::find(std::begin(kQuantizations), std::end(kQuantizations), q) ==
+        std::end(kQuantizations)) {
       throw ConfigError("compare_weight_quantizations: quantizations[" + std::to_string(i) +
                         "]: expected none, fp8 or awq, got '" + q + "'");
     }
