@@ -201,6 +201,16 @@ kernels::FloatFormat cuda_kv_float_format(const ModelConfig& model) {
   return model.kv_cache_dtype == "auto" ? kernels::FloatFormat::kBf16 : kv_float_format(model);
 }
 
+std::string cuda_kv_dtype_refusal(const ModelConfig& model) {
+  const kernels::FloatFormat f = cuda_kv_float_format(model);
+  if (f == kernels::FloatFormat::kBf16 || f == kernels::FloatFormat::kFp8E4m3 ||
+      f == kernels::FloatFormat::kFp8E5m2) {
+    return "";
+  }
+  return "the CUDA executor stores KV in bf16 or fp8 (fp8, fp8_e4m3, fp8_e5m2), not " +
+         model.kv_dtype() + "; use one of those (or auto), or --device cpu";
+}
+
 std::int64_t engine_block_bytes(const ModelConfig& model, std::int32_t block_size) {
   return 2 * std::int64_t{model.num_layers} * block_size * model.kv_size() *
          static_cast<std::int64_t>(sizeof(float));
@@ -353,12 +363,8 @@ EngineInstance load_replicas(const ExperimentConfig& config, const EngineOptions
   model.validate();
   refuse_cuda_quantization(model.quantization);
   const kernels::FloatFormat cuda_kv = cuda_kv_float_format(model);
-  if (cuda && cuda_kv != kernels::FloatFormat::kBf16 && cuda_kv != kernels::FloatFormat::kFp8E4m3 &&
-      cuda_kv != kernels::FloatFormat::kFp8E5m2) {
-    throw ConfigError(config.file +
-                      ": key 'model.kv_cache_dtype': the CUDA executor stores KV in bf16 or fp8 "
-                      "(fp8, fp8_e4m3, fp8_e5m2), not " +
-                      model.kv_dtype() + "; use one of those (or auto), or --device cpu");
+  if (const std::string why = cuda ? cuda_kv_dtype_refusal(model) : ""; !why.empty()) {
+    throw ConfigError(config.file + ": key 'model.kv_cache_dtype': " + why);
   }
   if (config.scheduler.max_model_len > model.max_position_embeddings) {
     throw ConfigError(config.file + ": key 'serving.max_model_len': expected at most the model's " +

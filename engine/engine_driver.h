@@ -125,6 +125,9 @@ kernels::FloatFormat kv_float_format(const ModelConfig& model);
 // computes in bf16 whatever the model's dtype), kv_float_format otherwise (bf16, fp8_e4m3 and
 // fp8_e5m2 are what it stores; load_engine refuses the rest).
 kernels::FloatFormat cuda_kv_float_format(const ModelConfig& model);
+// "" when the CUDA executor stores the model's KV dtype (bf16, fp8_e4m3, fp8_e5m2, or auto);
+// otherwise why not and what to use, for a ConfigError on the caller's key or option.
+std::string cuda_kv_dtype_refusal(const ModelConfig& model);
 
 // Bytes of fp32 K and V of one block across all layers (the CPU executor keeps fp32 storage
 // whatever the KV dtype; engine/cpu_executor.h).

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <exception>
 #include <functional>
+#include <iterator>
 #include <optional>
 #include <string>
 #include <vector>
@@ -19,6 +20,7 @@
 #include "serving/config_node.h"
 #include "serving/experiment.h"
 #include "serving/home.h"
+#include "serving/model_config.h"
 #include "serving/output_file.h"
 #include "serving/run_folder.h"
 
@@ -45,15 +47,16 @@ constexpr const char* kUsage =
     "      blocks are per replica; events.csv with --record-events has the routes).\n"
     "  profile --model M -o PROFILE.csv [--device cpu|cuda] [--reps N] [--rounds R]\n"
     "             [--warmup N] [--quick] [--max-tokens N] [--block-size N] [--weights PATH]\n"
-    "             [--lora-rank R] [--seed N] [--force] [--quiet]\n"
+    "             [--lora-rank R] [--kv-cache-dtype D] [--quantization Q] [--seed N] [--force]\n"
+    "             [--quiet]\n"
     "      time the executor over a grid of step shapes (prefill, batched prefill, chunks with\n"
     "      cached context, decode batches by context, mixed, swap, copy; with --lora-rank, steps\n"
     "      under LoRA adapters of rank R): N repetitions\n"
     "      (default 9) over R passes (default 3), each shape warmed up and timed back to back\n"
     "      within a pass; writes each shape's median with the cost model's features and a\n"
-    "      header naming the machine (device name, threads), date and engine version, for\n"
-    "      `sim calibrate` (docs/validation.md); an existing PROFILE.csv is replaced only with\n"
-    "      --force\n"
+    "      header naming the machine (device name, threads), date, engine version, KV dtype\n"
+    "      and weight quantization, for `sim calibrate` (docs/validation.md); an existing\n"
+    "      PROFILE.csv is replaced only with --force\n"
     "  serve [EXP.yaml | --model M] [--host H] [--port P] [--device cpu|cuda] [--weights PATH]\n"
     "             [--kv-memory-gb G] [--max-in-flight N] [--served-model-name NAME]\n"
     "             [--tokenizer FILE] [--seed N]\n"
@@ -222,8 +225,8 @@ int cmd_profile(const std::vector<std::string>& args) {
       "cached context, decode batches by context, mixed, swap, copy): N repetitions over R "
       "passes, each shape warmed up and timed back to back within a pass; writes each shape's "
       "median with the cost model's features and a header naming the machine (device name, "
-      "threads; $SERVELAB_MACHINE_NAME replaces the name), date and engine version, for `sim "
-      "calibrate` (docs/validation.md).");
+      "threads; $SERVELAB_MACHINE_NAME replaces the name), date, engine version, KV dtype and "
+      "weight quantization, for `sim calibrate` (docs/validation.md).");
   app->add_option("--model", o.model, "the model (catalogue name or config.json)")->type_name("M");
   cli::add_out(*app, o.out, "the profile to write")->type_name("PROFILE.csv");
   app->add_option("--device", o.device, "where the model runs (default cpu)")
@@ -241,6 +244,18 @@ int cmd_profile(const std::vector<std::string>& args) {
         "terms of `sim calibrate`");
   app->add_option("--weights", o.weights, "a safetensors checkpoint (default: random weights)")
       ->type_name("PATH");
+  const auto words = [](const auto& list) {
+    return std::vector<std::string>(std::begin(list), std::end(list));
+  };
+  app->add_option("--kv-cache-dtype", o.kv_cache_dtype,
+                  "store K/V in this dtype (default: the model file's kv_cache_dtype, else auto)")
+      ->check(cli::one_of(words(servelab::kKvCacheDtypes)))
+      ->type_name("D");
+  app->add_option("--quantization", o.quantization,
+                  "store the weights so (default: the model file's quantization, else none; "
+                  "--device cpu only)")
+      ->check(cli::one_of(words(servelab::kQuantizations)))
+      ->type_name("Q");
   app->add_option_function<std::string>(
          "--seed", [&](const std::string& v) { o.seed = servelab::parse_seed(v); },
          "the random weights' seed")

@@ -18,6 +18,8 @@
 #include "engine/engine_driver.h"
 #include "engine/gpu_switches.h"
 #include "engine/llama_weights.h"
+#include "engine/weight_quantization.h"
+#include "kernels/float_formats.h"
 #include "serving/calibration_profile.h"
 #include "serving/config_node.h"
 #include "serving/interrupt.h"
@@ -252,6 +254,35 @@ ProfileRun run_profile(const ProfileOptions& o, std::FILE* progress) {
   if (o.device != "cpu" && o.device != "cuda") {
     throw ConfigError("--device: expected cpu or cuda, got '" + o.device + "'");
   }
+  if (o.model.empty()) throw ConfigError("engine profile: --model is required");
+  if (o.out.empty()) throw ConfigError("engine profile: -o FILE is required");
+  if (o.reps < 1 || o.warmup < 0 || o.rounds < 1) {
+    throw ConfigError("--reps and --rounds must be >= 1 and --warmup >= 0");
+  }
+  if (o.block_size < 1 || o.block_size > 256) throw ConfigError("--block-size: expected 1..256");
+  // The machine the header records (serving/machine.h); a bad $SERVELAB_MACHINE_NAME fails here,
+  // before the weights are made. CUDA: the GPU's name, filled in with the executor below.
+  MachineRecord machine = this_machine(o.device);
+  LlamaConfig llama = load_llama_config(o.model, default_catalog_dir());
+  // The model as it would be served: the options replace the model file's storage keys.
+  if (!o.kv_cache_dtype.empty()) llama.model.kv_cache_dtype = o.kv_cache_dtype;
+  if (!o.quantization.empty()) llama.model.quantization = o.quantization;
+  const ModelConfig& model = llama.model;
+  model.validate();
+  const kernels::FloatFormat kv_format =
+      o.device == "cuda" ? cuda_kv_float_format(model) : kv_float_format(model);
+  if (o.device == "cuda") {
+    if (model.quantization != "none") {
+      throw ConfigError("engine profile: quantization '" + model.quantization +
+                        "' (--quantization or the model file): the CUDA executor runs bf16 "
+                        "weights; profile quantized weights on --device cpu");
+    }
+    if (const std::string why = cuda_kv_dtype_refusal(model); !why.empty()) {
+      throw ConfigError("engine profile: kv_cache_dtype (--kv-cache-dtype or the model file): " +
+                        why);
+    }
+  }
+  // The device after the model (so a refusal above reads the same with and without a GPU).
 #if SERVELAB_HAVE_CUDA
   if (o.device == "cuda") {
     std::string why;
@@ -265,17 +296,6 @@ ProfileRun run_profile(const ProfileOptions& o, std::FILE* progress) {
         "--device cpu");
   }
 #endif
-  if (o.model.empty()) throw ConfigError("engine profile: --model is required");
-  if (o.out.empty()) throw ConfigError("engine profile: -o FILE is required");
-  if (o.reps < 1 || o.warmup < 0 || o.rounds < 1) {
-    throw ConfigError("--reps and --rounds must be >= 1 and --warmup >= 0");
-  }
-  if (o.block_size < 1 || o.block_size > 256) throw ConfigError("--block-size: expected 1..256");
-  // The machine the header records (serving/machine.h); a bad $SERVELAB_MACHINE_NAME fails here,
-  // before the weights are made. CUDA: the GPU's name, filled in with the executor below.
-  MachineRecord machine = this_machine(o.device);
-  const LlamaConfig llama = load_llama_config(o.model, default_catalog_dir());
-  const ModelConfig& model = llama.model;
   const std::int32_t max_tokens = std::min<std::int32_t>(
       o.max_tokens, static_cast<std::int32_t>(model.max_position_embeddings));
   if (max_tokens < 16) throw ConfigError("--max-tokens: expected at least 16");
@@ -316,8 +336,13 @@ ProfileRun run_profile(const ProfileOptions& o, std::FILE* progress) {
                         "machine with more memory");
     }
   }
-  const LlamaWeights weights = o.weights.empty() ? LlamaWeights::random(llama, o.seed)
-                                                 : LlamaWeights::load(llama, o.weights);
+  LlamaWeights weights = o.weights.empty() ? LlamaWeights::random(llama, o.seed)
+                                           : LlamaWeights::load(llama, o.weights);
+  try {
+    quantize_weights(weights, model.quantization);
+  } catch (const ConfigError& e) {
+    throw ConfigError("engine profile: quantization: " + std::string(e.what()));
+  }
   // The executor and what the header says of it. The CUDA one's buffers are sized for the
   // largest shape of the grid.
   std::unique_ptr<Backend> exec;
@@ -331,6 +356,7 @@ ProfileRun run_profile(const ProfileOptions& o, std::FILE* progress) {
     eo.num_host_blocks = static_cast<std::int32_t>(host_blocks);
     eo.enable_lora = o.lora_rank > 0;
     eo.lora_seed = o.seed;
+    eo.kv_format = kv_format;
     exec = std::make_unique<CpuExecutor>(weights, eo);
   }
 #if SERVELAB_HAVE_CUDA
@@ -355,7 +381,14 @@ ProfileRun run_profile(const ProfileOptions& o, std::FILE* progress) {
     co.lora_seed = o.seed;
     co.max_loras = max_adapters;
     co.max_lora_rank = std::max(1, o.lora_rank);
+    co.kv_format = kv_format;  // fp8: per-tensor scales 1, as `engine run`'s
     apply_cuda_switches(cuda_switches_from_env(), co);
+    if (const std::string refusal =
+            cuda_kv_kernels_refusal(kv_format, co.decode_kernel, co.prefill_kernel);
+        !refusal.empty()) {
+      throw ConfigError("engine profile: kv_cache_dtype (--kv-cache-dtype or the model file): " +
+                        refusal);
+    }
     auto cuda = std::make_unique<CudaExecutor>(weights, co);
     const kernels::DeviceInfo info = kernels::device_info();
     device_name = info.name + " (sm_" + std::to_string(info.major) + std::to_string(info.minor) +
@@ -408,6 +441,8 @@ ProfileRun run_profile(const ProfileOptions& o, std::FILE* progress) {
   out << "# executor: " << executor << "\n";
   out << "# block_size: " << o.block_size << "\n";
   out << "# block_bytes: " << block_bytes << "\n";
+  out << "# kv_cache_dtype: " << kernels::format_name(kv_format) << "\n";
+  out << "# quantization: " << model.quantization << "\n";
   out << "# reps: " << o.reps << "\n";
   out << "# warmup: " << o.warmup << " per round\n";
   out << "# rounds: " << std::min(o.rounds, o.reps) << "\n";

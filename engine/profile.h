@@ -21,6 +21,14 @@
 //   lora           with --lora-rank R only: B decodes at context 256 spread over L adapters of
 //                  rank R (round robin), and prompts of n tokens under one adapter; the file
 //                  then has the LoRA columns (serving/calibration_profile.h) and `# lora_rank: R`
+//
+// The model is stored as it would be served: its KV cache dtype and weight quantization are the
+// model file's (kv_cache_dtype, quantization), or the options' when given (vLLM's
+// --kv-cache-dtype and --quantization), exactly as `engine run` would store them on that device
+// (the CPU executor keeps fp32 storage and rounds K/V to the dtype; the CUDA executor stores bf16
+// or fp8 and refuses quantized weights). The header records both (`# kv_cache_dtype:` the format
+// the executor ran, e.g. fp32, bf16, fp8_e4m3; `# quantization:`), and a calibration from it
+// prices only runs that store their model the same way (check_profile_storage).
 #pragma once
 
 #include <cstdint>
@@ -47,6 +55,10 @@ struct ProfileOptions {
   // > 0: add the `lora` family, its adapters of this rank (1..512; the executor runs with LoRA on,
   // adapters generated from `seed`), so `sim calibrate` fits the LoRA terms.
   std::int32_t lora_rank = 0;
+  // Non-empty: replace the model file's model.kv_cache_dtype (one of kKvCacheDtypes) or
+  // model.quantization (one of kQuantizations) for this profile.
+  std::string kv_cache_dtype;
+  std::string quantization;
 };
 
 struct ProfileEntry {

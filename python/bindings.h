@@ -7,6 +7,7 @@
 //   bind_step_cost one step priced by an experiment's cost model (step_cost_bindings.cc)
 //   bind_kv_probe  KV dtypes against bf16 KV, weight quantizations against the unquantized
 //                  weights, on the CPU engine (kv_probe_bindings.cc)
+//   bind_calibration engine profile, sim calibrate, sim validate (calibration_bindings.cc)
 #pragma once
 
 #include <pybind11/pybind11.h>
@@ -20,5 +21,6 @@ void bind_groups(pybind11::module_& m);
 void bind_policies(pybind11::module_& m);
 void bind_step_cost(pybind11::module_& m);
 void bind_kv_probe(pybind11::module_& m);
+void bind_calibration(pybind11::module_& m);
 
 }  // namespace servelab::python

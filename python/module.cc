@@ -13,4 +13,5 @@ PYBIND11_MODULE(_servelab, m) {
   servelab::python::bind_policies(m);
   servelab::python::bind_step_cost(m);
   servelab::python::bind_kv_probe(m);
+  servelab::python::bind_calibration(m);
 }

@@ -1,6 +1,9 @@
 #include "serving/calibration_profile.h"
 
 #include <algorithm>
+#include <iterator>
+#include <optional>
+#include <string_view>
 #include <utility>
 
 #include "serving/config_node.h"
@@ -40,11 +43,28 @@ const std::vector<std::string>& profile_lora_columns() {
   return cols;
 }
 
+namespace {
+
+// doc[key] when present, which must be one of `words`; "" when absent.
+template <std::size_t N>
+std::string optional_word(const ConfigNode& doc, std::string_view key,
+                          const std::string_view (&words)[N]) {
+  const std::optional<ConfigNode> node = doc.find(key);
+  if (!node) return "";
+  const std::string value = node->is_scalar() ? node->as_string() : "";
+  if (const std::string why = unknown_storage_word(value, words); !why.empty()) {
+    node->fail_message(why);
+  }
+  return value;
+}
+
+}  // namespace
+
 CalibratedProfile load_calibrated_profile(const std::string& path) {
   const ConfigNode doc = ConfigNode::load_file(path);
   doc.allow_keys({"type", "format_version", "model", "device", "machine", "date_utc",
-                  "engine_version", "profile", "block_size", "block_bytes", "coefficients", "fit",
-                  "host_overhead"});
+                  "engine_version", "profile", "block_size", "block_bytes", "kv_cache_dtype",
+                  "quantization", "coefficients", "fit", "host_overhead"});
   const ConfigNode type = doc.at("type");
   if (type.as_string() != "calibrated") type.fail("'calibrated'");
   if (doc.has("format_version")) doc.get_int("format_version", 1, 1);
@@ -67,6 +87,8 @@ CalibratedProfile load_calibrated_profile(const std::string& path) {
   if (doc.has("profile")) doc.get_string("profile");
   p.block_size = static_cast<std::int32_t>(doc.get_int("block_size", 1, 256));
   p.block_bytes = doc.get_int("block_bytes", 1, INT64_MAX);
+  p.kv_cache_dtype = optional_word(doc, "kv_cache_dtype", kProfileKvDtypes);
+  p.quantization = optional_word(doc, "quantization", kQuantizations);
   const ConfigNode c = doc.at("coefficients");
   c.allow_keys({"step_s", "per_sequence_s", "per_token_s", "per_token_above_knee_s", "knee_tokens",
                 "prefill_pair_s", "decode_context_token_s", "decode_context_token_above_knee_s",
@@ -103,12 +125,26 @@ CalibratedProfile load_calibrated_profile(const std::string& path) {
 
 void check_profile_storage(const CalibratedProfile& p, const ModelConfig& model,
                            const std::string& where) {
-  if (model.quantization != "none") {
+  const std::string measured_q = p.quantization.empty() ? "none" : p.quantization;
+  if (model.quantization != measured_q) {
+    const std::string measured =
+        measured_q == "none" ? "unquantized weights" : measured_q + " weights";
     throw ConfigError(where + ": key 'model.quantization': " + model.quantization +
-                      ", but the calibrated cost model " + p.file +
-                      " was measured on unquantized weights (the engine runs no others), so its "
-                      "step times would be theirs; price quantized weights with the roofline "
-                      "(leave out cost_model)");
+                      ", but the calibrated cost model " + p.file + " was measured on " + measured +
+                      ", so its step times would be theirs; price the run with a profile of " +
+                      model.quantization + " weights, or with the roofline (leave out cost_model)");
+  }
+  if (!p.kv_cache_dtype.empty()) {
+    if (model.kv_dtype() != p.kv_cache_dtype) {
+      throw ConfigError(where + ": key 'model.kv_cache_dtype': the experiment's KV cache is " +
+                        model.kv_dtype() + ", but the calibrated cost model " + p.file +
+                        " was measured with a " + p.kv_cache_dtype +
+                        " cache (its kv_cache_dtype), so its attention, swap and copy times "
+                        "would be that cache's; use the KV dtype it was measured with, profile "
+                        "this one (engine profile --kv-cache-dtype), or use the roofline (leave "
+                        "out cost_model)");
+    }
+    return;
   }
   const std::int64_t kv_per_token = model.kv_bytes_per_token();
   if (p.block_bytes > 0 && p.block_bytes != kv_per_token * p.block_size) {

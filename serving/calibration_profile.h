@@ -5,9 +5,11 @@
 // simulator's CalibratedCostModel (sim/calibrated_cost_model.h, where the formula lives).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/step_features.h"
@@ -65,8 +67,30 @@ struct CalibratedProfile {
   std::string engine_version;  // project version and git describe of the profiling engine
   std::int32_t block_size = 16;
   std::int64_t block_bytes = 0;  // K and V of one block, all layers, as the engine stores it
+  // How the profiled engine stored the model (`kv_cache_dtype:`, one of kProfileKvDtypes, and
+  // `quantization:`, one of kQuantizations); empty for files written before they were recorded
+  // (unquantized, with the KV dtype known only through block_bytes).
+  std::string kv_cache_dtype;
+  std::string quantization;
   CalibratedCoefficients coefficients;
 };
+
+// The KV formats a profile records: what ModelConfig::kv_dtype() resolves to (the CPU engine
+// rounds K/V to these in fp32 storage; the CUDA engine stores bf16 and fp8).
+inline constexpr std::string_view kProfileKvDtypes[] = {"fp32", "bf16", "fp16", "fp8_e4m3",
+                                                        "fp8_e5m2"};
+
+// The message for a recorded storage word (a kv_cache_dtype or quantization): "" when `value` is
+// one of `words`, else "expected one of W1, W2, ..., got 'VALUE'".
+template <std::size_t N>
+std::string unknown_storage_word(std::string_view value, const std::string_view (&words)[N]) {
+  std::string list;
+  for (std::string_view w : words) {
+    if (w == value) return "";
+    list += (list.empty() ? "" : ", ") + std::string(w);
+  }
+  return "expected one of " + list + ", got '" + std::string(value) + "'";
+}
 
 // Reads and validates a cost.yaml. Throws ConfigError naming the file (and line and key) for a
 // missing file, malformed YAML, an unknown or missing key, a wrong type or a negative
@@ -75,11 +99,12 @@ struct CalibratedProfile {
 // the machine: the users of the file do (warn_if_calibrated_elsewhere).
 CalibratedProfile load_calibrated_profile(const std::string& path);
 
-// The profile measured the engine's model as the engine stores it: unquantized weights (it runs
-// no others) and K/V of block_bytes / block_size bytes per token. Throws ConfigError, prefixed
-// with `where` (the experiment or run config naming the model), when `model` is quantized or its
-// KV cache holds another number of bytes per token (another KV dtype): priced by the profile,
-// such a run would silently get the measured model's step times.
+// The profile measured the model as the engine stored it: its weight quantization (none for a
+// file without `quantization:`) and its KV dtype (`kv_cache_dtype:`; for an older file without
+// it, K/V of block_bytes / block_size bytes per token). Throws ConfigError, prefixed with `where`
+// (the experiment or run config naming the model), when `model` is stored otherwise (another
+// quantization, another KV dtype, or for an older file another number of KV bytes per token):
+// priced by the profile, such a run would silently get the measured model's step times.
 void check_profile_storage(const CalibratedProfile& profile, const ModelConfig& model,
                            const std::string& where);
 

@@ -231,6 +231,17 @@ EngineProfile read_profile(const std::string& path) {
     }
     p.lora_rank = static_cast<std::int32_t>(rank);
   }
+  // How the model was stored: optional (older profiles have neither line).
+  const auto storage = [&](const char* key, const auto& words) -> std::string {
+    const auto it = p.header.find(key);
+    if (it == p.header.end()) return "";
+    if (const std::string why = unknown_storage_word(it->second, words); !why.empty()) {
+      throw ConfigError(path + ": header '" + key + "': " + why);
+    }
+    return it->second;
+  };
+  p.kv_cache_dtype = storage("kv_cache_dtype", kProfileKvDtypes);
+  p.quantization = storage("quantization", kQuantizations);
   // The machine: all three lines (each checked where it was read) or none (an older profile).
   const int machine_lines =
       static_cast<int>(p.header.count("machine_kind") + p.header.count("machine_name") +
@@ -409,6 +420,8 @@ CalibrationResult fit_profile(const EngineProfile& profile) {
   p.engine_version = header("engine_version");
   p.block_size = profile.block_size;
   p.block_bytes = profile.block_bytes;
+  p.kv_cache_dtype = profile.kv_cache_dtype;
+  p.quantization = profile.quantization;
   const bool lora = std::any_of(profile.rows.begin(), profile.rows.end(), [](const ProfileRow& r) {
     return r.features.step.lora_tokens > 0;
   });
@@ -454,6 +467,9 @@ std::string calibration_yaml(const CalibrationResult& result, const std::string&
   text("profile", profile_path);
   number("block_size", p.block_size);
   number("block_bytes", p.block_bytes);
+  // How the profiled engine stored the model (profiles before these were recorded have neither).
+  if (!p.kv_cache_dtype.empty()) number("kv_cache_dtype", p.kv_cache_dtype);
+  if (!p.quantization.empty()) number("quantization", p.quantization);
   y << YAML::Key << "coefficients" << YAML::Value
     << YAML::Comment("seconds per unit; step = sum of unit counts x these") << YAML::BeginMap;
   number("step_s", c.step_s);
@@ -530,6 +546,12 @@ void print_calibration(std::FILE* out, const CalibrationResult& r) {
   const CalibratedCoefficients& c = p.coefficients;
   std::fprintf(out, "calibrated %s on %s (%s, engine %s)\n", p.model.c_str(), p.device.c_str(),
                p.date_utc.c_str(), p.engine_version.c_str());
+  if (!p.kv_cache_dtype.empty()) {
+    std::fprintf(out, "  stored as: KV cache %s, weights %s (it prices only runs stored so)\n",
+                 p.kv_cache_dtype.c_str(),
+                 p.quantization.empty() || p.quantization == "none" ? "unquantized"
+                                                                    : p.quantization.c_str());
+  }
   std::fprintf(out, "  coefficients:\n");
   std::fprintf(out, "    step                  %12.3f us\n", c.step_s * 1e6);
   std::fprintf(out, "    per sequence          %12.3f us\n", c.per_sequence_s * 1e6);

@@ -53,13 +53,18 @@ struct EngineProfile {
   // `# lora_rank: R` (engine profile --lora-rank): the rank of the adapters its LoRA rows ran
   // under; 0 for a profile without LoRA rows.
   std::int32_t lora_rank = 0;
+  // `# kv_cache_dtype:` (one of kProfileKvDtypes) and `# quantization:` (one of kQuantizations):
+  // how the engine stored the model; empty for profiles written before they were recorded.
+  std::string kv_cache_dtype;
+  std::string quantization;
   std::vector<ProfileRow> rows;
 };
 
 // Throws ConfigError naming the file (and line) for a missing or unreadable file, a missing
 // column or header key, a malformed row, a non-positive duration, no rows at all, or machine
 // lines that are incomplete or malformed (a kind other than cpu or cuda, an empty name, a thread
-// count that is not an integer >= 1). The LoRA columns (profile_lora_columns) are optional; rows
+// count that is not an integer >= 1), or a kv_cache_dtype or quantization line naming no known
+// format. The LoRA columns (profile_lora_columns) are optional; rows
 // with tokens under an adapter need the `# lora_rank:` line (an integer in [1, 512]), and a row's
 // adapters must not outnumber its tokens under them.
 EngineProfile read_profile(const std::string& path);

@@ -778,21 +778,33 @@ int calibrate_command(const std::vector<std::string>& args) {
     }
   }
   check_output_file(out, inputs, force);
-  const EngineProfile p = read_profile(profile);
-  CalibrationResult r = holdout ? fit_profile_holdout(p, holdout) : fit_profile(p);
-  std::optional<HostOverhead> host;
-  if (!engine_run.empty()) host = fit_host_overhead(engine_run, r.profile);
-  write_file_atomically(out, calibration_yaml(r, profile, host ? &*host : nullptr));
+  const ProfileCalibration c = calibrate_profile(profile, holdout, engine_run, profile);
+  write_file_atomically(out, c.yaml);
   if (!quiet) {
-    print_calibration(stdout, r);
-    if (host) {
-      std::printf("  host overhead over %lld steps of %s: step_s %.9g, per_sequence_s %.9g\n",
-                  static_cast<long long>(host->steps), host->engine_run.c_str(), host->step_s,
-                  host->per_sequence_s);
-    }
+    print_profile_calibration(stdout, c);
     std::printf("  wrote %s\n", out.c_str());
   }
   return 0;
+}
+
+ProfileCalibration calibrate_profile(const std::string& profile_path, int holdout,
+                                     const std::string& engine_run,
+                                     const std::string& profile_label) {
+  ProfileCalibration c;
+  const EngineProfile p = read_profile(profile_path);
+  c.result = holdout ? fit_profile_holdout(p, holdout) : fit_profile(p);
+  if (!engine_run.empty()) c.host = fit_host_overhead(engine_run, c.result.profile);
+  c.yaml = calibration_yaml(c.result, profile_label, c.host ? &*c.host : nullptr);
+  return c;
+}
+
+void print_profile_calibration(std::FILE* out, const ProfileCalibration& c) {
+  print_calibration(out, c.result);
+  if (c.host) {
+    std::fprintf(out, "  host overhead over %lld steps of %s: step_s %.9g, per_sequence_s %.9g\n",
+                 static_cast<long long>(c.host->steps), c.host->engine_run.c_str(), c.host->step_s,
+                 c.host->per_sequence_s);
+  }
 }
 
 }  // namespace servelab

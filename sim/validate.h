@@ -100,6 +100,21 @@ std::vector<EngineStep> engine_steps(const std::string& engine_dir);
 // `profile`'s coefficients.
 HostOverhead fit_host_overhead(const std::string& engine_dir, CalibratedProfile& profile);
 
+// What `sim calibrate` computes from a profile (its file is read here): the fit (every
+// `holdout`-th shape of each family held out when holdout >= 2; 0 fits them all), the host
+// overhead fitted on `engine_run` when not empty, and the cost.yaml text naming `profile_label`
+// as its profile. Throws ConfigError for a bad profile or engine run.
+struct ProfileCalibration {
+  CalibrationResult result;
+  std::optional<HostOverhead> host;
+  std::string yaml;
+};
+ProfileCalibration calibrate_profile(const std::string& profile_path, int holdout,
+                                     const std::string& engine_run,
+                                     const std::string& profile_label);
+// What `sim calibrate` prints of it (without the "wrote" line).
+void print_profile_calibration(std::FILE* out, const ProfileCalibration& c);
+
 // `sim calibrate PROFILE.csv -o COST.yaml [--engine-run ENGINE_DIR] [--quiet]`.
 int calibrate_command(const std::vector<std::string>& args);
 

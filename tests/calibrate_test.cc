@@ -15,6 +15,7 @@
 #include "core/rng.h"
 #include "serving/config_node.h"
 #include "serving/experiment.h"
+#include "serving/model_config.h"
 #include "sim/calibrated_cost_model.h"
 #include "sim/calibration.h"
 #include "sim/nnls.h"
@@ -690,6 +691,125 @@ std::string experiment(const std::string& cost_file) {
          "5}\n" +
          (cost_file.empty() ? std::string()
                             : "cost_model: {type: calibrated, file: " + cost_file + "}\n");
+}
+
+// ---- how the profiled engine stored the model ----
+
+// `# kv_cache_dtype:` and `# quantization:` go profile -> cost.yaml -> loaded profile; a profile
+// without them (older) writes neither key, and its cost.yaml loads with both empty.
+TEST(CalibrationStorage, RoundTripsFromProfileToCostYaml) {
+  const EngineProfile with =
+      profile_from(with_header_lines(synthetic_profile(known(), 0.0, 1),
+                                     "# kv_cache_dtype: fp8_e4m3\n# quantization: fp8\n"),
+                   "storage_rt");
+  EXPECT_EQ(with.kv_cache_dtype, "fp8_e4m3");
+  EXPECT_EQ(with.quantization, "fp8");
+  const std::string yaml = calibration_yaml(fit_profile(with), "profile.csv");
+  EXPECT_NE(yaml.find("\nkv_cache_dtype: fp8_e4m3\nquantization: fp8\n"), std::string::npos)
+      << yaml;
+  const auto dir = temp_dir("calibrate_storage_rt");
+  write_file(dir / "cost.yaml", yaml);
+  const CalibratedProfile p = load_calibrated_profile((dir / "cost.yaml").string());
+  EXPECT_EQ(p.kv_cache_dtype, "fp8_e4m3");
+  EXPECT_EQ(p.quantization, "fp8");
+
+  const EngineProfile without = profile_from(synthetic_profile(known(), 0.0, 1), "storage_none");
+  EXPECT_EQ(without.kv_cache_dtype, "");
+  const std::string old_yaml = calibration_yaml(fit_profile(without), "profile.csv");
+  EXPECT_EQ(old_yaml.find("kv_cache_dtype"), std::string::npos) << old_yaml;
+  EXPECT_EQ(old_yaml.find("quantization"), std::string::npos) << old_yaml;
+  write_file(dir / "old.yaml", old_yaml);
+  const CalibratedProfile o = load_calibrated_profile((dir / "old.yaml").string());
+  EXPECT_EQ(o.kv_cache_dtype, "");
+  EXPECT_EQ(o.quantization, "");
+}
+
+// A storage word that names no format: the profile line (PATH and key) or the cost.yaml key
+// (FILE:LINE and key), with the choices. A model file's "fp8" is not a recorded format: the
+// engine records what it resolved to (fp8_e4m3).
+TEST(CalibrationStorage, UnknownFormatsAreErrors) {
+  const auto profile_error = [&](const std::string& lines) {
+    try {
+      profile_from(with_header_lines(synthetic_profile(known(), 0.0, 1), lines), "storage_bad");
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  std::string e = profile_error("# kv_cache_dtype: fp8\n");
+  EXPECT_NE(e.find("profile.csv: header 'kv_cache_dtype': expected one of fp32, bf16, fp16, "
+                   "fp8_e4m3, fp8_e5m2, got 'fp8'"),
+            std::string::npos)
+      << e;
+  e = profile_error("# quantization: gptq\n");
+  EXPECT_NE(e.find("header 'quantization': expected one of none, awq, fp8, got 'gptq'"),
+            std::string::npos)
+      << e;
+
+  const auto dir = temp_dir("calibrate_storage_bad");
+  const auto yaml_error = [&](const std::string& line) {
+    std::string text = cost_yaml();
+    text.insert(text.find("coefficients:"), line);
+    write_file(dir / "cost.yaml", text);
+    try {
+      load_calibrated_profile((dir / "cost.yaml").string());
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(yaml_error("kv_cache_dtype: bf16\nquantization: awq\n"), "no error");
+  e = yaml_error("kv_cache_dtype: int8\n");
+  EXPECT_NE(e.find("cost.yaml:5:"), std::string::npos) << e;
+  EXPECT_NE(e.find("key 'kv_cache_dtype': expected one of fp32, bf16"), std::string::npos) << e;
+  e = yaml_error("quantization: [fp8]\n");
+  EXPECT_NE(e.find("key 'quantization': expected one of none, awq, fp8"), std::string::npos) << e;
+}
+
+// check_profile_storage: a profile that records its storage prices only models stored the same
+// way, by name (the CPU engine's fp8 K/V live in fp32 storage, so bytes would not tell); an
+// older profile compares the quantization with none and the KV bytes per token.
+TEST(CalibrationStorage, CheckComparesTheRecordedStorage) {
+  const auto message = [](const CalibratedProfile& p, const ModelConfig& m) {
+    try {
+      check_profile_storage(p, m, "exp.yaml");
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  ModelConfig model = load_model("tiny", default_catalog_dir());
+  ASSERT_EQ(model.kv_dtype(), "fp32");
+  CalibratedProfile fp8;
+  fp8.file = "cost.yaml";
+  fp8.block_size = 16;
+  fp8.block_bytes = 16 * model.kv_bytes_per_token();  // the CPU engine's fp32 storage
+  fp8.kv_cache_dtype = "fp8_e4m3";
+  fp8.quantization = "fp8";
+  std::string e = message(fp8, model);
+  EXPECT_NE(e.find("exp.yaml: key 'model.quantization': none, but the calibrated cost model "
+                   "cost.yaml was measured on fp8 weights"),
+            std::string::npos)
+      << e;
+  model.quantization = "fp8";
+  e = message(fp8, model);
+  EXPECT_NE(e.find("exp.yaml: key 'model.kv_cache_dtype': the experiment's KV cache is fp32, but "
+                   "the calibrated cost model cost.yaml was measured with a fp8_e4m3 cache"),
+            std::string::npos)
+      << e;
+  model.kv_cache_dtype = "fp8";  // resolves to fp8_e4m3
+  EXPECT_EQ(message(fp8, model), "no error");
+  model.kv_cache_dtype = "fp8_e5m2";  // the same bytes, another format
+  EXPECT_NE(message(fp8, model).find("KV cache is fp8_e5m2"), std::string::npos);
+
+  CalibratedProfile old = fp8;  // no storage recorded: unquantized, KV by bytes per token
+  old.kv_cache_dtype.clear();
+  old.quantization.clear();
+  EXPECT_NE(message(old, model).find("measured on unquantized weights"), std::string::npos);
+  model.quantization = "none";
+  EXPECT_NE(message(old, model).find("holds 128 bytes per token"), std::string::npos);
+  model.kv_cache_dtype = "auto";
+  EXPECT_EQ(message(old, model), "no error");
 }
 
 TEST(CostModelKey, LoadsAndValidates) {

@@ -58,7 +58,8 @@ TEST(CalibrationE2E, ProfileCalibrateRunValidate) {
   const std::string text = read_file(profile);
   for (const char* key :
        {"# model: tiny", "# device: cpu", "# machine_kind: cpu\n", "# machine_name: ",
-        "# machine_threads: ", "# date_utc: ", "# engine_version: ", "# block_bytes: 8192"}) {
+        "# machine_threads: ", "# date_utc: ", "# engine_version: ", "# block_bytes: 8192",
+        "# kv_cache_dtype: fp32\n", "# quantization: none\n"}) {
     EXPECT_NE(text.find(key), std::string::npos) << key;
   }
 
@@ -72,6 +73,8 @@ TEST(CalibrationE2E, ProfileCalibrateRunValidate) {
   // engine nor the simulator below warns.
   ASSERT_TRUE(p.machine);
   EXPECT_EQ(*p.machine, this_machine("cpu"));
+  EXPECT_EQ(p.kv_cache_dtype, "fp32");  // how the engine stored the tiny model
+  EXPECT_EQ(p.quantization, "none");
 
   write_file(dir / "exp.yaml", kExperiment);
   const std::string exp = (dir / "exp.yaml").string();
@@ -105,7 +108,11 @@ TEST(CalibrationE2E, ProfileCalibrateRunValidate) {
                   " --cost-model " + cost + " --out " + (dir / "v16").string(),
               dir);
   EXPECT_EQ(r.code, 2) << r.out;
-  EXPECT_NE(r.err.find("key 'model.kv_cache_dtype'"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("key 'model.kv_cache_dtype': the experiment's KV cache is bf16, but the "
+                       "calibrated cost model"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("measured with a fp32 cache"), std::string::npos) << r.err;
 
   const nlohmann::json j = nlohmann::json::parse(read_file(dir / "v/validation.json"));
   EXPECT_EQ(j["schedule"]["comparison"], "identical") << j["schedule"].dump();
@@ -126,6 +133,94 @@ TEST(CalibrationE2E, ProfileCalibrateRunValidate) {
   // machine moves the measured throughput by several times (seen: +4.9 with two copies of this
   // test at once on 2 cores). A factor of 10 still catches a unit or scale error (1000x).
   EXPECT_LT(std::abs(thr), 9.0);
+}
+
+// A model stored otherwise, end to end: `engine profile --kv-cache-dtype fp8 --quantization fp8`
+// runs the CPU engine as `engine run` runs that model (K/V rounded to e4m3, fp8 weights), records
+// both in its header and cost.yaml, and the calibration then prices exactly that storage: the
+// experiment stored so is run, replayed and validated; stored as the model file says (fp32, no
+// quantization), or with the other fp8 format, it is refused, naming the key.
+TEST(CalibrationE2E, Fp8StorageIsProfiledAndPricedOnlyForThatStorage) {
+  const auto dir = temp_dir("calibration_e2e_fp8");
+  const std::string profile = (dir / "profile.csv").string(), cost = (dir / "cost.yaml").string();
+  Cli r = run_engine_cli(
+      "profile --model tiny --quick --reps 3 --warmup 1 --max-tokens 512 --kv-cache-dtype fp8 "
+      "--quantization fp8 -o " +
+          profile,
+      dir);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::string text = read_file(profile);
+  EXPECT_NE(text.find("# kv_cache_dtype: fp8_e4m3\n# quantization: fp8\n"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("# block_bytes: 8192\n"), std::string::npos);  // fp32 storage on the CPU
+  r = run_sim("calibrate " + profile + " -o " + cost, dir);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const CalibratedProfile p = load_calibrated_profile(cost);
+  EXPECT_EQ(p.kv_cache_dtype, "fp8_e4m3");
+  EXPECT_EQ(p.quantization, "fp8");
+
+  write_file(dir / "exp.yaml", kExperiment);
+  const std::string exp = (dir / "exp.yaml").string();
+  const std::string fp8 = " --set model.kv_cache_dtype=fp8 --set model.quantization=fp8";
+  r = run_engine_cli("run " + exp + " --quiet --out " + (dir / "engine").string() + fp8, dir);
+  ASSERT_EQ(r.code, 0) << r.err;
+  r = run_sim("run " + exp + " --quiet --out " + (dir / "sim").string() + fp8 +
+                  " --set cost_model.file=" + cost,
+              dir);
+  ASSERT_EQ(r.code, 0) << r.err;
+  r = run_sim("validate " + (dir / "sim").string() + " " + (dir / "engine").string() + " --out " +
+                  (dir / "v").string(),
+              dir);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(read_file(dir / "v/validation.json"));
+  EXPECT_EQ(j["schedule"]["comparison"], "identical") << j["schedule"].dump();
+  EXPECT_LT(number(j["step_time"]["replayed"]["p50"]), 2.0);
+
+  r = run_sim("run " + exp + " --quiet --out " + (dir / "plain").string() +
+                  " --set cost_model.file=" + cost,
+              dir);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("key 'model.quantization': none, but the calibrated cost model"),
+            std::string::npos)
+      << r.err;
+  r = run_sim("run " + exp + " --quiet --out " + (dir / "e5m2").string() +
+                  " --set model.kv_cache_dtype=fp8_e5m2 --set model.quantization=fp8"
+                  " --set cost_model.file=" +
+                  cost,
+              dir);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("the experiment's KV cache is fp8_e5m2, but the calibrated cost model"),
+            std::string::npos)
+      << r.err;
+  EXPECT_FALSE(test_util::fs::exists(dir / "plain"));
+  EXPECT_FALSE(test_util::fs::exists(dir / "e5m2"));
+}
+
+// What the CUDA executor cannot store is refused before the device is looked for, so the message
+// is the same with and without a GPU (and in a build without CUDA); a word outside the choices is
+// a usage error. Nothing is written.
+TEST(CalibrationE2E, ProfileStorageRefusals) {
+  const auto dir = temp_dir("calibration_e2e_refusals");
+  const std::string out = " -o " + (dir / "p.csv").string();
+  Cli r = run_engine_cli("profile --model tiny --device cuda --quantization awq" + out, dir);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("quantization 'awq' (--quantization or the model file): the CUDA "
+                       "executor runs bf16 weights"),
+            std::string::npos)
+      << r.err;
+  r = run_engine_cli("profile --model tiny --device cuda --kv-cache-dtype fp16" + out, dir);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("the CUDA executor stores KV in bf16 or fp8 (fp8, fp8_e4m3, fp8_e5m2), "
+                       "not fp16"),
+            std::string::npos)
+      << r.err;
+  r = run_engine_cli("profile --model tiny --kv-cache-dtype int8" + out, dir);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--kv-cache-dtype"), std::string::npos) << r.err;
+  r = run_engine_cli("profile --model tiny --quantization gptq" + out, dir);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--quantization"), std::string::npos) << r.err;
+  EXPECT_FALSE(test_util::fs::exists(dir / "p.csv"));
 }
 
 // The LoRA terms end to end: `engine profile --lora-rank 8` times steps under adapters on the

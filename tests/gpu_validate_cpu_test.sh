@@ -112,6 +112,18 @@ check "  ... bench, then e2e" test "$(grep -o '^mode [a-z0-9]*' "$t/last.txt" | 
 check "gpu-check validate --dry-run lists the roofline runs" run 0 "$b/gpu-check" validate --dry-run --out "$t/d"
 check "  ... " has "sim_burst-8b-vllm-hash_roofline" "$t/last.txt"
 check "  ... and the report" has "experiments/validation/gpu/report.py" "$t/last.txt"
+# --kv-cache-dtype: the profile and every engine and sim run store K/V so, and the calibrated
+# files carry the dtype in their names.
+check "gpu-check validate --kv-cache-dtype fp8 --dry-run" run 0 "$b/gpu-check" validate \
+  --kv-cache-dtype fp8 --dry-run --out "$t/d"
+check "  ... profiles an fp8 cache" has "profile --device cuda --model Llama-3-8B --max-tokens 8192 --kv-cache-dtype fp8" "$t/last.txt"
+check "  ... into files named for it" grep -qF \
+  'sim calibrate experiments/catalog/calibrated/llama-3-8b-\$GPU-fp8-profile.csv -o experiments/catalog/calibrated/llama-3-8b-\$GPU-fp8.yaml' "$t/last.txt"
+check "  ... every run stores it" test "$(grep -c "run .*--set model.kv_cache_dtype=fp8" "$t/last.txt")" = 19
+check "  ... the report names it" has "KV cache {header.get('kv_cache_dtype'" "$b/experiments/validation/gpu/report.py"
+check "--kv-cache-dtype fp16 refuses (exit 2)" run 2 "$b/gpu-check" validate --kv-cache-dtype fp16 --dry-run
+check "  ... naming what the CUDA executor stores" has "expected bf16, fp8, fp8_e4m3 or fp8_e5m2" "$t/last.txt"
+check "--kv-cache-dtype with another mode refuses (exit 2)" run 2 "$b/gpu-check" e2e --kv-cache-dtype fp8 --dry-run
 check "--device cpu with another mode refuses (exit 2)" run 2 "$b/gpu-check" tests --device cpu
 check "--device gpu refuses (exit 2)" run 2 "$b/gpu-check" validate --device gpu
 check "  ... naming what it expected" has "expected cuda or cpu" "$t/last.txt"

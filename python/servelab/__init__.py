@@ -15,6 +15,7 @@ import os as _os
 
 from . import _servelab
 from ._servelab import ConfigError, PolicyError, ReplicaLoad, Request, RouteRequest
+from .calibration import Calibration, Profile, Validation, calibrate, profile, validate
 from .groups import GroupResult, compare, sweep
 from .kv_dtypes import compare_kv_dtypes
 from .plotting import plot
@@ -30,13 +31,17 @@ from .weight_quantization import compare_weight_quantizations
 home = _servelab.locate_home(_os.path.dirname(_os.path.abspath(__file__)))
 
 __all__ = [
+    "Calibration",
     "ConfigError",
     "GroupResult",
     "PolicyError",
+    "Profile",
     "ReplicaLoad",
     "Request",
     "RouteRequest",
     "Result",
+    "Validation",
+    "calibrate",
     "compare",
     "compare_kv_dtypes",
     "compare_weight_quantizations",
@@ -45,10 +50,12 @@ __all__ = [
     "plot",
     "policies",
     "policies_text",
+    "profile",
     "register_queue_order",
     "register_router",
     "register_victim_rule",
     "run",
     "step_cost",
     "sweep",
+    "validate",
 ]

@@ -98,7 +98,8 @@ def profile_section(work):
            f"driver {header.get('driver', 'n/a')}, engine {header.get('engine_version', '?')}, "
            f"measured {header.get('date_utc', '?')}; {header.get('reps', '?')} repetitions over "
            f"{header.get('rounds', '?')} rounds ({header.get('warmup', '?')} warm-up), grid "
-           f"{header.get('grid', '?')}.", "",
+           f"{header.get('grid', '?')}; KV cache {header.get('kv_cache_dtype', 'not recorded')}, "
+           f"weights {header.get('quantization', 'not recorded')}.", "",
            "| family | shapes | median step time, ms (smallest - largest shape) | spread (max - min) / median: median over shapes | worst |",
            "|---|---|---|---|---|"]
     for fam, v in sorted(fams.items()):
