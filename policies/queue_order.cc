@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <deque>
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
@@ -196,11 +197,21 @@ double predicted_output_tokens(std::uint64_t seed, double error, std::uint64_t i
   return static_cast<double>(true_output) * std::exp(error * rng.normal());
 }
 
-std::unique_ptr<WaitingQueue> make_waiting_queue(const PolicySpec& spec, std::uint64_t seed) {
+std::unique_ptr<WaitingQueue> make_waiting_queue(const PolicySpec& spec, std::uint64_t seed,
+                                                 std::vector<TimeNs> ttft_targets_ns) {
   SchedulerConfig sc;
   PolicyTarget target{&sc, nullptr, seed};
+  target.ttft_targets_ns = std::move(ttft_targets_ns);
   build_policy(PolicyKind::kQueue, spec, target);
   return sc.make_waiting_queue();
+}
+
+TimeNs ttft_deadline(const RequestSpec& spec, const std::vector<TimeNs>& ttft_targets_ns) {
+  constexpr TimeNs kNever = std::numeric_limits<TimeNs>::max();
+  if (spec.request_class >= ttft_targets_ns.size()) return kNever;
+  const TimeNs target = ttft_targets_ns[spec.request_class];
+  if (target < 0) return kNever;
+  return spec.arrival_ns > kNever - target ? kNever : spec.arrival_ns + target;
 }
 
 namespace {
@@ -292,6 +303,25 @@ const PolicyRegistrar kFair(
                                          spec.get_double("output_weight"));
      }),
      /*rank=*/4});
+
+// Earliest deadline first on the experiment's TTFT objectives. The key is fixed at arrival, so a
+// preempted request returns by the deadline it already had (it is late, so it goes first).
+const PolicyRegistrar kEdf(
+    {PolicyKind::kQueue,
+     "edf",
+     "earliest TTFT deadline first: arrival + the request class's slo ttft_ms, then arrival; a "
+     "class without a TTFT objective after every deadline; preempted requests re-inserted by "
+     "the same key",
+     "earliest deadline first (Liu and Layland, JACM 1973) over the experiment's slo targets",
+     {},
+     [](const PolicySpec&, PolicyTarget& t) {
+       t.scheduler->make_waiting_queue = [targets = t.ttft_targets_ns] {
+         return make_keyed("edf", [targets](const Request& r) {
+           return std::pair<TimeNs, TimeNs>(ttft_deadline(r.spec, targets), r.spec.arrival_ns);
+         });
+       };
+     },
+     /*rank=*/5});
 
 }  // namespace
 

@@ -9,6 +9,9 @@
 //                  keyed by (seed, request id), so it does not depend on arrival order
 //   fair           VTC (Sheng et al., OSDI'24): per-tenant virtual token counters; the next
 //                  admission comes from the backlogged tenant with the smallest counter
+//   edf            earliest TTFT deadline first: (arrival + the request class's TTFT objective,
+//                  arrival, id); a class without one after every deadline (PolicyTarget's
+//                  ttft_targets_ns, from the experiment's slo: section)
 //
 // SGLang's policies (lpm, dfs-weight, lof, random), which re-sort the queue every step, are in
 // policies/queue_order_sglang.cc.
@@ -19,6 +22,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "core/scheduler_config.h"
 #include "core/waiting_queue.h"
@@ -29,7 +33,13 @@ namespace servelab {
 // The queue for `spec` (a registered queue plugin; parameters validated by the registry).
 // `seed` is the experiment seed (only predicted-sjf draws from it). Throws ConfigError for an
 // unknown plugin name.
-std::unique_ptr<WaitingQueue> make_waiting_queue(const PolicySpec& spec, std::uint64_t seed);
+// `ttft_targets_ns`: the TTFT objective of each request class (PolicyTarget; only edf reads it).
+std::unique_ptr<WaitingQueue> make_waiting_queue(const PolicySpec& spec, std::uint64_t seed,
+                                                 std::vector<TimeNs> ttft_targets_ns = {});
+
+// edf's key: arrival + the TTFT objective of the request's class (saturating), or TimeNs's
+// largest value where the class has none (kNoTtftTarget or no entry).
+TimeNs ttft_deadline(const RequestSpec& spec, const std::vector<TimeNs>& ttft_targets_ns);
 
 // A queue plugin's factory: the scheduler config gets a maker bound to the spec and the seed
 // (each Scheduler builds its own queue: queues hold state, the config is shared). `make`:

@@ -86,11 +86,16 @@ struct PolicySpec;
 // What a plugin's factory builds into. `scheduler` is always set; `kv_cache` is null when only
 // the scheduler's side is wanted (experiment loading); `seed` is the experiment seed.
 // `router` is set only when a router is built (it receives the router plugin's maker).
+// `ttft_targets_ns` is the TTFT objective of each request class (index:
+// RequestSpec::request_class) in nanoseconds, kNoTtftTarget for a class without one; empty when
+// the experiment states none or is still being loaded. Only deadline orders read it (edf).
+inline constexpr TimeNs kNoTtftTarget = -1;
 struct PolicyTarget {
   SchedulerConfig* scheduler = nullptr;
   KvCacheOptions* kv_cache = nullptr;
   std::uint64_t seed = 0;
   RouterMaker* router = nullptr;
+  std::vector<TimeNs> ttft_targets_ns = {};
 };
 
 // Builds the plugin `spec` names (its parameters validated by the registry) into `target`: sets

@@ -1,6 +1,7 @@
 #include "serving/experiment.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <iterator>
 #include <utility>
@@ -308,6 +309,19 @@ void parse_slo(const ConfigNode& s, ExperimentConfig& c) {
     t.allow_keys({"ttft_ms", "tpot_ms", "e2e_ms"});
     parse_slo_targets(t, c.slo.classes[name]);
   }
+}
+
+// A deadline order needs deadlines: at least one TTFT objective (a class without one comes after
+// every deadline, which is FCFS for the whole run when no class has one).
+void check_deadline_queue(const ExperimentConfig& c) {
+  if (c.policies.queue.name != "edf") return;
+  for (const TimeNs t : ttft_targets_ns(c)) {
+    if (t != kNoTtftTarget) return;
+  }
+  throw ConfigError(c.file +
+                    ": policies.queue: edf orders requests by their TTFT deadline (arrival + "
+                    "the request class's TTFT objective), but the experiment sets none; set "
+                    "slo.ttft_ms (or slo.classes.NAME.ttft_ms)");
 }
 
 void parse_outputs(const ConfigNode& o, ExperimentConfig& c) {
@@ -746,6 +760,7 @@ ExperimentConfig experiment_from_document(const ConfigNode& doc, const std::stri
   check_workload_lora(top, c);
   if (top.has("workload")) c.request_classes = request_class_names(top.at("workload"));
   if (auto s = top.find("slo")) parse_slo(*s, c);
+  check_deadline_queue(c);
   check_async_scheduling(c);
   if (auto o = top.find("outputs")) parse_outputs(*o, c);
   if (auto m = top.find("cost_model")) parse_cost_model(*m, c);
@@ -850,6 +865,19 @@ ExperimentConfig experiment_from_document(const ConfigNode& doc, const std::stri
 }
 
 }  // namespace
+
+std::vector<TimeNs> ttft_targets_ns(const ExperimentConfig& config) {
+  const auto target = [](const SloTargets& t) {
+    if (!t.ttft_ms) return kNoTtftTarget;
+    return static_cast<TimeNs>(std::llround(*t.ttft_ms * static_cast<double>(kNsPerMs)));
+  };
+  if (config.request_classes.empty()) return {target(config.slo)};
+  std::vector<TimeNs> out;
+  for (const std::string& name : config.request_classes) {
+    out.push_back(target(slo_for_class(config.slo, name)));
+  }
+  return out;
+}
 
 void apply_model_storage(const ExperimentConfig& config, ModelConfig& model) {
   if (config.kv_cache_dtype) model.kv_cache_dtype = *config.kv_cache_dtype;

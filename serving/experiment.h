@@ -217,6 +217,12 @@ struct ExperimentConfig {
 // of 'model.router_skew' when the model is dense.
 void apply_model_storage(const ExperimentConfig& config, ModelConfig& model);
 
+// The TTFT objective of each request class of the experiment (index: RequestSpec::request_class;
+// one entry, class 0, for a workload without classes), in nanoseconds: slo.classes.NAME.ttft_ms,
+// else slo.ttft_ms, else kNoTtftTarget. What deadline queue orders (edf) rank by
+// (scheduler_config_with_policies, serving/replica.h, hands it to the queue).
+std::vector<TimeNs> ttft_targets_ns(const ExperimentConfig& config);
+
 // Loads and validates `path`, applying `overrides` ("a.b=value") first and `seed` if given.
 // Throws ConfigError on any problem.
 ExperimentConfig load_experiment(const std::string& path, const std::vector<std::string>& overrides,

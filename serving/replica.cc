@@ -41,6 +41,7 @@ SchedulerConfig scheduler_config_with_policies(const ExperimentConfig& config) {
   SchedulerConfig sc = config.scheduler;
   // The queue again: its maker is bound to the seed, which --seed may have changed.
   PolicyTarget target{&sc, nullptr, config.seed};
+  target.ttft_targets_ns = ttft_targets_ns(config);
   build_policy(PolicyKind::kQueue, config.policies.queue, target);
   return sc;
 }

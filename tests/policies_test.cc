@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -127,10 +128,10 @@ TEST(PolicyRegistryTest, CatalogueListsEveryPlugin) {
       }
     }
   }
-  // vllm, static, orca, sarathi, prefill-first, sglang; 9 queue orders; recompute, swap, auto;
+  // vllm, static, orca, sarathi, prefill-first, sglang; 10 queue orders; recompute, swap, auto;
   // hash, radix, none; paged, contiguous; admit-all, queue-length, predicted-wait; off,
   // queue-length
-  EXPECT_EQ(plugins, 28u);
+  EXPECT_EQ(plugins, 29u);
   EXPECT_NE(cat.find("SGLang (RadixAttention)"), std::string::npos) << cat;
   EXPECT_NE(cat.find("error (a double in [0, 10], default 0.5)"), std::string::npos) << cat;
   EXPECT_NE(cat.find("victim (one of last-running, lowest-priority, fewest-computed, most-blocks, "
@@ -194,6 +195,42 @@ TEST(PolicyQueueOrderTest, FcfsKeepsArrivalOrderAndPutsVictimsFirst) {
   EXPECT_EQ(Ids(*q), (std::vector<RequestId>{9, 0, 1, 2, 3}));
   EXPECT_EQ(q->size(), 5u);
   EXPECT_EQ(Drain(*q), (std::vector<RequestId>{9, 0, 1, 2, 3}));
+}
+
+// edf: arrival + the class's TTFT objective, then arrival, then id. Classes 0 (1 s) and 1 (600 s);
+// class 2 has none (kNoTtftTarget) and class 3 is past the table's end: both after every
+// deadline, in arrival order. A request whose deadline passed still goes first.
+TEST(PolicyQueueOrderTest, EdfOrdersByTtftDeadline) {
+  constexpr TimeNs kS = kNsPerS;
+  const std::vector<TimeNs> targets = {1 * kS, 600 * kS, kNoTtftTarget};
+  Pool p;
+  auto q = make_waiting_queue(Parse(PolicyKind::kQueue, "edf"), kSeed, targets);
+  EXPECT_STREQ(q->name(), "edf");
+  // (id: class, arrival s) = 0: (1, 0) deadline 600, 1: (0, 10) 11, 2: (0, 700) 701,
+  // 3: (2, 0) none, 4: (1, 100) 700, 5: (3, 1) none, 6: (0, 599) 600 (ties 0: arrival first).
+  const std::uint32_t cls[] = {1, 0, 0, 2, 1, 3, 0};
+  const TimeNs arrival_s[] = {0, 10, 700, 0, 100, 1, 599};
+  std::vector<Request*> r;
+  for (RequestId id = 0; id < 7; ++id) {
+    r.push_back(p.Add(id, arrival_s[id] * kS, 10));
+    r.back()->spec.request_class = cls[id];
+    q->push_back(r.back());
+  }
+  EXPECT_EQ(Ids(*q), (std::vector<RequestId>{1, 0, 6, 4, 2, 3, 5}));
+  q->pop_front();
+  q->pop_front();
+  q->push_front(r[0]);  // preempted: back at its deadline (600 s), before 6's (arrival breaks it)
+  EXPECT_EQ(Ids(*q), (std::vector<RequestId>{0, 6, 4, 2, 3, 5}));
+  EXPECT_EQ(Drain(*q), (std::vector<RequestId>{0, 6, 4, 2, 3, 5}));
+  // Without targets (a queue built outside an experiment) every class has none: arrival order.
+  auto plain = Queue("edf");
+  for (Request* x : r) plain->push_back(x);
+  EXPECT_EQ(Ids(*plain), (std::vector<RequestId>{0, 3, 5, 1, 4, 6, 2}));
+  // The deadline saturates instead of overflowing.
+  RequestSpec late = r[0]->spec;
+  late.arrival_ns = std::numeric_limits<TimeNs>::max() - 5;
+  EXPECT_EQ(ttft_deadline(late, targets), std::numeric_limits<TimeNs>::max());
+  EXPECT_EQ(ttft_deadline(r[1]->spec, targets), 11 * kS);
 }
 
 TEST(PolicyQueueOrderTest, PriorityOrdersByPriorityArrivalThenId) {

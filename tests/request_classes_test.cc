@@ -266,6 +266,37 @@ TEST(RequestClasses, FairAndPriorityQueuesProtectTheChatClassFromAFlood) {
   EXPECT_GT(chat["priority"].slo_attainment, 0.7);
 }
 
+// edf ranks by the classes' TTFT objectives, with no priorities set: the flood's 600 s puts its
+// deadlines behind every chat request's 1 s, so chat is protected as by priority. Give the flood
+// the chat's objective and every deadline is arrival + 1 s: arrival order, the chat behind the
+// flood, as under fcfs. Without any TTFT objective, edf is refused at loading.
+TEST(RequestClasses, EdfRanksByTheClassesTtftObjectives) {
+  const fs::path dir = temp_dir("request_classes_edf");
+  const ClassSummary edf = Simulate(Load({"policies.queue=edf"}), dir / "edf").summary.classes[0];
+  EXPECT_LT(edf.ttft_ms.p50, 1'000);
+  EXPECT_GT(edf.slo_attainment, 0.7);
+  const ClassSummary equal =
+      Simulate(Load({"policies.queue=edf", "slo.classes.flood.ttft_ms=1000"}), dir / "equal")
+          .summary.classes[0];
+  EXPECT_GT(equal.ttft_ms.p50, 10'000);
+  EXPECT_LT(equal.slo_attainment, 0.5);
+  // config.yaml names the queue.
+  EXPECT_NE(read_file(dir / "edf" / "config.yaml").find("queue: edf"), std::string::npos);
+
+  try {
+    Load({"policies.queue=edf", "slo={tpot_ms: 100}"});
+    FAIL() << "edf without a TTFT objective was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find(
+                  "classes.yaml: policies.queue: edf orders requests by their TTFT deadline"),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("set slo.ttft_ms (or slo.classes.NAME.ttft_ms)"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(RequestClasses, SloClassesMustNameTheWorkloadsClasses) {
   const fs::path dir = temp_dir("request_classes_slo");
   const auto error_of = [&](const std::vector<std::string>& set) -> std::string {

@@ -119,6 +119,7 @@ RequestSpec RandomRequest(Rng& rng, RequestId id, TimeNs now, std::uint64_t seed
   const std::uint64_t h = mix64(seed ^ (id * 0x9e3779b97f4a7c15ULL));
   spec.priority = static_cast<std::int32_t>(h % 3);
   spec.tenant = static_cast<std::uint32_t>((h >> 8) % 3);
+  spec.request_class = static_cast<std::uint32_t>((h >> 24) % 3);  // edf's TTFT objectives
   // Parallel sampling, also without drawing from `rng`.
   if (max_n > 1)
     spec.n = 1 + static_cast<std::int32_t>((h >> 16) % static_cast<std::uint64_t>(max_n));
@@ -312,7 +313,11 @@ const char* const kQueues[] = {"fcfs",
                                "{name: lpm, max_queue: 6}",
                                "dfs-weight",
                                "lof",
-                               "random"};
+                               "random",
+                               "edf"};
+
+// edf's TTFT objectives of the three request classes RandomRequest draws (the third has none).
+const std::vector<TimeNs> kTtftTargets = {kNsPerMs, 50 * kNsPerMs, kNoTtftTarget};
 
 const std::string& VictimName(const std::string& v) { return v; }
 
@@ -370,7 +375,8 @@ void RunSeed(std::uint64_t seed, const std::string& queue = "", std::string vict
   std::unique_ptr<WaitingQueue> waiting;
   if (!queue.empty()) {
     const ConfigNode node = ConfigNode::load_string("queue: " + queue + "\n", "test");
-    waiting = make_waiting_queue(parse_policy_spec(PolicyKind::kQueue, node.at("queue")), seed);
+    waiting = make_waiting_queue(parse_policy_spec(PolicyKind::kQueue, node.at("queue")), seed,
+                                 kTtftTargets);
   }
   Scheduler s(c, kv, &obs, std::move(waiting));
   TrivialBackend backend;
