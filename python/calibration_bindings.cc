@@ -60,22 +60,22 @@ py::tuple profile(const std::string& model, const std::string& device, int reps,
                   const std::string& quantization, std::uint64_t seed) {
   check_word("kv_cache_dtype", kv_cache_dtype, kKvCacheDtypes);
   check_word("quantization", quantization, kQuantizations);
-  ProfileOptions o;
-  o.model = model;
-  o.device = device;
-  o.reps = reps;
-  o.rounds = rounds;
-  o.warmup = warmup;
-  o.quick = quick;
-  o.max_tokens = max_tokens;
-  o.block_size = block_size;
-  o.weights = weights;
-  o.lora_rank = lora_rank;
-  o.kv_cache_dtype = kv_cache_dtype;
-  o.quantization = quantization;
-  o.seed = seed;
   TempDir tmp;
-  o.out = (tmp.path() / "profile.csv").string();
+  // In ProfileOptions' declaration order.
+  const ProfileOptions o{.model = model,
+                         .device = device,
+                         .out = (tmp.path() / "profile.csv").string(),
+                         .weights = weights,
+                         .reps = reps,
+                         .warmup = warmup,
+                         .rounds = rounds,
+                         .quick = quick,
+                         .block_size = block_size,
+                         .max_tokens = max_tokens,
+                         .seed = seed,
+                         .lora_rank = lora_rank,
+                         .kv_cache_dtype = kv_cache_dtype,
+                         .quantization = quantization};
   ProfileRun run;
   Files files;
   {
