@@ -129,11 +129,7 @@ py::dict coefficients(const CalibratedCoefficients& c) {
 // quantization}: what `sim calibrate PROFILE -o COST.yaml` writes and prints, and its numbers.
 py::dict calibrate(const std::string& profile_path, const std::string& profile_label, int holdout,
                    const std::string& engine_run) {
-  if (holdout == 1 || holdout < 0) {
-    throw ConfigError("calibrate: holdout: expected an integer >= 2 (or None), got " +
-                      std::to_string(holdout));
-  }
-  ProfileCalibration c;
+  ProfileCalibration c;  // holdout: 0, or >= 2 (fit_profile_holdout refuses the rest)
   std::string summary;
   {
     py::gil_scoped_release release;

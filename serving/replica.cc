@@ -39,7 +39,8 @@ StepSnapshot Replica::snapshot() const {
 
 SchedulerConfig scheduler_config_with_policies(const ExperimentConfig& config) {
   SchedulerConfig sc = config.scheduler;
-  // The queue again: its maker is bound to the seed, which --seed may have changed.
+  // The queue again: its maker is bound to the seed, which --seed may have changed, and to the
+  // classes' TTFT objectives (edf), parsed after the policies.
   PolicyTarget target{&sc, nullptr, config.seed};
   target.ttft_targets_ns = ttft_targets_ns(config);
   build_policy(PolicyKind::kQueue, config.policies.queue, target);
