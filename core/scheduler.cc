@@ -539,7 +539,7 @@ const StepPlan& Scheduler::schedule(TimeNs now) {
   admitted_in_step_ = 0;
   if (reorders_ && !waiting_->empty()) [[unlikely]] {
     KvPrefixProbe probe(kv_);
-    waiting_->reorder(kv_.prefix_caching() ? &probe : nullptr);
+    waiting_->reorder(kv_.prefix_caching() ? &probe : nullptr, now);
   }
   batch_->fill(*this, now, /*admit=*/true);
   // A victim other than the last running one can be the request being scheduled while others

@@ -74,10 +74,11 @@ class WaitingQueue {
   }
   // Whether reorder() does anything: asked once, like counts_service().
   virtual bool reorders() const { return false; }
-  // Called at the start of every step with a non-empty queue, before any admission: orders that
-  // re-sort the whole queue per step (SGLang's schedule policies) do it here. `probe` is null when
-  // prefix caching is off. May cost O(n log n) plus the probe's lookups.
-  virtual void reorder(PrefixProbe* probe) { (void)probe; }
+  // Called at the start of every step with a non-empty queue, before any admission, with the
+  // step's start time: orders that re-sort the whole queue per step (SGLang's schedule policies)
+  // or whose keys change with time (edf's demotion of late requests) do it here. `probe` is null
+  // when prefix caching is off. May cost O(n log n) plus the probe's lookups.
+  virtual void reorder(PrefixProbe* probe, TimeNs now) { (void)probe, (void)now; }
 };
 
 // A deque in FCFS order (arrivals at the back, preempted victims at the head): the storage of

@@ -7,6 +7,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <tuple>
 #include <unordered_map>
@@ -25,7 +26,7 @@ namespace {
 // changed after it was pushed. Because the key is recomputed on every push, a preempted request
 // returns at the place its current progress earns it.
 template <class Key, class KeyFn>
-class KeyedQueue final : public WaitingQueue {
+class KeyedQueue : public WaitingQueue {
  public:
   KeyedQueue(const char* name, KeyFn key_fn) : name_(name), key_fn_(std::move(key_fn)) {}
 
@@ -53,14 +54,27 @@ class KeyedQueue final : public WaitingQueue {
     return out;
   }
 
- private:
+ protected:
   struct Entry {
     Key key;
     RequestId id;
     Request* r;  // payload only: never compared
     bool operator<(const Entry& o) const { return std::tie(key, id) < std::tie(o.key, o.id); }
   };
+  using Iterator = typename std::set<Entry>::iterator;
 
+  // Moves the entry at `it` to `key`; returns the entry after `it` in the old order.
+  Iterator rekey(Iterator it, Key key) {
+    Request* r = it->r;
+    it = set_.erase(it);
+    set_.insert(Entry{key, r->id(), r});
+    keys_[r->id()] = std::move(key);
+    return it;
+  }
+  Iterator begin() { return set_.begin(); }
+  Iterator end() { return set_.end(); }
+
+ private:
   void insert(Request* r) {
     Key key = key_fn_(*r);
     set_.insert(Entry{key, r->id(), r});
@@ -78,6 +92,45 @@ std::unique_ptr<WaitingQueue> make_keyed(const char* name, KeyFn fn) {
   using Key = decltype(fn(std::declval<const Request&>()));
   return std::make_unique<KeyedQueue<Key, KeyFn>>(name, std::move(fn));
 }
+
+// edf's key: (deadline, arrival) from the request class's TTFT objective (ttft_deadline).
+struct EdfKey {
+  std::vector<TimeNs> targets;
+  std::pair<TimeNs, TimeNs> operator()(const Request& r) const {
+    return {ttft_deadline(r.spec, targets), r.spec.arrival_ns};
+  }
+};
+
+// edf with `late: demote`: at the start of every step, each queued request without its first
+// token whose deadline is less than `slack` after the step's start is moved to the best-effort
+// tier, the key (never, arrival) of a class without a TTFT objective: behind every request that
+// can still be on time, in arrival order among the others that cannot (or need not). A request
+// that already has its first token (preempted, back in the queue) keeps its deadline key: it is
+// past, so it goes first, as with `late: keep`. Demotion lasts: a demoted request pushed again
+// gets its deadline key back and is demoted at the next step. reorder() costs O(m log n) for m
+// demotions plus one step per returning request queued ahead of the first on-time deadline.
+class EdfDemoteQueue final : public KeyedQueue<std::pair<TimeNs, TimeNs>, EdfKey> {
+ public:
+  EdfDemoteQueue(std::vector<TimeNs> targets, TimeNs slack_ns)
+      : KeyedQueue("edf", EdfKey{std::move(targets)}), slack_ns_(slack_ns) {}
+
+  bool reorders() const override { return true; }
+  void reorder(PrefixProbe*, TimeNs now) override {
+    constexpr TimeNs kNever = std::numeric_limits<TimeNs>::max();
+    const TimeNs horizon = now > kNever - slack_ns_ ? kNever : now + slack_ns_;
+    // Stops at the best-effort tier, which demoted entries join (they are not visited again).
+    for (auto it = begin(); it != end() && it->key.first < horizon && it->key.first != kNever;) {
+      if (it->r->first_token_ns >= 0) {
+        ++it;
+      } else {
+        it = rekey(it, {kNever, it->r->spec.arrival_ns});
+      }
+    }
+  }
+
+ private:
+  TimeNs slack_ns_;
+};
 
 // Virtual Token Counter (Sheng et al., OSDI'24, Algorithm 2). Each tenant has a counter of the
 // service it received (weighted input + output tokens). Admission takes the oldest request of
@@ -305,20 +358,47 @@ const PolicyRegistrar kFair(
      /*rank=*/4});
 
 // Earliest deadline first on the experiment's TTFT objectives. The key is fixed at arrival, so a
-// preempted request returns by the deadline it already had (it is late, so it goes first).
+// preempted request returns by the deadline it already had (it is late, so it goes first). With
+// `late: demote` a request that has missed (or is about to miss) its deadline before its first
+// token is served after every request that can still meet one (EdfDemoteQueue).
 const PolicyRegistrar kEdf(
     {PolicyKind::kQueue,
      "edf",
      "earliest TTFT deadline first: arrival + the request class's slo ttft_ms, then arrival; a "
      "class without a TTFT objective after every deadline; preempted requests re-inserted by "
-     "the same key",
-     "earliest deadline first (Liu and Layland, JACM 1973) over the experiment's slo targets",
-     {},
-     [](const PolicySpec&, PolicyTarget& t) {
-       t.scheduler->make_waiting_queue = [targets = t.ttft_targets_ns] {
-         return make_keyed("edf", [targets](const Request& r) {
-           return std::pair<TimeNs, TimeNs>(ttft_deadline(r.spec, targets), r.spec.arrival_ns);
-         });
+     "the same key; late: demote serves requests past their deadline after the others",
+     "earliest deadline first (Liu and Layland, JACM 1973) over the experiment's slo targets; "
+     "demotion of late jobs as in overload-tolerant EDF (Buttazzo, Hard Real-Time Computing "
+     "Systems)",
+     {{"late",
+       ParamType::kString,
+       std::string("keep"),
+       0,
+       0,
+       {"keep", "demote"},
+       "keep: a late request keeps its deadline (it goes first); demote: once its deadline is "
+       "less than slack_ms away and it has no first token, it goes behind every request that "
+       "can still be on time (arrival order among those)"},
+      {"slack_ms",
+       ParamType::kDouble,
+       0.0,
+       0.0,
+       1e9,
+       {},
+       "with late: demote, how long before its deadline a waiting request counts as late (0: "
+       "once the deadline has passed)"}},
+     [](const PolicySpec& spec, PolicyTarget& t) {
+       const bool demote = spec.get_string("late") == "demote";
+       const double slack_ms = spec.get_double("slack_ms");
+       if (!demote && slack_ms != 0) {
+         throw std::invalid_argument(
+             "edf: slack_ms needs late: demote (with late: keep no request is demoted)");
+       }
+       const auto slack_ns = static_cast<TimeNs>(std::llround(slack_ms * 1e6));
+       t.scheduler->make_waiting_queue = [targets = t.ttft_targets_ns, demote,
+                                          slack_ns]() -> std::unique_ptr<WaitingQueue> {
+         if (demote) return std::make_unique<EdfDemoteQueue>(targets, slack_ns);
+         return make_keyed("edf", EdfKey{targets});
        };
      },
      /*rank=*/5});

@@ -64,7 +64,7 @@ class LpmQueue final : public ReorderedQueue {
   LpmQueue(std::int32_t max_queue, std::int32_t in_batch_threshold)
       : max_queue_(max_queue), threshold_(in_batch_threshold) {}
   const char* name() const override { return "lpm"; }
-  void reorder(PrefixProbe* probe) override {
+  void reorder(PrefixProbe* probe, TimeNs) override {
     if (probe == nullptr || q_.size() > static_cast<std::size_t>(max_queue_)) return;
     const std::int32_t bs = probe->block_size();
     // (deprioritised, -cached tokens): ascending puts the longest match first.
@@ -98,7 +98,7 @@ class LpmQueue final : public ReorderedQueue {
 class DfsWeightQueue final : public ReorderedQueue {
  public:
   const char* name() const override { return "dfs-weight"; }
-  void reorder(PrefixProbe* probe) override {
+  void reorder(PrefixProbe* probe, TimeNs) override {
     if (probe == nullptr) return;
     // Node 0 is the root (no cached block); node n > 0 stands for one cached block, its parent
     // the block before it. Children in order of creation (the list's order), so ties are stable.
@@ -169,7 +169,7 @@ class DfsWeightQueue final : public ReorderedQueue {
 class LofQueue final : public ReorderedQueue {
  public:
   const char* name() const override { return "lof"; }
-  void reorder(PrefixProbe*) override {
+  void reorder(PrefixProbe*, TimeNs) override {
     std::vector<std::int32_t> key(q_.size());
     for (std::size_t i = 0; i < q_.size(); ++i) key[i] = -q_[i]->spec.max_output_tokens;
     stable_sort_by(key);
@@ -180,7 +180,7 @@ class RandomQueue final : public ReorderedQueue {
  public:
   explicit RandomQueue(std::uint64_t seed) : rng_(Rng::stream(seed, "queue-random")) {}
   const char* name() const override { return "random"; }
-  void reorder(PrefixProbe*) override {
+  void reorder(PrefixProbe*, TimeNs) override {
     for (std::size_t i = q_.size(); i > 1; --i) {  // Fisher-Yates
       const auto j =
           static_cast<std::size_t>(rng_.uniform_int(0, static_cast<std::int64_t>(i) - 1));

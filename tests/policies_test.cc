@@ -233,6 +233,76 @@ TEST(PolicyQueueOrderTest, EdfOrdersByTtftDeadline) {
   EXPECT_EQ(ttft_deadline(r[1]->spec, targets), 11 * kS);
 }
 
+// edf with late: demote. At each step start (reorder), a waiting request without its first token
+// whose deadline is less than slack_ms away joins the best-effort tier (arrival order, with the
+// classes that have no objective); a request that has its first token keeps its place.
+TEST(PolicyQueueOrderTest, EdfDemotesLateRequestsBehindTheOnTimeOnes) {
+  constexpr TimeNs kS = kNsPerS;
+  const std::vector<TimeNs> targets = {1 * kS, 600 * kS, kNoTtftTarget};
+  Pool p;
+  auto q =
+      make_waiting_queue(Parse(PolicyKind::kQueue, "{name: edf, late: demote}"), kSeed, targets);
+  EXPECT_STREQ(q->name(), "edf");
+  ASSERT_TRUE(q->reorders());
+  // (id: class, arrival s, deadline s) = 0: (1, 0, 600), 1: (0, 10, 11), 2: (2, 5, none),
+  // 3: (0, 12, 13), 4: (1, 3, 603).
+  const std::uint32_t cls[] = {1, 0, 2, 0, 1};
+  const TimeNs arrival_s[] = {0, 10, 5, 12, 3};
+  std::vector<Request*> r;
+  for (RequestId id = 0; id < 5; ++id) {
+    r.push_back(p.Add(id, arrival_s[id] * kS, 10));
+    r.back()->spec.request_class = cls[id];
+    q->push_back(r.back());
+  }
+  EXPECT_EQ(Ids(*q), (std::vector<RequestId>{1, 3, 0, 4, 2}));
+  q->reorder(nullptr, 11 * kS);  // 1's deadline is now, not passed: nothing moves
+  EXPECT_EQ(Ids(*q), (std::vector<RequestId>{1, 3, 0, 4, 2}));
+  q->reorder(nullptr, 11 * kS + 1);  // 1 is late: after 0 and 4, by arrival among 2 (5 s)
+  EXPECT_EQ(Ids(*q), (std::vector<RequestId>{3, 0, 4, 2, 1}));
+  // A request back from preemption with its first token keeps its (past) deadline: first.
+  q->pop_front();
+  r[3]->first_token_ns = 12 * kS;
+  q->push_front(r[3]);
+  q->reorder(nullptr, 700 * kS);  // 0 and 4 are late now; 3 is not demoted
+  EXPECT_EQ(Ids(*q), (std::vector<RequestId>{3, 0, 4, 2, 1}));
+  EXPECT_EQ(Drain(*q), (std::vector<RequestId>{3, 0, 4, 2, 1}));
+  // A demoted request pushed again returns at its deadline and is demoted at the next step.
+  q->push_back(r[1]);
+  q->push_back(r[2]);
+  EXPECT_EQ(Ids(*q), (std::vector<RequestId>{1, 2}));
+  q->reorder(nullptr, 20 * kS);
+  EXPECT_EQ(Ids(*q), (std::vector<RequestId>{2, 1}));
+  EXPECT_TRUE(q->erase(r[1]));
+  EXPECT_EQ(Drain(*q), (std::vector<RequestId>{2}));
+
+  // slack_ms: late once the deadline is less than that far away.
+  auto s = make_waiting_queue(Parse(PolicyKind::kQueue, "{name: edf, late: demote, slack_ms: 500}"),
+                              kSeed, targets);
+  s->push_back(r[0]);
+  s->push_back(r[1]);
+  s->reorder(nullptr, 10 * kS + 499'999'999);  // 1 s deadline, 500 ms + 1 ns left: kept
+  EXPECT_EQ(Ids(*s), (std::vector<RequestId>{1, 0}));
+  s->reorder(nullptr, 10 * kS + 500'000'001);
+  EXPECT_EQ(Ids(*s), (std::vector<RequestId>{0, 1}));
+
+  // The default keeps late requests first and never reorders; slack_ms alone is refused.
+  EXPECT_FALSE(make_waiting_queue(Parse(PolicyKind::kQueue, "edf"), kSeed, targets)->reorders());
+  SchedulerConfig sc;
+  PolicyTarget t{&sc, nullptr, kSeed};
+  try {
+    build_policy(PolicyKind::kQueue, Parse(PolicyKind::kQueue, "{name: edf, slack_ms: 5}"), t);
+    ADD_FAILURE() << "slack_ms without late: demote was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("policies.queue: edf: slack_ms needs late: demote"),
+              std::string::npos)
+        << e.what();
+  }
+  const std::string bad = ParseError(PolicyKind::kQueue, "{name: edf, late: drop}");
+  EXPECT_NE(bad.find("'policies.queue.late': expected one of keep, demote, got 'drop'"),
+            std::string::npos)
+      << bad;
+}
+
 TEST(PolicyQueueOrderTest, PriorityOrdersByPriorityArrivalThenId) {
   Pool p;
   auto q = Queue("priority");

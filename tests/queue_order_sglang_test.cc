@@ -84,7 +84,7 @@ TEST(SglangQueueOrder, LpmSortsByCachedPrefixStably) {
   p.Set(3, {40, 41, 42, 43, 44}, 5);
   p.Set(4, {50}, 0);
   EXPECT_EQ(Ids(*q), (std::vector<RequestId>{0, 1, 2, 3, 4}));  // FCFS until a step starts
-  q->reorder(&p);
+  q->reorder(&p, 0);
   // 3 (80 tokens), then 1 and 2 (48 each, in their order), then 0 and 4.
   EXPECT_EQ(Ids(*q), (std::vector<RequestId>{3, 1, 2, 0, 4}));
   // 3 and 1 are admitted; 1 is preempted and returns at the head, 3 comes back as a new
@@ -94,7 +94,7 @@ TEST(SglangQueueOrder, LpmSortsByCachedPrefixStably) {
   q->push_front(rs.all[1].get());
   q->push_back(rs.all[3].get());
   EXPECT_EQ(Ids(*q), (std::vector<RequestId>{1, 2, 0, 4, 3}));
-  q->reorder(&p);
+  q->reorder(&p, 0);
   EXPECT_EQ(Ids(*q), (std::vector<RequestId>{3, 1, 2, 0, 4}));
 }
 
@@ -109,20 +109,20 @@ TEST(SglangQueueOrder, LpmDeprioritisesRequestsSharingANewPrefix) {
   p.Set(2, {7, 8, 9, 200}, 0);
   p.Set(3, {3, 4}, 0);
   p.Set(4, {7, 8, 9}, 0);
-  q->reorder(&p);
+  q->reorder(&p, 0);
   // Only 0 of the group goes first; 2 and 4 wait behind 1 and 3, for 0's blocks.
   EXPECT_EQ(Ids(*q), (std::vector<RequestId>{0, 1, 3, 2, 4}));
   // A shared prefix of one block (16 tokens) is below the 32-token threshold: no effect.
   auto q1 = Queue("lpm");
   rs.PushAll(*q1, {0, 1, 2});
   p.Set(2, {7, 55}, 0);
-  q1->reorder(&p);
+  q1->reorder(&p, 0);
   EXPECT_EQ(Ids(*q1), (std::vector<RequestId>{0, 1, 2}));
   // in_batch_threshold 0 turns it off.
   auto q0 = Queue("lpm", {{"in_batch_threshold", std::int64_t{0}}});
   rs.PushAll(*q0, {0, 1, 2, 3, 4});
   p.Set(2, {7, 8, 9, 200}, 0);
-  q0->reorder(&p);
+  q0->reorder(&p, 0);
   EXPECT_EQ(Ids(*q0), (std::vector<RequestId>{0, 1, 2, 3, 4}));
 }
 
@@ -134,14 +134,14 @@ TEST(SglangQueueOrder, LpmFallsBackToFcfsForLongQueuesAndWithoutCaching) {
   p.Set(2, {3, 4}, 2);
   auto q = Queue("lpm", {{"max_queue", std::int64_t{2}}});
   rs.PushAll(*q, {0, 1, 2});
-  q->reorder(&p);  // 3 waiting > max_queue 2
+  q->reorder(&p, 0);  // 3 waiting > max_queue 2
   EXPECT_EQ(Ids(*q), (std::vector<RequestId>{0, 1, 2}));
   q->pop_front();
-  q->reorder(&p);  // 2 waiting: sorted
+  q->reorder(&p, 0);  // 2 waiting: sorted
   EXPECT_EQ(Ids(*q), (std::vector<RequestId>{2, 1}));
   auto off = Queue("lpm");
   rs.PushAll(*off, {0, 1, 2});
-  off->reorder(nullptr);  // prefix caching off
+  off->reorder(nullptr, 0);  // prefix caching off
   EXPECT_EQ(Ids(*off), (std::vector<RequestId>{0, 1, 2}));
 }
 
@@ -158,17 +158,17 @@ TEST(SglangQueueOrder, DfsWeightWalksTheCachedTreeHeaviestFirst) {
   p.Set(3, {4, 9}, 1);     // d
   p.Set(4, {5, 9}, 0);     // root
   p.Set(5, {1, 8}, 1);     // a
-  q->reorder(&p);
+  q->reorder(&p, 0);
   // a (weight 4) before d (1); under a, b (2) before c (1), then a's own request; the root's
   // request last. Within b, the list's order (1 came before 0).
   EXPECT_EQ(Ids(*q), (std::vector<RequestId>{1, 0, 2, 5, 3, 4}));
   // Equal weights keep the list's order: c now also weighs 2.
   p.Set(5, {1, 3}, 2);
-  q->reorder(&p);
+  q->reorder(&p, 0);
   EXPECT_EQ(Ids(*q), (std::vector<RequestId>{1, 0, 2, 5, 3, 4}));
   auto off = Queue("dfs-weight");
   rs.PushAll(*off, {5, 4, 3});
-  off->reorder(nullptr);
+  off->reorder(nullptr, 0);
   EXPECT_EQ(Ids(*off), (std::vector<RequestId>{5, 4, 3}));
 }
 
@@ -186,7 +186,7 @@ TEST(SglangQueueOrder, DfsWeightWalksADeepChainWithoutRecursion) {
   p.Set(0, deep, kDepth / 4);
   p.Set(1, side, kDepth);
   p.Set(2, deep, kDepth);
-  q->reorder(&p);
+  q->reorder(&p, 0);
   // At the fork (depth kDepth / 2) both branches weigh 1: the list's order, 1 then 2; request 0
   // sits higher up, after its subtree.
   EXPECT_EQ(Ids(*q), (std::vector<RequestId>{1, 2, 0}));
@@ -196,7 +196,7 @@ TEST(SglangQueueOrder, LofPutsTheLongestOutputFirst) {
   auto q = Queue("lof");
   Requests rs({5, 9, 5, 1, 9});
   rs.PushAll(*q, {0, 1, 2, 3, 4});
-  q->reorder(nullptr);  // needs no cache
+  q->reorder(nullptr, 0);  // needs no cache
   EXPECT_EQ(Ids(*q), (std::vector<RequestId>{1, 4, 0, 2, 3}));
 }
 
@@ -211,7 +211,7 @@ TEST(SglangQueueOrder, RandomShufflesEveryStepFromTheSeed) {
     rs.PushAll(*q, order);
     std::vector<std::vector<RequestId>> out;
     for (int step = 0; step < 3; ++step) {
-      q->reorder(nullptr);
+      q->reorder(nullptr, 0);
       out.push_back(Ids(*q));
     }
     return out;

@@ -314,7 +314,10 @@ const char* const kQueues[] = {"fcfs",
                                "dfs-weight",
                                "lof",
                                "random",
-                               "edf"};
+                               "edf",
+                               "{name: edf, late: demote, slack_ms: 0.5}"};
+// Registered queue orders: kQueues lists edf twice (late: keep and late: demote).
+constexpr std::size_t kQueueOrders = std::size(kQueues) - 1;
 
 // edf's TTFT objectives of the three request classes RandomRequest draws (the third has none).
 const std::vector<TimeNs> kTtftTargets = {kNsPerMs, 50 * kNsPerMs, kNoTtftTarget};
@@ -500,7 +503,7 @@ TEST(SchedulerPropertyTest, RandomStreamsKeepEveryInvariant) {
 TEST(SchedulerPropertyTest, EveryQueueOrderKeepsEveryInvariant) {
   const auto& queues = kQueues;
   const std::size_t registered = PolicyRegistry::instance().list(PolicyKind::kQueue).size();
-  ASSERT_EQ(registered, std::size(queues)) << "a new queue order needs adding here";
+  ASSERT_EQ(registered, kQueueOrders) << "a new queue order needs adding here";
   for (const char* queue : queues) {
     for (std::string victim : {"last-running", "lowest-priority"}) {
       for (std::uint64_t seed = 1; seed <= 24; ++seed) {
