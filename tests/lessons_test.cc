@@ -1775,6 +1775,122 @@ TEST(Lessons, FleetSizing) {
   }
 }
 
+// docs/lessons/saying-no.md
+TEST(Lessons, SayingNo) {
+  const fs::path dir = temp_dir("lesson-saying-no");
+  const Cli r = run_sim("sweep " + kLessons + "saying-no.yaml --quiet --no-plot --jobs 2 --out " +
+                            (dir / "sweep").string(),
+                        dir);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto rows = read_csv(dir / "sweep" / "sweep.csv");
+  ASSERT_EQ(rows.size(), 40u);
+  std::map<std::string, std::map<int, json>> at;   // variant -> offered rate -> summary.json
+  std::map<std::string, std::string> point_at_30;  // variant -> point folder
+  for (const auto& row : rows) {
+    const int rate = std::stoi(row.at("workload.arrival.rate"));
+    at[row.at("variant")][rate] = summary(dir / "sweep" / row.at("point"));
+    if (rate == 30) point_at_30[row.at("variant")] = row.at("point");
+  }
+  const auto goodput = [&](const char* v, int rate) {
+    return at[v][rate]["goodput"]["requests_per_s"].get<double>();
+  };
+  // The page's table at 30 requests/s: served, shed, capped, TTFT p50 and p99, TPOT p50 (ms),
+  // goodput (req/s), arrivals served within the SLO (%).
+  struct Row {
+    const char* variant;
+    int served, shed, capped;
+    double ttft_p50, ttft_p99, tpot_p50, goodput, within;
+  };
+  const Row table[] = {{"admit-all", 3544, 0, 0, 25994.8, 54389.8, 52.09, 1.64, 8.7},
+                       {"queue-32", 2520, 1024, 0, 1553.3, 2009.2, 51.72, 2.30, 8.7},
+                       {"queue-12", 2476, 1068, 0, 573.3, 894.4, 51.69, 18.82, 69.9},
+                       {"wait-0.5s", 2490, 1054, 0, 526.0, 885.2, 51.94, 18.56, 70.2},
+                       {"cap-64", 3544, 0, 2539, 1879.5, 3129.1, 87.84, 6.71, 24.7}};
+  for (const Row& t : table) {
+    SCOPED_TRACE(t.variant);
+    const json& s = at[t.variant][30];
+    EXPECT_EQ(s["requests"]["total"].get<int>(), 3544);
+    EXPECT_EQ(s["requests"]["completed"].get<int>(), t.served);
+    EXPECT_EQ(s["requests"].value("shed", 0), t.shed);
+    EXPECT_EQ(s["requests"].value("capped", 0), t.capped);
+    EXPECT_NEAR(s["ttft_ms"]["p50"].get<double>(), t.ttft_p50, 0.05);
+    EXPECT_NEAR(s["ttft_ms"]["p99"].get<double>(), t.ttft_p99, 0.05);
+    EXPECT_NEAR(s["tpot_ms"]["p50"].get<double>(), t.tpot_p50, 0.005);
+    EXPECT_NEAR(goodput(t.variant, 30), t.goodput, 0.005);
+    const double good = goodput(t.variant, 30) * s["duration_s"].get<double>();
+    EXPECT_NEAR(100 * good / 3544, t.within, 0.05);
+  }
+  // The collapse without control: goodput 17.99 at 20 (all within the SLO), 2.68 at 25, 0.13 at
+  // 80, while the server completes 18.6 to 19.4 requests/s.
+  EXPECT_NEAR(goodput("admit-all", 20), 17.99, 0.005);
+  EXPECT_DOUBLE_EQ(at["admit-all"][20]["goodput"]["slo_attainment"].get<double>(), 1.0);
+  EXPECT_NEAR(goodput("admit-all", 25), 2.68, 0.005);
+  EXPECT_NEAR(goodput("admit-all", 80), 0.13, 0.005);
+  for (int rate : {25, 30, 40, 60, 80}) {
+    const double done = at["admit-all"][rate]["throughput"]["requests_per_s"].get<double>();
+    EXPECT_GE(done, 18.6) << rate;
+    EXPECT_LE(done, 19.4) << rate;
+  }
+  // The bounds and the prediction hold goodput near capacity at every load; queue-32 does not.
+  EXPECT_NEAR(goodput("queue-12", 80), 18.29, 0.005);
+  EXPECT_NEAR(goodput("wait-0.5s", 80), 18.35, 0.005);
+  for (int rate : {25, 30, 40, 60, 80}) {
+    EXPECT_GT(goodput("queue-12", rate), 17.9) << rate;
+    EXPECT_GT(goodput("wait-0.5s", rate), 17.6) << rate;
+    EXPECT_LT(goodput("queue-32", rate), 3.4) << rate;
+  }
+  // Little's law: queue-32 holds 1.7 s of work, queue-12 0.64 s.
+  EXPECT_NEAR(32 / at["queue-32"][30]["throughput"]["requests_per_s"].get<double>(), 1.7, 0.05);
+  EXPECT_NEAR(12 / at["queue-12"][30]["throughput"]["requests_per_s"].get<double>(), 0.64, 0.005);
+  // The same 309 requests meet the SLO under admit-all and queue-32, all arrived within 10.3 s.
+  const auto good_ids = [&](const char* v, double* last_arrival) {
+    std::set<std::string> ids;
+    for (const auto& row : read_csv(dir / "sweep" / point_at_30[v] / "requests.csv")) {
+      if (row.at("status") != "finished" || std::stod(row.at("ttft_ms")) > 1000) continue;
+      if (!row.at("tpot_ms").empty() && std::stod(row.at("tpot_ms")) > 100) continue;
+      ids.insert(row.at("id"));
+      *last_arrival = std::max(*last_arrival, std::stod(row.at("arrival_s")));
+    }
+    return ids;
+  };
+  double last_all = 0, last_32 = 0;
+  const std::set<std::string> all = good_ids("admit-all", &last_all);
+  EXPECT_EQ(all.size(), 309u);
+  EXPECT_EQ(good_ids("queue-32", &last_32), all);
+  EXPECT_NEAR(last_all, 10.3, 0.05);
+  // The cap: 27.16 and 33.85 requests/s completed at 30 and 80; goodput 15.22 at 25, 6.71 at 30,
+  // 0.00 at 80.
+  EXPECT_NEAR(at["cap-64"][30]["throughput"]["requests_per_s"].get<double>(), 27.16, 0.005);
+  EXPECT_NEAR(at["cap-64"][80]["throughput"]["requests_per_s"].get<double>(), 33.85, 0.005);
+  EXPECT_NEAR(goodput("cap-64", 25), 15.22, 0.005);
+  EXPECT_NEAR(goodput("cap-64", 80), 0.0, 0.005);
+  EXPECT_NEAR(at["wait-0.5s"][30]["batch"]["seqs_mean"].get<double>(), 169, 0.5);
+  // The comparison is the sweep's points at 30 requests/s, byte for byte.
+  const fs::path cmp = compare("saying-no.yaml", dir);
+  for (const auto& [variant, point] : point_at_30) {
+    EXPECT_EQ(read_file(cmp / variant / "requests.csv"),
+              read_file(dir / "sweep" / point / "requests.csv"))
+        << variant;
+  }
+  // A 50 ms TPOT objective: wait-0.5s keeps 3.63 req/s; with 128 seats TPOT p50 29.0 ms, goodput
+  // 16.43 req/s, 1,348 shed.
+  const std::string wait = " --set 'policies.admission={name: predicted-wait, max_wait_s: 0.5}'";
+  for (int seats : {256, 128}) {
+    const fs::path run = dir / ("tpot50-" + std::to_string(seats));
+    const Cli c = run_sim("run " + kLessons + "saying-no.yaml --quiet --set slo.tpot_ms=50" + wait +
+                              " --set serving.max_num_seqs=" + std::to_string(seats) + " --out " +
+                              run.string(),
+                          dir);
+    ASSERT_EQ(c.code, 0) << c.err;
+    const json s = summary(run);
+    EXPECT_NEAR(s["goodput"]["requests_per_s"].get<double>(), seats == 256 ? 3.63 : 16.43, 0.005);
+    if (seats == 128) {
+      EXPECT_NEAR(s["tpot_ms"]["p50"].get<double>(), 29.0, 0.05);
+      EXPECT_EQ(s["requests"]["shed"].get<int>(), 1348);
+    }
+  }
+}
+
 // docs/lessons/mixture-of-experts.md
 TEST(Lessons, MixtureOfExperts) {
   const std::string catalog = default_catalog_dir();
