@@ -1,9 +1,12 @@
 #include "engine/openai_api.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "core/json_depth.h"
+#include "core/rng.h"
 #include "serving/chat_template.h"
 
 namespace servelab {
@@ -25,7 +28,7 @@ bool known_field(const std::string& key, bool chat) {
       "stop",  "logprobs"};
   // vLLM's extra sampling parameters and its cache_salt.
   static const char* const kVllm[] = {"stop_token_ids", "min_tokens", "cache_salt",
-                                      "include_stop_str_in_output"};
+                                      "include_stop_str_in_output", "priority"};
   for (const char* k : kVllm) {
     if (key == k) return true;
   }
@@ -89,6 +92,12 @@ std::string error_json(const ApiError& e) {
   if (!e.param.empty()) err["param"] = e.param;
   if (!e.code.empty()) err["code"] = e.code;
   return json{{"error", err}}.dump();
+}
+
+std::uint32_t user_tenant(std::string_view user) {
+  if (user.empty()) return 0;
+  constexpr std::uint64_t kRange = 0x7fffffff;  // tenants 1 .. 2^31 - 1
+  return static_cast<std::uint32_t>(1 + mix64(name_hash(user)) % kRange);
 }
 
 CompletionRequest parse_completion_request(std::string_view text, bool chat,
@@ -164,6 +173,24 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat,
   }
   if (body.contains("user") && !body["user"].is_null()) {
     expect(body["user"].is_string(), "user", "a string");
+    r.user = body["user"].get<std::string>();
+  }
+  if (body.contains("priority") && !body["priority"].is_null()) {
+    const json& p = body["priority"];
+    using Limits = std::numeric_limits<std::int32_t>;
+    // An unsigned JSON number is compared as one: get<int64_t>() would wrap one above 2^63.
+    const bool fits = p.is_number_unsigned()
+                          ? p.get<std::uint64_t>() <= static_cast<std::uint64_t>(Limits::max())
+                          : p.is_number_integer() && p.get<std::int64_t>() >= Limits::min() &&
+                                p.get<std::int64_t>() <= Limits::max();
+    expect(fits, "priority", "a 32-bit integer");
+    r.priority = p.get<std::int32_t>();
+    if (r.priority != 0 && !limits.priority_scheduling) {
+      throw bad("'priority': got " + std::to_string(r.priority) +
+                    " but the server does not schedule by priority (serve an experiment with "
+                    "policies.queue: priority or the lowest-priority victim rule)",
+                "priority");
+    }
   }
   if (body.contains("seed") && !body["seed"].is_null()) {
     expect(body["seed"].is_number_integer(), "seed", "an integer");

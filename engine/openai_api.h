@@ -7,7 +7,8 @@
 // an unknown field, a field of the wrong type or out of range, a sampling parameter the engine
 // does not implement (anything but greedy decoding of one sequence), a token id outside the
 // vocabulary, an empty prompt, or prompt + max_tokens over the model's context (max_model_len).
-// A `model` that is neither the served model nor one of its LoRA adapters is 404.
+// A `model` that is neither the served model nor one of its LoRA adapters is 404. A nonzero
+// `priority` where the server does not schedule by priority is 400 (param "priority").
 #pragma once
 
 #include <cstdint>
@@ -38,6 +39,10 @@ struct ApiLimits {
   std::int32_t max_model_len = 0;
   // LoRA adapters served under their own names (serving/lora_modules.h; empty: none).
   std::vector<LoraModule> lora_modules;
+  // Whether the scheduler reads request priorities (queue order `priority`, or the
+  // `lowest-priority` victim rule): without, a nonzero `priority` is refused, as vLLM refuses
+  // one when priority scheduling is off.
+  bool priority_scheduling = false;
 };
 
 struct CompletionRequest {
@@ -60,7 +65,17 @@ struct CompletionRequest {
   // and vLLM's include_stop_str_in_output.
   std::vector<std::string> stop;
   bool include_stop_str_in_output = false;
+  // vLLM's `priority` (smaller is served first; 0 by default) and OpenAI's `user` ("": none), the
+  // end user on whose behalf the request is made: the server makes it the request's tenant, so
+  // the `fair` queue order shares the server among users.
+  std::int32_t priority = 0;
+  std::string user;
 };
+
+// The tenant of a request made for end user `user` (OpenAI's `user` field): 0 for none (""),
+// otherwise a stable hash of the name in [1, 2^31 - 1], so the same user is the same tenant in
+// every run and on every replica without a table that grows with the users.
+std::uint32_t user_tenant(std::string_view user);
 
 // Parses a /v1/completions (chat = false) or /v1/chat/completions (chat = true) body. Text
 // prompts and chat messages are encoded with `tokenizer` (chat messages through

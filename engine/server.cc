@@ -171,6 +171,13 @@ std::string render_text(const Tokenizer& tok, std::span<const std::int32_t> ids)
   return text;
 }
 
+// Whether the experiment's scheduler reads RequestSpec::priority: the `priority` queue order or
+// the `lowest-priority` victim rule.
+bool schedules_by_priority(const ExperimentConfig& config) {
+  return config.policies.queue.name == "priority" ||
+         config.policies.preemption.get_string("victim") == "lowest-priority";
+}
+
 class Server {
  public:
   Server(const ExperimentConfig& config, const ServeOptions& options, EngineInstance& engine,
@@ -180,7 +187,8 @@ class Server {
                                                       : options.served_model_name),
         tokenizer_(tokenizer),
         limits_{model_name_, engine.llama.model.vocab_size, config.scheduler.max_model_len,
-                parse_lora_modules(options.lora_modules, config.scheduler.lora, model_name_)},
+                parse_lora_modules(options.lora_modules, config.scheduler.lora, model_name_),
+                schedules_by_priority(config)},
         clock_(0),
         queue_(options.max_in_flight, clock_),
         metrics_(model_name_),
@@ -347,6 +355,8 @@ class Server {
     if (!parsed.cache_salt.empty()) spec.cache_salt = cache_salt_key(parsed.cache_salt);
     spec.lora_id = parsed.lora_id;
     spec.lora_rank = parsed.lora_rank;
+    spec.priority = parsed.priority;
+    spec.tenant = user_tenant(parsed.user);
     switch (queue_.submit(std::move(spec), ex->channel, &ex->id)) {
       case ServeQueue::Submit::kAccepted:
         break;

@@ -378,7 +378,7 @@ const PolicyRegistrar kEdf(
        {"keep", "demote"},
        "keep: a late request keeps its deadline (it goes first); demote: once its deadline is "
        "less than slack_ms away and it has no first token, it goes behind every request that "
-       "can still be on time (arrival order among those)"},
+       "can still be on time, in arrival order with the classes that have no objective"},
       {"slack_ms",
        ParamType::kDouble,
        0.0,

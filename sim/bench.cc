@@ -106,6 +106,19 @@ struct Outcome {
   std::vector<TimeNs> gaps;
 };
 
+// ": MESSAGE" from an OpenAI error body ({"error": {"message": ...}}) on one line, or "" when
+// `body` is not one (the body of a refused request reaches the content receiver).
+std::string error_message(const std::string& body) {
+  const json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || !j.contains("error") || !j["error"].is_object() ||
+      !j["error"].contains("message") || !j["error"]["message"].is_string()) {
+    return "";
+  }
+  std::string m = j["error"]["message"].get<std::string>();
+  std::replace(m.begin(), m.end(), '\n', ' ');
+  return ": " + m;
+}
+
 // One streamed request; times relative to `send`.
 Outcome send_one(httplib::Client& client, const Endpoint& e, const std::string& model,
                  const std::vector<LoraModule>& lora_modules, const RequestSpec& spec,
@@ -114,14 +127,17 @@ Outcome send_one(httplib::Client& client, const Endpoint& e, const std::string& 
   for (std::int32_t p = 0; p < spec.prompt_len; ++p) {
     prompt.push_back(prompt_token_value(spec, p, vocab_size));
   }
-  const json body = {
-      {"model", spec.lora_id != 0 ? lora_model_name(lora_modules, spec.lora_id) : model},
-      {"prompt", prompt},
-      {"max_tokens", spec.max_output_tokens},
-      {"temperature", 0.0},
-      {"ignore_eos", true},
-      {"stream", true},
-      {"stream_options", {{"include_usage", true}}}};
+  json body = {{"model", spec.lora_id != 0 ? lora_model_name(lora_modules, spec.lora_id) : model},
+               {"prompt", prompt},
+               {"max_tokens", spec.max_output_tokens},
+               {"temperature", 0.0},
+               {"ignore_eos", true},
+               {"stream", true},
+               {"stream_options", {{"include_usage", true}}}};
+  // A request's priority (vLLM's field; sent only when not the default 0, which a server without
+  // priority scheduling refuses) and tenant (OpenAI's `user`, "tenant-N"; none for tenant 0).
+  if (spec.priority != 0) body["priority"] = spec.priority;
+  if (spec.tenant != 0) body["user"] = "tenant-" + std::to_string(spec.tenant);
   Outcome o;
   RequestRecord& r = o.record;
   r.id = spec.id;
@@ -206,7 +222,7 @@ Outcome send_one(httplib::Client& client, const Endpoint& e, const std::string& 
     r.reason = "HTTP request failed (" + httplib::to_string(err) + ")";
   } else if (res.status >= 400 && res.status < 500) {
     r.status = RequestStatus::kRejected;
-    r.reason = "HTTP " + std::to_string(res.status);
+    r.reason = "HTTP " + std::to_string(res.status) + error_message(buffer);
   } else if (res.status != 200 || !done || !first || !stream_error.empty()) {
     r.status = RequestStatus::kAborted;
     r.reason = res.status != 200       ? "HTTP " + std::to_string(res.status)

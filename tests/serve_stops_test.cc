@@ -164,6 +164,29 @@ TEST(ServeStops, EosIgnoreEosMinTokensAndTheirMetrics) {
   r = s.post("/v1/completions", {{"prompt", Prompt(4)}, {"cache_salt", ""}}, &status);
   EXPECT_EQ(status, 400);
   EXPECT_EQ(r["error"]["param"], "cache_salt");
+  // The experiment's queue is fcfs: a nonzero priority is refused (vLLM refuses one without
+  // priority scheduling); 0 and a `user` are fine.
+  r = s.post("/v1/completions", {{"prompt", Prompt(4)}, {"priority", 1}}, &status);
+  EXPECT_EQ(status, 400);
+  EXPECT_EQ(r["error"]["param"], "priority");
+  r = s.post("/v1/completions", {{"prompt", Prompt(4)}, {"priority", 0}, {"user", "alice"}},
+             &status);
+  EXPECT_EQ(status, 200) << r.dump();
+}
+
+// Served with the priority queue order, requests carry their priority to the scheduler.
+TEST(ServeStops, PriorityIsAcceptedWithPriorityScheduling) {
+  const fs::path dir = temp_dir("serve_priority");
+  ServeProcess s(dir, write_stops_experiment(dir), {"--set", "policies.queue=priority"});
+  httplib::Client c("127.0.0.1", s.port());
+  c.set_read_timeout(30);
+  for (int priority : {5, -3, 0}) {
+    const json body = {{"prompt", Prompt(4)}, {"priority", priority}, {"user", "bob"}};
+    const httplib::Result r = c.Post("/v1/completions", body.dump(), "application/json");
+    ASSERT_TRUE(r) << priority;
+    EXPECT_EQ(r->status, 200) << r->body;
+    EXPECT_TRUE(json::parse(r->body).contains("choices")) << r->body;
+  }
 }
 
 TEST(ServeStops, CacheSaltIsolatesHitsAndResetPrefixCacheDropsThem) {

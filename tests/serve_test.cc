@@ -626,6 +626,56 @@ TEST(EngineServe, SimBenchAgainstTheServerWritesARunFolderSimValidateReads) {
   fs::remove_all(dir);
 }
 
+// `sim bench` sends a request's priority (when not 0) and tenant (as OpenAI's `user`): a server
+// scheduling by priority serves a mix whose batch class has priority 1; an fcfs server refuses
+// those requests (400, param priority), as vLLM does without priority scheduling.
+TEST(EngineServe, SimBenchSendsPriorityAndUser) {
+  const fs::path dir = temp_dir("serve_bench_priority");
+  fs::create_directories(dir / "priority");
+  fs::create_directories(dir / "fcfs");
+  write_file(dir / "mix.yaml",
+             "name: bench-mix\nseed: 5\nmodel: tiny\nhardware: H100-SXM\n"
+             "serving: {block_size: 16, num_gpu_blocks: 512, max_num_batched_tokens: 4096, "
+             "max_num_seqs: 256, max_model_len: 2048}\n"
+             "workload:\n  type: mix\n  parts:\n"
+             "    - {class: chat, workload: {type: synthetic, num_requests: 6, arrival: {process: "
+             "poisson, rate: 40}, prompt_len: {dist: fixed, value: 20}, output_len: {dist: fixed, "
+             "value: 4}}}\n"
+             "    - {class: batch, priority: 1, workload: {type: synthetic, num_requests: 6, "
+             "arrival: {process: poisson, rate: 40}, prompt_len: {dist: fixed, value: 30}, "
+             "output_len: {dist: fixed, value: 4}}}\n");
+  // Statuses by class of one bench run against `server`.
+  const auto bench = [&](const ServerProcess& server, const std::string& name) {
+    const Cli b = run_sim("bench " + (dir / "mix.yaml").string() + " --url " + server.url() +
+                              " --out " + (dir / ("bench-" + name)).string(),
+                          dir);
+    std::map<std::string, std::map<std::string, int>> statuses;
+    std::string reasons;
+    for (const auto& row : read_csv(dir / ("bench-" + name) / "requests.csv")) {
+      ++statuses[row.at("class")][row.at("status")];
+      reasons += row.at("reason") + "\n";
+    }
+    EXPECT_EQ(b.code, 0) << b.err;
+    return std::make_pair(statuses, reasons);
+  };
+  {
+    ServerProcess server(dir / "priority", {"--set", "policies.queue=priority"});
+    auto [statuses, reasons] = bench(server, "priority");
+    EXPECT_EQ(statuses["chat"]["finished"], 6) << reasons;
+    EXPECT_EQ(statuses["batch"]["finished"], 6) << reasons;
+  }
+  ServerProcess server(dir / "fcfs", {});
+  auto [statuses, reasons] = bench(server, "fcfs");
+  EXPECT_EQ(statuses["chat"]["finished"], 6) << reasons;
+  EXPECT_EQ(statuses["batch"]["rejected"], 6) << reasons;
+  // The bench records the server's message with the status.
+  EXPECT_NE(reasons.find("HTTP 400: 'priority': got 1 but the server does not schedule by "
+                         "priority"),
+            std::string::npos)
+      << reasons;
+  fs::remove_all(dir);
+}
+
 // LoRA adapters served by name (vLLM's --lora-modules; serving/lora_modules.h): GET /v1/models
 // lists each with the base model as parent, a request naming an adapter runs under it (its
 // greedy tokens differ from the base model's, the response names the adapter), an unknown name

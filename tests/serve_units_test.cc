@@ -47,6 +47,54 @@ TEST(OpenAiApi, DefaultsAndContextLimits) {
   }
 }
 
+// vLLM's `priority` (refused when nonzero unless the server schedules by priority, and outside
+// 32 bits) and OpenAI's `user`, which becomes the request's tenant (stable, 0 for none).
+TEST(OpenAiApi, PriorityAndUser) {
+  const std::unique_ptr<Tokenizer> bytes =
+      load_tokenizer(home_path("data/tokenizers/bytes/tokenizer.json"));
+  const Tokenizer& tok = *bytes;
+  ApiLimits limits{"tiny", 256, 64, {}};
+  const auto error_of = [&](const std::string& body) -> ApiError {
+    try {
+      parse_completion_request(body, false, limits, tok);
+    } catch (const ApiError& e) {
+      return e;
+    }
+    ADD_FAILURE() << "accepted: " << body;
+    return ApiError(0, "", "");
+  };
+  // Priority 0 (or null) is always fine: it is the default.
+  EXPECT_EQ(
+      parse_completion_request("{\"prompt\": [1], \"priority\": 0}", false, limits, tok).priority,
+      0);
+  ApiError e = error_of("{\"prompt\": [1], \"priority\": 2}");
+  EXPECT_EQ(e.status, 400);
+  EXPECT_EQ(e.param, "priority");
+  EXPECT_NE(std::string(e.what()).find("does not schedule by priority"), std::string::npos)
+      << e.what();
+  limits.priority_scheduling = true;
+  EXPECT_EQ(
+      parse_completion_request("{\"prompt\": [1], \"priority\": -7}", false, limits, tok).priority,
+      -7);
+  for (const char* bad : {"1.5", "\"high\"", "2147483648", "-2147483649", "18446744073709551615"}) {
+    e = error_of(std::string("{\"prompt\": [1], \"priority\": ") + bad + "}");
+    EXPECT_EQ(e.param, "priority") << bad;
+    EXPECT_NE(std::string(e.what()).find("a 32-bit integer"), std::string::npos) << e.what();
+  }
+  // user -> tenant.
+  const CompletionRequest r =
+      parse_completion_request("{\"prompt\": [1], \"user\": \"alice\"}", false, limits, tok);
+  EXPECT_EQ(r.user, "alice");
+  EXPECT_EQ(user_tenant(""), 0u);
+  EXPECT_EQ(user_tenant("alice"), user_tenant("alice"));
+  EXPECT_NE(user_tenant("alice"), user_tenant("bob"));
+  for (const char* u : {"alice", "bob", "a", "x-very-long-user-name-0123456789"}) {
+    EXPECT_GE(user_tenant(u), 1u) << u;
+    EXPECT_LE(user_tenant(u), 0x7fffffffu) << u;
+  }
+  EXPECT_EQ(error_of("{\"prompt\": [1], \"user\": 5}").param, "user");
+}
+
 // A body nested 100,000 levels deep (200 KB) is a 400, not a stack overflow of the server when a
 // message quotes it; 256 levels still parse (and fail on the field's type as usual).
 TEST(OpenAiApi, DeeplyNestedBodiesAreRefused) {
