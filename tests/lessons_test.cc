@@ -1775,6 +1775,106 @@ TEST(Lessons, FleetSizing) {
   }
 }
 
+// docs/lessons/async-scheduling.md
+TEST(Lessons, AsyncScheduling) {
+  const fs::path dir = temp_dir("lesson-async-scheduling");
+  const Cli r =
+      run_sim("sweep " + kLessons + "async-scheduling.yaml --quiet --no-plot --jobs 2 --out " +
+                  (dir / "sweep").string(),
+              dir);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto rows = read_csv(dir / "sweep" / "sweep.csv");
+  ASSERT_EQ(rows.size(), 14u);
+  std::map<std::string, std::map<int, std::map<std::string, std::string>>> at;
+  for (const auto& row : rows)
+    at[row.at("variant")][std::stoi(row.at("workload.arrival.rate"))] = row;
+  const auto num = [&](const char* v, int rate, const char* column) {
+    return std::stod(at[v][rate].at(column));
+  };
+  // The page's table: served (req/s), TTFT p50 (ms), TPOT p50 (ms), sequences per step.
+  struct Row {
+    int rate;
+    double sync[4], async[4];
+  };
+  const Row table[] = {{50, {50.52, 4.1, 2.22, 21.9}, {50.82, 3.1, 1.55, 15.3}},
+                       {100, {99.04, 6.0, 2.86, 54.9}, {99.92, 3.5, 1.83, 35.9}},
+                       {125, {107.57, 4611.9, 2.95, 62.4}, {126.03, 4.0, 2.03, 50.1}},
+                       {150, {108.00, 11136.4, 2.95, 62.7}, {144.34, 950.9, 2.19, 62.1}},
+                       {200, {107.46, 25643.6, 2.95, 62.7}, {143.92, 11628.6, 2.19, 62.4}}};
+  const char* columns[] = {"requests_per_s", "ttft_p50_ms", "tpot_p50_ms", "batch_seqs_mean"};
+  const double digits[] = {0.005, 0.05, 0.005, 0.05};
+  for (const Row& t : table) {
+    SCOPED_TRACE(t.rate);
+    for (int c = 0; c < 4; ++c) {
+      EXPECT_NEAR(num("sync", t.rate, columns[c]), t.sync[c], digits[c]) << columns[c];
+      EXPECT_NEAR(num("async", t.rate, columns[c]), t.async[c], digits[c]) << columns[c];
+    }
+  }
+  // Mean steps at 150 requests/s: 2.94 and 2.18 ms; capacity 108 -> 144 (+34 %).
+  EXPECT_NEAR(num("sync", 150, "step_ms_mean"), 2.94, 0.005);
+  EXPECT_NEAR(num("async", 150, "step_ms_mean"), 2.18, 0.005);
+  EXPECT_NEAR(100 * (num("async", 150, "requests_per_s") / num("sync", 150, "requests_per_s") - 1),
+              34, 0.5);
+  // At 125: sync overloaded (goodput 6.29), async every request within the SLO.
+  EXPECT_NEAR(num("sync", 125, "goodput_requests_per_s"), 6.29, 0.005);
+  EXPECT_DOUBLE_EQ(num("async", 125, "slo_attainment"), 1.0);
+  // The host part: decode-only steps at 150 requests/s, sync less async, is 0.5 ms + about 63 x
+  // 4 us; the async decode step (the device part) 1.88 ms.
+  const auto decode_mean = [&](const char* v) {
+    double sum = 0;
+    int n = 0;
+    for (const auto& step : read_csv(dir / "sweep" / at[v][150].at("point") / "steps.csv")) {
+      if (step.at("prefill_tokens") != "0") continue;
+      sum += std::stod(step.at("duration_ms"));
+      ++n;
+    }
+    return sum / n;
+  };
+  EXPECT_NEAR(decode_mean("async"), 1.88, 0.005);
+  EXPECT_NEAR(decode_mean("sync") - decode_mean("async"), 0.5 + 63 * 0.004, 0.01);
+  // 256 seats at 150 requests/s: both keep up; TPOT p50 4.00 against 2.27 ms, 115.3 and 66.4
+  // sequences a step; sync serves 148.75 req/s, all within the SLO.
+  for (const char* mode : {"false", "true"}) {
+    const fs::path run = dir / (std::string("seats256-") + mode);
+    const Cli c = run_sim("run " + kLessons +
+                              "async-scheduling.yaml --quiet --set serving.max_num_seqs=256 "
+                              "--set serving.async_scheduling=" +
+                              mode + " --out " + run.string(),
+                          dir);
+    ASSERT_EQ(c.code, 0) << c.err;
+    const json s = summary(run);
+    const bool async = std::string(mode) == "true";
+    EXPECT_NEAR(s["tpot_ms"]["p50"].get<double>(), async ? 2.27 : 4.00, 0.005);
+    EXPECT_NEAR(s["batch"]["seqs_mean"].get<double>(), async ? 66.4 : 115.3, 0.05);
+    if (!async) {
+      EXPECT_NEAR(s["throughput"]["requests_per_s"].get<double>(), 148.75, 0.005);
+      EXPECT_DOUBLE_EQ(s["goodput"]["slo_attainment"].get<double>(), 1.0);
+    }
+  }
+  // Llama-3-8B at 10 requests/s: TPOT p50 7.52 -> 6.86 ms (9 %).
+  double tpot8b[2];
+  for (int a = 0; a < 2; ++a) {
+    const fs::path run = dir / ("8b-" + std::to_string(a));
+    const Cli c = run_sim("run " + kLessons +
+                              "async-scheduling.yaml --quiet --set model=Llama-3-8B --set "
+                              "workload.arrival.rate=10 --set serving.async_scheduling=" +
+                              (a ? "true" : "false") + " --out " + run.string(),
+                          dir);
+    ASSERT_EQ(c.code, 0) << c.err;
+    tpot8b[a] = summary(run)["tpot_ms"]["p50"].get<double>();
+  }
+  EXPECT_NEAR(tpot8b[0], 7.52, 0.005);
+  EXPECT_NEAR(tpot8b[1], 6.86, 0.005);
+  EXPECT_NEAR(100 * (1 - tpot8b[1] / tpot8b[0]), 9, 0.5);
+  // The comparison is the sweep's points at 150 requests/s, byte for byte.
+  const fs::path cmp = compare("async-scheduling.yaml", dir);
+  for (const char* v : {"sync", "async"}) {
+    EXPECT_EQ(read_file(cmp / v / "requests.csv"),
+              read_file(dir / "sweep" / at[v][150].at("point") / "requests.csv"))
+        << v;
+  }
+}
+
 // docs/lessons/saying-no.md
 TEST(Lessons, SayingNo) {
   const fs::path dir = temp_dir("lesson-saying-no");
