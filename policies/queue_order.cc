@@ -73,6 +73,8 @@ class KeyedQueue : public WaitingQueue {
   }
   Iterator begin() { return set_.begin(); }
   Iterator end() { return set_.end(); }
+  // The entry of queued request `id`. REQUIRES: it is queued.
+  Iterator find(RequestId id) { return set_.find(Entry{keys_.find(id)->second, id, nullptr}); }
 
  private:
   void insert(Request* r) {
@@ -131,6 +133,82 @@ class EdfDemoteQueue final : public KeyedQueue<std::pair<TimeNs, TimeNs>, EdfKey
  private:
   TimeNs slack_ns_;
 };
+
+// A keyed order's key behind a tier: (1, its key) when pushed; reorder() moves a request to tier
+// 0 (AgingQueue).
+template <class InnerKey, class InnerFn>
+struct TieredKey {
+  InnerFn inner;
+  std::pair<int, InnerKey> operator()(const Request& r) const { return {1, inner(r)}; }
+};
+
+// sjf and predicted-sjf with max_wait_s > 0 (starvation prevention, as vllm-ltr's, by waiting
+// time): at the start of every step, each queued request that arrived more than max_wait before
+// the step goes ahead of every request that did not, in arrival order among them. A promoted
+// request pushed again (preempted) gets its plain key back and is promoted again at the next
+// step. The unpromoted requests are also indexed by arrival, so reorder() costs O(log n) per
+// promotion. InnerKey is a pair (size, arrival); a promoted request's key is (0, {0, arrival}).
+template <class InnerKey, class InnerFn>
+class AgingQueue final : public KeyedQueue<std::pair<int, InnerKey>, TieredKey<InnerKey, InnerFn>> {
+  using Base = KeyedQueue<std::pair<int, InnerKey>, TieredKey<InnerKey, InnerFn>>;
+
+ public:
+  AgingQueue(const char* name, InnerFn inner, TimeNs max_wait_ns)
+      : Base(name, TieredKey<InnerKey, InnerFn>{std::move(inner)}), max_wait_ns_(max_wait_ns) {}
+
+  void push_back(Request* r) override {
+    Base::push_back(r);
+    unpromoted_.insert({r->spec.arrival_ns, r->id()});
+  }
+  void push_front(Request* r) override {
+    Base::push_front(r);
+    unpromoted_.insert({r->spec.arrival_ns, r->id()});
+  }
+  void pop_front() override {
+    const Request* r = Base::front();
+    unpromoted_.erase({r->spec.arrival_ns, r->id()});
+    Base::pop_front();
+  }
+  bool erase(Request* r) override {
+    if (!Base::erase(r)) return false;
+    unpromoted_.erase({r->spec.arrival_ns, r->id()});
+    return true;
+  }
+  bool reorders() const override { return true; }
+  void reorder(PrefixProbe*, TimeNs now) override {
+    while (!unpromoted_.empty() && now - unpromoted_.begin()->first > max_wait_ns_) {
+      const auto [arrival, id] = *unpromoted_.begin();
+      unpromoted_.erase(unpromoted_.begin());
+      Base::rekey(Base::find(id), {0, InnerKey{typename InnerKey::first_type{}, arrival}});
+    }
+  }
+
+ private:
+  TimeNs max_wait_ns_;
+  std::set<std::pair<TimeNs, RequestId>> unpromoted_;  // (arrival, id) of tier-1 requests
+};
+
+// The keyed order `fn`, with starvation prevention after `max_wait_s` seconds of waiting when
+// that is > 0 (AgingQueue).
+template <class KeyFn>
+std::unique_ptr<WaitingQueue> make_keyed_with_aging(const char* name, KeyFn fn, double max_wait_s) {
+  if (max_wait_s <= 0) return make_keyed(name, std::move(fn));
+  using Inner = decltype(fn(std::declval<const Request&>()));
+  return std::make_unique<AgingQueue<Inner, KeyFn>>(
+      name, std::move(fn), static_cast<TimeNs>(std::llround(max_wait_s * 1e9)));
+}
+
+// sjf's and predicted-sjf's starvation prevention parameter.
+ParamInfo max_wait_param() {
+  return {"max_wait_s",
+          ParamType::kDouble,
+          0.0,
+          0.0,
+          1e9,
+          {},
+          "starvation prevention: a request waiting longer than this goes ahead of the others, "
+          "in arrival order (0: off)"};
+}
 
 // Virtual Token Counter (Sheng et al., OSDI'24, Algorithm 2). Each tenant has a counter of the
 // service it received (weighted input + output tokens). Admission takes the oldest request of
@@ -297,14 +375,19 @@ const PolicyRegistrar kPriority(
 const PolicyRegistrar kSjf(
     {PolicyKind::kQueue,
      "sjf",
-     "oracle shortest job first: fewest remaining output tokens (true length), then arrival",
-     "oracle SJF baseline of Fu et al., arXiv 2408.15792 (vllm-ltr)",
-     {},
-     queue_factory([](const PolicySpec&, std::uint64_t) {
-       return make_keyed("sjf", [](const Request& r) {
-         return std::pair<std::int32_t, TimeNs>(r.spec.max_output_tokens - r.num_output_tokens(),
-                                                r.spec.arrival_ns);
-       });
+     "oracle shortest job first: fewest remaining output tokens (true length), then arrival; "
+     "max_wait_s > 0 puts requests that waited longer first",
+     "oracle SJF baseline of Fu et al., arXiv 2408.15792 (vllm-ltr), with its starvation "
+     "prevention by waiting time",
+     {max_wait_param()},
+     queue_factory([](const PolicySpec& spec, std::uint64_t) {
+       return make_keyed_with_aging(
+           "sjf",
+           [](const Request& r) {
+             return std::pair<std::int32_t, TimeNs>(
+                 r.spec.max_output_tokens - r.num_output_tokens(), r.spec.arrival_ns);
+           },
+           spec.get_double("max_wait_s"));
      }),
      /*rank=*/2});
 
@@ -320,15 +403,19 @@ const PolicyRegistrar kPredictedSjf(
        0.0,
        10.0,
        {},
-       "lognormal sigma of the prediction error (0: exact, equals sjf)"}},
+       "lognormal sigma of the prediction error (0: exact, equals sjf)"},
+      max_wait_param()},
      queue_factory([](const PolicySpec& spec, std::uint64_t seed) {
        const double error = spec.get_double("error");
-       return make_keyed("predicted-sjf", [seed, error](const Request& r) {
-         const double predicted =
-             predicted_output_tokens(seed, error, r.id(), r.spec.max_output_tokens);
-         const double remaining = std::max(0.0, predicted - r.num_output_tokens());
-         return std::pair<double, TimeNs>(remaining, r.spec.arrival_ns);
-       });
+       return make_keyed_with_aging(
+           "predicted-sjf",
+           [seed, error](const Request& r) {
+             const double predicted =
+                 predicted_output_tokens(seed, error, r.id(), r.spec.max_output_tokens);
+             const double remaining = std::max(0.0, predicted - r.num_output_tokens());
+             return std::pair<double, TimeNs>(remaining, r.spec.arrival_ns);
+           },
+           spec.get_double("max_wait_s"));
      }),
      /*rank=*/3});
 

@@ -3,7 +3,8 @@
 //   fcfs           arrival order; preempted victims at the head (vLLM v1 default)
 //   priority       (priority, arrival, id) ascending; victims re-inserted by key (vLLM v1)
 //   sjf            oracle shortest remaining output first: (max_output - outputs so far,
-//                  arrival, id)
+//                  arrival, id); with max_wait_s > 0, requests that waited longer go first
+//                  (starvation prevention, promoted at the start of each step)
 //   predicted-sjf  the same on a noisy prediction: predicted total output
 //                  = max_output * exp(error * N(0,1)), drawn once per request from a stream
 //                  keyed by (seed, request id), so it does not depend on arrival order
@@ -11,7 +12,8 @@
 //                  admission comes from the backlogged tenant with the smallest counter
 //   edf            earliest TTFT deadline first: (arrival + the request class's TTFT objective,
 //                  arrival, id); a class without one after every deadline (PolicyTarget's
-//                  ttft_targets_ns, from the experiment's slo: section)
+//                  ttft_targets_ns, from the experiment's slo: section); with late: demote, a
+//                  request past its deadline before its first token goes after the others
 //
 // SGLang's policies (lpm, dfs-weight, lof, random), which re-sort the queue every step, are in
 // policies/queue_order_sglang.cc.

@@ -140,7 +140,8 @@ TEST(PolicyRegistryTest, CatalogueListsEveryPlugin) {
       << cat;
   EXPECT_EQ(format_policy_spec(Parse(PolicyKind::kQueue, "{name: fair, output_weight: 3}")),
             "{name: fair, input_weight: 1, output_weight: 3}");
-  EXPECT_EQ(format_policy_spec(Parse(PolicyKind::kQueue, "sjf")), "sjf");
+  EXPECT_EQ(format_policy_spec(Parse(PolicyKind::kQueue, "fcfs")), "fcfs");
+  EXPECT_EQ(format_policy_spec(Parse(PolicyKind::kQueue, "sjf")), "{name: sjf, max_wait_s: 0}");
 }
 
 // ---------------------------------------------------------------- queue orders, alone
@@ -346,6 +347,42 @@ TEST(PolicyQueueOrderTest, SjfOrdersByRemainingOutput) {
   resumed->output_tokens.push_back(7);
   EXPECT_TRUE(q->erase(resumed));
   EXPECT_EQ(Drain(*q), (std::vector<RequestId>{1, 5, 3, 2, 0}));
+}
+
+// Starvation prevention (max_wait_s): at each step start, a request that has waited longer than
+// max_wait_s goes ahead of the others, in arrival order; without it (the default) nothing
+// reorders.
+TEST(PolicyQueueOrderTest, SjfWithMaxWaitPromotesTheLongWaiting) {
+  constexpr TimeNs kS = kNsPerS;
+  Pool p;
+  EXPECT_FALSE(Queue("sjf")->reorders());
+  for (const char* spec :
+       {"{name: sjf, max_wait_s: 10}", "{name: predicted-sjf, error: 0, max_wait_s: 10}"}) {
+    SCOPED_TRACE(spec);
+    auto q = Queue(spec);
+    ASSERT_TRUE(q->reorders());
+    // (id: arrival s, output tokens) = 0: (0, 50), 1: (5, 10), 2: (1, 30), 3: (20, 5).
+    std::vector<Request*> r = {p.Add(100, 0, 50), p.Add(101, 5 * kS, 10), p.Add(102, kS, 30),
+                               p.Add(103, 20 * kS, 5)};
+    for (Request* x : r) q->push_back(x);
+    EXPECT_EQ(Ids(*q), (std::vector<RequestId>{103, 101, 102, 100}));
+    q->reorder(nullptr, 10 * kS);  // 100 has waited exactly 10 s: not longer
+    EXPECT_EQ(Ids(*q), (std::vector<RequestId>{103, 101, 102, 100}));
+    q->reorder(nullptr, 15 * kS);  // 100 and 102 (arrived at 0 and 1 s) promoted
+    EXPECT_EQ(Ids(*q), (std::vector<RequestId>{100, 102, 103, 101}));
+    q->reorder(nullptr, 16 * kS);  // 101 (5 s) too
+    EXPECT_EQ(Ids(*q), (std::vector<RequestId>{100, 102, 101, 103}));
+    // A promoted request popped and pushed again (preempted) is promoted again at the next step.
+    q->pop_front();
+    q->push_front(r[0]);
+    EXPECT_EQ(Ids(*q), (std::vector<RequestId>{102, 101, 103, 100}));
+    q->reorder(nullptr, 16 * kS);
+    EXPECT_EQ(Ids(*q), (std::vector<RequestId>{100, 102, 101, 103}));
+    EXPECT_TRUE(q->erase(r[2]));
+    EXPECT_FALSE(q->erase(r[2]));
+    EXPECT_EQ(q->size(), 3u);
+    EXPECT_EQ(Drain(*q), (std::vector<RequestId>{100, 101, 103}));
+  }
 }
 
 TEST(PolicyQueueOrderTest, PredictedSjfWithoutErrorIsSjf) {
@@ -633,7 +670,9 @@ TEST(PolicyExperimentTest, PoliciesSectionReachesTheSchedulerAndTheResolvedConfi
   EXPECT_FALSE(c.scheduler.enable_prefix_caching);
   const std::string yaml = resolved_config_yaml(c, {});
   EXPECT_NE(yaml.find("  batch: vllm\n"), std::string::npos) << yaml;
-  EXPECT_NE(yaml.find("  queue: {name: predicted-sjf, error: 0.25}\n"), std::string::npos) << yaml;
+  EXPECT_NE(yaml.find("  queue: {name: predicted-sjf, error: 0.25, max_wait_s: 0}\n"),
+            std::string::npos)
+      << yaml;
   EXPECT_NE(
       yaml.find("  preemption: {name: recompute, max_preemptions: 0, victim: lowest-priority}\n"),
       std::string::npos)

@@ -308,7 +308,8 @@ void CheckInvariants(const Scheduler& s, const BlockPool& pool, const StepPlan* 
 const char* const kQueues[] = {"fcfs",
                                "priority",
                                "sjf",
-                               "{name: predicted-sjf, error: 1}",
+                               "{name: sjf, max_wait_s: 0.002}",
+                               "{name: predicted-sjf, error: 1, max_wait_s: 0.001}",
                                "{name: fair, input_weight: 1, output_weight: 3}",
                                "{name: lpm, max_queue: 6}",
                                "dfs-weight",
@@ -316,8 +317,9 @@ const char* const kQueues[] = {"fcfs",
                                "random",
                                "edf",
                                "{name: edf, late: demote, slack_ms: 0.5}"};
-// Registered queue orders: kQueues lists edf twice (late: keep and late: demote).
-constexpr std::size_t kQueueOrders = std::size(kQueues) - 1;
+// Registered queue orders: kQueues lists sjf twice (with and without max_wait_s) and edf twice
+// (late: keep and late: demote).
+constexpr std::size_t kQueueOrders = std::size(kQueues) - 2;
 
 // edf's TTFT objectives of the three request classes RandomRequest draws (the third has none).
 const std::vector<TimeNs> kTtftTargets = {kNsPerMs, 50 * kNsPerMs, kNoTtftTarget};
