@@ -91,7 +91,9 @@ std::string error_json(const ApiError& e) {
   json err = {{"message", e.what()}, {"type", e.type}, {"param", nullptr}, {"code", nullptr}};
   if (!e.param.empty()) err["param"] = e.param;
   if (!e.code.empty()) err["code"] = e.code;
-  return json{{"error", err}}.dump();
+  // The message may quote the client's bytes (a malformed body, a model name), which need not be
+  // UTF-8: replaced by U+FFFD rather than thrown on (which turned a 400 into a 500).
+  return json{{"error", err}}.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 std::uint32_t user_tenant(std::string_view user) {
@@ -350,7 +352,7 @@ std::string usage_chunk_json(const ResponseMeta& meta, std::int32_t prompt_token
                    {{"prompt_tokens", prompt_tokens},
                     {"completion_tokens", completion_tokens},
                     {"total_tokens", prompt_tokens + completion_tokens}}}};
-  return j.dump();
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 std::string models_json(const std::string& model, std::int64_t created, std::int32_t max_model_len,
@@ -372,7 +374,7 @@ std::string models_json(const std::string& model, std::int64_t created, std::int
          {"parent", model}});
   }
   const json j = {{"object", "list"}, {"data", std::move(data)}};
-  return j.dump();
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 }  // namespace servelab

@@ -172,6 +172,13 @@ TEST(ServeStops, EosIgnoreEosMinTokensAndTheirMetrics) {
   r = s.post("/v1/completions", {{"prompt", Prompt(4)}, {"priority", 0}, {"user", "alice"}},
              &status);
   EXPECT_EQ(status, 200) << r.dump();
+  // A malformed body quoting a byte that is not UTF-8 is a 400 with a JSON error (it was a 500:
+  // the error's JSON could not be written).
+  const httplib::Result bad =
+      c.Post("/v1/completions", std::string("{\"prompt\": \"hi\"}\xf2, 1}"), "application/json");
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->status, 400) << bad->body;
+  EXPECT_EQ(json::parse(bad->body)["error"]["code"], "invalid_json") << bad->body;
 }
 
 // Served with the priority queue order, requests carry their priority to the scheduler.

@@ -47,6 +47,29 @@ TEST(OpenAiApi, DefaultsAndContextLimits) {
   }
 }
 
+// A body that is not UTF-8 (found by openai_fuzz: a malformed body whose parse error quotes an
+// invalid byte) is a 400 whose error JSON carries U+FFFD, not an exception out of error_json
+// (the server answered 500).
+TEST(OpenAiApi, ErrorsQuotingInvalidUtf8AreStillJson) {
+  const std::unique_ptr<Tokenizer> bytes =
+      load_tokenizer(home_path("data/tokenizers/bytes/tokenizer.json"));
+  const ApiLimits limits{"tiny", 256, 64, {}};
+  for (const std::string body : {std::string("{\"prompt\": \"hi\"}\xf2, \"x\": 1}"),
+                                 std::string("{\"prompt\": [1], \"model\": \"\xff\xfe\"}")}) {
+    try {
+      parse_completion_request(body, false, limits, *bytes);
+      ADD_FAILURE() << "accepted";
+    } catch (const ApiError& e) {
+      EXPECT_GE(e.status, 400);
+      EXPECT_LT(e.status, 500);
+      const nlohmann::json j = nlohmann::json::parse(error_json(e));  // valid UTF-8 JSON
+      EXPECT_TRUE(j["error"]["message"].is_string());
+    }
+  }
+  const ApiError e(400, "bad \xc3 byte", "invalid_request_error");
+  EXPECT_NE(error_json(e).find("bad \xef\xbf\xbd byte"), std::string::npos) << error_json(e);
+}
+
 // vLLM's `priority` (refused when nonzero unless the server schedules by priority, and outside
 // 32 bits) and OpenAI's `user`, which becomes the request's tenant (stable, 0 for none).
 TEST(OpenAiApi, PriorityAndUser) {

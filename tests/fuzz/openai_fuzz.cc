@@ -1,0 +1,75 @@
+// Fuzz target: the OpenAI request parser of `engine serve` (engine/openai_api.h) on arbitrary
+// bodies, the one input a server takes from anybody.
+//
+// Input layout: byte 0 chooses the endpoint (bit 0: chat) and whether the server schedules by
+// priority (bit 1); the remaining bytes are the body. The parser must either throw ApiError with a
+// 4xx status whose error_json() is a JSON object naming it, or return a request the engine can
+// run: a non-empty prompt of ids inside the vocabulary, prompt + max_tokens within the context,
+// min_tokens <= max_tokens, stop ids inside the vocabulary, a nonzero priority only when the server
+// schedules by priority, and a model that is the served one or an adapter with its id. Anything
+// else (another exception, a broken invariant, a sanitizer report, a timeout) is a finding.
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+
+#include "engine/openai_api.h"
+#include "serving/home.h"
+#include "serving/tokenizer.h"
+
+namespace {
+
+[[noreturn]] void finding(const char* what) {
+  std::fprintf(stderr, "openai_fuzz: %s\n", what);
+  std::abort();
+}
+
+const servelab::Tokenizer& bytes_tokenizer() {
+  static const std::unique_ptr<servelab::Tokenizer> tok =
+      servelab::load_tokenizer(servelab::servelab_home() / "data/tokenizers/bytes/tokenizer.json");
+  return *tok;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  if (size == 0) return 0;
+  const bool chat = (data[0] & 1) != 0;
+  servelab::ApiLimits limits{"tiny", 256, 512, {{"sql", 1, 8}, {"chat", 2, 16}}};
+  limits.priority_scheduling = (data[0] & 2) != 0;
+  const std::string_view body(reinterpret_cast<const char*>(data + 1), size - 1);
+  servelab::CompletionRequest r;
+  try {
+    r = servelab::parse_completion_request(body, chat, limits, bytes_tokenizer());
+  } catch (const servelab::ApiError& e) {
+    if (e.status < 400 || e.status >= 500) finding("an ApiError outside 4xx");
+    const nlohmann::json j = nlohmann::json::parse(servelab::error_json(e), nullptr, false);
+    if (!j.is_object() || !j.contains("error") || !j["error"].contains("message")) {
+      finding("error_json is not an OpenAI error object");
+    }
+    return 0;
+  }
+  if (r.chat != chat) finding("the endpoint changed");
+  if (r.prompt.empty()) finding("an empty prompt was accepted");
+  for (const std::int32_t id : r.prompt) {
+    if (id < 0 || id >= limits.vocab_size) finding("a prompt id outside the vocabulary");
+  }
+  for (const std::int32_t id : r.stop_token_ids) {
+    if (id < 0 || id >= limits.vocab_size) finding("a stop id outside the vocabulary");
+  }
+  if (r.max_tokens < 1) finding("max_tokens below 1");
+  if (static_cast<std::int64_t>(r.prompt.size()) + r.max_tokens > limits.max_model_len) {
+    finding("prompt + max_tokens over the context");
+  }
+  if (r.min_tokens < 0 || r.min_tokens > r.max_tokens)
+    finding("min_tokens outside [0, max_tokens]");
+  if (r.priority != 0 && !limits.priority_scheduling)
+    finding("a priority without priority scheduling");
+  if (r.lora_id == 0 ? r.model != "tiny" : r.lora_rank < 1) finding("an unknown model accepted");
+  (void)servelab::user_tenant(r.user);
+  return 0;
+}
