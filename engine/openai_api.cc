@@ -111,7 +111,7 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat,
   }
   try {
     body = json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number too large
     throw bad(std::string("malformed JSON body: ") + e.what(), "", "invalid_json");
   }
   if (!body.is_object()) throw bad("the request body must be a JSON object");

@@ -66,6 +66,14 @@ TEST(OpenAiApi, ErrorsQuotingInvalidUtf8AreStillJson) {
       EXPECT_TRUE(j["error"]["message"].is_string());
     }
   }
+  // A number too large for a double (found by openai_fuzz) is malformed JSON too.
+  try {
+    parse_completion_request("{\"prompt\": [1], \"max_tokens\": 6e99999}", false, limits, *bytes);
+    ADD_FAILURE() << "accepted";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.status, 400);
+    EXPECT_EQ(e.code, "invalid_json");
+  }
   const ApiError e(400, "bad \xc3 byte", "invalid_request_error");
   EXPECT_NE(error_json(e).find("bad \xef\xbf\xbd byte"), std::string::npos) << error_json(e);
 }

@@ -364,6 +364,9 @@ TEST(SessionJson, ErrorsNameTheFileAndTheRequest) {
   e = err(R"({"id": "a", "arrival_s": 0, "input_tokens": 600, "output_tokens": 1,
               "hash_ids": [1, 2, 3]})");
   EXPECT_NE(e.find("request 'a': field 'input_tokens'"), std::string::npos) << e;
+  // A number too large for a double is malformed JSON, not an exception out of the reader.
+  e = err(R"({"id": "a", "arrival_s": 1e99999, "input_tokens": 1, "output_tokens": 1})");
+  EXPECT_NE(e.find("rec.json: malformed JSON"), std::string::npos) << e;
   e = error_of([] { parse_session_json("{\"requests\": 3}", "rec.json"); });
   EXPECT_NE(e.find("rec.json: expected an object with a \"requests\" array"), std::string::npos)
       << e;

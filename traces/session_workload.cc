@@ -231,7 +231,8 @@ std::vector<SessionNode> parse_session_json(const std::string& text, const std::
   }
   try {
     doc = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range (406) for a
+                                                  // number too large for a double
     throw ConfigError(name + ": malformed JSON: " + e.what());
   }
   if (!doc.is_object() || !doc.contains("requests") || !doc["requests"].is_array()) {
