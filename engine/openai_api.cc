@@ -15,6 +15,12 @@ namespace {
 
 using nlohmann::json;
 
+// Compact JSON text. Strings that are not UTF-8 (a client's bytes quoted in an error, text decoded
+// from byte tokens) get U+FFFD instead of making the dump throw, which turned answers into 500s.
+std::string text_of(const json& j) {
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
 ApiError bad(const std::string& message, const std::string& param = "",
              const std::string& code = "") {
   return ApiError(400, message, "invalid_request_error", param, code);
@@ -91,9 +97,7 @@ std::string error_json(const ApiError& e) {
   json err = {{"message", e.what()}, {"type", e.type}, {"param", nullptr}, {"code", nullptr}};
   if (!e.param.empty()) err["param"] = e.param;
   if (!e.code.empty()) err["code"] = e.code;
-  // The message may quote the client's bytes (a malformed body, a model name), which need not be
-  // UTF-8: replaced by U+FFFD rather than thrown on (which turned a 400 into a 500).
-  return json{{"error", err}}.dump(-1, ' ', false, json::error_handler_t::replace);
+  return text_of(json{{"error", err}});  // the message may quote the client's bytes
 }
 
 std::uint32_t user_tenant(std::string_view user) {
@@ -318,7 +322,7 @@ std::string completion_json(const ResponseMeta& meta, const std::string& text,
                    {{"prompt_tokens", prompt_tokens},
                     {"completion_tokens", completion_tokens},
                     {"total_tokens", prompt_tokens + completion_tokens}}}};
-  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+  return text_of(j);
 }
 
 std::string chunk_json(const ResponseMeta& meta, const std::string& text, bool first,
@@ -338,7 +342,7 @@ std::string chunk_json(const ResponseMeta& meta, const std::string& text, bool f
                   {"created", meta.created},
                   {"model", meta.model},
                   {"choices", json::array({choice})}};
-  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+  return text_of(j);
 }
 
 std::string usage_chunk_json(const ResponseMeta& meta, std::int32_t prompt_tokens,
@@ -352,7 +356,7 @@ std::string usage_chunk_json(const ResponseMeta& meta, std::int32_t prompt_token
                    {{"prompt_tokens", prompt_tokens},
                     {"completion_tokens", completion_tokens},
                     {"total_tokens", prompt_tokens + completion_tokens}}}};
-  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+  return text_of(j);
 }
 
 std::string models_json(const std::string& model, std::int64_t created, std::int32_t max_model_len,
@@ -374,7 +378,7 @@ std::string models_json(const std::string& model, std::int64_t created, std::int
          {"parent", model}});
   }
   const json j = {{"object", "list"}, {"data", std::move(data)}};
-  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+  return text_of(j);
 }
 
 }  // namespace servelab
