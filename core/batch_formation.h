@@ -56,6 +56,9 @@ class BatchFormation {
   virtual bool resumes_swapped() const { return false; }
   // Whether requests with n > 1 samples can run (they need on-demand allocation).
   virtual bool supports_parallel_sampling() const { return true; }
+  // Whether this formation compares running and waiting requests by the queue order's rank
+  // (WaitingQueue::ranks_before), so that the scheduler refuses queue orders that do not rank.
+  virtual bool needs_ranked_queue() const { return false; }
   // Whether this formation reserves a decode's lookahead slots (Scheduler::decode_lookahead), so
   // that its decode-only plans can run as multi-step rounds (num_scheduler_steps > 1). The
   // scheduler refuses num_scheduler_steps > 1 with a formation that answers false.

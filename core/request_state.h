@@ -138,6 +138,16 @@ class Request {
   // remaining outputs.
   std::vector<std::int32_t> spec_token_ids;
 
+  // A multi-level feedback queue's notes on this request (queue order mlfq; untouched by the
+  // others): its level (-1: not placed yet), the step time it has received at that level, and
+  // when it last ran (its arrival until it has run), which starvation prevention measures from.
+  struct QueueLevel {
+    std::int32_t level = -1;
+    TimeNs service_ns = 0;
+    TimeNs last_run_ns = -1;
+  };
+  QueueLevel queue_level;
+
   RequestId id() const { return spec.id; }
   std::int32_t num_output_tokens() const { return static_cast<std::int32_t>(output_tokens.size()); }
   // Output tokens of the request: its own, or with parallel sampling those of all its samples.

@@ -57,6 +57,7 @@ Scheduler::Scheduler(const SchedulerConfig& config, KvCacheManager& kv, Schedule
   if (!waiting_) waiting_ = std::make_unique<FcfsWaitingQueue>();
   report_service_ = waiting_->counts_service();
   reorders_ = waiting_->reorders();
+  times_service_ = waiting_->times_service();
   batch_state_ = batch_->make_state();
   if (config_.max_num_batched_tokens < 1) {
     throw std::invalid_argument("Scheduler: max_num_batched_tokens must be >= 1");
@@ -115,10 +116,19 @@ Scheduler::Scheduler(const SchedulerConfig& config, KvCacheManager& kv, Schedule
     }
     if (config_.num_scheduler_steps > 1) refuse("does not combine with num_scheduler_steps > 1");
     if (sp.enabled()) refuse("does not combine with speculative decoding");
+    if (times_service_) {
+      refuse("does not combine with queue order '" + std::string(waiting_->name()) +
+             "', which charges requests for the duration of the steps they ran in");
+    }
     if (preemption_->uses_host_memory()) {
       refuse("needs recompute preemption, not '" + std::string(preemption_->name()) + "'");
     }
     async_ = true;
+  }
+  if (batch_->needs_ranked_queue() && !waiting_->ranks()) {
+    throw std::invalid_argument("Scheduler: batch formation '" + std::string(batch_->name()) +
+                                "' needs a queue order that ranks requests, not '" +
+                                waiting_->name() + "'");
   }
   // A formation without the swap-in pass would strand swapped victims.
   if (preemption_->uses_host_memory() && !batch_->resumes_swapped()) {
@@ -377,8 +387,9 @@ std::int32_t Scheduler::unschedule(const Request& r) {
 }
 
 bool Scheduler::should_swap(const Request& victim) const {
-  // Short of host space the victim is recomputed (documented in scheduler.h).
-  return preemption_->swap(victim, config_) && kv_.can_swap_out(victim);
+  // Short of host space the victim is recomputed, and in a step that swapped a request in
+  // (documented in scheduler.h).
+  return preemption_->swap(victim, config_) && plan_.swap_in.empty() && kv_.can_swap_out(victim);
 }
 
 void Scheduler::preempt(Request& victim, TimeNs now) {
@@ -506,10 +517,14 @@ Scheduler::Room Scheduler::make_room(std::size_t i, std::int32_t n, std::int32_t
   return {i, budget, true};
 }
 
-void Scheduler::admit_front(Request& r, const PrefixHit& hit) {
+void Scheduler::admit_front(Request& r, const PrefixHit& hit, std::size_t insert_at) {
   waiting_->pop_front();
   unqueue(r);
-  running_.push_back(&r);
+  if (insert_at < running_.size()) [[unlikely]] {
+    running_.insert(running_.begin() + static_cast<std::ptrdiff_t>(insert_at), &r);
+  } else {
+    running_.push_back(&r);
+  }
   ++admitted_in_step_;
   if (r.will_fork()) fork_seats_ += static_cast<std::size_t>(r.spec.n - 1);
   r.status = RequestStatus::kRunning;
@@ -587,6 +602,7 @@ const StepPlan& Scheduler::schedule(TimeNs now) {
 std::int32_t Scheduler::admit_waiting(std::int32_t budget, const AdmissionRule& rule, TimeNs now) {
   const auto max_seqs = static_cast<std::size_t>(config_.max_num_seqs);
   std::int32_t admitted = 0;
+  std::size_t insert_at = rule.insert_at;  // past the end: append
   const bool lora = config_.lora.enabled();
   if (lora) [[unlikely]]
     collect_active_loras();
@@ -632,7 +648,8 @@ std::int32_t Scheduler::admit_waiting(std::int32_t budget, const AdmissionRule& 
       slots += std::clamp(r.spec.total_tokens() - 1 - hit.num_tokens - slots, 0, spec_lookahead_);
     }
     if (!kv_.allocate_slots(r, slots, &hit)) break;
-    admit_front(r, hit);
+    admit_front(r, hit, insert_at);
+    if (insert_at < running_.size()) ++insert_at;  // the next admission goes after this one
     if (lora && r.spec.lora_id != 0 && !lora_active(r.spec.lora_id)) [[unlikely]] {
       active_loras_.push_back(r.spec.lora_id);
     }
@@ -684,10 +701,13 @@ void Scheduler::count_plan_loras() {
   plan_.num_loras = static_cast<std::int32_t>(active_loras_.size());
 }
 
-std::int32_t Scheduler::swap_in_phase(std::int32_t budget, TimeNs now) {
+std::int32_t Scheduler::swap_in_phase(std::int32_t budget, TimeNs now, std::size_t max_resumes,
+                                      std::size_t insert_at) {
   const std::int32_t threshold = config_.long_prefill_token_threshold;
   const auto max_seqs = static_cast<std::size_t>(config_.max_num_seqs);
-  while (!swapped_.empty() && budget > 0 && seats_taken() < max_seqs) {
+  std::size_t resumed = 0;
+  while (!swapped_.empty() && budget > 0 && seats_taken() < max_seqs &&
+         (max_resumes == 0 || resumed < max_resumes)) {
     Request& r = *swapped_.front();
     if (r.will_fork() && seats_taken() + r.spec.n > max_seqs) break;
     // Usually one decode token; more when the victim was swapped out mid-prefill.
@@ -704,7 +724,12 @@ std::int32_t Scheduler::swap_in_phase(std::int32_t budget, TimeNs now) {
     assert(ok);
     (void)ok;
     swapped_.pop_front();
-    running_.push_back(&r);
+    ++resumed;
+    if (insert_at < running_.size()) [[unlikely]] {
+      running_.insert(running_.begin() + static_cast<std::ptrdiff_t>(insert_at++), &r);
+    } else {
+      running_.push_back(&r);
+    }
     if (r.will_fork()) fork_seats_ += static_cast<std::size_t>(r.spec.n - 1);
     r.status = RequestStatus::kRunning;
     if (n <= 0) continue;  // nothing to compute yet (only off the synchronous loop)
@@ -882,7 +907,30 @@ void Scheduler::complete_spec(const StepResult& result, TimeNs now) {
   end_of_step(any_finished);
 }
 
+void Scheduler::rank_running() {
+  assert(plan_.requests.empty());
+  const WaitingQueue& q = *waiting_;
+  std::stable_sort(running_.begin(), running_.end(),
+                   [&q](const Request* a, const Request* b) { return q.ranks_before(*a, *b); });
+}
+
+void Scheduler::rank_swapped() {
+  const WaitingQueue& q = *waiting_;
+  std::stable_sort(swapped_.begin(), swapped_.end(),
+                   [&q](const Request* a, const Request* b) { return q.ranks_before(*a, *b); });
+}
+
+void Scheduler::preempt_last_running(TimeNs now) {
+  Request& victim = *running_.back();
+  assert(victim.group == nullptr && !in_plan(victim));
+  running_.pop_back();
+  preempt(victim, now);
+}
+
 void Scheduler::complete(const StepResult& result, TimeNs now) {
+  if (times_service_) [[unlikely]] {
+    waiting_->on_step_completed(plan_requests_, plan_.num_prefill_tokens, plan_start_ns_, now);
+  }
   if (config_.admission && plan_.num_prefill_tokens > 0 && now > plan_start_ns_) {
     // The newest step weighs 1/4 (AdmissionLoad::prefill_tokens_per_s).
     const double rate = static_cast<double>(plan_.num_prefill_tokens) /

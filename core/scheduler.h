@@ -19,7 +19,8 @@
 // 3. Every scheduled request's num_computed_tokens advances by its n.
 // Policies are objects (config.batch, config.victim, config.preemption; core/batch_formation.h,
 // core/victim_rule.h, core/preemption_mode.h). The steps above are VllmBatchFormation, the
-// default; the other formations (policies/: static, orca, sarathi, prefill-first; see
+// default; the other formations (policies/: static, orca, sarathi, prefill-first, sglang, and
+// preemptive, which re-ranks the running requests every step by the queue order; see
 // docs/policies.md) form their plans with the same step-building operations (below), and every
 // admission goes through the one loop admit_waiting(). A victim (config.victim: last running
 // by default, or a plugin: lowest priority, SGLang's retract order, most blocks) already in
@@ -27,7 +28,7 @@
 // that many times is aborted (kAborted, reported through on_finish, then deleted).
 // Swap (a PreemptionMode whose swap(victim) is true: `swap`, or `auto` when
 // config.prefer_swap(victim) says so; vLLM v0 preemption_mode=swap), only with a formation that
-// resumes swapped requests (vllm): a victim whose device blocks the host pool can
+// resumes swapped requests (vllm, preemptive): a victim whose device blocks the host pool can
 // take (kv.can_swap_out) is swapped out instead of recomputed: its moves go to plan.swap_out,
 // it becomes kSwapped, keeps num_computed_tokens and joins the swapped list (FIFO). When the
 // host pool is short the victim is recomputed instead (vLLM v0 aborts the request with "lack of
@@ -38,7 +39,11 @@
 // for its next n tokens, r is swapped in (plan.swap_in) and scheduled; the first that does not
 // fit stops the pass (head-of-line). While any request remains swapped nobody is admitted from
 // the waiting queue (vLLM v0: swapped requests go before new prefills). So a request is never
-// swapped in and out in the same step, and no step both swaps in and swaps out.
+// swapped in and out in the same step, and no step both swaps in and swaps out. (The preemptive
+// formation resumes in rank order instead: it may swap victims out to make room for a swapped
+// request and swap that one in in the same step, which StepPlan's order, swap-outs first, makes
+// sound; a running request may need a victim after a resume, and a victim in a step that
+// swapped a request in is recomputed, so no step swaps out after swapping in.)
 // Overload control (config.admission, config.length_cap; core/admission_policy.h,
 // core/length_cap.h): an arrival that passes the rejection checks below is shown to the admission
 // policy, which may shed it (kShed: reported through on_reject, counted in num_shed, never
@@ -391,13 +396,30 @@ class Scheduler {
     // reserve_clip) strictly below it, and takes that much from it when admitted.
     std::int64_t* reserve_tokens = nullptr;
     std::int32_t reserve_clip = 4096;
+    // Where an admitted request joins running(): at this index (keeping a ranked list in order;
+    // the preemptive formation), or at the end when it is past the end (the default).
+    std::size_t insert_at = static_cast<std::size_t>(-1);
   };
   // The admission loop (above); returns the budget left.
   std::int32_t admit_waiting(std::int32_t budget, const AdmissionRule& rule, TimeNs now);
+  // Ranked formations (BatchFormation::needs_ranked_queue): sorts running() by the waiting
+  // queue's rank (WaitingQueue::ranks_before; stable), so that running()[0] is the request the
+  // queue would admit first and the last running one, the default victim, the one it would admit
+  // last. REQUIRES: the plan has no entry yet and no running request belongs to a sample group.
+  void rank_running();
+  // Preempts the last running request by the preemption mode, as make_room would for a victim
+  // (counted, listed in plan().preempted, requeued or swapped). REQUIRES: !running().empty(),
+  // and the last running request has no plan entry.
+  void preempt_last_running(TimeNs now);
   // The resume pass over the swapped list (see above), run by formations that resume swapped
   // requests, after their running phase in a step that preempted nothing; returns the budget
-  // left.
-  std::int32_t swap_in_phase(std::int32_t budget, TimeNs now);
+  // left. `max_resumes` > 0 stops the pass after that many resumes; `insert_at` places each
+  // resumed request in running() as AdmissionRule::insert_at does (ranked formations).
+  std::int32_t swap_in_phase(std::int32_t budget, TimeNs now, std::size_t max_resumes = 0,
+                             std::size_t insert_at = static_cast<std::size_t>(-1));
+  // Ranked formations: sorts the swapped list by the waiting queue's rank (stable), so that
+  // swap_in_phase resumes the best-ranked first.
+  void rank_swapped();
 
  private:
   // The reason a request must be refused at arrival, or "" if it can be queued.
@@ -414,7 +436,7 @@ class Scheduler {
   // (a sample: through its group).
   void abort_sequence(Request& r, TimeNs now, const std::string& reason);
   // Moves the waiting queue's front `r` (which just got its blocks for `hit`) to running_.
-  void admit_front(Request& r, const PrefixHit& hit);
+  void admit_front(Request& r, const PrefixHit& hit, std::size_t insert_at);
   bool in_plan(const Request& r) const;
   // Removes the plan entry of `r` (scheduled earlier in this step), undoing its progress and
   // returning its tokens.
@@ -466,6 +488,7 @@ class Scheduler {
   std::unique_ptr<BatchFormationState> batch_state_;  // batch_->make_state()
   bool report_service_ = false;                       // waiting_->counts_service(), asked once
   bool reorders_ = false;                             // waiting_->reorders(), asked once
+  bool times_service_ = false;                        // waiting_->times_service(), asked once
   std::vector<Request*> running_;
   std::deque<Request*> swapped_;  // kSwapped requests, oldest swap-out first
   StepPlan plan_;

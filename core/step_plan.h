@@ -77,7 +77,9 @@ struct StepPlan {
   std::int64_t step_index = 0;
   std::vector<ScheduledRequest> requests;  // in scheduling order
   std::vector<BlockMove> swap_out;         // device block -> host block, before the forward pass
-  std::vector<BlockMove> swap_in;          // host block -> device block, before the forward pass
+  std::vector<BlockMove> swap_in;          // host block -> device block, before the forward pass,
+                                           // after swap_out (a block may be both a swap-out's
+                                           // source and a swap-in's destination)
   std::vector<BlockMove> copies;           // device -> device copies (copy-on-write)
   std::vector<RequestId> preempted;        // requests preempted while forming this plan
   std::vector<TierLoad> tier_loads;        // KV offload loads, before the forward pass

@@ -79,6 +79,30 @@ class WaitingQueue {
   // or whose keys change with time (edf's demotion of late requests) do it here. `probe` is null
   // when prefix caching is off. May cost O(n log n) plus the probe's lookups.
   virtual void reorder(PrefixProbe* probe, TimeNs now) { (void)probe, (void)now; }
+  // Whether ranks_before() is defined: the order is a rank on requests themselves, so a running
+  // request can be compared with a waiting one (what the preemptive batch formation needs), and
+  // a request pushed back goes where its rank says. Orders that rank by the queue's own state
+  // (fair's tenant counters), re-sort per step against the cache (SGLang's) or put preempted
+  // requests at a head (fcfs) do not.
+  virtual bool ranks() const { return false; }
+  // Whether `a` goes before `b` in this order as things stand now: a strict weak order on any
+  // requests, queued or running, that agrees with the admission order on queued ones (a running
+  // request ranks by the key it would get if pushed now). REQUIRES: ranks().
+  virtual bool ranks_before(const Request& a, const Request& b) const {
+    (void)a, (void)b;
+    return false;
+  }
+  // Whether on_step_completed() does anything: asked once, like counts_service().
+  virtual bool times_service() const { return false; }
+  // A step that started at `start` completed at `end` (a multi-step round: all its passes);
+  // `ran` are the requests of its entries, in plan order, all still alive (before any of them
+  // finishes), and `prefill_tokens` its prefill tokens. Orders that charge requests for the
+  // time they ran (mlfq) do it here; none of `ran` is queued then. Not called with async
+  // scheduling (overlapped steps have no duration of their own; such orders are refused).
+  virtual void on_step_completed(std::span<Request* const> ran, std::int64_t prefill_tokens,
+                                 TimeNs start, TimeNs end) {
+    (void)ran, (void)prefill_tokens, (void)start, (void)end;
+  }
 };
 
 // A deque in FCFS order (arrivals at the back, preempted victims at the head): the storage of
@@ -107,6 +131,8 @@ class DequeWaitingQueue : public WaitingQueue {
 };
 
 // First come, first served (vLLM v1 default).
+// It does not rank (WaitingQueue::ranks): a victim returns to the head whatever its arrival, so
+// no rank agrees with its order (`priority` with equal priorities ranks by arrival).
 class FcfsWaitingQueue final : public DequeWaitingQueue {
  public:
   const char* name() const override { return "fcfs"; }

@@ -15,85 +15,11 @@
 #include <vector>
 
 #include "core/rng.h"
+#include "policies/keyed_queue.h"
 
 namespace servelab {
 
 namespace {
-
-// A queue ordered by a key computed when a request is pushed, ties broken by request id (a
-// total order, so the order never depends on addresses). O(log n) for every operation; the
-// key of a queued request is remembered so erase() can find it even if the request's fields
-// changed after it was pushed. Because the key is recomputed on every push, a preempted request
-// returns at the place its current progress earns it.
-template <class Key, class KeyFn>
-class KeyedQueue : public WaitingQueue {
- public:
-  KeyedQueue(const char* name, KeyFn key_fn) : name_(name), key_fn_(std::move(key_fn)) {}
-
-  const char* name() const override { return name_; }
-  void push_back(Request* r) override { insert(r); }
-  void push_front(Request* r) override { insert(r); }  // no head: re-insert by key
-  Request* front() const override { return set_.begin()->r; }
-  void pop_front() override {
-    keys_.erase(set_.begin()->r->id());
-    set_.erase(set_.begin());
-  }
-  bool empty() const override { return set_.empty(); }
-  std::size_t size() const override { return set_.size(); }
-  bool erase(Request* r) override {
-    const auto it = keys_.find(r->id());
-    if (it == keys_.end()) return false;
-    set_.erase(Entry{it->second, r->id(), r});
-    keys_.erase(it);
-    return true;
-  }
-  std::vector<Request*> snapshot() const override {
-    std::vector<Request*> out;
-    out.reserve(set_.size());
-    for (const Entry& e : set_) out.push_back(e.r);
-    return out;
-  }
-
- protected:
-  struct Entry {
-    Key key;
-    RequestId id;
-    Request* r;  // payload only: never compared
-    bool operator<(const Entry& o) const { return std::tie(key, id) < std::tie(o.key, o.id); }
-  };
-  using Iterator = typename std::set<Entry>::iterator;
-
-  // Moves the entry at `it` to `key`; returns the entry after `it` in the old order.
-  Iterator rekey(Iterator it, Key key) {
-    Request* r = it->r;
-    it = set_.erase(it);
-    set_.insert(Entry{key, r->id(), r});
-    keys_[r->id()] = std::move(key);
-    return it;
-  }
-  Iterator begin() { return set_.begin(); }
-  Iterator end() { return set_.end(); }
-  // The entry of queued request `id`. REQUIRES: it is queued.
-  Iterator find(RequestId id) { return set_.find(Entry{keys_.find(id)->second, id, nullptr}); }
-
- private:
-  void insert(Request* r) {
-    Key key = key_fn_(*r);
-    set_.insert(Entry{key, r->id(), r});
-    keys_.emplace(r->id(), std::move(key));
-  }
-
-  const char* name_;
-  KeyFn key_fn_;
-  std::set<Entry> set_;
-  std::unordered_map<RequestId, Key> keys_;  // lookups only, never iterated
-};
-
-template <class KeyFn>
-std::unique_ptr<WaitingQueue> make_keyed(const char* name, KeyFn fn) {
-  using Key = decltype(fn(std::declval<const Request&>()));
-  return std::make_unique<KeyedQueue<Key, KeyFn>>(name, std::move(fn));
-}
 
 // edf's key: (deadline, arrival) from the request class's TTFT objective (ttft_deadline).
 struct EdfKey {
@@ -176,6 +102,7 @@ class AgingQueue final : public KeyedQueue<std::pair<int, InnerKey>, TieredKey<I
   }
   bool reorders() const override { return true; }
   void reorder(PrefixProbe*, TimeNs now) override {
+    now_ = now;
     while (!unpromoted_.empty() && now - unpromoted_.begin()->first > max_wait_ns_) {
       const auto [arrival, id] = *unpromoted_.begin();
       unpromoted_.erase(unpromoted_.begin());
@@ -183,8 +110,19 @@ class AgingQueue final : public KeyedQueue<std::pair<int, InnerKey>, TieredKey<I
     }
   }
 
+  // A running request that arrived more than max_wait before the last step ranks as promoted,
+  // so that the preemptive formation does not displace a promoted request right after admitting
+  // it (it would be promoted and admitted again, and recomputed, every other step).
+  std::pair<int, InnerKey> running_key(const Request& r) const override {
+    if (now_ - r.spec.arrival_ns > max_wait_ns_) {
+      return {0, InnerKey{typename InnerKey::first_type{}, r.spec.arrival_ns}};
+    }
+    return Base::running_key(r);
+  }
+
  private:
   TimeNs max_wait_ns_;
+  TimeNs now_ = 0;                                     // the start of the last step (reorder)
   std::set<std::pair<TimeNs, RequestId>> unpromoted_;  // (arrival, id) of tier-1 requests
 };
 

@@ -10,6 +10,7 @@
 #include "core/batch_formation.h"
 #include "core/preemption_mode.h"
 #include "core/strings.h"
+#include "core/waiting_queue.h"
 
 namespace servelab {
 
@@ -306,11 +307,29 @@ void build_policy(PolicyKind kind, const PolicySpec& spec, PolicyTarget& target,
   }
 }
 
-void check_policy_combination(const SchedulerConfig& sc) {
-  if (sc.preemption == nullptr || !sc.preemption->uses_host_memory()) return;
+void check_policy_combination(const SchedulerConfig& sc, const std::string& file) {
+  const std::string at = file.empty() ? "" : file + ": ";
   const std::string_view batch = sc.batch != nullptr ? sc.batch->name() : "vllm";
+  if (sc.batch != nullptr && sc.batch->needs_ranked_queue()) {
+    const std::unique_ptr<WaitingQueue> q =
+        sc.make_waiting_queue ? sc.make_waiting_queue() : std::make_unique<FcfsWaitingQueue>();
+    if (!q->ranks()) {
+      std::string ranking;  // the registered orders that rank, built with their defaults
+      for (const PluginInfo* p : PolicyRegistry::instance().list(PolicyKind::kQueue)) {
+        SchedulerConfig probe;
+        PolicyTarget target{&probe, nullptr, 0};
+        p->factory(defaults_of(*p), target);
+        if (!probe.make_waiting_queue || !probe.make_waiting_queue()->ranks()) continue;
+        ranking += (ranking.empty() ? "" : ", ") + p->name;
+      }
+      throw ConfigError(at + "policies.queue: '" + q->name() +
+                        "' does not rank running requests against waiting ones, which batch '" +
+                        std::string(batch) + "' needs (orders that do: " + ranking + ")");
+    }
+  }
+  if (sc.preemption == nullptr || !sc.preemption->uses_host_memory()) return;
   if (sc.batch == nullptr || sc.batch->resumes_swapped()) return;
-  throw ConfigError("policies.preemption: '" + std::string(sc.preemption->name()) +
+  throw ConfigError(at + "policies.preemption: '" + std::string(sc.preemption->name()) +
                     "' is not supported with batch '" + std::string(batch) +
                     "' (swapping needs batch vllm; use preemption recompute)");
 }

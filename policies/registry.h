@@ -210,9 +210,12 @@ std::string format_policy_spec(const PolicySpec& spec);
 // ones) or refuses its parameters.
 void build_policy(PolicyKind kind, const PolicySpec& spec, PolicyTarget& target,
                   const std::string& key = "");
-// Checks that the built plugins work together: a preemption mode that uses host memory needs a
-// batch formation that resumes swapped requests. Throws ConfigError naming policies.preemption.
-void check_policy_combination(const SchedulerConfig& sc);
+// Checks that the built plugins work together: a batch formation that ranks running requests
+// (preemptive) needs a queue order that ranks (ConfigError naming policies.queue and listing the
+// orders that do), and a preemption mode that uses host memory needs a batch formation that
+// resumes swapped requests (ConfigError naming policies.preemption). `file` (may be empty)
+// prefixes the message.
+void check_policy_combination(const SchedulerConfig& sc, const std::string& file = "");
 
 // For programs and tests that build a SchedulerConfig in code: builds plugin `name` of `kind`
 // with `params` over its defaults into `sc` (a kv_cache-side effect needs build_policy). Throws

@@ -187,6 +187,12 @@ void check_async_scheduling(const ExperimentConfig& c) {
                       "swap), not '" +
                       std::string(sc.preemption->name()) + "'");
   }
+  if (sc.make_waiting_queue && sc.make_waiting_queue()->times_service()) {
+    throw ConfigError(at + "async scheduling does not combine with policies.queue '" +
+                      sc.make_waiting_queue()->name() +
+                      "', which charges requests for the duration of each step they ran in "
+                      "(overlapped steps have none of their own)");
+  }
 }
 
 void parse_serving(const ConfigNode& s, ExperimentConfig& c) {
@@ -254,7 +260,7 @@ void parse_policies(const ConfigNode& p, ExperimentConfig& c) {
   for (const auto& [kind, spec] : kinds) {
     build_policy(kind, *spec, target, c.file + ": policies." + to_string(kind));
   }
-  check_policy_combination(c.scheduler);
+  check_policy_combination(c.scheduler, c.file);
 }
 
 // A plugin without parameters as its bare name (as before the registry), else a flow map.

@@ -481,11 +481,13 @@ struct KvLedger {
 void RunWorkload(const LlamaWeights& w, std::uint64_t seed, const SamplingParams& sampling,
                  WorkloadStats& stats, std::string formation = "vllm",
                  std::string victim = "last-running", PreemptionSetup preemption = {},
-                 CacheMaker cache = make_hash_prefix_cache, std::int32_t max_n = 1) {
+                 CacheMaker cache = make_hash_prefix_cache, std::int32_t max_n = 1,
+                 const PolicySpec* queue = nullptr) {
   Rng rng = Rng::stream(seed, "engine_model_test");
   const std::int32_t vocab = w.config.model.vocab_size;
   SchedulerConfig c;
   use_policy(c, PolicyKind::kBatch, formation);
+  if (queue != nullptr) use_policy(c, PolicyKind::kQueue, queue->name, queue->params);
   use_policy(c, PolicyKind::kPreemption, preemption.mode);  // before the victim: it sets one
   use_policy(c, PolicyKind::kVictim, victim);
   c.block_size = static_cast<std::int32_t>(rng.uniform_int(2, 5));
@@ -691,6 +693,35 @@ TEST(EngineModelTest, SwapPreemptionKeepsGreedyOutputs) {
     RecordProperty(key + "recomputed_victims", static_cast<int>(stats.recomputed_victims));
     RecordProperty(key + "swap_out_blocks", static_cast<int>(stats.swap_out_blocks));
     RecordProperty(key + "swap_in_blocks", static_cast<int>(stats.swap_in_blocks));
+  }
+}
+
+// The same property under the preemptive formation: running requests displaced for
+// better-ranked waiting or swapped ones, by recompute or by swap (a step may swap victims out and
+// a swapped request in), under oracle SJF and under an MLFQ whose 1 us quanta demote every
+// running request every step, so that waiting requests displace running ones all the time.
+TEST(EngineModelTest, PreemptiveFormationKeepsGreedyOutputs) {
+  const LlamaWeights w = LlamaWeights::random(TinyConfig(), 11);
+  PolicySpec sjf = default_policy_spec(PolicyKind::kQueue, "sjf");
+  PolicySpec mlfq = default_policy_spec(PolicyKind::kQueue, "mlfq");
+  mlfq.params["levels"] = std::int64_t{3};
+  mlfq.params["quantum_ms"] = 0.001;
+  mlfq.params["skip_join"] = false;
+  for (const PolicySpec* queue : {&sjf, &mlfq}) {
+    WorkloadStats stats;
+    for (const PreemptionSetup setup :
+         {PreemptionSetup{}, PreemptionSetup{"swap", 64}, PreemptionSetup{"swap", 4}}) {
+      for (std::uint64_t seed = 1; seed <= 4; ++seed) {
+        RunWorkload(w, seed, SamplingParams{}, stats, "preemptive", "last-running", setup,
+                    make_hash_prefix_cache, 1, queue);
+        if (HasFatalFailure()) return;
+      }
+    }
+    EXPECT_GT(stats.preemptions, 0) << queue->name;
+    EXPECT_GT(stats.swapped_victims, 0) << queue->name;
+    EXPECT_GT(stats.swap_in_blocks, 0) << queue->name;
+    EXPECT_GT(stats.compared, 200) << queue->name;
+    EXPECT_LT(stats.near_ties * 20, stats.compared) << "near-ties are not rare";
   }
 }
 

@@ -1888,6 +1888,98 @@ TEST(Lessons, AsyncScheduling) {
 }
 
 // docs/lessons/saying-no.md
+// Lesson docs/lessons/preemptive-scheduling.md: the page's table at 3 requests/s and the numbers
+// it quotes at 2 and 4, and with swap preemption.
+TEST(Lessons, PreemptiveScheduling) {
+  const fs::path dir = temp_dir("lesson-preemptive-scheduling");
+  const Cli r =
+      run_sim("sweep " + kLessons + "preemptive-scheduling.yaml --quiet --no-plot --jobs 2 --out " +
+                  (dir / "sweep").string(),
+              dir);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto rows = read_csv(dir / "sweep" / "sweep.csv");
+  ASSERT_EQ(rows.size(), 28u);
+  std::map<std::string, std::map<int, json>> at;  // variant -> offered rate -> summary.json
+  for (const auto& row : rows) {
+    at[row.at("variant")][std::stoi(row.at("workload.arrival.rate"))] =
+        summary(dir / "sweep" / row.at("point"));
+  }
+  // TTFT p50, p99, TPOT p50, p99, E2E p50 (ms), preemptions, recomputed tokens, goodput.
+  struct Row {
+    const char* variant;
+    double ttft_p50, ttft_p99, tpot_p50, tpot_p99, e2e_p50;
+    int preemptions, recomputed;
+    double goodput;
+  };
+  const Row table[] = {{"fcfs", 155.7, 3091.2, 10.59, 16.53, 4841.4, 0, 0, 2.60},
+                       {"sjf", 135.4, 4400.2, 10.63, 16.35, 4575.5, 0, 0, 2.69},
+                       {"srtf", 78.2, 2491.9, 10.68, 18.47, 4371.5, 245, 1773, 2.78},
+                       {"ltr", 76.7, 3363.1, 10.66, 29.29, 4478.8, 291, 2150, 2.79},
+                       {"fastserve", 70.4, 430.0, 11.01, 30.86, 5064.2, 566, 4325, 2.81},
+                       {"fastserve-starve", 70.4, 430.0, 11.01, 30.86, 5064.2, 566, 4325, 2.81},
+                       {"mlfq-queue", 134.9, 6443.4, 10.63, 16.76, 4773.6, 0, 0, 2.65}};
+  for (const Row& t : table) {
+    SCOPED_TRACE(t.variant);
+    const json& s = at[t.variant][3];
+    EXPECT_EQ(s["requests"]["total"].get<int>(), 861);
+    EXPECT_EQ(s["requests"]["completed"].get<int>(), 861);
+    EXPECT_NEAR(s["ttft_ms"]["p50"].get<double>(), t.ttft_p50, 0.05);
+    EXPECT_NEAR(s["ttft_ms"]["p99"].get<double>(), t.ttft_p99, 0.05);
+    EXPECT_NEAR(s["tpot_ms"]["p50"].get<double>(), t.tpot_p50, 0.005);
+    EXPECT_NEAR(s["tpot_ms"]["p99"].get<double>(), t.tpot_p99, 0.005);
+    EXPECT_NEAR(s["e2e_ms"]["p50"].get<double>(), t.e2e_p50, 0.05);
+    EXPECT_EQ(s["preemption"]["preemptions"].get<int>(), t.preemptions);
+    EXPECT_EQ(s["preemption"]["recomputed_tokens"].get<int>(), t.recomputed);
+    EXPECT_NEAR(s["goodput"]["requests_per_s"].get<double>(), t.goodput, 0.005);
+  }
+  // Below capacity (2 requests/s, 566 arrivals) the order does not matter.
+  for (const auto& [variant, by_rate] : at) {
+    SCOPED_TRACE(variant);
+    const json& s = by_rate.at(2);
+    EXPECT_EQ(s["requests"]["total"].get<int>(), 566);
+    EXPECT_NEAR(s["ttft_ms"]["p50"].get<double>(), 63.2, 0.05);
+    EXPECT_NEAR(s["e2e_ms"]["p50"].get<double>() / 1000, 3.7, 0.05);
+    EXPECT_LE(s["preemption"]["preemptions"].get<int>(), 5);
+  }
+  // Past capacity (4 requests/s): fastserve recomputes 2.0 million tokens and completes 2.81
+  // requests/s against fcfs's 3.18; with starvation prevention it collapses.
+  const auto num = [&](const char* v, int rate, const char* a, const char* b) {
+    return at[v][rate][a][b].get<double>();
+  };
+  EXPECT_NEAR(num("fastserve", 4, "preemption", "recomputed_tokens") / 1e6, 2.0, 0.05);
+  EXPECT_NEAR(num("fastserve", 4, "throughput", "requests_per_s"), 2.81, 0.005);
+  EXPECT_NEAR(num("fcfs", 4, "throughput", "requests_per_s"), 3.18, 0.005);
+  EXPECT_NEAR(num("fastserve", 4, "tpot_ms", "p50"), 138.2, 0.05);
+  EXPECT_EQ(at["fastserve-starve"][4]["preemption"]["preemptions"].get<int>(), 18591);
+  EXPECT_NEAR(num("fastserve-starve", 4, "preemption", "recomputed_tokens") / 1e6, 41.9, 0.05);
+  EXPECT_NEAR(num("fastserve-starve", 4, "throughput", "requests_per_s"), 0.85, 0.005);
+  for (const char* v : {"srtf", "sjf"}) {
+    EXPECT_NEAR(num(v, 4, "throughput", "requests_per_s"), 3.16, 0.005) << v;
+  }
+  EXPECT_NEAR(num("srtf", 4, "e2e_ms", "p50") / 1000, 4.9, 0.05);
+  EXPECT_NEAR(num("sjf", 4, "e2e_ms", "p50") / 1000, 5.5, 0.05);
+  EXPECT_NEAR(num("fcfs", 4, "e2e_ms", "p50") / 1000, 34.3, 0.05);
+  EXPECT_NEAR(num("srtf", 4, "e2e_ms", "p99") / 1000, 281, 0.5);
+  // Swapping instead: at 3 requests/s (4 GB of host memory) and at 4 with 64 GB.
+  const auto fastserve_swapped = [&](const std::string& sets, const std::string& name) {
+    const Cli c =
+        run_sim("run " + kLessons + "preemptive-scheduling.yaml --quiet --set " +
+                    "policies.batch=preemptive --set policies.queue=mlfq --set " +
+                    "policies.preemption=swap " + sets + " --out " + (dir / name).string(),
+                dir);
+    EXPECT_EQ(c.code, 0) << c.err;
+    return summary(dir / name);
+  };
+  const json s3 = fastserve_swapped("", "swap-3");
+  EXPECT_NEAR(s3["ttft_ms"]["p99"].get<double>(), 327.6, 0.05);
+  EXPECT_EQ(s3["preemption"]["recomputed_tokens"].get<int>(), 713);
+  EXPECT_NEAR(s3["tpot_ms"]["p50"].get<double>(), 14.17, 0.005);
+  const json s4 =
+      fastserve_swapped("--set workload.arrival.rate=4 --set serving.swap_space_gb=64", "swap-4");
+  EXPECT_EQ(s4["preemption"]["recomputed_tokens"].get<int>(), 798127);
+  EXPECT_NEAR(s4["throughput"]["requests_per_s"].get<double>(), 2.86, 0.005);
+}
+
 TEST(Lessons, SayingNo) {
   const fs::path dir = temp_dir("lesson-saying-no");
   const Cli r = run_sim("sweep " + kLessons + "saying-no.yaml --quiet --no-plot --jobs 2 --out " +

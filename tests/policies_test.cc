@@ -128,10 +128,10 @@ TEST(PolicyRegistryTest, CatalogueListsEveryPlugin) {
       }
     }
   }
-  // vllm, static, orca, sarathi, prefill-first, sglang; 10 queue orders; recompute, swap, auto;
-  // hash, radix, none; paged, contiguous; admit-all, queue-length, predicted-wait; off,
-  // queue-length
-  EXPECT_EQ(plugins, 29u);
+  // vllm, static, orca, sarathi, prefill-first, sglang, preemptive; 11 queue orders; recompute,
+  // swap, auto; hash, radix, none; paged, contiguous; admit-all, queue-length, predicted-wait;
+  // off, queue-length
+  EXPECT_EQ(plugins, 31u);
   EXPECT_NE(cat.find("SGLang (RadixAttention)"), std::string::npos) << cat;
   EXPECT_NE(cat.find("error (a double in [0, 10], default 0.5)"), std::string::npos) << cat;
   EXPECT_NE(cat.find("victim (one of last-running, lowest-priority, fewest-computed, most-blocks, "
@@ -689,8 +689,8 @@ TEST(PolicyExperimentTest, EveryQueueOrderRunsDeterministically) {
   RunOptions o;
   o.write_files = false;
   DistributionSummary fcfs_ttft, sjf_ttft;
-  for (const char* queue :
-       {"fcfs", "priority", "sjf", "predicted-sjf", "fair", "lpm", "dfs-weight", "lof", "random"}) {
+  for (const char* queue : {"fcfs", "priority", "sjf", "predicted-sjf", "fair", "lpm", "dfs-weight",
+                            "lof", "random", "mlfq"}) {
     SCOPED_TRACE(queue);
     const ExperimentConfig c = load_experiment(
         kBurst, {std::string("policies.queue=") + queue, "workload.num_requests=600"});

@@ -73,7 +73,7 @@ RequestSpec Spec(RequestId id, std::int32_t prompt, std::int32_t output) {
 TEST(PolicyPluginTest, RegisteredPluginIsListedBesideTheBuiltIns) {
   ASSERT_NE(PolicyRegistry::instance().find(PolicyKind::kBatch, "trickle"), nullptr);
   EXPECT_EQ(PolicyRegistry::instance().names(PolicyKind::kBatch),
-            "vllm, static, orca, sarathi, prefill-first, sglang, trickle");
+            "vllm, static, orca, sarathi, prefill-first, sglang, preemptive, trickle");
   EXPECT_NE(format_catalogue().find("trickle"), std::string::npos);
 }
 

@@ -2,6 +2,7 @@
 // section 7 invariants checked after every schedule() and every complete().
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <iterator>
 #include <memory>
@@ -240,17 +241,30 @@ void CheckInvariants(const Scheduler& s, const BlockPool& pool, const StepPlan* 
   ASSERT_EQ(plan->totals.prefill_pairs, prefill_pairs);
   ASSERT_EQ(plan->totals.prefill_context_tokens, prefill_context);
   ASSERT_EQ(plan->totals.num_sampled, sampled);
-  // Never swap in and out in the same step (vLLM v0's SchedulerOutputs assert); a swap-out is a
-  // preemption; nobody swapped is scheduled.
-  ASSERT_TRUE(plan->swap_in.empty() || plan->swap_out.empty());
+  // Never swap in and out in the same step (vLLM v0's SchedulerOutputs assert; the preemptive
+  // formation may swap out, then in, and no request both); a swap-out is a preemption; nobody
+  // swapped is scheduled.
+  if (bf != "preemptive") {
+    ASSERT_TRUE(plan->swap_in.empty() || plan->swap_out.empty());
+  }
   if (!plan->swap_out.empty()) {
     ASSERT_FALSE(plan->preempted.empty());
   }
   for (RequestId id : seen) ASSERT_FALSE(swapped.count(id));
-  // Admission waits while anyone is swapped out.
-  if (!swapped.empty()) {
+  // Admission waits while anyone is swapped out (preemptive: while anyone better ranked is).
+  if (!swapped.empty() && bf != "preemptive") {
     for (RequestId id : seen) {
       ASSERT_TRUE(running_before.count(id) || plan->swap_in.size() > 0) << "admitted " << id;
+    }
+  }
+  if (!swapped.empty() && bf == "preemptive" &&
+      (c.victim == nullptr || c.victim->name() == "last-running")) {
+    for (const Request* r : s.running()) {
+      if (running_before.count(r->id())) continue;
+      for (const Request* w : s.swapped()) {
+        ASSERT_TRUE(s.waiting_queue().ranks_before(*r, *w))
+            << "started " << r->id() << " before the better-ranked swapped " << w->id();
+      }
     }
   }
   // Every scheduled request is running; every preempted one is waiting and not scheduled.
@@ -261,10 +275,25 @@ void CheckInvariants(const Scheduler& s, const BlockPool& pool, const StepPlan* 
     ASSERT_FALSE(seen.count(id));
     ASSERT_FALSE(running.count(id));
   }
-  // A step that preempted admits nobody.
+  // A step that preempted admits nobody, except in the preemptive formation, whose
+  // displacements make room for better-ranked waiting requests: with the last-running victim,
+  // every victim still waiting ranks after every request admitted in the step.
   if (!plan->preempted.empty()) {
+    const bool last_running = c.victim == nullptr || c.victim->name() == "last-running";
     for (RequestId id : seen) {
-      ASSERT_TRUE(running_before.count(id)) << "admitted " << id;
+      if (running_before.count(id)) continue;
+      ASSERT_EQ(bf, "preemptive") << "admitted " << id;
+      if (!last_running) continue;
+      const Request* admitted = nullptr;
+      for (const Request* r : s.running()) admitted = r->id() == id ? r : admitted;
+      for (const Request* r : s.waiting()) {
+        if (std::find(plan->preempted.begin(), plan->preempted.end(), r->id()) ==
+            plan->preempted.end()) {
+          continue;
+        }
+        ASSERT_TRUE(s.waiting_queue().ranks_before(*admitted, *r))
+            << "admitted " << id << " ranks after victim " << r->id();
+      }
     }
   }
   // Maximum-length reservation: static and orca never preempt.
@@ -305,21 +334,30 @@ void CheckInvariants(const Scheduler& s, const BlockPool& pool, const StepPlan* 
 }
 
 // One of every registered queue order (YAML values), some with their knobs set.
-const char* const kQueues[] = {"fcfs",
-                               "priority",
-                               "sjf",
-                               "{name: sjf, max_wait_s: 0.002}",
-                               "{name: predicted-sjf, error: 1, max_wait_s: 0.001}",
-                               "{name: fair, input_weight: 1, output_weight: 3}",
-                               "{name: lpm, max_queue: 6}",
-                               "dfs-weight",
-                               "lof",
-                               "random",
-                               "edf",
-                               "{name: edf, late: demote, slack_ms: 0.5}"};
-// Registered queue orders: kQueues lists sjf twice (with and without max_wait_s) and edf twice
-// (late: keep and late: demote).
-constexpr std::size_t kQueueOrders = std::size(kQueues) - 2;
+const char* const kQueues[] = {
+    "fcfs",
+    "priority",
+    "sjf",
+    "{name: sjf, max_wait_s: 0.002}",
+    "{name: predicted-sjf, error: 1, max_wait_s: 0.001}",
+    "{name: fair, input_weight: 1, output_weight: 3}",
+    "{name: lpm, max_queue: 6}",
+    "dfs-weight",
+    "lof",
+    "random",
+    "edf",
+    "{name: edf, late: demote, slack_ms: 0.5}",
+    "mlfq",
+    "{name: mlfq, levels: 3, quantum_ms: 1, growth: 3, starve_s: 0.005}"};
+// Registered queue orders: kQueues lists sjf, edf and mlfq twice (without and with max_wait_s,
+// late: keep and late: demote, without and with starvation prevention).
+constexpr std::size_t kQueueOrders = std::size(kQueues) - 3;
+
+// Whether the queue order `queue` (YAML value) ranks requests (what batch preemptive needs).
+bool Ranks(const std::string& queue) {
+  const ConfigNode node = ConfigNode::load_string("queue: " + queue + "\n", "test");
+  return make_waiting_queue(parse_policy_spec(PolicyKind::kQueue, node.at("queue")), 1)->ranks();
+}
 
 // edf's TTFT objectives of the three request classes RandomRequest draws (the third has none).
 const std::vector<TimeNs> kTtftTargets = {kNsPerMs, 50 * kNsPerMs, kNoTtftTarget};
@@ -466,31 +504,39 @@ void RunSeed(std::uint64_t seed, const std::string& queue = "", std::string vict
   host.check_invariants();
 }
 
-// Swap and auto preemption (vllm formation) under every victim rule and queue order, with and
+// Swap and auto preemption (vllm and preemptive formations) under every victim rule and queue
+// order (preemptive: those that rank), with and
 // without a preemption cap and with host pools from empty to roomy: the invariants (device and
 // host) after each step, nothing leaks, and the streams do swap.
 TEST(SchedulerPropertyTest, SwapAndAutoPreemptionKeepEveryInvariant) {
   // The swap paths depend on the queue order only through where a victim returns; the orders
   // that re-sort every step (lpm, dfs-weight, lof, random) run under recompute in the tests
   // below, and leaving them out here keeps this test's time under the sanitizer.
-  const char* const queues[] = {"fcfs", "priority", "sjf", "{name: predicted-sjf, error: 1}",
-                                "{name: fair, input_weight: 1, output_weight: 3}"};
-  for (std::string mode : {"swap", "auto"}) {
-    std::int64_t swapped_blocks = 0;
-    SchedulerCounters totals;
-    for (std::string victim :
-         {"last-running", "lowest-priority", "fewest-computed", "most-blocks"}) {
-      for (const char* queue : queues) {
-        for (std::uint64_t seed = 1; seed <= 8; ++seed) {
-          RunSeed(seed, queue, victim, "vllm", static_cast<std::int32_t>(seed % 3), &totals, mode,
-                  &swapped_blocks);
-          if (HasFatalFailure()) return;
+  const char* const queues[] = {"fcfs",
+                                "priority",
+                                "sjf",
+                                "{name: predicted-sjf, error: 1}",
+                                "{name: fair, input_weight: 1, output_weight: 3}",
+                                "{name: mlfq, levels: 3, quantum_ms: 1, starve_s: 0.005}"};
+  for (std::string bf : {"vllm", "preemptive"}) {
+    for (std::string mode : {"swap", "auto"}) {
+      std::int64_t swapped_blocks = 0;
+      SchedulerCounters totals;
+      for (std::string victim :
+           {"last-running", "lowest-priority", "fewest-computed", "most-blocks"}) {
+        for (const char* queue : queues) {
+          if (bf == "preemptive" && !Ranks(queue)) continue;
+          for (std::uint64_t seed = 1; seed <= 8; ++seed) {
+            RunSeed(seed, queue, victim, bf, static_cast<std::int32_t>(seed % 3), &totals, mode,
+                    &swapped_blocks);
+            if (HasFatalFailure()) return;
+          }
         }
       }
+      EXPECT_GT(swapped_blocks, 0) << bf << " " << mode;
+      EXPECT_GT(totals.num_preemptions, 0) << bf << " " << mode;
+      EXPECT_GT(totals.num_aborted, 0) << bf << " " << mode;
     }
-    EXPECT_GT(swapped_blocks, 0) << mode;
-    EXPECT_GT(totals.num_preemptions, 0) << mode;
-    EXPECT_GT(totals.num_aborted, 0) << mode;
   }
 }
 
@@ -522,12 +568,14 @@ TEST(SchedulerPropertyTest, EveryQueueOrderKeepsEveryInvariant) {
 TEST(SchedulerPropertyTest, EveryBatchFormationKeepsEveryInvariant) {
   const auto& queues = kQueues;
   const std::size_t registered = PolicyRegistry::instance().list(PolicyKind::kBatch).size();
-  ASSERT_EQ(registered, 6u) << "a new batch formation needs adding here";
-  for (std::string bf : {"vllm", "static", "orca", "sarathi", "prefill-first", "sglang"}) {
+  ASSERT_EQ(registered, 7u) << "a new batch formation needs adding here";
+  for (std::string bf :
+       {"vllm", "static", "orca", "sarathi", "prefill-first", "sglang", "preemptive"}) {
     for (std::string victim :
          {"last-running", "lowest-priority", "fewest-computed", "most-blocks"}) {
       SchedulerCounters totals;
       for (const char* queue : queues) {
+        if (bf == "preemptive" && !Ranks(queue)) continue;  // refused (PreemptiveExperimentTest)
         for (std::uint64_t seed = 1; seed <= 4; ++seed) {
           RunSeed(seed, queue, victim, bf, static_cast<std::int32_t>(seed % 3), &totals);
           if (HasFatalFailure()) return;

@@ -54,8 +54,8 @@ TEST(OpenAiApi, ErrorsQuotingInvalidUtf8AreStillJson) {
   const std::unique_ptr<Tokenizer> bytes =
       load_tokenizer(home_path("data/tokenizers/bytes/tokenizer.json"));
   const ApiLimits limits{"tiny", 256, 64, {}};
-  for (const std::string body : {std::string("{\"prompt\": \"hi\"}\xf2, \"x\": 1}"),
-                                 std::string("{\"prompt\": [1], \"model\": \"\xff\xfe\"}")}) {
+  for (const std::string& body : {std::string("{\"prompt\": \"hi\"}\xf2, \"x\": 1}"),
+                                  std::string("{\"prompt\": [1], \"model\": \"\xff\xfe\"}")}) {
     try {
       parse_completion_request(body, false, limits, *bytes);
       ADD_FAILURE() << "accepted";
