@@ -235,8 +235,9 @@ TEST(GpuExecutor, LogitsMatchCpuExecutor) {
 }
 
 // The invariance property on the GPU: random workloads through the real scheduler (chunked
-// prefill, prefix caching, recompute and swap preemption) give each request the greedy tokens
-// it gets when run alone on the same executor, wherever the decision is not a near-tie.
+// prefill, prefix caching, recompute and swap preemption, the preemptive formation) give each
+// request the greedy tokens it gets when run alone on the same executor, wherever the decision
+// is not a near-tie.
 TEST(GpuExecutor, SchedulingNeverChangesGreedyOutputs) {
   REQUIRE_GPU();
 #if SERVELAB_HAVE_CUDA
@@ -255,6 +256,14 @@ TEST(GpuExecutor, SchedulingNeverChangesGreedyOutputs) {
     c.enable_prefix_caching = true;
     const bool swap = seed % 2 == 0;
     use_policy(c, PolicyKind::kPreemption, swap ? "swap" : "recompute");
+    // Seeds 2, 5, 8: the preemptive formation under an MLFQ whose 1 us quanta demote every
+    // running request every step, so waiting and swapped requests displace running ones all the
+    // time (a step may swap victims out and a swapped request in: the executor's order).
+    if (seed % 3 == 2) {
+      use_policy(c, PolicyKind::kBatch, "preemptive");
+      use_policy(c, PolicyKind::kQueue, "mlfq",
+                 {{"levels", std::int64_t{3}}, {"quantum_ms", 0.001}, {"skip_join", false}});
+    }
     const std::int32_t num_blocks = 200 / c.block_size + 2, host_blocks = swap ? 64 : 0;
     std::vector<RequestSpec> specs;
     for (RequestId id = 0; id < 10; ++id) {
