@@ -385,22 +385,28 @@ TEST(MultiStepRun, BurstWithEightStepsRunsRoundsDeterministically) {
 
 // Every policy mix of policies.yaml (swap and auto preemption, parallel sampling, contiguous
 // allocation, every batch formation, queue orders), plus the fair queue, runs with N = 4; but
-// for SGLang's formation, which has no multi-step scheduling and says so (exit 2, naming the
-// variant).
+// for SGLang's formation and the preemptive one, which have no multi-step scheduling and say so
+// (exit 2, naming the variant).
 TEST(MultiStepRun, EveryShippedPolicyMixRunsWithFourSteps) {
   const fs::path dir = temp_dir("multistep_policies");
   const std::string exp = servelab_home().string() + "/experiments/policies.yaml";
   const std::string four = " --quiet --set serving.num_scheduler_steps=4 --out ";
-  const Cli refused = run_sim("compare " + exp + four + (dir / "r").string(), dir);
-  EXPECT_EQ(refused.code, 2);
-  EXPECT_NE(refused.err.find("variant 'sglang'"), std::string::npos) << refused.err;
-  EXPECT_NE(refused.err.find("does not support multi-step"), std::string::npos) << refused.err;
   std::string text = read_file(exp);
-  const std::size_t at = text.find("  - name: sglang\n");
-  ASSERT_NE(at, std::string::npos);
-  const std::size_t end = text.find("  - name:", at + 1);
-  ASSERT_NE(end, std::string::npos);
-  text.erase(at, end - at);
+  // Each refusal names the first variant that cannot run; it is then taken out of the file.
+  for (const char* variant : {"sglang", "srtf", "fastserve"}) {
+    SCOPED_TRACE(variant);
+    write_file(dir / "policies.yaml", text);
+    const Cli refused =
+        run_sim("compare " + (dir / "policies.yaml").string() + four + (dir / "r").string(), dir);
+    EXPECT_EQ(refused.code, 2);
+    EXPECT_NE(refused.err.find(std::string("variant '") + variant + "'"), std::string::npos)
+        << refused.err;
+    EXPECT_NE(refused.err.find("does not support multi-step"), std::string::npos) << refused.err;
+    const std::size_t at = text.find(std::string("  - name: ") + variant + "\n");
+    ASSERT_NE(at, std::string::npos);
+    const std::size_t end = std::min(text.find("  - name:", at + 1), text.size());
+    text.erase(at, end - at);
+  }
   write_file(dir / "policies.yaml", text);
   const Cli cli =
       run_sim("compare " + (dir / "policies.yaml").string() + four + (dir / "c").string(), dir);
