@@ -910,14 +910,19 @@ void Scheduler::complete_spec(const StepResult& result, TimeNs now) {
 void Scheduler::rank_running() {
   assert(plan_.requests.empty());
   const WaitingQueue& q = *waiting_;
-  std::stable_sort(running_.begin(), running_.end(),
+  // Sorted on a copy: a rank that throws (a Python queue order's key) leaves the list whole.
+  std::vector<Request*> ranked = running_;
+  std::stable_sort(ranked.begin(), ranked.end(),
                    [&q](const Request* a, const Request* b) { return q.ranks_before(*a, *b); });
+  running_.swap(ranked);
 }
 
 void Scheduler::rank_swapped() {
   const WaitingQueue& q = *waiting_;
-  std::stable_sort(swapped_.begin(), swapped_.end(),
+  std::deque<Request*> ranked = swapped_;  // as in rank_running
+  std::stable_sort(ranked.begin(), ranked.end(),
                    [&q](const Request* a, const Request* b) { return q.ranks_before(*a, *b); });
+  swapped_.swap(ranked);
 }
 
 void Scheduler::preempt_last_running(TimeNs now) {

@@ -45,44 +45,71 @@ PythonQueueOrder::~PythonQueueOrder() {
   params_ = py::object();
 }
 
-void PythonQueueOrder::insert(Request* r) {
+std::vector<long double> PythonQueueOrder::compute_key(const Request& r, std::string& error) const {
   std::vector<long double> key;
-  std::string error;
-  {
-    py::gil_scoped_acquire gil;
-    const py::object view = make_request_view(*r);
-    py::object result;
-    try {
-      result = params_.is_none() ? policy_->fn()(view) : policy_->fn()(view, params_);
-    } catch (py::error_already_set& e) {
-      invalidate_request_view(view);
-      // Queued anyway (last), so the scheduler still owns the request when the run unwinds.
-      where_[r] = order_.insert({{std::numeric_limits<long double>::infinity()}, r->id(), r}).first;
-      policy_->fail(e);
-    }
+  py::gil_scoped_acquire gil;
+  const py::object view = make_request_view(r);
+  py::object result;
+  try {
+    result = params_.is_none() ? policy_->fn()(view) : policy_->fn()(view, params_);
+  } catch (py::error_already_set& e) {
     invalidate_request_view(view);
-    long double c = 0;
-    bool ok = true;
-    if (PyTuple_Check(result.ptr())) {
-      for (const py::handle item : py::reinterpret_borrow<py::tuple>(result)) {
-        ok = ok && to_key_component(item, c);
-        key.push_back(c);
-      }
-      ok = ok && !key.empty();
-    } else {
-      ok = to_key_component(result, c);
+    error = e.what();
+    raised_ = std::make_unique<py::error_already_set>(std::move(e));
+    return key;
+  }
+  invalidate_request_view(view);
+  long double c = 0;
+  bool ok = true;
+  if (PyTuple_Check(result.ptr())) {
+    for (const py::handle item : py::reinterpret_borrow<py::tuple>(result)) {
+      ok = ok && to_key_component(item, c);
       key.push_back(c);
     }
-    if (!ok) {
-      error = "expected the key to be a finite int or float or a non-empty tuple of them, got " +
-              py::repr(result).cast<std::string>() + " for request " + std::to_string(r->id());
-    }
+    ok = ok && !key.empty();
+  } else {
+    ok = to_key_component(result, c);
+    key.push_back(c);
   }
+  if (!ok) {
+    error = "expected the key to be a finite int or float or a non-empty tuple of them, got " +
+            py::repr(result).cast<std::string>() + " for request " + std::to_string(r.id());
+  }
+  return key;
+}
+
+void PythonQueueOrder::fail_with(const std::string& error) const {
+  if (raised_ != nullptr) {
+    py::gil_scoped_acquire gil;  // held until `e` is gone
+    const std::unique_ptr<py::error_already_set> e = std::move(raised_);
+    policy_->fail(*e);
+  }
+  policy_->fail(error);
+}
+
+void PythonQueueOrder::insert(Request* r) {
+  std::string error;
+  std::vector<long double> key = compute_key(*r, error);
   if (!error.empty()) {
+    // Queued anyway (last), so the scheduler still owns the request when the run unwinds.
     where_[r] = order_.insert({{std::numeric_limits<long double>::infinity()}, r->id(), r}).first;
-    policy_->fail(error);
+    fail_with(error);
   }
   where_[r] = order_.insert({std::move(key), r->id(), r}).first;
+}
+
+bool PythonQueueOrder::ranks_before(const Request& a, const Request& b) const {
+  const auto key_of = [this](const Request& r) {
+    const auto it = where_.find(&r);
+    if (it != where_.end()) return it->second->key;
+    std::string error;
+    std::vector<long double> key = compute_key(r, error);
+    if (!error.empty()) fail_with(error);  // the scheduler ranks on copies: nothing is lost
+    return key;
+  };
+  const std::vector<long double> ka = key_of(a), kb = key_of(b);
+  if (ka != kb) return ka < kb;
+  return a.id() < b.id();
 }
 
 void PythonQueueOrder::pop_front() {

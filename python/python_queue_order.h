@@ -10,12 +10,16 @@
 // admits in FCFS order. Keys are compared as long doubles (exact for every 64-bit integer).
 // A callable that raises or returns anything else throws PythonPolicyError naming the plugin; the
 // request is queued (last) first, so the scheduler still owns every request it had.
+// It ranks (WaitingQueue::ranks), so `batch: preemptive` takes it: a running request ranks by
+// the key the callable gives it when asked (once per comparison: a preemptive step calls it
+// O(r log r) times for r running requests), a queued one by the key it was queued with.
 #pragma once
 
 #include <pybind11/pybind11.h>
 
 #include <memory>
 #include <set>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -40,6 +44,8 @@ class PythonQueueOrder final : public WaitingQueue {
   std::size_t size() const override { return order_.size(); }
   bool erase(Request* r) override;
   std::vector<Request*> snapshot() const override;
+  bool ranks() const override { return true; }
+  bool ranks_before(const Request& a, const Request& b) const override;
 
  private:
   struct Entry {
@@ -54,9 +60,15 @@ class PythonQueueOrder final : public WaitingQueue {
     }
   };
   void insert(Request* r);
+  // The callable's key for `r`; on failure an empty key and `error` set (a Python exception is
+  // kept in raised_ for fail_with). Takes the GIL.
+  std::vector<long double> compute_key(const Request& r, std::string& error) const;
+  // Throws PythonPolicyError for `error` (or the kept Python exception).
+  [[noreturn]] void fail_with(const std::string& error) const;
 
   std::shared_ptr<const PythonPolicy> policy_;
   pybind11::object params_;
+  mutable std::unique_ptr<pybind11::error_already_set> raised_;  // compute_key's, for fail_with
   std::set<Entry, Before> order_;
   // Where each queued request's entry is (looked up, never iterated).
   std::unordered_map<const Request*, std::set<Entry, Before>::iterator> where_;

@@ -84,6 +84,27 @@ def test_failing_policies_stop_the_run_naming_the_policy():
             "policies.preemption": {"name": "recompute", "victim": "py-out"}})
 
 
+def test_python_queue_order_ranks_for_the_preemptive_formation():
+    """A Python key is a rank: under batch preemptive, shortest-remaining-first written in Python
+    schedules exactly as the built-in sjf does, running requests ranked by the same key."""
+    servelab.register_queue_order(
+        "py-srtf", lambda r: (r.max_output_tokens - r.output_tokens, r.arrival_ns))
+    builtin = servelab.run(BURST_TINY, record_schedule=True, overrides={
+        "policies.batch": "preemptive", "policies.queue": "sjf"})
+    assert builtin.summary["preemption"]["preemptions"] > 0
+    python = servelab.run(BURST_TINY, record_schedule=True, overrides={
+        "policies.batch": "preemptive", "policies.queue": "py-srtf"})
+    pandas.testing.assert_frame_equal(python.schedule, builtin.schedule)
+    pandas.testing.assert_frame_equal(python.requests, builtin.requests)
+    assert python.summary == builtin.summary
+    # A key that fails for a running request stops the run naming the policy.
+    servelab.register_queue_order(
+        "py-fails-later", lambda r: (1 // 0) if r.output_tokens > 3 else (r.arrival_ns,))
+    with pytest.raises(servelab.PolicyError, match="py-fails-later.*ZeroDivisionError"):
+        servelab.run(BURST_TINY, overrides={"policies.batch": "preemptive",
+                                            "policies.queue": "py-fails-later"})
+
+
 def test_registration_rules():
     with pytest.raises(servelab.ConfigError, match="built-in"):
         servelab.register_queue_order("fcfs", lambda r: 0)
