@@ -438,14 +438,18 @@ void Scheduler::abort_request(Request& r, TimeNs now) {
 }
 
 bool Scheduler::reset_prefix_cache() {
-  if (num_pending_plans() > 0) {
+  if (num_pending_plans() > (async_ ? 1 : 0)) {
     throw std::logic_error("Scheduler::reset_prefix_cache: a plan awaits complete()");
   }
   return kv_.reset_prefix_cache();
 }
 
+bool Scheduler::held_by_pending_plan(const Request* r) const {
+  return (plan_pending_ && in_plan(*r)) || held_by_other_plan(r);
+}
+
 bool Scheduler::abort(RequestId id, TimeNs now, const std::string& reason) {
-  if (num_pending_plans() > 0) {
+  if (num_pending_plans() > (async_ ? 1 : 0)) {
     throw std::logic_error("Scheduler::abort: a plan awaits complete()");
   }
   const auto matches = [id](const Request* r) { return base_request_id(r->id()) == id; };
@@ -493,6 +497,9 @@ void Scheduler::abort_sequence(Request& r, TimeNs now, const std::string& reason
   }
   ++counters_.num_aborted;
   if (observer_ != nullptr) observer_->on_finish(r, now);
+  // Async scheduling: the plan in flight still names it; that plan's complete() discards its
+  // entry and deletes it.
+  if (async_ && held_by_pending_plan(&r)) return;
   delete &r;
 }
 

@@ -251,11 +251,16 @@ class Scheduler {
   // kAborted with finish_reason `reason`, it is reported through on_finish at `now` and deleted.
   // A request with parallel samples is aborted whole (every unfinished sample; reported once).
   // Returns false when no unfinished request has that id (finished, rejected or unknown).
-  // REQUIRES: no plan awaits complete() (std::logic_error otherwise): call between steps.
+  // REQUIRES: no plan awaits complete() (std::logic_error otherwise): call between steps. With
+  // async scheduling one may (the engine loop's state between complete() and the next
+  // schedule(): the plan in flight has run, its tokens wait): a request it names is then kept
+  // until its complete(), which discards the request's entry (as for a request a stop token
+  // finished meanwhile) and deletes it; its blocks are freed at once, and a later plan may take
+  // them (plans run in order, so the one in flight has written them by then).
   bool abort(RequestId id, TimeNs now, const std::string& reason);
 
   // vLLM's Scheduler.reset_prefix_cache: KvCacheManager::reset_prefix_cache (false while any
-  // request holds blocks). REQUIRES: no plan awaits complete() (std::logic_error otherwise).
+  // request holds blocks). REQUIRES: as for abort() (std::logic_error otherwise).
   bool reset_prefix_cache();
 
   bool has_unfinished() const {
@@ -518,6 +523,8 @@ class Scheduler {
     return other_pending_ &&
            std::find(other_requests_.begin(), other_requests_.end(), r) != other_requests_.end();
   }
+  // Whether a pending plan (this one or the other) names r (async scheduling).
+  bool held_by_pending_plan(const Request* r) const;
   // complete() of the older of two pending plans (async scheduling).
   void complete_older(const StepResult& result, TimeNs now);
   // complete() of one plan without drafts, rounds or forks: the synchronous path.

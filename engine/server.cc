@@ -518,14 +518,6 @@ class Server {
 
 int run_server(const ExperimentConfig& config, const ServeOptions& options, std::FILE* log) {
   if (options.max_in_flight < 1) throw ConfigError("--max-in-flight: expected at least 1");
-  // Client aborts happen between steps (Scheduler::abort), and with async scheduling a plan is
-  // always in flight while requests run.
-  if (config.scheduler.async_scheduling) {
-    throw ConfigError(config.async_scheduling_location +
-                      ": key 'serving.async_scheduling': engine serve does not support async "
-                      "scheduling yet (client aborts need a step boundary); use engine run or sim "
-                      "run");
-  }
   // The adapters' names before the engine loads (the Server checks them again against the
   // loaded model's name).
   parse_lora_modules(options.lora_modules, config.scheduler.lora,

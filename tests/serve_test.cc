@@ -514,6 +514,71 @@ TEST(EngineServe, ClientsThatDisconnectAreAbortedAndHoldNoBlocks) {
   fs::remove_all(dir);
 }
 
+// Async scheduling (vLLM's --async-scheduling) under engine serve: the same greedy text as the
+// synchronous server, clients that disconnect are aborted while a step is in flight and hold
+// nothing afterwards, and /reset_prefix_cache works between steps.
+TEST(EngineServe, AsyncSchedulingServesTheSameTextAndAbortsClients) {
+  const fs::path dir = temp_dir("serve_async");
+  fs::create_directories(dir / "sync");
+  fs::create_directories(dir / "async");
+  const json body = {{"prompt", {1, 2, 3, 4, 5, 6, 7}}, {"max_tokens", 12}};
+  std::string want;
+  {
+    ServerProcess sync(dir / "sync", {});
+    httplib::Client c = client_for(sync);
+    const httplib::Result r = c.Post("/v1/completions", body.dump(), "application/json");
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    want = json::parse(r->body)["choices"][0]["text"].get<std::string>();
+    ::kill(sync.pid(), SIGTERM);
+    EXPECT_EQ(sync.wait_exit(std::chrono::seconds(20)), 0) << sync.stderr_text();
+  }
+  ServerProcess server(dir / "async", {"--set", "serving.async_scheduling=true"});
+  httplib::Client c = client_for(server);
+  const httplib::Result r = c.Post("/v1/completions", body.dump(), "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(json::parse(r->body)["choices"][0]["text"], want);
+  EXPECT_EQ(json::parse(r->body)["usage"]["completion_tokens"], 12);
+  const std::string streaming =
+      json{{"prompt", std::vector<int>(300, 9)}, {"max_tokens", 1700}, {"stream", true}}.dump();
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 4; ++i) {
+    threads.emplace_back([&] { post_and_hang_up(server.port(), streaming, 300); });
+  }
+  for (std::thread& t : threads) t.join();
+  std::string m;
+  const auto deadline = Clock::now() + std::chrono::seconds(20);
+  while (Clock::now() < deadline) {
+    m = scrape(server);
+    if (metric(m, "vllm:request_success_total{model_name=\"tiny\",finished_reason=\"abort\"}") +
+                metric(
+                    m,
+                    "vllm:request_success_total{model_name=\"tiny\",finished_reason=\"length\"}") >=
+            5 &&
+        metric(m, "vllm:num_requests_running" + kLabels) == 0 &&
+        metric(m, "vllm:kv_cache_usage_perc" + kLabels) == 0)
+      break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_GE(metric(m, "vllm:request_success_total{model_name=\"tiny\",finished_reason=\"abort\"}"),
+            3);
+  EXPECT_EQ(metric(m, "vllm:num_requests_running" + kLabels), 0);
+  EXPECT_EQ(metric(m, "vllm:kv_cache_usage_perc" + kLabels), 0);
+  const httplib::Result reset = c.Post("/reset_prefix_cache", "", "application/json");
+  ASSERT_TRUE(reset);
+  EXPECT_EQ(reset->status, 200);
+  EXPECT_EQ(reset->body, R"({"success":true})");
+  // Still serving, the same text.
+  const httplib::Result again = c.Post("/v1/completions", body.dump(), "application/json");
+  ASSERT_TRUE(again);
+  ASSERT_EQ(again->status, 200) << again->body;
+  EXPECT_EQ(json::parse(again->body)["choices"][0]["text"], want);
+  ::kill(server.pid(), SIGTERM);
+  EXPECT_EQ(server.wait_exit(std::chrono::seconds(20)), 0) << server.stderr_text();
+  fs::remove_all(dir);
+}
+
 TEST(EngineServe, SigtermDrainsInFlightRequestsThenExitsZero) {
   const fs::path dir = temp_dir("serve_sigterm");
   ServerProcess server(dir, {});
