@@ -260,7 +260,13 @@ class ClusterRun {
     bool any = false;
     for (std::optional<TimeNs> t = feed_.peek(); t && *t <= now; t = feed_.peek()) {
       if (frontend_on_) {
-        frontend_.push(feed_.take());
+        RequestSpec spec = feed_.take();
+        // On the wall clock a session's next turn is released when this thread sees its previous
+        // turn finish, which on a loaded machine can be after a later arrival went to the front
+        // end; it serves in arrival order, so the turn arrives when it is seen, no earlier than
+        // the last request pushed.
+        spec.arrival_ns = std::max(spec.arrival_ns, frontend_.last_arrival());
+        frontend_.push(std::move(spec));
       } else {
         dispatch(feed_.take(), now);
         any = true;

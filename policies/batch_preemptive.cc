@@ -174,8 +174,9 @@ const PolicyRegistrar kRegistrar(
     {PolicyKind::kBatch,
      "preemptive",
      "the schedule recomputed by rank every step: running requests sorted by the queue order, a "
-     "waiting request that outranks running ones displaces the lowest ranked when it needs their "
-     "seat or blocks (recompute); preemptive sjf, priority, or FastServe with queue: mlfq",
+     "waiting or swapped request that outranks running ones displaces the lowest ranked when it "
+     "needs their seat or blocks (by the preemption mode: recompute, swap); preemptive sjf "
+     "(SRTF), priority, or FastServe with queue: mlfq",
      "FastServe (Wu et al., arXiv 2305.05920) and vllm-ltr's preemptive SJF (Fu et al., arXiv "
      "2408.15792)",
      {},

@@ -50,6 +50,8 @@ class FrontEnd {
   // ready. REQUIRES: arrivals are pushed in non-decreasing arrival order (std::logic_error
   // otherwise).
   TimeNs push(RequestSpec spec);
+  // The arrival of the last request pushed (0 before any).
+  TimeNs last_arrival() const { return last_arrival_; }
   bool empty() const { return pending_.empty(); }
   std::size_t size() const { return pending_.size(); }
   // The earliest ready time of a request in the front end, if any.
