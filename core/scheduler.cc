@@ -42,6 +42,15 @@ class KvPrefixProbe final : public PrefixProbe {
   KvCacheManager& kv_;
 };
 
+// Puts r at index `at` of `list`, or at its end when `at` is past it (AdmissionRule::insert_at).
+void insert_running(std::vector<Request*>& list, Request& r, std::size_t at) {
+  if (at < list.size()) [[unlikely]] {
+    list.insert(list.begin() + static_cast<std::ptrdiff_t>(at), &r);
+  } else {
+    list.push_back(&r);
+  }
+}
+
 }  // namespace
 
 Scheduler::Scheduler(const SchedulerConfig& config, KvCacheManager& kv, SchedulerObserver* observer,
@@ -527,11 +536,7 @@ Scheduler::Room Scheduler::make_room(std::size_t i, std::int32_t n, std::int32_t
 void Scheduler::admit_front(Request& r, const PrefixHit& hit, std::size_t insert_at) {
   waiting_->pop_front();
   unqueue(r);
-  if (insert_at < running_.size()) [[unlikely]] {
-    running_.insert(running_.begin() + static_cast<std::ptrdiff_t>(insert_at), &r);
-  } else {
-    running_.push_back(&r);
-  }
+  insert_running(running_, r, insert_at);
   ++admitted_in_step_;
   if (r.will_fork()) fork_seats_ += static_cast<std::size_t>(r.spec.n - 1);
   r.status = RequestStatus::kRunning;
@@ -732,11 +737,8 @@ std::int32_t Scheduler::swap_in_phase(std::int32_t budget, TimeNs now, std::size
     (void)ok;
     swapped_.pop_front();
     ++resumed;
-    if (insert_at < running_.size()) [[unlikely]] {
-      running_.insert(running_.begin() + static_cast<std::ptrdiff_t>(insert_at++), &r);
-    } else {
-      running_.push_back(&r);
-    }
+    insert_running(running_, r, insert_at);
+    if (insert_at < running_.size()) ++insert_at;  // the next resume goes after this one
     if (r.will_fork()) fork_seats_ += static_cast<std::size_t>(r.spec.n - 1);
     r.status = RequestStatus::kRunning;
     if (n <= 0) continue;  // nothing to compute yet (only off the synchronous loop)
