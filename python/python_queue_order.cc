@@ -45,7 +45,7 @@ PythonQueueOrder::~PythonQueueOrder() {
   params_ = py::object();
 }
 
-std::vector<long double> PythonQueueOrder::compute_key(const Request& r, std::string& error) const {
+std::vector<long double> PythonQueueOrder::compute_key(const Request& r) const {
   std::vector<long double> key;
   py::gil_scoped_acquire gil;
   const py::object view = make_request_view(r);
@@ -54,9 +54,7 @@ std::vector<long double> PythonQueueOrder::compute_key(const Request& r, std::st
     result = params_.is_none() ? policy_->fn()(view) : policy_->fn()(view, params_);
   } catch (py::error_already_set& e) {
     invalidate_request_view(view);
-    error = e.what();
-    raised_ = std::make_unique<py::error_already_set>(std::move(e));
-    return key;
+    policy_->fail(e);
   }
   invalidate_request_view(view);
   long double c = 0;
@@ -72,28 +70,21 @@ std::vector<long double> PythonQueueOrder::compute_key(const Request& r, std::st
     key.push_back(c);
   }
   if (!ok) {
-    error = "expected the key to be a finite int or float or a non-empty tuple of them, got " +
-            py::repr(result).cast<std::string>() + " for request " + std::to_string(r.id());
+    policy_->fail(
+        "expected the key to be a finite int or float or a non-empty tuple of them, got " +
+        py::repr(result).cast<std::string>() + " for request " + std::to_string(r.id()));
   }
   return key;
 }
 
-void PythonQueueOrder::fail_with(const std::string& error) const {
-  if (raised_ != nullptr) {
-    py::gil_scoped_acquire gil;  // held until `e` is gone
-    const std::unique_ptr<py::error_already_set> e = std::move(raised_);
-    policy_->fail(*e);
-  }
-  policy_->fail(error);
-}
-
 void PythonQueueOrder::insert(Request* r) {
-  std::string error;
-  std::vector<long double> key = compute_key(*r, error);
-  if (!error.empty()) {
+  std::vector<long double> key;
+  try {
+    key = compute_key(*r);
+  } catch (...) {
     // Queued anyway (last), so the scheduler still owns the request when the run unwinds.
     where_[r] = order_.insert({{std::numeric_limits<long double>::infinity()}, r->id(), r}).first;
-    fail_with(error);
+    throw;
   }
   where_[r] = order_.insert({std::move(key), r->id(), r}).first;
 }
@@ -102,10 +93,7 @@ bool PythonQueueOrder::ranks_before(const Request& a, const Request& b) const {
   const auto key_of = [this](const Request& r) {
     const auto it = where_.find(&r);
     if (it != where_.end()) return it->second->key;
-    std::string error;
-    std::vector<long double> key = compute_key(r, error);
-    if (!error.empty()) fail_with(error);  // the scheduler ranks on copies: nothing is lost
-    return key;
+    return compute_key(r);  // may throw: the scheduler ranks on copies, nothing is lost
   };
   const std::vector<long double> ka = key_of(a), kb = key_of(b);
   if (ka != kb) return ka < kb;

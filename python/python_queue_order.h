@@ -60,15 +60,12 @@ class PythonQueueOrder final : public WaitingQueue {
     }
   };
   void insert(Request* r);
-  // The callable's key for `r`; on failure an empty key and `error` set (a Python exception is
-  // kept in raised_ for fail_with). Takes the GIL.
-  std::vector<long double> compute_key(const Request& r, std::string& error) const;
-  // Throws PythonPolicyError for `error` (or the kept Python exception).
-  [[noreturn]] void fail_with(const std::string& error) const;
+  // The callable's key for `r`. Throws PythonPolicyError naming the plugin when the callable
+  // raises or returns anything but a key. Takes the GIL.
+  std::vector<long double> compute_key(const Request& r) const;
 
   std::shared_ptr<const PythonPolicy> policy_;
   pybind11::object params_;
-  mutable std::unique_ptr<pybind11::error_already_set> raised_;  // compute_key's, for fail_with
   std::set<Entry, Before> order_;
   // Where each queued request's entry is (looked up, never iterated).
   std::unordered_map<const Request*, std::set<Entry, Before>::iterator> where_;
