@@ -187,9 +187,11 @@ void check_async_scheduling(const ExperimentConfig& c) {
                       "swap), not '" +
                       std::string(sc.preemption->name()) + "'");
   }
-  if (sc.make_waiting_queue && sc.make_waiting_queue()->times_service()) {
+  const std::unique_ptr<WaitingQueue> queue =
+      sc.make_waiting_queue ? sc.make_waiting_queue() : nullptr;
+  if (queue != nullptr && queue->times_service()) {
     throw ConfigError(at + "async scheduling does not combine with policies.queue '" +
-                      sc.make_waiting_queue()->name() +
+                      queue->name() +
                       "', which charges requests for the duration of each step they ran in "
                       "(overlapped steps have none of their own)");
   }
