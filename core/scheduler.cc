@@ -626,6 +626,7 @@ std::int32_t Scheduler::admit_waiting(std::int32_t budget, const AdmissionRule& 
     // place in the queue; later requests may still be admitted).
     if (lora && r.spec.lora_id != 0 && !lora_active(r.spec.lora_id) &&
         active_loras_.size() >= static_cast<std::size_t>(config_.lora.max_loras)) [[unlikely]] {
+      if (!rule.skip_lora_blocked) break;
       waiting_->pop_front();
       lora_skipped_.push_back(&r);
       continue;

@@ -404,6 +404,10 @@ class Scheduler {
     // Where an admitted request joins running(): at this index (keeping a ranked list in order;
     // the preemptive formation), or at the end when it is past the end (the default).
     std::size_t insert_at = static_cast<std::size_t>(-1);
+    // LoRA: a request whose adapter would be one more than max_loras is skipped (vLLM v1, the
+    // default) or, false, stops the loop like any head that cannot start (the preemptive
+    // formation: nobody ranked after it goes first).
+    bool skip_lora_blocked = true;
   };
   // The admission loop (above); returns the budget left.
   std::int32_t admit_waiting(std::int32_t budget, const AdmissionRule& rule, TimeNs now);

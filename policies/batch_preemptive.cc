@@ -22,6 +22,10 @@
 //    first), but not the displacements of step 2, which are for the candidates. A request
 //    preempted in this step does not start again in it. So a step may swap victims out (step 2)
 //    and then a candidate in, never the reverse (a victim after a swap-in is recomputed).
+// With LoRA (serving.lora) an adapter slot is one more thing a candidate may lack: a waiting
+// request whose adapter would exceed max_loras is not skipped (as vLLM's admission skips it)
+// but waits at the head, and displaces the lower-ranked requests whose adapters hold the slots
+// when recomputing them would free one (a swapped-out request keeps its adapter counted).
 // With sjf the rank is shortest-remaining-first (SRTF), with predicted-sjf vllm-ltr's, with
 // priority preemptive priorities (equal priorities: arrival order), with mlfq FastServe. One
 // sample per request, one scheduler step; the queue order must rank (fcfs, fair and SGLang's
@@ -31,6 +35,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "core/batch_formation.h"
 #include "core/scheduler.h"
@@ -69,6 +74,7 @@ class PreemptiveBatchFormation final : public BatchFormation {
     rule.token_cap = threshold;
     rule.whole_prompt = !config.enable_chunked_prefill;
     rule.max_admissions = 1;
+    rule.skip_lora_blocked = false;  // a head waiting for an adapter slot keeps its rank
     bool admitting = admit;
     std::size_t i = 0;
     while (budget > 0) {
@@ -127,6 +133,39 @@ class PreemptiveBatchFormation final : public BatchFormation {
     const std::vector<RequestId>& p = s.plan().preempted;
     return std::find(p.begin(), p.end(), r.id()) != p.end();
   }
+  // LoRA (serving.lora): the distinct adapters of the running requests `keep` accepts and of
+  // every swapped one (a swapped request keeps its adapter counted, as admission counts it).
+  template <typename Keep>
+  static std::vector<std::uint32_t> adapters(const Scheduler& s, Keep keep) {
+    std::vector<std::uint32_t> ids;
+    auto add = [&ids](const Request& r) {
+      const std::uint32_t a = r.spec.lora_id;
+      if (a != 0 && std::find(ids.begin(), ids.end(), a) == ids.end()) ids.push_back(a);
+    };
+    for (const Request* r : s.running()) {
+      if (keep(*r)) add(*r);
+    }
+    for (const Request* r : s.swapped()) add(*r);
+    return ids;
+  }
+  // Whether `c` waits for an adapter slot: LoRA on, its adapter not among the running and
+  // swapped requests', and max_loras of them already (admission would not take it).
+  static bool lacks_adapter(const Scheduler& s, const Request& c) {
+    const LoraConfig& lora = s.config().lora;
+    if (!lora.enabled() || c.spec.lora_id == 0) return false;
+    const std::vector<std::uint32_t> ids = adapters(s, [](const Request&) { return true; });
+    return std::find(ids.begin(), ids.end(), c.spec.lora_id) == ids.end() &&
+           ids.size() >= static_cast<std::size_t>(lora.max_loras);
+  }
+  // Whether displacing the running requests `c` outranks would free a slot for its adapter:
+  // those it does not outrank keep theirs, and so would any the preemption mode swaps out.
+  static bool adapter_freeable(const Scheduler& s, const Request& c) {
+    const WaitingQueue& q = s.waiting_queue();
+    const std::vector<std::uint32_t> ids = adapters(s, [&](const Request& r) {
+      return !q.ranks_before(c, r) || s.preemption_mode().swap(r, s.config());
+    });
+    return ids.size() < static_cast<std::size_t>(s.config().lora.max_loras);
+  }
   // Step 2 (see the file comment). The candidate's next chunk is capped at `cap` (the
   // threshold) and the step's `budget`.
   static void displace(Scheduler& s, std::int32_t cap, std::int32_t budget, TimeNs now) {
@@ -154,7 +193,9 @@ class PreemptiveBatchFormation final : public BatchFormation {
       const std::int32_t need = (held + std::min({todo, cap, budget}) + bs - 1) / bs;
       const bool seat = s.seats_taken() < max_seqs;
       const bool blocks = need <= kv.num_free_blocks();
-      if (seat && blocks) return;
+      const bool adapter = !lacks_adapter(s, *c);
+      if (seat && blocks && adapter) return;
+      if (!adapter && !adapter_freeable(s, *c)) return;
       if (!blocks) {
         // Only worth it if what the requests it outranks hold would make room.
         std::int64_t freeable = kv.num_free_blocks();

@@ -48,6 +48,19 @@ InterconnectSpec parse_interconnect(const ConfigNode& node) {
   return ic;
 }
 
+PowerSpec parse_power(const ConfigNode& node) {
+  node.allow_keys({"idle_w", "max_w", "compute_w", "memory_w"});
+  PowerSpec p;
+  p.idle_w = node.get_double("idle_w", 0.0, 1e5);
+  p.max_w = node.get_double("max_w", 1e-3, 1e5);
+  if (p.max_w <= p.idle_w) {
+    node.at("max_w").fail(format_text("more than idle_w (%g W)", p.idle_w));
+  }
+  p.compute_w = node.get_double("compute_w", 0.0, 1e5);
+  p.memory_w = node.get_double("memory_w", 0.0, 1e5);
+  return p;
+}
+
 HardwareConfig HardwareConfig::classic_roofline() const {
   const HardwareConfig classic;
   HardwareConfig hw = *this;
@@ -106,13 +119,19 @@ void HardwareConfig::validate() const {
         "must be in [0, 1)");
   check(block_indirection_s >= 0 && block_indirection_s < 1e-3, "block_indirection_s",
         "must be in [0, 1 ms)");
+  if (power.known()) {
+    check(power.idle_w >= 0 && power.idle_w < power.max_w, "power.idle_w", "must be in [0, max_w)");
+    check(power.compute_w >= 0 && std::isfinite(power.compute_w), "power.compute_w",
+          "must be >= 0");
+    check(power.memory_w >= 0 && std::isfinite(power.memory_w), "power.memory_w", "must be >= 0");
+  }
 }
 
 HardwareConfig parse_hardware(const ConfigNode& node, const std::string& default_name) {
   node.allow_keys({"name", "description", "peak_tflops", "peak_tflops_fp32", "peak_tflops_fp8",
                    "hbm_bandwidth_gbps", "memory_gib", "host_link_gbps", "tensor_parallel",
                    "efficiency", "kernel_min_us", "step_overhead_us", "sequence_overhead_us",
-                   "block_indirection_ns", "fitted", "interconnect", "nvme_read_gbps"});
+                   "block_indirection_ns", "fitted", "interconnect", "nvme_read_gbps", "power"});
   HardwareConfig hw;
   hw.name = node.get_string("name", default_name);
   hw.source = node.file();
@@ -158,6 +177,7 @@ HardwareConfig parse_hardware(const ConfigNode& node, const std::string& default
     (void)fitted->get_string("held_out", "");
   }
   if (const auto ic = node.find("interconnect")) hw.interconnect = parse_interconnect(*ic);
+  if (const auto power = node.find("power")) hw.power = parse_power(*power);
   hw.step_overhead_s =
       node.get_double("step_overhead_us", hw.step_overhead_s * 1e6, 0.0, 1e7 - 1) * 1e-6;
   hw.sequence_overhead_s = node.get_double("sequence_overhead_us", 0.0, 0.0, 1e6 - 1) * 1e-6;

@@ -16,6 +16,20 @@ namespace servelab {
 
 class ConfigNode;
 
+// The board power of one GPU (the entry's `power:` mapping; docs/cost-model.md, "Power and
+// energy"), in watts. While a step runs the GPU draws
+//   min(max_w, idle_w + compute_w * u_flops + memory_w * u_bytes)
+// where u_flops and u_bytes are the step's FLOP rate and device-memory byte rate over the peaks
+// (each clamped to [0, 1]); between steps it draws idle_w. known() is false when the entry has
+// no `power:` (no energy is reported then).
+struct PowerSpec {
+  double idle_w = 0;     // powered, context up, nothing running
+  double max_w = 0;      // the board power limit (TDP)
+  double compute_w = 0;  // added at the full tensor-core rate
+  double memory_w = 0;   // added at the full memory bandwidth
+  bool known() const { return max_w > 0; }
+};
+
 struct HardwareConfig {
   std::string name;
   std::string source;          // the file it was read from ("" when built in code)
@@ -37,6 +51,8 @@ struct HardwareConfig {
   std::int32_t tensor_parallel = 1;
   // The GPU's links to other GPUs (`interconnect:`; empty when the entry has none).
   InterconnectSpec interconnect;
+  // Board power (`power:`; unknown when the entry has none).
+  PowerSpec power;
 
   // Fractions of peak reached in practice, each in (0, 1]. The bandwidth efficiencies of
   // GEMM weight streaming and of each elementwise kind may be 0, meaning
@@ -91,6 +107,11 @@ struct HardwareConfig {
 // A hardware entry from a YAML mapping; `name` defaults to `default_name`. Strict: unknown keys,
 // missing required keys and out-of-range values are ConfigErrors with FILE:LINE:COL and the key.
 HardwareConfig parse_hardware(const ConfigNode& node, const std::string& default_name);
+
+// A `power:` mapping: idle_w, max_w, compute_w, memory_w, all required (watts, idle_w >= 0,
+// max_w > idle_w, compute_w and memory_w >= 0). Unknown keys, missing keys and out-of-range
+// values are ConfigErrors with the location.
+PowerSpec parse_power(const ConfigNode& node);
 
 // An `interconnect:` mapping: gpus_per_node, efficiency (default 1), and for each link kind K
 // (nvlink, pcie, infiniband, ethernet) K_gbps (GB/s each way, > 0) with an optional K_latency_us

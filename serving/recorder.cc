@@ -716,6 +716,23 @@ void write_summary_json(const std::string& path, const RunSummary& s,
                  {"adapter_loads", s.adapter_loads},
                  {"requests_by_adapter", by_adapter}};
   }
+  if (s.work) {
+    // docs/metrics.md, "Energy and utilization".
+    j["utilization"] = {{"busy_fraction", s.busy_fraction()},
+                        {"mfu", s.mfu()},
+                        {"mbu", s.mbu()},
+                        {"flops", s.work->flops},
+                        {"bytes", s.work->bytes}};
+    if (s.has_energy()) {
+      j["energy"] = {{"joules", s.joules()},
+                     {"busy_joules", s.work->busy_joules},
+                     {"idle_joules", s.work->idle_joules},
+                     {"average_power_w", s.average_power_w()},
+                     {"joules_per_output_token", s.joules_per_output_token()},
+                     {"joules_per_request",
+                      s.completed > 0 ? s.joules() / static_cast<double>(s.completed) : 0.0}};
+    }
+  }
   if (!s.classes.empty()) {
     // Per request class, the request metrics of the run's definitions (docs/metrics.md).
     nlohmann::ordered_json classes = nlohmann::ordered_json::object();

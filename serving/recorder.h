@@ -186,6 +186,37 @@ struct RunSummary {
   std::int64_t adapter_loads = 0;
   // Request classes (Recorder::set_request_classes; empty without): summary.json's `classes`.
   std::vector<ClassSummary> classes;
+  // Work, utilization and energy of the GPUs (docs/metrics.md, "Energy and utilization"):
+  // filled in by the simulator's drivers (sim/power_model.h), absent from engine and `sim bench`
+  // runs. Sums over replicas: GPU-seconds busy (each replica's GPUs x the time its steps ran),
+  // the steps' FLOPs and device-memory bytes, and the peaks x busy time they are measured
+  // against. `energy` only when every replica's hardware entry has `power:`: the steps' joules,
+  // and the joules of the GPUs idling between steps (idle watts x (duration_s - busy time)).
+  struct Work {
+    double gpu_busy_s = 0, gpu_s = 0;  // gpu_s: GPUs x duration_s
+    double flops = 0, bytes = 0;
+    double peak_flops_s = 0, peak_bytes = 0;  // sums of peak FLOP/s (B/s) x busy seconds
+    bool energy = false;
+    double busy_joules = 0, idle_joules = 0;
+  };
+  std::optional<Work> work;
+  bool has_energy() const { return work && work->energy; }
+  // The run's joules (busy + idle; 0 without energy), per output token of the completed
+  // requests, and per second of duration_s (0 when there is nothing to divide by).
+  double joules() const { return has_energy() ? work->busy_joules + work->idle_joules : 0.0; }
+  double joules_per_output_token() const {
+    return output_tokens > 0 ? joules() / static_cast<double>(output_tokens) : 0.0;
+  }
+  double average_power_w() const { return duration_s > 0 ? joules() / duration_s : 0.0; }
+  // Busy GPU time over GPU time, FLOPs over peak FLOPs while busy (MFU), bytes over peak bytes
+  // while busy (MBU); 0 without work.
+  double busy_fraction() const {
+    return work && work->gpu_s > 0 ? work->gpu_busy_s / work->gpu_s : 0.0;
+  }
+  double mfu() const {
+    return work && work->peak_flops_s > 0 ? work->flops / work->peak_flops_s : 0.0;
+  }
+  double mbu() const { return work && work->peak_bytes > 0 ? work->bytes / work->peak_bytes : 0.0; }
 };
 
 // Adds `c`'s spec-decode counters to s.spec_decode (creating it). Drivers call it when the

@@ -274,6 +274,22 @@ void print_summary(std::FILE* f, const ExperimentConfig& config, const RunOutput
                static_cast<long long>(s.preemptions), static_cast<long long>(s.recomputed_tokens),
                100.0 * s.kv_usage_mean, 100.0 * s.kv_usage_max, 100.0 * s.prompt_hit_rate,
                100.0 * s.prefix_hit_rate);
+  if (s.work) {
+    std::fprintf(f, "  utilization GPUs busy %.1f %%   MFU %.1f %%   MBU %.1f %% (while busy)\n",
+                 100.0 * s.busy_fraction(), 100.0 * s.mfu(), 100.0 * s.mbu());
+  }
+  if (s.has_energy()) {
+    const double j = s.joules();
+    const double scale = j >= 1e6 ? 1e6 : j >= 1e3 ? 1e3 : 1.0;
+    std::fprintf(
+        f, "  energy      %.2f %sJ   %.3f J per output token   %.0f W average (%.1f %% idle)\n",
+        j / scale,
+        scale == 1e6   ? "M"
+        : scale == 1e3 ? "k"
+                       : "",
+        s.joules_per_output_token(), s.average_power_w(),
+        j > 0 ? 100.0 * s.work->idle_joules / j : 0.0);
+  }
   if (!s.classes.empty()) {
     std::size_t width = 5;
     for (const ClassSummary& c : s.classes) width = std::max(width, c.name.size());

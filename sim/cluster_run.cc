@@ -30,6 +30,7 @@
 #include "sim/shared_kv_transfer.h"
 #include "sim/sim_backend.h"
 #include "sim/swap_cost.h"
+#include "sim/work_summary.h"
 #include "traces/mix_workload.h"
 #include "traces/workload.h"
 
@@ -156,6 +157,7 @@ RunOutput run_cluster_simulation(const ExperimentConfig& config, const RunOption
 
   // The replicas, pool by pool in file order: that order is the cluster's replica numbering.
   std::vector<std::unique_ptr<SimBackend>> backends;
+  std::vector<std::unique_ptr<PowerModel>> powers;  // each replica's (sim/power_model.h)
   // Replicas whose place in the cluster topology prices their collectives differently from their
   // pool's first (an explicit topology of unequal nodes or links) get a roofline of their own.
   std::vector<std::unique_ptr<RooflineCostModel>> own_rooflines;
@@ -183,6 +185,9 @@ RunOutput run_cluster_simulation(const ExperimentConfig& config, const RunOption
       // A calibrated cost model is refused for pools of several GPUs (above).
       backends.push_back(std::make_unique<SimBackend>(
           p->calibrated ? *p->cost : static_cast<const CostModel&>(*roofline)));
+      powers.push_back(
+          std::make_unique<PowerModel>(PowerModel::of(p->hardware, p->model, parallel)));
+      backends.back()->set_work_model(roofline, powers.back().get());
       backends.back()->set_stop_conditions(workload_gives(config.workload_section(), "sampling"));
       set_lora_loads(config, *roofline, *backends.back());
       if (config.scheduler.speculative.enabled()) {
@@ -268,6 +273,11 @@ RunOutput run_cluster_simulation(const ExperimentConfig& config, const RunOption
   out.summary.skipped_trace_rows = workload->skipped_rows();
   fill_batch_slots(config, out.summary);
   fill_overload_flag(config, out.summary);
+  {
+    std::vector<const SimBackend*> measured;
+    for (const auto& b : backends) measured.push_back(b.get());
+    fill_work_summary(measured, out.summary.duration_s, out.summary);
+  }
   if (config.scheduler.speculative.enabled()) {
     for (const auto& r : replicas) add_spec_decode(out.summary, r->scheduler().counters());
   }

@@ -4,10 +4,12 @@
 //     model-parallel replica or a cluster): csv `gpus,goodput_per_gpu`, table `GPUs`, `goodput
 //     /GPU`; comparing configurations of different sizes needs the goodput each GPU buys;
 //   - overload control's counts, when a run chose an admission or length_cap plugin
-//     (RunSummary::report_overload): csv `shed,capped`, table `shed`, `capped`.
+//     (RunSummary::report_overload): csv `shed,capped`, table `shed`, `capped`;
+//   - energy, when a run knows it (RunSummary::has_energy: its hardware entries have `power:`):
+//     csv `joules,joules_per_output_token,average_power_w,mfu,mbu`, table `J/tok`, `kW`, `MFU %`.
 // In that order, after the fixed columns. A row of a run that does not need a chosen column
-// still fills it (its 1 GPU; 0 shed, 0 capped); a run that does not know its GPUs (RunSummary::
-// gpus 0) shows 0 and 0.
+// still fills it (its 1 GPU; 0 shed, 0 capped; 0 joules); a run that does not know its GPUs
+// (RunSummary:: gpus 0) shows 0 and 0.
 #pragma once
 
 #include <string>
@@ -19,10 +21,12 @@ namespace servelab {
 struct OptionalColumns {
   bool gpus = false;
   bool overload = false;
+  bool energy = false;
 
-  // Chooses the columns `s` needs (its gpus, report_overload); the others stay as they were.
+  // Chooses the columns `s` needs (its gpus, report_overload, energy); the others stay as they
+  // were.
   void add(const RunSummary& s);
-  // ",gpus,goodput_per_gpu,shed,capped" as chosen (empty when none), no newline.
+  // ",gpus,goodput_per_gpu,shed,capped,joules,..." as chosen (empty when none), no newline.
   std::string csv_header() const;
   std::string csv_row(const RunSummary& s) const;
   // The table's two header lines' endings (`line` 0 or 1) and a row's, each starting with the

@@ -19,6 +19,7 @@
 #include "sim/roofline_cost_model.h"
 #include "sim/sim_backend.h"
 #include "sim/swap_cost.h"
+#include "sim/work_summary.h"
 #include "traces/mix_workload.h"
 #include "traces/workload.h"
 
@@ -166,6 +167,10 @@ RunOutput run_simulation(const ExperimentConfig& config, const RunOptions& optio
   const CostModel& cost = calibrated ? static_cast<const CostModel&>(*calibrated)
                                      : static_cast<const CostModel&>(roofline);
   SimBackend sim_backend(cost);
+  // FLOPs, bytes and energy per step from the roofline (docs/metrics.md, "Energy and
+  // utilization"); with the roofline as the cost model its breakdown also gives the time.
+  const PowerModel power = PowerModel::of(hardware, model, parallel);
+  sim_backend.set_work_model(&roofline, &power);
   const std::unique_ptr<SimSpeculation> speculation =
       make_sim_speculation(config, roofline, hardware, parallel, catalog, config.seed);
   sim_backend.set_speculation(speculation.get());
@@ -244,6 +249,8 @@ RunOutput run_simulation(const ExperimentConfig& config, const RunOptions& optio
   out.summary = recorder.summary();
   out.summary.skipped_trace_rows = workload->skipped_rows();
   fill_batch_slots(config, out.summary);
+  const SimBackend* const measured[] = {&sim_backend};
+  fill_work_summary(measured, out.summary.duration_s, out.summary);
   if (config.scheduler.speculative.enabled()) {
     add_spec_decode(out.summary, replica.scheduler().counters());
   }

@@ -48,10 +48,30 @@ TimeNs SimBackend::charge_lora_loads(const StepPlan& plan) {
   return ns;
 }
 
-TimeNs SimBackend::pipelined_time(const StepPlan& plan) const {
-  const StepCostBreakdown b = cost_.breakdown(plan);
-  // The host part overlaps the device part of the step before: the period is the longer one.
+namespace {
+
+// The host part overlaps the device part of the step before: the period is the longer one.
+TimeNs pipelined_period(const StepCostBreakdown& b) {
   return seconds_to_ns(std::max(b.total() - b.overhead, b.overhead));
+}
+
+}  // namespace
+
+TimeNs SimBackend::pipelined_time(const StepPlan& plan) const {
+  return pipelined_period(cost_.breakdown(plan));
+}
+
+void SimBackend::set_work_model(const CostModel* work, const PowerModel* power) {
+  work_ = work;
+  power_ = power;
+}
+
+void SimBackend::count_work(double flops, double bytes, TimeNs duration) {
+  work_totals_.flops += flops;
+  work_totals_.bytes += bytes;
+  work_totals_.busy_ns += duration;
+  if (power_ != nullptr)
+    work_totals_.joules += power_->step_joules(flops, bytes, ns_to_s(duration));
 }
 
 void SimBackend::execute_into(const StepPlan& plan, StepResult& result) {
@@ -60,6 +80,11 @@ void SimBackend::execute_into(const StepPlan& plan, StepResult& result) {
   if (plan.num_steps > 1) [[unlikely]] {
     // A multi-step round: N passes, the host part once; N tokens per entry.
     result.duration_ns = std::max<TimeNs>(1, cost_.round_time(plan) + loads);
+    if (work_ != nullptr) {
+      const StepCostBreakdown b = work_->breakdown(plan);
+      const auto n = static_cast<double>(plan.num_steps);
+      count_work(b.flops * n, b.bytes * n, result.duration_ns);
+    }
     result.sampled_tokens.assign(plan.requests.size() * static_cast<std::size_t>(plan.num_steps),
                                  0);
     result.fork_tokens.assign(static_cast<std::size_t>(plan.num_fork_tokens), 0);
@@ -76,8 +101,22 @@ void SimBackend::execute_into(const StepPlan& plan, StepResult& result) {
   }
   // Speculative decoding: acceptance drawn, drafts proposed and their cost (sim/speculation.h).
   const TimeNs draft_ns = spec_ != nullptr ? seconds_to_ns(spec_->apply(plan, result)) : 0;
-  result.duration_ns = std::max<TimeNs>(
-      1, (plan.pipelined ? pipelined_time(plan) : cost_.step_time(plan)) + loads + draft_ns);
+  if (work_ != nullptr) {
+    // One breakdown for the work and, from the same model, the time (RooflineCostModel's
+    // step_time is seconds_to_ns of its breakdown's total).
+    const StepCostBreakdown b = work_->breakdown(plan);
+    TimeNs t;
+    if (work_ == &cost_) {
+      t = plan.pipelined ? pipelined_period(b) : seconds_to_ns(b.total());
+    } else {
+      t = plan.pipelined ? pipelined_time(plan) : cost_.step_time(plan);
+    }
+    result.duration_ns = std::max<TimeNs>(1, t + loads + draft_ns);
+    count_work(b.flops, b.bytes, result.duration_ns);
+  } else {
+    result.duration_ns = std::max<TimeNs>(
+        1, (plan.pipelined ? pipelined_time(plan) : cost_.step_time(plan)) + loads + draft_ns);
+  }
   result.sampled_tokens.assign(plan.requests.size(), kSimOtherToken);
   result.fork_tokens.assign(static_cast<std::size_t>(plan.num_fork_tokens), kSimOtherToken);
   // The simulated model's EOS (core/stop_conditions.h), for requests with stop conditions.

@@ -15,6 +15,7 @@
 #include "core/kv_offload_tiers.h"
 #include "core/lora_slots.h"
 #include "sim/cost_model.h"
+#include "sim/power_model.h"
 #include "sim/speculation.h"
 
 namespace servelab {
@@ -62,9 +63,26 @@ class SimBackend : public Backend {
   TimeNs lora_load_ns() const { return lora_load_ns_; }
   std::int64_t lora_loads() const { return lora_slots_ ? lora_slots_->loads() : 0; }
 
+  // Work and energy (docs/metrics.md, "Energy and utilization"): from now on every executed
+  // step adds its duration to work().busy_ns and its FLOPs and device-memory bytes (`work`'s
+  // breakdown of the plan, times num_steps for a multi-step round; speculative drafts are not
+  // counted) to work().flops and .bytes, and with `power` (null: none) its energy
+  // (PowerModel::step_joules over the whole duration) to work().joules. `work` is the
+  // replica's roofline (a calibrated model's breakdown has no FLOPs); when it is the backend's
+  // own cost model its breakdown also gives the step's duration, so it is computed once and
+  // every duration stays what it was. REQUIRES: `work` and `power` outlive the backend.
+  void set_work_model(const CostModel* work, const PowerModel* power);
+  struct WorkTotals {
+    double flops = 0, bytes = 0, joules = 0;
+    TimeNs busy_ns = 0;
+  };
+  const WorkTotals& work() const { return work_totals_; }
+  const PowerModel* power() const { return power_; }
+
  private:
   TimeNs tier_loads(const StepPlan& plan);
   TimeNs charge_lora_loads(const StepPlan& plan);
+  void count_work(double flops, double bytes, TimeNs duration);
 
   const CostModel& cost_;
   std::array<double, kMaxOffloadTiers> tier_load_s_ = {};
@@ -76,6 +94,9 @@ class SimBackend : public Backend {
   std::vector<LoraSlots::Placement> placed_;  // scratch
   SimSpeculation* spec_ = nullptr;
   bool stops_ = true;
+  const CostModel* work_ = nullptr;
+  const PowerModel* power_ = nullptr;
+  WorkTotals work_totals_;
 };
 
 }  // namespace servelab

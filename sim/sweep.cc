@@ -23,6 +23,7 @@
 #include "sim/plot.h"
 #include "sim/sweep_mpi.h"
 #include "sim/variant_loader.h"
+#include "sim/work_summary.h"
 
 namespace servelab {
 
@@ -220,6 +221,7 @@ SweepPlan plan_sweep(const ExperimentSource& source, const std::vector<std::stri
     RunSummary flags;
     fill_overload_flag(plan.configs.back(), flags);
     flags.gpus = plan.configs.back().num_gpus();
+    if (reports_energy(plan.configs.back())) flags.work = RunSummary::Work{.energy = true};
     plan.columns.add(flags);
   }
   if (out_dir.empty()) out_dir = "out/" + plan.configs.front().name + "-sweep";

@@ -358,6 +358,14 @@ std::string vidur_hardware_yaml(const VidurFit& fit, const std::vector<std::stri
   y << YAML::EndMap;
   y << YAML::Key << "step_overhead_us" << YAML::Value << hw.step_overhead_s * 1e6;
   y << YAML::Key << "sequence_overhead_us" << YAML::Value << hw.sequence_overhead_s * 1e6;
+  if (hw.power.known()) {
+    y << YAML::Key << "power" << YAML::Value << YAML::BeginMap;
+    y << YAML::Key << "max_w" << YAML::Value << hw.power.max_w;
+    y << YAML::Key << "idle_w" << YAML::Value << hw.power.idle_w;
+    y << YAML::Key << "compute_w" << YAML::Value << hw.power.compute_w;
+    y << YAML::Key << "memory_w" << YAML::Value << hw.power.memory_w;
+    y << YAML::EndMap;
+  }
   auto joined = [](const std::vector<std::string>& v) {
     std::string s;
     for (const std::string& x : v) s += (s.empty() ? "" : ", ") + x;

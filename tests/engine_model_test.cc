@@ -709,7 +709,7 @@ TEST(EngineModelTest, PreemptiveFormationKeepsGreedyOutputs) {
   mlfq.params["skip_join"] = false;
   for (const PolicySpec* queue : {&sjf, &mlfq}) {
     WorkloadStats stats;
-    for (const PreemptionSetup setup :
+    for (const PreemptionSetup& setup :
          {PreemptionSetup{}, PreemptionSetup{"swap", 64}, PreemptionSetup{"swap", 4}}) {
       for (std::uint64_t seed = 1; seed <= 4; ++seed) {
         RunWorkload(w, seed, SamplingParams{}, stats, "preemptive", "last-running", setup,

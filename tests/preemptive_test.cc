@@ -144,19 +144,22 @@ TEST(MlfqQueueTest, StarvationPromotesRequestsIdleTooLongToLevelZero) {
 class Harness {
  public:
   Harness(const std::string& batch, const std::string& queue, std::int32_t seats,
-          std::int32_t blocks, std::int32_t budget = 512, std::int32_t host_blocks = 0)
+          std::int32_t blocks, std::int32_t budget = 512, std::int32_t host_blocks = 0,
+          std::int32_t max_loras = 0)
       : pool(blocks),
         host(host_blocks),
         kv(pool, 16, 4096, false, Options(host_blocks > 0 ? &host : nullptr)),
-        sched(Config(batch, queue, seats, budget, host_blocks > 0), kv, nullptr) {}
+        sched(Config(batch, queue, seats, budget, host_blocks > 0, max_loras), kv, nullptr) {}
   static KvCacheOptions Options(HostBlockPool* host) {
     KvCacheOptions o;
     o.host_pool = host;
     return o;
   }
   static SchedulerConfig Config(const std::string& batch, const std::string& queue,
-                                std::int32_t seats, std::int32_t budget, bool swap) {
+                                std::int32_t seats, std::int32_t budget, bool swap,
+                                std::int32_t max_loras) {
     SchedulerConfig c;
+    c.lora.max_loras = max_loras;
     if (swap) use_policy(c, PolicyKind::kPreemption, "swap");
     c.max_num_seqs = seats;
     c.max_num_batched_tokens = budget;
@@ -188,8 +191,12 @@ class Harness {
     kv.check_invariants();
     return out;
   }
-  void Add(RequestId id, std::int32_t prompt, std::int32_t max_out, std::int32_t priority = 0) {
-    sched.add_request(MakeSpec(id, now, prompt, max_out, priority), now);
+  void Add(RequestId id, std::int32_t prompt, std::int32_t max_out, std::int32_t priority = 0,
+           std::uint32_t lora_id = 0) {
+    RequestSpec spec = MakeSpec(id, now, prompt, max_out, priority);
+    spec.lora_id = lora_id;
+    spec.lora_rank = lora_id != 0 ? 8 : 0;
+    sched.add_request(spec, now);
   }
 
   TimeNs now = 0;
@@ -250,6 +257,47 @@ TEST(PreemptiveBatchTest, WithSwapTheDisplacedRequestResumesWithoutRecompute) {
   EXPECT_EQ(h.sched.num_swapped(), 0u);
   EXPECT_EQ(h.sched.counters().num_recomputed_tokens, 0);
   EXPECT_EQ(h.host.num_free_blocks(), 16);
+}
+
+// LoRA with one adapter slot: 0 (adapter 1) and 1 (adapter 1) run; 2 (adapter 2) cannot be
+// admitted while adapter 1 holds the slot. Displacing only 1 (which 2 outranks) would not free
+// the slot while 0 keeps adapter 1, so where 2 outranks 1 only nothing is displaced, and the
+// free seat does not go to 3 (no adapter, ranked after 2) as vLLM's skipping admission would
+// give it; where 2 outranks both (two seats), both are displaced and 2 runs.
+TEST(PreemptiveBatchTest, AnAdapterSlotIsDisplacedForOnlyWhenItCanBeFreed) {
+  // Priorities: 0 best, then 2, then 1; 3 (no adapter) ranks last.
+  Harness p("preemptive", "priority", 3, 64, 512, 0, /*max_loras=*/1);
+  p.Add(0, 10, 100, /*priority=*/0, /*lora_id=*/1);
+  p.Add(1, 10, 100, 5, 1);
+  p.Step();
+  p.Step();
+  p.Add(2, 10, 3, 2, 2);
+  p.Add(3, 10, 3, 9, 0);
+  // 2 outranks 1 but not 0 (which keeps adapter 1): no displacement, and 3 does not jump 2.
+  EXPECT_EQ(p.Step(), (std::vector<Entry>{{0, 11, 1}, {1, 11, 1}}));
+  EXPECT_TRUE(p.preempted.empty());
+  EXPECT_EQ(p.sched.waiting_queue().front()->id(), 2);
+
+  // Priorities: 2 best. It outranks both runners; recomputing them frees adapter 1's slot.
+  Harness h("preemptive", "priority", 2, 64, 512, 0, /*max_loras=*/1);
+  h.Add(0, 10, 100, 3, 1);
+  h.Add(1, 10, 100, 5, 1);
+  h.Step();
+  h.Step();
+  h.Add(2, 10, 3, 1, 2);
+  EXPECT_EQ(h.Step(), (std::vector<Entry>{{2, 0, 10}}));
+  EXPECT_EQ(h.preempted, (std::vector<RequestId>{1, 0}));
+
+  // The same with swap: swapped-out victims keep adapter 1 counted, so displacing cannot free
+  // the slot and nobody is displaced.
+  Harness w("preemptive", "priority", 2, 64, 512, /*host_blocks=*/16, /*max_loras=*/1);
+  w.Add(0, 10, 100, 3, 1);
+  w.Add(1, 10, 100, 5, 1);
+  w.Step();
+  w.Step();
+  w.Add(2, 10, 3, 1, 2);
+  EXPECT_EQ(w.Step(), (std::vector<Entry>{{0, 11, 1}, {1, 11, 1}}));
+  EXPECT_TRUE(w.preempted.empty());
 }
 
 // A swapped-out request that outranks a running one displaces it as a waiting one would: two

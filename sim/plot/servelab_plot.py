@@ -23,6 +23,9 @@ events.csv, blocks.csv), a `sim compare` folder (compare.csv), a `sim sweep` fol
   GROUP-throughput-latency   p50/p99 TTFT and TPOT against achieved throughput
   GROUP-sweep            sweep folders: metrics against the first numeric sweep key (a panel
                          of goodput per GPU when a point has several GPUs)
+  GROUP-energy           sweep folders whose runs know their energy (hardware entries with
+                         `power:`): joules per output token, average power and MFU against the
+                         first numeric sweep key
   GROUP-page-size        sweeps over serving.block_size: internal waste (unused KV slots)
                          against mean step time and throughput
   GROUP-kv-dtype         sweeps over model.kv_cache_dtype: KV capacity (blocks) per dtype, and
@@ -814,6 +817,42 @@ def sweep_curves(path, out_dir, fmt, written):
     save(fig, out_dir, f"{group}-sweep", fmt, written)
 
 
+def energy_curves(path, out_dir, fmt, written):
+    table, _ = group_table(path, "sweep")
+    if not table or "joules_per_output_token" not in table[0]:
+        return
+    xkey, lines = sweep_lines(table)
+    if not xkey:
+        return
+    group = os.path.basename(os.path.normpath(path))
+    panels = [
+        ("energy (J per output token)", "joules_per_output_token", 1.0),
+        ("average power (kW)", "average_power_w", 1e-3),
+        ("MFU while busy (%)", "mfu", 100.0),
+    ]
+    fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 4), constrained_layout=True)
+    numeric = [float(r[xkey]) for r in table]
+    logx = min(numeric) > 0 and max(numeric) / min(numeric) >= 8
+    for ax, (title, col, scale) in zip(axes, panels):
+        for i, (lab, rows) in enumerate(lines):
+            xs = [float(r[xkey]) for r in rows]
+            ax.plot(xs, [num(r[col]) * scale for r in rows], "o-", color=f"C{i % 10}", label=lab)
+        if logx:
+            ax.set_xscale("log", base=2)
+        ys = [num(r[col]) for _, rows in lines for r in rows]
+        ys = [y for y in ys if y == y and y > 0]
+        if col == "joules_per_output_token" and ys and max(ys) / min(ys) >= 20:
+            ax.set_yscale("log")
+            title = title.replace(")", ", log scale)")
+        ax.set_xlabel(xkey)
+        ax.set_ylabel(title)
+        ax.set_title(f"{title.split(' (')[0]} vs {xkey.split('.')[-1]}")
+        if len(lines) > 1:
+            ax.legend(fontsize=7)
+    fig.suptitle(f"{group}: energy over {xkey}")
+    save(fig, out_dir, f"{group}-energy", fmt, written)
+
+
 def decode_step_curves(path, runs, out_dir, fmt, written):
     """What a decode step costs at each batch size, per variant: for comparing models, GPUs or
     parallel layouts (a compare folder whose runs differ in run.model, run.hardware, or their
@@ -1058,6 +1097,7 @@ def plot_all(args):
                 decode_step_curves(path, runs, args.out, args.format, written)
             if kind == "sweep":
                 sweep_curves(path, args.out, args.format, written)
+                energy_curves(path, args.out, args.format, written)
                 page_size_curves(path, args.out, args.format, written)
                 kv_dtype_curves(path, runs, args.out, args.format, written)
     if validations:
