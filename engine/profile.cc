@@ -8,16 +8,19 @@
 #include <deque>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 
 #include "core/lora_config.h"
 #include "core/request.h"
 #include "core/step_plan.h"
+#include "core/strings.h"
 #include "engine/cpu_executor.h"
 #include "engine/engine_driver.h"
 #include "engine/gpu_switches.h"
 #include "engine/llama_weights.h"
+#include "engine/nvml_energy.h"
 #include "engine/weight_quantization.h"
 #include "kernels/float_formats.h"
 #include "serving/calibration_profile.h"
@@ -62,7 +65,15 @@ struct BuiltShape {
   std::deque<std::vector<BlockId>> tables;
   StepPlan plan;
   std::vector<std::int64_t> durations_ns;
+  // Board energy (CUDA with NVML): millijoules over `energy_ns` of back-to-back steps.
+  std::uint64_t energy_mj = 0;
+  std::int64_t energy_ns = 0;
 };
+
+// Power is read over at least this much of back-to-back steps per shape, after its timed
+// repetitions of the last round (which it does not change): NVML's counter moves in steps of
+// milliseconds and a few decode steps are too short to see. About 15 s for the full grid.
+constexpr std::chrono::milliseconds kPowerWindow{100};
 
 void build(BuiltShape& b, const ProfileShape& s, std::int32_t bs, std::uint64_t seed,
            std::int32_t lora_rank, RequestId& next_id) {
@@ -107,6 +118,21 @@ void build(BuiltShape& b, const ProfileShape& s, std::int32_t bs, std::uint64_t 
     const BlockId src = next_block++;
     b.plan.copies.push_back({src, next_block++});
   }
+}
+
+// Power of `b`'s step: back-to-back steps for at least kPowerWindow, the board's energy counter
+// read before and after (a failed or wrapped read adds nothing).
+void measure_power(const NvmlEnergy& meter, Backend& exec, BuiltShape& b) {
+  const auto start = std::chrono::steady_clock::now();
+  const std::optional<std::uint64_t> before = meter.millijoules();
+  do {
+    exec.execute(b.plan);
+  } while (std::chrono::steady_clock::now() - start < kPowerWindow);
+  const std::optional<std::uint64_t> after = meter.millijoules();
+  const auto elapsed = std::chrono::steady_clock::now() - start;
+  if (!before || !after || *after < *before) return;
+  b.energy_mj += *after - *before;
+  b.energy_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(elapsed).count();
 }
 
 std::int64_t median(std::vector<std::int64_t> v) {
@@ -347,7 +373,8 @@ ProfileRun run_profile(const ProfileOptions& o, std::FILE* progress) {
   // largest shape of the grid.
   std::unique_ptr<Backend> exec;
   std::string device_name = cpu_device_name(), executor = "CpuExecutor fp32 (Eigen)";
-  std::string driver;  // the GPU driver's version (CUDA only)
+  std::string driver;                 // the GPU driver's version (CUDA only)
+  std::unique_ptr<NvmlEnergy> meter;  // CUDA with NVML: the board's energy counter
   std::int64_t block_bytes = engine_block_bytes(model, o.block_size);
   if (o.device == "cpu") {
     CpuExecutorOptions eo;
@@ -396,6 +423,13 @@ ProfileRun run_profile(const ProfileOptions& o, std::FILE* progress) {
     machine = this_machine("cuda", info.name);
     executor = "CudaExecutor bf16 (cuBLAS + ServeLab kernels)";
     driver = "NVIDIA " + nvidia_driver_version();
+    meter = std::make_unique<NvmlEnergy>(info.pci_bus_id);
+    if (!meter->available()) {
+      if (progress) {
+        std::fprintf(progress, "  engine profile: no power readings (%s)\n", meter->why().c_str());
+      }
+      meter.reset();
+    }
     block_bytes = cuda->block_bytes();
     exec = std::move(cuda);
   }
@@ -423,6 +457,7 @@ ProfileRun run_profile(const ProfileOptions& o, std::FILE* progress) {
       throw_if_interrupted();
       for (int w = 0; w < o.warmup; ++w) exec->execute(b.plan);
       for (int r = 0; r < reps; ++r) b.durations_ns.push_back(exec->execute(b.plan).duration_ns);
+      if (meter && round == rounds - 1) measure_power(*meter, *exec, b);
     }
   }
   if (progress) std::fputs("\r\033[K", progress);
@@ -449,9 +484,17 @@ ProfileRun run_profile(const ProfileOptions& o, std::FILE* progress) {
   out << "# grid: " << (o.quick ? "quick" : "full") << ", max_tokens " << max_tokens << "\n";
   const bool lora = o.lora_rank > 0;
   if (lora) out << "# lora_rank: " << o.lora_rank << "\n";
+  if (meter) {
+    out << "# power: NVML board energy over at least " << kPowerWindow.count()
+        << " ms of back-to-back steps per shape, after the last round (power_w: mean watts; "
+           "power_ms: the time measured)\n";
+  }
   std::vector<std::string> cols = profile_columns();
   if (lora) {
     cols.insert(cols.end(), profile_lora_columns().begin(), profile_lora_columns().end());
+  }
+  if (meter) {
+    cols.insert(cols.end(), profile_power_columns().begin(), profile_power_columns().end());
   }
   for (std::size_t i = 0; i < cols.size(); ++i) out << (i ? "," : "") << cols[i];
   out << "\n";
@@ -466,6 +509,15 @@ ProfileRun run_profile(const ProfileOptions& o, std::FILE* progress) {
         << s.copy_blocks << "," << b.durations_ns.size() << "," << median(b.durations_ns) << ","
         << *mn << "," << *mx;
     if (lora) out << "," << s.lora_tokens << "," << s.num_loras;
+    if (meter) {
+      // A shape whose readings all failed has no power: an empty field.
+      out << ",";
+      if (b.energy_ns > 0) {
+        out << format_text("%.1f", static_cast<double>(b.energy_mj) * 1e-3 /
+                                       (static_cast<double>(b.energy_ns) * 1e-9));
+      }
+      out << "," << format_text("%.1f", static_cast<double>(b.energy_ns) * 1e-6);
+    }
     out << "\n";
   }
   write_file_atomically(o.out, out.str());

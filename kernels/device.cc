@@ -59,6 +59,9 @@ DeviceInfo device_info() {
   check(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
   info.total_bytes = static_cast<std::int64_t>(total_b);
   info.free_bytes = static_cast<std::int64_t>(free_b);
+  char bus_id[32] = {};
+  check(cudaDeviceGetPCIBusId(bus_id, sizeof bus_id, 0), "cudaDeviceGetPCIBusId");
+  info.pci_bus_id = bus_id;
   return info;
 }
 

@@ -24,6 +24,7 @@ struct DeviceInfo {
   std::int32_t sm_count = 0;
   std::int32_t major = 0, minor = 0;
   std::int64_t total_bytes = 0, free_bytes = 0;
+  std::string pci_bus_id;  // cudaDeviceGetPCIBusId: "0000:3B:00.0" (how NVML finds the board)
 };
 DeviceInfo device_info();
 

@@ -43,6 +43,11 @@ const std::vector<std::string>& profile_lora_columns() {
   return cols;
 }
 
+const std::vector<std::string>& profile_power_columns() {
+  static const std::vector<std::string> cols = {"power_w", "power_ms"};
+  return cols;
+}
+
 namespace {
 
 // doc[key] when present, which must be one of `words`; "" when absent.

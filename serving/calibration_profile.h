@@ -114,5 +114,9 @@ const std::vector<std::string>& profile_columns();
 // `# lora_rank: R` line) writes after those: the step's tokens under an adapter and its distinct
 // adapters (StepFeatures::lora_tokens, num_loras). Optional when reading (0 without them).
 const std::vector<std::string>& profile_lora_columns();
+// The columns a CUDA profile with NVML writes last (its header then has a `# power:` line): the
+// board's mean power while the shape's steps ran back to back, W (empty when no reading
+// succeeded), and how long that was measured, ms. Optional when reading.
+const std::vector<std::string>& profile_power_columns();
 
 }  // namespace servelab

@@ -191,6 +191,16 @@ EngineProfile read_profile(const std::string& path) {
       if (s.lora_tokens > 0 && first_lora_line == 0) first_lora_line = csv.line_number();
     }
     r.median_ns = integer("median_ns");
+    if (const auto it = col.find("power_w"); it != col.end() && !f[it->second].empty()) {
+      const std::string& text = f[it->second];
+      char* end = nullptr;
+      const double w = std::strtod(text.c_str(), &end);
+      if (*end != '\0' || !(w > 0) || w > 1e5) {
+        fail("column 'power_w': expected watts in (0, 1e5] or nothing, got '" + f[it->second] +
+             "'");
+      }
+      r.power_w = w;
+    }
     if (s.num_tokens != s.prefill_tokens + s.decode_tokens) {
       fail("num_tokens (" + std::to_string(s.num_tokens) +
            ") is not prefill_tokens + decode_tokens");

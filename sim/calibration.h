@@ -40,6 +40,9 @@ struct ProfileRow {
   CalibrationFeatures features;
   std::int64_t median_ns = 0;
   std::int64_t line = 0;  // in the file, for messages
+  // The board's mean watts while the shape ran (profile_power_columns: a CUDA profile read
+  // through NVML); 0 when the profile has no power column or the shape no reading.
+  double power_w = 0;
 };
 
 struct EngineProfile {

@@ -25,6 +25,7 @@
 #include "sim/calibrated_cost_model.h"
 #include "sim/calibration.h"
 #include "sim/huber_nnls.h"
+#include "sim/power_fit.h"
 #include "sim/roofline_cost_model.h"
 #include "sim/vidur_fit.h"
 #include "traces/csv_reader.h"
@@ -102,6 +103,14 @@ Csv read_csv(const std::string& path) {
     }
   }
   return c;
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw ConfigError(path + ": cannot open");
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
 }
 
 nlohmann::json read_json(const std::string& path) {
@@ -704,7 +713,7 @@ int validate_command(const std::vector<std::string>& args) {
 
 int calibrate_command(const std::vector<std::string>& args) {
   std::string profile, out, engine_run, hardware;
-  bool quiet = false, force = false;
+  bool quiet = false, force = false, power = false;
   int holdout = 0;
   std::vector<std::string> profiles, vidur, held_out;
   const auto app = cli::command(
@@ -720,8 +729,12 @@ int calibrate_command(const std::vector<std::string>& args) {
   app->add_option("--held-out", held_out,
                   "Vidur profiles of the same GPU only to report errors on (repeatable)")
       ->type_name("MLP.csv");
-  app->add_option("--hardware", hardware, "the catalogue entry (or .yaml) to start from (--vidur)")
+  app->add_option("--hardware", hardware,
+                  "the catalogue entry (or .yaml) to start from (--vidur, --power)")
       ->type_name("NAME");
+  app->add_flag("--power", power,
+                "fit the hardware entry's power model to the profile's board power readings "
+                "(a CUDA profile with NVML) instead; -o writes the entry with the fitted `power:`");
   cli::add_out(*app, out, "the cost model file to write")->type_name("COST.yaml");
   app->add_option("--engine-run", engine_run, "fit the host overhead on this engine run folder")
       ->type_name("ENGINE_DIR");
@@ -733,6 +746,35 @@ int calibrate_command(const std::vector<std::string>& args) {
   cli::add_force(*app, force, "COST.yaml");
   cli::add_quiet(*app, quiet);
   cli::parse(*app, args);
+  if (power) {
+    if (!vidur.empty()) throw UsageError("sim calibrate: --power and --vidur are two fits");
+    if (hardware.empty()) throw UsageError("sim calibrate: --power needs --hardware NAME");
+    if (!held_out.empty() || !engine_run.empty()) {
+      throw UsageError("sim calibrate: --power takes a profile, --hardware, --holdout and -o");
+    }
+    if (profiles.size() != 1) {
+      throw UsageError(
+          "sim calibrate: --power needs one profile (sim calibrate PROFILE.csv "
+          "--power --hardware NAME)");
+    }
+    if (holdout_option->count() > 0 && holdout < 2) {
+      throw UsageError("sim calibrate: --holdout: expected an integer >= 2, got " +
+                       std::to_string(holdout));
+    }
+    if (!out.empty()) check_output_file(out, {profiles[0]}, force);
+    const EngineProfile p = read_profile(profiles[0]);
+    const HardwareConfig hw = load_hardware(hardware, default_catalog_dir());
+    ModelConfig model = load_model(p.header.at("model"), default_catalog_dir());
+    if (!p.kv_cache_dtype.empty()) model.kv_cache_dtype = p.kv_cache_dtype;
+    if (!p.quantization.empty()) model.quantization = p.quantization;
+    const PowerFit fit = fit_power(p, model, hw, holdout_option->count() > 0 ? holdout : 2);
+    if (!out.empty()) write_file_atomically(out, power_hardware_yaml(fit, read_text(hw.source)));
+    if (!quiet) {
+      print_power_fit(stdout, fit);
+      if (!out.empty()) std::printf("  wrote %s\n", out.c_str());
+    }
+    return 0;
+  }
   if (!vidur.empty()) {
     if (!profiles.empty()) throw UsageError("sim calibrate: --vidur takes no engine profile");
     if (holdout_option->count() > 0) {
@@ -758,7 +800,9 @@ int calibrate_command(const std::vector<std::string>& args) {
     return 0;
   }
   if (!held_out.empty() || !hardware.empty()) {
-    throw UsageError("sim calibrate: --held-out and --hardware go with --vidur");
+    throw UsageError(
+        "sim calibrate: --held-out and --hardware go with --vidur (--hardware also "
+        "with --power)");
   }
   if (holdout_option->count() > 0 && holdout < 2) {
     throw UsageError("sim calibrate: --holdout: expected an integer >= 2, got " +

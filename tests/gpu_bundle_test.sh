@@ -105,6 +105,7 @@ for m in tests bench e2e validate all; do
 done
 check "  ... names the sanitizers and HF parity" has "compute-sanitizer --tool synccheck"
 check "  ... and the validation runs" has "sim validate\\|validate mooncake-8b\\|validate_mooncake-8b"
+check "  ... and the power fit" has "calibrate .*--power --hardware"
 # The wgmma prefill kernel reads bf16 KV only: e2e's fp8 KV run takes an fp8 kernel instead.
 check "gpu-check e2e --dry-run with SERVELAB_CUDA_PREFILL=wgmma" run 0 SERVELAB_CUDA_PREFILL=wgmma \
   "$b/gpu-check" e2e --dry-run --out "$t/o"

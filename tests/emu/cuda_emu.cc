@@ -908,6 +908,12 @@ cudaError_t cudaGetDevice(int* device) {
 cudaError_t cudaSetDevice(int device) {
   return device == 0 ? cudaSuccess : set_error(cudaErrorInvalidValue, "no such device");
 }
+cudaError_t cudaDeviceGetPCIBusId(char* bus_id, int len, int device) {
+  if (device != 0) return set_error(cudaErrorInvalidValue, "no such device");
+  if (bus_id == nullptr || len < 13) return set_error(cudaErrorInvalidValue, "buffer too short");
+  std::snprintf(bus_id, static_cast<std::size_t>(len), "0000:00:00.0");  // no PCI device
+  return cudaSuccess;
+}
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
   if (device != 0) return set_error(cudaErrorInvalidValue, "no such device");
   *prop = cudaDeviceProp{};

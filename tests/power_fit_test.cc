@@ -1,0 +1,161 @@
+// Fitting the power model to measured board power (sim/power_fit.h, `sim calibrate --power`) and
+// reading it (engine/nvml_energy.h): the H200 profile in the catalogue with power readings made
+// from known coefficients plus a deterministic wobble, which the fit must recover and whose
+// held-out shapes it must predict; the entry it writes loads with everything else kept; the
+// errors name what is wrong; NVML absent is a reason, not a crash.
+#include "sim/power_fit.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <sstream>
+#include <string>
+
+#include "engine/nvml_energy.h"
+#include "serving/hardware_config.h"
+#include "serving/home.h"
+#include "serving/model_config.h"
+#include "sim/calibration.h"
+#include "sim/roofline_cost_model.h"
+#include "tests/test_util.h"
+
+namespace servelab {
+namespace {
+
+using namespace test_util;
+
+const std::string kProfile =
+    servelab_home().string() + "/experiments/catalog/calibrated/llama-3-8b-h200-profile.csv";
+
+// The shipped H200 profile with a power_w,power_ms column pair: watts from `truth` at each
+// shape's rates (the roofline's FLOPs and bytes over its median time), times 1 + `wobble` x a
+// fixed pattern in [-1, 1], capped at max_w.
+std::string with_power(const PowerSpec& truth, double wobble) {
+  const EngineProfile p = read_profile(kProfile);
+  const ModelConfig model = load_model("Llama-3-8B", default_catalog_dir());
+  const HardwareConfig h200 = load_hardware("H200", default_catalog_dir());
+  const RooflineCostModel roofline(model, h200, p.block_size);
+  std::istringstream in(read_file(kProfile));
+  std::string line, out;
+  std::size_t row = 0;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') {
+      out += line + "\n";
+    } else if (line.rfind("family,", 0) == 0) {
+      out += "# power: made up for the test\n" + line + ",power_w,power_ms\n";
+    } else {
+      const ProfileRow& r = p.rows.at(row);
+      const StepCostBreakdown b = roofline.breakdown(r.features.step);
+      const double t = static_cast<double>(r.median_ns) * 1e-9;
+      const double uf = std::min(1.0, b.flops / (h200.peak_flops * t));
+      const double ub = std::min(1.0, b.bytes / (h200.hbm_bandwidth * t));
+      const double pattern = std::sin(static_cast<double>(row) * 2.4);
+      const double w =
+          std::min(truth.max_w, (truth.idle_w + truth.compute_w * uf + truth.memory_w * ub) *
+                                    (1 + wobble * pattern));
+      out += line + "," + std::to_string(w) + ",100.0\n";
+      ++row;
+    }
+  }
+  return out;
+}
+
+PowerSpec truth() {
+  PowerSpec t;
+  t.idle_w = 120;
+  t.max_w = 700;
+  t.compute_w = 520;
+  t.memory_w = 180;
+  return t;
+}
+
+TEST(PowerFit, RecoversKnownCoefficientsAndPredictsHeldOutShapes) {
+  const fs::path dir = temp_dir("power_fit");
+  write_file(dir / "exact.csv", with_power(truth(), 0));
+  const ModelConfig model = load_model("Llama-3-8B", default_catalog_dir());
+  const HardwareConfig h200 = load_hardware("H200", default_catalog_dir());
+  const PowerFit exact = fit_power(read_profile((dir / "exact.csv").string()), model, h200, 2);
+  EXPECT_NEAR(exact.fitted.idle_w, 120, 0.5);
+  EXPECT_NEAR(exact.fitted.compute_w, 520, 2);
+  EXPECT_NEAR(exact.fitted.memory_w, 180, 1);
+  EXPECT_EQ(exact.fitted.max_w, 700);  // the entry's
+  EXPECT_LT(exact.held_out_error.mean, 1e-3);
+  EXPECT_GT(exact.held_out_error.count, 50);
+  // The entry's assumed coefficients are further off on the same shapes.
+  EXPECT_GT(exact.assumed_held_out_error.mean, 0.05);
+
+  // With a +-5 % wobble the fit is off by less than the wobble on shapes it never saw.
+  write_file(dir / "noisy.csv", with_power(truth(), 0.05));
+  const PowerFit noisy = fit_power(read_profile((dir / "noisy.csv").string()), model, h200, 2);
+  EXPECT_NEAR(noisy.fitted.idle_w, 120, 12);
+  EXPECT_LT(noisy.held_out_error.mean, 0.05);
+  EXPECT_LT(noisy.held_out_error.mean, noisy.assumed_held_out_error.mean);
+  fs::remove_all(dir);
+}
+
+TEST(PowerFit, TheCommandWritesTheEntryWithItsPowerReplaced) {
+  const fs::path dir = temp_dir("power_fit_cli");
+  write_file(dir / "p.csv", with_power(truth(), 0));
+  const Cli r = run_sim("calibrate " + (dir / "p.csv").string() + " --power --hardware H200 -o " +
+                            (dir / "H200-fitted.yaml").string(),
+                        dir);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("held-out"), std::string::npos) << r.out;
+  const HardwareConfig fitted = load_hardware((dir / "H200-fitted.yaml").string(), "");
+  const HardwareConfig h200 = load_hardware("H200", default_catalog_dir());
+  EXPECT_NEAR(fitted.power.idle_w, 120, 0.5);
+  EXPECT_NEAR(fitted.power.memory_w, 180, 1);
+  // Everything else is the entry's.
+  EXPECT_EQ(fitted.peak_flops, h200.peak_flops);
+  EXPECT_EQ(fitted.hbm_bandwidth, h200.hbm_bandwidth);
+  EXPECT_EQ(fitted.interconnect.gpus_per_node, h200.interconnect.gpus_per_node);
+  EXPECT_EQ(fitted.gemm_overlap, h200.gemm_overlap);
+  // Not over an existing file without --force; not without --hardware.
+  const Cli again =
+      run_sim("calibrate " + (dir / "p.csv").string() + " --power --hardware H200 -o " +
+                  (dir / "H200-fitted.yaml").string(),
+              dir);
+  EXPECT_EQ(again.code, 2);
+  const Cli no_hw = run_sim("calibrate " + (dir / "p.csv").string() + " --power", dir);
+  EXPECT_EQ(no_hw.code, 2);
+  EXPECT_NE(no_hw.err.find("--hardware"), std::string::npos) << no_hw.err;
+  fs::remove_all(dir);
+}
+
+TEST(PowerFit, ProfilesWithoutReadingsOrWithBadOnesAreRefused) {
+  const fs::path dir = temp_dir("power_fit_bad");
+  // The shipped profile has no power column (its window had no NVML reading yet).
+  const Cli none = run_sim("calibrate " + kProfile + " --power --hardware H200", dir);
+  EXPECT_EQ(none.code, 2);
+  EXPECT_NE(none.err.find("no power readings"), std::string::npos) << none.err;
+  EXPECT_NE(none.err.find("llama-3-8b-h200-profile.csv"), std::string::npos) << none.err;
+  // A malformed reading names the column and the line.
+  std::string text = with_power(truth(), 0);
+  const std::size_t at = text.find(",100.0\n");
+  const std::size_t comma = text.rfind(',', at - 1);
+  text.replace(comma + 1, at - comma - 1, "hot");
+  write_file(dir / "bad.csv", text);
+  const Cli bad =
+      run_sim("calibrate " + (dir / "bad.csv").string() + " --power --hardware H200", dir);
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.err.find("power_w"), std::string::npos) << bad.err;
+  EXPECT_NE(bad.err.find("bad.csv:"), std::string::npos) << bad.err;
+  // The ordinary fit reads a profile with power columns as before.
+  write_file(dir / "ok.csv", with_power(truth(), 0));
+  const Cli cost = run_sim(
+      "calibrate " + (dir / "ok.csv").string() + " --quiet -o " + (dir / "cost.yaml").string(),
+      dir);
+  EXPECT_EQ(cost.code, 0) << cost.err;
+  fs::remove_all(dir);
+}
+
+// Here there is no driver: the meter says why and reads nothing.
+TEST(NvmlEnergy, WithoutTheDriverItIsUnavailableWithAReason) {
+  const NvmlEnergy meter("0000:00:00.0");
+  if (meter.available()) GTEST_SKIP() << "NVML and a board are present here";
+  EXPECT_FALSE(meter.why().empty());
+  EXPECT_FALSE(meter.millijoules().has_value());
+}
+
+}  // namespace
+}  // namespace servelab
