@@ -17,6 +17,7 @@
 #include "engine/engine_cluster.h"
 #include "engine/engine_loop.h"
 #include "engine/gpu_switches.h"
+#include "engine/nvml_energy.h"
 #include "engine/run_support.h"
 #include "engine/warm_up.h"
 #include "engine/weight_quantization.h"
@@ -590,17 +591,29 @@ RunOutput run_engine(const ExperimentConfig& config, const EngineOptions& option
   Scheduler& scheduler = replica.scheduler();
   const double pinned_prefill_s = prefill_pinned_prefixes(config, engine, replica.kv());
 
+  // The board's energy over the run (CUDA with NVML; docs/metrics.md "Energy and utilization").
+  std::unique_ptr<NvmlEnergy> meter;
+#if SERVELAB_HAVE_CUDA
+  if (options.device == "cuda") {
+    meter = std::make_unique<NvmlEnergy>(kernels::device_info().pci_bus_id);
+    if (!meter->available()) meter.reset();
+  }
+#endif
   ArrivalFeed arrivals(*workload);
   SimulationTotals& totals = out.totals;
   totals.first_arrival_ns = arrivals.peek().value_or(0);
   const WallClock clock(totals.first_arrival_ns);
   ExperimentSource source(arrivals, config.frontend, recorder, clock, totals, options.progress);
+  const std::optional<std::uint64_t> energy_start =
+      meter ? meter->millijoules() : std::optional<std::uint64_t>();
   run_engine_loop(
       replica, source, clock,
       [&](const StepPlan& plan, TimeNs start, TimeNs duration, const StepSnapshot& snap) {
         recorder.on_step(plan, start, duration, snap);
       },
       totals, options.before_step);
+  const std::optional<std::uint64_t> energy_end =
+      meter ? meter->millijoules() : std::optional<std::uint64_t>();
   if (scheduler.has_unfinished()) {
     throw std::logic_error("engine run ended with unfinished requests (" +
                            std::to_string(scheduler.num_waiting()) + " waiting, " +
@@ -613,6 +626,9 @@ RunOutput run_engine(const ExperimentConfig& config, const EngineOptions& option
   recorder.finalize(totals.first_arrival_ns, totals.end_ns, replica.kv().stats());
   out.summary = recorder.summary();
   out.summary.skipped_trace_rows = workload->skipped_rows();
+  if (energy_start && energy_end && *energy_end >= *energy_start) {
+    out.summary.measured_joules = static_cast<double>(*energy_end - *energy_start) * 1e-3;
+  }
   if (!config.prefix_cache.pinned.empty()) {
     out.summary.pinned_blocks = replica.kv().num_pinned_blocks();
     out.summary.pinned_prefill_s = pinned_prefill_s;

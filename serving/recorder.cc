@@ -716,22 +716,27 @@ void write_summary_json(const std::string& path, const RunSummary& s,
                  {"adapter_loads", s.adapter_loads},
                  {"requests_by_adapter", by_adapter}};
   }
+  // docs/metrics.md, "Energy and utilization".
   if (s.work) {
-    // docs/metrics.md, "Energy and utilization".
     j["utilization"] = {{"busy_fraction", s.busy_fraction()},
                         {"mfu", s.mfu()},
                         {"mbu", s.mbu()},
                         {"flops", s.work->flops},
                         {"bytes", s.work->bytes}};
-    if (s.has_energy()) {
-      j["energy"] = {{"joules", s.joules()},
-                     {"busy_joules", s.work->busy_joules},
-                     {"idle_joules", s.work->idle_joules},
-                     {"average_power_w", s.average_power_w()},
-                     {"joules_per_output_token", s.joules_per_output_token()},
-                     {"joules_per_request",
-                      s.completed > 0 ? s.joules() / static_cast<double>(s.completed) : 0.0}};
+  }
+  if (s.has_energy()) {
+    nlohmann::ordered_json e;
+    e["joules"] = s.joules();
+    if (s.measured_joules) {
+      e["measured"] = "nvml";
+    } else {
+      e["busy_joules"] = s.work->busy_joules;
+      e["idle_joules"] = s.work->idle_joules;
     }
+    e["average_power_w"] = s.average_power_w();
+    e["joules_per_output_token"] = s.joules_per_output_token();
+    e["joules_per_request"] = s.completed > 0 ? s.joules() / static_cast<double>(s.completed) : 0.0;
+    j["energy"] = e;
   }
   if (!s.classes.empty()) {
     // Per request class, the request metrics of the run's definitions (docs/metrics.md).

@@ -200,10 +200,16 @@ struct RunSummary {
     double busy_joules = 0, idle_joules = 0;
   };
   std::optional<Work> work;
-  bool has_energy() const { return work && work->energy; }
-  // The run's joules (busy + idle; 0 without energy), per output token of the completed
-  // requests, and per second of duration_s (0 when there is nothing to divide by).
-  double joules() const { return has_energy() ? work->busy_joules + work->idle_joules : 0.0; }
+  // An engine run's energy as the board's counter measured it over the run (CUDA with NVML:
+  // engine/nvml_energy.h); unset otherwise. Not split into busy and idle.
+  std::optional<double> measured_joules;
+  bool has_energy() const { return measured_joules.has_value() || (work && work->energy); }
+  // The run's joules (measured, or busy + idle; 0 without energy), per output token of the
+  // completed requests, and per second of duration_s (0 when there is nothing to divide by).
+  double joules() const {
+    if (measured_joules) return *measured_joules;
+    return work && work->energy ? work->busy_joules + work->idle_joules : 0.0;
+  }
   double joules_per_output_token() const {
     return output_tokens > 0 ? joules() / static_cast<double>(output_tokens) : 0.0;
   }

@@ -281,14 +281,14 @@ void print_summary(std::FILE* f, const ExperimentConfig& config, const RunOutput
   if (s.has_energy()) {
     const double j = s.joules();
     const double scale = j >= 1e6 ? 1e6 : j >= 1e3 ? 1e3 : 1.0;
-    std::fprintf(
-        f, "  energy      %.2f %sJ   %.3f J per output token   %.0f W average (%.1f %% idle)\n",
-        j / scale,
-        scale == 1e6   ? "M"
-        : scale == 1e3 ? "k"
-                       : "",
-        s.joules_per_output_token(), s.average_power_w(),
-        j > 0 ? 100.0 * s.work->idle_joules / j : 0.0);
+    const char* prefix = scale == 1e6 ? "M" : scale == 1e3 ? "k" : "";
+    const std::string where =
+        s.measured_joules
+            ? std::string("measured by the board (NVML)")
+            : format_text("%.1f %% idle", j > 0 ? 100.0 * s.work->idle_joules / j : 0.0);
+    std::fprintf(f, "  energy      %.2f %sJ   %.3f J per output token   %.0f W average (%s)\n",
+                 j / scale, prefix, s.joules_per_output_token(), s.average_power_w(),
+                 where.c_str());
   }
   if (!s.classes.empty()) {
     std::size_t width = 5;

@@ -523,6 +523,23 @@ ValidationReport validate_runs(const std::string& sim_dir, const std::string& en
     if (a.engine != 0) a.error = (a.sim - a.engine) / a.engine;
     rep.aggregates.push_back(a);
   }
+  // Energy, when both know it (the simulator's power model; a CUDA engine's board counter).
+  for (const char* key : {"joules", "average_power_w", "joules_per_output_token"}) {
+    const auto number = [key](const nlohmann::json& j) -> std::optional<double> {
+      if (!j.contains("energy") || !j["energy"].contains(key) || !j["energy"][key].is_number()) {
+        return std::nullopt;
+      }
+      return j["energy"][key].get<double>();
+    };
+    const std::optional<double> sim = number(ss), engine = number(es);
+    if (!sim || !engine) continue;
+    AggregateError a;
+    a.metric = std::string("energy.") + key;
+    a.sim = *sim;
+    a.engine = *engine;
+    if (a.engine != 0) a.error = (a.sim - a.engine) / a.engine;
+    rep.aggregates.push_back(a);
+  }
   return rep;
 }
 

@@ -137,6 +137,33 @@ TEST(SimBackendWork, CountsTheRooflinesWorkWithoutChangingTime) {
   EXPECT_DOUBLE_EQ(rounds.work().flops, 3 * roofline.breakdown(round).flops);
 }
 
+// An engine run's measured energy (a CUDA engine's NVML counter): summary.json's `energy`
+// says so and has no busy/idle split and no `utilization`.
+TEST(EnergySummary, AMeasuredRunSaysSoAndSplitsNothing) {
+  const fs::path dir = temp_dir("energy_measured");
+  RunSummary s;
+  s.duration_s = 10;
+  s.output_tokens = 100;
+  s.completed = 5;
+  s.measured_joules = 2000;
+  ASSERT_TRUE(s.has_energy());
+  write_summary_json((dir / "summary.json").string(), s, {}, "");
+  const json j = json::parse(read_file(dir / "summary.json"));
+  ASSERT_TRUE(j.contains("energy"));
+  EXPECT_FALSE(j.contains("utilization"));
+  EXPECT_EQ(j["energy"]["measured"], "nvml");
+  EXPECT_DOUBLE_EQ(j["energy"]["joules"].get<double>(), 2000);
+  EXPECT_DOUBLE_EQ(j["energy"]["average_power_w"].get<double>(), 200);
+  EXPECT_DOUBLE_EQ(j["energy"]["joules_per_output_token"].get<double>(), 20);
+  EXPECT_DOUBLE_EQ(j["energy"]["joules_per_request"].get<double>(), 400);
+  EXPECT_FALSE(j["energy"].contains("busy_joules"));
+  // Without either, no energy at all.
+  RunSummary none;
+  write_summary_json((dir / "none.json").string(), none, {}, "");
+  EXPECT_FALSE(json::parse(read_file(dir / "none.json")).contains("energy"));
+  fs::remove_all(dir);
+}
+
 const std::string kTiny = servelab_home().string() + "/experiments/burst-tiny.yaml";
 
 json summary_of(const fs::path& run) { return json::parse(read_file(run / "summary.json")); }

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -147,6 +148,39 @@ TEST(Validate, HandMadeRunsGiveTheExpectedErrors) {
   ASSERT_TRUE(r.step_replay);
   EXPECT_EQ(r.step_replay->count, 3);
   EXPECT_NE(r.replay_cost_model.find("roofline"), std::string::npos);
+}
+
+// Energy is compared when both summaries have it (a CUDA engine's NVML counter, the simulator's
+// power model) and left out when either lacks it.
+TEST(Validate, EnergyIsComparedWhenBothRunsKnowIt) {
+  const path dir = temp_dir("validate_energy");
+  write_runs(dir);
+  auto has = [](const ValidationReport& r, const std::string& m) {
+    return std::any_of(r.aggregates.begin(), r.aggregates.end(),
+                       [&](const AggregateError& a) { return a.metric == m; });
+  };
+  EXPECT_FALSE(
+      has(validate_runs((dir / "sim").string(), (dir / "engine").string()), "energy.joules"));
+  auto with_energy = [](const path& file, double joules, double watts, double per_token) {
+    nlohmann::json j = nlohmann::json::parse(test_util::read_file(file));
+    j["energy"] = {
+        {"joules", joules}, {"average_power_w", watts}, {"joules_per_output_token", per_token}};
+    write_file(file, j.dump());
+  };
+  with_energy(dir / "sim" / "summary.json", 900, 300, 0.09);
+  EXPECT_FALSE(has(validate_runs((dir / "sim").string(), (dir / "engine").string()),
+                   "energy.joules"));  // the engine measured nothing
+  with_energy(dir / "engine" / "summary.json", 1000, 400, 0.1);
+  const ValidationReport r = validate_runs((dir / "sim").string(), (dir / "engine").string());
+  for (const AggregateError& a : r.aggregates) {
+    if (a.metric == "energy.joules") EXPECT_NEAR(*a.error, -0.1, 1e-12);
+    if (a.metric == "energy.average_power_w") EXPECT_NEAR(*a.error, -0.25, 1e-12);
+    if (a.metric == "energy.joules_per_output_token") EXPECT_NEAR(*a.error, -0.1, 1e-12);
+  }
+  EXPECT_TRUE(has(r, "energy.joules"));
+  EXPECT_TRUE(has(r, "energy.average_power_w"));
+  EXPECT_TRUE(has(r, "energy.joules_per_output_token"));
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Validate, ReplayWithACalibratedModelInfersSampling) {

@@ -240,6 +240,28 @@ def engine_table(found):
     return out
 
 
+def energy_table(found):
+    """The engine's measured energy (the board's counter through NVML) against each model's
+    prediction (the hardware entry's power model over the simulated steps): signed errors."""
+    out = ["| workload | mix | measured J | measured W | measured J / output token "
+           + " | ".join(f"{m}: J error %, W error %" for m in MODELS) + " |",
+           "|---|---|---|---|---|" + "---|" * len(MODELS)]
+    rows = 0
+    for (wl, mix), e in sorted(found.items()):
+        s = e.get("engine")
+        if get(s, "energy", "joules") is None:
+            continue
+        rows += 1
+        cells = []
+        for m in MODELS:
+            cells.append(f"{pct(get(e.get(m), 'aggregates', 'energy.joules', 'error'), True)}, "
+                         f"{pct(get(e.get(m), 'aggregates', 'energy.average_power_w', 'error'), True)}")
+        out.append(f"| {wl} | {mix} | {get(s, 'energy', 'joules'):.0f} "
+                   f"| {get(s, 'energy', 'average_power_w'):.0f} "
+                   f"| {get(s, 'energy', 'joules_per_output_token'):.3f} | " + " | ".join(cells) + " |")
+    return out if rows else ["No engine run measured its energy (no NVML readings)."]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("work")
@@ -299,6 +321,15 @@ def main():
         lines += by_kind_table(found, m)
     lines += ["", "## 4. The engine runs", ""]
     lines += engine_table(found)
+    lines += ["", "### Energy: the board's counter against the power model", "",
+              "The engine's joules over each run (NVML), the simulator's from the hardware "
+              "entry's power model (docs/cost-model.md, \"Power and energy\"; the catalogue's "
+              "coefficients, whatever power_fit.log fitted), signed (sim - engine) / engine.", ""]
+    lines += energy_table(found)
+    power_log = read_text(os.path.join(work, "power_fit.log"))
+    if power_log:
+        lines += ["", "The power model fitted to the profile's readings (`sim calibrate --power`):",
+                  "", "```text", power_log.rstrip(), "```"]
     fig = os.path.join("figures", "step-time-validation.png")
     lines += ["", "## 5. Figure", "",
               (f"`{fig}`: each engine step's replayed duration against its measured one, "
