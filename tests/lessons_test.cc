@@ -1740,6 +1740,22 @@ TEST(Lessons, FleetSizing) {
     EXPECT_NEAR(s["tpot_ms"]["p50"].get<double>(), t.tpot_p50, 0.005);
     EXPECT_NEAR(s["batch"]["seqs_mean"].get<double>(), t.seqs, 0.05);
   }
+  // Headroom costs energy (steady): 7 replicas 0.102 J per output token at 2.47 kW, 12 0.152 J
+  // (+48 %) at 3.67 kW, about 240 W a replica; MFU 25.7 % -> 15.1 %; 6 replicas 0.092 J.
+  const auto energy = [&](int n, const char* key) {
+    return at["poisson"][n]["energy"][key].get<double>();
+  };
+  EXPECT_NEAR(energy(7, "joules_per_output_token"), 0.102, 0.0005);
+  EXPECT_NEAR(energy(12, "joules_per_output_token"), 0.152, 0.0005);
+  EXPECT_NEAR(energy(6, "joules_per_output_token"), 0.092, 0.0005);
+  EXPECT_NEAR(energy(7, "average_power_w") / 1e3, 2.47, 0.005);
+  EXPECT_NEAR(energy(12, "average_power_w") / 1e3, 3.67, 0.005);
+  EXPECT_NEAR(
+      100 * (energy(12, "joules_per_output_token") / energy(7, "joules_per_output_token") - 1), 48,
+      0.5);
+  EXPECT_NEAR((energy(12, "average_power_w") - energy(7, "average_power_w")) / 5, 240, 1);
+  EXPECT_NEAR(100 * at["poisson"][7]["utilization"]["mfu"].get<double>(), 25.7, 0.05);
+  EXPECT_NEAR(100 * at["poisson"][12]["utilization"]["mfu"].get<double>(), 15.1, 0.05);
   // Five replicas: 94.19 req/s of 100, TTFT p50 768.5 ms.
   EXPECT_NEAR(at["poisson"][5]["throughput"]["requests_per_s"].get<double>(), 94.19, 0.005);
   EXPECT_NEAR(at["poisson"][5]["ttft_ms"]["p50"].get<double>(), 768.5, 0.05);

@@ -78,3 +78,15 @@ def test_speculative_decoding_summary_carries_the_acceptance_counters():
     assert on.summary["requests"]["completed"] == 40
     assert "spec_decode" not in servelab.run(ALL_AT_ZERO).summary
     assert servelab.run(spec).summary["spec_decode"] == d  # deterministic
+
+
+def test_energy_and_utilization_come_with_the_summary():
+    # docs/metrics.md "Energy and utilization": the H100 entry's power model prices every step.
+    r = servelab.run(BURST_TINY)
+    e, u = r.summary["energy"], r.summary["utilization"]
+    assert abs(e["joules"] - (e["busy_joules"] + e["idle_joules"])) < 1e-6
+    assert abs(e["average_power_w"] - e["joules"] / r.summary["duration_s"]) < 1e-6
+    assert 0 < u["mfu"] < 1 and 0 < u["mbu"] < 1 and 0 < u["busy_fraction"] <= 1
+    # One sequence a step: more joules per output token than the 64 seats of the file.
+    single = servelab.run(BURST_TINY, overrides={"serving.max_num_seqs": 1})
+    assert single.summary["energy"]["joules_per_output_token"] > e["joules_per_output_token"]
