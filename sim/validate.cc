@@ -763,6 +763,12 @@ int calibrate_command(const std::vector<std::string>& args) {
   cli::add_force(*app, force, "COST.yaml");
   cli::add_quiet(*app, quiet);
   cli::parse(*app, args);
+  const auto check_holdout = [&] {
+    if (holdout_option->count() > 0 && holdout < 2) {
+      throw UsageError("sim calibrate: --holdout: expected an integer >= 2, got " +
+                       std::to_string(holdout));
+    }
+  };
   if (power) {
     if (!vidur.empty()) throw UsageError("sim calibrate: --power and --vidur are two fits");
     if (hardware.empty()) throw UsageError("sim calibrate: --power needs --hardware NAME");
@@ -774,10 +780,7 @@ int calibrate_command(const std::vector<std::string>& args) {
           "sim calibrate: --power needs one profile (sim calibrate PROFILE.csv "
           "--power --hardware NAME)");
     }
-    if (holdout_option->count() > 0 && holdout < 2) {
-      throw UsageError("sim calibrate: --holdout: expected an integer >= 2, got " +
-                       std::to_string(holdout));
-    }
+    check_holdout();
     if (!out.empty()) check_output_file(out, {profiles[0]}, force);
     const EngineProfile p = read_profile(profiles[0]);
     const HardwareConfig hw = load_hardware(hardware, default_catalog_dir());
@@ -821,10 +824,7 @@ int calibrate_command(const std::vector<std::string>& args) {
         "sim calibrate: --held-out and --hardware go with --vidur (--hardware also "
         "with --power)");
   }
-  if (holdout_option->count() > 0 && holdout < 2) {
-    throw UsageError("sim calibrate: --holdout: expected an integer >= 2, got " +
-                     std::to_string(holdout));
-  }
+  check_holdout();
   if (profiles.size() > 1) throw UsageError("sim calibrate: more than one profile given");
   if (!profiles.empty()) profile = profiles[0];
   if (profile.empty())

@@ -755,14 +755,23 @@ def throughput_latency(path, kind, out_dir, fmt, written):
     save(fig, out_dir, f"{group}-throughput-latency", fmt, written)
 
 
-def sweep_curves(path, out_dir, fmt, written):
+def sweep_group(path, needs=None):
+    """(group name, table, x key, lines) of a sweep folder whose table has a numeric sweep key
+    (and the column `needs`, when given), or None."""
     table, _ = group_table(path, "sweep")
-    if not table:
-        return
+    if not table or (needs and needs not in table[0]):
+        return None
     xkey, lines = sweep_lines(table)
     if not xkey:
+        return None
+    return os.path.basename(os.path.normpath(path)), table, xkey, lines
+
+
+def sweep_curves(path, out_dir, fmt, written):
+    found = sweep_group(path)
+    if not found:
         return
-    group = os.path.basename(os.path.normpath(path))
+    group, table, xkey, lines = found
     panels = [
         ("TTFT (ms)", [("ttft_p50_ms", "p50", "o-"), ("ttft_p99_ms", "p99", "s--")]),
         ("TPOT (ms)", [("tpot_p50_ms", "p50", "o-"), ("tpot_p99_ms", "p99", "s--")]),
@@ -818,13 +827,10 @@ def sweep_curves(path, out_dir, fmt, written):
 
 
 def energy_curves(path, out_dir, fmt, written):
-    table, _ = group_table(path, "sweep")
-    if not table or "joules_per_output_token" not in table[0]:
+    found = sweep_group(path, needs="joules_per_output_token")
+    if not found:
         return
-    xkey, lines = sweep_lines(table)
-    if not xkey:
-        return
-    group = os.path.basename(os.path.normpath(path))
+    group, table, xkey, lines = found
     panels = [
         ("energy (J per output token)", "joules_per_output_token", 1.0),
         ("average power (kW)", "average_power_w", 1e-3),
