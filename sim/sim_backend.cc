@@ -1,6 +1,7 @@
 #include "sim/sim_backend.h"
 
 #include <algorithm>
+#include <optional>
 #include <stdexcept>
 
 #include "core/stop_conditions.h"
@@ -101,22 +102,18 @@ void SimBackend::execute_into(const StepPlan& plan, StepResult& result) {
   }
   // Speculative decoding: acceptance drawn, drafts proposed and their cost (sim/speculation.h).
   const TimeNs draft_ns = spec_ != nullptr ? seconds_to_ns(spec_->apply(plan, result)) : 0;
-  if (work_ != nullptr) {
-    // One breakdown for the work and, from the same model, the time (RooflineCostModel's
-    // step_time is seconds_to_ns of its breakdown's total).
-    const StepCostBreakdown b = work_->breakdown(plan);
-    TimeNs t;
-    if (work_ == &cost_) {
-      t = plan.pipelined ? pipelined_period(b) : seconds_to_ns(b.total());
-    } else {
-      t = plan.pipelined ? pipelined_time(plan) : cost_.step_time(plan);
-    }
-    result.duration_ns = std::max<TimeNs>(1, t + loads + draft_ns);
-    count_work(b.flops, b.bytes, result.duration_ns);
+  // With a work model, one breakdown for the work and, when it is the cost model itself, the
+  // time (RooflineCostModel's step_time is seconds_to_ns of its breakdown's total).
+  std::optional<StepCostBreakdown> b;
+  if (work_ != nullptr) b = work_->breakdown(plan);
+  TimeNs t;
+  if (b && work_ == &cost_) {
+    t = plan.pipelined ? pipelined_period(*b) : seconds_to_ns(b->total());
   } else {
-    result.duration_ns = std::max<TimeNs>(
-        1, (plan.pipelined ? pipelined_time(plan) : cost_.step_time(plan)) + loads + draft_ns);
+    t = plan.pipelined ? pipelined_time(plan) : cost_.step_time(plan);
   }
+  result.duration_ns = std::max<TimeNs>(1, t + loads + draft_ns);
+  if (b) count_work(b->flops, b->bytes, result.duration_ns);
   result.sampled_tokens.assign(plan.requests.size(), kSimOtherToken);
   result.fork_tokens.assign(static_cast<std::size_t>(plan.num_fork_tokens), kSimOtherToken);
   // The simulated model's EOS (core/stop_conditions.h), for requests with stop conditions.
