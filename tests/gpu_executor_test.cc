@@ -5,11 +5,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -26,6 +28,7 @@
 #include "core/stop_conditions.h"
 #include "engine/cpu_executor.h"
 #include "engine/llama_weights.h"
+#include "engine/nvml_energy.h"
 #include "engine/safetensors.h"
 #include "engine/warm_up.h"
 #include "policies/registry.h"
@@ -481,6 +484,37 @@ TEST(GpuExecutor, SwapAndCopyRestoreKvBitForBit) {
     }
     (void)first;
   }
+#endif
+}
+
+// The board's energy counter (engine/nvml_energy.h, what `engine profile` and `engine run` read)
+// moves while the executor runs steps, at a power a GPU can draw. Skips where NVML is missing
+// (the CUDA emulator, a container without the driver's library) with the reason.
+TEST(GpuExecutor, BoardEnergyCounterMovesWhileStepsRun) {
+  REQUIRE_GPU();
+#if SERVELAB_HAVE_CUDA
+  const NvmlEnergy meter(kernels::device_info().pci_bus_id);
+  if (!meter.available()) GTEST_SKIP() << "no NVML energy counter: " << meter.why();
+  const LlamaWeights w = LlamaWeights::random(GpuConfig(128, 8, 2, false), 5);
+  CudaExecutor exec(w, GpuOptions(8, 40, 10));
+  const RequestSpec spec = make_request(1, 0, {{unique_content_id(3, 1), 0, 256}}, 2);
+  std::vector<BlockId> table(32);  // 256 tokens in blocks of 8
+  std::iota(table.begin(), table.end(), 1);
+  const StepPlan plan = OnePlan(spec, {}, 0, 256, table);
+  exec.execute(plan);  // warm
+  const auto start = std::chrono::steady_clock::now();
+  const std::optional<std::uint64_t> before = meter.millijoules();
+  while (std::chrono::steady_clock::now() - start < std::chrono::milliseconds(500)) {
+    exec.execute(plan);
+  }
+  const std::optional<std::uint64_t> after = meter.millijoules();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_TRUE(before && after);
+  ASSERT_GT(*after, *before);
+  const double watts = static_cast<double>(*after - *before) * 1e-3 / seconds;
+  EXPECT_GT(watts, 20.0);
+  EXPECT_LT(watts, 1500.0);
 #endif
 }
 
