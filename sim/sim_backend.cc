@@ -1,7 +1,6 @@
 #include "sim/sim_backend.h"
 
 #include <algorithm>
-#include <optional>
 #include <stdexcept>
 
 #include "core/stop_conditions.h"
@@ -104,16 +103,16 @@ void SimBackend::execute_into(const StepPlan& plan, StepResult& result) {
   const TimeNs draft_ns = spec_ != nullptr ? seconds_to_ns(spec_->apply(plan, result)) : 0;
   // With a work model, one breakdown for the work and, when it is the cost model itself, the
   // time (RooflineCostModel's step_time is seconds_to_ns of its breakdown's total).
-  std::optional<StepCostBreakdown> b;
-  if (work_ != nullptr) b = work_->breakdown(plan);
+  const bool counting = work_ != nullptr;
+  const StepCostBreakdown b = counting ? work_->breakdown(plan) : StepCostBreakdown{};
   TimeNs t;
-  if (b && work_ == &cost_) {
-    t = plan.pipelined ? pipelined_period(*b) : seconds_to_ns(b->total());
+  if (counting && work_ == &cost_) {
+    t = plan.pipelined ? pipelined_period(b) : seconds_to_ns(b.total());
   } else {
     t = plan.pipelined ? pipelined_time(plan) : cost_.step_time(plan);
   }
   result.duration_ns = std::max<TimeNs>(1, t + loads + draft_ns);
-  if (b) count_work(b->flops, b->bytes, result.duration_ns);
+  if (counting) count_work(b.flops, b.bytes, result.duration_ns);
   result.sampled_tokens.assign(plan.requests.size(), kSimOtherToken);
   result.fork_tokens.assign(static_cast<std::size_t>(plan.num_fork_tokens), kSimOtherToken);
   // The simulated model's EOS (core/stop_conditions.h), for requests with stop conditions.
