@@ -8,6 +8,7 @@
 #include "core/config_error.h"
 #include "core/strings.h"
 #include "sim/nnls.h"
+#include "sim/power_model.h"
 #include "sim/roofline_cost_model.h"
 
 namespace servelab {
@@ -15,7 +16,7 @@ namespace servelab {
 namespace {
 
 double predict(const PowerSpec& p, const PowerFitRow& r) {
-  return std::min(p.max_w, p.idle_w + p.compute_w * r.u_flops + p.memory_w * r.u_bytes);
+  return PowerModel::watts_at(p, r.u_flops, r.u_bytes);
 }
 
 ErrorStats errors_of(const PowerSpec& p, const std::vector<PowerFitRow>& rows, bool held_out) {
@@ -35,8 +36,6 @@ PowerFit fit_power(const EngineProfile& profile, const ModelConfig& model,
   PowerFit fit;
   fit.profile = profile.file;
   fit.assumed = hardware.power;
-  const RooflineCostModel roofline(model, hardware, profile.block_size);
-  const double peak = hardware.peak_flops_for(model.dtype);
   double largest = 0;
   for (const ProfileRow& r : profile.rows) largest = std::max(largest, r.power_w);
   if (largest <= 0) {
@@ -45,6 +44,10 @@ PowerFit fit_power(const EngineProfile& profile, const ModelConfig& model,
                       "`engine profile` on a machine with NVML writes them");
   }
   const double max_w = hardware.power.known() ? hardware.power.max_w : largest;
+  const RooflineCostModel roofline(model, hardware, profile.block_size);
+  // One GPU (profiles are single-device): the rates of each shape's work over its median time.
+  const PowerModel one(PowerSpec{}, hardware.peak_flops_for(model.dtype), hardware.hbm_bandwidth,
+                       1);
   std::map<std::string, int> seen;  // rows per family so far
   for (const ProfileRow& r : profile.rows) {
     if (!(r.power_w > 0)) continue;
@@ -53,8 +56,9 @@ PowerFit fit_power(const EngineProfile& profile, const ModelConfig& model,
     PowerFitRow row;
     row.family = r.family;
     row.line = r.line;
-    row.u_flops = std::min(1.0, b.flops / (peak * t));
-    row.u_bytes = std::min(1.0, b.bytes / (hardware.hbm_bandwidth * t));
+    const PowerModel::Rates u = one.rates(b.flops, b.bytes, t);
+    row.u_flops = u.flops;
+    row.u_bytes = u.bytes;
     row.measured_w = r.power_w;
     row.held_out = ++seen[r.family] % holdout == 0;
     row.at_limit = r.power_w >= 0.97 * max_w;

@@ -22,14 +22,20 @@ PowerModel PowerModel::of(const HardwareConfig& hardware, const ModelConfig& mod
                     parallel.num_gpus());
 }
 
+double PowerModel::watts_at(const PowerSpec& spec, double u_flops, double u_bytes) {
+  return std::min(spec.max_w, spec.idle_w + spec.compute_w * u_flops + spec.memory_w * u_bytes);
+}
+
+PowerModel::Rates PowerModel::rates(double flops, double bytes, double seconds) const {
+  return {std::min(1.0, flops / (gpus_ * peak_flops_ * seconds)),
+          std::min(1.0, bytes / (gpus_ * hbm_bandwidth_ * seconds))};
+}
+
 double PowerModel::step_watts(double flops, double bytes, double seconds) const {
   if (!known()) return 0.0;
   if (!(seconds > 0)) return idle_watts();
-  const double u_flops = std::min(1.0, flops / (gpus_ * peak_flops_ * seconds));
-  const double u_bytes = std::min(1.0, bytes / (gpus_ * hbm_bandwidth_ * seconds));
-  const double per_gpu =
-      std::min(spec_.max_w, spec_.idle_w + spec_.compute_w * u_flops + spec_.memory_w * u_bytes);
-  return per_gpu * gpus_;
+  const Rates u = rates(flops, bytes, seconds);
+  return watts_at(spec_, u.flops, u.bytes) * gpus_;
 }
 
 double PowerModel::step_joules(double flops, double bytes, double seconds) const {

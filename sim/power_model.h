@@ -33,6 +33,15 @@ class PowerModel {
                        const ParallelConfig& parallel);
   // Whether the power is known (the entry has `power:`); without, every watt and joule is 0.
   bool known() const { return spec_.known(); }
+  // One GPU's watts at these rates of its peaks (each clamped to [0, 1] by the caller):
+  // min(max_w, idle_w + compute_w * u_flops + memory_w * u_bytes). The formula, for every user.
+  static double watts_at(const PowerSpec& spec, double u_flops, double u_bytes);
+  // A step's rates: FLOPs and bytes over the replica's peaks for `seconds`, each at most 1.
+  // REQUIRES: seconds > 0.
+  struct Rates {
+    double flops = 0, bytes = 0;
+  };
+  Rates rates(double flops, double bytes, double seconds) const;
   // Watts of the whole replica during a step of these totals; idle power for seconds <= 0.
   double step_watts(double flops, double bytes, double seconds) const;
   // Joules of that step: step_watts * seconds (0 for seconds <= 0).
