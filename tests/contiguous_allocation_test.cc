@@ -15,6 +15,7 @@
 
 #include "core/kv_cache_manager.h"
 #include "serving/recorder.h"
+#include "tests/test_util.h"
 
 namespace servelab {
 namespace {
@@ -349,8 +350,7 @@ TEST(SlotAccounting, RecorderReportsTimeWeightedMeans) {
   EXPECT_DOUBLE_EQ(sum.kv_reserved_unused_blocks_mean, 6.0 / 4.0);
   EXPECT_DOUBLE_EQ(sum.kv_internal_fragmentation_mean, 0.75 / 4.0);
 
-  const std::string path =
-      (std::filesystem::temp_directory_path() / "servelab_contiguous_summary.json").string();
+  const std::string path = (servelab::test_util::temp_dir("contiguous") / "summary.json").string();
   write_summary_json(path, sum, {});
   std::ifstream in(path);
   const nlohmann::json j = nlohmann::json::parse(in);

@@ -26,6 +26,7 @@
 #include "sim/roofline_cost_model.h"
 #include "sim/sim_backend.h"
 #include "tests/cost_fixtures.h"
+#include "tests/test_util.h"
 
 namespace servelab {
 namespace {
@@ -42,10 +43,7 @@ std::string catalog() { return servelab_home().string() + "/experiments/catalog"
 
 // A fresh directory under the test temp dir.
 fs::path temp_dir(const std::string& name) {
-  const fs::path dir = fs::path(testing::TempDir()) / ("servelab_cost_model_" + name);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
+  return servelab::test_util::temp_dir("cost_model_" + name);
 }
 
 void write_file(const fs::path& path, const std::string& text) {

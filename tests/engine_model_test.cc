@@ -35,6 +35,7 @@
 #include "policies/registry.h"
 #include "serving/config_node.h"
 #include "serving/home.h"
+#include "tests/test_util.h"
 
 namespace servelab {
 namespace {
@@ -232,9 +233,7 @@ TEST(EngineModelTest, PagedLogitsMatchDenseReference) {
 TEST(EngineModelTest, WeightsLoadFromSafetensors) {
   const LlamaConfig config = BiasedTiedConfig();
   const LlamaWeights w = LlamaWeights::random(config, 3);
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("servelab_engine_weights_" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
+  const auto dir = servelab::test_util::temp_dir("engine_weights");
   const std::string path = (dir / "model.safetensors").string();
   w.save(path);
   const LlamaWeights back = LlamaWeights::load(config, dir.string());
@@ -299,9 +298,7 @@ TEST(EngineModelTest, Llama3RopeScaling) {
 // A Hugging Face directory (config.json + model.safetensors) loads end to end, rope_scaling
 // included; an unsupported rope type is a ConfigError naming the file.
 TEST(EngineModelTest, LoadsAHuggingFaceDirectory) {
-  const auto dir =
-      std::filesystem::temp_directory_path() / ("servelab_engine_hf_" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
+  const auto dir = servelab::test_util::temp_dir("engine_hf");
   auto write_config = [&](const std::string& rope) {
     std::ofstream out(dir / "config.json");
     out << R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 64, "intermediate_size": 128,

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "engine/safetensors.h"
+#include "tests/test_util.h"
 
 namespace servelab {
 namespace {
@@ -21,10 +22,7 @@ namespace fs = std::filesystem;
 // A fresh scratch directory per test.
 fs::path ScratchDir() {
   const auto* info = testing::UnitTest::GetInstance()->current_test_info();
-  fs::path dir = fs::temp_directory_path() /
-                 (std::string("servelab_st_") + info->name() + "_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
+  fs::path dir = servelab::test_util::temp_dir(std::string("st_") + info->name());
   return dir;
 }
 

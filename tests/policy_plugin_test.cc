@@ -25,6 +25,7 @@
 #include "serving/experiment.h"
 #include "serving/home.h"
 #include "sim/run.h"
+#include "tests/test_util.h"
 
 namespace servelab {
 namespace {
@@ -103,9 +104,7 @@ TEST(PolicyPluginTest, AnExperimentUsesThePluginByName) {
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   const std::string from = "  batch: vllm\n";
   ASSERT_NE(text.find(from), std::string::npos);
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
-                                    ("servelab_policy_plugin_" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
+  const std::filesystem::path dir = servelab::test_util::temp_dir("policy_plugin");
   const auto write = [&](const std::string& name, const std::string& batch) {
     std::string t = text;
     t.replace(t.find(from), from.size(), "  batch: " + batch + "\n");
@@ -149,9 +148,7 @@ TEST(PolicyPluginTest, AnExperimentUsesThePluginByName) {
 // run multi-step rounds: asking for them is a ConfigError naming where num_scheduler_steps was
 // set and the formation.
 TEST(PolicyPluginTest, MultiStepNeedsAFormationThatReservesLookahead) {
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
-                                    ("servelab_policy_plugin_ms_" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
+  const std::filesystem::path dir = servelab::test_util::temp_dir("policy_plugin_ms");
   const std::string workload =
       "workload: {type: synthetic, num_requests: 2, arrival: {process: fixed, rate: 1}, "
       "prompt_len: {dist: fixed, value: 8}, output_len: {dist: fixed, value: 4}}\n";

@@ -25,6 +25,7 @@
 #include "serving/experiment.h"
 #include "serving/home.h"
 #include "sim/run.h"
+#include "tests/test_util.h"
 
 namespace servelab {
 namespace {
@@ -121,9 +122,7 @@ TEST(PrefixCachePluginTest, AnExperimentUsesThePluginByName) {
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   const std::string from = "  prefix_cache: hash\n";
   ASSERT_NE(text.find(from), std::string::npos);
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
-                                    ("servelab_cache_plugin_" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
+  const std::filesystem::path dir = servelab::test_util::temp_dir("cache_plugin");
   const auto load = [&](const std::string& name, const std::string& cache) {
     std::string t = text;
     t.replace(t.find(from), from.size(), "  prefix_cache: " + cache + "\n");

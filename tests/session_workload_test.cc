@@ -384,9 +384,7 @@ TEST(SessionJson, ErrorsNameTheFileAndTheRequest) {
 }
 
 TEST(SessionJson, FileThroughMakeWorkloadAndItsErrors) {
-  const fs::path dir =
-      fs::temp_directory_path() / ("servelab_sessions_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
+  const fs::path dir = servelab::test_util::temp_dir("sessions");
   {
     std::ofstream f(dir / "rec.json");
     f << R"({"requests": [{"id": "a", "arrival_s": 1, "input_tokens": 4, "output_tokens": 2},

@@ -12,6 +12,7 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "serving/home.h"
@@ -20,12 +21,49 @@ namespace servelab::test_util {
 
 namespace fs = std::filesystem;
 
-// A fresh, empty folder under the system temp dir, unique to this process and `name`.
+// The scratch folders this test program made, removed when it exits normally (after its last
+// test), so that a run of the suite leaves nothing under the temp dir: two suites a CI run once
+// left ~2 GB there. SERVELAB_KEEP_TEST_DIRS=1 keeps them, to look at after a failure.
+class ScratchFolders {
+ public:
+  void add(const fs::path& p) {
+    for (const fs::path& q : paths_) {
+      if (q == p) return;
+    }
+    paths_.push_back(p);
+  }
+  ~ScratchFolders() {
+    const char* keep = std::getenv("SERVELAB_KEEP_TEST_DIRS");
+    if (keep != nullptr && std::string(keep) != "" && std::string(keep) != "0") return;
+    std::error_code ec;  // a folder already gone is fine
+    for (const fs::path& p : paths_) fs::remove_all(p, ec);
+  }
+
+ private:
+  std::vector<fs::path> paths_;
+};
+
+inline ScratchFolders& scratch_folders() {
+  static ScratchFolders folders;
+  return folders;
+}
+
+// A folder under the system temp dir, unique to this process and `name`, created if missing and
+// removed when the program exits; what earlier calls wrote into it stays (for helpers that write
+// several files into one folder).
+inline fs::path kept_temp_dir(const std::string& name) {
+  fs::path p = fs::temp_directory_path() / ("servelab_" + name + "_" + std::to_string(::getpid()));
+  fs::create_directories(p);
+  scratch_folders().add(p);
+  return p;
+}
+
+// A fresh, empty folder under the system temp dir, unique to this process and `name`, removed
+// when the program exits.
 inline fs::path temp_dir(const std::string& name) {
   fs::path p = fs::temp_directory_path() / ("servelab_" + name + "_" + std::to_string(::getpid()));
   fs::remove_all(p);
-  fs::create_directories(p);
-  return p;
+  return kept_temp_dir(name);
 }
 
 inline std::string read_file(const fs::path& p) {

@@ -16,6 +16,7 @@ namespace {
 namespace fs = std::filesystem;
 
 using servelab::test_util::Cli;
+using servelab::test_util::temp_dir;
 
 Cli sim(const std::string& args) {
   static const fs::path dir = servelab::test_util::temp_dir("trace_cli");
@@ -37,8 +38,7 @@ TEST(TraceCli, StatsOfTheShippedTraces) {
 }
 
 TEST(TraceCli, ConvertThenStatsAgree) {
-  const fs::path out =
-      fs::temp_directory_path() / ("converted_" + std::to_string(::getpid()) + ".csv");
+  const fs::path out = temp_dir("trace_cli_converted") / "converted.csv";
   const Cli conv =
       sim("trace convert " + kRoot + "/traces/mooncake/synthetic_trace.jsonl " + out.string());
   ASSERT_EQ(conv.code, 0) << conv.err;
@@ -54,7 +54,7 @@ TEST(TraceCli, BadInputIsExitCode2) {
   EXPECT_EQ(sim("trace stats /nonexistent.csv").code, 2);
   EXPECT_EQ(sim("trace frobnicate").code, 2);
   EXPECT_EQ(sim("trace").code, 2);
-  const fs::path bad = fs::temp_directory_path() / ("bad_" + std::to_string(::getpid()) + ".csv");
+  const fs::path bad = temp_dir("trace_cli_bad") / "bad.csv";
   std::ofstream(bad)
       << "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,12,x\n";
   const Cli c = sim("trace stats " + bad.string() + " --format azure");

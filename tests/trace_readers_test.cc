@@ -16,6 +16,7 @@
 #include "core/json_depth.h"
 #include "serving/config_node.h"
 #include "serving/home.h"
+#include "tests/test_util.h"
 #include "traces/trace_stats.h"
 #include "traces/transforms.h"
 #include "traces/workload.h"
@@ -57,9 +58,7 @@ std::string error_of(F&& f) {
 
 // A file under the test's temporary directory holding `text`; returns its path.
 std::string write_file(const std::string& name, const std::string& text) {
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("servelab_trace_test_" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
+  const auto dir = servelab::test_util::kept_temp_dir("trace_test");
   const std::string path = (dir / name).string();
   std::ofstream(path) << text;
   return path;

@@ -16,6 +16,7 @@
 #include "serving/hardware_config.h"
 #include "serving/home.h"
 #include "sim/operator_time.h"
+#include "tests/test_util.h"
 
 namespace servelab {
 namespace {
@@ -76,9 +77,7 @@ TEST(VidurProfile, ReadsTheKeptProfiles) {
 }
 
 TEST(VidurProfile, BadFilesAreErrorsNamingTheFile) {
-  const std::filesystem::path dir =
-      std::filesystem::temp_directory_path() / ("servelab_vidur_" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
+  const std::filesystem::path dir = servelab::test_util::temp_dir("vidur");
   std::ifstream in(profile("h100", "Llama-2-7b-hf"));
   std::string header, row;
   std::getline(in, header);

@@ -15,6 +15,7 @@
 
 #include "serving/config_node.h"
 #include "serving/home.h"
+#include "tests/test_util.h"
 #include "traces/azure_trace.h"
 #include "traces/length_table.h"
 #include "traces/synthetic_workload.h"
@@ -93,8 +94,7 @@ std::string synthetic(const std::string& arrival, const std::string& extra = "",
 
 // A file in a fresh temporary directory holding `text`.
 std::string temp_file(const std::string& name, const std::string& text) {
-  const auto dir = std::filesystem::path(::testing::TempDir()) / "servelab_workload_test";
-  std::filesystem::create_directories(dir);
+  const auto dir = servelab::test_util::kept_temp_dir("workload_test");
   const auto path = dir / name;
   std::ofstream(path, std::ios::binary) << text;
   return path.string();
