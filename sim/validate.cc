@@ -728,8 +728,36 @@ int validate_command(const std::vector<std::string>& args) {
   return 0;
 }
 
+namespace {
+
+// The model whose roofline prices a power fit's shapes: `model_arg` (a catalogue name or a
+// model file) when given, which must be the model the profile names, else the profile's
+// `# model:` name from the catalogue. A name the catalogue lacks is an error that names the
+// profile and says to pass --model.
+ModelConfig power_fit_model(const EngineProfile& p, const std::string& profile,
+                            const std::string& model_arg) {
+  const auto named = p.header.find("model");
+  if (named == p.header.end()) throw ConfigError(profile + ": no '# model:' line");
+  if (model_arg.empty()) {
+    try {
+      return load_model(named->second, default_catalog_dir());
+    } catch (const ConfigError& e) {
+      throw ConfigError(profile + ": its model '" + named->second +
+                        "' is not in the catalogue; pass --model with its file (" + e.what() + ")");
+    }
+  }
+  ModelConfig model = load_model(model_arg, default_catalog_dir());
+  if (model.name != named->second) {
+    throw ConfigError("--model " + model_arg + " is '" + model.name + "', but " + profile +
+                      " profiled '" + named->second + "'");
+  }
+  return model;
+}
+
+}  // namespace
+
 int calibrate_command(const std::vector<std::string>& args) {
-  std::string profile, out, engine_run, hardware;
+  std::string profile, out, engine_run, hardware, model_arg;
   bool quiet = false, force = false, power = false;
   int holdout = 0;
   std::vector<std::string> profiles, vidur, held_out;
@@ -752,6 +780,10 @@ int calibrate_command(const std::vector<std::string>& args) {
   app->add_flag("--power", power,
                 "fit the hardware entry's power model to the profile's board power readings "
                 "(a CUDA profile with NVML) instead; -o writes the entry with the fitted `power:`");
+  app->add_option("--model", model_arg,
+                  "with --power: the model the profile ran, when its `# model:` name is not in "
+                  "the catalogue (a model .yaml or Hugging Face config.json)")
+      ->type_name("NAME|PATH");
   cli::add_out(*app, out, "the cost model file to write")->type_name("COST.yaml");
   app->add_option("--engine-run", engine_run, "fit the host overhead on this engine run folder")
       ->type_name("ENGINE_DIR");
@@ -769,6 +801,9 @@ int calibrate_command(const std::vector<std::string>& args) {
                        std::to_string(holdout));
     }
   };
+  if (!model_arg.empty() && !power) {
+    throw UsageError("sim calibrate: --model goes with --power (a cost-model fit reads no model)");
+  }
   if (power) {
     if (!vidur.empty()) throw UsageError("sim calibrate: --power and --vidur are two fits");
     if (hardware.empty()) throw UsageError("sim calibrate: --power needs --hardware NAME");
@@ -784,7 +819,7 @@ int calibrate_command(const std::vector<std::string>& args) {
     if (!out.empty()) check_output_file(out, {profiles[0]}, force);
     const EngineProfile p = read_profile(profiles[0]);
     const HardwareConfig hw = load_hardware(hardware, default_catalog_dir());
-    ModelConfig model = load_model(p.header.at("model"), default_catalog_dir());
+    ModelConfig model = power_fit_model(p, profiles[0], model_arg);
     if (!p.kv_cache_dtype.empty()) model.kv_cache_dtype = p.kv_cache_dtype;
     if (!p.quantization.empty()) model.quantization = p.quantization;
     const PowerFit fit = fit_power(p, model, hw, holdout_option->count() > 0 ? holdout : 2);

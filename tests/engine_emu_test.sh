@@ -8,11 +8,14 @@
 # Checks: exit codes; each CUDA run's greedy tokens agree with the CPU engine's on at least
 # 3 requests in 4 (bf16 against fp32: a near tie may flip, and the emulator is deterministic,
 # so this is a fixed outcome, 11 of 12 when written); the graph-replayed and eager runs agree
-# token for token; the profile and calibrated model name the CUDA machine.
+# token for token; the profile and calibrated model name the CUDA machine. With the fake NVML
+# of tests/emu/fake_nvml.cc (a board drawing a constant 250 W) on LD_LIBRARY_PATH, the main CUDA
+# run records the board's energy, the profile its power per shape, `sim calibrate --power` fits
+# that back and `sim validate` compares energies: the GPU window's power steps, run here.
 #
-# usage: engine_emu_test.sh SOURCE_DIR ENGINE_EMU ENGINE SIM
+# usage: engine_emu_test.sh SOURCE_DIR ENGINE_EMU ENGINE SIM FAKE_NVML_DIR
 set -uo pipefail
-src=$1 emu=$2 cpu=$3 sim=$4
+src=$1 emu=$2 cpu=$3 sim=$4 nvml=$5
 t=$(mktemp -d)
 trap 'rm -rf "$t"' EXIT
 fails=0
@@ -89,9 +92,19 @@ EOF
 # The CPU engine's tokens: the reference.
 check "engine run --device cpu" run 0 "$cpu" run "$t/exp.yaml" --device cpu \
   --out "$t/cpu" --tokens --quiet
-check "engine_emu run --device cuda exits 0" run 0 "$emu" run "$t/exp.yaml" \
-  --device cuda --out "$t/cuda" --tokens --record-schedule --quiet
+check "engine_emu run --device cuda exits 0" run 0 env LD_LIBRARY_PATH="$nvml" "$emu" run \
+  "$t/exp.yaml" --device cuda --out "$t/cuda" --tokens --record-schedule --quiet
 check "  ... as the CUDA engine" has '"backend": "engine-cuda"' "$t/cuda/summary.json"
+check "  ... with the board's energy at its 250 W" python3 -c "
+import json, sys
+e = json.load(open('$t/cuda/summary.json'))['energy']
+print('  measured:', e['measured'], round(e['joules'], 1), 'J,', round(e['average_power_w'], 1), 'W')
+sys.exit(0 if e['measured'] == 'nvml' and 225 <= e['average_power_w'] <= 275 else 1)"
+check "engine_emu run --device cuda without NVML records no energy" run 0 "$emu" run \
+  "$t/exp.yaml" --device cuda --out "$t/cuda-no-nvml" --quiet --set workload.num_requests=2
+check "  ... (no energy in summary.json)" python3 -c "
+import json, sys
+sys.exit(0 if 'energy' not in json.load(open('$t/cuda-no-nvml/summary.json')) else 1)"
 check "  ... on the device it names" has '"hardware": "cuda: ' "$t/cuda/summary.json"
 check "  ... all 12 requests complete, 2 preemptions" python3 -c "
 import json, sys
@@ -260,13 +273,29 @@ check "serve_bench.sh: bad arguments are exit 2" run 2 bash "$src/bench/gpu/serv
 # adapters, the LoRA columns, and sim calibrate's LoRA terms from them (one profile for both, as
 # the emulator is slow).
 p=$t/profile.csv
-check "profile --device cuda --lora-rank 8 exits 0" run 0 "$emu" profile --model \
-  "$t/small-gpu.yaml" --device cuda --quick --reps 1 --rounds 1 --warmup 0 --lora-rank 8 -o "$p"
+check "profile --device cuda --lora-rank 8 exits 0" run 0 env LD_LIBRARY_PATH="$nvml" "$emu" \
+  profile --model "$t/small-gpu.yaml" --device cuda --quick --reps 1 --rounds 1 --warmup 0 \
+  --lora-rank 8 -o "$p"
 check "  ... and names the device" has "profiled 21 step shapes of .* on ServeLab CUDA emulator" "$t/last.txt"
 check "  ... the header: a CUDA machine" has "^# machine_kind: cuda" "$p"
 check "  ... the CUDA executor" has "^# executor: CudaExecutor bf16" "$p"
 check "  ... the LoRA rank line" has "^# lora_rank: 8" "$p"
-check "  ... 32 decodes under 8 adapters" has "^lora,32,.*,32,8$" "$p"
+check "  ... 32 decodes under 8 adapters" has "^lora,32,.*,32,8,[0-9.]*,[0-9.]*$" "$p"
+check "  ... the power header" has "^# power: NVML board energy" "$p"
+check "  ... every shape at the board's 250 W" python3 -c "
+import csv, sys
+rows = list(csv.DictReader(l for l in open('$p') if not l.startswith('#')))
+w = [float(r['power_w']) for r in rows]
+print(f'  {len(w)} shapes, {min(w):.1f}-{max(w):.1f} W')
+sys.exit(0 if len(w) == 21 and all(237.5 <= x <= 262.5 for x in w) else 1)"
+check "sim calibrate --power fits the board's power back" run 0 "$sim" calibrate "$p" --power \
+  --model "$t/small-gpu.yaml" \
+  --hardware H100-SXM -o "$t/H100-SXM.yaml"
+check "  ... an idle power of about 250 W" python3 -c "
+import re, sys
+m = re.search(r'idle_w: ([0-9.]+)', open('$t/H100-SXM.yaml').read())
+print('  idle_w:', m and m.group(1))
+sys.exit(0 if m and 237.5 <= float(m.group(1)) <= 262.5 else 1)"
 check "sim calibrate on it" run 0 "$sim" calibrate "$p" -o "$t/cost.yaml" --quiet
 check "  ... a CUDA machine's model" has "^  kind: cuda" "$t/cost.yaml"
 check "  ... with the LoRA terms" has "^  lora_adapter_rank_s: " "$t/cost.yaml"
@@ -276,6 +305,7 @@ check "sim validate against the CUDA engine's run" run 0 "$sim" validate "$t/sim
   "$t/cuda" --cost-model "$t/cost.yaml" -o "$t/val"
 check "  ... every engine step replayed" has "steps: sim [0-9]*, engine [0-9]*" "$t/last.txt"
 check "  ... validation.json and replay.csv" test -s "$t/val/validation.json" -a -s "$t/val/replay.csv"
+check "  ... with the energy compared" has '"energy.joules"' "$t/val/validation.json"
 
 [ "$fails" -eq 0 ] || { echo "$fails check(s) failed"; exit 1; }
 echo "all checks passed"

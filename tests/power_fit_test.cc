@@ -122,6 +122,45 @@ TEST(PowerFit, TheCommandWritesTheEntryWithItsPowerReplaced) {
   fs::remove_all(dir);
 }
 
+// A profile of a model the catalogue lacks (its `# model:` a name of the user's own file) fits
+// with --model FILE, which must be the model the profile names; without it the error names the
+// profile and --model.
+TEST(PowerFit, AModelOutsideTheCatalogueComesFromModel) {
+  const fs::path dir = temp_dir("power_fit_model");
+  std::string profile = with_power(truth(), 0);
+  const std::string line = "# model: Llama-3-8B\n";
+  ASSERT_NE(profile.find(line), std::string::npos);
+  profile.replace(profile.find(line), line.size(), "# model: my-8b\n");
+  write_file(dir / "p.csv", profile);
+  std::string entry = read_file(servelab_home() / "experiments/catalog/models/Llama-3-8B.yaml");
+  ASSERT_NE(entry.find("name: Llama-3-8B"), std::string::npos);
+  entry.replace(entry.find("name: Llama-3-8B"), 16, "name: my-8b");
+  write_file(dir / "my-8b.yaml", entry);
+  const std::string fit = "calibrate " + (dir / "p.csv").string() + " --power --hardware H200";
+
+  const Cli unknown = run_sim(fit, dir);
+  EXPECT_EQ(unknown.code, 2);
+  EXPECT_NE(unknown.err.find("p.csv: its model 'my-8b' is not in the catalogue; pass --model"),
+            std::string::npos)
+      << unknown.err;
+  const Cli given = run_sim(
+      fit + " --model " + (dir / "my-8b.yaml").string() + " -o " + (dir / "fitted.yaml").string(),
+      dir);
+  ASSERT_EQ(given.code, 0) << given.err;
+  EXPECT_NEAR(load_hardware((dir / "fitted.yaml").string(), "").power.idle_w, 120, 0.5);
+  const Cli other = run_sim(fit + " --model Llama-3-70B", dir);
+  EXPECT_EQ(other.code, 2);
+  EXPECT_NE(other.err.find("--model Llama-3-70B is 'Llama-3-70B', but"), std::string::npos)
+      << other.err;
+  EXPECT_NE(other.err.find("profiled 'my-8b'"), std::string::npos) << other.err;
+  const Cli no_power = run_sim("calibrate " + (dir / "p.csv").string() + " --model Llama-3-8B -o " +
+                                   (dir / "cost.yaml").string(),
+                               dir);
+  EXPECT_EQ(no_power.code, 2);
+  EXPECT_NE(no_power.err.find("--model goes with --power"), std::string::npos) << no_power.err;
+  EXPECT_FALSE(fs::exists(dir / "cost.yaml"));
+}
+
 TEST(PowerFit, ProfilesWithoutReadingsOrWithBadOnesAreRefused) {
   const fs::path dir = temp_dir("power_fit_bad");
   // The shipped profile has no power column (its window had no NVML reading yet).
