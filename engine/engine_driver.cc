@@ -241,7 +241,15 @@ EngineInstance load_engine(const ExperimentConfig& config, const EngineOptions& 
                       ": key 'cluster': engine serve drives one replica; run a cluster with "
                       "engine run (CPU replicas) or sim run, or remove the section");
   }
-  return load_replicas(config, options, 1);
+  EngineInstance engine = load_replicas(config, options, 1);
+  // The board's energy (docs/metrics.md "Energy and utilization"): CUDA with NVML only.
+#if SERVELAB_HAVE_CUDA
+  if (options.device == "cuda") {
+    engine.board_meter = std::make_unique<NvmlEnergy>(kernels::device_info().pci_bus_id);
+    if (!engine.board_meter->available()) engine.board_meter.reset();
+  }
+#endif
+  return engine;
 }
 
 EngineInstance load_engine_cluster(const ExperimentConfig& config, const EngineOptions& options) {
@@ -591,14 +599,8 @@ RunOutput run_engine(const ExperimentConfig& config, const EngineOptions& option
   Scheduler& scheduler = replica.scheduler();
   const double pinned_prefill_s = prefill_pinned_prefixes(config, engine, replica.kv());
 
-  // The board's energy over the run (CUDA with NVML; docs/metrics.md "Energy and utilization").
-  std::unique_ptr<NvmlEnergy> meter;
-#if SERVELAB_HAVE_CUDA
-  if (options.device == "cuda") {
-    meter = std::make_unique<NvmlEnergy>(kernels::device_info().pci_bus_id);
-    if (!meter->available()) meter.reset();
-  }
-#endif
+  // The board's energy over the run (load_engine's meter: CUDA with NVML).
+  const NvmlEnergy* meter = engine.board_meter.get();
   ArrivalFeed arrivals(*workload);
   SimulationTotals& totals = out.totals;
   totals.first_arrival_ns = arrivals.peek().value_or(0);

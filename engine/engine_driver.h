@@ -44,6 +44,7 @@
 #include "core/kv_cache_manager.h"
 #include "core/kv_offload_tiers.h"
 #include "engine/llama_weights.h"
+#include "engine/nvml_energy.h"
 #include "kernels/float_formats.h"
 #include "serving/experiment.h"
 #include "serving/model_config.h"
@@ -90,6 +91,9 @@ struct EngineInstance {
   // The KV offload host tier (kv_offload:, CPU executor only): tiers with host slots whose KV
   // the executor's tier store holds (CpuExecutorOptions::num_tier_slots); null without.
   std::unique_ptr<KvOffloadTiers> offload;
+  // The board's energy counter (load_engine with --device cuda where NVML answers; null
+  // otherwise): `engine run` records the run's joules, `engine serve` exposes them on /metrics.
+  std::unique_ptr<NvmlEnergy> board_meter;
 };
 // Checks the experiment against the engine (device, multi-step, max_model_len, KV budget, host
 // memory) and loads weights and the executor, as described above; throws as run_engine does.

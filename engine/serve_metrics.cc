@@ -176,6 +176,13 @@ void ServeMetrics::set_lora(std::int32_t max_loras, std::vector<std::string> run
   lora_time_s_ = now_s;
 }
 
+void ServeMetrics::set_board_energy(const NvmlEnergy* meter) {
+  const std::optional<std::uint64_t> now = meter ? meter->millijoules() : std::nullopt;
+  std::lock_guard lock(mu_);
+  board_meter_ = now ? meter : nullptr;
+  board_start_mj_ = now.value_or(0);
+}
+
 std::string ServeMetrics::render() const {
   std::lock_guard lock(mu_);
   std::string out;
@@ -248,6 +255,15 @@ std::string ServeMetrics::render() const {
       out += "vllm:spec_decode_num_accepted_tokens_per_pos_total{" + labels_ + ",position=\"" +
              std::to_string(i) + "\"} " + std::to_string(spec_.num_accepted_tokens_per_pos[i]) +
              "\n";
+    }
+  }
+  if (board_meter_ != nullptr) {
+    // A failed read leaves the line out for this scrape; the counter never goes backwards.
+    const std::optional<std::uint64_t> mj = board_meter_->millijoules();
+    if (mj && *mj >= board_start_mj_) {
+      scalar("servelab:gpu_energy_joules_total", "counter",
+             "Energy the GPU board drew since the server started, in joules (NVML).",
+             number(static_cast<double>(*mj - board_start_mj_) * 1e-3));
     }
   }
   if (lora_) {

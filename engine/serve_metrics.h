@@ -25,6 +25,9 @@
 // vllm:spec_decode_num_accepted_tokens_total and
 // vllm:spec_decode_num_accepted_tokens_per_pos_total{position="i"} (docs/metrics.md).
 // LoRA (serving.lora; absent otherwise): vllm:lora_requests_info (set_lora).
+// The GPU board's energy (`--device cuda` where NVML answers; absent otherwise):
+// servelab:gpu_energy_joules_total, joules the board drew since the server started, read from
+// NVML's counter (engine/nvml_energy.h) at each scrape (set_board_energy).
 #pragma once
 
 #include <cstdint>
@@ -37,6 +40,7 @@
 #include "core/prefix_hit_window.h"
 #include "core/scheduler.h"
 #include "core/time.h"
+#include "engine/nvml_energy.h"
 
 namespace servelab {
 
@@ -86,6 +90,10 @@ class ServeMetrics {
   void set_lora(std::int32_t max_loras, std::vector<std::string> running,
                 std::vector<std::string> waiting, double now_s);
 
+  // The board's energy counter (null: none), read now as the zero of
+  // servelab:gpu_energy_joules_total and again at every render. `meter` outlives this object.
+  void set_board_energy(const NvmlEnergy* meter);
+
   // Any thread: the whole exposition text.
   std::string render() const;
 
@@ -108,6 +116,8 @@ class ServeMetrics {
   std::int32_t max_loras_ = 0;
   std::string lora_running_, lora_waiting_;  // comma-separated names
   double lora_time_s_ = 0;
+  const NvmlEnergy* board_meter_ = nullptr;
+  std::uint64_t board_start_mj_ = 0;
 };
 
 }  // namespace servelab

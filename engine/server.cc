@@ -207,6 +207,8 @@ class Server {
     metrics_.set_report_overload(overload.report_overload);
     warm_up_engine(config, options_.engine, engine);
     prefill_pinned_prefixes(config, engine, replica_.kv());
+    // From here on the board's joules count (the warm-up's are not the server's).
+    metrics_.set_board_energy(engine.board_meter.get());
   }
 
   int run(std::FILE* log) {

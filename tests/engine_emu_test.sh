@@ -221,10 +221,11 @@ check "head_dim 16 refused" run 2 "$emu" run "$t/exp.yaml" --device cuda \
 check "  ... naming the device" has "engine: error: --device cuda: the CUDA kernels support head_dim 64 and 128" "$t/last.txt"
 check "  ... and nothing written" test ! -e "$t/no1" -a ! -e "$t/no2" -a ! -e "$t/no3" -a ! -e "$t/no4"
 
-# serve: one completion over HTTP, then SIGTERM.
+# serve: one completion over HTTP, then SIGTERM; with the fake NVML, /metrics counts the board's
+# joules at its 250 W.
 serve_once() {
-  (cd "$t/elsewhere" && exec env SERVELAB_HOME="$src" "$emu" serve "$t/exp.yaml" --device cuda \
-    --port 0 >"$t/serve.out" 2>"$t/serve.err") &
+  (cd "$t/elsewhere" && exec env SERVELAB_HOME="$src" LD_LIBRARY_PATH="$nvml" "$emu" serve \
+    "$t/exp.yaml" --device cuda --port 0 >"$t/serve.out" 2>"$t/serve.err") &
   local pid=$! port=""
   for _ in $(seq 100); do
     port=$(grep -oE 'listening on http://127\.0\.0\.1:[0-9]+' "$t/serve.out" 2>/dev/null |
@@ -243,7 +244,17 @@ req = urllib.request.Request(
     headers={"Content-Type": "application/json"})
 r = json.load(urllib.request.urlopen(req, timeout=60))
 print("  completion:", r["choices"][0])
-sys.exit(0 if r["usage"]["completion_tokens"] == 6 else 1)
+import re, time
+def joules():
+    text = urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/metrics", timeout=60).read()
+    m = re.search(rb"^servelab:gpu_energy_joules_total\{[^}]*\} ([0-9.e+]+)$", text, re.M)
+    return float(m.group(1)) if m else None
+t0, j0 = time.monotonic(), joules()
+time.sleep(0.5)
+j1, t1 = joules(), time.monotonic()
+watts = (j1 - j0) / (t1 - t0) if j0 is not None and j1 is not None else None
+print("  /metrics: board", j0, "->", j1, "J,", watts and round(watts, 1), "W")
+sys.exit(0 if r["usage"]["completion_tokens"] == 6 and watts and 200 <= watts <= 260 else 1)
 EOF
   else
     cat "$t/serve.err"

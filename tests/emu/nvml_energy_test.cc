@@ -1,6 +1,7 @@
 // NvmlEnergy (engine/nvml_energy.h) against the fake NVML of tests/emu/fake_nvml.cc, which ctest
 // puts on LD_LIBRARY_PATH (tests/emu/CMakeLists.txt): the board found by its bus id, its counter
-// read in millijoules, and each failure NVML can answer reported with its reason.
+// read in millijoules, and each failure NVML can answer reported with its reason; `engine
+// serve`'s /metrics counter of the board's joules (engine/serve_metrics.h).
 #include "engine/nvml_energy.h"
 
 #include <gtest/gtest.h>
@@ -8,6 +9,8 @@
 
 #include <chrono>
 #include <thread>
+
+#include "engine/serve_metrics.h"
 
 namespace servelab {
 namespace {
@@ -45,6 +48,31 @@ TEST(FakeNvml, TwoMetersOnOneBoardAgree) {
   const std::optional<std::uint64_t> second = b.millijoules();
   ASSERT_TRUE(first && second);
   EXPECT_GE(*second, *first);  // one counter, read later
+}
+
+// The joules on /metrics since set_board_energy: 250 W x the time between, and no line without a
+// meter.
+TEST(FakeNvml, ServeMetricsCountTheBoardsJoulesSinceTheServerStarted) {
+  ServeMetrics none("m");
+  EXPECT_EQ(none.render().find("servelab:gpu_energy_joules_total"), std::string::npos);
+  none.set_board_energy(nullptr);
+  EXPECT_EQ(none.render().find("servelab:gpu_energy_joules_total"), std::string::npos);
+
+  const NvmlEnergy meter("0000:00:00.0");
+  ASSERT_TRUE(meter.available()) << meter.why();
+  ServeMetrics m("m");
+  const auto t0 = std::chrono::steady_clock::now();
+  m.set_board_energy(&meter);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const std::string text = m.render();
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const std::string key = "servelab:gpu_energy_joules_total{model_name=\"m\"} ";
+  const std::size_t at = text.find(key);
+  ASSERT_NE(at, std::string::npos) << text;
+  EXPECT_NE(text.find("# TYPE servelab:gpu_energy_joules_total counter"), std::string::npos);
+  const double joules = std::stod(text.substr(at + key.size()));
+  EXPECT_GE(joules, 250 * 0.2 * 0.99);
+  EXPECT_LE(joules, 250 * s * 1.01);
 }
 
 }  // namespace
