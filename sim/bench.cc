@@ -6,12 +6,16 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
+#include <cstdlib>
 #include <csignal>
 #include <deque>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <sstream>
+#include <string_view>
 #include <thread>
 
 #include "core/json_depth.h"
@@ -99,6 +103,29 @@ std::string first_model(const Endpoint& e) {
   } catch (const json::exception&) {
     throw ConfigError("--url " + e.base + models_path + ": no model listed; pass --model NAME");
   }
+}
+
+// The server's board energy counter, servelab:gpu_energy_joules_total on GET /metrics (`engine
+// serve --device cuda` where NVML answers; docs/serving.md), or nullopt when the server has no
+// /metrics, no such counter (vLLM, a CPU engine) or an unreadable value.
+std::optional<double> server_joules(const Endpoint& e) {
+  httplib::Client client(e.base);
+  client.set_connection_timeout(10);
+  client.set_read_timeout(30);
+  const httplib::Result res = client.Get("/metrics");
+  if (!res || res->status != 200) return std::nullopt;
+  const std::string_view name = "servelab:gpu_energy_joules_total";
+  std::istringstream in(res->body);
+  for (std::string line; std::getline(in, line);) {
+    if (line.compare(0, name.size(), name) != 0 || line.size() == name.size()) continue;
+    if (line[name.size()] != '{' && line[name.size()] != ' ') continue;
+    const std::string value = line.substr(line.rfind(' ') + 1);
+    char* end = nullptr;
+    const double j = std::strtod(value.c_str(), &end);
+    if (end == value.c_str() || *end != '\0' || !std::isfinite(j) || j < 0) return std::nullopt;
+    return j;
+  }
+  return std::nullopt;
 }
 
 struct Outcome {
@@ -318,6 +345,9 @@ RunOutput run_bench(const ExperimentConfig& config, const BenchOptions& options)
     });
   }
 
+  // The server's board energy over the run, when it reports one (read before the first request
+  // and after the last answer).
+  const std::optional<double> joules_before = server_joules(endpoint);
   // Dispatch at the arrival times.
   std::optional<RequestSpec> next = workload->next();
   const TimeNs first_arrival = next ? next->arrival_ns : 0;
@@ -369,6 +399,7 @@ RunOutput run_bench(const ExperimentConfig& config, const BenchOptions& options)
   stop_workers();
   report(true);
   if (options.progress != nullptr) std::fputs("\n", options.progress);
+  const std::optional<double> joules_after = joules_before ? server_joules(endpoint) : std::nullopt;
 
   std::sort(outcomes.begin(), outcomes.end(),
             [](const Outcome& a, const Outcome& b) { return a.record.id < b.record.id; });
@@ -383,6 +414,9 @@ RunOutput run_bench(const ExperimentConfig& config, const BenchOptions& options)
   recorder.finalize(first_arrival, end, PrefixCacheStats{});
   out.summary = recorder.summary();
   out.summary.skipped_trace_rows = workload->skipped_rows();
+  if (joules_before && joules_after && *joules_after >= *joules_before) {
+    out.summary.measured_joules = *joules_after - *joules_before;
+  }
   write_run_outputs(config, recorder, {out.backend, model, options.url, /*gpus_unknown=*/true},
                     out);
   stage.commit();

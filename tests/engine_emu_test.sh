@@ -267,12 +267,15 @@ check "engine_emu serve --device cuda answers a completion" serve_once
 # gpu-check e2e's serve step (bench/gpu/serve_bench.sh): the experiment's whole workload through
 # `sim bench` over HTTP against `engine serve --device cuda`, then SIGTERM.
 check "serve_bench.sh: sim bench against engine_emu serve --device cuda" run 0 \
-  env SERVELAB_HOME="$src" bash "$src/bench/gpu/serve_bench.sh" "$emu" "$sim" "$t/exp.yaml" \
-  "$t/sbench" --device cuda
-check "  ... every request finished" python3 -c "
+  env SERVELAB_HOME="$src" LD_LIBRARY_PATH="$nvml" bash "$src/bench/gpu/serve_bench.sh" "$emu" \
+  "$sim" "$t/exp.yaml" "$t/sbench" --device cuda
+check "  ... every request finished, the server's board energy read at its 250 W" python3 -c "
 import json, sys
-r = json.load(open('$t/sbench/summary.json'))['requests']
-sys.exit(0 if r['completed'] == r['total'] > 0 else 1)"
+s = json.load(open('$t/sbench/summary.json'))
+r, e = s['requests'], s.get('energy', {})
+print('  bench energy:', e)
+sys.exit(0 if r['completed'] == r['total'] > 0 and e.get('measured') == 'nvml'
+         and 200 <= e['average_power_w'] <= 300 else 1)"
 check "serve_bench.sh: a server that cannot start is exit 1" run 1 env SERVELAB_HOME="$src" \
   bash "$src/bench/gpu/serve_bench.sh" "$emu" "$sim" "$t/exp.yaml" "$t/sbench2" --device cuda \
   --set model=tiny

@@ -640,6 +640,8 @@ TEST(EngineServe, SimBenchAgainstTheServerWritesARunFolderSimValidateReads) {
                             dir);
   ASSERT_EQ(bench.code, 0) << bench.err;
   EXPECT_NE(bench.err.find("finished 20"), std::string::npos) << bench.err;  // progress line
+  // A CPU server reports no board energy, so the folder has none.
+  EXPECT_EQ(read_file(dir / "bench" / "summary.json").find("\"energy\""), std::string::npos);
   const Cli sim = run_sim("run " + exp + " --out " + (dir / "sim").string() + " --quiet", dir);
   ASSERT_EQ(sim.code, 0) << sim.err;
   const auto brows = read_csv(dir / "bench" / "requests.csv");
