@@ -48,21 +48,23 @@ inline ScratchFolders& scratch_folders() {
   return folders;
 }
 
-// A folder under the system temp dir, unique to this process and `name`, created if missing and
-// removed when the program exits; what earlier calls wrote into it stays (for helpers that write
-// several files into one folder).
+// The scratch folder of `name` under the system temp dir, unique to this process.
+inline fs::path scratch_path(const std::string& name) {
+  return fs::temp_directory_path() / ("servelab_" + name + "_" + std::to_string(::getpid()));
+}
+
+// That folder, created if missing and removed when the program exits; what earlier calls wrote
+// into it stays (for helpers that write several files into one folder).
 inline fs::path kept_temp_dir(const std::string& name) {
-  fs::path p = fs::temp_directory_path() / ("servelab_" + name + "_" + std::to_string(::getpid()));
+  const fs::path p = scratch_path(name);
   fs::create_directories(p);
   scratch_folders().add(p);
   return p;
 }
 
-// A fresh, empty folder under the system temp dir, unique to this process and `name`, removed
-// when the program exits.
+// That folder fresh and empty, removed when the program exits.
 inline fs::path temp_dir(const std::string& name) {
-  fs::path p = fs::temp_directory_path() / ("servelab_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(p);
+  fs::remove_all(scratch_path(name));
   return kept_temp_dir(name);
 }
 
