@@ -22,7 +22,8 @@ namespace servelab {
 
 using RequestId = std::uint64_t;
 
-struct StopConditions;  // core/stop_conditions.h
+struct StopConditions;   // core/stop_conditions.h
+struct RequestSampling;  // core/sampling_params.h
 
 struct PromptSegment {
   std::uint64_t content_id = 0;
@@ -74,6 +75,12 @@ struct RequestSpec {
   // it; the simulator prices the padded max_lora_rank, as vLLM's kernels compute). 0 without one.
   std::uint32_t lora_id = 0;
   std::int32_t lora_rank = 0;
+  // The request's own temperature, top_p and seed (engine serve: the client's); null: the
+  // engine's (core/sampling_params.h). The engine only: the simulator's steps cost the same.
+  std::shared_ptr<const RequestSampling> sampling;
+  // Log probabilities of its sampled tokens, with this many most likely alternatives each
+  // (0 .. kMaxLogprobs); -1: none (engine serve's `logprobs` / `top_logprobs`).
+  std::int32_t logprobs = -1;
 
   std::int32_t total_tokens() const { return prompt_len + max_output_tokens; }
 };
@@ -83,6 +90,7 @@ struct RequestSpec {
 // its own); workload ids stay below 2^kSampleIdShift. Sample 0 is the request itself.
 inline constexpr int kSampleIdShift = 48;
 inline constexpr std::int32_t kMaxSamples = 1024;
+inline constexpr std::int32_t kMaxLogprobs = 20;  // vLLM's default max_logprobs
 inline constexpr RequestId sample_request_id(RequestId id, std::int32_t k) {
   return id + (static_cast<RequestId>(k) << kSampleIdShift);
 }

@@ -483,7 +483,30 @@ bool Scheduler::abort(RequestId id, TimeNs now, const std::string& reason) {
   return true;
 }
 
-void Scheduler::abort_sequence(Request& r, TimeNs now, const std::string& reason) {
+bool Scheduler::stop_sample(RequestId id, TimeNs now) {
+  if (num_pending_plans() > (async_ ? 1 : 0)) {
+    throw std::logic_error("Scheduler::stop_sample: a plan awaits complete()");
+  }
+  Request* found = nullptr;
+  const auto take = [&](Request* r) {
+    if (found == nullptr && r->id() == id && r->group != nullptr) found = r;
+  };
+  for (Request* r : running_) take(r);
+  for (Request* r : swapped_) take(r);
+  if (found == nullptr) {
+    for (Request* r : waiting_->snapshot()) take(r);
+  }
+  if (found == nullptr) return false;
+  unlink(*found);
+  found->status = RequestStatus::kFinished;
+  found->finish_ns = now;
+  found->finish_reason = "stop";
+  sample_done(*found, now);
+  release_done_groups();
+  return true;
+}
+
+void Scheduler::unlink(Request& r) {
   switch (r.status) {
     case RequestStatus::kRunning:
       running_.erase(std::find(running_.begin(), running_.end(), &r));
@@ -497,6 +520,10 @@ void Scheduler::abort_sequence(Request& r, TimeNs now, const std::string& reason
       break;
   }
   kv_.free(r);
+}
+
+void Scheduler::abort_sequence(Request& r, TimeNs now, const std::string& reason) {
+  unlink(r);
   r.status = RequestStatus::kAborted;
   r.finish_ns = now;
   r.finish_reason = reason;

@@ -259,6 +259,14 @@ class Scheduler {
   // them (plans run in order, so the one in flight has written them by then).
   bool abort(RequestId id, TimeNs now, const std::string& reason);
 
+  // Ends sample `id` (sample_request_id(request, k), or the request's own id for sample 0) of a
+  // forked request as a stop condition would (kFinished, finish_reason "stop"), wherever it is,
+  // and frees its blocks; its siblings go on. What vLLM does with one child of a parallel-sampling
+  // request whose stop string its output processor found. Returns false when `id` is no
+  // unfinished sample of a forked request (a request without samples: abort() it).
+  // REQUIRES: as for abort() (std::logic_error otherwise).
+  bool stop_sample(RequestId id, TimeNs now);
+
   // vLLM's Scheduler.reset_prefix_cache: KvCacheManager::reset_prefix_cache (false while any
   // request holds blocks). REQUIRES: as for abort() (std::logic_error otherwise).
   bool reset_prefix_cache();
@@ -444,6 +452,8 @@ class Scheduler {
   // abort(): unlinks one unfinished sequence from its queue, frees its blocks and reports it
   // (a sample: through its group).
   void abort_sequence(Request& r, TimeNs now, const std::string& reason);
+  // Takes the unfinished sequence r out of whichever queue holds it and frees its blocks.
+  void unlink(Request& r);
   // Moves the waiting queue's front `r` (which just got its blocks for `hit`) to running_.
   void admit_front(Request& r, const PrefixHit& hit, std::size_t insert_at);
   bool in_plan(const Request& r) const;

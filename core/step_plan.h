@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "core/request.h"
@@ -142,6 +143,15 @@ struct StepPlan {
   void clear();
 };
 
+// A sampled token's log probability under its row's raw logits (log softmax before temperature,
+// top_p and the min_tokens mask: vLLM's default raw_logprobs) and the row's `k` most likely
+// tokens (most likely first; equal logits: the lower id first), as a client asked
+// (RequestSpec::logprobs).
+struct TokenLogprobs {
+  float logprob = 0.0f;
+  std::vector<std::pair<std::int32_t, float>> top;  // (token, logprob)
+};
+
 struct StepResult {
   TimeNs duration_ns = 0;
   // One value per plan entry, in plan order; meaningful where the entry samples (-1 elsewhere).
@@ -160,6 +170,11 @@ struct StepResult {
   // at most num_speculative_tokens of an entry's proposals, and fewer near its output length.
   std::vector<std::int32_t> num_proposed;
   std::vector<std::int32_t> proposed_tokens;
+  // Log probabilities (engine executors; plans without draft tokens): when an entry that samples
+  // has spec->logprobs >= 0, one value per entry (meaningful where asked) and one per fork token;
+  // both empty when no entry asked.
+  std::vector<TokenLogprobs> logprobs;
+  std::vector<TokenLogprobs> fork_logprobs;
 };
 
 }  // namespace servelab

@@ -10,10 +10,11 @@
 #include <string>
 
 #include "core/kv_offload_tiers.h"
-#include "core/rng.h"
 #include "core/stop_conditions.h"
+#include "engine/logprobs.h"
 #include "engine/ngram_proposer.h"
 #include "engine/plan_check.h"
+#include "engine/sample_stream.h"
 #include "kernels/sampling_ref.h"
 
 namespace servelab {
@@ -410,7 +411,7 @@ StepResult CpuExecutor::execute(const StepPlan& plan) {
   };
   const auto sample_at = [&](const ScheduledRequest& e, std::size_t index,
                              const Eigen::VectorXf& logits) {
-    return sample(e.id, index, allowed(e, index, logits));
+    return sample(*e.spec, e.id, index, allowed(e, index, logits));
   };
   for (std::size_t i = 0; i < plan.requests.size(); ++i) {
     const ScheduledRequest& e = plan.requests[i];
@@ -439,11 +440,25 @@ StepResult CpuExecutor::execute(const StepPlan& plan) {
           e, drafts.first(static_cast<std::size_t>(accepted)), result.sampled_tokens[i],
           m.vocab_size, options_.speculative, history, result.proposed_tokens);
     }
+    // Log probabilities under the raw logits (engine/logprobs.h), where asked.
+    const std::span<const float> raw(last_logits_[i].data(),
+                                     static_cast<std::size_t>(last_logits_[i].size()));
+    if (e.spec->logprobs >= 0 && d == 0) {
+      result.logprobs.resize(plan.requests.size());
+      result.logprobs[i] = token_logprobs(raw, result.sampled_tokens[i], e.spec->logprobs);
+    }
     for (std::int32_t k = 1; k < e.num_samples; ++k) {
-      result.fork_tokens.push_back(sample(sample_request_id(e.id, k), e.output_tokens.size(),
+      result.fork_tokens.push_back(sample(*e.spec, sample_request_id(e.id, k),
+                                          e.output_tokens.size(),
                                           allowed(e, e.output_tokens.size(), last_logits_[i])));
+      if (e.spec->logprobs >= 0) {
+        result.fork_logprobs.resize(result.fork_tokens.size());
+        result.fork_logprobs.back() =
+            token_logprobs(raw, result.fork_tokens.back(), e.spec->logprobs);
+      }
     }
   }
+  if (!result.fork_logprobs.empty()) result.fork_logprobs.resize(result.fork_tokens.size());
   previous_.record(plan, result);
   result.duration_ns =
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
@@ -451,19 +466,17 @@ StepResult CpuExecutor::execute(const StepPlan& plan) {
   return result;
 }
 
-std::int32_t CpuExecutor::sample(RequestId id, std::uint64_t index,
+std::int32_t CpuExecutor::sample(const RequestSpec& spec, RequestId id, std::uint64_t index,
                                  const Eigen::VectorXf& logits) const {
-  const SamplingParams& sp = options_.sampling;
-  if (sp.temperature == 0) {
+  const RowSampling row = row_sampling(options_.sampling, spec, id, index);
+  if (row.temperature == 0) {
     Eigen::Index best = 0;
     logits.maxCoeff(&best);  // first maximum: the lowest token id on exact ties
     return static_cast<std::int32_t>(best);
   }
-  // One stream per (seed, request, output index): the draw never depends on the batch.
-  Rng rng(mix64(mix64(sp.seed ^ name_hash("cpu_executor.sample")) ^ id) ^ mix64(index));
   // Nucleus sampling, the one reference implementation (kernels/sampling_ref.h).
   return kernels::top_p_reference(std::span<const float>(logits.data(), logits.size()),
-                                  sp.temperature, sp.top_p, rng.uniform());
+                                  row.temperature, row.top_p, row.u);
 }
 
 }  // namespace servelab

@@ -24,8 +24,9 @@
 //      causal attention of each token over positions [0, pos] read through the block table,
 //      output projection, residual, RMSNorm, SwiGLU MLP, residual.
 //   3. for each entry with samples = true: final norm and LM head on its last token, then a
-//      draw (greedy by default) from a stream derived from (seed, request id, output index), so
-//      batching and scheduling never change what a request samples. An entry with
+//      draw (greedy by default; the request's own temperature, top_p and seed when it has them)
+//      from a stream derived from (seed, request id, output index) (engine/sample_stream.h),
+//      so batching and scheduling never change what a request samples. An entry with
 //      num_samples = n > 1 (parallel sampling, the step before a fork) draws n tokens from the
 //      same logits, sample k with the stream of sample_request_id(id, k) (sample 0 is the
 //      request's own): the first token of each sample, in fork_tokens for k >= 1.
@@ -70,6 +71,7 @@
 #include <vector>
 
 #include "core/backend.h"
+#include "core/sampling_params.h"
 #include "core/speculative_config.h"
 #include "engine/llama_weights.h"
 #include "engine/lora_weights.h"
@@ -77,12 +79,6 @@
 #include "kernels/float_formats.h"
 
 namespace servelab {
-
-struct SamplingParams {
-  double temperature = 0.0;  // 0: greedy (argmax, lowest token id on exact ties)
-  double top_p = 1.0;        // nucleus: smallest set of most likely tokens with mass >= top_p
-  std::uint64_t seed = 0;
-};
 
 struct CpuExecutorOptions {
   std::int32_t block_size = 16;
@@ -148,8 +144,9 @@ class CpuExecutor : public Backend {
   std::size_t block_offset(std::int32_t num_blocks, std::int32_t layer, std::int32_t block) const;
   void validate(const StepPlan& plan) const;
   void move_blocks(const StepPlan& plan);
-  // Draws the next token of `entry` from `logits`.
-  std::int32_t sample(RequestId id, std::uint64_t index, const Eigen::VectorXf& logits) const;
+  // Draws output `index` of sequence `id` (of request `spec`) from `logits`.
+  std::int32_t sample(const RequestSpec& spec, RequestId id, std::uint64_t index,
+                      const Eigen::VectorXf& logits) const;
 
   const LlamaWeights& weights_;
   CpuExecutorOptions options_;

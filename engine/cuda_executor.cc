@@ -16,13 +16,14 @@
 
 #include "core/lora_config.h"
 #include "core/lora_slots.h"
-#include "core/rng.h"
 #include "core/stop_conditions.h"
 #include "engine/gpu_switches.h"
+#include "engine/logprobs.h"
 #include "engine/lora_weights.h"
 #include "engine/ngram_proposer.h"
 #include "engine/plan_check.h"
 #include "engine/safetensors.h"
+#include "engine/sample_stream.h"
 #include "kernels/activation.h"
 #include "kernels/attention.h"
 #include "kernels/cache_ops.h"
@@ -892,7 +893,15 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
   std::vector<std::int32_t> sample_rows;
   std::vector<std::int32_t> mask_rows, mask_tokens;  // (sampled row, token) it must not draw
   std::vector<float> sample_u;
-  std::vector<std::int32_t> sample_k;  // its sample index (parallel sampling)
+  // Rows' own (temperature, top_p) when a sampled entry's request has its own sampling
+  // parameters (RequestSpec::sampling); then every row of the step takes the per-row kernel.
+  bool per_row = false;
+  bool any_top_p = opt.sampling.temperature > 0;
+  for (const ScheduledRequest& e : plan.requests)
+    per_row = per_row || (e.samples && e.spec->sampling);
+  std::vector<float> sample_params;
+  std::vector<std::int32_t> sample_k;     // its sample index (parallel sampling)
+  std::vector<std::size_t> sample_entry;  // its plan entry
   std::vector<std::int32_t> first_sample(plan.requests.size(), -1);  // each entry's first row
   // Consecutive rows of the step under one adapter (adjacent entries of one adapter merged).
   std::vector<k::LoraSegment> lora_segments;
@@ -981,15 +990,16 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
       }
       sample_rows.push_back(row0 + e.num_tokens - 1 - d + j);
       sample_k.push_back(k);
-      double u = 0;
-      if (opt.sampling.temperature > 0) {
-        // CpuExecutor's stream: one per (seed, request or sample id, output index).
-        const RequestId id = k == 0 ? e.id : sample_request_id(e.id, k);
-        Rng rng(mix64(mix64(opt.sampling.seed ^ name_hash("cpu_executor.sample")) ^ id) ^
-                mix64(index));
-        u = rng.uniform();
+      sample_entry.push_back(i);
+      // CpuExecutor's parameters and stream (engine/sample_stream.h).
+      const RowSampling row =
+          row_sampling(opt.sampling, *e.spec, k == 0 ? e.id : sample_request_id(e.id, k), index);
+      sample_u.push_back(static_cast<float>(row.u));
+      if (per_row) {
+        sample_params.push_back(static_cast<float>(row.temperature));
+        sample_params.push_back(static_cast<float>(row.top_p));
+        any_top_p = any_top_p || row.temperature > 0;
       }
-      sample_u.push_back(static_cast<float>(u));
     }
   }
   // LoRA: short segments' rows to the gather kernels (kernels/lora_kernel.h), the rest to cuBLAS;
@@ -1034,7 +1044,7 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
                     o_in = s.staging.add(pairs_of(plan.swap_in)),
                     o_copy = s.staging.add(pairs_of(plan.copies)),
                     o_mrows = s.staging.add(mask_rows), o_mtoks = s.staging.add(mask_tokens),
-                    o_lrows = s.staging.add(lora_rows);
+                    o_lrows = s.staging.add(lora_rows), o_sparams = s.staging.add(sample_params);
   const TierPhases tier = tier_phases(plan);
   std::vector<std::size_t> o_tier;
   for (const TierPhase& ph : tier.phases) o_tier.push_back(s.staging.add(ph.pairs));
@@ -1042,6 +1052,9 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
   s.ensure_bytes(s.tier_staging,
                  static_cast<std::size_t>(tier.staged_blocks * s.layout.block_bytes()), false);
   s.ensure_capacity(T, S);
+  if (any_top_p) {  // the probabilities' scratch (requests' own temperatures: grown here)
+    s.ensure_bytes(s.prob, static_cast<std::size_t>(S) * m.vocab_size * sizeof(float), false);
+  }
   k::copy_async(s.meta.get(), s.staging.bytes().data(), s.staging.bytes().size(), s.stream.get());
   auto at = [&](std::size_t off) { return static_cast<unsigned char*>(s.meta.get()) + off; };
   auto i32 = [&](std::size_t off) { return reinterpret_cast<const std::int32_t*>(at(off)); };
@@ -1212,9 +1225,32 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
       const Bf16* head = m.tie_word_embeddings ? s.embed.as<Bf16>() : s.lm_head.as<Bf16>();
       s.gemm->linear(s.final_h.as<Bf16>(), head, s.logits.get(), k::Gemm::Out::kF32, S, H,
                      m.vocab_size, 0.0f, s.stream.get());
+      // The raw logits (before the min_tokens mask) of the entries whose requests asked for log
+      // probabilities, to the host (engine/logprobs.h computes them there, as CpuExecutor does).
+      std::vector<std::int32_t> lp_index(plan.requests.size(), -1);
+      std::vector<float> lp_rows;
+      for (std::size_t i = 0; i < plan.requests.size(); ++i) {
+        if (first_sample[i] < 0 || plan.requests[i].spec->logprobs < 0 ||
+            !plan.drafts_of(i).empty()) {
+          continue;
+        }
+        lp_index[i] = static_cast<std::int32_t>(lp_rows.size() / m.vocab_size);
+        lp_rows.resize(lp_rows.size() + static_cast<std::size_t>(m.vocab_size));
+      }
+      for (std::size_t i = 0; i < plan.requests.size(); ++i) {
+        if (lp_index[i] < 0) continue;
+        k::copy_async(lp_rows.data() + std::int64_t{lp_index[i]} * m.vocab_size,
+                      s.logits.as<float>() + std::int64_t{first_sample[i]} * m.vocab_size,
+                      static_cast<std::size_t>(m.vocab_size) * sizeof(float), s.stream.get());
+      }
       k::mask_logits(s.logits.as<float>(), m.vocab_size, i32(o_mrows), i32(o_mtoks),
                      static_cast<std::int32_t>(mask_rows.size()), s.stream.get());
-      if (opt.sampling.temperature > 0) {
+      if (per_row) {
+        k::sample_rows(s.logits.as<float>(), S, m.vocab_size,
+                       reinterpret_cast<const float*>(at(o_sparams)),
+                       reinterpret_cast<const float*>(at(o_u)), s.prob.as<float>(),
+                       s.sampled.as<std::int32_t>(), s.stream.get());
+      } else if (opt.sampling.temperature > 0) {
         k::top_p_sample(
             s.logits.as<float>(), S, m.vocab_size, static_cast<float>(opt.sampling.temperature),
             static_cast<float>(opt.sampling.top_p), reinterpret_cast<const float*>(at(o_u)),
@@ -1254,10 +1290,27 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
               m.vocab_size, opt.speculative, history, result.proposed_tokens);
         }
       }
+      const auto raw_row = [&](std::size_t i) {
+        return std::span<const float>(lp_rows.data() + std::int64_t{lp_index[i]} * m.vocab_size,
+                                      static_cast<std::size_t>(m.vocab_size));
+      };
+      for (std::size_t i = 0; i < plan.requests.size(); ++i) {
+        if (lp_index[i] < 0) continue;
+        result.logprobs.resize(plan.requests.size());
+        result.logprobs[i] =
+            token_logprobs(raw_row(i), result.sampled_tokens[i], plan.requests[i].spec->logprobs);
+      }
       // Forks (sample index k >= 1): rows in plan order, samples in order.
       for (std::int32_t r = 0; r < S; ++r) {
-        if (sample_k[r] > 0) result.fork_tokens.push_back(sampled[r]);
+        if (sample_k[r] == 0) continue;
+        result.fork_tokens.push_back(sampled[r]);
+        const std::size_t i = sample_entry[r];
+        if (lp_index[i] < 0) continue;
+        result.fork_logprobs.resize(result.fork_tokens.size());
+        result.fork_logprobs.back() =
+            token_logprobs(raw_row(i), sampled[r], plan.requests[i].spec->logprobs);
       }
+      if (!result.fork_logprobs.empty()) result.fork_logprobs.resize(result.fork_tokens.size());
     }
   }
   k::synchronize(s.stream.get());

@@ -30,8 +30,10 @@
 // block tables), O GEMM accumulated into the residual, RMSNorm, gate/up GEMM, SiLU-mul, down GEMM
 // accumulated into the residual; then for sampling entries the final norm, LM head and sampling
 // (the tokens min_tokens keeps out masked first: core/stop_conditions.h suppressed_tokens, as
-// CpuExecutor). The step's metadata goes to the device in one copy; one synchronisation at the end
-// (the sampled tokens are needed on the host). duration_ns is the wall time of the call.
+// CpuExecutor; a step with a request that has its own temperature or top_p samples each row with
+// its own parameters, kernels::sample_rows). The step's metadata goes to the device in one copy;
+// one synchronisation at the end (the sampled tokens are needed on the host). duration_ns is the
+// wall time of the call.
 //
 // Speculative decoding (options.speculative, method ngram): as CpuExecutor (engine/
 // cpu_executor.h item 4), with the verification batched: a verify entry's d draft tokens are its

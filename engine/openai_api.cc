@@ -6,8 +6,10 @@
 #include <nlohmann/json.hpp>
 
 #include "core/json_depth.h"
+#include "core/request.h"
 #include "core/rng.h"
 #include "serving/chat_template.h"
+#include "serving/utf8.h"
 
 namespace servelab {
 
@@ -41,7 +43,7 @@ bool known_field(const std::string& key, bool chat) {
   for (const char* k : kCommon) {
     if (key == k) return true;
   }
-  if (chat) return key == "messages" || key == "max_completion_tokens";
+  if (chat) return key == "messages" || key == "max_completion_tokens" || key == "top_logprobs";
   return key == "prompt" || key == "best_of" || key == "echo";
 }
 
@@ -81,6 +83,48 @@ std::int32_t max_tokens_field(const json& body, const char* key, std::int32_t fa
   const auto v = body[key].get<std::int64_t>();
   if (v < 1 || v > (1 << 24)) throw bad(std::string("'") + key + "': expected at least 1", key);
   return static_cast<std::int32_t>(v);
+}
+
+// vLLM clamps log probabilities at -9999 (JSON has no -infinity).
+double shown(float logprob) { return std::max(static_cast<double>(logprob), -9999.0); }
+
+json token_bytes(const std::string& token) {
+  json bytes = json::array();
+  for (const unsigned char c : token) bytes.push_back(c);
+  return bytes;
+}
+
+json logprobs_json(bool chat, const std::vector<TokenLogprobText>& tokens,
+                   std::int64_t text_offset) {
+  if (chat) {
+    json content = json::array();
+    for (const TokenLogprobText& t : tokens) {
+      json top = json::array();
+      for (const auto& [text, lp] : t.top) {
+        top.push_back({{"token", text}, {"logprob", shown(lp)}, {"bytes", token_bytes(text)}});
+      }
+      content.push_back({{"token", t.token},
+                         {"logprob", shown(t.logprob)},
+                         {"bytes", token_bytes(t.token)},
+                         {"top_logprobs", std::move(top)}});
+    }
+    return {{"content", std::move(content)}};
+  }
+  json offsets = json::array(), values = json::array(), texts = json::array(), tops = json::array();
+  for (const TokenLogprobText& t : tokens) {
+    offsets.push_back(text_offset);
+    text_offset += static_cast<std::int64_t>(utf8::characters(t.token));
+    values.push_back(shown(t.logprob));
+    texts.push_back(t.token);
+    json top = json::object();
+    for (const auto& [text, lp] : t.top) top[text] = shown(lp);
+    top[t.token] = shown(t.logprob);
+    tops.push_back(std::move(top));
+  }
+  return {{"text_offset", std::move(offsets)},
+          {"token_logprobs", std::move(values)},
+          {"tokens", std::move(texts)},
+          {"top_logprobs", std::move(tops)}};
 }
 
 }  // namespace
@@ -198,18 +242,71 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat,
                 "priority");
     }
   }
-  if (body.contains("seed") && !body["seed"].is_null()) {
-    expect(body["seed"].is_number_integer(), "seed", "an integer");
+  const auto given = [&](const char* key) { return body.contains(key) && !body[key].is_null(); };
+  if (given("temperature") || given("top_p") || given("seed")) {
+    RequestSampling sp;
+    if (given("temperature")) {
+      expect(body["temperature"].is_number() && body["temperature"].get<double>() >= 0,
+             "temperature", "a number >= 0");
+      sp.temperature = body["temperature"].get<double>();
+      if (sp.temperature < 1e-5) sp.temperature = 0;  // vLLM's _SAMPLING_EPS: greedy
+    }
+    if (given("top_p")) {
+      const bool ok = body["top_p"].is_number() && body["top_p"].get<double>() > 0 &&
+                      body["top_p"].get<double>() <= 1;
+      expect(ok, "top_p", "a number in (0, 1]");
+      sp.top_p = body["top_p"].get<double>();
+    }
+    if (given("seed")) {
+      // Any 64-bit integer, negative ones too (vLLM takes torch.long's range).
+      const json& seed = body["seed"];
+      expect(seed.is_number_integer(), "seed", "an integer");
+      sp.seed = seed.is_number_unsigned() ? seed.get<std::uint64_t>()
+                                          : static_cast<std::uint64_t>(seed.get<std::int64_t>());
+    }
+    r.sampling = sp;
   }
-  only_value(body, "temperature", 0.0, "0 (greedy decoding)");
-  only_value(body, "top_p", 1.0, "1");
-  only_value(body, "n", 1, "n = 1");
-  only_value(body, "best_of", 1, "best_of = 1");
+  if (given("n")) {
+    const json& n = body["n"];
+    const bool ok =
+        n.is_number_integer() && n.get<std::int64_t>() >= 1 && n.get<std::int64_t>() <= kMaxSamples;
+    expect(ok, "n", "an integer in [1, " + std::to_string(kMaxSamples) + "]");
+    r.n = n.get<std::int32_t>();
+  }
+  if (given("best_of")) {
+    // vLLM's v1 engine has no best_of beyond n: accepted only equal to n.
+    expect(body["best_of"].is_number_integer(), "best_of", "an integer");
+    if (body["best_of"].get<std::int64_t>() != r.n) {
+      throw bad("'best_of': only best_of = n (" + std::to_string(r.n) + ") is supported",
+                "best_of");
+    }
+  }
   only_value(body, "presence_penalty", 0, "0");
   only_value(body, "frequency_penalty", 0, "0");
-  if (body.contains("logprobs") && !body["logprobs"].is_null() &&
-      !(body["logprobs"].is_boolean() && !body["logprobs"].get<bool>())) {
-    throw bad("'logprobs': log probabilities are not supported", "logprobs");
+  // Log probabilities: completions take `logprobs: K`, chat `logprobs: true` with
+  // `top_logprobs: K` (K alternatives per token, 0 .. kMaxLogprobs); false or null: none.
+  const std::string k_range = "an integer in [0, " + std::to_string(kMaxLogprobs) + "]";
+  const auto top_k = [&](const char* key) {
+    const json& v = body[key];
+    expect(v.is_number_integer() && v.get<std::int64_t>() >= 0 &&
+               v.get<std::int64_t>() <= kMaxLogprobs,
+           key, k_range);
+    return v.get<std::int32_t>();
+  };
+  const bool logprobs_off =
+      !given("logprobs") || (body["logprobs"].is_boolean() && !body["logprobs"].get<bool>());
+  if (chat) {
+    if (!logprobs_off) {
+      expect(body["logprobs"].is_boolean(), "logprobs", "true or false");
+      r.logprobs = given("top_logprobs") ? top_k("top_logprobs") : 0;
+    } else if (given("top_logprobs")) {
+      throw bad("'top_logprobs' needs 'logprobs': true", "top_logprobs");
+    }
+  } else if (!logprobs_off) {
+    r.logprobs = top_k("logprobs");
+  }
+  if (r.logprobs >= 0 && !limits.logprobs_unsupported.empty()) {
+    throw bad("'logprobs': " + limits.logprobs_unsupported, "logprobs");
   }
   if (body.contains("echo") && !body["echo"].is_null() &&
       !(body["echo"].is_boolean() && !body["echo"].get<bool>())) {
@@ -303,21 +400,26 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat,
   return r;
 }
 
-std::string completion_json(const ResponseMeta& meta, const std::string& text,
-                            std::int32_t prompt_tokens, std::int32_t completion_tokens,
-                            const std::string& finish_reason, const std::string& stop_reason) {
-  json choice = {{"index", 0}, {"finish_reason", finish_reason}, {"logprobs", nullptr}};
-  if (!stop_reason.empty()) choice["stop_reason"] = stop_reason;
-  if (meta.chat) {
-    choice["message"] = {{"role", "assistant"}, {"content", text}};
-  } else {
-    choice["text"] = text;
+std::string completion_json(const ResponseMeta& meta, const std::vector<ChoiceText>& choices,
+                            std::int32_t prompt_tokens, std::int32_t completion_tokens) {
+  json list = json::array();
+  for (std::size_t k = 0; k < choices.size(); ++k) {
+    const ChoiceText& c = choices[k];
+    json choice = {{"index", k}, {"finish_reason", c.finish_reason}, {"logprobs", nullptr}};
+    if (c.logprobs) choice["logprobs"] = logprobs_json(meta.chat, *c.logprobs, 0);
+    if (!c.stop_reason.empty()) choice["stop_reason"] = c.stop_reason;
+    if (meta.chat) {
+      choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+    } else {
+      choice["text"] = c.text;
+    }
+    list.push_back(std::move(choice));
   }
   const json j = {{"id", meta.id},
                   {"object", meta.chat ? "chat.completion" : "text_completion"},
                   {"created", meta.created},
                   {"model", meta.model},
-                  {"choices", json::array({choice})},
+                  {"choices", std::move(list)},
                   {"usage",
                    {{"prompt_tokens", prompt_tokens},
                     {"completion_tokens", completion_tokens},
@@ -325,9 +427,17 @@ std::string completion_json(const ResponseMeta& meta, const std::string& text,
   return text_of(j);
 }
 
-std::string chunk_json(const ResponseMeta& meta, const std::string& text, bool first,
-                       const std::string& finish_reason, const std::string& stop_reason) {
-  json choice = {{"index", 0}, {"logprobs", nullptr}};
+std::string chunk_json(const ResponseMeta& meta, std::int32_t index, const std::string& text,
+                       bool first, const std::string& finish_reason,
+                       const std::string& stop_reason) {
+  return chunk_json(meta, index, text, first, finish_reason, stop_reason, {}, -1);
+}
+
+std::string chunk_json(const ResponseMeta& meta, std::int32_t index, const std::string& text,
+                       bool first, const std::string& finish_reason, const std::string& stop_reason,
+                       const std::vector<TokenLogprobText>& logprobs, std::int64_t text_offset) {
+  json choice = {{"index", index}, {"logprobs", nullptr}};
+  if (text_offset >= 0) choice["logprobs"] = logprobs_json(meta.chat, logprobs, text_offset);
   choice["finish_reason"] = finish_reason.empty() ? json(nullptr) : json(finish_reason);
   if (!stop_reason.empty()) choice["stop_reason"] = stop_reason;
   if (meta.chat) {

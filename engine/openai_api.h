@@ -5,18 +5,21 @@
 // Every problem with a request is an ApiError carrying the HTTP status and OpenAI's error object
 // {"error": {"message", "type", "param", "code"}}: malformed JSON, a body that is not an object,
 // an unknown field, a field of the wrong type or out of range, a sampling parameter the engine
-// does not implement (anything but greedy decoding of one sequence), a token id outside the
+// does not implement (penalties, echo, best_of other than n), a token id outside the
 // vocabulary, an empty prompt, or prompt + max_tokens over the model's context (max_model_len).
 // A `model` that is neither the served model nor one of its LoRA adapters is 404. A nonzero
 // `priority` where the server does not schedule by priority is 400 (param "priority").
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
+#include "core/sampling_params.h"
 #include "serving/lora_modules.h"
 #include "serving/tokenizer.h"
 
@@ -43,6 +46,9 @@ struct ApiLimits {
   // `lowest-priority` victim rule): without, a nonzero `priority` is refused, as vLLM refuses
   // one when priority scheduling is off.
   bool priority_scheduling = false;
+  // Why the server cannot return log probabilities ("": it can); a request asking for them is
+  // then 400 with this reason.
+  std::string logprobs_unsupported;
 };
 
 struct CompletionRequest {
@@ -70,6 +76,14 @@ struct CompletionRequest {
   // the `fair` queue order shares the server among users.
   std::int32_t priority = 0;
   std::string user;
+  // temperature, top_p and seed: present when the body gave any of them (the others then take
+  // OpenAI's defaults for greedy-first servers: temperature 0, top_p 1, no seed); absent, the
+  // engine's own (greedy). A temperature below 1e-5 is greedy (vLLM's _SAMPLING_EPS).
+  std::optional<RequestSampling> sampling;
+  std::int32_t n = 1;  // choices (parallel samples), 1 .. kMaxSamples
+  // Log probabilities of the output tokens with this many alternatives each (completions'
+  // `logprobs: K`; chat's `logprobs: true` and `top_logprobs: K`, default 0); -1: none.
+  std::int32_t logprobs = -1;
 };
 
 // The tenant of a request made for end user `user` (OpenAI's `user` field): 0 for none (""),
@@ -91,18 +105,42 @@ struct ResponseMeta {
   std::int64_t created = 0;
   bool chat = false;
 };
-// The whole non-streaming response: one choice with `text`, `finish_reason` ("length" or "stop"),
-// usage. A non-empty `stop_reason` (the stop string that ended the output) adds vLLM's
-// `stop_reason` field to the choice.
-std::string completion_json(const ResponseMeta& meta, const std::string& text,
-                            std::int32_t prompt_tokens, std::int32_t completion_tokens,
-                            const std::string& finish_reason = "length",
-                            const std::string& stop_reason = "");
-// One streamed chunk with `text` (a delta; the chat stream's first chunk also carries the role)
-// and, when `finish_reason` is non-empty, that reason (and `stop_reason` as above). Without the
-// "data: " framing.
-std::string chunk_json(const ResponseMeta& meta, const std::string& text, bool first,
-                       const std::string& finish_reason, const std::string& stop_reason = "");
+// One output token's log probabilities as a response shows them: the token's text (its raw
+// bytes, which may be part of a UTF-8 character), its logprob and the alternatives'.
+struct TokenLogprobText {
+  std::string token;
+  float logprob = 0.0f;
+  std::vector<std::pair<std::string, float>> top;
+};
+// A choice's `logprobs` object for tokens [0, tokens.size()) of its output, the first at
+// character `text_offset` of the choice's text (a stream's chunk: what was sent before). Chat:
+// {"content": [{"token", "logprob", "bytes", "top_logprobs": [...]}]}; completions: vLLM's
+// {"text_offset", "token_logprobs", "tokens", "top_logprobs": [{token: logprob}]} (each dict
+// holds the token itself and its alternatives). Logprobs below -9999 are -9999, as vLLM clamps.
+// One choice of a response: its text, `finish_reason` ("length" or "stop"), when non-empty
+// vLLM's `stop_reason` (the stop string that ended the output), and its tokens' log
+// probabilities when the request asked for them.
+struct ChoiceText {
+  std::string text;
+  std::string finish_reason = "length";
+  std::string stop_reason;
+  std::optional<std::vector<TokenLogprobText>> logprobs;
+};
+// The whole non-streaming response: the choices (index 0, 1, ... in order) and usage
+// (completion_tokens: all choices' tokens together, as OpenAI and vLLM count them).
+std::string completion_json(const ResponseMeta& meta, const std::vector<ChoiceText>& choices,
+                            std::int32_t prompt_tokens, std::int32_t completion_tokens);
+// One streamed chunk of choice `index` with `text` (a delta; the chat stream's first chunk of a
+// choice also carries the role) and, when `finish_reason` is non-empty, that reason (and
+// `stop_reason` as above). Without the "data: " framing.
+std::string chunk_json(const ResponseMeta& meta, std::int32_t index, const std::string& text,
+                       bool first, const std::string& finish_reason,
+                       const std::string& stop_reason = "");
+// The same with the chunk's tokens' log probabilities (the first at character `text_offset` of
+// the choice's text) when text_offset >= 0; -1: `logprobs` null.
+std::string chunk_json(const ResponseMeta& meta, std::int32_t index, const std::string& text,
+                       bool first, const std::string& finish_reason, const std::string& stop_reason,
+                       const std::vector<TokenLogprobText>& logprobs, std::int64_t text_offset);
 // The usage chunk (stream_options.include_usage): no choices, usage filled in.
 std::string usage_chunk_json(const ResponseMeta& meta, std::int32_t prompt_tokens,
                              std::int32_t completion_tokens);

@@ -90,6 +90,11 @@ void ServeMetrics::on_token(TimeNs prev_token_ns, TimeNs now, TimeNs arrival_ns)
   }
 }
 
+void ServeMetrics::on_fork_token() {
+  std::lock_guard lock(mu_);
+  ++generation_tokens_;
+}
+
 void ServeMetrics::on_preempt() {
   std::lock_guard lock(mu_);
   ++preemptions_;

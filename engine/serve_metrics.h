@@ -68,6 +68,9 @@ class ServeMetrics {
   // Loop thread.
   void on_admitted(std::int32_t prompt_tokens);
   void on_token(TimeNs prev_token_ns, TimeNs now, TimeNs arrival_ns);
+  // The first token of a forked sample (parallel sampling): a generated token, with neither a
+  // time to first token (its request's was sample 0's) nor an inter-token latency.
+  void on_fork_token();
   void on_preempt();
   // finished: true for a request that finished (at max_tokens, or by a stop condition when
   // `stopped`), false for an abort.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <utility>
 
 namespace servelab {
 
@@ -19,16 +20,19 @@ void RequestChannel::rejected(const std::string& reason, bool shed) {
   cv_.notify_all();
 }
 
-void RequestChannel::token(std::int32_t value) {
+void RequestChannel::token(std::int32_t sample, std::int32_t value,
+                           std::optional<TokenLogprobs> logprobs) {
   std::lock_guard lock(mu_);
-  tokens_.push_back(value);
+  tokens_.push_back({sample, value, std::move(logprobs)});
   cv_.notify_all();
 }
 
-bool RequestChannel::finished(RequestStatus status, const std::string& reason) {
+bool RequestChannel::finished(RequestStatus status, const std::string& reason,
+                              std::vector<std::string> sample_reasons) {
   std::lock_guard lock(mu_);
   state_ = status == RequestStatus::kFinished ? State::kFinished : State::kAborted;
   reason_ = reason;
+  sample_reasons_ = std::move(sample_reasons);
   cv_.notify_all();
   return stop_string_;
 }
@@ -49,6 +53,7 @@ RequestChannel::Update RequestChannel::take(std::chrono::milliseconds timeout) {
   u.tokens.swap(tokens_);
   u.state = state_;
   u.reason = reason_;
+  u.sample_reasons = sample_reasons_;
   return u;
 }
 
@@ -74,6 +79,12 @@ ServeQueue::Submit ServeQueue::submit(RequestSpec spec, std::shared_ptr<RequestC
 void ServeQueue::abort(RequestId id) {
   std::lock_guard lock(mu_);
   aborts_.push_back(id);
+  cv_.notify_all();
+}
+
+void ServeQueue::stop_sample(RequestId sample_id) {
+  std::lock_guard lock(mu_);
+  sample_stops_.push_back(sample_id);
   cv_.notify_all();
 }
 
@@ -108,12 +119,13 @@ std::size_t ServeQueue::in_flight() const {
 
 void ServeQueue::admit(TimeNs now, Scheduler& scheduler) {
   std::deque<Pending> submitted;
-  std::vector<RequestId> aborts;
+  std::vector<RequestId> aborts, sample_stops;
   std::vector<std::shared_ptr<std::promise<bool>>> resets;
   {
     std::lock_guard lock(mu_);
     submitted.swap(submitted_);
     aborts.swap(aborts_);
+    sample_stops.swap(sample_stops_);
     resets.swap(resets_);
   }
   for (Pending& p : submitted) {
@@ -126,6 +138,9 @@ void ServeQueue::admit(TimeNs now, Scheduler& scheduler) {
     p.channel->admitted();
   }
   bool aborted = false;
+  for (const RequestId id : sample_stops) {
+    if (live_.count(base_request_id(id)) != 0) aborted = scheduler.stop_sample(id, now) || aborted;
+  }
   for (const RequestId id : aborts) {
     if (live_.count(id) != 0) aborted = scheduler.abort(id, now, "client disconnected") || aborted;
   }
@@ -141,7 +156,8 @@ bool ServeQueue::wait_for_work(TimeNs /*now*/, const Scheduler& /*scheduler*/) {
   if (draining_ && in_flight_ == 0 && submitted_.empty()) return false;
   // Bounded, so that a state the loop must look at again is never missed for long.
   cv_.wait_for(lock, std::chrono::milliseconds(100), [&] {
-    return !submitted_.empty() || !aborts_.empty() || !resets_.empty() || draining_;
+    return !submitted_.empty() || !aborts_.empty() || !sample_stops_.empty() || !resets_.empty() ||
+           draining_;
   });
   return !(draining_ && in_flight_ == 0 && submitted_.empty());
 }

@@ -3,10 +3,11 @@
 // A handler submits a request (its RequestSpec without id or arrival) with a RequestChannel and
 // then waits on the channel; the loop thread, between steps (ServeQueue is its WorkSource), adds
 // submissions to the scheduler, applies aborts (a client that went away) and, through a
-// SchedulerObserver (engine/server.cc), pushes each sampled token and the final outcome into the
-// request's channel. The queue is bounded: at most `max_in_flight` requests are submitted and not
-// yet finished, so overload is refused at the door (submit() says kFull) and memory stays bounded.
-// drain() stops taking requests; the loop then ends once every in-flight request has finished.
+// SchedulerObserver (engine/server.cc), pushes each sampled token (with the sample that drew it,
+// for parallel sampling) and the final outcome into the request's channel. The queue is bounded: at
+// most `max_in_flight` requests are submitted and not yet finished, so overload is refused at the
+// door (submit() says kFull) and memory stays bounded. drain() stops taking requests; the loop then
+// ends once every in-flight request has finished.
 #pragma once
 
 #include <chrono>
@@ -23,6 +24,7 @@
 
 #include "core/request.h"
 #include "core/request_state.h"
+#include "core/step_plan.h"
 #include "engine/engine_loop.h"
 
 namespace servelab {
@@ -31,19 +33,28 @@ namespace servelab {
 class RequestChannel {
  public:
   enum class State { kPending, kAdmitted, kRejected, kFinished, kAborted };
+  struct Token {
+    std::int32_t sample = 0;  // which of the request's samples drew it (0 .. n - 1)
+    std::int32_t value = 0;
+    std::optional<TokenLogprobs> logprobs;  // when the request asked for them
+  };
   struct Update {
-    std::vector<std::int32_t> tokens;  // sampled since the previous take()
+    std::vector<Token> tokens;  // sampled since the previous take(), in the order drawn
     State state = State::kPending;
-    std::string reason;  // rejection or abort reason
+    std::string reason;  // rejection or abort reason; when finished, the request's finish reason
+    // A finished request with parallel samples: each sample's finish reason (empty otherwise).
+    std::vector<std::string> sample_reasons;
   };
 
   // Loop side.
   void admitted();
   // `shed`: refused by the admission policy (overload; the handler answers 429), not invalid.
   void rejected(const std::string& reason, bool shed = false);
-  void token(std::int32_t value);
+  void token(std::int32_t sample, std::int32_t value,
+             std::optional<TokenLogprobs> logprobs = std::nullopt);
   // Returns true when the handler found a stop string before (stopped_by_string()).
-  bool finished(RequestStatus status, const std::string& reason);
+  bool finished(RequestStatus status, const std::string& reason,
+                std::vector<std::string> sample_reasons = {});
 
   // Handler side: waits up to `timeout` for a change of admission state, returns the state.
   State wait_admission(std::chrono::milliseconds timeout);
@@ -68,9 +79,10 @@ class RequestChannel {
  private:
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::vector<std::int32_t> tokens_;
+  std::vector<Token> tokens_;
   State state_ = State::kPending;
   std::string reason_;
+  std::vector<std::string> sample_reasons_;
   bool shed_ = false;
   bool stop_string_ = false;
 };
@@ -86,6 +98,10 @@ class ServeQueue : public WorkSource {
   Submit submit(RequestSpec spec, std::shared_ptr<RequestChannel> channel, RequestId* id);
   // Aborts request `id` at the loop's next turn (no-op when it finished meanwhile).
   void abort(RequestId id);
+  // Ends one sample of a request with parallel samples at the loop's next turn, as a stop
+  // condition would (Scheduler::stop_sample; a stop string found in its text). `sample_id`:
+  // sample_request_id(id, k). A no-op when it finished meanwhile.
+  void stop_sample(RequestId sample_id);
   // Asks the loop to reset the prefix cache at its next turn (Scheduler::reset_prefix_cache, after
   // that turn's submissions and aborts) and waits up to `timeout` for its answer: true when the
   // cache was reset, false while requests held blocks (or the loop gave up); nullopt on timeout.
@@ -117,6 +133,7 @@ class ServeQueue : public WorkSource {
   std::condition_variable cv_;
   std::deque<Pending> submitted_;
   std::vector<RequestId> aborts_;
+  std::vector<RequestId> sample_stops_;                      // stop_sample() ids
   std::vector<std::shared_ptr<std::promise<bool>>> resets_;  // reset_prefix_cache() callers
   std::size_t in_flight_ = 0;
   RequestId next_id_ = 0;

@@ -7,8 +7,11 @@
 #include <chrono>
 #include <csignal>
 #include <ctime>
+#include <deque>
 #include <exception>
+#include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string_view>
 #include <thread>
@@ -25,6 +28,7 @@
 #include "serving/lora_modules.h"
 #include "serving/replica.h"
 #include "serving/tokenizer.h"
+#include "serving/utf8.h"
 #include "traces/sampling_options.h"
 
 namespace servelab {
@@ -33,10 +37,54 @@ namespace {
 
 constexpr auto kPoll = std::chrono::milliseconds(50);
 
+// The executor as the replica's backend, keeping the log probabilities of each step's tokens
+// (StepResult::logprobs, fork_logprobs) by sequence id until the observer hands them on with the
+// tokens. A queue per sequence: with async scheduling the next plan runs before the previous one
+// completes. Loop thread only.
+class LogprobTap : public Backend {
+ public:
+  explicit LogprobTap(Backend& inner) : inner_(inner) {}
+  std::string_view name() const override { return inner_.name(); }
+  StepResult execute(const StepPlan& plan) override {
+    StepResult r = inner_.execute(plan);
+    std::size_t fork = 0;
+    for (std::size_t i = 0; i < plan.requests.size(); ++i) {
+      const ScheduledRequest& e = plan.requests[i];
+      if (!e.samples) continue;
+      if (i < r.logprobs.size() && e.spec->logprobs >= 0) pending_[e.id].push_back(r.logprobs[i]);
+      for (std::int32_t k = 1; k < e.num_samples; ++k, ++fork) {
+        if (fork < r.fork_logprobs.size() && e.spec->logprobs >= 0) {
+          pending_[sample_request_id(e.id, k)].push_back(r.fork_logprobs[fork]);
+        }
+      }
+    }
+    return r;
+  }
+  // The oldest kept log probabilities of sequence `id` (none when it asked for none).
+  std::optional<TokenLogprobs> take(RequestId id) {
+    const auto it = pending_.find(id);
+    if (it == pending_.end() || it->second.empty()) return std::nullopt;
+    TokenLogprobs lp = std::move(it->second.front());
+    it->second.pop_front();
+    return lp;
+  }
+  // Request `id` (and its samples) ended: whatever a discarded step left goes.
+  void forget(const Request& req) {
+    pending_.erase(req.id());
+    if (req.group == nullptr) return;
+    for (const Request* s : req.group->samples) pending_.erase(s->id());
+  }
+
+ private:
+  Backend& inner_;
+  std::map<RequestId, std::deque<TokenLogprobs>> pending_;
+};
+
 // Tokens and outcomes from the scheduler to the requests' channels and the metrics.
 class ServeObserver : public SchedulerObserver {
  public:
-  ServeObserver(ServeQueue& queue, ServeMetrics& metrics) : queue_(queue), metrics_(metrics) {}
+  ServeObserver(ServeQueue& queue, ServeMetrics& metrics, LogprobTap& tap)
+      : queue_(queue), metrics_(metrics), tap_(tap) {}
   void on_reject(const Request& req, TimeNs /*now*/) override {
     if (RequestChannel* ch = queue_.channel(req.id())) {
       ch->rejected(req.finish_reason, req.status == RequestStatus::kShed);
@@ -50,14 +98,26 @@ class ServeObserver : public SchedulerObserver {
       const Request& r = *requests[i];
       if (prev_token_ns[i] < 0) metrics_.on_admitted(r.spec.prompt_len);
       metrics_.on_token(prev_token_ns[i], now, r.spec.arrival_ns);
-      if (RequestChannel* ch = queue_.channel(r.id())) ch->token(r.output_tokens.back());
+      deliver(r);
     }
+  }
+  // Only the first token of a forked sample (k >= 1) comes alone: its request's TTFT was the
+  // first token of sample 0.
+  void on_token(const Request& req, TimeNs /*prev_token_ns*/, TimeNs /*now*/) override {
+    metrics_.on_fork_token();
+    deliver(req);
   }
   void on_preempt(const Request& /*req*/, TimeNs /*now*/) override { metrics_.on_preempt(); }
   void on_finish(const Request& req, TimeNs now) override {
+    tap_.forget(req);
     RequestChannel* const ch = queue_.channel(req.id());
+    std::vector<std::string> sample_reasons;
+    if (req.group != nullptr) {
+      for (const Request* s : req.group->samples) sample_reasons.push_back(s->finish_reason);
+    }
     // A stop string's abort is a finish with "stop" (vLLM counts it so).
-    const bool by_string = ch != nullptr && ch->finished(req.status, req.finish_reason);
+    const bool by_string =
+        ch != nullptr && ch->finished(req.status, req.finish_reason, std::move(sample_reasons));
     metrics_.on_finish(req.status == RequestStatus::kFinished || by_string, req.spec.arrival_ns,
                        now, req.finish_reason == "stop" || by_string);
     if (req.capped_from_tokens > 0) metrics_.on_capped();
@@ -65,8 +125,15 @@ class ServeObserver : public SchedulerObserver {
   }
 
  private:
+  void deliver(const Request& r) {
+    std::optional<TokenLogprobs> lp = tap_.take(r.id());
+    if (RequestChannel* ch = queue_.channel(base_request_id(r.id()))) {
+      ch->token(r.spec.sample, r.output_tokens.back(), std::move(lp));
+    }
+  }
   ServeQueue& queue_;
   ServeMetrics& metrics_;
+  LogprobTap& tap_;
 };
 
 // The queue as the loop's work source, refreshing the metrics' gauges as the state changes.
@@ -136,19 +203,32 @@ void send_error(httplib::Response& res, const ApiError& e) {
 
 std::string sse(const std::string& json) { return "data: " + json + "\n\n"; }
 
+// One choice (sample) of a response as its handler builds it.
+struct Choice {
+  std::vector<std::int32_t> tokens;     // the output so far (up to its stop string)
+  std::vector<TokenLogprobs> logprobs;  // the tokens', when the request asked for them
+  std::int64_t logprob_chars = 0;       // characters of the token texts streamed (text_offset)
+  std::size_t text_sent = 0;            // bytes of its decoded text streamed
+  bool first = true;
+  bool finish_sent = false;
+  bool stopped = false;  // a stop string ended it
+  StopStrings stops;     // the request's stop strings (engine/stop_strings.h)
+};
+
 // What one request's handler shares with its content provider.
 struct Exchange {
   std::shared_ptr<RequestChannel> channel;
   RequestId id = 0;
   ResponseMeta meta;
   std::int32_t prompt_tokens = 0;
-  std::int32_t completion_tokens = 0;
   std::int32_t max_tokens = 0;
-  std::vector<std::int32_t> tokens;  // the output so far
-  std::size_t text_sent = 0;         // bytes of its decoded text streamed
-  bool first = true;
-  bool finish_sent = false;
-  StopStrings stops;  // the request's stop strings (engine/stop_strings.h)
+  bool logprobs = false;        // the request asked for log probabilities
+  std::vector<Choice> choices;  // n of them
+  std::int32_t completion_tokens() const {
+    std::size_t sum = 0;
+    for (const Choice& c : choices) sum += c.tokens.size();
+    return static_cast<std::int32_t>(sum);
+  }
 };
 
 // The text of generated ids. A model may generate ids the tokenizer has no token for (random
@@ -186,15 +266,21 @@ class Server {
         model_name_(options.served_model_name.empty() ? engine.llama.model.name
                                                       : options.served_model_name),
         tokenizer_(tokenizer),
-        limits_{model_name_, engine.llama.model.vocab_size, config.scheduler.max_model_len,
+        limits_{model_name_,
+                engine.llama.model.vocab_size,
+                config.scheduler.max_model_len,
                 parse_lora_modules(options.lora_modules, config.scheduler.lora, model_name_),
-                schedules_by_priority(config)},
+                schedules_by_priority(config),
+                config.scheduler.speculative.enabled()
+                    ? "not returned with speculative decoding (serving.speculative_config)"
+                    : ""},
         clock_(0),
         queue_(options.max_in_flight, clock_),
         metrics_(model_name_),
-        observer_(queue_, metrics_),
+        tap_(*engine.executor),
+        observer_(queue_, metrics_, tap_),
         replica_(scheduler_config_with_policies(config),
-                 static_cast<std::int32_t>(engine.num_gpu_blocks), *engine.executor, &observer_,
+                 static_cast<std::int32_t>(engine.num_gpu_blocks), tap_, &observer_,
                  engine_kv_cache_options(config, engine),
                  static_cast<std::int32_t>(engine.num_cpu_blocks)),
         source_(queue_, metrics_, replica_, config.scheduler.speculative.enabled(),
@@ -342,9 +428,17 @@ class Server {
     ex->channel = std::make_shared<RequestChannel>();
     ex->prompt_tokens = static_cast<std::int32_t>(parsed.prompt.size());
     ex->max_tokens = parsed.max_tokens;
-    ex->stops =
-        StopStrings(std::move(parsed.stop), parsed.include_stop_str_in_output, parsed.min_tokens);
+    ex->choices.resize(static_cast<std::size_t>(parsed.n));
+    for (Choice& c : ex->choices) {
+      c.stops = StopStrings(parsed.stop, parsed.include_stop_str_in_output, parsed.min_tokens);
+    }
     RequestSpec spec = make_literal_request(0, 0, std::move(parsed.prompt), parsed.max_tokens);
+    spec.n = parsed.n;
+    spec.logprobs = parsed.logprobs;
+    ex->logprobs = parsed.logprobs >= 0;
+    if (parsed.sampling) {
+      spec.sampling = std::make_shared<const RequestSampling>(*parsed.sampling);
+    }
     // Stop conditions: the model's EOS, the request's stop ids, min_tokens, ignore_eos.
     StopConditions stop;
     stop.ignore_eos = parsed.ignore_eos;
@@ -385,8 +479,14 @@ class Server {
                                  "server_overloaded", "", "too_many_requests"));
         return;
       }
-      send_error(res, ApiError(400, "the engine refused the request: " + u.reason,
-                               "invalid_request_error", chat ? "messages" : "prompt"));
+      // The scheduler's reasons about parallel sampling name n (core/scheduler.cc
+      // rejection_reason); the others concern the prompt.
+      const bool about_n =
+          parsed.n > 1 && (u.reason.find("parallel sampling") != std::string::npos ||
+                           u.reason.rfind("n = ", 0) == 0);
+      send_error(
+          res, ApiError(400, "the engine refused the request: " + u.reason, "invalid_request_error",
+                        about_n ? "n" : (chat ? "messages" : "prompt")));
       return;
     }
     if (state == RequestChannel::State::kPending) {
@@ -405,60 +505,94 @@ class Server {
       RequestChannel::Update u = ex->channel->take(kPoll);
       if (!sink.is_writable()) return false;  // the client went away: the releaser aborts
       const bool finished = u.state == RequestChannel::State::kFinished;
-      // Token by token: the stop strings are checked on the text after each one, and a stop
-      // drops the tokens after it.
-      bool stopped = false;
+      const std::size_t n = ex->choices.size();
+      // Each choice's last token of this update (a finished request's last of each).
+      std::vector<std::size_t> last_of(n, u.tokens.size());
+      for (std::size_t i = 0; i < u.tokens.size(); ++i) {
+        last_of[static_cast<std::size_t>(u.tokens[i].sample)] = i;
+      }
+      // Token by token: the stop strings are checked on the choice's text after each one, and a
+      // stop drops that choice's tokens after it.
+      std::vector<std::int32_t> newly_stopped;
       std::string out;
-      for (std::size_t i = 0; i < u.tokens.size() && !stopped; ++i) {
-        ++ex->completion_tokens;
-        ex->tokens.push_back(u.tokens[i]);
+      for (std::size_t i = 0; i < u.tokens.size(); ++i) {
+        const auto k = u.tokens[i].sample;
+        Choice& c = ex->choices[static_cast<std::size_t>(k)];
+        if (c.stopped) continue;
+        c.tokens.push_back(u.tokens[i].value);
+        if (ex->logprobs) c.logprobs.push_back(u.tokens[i].logprobs.value_or(TokenLogprobs{}));
+        const auto count = static_cast<std::int32_t>(c.tokens.size());
         std::string text;
-        if (!ex->stops.empty()) {
-          text = render_text(tokenizer_, ex->tokens);
-          stopped = ex->stops.update(text, ex->completion_tokens);
+        if (!c.stops.empty()) {
+          text = render_text(tokenizer_, c.tokens);
+          c.stopped = c.stops.update(text, count);
+          if (c.stopped) newly_stopped.push_back(k);
         }
         if (!stream) continue;
-        // One event per token, as vLLM sends one per step; the last token's carries the
+        // One event per token, as vLLM sends one per step; a choice's last token's carries its
         // finish_reason ("length" at max_tokens, "stop" at EOS, a stop token id or a stop
         // string).
-        if (ex->stops.empty()) text = render_text(tokenizer_, ex->tokens);
-        const bool last = stopped || ex->completion_tokens == ex->max_tokens ||
-                          (finished && i + 1 == u.tokens.size());
-        const std::string reason = !last      ? ""
-                                   : stopped  ? "stop"
-                                   : finished ? finish_reason(u)
-                                              : "length";
-        out += sse(chunk_json(ex->meta, next_text(*ex, text, last), ex->first, reason,
-                              stopped ? ex->stops.matched() : ""));
-        ex->first = false;
-        ex->finish_sent = ex->finish_sent || last;
+        if (c.stops.empty()) text = render_text(tokenizer_, c.tokens);
+        const bool last = c.stopped || count == ex->max_tokens || (finished && i == last_of[k]);
+        const std::string reason = !last       ? ""
+                                   : c.stopped ? "stop"
+                                   : finished  ? finish_reason(u, k)
+                                               : "length";
+        out += sse(chunk_json(ex->meta, k, next_text(c, text, last), c.first, reason,
+                              c.stopped ? c.stops.matched() : "", chunk_logprobs(*ex, c),
+                              ex->logprobs ? c.logprob_chars : -1));
+        if (ex->logprobs)
+          c.logprob_chars +=
+              static_cast<std::int64_t>(utf8::characters(token_text(c.tokens.back())));
+        c.first = false;
+        c.finish_sent = c.finish_sent || last;
       }
       if (!out.empty() && !sink.write(out.data(), out.size())) return false;
-      if (stopped) {
-        // The scheduler stops generating at its next turn (vLLM aborts the request in the
-        // engine core when its output processor finds a stop string).
-        if (ex->channel->stopped_by_string()) metrics_.recount_length_as_stop();
-        queue_.abort(ex->id);
+      // The scheduler stops generating at its next turn (vLLM aborts the request, or the one
+      // child of a parallel-sampling request, in the engine core when its output processor finds
+      // a stop string).
+      for (const std::int32_t k : newly_stopped) {
+        if (n > 1) {
+          queue_.stop_sample(sample_request_id(ex->id, k));
+        } else {
+          if (ex->channel->stopped_by_string()) metrics_.recount_length_as_stop();
+          queue_.abort(ex->id);
+        }
       }
-      if (finished || stopped) {
-        const std::string reason = stopped ? "stop" : finish_reason(u);
-        const std::string stop_reason = stopped ? ex->stops.matched() : "";
+      bool all_stopped = true;
+      for (const Choice& c : ex->choices) all_stopped = all_stopped && c.stopped;
+      if (finished || all_stopped) {
         std::string out;
-        if (stream) {
-          if (!ex->finish_sent) {
-            const std::string text = render_text(tokenizer_, ex->tokens);
-            out = sse(
-                chunk_json(ex->meta, next_text(*ex, text, true), ex->first, reason, stop_reason));
+        std::vector<ChoiceText> texts;
+        for (std::size_t k = 0; k < n; ++k) {
+          Choice& c = ex->choices[k];
+          const auto index = static_cast<std::int32_t>(k);
+          const std::string reason = c.stopped ? "stop" : finish_reason(u, index);
+          const std::string stop_reason = c.stopped ? c.stops.matched() : "";
+          std::string text = render_text(tokenizer_, c.tokens);
+          if (stream) {
+            if (!c.finish_sent) {
+              out += sse(chunk_json(ex->meta, index, next_text(c, text, true), c.first, reason,
+                                    stop_reason, {}, ex->logprobs ? c.logprob_chars : -1));
+            }
+          } else {
+            if (c.stopped) text.resize(c.stops.text_end());
+            texts.push_back({std::move(text), reason, stop_reason, std::nullopt});
+            if (ex->logprobs) {
+              std::vector<TokenLogprobText>& shown = texts.back().logprobs.emplace();
+              for (std::size_t t = 0; t < c.tokens.size(); ++t) {
+                shown.push_back(logprob_text(c.tokens[t], c.logprobs[t]));
+              }
+            }
           }
+        }
+        if (stream) {
           if (usage) {
-            out += sse(usage_chunk_json(ex->meta, ex->prompt_tokens, ex->completion_tokens));
+            out += sse(usage_chunk_json(ex->meta, ex->prompt_tokens, ex->completion_tokens()));
           }
           out += "data: [DONE]\n\n";
         } else {
-          std::string text = render_text(tokenizer_, ex->tokens);
-          if (stopped) text.resize(ex->stops.text_end());
-          out = completion_json(ex->meta, text, ex->prompt_tokens, ex->completion_tokens, reason,
-                                stop_reason);
+          out = completion_json(ex->meta, texts, ex->prompt_tokens, ex->completion_tokens());
         }
         if (!sink.write(out.data(), out.size())) return false;
         sink.done();
@@ -483,9 +617,27 @@ class Server {
     }
   }
 
-  // The OpenAI finish_reason of a finished request: the scheduler's ("length" or "stop").
-  static std::string finish_reason(const RequestChannel::Update& u) {
-    return u.reason == "stop" ? "stop" : "length";
+  // A token's text in a logprobs object: its own bytes (render_text's, for one id).
+  std::string token_text(std::int32_t id) const {
+    return render_text(tokenizer_, std::span<const std::int32_t>(&id, 1));
+  }
+  TokenLogprobText logprob_text(std::int32_t id, const TokenLogprobs& lp) const {
+    TokenLogprobText t{token_text(id), lp.logprob, {}};
+    for (const auto& [alt, value] : lp.top) t.top.emplace_back(token_text(alt), value);
+    return t;
+  }
+  // The logprobs of a streamed chunk: its one token's (the choice's last), when asked.
+  std::vector<TokenLogprobText> chunk_logprobs(const Exchange& ex, const Choice& c) const {
+    if (!ex.logprobs) return {};
+    return {logprob_text(c.tokens.back(), c.logprobs.back())};
+  }
+
+  // The OpenAI finish_reason of choice k of a finished request: the scheduler's ("length" or
+  // "stop"), its sample's with parallel sampling.
+  static std::string finish_reason(const RequestChannel::Update& u, std::int32_t k) {
+    const auto i = static_cast<std::size_t>(k);
+    const std::string& reason = i < u.sample_reasons.size() ? u.sample_reasons[i] : u.reason;
+    return reason == "stop" ? "stop" : "length";
   }
 
   // The text the tokens since the last call add, given the output's decoded `text`: what of it
@@ -493,11 +645,11 @@ class Server {
   // later token may complete, and the bytes that may begin a stop string wait, unless this is
   // the last token; after a stop string, the text before its end) beyond what was sent. Callers
   // decode the whole output each time (outputs are short next to what a step costs).
-  static std::string next_text(Exchange& ex, std::string_view text, bool last) {
-    const std::size_t n = ex.stops.sendable(text, last);
-    if (n <= ex.text_sent) return "";
-    std::string delta(text.substr(ex.text_sent, n - ex.text_sent));
-    ex.text_sent = n;
+  static std::string next_text(Choice& c, std::string_view text, bool last) {
+    const std::size_t n = c.stops.sendable(text, last);
+    if (n <= c.text_sent) return "";
+    std::string delta(text.substr(c.text_sent, n - c.text_sent));
+    c.text_sent = n;
     return delta;
   }
 
@@ -508,6 +660,7 @@ class Server {
   const WallClock clock_;
   ServeQueue queue_;
   ServeMetrics metrics_;
+  LogprobTap tap_;
   ServeObserver observer_;
   Replica replica_;
   ServeSource source_;

@@ -26,11 +26,10 @@ __global__ void mask_kernel(float* logits, std::int32_t vocab, const std::int32_
   if (t >= 0 && t < vocab) logits[std::int64_t{rows[i]} * vocab + t] = -INFINITY;
 }
 
-__global__ void __launch_bounds__(kThreads)
-    greedy_kernel(const float* logits, std::int32_t vocab, std::int32_t* out) {
+// The argmax of `row` into *out (thread 0 of warp 0 writes it).
+__device__ void greedy_row(const float* row, std::int32_t vocab, std::int32_t* out) {
   __shared__ float s_val[32];
   __shared__ std::int32_t s_idx[32];
-  const float* row = logits + std::int64_t{blockIdx.x} * vocab;
   float best = -INFINITY;
   std::int32_t idx = 0x7fffffff;
   for (std::int32_t i = threadIdx.x; i < vocab; i += kThreads) {
@@ -68,8 +67,13 @@ __global__ void __launch_bounds__(kThreads)
         idx = i;
       }
     }
-    if (lane == 0) out[blockIdx.x] = idx == 0x7fffffff ? 0 : idx;
+    if (lane == 0) *out = idx == 0x7fffffff ? 0 : idx;
   }
+}
+
+__global__ void __launch_bounds__(kThreads)
+    greedy_kernel(const float* logits, std::int32_t vocab, std::int32_t* out) {
+  greedy_row(logits + std::int64_t{blockIdx.x} * vocab, vocab, out + blockIdx.x);
 }
 
 __device__ __forceinline__ std::uint64_t key_of(float p, std::int32_t id) {
@@ -87,12 +91,11 @@ __device__ float mass_ge(const float* prob, std::int32_t vocab, std::uint64_t k,
   return detail::block_sum(m, scratch);
 }
 
-__global__ void __launch_bounds__(kThreads)
-    top_p_kernel(const float* logits, std::int32_t vocab, float inv_temp_log2, float top_p,
-                 const float* u, float* scratch_prob, std::int32_t* out) {
+// The nucleus draw of `row` with uniform `u` into *out (thread 0 writes it); `prob`: the row's
+// scratch.
+__device__ void top_p_row(const float* row, std::int32_t vocab, float inv_temp_log2, float top_p,
+                          float u, float* prob, std::int32_t* out) {
   __shared__ float scratch[32];
-  const float* row = logits + std::int64_t{blockIdx.x} * vocab;
-  float* prob = scratch_prob + std::int64_t{blockIdx.x} * vocab;
   float mx = -INFINITY;
   for (std::int32_t i = threadIdx.x; i < vocab; i += kThreads) mx = fmaxf(mx, row[i]);
   mx = detail::block_max(mx, scratch);
@@ -117,7 +120,7 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
   const std::uint64_t last = lo;
-  const float x = u[blockIdx.x] * mass_ge(prob, vocab, last, scratch);
+  const float x = u * mass_ge(prob, vocab, last, scratch);
   // 2. The draw: the largest key K >= last with mass(>= K) > x (else the nucleus's last token).
   hi = hi_key;
   while (lo < hi) {
@@ -128,8 +131,29 @@ __global__ void __launch_bounds__(kThreads)
       hi = mid - 1;
     }
   }
-  if (threadIdx.x == 0) {
-    out[blockIdx.x] = static_cast<std::int32_t>(0xffffffffull - (lo & 0xffffffffull));
+  if (threadIdx.x == 0) *out = static_cast<std::int32_t>(0xffffffffull - (lo & 0xffffffffull));
+}
+
+__global__ void __launch_bounds__(kThreads)
+    top_p_kernel(const float* logits, std::int32_t vocab, float inv_temp_log2, float top_p,
+                 const float* u, float* scratch_prob, std::int32_t* out) {
+  const std::int64_t r = blockIdx.x;
+  top_p_row(logits + r * vocab, vocab, inv_temp_log2, top_p, u[r], scratch_prob + r * vocab,
+            out + r);
+}
+
+// Each row with its own parameters: params[2r] = temperature (0: greedy), params[2r + 1] = top_p.
+// The branch is the same for the whole CTA.
+__global__ void __launch_bounds__(kThreads)
+    rows_kernel(const float* logits, std::int32_t vocab, const float* params, const float* u,
+                float* scratch_prob, std::int32_t* out) {
+  const std::int64_t r = blockIdx.x;
+  const float temperature = params[2 * r];
+  if (temperature > 0.0f) {
+    top_p_row(logits + r * vocab, vocab, detail::kLog2e / temperature, params[2 * r + 1], u[r],
+              scratch_prob + r * vocab, out + r);
+  } else {
+    greedy_row(logits + r * vocab, vocab, out + r);
   }
 }
 
@@ -159,6 +183,15 @@ void top_p_sample(const float* logits, std::int32_t num_rows, std::int32_t vocab
   SERVELAB_LAUNCH(top_p_kernel, num_rows, kThreads, 0, detail::as_stream(stream))
   (logits, vocab, detail::kLog2e / temperature, top_p, u, scratch, out);
   detail::check_launch("top_p_sample");
+}
+
+void sample_rows(const float* logits, std::int32_t num_rows, std::int32_t vocab,
+                 const float* params, const float* u, float* scratch, std::int32_t* out,
+                 Stream stream) {
+  if (num_rows == 0) return;
+  SERVELAB_LAUNCH(rows_kernel, num_rows, kThreads, 0, detail::as_stream(stream))
+  (logits, vocab, params, u, scratch, out);
+  detail::check_launch("sample_rows");
 }
 
 }  // namespace servelab::kernels

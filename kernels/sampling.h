@@ -21,6 +21,13 @@ void top_p_sample(const float* logits, std::int32_t num_rows, std::int32_t vocab
                   float top_p, const float* u, float* scratch, std::int32_t* out, Stream stream);
 // scratch: num_rows * vocab floats (the probabilities).
 
+// Rows that each have their own parameters (requests with their own temperature and top_p):
+// params [num_rows][2] = (temperature, top_p); a row with temperature 0 is greedy_sample's, any
+// other top_p_sample's with its draw u[row]. scratch as above.
+void sample_rows(const float* logits, std::int32_t num_rows, std::int32_t vocab,
+                 const float* params, const float* u, float* scratch, std::int32_t* out,
+                 Stream stream);
+
 // Before sampling: logits[rows[i] * vocab + tokens[i]] = -infinity for i < n, the tokens a row
 // must not draw yet (min_tokens: EOS and stop ids, core/stop_conditions.h suppressed_tokens);
 // an entry whose token is outside [0, vocab) is skipped. rows, tokens: device [n].

@@ -78,4 +78,10 @@ bool is_valid(std::string_view text) {
   return true;
 }
 
+std::size_t characters(std::string_view bytes) {
+  std::size_t n = 0;
+  for (const unsigned char c : to_valid(bytes)) n += (c & 0xc0) != 0x80 ? 1 : 0;
+  return n;
+}
+
 }  // namespace servelab::utf8

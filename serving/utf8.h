@@ -1,4 +1,5 @@
-// UTF-8 helpers for the tokenizer: reading one code point and making arbitrary bytes valid UTF-8.
+// UTF-8 helpers for the tokenizer and the server: reading one code point, making arbitrary bytes
+// valid UTF-8, counting characters.
 #pragma once
 
 #include <cstddef>
@@ -19,5 +20,8 @@ std::string to_valid(std::string_view bytes);
 
 // Whether `text` is well-formed UTF-8.
 bool is_valid(std::string_view text);
+
+// The characters a reader sees in `bytes`: the code points of to_valid(bytes).
+std::size_t characters(std::string_view bytes);
 
 }  // namespace servelab::utf8

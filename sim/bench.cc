@@ -17,6 +17,7 @@
 #include <sstream>
 #include <string_view>
 #include <thread>
+#include <vector>
 
 #include "core/json_depth.h"
 #include "core/request.h"
@@ -165,6 +166,10 @@ Outcome send_one(httplib::Client& client, const Endpoint& e, const std::string& 
   // priority scheduling refuses) and tenant (OpenAI's `user`, "tenant-N"; none for tenant 0).
   if (spec.priority != 0) body["priority"] = spec.priority;
   if (spec.tenant != 0) body["user"] = "tenant-" + std::to_string(spec.tenant);
+  // Parallel sampling (workload `n`): n choices, streamed by index. TTFT is the first chunk of
+  // any choice, the gaps are taken within each choice, output_tokens is usage's sum over them
+  // (docs/metrics.md "Parallel sampling": the simulator's definitions).
+  if (spec.n > 1) body["n"] = spec.n;
   Outcome o;
   RequestRecord& r = o.record;
   r.id = spec.id;
@@ -174,6 +179,7 @@ Outcome send_one(httplib::Client& client, const Endpoint& e, const std::string& 
   r.prompt_tokens = spec.prompt_len;
   std::string buffer;
   std::optional<Clock::time_point> first, last;
+  std::vector<std::optional<Clock::time_point>> last_of(static_cast<std::size_t>(spec.n));
   std::int32_t chunks = 0;
   std::optional<std::int32_t> usage_tokens;
   bool done = false;
@@ -216,15 +222,24 @@ Outcome send_one(httplib::Client& client, const Endpoint& e, const std::string& 
         continue;
       }
       if (chunk.contains("choices") && chunk["choices"].is_array() && !chunk["choices"].empty()) {
-        if (!first) {
-          first = now;
-        } else {
-          o.gaps.push_back(
-              std::chrono::duration_cast<std::chrono::nanoseconds>(now - *last).count());
-        }
-        last = now;
-        ++chunks;
         const json& choice = chunk["choices"][0];
+        std::size_t index = 0;
+        if (spec.n > 1) {
+          if (!choice.is_object() || !choice.contains("index") ||
+              !choice["index"].is_number_unsigned() ||
+              choice["index"].get<std::uint64_t>() >= last_of.size()) {
+            stream_error = "a stream chunk without a choice index below n";
+            return false;
+          }
+          index = choice["index"].get<std::size_t>();
+        }
+        if (!first) first = now;
+        if (last_of[index]) {
+          o.gaps.push_back(
+              std::chrono::duration_cast<std::chrono::nanoseconds>(now - *last_of[index]).count());
+        }
+        last = last_of[index] = now;
+        ++chunks;
         if (choice.is_object() && choice.contains("finish_reason") &&
             choice["finish_reason"].is_string()) {
           finish_reason = choice["finish_reason"].get<std::string>();  // "length", "stop"
@@ -260,6 +275,7 @@ Outcome send_one(httplib::Client& client, const Endpoint& e, const std::string& 
     r.reason = finish_reason;
   }
   r.output_tokens = usage_tokens.value_or(chunks);
+  r.samples = spec.n;
   if (first) r.first_token_ns = rel(*first);
   if (r.status == RequestStatus::kFinished) r.finish_ns = rel(*last);
   if (r.status != RequestStatus::kFinished) o.gaps.clear();

@@ -28,8 +28,10 @@
 #include "core/stop_conditions.h"
 #include "engine/cpu_executor.h"
 #include "engine/llama_weights.h"
+#include "engine/logprobs.h"
 #include "engine/nvml_energy.h"
 #include "engine/safetensors.h"
+#include "engine/sample_stream.h"
 #include "engine/warm_up.h"
 #include "policies/registry.h"
 #include "serving/home.h"
@@ -551,6 +553,97 @@ TEST(GpuExecutor, MinTokensKeepsEosOutOfTheSample) {
   later->min_tokens = 0;
   spec.stop = later;
   EXPECT_EQ(first_token(spec, false), plain);
+#endif
+}
+
+// Requests with their own sampling parameters (RequestSpec::sampling) in one step with others:
+// each row samples with its own temperature and top_p (kernels::sample_rows) and the draw of
+// engine/sample_stream.h, so a greedy row is the argmax of its logits and a sampled row is
+// top_p_reference's token on them (up to fp32 rounding at a boundary); rows without their own
+// parameters keep the engine's (greedy here).
+TEST(GpuExecutor, EachRequestSamplesWithItsOwnParameters) {
+  REQUIRE_GPU();
+#if SERVELAB_HAVE_CUDA
+  const LlamaWeights w = LlamaWeights::random(GpuConfig(64, 4, 2, false), 9);
+  const std::vector<std::optional<RequestSampling>> own = {std::nullopt,
+                                                           RequestSampling{0.0, 1.0, {}},
+                                                           RequestSampling{1.0, 0.9, 7},
+                                                           RequestSampling{0.7, 1.0, {}},
+                                                           RequestSampling{1.3, 0.5, 99},
+                                                           std::nullopt,
+                                                           RequestSampling{2.0, 1.0, 5}};
+  std::vector<RequestSpec> specs;
+  std::vector<std::vector<BlockId>> tables;
+  for (std::size_t i = 0; i < own.size(); ++i) {
+    specs.push_back(make_request(i, 0, {{unique_content_id(8, i), 0, 16}}, 4));
+    if (own[i]) specs.back().sampling = std::make_shared<const RequestSampling>(*own[i]);
+    tables.push_back({static_cast<BlockId>(2 * i + 1), static_cast<BlockId>(2 * i + 2)});
+  }
+  StepPlan plan;
+  for (std::size_t i = 0; i < own.size(); ++i) {
+    plan.requests.push_back(OnePlan(specs[i], {}, 0, 16, tables[i]).requests[0]);
+  }
+  CudaExecutor gpu(w, GpuOptions(8, 32));
+  const StepResult r = gpu.execute(plan);
+  int sampled = 0, agree = 0;
+  for (std::size_t i = 0; i < own.size(); ++i) {
+    const std::vector<float>& logits = gpu.last_logits()[i];
+    const RowSampling row = row_sampling(SamplingParams{}, specs[i], specs[i].id, 0);
+    if (row.temperature == 0) {
+      EXPECT_EQ(r.sampled_tokens[i], kernels::greedy_reference(logits)) << "row " << i;
+      continue;
+    }
+    ++sampled;
+    agree +=
+        r.sampled_tokens[i] == kernels::top_p_reference(logits, row.temperature, row.top_p, row.u);
+  }
+  EXPECT_EQ(sampled, 4);
+  EXPECT_GE(agree, sampled - 1) << agree << " of " << sampled;
+#endif
+}
+
+// Log probabilities (RequestSpec::logprobs): the entries that ask, and the forked samples of one
+// that asks, get token_logprobs of their row's raw logits (those keep_logits returns, no mask
+// here); the others none.
+TEST(GpuExecutor, LogprobsOfTheRowsThatAsk) {
+  REQUIRE_GPU();
+#if SERVELAB_HAVE_CUDA
+  const LlamaWeights w = LlamaWeights::random(GpuConfig(64, 4, 2, false), 9);
+  std::vector<RequestSpec> specs;
+  for (std::uint64_t i = 0; i < 3; ++i) {
+    specs.push_back(make_request(i, 0, {{unique_content_id(12, i), 0, 16}}, 4));
+  }
+  specs[1].logprobs = 4;
+  specs[2].logprobs = 0;
+  specs[2].n = 3;
+  specs[2].sampling = std::make_shared<const RequestSampling>(RequestSampling{1.0, 1.0, 4});
+  std::vector<std::vector<BlockId>> tables;  // the plan's block tables point into them
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    tables.push_back({static_cast<BlockId>(2 * i + 1), static_cast<BlockId>(2 * i + 2)});
+  }
+  StepPlan plan;
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    plan.requests.push_back(OnePlan(specs[i], {}, 0, 16, tables[i]).requests[0]);
+  }
+  plan.requests[2].num_samples = 3;
+  plan.num_fork_tokens = 2;
+  CudaExecutor gpu(w, GpuOptions(8, 32));
+  const StepResult r = gpu.execute(plan);
+  ASSERT_EQ(r.logprobs.size(), 3u);
+  EXPECT_TRUE(r.logprobs[0].top.empty());
+  for (std::size_t i = 1; i < 3; ++i) {
+    const TokenLogprobs want =
+        token_logprobs(gpu.last_logits()[i], r.sampled_tokens[i], specs[i].logprobs);
+    EXPECT_EQ(r.logprobs[i].logprob, want.logprob) << i;
+    EXPECT_EQ(r.logprobs[i].top, want.top) << i;
+  }
+  EXPECT_EQ(r.logprobs[1].top.size(), 4u);
+  ASSERT_EQ(r.fork_tokens.size(), 2u);
+  ASSERT_EQ(r.fork_logprobs.size(), 2u);
+  for (std::size_t k = 0; k < 2; ++k) {
+    EXPECT_EQ(r.fork_logprobs[k].logprob,
+              token_logprobs(gpu.last_logits()[2], r.fork_tokens[k], 0).logprob);
+  }
 #endif
 }
 

@@ -1614,5 +1614,44 @@ TEST(GpuKernels, GreedyAndTopPSampling) {
 #endif
 }
 
+// sample_rows: each row with its own (temperature, top_p); a row at temperature 0 is the argmax
+// (exactly), the others agree with top_p_reference at their own parameters (up to fp32 rounding
+// at a boundary, as top_p_sample).
+TEST(GpuKernels, SampleRowsTakesEachRowsOwnParameters) {
+  REQUIRE_GPU();
+#if SERVELAB_HAVE_CUDA
+  Rng rng = Rng::stream(11, "gpu_kernels");
+  const std::int32_t rows = 48, vocab = 4096;
+  std::vector<float> logits(rows * vocab);
+  for (float& x : logits) x = static_cast<float>(rng.normal(0.0, 3.0));
+  logits[3 * vocab + 17] = logits[3 * vocab + 11] = 60.0f;  // row 3 is greedy: the lower id wins
+  std::vector<float> u(rows), params(2 * rows);
+  for (std::int32_t r = 0; r < rows; ++r) {
+    u[r] = static_cast<float>(rng.uniform());
+    params[2 * r] = r % 3 == 0 ? 0.0f : 0.3f + 0.1f * static_cast<float>(r % 7);  // temperature
+    params[2 * r + 1] = r % 4 == 1 ? 1.0f : 0.5f + 0.05f * static_cast<float>(r % 9);  // top_p
+  }
+  DeviceBuffer d_l = Upload(logits), d_u = Upload(u), d_p = Upload(params),
+               scratch(rows * vocab * 4), out = Poisoned(rows * 4);
+  k::sample_rows(d_l.as<float>(), rows, vocab, d_p.as<float>(), d_u.as<float>(),
+                 scratch.as<float>(), out.as<std::int32_t>(), nullptr);
+  const std::vector<std::int32_t> got = Download<std::int32_t>(out, rows);
+  int agree = 0, sampled = 0;
+  for (std::int32_t r = 0; r < rows; ++r) {
+    const std::span<const float> row(logits.data() + r * vocab, vocab);
+    if (params[2 * r] == 0.0f) {
+      EXPECT_EQ(got[r], kernels::greedy_reference(row)) << "row " << r;
+      continue;
+    }
+    ++sampled;
+    ASSERT_GE(got[r], 0);
+    ASSERT_LT(got[r], vocab);
+    agree += got[r] == kernels::top_p_reference(row, params[2 * r], params[2 * r + 1], u[r]);
+  }
+  EXPECT_EQ(got[3], 11);
+  EXPECT_GE(agree * 100, sampled * 95) << agree << " of " << sampled;
+#endif
+}
+
 }  // namespace
 }  // namespace servelab

@@ -252,6 +252,50 @@ TEST(ParallelSamplingTest, PreemptionBySwapTakesEverySample) {
   RunTightCache("swap", true);
 }
 
+// stop_sample (a stop string found in one sample's text, engine serve): that sample finishes with
+// "stop" and frees what it alone held, its siblings run on to their length, and the request is
+// reported once, finished. A request without samples, or one no longer there, is not stopped.
+TEST(ParallelSamplingTest, StopSampleEndsOneSampleAndTheOthersRunOn) {
+  BlockPool pool(32);
+  KvCacheManager kv(pool, 16, 1024, true);
+  SchedulerConfig c;
+  Reports obs;
+  Scheduler s(c, kv, &obs);
+  RequestSpec spec = make_request(7, 0, {{42, 0, 40}}, 4);
+  spec.n = 3;
+  s.add_request(spec, 0);
+  RequestSpec single = make_request(8, 0, {{43, 0, 8}}, 4);
+  s.add_request(single, 0);
+  TimeNs now = 0;
+  s.complete(Result(s.schedule(now)), now + kNsPerMs);  // prefill, fork
+  now += kNsPerMs;
+  s.complete(Result(s.schedule(now)), now + kNsPerMs);  // second tokens; the tails copied
+  now += kNsPerMs;
+  ASSERT_EQ(s.num_running(), 4u);
+  const std::int32_t used = pool.num_usable_blocks() - pool.num_free_blocks();
+  EXPECT_FALSE(s.stop_sample(8, now));  // no samples: abort() it
+  EXPECT_FALSE(s.stop_sample(sample_request_id(7, 5), now));
+  EXPECT_TRUE(s.stop_sample(sample_request_id(7, 1), now));
+  EXPECT_FALSE(s.stop_sample(sample_request_id(7, 1), now));  // already finished
+  EXPECT_EQ(s.num_running(), 3u);
+  // Its own copy of the third block is freed; the two shared prompt blocks stay.
+  EXPECT_EQ(pool.num_usable_blocks() - pool.num_free_blocks(), used - 1);
+  kv.check_invariants();
+  EXPECT_TRUE(obs.finished.empty());  // the group is reported once, when its last sample ends
+  while (s.has_unfinished()) {
+    s.complete(Result(s.schedule(now)), now + kNsPerMs);
+    now += kNsPerMs;
+  }
+  ASSERT_EQ(obs.finished, (std::vector<RequestId>{7, 8}));
+  EXPECT_EQ(obs.statuses[0], RequestStatus::kFinished);
+  ASSERT_EQ(obs.outputs.size(), 3u);
+  EXPECT_EQ(obs.outputs[0], (std::vector<std::int32_t>{100, 101, 102, 103}));
+  EXPECT_EQ(obs.outputs[1], (std::vector<std::int32_t>{200, 201}));
+  EXPECT_EQ(obs.outputs[2], (std::vector<std::int32_t>{300, 301, 302, 303}));
+  EXPECT_EQ(pool.num_free_blocks(), pool.num_usable_blocks());
+  kv.check_invariants();
+}
+
 TEST(ParallelSamplingTest, RejectedWhereItCannotRun) {
   BlockPool pool(64);
   KvCacheManager kv(pool, 16, 1024, true);

@@ -16,6 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <map>
@@ -218,6 +219,201 @@ TEST(EngineServe, CompletionsChatModelsAndHealth) {
   fs::remove_all(dir);
 }
 
+// A client's temperature, top_p and seed, and n choices: a seeded request gets the same text
+// every time, alone or among others; choice k of a seeded request with n choices is the text of
+// the same request seeded with seed + k; streamed choices carry their index and each its own
+// finish; a stop string ends only the choice whose text it is found in; usage counts every
+// choice's tokens; nothing holds blocks afterwards.
+TEST(EngineServe, SeededSamplingAndParallelChoices) {
+  const fs::path dir = temp_dir("serve_sampling");
+  ServerProcess server(dir, {});
+  httplib::Client c = client_for(server);
+  const auto complete = [&](const json& body) {
+    const httplib::Result r = c.Post("/v1/completions", body.dump(), "application/json");
+    EXPECT_TRUE(r);
+    EXPECT_EQ(r ? r->status : 0, 200) << (r ? r->body : "");
+    return r ? json::parse(r->body) : json();
+  };
+  const auto seeded = [](std::int64_t seed) {
+    return json{{"prompt", {1, 2, 3, 4, 5}},
+                {"max_tokens", 16},
+                {"temperature", 1.0},
+                {"top_p", 0.95},
+                {"seed", seed}};
+  };
+  const std::string t0 = complete(seeded(123))["choices"][0]["text"];
+  const std::string t1 = complete(seeded(124))["choices"][0]["text"];
+  const std::string t2 = complete(seeded(125))["choices"][0]["text"];
+  EXPECT_NE(t0, t1);
+  EXPECT_EQ(complete(seeded(123))["choices"][0]["text"], t0);
+  // Among other requests (greedy and sampled ones in the same batches): the same text.
+  std::vector<std::thread> clients;
+  std::vector<std::string> crowd(6);
+  for (std::size_t i = 0; i < crowd.size(); ++i) {
+    clients.emplace_back([&, i] {
+      httplib::Client own = client_for(server);
+      const json body = i % 2 == 0 ? seeded(123) : json{{"prompt", {9, 8, 7}}, {"max_tokens", 12}};
+      const httplib::Result r = own.Post("/v1/completions", body.dump(), "application/json");
+      if (r && r->status == 200) crowd[i] = json::parse(r->body)["choices"][0]["text"];
+    });
+  }
+  for (std::thread& t : clients) t.join();
+  for (std::size_t i = 0; i < crowd.size(); i += 2) EXPECT_EQ(crowd[i], t0) << i;
+
+  // n = 3: choice k is seed 123 + k's text.
+  json three = seeded(123);
+  three["n"] = 3;
+  const json j = complete(three);
+  ASSERT_EQ(j["choices"].size(), 3u);
+  const std::vector<std::string> want = {t0, t1, t2};
+  for (std::size_t k = 0; k < 3; ++k) {
+    EXPECT_EQ(j["choices"][k]["index"], k);
+    EXPECT_EQ(j["choices"][k]["text"], want[k]) << k;
+    EXPECT_EQ(j["choices"][k]["finish_reason"], "length");
+  }
+  EXPECT_EQ(j["usage"]["completion_tokens"], 48);
+  // Streamed: the same texts by index, one finish each, then usage.
+  json sthree = three;
+  sthree["stream"] = true;
+  sthree["stream_options"] = {{"include_usage", true}};
+  const Stream st = post_stream(server, "/v1/completions", sthree);
+  ASSERT_EQ(st.status, 200) << st.body;
+  EXPECT_TRUE(st.done);
+  std::vector<std::string> texts(3);
+  std::vector<int> finishes(3, 0);
+  for (const json& ch : st.chunks) {
+    if (ch["choices"].empty()) continue;
+    const std::size_t k = ch["choices"][0]["index"];
+    ASSERT_LT(k, 3u);
+    texts[k] += ch["choices"][0]["text"].get<std::string>();
+    finishes[k] += ch["choices"][0]["finish_reason"].is_null() ? 0 : 1;
+  }
+  EXPECT_EQ(texts, want);
+  EXPECT_EQ(finishes, (std::vector<int>{1, 1, 1}));
+  EXPECT_EQ(st.chunks.back()["usage"]["completion_tokens"], 48);
+
+  // A stop string: an ASCII character of choice 1's text ends each choice at its first
+  // occurrence, with finish_reason "stop" there and "length" where it never occurs.
+  const auto ascii =
+      std::find_if(t1.begin() + 1, t1.end(), [](char ch) { return ch > ' ' && ch < 127; });
+  ASSERT_NE(ascii, t1.end()) << "choice 1 has no printable ASCII character: " << t1;
+  const std::string stop(1, *ascii);
+  json stopped = three;
+  stopped["stop"] = stop;
+  const json js = complete(stopped);
+  ASSERT_EQ(js["choices"].size(), 3u);
+  std::int64_t stopped_choices = 0;
+  for (std::size_t k = 0; k < 3; ++k) {
+    const std::size_t at = want[k].find(stop);
+    const json& ch = js["choices"][k];
+    if (at == std::string::npos) {
+      EXPECT_EQ(ch["text"], want[k]) << k;
+      EXPECT_EQ(ch["finish_reason"], "length") << k;
+    } else {
+      ++stopped_choices;
+      EXPECT_EQ(ch["text"], want[k].substr(0, at)) << k;
+      EXPECT_EQ(ch["finish_reason"], "stop") << k;
+      EXPECT_EQ(ch["stop_reason"], stop) << k;
+    }
+  }
+  EXPECT_GE(stopped_choices, 1);
+  EXPECT_LT(js["usage"]["completion_tokens"].get<int>(), 48);
+  // More choices than the server has seats (max_num_seqs 256): the scheduler's reason, on n.
+  json many = seeded(1);
+  many["n"] = 300;
+  const httplib::Result rm = c.Post("/v1/completions", many.dump(), "application/json");
+  ASSERT_TRUE(rm);
+  EXPECT_EQ(rm->status, 400);
+  EXPECT_EQ(json::parse(rm->body)["error"]["param"], "n") << rm->body;
+  EXPECT_NE(rm->body.find("max_num_seqs"), std::string::npos) << rm->body;
+  const std::string m = scrape_settled(server.port());
+  EXPECT_EQ(metric(m, "vllm:kv_cache_usage_perc" + kLabels), 0.0);
+  fs::remove_all(dir);
+}
+
+// Log probabilities: completions' vLLM shape (tokens, token_logprobs, top_logprobs dicts,
+// text_offset) and chat's (content entries with token, logprob, bytes, top_logprobs); the same
+// numbers streamed one token a chunk; with n choices each has its own.
+TEST(EngineServe, LogprobsInEveryShape) {
+  const fs::path dir = temp_dir("serve_logprobs");
+  ServerProcess server(dir, {});
+  httplib::Client c = client_for(server);
+  const json body = {{"prompt", {1, 2, 3, 4, 5}}, {"max_tokens", 6}, {"logprobs", 3}};
+  const httplib::Result r = c.Post("/v1/completions", body.dump(), "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const json lp = json::parse(r->body)["choices"][0]["logprobs"];
+  ASSERT_EQ(lp["tokens"].size(), 6u) << lp.dump();
+  ASSERT_EQ(lp["token_logprobs"].size(), 6u);
+  ASSERT_EQ(lp["top_logprobs"].size(), 6u);
+  ASSERT_EQ(lp["text_offset"].size(), 6u);
+  EXPECT_EQ(lp["text_offset"][0], 0);
+  for (std::size_t i = 0; i < 6; ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_LE(lp["token_logprobs"][i].get<double>(), 0.0);
+    // Greedy: the token is the most likely one, so the dict holds its 3 alternatives, itself
+    // among them (fewer keys where two tokens' texts are the same: bytes of a character the
+    // byte tokenizer shows as U+FFFD; the chat shape below carries the bytes).
+    const json& top = lp["top_logprobs"][i];
+    EXPECT_GE(top.size(), 1u) << top.dump();
+    EXPECT_LE(top.size(), 3u) << top.dump();
+    if (i > 0) EXPECT_GE(lp["text_offset"][i], lp["text_offset"][i - 1]);
+  }
+  // Streamed: one token's logprobs a chunk, the same numbers.
+  json sbody = body;
+  sbody["stream"] = true;
+  const Stream st = post_stream(server, "/v1/completions", sbody);
+  ASSERT_EQ(st.status, 200) << st.body;
+  std::vector<double> streamed;
+  for (const json& ch : st.chunks) {
+    if (ch["choices"].empty()) continue;
+    const json& l = ch["choices"][0]["logprobs"];
+    ASSERT_TRUE(l.is_object()) << ch.dump();
+    for (const json& v : l["token_logprobs"]) streamed.push_back(v.get<double>());
+  }
+  ASSERT_EQ(streamed.size(), 6u);
+  for (std::size_t i = 0; i < 6; ++i) EXPECT_DOUBLE_EQ(streamed[i], lp["token_logprobs"][i]);
+  // Chat.
+  const json chat = {{"messages", {{{"role", "user"}, {"content", "hi"}}}},
+                     {"max_tokens", 4},
+                     {"logprobs", true},
+                     {"top_logprobs", 2}};
+  const httplib::Result rc = c.Post("/v1/chat/completions", chat.dump(), "application/json");
+  ASSERT_TRUE(rc);
+  ASSERT_EQ(rc->status, 200) << rc->body;
+  const json content = json::parse(rc->body)["choices"][0]["logprobs"]["content"];
+  ASSERT_EQ(content.size(), 4u);
+  for (const json& t : content) {
+    EXPECT_TRUE(t["token"].is_string());
+    EXPECT_LE(t["logprob"].get<double>(), 0.0);
+    EXPECT_TRUE(t["bytes"].is_array());
+    ASSERT_EQ(t["top_logprobs"].size(), 2u);
+    EXPECT_DOUBLE_EQ(t["top_logprobs"][0]["logprob"].get<double>(), t["logprob"].get<double>());
+    EXPECT_GE(t["top_logprobs"][0]["logprob"].get<double>(),
+              t["top_logprobs"][1]["logprob"].get<double>());
+  }
+  // Without asking: null.
+  const httplib::Result plain = c.Post(
+      "/v1/completions", json{{"prompt", {1, 2}}, {"max_tokens", 2}}.dump(), "application/json");
+  ASSERT_TRUE(plain);
+  EXPECT_TRUE(json::parse(plain->body)["choices"][0]["logprobs"].is_null());
+  // n = 2, sampled: each choice has its own.
+  const json two = {{"prompt", {1, 2, 3}}, {"max_tokens", 5}, {"logprobs", 1}, {"n", 2},
+                    {"temperature", 1.0},  {"seed", 9}};
+  const httplib::Result rn = c.Post("/v1/completions", two.dump(), "application/json");
+  ASSERT_TRUE(rn);
+  ASSERT_EQ(rn->status, 200) << rn->body;
+  const json jn = json::parse(rn->body);
+  ASSERT_EQ(jn["choices"].size(), 2u);
+  for (const json& choice : jn["choices"]) {
+    EXPECT_EQ(choice["logprobs"]["tokens"].size(), 5u);
+    EXPECT_EQ(choice["logprobs"]["token_logprobs"].size(), 5u);
+  }
+  EXPECT_NE(jn["choices"][0]["logprobs"]["token_logprobs"],
+            jn["choices"][1]["logprobs"]["token_logprobs"]);
+  fs::remove_all(dir);
+}
+
 // The whole response to `request` (raw HTTP, which should ask for Connection: close).
 std::string raw_exchange(int port, const std::string& request) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -261,14 +457,14 @@ TEST(EngineServe, MalformedInputAnswers400WithAnOpenAIErrorObject) {
       {"/v1/completions", "{\"prompt\": [1, 2], \"max_tokens\": 2047}", "max_tokens"},
       {"/v1/completions", "{\"prompt\": [1], \"max_tokens\": 0}", "max_tokens"},
       {"/v1/completions", "{\"prompt\": [1], \"max_tokens\": \"8\"}", "max_tokens"},
-      {"/v1/completions", "{\"prompt\": [1], \"temperature\": 0.7}", "temperature"},
-      {"/v1/completions", "{\"prompt\": [1], \"top_p\": 0.5}", "top_p"},
-      {"/v1/completions", "{\"prompt\": [1], \"n\": 2}", "n"},
+      {"/v1/completions", "{\"prompt\": [1], \"temperature\": -0.7}", "temperature"},
+      {"/v1/completions", "{\"prompt\": [1], \"top_p\": 1.5}", "top_p"},
+      {"/v1/completions", "{\"prompt\": [1], \"n\": 0}", "n"},
       {"/v1/completions", "{\"prompt\": [1], \"stream\": \"yes\"}", "stream"},
       {"/v1/completions", "{\"prompt\": [1], \"stream_options\": {\"include_usage\": true}}",
        "stream_options"},
       {"/v1/completions", "{\"prompt\": [1], \"stop\": [\"\"]}", "stop"},
-      {"/v1/completions", "{\"prompt\": [1], \"logprobs\": 2}", "logprobs"},
+      {"/v1/completions", "{\"prompt\": [1], \"logprobs\": 21}", "logprobs"},
       {"/v1/completions", "{\"prompt\": [[1], [2]]}", "prompt"},  // a batch
       {"/v1/completions", "{\"prompt\": [1], \"model\": \"gpt-4\"}", "model", 404},
       {"/v1/chat/completions", "{\"max_tokens\": 3}", "messages"},
@@ -696,6 +892,47 @@ TEST(EngineServe, SimBenchAgainstTheServerWritesARunFolderSimValidateReads) {
 // `sim bench` sends a request's priority (when not 0) and tenant (as OpenAI's `user`): a server
 // scheduling by priority serves a mix whose batch class has priority 1; an fcfs server refuses
 // those requests (400, param priority), as vLLM does without priority scheduling.
+// A workload with parallel sampling (`n: 3`): sim bench sends n and reads the choices by index,
+// so its requests.csv has the simulator's output_tokens (every sample's tokens), the server's
+// counter agrees, and TPOT is per sequence (docs/metrics.md "Parallel sampling").
+TEST(EngineServe, SimBenchSendsNAndCountsEveryChoice) {
+  const fs::path dir = temp_dir("serve_bench_n");
+  ServerProcess server(dir, {});
+  write_file(dir / "n.yaml",
+             "name: bench-n\nseed: 5\nmodel: tiny\nhardware: H100-SXM\n"
+             "serving: {block_size: 16, num_gpu_blocks: 512, max_num_batched_tokens: 4096, "
+             "max_num_seqs: 256, max_model_len: 2048}\n"
+             "workload: {type: synthetic, num_requests: 8, n: 3, arrival: {process: poisson, "
+             "rate: 40}, prompt_len: {dist: fixed, value: 20}, output_len: {dist: fixed, value: "
+             "6}}\n");
+  const Cli bench = run_sim("bench " + (dir / "n.yaml").string() + " --url " + server.url() +
+                                " --out " + (dir / "bench").string(),
+                            dir);
+  ASSERT_EQ(bench.code, 0) << bench.err;
+  const Cli sim = run_sim(
+      "run " + (dir / "n.yaml").string() + " --out " + (dir / "sim").string() + " --quiet", dir);
+  ASSERT_EQ(sim.code, 0) << sim.err;
+  const auto brows = read_csv(dir / "bench" / "requests.csv");
+  const auto srows = read_csv(dir / "sim" / "requests.csv");
+  ASSERT_EQ(brows.size(), 8u);
+  ASSERT_EQ(srows.size(), 8u);
+  for (std::size_t i = 0; i < brows.size(); ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_EQ(brows[i].at("status"), "finished") << brows[i].at("reason");
+    EXPECT_EQ(brows[i].at("output_tokens"), "18");
+    EXPECT_EQ(brows[i].at("output_tokens"), srows[i].at("output_tokens"));
+    // Per sequence: (E2E - TTFT) / 5, not / 17.
+    const double tpot = std::stod(brows[i].at("tpot_ms"));
+    const double e2e = std::stod(brows[i].at("e2e_ms")), ttft = std::stod(brows[i].at("ttft_ms"));
+    EXPECT_NEAR(tpot, (e2e - ttft) / 5, 1e-3 + 1e-3 * tpot);
+  }
+  const std::string m = scrape_settled(server.port());
+  EXPECT_EQ(metric(m, "vllm:generation_tokens_total" + kLabels), 8 * 18);
+  EXPECT_EQ(metric(m, "vllm:request_success_total{model_name=\"tiny\",finished_reason=\"length\"}"),
+            8);
+  fs::remove_all(dir);
+}
+
 TEST(EngineServe, SimBenchSendsPriorityAndUser) {
   const fs::path dir = temp_dir("serve_bench_priority");
   fs::create_directories(dir / "priority");

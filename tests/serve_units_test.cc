@@ -6,6 +6,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/config_error.h"
@@ -262,6 +263,110 @@ TEST(OpenAiApi, StopStringsParse) {
   for (const char* none : {R"({"prompt": "a", "stop": ""})", R"({"prompt": "a", "stop": []})",
                            R"({"prompt": "a", "stop": null})"}) {
     EXPECT_TRUE(parse_completion_request(none, false, limits, *bytes).stop.empty()) << none;
+  }
+}
+
+// temperature, top_p, seed, n and best_of: absent, the engine's sampling (no RequestSampling)
+// and one choice; any of the first three gives the request its own parameters, the missing ones
+// at temperature 0 / top_p 1 / no seed; out-of-range values are 400 naming the field.
+TEST(OpenAiApi, SamplingParametersAndN) {
+  const std::unique_ptr<Tokenizer> bytes =
+      load_tokenizer(home_path("data/tokenizers/bytes/tokenizer.json"));
+  const ApiLimits limits{"tiny", 256, 64, {}};
+  const auto parse = [&](const std::string& body) {
+    return parse_completion_request(body, false, limits, *bytes);
+  };
+  CompletionRequest r = parse(R"({"prompt": "a"})");
+  EXPECT_FALSE(r.sampling);
+  EXPECT_EQ(r.n, 1);
+  r = parse(R"({"prompt": "a", "temperature": 0.7, "top_p": 0.9, "seed": 42, "n": 3})");
+  ASSERT_TRUE(r.sampling);
+  EXPECT_DOUBLE_EQ(r.sampling->temperature, 0.7);
+  EXPECT_DOUBLE_EQ(r.sampling->top_p, 0.9);
+  EXPECT_EQ(r.sampling->seed, std::optional<std::uint64_t>(42));
+  EXPECT_EQ(r.n, 3);
+  r = parse(R"({"prompt": "a", "seed": -1})");
+  ASSERT_TRUE(r.sampling);
+  EXPECT_EQ(r.sampling->temperature, 0.0);
+  EXPECT_EQ(r.sampling->top_p, 1.0);
+  EXPECT_EQ(r.sampling->seed, std::optional<std::uint64_t>(~std::uint64_t{0}));
+  r = parse(R"({"prompt": "a", "top_p": 0.5})");
+  ASSERT_TRUE(r.sampling);
+  EXPECT_FALSE(r.sampling->seed);
+  EXPECT_EQ(parse(R"({"prompt": "a", "temperature": 0.000001})").sampling->temperature, 0.0);
+  EXPECT_EQ(parse(R"({"prompt": "a", "temperature": null, "n": null})").sampling, std::nullopt);
+  EXPECT_EQ(parse(R"({"prompt": "a", "n": 4, "best_of": 4})").n, 4);
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {R"({"prompt": "a", "temperature": -0.5})", "temperature"},
+      {R"({"prompt": "a", "temperature": "hot"})", "temperature"},
+      {R"({"prompt": "a", "top_p": 0})", "top_p"},
+      {R"({"prompt": "a", "top_p": 1.5})", "top_p"},
+      {R"({"prompt": "a", "seed": 1.5})", "seed"},
+      {R"({"prompt": "a", "n": 0})", "n"},
+      {R"({"prompt": "a", "n": 1025})", "n"},
+      {R"({"prompt": "a", "n": 2.5})", "n"},
+      {R"({"prompt": "a", "n": 2, "best_of": 3})", "best_of"},
+      {R"({"prompt": "a", "best_of": 2})", "best_of"},
+      {R"({"prompt": "a", "presence_penalty": 0.5})", "presence_penalty"},
+  };
+  for (const auto& [body, param] : bad) {
+    try {
+      parse(body);
+      ADD_FAILURE() << "accepted " << body;
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status, 400) << body;
+      EXPECT_EQ(e.param, param) << body;
+    }
+  }
+}
+
+// Log probabilities: completions' `logprobs: K`, chat's `logprobs: true` with `top_logprobs: K`
+// (0 .. 20); false or null is none; a server that cannot return them refuses them with its reason.
+TEST(OpenAiApi, LogprobsFields) {
+  const std::unique_ptr<Tokenizer> bytes =
+      load_tokenizer(home_path("data/tokenizers/bytes/tokenizer.json"));
+  ApiLimits limits{"tiny", 256, 64, {}};
+  const std::string chat = R"("messages": [{"role": "user", "content": "hi"}])";
+  EXPECT_EQ(parse_completion_request(R"({"prompt": "a"})", false, limits, *bytes).logprobs, -1);
+  EXPECT_EQ(
+      parse_completion_request(R"({"prompt": "a", "logprobs": 5})", false, limits, *bytes).logprobs,
+      5);
+  EXPECT_EQ(
+      parse_completion_request(R"({"prompt": "a", "logprobs": 0})", false, limits, *bytes).logprobs,
+      0);
+  EXPECT_EQ(parse_completion_request(R"({"prompt": "a", "logprobs": false})", false, limits, *bytes)
+                .logprobs,
+            -1);
+  EXPECT_EQ(parse_completion_request("{" + chat + R"(, "logprobs": true})", true, limits, *bytes)
+                .logprobs,
+            0);
+  EXPECT_EQ(parse_completion_request("{" + chat + R"(, "logprobs": true, "top_logprobs": 7})", true,
+                                     limits, *bytes)
+                .logprobs,
+            7);
+  const std::vector<std::tuple<std::string, bool, std::string>> bad = {
+      {R"({"prompt": "a", "logprobs": 21})", false, "logprobs"},
+      {R"({"prompt": "a", "logprobs": -1})", false, "logprobs"},
+      {R"({"prompt": "a", "logprobs": true})", false, "logprobs"},
+      {R"({"prompt": "a", "top_logprobs": 2})", false, "top_logprobs"},  // not a completions field
+      {"{" + chat + R"(, "logprobs": 3})", true, "logprobs"},
+      {"{" + chat + R"(, "top_logprobs": 3})", true, "top_logprobs"},
+      {"{" + chat + R"(, "logprobs": true, "top_logprobs": 21})", true, "top_logprobs"},
+  };
+  for (const auto& [body, is_chat, param] : bad) {
+    try {
+      parse_completion_request(body, is_chat, limits, *bytes);
+      ADD_FAILURE() << "accepted " << body;
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.param, param) << body;
+    }
+  }
+  limits.logprobs_unsupported = "not returned with speculative decoding";
+  try {
+    parse_completion_request(R"({"prompt": "a", "logprobs": 1})", false, limits, *bytes);
+    ADD_FAILURE() << "accepted logprobs on a server without them";
+  } catch (const ApiError& e) {
+    EXPECT_NE(std::string(e.what()).find("speculative decoding"), std::string::npos);
   }
 }
 

@@ -1,0 +1,27 @@
+#include "engine/sample_stream.h"
+
+#include "core/rng.h"
+
+namespace servelab {
+
+RowSampling row_sampling(const SamplingParams& engine, const RequestSpec& spec, RequestId id,
+                         std::uint64_t index) {
+  RowSampling row;
+  const RequestSampling* own = spec.sampling.get();
+  row.temperature = own != nullptr ? own->temperature : engine.temperature;
+  row.top_p = own != nullptr ? own->top_p : engine.top_p;
+  if (row.temperature == 0) return row;
+  std::uint64_t stream = 0;
+  if (own != nullptr && own->seed) {
+    // The request's seed: sample k draws with seed + k, whatever the request's id.
+    const std::uint64_t k = id >> kSampleIdShift;
+    stream = mix64((*own->seed + k) ^ name_hash("request.seed"));
+  } else {
+    stream = mix64(mix64(engine.seed ^ name_hash("cpu_executor.sample")) ^ id);
+  }
+  Rng rng(stream ^ mix64(index));
+  row.u = rng.uniform();
+  return row;
+}
+
+}  // namespace servelab

@@ -1,0 +1,26 @@
+// What a sampled row of a step draws with: the temperature and top_p that apply to it (the
+// request's own, else the engine's) and its uniform draw u from the stream core/sampling_params.h
+// describes. CpuExecutor and CudaExecutor both take their rows' parameters from here, so the two
+// draw the same u for the same token of the same sequence.
+#pragma once
+
+#include <cstdint>
+
+#include "core/request.h"
+#include "core/sampling_params.h"
+
+namespace servelab {
+
+struct RowSampling {
+  double temperature = 0.0;  // 0: greedy (u unused, 0)
+  double top_p = 1.0;
+  double u = 0.0;  // in [0, 1)
+};
+
+// The row that samples output `index` of sequence `id` (the request's id, or
+// sample_request_id(spec.id, k) for its sample k) of the request `spec`, under the engine's
+// `engine` parameters.
+RowSampling row_sampling(const SamplingParams& engine, const RequestSpec& spec, RequestId id,
+                         std::uint64_t index);
+
+}  // namespace servelab
