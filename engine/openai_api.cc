@@ -127,6 +127,13 @@ json logprobs_json(bool chat, const std::vector<TokenLogprobText>& tokens,
           {"top_logprobs", std::move(tops)}};
 }
 
+// OpenAI's usage object.
+json usage_json(std::int32_t prompt_tokens, std::int32_t completion_tokens) {
+  return {{"prompt_tokens", prompt_tokens},
+          {"completion_tokens", completion_tokens},
+          {"total_tokens", prompt_tokens + completion_tokens}};
+}
+
 }  // namespace
 
 ApiError::ApiError(int status_, std::string message, std::string type_, std::string param_,
@@ -201,6 +208,8 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat,
     if (!r.stream)
       throw bad("'stream_options' is only allowed with stream: true", "stream_options");
     r.include_usage = so.value("include_usage", false);
+    // vLLM: usage in every chunk when both are true.
+    r.continuous_usage = r.include_usage && so.value("continuous_usage_stats", false);
   }
   if (body.contains("ignore_eos") && !body["ignore_eos"].is_null()) {
     expect(body["ignore_eos"].is_boolean(), "ignore_eos", "true or false");
@@ -420,38 +429,28 @@ std::string completion_json(const ResponseMeta& meta, const std::vector<ChoiceTe
                   {"created", meta.created},
                   {"model", meta.model},
                   {"choices", std::move(list)},
-                  {"usage",
-                   {{"prompt_tokens", prompt_tokens},
-                    {"completion_tokens", completion_tokens},
-                    {"total_tokens", prompt_tokens + completion_tokens}}}};
+                  {"usage", usage_json(prompt_tokens, completion_tokens)}};
   return text_of(j);
 }
 
-std::string chunk_json(const ResponseMeta& meta, std::int32_t index, const std::string& text,
-                       bool first, const std::string& finish_reason,
-                       const std::string& stop_reason) {
-  return chunk_json(meta, index, text, first, finish_reason, stop_reason, {}, -1);
-}
-
-std::string chunk_json(const ResponseMeta& meta, std::int32_t index, const std::string& text,
-                       bool first, const std::string& finish_reason, const std::string& stop_reason,
-                       const std::vector<TokenLogprobText>& logprobs, std::int64_t text_offset) {
-  json choice = {{"index", index}, {"logprobs", nullptr}};
-  if (text_offset >= 0) choice["logprobs"] = logprobs_json(meta.chat, logprobs, text_offset);
-  choice["finish_reason"] = finish_reason.empty() ? json(nullptr) : json(finish_reason);
-  if (!stop_reason.empty()) choice["stop_reason"] = stop_reason;
+std::string chunk_json(const ResponseMeta& meta, const ChunkFields& c) {
+  json choice = {{"index", c.index}, {"logprobs", nullptr}};
+  if (c.text_offset >= 0) choice["logprobs"] = logprobs_json(meta.chat, c.logprobs, c.text_offset);
+  choice["finish_reason"] = c.finish_reason.empty() ? json(nullptr) : json(c.finish_reason);
+  if (!c.stop_reason.empty()) choice["stop_reason"] = c.stop_reason;
   if (meta.chat) {
-    json delta = {{"content", text}};
-    if (first) delta["role"] = "assistant";
+    json delta = {{"content", c.text}};
+    if (c.first) delta["role"] = "assistant";
     choice["delta"] = delta;
   } else {
-    choice["text"] = text;
+    choice["text"] = c.text;
   }
-  const json j = {{"id", meta.id},
-                  {"object", meta.chat ? "chat.completion.chunk" : "text_completion"},
-                  {"created", meta.created},
-                  {"model", meta.model},
-                  {"choices", json::array({choice})}};
+  json j = {{"id", meta.id},
+            {"object", meta.chat ? "chat.completion.chunk" : "text_completion"},
+            {"created", meta.created},
+            {"model", meta.model},
+            {"choices", json::array({choice})}};
+  if (c.completion_tokens >= 0) j["usage"] = usage_json(c.prompt_tokens, c.completion_tokens);
   return text_of(j);
 }
 
@@ -462,10 +461,7 @@ std::string usage_chunk_json(const ResponseMeta& meta, std::int32_t prompt_token
                   {"created", meta.created},
                   {"model", meta.model},
                   {"choices", json::array()},
-                  {"usage",
-                   {{"prompt_tokens", prompt_tokens},
-                    {"completion_tokens", completion_tokens},
-                    {"total_tokens", prompt_tokens + completion_tokens}}}};
+                  {"usage", usage_json(prompt_tokens, completion_tokens)}};
   return text_of(j);
 }
 

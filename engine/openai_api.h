@@ -62,6 +62,9 @@ struct CompletionRequest {
   std::int32_t max_tokens = 0;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
+  // stream_options.continuous_usage_stats (with include_usage): usage in every chunk, the
+  // choice's completion tokens so far (vLLM's).
+  bool continuous_usage = false;
   // vLLM's SamplingParams stop conditions (core/stop_conditions.h) and cache_salt.
   std::vector<std::int32_t> stop_token_ids;  // token ids in the vocabulary
   bool ignore_eos = false;
@@ -130,17 +133,24 @@ struct ChoiceText {
 // (completion_tokens: all choices' tokens together, as OpenAI and vLLM count them).
 std::string completion_json(const ResponseMeta& meta, const std::vector<ChoiceText>& choices,
                             std::int32_t prompt_tokens, std::int32_t completion_tokens);
-// One streamed chunk of choice `index` with `text` (a delta; the chat stream's first chunk of a
-// choice also carries the role) and, when `finish_reason` is non-empty, that reason (and
-// `stop_reason` as above). Without the "data: " framing.
-std::string chunk_json(const ResponseMeta& meta, std::int32_t index, const std::string& text,
-                       bool first, const std::string& finish_reason,
-                       const std::string& stop_reason = "");
-// The same with the chunk's tokens' log probabilities (the first at character `text_offset` of
-// the choice's text) when text_offset >= 0; -1: `logprobs` null.
-std::string chunk_json(const ResponseMeta& meta, std::int32_t index, const std::string& text,
-                       bool first, const std::string& finish_reason, const std::string& stop_reason,
-                       const std::vector<TokenLogprobText>& logprobs, std::int64_t text_offset);
+// One streamed chunk of one choice.
+struct ChunkFields {
+  std::int32_t index = 0;     // the choice
+  std::string text;           // a delta of its text
+  bool first = false;         // its first chunk (the chat stream's carries the role)
+  std::string finish_reason;  // non-empty on its last chunk ("length" or "stop")
+  std::string stop_reason;    // the stop string that ended it (vLLM's field), when non-empty
+  // The chunk's tokens' log probabilities, the first at character `text_offset` of the choice's
+  // text; text_offset -1: `logprobs` null.
+  std::vector<TokenLogprobText> logprobs;
+  std::int64_t text_offset = -1;
+  // vLLM's stream_options.continuous_usage_stats: usage with the choice's tokens so far
+  // (completion_tokens < 0: none).
+  std::int32_t prompt_tokens = 0;
+  std::int32_t completion_tokens = -1;
+};
+// Its JSON, without the "data: " framing.
+std::string chunk_json(const ResponseMeta& meta, const ChunkFields& chunk);
 // The usage chunk (stream_options.include_usage): no choices, usage filled in.
 std::string usage_chunk_json(const ResponseMeta& meta, std::int32_t prompt_tokens,
                              std::int32_t completion_tokens);

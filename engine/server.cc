@@ -222,8 +222,9 @@ struct Exchange {
   ResponseMeta meta;
   std::int32_t prompt_tokens = 0;
   std::int32_t max_tokens = 0;
-  bool logprobs = false;        // the request asked for log probabilities
-  std::vector<Choice> choices;  // n of them
+  bool logprobs = false;          // the request asked for log probabilities
+  bool continuous_usage = false;  // usage in every chunk (stream_options.continuous_usage_stats)
+  std::vector<Choice> choices;    // n of them
   std::int32_t completion_tokens() const {
     std::size_t sum = 0;
     for (const Choice& c : choices) sum += c.tokens.size();
@@ -436,6 +437,7 @@ class Server {
     spec.n = parsed.n;
     spec.logprobs = parsed.logprobs;
     ex->logprobs = parsed.logprobs >= 0;
+    ex->continuous_usage = parsed.continuous_usage;
     if (parsed.sampling) {
       spec.sampling = std::make_shared<const RequestSampling>(*parsed.sampling);
     }
@@ -538,9 +540,14 @@ class Server {
                                    : c.stopped ? "stop"
                                    : finished  ? finish_reason(u, k)
                                                : "length";
-        out += sse(chunk_json(ex->meta, k, next_text(c, text, last), c.first, reason,
-                              c.stopped ? c.stops.matched() : "", chunk_logprobs(*ex, c),
-                              ex->logprobs ? c.logprob_chars : -1));
+        ChunkFields chunk{k,
+                          next_text(c, text, last),
+                          c.first,
+                          reason,
+                          c.stopped ? c.stops.matched() : "",
+                          chunk_logprobs(*ex, c),
+                          ex->logprobs ? c.logprob_chars : -1};
+        out += sse(chunk_json(ex->meta, with_usage(*ex, c, std::move(chunk))));
         if (ex->logprobs)
           c.logprob_chars +=
               static_cast<std::int64_t>(utf8::characters(token_text(c.tokens.back())));
@@ -572,8 +579,10 @@ class Server {
           std::string text = render_text(tokenizer_, c.tokens);
           if (stream) {
             if (!c.finish_sent) {
-              out += sse(chunk_json(ex->meta, index, next_text(c, text, true), c.first, reason,
-                                    stop_reason, {}, ex->logprobs ? c.logprob_chars : -1));
+              ChunkFields chunk{
+                  index, next_text(c, text, true),           c.first, reason, stop_reason,
+                  {},    ex->logprobs ? c.logprob_chars : -1};
+              out += sse(chunk_json(ex->meta, with_usage(*ex, c, std::move(chunk))));
             }
           } else {
             if (c.stopped) text.resize(c.stops.text_end());
@@ -625,6 +634,14 @@ class Server {
     TokenLogprobText t{token_text(id), lp.logprob, {}};
     for (const auto& [alt, value] : lp.top) t.top.emplace_back(token_text(alt), value);
     return t;
+  }
+  // A chunk with the choice's usage so far, when the request asked for it in every chunk.
+  static ChunkFields with_usage(const Exchange& ex, const Choice& c, ChunkFields chunk) {
+    if (ex.continuous_usage) {
+      chunk.prompt_tokens = ex.prompt_tokens;
+      chunk.completion_tokens = static_cast<std::int32_t>(c.tokens.size());
+    }
+    return chunk;
   }
   // The logprobs of a streamed chunk: its one token's (the choice's last), when asked.
   std::vector<TokenLogprobText> chunk_logprobs(const Exchange& ex, const Choice& c) const {

@@ -191,6 +191,25 @@ TEST(EngineServe, CompletionsChatModelsAndHealth) {
   EXPECT_EQ(st.chunks.back()["usage"]["completion_tokens"], 6);
   EXPECT_EQ(st.chunks[st.chunks.size() - 2]["choices"][0]["finish_reason"], "length");
 
+  // vLLM's continuous_usage_stats: usage in every chunk, the tokens so far; without
+  // include_usage, none.
+  sbody["stream_options"]["continuous_usage_stats"] = true;
+  const Stream cu = post_stream(server, "/v1/completions", sbody);
+  ASSERT_EQ(cu.status, 200) << cu.body;
+  int so_far = 0;
+  for (const json& ch : cu.chunks) {
+    if (ch["choices"].empty()) continue;
+    ASSERT_TRUE(ch.contains("usage")) << ch.dump();
+    EXPECT_EQ(ch["usage"]["prompt_tokens"], 5);
+    EXPECT_GE(ch["usage"]["completion_tokens"].get<int>(), so_far);
+    so_far = ch["usage"]["completion_tokens"];
+  }
+  EXPECT_EQ(so_far, 6);
+  sbody["stream_options"] = {{"continuous_usage_stats", true}};
+  for (const json& ch : post_stream(server, "/v1/completions", sbody).chunks) {
+    EXPECT_FALSE(ch.contains("usage")) << ch.dump();
+  }
+
   // A text prompt (the stand-in byte tokenizer: one token per byte).
   const json tbody = {{"prompt", "hello"}, {"max_tokens", 3}};
   const httplib::Result r3 = c.Post("/v1/completions", tbody.dump(), "application/json");
