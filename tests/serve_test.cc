@@ -736,8 +736,13 @@ TEST(EngineServe, AsyncSchedulingServesTheSameTextAndAbortsClients) {
   const fs::path dir = temp_dir("serve_async");
   fs::create_directories(dir / "sync");
   fs::create_directories(dir / "async");
-  const json body = {{"prompt", {1, 2, 3, 4, 5, 6, 7}}, {"max_tokens", 12}};
-  std::string want;
+  // With log probabilities (kept per sequence across the pipelined steps) and a seeded sampled
+  // request beside it.
+  const json body = {{"prompt", {1, 2, 3, 4, 5, 6, 7}}, {"max_tokens", 12}, {"logprobs", 2}};
+  const json sampled = {
+      {"prompt", {3, 1, 4}}, {"max_tokens", 10}, {"temperature", 0.9}, {"seed", 31}};
+  std::string want, want_sampled;
+  json want_logprobs;
   {
     ServerProcess sync(dir / "sync", {});
     httplib::Client c = client_for(sync);
@@ -745,6 +750,10 @@ TEST(EngineServe, AsyncSchedulingServesTheSameTextAndAbortsClients) {
     ASSERT_TRUE(r);
     ASSERT_EQ(r->status, 200) << r->body;
     want = json::parse(r->body)["choices"][0]["text"].get<std::string>();
+    want_logprobs = json::parse(r->body)["choices"][0]["logprobs"]["token_logprobs"];
+    const httplib::Result rs = c.Post("/v1/completions", sampled.dump(), "application/json");
+    ASSERT_TRUE(rs);
+    want_sampled = json::parse(rs->body)["choices"][0]["text"].get<std::string>();
     ::kill(sync.pid(), SIGTERM);
     EXPECT_EQ(sync.wait_exit(std::chrono::seconds(20)), 0) << sync.stderr_text();
   }
@@ -755,6 +764,15 @@ TEST(EngineServe, AsyncSchedulingServesTheSameTextAndAbortsClients) {
   ASSERT_EQ(r->status, 200) << r->body;
   EXPECT_EQ(json::parse(r->body)["choices"][0]["text"], want);
   EXPECT_EQ(json::parse(r->body)["usage"]["completion_tokens"], 12);
+  const json got_logprobs = json::parse(r->body)["choices"][0]["logprobs"]["token_logprobs"];
+  ASSERT_EQ(got_logprobs.size(), 12u);
+  ASSERT_EQ(want_logprobs.size(), 12u);
+  for (std::size_t i = 0; i < 12; ++i) {
+    EXPECT_NEAR(got_logprobs[i].get<double>(), want_logprobs[i].get<double>(), 1e-4) << i;
+  }
+  const httplib::Result rs = c.Post("/v1/completions", sampled.dump(), "application/json");
+  ASSERT_TRUE(rs);
+  EXPECT_EQ(json::parse(rs->body)["choices"][0]["text"], want_sampled);
   const std::string streaming =
       json{{"prompt", std::vector<int>(300, 9)}, {"max_tokens", 1700}, {"stream", true}}.dump();
   std::vector<std::thread> threads;
