@@ -32,6 +32,12 @@ struct RequestSampling {
   double temperature = 0.0;
   double top_p = 1.0;
   std::optional<std::uint64_t> seed;  // none: the engine's seed and the sequence's id
+  // OpenAI's penalties on the sequence's own output tokens so far (not the prompt's), applied to
+  // the logits before temperature and top_p: logit[t] -= frequency_penalty x count(t) +
+  // presence_penalty x (count(t) > 0). In [-2, 2] (checked where they are made).
+  double presence_penalty = 0.0;
+  double frequency_penalty = 0.0;
+  bool penalized() const { return presence_penalty != 0 || frequency_penalty != 0; }
 };
 
 }  // namespace servelab

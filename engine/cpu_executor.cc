@@ -394,16 +394,34 @@ StepResult CpuExecutor::execute(const StepPlan& plan) {
   if (plan.num_draft_tokens > 0) result.num_accepted.assign(plan.requests.size(), 0);
   if (speculative) result.num_proposed.assign(plan.requests.size(), 0);
   std::vector<std::int32_t> history;
-  // The logits output index `index` of entry `e` samples from: before min_tokens, EOS and the
-  // stop token ids cannot be sampled (vLLM's logits processor; core/stop_conditions.h).
+  // The logits output index `index` of entry `e` samples from: the request's presence and
+  // frequency penalties on the tokens its sequence has produced before that index
+  // (engine/sample_stream.h), then, before min_tokens, EOS and the stop token ids cannot be
+  // sampled (vLLM's logits processor; core/stop_conditions.h).
   Eigen::VectorXf masked;
+  std::vector<std::int32_t> later;
   const auto allowed = [&](const ScheduledRequest& e, std::size_t index,
                            const Eigen::VectorXf& logits) -> const Eigen::VectorXf& {
-    if (e.spec->stop == nullptr) return logits;
+    const bool penalized = e.spec->sampling != nullptr && e.spec->sampling->penalized();
+    if (e.spec->stop == nullptr && !penalized) return logits;
     const std::vector<std::int32_t> banned =
-        suppressed_tokens(*e.spec, static_cast<std::int32_t>(index));
-    if (banned.empty()) return logits;
+        e.spec->stop == nullptr ? std::vector<std::int32_t>{}
+                                : suppressed_tokens(*e.spec, static_cast<std::int32_t>(index));
+    if (banned.empty() && !penalized) return logits;
     masked = logits;
+    if (penalized) {
+      // The outputs beyond e.output_tokens: the previous step's token (async scheduling), then
+      // a verify row's drafts before it.
+      const auto i = static_cast<std::size_t>(&e - plan.requests.data());
+      const std::size_t extra = index - e.output_tokens.size();
+      later.clear();
+      if (takes_previous[i] != 0 && extra > 0) later.push_back(previous_.token(e.id));
+      const std::span<const std::int32_t> drafts = plan.drafts_of(i);
+      while (later.size() < extra) later.push_back(drafts[later.size() - takes_previous[i]]);
+      for (const auto& [t, delta] : penalty_deltas(*e.spec, e.output_tokens, later)) {
+        if (t >= 0 && t < masked.size()) masked[t] += delta;
+      }
+    }
     for (const std::int32_t t : banned) {
       if (t >= 0 && t < masked.size()) masked[t] = -std::numeric_limits<float>::infinity();
     }

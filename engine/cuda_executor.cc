@@ -892,6 +892,9 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
   std::vector<std::int32_t> p_begin, p_num, p_first, p_tables;
   std::vector<std::int32_t> sample_rows;
   std::vector<std::int32_t> mask_rows, mask_tokens;  // (sampled row, token) it must not draw
+  std::vector<std::int32_t> pen_rows, pen_tokens;    // (sampled row, token) a penalty lowers
+  std::vector<float> pen_deltas;                     // by this much
+  std::vector<std::int32_t> later;                   // a row's outputs past e.output_tokens
   std::vector<float> sample_u;
   // Rows' own (temperature, top_p) when a sampled entry's request has its own sampling
   // parameters (RequestSpec::sampling); then every row of the step takes the per-row kernel.
@@ -988,6 +991,20 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
         mask_rows.push_back(static_cast<std::int32_t>(sample_rows.size()));
         mask_tokens.push_back(t);
       }
+      if (e.spec->sampling != nullptr && e.spec->sampling->penalized()) {
+        // CpuExecutor's penalties: over the outputs before this index (the previous step's
+        // token, then a verify row's drafts, past e.output_tokens).
+        const std::size_t extra = index - e.output_tokens.size();
+        later.clear();
+        if (takes_previous[i] != 0 && extra > 0) later.push_back(s.previous.token(e.id));
+        const std::span<const std::int32_t> drafts = plan.drafts_of(i);
+        while (later.size() < extra) later.push_back(drafts[later.size() - takes_previous[i]]);
+        for (const auto& [t, delta] : penalty_deltas(*e.spec, e.output_tokens, later)) {
+          pen_rows.push_back(static_cast<std::int32_t>(sample_rows.size()));
+          pen_tokens.push_back(t);
+          pen_deltas.push_back(delta);
+        }
+      }
       sample_rows.push_back(row0 + e.num_tokens - 1 - d + j);
       sample_k.push_back(k);
       sample_entry.push_back(i);
@@ -1044,7 +1061,9 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
                     o_in = s.staging.add(pairs_of(plan.swap_in)),
                     o_copy = s.staging.add(pairs_of(plan.copies)),
                     o_mrows = s.staging.add(mask_rows), o_mtoks = s.staging.add(mask_tokens),
-                    o_lrows = s.staging.add(lora_rows), o_sparams = s.staging.add(sample_params);
+                    o_lrows = s.staging.add(lora_rows), o_sparams = s.staging.add(sample_params),
+                    o_prows = s.staging.add(pen_rows), o_ptoks = s.staging.add(pen_tokens),
+                    o_pdeltas = s.staging.add(pen_deltas);
   const TierPhases tier = tier_phases(plan);
   std::vector<std::size_t> o_tier;
   for (const TierPhase& ph : tier.phases) o_tier.push_back(s.staging.add(ph.pairs));
@@ -1243,6 +1262,9 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
                       s.logits.as<float>() + std::int64_t{first_sample[i]} * m.vocab_size,
                       static_cast<std::size_t>(m.vocab_size) * sizeof(float), s.stream.get());
       }
+      k::add_to_logits(s.logits.as<float>(), m.vocab_size, i32(o_prows), i32(o_ptoks),
+                       reinterpret_cast<const float*>(at(o_pdeltas)),
+                       static_cast<std::int32_t>(pen_rows.size()), s.stream.get());
       k::mask_logits(s.logits.as<float>(), m.vocab_size, i32(o_mrows), i32(o_mtoks),
                      static_cast<std::int32_t>(mask_rows.size()), s.stream.get());
       if (per_row) {

@@ -51,15 +51,6 @@ void expect(bool ok, const std::string& param, const std::string& what) {
   if (!ok) throw bad("'" + param + "': expected " + what, param);
 }
 
-// A number field that must equal `required` (what the engine implements), when present.
-void only_value(const json& body, const char* key, double required, const std::string& why) {
-  if (!body.contains(key) || body[key].is_null()) return;
-  expect(body[key].is_number(), key, "a number");
-  if (body[key].get<double>() != required) {
-    throw bad(std::string("'") + key + "': only " + why + " is supported", key);
-  }
-}
-
 std::vector<std::int32_t> token_array(const json& a, const std::string& param,
                                       const ApiLimits& limits) {
   std::vector<std::int32_t> ids;
@@ -252,7 +243,16 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat,
     }
   }
   const auto given = [&](const char* key) { return body.contains(key) && !body[key].is_null(); };
-  if (given("temperature") || given("top_p") || given("seed")) {
+  const auto penalty = [&](const char* key) {
+    if (!given(key)) return 0.0;
+    const json& v = body[key];
+    expect(v.is_number() && v.get<double>() >= -2 && v.get<double>() <= 2, key,
+           "a number in [-2, 2]");
+    return v.get<double>();
+  };
+  const double presence = penalty("presence_penalty"), frequency = penalty("frequency_penalty");
+  if (given("temperature") || given("top_p") || given("seed") || presence != 0 ||
+      frequency != 0) {
     RequestSampling sp;
     if (given("temperature")) {
       expect(body["temperature"].is_number() && body["temperature"].get<double>() >= 0,
@@ -273,6 +273,8 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat,
       sp.seed = seed.is_number_unsigned() ? seed.get<std::uint64_t>()
                                           : static_cast<std::uint64_t>(seed.get<std::int64_t>());
     }
+    sp.presence_penalty = presence;
+    sp.frequency_penalty = frequency;
     r.sampling = sp;
   }
   if (given("n")) {
@@ -290,8 +292,6 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat,
                 "best_of");
     }
   }
-  only_value(body, "presence_penalty", 0, "0");
-  only_value(body, "frequency_penalty", 0, "0");
   // Log probabilities: completions take `logprobs: K`, chat `logprobs: true` with
   // `top_logprobs: K` (K alternatives per token, 0 .. kMaxLogprobs); false or null: none.
   const std::string k_range = "an integer in [0, " + std::to_string(kMaxLogprobs) + "]";

@@ -5,7 +5,7 @@
 // Every problem with a request is an ApiError carrying the HTTP status and OpenAI's error object
 // {"error": {"message", "type", "param", "code"}}: malformed JSON, a body that is not an object,
 // an unknown field, a field of the wrong type or out of range, a sampling parameter the engine
-// does not implement (penalties, echo, best_of other than n), a token id outside the
+// does not implement (echo, best_of other than n), a token id outside the
 // vocabulary, an empty prompt, or prompt + max_tokens over the model's context (max_model_len).
 // A `model` that is neither the served model nor one of its LoRA adapters is 404. A nonzero
 // `priority` where the server does not schedule by priority is 400 (param "priority").
@@ -79,9 +79,10 @@ struct CompletionRequest {
   // the `fair` queue order shares the server among users.
   std::int32_t priority = 0;
   std::string user;
-  // temperature, top_p and seed: present when the body gave any of them (the others then take
-  // OpenAI's defaults for greedy-first servers: temperature 0, top_p 1, no seed); absent, the
-  // engine's own (greedy). A temperature below 1e-5 is greedy (vLLM's _SAMPLING_EPS).
+  // temperature, top_p, seed and the presence and frequency penalties: present when the body gave
+  // any of the first three or a nonzero penalty (the others then take temperature 0, top_p 1, no
+  // seed, no penalty); absent, the engine's own (greedy). A temperature below 1e-5 is greedy
+  // (vLLM's _SAMPLING_EPS).
   std::optional<RequestSampling> sampling;
   std::int32_t n = 1;  // choices (parallel samples), 1 .. kMaxSamples
   // Log probabilities of the output tokens with this many alternatives each (completions'

@@ -1,5 +1,7 @@
 #include "engine/sample_stream.h"
 
+#include <map>
+
 #include "core/rng.h"
 
 namespace servelab {
@@ -22,6 +24,23 @@ RowSampling row_sampling(const SamplingParams& engine, const RequestSpec& spec, 
   Rng rng(stream ^ mix64(index));
   row.u = rng.uniform();
   return row;
+}
+
+std::vector<std::pair<std::int32_t, float>> penalty_deltas(const RequestSpec& spec,
+                                                           std::span<const std::int32_t> earlier,
+                                                           std::span<const std::int32_t> later) {
+  std::vector<std::pair<std::int32_t, float>> out;
+  const RequestSampling* own = spec.sampling.get();
+  if (own == nullptr || !own->penalized()) return out;
+  std::map<std::int32_t, std::int32_t> counts;
+  for (const std::int32_t t : earlier) ++counts[t];
+  for (const std::int32_t t : later) ++counts[t];
+  out.reserve(counts.size());
+  for (const auto& [token, count] : counts) {
+    out.emplace_back(token,
+                     static_cast<float>(-(own->frequency_penalty * count + own->presence_penalty)));
+  }
+  return out;
 }
 
 }  // namespace servelab

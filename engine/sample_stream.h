@@ -1,10 +1,14 @@
 // What a sampled row of a step draws with: the temperature and top_p that apply to it (the
-// request's own, else the engine's) and its uniform draw u from the stream core/sampling_params.h
-// describes. CpuExecutor and CudaExecutor both take their rows' parameters from here, so the two
-// draw the same u for the same token of the same sequence.
+// request's own, else the engine's), its uniform draw u from the stream core/sampling_params.h
+// describes, and the request's penalties on its logits. CpuExecutor and CudaExecutor both take
+// their rows' parameters from here, so the two draw the same u for the same token of the same
+// sequence.
 #pragma once
 
 #include <cstdint>
+#include <span>
+#include <utility>
+#include <vector>
 
 #include "core/request.h"
 #include "core/sampling_params.h"
@@ -22,5 +26,13 @@ struct RowSampling {
 // `engine` parameters.
 RowSampling row_sampling(const SamplingParams& engine, const RequestSpec& spec, RequestId id,
                          std::uint64_t index);
+
+// The presence and frequency penalties of request `spec` (RequestSampling) for a row whose
+// sequence has produced the tokens `earlier` followed by `later` (its outputs, then what the
+// executor alone knows: the previous step's token, a verify row's drafts before it): the amount
+// to add to each penalized token's logit, by token id ascending. Empty without penalties.
+std::vector<std::pair<std::int32_t, float>> penalty_deltas(const RequestSpec& spec,
+                                                           std::span<const std::int32_t> earlier,
+                                                           std::span<const std::int32_t> later);
 
 }  // namespace servelab

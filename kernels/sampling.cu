@@ -71,6 +71,14 @@ __device__ void greedy_row(const float* row, std::int32_t vocab, std::int32_t* o
   }
 }
 
+__global__ void add_kernel(float* logits, std::int32_t vocab, const std::int32_t* rows,
+                           const std::int32_t* tokens, const float* deltas, std::int32_t n) {
+  const std::int32_t i = static_cast<std::int32_t>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (i >= n) return;
+  const std::int32_t t = tokens[i];
+  if (t >= 0 && t < vocab) logits[std::int64_t{rows[i]} * vocab + t] += deltas[i];
+}
+
 __global__ void __launch_bounds__(kThreads)
     greedy_kernel(const float* logits, std::int32_t vocab, std::int32_t* out) {
   greedy_row(logits + std::int64_t{blockIdx.x} * vocab, vocab, out + blockIdx.x);
@@ -167,6 +175,16 @@ void mask_logits(float* logits, std::int32_t vocab, const std::int32_t* rows,
                   detail::as_stream(stream))
   (logits, vocab, rows, tokens, n);
   detail::check_launch("mask_logits");
+}
+
+void add_to_logits(float* logits, std::int32_t vocab, const std::int32_t* rows,
+                   const std::int32_t* tokens, const float* deltas, std::int32_t n, Stream stream) {
+  if (n <= 0) return;
+  constexpr int kAddThreads = 128;
+  SERVELAB_LAUNCH(add_kernel, (n + kAddThreads - 1) / kAddThreads, kAddThreads, 0,
+                  detail::as_stream(stream))
+  (logits, vocab, rows, tokens, deltas, n);
+  detail::check_launch("add_to_logits");
 }
 
 void greedy_sample(const float* logits, std::int32_t num_rows, std::int32_t vocab,

@@ -34,4 +34,10 @@ void sample_rows(const float* logits, std::int32_t num_rows, std::int32_t vocab,
 void mask_logits(float* logits, std::int32_t vocab, const std::int32_t* rows,
                  const std::int32_t* tokens, std::int32_t n, Stream stream);
 
+// logits[rows[i] * vocab + tokens[i]] += deltas[i] for i < n (presence and frequency penalties,
+// engine/sample_stream.h penalty_deltas); each (row, token) at most once; an entry whose token is
+// outside [0, vocab) is skipped. rows, tokens, deltas: device [n].
+void add_to_logits(float* logits, std::int32_t vocab, const std::int32_t* rows,
+                   const std::int32_t* tokens, const float* deltas, std::int32_t n, Stream stream);
+
 }  // namespace servelab::kernels

@@ -602,6 +602,35 @@ TEST(GpuExecutor, EachRequestSamplesWithItsOwnParameters) {
 #endif
 }
 
+// Presence and frequency penalties (RequestSampling): the logits the step samples from are the
+// unpenalized ones lowered by penalty_deltas over the entry's outputs, at those tokens only.
+TEST(GpuExecutor, PenaltiesLowerTheLogitsOfTheOutputs) {
+  REQUIRE_GPU();
+#if SERVELAB_HAVE_CUDA
+  const LlamaWeights w = LlamaWeights::random(GpuConfig(64, 4, 2, false), 9);
+  RequestSpec spec = make_request(1, 0, {{unique_content_id(14, 1), 0, 12}}, 8);
+  const std::vector<std::int32_t> outputs = {17, 5, 17, 900};
+  const std::vector<BlockId> table = {1, 2};
+  const auto logits_of = [&](const RequestSpec& r) {
+    CudaExecutor gpu(w, GpuOptions(8, 8));
+    gpu.execute(OnePlan(r, outputs, 0, 16, table));
+    return gpu.last_logits()[0];
+  };
+  const std::vector<float> plain = logits_of(spec);
+  RequestSampling own;
+  own.presence_penalty = 0.5;
+  own.frequency_penalty = 1.25;
+  spec.sampling = std::make_shared<const RequestSampling>(own);
+  const std::vector<float> penalized = logits_of(spec);
+  const auto deltas = penalty_deltas(spec, outputs, {});
+  ASSERT_EQ(deltas.size(), 3u);
+  std::vector<float> want = plain;
+  for (const auto& [t, d] : deltas) want[static_cast<std::size_t>(t)] += d;
+  EXPECT_EQ(penalized, want);
+  EXPECT_FLOAT_EQ(penalized[17] - plain[17], -3.0f);
+#endif
+}
+
 // Log probabilities (RequestSpec::logprobs): the entries that ask, and the forked samples of one
 // that asks, get token_logprobs of their row's raw logits (those keep_logits returns, no mask
 // here); the others none.

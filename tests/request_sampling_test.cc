@@ -119,6 +119,60 @@ TEST(RequestSampling, UnseededRequestsDrawFromTheEnginesStreamOfTheirId) {
   EXPECT_EQ(greedy_own.at(7), two.at(7));
 }
 
+// Presence and frequency penalties: each token of a greedy request is the argmax of its row's
+// raw logits lowered by penalty_deltas over the outputs before it; with a large enough
+// frequency penalty the output differs from the unpenalized one; unpenalized requests beside it
+// are untouched.
+TEST(RequestSampling, PenaltiesLowerTheLogitsOfTheOutputsSoFar) {
+  const LlamaWeights w = LlamaWeights::random(load_llama_config("tiny", default_catalog_dir()), 4);
+  SchedulerConfig sc;
+  sc.block_size = 8;
+  sc.max_model_len = 256;
+  BlockPool pool(64);
+  KvCacheManager kv(pool, sc.block_size, sc.max_model_len, true);
+  Outputs out;
+  Scheduler s(sc, kv, &out);
+  CpuExecutorOptions eo;
+  eo.block_size = 8;
+  eo.num_blocks = 64;
+  CpuExecutor ex(w, eo);
+  RequestSampling penalized;
+  penalized.presence_penalty = 1.5;
+  penalized.frequency_penalty = 2.0;
+  s.add_request(Prompt(0, 5, penalized), 0);
+  s.add_request(Prompt(1, 5, std::nullopt), 0);
+  TimeNs t = 0;
+  int checked = 0;
+  while (s.has_unfinished()) {
+    const StepPlan& plan = s.schedule(t);
+    const StepResult r = ex.execute(plan);
+    for (std::size_t i = 0; i < plan.requests.size(); ++i) {
+      const ScheduledRequest& e = plan.requests[i];
+      if (!e.samples || e.id != 0) continue;
+      Eigen::VectorXf logits = ex.last_logits()[i];
+      for (const auto& [token, delta] : penalty_deltas(*e.spec, e.output_tokens, {})) {
+        logits[token] += delta;
+      }
+      Eigen::Index best = 0;
+      logits.maxCoeff(&best);
+      EXPECT_EQ(r.sampled_tokens[i], best) << "output " << e.output_tokens.size();
+      ++checked;
+    }
+    t += 1000;
+    s.complete(r, t);
+  }
+  EXPECT_EQ(checked, 10);
+  EXPECT_NE(out.tokens.at(0), out.tokens.at(1));  // the same prompt, greedy, penalized or not
+  EXPECT_EQ(out.tokens.at(1), Generate(w, SamplingParams{}, {Prompt(1, 5, std::nullopt)}).at(1));
+  // The deltas: -(frequency x count + presence) per distinct token, ids ascending.
+  const std::vector<std::int32_t> earlier = {7, 3, 7}, later = {7};
+  const auto d = penalty_deltas(Prompt(2, 5, penalized), earlier, later);
+  ASSERT_EQ(d.size(), 2u);
+  EXPECT_EQ(d[0], (std::pair<std::int32_t, float>{3, -3.5f}));
+  EXPECT_EQ(d[1], (std::pair<std::int32_t, float>{7, -7.5f}));
+  EXPECT_TRUE(penalty_deltas(Prompt(2, 5, RequestSampling{1.0, 1.0, 1}), earlier, later).empty());
+}
+
 TEST(RequestSampling, RowSamplingStreams) {
   const SamplingParams engine{0.5, 0.8, 9};
   RequestSpec spec = make_request(4, 0, {{1, 0, 4}}, 4);

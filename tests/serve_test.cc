@@ -337,6 +337,22 @@ TEST(EngineServe, SeededSamplingAndParallelChoices) {
   }
   EXPECT_GE(stopped_choices, 1);
   EXPECT_LT(js["usage"]["completion_tokens"].get<int>(), 48);
+  // Presence and frequency penalties change a greedy output; zero ones do not. (Compared by
+  // the tokens' logprobs: the text shows many byte tokens as the same U+FFFD. 300 tokens of a
+  // 256-token vocabulary repeat one.)
+  const json greedy = {{"prompt", {1, 2, 3, 4, 5}}, {"max_tokens", 300}, {"logprobs", 0}};
+  const auto tokens_of = [&](const json& body) {
+    return complete(body)["choices"][0]["logprobs"]["token_logprobs"];
+  };
+  const json plain = tokens_of(greedy);
+  json zero = greedy;
+  zero["presence_penalty"] = 0;
+  zero["frequency_penalty"] = 0.0;
+  EXPECT_EQ(tokens_of(zero), plain);
+  json penalized = greedy;
+  penalized["presence_penalty"] = 2;
+  penalized["frequency_penalty"] = 2;
+  EXPECT_NE(tokens_of(penalized), plain);
   // More choices than the server has seats (max_num_seqs 256): the scheduler's reason, on n.
   json many = seeded(1);
   many["n"] = 300;

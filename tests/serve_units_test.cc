@@ -296,6 +296,12 @@ TEST(OpenAiApi, SamplingParametersAndN) {
   EXPECT_EQ(parse(R"({"prompt": "a", "temperature": 0.000001})").sampling->temperature, 0.0);
   EXPECT_EQ(parse(R"({"prompt": "a", "temperature": null, "n": null})").sampling, std::nullopt);
   EXPECT_EQ(parse(R"({"prompt": "a", "n": 4, "best_of": 4})").n, 4);
+  r = parse(R"({"prompt": "a", "presence_penalty": 0.5, "frequency_penalty": -1})");
+  ASSERT_TRUE(r.sampling);  // penalties alone: greedy with them
+  EXPECT_EQ(r.sampling->temperature, 0.0);
+  EXPECT_EQ(r.sampling->presence_penalty, 0.5);
+  EXPECT_EQ(r.sampling->frequency_penalty, -1.0);
+  EXPECT_FALSE(parse(R"({"prompt": "a", "presence_penalty": 0})").sampling);
   const std::vector<std::pair<std::string, std::string>> bad = {
       {R"({"prompt": "a", "temperature": -0.5})", "temperature"},
       {R"({"prompt": "a", "temperature": "hot"})", "temperature"},
@@ -307,7 +313,8 @@ TEST(OpenAiApi, SamplingParametersAndN) {
       {R"({"prompt": "a", "n": 2.5})", "n"},
       {R"({"prompt": "a", "n": 2, "best_of": 3})", "best_of"},
       {R"({"prompt": "a", "best_of": 2})", "best_of"},
-      {R"({"prompt": "a", "presence_penalty": 0.5})", "presence_penalty"},
+      {R"({"prompt": "a", "presence_penalty": 2.5})", "presence_penalty"},
+      {R"({"prompt": "a", "frequency_penalty": "high"})", "frequency_penalty"},
   };
   for (const auto& [body, param] : bad) {
     try {
