@@ -21,6 +21,7 @@
 
 #include "core/json_depth.h"
 #include "core/request.h"
+#include "core/sampling_params.h"
 #include "serving/cli.h"
 #include "serving/interrupt.h"
 #include "serving/lora_modules.h"
@@ -170,6 +171,15 @@ Outcome send_one(httplib::Client& client, const Endpoint& e, const std::string& 
   // any choice, the gaps are taken within each choice, output_tokens is usage's sum over them
   // (docs/metrics.md "Parallel sampling": the simulator's definitions).
   if (spec.n > 1) body["n"] = spec.n;
+  // The workload's draws (workload.sampling: temperature, top_p, seed, penalties), as a client's
+  // fields; greedy (temperature 0) otherwise.
+  if (const RequestSampling* d = spec.sampling.get()) {
+    body["temperature"] = d->temperature;
+    body["top_p"] = d->top_p;
+    if (d->seed) body["seed"] = *d->seed;
+    if (d->presence_penalty != 0) body["presence_penalty"] = d->presence_penalty;
+    if (d->frequency_penalty != 0) body["frequency_penalty"] = d->frequency_penalty;
+  }
   Outcome o;
   RequestRecord& r = o.record;
   r.id = spec.id;

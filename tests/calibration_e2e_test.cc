@@ -21,17 +21,10 @@ namespace {
 
 using test_util::Cli;
 using test_util::read_file;
+using test_util::run_engine_cli;
 using test_util::run_sim;
 using test_util::temp_dir;
 using test_util::write_file;
-
-Cli run_engine_cli(const std::string& args, const test_util::fs::path& dir) {
-  const auto out = dir / "engine_stdout.txt", err = dir / "engine_stderr.txt";
-  const std::string cmd =
-      servelab_program("engine") + " " + args + " > " + out.string() + " 2> " + err.string();
-  const int status = std::system(cmd.c_str());
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_file(out), read_file(err)};
-}
 
 // Every request arrives at time 0, so both backends see the same events and schedule alike.
 const char* kExperiment =

@@ -17,6 +17,7 @@ namespace {
 
 using test_util::Cli;
 using test_util::read_file;
+using test_util::run_engine_cli;
 using test_util::run_sim;
 using test_util::temp_dir;
 using test_util::write_file;
@@ -205,14 +206,6 @@ TEST(CalibrationMachine, SimCommandsWarnOnceOnAnotherCpu) {
     EXPECT_EQ(r.code, 2) << r.err;
     EXPECT_NE(r.err.find(kMachineNameEnv), std::string::npos) << r.err;
   }
-}
-
-Cli run_engine_cli(const std::string& args, const test_util::fs::path& dir) {
-  const auto out = dir / "engine_stdout.txt", err = dir / "engine_stderr.txt";
-  const std::string cmd =
-      servelab_program("engine") + " " + args + " > " + out.string() + " 2> " + err.string();
-  const int status = std::system(cmd.c_str());
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_file(out), read_file(err)};
 }
 
 // `engine run --device cpu` compares the device it runs on: another CPU or a CUDA calibration

@@ -50,14 +50,6 @@ ExperimentConfig write_experiment(const fs::path& dir) {
   return load_experiment((dir / "exp.yaml").string(), {});
 }
 
-Cli run_engine_cli(const std::string& args, const fs::path& dir) {
-  const fs::path out = dir / "stdout.txt", err = dir / "stderr.txt";
-  const std::string cmd =
-      servelab_program("engine") + " " + args + " > " + out.string() + " 2> " + err.string();
-  const int status = std::system(cmd.c_str());
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_file(out), read_file(err)};
-}
-
 TEST(EngineRun, SameScheduleAsTheSimulatorWhenAllArriveAtZero) {
   const fs::path dir = temp_dir("engine_agnostic");
   ExperimentConfig c = write_experiment(dir);
@@ -415,6 +407,37 @@ TEST(EngineRun, BadCudaSwitchIsAnErrorNamingTheVariable) {
             std::string::npos)
       << cli.err;
   EXPECT_FALSE(fs::exists(dir / "run"));
+  fs::remove_all(dir);
+}
+
+// Workload draws (workload.sampling: temperature, top_p, seed; traces/sampling_options.h):
+// `engine run` samples every request with them, reproducibly (the same tokens twice), other than
+// greedy, other with another seed; request i is seeded seed + i, so its tokens do not depend on
+// the others. The stop conditions stay off: every request runs to its length.
+TEST(EngineRun, WorkloadDrawsSampleEveryRequestReproducibly) {
+  const fs::path dir = temp_dir("engine_draws");
+  const auto tokens = [&](const std::string& name, const std::string& sampling, int requests = 6) {
+    std::string exp = kAllAtZero;
+    exp.replace(exp.find("num_requests: 40"), 16, "num_requests: " + std::to_string(requests));
+    write_file(dir / (name + ".yaml"), exp + sampling);
+    const Cli cli = run_engine_cli(
+        "run " + (dir / (name + ".yaml")).string() + " -q --tokens --out " + (dir / name).string(),
+        dir);
+    EXPECT_EQ(cli.code, 0) << cli.err;
+    for (const auto& r : read_csv(dir / name / "requests.csv")) EXPECT_EQ(r.at("reason"), "length");
+    return read_file(dir / name / "tokens.jsonl");
+  };
+  const std::string greedy = tokens("greedy", "");
+  const std::string drawn =
+      tokens("drawn", "  sampling: {temperature: 1.0, top_p: 0.9, seed: 5}\n");
+  EXPECT_NE(drawn, greedy);
+  EXPECT_EQ(tokens("again", "  sampling: {temperature: 1.0, top_p: 0.9, seed: 5}\n"), drawn);
+  EXPECT_NE(tokens("other", "  sampling: {temperature: 1.0, top_p: 0.9, seed: 6}\n"), drawn);
+  // Request 0's line alone: the same with fewer requests beside it.
+  const std::string first = drawn.substr(0, drawn.find('\n'));
+  const std::string alone =
+      tokens("alone", "  sampling: {temperature: 1.0, top_p: 0.9, seed: 5}\n", 1);
+  EXPECT_EQ(alone.substr(0, alone.find('\n')), first);
   fs::remove_all(dir);
 }
 

@@ -113,6 +113,17 @@ TEST(SimStops, CacheSaltSeparatesSharedPrefixes) {
   fs::remove_all(dir);
 }
 
+// The engine's draws (temperature, top_p, seed, penalties) cost the simulator nothing: its
+// requests.csv is the plain run's, and alone they leave the stop conditions off ("length").
+TEST(SimStops, DrawKeysChangeNothingInTheSimulator) {
+  const fs::path dir = temp_dir("sim_draws");
+  RunSim(dir, "plain", "");
+  RunSim(dir, "draws",
+         "  sampling: {temperature: 0.7, top_p: 0.9, seed: 3, frequency_penalty: 0.5}\n");
+  EXPECT_EQ(read_file(dir / "draws" / "requests.csv"), read_file(dir / "plain" / "requests.csv"));
+  fs::remove_all(dir);
+}
+
 TEST(SimStops, BadKeysAreExitCode2NamingTheKey) {
   const fs::path dir = temp_dir("sim_stops_bad");
   const auto err = [&](const std::string& extra) {
@@ -130,6 +141,12 @@ TEST(SimStops, BadKeysAreExitCode2NamingTheKey) {
   EXPECT_NE(err("  cache_salt: {value: a, per_tenant: true}\n").find("workload.cache_salt"),
             std::string::npos);
   EXPECT_NE(err("  cache_salt: salt\n").find("workload.cache_salt"), std::string::npos);
+  EXPECT_NE(err("  sampling: {temperature: -1}\n").find("workload.sampling.temperature"),
+            std::string::npos);
+  EXPECT_NE(err("  sampling: {top_p: 0}\n").find("workload.sampling.top_p"), std::string::npos);
+  EXPECT_NE(err("  sampling: {seed: -3}\n").find("workload.sampling.seed"), std::string::npos);
+  EXPECT_NE(err("  sampling: {presence_penalty: 2.5}\n").find("workload.sampling.presence_penalty"),
+            std::string::npos);
   fs::remove_all(dir);
 }
 

@@ -108,13 +108,25 @@ struct Cli {
   std::string out, err;
 };
 
-// Runs `sim ARGS` with stdout and stderr captured in files under `dir`.
-inline Cli run_sim(const std::string& args, const fs::path& dir) {
-  const fs::path out = dir / "stdout.txt", err = dir / "stderr.txt";
+// Runs `PROGRAM ARGS` (a ServeLab program: sim, engine) with stdout and stderr captured in the
+// files `out` and `err`.
+inline Cli run_program(const std::string& program, const std::string& args, const fs::path& out,
+                       const fs::path& err) {
   const std::string cmd =
-      servelab_program("sim") + " " + args + " > " + out.string() + " 2> " + err.string();
+      servelab_program(program) + " " + args + " > " + out.string() + " 2> " + err.string();
   const int status = std::system(cmd.c_str());
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_file(out), read_file(err)};
+}
+
+// Runs `sim ARGS` with stdout and stderr captured in files under `dir`.
+inline Cli run_sim(const std::string& args, const fs::path& dir) {
+  return run_program("sim", args, dir / "stdout.txt", dir / "stderr.txt");
+}
+
+// Runs `engine ARGS` with stdout and stderr captured in files under `dir` (engine_stdout.txt,
+// engine_stderr.txt: a test may run sim in the same folder).
+inline Cli run_engine_cli(const std::string& args, const fs::path& dir) {
+  return run_program("engine", args, dir / "engine_stdout.txt", dir / "engine_stderr.txt");
 }
 
 }  // namespace servelab::test_util

@@ -42,14 +42,6 @@ void expect_user_error(const Cli& cli, const std::vector<std::string>& needles) 
   }
 }
 
-Cli run_engine(const std::string& args, const fs::path& dir) {
-  const auto out = dir / "engine_stdout.txt", err = dir / "engine_stderr.txt";
-  const std::string cmd =
-      servelab_program("engine") + " " + args + " > " + out.string() + " 2> " + err.string();
-  const int status = std::system(cmd.c_str());
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_file(out), read_file(err)};
-}
-
 TEST(UserErrors, DuplicateYamlKeyNamesTheLine) {
   const fs::path dir = temp_dir("ue_duplicate");
   write_file(dir / "e.yaml", experiment(kSmall) + "seed: 8\n");
@@ -256,18 +248,18 @@ TEST(UserErrors, MalformedOrNonFiniteCheckpointsAreExitCode2) {
   const fs::path dir = temp_dir("ue_checkpoint");
   write_file(dir / "e.yaml", experiment(kSmall));
   write_file(dir / "bad.safetensors", std::string("\x10\0\0\0\0\0\0\0{\"a\": 1}", 16));
-  expect_user_error(run_engine("run " + (dir / "e.yaml").string() + " -q --weights " +
-                                   (dir / "bad.safetensors").string(),
-                               dir),
+  expect_user_error(run_engine_cli("run " + (dir / "e.yaml").string() + " -q --weights " +
+                                       (dir / "bad.safetensors").string(),
+                                   dir),
                     {"bad.safetensors"});
   // A valid checkpoint with one NaN weight: refused, naming the tensor.
   const LlamaConfig llama = load_llama_config("tiny", default_catalog_dir());
   LlamaWeights w = LlamaWeights::random(llama, 1);
   w.norm(0) = std::numeric_limits<float>::quiet_NaN();
   w.save((dir / "nan.safetensors").string());
-  expect_user_error(run_engine("run " + (dir / "e.yaml").string() + " -q --weights " +
-                                   (dir / "nan.safetensors").string(),
-                               dir),
+  expect_user_error(run_engine_cli("run " + (dir / "e.yaml").string() + " -q --weights " +
+                                       (dir / "nan.safetensors").string(),
+                                   dir),
                     {"nan.safetensors", "model.norm.weight", "non-finite"});
 }
 
@@ -286,8 +278,8 @@ TEST(UserErrors, TheCpuEngineChecksMemoryBeforeAllocating) {
                  kSmall);
   const auto start = std::chrono::steady_clock::now();
   expect_user_error(
-      run_engine("run " + (dir / "e.yaml").string() + " -q --kv-memory-gb " + std::to_string(gib),
-                 dir),
+      run_engine_cli(
+          "run " + (dir / "e.yaml").string() + " -q --kv-memory-gb " + std::to_string(gib), dir),
       {"MemAvailable", "KV cache"});
   // Expanded, the bomb is 10^10 nodes: hours. Refused, it is two `sim` commands (about 9 s in the
   // ASan build on a loaded 2-core machine): a bound far from both, so load cannot fail it.
@@ -331,10 +323,10 @@ TEST(UserErrors, ControlCharactersInMessagesAreEscaped) {
 TEST(UserErrors, KvMemoryIgnoredForAFixedBlockCountIsNoted) {
   const fs::path dir = temp_dir("ue_kv_memory");
   write_file(dir / "e.yaml", experiment(kSmall));  // serving.num_gpu_blocks: 64
-  const Cli cli = run_engine("run " + (dir / "e.yaml").string() +
-                                 " -q --kv-memory-gb 0.5 --set workload.num_requests=3 --out " +
-                                 (dir / "out").string(),
-                             dir);
+  const Cli cli = run_engine_cli("run " + (dir / "e.yaml").string() +
+                                     " -q --kv-memory-gb 0.5 --set workload.num_requests=3 --out " +
+                                     (dir / "out").string(),
+                                 dir);
   EXPECT_EQ(cli.code, 0) << cli.err;
   EXPECT_NE(cli.err.find("--kv-memory-gb is not used: the experiment sets serving.num_gpu_blocks "
                          "(64)"),
@@ -348,8 +340,8 @@ TEST(UserErrors, EngineProfileChecksMemoryBeforeAllocating) {
   const fs::path dir = temp_dir("ue_profile_memory");
   if (!fs::exists("/proc/meminfo")) GTEST_SKIP() << "no /proc/meminfo";
   expect_user_error(
-      run_engine("profile --model Llama-3-70B --quick -o " + (dir / "p.csv").string() + " --quiet",
-                 dir),
+      run_engine_cli(
+          "profile --model Llama-3-70B --quick -o " + (dir / "p.csv").string() + " --quiet", dir),
       {"engine profile: model Llama-3-70B needs about", "MemAvailable"});
   EXPECT_FALSE(fs::exists(dir / "p.csv"));
 }

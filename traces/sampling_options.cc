@@ -12,9 +12,28 @@ RequestOptions parse_request_options(const ConfigNode& s) {
   RequestOptions o;
   if (s.has("sampling")) {
     const ConfigNode n = s.at("sampling");
-    if (!n.is_map()) n.fail("a mapping (max_tokens, eos_probability, min_tokens, ignore_eos)");
-    n.allow_keys({"max_tokens", "eos_probability", "min_tokens", "ignore_eos"});
+    if (!n.is_map()) {
+      n.fail(
+          "a mapping (max_tokens, eos_probability, min_tokens, ignore_eos, temperature, top_p, "
+          "seed, presence_penalty, frequency_penalty)");
+    }
+    n.allow_keys({"max_tokens", "eos_probability", "min_tokens", "ignore_eos", "temperature",
+                  "top_p", "seed", "presence_penalty", "frequency_penalty"});
     SamplingOptions p;
+    const bool draw_keys = n.has("temperature") || n.has("top_p") || n.has("seed") ||
+                           n.has("presence_penalty") || n.has("frequency_penalty");
+    p.stops = !draw_keys || n.has("max_tokens") || n.has("eos_probability") ||
+              n.has("min_tokens") || n.has("ignore_eos");
+    if (draw_keys) {
+      RequestSampling d;
+      d.temperature = n.get_double("temperature", 0.0, 0.0, 1e6);
+      d.top_p = n.get_double("top_p", 1.0, 0.0, 1.0);
+      if (!(d.top_p > 0)) n.at("top_p").fail("a number in (0, 1]");
+      if (n.has("seed")) d.seed = static_cast<std::uint64_t>(n.get_int("seed", 0, INT64_MAX));
+      d.presence_penalty = n.get_double("presence_penalty", 0.0, -2.0, 2.0);
+      d.frequency_penalty = n.get_double("frequency_penalty", 0.0, -2.0, 2.0);
+      p.draws = d;
+    }
     if (n.has("max_tokens")) {
       p.max_tokens = static_cast<std::int32_t>(n.get_int("max_tokens", 1, 10'000'000));
     }
@@ -63,7 +82,18 @@ SampledWorkload::SampledWorkload(std::unique_ptr<Workload> inner, RequestOptions
 std::optional<RequestSpec> SampledWorkload::next() {
   std::optional<RequestSpec> r = inner().next();
   if (!r) return r;
-  if (options_.sampling) {
+  if (options_.sampling && options_.sampling->draws) {
+    const RequestSampling& d = *options_.sampling->draws;
+    if (d.seed) {
+      RequestSampling own = d;
+      own.seed = *d.seed + r->id;
+      r->sampling = std::make_shared<const RequestSampling>(own);
+    } else {
+      if (!draws_) draws_ = std::make_shared<const RequestSampling>(d);
+      r->sampling = draws_;
+    }
+  }
+  if (options_.sampling && options_.sampling->stops) {
     const SamplingOptions& p = *options_.sampling;
     auto stop = std::make_shared<StopConditions>();
     stop->eos_token_id = kSimEosToken;
@@ -91,7 +121,18 @@ std::optional<RequestSpec> SampledWorkload::next() {
 
 std::string SampledWorkload::describe() const {
   std::string s = inner().describe();
-  if (options_.sampling) {
+  if (options_.sampling && options_.sampling->draws) {
+    const RequestSampling& d = *options_.sampling->draws;
+    char buf[200];
+    std::snprintf(buf, sizeof buf, ", draws (temperature %g, top_p %g%s%s)", d.temperature, d.top_p,
+                  d.seed ? (", seed " + std::to_string(*d.seed) + " + id").c_str() : "",
+                  d.penalized() ? (", penalties presence " + std::to_string(d.presence_penalty) +
+                                   " frequency " + std::to_string(d.frequency_penalty))
+                                      .c_str()
+                                : "");
+    s += buf;
+  }
+  if (options_.sampling && options_.sampling->stops) {
     const SamplingOptions& p = *options_.sampling;
     char buf[160];
     std::snprintf(buf, sizeof buf, ", stops (eos %s, max_tokens %s, min_tokens %d%s)",

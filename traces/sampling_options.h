@@ -15,6 +15,13 @@
 //                            # geometric draw per request from Rng::stream(seed, "eos"))
 //     min_tokens: 16         # (>= 0) EOS does not end a request before this many outputs
 //     ignore_eos: false      # true: EOS never ends a request (max_tokens does)
+//     temperature: 0.8       # (>= 0) the engine's draws, as a client's request fields
+//     top_p: 0.95            # ((0, 1]) (engine/sample_stream.h): `engine run` samples
+//     seed: 7                # (an integer) each request with them, request i with seed + i
+//     presence_penalty: 0.5  # ([-2, 2]) when given (without a seed: the engine's seed
+//     frequency_penalty: 0.5 # ([-2, 2]) and the request's id); `sim bench` sends them.
+//                            # The simulator's steps cost the same whatever is drawn. Given
+//                            # alone (no stop key above), they leave the stop conditions off.
 //   cache_salt:              # vLLM cache_salt (an extra key of the first block's hash): prompts
 //                            # with different salts never share prefix-cache blocks. One of:
 //     value: tenant-a        #   one salt (a non-empty string) for every request
@@ -31,6 +38,7 @@
 #include <string>
 
 #include "core/rng.h"
+#include "core/sampling_params.h"
 #include "serving/config_node.h"
 #include "traces/workload.h"
 
@@ -41,6 +49,10 @@ struct SamplingOptions {
   std::optional<double> eos_probability;   // in (0, 1]
   std::int32_t min_tokens = 0;             // >= 0
   bool ignore_eos = false;
+  bool stops = true;  // the stop conditions are on (a stop key given, or no draw key)
+  // The draw keys (temperature, top_p, seed, presence_penalty, frequency_penalty), when any is
+  // given; `seed` is the first request's (request i: seed + i).
+  std::optional<RequestSampling> draws;
 };
 
 struct CacheSaltOptions {
@@ -72,7 +84,8 @@ class SampledWorkload : public WorkloadDecorator {
  private:
   RequestOptions options_;
   Rng eos_rng_;
-  std::uint64_t salt_ = 0;  // options_.cache_salt->value's key
+  std::uint64_t salt_ = 0;                        // options_.cache_salt->value's key
+  std::shared_ptr<const RequestSampling> draws_;  // the unseeded draws, shared by every request
 };
 
 }  // namespace servelab
