@@ -945,7 +945,8 @@ TEST(EngineServe, SimBenchAgainstTheServerWritesARunFolderSimValidateReads) {
 // `sim bench` sends a request's priority (when not 0) and tenant (as OpenAI's `user`): a server
 // scheduling by priority serves a mix whose batch class has priority 1; an fcfs server refuses
 // those requests (400, param priority), as vLLM does without priority scheduling.
-// A workload with parallel sampling (`n: 3`): sim bench sends n and reads the choices by index,
+// A workload with parallel sampling (`n: 3`) and draws (workload.sampling: the server accepts
+// what sim bench sends of them): sim bench sends n and reads the choices by index,
 // so its requests.csv has the simulator's output_tokens (every sample's tokens), the server's
 // counter agrees, and TPOT is per sequence (docs/metrics.md "Parallel sampling").
 TEST(EngineServe, SimBenchSendsNAndCountsEveryChoice) {
@@ -957,7 +958,7 @@ TEST(EngineServe, SimBenchSendsNAndCountsEveryChoice) {
              "max_num_seqs: 256, max_model_len: 2048}\n"
              "workload: {type: synthetic, num_requests: 8, n: 3, arrival: {process: poisson, "
              "rate: 40}, prompt_len: {dist: fixed, value: 20}, output_len: {dist: fixed, value: "
-             "6}}\n");
+             "6}, sampling: {temperature: 0.8, top_p: 0.9, seed: 3, presence_penalty: 0.5}}\n");
   const Cli bench = run_sim("bench " + (dir / "n.yaml").string() + " --url " + server.url() +
                                 " --out " + (dir / "bench").string(),
                             dir);
