@@ -6,7 +6,8 @@
 // 4xx status whose error_json() is a JSON object naming it, or return a request the engine can
 // run: a non-empty prompt of ids inside the vocabulary, prompt + max_tokens within the context,
 // min_tokens <= max_tokens, stop ids inside the vocabulary, a nonzero priority only when the server
-// schedules by priority, and a model that is the served one or an adapter with its id. Anything
+// schedules by priority, a model that is the served one or an adapter with its id, n and logprobs
+// in range, and sampling parameters the samplers take. Anything
 // else (another exception, a broken invariant, a sanitizer report, a timeout) is a finding.
 #include <cstddef>
 #include <cstdint>
@@ -17,6 +18,8 @@
 #include <string>
 #include <string_view>
 
+#include "core/request.h"
+#include "core/sampling_params.h"
 #include "engine/openai_api.h"
 #include "serving/home.h"
 #include "serving/tokenizer.h"
@@ -70,6 +73,18 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (r.priority != 0 && !limits.priority_scheduling)
     finding("a priority without priority scheduling");
   if (r.lora_id == 0 ? r.model != "tiny" : r.lora_rank < 1) finding("an unknown model accepted");
+  if (r.n < 1 || r.n > servelab::kMaxSamples) finding("n outside [1, kMaxSamples]");
+  if (r.logprobs < -1 || r.logprobs > servelab::kMaxLogprobs) finding("logprobs out of range");
+  if (r.sampling) {
+    const servelab::RequestSampling& s = *r.sampling;
+    if (!(s.temperature >= 0) || !(s.top_p > 0 && s.top_p <= 1)) {
+      finding("a temperature or top_p the samplers refuse");
+    }
+    if (!(s.presence_penalty >= -2 && s.presence_penalty <= 2) ||
+        !(s.frequency_penalty >= -2 && s.frequency_penalty <= 2)) {
+      finding("a penalty outside [-2, 2]");
+    }
+  }
   (void)servelab::user_tenant(r.user);
   return 0;
 }
