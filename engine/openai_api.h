@@ -48,7 +48,7 @@ struct ApiLimits {
   bool priority_scheduling = false;
   // Why the server cannot return log probabilities ("": it can); a request asking for them is
   // then 400 with this reason.
-  std::string logprobs_unsupported;
+  std::string logprobs_unsupported = {};
 };
 
 struct CompletionRequest {
