@@ -251,8 +251,7 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat,
     return v.get<double>();
   };
   const double presence = penalty("presence_penalty"), frequency = penalty("frequency_penalty");
-  if (given("temperature") || given("top_p") || given("seed") || presence != 0 ||
-      frequency != 0) {
+  if (given("temperature") || given("top_p") || given("seed") || presence != 0 || frequency != 0) {
     RequestSampling sp;
     if (given("temperature")) {
       expect(body["temperature"].is_number() && body["temperature"].get<double>() >= 0,
