@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <functional>
 #include <limits>
 #include <stdexcept>
 #include <string>
@@ -457,17 +458,26 @@ bool Scheduler::held_by_pending_plan(const Request* r) const {
   return (plan_pending_ && in_plan(*r)) || held_by_other_plan(r);
 }
 
-bool Scheduler::abort(RequestId id, TimeNs now, const std::string& reason) {
+Request* Scheduler::find_unfinished(const char* who,
+                                    const std::function<bool(const Request&)>& matches) const {
   if (num_pending_plans() > (async_ ? 1 : 0)) {
-    throw std::logic_error("Scheduler::abort: a plan awaits complete()");
+    throw std::logic_error(std::string("Scheduler::") + who + ": a plan awaits complete()");
   }
-  const auto matches = [id](const Request* r) { return base_request_id(r->id()) == id; };
-  Request* found = nullptr;
-  for (Request* r : running_) found = found ? found : (matches(r) ? r : nullptr);
-  for (Request* r : swapped_) found = found ? found : (matches(r) ? r : nullptr);
-  if (found == nullptr) {
-    for (Request* r : waiting_->snapshot()) found = found ? found : (matches(r) ? r : nullptr);
+  for (Request* r : running_) {
+    if (matches(*r)) return r;
   }
+  for (Request* r : swapped_) {
+    if (matches(*r)) return r;
+  }
+  for (Request* r : waiting_->snapshot()) {
+    if (matches(*r)) return r;
+  }
+  return nullptr;
+}
+
+bool Scheduler::abort(RequestId id, TimeNs now, const std::string& reason) {
+  Request* const found =
+      find_unfinished("abort", [id](const Request& r) { return base_request_id(r.id()) == id; });
   if (found == nullptr) return false;
   if (found->group == nullptr) {
     abort_sequence(*found, now, reason);
@@ -484,18 +494,8 @@ bool Scheduler::abort(RequestId id, TimeNs now, const std::string& reason) {
 }
 
 bool Scheduler::stop_sample(RequestId id, TimeNs now) {
-  if (num_pending_plans() > (async_ ? 1 : 0)) {
-    throw std::logic_error("Scheduler::stop_sample: a plan awaits complete()");
-  }
-  Request* found = nullptr;
-  const auto take = [&](Request* r) {
-    if (found == nullptr && r->id() == id && r->group != nullptr) found = r;
-  };
-  for (Request* r : running_) take(r);
-  for (Request* r : swapped_) take(r);
-  if (found == nullptr) {
-    for (Request* r : waiting_->snapshot()) take(r);
-  }
+  Request* const found = find_unfinished(
+      "stop_sample", [id](const Request& r) { return r.id() == id && r.group != nullptr; });
   if (found == nullptr) return false;
   unlink(*found);
   found->status = RequestStatus::kFinished;

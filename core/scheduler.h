@@ -151,6 +151,7 @@
 #include <cassert>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -454,6 +455,10 @@ class Scheduler {
   void abort_sequence(Request& r, TimeNs now, const std::string& reason);
   // Takes the unfinished sequence r out of whichever queue holds it and frees its blocks.
   void unlink(Request& r);
+  // abort() and stop_sample(): the first unfinished sequence (running, swapped, then waiting)
+  // that `matches`, or null. Throws std::logic_error naming `who` when a plan awaits complete().
+  Request* find_unfinished(const char* who,
+                           const std::function<bool(const Request&)>& matches) const;
   // Moves the waiting queue's front `r` (which just got its blocks for `hit`) to running_.
   void admit_front(Request& r, const PrefixHit& hit, std::size_t insert_at);
   bool in_plan(const Request& r) const;

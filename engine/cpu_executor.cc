@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -399,7 +400,6 @@ StepResult CpuExecutor::execute(const StepPlan& plan) {
   // (engine/sample_stream.h), then, before min_tokens, EOS and the stop token ids cannot be
   // sampled (vLLM's logits processor; core/stop_conditions.h).
   Eigen::VectorXf masked;
-  std::vector<std::int32_t> later;
   const auto allowed = [&](const ScheduledRequest& e, std::size_t index,
                            const Eigen::VectorXf& logits) -> const Eigen::VectorXf& {
     const bool penalized = e.spec->sampling != nullptr && e.spec->sampling->penalized();
@@ -410,15 +410,10 @@ StepResult CpuExecutor::execute(const StepPlan& plan) {
     if (banned.empty() && !penalized) return logits;
     masked = logits;
     if (penalized) {
-      // The outputs beyond e.output_tokens: the previous step's token (async scheduling), then
-      // a verify row's drafts before it.
       const auto i = static_cast<std::size_t>(&e - plan.requests.data());
-      const std::size_t extra = index - e.output_tokens.size();
-      later.clear();
-      if (takes_previous[i] != 0 && extra > 0) later.push_back(previous_.token(e.id));
-      const std::span<const std::int32_t> drafts = plan.drafts_of(i);
-      while (later.size() < extra) later.push_back(drafts[later.size() - takes_previous[i]]);
-      for (const auto& [t, delta] : penalty_deltas(*e.spec, e.output_tokens, later)) {
+      const std::optional<std::int32_t> previous =
+          takes_previous[i] != 0 ? std::optional(previous_.token(e.id)) : std::nullopt;
+      for (const auto& [t, delta] : row_penalties(e, index, previous, plan.drafts_of(i))) {
         if (t >= 0 && t < masked.size()) masked[t] += delta;
       }
     }

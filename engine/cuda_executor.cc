@@ -894,7 +894,6 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
   std::vector<std::int32_t> mask_rows, mask_tokens;  // (sampled row, token) it must not draw
   std::vector<std::int32_t> pen_rows, pen_tokens;    // (sampled row, token) a penalty lowers
   std::vector<float> pen_deltas;                     // by this much
-  std::vector<std::int32_t> later;                   // a row's outputs past e.output_tokens
   std::vector<float> sample_u;
   // Rows' own (temperature, top_p) when a sampled entry's request has its own sampling
   // parameters (RequestSpec::sampling); then every row of the step takes the per-row kernel.
@@ -991,15 +990,10 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
         mask_rows.push_back(static_cast<std::int32_t>(sample_rows.size()));
         mask_tokens.push_back(t);
       }
-      if (e.spec->sampling != nullptr && e.spec->sampling->penalized()) {
-        // CpuExecutor's penalties: over the outputs before this index (the previous step's
-        // token, then a verify row's drafts, past e.output_tokens).
-        const std::size_t extra = index - e.output_tokens.size();
-        later.clear();
-        if (takes_previous[i] != 0 && extra > 0) later.push_back(s.previous.token(e.id));
-        const std::span<const std::int32_t> drafts = plan.drafts_of(i);
-        while (later.size() < extra) later.push_back(drafts[later.size() - takes_previous[i]]);
-        for (const auto& [t, delta] : penalty_deltas(*e.spec, e.output_tokens, later)) {
+      if (e.spec->sampling != nullptr && e.spec->sampling->penalized()) {  // CpuExecutor's
+        const std::optional<std::int32_t> previous =
+            k == 0 && takes_previous[i] != 0 ? std::optional(s.previous.token(e.id)) : std::nullopt;
+        for (const auto& [t, delta] : row_penalties(e, index, previous, plan.drafts_of(i))) {
           pen_rows.push_back(static_cast<std::int32_t>(sample_rows.size()));
           pen_tokens.push_back(t);
           pen_deltas.push_back(delta);

@@ -43,4 +43,18 @@ std::vector<std::pair<std::int32_t, float>> penalty_deltas(const RequestSpec& sp
   return out;
 }
 
+std::vector<std::pair<std::int32_t, float>> row_penalties(const ScheduledRequest& e,
+                                                          std::size_t index,
+                                                          std::optional<std::int32_t> previous,
+                                                          std::span<const std::int32_t> drafts) {
+  if (e.spec->sampling == nullptr || !e.spec->sampling->penalized()) return {};
+  const std::size_t extra = index - e.output_tokens.size();
+  std::vector<std::int32_t> later;
+  later.reserve(extra);
+  if (previous && extra > 0) later.push_back(*previous);
+  const std::size_t skip = later.size();  // drafts follow the previous token
+  while (later.size() < extra) later.push_back(drafts[later.size() - skip]);
+  return penalty_deltas(*e.spec, e.output_tokens, later);
+}
+
 }  // namespace servelab

@@ -6,12 +6,14 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <utility>
 #include <vector>
 
 #include "core/request.h"
 #include "core/sampling_params.h"
+#include "core/step_plan.h"
 
 namespace servelab {
 
@@ -34,5 +36,13 @@ RowSampling row_sampling(const SamplingParams& engine, const RequestSpec& spec, 
 std::vector<std::pair<std::int32_t, float>> penalty_deltas(const RequestSpec& spec,
                                                            std::span<const std::int32_t> earlier,
                                                            std::span<const std::int32_t> later);
+
+// The same for the row of plan entry `e` that samples output `index`: over e.output_tokens, then
+// what the executor alone knows of the outputs before `index`: `previous` (the previous step's
+// token, for an entry that takes it under async scheduling) and the entry's verify `drafts`.
+std::vector<std::pair<std::int32_t, float>> row_penalties(const ScheduledRequest& e,
+                                                          std::size_t index,
+                                                          std::optional<std::int32_t> previous,
+                                                          std::span<const std::int32_t> drafts);
 
 }  // namespace servelab
