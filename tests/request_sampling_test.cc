@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -47,8 +48,11 @@ RequestSpec Prompt(RequestId id, std::uint64_t content, std::optional<RequestSam
   return spec;
 }
 
+// Called after each executed step with its plan, result and the executor.
+using StepCheck = std::function<void(const StepPlan&, const StepResult&, const CpuExecutor&)>;
+
 Tokens Generate(const LlamaWeights& w, const SamplingParams& engine,
-                const std::vector<RequestSpec>& specs) {
+                const std::vector<RequestSpec>& specs, const StepCheck& check = {}) {
   SchedulerConfig sc;
   sc.block_size = 8;
   sc.max_model_len = 256;
@@ -66,6 +70,7 @@ Tokens Generate(const LlamaWeights& w, const SamplingParams& engine,
   while (s.has_unfinished()) {
     const StepPlan& plan = s.schedule(t);
     const StepResult r = ex.execute(plan);
+    if (check) check(plan, r, ex);
     t += 1000;
     s.complete(r, t);
   }
@@ -125,45 +130,29 @@ TEST(RequestSampling, UnseededRequestsDrawFromTheEnginesStreamOfTheirId) {
 // are untouched.
 TEST(RequestSampling, PenaltiesLowerTheLogitsOfTheOutputsSoFar) {
   const LlamaWeights w = LlamaWeights::random(load_llama_config("tiny", default_catalog_dir()), 4);
-  SchedulerConfig sc;
-  sc.block_size = 8;
-  sc.max_model_len = 256;
-  BlockPool pool(64);
-  KvCacheManager kv(pool, sc.block_size, sc.max_model_len, true);
-  Outputs out;
-  Scheduler s(sc, kv, &out);
-  CpuExecutorOptions eo;
-  eo.block_size = 8;
-  eo.num_blocks = 64;
-  CpuExecutor ex(w, eo);
   RequestSampling penalized;
   penalized.presence_penalty = 1.5;
   penalized.frequency_penalty = 2.0;
-  s.add_request(Prompt(0, 5, penalized), 0);
-  s.add_request(Prompt(1, 5, std::nullopt), 0);
-  TimeNs t = 0;
   int checked = 0;
-  while (s.has_unfinished()) {
-    const StepPlan& plan = s.schedule(t);
-    const StepResult r = ex.execute(plan);
-    for (std::size_t i = 0; i < plan.requests.size(); ++i) {
-      const ScheduledRequest& e = plan.requests[i];
-      if (!e.samples || e.id != 0) continue;
-      Eigen::VectorXf logits = ex.last_logits()[i];
-      for (const auto& [token, delta] : penalty_deltas(*e.spec, e.output_tokens, {})) {
-        logits[token] += delta;
-      }
-      Eigen::Index best = 0;
-      logits.maxCoeff(&best);
-      EXPECT_EQ(r.sampled_tokens[i], best) << "output " << e.output_tokens.size();
-      ++checked;
-    }
-    t += 1000;
-    s.complete(r, t);
-  }
+  const Tokens out =
+      Generate(w, SamplingParams{}, {Prompt(0, 5, penalized), Prompt(1, 5, std::nullopt)},
+               [&](const StepPlan& plan, const StepResult& r, const CpuExecutor& ex) {
+                 for (std::size_t i = 0; i < plan.requests.size(); ++i) {
+                   const ScheduledRequest& e = plan.requests[i];
+                   if (!e.samples || e.id != 0) continue;
+                   Eigen::VectorXf logits = ex.last_logits()[i];
+                   for (const auto& [token, delta] : penalty_deltas(*e.spec, e.output_tokens, {})) {
+                     logits[token] += delta;
+                   }
+                   Eigen::Index best = 0;
+                   logits.maxCoeff(&best);
+                   EXPECT_EQ(r.sampled_tokens[i], best) << "output " << e.output_tokens.size();
+                   ++checked;
+                 }
+               });
   EXPECT_EQ(checked, 10);
-  EXPECT_NE(out.tokens.at(0), out.tokens.at(1));  // the same prompt, greedy, penalized or not
-  EXPECT_EQ(out.tokens.at(1), Generate(w, SamplingParams{}, {Prompt(1, 5, std::nullopt)}).at(1));
+  EXPECT_NE(out.at(0), out.at(1));  // the same prompt, greedy, penalized or not
+  EXPECT_EQ(out.at(1), Generate(w, SamplingParams{}, {Prompt(1, 5, std::nullopt)}).at(1));
   // The deltas: -(frequency x count + presence) per distinct token, ids ascending.
   const std::vector<std::int32_t> earlier = {7, 3, 7}, later = {7};
   const auto d = penalty_deltas(Prompt(2, 5, penalized), earlier, later);
@@ -171,6 +160,17 @@ TEST(RequestSampling, PenaltiesLowerTheLogitsOfTheOutputsSoFar) {
   EXPECT_EQ(d[0], (std::pair<std::int32_t, float>{3, -3.5f}));
   EXPECT_EQ(d[1], (std::pair<std::int32_t, float>{7, -7.5f}));
   EXPECT_TRUE(penalty_deltas(Prompt(2, 5, RequestSampling{1.0, 1.0, 1}), earlier, later).empty());
+  // A row's: its outputs, then the previous step's token, then the drafts before its index.
+  const RequestSpec spec = Prompt(3, 5, penalized);
+  ScheduledRequest e;
+  e.spec = &spec;
+  e.output_tokens = earlier;
+  const std::vector<std::int32_t> drafts = {3, 4, 5};
+  EXPECT_EQ(row_penalties(e, 6, 7, drafts),
+            penalty_deltas(spec, earlier, std::vector<std::int32_t>{7, 3, 4}));
+  EXPECT_EQ(row_penalties(e, 5, std::nullopt, drafts),
+            penalty_deltas(spec, earlier, std::vector<std::int32_t>{3, 4}));
+  EXPECT_EQ(row_penalties(e, 3, 7, drafts), penalty_deltas(spec, earlier, {}));
 }
 
 TEST(RequestSampling, RowSamplingStreams) {
