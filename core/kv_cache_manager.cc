@@ -72,7 +72,9 @@ void KvCacheManager::update_block_hashes(Request& req, std::int32_t num_tokens) 
 
 PrefixHit KvCacheManager::get_computed_blocks(Request& req) {
   PrefixHit hit;
-  if (!caching_) return hit;
+  // vLLM v1: a request that wants its prompt's log probabilities reads no cached block (nor any
+  // lookup statistic), so every prompt position is computed and gives its logits.
+  if (!caching_ || req.spec.prompt_logprobs >= 0) return hit;
   const std::int32_t num_tokens = req.num_tokens();
   // At least one token must be computed so the step produces logits for it; hits are whole
   // blocks, so the cap is floor((num_tokens - 1) / block_size) blocks (vLLM v1).
@@ -114,6 +116,7 @@ PrefixHit KvCacheManager::get_computed_blocks(Request& req) {
 }
 
 std::span<const BlockHash> KvCacheManager::hit_candidate_hashes(Request& req) {
+  if (req.spec.prompt_logprobs >= 0) return {};  // no hit can cover any (get_computed_blocks)
   const std::int32_t max_blocks = full_blocks(std::max(req.num_tokens() - 1, 0));
   update_block_hashes(req, max_blocks * block_size_);
   return std::span<const BlockHash>(req.block_hashes_).first(static_cast<std::size_t>(max_blocks));

@@ -185,11 +185,14 @@ class KvCacheManager {
   // The longest run of cached full blocks matching the start of req's sequence, capped so that
   // at least one token is left to compute: at most floor((num_tokens - 1) / block_size) blocks.
   // Records lookup statistics (in the preempted fields when req.num_preemptions > 0).
-  // Returns an empty hit when caching is off. Does not change any reference count.
+  // Returns an empty hit, recording nothing, when caching is off or req asks for its prompt's log
+  // probabilities (RequestSpec::prompt_logprobs, as vLLM v1 skips the cache for them). Does not
+  // change any reference count.
   PrefixHit get_computed_blocks(Request& req);
   // For cache-aware queue orders (core/waiting_queue.h PrefixProbe): the hashes of req's full
   // blocks a hit could cover (get_computed_blocks' cap), hashed on demand, and how many of them,
-  // from the first, the device cache holds. No statistics, no reference or recency change.
+  // from the first, the device cache holds (none for a request get_computed_blocks skips). No
+  // statistics, no reference or recency change.
   // REQUIRES: prefix_caching().
   std::span<const BlockHash> hit_candidate_hashes(Request& req);
   std::int32_t num_cached_prefix_blocks(Request& req);

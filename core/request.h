@@ -81,6 +81,12 @@ struct RequestSpec {
   // Log probabilities of its sampled tokens, with this many most likely alternatives each
   // (0 .. kMaxLogprobs); -1: none (engine serve's `logprobs` / `top_logprobs`).
   std::int32_t logprobs = -1;
+  // Log probabilities of its prompt tokens (each given the tokens before it; the first has none),
+  // with this many alternatives each (0 .. kMaxLogprobs); -1: none (vLLM's prompt_logprobs, and
+  // engine serve's `echo` with `logprobs`). As in vLLM v1 such a request never reads the prefix
+  // cache (KvCacheManager::get_computed_blocks): every prompt position is computed, and its
+  // logits reach the LM head (StepFeatures::prompt_logprob_rows).
+  std::int32_t prompt_logprobs = -1;
 
   std::int32_t total_tokens() const { return prompt_len + max_output_tokens; }
 };

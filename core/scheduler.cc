@@ -372,6 +372,7 @@ std::int32_t Scheduler::unschedule(const Request& r) {
     plan_.totals.decode_context_tokens -= e.context_len();
   }
   plan_.totals.num_sampled -= e.samples ? 1 : 0;
+  plan_.totals.prompt_logprob_rows -= prompt_logprob_rows(e);
   if (k < plan_.draft_tokens.size()) [[unlikely]] {
     const auto d = static_cast<std::int32_t>(plan_.draft_tokens[k].size());
     plan_.num_draft_tokens -= d;

@@ -619,6 +619,9 @@ class Scheduler {
     plan_.totals.decode_context_tokens += end;
   }
   plan_.totals.num_sampled += samples ? 1 : 0;
+  if (r.spec.prompt_logprobs >= 0) [[unlikely]] {
+    plan_.totals.prompt_logprob_rows += prompt_logprob_rows(e);
+  }
 
   // Positions below the high-water mark had KV before a preemption dropped it.
   const std::int32_t max_computed = r.max_computed_tokens_;

@@ -32,6 +32,7 @@ StepFeatures StepFeatures::from_plan(const StepPlan& plan) {
         .decode_context_tokens = t.decode_context_tokens,
         .num_sampled = t.num_sampled,
         .draft_tokens = plan.num_draft_tokens,
+        .prompt_logprob_rows = t.prompt_logprob_rows,
         .swap_out_blocks = static_cast<std::int64_t>(plan.swap_out.size()),
         .swap_in_blocks = static_cast<std::int64_t>(plan.swap_in.size()),
         .copy_blocks = static_cast<std::int64_t>(plan.copies.size()),
@@ -49,6 +50,7 @@ StepFeatures StepFeatures::from_plan(const StepPlan& plan) {
       add_entry(r, f.decode_tokens, f.decode_pairs, f.decode_context_tokens);
     }
     f.num_sampled += r.samples ? 1 : 0;
+    if (r.spec != nullptr) f.prompt_logprob_rows += servelab::prompt_logprob_rows(r);
     const std::uint32_t lora = r.spec != nullptr ? r.spec->lora_id : 0;
     if (lora != 0) [[unlikely]] {
       f.lora_tokens += r.num_tokens;

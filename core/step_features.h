@@ -28,6 +28,9 @@ struct StepFeatures {
   // Speculative decoding: draft tokens verified in the step (StepPlan::num_draft_tokens); the
   // LM head computes logits for them too (rows num_sampled + draft_tokens).
   std::int64_t draft_tokens = 0;
+  // Prompt log probabilities (RequestSpec::prompt_logprobs): prompt rows whose logits the LM
+  // head computes too (rows num_sampled + draft_tokens + prompt_logprob_rows).
+  std::int64_t prompt_logprob_rows = 0;
   std::int64_t swap_out_blocks = 0;
   std::int64_t swap_in_blocks = 0;
   std::int64_t copy_blocks = 0;  // device-to-device copy-on-write

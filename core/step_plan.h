@@ -6,6 +6,7 @@
 // until the scheduler's complete() for that plan returns.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <utility>
@@ -129,6 +130,7 @@ struct StepPlan {
     std::int64_t prefill_pairs = 0;           // sum of causal_pairs over prefill entries
     std::int64_t prefill_context_tokens = 0;  // sum of context_len() over prefill entries
     std::int64_t num_sampled = 0;             // entries with samples
+    std::int64_t prompt_logprob_rows = 0;     // sum of prompt_logprob_rows() over the entries
     // Verify entries (speculative decoding): their causal (query, key) pairs beyond their
     // context_len(), which decode_context_tokens counts once per entry.
     std::int64_t verify_extra_pairs = 0;
@@ -149,7 +151,23 @@ struct StepPlan {
 // (RequestSpec::logprobs).
 struct TokenLogprobs {
   float logprob = 0.0f;
+  std::int32_t rank = 1;  // 1 + the number of tokens with a larger logit (vLLM's rank)
   std::vector<std::pair<std::int32_t, float>> top;  // (token, logprob)
+};
+
+// Prompt log probabilities (RequestSpec::prompt_logprobs) an entry's rows give: row j's logits
+// predict position first_token + j + 1, so an entry of a request that asked (its sample 0) gives
+// those of prompt positions [first_token + 1, first_token + prompt_logprob_rows(e)], the ones
+// below prompt_len. A resumed entry (recompute after a preemption) gives them again.
+inline std::int32_t prompt_logprob_rows(const ScheduledRequest& e) {
+  if (e.spec->prompt_logprobs < 0 || e.spec->sample != 0) [[likely]]
+    return 0;
+  return std::max(0, std::min(e.context_len(), e.spec->prompt_len - 1) - e.first_token);
+}
+struct PromptLogprobs {
+  std::size_t entry = 0;            // the plan entry
+  std::int32_t first_position = 0;  // the prompt position of values[0] (>= 1)
+  std::vector<TokenLogprobs> values;
 };
 
 struct StepResult {
@@ -175,6 +193,9 @@ struct StepResult {
   // both empty when no entry asked.
   std::vector<TokenLogprobs> logprobs;
   std::vector<TokenLogprobs> fork_logprobs;
+  // Prompt log probabilities (engine executors): one item per entry with prompt_logprob_rows > 0,
+  // in plan order.
+  std::vector<PromptLogprobs> prompt_logprobs;
 };
 
 }  // namespace servelab

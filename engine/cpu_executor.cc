@@ -472,6 +472,25 @@ StepResult CpuExecutor::execute(const StepPlan& plan) {
     }
   }
   if (!result.fork_logprobs.empty()) result.fork_logprobs.resize(result.fork_tokens.size());
+  // Prompt log probabilities: row j of an entry that asked predicts prompt position
+  // first_token + j + 1 (core/step_plan.h prompt_logprob_rows), under its raw logits.
+  for (std::size_t i = 0; i < plan.requests.size(); ++i) {
+    const ScheduledRequest& e = plan.requests[i];
+    const std::int32_t rows = prompt_logprob_rows(e);
+    if (rows == 0) continue;
+    PromptLogprobs& out = result.prompt_logprobs.emplace_back();
+    out.entry = i;
+    out.first_position = e.first_token + 1;
+    const RowMatrix normed =
+        rms_norm(x.middleRows(row_begin[i], rows), weights_.norm, m.rms_norm_eps);
+    const RowMatrix logits = normed * weights_.head().transpose();
+    for (std::int32_t j = 0; j < rows; ++j) {
+      const std::int32_t target = prompt_token_value(*e.spec, out.first_position + j, m.vocab_size);
+      out.values.push_back(token_logprobs(
+          std::span<const float>(logits.row(j).data(), static_cast<std::size_t>(logits.cols())),
+          target, e.spec->prompt_logprobs));
+    }
+  }
   previous_.record(plan, result);
   result.duration_ns =
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)

@@ -905,6 +905,10 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
   std::vector<std::int32_t> sample_k;     // its sample index (parallel sampling)
   std::vector<std::size_t> sample_entry;  // its plan entry
   std::vector<std::int32_t> first_sample(plan.requests.size(), -1);  // each entry's first row
+  // Prompt log probabilities: the rows that give them (core/step_plan.h prompt_logprob_rows),
+  // in plan order, and the entry of each.
+  std::vector<std::int32_t> prompt_rows;
+  std::vector<std::size_t> prompt_entry;
   // Consecutive rows of the step under one adapter (adjacent entries of one adapter merged).
   std::vector<k::LoraSegment> lora_segments;
   if (!step_loras.empty()) {
@@ -961,6 +965,10 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
       tokens.push_back(value);
       positions.push_back(p);
       slots.push_back(s.layout.slot_of(e.block_table.data(), p));
+    }
+    for (std::int32_t j = 0, n = prompt_logprob_rows(e); j < n; ++j) {
+      prompt_rows.push_back(row0 + j);
+      prompt_entry.push_back(i);
     }
     const bool decode = e.num_tokens == 1;
     std::vector<std::int32_t>& tables = decode ? d_tables : p_tables;
@@ -1057,7 +1065,7 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
                     o_mrows = s.staging.add(mask_rows), o_mtoks = s.staging.add(mask_tokens),
                     o_lrows = s.staging.add(lora_rows), o_sparams = s.staging.add(sample_params),
                     o_prows = s.staging.add(pen_rows), o_ptoks = s.staging.add(pen_tokens),
-                    o_pdeltas = s.staging.add(pen_deltas);
+                    o_pdeltas = s.staging.add(pen_deltas), o_plrows = s.staging.add(prompt_rows);
   const TierPhases tier = tier_phases(plan);
   std::vector<std::size_t> o_tier;
   for (const TierPhase& ph : tier.phases) o_tier.push_back(s.staging.add(ph.pairs));
@@ -1327,6 +1335,41 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
             token_logprobs(raw_row(i), sampled[r], plan.requests[i].spec->logprobs);
       }
       if (!result.fork_logprobs.empty()) result.fork_logprobs.resize(result.fork_tokens.size());
+    }
+    if (!prompt_rows.empty()) {
+      // Prompt log probabilities: the final norm and the LM head over the rows that give them,
+      // as many at a time as the sampled rows' buffers hold, each row's raw logits to the host.
+      const auto PL = static_cast<std::int32_t>(prompt_rows.size());
+      const std::int32_t chunk = std::max(1, s.cap_rows);
+      const Bf16* head = m.tie_word_embeddings ? s.embed.as<Bf16>() : s.lm_head.as<Bf16>();
+      std::vector<float> rows(static_cast<std::size_t>(std::min(chunk, PL)) * m.vocab_size);
+      for (std::int32_t b = 0; b < PL; b += chunk) {
+        const std::int32_t n = std::min(chunk, PL - b);
+        k::rms_norm({residual, nullptr, i32(o_plrows) + b, s.final_norm.as<float>(),
+                     s.final_h.as<Bf16>(), n, H, eps},
+                    s.stream.get());
+        s.gemm->linear(s.final_h.as<Bf16>(), head, s.logits.get(), k::Gemm::Out::kF32, n, H,
+                       m.vocab_size, 0.0f, s.stream.get());
+        k::copy_async(rows.data(), s.logits.get(),
+                      static_cast<std::size_t>(n) * m.vocab_size * sizeof(float), s.stream.get());
+        k::synchronize(s.stream.get());
+        for (std::int32_t r = b; r < b + n; ++r) {
+          const std::size_t i = prompt_entry[static_cast<std::size_t>(r)];
+          const ScheduledRequest& e = plan.requests[i];
+          if (result.prompt_logprobs.empty() || result.prompt_logprobs.back().entry != i) {
+            PromptLogprobs& out = result.prompt_logprobs.emplace_back();
+            out.entry = i;
+            out.first_position = e.first_token + 1;
+          }
+          PromptLogprobs& out = result.prompt_logprobs.back();
+          const std::int32_t position =
+              out.first_position + static_cast<std::int32_t>(out.values.size());
+          out.values.push_back(token_logprobs(
+              std::span<const float>(rows.data() + std::int64_t{r - b} * m.vocab_size,
+                                     static_cast<std::size_t>(m.vocab_size)),
+              prompt_token_value(*e.spec, position, m.vocab_size), e.spec->prompt_logprobs));
+        }
+      }
     }
   }
   k::synchronize(s.stream.get());

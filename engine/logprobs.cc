@@ -10,14 +10,20 @@ namespace servelab {
 TokenLogprobs token_logprobs(std::span<const float> logits, std::int32_t token,
                              std::int32_t top_k) {
   const float max = *std::max_element(logits.begin(), logits.end());
+  const float own = logits[static_cast<std::size_t>(token)];
   double sum = 0;
-  for (const float l : logits) sum += std::exp(static_cast<double>(l) - max);
+  std::int32_t above = 0;
+  for (const float l : logits) {
+    sum += std::exp(static_cast<double>(l) - max);
+    above += l > own ? 1 : 0;
+  }
   const double log_total = static_cast<double>(max) + std::log(sum);
   const auto logprob = [&](std::int32_t t) {
     return static_cast<float>(static_cast<double>(logits[static_cast<std::size_t>(t)]) - log_total);
   };
   TokenLogprobs out;
   out.logprob = logprob(token);
+  out.rank = above + 1;
   const auto k = std::min<std::size_t>(static_cast<std::size_t>(top_k), logits.size());
   if (k == 0) return out;
   std::vector<std::int32_t> ids(logits.size());

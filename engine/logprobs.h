@@ -10,8 +10,9 @@
 
 namespace servelab {
 
-// log softmax(logits)[token] (in double, max-subtracted) and the `top_k` largest entries (ties:
-// the lower id first). REQUIRES: !logits.empty(), 0 <= token < logits.size(), top_k >= 0.
+// log softmax(logits)[token] (in double, max-subtracted), its rank (1 + the entries larger than
+// logits[token]) and the `top_k` largest entries (ties: the lower id first). REQUIRES:
+// !logits.empty(), 0 <= token < logits.size(), top_k >= 0.
 TokenLogprobs token_logprobs(std::span<const float> logits, std::int32_t token, std::int32_t top_k);
 
 }  // namespace servelab

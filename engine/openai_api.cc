@@ -35,8 +35,9 @@ bool known_field(const std::string& key, bool chat) {
       "n",     "ignore_eos", "user",   "seed",           "presence_penalty", "frequency_penalty",
       "stop",  "logprobs"};
   // vLLM's extra sampling parameters and its cache_salt.
-  static const char* const kVllm[] = {"stop_token_ids", "min_tokens", "cache_salt",
-                                      "include_stop_str_in_output", "priority"};
+  static const char* const kVllm[] = {"stop_token_ids", "min_tokens",
+                                      "cache_salt",     "include_stop_str_in_output",
+                                      "priority",       "prompt_logprobs"};
   for (const char* k : kVllm) {
     if (key == k) return true;
   }
@@ -105,8 +106,13 @@ json logprobs_json(bool chat, const std::vector<TokenLogprobText>& tokens,
   for (const TokenLogprobText& t : tokens) {
     offsets.push_back(text_offset);
     text_offset += static_cast<std::int64_t>(utf8::characters(t.token));
-    values.push_back(shown(t.logprob));
     texts.push_back(t.token);
+    if (t.none) {  // an echoed prompt's first token (vLLM: null, null)
+      values.push_back(nullptr);
+      tops.push_back(nullptr);
+      continue;
+    }
+    values.push_back(shown(t.logprob));
     json top = json::object();
     for (const auto& [text, lp] : t.top) top[text] = shown(lp);
     top[t.token] = shown(t.logprob);
@@ -116,6 +122,23 @@ json logprobs_json(bool chat, const std::vector<TokenLogprobText>& tokens,
           {"token_logprobs", std::move(values)},
           {"tokens", std::move(texts)},
           {"top_logprobs", std::move(tops)}};
+}
+
+// vLLM's prompt_logprobs list: null for the first prompt token, then one dict per token.
+json prompt_logprobs_json(const std::vector<PromptTokenLogprobs>& tokens) {
+  json list = json::array({nullptr});
+  for (const PromptTokenLogprobs& t : tokens) {
+    json entry = json::object();
+    std::int32_t rank = 1;
+    for (const PromptTokenLogprobs::Alternative& a : t.top) {
+      entry[std::to_string(a.id)] = {
+          {"logprob", shown(a.logprob)}, {"rank", rank++}, {"decoded_token", a.text}};
+    }
+    entry[std::to_string(t.id)] = {
+        {"logprob", shown(t.logprob)}, {"rank", t.rank}, {"decoded_token", t.text}};
+    list.push_back(std::move(entry));
+  }
+  return list;
 }
 
 // OpenAI's usage object.
@@ -316,9 +339,17 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat,
   if (r.logprobs >= 0 && !limits.logprobs_unsupported.empty()) {
     throw bad("'logprobs': " + limits.logprobs_unsupported, "logprobs");
   }
-  if (body.contains("echo") && !body["echo"].is_null() &&
-      !(body["echo"].is_boolean() && !body["echo"].get<bool>())) {
-    throw bad("'echo': only false is supported", "echo");
+  if (given("prompt_logprobs")) {
+    r.prompt_logprobs = top_k("prompt_logprobs");
+    r.prompt_logprobs_field = true;
+    if (r.stream)
+      throw bad("'prompt_logprobs': not available with stream: true", "prompt_logprobs");
+  }
+  if (given("echo")) {
+    expect(body["echo"].is_boolean(), "echo", "true or false");
+    r.echo = body["echo"].get<bool>();
+    // vLLM: an echo with logprobs returns the prompt's too, with as many alternatives.
+    if (r.echo && r.logprobs >= 0 && r.prompt_logprobs < 0) r.prompt_logprobs = r.logprobs;
   }
   if (body.contains("stop") && !body["stop"].is_null()) {
     // A string or an array of strings (OpenAI: up to 4; vLLM takes any number); an empty string
@@ -369,12 +400,14 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat,
     const json& p = body["prompt"];
     if (p.is_string()) {
       r.prompt = tokenizer.encode(p.get<std::string>());
+      if (r.echo) r.echo_text = p.get<std::string>();
     } else if (p.is_array() && !p.empty() && p[0].is_array()) {
       expect(p.size() == 1, "prompt", "one prompt (batches of prompts are not supported)");
       r.prompt = token_array(p[0], "prompt", limits);
     } else if (p.is_array() && !p.empty() && p[0].is_string()) {
       expect(p.size() == 1, "prompt", "one prompt (batches of prompts are not supported)");
       r.prompt = tokenizer.encode(p[0].get<std::string>());
+      if (r.echo) r.echo_text = p[0].get<std::string>();
     } else if (p.is_array()) {
       r.prompt = token_array(p, "prompt", limits);
     } else {
@@ -409,12 +442,16 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat,
 }
 
 std::string completion_json(const ResponseMeta& meta, const std::vector<ChoiceText>& choices,
-                            std::int32_t prompt_tokens, std::int32_t completion_tokens) {
+                            std::int32_t prompt_tokens, std::int32_t completion_tokens,
+                            const std::vector<PromptTokenLogprobs>* prompt_logprobs) {
   json list = json::array();
+  const json prompt_lp =
+      prompt_logprobs != nullptr ? prompt_logprobs_json(*prompt_logprobs) : json();
   for (std::size_t k = 0; k < choices.size(); ++k) {
     const ChoiceText& c = choices[k];
     json choice = {{"index", k}, {"finish_reason", c.finish_reason}, {"logprobs", nullptr}};
     if (c.logprobs) choice["logprobs"] = logprobs_json(meta.chat, *c.logprobs, 0);
+    if (prompt_logprobs != nullptr && !meta.chat) choice["prompt_logprobs"] = prompt_lp;
     if (!c.stop_reason.empty()) choice["stop_reason"] = c.stop_reason;
     if (meta.chat) {
       choice["message"] = {{"role", "assistant"}, {"content", c.text}};
@@ -423,12 +460,13 @@ std::string completion_json(const ResponseMeta& meta, const std::vector<ChoiceTe
     }
     list.push_back(std::move(choice));
   }
-  const json j = {{"id", meta.id},
-                  {"object", meta.chat ? "chat.completion" : "text_completion"},
-                  {"created", meta.created},
-                  {"model", meta.model},
-                  {"choices", std::move(list)},
-                  {"usage", usage_json(prompt_tokens, completion_tokens)}};
+  json j = {{"id", meta.id},
+            {"object", meta.chat ? "chat.completion" : "text_completion"},
+            {"created", meta.created},
+            {"model", meta.model},
+            {"choices", std::move(list)},
+            {"usage", usage_json(prompt_tokens, completion_tokens)}};
+  if (prompt_logprobs != nullptr && meta.chat) j["prompt_logprobs"] = prompt_lp;
   return text_of(j);
 }
 

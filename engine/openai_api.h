@@ -5,7 +5,7 @@
 // Every problem with a request is an ApiError carrying the HTTP status and OpenAI's error object
 // {"error": {"message", "type", "param", "code"}}: malformed JSON, a body that is not an object,
 // an unknown field, a field of the wrong type or out of range, a sampling parameter the engine
-// does not implement (echo, best_of other than n), a token id outside the
+// does not implement (best_of other than n), a token id outside the
 // vocabulary, an empty prompt, or prompt + max_tokens over the model's context (max_model_len).
 // A `model` that is neither the served model nor one of its LoRA adapters is 404. A nonzero
 // `priority` where the server does not schedule by priority is 400 (param "priority").
@@ -88,6 +88,16 @@ struct CompletionRequest {
   // Log probabilities of the output tokens with this many alternatives each (completions'
   // `logprobs: K`; chat's `logprobs: true` and `top_logprobs: K`, default 0); -1: none.
   std::int32_t logprobs = -1;
+  // Log probabilities of the prompt's tokens with this many alternatives each: vLLM's
+  // `prompt_logprobs` (both endpoints; not with stream), or completions' `echo` with
+  // `logprobs: K` (K); -1: none.
+  std::int32_t prompt_logprobs = -1;
+  bool prompt_logprobs_field = false;  // asked for by `prompt_logprobs` (the response carries it)
+  // Completions' `echo`: each choice's text starts with the prompt (and, with `logprobs`, its
+  // logprobs object with the prompt's tokens, the first without a logprob). echo_text: the prompt
+  // as the client sent it when a string; empty for token ids (the server decodes them).
+  bool echo = false;
+  std::string echo_text;
 };
 
 // The tenant of a request made for end user `user` (OpenAI's `user` field): 0 for none (""),
@@ -115,6 +125,22 @@ struct TokenLogprobText {
   std::string token;
   float logprob = 0.0f;
   std::vector<std::pair<std::string, float>> top;
+  bool none = false;  // no log probability (an echoed prompt's first token): null in the JSON
+};
+// One prompt token's entry of vLLM's `prompt_logprobs` list (whose first item is null): a dict
+// {"<id>": {"logprob", "rank", "decoded_token"}} of the token and its alternatives (ranked 1, 2,
+// ... in order).
+struct PromptTokenLogprobs {
+  std::int32_t id = 0;
+  std::string text;
+  float logprob = 0.0f;
+  std::int32_t rank = 1;
+  struct Alternative {
+    std::int32_t id = 0;
+    std::string text;
+    float logprob = 0.0f;
+  };
+  std::vector<Alternative> top;
 };
 // A choice's `logprobs` object for tokens [0, tokens.size()) of its output, the first at
 // character `text_offset` of the choice's text (a stream's chunk: what was sent before). Chat:
@@ -131,9 +157,12 @@ struct ChoiceText {
   std::optional<std::vector<TokenLogprobText>> logprobs;
 };
 // The whole non-streaming response: the choices (index 0, 1, ... in order) and usage
-// (completion_tokens: all choices' tokens together, as OpenAI and vLLM count them).
+// (completion_tokens: all choices' tokens together, as OpenAI and vLLM count them). With
+// `prompt_logprobs` (positions 1 .. prompt_tokens - 1), vLLM's `prompt_logprobs` field: in each
+// choice for completions, beside the choices for chat.
 std::string completion_json(const ResponseMeta& meta, const std::vector<ChoiceText>& choices,
-                            std::int32_t prompt_tokens, std::int32_t completion_tokens);
+                            std::int32_t prompt_tokens, std::int32_t completion_tokens,
+                            const std::vector<PromptTokenLogprobs>* prompt_logprobs = nullptr);
 // One streamed chunk of one choice.
 struct ChunkFields {
   std::int32_t index = 0;     // the choice

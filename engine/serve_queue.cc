@@ -27,6 +27,11 @@ void RequestChannel::token(std::int32_t sample, std::int32_t value,
   cv_.notify_all();
 }
 
+void RequestChannel::prompt_logprobs(std::vector<TokenLogprobs> values) {
+  std::lock_guard lock(mu_);
+  prompt_logprobs_ = std::make_shared<std::vector<TokenLogprobs>>(std::move(values));
+}
+
 bool RequestChannel::finished(RequestStatus status, const std::string& reason,
                               std::vector<std::string> sample_reasons) {
   std::lock_guard lock(mu_);
@@ -51,6 +56,7 @@ RequestChannel::Update RequestChannel::take(std::chrono::milliseconds timeout) {
   });
   Update u;
   u.tokens.swap(tokens_);
+  u.prompt_logprobs = std::move(prompt_logprobs_);
   u.state = state_;
   u.reason = reason_;
   u.sample_reasons = sample_reasons_;

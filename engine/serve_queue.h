@@ -44,6 +44,9 @@ class RequestChannel {
     std::string reason;  // rejection or abort reason; when finished, the request's finish reason
     // A finished request with parallel samples: each sample's finish reason (empty otherwise).
     std::vector<std::string> sample_reasons;
+    // The prompt's log probabilities (RequestSpec::prompt_logprobs: positions 1 .. prompt_len -
+    // 1), in the update that brings them, before its tokens; null in every other.
+    std::shared_ptr<std::vector<TokenLogprobs>> prompt_logprobs;
   };
 
   // Loop side.
@@ -52,6 +55,8 @@ class RequestChannel {
   void rejected(const std::string& reason, bool shed = false);
   void token(std::int32_t sample, std::int32_t value,
              std::optional<TokenLogprobs> logprobs = std::nullopt);
+  // The prompt's log probabilities, once, before the first token.
+  void prompt_logprobs(std::vector<TokenLogprobs> values);
   // Returns true when the handler found a stop string before (stopped_by_string()).
   bool finished(RequestStatus status, const std::string& reason,
                 std::vector<std::string> sample_reasons = {});
@@ -80,6 +85,7 @@ class RequestChannel {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::vector<Token> tokens_;
+  std::shared_ptr<std::vector<TokenLogprobs>> prompt_logprobs_;
   State state_ = State::kPending;
   std::string reason_;
   std::vector<std::string> sample_reasons_;

@@ -58,7 +58,38 @@ class LogprobTap : public Backend {
         }
       }
     }
+    // Prompt positions, each kept the first time it comes (a recompute after a preemption
+    // computes them again).
+    for (PromptLogprobs& p : r.prompt_logprobs) {
+      const ScheduledRequest& e = plan.requests[p.entry];
+      Prompt& kept = prompt_[e.id];
+      if (kept.taken) continue;
+      kept.values.resize(static_cast<std::size_t>(e.spec->prompt_len - 1));
+      kept.filled.resize(kept.values.size());
+      for (std::size_t j = 0; j < p.values.size(); ++j) {
+        const auto at = static_cast<std::size_t>(p.first_position - 1) + j;
+        if (kept.filled[at] != 0) continue;
+        kept.values[at] = std::move(p.values[j]);
+        kept.filled[at] = 1;
+        ++kept.count;
+      }
+    }
     return r;
+  }
+  // Request req's prompt log probabilities, once all have come and the first time only.
+  std::optional<std::vector<TokenLogprobs>> take_prompt(const Request& req) {
+    const auto need = static_cast<std::size_t>(req.spec.prompt_len - 1);
+    if (need == 0) {
+      Prompt& kept = prompt_[req.id()];
+      if (kept.taken) return std::nullopt;
+      kept.taken = true;
+      return std::vector<TokenLogprobs>{};
+    }
+    const auto it = prompt_.find(req.id());
+    if (it == prompt_.end() || it->second.taken || it->second.count < need) return std::nullopt;
+    it->second.taken = true;
+    it->second.filled = {};
+    return std::move(it->second.values);
   }
   // The oldest kept log probabilities of sequence `id` (none when it asked for none).
   std::optional<TokenLogprobs> take(RequestId id) {
@@ -71,13 +102,21 @@ class LogprobTap : public Backend {
   // Request `id` (and its samples) ended: whatever a discarded step left goes.
   void forget(const Request& req) {
     pending_.erase(req.id());
+    prompt_.erase(req.id());
     if (req.group == nullptr) return;
     for (const Request* s : req.group->samples) pending_.erase(s->id());
   }
 
  private:
+  struct Prompt {
+    std::vector<TokenLogprobs> values;  // position p at p - 1
+    std::vector<std::uint8_t> filled;
+    std::size_t count = 0;  // positions filled
+    bool taken = false;     // handed to the request's channel
+  };
   Backend& inner_;
   std::map<RequestId, std::deque<TokenLogprobs>> pending_;
+  std::map<RequestId, Prompt> prompt_;
 };
 
 // Tokens and outcomes from the scheduler to the requests' channels and the metrics.
@@ -128,6 +167,9 @@ class ServeObserver : public SchedulerObserver {
   void deliver(const Request& r) {
     std::optional<TokenLogprobs> lp = tap_.take(r.id());
     if (RequestChannel* ch = queue_.channel(base_request_id(r.id()))) {
+      if (r.spec.prompt_logprobs >= 0 && r.spec.sample == 0) {
+        if (auto prompt = tap_.take_prompt(r)) ch->prompt_logprobs(std::move(*prompt));
+      }
       ch->token(r.spec.sample, r.output_tokens.back(), std::move(lp));
     }
   }
@@ -225,6 +267,13 @@ struct Exchange {
   bool logprobs = false;          // the request asked for log probabilities
   bool continuous_usage = false;  // usage in every chunk (stream_options.continuous_usage_stats)
   std::vector<Choice> choices;    // n of them
+  // Completions' echo: each choice's text starts with echo_text (the prompt), and its logprobs
+  // with the prompt tokens' (prompt_lp, which arrives with the first token).
+  bool echo = false;
+  std::string echo_text;
+  std::vector<std::int32_t> prompt;
+  bool prompt_logprobs_field = false;  // the response carries vLLM's prompt_logprobs
+  std::shared_ptr<std::vector<TokenLogprobs>> prompt_lp;
   std::int32_t completion_tokens() const {
     std::size_t sum = 0;
     for (const Choice& c : choices) sum += c.tokens.size();
@@ -429,6 +478,13 @@ class Server {
     ex->channel = std::make_shared<RequestChannel>();
     ex->prompt_tokens = static_cast<std::int32_t>(parsed.prompt.size());
     ex->max_tokens = parsed.max_tokens;
+    ex->echo = parsed.echo;
+    ex->prompt_logprobs_field = parsed.prompt_logprobs_field;
+    if (parsed.echo || parsed.prompt_logprobs >= 0) ex->prompt = parsed.prompt;
+    if (parsed.echo) {
+      ex->echo_text = parsed.echo_text.empty() ? render_text(tokenizer_, parsed.prompt)
+                                               : std::move(parsed.echo_text);
+    }
     ex->choices.resize(static_cast<std::size_t>(parsed.n));
     for (Choice& c : ex->choices) {
       c.stops = StopStrings(parsed.stop, parsed.include_stop_str_in_output, parsed.min_tokens);
@@ -436,6 +492,7 @@ class Server {
     RequestSpec spec = make_literal_request(0, 0, std::move(parsed.prompt), parsed.max_tokens);
     spec.n = parsed.n;
     spec.logprobs = parsed.logprobs;
+    spec.prompt_logprobs = parsed.prompt_logprobs;
     ex->logprobs = parsed.logprobs >= 0;
     ex->continuous_usage = parsed.continuous_usage;
     if (parsed.sampling) {
@@ -506,6 +563,7 @@ class Server {
     auto provider = [this, ex, stream, usage](std::size_t /*offset*/, httplib::DataSink& sink) {
       RequestChannel::Update u = ex->channel->take(kPoll);
       if (!sink.is_writable()) return false;  // the client went away: the releaser aborts
+      if (u.prompt_logprobs) ex->prompt_lp = std::move(u.prompt_logprobs);
       const bool finished = u.state == RequestChannel::State::kFinished;
       const std::size_t n = ex->choices.size();
       // Each choice's last token of this update (a finished request's last of each).
@@ -547,7 +605,7 @@ class Server {
                           c.stopped ? c.stops.matched() : "",
                           chunk_logprobs(*ex, c),
                           ex->logprobs ? c.logprob_chars : -1};
-        out += sse(chunk_json(ex->meta, with_usage(*ex, c, std::move(chunk))));
+        out += sse(chunk_json(ex->meta, with_usage(*ex, c, with_echo(*ex, c, std::move(chunk)))));
         if (ex->logprobs)
           c.logprob_chars +=
               static_cast<std::int64_t>(utf8::characters(token_text(c.tokens.back())));
@@ -582,13 +640,16 @@ class Server {
               ChunkFields chunk{
                   index, next_text(c, text, true),           c.first, reason, stop_reason,
                   {},    ex->logprobs ? c.logprob_chars : -1};
-              out += sse(chunk_json(ex->meta, with_usage(*ex, c, std::move(chunk))));
+              out += sse(
+                  chunk_json(ex->meta, with_usage(*ex, c, with_echo(*ex, c, std::move(chunk)))));
             }
           } else {
             if (c.stopped) text.resize(c.stops.text_end());
-            texts.push_back({std::move(text), reason, stop_reason, std::nullopt});
+            texts.push_back({ex->echo ? ex->echo_text + text : std::move(text), reason, stop_reason,
+                             std::nullopt});
             if (ex->logprobs) {
               std::vector<TokenLogprobText>& shown = texts.back().logprobs.emplace();
+              if (ex->echo) shown = prompt_logprob_texts(*ex);
               for (std::size_t t = 0; t < c.tokens.size(); ++t) {
                 shown.push_back(logprob_text(c.tokens[t], c.logprobs[t]));
               }
@@ -601,7 +662,10 @@ class Server {
           }
           out += "data: [DONE]\n\n";
         } else {
-          out = completion_json(ex->meta, texts, ex->prompt_tokens, ex->completion_tokens());
+          std::vector<PromptTokenLogprobs> prompt_lp;
+          if (ex->prompt_logprobs_field) prompt_lp = prompt_logprob_entries(*ex);
+          out = completion_json(ex->meta, texts, ex->prompt_tokens, ex->completion_tokens(),
+                                ex->prompt_logprobs_field ? &prompt_lp : nullptr);
         }
         if (!sink.write(out.data(), out.size())) return false;
         sink.done();
@@ -634,6 +698,53 @@ class Server {
     TokenLogprobText t{token_text(id), lp.logprob, {}};
     for (const auto& [alt, value] : lp.top) t.top.emplace_back(token_text(alt), value);
     return t;
+  }
+  // An echoed prompt's tokens as a completions logprobs object shows them: the first without a
+  // log probability (it has no context), the others with theirs (they arrive with the first
+  // output token, before any chunk or response is written).
+  std::vector<TokenLogprobText> prompt_logprob_texts(const Exchange& ex) const {
+    std::vector<TokenLogprobText> shown;
+    for (std::size_t t = 0; t < ex.prompt.size(); ++t) {
+      if (t == 0 || ex.prompt_lp == nullptr || t > ex.prompt_lp->size()) {
+        TokenLogprobText none{token_text(ex.prompt[t]), 0.0f, {}, true};
+        shown.push_back(std::move(none));
+      } else {
+        shown.push_back(logprob_text(ex.prompt[t], (*ex.prompt_lp)[t - 1]));
+      }
+    }
+    return shown;
+  }
+  // vLLM's prompt_logprobs entries (positions 1 .. prompt length - 1).
+  std::vector<PromptTokenLogprobs> prompt_logprob_entries(const Exchange& ex) const {
+    std::vector<PromptTokenLogprobs> entries;
+    if (ex.prompt_lp == nullptr) return entries;
+    for (std::size_t t = 1; t < ex.prompt.size() && t <= ex.prompt_lp->size(); ++t) {
+      const TokenLogprobs& lp = (*ex.prompt_lp)[t - 1];
+      PromptTokenLogprobs& e = entries.emplace_back();
+      e.id = ex.prompt[t];
+      e.text = token_text(e.id);
+      e.logprob = lp.logprob;
+      e.rank = lp.rank;
+      for (const auto& [alt, value] : lp.top) e.top.push_back({alt, token_text(alt), value});
+    }
+    return entries;
+  }
+  // A choice's first streamed chunk under echo: the prompt's text before its own, and with
+  // logprobs the prompt tokens' before its token's, from character 0.
+  ChunkFields with_echo(const Exchange& ex, Choice& c, ChunkFields chunk) const {
+    if (!ex.echo || !chunk.first) return chunk;
+    chunk.text = ex.echo_text + chunk.text;
+    if (ex.logprobs) {
+      std::vector<TokenLogprobText> shown = prompt_logprob_texts(ex);
+      for (const TokenLogprobText& t : shown) {
+        c.logprob_chars += static_cast<std::int64_t>(utf8::characters(t.token));
+      }
+      shown.insert(shown.end(), std::make_move_iterator(chunk.logprobs.begin()),
+                   std::make_move_iterator(chunk.logprobs.end()));
+      chunk.logprobs = std::move(shown);
+      chunk.text_offset = 0;
+    }
+    return chunk;
   }
   // A chunk with the choice's usage so far, when the request asked for it in every chunk.
   static ChunkFields with_usage(const Exchange& ex, const Choice& c, ChunkFields chunk) {

@@ -180,6 +180,13 @@ Outcome send_one(httplib::Client& client, const Endpoint& e, const std::string& 
     if (d->presence_penalty != 0) body["presence_penalty"] = d->presence_penalty;
     if (d->frequency_penalty != 0) body["frequency_penalty"] = d->frequency_penalty;
   }
+  // Log probabilities (workload.sampling: logprobs, prompt_logprobs). A stream cannot carry vLLM's
+  // prompt_logprobs field, so the prompt's come as an lm-eval client asks for them, `echo` with
+  // `logprobs`: the server then computes both with the larger of the two counts of alternatives.
+  if (spec.logprobs >= 0 || spec.prompt_logprobs >= 0) {
+    body["logprobs"] = std::max(spec.logprobs, spec.prompt_logprobs);
+  }
+  if (spec.prompt_logprobs >= 0) body["echo"] = true;
   Outcome o;
   RequestRecord& r = o.record;
   r.id = spec.id;

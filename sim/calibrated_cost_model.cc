@@ -27,8 +27,10 @@ Terms terms(const CalibratedCoefficients& c, const CalibrationFeatures& f, doubl
           c.per_token_above_knee_s * above(t, c.knee_tokens),
           c.prefill_pair_s * static_cast<double>(s.prefill_pairs), c.decode_context_token_s * dc,
           c.decode_context_token_above_knee_s * above(dc, c.decode_context_knee_tokens),
-          // Verify passes (speculative decoding) compute logits for their draft tokens too.
-          c.sampled_sequence_s * static_cast<double>(s.num_sampled + s.draft_tokens),
+          // Verify passes (speculative decoding) compute logits for their draft tokens too, and
+          // prompt log probabilities for their prompt rows.
+          c.sampled_sequence_s *
+              static_cast<double>(s.num_sampled + s.draft_tokens + s.prompt_logprob_rows),
           c.swap_byte_s * static_cast<double>(s.swap_out_blocks + s.swap_in_blocks) * block_bytes,
           c.copy_byte_s * static_cast<double>(s.copy_blocks) * block_bytes};
 }

@@ -452,6 +452,7 @@ StepCostBreakdown RooflineCostModel::parallel_breakdown(const StepFeatures& f) c
   one_f.prefill_blocks = part(f.prefill_blocks);
   one_f.decode_blocks = part(f.decode_blocks);
   one_f.draft_tokens = part(f.draft_tokens);
+  one_f.prompt_logprob_rows = part(f.prompt_logprob_rows);
   one_f.lora_tokens = part(f.lora_tokens);
   one_f.num_loras = f.num_loras;
   // One micro-batch through all layers of one GPU's shard.
@@ -537,9 +538,9 @@ StepCostBreakdown RooflineCostModel::shard_breakdown(const StepFeatures& f) cons
     b.prefill_attention += static_cast<double>(f.prefill_blocks) * s_per_block_;
     b.decode_attention += static_cast<double>(f.decode_blocks) * s_per_block_;
   }
-  if (f.num_sampled > 0) {
-    // Logits for every sampled sequence, and for every draft token a verify pass checks.
-    const std::int64_t rows = f.num_sampled + f.draft_tokens;
+  // Logits for every sampled sequence, for every draft token a verify pass checks and for every
+  // prompt row whose log probabilities were asked for.
+  if (const std::int64_t rows = f.num_sampled + f.draft_tokens + f.prompt_logprob_rows; rows > 0) {
     const double s = static_cast<double>(rows);
     const double flops = lm_head_flops_per_seq_ * s;
     const double bytes = lm_head_weight_bytes_ + lm_head_act_bytes_per_seq_ * s;

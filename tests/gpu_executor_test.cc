@@ -676,6 +676,53 @@ TEST(GpuExecutor, LogprobsOfTheRowsThatAsk) {
 #endif
 }
 
+// Prompt log probabilities (RequestSpec::prompt_logprobs): the rows of a prompt chunk, one that
+// samples nothing as well as the last, give CpuExecutor's numbers within bf16's tolerance, with
+// the same first alternative wherever the reference's top two are not a near-tie; an entry that
+// did not ask gives none.
+TEST(GpuExecutor, PromptLogprobsMatchCpuExecutor) {
+  REQUIRE_GPU();
+#if SERVELAB_HAVE_CUDA
+  const LlamaWeights w = LlamaWeights::random(GpuConfig(64, 4, 2, true), 5);
+  RequestSpec asks = make_request(1, 0, {{unique_content_id(13, 1), 0, 20}}, 2);
+  asks.prompt_logprobs = 3;
+  const RequestSpec plain = make_request(2, 0, {{unique_content_id(13, 2), 0, 20}}, 2);
+  const std::vector<BlockId> t1 = {1, 2, 3}, t2 = {4, 5, 6};
+  CpuExecutorOptions cpu_options;
+  cpu_options.block_size = 8;
+  cpu_options.num_blocks = 32;
+  CpuExecutor cpu(w, cpu_options);
+  CudaExecutor gpu(w, GpuOptions(8, 32));
+  std::map<std::int32_t, std::pair<TokenLogprobs, TokenLogprobs>> seen;  // position: cpu, gpu
+  for (const auto& [done, n] : {std::pair(0, 12), std::pair(12, 8)}) {
+    StepPlan plan = OnePlan(plain, {}, done, n, t2);
+    plan.requests.insert(plan.requests.begin(), OnePlan(asks, {}, done, n, t1).requests[0]);
+    const StepResult rc = cpu.execute(plan);
+    const StepResult rg = gpu.execute(plan);
+    ASSERT_EQ(rc.prompt_logprobs.size(), 1u);
+    ASSERT_EQ(rg.prompt_logprobs.size(), 1u);
+    EXPECT_EQ(rg.prompt_logprobs[0].entry, 0u);
+    EXPECT_EQ(rg.prompt_logprobs[0].first_position, done + 1);
+    ASSERT_EQ(rg.prompt_logprobs[0].values.size(), rc.prompt_logprobs[0].values.size());
+    for (std::size_t j = 0; j < rg.prompt_logprobs[0].values.size(); ++j) {
+      seen[done + 1 + static_cast<std::int32_t>(j)] = {rc.prompt_logprobs[0].values[j],
+                                                       rg.prompt_logprobs[0].values[j]};
+    }
+  }
+  ASSERT_EQ(seen.size(), 19u);  // positions 1 .. 19
+  for (const auto& [pos, pair] : seen) {
+    const auto& [want, have] = pair;
+    // bf16 against fp32: logits within kLogitTol of their scale, which a logprob this low is.
+    EXPECT_NEAR(have.logprob, want.logprob, kLogitTol * std::max(1.0f, std::abs(want.logprob)))
+        << "position " << pos;
+    ASSERT_EQ(have.top.size(), 3u);
+    if (want.top[0].second - want.top[1].second > kGpuTieMargin) {
+      EXPECT_EQ(have.top[0].first, want.top[0].first) << "position " << pos;
+    }
+  }
+#endif
+}
+
 // Async scheduling (StepPlan::pipelined): a decode formed before its input token is known takes
 // the token the executor's previous plan sampled, so its logits equal those of the same decode
 // given the token; a pipelined entry whose request sampled nothing last is refused.

@@ -1903,6 +1903,38 @@ TEST(Lessons, AsyncScheduling) {
   }
 }
 
+// docs/lessons/scoring-prompts.md: the page's table, the prefill arithmetic, the 10.4x and the
+// LM-head rows' 5.9 %.
+TEST(Lessons, ScoringPrompts) {
+  const fs::path dir = temp_dir("lesson-scoring-prompts");
+  const fs::path out = compare("scoring-prompts.yaml", dir);
+  struct Row {
+    const char* variant;
+    std::int64_t computed;
+    double hit_pct, makespan_s, ttft_p50_ms, joules;
+  };
+  const Row table[] = {{"cached", 8320, 90.4, 0.201, 192.6, 99.5},
+                       {"uncached", 86400, 0, 1.979, 1124.8, 1001.4},
+                       {"scored", 86400, 0, 2.095, 1190.8, 1069.3}};
+  std::map<std::string, double> makespan;
+  for (const Row& r : table) {
+    SCOPED_TRACE(r.variant);
+    const fs::path run = out / r.variant;
+    const json s = summary(run);
+    EXPECT_EQ(sum_column(run / "steps.csv", "prefill_tokens"), r.computed);
+    EXPECT_NEAR(100 * s["prefix_cache"]["hit_rate"].get<double>(), r.hit_pct, 0.05);
+    EXPECT_NEAR(s["duration_s"].get<double>(), r.makespan_s, 0.0005);
+    EXPECT_NEAR(s["ttft_ms"]["p50"].get<double>(), r.ttft_p50_ms, 0.05);
+    EXPECT_NEAR(s["energy"]["joules"].get<double>(), r.joules, 0.05);
+    makespan[r.variant] = s["duration_s"].get<double>();
+  }
+  EXPECT_EQ(8320, 320 + 50 * 96 + 200 * 16);  // the header once, each question once, each answer
+  EXPECT_NEAR(makespan["scored"] / makespan["cached"], 10.4, 0.05);
+  EXPECT_NEAR(100 * (makespan["scored"] / makespan["uncached"] - 1), 5.9, 0.05);
+  // The first step of the cached run admits 197 requests, sharing what it computes.
+  EXPECT_EQ(read_csv(out / "cached" / "steps.csv").at(0).at("num_seqs"), "197");
+}
+
 // docs/lessons/saying-no.md
 // Lesson docs/lessons/preemptive-scheduling.md: the page's table at 3 requests/s and the numbers
 // it quotes at 2 and 4, and with swap preemption.

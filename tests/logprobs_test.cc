@@ -1,20 +1,25 @@
 // Log probabilities of sampled tokens (core/step_plan.h TokenLogprobs; engine/logprobs.h): the
 // numbers from a row of logits, and CpuExecutor reporting them for the entries (and forked
 // samples) whose requests ask, under the raw logits (before temperature and the min_tokens
-// mask), and for nobody else.
+// mask), and for nobody else. Prompt log probabilities (RequestSpec::prompt_logprobs): each
+// position's under the logits of its prefix, whatever the chunking; such a request reads no
+// prefix-cache block, and its prompt rows count as LM-head rows (StepFeatures).
 #include "engine/logprobs.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "core/block_pool.h"
 #include "core/kv_cache_manager.h"
 #include "core/sampling_params.h"
 #include "core/scheduler.h"
+#include "core/step_features.h"
 #include "core/stop_conditions.h"
 #include "engine/cpu_executor.h"
 #include "engine/llama_weights.h"
@@ -38,6 +43,11 @@ TEST(Logprobs, LogSoftmaxAndTheTopTokens) {
   EXPECT_NEAR(lp.top[2].second, 1.0 - std::log(total), 1e-6);
   EXPECT_TRUE(token_logprobs(logits, 2, 0).top.empty());
   EXPECT_EQ(token_logprobs(logits, 2, 20).top.size(), 5u);  // at most the vocabulary
+  // Rank: 1 + the logits strictly larger (a tie shares the better rank).
+  EXPECT_EQ(lp.rank, 4);
+  EXPECT_EQ(token_logprobs(logits, 1, 0).rank, 1);
+  EXPECT_EQ(token_logprobs(logits, 3, 0).rank, 1);
+  EXPECT_EQ(token_logprobs(logits, 2, 0).rank, 5);
   // Large logits: max-subtracted, no overflow.
   const std::vector<float> big = {1000.0f, 1000.0f};
   EXPECT_NEAR(token_logprobs(big, 0, 0).logprob, -std::log(2.0), 1e-6);
@@ -97,6 +107,140 @@ TEST(Logprobs, CpuExecutorReportsThemForTheRequestsThatAsk) {
   Scheduler s2(sc, kv2, nullptr);
   s2.add_request(make_request(3, 0, {{8, 0, 4}}, 2), 0);
   EXPECT_TRUE(ex.execute(s2.schedule(0)).logprobs.empty());
+}
+
+// Runs `specs` to the end through a Scheduler and a CpuExecutor; returns each request's prompt
+// log probabilities by position (a position given twice fails the test).
+std::map<RequestId, std::map<std::int32_t, TokenLogprobs>> RunForPromptLogprobs(
+    const LlamaWeights& w, const SchedulerConfig& sc, const std::vector<RequestSpec>& specs,
+    std::int64_t* prompt_rows = nullptr) {
+  BlockPool pool(128);
+  KvCacheManager kv(pool, sc.block_size, sc.max_model_len, true);
+  Scheduler s(sc, kv, nullptr);
+  CpuExecutorOptions eo;
+  eo.block_size = sc.block_size;
+  eo.num_blocks = 128;
+  CpuExecutor ex(w, eo);
+  for (const RequestSpec& spec : specs) s.add_request(spec, 0);
+  std::map<RequestId, std::map<std::int32_t, TokenLogprobs>> got;
+  TimeNs t = 0;
+  while (s.has_unfinished()) {
+    const StepPlan& plan = s.schedule(t);
+    const StepResult r = ex.execute(plan);
+    std::int64_t rows = 0;
+    for (const ScheduledRequest& e : plan.requests) rows += prompt_logprob_rows(e);
+    EXPECT_EQ(StepFeatures::from_plan(plan).prompt_logprob_rows, rows);
+    if (prompt_rows != nullptr) *prompt_rows += rows;
+    for (const PromptLogprobs& p : r.prompt_logprobs) {
+      const ScheduledRequest& e = plan.requests[p.entry];
+      EXPECT_EQ(p.first_position, e.first_token + 1);
+      EXPECT_EQ(static_cast<std::int32_t>(p.values.size()), prompt_logprob_rows(e));
+      for (std::size_t j = 0; j < p.values.size(); ++j) {
+        const auto pos = p.first_position + static_cast<std::int32_t>(j);
+        EXPECT_TRUE(got[e.id].emplace(pos, p.values[j]).second) << "position " << pos << " twice";
+      }
+    }
+    t += 1000;
+    s.complete(r, t);
+  }
+  return got;
+}
+
+TEST(PromptLogprobs, EachPositionIsTheLogSoftmaxOfItsPrefixWhateverTheChunks) {
+  const LlamaWeights w = LlamaWeights::random(load_llama_config("tiny", default_catalog_dir()), 4);
+  const std::int32_t vocab = w.config.model.vocab_size;
+  SchedulerConfig sc;
+  sc.block_size = 8;
+  sc.max_model_len = 256;
+  sc.max_num_batched_tokens = 7;  // chunks of at most 7 tokens, shared with a neighbour
+  RequestSpec asks = make_request(1, 0, {{9, 0, 20}}, 2);
+  asks.prompt_logprobs = 2;
+  const RequestSpec neighbour = make_request(2, 0, {{11, 0, 9}}, 4);
+  const auto got = RunForPromptLogprobs(w, sc, {neighbour, asks});
+  ASSERT_EQ(got.size(), 1u);  // the neighbour asked for none
+  const std::map<std::int32_t, TokenLogprobs>& mine = got.at(1);
+  ASSERT_EQ(mine.size(), 19u);  // positions 1 .. 19; the first token has none
+  EXPECT_EQ(mine.begin()->first, 1);
+  // The reference: each prefix [0, t) run alone in one step; its last row's raw logits.
+  SchedulerConfig whole = sc;
+  whole.max_num_batched_tokens = 256;
+  for (std::int32_t t = 1; t < 20; ++t) {
+    BlockPool pool(64);
+    KvCacheManager kv(pool, whole.block_size, whole.max_model_len, true);
+    Scheduler s(whole, kv, nullptr);
+    CpuExecutorOptions eo;
+    eo.block_size = whole.block_size;
+    eo.num_blocks = 64;
+    CpuExecutor ex(w, eo);
+    s.add_request(make_request(7, 0, {{9, 0, static_cast<std::uint32_t>(t)}}, 1), 0);
+    ex.execute(s.schedule(0));
+    const Eigen::VectorXf& row = ex.last_logits()[0];
+    const TokenLogprobs want =
+        token_logprobs(std::vector<float>(row.data(), row.data() + row.size()),
+                       prompt_token_value(asks, t, vocab), 2);
+    const TokenLogprobs& have = mine.at(t);
+    EXPECT_NEAR(have.logprob, want.logprob, 1e-4) << t;
+    EXPECT_EQ(have.rank, want.rank) << t;
+    ASSERT_EQ(have.top.size(), 2u) << t;
+    for (std::size_t k = 0; k < 2; ++k) {
+      EXPECT_EQ(have.top[k].first, want.top[k].first) << t;
+      EXPECT_NEAR(have.top[k].second, want.top[k].second, 1e-4) << t;
+    }
+  }
+  // One chunk or seven: the same numbers.
+  const auto at_once = RunForPromptLogprobs(w, whole, {asks}).at(1);
+  ASSERT_EQ(at_once.size(), 19u);
+  for (const auto& [pos, lp] : at_once) EXPECT_NEAR(lp.logprob, mine.at(pos).logprob, 1e-4) << pos;
+}
+
+// vLLM v1: a request that wants its prompt's logprobs reads no cached block (nor counts a lookup);
+// the blocks it computes are cached for the others. A one-token prompt has no prompt rows.
+TEST(PromptLogprobs, TheRequestReadsNoPrefixCacheAndItsRowsReachTheLmHead) {
+  const LlamaWeights w = LlamaWeights::random(load_llama_config("tiny", default_catalog_dir()), 4);
+  SchedulerConfig sc;
+  sc.block_size = 8;
+  sc.max_model_len = 256;
+  BlockPool pool(64);
+  KvCacheManager kv(pool, sc.block_size, sc.max_model_len, true);
+  Scheduler s(sc, kv, nullptr);
+  CpuExecutorOptions eo;
+  eo.block_size = 8;
+  eo.num_blocks = 64;
+  CpuExecutor ex(w, eo);
+  TimeNs t = 0;
+  const auto run = [&](const RequestSpec& spec) {
+    s.add_request(spec, t);
+    ScheduledRequest first{};
+    bool seen = false;
+    std::int64_t rows = 0;
+    while (s.has_unfinished()) {
+      const StepPlan& plan = s.schedule(t);
+      if (!seen && !plan.requests.empty()) {
+        first = plan.requests[0];
+        seen = true;
+      }
+      rows += StepFeatures::from_plan(plan).prompt_logprob_rows;
+      const StepResult r = ex.execute(plan);
+      t += 1000;
+      s.complete(r, t);
+    }
+    return std::pair(first, rows);
+  };
+  run(make_request(1, 0, {{5, 0, 33}}, 2));  // caches four full blocks
+  const std::int64_t lookups = kv.stats().lookups;
+  RequestSpec asks = make_request(2, 0, {{5, 0, 33}}, 2);
+  asks.prompt_logprobs = 0;
+  const auto [e, rows] = run(asks);
+  EXPECT_EQ(e.first_token, 0);  // computed from the start, not from the cached 32 tokens
+  EXPECT_EQ(e.num_cached_prefix, 0);
+  EXPECT_EQ(rows, 32);  // positions 1 .. 32
+  EXPECT_EQ(kv.stats().lookups, lookups);
+  const auto [e3, rows3] = run(make_request(3, 0, {{5, 0, 33}}, 2));  // an ordinary one hits
+  EXPECT_EQ(e3.first_token, 32);
+  EXPECT_EQ(rows3, 0);
+  RequestSpec one = make_request(4, 0, {{6, 0, 1}}, 2);
+  one.prompt_logprobs = 3;
+  EXPECT_EQ(run(one).second, 0);
 }
 
 }  // namespace

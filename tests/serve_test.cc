@@ -449,6 +449,127 @@ TEST(EngineServe, LogprobsInEveryShape) {
   fs::remove_all(dir);
 }
 
+// Prompt log probabilities as lm-eval's loglikelihood asks for them (token ids, max_tokens 1,
+// `echo` with `logprobs: 1`, temperature 0) and as vLLM's `prompt_logprobs` field: the echoed
+// text and logprobs object start with the prompt (its first token null), each prompt token's
+// logprob is the one the model gives it after its prefix (a greedy continuation's logprob, asked
+// for directly, is the same number, and lm-eval's is_greedy holds for it), streamed echo sends
+// the prompt first, and prompt_logprobs with stream is refused.
+TEST(EngineServe, EchoAndPromptLogprobsAsLmEvalAsksForThem) {
+  const fs::path dir = temp_dir("serve_echo");
+  ServerProcess server(dir, {});
+  httplib::Client c = client_for(server);
+  const auto post = [&](const std::string& path, const json& body) {
+    const httplib::Result r = c.Post(path, body.dump(), "application/json");
+    EXPECT_TRUE(r);
+    EXPECT_EQ(r->status, 200) << r->body;
+    return json::parse(r->body);
+  };
+  std::vector<int> ids;
+  for (int b = 'a'; b <= 'l'; ++b) ids.push_back(b);  // the byte tokenizer: "abcdefghijkl"
+  // The greedy continuation of the prompt and its logprob.
+  const json g = post("/v1/completions",
+                      {{"prompt", ids}, {"max_tokens", 1}, {"logprobs", 1}, {"temperature", 0}});
+  const int next = g["choices"][0]["logprobs"]["tokens"][0].get<std::string>().size() == 1
+                       ? static_cast<unsigned char>(
+                             g["choices"][0]["logprobs"]["tokens"][0].get<std::string>()[0])
+                       : -1;
+  const double next_lp = g["choices"][0]["logprobs"]["token_logprobs"][0].get<double>();
+  std::vector<int> context = ids;
+  if (next >= 0) context.push_back(next);
+  const json e = post("/v1/completions", {{"prompt", {context}},
+                                          {"max_tokens", 1},
+                                          {"logprobs", 1},
+                                          {"echo", true},
+                                          {"temperature", 0}});
+  const json& choice = e["choices"][0];
+  EXPECT_EQ(choice["text"].get<std::string>().rfind("abcdefghijkl", 0), 0u) << choice.dump();
+  const json& lp = choice["logprobs"];
+  const std::size_t n = context.size() + 1;  // the prompt's tokens, then the generated one
+  ASSERT_EQ(lp["tokens"].size(), n) << lp.dump();
+  ASSERT_EQ(lp["token_logprobs"].size(), n);
+  ASSERT_EQ(lp["top_logprobs"].size(), n);
+  EXPECT_TRUE(lp["token_logprobs"][0].is_null());
+  EXPECT_TRUE(lp["top_logprobs"][0].is_null());
+  for (std::size_t i = 0; i < 12; ++i) {
+    EXPECT_EQ(lp["tokens"][i], std::string(1, static_cast<char>('a' + i)));
+    EXPECT_EQ(lp["text_offset"][i], i);
+  }
+  for (std::size_t i = 1; i < n; ++i) {
+    SCOPED_TRACE(i);
+    ASSERT_TRUE(lp["token_logprobs"][i].is_number());
+    EXPECT_LE(lp["token_logprobs"][i].get<double>(), 0.0);
+    EXPECT_GE(lp["top_logprobs"][i].size(), 1u);
+  }
+  if (next >= 0) {
+    // lm-eval: sum(token_logprobs[ctxlen:-1]) is the continuation's loglikelihood, is_greedy
+    // compares each with max(top_logprobs).
+    const double cont = lp["token_logprobs"][12].get<double>();
+    EXPECT_NEAR(cont, next_lp, 1e-4);
+    double best = -1e9;
+    for (const auto& [tok, v] : lp["top_logprobs"][12].items())
+      best = std::max(best, v.get<double>());
+    EXPECT_NEAR(best, cont, 1e-6);
+  }
+  // A text prompt echoes as the client sent it; the same numbers as its token ids.
+  const json t = post("/v1/completions", {{"prompt", "abcdefghijkl"},
+                                          {"max_tokens", 3},
+                                          {"logprobs", 1},
+                                          {"echo", true},
+                                          {"temperature", 0}});
+  EXPECT_EQ(t["choices"][0]["text"].get<std::string>().rfind("abcdefghijkl", 0), 0u);
+  EXPECT_EQ(t["choices"][0]["logprobs"]["token_logprobs"][5], lp["token_logprobs"][5]);
+  EXPECT_EQ(t["usage"]["prompt_tokens"], 12);
+  // Streamed: the prompt's text and logprobs come in each choice's first chunk.
+  const Stream st = post_stream(server, "/v1/completions",
+                                {{"prompt", "abcdefghijkl"},
+                                 {"max_tokens", 3},
+                                 {"logprobs", 1},
+                                 {"echo", true},
+                                 {"temperature", 0},
+                                 {"stream", true}});
+  ASSERT_EQ(st.status, 200) << st.body;
+  std::string text;
+  std::vector<json> values;
+  for (const json& ch : st.chunks) {
+    if (ch["choices"].empty()) continue;
+    text += ch["choices"][0]["text"].get<std::string>();
+    for (const json& v : ch["choices"][0]["logprobs"]["token_logprobs"]) values.push_back(v);
+  }
+  EXPECT_EQ(text, t["choices"][0]["text"]);
+  EXPECT_EQ(json(values), t["choices"][0]["logprobs"]["token_logprobs"]);
+  EXPECT_EQ(st.chunks[0]["choices"][0]["logprobs"]["text_offset"][0], 0);
+  // vLLM's prompt_logprobs: null first, then a dict per token with its rank and text.
+  const json v = post("/v1/completions",
+                      {{"prompt", "abcdefghijkl"}, {"max_tokens", 1}, {"prompt_logprobs", 2}});
+  const json& pl = v["choices"][0]["prompt_logprobs"];
+  ASSERT_EQ(pl.size(), 12u) << v.dump();
+  EXPECT_TRUE(pl[0].is_null());
+  for (std::size_t i = 1; i < 12; ++i) {
+    SCOPED_TRACE(i);
+    const std::string key = std::to_string('a' + static_cast<int>(i));
+    ASSERT_TRUE(pl[i].contains(key)) << pl[i].dump();
+    EXPECT_EQ(pl[i][key]["decoded_token"], std::string(1, static_cast<char>('a' + i)));
+    EXPECT_GE(pl[i][key]["rank"].get<int>(), 1);
+    EXPECT_NEAR(pl[i][key]["logprob"].get<double>(), lp["token_logprobs"][i].get<double>(), 1e-4);
+    EXPECT_GE(pl[i].size(), 2u);  // the token and up to 2 alternatives
+    EXPECT_LE(pl[i].size(), 3u);
+  }
+  EXPECT_TRUE(v["choices"][0]["logprobs"].is_null());
+  const json chat =
+      post("/v1/chat/completions", {{"messages", {{{"role", "user"}, {"content", "hi"}}}},
+                                    {"max_tokens", 2},
+                                    {"prompt_logprobs", 0}});
+  EXPECT_EQ(chat["prompt_logprobs"].size(), chat["usage"]["prompt_tokens"].get<std::size_t>());
+  const httplib::Result bad = c.Post(
+      "/v1/completions", json{{"prompt", "ab"}, {"prompt_logprobs", 1}, {"stream", true}}.dump(),
+      "application/json");
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->status, 400);
+  EXPECT_EQ(json::parse(bad->body)["error"]["param"], "prompt_logprobs");
+  fs::remove_all(dir);
+}
+
 // The whole response to `request` (raw HTTP, which should ask for Connection: close).
 std::string raw_exchange(int port, const std::string& request) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -984,6 +1105,37 @@ TEST(EngineServe, SimBenchSendsNAndCountsEveryChoice) {
   EXPECT_EQ(metric(m, "vllm:generation_tokens_total" + kLabels), 8 * 18);
   EXPECT_EQ(metric(m, "vllm:request_success_total{model_name=\"tiny\",finished_reason=\"length\"}"),
             8);
+  fs::remove_all(dir);
+}
+
+// workload.sampling.prompt_logprobs through `sim bench`: sent as echo + logprobs (a stream cannot
+// carry vLLM's prompt_logprobs), each request answered in full, and the server's prefix cache is
+// never read for them though the workload shares a prefix, as the simulator has it.
+TEST(EngineServe, SimBenchSendsPromptLogprobsAsEcho) {
+  const fs::path dir = temp_dir("serve_bench_plp");
+  ServerProcess server(dir, {});
+  write_file(dir / "plp.yaml",
+             "name: bench-plp\nseed: 5\nmodel: tiny\nhardware: H100-SXM\n"
+             "serving: {block_size: 16, num_gpu_blocks: 512, max_num_batched_tokens: 4096, "
+             "max_num_seqs: 256, max_model_len: 2048}\n"
+             "workload: {type: synthetic, num_requests: 6, arrival: {process: poisson, rate: 40}, "
+             "prompt_len: {dist: fixed, value: 48}, output_len: {dist: fixed, value: 3}, "
+             "shared_prefix: {num_prefixes: 1, length: 40, fraction: 1.0}, "
+             "sampling: {prompt_logprobs: 1}}\n");
+  const Cli bench = run_sim("bench " + (dir / "plp.yaml").string() + " --url " + server.url() +
+                                " --out " + (dir / "bench").string(),
+                            dir);
+  ASSERT_EQ(bench.code, 0) << bench.err;
+  const auto rows = read_csv(dir / "bench" / "requests.csv");
+  ASSERT_EQ(rows.size(), 6u);
+  for (const auto& r : rows) {
+    EXPECT_EQ(r.at("status"), "finished") << r.at("reason");
+    EXPECT_EQ(r.at("output_tokens"), "3");
+  }
+  const std::string m = scrape_settled(server.port());
+  EXPECT_EQ(metric(m, "vllm:prefix_cache_queries_total" + kLabels), 0);
+  EXPECT_EQ(metric(m, "vllm:prefix_cache_hits_total" + kLabels), 0);
+  EXPECT_EQ(metric(m, "vllm:generation_tokens_total" + kLabels), 6 * 3);
   fs::remove_all(dir);
 }
 

@@ -377,6 +377,103 @@ TEST(OpenAiApi, LogprobsFields) {
   }
 }
 
+// Prompt log probabilities: vLLM's `prompt_logprobs: K` on both endpoints (not with stream), and
+// completions' `echo` (with `logprobs: K`: the prompt's with K alternatives, as lm-eval asks).
+TEST(OpenAiApi, EchoAndPromptLogprobsFields) {
+  const std::unique_ptr<Tokenizer> bytes =
+      load_tokenizer(home_path("data/tokenizers/bytes/tokenizer.json"));
+  const ApiLimits limits{"tiny", 256, 64, {}};
+  const auto parse = [&](const std::string& body, bool chat = false) {
+    return parse_completion_request(body, chat, limits, *bytes);
+  };
+  const std::string chat = R"("messages": [{"role": "user", "content": "hi"}])";
+  CompletionRequest r = parse(R"({"prompt": "ab"})");
+  EXPECT_FALSE(r.echo);
+  EXPECT_EQ(r.prompt_logprobs, -1);
+  // lm-eval's loglikelihood request: token ids, one token, echo with logprobs 1.
+  r = parse(R"({"prompt": [[3, 4, 5]], "max_tokens": 1, "logprobs": 1, "echo": true,
+                "temperature": 0})");
+  EXPECT_TRUE(r.echo);
+  EXPECT_EQ(r.echo_text, "");  // token ids: the server decodes them
+  EXPECT_EQ(r.logprobs, 1);
+  EXPECT_EQ(r.prompt_logprobs, 1);
+  EXPECT_FALSE(r.prompt_logprobs_field);
+  r = parse(R"({"prompt": "ab", "echo": true})");  // echo without logprobs: the text only
+  EXPECT_EQ(r.echo_text, "ab");
+  EXPECT_EQ(r.prompt_logprobs, -1);
+  EXPECT_EQ(parse(R"({"prompt": ["ab"], "echo": true})").echo_text, "ab");
+  EXPECT_FALSE(parse(R"({"prompt": "ab", "echo": false, "logprobs": 2})").echo);
+  r = parse(R"({"prompt": "ab", "prompt_logprobs": 3, "logprobs": 1, "echo": true})");
+  EXPECT_EQ(r.prompt_logprobs, 3);  // the explicit count wins over echo's
+  EXPECT_TRUE(r.prompt_logprobs_field);
+  r = parse("{" + chat + R"(, "prompt_logprobs": 0})", true);
+  EXPECT_EQ(r.prompt_logprobs, 0);
+  EXPECT_TRUE(r.prompt_logprobs_field);
+  // Echo with a stream is fine (the prompt comes in the first chunk); prompt_logprobs is not.
+  EXPECT_TRUE(parse(R"({"prompt": "ab", "echo": true, "logprobs": 0, "stream": true})").echo);
+  const std::vector<std::tuple<std::string, bool, std::string>> bad = {
+      {R"({"prompt": "a", "echo": 1})", false, "echo"},
+      {R"({"prompt": "a", "echo": "yes"})", false, "echo"},
+      {"{" + chat + R"(, "echo": true})", true, "echo"},  // not a chat field
+      {R"({"prompt": "a", "prompt_logprobs": 21})", false, "prompt_logprobs"},
+      {R"({"prompt": "a", "prompt_logprobs": -1})", false, "prompt_logprobs"},
+      {R"({"prompt": "a", "prompt_logprobs": true})", false, "prompt_logprobs"},
+      {R"({"prompt": "a", "prompt_logprobs": 1, "stream": true})", false, "prompt_logprobs"},
+  };
+  for (const auto& [body, is_chat, param] : bad) {
+    try {
+      parse(body, is_chat);
+      ADD_FAILURE() << "accepted " << body;
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status, 400) << body;
+      EXPECT_EQ(e.param, param) << body;
+    }
+  }
+}
+
+// The response shapes: an echoed prompt's first token has null token_logprobs and top_logprobs;
+// vLLM's prompt_logprobs list starts with null, then a dict per token keyed by token id with
+// logprob, rank and decoded_token (in each choice for completions, beside the choices for chat).
+TEST(OpenAiApi, EchoAndPromptLogprobsShapes) {
+  ResponseMeta meta{"cmpl-1", "tiny", 5, false};
+  ChoiceText c{"abc", "length", "", std::vector<TokenLogprobText>{}};
+  TokenLogprobText first{"a", 0.0f, {}, true};
+  c.logprobs->push_back(first);
+  c.logprobs->push_back({"b", -0.5f, {{"x", -0.25f}}});
+  c.logprobs->push_back({"c", -1.0f, {}});
+  PromptTokenLogprobs p;
+  p.id = 98;
+  p.text = "b";
+  p.logprob = -0.5f;
+  p.rank = 2;
+  p.top.push_back({120, "x", -0.25f});
+  const std::vector<PromptTokenLogprobs> prompt = {p};
+  nlohmann::json j = nlohmann::json::parse(completion_json(meta, {c}, 2, 1, &prompt));
+  const nlohmann::json& lp = j["choices"][0]["logprobs"];
+  EXPECT_EQ(lp["text_offset"], nlohmann::json::parse("[0, 1, 2]"));
+  EXPECT_TRUE(lp["token_logprobs"][0].is_null());
+  EXPECT_TRUE(lp["top_logprobs"][0].is_null());
+  EXPECT_EQ(lp["token_logprobs"][1], -0.5);
+  EXPECT_EQ(lp["top_logprobs"][1]["x"], -0.25);
+  EXPECT_EQ(lp["tokens"], nlohmann::json::parse(R"(["a", "b", "c"])"));
+  const nlohmann::json& pl = j["choices"][0]["prompt_logprobs"];
+  ASSERT_EQ(pl.size(), 2u);
+  EXPECT_TRUE(pl[0].is_null());
+  EXPECT_EQ(pl[1]["98"]["rank"], 2);
+  EXPECT_EQ(pl[1]["98"]["decoded_token"], "b");
+  EXPECT_EQ(pl[1]["98"]["logprob"], -0.5);
+  EXPECT_EQ(pl[1]["120"]["rank"], 1);
+  EXPECT_FALSE(j.contains("prompt_logprobs"));
+  // Chat: beside the choices; and nowhere without them.
+  meta.chat = true;
+  c.logprobs.reset();
+  j = nlohmann::json::parse(completion_json(meta, {c}, 2, 1, &prompt));
+  EXPECT_EQ(j["prompt_logprobs"].size(), 2u);
+  EXPECT_FALSE(j["choices"][0].contains("prompt_logprobs"));
+  j = nlohmann::json::parse(completion_json(meta, {c}, 2, 1));
+  EXPECT_FALSE(j.contains("prompt_logprobs"));
+}
+
 // --lora-modules entries (serving/lora_modules.h) and a request naming an adapter.
 TEST(LoraModules, ParseCheckAndSelectAdapters) {
   LoraModule m = parse_lora_module("sql=7", 16);

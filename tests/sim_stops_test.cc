@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "serving/home.h"
@@ -124,6 +125,42 @@ TEST(SimStops, DrawKeysChangeNothingInTheSimulator) {
   fs::remove_all(dir);
 }
 
+// workload.sampling.prompt_logprobs: as in vLLM v1, such requests read no prefix-cache block, and
+// their prompt rows reach the LM head, so a shared-prefix workload loses its hits and its steps
+// cost more; `logprobs` alone changes nothing the simulator computes.
+TEST(SimStops, PromptLogprobsTurnPrefixHitsOffAndCostLmHeadRows) {
+  const fs::path dir = temp_dir("sim_prompt_logprobs");
+  const std::string shared = "  shared_prefix: {num_prefixes: 1, length: 64, fraction: 1.0}\n";
+  const auto plain = RunSim(dir, "plain", shared);
+  const auto scored = RunSim(dir, "scored", shared + "  sampling: {prompt_logprobs: 1}\n");
+  RunSim(dir, "outputs", shared + "  sampling: {logprobs: 5}\n");
+  EXPECT_EQ(read_file(dir / "outputs" / "requests.csv"), read_file(dir / "plain" / "requests.csv"));
+  const auto summary = [&](const std::string& name) {
+    return nlohmann::json::parse(read_file(dir / name / "summary.json"));
+  };
+  EXPECT_GT(summary("plain")["prefix_cache"]["hit_tokens"].get<double>(), 0);
+  EXPECT_EQ(summary("scored")["prefix_cache"]["hit_tokens"].get<double>(), 0);
+  EXPECT_EQ(summary("scored")["prefix_cache"]["queried_tokens"].get<double>(), 0);
+  ASSERT_EQ(plain.size(), scored.size());
+  double ttft_plain = 0, ttft_scored = 0;
+  for (std::size_t i = 0; i < plain.size(); ++i) {
+    EXPECT_EQ(scored[i].at("cached_tokens"), "0");
+    ttft_plain += std::stod(plain[i].at("ttft_ms"));
+    ttft_scored += std::stod(scored[i].at("ttft_ms"));
+  }
+  EXPECT_GT(ttft_scored, ttft_plain);
+  // The LM head's rows: the same steps with prompt rows cost more (steps.csv's first step, the
+  // first request's whole prefill in both runs, alone).
+  const auto steps_plain = read_csv(dir / "plain" / "steps.csv");
+  const auto steps_scored = read_csv(dir / "scored" / "steps.csv");
+  ASSERT_FALSE(steps_plain.empty());
+  ASSERT_FALSE(steps_scored.empty());
+  EXPECT_EQ(steps_plain[0].at("prefill_tokens"), steps_scored[0].at("prefill_tokens"));
+  EXPECT_GT(std::stod(steps_scored[0].at("duration_ms")),
+            std::stod(steps_plain[0].at("duration_ms")));
+  fs::remove_all(dir);
+}
+
 TEST(SimStops, BadKeysAreExitCode2NamingTheKey) {
   const fs::path dir = temp_dir("sim_stops_bad");
   const auto err = [&](const std::string& extra) {
@@ -146,6 +183,10 @@ TEST(SimStops, BadKeysAreExitCode2NamingTheKey) {
   EXPECT_NE(err("  sampling: {top_p: 0}\n").find("workload.sampling.top_p"), std::string::npos);
   EXPECT_NE(err("  sampling: {seed: -3}\n").find("workload.sampling.seed"), std::string::npos);
   EXPECT_NE(err("  sampling: {presence_penalty: 2.5}\n").find("workload.sampling.presence_penalty"),
+            std::string::npos);
+  EXPECT_NE(err("  sampling: {prompt_logprobs: 21}\n").find("workload.sampling.prompt_logprobs"),
+            std::string::npos);
+  EXPECT_NE(err("  sampling: {logprobs: -1}\n").find("workload.sampling.logprobs"),
             std::string::npos);
   fs::remove_all(dir);
 }

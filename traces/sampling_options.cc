@@ -15,15 +15,23 @@ RequestOptions parse_request_options(const ConfigNode& s) {
     if (!n.is_map()) {
       n.fail(
           "a mapping (max_tokens, eos_probability, min_tokens, ignore_eos, temperature, top_p, "
-          "seed, presence_penalty, frequency_penalty)");
+          "seed, presence_penalty, frequency_penalty, logprobs, prompt_logprobs)");
     }
     n.allow_keys({"max_tokens", "eos_probability", "min_tokens", "ignore_eos", "temperature",
-                  "top_p", "seed", "presence_penalty", "frequency_penalty"});
+                  "top_p", "seed", "presence_penalty", "frequency_penalty", "logprobs",
+                  "prompt_logprobs"});
     SamplingOptions p;
     const bool draw_keys = n.has("temperature") || n.has("top_p") || n.has("seed") ||
                            n.has("presence_penalty") || n.has("frequency_penalty");
-    p.stops = !draw_keys || n.has("max_tokens") || n.has("eos_probability") ||
+    const bool logprob_keys = n.has("logprobs") || n.has("prompt_logprobs");
+    p.stops = !(draw_keys || logprob_keys) || n.has("max_tokens") || n.has("eos_probability") ||
               n.has("min_tokens") || n.has("ignore_eos");
+    if (n.has("logprobs")) {
+      p.logprobs = static_cast<std::int32_t>(n.get_int("logprobs", 0, kMaxLogprobs));
+    }
+    if (n.has("prompt_logprobs")) {
+      p.prompt_logprobs = static_cast<std::int32_t>(n.get_int("prompt_logprobs", 0, kMaxLogprobs));
+    }
     if (draw_keys) {
       RequestSampling d;
       d.temperature = n.get_double("temperature", 0.0, 0.0, 1e6);
@@ -93,6 +101,11 @@ std::optional<RequestSpec> SampledWorkload::next() {
       r->sampling = draws_;
     }
   }
+  if (options_.sampling) {
+    if (options_.sampling->logprobs) r->logprobs = *options_.sampling->logprobs;
+    if (options_.sampling->prompt_logprobs)
+      r->prompt_logprobs = *options_.sampling->prompt_logprobs;
+  }
   if (options_.sampling && options_.sampling->stops) {
     const SamplingOptions& p = *options_.sampling;
     auto stop = std::make_shared<StopConditions>();
@@ -131,6 +144,11 @@ std::string SampledWorkload::describe() const {
                                       .c_str()
                                 : "");
     s += buf;
+  }
+  if (options_.sampling && (options_.sampling->logprobs || options_.sampling->prompt_logprobs)) {
+    const SamplingOptions& p = *options_.sampling;
+    if (p.logprobs) s += ", logprobs " + std::to_string(*p.logprobs);
+    if (p.prompt_logprobs) s += ", prompt_logprobs " + std::to_string(*p.prompt_logprobs);
   }
   if (options_.sampling && options_.sampling->stops) {
     const SamplingOptions& p = *options_.sampling;

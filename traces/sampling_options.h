@@ -22,6 +22,13 @@
 //     frequency_penalty: 0.5 # ([-2, 2]) and the request's id); `sim bench` sends them.
 //                            # The simulator's steps cost the same whatever is drawn. Given
 //                            # alone (no stop key above), they leave the stop conditions off.
+//     logprobs: 5            # ([0, 20]) each output token's log probability with this many
+//                            # alternatives (`engine run` computes them, `sim bench` asks)
+//     prompt_logprobs: 1     # ([0, 20]) the prompt tokens' (vLLM's prompt_logprobs; an
+//                            # lm-eval loglikelihood request): the request reads no prefix-cache
+//                            # block and the LM head computes every prompt row, in the
+//                            # simulator too (core/request.h). Like the draw keys, these two
+//                            # alone leave the stop conditions off.
 //   cache_salt:              # vLLM cache_salt (an extra key of the first block's hash): prompts
 //                            # with different salts never share prefix-cache blocks. One of:
 //     value: tenant-a        #   one salt (a non-empty string) for every request
@@ -53,6 +60,8 @@ struct SamplingOptions {
   // The draw keys (temperature, top_p, seed, presence_penalty, frequency_penalty), when any is
   // given; `seed` is the first request's (request i: seed + i).
   std::optional<RequestSampling> draws;
+  std::optional<std::int32_t> logprobs;         // RequestSpec::logprobs, 0 .. kMaxLogprobs
+  std::optional<std::int32_t> prompt_logprobs;  // RequestSpec::prompt_logprobs
 };
 
 struct CacheSaltOptions {

@@ -75,6 +75,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (r.lora_id == 0 ? r.model != "tiny" : r.lora_rank < 1) finding("an unknown model accepted");
   if (r.n < 1 || r.n > servelab::kMaxSamples) finding("n outside [1, kMaxSamples]");
   if (r.logprobs < -1 || r.logprobs > servelab::kMaxLogprobs) finding("logprobs out of range");
+  if (r.prompt_logprobs < -1 || r.prompt_logprobs > servelab::kMaxLogprobs) {
+    finding("prompt_logprobs out of range");
+  }
+  if (r.prompt_logprobs >= 0 && r.stream && r.prompt_logprobs_field) {
+    finding("prompt_logprobs accepted with a stream");
+  }
+  if (r.echo && r.chat) finding("echo on the chat endpoint");
+  if (!r.echo && !r.echo_text.empty()) finding("an echo text without echo");
   if (r.sampling) {
     const servelab::RequestSampling& s = *r.sampling;
     if (!(s.temperature >= 0) || !(s.top_p > 0 && s.top_p <= 1)) {
