@@ -28,6 +28,38 @@
 namespace servelab {
 namespace {
 
+// The tiny model's Scheduler (block size 8, contexts up to 256) and CpuExecutor over `blocks`
+// blocks, with prefix caching.
+SchedulerConfig TinyConfig(std::int32_t budget = 8192) {
+  SchedulerConfig sc;
+  sc.block_size = 8;
+  sc.max_model_len = 256;
+  sc.max_num_batched_tokens = budget;
+  return sc;
+}
+CpuExecutorOptions TinyOptions(std::int32_t blocks) {
+  CpuExecutorOptions eo;
+  eo.block_size = 8;
+  eo.num_blocks = blocks;
+  return eo;
+}
+struct TinyEngine {
+  TinyEngine(const LlamaWeights& w, const SchedulerConfig& config, std::int32_t blocks = 64)
+      : sc(config),
+        pool(blocks),
+        kv(pool, sc.block_size, sc.max_model_len, true),
+        s(sc, kv, nullptr),
+        ex(w, TinyOptions(blocks)) {}
+  SchedulerConfig sc;
+  BlockPool pool;
+  KvCacheManager kv;
+  Scheduler s;
+  CpuExecutor ex;
+};
+LlamaWeights TinyWeights() {
+  return LlamaWeights::random(load_llama_config("tiny", default_catalog_dir()), 4);
+}
+
 TEST(Logprobs, LogSoftmaxAndTheTopTokens) {
   const std::vector<float> logits = {1.0f, 3.0f, -2.0f, 3.0f, 0.5f};
   const TokenLogprobs lp = token_logprobs(logits, 4, 3);
@@ -54,17 +86,10 @@ TEST(Logprobs, LogSoftmaxAndTheTopTokens) {
 }
 
 TEST(Logprobs, CpuExecutorReportsThemForTheRequestsThatAsk) {
-  const LlamaWeights w = LlamaWeights::random(load_llama_config("tiny", default_catalog_dir()), 4);
-  SchedulerConfig sc;
-  sc.block_size = 8;
-  sc.max_model_len = 256;
-  BlockPool pool(64);
-  KvCacheManager kv(pool, sc.block_size, sc.max_model_len, true);
-  Scheduler s(sc, kv, nullptr);
-  CpuExecutorOptions eo;
-  eo.block_size = 8;
-  eo.num_blocks = 64;
-  CpuExecutor ex(w, eo);
+  const LlamaWeights w = TinyWeights();
+  TinyEngine engine(w, TinyConfig());
+  Scheduler& s = engine.s;
+  CpuExecutor& ex = engine.ex;
   // 0: no logprobs; 1: 3 alternatives, sampled at temperature 1.5 with token 0 masked by
   // min_tokens; 2: n = 2, 1 alternative.
   RequestSpec plain = make_request(0, 0, {{5, 0, 10}}, 3);
@@ -102,35 +127,26 @@ TEST(Logprobs, CpuExecutorReportsThemForTheRequestsThatAsk) {
   EXPECT_EQ(r.fork_logprobs[0].logprob, token_logprobs(raw2, r.fork_tokens[0], 1).logprob);
   EXPECT_EQ(r.fork_logprobs[0].top, r.logprobs[2].top);
   // A plan where nobody asks has none.
-  BlockPool pool2(64);
-  KvCacheManager kv2(pool2, sc.block_size, sc.max_model_len, true);
-  Scheduler s2(sc, kv2, nullptr);
-  s2.add_request(make_request(3, 0, {{8, 0, 4}}, 2), 0);
-  EXPECT_TRUE(ex.execute(s2.schedule(0)).logprobs.empty());
+  TinyEngine other(w, TinyConfig());
+  other.s.add_request(make_request(3, 0, {{8, 0, 4}}, 2), 0);
+  EXPECT_TRUE(ex.execute(other.s.schedule(0)).logprobs.empty());
 }
 
 // Runs `specs` to the end through a Scheduler and a CpuExecutor; returns each request's prompt
 // log probabilities by position (a position given twice fails the test).
 std::map<RequestId, std::map<std::int32_t, TokenLogprobs>> RunForPromptLogprobs(
-    const LlamaWeights& w, const SchedulerConfig& sc, const std::vector<RequestSpec>& specs,
-    std::int64_t* prompt_rows = nullptr) {
-  BlockPool pool(128);
-  KvCacheManager kv(pool, sc.block_size, sc.max_model_len, true);
-  Scheduler s(sc, kv, nullptr);
-  CpuExecutorOptions eo;
-  eo.block_size = sc.block_size;
-  eo.num_blocks = 128;
-  CpuExecutor ex(w, eo);
+    const LlamaWeights& w, const SchedulerConfig& sc, const std::vector<RequestSpec>& specs) {
+  TinyEngine engine(w, sc, 128);
+  Scheduler& s = engine.s;
   for (const RequestSpec& spec : specs) s.add_request(spec, 0);
   std::map<RequestId, std::map<std::int32_t, TokenLogprobs>> got;
   TimeNs t = 0;
   while (s.has_unfinished()) {
     const StepPlan& plan = s.schedule(t);
-    const StepResult r = ex.execute(plan);
+    const StepResult r = engine.ex.execute(plan);
     std::int64_t rows = 0;
     for (const ScheduledRequest& e : plan.requests) rows += prompt_logprob_rows(e);
     EXPECT_EQ(StepFeatures::from_plan(plan).prompt_logprob_rows, rows);
-    if (prompt_rows != nullptr) *prompt_rows += rows;
     for (const PromptLogprobs& p : r.prompt_logprobs) {
       const ScheduledRequest& e = plan.requests[p.entry];
       EXPECT_EQ(p.first_position, e.first_token + 1);
@@ -147,12 +163,9 @@ std::map<RequestId, std::map<std::int32_t, TokenLogprobs>> RunForPromptLogprobs(
 }
 
 TEST(PromptLogprobs, EachPositionIsTheLogSoftmaxOfItsPrefixWhateverTheChunks) {
-  const LlamaWeights w = LlamaWeights::random(load_llama_config("tiny", default_catalog_dir()), 4);
+  const LlamaWeights w = TinyWeights();
   const std::int32_t vocab = w.config.model.vocab_size;
-  SchedulerConfig sc;
-  sc.block_size = 8;
-  sc.max_model_len = 256;
-  sc.max_num_batched_tokens = 7;  // chunks of at most 7 tokens, shared with a neighbour
+  const SchedulerConfig sc = TinyConfig(7);  // chunks of at most 7 tokens, shared with a neighbour
   RequestSpec asks = make_request(1, 0, {{9, 0, 20}}, 2);
   asks.prompt_logprobs = 2;
   const RequestSpec neighbour = make_request(2, 0, {{11, 0, 9}}, 4);
@@ -162,19 +175,12 @@ TEST(PromptLogprobs, EachPositionIsTheLogSoftmaxOfItsPrefixWhateverTheChunks) {
   ASSERT_EQ(mine.size(), 19u);  // positions 1 .. 19; the first token has none
   EXPECT_EQ(mine.begin()->first, 1);
   // The reference: each prefix [0, t) run alone in one step; its last row's raw logits.
-  SchedulerConfig whole = sc;
-  whole.max_num_batched_tokens = 256;
+  const SchedulerConfig whole = TinyConfig();
   for (std::int32_t t = 1; t < 20; ++t) {
-    BlockPool pool(64);
-    KvCacheManager kv(pool, whole.block_size, whole.max_model_len, true);
-    Scheduler s(whole, kv, nullptr);
-    CpuExecutorOptions eo;
-    eo.block_size = whole.block_size;
-    eo.num_blocks = 64;
-    CpuExecutor ex(w, eo);
-    s.add_request(make_request(7, 0, {{9, 0, static_cast<std::uint32_t>(t)}}, 1), 0);
-    ex.execute(s.schedule(0));
-    const Eigen::VectorXf& row = ex.last_logits()[0];
+    TinyEngine alone(w, whole);
+    alone.s.add_request(make_request(7, 0, {{9, 0, static_cast<std::uint32_t>(t)}}, 1), 0);
+    alone.ex.execute(alone.s.schedule(0));
+    const Eigen::VectorXf& row = alone.ex.last_logits()[0];
     const TokenLogprobs want =
         token_logprobs(std::vector<float>(row.data(), row.data() + row.size()),
                        prompt_token_value(asks, t, vocab), 2);
@@ -196,17 +202,11 @@ TEST(PromptLogprobs, EachPositionIsTheLogSoftmaxOfItsPrefixWhateverTheChunks) {
 // vLLM v1: a request that wants its prompt's logprobs reads no cached block (nor counts a lookup);
 // the blocks it computes are cached for the others. A one-token prompt has no prompt rows.
 TEST(PromptLogprobs, TheRequestReadsNoPrefixCacheAndItsRowsReachTheLmHead) {
-  const LlamaWeights w = LlamaWeights::random(load_llama_config("tiny", default_catalog_dir()), 4);
-  SchedulerConfig sc;
-  sc.block_size = 8;
-  sc.max_model_len = 256;
-  BlockPool pool(64);
-  KvCacheManager kv(pool, sc.block_size, sc.max_model_len, true);
-  Scheduler s(sc, kv, nullptr);
-  CpuExecutorOptions eo;
-  eo.block_size = 8;
-  eo.num_blocks = 64;
-  CpuExecutor ex(w, eo);
+  const LlamaWeights w = TinyWeights();
+  TinyEngine engine(w, TinyConfig());
+  Scheduler& s = engine.s;
+  KvCacheManager& kv = engine.kv;
+  CpuExecutor& ex = engine.ex;
   TimeNs t = 0;
   const auto run = [&](const RequestSpec& spec) {
     s.add_request(spec, t);
