@@ -269,6 +269,7 @@ std::string Scheduler::rejection_reason(const Request& req) const {
 void Scheduler::add_request(RequestSpec spec, TimeNs now) {
   ++counters_.num_arrived;
   auto* r = new Request(std::move(spec));
+  prompt_logprobs_seen_ = prompt_logprobs_seen_ || r->spec.prompt_logprobs >= 0;
   std::string reason = rejection_reason(*r);
   if (reason.empty()) {
     if ((config_.admission || config_.length_cap) && apply_overload_control(*r, now)) return;
@@ -333,6 +334,7 @@ void Scheduler::add_prefilled_request(RequestSpec spec, const PrefilledState& st
   }
   ++counters_.num_arrived;
   auto* r = new Request(std::move(spec));
+  prompt_logprobs_seen_ = prompt_logprobs_seen_ || r->spec.prompt_logprobs >= 0;
   std::string reason = rejection_reason(*r);
   r->first_scheduled_ns = state.first_scheduled_ns;
   r->first_token_ns = r->last_token_ns = state.first_token_ns;
@@ -372,7 +374,6 @@ std::int32_t Scheduler::unschedule(const Request& r) {
     plan_.totals.decode_context_tokens -= e.context_len();
   }
   plan_.totals.num_sampled -= e.samples ? 1 : 0;
-  plan_.totals.prompt_logprob_rows -= prompt_logprob_rows(e);
   if (k < plan_.draft_tokens.size()) [[unlikely]] {
     const auto d = static_cast<std::int32_t>(plan_.draft_tokens[k].size());
     plan_.num_draft_tokens -= d;
@@ -626,6 +627,11 @@ const StepPlan& Scheduler::schedule(TimeNs now) {
   if (lookahead_ > 0) mark_round();
   if (config_.lora.enabled()) [[unlikely]]
     count_plan_loras();
+  if (prompt_logprobs_seen_) [[unlikely]] {
+    for (const ScheduledRequest& e : plan_.requests) {
+      plan_.totals.prompt_logprob_rows += prompt_logprob_rows(e);
+    }
+  }
   if (async_) [[unlikely]] {
     // vLLM's AsyncScheduler._update_after_schedule: every entry that samples will yield a token
     // the next plan cannot see yet.

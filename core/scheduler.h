@@ -554,6 +554,9 @@ class Scheduler {
   std::int32_t admitted_in_step_ = 0;  // admissions from the waiting queue in the plan being formed
   SchedulerCounters counters_;
   std::size_t fork_seats_ = 0;  // seats reserved for the samples of running unforked requests
+  // A request with prompt log probabilities was added: plans then sum their entries'
+  // prompt_logprob_rows once formed (the totals' field stays 0 in every other run, unsummed).
+  bool prompt_logprobs_seen_ = false;
   std::vector<std::shared_ptr<SampleGroup>> done_groups_;  // reported, awaiting deletion
   // Overload control's view of the load (admission_load()): the waiting queue's tokens, kept as
   // requests enter and leave it (queue_back, queue_front, unqueue), and the prefill-throughput
@@ -619,9 +622,6 @@ class Scheduler {
     plan_.totals.decode_context_tokens += end;
   }
   plan_.totals.num_sampled += samples ? 1 : 0;
-  if (r.spec.prompt_logprobs >= 0) [[unlikely]] {
-    plan_.totals.prompt_logprob_rows += prompt_logprob_rows(e);
-  }
 
   // Positions below the high-water mark had KV before a preemption dropped it.
   const std::int32_t max_computed = r.max_computed_tokens_;
