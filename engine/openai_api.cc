@@ -69,11 +69,17 @@ std::vector<std::int32_t> token_array(const json& a, const std::string& param,
   return ids;
 }
 
-std::int32_t max_tokens_field(const json& body, const char* key, std::int32_t fallback) {
+// `zero_ok`: 0 is accepted (completions' echo: the prompt alone).
+std::int32_t max_tokens_field(const json& body, const char* key, std::int32_t fallback,
+                              bool zero_ok = false) {
   if (!body.contains(key) || body[key].is_null()) return fallback;
   expect(body[key].is_number_integer(), key, "an integer");
   const auto v = body[key].get<std::int64_t>();
-  if (v < 1 || v > (1 << 24)) throw bad(std::string("'") + key + "': expected at least 1", key);
+  if (v < (zero_ok ? 0 : 1) || v > (1 << 24)) {
+    throw bad(std::string("'") + key + "': expected at least " + (zero_ok ? "0" : "1") +
+                  (!zero_ok && v == 0 ? " (0 only with echo: true, on completions)" : ""),
+              key);
+  }
   return static_cast<std::int32_t>(v);
 }
 
@@ -424,8 +430,18 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat,
   // Defaults: OpenAI's 16 for completions; the rest of the context for chat (as vLLM).
   const std::int32_t fallback =
       chat ? limits.max_model_len - static_cast<std::int32_t>(prompt_len) : 16;
-  r.max_tokens = max_tokens_field(body, "max_tokens", fallback);
+  r.max_tokens = max_tokens_field(body, "max_tokens", fallback, !chat && r.echo);
   if (chat) r.max_tokens = max_tokens_field(body, "max_completion_tokens", r.max_tokens);
+  if (r.max_tokens == 0) {
+    // vLLM's echo without generation: one token is generated and not shown.
+    if (r.min_tokens > 0) {
+      throw bad(
+          "'min_tokens' (" + std::to_string(r.min_tokens) + ") must not exceed max_tokens (0)",
+          "min_tokens");
+    }
+    r.echo_only = true;
+    r.max_tokens = 1;
+  }
   if (prompt_len + r.max_tokens > limits.max_model_len) {
     throw bad("this model's maximum context length is " + std::to_string(limits.max_model_len) +
                   " tokens; the request asks for " + std::to_string(prompt_len + r.max_tokens) +

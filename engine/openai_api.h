@@ -98,6 +98,9 @@ struct CompletionRequest {
   // as the client sent it when a string; empty for token ids (the server decodes them).
   bool echo = false;
   std::string echo_text;
+  // `echo` with `max_tokens: 0`: each choice is the prompt alone (its text and logprobs); as in
+  // vLLM one token is generated (max_tokens is 1 here, and usage counts it) and not shown.
+  bool echo_only = false;
 };
 
 // The tenant of a request made for end user `user` (OpenAI's `user` field): 0 for none (""),

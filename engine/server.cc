@@ -270,6 +270,7 @@ struct Exchange {
   // Completions' echo: each choice's text starts with echo_text (the prompt), and its logprobs
   // with the prompt tokens' (prompt_lp, which arrives with the first token).
   bool echo = false;
+  bool echo_only = false;  // max_tokens 0: the prompt alone (the generated token is not shown)
   std::string echo_text;
   std::vector<std::int32_t> prompt;
   bool prompt_logprobs_field = false;  // the response carries vLLM's prompt_logprobs
@@ -479,6 +480,7 @@ class Server {
     ex->prompt_tokens = static_cast<std::int32_t>(parsed.prompt.size());
     ex->max_tokens = parsed.max_tokens;
     ex->echo = parsed.echo;
+    ex->echo_only = parsed.echo_only;
     ex->prompt_logprobs_field = parsed.prompt_logprobs_field;
     if (parsed.echo || parsed.prompt_logprobs >= 0) ex->prompt = parsed.prompt;
     if (parsed.echo) {
@@ -645,12 +647,13 @@ class Server {
             }
           } else {
             if (c.stopped) text.resize(c.stops.text_end());
+            if (ex->echo_only) text.clear();
             texts.push_back({ex->echo ? ex->echo_text + text : std::move(text), reason, stop_reason,
                              std::nullopt});
             if (ex->logprobs) {
               std::vector<TokenLogprobText>& shown = texts.back().logprobs.emplace();
               if (ex->echo) shown = prompt_logprob_texts(*ex);
-              for (std::size_t t = 0; t < c.tokens.size(); ++t) {
+              for (std::size_t t = 0; t < c.tokens.size() && !ex->echo_only; ++t) {
                 shown.push_back(logprob_text(c.tokens[t], c.logprobs[t]));
               }
             }
@@ -731,7 +734,12 @@ class Server {
   }
   // A choice's first streamed chunk under echo: the prompt's text before its own, and with
   // logprobs the prompt tokens' before its token's, from character 0.
+  // Under echo_only the generated token's text and logprobs are dropped.
   ChunkFields with_echo(const Exchange& ex, Choice& c, ChunkFields chunk) const {
+    if (ex.echo_only) {
+      chunk.text.clear();
+      chunk.logprobs.clear();
+    }
     if (!ex.echo || !chunk.first) return chunk;
     chunk.text = ex.echo_text + chunk.text;
     if (ex.logprobs) {

@@ -539,6 +539,25 @@ TEST(EngineServe, EchoAndPromptLogprobsAsLmEvalAsksForThem) {
   EXPECT_EQ(text, t["choices"][0]["text"]);
   EXPECT_EQ(json(values), t["choices"][0]["logprobs"]["token_logprobs"]);
   EXPECT_EQ(st.chunks[0]["choices"][0]["logprobs"]["text_offset"][0], 0);
+  // Echo without generation (max_tokens 0): the prompt alone, its logprobs alone; usage counts
+  // the one token generated and not shown, as vLLM's does.
+  const json only =
+      post("/v1/completions",
+           {{"prompt", "abcdefghijkl"}, {"max_tokens", 0}, {"logprobs", 1}, {"echo", true}});
+  EXPECT_EQ(only["choices"][0]["text"], "abcdefghijkl");
+  ASSERT_EQ(only["choices"][0]["logprobs"]["tokens"].size(), 12u);
+  EXPECT_NEAR(only["choices"][0]["logprobs"]["token_logprobs"][5].get<double>(),
+              lp["token_logprobs"][5].get<double>(), 1e-4);
+  EXPECT_EQ(only["usage"]["completion_tokens"], 1);
+  const Stream so = post_stream(
+      server, "/v1/completions",
+      {{"prompt", "abcdefghijkl"}, {"max_tokens", 0}, {"echo", true}, {"stream", true}});
+  ASSERT_EQ(so.status, 200) << so.body;
+  std::string streamed_only;
+  for (const json& ch : so.chunks) {
+    if (!ch["choices"].empty()) streamed_only += ch["choices"][0]["text"].get<std::string>();
+  }
+  EXPECT_EQ(streamed_only, "abcdefghijkl");
   // vLLM's prompt_logprobs: null first, then a dict per token with its rank and text.
   const json v = post("/v1/completions",
                       {{"prompt", "abcdefghijkl"}, {"max_tokens", 1}, {"prompt_logprobs", 2}});

@@ -411,6 +411,19 @@ TEST(OpenAiApi, EchoAndPromptLogprobsFields) {
   EXPECT_TRUE(r.prompt_logprobs_field);
   // Echo with a stream is fine (the prompt comes in the first chunk); prompt_logprobs is not.
   EXPECT_TRUE(parse(R"({"prompt": "ab", "echo": true, "logprobs": 0, "stream": true})").echo);
+  // vLLM's echo without generation: max_tokens 0 with echo (one token generated, not shown).
+  r = parse(R"({"prompt": "ab", "echo": true, "max_tokens": 0, "logprobs": 1})");
+  EXPECT_TRUE(r.echo_only);
+  EXPECT_EQ(r.max_tokens, 1);
+  EXPECT_EQ(r.prompt_logprobs, 1);
+  EXPECT_FALSE(parse(R"({"prompt": "ab", "echo": true, "max_tokens": 2})").echo_only);
+  try {
+    parse(R"({"prompt": "ab", "max_tokens": 0})");
+    ADD_FAILURE() << "max_tokens 0 without echo";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.param, "max_tokens");
+    EXPECT_NE(std::string(e.what()).find("only with echo"), std::string::npos) << e.what();
+  }
   const std::vector<std::tuple<std::string, bool, std::string>> bad = {
       {R"({"prompt": "a", "echo": 1})", false, "echo"},
       {R"({"prompt": "a", "echo": "yes"})", false, "echo"},
@@ -419,6 +432,9 @@ TEST(OpenAiApi, EchoAndPromptLogprobsFields) {
       {R"({"prompt": "a", "prompt_logprobs": -1})", false, "prompt_logprobs"},
       {R"({"prompt": "a", "prompt_logprobs": true})", false, "prompt_logprobs"},
       {R"({"prompt": "a", "prompt_logprobs": 1, "stream": true})", false, "prompt_logprobs"},
+      {R"({"prompt": "a", "echo": true, "max_tokens": -1})", false, "max_tokens"},
+      {R"({"prompt": "a", "echo": true, "max_tokens": 0, "min_tokens": 1})", false, "min_tokens"},
+      {"{" + chat + R"(, "max_tokens": 0})", true, "max_tokens"},
   };
   for (const auto& [body, is_chat, param] : bad) {
     try {

@@ -83,6 +83,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   if (r.echo && r.chat) finding("echo on the chat endpoint");
   if (!r.echo && !r.echo_text.empty()) finding("an echo text without echo");
+  if (r.echo_only && (!r.echo || r.max_tokens != 1))
+    finding("echo_only without echo or not 1 token");
   if (r.sampling) {
     const servelab::RequestSampling& s = *r.sampling;
     if (!(s.temperature >= 0) || !(s.top_p > 0 && s.top_p <= 1)) {
