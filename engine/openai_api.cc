@@ -404,24 +404,48 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat,
   } else {
     if (!body.contains("prompt")) throw bad("'prompt' is required", "prompt");
     const json& p = body["prompt"];
-    if (p.is_string()) {
-      r.prompt = tokenizer.encode(p.get<std::string>());
-      if (r.echo) r.echo_text = p.get<std::string>();
-    } else if (p.is_array() && !p.empty() && p[0].is_array()) {
-      expect(p.size() == 1, "prompt", "one prompt (batches of prompts are not supported)");
-      r.prompt = token_array(p[0], "prompt", limits);
-    } else if (p.is_array() && !p.empty() && p[0].is_string()) {
-      expect(p.size() == 1, "prompt", "one prompt (batches of prompts are not supported)");
-      r.prompt = tokenizer.encode(p[0].get<std::string>());
-      if (r.echo) r.echo_text = p[0].get<std::string>();
-    } else if (p.is_array()) {
-      r.prompt = token_array(p, "prompt", limits);
+    // One prompt (a string, an array of token ids) or a batch of them (an array of strings, or
+    // of arrays of token ids), as vLLM takes `prompt`.
+    const auto add = [&](const json& one) {
+      std::vector<std::int32_t> ids = one.is_string() ? tokenizer.encode(one.get<std::string>())
+                                                      : token_array(one, "prompt", limits);
+      std::string text = r.echo && one.is_string() ? one.get<std::string>() : std::string();
+      if (r.prompt.empty() && r.more_prompts.empty() && r.echo_text.empty()) {
+        r.prompt = std::move(ids);
+        r.echo_text = std::move(text);
+      } else {
+        r.more_prompts.push_back(std::move(ids));
+        r.more_echo_texts.push_back(std::move(text));
+      }
+    };
+    const bool batch = p.is_array() && !p.empty() && (p[0].is_array() || p[0].is_string());
+    if (p.is_string() || (p.is_array() && !batch)) {
+      add(p);
+    } else if (batch) {
+      if (p.size() > kMaxBatchPrompts) {
+        throw bad("'prompt': a batch of " + std::to_string(p.size()) + " prompts, more than " +
+                      std::to_string(kMaxBatchPrompts),
+                  "prompt");
+      }
+      for (const json& one : p) {
+        expect(one.is_string() == p[0].is_string() && (one.is_string() || one.is_array()), "prompt",
+               "a batch of strings or of arrays of token ids, not a mix");
+        add(one);
+        if ((r.more_prompts.empty() ? r.prompt : r.more_prompts.back()).empty()) {
+          throw bad("prompt " + std::to_string(r.more_prompts.size()) + " of the batch is empty",
+                    "prompt");
+        }
+      }
     } else {
       throw bad("'prompt': expected a string or an array of token ids", "prompt");
     }
   }
   if (r.prompt.empty()) throw bad("the prompt is empty", chat ? "messages" : "prompt");
-  const auto prompt_len = static_cast<std::int64_t>(r.prompt.size());
+  std::size_t longest = r.prompt.size();
+  for (const std::vector<std::int32_t>& more : r.more_prompts) {
+    longest = std::max(longest, more.size());
+  }
+  const auto prompt_len = static_cast<std::int64_t>(longest);
   if (prompt_len >= limits.max_model_len) {
     throw bad("this model's maximum context length is " + std::to_string(limits.max_model_len) +
                   " tokens; the prompt has " + std::to_string(prompt_len),
@@ -458,16 +482,15 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat,
 }
 
 std::string completion_json(const ResponseMeta& meta, const std::vector<ChoiceText>& choices,
-                            std::int32_t prompt_tokens, std::int32_t completion_tokens,
-                            const std::vector<PromptTokenLogprobs>* prompt_logprobs) {
+                            std::int32_t prompt_tokens, std::int32_t completion_tokens) {
   json list = json::array();
-  const json prompt_lp =
-      prompt_logprobs != nullptr ? prompt_logprobs_json(*prompt_logprobs) : json();
   for (std::size_t k = 0; k < choices.size(); ++k) {
     const ChoiceText& c = choices[k];
     json choice = {{"index", k}, {"finish_reason", c.finish_reason}, {"logprobs", nullptr}};
     if (c.logprobs) choice["logprobs"] = logprobs_json(meta.chat, *c.logprobs, 0);
-    if (prompt_logprobs != nullptr && !meta.chat) choice["prompt_logprobs"] = prompt_lp;
+    if (c.prompt_logprobs && !meta.chat) {
+      choice["prompt_logprobs"] = prompt_logprobs_json(*c.prompt_logprobs);
+    }
     if (!c.stop_reason.empty()) choice["stop_reason"] = c.stop_reason;
     if (meta.chat) {
       choice["message"] = {{"role", "assistant"}, {"content", c.text}};
@@ -482,7 +505,9 @@ std::string completion_json(const ResponseMeta& meta, const std::vector<ChoiceTe
             {"model", meta.model},
             {"choices", std::move(list)},
             {"usage", usage_json(prompt_tokens, completion_tokens)}};
-  if (prompt_logprobs != nullptr && meta.chat) j["prompt_logprobs"] = prompt_lp;
+  if (meta.chat && !choices.empty() && choices[0].prompt_logprobs) {
+    j["prompt_logprobs"] = prompt_logprobs_json(*choices[0].prompt_logprobs);
+  }
   return text_of(j);
 }
 

@@ -51,6 +51,9 @@ struct ApiLimits {
   std::string logprobs_unsupported = {};
 };
 
+// The most prompts one completions request may batch.
+inline constexpr std::size_t kMaxBatchPrompts = 1024;
+
 struct CompletionRequest {
   bool chat = false;
   // The model the request named (the served model when it named none), and the LoRA adapter
@@ -59,6 +62,12 @@ struct CompletionRequest {
   std::uint32_t lora_id = 0;
   std::int32_t lora_rank = 0;
   std::vector<std::int32_t> prompt;  // token ids
+  // A batch of prompts (completions' `prompt` as an array of strings or of token-id arrays, as
+  // vLLM takes it): `prompt` is the first, these the others (each checked as `prompt` is, and
+  // prompt + max_tokens within the context for the longest); the response has n choices per
+  // prompt, prompt i's at indices i * n .. i * n + n - 1. more_echo_texts: their echo_text.
+  std::vector<std::vector<std::int32_t>> more_prompts;
+  std::vector<std::string> more_echo_texts;
   std::int32_t max_tokens = 0;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
@@ -158,14 +167,16 @@ struct ChoiceText {
   std::string finish_reason = "length";
   std::string stop_reason;
   std::optional<std::vector<TokenLogprobText>> logprobs;
+  // vLLM's prompt_logprobs of the choice's prompt (positions 1 .. its length - 1), when the
+  // request asked for them with `prompt_logprobs`.
+  std::optional<std::vector<PromptTokenLogprobs>> prompt_logprobs;
 };
 // The whole non-streaming response: the choices (index 0, 1, ... in order) and usage
-// (completion_tokens: all choices' tokens together, as OpenAI and vLLM count them). With
-// `prompt_logprobs` (positions 1 .. prompt_tokens - 1), vLLM's `prompt_logprobs` field: in each
-// choice for completions, beside the choices for chat.
+// (prompt_tokens: every prompt's of a batch; completion_tokens: all choices' tokens together, as
+// OpenAI and vLLM count them). Choices' prompt_logprobs: vLLM's `prompt_logprobs` field, in each
+// choice for completions, beside the choices (the first choice's) for chat.
 std::string completion_json(const ResponseMeta& meta, const std::vector<ChoiceText>& choices,
-                            std::int32_t prompt_tokens, std::int32_t completion_tokens,
-                            const std::vector<PromptTokenLogprobs>* prompt_logprobs = nullptr);
+                            std::int32_t prompt_tokens, std::int32_t completion_tokens);
 // One streamed chunk of one choice.
 struct ChunkFields {
   std::int32_t index = 0;     // the choice

@@ -257,27 +257,45 @@ struct Choice {
   StopStrings stops;     // the request's stop strings (engine/stop_strings.h)
 };
 
-// What one request's handler shares with its content provider.
-struct Exchange {
-  std::shared_ptr<RequestChannel> channel;
+// One prompt of a request (a batch of prompts has several): its engine request and n choices.
+struct Part {
+  std::shared_ptr<RequestChannel> channel = std::make_shared<RequestChannel>();
   RequestId id = 0;
-  ResponseMeta meta;
   std::int32_t prompt_tokens = 0;
-  std::int32_t max_tokens = 0;
-  bool logprobs = false;          // the request asked for log probabilities
-  bool continuous_usage = false;  // usage in every chunk (stream_options.continuous_usage_stats)
-  std::vector<Choice> choices;    // n of them
+  std::vector<Choice> choices;  // n of them
   // Completions' echo: each choice's text starts with echo_text (the prompt), and its logprobs
-  // with the prompt tokens' (prompt_lp, which arrives with the first token).
-  bool echo = false;
-  bool echo_only = false;  // max_tokens 0: the prompt alone (the generated token is not shown)
+  // with the prompt tokens' (prompt_lp, which arrives with the first token). `prompt`: the ids,
+  // kept with echo or prompt log probabilities.
   std::string echo_text;
   std::vector<std::int32_t> prompt;
-  bool prompt_logprobs_field = false;  // the response carries vLLM's prompt_logprobs
   std::shared_ptr<std::vector<TokenLogprobs>> prompt_lp;
+};
+
+// What one request's handler shares with its content provider.
+struct Exchange {
+  ResponseMeta meta;
+  std::int32_t max_tokens = 0;
+  std::int32_t n = 1;
+  bool logprobs = false;          // the request asked for log probabilities
+  bool continuous_usage = false;  // usage in every chunk (stream_options.continuous_usage_stats)
+  bool echo = false;
+  bool echo_only = false;  // max_tokens 0: the prompt alone (the generated token is not shown)
+  bool prompt_logprobs_field = false;  // the response carries vLLM's prompt_logprobs
+  // The prompts, read one after another by the provider (`current`): a batch's later parts run
+  // in the engine meanwhile, their tokens waiting in their channels.
+  std::vector<Part> parts;
+  std::size_t current = 0;
+  std::vector<ChoiceText> texts;  // not streamed: the choices of the parts read so far
+  std::int32_t prompt_tokens() const {
+    std::int32_t sum = 0;
+    for (const Part& p : parts) sum += p.prompt_tokens;
+    return sum;
+  }
   std::int32_t completion_tokens() const {
     std::size_t sum = 0;
-    for (const Choice& c : choices) sum += c.tokens.size();
+    for (const Part& p : parts) {
+      for (const Choice& c : p.choices) sum += c.tokens.size();
+    }
     return static_cast<std::int32_t>(sum);
   }
 };
@@ -476,27 +494,26 @@ class Server {
       return;
     }
     auto ex = std::make_shared<Exchange>();
-    ex->channel = std::make_shared<RequestChannel>();
-    ex->prompt_tokens = static_cast<std::int32_t>(parsed.prompt.size());
     ex->max_tokens = parsed.max_tokens;
+    ex->n = parsed.n;
     ex->echo = parsed.echo;
     ex->echo_only = parsed.echo_only;
     ex->prompt_logprobs_field = parsed.prompt_logprobs_field;
-    if (parsed.echo || parsed.prompt_logprobs >= 0) ex->prompt = parsed.prompt;
-    if (parsed.echo) {
-      ex->echo_text = parsed.echo_text.empty() ? render_text(tokenizer_, parsed.prompt)
-                                               : std::move(parsed.echo_text);
+    ex->logprobs = parsed.logprobs >= 0;
+    ex->continuous_usage = parsed.continuous_usage;
+    if (1 + parsed.more_prompts.size() > options_.max_in_flight) {
+      send_error(res, ApiError(400,
+                               "a batch of " + std::to_string(1 + parsed.more_prompts.size()) +
+                                   " prompts, more than the server takes in flight (" +
+                                   std::to_string(options_.max_in_flight) + ", --max-in-flight)",
+                               "invalid_request_error", "prompt"));
+      return;
     }
-    ex->choices.resize(static_cast<std::size_t>(parsed.n));
-    for (Choice& c : ex->choices) {
-      c.stops = StopStrings(parsed.stop, parsed.include_stop_str_in_output, parsed.min_tokens);
-    }
-    RequestSpec spec = make_literal_request(0, 0, std::move(parsed.prompt), parsed.max_tokens);
+    RequestSpec spec;  // every prompt's fields but the prompt
+    spec.max_output_tokens = parsed.max_tokens;
     spec.n = parsed.n;
     spec.logprobs = parsed.logprobs;
     spec.prompt_logprobs = parsed.prompt_logprobs;
-    ex->logprobs = parsed.logprobs >= 0;
-    ex->continuous_usage = parsed.continuous_usage;
     if (parsed.sampling) {
       spec.sampling = std::make_shared<const RequestSampling>(*parsed.sampling);
     }
@@ -514,60 +531,88 @@ class Server {
     spec.lora_rank = parsed.lora_rank;
     spec.priority = parsed.priority;
     spec.tenant = user_tenant(parsed.user);
-    switch (queue_.submit(std::move(spec), ex->channel, &ex->id)) {
-      case ServeQueue::Submit::kAccepted:
-        break;
-      case ServeQueue::Submit::kFull:
+    // One engine request per prompt, submitted together.
+    parsed.more_prompts.insert(parsed.more_prompts.begin(), std::move(parsed.prompt));
+    parsed.more_echo_texts.insert(parsed.more_echo_texts.begin(), std::move(parsed.echo_text));
+    for (std::size_t i = 0; i < parsed.more_prompts.size(); ++i) {
+      std::vector<std::int32_t>& ids = parsed.more_prompts[i];
+      Part& p = ex->parts.emplace_back();
+      p.prompt_tokens = static_cast<std::int32_t>(ids.size());
+      if (parsed.echo || parsed.prompt_logprobs >= 0) p.prompt = ids;
+      if (parsed.echo) {
+        p.echo_text = parsed.more_echo_texts[i].empty() ? render_text(tokenizer_, ids)
+                                                        : std::move(parsed.more_echo_texts[i]);
+      }
+      p.choices.resize(static_cast<std::size_t>(parsed.n));
+      for (Choice& c : p.choices) {
+        c.stops = StopStrings(parsed.stop, parsed.include_stop_str_in_output, parsed.min_tokens);
+      }
+      // The request's fields with this prompt.
+      RequestSpec one = spec;
+      RequestSpec literal = make_literal_request(0, 0, std::move(ids), parsed.max_tokens);
+      one.prompt = std::move(literal.prompt);
+      one.prompt_len = literal.prompt_len;
+      one.prompt_values = std::move(literal.prompt_values);
+      const ServeQueue::Submit submitted = queue_.submit(std::move(one), p.channel, &p.id);
+      if (submitted == ServeQueue::Submit::kAccepted) continue;
+      ex->parts.pop_back();
+      abort_parts(*ex);
+      if (submitted == ServeQueue::Submit::kFull) {
         send_error(
             res, ApiError(429,
                           "too many requests in flight (" + std::to_string(options_.max_in_flight) +
                               ", --max-in-flight); retry later",
                           "server_overloaded", "", "too_many_requests"));
-        return;
-      case ServeQueue::Submit::kDraining:
+      } else {
         send_error(res, ApiError(503, "the server is shutting down", "server_shutting_down"));
-        return;
+      }
+      return;
     }
-    // The loop admits or rejects it at its next turn (within one step).
-    RequestChannel::State state = RequestChannel::State::kPending;
-    for (int i = 0; i < 1200 && state == RequestChannel::State::kPending; ++i) {
-      state = ex->channel->wait_admission(kPoll);
-    }
-    if (state == RequestChannel::State::kRejected) {
-      const RequestChannel::Update u = ex->channel->take(std::chrono::milliseconds(0));
-      if (ex->channel->shed()) {  // the experiment's admission policy (policies.admission)
-        send_error(res, ApiError(429, "the server is overloaded: " + u.reason + "; retry later",
-                                 "server_overloaded", "", "too_many_requests"));
+    // The loop admits or rejects each at its next turn (within one step).
+    for (Part& p : ex->parts) {
+      RequestChannel::State state = RequestChannel::State::kPending;
+      for (int i = 0; i < 1200 && state == RequestChannel::State::kPending; ++i) {
+        state = p.channel->wait_admission(kPoll);
+      }
+      if (state == RequestChannel::State::kRejected) {
+        const RequestChannel::Update u = p.channel->take(std::chrono::milliseconds(0));
+        abort_parts(*ex);
+        if (p.channel->shed()) {  // the experiment's admission policy (policies.admission)
+          send_error(res, ApiError(429, "the server is overloaded: " + u.reason + "; retry later",
+                                   "server_overloaded", "", "too_many_requests"));
+          return;
+        }
+        // The scheduler's reasons about parallel sampling name n (core/scheduler.cc
+        // rejection_reason); the others concern the prompt.
+        const bool about_n =
+            parsed.n > 1 && (u.reason.find("parallel sampling") != std::string::npos ||
+                             u.reason.rfind("n = ", 0) == 0);
+        send_error(
+            res, ApiError(400, "the engine refused the request: " + u.reason,
+                          "invalid_request_error", about_n ? "n" : (chat ? "messages" : "prompt")));
         return;
       }
-      // The scheduler's reasons about parallel sampling name n (core/scheduler.cc
-      // rejection_reason); the others concern the prompt.
-      const bool about_n =
-          parsed.n > 1 && (u.reason.find("parallel sampling") != std::string::npos ||
-                           u.reason.rfind("n = ", 0) == 0);
-      send_error(
-          res, ApiError(400, "the engine refused the request: " + u.reason, "invalid_request_error",
-                        about_n ? "n" : (chat ? "messages" : "prompt")));
-      return;
+      if (state == RequestChannel::State::kPending) {
+        abort_parts(*ex);
+        send_error(
+            res, ApiError(503, "the engine did not take the request in time", "server_overloaded"));
+        return;
+      }
     }
-    if (state == RequestChannel::State::kPending) {
-      queue_.abort(ex->id);
-      send_error(res,
-                 ApiError(503, "the engine did not take the request in time", "server_overloaded"));
-      return;
-    }
-    ex->meta.id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(ex->id);
+    ex->meta.id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(ex->parts[0].id);
     ex->meta.model = parsed.model;
     ex->meta.created = static_cast<std::int64_t>(std::time(nullptr));
     ex->meta.chat = chat;
     ++active_;
     const bool stream = parsed.stream, usage = parsed.include_usage;
     auto provider = [this, ex, stream, usage](std::size_t /*offset*/, httplib::DataSink& sink) {
-      RequestChannel::Update u = ex->channel->take(kPoll);
+      Part& p = ex->parts[ex->current];
+      const auto base = static_cast<std::int32_t>(ex->current) * ex->n;  // its first choice's index
+      RequestChannel::Update u = p.channel->take(kPoll);
       if (!sink.is_writable()) return false;  // the client went away: the releaser aborts
-      if (u.prompt_logprobs) ex->prompt_lp = std::move(u.prompt_logprobs);
+      if (u.prompt_logprobs) p.prompt_lp = std::move(u.prompt_logprobs);
       const bool finished = u.state == RequestChannel::State::kFinished;
-      const std::size_t n = ex->choices.size();
+      const std::size_t n = p.choices.size();
       // Each choice's last token of this update (a finished request's last of each).
       std::vector<std::size_t> last_of(n, u.tokens.size());
       for (std::size_t i = 0; i < u.tokens.size(); ++i) {
@@ -579,7 +624,7 @@ class Server {
       std::string out;
       for (std::size_t i = 0; i < u.tokens.size(); ++i) {
         const auto k = u.tokens[i].sample;
-        Choice& c = ex->choices[static_cast<std::size_t>(k)];
+        Choice& c = p.choices[static_cast<std::size_t>(k)];
         if (c.stopped) continue;
         c.tokens.push_back(u.tokens[i].value);
         if (ex->logprobs) c.logprobs.push_back(u.tokens[i].logprobs.value_or(TokenLogprobs{}));
@@ -600,14 +645,15 @@ class Server {
                                    : c.stopped ? "stop"
                                    : finished  ? finish_reason(u, k)
                                                : "length";
-        ChunkFields chunk{k,
+        ChunkFields chunk{base + k,
                           next_text(c, text, last),
                           c.first,
                           reason,
                           c.stopped ? c.stops.matched() : "",
                           chunk_logprobs(*ex, c),
                           ex->logprobs ? c.logprob_chars : -1};
-        out += sse(chunk_json(ex->meta, with_usage(*ex, c, with_echo(*ex, c, std::move(chunk)))));
+        out += sse(
+            chunk_json(ex->meta, with_usage(*ex, p, c, with_echo(*ex, p, c, std::move(chunk)))));
         if (ex->logprobs)
           c.logprob_chars +=
               static_cast<std::int64_t>(utf8::characters(token_text(c.tokens.back())));
@@ -620,19 +666,18 @@ class Server {
       // a stop string).
       for (const std::int32_t k : newly_stopped) {
         if (n > 1) {
-          queue_.stop_sample(sample_request_id(ex->id, k));
+          queue_.stop_sample(sample_request_id(p.id, k));
         } else {
-          if (ex->channel->stopped_by_string()) metrics_.recount_length_as_stop();
-          queue_.abort(ex->id);
+          if (p.channel->stopped_by_string()) metrics_.recount_length_as_stop();
+          queue_.abort(p.id);
         }
       }
       bool all_stopped = true;
-      for (const Choice& c : ex->choices) all_stopped = all_stopped && c.stopped;
+      for (const Choice& c : p.choices) all_stopped = all_stopped && c.stopped;
       if (finished || all_stopped) {
         std::string out;
-        std::vector<ChoiceText> texts;
         for (std::size_t k = 0; k < n; ++k) {
-          Choice& c = ex->choices[k];
+          Choice& c = p.choices[k];
           const auto index = static_cast<std::int32_t>(k);
           const std::string reason = c.stopped ? "stop" : finish_reason(u, index);
           const std::string stop_reason = c.stopped ? c.stops.matched() : "";
@@ -640,39 +685,45 @@ class Server {
           if (stream) {
             if (!c.finish_sent) {
               ChunkFields chunk{
-                  index, next_text(c, text, true),           c.first, reason, stop_reason,
-                  {},    ex->logprobs ? c.logprob_chars : -1};
-              out += sse(
-                  chunk_json(ex->meta, with_usage(*ex, c, with_echo(*ex, c, std::move(chunk)))));
+                  base + index, next_text(c, text, true),           c.first, reason, stop_reason,
+                  {},           ex->logprobs ? c.logprob_chars : -1};
+              out += sse(chunk_json(ex->meta,
+                                    with_usage(*ex, p, c, with_echo(*ex, p, c, std::move(chunk)))));
             }
-          } else {
-            if (c.stopped) text.resize(c.stops.text_end());
-            if (ex->echo_only) text.clear();
-            texts.push_back({ex->echo ? ex->echo_text + text : std::move(text), reason, stop_reason,
-                             std::nullopt});
-            if (ex->logprobs) {
-              std::vector<TokenLogprobText>& shown = texts.back().logprobs.emplace();
-              if (ex->echo) shown = prompt_logprob_texts(*ex);
-              for (std::size_t t = 0; t < c.tokens.size() && !ex->echo_only; ++t) {
-                shown.push_back(logprob_text(c.tokens[t], c.logprobs[t]));
-              }
+            continue;
+          }
+          if (c.stopped) text.resize(c.stops.text_end());
+          if (ex->echo_only) text.clear();
+          ChoiceText& shown = ex->texts.emplace_back();
+          shown.text = ex->echo ? p.echo_text + text : std::move(text);
+          shown.finish_reason = reason;
+          shown.stop_reason = stop_reason;
+          if (ex->logprobs) {
+            std::vector<TokenLogprobText>& lp = shown.logprobs.emplace();
+            if (ex->echo) lp = prompt_logprob_texts(p);
+            for (std::size_t t = 0; t < c.tokens.size() && !ex->echo_only; ++t) {
+              lp.push_back(logprob_text(c.tokens[t], c.logprobs[t]));
             }
           }
+          if (ex->prompt_logprobs_field) shown.prompt_logprobs = prompt_logprob_entries(p);
+        }
+        if (ex->current + 1 < ex->parts.size()) {  // a batch: the next prompt's turn
+          ++ex->current;
+          if (!out.empty() && !sink.write(out.data(), out.size())) return false;
+          return true;
         }
         if (stream) {
           if (usage) {
-            out += sse(usage_chunk_json(ex->meta, ex->prompt_tokens, ex->completion_tokens()));
+            out += sse(usage_chunk_json(ex->meta, ex->prompt_tokens(), ex->completion_tokens()));
           }
           out += "data: [DONE]\n\n";
         } else {
-          std::vector<PromptTokenLogprobs> prompt_lp;
-          if (ex->prompt_logprobs_field) prompt_lp = prompt_logprob_entries(*ex);
-          out = completion_json(ex->meta, texts, ex->prompt_tokens, ex->completion_tokens(),
-                                ex->prompt_logprobs_field ? &prompt_lp : nullptr);
+          out = completion_json(ex->meta, ex->texts, ex->prompt_tokens(), ex->completion_tokens());
         }
         if (!sink.write(out.data(), out.size())) return false;
         sink.done();
       } else if (u.state == RequestChannel::State::kAborted) {
+        abort_parts(*ex);
         const std::string err = error_json(
             ApiError(500, "the engine aborted the request: " + u.reason, "internal_server_error"));
         const std::string out = stream ? sse(err) + "data: [DONE]\n\n" : err;
@@ -682,7 +733,7 @@ class Server {
       return true;
     };
     auto releaser = [this, ex](bool success) {
-      if (!success) queue_.abort(ex->id);  // a no-op when it finished meanwhile
+      if (!success) abort_parts(*ex);  // no-ops for the parts that finished meanwhile
       --active_;
     };
     if (stream) {
@@ -691,6 +742,11 @@ class Server {
     } else {
       res.set_chunked_content_provider("application/json", provider, releaser);
     }
+  }
+
+  // Aborts every part of a request that the engine may still run.
+  void abort_parts(const Exchange& ex) {
+    for (const Part& p : ex.parts) queue_.abort(p.id);
   }
 
   // A token's text in a logprobs object: its own bytes (render_text's, for one id).
@@ -705,26 +761,26 @@ class Server {
   // An echoed prompt's tokens as a completions logprobs object shows them: the first without a
   // log probability (it has no context), the others with theirs (they arrive with the first
   // output token, before any chunk or response is written).
-  std::vector<TokenLogprobText> prompt_logprob_texts(const Exchange& ex) const {
+  std::vector<TokenLogprobText> prompt_logprob_texts(const Part& p) const {
     std::vector<TokenLogprobText> shown;
-    for (std::size_t t = 0; t < ex.prompt.size(); ++t) {
-      if (t == 0 || ex.prompt_lp == nullptr || t > ex.prompt_lp->size()) {
-        TokenLogprobText none{token_text(ex.prompt[t]), 0.0f, {}, true};
+    for (std::size_t t = 0; t < p.prompt.size(); ++t) {
+      if (t == 0 || p.prompt_lp == nullptr || t > p.prompt_lp->size()) {
+        TokenLogprobText none{token_text(p.prompt[t]), 0.0f, {}, true};
         shown.push_back(std::move(none));
       } else {
-        shown.push_back(logprob_text(ex.prompt[t], (*ex.prompt_lp)[t - 1]));
+        shown.push_back(logprob_text(p.prompt[t], (*p.prompt_lp)[t - 1]));
       }
     }
     return shown;
   }
   // vLLM's prompt_logprobs entries (positions 1 .. prompt length - 1).
-  std::vector<PromptTokenLogprobs> prompt_logprob_entries(const Exchange& ex) const {
+  std::vector<PromptTokenLogprobs> prompt_logprob_entries(const Part& p) const {
     std::vector<PromptTokenLogprobs> entries;
-    if (ex.prompt_lp == nullptr) return entries;
-    for (std::size_t t = 1; t < ex.prompt.size() && t <= ex.prompt_lp->size(); ++t) {
-      const TokenLogprobs& lp = (*ex.prompt_lp)[t - 1];
+    if (p.prompt_lp == nullptr) return entries;
+    for (std::size_t t = 1; t < p.prompt.size() && t <= p.prompt_lp->size(); ++t) {
+      const TokenLogprobs& lp = (*p.prompt_lp)[t - 1];
       PromptTokenLogprobs& e = entries.emplace_back();
-      e.id = ex.prompt[t];
+      e.id = p.prompt[t];
       e.text = token_text(e.id);
       e.logprob = lp.logprob;
       e.rank = lp.rank;
@@ -735,15 +791,15 @@ class Server {
   // A choice's first streamed chunk under echo: the prompt's text before its own, and with
   // logprobs the prompt tokens' before its token's, from character 0.
   // Under echo_only the generated token's text and logprobs are dropped.
-  ChunkFields with_echo(const Exchange& ex, Choice& c, ChunkFields chunk) const {
+  ChunkFields with_echo(const Exchange& ex, const Part& p, Choice& c, ChunkFields chunk) const {
     if (ex.echo_only) {
       chunk.text.clear();
       chunk.logprobs.clear();
     }
     if (!ex.echo || !chunk.first) return chunk;
-    chunk.text = ex.echo_text + chunk.text;
+    chunk.text = p.echo_text + chunk.text;
     if (ex.logprobs) {
-      std::vector<TokenLogprobText> shown = prompt_logprob_texts(ex);
+      std::vector<TokenLogprobText> shown = prompt_logprob_texts(p);
       for (const TokenLogprobText& t : shown) {
         c.logprob_chars += static_cast<std::int64_t>(utf8::characters(t.token));
       }
@@ -755,9 +811,10 @@ class Server {
     return chunk;
   }
   // A chunk with the choice's usage so far, when the request asked for it in every chunk.
-  static ChunkFields with_usage(const Exchange& ex, const Choice& c, ChunkFields chunk) {
+  static ChunkFields with_usage(const Exchange& ex, const Part& p, const Choice& c,
+                                ChunkFields chunk) {
     if (ex.continuous_usage) {
-      chunk.prompt_tokens = ex.prompt_tokens;
+      chunk.prompt_tokens = p.prompt_tokens;
       chunk.completion_tokens = static_cast<std::int32_t>(c.tokens.size());
     }
     return chunk;

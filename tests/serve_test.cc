@@ -589,6 +589,74 @@ TEST(EngineServe, EchoAndPromptLogprobsAsLmEvalAsksForThem) {
   fs::remove_all(dir);
 }
 
+// A batch of prompts in one completions request (lm-eval with batch_size > 1): n choices per
+// prompt, prompt i's at indices i * n .., each the text the prompt gets alone; usage sums the
+// prompts; streamed, every index gets its chunks; echo with logprobs per prompt; a batch larger
+// than --max-in-flight is 400.
+TEST(EngineServe, BatchesOfPromptsAnswerEveryPromptByIndex) {
+  const fs::path dir = temp_dir("serve_batch");
+  ServerProcess server(dir, {"--max-in-flight", "8"});
+  httplib::Client c = client_for(server);
+  const auto post = [&](const json& body) {
+    const httplib::Result r = c.Post("/v1/completions", body.dump(), "application/json");
+    EXPECT_TRUE(r);
+    EXPECT_EQ(r->status, 200) << r->body;
+    return json::parse(r->body);
+  };
+  const std::vector<std::vector<int>> prompts = {{1, 2, 3}, {4, 5, 6, 7, 8}, {9, 10}};
+  std::vector<std::string> alone;
+  for (const auto& p : prompts) {
+    alone.push_back(post({{"prompt", p}, {"max_tokens", 5}})["choices"][0]["text"]);
+  }
+  const json b = post({{"prompt", prompts}, {"max_tokens", 5}, {"n", 2}});
+  ASSERT_EQ(b["choices"].size(), 6u) << b.dump();
+  for (std::size_t i = 0; i < 6; ++i) {
+    EXPECT_EQ(b["choices"][i]["index"], i);
+    EXPECT_EQ(b["choices"][i]["text"], alone[i / 2]) << i;  // greedy: both choices the same
+  }
+  EXPECT_EQ(b["usage"]["prompt_tokens"], 10);
+  EXPECT_EQ(b["usage"]["completion_tokens"], 30);
+  // Streamed.
+  const Stream st = post_stream(server, "/v1/completions",
+                                {{"prompt", prompts},
+                                 {"max_tokens", 5},
+                                 {"stream", true},
+                                 {"stream_options", {{"include_usage", true}}}});
+  ASSERT_EQ(st.status, 200) << st.body;
+  std::map<int, std::string> texts;
+  std::map<int, int> finishes;
+  for (const json& ch : st.chunks) {
+    if (ch["choices"].empty()) {
+      EXPECT_EQ(ch["usage"]["prompt_tokens"], 10);
+      continue;
+    }
+    const int index = ch["choices"][0]["index"];
+    texts[index] += ch["choices"][0]["text"].get<std::string>();
+    if (!ch["choices"][0]["finish_reason"].is_null()) ++finishes[index];
+  }
+  ASSERT_EQ(texts.size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(texts[i], alone[static_cast<std::size_t>(i)]) << i;
+    EXPECT_EQ(finishes[i], 1) << i;
+  }
+  // lm-eval's loglikelihood batch: echo + logprobs per prompt.
+  const json e = post({{"prompt", prompts}, {"max_tokens", 1}, {"logprobs", 1}, {"echo", true}});
+  ASSERT_EQ(e["choices"].size(), 3u);
+  for (std::size_t i = 0; i < 3; ++i) {
+    const json& lp = e["choices"][i]["logprobs"];
+    EXPECT_EQ(lp["token_logprobs"].size(), prompts[i].size() + 1) << i;
+    EXPECT_TRUE(lp["token_logprobs"][0].is_null()) << i;
+  }
+  // More prompts than the server takes in flight.
+  const httplib::Result big =
+      c.Post("/v1/completions", json{{"prompt", std::vector<std::vector<int>>(9, {1, 2})}}.dump(),
+             "application/json");
+  ASSERT_TRUE(big);
+  EXPECT_EQ(big->status, 400) << big->body;
+  EXPECT_EQ(json::parse(big->body)["error"]["param"], "prompt");
+  fs::remove_all(dir);
+}
+
 // The whole response to `request` (raw HTTP, which should ask for Connection: close).
 std::string raw_exchange(int port, const std::string& request) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -640,7 +708,7 @@ TEST(EngineServe, MalformedInputAnswers400WithAnOpenAIErrorObject) {
        "stream_options"},
       {"/v1/completions", "{\"prompt\": [1], \"stop\": [\"\"]}", "stop"},
       {"/v1/completions", "{\"prompt\": [1], \"logprobs\": 21}", "logprobs"},
-      {"/v1/completions", "{\"prompt\": [[1], [2]]}", "prompt"},  // a batch
+      {"/v1/completions", "{\"prompt\": [[1], \"ab\"]}", "prompt"},  // a mixed batch
       {"/v1/completions", "{\"prompt\": [1], \"model\": \"gpt-4\"}", "model", 404},
       {"/v1/chat/completions", "{\"max_tokens\": 3}", "messages"},
       {"/v1/chat/completions", "{\"messages\": \"hi\"}", "messages"},

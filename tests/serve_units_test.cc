@@ -447,12 +447,55 @@ TEST(OpenAiApi, EchoAndPromptLogprobsFields) {
   }
 }
 
+// A batch of prompts in `prompt` (strings, or arrays of token ids; lm-eval sends them with
+// batch_size > 1): the first is `prompt`, the others more_prompts; a mix, an empty member or more
+// than kMaxBatchPrompts is 400; the context check takes the longest.
+TEST(OpenAiApi, BatchesOfPrompts) {
+  const std::unique_ptr<Tokenizer> bytes =
+      load_tokenizer(home_path("data/tokenizers/bytes/tokenizer.json"));
+  const ApiLimits limits{"tiny", 256, 64, {}};
+  const auto parse = [&](const std::string& body) {
+    return parse_completion_request(body, false, limits, *bytes);
+  };
+  CompletionRequest r = parse(R"({"prompt": [[1, 2], [3], [4, 5, 6]]})");
+  EXPECT_EQ(r.prompt, (std::vector<std::int32_t>{1, 2}));
+  ASSERT_EQ(r.more_prompts.size(), 2u);
+  EXPECT_EQ(r.more_prompts[0], (std::vector<std::int32_t>{3}));
+  EXPECT_EQ(r.more_prompts[1], (std::vector<std::int32_t>{4, 5, 6}));
+  r = parse(R"({"prompt": ["ab", "cde"], "echo": true})");
+  EXPECT_EQ(r.echo_text, "ab");
+  ASSERT_EQ(r.more_echo_texts.size(), 1u);
+  EXPECT_EQ(r.more_echo_texts[0], "cde");
+  EXPECT_EQ(r.more_prompts[0].size(), 3u);
+  EXPECT_TRUE(parse(R"({"prompt": ["ab"]})").more_prompts.empty());
+  EXPECT_TRUE(parse(R"({"prompt": [7, 8]})").more_prompts.empty());  // one prompt of ids
+  std::string many = R"({"prompt": [)";
+  for (std::size_t i = 0; i <= kMaxBatchPrompts; ++i) many += i == 0 ? "[1]" : ", [1]";
+  many += "]}";
+  std::string sixty = "[1";
+  for (int i = 1; i < 60; ++i) sixty += ", 1";
+  sixty += "]";
+  for (const std::string& body :
+       {std::string(R"({"prompt": [[1, 2], "ab"]})"), std::string(R"({"prompt": ["ab", [1]]})"),
+        std::string(R"({"prompt": [[1, 2], []]})"), std::string(R"({"prompt": ["ab", ""]})"),
+        std::string(R"({"prompt": [[1], [300]]})"), many,
+        R"({"prompt": [[1], )" + sixty + R"(], "max_tokens": 8})"}) {
+    try {
+      parse(body);
+      ADD_FAILURE() << "accepted " << body.substr(0, 80);
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status, 400) << body.substr(0, 80);
+      EXPECT_TRUE(e.param == "prompt" || e.param == "max_tokens") << e.param;
+    }
+  }
+}
+
 // The response shapes: an echoed prompt's first token has null token_logprobs and top_logprobs;
 // vLLM's prompt_logprobs list starts with null, then a dict per token keyed by token id with
 // logprob, rank and decoded_token (in each choice for completions, beside the choices for chat).
 TEST(OpenAiApi, EchoAndPromptLogprobsShapes) {
   ResponseMeta meta{"cmpl-1", "tiny", 5, false};
-  ChoiceText c{"abc", "length", "", std::vector<TokenLogprobText>{}};
+  ChoiceText c{"abc", "length", "", std::vector<TokenLogprobText>{}, std::nullopt};
   TokenLogprobText first{"a", 0.0f, {}, true};
   c.logprobs->push_back(first);
   c.logprobs->push_back({"b", -0.5f, {{"x", -0.25f}}});
@@ -463,8 +506,8 @@ TEST(OpenAiApi, EchoAndPromptLogprobsShapes) {
   p.logprob = -0.5f;
   p.rank = 2;
   p.top.push_back({120, "x", -0.25f});
-  const std::vector<PromptTokenLogprobs> prompt = {p};
-  nlohmann::json j = nlohmann::json::parse(completion_json(meta, {c}, 2, 1, &prompt));
+  c.prompt_logprobs = std::vector<PromptTokenLogprobs>{p};
+  nlohmann::json j = nlohmann::json::parse(completion_json(meta, {c}, 2, 1));
   const nlohmann::json& lp = j["choices"][0]["logprobs"];
   EXPECT_EQ(lp["text_offset"], nlohmann::json::parse("[0, 1, 2]"));
   EXPECT_TRUE(lp["token_logprobs"][0].is_null());
@@ -483,9 +526,10 @@ TEST(OpenAiApi, EchoAndPromptLogprobsShapes) {
   // Chat: beside the choices; and nowhere without them.
   meta.chat = true;
   c.logprobs.reset();
-  j = nlohmann::json::parse(completion_json(meta, {c}, 2, 1, &prompt));
+  j = nlohmann::json::parse(completion_json(meta, {c}, 2, 1));
   EXPECT_EQ(j["prompt_logprobs"].size(), 2u);
   EXPECT_FALSE(j["choices"][0].contains("prompt_logprobs"));
+  c.prompt_logprobs.reset();
   j = nlohmann::json::parse(completion_json(meta, {c}, 2, 1));
   EXPECT_FALSE(j.contains("prompt_logprobs"));
 }

@@ -64,6 +64,18 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   for (const std::int32_t id : r.stop_token_ids) {
     if (id < 0 || id >= limits.vocab_size) finding("a stop id outside the vocabulary");
   }
+  if (r.more_echo_texts.size() != r.more_prompts.size()) finding("a batch's echo texts misaligned");
+  if (r.chat && !r.more_prompts.empty()) finding("a batch on the chat endpoint");
+  for (const std::vector<std::int32_t>& more : r.more_prompts) {
+    if (more.empty()) finding("an empty prompt in a batch");
+    for (const std::int32_t id : more) {
+      if (id < 0 || id >= limits.vocab_size) finding("a batch prompt id outside the vocabulary");
+    }
+    if (static_cast<std::int64_t>(more.size()) + r.max_tokens > limits.max_model_len) {
+      finding("a batch prompt + max_tokens over the context");
+    }
+  }
+  if (r.more_prompts.size() + 1 > servelab::kMaxBatchPrompts) finding("a batch too large");
   if (r.max_tokens < 1) finding("max_tokens below 1");
   if (static_cast<std::int64_t>(r.prompt.size()) + r.max_tokens > limits.max_model_len) {
     finding("prompt + max_tokens over the context");
