@@ -1,8 +1,8 @@
 // How a sequence's next token is chosen from its logits.
 //
 // SamplingParams is the engine's default (CpuExecutorOptions/CudaExecutorOptions::sampling);
-// a request may carry its own (RequestSpec::sampling, from an HTTP client's temperature, top_p and
-// seed: engine/openai_api.h), which then decides its every token, its parallel samples' too.
+// a request may carry its own (RequestSpec::sampling, from an HTTP client's sampling fields:
+// engine/openai_api.h), which then decides its every token, its parallel samples' too.
 // The simulator ignores both: what a step costs does not depend on the token drawn.
 //
 // The uniform draw u of a sampled token (engine/sample_stream.h) comes from one stream per
@@ -17,6 +17,8 @@
 
 #include <cstdint>
 #include <optional>
+#include <utility>
+#include <vector>
 
 namespace servelab {
 
@@ -27,17 +29,36 @@ struct SamplingParams {
 };
 
 // A request's own sampling parameters. REQUIRES (checked where they are made): temperature >= 0,
-// 0 < top_p <= 1.
+// 0 < top_p <= 1, top_k >= 0, 0 <= min_p <= 1, repetition_penalty > 0, logit_bias ids ascending
+// and unique, its values in [-100, 100].
+//
+// A sampled row's logits go through them in vLLM v1's order (engine/sample_stream.h
+// logit_adjustments; kernels/sampling_ref.h for the draw):
+//   1. logit_bias added to its tokens' logits (and min_tokens' mask, core/stop_conditions.h);
+//   2. repetition_penalty on every token the sequence has seen (its prompt and its outputs so
+//      far): a positive logit divided by it, any other multiplied by it;
+//   3. frequency_penalty x count + presence_penalty subtracted from the logits of the tokens
+//      of its outputs so far (not the prompt's);
+//   4. greedy (temperature 0): the argmax; otherwise softmax(logits / temperature), then min_p
+//      (the tokens with at least min_p x the largest probability), then top_k (the k most likely
+//      of those, 0: all), then top_p (the shortest most-likely-first prefix holding top_p of
+//      what is left), and one draw from what remains.
 struct RequestSampling {
   double temperature = 0.0;
   double top_p = 1.0;
   std::optional<std::uint64_t> seed;  // none: the engine's seed and the sequence's id
-  // OpenAI's penalties on the sequence's own output tokens so far (not the prompt's), applied to
-  // the logits before temperature and top_p: logit[t] -= frequency_penalty x count(t) +
-  // presence_penalty x (count(t) > 0). In [-2, 2] (checked where they are made).
-  double presence_penalty = 0.0;
-  double frequency_penalty = 0.0;
-  bool penalized() const { return presence_penalty != 0 || frequency_penalty != 0; }
+  double presence_penalty = 0.0;      // in [-2, 2]
+  double frequency_penalty = 0.0;     // in [-2, 2]
+  std::int32_t top_k = 0;             // vLLM's: 0 keeps every token
+  double min_p = 0.0;                 // vLLM's: 0 keeps every token
+  double repetition_penalty = 1.0;    // vLLM's (and HF's): 1 changes nothing
+  std::vector<std::pair<std::int32_t, float>> logit_bias;  // OpenAI's: (token id, bias)
+
+  // Whether anything of steps 1-3 applies (otherwise the raw logits are sampled).
+  bool adjusts_logits() const {
+    return presence_penalty != 0 || frequency_penalty != 0 || repetition_penalty != 1 ||
+           !logit_bias.empty();
+  }
 };
 
 }  // namespace servelab

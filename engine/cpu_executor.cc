@@ -395,26 +395,29 @@ StepResult CpuExecutor::execute(const StepPlan& plan) {
   if (plan.num_draft_tokens > 0) result.num_accepted.assign(plan.requests.size(), 0);
   if (speculative) result.num_proposed.assign(plan.requests.size(), 0);
   std::vector<std::int32_t> history;
-  // The logits output index `index` of entry `e` samples from: the request's presence and
-  // frequency penalties on the tokens its sequence has produced before that index
-  // (engine/sample_stream.h), then, before min_tokens, EOS and the stop token ids cannot be
-  // sampled (vLLM's logits processor; core/stop_conditions.h).
+  // The logits output index `index` of entry `e` samples from: the request's logit_bias and
+  // repetition, frequency and presence penalties over the tokens its sequence has seen before
+  // that index (engine/sample_stream.h), then, before min_tokens, EOS and the stop token ids
+  // cannot be sampled (vLLM's logits processor; core/stop_conditions.h).
+  prompt_sets_.retain(plan);
   Eigen::VectorXf masked;
   const auto allowed = [&](const ScheduledRequest& e, std::size_t index,
                            const Eigen::VectorXf& logits) -> const Eigen::VectorXf& {
-    const bool penalized = e.spec->sampling != nullptr && e.spec->sampling->penalized();
-    if (e.spec->stop == nullptr && !penalized) return logits;
+    const bool adjusts = e.spec->sampling != nullptr && e.spec->sampling->adjusts_logits();
+    if (e.spec->stop == nullptr && !adjusts) return logits;
     const std::vector<std::int32_t> banned =
         e.spec->stop == nullptr ? std::vector<std::int32_t>{}
                                 : suppressed_tokens(*e.spec, static_cast<std::int32_t>(index));
-    if (banned.empty() && !penalized) return logits;
+    if (banned.empty() && !adjusts) return logits;
     masked = logits;
-    if (penalized) {
+    if (adjusts) {
       const auto i = static_cast<std::size_t>(&e - plan.requests.data());
       const std::optional<std::int32_t> previous =
           takes_previous[i] != 0 ? std::optional(previous_.token(e.id)) : std::nullopt;
-      for (const auto& [t, delta] : row_penalties(e, index, previous, plan.drafts_of(i))) {
-        if (t >= 0 && t < masked.size()) masked[t] += delta;
+      for (const LogitAdjustment& a : row_adjustments(e, index, previous, plan.drafts_of(i),
+                                                      prompt_sets_.of(e, m.vocab_size))) {
+        if (a.token >= 0 && a.token < masked.size())
+          masked[a.token] = adjust_logit(masked[a.token], a);
       }
     }
     for (const std::int32_t t : banned) {
@@ -506,9 +509,9 @@ std::int32_t CpuExecutor::sample(const RequestSpec& spec, RequestId id, std::uin
     logits.maxCoeff(&best);  // first maximum: the lowest token id on exact ties
     return static_cast<std::int32_t>(best);
   }
-  // Nucleus sampling, the one reference implementation (kernels/sampling_ref.h).
-  return kernels::top_p_reference(std::span<const float>(logits.data(), logits.size()),
-                                  row.temperature, row.top_p, row.u);
+  // The one reference sampler (kernels/sampling_ref.h).
+  return kernels::sample_reference(std::span<const float>(logits.data(), logits.size()),
+                                   row.temperature, {row.top_p, row.top_k, row.min_p}, row.u);
 }
 
 }  // namespace servelab

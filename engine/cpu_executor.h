@@ -23,8 +23,9 @@
 //      block another entry of the same step wrote: same-step prefix sharing, as in vLLM v1),
 //      causal attention of each token over positions [0, pos] read through the block table,
 //      output projection, residual, RMSNorm, SwiGLU MLP, residual.
-//   3. for each entry with samples = true: final norm and LM head on its last token, then a
-//      draw (greedy by default; the request's own temperature, top_p and seed when it has them)
+//   3. for each entry with samples = true: final norm and LM head on its last token, the
+//      request's logit_bias and penalties (core/sampling_params.h), then a draw (greedy by
+//      default; the request's own temperature, top_p, top_k, min_p and seed when it has them)
 //      from a stream derived from (seed, request id, output index) (engine/sample_stream.h),
 //      so batching and scheduling never change what a request samples. An entry with
 //      num_samples = n > 1 (parallel sampling, the step before a fork) draws n tokens from the
@@ -76,6 +77,7 @@
 #include "engine/llama_weights.h"
 #include "engine/lora_weights.h"
 #include "engine/previous_tokens.h"
+#include "engine/sample_stream.h"
 #include "kernels/float_formats.h"
 
 namespace servelab {
@@ -159,6 +161,7 @@ class CpuExecutor : public Backend {
   std::vector<Eigen::VectorXf> last_logits_;
   // Async scheduling: the token each entry of the last plan sampled (engine/previous_tokens.h).
   PreviousTokens previous_;
+  PromptTokenSets prompt_sets_;  // the repetition penalty's prompt tokens
   bool fp8_kv_ = false;
   std::vector<float> k_scales_, v_scales_;              // per layer (fp8 only; 1 otherwise)
   std::vector<bool> scales_set_;                        // per layer, with compute_kv_scales

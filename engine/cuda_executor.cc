@@ -188,7 +188,8 @@ struct CudaExecutor::Impl {
   // The KV offload host tier (pinned) and the device blocks a tier load is staged through.
   DeviceBuffer tier_cache, tier_staging;
   std::int64_t tier_copy_ns = 0;
-  PreviousTokens previous;  // async scheduling: what the last plan sampled
+  PreviousTokens previous;      // async scheduling: what the last plan sampled
+  PromptTokenSets prompt_sets;  // the repetition penalty's prompt tokens (engine/sample_stream.h)
   std::vector<std::vector<float>> last_logits;
   Staging staging;
   // CUDA-graph decode steps: the bucket sizes, the padded inputs' device copy (graph_meta, sized
@@ -892,10 +893,11 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
   std::vector<std::int32_t> p_begin, p_num, p_first, p_tables;
   std::vector<std::int32_t> sample_rows;
   std::vector<std::int32_t> mask_rows, mask_tokens;  // (sampled row, token) it must not draw
-  std::vector<std::int32_t> pen_rows, pen_tokens;    // (sampled row, token) a penalty lowers
-  std::vector<float> pen_deltas;                     // by this much
+  std::vector<std::int32_t> pen_rows, pen_tokens;    // (sampled row, token) a request adjusts
+  std::vector<float> pen_adjust;                     // by (bias, factor, delta), LogitAdjustment
   std::vector<float> sample_u;
-  // Rows' own (temperature, top_p) when a sampled entry's request has its own sampling
+  s.prompt_sets.retain(plan);
+  // Rows' own (temperature, top_p, top_k, min_p) when a sampled entry's request has its own
   // parameters (RequestSpec::sampling); then every row of the step takes the per-row kernel.
   bool per_row = false;
   bool any_top_p = opt.sampling.temperature > 0;
@@ -998,13 +1000,14 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
         mask_rows.push_back(static_cast<std::int32_t>(sample_rows.size()));
         mask_tokens.push_back(t);
       }
-      if (e.spec->sampling != nullptr && e.spec->sampling->penalized()) {  // CpuExecutor's
+      if (e.spec->sampling != nullptr && e.spec->sampling->adjusts_logits()) {  // CpuExecutor's
         const std::optional<std::int32_t> previous =
             k == 0 && takes_previous[i] != 0 ? std::optional(s.previous.token(e.id)) : std::nullopt;
-        for (const auto& [t, delta] : row_penalties(e, index, previous, plan.drafts_of(i))) {
+        for (const LogitAdjustment& a : row_adjustments(e, index, previous, plan.drafts_of(i),
+                                                        s.prompt_sets.of(e, m.vocab_size))) {
           pen_rows.push_back(static_cast<std::int32_t>(sample_rows.size()));
-          pen_tokens.push_back(t);
-          pen_deltas.push_back(delta);
+          pen_tokens.push_back(a.token);
+          pen_adjust.insert(pen_adjust.end(), {a.bias, a.factor, a.delta});
         }
       }
       sample_rows.push_back(row0 + e.num_tokens - 1 - d + j);
@@ -1015,8 +1018,11 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
           row_sampling(opt.sampling, *e.spec, k == 0 ? e.id : sample_request_id(e.id, k), index);
       sample_u.push_back(static_cast<float>(row.u));
       if (per_row) {
-        sample_params.push_back(static_cast<float>(row.temperature));
-        sample_params.push_back(static_cast<float>(row.top_p));
+        // top_k as a float (exact below 2^24); one at or above the vocabulary keeps every token.
+        const std::int32_t top_k = row.top_k < m.vocab_size ? row.top_k : 0;
+        sample_params.insert(sample_params.end(),
+                             {static_cast<float>(row.temperature), static_cast<float>(row.top_p),
+                              static_cast<float>(top_k), static_cast<float>(row.min_p)});
         any_top_p = any_top_p || row.temperature > 0;
       }
     }
@@ -1065,7 +1071,7 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
                     o_mrows = s.staging.add(mask_rows), o_mtoks = s.staging.add(mask_tokens),
                     o_lrows = s.staging.add(lora_rows), o_sparams = s.staging.add(sample_params),
                     o_prows = s.staging.add(pen_rows), o_ptoks = s.staging.add(pen_tokens),
-                    o_pdeltas = s.staging.add(pen_deltas), o_plrows = s.staging.add(prompt_rows);
+                    o_padjust = s.staging.add(pen_adjust), o_plrows = s.staging.add(prompt_rows);
   const TierPhases tier = tier_phases(plan);
   std::vector<std::size_t> o_tier;
   for (const TierPhase& ph : tier.phases) o_tier.push_back(s.staging.add(ph.pairs));
@@ -1264,8 +1270,8 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
                       s.logits.as<float>() + std::int64_t{first_sample[i]} * m.vocab_size,
                       static_cast<std::size_t>(m.vocab_size) * sizeof(float), s.stream.get());
       }
-      k::add_to_logits(s.logits.as<float>(), m.vocab_size, i32(o_prows), i32(o_ptoks),
-                       reinterpret_cast<const float*>(at(o_pdeltas)),
+      k::adjust_logits(s.logits.as<float>(), m.vocab_size, i32(o_prows), i32(o_ptoks),
+                       reinterpret_cast<const float*>(at(o_padjust)),
                        static_cast<std::int32_t>(pen_rows.size()), s.stream.get());
       k::mask_logits(s.logits.as<float>(), m.vocab_size, i32(o_mrows), i32(o_mtoks),
                      static_cast<std::int32_t>(mask_rows.size()), s.stream.get());

@@ -29,11 +29,12 @@
 // (decode kernel for one-token entries, prefill kernel for the rest, both reading K/V through the
 // block tables), O GEMM accumulated into the residual, RMSNorm, gate/up GEMM, SiLU-mul, down GEMM
 // accumulated into the residual; then for sampling entries the final norm, LM head and sampling
-// (the tokens min_tokens keeps out masked first: core/stop_conditions.h suppressed_tokens, as
-// CpuExecutor; a step with a request that has its own temperature or top_p samples each row with
-// its own parameters, kernels::sample_rows). The step's metadata goes to the device in one copy;
-// one synchronisation at the end (the sampled tokens are needed on the host). duration_ns is the
-// wall time of the call.
+// (each request's logit_bias and penalties first, kernels::adjust_logits, and the tokens
+// min_tokens keeps out masked: core/stop_conditions.h suppressed_tokens, as CpuExecutor; a step
+// with a request that has its own sampling parameters samples each row with its own temperature,
+// top_p, top_k and min_p, kernels::sample_rows). The step's metadata goes to the device in one
+// copy; one synchronisation at the end (the sampled tokens are needed on the host). duration_ns is
+// the wall time of the call.
 //
 // Speculative decoding (options.speculative, method ngram): as CpuExecutor (engine/
 // cpu_executor.h item 4), with the verification batched: a verify entry's d draft tokens are its

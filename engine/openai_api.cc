@@ -1,9 +1,11 @@
 #include "engine/openai_api.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cstdint>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <system_error>
 
 #include "core/json_depth.h"
 #include "core/request.h"
@@ -31,13 +33,13 @@ ApiError bad(const std::string& message, const std::string& param = "",
 // The fields each endpoint knows. Unknown ones are refused rather than silently ignored.
 bool known_field(const std::string& key, bool chat) {
   static const char* const kCommon[] = {
-      "model", "max_tokens", "stream", "stream_options", "temperature",      "top_p",
-      "n",     "ignore_eos", "user",   "seed",           "presence_penalty", "frequency_penalty",
-      "stop",  "logprobs"};
+      "model", "max_tokens", "stream",    "stream_options", "temperature",      "top_p",
+      "n",     "ignore_eos", "user",      "seed",           "presence_penalty", "frequency_penalty",
+      "stop",  "logprobs",   "logit_bias"};
   // vLLM's extra sampling parameters and its cache_salt.
-  static const char* const kVllm[] = {"stop_token_ids", "min_tokens",
-                                      "cache_salt",     "include_stop_str_in_output",
-                                      "priority",       "prompt_logprobs"};
+  static const char* const kVllm[] = {
+      "stop_token_ids",  "min_tokens", "cache_salt", "include_stop_str_in_output", "priority",
+      "prompt_logprobs", "top_k",      "min_p",      "repetition_penalty"};
   for (const char* k : kVllm) {
     if (key == k) return true;
   }
@@ -280,7 +282,60 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat,
     return v.get<double>();
   };
   const double presence = penalty("presence_penalty"), frequency = penalty("frequency_penalty");
-  if (given("temperature") || given("top_p") || given("seed") || presence != 0 || frequency != 0) {
+  // vLLM's top_k (-1 or 0: every token), min_p and repetition_penalty.
+  std::int32_t top_k = 0;
+  if (given("top_k")) {
+    const json& v = body["top_k"];
+    const bool ok = v.is_number_integer() && v.get<std::int64_t>() >= -1 &&
+                    v.get<std::int64_t>() <= std::numeric_limits<std::int32_t>::max();
+    expect(ok, "top_k", "an integer: -1 or 0 (every token) or at least 1");
+    top_k = std::max<std::int32_t>(0, v.get<std::int32_t>());
+  }
+  double min_p = 0;
+  if (given("min_p")) {
+    const json& v = body["min_p"];
+    expect(v.is_number() && v.get<double>() >= 0 && v.get<double>() <= 1, "min_p",
+           "a number in [0, 1]");
+    min_p = v.get<double>();
+  }
+  double repetition = 1;
+  if (given("repetition_penalty")) {
+    const json& v = body["repetition_penalty"];
+    expect(v.is_number() && v.get<double>() >= 1e-6 && v.get<double>() <= 1e6, "repetition_penalty",
+           "a number > 0 (1: none), in [1e-6, 1e6]");
+    repetition = v.get<double>();
+  }
+  // OpenAI's logit_bias: {"token id": bias}; as vLLM, each bias is clamped to [-100, 100].
+  std::vector<std::pair<std::int32_t, float>> logit_bias;
+  if (given("logit_bias")) {
+    const json& v = body["logit_bias"];
+    expect(v.is_object(), "logit_bias", "an object of token ids (strings) to numbers");
+    for (const auto& [key, bias] : v.items()) {
+      std::int64_t id = -1;
+      const auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), id);
+      if (ec != std::errc() || end != key.data() + key.size() || key.empty() || id < 0 ||
+          id >= limits.vocab_size) {
+        throw bad("'logit_bias': key \"" + key + "\" is not a token id in [0, " +
+                      std::to_string(limits.vocab_size) + ")",
+                  "logit_bias");
+      }
+      if (!bias.is_number()) {
+        throw bad("'logit_bias': the bias of token " + key + " is not a number", "logit_bias");
+      }
+      const double b = std::clamp(bias.get<double>(), -100.0, 100.0);
+      logit_bias.emplace_back(static_cast<std::int32_t>(id), static_cast<float>(b));
+    }
+    std::sort(logit_bias.begin(), logit_bias.end());
+    for (std::size_t i = 1; i < logit_bias.size(); ++i) {
+      if (logit_bias[i].first == logit_bias[i - 1].first) {
+        throw bad("'logit_bias': token " + std::to_string(logit_bias[i].first) + " is given twice",
+                  "logit_bias");
+      }
+    }
+    std::erase_if(logit_bias, [](const auto& b) { return b.second == 0; });
+  }
+  if (given("temperature") || given("top_p") || given("seed") || presence != 0 || frequency != 0 ||
+      top_k != 0 || min_p != 0 || repetition != 1 || !logit_bias.empty()) {
     RequestSampling sp;
     if (given("temperature")) {
       expect(body["temperature"].is_number() && body["temperature"].get<double>() >= 0,
@@ -303,6 +358,10 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat,
     }
     sp.presence_penalty = presence;
     sp.frequency_penalty = frequency;
+    sp.top_k = top_k;
+    sp.min_p = min_p;
+    sp.repetition_penalty = repetition;
+    sp.logit_bias = std::move(logit_bias);
     r.sampling = sp;
   }
   if (given("n")) {
@@ -323,7 +382,7 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat,
   // Log probabilities: completions take `logprobs: K`, chat `logprobs: true` with
   // `top_logprobs: K` (K alternatives per token, 0 .. kMaxLogprobs); false or null: none.
   const std::string k_range = "an integer in [0, " + std::to_string(kMaxLogprobs) + "]";
-  const auto top_k = [&](const char* key) {
+  const auto alternatives = [&](const char* key) {
     const json& v = body[key];
     expect(v.is_number_integer() && v.get<std::int64_t>() >= 0 &&
                v.get<std::int64_t>() <= kMaxLogprobs,
@@ -335,18 +394,18 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat,
   if (chat) {
     if (!logprobs_off) {
       expect(body["logprobs"].is_boolean(), "logprobs", "true or false");
-      r.logprobs = given("top_logprobs") ? top_k("top_logprobs") : 0;
+      r.logprobs = given("top_logprobs") ? alternatives("top_logprobs") : 0;
     } else if (given("top_logprobs")) {
       throw bad("'top_logprobs' needs 'logprobs': true", "top_logprobs");
     }
   } else if (!logprobs_off) {
-    r.logprobs = top_k("logprobs");
+    r.logprobs = alternatives("logprobs");
   }
   if (r.logprobs >= 0 && !limits.logprobs_unsupported.empty()) {
     throw bad("'logprobs': " + limits.logprobs_unsupported, "logprobs");
   }
   if (given("prompt_logprobs")) {
-    r.prompt_logprobs = top_k("prompt_logprobs");
+    r.prompt_logprobs = alternatives("prompt_logprobs");
     r.prompt_logprobs_field = true;
     if (r.stream)
       throw bad("'prompt_logprobs': not available with stream: true", "prompt_logprobs");

@@ -88,10 +88,12 @@ struct CompletionRequest {
   // the `fair` queue order shares the server among users.
   std::int32_t priority = 0;
   std::string user;
-  // temperature, top_p, seed and the presence and frequency penalties: present when the body gave
-  // any of the first three or a nonzero penalty (the others then take temperature 0, top_p 1, no
-  // seed, no penalty); absent, the engine's own (greedy). A temperature below 1e-5 is greedy
-  // (vLLM's _SAMPLING_EPS).
+  // temperature, top_p, seed, the presence and frequency penalties, OpenAI's logit_bias and vLLM's
+  // top_k, min_p and repetition_penalty (core/sampling_params.h): present when the body gave any
+  // of the first three or another that changes something (a nonzero penalty or bias, top_k >= 1,
+  // min_p > 0, repetition_penalty != 1; the others then take temperature 0, top_p 1, no seed, no
+  // penalty); absent, the engine's own (greedy). A temperature below 1e-5 is greedy (vLLM's
+  // _SAMPLING_EPS); top_k -1 is 0; each bias is clamped to [-100, 100], as vLLM does.
   std::optional<RequestSampling> sampling;
   std::int32_t n = 1;  // choices (parallel samples), 1 .. kMaxSamples
   // Log probabilities of the output tokens with this many alternatives each (completions'

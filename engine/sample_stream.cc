@@ -1,5 +1,7 @@
 #include "engine/sample_stream.h"
 
+#include <algorithm>
+#include <limits>
 #include <map>
 
 #include "core/rng.h"
@@ -12,6 +14,10 @@ RowSampling row_sampling(const SamplingParams& engine, const RequestSpec& spec, 
   const RequestSampling* own = spec.sampling.get();
   row.temperature = own != nullptr ? own->temperature : engine.temperature;
   row.top_p = own != nullptr ? own->top_p : engine.top_p;
+  if (own != nullptr) {
+    row.top_k = own->top_k;
+    row.min_p = own->min_p;
+  }
   if (row.temperature == 0) return row;
   std::uint64_t stream = 0;
   if (own != nullptr && own->seed) {
@@ -26,35 +32,89 @@ RowSampling row_sampling(const SamplingParams& engine, const RequestSpec& spec, 
   return row;
 }
 
-std::vector<std::pair<std::int32_t, float>> penalty_deltas(const RequestSpec& spec,
-                                                           std::span<const std::int32_t> earlier,
-                                                           std::span<const std::int32_t> later) {
-  std::vector<std::pair<std::int32_t, float>> out;
+std::vector<std::int32_t> distinct_prompt_tokens(const RequestSpec& spec, std::int32_t vocab) {
+  std::vector<std::int32_t> out(static_cast<std::size_t>(spec.prompt_len));
+  for (std::int32_t p = 0; p < spec.prompt_len; ++p) {
+    out[static_cast<std::size_t>(p)] = prompt_token_value(spec, p, vocab);
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+std::vector<LogitAdjustment> logit_adjustments(const RequestSpec& spec,
+                                               std::span<const std::int32_t> prompt_tokens,
+                                               std::span<const std::int32_t> earlier,
+                                               std::span<const std::int32_t> later) {
+  std::vector<LogitAdjustment> out;
   const RequestSampling* own = spec.sampling.get();
-  if (own == nullptr || !own->penalized()) return out;
-  std::map<std::int32_t, std::int32_t> counts;
+  if (own == nullptr || !own->adjusts_logits()) return out;
+  std::map<std::int32_t, std::int32_t> counts;  // the outputs' tokens
   for (const std::int32_t t : earlier) ++counts[t];
   for (const std::int32_t t : later) ++counts[t];
-  out.reserve(counts.size());
-  for (const auto& [token, count] : counts) {
-    out.emplace_back(token,
-                     static_cast<float>(-(own->frequency_penalty * count + own->presence_penalty)));
+  const bool repetition = own->repetition_penalty != 1;
+  if (!repetition) prompt_tokens = {};
+  const bool counted = own->presence_penalty != 0 || own->frequency_penalty != 0;
+  // Every token some adjustment names, ascending: a merge of three ascending lists.
+  auto c = counts.begin();
+  auto b = own->logit_bias.begin();
+  auto p = prompt_tokens.begin();
+  constexpr std::int32_t kEnd = std::numeric_limits<std::int32_t>::max();
+  out.reserve(prompt_tokens.size() + counts.size() + own->logit_bias.size());
+  while (true) {
+    const std::int32_t tc = c != counts.end() && (repetition || counted) ? c->first : kEnd;
+    const std::int32_t tb = b != own->logit_bias.end() ? b->first : kEnd;
+    const std::int32_t tp = p != prompt_tokens.end() ? *p : kEnd;
+    const std::int32_t t = std::min({tc, tb, tp});
+    if (t == kEnd) break;
+    LogitAdjustment a;
+    a.token = t;
+    std::int32_t count = 0;
+    if (tc == t) count = (c++)->second;
+    if (tb == t) a.bias = (b++)->second;
+    const bool in_prompt = tp == t;
+    if (in_prompt) ++p;
+    if (repetition && (in_prompt || count > 0)) {
+      a.factor = static_cast<float>(own->repetition_penalty);
+    }
+    if (counted && count > 0) {
+      a.delta = static_cast<float>(-(own->frequency_penalty * count + own->presence_penalty));
+    }
+    if (a.bias != 0 || a.factor != 1 || a.delta != 0) out.push_back(a);
   }
   return out;
 }
 
-std::vector<std::pair<std::int32_t, float>> row_penalties(const ScheduledRequest& e,
-                                                          std::size_t index,
-                                                          std::optional<std::int32_t> previous,
-                                                          std::span<const std::int32_t> drafts) {
-  if (e.spec->sampling == nullptr || !e.spec->sampling->penalized()) return {};
+std::vector<LogitAdjustment> row_adjustments(const ScheduledRequest& e, std::size_t index,
+                                             std::optional<std::int32_t> previous,
+                                             std::span<const std::int32_t> drafts,
+                                             std::span<const std::int32_t> prompt_tokens) {
+  if (e.spec->sampling == nullptr || !e.spec->sampling->adjusts_logits()) return {};
   const std::size_t extra = index - e.output_tokens.size();
   std::vector<std::int32_t> later;
   later.reserve(extra);
   if (previous && extra > 0) later.push_back(*previous);
   const std::size_t skip = later.size();  // drafts follow the previous token
   while (later.size() < extra) later.push_back(drafts[later.size() - skip]);
-  return penalty_deltas(*e.spec, e.output_tokens, later);
+  return logit_adjustments(*e.spec, prompt_tokens, e.output_tokens, later);
+}
+
+void PromptTokenSets::retain(const StepPlan& plan) {
+  if (sets_.empty()) return;
+  std::unordered_map<RequestId, std::vector<std::int32_t>> kept;
+  for (const ScheduledRequest& e : plan.requests) {
+    const auto it = sets_.find(base_request_id(e.id));
+    if (it != sets_.end()) kept.emplace(it->first, std::move(it->second));
+  }
+  sets_ = std::move(kept);
+}
+
+std::span<const std::int32_t> PromptTokenSets::of(const ScheduledRequest& e, std::int32_t vocab) {
+  const RequestSampling* own = e.spec->sampling.get();
+  if (own == nullptr || own->repetition_penalty == 1) return {};
+  auto [it, added] = sets_.try_emplace(base_request_id(e.id));
+  if (added) it->second = distinct_prompt_tokens(*e.spec, vocab);
+  return it->second;
 }
 
 }  // namespace servelab

@@ -1,6 +1,7 @@
-// What a sampled row of a step draws with: the temperature and top_p that apply to it (the
-// request's own, else the engine's), its uniform draw u from the stream core/sampling_params.h
-// describes, and the request's penalties on its logits. CpuExecutor and CudaExecutor both take
+// What a sampled row of a step draws with: the temperature and truncations (top_p, top_k, min_p)
+// that apply to it (the request's own, else the engine's), its uniform draw u from the stream
+// core/sampling_params.h describes, and the request's adjustments of its logits (logit_bias and
+// the repetition, frequency and presence penalties). CpuExecutor and CudaExecutor both take
 // their rows' parameters from here, so the two draw the same u for the same token of the same
 // sequence.
 #pragma once
@@ -8,6 +9,7 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -18,8 +20,10 @@
 namespace servelab {
 
 struct RowSampling {
-  double temperature = 0.0;  // 0: greedy (u unused, 0)
+  double temperature = 0.0;  // 0: greedy (u unused, 0; the truncations below unused)
   double top_p = 1.0;
+  std::int32_t top_k = 0;  // 0: every token
+  double min_p = 0.0;
   double u = 0.0;  // in [0, 1)
 };
 
@@ -29,20 +33,55 @@ struct RowSampling {
 RowSampling row_sampling(const SamplingParams& engine, const RequestSpec& spec, RequestId id,
                          std::uint64_t index);
 
-// The presence and frequency penalties of request `spec` (RequestSampling) for a row whose
-// sequence has produced the tokens `earlier` followed by `later` (its outputs, then what the
-// executor alone knows: the previous step's token, a verify row's drafts before it): the amount
-// to add to each penalized token's logit, by token id ascending. Empty without penalties.
-std::vector<std::pair<std::int32_t, float>> penalty_deltas(const RequestSpec& spec,
-                                                           std::span<const std::int32_t> earlier,
-                                                           std::span<const std::int32_t> later);
+// What steps 1-3 of core/sampling_params.h do to the logit of one token of a row:
+//   logit' = rep(logit + bias) + delta, rep(x) = x / factor for x > 0, x * factor otherwise.
+// (kernels::adjust_logits applies the same on the GPU.)
+struct LogitAdjustment {
+  std::int32_t token = 0;
+  float bias = 0.0f;    // the request's logit_bias of the token
+  float factor = 1.0f;  // its repetition_penalty where the sequence has seen the token
+  float delta = 0.0f;   // -(frequency_penalty x count + presence_penalty) over its outputs
+  friend bool operator==(const LogitAdjustment&, const LogitAdjustment&) = default;
+};
+
+inline float adjust_logit(float logit, const LogitAdjustment& a) {
+  const float x = logit + a.bias;
+  return (x > 0.0f ? x / a.factor : x * a.factor) + a.delta;
+}
+
+// The distinct token ids of the prompt of `spec`, ascending: the share of the tokens a sequence
+// has seen that its repetition penalty takes from the prompt.
+std::vector<std::int32_t> distinct_prompt_tokens(const RequestSpec& spec, std::int32_t vocab);
+
+// The adjustments of the request `spec` for a row whose sequence has the prompt tokens
+// `prompt_tokens` (distinct_prompt_tokens; only read with a repetition penalty) and has produced
+// the tokens `earlier` followed by `later` (its outputs, then what the executor alone knows: the
+// previous step's token, a verify row's drafts before it). One entry per token that changes, by
+// token id ascending; empty when the request adjusts no logit (RequestSampling::adjusts_logits).
+std::vector<LogitAdjustment> logit_adjustments(const RequestSpec& spec,
+                                               std::span<const std::int32_t> prompt_tokens,
+                                               std::span<const std::int32_t> earlier,
+                                               std::span<const std::int32_t> later);
 
 // The same for the row of plan entry `e` that samples output `index`: over e.output_tokens, then
 // what the executor alone knows of the outputs before `index`: `previous` (the previous step's
 // token, for an entry that takes it under async scheduling) and the entry's verify `drafts`.
-std::vector<std::pair<std::int32_t, float>> row_penalties(const ScheduledRequest& e,
-                                                          std::size_t index,
-                                                          std::optional<std::int32_t> previous,
-                                                          std::span<const std::int32_t> drafts);
+std::vector<LogitAdjustment> row_adjustments(const ScheduledRequest& e, std::size_t index,
+                                             std::optional<std::int32_t> previous,
+                                             std::span<const std::int32_t> drafts,
+                                             std::span<const std::int32_t> prompt_tokens);
+
+// Each executor's cache of distinct_prompt_tokens for the requests with a repetition penalty,
+// so a request's prompt is read once while it keeps being scheduled rather than at every step.
+class PromptTokenSets {
+ public:
+  // Forgets the requests that are not in `plan` (call once per step, before `of`).
+  void retain(const StepPlan& plan);
+  // The prompt tokens of entry `e` (its samples share them); empty without a repetition penalty.
+  std::span<const std::int32_t> of(const ScheduledRequest& e, std::int32_t vocab);
+
+ private:
+  std::unordered_map<RequestId, std::vector<std::int32_t>> sets_;
+};
 
 }  // namespace servelab

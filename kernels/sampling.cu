@@ -1,10 +1,11 @@
 // Greedy and top-p sampling (kernels/sampling.h), one CTA of 1024 threads per row.
 //
-// top_p_sample mirrors top_p_bisect (kernels/sampling_ref.cc) step for step: probabilities
-// 2^((l - max) / T * log2 e) are written to `scratch` once; then each bisection step is one
-// deterministic block-wide sum over the row of the probabilities whose key
-// (bits(p) << 32 | ~id) is >= the candidate key. About 62 steps per bisection, two bisections:
-// O(124 * vocab) reads per row from L2, no sort and no atomics (so results are reproducible).
+// top_p_sample and sample_rows mirror sample_bisect (kernels/sampling_ref.cc) step for step:
+// probabilities 2^((l - max) / T * log2 e) are written to `scratch` once; then each bisection
+// step is one deterministic block-wide sum over the row of the probabilities (or, for top_k,
+// the count) of the tokens whose key (bits(p) << 32 | ~id) is >= the candidate key. About 62
+// steps per bisection, two bisections (three with top_k): O(124 * vocab) reads per row from L2,
+// no sort and no atomics (so results are reproducible).
 #include <cuda_bf16.h>
 
 #include <cstdint>
@@ -71,12 +72,17 @@ __device__ void greedy_row(const float* row, std::int32_t vocab, std::int32_t* o
   }
 }
 
-__global__ void add_kernel(float* logits, std::int32_t vocab, const std::int32_t* rows,
-                           const std::int32_t* tokens, const float* deltas, std::int32_t n) {
+__global__ void adjust_kernel(float* logits, std::int32_t vocab, const std::int32_t* rows,
+                              const std::int32_t* tokens, const float* adjust, std::int32_t n) {
   const std::int32_t i = static_cast<std::int32_t>(blockIdx.x * blockDim.x + threadIdx.x);
   if (i >= n) return;
   const std::int32_t t = tokens[i];
-  if (t >= 0 && t < vocab) logits[std::int64_t{rows[i]} * vocab + t] += deltas[i];
+  if (t < 0 || t >= vocab) return;
+  float& l = logits[std::int64_t{rows[i]} * vocab + t];
+  // Rounded as the host's adjust_logit: no fused multiply-add.
+  const float x = __fadd_rn(l, adjust[3 * i]);
+  const float f = adjust[3 * i + 1];
+  l = __fadd_rn(x > 0.0f ? __fdiv_rn(x, f) : __fmul_rn(x, f), adjust[3 * i + 2]);
 }
 
 __global__ void __launch_bounds__(kThreads)
@@ -99,10 +105,20 @@ __device__ float mass_ge(const float* prob, std::int32_t vocab, std::uint64_t k,
   return detail::block_sum(m, scratch);
 }
 
-// The nucleus draw of `row` with uniform `u` into *out (thread 0 writes it); `prob`: the row's
-// scratch.
+// Number of the row's tokens whose key is >= k (exact in fp32 below 2^24 tokens).
+__device__ float count_ge(const float* prob, std::int32_t vocab, std::uint64_t k, float* scratch) {
+  float c = 0.0f;
+  for (std::int32_t i = threadIdx.x; i < vocab; i += kThreads) {
+    if (key_of(prob[i], i) >= k) c += 1.0f;
+  }
+  return detail::block_sum(c, scratch);
+}
+
+// The draw of `row` with uniform `u` from the tokens min_p, top_k (0: all) and top_p keep, into
+// *out (thread 0 writes it); `prob`: the row's scratch.
 __device__ void top_p_row(const float* row, std::int32_t vocab, float inv_temp_log2, float top_p,
-                          float u, float* prob, std::int32_t* out) {
+                          std::int32_t top_k, float min_p, float u, float* prob,
+                          std::int32_t* out) {
   __shared__ float scratch[32];
   float mx = -INFINITY;
   for (std::int32_t i = threadIdx.x; i < vocab; i += kThreads) mx = fmaxf(mx, row[i]);
@@ -116,9 +132,27 @@ __device__ void top_p_row(const float* row, std::int32_t vocab, float inv_temp_l
   total = detail::block_sum(total, scratch);  // its barriers also publish prob[]
 
   const std::uint64_t hi_key = key_of(1.0f, 0);
-  // 1. The nucleus: the largest key K with mass(>= K) >= top_p * total.
-  const float target = top_p * total;
+  // 1. The lowest key min_p (the largest probability is exp2(0) = 1) and top_k allow.
+  std::uint64_t lowest = static_cast<std::uint64_t>(__float_as_uint(min_p)) << 32;
   std::uint64_t lo = 0, hi = hi_key;
+  if (top_k > 0 && top_k < vocab) {
+    const auto k = static_cast<float>(top_k);
+    while (lo < hi) {
+      const std::uint64_t mid = lo + (hi - lo) / 2 + 1;
+      if (count_ge(prob, vocab, mid, scratch) >= k) {
+        lo = mid;
+      } else {
+        hi = mid - 1;
+      }
+    }
+    if (lo > lowest) lowest = lo;
+  }
+  if (lowest > hi_key) lowest = hi_key;
+  if (lowest > 0) total = mass_ge(prob, vocab, lowest, scratch);
+  // 2. The nucleus: the largest key K >= lowest with mass(>= K) >= top_p * mass(>= lowest).
+  const float target = top_p * total;
+  lo = lowest;
+  hi = hi_key;
   while (lo < hi) {
     const std::uint64_t mid = lo + (hi - lo) / 2 + 1;
     if (mass_ge(prob, vocab, mid, scratch) >= target) {
@@ -129,7 +163,7 @@ __device__ void top_p_row(const float* row, std::int32_t vocab, float inv_temp_l
   }
   const std::uint64_t last = lo;
   const float x = u * mass_ge(prob, vocab, last, scratch);
-  // 2. The draw: the largest key K >= last with mass(>= K) > x (else the nucleus's last token).
+  // 3. The draw: the largest key K >= last with mass(>= K) > x (else the nucleus's last token).
   hi = hi_key;
   while (lo < hi) {
     const std::uint64_t mid = lo + (hi - lo) / 2 + 1;
@@ -146,20 +180,20 @@ __global__ void __launch_bounds__(kThreads)
     top_p_kernel(const float* logits, std::int32_t vocab, float inv_temp_log2, float top_p,
                  const float* u, float* scratch_prob, std::int32_t* out) {
   const std::int64_t r = blockIdx.x;
-  top_p_row(logits + r * vocab, vocab, inv_temp_log2, top_p, u[r], scratch_prob + r * vocab,
-            out + r);
+  top_p_row(logits + r * vocab, vocab, inv_temp_log2, top_p, 0, 0.0f, u[r],
+            scratch_prob + r * vocab, out + r);
 }
 
-// Each row with its own parameters: params[2r] = temperature (0: greedy), params[2r + 1] = top_p.
-// The branch is the same for the whole CTA.
+// Each row with its own parameters: params[4r .. 4r + 3] = temperature (0: greedy), top_p,
+// top_k, min_p. The branch is the same for the whole CTA.
 __global__ void __launch_bounds__(kThreads)
     rows_kernel(const float* logits, std::int32_t vocab, const float* params, const float* u,
                 float* scratch_prob, std::int32_t* out) {
   const std::int64_t r = blockIdx.x;
-  const float temperature = params[2 * r];
-  if (temperature > 0.0f) {
-    top_p_row(logits + r * vocab, vocab, detail::kLog2e / temperature, params[2 * r + 1], u[r],
-              scratch_prob + r * vocab, out + r);
+  const float* p = params + 4 * r;
+  if (p[0] > 0.0f) {
+    top_p_row(logits + r * vocab, vocab, detail::kLog2e / p[0], p[1],
+              static_cast<std::int32_t>(p[2]), p[3], u[r], scratch_prob + r * vocab, out + r);
   } else {
     greedy_row(logits + r * vocab, vocab, out + r);
   }
@@ -177,14 +211,14 @@ void mask_logits(float* logits, std::int32_t vocab, const std::int32_t* rows,
   detail::check_launch("mask_logits");
 }
 
-void add_to_logits(float* logits, std::int32_t vocab, const std::int32_t* rows,
-                   const std::int32_t* tokens, const float* deltas, std::int32_t n, Stream stream) {
+void adjust_logits(float* logits, std::int32_t vocab, const std::int32_t* rows,
+                   const std::int32_t* tokens, const float* adjust, std::int32_t n, Stream stream) {
   if (n <= 0) return;
-  constexpr int kAddThreads = 128;
-  SERVELAB_LAUNCH(add_kernel, (n + kAddThreads - 1) / kAddThreads, kAddThreads, 0,
+  constexpr int kAdjustThreads = 128;
+  SERVELAB_LAUNCH(adjust_kernel, (n + kAdjustThreads - 1) / kAdjustThreads, kAdjustThreads, 0,
                   detail::as_stream(stream))
-  (logits, vocab, rows, tokens, deltas, n);
-  detail::check_launch("add_to_logits");
+  (logits, vocab, rows, tokens, adjust, n);
+  detail::check_launch("adjust_logits");
 }
 
 void greedy_sample(const float* logits, std::int32_t num_rows, std::int32_t vocab,

@@ -3,8 +3,8 @@
 //   greedy_sample: argmax, lowest id on exact ties. Exact.
 //   top_p_sample: softmax(logits / temperature) restricted to the nucleus, one draw u[i] per row
 //     (drawn on the host from the request's stream, as CpuExecutor does). No sort: 64-bit keys
-//     (probability bits, inverted id) and two bisections of block-wide deterministic sums
-//     (top_p_bisect is the same algorithm on the host). Agrees with top_p_reference except
+//     (probability bits, inverted id) and bisections of block-wide deterministic sums
+//     (sample_bisect is the same algorithm on the host). Agrees with sample_reference except
 //     where u lands within fp32 rounding of a boundary between two tokens' mass intervals.
 #pragma once
 
@@ -21,9 +21,11 @@ void top_p_sample(const float* logits, std::int32_t num_rows, std::int32_t vocab
                   float top_p, const float* u, float* scratch, std::int32_t* out, Stream stream);
 // scratch: num_rows * vocab floats (the probabilities).
 
-// Rows that each have their own parameters (requests with their own temperature and top_p):
-// params [num_rows][2] = (temperature, top_p); a row with temperature 0 is greedy_sample's, any
-// other top_p_sample's with its draw u[row]. scratch as above.
+// Rows that each have their own parameters (requests with their own temperature, top_p, top_k
+// and min_p): params [num_rows][4] = (temperature, top_p, top_k, min_p), top_k a whole number
+// (0: every token); a row with temperature 0 is greedy_sample's, any other draws u[row] from the
+// tokens its truncations keep (kernels/sampling_ref.h sample_bisect, step for step). scratch as
+// above.
 void sample_rows(const float* logits, std::int32_t num_rows, std::int32_t vocab,
                  const float* params, const float* u, float* scratch, std::int32_t* out,
                  Stream stream);
@@ -34,10 +36,12 @@ void sample_rows(const float* logits, std::int32_t num_rows, std::int32_t vocab,
 void mask_logits(float* logits, std::int32_t vocab, const std::int32_t* rows,
                  const std::int32_t* tokens, std::int32_t n, Stream stream);
 
-// logits[rows[i] * vocab + tokens[i]] += deltas[i] for i < n (presence and frequency penalties,
-// engine/sample_stream.h penalty_deltas); each (row, token) at most once; an entry whose token is
-// outside [0, vocab) is skipped. rows, tokens, deltas: device [n].
-void add_to_logits(float* logits, std::int32_t vocab, const std::int32_t* rows,
-                   const std::int32_t* tokens, const float* deltas, std::int32_t n, Stream stream);
+// The requests' logit_bias and penalties (engine/sample_stream.h LogitAdjustment, with the same
+// fp32 arithmetic): for i < n, with l = logits[rows[i] * vocab + tokens[i]] + adjust[3i] (the
+// bias), l = (l > 0 ? l / adjust[3i + 1] : l * adjust[3i + 1]) + adjust[3i + 2] (the repetition
+// factor, then the delta). Each (row, token) at most once; an entry whose token is outside
+// [0, vocab) is skipped. rows, tokens: device [n]; adjust: device [n][3].
+void adjust_logits(float* logits, std::int32_t vocab, const std::int32_t* rows,
+                   const std::int32_t* tokens, const float* adjust, std::int32_t n, Stream stream);
 
 }  // namespace servelab::kernels

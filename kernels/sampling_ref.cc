@@ -16,30 +16,32 @@ std::int32_t greedy_reference(std::span<const float> logits) {
   return best;
 }
 
-std::int32_t top_p_reference(std::span<const float> logits, double temperature, double top_p,
-                             double u) {
+std::int32_t sample_reference(std::span<const float> logits, double temperature,
+                              const Truncation& keep, double u) {
   const auto n = static_cast<std::int32_t>(logits.size());
   double mx = logits[0];
   for (float l : logits) mx = std::max<double>(mx, l);
-  std::vector<double> prob(n);
-  double total = 0;
-  for (std::int32_t t = 0; t < n; ++t) {
-    prob[t] = std::exp((logits[t] - mx) / temperature);
-    total += prob[t];
-  }
+  std::vector<double> prob(n);  // unnormalised: the largest is 1
+  for (std::int32_t t = 0; t < n; ++t) prob[t] = std::exp((logits[t] - mx) / temperature);
   std::vector<std::int32_t> order(n);
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(),
                    [&](std::int32_t a, std::int32_t b) { return prob[a] > prob[b]; });
-  std::int32_t keep = 0;
+  // min_p, then top_k: a prefix of the order (the first token always stays).
+  std::int32_t allowed = 1;
+  while (allowed < n && prob[order[allowed]] >= keep.min_p) ++allowed;
+  if (keep.top_k > 0) allowed = std::min(allowed, keep.top_k);
+  double total = 0;
+  for (std::int32_t r = 0; r < allowed; ++r) total += prob[order[r]];
+  std::int32_t kept = 0;
   double mass = 0;
-  while (keep < n && (keep == 0 || mass < top_p * total)) mass += prob[order[keep++]];
+  while (kept < allowed && (kept == 0 || mass < keep.top_p * total)) mass += prob[order[kept++]];
   double x = u * mass;
-  for (std::int32_t r = 0; r < keep; ++r) {
+  for (std::int32_t r = 0; r < kept; ++r) {
     x -= prob[order[r]];
     if (x < 0) return order[r];
   }
-  return order[keep - 1];
+  return order[kept - 1];
 }
 
 namespace {
@@ -49,16 +51,18 @@ std::uint64_t key_of(float p, std::int32_t id) {
          (0xffffffffULL - static_cast<std::uint32_t>(id));
 }
 
-// Largest key K in [lo, hi] with pred(mass of keys >= K), given that pred holds at lo.
-template <typename Pred>
-std::uint64_t bisect(const std::vector<float>& p, std::uint64_t lo, std::uint64_t hi, Pred pred) {
+// Largest key K in [lo, hi] with pred(sum over keys >= K of weight(p)), given that pred holds
+// at lo.
+template <typename Weight, typename Pred>
+std::uint64_t bisect(const std::vector<float>& p, std::uint64_t lo, std::uint64_t hi, Weight weight,
+                     Pred pred) {
   while (lo < hi) {
     const std::uint64_t mid = lo + (hi - lo) / 2 + 1;
-    float mass = 0;  // summed in index order, as each GPU thread does over its stride
+    float sum = 0;  // summed in index order, as each GPU thread does over its stride
     for (std::size_t i = 0; i < p.size(); ++i) {
-      if (key_of(p[i], static_cast<std::int32_t>(i)) >= mid) mass += p[i];
+      if (key_of(p[i], static_cast<std::int32_t>(i)) >= mid) sum += weight(p[i]);
     }
-    if (pred(mass)) {
+    if (pred(sum)) {
       lo = mid;
     } else {
       hi = mid - 1;
@@ -67,27 +71,39 @@ std::uint64_t bisect(const std::vector<float>& p, std::uint64_t lo, std::uint64_
   return lo;
 }
 
+float mass_ge(const std::vector<float>& p, std::uint64_t k) {
+  float m = 0;
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    if (key_of(p[i], static_cast<std::int32_t>(i)) >= k) m += p[i];
+  }
+  return m;
+}
+
 }  // namespace
 
-std::int32_t top_p_bisect(std::span<const float> logits, float temperature, float top_p, float u) {
+std::int32_t sample_bisect(std::span<const float> logits, float temperature, const Truncation& keep,
+                           float u) {
   float mx = logits[0];
   for (float l : logits) mx = std::max(mx, l);
   std::vector<float> p(logits.size());
-  float total = 0;
   const float scale = 1.4426950408889634f / temperature;  // log2(e) / T, as the kernel
-  for (std::size_t i = 0; i < p.size(); ++i) {
-    p[i] = std::exp2((logits[i] - mx) * scale);
-    total += p[i];
-  }
+  for (std::size_t i = 0; i < p.size(); ++i) p[i] = std::exp2((logits[i] - mx) * scale);
   const std::uint64_t hi = key_of(1.0f, 0);  // the largest possible key (p <= 1)
-  const float target = top_p * total;
-  const std::uint64_t last = bisect(p, 0, hi, [&](float m) { return m >= target; });
-  float kept = 0;
-  for (std::size_t i = 0; i < p.size(); ++i) {
-    if (key_of(p[i], static_cast<std::int32_t>(i)) >= last) kept += p[i];
+  const auto mass = [](float q) { return q; };
+  // The lowest key min_p and top_k allow.
+  std::uint64_t lowest = std::uint64_t{std::bit_cast<std::uint32_t>(static_cast<float>(keep.min_p))}
+                         << 32;
+  if (keep.top_k > 0 && static_cast<std::size_t>(keep.top_k) < p.size()) {
+    const auto k = static_cast<float>(keep.top_k);
+    lowest = std::max(
+        lowest, bisect(
+                    p, 0, hi, [](float) { return 1.0f; }, [&](float count) { return count >= k; }));
   }
-  const float x = u * kept;
-  const std::uint64_t k = bisect(p, last, hi, [&](float m) { return m > x; });
+  lowest = std::min(lowest, hi);
+  const float target = static_cast<float>(keep.top_p) * mass_ge(p, lowest);
+  const std::uint64_t last = bisect(p, lowest, hi, mass, [&](float m) { return m >= target; });
+  const float x = u * mass_ge(p, last);
+  const std::uint64_t k = bisect(p, last, hi, mass, [&](float m) { return m > x; });
   return static_cast<std::int32_t>(0xffffffffULL - (k & 0xffffffffULL));
 }
 

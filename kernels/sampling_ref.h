@@ -1,12 +1,12 @@
 // Host references for the GPU sampling kernels (kernels/sampling.h).
 //
-// top_p_reference is the one nucleus sampler on the host: CpuExecutor (engine/cpu_executor.cc)
-// samples with it, and the GPU kernels are tested against it. Semantics: greedy = argmax, lowest
-// token id on exact ties; nucleus = softmax(logits / temperature), tokens in (probability
-// descending, id ascending) order, the shortest prefix whose mass reaches top_p * total (at least
-// one token), then the first token whose running mass exceeds u * (prefix mass) for one uniform
-// draw u in [0, 1). The caller draws u from the request's stream, so GPU and CPU sample the same
-// token from the same logits up to rounding at the boundaries.
+// sample_reference is the one sampler on the host: CpuExecutor (engine/cpu_executor.cc) samples
+// with it, and the GPU kernels are tested against it. Semantics: greedy = argmax, lowest token id
+// on exact ties; otherwise softmax(logits / temperature), tokens in (probability descending, id
+// ascending) order, the prefix the Truncation keeps, then the first token whose running mass
+// exceeds u * (prefix mass) for one uniform draw u in [0, 1). The caller draws u from the request's
+// stream, so GPU and CPU sample the same token from the same logits up to rounding at the
+// boundaries.
 #pragma once
 
 #include <cstdint>
@@ -16,17 +16,30 @@ namespace servelab::kernels {
 
 std::int32_t greedy_reference(std::span<const float> logits);
 
-// Double precision, sorting: the CpuExecutor semantics. REQUIRES: temperature > 0,
-// 0 < top_p <= 1, 0 <= u < 1, !logits.empty().
-std::int32_t top_p_reference(std::span<const float> logits, double temperature, double top_p,
-                             double u);
+// Which tokens a draw may land on, after the temperature, in vLLM v1's order: min_p keeps the
+// tokens whose probability is at least min_p x the largest; top_k keeps the first k of those in
+// (probability descending, id ascending) order (0: all); top_p keeps the shortest prefix of what
+// is left whose mass reaches top_p x its mass (at least one token).
+struct Truncation {
+  double top_p = 1.0;      // (0, 1]
+  std::int32_t top_k = 0;  // >= 0
+  double min_p = 0.0;      // [0, 1]
+};
+
+// Double precision, sorting: the CpuExecutor semantics. REQUIRES: temperature > 0, the
+// truncation in its ranges, 0 <= u < 1, !logits.empty().
+std::int32_t sample_reference(std::span<const float> logits, double temperature,
+                              const Truncation& keep, double u);
 
 // The GPU algorithm, in fp32 on the host: no sort; each token gets the 64-bit key
 // (float bits of its probability) << 32 | (0xffffffff - id), so key order is exactly the
-// (probability descending, id ascending) order, and two bisections over the key space find the
-// last token of the nucleus and then the sampled token, each step one pass of sums
-// (mass of keys >= K). Used to unit-test the algorithm on the CPU; the kernel does the same
-// passes with block-wide reductions.
-std::int32_t top_p_bisect(std::span<const float> logits, float temperature, float top_p, float u);
+// (probability descending, id ascending) order. The truncations become a lowest key: min_p's is
+// bits(min_p) << 32 (the largest probability is exp2(0) = 1), top_k's the largest key K with
+// at least k keys >= K (a bisection counting keys), top_p's the largest key K with mass(keys >=
+// K) >= top_p x mass(keys >= the other two's); a last bisection finds the sampled token. Each
+// bisection step is one pass of sums. Used to unit-test the algorithm on the CPU; the kernel
+// does the same passes with block-wide reductions.
+std::int32_t sample_bisect(std::span<const float> logits, float temperature, const Truncation& keep,
+                           float u);
 
 }  // namespace servelab::kernels

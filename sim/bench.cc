@@ -171,14 +171,17 @@ Outcome send_one(httplib::Client& client, const Endpoint& e, const std::string& 
   // any choice, the gaps are taken within each choice, output_tokens is usage's sum over them
   // (docs/metrics.md "Parallel sampling": the simulator's definitions).
   if (spec.n > 1) body["n"] = spec.n;
-  // The workload's draws (workload.sampling: temperature, top_p, seed, penalties), as a client's
-  // fields; greedy (temperature 0) otherwise.
+  // The workload's draws (workload.sampling: temperature, top_p, top_k, min_p, seed, penalties),
+  // as a client's fields; greedy (temperature 0) otherwise.
   if (const RequestSampling* d = spec.sampling.get()) {
     body["temperature"] = d->temperature;
     body["top_p"] = d->top_p;
+    if (d->top_k != 0) body["top_k"] = d->top_k;
+    if (d->min_p != 0) body["min_p"] = d->min_p;
     if (d->seed) body["seed"] = *d->seed;
     if (d->presence_penalty != 0) body["presence_penalty"] = d->presence_penalty;
     if (d->frequency_penalty != 0) body["frequency_penalty"] = d->frequency_penalty;
+    if (d->repetition_penalty != 1) body["repetition_penalty"] = d->repetition_penalty;
   }
   // Log probabilities (workload.sampling: logprobs, prompt_logprobs). A stream cannot carry vLLM's
   // prompt_logprobs field, so the prompt's come as an lm-eval client asks for them, `echo` with

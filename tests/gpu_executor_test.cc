@@ -355,8 +355,8 @@ bool StableDraw(const std::vector<float>& logits, double temperature, RequestId 
       Rng(mix64(mix64(std::uint64_t{3} ^ name_hash("cpu_executor.sample")) ^ id) ^ mix64(index))
           .uniform();
   const double lo = std::max(0.0, u - 5e-3), hi = std::min(u + 5e-3, 1.0 - 1e-9);
-  return kernels::top_p_reference(logits, temperature, 1.0, lo) ==
-         kernels::top_p_reference(logits, temperature, 1.0, hi);
+  return kernels::sample_reference(logits, temperature, {}, lo) ==
+         kernels::sample_reference(logits, temperature, {}, hi);
 }
 
 // tests/speculation_workload.h's requests through the real scheduler, with speculation k (0:
@@ -557,21 +557,25 @@ TEST(GpuExecutor, MinTokensKeepsEosOutOfTheSample) {
 }
 
 // Requests with their own sampling parameters (RequestSpec::sampling) in one step with others:
-// each row samples with its own temperature and top_p (kernels::sample_rows) and the draw of
-// engine/sample_stream.h, so a greedy row is the argmax of its logits and a sampled row is
-// top_p_reference's token on them (up to fp32 rounding at a boundary); rows without their own
-// parameters keep the engine's (greedy here).
+// each row samples with its own temperature, top_p, top_k and min_p (kernels::sample_rows) and
+// the draw of engine/sample_stream.h, so a greedy row is the argmax of its logits and a sampled
+// row is sample_reference's token on them (up to fp32 rounding at a boundary); rows without their
+// own parameters keep the engine's (greedy here).
 TEST(GpuExecutor, EachRequestSamplesWithItsOwnParameters) {
   REQUIRE_GPU();
 #if SERVELAB_HAVE_CUDA
   const LlamaWeights w = LlamaWeights::random(GpuConfig(64, 4, 2, false), 9);
-  const std::vector<std::optional<RequestSampling>> own = {std::nullopt,
-                                                           RequestSampling{0.0, 1.0, {}},
-                                                           RequestSampling{1.0, 0.9, 7},
-                                                           RequestSampling{0.7, 1.0, {}},
-                                                           RequestSampling{1.3, 0.5, 99},
-                                                           std::nullopt,
-                                                           RequestSampling{2.0, 1.0, 5}};
+  const std::vector<std::optional<RequestSampling>> own = {
+      std::nullopt,
+      RequestSampling{0.0, 1.0, {}},
+      RequestSampling{1.0, 0.9, 7},
+      RequestSampling{0.7, 1.0, {}},
+      RequestSampling{1.3, 0.5, 99},
+      std::nullopt,
+      RequestSampling{2.0, 1.0, 5},
+      RequestSampling{1.2, 1.0, 11, 0, 0, 5},
+      RequestSampling{0.9, 0.95, 12, 0, 0, 0, 0.2},
+      RequestSampling{3.0, 0.9, 13, 0, 0, 3, 0.05}};
   std::vector<RequestSpec> specs;
   std::vector<std::vector<BlockId>> tables;
   for (std::size_t i = 0; i < own.size(); ++i) {
@@ -595,15 +599,18 @@ TEST(GpuExecutor, EachRequestSamplesWithItsOwnParameters) {
     }
     ++sampled;
     agree +=
-        r.sampled_tokens[i] == kernels::top_p_reference(logits, row.temperature, row.top_p, row.u);
+        r.sampled_tokens[i] == kernels::sample_reference(logits, row.temperature,
+                                                         {row.top_p, row.top_k, row.min_p}, row.u);
   }
-  EXPECT_EQ(sampled, 4);
+  EXPECT_EQ(sampled, 7);
   EXPECT_GE(agree, sampled - 1) << agree << " of " << sampled;
 #endif
 }
 
-// Presence and frequency penalties (RequestSampling): the logits the step samples from are the
-// unpenalized ones lowered by penalty_deltas over the entry's outputs, at those tokens only.
+// A request's logit_bias and repetition, presence and frequency penalties (RequestSampling): the
+// logits the step samples from are the plain ones through logit_adjustments over the prompt and
+// the entry's outputs (kernels::adjust_logits, bit for bit the host's adjust_logit), at those
+// tokens only.
 TEST(GpuExecutor, PenaltiesLowerTheLogitsOfTheOutputs) {
   REQUIRE_GPU();
 #if SERVELAB_HAVE_CUDA
@@ -622,12 +629,31 @@ TEST(GpuExecutor, PenaltiesLowerTheLogitsOfTheOutputs) {
   own.frequency_penalty = 1.25;
   spec.sampling = std::make_shared<const RequestSampling>(own);
   const std::vector<float> penalized = logits_of(spec);
-  const auto deltas = penalty_deltas(spec, outputs, {});
-  ASSERT_EQ(deltas.size(), 3u);
+  const auto adjustments = logit_adjustments(spec, {}, outputs, {});
+  ASSERT_EQ(adjustments.size(), 3u);
   std::vector<float> want = plain;
-  for (const auto& [t, d] : deltas) want[static_cast<std::size_t>(t)] += d;
+  for (const LogitAdjustment& a : adjustments) {
+    want[static_cast<std::size_t>(a.token)] =
+        adjust_logit(plain[static_cast<std::size_t>(a.token)], a);
+  }
   EXPECT_EQ(penalized, want);
   EXPECT_FLOAT_EQ(penalized[17] - plain[17], -3.0f);
+  // With a repetition penalty over the prompt and the outputs, and a bias.
+  own.repetition_penalty = 1.7;
+  own.logit_bias = {{3, 2.5f}, {17, -1.0f}, {1000, 4.0f}};
+  spec.sampling = std::make_shared<const RequestSampling>(own);
+  const std::vector<float> adjusted = logits_of(spec);
+  const std::vector<std::int32_t> prompt =
+      distinct_prompt_tokens(spec, GpuConfig(64, 4, 2, false).model.vocab_size);
+  want = plain;
+  std::size_t changed = 0;
+  for (const LogitAdjustment& a : logit_adjustments(spec, prompt, outputs, {})) {
+    want[static_cast<std::size_t>(a.token)] =
+        adjust_logit(plain[static_cast<std::size_t>(a.token)], a);
+    ++changed;
+  }
+  EXPECT_GE(changed, prompt.size() + 2);  // the prompt's, 5 and 900 (17 may be in the prompt)
+  EXPECT_EQ(adjusted, want);
 #endif
 }
 

@@ -28,6 +28,7 @@
 #include "engine/cpu_executor.h"
 #include "engine/llama_weights.h"
 #include "engine/safetensors.h"
+#include "engine/sample_stream.h"
 #include "kernels/attention_plan.h"
 #include "kernels/kv_layout.h"
 #include "kernels/rope_table.h"
@@ -1607,16 +1608,16 @@ TEST(GpuKernels, GreedyAndTopPSampling) {
     EXPECT_EQ(g[r], kernels::greedy_reference(row)) << "row " << r;
     ASSERT_GE(p[r], 0);
     ASSERT_LT(p[r], vocab);
-    agree += p[r] == kernels::top_p_reference(row, 0.8, 0.9, u[r]);
+    agree += p[r] == kernels::sample_reference(row, 0.8, {0.9, 0, 0.0}, u[r]);
   }
   EXPECT_EQ(g[5], 4);
   EXPECT_GE(agree * 100, rows * 98) << agree << " of " << rows;
 #endif
 }
 
-// sample_rows: each row with its own (temperature, top_p); a row at temperature 0 is the argmax
-// (exactly), the others agree with top_p_reference at their own parameters (up to fp32 rounding
-// at a boundary, as top_p_sample).
+// sample_rows: each row with its own (temperature, top_p, top_k, min_p); a row at temperature 0
+// is the argmax (exactly), the others agree with sample_reference at their own parameters (up to
+// fp32 rounding at a boundary, as top_p_sample); a row with top_k 1 or min_p 1 is the argmax too.
 TEST(GpuKernels, SampleRowsTakesEachRowsOwnParameters) {
   REQUIRE_GPU();
 #if SERVELAB_HAVE_CUDA
@@ -1625,12 +1626,18 @@ TEST(GpuKernels, SampleRowsTakesEachRowsOwnParameters) {
   std::vector<float> logits(rows * vocab);
   for (float& x : logits) x = static_cast<float>(rng.normal(0.0, 3.0));
   logits[3 * vocab + 17] = logits[3 * vocab + 11] = 60.0f;  // row 3 is greedy: the lower id wins
-  std::vector<float> u(rows), params(2 * rows);
+  std::vector<float> u(rows), params(4 * rows);
   for (std::int32_t r = 0; r < rows; ++r) {
     u[r] = static_cast<float>(rng.uniform());
-    params[2 * r] = r % 3 == 0 ? 0.0f : 0.3f + 0.1f * static_cast<float>(r % 7);  // temperature
-    params[2 * r + 1] = r % 4 == 1 ? 1.0f : 0.5f + 0.05f * static_cast<float>(r % 9);  // top_p
+    float* p = params.data() + 4 * r;
+    p[0] = r % 3 == 0 ? 0.0f : 0.3f + 0.1f * static_cast<float>(r % 7);   // temperature
+    p[1] = r % 4 == 1 ? 1.0f : 0.5f + 0.05f * static_cast<float>(r % 9);  // top_p
+    p[2] = r % 5 == 2 ? static_cast<float>(1 + r % 13) : 0.0f;            // top_k
+    p[3] = r % 5 == 4 ? 0.02f * static_cast<float>(r % 6) : 0.0f;         // min_p
   }
+  const float greedy_k[4] = {1.5f, 1.0f, 1.0f, 0.0f}, greedy_min_p[4] = {1.5f, 1.0f, 0.0f, 1.0f};
+  std::copy(greedy_k, greedy_k + 4, params.data() + 4 * 46);
+  std::copy(greedy_min_p, greedy_min_p + 4, params.data() + 4 * 47);
   DeviceBuffer d_l = Upload(logits), d_u = Upload(u), d_p = Upload(params),
                scratch(rows * vocab * 4), out = Poisoned(rows * 4);
   k::sample_rows(d_l.as<float>(), rows, vocab, d_p.as<float>(), d_u.as<float>(),
@@ -1639,17 +1646,55 @@ TEST(GpuKernels, SampleRowsTakesEachRowsOwnParameters) {
   int agree = 0, sampled = 0;
   for (std::int32_t r = 0; r < rows; ++r) {
     const std::span<const float> row(logits.data() + r * vocab, vocab);
-    if (params[2 * r] == 0.0f) {
+    const float* p = params.data() + 4 * r;
+    if (p[0] == 0.0f) {
       EXPECT_EQ(got[r], kernels::greedy_reference(row)) << "row " << r;
       continue;
     }
     ++sampled;
     ASSERT_GE(got[r], 0);
     ASSERT_LT(got[r], vocab);
-    agree += got[r] == kernels::top_p_reference(row, params[2 * r], params[2 * r + 1], u[r]);
+    const kernels::Truncation keep{p[1], static_cast<std::int32_t>(p[2]), p[3]};
+    agree += got[r] == kernels::sample_reference(row, p[0], keep, u[r]);
   }
   EXPECT_EQ(got[3], 11);
+  EXPECT_EQ(got[46], kernels::greedy_reference({logits.data() + 46 * vocab, std::size_t{vocab}}));
+  EXPECT_EQ(got[47], kernels::greedy_reference({logits.data() + 47 * vocab, std::size_t{vocab}}));
   EXPECT_GE(agree * 100, sampled * 95) << agree << " of " << sampled;
+#endif
+}
+
+// adjust_logits (kernels/sampling.h): each listed (row, token) logit becomes engine/
+// sample_stream.h's adjust_logit of it, bit for bit (bias, then the repetition factor by the
+// sign, then the delta); a token outside the vocabulary is skipped; nothing else changes.
+TEST(GpuKernels, AdjustLogitsAsTheHostDoes) {
+  REQUIRE_GPU();
+#if SERVELAB_HAVE_CUDA
+  const std::int32_t rows = 3, vocab = 50;
+  std::vector<float> logits(rows * vocab);
+  for (std::size_t i = 0; i < logits.size(); ++i)
+    logits[i] = 0.37f * static_cast<float>(i % 17) - 3.1f;
+  const std::vector<std::int32_t> r = {0, 0, 2, 1, 1};
+  const std::vector<std::int32_t> t = {5, 13, 7, 50, 2};
+  const std::vector<LogitAdjustment> a = {{5, 0.0f, 1.3f, 0.0f},
+                                          {13, 0.0f, 1.3f, -2.5f},
+                                          {7, 1.25f, 0.7f, 0.0f},
+                                          {50, 9.0f, 1.0f, 0.0f},
+                                          {2, -100.0f, 2.0f, 0.5f}};
+  std::vector<float> adjust;
+  for (const LogitAdjustment& x : a) adjust.insert(adjust.end(), {x.bias, x.factor, x.delta});
+  DeviceBuffer d = Upload(logits), dr = Upload(r), dt = Upload(t), da = Upload(adjust);
+  k::adjust_logits(d.as<float>(), vocab, dr.as<std::int32_t>(), dt.as<std::int32_t>(),
+                   da.as<float>(), 5, nullptr);
+  std::vector<float> want = logits;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (t[i] >= vocab) continue;
+    const std::size_t at = static_cast<std::size_t>(r[i] * vocab + t[i]);
+    want[at] = adjust_logit(logits[at], a[i]);
+  }
+  EXPECT_EQ(Download<float>(d, logits.size()), want);
+  EXPECT_NE(want[5], logits[5]);  // 5 and 13 straddle 0: one divided, one multiplied
+  EXPECT_NE(want[13], logits[13]);
 #endif
 }
 

@@ -888,39 +888,59 @@ TEST(KernelsHostTest, GreedyReferenceTakesTheLowestIdOnTies) {
   EXPECT_EQ(kernels::greedy_reference(l), 1);
 }
 
-// The top-p kernel's sort-free algorithm (64-bit keys, two bisections) picks the token
-// CpuExecutor's sort-and-walk picks, except where u falls within rounding of a boundary.
-TEST(KernelsHostTest, TopPBisectionAgreesWithTheSortingReference) {
+// The sampling kernel's sort-free algorithm (64-bit keys, bisections) picks the token
+// CpuExecutor's sort-and-walk picks, with any top_p, top_k and min_p, except where u (or a
+// min_p threshold) falls within rounding of a boundary.
+TEST(KernelsHostTest, SampleBisectionAgreesWithTheSortingReference) {
   Rng rng = Rng::stream(3, "top_p");
   int agree = 0, total = 0;
-  for (int trial = 0; trial < 300; ++trial) {
+  for (int trial = 0; trial < 600; ++trial) {
     const auto vocab = static_cast<std::size_t>(rng.uniform_int(1, 700));
     std::vector<float> logits(vocab);
     const double spread = rng.uniform(0.1, 6.0);
     for (float& x : logits) x = static_cast<float>(rng.normal(0.0, spread));
     if (trial % 10 == 0 && vocab > 4) logits[1] = logits[3] = logits[0];  // exact ties
-    const double temp = rng.uniform(0.3, 1.5), top_p = rng.uniform(0.05, 1.0);
+    const double temp = rng.uniform(0.3, 1.5);
+    kernels::Truncation keep;
+    keep.top_p = trial % 3 == 1 ? 1.0 : rng.uniform(0.05, 1.0);
+    if (trial % 2 == 1) keep.top_k = static_cast<std::int32_t>(rng.uniform_int(1, 40));
+    if (trial % 4 >= 2) keep.min_p = rng.uniform(0.0, 0.5);
     const double u = rng.uniform();
-    const std::int32_t want = kernels::top_p_reference(logits, temp, top_p, u);
-    const std::int32_t got = kernels::top_p_bisect(
-        logits, static_cast<float>(temp), static_cast<float>(top_p), static_cast<float>(u));
+    const std::int32_t want = kernels::sample_reference(logits, temp, keep, u);
+    const std::int32_t got =
+        kernels::sample_bisect(logits, static_cast<float>(temp), keep, static_cast<float>(u));
     ASSERT_GE(got, 0);
     ASSERT_LT(got, static_cast<std::int32_t>(vocab));
     agree += got == want;
     ++total;
   }
   EXPECT_GE(agree * 100, total * 98) << agree << " of " << total;
-  // Degenerate cases are exact: a tiny top_p is greedy; ties go to the lowest id first.
+  // Degenerate cases are exact: a tiny top_p, top_k 1 and min_p 1 are greedy; ties go to the
+  // lowest id first.
   const std::vector<float> tied = {1.0f, 3.0f, 3.0f, 0.0f};
-  EXPECT_EQ(kernels::top_p_bisect(tied, 1.0f, 1e-6f, 0.99f), 1);
-  EXPECT_EQ(kernels::top_p_reference(tied, 1.0, 1e-6, 0.99), 1);
-  EXPECT_EQ(kernels::top_p_bisect(tied, 1.0f, 0.9f, 0.0f), 1);
-  EXPECT_EQ(kernels::top_p_reference(tied, 1.0, 0.9, 0.0), 1);
+  for (const kernels::Truncation keep :
+       {kernels::Truncation{1e-6, 0, 0.0}, kernels::Truncation{1.0, 1, 0.0},
+        kernels::Truncation{0.9, 0, 0.0}}) {
+    EXPECT_EQ(kernels::sample_bisect(tied, 1.0f, keep, keep.top_p == 0.9 ? 0.0f : 0.99f), 1);
+    EXPECT_EQ(kernels::sample_reference(tied, 1.0, keep, keep.top_p == 0.9 ? 0.0 : 0.99), 1);
+  }
+  const std::vector<float> peaked = {1.0f, 3.0f, 2.9f, 0.0f};
+  EXPECT_EQ(kernels::sample_bisect(peaked, 1.0f, {1.0, 0, 1.0}, 0.99f), 1);
+  EXPECT_EQ(kernels::sample_reference(peaked, 1.0, {1.0, 0, 1.0}, 0.99), 1);
+  // Probabilities against the largest (id 1): id 2 e^-0.1 = 0.90, id 0 e^-2 = 0.14, id 3 e^-3.
+  // top_k 2 keeps ids 1 and 2, and so does min_p 0.5: u = 0.99 lands on the second of them.
+  EXPECT_EQ(kernels::sample_bisect(peaked, 1.0f, {1.0, 2, 0.0}, 0.99f), 2);
+  EXPECT_EQ(kernels::sample_reference(peaked, 1.0, {1.0, 2, 0.0}, 0.99), 2);
+  EXPECT_EQ(kernels::sample_bisect(peaked, 1.0f, {1.0, 0, 0.5}, 0.99f), 2);
+  EXPECT_EQ(kernels::sample_reference(peaked, 1.0, {1.0, 0, 0.5}, 0.99), 2);
+  // Without them the same u reaches the tail (id 3, the least likely, last in the order).
+  EXPECT_EQ(kernels::sample_bisect(peaked, 1.0f, {}, 0.99f), 3);
+  EXPECT_EQ(kernels::sample_reference(peaked, 1.0, {}, 0.99), 3);
 }
 
-// top_p_reference, fed the u of CpuExecutor's stream, samples what CpuExecutor samples: the GPU
+// sample_reference, fed the u of CpuExecutor's stream, samples what CpuExecutor samples: the GPU
 // executor draws u from the same stream, so both engines follow the same semantics.
-TEST(KernelsHostTest, TopPReferenceReproducesCpuExecutorSampling) {
+TEST(KernelsHostTest, SampleReferenceReproducesCpuExecutorSampling) {
   const LlamaConfig config =
       load_llama_config("tiny", servelab_home().string() + "/experiments/catalog");
   const LlamaWeights w = LlamaWeights::random(config, 4);
@@ -947,7 +967,8 @@ TEST(KernelsHostTest, TopPReferenceReproducesCpuExecutorSampling) {
     Rng stream(mix64(mix64(opt.sampling.seed ^ name_hash("cpu_executor.sample")) ^ id) ^ mix64(0));
     const double u = stream.uniform();
     const std::vector<float> l(logits.data(), logits.data() + logits.size());
-    EXPECT_EQ(kernels::top_p_reference(l, 0.8, 0.9, u), r.sampled_tokens[0]) << "request " << id;
+    EXPECT_EQ(kernels::sample_reference(l, 0.8, {0.9, 0, 0.0}, u), r.sampled_tokens[0])
+        << "request " << id;
     ++checked;
   }
   EXPECT_EQ(checked, 20);

@@ -6,6 +6,8 @@
 // on an engine that samples, and the others keep the engine's parameters.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -20,6 +22,7 @@
 #include "engine/cpu_executor.h"
 #include "engine/llama_weights.h"
 #include "engine/sample_stream.h"
+#include "kernels/sampling_ref.h"
 #include "serving/home.h"
 
 namespace servelab {
@@ -124,53 +127,178 @@ TEST(RequestSampling, UnseededRequestsDrawFromTheEnginesStreamOfTheirId) {
   EXPECT_EQ(greedy_own.at(7), two.at(7));
 }
 
-// Presence and frequency penalties: each token of a greedy request is the argmax of its row's
-// raw logits lowered by penalty_deltas over the outputs before it; with a large enough
-// frequency penalty the output differs from the unpenalized one; unpenalized requests beside it
-// are untouched.
-TEST(RequestSampling, PenaltiesLowerTheLogitsOfTheOutputsSoFar) {
+// Each token a greedy request with `own` (logit_bias and penalties) generates is the argmax of
+// its row's raw logits through logit_adjustments over its prompt and its outputs before it.
+// Returns the request's tokens (the prompt of content 5, id 0), checking every step.
+std::vector<std::int32_t> GreedyAdjusted(const LlamaWeights& w, const RequestSampling& own) {
+  int checked = 0;
+  const Tokens out = Generate(
+      w, SamplingParams{}, {Prompt(0, 5, own), Prompt(1, 5, std::nullopt)},
+      [&](const StepPlan& plan, const StepResult& r, const CpuExecutor& ex) {
+        for (std::size_t i = 0; i < plan.requests.size(); ++i) {
+          const ScheduledRequest& e = plan.requests[i];
+          if (!e.samples || e.id != 0) continue;
+          Eigen::VectorXf logits = ex.last_logits()[i];
+          const std::vector<std::int32_t> prompt =
+              distinct_prompt_tokens(*e.spec, static_cast<std::int32_t>(logits.size()));
+          for (const LogitAdjustment& a : logit_adjustments(*e.spec, prompt, e.output_tokens, {})) {
+            logits[a.token] = adjust_logit(logits[a.token], a);
+          }
+          Eigen::Index best = 0;
+          logits.maxCoeff(&best);
+          EXPECT_EQ(r.sampled_tokens[i], best) << "output " << e.output_tokens.size();
+          ++checked;
+        }
+      });
+  EXPECT_EQ(checked, 10);
+  // The request beside it, the same prompt unadjusted, is untouched.
+  EXPECT_EQ(out.at(1), Generate(w, SamplingParams{}, {Prompt(1, 5, std::nullopt)}).at(1));
+  return out.at(0);
+}
+
+// Presence, frequency and repetition penalties and logit_bias change what a greedy request
+// generates, each as logit_adjustments says; a bias of 100 on a token makes it every token.
+TEST(RequestSampling, PenaltiesAndBiasAdjustTheLogitsOfTheTokensSeen) {
   const LlamaWeights w = LlamaWeights::random(load_llama_config("tiny", default_catalog_dir()), 4);
+  const std::vector<std::int32_t> plain =
+      Generate(w, SamplingParams{}, {Prompt(0, 5, std::nullopt)}).at(0);
   RequestSampling penalized;
   penalized.presence_penalty = 1.5;
   penalized.frequency_penalty = 2.0;
-  int checked = 0;
-  const Tokens out =
-      Generate(w, SamplingParams{}, {Prompt(0, 5, penalized), Prompt(1, 5, std::nullopt)},
-               [&](const StepPlan& plan, const StepResult& r, const CpuExecutor& ex) {
-                 for (std::size_t i = 0; i < plan.requests.size(); ++i) {
-                   const ScheduledRequest& e = plan.requests[i];
-                   if (!e.samples || e.id != 0) continue;
-                   Eigen::VectorXf logits = ex.last_logits()[i];
-                   for (const auto& [token, delta] : penalty_deltas(*e.spec, e.output_tokens, {})) {
-                     logits[token] += delta;
-                   }
-                   Eigen::Index best = 0;
-                   logits.maxCoeff(&best);
-                   EXPECT_EQ(r.sampled_tokens[i], best) << "output " << e.output_tokens.size();
-                   ++checked;
-                 }
-               });
-  EXPECT_EQ(checked, 10);
-  EXPECT_NE(out.at(0), out.at(1));  // the same prompt, greedy, penalized or not
-  EXPECT_EQ(out.at(1), Generate(w, SamplingParams{}, {Prompt(1, 5, std::nullopt)}).at(1));
-  // The deltas: -(frequency x count + presence) per distinct token, ids ascending.
-  const std::vector<std::int32_t> earlier = {7, 3, 7}, later = {7};
-  const auto d = penalty_deltas(Prompt(2, 5, penalized), earlier, later);
+  EXPECT_NE(GreedyAdjusted(w, penalized), plain);
+  RequestSampling repeated;
+  repeated.repetition_penalty = 3.0;
+  EXPECT_NE(GreedyAdjusted(w, repeated), plain);
+  RequestSampling discouraged;  // repetition below 1 favours the tokens seen
+  discouraged.repetition_penalty = 0.2;
+  GreedyAdjusted(w, discouraged);
+  RequestSampling biased;
+  biased.logit_bias = {{plain[0], -100.0f}, {201, 100.0f}};
+  EXPECT_EQ(GreedyAdjusted(w, biased), std::vector<std::int32_t>(10, 201));
+  RequestSampling all = penalized;
+  all.repetition_penalty = 1.3;
+  all.logit_bias = {{plain[1], -3.0f}};
+  GreedyAdjusted(w, all);
+}
+
+TEST(RequestSampling, LogitAdjustmentsInVllmsOrder) {
+  RequestSampling own;
+  own.presence_penalty = 1.5;
+  own.frequency_penalty = 2.0;
+  const std::vector<std::int32_t> earlier = {7, 3, 7}, later = {7}, prompt = {2, 3, 9};
+  // Frequency and presence: -(frequency x count + presence) per distinct output token, ids
+  // ascending; the prompt does not count.
+  auto d = logit_adjustments(Prompt(2, 5, own), prompt, earlier, later);
   ASSERT_EQ(d.size(), 2u);
-  EXPECT_EQ(d[0], (std::pair<std::int32_t, float>{3, -3.5f}));
-  EXPECT_EQ(d[1], (std::pair<std::int32_t, float>{7, -7.5f}));
-  EXPECT_TRUE(penalty_deltas(Prompt(2, 5, RequestSampling{1.0, 1.0, 1}), earlier, later).empty());
+  EXPECT_EQ(d[0], (LogitAdjustment{3, 0.0f, 1.0f, -3.5f}));
+  EXPECT_EQ(d[1], (LogitAdjustment{7, 0.0f, 1.0f, -7.5f}));
+  EXPECT_TRUE(logit_adjustments(Prompt(2, 5, RequestSampling{1.0, 1.0, 1}), prompt, earlier, later)
+                  .empty());
+  // The repetition penalty: every token of the prompt and the outputs; the bias: its tokens.
+  own.repetition_penalty = 1.25;
+  own.logit_bias = {{0, 4.0f}, {9, -2.0f}};
+  d = logit_adjustments(Prompt(2, 5, own), prompt, earlier, later);
+  const std::vector<LogitAdjustment> want = {{0, 4.0f, 1.0f, 0.0f},
+                                             {2, 0.0f, 1.25f, 0.0f},
+                                             {3, 0.0f, 1.25f, -3.5f},
+                                             {7, 0.0f, 1.25f, -7.5f},
+                                             {9, -2.0f, 1.25f, 0.0f}};
+  EXPECT_EQ(d, want);
+  // adjust_logit: bias first, then the factor by the sign of the biased logit, then the delta.
+  EXPECT_FLOAT_EQ(adjust_logit(2.0f, {9, -2.0f, 1.25f, 0.0f}), 0.0f);
+  EXPECT_FLOAT_EQ(adjust_logit(1.0f, {9, 1.5f, 1.25f, -1.0f}), 1.0f);
+  EXPECT_FLOAT_EQ(adjust_logit(-1.0f, {9, 0.0f, 1.25f, 0.5f}), -0.75f);
+  // Without presence and frequency the outputs count for the repetition penalty alone.
+  own.presence_penalty = own.frequency_penalty = 0;
+  own.logit_bias.clear();
+  d = logit_adjustments(Prompt(2, 5, own), prompt, earlier, later);
+  ASSERT_EQ(d.size(), 4u);
+  EXPECT_EQ(d[3], (LogitAdjustment{9, 0.0f, 1.25f, 0.0f}));
+  EXPECT_EQ(d[2], (LogitAdjustment{7, 0.0f, 1.25f, 0.0f}));
   // A row's: its outputs, then the previous step's token, then the drafts before its index.
-  const RequestSpec spec = Prompt(3, 5, penalized);
+  own.presence_penalty = 1.5;
+  const RequestSpec spec = Prompt(3, 5, own);
   ScheduledRequest e;
   e.spec = &spec;
   e.output_tokens = earlier;
   const std::vector<std::int32_t> drafts = {3, 4, 5};
-  EXPECT_EQ(row_penalties(e, 6, 7, drafts),
-            penalty_deltas(spec, earlier, std::vector<std::int32_t>{7, 3, 4}));
-  EXPECT_EQ(row_penalties(e, 5, std::nullopt, drafts),
-            penalty_deltas(spec, earlier, std::vector<std::int32_t>{3, 4}));
-  EXPECT_EQ(row_penalties(e, 3, 7, drafts), penalty_deltas(spec, earlier, {}));
+  EXPECT_EQ(row_adjustments(e, 6, 7, drafts, prompt),
+            logit_adjustments(spec, prompt, earlier, std::vector<std::int32_t>{7, 3, 4}));
+  EXPECT_EQ(row_adjustments(e, 5, std::nullopt, drafts, prompt),
+            logit_adjustments(spec, prompt, earlier, std::vector<std::int32_t>{3, 4}));
+  EXPECT_EQ(row_adjustments(e, 3, 7, drafts, prompt), logit_adjustments(spec, prompt, earlier, {}));
+}
+
+// The repetition penalty's prompt tokens: distinct and ascending, literal prompts' values or the
+// streams' tokens; an executor's cache keeps a request's while it is scheduled.
+TEST(RequestSampling, PromptTokenSets) {
+  const RequestSpec literal = make_literal_request(4, 0, {9, 3, 9, 250, 3}, 4);
+  EXPECT_EQ(distinct_prompt_tokens(literal, 256), (std::vector<std::int32_t>{3, 9, 250}));
+  RequestSampling own;
+  own.repetition_penalty = 1.1;
+  RequestSpec spec = Prompt(5, 5, own);
+  const std::vector<std::int32_t> set = distinct_prompt_tokens(spec, 256);
+  ASSERT_FALSE(set.empty());
+  EXPECT_TRUE(std::is_sorted(set.begin(), set.end()));
+  EXPECT_EQ(std::adjacent_find(set.begin(), set.end()), set.end());
+  for (std::int32_t p = 0; p < spec.prompt_len; ++p) {
+    EXPECT_TRUE(std::binary_search(set.begin(), set.end(), prompt_token_value(spec, p, 256)));
+  }
+  PromptTokenSets sets;
+  StepPlan plan;
+  ScheduledRequest e;
+  e.id = sample_request_id(5, 2);  // a sample shares its request's prompt
+  e.spec = &spec;
+  plan.requests.push_back(e);
+  sets.retain(plan);
+  const std::span<const std::int32_t> got = sets.of(e, 256);
+  EXPECT_TRUE(std::equal(got.begin(), got.end(), set.begin(), set.end()));
+  sets.retain(plan);
+  EXPECT_EQ(sets.of(e, 256).data(), got.data());  // kept: not read again
+  const RequestSpec plain = Prompt(6, 5, std::nullopt);
+  e.spec = &plain;
+  EXPECT_TRUE(sets.of(e, 256).empty());  // no repetition penalty: none needed
+}
+
+// top_k and min_p through the CPU engine: top_k 1 and min_p 1 are greedy at any temperature;
+// otherwise each token is sample_reference's with the request's truncations.
+TEST(RequestSampling, TopKAndMinPTruncateTheDraw) {
+  const LlamaWeights w = LlamaWeights::random(load_llama_config("tiny", default_catalog_dir()), 4);
+  const std::vector<std::int32_t> greedy =
+      Generate(w, SamplingParams{}, {Prompt(0, 5, std::nullopt)}).at(0);
+  RequestSampling k1{5.0, 1.0, 3};
+  k1.top_k = 1;
+  EXPECT_EQ(Generate(w, SamplingParams{}, {Prompt(0, 5, k1)}).at(0), greedy);
+  RequestSampling p1{5.0, 1.0, 3};
+  p1.min_p = 1.0;
+  EXPECT_EQ(Generate(w, SamplingParams{}, {Prompt(0, 5, p1)}).at(0), greedy);
+  RequestSampling hot{5.0, 1.0, 3};  // nearly uniform at temperature 5: far from greedy
+  EXPECT_NE(Generate(w, SamplingParams{}, {Prompt(0, 5, hot)}).at(0), greedy);
+  for (RequestSampling own :
+       {RequestSampling{2.0, 0.9, 3, 0, 0, 4}, RequestSampling{2.0, 1.0, 3, 0, 0, 0, 0.3}}) {
+    int checked = 0;
+    Generate(w, SamplingParams{}, {Prompt(0, 5, own)},
+             [&](const StepPlan& plan, const StepResult& r, const CpuExecutor& ex) {
+               const ScheduledRequest& e = plan.requests[0];
+               if (!e.samples) return;
+               const Eigen::VectorXf& l = ex.last_logits()[0];
+               const RowSampling row =
+                   row_sampling(SamplingParams{}, *e.spec, e.id, e.output_tokens.size());
+               EXPECT_EQ(row.top_k, own.top_k);
+               EXPECT_EQ(row.min_p, own.min_p);
+               EXPECT_EQ(r.sampled_tokens[0],
+                         kernels::sample_reference({l.data(), static_cast<std::size_t>(l.size())},
+                                                   2.0, {own.top_p, own.top_k, own.min_p}, row.u));
+               // The token is among those the truncation keeps: top_k's 4, or min_p's.
+               std::vector<float> sorted(l.data(), l.data() + l.size());
+               std::sort(sorted.begin(), sorted.end(), std::greater<>());
+               const float x = l[r.sampled_tokens[0]];
+               if (own.top_k > 0) EXPECT_GE(x, sorted[3]);
+               if (own.min_p > 0) EXPECT_GE(std::exp((x - sorted[0]) / 2.0), 0.3 - 1e-9);
+               ++checked;
+             });
+    EXPECT_EQ(checked, 10);
+  }
 }
 
 TEST(RequestSampling, RowSamplingStreams) {

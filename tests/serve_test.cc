@@ -353,6 +353,23 @@ TEST(EngineServe, SeededSamplingAndParallelChoices) {
   penalized["presence_penalty"] = 2;
   penalized["frequency_penalty"] = 2;
   EXPECT_NE(tokens_of(penalized), plain);
+  // vLLM's repetition_penalty and OpenAI's logit_bias too; a bias of 100 on a token makes every
+  // token that one (its logprob under the raw logits, the same each time).
+  json repeated = greedy;
+  repeated["repetition_penalty"] = 2.5;
+  EXPECT_NE(tokens_of(repeated), plain);
+  json biased = {{"prompt", {1, 2, 3, 4, 5}},
+                 {"max_tokens", 5},
+                 {"logprobs", 0},
+                 {"logit_bias", {{"65", 100}}}};
+  const json forced = complete(biased)["choices"][0];
+  EXPECT_EQ(forced["text"], "AAAAA") << forced.dump();
+  // top_k 1 at any temperature is greedy.
+  json top1 = greedy;
+  top1["temperature"] = 3.0;
+  top1["top_k"] = 1;
+  top1["seed"] = 5;
+  EXPECT_EQ(tokens_of(top1), plain);
   // More choices than the server has seats (max_num_seqs 256): the scheduler's reason, on n.
   json many = seeded(1);
   many["n"] = 300;
@@ -1166,7 +1183,8 @@ TEST(EngineServe, SimBenchSendsNAndCountsEveryChoice) {
              "max_num_seqs: 256, max_model_len: 2048}\n"
              "workload: {type: synthetic, num_requests: 8, n: 3, arrival: {process: poisson, "
              "rate: 40}, prompt_len: {dist: fixed, value: 20}, output_len: {dist: fixed, value: "
-             "6}, sampling: {temperature: 0.8, top_p: 0.9, seed: 3, presence_penalty: 0.5}}\n");
+             "6}, sampling: {temperature: 0.8, top_p: 0.9, seed: 3, presence_penalty: 0.5, top_k: "
+             "50, min_p: 0.02, repetition_penalty: 1.1}}\n");
   const Cli bench = run_sim("bench " + (dir / "n.yaml").string() + " --url " + server.url() +
                                 " --out " + (dir / "bench").string(),
                             dir);

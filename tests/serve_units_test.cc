@@ -302,6 +302,30 @@ TEST(OpenAiApi, SamplingParametersAndN) {
   EXPECT_EQ(r.sampling->presence_penalty, 0.5);
   EXPECT_EQ(r.sampling->frequency_penalty, -1.0);
   EXPECT_FALSE(parse(R"({"prompt": "a", "presence_penalty": 0})").sampling);
+  // vLLM's top_k (-1 and 0: every token), min_p, repetition_penalty and OpenAI's logit_bias
+  // (ids ascending, each bias clamped to [-100, 100] as vLLM does, zero ones dropped); each alone
+  // gives the request its own (greedy) parameters, their neutral values do not.
+  r = parse(R"({"prompt": "a", "temperature": 1, "top_k": 40, "min_p": 0.05,
+                "repetition_penalty": 1.2, "logit_bias": {"17": 5, "3": -250, "9": 0}})");
+  ASSERT_TRUE(r.sampling);
+  EXPECT_EQ(r.sampling->top_k, 40);
+  EXPECT_EQ(r.sampling->min_p, 0.05);
+  EXPECT_EQ(r.sampling->repetition_penalty, 1.2);
+  EXPECT_EQ(r.sampling->logit_bias,
+            (std::vector<std::pair<std::int32_t, float>>{{3, -100.0f}, {17, 5.0f}}));
+  EXPECT_EQ(parse(R"({"prompt": "a", "top_k": 5})").sampling->temperature, 0.0);
+  EXPECT_EQ(parse(R"({"prompt": "a", "temperature": 1, "top_k": -1})").sampling->top_k, 0);
+  for (const char* neutral :
+       {R"({"prompt": "a", "top_k": -1})", R"({"prompt": "a", "top_k": 0, "min_p": 0})",
+        R"({"prompt": "a", "repetition_penalty": 1})", R"({"prompt": "a", "logit_bias": {}})",
+        R"({"prompt": "a", "logit_bias": {"4": 0}})", R"({"prompt": "a", "logit_bias": null})"}) {
+    EXPECT_FALSE(parse(neutral).sampling) << neutral;
+  }
+  EXPECT_EQ(parse_completion_request(R"({"messages": [{"role": "user", "content": "a"}],
+                                         "logit_bias": {"5": 1.5}, "top_k": 2})",
+                                     true, limits, *bytes)
+                .sampling->logit_bias.size(),
+            1u);
   const std::vector<std::pair<std::string, std::string>> bad = {
       {R"({"prompt": "a", "temperature": -0.5})", "temperature"},
       {R"({"prompt": "a", "temperature": "hot"})", "temperature"},
@@ -315,6 +339,20 @@ TEST(OpenAiApi, SamplingParametersAndN) {
       {R"({"prompt": "a", "best_of": 2})", "best_of"},
       {R"({"prompt": "a", "presence_penalty": 2.5})", "presence_penalty"},
       {R"({"prompt": "a", "frequency_penalty": "high"})", "frequency_penalty"},
+      {R"({"prompt": "a", "top_k": -2})", "top_k"},
+      {R"({"prompt": "a", "top_k": 1.5})", "top_k"},
+      {R"({"prompt": "a", "top_k": 4294967296})", "top_k"},
+      {R"({"prompt": "a", "min_p": 1.5})", "min_p"},
+      {R"({"prompt": "a", "min_p": -0.1})", "min_p"},
+      {R"({"prompt": "a", "repetition_penalty": 0})", "repetition_penalty"},
+      {R"({"prompt": "a", "repetition_penalty": "x"})", "repetition_penalty"},
+      {R"({"prompt": "a", "logit_bias": [1, 2]})", "logit_bias"},
+      {R"({"prompt": "a", "logit_bias": {"256": 1}})", "logit_bias"},
+      {R"({"prompt": "a", "logit_bias": {"-1": 1}})", "logit_bias"},
+      {R"({"prompt": "a", "logit_bias": {"a7": 1}})", "logit_bias"},
+      {R"({"prompt": "a", "logit_bias": {"": 1}})", "logit_bias"},
+      {R"({"prompt": "a", "logit_bias": {"7": "up"}})", "logit_bias"},
+      {R"({"prompt": "a", "logit_bias": {"7": 1, "07": 2}})", "logit_bias"},
   };
   for (const auto& [body, param] : bad) {
     try {

@@ -114,13 +114,15 @@ TEST(SimStops, CacheSaltSeparatesSharedPrefixes) {
   fs::remove_all(dir);
 }
 
-// The engine's draws (temperature, top_p, seed, penalties) cost the simulator nothing: its
-// requests.csv is the plain run's, and alone they leave the stop conditions off ("length").
+// The engine's draws (temperature, top_p, top_k, min_p, seed, penalties) cost the simulator
+// nothing: its requests.csv is the plain run's, and alone they leave the stop conditions off
+// ("length").
 TEST(SimStops, DrawKeysChangeNothingInTheSimulator) {
   const fs::path dir = temp_dir("sim_draws");
   RunSim(dir, "plain", "");
   RunSim(dir, "draws",
-         "  sampling: {temperature: 0.7, top_p: 0.9, seed: 3, frequency_penalty: 0.5}\n");
+         "  sampling: {temperature: 0.7, top_p: 0.9, seed: 3, frequency_penalty: 0.5, top_k: 40, "
+         "min_p: 0.05, repetition_penalty: 1.1}\n");
   EXPECT_EQ(read_file(dir / "draws" / "requests.csv"), read_file(dir / "plain" / "requests.csv"));
   fs::remove_all(dir);
 }
@@ -188,6 +190,11 @@ TEST(SimStops, BadKeysAreExitCode2NamingTheKey) {
             std::string::npos);
   EXPECT_NE(err("  sampling: {logprobs: -1}\n").find("workload.sampling.logprobs"),
             std::string::npos);
+  EXPECT_NE(err("  sampling: {top_k: -1}\n").find("workload.sampling.top_k"), std::string::npos);
+  EXPECT_NE(err("  sampling: {min_p: 2}\n").find("workload.sampling.min_p"), std::string::npos);
+  EXPECT_NE(
+      err("  sampling: {repetition_penalty: 0}\n").find("workload.sampling.repetition_penalty"),
+      std::string::npos);
   fs::remove_all(dir);
 }
 

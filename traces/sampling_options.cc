@@ -15,14 +15,16 @@ RequestOptions parse_request_options(const ConfigNode& s) {
     if (!n.is_map()) {
       n.fail(
           "a mapping (max_tokens, eos_probability, min_tokens, ignore_eos, temperature, top_p, "
-          "seed, presence_penalty, frequency_penalty, logprobs, prompt_logprobs)");
+          "top_k, min_p, seed, presence_penalty, frequency_penalty, repetition_penalty, "
+          "logprobs, prompt_logprobs)");
     }
     n.allow_keys({"max_tokens", "eos_probability", "min_tokens", "ignore_eos", "temperature",
-                  "top_p", "seed", "presence_penalty", "frequency_penalty", "logprobs",
-                  "prompt_logprobs"});
+                  "top_p", "top_k", "min_p", "seed", "presence_penalty", "frequency_penalty",
+                  "repetition_penalty", "logprobs", "prompt_logprobs"});
     SamplingOptions p;
     const bool draw_keys = n.has("temperature") || n.has("top_p") || n.has("seed") ||
-                           n.has("presence_penalty") || n.has("frequency_penalty");
+                           n.has("presence_penalty") || n.has("frequency_penalty") ||
+                           n.has("top_k") || n.has("min_p") || n.has("repetition_penalty");
     const bool logprob_keys = n.has("logprobs") || n.has("prompt_logprobs");
     p.stops = !(draw_keys || logprob_keys) || n.has("max_tokens") || n.has("eos_probability") ||
               n.has("min_tokens") || n.has("ignore_eos");
@@ -40,6 +42,9 @@ RequestOptions parse_request_options(const ConfigNode& s) {
       if (n.has("seed")) d.seed = static_cast<std::uint64_t>(n.get_int("seed", 0, INT64_MAX));
       d.presence_penalty = n.get_double("presence_penalty", 0.0, -2.0, 2.0);
       d.frequency_penalty = n.get_double("frequency_penalty", 0.0, -2.0, 2.0);
+      d.top_k = static_cast<std::int32_t>(n.get_int("top_k", 0, 0, INT32_MAX));
+      d.min_p = n.get_double("min_p", 0.0, 0.0, 1.0);
+      d.repetition_penalty = n.get_double("repetition_penalty", 1.0, 1e-6, 1e6);
       p.draws = d;
     }
     if (n.has("max_tokens")) {
@@ -136,14 +141,25 @@ std::string SampledWorkload::describe() const {
   std::string s = inner().describe();
   if (options_.sampling && options_.sampling->draws) {
     const RequestSampling& d = *options_.sampling->draws;
-    char buf[200];
-    std::snprintf(buf, sizeof buf, ", draws (temperature %g, top_p %g%s%s)", d.temperature, d.top_p,
-                  d.seed ? (", seed " + std::to_string(*d.seed) + " + id").c_str() : "",
-                  d.penalized() ? (", penalties presence " + std::to_string(d.presence_penalty) +
-                                   " frequency " + std::to_string(d.frequency_penalty))
-                                      .c_str()
-                                : "");
+    char buf[64];
+    std::snprintf(buf, sizeof buf, ", draws (temperature %g, top_p %g", d.temperature, d.top_p);
     s += buf;
+    if (d.top_k > 0) s += ", top_k " + std::to_string(d.top_k);
+    if (d.min_p > 0) {
+      std::snprintf(buf, sizeof buf, ", min_p %g", d.min_p);
+      s += buf;
+    }
+    if (d.seed) s += ", seed " + std::to_string(*d.seed) + " + id";
+    if (d.presence_penalty != 0 || d.frequency_penalty != 0) {
+      std::snprintf(buf, sizeof buf, ", penalties presence %g frequency %g", d.presence_penalty,
+                    d.frequency_penalty);
+      s += buf;
+    }
+    if (d.repetition_penalty != 1) {
+      std::snprintf(buf, sizeof buf, ", repetition_penalty %g", d.repetition_penalty);
+      s += buf;
+    }
+    s += ")";
   }
   if (options_.sampling && (options_.sampling->logprobs || options_.sampling->prompt_logprobs)) {
     const SamplingOptions& p = *options_.sampling;

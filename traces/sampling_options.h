@@ -57,8 +57,8 @@ struct SamplingOptions {
   std::int32_t min_tokens = 0;             // >= 0
   bool ignore_eos = false;
   bool stops = true;  // the stop conditions are on (a stop key given, or no draw key)
-  // The draw keys (temperature, top_p, seed, presence_penalty, frequency_penalty), when any is
-  // given; `seed` is the first request's (request i: seed + i).
+  // The draw keys (temperature, top_p, top_k, min_p, seed, presence_penalty, frequency_penalty,
+  // repetition_penalty), when any is given; `seed` is the first request's (request i: seed + i).
   std::optional<RequestSampling> draws;
   std::optional<std::int32_t> logprobs;         // RequestSpec::logprobs, 0 .. kMaxLogprobs
   std::optional<std::int32_t> prompt_logprobs;  // RequestSpec::prompt_logprobs

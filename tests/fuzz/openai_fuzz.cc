@@ -106,6 +106,18 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         !(s.frequency_penalty >= -2 && s.frequency_penalty <= 2)) {
       finding("a penalty outside [-2, 2]");
     }
+    if (s.top_k < 0 || !(s.min_p >= 0 && s.min_p <= 1)) finding("a top_k or min_p out of range");
+    if (!(s.repetition_penalty >= 1e-6 && s.repetition_penalty <= 1e6)) {
+      finding("a repetition penalty out of range");
+    }
+    for (std::size_t i = 0; i < s.logit_bias.size(); ++i) {
+      const auto [token, bias] = s.logit_bias[i];
+      if (token < 0 || token >= limits.vocab_size)
+        finding("a logit_bias token outside the vocabulary");
+      if (!(bias >= -100 && bias <= 100) || bias == 0)
+        finding("a logit_bias outside [-100, 100] or 0");
+      if (i > 0 && token <= s.logit_bias[i - 1].first) finding("logit_bias ids not ascending");
+    }
   }
   (void)servelab::user_tenant(r.user);
   return 0;

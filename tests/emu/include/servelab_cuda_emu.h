@@ -131,6 +131,7 @@ inline float __high2float(__nv_bfloat162 h) { return __bfloat162float(h.y); }
 inline float __fadd_rn(float a, float b) { return a + b; }
 inline float __fsub_rn(float a, float b) { return a - b; }
 inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fdiv_rn(float a, float b) { return a / b; }
 inline float __expf(float x) { return std::exp(x); }
 inline unsigned __umulhi(unsigned a, unsigned b) {
   return static_cast<unsigned>((std::uint64_t{a} * b) >> 32);
