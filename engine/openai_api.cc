@@ -286,8 +286,10 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat,
   std::int32_t top_k = 0;
   if (given("top_k")) {
     const json& v = body["top_k"];
-    const bool ok = v.is_number_integer() && v.get<std::int64_t>() >= -1 &&
-                    v.get<std::int64_t>() <= std::numeric_limits<std::int32_t>::max();
+    constexpr std::uint64_t kMax = std::numeric_limits<std::int32_t>::max();
+    const bool ok = v.is_number_unsigned()  ? v.get<std::uint64_t>() <= kMax
+                    : v.is_number_integer() ? v.get<std::int64_t>() >= -1
+                                            : false;
     expect(ok, "top_k", "an integer: -1 or 0 (every token) or at least 1");
     top_k = std::max<std::int32_t>(0, v.get<std::int32_t>());
   }

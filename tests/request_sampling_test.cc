@@ -293,8 +293,12 @@ TEST(RequestSampling, TopKAndMinPTruncateTheDraw) {
                std::vector<float> sorted(l.data(), l.data() + l.size());
                std::sort(sorted.begin(), sorted.end(), std::greater<>());
                const float x = l[r.sampled_tokens[0]];
-               if (own.top_k > 0) EXPECT_GE(x, sorted[3]);
-               if (own.min_p > 0) EXPECT_GE(std::exp((x - sorted[0]) / 2.0), 0.3 - 1e-9);
+               if (own.top_k > 0) {
+                 EXPECT_GE(x, sorted[3]);
+               }
+               if (own.min_p > 0) {
+                 EXPECT_GE(std::exp((x - sorted[0]) / 2.0), 0.3 - 1e-9);
+               }
                ++checked;
              });
     EXPECT_EQ(checked, 10);

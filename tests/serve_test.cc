@@ -409,7 +409,9 @@ TEST(EngineServe, LogprobsInEveryShape) {
     const json& top = lp["top_logprobs"][i];
     EXPECT_GE(top.size(), 1u) << top.dump();
     EXPECT_LE(top.size(), 3u) << top.dump();
-    if (i > 0) EXPECT_GE(lp["text_offset"][i], lp["text_offset"][i - 1]);
+    if (i > 0) {
+      EXPECT_GE(lp["text_offset"][i], lp["text_offset"][i - 1]);
+    }
   }
   // Streamed: one token's logprobs a chunk, the same numbers.
   json sbody = body;

@@ -342,6 +342,7 @@ TEST(OpenAiApi, SamplingParametersAndN) {
       {R"({"prompt": "a", "top_k": -2})", "top_k"},
       {R"({"prompt": "a", "top_k": 1.5})", "top_k"},
       {R"({"prompt": "a", "top_k": 4294967296})", "top_k"},
+      {R"({"prompt": "a", "top_k": 18446744073709551615})", "top_k"},
       {R"({"prompt": "a", "min_p": 1.5})", "min_p"},
       {R"({"prompt": "a", "min_p": -0.1})", "min_p"},
       {R"({"prompt": "a", "repetition_penalty": 0})", "repetition_penalty"},

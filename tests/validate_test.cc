@@ -173,9 +173,15 @@ TEST(Validate, EnergyIsComparedWhenBothRunsKnowIt) {
   with_energy(dir / "engine" / "summary.json", 1000, 400, 0.1);
   const ValidationReport r = validate_runs((dir / "sim").string(), (dir / "engine").string());
   for (const AggregateError& a : r.aggregates) {
-    if (a.metric == "energy.joules") EXPECT_NEAR(*a.error, -0.1, 1e-12);
-    if (a.metric == "energy.average_power_w") EXPECT_NEAR(*a.error, -0.25, 1e-12);
-    if (a.metric == "energy.joules_per_output_token") EXPECT_NEAR(*a.error, -0.1, 1e-12);
+    if (a.metric == "energy.joules") {
+      EXPECT_NEAR(*a.error, -0.1, 1e-12);
+    }
+    if (a.metric == "energy.average_power_w") {
+      EXPECT_NEAR(*a.error, -0.25, 1e-12);
+    }
+    if (a.metric == "energy.joules_per_output_token") {
+      EXPECT_NEAR(*a.error, -0.1, 1e-12);
+    }
   }
   EXPECT_TRUE(has(r, "energy.joules"));
   EXPECT_TRUE(has(r, "energy.average_power_w"));
