@@ -46,13 +46,13 @@ struct SamplingParams {
 struct RequestSampling {
   double temperature = 0.0;
   double top_p = 1.0;
-  std::optional<std::uint64_t> seed;  // none: the engine's seed and the sequence's id
-  double presence_penalty = 0.0;      // in [-2, 2]
-  double frequency_penalty = 0.0;     // in [-2, 2]
-  std::int32_t top_k = 0;             // vLLM's: 0 keeps every token
-  double min_p = 0.0;                 // vLLM's: 0 keeps every token
-  double repetition_penalty = 1.0;    // vLLM's (and HF's): 1 changes nothing
-  std::vector<std::pair<std::int32_t, float>> logit_bias;  // OpenAI's: (token id, bias)
+  std::optional<std::uint64_t> seed = {};  // none: the engine's seed and the sequence's id
+  double presence_penalty = 0.0;           // in [-2, 2]
+  double frequency_penalty = 0.0;          // in [-2, 2]
+  std::int32_t top_k = 0;                  // vLLM's: 0 keeps every token
+  double min_p = 0.0;                      // vLLM's: 0 keeps every token
+  double repetition_penalty = 1.0;         // vLLM's (and HF's): 1 changes nothing
+  std::vector<std::pair<std::int32_t, float>> logit_bias = {};  // OpenAI's: (token id, bias)
 
   // Whether anything of steps 1-3 applies (otherwise the raw logits are sampled).
   bool adjusts_logits() const {

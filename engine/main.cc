@@ -59,6 +59,7 @@ constexpr const char* kUsage =
     "      PROFILE.csv is replaced only with --force\n"
     "  serve [EXP.yaml | --model M] [--host H] [--port P] [--device cpu|cuda] [--weights PATH]\n"
     "             [--kv-memory-gb G] [--max-in-flight N] [--served-model-name NAME]\n"
+    "             [--generation-config SOURCE] [--override-generation-config JSON]\n"
     "             [--tokenizer FILE] [--seed N]\n"
     "             [--set key.path=value]...\n"
     "      an OpenAI-compatible HTTP server (/v1/completions, /v1/chat/completions, /v1/models,\n"
@@ -189,6 +190,17 @@ int cmd_serve(const std::vector<std::string>& args) {
                   "the model name clients use (default: the model's)")
       ->check(cli::non_empty("a name"))
       ->type_name("NAME");
+  app->add_option("--generation-config", o.generation_config,
+                  "the sampling defaults of the fields requests leave out (vLLM's): servelab "
+                  "(default: greedy), vllm (temperature 1), auto (vLLM's default: the "
+                  "generation_config.json beside --weights, else vllm), or a folder or file "
+                  "with a generation_config.json")
+      ->check(cli::non_empty("servelab, vllm, auto or a path"))
+      ->type_name("SOURCE");
+  app->add_option("--override-generation-config", o.override_generation_config,
+                  "a JSON object of temperature, top_p, top_k, min_p, repetition_penalty and "
+                  "max_new_tokens over the --generation-config defaults (vLLM's)")
+      ->type_name("JSON");
   app->add_option("--lora-modules", o.lora_modules,
                   "LoRA adapters served under their own model names (vLLM's --lora-modules; "
                   "needs serving.lora): adapter ID, of rank RANK (default "

@@ -281,9 +281,12 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat,
            "a number in [-2, 2]");
     return v.get<double>();
   };
+  // The server's defaults of the fields the request leaves out (greedy with nothing else when
+  // it has none).
+  const RequestSampling base = limits.sampling_defaults.value_or(RequestSampling{});
   const double presence = penalty("presence_penalty"), frequency = penalty("frequency_penalty");
   // vLLM's top_k (-1 or 0: every token), min_p and repetition_penalty.
-  std::int32_t top_k = 0;
+  std::int32_t top_k = base.top_k;
   if (given("top_k")) {
     const json& v = body["top_k"];
     constexpr std::uint64_t kMax = std::numeric_limits<std::int32_t>::max();
@@ -293,14 +296,14 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat,
     expect(ok, "top_k", "an integer: -1 or 0 (every token) or at least 1");
     top_k = std::max<std::int32_t>(0, v.get<std::int32_t>());
   }
-  double min_p = 0;
+  double min_p = base.min_p;
   if (given("min_p")) {
     const json& v = body["min_p"];
     expect(v.is_number() && v.get<double>() >= 0 && v.get<double>() <= 1, "min_p",
            "a number in [0, 1]");
     min_p = v.get<double>();
   }
-  double repetition = 1;
+  double repetition = base.repetition_penalty;
   if (given("repetition_penalty")) {
     const json& v = body["repetition_penalty"];
     expect(v.is_number() && v.get<double>() >= 1e-6 && v.get<double>() <= 1e6, "repetition_penalty",
@@ -336,9 +339,10 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat,
     }
     std::erase_if(logit_bias, [](const auto& b) { return b.second == 0; });
   }
-  if (given("temperature") || given("top_p") || given("seed") || presence != 0 || frequency != 0 ||
-      top_k != 0 || min_p != 0 || repetition != 1 || !logit_bias.empty()) {
-    RequestSampling sp;
+  if (limits.sampling_defaults || given("temperature") || given("top_p") || given("seed") ||
+      presence != 0 || frequency != 0 || top_k != 0 || min_p != 0 || repetition != 1 ||
+      !logit_bias.empty()) {
+    RequestSampling sp = base;
     if (given("temperature")) {
       expect(body["temperature"].is_number() && body["temperature"].get<double>() >= 0,
              "temperature", "a number >= 0");
@@ -512,11 +516,15 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat,
                   " tokens; the prompt has " + std::to_string(prompt_len),
               chat ? "messages" : "prompt", "context_length_exceeded");
   }
-  // Defaults: OpenAI's 16 for completions; the rest of the context for chat (as vLLM).
+  // Defaults: OpenAI's 16 for completions; for chat the generation config's max_new_tokens or
+  // the rest of the context, whichever is smaller (as vLLM's get_max_tokens).
+  const std::int32_t rest = limits.max_model_len - static_cast<std::int32_t>(prompt_len);
   const std::int32_t fallback =
-      chat ? limits.max_model_len - static_cast<std::int32_t>(prompt_len) : 16;
+      chat ? std::min(rest, limits.default_max_tokens.value_or(rest)) : 16;
   r.max_tokens = max_tokens_field(body, "max_tokens", fallback, !chat && r.echo);
   if (chat) r.max_tokens = max_tokens_field(body, "max_completion_tokens", r.max_tokens);
+  // vLLM's override_max_tokens caps even an explicit max_tokens.
+  if (limits.max_tokens_cap) r.max_tokens = std::min(r.max_tokens, *limits.max_tokens_cap);
   if (r.max_tokens == 0) {
     // vLLM's echo without generation: one token is generated and not shown.
     if (r.min_tokens > 0) {
@@ -552,7 +560,11 @@ std::string completion_json(const ResponseMeta& meta, const std::vector<ChoiceTe
     if (c.prompt_logprobs && !meta.chat) {
       choice["prompt_logprobs"] = prompt_logprobs_json(*c.prompt_logprobs);
     }
-    if (!c.stop_reason.empty()) choice["stop_reason"] = c.stop_reason;
+    if (!c.stop_reason.empty()) {
+      choice["stop_reason"] = c.stop_reason;
+    } else if (c.stop_token) {
+      choice["stop_reason"] = *c.stop_token;
+    }
     if (meta.chat) {
       choice["message"] = {{"role", "assistant"}, {"content", c.text}};
     } else {
@@ -576,7 +588,11 @@ std::string chunk_json(const ResponseMeta& meta, const ChunkFields& c) {
   json choice = {{"index", c.index}, {"logprobs", nullptr}};
   if (c.text_offset >= 0) choice["logprobs"] = logprobs_json(meta.chat, c.logprobs, c.text_offset);
   choice["finish_reason"] = c.finish_reason.empty() ? json(nullptr) : json(c.finish_reason);
-  if (!c.stop_reason.empty()) choice["stop_reason"] = c.stop_reason;
+  if (!c.stop_reason.empty()) {
+    choice["stop_reason"] = c.stop_reason;
+  } else if (c.stop_token) {
+    choice["stop_reason"] = *c.stop_token;
+  }
   if (meta.chat) {
     json delta = {{"content", c.text}};
     if (c.first) delta["role"] = "assistant";

@@ -49,6 +49,15 @@ struct ApiLimits {
   // Why the server cannot return log probabilities ("": it can); a request asking for them is
   // then 400 with this reason.
   std::string logprobs_unsupported = {};
+  // The sampling parameters of the fields a request leaves out (engine/generation_config.h):
+  // null, greedy with nothing else, and a request that names no sampling field keeps the
+  // engine's; otherwise every request gets its own parameters, these overridden by its fields.
+  std::optional<RequestSampling> sampling_defaults = {};
+  // vLLM's generation-config max_new_tokens (engine/generation_config.h): a chat request's
+  // max_tokens when it gives none (at most the rest of the context), and the cap of every
+  // request's max_tokens.
+  std::optional<std::int32_t> default_max_tokens = {};
+  std::optional<std::int32_t> max_tokens_cap = {};
 };
 
 // The most prompts one completions request may batch.
@@ -89,11 +98,12 @@ struct CompletionRequest {
   std::int32_t priority = 0;
   std::string user;
   // temperature, top_p, seed, the presence and frequency penalties, OpenAI's logit_bias and vLLM's
-  // top_k, min_p and repetition_penalty (core/sampling_params.h): present when the body gave any
-  // of the first three or another that changes something (a nonzero penalty or bias, top_k >= 1,
-  // min_p > 0, repetition_penalty != 1; the others then take temperature 0, top_p 1, no seed, no
-  // penalty); absent, the engine's own (greedy). A temperature below 1e-5 is greedy (vLLM's
-  // _SAMPLING_EPS); top_k -1 is 0; each bias is clamped to [-100, 100], as vLLM does.
+  // top_k, min_p and repetition_penalty (core/sampling_params.h): present when the server has
+  // sampling defaults (ApiLimits::sampling_defaults: the missing fields take them) or the body
+  // gave any of the first three or another that changes something (a nonzero penalty or bias,
+  // top_k >= 1, min_p > 0, repetition_penalty != 1; the others then take temperature 0, top_p 1,
+  // no seed, no penalty); absent, the engine's own (greedy). A temperature below 1e-5 is greedy
+  // (vLLM's _SAMPLING_EPS); top_k -1 is 0; each bias is clamped to [-100, 100], as vLLM does.
   std::optional<RequestSampling> sampling;
   std::int32_t n = 1;  // choices (parallel samples), 1 .. kMaxSamples
   // Log probabilities of the output tokens with this many alternatives each (completions'
@@ -172,6 +182,8 @@ struct ChoiceText {
   // vLLM's prompt_logprobs of the choice's prompt (positions 1 .. its length - 1), when the
   // request asked for them with `prompt_logprobs`.
   std::optional<std::vector<PromptTokenLogprobs>> prompt_logprobs;
+  // vLLM's stop_reason when a stop token id (not the model's EOS) ended the choice: the id.
+  std::optional<std::int32_t> stop_token = {};
 };
 // The whole non-streaming response: the choices (index 0, 1, ... in order) and usage
 // (prompt_tokens: every prompt's of a batch; completion_tokens: all choices' tokens together, as
@@ -194,6 +206,8 @@ struct ChunkFields {
   // (completion_tokens < 0: none).
   std::int32_t prompt_tokens = 0;
   std::int32_t completion_tokens = -1;
+  // vLLM's stop_reason when a stop token id ended the choice (ChoiceText::stop_token).
+  std::optional<std::int32_t> stop_token = {};
 };
 // Its JSON, without the "data: " framing.
 std::string chunk_json(const ResponseMeta& meta, const ChunkFields& chunk);

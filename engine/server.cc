@@ -19,6 +19,7 @@
 #include "core/scheduler_observer.h"
 #include "core/stop_conditions.h"
 #include "engine/engine_loop.h"
+#include "engine/generation_config.h"
 #include "engine/openai_api.h"
 #include "engine/serve_metrics.h"
 #include "engine/serve_queue.h"
@@ -255,6 +256,11 @@ struct Choice {
   bool finish_sent = false;
   bool stopped = false;  // a stop string ended it
   StopStrings stops;     // the request's stop strings (engine/stop_strings.h)
+  // A stop token ended it (the model's EOS or a stop id: check_stop's "stop"): as vLLM's
+  // detokenizer, its text is not shown unless include_stop_str_in_output; a stop id (not the
+  // EOS) is vLLM's stop_reason.
+  bool stop_token = false;
+  std::optional<std::int32_t> stop_token_id;
 };
 
 // One prompt of a request (a batch of prompts has several): its engine request and n choices.
@@ -281,6 +287,10 @@ struct Exchange {
   bool echo = false;
   bool echo_only = false;  // max_tokens 0: the prompt alone (the generated token is not shown)
   bool prompt_logprobs_field = false;  // the response carries vLLM's prompt_logprobs
+  // Every part's max_output_tokens and stop conditions (check_stop on a choice's tokens), and
+  // whether a stop token's text is shown (include_stop_str_in_output).
+  RequestSpec ends;
+  bool show_stop_token = false;
   // The prompts, read one after another by the provider (`current`): a batch's later parts run
   // in the engine meanwhile, their tokens waiting in their channels.
   std::vector<Part> parts;
@@ -299,6 +309,12 @@ struct Exchange {
     return static_cast<std::int32_t>(sum);
   }
 };
+
+// The tokens of choice `c` whose text is shown: all of them but a stop token that ended it.
+std::span<const std::int32_t> shown_tokens(const Exchange& ex, const Choice& c) {
+  const std::span<const std::int32_t> all = c.tokens;
+  return c.stop_token && !ex.show_stop_token ? all.first(all.size() - 1) : all;
+}
 
 // The text of generated ids. A model may generate ids the tokenizer has no token for (random
 // weights with a smaller tokenizer, e.g. the byte tokenizer on a large model): those render as
@@ -320,6 +336,16 @@ std::string render_text(const Tokenizer& tok, std::span<const std::int32_t> ids)
   return text;
 }
 
+// The model's EOS ids, then those of the generation config it does not have (vLLM stops at
+// every EOS id of the generation config too).
+std::vector<std::int32_t> with_extra_eos(std::vector<std::int32_t> model,
+                                         const std::vector<std::int32_t>& extra) {
+  for (const std::int32_t id : extra) {
+    if (std::find(model.begin(), model.end(), id) == model.end()) model.push_back(id);
+  }
+  return model;
+}
+
 // Whether the experiment's scheduler reads RequestSpec::priority: the `priority` queue order or
 // the `lowest-priority` victim rule.
 bool schedules_by_priority(const ExperimentConfig& config) {
@@ -330,7 +356,7 @@ bool schedules_by_priority(const ExperimentConfig& config) {
 class Server {
  public:
   Server(const ExperimentConfig& config, const ServeOptions& options, EngineInstance& engine,
-         const Tokenizer& tokenizer)
+         const Tokenizer& tokenizer, const GenerationDefaults& defaults)
       : options_(options),
         model_name_(options.served_model_name.empty() ? engine.llama.model.name
                                                       : options.served_model_name),
@@ -342,7 +368,10 @@ class Server {
                 schedules_by_priority(config),
                 config.scheduler.speculative.enabled()
                     ? "not returned with speculative decoding (serving.speculative_config)"
-                    : ""},
+                    : "",
+                defaults.greedy() ? std::nullopt : std::optional(defaults.sampling),
+                defaults.max_new_tokens,
+                defaults.max_tokens_cap},
         clock_(0),
         queue_(options.max_in_flight, clock_),
         metrics_(model_name_),
@@ -355,7 +384,7 @@ class Server {
         source_(queue_, metrics_, replica_, config.scheduler.speculative.enabled(),
                 config.scheduler.lora.enabled() ? config.scheduler.lora.max_loras : 0,
                 limits_.lora_modules),
-        eos_token_ids_(engine.llama.model.eos_token_ids),
+        eos_token_ids_(with_extra_eos(engine.llama.model.eos_token_ids, defaults.eos_token_ids)),
         created_(static_cast<std::int64_t>(std::time(nullptr))) {
     RunSummary overload;
     fill_overload_flag(config, overload);
@@ -526,6 +555,9 @@ class Server {
     if (stop.eos_token_id >= 0 || !stop.stop_token_ids.empty()) {
       spec.stop = std::make_shared<const StopConditions>(std::move(stop));
     }
+    ex->ends.max_output_tokens = parsed.max_tokens;
+    ex->ends.stop = spec.stop;
+    ex->show_stop_token = parsed.include_stop_str_in_output;
     if (!parsed.cache_salt.empty()) spec.cache_salt = cache_salt_key(parsed.cache_salt);
     spec.lora_id = parsed.lora_id;
     spec.lora_rank = parsed.lora_rank;
@@ -625,13 +657,18 @@ class Server {
       for (std::size_t i = 0; i < u.tokens.size(); ++i) {
         const auto k = u.tokens[i].sample;
         Choice& c = p.choices[static_cast<std::size_t>(k)];
-        if (c.stopped) continue;
+        if (c.stopped || c.stop_token) continue;
         c.tokens.push_back(u.tokens[i].value);
         if (ex->logprobs) c.logprobs.push_back(u.tokens[i].logprobs.value_or(TokenLogprobs{}));
         const auto count = static_cast<std::int32_t>(c.tokens.size());
+        if (ex->ends.stop && check_stop(ex->ends, c.tokens) == StopReason::kStop) {
+          c.stop_token = true;
+          const StopConditions& s = *ex->ends.stop;
+          if (s.ignore_eos || c.tokens.back() != s.eos_token_id) c.stop_token_id = c.tokens.back();
+        }
         std::string text;
         if (!c.stops.empty()) {
-          text = render_text(tokenizer_, c.tokens);
+          text = render_text(tokenizer_, shown_tokens(*ex, c));
           c.stopped = c.stops.update(text, count);
           if (c.stopped) newly_stopped.push_back(k);
         }
@@ -639,12 +676,13 @@ class Server {
         // One event per token, as vLLM sends one per step; a choice's last token's carries its
         // finish_reason ("length" at max_tokens, "stop" at EOS, a stop token id or a stop
         // string).
-        if (c.stops.empty()) text = render_text(tokenizer_, c.tokens);
-        const bool last = c.stopped || count == ex->max_tokens || (finished && i == last_of[k]);
-        const std::string reason = !last       ? ""
-                                   : c.stopped ? "stop"
-                                   : finished  ? finish_reason(u, k)
-                                               : "length";
+        if (c.stops.empty()) text = render_text(tokenizer_, shown_tokens(*ex, c));
+        const bool last =
+            c.stopped || c.stop_token || count == ex->max_tokens || (finished && i == last_of[k]);
+        const std::string reason = !last                       ? ""
+                                   : c.stopped || c.stop_token ? "stop"
+                                   : finished                  ? finish_reason(u, k)
+                                                               : "length";
         ChunkFields chunk{base + k,
                           next_text(c, text, last),
                           c.first,
@@ -652,6 +690,7 @@ class Server {
                           c.stopped ? c.stops.matched() : "",
                           chunk_logprobs(*ex, c),
                           ex->logprobs ? c.logprob_chars : -1};
+        if (last && !c.stopped) chunk.stop_token = c.stop_token_id;
         out += sse(
             chunk_json(ex->meta, with_usage(*ex, p, c, with_echo(*ex, p, c, std::move(chunk)))));
         if (ex->logprobs)
@@ -681,12 +720,13 @@ class Server {
           const auto index = static_cast<std::int32_t>(k);
           const std::string reason = c.stopped ? "stop" : finish_reason(u, index);
           const std::string stop_reason = c.stopped ? c.stops.matched() : "";
-          std::string text = render_text(tokenizer_, c.tokens);
+          std::string text = render_text(tokenizer_, shown_tokens(*ex, c));
           if (stream) {
             if (!c.finish_sent) {
               ChunkFields chunk{
                   base + index, next_text(c, text, true),           c.first, reason, stop_reason,
                   {},           ex->logprobs ? c.logprob_chars : -1};
+              if (!c.stopped) chunk.stop_token = c.stop_token_id;
               out += sse(chunk_json(ex->meta,
                                     with_usage(*ex, p, c, with_echo(*ex, p, c, std::move(chunk)))));
             }
@@ -698,6 +738,7 @@ class Server {
           shown.text = ex->echo ? p.echo_text + text : std::move(text);
           shown.finish_reason = reason;
           shown.stop_reason = stop_reason;
+          if (!c.stopped) shown.stop_token = c.stop_token_id;
           if (ex->logprobs) {
             std::vector<TokenLogprobText>& lp = shown.logprobs.emplace();
             if (ex->echo) lp = prompt_logprob_texts(p);
@@ -883,7 +924,17 @@ int run_server(const ExperimentConfig& config, const ServeOptions& options, std:
                       engine.llama.model.name + "'s " +
                       std::to_string(engine.llama.model.vocab_size) + " (--tokenizer)");
   }
-  Server server(config, options, engine, *tokenizer);
+  const GenerationDefaults defaults =
+      load_generation_defaults(options.generation_config, options.engine.weights,
+                               options.override_generation_config, engine.llama.model.vocab_size);
+  if (log != nullptr &&
+      (options.generation_config != "servelab" || !options.override_generation_config.empty())) {
+    std::fprintf(log,
+                 "engine serve: defaults of the sampling fields requests leave out, from %s: %s "
+                 "(--generation-config servelab: greedy)\n",
+                 defaults.source.c_str(), defaults.describe().c_str());
+  }
+  Server server(config, options, engine, *tokenizer, defaults);
   return server.run(log);
 }
 

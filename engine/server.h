@@ -35,6 +35,11 @@ struct ServeOptions {
   // empty: data/tokenizers/bytes (one token per byte, for the tiny model). Its vocabulary may
   // not exceed the model's.
   std::string tokenizer;
+  // vLLM's --generation-config (servelab, vllm, auto, or a folder or file) and
+  // --override-generation-config (a JSON object): the sampling defaults of the fields requests
+  // leave out (engine/generation_config.h).
+  std::string generation_config = "servelab";
+  std::string override_generation_config;
 };
 
 // Serves until SIGINT/SIGTERM, then drains and returns 0. Prints "listening on

@@ -106,6 +106,59 @@ json Prompt(int len, int first = 1) {
   return p;
 }
 
+// As vLLM's detokenizer: the token that ended a request at EOS or a stop id is counted and has
+// its logprobs entry, but its text is not shown (include_stop_str_in_output shows it); a stop id
+// is the choice's stop_reason (an integer), the EOS none. Streamed, the finish rides on that
+// token's chunk. (logit_bias forces the token: 66 "B" is a stop id here, 0 the EOS.)
+TEST(ServeStops, TheStopTokensTextIsHiddenAndAStopIdIsTheStopReason) {
+  const fs::path dir = temp_dir("serve_stop_token");
+  Server s(dir);
+  const json forced = {
+      {"prompt", Prompt(8)}, {"max_tokens", 8}, {"logprobs", 0}, {"logit_bias", {{"66", 100}}}};
+  json r = s.post("/v1/completions", forced);
+  ASSERT_TRUE(r.contains("choices")) << r.dump();
+  const json& c = r["choices"][0];
+  EXPECT_EQ(c["finish_reason"], "stop");
+  EXPECT_EQ(c["text"], "");
+  EXPECT_EQ(c["stop_reason"], 66);
+  EXPECT_EQ(c["logprobs"]["tokens"], json::array({"B"}));
+  EXPECT_EQ(r["usage"]["completion_tokens"], 1);
+  json shown = forced;
+  shown["include_stop_str_in_output"] = true;
+  r = s.post("/v1/completions", shown);
+  EXPECT_EQ(r["choices"][0]["text"], "B");
+  EXPECT_EQ(r["choices"][0]["stop_reason"], 66);
+  json eos = forced;
+  eos["logit_bias"] = {{"0", 100}};
+  r = s.post("/v1/completions", eos);
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(r["choices"][0]["text"], "");
+  EXPECT_TRUE(!r["choices"][0].contains("stop_reason") || r["choices"][0]["stop_reason"].is_null())
+      << r.dump();
+  // Chat, streamed: no content, and the finish with its stop_reason on the one token's chunk.
+  httplib::Client client = s.client();
+  const json chat = {{"messages", {{{"role", "user"}, {"content", "hello"}}}},
+                     {"max_tokens", 5},
+                     {"logit_bias", {{"66", 100}}},
+                     {"stream", true}};
+  const httplib::Result sr = client.Post("/v1/chat/completions", chat.dump(), "application/json");
+  ASSERT_TRUE(sr);
+  ASSERT_EQ(sr->status, 200) << sr->body;
+  std::vector<json> chunks;
+  for (std::size_t p = 0; (p = sr->body.find("data: ", p)) != std::string::npos;) {
+    const std::size_t e = sr->body.find("\n\n", p);
+    const std::string payload = sr->body.substr(p + 6, e - p - 6);
+    if (payload != "[DONE]") chunks.push_back(json::parse(payload));
+    p = e;
+  }
+  ASSERT_EQ(chunks.size(), 1u) << sr->body;
+  const json& only = chunks[0]["choices"][0];
+  EXPECT_EQ(only["delta"]["content"], "");
+  EXPECT_EQ(only["finish_reason"], "stop");
+  EXPECT_EQ(only["stop_reason"], 66);
+  fs::remove_all(dir);
+}
+
 TEST(ServeStops, EosIgnoreEosMinTokensAndTheirMetrics) {
   const fs::path dir = temp_dir("serve_stops");
   Server s(dir);

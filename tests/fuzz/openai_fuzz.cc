@@ -44,6 +44,16 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const bool chat = (data[0] & 1) != 0;
   servelab::ApiLimits limits{"tiny", 256, 512, {{"sql", 1, 8}, {"chat", 2, 16}}};
   limits.priority_scheduling = (data[0] & 2) != 0;
+  if ((data[0] & 4) != 0) {  // a server with vLLM's generation-config defaults
+    servelab::RequestSampling defaults;
+    defaults.temperature = 0.6;
+    defaults.top_p = 0.9;
+    defaults.top_k = 40;
+    defaults.repetition_penalty = 1.05;
+    limits.sampling_defaults = defaults;
+    limits.default_max_tokens = 64;
+    limits.max_tokens_cap = 100;
+  }
   const std::string_view body(reinterpret_cast<const char*>(data + 1), size - 1);
   servelab::CompletionRequest r;
   try {
@@ -97,6 +107,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (!r.echo && !r.echo_text.empty()) finding("an echo text without echo");
   if (r.echo_only && (!r.echo || r.max_tokens != 1))
     finding("echo_only without echo or not 1 token");
+  if (limits.sampling_defaults && !r.sampling) finding("a request without the server's defaults");
+  if (limits.max_tokens_cap && r.max_tokens > *limits.max_tokens_cap) {
+    finding("max_tokens above the generation config's cap");
+  }
   if (r.sampling) {
     const servelab::RequestSampling& s = *r.sampling;
     if (!(s.temperature >= 0) || !(s.top_p > 0 && s.top_p <= 1)) {
