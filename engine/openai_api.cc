@@ -46,12 +46,48 @@ bool known_field(const std::string& key, bool chat) {
   for (const char* k : kCommon) {
     if (key == k) return true;
   }
-  if (chat) return key == "messages" || key == "max_completion_tokens" || key == "top_logprobs";
+  if (chat) {
+    return key == "messages" || key == "max_completion_tokens" || key == "top_logprobs" ||
+           key == "add_generation_prompt" || key == "continue_final_message";
+  }
   return key == "prompt" || key == "best_of" || key == "echo";
 }
 
 void expect(bool ok, const std::string& param, const std::string& what) {
   if (!ok) throw bad("'" + param + "': expected " + what, param);
+}
+
+// A chat message's content: a string, or OpenAI's array of content parts, of which text parts
+// ({"type": "text", "text": ...}) are taken, joined by "\n" as vLLM joins them for a template
+// that takes string content; any other part (images, audio) is refused.
+std::string message_content(const json& m) {
+  expect(m.contains("content"), "messages", "a 'content' in every message");
+  const json& c = m["content"];
+  if (c.is_string()) return c.get<std::string>();
+  expect(c.is_array(), "messages", "a string 'content' or an array of content parts");
+  std::string text;
+  for (std::size_t i = 0; i < c.size(); ++i) {
+    const json& part = c[i];
+    expect(part.is_object() && part.contains("type") && part["type"].is_string(), "messages",
+           "content parts with a string 'type'");
+    const std::string type = part["type"].get<std::string>();
+    if (type != "text") {
+      throw bad("'messages': content parts of type '" + type +
+                    "' are not supported (text parts only; multimodal inputs exist in the "
+                    "simulator's workloads)",
+                "messages");
+    }
+    expect(part.contains("text") && part["text"].is_string(), "messages",
+           "a string 'text' in each text part");
+    for (const auto& [key, value] : part.items()) {
+      if (key != "type" && key != "text") {
+        throw bad("unknown field 'messages[].content[]." + key + "'", "messages", "unknown_field");
+      }
+    }
+    if (i > 0) text += '\n';
+    text += part["text"].get<std::string>();
+  }
+  return text;
 }
 
 std::vector<std::int32_t> token_array(const json& a, const std::string& param,
@@ -457,15 +493,29 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat,
         }
       }
       expect(m.contains("role") && m["role"].is_string(), "messages", "a string 'role'");
-      expect(m.contains("content") && m["content"].is_string(), "messages", "a string 'content'");
       const std::string role = m["role"].get<std::string>();
       if (role != "system" && role != "user" && role != "assistant") {
         throw bad("'messages': unknown role '" + role + "' (system, user or assistant)",
                   "messages");
       }
-      messages.push_back({role, m["content"].get<std::string>()});
+      messages.push_back({role, message_content(m)});
     }
-    r.prompt = encode_chat(tokenizer, messages);
+    // vLLM's add_generation_prompt (default true) and continue_final_message (default false; the
+    // last message stays open and the model continues it), not both.
+    const auto flag = [&](const char* key, bool fallback) {
+      if (!given(key)) return fallback;
+      expect(body[key].is_boolean(), key, "true or false");
+      return body[key].get<bool>();
+    };
+    const bool continue_final = flag("continue_final_message", false);
+    const bool generation_prompt = flag("add_generation_prompt", true);
+    if (continue_final && generation_prompt) {
+      throw bad(
+          "'continue_final_message': not with add_generation_prompt true (send "
+          "\"add_generation_prompt\": false)",
+          "continue_final_message");
+    }
+    r.prompt = encode_chat(tokenizer, messages, generation_prompt, continue_final);
   } else {
     if (!body.contains("prompt")) throw bad("'prompt' is required", "prompt");
     const json& p = body["prompt"];

@@ -33,7 +33,8 @@ void append(std::vector<std::int32_t>& ids, const std::vector<std::int32_t>& mor
 
 std::vector<std::int32_t> apply_chat_template(const Tokenizer& tok,
                                               std::span<const ChatMessage> msgs,
-                                              bool add_generation_prompt) {
+                                              bool add_generation_prompt,
+                                              bool continue_final_message) {
   const std::int32_t begin_of_text = special(tok, "<|begin_of_text|>");
   const std::int32_t start_header = special(tok, "<|start_header_id|>");
   const std::int32_t end_header = special(tok, "<|end_header_id|>");
@@ -52,7 +53,7 @@ std::vector<std::int32_t> apply_chat_template(const Tokenizer& tok,
     }
     header(m.role);
     append(ids, tok.encode("\n\n" + std::string(trim(m.content))));
-    ids.push_back(eot);
+    if (!(continue_final_message && i + 1 == msgs.size())) ids.push_back(eot);
   }
   if (add_generation_prompt) {
     header("assistant");
@@ -70,10 +71,15 @@ bool has_llama3_chat_tokens(const Tokenizer& tok) {
 }
 
 std::vector<std::int32_t> encode_chat(const Tokenizer& tok, std::span<const ChatMessage> msgs,
-                                      bool add_generation_prompt) {
-  if (has_llama3_chat_tokens(tok)) return apply_chat_template(tok, msgs, add_generation_prompt);
+                                      bool add_generation_prompt, bool continue_final_message) {
+  if (has_llama3_chat_tokens(tok)) {
+    return apply_chat_template(tok, msgs, add_generation_prompt, continue_final_message);
+  }
   std::string text;
-  for (const ChatMessage& m : msgs) text += m.role + ": " + m.content + "\n";
+  for (std::size_t i = 0; i < msgs.size(); ++i) {
+    text += msgs[i].role + ": " + msgs[i].content;
+    if (!(continue_final_message && i + 1 == msgs.size())) text += "\n";
+  }
   if (add_generation_prompt) text += "assistant: ";
   return tok.encode(text);
 }

@@ -27,20 +27,25 @@ struct ChatMessage {
 };
 
 // The Llama 3 chat format (<|begin_of_text|><|start_header_id|>role<|end_header_id|>\n\n
-// content<|eot_id|> ..., then the assistant header when add_generation_prompt). ConfigError on an
-// unknown role or a tokenizer lacking the special tokens.
+// content<|eot_id|> ..., then the assistant header when add_generation_prompt). With
+// continue_final_message (Hugging Face's and vLLM's), the last message stays open: its content
+// (trimmed, as the template trims it) ends the prompt, without <|eot_id|>, so the model goes on
+// with it. ConfigError on an unknown role or a tokenizer lacking the special tokens.
 std::vector<std::int32_t> apply_chat_template(const Tokenizer& tok,
                                               std::span<const ChatMessage> msgs,
-                                              bool add_generation_prompt = true);
+                                              bool add_generation_prompt = true,
+                                              bool continue_final_message = false);
 
 // True when `tok` has the Llama 3 chat format's special tokens.
 bool has_llama3_chat_tokens(const Tokenizer& tok);
 
 // What `engine serve` encodes chat messages with: apply_chat_template when the tokenizer has the
 // Llama 3 special tokens; otherwise (a vocabulary without chat tokens, such as the tiny model's
-// byte tokenizer) the plain text "ROLE: CONTENT\n" per message, then "assistant: " when
-// add_generation_prompt, encoded with Tokenizer::encode.
+// byte tokenizer) the plain text "ROLE: CONTENT\n" per message (the last without its "\n" with
+// continue_final_message), then "assistant: " when add_generation_prompt, encoded with
+// Tokenizer::encode.
 std::vector<std::int32_t> encode_chat(const Tokenizer& tok, std::span<const ChatMessage> msgs,
-                                      bool add_generation_prompt = true);
+                                      bool add_generation_prompt = true,
+                                      bool continue_final_message = false);
 
 }  // namespace servelab

@@ -48,6 +48,58 @@ TEST(OpenAiApi, DefaultsAndContextLimits) {
   }
 }
 
+// Chat messages as clients send them: content as a string or as OpenAI's content parts (text
+// parts joined by "\n", as vLLM joins them; other parts refused); vLLM's add_generation_prompt
+// and continue_final_message (not both).
+TEST(OpenAiApi, ChatContentPartsAndGenerationPrompt) {
+  const std::unique_ptr<Tokenizer> bytes =
+      load_tokenizer(home_path("data/tokenizers/bytes/tokenizer.json"));
+  const ApiLimits limits{"tiny", 256, 256, {}};
+  const auto prompt_of = [&](const std::string& body) {
+    const std::vector<std::int32_t> ids =
+        parse_completion_request(body, true, limits, *bytes).prompt;
+    return std::string(ids.begin(), ids.end());  // the byte tokenizer: one token a byte
+  };
+  EXPECT_EQ(prompt_of(R"({"messages": [{"role": "user", "content": [{"type": "text", "text": "a"},
+                          {"type": "text", "text": "b"}]}]})"),
+            "user: a\nb\nassistant: ");
+  EXPECT_EQ(prompt_of(R"({"messages": [{"role": "user", "content": []}]})"), "user: \nassistant: ");
+  EXPECT_EQ(prompt_of(R"({"messages": [{"role": "user", "content": "q"}],
+                          "add_generation_prompt": false})"),
+            "user: q\n");
+  EXPECT_EQ(prompt_of(R"({"messages": [{"role": "user", "content": "q"},
+                          {"role": "assistant", "content": "The answer is"}],
+                          "add_generation_prompt": false, "continue_final_message": true})"),
+            "user: q\nassistant: The answer is");
+  const std::vector<std::string> bad = {
+      R"({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]})",
+      R"({"messages": [{"role": "user", "content": [{"type": "text"}]}]})",
+      R"({"messages": [{"role": "user", "content": [{"type": "text", "text": "a", "x": 1}]}]})",
+      R"({"messages": [{"role": "user", "content": ["a"]}]})",
+      R"({"messages": [{"role": "user", "content": 5}]})",
+      R"({"messages": [{"role": "user"}]})",
+      R"({"messages": [{"role": "user", "content": "q"}], "continue_final_message": true})",
+      R"({"messages": [{"role": "user", "content": "q"}], "add_generation_prompt": 1})",
+  };
+  for (const std::string& body : bad) {
+    try {
+      parse_completion_request(body, true, limits, *bytes);
+      ADD_FAILURE() << "accepted " << body;
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status, 400) << body;
+    }
+  }
+  try {
+    parse_completion_request(bad[0], true, limits, *bytes);
+  } catch (const ApiError& e) {
+    EXPECT_NE(std::string(e.what()).find("'image_url'"), std::string::npos) << e.what();
+  }
+  // Completions know neither field.
+  EXPECT_THROW(parse_completion_request(R"({"prompt": "a", "add_generation_prompt": false})", false,
+                                        limits, *bytes),
+               ApiError);
+}
+
 // A body that is not UTF-8 (found by openai_fuzz: a malformed body whose parse error quotes an
 // invalid byte) is a 400 whose error JSON carries U+FFFD, not an exception out of error_json
 // (the server answered 500).

@@ -530,6 +530,11 @@ TEST(ChatTemplate, MatchesMetasLlama3Encodings) {
       "response.<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n";
   EXPECT_EQ(tok.encode(rendered), want);
   EXPECT_EQ(tok.decode(want), rendered);
+  // continue_final_message: the last message stays open (no <|eot_id|>), as Hugging Face
+  // renders the template and cuts it after the final message's (trimmed) content.
+  EXPECT_EQ(apply_chat_template(tok, spaced, false, true), Ids(want.begin(), want.end() - 5));
+  EXPECT_EQ(tok.decode(apply_chat_template(tok, spaced, false, true)),
+            rendered.substr(0, rendered.rfind("response.") + 9));
 }
 
 TEST(ChatTemplate, RefusesUnknownRolesAndTokenizersWithoutTheSpecialTokens) {
@@ -560,6 +565,8 @@ TEST(ChatTemplate, EncodeChatFallsBackToPlainLinesWithoutChatTokens) {
   const std::string plain = "system: This is a test sentence.\nuser: This is a response.\n";
   EXPECT_EQ(encode_chat(gpt2(), dialog), gpt2().encode(plain + "assistant: "));
   EXPECT_EQ(encode_chat(gpt2(), dialog, false), gpt2().encode(plain));
+  EXPECT_EQ(encode_chat(gpt2(), dialog, false, true),
+            gpt2().encode(plain.substr(0, plain.size() - 1)));
 }
 
 }  // namespace
