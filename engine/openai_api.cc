@@ -48,9 +48,10 @@ bool known_field(const std::string& key, bool chat) {
   }
   if (chat) {
     return key == "messages" || key == "max_completion_tokens" || key == "top_logprobs" ||
-           key == "add_generation_prompt" || key == "continue_final_message";
+           key == "add_generation_prompt" || key == "continue_final_message" ||
+           key == "add_special_tokens";
   }
-  return key == "prompt" || key == "best_of" || key == "echo";
+  return key == "prompt" || key == "best_of" || key == "echo" || key == "add_special_tokens";
 }
 
 void expect(bool ok, const std::string& param, const std::string& what) {
@@ -516,14 +517,28 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat,
           "continue_final_message");
     }
     r.prompt = encode_chat(tokenizer, messages, generation_prompt, continue_final);
+    if (flag("add_special_tokens", false)) {  // vLLM's: the template has them already
+      const SequenceTemplate& t = tokenizer.sequence_template();
+      r.prompt.insert(r.prompt.begin(), t.before.begin(), t.before.end());
+      r.prompt.insert(r.prompt.end(), t.after.begin(), t.after.end());
+    }
   } else {
     if (!body.contains("prompt")) throw bad("'prompt' is required", "prompt");
     const json& p = body["prompt"];
     // One prompt (a string, an array of token ids) or a batch of them (an array of strings, or
     // of arrays of token ids), as vLLM takes `prompt`.
+    // vLLM's add_special_tokens (default true): a text prompt between the tokenizer's
+    // post_processor tokens (Llama 3's <|begin_of_text|>), as Hugging Face encodes it.
+    bool special = true;
+    if (given("add_special_tokens")) {
+      expect(body["add_special_tokens"].is_boolean(), "add_special_tokens", "true or false");
+      special = body["add_special_tokens"].get<bool>();
+    }
     const auto add = [&](const json& one) {
-      std::vector<std::int32_t> ids = one.is_string() ? tokenizer.encode(one.get<std::string>())
-                                                      : token_array(one, "prompt", limits);
+      std::vector<std::int32_t> ids =
+          !one.is_string() ? token_array(one, "prompt", limits)
+          : special        ? tokenizer.encode_with_special_tokens(one.get<std::string>())
+                           : tokenizer.encode(one.get<std::string>());
       std::string text = r.echo && one.is_string() ? one.get<std::string>() : std::string();
       if (r.prompt.empty() && r.more_prompts.empty() && r.echo_text.empty()) {
         r.prompt = std::move(ids);

@@ -21,8 +21,12 @@ using nlohmann::json;
 // into pieces, BPE encodes each piece.
 class ByteLevelBpeTokenizer final : public Tokenizer {
  public:
-  ByteLevelBpeTokenizer(AddedTokens added, PreTokenizer pre, std::unique_ptr<BpeModel> bpe)
-      : added_(std::move(added)), pre_(std::move(pre)), bpe_(std::move(bpe)) {
+  ByteLevelBpeTokenizer(AddedTokens added, PreTokenizer pre, std::unique_ptr<BpeModel> bpe,
+                        SequenceTemplate around)
+      : added_(std::move(added)),
+        pre_(std::move(pre)),
+        bpe_(std::move(bpe)),
+        around_(std::move(around)) {
     std::int32_t size = bpe_->size();
     for (const AddedTokens::Token& t : added_.tokens()) size = std::max(size, t.id + 1);
     decoded_.resize(static_cast<std::size_t>(size), nullptr);
@@ -73,6 +77,8 @@ class ByteLevelBpeTokenizer final : public Tokenizer {
     return bpe_->id_of(token);
   }
 
+  const SequenceTemplate& sequence_template() const override { return around_; }
+
  private:
   void encode_segment(std::string_view segment, std::vector<std::int32_t>& ids) const {
     if (segment.empty()) return;
@@ -93,6 +99,7 @@ class ByteLevelBpeTokenizer final : public Tokenizer {
   PreTokenizer pre_;
   std::unique_ptr<BpeModel> bpe_;
   std::vector<const std::string*> decoded_;  // id -> its bytes (null: unused id)
+  SequenceTemplate around_;                  // the post_processor's special tokens
 };
 
 // Reads the values of one tokenizer.json with errors "FILE: KEY: what was expected".
@@ -324,7 +331,23 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& tokenizer
   }
   std::unique_ptr<BpeModel> bpe = read_model(r, doc);
   check_decoder(r, doc);
-  return std::make_unique<ByteLevelBpeTokenizer>(std::move(added), std::move(pre), std::move(bpe));
+  SequenceTemplate around;
+  if (const json* p = r.optional_member(doc, "post_processor")) {
+    around = read_post_processor(*p, r.file());
+  }
+  auto tok = std::make_unique<ByteLevelBpeTokenizer>(std::move(added), std::move(pre),
+                                                     std::move(bpe), std::move(around));
+  const SequenceTemplate& t = tok->sequence_template();
+  for (const std::vector<std::int32_t>* ids : {&t.before, &t.after}) {
+    for (const std::int32_t id : *ids) {
+      if (id >= tok->vocab_size()) {
+        r.fail("post_processor", "special token id " + std::to_string(id) +
+                                     " is outside the vocabulary of " +
+                                     std::to_string(tok->vocab_size()));
+      }
+    }
+  }
+  return tok;
 }
 
 }  // namespace servelab

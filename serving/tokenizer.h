@@ -7,8 +7,9 @@
 // Split, Sequence: serving/pretokenizer.h) and the ByteLevel decoder. What such a file may hold
 // but this reader does not implement (a normalizer, another model or pre-tokenizer type,
 // byte_fallback, dropout, word prefixes/suffixes, single_word added tokens) is a ConfigError
-// naming the file and the key, never a silent difference. The post_processor is not applied:
-// encode adds no special tokens (a chat template or the caller adds <|begin_of_text|>).
+// naming the file and the key, never a silent difference. The post_processor's special tokens
+// (serving/post_processor.h: Llama 3's <|begin_of_text|>) are added by
+// encode_with_special_tokens, Hugging Face's add_special_tokens=True; encode adds none.
 // See docs/serving.md, section "Tokenizer".
 #pragma once
 
@@ -21,6 +22,8 @@
 #include <string_view>
 #include <vector>
 
+#include "serving/post_processor.h"
+
 namespace servelab {
 
 // Implementations are immutable after construction and thread-safe.
@@ -29,6 +32,18 @@ class Tokenizer {
   virtual ~Tokenizer() = default;
   // Text -> ids, no special tokens added. Never throws on any UTF-8 or invalid byte input.
   virtual std::vector<std::int32_t> encode(std::string_view text) const = 0;
+  // The same between the post_processor's special tokens (Hugging Face's encode with
+  // add_special_tokens=True: what vLLM's completions endpoint does to a text prompt).
+  std::vector<std::int32_t> encode_with_special_tokens(std::string_view text) const {
+    const SequenceTemplate& t = sequence_template();
+    std::vector<std::int32_t> ids = t.before;
+    const std::vector<std::int32_t> body = encode(text);
+    ids.insert(ids.end(), body.begin(), body.end());
+    ids.insert(ids.end(), t.after.begin(), t.after.end());
+    return ids;
+  }
+  // The post_processor's tokens around one sequence (empty without one).
+  virtual const SequenceTemplate& sequence_template() const = 0;
   // Ids -> text (byte-level: invalid UTF-8 sequences come back as U+FFFD). Throws
   // std::out_of_range for an id outside the vocabulary.
   virtual std::string decode(std::span<const std::int32_t> ids) const = 0;

@@ -18,9 +18,15 @@
 #include "serving/home.h"
 #include "serving/lora_modules.h"
 #include "serving/tokenizer.h"
+#include "tests/test_util.h"
 
 namespace servelab {
 namespace {
+
+using test_util::read_file;
+using test_util::temp_dir;
+using test_util::write_file;
+namespace fs = std::filesystem;
 
 TEST(OpenAiApi, DefaultsAndContextLimits) {
   const std::unique_ptr<Tokenizer> bytes =
@@ -98,6 +104,42 @@ TEST(OpenAiApi, ChatContentPartsAndGenerationPrompt) {
   EXPECT_THROW(parse_completion_request(R"({"prompt": "a", "add_generation_prompt": false})", false,
                                         limits, *bytes),
                ApiError);
+}
+
+// vLLM's add_special_tokens: a completions text prompt goes between the tokenizer's
+// post_processor tokens by default (Llama 3's <|begin_of_text|>; here a byte tokenizer whose
+// template puts id 2 first), token-id prompts never; chat adds them only when asked.
+TEST(OpenAiApi, AddSpecialTokensAsVllm) {
+  nlohmann::json doc =
+      nlohmann::json::parse(read_file(home_path("data/tokenizers/bytes/tokenizer.json")));
+  doc["post_processor"] = {
+      {"type", "TemplateProcessing"},
+      {"single", {{{"SpecialToken", {{"id", "<s>"}}}}, {{"Sequence", {{"id", "A"}}}}}},
+      {"special_tokens", {{"<s>", {{"ids", {2}}}}}}};
+  const fs::path dir = temp_dir("add_special_tokens");
+  write_file(dir / "tokenizer.json", doc.dump());
+  const std::unique_ptr<Tokenizer> tok = load_tokenizer(dir / "tokenizer.json");
+  const ApiLimits limits{"tiny", 256, 256, {}};
+  const auto prompt = [&](const std::string& body, bool chat = false) {
+    return parse_completion_request(body, chat, limits, *tok).prompt;
+  };
+  using Ids = std::vector<std::int32_t>;
+  EXPECT_EQ(prompt(R"({"prompt": "ab"})"), (Ids{2, 'a', 'b'}));
+  EXPECT_EQ(prompt(R"({"prompt": "ab", "add_special_tokens": false})"), (Ids{'a', 'b'}));
+  EXPECT_EQ(prompt(R"({"prompt": [7, 8]})"), (Ids{7, 8}));
+  const CompletionRequest batch =
+      parse_completion_request(R"({"prompt": ["ab", "c"]})", false, limits, *tok);
+  EXPECT_EQ(batch.prompt, (Ids{2, 'a', 'b'}));
+  ASSERT_EQ(batch.more_prompts.size(), 1u);
+  EXPECT_EQ(batch.more_prompts[0], (Ids{2, 'c'}));
+  const std::string chat = R"({"messages": [{"role": "user", "content": "hi"}])";
+  const Ids plain = prompt(chat + "}", true);
+  EXPECT_EQ(plain.front(), 'u');
+  Ids with = plain;
+  with.insert(with.begin(), 2);
+  EXPECT_EQ(prompt(chat + R"(, "add_special_tokens": true})", true), with);
+  EXPECT_THROW(prompt(R"({"prompt": "ab", "add_special_tokens": "yes"})"), ApiError);
+  fs::remove_all(dir);
 }
 
 // A body that is not UTF-8 (found by openai_fuzz: a malformed body whose parse error quotes an

@@ -458,6 +458,37 @@ TEST(Tokenizer, BadFilesNameTheFileAndKey) {
       {"dropout", [](auto& j) { j["model"]["dropout"] = 0.1; }, "model.dropout"},
       {"prefix", [](auto& j) { j["model"]["continuing_subword_prefix"] = "##"; },
        "model.continuing_subword_prefix"},
+      {"post_type",
+       [](auto& j) {
+         j["post_processor"] = {{"type", "BertProcessing"}};
+       },
+       "post_processor.type"},
+      {"post_no_sequence",
+       [](auto& j) {
+         j["post_processor"] = {{"type", "TemplateProcessing"},
+                                {"single", {{{"SpecialToken", {{"id", "<|end|>"}}}}}},
+                                {"special_tokens", {{"<|end|>", {{"ids", {1000}}}}}}};
+       },
+       "post_processor.single"},
+      {"post_unknown_special",
+       [](auto& j) {
+         j["post_processor"] = {
+             {"type", "TemplateProcessing"},
+             {"single", {{{"SpecialToken", {{"id", "<s>"}}}}, {{"Sequence", {{"id", "A"}}}}}},
+             {"special_tokens", nlohmann::json::object()}};
+       },
+       "post_processor.special_tokens"},
+      {"post_id_outside",
+       [](auto& j) {
+         j["post_processor"] = {
+             {"type", "Sequence"},
+             {"processors",
+              {{{"type", "ByteLevel"}},
+               {{"type", "TemplateProcessing"},
+                {"single", {{{"Sequence", {{"id", "A"}}}}, {{"SpecialToken", {{"id", "</s>"}}}}}},
+                {"special_tokens", {{"</s>", {{"ids", {5000}}}}}}}}}};
+       },
+       "post_processor"},
   };
   const fs::path dir = temp_dir("tokenizer_bad");
   for (const BadFile& c : cases) {
@@ -535,6 +566,44 @@ TEST(ChatTemplate, MatchesMetasLlama3Encodings) {
   EXPECT_EQ(apply_chat_template(tok, spaced, false, true), Ids(want.begin(), want.end() - 5));
   EXPECT_EQ(tok.decode(apply_chat_template(tok, spaced, false, true)),
             rendered.substr(0, rendered.rfind("response.") + 9));
+}
+
+// The post_processor's special tokens (serving/post_processor.h): Llama 3's TemplateProcessing
+// puts <|begin_of_text|> before a sequence, Llama 3.1's Sequence [ByteLevel, TemplateProcessing]
+// too; a template may put tokens after it; GPT-2 (null) adds nothing; encode never adds them.
+TEST(Tokenizer, PostProcessorSpecialTokensAroundOneSequence) {
+  const nlohmann::json llama3_template = {
+      {"type", "TemplateProcessing"},
+      {"single",
+       {{{"SpecialToken", {{"id", "<|begin_of_text|>"}, {"type_id", 0}}}},
+        {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+      {"pair", nlohmann::json::array()},
+      {"special_tokens",
+       {{"<|begin_of_text|>",
+         {{"id", "<|begin_of_text|>"}, {"ids", {128000}}, {"tokens", {"<|begin_of_text|>"}}}}}}};
+  nlohmann::json doc = nlohmann::json::parse(read_file(cl100k_path()));
+  doc["added_tokens"] = {{{"id", 128000}, {"content", "<|begin_of_text|>"}, {"special", true}},
+                         {{"id", 128001}, {"content", "<|end_of_text|>"}, {"special", true}}};
+  doc["post_processor"] = llama3_template;
+  const Ids body = {2028, 374, 264, 1296, 11914, 13};  // "This is a test sentence."
+  Ids with_bos = {128000};
+  with_bos.insert(with_bos.end(), body.begin(), body.end());
+  const auto llama3 = load_json(doc, "llama3_post");
+  EXPECT_EQ(llama3->encode("This is a test sentence."), body);
+  EXPECT_EQ(llama3->encode_with_special_tokens("This is a test sentence."), with_bos);
+  doc["post_processor"] = {{"type", "Sequence"},
+                           {"processors", {{{"type", "ByteLevel"}}, llama3_template}}};
+  EXPECT_EQ(load_json(doc, "llama31_post")->encode_with_special_tokens("This is a test sentence."),
+            with_bos);
+  nlohmann::json around = llama3_template;
+  around["single"].push_back({{"SpecialToken", {{"id", "<|end_of_text|>"}}}});
+  around["special_tokens"]["<|end_of_text|>"] = {{"ids", {128001}}};
+  doc["post_processor"] = around;
+  Ids both = with_bos;
+  both.push_back(128001);
+  EXPECT_EQ(load_json(doc, "around_post")->encode_with_special_tokens("This is a test sentence."),
+            both);
+  EXPECT_EQ(gpt2().encode_with_special_tokens("Hello"), gpt2().encode("Hello"));
 }
 
 TEST(ChatTemplate, RefusesUnknownRolesAndTokenizersWithoutTheSpecialTokens) {
