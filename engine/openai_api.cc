@@ -216,8 +216,12 @@ std::uint32_t user_tenant(std::string_view user) {
   return static_cast<std::uint32_t>(1 + mix64(name_hash(user)) % kRange);
 }
 
-CompletionRequest parse_completion_request(std::string_view text, bool chat,
-                                           const ApiLimits& limits, const Tokenizer& tokenizer) {
+namespace {
+
+// The JSON object of a request body whose fields `known` accepts: 400 for malformed or too deep
+// JSON, a body that is not an object, an unknown field.
+template <typename Known>
+json parse_body(std::string_view text, Known known) {
   json body;
   if (json_too_deep(text)) {
     throw bad("the JSON body is nested more than " + std::to_string(kMaxJsonDepth) + " levels deep",
@@ -230,26 +234,89 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat,
   }
   if (!body.is_object()) throw bad("the request body must be a JSON object");
   for (const auto& [key, value] : body.items()) {
-    if (!known_field(key, chat)) {
+    if (!known(key)) {
       throw bad("unknown field '" + key + "' (docs/serving.md lists the supported ones)", key,
                 "unknown_field");
     }
   }
+  return body;
+}
+
+// The model a body names (the served one when it names none), and the LoRA adapter serving that
+// name (null: the base model); 404 for a name the server does not serve.
+const LoraModule* named_model(const json& body, const ApiLimits& limits, std::string& model) {
+  model = limits.model;
+  if (!body.contains("model") || body["model"].is_null()) return nullptr;
+  expect(body["model"].is_string(), "model", "a string");
+  model = body["model"].get<std::string>();
+  const auto adapter = std::find_if(limits.lora_modules.begin(), limits.lora_modules.end(),
+                                    [&](const LoraModule& m) { return m.name == model; });
+  if (adapter != limits.lora_modules.end()) return &*adapter;
+  if (model != limits.model) {
+    throw ApiError(404, "the model '" + model + "' does not exist", "NotFoundError", "model",
+                   "model_not_found");
+  }
+  return nullptr;
+}
+
+// A boolean field, `fallback` when absent or null.
+bool flag_field(const json& body, const char* key, bool fallback) {
+  if (!body.contains(key) || body[key].is_null()) return fallback;
+  expect(body[key].is_boolean(), key, "true or false");
+  return body[key].get<bool>();
+}
+
+// A chat body's prompt: its `messages` through the chat format (serving/chat_template.h) with
+// vLLM's add_generation_prompt (default true), continue_final_message (default false; the last
+// message stays open and the model continues it; not both) and add_special_tokens (default
+// false: the format has them; true adds the post_processor's around it).
+std::vector<std::int32_t> chat_prompt(const json& body, const Tokenizer& tokenizer) {
+  if (!body.contains("messages")) throw bad("'messages' is required", "messages");
+  const json& msgs = body["messages"];
+  expect(msgs.is_array() && !msgs.empty(), "messages", "a non-empty array of messages");
+  std::vector<ChatMessage> messages;
+  for (const json& m : msgs) {
+    expect(m.is_object(), "messages", "objects with 'role' and 'content'");
+    for (const auto& [key, value] : m.items()) {
+      if (key != "role" && key != "content" && key != "name") {
+        throw bad("unknown field 'messages[]." + key + "'", "messages", "unknown_field");
+      }
+    }
+    expect(m.contains("role") && m["role"].is_string(), "messages", "a string 'role'");
+    const std::string role = m["role"].get<std::string>();
+    if (role != "system" && role != "user" && role != "assistant") {
+      throw bad("'messages': unknown role '" + role + "' (system, user or assistant)", "messages");
+    }
+    messages.push_back({role, message_content(m)});
+  }
+  const bool continue_final = flag_field(body, "continue_final_message", false);
+  const bool generation_prompt = flag_field(body, "add_generation_prompt", true);
+  if (continue_final && generation_prompt) {
+    throw bad(
+        "'continue_final_message': not with add_generation_prompt true (send "
+        "\"add_generation_prompt\": false)",
+        "continue_final_message");
+  }
+  std::vector<std::int32_t> ids =
+      encode_chat(tokenizer, messages, generation_prompt, continue_final);
+  if (flag_field(body, "add_special_tokens", false)) {
+    const SequenceTemplate& t = tokenizer.sequence_template();
+    ids.insert(ids.begin(), t.before.begin(), t.before.end());
+    ids.insert(ids.end(), t.after.begin(), t.after.end());
+  }
+  return ids;
+}
+
+}  // namespace
+
+CompletionRequest parse_completion_request(std::string_view text, bool chat,
+                                           const ApiLimits& limits, const Tokenizer& tokenizer) {
+  json body = parse_body(text, [&](const std::string& key) { return known_field(key, chat); });
   CompletionRequest r;
   r.chat = chat;
-  r.model = limits.model;
-  if (body.contains("model") && !body["model"].is_null()) {
-    expect(body["model"].is_string(), "model", "a string");
-    r.model = body["model"].get<std::string>();
-    const auto adapter = std::find_if(limits.lora_modules.begin(), limits.lora_modules.end(),
-                                      [&](const LoraModule& m) { return m.name == r.model; });
-    if (adapter != limits.lora_modules.end()) {
-      r.lora_id = adapter->id;
-      r.lora_rank = adapter->rank;
-    } else if (r.model != limits.model) {
-      throw ApiError(404, "the model '" + r.model + "' does not exist", "NotFoundError", "model",
-                     "model_not_found");
-    }
+  if (const LoraModule* adapter = named_model(body, limits, r.model)) {
+    r.lora_id = adapter->id;
+    r.lora_rank = adapter->rank;
   }
   if (body.contains("stream") && !body["stream"].is_null()) {
     expect(body["stream"].is_boolean(), "stream", "true or false");
@@ -482,46 +549,7 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat,
   }
 
   if (chat) {
-    if (!body.contains("messages")) throw bad("'messages' is required", "messages");
-    const json& msgs = body["messages"];
-    expect(msgs.is_array() && !msgs.empty(), "messages", "a non-empty array of messages");
-    std::vector<ChatMessage> messages;
-    for (const json& m : msgs) {
-      expect(m.is_object(), "messages", "objects with 'role' and 'content'");
-      for (const auto& [key, value] : m.items()) {
-        if (key != "role" && key != "content" && key != "name") {
-          throw bad("unknown field 'messages[]." + key + "'", "messages", "unknown_field");
-        }
-      }
-      expect(m.contains("role") && m["role"].is_string(), "messages", "a string 'role'");
-      const std::string role = m["role"].get<std::string>();
-      if (role != "system" && role != "user" && role != "assistant") {
-        throw bad("'messages': unknown role '" + role + "' (system, user or assistant)",
-                  "messages");
-      }
-      messages.push_back({role, message_content(m)});
-    }
-    // vLLM's add_generation_prompt (default true) and continue_final_message (default false; the
-    // last message stays open and the model continues it), not both.
-    const auto flag = [&](const char* key, bool fallback) {
-      if (!given(key)) return fallback;
-      expect(body[key].is_boolean(), key, "true or false");
-      return body[key].get<bool>();
-    };
-    const bool continue_final = flag("continue_final_message", false);
-    const bool generation_prompt = flag("add_generation_prompt", true);
-    if (continue_final && generation_prompt) {
-      throw bad(
-          "'continue_final_message': not with add_generation_prompt true (send "
-          "\"add_generation_prompt\": false)",
-          "continue_final_message");
-    }
-    r.prompt = encode_chat(tokenizer, messages, generation_prompt, continue_final);
-    if (flag("add_special_tokens", false)) {  // vLLM's: the template has them already
-      const SequenceTemplate& t = tokenizer.sequence_template();
-      r.prompt.insert(r.prompt.begin(), t.before.begin(), t.before.end());
-      r.prompt.insert(r.prompt.end(), t.after.begin(), t.after.end());
-    }
+    r.prompt = chat_prompt(body, tokenizer);
   } else {
     if (!body.contains("prompt")) throw bad("'prompt' is required", "prompt");
     const json& p = body["prompt"];
@@ -529,11 +557,7 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat,
     // of arrays of token ids), as vLLM takes `prompt`.
     // vLLM's add_special_tokens (default true): a text prompt between the tokenizer's
     // post_processor tokens (Llama 3's <|begin_of_text|>), as Hugging Face encodes it.
-    bool special = true;
-    if (given("add_special_tokens")) {
-      expect(body["add_special_tokens"].is_boolean(), "add_special_tokens", "true or false");
-      special = body["add_special_tokens"].get<bool>();
-    }
+    const bool special = flag_field(body, "add_special_tokens", true);
     const auto add = [&](const json& one) {
       std::vector<std::int32_t> ids =
           !one.is_string() ? token_array(one, "prompt", limits)
@@ -684,6 +708,54 @@ std::string usage_chunk_json(const ResponseMeta& meta, std::int32_t prompt_token
                   {"usage", usage_json(prompt_tokens, completion_tokens)}};
   return text_of(j);
 }
+
+std::vector<std::int32_t> parse_tokenize_request(std::string_view text, const ApiLimits& limits,
+                                                 const Tokenizer& tokenizer) {
+  const json body = parse_body(text, [](const std::string& key) {
+    return key == "model" || key == "prompt" || key == "messages" || key == "add_special_tokens" ||
+           key == "add_generation_prompt" || key == "continue_final_message" ||
+           key == "return_token_strs";
+  });
+  std::string model;
+  named_model(body, limits, model);
+  if (flag_field(body, "return_token_strs", false)) {
+    throw bad("'return_token_strs': true is not supported (token ids only)", "return_token_strs");
+  }
+  const bool has_prompt = body.contains("prompt"), has_messages = body.contains("messages");
+  if (has_prompt == has_messages) {
+    throw bad("give 'prompt' (a string) or 'messages' (a chat), one of them",
+              has_prompt ? "messages" : "prompt");
+  }
+  if (has_messages) return chat_prompt(body, tokenizer);
+  for (const char* chat_only : {"add_generation_prompt", "continue_final_message"}) {
+    if (body.contains(chat_only)) {
+      throw bad(std::string("'") + chat_only + "': only with 'messages'", chat_only);
+    }
+  }
+  expect(body["prompt"].is_string(), "prompt", "a string");
+  const std::string prompt = body["prompt"].get<std::string>();
+  return flag_field(body, "add_special_tokens", true) ? tokenizer.encode_with_special_tokens(prompt)
+                                                      : tokenizer.encode(prompt);
+}
+
+std::string tokenize_json(std::span<const std::int32_t> ids, std::int32_t max_model_len) {
+  return text_of(json{{"count", ids.size()},
+                      {"max_model_len", max_model_len},
+                      {"tokens", std::vector<std::int32_t>(ids.begin(), ids.end())},
+                      {"token_strs", nullptr}});
+}
+
+std::vector<std::int32_t> parse_detokenize_request(std::string_view text, const ApiLimits& limits) {
+  const json body =
+      parse_body(text, [](const std::string& key) { return key == "model" || key == "tokens"; });
+  std::string model;
+  named_model(body, limits, model);
+  if (!body.contains("tokens")) throw bad("'tokens' is required", "tokens");
+  expect(body["tokens"].is_array(), "tokens", "an array of token ids");
+  return token_array(body["tokens"], "tokens", limits);
+}
+
+std::string detokenize_json(const std::string& text) { return text_of(json{{"prompt", text}}); }
 
 std::string models_json(const std::string& model, std::int64_t created, std::int32_t max_model_len,
                         const std::vector<LoraModule>& lora_modules) {

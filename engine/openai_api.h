@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -214,6 +215,20 @@ std::string chunk_json(const ResponseMeta& meta, const ChunkFields& chunk);
 // The usage chunk (stream_options.include_usage): no choices, usage filled in.
 std::string usage_chunk_json(const ResponseMeta& meta, std::int32_t prompt_tokens,
                              std::int32_t completion_tokens);
+// vLLM's POST /tokenize: a completions-shaped body ({"prompt": TEXT, "add_special_tokens"
+// (default true)}) or a chat-shaped one ({"messages", "add_generation_prompt",
+// "continue_final_message", "add_special_tokens" (default false)}), with an optional "model"
+// (404 for a name not served); the prompt's ids as the completion endpoints encode it. The
+// response: {"count", "max_model_len", "tokens", "token_strs": null} (return_token_strs: true is
+// 400, not supported). Throws ApiError as parse_completion_request does.
+std::vector<std::int32_t> parse_tokenize_request(std::string_view body, const ApiLimits& limits,
+                                                 const Tokenizer& tokenizer);
+std::string tokenize_json(std::span<const std::int32_t> ids, std::int32_t max_model_len);
+// vLLM's POST /detokenize: {"tokens": [ids], "model"} -> the ids (each in the vocabulary: 400
+// naming `tokens` otherwise); the response {"prompt": their text}.
+std::vector<std::int32_t> parse_detokenize_request(std::string_view body, const ApiLimits& limits);
+std::string detokenize_json(const std::string& text);
+
 // GET /v1/models: the served model, then each LoRA adapter with the model as its `parent` (as
 // vLLM lists --lora-modules).
 std::string models_json(const std::string& model, std::int64_t created, std::int32_t max_model_len,

@@ -477,6 +477,24 @@ class Server {
     http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
       complete(req, res, true);
     });
+    // vLLM's /tokenize and /detokenize: the prompt's ids as the completion endpoints encode it,
+    // and the text of ids.
+    http.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
+      try {
+        const std::vector<std::int32_t> ids = parse_tokenize_request(req.body, limits_, tokenizer_);
+        res.set_content(tokenize_json(ids, limits_.max_model_len), "application/json");
+      } catch (const ApiError& e) {
+        send_error(res, e);
+      }
+    });
+    http.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
+      try {
+        const std::vector<std::int32_t> ids = parse_detokenize_request(req.body, limits_);
+        res.set_content(detokenize_json(render_text(tokenizer_, ids)), "application/json");
+      } catch (const ApiError& e) {
+        send_error(res, e);
+      }
+    });
     // Errors the HTTP library answers itself (an unknown path, a method a path does not take, a
     // request it could not read) come with an empty body: give them the OpenAI error shape and
     // a reason. The routes' own errors already have one and are left alone.

@@ -383,6 +383,38 @@ TEST(EngineServe, SeededSamplingAndParallelChoices) {
   fs::remove_all(dir);
 }
 
+// vLLM's /tokenize and /detokenize: a prompt's ids are what the completion endpoints count for
+// it (usage.prompt_tokens), chat's too; /detokenize gives the text back; a model not served is
+// 404, a bad id 400.
+TEST(EngineServe, TokenizeAndDetokenize) {
+  const fs::path dir = temp_dir("serve_tokenize");
+  ServerProcess server(dir, {});
+  httplib::Client c = client_for(server);
+  const auto post = [&](const std::string& path, const json& body, int want = 200) {
+    const httplib::Result r = c.Post(path, body.dump(), "application/json");
+    EXPECT_TRUE(r);
+    if (!r) return json();
+    EXPECT_EQ(r->status, want) << path << " " << body.dump() << " -> " << r->body;
+    return json::parse(r->body);
+  };
+  const json t = post("/tokenize", {{"prompt", "hello"}});
+  EXPECT_EQ(t["tokens"], json({104, 101, 108, 108, 111}));
+  EXPECT_EQ(t["count"], 5);
+  EXPECT_EQ(t["max_model_len"], 2048);
+  EXPECT_TRUE(t["token_strs"].is_null());
+  const json done = post("/v1/completions", {{"prompt", "hello"}, {"max_tokens", 1}});
+  EXPECT_EQ(done["usage"]["prompt_tokens"], t["count"]);
+  const json messages = {{{"role", "user"}, {"content", "hi there"}}};
+  const json ct = post("/tokenize", {{"messages", messages}});
+  const json chat = post("/v1/chat/completions", {{"messages", messages}, {"max_tokens", 1}});
+  EXPECT_EQ(chat["usage"]["prompt_tokens"], ct["count"]);
+  EXPECT_EQ(post("/detokenize", {{"tokens", t["tokens"]}})["prompt"], "hello");
+  EXPECT_EQ(post("/detokenize", {{"tokens", {1, 999}}}, 400)["error"]["param"], "tokens");
+  EXPECT_EQ(post("/tokenize", {{"model", "nope"}, {"prompt", "a"}}, 404)["error"]["code"],
+            "model_not_found");
+  fs::remove_all(dir);
+}
+
 // Log probabilities: completions' vLLM shape (tokens, token_logprobs, top_logprobs dicts,
 // text_offset) and chat's (content entries with token, logprob, bytes, top_logprobs); the same
 // numbers streamed one token a chunk; with n choices each has its own.

@@ -108,7 +108,8 @@ TEST(OpenAiApi, ChatContentPartsAndGenerationPrompt) {
 
 // vLLM's add_special_tokens: a completions text prompt goes between the tokenizer's
 // post_processor tokens by default (Llama 3's <|begin_of_text|>; here a byte tokenizer whose
-// template puts id 2 first), token-id prompts never; chat adds them only when asked.
+// template puts id 2 first), token-id prompts never; chat adds them only when asked. vLLM's
+// /tokenize encodes the same way, /detokenize takes ids of the vocabulary.
 TEST(OpenAiApi, AddSpecialTokensAsVllm) {
   nlohmann::json doc =
       nlohmann::json::parse(read_file(home_path("data/tokenizers/bytes/tokenizer.json")));
@@ -139,6 +140,51 @@ TEST(OpenAiApi, AddSpecialTokensAsVllm) {
   with.insert(with.begin(), 2);
   EXPECT_EQ(prompt(chat + R"(, "add_special_tokens": true})", true), with);
   EXPECT_THROW(prompt(R"({"prompt": "ab", "add_special_tokens": "yes"})"), ApiError);
+  // vLLM's /tokenize encodes as the completion endpoints do.
+  EXPECT_EQ(parse_tokenize_request(R"({"prompt": "ab"})", limits, *tok), (Ids{2, 'a', 'b'}));
+  EXPECT_EQ(
+      parse_tokenize_request(R"({"prompt": "ab", "add_special_tokens": false})", limits, *tok),
+      (Ids{'a', 'b'}));
+  EXPECT_EQ(parse_tokenize_request(chat + "}", limits, *tok), plain);
+  EXPECT_EQ(parse_tokenize_request(R"({"model": "tiny", "messages": [{"role": "user", "content":
+                                      "hi"}], "add_generation_prompt": false})",
+                                   limits, *tok),
+            prompt(chat + R"(, "add_generation_prompt": false})", true));
+  EXPECT_EQ(tokenize_json(Ids{2, 97}, 256),
+            R"({"count":2,"max_model_len":256,"token_strs":null,"tokens":[2,97]})");
+  EXPECT_EQ(parse_detokenize_request(R"({"tokens": [104, 105]})", limits), (Ids{104, 105}));
+  EXPECT_EQ(detokenize_json("hi"), R"({"prompt":"hi"})");
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {R"({"prompt": "a", "messages": []})", "messages"},
+      {R"({})", "prompt"},
+      {R"({"prompt": [1, 2]})", "prompt"},
+      {R"({"prompt": "a", "return_token_strs": true})", "return_token_strs"},
+      {R"({"prompt": "a", "add_generation_prompt": true})", "add_generation_prompt"},
+      {R"({"prompt": "a", "max_tokens": 3})", "max_tokens"},
+  };
+  for (const auto& [body, param] : bad) {
+    try {
+      parse_tokenize_request(body, limits, *tok);
+      ADD_FAILURE() << "accepted " << body;
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status, 400) << body;
+      EXPECT_EQ(e.param, param) << body;
+    }
+  }
+  for (const char* body : {R"({"tokens": [256]})", R"({"tokens": "ab"})", R"({})"}) {
+    try {
+      parse_detokenize_request(body, limits);
+      ADD_FAILURE() << "accepted " << body;
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.param, "tokens") << body;
+    }
+  }
+  try {
+    parse_detokenize_request(R"({"model": "other", "tokens": [1]})", limits);
+    ADD_FAILURE() << "another model accepted";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.status, 404);
+  }
   fs::remove_all(dir);
 }
 

@@ -55,6 +55,24 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     limits.max_tokens_cap = 100;
   }
   const std::string_view body(reinterpret_cast<const char*>(data + 1), size - 1);
+  if ((data[0] & 8) != 0) {  // vLLM's /tokenize and /detokenize bodies
+    try {
+      for (const std::int32_t id :
+           servelab::parse_tokenize_request(body, limits, bytes_tokenizer())) {
+        if (id < 0 || id >= limits.vocab_size) finding("a tokenized id outside the vocabulary");
+      }
+    } catch (const servelab::ApiError& e) {
+      if (e.status < 400 || e.status >= 500) finding("an ApiError outside 4xx");
+    }
+    try {
+      for (const std::int32_t id : servelab::parse_detokenize_request(body, limits)) {
+        if (id < 0 || id >= limits.vocab_size) finding("a detokenized id outside the vocabulary");
+      }
+    } catch (const servelab::ApiError& e) {
+      if (e.status < 400 || e.status >= 500) finding("an ApiError outside 4xx");
+    }
+    return 0;
+  }
   servelab::CompletionRequest r;
   try {
     r = servelab::parse_completion_request(body, chat, limits, bytes_tokenizer());
