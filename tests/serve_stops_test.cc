@@ -100,6 +100,18 @@ class Server : public ServeProcess {
 
 const std::string kLabels = "{model_name=\"tiny-eos\"}";
 
+// The JSON payloads of a streamed response's events, [DONE] left out.
+std::vector<json> SseChunks(const std::string& body) {
+  std::vector<json> chunks;
+  for (std::size_t p = 0; (p = body.find("data: ", p)) != std::string::npos;) {
+    const std::size_t e = body.find("\n\n", p);
+    const std::string payload = body.substr(p + 6, e - p - 6);
+    if (payload != "[DONE]") chunks.push_back(json::parse(payload));
+    p = e;
+  }
+  return chunks;
+}
+
 json Prompt(int len, int first = 1) {
   json p = json::array();
   for (int t = 0; t < len; ++t) p.push_back((first + t) % 256);
@@ -144,13 +156,7 @@ TEST(ServeStops, TheStopTokensTextIsHiddenAndAStopIdIsTheStopReason) {
   const httplib::Result sr = client.Post("/v1/chat/completions", chat.dump(), "application/json");
   ASSERT_TRUE(sr);
   ASSERT_EQ(sr->status, 200) << sr->body;
-  std::vector<json> chunks;
-  for (std::size_t p = 0; (p = sr->body.find("data: ", p)) != std::string::npos;) {
-    const std::size_t e = sr->body.find("\n\n", p);
-    const std::string payload = sr->body.substr(p + 6, e - p - 6);
-    if (payload != "[DONE]") chunks.push_back(json::parse(payload));
-    p = e;
-  }
+  const std::vector<json> chunks = SseChunks(sr->body);
   ASSERT_EQ(chunks.size(), 1u) << sr->body;
   const json& only = chunks[0]["choices"][0];
   EXPECT_EQ(only["delta"]["content"], "");
@@ -184,13 +190,7 @@ TEST(ServeStops, EosIgnoreEosMinTokensAndTheirMetrics) {
   const httplib::Result sr = c.Post("/v1/chat/completions", chat.dump(), "application/json");
   ASSERT_TRUE(sr);
   ASSERT_EQ(sr->status, 200) << sr->body;
-  std::vector<json> chunks;
-  for (std::size_t p = 0; (p = sr->body.find("data: ", p)) != std::string::npos;) {
-    const std::size_t e = sr->body.find("\n\n", p);
-    const std::string payload = sr->body.substr(p + 6, e - p - 6);
-    if (payload != "[DONE]") chunks.push_back(json::parse(payload));
-    p = e;
-  }
+  const std::vector<json> chunks = SseChunks(sr->body);
   // Two tokens; the reason rides on the second, or on an empty chunk after it when the finish
   // reached the handler after the token.
   ASSERT_GE(chunks.size(), 2u) << sr->body;
