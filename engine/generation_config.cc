@@ -121,7 +121,6 @@ GenerationDefaults load_generation_defaults(const std::string& source, const std
                                             const std::string& override_json,
                                             std::int32_t vocab_size) {
   GenerationDefaults d;
-  d.source = source;
   if (source == "servelab") {
     d.source = "servelab's greedy defaults";
     d.sampling.temperature = 0;
