@@ -59,7 +59,7 @@ TEST(GenerationConfig, SourcesAndWhatTheyRead) {
   // A checkpoint folder's file: vLLM's six keys and eos_token_id; do_sample, max_length and the
   // others ignored; a null is absent.
   write_in(dir / "ckpt" / "generation_config.json",
-             R"({"bos_token_id": 1, "do_sample": true, "eos_token_id": [7, 9], "max_length": 4096,
+           R"({"bos_token_id": 1, "do_sample": true, "eos_token_id": [7, 9], "max_length": 4096,
                  "temperature": 0.6, "top_p": 0.9, "top_k": -1, "min_p": null,
                  "repetition_penalty": 1.1, "max_new_tokens": 64, "transformers_version": "4"})");
   write_in(dir / "ckpt" / "model.safetensors", "");
@@ -244,7 +244,7 @@ TEST(GenerationConfig, EngineServeAppliesTheDefaults) {
   }
   ASSERT_NE(first_tokens(want_named, 7), first_tokens(want_plain, 7));
   write_in(dir / "ckpt" / "generation_config.json",
-             R"({"temperature": 0.0, "repetition_penalty": 0.05, "max_new_tokens": 7,
+           R"({"temperature": 0.0, "repetition_penalty": 0.05, "max_new_tokens": 7,
                  "eos_token_id": 66})");
   {
     ServeProcess server(dir / "b", dir / "serve.yaml",

@@ -100,8 +100,8 @@ class Server : public ServeProcess {
 
 const std::string kLabels = "{model_name=\"tiny-eos\"}";
 
-// The JSON payloads of a streamed response's events, [DONE] left out.
-std::vector<json> SseChunks(const std::string& body) {
+// The `data:` payloads of a streamed response, [DONE] left out.
+std::vector<json> Chunks(const std::string& body) {
   std::vector<json> chunks;
   for (std::size_t p = 0; (p = body.find("data: ", p)) != std::string::npos;) {
     const std::size_t e = body.find("\n\n", p);
@@ -156,7 +156,7 @@ TEST(ServeStops, TheStopTokensTextIsHiddenAndAStopIdIsTheStopReason) {
   const httplib::Result sr = client.Post("/v1/chat/completions", chat.dump(), "application/json");
   ASSERT_TRUE(sr);
   ASSERT_EQ(sr->status, 200) << sr->body;
-  const std::vector<json> chunks = SseChunks(sr->body);
+  const std::vector<json> chunks = Chunks(sr->body);
   ASSERT_EQ(chunks.size(), 1u) << sr->body;
   const json& only = chunks[0]["choices"][0];
   EXPECT_EQ(only["delta"]["content"], "");
@@ -190,7 +190,7 @@ TEST(ServeStops, EosIgnoreEosMinTokensAndTheirMetrics) {
   const httplib::Result sr = c.Post("/v1/chat/completions", chat.dump(), "application/json");
   ASSERT_TRUE(sr);
   ASSERT_EQ(sr->status, 200) << sr->body;
-  const std::vector<json> chunks = SseChunks(sr->body);
+  const std::vector<json> chunks = Chunks(sr->body);
   // Two tokens; the reason rides on the second, or on an empty chunk after it when the finish
   // reached the handler after the token.
   ASSERT_GE(chunks.size(), 2u) << sr->body;
@@ -294,18 +294,6 @@ std::vector<std::size_t> CharStarts(const std::string& text) {
   }
   at.push_back(text.size());
   return at;
-}
-
-// The `data:` payloads of a streamed response, [DONE] left out.
-std::vector<json> Chunks(const std::string& body) {
-  std::vector<json> chunks;
-  for (std::size_t p = 0; (p = body.find("data: ", p)) != std::string::npos;) {
-    const std::size_t e = body.find("\n\n", p);
-    const std::string payload = body.substr(p + 6, e - p - 6);
-    if (payload != "[DONE]") chunks.push_back(json::parse(payload));
-    p = e;
-  }
-  return chunks;
 }
 
 // Stop strings (vLLM's `stop`, engine/stop_strings.h): the output ends where the detokenized
