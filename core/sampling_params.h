@@ -28,6 +28,13 @@ struct SamplingParams {
   std::uint64_t seed = 0;
 };
 
+// vLLM's _SAMPLING_EPS: a temperature below it is greedy (0).
+inline constexpr double kSamplingEps = 1e-5;
+// The repetition_penalty every reader of one accepts (engine serve's requests and generation
+// config, workload.sampling): vLLM takes any value > 0; the bounds keep the fp32 factor and the
+// adjusted logits finite.
+inline constexpr double kMinRepetitionPenalty = 1e-6, kMaxRepetitionPenalty = 1e6;
+
 // A request's own sampling parameters. REQUIRES (checked where they are made): temperature >= 0,
 // 0 < top_p <= 1, top_k >= 0, 0 <= min_p <= 1, repetition_penalty > 0, logit_bias ids ascending
 // and unique, its values in [-100, 100].

@@ -43,7 +43,7 @@ void apply(const json& obj, const Origin& o, bool strict, GenerationDefaults& d)
     RequestSampling& s = d.sampling;
     if (key == "temperature") {
       s.temperature = number_in(o, v, "temperature", 0, 1e6, "a number >= 0");
-      if (s.temperature < 1e-5) s.temperature = 0;  // vLLM's _SAMPLING_EPS, as requests
+      if (s.temperature < kSamplingEps) s.temperature = 0;  // as requests
     } else if (key == "top_p") {
       s.top_p = number_in(o, v, "top_p", 0, 1, "a number in (0, 1]");
       if (s.top_p == 0) o.fail("top_p", "a number in (0, 1]", v);
@@ -56,8 +56,9 @@ void apply(const json& obj, const Origin& o, bool strict, GenerationDefaults& d)
     } else if (key == "min_p") {
       s.min_p = number_in(o, v, "min_p", 0, 1, "a number in [0, 1]");
     } else if (key == "repetition_penalty") {
-      s.repetition_penalty = number_in(o, v, "repetition_penalty", 1e-6, 1e6,
-                                       "a number > 0 (1: none), in [1e-6, 1e6]");
+      s.repetition_penalty =
+          number_in(o, v, "repetition_penalty", kMinRepetitionPenalty, kMaxRepetitionPenalty,
+                    "a number > 0 (1: none), in [1e-6, 1e6]");
     } else if (key == "max_new_tokens") {
       if (!v.is_number_integer() || v.get<std::int64_t>() < 1 ||
           v.get<std::int64_t>() > (1 << 24)) {

@@ -410,8 +410,9 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat,
   double repetition = base.repetition_penalty;
   if (given("repetition_penalty")) {
     const json& v = body["repetition_penalty"];
-    expect(v.is_number() && v.get<double>() >= 1e-6 && v.get<double>() <= 1e6, "repetition_penalty",
-           "a number > 0 (1: none), in [1e-6, 1e6]");
+    expect(v.is_number() && v.get<double>() >= kMinRepetitionPenalty &&
+               v.get<double>() <= kMaxRepetitionPenalty,
+           "repetition_penalty", "a number > 0 (1: none), in [1e-6, 1e6]");
     repetition = v.get<double>();
   }
   // OpenAI's logit_bias: {"token id": bias}; as vLLM, each bias is clamped to [-100, 100].
@@ -451,7 +452,7 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat,
       expect(body["temperature"].is_number() && body["temperature"].get<double>() >= 0,
              "temperature", "a number >= 0");
       sp.temperature = body["temperature"].get<double>();
-      if (sp.temperature < 1e-5) sp.temperature = 0;  // vLLM's _SAMPLING_EPS: greedy
+      if (sp.temperature < kSamplingEps) sp.temperature = 0;
     }
     if (given("top_p")) {
       const bool ok = body["top_p"].is_number() && body["top_p"].get<double>() > 0 &&

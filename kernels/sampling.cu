@@ -95,23 +95,16 @@ __device__ __forceinline__ std::uint64_t key_of(float p, std::int32_t id) {
          (0xffffffffull - static_cast<std::uint32_t>(id));
 }
 
-// Mass of the row's tokens whose key is >= k; the same value in every thread.
-__device__ float mass_ge(const float* prob, std::int32_t vocab, std::uint64_t k, float* scratch) {
+// Mass (kCount: number, exact in fp32 below 2^24 tokens) of the row's tokens whose key is >= k;
+// the same value in every thread.
+template <bool kCount = false>
+__device__ float sum_ge(const float* prob, std::int32_t vocab, std::uint64_t k, float* scratch) {
   float m = 0.0f;
   for (std::int32_t i = threadIdx.x; i < vocab; i += kThreads) {
     const float p = prob[i];
-    if (key_of(p, i) >= k) m += p;
+    if (key_of(p, i) >= k) m += kCount ? 1.0f : p;
   }
   return detail::block_sum(m, scratch);
-}
-
-// Number of the row's tokens whose key is >= k (exact in fp32 below 2^24 tokens).
-__device__ float count_ge(const float* prob, std::int32_t vocab, std::uint64_t k, float* scratch) {
-  float c = 0.0f;
-  for (std::int32_t i = threadIdx.x; i < vocab; i += kThreads) {
-    if (key_of(prob[i], i) >= k) c += 1.0f;
-  }
-  return detail::block_sum(c, scratch);
 }
 
 // The draw of `row` with uniform `u` from the tokens min_p, top_k (0: all) and top_p keep, into
@@ -139,7 +132,7 @@ __device__ void top_p_row(const float* row, std::int32_t vocab, float inv_temp_l
     const auto k = static_cast<float>(top_k);
     while (lo < hi) {
       const std::uint64_t mid = lo + (hi - lo) / 2 + 1;
-      if (count_ge(prob, vocab, mid, scratch) >= k) {
+      if (sum_ge<true>(prob, vocab, mid, scratch) >= k) {
         lo = mid;
       } else {
         hi = mid - 1;
@@ -148,26 +141,26 @@ __device__ void top_p_row(const float* row, std::int32_t vocab, float inv_temp_l
     if (lo > lowest) lowest = lo;
   }
   if (lowest > hi_key) lowest = hi_key;
-  if (lowest > 0) total = mass_ge(prob, vocab, lowest, scratch);
+  if (lowest > 0) total = sum_ge(prob, vocab, lowest, scratch);
   // 2. The nucleus: the largest key K >= lowest with mass(>= K) >= top_p * mass(>= lowest).
   const float target = top_p * total;
   lo = lowest;
   hi = hi_key;
   while (lo < hi) {
     const std::uint64_t mid = lo + (hi - lo) / 2 + 1;
-    if (mass_ge(prob, vocab, mid, scratch) >= target) {
+    if (sum_ge(prob, vocab, mid, scratch) >= target) {
       lo = mid;
     } else {
       hi = mid - 1;
     }
   }
   const std::uint64_t last = lo;
-  const float x = u * mass_ge(prob, vocab, last, scratch);
+  const float x = u * sum_ge(prob, vocab, last, scratch);
   // 3. The draw: the largest key K >= last with mass(>= K) > x (else the nucleus's last token).
   hi = hi_key;
   while (lo < hi) {
     const std::uint64_t mid = lo + (hi - lo) / 2 + 1;
-    if (mass_ge(prob, vocab, mid, scratch) > x) {
+    if (sum_ge(prob, vocab, mid, scratch) > x) {
       lo = mid;
     } else {
       hi = mid - 1;

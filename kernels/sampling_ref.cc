@@ -51,32 +51,30 @@ std::uint64_t key_of(float p, std::int32_t id) {
          (0xffffffffULL - static_cast<std::uint32_t>(id));
 }
 
-// Largest key K in [lo, hi] with pred(sum over keys >= K of weight(p)), given that pred holds
-// at lo.
+// Sum over the tokens whose key is >= k of weight(p), in index order (as each GPU thread sums
+// over its stride).
+template <typename Weight>
+float sum_ge(const std::vector<float>& p, std::uint64_t k, Weight weight) {
+  float sum = 0;
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    if (key_of(p[i], static_cast<std::int32_t>(i)) >= k) sum += weight(p[i]);
+  }
+  return sum;
+}
+
+// Largest key K in [lo, hi] with pred(sum_ge(K)), given that pred holds at lo.
 template <typename Weight, typename Pred>
 std::uint64_t bisect(const std::vector<float>& p, std::uint64_t lo, std::uint64_t hi, Weight weight,
                      Pred pred) {
   while (lo < hi) {
     const std::uint64_t mid = lo + (hi - lo) / 2 + 1;
-    float sum = 0;  // summed in index order, as each GPU thread does over its stride
-    for (std::size_t i = 0; i < p.size(); ++i) {
-      if (key_of(p[i], static_cast<std::int32_t>(i)) >= mid) sum += weight(p[i]);
-    }
-    if (pred(sum)) {
+    if (pred(sum_ge(p, mid, weight))) {
       lo = mid;
     } else {
       hi = mid - 1;
     }
   }
   return lo;
-}
-
-float mass_ge(const std::vector<float>& p, std::uint64_t k) {
-  float m = 0;
-  for (std::size_t i = 0; i < p.size(); ++i) {
-    if (key_of(p[i], static_cast<std::int32_t>(i)) >= k) m += p[i];
-  }
-  return m;
 }
 
 }  // namespace
@@ -100,9 +98,9 @@ std::int32_t sample_bisect(std::span<const float> logits, float temperature, con
                     p, 0, hi, [](float) { return 1.0f; }, [&](float count) { return count >= k; }));
   }
   lowest = std::min(lowest, hi);
-  const float target = static_cast<float>(keep.top_p) * mass_ge(p, lowest);
+  const float target = static_cast<float>(keep.top_p) * sum_ge(p, lowest, mass);
   const std::uint64_t last = bisect(p, lowest, hi, mass, [&](float m) { return m >= target; });
-  const float x = u * mass_ge(p, last);
+  const float x = u * sum_ge(p, last, mass);
   const std::uint64_t k = bisect(p, last, hi, mass, [&](float m) { return m > x; });
   return static_cast<std::int32_t>(0xffffffffULL - (k & 0xffffffffULL));
 }

@@ -44,7 +44,8 @@ RequestOptions parse_request_options(const ConfigNode& s) {
       d.frequency_penalty = n.get_double("frequency_penalty", 0.0, -2.0, 2.0);
       d.top_k = static_cast<std::int32_t>(n.get_int("top_k", 0, 0, INT32_MAX));
       d.min_p = n.get_double("min_p", 0.0, 0.0, 1.0);
-      d.repetition_penalty = n.get_double("repetition_penalty", 1.0, 1e-6, 1e6);
+      d.repetition_penalty =
+          n.get_double("repetition_penalty", 1.0, kMinRepetitionPenalty, kMaxRepetitionPenalty);
       p.draws = d;
     }
     if (n.has("max_tokens")) {

@@ -139,7 +139,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       finding("a penalty outside [-2, 2]");
     }
     if (s.top_k < 0 || !(s.min_p >= 0 && s.min_p <= 1)) finding("a top_k or min_p out of range");
-    if (!(s.repetition_penalty >= 1e-6 && s.repetition_penalty <= 1e6)) {
+    if (!(s.repetition_penalty >= servelab::kMinRepetitionPenalty &&
+          s.repetition_penalty <= servelab::kMaxRepetitionPenalty)) {
       finding("a repetition penalty out of range");
     }
     for (std::size_t i = 0; i < s.logit_bias.size(); ++i) {
