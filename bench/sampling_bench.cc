@@ -5,7 +5,8 @@
 //     PromptTokenSets cache's, read once a request) and 256 outputs: what each step computes
 //     for each of its rows (and, on the GPU, sends as 20 bytes per entry);
 //   - DistinctPromptTokens/P: the set itself, once per request while it stays scheduled;
-//   - SampleReference/K: CpuExecutor's draw (softmax, sort, truncation) with top_k K (0: none).
+//   - SampleReference/K/P: CpuExecutor's draw (softmax, truncations, quickselects) with top_k K
+//     (0: none) and top_p P %.
 // Figures and the command that produced them: docs/performance.md.
 #include <benchmark/benchmark.h>
 
@@ -70,15 +71,19 @@ void BM_SampleReference(benchmark::State& state) {
   std::vector<float> logits(kVocab);
   for (float& x : logits) x = static_cast<float>(rng.normal(0.0, 3.0));
   kernels::Truncation keep;
-  keep.top_p = 0.95;
   keep.top_k = static_cast<std::int32_t>(state.range(0));
+  keep.top_p = static_cast<double>(state.range(1)) / 100.0;
   double u = 0.37;
   for (auto _ : state) {
     benchmark::DoNotOptimize(kernels::sample_reference(logits, 0.8, keep, u));
     u = u < 0.9 ? u + 0.05 : 0.01;
   }
 }
-BENCHMARK(BM_SampleReference)->Arg(0)->Arg(50)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_SampleReference)
+    ->Args({0, 95})
+    ->Args({50, 95})
+    ->Args({0, 100})
+    ->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 }  // namespace servelab

@@ -1,9 +1,10 @@
 #include "kernels/sampling_ref.h"
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cmath>
-#include <numeric>
+#include <utility>
 #include <vector>
 
 namespace servelab::kernels {
@@ -16,32 +17,104 @@ std::int32_t greedy_reference(std::span<const float> logits) {
   return best;
 }
 
+namespace {
+
+// A token and its unnormalised probability, ordered as the draw walks them: probability
+// descending, id ascending.
+struct Ranked {
+  double p;
+  std::int32_t id;
+};
+
+bool before(const Ranked& a, const Ranked& b) { return a.p > b.p || (a.p == b.p && a.id < b.id); }
+
+// The shortest prefix (in `before` order) of v whose mass m satisfies reached(m) (monotone in m),
+// found without sorting v: a quickselect that partitions the range holding the boundary around a
+// median-of-three pivot and sums, in the same pass, the mass that goes before it. Rearranges v so
+// that v[0..r] are that prefix (v[r] its last element) and returns r and the prefix mass; where
+// rounding leaves reached() false for the whole of v (the mass was summed in another order), the
+// whole of v. Expected O(|v|).
+template <typename Reached>
+std::pair<std::size_t, double> shortest_prefix(std::vector<Ranked>& v, Reached reached) {
+  constexpr std::size_t kSortBelow = 32;
+  std::size_t lo = 0, hi = v.size();
+  double above = 0;  // the mass of v[0..lo), all of it before v[lo..hi)
+  while (hi - lo > kSortBelow) {
+    const Ranked& a = v[lo];
+    const Ranked& b = v[lo + (hi - lo) / 2];
+    const Ranked& c = v[hi - 1];
+    const Ranked pivot = before(a, b) ? (before(b, c) ? b : (before(a, c) ? c : a))
+                                      : (before(a, c) ? a : (before(b, c) ? c : b));
+    std::size_t split = lo;
+    double left = 0;
+    for (std::size_t j = lo; j < hi; ++j) {
+      if (before(v[j], pivot)) {
+        left += v[j].p;
+        std::swap(v[split++], v[j]);
+      }
+    }
+    if (split == lo) {  // the pivot comes first in the range: take it alone
+      for (std::size_t j = lo; j < hi; ++j) {
+        if (v[j].id == pivot.id) std::swap(v[lo], v[j]);
+      }
+      above += v[lo].p;
+      if (reached(above)) return {lo, above};
+      ++lo;
+    } else if (reached(above + left)) {
+      hi = split;  // the boundary is before the pivot
+    } else {
+      above += left;
+      lo = split;
+    }
+  }
+  std::sort(v.begin() + static_cast<std::ptrdiff_t>(lo),
+            v.begin() + static_cast<std::ptrdiff_t>(hi), before);
+  for (std::size_t i = lo; i < hi; ++i) {
+    above += v[i].p;
+    if (reached(above)) return {i, above};
+  }
+  return {hi - 1, above};
+}
+
+}  // namespace
+
 std::int32_t sample_reference(std::span<const float> logits, double temperature,
                               const Truncation& keep, double u) {
-  const auto n = static_cast<std::int32_t>(logits.size());
-  double mx = logits[0];
-  for (float l : logits) mx = std::max<double>(mx, l);
-  std::vector<double> prob(n);  // unnormalised: the largest is 1
-  for (std::int32_t t = 0; t < n; ++t) prob[t] = std::exp((logits[t] - mx) / temperature);
-  std::vector<std::int32_t> order(n);
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](std::int32_t a, std::int32_t b) { return prob[a] > prob[b]; });
-  // min_p, then top_k: a prefix of the order (the first token always stays).
-  std::int32_t allowed = 1;
-  while (allowed < n && prob[order[allowed]] >= keep.min_p) ++allowed;
-  if (keep.top_k > 0) allowed = std::min(allowed, keep.top_k);
-  double total = 0;
-  for (std::int32_t r = 0; r < allowed; ++r) total += prob[order[r]];
-  std::int32_t kept = 0;
+  // The largest logit: eight running maxima, so that the comparisons do not wait on each other.
+  std::array<float, 8> lane;
+  lane.fill(logits[0]);
+  for (std::size_t t = 0; t < logits.size(); ++t) lane[t % 8] = std::max(lane[t % 8], logits[t]);
+  const double mx = *std::max_element(lane.begin(), lane.end());
+  // min_p: the tokens whose probability (against the largest, 1) is at least min_p.
+  std::vector<Ranked> v;
+  v.reserve(logits.size());
   double mass = 0;
-  while (kept < allowed && (kept == 0 || mass < keep.top_p * total)) mass += prob[order[kept++]];
-  double x = u * mass;
-  for (std::int32_t r = 0; r < kept; ++r) {
-    x -= prob[order[r]];
-    if (x < 0) return order[r];
+  for (std::size_t t = 0; t < logits.size(); ++t) {
+    const double p = std::exp((logits[t] - mx) / temperature);
+    if (p >= keep.min_p) {
+      v.push_back({p, static_cast<std::int32_t>(t)});
+      mass += p;
+    }
   }
-  return order[kept - 1];
+  // top_k: the first k of those.
+  if (keep.top_k > 0 && v.size() > static_cast<std::size_t>(keep.top_k)) {
+    const auto k = static_cast<std::ptrdiff_t>(keep.top_k);
+    std::nth_element(v.begin(), v.begin() + k - 1, v.end(), before);
+    v.resize(static_cast<std::size_t>(k));
+    mass = 0;
+    for (const Ranked& r : v) mass += r.p;
+  }
+  // top_p: the shortest prefix whose mass reaches top_p x what is left.
+  if (keep.top_p < 1.0) {
+    const double target = keep.top_p * mass;
+    const auto [last, kept] = shortest_prefix(v, [&](double m) { return m >= target; });
+    v.resize(last + 1);
+    mass = kept;
+  }
+  // The draw: the first token in order whose running mass exceeds u x the kept mass.
+  const double x = u * mass;
+  const std::size_t r = shortest_prefix(v, [&](double m) { return m > x; }).first;
+  return v[r].id;
 }
 
 namespace {

@@ -26,8 +26,11 @@ struct Truncation {
   double min_p = 0.0;      // [0, 1]
 };
 
-// Double precision, sorting: the CpuExecutor semantics. REQUIRES: temperature > 0, the
-// truncation in its ranges, 0 <= u < 1, !logits.empty().
+// Double precision: the CpuExecutor semantics. Never sorts the vocabulary: min_p is a filter,
+// top_k a selection, top_p and the draw quickselects that halve the range holding the boundary
+// mass (expected O(vocabulary); a walk over the sorted order picks the same token up to the
+// rounding of sums taken in another order). REQUIRES: temperature > 0, the truncation in its
+// ranges, 0 <= u < 1, !logits.empty().
 std::int32_t sample_reference(std::span<const float> logits, double temperature,
                               const Truncation& keep, double u);
 

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <numeric>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -888,8 +889,74 @@ TEST(KernelsHostTest, GreedyReferenceTakesTheLowestIdOnTies) {
   EXPECT_EQ(kernels::greedy_reference(l), 1);
 }
 
+// The textbook definition sample_reference implements without sorting: a stable sort of the
+// vocabulary by probability, the truncations as prefixes of it, and a walk.
+std::int32_t sort_and_walk(std::span<const float> logits, double temperature,
+                           const kernels::Truncation& keep, double u) {
+  const auto n = static_cast<std::int32_t>(logits.size());
+  double mx = logits[0];
+  for (float l : logits) mx = std::max<double>(mx, l);
+  std::vector<double> prob(n);
+  for (std::int32_t t = 0; t < n; ++t) prob[t] = std::exp((logits[t] - mx) / temperature);
+  std::vector<std::int32_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::int32_t a, std::int32_t b) { return prob[a] > prob[b]; });
+  std::int32_t allowed = 1;
+  while (allowed < n && prob[order[allowed]] >= keep.min_p) ++allowed;
+  if (keep.top_k > 0) allowed = std::min(allowed, keep.top_k);
+  double total = 0;
+  for (std::int32_t r = 0; r < allowed; ++r) total += prob[order[r]];
+  std::int32_t kept = allowed;
+  if (keep.top_p < 1.0) {
+    kept = 0;
+    double mass = 0;
+    while (kept < allowed && (kept == 0 || mass < keep.top_p * total)) mass += prob[order[kept++]];
+  }
+  double mass = 0;
+  for (std::int32_t r = 0; r < kept; ++r) mass += prob[order[r]];
+  double x = u * mass;
+  for (std::int32_t r = 0; r < kept; ++r) {
+    x -= prob[order[r]];
+    if (x < 0) return order[r];
+  }
+  return order[kept - 1];
+}
+
+// sample_reference's quickselects pick the token the sorted walk picks, at vocabularies from 1
+// to 20,000 (the selections recurse from 32 tokens up), flat and peaked, with ties, with every
+// truncation. The sums run in another order, so a u within rounding of a boundary could differ:
+// at double precision none of these draws is.
+TEST(KernelsHostTest, SampleReferencePicksWhatTheSortedWalkPicks) {
+  Rng rng = Rng::stream(5, "sample_reference");
+  for (int trial = 0; trial < 800; ++trial) {
+    const auto vocab = static_cast<std::size_t>(
+        trial % 4 == 0 ? rng.uniform_int(1, 64)
+                       : rng.uniform_int(1, trial % 4 == 1 ? 20000 : 3000));
+    std::vector<float> logits(vocab);
+    const double spread = rng.uniform(0.05, 8.0);
+    for (float& x : logits) x = static_cast<float>(rng.normal(0.0, spread));
+    if (trial % 5 == 0) {
+      for (std::size_t i = 0; i < vocab; i += 3) logits[i] = logits[0];  // many exact ties
+    }
+    if (trial % 7 == 0) {
+      for (float& x : logits) x = std::round(x);  // ties everywhere
+    }
+    const double temp = rng.uniform(0.2, 2.0);
+    kernels::Truncation keep;
+    keep.top_p = trial % 3 == 1 ? 1.0 : rng.uniform(0.01, 1.0);
+    if (trial % 2 == 1) keep.top_k = static_cast<std::int32_t>(rng.uniform_int(1, 600));
+    if (trial % 4 >= 2) keep.min_p = rng.uniform(0.0, 0.3);
+    const double u = rng.uniform();
+    ASSERT_EQ(kernels::sample_reference(logits, temp, keep, u),
+              sort_and_walk(logits, temp, keep, u))
+        << "trial " << trial << " vocab " << vocab << " top_p " << keep.top_p << " top_k "
+        << keep.top_k << " min_p " << keep.min_p << " u " << u;
+  }
+}
+
 // The sampling kernel's sort-free algorithm (64-bit keys, bisections) picks the token
-// CpuExecutor's sort-and-walk picks, with any top_p, top_k and min_p, except where u (or a
+// CpuExecutor (sample_reference) picks, with any top_p, top_k and min_p, except where u (or a
 // min_p threshold) falls within rounding of a boundary.
 TEST(KernelsHostTest, SampleBisectionAgreesWithTheSortingReference) {
   Rng rng = Rng::stream(3, "top_p");
