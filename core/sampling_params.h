@@ -37,10 +37,15 @@ inline constexpr double kMinRepetitionPenalty = 1e-6, kMaxRepetitionPenalty = 1e
 
 // A request's own sampling parameters. REQUIRES (checked where they are made): temperature >= 0,
 // 0 < top_p <= 1, top_k >= 0, 0 <= min_p <= 1, repetition_penalty > 0, logit_bias ids ascending
-// and unique, its values in [-100, 100].
+// and unique, its values in [-100, 100]; allowed_token_ids ascending and unique; each bad word
+// non-empty.
 //
 // A sampled row's logits go through them in vLLM v1's order (engine/sample_stream.h
-// logit_adjustments; kernels/sampling_ref.h for the draw):
+// logit_adjustments and row_bans; kernels/sampling_ref.h for the draw):
+//   0. every token outside allowed_token_ids (when given) and the last token of each bad word
+//      whose other tokens end the sequence's outputs so far (not its prompt: vLLM's bad_words)
+//      cannot be drawn (-infinity; as these masks and min_tokens' only set -infinity, which the
+//      later steps keep, they may be applied after them). A row that keeps no token draws 0;
 //   1. logit_bias added to its tokens' logits (and min_tokens' mask, core/stop_conditions.h);
 //   2. repetition_penalty on every token the sequence has seen (its prompt and its outputs so
 //      far): a positive logit divided by it, any other multiplied by it;
@@ -60,12 +65,16 @@ struct RequestSampling {
   double min_p = 0.0;                      // vLLM's: 0 keeps every token
   double repetition_penalty = 1.0;         // vLLM's (and HF's): 1 changes nothing
   std::vector<std::pair<std::int32_t, float>> logit_bias = {};  // OpenAI's: (token id, bias)
+  std::vector<std::int32_t> allowed_token_ids = {};             // vLLM's: empty keeps every token
+  std::vector<std::vector<std::int32_t>> bad_words = {};        // vLLM's, as token id sequences
 
   // Whether anything of steps 1-3 applies (otherwise the raw logits are sampled).
   bool adjusts_logits() const {
     return presence_penalty != 0 || frequency_penalty != 0 || repetition_penalty != 1 ||
            !logit_bias.empty();
   }
+  // Whether step 0 applies.
+  bool masks_logits() const { return !allowed_token_ids.empty() || !bad_words.empty(); }
 };
 
 }  // namespace servelab

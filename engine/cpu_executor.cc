@@ -397,23 +397,33 @@ StepResult CpuExecutor::execute(const StepPlan& plan) {
   std::vector<std::int32_t> history;
   // The logits output index `index` of entry `e` samples from: the request's logit_bias and
   // repetition, frequency and presence penalties over the tokens its sequence has seen before
-  // that index (engine/sample_stream.h), then, before min_tokens, EOS and the stop token ids
-  // cannot be sampled (vLLM's logits processor; core/stop_conditions.h).
+  // that index (engine/sample_stream.h), then -infinity for the tokens outside its
+  // allowed_token_ids, the last tokens of the bad words its outputs end with the rest of, and,
+  // before min_tokens, EOS and the stop token ids (vLLM's logits processors; row_bans).
   prompt_sets_.retain(plan);
   Eigen::VectorXf masked;
   const auto allowed = [&](const ScheduledRequest& e, std::size_t index,
                            const Eigen::VectorXf& logits) -> const Eigen::VectorXf& {
-    const bool adjusts = e.spec->sampling != nullptr && e.spec->sampling->adjusts_logits();
-    if (e.spec->stop == nullptr && !adjusts) return logits;
-    const std::vector<std::int32_t> banned =
-        e.spec->stop == nullptr ? std::vector<std::int32_t>{}
-                                : suppressed_tokens(*e.spec, static_cast<std::int32_t>(index));
-    if (banned.empty() && !adjusts) return logits;
-    masked = logits;
+    const RequestSampling* own = e.spec->sampling.get();
+    const bool adjusts = own != nullptr && own->adjusts_logits();
+    if (e.spec->stop == nullptr && !adjusts && (own == nullptr || !own->masks_logits())) {
+      return logits;
+    }
+    const auto i = static_cast<std::size_t>(&e - plan.requests.data());
+    const std::optional<std::int32_t> previous =
+        takes_previous[i] != 0 ? std::optional(previous_.token(e.id)) : std::nullopt;
+    const std::vector<std::int32_t> banned = row_bans(e, index, previous, plan.drafts_of(i));
+    const bool keeps_some = own != nullptr && !own->allowed_token_ids.empty();
+    if (banned.empty() && !adjusts && !keeps_some) return logits;
+    if (keeps_some) {
+      masked.setConstant(logits.size(), -std::numeric_limits<float>::infinity());
+      for (const std::int32_t t : own->allowed_token_ids) {
+        if (t >= 0 && t < logits.size()) masked[t] = logits[t];
+      }
+    } else {
+      masked = logits;
+    }
     if (adjusts) {
-      const auto i = static_cast<std::size_t>(&e - plan.requests.data());
-      const std::optional<std::int32_t> previous =
-          takes_previous[i] != 0 ? std::optional(previous_.token(e.id)) : std::nullopt;
       for (const LogitAdjustment& a : row_adjustments(e, index, previous, plan.drafts_of(i),
                                                       prompt_sets_.of(e, m.vocab_size))) {
         if (a.token >= 0 && a.token < masked.size())

@@ -894,7 +894,9 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
   std::vector<std::int32_t> sample_rows;
   std::vector<std::int32_t> mask_rows, mask_tokens;  // (sampled row, token) it must not draw
   std::vector<std::int32_t> pen_rows, pen_tokens;    // (sampled row, token) a request adjusts
-  std::vector<float> pen_adjust;                     // by (bias, factor, delta), LogitAdjustment
+  // The sampled rows with allowed_token_ids, and their ascending lists (keep_only_logits).
+  std::vector<std::int32_t> keep_rows, keep_offsets = {0}, keep_tokens;
+  std::vector<float> pen_adjust;  // by (bias, factor, delta), LogitAdjustment
   std::vector<float> sample_u;
   s.prompt_sets.retain(plan);
   // Rows' own (temperature, top_p, top_k, min_p) when a sampled entry's request has its own
@@ -995,14 +997,21 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
       // the previous step's token (async scheduling); a fork samples the request's first.
       const std::size_t index =
           e.output_tokens.size() + (k == 0 ? takes_previous[i] : 0) + static_cast<std::size_t>(j);
-      for (const std::int32_t t :
-           suppressed_tokens(*e.spec, static_cast<std::int32_t>(index))) {  // min_tokens
+      const std::optional<std::int32_t> previous =
+          k == 0 && takes_previous[i] != 0 ? std::optional(s.previous.token(e.id)) : std::nullopt;
+      // min_tokens' and the bad words' bans, the allowed_token_ids (CpuExecutor's).
+      for (const std::int32_t t : row_bans(e, index, previous, plan.drafts_of(i))) {
         mask_rows.push_back(static_cast<std::int32_t>(sample_rows.size()));
         mask_tokens.push_back(t);
       }
-      if (e.spec->sampling != nullptr && e.spec->sampling->adjusts_logits()) {  // CpuExecutor's
-        const std::optional<std::int32_t> previous =
-            k == 0 && takes_previous[i] != 0 ? std::optional(s.previous.token(e.id)) : std::nullopt;
+      const RequestSampling* own = e.spec->sampling.get();
+      if (own != nullptr && !own->allowed_token_ids.empty()) {
+        keep_rows.push_back(static_cast<std::int32_t>(sample_rows.size()));
+        keep_tokens.insert(keep_tokens.end(), own->allowed_token_ids.begin(),
+                           own->allowed_token_ids.end());
+        keep_offsets.push_back(static_cast<std::int32_t>(keep_tokens.size()));
+      }
+      if (own != nullptr && own->adjusts_logits()) {  // CpuExecutor's
         for (const LogitAdjustment& a : row_adjustments(e, index, previous, plan.drafts_of(i),
                                                         s.prompt_sets.of(e, m.vocab_size))) {
           pen_rows.push_back(static_cast<std::int32_t>(sample_rows.size()));
@@ -1071,7 +1080,9 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
                     o_mrows = s.staging.add(mask_rows), o_mtoks = s.staging.add(mask_tokens),
                     o_lrows = s.staging.add(lora_rows), o_sparams = s.staging.add(sample_params),
                     o_prows = s.staging.add(pen_rows), o_ptoks = s.staging.add(pen_tokens),
-                    o_padjust = s.staging.add(pen_adjust), o_plrows = s.staging.add(prompt_rows);
+                    o_padjust = s.staging.add(pen_adjust), o_plrows = s.staging.add(prompt_rows),
+                    o_krows = s.staging.add(keep_rows), o_koffs = s.staging.add(keep_offsets),
+                    o_ktoks = s.staging.add(keep_tokens);
   const TierPhases tier = tier_phases(plan);
   std::vector<std::size_t> o_tier;
   for (const TierPhase& ph : tier.phases) o_tier.push_back(s.staging.add(ph.pairs));
@@ -1270,6 +1281,9 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
                       s.logits.as<float>() + std::int64_t{first_sample[i]} * m.vocab_size,
                       static_cast<std::size_t>(m.vocab_size) * sizeof(float), s.stream.get());
       }
+      k::keep_only_logits(s.logits.as<float>(), m.vocab_size, i32(o_krows), i32(o_koffs),
+                          i32(o_ktoks), static_cast<std::int32_t>(keep_rows.size()),
+                          s.stream.get());
       k::adjust_logits(s.logits.as<float>(), m.vocab_size, i32(o_prows), i32(o_ptoks),
                        reinterpret_cast<const float*>(at(o_padjust)),
                        static_cast<std::int32_t>(pen_rows.size()), s.stream.get());

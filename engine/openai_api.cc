@@ -37,9 +37,20 @@ bool known_field(const std::string& key, bool chat) {
       "n",     "ignore_eos", "user",      "seed",           "presence_penalty", "frequency_penalty",
       "stop",  "logprobs",   "logit_bias"};
   // vLLM's extra sampling parameters and its cache_salt.
-  static const char* const kVllm[] = {
-      "stop_token_ids",  "min_tokens", "cache_salt", "include_stop_str_in_output", "priority",
-      "prompt_logprobs", "top_k",      "min_p",      "repetition_penalty"};
+  static const char* const kVllm[] = {"stop_token_ids",
+                                      "min_tokens",
+                                      "cache_salt",
+                                      "include_stop_str_in_output",
+                                      "priority",
+                                      "prompt_logprobs",
+                                      "top_k",
+                                      "min_p",
+                                      "repetition_penalty",
+                                      "allowed_token_ids",
+                                      "bad_words",
+                                      "truncate_prompt_tokens",
+                                      "return_tokens_as_token_ids",
+                                      "skip_special_tokens"};
   for (const char* k : kVllm) {
     if (key == k) return true;
   }
@@ -106,6 +117,44 @@ std::vector<std::int32_t> token_array(const json& a, const std::string& param,
     ids.push_back(static_cast<std::int32_t>(v));
   }
   return ids;
+}
+
+}  // namespace
+
+std::vector<std::vector<std::int32_t>> bad_word_token_ids(std::string_view word,
+                                                          const Tokenizer& tokenizer) {
+  const std::size_t start = word.find_first_not_of(" \t\n\r\f\v");
+  if (start == std::string_view::npos) return {};
+  const std::string bare(word.substr(start));
+  std::vector<std::vector<std::int32_t>> out;
+  std::vector<std::int32_t> ids = tokenizer.encode(bare);
+  if (ids.empty()) return out;
+  out.push_back(std::move(ids));
+  ids = tokenizer.encode(" " + bare);
+  if (!ids.empty() && ids.front() != out.back().front() && ids.size() == out.back().size()) {
+    out.push_back(std::move(ids));
+  }
+  return out;
+}
+
+namespace {
+
+// truncate_prompt_tokens: keeps the last `keep` tokens of `ids` (Hugging Face's left truncation)
+// where it is longer, the first `before` and last `after` (a text prompt's special tokens) kept
+// in place; whether it cut any.
+bool keep_last_tokens(std::vector<std::int32_t>& ids, std::int32_t keep, std::size_t before,
+                      std::size_t after) {
+  const auto k = static_cast<std::size_t>(keep);
+  if (ids.size() <= k) return false;
+  if (k <= before + after) {
+    throw bad("'truncate_prompt_tokens' (" + std::to_string(keep) +
+                  ") leaves no room for the prompt's text beside its " +
+                  std::to_string(before + after) + " special tokens",
+              "truncate_prompt_tokens");
+  }
+  ids.erase(ids.begin() + static_cast<std::ptrdiff_t>(before),
+            ids.end() - static_cast<std::ptrdiff_t>(k - before));
+  return true;
 }
 
 // `zero_ok`: 0 is accepted (completions' echo: the prompt alone).
@@ -444,9 +493,49 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat,
     }
     std::erase_if(logit_bias, [](const auto& b) { return b.second == 0; });
   }
+  // vLLM's allowed_token_ids (a non-empty list of ids in the vocabulary; repeats are one) and
+  // bad_words (strings, each tokenized as vLLM does: engine/openai_api.h).
+  std::vector<std::int32_t> allowed;
+  if (given("allowed_token_ids")) {
+    const json& v = body["allowed_token_ids"];
+    expect(v.is_array() && !v.empty(), "allowed_token_ids", "a non-empty array of token ids");
+    allowed = token_array(v, "allowed_token_ids", limits);
+    std::sort(allowed.begin(), allowed.end());
+    allowed.erase(std::unique(allowed.begin(), allowed.end()), allowed.end());
+  }
+  std::vector<std::vector<std::int32_t>> bad_words;
+  if (given("bad_words")) {
+    const json& v = body["bad_words"];
+    expect(v.is_array(), "bad_words", "an array of strings");
+    for (const json& word : v) {
+      expect(word.is_string(), "bad_words", "an array of strings");
+      const std::vector<std::vector<std::int32_t>> ids =
+          bad_word_token_ids(word.get<std::string>(), tokenizer);
+      if (ids.empty()) {
+        throw bad("'bad_words': \"" + word.get<std::string>() + "\" has no token to ban",
+                  "bad_words");
+      }
+      for (const std::vector<std::int32_t>& one : ids) {
+        for (const std::int32_t t : one) {
+          if (t >= limits.vocab_size) {
+            throw bad("'bad_words': \"" + word.get<std::string>() + "\" encodes to token " +
+                          std::to_string(t) + ", outside the model's vocabulary [0, " +
+                          std::to_string(limits.vocab_size) + ")",
+                      "bad_words");
+          }
+        }
+        bad_words.push_back(one);
+      }
+      if (bad_words.size() > kMaxBadWords) {
+        throw bad(
+            "'bad_words': more than " + std::to_string(kMaxBadWords) + " token sequences to ban",
+            "bad_words");
+      }
+    }
+  }
   if (limits.sampling_defaults || given("temperature") || given("top_p") || given("seed") ||
       presence != 0 || frequency != 0 || top_k != 0 || min_p != 0 || repetition != 1 ||
-      !logit_bias.empty()) {
+      !logit_bias.empty() || !allowed.empty() || !bad_words.empty()) {
     RequestSampling sp = base;
     if (given("temperature")) {
       expect(body["temperature"].is_number() && body["temperature"].get<double>() >= 0,
@@ -473,6 +562,8 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat,
     sp.min_p = min_p;
     sp.repetition_penalty = repetition;
     sp.logit_bias = std::move(logit_bias);
+    sp.allowed_token_ids = std::move(allowed);
+    sp.bad_words = std::move(bad_words);
     r.sampling = sp;
   }
   if (given("n")) {
@@ -521,6 +612,8 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat,
     if (r.stream)
       throw bad("'prompt_logprobs': not available with stream: true", "prompt_logprobs");
   }
+  r.return_tokens_as_token_ids = flag_field(body, "return_tokens_as_token_ids", false);
+  r.skip_special_tokens = flag_field(body, "skip_special_tokens", true);
   if (given("echo")) {
     expect(body["echo"].is_boolean(), "echo", "true or false");
     r.echo = body["echo"].get<bool>();
@@ -549,8 +642,27 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat,
     r.include_stop_str_in_output = body["include_stop_str_in_output"].get<bool>();
   }
 
+  // vLLM's truncate_prompt_tokens: k >= 1 keeps each prompt's last k tokens, -1 the last
+  // max_model_len.
+  std::optional<std::int32_t> keep_last;
+  if (given("truncate_prompt_tokens")) {
+    const json& v = body["truncate_prompt_tokens"];
+    const bool ok = v.is_number_integer() && !v.is_number_unsigned()
+                        ? v.get<std::int64_t>() == -1
+                        : v.is_number_unsigned() && v.get<std::uint64_t>() >= 1;
+    expect(ok, "truncate_prompt_tokens", "an integer >= 1, or -1 (the model's maximum length)");
+    if (v.is_number_unsigned() &&
+        v.get<std::uint64_t>() > static_cast<std::uint64_t>(limits.max_model_len)) {
+      throw bad("'truncate_prompt_tokens' (" + std::to_string(v.get<std::uint64_t>()) +
+                    ") is greater than the model's maximum context length (" +
+                    std::to_string(limits.max_model_len) + ")",
+                "truncate_prompt_tokens");
+    }
+    keep_last = v.is_number_unsigned() ? v.get<std::int32_t>() : limits.max_model_len;
+  }
   if (chat) {
     r.prompt = chat_prompt(body, tokenizer);
+    if (keep_last) keep_last_tokens(r.prompt, *keep_last, 0, 0);
   } else {
     if (!body.contains("prompt")) throw bad("'prompt' is required", "prompt");
     const json& p = body["prompt"];
@@ -564,7 +676,15 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat,
           !one.is_string() ? token_array(one, "prompt", limits)
           : special        ? tokenizer.encode_with_special_tokens(one.get<std::string>())
                            : tokenizer.encode(one.get<std::string>());
-      std::string text = r.echo && one.is_string() ? one.get<std::string>() : std::string();
+      // Hugging Face's left truncation keeps a text prompt's special tokens.
+      const SequenceTemplate& around = tokenizer.sequence_template();
+      const bool with_specials = one.is_string() && special;
+      const bool truncated =
+          keep_last && keep_last_tokens(ids, *keep_last, with_specials ? around.before.size() : 0,
+                                        with_specials ? around.after.size() : 0);
+      // A truncated prompt is echoed as what the model saw (its ids decoded).
+      std::string text =
+          r.echo && one.is_string() && !truncated ? one.get<std::string>() : std::string();
       if (r.prompt.empty() && r.more_prompts.empty() && r.echo_text.empty()) {
         r.prompt = std::move(ids);
         r.echo_text = std::move(text);
@@ -711,7 +831,7 @@ std::string usage_chunk_json(const ResponseMeta& meta, std::int32_t prompt_token
 }
 
 std::vector<std::int32_t> parse_tokenize_request(std::string_view text, const ApiLimits& limits,
-                                                 const Tokenizer& tokenizer) {
+                                                 const Tokenizer& tokenizer, bool* token_strs) {
   const json body = parse_body(text, [](const std::string& key) {
     return key == "model" || key == "prompt" || key == "messages" || key == "add_special_tokens" ||
            key == "add_generation_prompt" || key == "continue_final_message" ||
@@ -719,9 +839,8 @@ std::vector<std::int32_t> parse_tokenize_request(std::string_view text, const Ap
   });
   std::string model;
   named_model(body, limits, model);
-  if (flag_field(body, "return_token_strs", false)) {
-    throw bad("'return_token_strs': true is not supported (token ids only)", "return_token_strs");
-  }
+  const bool strs = flag_field(body, "return_token_strs", false);
+  if (token_strs != nullptr) *token_strs = strs;
   const bool has_prompt = body.contains("prompt"), has_messages = body.contains("messages");
   if (has_prompt == has_messages) {
     throw bad("give 'prompt' (a string) or 'messages' (a chat), one of them",
@@ -739,11 +858,20 @@ std::vector<std::int32_t> parse_tokenize_request(std::string_view text, const Ap
                                                       : tokenizer.encode(prompt);
 }
 
-std::string tokenize_json(std::span<const std::int32_t> ids, std::int32_t max_model_len) {
+std::string tokenize_json(std::span<const std::int32_t> ids, std::int32_t max_model_len,
+                          const Tokenizer* strings) {
+  json strs = nullptr;
+  if (strings != nullptr) {
+    strs = json::array();
+    for (const std::int32_t id : ids) {
+      const std::optional<std::string> s = strings->token_string(id);
+      strs.push_back(s ? json(*s) : json(nullptr));
+    }
+  }
   return text_of(json{{"count", ids.size()},
                       {"max_model_len", max_model_len},
                       {"tokens", std::vector<std::int32_t>(ids.begin(), ids.end())},
-                      {"token_strs", nullptr}});
+                      {"token_strs", std::move(strs)}});
 }
 
 std::vector<std::int32_t> parse_detokenize_request(std::string_view text, const ApiLimits& limits) {

@@ -63,6 +63,8 @@ struct ApiLimits {
 
 // The most prompts one completions request may batch.
 inline constexpr std::size_t kMaxBatchPrompts = 1024;
+// The most token sequences a request's bad_words may ban (after tokenization).
+inline constexpr std::size_t kMaxBadWords = 1024;
 
 struct CompletionRequest {
   bool chat = false;
@@ -105,6 +107,8 @@ struct CompletionRequest {
   // top_k >= 1, min_p > 0, repetition_penalty != 1; the others then take temperature 0, top_p 1,
   // no seed, no penalty); absent, the engine's own (greedy). A temperature below 1e-5 is greedy
   // (vLLM's _SAMPLING_EPS); top_k -1 is 0; each bias is clamped to [-100, 100], as vLLM does.
+  // vLLM's allowed_token_ids (repeats dropped) and bad_words (bad_word_token_ids) also make it
+  // present.
   std::optional<RequestSampling> sampling;
   std::int32_t n = 1;  // choices (parallel samples), 1 .. kMaxSamples
   // Log probabilities of the output tokens with this many alternatives each (completions'
@@ -115,11 +119,21 @@ struct CompletionRequest {
   // `logprobs: K` (K); -1: none.
   std::int32_t prompt_logprobs = -1;
   bool prompt_logprobs_field = false;  // asked for by `prompt_logprobs` (the response carries it)
+  // vLLM's return_tokens_as_token_ids: the logprobs objects name each token (and alternative) as
+  // "token_id:N" instead of its text, so tokens that show the same text stay apart.
+  bool return_tokens_as_token_ids = false;
+  // vLLM's skip_special_tokens (default true): the choices' text leaves out the tokenizer's
+  // special tokens (Tokenizer::special; they stay in token counts and logprobs).
+  bool skip_special_tokens = true;
   // Completions' `echo`: each choice's text starts with the prompt (and, with `logprobs`, its
   // logprobs object with the prompt's tokens, the first without a logprob). echo_text: the prompt
   // as the client sent it when a string; empty for token ids (the server decodes them).
   bool echo = false;
   std::string echo_text;
+  // vLLM's truncate_prompt_tokens (k >= 1, or -1: max_model_len) is applied to `prompt` and
+  // `more_prompts` before they are checked against the context: each keeps its last k tokens (a
+  // text prompt with add_special_tokens keeps its special tokens and its last text tokens, as
+  // Hugging Face's left truncation does); a truncated prompt is echoed as its ids decode.
   // `echo` with `max_tokens: 0`: each choice is the prompt alone (its text and logprobs); as in
   // vLLM one token is generated (max_tokens is 1 here, and usage counts it) and not shown.
   bool echo_only = false;
@@ -129,6 +143,13 @@ struct CompletionRequest {
 // otherwise a stable hash of the name in [1, 2^31 - 1], so the same user is the same tenant in
 // every run and on every replica without a table that grows with the users.
 std::uint32_t user_tenant(std::string_view user);
+
+// The token sequences vLLM bans for one of a request's bad_words: the word without its leading
+// whitespace, encoded without special tokens, then " " + that word when it encodes to as many
+// tokens starting with another (the word in mid-text, for tokenizers that mark a leading space).
+// Empty when the word encodes to nothing (whitespace alone).
+std::vector<std::vector<std::int32_t>> bad_word_token_ids(std::string_view word,
+                                                          const Tokenizer& tokenizer);
 
 // Parses a /v1/completions (chat = false) or /v1/chat/completions (chat = true) body. Text
 // prompts and chat messages are encoded with `tokenizer` (chat messages through
@@ -218,12 +239,16 @@ std::string usage_chunk_json(const ResponseMeta& meta, std::int32_t prompt_token
 // vLLM's POST /tokenize: a completions-shaped body ({"prompt": TEXT, "add_special_tokens"
 // (default true)}) or a chat-shaped one ({"messages", "add_generation_prompt",
 // "continue_final_message", "add_special_tokens" (default false)}), with an optional "model"
-// (404 for a name not served); the prompt's ids as the completion endpoints encode it. The
-// response: {"count", "max_model_len", "tokens", "token_strs": null} (return_token_strs: true is
-// 400, not supported). Throws ApiError as parse_completion_request does.
+// (404 for a name not served); the prompt's ids as the completion endpoints encode it, and in
+// *token_strs (where given) its "return_token_strs" (default false). The response: {"count",
+// "max_model_len", "tokens", "token_strs"}: null, or with `strings` each id's
+// Tokenizer::token_string (vLLM's convert_ids_to_tokens; null for an id no token uses). Throws
+// ApiError as parse_completion_request does.
 std::vector<std::int32_t> parse_tokenize_request(std::string_view body, const ApiLimits& limits,
-                                                 const Tokenizer& tokenizer);
-std::string tokenize_json(std::span<const std::int32_t> ids, std::int32_t max_model_len);
+                                                 const Tokenizer& tokenizer,
+                                                 bool* token_strs = nullptr);
+std::string tokenize_json(std::span<const std::int32_t> ids, std::int32_t max_model_len,
+                          const Tokenizer* strings = nullptr);
 // vLLM's POST /detokenize: {"tokens": [ids], "model"} -> the ids (each in the vocabulary: 400
 // naming `tokens` otherwise); the response {"prompt": their text}.
 std::vector<std::int32_t> parse_detokenize_request(std::string_view body, const ApiLimits& limits);

@@ -5,6 +5,7 @@
 #include <map>
 
 #include "core/rng.h"
+#include "core/stop_conditions.h"
 
 namespace servelab {
 
@@ -85,18 +86,68 @@ std::vector<LogitAdjustment> logit_adjustments(const RequestSpec& spec,
   return out;
 }
 
-std::vector<LogitAdjustment> row_adjustments(const ScheduledRequest& e, std::size_t index,
-                                             std::optional<std::int32_t> previous,
-                                             std::span<const std::int32_t> drafts,
-                                             std::span<const std::int32_t> prompt_tokens) {
-  if (e.spec->sampling == nullptr || !e.spec->sampling->adjusts_logits()) return {};
+namespace {
+
+// The outputs of entry `e` before output `index` that only the executor knows: the previous
+// step's token (when the entry takes it), then the entry's verify drafts.
+std::vector<std::int32_t> outputs_after(const ScheduledRequest& e, std::size_t index,
+                                        std::optional<std::int32_t> previous,
+                                        std::span<const std::int32_t> drafts) {
   const std::size_t extra = index - e.output_tokens.size();
   std::vector<std::int32_t> later;
   later.reserve(extra);
   if (previous && extra > 0) later.push_back(*previous);
   const std::size_t skip = later.size();  // drafts follow the previous token
   while (later.size() < extra) later.push_back(drafts[later.size() - skip]);
-  return logit_adjustments(*e.spec, prompt_tokens, e.output_tokens, later);
+  return later;
+}
+
+}  // namespace
+
+std::vector<LogitAdjustment> row_adjustments(const ScheduledRequest& e, std::size_t index,
+                                             std::optional<std::int32_t> previous,
+                                             std::span<const std::int32_t> drafts,
+                                             std::span<const std::int32_t> prompt_tokens) {
+  if (e.spec->sampling == nullptr || !e.spec->sampling->adjusts_logits()) return {};
+  return logit_adjustments(*e.spec, prompt_tokens, e.output_tokens,
+                           outputs_after(e, index, previous, drafts));
+}
+
+std::vector<std::int32_t> bad_word_bans(const std::vector<std::vector<std::int32_t>>& words,
+                                        std::span<const std::int32_t> earlier,
+                                        std::span<const std::int32_t> later) {
+  std::vector<std::int32_t> out;
+  const std::size_t have = earlier.size() + later.size();
+  // Output i from the end (1: the last one).
+  const auto back = [&](std::size_t i) {
+    return i <= later.size() ? later[later.size() - i] : earlier[have - i];
+  };
+  for (const std::vector<std::int32_t>& w : words) {
+    if (w.empty() || w.size() - 1 > have) continue;
+    const std::size_t prefix = w.size() - 1;
+    bool ends = true;
+    for (std::size_t j = 0; j < prefix && ends; ++j) ends = back(prefix - j) == w[j];
+    if (ends) out.push_back(w.back());
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+std::vector<std::int32_t> row_bans(const ScheduledRequest& e, std::size_t index,
+                                   std::optional<std::int32_t> previous,
+                                   std::span<const std::int32_t> drafts) {
+  std::vector<std::int32_t> out;
+  if (e.spec->stop != nullptr) out = suppressed_tokens(*e.spec, static_cast<std::int32_t>(index));
+  const RequestSampling* own = e.spec->sampling.get();
+  if (own != nullptr && !own->bad_words.empty()) {
+    const std::vector<std::int32_t> words =
+        bad_word_bans(own->bad_words, e.output_tokens, outputs_after(e, index, previous, drafts));
+    out.insert(out.end(), words.begin(), words.end());
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
 }
 
 void PromptTokenSets::retain(const StepPlan& plan) {

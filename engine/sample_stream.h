@@ -71,6 +71,21 @@ std::vector<LogitAdjustment> row_adjustments(const ScheduledRequest& e, std::siz
                                              std::span<const std::int32_t> drafts,
                                              std::span<const std::int32_t> prompt_tokens);
 
+// Step 0 of core/sampling_params.h, bad words: the last token of each of `words` whose other
+// tokens end the outputs `earlier` followed by `later` (a one-token word: always), ascending and
+// unique. vLLM's bad_words over the outputs only, not the prompt.
+std::vector<std::int32_t> bad_word_bans(const std::vector<std::vector<std::int32_t>>& words,
+                                        std::span<const std::int32_t> earlier,
+                                        std::span<const std::int32_t> later);
+
+// The tokens the row of plan entry `e` that samples output `index` must not draw (its outputs
+// before `index` taken as row_adjustments takes them), ascending and unique: min_tokens' EOS and
+// stop ids (core/stop_conditions.h suppressed_tokens) and the bad words'. The tokens outside the
+// request's allowed_token_ids are not listed: each executor masks those itself.
+std::vector<std::int32_t> row_bans(const ScheduledRequest& e, std::size_t index,
+                                   std::optional<std::int32_t> previous,
+                                   std::span<const std::int32_t> drafts);
+
 // Each executor's cache of distinct_prompt_tokens for the requests with a repetition penalty,
 // so a request's prompt is read once while it keeps being scheduled rather than at every step.
 class PromptTokenSets {

@@ -287,6 +287,8 @@ struct Exchange {
   bool echo = false;
   bool echo_only = false;  // max_tokens 0: the prompt alone (the generated token is not shown)
   bool prompt_logprobs_field = false;  // the response carries vLLM's prompt_logprobs
+  bool tokens_as_ids = false;          // vLLM's return_tokens_as_token_ids
+  bool skip_special = true;            // vLLM's skip_special_tokens
   // Every part's max_output_tokens and stop conditions (check_stop on a choice's tokens), and
   // whether a stop token's text is shown (include_stop_str_in_output).
   RequestSpec ends;
@@ -481,8 +483,11 @@ class Server {
     // and the text of ids.
     http.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
       try {
-        const std::vector<std::int32_t> ids = parse_tokenize_request(req.body, limits_, tokenizer_);
-        res.set_content(tokenize_json(ids, limits_.max_model_len), "application/json");
+        bool strs = false;
+        const std::vector<std::int32_t> ids =
+            parse_tokenize_request(req.body, limits_, tokenizer_, &strs);
+        res.set_content(tokenize_json(ids, limits_.max_model_len, strs ? &tokenizer_ : nullptr),
+                        "application/json");
       } catch (const ApiError& e) {
         send_error(res, e);
       }
@@ -546,6 +551,8 @@ class Server {
     ex->echo = parsed.echo;
     ex->echo_only = parsed.echo_only;
     ex->prompt_logprobs_field = parsed.prompt_logprobs_field;
+    ex->tokens_as_ids = parsed.return_tokens_as_token_ids;
+    ex->skip_special = parsed.skip_special_tokens;
     ex->logprobs = parsed.logprobs >= 0;
     ex->continuous_usage = parsed.continuous_usage;
     if (1 + parsed.more_prompts.size() > options_.max_in_flight) {
@@ -686,7 +693,7 @@ class Server {
         }
         std::string text;
         if (!c.stops.empty()) {
-          text = render_text(tokenizer_, shown_tokens(*ex, c));
+          text = output_text(*ex, c);
           c.stopped = c.stops.update(text, count);
           if (c.stopped) newly_stopped.push_back(k);
         }
@@ -694,7 +701,7 @@ class Server {
         // One event per token, as vLLM sends one per step; a choice's last token's carries its
         // finish_reason ("length" at max_tokens, "stop" at EOS, a stop token id or a stop
         // string).
-        if (c.stops.empty()) text = render_text(tokenizer_, shown_tokens(*ex, c));
+        if (c.stops.empty()) text = output_text(*ex, c);
         const bool last =
             c.stopped || c.stop_token || count == ex->max_tokens || (finished && i == last_of[k]);
         const std::string reason = !last                       ? ""
@@ -713,7 +720,7 @@ class Server {
             chunk_json(ex->meta, with_usage(*ex, p, c, with_echo(*ex, p, c, std::move(chunk)))));
         if (ex->logprobs)
           c.logprob_chars +=
-              static_cast<std::int64_t>(utf8::characters(token_text(c.tokens.back())));
+              static_cast<std::int64_t>(utf8::characters(logprob_token(*ex, c.tokens.back())));
         c.first = false;
         c.finish_sent = c.finish_sent || last;
       }
@@ -738,7 +745,7 @@ class Server {
           const auto index = static_cast<std::int32_t>(k);
           const std::string reason = c.stopped ? "stop" : finish_reason(u, index);
           const std::string stop_reason = c.stopped ? c.stops.matched() : "";
-          std::string text = render_text(tokenizer_, shown_tokens(*ex, c));
+          std::string text = output_text(*ex, c);
           if (stream) {
             if (!c.finish_sent) {
               ChunkFields chunk{
@@ -759,9 +766,9 @@ class Server {
           if (!c.stopped) shown.stop_token = c.stop_token_id;
           if (ex->logprobs) {
             std::vector<TokenLogprobText>& lp = shown.logprobs.emplace();
-            if (ex->echo) lp = prompt_logprob_texts(p);
+            if (ex->echo) lp = prompt_logprob_texts(*ex, p);
             for (std::size_t t = 0; t < c.tokens.size() && !ex->echo_only; ++t) {
-              lp.push_back(logprob_text(c.tokens[t], c.logprobs[t]));
+              lp.push_back(logprob_text(*ex, c.tokens[t], c.logprobs[t]));
             }
           }
           if (ex->prompt_logprobs_field) shown.prompt_logprobs = prompt_logprob_entries(p);
@@ -808,26 +815,44 @@ class Server {
     for (const Part& p : ex.parts) queue_.abort(p.id);
   }
 
+  // A choice's text: its shown tokens decoded, the tokenizer's special tokens left out unless
+  // the request keeps them (vLLM's skip_special_tokens, default true).
+  std::string output_text(const Exchange& ex, const Choice& c) const {
+    const std::span<const std::int32_t> ids = shown_tokens(ex, c);
+    if (!ex.skip_special) return render_text(tokenizer_, ids);
+    std::vector<std::int32_t> kept;
+    kept.reserve(ids.size());
+    for (const std::int32_t id : ids) {
+      if (!tokenizer_.special(id)) kept.push_back(id);
+    }
+    return render_text(tokenizer_, kept);
+  }
   // A token's text in a logprobs object: its own bytes (render_text's, for one id).
   std::string token_text(std::int32_t id) const {
     return render_text(tokenizer_, std::span<const std::int32_t>(&id, 1));
   }
-  TokenLogprobText logprob_text(std::int32_t id, const TokenLogprobs& lp) const {
-    TokenLogprobText t{token_text(id), lp.logprob, {}};
-    for (const auto& [alt, value] : lp.top) t.top.emplace_back(token_text(alt), value);
+  // A token as a logprobs object names it: its text, or "token_id:N" under vLLM's
+  // return_tokens_as_token_ids (tokens whose texts are the same stay apart).
+  std::string logprob_token(const Exchange& ex, std::int32_t id) const {
+    return ex.tokens_as_ids ? "token_id:" + std::to_string(id) : token_text(id);
+  }
+  TokenLogprobText logprob_text(const Exchange& ex, std::int32_t id,
+                                const TokenLogprobs& lp) const {
+    TokenLogprobText t{logprob_token(ex, id), lp.logprob, {}};
+    for (const auto& [alt, value] : lp.top) t.top.emplace_back(logprob_token(ex, alt), value);
     return t;
   }
   // An echoed prompt's tokens as a completions logprobs object shows them: the first without a
   // log probability (it has no context), the others with theirs (they arrive with the first
   // output token, before any chunk or response is written).
-  std::vector<TokenLogprobText> prompt_logprob_texts(const Part& p) const {
+  std::vector<TokenLogprobText> prompt_logprob_texts(const Exchange& ex, const Part& p) const {
     std::vector<TokenLogprobText> shown;
     for (std::size_t t = 0; t < p.prompt.size(); ++t) {
       if (t == 0 || p.prompt_lp == nullptr || t > p.prompt_lp->size()) {
-        TokenLogprobText none{token_text(p.prompt[t]), 0.0f, {}, true};
+        TokenLogprobText none{logprob_token(ex, p.prompt[t]), 0.0f, {}, true};
         shown.push_back(std::move(none));
       } else {
-        shown.push_back(logprob_text(p.prompt[t], (*p.prompt_lp)[t - 1]));
+        shown.push_back(logprob_text(ex, p.prompt[t], (*p.prompt_lp)[t - 1]));
       }
     }
     return shown;
@@ -858,7 +883,7 @@ class Server {
     if (!ex.echo || !chunk.first) return chunk;
     chunk.text = p.echo_text + chunk.text;
     if (ex.logprobs) {
-      std::vector<TokenLogprobText> shown = prompt_logprob_texts(p);
+      std::vector<TokenLogprobText> shown = prompt_logprob_texts(ex, p);
       for (const TokenLogprobText& t : shown) {
         c.logprob_chars += static_cast<std::int64_t>(utf8::characters(t.token));
       }
@@ -881,7 +906,7 @@ class Server {
   // The logprobs of a streamed chunk: its one token's (the choice's last), when asked.
   std::vector<TokenLogprobText> chunk_logprobs(const Exchange& ex, const Choice& c) const {
     if (!ex.logprobs) return {};
-    return {logprob_text(c.tokens.back(), c.logprobs.back())};
+    return {logprob_text(ex, c.tokens.back(), c.logprobs.back())};
   }
 
   // The OpenAI finish_reason of choice k of a finished request: the scheduler's ("length" or

@@ -27,6 +27,28 @@ __global__ void mask_kernel(float* logits, std::int32_t vocab, const std::int32_
   if (t >= 0 && t < vocab) logits[std::int64_t{rows[i]} * vocab + t] = -INFINITY;
 }
 
+// keep_only_logits: one CTA per listed row; a token stays when a binary search finds it in the
+// row's ascending slice.
+__global__ void keep_only_kernel(float* logits, std::int32_t vocab, const std::int32_t* rows,
+                                 const std::int32_t* offsets, const std::int32_t* tokens) {
+  float* row = logits + std::int64_t{rows[blockIdx.x]} * vocab;
+  const std::int32_t* begin = tokens + offsets[blockIdx.x];
+  const std::int32_t n = offsets[blockIdx.x + 1] - offsets[blockIdx.x];
+  for (std::int32_t t = static_cast<std::int32_t>(threadIdx.x); t < vocab;
+       t += static_cast<std::int32_t>(blockDim.x)) {
+    std::int32_t lo = 0, hi = n;  // the first slice entry >= t
+    while (lo < hi) {
+      const std::int32_t mid = (lo + hi) / 2;
+      if (begin[mid] < t) {
+        lo = mid + 1;
+      } else {
+        hi = mid;
+      }
+    }
+    if (lo == n || begin[lo] != t) row[t] = -INFINITY;
+  }
+}
+
 // The argmax of `row` into *out (thread 0 of warp 0 writes it).
 __device__ void greedy_row(const float* row, std::int32_t vocab, std::int32_t* out) {
   __shared__ float s_val[32];
@@ -116,6 +138,10 @@ __device__ void top_p_row(const float* row, std::int32_t vocab, float inv_temp_l
   float mx = -INFINITY;
   for (std::int32_t i = threadIdx.x; i < vocab; i += kThreads) mx = fmaxf(mx, row[i]);
   mx = detail::block_max(mx, scratch);
+  if (mx == -INFINITY) {  // every token masked (the same in every thread)
+    if (threadIdx.x == 0) *out = 0;
+    return;
+  }
   float total = 0.0f;
   for (std::int32_t i = threadIdx.x; i < vocab; i += kThreads) {
     const float p = exp2f((row[i] - mx) * inv_temp_log2);
@@ -202,6 +228,16 @@ void mask_logits(float* logits, std::int32_t vocab, const std::int32_t* rows,
                   detail::as_stream(stream))
   (logits, vocab, rows, tokens, n);
   detail::check_launch("mask_logits");
+}
+
+void keep_only_logits(float* logits, std::int32_t vocab, const std::int32_t* rows,
+                      const std::int32_t* offsets, const std::int32_t* tokens, std::int32_t n,
+                      Stream stream) {
+  if (n <= 0) return;
+  constexpr int kKeepThreads = 256;
+  SERVELAB_LAUNCH(keep_only_kernel, n, kKeepThreads, 0, detail::as_stream(stream))
+  (logits, vocab, rows, offsets, tokens);
+  detail::check_launch("keep_only_logits");
 }
 
 void adjust_logits(float* logits, std::int32_t vocab, const std::int32_t* rows,

@@ -6,6 +6,7 @@
 //     (probability bits, inverted id) and bisections of block-wide deterministic sums
 //     (sample_bisect is the same algorithm on the host). Agrees with sample_reference except
 //     where u lands within fp32 rounding of a boundary between two tokens' mass intervals.
+//   A row whose every logit is -infinity (its masks keep no token) draws token 0, in both.
 #pragma once
 
 #include <cstdint>
@@ -35,6 +36,14 @@ void sample_rows(const float* logits, std::int32_t num_rows, std::int32_t vocab,
 // an entry whose token is outside [0, vocab) is skipped. rows, tokens: device [n].
 void mask_logits(float* logits, std::int32_t vocab, const std::int32_t* rows,
                  const std::int32_t* tokens, std::int32_t n, Stream stream);
+
+// Before sampling: every logit of row rows[i] (i < n) whose token is not in tokens[offsets[i] ..
+// offsets[i + 1]) becomes -infinity (a request's allowed_token_ids, core/sampling_params.h); each
+// slice ascending. rows: device [n]; offsets: device [n + 1]; tokens: device [offsets[n]]. One CTA
+// per listed row.
+void keep_only_logits(float* logits, std::int32_t vocab, const std::int32_t* rows,
+                      const std::int32_t* offsets, const std::int32_t* tokens, std::int32_t n,
+                      Stream stream);
 
 // The requests' logit_bias and penalties (engine/sample_stream.h LogitAdjustment, with the same
 // fp32 arithmetic): for i < n, with l = logits[rows[i] * vocab + tokens[i]] + adjust[3i] (the

@@ -85,6 +85,7 @@ std::int32_t sample_reference(std::span<const float> logits, double temperature,
   lane.fill(logits[0]);
   for (std::size_t t = 0; t < logits.size(); ++t) lane[t % 8] = std::max(lane[t % 8], logits[t]);
   const double mx = *std::max_element(lane.begin(), lane.end());
+  if (mx == -INFINITY) return 0;  // every token masked
   // min_p: the tokens whose probability (against the largest, 1) is at least min_p.
   std::vector<Ranked> v;
   v.reserve(logits.size());
@@ -156,6 +157,7 @@ std::int32_t sample_bisect(std::span<const float> logits, float temperature, con
                            float u) {
   float mx = logits[0];
   for (float l : logits) mx = std::max(mx, l);
+  if (mx == -INFINITY) return 0;  // every token masked
   std::vector<float> p(logits.size());
   const float scale = 1.4426950408889634f / temperature;  // log2(e) / T, as the kernel
   for (std::size_t i = 0; i < p.size(); ++i) p[i] = std::exp2((logits[i] - mx) * scale);

@@ -34,8 +34,10 @@ class ByteLevelBpeTokenizer final : public Tokenizer {
       decoded_[static_cast<std::size_t>(id)] = bpe_->bytes_of(id);
     }
     // An added token decodes to its content, whatever the vocabulary holds at its id.
+    special_.assign(decoded_.size(), false);
     for (const AddedTokens::Token& t : added_.tokens()) {
       decoded_[static_cast<std::size_t>(t.id)] = &t.content;
+      special_[static_cast<std::size_t>(t.id)] = t.special;
     }
   }
 
@@ -77,6 +79,21 @@ class ByteLevelBpeTokenizer final : public Tokenizer {
     return bpe_->id_of(token);
   }
 
+  std::optional<std::string> token_string(std::int32_t id) const override {
+    if (id < 0 || static_cast<std::size_t>(id) >= decoded_.size()) return std::nullopt;
+    for (const AddedTokens::Token& t : added_.tokens()) {
+      if (t.id == id) return t.content;
+    }
+    const std::string* bytes = decoded_[static_cast<std::size_t>(id)];
+    if (bytes == nullptr) return std::nullopt;
+    return byte_level::encode(*bytes);
+  }
+
+  bool special(std::int32_t id) const override {
+    return id >= 0 && static_cast<std::size_t>(id) < special_.size() &&
+           special_[static_cast<std::size_t>(id)];
+  }
+
   const SequenceTemplate& sequence_template() const override { return around_; }
 
  private:
@@ -99,6 +116,7 @@ class ByteLevelBpeTokenizer final : public Tokenizer {
   PreTokenizer pre_;
   std::unique_ptr<BpeModel> bpe_;
   std::vector<const std::string*> decoded_;  // id -> its bytes (null: unused id)
+  std::vector<bool> special_;                // id -> an added token marked special
   SequenceTemplate around_;                  // the post_processor's special tokens
 };
 

@@ -53,6 +53,12 @@ class Tokenizer {
   // text as tokenizer.json writes it (GPT-2's byte alphabet: " hello" is "Ġhello").
   virtual std::optional<std::int32_t> token_id(
       std::string_view token) const = 0;  // special or normal
+  // The inverse of token_id: an added token's content, a vocabulary token's text in the byte
+  // alphabet (Hugging Face's convert_ids_to_tokens); nullopt for an id no token uses.
+  virtual std::optional<std::string> token_string(std::int32_t id) const = 0;
+  // Whether `id` is an added token marked special (<|eot_id|>): what Hugging Face's decode with
+  // skip_special_tokens, vLLM's default for output text, leaves out.
+  virtual bool special(std::int32_t id) const = 0;
 };
 
 // HF tokenizer.json (model.type BPE, byte-level); ConfigError naming the file and key on bad input.

@@ -657,6 +657,40 @@ TEST(GpuExecutor, PenaltiesLowerTheLogitsOfTheOutputs) {
 #endif
 }
 
+// A request's allowed_token_ids and bad_words (RequestSampling, step 0): the step samples from
+// the plain logits of the allowed tokens that no bad word bans after the entry's outputs
+// (engine/sample_stream.h row_bans), -inf everywhere else, as CpuExecutor does.
+TEST(GpuExecutor, AllowedTokensAndBadWordsMaskTheLogits) {
+  REQUIRE_GPU();
+#if SERVELAB_HAVE_CUDA
+  const LlamaWeights w = LlamaWeights::random(GpuConfig(64, 4, 2, false), 9);
+  RequestSpec spec = make_request(1, 0, {{unique_content_id(14, 1), 0, 12}}, 8);
+  const std::vector<std::int32_t> outputs = {17, 5, 17, 900};
+  const std::vector<BlockId> table = {1, 2};
+  const auto logits_of = [&](const RequestSpec& r) {
+    CudaExecutor gpu(w, GpuOptions(8, 8));
+    const StepResult result = gpu.execute(OnePlan(r, outputs, 0, 16, table));
+    return std::make_pair(gpu.last_logits()[0], result.sampled_tokens[0]);
+  };
+  const std::vector<float> plain = logits_of(spec).first;
+  RequestSampling own;
+  own.allowed_token_ids = {3, 17, 900, 1000};
+  // [900, 3] and [17, 900, 17] end at the outputs (3 and 17 banned); [5] and [17, 5, 1000] do
+  // not matter (5 is not allowed; the outputs do not end with [17, 5]).
+  own.bad_words = {{900, 3}, {5}, {17, 900, 17}, {17, 5, 1000}};
+  spec.sampling = std::make_shared<const RequestSampling>(own);
+  const auto [masked, token] = logits_of(spec);
+  std::vector<float> want(plain.size(), -std::numeric_limits<float>::infinity());
+  for (const std::size_t t : {std::size_t{900}, std::size_t{1000}}) want[t] = plain[t];
+  EXPECT_EQ(masked, want);
+  EXPECT_EQ(token, plain[900] >= plain[1000] ? 900 : 1000);
+  // Every allowed token banned: the row draws token 0.
+  own.bad_words = {{900, 3}, {17, 900, 17}, {900}, {1000}};
+  spec.sampling = std::make_shared<const RequestSampling>(own);
+  EXPECT_EQ(logits_of(spec).second, 0);
+#endif
+}
+
 // Log probabilities (RequestSpec::logprobs): the entries that ask, and the forked samples of one
 // that asks, get token_logprobs of their row's raw logits (those keep_logits returns, no mask
 // here); the others none.

@@ -19,6 +19,7 @@
 #include "core/kv_cache_manager.h"
 #include "core/sampling_params.h"
 #include "core/scheduler.h"
+#include "core/stop_conditions.h"
 #include "engine/cpu_executor.h"
 #include "engine/llama_weights.h"
 #include "engine/sample_stream.h"
@@ -302,6 +303,114 @@ TEST(RequestSampling, TopKAndMinPTruncateTheDraw) {
                ++checked;
              });
     EXPECT_EQ(checked, 10);
+  }
+}
+
+// allowed_token_ids: every token a greedy or a sampled request draws is one of them, and the
+// greedy one is the argmax of its row's logits over them; without them the same request draws
+// others.
+TEST(RequestSampling, AllowedTokenIdsConfineEveryDraw) {
+  const LlamaWeights w = LlamaWeights::random(load_llama_config("tiny", default_catalog_dir()), 4);
+  const std::vector<std::int32_t> plain =
+      Generate(w, SamplingParams{}, {Prompt(0, 5, std::nullopt)}).at(0);
+  const std::vector<std::int32_t> allowed = {3, 40, 41, 200};
+  ASSERT_EQ(std::find_first_of(plain.begin(), plain.end(), allowed.begin(), allowed.end()),
+            plain.end());
+  for (const double temperature : {0.0, 1.5}) {
+    RequestSampling own{temperature, 1.0, 7};
+    own.allowed_token_ids = allowed;
+    int checked = 0;
+    const Tokens out =
+        Generate(w, SamplingParams{}, {Prompt(0, 5, own), Prompt(1, 5, std::nullopt)},
+                 [&](const StepPlan& plan, const StepResult& r, const CpuExecutor& ex) {
+                   for (std::size_t i = 0; i < plan.requests.size(); ++i) {
+                     if (!plan.requests[i].samples || plan.requests[i].id != 0) continue;
+                     const Eigen::VectorXf& l = ex.last_logits()[i];
+                     std::int32_t best = allowed[0];
+                     for (const std::int32_t t : allowed) best = l[t] > l[best] ? t : best;
+                     if (temperature == 0) EXPECT_EQ(r.sampled_tokens[i], best);
+                     ++checked;
+                   }
+                 });
+    EXPECT_EQ(checked, 10);
+    for (const std::int32_t t : out.at(0)) {
+      EXPECT_TRUE(std::binary_search(allowed.begin(), allowed.end(), t)) << t;
+    }
+    EXPECT_EQ(out.at(1), plain);  // the request beside it is untouched
+  }
+}
+
+// bad_words: a greedy request never generates a banned sequence; it generates what it would have
+// up to the point where the sequence would end, and differs there.
+TEST(RequestSampling, BadWordsNeverEndInTheOutputs) {
+  const LlamaWeights w = LlamaWeights::random(load_llama_config("tiny", default_catalog_dir()), 4);
+  const std::vector<std::int32_t> plain =
+      Generate(w, SamplingParams{}, {Prompt(0, 5, std::nullopt)}).at(0);
+  ASSERT_EQ(plain.size(), 10u);
+  const auto contains = [](const std::vector<std::int32_t>& out,
+                           const std::vector<std::int32_t>& word) {
+    return std::search(out.begin(), out.end(), word.begin(), word.end()) != out.end();
+  };
+  // One token: never drawn. Two and three: the last never follows the others.
+  for (const std::vector<std::int32_t>& word :
+       {std::vector<std::int32_t>{plain[0]}, std::vector<std::int32_t>{plain[3], plain[4]},
+        std::vector<std::int32_t>{plain[5], plain[6], plain[7]}}) {
+    RequestSampling own;
+    own.bad_words = {word, {9999, 1}};  // the second never matches
+    const std::vector<std::int32_t> out = Generate(w, SamplingParams{}, {Prompt(0, 5, own)}).at(0);
+    const std::size_t at = static_cast<std::size_t>(
+        std::search(plain.begin(), plain.end(), word.begin(), word.end()) - plain.begin());
+    const std::size_t end = at + word.size() - 1;  // where plain drew the word's last token
+    EXPECT_FALSE(contains(out, word));
+    EXPECT_TRUE(
+        std::equal(plain.begin(), plain.begin() + static_cast<std::ptrdiff_t>(end), out.begin()));
+    EXPECT_NE(out[end], plain[end]);
+  }
+}
+
+TEST(RequestSampling, BadWordBansMatchTheOutputsEnd) {
+  const std::vector<std::vector<std::int32_t>> words = {{5}, {1, 2}, {2, 3, 4}, {9, 9}, {8, 6, 6}};
+  const std::vector<std::int32_t> none;
+  // No outputs: the one-token word only.
+  EXPECT_EQ(bad_word_bans(words, none, none), (std::vector<std::int32_t>{5}));
+  EXPECT_EQ(bad_word_bans(words, std::vector<std::int32_t>{1}, none),
+            (std::vector<std::int32_t>{2, 5}));
+  // The prefix across the earlier and later outputs.
+  EXPECT_EQ(bad_word_bans(words, std::vector<std::int32_t>{7, 2}, std::vector<std::int32_t>{3}),
+            (std::vector<std::int32_t>{4, 5}));
+  EXPECT_EQ(bad_word_bans(words, none, std::vector<std::int32_t>{9}),
+            (std::vector<std::int32_t>{5, 9}));
+  // A prefix not at the end does not ban.
+  EXPECT_EQ(bad_word_bans(words, std::vector<std::int32_t>{2, 3, 1, 7}, none),
+            (std::vector<std::int32_t>{5}));
+  // row_bans adds min_tokens' EOS, and counts the previous step's token as an output.
+  RequestSpec spec = make_request(0, 0, {{1, 0, 8}}, 8);
+  RequestSampling own;
+  own.bad_words = {{1, 2}, {9, 9, 6}};
+  spec.sampling = std::make_shared<const RequestSampling>(own);
+  StopConditions stop;
+  stop.eos_token_id = 7;
+  stop.min_tokens = 2;
+  spec.stop = std::make_shared<const StopConditions>(stop);
+  const std::vector<std::int32_t> outputs = {9};
+  ScheduledRequest e;
+  e.spec = &spec;
+  e.output_tokens = outputs;
+  EXPECT_EQ(row_bans(e, 1, std::nullopt, {}), (std::vector<std::int32_t>{7}));
+  EXPECT_EQ(row_bans(e, 2, 9, {}), (std::vector<std::int32_t>{6}));
+  const std::vector<std::int32_t> drafts = {1};
+  EXPECT_EQ(row_bans(e, 2, std::nullopt, drafts), (std::vector<std::int32_t>{2}));
+}
+
+// A row whose masks keep no token (the one allowed token banned) draws token 0, greedy or not.
+TEST(RequestSampling, NothingAllowedDrawsTokenZero) {
+  const LlamaWeights w = LlamaWeights::random(load_llama_config("tiny", default_catalog_dir()), 4);
+  for (const double temperature : {0.0, 1.0}) {
+    RequestSampling own{temperature, 1.0, 3};
+    own.allowed_token_ids = {40};
+    own.bad_words = {{40}};
+    EXPECT_EQ(Generate(w, SamplingParams{}, {Prompt(0, 5, own)}).at(0),
+              std::vector<std::int32_t>(10, 0));
   }
 }
 

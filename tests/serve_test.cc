@@ -364,6 +364,28 @@ TEST(EngineServe, SeededSamplingAndParallelChoices) {
                  {"logit_bias", {{"65", 100}}}};
   const json forced = complete(biased)["choices"][0];
   EXPECT_EQ(forced["text"], "AAAAA") << forced.dump();
+  // vLLM's return_tokens_as_token_ids: the logprobs name tokens by id.
+  biased["return_tokens_as_token_ids"] = true;
+  biased["logprobs"] = 1;
+  const json by_id = complete(biased)["choices"][0]["logprobs"];
+  EXPECT_EQ(by_id["tokens"], json(std::vector<std::string>(5, "token_id:65"))) << by_id.dump();
+  EXPECT_TRUE(by_id["top_logprobs"][0].contains("token_id:65")) << by_id.dump();
+  EXPECT_EQ(by_id["text_offset"][1], 11);  // offsets count the names' characters
+  // vLLM's allowed_token_ids: a sampled choice draws only those; bad_words bans one of them
+  // ("A" is token 65), leaving the other; truncate_prompt_tokens keeps the prompt's last 2.
+  json allowed = {{"prompt", {1, 2, 3, 4, 5}},
+                  {"max_tokens", 12},
+                  {"temperature", 1.5},
+                  {"seed", 3},
+                  {"allowed_token_ids", {66, 65}}};
+  const std::string ab = complete(allowed)["choices"][0]["text"];
+  EXPECT_EQ(ab.size(), 12u);
+  EXPECT_EQ(ab.find_first_not_of("AB"), std::string::npos) << ab;
+  allowed["bad_words"] = {"A"};
+  allowed["truncate_prompt_tokens"] = 2;
+  const json only_b = complete(allowed);
+  EXPECT_EQ(only_b["choices"][0]["text"], std::string(12, 'B')) << only_b.dump();
+  EXPECT_EQ(only_b["usage"]["prompt_tokens"], 2);
   // top_k 1 at any temperature is greedy.
   json top1 = greedy;
   top1["temperature"] = 3.0;
@@ -412,6 +434,50 @@ TEST(EngineServe, TokenizeAndDetokenize) {
   EXPECT_EQ(post("/detokenize", {{"tokens", {1, 999}}}, 400)["error"]["param"], "tokens");
   EXPECT_EQ(post("/tokenize", {{"model", "nope"}, {"prompt", "a"}}, 404)["error"]["code"],
             "model_not_found");
+  fs::remove_all(dir);
+}
+
+// vLLM's skip_special_tokens (default true): a choice's text leaves out the tokenizer's special
+// tokens, streamed or not (a non-special added token stays); false keeps them; logprobs name
+// them either way. /tokenize's return_token_strs names each token as tokenizer.json does.
+TEST(EngineServe, SpecialTokensLeaveTheTextUnlessKept) {
+  const fs::path dir = temp_dir("serve_special");
+  json doc = json::parse(read_file(servelab_home() / "data/tokenizers/bytes/tokenizer.json"));
+  doc["added_tokens"] = {{{"id", 65}, {"content", "<A>"}, {"special", true}},
+                         {{"id", 66}, {"content", "<B>"}, {"special", false}}};
+  write_file(dir / "tokenizer.json", doc.dump());
+  ServerProcess server(dir, {"--tokenizer", (dir / "tokenizer.json").string()});
+  httplib::Client c = client_for(server);
+  const auto complete = [&](const json& body) {
+    const httplib::Result r = c.Post("/v1/completions", body.dump(), "application/json");
+    EXPECT_TRUE(r);
+    EXPECT_EQ(r ? r->status : 0, 200) << (r ? r->body : "");
+    return r ? json::parse(r->body) : json();
+  };
+  // A bias of 100 makes every token 65 (special), or 66 (not special) below.
+  json forced = {{"prompt", {1, 2, 3}}, {"max_tokens", 3}, {"logit_bias", {{"65", 100}}}};
+  json hidden = complete(forced);
+  EXPECT_EQ(hidden["choices"][0]["text"], "") << hidden.dump();
+  EXPECT_EQ(hidden["usage"]["completion_tokens"], 3);
+  forced["logprobs"] = 0;
+  EXPECT_EQ(complete(forced)["choices"][0]["logprobs"]["tokens"], json({"<A>", "<A>", "<A>"}));
+  forced["skip_special_tokens"] = false;
+  EXPECT_EQ(complete(forced)["choices"][0]["text"], "<A><A><A>");
+  forced.erase("skip_special_tokens");
+  forced.erase("logprobs");
+  forced["stream"] = true;
+  const Stream st = post_stream(server, "/v1/completions", forced);
+  std::string streamed;
+  for (const json& ch : st.chunks) streamed += ch["choices"][0]["text"].get<std::string>();
+  EXPECT_EQ(streamed, "");
+  EXPECT_EQ(st.chunks.size(), 3u);
+  json plain = {{"prompt", {1, 2, 3}}, {"max_tokens", 2}, {"logit_bias", {{"66", 100}}}};
+  EXPECT_EQ(complete(plain)["choices"][0]["text"], "<B><B>");
+  const httplib::Result t =
+      c.Post("/tokenize", json({{"prompt", "x<A> y"}, {"return_token_strs", true}}).dump(),
+             "application/json");
+  ASSERT_TRUE(t);
+  EXPECT_EQ(json::parse(t->body)["token_strs"], json({"x", "<A>", "\u0120", "y"})) << t->body;
   fs::remove_all(dir);
 }
 

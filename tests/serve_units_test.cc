@@ -152,13 +152,26 @@ TEST(OpenAiApi, AddSpecialTokensAsVllm) {
             prompt(chat + R"(, "add_generation_prompt": false})", true));
   EXPECT_EQ(tokenize_json(Ids{2, 97}, 256),
             R"({"count":2,"max_model_len":256,"token_strs":null,"tokens":[2,97]})");
+  // vLLM's return_token_strs: each id's token as tokenizer.json writes it (the byte alphabet:
+  // a space is "Ġ"; the post-processor's id 2 is byte 2, "Ă"; 300 no token).
+  bool strs = false;
+  const Ids ids = parse_tokenize_request(R"({"prompt": "a b", "return_token_strs": true})", limits,
+                                         *tok, &strs);
+  EXPECT_TRUE(strs);
+  EXPECT_EQ(tokenize_json(ids, 256, tok.get()),
+            "{\"count\":4,\"max_model_len\":256,\"token_strs\":[\"\u0102\",\"a\",\"\u0120\",\"b\"],"
+            "\"tokens\":[2,97,32,98]}");
+  EXPECT_EQ(tokenize_json(Ids{300}, 256, tok.get()),
+            R"({"count":1,"max_model_len":256,"token_strs":[null],"tokens":[300]})");
+  parse_tokenize_request(R"({"prompt": "a"})", limits, *tok, &strs);
+  EXPECT_FALSE(strs);
   EXPECT_EQ(parse_detokenize_request(R"({"tokens": [104, 105]})", limits), (Ids{104, 105}));
   EXPECT_EQ(detokenize_json("hi"), R"({"prompt":"hi"})");
   const std::vector<std::pair<std::string, std::string>> bad = {
       {R"({"prompt": "a", "messages": []})", "messages"},
       {R"({})", "prompt"},
       {R"({"prompt": [1, 2]})", "prompt"},
-      {R"({"prompt": "a", "return_token_strs": true})", "return_token_strs"},
+      {R"({"prompt": "a", "return_token_strs": "yes"})", "return_token_strs"},
       {R"({"prompt": "a", "add_generation_prompt": true})", "add_generation_prompt"},
       {R"({"prompt": "a", "max_tokens": 3})", "max_tokens"},
   };
@@ -504,6 +517,112 @@ TEST(OpenAiApi, SamplingParametersAndN) {
       EXPECT_EQ(e.param, param) << body;
     }
   }
+}
+
+// vLLM's allowed_token_ids (ids ascending, repeats dropped) and bad_words (each word without its
+// leading whitespace, and " " + word where that is as many tokens starting elsewhere: here a byte
+// tokenizer with the merges "Ġa" (256) and "ab" (257)), each alone giving the request its own
+// greedy parameters; and truncate_prompt_tokens (the last k tokens; a text prompt keeps its
+// special tokens; -1: max_model_len), applied before the context check, a truncated echo decoded.
+TEST(OpenAiApi, AllowedTokensBadWordsAndTruncation) {
+  nlohmann::json doc =
+      nlohmann::json::parse(read_file(home_path("data/tokenizers/bytes/tokenizer.json")));
+  doc["model"]["vocab"]["\u0120a"] = 256;
+  doc["model"]["vocab"]["ab"] = 257;
+  doc["model"]["merges"] = {"\u0120 a", "a b"};
+  doc["post_processor"] = {
+      {"type", "TemplateProcessing"},
+      {"single", {{{"SpecialToken", {{"id", "<s>"}}}}, {{"Sequence", {{"id", "A"}}}}}},
+      {"special_tokens", {{"<s>", {{"ids", {2}}}}}}};
+  const fs::path dir = temp_dir("bad_words");
+  write_file(dir / "tokenizer.json", doc.dump());
+  const std::unique_ptr<Tokenizer> tok = load_tokenizer(dir / "tokenizer.json");
+  using Ids = std::vector<std::int32_t>;
+  using Words = std::vector<Ids>;
+  EXPECT_EQ(bad_word_token_ids("a", *tok), (Words{{'a'}, {256}}));
+  EXPECT_EQ(bad_word_token_ids(" \tab", *tok), (Words{{257}}));    // " ab" is 2 tokens
+  EXPECT_EQ(bad_word_token_ids("xy", *tok), (Words{{'x', 'y'}}));  // " xy" is 3
+  EXPECT_TRUE(bad_word_token_ids(" \n", *tok).empty());
+  const ApiLimits limits{"tiny", 300, 64, {}};
+  const auto parse = [&](const std::string& body, bool chat = false) {
+    return parse_completion_request(body, chat, limits, *tok);
+  };
+  CompletionRequest r = parse(R"({"prompt": "q", "allowed_token_ids": [9, 3, 9, 40]})");
+  ASSERT_TRUE(r.sampling);
+  EXPECT_EQ(r.sampling->temperature, 0.0);
+  EXPECT_EQ(r.sampling->allowed_token_ids, (Ids{3, 9, 40}));
+  r = parse(R"({"prompt": "q", "temperature": 1, "bad_words": ["a", " ab", "xy"]})");
+  ASSERT_TRUE(r.sampling);
+  EXPECT_EQ(r.sampling->bad_words, (Words{{'a'}, {256}, {257}, {'x', 'y'}}));
+  EXPECT_TRUE(r.sampling->allowed_token_ids.empty());
+  EXPECT_FALSE(parse(R"({"prompt": "q", "bad_words": []})").sampling);
+  EXPECT_FALSE(parse(R"({"prompt": "q", "allowed_token_ids": null})").sampling);
+  EXPECT_TRUE(
+      parse(R"({"prompt": "q", "return_tokens_as_token_ids": true})").return_tokens_as_token_ids);
+  EXPECT_FALSE(parse(R"({"prompt": "q"})").return_tokens_as_token_ids);
+  // truncate_prompt_tokens.
+  EXPECT_EQ(parse(R"({"prompt": [5, 6, 7, 8], "truncate_prompt_tokens": 2})").prompt, (Ids{7, 8}));
+  EXPECT_EQ(parse(R"({"prompt": [5, 6], "truncate_prompt_tokens": 3})").prompt, (Ids{5, 6}));
+  EXPECT_EQ(parse(R"({"prompt": "wxyz", "truncate_prompt_tokens": 3})").prompt, (Ids{2, 'y', 'z'}));
+  EXPECT_EQ(parse(R"({"prompt": "wxyz", "truncate_prompt_tokens": 3, "add_special_tokens": false})")
+                .prompt,
+            (Ids{'x', 'y', 'z'}));
+  r = parse(R"({"prompt": ["wxyz", "ab"], "truncate_prompt_tokens": 2, "echo": true})");
+  EXPECT_EQ(r.prompt, (Ids{2, 'z'}));
+  EXPECT_EQ(r.echo_text, "");  // truncated: the ids are decoded
+  ASSERT_EQ(r.more_prompts.size(), 1u);
+  EXPECT_EQ(r.more_prompts[0], (Ids{2, 257}));
+  EXPECT_EQ(r.more_echo_texts[0], "ab");  // as sent: not truncated
+  const std::string chat = R"({"messages": [{"role": "user", "content": "hi"}])";
+  const Ids full = parse(chat + "}", true).prompt;
+  EXPECT_EQ(parse(chat + R"(, "truncate_prompt_tokens": 4})", true).prompt,
+            Ids(full.end() - 4, full.end()));
+  // -1: the model's length. A prompt over it is cut to it, and then leaves no room to generate.
+  std::string ids = "[";
+  for (int i = 0; i < 70; ++i) ids += std::to_string(i) + (i < 69 ? "," : "]");
+  try {
+    parse(R"({"prompt": )" + ids + R"(, "truncate_prompt_tokens": -1})");
+    ADD_FAILURE() << "no room left";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.code, "context_length_exceeded");
+  }
+  EXPECT_EQ(parse(R"({"prompt": )" + ids + R"(, "truncate_prompt_tokens": 40})").prompt.front(),
+            30);
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {R"({"prompt": "q", "allowed_token_ids": []})", "allowed_token_ids"},
+      {R"({"prompt": "q", "allowed_token_ids": [300]})", "allowed_token_ids"},
+      {R"({"prompt": "q", "allowed_token_ids": [-1]})", "allowed_token_ids"},
+      {R"({"prompt": "q", "allowed_token_ids": 5})", "allowed_token_ids"},
+      {R"({"prompt": "q", "bad_words": "a"})", "bad_words"},
+      {R"({"prompt": "q", "bad_words": [1]})", "bad_words"},
+      {R"({"prompt": "q", "bad_words": ["  "]})", "bad_words"},
+      {R"({"prompt": "q", "truncate_prompt_tokens": 0})", "truncate_prompt_tokens"},
+      {R"({"prompt": "q", "truncate_prompt_tokens": -2})", "truncate_prompt_tokens"},
+      {R"({"prompt": "q", "truncate_prompt_tokens": 1.5})", "truncate_prompt_tokens"},
+      {R"({"prompt": "q", "truncate_prompt_tokens": 65})", "truncate_prompt_tokens"},
+      {R"({"prompt": "qr", "truncate_prompt_tokens": 1})", "truncate_prompt_tokens"},
+      {R"({"prompt": "q", "return_tokens_as_token_ids": 1})", "return_tokens_as_token_ids"},
+  };
+  for (const auto& [body, param] : bad) {
+    try {
+      parse(body);
+      ADD_FAILURE() << "accepted " << body;
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status, 400) << body;
+      EXPECT_EQ(e.param, param) << body;
+    }
+  }
+  // A word outside a smaller model's vocabulary; more words than kMaxBadWords.
+  const ApiLimits small{"tiny", 256, 64, {}};
+  EXPECT_THROW(
+      parse_completion_request(R"({"prompt": "q", "bad_words": ["ab"]})", false, small, *tok),
+      ApiError);
+  nlohmann::json many = {{"prompt", "q"}, {"bad_words", nlohmann::json::array()}};
+  for (std::size_t i = 0; i <= kMaxBadWords; ++i) many["bad_words"].push_back("w");
+  EXPECT_THROW(parse(many.dump()), ApiError);
+  many["bad_words"].erase(0);
+  EXPECT_EQ(parse(many.dump()).sampling->bad_words.size(), kMaxBadWords);
+  fs::remove_all(dir);
 }
 
 // Log probabilities: completions' `logprobs: K`, chat's `logprobs: true` with `top_logprobs: K`

@@ -237,6 +237,27 @@ TEST(Tokenizer, TokenIdFindsVocabularyTokensByTheirText) {
   EXPECT_EQ(cl100k().token_id("hello"), 15339);
 }
 
+// token_string is token_id's inverse over every id a token uses (added tokens by their
+// content), nullopt for the others.
+TEST(Tokenizer, TokenStringIsTokenIdsInverse) {
+  EXPECT_EQ(gpt2().token_string(23748), "\u0120hello");
+  EXPECT_EQ(gpt2().token_string(50256), "<|endoftext|>");
+  EXPECT_EQ(cl100k().token_string(100264), "<|im_start|>");
+  EXPECT_EQ(cl100k().token_string(100256), std::nullopt);  // unused
+  EXPECT_EQ(gpt2().token_string(50257), std::nullopt);
+  EXPECT_EQ(gpt2().token_string(-1), std::nullopt);
+  for (const Tokenizer* t : {&gpt2(), &cl100k()}) {
+    std::int32_t used = 0;
+    for (std::int32_t id = 0; id < t->vocab_size(); ++id) {
+      const std::optional<std::string> s = t->token_string(id);
+      if (!s) continue;
+      ++used;
+      ASSERT_EQ(t->token_id(*s), id) << *s;
+    }
+    EXPECT_GE(used, t->vocab_size() - 20);
+  }
+}
+
 TEST(Tokenizer, VocabSizeAndOutOfRangeIds) {
   EXPECT_EQ(gpt2().vocab_size(), 50257);
   EXPECT_EQ(cl100k().vocab_size(), 100277);  // ids 100256, 100261-3, 100267-75 unused

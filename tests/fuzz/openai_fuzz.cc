@@ -151,6 +151,18 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         finding("a logit_bias outside [-100, 100] or 0");
       if (i > 0 && token <= s.logit_bias[i - 1].first) finding("logit_bias ids not ascending");
     }
+    for (std::size_t i = 0; i < s.allowed_token_ids.size(); ++i) {
+      const std::int32_t t = s.allowed_token_ids[i];
+      if (t < 0 || t >= limits.vocab_size) finding("an allowed token outside the vocabulary");
+      if (i > 0 && t <= s.allowed_token_ids[i - 1]) finding("allowed_token_ids not ascending");
+    }
+    if (s.bad_words.size() > servelab::kMaxBadWords) finding("more bad words than the cap");
+    for (const std::vector<std::int32_t>& word : s.bad_words) {
+      if (word.empty()) finding("an empty bad word");
+      for (const std::int32_t t : word) {
+        if (t < 0 || t >= limits.vocab_size) finding("a bad word token outside the vocabulary");
+      }
+    }
   }
   (void)servelab::user_tenant(r.user);
   return 0;
