@@ -275,7 +275,14 @@ struct Part {
   std::string echo_text;
   std::vector<std::int32_t> prompt;
   std::shared_ptr<std::vector<TokenLogprobs>> prompt_lp;
+  // The prompt's last ids its output text is decoded after (special ones left out unless the
+  // request keeps them), as vLLM's detokenizer is primed with the prompt: a SentencePiece
+  // decoder strips the start of a text, not of an output that continues a prompt.
+  std::vector<std::int32_t> context;
 };
+
+// How many of the prompt's last ids an output is decoded after.
+constexpr std::size_t kDecodeContext = 8;
 
 // What one request's handler shares with its content provider.
 struct Exchange {
@@ -322,9 +329,11 @@ std::span<const std::int32_t> shown_tokens(const Exchange& ex, const Choice& c) 
 // weights with a smaller tokenizer, e.g. the byte tokenizer on a large model): those render as
 // "<|ID|>", the rest decode as usual (then per id, so a character split around such an id
 // becomes U+FFFD).
-std::string render_text(const Tokenizer& tok, std::span<const std::int32_t> ids) {
+// `context`: ids before them (Tokenizer::decode_after).
+std::string render_text(const Tokenizer& tok, std::span<const std::int32_t> ids,
+                        std::span<const std::int32_t> context = {}) {
   try {
-    return tok.decode(ids);
+    return tok.decode_after(context, ids);
   } catch (const std::out_of_range&) {
   }
   std::string text;
@@ -596,6 +605,12 @@ class Server {
       Part& p = ex->parts.emplace_back();
       p.prompt_tokens = static_cast<std::int32_t>(ids.size());
       if (parsed.echo || parsed.prompt_logprobs >= 0) p.prompt = ids;
+      if (tokenizer_.decode_needs_context()) {
+        for (auto it = ids.rbegin(); it != ids.rend() && p.context.size() < kDecodeContext; ++it) {
+          if (!ex->skip_special || !tokenizer_.special(*it)) p.context.push_back(*it);
+        }
+        std::reverse(p.context.begin(), p.context.end());
+      }
       if (parsed.echo) {
         p.echo_text = parsed.more_echo_texts[i].empty() ? render_text(tokenizer_, ids)
                                                         : std::move(parsed.more_echo_texts[i]);
@@ -693,7 +708,7 @@ class Server {
         }
         std::string text;
         if (!c.stops.empty()) {
-          text = output_text(*ex, c);
+          text = output_text(*ex, p, c);
           c.stopped = c.stops.update(text, count);
           if (c.stopped) newly_stopped.push_back(k);
         }
@@ -701,7 +716,7 @@ class Server {
         // One event per token, as vLLM sends one per step; a choice's last token's carries its
         // finish_reason ("length" at max_tokens, "stop" at EOS, a stop token id or a stop
         // string).
-        if (c.stops.empty()) text = output_text(*ex, c);
+        if (c.stops.empty()) text = output_text(*ex, p, c);
         const bool last =
             c.stopped || c.stop_token || count == ex->max_tokens || (finished && i == last_of[k]);
         const std::string reason = !last                       ? ""
@@ -745,7 +760,7 @@ class Server {
           const auto index = static_cast<std::int32_t>(k);
           const std::string reason = c.stopped ? "stop" : finish_reason(u, index);
           const std::string stop_reason = c.stopped ? c.stops.matched() : "";
-          std::string text = output_text(*ex, c);
+          std::string text = output_text(*ex, p, c);
           if (stream) {
             if (!c.finish_sent) {
               ChunkFields chunk{
@@ -817,15 +832,15 @@ class Server {
 
   // A choice's text: its shown tokens decoded, the tokenizer's special tokens left out unless
   // the request keeps them (vLLM's skip_special_tokens, default true).
-  std::string output_text(const Exchange& ex, const Choice& c) const {
+  std::string output_text(const Exchange& ex, const Part& p, const Choice& c) const {
     const std::span<const std::int32_t> ids = shown_tokens(ex, c);
-    if (!ex.skip_special) return render_text(tokenizer_, ids);
+    if (!ex.skip_special) return render_text(tokenizer_, ids, p.context);
     std::vector<std::int32_t> kept;
     kept.reserve(ids.size());
     for (const std::int32_t id : ids) {
       if (!tokenizer_.special(id)) kept.push_back(id);
     }
-    return render_text(tokenizer_, kept);
+    return render_text(tokenizer_, kept, p.context);
   }
   // A token's text in a logprobs object: its own bytes (render_text's, for one id).
   std::string token_text(std::int32_t id) const {

@@ -23,6 +23,8 @@ class AddedTokens {
     bool lstrip = false;
     bool rstrip = false;
     bool special = true;
+    // Matched in the normalized text (Hugging Face's `normalized`), not in the input.
+    bool normalized = false;
   };
 
   // A match of an added token: the bytes [begin, end) it covers (whitespace included with

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstdio>
 #include <functional>
 
 #include "serving/byte_level.h"
+#include "serving/utf8.h"
 
 namespace servelab {
 
@@ -18,25 +20,36 @@ struct BpeModel::CacheShard {
   std::unordered_map<std::string, std::vector<std::int32_t>, StringHash, std::equal_to<>> map;
 };
 
-BpeModel::BpeModel(std::vector<std::optional<std::string>> tokens, bool ignore_merges)
-    : ignore_merges_(ignore_merges), cache_(std::make_unique<CacheShard[]>(kCacheShards)) {
+BpeModel::BpeModel(std::vector<std::optional<std::string>> tokens, bool ignore_merges,
+                   Alphabet alphabet)
+    : ignore_merges_(ignore_merges),
+      alphabet_(alphabet),
+      cache_(std::make_unique<CacheShard[]>(kCacheShards)) {
   byte_ids_.fill(-1);
   bytes_.resize(tokens.size());
   vocab_.reserve(tokens.size());
   for (std::size_t id = 0; id < tokens.size(); ++id) {
     if (!tokens[id]) continue;
     const auto i = static_cast<std::int32_t>(id);
-    std::optional<std::string> raw = byte_level::decode(*tokens[id]);
+    std::optional<std::string> raw =
+        alphabet_ == Alphabet::kBytes ? byte_level::decode(*tokens[id]) : std::nullopt;
     bytes_[id] = raw ? std::move(*raw) : *tokens[id];
     vocab_.emplace(std::move(*tokens[id]), i);
   }
   for (int b = 0; b < 256; ++b) {
-    auto it = vocab_.find(byte_level::char_of(static_cast<unsigned char>(b)));
+    auto it = vocab_.find(byte_token(static_cast<unsigned char>(b)));
     if (it != vocab_.end()) byte_ids_[static_cast<std::size_t>(b)] = it->second;
   }
 }
 
 BpeModel::~BpeModel() = default;
+
+std::string BpeModel::byte_token(unsigned char b) const {
+  if (alphabet_ == Alphabet::kBytes) return std::string(byte_level::char_of(b));
+  char hex[8];
+  std::snprintf(hex, sizeof hex, "<0x%02X>", b);
+  return hex;
+}
 
 namespace {
 std::size_t slot_of(std::uint64_t key, int shift) {
@@ -87,7 +100,7 @@ std::optional<std::int32_t> BpeModel::id_of(std::string_view token) const {
 }
 
 std::optional<std::int32_t> BpeModel::id_of_bytes(std::string_view bytes) const {
-  return id_of(byte_level::encode(bytes));
+  return alphabet_ == Alphabet::kBytes ? id_of(byte_level::encode(bytes)) : id_of(bytes);
 }
 
 const std::string* BpeModel::bytes_of(std::int32_t id) const {
@@ -97,7 +110,7 @@ const std::string* BpeModel::bytes_of(std::int32_t id) const {
 
 void BpeModel::encode_piece(std::string_view piece, std::vector<std::int32_t>& out) const {
   if (piece.empty()) return;
-  if (piece.size() == 1) {
+  if (piece.size() == 1 && alphabet_ == Alphabet::kBytes) {
     out.push_back(byte_ids_[static_cast<unsigned char>(piece[0])]);
     return;
   }
@@ -145,11 +158,28 @@ void BpeModel::merge_loop(std::string_view piece, std::vector<std::int32_t>& out
   thread_local std::vector<Candidate> heap;
   syms.clear();
   heap.clear();
-  const auto n = static_cast<std::int32_t>(piece.size());
-  for (std::int32_t i = 0; i < n; ++i) {
-    syms.push_back({byte_ids_[static_cast<unsigned char>(piece[static_cast<std::size_t>(i)])],
-                    i - 1, i + 1 < n ? i + 1 : -1});
+  auto add_symbol = [&](std::int32_t id) {
+    const auto i = static_cast<std::int32_t>(syms.size());
+    if (i > 0) syms.back().next = i;
+    syms.push_back({id, i - 1, -1});
+  };
+  if (alphabet_ == Alphabet::kBytes) {
+    for (const char c : piece) add_symbol(byte_ids_[static_cast<unsigned char>(c)]);
+  } else {
+    // A character of the vocabulary, else its bytes' fallback tokens.
+    for (std::size_t i = 0; i < piece.size();) {
+      const std::size_t len = std::max<std::size_t>(1, utf8::sequence_length(piece, i));
+      if (std::optional<std::int32_t> id = id_of(piece.substr(i, len))) {
+        add_symbol(*id);
+      } else {
+        for (std::size_t k = i; k < i + len; ++k) {
+          add_symbol(byte_ids_[static_cast<unsigned char>(piece[k])]);
+        }
+      }
+      i += len;
+    }
   }
+  const auto n = static_cast<std::int32_t>(syms.size());
   auto consider = [&](std::int32_t left) {
     if (left < 0) return;
     const std::int32_t right = syms[static_cast<std::size_t>(left)].next;

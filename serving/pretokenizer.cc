@@ -64,8 +64,7 @@ void PreTokenizer::add_steps(const nlohmann::json& spec, const std::string& file
     const nlohmann::json& list = member(spec, "pretokenizers", file, key);
     if (!list.is_array()) fail(file, key + ".pretokenizers", "expected an array");
     for (std::size_t i = 0; i < list.size(); ++i) {
-      add_steps(list[i], file, key + ".pretokenizers[" + std::to_string(i) + "]",
-                first && steps_.empty() && !add_prefix_space_);
+      add_steps(list[i], file, key + ".pretokenizers[" + std::to_string(i) + "]", first && i == 0);
     }
   } else if (t == "ByteLevel") {
     if (flag(spec, "add_prefix_space", false, file, key)) {
@@ -115,9 +114,38 @@ void PreTokenizer::add_steps(const nlohmann::json& spec, const std::string& file
     }
     step.invert = flag(spec, "invert", false, file, key);
     steps_.push_back(std::move(step));
+  } else if (t == "Metaspace") {
+    if (!first || !steps_.empty() || add_prefix_space_) {
+      fail(file, key, "Metaspace is supported only as the first pre-tokenizer");
+    }
+    const nlohmann::json& r = member(spec, "replacement", file, key);
+    if (!r.is_string() || r.get<std::string>().empty()) {
+      fail(file, key + ".replacement", "expected a non-empty string, got " + r.dump());
+    }
+    replacement_ = r.get<std::string>();
+    if (auto s = spec.find("prepend_scheme"); s != spec.end() && !s->is_null()) {
+      if (*s == "always") {
+        prepend_ = Prepend::kAlways;
+      } else if (*s == "first") {
+        prepend_ = Prepend::kFirst;
+      } else if (*s == "never") {
+        prepend_ = Prepend::kNever;
+      } else {
+        fail(file, key + ".prepend_scheme",
+             "expected \"always\", \"first\" or \"never\", got " + s->dump());
+      }
+    } else {
+      prepend_ =
+          flag(spec, "add_prefix_space", true, file, key) ? Prepend::kAlways : Prepend::kNever;
+    }
+    if (flag(spec, "split", true, file, key)) {
+      steps_.push_back({std::make_shared<UnicodeRegex>(quote_literal(replacement_)),
+                        Behavior::kMergedWithNext, false});
+    }
   } else {
     fail(file, key + ".type",
-         "unsupported pre-tokenizer " + type.dump() + " (expected ByteLevel, Split or Sequence)");
+         "unsupported pre-tokenizer " + type.dump() +
+             " (expected ByteLevel, Split, Metaspace or Sequence)");
   }
 }
 
@@ -157,16 +185,22 @@ void PreTokenizer::apply(const Step& step, std::string_view text, const Piece& p
         if (!s.delim) out.emplace_back(base + s.b, base + s.e);
         break;
       case Behavior::kMergedWithPrevious:
-        if (s.delim && out.size() > first_out && out.back().second == base + s.b) {
+        // Hugging Face: a delimiter joins the segment before it unless that was one too.
+        if (s.delim && i > 0 && !segs[i - 1].delim && out.size() > first_out) {
           out.back().second = base + s.e;
         } else {
           out.emplace_back(base + s.b, base + s.e);
         }
         break;
       case Behavior::kMergedWithNext:
+        // Hugging Face: a delimiter joins the segment after it unless that is one too.
         if (s.delim) {
-          if (!pending_next) pending_begin = base + s.b;
-          pending_next = true;
+          if (i + 1 < segs.size() && !segs[i + 1].delim) {
+            pending_begin = base + s.b;
+            pending_next = true;
+          } else {
+            out.emplace_back(base + s.b, base + s.e);
+          }
         } else {
           out.emplace_back(pending_next ? pending_begin : base + s.b, base + s.e);
           pending_next = false;
@@ -181,7 +215,22 @@ void PreTokenizer::apply(const Step& step, std::string_view text, const Piece& p
         break;
     }
   }
-  if (pending_next) out.emplace_back(pending_begin, piece.second);
+}
+
+std::string PreTokenizer::rewrite(std::string_view text, bool at_start) const {
+  std::string out;
+  if (replacement_.empty()) return std::string(text);
+  out.reserve(text.size() + replacement_.size());
+  for (const char c : text) {
+    if (c == ' ') {
+      out += replacement_;
+    } else {
+      out.push_back(c);
+    }
+  }
+  const bool prepend = prepend_ == Prepend::kAlways || (prepend_ == Prepend::kFirst && at_start);
+  if (prepend && !out.starts_with(replacement_)) out.insert(0, replacement_);
+  return out;
 }
 
 void PreTokenizer::split(std::string_view text, std::vector<Piece>& out) const {

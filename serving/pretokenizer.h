@@ -6,7 +6,12 @@
 //   - {"type": "Split", "pattern": {"Regex": R} or {"String": S}, "behavior": B, "invert": I}:
 //     B one of Isolated, Removed, MergedWithPrevious, MergedWithNext, Contiguous (Hugging Face's
 //     meanings); the Llama 3 and cl100k files use Isolated with their split pattern;
-//   - {"type": "Sequence", "pretokenizers": [...]}: each step splits the previous step's pieces.
+//   - {"type": "Sequence", "pretokenizers": [...]}: each step splits the previous step's pieces;
+//   - {"type": "Metaspace", "replacement": R, "prepend_scheme": S, "split": B} (SentencePiece
+//     conversions: Llama 2, Mistral), as the only or first step: every space becomes R, R goes
+//     before a text not starting with it (S "always"; "first": only the text that begins the
+//     input; "never"), and with `split` each R starts a piece (MergedWithNext). Older files'
+//     add_prefix_space: true/false reads as "always"/"never".
 // ByteLevel's add_prefix_space (a space before text that does not start with one) is honoured
 // when ByteLevel is the first step; elsewhere it is refused, as is any other type.
 #pragma once
@@ -48,6 +53,12 @@ class PreTokenizer {
   // Whether a space goes before text that does not start with one (ByteLevel add_prefix_space).
   bool add_prefix_space() const { return add_prefix_space_; }
 
+  // Whether Metaspace rewrites the text before split.
+  bool rewrites() const { return !replacement_.empty(); }
+  // Metaspace's rewrite of one segment of the input (the text between added tokens);
+  // `at_start`: the segment begins the input. The text itself without Metaspace.
+  std::string rewrite(std::string_view text, bool at_start) const;
+
  private:
   struct Step {
     std::shared_ptr<const UnicodeRegex> regex;
@@ -59,8 +70,12 @@ class PreTokenizer {
   static void apply(const Step& step, std::string_view text, const Piece& piece,
                     std::vector<Piece>& out);
 
+  enum class Prepend { kAlways, kFirst, kNever };
+
   std::vector<Step> steps_;
   bool add_prefix_space_ = false;
+  std::string replacement_;  // Metaspace's (empty: no Metaspace)
+  Prepend prepend_ = Prepend::kAlways;
 };
 
 }  // namespace servelab

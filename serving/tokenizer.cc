@@ -8,6 +8,8 @@
 #include "serving/added_tokens.h"
 #include "serving/bpe_model.h"
 #include "serving/byte_level.h"
+#include "serving/decoder.h"
+#include "serving/normalizer.h"
 #include "serving/pretokenizer.h"
 #include "serving/utf8.h"
 
@@ -17,16 +19,32 @@ namespace {
 
 using nlohmann::json;
 
-// A byte-level BPE tokenizer: added tokens split the text, the pre-tokenizer splits the rest
-// into pieces, BPE encodes each piece.
-class ByteLevelBpeTokenizer final : public Tokenizer {
+// A BPE tokenizer, Hugging Face's pipeline: the added tokens not `normalized` split the input;
+// the normalizer rewrites the text between them, where the `normalized` added tokens (matched
+// by their normalized content) split it again; the pre-tokenizer (after Metaspace's rewrite)
+// splits the rest into pieces; BPE encodes each piece.
+class BpeTokenizer final : public Tokenizer {
  public:
-  ByteLevelBpeTokenizer(AddedTokens added, PreTokenizer pre, std::unique_ptr<BpeModel> bpe,
-                        SequenceTemplate around)
+  BpeTokenizer(AddedTokens added, Normalizer normalizer, PreTokenizer pre,
+               std::unique_ptr<BpeModel> bpe, Decoder decoder, SequenceTemplate around)
       : added_(std::move(added)),
+        normalizer_(std::move(normalizer)),
         pre_(std::move(pre)),
         bpe_(std::move(bpe)),
+        decoder_(std::move(decoder)),
         around_(std::move(around)) {
+    std::vector<AddedTokens::Token> raw, normalized;
+    for (const AddedTokens::Token& t : added_.tokens()) {
+      if (!t.normalized) {
+        raw.push_back(t);
+        continue;
+      }
+      AddedTokens::Token n = t;
+      n.content = normalizer_.normalize(t.content);
+      if (!n.content.empty()) normalized.push_back(std::move(n));
+    }
+    raw_added_ = AddedTokens(std::move(raw));
+    normalized_added_ = AddedTokens(std::move(normalized));
     std::int32_t size = bpe_->size();
     for (const AddedTokens::Token& t : added_.tokens()) size = std::max(size, t.id + 1);
     decoded_.resize(static_cast<std::size_t>(size), nullptr);
@@ -46,9 +64,9 @@ class ByteLevelBpeTokenizer final : public Tokenizer {
     ids.reserve(text.size() / 3 + 4);
     std::size_t pos = 0;
     while (pos < text.size()) {
-      const std::optional<AddedTokens::Match> m = added_.find(text, pos);
+      const std::optional<AddedTokens::Match> m = raw_added_.find(text, pos);
       const std::size_t end = m ? m->begin : text.size();
-      encode_segment(text.substr(pos, end - pos), ids);
+      encode_normalized(text.substr(pos, end - pos), pos == 0, ids);
       if (!m) break;
       ids.push_back(m->id);
       pos = m->end;
@@ -57,6 +75,12 @@ class ByteLevelBpeTokenizer final : public Tokenizer {
   }
 
   std::string decode(std::span<const std::int32_t> ids) const override {
+    if (!decoder_.byte_level_only()) {
+      std::vector<std::string> tokens;
+      tokens.reserve(ids.size());
+      for (const std::int32_t id : ids) tokens.push_back(written(id));
+      return decoder_.decode(std::move(tokens));
+    }
     std::string bytes;
     for (std::int32_t id : ids) {
       const std::string* b = id >= 0 && static_cast<std::size_t>(id) < decoded_.size()
@@ -72,6 +96,8 @@ class ByteLevelBpeTokenizer final : public Tokenizer {
     return utf8::to_valid(bytes);
   }
 
+  bool decode_needs_context() const override { return !decoder_.byte_level_only(); }
+
   std::int32_t vocab_size() const override { return static_cast<std::int32_t>(decoded_.size()); }
 
   std::optional<std::int32_t> token_id(std::string_view token) const override {
@@ -80,13 +106,11 @@ class ByteLevelBpeTokenizer final : public Tokenizer {
   }
 
   std::optional<std::string> token_string(std::int32_t id) const override {
-    if (id < 0 || static_cast<std::size_t>(id) >= decoded_.size()) return std::nullopt;
-    for (const AddedTokens::Token& t : added_.tokens()) {
-      if (t.id == id) return t.content;
+    if (id < 0 || static_cast<std::size_t>(id) >= decoded_.size() ||
+        decoded_[static_cast<std::size_t>(id)] == nullptr) {
+      return std::nullopt;
     }
-    const std::string* bytes = decoded_[static_cast<std::size_t>(id)];
-    if (bytes == nullptr) return std::nullopt;
-    return byte_level::encode(*bytes);
+    return written(id);
   }
 
   bool special(std::int32_t id) const override {
@@ -97,8 +121,49 @@ class ByteLevelBpeTokenizer final : public Tokenizer {
   const SequenceTemplate& sequence_template() const override { return around_; }
 
  private:
-  void encode_segment(std::string_view segment, std::vector<std::int32_t>& ids) const {
+  // The text of `id` as tokenizer.json writes it (an added token's content; a vocabulary token
+  // in its alphabet). REQUIRES: `id` is in the vocabulary (else std::out_of_range).
+  std::string written(std::int32_t id) const {
+    const std::string* s = id >= 0 && static_cast<std::size_t>(id) < decoded_.size()
+                               ? decoded_[static_cast<std::size_t>(id)]
+                               : nullptr;
+    if (s == nullptr) {
+      throw std::out_of_range("token id " + std::to_string(id) +
+                              " is outside the vocabulary (ids 0.." +
+                              std::to_string(decoded_.size() - 1) + ", some unused)");
+    }
+    if (s != bpe_->bytes_of(id)) return *s;  // an added token's content
+    return bpe_->alphabet() == BpeModel::Alphabet::kBytes ? byte_level::encode(*s) : *s;
+  }
+
+  // The text between two non-normalized added tokens; `at_start`: it begins the input.
+  void encode_normalized(std::string_view segment, bool at_start,
+                         std::vector<std::int32_t>& ids) const {
     if (segment.empty()) return;
+    std::string normalized;
+    if (!normalizer_.identity()) {
+      normalized = normalizer_.normalize(segment);
+      segment = normalized;
+    }
+    std::size_t pos = 0;
+    while (pos < segment.size()) {
+      const std::optional<AddedTokens::Match> m = normalized_added_.find(segment, pos);
+      const std::size_t end = m ? m->begin : segment.size();
+      encode_segment(segment.substr(pos, end - pos), at_start && pos == 0, ids);
+      if (!m) break;
+      ids.push_back(m->id);
+      pos = m->end;
+    }
+  }
+
+  void encode_segment(std::string_view segment, bool at_start,
+                      std::vector<std::int32_t>& ids) const {
+    if (segment.empty()) return;
+    std::string rewritten;
+    if (pre_.rewrites()) {
+      rewritten = pre_.rewrite(segment, at_start);
+      segment = rewritten;
+    }
     std::string prefixed;
     if (pre_.add_prefix_space() && segment.front() != ' ') {
       prefixed.reserve(segment.size() + 1);
@@ -112,12 +177,18 @@ class ByteLevelBpeTokenizer final : public Tokenizer {
     for (const auto& [b, e] : pieces) bpe_->encode_piece(segment.substr(b, e - b), ids);
   }
 
-  AddedTokens added_;
+  AddedTokens added_;             // every added token, as the file gives it
+  AddedTokens raw_added_;         // those matched in the input
+  AddedTokens normalized_added_;  // those matched in the normalized text (normalized content)
+  Normalizer normalizer_;
   PreTokenizer pre_;
   std::unique_ptr<BpeModel> bpe_;
-  std::vector<const std::string*> decoded_;  // id -> its bytes (null: unused id)
-  std::vector<bool> special_;                // id -> an added token marked special
-  SequenceTemplate around_;                  // the post_processor's special tokens
+  Decoder decoder_;
+  // id -> its bytes (kBytes) or its text (kCharsWithByteFallback), an added token's content
+  // (null: unused id)
+  std::vector<const std::string*> decoded_;
+  std::vector<bool> special_;  // id -> an added token marked special
+  SequenceTemplate around_;    // the post_processor's special tokens
 };
 
 // Reads the values of one tokenizer.json with errors "FILE: KEY: what was expected".
@@ -171,30 +242,6 @@ std::string type_of(const Reader& r, const json& obj, const std::string& key) {
   return t.get<std::string>();
 }
 
-void check_normalizer(const Reader& r, const json& doc) {
-  const json* n = r.optional_member(doc, "normalizer");
-  if (n == nullptr) return;
-  const std::string t = type_of(r, *n, "normalizer");
-  // An empty Sequence changes nothing.
-  if (t == "Sequence" && n->contains("normalizers") && (*n)["normalizers"].is_array() &&
-      (*n)["normalizers"].empty()) {
-    return;
-  }
-  r.fail("normalizer.type", "unsupported normalizer \"" + t +
-                                "\" (a byte-level BPE tokenizer.json has \"normalizer\": null)");
-}
-
-void check_decoder(const Reader& r, const json& doc) {
-  const json& d = r.member(doc, "", "decoder");
-  if (d.is_null()) {
-    r.fail("decoder", "expected the ByteLevel decoder, got null");
-  }
-  const std::string t = type_of(r, d, "decoder");
-  if (t != "ByteLevel") {
-    r.fail("decoder.type", "unsupported decoder \"" + t + "\" (expected \"ByteLevel\")");
-  }
-}
-
 AddedTokens read_added_tokens(const Reader& r, const json& doc) {
   std::vector<AddedTokens::Token> tokens;
   const json* list = r.optional_member(doc, "added_tokens");
@@ -224,6 +271,7 @@ AddedTokens read_added_tokens(const Reader& r, const json& doc) {
     tok.lstrip = r.flag(t, key, "lstrip", false);
     tok.rstrip = r.flag(t, key, "rstrip", false);
     tok.special = r.flag(t, key, "special", false);
+    tok.normalized = r.flag(t, key, "normalized", !tok.special);  // Hugging Face's default
     if (r.flag(t, key, "single_word", false)) {
       r.fail(key + ".single_word", "true is not supported (expected false)");
     }
@@ -243,9 +291,6 @@ void check_model_options(const Reader& r, const json& model) {
       r.fail("model.dropout", "BPE dropout is not supported (expected null), got " + d->dump());
     }
   }
-  if (r.flag(model, "model", "byte_fallback", false)) {
-    r.fail("model.byte_fallback", "not supported for a byte-level model (expected false)");
-  }
   for (const char* affix : {"continuing_subword_prefix", "end_of_word_suffix"}) {
     if (const json* a = r.optional_member(model, affix)) {
       if (!a->is_string() || !a->get<std::string>().empty()) {
@@ -264,6 +309,11 @@ std::unique_ptr<BpeModel> read_model(const Reader& r, const json& doc) {
   }
   check_model_options(r, model);
   const bool ignore_merges = r.flag(model, "model", "ignore_merges", false);
+  // byte_fallback: a SentencePiece conversion (text tokens, "<0xHH>" for the rest); otherwise
+  // byte-level.
+  const BpeModel::Alphabet alphabet = r.flag(model, "model", "byte_fallback", false)
+                                          ? BpeModel::Alphabet::kCharsWithByteFallback
+                                          : BpeModel::Alphabet::kBytes;
 
   const json& vocab = r.member(model, "model", "vocab");
   if (!vocab.is_object()) r.fail("model.vocab", "expected an object of token: id");
@@ -284,14 +334,17 @@ std::unique_ptr<BpeModel> read_model(const Reader& r, const json& doc) {
     }
     tokens[static_cast<std::size_t>(id)] = text;
   }
-  auto bpe = std::make_unique<BpeModel>(std::move(tokens), ignore_merges);
+  auto bpe = std::make_unique<BpeModel>(std::move(tokens), ignore_merges, alphabet);
   for (int b = 0; b < 256; ++b) {
     if (bpe->byte_id(static_cast<unsigned char>(b)) < 0) {
       char hex[8];
       std::snprintf(hex, sizeof hex, "0x%02X", b);
-      r.fail("model.vocab", std::string("no token for byte ") + hex + " (\"" +
-                                std::string(byte_level::char_of(static_cast<unsigned char>(b))) +
-                                "\"): not a byte-level BPE vocabulary");
+      r.fail("model.vocab",
+             std::string("no token for byte ") + hex + " (\"" +
+                 bpe->byte_token(static_cast<unsigned char>(b)) + "\"): " +
+                 (alphabet == BpeModel::Alphabet::kBytes
+                      ? "not a byte-level BPE vocabulary (a SentencePiece one sets byte_fallback)"
+                      : "byte_fallback needs the 256 byte tokens"));
     }
   }
 
@@ -341,20 +394,23 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& tokenizer
     throw ConfigError(r.file() + ": malformed JSON: " + e.what());
   }
   if (!doc.is_object()) r.fail("(top level)", "expected a JSON object");
-  check_normalizer(r, doc);
+  Normalizer normalizer;
+  if (const json* n = r.optional_member(doc, "normalizer")) {
+    normalizer = Normalizer::from_json(*n, r.file(), "normalizer");
+  }
   AddedTokens added = read_added_tokens(r, doc);
   PreTokenizer pre;
   if (const json* p = r.optional_member(doc, "pre_tokenizer")) {
     pre = PreTokenizer::from_json(*p, r.file(), "pre_tokenizer");
   }
   std::unique_ptr<BpeModel> bpe = read_model(r, doc);
-  check_decoder(r, doc);
+  const Decoder decoder = Decoder::from_json(r.member(doc, "", "decoder"), r.file(), "decoder");
   SequenceTemplate around;
   if (const json* p = r.optional_member(doc, "post_processor")) {
     around = read_post_processor(*p, r.file());
   }
-  auto tok = std::make_unique<ByteLevelBpeTokenizer>(std::move(added), std::move(pre),
-                                                     std::move(bpe), std::move(around));
+  auto tok = std::make_unique<BpeTokenizer>(std::move(added), std::move(normalizer), std::move(pre),
+                                            std::move(bpe), decoder, std::move(around));
   const SequenceTemplate& t = tok->sequence_template();
   for (const std::vector<std::int32_t>* ids : {&t.before, &t.after}) {
     for (const std::int32_t id : *ids) {

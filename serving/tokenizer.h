@@ -1,13 +1,15 @@
 // Text <-> token ids for prompts and completions given as text (`engine serve`).
 //
-// load_tokenizer reads a Hugging Face tokenizer.json whose model is byte-level BPE (GPT-2,
-// Llama 3, tiktoken conversions such as cl100k): the vocabulary and merges (both the "a b" and
-// the ["a", "b"] forms), ignore_merges, added_tokens (matched in the text before
-// pre-tokenisation, leftmost-longest, lstrip/rstrip honoured), the pre_tokenizer (ByteLevel,
-// Split, Sequence: serving/pretokenizer.h) and the ByteLevel decoder. What such a file may hold
-// but this reader does not implement (a normalizer, another model or pre-tokenizer type,
-// byte_fallback, dropout, word prefixes/suffixes, single_word added tokens) is a ConfigError
-// naming the file and the key, never a silent difference. The post_processor's special tokens
+// load_tokenizer reads a Hugging Face tokenizer.json whose model is BPE, byte-level (GPT-2,
+// Llama 3, Qwen2, tiktoken conversions such as cl100k) or SentencePiece-style with byte_fallback
+// (Llama 2, Mistral): the vocabulary and merges (both the "a b" and the ["a", "b"] forms),
+// ignore_merges, added_tokens (leftmost-longest, lstrip/rstrip honoured; those not `normalized`
+// matched in the input, the others in the normalized text), the normalizer (NFC and the other
+// forms, Prepend, Replace, Sequence: serving/normalizer.h), the pre_tokenizer (ByteLevel, Split,
+// Metaspace, Sequence: serving/pretokenizer.h) and the decoder (serving/decoder.h). What such a
+// file may hold but this reader does not implement (another normalizer, model or pre-tokenizer
+// type, dropout, word prefixes/suffixes, single_word added tokens) is a ConfigError naming the
+// file and the key, never a silent difference. The post_processor's special tokens
 // (serving/post_processor.h: Llama 3's <|begin_of_text|>) are added by
 // encode_with_special_tokens, Hugging Face's add_special_tokens=True; encode adds none.
 // See docs/serving.md, section "Tokenizer".
@@ -42,10 +44,28 @@ class Tokenizer {
     ids.insert(ids.end(), t.after.begin(), t.after.end());
     return ids;
   }
+  // The text `ids` add after `context` (vLLM's detokenizer, primed with the prompt): decode of
+  // both without decode(context)'s text, or decode(ids) where that is not how it starts. Only a
+  // decoder that treats the start of the text apart (Llama 2's Strip, Metaspace) needs the
+  // context; a byte-level one's text is decode(ids). Throws as decode does.
+  std::string decode_after(std::span<const std::int32_t> context,
+                           std::span<const std::int32_t> ids) const {
+    if (context.empty() || !decode_needs_context()) return decode(ids);
+    std::vector<std::int32_t> all(context.begin(), context.end());
+    all.insert(all.end(), ids.begin(), ids.end());
+    std::string text = decode(all);
+    const std::string head = decode(context);
+    if (!text.starts_with(head)) return decode(ids);
+    return text.substr(head.size());
+  }
+  // Whether decode(a + b) can differ from decode(a) + decode(b) at more than a character split
+  // between them (a decoder that strips the start of the text).
+  virtual bool decode_needs_context() const { return false; }
   // The post_processor's tokens around one sequence (empty without one).
   virtual const SequenceTemplate& sequence_template() const = 0;
-  // Ids -> text (byte-level: invalid UTF-8 sequences come back as U+FFFD). Throws
-  // std::out_of_range for an id outside the vocabulary.
+  // Ids -> text, as Hugging Face's decode (skip_special_tokens=False) gives it; always valid
+  // UTF-8 (byte-level: invalid sequences come back as U+FFFD). Throws std::out_of_range for an
+  // id outside the vocabulary.
   virtual std::string decode(std::span<const std::int32_t> ids) const = 0;
   // One past the largest id (ids below it that no token uses are outside the vocabulary too).
   virtual std::int32_t vocab_size() const = 0;
@@ -53,15 +73,15 @@ class Tokenizer {
   // text as tokenizer.json writes it (GPT-2's byte alphabet: " hello" is "Ġhello").
   virtual std::optional<std::int32_t> token_id(
       std::string_view token) const = 0;  // special or normal
-  // The inverse of token_id: an added token's content, a vocabulary token's text in the byte
-  // alphabet (Hugging Face's convert_ids_to_tokens); nullopt for an id no token uses.
+  // The inverse of token_id: an added token's content, a vocabulary token's text as the file
+  // writes it (Hugging Face's convert_ids_to_tokens); nullopt for an id no token uses.
   virtual std::optional<std::string> token_string(std::int32_t id) const = 0;
   // Whether `id` is an added token marked special (<|eot_id|>): what Hugging Face's decode with
   // skip_special_tokens, vLLM's default for output text, leaves out.
   virtual bool special(std::int32_t id) const = 0;
 };
 
-// HF tokenizer.json (model.type BPE, byte-level); ConfigError naming the file and key on bad input.
+// HF tokenizer.json (model.type BPE); ConfigError naming the file and key on bad input.
 std::unique_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& tokenizer_json);
 
 }  // namespace servelab

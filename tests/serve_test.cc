@@ -481,6 +481,103 @@ TEST(EngineServe, SpecialTokensLeaveTheTextUnlessKept) {
   fs::remove_all(dir);
 }
 
+// A SentencePiece tokenizer (Llama 2's layout): a text prompt gets its "▁" marker; an output is
+// decoded after its prompt, as vLLM's detokenizer does, so its first word keeps its space (the
+// tokenizer's decode alone would strip it), streamed or not; logprobs tokens are each token's
+// own decode (vLLM's, which strips it).
+TEST(EngineServe, SentencePieceOutputsContinueThePromptsText) {
+  const fs::path dir = temp_dir("serve_sentencepiece");
+  const std::string sp = "\u2581";
+  json vocab = {{"<unk>", 0}, {"<s>", 1}, {"</s>", 2},   {sp, 3},
+                {"H", 4},     {"i", 5},   {sp + "H", 6}, {sp + "Hi", 7}};
+  for (int b = 0; b < 256; ++b) {
+    char hex[8];
+    std::snprintf(hex, sizeof hex, "<0x%02X>", b);
+    vocab[hex] = 8 + b;
+  }
+  const json doc = {
+      {"added_tokens",
+       {{{"id", 1}, {"content", "<s>"}, {"normalized", false}, {"special", true}},
+        {{"id", 2}, {"content", "</s>"}, {"normalized", false}, {"special", true}}}},
+      {"normalizer",
+       {{"type", "Sequence"},
+        {"normalizers",
+         {{{"type", "Prepend"}, {"prepend", sp}},
+          {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", sp}}}}}},
+      {"pre_tokenizer", nullptr},
+      {"post_processor",
+       {{"type", "TemplateProcessing"},
+        {"single",
+         {{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}},
+          {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+        {"special_tokens", {{"<s>", {{"id", "<s>"}, {"ids", {1}}, {"tokens", {"<s>"}}}}}}}},
+      {"decoder",
+       {{"type", "Sequence"},
+        {"decoders",
+         {{{"type", "Replace"}, {"pattern", {{"String", sp}}}, {"content", " "}},
+          {{"type", "ByteFallback"}},
+          {{"type", "Fuse"}},
+          {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}}}}},
+      {"model",
+       {{"type", "BPE"},
+        {"byte_fallback", true},
+        {"unk_token", "<unk>"},
+        {"vocab", vocab},
+        {"merges", {sp + " H", sp + "H i"}}}}};
+  write_file(dir / "tokenizer.json", doc.dump());
+  // The tiny model with room for the 264 tokens.
+  std::string model = read_file(servelab_home() / "experiments/catalog/models/tiny.yaml");
+  model.replace(model.find("vocab_size: 256"), 15, "vocab_size: 320");
+  model.replace(model.find("name: tiny"), 10, "name: tiny-sp");
+  write_file(dir / "tiny-sp.yaml", model);
+  std::string experiment = kServeExperiment;
+  experiment.replace(experiment.find("model: tiny"), 11,
+                     "model: " + (dir / "tiny-sp.yaml").string());
+  write_file(dir / "serve.yaml", experiment);
+  ServeProcess server(dir, dir / "serve.yaml", {"--tokenizer", (dir / "tokenizer.json").string()});
+  httplib::Client c("127.0.0.1", server.port());
+  c.set_read_timeout(30);
+  const httplib::Result t =
+      c.Post("/tokenize", json({{"prompt", "Hi Hi"}}).dump(), "application/json");
+  ASSERT_TRUE(t);
+  EXPECT_EQ(json::parse(t->body)["tokens"], json({1, 7, 7})) << t->body;
+  // Every output token is "▁Hi".
+  json body = {{"prompt", "Hi"}, {"max_tokens", 3}, {"allowed_token_ids", {7}}, {"logprobs", 0}};
+  const httplib::Result r = c.Post("/v1/completions", body.dump(), "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const json choice = json::parse(r->body)["choices"][0];
+  EXPECT_EQ(choice["text"], " Hi Hi Hi");
+  EXPECT_EQ(choice["logprobs"]["tokens"], json({"Hi", "Hi", "Hi"}));
+  body.erase("logprobs");
+  body["stream"] = true;
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v1/completions";
+  req.body = body.dump();
+  req.set_header("Content-Type", "application/json");
+  std::string events;
+  req.content_receiver = [&](const char* data, std::size_t len, std::uint64_t, std::uint64_t) {
+    events.append(data, len);
+    return true;
+  };
+  ASSERT_TRUE(c.send(req));
+  std::string streamed;
+  for (std::size_t at = events.find("data: {"); at != std::string::npos;
+       at = events.find("data: {", at + 1)) {
+    const std::size_t end = events.find("\n\n", at);
+    streamed +=
+        json::parse(events.substr(at + 6, end - at - 6))["choices"][0]["text"].get<std::string>();
+  }
+  EXPECT_EQ(streamed, " Hi Hi Hi") << events;
+  // With the prompt's text echoed, the two read as one text.
+  body = {{"prompt", "Hi"}, {"max_tokens", 1}, {"allowed_token_ids", {7}}, {"echo", true}};
+  const httplib::Result e = c.Post("/v1/completions", body.dump(), "application/json");
+  ASSERT_TRUE(e);
+  EXPECT_EQ(json::parse(e->body)["choices"][0]["text"], "Hi Hi") << e->body;
+  fs::remove_all(dir);
+}
+
 // Log probabilities: completions' vLLM shape (tokens, token_logprobs, top_logprobs dicts,
 // text_offset) and chat's (content entries with token, logprob, bytes, top_logprobs); the same
 // numbers streamed one token a chunk; with n choices each has its own.

@@ -400,6 +400,10 @@ TEST(PreTokenizer, SplitBehaviorsDecidePieceBoundaries) {
   EXPECT_EQ(ids(split("-", "MergedWithNext", false), "a-b"), (P{"a", "-b"}));
   EXPECT_EQ(ids(split("-", "Isolated", false), "a--b"), (P{"a", "-", "-", "b"}));
   EXPECT_EQ(ids(split("-", "Contiguous", false), "a--b"), (P{"a", "--", "b"}));
+  // Of delimiters in a row, only the one beside the text merges with it (Hugging Face's).
+  EXPECT_EQ(ids(split("-", "MergedWithNext", false), "a--b"), (P{"a", "-", "-b"}));
+  EXPECT_EQ(ids(split("-", "MergedWithPrevious", false), "a--b"), (P{"a-", "-", "b"}));
+  EXPECT_EQ(ids(split("-", "MergedWithNext", false), "a-"), (P{"a", "-"}));
   EXPECT_EQ(ids(split("-", "Removed", true), "a-b"), (P{"-"}));
   // A Sequence applies its steps in turn; ByteLevel without regex does not split.
   const nlohmann::json seq = {
@@ -461,7 +465,7 @@ TEST(Tokenizer, BadFilesNameTheFileAndKey) {
        "added_tokens[0].id"},
       {"normalizer",
        [](auto& j) {
-         j["normalizer"] = {{"type", "NFC"}};
+         j["normalizer"] = {{"type", "BertNormalizer"}};
        },
        "normalizer.type"},
       {"decoder",
@@ -475,7 +479,8 @@ TEST(Tokenizer, BadFilesNameTheFileAndKey) {
       {"added_id", [](auto& j) { j["added_tokens"][0]["id"] = -3; }, "added_tokens[0].id"},
       {"single_word", [](auto& j) { j["added_tokens"][0]["single_word"] = true; },
        "added_tokens[0].single_word"},
-      {"byte_fallback", [](auto& j) { j["model"]["byte_fallback"] = true; }, "model.byte_fallback"},
+      {"byte_fallback", [](auto& j) { j["model"]["byte_fallback"] = true; },
+       "model.vocab: no token for byte 0x00 (\"<0x00>\"): byte_fallback needs"},
       {"dropout", [](auto& j) { j["model"]["dropout"] = 0.1; }, "model.dropout"},
       {"prefix", [](auto& j) { j["model"]["continuing_subword_prefix"] = "##"; },
        "model.continuing_subword_prefix"},
