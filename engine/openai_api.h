@@ -153,7 +153,7 @@ std::vector<std::vector<std::int32_t>> bad_word_token_ids(std::string_view word,
 
 // Parses a /v1/completions (chat = false) or /v1/chat/completions (chat = true) body. Text
 // prompts and chat messages are encoded with `tokenizer` (chat messages through
-// encode_chat: the Llama 3 format, or plain text for a tokenizer without chat tokens).
+// encode_chat: the Llama 3 format or ChatML, or plain text for a tokenizer without chat tokens).
 // Throws ApiError (status 400).
 CompletionRequest parse_completion_request(std::string_view body, bool chat,
                                            const ApiLimits& limits, const Tokenizer& tokenizer);

@@ -62,6 +62,32 @@ std::vector<std::int32_t> apply_chat_template(const Tokenizer& tok,
   return ids;
 }
 
+std::vector<std::int32_t> apply_chatml(const Tokenizer& tok, std::span<const ChatMessage> msgs,
+                                       bool add_generation_prompt, bool continue_final_message) {
+  for (const char* name : {"<|im_start|>", "<|im_end|>"}) {
+    if (!tok.token_id(name)) {
+      throw ConfigError("chat template: the tokenizer has no " + std::string(name) +
+                        " token (the ChatML format needs <|im_start|> and <|im_end|>)");
+    }
+  }
+  std::string text;
+  for (std::size_t i = 0; i < msgs.size(); ++i) {
+    const ChatMessage& m = msgs[i];
+    if (m.role != "system" && m.role != "user" && m.role != "assistant") {
+      throw ConfigError("messages[" + std::to_string(i) + "].role: unknown role '" + m.role +
+                        "' (expected system, user or assistant)");
+    }
+    text += "<|im_start|>" + m.role + "\n" + m.content;
+    if (!(continue_final_message && i + 1 == msgs.size())) text += "<|im_end|>\n";
+  }
+  if (add_generation_prompt) text += "<|im_start|>assistant\n";
+  return tok.encode(text);
+}
+
+bool has_chatml_tokens(const Tokenizer& tok) {
+  return tok.token_id("<|im_start|>") && tok.token_id("<|im_end|>");
+}
+
 bool has_llama3_chat_tokens(const Tokenizer& tok) {
   for (const char* name :
        {"<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"}) {
@@ -74,6 +100,9 @@ std::vector<std::int32_t> encode_chat(const Tokenizer& tok, std::span<const Chat
                                       bool add_generation_prompt, bool continue_final_message) {
   if (has_llama3_chat_tokens(tok)) {
     return apply_chat_template(tok, msgs, add_generation_prompt, continue_final_message);
+  }
+  if (has_chatml_tokens(tok)) {
+    return apply_chatml(tok, msgs, add_generation_prompt, continue_final_message);
   }
   std::string text;
   for (std::size_t i = 0; i < msgs.size(); ++i) {

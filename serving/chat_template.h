@@ -1,5 +1,6 @@
 // Chat messages -> prompt token ids, in the Llama 3 family's chat format (Llama 3, 3.1, 3.2 and
-// 3.3 instruct models), written out here rather than by running the model's Jinja template:
+// 3.3 instruct models) or ChatML (Qwen2, Qwen2.5; apply_chatml below), written out here rather
+// than by running the model's Jinja template. The Llama 3 format:
 //
 //   <|begin_of_text|>
 //   for each message: <|start_header_id|>ROLE<|end_header_id|>\n\nCONTENT<|eot_id|>
@@ -39,11 +40,27 @@ std::vector<std::int32_t> apply_chat_template(const Tokenizer& tok,
 // True when `tok` has the Llama 3 chat format's special tokens.
 bool has_llama3_chat_tokens(const Tokenizer& tok);
 
+// The ChatML format of Qwen2 and Qwen2.5 instruct models: for each message
+// "<|im_start|>ROLE\nCONTENT<|im_end|>\n" (CONTENT as given: the templates do not trim), then
+// "<|im_start|>assistant\n" when add_generation_prompt; with continue_final_message the last
+// message ends after its content. The text is encoded whole with Tokenizer::encode, as vLLM
+// encodes a rendered template. Not written: the default system message the Qwen templates add
+// when the first message is not a system one (Qwen2: "You are a helpful assistant."; Qwen2.5:
+// "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."): send it as the
+// first message to match vLLM. Roles: system, user, assistant. ConfigError on an unknown role or
+// a tokenizer without <|im_start|> and <|im_end|>.
+std::vector<std::int32_t> apply_chatml(const Tokenizer& tok, std::span<const ChatMessage> msgs,
+                                       bool add_generation_prompt = true,
+                                       bool continue_final_message = false);
+
+// True when `tok` has ChatML's <|im_start|> and <|im_end|>.
+bool has_chatml_tokens(const Tokenizer& tok);
+
 // What `engine serve` encodes chat messages with: apply_chat_template when the tokenizer has the
-// Llama 3 special tokens; otherwise (a vocabulary without chat tokens, such as the tiny model's
-// byte tokenizer) the plain text "ROLE: CONTENT\n" per message (the last without its "\n" with
-// continue_final_message), then "assistant: " when add_generation_prompt, encoded with
-// Tokenizer::encode.
+// Llama 3 special tokens, apply_chatml when it has ChatML's; otherwise (a vocabulary without chat
+// tokens, such as the tiny model's byte tokenizer) the plain text "ROLE: CONTENT\n" per message
+// (the last without its "\n" with continue_final_message), then "assistant: " when
+// add_generation_prompt, encoded with Tokenizer::encode.
 std::vector<std::int32_t> encode_chat(const Tokenizer& tok, std::span<const ChatMessage> msgs,
                                       bool add_generation_prompt = true,
                                       bool continue_final_message = false);

@@ -664,5 +664,31 @@ TEST(ChatTemplate, EncodeChatFallsBackToPlainLinesWithoutChatTokens) {
             gpt2().encode(plain.substr(0, plain.size() - 1)));
 }
 
+// ChatML (Qwen2's): each message between <|im_start|>ROLE\n and <|im_end|>\n, untrimmed;
+// encode_chat picks it where the tokenizer has the two tokens and not Llama 3's.
+TEST(ChatTemplate, ChatMlWhereTheTokenizerHasItsTokens) {
+  nlohmann::json doc =
+      nlohmann::json::parse(read_file(servelab_home() / "data/tokenizers/bytes/tokenizer.json"));
+  doc["added_tokens"] = {{{"id", 1}, {"content", "<|im_start|>"}, {"special", true}},
+                         {{"id", 2}, {"content", "<|im_end|>"}, {"special", true}}};
+  const auto tok = load_json(doc, "chatml");
+  ASSERT_TRUE(has_chatml_tokens(*tok));
+  EXPECT_FALSE(has_chatml_tokens(gpt2()));
+  const std::vector<ChatMessage> dialog = {{"system", "Be brief."}, {"user", " Hi "}};
+  const std::string rendered =
+      "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n Hi <|im_end|>\n";
+  EXPECT_EQ(encode_chat(*tok, dialog), tok->encode(rendered + "<|im_start|>assistant\n"));
+  const Ids ids = encode_chat(*tok, dialog, false);
+  EXPECT_EQ(ids, tok->encode(rendered));
+  EXPECT_EQ(ids.front(), 1);
+  EXPECT_EQ(ids[ids.size() - 2], 2);
+  const std::vector<ChatMessage> open = {{"user", "Hi"}, {"assistant", "Once"}};
+  EXPECT_EQ(encode_chat(*tok, open, false, true),
+            tok->encode("<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nOnce"));
+  const std::vector<ChatMessage> tool = {{"tool", "x"}};
+  EXPECT_THROW(apply_chatml(*tok, tool), ConfigError);
+  EXPECT_THROW(apply_chatml(gpt2(), dialog), ConfigError);
+}
+
 }  // namespace
 }  // namespace servelab
