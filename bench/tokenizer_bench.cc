@@ -22,6 +22,9 @@ std::filesystem::path tokenizer_path(const std::string& name) {
   if (name == "cl100k") {
     return executable_dir().parent_path() / "data/tokenizers/cl100k/tokenizer.json";
   }
+  if (name == "sentencepiece-small") {
+    return servelab_home() / "tests/data/tokenizer/sentencepiece-small.json";
+  }
   return servelab_home() / "data/tokenizers" / name / "tokenizer.json";
 }
 
@@ -114,6 +117,15 @@ BENCHMARK(BM_EncodeCl100kUnseenWords)->Unit(benchmark::kMicrosecond);
 
 void BM_DecodeCl100k(benchmark::State& state) { decode(state, "cl100k"); }
 BENCHMARK(BM_DecodeCl100k)->Unit(benchmark::kMicrosecond);
+
+// The SentencePiece path (Llama 2's layout: normalizer, one piece per segment, the four-step
+// decoder) on the hand-made 287-token file of the fuzz target: its few words leave most of the
+// text to byte fallback, so the merge loop and the ByteFallback runs get more tokens than a
+// real 32k vocabulary would give them (an upper bound on their cost per byte).
+void BM_EncodeSentencePieceSmall(benchmark::State& state) { encode(state, "sentencepiece-small"); }
+BENCHMARK(BM_EncodeSentencePieceSmall)->Unit(benchmark::kMicrosecond);
+void BM_DecodeSentencePieceSmall(benchmark::State& state) { decode(state, "sentencepiece-small"); }
+BENCHMARK(BM_DecodeSentencePieceSmall)->Unit(benchmark::kMicrosecond);
 
 // Loading the 3.1 MB cl100k tokenizer.json (JSON parse, vocabulary, 100k merges, PCRE2 JIT).
 void BM_LoadCl100k(benchmark::State& state) {

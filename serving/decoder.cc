@@ -40,7 +40,7 @@ std::string one_character(const json& spec, const std::string& file, const std::
 std::size_t count_member(const json& spec, const std::string& file, const std::string& key,
                          const char* name) {
   auto it = spec.find(name);
-  if (it == spec.end() || !it->is_number_unsigned()) {
+  if (it == spec.end() || !it->is_number_integer() || it->get<std::int64_t>() < 0) {
     fail(file, key + "." + name,
          "expected a non-negative integer, got " +
              (it == spec.end() ? std::string("nothing") : it->dump()));
@@ -61,6 +61,15 @@ std::optional<unsigned char> fallback_byte(const std::string& t) {
   const int hi = hex(t[3]), lo = hex(t[4]);
   if (hi < 0 || lo < 0) return std::nullopt;
   return static_cast<unsigned char>(hi * 16 + lo);
+}
+
+// ByteFallback's text of a run of `tokens` byte tokens: its bytes when they are UTF-8, else one
+// U+FFFD per token.
+std::string run_text(const std::string& run, std::size_t tokens) {
+  if (utf8::is_valid(run)) return run;
+  std::string out;
+  for (std::size_t i = 0; i < tokens; ++i) out += "\xEF\xBF\xBD";
+  return out;
 }
 
 void replace_all(std::string& s, const std::string& from, const std::string& to) {
@@ -174,11 +183,7 @@ void Decoder::apply(const Step& step, std::vector<std::string>& tokens) {
       std::size_t run_tokens = 0;
       auto flush = [&] {
         if (run_tokens == 0) return;
-        if (utf8::is_valid(run)) {
-          out.push_back(run);
-        } else {
-          for (std::size_t i = 0; i < run_tokens; ++i) out.emplace_back("\xEF\xBF\xBD");
-        }
+        out.push_back(run_text(run, run_tokens));
         run.clear();
         run_tokens = 0;
       };
@@ -223,6 +228,94 @@ void Decoder::apply(const Step& step, std::vector<std::string>& tokens) {
       }
       return;
   }
+}
+
+void Decoder::bind(const std::vector<std::optional<std::string>>& written) {
+  // Llama 2's chain: per-token Replace steps, an optional ByteFallback, Fuse, then only steps on
+  // the one fused text.
+  plan_ = Plan::kGeneral;
+  std::size_t i = 0;
+  while (i < steps_.size() && steps_[i].kind == Step::Kind::kReplace) ++i;
+  byte_fallback_ = i < steps_.size() && steps_[i].kind == Step::Kind::kByteFallback;
+  if (byte_fallback_) ++i;
+  if (i < steps_.size() && steps_[i].kind == Step::Kind::kFuse) {
+    bool rest_whole = true;
+    for (std::size_t k = i + 1; k < steps_.size(); ++k) {
+      rest_whole = rest_whole && steps_[k].kind == Step::Kind::kStrip;
+    }
+    if (rest_whole) {
+      plan_ = Plan::kPerTokenThenFuse;
+      fuse_at_ = i;
+    }
+  } else if (steps_.size() == 1 && steps_[0].kind == Step::Kind::kMetaspace) {
+    plan_ = Plan::kMetaspace;
+  }
+  if (plan_ == Plan::kGeneral) byte_fallback_ = false;
+  texts_.assign(written.size(), std::string());
+  written_.assign(plan_ == Plan::kMetaspace ? written.size() : 0, std::string());
+  bytes_.assign(written.size(), -1);
+  for (std::size_t id = 0; id < written.size(); ++id) {
+    if (!written[id]) continue;
+    std::string t = *written[id];
+    if (plan_ == Plan::kPerTokenThenFuse) {
+      for (std::size_t k = 0; k < steps_.size() && steps_[k].kind == Step::Kind::kReplace; ++k) {
+        replace_all(t, steps_[k].pattern, steps_[k].content);
+      }
+      if (byte_fallback_) {
+        if (const std::optional<unsigned char> b = fallback_byte(t)) bytes_[id] = *b;
+      }
+    } else if (plan_ == Plan::kMetaspace) {
+      written_[id] = t;
+      replace_all(t, steps_[0].content, " ");  // a token that is not the first
+    }
+    texts_[id] = std::move(t);
+  }
+}
+
+std::string Decoder::decode_ids(std::span<const std::int32_t> ids) const {
+  if (plan_ == Plan::kGeneral) {
+    std::vector<std::string> tokens;
+    tokens.reserve(ids.size());
+    for (const std::int32_t id : ids) tokens.push_back(texts_[static_cast<std::size_t>(id)]);
+    return decode(std::move(tokens));
+  }
+  std::string text;
+  if (plan_ == Plan::kMetaspace) {
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      const auto id = static_cast<std::size_t>(ids[i]);
+      if (i == 0) {
+        // The first token from its written form: its markers dropped (or spaces with "never").
+        std::string first = written_[id];
+        replace_all(first, steps_[0].content, steps_[0].strip_first ? "" : " ");
+        text += first;
+      } else {
+        text += texts_[id];
+      }
+    }
+    return utf8::to_valid(text);
+  }
+  std::string run;
+  std::size_t run_tokens = 0;
+  auto flush = [&] {
+    if (run_tokens == 0) return;
+    text += run_text(run, run_tokens);
+    run.clear();
+    run_tokens = 0;
+  };
+  for (const std::int32_t id : ids) {
+    const auto i = static_cast<std::size_t>(id);
+    if (bytes_[i] >= 0) {
+      run.push_back(static_cast<char>(bytes_[i]));
+      ++run_tokens;
+    } else {
+      flush();
+      text += texts_[i];
+    }
+  }
+  flush();
+  std::vector<std::string> fused{std::move(text)};
+  for (std::size_t k = fuse_at_ + 1; k < steps_.size(); ++k) apply(steps_[k], fused);
+  return utf8::to_valid(fused[0]);
 }
 
 std::string Decoder::decode(std::vector<std::string> tokens) const {

@@ -17,7 +17,10 @@
 // and key. Immutable and thread-safe after loading.
 #pragma once
 
+#include <cstdint>
 #include <nlohmann/json_fwd.hpp>
+#include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -40,6 +43,14 @@ class Decoder {
   // valid), which the tokenizer decodes without building token strings.
   bool byte_level_only() const;
 
+  // Binds the decoder to a vocabulary: `written[id]` is token id's string (nullopt: unused id).
+  // For Llama 2's chain (Replace steps, ByteFallback, Fuse, Strip steps) and a Metaspace decoder
+  // alone, the per-token steps are applied here once per id, so decode_ids only joins texts;
+  // other chains keep the strings for decode.
+  void bind(const std::vector<std::optional<std::string>>& written);
+  // decode() of the bound tokens of `ids`. REQUIRES: bind() was called and every id is bound.
+  std::string decode_ids(std::span<const std::int32_t> ids) const;
+
  private:
   struct Step {
     enum class Kind { kByteLevel, kReplace, kByteFallback, kFuse, kStrip, kMetaspace } kind;
@@ -51,6 +62,14 @@ class Decoder {
   static void apply(const Step& step, std::vector<std::string>& tokens);
 
   std::vector<Step> steps_;
+  // bind()'s tables: the kind of chain, and per id its text after the per-token steps (or as
+  // written for the general path) and its ByteFallback byte (-1: none).
+  enum class Plan { kGeneral, kPerTokenThenFuse, kMetaspace } plan_ = Plan::kGeneral;
+  std::size_t fuse_at_ = 0;  // kPerTokenThenFuse: the index of the Fuse step
+  bool byte_fallback_ = false;
+  std::vector<std::string> texts_;
+  std::vector<std::string> written_;  // kMetaspace: the written tokens (for the first one)
+  std::vector<std::int16_t> bytes_;
 };
 
 }  // namespace servelab

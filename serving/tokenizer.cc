@@ -57,6 +57,13 @@ class BpeTokenizer final : public Tokenizer {
       decoded_[static_cast<std::size_t>(t.id)] = &t.content;
       special_[static_cast<std::size_t>(t.id)] = t.special;
     }
+    if (!decoder_.byte_level_only()) {
+      std::vector<std::optional<std::string>> strings(decoded_.size());
+      for (std::size_t id = 0; id < decoded_.size(); ++id) {
+        if (decoded_[id] != nullptr) strings[id] = written(static_cast<std::int32_t>(id));
+      }
+      decoder_.bind(strings);
+    }
   }
 
   std::vector<std::int32_t> encode(std::string_view text) const override {
@@ -76,10 +83,13 @@ class BpeTokenizer final : public Tokenizer {
 
   std::string decode(std::span<const std::int32_t> ids) const override {
     if (!decoder_.byte_level_only()) {
-      std::vector<std::string> tokens;
-      tokens.reserve(ids.size());
-      for (const std::int32_t id : ids) tokens.push_back(written(id));
-      return decoder_.decode(std::move(tokens));
+      for (const std::int32_t id : ids) {
+        if (id < 0 || static_cast<std::size_t>(id) >= decoded_.size() ||
+            decoded_[static_cast<std::size_t>(id)] == nullptr) {
+          written(id);  // throws std::out_of_range naming the id
+        }
+      }
+      return decoder_.decode_ids(ids);
     }
     std::string bytes;
     for (std::int32_t id : ids) {
@@ -404,13 +414,13 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& tokenizer
     pre = PreTokenizer::from_json(*p, r.file(), "pre_tokenizer");
   }
   std::unique_ptr<BpeModel> bpe = read_model(r, doc);
-  const Decoder decoder = Decoder::from_json(r.member(doc, "", "decoder"), r.file(), "decoder");
+  Decoder decoder = Decoder::from_json(r.member(doc, "", "decoder"), r.file(), "decoder");
   SequenceTemplate around;
   if (const json* p = r.optional_member(doc, "post_processor")) {
     around = read_post_processor(*p, r.file());
   }
   auto tok = std::make_unique<BpeTokenizer>(std::move(added), std::move(normalizer), std::move(pre),
-                                            std::move(bpe), decoder, std::move(around));
+                                            std::move(bpe), std::move(decoder), std::move(around));
   const SequenceTemplate& t = tok->sequence_template();
   for (const std::vector<std::int32_t>* ids : {&t.before, &t.after}) {
     for (const std::int32_t id : *ids) {

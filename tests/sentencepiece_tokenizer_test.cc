@@ -12,6 +12,7 @@
 
 #include "core/config_error.h"
 #include "serving/byte_level.h"
+#include "serving/decoder.h"
 #include "serving/home.h"
 #include "serving/normalizer.h"
 #include "serving/tokenizer.h"
@@ -209,6 +210,44 @@ TEST(SentencePieceTokenizer, MetaspaceSplitKeepsMergesInsideWords) {
   EXPECT_EQ(joined->decode(ids), "Hello world");
   const auto split = load(metaspace_file("first", true, merges), "split");
   EXPECT_EQ(split->encode("Hello world"), (Ids{word(kSpace + "Hello"), word(kSpace + "world")}));
+}
+
+// The tokenizer's decode (per-id tables bound once) gives what the decoder's steps give on the
+// token strings, for random id sequences (byte runs valid and not, added tokens, the first
+// token's marker), in both layouts.
+TEST(SentencePieceTokenizer, BoundDecodeEqualsTheStepsOnTokenStrings) {
+  std::uint64_t rng = 0x9E3779B97F4A7C15ull;
+  auto next = [&rng] {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+  };
+  for (const json& doc :
+       {llama2_file(), metaspace_file("first", true), metaspace_file("never", false)}) {
+    const auto tok = load(doc, "bound");
+    const Decoder steps = Decoder::from_json(doc["decoder"], "f.json", "decoder");
+    for (int trial = 0; trial < 300; ++trial) {
+      Ids ids;
+      for (std::uint64_t n = next() % 12; n > 0; --n) {
+        const std::uint64_t r = next() % 4;
+        // Words and specials, valid byte runs (é), stray bytes.
+        if (r == 0) {
+          ids.push_back(static_cast<std::int32_t>(next() % (3 + kWords.size())));
+        } else if (r == 1) {
+          ids.push_back(byte_token(0xC3));
+          ids.push_back(byte_token(0xA9));
+        } else if (r == 2) {
+          ids.push_back(byte_token(static_cast<int>(next() % 256)));
+        } else {
+          ids.push_back(word(kSpace + "world"));
+        }
+      }
+      std::vector<std::string> strings;
+      for (const std::int32_t id : ids) strings.push_back(*tok->token_string(id));
+      ASSERT_EQ(tok->decode(ids), steps.decode(strings)) << doc["decoder"].dump();
+    }
+  }
 }
 
 TEST(Normalizer, UnicodeFormsAndReplace) {
