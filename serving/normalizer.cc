@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
-#include "core/config_error.h"
+#include "serving/json_spec.h"
 #include "serving/utf8.h"
 
 namespace servelab {
@@ -15,19 +15,8 @@ namespace {
 
 using nlohmann::json;
 
-[[noreturn]] void fail(const std::string& file, const std::string& key, const std::string& what) {
-  throw ConfigError(file + ": " + key + ": " + what);
-}
-
-const std::string& string_member(const json& spec, const std::string& file, const std::string& key,
-                                 const char* name) {
-  auto it = spec.find(name);
-  if (it == spec.end() || !it->is_string()) {
-    fail(file, key + "." + name,
-         "expected a string, got " + (it == spec.end() ? std::string("nothing") : it->dump()));
-  }
-  return it->get_ref<const std::string&>();
-}
+using json_spec::fail;
+using json_spec::string_member;
 
 // utf8proc on one well-formed run of text.
 std::string form_of_valid(std::string_view text, Normalizer::Form form) {

@@ -3,15 +3,13 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
-#include "core/config_error.h"
+#include "serving/json_spec.h"
 
 namespace servelab {
 
 namespace {
 
-[[noreturn]] void fail(const std::string& file, const std::string& key, const std::string& what) {
-  throw ConfigError(file + ": " + key + ": " + what);
-}
+using json_spec::fail;
 
 const nlohmann::json& member(const nlohmann::json& obj, const char* name, const std::string& file,
                              const std::string& key) {

@@ -17,6 +17,7 @@
 #include "serving/normalizer.h"
 #include "serving/tokenizer.h"
 #include "test_util.h"
+#include "tests/sentencepiece_layout.h"
 
 namespace servelab {
 namespace {
@@ -74,49 +75,7 @@ json llama2_file(const std::vector<std::pair<std::string, std::string>>& merges 
   }
   json m = json::array();
   for (const auto& [l, r] : merges) m.push_back(l + " " + r);
-  json added = json::array();
-  for (int id = 0; id < 3; ++id) {
-    const char* content[] = {"<unk>", "<s>", "</s>"};
-    added.push_back({{"id", id},
-                     {"content", content[id]},
-                     {"single_word", false},
-                     {"lstrip", false},
-                     {"rstrip", false},
-                     {"normalized", false},
-                     {"special", true}});
-  }
-  return {{"version", "1.0"},
-          {"added_tokens", added},
-          {"normalizer",
-           {{"type", "Sequence"},
-            {"normalizers",
-             {{{"type", "Prepend"}, {"prepend", kSpace}},
-              {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", kSpace}}}}}},
-          {"pre_tokenizer", nullptr},
-          {"post_processor",
-           {{"type", "TemplateProcessing"},
-            {"single",
-             {{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}},
-              {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
-            {"pair", json::array()},
-            {"special_tokens", {{"<s>", {{"id", "<s>"}, {"ids", {1}}, {"tokens", {"<s>"}}}}}}}},
-          {"decoder",
-           {{"type", "Sequence"},
-            {"decoders",
-             {{{"type", "Replace"}, {"pattern", {{"String", kSpace}}}, {"content", " "}},
-              {{"type", "ByteFallback"}},
-              {{"type", "Fuse"}},
-              {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}}}}},
-          {"model",
-           {{"type", "BPE"},
-            {"dropout", nullptr},
-            {"unk_token", "<unk>"},
-            {"continuing_subword_prefix", nullptr},
-            {"end_of_word_suffix", nullptr},
-            {"fuse_unk", true},
-            {"byte_fallback", true},
-            {"vocab", vocab},
-            {"merges", m}}}};
+  return test_util::llama2_layout(vocab, m);
 }
 
 // The newer conversions' layout: no normalizer, a Metaspace pre-tokenizer and decoder.

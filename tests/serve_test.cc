@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "serving/home.h"
+#include "tests/sentencepiece_layout.h"
 #include "tests/serve_process.h"
 #include "tests/test_util.h"
 
@@ -66,6 +67,14 @@ httplib::Client client_for(const ServerProcess& s) {
   httplib::Client c("127.0.0.1", s.port());
   c.set_read_timeout(30);
   return c;
+}
+
+// A /v1/completions answer that must be 200, parsed (null when the request failed).
+json completion_ok(httplib::Client& c, const json& body) {
+  const httplib::Result r = c.Post("/v1/completions", body.dump(), "application/json");
+  EXPECT_TRUE(r);
+  EXPECT_EQ(r ? r->status : 0, 200) << (r ? r->body : "");
+  return r ? json::parse(r->body) : json();
 }
 
 struct Stream {
@@ -247,12 +256,7 @@ TEST(EngineServe, SeededSamplingAndParallelChoices) {
   const fs::path dir = temp_dir("serve_sampling");
   ServerProcess server(dir, {});
   httplib::Client c = client_for(server);
-  const auto complete = [&](const json& body) {
-    const httplib::Result r = c.Post("/v1/completions", body.dump(), "application/json");
-    EXPECT_TRUE(r);
-    EXPECT_EQ(r ? r->status : 0, 200) << (r ? r->body : "");
-    return r ? json::parse(r->body) : json();
-  };
+  const auto complete = [&](const json& body) { return completion_ok(c, body); };
   const auto seeded = [](std::int64_t seed) {
     return json{{"prompt", {1, 2, 3, 4, 5}},
                 {"max_tokens", 16},
@@ -448,12 +452,7 @@ TEST(EngineServe, SpecialTokensLeaveTheTextUnlessKept) {
   write_file(dir / "tokenizer.json", doc.dump());
   ServerProcess server(dir, {"--tokenizer", (dir / "tokenizer.json").string()});
   httplib::Client c = client_for(server);
-  const auto complete = [&](const json& body) {
-    const httplib::Result r = c.Post("/v1/completions", body.dump(), "application/json");
-    EXPECT_TRUE(r);
-    EXPECT_EQ(r ? r->status : 0, 200) << (r ? r->body : "");
-    return r ? json::parse(r->body) : json();
-  };
+  const auto complete = [&](const json& body) { return completion_ok(c, body); };
   // A bias of 100 makes every token 65 (special), or 66 (not special) below.
   json forced = {{"prompt", {1, 2, 3}}, {"max_tokens", 3}, {"logit_bias", {{"65", 100}}}};
   json hidden = complete(forced);
@@ -495,35 +494,7 @@ TEST(EngineServe, SentencePieceOutputsContinueThePromptsText) {
     std::snprintf(hex, sizeof hex, "<0x%02X>", b);
     vocab[hex] = 8 + b;
   }
-  const json doc = {
-      {"added_tokens",
-       {{{"id", 1}, {"content", "<s>"}, {"normalized", false}, {"special", true}},
-        {{"id", 2}, {"content", "</s>"}, {"normalized", false}, {"special", true}}}},
-      {"normalizer",
-       {{"type", "Sequence"},
-        {"normalizers",
-         {{{"type", "Prepend"}, {"prepend", sp}},
-          {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", sp}}}}}},
-      {"pre_tokenizer", nullptr},
-      {"post_processor",
-       {{"type", "TemplateProcessing"},
-        {"single",
-         {{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}},
-          {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
-        {"special_tokens", {{"<s>", {{"id", "<s>"}, {"ids", {1}}, {"tokens", {"<s>"}}}}}}}},
-      {"decoder",
-       {{"type", "Sequence"},
-        {"decoders",
-         {{{"type", "Replace"}, {"pattern", {{"String", sp}}}, {"content", " "}},
-          {{"type", "ByteFallback"}},
-          {{"type", "Fuse"}},
-          {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}}}}},
-      {"model",
-       {{"type", "BPE"},
-        {"byte_fallback", true},
-        {"unk_token", "<unk>"},
-        {"vocab", vocab},
-        {"merges", {sp + " H", sp + "H i"}}}}};
+  const json doc = test_util::llama2_layout(vocab, {sp + " H", sp + "H i"});
   write_file(dir / "tokenizer.json", doc.dump());
   // The tiny model with room for the 264 tokens.
   std::string model = read_file(servelab_home() / "experiments/catalog/models/tiny.yaml");

@@ -106,20 +106,29 @@ TEST(OpenAiApi, ChatContentPartsAndGenerationPrompt) {
                ApiError);
 }
 
-// vLLM's add_special_tokens: a completions text prompt goes between the tokenizer's
-// post_processor tokens by default (Llama 3's <|begin_of_text|>; here a byte tokenizer whose
-// template puts id 2 first), token-id prompts never; chat adds them only when asked. vLLM's
-// /tokenize encodes the same way, /detokenize takes ids of the vocabulary.
-TEST(OpenAiApi, AddSpecialTokensAsVllm) {
+// The byte tokenizer whose post_processor puts id 2 ("<s>") before a sequence.
+nlohmann::json bytes_with_bos() {
   nlohmann::json doc =
       nlohmann::json::parse(read_file(home_path("data/tokenizers/bytes/tokenizer.json")));
   doc["post_processor"] = {
       {"type", "TemplateProcessing"},
       {"single", {{{"SpecialToken", {{"id", "<s>"}}}}, {{"Sequence", {{"id", "A"}}}}}},
       {"special_tokens", {{"<s>", {{"ids", {2}}}}}}};
-  const fs::path dir = temp_dir("add_special_tokens");
+  return doc;
+}
+
+std::unique_ptr<Tokenizer> load_doc(const nlohmann::json& doc, const fs::path& dir) {
   write_file(dir / "tokenizer.json", doc.dump());
-  const std::unique_ptr<Tokenizer> tok = load_tokenizer(dir / "tokenizer.json");
+  return load_tokenizer(dir / "tokenizer.json");
+}
+
+// vLLM's add_special_tokens: a completions text prompt goes between the tokenizer's
+// post_processor tokens by default (Llama 3's <|begin_of_text|>; here a byte tokenizer whose
+// template puts id 2 first), token-id prompts never; chat adds them only when asked. vLLM's
+// /tokenize encodes the same way, /detokenize takes ids of the vocabulary.
+TEST(OpenAiApi, AddSpecialTokensAsVllm) {
+  const fs::path dir = temp_dir("add_special_tokens");
+  const std::unique_ptr<Tokenizer> tok = load_doc(bytes_with_bos(), dir);
   const ApiLimits limits{"tiny", 256, 256, {}};
   const auto prompt = [&](const std::string& body, bool chat = false) {
     return parse_completion_request(body, chat, limits, *tok).prompt;
@@ -525,18 +534,12 @@ TEST(OpenAiApi, SamplingParametersAndN) {
 // greedy parameters; and truncate_prompt_tokens (the last k tokens; a text prompt keeps its
 // special tokens; -1: max_model_len), applied before the context check, a truncated echo decoded.
 TEST(OpenAiApi, AllowedTokensBadWordsAndTruncation) {
-  nlohmann::json doc =
-      nlohmann::json::parse(read_file(home_path("data/tokenizers/bytes/tokenizer.json")));
+  nlohmann::json doc = bytes_with_bos();
   doc["model"]["vocab"]["\u0120a"] = 256;
   doc["model"]["vocab"]["ab"] = 257;
   doc["model"]["merges"] = {"\u0120 a", "a b"};
-  doc["post_processor"] = {
-      {"type", "TemplateProcessing"},
-      {"single", {{{"SpecialToken", {{"id", "<s>"}}}}, {{"Sequence", {{"id", "A"}}}}}},
-      {"special_tokens", {{"<s>", {{"ids", {2}}}}}}};
   const fs::path dir = temp_dir("bad_words");
-  write_file(dir / "tokenizer.json", doc.dump());
-  const std::unique_ptr<Tokenizer> tok = load_tokenizer(dir / "tokenizer.json");
+  const std::unique_ptr<Tokenizer> tok = load_doc(doc, dir);
   using Ids = std::vector<std::int32_t>;
   using Words = std::vector<Ids>;
   EXPECT_EQ(bad_word_token_ids("a", *tok), (Words{{'a'}, {256}}));
