@@ -1,5 +1,8 @@
 #include "serving/chat_template.h"
 
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
 #include <string_view>
 
 #include "core/config_error.h"
@@ -96,8 +99,170 @@ bool has_llama3_chat_tokens(const Tokenizer& tok) {
   return true;
 }
 
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+std::string read_text(const fs::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) throw ConfigError(file.string() + ": cannot open the file");
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+json read_config(const fs::path& file) {
+  try {
+    json doc = json::parse(read_text(file));
+    if (!doc.is_object()) throw ConfigError(file.string() + ": expected a JSON object");
+    return doc;
+  } catch (const json::exception& e) {
+    throw ConfigError(file.string() + ": malformed JSON: " + e.what());
+  }
+}
+
+// tokenizer_config.json's special tokens as the template sees them: each a string, or an
+// AddedToken object whose "content" is taken; additional_special_tokens a list of them.
+jinja::Dict special_tokens(const json& config) {
+  jinja::Dict out;
+  auto text = [](const json& t) -> std::optional<std::string> {
+    if (t.is_string()) return t.get<std::string>();
+    if (t.is_object() && t.contains("content") && t["content"].is_string()) {
+      return t["content"].get<std::string>();
+    }
+    return std::nullopt;
+  };
+  for (const char* key : {"bos_token", "eos_token", "unk_token", "sep_token", "pad_token",
+                          "cls_token", "mask_token"}) {
+    if (!config.contains(key)) continue;
+    if (const std::optional<std::string> t = text(config[key])) {
+      out.emplace_back(key, jinja::Value::string(*t));
+    }
+  }
+  if (config.contains("additional_special_tokens") &&
+      config["additional_special_tokens"].is_array()) {
+    jinja::List items;
+    for (const json& t : config["additional_special_tokens"]) {
+      if (const std::optional<std::string> s = text(t)) items.push_back(jinja::Value::string(*s));
+    }
+    out.emplace_back("additional_special_tokens", jinja::Value::list(std::move(items)));
+  }
+  return out;
+}
+
+// tokenizer_config.json's "chat_template": a string, or a list of {name, template} of which
+// "default" is taken (transformers' rule without a template name). nullopt when absent.
+std::optional<std::string> config_template(const json& config, const fs::path& file) {
+  if (!config.contains("chat_template") || config["chat_template"].is_null()) return std::nullopt;
+  const json& t = config["chat_template"];
+  if (t.is_string()) return t.get<std::string>();
+  if (t.is_array()) {
+    for (const json& named : t) {
+      if (named.is_object() && named.value("name", "") == "default" && named.contains("template") &&
+          named["template"].is_string()) {
+        return named["template"].get<std::string>();
+      }
+    }
+    throw ConfigError(file.string() +
+                      ": chat_template: a list of named templates without one named \"default\"");
+  }
+  throw ConfigError(file.string() +
+                    ": chat_template: expected a string or a list of {name, template}");
+}
+
+jinja::Dict special_tokens_beside(const fs::path& tokenizer_json) {
+  if (tokenizer_json.empty()) return {};
+  const fs::path config = tokenizer_json.parent_path() / "tokenizer_config.json";
+  if (!fs::exists(config)) return {};
+  return special_tokens(read_config(config));
+}
+
+}  // namespace
+
+ChatTemplate::ChatTemplate(const std::string& source, std::string origin,
+                           jinja::Dict special_tokens)
+    : template_(source, std::move(origin)), special_tokens_(std::move(special_tokens)) {}
+
+std::string ChatTemplate::render(std::span<const ChatMessage> msgs, bool add_generation_prompt,
+                                 bool continue_final_message, const jinja::Dict& extra,
+                                 const jinja::RenderOptions& options) const {
+  jinja::List messages;
+  for (const ChatMessage& m : msgs) {
+    messages.push_back(jinja::Value::dict(
+        {{"role", jinja::Value::string(m.role)}, {"content", jinja::Value::string(m.content)}}));
+  }
+  jinja::Dict context = special_tokens_;
+  context.emplace_back("messages", jinja::Value::list(std::move(messages)));
+  context.emplace_back("add_generation_prompt", jinja::Value::boolean(add_generation_prompt));
+  context.emplace_back("tools", jinja::Value::none());
+  context.emplace_back("documents", jinja::Value::none());
+  context.insert(context.end(), extra.begin(), extra.end());  // later entries win
+  std::string text = template_.render(context, options);
+  if (!continue_final_message || msgs.empty()) return text;
+  // transformers: cut after the last occurrence of the final message's stripped content; keep
+  // its trailing whitespace where the template kept it.
+  const std::string& final = msgs.back().content;
+  const std::string stripped(trim(final));
+  const std::size_t at = text.rfind(stripped);
+  if (at == std::string::npos) {
+    throw ConfigError(
+        "continue_final_message: the final message does not appear in the chat after applying "
+        "the chat template (" +
+        origin() + " drops part of it)");
+  }
+  const bool no_leading_space = final.find_first_not_of(" \t\n\r\v\f") == 0;
+  if (no_leading_space && text.compare(at, final.size(), final) == 0) {
+    return text.substr(0, at + final.size());
+  }
+  return text.substr(0, at + stripped.size());
+}
+
+std::shared_ptr<const ChatTemplate> load_chat_template(const std::string& arg,
+                                                       const fs::path& tokenizer_json) {
+  const fs::path file(arg);
+  std::error_code ec;
+  if (!fs::is_regular_file(file, ec)) {
+    if (arg.find("{{") != std::string::npos || arg.find("{%") != std::string::npos) {
+      return std::make_shared<const ChatTemplate>(arg, "--chat-template",
+                                                  special_tokens_beside(tokenizer_json));
+    }
+    throw ConfigError("--chat-template " + arg +
+                      ": no such file, and not a template (no \"{{\" or \"{%\")");
+  }
+  if (file.extension() == ".json") {
+    const json config = read_config(file);
+    const std::optional<std::string> t = config_template(config, file);
+    if (!t) throw ConfigError(file.string() + ": no chat_template key");
+    return std::make_shared<const ChatTemplate>(*t, file.string() + " (chat_template)",
+                                                special_tokens(config));
+  }
+  return std::make_shared<const ChatTemplate>(read_text(file), file.string(),
+                                              special_tokens_beside(tokenizer_json));
+}
+
+std::shared_ptr<const ChatTemplate> find_chat_template(const fs::path& tokenizer_json) {
+  const fs::path dir = tokenizer_json.parent_path();
+  const fs::path jinja_file = dir / "chat_template.jinja";
+  if (fs::exists(jinja_file)) {
+    return std::make_shared<const ChatTemplate>(read_text(jinja_file), jinja_file.string(),
+                                                special_tokens_beside(tokenizer_json));
+  }
+  const fs::path config_file = dir / "tokenizer_config.json";
+  if (!fs::exists(config_file)) return nullptr;
+  const json config = read_config(config_file);
+  const std::optional<std::string> t = config_template(config, config_file);
+  if (!t) return nullptr;
+  return std::make_shared<const ChatTemplate>(*t, config_file.string() + " (chat_template)",
+                                              special_tokens(config));
+}
+
 std::vector<std::int32_t> encode_chat(const Tokenizer& tok, std::span<const ChatMessage> msgs,
-                                      bool add_generation_prompt, bool continue_final_message) {
+                                      bool add_generation_prompt, bool continue_final_message,
+                                      const ChatTemplate* tmpl, const jinja::Dict& extra) {
+  if (tmpl != nullptr) {
+    return tok.encode(tmpl->render(msgs, add_generation_prompt, continue_final_message, extra));
+  }
   if (has_llama3_chat_tokens(tok)) {
     return apply_chat_template(tok, msgs, add_generation_prompt, continue_final_message);
   }

@@ -11,13 +11,19 @@
 // text inside a content is matched as the special token, exactly as tokenising the rendered
 // template does. Roles: system, user, assistant, ipython (Llama 3.1's tool results). Llama 3.1's
 // default system preamble (knowledge cutoff date, tools) is not added.
+//
+// A model's own template (Hugging Face's Jinja chat_template, which vLLM renders) replaces the
+// built-in formats where one is given or found: ChatTemplate below, over serving/jinja.h.
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "serving/jinja.h"
 #include "serving/tokenizer.h"
 
 namespace servelab {
@@ -56,13 +62,57 @@ std::vector<std::int32_t> apply_chatml(const Tokenizer& tok, std::span<const Cha
 // True when `tok` has ChatML's <|im_start|> and <|im_end|>.
 bool has_chatml_tokens(const Tokenizer& tok);
 
-// What `engine serve` encodes chat messages with: apply_chat_template when the tokenizer has the
-// Llama 3 special tokens, apply_chatml when it has ChatML's; otherwise (a vocabulary without chat
-// tokens, such as the tiny model's byte tokenizer) the plain text "ROLE: CONTENT\n" per message
-// (the last without its "\n" with continue_final_message), then "assistant: " when
+// A Hugging Face chat template (Jinja, serving/jinja.h) with the variables transformers gives it
+// besides the messages: the tokenizer's special tokens (bos_token, eos_token, unk_token,
+// pad_token, ... as tokenizer_config.json names them).
+class ChatTemplate {
+ public:
+  // ConfigError "ORIGIN:LINE: what" for a template outside the Jinja subset.
+  ChatTemplate(const std::string& source, std::string origin, jinja::Dict special_tokens = {});
+
+  // The prompt text, as transformers' apply_chat_template(tokenize=False) renders it: the
+  // variables messages (each {role, content}), add_generation_prompt, tools and documents
+  // (none), the special tokens, then `extra` (vLLM's chat_template_kwargs; a name there
+  // overrides a special token's). With continue_final_message the text is cut after the last
+  // message's content (its last occurrence, trimmed as transformers trims it), and a
+  // ConfigError says so when the template dropped it. raise_exception in the template throws
+  // jinja::Raised with its message; other runtime errors are ConfigErrors naming the line.
+  std::string render(std::span<const ChatMessage> msgs, bool add_generation_prompt,
+                     bool continue_final_message, const jinja::Dict& extra = {},
+                     const jinja::RenderOptions& options = {}) const;
+
+  const std::string& origin() const { return template_.origin(); }
+
+ private:
+  jinja::Template template_;
+  jinja::Dict special_tokens_;
+};
+
+// vLLM's --chat-template: a file (a Jinja template, or a tokenizer_config.json whose
+// "chat_template" is taken), or, when no such file exists and the text has "{{" or "{%", the
+// template itself. The special tokens come from the tokenizer_config.json beside
+// `tokenizer_json` when there is one (or from the named tokenizer_config.json itself).
+// ConfigError naming the file or key: unreadable, no chat_template, a list of named templates
+// without "default", or a template outside the subset.
+std::shared_ptr<const ChatTemplate> load_chat_template(const std::string& arg,
+                                                       const std::filesystem::path& tokenizer_json);
+
+// The template that ships with a tokenizer, as transformers finds it: chat_template.jinja
+// beside tokenizer.json, else tokenizer_config.json's "chat_template"; nullptr when neither
+// exists. ConfigError for one that exists and cannot be read or parsed.
+std::shared_ptr<const ChatTemplate> find_chat_template(const std::filesystem::path& tokenizer_json);
+
+// What `engine serve` encodes chat messages with: `tmpl` where given (rendered, then encoded
+// with Tokenizer::encode, as vLLM encodes a rendered template: special-token text is matched,
+// no post_processor tokens are added); else apply_chat_template when the tokenizer has the
+// Llama 3 special tokens, apply_chatml when it has ChatML's; otherwise (a vocabulary without
+// chat tokens, such as the tiny model's byte tokenizer) the plain text "ROLE: CONTENT\n" per
+// message (the last without its "\n" with continue_final_message), then "assistant: " when
 // add_generation_prompt, encoded with Tokenizer::encode.
 std::vector<std::int32_t> encode_chat(const Tokenizer& tok, std::span<const ChatMessage> msgs,
                                       bool add_generation_prompt = true,
-                                      bool continue_final_message = false);
+                                      bool continue_final_message = false,
+                                      const ChatTemplate* tmpl = nullptr,
+                                      const jinja::Dict& extra = {});
 
 }  // namespace servelab

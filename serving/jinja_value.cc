@@ -1,0 +1,441 @@
+#include "serving/jinja_value.h"
+
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+
+namespace servelab::jinja {
+
+Value Value::undefined(std::string why) {
+  Value v;
+  v.s_ = std::move(why);
+  return v;
+}
+
+Value Value::none() {
+  Value v;
+  v.kind_ = Kind::kNone;
+  return v;
+}
+
+Value Value::boolean(bool b) {
+  Value v;
+  v.kind_ = Kind::kBool;
+  v.b_ = b;
+  return v;
+}
+
+Value Value::integer(std::int64_t i) {
+  Value v;
+  v.kind_ = Kind::kInt;
+  v.i_ = i;
+  return v;
+}
+
+Value Value::number(double f) {
+  Value v;
+  v.kind_ = Kind::kFloat;
+  v.f_ = f;
+  return v;
+}
+
+Value Value::string(std::string s) {
+  Value v;
+  v.kind_ = Kind::kString;
+  v.s_ = std::move(s);
+  return v;
+}
+
+Value Value::list(List items, bool is_tuple) {
+  Value v;
+  v.kind_ = Kind::kList;
+  v.namespace_ = is_tuple;
+  v.list_ = std::make_shared<List>(std::move(items));
+  return v;
+}
+
+Value Value::dict(Dict items, bool is_namespace) {
+  Value v;
+  v.kind_ = Kind::kDict;
+  v.namespace_ = is_namespace;
+  v.dict_ = std::make_shared<Dict>(std::move(items));
+  return v;
+}
+
+Value Value::macro(const MacroDef* def) {
+  Value v;
+  v.kind_ = Kind::kMacro;
+  v.macro_ = def;
+  return v;
+}
+
+Value Value::from_json(const nlohmann::json& j) {
+  switch (j.type()) {
+    case nlohmann::json::value_t::null:
+      return none();
+    case nlohmann::json::value_t::boolean:
+      return boolean(j.get<bool>());
+    case nlohmann::json::value_t::number_integer:
+      return integer(j.get<std::int64_t>());
+    case nlohmann::json::value_t::number_unsigned:
+      return integer(static_cast<std::int64_t>(j.get<std::uint64_t>()));
+    case nlohmann::json::value_t::number_float:
+      return number(j.get<double>());
+    case nlohmann::json::value_t::string:
+      return string(j.get<std::string>());
+    case nlohmann::json::value_t::array: {
+      List items;
+      for (const nlohmann::json& e : j) items.push_back(from_json(e));
+      return list(std::move(items));
+    }
+    case nlohmann::json::value_t::object: {
+      Dict items;
+      for (const auto& [k, e] : j.items()) items.emplace_back(k, from_json(e));
+      return dict(std::move(items));
+    }
+    default:
+      return Value();
+  }
+}
+
+std::int64_t Value::as_int() const {
+  if (kind_ == Kind::kBool) return b_ ? 1 : 0;
+  if (kind_ == Kind::kFloat) return static_cast<std::int64_t>(f_);
+  return i_;
+}
+
+double Value::as_float() const {
+  if (kind_ == Kind::kFloat) return f_;
+  return static_cast<double>(as_int());
+}
+
+Value Value::member(const std::string& key) const {
+  if (kind_ != Kind::kDict) return Value();
+  for (const auto& [k, v] : *dict_) {
+    if (k == key) return v;
+  }
+  return Value();
+}
+
+bool Value::truthy() const {
+  switch (kind_) {
+    case Kind::kUndefined:
+    case Kind::kNone:
+      return false;
+    case Kind::kBool:
+      return b_;
+    case Kind::kInt:
+      return i_ != 0;
+    case Kind::kFloat:
+      return f_ != 0.0;
+    case Kind::kString:
+      return !s_.empty();
+    case Kind::kList:
+      return !list_->empty();
+    case Kind::kDict:
+      return !dict_->empty();
+    case Kind::kMacro:
+      return true;
+  }
+  return false;
+}
+
+bool Value::equals(const Value& o) const {
+  if (is_number() && o.is_number()) {
+    if (kind_ == Kind::kFloat || o.kind_ == Kind::kFloat) return as_float() == o.as_float();
+    return as_int() == o.as_int();
+  }
+  if (kind_ != o.kind_) return false;
+  switch (kind_) {
+    case Kind::kUndefined:
+    case Kind::kNone:
+      return true;
+    case Kind::kString:
+      return s_ == o.s_;
+    case Kind::kList:
+      if (list_->size() != o.list_->size()) return false;
+      for (std::size_t i = 0; i < list_->size(); ++i) {
+        if (!(*list_)[i].equals((*o.list_)[i])) return false;
+      }
+      return true;
+    case Kind::kDict:
+      if (dict_ == o.dict_) return true;
+      if (namespace_ || o.namespace_ || dict_->size() != o.dict_->size()) return false;
+      for (const auto& [k, v] : *dict_) {
+        bool found = false;
+        for (const auto& [ok, ov] : *o.dict_) {
+          if (ok == k) {
+            if (!v.equals(ov)) return false;
+            found = true;
+            break;
+          }
+        }
+        if (!found) return false;
+      }
+      return true;
+    case Kind::kMacro:
+      return macro_ == o.macro_;
+    default:
+      return false;
+  }
+}
+
+std::string python_float(double f) {
+  if (std::isnan(f)) return "nan";
+  if (std::isinf(f)) return f > 0 ? "inf" : "-inf";
+  if (f == 0.0) return std::signbit(f) ? "-0.0" : "0.0";
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof buf, f, std::chars_format::scientific);
+  const std::string sci(buf, r.ptr);  // [-]d[.ddd]e[+-]XX, the shortest round trip
+  const std::size_t e = sci.find('e');
+  const int exp10 = std::stoi(sci.substr(e + 1));
+  const bool negative = sci[0] == '-';
+  std::string digits;
+  for (std::size_t i = negative ? 1 : 0; i < e; ++i) {
+    if (sci[i] != '.') digits += sci[i];
+  }
+  std::string out = negative ? "-" : "";
+  if (exp10 < -4 || exp10 >= 16) {
+    out += digits.substr(0, 1);
+    if (digits.size() > 1) out.append(1, '.').append(digits, 1);
+    char ex[16];
+    std::snprintf(ex, sizeof ex, "e%c%02d", exp10 < 0 ? '-' : '+', std::abs(exp10));
+    return out + ex;
+  }
+  if (exp10 < 0) {
+    return out.append("0.").append(static_cast<std::size_t>(-exp10 - 1), '0').append(digits);
+  }
+  const std::size_t whole = static_cast<std::size_t>(exp10) + 1;
+  if (digits.size() <= whole) return out + digits + std::string(whole - digits.size(), '0') + ".0";
+  return out + digits.substr(0, whole) + "." + digits.substr(whole);
+}
+
+namespace {
+
+std::string python_quote(const std::string& s) {
+  const bool dq = s.find('\'') != std::string::npos && s.find('"') == std::string::npos;
+  const char q = dq ? '"' : '\'';
+  std::string out(1, q);
+  for (const char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    if (c == q || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (u < 0x20 || u == 0x7f) {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "\\x%02x", u);
+      out += hex;
+    } else {
+      out += c;
+    }
+  }
+  return out + q;
+}
+
+std::string json_quote(const std::string& s) {
+  std::string out = "\"";
+  for (const char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\b':
+        out += "\\b";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
+      default:
+        if (u < 0x20) {
+          char hex[8];
+          std::snprintf(hex, sizeof hex, "\\u%04x", u);
+          out += hex;
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out + "\"";
+}
+
+bool append_json(const Value& v, int indent, int depth, std::string& out) {
+  auto newline = [indent](int level) {
+    std::string s;
+    if (indent >= 0) s.append(1, '\n').append(static_cast<std::size_t>(indent * level), ' ');
+    return s;
+  };
+  const std::string nl = newline(depth + 1);
+  const std::string close = newline(depth);
+  const char* comma = indent < 0 ? ", " : ",";
+  switch (v.kind()) {
+    case Value::Kind::kNone:
+      out += "null";
+      return true;
+    case Value::Kind::kBool:
+      out += v.as_bool() ? "true" : "false";
+      return true;
+    case Value::Kind::kInt:
+      out += std::to_string(v.as_int());
+      return true;
+    case Value::Kind::kFloat: {
+      const double f = v.as_float();
+      if (std::isnan(f)) {
+        out += "NaN";
+      } else if (std::isinf(f)) {
+        out += f > 0 ? "Infinity" : "-Infinity";
+      } else {
+        out += python_float(f);
+      }
+      return true;
+    }
+    case Value::Kind::kString:
+      out += json_quote(v.as_string());
+      return true;
+    case Value::Kind::kList: {
+      if (v.as_list().empty()) {
+        out += "[]";
+        return true;
+      }
+      out += "[";
+      bool first = true;
+      for (const Value& e : v.as_list()) {
+        if (!first) out += comma;
+        first = false;
+        out += nl;
+        if (!append_json(e, indent, depth + 1, out)) return false;
+      }
+      out += close + "]";
+      return true;
+    }
+    case Value::Kind::kDict: {
+      if (v.as_dict().empty()) {
+        out += "{}";
+        return true;
+      }
+      out += "{";
+      bool first = true;
+      for (const auto& [k, e] : v.as_dict()) {
+        if (!first) out += comma;
+        first = false;
+        out += nl + json_quote(k) + ": ";
+        if (!append_json(e, indent, depth + 1, out)) return false;
+      }
+      out += close + "}";
+      return true;
+    }
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+std::string Value::str() const {
+  switch (kind_) {
+    case Kind::kUndefined:
+      return "";
+    case Kind::kString:
+      return s_;
+    default:
+      return repr();
+  }
+}
+
+std::string Value::repr() const {
+  switch (kind_) {
+    case Kind::kUndefined:
+      return "";
+    case Kind::kNone:
+      return "None";
+    case Kind::kBool:
+      return b_ ? "True" : "False";
+    case Kind::kInt:
+      return std::to_string(i_);
+    case Kind::kFloat:
+      return python_float(f_);
+    case Kind::kString:
+      return python_quote(s_);
+    case Kind::kList: {
+      std::string out = namespace_ ? "(" : "[";
+      for (std::size_t i = 0; i < list_->size(); ++i) {
+        if (i > 0) out += ", ";
+        out += (*list_)[i].repr();
+      }
+      if (namespace_ && list_->size() == 1) out += ",";
+      return out + (namespace_ ? ")" : "]");
+    }
+    case Kind::kDict: {
+      std::string out = namespace_ ? "<Namespace {" : "{";
+      bool first = true;
+      for (const auto& [k, v] : *dict_) {
+        if (!first) out += ", ";
+        first = false;
+        out += python_quote(k) + ": " + v.repr();
+      }
+      return out + (namespace_ ? "}>" : "}");
+    }
+    case Kind::kMacro:
+      return "<Macro>";
+  }
+  return "";
+}
+
+std::optional<std::string> Value::to_json(int indent) const {
+  std::string out;
+  if (!append_json(*this, indent, 0, out)) return std::nullopt;
+  return out;
+}
+
+std::string Value::type_name() const {
+  switch (kind_) {
+    case Kind::kUndefined:
+      return "Undefined";
+    case Kind::kNone:
+      return "NoneType";
+    case Kind::kBool:
+      return "bool";
+    case Kind::kInt:
+      return "int";
+    case Kind::kFloat:
+      return "float";
+    case Kind::kString:
+      return "str";
+    case Kind::kList:
+      return namespace_ ? "tuple" : "list";
+    case Kind::kDict:
+      return namespace_ ? "Namespace" : "dict";
+    case Kind::kMacro:
+      return "Macro";
+  }
+  return "";
+}
+
+std::vector<std::size_t> code_point_offsets(const std::string& s) {
+  std::vector<std::size_t> offsets;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if ((static_cast<unsigned char>(s[i]) & 0xC0) != 0x80) offsets.push_back(i);
+  }
+  offsets.push_back(s.size());
+  return offsets;
+}
+
+}  // namespace servelab::jinja

@@ -1,0 +1,250 @@
+#!/usr/bin/env python3
+"""Writes golden.json: what Python's Jinja2 renders, in the environment transformers renders chat
+templates in, for the templates of this folder and for short expression templates. The C++ test
+(tests/jinja_test.cc) renders the same cases with serving/jinja.h and compares byte for byte.
+
+  python3 tests/data/chat_templates/make_golden.py            # rewrite golden.json
+  python3 tests/data/chat_templates/make_golden.py --check    # exit 1 if golden.json differs
+
+The environment (as transformers' chat template utilities set it up): an
+ImmutableSandboxedEnvironment with trim_blocks, lstrip_blocks and loop controls; a tojson filter
+that does not escape HTML (json.dumps with ensure_ascii=False and an optional indent); the globals
+raise_exception and strftime_now (here on a fixed clock, NOW, in UTC); a {% generation %} tag
+that renders its body. continue_final_message cuts the text as transformers does.
+"""
+import argparse
+import datetime
+import json
+import os
+import sys
+
+import jinja2
+import jinja2.ext
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+NOW = 1764849600  # 2025-12-04 12:00:00 UTC
+
+
+class Generation(jinja2.ext.Extension):
+    tags = {"generation"}
+
+    def parse(self, parser):
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(["name:endgeneration"], drop_needle=True)
+        return jinja2.nodes.CallBlock(self.call_method("_render"), [], [], body).set_lineno(lineno)
+
+    def _render(self, caller):
+        return caller()
+
+
+def environment():
+    env = ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=[Generation, jinja2.ext.loopcontrols])
+
+    def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
+                          sort_keys=sort_keys)
+
+    def raise_exception(message):
+        raise jinja2.exceptions.TemplateError(message)
+
+    def strftime_now(fmt):
+        return datetime.datetime.fromtimestamp(NOW, datetime.timezone.utc).strftime(fmt)
+
+    env.filters["tojson"] = tojson
+    env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = strftime_now
+    return env
+
+
+LLAMA_TOKENS = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}
+GEMMA_TOKENS = {"bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>"}
+L3_TOKENS = {"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>"}
+
+SYSTEM = {"role": "system", "content": "You are terse.\n"}
+U1 = {"role": "user", "content": "Hi there, what is paging?"}
+A1 = {"role": "assistant", "content": "  Fixed-size KV blocks.  "}
+U2 = {"role": "user", "content": "And \"chunked\" prefill? 😀"}
+A_OPEN = {"role": "assistant", "content": "It splits a long prompt "}
+
+CONVERSATIONS = {
+    "one_user": [U1],
+    "system_user": [SYSTEM, U1],
+    "three_turns": [U1, A1, U2],
+    "system_three_turns": [SYSTEM, U1, A1, U2],
+    "open_assistant": [SYSTEM, U1, A1, U2, A_OPEN],
+}
+
+TEMPLATES = {
+    "llama2.jinja": (LLAMA_TOKENS, {}),
+    "mistral.jinja": (LLAMA_TOKENS, {}),
+    "chatml_default_system.jinja": ({}, {}),
+    "llama3_dated.jinja": (L3_TOKENS, {}),
+    "gemma.jinja": (GEMMA_TOKENS, {}),
+    "kitchen_sink.jinja": ({}, {}),
+}
+
+# Short templates and their variables: the subset's semantics one piece at a time.
+EXPRESSIONS = [
+    ("{{ 7 // 2 }} {{ -7 // 2 }} {{ 7 % -3 }} {{ 7 / 2 }} {{ 4 / 2 }} {{ 2 ** 10 }}", {}),
+    ("{{ 1.5 + 1 }} {{ 0.1 + 0.2 }} {{ 1e16 }} {{ 1e-5 }} {{ 123456.789 }} {{ 3.0 }}", {}),
+    ("{{ 'a' ~ 1 ~ none ~ true }} {{ 'ab' * 3 }} {{ [1] + [2, 3] }}", {}),
+    ("{{ x }}|{{ x.y is defined }}|{{ undefined_name | length }}", {"x": {"z": 1}}),
+    ("{{ [1, 'two', none, true, 2.0, {'k': [3]}] }}", {}),
+    ("{{ {'a': 1, 'b': 'q\"uote', 'c': \"it's\"} }}", {}),
+    ("{{ s.strip() }}|{{ s.lstrip() }}|{{ s.rstrip() }}|{{ s.strip(' x') }}", {"s": "  xhix  "}),
+    ("{{ s.split() }} {{ s.split(',') }} {{ s.split(',', 1) }} {{ s.rsplit(',', 1) }}",
+     {"s": "a,b ,c, d"}),
+    ("{{ s.upper() }} {{ s.lower() }} {{ s.title() }} {{ s.capitalize() }}", {"s": "hello wORLD-x2y"}),
+    ("{{ s.replace('a', 'o') }} {{ s.replace('a', 'o', 1) }} {{ s.find('n') }} {{ s.count('a') }}",
+     {"s": "banana"}),
+    ("{{ s[1:] }}|{{ s[:-2] }}|{{ s[::-1] }}|{{ s[1:5:2] }}|{{ s[10:] }}|{{ s[-1] }}",
+     {"s": "héllo wörld"}),
+    ("{{ l[1:] }} {{ l[-2:] }} {{ l[::2] }} {{ l[5] is defined }}", {"l": [1, 2, 3, 4]}),
+    ("{{ s | length }} {{ s | first }} {{ s | last }} {{ l | first }} {{ l | last }}",
+     {"s": "añb", "l": [4, 5]}),
+    ("{{ d | tojson }}|{{ d | tojson(indent=2) }}|{{ [] | tojson }}|{{ {} | tojson(indent=4) }}",
+     {"d": {"name": "f", "args": {"x": [1, 2.5, "é\n\t\"q\""], "y": None, "z": True}}}),
+    ("{{ l | join(', ') }}|{{ l | map('upper') | join }}|{{ l | reverse | list }}|{{ l | sort }}",
+     {"l": ["b", "c", "a"]}),
+    ("{{ ms | selectattr('role', 'equalto', 'user') | map(attribute='c') | join('+') }}"
+     "|{{ ms | rejectattr('role', 'eq', 'user') | list | length }}"
+     "|{{ ms | map(attribute='missing', default='-') | join }}",
+     {"ms": [{"role": "user", "c": "1"}, {"role": "bot", "c": "2"}, {"role": "user", "c": "3"}]}),
+    ("{{ d | items | list }} {% for k, v in d.items() %}{{ k }}={{ v }};{% endfor %}"
+     " {{ d.keys() | list }} {{ d.values() | list }} {{ d.get('a') }} {{ d.get('z', 9) }}"
+     " {{ d.get('z') }}", {"d": {"a": 1, "b": [2]}}),
+    ("{{ n is number }} {{ n is integer }} {{ f is float }} {{ s is string }} {{ d is mapping }}"
+     " {{ l is iterable }} {{ s is sequence }} {{ none is none }} {{ b is boolean }}"
+     " {{ b is true }} {{ n is odd }} {{ n is even }} {{ n is divisibleby 3 }}"
+     " {{ n is divisibleby(2) }} {{ s is lower }} {{ 'A' is upper }} {{ 3 is in l }}"
+     " {{ n is eq 3 }} {{ n is gt(1) }} {{ n is not lt 1 }}",
+     {"n": 3, "f": 1.0, "s": "ab", "d": {}, "l": [1, 3], "b": True}),
+    ("{{ 'a' in 'cat' }} {{ 2 in [1, 2] }} {{ 'k' in {'k': 1} }} {{ 'z' not in 'cat' }}"
+     " {{ 1 == 1.0 }} {{ true == 1 }} {{ 'b' > 'a' }} {{ [1, 2] == [1, 2] }} {{ none == none }}",
+     {}),
+    ("{{ 0 or 'x' }} {{ 1 and 'y' }} {{ '' and 'z' }} {{ not [] }} {{ 'a' if 0 }}|"
+     "{{ 'a' if 0 else 'b' if 1 else 'c' }}", {}),
+    ("{{ -3 | abs }} {{ 2.567 | round(1) }} {{ 2.5 | round }} {{ '42' | int + 1 }}"
+     " {{ 'x' | int(7) }} {{ '2.5' | float }} {{ 3 | string ~ '!' }} {{ 5 | float }}", {}),
+    ("{{ range(3) | list }} {{ range(1, 7, 2) | list }} {{ range(5, 0, -2) | list }}"
+     " {{ [1, 2, 3] | sum }} {{ [3, 1, 2] | min }} {{ [3, 1, 2] | max }} {{ [1, 1, 2] | unique | list }}",
+     {}),
+    ("{{ text | indent(2) }}|{{ text | indent(2, true) }}|{{ text | indent(2, blank=true) }}",
+     {"text": "a\n\nb\nc"}),
+    ("{{ '<a href=\"x\">&</a>' | e }} {{ 'x' | safe }} {{ 'two words here' | wordcount }}"
+     " {{ none | default('d') }} {{ none | default('d', true) }} {{ '' | d('e', boolean=true) }}",
+     {}),
+    ("{% set a, b = [1, 2] %}{{ b }}{{ a }} {% set t %}in {{ a }}{% endset %}[{{ t }}]"
+     " {% set x = 1 %}{% for i in [1] %}{% set x = 2 %}{% endfor %}{{ x }}", {}),
+    ("{% for i in range(10) %}{% if i is odd %}{% continue %}{% endif %}"
+     "{% if i > 6 %}{% break %}{% endif %}{{ i }}{% endfor %}", {}),
+    ("{% for a in [1, 2] %}{% for b in 'xy' %}{{ loop.index }}{{ a }}{{ b }}"
+     "{{ loop.previtem | default('^') }}{{ loop.nextitem | default('$') }},{% endfor %}"
+     "{{ loop.revindex }}{{ loop.revindex0 }};{% endfor %}", {}),
+    ("{% macro m(a, b=2, c='z') %}{{ a }}{{ b }}{{ c }}{% endmacro %}"
+     "{{ m(1) }} {{ m(1, 3) }} {{ m(1, c='w') }} {{ m(a=5, b=6) }}", {}),
+    ("{% macro fact(n) %}{% if n <= 1 %}1{% else %}{{ n * (fact(n - 1) | int) }}{% endif %}"
+     "{% endmacro %}{{ fact(6) }}", {}),
+    ("a  \n  {% if true %}\n    b\n  {% endif %}\nc {# note #}\n d\n{%- if true -%}\n e \n{%- endif %}\n"
+     "{%+ if true %}f{% endif %}  {{- ' g ' -}}  h\n  {{ 'i' }}\n", {}),
+    ("{% for x in [] %}{{ x }}{% else %}empty{% endfor %} {% for c in 'ab' %}{{ c }}{% endfor %}"
+     " {% for k in {'p': 1, 'q': 2} %}{{ k }}{% endfor %}", {}),
+    ("{{ '\\u00e9\\x41\\n'|length }} {{ 'a' 'b' }} {{ (1, 2) }} {{ () }} {{ [1, 2,] | length }}"
+     " {{ foo.0 }}", {"foo": ["zero"]}),
+    ("{{ strftime_now('%Y-%m-%d %H:%M %b %A') }}", {}),
+    ("{% generation %}kept {{ 1 }}{% endgeneration %}", {}),
+    ("{{ 'abc'.startswith('b') }} {{ 'abc'.endswith(('x', 'c')) }} {{ ', '.join(['a', 'b']) }}"
+     " {{ '12'.isdigit() }} {{ ' '.isspace() }} {{ 'a\\nb\\n'.splitlines() }}", {}),
+    ("{{ 'hello wORLD-x2y (ab)[cd] x_y it\\'s' | title }}|{{ \"it's x_y\".title() }}|"
+     "{{ 0.125 | round(2) }} {{ 3.5 | round }} {{ -2.5 | round }} {{ 2.4 | round(0, 'ceil') }}"
+     " {{ 2.6 | round(method='floor') }}", {}),
+    ("{{ messages | selectattr('role', 'in', ['user', 'system']) | map(attribute='role') | list }}"
+     " {{ messages | map(attribute='content') | map('trim') | map('length') | list }}",
+     {"messages": [SYSTEM, U1, A1]}),
+]
+
+# Templates Jinja2 refuses at render time: the C++ side must fail too (any error).
+ERRORS = [
+    ("{{ raise_exception('no system messages please') }}", {}),
+    ("{{ missing.attr }}", {}),
+    ("{{ 1 + 'a' }}", {}),
+    ("{{ 1 // 0 }}", {}),
+    ("{{ l.append(1) }}", {"l": []}),
+    ("{% set x.y = 1 %}", {"x": {}}),
+    ("{{ none | length }}", {}),
+    ("{{ 5 is divisibleby 0 }}", {}),
+    ("{{ 'x' | nosuchfilter }}", {}),
+]
+
+
+def render(env, source, context):
+    try:
+        return {"expected": env.from_string(source).render(**context)}
+    except jinja2.exceptions.TemplateError as e:
+        return {"error": str(e)}
+    except Exception as e:  # ZeroDivisionError, TypeError, SecurityError, ...
+        return {"error": type(e).__name__ + ": " + str(e)}
+
+
+def continue_cut(rendered, final):
+    """transformers' continue_final_message rule."""
+    loc = rendered.rindex(final.strip())
+    if rendered[loc:loc + len(final.lstrip())] == final:
+        return rendered[:loc + len(final.lstrip())]
+    return rendered[:loc + len(final.strip())]
+
+
+def cases():
+    env = environment()
+    out = []
+    for name, (tokens, extra) in TEMPLATES.items():
+        with open(os.path.join(HERE, name), encoding="utf-8") as f:
+            source = f.read()
+        for conv_name, messages in CONVERSATIONS.items():
+            for gen, cont in ((True, False), (False, False), (False, True)):
+                if cont != (conv_name == "open_assistant"):
+                    continue
+                context = dict(tokens)
+                context.update(messages=messages, add_generation_prompt=gen, tools=None,
+                               documents=None)
+                context.update(extra)
+                case = {"name": f"{name}/{conv_name}/gen={int(gen)}", "template": name,
+                        "special_tokens": tokens, "extra": extra, "messages": messages,
+                        "add_generation_prompt": gen, "continue_final_message": cont}
+                r = render(env, source, context)
+                if cont and "expected" in r:
+                    r["expected"] = continue_cut(r["expected"], messages[-1]["content"])
+                case.update(r)
+                out.append(case)
+    for i, (source, context) in enumerate(EXPRESSIONS):
+        out.append({"name": f"expression {i}", "source": source, "context": context,
+                    **render(env, source, context)})
+    for i, (source, context) in enumerate(ERRORS):
+        r = render(env, source, context)
+        assert "error" in r, f"error case {i} rendered: {r}"
+        out.append({"name": f"error {i}", "source": source, "context": context, **r})
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--check", action="store_true", help="compare with golden.json, write nothing")
+    args = ap.parse_args()
+    text = json.dumps({"jinja2": jinja2.__version__, "now": NOW, "cases": cases()},
+                      ensure_ascii=False, indent=1) + "\n"
+    path = os.path.join(HERE, "golden.json")
+    if args.check:  # the cases only: the Jinja2 version may differ (Debian's, pip's)
+        with open(path, encoding="utf-8") as f:
+            same = json.load(f)["cases"] == json.loads(text)["cases"]
+        print("golden.json is " + ("up to date" if same else "out of date"))
+        return 0 if same else 1
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

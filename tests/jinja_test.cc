@@ -1,0 +1,278 @@
+// The Jinja subset (serving/jinja.h) and model chat templates (serving/chat_template.h)
+// against Python's Jinja2: tests/data/chat_templates/golden.json holds what Jinja2 3.1 renders,
+// in transformers' chat-template environment, for six chat templates in the layouts of Llama 2,
+// Mistral, ChatML (Qwen), Llama 3.1 (dated), Gemma and a template of rarer constructs, over five
+// conversations, and for short expression templates and error cases
+// (tests/data/chat_templates/make_golden.py writes it). Also: loading templates from
+// tokenizer_config.json and chat_template.jinja, and the errors a bad template gets.
+#include "serving/jinja.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <ctime>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "core/config_error.h"
+#include "serving/chat_template.h"
+#include "serving/home.h"
+#include "test_util.h"
+
+namespace servelab {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using test_util::read_file;
+using test_util::temp_dir;
+using test_util::write_file;
+
+const fs::path kDir = servelab_home() / "tests/data/chat_templates";
+
+jinja::Dict dict_of(const json& object) {
+  jinja::Dict out;
+  for (const auto& [k, v] : object.items()) out.emplace_back(k, jinja::Value::from_json(v));
+  return out;
+}
+
+// nlohmann's json sorts object keys; the golden contexts' key order matters where a template
+// iterates a dict or prints it, so they are read with ordered_json.
+jinja::Value ordered(const nlohmann::ordered_json& j) {
+  if (j.is_object()) {
+    jinja::Dict items;
+    for (const auto& [k, v] : j.items()) items.emplace_back(k, ordered(v));
+    return jinja::Value::dict(std::move(items));
+  }
+  if (j.is_array()) {
+    jinja::List items;
+    for (const auto& v : j) items.push_back(ordered(v));
+    return jinja::Value::list(std::move(items));
+  }
+  return jinja::Value::from_json(json::parse(j.dump()));
+}
+
+struct Golden {
+  std::time_t now = 0;
+  nlohmann::ordered_json cases;
+};
+
+const Golden& golden() {
+  static const Golden g = [] {
+    const auto doc = nlohmann::ordered_json::parse(read_file(kDir / "golden.json"));
+    return Golden{doc["now"].get<std::time_t>(), doc["cases"]};
+  }();
+  return g;
+}
+
+// The golden file's clock is UTC.
+jinja::RenderOptions options() {
+  setenv("TZ", "UTC", 1);
+  tzset();
+  return jinja::RenderOptions{golden().now};
+}
+
+TEST(Jinja, ChatTemplatesRenderAsJinja2Does) {
+  int checked = 0;
+  for (const auto& c : golden().cases) {
+    if (!c.contains("template")) continue;
+    SCOPED_TRACE(c["name"].get<std::string>());
+    const std::string file = (kDir / c["template"].get<std::string>()).string();
+    const ChatTemplate tmpl(read_file(file), file,
+                            dict_of(json::parse(c["special_tokens"].dump())));
+    std::vector<ChatMessage> msgs;
+    for (const auto& m : c["messages"]) {
+      msgs.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
+    }
+    const bool gen = c["add_generation_prompt"].get<bool>();
+    const bool cont = c["continue_final_message"].get<bool>();
+    const jinja::Dict extra = dict_of(json::parse(c["extra"].dump()));
+    if (c.contains("error")) {
+      EXPECT_THROW(tmpl.render(msgs, gen, cont, extra, options()), ConfigError);
+    } else {
+      EXPECT_EQ(tmpl.render(msgs, gen, cont, extra, options()), c["expected"].get<std::string>());
+    }
+    ++checked;
+  }
+  EXPECT_EQ(checked, 6 * 5 * 2 - 6);  // two flag settings per conversation, one for the open one
+}
+
+TEST(Jinja, ExpressionsRenderAsJinja2Does) {
+  int checked = 0;
+  for (const auto& c : golden().cases) {
+    if (!c.contains("source") || !c.contains("expected")) continue;
+    const std::string source = c["source"].get<std::string>();
+    SCOPED_TRACE(c["name"].get<std::string>() + ": " + source);
+    const jinja::Value context = ordered(c["context"]);
+    try {
+      EXPECT_EQ(jinja::Template(source, "expr").render(context.as_dict(), options()),
+                c["expected"].get<std::string>());
+    } catch (const ConfigError& e) {
+      ADD_FAILURE() << e.what();
+    }
+    ++checked;
+  }
+  EXPECT_GE(checked, 30);
+}
+
+TEST(Jinja, WhatJinja2RefusesIsAnError) {
+  int checked = 0;
+  for (const auto& c : golden().cases) {
+    if (!c.contains("source") || !c.contains("error")) continue;
+    const std::string source = c["source"].get<std::string>();
+    SCOPED_TRACE(c["name"].get<std::string>() + ": " + source);
+    const jinja::Value context = ordered(c["context"]);
+    EXPECT_THROW(jinja::Template(source, "expr").render(context.as_dict(), options()), ConfigError);
+    ++checked;
+  }
+  EXPECT_GE(checked, 9);
+}
+
+// The golden file is what make_golden.py writes with the Jinja2 of this machine (Debian's
+// python3-jinja2, which scripts/bootstrap installs): a live check that no case was edited by
+// hand and that Jinja2 still renders them so.
+TEST(Jinja, GoldenFileIsWhatJinja2RendersHere) {
+  if (std::system("python3 -c 'import jinja2' >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "python3 with jinja2 is not installed (apt-get install python3-jinja2)";
+  }
+  const std::string cmd = "python3 " + (kDir / "make_golden.py").string() + " --check";
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+}
+
+std::string error_of(const std::string& source, const jinja::Dict& context = {}) {
+  try {
+    jinja::Template(source, "t.jinja").render(context);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(Jinja, ErrorsNameTheLineAndWhat) {
+  EXPECT_EQ(error_of("a\n{% if x %}\nb"),
+            "t.jinja:2: the if tag opened here is never closed (expected {% endif %})");
+  EXPECT_EQ(error_of("{% include 'x' %}"),
+            "t.jinja:1: unsupported tag 'include' (the subset has if, for, set, macro, break, "
+            "continue, raw, generation)");
+  EXPECT_EQ(error_of("\n\n{{ 1 + }}"), "t.jinja:3: expected an expression, got '}}'");
+  EXPECT_EQ(error_of("{{ 1 < 2 < 3 }}"),
+            "t.jinja:1: chained comparisons (a < b < c) are not supported: use 'and'");
+  EXPECT_EQ(error_of("x\n{{ missing.attr }}"), "t.jinja:2: 'missing' is undefined");
+  EXPECT_EQ(error_of("{{ m.a.b }}", {{"m", jinja::Value::dict({})}}),
+            "t.jinja:1: 'dict object' has no attribute 'a'");
+  EXPECT_EQ(error_of("{{ 'x' | frobnicate }}"), "t.jinja:1: unknown filter 'frobnicate'");
+  EXPECT_EQ(error_of("{{ 'abc"), "t.jinja:1: a string opened here is never closed");
+  EXPECT_EQ(error_of("{% for i in range(200000) %}{% endfor %}"),
+            "t.jinja:1: range too big (the sandbox allows 100000 items)");
+  EXPECT_EQ(error_of("{% macro f(n) %}{{ f(n) }}{% endmacro %}{{ f(1) }}"),
+            "t.jinja:1: macro calls nested deeper than 100");
+  // raise_exception: the template's own message, nothing added.
+  try {
+    jinja::Template("{{ raise_exception('roles must alternate') }}", "t").render({});
+    ADD_FAILURE() << "no exception";
+  } catch (const jinja::Raised& e) {
+    EXPECT_STREQ(e.what(), "roles must alternate");
+  }
+}
+
+TEST(Jinja, NothingTheTemplateDoesChangesItsInputs) {
+  const jinja::Value messages = jinja::Value::list({jinja::Value::string("a")});
+  const jinja::Dict context{{"messages", messages}};
+  jinja::Template("{% set messages = messages[1:] %}{{ messages | length }}", "t").render(context);
+  EXPECT_EQ(messages.as_list().size(), 1u);
+  EXPECT_THROW(jinja::Template("{{ messages.append('b') }}", "t").render(context), ConfigError);
+  EXPECT_EQ(messages.as_list().size(), 1u);
+}
+
+TEST(ChatTemplateFiles, TokenizerConfigGivesTheTemplateAndItsSpecialTokens) {
+  const fs::path dir = temp_dir("chat_template_config");
+  write_file(dir / "tokenizer.json", "{}");
+  // No template beside the tokenizer: none found.
+  EXPECT_EQ(find_chat_template(dir / "tokenizer.json"), nullptr);
+  json config = {{"bos_token", {{"__type", "AddedToken"}, {"content", "<s>"}}},
+                 {"eos_token", "</s>"},
+                 {"chat_template", read_file(kDir / "llama2.jinja")}};
+  write_file(dir / "tokenizer_config.json", config.dump());
+  const std::vector<ChatMessage> msgs = {{"user", "Hi"}, {"assistant", "Yo"}, {"user", "Bye"}};
+  const auto found = find_chat_template(dir / "tokenizer.json");
+  ASSERT_NE(found, nullptr);
+  EXPECT_EQ(found->render(msgs, true, false), "<s>[INST] Hi [/INST] Yo </s><s>[INST] Bye [/INST]");
+  // --chat-template naming the config, a .jinja file (special tokens from the config beside
+  // the tokenizer), or the template text itself.
+  EXPECT_EQ(
+      load_chat_template((dir / "tokenizer_config.json").string(), "")->render(msgs, true, false),
+      found->render(msgs, true, false));
+  write_file(dir / "plain.jinja",
+             "{% for m in messages %}{{ bos_token }}{{ m.content }}{% endfor %}");
+  EXPECT_EQ(load_chat_template((dir / "plain.jinja").string(), dir / "tokenizer.json")
+                ->render(msgs, true, false),
+            "<s>Hi<s>Yo<s>Bye");
+  EXPECT_EQ(load_chat_template("{{ messages | length }}", dir / "tokenizer.json")
+                ->render(msgs, true, false),
+            "3");
+  // chat_template.jinja beside the tokenizer comes first, as transformers loads it.
+  write_file(dir / "chat_template.jinja", "jinja file {{ eos_token }}");
+  EXPECT_EQ(find_chat_template(dir / "tokenizer.json")->render(msgs, true, false),
+            "jinja file </s>");
+  // A list of named templates: "default".
+  fs::remove(dir / "chat_template.jinja");
+  config["chat_template"] = json::array({{{"name", "tool_use"}, {"template", "tools"}},
+                                         {{"name", "default"}, {"template", "default"}}});
+  write_file(dir / "tokenizer_config.json", config.dump());
+  EXPECT_EQ(find_chat_template(dir / "tokenizer.json")->render(msgs, true, false), "default");
+}
+
+TEST(ChatTemplateFiles, BadTemplatesAreClearErrors) {
+  const fs::path dir = temp_dir("chat_template_bad");
+  auto error = [&](const std::string& arg) {
+    try {
+      load_chat_template(arg, dir / "tokenizer.json");
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  EXPECT_EQ(error((dir / "none.jinja").string()),
+            "--chat-template " + (dir / "none.jinja").string() +
+                ": no such file, and not a template (no \"{{\" or \"{%\")");
+  write_file(dir / "a.json", R"({"bos_token": "<s>"})");
+  EXPECT_EQ(error((dir / "a.json").string()), (dir / "a.json").string() + ": no chat_template key");
+  write_file(dir / "b.json", R"({"chat_template": [{"name": "rag", "template": "x"}]})");
+  EXPECT_EQ(error((dir / "b.json").string()),
+            (dir / "b.json").string() +
+                ": chat_template: a list of named templates without one named \"default\"");
+  write_file(dir / "c.json", R"({"chat_template": "{% for m in messages %}"})");
+  EXPECT_EQ(error((dir / "c.json").string()),
+            (dir / "c.json").string() +
+                " (chat_template):1: the for tag opened here is never closed (expected {% "
+                "endfor %})");
+  write_file(dir / "d.json", "{ not json");
+  EXPECT_NE(error((dir / "d.json").string()).find("d.json: malformed JSON"), std::string::npos);
+}
+
+TEST(ChatTemplateFiles, ContinueFinalMessageCutsAfterTheLastMessage) {
+  const ChatTemplate chatml(read_file(kDir / "chatml_default_system.jinja"), "chatml");
+  const std::vector<ChatMessage> msgs = {{"user", "Hi"}, {"assistant", "The answer is"}};
+  EXPECT_EQ(chatml.render(msgs, false, true),
+            "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n"
+            "Hi<|im_end|>\n<|im_start|>assistant\nThe answer is");
+  // A template that drops the final message: an error saying so.
+  const ChatTemplate dropping("{{ messages[0].content }}", "dropping");
+  EXPECT_THROW(dropping.render(msgs, false, true), ConfigError);
+}
+
+TEST(ChatTemplateFiles, EncodeChatUsesTheTemplateOverTheBuiltInFormats) {
+  const auto tok = load_tokenizer(servelab_home() / "data/tokenizers/bytes/tokenizer.json");
+  const ChatTemplate tmpl("{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}", "t");
+  const std::vector<ChatMessage> msgs = {{"user", "Hi"}};
+  EXPECT_EQ(encode_chat(*tok, msgs, true, false, &tmpl), tok->encode("<user>Hi"));
+  EXPECT_EQ(encode_chat(*tok, msgs, true, false), tok->encode("user: Hi\nassistant: "));
+  const jinja::Dict extra{{"flag", jinja::Value::boolean(true)}};
+  const ChatTemplate kw("{{ 'on' if flag else 'off' }}", "kw");
+  EXPECT_EQ(encode_chat(*tok, msgs, true, false, &kw, extra), tok->encode("on"));
+  EXPECT_EQ(encode_chat(*tok, msgs, true, false, &kw), tok->encode("off"));
+}
+
+}  // namespace
+}  // namespace servelab
