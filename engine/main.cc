@@ -60,7 +60,7 @@ constexpr const char* kUsage =
     "  serve [EXP.yaml | --model M] [--host H] [--port P] [--device cpu|cuda] [--weights PATH]\n"
     "             [--kv-memory-gb G] [--max-in-flight N] [--served-model-name NAME]\n"
     "             [--generation-config SOURCE] [--override-generation-config JSON]\n"
-    "             [--tokenizer FILE] [--seed N]\n"
+    "             [--tokenizer FILE] [--chat-template FILE|TEMPLATE] [--seed N]\n"
     "             [--set key.path=value]...\n"
     "      an OpenAI-compatible HTTP server (/v1/completions, /v1/chat/completions, /v1/models,\n"
     "      /health, /metrics) over the engine with the experiment's serving settings (default\n"
@@ -186,6 +186,13 @@ int cmd_serve(const std::vector<std::string>& args) {
   app->add_option("--tokenizer", o.tokenizer,
                   "tokenizer.json for text prompts and output text (default: "
                   "data/tokenizers/bytes, one token per byte)");
+  app->add_option("--chat-template", o.chat_template,
+                  "the chat template of chat requests (vLLM's): a Jinja file, a "
+                  "tokenizer_config.json, or the template itself (default: chat_template.jinja "
+                  "or tokenizer_config.json beside --tokenizer, else a built-in format: Llama 3, "
+                  "ChatML or plain lines)")
+      ->check(cli::non_empty("a file or a template"))
+      ->type_name("FILE|TEMPLATE");
   app->add_option("--served-model-name", o.served_model_name,
                   "the model name clients use (default: the model's)")
       ->check(cli::non_empty("a name"))

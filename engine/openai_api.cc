@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <system_error>
 
+#include "core/config_error.h"
 #include "core/json_depth.h"
 #include "core/request.h"
 #include "core/rng.h"
@@ -60,7 +61,7 @@ bool known_field(const std::string& key, bool chat) {
   if (chat) {
     return key == "messages" || key == "max_completion_tokens" || key == "top_logprobs" ||
            key == "add_generation_prompt" || key == "continue_final_message" ||
-           key == "add_special_tokens";
+           key == "add_special_tokens" || key == "chat_template" || key == "chat_template_kwargs";
   }
   return key == "prompt" || key == "best_of" || key == "echo" || key == "add_special_tokens";
 }
@@ -318,8 +319,10 @@ bool flag_field(const json& body, const char* key, bool fallback) {
 // A chat body's prompt: its `messages` through the chat format (serving/chat_template.h) with
 // vLLM's add_generation_prompt (default true), continue_final_message (default false; the last
 // message stays open and the model continues it; not both) and add_special_tokens (default
-// false: the format has them; true adds the post_processor's around it).
-std::vector<std::int32_t> chat_prompt(const json& body, const Tokenizer& tokenizer) {
+// false: the format has them; true adds the post_processor's around it), through the server's
+// chat template where it has one, with the body's chat_template_kwargs as extra variables.
+std::vector<std::int32_t> chat_prompt(const json& body, const Tokenizer& tokenizer,
+                                      const ApiLimits& limits) {
   if (!body.contains("messages")) throw bad("'messages' is required", "messages");
   const json& msgs = body["messages"];
   expect(msgs.is_array() && !msgs.empty(), "messages", "a non-empty array of messages");
@@ -346,8 +349,39 @@ std::vector<std::int32_t> chat_prompt(const json& body, const Tokenizer& tokeniz
         "\"add_generation_prompt\": false)",
         "continue_final_message");
   }
-  std::vector<std::int32_t> ids =
-      encode_chat(tokenizer, messages, generation_prompt, continue_final);
+  if (body.contains("chat_template") && !body["chat_template"].is_null()) {
+    throw bad(
+        "'chat_template': a request's own chat template is not accepted (vLLM refuses one "
+        "without --trust-request-chat-template); start engine serve with --chat-template",
+        "chat_template");
+  }
+  jinja::Dict kwargs;
+  if (body.contains("chat_template_kwargs") && !body["chat_template_kwargs"].is_null()) {
+    const json& kw = body["chat_template_kwargs"];
+    expect(kw.is_object(), "chat_template_kwargs", "an object");
+    if (limits.chat_template == nullptr) {
+      throw bad(
+          "'chat_template_kwargs': the server renders chats with a built-in format, not a "
+          "template (start engine serve with --chat-template, or a tokenizer whose "
+          "tokenizer_config.json has one)",
+          "chat_template_kwargs");
+    }
+    for (const auto& [key, value] : kw.items()) {
+      if (key == "messages" || key == "add_generation_prompt" || key == "tools" ||
+          key == "documents") {
+        throw bad("'chat_template_kwargs." + key + "': set by the request itself, not here",
+                  "chat_template_kwargs");
+      }
+      kwargs.emplace_back(key, jinja::Value::from_json(value));
+    }
+  }
+  std::vector<std::int32_t> ids;
+  try {
+    ids = encode_chat(tokenizer, messages, generation_prompt, continue_final,
+                      limits.chat_template.get(), kwargs);
+  } catch (const ConfigError& e) {  // the template's raise_exception, or an error in it
+    throw bad(std::string("'messages': ") + e.what(), "messages");
+  }
   if (flag_field(body, "add_special_tokens", false)) {
     const SequenceTemplate& t = tokenizer.sequence_template();
     ids.insert(ids.begin(), t.before.begin(), t.before.end());
@@ -661,7 +695,7 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat,
     keep_last = v.is_number_unsigned() ? v.get<std::int32_t>() : limits.max_model_len;
   }
   if (chat) {
-    r.prompt = chat_prompt(body, tokenizer);
+    r.prompt = chat_prompt(body, tokenizer, limits);
     if (keep_last) keep_last_tokens(r.prompt, *keep_last, 0, 0);
   } else {
     if (!body.contains("prompt")) throw bad("'prompt' is required", "prompt");
@@ -835,7 +869,7 @@ std::vector<std::int32_t> parse_tokenize_request(std::string_view text, const Ap
   const json body = parse_body(text, [](const std::string& key) {
     return key == "model" || key == "prompt" || key == "messages" || key == "add_special_tokens" ||
            key == "add_generation_prompt" || key == "continue_final_message" ||
-           key == "return_token_strs";
+           key == "return_token_strs" || key == "chat_template" || key == "chat_template_kwargs";
   });
   std::string model;
   named_model(body, limits, model);
@@ -846,8 +880,9 @@ std::vector<std::int32_t> parse_tokenize_request(std::string_view text, const Ap
     throw bad("give 'prompt' (a string) or 'messages' (a chat), one of them",
               has_prompt ? "messages" : "prompt");
   }
-  if (has_messages) return chat_prompt(body, tokenizer);
-  for (const char* chat_only : {"add_generation_prompt", "continue_final_message"}) {
+  if (has_messages) return chat_prompt(body, tokenizer, limits);
+  for (const char* chat_only : {"add_generation_prompt", "continue_final_message", "chat_template",
+                                "chat_template_kwargs"}) {
     if (body.contains(chat_only)) {
       throw bad(std::string("'") + chat_only + "': only with 'messages'", chat_only);
     }

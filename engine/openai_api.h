@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <stdexcept>
@@ -21,6 +22,7 @@
 #include <vector>
 
 #include "core/sampling_params.h"
+#include "serving/chat_template.h"
 #include "serving/lora_modules.h"
 #include "serving/tokenizer.h"
 
@@ -59,6 +61,9 @@ struct ApiLimits {
   // request's max_tokens.
   std::optional<std::int32_t> default_max_tokens = {};
   std::optional<std::int32_t> max_tokens_cap = {};
+  // The model's chat template (vLLM's --chat-template, or the one beside the tokenizer;
+  // serving/chat_template.h): chat messages are rendered with it; null: the built-in formats.
+  std::shared_ptr<const ChatTemplate> chat_template = {};
 };
 
 // The most prompts one completions request may batch.
@@ -153,7 +158,10 @@ std::vector<std::vector<std::int32_t>> bad_word_token_ids(std::string_view word,
 
 // Parses a /v1/completions (chat = false) or /v1/chat/completions (chat = true) body. Text
 // prompts and chat messages are encoded with `tokenizer` (chat messages through
-// encode_chat: the Llama 3 format or ChatML, or plain text for a tokenizer without chat tokens).
+// encode_chat: limits.chat_template where there is one, with the body's chat_template_kwargs;
+// else the Llama 3 format or ChatML, or plain text for a tokenizer without chat tokens). A
+// template's raise_exception and runtime errors are 400s carrying its message; a request's own
+// `chat_template` is refused (vLLM without --trust-request-chat-template).
 // Throws ApiError (status 400).
 CompletionRequest parse_completion_request(std::string_view body, bool chat,
                                            const ApiLimits& limits, const Tokenizer& tokenizer);

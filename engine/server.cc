@@ -367,7 +367,8 @@ bool schedules_by_priority(const ExperimentConfig& config) {
 class Server {
  public:
   Server(const ExperimentConfig& config, const ServeOptions& options, EngineInstance& engine,
-         const Tokenizer& tokenizer, const GenerationDefaults& defaults)
+         const Tokenizer& tokenizer, const GenerationDefaults& defaults,
+         std::shared_ptr<const ChatTemplate> chat_template)
       : options_(options),
         model_name_(options.served_model_name.empty() ? engine.llama.model.name
                                                       : options.served_model_name),
@@ -382,7 +383,8 @@ class Server {
                     : "",
                 defaults.greedy() ? std::nullopt : std::optional(defaults.sampling),
                 defaults.max_new_tokens,
-                defaults.max_tokens_cap},
+                defaults.max_tokens_cap,
+                std::move(chat_template)},
         clock_(0),
         queue_(options.max_in_flight, clock_),
         metrics_(model_name_),
@@ -975,6 +977,14 @@ int run_server(const ExperimentConfig& config, const ServeOptions& options, std:
                                          ? home_path("data/tokenizers/bytes/tokenizer.json")
                                          : options.tokenizer;
   const std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(tokenizer_file);
+  // Before the engine loads: a bad template is an error in a second, not after the weights.
+  std::shared_ptr<const ChatTemplate> chat_template =
+      options.chat_template.empty() ? find_chat_template(tokenizer_file)
+                                    : load_chat_template(options.chat_template, tokenizer_file);
+  if (log != nullptr && chat_template != nullptr) {
+    std::fprintf(log, "engine serve: chat messages rendered with the chat template of %s\n",
+                 chat_template->origin().c_str());
+  }
   EngineInstance engine = load_engine(config, options.engine);
   if (tokenizer->vocab_size() > engine.llama.model.vocab_size) {
     throw ConfigError(tokenizer_file + ": a vocabulary of " +
@@ -992,7 +1002,7 @@ int run_server(const ExperimentConfig& config, const ServeOptions& options, std:
                  "(--generation-config servelab: greedy)\n",
                  defaults.source.c_str(), defaults.describe().c_str());
   }
-  Server server(config, options, engine, *tokenizer, defaults);
+  Server server(config, options, engine, *tokenizer, defaults, std::move(chat_template));
   return server.run(log);
 }
 

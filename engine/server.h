@@ -35,6 +35,10 @@ struct ServeOptions {
   // empty: data/tokenizers/bytes (one token per byte, for the tiny model). Its vocabulary may
   // not exceed the model's.
   std::string tokenizer;
+  // vLLM's --chat-template: a Jinja file, a tokenizer_config.json, or the template text
+  // (serving/chat_template.h load_chat_template); empty: the template beside the tokenizer
+  // (chat_template.jinja or tokenizer_config.json's), else the built-in formats.
+  std::string chat_template;
   // vLLM's --generation-config (servelab, vllm, auto, or a folder or file) and
   // --override-generation-config (a JSON object): the sampling defaults of the fields requests
   // leave out (engine/generation_config.h).

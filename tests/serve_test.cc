@@ -441,6 +441,58 @@ TEST(EngineServe, TokenizeAndDetokenize) {
   fs::remove_all(dir);
 }
 
+// A model's chat template: engine serve finds tokenizer_config.json's chat_template beside
+// --tokenizer (as vLLM loads it with the tokenizer) and renders chat messages with it, /tokenize
+// and the chat endpoint alike; the template's raise_exception is a 400 with its message;
+// --chat-template replaces it.
+TEST(EngineServe, ChatTemplateBesideTheTokenizerRendersChats) {
+  const fs::path dir = temp_dir("serve_chat_template");
+  fs::copy_file(servelab_home() / "data/tokenizers/bytes/tokenizer.json", dir / "tokenizer.json");
+  const json config = {
+      {"eos_token", "</s>"},
+      {"chat_template",
+       "{% for m in messages %}{% if m.role == 'system' %}{{ raise_exception('no system "
+       "messages') }}{% endif %}<{{ m.role }}>{{ m.content }}{% endfor %}"
+       "{% if add_generation_prompt %}<assistant>{% endif %}"}};
+  write_file(dir / "tokenizer_config.json", config.dump());
+  const json messages = {{{"role", "user"}, {"content", "hi"}}};
+  const auto bytes = [](const std::string& text) {
+    json ids = json::array();
+    for (const unsigned char ch : text) ids.push_back(static_cast<int>(ch));
+    return ids;
+  };
+  {
+    ServerProcess server(dir, {"--tokenizer", (dir / "tokenizer.json").string()});
+    httplib::Client c = client_for(server);
+    const auto post = [&](const std::string& path, const json& body, int want) {
+      const httplib::Result r = c.Post(path, body.dump(), "application/json");
+      EXPECT_TRUE(r);
+      if (!r) return json();
+      EXPECT_EQ(r->status, want) << path << " " << body.dump() << " -> " << r->body;
+      return json::parse(r->body);
+    };
+    const json t = post("/tokenize", {{"messages", messages}}, 200);
+    EXPECT_EQ(t["tokens"], bytes("<user>hi<assistant>"));
+    const json chat =
+        post("/v1/chat/completions", {{"messages", messages}, {"max_tokens", 2}}, 200);
+    EXPECT_EQ(chat["usage"]["prompt_tokens"], t["count"]);
+    const json refused =
+        post("/v1/chat/completions",
+             {{"messages", {{{"role", "system"}, {"content", "x"}}}}, {"max_tokens", 2}}, 400);
+    EXPECT_EQ(refused["error"]["message"], "'messages': no system messages") << refused.dump();
+    EXPECT_EQ(refused["error"]["param"], "messages");
+  }
+  ServerProcess inline_template(
+      dir, {"--tokenizer", (dir / "tokenizer.json").string(), "--chat-template",
+            "{{ eos_token }}{{ messages[-1].content | upper }}"});
+  httplib::Client c = client_for(inline_template);
+  const httplib::Result r =
+      c.Post("/tokenize", json({{"messages", messages}}).dump(), "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(json::parse(r->body)["tokens"], bytes("</s>HI")) << r->body;
+  fs::remove_all(dir);
+}
+
 // vLLM's skip_special_tokens (default true): a choice's text leaves out the tokenizer's special
 // tokens, streamed or not (a non-special added token stays); false keeps them; logprobs name
 // them either way. /tokenize's return_token_strs names each token as tokenizer.json does.
@@ -1567,6 +1619,15 @@ TEST(EngineServe, BadCommandLinesAreUsageErrors) {
       << read_file(dir / "e");
   EXPECT_EQ(engine("serve --model tiny --port 0 --tokenizer " + (dir / "none.json").string()), 2);
   EXPECT_NE(read_file(dir / "e").find("none.json"), std::string::npos) << read_file(dir / "e");
+  // A chat template that is neither a file nor a template; one outside the Jinja subset.
+  EXPECT_EQ(engine("serve --model tiny --port 0 --chat-template " + (dir / "t.jinja").string()), 2);
+  EXPECT_NE(read_file(dir / "e").find("t.jinja: no such file, and not a template"),
+            std::string::npos)
+      << read_file(dir / "e");
+  write_file(dir / "t.jinja", "line one\n{% include 'other.jinja' %}\n");
+  EXPECT_EQ(engine("serve --model tiny --port 0 --chat-template " + (dir / "t.jinja").string()), 2);
+  EXPECT_NE(read_file(dir / "e").find("t.jinja:2: unsupported tag 'include'"), std::string::npos)
+      << read_file(dir / "e");
   EXPECT_EQ(run_sim("bench x.yaml", dir).code, 2);  // no --url
   // A server that cannot be reached, a URL that is not one: bad input, nothing written.
   write_file(dir / "e.yaml", kServeExperiment);

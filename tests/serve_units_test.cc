@@ -15,6 +15,7 @@
 #include "engine/serve_metrics.h"
 #include "engine/serve_queue.h"
 #include "engine/stop_strings.h"
+#include "serving/chat_template.h"
 #include "serving/home.h"
 #include "serving/lora_modules.h"
 #include "serving/tokenizer.h"
@@ -213,6 +214,57 @@ TEST(OpenAiApi, AddSpecialTokensAsVllm) {
 // A body that is not UTF-8 (found by openai_fuzz: a malformed body whose parse error quotes an
 // invalid byte) is a 400 whose error JSON carries U+FFFD, not an exception out of error_json
 // (the server answered 500).
+// The server's chat template (vLLM's --chat-template; serving/chat_template.h): chat bodies
+// and chat-shaped /tokenize bodies render through it, chat_template_kwargs reach it, its
+// raise_exception is a 400 carrying its message, and a request's own template is refused.
+TEST(OpenAiApi, ChatTemplateOfTheServer) {
+  const std::unique_ptr<Tokenizer> tok =
+      load_tokenizer(servelab_home() / "data/tokenizers/bytes/tokenizer.json");
+  ApiLimits limits{"tiny", 256, 256, {}};
+  limits.chat_template = std::make_shared<const ChatTemplate>(
+      "{% for m in messages %}{% if m.role == 'system' %}"
+      "{{ raise_exception('no system messages, ' ~ m.content) }}{% endif %}"
+      "[{{ m.content }}]{% endfor %}{% if add_generation_prompt %}>{{ suffix }}{% endif %}",
+      "test-template");
+  const std::string user = R"({"messages": [{"role": "user", "content": "hi"}])";
+  const auto chat = [&](const std::string& body) {
+    return parse_completion_request(body, true, limits, *tok).prompt;
+  };
+  EXPECT_EQ(chat(user + "}"), tok->encode("[hi]>"));
+  EXPECT_EQ(chat(user + R"(, "chat_template_kwargs": {"suffix": "A:"}})"), tok->encode("[hi]>A:"));
+  EXPECT_EQ(chat(user + R"(, "add_generation_prompt": false})"), tok->encode("[hi]"));
+  EXPECT_EQ(parse_tokenize_request(user + R"(, "add_generation_prompt": false})", limits, *tok),
+            tok->encode("[hi]"));
+  const auto error = [&](const std::string& body) {
+    try {
+      chat(body);
+    } catch (const ApiError& e) {
+      return std::to_string(e.status) + " " + e.param + ": " + e.what();
+    }
+    return std::string("(no error)");
+  };
+  EXPECT_EQ(error(R"({"messages": [{"role": "system", "content": "be brief"}]})"),
+            "400 messages: 'messages': no system messages, be brief");
+  EXPECT_EQ(error(user + R"(, "chat_template_kwargs": [1]})"),
+            "400 chat_template_kwargs: 'chat_template_kwargs': expected an object");
+  EXPECT_EQ(error(user + R"(, "chat_template_kwargs": {"messages": []}})"),
+            "400 chat_template_kwargs: 'chat_template_kwargs.messages': set by the request "
+            "itself, not here");
+  EXPECT_EQ(error(user + R"(, "chat_template": "{{ 1 }}"})").substr(0, 47),
+            "400 chat_template: 'chat_template': a request's");
+  // continue_final_message: the template's text cut after the last message.
+  EXPECT_EQ(chat(R"({"messages": [{"role": "user", "content": "q"}, {"role": "assistant",
+                "content": "The"}], "add_generation_prompt": false,
+                "continue_final_message": true})"),
+            tok->encode("[q][The"));
+  // Without a template (the built-in formats) chat_template_kwargs has nothing to reach.
+  limits.chat_template = nullptr;
+  EXPECT_EQ(error(user + R"(, "chat_template_kwargs": {"suffix": "A:"}})"),
+            "400 chat_template_kwargs: 'chat_template_kwargs': the server renders chats with a "
+            "built-in format, not a template (start engine serve with --chat-template, or a "
+            "tokenizer whose tokenizer_config.json has one)");
+}
+
 TEST(OpenAiApi, ErrorsQuotingInvalidUtf8AreStillJson) {
   const std::unique_ptr<Tokenizer> bytes =
       load_tokenizer(home_path("data/tokenizers/bytes/tokenizer.json"));
