@@ -25,10 +25,12 @@
 // - render(context) is deterministic given the context and RenderOptions::now. A runtime error
 //   (an undefined variable's attribute, a type error, an unknown filter) is a ConfigError
 //   "ORIGIN:LINE: what"; raise_exception(message) throws Raised, whose what() is the message.
-// - The sandbox: no template can mutate its inputs (list.append and the like are refused), and
-//   macro recursion stops at depth 100.
+// - The sandbox: no template can mutate its inputs (list.append and the like are refused),
+//   macro recursion stops at depth 100, and RenderOptions bounds the work and the sizes.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <ctime>
 #include <memory>
 #include <optional>
@@ -49,6 +51,11 @@ struct Raised : ConfigError {
 struct RenderOptions {
   // strftime_now's clock (local time); nullopt: now.
   std::optional<std::time_t> now;
+  // A runaway template ends with a ConfigError instead of holding the server: at most this many
+  // steps (loop iterations, macro calls, {{ }} outputs), and no string (the output included)
+  // or list longer than max_size bytes or items. A chat template takes a few hundred steps.
+  std::int64_t max_steps = 10'000'000;
+  std::size_t max_size = std::size_t{64} << 20;
 };
 
 class Template {

@@ -350,6 +350,8 @@ class Lexer {
 };
 
 class Parser {
+  static constexpr int kMaxNesting = 200;
+
  public:
   Parser(std::vector<Tok> toks, const std::string& origin)
       : toks_(std::move(toks)), origin_(origin) {}
@@ -477,6 +479,7 @@ class Parser {
   }
 
   Node parse_statement(const std::string& name, int line) {
+    const Nest nest(*this);
     Node n;
     n.line = line;
     std::string found;
@@ -586,6 +589,7 @@ class Parser {
   }
 
   ExprPtr parse_expr(bool with_cond = true) {
+    const Nest nest(*this);
     ExprPtr e = parse_or();
     while (with_cond && at_name("if")) {
       next();
@@ -615,6 +619,7 @@ class Parser {
 
   ExprPtr parse_not() {
     if (at_name("not")) {
+      const Nest nest(*this);
       const int line = next().line;
       ExprPtr e = make(Expr::Op::kNot, line);
       e->args.push_back(parse_not());
@@ -678,6 +683,7 @@ class Parser {
   }
 
   ExprPtr parse_unary(bool with_filter = true) {
+    const Nest nest(*this);
     ExprPtr e;
     if (at_op("-")) {
       const int line = next().line;
@@ -872,9 +878,24 @@ class Parser {
     }
   }
 
+  // Expressions and tags nested deeper than kMaxNesting are refused (the parser and the
+  // renderer recurse over them).
+  struct Nest {
+    explicit Nest(Parser& p) : parser(p) {
+      if (++parser.nesting_ > kMaxNesting) {
+        parser.fail("expressions or tags nested deeper than " + std::to_string(kMaxNesting));
+      }
+    }
+    ~Nest() { --parser.nesting_; }
+    Nest(const Nest&) = delete;
+    Nest& operator=(const Nest&) = delete;
+    Parser& parser;
+  };
+
   std::vector<Tok> toks_;
   const std::string& origin_;
   std::size_t i_ = 0;
+  int nesting_ = 0;
 };
 
 }  // namespace

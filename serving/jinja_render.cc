@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <limits>
+#include <optional>
 #include <unordered_map>
 
 #include "serving/jinja.h"
@@ -13,7 +15,36 @@ namespace servelab::jinja {
 namespace {
 
 constexpr std::int64_t kMaxRange = 100000;  // Jinja's sandbox MAX_RANGE
-constexpr int kMaxDepth = 100;
+constexpr int kMaxDepth = 100;              // macro calls, and the nesting of lists and dicts
+
+// An estimate of a value's bytes (strings, plus a few per item), at least `cap` once past it
+// (it stops counting there).
+std::size_t approx_bytes(const Value& v, std::size_t cap) {
+  if (v.is_string()) return v.as_string().size() + 2;
+  std::size_t n = 8;
+  if (v.is_list()) {
+    for (const Value& e : v.as_list()) {
+      n += approx_bytes(e, cap) + 2;
+      if (n > cap) return n;
+    }
+  } else if (v.is_dict()) {
+    for (const auto& [k, e] : v.as_dict()) {
+      n += k.size() + approx_bytes(e, cap) + 4;
+      if (n > cap) return n;
+    }
+  }
+  return n;
+}
+
+bool holds_namespace(const Value& v) {
+  if (v.is_namespace()) return true;
+  if (v.is_list()) return std::any_of(v.as_list().begin(), v.as_list().end(), holds_namespace);
+  if (v.is_dict()) {
+    return std::any_of(v.as_dict().begin(), v.as_dict().end(),
+                       [](const auto& kv) { return holds_namespace(kv.second); });
+  }
+  return false;
+}
 
 using Frame = std::unordered_map<std::string, Value>;
 
@@ -77,8 +108,9 @@ std::string title_filter(const std::string& s) {
   return out;
 }
 
-std::string replace_all(const std::string& s, const std::string& from, const std::string& to,
-                        std::int64_t count) {
+// Python's str.replace; nullopt once the result passes `max` bytes.
+std::optional<std::string> replace_all(const std::string& s, const std::string& from,
+                                       const std::string& to, std::int64_t count, std::size_t max) {
   std::string out;
   std::size_t pos = 0;
   std::int64_t n = 0;
@@ -87,6 +119,7 @@ std::string replace_all(const std::string& s, const std::string& from, const std
     for (std::size_t i = 0; i + 1 < cps.size(); ++i) {
       if (count < 0 || n++ < count) out += to;
       out += s.substr(cps[i], cps[i + 1] - cps[i]);
+      if (out.size() > max) return std::nullopt;
     }
     if (count < 0 || n < count) out += to;
     return out;
@@ -95,6 +128,7 @@ std::string replace_all(const std::string& s, const std::string& from, const std
     const std::size_t at = s.find(from, pos);
     if (at == std::string::npos || (count >= 0 && n >= count)) break;
     out += s.substr(pos, at - pos) + to;
+    if (out.size() > max) return std::nullopt;
     pos = at + from.size();
     ++n;
   }
@@ -142,10 +176,14 @@ Value strings(const std::vector<std::string>& parts) {
   return Value::list(std::move(items));
 }
 
-std::int64_t py_floordiv(std::int64_t a, std::int64_t b) {
-  std::int64_t q = a / b;
-  if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
-  return q;
+// Python's a // b and a % b (b != 0, and not -1 with a the minimum).
+std::pair<std::int64_t, std::int64_t> py_divmod(std::int64_t a, std::int64_t b) {
+  std::int64_t q = a / b, r = a % b;
+  if (r != 0 && ((r < 0) != (b < 0))) {
+    r += b;
+    --q;
+  }
+  return {q, r};
 }
 
 std::string html_escape(const std::string& s) {
@@ -253,13 +291,60 @@ class Renderer {
     }
   }
 
+  void step(int line) {
+    if (++steps_ > options_.max_steps) {
+      fail(line, "the template ran more than " + std::to_string(options_.max_steps) +
+                     " steps (loop iterations, macro calls, outputs)");
+    }
+  }
+
+  // Values past the size or nesting bound are refused where they are made.
+  Value bounded(Value v, int line) const {
+    if (v.depth() > kMaxDepth) fail(line, "lists or dicts nested deeper than 100");
+    if (approx_bytes(v, options_.max_size) > options_.max_size) too_big(line);
+    return v;
+  }
+  [[noreturn]] void too_big(int line) const {
+    fail(line, "a value larger than " + std::to_string(options_.max_size) + " bytes");
+  }
+  std::string replaced(const std::string& s, const Value& from, const Value& to, std::int64_t count,
+                       int line) const {
+    std::optional<std::string> r = replace_all(s, from.str(), to.str(), count, options_.max_size);
+    if (!r) too_big(line);
+    return std::move(*r);
+  }
+
+  // Each item's str() (or its `attribute`'s), `sep` between.
+  std::string joined(const List& items, const std::string& sep, const Value& attribute, int line) {
+    std::string out;
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      if (i > 0) out += sep;
+      out += (attribute.undefined() ? items[i] : attribute_of(items[i], attribute, line)).str();
+      if (out.size() > options_.max_size) too_big(line);
+    }
+    return out;
+  }
+
+  [[noreturn]] Value overflow(int line) const {
+    fail(line, "integer overflow (the subset's integers are 64-bit)");
+  }
+
+  // Before a result of about `bytes` is built.
+  void check_size(double bytes, int line) const {
+    if (bytes > static_cast<double>(options_.max_size)) too_big(line);
+  }
+
   Flow exec(const Node& n, std::string& out) {
     switch (n.kind) {
       case Node::Kind::kText:
         out += n.text;
         return Flow::kNormal;
       case Node::Kind::kOutput:
+        step(n.line);
         out += eval(*n.expr).str();
+        if (out.size() > options_.max_size) {
+          fail(n.line, "the output grew past " + std::to_string(options_.max_size) + " bytes");
+        }
         return Flow::kNormal;
       case Node::Kind::kIf:
         for (std::size_t i = 0; i < n.conditions.size(); ++i) {
@@ -271,6 +356,10 @@ class Renderer {
       case Node::Kind::kSet: {
         Value v = eval(*n.expr);
         if (!n.attr.empty()) {
+          if (holds_namespace(v)) {
+            fail(n.line, "a namespace attribute cannot hold a namespace (" + n.targets[0] + "." +
+                             n.attr + ")");
+          }
           const Value target = lookup(n.targets[0]);
           if (!target.is_namespace()) {
             fail(n.line, "cannot assign attribute on non-namespace object '" + n.targets[0] + "'");
@@ -349,6 +438,7 @@ class Renderer {
                 {"depth0", Value::integer(0)}};
       if (i > 0) loop.emplace_back("previtem", items[at - 1]);
       if (i + 1 < len) loop.emplace_back("nextitem", items[at + 1]);
+      step(n.line);
       frames_.emplace_back();
       assign("loop", Value::dict(std::move(loop)));
       unpack(n.targets, items[at], n.line);
@@ -378,7 +468,7 @@ class Renderer {
       case Expr::Op::kTuple: {
         List items;
         for (const ExprPtr& a : e.args) items.push_back(eval(*a));
-        return Value::list(std::move(items), e.op == Expr::Op::kTuple);
+        return bounded(Value::list(std::move(items), e.op == Expr::Op::kTuple), e.line);
       }
       case Expr::Op::kDict: {
         Dict items;
@@ -394,7 +484,7 @@ class Renderer {
             items.emplace_back(k.as_string(), std::move(v));
           }
         }
-        return Value::dict(std::move(items));
+        return bounded(Value::dict(std::move(items)), e.line);
       }
       case Expr::Op::kAttr: {
         const Value obj = eval(*e.args[0]);
@@ -415,9 +505,9 @@ class Renderer {
       case Expr::Op::kSlice:
         return slice(e);
       case Expr::Op::kCall:
-        return call(e);
+        return bounded(call(e), e.line);
       case Expr::Op::kFilter:
-        return filter(e.name, eval(*e.args[0]), eval_args(e, 1), e.line);
+        return bounded(filter(e.name, eval(*e.args[0]), eval_args(e, 1), e.line), e.line);
       case Expr::Op::kTest: {
         const bool r = test(e.name, eval(*e.args[0]), eval_args(e, 1), e.line);
         return Value::boolean(e.negate ? !r : r);
@@ -427,7 +517,11 @@ class Renderer {
       case Expr::Op::kNeg: {
         const Value v = eval(*e.args[0]);
         if (v.kind() == Value::Kind::kFloat) return Value::number(-v.as_float());
-        if (v.is_number()) return Value::integer(-v.as_int());
+        std::int64_t r = 0;
+        if (v.is_number()) {
+          return __builtin_sub_overflow(std::int64_t{0}, v.as_int(), &r) ? overflow(e.line)
+                                                                         : Value::integer(r);
+        }
         fail(e.line, "bad operand type for unary -: '" + v.type_name() + "'");
       }
       case Expr::Op::kAnd: {
@@ -442,7 +536,7 @@ class Renderer {
         if (eval(*e.args[1]).truthy()) return eval(*e.args[0]);
         return e.args[2] ? eval(*e.args[2]) : Value();
       case Expr::Op::kBinary:
-        return binary(e.name, eval(*e.args[0]), eval(*e.args[1]), e.line);
+        return bounded(binary(e.name, eval(*e.args[0]), eval(*e.args[1]), e.line), e.line);
     }
     return Value();
   }
@@ -512,13 +606,14 @@ class Renderer {
     const std::int64_t s = clamp(stop, step > 0 ? n : -1);
     List items;
     std::string text;
-    for (std::int64_t i = b; step > 0 ? i < s : i > s; i += step) {
+    for (std::int64_t i = b; step > 0 ? i < s : i > s;) {
       const auto at = static_cast<std::size_t>(i);
       if (obj.is_list()) {
         items.push_back(obj.as_list()[at]);
       } else {
         text += obj.as_string().substr(cps[at], cps[at + 1] - cps[at]);
       }
+      if (__builtin_add_overflow(i, step, &i)) break;
     }
     return obj.is_list() ? Value::list(std::move(items)) : Value::string(std::move(text));
   }
@@ -564,7 +659,9 @@ class Renderer {
       const Value& seq = (a.is_string() || a.is_list()) ? a : b;
       const Value& count = (a.is_string() || a.is_list()) ? b : a;
       if (!count.is_number() || count.kind() == Value::Kind::kFloat) unsupported();
-      const std::int64_t n = std::min<std::int64_t>(count.as_int(), kMaxRange);
+      const std::int64_t n = std::max<std::int64_t>(0, count.as_int());
+      check_size(static_cast<double>(approx_bytes(seq, options_.max_size)) * static_cast<double>(n),
+                 line);
       if (seq.is_string()) {
         std::string s;
         for (std::int64_t i = 0; i < n; ++i) s += seq.as_string();
@@ -584,18 +681,28 @@ class Renderer {
     }
     if (ints) {
       const std::int64_t x = a.as_int(), y = b.as_int();
-      if (op == "+") return Value::integer(x + y);
-      if (op == "-") return Value::integer(x - y);
-      if (op == "*") return Value::integer(x * y);
+      std::int64_t r = 0;
+      if (op == "+") return __builtin_add_overflow(x, y, &r) ? overflow(line) : Value::integer(r);
+      if (op == "-") return __builtin_sub_overflow(x, y, &r) ? overflow(line) : Value::integer(r);
+      if (op == "*") return __builtin_mul_overflow(x, y, &r) ? overflow(line) : Value::integer(r);
       if (op == "//" || op == "%") {
         if (y == 0) fail(line, "integer division or modulo by zero");
-        const std::int64_t q = py_floordiv(x, y);
-        return Value::integer(op == "//" ? q : x - q * y);
+        if (y == -1) {  // x // -1 is -x; x % -1 is 0
+          if (op == "%") return Value::integer(0);
+          return __builtin_sub_overflow(std::int64_t{0}, x, &r) ? overflow(line)
+                                                                : Value::integer(r);
+        }
+        const auto [q, rem] = py_divmod(x, y);
+        return Value::integer(op == "//" ? q : rem);
       }
-      if (op == "**" && y >= 0) {
-        std::int64_t r = 1;
-        for (std::int64_t i = 0; i < y && i < 64; ++i) r *= x;
-        return Value::integer(r);
+      if (op == "**" && y >= 0) {  // by squaring
+        std::int64_t result = 1, base = x, e = y;
+        while (e > 0) {
+          if ((e & 1) && __builtin_mul_overflow(result, base, &result)) overflow(line);
+          e >>= 1;
+          if (e > 0 && __builtin_mul_overflow(base, base, &base)) overflow(line);
+        }
+        return Value::integer(result);
       }
     }
     const double x = a.as_float(), y = b.as_float();
@@ -650,6 +757,7 @@ class Renderer {
 
   Value call_macro(const MacroDef& m, const Expr& e) {
     if (depth_ >= kMaxDepth) fail(e.line, "macro calls nested deeper than 100");
+    step(e.line);
     const Args a = eval_args(e, 1);
     if (a.pos.size() > m.params.size()) {
       fail(e.line, "macro '" + m.name + "' takes " + std::to_string(m.params.size()) +
@@ -662,10 +770,11 @@ class Renderer {
       if (v.undefined() && fallback) v = eval(*fallback);
       locals[name] = std::move(v);
     }
-    for (const auto& [k, v] : a.kw) {
+    for (const auto& kv : a.kw) {
+      const std::string& key = kv.first;
       if (std::none_of(m.params.begin(), m.params.end(),
-                       [&](const auto& p) { return p.first == k; })) {
-        fail(e.line, "macro '" + m.name + "' takes no keyword argument '" + k + "'");
+                       [&](const auto& p) { return p.first == key; })) {
+        fail(e.line, "macro '" + m.name + "' takes no keyword argument '" + key + "'");
       }
     }
     std::vector<Frame> saved;
@@ -708,11 +817,12 @@ class Renderer {
       }
       if (step == 0) fail(line, "range() arg 3 must not be zero");
       List items;
-      for (std::int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
+      for (std::int64_t i = start; step > 0 ? i < stop : i > stop;) {
         if (static_cast<std::int64_t>(items.size()) >= kMaxRange) {
           fail(line, "range too big (the sandbox allows 100000 items)");
         }
         items.push_back(Value::integer(i));
+        if (__builtin_add_overflow(i, step, &i)) break;
       }
       return Value::list(std::move(items));
     }
@@ -780,8 +890,8 @@ class Renderer {
         return Value::boolean(false);
       }
       if (name == "replace") {
-        return Value::string(replace_all(s, a.get(0, "old").str(), a.get(1, "new").str(),
-                                         a.get(2, "count", Value::integer(-1)).as_int()));
+        return Value::string(replaced(s, a.get(0, "old"), a.get(1, "new"),
+                                      a.get(2, "count", Value::integer(-1)).as_int(), line));
       }
       if (name == "find" || name == "rfind") {
         const std::string sub = a.get(0, "sub").str();
@@ -802,14 +912,7 @@ class Renderer {
         return Value::integer(n);
       }
       if (name == "join") {
-        std::string out;
-        bool first = true;
-        for (const Value& v : iterate(a.get(0, "iterable"), line)) {
-          if (!first) out += s;
-          first = false;
-          out += v.str();
-        }
-        return Value::string(std::move(out));
+        return Value::string(joined(iterate(a.get(0, "iterable"), line), s, Value(), line));
       }
       if (name.starts_with("is") && name.size() > 2) {
         if (s.empty()) return Value::boolean(false);
@@ -909,6 +1012,11 @@ class Renderer {
     if (name == "string") return Value::string(v.str());
     if (name == "tojson") {
       const Value indent = a.get(0, "indent");
+      if (indent.is_number()) {
+        check_size((static_cast<double>(std::max<std::int64_t>(0, indent.as_int())) + 1.0) *
+                       (v.depth() + 1.0) * static_cast<double>(approx_bytes(v, options_.max_size)),
+                   line);
+      }
       const std::optional<std::string> j =
           v.to_json(indent.is_number() ? static_cast<int>(indent.as_int()) : -1);
       if (!j) fail(line, "Object of type " + v.type_name() + " is not JSON serializable");
@@ -929,15 +1037,8 @@ class Renderer {
       return name == "first" ? items.front() : items.back();
     }
     if (name == "join") {
-      std::string out;
-      bool first = true;
-      const Value attribute = a.get(1, "attribute");
-      for (const Value& item : iterate(v, line)) {
-        if (!first) out += a.get(0, "d", Value::string("")).str();
-        first = false;
-        out += (attribute.undefined() ? item : attribute_of(item, attribute, line)).str();
-      }
-      return Value::string(std::move(out));
+      return Value::string(joined(iterate(v, line), a.get(0, "d", Value::string("")).str(),
+                                  a.get(1, "attribute"), line));
     }
     if (name == "list") return Value::list(iterate(v, line));
     if (name == "reverse") {
@@ -1040,11 +1141,17 @@ class Renderer {
     }
     if (name == "replace") {
       const Value count = a.get(2, "count");
-      return Value::string(replace_all(v.str(), a.get(0, "old").str(), a.get(1, "new").str(),
-                                       count.is_number() ? count.as_int() : -1));
+      return Value::string(replaced(v.str(), a.get(0, "old"), a.get(1, "new"),
+                                    count.is_number() ? count.as_int() : -1, line));
     }
     if (name == "indent") {  // Jinja's: lines after the first, blank ones only with blank=true
       const Value width = a.get(0, "width", Value::integer(4));
+      const std::string text = v.str();
+      const auto lines_n = static_cast<double>(std::count(text.begin(), text.end(), '\n') + 1);
+      check_size(static_cast<double>(text.size()) +
+                     lines_n * (width.is_string() ? static_cast<double>(width.as_string().size())
+                                                  : static_cast<double>(width.as_int())),
+                 line);
       const std::string pad =
           width.is_string()
               ? width.as_string()
@@ -1052,7 +1159,7 @@ class Renderer {
                             ' ');
       const bool first = a.get(1, "first", Value::boolean(false)).truthy();
       const bool blank = a.get(2, "blank", Value::boolean(false)).truthy();
-      std::vector<std::string> lines = split(v.str() + "\n", Value::string("\n"), -1);
+      std::vector<std::string> lines = split(text + "\n", Value::string("\n"), -1);
       lines.pop_back();
       std::string out = lines[0];
       for (std::size_t i = 1; i < lines.size(); ++i) {
@@ -1068,7 +1175,7 @@ class Renderer {
           const std::string t = strip(v.as_string(), Value(), true, true);
           const long long x = std::stoll(t, &used);
           if (used == t.size()) return Value::integer(x);
-          return Value::integer(static_cast<std::int64_t>(std::stod(t)));
+          return Value::integer(Value::number(std::stod(t)).as_int());
         } catch (const std::exception&) {
         }
       }
@@ -1086,7 +1193,11 @@ class Renderer {
     }
     if (name == "abs") {
       if (v.kind() == Value::Kind::kFloat) return Value::number(std::fabs(v.as_float()));
-      if (v.is_number()) return Value::integer(std::llabs(v.as_int()));
+      if (v.is_number()) {
+        const std::int64_t x = v.as_int();
+        if (x == std::numeric_limits<std::int64_t>::min()) overflow(line);
+        return Value::integer(x < 0 ? -x : x);
+      }
       fail(line, "bad operand type for abs(): '" + v.type_name() + "'");
     }
     if (name == "round") {
@@ -1128,7 +1239,7 @@ class Renderer {
       if (!v.is_number()) fail(line, "the " + name + " test takes a number");
       const std::int64_t d = name == "divisibleby" ? a.get(0, "num").as_int() : 2;
       if (d == 0) fail(line, "integer division or modulo by zero");
-      const std::int64_t r = v.as_int() % d;
+      const std::int64_t r = d == -1 ? 0 : v.as_int() % d;
       return name == "odd" ? r != 0 : r == 0;
     }
     if (name == "sameas") {
@@ -1153,6 +1264,7 @@ class Renderer {
   std::vector<Frame> frames_;
   int loops_ = 0;
   int depth_ = 0;
+  std::int64_t steps_ = 0;
 };
 
 }  // namespace

@@ -1,8 +1,10 @@
 #include "serving/jinja_value.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 
 namespace servelab::jinja {
 
@@ -50,6 +52,8 @@ Value Value::list(List items, bool is_tuple) {
   Value v;
   v.kind_ = Kind::kList;
   v.namespace_ = is_tuple;
+  for (const Value& e : items) v.depth_ = std::max(v.depth_, e.depth_);
+  ++v.depth_;
   v.list_ = std::make_shared<List>(std::move(items));
   return v;
 }
@@ -58,6 +62,8 @@ Value Value::dict(Dict items, bool is_namespace) {
   Value v;
   v.kind_ = Kind::kDict;
   v.namespace_ = is_namespace;
+  for (const auto& kv : items) v.depth_ = std::max(v.depth_, kv.second.depth_);
+  ++v.depth_;
   v.dict_ = std::make_shared<Dict>(std::move(items));
   return v;
 }
@@ -100,7 +106,12 @@ Value Value::from_json(const nlohmann::json& j) {
 
 std::int64_t Value::as_int() const {
   if (kind_ == Kind::kBool) return b_ ? 1 : 0;
-  if (kind_ == Kind::kFloat) return static_cast<std::int64_t>(f_);
+  if (kind_ == Kind::kFloat) {  // truncated, saturating (NaN: 0)
+    if (std::isnan(f_)) return 0;
+    if (f_ >= 9.2233720368547758e18) return std::numeric_limits<std::int64_t>::max();
+    if (f_ <= -9.2233720368547758e18) return std::numeric_limits<std::int64_t>::min();
+    return static_cast<std::int64_t>(f_);
+  }
   return i_;
 }
 

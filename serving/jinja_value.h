@@ -62,7 +62,7 @@ class Value {
   bool is_tuple() const { return kind_ == Kind::kList && namespace_; }
 
   bool as_bool() const { return b_; }
-  std::int64_t as_int() const;  // bool and int (floats truncate)
+  std::int64_t as_int() const;  // bool and int (floats truncate, saturating)
   double as_float() const;      // bool, int, float
   const std::string& as_string() const { return s_; }
   const std::string& why() const { return s_; }  // where undefined(): its reason, or ""
@@ -70,6 +70,10 @@ class Value {
   const Dict& as_dict() const { return *dict_; }
   Dict& mutable_namespace() const { return *dict_; }  // only where is_namespace()
   const MacroDef* as_macro() const { return macro_; }
+
+  // Nesting: 0 for a scalar, 1 + the deepest item's for a list or dict (as built; a namespace's
+  // later attributes do not count).
+  int depth() const { return depth_; }
 
   // dict[key], undefined when absent (or when this is not a dict).
   Value member(const std::string& key) const;
@@ -92,6 +96,7 @@ class Value {
   std::shared_ptr<List> list_;
   std::shared_ptr<Dict> dict_;
   const MacroDef* macro_ = nullptr;
+  int depth_ = 0;
 };
 
 // Python's repr() of a float (see the file comment for the range it matches).

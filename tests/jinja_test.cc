@@ -176,6 +176,57 @@ TEST(Jinja, ErrorsNameTheLineAndWhat) {
   }
 }
 
+// A runaway template ends with an error naming the bound (RenderOptions), never a hang, a
+// crash or an exhausted machine; 64-bit integers overflow into an error, not a wrong number.
+TEST(Jinja, RunawayTemplatesEndWithAnError) {
+  jinja::RenderOptions small;
+  small.max_steps = 1000;
+  small.max_size = 1 << 20;
+  const auto error = [&](const std::string& source) {
+    try {
+      jinja::Template(source, "t").render({}, small);
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  EXPECT_EQ(error("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}"
+                  "{% endfor %}"),
+            "t:1: the template ran more than 1000 steps (loop iterations, macro calls, outputs)");
+  EXPECT_EQ(error("{% set ns = namespace(s='x') %}{% for i in range(64) %}"
+                  "{% set ns.s = ns.s ~ ns.s %}{% endfor %}"),
+            "t:1: a value larger than 1048576 bytes");
+  EXPECT_EQ(error("{{ 'x' * 100000000 }}"), "t:1: a value larger than 1048576 bytes");
+  EXPECT_EQ(error("{{ ['abc'] * 1000000 }}"), "t:1: a value larger than 1048576 bytes");
+  EXPECT_EQ(error("{{ range(1000) | join('x' * 10000) }}"),
+            "t:1: a value larger than 1048576 bytes");
+  EXPECT_EQ(error("{{ ('x' * 1000) | replace('x', 'y' * 2000) }}"),
+            "t:1: a value larger than 1048576 bytes");
+  EXPECT_EQ(error("{{ 'a\\nb' | indent(100000000) }}"), "t:1: a value larger than 1048576 bytes");
+  EXPECT_EQ(error("{{ {'a': [1, 2]} | tojson(indent=100000000) }}"),
+            "t:1: a value larger than 1048576 bytes");
+  EXPECT_EQ(error("{% set ns = namespace(l=[]) %}{% for i in range(150) %}"
+                  "{% set ns.l = [ns.l] %}{% endfor %}"),
+            "t:1: lists or dicts nested deeper than 100");
+  EXPECT_EQ(error("{% set ns = namespace() %}{% set ns.me = [ns] %}"),
+            "t:1: a namespace attribute cannot hold a namespace (ns.me)");
+  EXPECT_EQ(error("{{ " + std::string(300, '(') + "1" + std::string(300, ')') + " }}"),
+            "t:1: expressions or tags nested deeper than 200");
+  EXPECT_EQ(error("{{ " + std::string(300, '-') + "1 }}"),
+            "t:1: expressions or tags nested deeper than 200");
+  std::string ifs;
+  for (int i = 0; i < 300; ++i) ifs += "{% if true %}";
+  EXPECT_EQ(error(ifs), "t:1: expressions or tags nested deeper than 200");
+  for (const char* overflowing :
+       {"{{ 2 ** 64 }}", "{{ 9223372036854775807 + 1 }}", "{{ (-9223372036854775807 - 1) // -1 }}",
+        "{{ -(-9223372036854775807 - 1) }}", "{{ (-9223372036854775807 - 1) | abs }}",
+        "{{ 3037000500 * 3037000500 }}"}) {
+    EXPECT_EQ(error(overflowing), "t:1: integer overflow (the subset's integers are 64-bit)")
+        << overflowing;
+  }
+  EXPECT_EQ(error("{{ range(1, 9223372036854775807, 9223372036854775807) | list }}"), "(no error)");
+}
+
 TEST(Jinja, NothingTheTemplateDoesChangesItsInputs) {
   const jinja::Value messages = jinja::Value::list({jinja::Value::string("a")});
   const jinja::Dict context{{"messages", messages}};
