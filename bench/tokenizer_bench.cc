@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "serving/chat_template.h"
 #include "serving/home.h"
 #include "serving/tokenizer.h"
 
@@ -126,6 +127,47 @@ void BM_EncodeSentencePieceSmall(benchmark::State& state) { encode(state, "sente
 BENCHMARK(BM_EncodeSentencePieceSmall)->Unit(benchmark::kMicrosecond);
 void BM_DecodeSentencePieceSmall(benchmark::State& state) { decode(state, "sentencepiece-small"); }
 BENCHMARK(BM_DecodeSentencePieceSmall)->Unit(benchmark::kMicrosecond);
+
+// A chat request's prompt through a model's chat template (serving/chat_template.h): the
+// Llama 3.1-style dated template of tests/data/chat_templates rendered for a conversation of
+// `messages` messages of about 200 bytes each (what engine serve does per chat request, before
+// encoding), and parsing that template (once per server start).
+std::string read_text(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void BM_ChatTemplateRender(benchmark::State& state) {
+  const ChatTemplate tmpl(
+      read_text(servelab_home() / "tests/data/chat_templates/llama3_dated.jinja"), "llama3",
+      {{"bos_token", jinja::Value::string("<|begin_of_text|>")}});
+  std::vector<ChatMessage> msgs{{"system", "You are a helpful assistant."}};
+  const std::string& text = sample_text();
+  for (std::int64_t i = 0; i < state.range(0) - 1; ++i) {
+    msgs.push_back({i % 2 == 0 ? "user" : "assistant",
+                    text.substr(static_cast<std::size_t>(i) * 200 % (text.size() - 200), 200)});
+  }
+  std::size_t bytes = 0;
+  for (auto _ : state) {
+    const std::string prompt = tmpl.render(msgs, true, false);
+    bytes += prompt.size();
+    benchmark::DoNotOptimize(prompt.data());
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(bytes));
+}
+BENCHMARK(BM_ChatTemplateRender)->Arg(2)->Arg(16)->Arg(128)->Unit(benchmark::kMicrosecond);
+
+void BM_ChatTemplateParse(benchmark::State& state) {
+  const std::string source =
+      read_text(servelab_home() / "tests/data/chat_templates/kitchen_sink.jinja");
+  for (auto _ : state) {
+    const jinja::Template t(source, "kitchen_sink");
+    benchmark::DoNotOptimize(&t);
+  }
+}
+BENCHMARK(BM_ChatTemplateParse)->Unit(benchmark::kMicrosecond);
 
 // Loading the 3.1 MB cl100k tokenizer.json (JSON parse, vocabulary, 100k merges, PCRE2 JIT).
 void BM_LoadCl100k(benchmark::State& state) {

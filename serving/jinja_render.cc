@@ -414,18 +414,17 @@ class Renderer {
   // Each iteration runs in a fresh scope, as in Jinja: what the body sets is gone at the next
   // iteration and after the loop (a namespace carries state across).
   Flow exec_for(const Node& n, std::string& out) {
-    const List all = iterate(eval(*n.expr), n.line);
-    List items;
+    List items = iterate(eval(*n.expr), n.line);
     if (n.filter) {
-      for (const Value& v : all) {
+      List kept;
+      for (Value& v : items) {
         frames_.emplace_back();
         unpack(n.targets, v, n.line);
         const bool keep = eval(*n.filter).truthy();
         frames_.pop_back();
-        if (keep) items.push_back(v);
+        if (keep) kept.push_back(std::move(v));
       }
-    } else {
-      items = all;
+      items = std::move(kept);
     }
     ++loops_;
     const auto len = static_cast<std::int64_t>(items.size());
