@@ -1,14 +1,18 @@
 // Fuzz target: the OpenAI request parser of `engine serve` (engine/openai_api.h) on arbitrary
 // bodies, the one input a server takes from anybody.
 //
-// Input layout: byte 0 chooses the endpoint (bit 0: chat) and whether the server schedules by
-// priority (bit 1); the remaining bytes are the body. The parser must either throw ApiError with a
-// 4xx status whose error_json() is a JSON object naming it, or return a request the engine can
-// run: a non-empty prompt of ids inside the vocabulary, prompt + max_tokens within the context,
-// min_tokens <= max_tokens, stop ids inside the vocabulary, a nonzero priority only when the server
-// schedules by priority, a model that is the served one or an adapter with its id, n and logprobs
-// in range, and sampling parameters the samplers take. Anything
-// else (another exception, a broken invariant, a sanitizer report, a timeout) is a finding.
+// Input layout: byte 0 chooses the endpoint (bit 0: chat), whether the server schedules by
+// priority (bit 1), has generation-config defaults (bit 2), takes a /tokenize and /detokenize
+// body instead (bit 3), and renders chats with a model's Jinja chat template (bit 4: Mistral's
+// layout from tests/data/chat_templates, which raises on a role it does not know, so
+// chat_template_kwargs and the template's errors are reached); the remaining bytes are the body.
+// The parser must either throw ApiError with a 4xx status whose error_json() is a JSON object
+// naming it, or return a request the engine can run: a non-empty prompt of ids inside the
+// vocabulary, prompt + max_tokens within the context, min_tokens <= max_tokens, stop ids inside the
+// vocabulary, a nonzero priority only when the server schedules by priority, a model that is the
+// served one or an adapter with its id, n and logprobs in range, and sampling parameters the
+// samplers take. Anything else (another exception, a broken invariant, a sanitizer report, a
+// timeout) is a finding.
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -21,6 +25,7 @@
 #include "core/request.h"
 #include "core/sampling_params.h"
 #include "engine/openai_api.h"
+#include "serving/chat_template.h"
 #include "serving/home.h"
 #include "serving/tokenizer.h"
 
@@ -35,6 +40,14 @@ const servelab::Tokenizer& bytes_tokenizer() {
   static const std::unique_ptr<servelab::Tokenizer> tok =
       servelab::load_tokenizer(servelab::servelab_home() / "data/tokenizers/bytes/tokenizer.json");
   return *tok;
+}
+
+std::shared_ptr<const servelab::ChatTemplate> mistral_template() {
+  static const std::shared_ptr<const servelab::ChatTemplate> t = [] {
+    const auto path = servelab::servelab_home() / "tests/data/chat_templates/mistral.jinja";
+    return servelab::load_chat_template(path.string(), "");
+  }();
+  return t;
 }
 
 }  // namespace
@@ -54,6 +67,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     limits.default_max_tokens = 64;
     limits.max_tokens_cap = 100;
   }
+  if ((data[0] & 16) != 0) limits.chat_template = mistral_template();
   const std::string_view body(reinterpret_cast<const char*>(data + 1), size - 1);
   if ((data[0] & 8) != 0) {  // vLLM's /tokenize and /detokenize bodies
     try {
