@@ -186,6 +186,28 @@ std::pair<std::int64_t, std::int64_t> py_divmod(std::int64_t a, std::int64_t b) 
   return {q, r};
 }
 
+// Python's float divmod (CPython's algorithm): a // b and a % b, b != 0.
+std::pair<double, double> py_float_divmod(double a, double b) {
+  double mod = std::fmod(a, b);
+  double div = (a - mod) / b;
+  if (mod != 0.0) {
+    if ((b < 0) != (mod < 0)) {
+      mod += b;
+      div -= 1.0;
+    }
+  } else {
+    mod = std::copysign(0.0, b);
+  }
+  double floordiv = 0.0;
+  if (div != 0.0) {
+    floordiv = std::floor(div);
+    if (div - floordiv > 0.5) floordiv += 1.0;
+  } else {
+    floordiv = std::copysign(0.0, a / b);
+  }
+  return {floordiv, mod};
+}
+
 std::string html_escape(const std::string& s) {
   std::string out;
   for (const char c : s) {
@@ -630,15 +652,7 @@ class Renderer {
                      b.type_name() + "'");
     };
     if (op == "<" || op == "<=" || op == ">" || op == ">=") {
-      int c = 0;
-      if (a.is_number() && b.is_number()) {
-        c = a.as_float() < b.as_float() ? -1 : (a.as_float() > b.as_float() ? 1 : 0);
-      } else if (a.is_string() && b.is_string()) {
-        c = a.as_string().compare(b.as_string());
-      } else {
-        fail(line, "'" + op + "' not supported between instances of '" + a.type_name() + "' and '" +
-                       b.type_name() + "'");
-      }
+      const int c = order(a, b, op, line);
       if (op == "<") return Value::boolean(c < 0);
       if (op == "<=") return Value::boolean(c <= 0);
       if (op == ">") return Value::boolean(c > 0);
@@ -708,13 +722,38 @@ class Renderer {
     if (op == "+") return Value::number(x + y);
     if (op == "-") return Value::number(x - y);
     if (op == "*") return Value::number(x * y);
-    if (op == "**") return Value::number(std::pow(x, y));
+    if (op == "**") {
+      if (x == 0.0 && y < 0.0) fail(line, "0.0 cannot be raised to a negative power");
+      return Value::number(std::pow(x, y));
+    }
     if (op == "//" || op == "%") {
       if (y == 0.0) fail(line, "float division or modulo by zero");
-      const double q = std::floor(x / y);
-      return Value::number(op == "//" ? q : x - q * y);
+      const auto [q, rem] = py_float_divmod(x, y);
+      return Value::number(op == "//" ? q : rem);
     }
     fail(line, "unsupported operand type(s) for " + op + ": '" + a.type_name() + "' and '" +
+                   b.type_name() + "'");
+  }
+
+  // Python's ordering of numbers, strings, and lists (item by item, then by length).
+  int order(const Value& a, const Value& b, const std::string& op, int line) const {
+    if (a.is_number() && b.is_number()) {
+      return a.as_float() < b.as_float() ? -1 : (a.as_float() > b.as_float() ? 1 : 0);
+    }
+    if (a.is_string() && b.is_string()) {
+      const int c = a.as_string().compare(b.as_string());
+      return c < 0 ? -1 : (c > 0 ? 1 : 0);
+    }
+    if (a.is_list() && b.is_list() && a.is_tuple() == b.is_tuple()) {
+      const List& x = a.as_list();
+      const List& y = b.as_list();
+      for (std::size_t i = 0; i < x.size() && i < y.size(); ++i) {
+        if (x[i].equals(y[i])) continue;
+        return order(x[i], y[i], op, line);
+      }
+      return x.size() < y.size() ? -1 : (x.size() > y.size() ? 1 : 0);
+    }
+    fail(line, "'" + op + "' not supported between instances of '" + a.type_name() + "' and '" +
                    b.type_name() + "'");
   }
 
@@ -731,6 +770,9 @@ class Renderer {
         return std::any_of(container.as_list().begin(), container.as_list().end(),
                            [&](const Value& v) { return v.equals(item); });
       case Value::Kind::kDict:
+        if (item.is_list() || item.is_dict()) {
+          fail(line, "unhashable type: '" + item.type_name() + "'");
+        }
         return item.is_string() && !container.member(item.as_string()).undefined();
       default:
         fail(line, "argument of type '" + container.type_name() + "' is not iterable");
@@ -1078,6 +1120,12 @@ class Renderer {
       }
       return Value::list(std::move(out));
     }
+    // Jinja's select, reject, selectattr, rejectattr and map yield nothing for a false value.
+    if ((name == "select" || name == "reject" || name == "selectattr" || name == "rejectattr" ||
+         name == "map") &&
+        !v.truthy()) {
+      return Value::list({});
+    }
     if (name == "select" || name == "reject" || name == "selectattr" || name == "rejectattr") {
       const bool by_attr = name.ends_with("attr");
       const bool keep = name.starts_with("select");
@@ -1135,8 +1183,17 @@ class Renderer {
     if (name == "capitalize") return Value::string(capitalize(v.str()));
     if (name == "title") return Value::string(title_filter(v.str()));
     if (name == "escape" || name == "e") return Value::string(html_escape(v.str()));
-    if (name == "wordcount") {
-      return Value::integer(static_cast<std::int64_t>(split(v.str(), Value(), -1).size()));
+    if (name == "wordcount") {  // Jinja counts \w+ runs (non-ASCII bytes taken as letters)
+      const std::string text = v.str();
+      std::int64_t words = 0;
+      bool in_word = false;
+      for (const char c : text) {
+        const bool w = (c >= '0' && c <= '9') || ((c | 32) >= 'a' && (c | 32) <= 'z') || c == '_' ||
+                       static_cast<unsigned char>(c) >= 0x80;
+        words += w && !in_word;
+        in_word = w;
+      }
+      return Value::integer(words);
     }
     if (name == "replace") {
       const Value count = a.get(2, "count");
@@ -1144,6 +1201,9 @@ class Renderer {
                                     count.is_number() ? count.as_int() : -1, line));
     }
     if (name == "indent") {  // Jinja's: lines after the first, blank ones only with blank=true
+      if (!v.is_string()) {
+        fail(line, "unsupported operand type(s) for +=: '" + v.type_name() + "' and 'str'");
+      }
       const Value width = a.get(0, "width", Value::integer(4));
       const std::string text = v.str();
       const auto lines_n = static_cast<double>(std::count(text.begin(), text.end(), '\n') + 1);
@@ -1166,6 +1226,7 @@ class Renderer {
       }
       return Value::string(first ? pad + out : out);
     }
+    if ((name == "int" || name == "float") && v.undefined()) require_defined(v, line);
     if (name == "int") {
       if (v.is_number()) return Value::integer(v.as_int());
       if (v.is_string()) {
@@ -1201,6 +1262,24 @@ class Renderer {
     }
     if (name == "round") {
       if (!v.is_number()) fail(line, "round takes a number, got '" + v.type_name() + "'");
+      const std::int64_t precision = a.get(0, "precision", Value::integer(0)).as_int();
+      if (v.kind() != Value::Kind::kFloat &&
+          a.get(1, "method", Value::string("common")).str() == "common") {
+        // Python's round(int, n) is an int: itself for n >= 0, else to a multiple of 10^-n,
+        // halves to even.
+        if (precision >= 0) return Value::integer(v.as_int());
+        if (precision < -18) return Value::integer(0);
+        std::int64_t unit = 1;
+        for (std::int64_t i = 0; i < -precision; ++i) unit *= 10;
+        const auto [q, rem] = py_divmod(v.as_int(), unit);
+        const std::int64_t up = (2 * static_cast<__int128>(rem) > unit ||
+                                 (2 * static_cast<__int128>(rem) == unit && (q & 1) != 0))
+                                    ? 1
+                                    : 0;
+        std::int64_t r = 0;
+        if (__builtin_mul_overflow(q + up, unit, &r)) overflow(line);
+        return Value::integer(r);
+      }
       const double scale =
           std::pow(10.0, static_cast<double>(a.get(0, "precision", Value::integer(0)).as_int()));
       const std::string method = a.get(1, "method", Value::string("common")).str();
@@ -1227,19 +1306,19 @@ class Renderer {
     if (name == "number") return v.is_number();
     if (name == "string") return k == Kind::kString;
     if (name == "mapping") return k == Kind::kDict;
-    if (name == "iterable" || name == "sequence") {
-      return k == Kind::kString || k == Kind::kList || k == Kind::kDict;
+    if (name == "iterable" || name == "sequence") {  // undefined iterates as empty
+      return k == Kind::kString || k == Kind::kList || k == Kind::kDict || k == Kind::kUndefined;
     }
     if (name == "callable") return k == Kind::kMacro;
-    if (name == "lower" || name == "upper") {
-      return k == Kind::kString && ascii_case(v.as_string(), name == "upper") == v.as_string();
+    if (name == "lower" || name == "upper") {  // str(value).islower() / isupper()
+      return method(Value::string(v.str()), name == "lower" ? "islower" : "isupper", {}, line)
+          .truthy();
     }
-    if (name == "odd" || name == "even" || name == "divisibleby") {
+    if (name == "odd" || name == "even" || name == "divisibleby") {  // value % n, as Python
       if (!v.is_number()) fail(line, "the " + name + " test takes a number");
-      const std::int64_t d = name == "divisibleby" ? a.get(0, "num").as_int() : 2;
-      if (d == 0) fail(line, "integer division or modulo by zero");
-      const std::int64_t r = d == -1 ? 0 : v.as_int() % d;
-      return name == "odd" ? r != 0 : r == 0;
+      const Value d = name == "divisibleby" ? a.get(0, "num") : Value::integer(2);
+      const Value r = binary("%", v, d, line);
+      return name == "odd" ? r.equals(Value::integer(1)) : r.equals(Value::integer(0));
     }
     if (name == "sameas") {
       const Value o = a.get(0, "other");

@@ -164,7 +164,7 @@ bool Value::equals(const Value& o) const {
     case Kind::kString:
       return s_ == o.s_;
     case Kind::kList:
-      if (list_->size() != o.list_->size()) return false;
+      if (namespace_ != o.namespace_ || list_->size() != o.list_->size()) return false;
       for (std::size_t i = 0; i < list_->size(); ++i) {
         if (!(*list_)[i].equals((*o.list_)[i])) return false;
       }
@@ -374,7 +374,7 @@ std::string Value::str() const {
 std::string Value::repr() const {
   switch (kind_) {
     case Kind::kUndefined:
-      return "";
+      return "Undefined";
     case Kind::kNone:
       return "None";
     case Kind::kBool:

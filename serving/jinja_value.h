@@ -81,7 +81,7 @@ class Value {
   bool truthy() const;
   bool equals(const Value& o) const;
   std::string str() const;
-  std::string repr() const;  // Python's repr(): strings quoted
+  std::string repr() const;  // Python's repr(): strings quoted, undefined "Undefined"
   std::optional<std::string> to_json(int indent = -1) const;
   // Python's type name, for error messages: "str", "int", "list", "dict", "NoneType", ...
   std::string type_name() const;

@@ -13,9 +13,11 @@ raise_exception and strftime_now (here on a fixed clock, NOW, in UTC); a {% gene
 that renders its body. continue_final_message cuts the text as transformers does.
 """
 import argparse
+import copy
 import datetime
 import json
 import os
+import random
 import sys
 
 import jinja2
@@ -89,7 +91,9 @@ TEMPLATES = {
 EXPRESSIONS = [
     ("{{ 7 // 2 }} {{ -7 // 2 }} {{ 7 % -3 }} {{ 7 / 2 }} {{ 4 / 2 }} {{ 2 ** 10 }}", {}),
     ("{{ (-1) ** 65 }} {{ -7 % 3 }} {{ -7 % -3 }} {{ 7 % -3 }} {{ 2 ** 62 }} {{ -9 // 4 }}"
-     " {{ -(-3) }} {{ 2 ** 0 }} {{ 0 ** 0 }}", {}),
+     " {{ -(-3) }} {{ 2 ** 0 }} {{ 0 ** 0 }} {{ 1 // 0.1 }} {{ -7.5 % 2 }} {{ (1, 2) == [1, 2] }}"
+     " {{ [1, [2, 'a']] < [1, [2, 'b']] }} {{ 2.0 is even }} {{ 7 | round }} {{ 7 | round(-1) }}",
+     {}),
     ("{{ 1.5 + 1 }} {{ 0.1 + 0.2 }} {{ 1e16 }} {{ 1e-5 }} {{ 123456.789 }} {{ 3.0 }}", {}),
     ("{{ 'a' ~ 1 ~ none ~ true }} {{ 'ab' * 3 }} {{ [1] + [2, 3] }}", {}),
     ("{{ x }}|{{ x.y is defined }}|{{ undefined_name | length }}", {"x": {"z": 1}}),
@@ -181,7 +185,68 @@ ERRORS = [
 ]
 
 
+# Random expressions over RANDOM_CONTEXT (seeded, so golden.json is stable): operators, filters,
+# tests, methods, indexing and slicing combined up to three deep. Only constructs whose printed
+# form does not depend on Python object identity are drawn (no bare iterators, no `sameas`, no
+# Markup from `escape`), and `%` only between numbers.
+RANDOM_CONTEXT = {"n": 7, "m": -3, "f": 2.5, "s": "Hi There, abc", "e": "", "w": "  pad me ",
+                  "l": [3, 1, 2], "ls": ["b", "A", "a"], "d": {"a": 1, "b": "x"},
+                  "z": None, "t": True}
+ATOMS = ["n", "m", "f", "s", "e", "w", "l", "ls", "d", "z", "t", "0", "1", "-2", "10", "3.75",
+         "0.1", "'ab'", "'Hello World'", "' x '", "'a,b'", "[1, 2]", "[]", "{'k': 'v'}", "none",
+         "true", "false"]
+FILTERS = ["length", "upper", "lower", "trim", "first", "last", "join(',')", "join", "string",
+           "int", "float", "abs", "default('q')", "reverse | list", "sort | list", "list",
+           "unique | list", "tojson", "title", "capitalize", "round", "round(1, 'floor')", "sum",
+           "min", "max", "wordcount", "replace('a', 'o')", "count", "items | list",
+           "map('string') | list", "select('odd') | list", "reject('none') | list",
+           "indent(2)", "d(0, true)"]
+TESTS = ["defined", "none", "string", "number", "integer", "float", "odd", "even", "mapping",
+         "iterable", "sequence", "boolean", "true", "false", "lower", "upper",
+         "divisibleby(3)", "eq 1", "gt 2", "in [1, 2, 3]"]
+METHODS = ["upper()", "lower()", "strip()", "split()", "split(',')", "startswith('H')",
+           "endswith('c')", "replace('a', 'b')", "title()", "find('e')", "count('a')",
+           "lstrip()", "rstrip()", "capitalize()", "isdigit()", "get('a')", "get('zz', 5)",
+           "keys() | list", "values() | list"]
+BINARY = ["+", "-", "*", "//", "/", "~", "==", "!=", "<", ">", "<=", ">=", "and", "or", "in",
+          "not in", "**"]
+
+
+def random_expr(rng, depth):
+    if depth == 0 or rng.random() < 0.25:
+        return rng.choice(ATOMS)
+    kind = rng.randrange(9)
+    a = random_expr(rng, depth - 1)
+    if kind == 0:
+        if rng.random() < 0.1:  # % between numbers only (str % x is printf formatting)
+            return f"({rng.choice(['n', 'm', '10', '-2', 'f'])} % {rng.choice(['n', 'm', '3', '-4'])})"
+        return f"({a} {rng.choice(BINARY)} {random_expr(rng, depth - 1)})"
+    if kind == 1:
+        return f"({a} | {rng.choice(FILTERS)})"
+    if kind == 2:
+        return f"({a} is {'not ' if rng.random() < 0.3 else ''}{rng.choice(TESTS)})"
+    if kind == 3:
+        return f"({a}).{rng.choice(METHODS)}"
+    if kind == 4:
+        return f"({a})[{rng.choice(['0', '1', '-1', '5', chr(39) + 'a' + chr(39)])}]"
+    if kind == 5:
+        lo, hi = rng.choice(["", "1", "-2"]), rng.choice(["", "2", "-1"])
+        step = rng.choice(["", ":-1", ":2"])
+        # Through `t` (true): Jinja evaluates an output of constants at compile time, where an
+        # unsliceable constant sliced prints as nothing; at run time, what a template's
+        # variables meet, slicing it is an error.
+        return f"(({a}) if t else z)[{lo}:{hi}{step}]"
+    if kind == 6:
+        return f"({a} if {random_expr(rng, depth - 1)} else {random_expr(rng, depth - 1)})"
+    if kind == 7:
+        return f"(not {a})" if rng.random() < 0.5 else f"(-{a})"
+    return f"[{a}, {random_expr(rng, depth - 1)}]"
+
+
 def render(env, source, context):
+    # A copy: Jinja2's indent filter extends a list it is given in place (`s += "\n"`), which
+    # would leak into the next case's context.
+    context = copy.deepcopy(context)
     try:
         return {"expected": env.from_string(source).render(**context)}
     except jinja2.exceptions.TemplateError as e:
@@ -223,6 +288,11 @@ def cases():
     for i, (source, context) in enumerate(EXPRESSIONS):
         out.append({"name": f"expression {i}", "source": source, "context": context,
                     **render(env, source, context)})
+    rng = random.Random(20261204)
+    for i in range(400):
+        source = "{{ " + random_expr(rng, 3) + " }}"
+        out.append({"name": f"random {i}", "source": source, "context": RANDOM_CONTEXT,
+                    **render(env, source, RANDOM_CONTEXT)})
     for i, (source, context) in enumerate(ERRORS):
         r = render(env, source, context)
         assert "error" in r, f"error case {i} rendered: {r}"
