@@ -21,6 +21,7 @@
 #include "engine/engine_loop.h"
 #include "engine/generation_config.h"
 #include "engine/openai_api.h"
+#include "engine/output_text.h"
 #include "engine/serve_metrics.h"
 #include "engine/serve_queue.h"
 #include "engine/stop_strings.h"
@@ -256,6 +257,9 @@ struct Choice {
   bool finish_sent = false;
   bool stopped = false;  // a stop string ended it
   StopStrings stops;     // the request's stop strings (engine/stop_strings.h)
+  // The text of its shown tokens (special ones left out unless the request keeps them, a stop
+  // token unless include_stop_str_in_output), decoded as they arrive.
+  OutputText text;
   // A stop token ended it (the model's EOS or a stop id: check_stop's "stop"): as vLLM's
   // detokenizer, its text is not shown unless include_stop_str_in_output; a stop id (not the
   // EOS) is vLLM's stop_reason.
@@ -280,9 +284,6 @@ struct Part {
   // decoder strips the start of a text, not of an output that continues a prompt.
   std::vector<std::int32_t> context;
 };
-
-// How many of the prompt's last ids an output is decoded after.
-constexpr std::size_t kDecodeContext = 8;
 
 // What one request's handler shares with its content provider.
 struct Exchange {
@@ -318,34 +319,6 @@ struct Exchange {
     return static_cast<std::int32_t>(sum);
   }
 };
-
-// The tokens of choice `c` whose text is shown: all of them but a stop token that ended it.
-std::span<const std::int32_t> shown_tokens(const Exchange& ex, const Choice& c) {
-  const std::span<const std::int32_t> all = c.tokens;
-  return c.stop_token && !ex.show_stop_token ? all.first(all.size() - 1) : all;
-}
-
-// The text of generated ids. A model may generate ids the tokenizer has no token for (random
-// weights with a smaller tokenizer, e.g. the byte tokenizer on a large model): those render as
-// "<|ID|>", the rest decode as usual (then per id, so a character split around such an id
-// becomes U+FFFD).
-// `context`: ids before them (Tokenizer::decode_after).
-std::string render_text(const Tokenizer& tok, std::span<const std::int32_t> ids,
-                        std::span<const std::int32_t> context = {}) {
-  try {
-    return tok.decode_after(context, ids);
-  } catch (const std::out_of_range&) {
-  }
-  std::string text;
-  for (const std::int32_t id : ids) {
-    try {
-      text += tok.decode(std::span<const std::int32_t>(&id, 1));
-    } catch (const std::out_of_range&) {
-      text += "<|" + std::to_string(id) + "|>";
-    }
-  }
-  return text;
-}
 
 // The model's EOS ids, then those of the generation config it does not have (vLLM stops at
 // every EOS id of the generation config too).
@@ -620,6 +593,7 @@ class Server {
       p.choices.resize(static_cast<std::size_t>(parsed.n));
       for (Choice& c : p.choices) {
         c.stops = StopStrings(parsed.stop, parsed.include_stop_str_in_output, parsed.min_tokens);
+        c.text.reset(tokenizer_, p.context);
       }
       // The request's fields with this prompt.
       RequestSpec one = spec;
@@ -708,9 +682,13 @@ class Server {
           const StopConditions& s = *ex->ends.stop;
           if (s.ignore_eos || c.tokens.back() != s.eos_token_id) c.stop_token_id = c.tokens.back();
         }
-        std::string text;
+        const std::int32_t id = c.tokens.back();
+        if (!(c.stop_token && !ex->show_stop_token) &&
+            !(ex->skip_special && tokenizer_.special(id))) {
+          c.text.push(id);
+        }
+        const std::string& text = output_text(c);
         if (!c.stops.empty()) {
-          text = output_text(*ex, p, c);
           c.stopped = c.stops.update(text, count);
           if (c.stopped) newly_stopped.push_back(k);
         }
@@ -718,7 +696,6 @@ class Server {
         // One event per token, as vLLM sends one per step; a choice's last token's carries its
         // finish_reason ("length" at max_tokens, "stop" at EOS, a stop token id or a stop
         // string).
-        if (c.stops.empty()) text = output_text(*ex, p, c);
         const bool last =
             c.stopped || c.stop_token || count == ex->max_tokens || (finished && i == last_of[k]);
         const std::string reason = !last                       ? ""
@@ -762,7 +739,7 @@ class Server {
           const auto index = static_cast<std::int32_t>(k);
           const std::string reason = c.stopped ? "stop" : finish_reason(u, index);
           const std::string stop_reason = c.stopped ? c.stops.matched() : "";
-          std::string text = output_text(*ex, p, c);
+          std::string text = output_text(c);
           if (stream) {
             if (!c.finish_sent) {
               ChunkFields chunk{
@@ -832,18 +809,9 @@ class Server {
     for (const Part& p : ex.parts) queue_.abort(p.id);
   }
 
-  // A choice's text: its shown tokens decoded, the tokenizer's special tokens left out unless
-  // the request keeps them (vLLM's skip_special_tokens, default true).
-  std::string output_text(const Exchange& ex, const Part& p, const Choice& c) const {
-    const std::span<const std::int32_t> ids = shown_tokens(ex, c);
-    if (!ex.skip_special) return render_text(tokenizer_, ids, p.context);
-    std::vector<std::int32_t> kept;
-    kept.reserve(ids.size());
-    for (const std::int32_t id : ids) {
-      if (!tokenizer_.special(id)) kept.push_back(id);
-    }
-    return render_text(tokenizer_, kept, p.context);
-  }
+  // A choice's text: its shown tokens decoded (Choice::text), the tokenizer's special tokens
+  // left out unless the request keeps them (vLLM's skip_special_tokens, default true).
+  static const std::string& output_text(const Choice& c) { return c.text.text(); }
   // A token's text in a logprobs object: its own bytes (render_text's, for one id).
   std::string token_text(std::int32_t id) const {
     return render_text(tokenizer_, std::span<const std::int32_t>(&id, 1));

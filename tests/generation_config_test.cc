@@ -132,7 +132,7 @@ TEST(GenerationConfig, BadInputNamesTheFileAndTheKey) {
             }).find("does not exist"),
             std::string::npos);
   // The override is strict: an unknown key, a null or bad JSON is an error naming the option.
-  for (const std::string& text :
+  for (const char* text :
        {R"({"do_sample": true})", R"({"temperature": null})", "{", R"({"top_p": 2})"}) {
     EXPECT_NE(config_error([&] {
                 load_generation_defaults("vllm", "", text, 256);
