@@ -18,7 +18,6 @@
 #include "serving/byte_level.h"
 #include "serving/chat_template.h"
 #include "serving/home.h"
-#include "serving/stream_decoder.h"
 #include "serving/utf8.h"
 #include "test_util.h"
 
@@ -299,39 +298,6 @@ TEST(ByteLevel, AlphabetRoundTripsEveryByte) {
   EXPECT_EQ(byte_level::char_of('A'), "A");
   EXPECT_EQ(byte_level::decode("<|eot_id|>"), "<|eot_id|>");
   EXPECT_EQ(byte_level::decode("日本"), std::nullopt);
-}
-
-TEST(StreamDecoder, HoldsBackIncompleteCharacters) {
-  const Tokenizer& g = gpt2();
-  StreamDecoder d(g);
-  EXPECT_EQ(d.push(12520), "");  // " \xF0\x9F": the start of " 🌍"
-  EXPECT_EQ(d.push(234), "");
-  EXPECT_EQ(d.push(235), " 🌍");
-  EXPECT_EQ(d.push(31373), "hello");
-  EXPECT_THROW(d.push(50257), std::out_of_range);  // not kept: the stream goes on
-  EXPECT_EQ(d.push(12520), "");
-  EXPECT_EQ(d.finish(), " \uFFFD");  // an incomplete character at the end
-  EXPECT_EQ(d.finish(), "");
-}
-
-TEST(StreamDecoder, PiecesConcatenateToTheWholeDecode) {
-  std::uint64_t state = 12345;
-  std::vector<std::string> texts = round_trip_texts();
-  for (int i = 0; i < 50; ++i) texts.push_back(random_text(state, 1 + i, i % 5 != 0));
-  for (const Tokenizer* tok : {&gpt2(), &cl100k()}) {
-    for (const std::string& text : texts) {
-      const Ids ids = tok->encode(text);
-      StreamDecoder d(*tok);
-      std::string streamed;
-      for (std::int32_t id : ids) {
-        const std::string piece = d.push(id);
-        EXPECT_TRUE(utf8::is_valid(piece));
-        streamed += piece;
-      }
-      streamed += d.finish();
-      EXPECT_EQ(streamed, tok->decode(ids)) << text;
-    }
-  }
 }
 
 // --- files written here: pre-tokenizer layouts and bad input -----------------------------------
