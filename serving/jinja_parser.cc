@@ -3,7 +3,9 @@
 // and tabs before a block or comment tag alone on its line are dropped), `-` and `+` whitespace
 // control, {% raw %}. Expression precedence follows Jinja2's parser: conditional, or, and, not,
 // comparisons, + -, ~, * / // %, **, unary - +, then postfix (. [] ()), filters and tests.
+#include <algorithm>
 #include <cstdlib>
+#include <initializer_list>
 #include <string_view>
 
 #include "core/config_error.h"
@@ -605,16 +607,26 @@ class Parser {
     return e;
   }
 
-  ExprPtr parse_or() {
-    ExprPtr e = parse_and();
-    while (skip_name("or")) e = binary(Expr::Op::kOr, "or", std::move(e), parse_and());
-    return e;
+  // One left-associative level: below (OP below)*, OP one of `ops` (keywords when `words`).
+  template <class Below>
+  ExprPtr left_assoc(Below below, Expr::Op op, std::initializer_list<std::string_view> ops,
+                     bool words = false) {
+    ExprPtr e = below();
+    for (;;) {
+      const auto at = std::find_if(ops.begin(), ops.end(), [&](std::string_view o) {
+        return words ? at_name(o) : at_op(o);
+      });
+      if (at == ops.end()) return e;
+      next();
+      e = binary(op, std::string(*at), std::move(e), below());
+    }
   }
 
+  ExprPtr parse_or() {
+    return left_assoc([this] { return parse_and(); }, Expr::Op::kOr, {"or"}, true);
+  }
   ExprPtr parse_and() {
-    ExprPtr e = parse_not();
-    while (skip_name("and")) e = binary(Expr::Op::kAnd, "and", std::move(e), parse_not());
-    return e;
+    return left_assoc([this] { return parse_not(); }, Expr::Op::kAnd, {"and"}, true);
   }
 
   ExprPtr parse_not() {
@@ -653,33 +665,16 @@ class Parser {
   }
 
   ExprPtr parse_math1() {
-    ExprPtr e = parse_concat();
-    while (at_op("+") || at_op("-")) {
-      const std::string op = next().text;
-      e = binary(Expr::Op::kBinary, op, std::move(e), parse_concat());
-    }
-    return e;
+    return left_assoc([this] { return parse_concat(); }, Expr::Op::kBinary, {"+", "-"});
   }
-
   ExprPtr parse_concat() {
-    ExprPtr e = parse_math2();
-    while (skip_op("~")) e = binary(Expr::Op::kBinary, "~", std::move(e), parse_math2());
-    return e;
+    return left_assoc([this] { return parse_math2(); }, Expr::Op::kBinary, {"~"});
   }
-
   ExprPtr parse_math2() {
-    ExprPtr e = parse_pow();
-    while (at_op("*") || at_op("/") || at_op("//") || at_op("%")) {
-      const std::string op = next().text;
-      e = binary(Expr::Op::kBinary, op, std::move(e), parse_pow());
-    }
-    return e;
+    return left_assoc([this] { return parse_pow(); }, Expr::Op::kBinary, {"*", "/", "//", "%"});
   }
-
   ExprPtr parse_pow() {
-    ExprPtr e = parse_unary();
-    while (skip_op("**")) e = binary(Expr::Op::kBinary, "**", std::move(e), parse_unary());
-    return e;
+    return left_assoc([this] { return parse_unary(); }, Expr::Op::kBinary, {"**"});
   }
 
   ExprPtr parse_unary(bool with_filter = true) {

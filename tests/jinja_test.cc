@@ -73,6 +73,17 @@ jinja::RenderOptions options() {
   return jinja::RenderOptions{golden().now};
 }
 
+bool is_random(const nlohmann::ordered_json& c) {
+  return c["name"].get<std::string>().starts_with("random");
+}
+
+// A golden expression case rendered with its context.
+std::string render_expression(const nlohmann::ordered_json& c) {
+  const jinja::Value context = ordered(c["context"]);
+  return jinja::Template(c["source"].get<std::string>(), "expr")
+      .render(context.as_dict(), options());
+}
+
 TEST(Jinja, ChatTemplatesRenderAsJinja2Does) {
   int checked = 0;
   for (const auto& c : golden().cases) {
@@ -98,66 +109,33 @@ TEST(Jinja, ChatTemplatesRenderAsJinja2Does) {
   EXPECT_EQ(checked, 6 * 5 * 2 - 6);  // two flag settings per conversation, one for the open one
 }
 
-TEST(Jinja, ExpressionsRenderAsJinja2Does) {
-  int checked = 0;
-  for (const auto& c : golden().cases) {
-    if (!c.contains("source") || !c.contains("expected")) continue;
-    if (c["name"].get<std::string>().starts_with("random")) continue;
-    const std::string source = c["source"].get<std::string>();
-    SCOPED_TRACE(c["name"].get<std::string>() + ": " + source);
-    const jinja::Value context = ordered(c["context"]);
-    try {
-      EXPECT_EQ(jinja::Template(source, "expr").render(context.as_dict(), options()),
-                c["expected"].get<std::string>());
-    } catch (const ConfigError& e) {
-      ADD_FAILURE() << e.what();
-    }
-    ++checked;
-  }
-  EXPECT_GE(checked, 30);
-}
-
-// 400 random expressions (make_golden.py random_expr, seeded): the same text where Jinja2
-// renders one, an error where it refuses.
-TEST(Jinja, RandomExpressionsRenderAsJinja2Does) {
+// The hand-written expression templates and error cases: Jinja2's text, or an error where it
+// refuses; then 400 random expressions (make_golden.py random_expr, seeded), the same.
+void check_expressions(bool random, int min_rendered, int min_refused) {
   int rendered = 0, refused = 0;
   for (const auto& c : golden().cases) {
-    if (!c["name"].get<std::string>().starts_with("random")) continue;
-    const std::string source = c["source"].get<std::string>();
-    SCOPED_TRACE(c["name"].get<std::string>() + ": " + source);
-    const jinja::Value context = ordered(c["context"]);
-    const jinja::Template t(source, "expr");
+    if (!c.contains("source") || is_random(c) != random) continue;
+    SCOPED_TRACE(c["name"].get<std::string>() + ": " + c["source"].get<std::string>());
     if (c.contains("expected")) {
       try {
-        EXPECT_EQ(t.render(context.as_dict(), options()), c["expected"].get<std::string>());
+        EXPECT_EQ(render_expression(c), c["expected"].get<std::string>());
       } catch (const ConfigError& e) {
         ADD_FAILURE() << "refused: " << e.what();
       }
       ++rendered;
     } else {
       std::string out;
-      EXPECT_THROW(out = t.render(context.as_dict(), options()), ConfigError)
+      EXPECT_THROW(out = render_expression(c), ConfigError)
           << "Jinja2: " << c["error"].get<std::string>() << "; here: " << out;
       ++refused;
     }
   }
-  EXPECT_GE(rendered, 150);
-  EXPECT_GE(refused, 50);
+  EXPECT_GE(rendered, min_rendered);
+  EXPECT_GE(refused, min_refused);
 }
 
-TEST(Jinja, WhatJinja2RefusesIsAnError) {
-  int checked = 0;
-  for (const auto& c : golden().cases) {
-    if (!c.contains("source") || !c.contains("error")) continue;
-    if (c["name"].get<std::string>().starts_with("random")) continue;
-    const std::string source = c["source"].get<std::string>();
-    SCOPED_TRACE(c["name"].get<std::string>() + ": " + source);
-    const jinja::Value context = ordered(c["context"]);
-    EXPECT_THROW(jinja::Template(source, "expr").render(context.as_dict(), options()), ConfigError);
-    ++checked;
-  }
-  EXPECT_GE(checked, 9);
-}
+TEST(Jinja, ExpressionsAndErrorsAsJinja2) { check_expressions(false, 30, 9); }
+TEST(Jinja, RandomExpressionsAsJinja2) { check_expressions(true, 150, 50); }
 
 // The golden file is what make_golden.py writes with the Jinja2 of this machine (Debian's
 // python3-jinja2, which scripts/bootstrap installs): a live check that no case was edited by
@@ -170,9 +148,10 @@ TEST(Jinja, GoldenFileIsWhatJinja2RendersHere) {
   EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
 }
 
-std::string error_of(const std::string& source, const jinja::Dict& context = {}) {
+std::string error_of(const std::string& source, const jinja::Dict& context = {},
+                     const jinja::RenderOptions& options = {}) {
   try {
-    jinja::Template(source, "t.jinja").render(context);
+    jinja::Template(source, "t.jinja").render(context, options);
   } catch (const ConfigError& e) {
     return e.what();
   }
@@ -212,46 +191,41 @@ TEST(Jinja, RunawayTemplatesEndWithAnError) {
   jinja::RenderOptions small;
   small.max_steps = 1000;
   small.max_size = 1 << 20;
-  const auto error = [&](const std::string& source) {
-    try {
-      jinja::Template(source, "t").render({}, small);
-    } catch (const ConfigError& e) {
-      return std::string(e.what());
-    }
-    return std::string("(no error)");
-  };
-  EXPECT_EQ(error("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}"
-                  "{% endfor %}"),
-            "t:1: the template ran more than 1000 steps (loop iterations, macro calls, outputs)");
+  const auto error = [&](const std::string& source) { return error_of(source, {}, small); };
+  EXPECT_EQ(
+      error("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}"
+            "{% endfor %}"),
+      "t.jinja:1: the template ran more than 1000 steps (loop iterations, macro calls, outputs)");
   EXPECT_EQ(error("{% set ns = namespace(s='x') %}{% for i in range(64) %}"
                   "{% set ns.s = ns.s ~ ns.s %}{% endfor %}"),
-            "t:1: a value larger than 1048576 bytes");
-  EXPECT_EQ(error("{{ 'x' * 100000000 }}"), "t:1: a value larger than 1048576 bytes");
-  EXPECT_EQ(error("{{ ['abc'] * 1000000 }}"), "t:1: a value larger than 1048576 bytes");
+            "t.jinja:1: a value larger than 1048576 bytes");
+  EXPECT_EQ(error("{{ 'x' * 100000000 }}"), "t.jinja:1: a value larger than 1048576 bytes");
+  EXPECT_EQ(error("{{ ['abc'] * 1000000 }}"), "t.jinja:1: a value larger than 1048576 bytes");
   EXPECT_EQ(error("{{ range(1000) | join('x' * 10000) }}"),
-            "t:1: a value larger than 1048576 bytes");
+            "t.jinja:1: a value larger than 1048576 bytes");
   EXPECT_EQ(error("{{ ('x' * 1000) | replace('x', 'y' * 2000) }}"),
-            "t:1: a value larger than 1048576 bytes");
-  EXPECT_EQ(error("{{ 'a\\nb' | indent(100000000) }}"), "t:1: a value larger than 1048576 bytes");
+            "t.jinja:1: a value larger than 1048576 bytes");
+  EXPECT_EQ(error("{{ 'a\\nb' | indent(100000000) }}"),
+            "t.jinja:1: a value larger than 1048576 bytes");
   EXPECT_EQ(error("{{ {'a': [1, 2]} | tojson(indent=100000000) }}"),
-            "t:1: a value larger than 1048576 bytes");
+            "t.jinja:1: a value larger than 1048576 bytes");
   EXPECT_EQ(error("{% set ns = namespace(l=[]) %}{% for i in range(150) %}"
                   "{% set ns.l = [ns.l] %}{% endfor %}"),
-            "t:1: lists or dicts nested deeper than 100");
+            "t.jinja:1: lists or dicts nested deeper than 100");
   EXPECT_EQ(error("{% set ns = namespace() %}{% set ns.me = [ns] %}"),
-            "t:1: a namespace attribute cannot hold a namespace (ns.me)");
+            "t.jinja:1: a namespace attribute cannot hold a namespace (ns.me)");
   EXPECT_EQ(error("{{ " + std::string(300, '(') + "1" + std::string(300, ')') + " }}"),
-            "t:1: expressions or tags nested deeper than 200");
+            "t.jinja:1: expressions or tags nested deeper than 200");
   EXPECT_EQ(error("{{ " + std::string(300, '-') + "1 }}"),
-            "t:1: expressions or tags nested deeper than 200");
+            "t.jinja:1: expressions or tags nested deeper than 200");
   std::string ifs;
   for (int i = 0; i < 300; ++i) ifs += "{% if true %}";
-  EXPECT_EQ(error(ifs), "t:1: expressions or tags nested deeper than 200");
+  EXPECT_EQ(error(ifs), "t.jinja:1: expressions or tags nested deeper than 200");
   for (const char* overflowing :
        {"{{ 2 ** 64 }}", "{{ 9223372036854775807 + 1 }}", "{{ (-9223372036854775807 - 1) // -1 }}",
         "{{ -(-9223372036854775807 - 1) }}", "{{ (-9223372036854775807 - 1) | abs }}",
         "{{ 3037000500 * 3037000500 }}"}) {
-    EXPECT_EQ(error(overflowing), "t:1: integer overflow (the subset's integers are 64-bit)")
+    EXPECT_EQ(error(overflowing), "t.jinja:1: integer overflow (the subset's integers are 64-bit)")
         << overflowing;
   }
   EXPECT_EQ(error("{{ range(1, 9223372036854775807, 9223372036854775807) | list }}"), "(no error)");
