@@ -339,7 +339,12 @@ std::vector<std::int32_t> chat_prompt(const json& body, const Tokenizer& tokeniz
     if (role != "system" && role != "user" && role != "assistant") {
       throw bad("'messages': unknown role '" + role + "' (system, user or assistant)", "messages");
     }
-    messages.push_back({role, message_content(m)});
+    std::optional<std::string> name;
+    if (m.contains("name") && !m["name"].is_null()) {
+      expect(m["name"].is_string(), "messages", "a string 'name'");
+      name = m["name"].get<std::string>();
+    }
+    messages.push_back({role, message_content(m), std::move(name)});
   }
   const bool continue_final = flag_field(body, "continue_final_message", false);
   const bool generation_prompt = flag_field(body, "add_generation_prompt", true);

@@ -189,8 +189,10 @@ std::string ChatTemplate::render(std::span<const ChatMessage> msgs, bool add_gen
                                  const jinja::RenderOptions& options) const {
   jinja::List messages;
   for (const ChatMessage& m : msgs) {
-    messages.push_back(jinja::Value::dict(
-        {{"role", jinja::Value::string(m.role)}, {"content", jinja::Value::string(m.content)}}));
+    jinja::Dict fields{{"role", jinja::Value::string(m.role)},
+                       {"content", jinja::Value::string(m.content)}};
+    if (m.name) fields.emplace_back("name", jinja::Value::string(*m.name));
+    messages.push_back(jinja::Value::dict(std::move(fields)));
   }
   jinja::Dict context = special_tokens_;
   context.emplace_back("messages", jinja::Value::list(std::move(messages)));

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -31,6 +32,9 @@ namespace servelab {
 struct ChatMessage {
   std::string role;
   std::string content;
+  // OpenAI's optional participant name: a chat template sees it as the message's `name` (the
+  // built-in formats do not show it).
+  std::optional<std::string> name = {};
 };
 
 // The Llama 3 chat format (<|begin_of_text|><|start_header_id|>role<|end_header_id|>\n\n
@@ -71,9 +75,9 @@ class ChatTemplate {
   ChatTemplate(const std::string& source, std::string origin, jinja::Dict special_tokens = {});
 
   // The prompt text, as transformers' apply_chat_template(tokenize=False) renders it: the
-  // variables messages (each {role, content}), add_generation_prompt, tools and documents
-  // (none), the special tokens, then `extra` (vLLM's chat_template_kwargs; a name there
-  // overrides a special token's). With continue_final_message the text is cut after the last
+  // variables messages (each {role, content}, and name where given), add_generation_prompt, tools
+  // and documents (none), the special tokens, then `extra` (vLLM's chat_template_kwargs; a name
+  // there overrides a special token's). With continue_final_message the text is cut after the last
   // message's content (its last occurrence, trimmed as transformers trims it), and a
   // ConfigError says so when the template dropped it. raise_exception in the template throws
   // jinja::Raised with its message; other runtime errors are ConfigErrors naming the line.

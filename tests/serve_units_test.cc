@@ -252,6 +252,17 @@ TEST(OpenAiApi, ChatTemplateOfTheServer) {
             "itself, not here");
   EXPECT_EQ(error(user + R"(, "chat_template": "{{ 1 }}"})").substr(0, 47),
             "400 chat_template: 'chat_template': a request's");
+  // A message's name reaches the template (vLLM passes it on); it must be a string.
+  ApiLimits named = limits;
+  named.chat_template = std::make_shared<const ChatTemplate>(
+      "{% for m in messages %}{{ m.name | default('-') }}:{{ m.content }};{% endfor %}", "names");
+  EXPECT_EQ(parse_completion_request(R"({"messages": [{"role": "user", "content": "a", "name":
+                                       "ann"}, {"role": "user", "content": "b"}]})",
+                                     true, named, *tok)
+                .prompt,
+            tok->encode("ann:a;-:b;"));
+  EXPECT_EQ(error(R"({"messages": [{"role": "user", "content": "a", "name": 7}]})"),
+            "400 messages: 'messages': expected a string 'name'");
   // continue_final_message: the template's text cut after the last message.
   EXPECT_EQ(chat(R"({"messages": [{"role": "user", "content": "q"}, {"role": "assistant",
                 "content": "The"}], "add_generation_prompt": false,
