@@ -55,13 +55,14 @@ jinja::Value ordered(const nlohmann::ordered_json& j) {
 
 struct Golden {
   std::time_t now = 0;
+  jinja::Value random_context;  // the random expressions' variables
   nlohmann::ordered_json cases;
 };
 
 const Golden& golden() {
   static const Golden g = [] {
     const auto doc = nlohmann::ordered_json::parse(read_file(kDir / "golden.json"));
-    return Golden{doc["now"].get<std::time_t>(), doc["cases"]};
+    return Golden{doc["now"].get<std::time_t>(), ordered(doc["random_context"]), doc["cases"]};
   }();
   return g;
 }
@@ -79,7 +80,7 @@ bool is_random(const nlohmann::ordered_json& c) {
 
 // A golden expression case rendered with its context.
 std::string render_expression(const nlohmann::ordered_json& c) {
-  const jinja::Value context = ordered(c["context"]);
+  const jinja::Value context = is_random(c) ? golden().random_context : ordered(c["context"]);
   return jinja::Template(c["source"].get<std::string>(), "expr")
       .render(context.as_dict(), options());
 }

@@ -291,7 +291,7 @@ def cases():
     rng = random.Random(20261204)
     for i in range(400):
         source = "{{ " + random_expr(rng, 3) + " }}"
-        out.append({"name": f"random {i}", "source": source, "context": RANDOM_CONTEXT,
+        out.append({"name": f"random {i}", "source": source,
                     **render(env, source, RANDOM_CONTEXT)})
     for i, (source, context) in enumerate(ERRORS):
         r = render(env, source, context)
@@ -304,12 +304,15 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--check", action="store_true", help="compare with golden.json, write nothing")
     args = ap.parse_args()
-    text = json.dumps({"jinja2": jinja2.__version__, "now": NOW, "cases": cases()},
-                      ensure_ascii=False, indent=1) + "\n"
+    # One case a line; the random cases' context once, as "random_context".
+    head = {"jinja2": jinja2.__version__, "now": NOW, "random_context": RANDOM_CONTEXT}
+    text = (json.dumps(head, ensure_ascii=False)[:-1] + ', "cases": [\n' +
+            ",\n".join(json.dumps(c, ensure_ascii=False) for c in cases()) + "\n]}\n")
     path = os.path.join(HERE, "golden.json")
     if args.check:  # the cases only: the Jinja2 version may differ (Debian's, pip's)
         with open(path, encoding="utf-8") as f:
-            same = json.load(f)["cases"] == json.loads(text)["cases"]
+            old, new = json.load(f), json.loads(text)
+            same = all(old[k] == new[k] for k in ("cases", "random_context", "now"))
         print("golden.json is " + ("up to date" if same else "out of date"))
         return 0 if same else 1
     with open(path, "w", encoding="utf-8") as f:
