@@ -51,7 +51,8 @@ bool known_field(const std::string& key, bool chat) {
                                       "bad_words",
                                       "truncate_prompt_tokens",
                                       "return_tokens_as_token_ids",
-                                      "skip_special_tokens"};
+                                      "skip_special_tokens",
+                                      "spaces_between_special_tokens"};
   for (const char* k : kVllm) {
     if (key == k) return true;
   }
@@ -653,6 +654,9 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat,
   }
   r.return_tokens_as_token_ids = flag_field(body, "return_tokens_as_token_ids", false);
   r.skip_special_tokens = flag_field(body, "skip_special_tokens", true);
+  // vLLM's spaces_between_special_tokens (default true) changes only the text of its slow
+  // (Python) tokenizers; its fast tokenizers, which decode as this server does, ignore it.
+  flag_field(body, "spaces_between_special_tokens", true);
   if (given("echo")) {
     expect(body["echo"].is_boolean(), "echo", "true or false");
     r.echo = body["echo"].get<bool>();

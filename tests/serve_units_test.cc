@@ -623,6 +623,11 @@ TEST(OpenAiApi, AllowedTokensBadWordsAndTruncation) {
   EXPECT_TRUE(r.sampling->allowed_token_ids.empty());
   EXPECT_FALSE(parse(R"({"prompt": "q", "bad_words": []})").sampling);
   EXPECT_FALSE(parse(R"({"prompt": "q", "allowed_token_ids": null})").sampling);
+  // spaces_between_special_tokens: accepted (a boolean), nothing changes (vLLM's fast
+  // tokenizers ignore it).
+  EXPECT_EQ(parse(R"({"prompt": "q", "spaces_between_special_tokens": false})").prompt,
+            parse(R"({"prompt": "q"})").prompt);
+  EXPECT_THROW(parse(R"({"prompt": "q", "spaces_between_special_tokens": "no"})"), ApiError);
   EXPECT_TRUE(
       parse(R"({"prompt": "q", "return_tokens_as_token_ids": true})").return_tokens_as_token_ids);
   EXPECT_FALSE(parse(R"({"prompt": "q"})").return_tokens_as_token_ids);
