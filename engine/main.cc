@@ -60,7 +60,8 @@ constexpr const char* kUsage =
     "  serve [EXP.yaml | --model M] [--host H] [--port P] [--device cpu|cuda] [--weights PATH]\n"
     "             [--kv-memory-gb G] [--max-in-flight N] [--served-model-name NAME]\n"
     "             [--generation-config SOURCE] [--override-generation-config JSON]\n"
-    "             [--tokenizer FILE] [--chat-template FILE|TEMPLATE] [--seed N]\n"
+    "             [--tokenizer FILE] [--chat-template FILE|TEMPLATE]\n"
+    "             [--chat-template-content-format auto|string|openai] [--seed N]\n"
     "             [--set key.path=value]...\n"
     "      an OpenAI-compatible HTTP server (/v1/completions, /v1/chat/completions, /v1/models,\n"
     "      /health, /metrics) over the engine with the experiment's serving settings (default\n"
@@ -193,6 +194,11 @@ int cmd_serve(const std::vector<std::string>& args) {
                   "ChatML or plain lines)")
       ->check(cli::non_empty("a file or a template"))
       ->type_name("FILE|TEMPLATE");
+  app->add_option("--chat-template-content-format", o.chat_template_content_format,
+                  "how a message's content reaches the chat template (vLLM's): auto (default: "
+                  "a list of parts when the template loops over a message's content), string, "
+                  "or openai (a list of {type: text, text} parts)")
+      ->check(cli::one_of({"auto", "string", "openai"}));
   app->add_option("--served-model-name", o.served_model_name,
                   "the model name clients use (default: the model's)")
       ->check(cli::non_empty("a name"))

@@ -72,9 +72,9 @@ void expect(bool ok, const std::string& param, const std::string& what) {
 }
 
 // A chat message's content: a string, or OpenAI's array of content parts, of which text parts
-// ({"type": "text", "text": ...}) are taken, joined by "\n" as vLLM joins them for a template
-// that takes string content; any other part (images, audio) is refused.
-std::string message_content(const json& m) {
+// ({"type": "text", "text": ...}) are taken (into *parts), joined by "\n" as vLLM joins them
+// for a template that takes string content; any other part (images, audio) is refused.
+std::string message_content(const json& m, std::vector<std::string>* parts) {
   expect(m.contains("content"), "messages", "a 'content' in every message");
   const json& c = m["content"];
   if (c.is_string()) return c.get<std::string>();
@@ -100,6 +100,7 @@ std::string message_content(const json& m) {
     }
     if (i > 0) text += '\n';
     text += part["text"].get<std::string>();
+    parts->push_back(part["text"].get<std::string>());
   }
   return text;
 }
@@ -345,7 +346,9 @@ std::vector<std::int32_t> chat_prompt(const json& body, const Tokenizer& tokeniz
       expect(m["name"].is_string(), "messages", "a string 'name'");
       name = m["name"].get<std::string>();
     }
-    messages.push_back({role, message_content(m), std::move(name)});
+    std::vector<std::string> parts;
+    std::string content = message_content(m, &parts);
+    messages.push_back({role, std::move(content), std::move(name), std::move(parts)});
   }
   const bool continue_final = flag_field(body, "continue_final_message", false);
   const bool generation_prompt = flag_field(body, "add_generation_prompt", true);

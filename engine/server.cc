@@ -949,9 +949,19 @@ int run_server(const ExperimentConfig& config, const ServeOptions& options, std:
   std::shared_ptr<const ChatTemplate> chat_template =
       options.chat_template.empty() ? find_chat_template(tokenizer_file)
                                     : load_chat_template(options.chat_template, tokenizer_file);
+  if (chat_template != nullptr && options.chat_template_content_format != "auto") {
+    chat_template = std::make_shared<const ChatTemplate>(chat_template->with_content_format(
+        options.chat_template_content_format == "openai" ? ChatTemplate::ContentFormat::kOpenAi
+                                                         : ChatTemplate::ContentFormat::kString));
+  }
   if (log != nullptr && chat_template != nullptr) {
-    std::fprintf(log, "engine serve: chat messages rendered with the chat template of %s\n",
-                 chat_template->origin().c_str());
+    std::fprintf(log,
+                 "engine serve: chat messages rendered with the chat template of %s (content %s; "
+                 "--chat-template-content-format)\n",
+                 chat_template->origin().c_str(),
+                 chat_template->content_format() == ChatTemplate::ContentFormat::kOpenAi
+                     ? "as OpenAI's list of text parts"
+                     : "as a string");
   }
   EngineInstance engine = load_engine(config, options.engine);
   if (tokenizer->vocab_size() > engine.llama.model.vocab_size) {

@@ -39,6 +39,9 @@ struct ServeOptions {
   // (serving/chat_template.h load_chat_template); empty: the template beside the tokenizer
   // (chat_template.jinja or tokenizer_config.json's), else the built-in formats.
   std::string chat_template;
+  // vLLM's --chat-template-content-format: auto (the template's need, detected), string or
+  // openai (a message's content as a list of text parts).
+  std::string chat_template_content_format = "auto";
   // vLLM's --generation-config (servelab, vllm, auto, or a folder or file) and
   // --override-generation-config (a JSON object): the sampling defaults of the fields requests
   // leave out (engine/generation_config.h).

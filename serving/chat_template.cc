@@ -182,15 +182,33 @@ jinja::Dict special_tokens_beside(const fs::path& tokenizer_json) {
 
 ChatTemplate::ChatTemplate(const std::string& source, std::string origin,
                            jinja::Dict special_tokens)
-    : template_(source, std::move(origin)), special_tokens_(std::move(special_tokens)) {}
+    : template_(source, std::move(origin)),
+      special_tokens_(std::move(special_tokens)),
+      content_format_(template_.iterates_message_content() ? ContentFormat::kOpenAi
+                                                           : ContentFormat::kString) {}
+
+ChatTemplate ChatTemplate::with_content_format(ContentFormat format) const {
+  ChatTemplate t = *this;
+  t.content_format_ = format;
+  return t;
+}
 
 std::string ChatTemplate::render(std::span<const ChatMessage> msgs, bool add_generation_prompt,
                                  bool continue_final_message, const jinja::Dict& extra,
                                  const jinja::RenderOptions& options) const {
   jinja::List messages;
   for (const ChatMessage& m : msgs) {
-    jinja::Dict fields{{"role", jinja::Value::string(m.role)},
-                       {"content", jinja::Value::string(m.content)}};
+    jinja::Value content = jinja::Value::string(m.content);
+    if (content_format_ == ContentFormat::kOpenAi) {
+      jinja::List parts;
+      for (const std::string& text :
+           m.parts.empty() ? std::vector<std::string>{m.content} : m.parts) {
+        parts.push_back(jinja::Value::dict(
+            {{"type", jinja::Value::string("text")}, {"text", jinja::Value::string(text)}}));
+      }
+      content = jinja::Value::list(std::move(parts));
+    }
+    jinja::Dict fields{{"role", jinja::Value::string(m.role)}, {"content", std::move(content)}};
     if (m.name) fields.emplace_back("name", jinja::Value::string(*m.name));
     messages.push_back(jinja::Value::dict(std::move(fields)));
   }
@@ -204,7 +222,10 @@ std::string ChatTemplate::render(std::span<const ChatMessage> msgs, bool add_gen
   if (!continue_final_message || msgs.empty()) return text;
   // transformers: cut after the last occurrence of the final message's stripped content; keep
   // its trailing whitespace where the template kept it.
-  const std::string& final = msgs.back().content;
+  const ChatMessage& last = msgs.back();
+  const std::string& final = content_format_ == ContentFormat::kOpenAi && !last.parts.empty()
+                                 ? last.parts.back()
+                                 : last.content;
   const std::string stripped(trim(final));
   const std::size_t at = text.rfind(stripped);
   if (at == std::string::npos) {

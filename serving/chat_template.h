@@ -35,6 +35,9 @@ struct ChatMessage {
   // OpenAI's optional participant name: a chat template sees it as the message's `name` (the
   // built-in formats do not show it).
   std::optional<std::string> name = {};
+  // The text parts, where the content came as OpenAI's list of parts (`content` is then them
+  // joined by "\n"); empty where it came as a string.
+  std::vector<std::string> parts = {};
 };
 
 // The Llama 3 chat format (<|begin_of_text|><|start_header_id|>role<|end_header_id|>\n\n
@@ -71,14 +74,26 @@ bool has_chatml_tokens(const Tokenizer& tok);
 // pad_token, ... as tokenizer_config.json names them).
 class ChatTemplate {
  public:
-  // ConfigError "ORIGIN:LINE: what" for a template outside the Jinja subset.
+  // ConfigError "ORIGIN:LINE: what" for a template outside the Jinja subset. The content
+  // format is detected as vLLM detects it (jinja::Template::iterates_message_content): OpenAI's
+  // content parts for a template that loops over a message's content, else strings.
   ChatTemplate(const std::string& source, std::string origin, jinja::Dict special_tokens = {});
 
+  // vLLM's --chat-template-content-format: how a message's content reaches the template, a
+  // string or a list of {"type": "text", "text": ...} parts (each text part as the request
+  // gave it; a string content is one part).
+  enum class ContentFormat { kString, kOpenAi };
+  ContentFormat content_format() const { return content_format_; }
+  // This template with its content format set (vLLM's option over its detection).
+  ChatTemplate with_content_format(ContentFormat format) const;
+
   // The prompt text, as transformers' apply_chat_template(tokenize=False) renders it: the
-  // variables messages (each {role, content}, and name where given), add_generation_prompt, tools
+  // variables messages (each {role, content}, content in content_format(), and name where
+  // given), add_generation_prompt, tools
   // and documents (none), the special tokens, then `extra` (vLLM's chat_template_kwargs; a name
   // there overrides a special token's). With continue_final_message the text is cut after the last
-  // message's content (its last occurrence, trimmed as transformers trims it), and a
+  // message's content (its last text part with OpenAI's parts; its last occurrence, trimmed as
+  // transformers trims it), and a
   // ConfigError says so when the template dropped it. raise_exception in the template throws
   // jinja::Raised with its message; other runtime errors are ConfigErrors naming the line.
   std::string render(std::span<const ChatMessage> msgs, bool add_generation_prompt,
@@ -90,6 +105,7 @@ class ChatTemplate {
  private:
   jinja::Template template_;
   jinja::Dict special_tokens_;
+  ContentFormat content_format_ = ContentFormat::kString;
 };
 
 // vLLM's --chat-template: a file (a Jinja template, or a tokenizer_config.json whose

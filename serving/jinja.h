@@ -64,6 +64,9 @@ class Template {
   // `context`: the template's variables (a dict's members).
   std::string render(const Dict& context, const RenderOptions& options = {}) const;
   const std::string& origin() const { return origin_; }
+  // Whether a {% for %} iterates a chat message's `content` (vLLM's test for a template that
+  // takes OpenAI's content parts: serving/jinja_inspect.cc says how messages are traced).
+  bool iterates_message_content() const;
 
  private:
   std::string origin_;

@@ -83,4 +83,7 @@ struct Node {
 // the subset.
 Body parse_template(const std::string& source, const std::string& origin);
 
+// Whether the template loops over a chat message's content (serving/jinja_inspect.cc).
+bool iterates_message_content(const Body& body);
+
 }  // namespace servelab::jinja

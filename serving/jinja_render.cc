@@ -1351,6 +1351,8 @@ Template::Template(const std::string& source, std::string origin)
     : origin_(std::move(origin)),
       body_(std::make_shared<const Body>(parse_template(source, origin_))) {}
 
+bool Template::iterates_message_content() const { return jinja::iterates_message_content(*body_); }
+
 std::string Template::render(const Dict& context, const RenderOptions& options) const {
   Renderer r(origin_, options, context);
   std::string out;

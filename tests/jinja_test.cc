@@ -107,7 +107,7 @@ TEST(Jinja, ChatTemplatesRenderAsJinja2Does) {
     }
     ++checked;
   }
-  EXPECT_EQ(checked, 6 * 5 * 2 - 6);  // two flag settings per conversation, one for the open one
+  EXPECT_EQ(checked, 7 * 5 * 2 - 7);  // two flag settings per conversation, one for the open one
 }
 
 // The hand-written expression templates and error cases: Jinja2's text, or an error where it
@@ -239,6 +239,41 @@ TEST(Jinja, NothingTheTemplateDoesChangesItsInputs) {
   EXPECT_EQ(messages.as_list().size(), 1u);
   EXPECT_THROW(jinja::Template("{{ messages.append('b') }}", "t").render(context), ConfigError);
   EXPECT_EQ(messages.as_list().size(), 1u);
+}
+
+// vLLM's detection of a template that takes OpenAI's content parts: a loop over a message's
+// content, the messages reached through {% set %}, slices, filters and tests.
+TEST(ChatTemplateFiles, ContentFormatIsDetectedAsVllmDetectsIt) {
+  using Format = ChatTemplate::ContentFormat;
+  const auto format = [](const std::string& source) {
+    return ChatTemplate(source, "t").content_format();
+  };
+  EXPECT_EQ(format("{% for m in messages %}{% for p in m['content'] %}{{ p.text }}{% endfor %}"
+                   "{% endfor %}"),
+            Format::kOpenAi);
+  EXPECT_EQ(format("{% set rest = messages[1:] %}{% set shown = rest | list %}"
+                   "{% for m in shown %}{% if m.role == 'user' %}"
+                   "{% for p in m.content | selectattr('type', 'eq', 'text') %}{{ p.text }}"
+                   "{% endfor %}{% endif %}{% endfor %}"),
+            Format::kOpenAi);
+  EXPECT_EQ(format("{% for m in messages %}{{ m['content'] }}{% endfor %}"), Format::kString);
+  EXPECT_EQ(format("{% for m in other %}{% for p in m.content %}{% endfor %}{% endfor %}"),
+            Format::kString);
+  for (const char* name : {"llama2.jinja", "mistral.jinja", "chatml_default_system.jinja",
+                           "llama3_dated.jinja", "gemma.jinja", "kitchen_sink.jinja"}) {
+    EXPECT_EQ(format(read_file(kDir / name)), Format::kString) << name;
+  }
+  const ChatTemplate parts(read_file(kDir / "content_parts.jinja"), "parts");
+  EXPECT_EQ(parts.content_format(), Format::kOpenAi);
+  // A message's text parts each reach the template; as a string they are joined.
+  const std::vector<ChatMessage> msgs = {{"user", "a\nb", std::nullopt, {" a ", "b"}}};
+  EXPECT_EQ(parts.render(msgs, true, false), "<|user|>a | b<|end|>\n<|assistant|>");
+  EXPECT_EQ(parts.with_content_format(Format::kString).render(msgs, true, false),
+            "<|user|><|end|>\n<|assistant|>");  // a string has no text parts to select
+  const ChatTemplate plain("{% for m in messages %}{{ m.content }}{% endfor %}", "plain");
+  EXPECT_EQ(plain.render(msgs, false, false), "a\nb");
+  EXPECT_EQ(plain.with_content_format(Format::kOpenAi).render(msgs, false, false),
+            "[{'type': 'text', 'text': ' a '}, {'type': 'text', 'text': 'b'}]");
 }
 
 TEST(ChatTemplateFiles, TokenizerConfigGivesTheTemplateAndItsSpecialTokens) {

@@ -1619,6 +1619,9 @@ TEST(EngineServe, BadCommandLinesAreUsageErrors) {
       << read_file(dir / "e");
   EXPECT_EQ(engine("serve --model tiny --port 0 --tokenizer " + (dir / "none.json").string()), 2);
   EXPECT_NE(read_file(dir / "e").find("none.json"), std::string::npos) << read_file(dir / "e");
+  EXPECT_EQ(engine("serve --model tiny --port 0 --chat-template-content-format xml"), 2);
+  EXPECT_NE(read_file(dir / "e").find("--chat-template-content-format"), std::string::npos)
+      << read_file(dir / "e");
   // A chat template that is neither a file nor a template; one outside the Jinja subset.
   EXPECT_EQ(engine("serve --model tiny --port 0 --chat-template " + (dir / "t.jinja").string()), 2);
   EXPECT_NE(read_file(dir / "e").find("t.jinja: no such file, and not a template"),

@@ -263,6 +263,17 @@ TEST(OpenAiApi, ChatTemplateOfTheServer) {
             tok->encode("ann:a;-:b;"));
   EXPECT_EQ(error(R"({"messages": [{"role": "user", "content": "a", "name": 7}]})"),
             "400 messages: 'messages': expected a string 'name'");
+  // A template that loops over a message's content gets OpenAI's text parts, each as sent.
+  ApiLimits parts = limits;
+  parts.chat_template = std::make_shared<const ChatTemplate>(
+      "{% for m in messages %}{% for p in m.content %}({{ p.text }}){% endfor %}{% endfor %}",
+      "parts");
+  EXPECT_EQ(parse_completion_request(R"({"messages": [{"role": "user", "content": [{"type":
+                                       "text", "text": "a"}, {"type": "text", "text": "b"}]},
+                                       {"role": "user", "content": "c"}]})",
+                                     true, parts, *tok)
+                .prompt,
+            tok->encode("(a)(b)(c)"));
   // continue_final_message: the template's text cut after the last message.
   EXPECT_EQ(chat(R"({"messages": [{"role": "user", "content": "q"}, {"role": "assistant",
                 "content": "The"}], "add_generation_prompt": false,

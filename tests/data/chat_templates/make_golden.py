@@ -85,7 +85,11 @@ TEMPLATES = {
     "llama3_dated.jinja": (L3_TOKENS, {}),
     "gemma.jinja": (GEMMA_TOKENS, {}),
     "kitchen_sink.jinja": ({}, {}),
+    # Takes OpenAI's content parts (a loop over a message's content): rendered with each
+    # message's content as one text part, as vLLM passes it to such a template.
+    "content_parts.jinja": ({}, {}),
 }
+PARTS_TEMPLATES = {"content_parts.jinja"}
 
 # Short templates and their variables: the subset's semantics one piece at a time.
 EXPRESSIONS = [
@@ -274,7 +278,11 @@ def cases():
                 if cont != (conv_name == "open_assistant"):
                     continue
                 context = dict(tokens)
-                context.update(messages=messages, add_generation_prompt=gen, tools=None,
+                shown = messages
+                if name in PARTS_TEMPLATES:
+                    shown = [dict(m, content=[{"type": "text", "text": m["content"]}])
+                             for m in messages]
+                context.update(messages=shown, add_generation_prompt=gen, tools=None,
                                documents=None)
                 context.update(extra)
                 case = {"name": f"{name}/{conv_name}/gen={int(gen)}", "template": name,
