@@ -896,6 +896,10 @@ class Renderer {
       if (name == "upper" || name == "lower") return Value::string(ascii_case(s, name == "upper"));
       if (name == "capitalize") return Value::string(capitalize(s));
       if (name == "title") return Value::string(title(s));
+      if ((name == "split" || name == "rsplit") && a.get(0, "sep").is_string() &&
+          a.get(0, "sep").as_string().empty()) {
+        fail(line, "empty separator");
+      }
       if (name == "split") {
         return strings(
             split(s, a.get(0, "sep"), a.get(1, "maxsplit", Value::integer(-1)).as_int()));

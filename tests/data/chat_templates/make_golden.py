@@ -186,6 +186,7 @@ ERRORS = [
     ("{{ none | length }}", {}),
     ("{{ 5 is divisibleby 0 }}", {}),
     ("{{ 'x' | nosuchfilter }}", {}),
+    ("{{ 'a b'.split('') }}", {}),
 ]
 
 
