@@ -7,9 +7,9 @@
 #include <benchmark/benchmark.h>
 
 #include <fstream>
-#include <stdexcept>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <stdexcept>
 
 #include "engine/output_text.h"
 #include "serving/home.h"
