@@ -946,9 +946,18 @@ int run_server(const ExperimentConfig& config, const ServeOptions& options, std:
                                          : options.tokenizer;
   const std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(tokenizer_file);
   // Before the engine loads: a bad template is an error in a second, not after the weights.
-  std::shared_ptr<const ChatTemplate> chat_template =
-      options.chat_template.empty() ? find_chat_template(tokenizer_file)
-                                    : load_chat_template(options.chat_template, tokenizer_file);
+  std::shared_ptr<const ChatTemplate> chat_template;
+  if (!options.chat_template.empty()) {
+    chat_template = load_chat_template(options.chat_template, tokenizer_file);
+  } else {
+    try {
+      chat_template = find_chat_template(tokenizer_file);
+    } catch (const ConfigError& e) {
+      throw ConfigError(std::string(e.what()) +
+                        " (the chat template beside --tokenizer; --chat-template FILE gives "
+                        "another)");
+    }
+  }
   if (chat_template != nullptr && options.chat_template_content_format != "auto") {
     chat_template = std::make_shared<const ChatTemplate>(chat_template->with_content_format(
         options.chat_template_content_format == "openai" ? ChatTemplate::ContentFormat::kOpenAi

@@ -1627,6 +1627,19 @@ TEST(EngineServe, BadCommandLinesAreUsageErrors) {
   EXPECT_NE(read_file(dir / "e").find("t.jinja: no such file, and not a template"),
             std::string::npos)
       << read_file(dir / "e");
+  // A template beside the tokenizer outside the subset: the error says how to give another.
+  fs::create_directories(dir / "tok");
+  fs::copy_file(servelab_home() / "data/tokenizers/bytes/tokenizer.json",
+                dir / "tok/tokenizer.json");
+  write_file(dir / "tok/tokenizer_config.json",
+             R"({"chat_template": "{% filter upper %}x{% endfilter %}"})");
+  EXPECT_EQ(
+      engine("serve --model tiny --port 0 --tokenizer " + (dir / "tok/tokenizer.json").string()),
+      2);
+  EXPECT_NE(read_file(dir / "e").find("unsupported tag 'filter'"), std::string::npos)
+      << read_file(dir / "e");
+  EXPECT_NE(read_file(dir / "e").find("--chat-template FILE gives another"), std::string::npos)
+      << read_file(dir / "e");
   write_file(dir / "t.jinja", "line one\n{% include 'other.jinja' %}\n");
   EXPECT_EQ(engine("serve --model tiny --port 0 --chat-template " + (dir / "t.jinja").string()), 2);
   EXPECT_NE(read_file(dir / "e").find("t.jinja:2: unsupported tag 'include'"), std::string::npos)
