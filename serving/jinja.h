@@ -6,7 +6,8 @@
 // The subset (what the templates of Llama 2/3, Mistral, Qwen2/2.5/3, Gemma, Phi, DeepSeek and
 // Zephyr use): {{ }}, {% if/elif/else %}, {% for a[, b] in x [if c] %} with else, loop.* and
 // loop.cycle, {% set %} (names, tuples, namespace attributes, blocks), {% macro %} with
-// defaults and keyword arguments, {% break/continue %}, {% raw %}, {% generation %}, comments,
+// defaults and keyword arguments, {% filter %} blocks, {% break/continue %}, {% raw %},
+// {% generation %}, comments,
 // `-`/`+` whitespace control; literals, lists, tuples, dicts; . [] [a:b:c] (); filters trim,
 // length/count, tojson, string, upper, lower, capitalize, title, first, last, join, default/d,
 // items, list, int, float, abs, round, reverse, sort, unique, replace, indent, safe,
@@ -20,7 +21,7 @@
 //
 // Contracts:
 // - Template(source, origin) parses; a syntax error or a construct outside the subset
-//   (include, extends, filter blocks, call blocks, recursive loops, chained comparisons) is a
+//   (include, extends, call blocks, recursive loops, chained comparisons) is a
 //   ConfigError "ORIGIN:LINE: what".
 // - render(context) is deterministic given the context and RenderOptions::now. A runtime error
 //   (an undefined variable's attribute, a type error, an unknown filter) is a ConfigError

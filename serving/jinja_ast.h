@@ -64,7 +64,9 @@ struct Node {
     kMacro,     // macro
     kBreak,
     kContinue,
-    kGeneration,  // Hugging Face's {% generation %}: bodies[0] rendered as is
+    kGeneration,   // Hugging Face's {% generation %}: bodies[0] rendered as is
+    kFilterBlock,  // {% filter f | g(x) %}: bodies[0] rendered, then expr (filters applied to
+                   // the name kBlockText, which holds that text)
   };
   Kind kind = Kind::kText;
   int line = 0;
@@ -78,6 +80,10 @@ struct Node {
   Body else_body;
   std::shared_ptr<MacroDef> macro;
 };
+
+// The name a {% filter %} block's text is bound to while its filters run (no template can
+// spell it: names are letters, digits and underscores).
+inline constexpr const char* kBlockText = "\x01block";
 
 // Parses `source`; ConfigError "ORIGIN:LINE: what" on a syntax error or a construct outside
 // the subset.

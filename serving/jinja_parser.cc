@@ -572,8 +572,22 @@ class Parser {
       expect_block_end("endgeneration");
       return n;
     }
+    if (name == "filter") {
+      n.kind = Node::Kind::kFilterBlock;
+      ExprPtr e = make(Expr::Op::kName, line, kBlockText);
+      do {
+        std::string filter = expect_name("a filter name");
+        e = parse_call(std::move(e), Expr::Op::kFilter, std::move(filter));
+      } while (skip_op("|"));
+      n.expr = std::move(e);
+      expect_block_end("filter");
+      n.bodies.push_back(parse_until({"endfilter"}, &found, line, "filter"));
+      expect_block_end("endfilter");
+      return n;
+    }
     fail_at(line, "unsupported tag '" + name +
-                      "' (the subset has if, for, set, macro, break, continue, raw, generation)");
+                      "' (the subset has if, for, set, macro, filter, break, continue, raw, "
+                      "generation)");
   }
 
   ExprPtr make(Expr::Op op, int line, std::string name = "") {

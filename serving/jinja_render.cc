@@ -416,6 +416,15 @@ class Renderer {
         return Flow::kContinue;
       case Node::Kind::kGeneration:
         return exec(n.bodies[0], out);
+      case Node::Kind::kFilterBlock: {
+        std::string text;
+        const Flow f = exec(n.bodies[0], text);
+        frames_.emplace_back();
+        assign(kBlockText, Value::string(std::move(text)));
+        out += eval(*n.expr).str();
+        frames_.pop_back();
+        return f;
+      }
     }
     return Flow::kNormal;
   }

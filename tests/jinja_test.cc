@@ -163,8 +163,8 @@ TEST(Jinja, ErrorsNameTheLineAndWhat) {
   EXPECT_EQ(error_of("a\n{% if x %}\nb"),
             "t.jinja:2: the if tag opened here is never closed (expected {% endif %})");
   EXPECT_EQ(error_of("{% include 'x' %}"),
-            "t.jinja:1: unsupported tag 'include' (the subset has if, for, set, macro, break, "
-            "continue, raw, generation)");
+            "t.jinja:1: unsupported tag 'include' (the subset has if, for, set, macro, filter, "
+            "break, continue, raw, generation)");
   EXPECT_EQ(error_of("\n\n{{ 1 + }}"), "t.jinja:3: expected an expression, got '}}'");
   EXPECT_EQ(error_of("{{ 1 < 2 < 3 }}"),
             "t.jinja:1: chained comparisons (a < b < c) are not supported: use 'and'");

@@ -1632,11 +1632,11 @@ TEST(EngineServe, BadCommandLinesAreUsageErrors) {
   fs::copy_file(servelab_home() / "data/tokenizers/bytes/tokenizer.json",
                 dir / "tok/tokenizer.json");
   write_file(dir / "tok/tokenizer_config.json",
-             R"({"chat_template": "{% filter upper %}x{% endfilter %}"})");
+             R"({"chat_template": "{% call m() %}x{% endcall %}"})");
   EXPECT_EQ(
       engine("serve --model tiny --port 0 --tokenizer " + (dir / "tok/tokenizer.json").string()),
       2);
-  EXPECT_NE(read_file(dir / "e").find("unsupported tag 'filter'"), std::string::npos)
+  EXPECT_NE(read_file(dir / "e").find("unsupported tag 'call'"), std::string::npos)
       << read_file(dir / "e");
   EXPECT_NE(read_file(dir / "e").find("--chat-template FILE gives another"), std::string::npos)
       << read_file(dir / "e");

@@ -165,6 +165,9 @@ EXPRESSIONS = [
      " {{ foo.0 }}", {"foo": ["zero"]}),
     ("{{ strftime_now('%Y-%m-%d %H:%M %b %A') }}", {}),
     ("{% generation %}kept {{ 1 }}{% endgeneration %}", {}),
+    ("{% filter upper %}a{{ x }}b{% endfilter %}|{% filter replace('a', 'o') | trim %}  "
+     "banana {% endfilter %}|{% for i in [1, 2] %}{% filter title %}n {{ i }} x{% endfilter %}"
+     "{% endfor %}", {"x": "y"}),
     ("{{ 'abc'.startswith('b') }} {{ 'abc'.endswith(('x', 'c')) }} {{ ', '.join(['a', 'b']) }}"
      " {{ '12'.isdigit() }} {{ ' '.isspace() }} {{ 'a\\nb\\n'.splitlines() }}", {}),
     ("{{ 'hello wORLD-x2y (ab)[cd] x_y it\\'s' | title }}|{{ \"it's x_y\".title() }}|"
