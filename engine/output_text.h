@@ -45,7 +45,6 @@ class OutputText {
   // skip_special_tokens=false, a stop token).
   void push(std::int32_t id);
   const std::string& text() const { return text_; }
-  std::span<const std::int32_t> ids() const { return ids_; }
 
  private:
   const Tokenizer* tok_ = nullptr;

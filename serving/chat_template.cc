@@ -171,6 +171,15 @@ std::optional<std::string> config_template(const json& config, const fs::path& f
                     ": chat_template: expected a string or a list of {name, template}");
 }
 
+// The template of a tokenizer_config.json with its special tokens; nullptr without one.
+std::shared_ptr<const ChatTemplate> config_chat_template(const fs::path& file) {
+  const json config = read_config(file);
+  const std::optional<std::string> t = config_template(config, file);
+  if (!t) return nullptr;
+  return std::make_shared<const ChatTemplate>(*t, file.string() + " (chat_template)",
+                                              special_tokens(config));
+}
+
 jinja::Dict special_tokens_beside(const fs::path& tokenizer_json) {
   if (tokenizer_json.empty()) return {};
   const fs::path config = tokenizer_json.parent_path() / "tokenizer_config.json";
@@ -254,11 +263,9 @@ std::shared_ptr<const ChatTemplate> load_chat_template(const std::string& arg,
                       ": no such file, and not a template (no \"{{\" or \"{%\")");
   }
   if (file.extension() == ".json") {
-    const json config = read_config(file);
-    const std::optional<std::string> t = config_template(config, file);
+    std::shared_ptr<const ChatTemplate> t = config_chat_template(file);
     if (!t) throw ConfigError(file.string() + ": no chat_template key");
-    return std::make_shared<const ChatTemplate>(*t, file.string() + " (chat_template)",
-                                                special_tokens(config));
+    return t;
   }
   return std::make_shared<const ChatTemplate>(read_text(file), file.string(),
                                               special_tokens_beside(tokenizer_json));
@@ -272,12 +279,7 @@ std::shared_ptr<const ChatTemplate> find_chat_template(const fs::path& tokenizer
                                                 special_tokens_beside(tokenizer_json));
   }
   const fs::path config_file = dir / "tokenizer_config.json";
-  if (!fs::exists(config_file)) return nullptr;
-  const json config = read_config(config_file);
-  const std::optional<std::string> t = config_template(config, config_file);
-  if (!t) return nullptr;
-  return std::make_shared<const ChatTemplate>(*t, config_file.string() + " (chat_template)",
-                                              special_tokens(config));
+  return fs::exists(config_file) ? config_chat_template(config_file) : nullptr;
 }
 
 std::vector<std::int32_t> encode_chat(const Tokenizer& tok, std::span<const ChatMessage> msgs,

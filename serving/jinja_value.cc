@@ -249,43 +249,10 @@ std::string python_quote(const std::string& s) {
   return out + q;
 }
 
+// Python's json.dumps of a str with ensure_ascii=False: nlohmann's dump escapes the same
+// characters the same way (", \, \b \f \n \r \t, other controls as \u00xx).
 std::string json_quote(const std::string& s) {
-  std::string out = "\"";
-  for (const char c : s) {
-    const auto u = static_cast<unsigned char>(c);
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      case '\b':
-        out += "\\b";
-        break;
-      case '\f':
-        out += "\\f";
-        break;
-      default:
-        if (u < 0x20) {
-          char hex[8];
-          std::snprintf(hex, sizeof hex, "\\u%04x", u);
-          out += hex;
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out + "\"";
+  return nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 bool append_json(const Value& v, int indent, int depth, std::string& out) {

@@ -115,7 +115,8 @@ EXPRESSIONS = [
     ("{{ s | length }} {{ s | first }} {{ s | last }} {{ l | first }} {{ l | last }}",
      {"s": "añb", "l": [4, 5]}),
     ("{{ d | tojson }}|{{ d | tojson(indent=2) }}|{{ [] | tojson }}|{{ {} | tojson(indent=4) }}",
-     {"d": {"name": "f", "args": {"x": [1, 2.5, "é\n\t\"q\""], "y": None, "z": True}}}),
+     {"d": {"name": "f", "args": {"x": [1, 2.5, "é\n\t\"q\"\\/\x01\x7f\b\f\r"], "y": None,
+                                  "z": True}}}),
     ("{{ l | join(', ') }}|{{ l | map('upper') | join }}|{{ l | reverse | list }}|{{ l | sort }}",
      {"l": ["b", "c", "a"]}),
     ("{{ ms | selectattr('role', 'equalto', 'user') | map(attribute='c') | join('+') }}"
