@@ -61,7 +61,9 @@ constexpr const char* kUsage =
     "             [--kv-memory-gb G] [--max-in-flight N] [--served-model-name NAME]\n"
     "             [--generation-config SOURCE] [--override-generation-config JSON]\n"
     "             [--tokenizer FILE] [--chat-template FILE|TEMPLATE]\n"
-    "             [--chat-template-content-format auto|string|openai] [--seed N]\n"
+    "             [--chat-template-content-format auto|string|openai]\n"
+    "             [--enable-auto-tool-choice --tool-call-parser NAME]\n"
+    "             [--exclude-tools-when-tool-choice-none] [--seed N]\n"
     "             [--set key.path=value]...\n"
     "      an OpenAI-compatible HTTP server (/v1/completions, /v1/chat/completions, /v1/models,\n"
     "      /health, /metrics) over the engine with the experiment's serving settings (default\n"
@@ -199,6 +201,17 @@ int cmd_serve(const std::vector<std::string>& args) {
                   "a list of parts when the template loops over a message's content), string, "
                   "or openai (a list of {type: text, text} parts)")
       ->check(cli::one_of({"auto", "string", "openai"}));
+  app->add_flag("--enable-auto-tool-choice", o.enable_auto_tool_choice,
+                "parse the tool calls of requests with tools and tool_choice \"auto\" out of "
+                "the output (vLLM's; needs --tool-call-parser)");
+  app->add_option("--tool-call-parser", o.tool_call_parser,
+                  "the format of the model's tool calls (vLLM's parsers): hermes (Hermes, Qwen "
+                  "2.5/3), llama3_json (Llama 3.1-3.3) or mistral")
+      ->check(cli::one_of({"hermes", "llama3_json", "mistral"}))
+      ->type_name("NAME");
+  app->add_flag("--exclude-tools-when-tool-choice-none", o.exclude_tools_when_tool_choice_none,
+                "leave the tools out of the chat template when tool_choice is \"none\" "
+                "(vLLM's; by default the template sees them)");
   app->add_option("--served-model-name", o.served_model_name,
                   "the model name clients use (default: the model's)")
       ->check(cli::non_empty("a name"))

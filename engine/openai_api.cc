@@ -11,6 +11,7 @@
 #include "core/json_depth.h"
 #include "core/request.h"
 #include "core/rng.h"
+#include "engine/openai_tools.h"
 #include "serving/chat_template.h"
 #include "serving/utf8.h"
 
@@ -62,7 +63,8 @@ bool known_field(const std::string& key, bool chat) {
   if (chat) {
     return key == "messages" || key == "max_completion_tokens" || key == "top_logprobs" ||
            key == "add_generation_prompt" || key == "continue_final_message" ||
-           key == "add_special_tokens" || key == "chat_template" || key == "chat_template_kwargs";
+           key == "add_special_tokens" || key == "chat_template" || key == "chat_template_kwargs" ||
+           key == "tools" || key == "tool_choice" || key == "parallel_tool_calls";
   }
   return key == "prompt" || key == "best_of" || key == "echo" || key == "add_special_tokens";
 }
@@ -323,32 +325,86 @@ bool flag_field(const json& body, const char* key, bool fallback) {
 // message stays open and the model continues it; not both) and add_special_tokens (default
 // false: the format has them; true adds the post_processor's around it), through the server's
 // chat template where it has one, with the body's chat_template_kwargs as extra variables.
-std::vector<std::int32_t> chat_prompt(const json& body, const Tokenizer& tokenizer,
-                                      const ApiLimits& limits) {
+// The body's text parsed again keeping each object's keys in order, where the prompt depends on
+// that order (tools' schemas, tool calls' arguments, chat_template_kwargs: a template's tojson
+// writes them as the client did, as vLLM's Python dicts keep them); an empty object otherwise.
+nlohmann::ordered_json ordered_body(const json& body, std::string_view raw) {
+  bool needed = body.contains("tools") || body.contains("chat_template_kwargs");
+  if (body.contains("messages") && body["messages"].is_array()) {
+    for (const json& m : body["messages"]) {
+      needed = needed || (m.is_object() && m.contains("tool_calls"));
+    }
+  }
+  if (!needed) return nlohmann::ordered_json::object();
+  return nlohmann::ordered_json::parse(raw);  // already parsed once: valid
+}
+
+// A chat body's prompt: its `messages` through the chat format (serving/chat_template.h) with
+// vLLM's add_generation_prompt (default true), continue_final_message (default false; the last
+// message stays open and the model continues it; not both) and add_special_tokens (default
+// false: the format has them; true adds the post_processor's around it), through the server's
+// chat template where it has one, with the body's chat_template_kwargs as extra variables and
+// its tools (engine/openai_tools.h; what they ask of the output in *tools_out; null: /tokenize,
+// which renders the tools whatever the tool_choice).
+std::vector<std::int32_t> chat_prompt(const json& body, std::string_view raw,
+                                      const Tokenizer& tokenizer, const ApiLimits& limits,
+                                      ChatTools* tools_out = nullptr) {
   if (!body.contains("messages")) throw bad("'messages' is required", "messages");
   const json& msgs = body["messages"];
   expect(msgs.is_array() && !msgs.empty(), "messages", "a non-empty array of messages");
+  const nlohmann::ordered_json ordered = ordered_body(body, raw);
+  const ChatTools tools = parse_chat_tools(body, ordered, limits, tools_out == nullptr);
+  if (tools_out != nullptr) *tools_out = tools;
   std::vector<ChatMessage> messages;
-  for (const json& m : msgs) {
+  for (std::size_t i = 0; i < msgs.size(); ++i) {
+    const json& m = msgs[i];
     expect(m.is_object(), "messages", "objects with 'role' and 'content'");
     for (const auto& [key, value] : m.items()) {
-      if (key != "role" && key != "content" && key != "name") {
+      if (key != "role" && key != "content" && key != "name" && key != "tool_calls" &&
+          key != "tool_call_id") {
         throw bad("unknown field 'messages[]." + key + "'", "messages", "unknown_field");
       }
     }
     expect(m.contains("role") && m["role"].is_string(), "messages", "a string 'role'");
     const std::string role = m["role"].get<std::string>();
-    if (role != "system" && role != "user" && role != "assistant") {
-      throw bad("'messages': unknown role '" + role + "' (system, user or assistant)", "messages");
+    if (role != "system" && role != "user" && role != "assistant" && role != "tool") {
+      throw bad("'messages': unknown role '" + role + "' (system, user, assistant or tool)",
+                "messages");
     }
+    const std::string where = "messages[" + std::to_string(i) + "]";
     std::optional<std::string> name;
     if (m.contains("name") && !m["name"].is_null()) {
       expect(m["name"].is_string(), "messages", "a string 'name'");
       name = m["name"].get<std::string>();
     }
-    std::vector<std::string> parts;
-    std::string content = message_content(m, &parts);
-    messages.push_back({role, std::move(content), std::move(name), std::move(parts)});
+    ChatMessage& msg = messages.emplace_back();
+    msg.role = role;
+    msg.name = std::move(name);
+    if (m.contains("tool_calls") && !m["tool_calls"].is_null()) {
+      if (role != "assistant") {
+        throw bad("'" + where + ".tool_calls': only an assistant message makes tool calls",
+                  "messages");
+      }
+      msg.tool_calls = message_tool_calls(ordered["messages"][i], i);
+    }
+    if (m.contains("tool_call_id") && !m["tool_call_id"].is_null()) {
+      expect(role == "tool" && m["tool_call_id"].is_string(), "messages",
+             "a string 'tool_call_id' in tool messages only");
+      msg.tool_call_id = m["tool_call_id"].get<std::string>();
+    }
+    // An assistant's content may be null or absent (a message of tool calls), as vLLM takes it.
+    if (role == "assistant" && (!m.contains("content") || m["content"].is_null())) {
+      msg.no_content = true;
+    } else {
+      msg.content = message_content(m, &msg.parts);
+    }
+    if (limits.chat_template == nullptr && (role == "tool" || msg.tool_calls)) {
+      throw bad("'" + where + "': " +
+                    (role == "tool" ? std::string("tool messages") : std::string("tool calls")) +
+                    " need the model's chat template (start engine serve with --chat-template, "
+                    "or a tokenizer whose tokenizer_config.json has one)",
+                "messages");
+    }
   }
   const bool continue_final = flag_field(body, "continue_final_message", false);
   const bool generation_prompt = flag_field(body, "add_generation_prompt", true);
@@ -375,7 +431,7 @@ std::vector<std::int32_t> chat_prompt(const json& body, const Tokenizer& tokeniz
           "tokenizer_config.json has one)",
           "chat_template_kwargs");
     }
-    for (const auto& [key, value] : kw.items()) {
+    for (const auto& [key, value] : ordered["chat_template_kwargs"].items()) {
       if (key == "messages" || key == "add_generation_prompt" || key == "tools" ||
           key == "documents") {
         throw bad("'chat_template_kwargs." + key + "': set by the request itself, not here",
@@ -384,6 +440,7 @@ std::vector<std::int32_t> chat_prompt(const json& body, const Tokenizer& tokeniz
       kwargs.emplace_back(key, jinja::Value::from_json(value));
     }
   }
+  if (!tools.tools.is_none()) kwargs.emplace_back("tools", tools.tools);
   std::vector<std::int32_t> ids;
   try {
     ids = encode_chat(tokenizer, messages, generation_prompt, continue_final,
@@ -707,7 +764,12 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat,
     keep_last = v.is_number_unsigned() ? v.get<std::int32_t>() : limits.max_model_len;
   }
   if (chat) {
-    r.prompt = chat_prompt(body, tokenizer, limits);
+    ChatTools tools;
+    r.prompt = chat_prompt(body, text, tokenizer, limits, &tools);
+    r.parse_tool_calls = tools.parse;
+    r.parallel_tool_calls = tools.parallel;
+    // vLLM's parsers' adjust_request: their markers are special tokens.
+    if (tools.parse && limits.tool_parser->keeps_special_tokens()) r.skip_special_tokens = false;
     if (keep_last) keep_last_tokens(r.prompt, *keep_last, 0, 0);
   } else {
     if (!body.contains("prompt")) throw bad("'prompt' is required", "prompt");
@@ -806,6 +868,23 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat,
   return r;
 }
 
+namespace {
+
+// OpenAI's tool_calls list; `indexed` (a stream's delta) gives each its index.
+json tool_calls_json(const std::vector<ToolCall>& calls, bool indexed = false) {
+  json list = json::array();
+  for (std::size_t i = 0; i < calls.size(); ++i) {
+    json call = {{"id", calls[i].id},
+                 {"type", "function"},
+                 {"function", {{"name", calls[i].name}, {"arguments", calls[i].arguments}}}};
+    if (indexed) call["index"] = i;
+    list.push_back(std::move(call));
+  }
+  return list;
+}
+
+}  // namespace
+
 std::string completion_json(const ResponseMeta& meta, const std::vector<ChoiceText>& choices,
                             std::int32_t prompt_tokens, std::int32_t completion_tokens) {
   json list = json::array();
@@ -822,7 +901,9 @@ std::string completion_json(const ResponseMeta& meta, const std::vector<ChoiceTe
       choice["stop_reason"] = *c.stop_token;
     }
     if (meta.chat) {
-      choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+      choice["message"] = {{"role", "assistant"},
+                           {"content", c.content_null ? json(nullptr) : json(c.text)}};
+      if (!c.tool_calls.empty()) choice["message"]["tool_calls"] = tool_calls_json(c.tool_calls);
     } else {
       choice["text"] = c.text;
     }
@@ -850,8 +931,10 @@ std::string chunk_json(const ResponseMeta& meta, const ChunkFields& c) {
     choice["stop_reason"] = *c.stop_token;
   }
   if (meta.chat) {
-    json delta = {{"content", c.text}};
+    json delta = json::object();
+    if (!c.text.empty() || c.tool_calls.empty()) delta["content"] = c.text;
     if (c.first) delta["role"] = "assistant";
+    if (!c.tool_calls.empty()) delta["tool_calls"] = tool_calls_json(c.tool_calls, true);
     choice["delta"] = delta;
   } else {
     choice["text"] = c.text;
@@ -881,7 +964,8 @@ std::vector<std::int32_t> parse_tokenize_request(std::string_view text, const Ap
   const json body = parse_body(text, [](const std::string& key) {
     return key == "model" || key == "prompt" || key == "messages" || key == "add_special_tokens" ||
            key == "add_generation_prompt" || key == "continue_final_message" ||
-           key == "return_token_strs" || key == "chat_template" || key == "chat_template_kwargs";
+           key == "return_token_strs" || key == "chat_template" || key == "chat_template_kwargs" ||
+           key == "tools";
   });
   std::string model;
   named_model(body, limits, model);
@@ -892,9 +976,9 @@ std::vector<std::int32_t> parse_tokenize_request(std::string_view text, const Ap
     throw bad("give 'prompt' (a string) or 'messages' (a chat), one of them",
               has_prompt ? "messages" : "prompt");
   }
-  if (has_messages) return chat_prompt(body, tokenizer, limits);
+  if (has_messages) return chat_prompt(body, text, tokenizer, limits);
   for (const char* chat_only : {"add_generation_prompt", "continue_final_message", "chat_template",
-                                "chat_template_kwargs"}) {
+                                "chat_template_kwargs", "tools"}) {
     if (body.contains(chat_only)) {
       throw bad(std::string("'") + chat_only + "': only with 'messages'", chat_only);
     }

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "core/sampling_params.h"
+#include "engine/tool_parser.h"
 #include "serving/chat_template.h"
 #include "serving/lora_modules.h"
 #include "serving/tokenizer.h"
@@ -64,6 +65,12 @@ struct ApiLimits {
   // The model's chat template (vLLM's --chat-template, or the one beside the tokenizer;
   // serving/chat_template.h): chat messages are rendered with it; null: the built-in formats.
   std::shared_ptr<const ChatTemplate> chat_template = {};
+  // vLLM's --enable-auto-tool-choice with --tool-call-parser (engine/tool_parser.h): requests with
+  // tools and tool_choice "auto" get their choices' tool calls parsed; null: such requests are
+  // refused. --exclude-tools-when-tool-choice-none: tool_choice "none" leaves the tools out of
+  // the template (engine/openai_tools.h).
+  std::shared_ptr<const ToolParser> tool_parser = {};
+  bool exclude_tools_when_tool_choice_none = false;
 };
 
 // The most prompts one completions request may batch.
@@ -142,6 +149,12 @@ struct CompletionRequest {
   // `echo` with `max_tokens: 0`: each choice is the prompt alone (its text and logprobs); as in
   // vLLM one token is generated (max_tokens is 1 here, and usage counts it) and not shown.
   bool echo_only = false;
+  // Chat with tools and tool_choice "auto" (engine/openai_tools.h): each choice's text is parsed
+  // for tool calls with ApiLimits::tool_parser (its special tokens kept in the text where the
+  // parser reads them: skip_special_tokens is then false); parallel_tool_calls false keeps a
+  // choice's first call.
+  bool parse_tool_calls = false;
+  bool parallel_tool_calls = true;
 };
 
 // The tenant of a request made for end user `user` (OpenAI's `user` field): 0 for none (""),
@@ -214,6 +227,11 @@ struct ChoiceText {
   std::optional<std::vector<PromptTokenLogprobs>> prompt_logprobs;
   // vLLM's stop_reason when a stop token id (not the model's EOS) ended the choice: the id.
   std::optional<std::int32_t> stop_token = {};
+  // Chat with parsed tool calls (CompletionRequest::parse_tool_calls): the calls the text held
+  // (the message's `tool_calls`; finish_reason "tool_calls"), and content_null when the rest of
+  // the text is no content (the message's content null).
+  std::vector<ToolCall> tool_calls = {};
+  bool content_null = false;
 };
 // The whole non-streaming response: the choices (index 0, 1, ... in order) and usage
 // (prompt_tokens: every prompt's of a batch; completion_tokens: all choices' tokens together, as
@@ -238,6 +256,10 @@ struct ChunkFields {
   std::int32_t completion_tokens = -1;
   // vLLM's stop_reason when a stop token id ended the choice (ChoiceText::stop_token).
   std::optional<std::int32_t> stop_token = {};
+  // The choice's tool calls (on its last chunk: engine/tool_call_stream.h), delta.tool_calls
+  // [{"index", "id", "type", "function": {"name", "arguments"}}]; a chunk with calls and no text
+  // has no delta.content.
+  std::vector<ToolCall> tool_calls = {};
 };
 // Its JSON, without the "data: " framing.
 std::string chunk_json(const ResponseMeta& meta, const ChunkFields& chunk);

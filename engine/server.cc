@@ -25,6 +25,7 @@
 #include "engine/serve_metrics.h"
 #include "engine/serve_queue.h"
 #include "engine/stop_strings.h"
+#include "engine/tool_call_stream.h"
 #include "serving/home.h"
 #include "serving/interrupt.h"
 #include "serving/lora_modules.h"
@@ -265,6 +266,9 @@ struct Choice {
   // EOS) is vLLM's stop_reason.
   bool stop_token = false;
   std::optional<std::int32_t> stop_token_id;
+  // A streamed chat choice whose tool calls are parsed (CompletionRequest::parse_tool_calls):
+  // its text goes through this before it is sent (engine/tool_call_stream.h).
+  std::optional<ToolCallStream> tools;
 };
 
 // One prompt of a request (a batch of prompts has several): its engine request and n choices.
@@ -297,6 +301,9 @@ struct Exchange {
   bool prompt_logprobs_field = false;  // the response carries vLLM's prompt_logprobs
   bool tokens_as_ids = false;          // vLLM's return_tokens_as_token_ids
   bool skip_special = true;            // vLLM's skip_special_tokens
+  // Chat with tools and tool_choice "auto": the choices' text is parsed for tool calls.
+  bool parse_tools = false;
+  bool parallel_tools = true;
   // Every part's max_output_tokens and stop conditions (check_stop on a choice's tokens), and
   // whether a stop token's text is shown (include_stop_str_in_output).
   RequestSpec ends;
@@ -341,7 +348,8 @@ class Server {
  public:
   Server(const ExperimentConfig& config, const ServeOptions& options, EngineInstance& engine,
          const Tokenizer& tokenizer, const GenerationDefaults& defaults,
-         std::shared_ptr<const ChatTemplate> chat_template)
+         std::shared_ptr<const ChatTemplate> chat_template,
+         std::shared_ptr<const ToolParser> tool_parser)
       : options_(options),
         model_name_(options.served_model_name.empty() ? engine.llama.model.name
                                                       : options.served_model_name),
@@ -357,7 +365,9 @@ class Server {
                 defaults.greedy() ? std::nullopt : std::optional(defaults.sampling),
                 defaults.max_new_tokens,
                 defaults.max_tokens_cap,
-                std::move(chat_template)},
+                std::move(chat_template),
+                std::move(tool_parser),
+                options.exclude_tools_when_tool_choice_none},
         clock_(0),
         queue_(options.max_in_flight, clock_),
         metrics_(model_name_),
@@ -539,6 +549,8 @@ class Server {
     ex->skip_special = parsed.skip_special_tokens;
     ex->logprobs = parsed.logprobs >= 0;
     ex->continuous_usage = parsed.continuous_usage;
+    ex->parse_tools = parsed.parse_tool_calls;
+    ex->parallel_tools = parsed.parallel_tool_calls;
     if (1 + parsed.more_prompts.size() > options_.max_in_flight) {
       send_error(res, ApiError(400,
                                "a batch of " + std::to_string(1 + parsed.more_prompts.size()) +
@@ -651,6 +663,15 @@ class Server {
     ex->meta.model = parsed.model;
     ex->meta.created = static_cast<std::int64_t>(std::time(nullptr));
     ex->meta.chat = chat;
+    if (ex->parse_tools && parsed.stream) {
+      for (std::size_t i = 0; i < ex->parts.size(); ++i) {
+        for (std::size_t k = 0; k < ex->parts[i].choices.size(); ++k) {
+          const auto index = static_cast<std::int32_t>(i * ex->parts[i].choices.size() + k);
+          ex->parts[i].choices[k].tools.emplace(*limits_.tool_parser, ex->meta.id, index,
+                                                ex->parallel_tools);
+        }
+      }
+    }
     ++active_;
     const bool stream = parsed.stream, usage = parsed.include_usage;
     auto provider = [this, ex, stream, usage](std::size_t /*offset*/, httplib::DataSink& sink) {
@@ -710,6 +731,7 @@ class Server {
                           chunk_logprobs(*ex, c),
                           ex->logprobs ? c.logprob_chars : -1};
         if (last && !c.stopped) chunk.stop_token = c.stop_token_id;
+        chunk = with_tools(c, std::move(chunk), last);
         out += sse(
             chunk_json(ex->meta, with_usage(*ex, p, c, with_echo(*ex, p, c, std::move(chunk)))));
         if (ex->logprobs)
@@ -746,6 +768,7 @@ class Server {
                   base + index, next_text(c, text, true),           c.first, reason, stop_reason,
                   {},           ex->logprobs ? c.logprob_chars : -1};
               if (!c.stopped) chunk.stop_token = c.stop_token_id;
+              chunk = with_tools(c, std::move(chunk), true);
               out += sse(chunk_json(ex->meta,
                                     with_usage(*ex, p, c, with_echo(*ex, p, c, std::move(chunk)))));
             }
@@ -766,6 +789,17 @@ class Server {
             }
           }
           if (ex->prompt_logprobs_field) shown.prompt_logprobs = prompt_logprob_entries(p);
+          if (ex->parse_tools) {
+            ExtractedToolCalls found = parse_tool_calls(*limits_.tool_parser, shown.text,
+                                                        ex->meta.id, base + index,
+                                                        ex->parallel_tools);
+            if (!found.calls.empty()) {
+              shown.content_null = !found.content;
+              shown.text = found.content.value_or("");
+              shown.tool_calls = std::move(found.calls);
+              shown.finish_reason = "tool_calls";
+            }
+          }
         }
         if (ex->current + 1 < ex->parts.size()) {  // a batch: the next prompt's turn
           ++ex->current;
@@ -879,6 +913,21 @@ class Server {
     }
     return chunk;
   }
+  // A streamed chunk's text through the choice's tool-call parser, when its calls are parsed:
+  // the content that can go out now, and on its last chunk the rest with the calls (its
+  // finish_reason then "tool_calls", as vLLM's).
+  static ChunkFields with_tools(Choice& c, ChunkFields chunk, bool last) {
+    if (!c.tools) return chunk;
+    chunk.text = c.tools->push(chunk.text);
+    if (!last) return chunk;
+    ToolCallStream::End end = c.tools->finish();
+    chunk.text += end.content;
+    if (!end.calls.empty()) {
+      chunk.tool_calls = std::move(end.calls);
+      chunk.finish_reason = "tool_calls";
+    }
+    return chunk;
+  }
   // A chunk with the choice's usage so far, when the request asked for it in every chunk.
   static ChunkFields with_usage(const Exchange& ex, const Part& p, const Choice& c,
                                 ChunkFields chunk) {
@@ -972,6 +1021,22 @@ int run_server(const ExperimentConfig& config, const ServeOptions& options, std:
                      ? "as OpenAI's list of text parts"
                      : "as a string");
   }
+  std::shared_ptr<const ToolParser> tool_parser;
+  if (options.enable_auto_tool_choice != !options.tool_call_parser.empty()) {
+    throw ConfigError(options.enable_auto_tool_choice
+                          ? "--enable-auto-tool-choice needs --tool-call-parser NAME (the format "
+                            "of the model's tool calls)"
+                          : "--tool-call-parser needs --enable-auto-tool-choice (the parser reads "
+                            "the calls of tool_choice \"auto\" only)");
+  }
+  if (options.enable_auto_tool_choice) {
+    tool_parser = make_tool_parser(options.tool_call_parser);
+    tool_parser->check_tokenizer(*tokenizer);
+    if (log != nullptr) {
+      std::fprintf(log, "engine serve: tool calls of tool_choice \"auto\" parsed as %s's\n",
+                   tool_parser->name().c_str());
+    }
+  }
   EngineInstance engine = load_engine(config, options.engine);
   if (tokenizer->vocab_size() > engine.llama.model.vocab_size) {
     throw ConfigError(tokenizer_file + ": a vocabulary of " +
@@ -989,7 +1054,8 @@ int run_server(const ExperimentConfig& config, const ServeOptions& options, std:
                  "(--generation-config servelab: greedy)\n",
                  defaults.source.c_str(), defaults.describe().c_str());
   }
-  Server server(config, options, engine, *tokenizer, defaults, std::move(chat_template));
+  Server server(config, options, engine, *tokenizer, defaults, std::move(chat_template),
+                std::move(tool_parser));
   return server.run(log);
 }
 

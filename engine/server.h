@@ -42,6 +42,13 @@ struct ServeOptions {
   // vLLM's --chat-template-content-format: auto (the template's need, detected), string or
   // openai (a message's content as a list of text parts).
   std::string chat_template_content_format = "auto";
+  // vLLM's --enable-auto-tool-choice, --tool-call-parser (engine/tool_parser.h: hermes,
+  // llama3_json, mistral) and --exclude-tools-when-tool-choice-none: requests with tools and
+  // tool_choice "auto" get their tool calls parsed out of the text (both flags needed; either
+  // alone is a ConfigError, as vLLM refuses --enable-auto-tool-choice without a parser).
+  bool enable_auto_tool_choice = false;
+  std::string tool_call_parser;
+  bool exclude_tools_when_tool_choice_none = false;
   // vLLM's --generation-config (servelab, vllm, auto, or a folder or file) and
   // --override-generation-config (a JSON object): the sampling defaults of the fields requests
   // leave out (engine/generation_config.h).

@@ -210,14 +210,17 @@ std::string ChatTemplate::render(std::span<const ChatMessage> msgs, bool add_gen
     jinja::Value content = jinja::Value::string(m.content);
     if (content_format_ == ContentFormat::kOpenAi) {
       jinja::List parts;
-      for (const std::string& text :
-           m.parts.empty() ? std::vector<std::string>{m.content} : m.parts) {
+      const std::vector<std::string> none;
+      const std::vector<std::string> whole{m.content};
+      for (const std::string& text : m.no_content ? none : m.parts.empty() ? whole : m.parts) {
         parts.push_back(jinja::Value::dict(
             {{"type", jinja::Value::string("text")}, {"text", jinja::Value::string(text)}}));
       }
       content = jinja::Value::list(std::move(parts));
     }
     jinja::Dict fields{{"role", jinja::Value::string(m.role)}, {"content", std::move(content)}};
+    if (m.tool_calls) fields.emplace_back("tool_calls", *m.tool_calls);
+    if (m.tool_call_id) fields.emplace_back("tool_call_id", jinja::Value::string(*m.tool_call_id));
     if (m.name) fields.emplace_back("name", jinja::Value::string(*m.name));
     messages.push_back(jinja::Value::dict(std::move(fields)));
   }

@@ -38,6 +38,13 @@ struct ChatMessage {
   // The text parts, where the content came as OpenAI's list of parts (`content` is then them
   // joined by "\n"); empty where it came as a string.
   std::vector<std::string> parts = {};
+  // An assistant message's tool calls and a tool message's tool_call_id, as a chat template
+  // sees them (engine/openai_tools.h; the built-in formats have no place for them).
+  std::optional<jinja::Value> tool_calls = {};
+  std::optional<std::string> tool_call_id = {};
+  // A content that came as null or absent (an assistant message with tool calls): "" for a
+  // template that takes strings, an empty list of parts for one that takes OpenAI's parts.
+  bool no_content = false;
 };
 
 // The Llama 3 chat format (<|begin_of_text|><|start_header_id|>role<|end_header_id|>\n\n
@@ -88,9 +95,9 @@ class ChatTemplate {
   ChatTemplate with_content_format(ContentFormat format) const;
 
   // The prompt text, as transformers' apply_chat_template(tokenize=False) renders it: the
-  // variables messages (each {role, content}, content in content_format(), and name where
-  // given), add_generation_prompt, tools
-  // and documents (none), the special tokens, then `extra` (vLLM's chat_template_kwargs; a name
+  // variables messages (each {role, content}, content in content_format(), then tool_calls,
+  // tool_call_id and name where given), add_generation_prompt, tools and documents (none), the
+  // special tokens, then `extra` (vLLM's chat_template_kwargs, and the request's tools; a name
   // there overrides a special token's). With continue_final_message the text is cut after the last
   // message's content (its last text part with OpenAI's parts; its last occurrence, trimmed as
   // transformers trims it), and a

@@ -75,34 +75,43 @@ Value Value::macro(const MacroDef* def) {
   return v;
 }
 
-Value Value::from_json(const nlohmann::json& j) {
+namespace {
+
+template <typename Json>
+Value value_of_json(const Json& j) {
   switch (j.type()) {
-    case nlohmann::json::value_t::null:
-      return none();
-    case nlohmann::json::value_t::boolean:
-      return boolean(j.get<bool>());
-    case nlohmann::json::value_t::number_integer:
-      return integer(j.get<std::int64_t>());
-    case nlohmann::json::value_t::number_unsigned:
-      return integer(static_cast<std::int64_t>(j.get<std::uint64_t>()));
-    case nlohmann::json::value_t::number_float:
-      return number(j.get<double>());
-    case nlohmann::json::value_t::string:
-      return string(j.get<std::string>());
-    case nlohmann::json::value_t::array: {
+    case Json::value_t::null:
+      return Value::none();
+    case Json::value_t::boolean:
+      return Value::boolean(j.template get<bool>());
+    case Json::value_t::number_integer:
+      return Value::integer(j.template get<std::int64_t>());
+    case Json::value_t::number_unsigned:
+      return Value::integer(static_cast<std::int64_t>(j.template get<std::uint64_t>()));
+    case Json::value_t::number_float:
+      return Value::number(j.template get<double>());
+    case Json::value_t::string:
+      return Value::string(j.template get<std::string>());
+    case Json::value_t::array: {
       List items;
-      for (const nlohmann::json& e : j) items.push_back(from_json(e));
-      return list(std::move(items));
+      for (const Json& e : j) items.push_back(value_of_json(e));
+      return Value::list(std::move(items));
     }
-    case nlohmann::json::value_t::object: {
+    case Json::value_t::object: {
       Dict items;
-      for (const auto& [k, e] : j.items()) items.emplace_back(k, from_json(e));
-      return dict(std::move(items));
+      for (const auto& [k, e] : j.items()) items.emplace_back(k, value_of_json(e));
+      return Value::dict(std::move(items));
     }
     default:
       return Value();
   }
 }
+
+}  // namespace
+
+Value Value::from_json(const nlohmann::json& j) { return value_of_json(j); }
+
+Value Value::from_json(const nlohmann::ordered_json& j) { return value_of_json(j); }
 
 std::int64_t Value::as_int() const {
   if (kind_ == Kind::kBool) return b_ ? 1 : 0;

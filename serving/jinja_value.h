@@ -48,6 +48,8 @@ class Value {
   static Value macro(const MacroDef* def);
   // JSON null/bool/number/string/array/object -> none/bool/int or float/str/list/dict.
   static Value from_json(const nlohmann::json& j);
+  // The same keeping an object's keys in their text's order (as Python's json.loads does).
+  static Value from_json(const nlohmann::ordered_json& j);
 
   Kind kind() const { return kind_; }
   bool undefined() const { return kind_ == Kind::kUndefined; }

@@ -15,6 +15,7 @@
 #include "engine/serve_metrics.h"
 #include "engine/serve_queue.h"
 #include "engine/stop_strings.h"
+#include "engine/tool_parser.h"
 #include "serving/chat_template.h"
 #include "serving/home.h"
 #include "serving/lora_modules.h"
@@ -285,6 +286,144 @@ TEST(OpenAiApi, ChatTemplateOfTheServer) {
             "400 chat_template_kwargs: 'chat_template_kwargs': the server renders chats with a "
             "built-in format, not a template (start engine serve with --chat-template, or a "
             "tokenizer whose tokenizer_config.json has one)");
+}
+
+// Chat requests with tools, parsed as the server parses them and rendered with their template:
+// the prompt vLLM renders (tests/data/chat_templates/make_golden.py's REQUESTS, rendered by
+// Python's Jinja2 after vLLM's conversion: tools as model_dump() gives them, tool calls'
+// arguments decoded in their key order, null content as "").
+TEST(OpenAiApi, ToolRequestsRenderAsVllmRendersThem) {
+  const fs::path dir = servelab_home() / "tests/data/chat_templates";
+  const auto golden = nlohmann::ordered_json::parse(read_file(dir / "golden.json"));
+  const std::unique_ptr<Tokenizer> tok =
+      load_tokenizer(servelab_home() / "data/tokenizers/bytes/tokenizer.json");
+  int checked = 0;
+  for (const auto& c : golden["cases"]) {
+    if (!c.contains("request")) continue;
+    SCOPED_TRACE(c["name"].get<std::string>());
+    ApiLimits limits{"tiny", 256, 1 << 20, {}};
+    const fs::path file = dir / c["request_template"].get<std::string>();
+    limits.chat_template = std::make_shared<const ChatTemplate>(read_file(file), file.string());
+    limits.tool_parser = make_tool_parser("hermes");
+    const std::vector<std::int32_t> ids =
+        parse_completion_request(c["request"].dump(), true, limits, *tok).prompt;
+    EXPECT_EQ(std::string(ids.begin(), ids.end()), c["expected"].get<std::string>());
+    ++checked;
+  }
+  EXPECT_EQ(checked, 4);
+}
+
+// tool_choice, parallel_tool_calls and the shapes of tools and tool messages: what is asked of
+// the output (parse_tool_calls, skip_special_tokens off for a parser that reads special tokens),
+// and every refusal naming its field.
+TEST(OpenAiApi, ToolChoiceAndToolMessages) {
+  const std::unique_ptr<Tokenizer> tok =
+      load_tokenizer(servelab_home() / "data/tokenizers/bytes/tokenizer.json");
+  ApiLimits limits{"tiny", 256, 4096, {}};
+  limits.chat_template = std::make_shared<const ChatTemplate>(
+      "{{ tools | tojson }}|{% for m in messages %}{{ m.role }}:{{ m.content }}"
+      "{{ m.tool_calls | default('') | tojson }}{{ m.tool_call_id | default('') }};{% endfor %}",
+      "tools-test");
+  limits.tool_parser = make_tool_parser("hermes");
+  const std::string user = R"("messages": [{"role": "user", "content": "hi"}])";
+  const std::string tool = R"("tools": [{"type": "function", "function": {"name": "f"}}])";
+  const auto parse = [&](const std::string& fields, const ApiLimits& l) {
+    return parse_completion_request("{" + fields + "}", true, l, *tok);
+  };
+  const auto prompt = [&](const std::string& fields, const ApiLimits& l) {
+    const std::vector<std::int32_t> ids = parse(fields, l).prompt;
+    return std::string(ids.begin(), ids.end());
+  };
+  const auto error = [&](const std::string& fields, const ApiLimits& l) {
+    try {
+      parse(fields, l);
+    } catch (const ApiError& e) {
+      return std::to_string(e.status) + " " + e.param + ": " + e.what();
+    }
+    return std::string("(no error)");
+  };
+  CompletionRequest r = parse(user + ", " + tool, limits);
+  EXPECT_TRUE(r.parse_tool_calls);  // tool_choice "auto" by default with tools
+  EXPECT_TRUE(r.parallel_tool_calls);
+  EXPECT_FALSE(r.skip_special_tokens);  // hermes reads its tags with the special tokens kept
+  r = parse(user + ", " + tool + R"(, "tool_choice": "none", "parallel_tool_calls": false)",
+            limits);
+  EXPECT_FALSE(r.parse_tool_calls);
+  EXPECT_FALSE(r.parallel_tool_calls);
+  EXPECT_TRUE(r.skip_special_tokens);
+  EXPECT_FALSE(parse(user, limits).parse_tool_calls);
+  // The tools reach the template with tool_choice "none" too, unless the server excludes them.
+  const std::string f_dumped =
+      R"([{"type": "function", "function": {"name": "f", "description": null, "parameters": null}}])";
+  EXPECT_EQ(prompt(user + ", " + tool + R"(, "tool_choice": "none")", limits),
+            f_dumped + "|user:hi\"\";");
+  ApiLimits exclude = limits;
+  exclude.exclude_tools_when_tool_choice_none = true;
+  EXPECT_EQ(prompt(user + ", " + tool + R"(, "tool_choice": "none")", exclude),
+            "null|user:hi\"\";");
+  // A conversation with calls and results; /tokenize renders the tools whatever tool_choice.
+  const std::string turns =
+      R"("messages": [{"role": "assistant", "tool_calls": [{"id": "c1", "type": "function",
+      "function": {"name": "f", "arguments": "{\"b\": 1, \"a\": [true]}"}}]},
+      {"role": "tool", "tool_call_id": "c1", "content": "ok"}])";
+  const std::string rendered =
+      f_dumped +
+      R"(|assistant:[{"id": "c1", "type": "function", "function": {"name": "f", "arguments": )"
+      R"({"b": 1, "a": [true]}}}];tool:ok""c1;)";
+  EXPECT_EQ(prompt(turns + ", " + tool + R"(, "add_generation_prompt": false)", limits), rendered);
+  const std::vector<std::int32_t> tokenized =
+      parse_tokenize_request("{" + turns + ", " + tool + "}", exclude, *tok);
+  EXPECT_EQ(std::string(tokenized.begin(), tokenized.end()), rendered);
+  // Refusals.
+  ApiLimits no_parser = limits;
+  no_parser.tool_parser = nullptr;
+  EXPECT_EQ(error(user + ", " + tool, no_parser),
+            "400 tool_choice: \"auto\" tool choice requires --enable-auto-tool-choice and "
+            "--tool-call-parser to be set");
+  EXPECT_EQ(prompt(user + ", " + tool + R"(, "tool_choice": "none")", no_parser),
+            f_dumped + "|user:hi\"\";");
+  EXPECT_EQ(error(user + ", " + tool + R"(, "tool_choice": "required")", limits).substr(0, 61),
+            "400 tool_choice: 'tool_choice': \"required\" is not supported: ");
+  EXPECT_EQ(error(user + ", " + tool +
+                      R"(, "tool_choice": {"type": "function", "function": {"name": "f"}})",
+                  limits)
+                .substr(0, 61),
+            "400 tool_choice: 'tool_choice': a named function is not suppo");
+  EXPECT_EQ(error(user + ", " + tool +
+                      R"(, "tool_choice": {"type": "function", "function": {"name": "g"}})",
+                  limits),
+            "400 tool_choice: 'tool_choice': no tool named 'g' in 'tools'");
+  EXPECT_EQ(error(user + R"(, "tool_choice": "auto")", limits),
+            "400 tool_choice: 'tool_choice': needs 'tools' (when using tool_choice, tools must be "
+            "set)");
+  EXPECT_EQ(error(user + R"(, "tool_choice": "sometimes", )" + tool, limits).substr(0, 55),
+            "400 tool_choice: 'tool_choice': expected \"none\", \"auto\"");
+  EXPECT_EQ(error(user + R"(, "tools": [{"type": "function", "function": {"name": ""}}])", limits),
+            "400 tools: 'tools[0].function.name': expected a non-empty string");
+  EXPECT_EQ(error(user + R"(, "tools": [{"type": "code", "function": {"name": "f"}}])", limits),
+            "400 tools: 'tools[0].type': expected \"function\"");
+  EXPECT_EQ(error(user + R"(, "tools": [{"function": {"name": "f", "params": {}}}])", limits),
+            "400 tools: unknown field 'tools[0].function.params'");
+  EXPECT_EQ(error(user + R"(, "tools": [{"function": {"name": "f", "parameters": []}}])", limits),
+            "400 tools: 'tools[0].function.parameters': expected an object (a JSON Schema)");
+  EXPECT_EQ(error(user + ", " + tool + R"(, "parallel_tool_calls": 1)", limits),
+            "400 parallel_tool_calls: 'parallel_tool_calls': expected true or false");
+  EXPECT_EQ(error(R"("messages": [{"role": "assistant", "tool_calls": [{"id": "c", "type":
+                  "function", "function": {"name": "f", "arguments": "{oops"}}]}])",
+                  limits),
+            "400 messages: 'messages[0].tool_calls[0].function.arguments': not JSON (or nested "
+            "more than 256 levels deep)");
+  EXPECT_EQ(error(R"("messages": [{"role": "user", "content": "x", "tool_calls": []}])", limits),
+            "400 messages: 'messages[0].tool_calls': only an assistant message makes tool calls");
+  EXPECT_EQ(error(R"("messages": [{"role": "tool"}])", limits),
+            "400 messages: 'messages': expected a 'content' in every message");
+  // The built-in formats have no place for tools or tool turns.
+  ApiLimits builtin = limits;
+  builtin.chat_template = nullptr;
+  EXPECT_EQ(error(user + ", " + tool + R"(, "tool_choice": "none")", builtin).substr(0, 78),
+            "400 tools: 'tools': the server renders chats with a built-in format, not a tem");
+  EXPECT_EQ(error(R"("messages": [{"role": "tool", "content": "x"}])", builtin).substr(0, 53),
+            "400 messages: 'messages[0]': tool messages need the m");
 }
 
 TEST(OpenAiApi, ErrorsQuotingInvalidUtf8AreStillJson) {

@@ -91,6 +91,67 @@ TEMPLATES = {
 }
 PARTS_TEMPLATES = {"content_parts.jinja"}
 
+# OpenAI chat requests with tools, rendered as vLLM renders them (vllm_context below): the C++
+# side parses the same body with engine/openai_api.h and renders it with the template.
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "The weather now.", "strict": True,
+    "parameters": {"type": "object", "required": ["city"],
+                   "properties": {"unit": {"enum": ["c", "f"]}, "city": {"type": "string"}}}}}
+CLOCK = {"function": {"name": "get_time"}}  # type left out; no description or parameters
+TOOL_TURNS = [
+    {"role": "user", "content": "Weather and time in Paris?"},
+    {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call-1", "type": "function",
+         "function": {"name": "get_weather", "arguments": "{\"unit\":\"c\",\"city\":\"Paris\"}"}},
+        {"id": "call-2", "type": "function", "function": {"name": "get_time", "arguments": ""}}]},
+    {"role": "tool", "tool_call_id": "call-1", "content": "18 C, sunny"},
+    {"role": "tool", "tool_call_id": "call-2", "content": "14:05"},
+]
+REQUESTS = [
+    ("hermes_tools.jinja", {"messages": TOOL_TURNS, "tools": [WEATHER, CLOCK]}),
+    ("hermes_tools.jinja", {"messages": [{"role": "system", "content": "Be brief."}] + TOOL_TURNS
+                            + [{"role": "assistant", "content": "It is 18 C.", "tool_calls": []},
+                               {"role": "user", "content": "Thanks"}],
+                            "tools": [CLOCK], "tool_choice": "none"}),
+    ("hermes_tools.jinja", {"messages": TOOL_TURNS[:1]}),
+    ("hermes_tools.jinja", {"messages": [TOOL_TURNS[0], {"role": "assistant", "content": "Hm.",
+                                         "tool_calls": TOOL_TURNS[1]["tool_calls"][:1]}],
+                            "tools": [WEATHER], "add_generation_prompt": False}),
+]
+
+
+def vllm_context(body):
+    """The template variables vLLM's chat endpoint gives a request's messages and tools: each
+    tool as its pydantic model_dump() (type, then function's name, description, parameters and
+    any extra field), a message's None content as "", an assistant's tool calls with their
+    arguments JSON-decoded ({} when empty; an empty list dropped), a tool message's
+    tool_call_id."""
+    tools = None
+    if body.get("tools"):
+        tools = []
+        for t in body["tools"]:
+            f = t["function"]
+            dumped = {"name": f["name"], "description": f.get("description"),
+                      "parameters": f.get("parameters")}
+            dumped.update({k: v for k, v in f.items() if k not in dumped})
+            tools.append({"type": "function", "function": dumped})
+    messages = []
+    for m in body["messages"]:
+        msg = {"role": m["role"], "content": "" if m.get("content") is None else m["content"]}
+        if m["role"] == "assistant" and m.get("tool_calls") is not None:
+            calls = copy.deepcopy(m["tool_calls"])
+            for c in calls:
+                args = c["function"].get("arguments")
+                c["function"]["arguments"] = json.loads(args) if args else {}
+            if calls:
+                msg["tool_calls"] = calls
+        elif m["role"] == "tool" and "tool_call_id" in m:
+            msg["tool_call_id"] = m["tool_call_id"]
+        messages.append(msg)
+    return {"messages": messages, "tools": tools, "documents": None,
+            "add_generation_prompt": body.get("add_generation_prompt", True)}
+
+
 # Short templates and their variables: the subset's semantics one piece at a time.
 EXPRESSIONS = [
     ("{{ 7 // 2 }} {{ -7 // 2 }} {{ 7 % -3 }} {{ 7 / 2 }} {{ 4 / 2 }} {{ 2 ** 10 }}", {}),
@@ -298,6 +359,11 @@ def cases():
                     r["expected"] = continue_cut(r["expected"], messages[-1]["content"])
                 case.update(r)
                 out.append(case)
+    for i, (name, body) in enumerate(REQUESTS):
+        with open(os.path.join(HERE, name), encoding="utf-8") as f:
+            source = f.read()
+        out.append({"name": f"request {i}", "request_template": name, "request": body,
+                    **render(env, source, vllm_context(body))})
     for i, (source, context) in enumerate(EXPRESSIONS):
         out.append({"name": f"expression {i}", "source": source, "context": context,
                     **render(env, source, context)})
