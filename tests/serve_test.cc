@@ -493,6 +493,99 @@ TEST(EngineServe, ChatTemplateBesideTheTokenizerRendersChats) {
   fs::remove_all(dir);
 }
 
+// Tool calling (vLLM's --enable-auto-tool-choice --tool-call-parser hermes): a request's tools
+// reach the chat template, and a choice whose text holds <tool_call> blocks comes back as
+// tool_calls (content null, finish_reason "tool_calls"), streamed or not, the same calls and ids
+// both ways; parallel_tool_calls false keeps the first; tool_choice "none" leaves the text alone.
+// The byte tokenizer gets the hermes tags as tokens and one token that is a whole call, which a
+// logit bias makes the model write.
+TEST(EngineServe, ToolCallsComeBackAsToolCalls) {
+  const fs::path dir = temp_dir("serve_tools");
+  json doc = json::parse(read_file(servelab_home() / "data/tokenizers/bytes/tokenizer.json"));
+  const std::string call = R"(<tool_call>{"name":"get_weather","arguments":{"city":"Paris"}})"
+                           "</tool_call>";
+  doc["added_tokens"] = {{{"id", 1}, {"content", call}, {"special", false}},
+                         {{"id", 2}, {"content", "<tool_call>"}, {"special", false}},
+                         {{"id", 3}, {"content", "</tool_call>"}, {"special", false}}};
+  write_file(dir / "tokenizer.json", doc.dump());
+  write_file(dir / "tokenizer_config.json",
+             json({{"chat_template",
+                    "{% if tools %}[{% for t in tools %}{{ t.function.name }};{% endfor %}]{% endif "
+                    "%}{% for m in messages %}{{ m.role }}:{{ m.content }}|{% endfor %}"}})
+                 .dump());
+  ServerProcess server(dir, {"--tokenizer", (dir / "tokenizer.json").string(),
+                             "--enable-auto-tool-choice", "--tool-call-parser", "hermes"});
+  httplib::Client c = client_for(server);
+  const json tools = {{{"type", "function"},
+                       {"function",
+                        {{"name", "get_weather"},
+                         {"parameters", {{"type", "object"}, {"properties", json::object()}}}}}}};
+  json body = {{"messages", {{{"role", "user"}, {"content", "Weather?"}}}},
+               {"tools", tools},
+               {"max_tokens", 2},
+               {"logit_bias", {{"1", 100}}}};
+  const auto chat = [&](const json& b) {
+    const httplib::Result r = c.Post("/v1/chat/completions", b.dump(), "application/json");
+    EXPECT_TRUE(r);
+    EXPECT_EQ(r ? r->status : 0, 200) << (r ? r->body : "");
+    return r ? json::parse(r->body) : json();
+  };
+  const json plain_args = R"({"city": "Paris"})";  // re-written as Python's json.dumps
+  const json two = chat(body);
+  const json& choice = two["choices"][0];
+  EXPECT_EQ(choice["finish_reason"], "tool_calls") << two.dump();
+  EXPECT_TRUE(choice["message"]["content"].is_null()) << two.dump();
+  ASSERT_EQ(choice["message"]["tool_calls"].size(), 2u) << two.dump();
+  for (const json& tc : choice["message"]["tool_calls"]) {
+    EXPECT_EQ(tc["type"], "function");
+    EXPECT_EQ(tc["function"]["name"], "get_weather");
+    EXPECT_EQ(tc["function"]["arguments"], plain_args);
+    EXPECT_EQ(tc["id"].get<std::string>().rfind("chatcmpl-tool-", 0), 0u) << tc.dump();
+  }
+  EXPECT_NE(choice["message"]["tool_calls"][0]["id"], choice["message"]["tool_calls"][1]["id"]);
+  // The template saw the tools (the prompt names them).
+  const httplib::Result t = c.Post(
+      "/tokenize", json({{"messages", body["messages"]}, {"tools", tools}}).dump(),
+      "application/json");
+  ASSERT_TRUE(t);
+  EXPECT_EQ(two["usage"]["prompt_tokens"], json::parse(t->body)["count"]);
+  EXPECT_EQ(json::parse(t->body)["count"], std::string("[get_weather;]user:Weather?|").size());
+  // Streamed: no content, the calls on the last chunk with their indices, the same as above
+  // but for the ids (each response has its own).
+  body["stream"] = true;
+  const Stream st = post_stream(server, "/v1/chat/completions", body);
+  ASSERT_TRUE(st.done) << st.body;
+  std::string content;
+  json streamed_calls = json::array();
+  std::string finish;
+  for (const json& ch : st.chunks) {
+    const json& delta = ch["choices"][0]["delta"];
+    if (delta.contains("content")) content += delta["content"].get<std::string>();
+    if (delta.contains("tool_calls")) {
+      for (const json& tc : delta["tool_calls"]) streamed_calls.push_back(tc);
+    }
+    if (!ch["choices"][0]["finish_reason"].is_null()) finish = ch["choices"][0]["finish_reason"];
+  }
+  EXPECT_EQ(content, "");
+  EXPECT_EQ(finish, "tool_calls");
+  ASSERT_EQ(streamed_calls.size(), 2u) << st.body;
+  for (std::size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(streamed_calls[i]["index"], i);
+    EXPECT_EQ(streamed_calls[i]["function"], choice["message"]["tool_calls"][i]["function"]);
+  }
+  // parallel_tool_calls false: the first call alone.
+  body.erase("stream");
+  body["parallel_tool_calls"] = false;
+  EXPECT_EQ(chat(body)["choices"][0]["message"]["tool_calls"].size(), 1u);
+  // tool_choice "none": the text as the model wrote it.
+  body["tool_choice"] = "none";
+  const json none = chat(body);
+  EXPECT_EQ(none["choices"][0]["message"]["content"], call + call) << none.dump();
+  EXPECT_FALSE(none["choices"][0]["message"].contains("tool_calls"));
+  EXPECT_EQ(none["choices"][0]["finish_reason"], "length");
+  fs::remove_all(dir);
+}
+
 // vLLM's skip_special_tokens (default true): a choice's text leaves out the tokenizer's special
 // tokens, streamed or not (a non-special added token stays); false keeps them; logprobs name
 // them either way. /tokenize's return_token_strs names each token as tokenizer.json does.
@@ -1619,6 +1712,20 @@ TEST(EngineServe, BadCommandLinesAreUsageErrors) {
       << read_file(dir / "e");
   EXPECT_EQ(engine("serve --model tiny --port 0 --tokenizer " + (dir / "none.json").string()), 2);
   EXPECT_NE(read_file(dir / "e").find("none.json"), std::string::npos) << read_file(dir / "e");
+  // Tool calling: both flags or neither; a parser whose tags the tokenizer lacks.
+  EXPECT_EQ(engine("serve --model tiny --port 0 --enable-auto-tool-choice"), 2);
+  EXPECT_NE(read_file(dir / "e").find("--enable-auto-tool-choice needs --tool-call-parser"),
+            std::string::npos)
+      << read_file(dir / "e");
+  EXPECT_EQ(engine("serve --model tiny --port 0 --tool-call-parser hermes"), 2);
+  EXPECT_EQ(engine("serve --model tiny --port 0 --enable-auto-tool-choice --tool-call-parser "
+                   "pythonic"),
+            2);
+  EXPECT_EQ(engine("serve --model tiny --port 0 --enable-auto-tool-choice --tool-call-parser "
+                   "hermes"),
+            2);
+  EXPECT_NE(read_file(dir / "e").find("the tokenizer has no <tool_call> token"), std::string::npos)
+      << read_file(dir / "e");
   EXPECT_EQ(engine("serve --model tiny --port 0 --chat-template-content-format xml"), 2);
   EXPECT_NE(read_file(dir / "e").find("--chat-template-content-format"), std::string::npos)
       << read_file(dir / "e");
