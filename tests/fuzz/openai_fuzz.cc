@@ -5,7 +5,12 @@
 // priority (bit 1), has generation-config defaults (bit 2), takes a /tokenize and /detokenize
 // body instead (bit 3), and renders chats with a model's Jinja chat template (bit 4: Mistral's
 // layout from tests/data/chat_templates, which raises on a role it does not know, so
-// chat_template_kwargs and the template's errors are reached); the remaining bytes are the body.
+// chat_template_kwargs and the template's errors are reached), or with a tool-calling template
+// (bit 5: tests/data/chat_templates/hermes_tools.jinja, and the hermes tool-call parser, so tools,
+// tool_choice and tool messages are reached); the remaining bytes are the body. Bit 6 instead
+// takes the bytes as a model's output through each tool-call parser (engine/tool_parser.h), whole
+// and streamed in pieces cut where the bytes say (engine/tool_call_stream.h): the streamed
+// content and calls must be the whole text's (the contract's one exception aside).
 // The parser must either throw ApiError with a 4xx status whose error_json() is a JSON object
 // naming it, or return a request the engine can run: a non-empty prompt of ids inside the
 // vocabulary, prompt + max_tokens within the context, min_tokens <= max_tokens, stop ids inside the
@@ -25,6 +30,8 @@
 #include "core/request.h"
 #include "core/sampling_params.h"
 #include "engine/openai_api.h"
+#include "engine/tool_call_stream.h"
+#include "engine/tool_parser.h"
 #include "serving/chat_template.h"
 #include "serving/home.h"
 #include "serving/tokenizer.h"
@@ -50,6 +57,51 @@ std::shared_ptr<const servelab::ChatTemplate> mistral_template() {
   return t;
 }
 
+std::shared_ptr<const servelab::ChatTemplate> tools_template() {
+  static const std::shared_ptr<const servelab::ChatTemplate> t = [] {
+    const auto path = servelab::servelab_home() / "tests/data/chat_templates/hermes_tools.jinja";
+    return servelab::load_chat_template(path.string(), "");
+  }();
+  return t;
+}
+
+// The text through each parser whole, and streamed in pieces: a piece ends after each byte
+// whose low two bits are 0.
+void check_tool_parsers(std::string_view text) {
+  for (const std::string& name : servelab::tool_parser_names()) {
+    const auto parser = servelab::make_tool_parser(name);
+    const servelab::ExtractedToolCalls whole =
+        servelab::parse_tool_calls(*parser, text, "chatcmpl-1", 0, true);
+    if (whole.calls.empty() && name != "mistral" && whole.content != std::string(text)) {
+      finding("no calls, but the content is not the text");
+    }
+    servelab::ToolCallStream stream(*parser, "chatcmpl-1", 0, true);
+    std::string pushed;
+    std::size_t at = 0;
+    for (std::size_t i = 0; i < text.size(); ++i) {
+      if ((static_cast<unsigned char>(text[i]) & 3) == 0 || i + 1 == text.size()) {
+        pushed += stream.push(text.substr(at, i + 1 - at));
+        at = i + 1;
+      }
+    }
+    const servelab::ToolCallStream::End end = stream.finish();
+    const std::string want = whole.content.value_or("");
+    if (want.starts_with(pushed)) {
+      if (pushed + end.content != want) finding("streamed content differs from the whole text's");
+    } else if (name != "mistral" || !whole.calls.empty()) {
+      finding("streamed content that the whole text does not begin with");
+    }
+    if (end.calls.size() != whole.calls.size()) finding("streamed calls differ in number");
+    for (std::size_t i = 0; i < end.calls.size(); ++i) {
+      if (end.calls[i].id != whole.calls[i].id || end.calls[i].name != whole.calls[i].name ||
+          end.calls[i].arguments != whole.calls[i].arguments) {
+        finding("a streamed call differs");
+      }
+      if (!nlohmann::json::accept(end.calls[i].arguments)) finding("arguments that are not JSON");
+    }
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -68,7 +120,15 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     limits.max_tokens_cap = 100;
   }
   if ((data[0] & 16) != 0) limits.chat_template = mistral_template();
+  if ((data[0] & 32) != 0) {
+    limits.chat_template = tools_template();
+    limits.tool_parser = servelab::make_tool_parser("hermes");
+  }
   const std::string_view body(reinterpret_cast<const char*>(data + 1), size - 1);
+  if ((data[0] & 64) != 0) {
+    check_tool_parsers(body);
+    return 0;
+  }
   if ((data[0] & 8) != 0) {  // vLLM's /tokenize and /detokenize bodies
     try {
       for (const std::int32_t id :
@@ -99,6 +159,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     return 0;
   }
   if (r.chat != chat) finding("the endpoint changed");
+  if (r.parse_tool_calls && (!chat || limits.tool_parser == nullptr)) {
+    finding("tool calls parsed without a chat or a parser");
+  }
   if (r.prompt.empty()) finding("an empty prompt was accepted");
   for (const std::int32_t id : r.prompt) {
     if (id < 0 || id >= limits.vocab_size) finding("a prompt id outside the vocabulary");
