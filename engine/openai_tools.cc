@@ -15,8 +15,7 @@ ApiError bad(const std::string& message, const std::string& param) {
   return ApiError(400, message, "invalid_request_error", param);
 }
 
-void expect(bool ok, const std::string& param, const std::string& where,
-            const std::string& what) {
+void expect(bool ok, const std::string& param, const std::string& where, const std::string& what) {
   if (!ok) throw bad("'" + where + "': expected " + what, param);
 }
 
@@ -25,7 +24,8 @@ bool given(const ojson& j, const char* key) { return j.contains(key) && !j[key].
 // One entry of `tools` -> {"type", "function": {"name", "description", "parameters", ...}}.
 jinja::Value tool_value(const ojson& tool, std::size_t i, std::vector<std::string>& names) {
   const std::string where = "tools[" + std::to_string(i) + "]";
-  expect(tool.is_object(), "tools", where, "an object {\"type\": \"function\", \"function\": {...}}");
+  expect(tool.is_object(), "tools", where,
+         "an object {\"type\": \"function\", \"function\": {...}}");
   for (const auto& [key, value] : tool.items()) {
     if (key != "type" && key != "function") {
       throw bad("unknown field '" + where + "." + key + "'", "tools");
@@ -129,7 +129,8 @@ ChatTools parse_chat_tools(const json& body, const ojson& ordered, const ApiLimi
     }
     out.parse = true;
   }
-  if (have_tools && (tokenize_only || !(choice == "none" && limits.exclude_tools_when_tool_choice_none))) {
+  if (have_tools &&
+      (tokenize_only || !(choice == "none" && limits.exclude_tools_when_tool_choice_none))) {
     if (limits.chat_template == nullptr) {
       throw bad(
           "'tools': the server renders chats with a built-in format, not a template (start "
@@ -182,7 +183,8 @@ std::optional<jinja::Value> message_tool_calls(const ojson& m, std::size_t index
         if (!json_too_deep(text)) args = ojson::parse(text, nullptr, /*allow_exceptions=*/false);
         if (json_too_deep(text) || args.is_discarded()) {
           throw bad("'" + at + ".function.arguments': not JSON (or nested more than " +
-                      std::to_string(kMaxJsonDepth) + " levels deep)", "messages");
+                        std::to_string(kMaxJsonDepth) + " levels deep)",
+                    "messages");
         }
       }
     }

@@ -790,9 +790,8 @@ class Server {
           }
           if (ex->prompt_logprobs_field) shown.prompt_logprobs = prompt_logprob_entries(p);
           if (ex->parse_tools) {
-            ExtractedToolCalls found = parse_tool_calls(*limits_.tool_parser, shown.text,
-                                                        ex->meta.id, base + index,
-                                                        ex->parallel_tools);
+            ExtractedToolCalls found = parse_tool_calls(
+                *limits_.tool_parser, shown.text, ex->meta.id, base + index, ex->parallel_tools);
             if (!found.calls.empty()) {
               shown.content_null = !found.content;
               shown.text = found.content.value_or("");

@@ -119,8 +119,8 @@ std::uint64_t mix(std::uint64_t x) {  // splitmix64's finaliser
 // Two 64-bit hashes of (response, choice, index), the second seeded from the first.
 std::array<std::uint64_t, 2> call_hash(std::string_view response_id, std::int32_t choice,
                                        std::int32_t index) {
-  const std::string key = std::string(response_id) + "/" + std::to_string(choice) + "/" +
-                          std::to_string(index);
+  const std::string key =
+      std::string(response_id) + "/" + std::to_string(choice) + "/" + std::to_string(index);
   const std::uint64_t a = mix(fnv1a(key, 0xcbf29ce484222325ULL));
   return {a, mix(fnv1a(key, a))};
 }

@@ -508,11 +508,12 @@ TEST(EngineServe, ToolCallsComeBackAsToolCalls) {
                          {{"id", 2}, {"content", "<tool_call>"}, {"special", false}},
                          {{"id", 3}, {"content", "</tool_call>"}, {"special", false}}};
   write_file(dir / "tokenizer.json", doc.dump());
-  write_file(dir / "tokenizer_config.json",
-             json({{"chat_template",
-                    "{% if tools %}[{% for t in tools %}{{ t.function.name }};{% endfor %}]{% endif "
-                    "%}{% for m in messages %}{{ m.role }}:{{ m.content }}|{% endfor %}"}})
-                 .dump());
+  write_file(
+      dir / "tokenizer_config.json",
+      json({{"chat_template",
+             "{% if tools %}[{% for t in tools %}{{ t.function.name }};{% endfor %}]{% endif "
+             "%}{% for m in messages %}{{ m.role }}:{{ m.content }}|{% endfor %}"}})
+          .dump());
   ServerProcess server(dir, {"--tokenizer", (dir / "tokenizer.json").string(),
                              "--enable-auto-tool-choice", "--tool-call-parser", "hermes"});
   httplib::Client c = client_for(server);
@@ -544,9 +545,9 @@ TEST(EngineServe, ToolCallsComeBackAsToolCalls) {
   }
   EXPECT_NE(choice["message"]["tool_calls"][0]["id"], choice["message"]["tool_calls"][1]["id"]);
   // The template saw the tools (the prompt names them).
-  const httplib::Result t = c.Post(
-      "/tokenize", json({{"messages", body["messages"]}, {"tools", tools}}).dump(),
-      "application/json");
+  const httplib::Result t =
+      c.Post("/tokenize", json({{"messages", body["messages"]}, {"tools", tools}}).dump(),
+             "application/json");
   ASSERT_TRUE(t);
   EXPECT_EQ(two["usage"]["prompt_tokens"], json::parse(t->body)["count"]);
   EXPECT_EQ(json::parse(t->body)["count"], std::string("[get_weather;]user:Weather?|").size());

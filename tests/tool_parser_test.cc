@@ -44,9 +44,10 @@ void expect_content_only(const std::string& parser, const std::string& text,
 }
 
 TEST(ToolParser, HermesReadsEveryTaggedCall) {
-  const ExtractedToolCalls one = parse(
-      "hermes", "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n"
-                "</tool_call>");
+  const ExtractedToolCalls one =
+      parse("hermes",
+            "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n"
+            "</tool_call>");
   EXPECT_EQ(calls_of(one), (std::vector<Call>{{"get_weather", R"({"city": "Paris"})"}}));
   EXPECT_EQ(one.content, std::nullopt);  // nothing before the first call: null
   // Content before the first call; a second call; the last one unterminated (vLLM's regex takes
@@ -158,8 +159,9 @@ TEST(ToolParser, UnknownNamesAndMissingTokensAreConfigErrors) {
     make_tool_parser("pythonic");
     FAIL() << "no error";
   } catch (const ConfigError& e) {
-    EXPECT_STREQ(e.what(), "--tool-call-parser pythonic: unknown parser (hermes, llama3_json, "
-                           "mistral)");
+    EXPECT_STREQ(e.what(),
+                 "--tool-call-parser pythonic: unknown parser (hermes, llama3_json, "
+                 "mistral)");
   }
   const std::unique_ptr<Tokenizer> bytes =
       load_tokenizer(servelab_home() / "data/tokenizers/bytes/tokenizer.json");
@@ -172,7 +174,8 @@ TEST(ToolParser, UnknownNamesAndMissingTokensAreConfigErrors) {
                          {{"id", 2}, {"content", "</tool_call>"}, {"special", false}}};
   const std::filesystem::path dir = test_util::temp_dir("tool_parser_tokens");
   test_util::write_file(dir / "tokenizer.json", doc.dump());
-  EXPECT_NO_THROW(make_tool_parser("hermes")->check_tokenizer(*load_tokenizer(dir / "tokenizer.json")));
+  EXPECT_NO_THROW(
+      make_tool_parser("hermes")->check_tokenizer(*load_tokenizer(dir / "tokenizer.json")));
 }
 
 // What a stream sends: its pushes' content, then finish()'s content and calls.
@@ -199,8 +202,9 @@ Streamed stream(const ToolParser& parser, const std::string& text,
 
 TEST(ToolCallStream, AnyCutSendsWhatTheWholeTextParsesTo) {
   const std::vector<std::pair<std::string, std::string>> outputs = {
-      {"hermes", "Let me look.\n<tool_call>{\"name\":\"a\",\"arguments\":{\"q\":\"<tool\"}}"
-                 "</tool_call>\n<tool_call>{\"name\": \"b\", \"arguments\": {}}"},
+      {"hermes",
+       "Let me look.\n<tool_call>{\"name\":\"a\",\"arguments\":{\"q\":\"<tool\"}}"
+       "</tool_call>\n<tool_call>{\"name\": \"b\", \"arguments\": {}}"},
       {"hermes", "a <tool_ b <tool_call> not json </tool_call>"},
       {"hermes", "<tool<tool_call>{\"name\":\"a\",\"arguments\":[]}</tool_call>"},
       {"hermes", "plain text with < and <t and <tool_cal"},
