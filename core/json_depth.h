@@ -5,6 +5,7 @@
 // headers) refuses text nested deeper than kMaxJsonDepth with its own message, before parsing.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <string_view>
 
@@ -14,11 +15,13 @@ namespace servelab {
 // about 8), far below what the stack can take.
 inline constexpr std::size_t kMaxJsonDepth = 256;
 
-// The deepest nesting of arrays and objects in `text` (0 for a scalar), counting brackets
-// outside string literals (backslash escapes honoured). Linear, no allocation; it does not
+// Walks `text` bracket by bracket, outside string literals (backslash escapes honoured): calls
+// on_depth(depth, i) after each '[' or '{' (the new depth) and each ']' or '}' (the depth left,
+// never below 0) at byte i; stops early when it returns true. Linear, no allocation; it does not
 // validate the text (the parser does).
-inline std::size_t json_nesting_depth(std::string_view text) {
-  std::size_t depth = 0, deepest = 0;
+template <typename OnDepth>
+void scan_json_brackets(std::string_view text, OnDepth on_depth) {
+  std::size_t depth = 0;
   bool in_string = false;
   for (std::size_t i = 0; i < text.size(); ++i) {
     const char c = text[i];
@@ -31,12 +34,32 @@ inline std::size_t json_nesting_depth(std::string_view text) {
     } else if (c == '"') {
       in_string = true;
     } else if (c == '[' || c == '{') {
-      if (++depth > deepest) deepest = depth;
+      if (on_depth(++depth, i)) return;
     } else if ((c == ']' || c == '}') && depth > 0) {
-      --depth;
+      if (on_depth(--depth, i)) return;
     }
   }
+}
+
+// The deepest nesting of arrays and objects in `text` (0 for a scalar).
+inline std::size_t json_nesting_depth(std::string_view text) {
+  std::size_t deepest = 0;
+  scan_json_brackets(text, [&](std::size_t depth, std::size_t) {
+    deepest = std::max(deepest, depth);
+    return false;
+  });
   return deepest;
+}
+
+// One past the bracket that closes the array or object opening `text` (whose first byte is '['
+// or '{'); npos when it does not close.
+inline std::size_t json_container_end(std::string_view text) {
+  std::size_t end = std::string_view::npos;
+  scan_json_brackets(text, [&](std::size_t depth, std::size_t i) {
+    if (depth == 0) end = i + 1;
+    return depth == 0;
+  });
+  return end;
 }
 
 // True when `text` is nested deeper than kMaxJsonDepth.

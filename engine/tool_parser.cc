@@ -45,30 +45,6 @@ std::optional<ToolCall> call_of(const ojson& obj, std::initializer_list<const ch
   return std::nullopt;
 }
 
-// The end of the JSON object starting at text[0] ('{'): one past its matching '}', strings and
-// escapes skipped; npos when it does not close.
-std::size_t object_end(std::string_view text) {
-  int depth = 0;
-  bool in_string = false;
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (in_string) {
-      if (c == '\\') {
-        ++i;
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '{' || c == '[') {
-      ++depth;
-    } else if (c == '}' || c == ']') {
-      if (--depth == 0) return i + 1;
-    }
-  }
-  return std::string_view::npos;
-}
-
 // The prefix of `text` before `marker`, or before a tail of it that may begin the marker. Bytes
 // before `from` are known not to start it.
 ToolParser::Prefix before_marker(std::string_view text, std::size_t from, std::string_view marker) {
@@ -178,7 +154,7 @@ class Llama3Json final : public ToolParser {
     while (at < text.size()) {
       const std::string_view rest = text.substr(at);
       if (!rest.starts_with('{')) return content_only(text);
-      const std::size_t end = object_end(rest);
+      const std::size_t end = json_container_end(rest);
       if (end == std::string_view::npos) return content_only(text);
       const std::optional<ojson> obj = loads(rest.substr(0, end));
       std::optional<ToolCall> call;

@@ -189,6 +189,11 @@ TEST(TraceReaders, DeeplyNestedJsonRowsNameFileAndLine) {
   // The depth count skips brackets inside strings.
   EXPECT_EQ(json_nesting_depth(R"({"a": "[[[{{", "b": [1, {"c": "\"]"}]})"), 3u);
   EXPECT_EQ(json_nesting_depth("42"), 0u);
+  // The end of the container a text opens with, the same way (a tool call's JSON in a model's
+  // output, engine/tool_parser.cc).
+  EXPECT_EQ(json_container_end(R"({"a": "}"}; {"b": 1})"), 10u);
+  EXPECT_EQ(json_container_end(R"([1, [2], {"c": "]"}] tail)"), 20u);
+  EXPECT_EQ(json_container_end(R"({"a": [1, 2})"), std::string_view::npos);
 }
 
 // --- BurstGPT -----------------------------------------------------------------------------
