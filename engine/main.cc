@@ -63,7 +63,8 @@ constexpr const char* kUsage =
     "             [--tokenizer FILE] [--chat-template FILE|TEMPLATE]\n"
     "             [--chat-template-content-format auto|string|openai]\n"
     "             [--enable-auto-tool-choice --tool-call-parser NAME]\n"
-    "             [--exclude-tools-when-tool-choice-none] [--seed N]\n"
+    "             [--exclude-tools-when-tool-choice-none] [--reasoning-parser NAME]\n"
+    "             [--seed N]\n"
     "             [--set key.path=value]...\n"
     "      an OpenAI-compatible HTTP server (/v1/completions, /v1/chat/completions, /v1/models,\n"
     "      /health, /metrics) over the engine with the experiment's serving settings (default\n"
@@ -212,6 +213,11 @@ int cmd_serve(const std::vector<std::string>& args) {
   app->add_flag("--exclude-tools-when-tool-choice-none", o.exclude_tools_when_tool_choice_none,
                 "leave the tools out of the chat template when tool_choice is \"none\" "
                 "(vLLM's; by default the template sees them)");
+  app->add_option("--reasoning-parser", o.reasoning_parser,
+                  "split a reasoning model's <think> ... </think> from its answer into "
+                  "reasoning_content (vLLM's parsers): deepseek_r1 or qwen3")
+      ->check(cli::one_of({"deepseek_r1", "qwen3"}))
+      ->type_name("NAME");
   app->add_option("--served-model-name", o.served_model_name,
                   "the model name clients use (default: the model's)")
       ->check(cli::non_empty("a name"))

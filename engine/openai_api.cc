@@ -903,6 +903,9 @@ std::string completion_json(const ResponseMeta& meta, const std::vector<ChoiceTe
     if (meta.chat) {
       choice["message"] = {{"role", "assistant"},
                            {"content", c.content_null ? json(nullptr) : json(c.text)}};
+      if (c.reasoning_field) {
+        choice["message"]["reasoning_content"] = c.reasoning ? json(*c.reasoning) : json(nullptr);
+      }
       if (!c.tool_calls.empty()) choice["message"]["tool_calls"] = tool_calls_json(c.tool_calls);
     } else {
       choice["text"] = c.text;
@@ -932,7 +935,8 @@ std::string chunk_json(const ResponseMeta& meta, const ChunkFields& c) {
   }
   if (meta.chat) {
     json delta = json::object();
-    if (!c.text.empty() || c.tool_calls.empty()) delta["content"] = c.text;
+    if (!c.text.empty() || (c.tool_calls.empty() && c.reasoning.empty())) delta["content"] = c.text;
+    if (!c.reasoning.empty()) delta["reasoning_content"] = c.reasoning;
     if (c.first) delta["role"] = "assistant";
     if (!c.tool_calls.empty()) delta["tool_calls"] = tool_calls_json(c.tool_calls, true);
     choice["delta"] = delta;

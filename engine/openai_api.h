@@ -232,6 +232,10 @@ struct ChoiceText {
   // the text is no content (the message's content null).
   std::vector<ToolCall> tool_calls = {};
   bool content_null = false;
+  // A server with a reasoning parser (engine/reasoning_parser.h): the message's
+  // `reasoning_content` (nullopt: null).
+  bool reasoning_field = false;
+  std::optional<std::string> reasoning = {};
 };
 // The whole non-streaming response: the choices (index 0, 1, ... in order) and usage
 // (prompt_tokens: every prompt's of a batch; completion_tokens: all choices' tokens together, as
@@ -260,6 +264,8 @@ struct ChunkFields {
   // [{"index", "id", "type", "function": {"name", "arguments"}}]; a chunk with calls and no text
   // has no delta.content.
   std::vector<ToolCall> tool_calls = {};
+  // A delta of the choice's reasoning (delta.reasoning_content, when non-empty).
+  std::string reasoning = {};
 };
 // Its JSON, without the "data: " framing.
 std::string chunk_json(const ResponseMeta& meta, const ChunkFields& chunk);

@@ -22,6 +22,7 @@
 #include "engine/generation_config.h"
 #include "engine/openai_api.h"
 #include "engine/output_text.h"
+#include "engine/reasoning_parser.h"
 #include "engine/serve_metrics.h"
 #include "engine/serve_queue.h"
 #include "engine/stop_strings.h"
@@ -269,6 +270,9 @@ struct Choice {
   // A streamed chat choice whose tool calls are parsed (CompletionRequest::parse_tool_calls):
   // its text goes through this before it is sent (engine/tool_call_stream.h).
   std::optional<ToolCallStream> tools;
+  // A streamed chat choice of a server with a reasoning parser: its text is split into
+  // reasoning and content first (engine/reasoning_parser.h), the content then goes on.
+  std::optional<ReasoningStream> reasoning;
 };
 
 // One prompt of a request (a batch of prompts has several): its engine request and n choices.
@@ -349,8 +353,10 @@ class Server {
   Server(const ExperimentConfig& config, const ServeOptions& options, EngineInstance& engine,
          const Tokenizer& tokenizer, const GenerationDefaults& defaults,
          std::shared_ptr<const ChatTemplate> chat_template,
-         std::shared_ptr<const ToolParser> tool_parser)
+         std::shared_ptr<const ToolParser> tool_parser,
+         std::shared_ptr<const ReasoningParser> reasoning_parser)
       : options_(options),
+        reasoning_parser_(std::move(reasoning_parser)),
         model_name_(options.served_model_name.empty() ? engine.llama.model.name
                                                       : options.served_model_name),
         tokenizer_(tokenizer),
@@ -663,13 +669,14 @@ class Server {
     ex->meta.model = parsed.model;
     ex->meta.created = static_cast<std::int64_t>(std::time(nullptr));
     ex->meta.chat = chat;
-    if (ex->parse_tools && parsed.stream) {
-      for (std::size_t i = 0; i < ex->parts.size(); ++i) {
-        for (std::size_t k = 0; k < ex->parts[i].choices.size(); ++k) {
-          const auto index = static_cast<std::int32_t>(i * ex->parts[i].choices.size() + k);
-          ex->parts[i].choices[k].tools.emplace(*limits_.tool_parser, ex->meta.id, index,
-                                                ex->parallel_tools);
+    for (std::size_t i = 0; i < ex->parts.size() && parsed.stream; ++i) {
+      for (std::size_t k = 0; k < ex->parts[i].choices.size(); ++k) {
+        Choice& c = ex->parts[i].choices[k];
+        const auto index = static_cast<std::int32_t>(i * ex->parts[i].choices.size() + k);
+        if (ex->parse_tools) {
+          c.tools.emplace(*limits_.tool_parser, ex->meta.id, index, ex->parallel_tools);
         }
+        if (chat && reasoning_parser_ != nullptr) c.reasoning.emplace(*reasoning_parser_);
       }
     }
     ++active_;
@@ -789,6 +796,13 @@ class Server {
             }
           }
           if (ex->prompt_logprobs_field) shown.prompt_logprobs = prompt_logprob_entries(p);
+          if (ex->meta.chat && reasoning_parser_ != nullptr) {
+            ExtractedReasoning split = reasoning_parser_->extract(shown.text);
+            shown.reasoning_field = true;
+            shown.reasoning = std::move(split.reasoning);
+            shown.content_null = !split.content;
+            shown.text = split.content.value_or("");
+          }
           if (ex->parse_tools) {
             ExtractedToolCalls found = parse_tool_calls(
                 *limits_.tool_parser, shown.text, ex->meta.id, base + index, ex->parallel_tools);
@@ -912,10 +926,21 @@ class Server {
     }
     return chunk;
   }
-  // A streamed chunk's text through the choice's tool-call parser, when its calls are parsed:
-  // the content that can go out now, and on its last chunk the rest with the calls (its
-  // finish_reason then "tool_calls", as vLLM's).
+  // A streamed chunk's text through the choice's reasoning parser, when the server has one, and
+  // its tool-call parser, when its calls are parsed: the reasoning and content that can go out
+  // now, and on its last chunk the rest with the calls (its finish_reason then "tool_calls", as
+  // vLLM's).
   static ChunkFields with_tools(Choice& c, ChunkFields chunk, bool last) {
+    if (c.reasoning) {  // the thinking first (engine/reasoning_parser.h); the content goes on
+      ReasoningStream::Piece piece = c.reasoning->push(chunk.text);
+      if (last) {
+        ReasoningStream::Piece rest = c.reasoning->finish();
+        piece.reasoning += rest.reasoning;
+        piece.content += rest.content;
+      }
+      chunk.reasoning = std::move(piece.reasoning);
+      chunk.text = std::move(piece.content);
+    }
     if (!c.tools) return chunk;
     chunk.text = c.tools->push(chunk.text);
     if (!last) return chunk;
@@ -964,6 +989,7 @@ class Server {
   }
 
   const ServeOptions& options_;
+  const std::shared_ptr<const ReasoningParser> reasoning_parser_;  // null: none
   const std::string model_name_;
   const Tokenizer& tokenizer_;
   const ApiLimits limits_;
@@ -1036,6 +1062,11 @@ int run_server(const ExperimentConfig& config, const ServeOptions& options, std:
                    tool_parser->name().c_str());
     }
   }
+  std::shared_ptr<const ReasoningParser> reasoning_parser;
+  if (!options.reasoning_parser.empty()) {
+    reasoning_parser = make_reasoning_parser(options.reasoning_parser);
+    reasoning_parser->check_tokenizer(*tokenizer);
+  }
   EngineInstance engine = load_engine(config, options.engine);
   if (tokenizer->vocab_size() > engine.llama.model.vocab_size) {
     throw ConfigError(tokenizer_file + ": a vocabulary of " +
@@ -1054,7 +1085,7 @@ int run_server(const ExperimentConfig& config, const ServeOptions& options, std:
                  defaults.source.c_str(), defaults.describe().c_str());
   }
   Server server(config, options, engine, *tokenizer, defaults, std::move(chat_template),
-                std::move(tool_parser));
+                std::move(tool_parser), std::move(reasoning_parser));
   return server.run(log);
 }
 

@@ -49,6 +49,9 @@ struct ServeOptions {
   bool enable_auto_tool_choice = false;
   std::string tool_call_parser;
   bool exclude_tools_when_tool_choice_none = false;
+  // vLLM's --reasoning-parser (engine/reasoning_parser.h: deepseek_r1, qwen3): chat choices'
+  // thinking split into `reasoning_content`; empty: none.
+  std::string reasoning_parser;
   // vLLM's --generation-config (servelab, vllm, auto, or a folder or file) and
   // --override-generation-config (a JSON object): the sampling defaults of the fields requests
   // leave out (engine/generation_config.h).

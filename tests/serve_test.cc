@@ -587,6 +587,90 @@ TEST(EngineServe, ToolCallsComeBackAsToolCalls) {
   fs::remove_all(dir);
 }
 
+// vLLM's --reasoning-parser deepseek_r1 with tool calling: a chat choice's <think> ... </think>
+// comes back as reasoning_content, the rest as content, or read for tool calls when the request
+// has tools; streamed as delta.reasoning_content, the same split. Completions are left alone.
+TEST(EngineServe, ReasoningComesBackAsReasoningContent) {
+  const fs::path dir = temp_dir("serve_reasoning");
+  json doc = json::parse(read_file(servelab_home() / "data/tokenizers/bytes/tokenizer.json"));
+  const std::string answer = "<think>add them</think>It is 3.";
+  const std::string call =
+      R"(<think>ask the tool</think><tool_call>{"name":"add","arguments":{"a":1}}</tool_call>)";
+  doc["added_tokens"] = {{{"id", 1}, {"content", answer}, {"special", false}},
+                         {{"id", 2}, {"content", call}, {"special", false}},
+                         {{"id", 3}, {"content", "<think>"}, {"special", false}},
+                         {{"id", 4}, {"content", "</think>"}, {"special", false}},
+                         {{"id", 5}, {"content", "<tool_call>"}, {"special", false}},
+                         {{"id", 6}, {"content", "</tool_call>"}, {"special", false}}};
+  write_file(dir / "tokenizer.json", doc.dump());
+  write_file(
+      dir / "tokenizer_config.json",
+      json({{"chat_template", "{% for m in messages %}{{ m.content }}{% endfor %}"}}).dump());
+  ServerProcess server(
+      dir, {"--tokenizer", (dir / "tokenizer.json").string(), "--reasoning-parser", "deepseek_r1",
+            "--enable-auto-tool-choice", "--tool-call-parser", "hermes"});
+  httplib::Client c = client_for(server);
+  const auto post = [&](const std::string& path, const json& b) {
+    const httplib::Result r = c.Post(path, b.dump(), "application/json");
+    EXPECT_TRUE(r);
+    EXPECT_EQ(r ? r->status : 0, 200) << (r ? r->body : "");
+    return r ? json::parse(r->body) : json();
+  };
+  json body = {{"messages", {{{"role", "user"}, {"content", "1 + 2?"}}}},
+               {"max_tokens", 1},
+               {"logit_bias", {{"1", 100}}}};
+  const json plain = post("/v1/chat/completions", body);
+  EXPECT_EQ(plain["choices"][0]["message"]["reasoning_content"], "add them") << plain.dump();
+  EXPECT_EQ(plain["choices"][0]["message"]["content"], "It is 3.");
+  EXPECT_EQ(plain["choices"][0]["finish_reason"], "length");
+  // Streamed: the same split.
+  const auto streamed = [&](const json& b) {
+    json s = b;
+    s["stream"] = true;
+    const Stream st = post_stream(server, "/v1/chat/completions", s);
+    EXPECT_TRUE(st.done) << st.body;
+    json out = {{"reasoning", ""}, {"content", ""}, {"calls", json::array()}, {"finish", ""}};
+    for (const json& ch : st.chunks) {
+      const json& delta = ch["choices"][0]["delta"];
+      if (delta.contains("reasoning_content")) {
+        out["reasoning"] =
+            out["reasoning"].get<std::string>() + delta["reasoning_content"].get<std::string>();
+      }
+      if (delta.contains("content")) {
+        out["content"] = out["content"].get<std::string>() + delta["content"].get<std::string>();
+      }
+      for (const json& tc : delta.value("tool_calls", json::array())) out["calls"].push_back(tc);
+      if (!ch["choices"][0]["finish_reason"].is_null())
+        out["finish"] = ch["choices"][0]["finish_reason"];
+    }
+    return out;
+  };
+  const json st = streamed(body);
+  EXPECT_EQ(st["reasoning"], "add them") << st.dump();
+  EXPECT_EQ(st["content"], "It is 3.");
+  // With tools: the reasoning, then the content after it read for calls.
+  body["logit_bias"] = {{"2", 100}};
+  body["tools"] = {{{"type", "function"}, {"function", {{"name", "add"}}}}};
+  const json tools = post("/v1/chat/completions", body);
+  const json& message = tools["choices"][0]["message"];
+  EXPECT_EQ(message["reasoning_content"], "ask the tool") << tools.dump();
+  EXPECT_TRUE(message["content"].is_null());
+  ASSERT_EQ(message["tool_calls"].size(), 1u);
+  EXPECT_EQ(message["tool_calls"][0]["function"]["arguments"], R"({"a": 1})");
+  EXPECT_EQ(tools["choices"][0]["finish_reason"], "tool_calls");
+  const json st_tools = streamed(body);
+  EXPECT_EQ(st_tools["reasoning"], "ask the tool") << st_tools.dump();
+  EXPECT_EQ(st_tools["content"], "");
+  ASSERT_EQ(st_tools["calls"].size(), 1u);
+  EXPECT_EQ(st_tools["calls"][0]["function"], message["tool_calls"][0]["function"]);
+  EXPECT_EQ(st_tools["finish"], "tool_calls");
+  // The completions endpoint shows the text as it is.
+  const json completion =
+      post("/v1/completions", {{"prompt", "x"}, {"max_tokens", 1}, {"logit_bias", {{"1", 100}}}});
+  EXPECT_EQ(completion["choices"][0]["text"], answer);
+  fs::remove_all(dir);
+}
+
 // vLLM's skip_special_tokens (default true): a choice's text leaves out the tokenizer's special
 // tokens, streamed or not (a non-special added token stays); false keeps them; logprobs name
 // them either way. /tokenize's return_token_strs names each token as tokenizer.json does.
@@ -1726,6 +1810,9 @@ TEST(EngineServe, BadCommandLinesAreUsageErrors) {
                    "hermes"),
             2);
   EXPECT_NE(read_file(dir / "e").find("the tokenizer has no <tool_call> token"), std::string::npos)
+      << read_file(dir / "e");
+  EXPECT_EQ(engine("serve --model tiny --port 0 --reasoning-parser deepseek_r1"), 2);
+  EXPECT_NE(read_file(dir / "e").find("the tokenizer has no <think> token"), std::string::npos)
       << read_file(dir / "e");
   EXPECT_EQ(engine("serve --model tiny --port 0 --chat-template-content-format xml"), 2);
   EXPECT_NE(read_file(dir / "e").find("--chat-template-content-format"), std::string::npos)
