@@ -47,7 +47,7 @@ TEST(ReasoningParser, UnknownNamesAndMissingTokensAreConfigErrors) {
     make_reasoning_parser("qwen3")->check_tokenizer(*bytes);
     FAIL() << "no error";
   } catch (const ConfigError& e) {
-    EXPECT_EQ(std::string(e.what()).substr(0, 53),
+    EXPECT_EQ(std::string(e.what()).substr(0, 54),
               "--reasoning-parser qwen3: the tokenizer has no <think>");
   }
 }
