@@ -9,8 +9,9 @@
 // (bit 5: tests/data/chat_templates/hermes_tools.jinja, and the hermes tool-call parser, so tools,
 // tool_choice and tool messages are reached); the remaining bytes are the body. Bit 6 instead
 // takes the bytes as a model's output through each tool-call parser (engine/tool_parser.h), whole
-// and streamed in pieces cut where the bytes say (engine/tool_call_stream.h): the streamed
-// content and calls must be the whole text's (the contract's one exception aside).
+// and streamed in pieces cut where the bytes say (engine/tool_call_stream.h), and through each
+// reasoning parser (engine/reasoning_parser.h): the streamed content, calls and reasoning must be
+// the whole text's (the contracts' exceptions aside).
 // The parser must either throw ApiError with a 4xx status whose error_json() is a JSON object
 // naming it, or return a request the engine can run: a non-empty prompt of ids inside the
 // vocabulary, prompt + max_tokens within the context, min_tokens <= max_tokens, stop ids inside the
@@ -30,6 +31,7 @@
 #include "core/request.h"
 #include "core/sampling_params.h"
 #include "engine/openai_api.h"
+#include "engine/reasoning_parser.h"
 #include "engine/tool_call_stream.h"
 #include "engine/tool_parser.h"
 #include "serving/chat_template.h"
@@ -98,6 +100,31 @@ void check_tool_parsers(std::string_view text) {
         finding("a streamed call differs");
       }
       if (!nlohmann::json::accept(end.calls[i].arguments)) finding("arguments that are not JSON");
+    }
+  }
+  // The reasoning parsers, the same way (engine/reasoning_parser.h; a <think> after the start is
+  // the contract's exception).
+  for (const std::string& name : servelab::reasoning_parser_names()) {
+    const auto parser = servelab::make_reasoning_parser(name);
+    const servelab::ExtractedReasoning whole = parser->extract(text);
+    servelab::ReasoningStream stream(*parser);
+    std::string reasoning, content;
+    std::size_t at = 0;
+    for (std::size_t i = 0; i < text.size(); ++i) {
+      if ((static_cast<unsigned char>(text[i]) & 3) == 0 || i + 1 == text.size()) {
+        const servelab::ReasoningStream::Piece p = stream.push(text.substr(at, i + 1 - at));
+        reasoning += p.reasoning;
+        content += p.content;
+        at = i + 1;
+      }
+    }
+    const servelab::ReasoningStream::Piece p = stream.finish();
+    const std::size_t think = text.find("<think>");
+    if (think == std::string_view::npos || think == 0) {
+      if (reasoning + p.reasoning != whole.reasoning.value_or("") ||
+          content + p.content != whole.content.value_or("")) {
+        finding("a streamed reasoning split differs from the whole text's");
+      }
     }
   }
 }
