@@ -738,7 +738,7 @@ class Server {
                           chunk_logprobs(*ex, c),
                           ex->logprobs ? c.logprob_chars : -1};
         if (last && !c.stopped) chunk.stop_token = c.stop_token_id;
-        chunk = with_tools(c, std::move(chunk), last);
+        chunk = with_parsers(c, std::move(chunk), last);
         out += sse(
             chunk_json(ex->meta, with_usage(*ex, p, c, with_echo(*ex, p, c, std::move(chunk)))));
         if (ex->logprobs)
@@ -775,7 +775,7 @@ class Server {
                   base + index, next_text(c, text, true),           c.first, reason, stop_reason,
                   {},           ex->logprobs ? c.logprob_chars : -1};
               if (!c.stopped) chunk.stop_token = c.stop_token_id;
-              chunk = with_tools(c, std::move(chunk), true);
+              chunk = with_parsers(c, std::move(chunk), true);
               out += sse(chunk_json(ex->meta,
                                     with_usage(*ex, p, c, with_echo(*ex, p, c, std::move(chunk)))));
             }
@@ -930,7 +930,7 @@ class Server {
   // its tool-call parser, when its calls are parsed: the reasoning and content that can go out
   // now, and on its last chunk the rest with the calls (its finish_reason then "tool_calls", as
   // vLLM's).
-  static ChunkFields with_tools(Choice& c, ChunkFields chunk, bool last) {
+  static ChunkFields with_parsers(Choice& c, ChunkFields chunk, bool last) {
     if (c.reasoning) {  // the thinking first (engine/reasoning_parser.h); the content goes on
       ReasoningStream::Piece piece = c.reasoning->push(chunk.text);
       if (last) {
