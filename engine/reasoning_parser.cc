@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/config_error.h"
+#include "engine/marker_tail.h"
 
 namespace servelab {
 namespace {
@@ -21,15 +22,6 @@ class Qwen3 final : public ReasoningParser {
   std::string name() const override { return "qwen3"; }
   bool unterminated_is_reasoning() const override { return false; }
 };
-
-// The length of the longest tail of `text` (from `from` on) that begins `marker`.
-std::size_t partial_marker_tail(std::string_view text, std::size_t from, std::string_view marker) {
-  const std::size_t longest = std::min(marker.size() - 1, text.size() - from);
-  for (std::size_t n = longest; n > 0; --n) {
-    if (marker.substr(0, n) == text.substr(text.size() - n)) return n;
-  }
-  return 0;
-}
 
 }  // namespace
 

@@ -5,6 +5,7 @@
 
 #include "core/config_error.h"
 #include "core/json_depth.h"
+#include "engine/marker_tail.h"
 #include "serving/jinja_value.h"
 
 namespace servelab {
@@ -50,15 +51,7 @@ std::optional<ToolCall> call_of(const ojson& obj, std::initializer_list<const ch
 ToolParser::Prefix before_marker(std::string_view text, std::size_t from, std::string_view marker) {
   const std::size_t at = text.find(marker, from);
   if (at != std::string_view::npos) return {at, true};
-  std::size_t keep = text.size();
-  const std::size_t longest = std::min(marker.size() - 1, text.size() - from);
-  for (std::size_t n = longest; n > 0; --n) {
-    if (marker.substr(0, n) == text.substr(text.size() - n)) {
-      keep = text.size() - n;
-      break;
-    }
-  }
-  return {keep, false};
+  return {text.size() - partial_marker_tail(text, from, marker), false};
 }
 
 ExtractedToolCalls content_only(std::string_view text) { return {{}, std::string(text)}; }
