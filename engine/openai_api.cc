@@ -320,11 +320,6 @@ bool flag_field(const json& body, const char* key, bool fallback) {
   return body[key].get<bool>();
 }
 
-// A chat body's prompt: its `messages` through the chat format (serving/chat_template.h) with
-// vLLM's add_generation_prompt (default true), continue_final_message (default false; the last
-// message stays open and the model continues it; not both) and add_special_tokens (default
-// false: the format has them; true adds the post_processor's around it), through the server's
-// chat template where it has one, with the body's chat_template_kwargs as extra variables.
 // The body's text parsed again keeping each object's keys in order, where the prompt depends on
 // that order (tools' schemas, tool calls' arguments, chat_template_kwargs: a template's tojson
 // writes them as the client did, as vLLM's Python dicts keep them); an empty object otherwise.
@@ -424,13 +419,7 @@ std::vector<std::int32_t> chat_prompt(const json& body, std::string_view raw,
   if (body.contains("chat_template_kwargs") && !body["chat_template_kwargs"].is_null()) {
     const json& kw = body["chat_template_kwargs"];
     expect(kw.is_object(), "chat_template_kwargs", "an object");
-    if (limits.chat_template == nullptr) {
-      throw bad(
-          "'chat_template_kwargs': the server renders chats with a built-in format, not a "
-          "template (start engine serve with --chat-template, or a tokenizer whose "
-          "tokenizer_config.json has one)",
-          "chat_template_kwargs");
-    }
+    if (limits.chat_template == nullptr) throw needs_chat_template("chat_template_kwargs");
     for (const auto& [key, value] : ordered["chat_template_kwargs"].items()) {
       if (key == "messages" || key == "add_generation_prompt" || key == "tools" ||
           key == "documents") {

@@ -131,16 +131,18 @@ ChatTools parse_chat_tools(const json& body, const ojson& ordered, const ApiLimi
   }
   if (have_tools &&
       (tokenize_only || !(choice == "none" && limits.exclude_tools_when_tool_choice_none))) {
-    if (limits.chat_template == nullptr) {
-      throw bad(
-          "'tools': the server renders chats with a built-in format, not a template (start "
-          "engine serve with --chat-template, or a tokenizer whose tokenizer_config.json has "
-          "one)",
-          "tools");
-    }
+    if (limits.chat_template == nullptr) throw needs_chat_template("tools");
     out.tools = jinja::Value::list(std::move(tools));
   }
   return out;
+}
+
+ApiError needs_chat_template(const std::string& field) {
+  return bad("'" + field +
+                 "': the server renders chats with a built-in format, not a template (start "
+                 "engine serve with --chat-template, or a tokenizer whose tokenizer_config.json "
+                 "has one)",
+             field);
 }
 
 std::optional<jinja::Value> message_tool_calls(const ojson& m, std::size_t index) {

@@ -44,6 +44,10 @@ struct ChatTools {
 ChatTools parse_chat_tools(const nlohmann::json& body, const nlohmann::ordered_json& ordered,
                            const ApiLimits& limits, bool tokenize_only = false);
 
+// The 400 for a field (`chat_template_kwargs`, `tools`) that only a chat template can take, on a
+// server that renders chats with a built-in format.
+ApiError needs_chat_template(const std::string& field);
+
 // Message `index`'s tool_calls (an assistant message; `m` its ordered JSON) as the template sees
 // them; nullopt for none (absent, null or empty). Throws ApiError naming messages[index].
 std::optional<jinja::Value> message_tool_calls(const nlohmann::ordered_json& m, std::size_t index);
