@@ -16,11 +16,14 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <utility>
 #include <vector>
 
 namespace servelab {
+
+class OutputConstraint;  // core/output_constraint.h
 
 struct SamplingParams {
   double temperature = 0.0;  // 0: greedy (argmax, lowest token id on exact ties)
@@ -42,7 +45,9 @@ inline constexpr double kMinRepetitionPenalty = 1e-6, kMaxRepetitionPenalty = 1e
 //
 // A sampled row's logits go through them in vLLM v1's order (engine/sample_stream.h
 // logit_adjustments and row_bans; kernels/sampling_ref.h for the draw):
-//   0. every token outside allowed_token_ids (when given) and the last token of each bad word
+//   0. every token outside allowed_token_ids (when given), every token the constraint (structured
+//      outputs, core/output_constraint.h) does not allow after the outputs so far, and the last
+//      token of each bad word
 //      whose other tokens end the sequence's outputs so far (not its prompt: vLLM's bad_words)
 //      cannot be drawn (-infinity; as these masks and min_tokens' only set -infinity, which the
 //      later steps keep, they may be applied after them). A row that keeps no token draws 0;
@@ -67,6 +72,7 @@ struct RequestSampling {
   std::vector<std::pair<std::int32_t, float>> logit_bias = {};  // OpenAI's: (token id, bias)
   std::vector<std::int32_t> allowed_token_ids = {};             // vLLM's: empty keeps every token
   std::vector<std::vector<std::int32_t>> bad_words = {};        // vLLM's, as token id sequences
+  std::shared_ptr<const OutputConstraint> constraint = {};      // structured outputs; null: none
 
   // Whether anything of steps 1-3 applies (otherwise the raw logits are sampled).
   bool adjusts_logits() const {
@@ -74,7 +80,9 @@ struct RequestSampling {
            !logit_bias.empty();
   }
   // Whether step 0 applies.
-  bool masks_logits() const { return !allowed_token_ids.empty() || !bad_words.empty(); }
+  bool masks_logits() const {
+    return !allowed_token_ids.empty() || !bad_words.empty() || constraint != nullptr;
+  }
 };
 
 }  // namespace servelab

@@ -398,8 +398,9 @@ StepResult CpuExecutor::execute(const StepPlan& plan) {
   // The logits output index `index` of entry `e` samples from: the request's logit_bias and
   // repetition, frequency and presence penalties over the tokens its sequence has seen before
   // that index (engine/sample_stream.h), then -infinity for the tokens outside its
-  // allowed_token_ids, the last tokens of the bad words its outputs end with the rest of, and,
-  // before min_tokens, EOS and the stop token ids (vLLM's logits processors; row_bans).
+  // allowed_token_ids or its structured output's grammar, the last tokens of the bad words its
+  // outputs end with the rest of, and, before min_tokens, EOS and the stop token ids (vLLM's logits
+  // processors; row_bans).
   prompt_sets_.retain(plan);
   Eigen::VectorXf masked;
   const auto allowed = [&](const ScheduledRequest& e, std::size_t index,
@@ -414,7 +415,9 @@ StepResult CpuExecutor::execute(const StepPlan& plan) {
         takes_previous[i] != 0 ? std::optional(previous_.token(e.id)) : std::nullopt;
     const std::vector<std::int32_t> banned = row_bans(e, index, previous, plan.drafts_of(i));
     const bool keeps_some = own != nullptr && !own->allowed_token_ids.empty();
-    if (banned.empty() && !adjusts && !keeps_some) return logits;
+    const std::shared_ptr<const TokenMask> grammar =
+        row_constraint(e, e.id, index, previous, plan.drafts_of(i));
+    if (banned.empty() && !adjusts && !keeps_some && grammar == nullptr) return logits;
     if (keeps_some) {
       masked.setConstant(logits.size(), -std::numeric_limits<float>::infinity());
       for (const std::int32_t t : own->allowed_token_ids) {
@@ -422,6 +425,13 @@ StepResult CpuExecutor::execute(const StepPlan& plan) {
       }
     } else {
       masked = logits;
+    }
+    if (grammar != nullptr) {
+      for (Eigen::Index t = 0; t < masked.size(); ++t) {
+        if (!token_allowed(*grammar, static_cast<std::int32_t>(t))) {
+          masked[t] = -std::numeric_limits<float>::infinity();
+        }
+      }
     }
     if (adjusts) {
       for (const LogitAdjustment& a : row_adjustments(e, index, previous, plan.drafts_of(i),

@@ -1005,10 +1005,24 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
         mask_tokens.push_back(t);
       }
       const RequestSampling* own = e.spec->sampling.get();
-      if (own != nullptr && !own->allowed_token_ids.empty()) {
+      // The tokens it may draw: its allowed_token_ids, its structured output's grammar's, or
+      // those of both (CpuExecutor's).
+      const std::shared_ptr<const TokenMask> grammar = row_constraint(
+          e, k == 0 ? e.id : sample_request_id(e.id, k), index, previous, plan.drafts_of(i));
+      if (own != nullptr && (!own->allowed_token_ids.empty() || grammar != nullptr)) {
         keep_rows.push_back(static_cast<std::int32_t>(sample_rows.size()));
-        keep_tokens.insert(keep_tokens.end(), own->allowed_token_ids.begin(),
-                           own->allowed_token_ids.end());
+        if (grammar == nullptr) {
+          keep_tokens.insert(keep_tokens.end(), own->allowed_token_ids.begin(),
+                             own->allowed_token_ids.end());
+        } else if (!own->allowed_token_ids.empty()) {
+          for (const std::int32_t t : own->allowed_token_ids) {
+            if (token_allowed(*grammar, t)) keep_tokens.push_back(t);
+          }
+        } else {
+          for (std::int32_t t = 0; t < m.vocab_size; ++t) {
+            if (token_allowed(*grammar, t)) keep_tokens.push_back(t);
+          }
+        }
         keep_offsets.push_back(static_cast<std::int32_t>(keep_tokens.size()));
       }
       if (own != nullptr && own->adjusts_logits()) {  // CpuExecutor's

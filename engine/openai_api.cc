@@ -11,6 +11,8 @@
 #include "core/json_depth.h"
 #include "core/request.h"
 #include "core/rng.h"
+#include "engine/grammar_constraint.h"
+#include "engine/openai_structured.h"
 #include "engine/openai_tools.h"
 #include "serving/chat_template.h"
 #include "serving/utf8.h"
@@ -53,7 +55,9 @@ bool known_field(const std::string& key, bool chat) {
                                       "truncate_prompt_tokens",
                                       "return_tokens_as_token_ids",
                                       "skip_special_tokens",
-                                      "spaces_between_special_tokens"};
+                                      "spaces_between_special_tokens",
+                                      "structured_outputs",
+                                      "response_format"};
   for (const char* k : kVllm) {
     if (key == k) return true;
   }
@@ -445,6 +449,38 @@ std::vector<std::int32_t> chat_prompt(const json& body, std::string_view raw,
   return ids;
 }
 
+// Holds the request's outputs to `spec` (engine/grammar_constraint.h): compiled here, so a
+// schema or pattern it cannot take is the request's 400; the outputs may end (EOS) where the
+// grammar completes, and at the request's stop token ids too.
+void attach_constraint(const StructuredOutputSpec& spec, const std::string& param,
+                       const ApiLimits& limits, CompletionRequest& r) {
+  if (limits.token_trie == nullptr) {
+    throw bad("structured outputs need the server's vocabulary, which this server lacks", param);
+  }
+  std::shared_ptr<const GrammarMatcher> matcher;
+  try {
+    matcher = compile_structured_output(spec);
+  } catch (const std::invalid_argument& e) {
+    throw bad(std::string("structured outputs: ") + e.what(), param);
+  } catch (const std::length_error& e) {
+    throw bad(std::string("structured outputs: ") + e.what(), param);
+  }
+  std::vector<std::int32_t> ends =
+      r.ignore_eos ? std::vector<std::int32_t>{} : limits.eos_token_ids;
+  ends.insert(ends.end(), r.stop_token_ids.begin(), r.stop_token_ids.end());
+  if (ends.empty()) {
+    throw bad(
+        std::string("structured outputs need a token that ends the output where its grammar "
+                    "completes: ") +
+            (r.ignore_eos ? "the request ignores EOS (ignore_eos)" : "the model has no EOS token") +
+            "; give stop_token_ids",
+        param);
+  }
+  if (!r.sampling) r.sampling = limits.sampling_defaults.value_or(RequestSampling{});
+  r.sampling->constraint =
+      std::make_shared<const GrammarConstraint>(std::move(matcher), limits.token_trie, ends);
+}
+
 }  // namespace
 
 CompletionRequest parse_completion_request(std::string_view text, bool chat,
@@ -752,13 +788,30 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat,
     }
     keep_last = v.is_number_unsigned() ? v.get<std::int32_t>() : limits.max_model_len;
   }
+  // Structured outputs (engine/openai_structured.h), or a forced tool choice's schema below.
+  std::optional<StructuredOutputSpec> structured;
+  if (has_structured_outputs(body)) {
+    structured = parse_structured_outputs(body, nlohmann::ordered_json::parse(text));
+  }
   if (chat) {
     ChatTools tools;
     r.prompt = chat_prompt(body, text, tokenizer, limits, &tools);
     r.parse_tool_calls = tools.parse;
+    r.tool_parser = tools.parser;
     r.parallel_tool_calls = tools.parallel;
     // vLLM's parsers' adjust_request: their markers are special tokens.
-    if (tools.parse && limits.tool_parser->keeps_special_tokens()) r.skip_special_tokens = false;
+    if (tools.parse && tools.parser->keeps_special_tokens()) r.skip_special_tokens = false;
+    if (tools.forced_schema) {
+      if (structured) {
+        throw bad("'tool_choice': a forced tool choice already constrains the output; not with '" +
+                      std::string(body.contains("structured_outputs") ? "structured_outputs"
+                                                                      : "response_format") +
+                      "'",
+                  "tool_choice");
+      }
+      structured = StructuredOutputSpec{};
+      structured->schema = std::move(*tools.forced_schema);
+    }
     if (keep_last) keep_last_tokens(r.prompt, *keep_last, 0, 0);
   } else {
     if (!body.contains("prompt")) throw bad("'prompt' is required", "prompt");
@@ -816,6 +869,12 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat,
   std::size_t longest = r.prompt.size();
   for (const std::vector<std::int32_t>& more : r.more_prompts) {
     longest = std::max(longest, more.size());
+  }
+  if (structured) {
+    const std::string param = r.tool_parser && r.tool_parser->forced() ? "tool_choice"
+                              : body.contains("structured_outputs")    ? "structured_outputs"
+                                                                       : "response_format";
+    attach_constraint(*structured, param, limits, r);
   }
   const auto prompt_len = static_cast<std::int64_t>(longest);
   if (prompt_len >= limits.max_model_len) {

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "core/sampling_params.h"
+#include "engine/token_trie.h"
 #include "engine/tool_parser.h"
 #include "serving/chat_template.h"
 #include "serving/lora_modules.h"
@@ -71,6 +72,11 @@ struct ApiLimits {
   // the template (engine/openai_tools.h).
   std::shared_ptr<const ToolParser> tool_parser = {};
   bool exclude_tools_when_tool_choice_none = false;
+  // Structured outputs (engine/openai_structured.h): the vocabulary's tokens by their bytes, and
+  // the model's EOS ids (a constrained output may end where its grammar completes); null trie:
+  // structured outputs are refused.
+  std::shared_ptr<const TokenTrie> token_trie = {};
+  std::vector<std::int32_t> eos_token_ids = {};
 };
 
 // The most prompts one completions request may batch.
@@ -155,6 +161,11 @@ struct CompletionRequest {
   // choice's first call.
   bool parse_tool_calls = false;
   bool parallel_tool_calls = true;
+  // The parser of those calls: the server's (auto), or a forced tool choice's
+  // (engine/forced_tool_parser.h), whose output is held to the tools' schema by
+  // sampling->constraint. Structured outputs (response_format, structured_outputs) set the
+  // constraint alone.
+  std::shared_ptr<const ToolParser> tool_parser = {};
 };
 
 // The tenant of a request made for end user `user` (OpenAI's `user` field): 0 for none (""),

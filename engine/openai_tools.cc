@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "core/json_depth.h"
+#include "engine/forced_tool_parser.h"
 
 namespace servelab {
 namespace {
@@ -108,11 +109,21 @@ ChatTools parse_chat_tools(const json& body, const ojson& ordered, const ApiLimi
       }
     }
     if (choice == "required" || choice == "named") {
-      throw bad(
-          "'tool_choice': " + std::string(choice == "named" ? "a named function" : "\"required\"") +
-              " is not supported: vLLM forces it with structured-output (guided) decoding, which "
-              "the engine does not have; use \"auto\"",
-          "tool_choice");
+      // Forced: the output is held to the tools' schema (engine/forced_tool_parser.h).
+      std::vector<ForcedTool> forced;
+      for (const ojson& t : ordered["tools"]) {
+        const ojson& f = t["function"];
+        forced.push_back(
+            {f["name"].get<std::string>(), given(f, "parameters") ? f["parameters"] : ojson()});
+      }
+      const std::string name = choice == "named" ? tc["function"]["name"].get<std::string>() : "";
+      try {
+        out.forced_schema = forced_tool_schema(forced, choice == "named" ? &name : nullptr);
+      } catch (const ToolSchemaError& e) {
+        throw bad(std::string("'tools': ") + e.what(), "tools");
+      }
+      out.parser = make_forced_tool_parser(choice == "named" ? &name : nullptr);
+      out.parse = true;
     }
   }
   if (body.contains("parallel_tool_calls") && !body["parallel_tool_calls"].is_null()) {
@@ -128,6 +139,7 @@ ChatTools parse_chat_tools(const json& body, const ojson& ordered, const ApiLimi
           "tool_choice");
     }
     out.parse = true;
+    out.parser = limits.tool_parser;
   }
   if (have_tools &&
       (tokenize_only || !(choice == "none" && limits.exclude_tools_when_tool_choice_none))) {

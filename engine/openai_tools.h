@@ -11,8 +11,9 @@
 // - tool_choice: "none", "auto" (the default when tools are given), "required", or {"type":
 //   "function", "function": {"name"}} naming one of the tools. "auto" needs the server's
 //   --enable-auto-tool-choice and --tool-call-parser (vLLM's message otherwise). "required" and
-//   a named function are refused: vLLM forces them with structured-output decoding, which the
-//   engine does not have. tool_choice other than "none" without tools is refused.
+//   a named function force the calls, as vLLM does, through structured outputs: the output is
+//   held to a schema built from the tools and read back as calls (engine/forced_tool_parser.h).
+//   tool_choice other than "none" without tools is refused.
 // - With tool_choice "none" the tools still reach the template unless the server was started
 //   with --exclude-tools-when-tool-choice-none (vLLM's default and option).
 // - parallel_tool_calls (default true): false keeps a choice's first call only.
@@ -21,6 +22,7 @@
 //   an object ({} when empty), as vLLM passes them, and an empty array as none.
 #pragma once
 
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -33,8 +35,12 @@ namespace servelab {
 struct ChatTools {
   // What the template's `tools` variable is: none, or the tools as vLLM dumps them.
   jinja::Value tools = jinja::Value::none();
-  // Whether the server parses the choices' text for tool calls (tools given, tool_choice "auto").
+  // Whether the server parses the choices' text for tool calls (tools given, tool_choice "auto",
+  // "required" or named), and with which parser (the server's, or the forced choice's).
   bool parse = false;
+  std::shared_ptr<const ToolParser> parser = {};
+  // A forced tool_choice's JSON schema (engine/forced_tool_parser.h), which the output is held to.
+  std::optional<nlohmann::ordered_json> forced_schema = {};
   bool parallel = true;
 };
 

@@ -150,6 +150,17 @@ std::vector<std::int32_t> row_bans(const ScheduledRequest& e, std::size_t index,
   return out;
 }
 
+std::shared_ptr<const TokenMask> row_constraint(const ScheduledRequest& e, RequestId sequence,
+                                                std::size_t index,
+                                                std::optional<std::int32_t> previous,
+                                                std::span<const std::int32_t> drafts) {
+  const RequestSampling* own = e.spec->sampling.get();
+  if (own == nullptr || own->constraint == nullptr) return nullptr;
+  if (sequence != e.id) return own->constraint->allowed(sequence, {}, {});  // a fork's first
+  return own->constraint->allowed(sequence, e.output_tokens,
+                                  outputs_after(e, index, previous, drafts));
+}
+
 void PromptTokenSets::retain(const StepPlan& plan) {
   if (sets_.empty()) return;
   std::unordered_map<RequestId, std::vector<std::int32_t>> kept;

@@ -7,12 +7,14 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
+#include "core/output_constraint.h"
 #include "core/request.h"
 #include "core/sampling_params.h"
 #include "core/step_plan.h"
@@ -85,6 +87,16 @@ std::vector<std::int32_t> bad_word_bans(const std::vector<std::vector<std::int32
 std::vector<std::int32_t> row_bans(const ScheduledRequest& e, std::size_t index,
                                    std::optional<std::int32_t> previous,
                                    std::span<const std::int32_t> drafts);
+
+// Step 0 of core/sampling_params.h, structured outputs: the tokens the request's constraint
+// (RequestSampling::constraint) allows the row of plan entry `e` that samples output `index` of
+// sequence `sequence` (e.id, or sample_request_id(e.id, k) for a fork's sample k, which has no
+// outputs yet), its outputs before `index` taken as row_adjustments takes them; null when the
+// request has no constraint.
+std::shared_ptr<const TokenMask> row_constraint(const ScheduledRequest& e, RequestId sequence,
+                                                std::size_t index,
+                                                std::optional<std::int32_t> previous,
+                                                std::span<const std::int32_t> drafts);
 
 // Each executor's cache of distinct_prompt_tokens for the requests with a repetition penalty,
 // so a request's prompt is read once while it keeps being scheduled rather than at every step.

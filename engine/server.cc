@@ -305,8 +305,10 @@ struct Exchange {
   bool prompt_logprobs_field = false;  // the response carries vLLM's prompt_logprobs
   bool tokens_as_ids = false;          // vLLM's return_tokens_as_token_ids
   bool skip_special = true;            // vLLM's skip_special_tokens
-  // Chat with tools and tool_choice "auto": the choices' text is parsed for tool calls.
+  // Chat with tools and tool_choice "auto", "required" or named: the choices' text is parsed
+  // for tool calls, with this parser (CompletionRequest::tool_parser).
   bool parse_tools = false;
+  std::shared_ptr<const ToolParser> tool_parser;
   bool parallel_tools = true;
   // Every part's max_output_tokens and stop conditions (check_stop on a choice's tokens), and
   // whether a stop token's text is shown (include_stop_str_in_output).
@@ -373,7 +375,9 @@ class Server {
                 defaults.max_tokens_cap,
                 std::move(chat_template),
                 std::move(tool_parser),
-                options.exclude_tools_when_tool_choice_none},
+                options.exclude_tools_when_tool_choice_none,
+                std::make_shared<const TokenTrie>(tokenizer, engine.llama.model.vocab_size),
+                with_extra_eos(engine.llama.model.eos_token_ids, defaults.eos_token_ids)},
         clock_(0),
         queue_(options.max_in_flight, clock_),
         metrics_(model_name_),
@@ -556,6 +560,7 @@ class Server {
     ex->logprobs = parsed.logprobs >= 0;
     ex->continuous_usage = parsed.continuous_usage;
     ex->parse_tools = parsed.parse_tool_calls;
+    ex->tool_parser = parsed.tool_parser;
     ex->parallel_tools = parsed.parallel_tool_calls;
     if (1 + parsed.more_prompts.size() > options_.max_in_flight) {
       send_error(res, ApiError(400,
@@ -674,7 +679,7 @@ class Server {
         Choice& c = ex->parts[i].choices[k];
         const auto index = static_cast<std::int32_t>(i * ex->parts[i].choices.size() + k);
         if (ex->parse_tools) {
-          c.tools.emplace(*limits_.tool_parser, ex->meta.id, index, ex->parallel_tools);
+          c.tools.emplace(*ex->tool_parser, ex->meta.id, index, ex->parallel_tools);
         }
         if (chat && reasoning_parser_ != nullptr) c.reasoning.emplace(*reasoning_parser_);
       }
@@ -804,13 +809,14 @@ class Server {
             shown.text = split.content.value_or("");
           }
           if (ex->parse_tools) {
-            ExtractedToolCalls found = parse_tool_calls(
-                *limits_.tool_parser, shown.text, ex->meta.id, base + index, ex->parallel_tools);
+            ExtractedToolCalls found = parse_tool_calls(*ex->tool_parser, shown.text, ex->meta.id,
+                                                        base + index, ex->parallel_tools);
             if (!found.calls.empty()) {
               shown.content_null = !found.content;
               shown.text = found.content.value_or("");
               shown.tool_calls = std::move(found.calls);
-              shown.finish_reason = "tool_calls";
+              // A forced choice keeps the output's finish_reason (vLLM's).
+              if (!ex->tool_parser->forced()) shown.finish_reason = "tool_calls";
             }
           }
         }
@@ -948,7 +954,7 @@ class Server {
     chunk.text += end.content;
     if (!end.calls.empty()) {
       chunk.tool_calls = std::move(end.calls);
-      chunk.finish_reason = "tool_calls";
+      if (!c.tools->parser().forced()) chunk.finish_reason = "tool_calls";
     }
     return chunk;
   }

@@ -36,6 +36,8 @@ class ToolCallStream {
   // At the choice's end (once).
   End finish();
 
+  const ToolParser& parser() const { return *parser_; }
+
  private:
   const ToolParser* parser_;
   std::string response_id_;

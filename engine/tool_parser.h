@@ -59,6 +59,9 @@ class ToolParser {
   // ConfigError naming what is missing when `tokenizer` lacks the parser's marker tokens (vLLM
   // refuses to start then).
   virtual void check_tokenizer(const Tokenizer& tokenizer) const;
+  // Whether the request forced its calls (tool_choice "required" or named: engine/
+  // forced_tool_parser.h): its finish_reason is then the output's, not "tool_calls".
+  virtual bool forced() const { return false; }
   // The calls in a choice's whole text (their ids empty).
   virtual ExtractedToolCalls extract(std::string_view text) const = 0;
   // For streaming: the length of the prefix of `text` that is content whatever follows, and

@@ -307,6 +307,15 @@ std::string Decoder::decode_ids(std::span<const std::int32_t> ids) const {
   return utf8::to_valid(fused[0]);
 }
 
+std::optional<std::string> Decoder::token_bytes(std::int32_t id) const {
+  if (plan_ == Plan::kGeneral || id < 0 || static_cast<std::size_t>(id) >= texts_.size()) {
+    return std::nullopt;
+  }
+  const auto i = static_cast<std::size_t>(id);
+  if (bytes_[i] >= 0) return std::string(1, static_cast<char>(bytes_[i]));
+  return texts_[i];
+}
+
 std::string Decoder::decode(std::vector<std::string> tokens) const {
   for (const Step& step : steps_) apply(step, tokens);
   std::string text;

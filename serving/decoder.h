@@ -50,6 +50,10 @@ class Decoder {
   void bind(const std::vector<std::optional<std::string>>& written);
   // decode() of the bound tokens of `ids`. REQUIRES: bind() was called and every id is bound.
   std::string decode_ids(std::span<const std::int32_t> ids) const;
+  // The bytes bound token `id` adds to a text it does not begin (a byte-fallback token's byte,
+  // the others' per-token text); nullopt for a chain whose tokens have no text of their own
+  // (kGeneral) or an unbound id. REQUIRES: bind() was called.
+  std::optional<std::string> token_bytes(std::int32_t id) const;
 
  private:
   struct Step {

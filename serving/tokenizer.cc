@@ -123,6 +123,16 @@ class BpeTokenizer final : public Tokenizer {
     return written(id);
   }
 
+  std::optional<std::string> token_bytes(std::int32_t id) const override {
+    if (id < 0 || static_cast<std::size_t>(id) >= decoded_.size() ||
+        decoded_[static_cast<std::size_t>(id)] == nullptr) {
+      return std::nullopt;
+    }
+    const bool added = added_.by_id(id) != nullptr;
+    if (decoder_.byte_level_only() || added) return *decoded_[static_cast<std::size_t>(id)];
+    return decoder_.token_bytes(id);
+  }
+
   bool special(std::int32_t id) const override {
     return id >= 0 && static_cast<std::size_t>(id) < special_.size() &&
            special_[static_cast<std::size_t>(id)];

@@ -76,6 +76,11 @@ class Tokenizer {
   // The inverse of token_id: an added token's content, a vocabulary token's text as the file
   // writes it (Hugging Face's convert_ids_to_tokens); nullopt for an id no token uses.
   virtual std::optional<std::string> token_string(std::int32_t id) const = 0;
+  // The bytes token `id` adds to a text it does not begin (its raw bytes, which may be part of a
+  // UTF-8 character; an added token's content): what structured outputs hold to a grammar
+  // (engine/structured_output.h). nullopt for an id no token uses, or where the decoder gives
+  // tokens no text of their own (a chain other than ByteLevel, Llama 2's or Metaspace).
+  virtual std::optional<std::string> token_bytes(std::int32_t id) const = 0;
   // Whether `id` is an added token marked special (<|eot_id|>): what Hugging Face's decode with
   // skip_special_tokens, vLLM's default for output text, leaves out.
   virtual bool special(std::int32_t id) const = 0;

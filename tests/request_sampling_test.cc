@@ -17,6 +17,7 @@
 
 #include "core/block_pool.h"
 #include "core/kv_cache_manager.h"
+#include "core/output_constraint.h"
 #include "core/sampling_params.h"
 #include "core/scheduler.h"
 #include "core/stop_conditions.h"
@@ -337,6 +338,41 @@ TEST(RequestSampling, AllowedTokenIdsConfineEveryDraw) {
       EXPECT_TRUE(std::binary_search(allowed.begin(), allowed.end(), t)) << t;
     }
     EXPECT_EQ(out.at(1), plain);  // the request beside it is untouched
+  }
+}
+
+// A constraint (structured outputs, core/output_constraint.h) that depends on the outputs so far:
+// output k must be one of 10 + 3k .. 12 + 3k. Every draw of a greedy or a sampled request, and of
+// each of its parallel samples, keeps to it; the request beside it is untouched.
+class StepConstraint final : public OutputConstraint {
+ public:
+  std::shared_ptr<const TokenMask> allowed(RequestId, std::span<const std::int32_t> earlier,
+                                           std::span<const std::int32_t> later) const override {
+    auto mask = std::make_shared<TokenMask>(16, 0u);
+    const auto k = static_cast<std::int32_t>(earlier.size() + later.size());
+    for (std::int32_t t = 10 + 3 * k; t < 13 + 3 * k; ++t) (*mask)[t / 32] |= 1u << (t % 32);
+    return mask;
+  }
+};
+
+TEST(RequestSampling, AConstraintConfinesEveryDrawByTheOutputsSoFar) {
+  const LlamaWeights w = LlamaWeights::random(load_llama_config("tiny", default_catalog_dir()), 4);
+  const std::vector<std::int32_t> plain =
+      Generate(w, SamplingParams{}, {Prompt(1, 5, std::nullopt)}).at(1);
+  for (const double temperature : {0.0, 1.5}) {
+    RequestSampling own{temperature, 1.0, 7};
+    own.constraint = std::make_shared<StepConstraint>();
+    const Tokens out =
+        Generate(w, SamplingParams{}, {Prompt(0, 5, own, 3), Prompt(1, 5, std::nullopt)});
+    for (const std::int32_t k : {0, 1, 2}) {
+      const std::vector<std::int32_t>& seq = out.at(sample_request_id(0, k));
+      ASSERT_EQ(seq.size(), 10u);
+      for (std::size_t i = 0; i < seq.size(); ++i) {
+        EXPECT_GE(seq[i], 10 + 3 * static_cast<std::int32_t>(i)) << k << " " << i;
+        EXPECT_LE(seq[i], 12 + 3 * static_cast<std::int32_t>(i)) << k << " " << i;
+      }
+    }
+    EXPECT_EQ(out.at(1), plain);
   }
 }
 

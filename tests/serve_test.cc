@@ -587,6 +587,195 @@ TEST(EngineServe, ToolCallsComeBackAsToolCalls) {
   fs::remove_all(dir);
 }
 
+// Structured outputs (docs/serving.md "Structured outputs"): every output of a schema, a regex
+// or a choice, greedy or sampled, streamed or not, is text the constraint accepts, ended at its
+// grammar's end by the request's stop token id (the tiny model has no EOS); a forced tool choice
+// comes back as tool calls of the tools' schema. What cannot be held is a 400 naming the field.
+TEST(EngineServe, StructuredOutputsHoldTheTextToTheirGrammar) {
+  const fs::path dir = temp_dir("serve_structured");
+  write_file(
+      dir / "tokenizer_config.json",
+      json({{"chat_template", "{% for m in messages %}{{ m.role }}:{{ m.content }}|{% endfor %}"}})
+          .dump());
+  fs::copy_file(servelab_home() / "data/tokenizers/bytes/tokenizer.json", dir / "tokenizer.json");
+  ServerProcess server(dir, {"--tokenizer", (dir / "tokenizer.json").string()});
+  httplib::Client c = client_for(server);
+  const auto post = [&](const std::string& path, const json& body, int status = 200) {
+    const httplib::Result r = c.Post(path, body.dump(), "application/json");
+    EXPECT_TRUE(r);
+    EXPECT_EQ(r ? r->status : 0, status) << (r ? r->body : "") << "\n" << body.dump();
+    return r ? json::parse(r->body) : json();
+  };
+  const json schema = {{"type", "object"},
+                       {"properties",
+                        {{"ok", {{"type", "boolean"}}},
+                         {"color", {{"enum", {"red", "green", "blue"}}}},
+                         {"size", {{"type", "string"}, {"maxLength", 3}}}}},
+                       {"required", {"ok", "color"}}};
+  const auto characters = [](const std::string& s) {  // maxLength counts code points
+    return std::count_if(s.begin(), s.end(), [](char c) { return (c & 0xC0) != 0x80; });
+  };
+  const auto valid = [&](const std::string& text) {
+    const json j = json::parse(text, nullptr, false);
+    return !j.is_discarded() && j.is_object() && j["ok"].is_boolean() &&
+           (j["color"] == "red" || j["color"] == "green" || j["color"] == "blue") &&
+           (!j.contains("size") || characters(j["size"].get<std::string>()) <= 3);
+  };
+  json body = {{"prompt", "Answer in JSON:"},
+               {"max_tokens", 80},
+               {"stop_token_ids", {1}},
+               {"structured_outputs", {{"json", schema}, {"disable_any_whitespace", true}}}};
+  const json greedy = post("/v1/completions", body);
+  const std::string text = greedy["choices"][0]["text"];
+  EXPECT_TRUE(valid(text)) << text;
+  EXPECT_EQ(greedy["choices"][0]["finish_reason"], "stop") << greedy.dump();
+  // Streamed: the same text.
+  json streaming = body;
+  streaming["stream"] = true;
+  const Stream st = post_stream(server, "/v1/completions", streaming);
+  ASSERT_TRUE(st.done) << st.body;
+  std::string streamed;
+  for (const json& ch : st.chunks) streamed += ch["choices"][0]["text"].get<std::string>();
+  EXPECT_EQ(streamed, text);
+  // Through response_format (any whitespace: the whitespace bytes biased away, or the random
+  // model may spend max_tokens on them).
+  const json no_space = {{"32", -100}, {"9", -100}, {"10", -100}, {"13", -100}};
+  json rf = body;
+  rf.erase("structured_outputs");
+  rf["response_format"] = {{"type", "json_schema"},
+                           {"json_schema", {{"name", "answer"}, {"schema", schema}}}};
+  rf["logit_bias"] = no_space;
+  const json via_rf = post("/v1/completions", rf);
+  EXPECT_TRUE(valid(via_rf["choices"][0]["text"])) << via_rf.dump();
+  // Sampled choices: each valid.
+  body["n"] = 4;
+  body["temperature"] = 1.0;
+  body["seed"] = 5;
+  const json sampled = post("/v1/completions", body);
+  EXPECT_EQ(sampled["choices"].size(), 4u);
+  for (const json& ch : sampled["choices"]) {
+    EXPECT_TRUE(valid(ch["text"].get<std::string>())) << ch.dump();
+  }
+  // A choice, a regex.
+  json choice = {{"prompt", "Pick:"},
+                 {"max_tokens", 10},
+                 {"stop_token_ids", {1}},
+                 {"temperature", 1.0},
+                 {"n", 6},
+                 {"structured_outputs", {{"choice", {"yes", "no", "maybe"}}}}};
+  const json picked = post("/v1/completions", choice);
+  EXPECT_EQ(picked["choices"].size(), 6u);
+  for (const json& ch : picked["choices"]) {
+    const std::string t = ch["text"];
+    EXPECT_TRUE(t == "yes" || t == "no" || t == "maybe") << t;
+  }
+  choice["structured_outputs"] = {{"regex", "[a-c]{2}-[0-9]{1,2}"}};
+  const json matched = post("/v1/completions", choice);
+  for (const json& ch : matched["choices"]) {
+    const std::string t = ch["text"];
+    EXPECT_TRUE(std::regex_match(t, std::regex("[a-c]{2}-[0-9]{1,2}"))) << t;
+  }
+  // Chat with json_object: when it ends, a JSON object or array.
+  const json chat_obj =
+      post("/v1/chat/completions", {{"messages", {{{"role", "user"}, {"content", "JSON please"}}}},
+                                    {"max_tokens", 60},
+                                    {"stop_token_ids", {1}},
+                                    {"response_format", {{"type", "json_object"}}}});
+  const std::string obj = chat_obj["choices"][0]["message"]["content"];
+  if (chat_obj["choices"][0]["finish_reason"] == "stop") {
+    const json j = json::parse(obj, nullptr, false);
+    EXPECT_TRUE(!j.is_discarded() && (j.is_object() || j.is_array())) << obj;
+  }
+  EXPECT_TRUE(obj.starts_with("{") || obj.starts_with("[")) << obj;
+
+  // tool_choice "required" and named: tool calls of the tools' schema, content "", the output's
+  // finish_reason.
+  const json tools = {{{"type", "function"},
+                       {"function",
+                        {{"name", "get_weather"},
+                         {"parameters",
+                          {{"type", "object"},
+                           {"properties", {{"city", {{"enum", {"Paris", "Oslo"}}}}}},
+                           {"required", {"city"}}}}}}},
+                      {{"type", "function"}, {"function", {{"name", "now"}}}}};
+  json ask = {{"messages", {{{"role", "user"}, {"content", "Weather?"}}}},
+              {"tools", tools},
+              {"tool_choice", "required"},
+              {"max_tokens", 1000},
+              {"stop_token_ids", {1}},
+              {"temperature", 1.0},
+              {"seed", 3},
+              {"n", 3}};
+  // The random model would add items until max_tokens: ',' (44) biased away, so an array ends
+  // after its first call (where ',' is the only way on, inside a call, it is still drawn).
+  ask["logit_bias"] = no_space;
+  ask["logit_bias"]["44"] = -100;
+  int ended = 0;
+  const json required_answer = post("/v1/chat/completions", ask);
+  EXPECT_EQ(required_answer["choices"].size(), 3u);
+  for (const json& ch : required_answer["choices"]) {
+    if (ch["finish_reason"] != "stop") continue;  // cut by max_tokens: the text as content
+    ++ended;
+    EXPECT_EQ(ch["message"]["content"], "") << ch.dump();
+    ASSERT_GE(ch["message"]["tool_calls"].size(), 1u) << ch.dump();
+    for (const json& tc : ch["message"]["tool_calls"]) {
+      const json args = json::parse(tc["function"]["arguments"].get<std::string>());
+      if (tc["function"]["name"] == "get_weather") {
+        EXPECT_TRUE(args["city"] == "Paris" || args["city"] == "Oslo") << tc.dump();
+      } else {
+        EXPECT_EQ(tc["function"]["name"], "now");
+        EXPECT_EQ(args, json::object());
+      }
+    }
+  }
+  EXPECT_GE(ended, 1);
+  ask["tool_choice"] = {{"type", "function"}, {"function", {{"name", "get_weather"}}}};
+  ask["n"] = 1;
+  ask["stream"] = true;
+  const Stream named = post_stream(server, "/v1/chat/completions", ask);
+  ASSERT_TRUE(named.done) << named.body;
+  json calls = json::array();
+  std::string finish;
+  for (const json& ch : named.chunks) {
+    const json& delta = ch["choices"][0]["delta"];
+    if (delta.contains("tool_calls")) {
+      for (const json& tc : delta["tool_calls"]) calls.push_back(tc);
+    }
+    if (!ch["choices"][0]["finish_reason"].is_null()) finish = ch["choices"][0]["finish_reason"];
+  }
+  EXPECT_EQ(finish, "stop");
+  ASSERT_EQ(calls.size(), 1u) << named.body;
+  EXPECT_EQ(calls[0]["function"]["name"], "get_weather");
+  const json args = json::parse(calls[0]["function"]["arguments"].get<std::string>());
+  EXPECT_TRUE(args["city"] == "Paris" || args["city"] == "Oslo") << calls.dump();
+
+  // Refused, naming the field.
+  const auto refused = [&](const json& b, const std::string& param, const std::string& says) {
+    const json e = post("/v1/completions", b, 400);
+    EXPECT_EQ(e["error"]["param"], param) << e.dump();
+    EXPECT_NE(e["error"]["message"].get<std::string>().find(says), std::string::npos) << e.dump();
+  };
+  json b = {{"prompt", "x"}, {"stop_token_ids", {1}}};
+  b["structured_outputs"] = {{"json", {{"properties", {{"n", {{"minimum", 0}}}}}}}};
+  refused(b, "structured_outputs",
+          "/properties/n/minimum: the keyword \"minimum\" is not supported");
+  b["structured_outputs"] = {{"regex", "a(b"}};
+  refused(b, "structured_outputs", "regex: offset");
+  b["structured_outputs"] = {{"grammar", "root ::= \"a\""}};
+  refused(b, "structured_outputs", "'structured_outputs.grammar' is not supported");
+  b["structured_outputs"] = {{"choice", {"a"}}, {"regex", "a"}};
+  refused(b, "structured_outputs", "exactly one of");
+  b["response_format"] = {{"type", "json_object"}};
+  refused(b, "response_format", "give one");
+  b.erase("structured_outputs");
+  b.erase("stop_token_ids");
+  refused(b, "response_format", "the model has no EOS token; give stop_token_ids");
+  b["stop_token_ids"] = {1};
+  b["response_format"] = {{"type", "json_schema"}, {"json_schema", {{"name", "x"}}}};
+  refused(b, "response_format", "'response_format.json_schema.schema': required");
+  fs::remove_all(dir);
+}
+
 // vLLM's --reasoning-parser deepseek_r1 with tool calling: a chat choice's <think> ... </think>
 // comes back as reasoning_content, the rest as content, or read for tool calls when the request
 // has tools; streamed as delta.reasoning_content, the same split. Completions are left alone.

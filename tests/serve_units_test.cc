@@ -15,6 +15,7 @@
 #include "engine/serve_metrics.h"
 #include "engine/serve_queue.h"
 #include "engine/stop_strings.h"
+#include "engine/token_trie.h"
 #include "engine/tool_parser.h"
 #include "serving/chat_template.h"
 #include "serving/home.h"
@@ -382,13 +383,32 @@ TEST(OpenAiApi, ToolChoiceAndToolMessages) {
             "--tool-call-parser to be set");
   EXPECT_EQ(prompt(user + ", " + tool + R"(, "tool_choice": "none")", no_parser),
             f_dumped + "|user:hi\"\";");
-  EXPECT_EQ(error(user + ", " + tool + R"(, "tool_choice": "required")", limits).substr(0, 61),
-            "400 tool_choice: 'tool_choice': \"required\" is not supported: ");
-  EXPECT_EQ(error(user + ", " + tool +
-                      R"(, "tool_choice": {"type": "function", "function": {"name": "f"}})",
-                  limits)
-                .substr(0, 61),
-            "400 tool_choice: 'tool_choice': a named function is not suppo");
+  // "required" and a named function: forced through structured outputs (no parser needed), on
+  // a server with a vocabulary and an end token.
+  const std::string required = user + ", " + tool + R"(, "tool_choice": "required")";
+  const std::string named =
+      user + ", " + tool + R"(, "tool_choice": {"type": "function", "function": {"name": "f"}})";
+  EXPECT_EQ(error(required, limits),
+            "400 tool_choice: structured outputs need the server's vocabulary, which this server "
+            "lacks");
+  ApiLimits grammar = no_parser;
+  grammar.token_trie = std::make_shared<const TokenTrie>(*tok, 256);
+  EXPECT_EQ(error(required, grammar),
+            "400 tool_choice: structured outputs need a token that ends the output where its "
+            "grammar completes: the model has no EOS token; give stop_token_ids");
+  grammar.eos_token_ids = {0};
+  for (const std::string& forced : {required, named}) {
+    r = parse(forced, grammar);
+    EXPECT_TRUE(r.parse_tool_calls);
+    ASSERT_NE(r.tool_parser, nullptr);
+    EXPECT_TRUE(r.tool_parser->forced());
+    ASSERT_TRUE(r.sampling);
+    EXPECT_NE(r.sampling->constraint, nullptr);
+    EXPECT_EQ(r.sampling->temperature, 0);  // greedy, as without the constraint
+  }
+  EXPECT_EQ(error(required + R"(, "response_format": {"type": "json_object"})", grammar),
+            "400 tool_choice: 'tool_choice': a forced tool choice already constrains the output; "
+            "not with 'response_format'");
   EXPECT_EQ(error(user + ", " + tool +
                       R"(, "tool_choice": {"type": "function", "function": {"name": "g"}})",
                   limits),

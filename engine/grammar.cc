@@ -1,0 +1,231 @@
+#include "engine/grammar.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+#include <unordered_set>
+
+namespace servelab {
+
+Grammar::Symbol Grammar::new_rule() {
+  rules_.emplace_back();
+  return static_cast<Symbol>(rules_.size() - 1);
+}
+
+void Grammar::add(Symbol rule, std::vector<Symbol> alternative) {
+  rules_[static_cast<std::size_t>(rule)].push_back(std::move(alternative));
+}
+
+Grammar::Symbol Grammar::rule(std::vector<std::vector<Symbol>> alternatives) {
+  const Symbol r = new_rule();
+  rules_[static_cast<std::size_t>(r)] = std::move(alternatives);
+  return r;
+}
+
+Grammar::Symbol Grammar::bytes(const ByteSet& set) {
+  for (std::size_t i = 0; i < terminals_.size(); ++i) {
+    if (terminals_[i] == set) return -1 - static_cast<Symbol>(i);
+  }
+  terminals_.push_back(set);
+  return -static_cast<Symbol>(terminals_.size());
+}
+
+Grammar::Symbol Grammar::byte(unsigned char c) {
+  ByteSet s;
+  s.set(c);
+  return bytes(s);
+}
+
+Grammar::Symbol Grammar::range(unsigned char lo, unsigned char hi) {
+  ByteSet s;
+  for (unsigned c = lo; c <= hi; ++c) s.set(c);
+  return bytes(s);
+}
+
+std::vector<Grammar::Symbol> Grammar::literal(std::string_view text) {
+  std::vector<Symbol> out;
+  out.reserve(text.size());
+  for (const char c : text) out.push_back(byte(static_cast<unsigned char>(c)));
+  return out;
+}
+
+Grammar::Symbol Grammar::star(Symbol x) {
+  const Symbol r = new_rule();
+  add(r, {x, r});
+  add(r, {});
+  return r;
+}
+
+Grammar::Symbol Grammar::plus(Symbol x) { return rule({{x, star(x)}}); }
+
+Grammar::Symbol Grammar::optional(Symbol x) { return rule({{x}, {}}); }
+
+Grammar::Symbol Grammar::repeat(Symbol x, std::int64_t min, std::int64_t max) {
+  // The optional tail first: max - min nested optionals (x (x (...)?)?)?, or x* when unbounded.
+  Symbol tail = -1;
+  if (max < 0) {
+    tail = star(x);
+  } else if (max > min) {
+    tail = optional(x);
+    for (std::int64_t i = min + 1; i < max; ++i) tail = rule({{x, tail}, {}});
+  }
+  std::vector<Symbol> seq(static_cast<std::size_t>(min), x);
+  if (tail >= 0) seq.push_back(tail);
+  return rule({seq});
+}
+
+std::size_t GrammarStateHash::operator()(const GrammarState& s) const {
+  std::uint64_t h = 1469598103934665603ull ^ static_cast<std::uint64_t>(s.accepting);
+  for (const std::int32_t v : s.stacks) {
+    h ^= static_cast<std::uint32_t>(v);
+    h *= 1099511628211ull;
+  }
+  return static_cast<std::size_t>(h ^ (h >> 29));
+}
+
+GrammarMatcher::GrammarMatcher(const Grammar& g) : terminals_() {
+  if (g.start() < 0 || static_cast<std::size_t>(g.start()) >= g.num_rules()) {
+    throw std::invalid_argument("grammar: the start symbol is not a rule");
+  }
+  for (std::size_t t = 0; t < g.num_terminals(); ++t) {
+    terminals_.push_back(g.terminal(-1 - static_cast<Grammar::Symbol>(t)));
+  }
+  rule_starts_.resize(g.num_rules());
+  for (std::size_t r = 0; r < g.num_rules(); ++r) {
+    for (const std::vector<Grammar::Symbol>& alt :
+         g.alternatives(static_cast<Grammar::Symbol>(r))) {
+      rule_starts_[r].push_back(static_cast<std::int32_t>(items_.size()));
+      items_.insert(items_.end(), alt.begin(), alt.end());
+      items_.push_back(kEnd);
+    }
+  }
+  // A reachable rule without alternatives can never match: a compiler's mistake, said here
+  // rather than found as a dead state later.
+  std::vector<char> seen(g.num_rules(), 0);
+  std::vector<std::int32_t> todo = {g.start()};
+  seen[static_cast<std::size_t>(g.start())] = 1;
+  while (!todo.empty()) {
+    const std::int32_t r = todo.back();
+    todo.pop_back();
+    if (rule_starts_[static_cast<std::size_t>(r)].empty()) {
+      throw std::invalid_argument("grammar: rule " + std::to_string(r) + " has no alternative");
+    }
+    for (const std::int32_t first : rule_starts_[static_cast<std::size_t>(r)]) {
+      for (std::int32_t i = first; items_[static_cast<std::size_t>(i)] != kEnd; ++i) {
+        const std::int32_t s = items_[static_cast<std::size_t>(i)];
+        if (s >= 0 && !seen[static_cast<std::size_t>(s)]) {
+          seen[static_cast<std::size_t>(s)] = 1;
+          todo.push_back(s);
+        }
+      }
+    }
+  }
+  start_ = g.start();
+}
+
+GrammarState GrammarMatcher::close(std::vector<std::vector<std::int32_t>> pending) const {
+  GrammarState out;
+  std::vector<std::vector<std::int32_t>> ready;
+  // Every stack met while expanding (a nullable loop such as R := A R with A nullable comes back
+  // to a stack it has seen, and stops there).
+  const auto key_of = [](const std::vector<std::int32_t>& st) {
+    return std::string(reinterpret_cast<const char*>(st.data()), st.size() * sizeof(std::int32_t));
+  };
+  std::unordered_set<std::string> visited;
+  while (!pending.empty()) {
+    std::vector<std::int32_t> st = std::move(pending.back());
+    pending.pop_back();
+    if (!visited.insert(key_of(st)).second) continue;
+    if (visited.size() > kMaxGrammarParses * 8) {
+      throw std::length_error("grammar: more than " + std::to_string(kMaxGrammarParses) +
+                              " parses alive at once (the grammar is too ambiguous)");
+    }
+    while (true) {
+      if (st.empty()) {
+        out.accepting = true;
+        break;
+      }
+      const std::int32_t item = st.back();
+      const std::int32_t sym = items_[static_cast<std::size_t>(item)];
+      if (sym == kEnd) {  // the rule on top is complete: back to its caller's continuation
+        st.pop_back();
+        continue;
+      }
+      if (sym < 0) {  // waits on a terminal
+        ready.push_back(std::move(st));
+        break;
+      }
+      // A rule: the caller continues after it (a tail call drops the caller's finished frame),
+      // and each alternative is a parse of its own.
+      st.back() = item + 1;
+      if (items_[static_cast<std::size_t>(item + 1)] == kEnd) st.pop_back();
+      if (st.size() >= kMaxGrammarDepth) break;  // a left-recursive grammar's endless descent
+      const std::vector<std::int32_t>& starts = rule_starts_[static_cast<std::size_t>(sym)];
+      for (std::size_t a = 1; a < starts.size(); ++a) {
+        std::vector<std::int32_t> other = st;
+        other.push_back(starts[a]);
+        pending.push_back(std::move(other));
+      }
+      st.push_back(starts[0]);
+      if (!visited.insert(key_of(st)).second) break;
+    }
+  }
+  std::sort(ready.begin(), ready.end());
+  ready.erase(std::unique(ready.begin(), ready.end()), ready.end());
+  if (ready.size() > kMaxGrammarParses) {
+    throw std::length_error("grammar: more than " + std::to_string(kMaxGrammarParses) +
+                            " parses alive at once (the grammar is too ambiguous)");
+  }
+  for (const std::vector<std::int32_t>& st : ready) {
+    out.stacks.push_back(static_cast<std::int32_t>(st.size()));
+    out.stacks.insert(out.stacks.end(), st.begin(), st.end());
+  }
+  return out;
+}
+
+GrammarState GrammarMatcher::initial() const {
+  std::vector<std::vector<std::int32_t>> pending;
+  for (const std::int32_t first : rule_starts_[static_cast<std::size_t>(start_)]) {
+    pending.push_back({first});
+  }
+  return close(std::move(pending));
+}
+
+GrammarState GrammarMatcher::advance(const GrammarState& s, unsigned char b) const {
+  std::vector<std::vector<std::int32_t>> pending;
+  for (std::size_t i = 0; i < s.stacks.size();) {
+    const auto n = static_cast<std::size_t>(s.stacks[i]);
+    const std::int32_t top = s.stacks[i + n];
+    const std::int32_t sym = items_[static_cast<std::size_t>(top)];
+    if (terminals_[static_cast<std::size_t>(-1 - sym)].test(b)) {
+      std::vector<std::int32_t> st(s.stacks.begin() + static_cast<std::ptrdiff_t>(i + 1),
+                                   s.stacks.begin() + static_cast<std::ptrdiff_t>(i + 1 + n));
+      st.back() = top + 1;
+      pending.push_back(std::move(st));
+    }
+    i += n + 1;
+  }
+  if (pending.empty()) return {};
+  return close(std::move(pending));
+}
+
+GrammarState GrammarMatcher::advance(GrammarState s, std::string_view text) const {
+  for (const char c : text) {
+    s = advance(s, static_cast<unsigned char>(c));
+    if (s.dead()) break;
+  }
+  return s;
+}
+
+ByteSet GrammarMatcher::next_bytes(const GrammarState& s) const {
+  ByteSet out;
+  for (std::size_t i = 0; i < s.stacks.size();) {
+    const auto n = static_cast<std::size_t>(s.stacks[i]);
+    out |= terminals_[static_cast<std::size_t>(-1 -
+                                               items_[static_cast<std::size_t>(s.stacks[i + n])])];
+    i += n + 1;
+  }
+  return out;
+}
+
+}  // namespace servelab

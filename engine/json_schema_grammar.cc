@@ -1,0 +1,499 @@
+#include "engine/json_schema_grammar.h"
+
+#include <map>
+#include <optional>
+#include <set>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "engine/regex_grammar.h"
+
+namespace servelab {
+namespace {
+
+using Json = nlohmann::ordered_json;
+using Symbol = Grammar::Symbol;
+
+// Longest repeat counts a schema may ask for (each count is a rule).
+constexpr std::int64_t kMaxCount = 10000;
+// Deepest nesting of subschemas compiled in one path (a $ref cycle is a rule, not nesting).
+constexpr int kMaxNesting = 128;
+
+const std::set<std::string, std::less<>>& annotations() {
+  static const std::set<std::string, std::less<>> s = {
+      "title",         "description", "default",    "examples", "$schema",
+      "$id",           "$comment",    "deprecated", "readOnly", "writeOnly",
+      "discriminator", "$defs",       "definitions"};
+  return s;
+}
+
+std::string pointer_escape(std::string_view key) {
+  std::string out;
+  for (const char c : key) {
+    if (c == '~') {
+      out += "~0";
+    } else if (c == '/') {
+      out += "~1";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+class Compiler {
+ public:
+  Compiler(Grammar& g, const Json& root, const JsonGrammarOptions& o) : g_(g), root_(root), o_(o) {
+    ByteSet ws;
+    for (const char c : {' ', '\t', '\n', '\r'}) ws.set(static_cast<unsigned char>(c));
+    ws_ = o.any_whitespace ? std::vector<Symbol>{g.star(g.bytes(ws))} : std::vector<Symbol>{};
+  }
+
+  Symbol schema(const Json& s, const std::string& path, int depth) {
+    if (depth > kMaxNesting) fail(path, "subschemas nested deeper than 128");
+    if (s.is_boolean()) {
+      if (s.get<bool>()) return any_value();
+      return never();
+    }
+    if (!s.is_object()) fail(path, "expected a schema (an object or a boolean)");
+    for (auto it = s.begin(); it != s.end(); ++it) {
+      if (!known(it.key())) {
+        fail(path + "/" + pointer_escape(it.key()),
+             "the keyword \"" + it.key() + "\" is not supported in structured outputs");
+      }
+    }
+    if (s.contains("$ref")) {
+      check_alone(s, path, "$ref");
+      return ref(s["$ref"], path + "/$ref", depth);
+    }
+    if (s.contains("allOf")) {
+      check_alone(s, path, "allOf");
+      const Json& all = s["allOf"];
+      if (!all.is_array() || all.size() != 1) {
+        fail(path + "/allOf", "expected an array of exactly one schema (no merging of schemas)");
+      }
+      return schema(all[0], path + "/allOf/0", depth + 1);
+    }
+    for (const char* key : {"anyOf", "oneOf"}) {
+      if (!s.contains(key)) continue;
+      check_alone(s, path, key);
+      const Json& any = s[key];
+      if (!any.is_array() || any.empty()) fail(path + "/" + key, "expected a non-empty array");
+      std::vector<std::vector<Symbol>> alts;
+      for (std::size_t i = 0; i < any.size(); ++i) {
+        alts.push_back({schema(any[i], path + "/" + key + "/" + std::to_string(i), depth + 1)});
+      }
+      return g_.rule(std::move(alts));
+    }
+    if (s.contains("const")) return g_.literal_rule(s["const"].dump());
+    if (s.contains("enum")) {
+      const Json& values = s["enum"];
+      if (!values.is_array() || values.empty()) fail(path + "/enum", "expected a non-empty array");
+      std::vector<std::vector<Symbol>> alts;
+      for (const Json& v : values) alts.push_back(g_.literal(v.dump()));
+      return g_.rule(std::move(alts));
+    }
+    std::vector<std::string> types;
+    if (s.contains("type")) {
+      const Json& t = s["type"];
+      if (t.is_string()) {
+        types.push_back(t.get<std::string>());
+      } else if (t.is_array() && !t.empty()) {
+        for (const Json& one : t) {
+          if (!one.is_string()) fail(path + "/type", "expected a type name or a list of them");
+          types.push_back(one.get<std::string>());
+        }
+      } else {
+        fail(path + "/type", "expected a type name or a non-empty list of them");
+      }
+    } else if (s.contains("properties") || s.contains("additionalProperties") ||
+               s.contains("required")) {
+      types = {"object"};
+    } else if (s.contains("items") || s.contains("prefixItems") || s.contains("minItems") ||
+               s.contains("maxItems")) {
+      types = {"array"};
+    } else if (s.contains("minLength") || s.contains("maxLength") || s.contains("pattern")) {
+      types = {"string"};
+    } else {
+      return any_value();
+    }
+    std::vector<std::vector<Symbol>> alts;
+    for (const std::string& t : types) {
+      if (t == "object") {
+        alts.push_back({object(s, path, depth)});
+      } else if (t == "array") {
+        alts.push_back({array(s, path, depth)});
+      } else if (t == "string") {
+        alts.push_back({string(s, path)});
+      } else if (t == "integer") {
+        alts.push_back({integer()});
+      } else if (t == "number") {
+        alts.push_back({number()});
+      } else if (t == "boolean") {
+        alts.push_back({g_.rule({g_.literal("true"), g_.literal("false")})});
+      } else if (t == "null") {
+        alts.push_back(g_.literal("null"));
+      } else {
+        fail(path + "/type", "unknown type \"" + t +
+                                 "\" (expected object, array, string, integer, number, boolean "
+                                 "or null)");
+      }
+    }
+    return alts.size() == 1 && alts[0].size() == 1 ? alts[0][0] : g_.rule(std::move(alts));
+  }
+
+  Symbol any_value() {
+    if (any_ >= 0) return any_;
+    any_ = g_.new_rule();
+    const Symbol key = plain_string();
+    const Symbol member = seq(cat({{key}, ws(), std::vector<Symbol>{colon(), any_}}));
+    any_object_ = g_.rule({cat({{g_.byte('{')}, ws(), {g_.byte('}')}}),
+                           cat({{g_.byte('{')},
+                                ws(),
+                                {member},
+                                ws(),
+                                {g_.star(seq(cat({comma(), {member}, ws()})))},
+                                {g_.byte('}')}})});
+    any_array_ = g_.rule({cat({{g_.byte('[')}, ws(), {g_.byte(']')}}),
+                          cat({{g_.byte('[')},
+                               ws(),
+                               {any_},
+                               ws(),
+                               {g_.star(seq(cat({comma(), {any_}, ws()})))},
+                               {g_.byte(']')}})});
+    g_.add(any_, {any_object_});
+    g_.add(any_, {any_array_});
+    g_.add(any_, {key});
+    g_.add(any_, {number()});
+    g_.add(any_, g_.literal("true"));
+    g_.add(any_, g_.literal("false"));
+    g_.add(any_, g_.literal("null"));
+    return any_;
+  }
+
+  Symbol object_or_array() {
+    any_value();
+    return g_.rule({{any_object_}, {any_array_}});
+  }
+
+ private:
+  [[noreturn]] static void fail(const std::string& path, const std::string& what) {
+    throw JsonSchemaError(path + ": " + what);
+  }
+
+  static bool known(std::string_view k) {
+    static const std::set<std::string, std::less<>> keys = {
+        "type",      "properties",  "required", "additionalProperties",
+        "items",     "prefixItems", "minItems", "maxItems",
+        "minLength", "maxLength",   "pattern",  "enum",
+        "const",     "anyOf",       "oneOf",    "allOf",
+        "$ref"};
+    return keys.contains(k) || annotations().contains(k);
+  }
+
+  // $ref, allOf, anyOf and oneOf stand for the whole schema here: another validation keyword
+  // beside them would have to be merged in, which is refused rather than dropped.
+  static void check_alone(const Json& s, const std::string& path, const char* which) {
+    for (auto it = s.begin(); it != s.end(); ++it) {
+      if (it.key() != which && !annotations().contains(it.key())) {
+        fail(path + "/" + pointer_escape(it.key()),
+             std::string("\"") + it.key() + "\" beside \"" + which +
+                 "\" is not supported (the schemas are not merged)");
+      }
+    }
+  }
+
+  Symbol ref(const Json& target, const std::string& path, int depth) {
+    if (!target.is_string()) fail(path, "expected a string");
+    const std::string r = target.get<std::string>();
+    if (const auto it = refs_.find(r); it != refs_.end()) return it->second;
+    if (r.empty() || r[0] != '#') {
+      fail(path, "\"" + r + "\": only references into this schema (\"#...\") are supported");
+    }
+    const Json* at = &root_;
+    std::string_view rest = std::string_view(r).substr(1);
+    while (!rest.empty()) {
+      if (rest[0] != '/') fail(path, "\"" + r + "\": expected a JSON pointer after '#'");
+      rest.remove_prefix(1);
+      const std::size_t end = rest.find('/');
+      std::string token(rest.substr(0, end));
+      rest = end == std::string_view::npos ? std::string_view() : rest.substr(end);
+      std::string key;
+      for (std::size_t i = 0; i < token.size(); ++i) {
+        if (token[i] == '~' && i + 1 < token.size() &&
+            (token[i + 1] == '0' || token[i + 1] == '1')) {
+          key += token[i + 1] == '0' ? '~' : '/';
+          ++i;
+        } else {
+          key += token[i];
+        }
+      }
+      if (at->is_object() && at->contains(key)) {
+        at = &(*at)[key];
+      } else if (at->is_array() && !key.empty() &&
+                 key.find_first_not_of("0123456789") == std::string::npos &&
+                 std::stoull(key) < at->size()) {
+        at = &(*at)[std::stoull(key)];
+      } else {
+        fail(path, "\"" + r + "\" names nothing in the schema");
+      }
+    }
+    const Symbol rule = g_.new_rule();
+    refs_[r] = rule;
+    g_.add(rule, {schema(*at, r.substr(1), depth + 1)});
+    return rule;
+  }
+
+  std::vector<Symbol> ws() const { return ws_; }
+  std::vector<Symbol> comma() {
+    return o_.any_whitespace ? cat({{g_.byte(',')}, ws()}) : g_.literal(", ");
+  }
+  std::vector<Symbol> colon_seq() {
+    return o_.any_whitespace ? cat({{g_.byte(':')}, ws()}) : g_.literal(": ");
+  }
+  Symbol colon() { return seq(colon_seq()); }
+
+  static std::vector<Symbol> cat(std::initializer_list<std::vector<Symbol>> parts) {
+    std::vector<Symbol> a;
+    for (const std::vector<Symbol>& p : parts) a.insert(a.end(), p.begin(), p.end());
+    return a;
+  }
+  Symbol seq(std::vector<Symbol> s) { return g_.rule({std::move(s)}); }
+  Symbol never() { return g_.rule({{g_.bytes(ByteSet())}}); }
+
+  Symbol object(const Json& s, const std::string& path, int depth) {
+    struct Property {
+      std::vector<Symbol> head;  // "key" ws : ws
+      Symbol value;
+      bool required;
+    };
+    std::set<std::string> required;
+    if (s.contains("required")) {
+      const Json& r = s["required"];
+      if (!r.is_array()) fail(path + "/required", "expected an array of property names");
+      for (const Json& k : r) {
+        if (!k.is_string()) fail(path + "/required", "expected an array of property names");
+        required.insert(k.get<std::string>());
+      }
+    }
+    std::vector<Property> props;
+    if (s.contains("properties")) {
+      const Json& p = s["properties"];
+      if (!p.is_object()) fail(path + "/properties", "expected an object of schemas");
+      for (auto it = p.begin(); it != p.end(); ++it) {
+        const std::string sub = path + "/properties/" + pointer_escape(it.key());
+        props.push_back({cat({g_.literal(Json(it.key()).dump()), ws(), colon_seq()}),
+                         schema(it.value(), sub, depth + 1), required.contains(it.key())});
+      }
+    }
+    for (const std::string& k : required) {
+      const bool listed =
+          s.contains("properties") && s["properties"].is_object() && s["properties"].contains(k);
+      if (!listed) {
+        fail(path + "/required",
+             "\"" + k + "\" is required but not among the properties (its schema is unknown)");
+      }
+    }
+    std::optional<Symbol> extra;
+    if (s.contains("additionalProperties")) {
+      const Json& a = s["additionalProperties"];
+      if (!(a.is_boolean() && !a.get<bool>())) {
+        extra = seq(cat(
+            {{plain_string()},
+             ws(),
+             std::vector<Symbol>{colon(), schema(a, path + "/additionalProperties", depth + 1)}}));
+      }
+    }
+    // Members in order: M(i, first) lists properties i.. (a non-first member after ", "), each
+    // followed by whitespace, then the additional members, then '}'.
+    std::map<std::pair<std::size_t, bool>, Symbol> made;
+    const auto members = [&](auto&& self, std::size_t i, bool first) -> Symbol {
+      if (const auto it = made.find({i, first}); it != made.end()) return it->second;
+      Symbol r;
+      if (i == props.size()) {
+        std::vector<std::vector<Symbol>> alts = {{g_.byte('}')}};
+        if (extra) {
+          const Symbol more = g_.star(seq(cat({comma(), {*extra}, ws()})));
+          alts.push_back(
+              cat({first ? std::vector<Symbol>{} : comma(), {*extra}, ws(), {more, g_.byte('}')}}));
+        }
+        r = g_.rule(std::move(alts));
+      } else {
+        const Property& p = props[i];
+        std::vector<std::vector<Symbol>> alts = {cat({first ? std::vector<Symbol>{} : comma(),
+                                                      p.head,
+                                                      {p.value},
+                                                      ws(),
+                                                      {self(self, i + 1, false)}})};
+        if (!p.required) alts.push_back({self(self, i + 1, first)});
+        r = g_.rule(std::move(alts));
+      }
+      made[{i, first}] = r;
+      return r;
+    };
+    return seq(cat({{g_.byte('{')}, ws(), {members(members, 0, true)}}));
+  }
+
+  std::int64_t count(const Json& s, const char* key, const std::string& path, std::int64_t dflt) {
+    if (!s.contains(key)) return dflt;
+    const Json& v = s[key];
+    if (!v.is_number_unsigned() && !(v.is_number_integer() && v.get<std::int64_t>() >= 0)) {
+      fail(path + "/" + key, "expected a non-negative integer");
+    }
+    const auto n = v.get<std::int64_t>();
+    if (n > kMaxCount) fail(path + "/" + key, "at most 10000 is supported");
+    return n;
+  }
+
+  Symbol array(const Json& s, const std::string& path, int depth) {
+    const std::int64_t min = count(s, "minItems", path, 0);
+    const std::int64_t max = count(s, "maxItems", path, -1);
+    if (max >= 0 && max < min) fail(path + "/maxItems", "below minItems");
+    std::vector<Symbol> prefix;
+    if (s.contains("prefixItems")) {
+      const Json& p = s["prefixItems"];
+      if (!p.is_array()) fail(path + "/prefixItems", "expected an array of schemas");
+      for (std::size_t i = 0; i < p.size(); ++i) {
+        prefix.push_back(schema(p[i], path + "/prefixItems/" + std::to_string(i), depth + 1));
+      }
+    }
+    std::optional<Symbol> items;
+    if (!s.contains("items")) {
+      items = any_value();
+    } else if (!(s["items"].is_boolean() && !s["items"].get<bool>())) {
+      items = schema(s["items"], path + "/items", depth + 1);
+    }
+    // A(j): the array after j items (each followed by whitespace), '[' ws and A(0) the whole.
+    // Beyond the prefix and minItems, with no maxItems, every A(j) is the same loop.
+    const auto fixed = static_cast<std::int64_t>(prefix.size());
+    const std::int64_t last = max >= 0 ? max : std::max(fixed, min);
+    std::vector<Symbol> a(static_cast<std::size_t>(last + 1));
+    for (std::int64_t j = last; j >= 0; --j) {
+      std::vector<std::vector<Symbol>> alts;
+      if (j >= min) alts.push_back({g_.byte(']')});
+      const std::optional<Symbol> item =
+          j < fixed ? std::optional(prefix[static_cast<std::size_t>(j)]) : items;
+      const std::vector<Symbol> sep = j == 0 ? std::vector<Symbol>{} : comma();
+      if (item && j < last) {
+        alts.push_back(cat({sep, {*item}, ws(), {a[static_cast<std::size_t>(j + 1)]}}));
+      } else if (item && j == last && max < 0) {
+        // Unbounded: (, item ws)* then ']'.
+        const Symbol more = g_.star(seq(cat({comma(), {*item}, ws()})));
+        if (j == 0) {
+          alts.push_back(cat({{*item}, ws(), {more, g_.byte(']')}}));
+        } else {
+          alts.push_back(cat({comma(), {*item}, ws(), {more, g_.byte(']')}}));
+        }
+      }
+      if (alts.empty()) fail(path, "no array can satisfy minItems with these items");
+      a[static_cast<std::size_t>(j)] = g_.rule(std::move(alts));
+    }
+    return seq(cat({{g_.byte('[')}, ws(), {a[0]}}));
+  }
+
+  // One character of a JSON string's body: an unescaped code point (UTF-8, not '"', '\' or a
+  // control character) or an escape.
+  Symbol string_char() {
+    if (char_ >= 0) return char_;
+    ByteSet plain;
+    for (unsigned c = 0x20; c < 0x80; ++c) plain.set(c);
+    plain.reset('"');
+    plain.reset('\\');
+    const Symbol cont = g_.range(0x80, 0xBF);
+    ByteSet esc;
+    for (const char c : std::string_view("\"\\/bfnrt")) esc.set(static_cast<unsigned char>(c));
+    ByteSet hex;
+    for (const char c : std::string_view("0123456789abcdefABCDEF"))
+      hex.set(static_cast<unsigned char>(c));
+    const Symbol h = g_.bytes(hex);
+    char_ = g_.rule({
+        {g_.bytes(plain)},
+        {g_.range(0xC2, 0xDF), cont},
+        {g_.byte(0xE0), g_.range(0xA0, 0xBF), cont},
+        {g_.range(0xE1, 0xEC), cont, cont},
+        {g_.byte(0xED), g_.range(0x80, 0x9F), cont},
+        {g_.range(0xEE, 0xEF), cont, cont},
+        {g_.byte(0xF0), g_.range(0x90, 0xBF), cont, cont},
+        {g_.range(0xF1, 0xF3), cont, cont, cont},
+        {g_.byte(0xF4), g_.range(0x80, 0x8F), cont, cont},
+        {g_.byte('\\'), g_.bytes(esc)},
+        {g_.byte('\\'), g_.byte('u'), h, h, h, h},
+    });
+    return char_;
+  }
+
+  Symbol plain_string() {
+    if (plain_string_ < 0) {
+      plain_string_ = seq({g_.byte('"'), g_.star(string_char()), g_.byte('"')});
+    }
+    return plain_string_;
+  }
+
+  Symbol string(const Json& s, const std::string& path) {
+    const std::int64_t min = count(s, "minLength", path, 0);
+    const std::int64_t max = count(s, "maxLength", path, -1);
+    if (max >= 0 && max < min) fail(path + "/maxLength", "below minLength");
+    if (s.contains("pattern")) {
+      if (min != 0 || max >= 0) {
+        fail(path + "/pattern", "pattern with minLength or maxLength is not supported");
+      }
+      if (!s["pattern"].is_string()) fail(path + "/pattern", "expected a regular expression");
+      try {
+        const Symbol body = compile_regex(g_, s["pattern"].get<std::string>());
+        return seq({g_.byte('"'), body, g_.byte('"')});
+      } catch (const RegexError& e) {
+        fail(path + "/pattern", e.what());
+      }
+    }
+    if (min == 0 && max < 0) return plain_string();
+    return seq({g_.byte('"'), g_.repeat(string_char(), min, max), g_.byte('"')});
+  }
+
+  Symbol integer() {
+    if (integer_ < 0) {
+      const Symbol digits = g_.star(g_.range('0', '9'));
+      integer_ =
+          seq({g_.optional(g_.byte('-')), g_.rule({{g_.byte('0')}, {g_.range('1', '9'), digits}})});
+    }
+    return integer_;
+  }
+
+  Symbol number() {
+    if (number_ < 0) {
+      const Symbol digits = g_.plus(g_.range('0', '9'));
+      ByteSet e, sign;
+      e.set('e');
+      e.set('E');
+      sign.set('+');
+      sign.set('-');
+      number_ = seq({integer(), g_.optional(seq({g_.byte('.'), digits})),
+                     g_.optional(seq({g_.bytes(e), g_.optional(g_.bytes(sign)), digits}))});
+    }
+    return number_;
+  }
+
+  Grammar& g_;
+  const Json& root_;
+  JsonGrammarOptions o_;
+  std::vector<Symbol> ws_;
+  std::map<std::string, Symbol> refs_;
+  Symbol any_ = -1, any_object_ = -1, any_array_ = -1;
+  Symbol char_ = -1, plain_string_ = -1, integer_ = -1, number_ = -1;
+};
+
+}  // namespace
+
+Grammar::Symbol compile_json_schema(Grammar& g, const nlohmann::ordered_json& schema,
+                                    const JsonGrammarOptions& options) {
+  Compiler c(g, schema, options);
+  return c.schema(schema, "", 0);
+}
+
+Grammar::Symbol compile_json_object_or_array(Grammar& g, const JsonGrammarOptions& options) {
+  static const nlohmann::ordered_json empty = nlohmann::ordered_json::object();
+  Compiler c(g, empty, options);
+  return c.object_or_array();
+}
+
+}  // namespace servelab

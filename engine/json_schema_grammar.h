@@ -1,0 +1,52 @@
+// JSON schemas (and free-form JSON) compiled into a byte grammar (engine/grammar.h): the
+// structured outputs of `engine serve` (response_format json_schema / json_object,
+// structured_outputs.json, tool_choice "required" or named; engine/structured_output.h).
+//
+// The text a schema's grammar accepts is one JSON value valid under the schema, written the way
+// xgrammar (vLLM's default backend) writes it:
+//   - objects list the schema's `properties` in the schema's order, every `required` one present,
+//     the others optional; further members only where `additionalProperties` is true or a schema
+//     (a missing additionalProperties allows none: xgrammar's strict mode, vLLM's default);
+//   - arrays: `items` (a schema or false), `prefixItems`, `minItems`, `maxItems`;
+//   - strings: any JSON string (UTF-8, escapes), `minLength` / `maxLength` in characters (an
+//     escape is one character), `pattern` (engine/regex_grammar.h) matched against the
+//     characters between the quotes as they are written;
+//   - numbers: JSON numbers; integers without fraction or exponent;
+//   - `enum` and `const` (each value as compact JSON), `anyOf` / `oneOf` (any of them), `allOf`
+//     with one schema, `$ref` to "#", "#/$defs/..." or "#/definitions/..." (recursion allowed),
+//     `type` as a name or a list; true / {} is any JSON value, false nothing;
+//   - whitespace: any JSON whitespace between tokens (vLLM's default, any_whitespace), or with
+//     any_whitespace false none but ", " and ": " between members (Python's json.dumps).
+// Annotations are ignored (title, description, default, examples, $schema, $id, $comment,
+// deprecated, readOnly, writeOnly, discriminator). Every other keyword (minimum, format,
+// uniqueItems, if/then/else, patternProperties, ...) is a JsonSchemaError naming where it is, so
+// that no output is ever held to less than its schema asks.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <string>
+
+#include "engine/grammar.h"
+
+namespace servelab {
+
+// What a schema cannot be compiled for; what() is "PATH: what was expected", PATH a JSON pointer
+// into the schema ("" for its root).
+struct JsonSchemaError : std::invalid_argument {
+  using std::invalid_argument::invalid_argument;
+};
+
+struct JsonGrammarOptions {
+  bool any_whitespace = true;  // vLLM's default (structured_outputs.disable_any_whitespace false)
+};
+
+// A rule of `g` matching the JSON texts valid under `schema` (does not set the start).
+Grammar::Symbol compile_json_schema(Grammar& g, const nlohmann::ordered_json& schema,
+                                    const JsonGrammarOptions& options = {});
+
+// A rule matching any JSON object or array (vLLM's json_object, xgrammar's built-in JSON
+// grammar).
+Grammar::Symbol compile_json_object_or_array(Grammar& g, const JsonGrammarOptions& options = {});
+
+}  // namespace servelab

@@ -1,0 +1,405 @@
+// Structured outputs: the byte grammar and its recognizer (engine/grammar.h), JSON schemas
+// compiled into it (engine/json_schema_grammar.h), the token masks over a real vocabulary
+// (engine/token_trie.h, engine/grammar_constraint.h) and the forced tool choice's schema and
+// parser (engine/forced_tool_parser.h).
+#include "engine/structured_output.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/forced_tool_parser.h"
+#include "engine/grammar.h"
+#include "engine/grammar_constraint.h"
+#include "engine/json_schema_grammar.h"
+#include "engine/token_trie.h"
+#include "serving/home.h"
+#include "serving/tokenizer.h"
+
+namespace servelab {
+namespace {
+
+using ojson = nlohmann::ordered_json;
+
+GrammarMatcher schema_matcher(const char* schema, bool any_whitespace = true) {
+  Grammar g;
+  g.set_start(compile_json_schema(g, ojson::parse(schema), {any_whitespace}));
+  return GrammarMatcher(g);
+}
+
+std::string schema_error(const char* schema) {
+  try {
+    Grammar g;
+    compile_json_schema(g, ojson::parse(schema));
+  } catch (const JsonSchemaError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Grammar, RecognizesItsLanguageAndKeepsRepetitionsFlat) {
+  Grammar g;  // S := "a" S "b" | "" (not regular), then "!"
+  const Grammar::Symbol s = g.new_rule();
+  g.add(s, {g.byte('a'), s, g.byte('b')});
+  g.add(s, {});
+  g.set_start(g.rule({{s, g.byte('!')}}));
+  const GrammarMatcher m(g);
+  EXPECT_TRUE(m.matches("!"));
+  EXPECT_TRUE(m.matches("aaabbb!"));
+  EXPECT_FALSE(m.matches("aabbb!"));
+  EXPECT_FALSE(m.matches("aab!"));
+  EXPECT_FALSE(m.matches("ab"));
+  // x*: a million bytes keep one parse of constant depth.
+  Grammar h;
+  h.set_start(h.star(h.range('0', '9')));
+  const GrammarMatcher n(h);
+  GrammarState st = n.initial();
+  for (int i = 0; i < 100000; ++i) st = n.advance(st, static_cast<unsigned char>('0' + i % 10));
+  EXPECT_TRUE(st.accepting);
+  EXPECT_LE(st.stacks.size(), 4u);
+  EXPECT_EQ(st, n.advance(n.initial(), "7"));  // the same state whatever the path
+  EXPECT_TRUE(n.advance(st, 'x').dead());
+}
+
+TEST(Grammar, RepeatCountsAndNullableLoopsTerminate) {
+  Grammar g;
+  g.set_start(g.repeat(g.byte('a'), 2, 4));
+  const GrammarMatcher m(g);
+  EXPECT_FALSE(m.matches("a"));
+  EXPECT_TRUE(m.matches("aa"));
+  EXPECT_TRUE(m.matches("aaaa"));
+  EXPECT_FALSE(m.matches("aaaaa"));
+  Grammar h;  // (a?)* : nullable inside a star must not loop forever
+  h.set_start(h.star(h.optional(h.byte('a'))));
+  const GrammarMatcher n(h);
+  EXPECT_TRUE(n.matches(""));
+  EXPECT_TRUE(n.matches("aaa"));
+  Grammar e;
+  e.set_start(e.new_rule());  // no alternative: a compiler's mistake, refused
+  EXPECT_THROW(GrammarMatcher{e}, std::invalid_argument);
+}
+
+TEST(JsonSchemaGrammar, ObjectsListPropertiesInOrderWithRequiredOnes) {
+  const GrammarMatcher m = schema_matcher(R"({
+    "type": "object",
+    "properties": {"name": {"type": "string"}, "age": {"type": "integer"},
+                   "tags": {"type": "array", "items": {"type": "string"}}},
+    "required": ["name"]})");
+  EXPECT_TRUE(m.matches(R"({"name":"Ada"})"));
+  EXPECT_TRUE(m.matches(R"({"name": "Ada", "age": 36})"));
+  EXPECT_TRUE(m.matches("{\n  \"name\": \"Ada\",\n  \"tags\": [\"x\", \"y\"]\n}"));
+  EXPECT_TRUE(m.matches(R"({"name":"A","age":-3,"tags":[]})"));
+  EXPECT_FALSE(m.matches(R"({"age": 36})"));                  // name is required
+  EXPECT_FALSE(m.matches(R"({"age": 36, "name": "Ada"})"));   // schema order
+  EXPECT_FALSE(m.matches(R"({"name": "Ada", "other": 1})"));  // no additional properties
+  EXPECT_FALSE(m.matches(R"({"name": "Ada", "age": 3.5})"));  // an integer
+  EXPECT_FALSE(m.matches(R"({"name": "Ada",})"));             // JSON
+  EXPECT_FALSE(m.matches(R"( {"name": "Ada"})"));             // nothing before the value
+  EXPECT_FALSE(m.matches(R"({"name": "Ada", "age": 036})"));  // no leading zeros
+  // With additionalProperties, more members after the listed ones.
+  const GrammarMatcher extra = schema_matcher(
+      R"({"properties": {"a": {"type": "null"}}, "additionalProperties": {"type": "number"}})");
+  EXPECT_TRUE(extra.matches(R"({})"));
+  EXPECT_TRUE(extra.matches(R"({"a": null, "x": 1.5e3, "y": -0.25})"));
+  EXPECT_TRUE(extra.matches(R"({"x": 1})"));
+  EXPECT_FALSE(extra.matches(R"({"x": "s"})"));
+}
+
+TEST(JsonSchemaGrammar, ScalarsStringsArraysAndChoices) {
+  EXPECT_TRUE(schema_matcher(R"({"type": "string"})").matches(R"("a\"b\\\n\u00e9 é 😀")"));
+  EXPECT_FALSE(schema_matcher(R"({"type": "string"})").matches("\"a\nb\""));  // raw control char
+  EXPECT_FALSE(schema_matcher(R"({"type": "string"})").matches("\"\xff\""));  // not UTF-8
+  EXPECT_FALSE(schema_matcher(R"({"type": "string"})").matches(R"("\x")"));   // bad escape
+  const GrammarMatcher len =
+      schema_matcher(R"({"type": "string", "minLength": 2, "maxLength": 3})");
+  EXPECT_FALSE(len.matches(R"("a")"));
+  EXPECT_TRUE(len.matches(R"("é\n")"));  // characters, not bytes; an escape is one
+  EXPECT_FALSE(len.matches(R"("abcd")"));
+  const GrammarMatcher num = schema_matcher(R"({"type": "number"})");
+  for (const char* ok : {"0", "-0", "12.50", "1e5", "-2.5E-3", "7"})
+    EXPECT_TRUE(num.matches(ok)) << ok;
+  for (const char* no : {"01", "1.", ".5", "+1", "1e", "--1", ""})
+    EXPECT_FALSE(num.matches(no)) << no;
+  const GrammarMatcher arr = schema_matcher(
+      R"({"type": "array", "items": {"type": "boolean"}, "minItems": 1, "maxItems": 2})");
+  EXPECT_FALSE(arr.matches("[]"));
+  EXPECT_TRUE(arr.matches("[true]"));
+  EXPECT_TRUE(arr.matches("[ true , false ]"));
+  EXPECT_FALSE(arr.matches("[true, false, true]"));
+  const GrammarMatcher tuple = schema_matcher(
+      R"({"prefixItems": [{"type": "integer"}, {"type": "string"}], "items": false})");
+  EXPECT_TRUE(tuple.matches(R"([1, "a"])"));
+  EXPECT_TRUE(tuple.matches(R"([1])"));
+  EXPECT_FALSE(tuple.matches(R"([1, "a", 2])"));
+  EXPECT_FALSE(tuple.matches(R"(["a"])"));
+  const GrammarMatcher choice =
+      schema_matcher(R"({"anyOf": [{"enum": ["red", 3, null]}, {"const": {"k": [1, 2]}}]})");
+  for (const char* ok : {R"("red")", "3", "null", R"({"k":[1,2]})"})
+    EXPECT_TRUE(choice.matches(ok)) << ok;
+  EXPECT_FALSE(choice.matches(R"("blue")"));
+  const GrammarMatcher types = schema_matcher(R"({"type": ["integer", "null"]})");
+  EXPECT_TRUE(types.matches("null"));
+  EXPECT_TRUE(types.matches("-4"));
+  EXPECT_FALSE(types.matches("true"));
+  EXPECT_TRUE(schema_matcher("true").matches(R"([{"a": [1, "x", null]}, false])"));
+  EXPECT_FALSE(schema_matcher("false").matches("null"));
+}
+
+TEST(JsonSchemaGrammar, RefsMayRecurse) {
+  const GrammarMatcher tree = schema_matcher(R"({
+    "$defs": {"node": {"type": "object",
+                       "properties": {"v": {"type": "integer"},
+                                      "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}},
+                       "required": ["v"]}},
+    "$ref": "#/$defs/node"})");
+  EXPECT_TRUE(
+      tree.matches(R"({"v": 1, "kids": [{"v": 2}, {"v": 3, "kids": [{"v": 4, "kids": []}]}]})"));
+  EXPECT_FALSE(tree.matches(R"({"v": 1, "kids": [{"kids": []}]})"));
+}
+
+TEST(JsonSchemaGrammar, WithoutAnyWhitespaceTheSeparatorsArePythons) {
+  const GrammarMatcher m = schema_matcher(
+      R"({"properties": {"a": {"type": "integer"}, "b": {"type": "array", "items": {"type": "integer"}}}, "required": ["a", "b"]})",
+      false);
+  EXPECT_TRUE(m.matches(R"({"a": 1, "b": [1, 2]})"));
+  EXPECT_FALSE(m.matches(R"({"a":1,"b":[1,2]})"));
+  EXPECT_FALSE(m.matches(R"({ "a": 1, "b": [1, 2]})"));
+}
+
+TEST(JsonSchemaGrammar, WhatItCannotHoldAnOutputToIsAnErrorNamingWhere) {
+  EXPECT_EQ(
+      schema_error(R"({"properties": {"n": {"type": "integer", "minimum": 0}}})"),
+      "/properties/n/minimum: the keyword \"minimum\" is not supported in structured outputs");
+  EXPECT_EQ(schema_error(R"({"type": "thing"})"),
+            "/type: unknown type \"thing\" (expected object, array, string, integer, number, "
+            "boolean or null)");
+  EXPECT_EQ(schema_error(R"({"$ref": "#/$defs/missing"})"),
+            "/$ref: \"#/$defs/missing\" names nothing in the schema");
+  EXPECT_EQ(schema_error(R"({"$ref": "https://example.com/s.json"})"),
+            "/$ref: \"https://example.com/s.json\": only references into this schema (\"#...\") "
+            "are supported");
+  EXPECT_EQ(schema_error(R"({"required": ["x"]})"),
+            "/required: \"x\" is required but not among the properties (its schema is unknown)");
+  EXPECT_EQ(schema_error(R"({"anyOf": [{"type": "string"}], "type": "string"})"),
+            "/type: \"type\" beside \"anyOf\" is not supported (the schemas are not merged)");
+  EXPECT_EQ(schema_error(R"({"type": "array", "minItems": 3, "maxItems": 2})"),
+            "/maxItems: below minItems");
+  EXPECT_EQ(schema_error(R"({"type": "string", "maxLength": 100000})"),
+            "/maxLength: at most 10000 is supported");
+  // Annotations are not keywords.
+  EXPECT_EQ(schema_error(R"({"title": "T", "description": "d", "default": 1, "type": "integer"})"),
+            "");
+}
+
+// Random JSON texts, valid and broken, against the json_object grammar and nlohmann's parser:
+// the grammar accepts exactly the JSON objects and arrays (no whitespace around them).
+TEST(JsonSchemaGrammar, JsonObjectAcceptsExactlyJsonObjectsAndArrays) {
+  Grammar g;
+  g.set_start(compile_json_object_or_array(g));
+  const GrammarMatcher m(g);
+  std::mt19937_64 rng(7);
+  const auto pick = [&](std::size_t n) { return static_cast<std::size_t>(rng() % n); };
+  const std::vector<std::string> atoms = {"1",    "-2.5e3", "\"s\"", "\"\\u00e9\\n\"", "true",
+                                          "null", "false",  "0",     "\"é\""};
+  std::function<std::string(int)> value = [&](int depth) -> std::string {
+    const std::size_t k = depth > 3 ? 2 : pick(4);
+    const char* ws[] = {"", " ", "\n  ", ""};
+    if (k == 0) {
+      std::string s = "{";
+      const std::size_t n = pick(3);
+      for (std::size_t i = 0; i < n; ++i) {
+        s += std::string(i ? "," : "") + ws[pick(4)] + "\"k" + std::to_string(i) + "\"" +
+             ws[pick(4)] + ":" + ws[pick(4)] + value(depth + 1) + ws[pick(4)];
+      }
+      return s + "}";
+    }
+    if (k == 1) {
+      std::string s = "[";
+      const std::size_t n = pick(3);
+      for (std::size_t i = 0; i < n; ++i) {
+        s += std::string(i ? "," : "") + ws[pick(4)] + value(depth + 1) + ws[pick(4)];
+      }
+      return s + "]";
+    }
+    return atoms[pick(atoms.size())];
+  };
+  const std::string noise = "{}[],:\" 1e.-tn\\";
+  int accepted = 0;
+  for (int i = 0; i < 3000; ++i) {
+    std::string s = value(0);
+    for (std::size_t e = pick(3); e > 0 && !s.empty(); --e) {  // up to two random edits
+      const std::size_t at = pick(s.size());
+      if (pick(2) == 0) {
+        s.erase(at, 1);
+      } else {
+        s.insert(at, 1, noise[pick(noise.size())]);
+      }
+    }
+    const bool trimmed =
+        !s.empty() && s.find_first_of(" \n") != 0 && s.find_last_not_of(" \n") == s.size() - 1;
+    const nlohmann::json parsed = nlohmann::json::parse(s, nullptr, false);
+    const bool expected =
+        trimmed && !parsed.is_discarded() && (parsed.is_object() || parsed.is_array());
+    ASSERT_EQ(m.matches(s), expected) << s;
+    accepted += expected;
+  }
+  EXPECT_GT(accepted, 500);
+  EXPECT_LT(accepted, 2900);
+}
+
+std::shared_ptr<const Tokenizer> gpt2() {
+  static const std::shared_ptr<const Tokenizer> t =
+      load_tokenizer(servelab_home() / "data/tokenizers/gpt2/tokenizer.json");
+  return t;
+}
+
+TEST(TokenTrie, HoldsEveryTokenByItsBytes) {
+  const auto tok = gpt2();
+  const TokenTrie trie(*tok, tok->vocab_size());
+  EXPECT_EQ(trie.num_tokens(),
+            static_cast<std::size_t>(tok->vocab_size()) - 1);  // no <|endoftext|>
+  const std::int32_t hello = tok->encode(" hello")[0];
+  ASSERT_NE(trie.bytes(hello), nullptr);
+  EXPECT_EQ(*trie.bytes(hello), " hello");
+  EXPECT_EQ(trie.bytes(50256), nullptr);  // special
+  // Walking the trie by a token's bytes reaches a node listing it.
+  const TokenTrie::Node* n = &trie.root();
+  for (const char c : std::string(" hello")) {
+    const auto edges = trie.edges(*n);
+    const auto e = std::find_if(edges.begin(), edges.end(), [&](const TokenTrie::Edge& x) {
+      return x.byte == static_cast<unsigned char>(c);
+    });
+    ASSERT_NE(e, edges.end());
+    n = &trie.node(e->child);
+  }
+  const auto here = trie.tokens(*n);
+  EXPECT_NE(std::find(here.begin(), here.end(), hello), here.end());
+}
+
+// The mask of a state is exactly the tokens whose bytes the grammar takes (checked token by
+// token over the whole GPT-2 vocabulary), plus EOS where the text is complete.
+TEST(GrammarConstraint, MasksAreTheTokensTheGrammarTakes) {
+  const auto tok = gpt2();
+  auto trie = std::make_shared<const TokenTrie>(*tok, tok->vocab_size());
+  StructuredOutputSpec spec;
+  spec.schema = ojson::parse(
+      R"({"properties": {"city": {"type": "string"}, "n": {"type": "integer"}}, "required": ["city", "n"]})");
+  const auto matcher = compile_structured_output(spec);
+  const GrammarConstraint c(matcher, trie, {50256});
+  for (const char* prefix : {"", "{", "{\"ci", "{\"city\": \"Par", "{\"city\": \"Paris\", \"n\": 1",
+                             "{\"city\": \"Paris\", \"n\": 12}"}) {
+    const GrammarState st = matcher->advance(matcher->initial(), prefix);
+    ASSERT_FALSE(st.dead()) << prefix;
+    const TokenMask mask = c.mask_of(st);
+    int allowed = 0;
+    for (std::int32_t t = 0; t < 50256; ++t) {
+      const bool takes = !matcher->advance(st, *trie->bytes(t)).dead();
+      ASSERT_EQ(token_allowed(mask, t), takes) << prefix << " token " << t;
+      allowed += takes;
+    }
+    EXPECT_EQ(token_allowed(mask, 50256), st.accepting) << prefix;
+    if (std::string(prefix).ends_with("}")) {
+      EXPECT_EQ(allowed, 0);  // done: EOS alone
+    } else {
+      EXPECT_GT(allowed, 0) << prefix;
+    }
+  }
+}
+
+// Sampling random allowed tokens until EOS always gives a text the schema accepts; the masks
+// asked in any order (a preempted sequence, a verify row's drafts) are those of a fresh walk.
+TEST(GrammarConstraint, RandomWalksEndInValidJson) {
+  const auto tok = gpt2();
+  auto trie = std::make_shared<const TokenTrie>(*tok, tok->vocab_size());
+  StructuredOutputSpec spec;
+  spec.schema = ojson::parse(R"({"type": "object", "properties": {
+      "ok": {"type": "boolean"}, "xs": {"type": "array", "items": {"enum": ["a", "bc"]}, "maxItems": 3}},
+      "required": ["ok", "xs"]})");
+  spec.any_whitespace = false;
+  const auto matcher = compile_structured_output(spec);
+  const auto c =
+      std::make_shared<GrammarConstraint>(matcher, trie, std::vector<std::int32_t>{50256});
+  std::mt19937_64 rng(11);
+  for (RequestId seq = 0; seq < 20; ++seq) {
+    std::vector<std::int32_t> out;
+    while (true) {
+      const auto mask = c->allowed(seq, out, {});
+      std::vector<std::int32_t> ok;
+      for (std::int32_t t = 0; t <= 50256; ++t) {
+        if (token_allowed(*mask, t)) ok.push_back(t);
+      }
+      ASSERT_FALSE(ok.empty());
+      const std::int32_t t = ok[rng() % ok.size()];
+      if (t == 50256) break;
+      out.push_back(t);
+      ASSERT_LT(out.size(), 200u);
+    }
+    const std::string text = tok->decode(out);
+    EXPECT_TRUE(matcher->matches(text)) << text;
+    const nlohmann::json j = nlohmann::json::parse(text);
+    EXPECT_TRUE(j["ok"].is_boolean());
+    EXPECT_LE(j["xs"].size(), 3u);
+    // The same outputs asked as earlier + later, and after a longer prefix (a fresh start).
+    for (std::size_t cut = 0; cut <= out.size(); ++cut) {
+      const std::span<const std::int32_t> all(out);
+      EXPECT_EQ(*c->allowed(1000 + seq, all.first(cut), all.subspan(cut)),
+                c->mask_of(matcher->advance(matcher->initial(), text)));
+    }
+  }
+  // Outputs that left the grammar: EOS alone.
+  const std::vector<std::int32_t> wrong = tok->encode("[1]");
+  const auto mask = c->allowed(99, wrong, {});
+  EXPECT_TRUE(token_allowed(*mask, 50256));
+  EXPECT_FALSE(token_allowed(*mask, tok->encode("{")[0]));
+}
+
+TEST(ForcedToolChoice, RequiredSchemaAndParser) {
+  const std::vector<ForcedTool> tools = {
+      {"get_weather",
+       ojson::parse(
+           R"({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})")},
+      {"now", nullptr}};
+  const ojson schema = forced_tool_schema(tools, nullptr);
+  Grammar g;
+  g.set_start(compile_json_schema(g, schema));
+  const GrammarMatcher m(g);
+  EXPECT_TRUE(m.matches(R"([{"name": "get_weather", "parameters": {"city": "Oslo"}}])"));
+  EXPECT_TRUE(
+      m.matches(R"([{"name": "now", "parameters": {}}, {"name": "now", "parameters": {}}])"));
+  EXPECT_FALSE(m.matches(R"([])"));
+  EXPECT_FALSE(m.matches(R"([{"name": "now", "parameters": {"city": "Oslo"}}])"));
+  EXPECT_FALSE(m.matches(R"([{"name": "other", "parameters": {}}])"));
+  const auto parser = make_forced_tool_parser(nullptr);
+  EXPECT_TRUE(parser->forced());
+  const ExtractedToolCalls calls = parser->extract(
+      R"([{"name":"get_weather","parameters":{"city":"Zürich"}},{"name":"now","parameters":{}}])");
+  ASSERT_EQ(calls.calls.size(), 2u);
+  EXPECT_EQ(calls.calls[0].name, "get_weather");
+  EXPECT_EQ(calls.calls[0].arguments, R"({"city": "Zürich"})");  // json.dumps(ensure_ascii=False)
+  EXPECT_EQ(calls.calls[1].arguments, "{}");
+  EXPECT_EQ(calls.content, "");
+  EXPECT_TRUE(parser->extract(R"([{"name": "now", "param)").calls.empty());  // cut: content
+  const std::string name = "get_weather";
+  EXPECT_EQ(forced_tool_schema(tools, &name), tools[0].parameters);
+  const ExtractedToolCalls named = make_forced_tool_parser(&name)->extract(R"({"city": "Oslo"})");
+  ASSERT_EQ(named.calls.size(), 1u);
+  EXPECT_EQ(named.calls[0].arguments, R"({"city": "Oslo"})");
+  // $defs of the tools' parameters move to the top, where their references point.
+  const std::vector<ForcedTool> with_defs = {
+      {"a",
+       ojson::parse(
+           R"({"$defs": {"P": {"type": "integer"}}, "properties": {"p": {"$ref": "#/$defs/P"}}})")},
+      {"b", ojson::parse(R"({"$defs": {"P": {"type": "string"}}})")}};
+  EXPECT_THROW(forced_tool_schema(with_defs, nullptr), ToolSchemaError);
+  const ojson lifted = forced_tool_schema({with_defs[0]}, nullptr);
+  EXPECT_EQ(lifted["$defs"]["P"]["type"], "integer");
+  Grammar h;
+  h.set_start(compile_json_schema(h, lifted));
+  EXPECT_TRUE(GrammarMatcher(h).matches(R"([{"name": "a", "parameters": {"p": 3}}])"));
+}
+
+}  // namespace
+}  // namespace servelab
