@@ -1,13 +1,15 @@
 // Structured outputs (engine/grammar_constraint.h) over GPT-2's vocabulary (50,257 tokens): what
 // a sampled row of a constrained request costs the engine's host side.
-//   BM_MaskOfState/K: one uncached mask (a walk of the vocabulary's byte trie) in state K of a
-//     JSON-schema output: 0 after "{" (a key must follow: few tokens survive), 1 inside a free
-//     string (almost every token survives), 2 inside an integer;
-//   BM_ConstrainedOutput/W: a whole 120-token JSON output token by token as the executors ask
-//     (allowed() with the outputs so far), W = 0 with a fresh constraint (every new state's mask
-//     computed), W = 1 with the masks of an earlier output's states cached (a second request of
-//     the same grammar reuses nothing: the cache is per request; this is the second sequence of
-//     one request, n > 1);
+//   BM_MaskOfState/K: one mask (a walk of the vocabulary's byte trie, the automaton's
+//     transitions already known, the mask not cached) in state K of a JSON-schema output: 0 after
+//     "{" (a key must follow: few tokens survive), 1 inside a free string (almost every token
+//     survives), 2 inside an integer;
+//   BM_ConstrainedOutput/W: a whole 72-token JSON output token by token as the executors ask
+//     (allowed() with the outputs so far), W = 0 with a fresh constraint (every state's
+//     transitions and mask computed as they are first met: a request's first sequence), W = 1
+//     after another sequence of the same request wrote the same text (its states' masks cached:
+//     the second of n parallel samples; the automaton is per request, so another request of the
+//     same grammar starts cold);
 //   BM_CompileSchema: a tool_choice "required" schema of two tools compiled into its grammar.
 // Figures and the command: docs/performance.md.
 #include <benchmark/benchmark.h>
@@ -75,12 +77,14 @@ void BM_ConstrainedOutput(benchmark::State& state) {
   const std::vector<std::int32_t> ids = s.tok->encode(s.text);
   const bool warm = state.range(0) == 1;
   for (auto _ : state) {
+    state.PauseTiming();
     const GrammarConstraint c(s.matcher, s.trie, {50256});
-    if (warm) {
+    if (warm) {  // an earlier sequence of the request (its parallel sample 0), untimed
       for (std::size_t k = 0; k <= ids.size(); ++k) {
         benchmark::DoNotOptimize(c.allowed(1, std::span(ids).first(k), {}));
       }
     }
+    state.ResumeTiming();
     for (std::size_t k = 0; k <= ids.size(); ++k) {
       benchmark::DoNotOptimize(c.allowed(2, std::span(ids).first(k), {}));
     }

@@ -74,6 +74,33 @@ Grammar::Symbol Grammar::repeat(Symbol x, std::int64_t min, std::int64_t max) {
   return rule({seq});
 }
 
+Grammar::Symbol Grammar::narrowed(Symbol rule, const ByteSet& keep) {
+  std::vector<Symbol> copy_of(rules_.size(), -1);
+  std::vector<Symbol> todo = {rule};
+  copy_of[static_cast<std::size_t>(rule)] = new_rule();
+  while (!todo.empty()) {
+    const Symbol r = todo.back();
+    todo.pop_back();
+    // By index: new rules grow rules_.
+    for (std::size_t a = 0; a < rules_[static_cast<std::size_t>(r)].size(); ++a) {
+      std::vector<Symbol> alt = rules_[static_cast<std::size_t>(r)][a];
+      for (Symbol& s : alt) {
+        if (s < 0) {
+          s = bytes(terminal(s) & keep);
+        } else {
+          if (copy_of[static_cast<std::size_t>(s)] < 0) {
+            copy_of[static_cast<std::size_t>(s)] = new_rule();
+            todo.push_back(s);
+          }
+          s = copy_of[static_cast<std::size_t>(s)];
+        }
+      }
+      add(copy_of[static_cast<std::size_t>(r)], std::move(alt));
+    }
+  }
+  return copy_of[static_cast<std::size_t>(rule)];
+}
+
 std::size_t GrammarStateHash::operator()(const GrammarState& s) const {
   std::uint64_t h = 1469598103934665603ull ^ static_cast<std::uint64_t>(s.accepting);
   for (const std::int32_t v : s.stacks) {

@@ -51,6 +51,9 @@ class Grammar {
   Symbol optional(Symbol x);
   // x repeated min .. max times (max < 0: unbounded). REQUIRES 0 <= min, max < 0 or min <= max.
   Symbol repeat(Symbol x, std::int64_t min, std::int64_t max);
+  // A copy of `rule` and every rule it reaches with each terminal narrowed to the bytes of
+  // `keep` (the texts of `rule` written with those bytes only).
+  Symbol narrowed(Symbol rule, const ByteSet& keep);
 
   void set_start(Symbol s) { start_ = s; }
   Symbol start() const { return start_; }

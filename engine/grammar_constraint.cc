@@ -1,6 +1,7 @@
 #include "engine/grammar_constraint.h"
 
 #include <algorithm>
+#include <stdexcept>
 
 namespace servelab {
 namespace {
@@ -20,46 +21,72 @@ GrammarConstraint::GrammarConstraint(std::shared_ptr<const GrammarMatcher> match
   words_ = (static_cast<std::size_t>(top) + 31) / 32;
 }
 
-GrammarState GrammarConstraint::feed(GrammarState s, std::span<const std::int32_t> tokens) const {
-  for (const std::int32_t t : tokens) {
-    if (s.dead()) break;
-    const std::string* b = trie_->bytes(t);
-    if (b == nullptr) return {};
-    s = matcher_->advance(std::move(s), *b);
+std::int32_t GrammarConstraint::intern(const GrammarState& s) const {
+  if (s.dead()) return kDead;
+  const auto [it, added] = ids_.try_emplace(s, static_cast<std::int32_t>(states_.size()));
+  if (added) {
+    states_.push_back(s);
+    next_.emplace_back();
+    next_.back().fill(kUnknown);
+    masks_.emplace_back();
   }
-  return s;
+  return it->second;
 }
 
-TokenMask GrammarConstraint::mask_of(const GrammarState& s) const {
+std::int32_t GrammarConstraint::step(std::int32_t id, unsigned char b) const {
+  std::int32_t& to = next_[static_cast<std::size_t>(id)][b];
+  if (to == kUnknown) {
+    // intern() may grow next_: write through the index, not the reference. A state with more
+    // parses than the recognizer keeps (a very ambiguous grammar) counts as a dead end.
+    std::int32_t got = kDead;
+    try {
+      got = intern(matcher_->advance(states_[static_cast<std::size_t>(id)], b));
+    } catch (const std::length_error&) {
+    }
+    next_[static_cast<std::size_t>(id)][b] = got;
+    return got;
+  }
+  return to;
+}
+
+std::int32_t GrammarConstraint::feed(std::int32_t id, std::span<const std::int32_t> tokens) const {
+  for (const std::int32_t t : tokens) {
+    if (id == kDead) return kDead;
+    const std::string* b = trie_->bytes(t);
+    if (b == nullptr) return kDead;
+    for (const char c : *b) {
+      id = step(id, static_cast<unsigned char>(c));
+      if (id == kDead) return kDead;
+    }
+  }
+  return id;
+}
+
+TokenMask GrammarConstraint::walk(std::int32_t id) const {
   TokenMask mask(words_, 0u);
   bool any = false;
-  if (!s.stacks.empty()) {
-    // Depth-first over the trie, the grammar state of each node's bytes beside it.
-    struct Frame {
-      const TokenTrie::Node* node;
-      GrammarState state;
-    };
-    std::vector<Frame> todo;
-    todo.push_back({&trie_->root(), s});
+  const bool accepting = id != kDead && states_[static_cast<std::size_t>(id)].accepting;
+  if (id != kDead) {
+    // Depth-first over the trie, each node beside the state its bytes lead to.
+    std::vector<std::pair<const TokenTrie::Node*, std::int32_t>> todo = {{&trie_->root(), id}};
     while (!todo.empty()) {
-      Frame f = std::move(todo.back());
+      const auto [node, at] = todo.back();
       todo.pop_back();
-      const ByteSet next = matcher_->next_bytes(f.state);
-      for (const TokenTrie::Edge& e : trie_->edges(*f.node)) {
-        if (!next.test(e.byte)) continue;
-        GrammarState after = matcher_->advance(f.state, e.byte);
-        if (after.dead()) continue;
+      for (const TokenTrie::Edge& e : trie_->edges(*node)) {
+        const std::int32_t to = step(at, e.byte);
+        if (to == kDead) continue;
         const TokenTrie::Node& child = trie_->node(e.child);
         for (const std::int32_t t : trie_->tokens(child)) {
           set_bit(mask, t);
           any = true;
         }
-        if (child.num_edges > 0 && !after.stacks.empty())
-          todo.push_back({&child, std::move(after)});
+        if (child.num_edges > 0 && !states_[static_cast<std::size_t>(to)].stacks.empty()) {
+          todo.emplace_back(&child, to);
+        }
       }
     }
   }
-  if (s.accepting || !any) {
+  if (accepting || !any) {
     for (const std::int32_t t : end_tokens_) {
       if (t >= 0) set_bit(mask, t);
     }
@@ -67,28 +94,44 @@ TokenMask GrammarConstraint::mask_of(const GrammarState& s) const {
   return mask;
 }
 
+void GrammarConstraint::reset_if_full() const {
+  if (states_.size() < kMaxAutomatonStates) return;
+  ids_.clear();
+  states_.clear();
+  next_.clear();
+  masks_.clear();
+}
+
+TokenMask GrammarConstraint::mask_of(const GrammarState& s) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  reset_if_full();
+  return walk(intern(s));
+}
+
 std::shared_ptr<const TokenMask> GrammarConstraint::allowed(
     RequestId sequence, std::span<const std::int32_t> earlier,
     std::span<const std::int32_t> later) const {
   std::lock_guard<std::mutex> lock(mu_);
+  reset_if_full();
   auto [it, added] = sequences_.try_emplace(sequence);
   Sequence& seq = it->second;
-  if (added || seq.fed > earlier.size()) {
-    seq.fed = 0;
-    seq.state = matcher_->initial();
+  if (added || seq.fed > earlier.size()) seq = {0, matcher_->initial()};
+  std::int32_t id = intern(seq.state);
+  if (seq.fed < earlier.size()) {
+    id = feed(id, earlier.subspan(seq.fed));
+    seq.fed = earlier.size();
+    seq.state = id == kDead ? GrammarState{} : states_[static_cast<std::size_t>(id)];
   }
-  seq.state = feed(std::move(seq.state), earlier.subspan(seq.fed));
-  seq.fed = earlier.size();
-  const GrammarState state = later.empty() ? seq.state : feed(seq.state, later);
-  if (const auto m = masks_.find(state); m != masks_.end()) return m->second;
-  auto mask = std::make_shared<const TokenMask>(mask_of(state));
-  if (masks_.size() >= kMaskCacheStates) {
-    masks_.erase(mask_order_.front());
-    mask_order_.pop_front();
+  id = feed(id, later);
+  if (id == kDead) {
+    if (dead_mask_ == nullptr) dead_mask_ = std::make_shared<const TokenMask>(walk(kDead));
+    return dead_mask_;
   }
-  masks_.emplace(state, mask);
-  mask_order_.push_back(state);
-  return mask;
+  if (masks_[static_cast<std::size_t>(id)] == nullptr) {
+    auto mask = std::make_shared<const TokenMask>(walk(id));  // walk() may grow masks_
+    masks_[static_cast<std::size_t>(id)] = std::move(mask);
+  }
+  return masks_[static_cast<std::size_t>(id)];
 }
 
 }  // namespace servelab

@@ -6,16 +6,19 @@
 // grammar symbol, even mid-way through a UTF-8 character); the end-of-sequence tokens are
 // allowed where the text so far is a whole sentence of the grammar, and are the only ones where
 // no token can continue it (a dead end: the vocabulary lacks the bytes the grammar needs, or the
-// outputs already left the grammar). As xgrammar's matcher does in vLLM.
+// outputs already left the grammar, or a grammar so ambiguous that the recognizer refuses the
+// state: std::length_error, kMaxGrammarParses). As xgrammar's matcher does in vLLM.
 //
-// Cost: a sequence's state is kept per sequence and advanced by its new outputs only; the mask
-// of a state is computed by one walk of the trie and cached (kMaskCacheStates states, the
-// oldest dropped first), so the repeated states of a JSON text (inside a string, between
-// members) cost a lookup. Thread-safe (one lock per constraint).
+// Cost: the recognizer's states are numbered as they are met and their byte transitions kept
+// (a deterministic automaton built lazily: each (state, byte) goes through GrammarMatcher once),
+// so walking the vocabulary's trie costs a table lookup per trie node; a sequence's state is
+// kept per sequence and advanced by its new outputs only; a state's mask is computed once. The
+// automaton keeps at most kMaxAutomatonStates states (then it starts again, empty). Thread-safe
+// (one lock per constraint).
 #pragma once
 
+#include <array>
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
@@ -27,7 +30,7 @@
 
 namespace servelab {
 
-inline constexpr std::size_t kMaskCacheStates = 256;
+inline constexpr std::size_t kMaxAutomatonStates = 4096;
 
 class GrammarConstraint final : public OutputConstraint {
  public:
@@ -39,26 +42,34 @@ class GrammarConstraint final : public OutputConstraint {
                                            std::span<const std::int32_t> earlier,
                                            std::span<const std::int32_t> later) const override;
 
-  // The state after `tokens` from `s` (dead at the first token outside the trie or the grammar).
-  GrammarState feed(GrammarState s, std::span<const std::int32_t> tokens) const;
-  // The mask of state `s` (not cached).
+  // The mask of state `s` (for tests and benchmarks; allowed() caches masks).
   TokenMask mask_of(const GrammarState& s) const;
 
  private:
+  static constexpr std::int32_t kDead = -1, kUnknown = -2;
+  // The automaton (under mu_): state ids, their transitions and masks.
+  std::int32_t intern(const GrammarState& s) const;
+  std::int32_t step(std::int32_t id, unsigned char b) const;
+  std::int32_t feed(std::int32_t id, std::span<const std::int32_t> tokens) const;
+  TokenMask walk(std::int32_t id) const;
+  void reset_if_full() const;
+
   std::shared_ptr<const GrammarMatcher> matcher_;
   std::shared_ptr<const TokenTrie> trie_;
   std::vector<std::int32_t> end_tokens_;
   std::size_t words_ = 0;
 
   mutable std::mutex mu_;
+  mutable std::unordered_map<GrammarState, std::int32_t, GrammarStateHash> ids_;
+  mutable std::vector<GrammarState> states_;
+  mutable std::vector<std::array<std::int32_t, 256>> next_;
+  mutable std::vector<std::shared_ptr<const TokenMask>> masks_;
+  mutable std::shared_ptr<const TokenMask> dead_mask_;  // the end tokens alone
   struct Sequence {
     std::size_t fed = 0;  // outputs fed
-    GrammarState state;
+    GrammarState state;   // after them
   };
   mutable std::unordered_map<RequestId, Sequence> sequences_;
-  mutable std::unordered_map<GrammarState, std::shared_ptr<const TokenMask>, GrammarStateHash>
-      masks_;
-  mutable std::deque<GrammarState> mask_order_;
 };
 
 }  // namespace servelab

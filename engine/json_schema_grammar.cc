@@ -440,7 +440,12 @@ class Compiler {
       }
       if (!s["pattern"].is_string()) fail(path + "/pattern", "expected a regular expression");
       try {
-        const Symbol body = compile_regex(g_, s["pattern"].get<std::string>());
+        // The pattern's texts written without escapes: no '"', '\' or control character.
+        ByteSet plain;
+        for (unsigned c = 0x20; c < 0x100; ++c) plain.set(c);
+        plain.reset('"');
+        plain.reset('\\');
+        const Symbol body = g_.narrowed(compile_regex(g_, s["pattern"].get<std::string>()), plain);
         return seq({g_.byte('"'), body, g_.byte('"')});
       } catch (const RegexError& e) {
         fail(path + "/pattern", e.what());

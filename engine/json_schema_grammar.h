@@ -9,8 +9,9 @@
 //     (a missing additionalProperties allows none: xgrammar's strict mode, vLLM's default);
 //   - arrays: `items` (a schema or false), `prefixItems`, `minItems`, `maxItems`;
 //   - strings: any JSON string (UTF-8, escapes), `minLength` / `maxLength` in characters (an
-//     escape is one character), `pattern` (engine/regex_grammar.h) matched against the
-//     characters between the quotes as they are written;
+//     escape is one character), `pattern` (engine/regex_grammar.h): the string's characters
+//     match it and are written without escapes (a pattern's '"', '\' and control characters
+//     are never generated, so the text stays JSON and its value is what matched);
 //   - numbers: JSON numbers; integers without fraction or exponent;
 //   - `enum` and `const` (each value as compact JSON), `anyOf` / `oneOf` (any of them), `allOf`
 //     with one schema, `$ref` to "#", "#/$defs/..." or "#/definitions/..." (recursion allowed),

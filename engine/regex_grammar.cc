@@ -277,7 +277,8 @@ class Parser {
   }
 
   static Node repeated(Node x, int min, int max) {
-    // (x*)*, (x+)?, (x?)+ ...: both of * + ?, one repetition of the two's (less ambiguous).
+    // (x*)*, (x+)?, (x?)+ ...: a repetition of a repetition, both among * + ? {1}, is one
+    // repetition (the same texts, with fewer parses alive at once).
     const auto simple = [](int lo, int hi) { return lo <= 1 && (hi < 0 || hi == 1); };
     if (x.kind == Node::Kind::kRepeat && simple(x.min, x.max) && simple(min, max)) {
       x.min = x.min * min;

@@ -34,12 +34,12 @@
 // Everything else is a RegexError whose what() is "regex: offset N: what was expected", N the
 // 0-based byte offset in the pattern: syntax errors (unbalanced or missing parentheses, an
 // unterminated class, a bad range, a quantifier with nothing to repeat or after another, a
-// count above 1000 or min > max, a bad or incomplete escape, invalid UTF-8, a lone surrogate
-// outside a range) and the constructs this compiler does not support: `^` / `$` elsewhere,
-// `\b \B \A \Z \z \G`, lookahead and lookbehind, backreferences (`\1`, `\k<name>`,
-// `(?P=name)`), octal escapes other than `\0..`, possessive quantifiers (`*+`...), atomic and
-// conditional groups, inline flags (`(?i)`...), comments `(?#...)`, `\p{...}`, `\N{...}`, `\c`,
-// and escaped ASCII letters without a meaning above.
+// count above 1000 or min > max, groups nested more than 256 deep, a bad or incomplete escape,
+// invalid UTF-8, a lone surrogate outside a range) and the constructs this compiler does not
+// support: `^` / `$` elsewhere, `\b \B \A \Z \z \G`, lookahead and lookbehind, backreferences
+// (`\1`, `\k<name>`, `(?P=name)`), octal escapes other than `\0..`, possessive quantifiers
+// (`*+`...), atomic and conditional groups, inline flags (`(?i)`...), comments `(?#...)`,
+// `\p{...}`, `\N{...}`, `\c`, and escaped ASCII letters without a meaning above.
 //
 // A pattern that can match nothing (`[^\s\S]`) compiles to a rule whose only alternative waits on
 // a terminal of no byte: never accepting, and no byte allowed. The grammar is free of left

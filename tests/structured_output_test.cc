@@ -356,6 +356,23 @@ TEST(GrammarConstraint, RandomWalksEndInValidJson) {
   EXPECT_FALSE(token_allowed(*mask, tok->encode("{")[0]));
 }
 
+// A grammar too ambiguous for the recognizer (more than kMaxGrammarParses parses at once): the
+// sequence is at a dead end (its end tokens alone), never an exception in the executor.
+TEST(GrammarConstraint, TooManyParsesIsADeadEnd) {
+  const std::shared_ptr<const Tokenizer> tok =
+      load_tokenizer(servelab_home() / "data/tokenizers/bytes/tokenizer.json");
+  StructuredOutputSpec spec;
+  spec.kind = StructuredOutputSpec::Kind::kRegex;
+  spec.regex = "(a{0,100}){0,100}";
+  const auto matcher = compile_structured_output(spec);
+  EXPECT_THROW(matcher->advance(matcher->initial(), std::string(400, 'a')), std::length_error);
+  const GrammarConstraint c(matcher, std::make_shared<const TokenTrie>(*tok, 256), {7});
+  const std::vector<std::int32_t> as(400, 'a');
+  std::shared_ptr<const TokenMask> mask;
+  ASSERT_NO_THROW(mask = c.allowed(0, as, {}));
+  for (std::int32_t t = 0; t < 256; ++t) EXPECT_EQ(token_allowed(*mask, t), t == 7) << t;
+}
+
 TEST(ForcedToolChoice, RequiredSchemaAndParser) {
   const std::vector<ForcedTool> tools = {
       {"get_weather",
