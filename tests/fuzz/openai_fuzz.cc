@@ -28,10 +28,12 @@
 #include <string>
 #include <string_view>
 
+#include "core/output_constraint.h"
 #include "core/request.h"
 #include "core/sampling_params.h"
 #include "engine/openai_api.h"
 #include "engine/reasoning_parser.h"
+#include "engine/token_trie.h"
 #include "engine/tool_call_stream.h"
 #include "engine/tool_parser.h"
 #include "serving/chat_template.h"
@@ -150,6 +152,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if ((data[0] & 32) != 0) {
     limits.chat_template = tools_template();
     limits.tool_parser = servelab::make_tool_parser("hermes");
+    // Structured outputs and forced tool choices too: the vocabulary and an EOS.
+    static const auto trie =
+        std::make_shared<const servelab::TokenTrie>(bytes_tokenizer(), limits.vocab_size);
+    limits.token_trie = trie;
+    limits.eos_token_ids = {0};
   }
   const std::string_view body(reinterpret_cast<const char*>(data + 1), size - 1);
   if ((data[0] & 64) != 0) {
@@ -186,8 +193,20 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     return 0;
   }
   if (r.chat != chat) finding("the endpoint changed");
-  if (r.parse_tool_calls && (!chat || limits.tool_parser == nullptr)) {
+  if (r.parse_tool_calls && (!chat || r.tool_parser == nullptr)) {
     finding("tool calls parsed without a chat or a parser");
+  }
+  if (r.tool_parser != nullptr && r.tool_parser->forced() &&
+      (!r.sampling || r.sampling->constraint == nullptr)) {
+    finding("a forced tool choice without a constraint");
+  }
+  if (r.sampling && r.sampling->constraint != nullptr) {
+    if (limits.token_trie == nullptr) finding("a constraint on a server without a vocabulary");
+    // The first token's mask: never empty (at worst the EOS alone).
+    const auto mask = r.sampling->constraint->allowed(0, {}, {});
+    bool any = false;
+    for (const std::uint32_t w : *mask) any = any || w != 0;
+    if (!any) finding("a constraint allows no first token");
   }
   if (r.prompt.empty()) finding("an empty prompt was accepted");
   for (const std::int32_t id : r.prompt) {
