@@ -1,5 +1,6 @@
 #include "engine/json_schema_grammar.h"
 
+#include <cmath>
 #include <map>
 #include <optional>
 #include <set>
@@ -113,8 +114,12 @@ class Compiler {
     } else if (s.contains("items") || s.contains("prefixItems") || s.contains("minItems") ||
                s.contains("maxItems")) {
       types = {"array"};
-    } else if (s.contains("minLength") || s.contains("maxLength") || s.contains("pattern")) {
+    } else if (s.contains("minLength") || s.contains("maxLength") || s.contains("pattern") ||
+               s.contains("format")) {
       types = {"string"};
+    } else if (s.contains("minimum") || s.contains("maximum") || s.contains("exclusiveMinimum") ||
+               s.contains("exclusiveMaximum")) {
+      types = {"number"};
     } else {
       return any_value();
     }
@@ -127,8 +132,15 @@ class Compiler {
       } else if (t == "string") {
         alts.push_back({string(s, path)});
       } else if (t == "integer") {
-        alts.push_back({integer()});
+        alts.push_back({bounded_integer(s, path)});
       } else if (t == "number") {
+        for (const char* key : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}) {
+          if (s.contains(key)) {
+            fail(path + "/" + key,
+                 std::string("\"") + key +
+                     "\" on a number is not supported in structured outputs (only on integers)");
+          }
+        }
         alts.push_back({number()});
       } else if (t == "boolean") {
         alts.push_back({g_.rule({g_.literal("true"), g_.literal("false")})});
@@ -183,12 +195,28 @@ class Compiler {
   }
 
   static bool known(std::string_view k) {
-    static const std::set<std::string, std::less<>> keys = {
-        "type",      "properties",  "required", "additionalProperties",
-        "items",     "prefixItems", "minItems", "maxItems",
-        "minLength", "maxLength",   "pattern",  "enum",
-        "const",     "anyOf",       "oneOf",    "allOf",
-        "$ref"};
+    static const std::set<std::string, std::less<>> keys = {"type",
+                                                            "properties",
+                                                            "required",
+                                                            "additionalProperties",
+                                                            "items",
+                                                            "prefixItems",
+                                                            "minItems",
+                                                            "maxItems",
+                                                            "minLength",
+                                                            "maxLength",
+                                                            "pattern",
+                                                            "enum",
+                                                            "const",
+                                                            "anyOf",
+                                                            "oneOf",
+                                                            "allOf",
+                                                            "$ref",
+                                                            "format",
+                                                            "minimum",
+                                                            "maximum",
+                                                            "exclusiveMinimum",
+                                                            "exclusiveMaximum"};
     return keys.contains(k) || annotations().contains(k);
   }
 
@@ -434,6 +462,20 @@ class Compiler {
     const std::int64_t min = count(s, "minLength", path, 0);
     const std::int64_t max = count(s, "maxLength", path, -1);
     if (max >= 0 && max < min) fail(path + "/maxLength", "below minLength");
+    if (s.contains("format")) {
+      if (s.contains("pattern") || min != 0 || max >= 0) {
+        fail(path + "/format", "format with pattern, minLength or maxLength is not supported");
+      }
+      const Json& f = s["format"];
+      const char* regex = f.is_string() ? format_regex(f.get<std::string>()) : nullptr;
+      if (regex == nullptr) {
+        fail(path + "/format",
+             "the format " + f.dump() +
+                 " is not supported in structured outputs (date, time, date-time, uuid, ipv4, "
+                 "email)");
+      }
+      return seq({g_.byte('"'), compile_regex(g_, regex), g_.byte('"')});
+    }
     if (s.contains("pattern")) {
       if (min != 0 || max >= 0) {
         fail(path + "/pattern", "pattern with minLength or maxLength is not supported");
@@ -453,6 +495,114 @@ class Compiler {
     }
     if (min == 0 && max < 0) return plain_string();
     return seq({g_.byte('"'), g_.repeat(string_char(), min, max), g_.byte('"')});
+  }
+
+  // A string format as the regex of its texts (RFC 3339 dates and times, RFC 4122 UUIDs,
+  // dotted-quad IPv4; email: a conservative subset of RFC 5322 addresses, local@domain.tld).
+  static const char* format_regex(const std::string& f) {
+    static const std::map<std::string, std::string, std::less<>> formats = [] {
+      const std::string date = R"(\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01]))";
+      const std::string time =
+          R"(([01]\d|2[0-3]):[0-5]\d:([0-5]\d|60)(\.\d+)?(Z|[+-]([01]\d|2[0-3]):[0-5]\d))";
+      const std::string octet = R"((25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d))";
+      return std::map<std::string, std::string, std::less<>>{
+          {"date", date},
+          {"time", time},
+          {"date-time", date + "T" + time},
+          {"uuid", "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"},
+          {"ipv4", "(" + octet + R"(\.){3})" + octet},
+          {"email",
+           R"([A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*)"
+           R"(@[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)+)"}};
+    }();
+    const auto it = formats.find(f);
+    return it == formats.end() ? nullptr : it->second.c_str();
+  }
+
+  // The decimal texts (no sign, no leading zero) of the integers from lo to hi, both written
+  // with the same number of digits.
+  Symbol digits_between(const std::string& lo, const std::string& hi) {
+    if (lo.empty()) return g_.rule({{}});
+    if (lo[0] == hi[0]) {
+      return seq(
+          {g_.byte(static_cast<unsigned char>(lo[0])), digits_between(lo.substr(1), hi.substr(1))});
+    }
+    const std::size_t rest = lo.size() - 1;
+    const auto any = [&] {
+      return g_.repeat(g_.range('0', '9'), static_cast<std::int64_t>(rest),
+                       static_cast<std::int64_t>(rest));
+    };
+    const bool low_full = lo.find_first_not_of('0', 1) == std::string::npos;
+    const bool high_full = hi.find_first_not_of('9', 1) == std::string::npos;
+    std::vector<std::vector<Symbol>> alts;
+    const char first = low_full ? lo[0] : static_cast<char>(lo[0] + 1);
+    const char last = high_full ? hi[0] : static_cast<char>(hi[0] - 1);
+    if (!low_full) {
+      alts.push_back({g_.byte(static_cast<unsigned char>(lo[0])),
+                      digits_between(lo.substr(1), std::string(rest, '9'))});
+    }
+    if (first <= last) {
+      alts.push_back(
+          {g_.range(static_cast<unsigned char>(first), static_cast<unsigned char>(last)), any()});
+    }
+    if (!high_full) {
+      alts.push_back({g_.byte(static_cast<unsigned char>(hi[0])),
+                      digits_between(std::string(rest, '0'), hi.substr(1))});
+    }
+    return g_.rule(std::move(alts));
+  }
+
+  // The decimal texts of the integers in [a, b] (b < 0: unbounded), 0 <= a.
+  Symbol magnitudes(std::int64_t a, std::int64_t b) {
+    const std::string low = std::to_string(a);
+    const std::size_t top = b < 0 ? low.size() : std::to_string(b).size();
+    std::vector<std::vector<Symbol>> alts;
+    std::int64_t power = 1;  // 10^(L - 1)
+    for (std::size_t l = 1; l <= top; ++l, power *= 10) {
+      if (l < low.size()) continue;
+      const std::int64_t lo = l == low.size() ? a : power;
+      const std::int64_t hi = b >= 0 && l == top ? b : power * 10 - 1;
+      if (lo <= hi) alts.push_back({digits_between(std::to_string(lo), std::to_string(hi))});
+    }
+    if (b < 0) {  // every longer text: [1-9][0-9]{top}[0-9]*
+      alts.push_back(
+          {g_.range('1', '9'), g_.repeat(g_.range('0', '9'), static_cast<std::int64_t>(top), -1)});
+    }
+    return g_.rule(std::move(alts));
+  }
+
+  // An integer with the schema's minimum / maximum / exclusiveMinimum / exclusiveMaximum.
+  Symbol bounded_integer(const Json& s, const std::string& path) {
+    constexpr double kLimit = 1e15;  // exact in a double, and no overflow below
+    std::optional<std::int64_t> lo, hi;
+    const auto bound = [&](const char* key) -> std::optional<double> {
+      if (!s.contains(key)) return std::nullopt;
+      const Json& v = s[key];
+      if (!v.is_number() || std::abs(v.get<double>()) > kLimit) {
+        fail(path + "/" + key, "expected a number of magnitude at most 1e15");
+      }
+      return v.get<double>();
+    };
+    const auto raise = [&](std::int64_t v) { lo = lo ? std::max(*lo, v) : v; };
+    const auto lower = [&](std::int64_t v) { hi = hi ? std::min(*hi, v) : v; };
+    if (const auto m = bound("minimum")) raise(static_cast<std::int64_t>(std::ceil(*m)));
+    if (const auto m = bound("exclusiveMinimum")) {
+      raise(static_cast<std::int64_t>(std::floor(*m)) + 1);
+    }
+    if (const auto m = bound("maximum")) lower(static_cast<std::int64_t>(std::floor(*m)));
+    if (const auto m = bound("exclusiveMaximum")) {
+      lower(static_cast<std::int64_t>(std::ceil(*m)) - 1);
+    }
+    if (!lo && !hi) return integer();
+    if (lo && hi && *lo > *hi) fail(path, "no integer lies between its bounds");
+    std::vector<std::vector<Symbol>> alts;
+    if (!hi || *hi >= 0)
+      alts.push_back({magnitudes(lo ? std::max<std::int64_t>(*lo, 0) : 0, hi ? *hi : -1)});
+    if (!lo || *lo < 0) {  // -m for m in [max(1, -hi), -lo]
+      const std::int64_t from = hi && *hi < 0 ? -*hi : 1;
+      alts.push_back({g_.byte('-'), magnitudes(from, lo ? -*lo : -1)});
+    }
+    return g_.rule(std::move(alts));
   }
 
   Symbol integer() {

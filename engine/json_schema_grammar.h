@@ -12,16 +12,22 @@
 //     escape is one character), `pattern` (engine/regex_grammar.h): the string's characters
 //     match it and are written without escapes (a pattern's '"', '\' and control characters
 //     are never generated, so the text stays JSON and its value is what matched);
-//   - numbers: JSON numbers; integers without fraction or exponent;
+//   - strings' `format`: date, time, date-time (RFC 3339), uuid, ipv4, email (a conservative
+//     subset of RFC 5322: dot-atoms @ a dotted domain), each as a regex of its texts;
+//   - numbers: JSON numbers; integers without fraction or exponent, with `minimum`, `maximum`,
+//     `exclusiveMinimum`, `exclusiveMaximum` (magnitudes up to 1e15; a fractional bound rounds
+//     inward) as the decimal texts of exactly the integers between (no "-0", no leading zeros);
+//     bounds on a number (not an integer) are refused;
 //   - `enum` and `const` (each value as compact JSON), `anyOf` / `oneOf` (any of them), `allOf`
 //     with one schema, `$ref` to "#", "#/$defs/..." or "#/definitions/..." (recursion allowed),
 //     `type` as a name or a list; true / {} is any JSON value, false nothing;
 //   - whitespace: any JSON whitespace between tokens (vLLM's default, any_whitespace), or with
 //     any_whitespace false none but ", " and ": " between members (Python's json.dumps).
 // Annotations are ignored (title, description, default, examples, $schema, $id, $comment,
-// deprecated, readOnly, writeOnly, discriminator). Every other keyword (minimum, format,
-// uniqueItems, if/then/else, patternProperties, ...) is a JsonSchemaError naming where it is, so
-// that no output is ever held to less than its schema asks.
+// deprecated, readOnly, writeOnly, discriminator). Every other keyword (uniqueItems,
+// multipleOf, minProperties, if/then/else, patternProperties, ...) and format (other than those
+// above) is a JsonSchemaError naming where it is, so that no output is ever held to less than
+// its schema asks.
 #pragma once
 
 #include <nlohmann/json.hpp>

@@ -756,9 +756,9 @@ TEST(EngineServe, StructuredOutputsHoldTheTextToTheirGrammar) {
     EXPECT_NE(e["error"]["message"].get<std::string>().find(says), std::string::npos) << e.dump();
   };
   json b = {{"prompt", "x"}, {"stop_token_ids", {1}}};
-  b["structured_outputs"] = {{"json", {{"properties", {{"n", {{"minimum", 0}}}}}}}};
+  b["structured_outputs"] = {{"json", {{"properties", {{"n", {{"uniqueItems", true}}}}}}}};
   refused(b, "structured_outputs",
-          "/properties/n/minimum: the keyword \"minimum\" is not supported");
+          "/properties/n/uniqueItems: the keyword \"uniqueItems\" is not supported");
   b["structured_outputs"] = {{"regex", "a(b"}};
   refused(b, "structured_outputs", "regex: offset");
   b["structured_outputs"] = {{"grammar", "root ::= \"a\""}};

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -148,6 +149,86 @@ TEST(JsonSchemaGrammar, ScalarsStringsArraysAndChoices) {
   EXPECT_FALSE(schema_matcher("false").matches("null"));
 }
 
+// Integer bounds: every integer in [-2000, 2000] matches exactly when it lies within them, for
+// random ranges (either side possibly open, exclusive or fractional); no "-0" or leading zeros.
+TEST(JsonSchemaGrammar, IntegerBoundsAcceptExactlyTheirIntegers) {
+  std::mt19937_64 rng(3);
+  for (int round = 0; round < 60; ++round) {
+    const auto draw = [&] { return static_cast<std::int64_t>(rng() % 2401) - 1200; };
+    std::int64_t a = draw(), b = draw();
+    if (a > b) std::swap(a, b);
+    ojson schema = {{"type", "integer"}};
+    std::optional<std::int64_t> lo, hi;
+    switch (round % 5) {
+      case 0:
+        lo = a;
+        hi = b;
+        schema["minimum"] = a;
+        schema["maximum"] = b;
+        break;
+      case 1:
+        lo = a;
+        schema["minimum"] = a;
+        break;
+      case 2:
+        hi = b;
+        schema["maximum"] = b;
+        break;
+      case 3:
+        lo = a + 1;
+        hi = b - 1;
+        schema["exclusiveMinimum"] = a;
+        schema["exclusiveMaximum"] = b;
+        break;
+      default:
+        lo = a + 1;
+        hi = b;
+        schema["minimum"] = a + 0.5;
+        schema["maximum"] = b + 0.5;
+        break;
+    }
+    if (lo && hi && *lo > *hi) continue;
+    Grammar g;
+    g.set_start(compile_json_schema(g, schema));
+    const GrammarMatcher m(g);
+    for (std::int64_t n = -2000; n <= 2000; ++n) {
+      const bool in = (!lo || n >= *lo) && (!hi || n <= *hi);
+      ASSERT_EQ(m.matches(std::to_string(n)), in) << schema.dump() << " " << n;
+    }
+    EXPECT_FALSE(m.matches("-0")) << schema.dump();
+    EXPECT_FALSE(m.matches("00")) << schema.dump();
+    if (!hi) EXPECT_TRUE(m.matches("123456789012")) << schema.dump();
+    if (!lo) EXPECT_TRUE(m.matches("-123456789012")) << schema.dump();
+  }
+  EXPECT_EQ(schema_error(R"({"type": "integer", "minimum": 5, "maximum": 4})"),
+            ": no integer lies between its bounds");
+  EXPECT_EQ(schema_error(R"({"type": "number", "minimum": 0})"),
+            "/minimum: \"minimum\" on a number is not supported in structured outputs (only on "
+            "integers)");
+}
+
+TEST(JsonSchemaGrammar, StringFormats) {
+  const auto m = [](const char* format) {
+    return schema_matcher(
+        ("{\"type\": \"string\", \"format\": \"" + std::string(format) + "\"}").c_str());
+  };
+  EXPECT_TRUE(m("date").matches(R"("2026-12-04")"));
+  EXPECT_FALSE(m("date").matches(R"("2026-13-04")"));
+  EXPECT_TRUE(m("date-time").matches(R"("2026-12-04T10:56:14.25Z")"));
+  EXPECT_TRUE(m("date-time").matches(R"("2026-12-04T10:56:14+01:00")"));
+  EXPECT_FALSE(m("date-time").matches(R"("2026-12-04 10:56:14Z")"));
+  EXPECT_TRUE(m("time").matches(R"("23:59:60Z")"));
+  EXPECT_TRUE(m("uuid").matches(R"("123e4567-e89b-12d3-a456-426614174000")"));
+  EXPECT_FALSE(m("uuid").matches(R"("123e4567e89b12d3a456426614174000")"));
+  EXPECT_TRUE(m("ipv4").matches(R"("192.168.0.255")"));
+  EXPECT_FALSE(m("ipv4").matches(R"("192.168.0.256")"));
+  EXPECT_TRUE(m("email").matches(R"("ada.lovelace+x@math.example.org")"));
+  EXPECT_FALSE(m("email").matches(R"("ada@localhost")"));
+  EXPECT_EQ(schema_error(R"({"type": "string", "format": "uri"})"),
+            "/format: the format \"uri\" is not supported in structured outputs (date, time, "
+            "date-time, uuid, ipv4, email)");
+}
+
 TEST(JsonSchemaGrammar, RefsMayRecurse) {
   const GrammarMatcher tree = schema_matcher(R"({
     "$defs": {"node": {"type": "object",
@@ -170,9 +251,9 @@ TEST(JsonSchemaGrammar, WithoutAnyWhitespaceTheSeparatorsArePythons) {
 }
 
 TEST(JsonSchemaGrammar, WhatItCannotHoldAnOutputToIsAnErrorNamingWhere) {
-  EXPECT_EQ(
-      schema_error(R"({"properties": {"n": {"type": "integer", "minimum": 0}}})"),
-      "/properties/n/minimum: the keyword \"minimum\" is not supported in structured outputs");
+  EXPECT_EQ(schema_error(R"({"properties": {"n": {"type": "array", "uniqueItems": true}}})"),
+            "/properties/n/uniqueItems: the keyword \"uniqueItems\" is not supported in structured "
+            "outputs");
   EXPECT_EQ(schema_error(R"({"type": "thing"})"),
             "/type: unknown type \"thing\" (expected object, array, string, integer, number, "
             "boolean or null)");
