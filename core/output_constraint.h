@@ -28,8 +28,9 @@ class OutputConstraint {
   virtual ~OutputConstraint() = default;
   // The tokens that may follow the outputs `earlier` then `later` of sequence `sequence` (the
   // request's id, or sample_request_id of one of its samples). Never empty: where the text so
-  // far leaves no way on, only the end-of-sequence tokens. Thread-safe; a sequence's calls may
-  // come in any order (a verify row's drafts, a preempted sequence's recompute).
+  // far leaves no way on, only the end-of-sequence tokens; null where the constraint does not
+  // hold this row (a reasoning model still thinking). Thread-safe; a sequence's calls may come
+  // in any order (a verify row's drafts, a preempted sequence's recompute).
   virtual std::shared_ptr<const TokenMask> allowed(RequestId sequence,
                                                    std::span<const std::int32_t> earlier,
                                                    std::span<const std::int32_t> later) const = 0;

@@ -14,8 +14,12 @@ void set_bit(TokenMask& m, std::int32_t t) {
 
 GrammarConstraint::GrammarConstraint(std::shared_ptr<const GrammarMatcher> matcher,
                                      std::shared_ptr<const TokenTrie> trie,
-                                     std::vector<std::int32_t> end_tokens)
-    : matcher_(std::move(matcher)), trie_(std::move(trie)), end_tokens_(std::move(end_tokens)) {
+                                     std::vector<std::int32_t> end_tokens,
+                                     std::optional<std::int32_t> reasoning_end)
+    : matcher_(std::move(matcher)),
+      trie_(std::move(trie)),
+      end_tokens_(std::move(end_tokens)),
+      reasoning_end_(reasoning_end) {
   std::int32_t top = trie_->vocab();
   for (const std::int32_t t : end_tokens_) top = std::max(top, t + 1);
   words_ = (static_cast<std::size_t>(top) + 31) / 32;
@@ -115,14 +119,33 @@ std::shared_ptr<const TokenMask> GrammarConstraint::allowed(
   reset_if_full();
   auto [it, added] = sequences_.try_emplace(sequence);
   Sequence& seq = it->second;
-  if (added || seq.fed > earlier.size()) seq = {0, matcher_->initial()};
-  std::int32_t id = intern(seq.state);
-  if (seq.fed < earlier.size()) {
-    id = feed(id, earlier.subspan(seq.fed));
-    seq.fed = earlier.size();
-    seq.state = id == kDead ? GrammarState{} : states_[static_cast<std::size_t>(id)];
+  if (added || seq.scanned > earlier.size() || seq.fed > earlier.size()) {
+    seq = {0, matcher_->initial(), 0,
+           reasoning_end_ ? std::nullopt : std::optional<std::size_t>(0)};
   }
-  id = feed(id, later);
+  // A reasoning model's outputs are held from the token after its first reasoning end on.
+  if (!seq.grammar_from) {
+    const auto at = std::find(earlier.begin() + static_cast<std::ptrdiff_t>(seq.scanned),
+                              earlier.end(), *reasoning_end_);
+    seq.scanned = earlier.size();
+    if (at != earlier.end()) seq.grammar_from = static_cast<std::size_t>(at - earlier.begin()) + 1;
+  }
+  std::int32_t id;
+  if (seq.grammar_from) {
+    const std::span<const std::int32_t> held = earlier.subspan(*seq.grammar_from);
+    id = intern(seq.state);
+    if (seq.fed < held.size()) {
+      id = feed(id, held.subspan(seq.fed));
+      seq.fed = held.size();
+      seq.state = id == kDead ? GrammarState{} : states_[static_cast<std::size_t>(id)];
+    }
+    id = feed(id, later);
+  } else {
+    const auto at = std::find(later.begin(), later.end(), *reasoning_end_);
+    if (at == later.end()) return nullptr;  // still reasoning: no constraint yet
+    id = feed(intern(matcher_->initial()),
+              later.subspan(static_cast<std::size_t>(at - later.begin()) + 1));
+  }
   if (id == kDead) {
     if (dead_mask_ == nullptr) dead_mask_ = std::make_shared<const TokenMask>(walk(kDead));
     return dead_mask_;

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
@@ -35,8 +36,13 @@ inline constexpr std::size_t kMaxAutomatonStates = 4096;
 class GrammarConstraint final : public OutputConstraint {
  public:
   // `end_tokens`: the ids that end a sequence (the EOS and the request's stop token ids).
+  // `reasoning_end`: a reasoning model's end-of-thinking token (</think>), when its outputs are
+  // held only after it (vLLM's structured outputs with a reasoning parser): until a sequence's
+  // outputs hold it, allowed() returns null (no constraint), and the grammar then starts at the
+  // token after its first occurrence.
   GrammarConstraint(std::shared_ptr<const GrammarMatcher> matcher,
-                    std::shared_ptr<const TokenTrie> trie, std::vector<std::int32_t> end_tokens);
+                    std::shared_ptr<const TokenTrie> trie, std::vector<std::int32_t> end_tokens,
+                    std::optional<std::int32_t> reasoning_end = std::nullopt);
 
   std::shared_ptr<const TokenMask> allowed(RequestId sequence,
                                            std::span<const std::int32_t> earlier,
@@ -57,6 +63,7 @@ class GrammarConstraint final : public OutputConstraint {
   std::shared_ptr<const GrammarMatcher> matcher_;
   std::shared_ptr<const TokenTrie> trie_;
   std::vector<std::int32_t> end_tokens_;
+  std::optional<std::int32_t> reasoning_end_;
   std::size_t words_ = 0;
 
   mutable std::mutex mu_;
@@ -66,8 +73,10 @@ class GrammarConstraint final : public OutputConstraint {
   mutable std::vector<std::shared_ptr<const TokenMask>> masks_;
   mutable std::shared_ptr<const TokenMask> dead_mask_;  // the end tokens alone
   struct Sequence {
-    std::size_t fed = 0;  // outputs fed
-    GrammarState state;   // after them
+    std::size_t fed = 0;      // outputs fed to the grammar (those from grammar_from on)
+    GrammarState state;       // after them
+    std::size_t scanned = 0;  // outputs searched for the reasoning end
+    std::optional<std::size_t> grammar_from;  // the first output the grammar holds
   };
   mutable std::unordered_map<RequestId, Sequence> sequences_;
 };

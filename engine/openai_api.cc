@@ -476,9 +476,16 @@ void attach_constraint(const StructuredOutputSpec& spec, const std::string& para
             "; give stop_token_ids",
         param);
   }
+  std::optional<std::int32_t> reasoning_end;
+  if (limits.reasoning_tokens) {
+    const auto [open, close] = *limits.reasoning_tokens;
+    const auto last = std::find_if(r.prompt.rbegin(), r.prompt.rend(),
+                                   [&](std::int32_t t) { return t == open || t == close; });
+    if (last == r.prompt.rend() || *last != close) reasoning_end = close;
+  }
   if (!r.sampling) r.sampling = limits.sampling_defaults.value_or(RequestSampling{});
-  r.sampling->constraint =
-      std::make_shared<const GrammarConstraint>(std::move(matcher), limits.token_trie, ends);
+  r.sampling->constraint = std::make_shared<const GrammarConstraint>(
+      std::move(matcher), limits.token_trie, ends, reasoning_end);
 }
 
 }  // namespace

@@ -77,6 +77,11 @@ struct ApiLimits {
   // structured outputs are refused.
   std::shared_ptr<const TokenTrie> token_trie = {};
   std::vector<std::int32_t> eos_token_ids = {};
+  // A server with a reasoning parser: its <think> and </think> ids. A constrained output is then
+  // held only after the model's </think> (vLLM's default), or from its start where the prompt
+  // already closed the thinking (its last <think> or </think> is a </think>: Qwen3's template
+  // with enable_thinking false).
+  std::optional<std::pair<std::int32_t, std::int32_t>> reasoning_tokens = {};
 };
 
 // The most prompts one completions request may batch.

@@ -92,7 +92,7 @@ std::vector<std::int32_t> row_bans(const ScheduledRequest& e, std::size_t index,
 // (RequestSampling::constraint) allows the row of plan entry `e` that samples output `index` of
 // sequence `sequence` (e.id, or sample_request_id(e.id, k) for a fork's sample k, which has no
 // outputs yet), its outputs before `index` taken as row_adjustments takes them; null when the
-// request has no constraint.
+// request has no constraint or the constraint does not hold this row.
 std::shared_ptr<const TokenMask> row_constraint(const ScheduledRequest& e, RequestId sequence,
                                                 std::size_t index,
                                                 std::optional<std::int32_t> previous,

@@ -343,6 +343,17 @@ std::vector<std::int32_t> with_extra_eos(std::vector<std::int32_t> model,
   return model;
 }
 
+// A reasoning parser's <think> and </think> ids (ReasoningParser::check_tokenizer has made sure
+// the tokenizer has them); none without a parser.
+std::optional<std::pair<std::int32_t, std::int32_t>> reasoning_tokens(const ReasoningParser* parser,
+                                                                      const Tokenizer& tokenizer) {
+  if (parser == nullptr) return std::nullopt;
+  const std::optional<std::int32_t> open = tokenizer.token_id("<think>");
+  const std::optional<std::int32_t> close = tokenizer.token_id("</think>");
+  if (!open || !close) return std::nullopt;
+  return std::make_pair(*open, *close);
+}
+
 // Whether the experiment's scheduler reads RequestSpec::priority: the `priority` queue order or
 // the `lowest-priority` victim rule.
 bool schedules_by_priority(const ExperimentConfig& config) {
@@ -377,7 +388,8 @@ class Server {
                 std::move(tool_parser),
                 options.exclude_tools_when_tool_choice_none,
                 std::make_shared<const TokenTrie>(tokenizer, engine.llama.model.vocab_size),
-                with_extra_eos(engine.llama.model.eos_token_ids, defaults.eos_token_ids)},
+                with_extra_eos(engine.llama.model.eos_token_ids, defaults.eos_token_ids),
+                reasoning_tokens(reasoning_parser.get(), tokenizer)},
         clock_(0),
         queue_(options.max_in_flight, clock_),
         metrics_(model_name_),

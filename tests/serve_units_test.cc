@@ -11,6 +11,7 @@
 
 #include "core/config_error.h"
 #include "core/lora_config.h"
+#include "core/output_constraint.h"
 #include "engine/openai_api.h"
 #include "engine/serve_metrics.h"
 #include "engine/serve_queue.h"
@@ -406,6 +407,20 @@ TEST(OpenAiApi, ToolChoiceAndToolMessages) {
     EXPECT_NE(r.sampling->constraint, nullptr);
     EXPECT_EQ(r.sampling->temperature, 0);  // greedy, as without the constraint
   }
+  // A reasoning server ('<' and '>' standing for <think> and </think>): the output is held after
+  // the model's own </think>, or from its start where the prompt closed the thinking.
+  grammar.reasoning_tokens = std::make_pair(std::int32_t{'<'}, std::int32_t{'>'});
+  const std::string json_object = R"(, "response_format": {"type": "json_object"})";
+  for (const auto& [content, held] : {std::pair<std::string, bool>{"hi", false},
+                                      {"hi<", false},
+                                      {"hi<x>", true},
+                                      {"<x>hi<", false}}) {
+    r = parse(R"("messages": [{"role": "user", "content": ")" + content + "\"}]" + json_object,
+              grammar);
+    ASSERT_TRUE(r.sampling && r.sampling->constraint) << content;
+    EXPECT_EQ(r.sampling->constraint->allowed(0, {}, {}) != nullptr, held) << content;
+  }
+  grammar.reasoning_tokens.reset();
   EXPECT_EQ(error(required + R"(, "response_format": {"type": "json_object"})", grammar),
             "400 tool_choice: 'tool_choice': a forced tool choice already constrains the output; "
             "not with 'response_format'");

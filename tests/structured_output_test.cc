@@ -454,6 +454,33 @@ TEST(GrammarConstraint, TooManyParsesIsADeadEnd) {
   for (std::int32_t t = 0; t < 256; ++t) EXPECT_EQ(token_allowed(*mask, t), t == 7) << t;
 }
 
+// With a reasoning end token ('#' here), a sequence is free until it writes one; the grammar
+// holds the outputs after its first occurrence, whether that is among the outputs so far or in
+// a verify row's drafts.
+TEST(GrammarConstraint, AReasoningModelIsHeldOnlyAfterItsThinking) {
+  const std::shared_ptr<const Tokenizer> tok =
+      load_tokenizer(servelab_home() / "data/tokenizers/bytes/tokenizer.json");
+  StructuredOutputSpec spec;
+  spec.schema = ojson::parse(R"({"type": "object", "properties": {"a": {"type": "integer"}}})");
+  const auto matcher = compile_structured_output(spec);
+  const auto trie = std::make_shared<const TokenTrie>(*tok, 256);
+  const GrammarConstraint c(matcher, trie, {0}, '#');
+  const auto ids = [](std::string_view s) { return std::vector<std::int32_t>(s.begin(), s.end()); };
+  const auto after = [&](std::string_view text) {
+    return c.mask_of(matcher->advance(matcher->initial(), text));
+  };
+  EXPECT_EQ(c.allowed(0, {}, {}), nullptr);
+  EXPECT_EQ(c.allowed(0, ids("}} not json"), {}), nullptr);
+  EXPECT_EQ(*c.allowed(0, ids("}} not json#"), {}), after(""));
+  EXPECT_EQ(*c.allowed(0, ids("}} not json#{ "), {}), after("{ "));
+  EXPECT_EQ(*c.allowed(0, ids("}} not json#{ "), ids("\"a\"")), after("{ \"a\""));
+  // A later '#' is grammar text (refused there: EOS alone), not a second start.
+  EXPECT_EQ(*c.allowed(0, ids("}} not json#{ #"), {}), after("{ #"));
+  EXPECT_EQ(*c.allowed(1, ids("thinking"), ids("...#{")), after("{"));
+  EXPECT_EQ(c.allowed(1, ids("thinking"), ids("...")), nullptr);
+  EXPECT_EQ(*c.allowed(1, ids("thinking...#{\"a"), {}), after("{\"a"));
+}
+
 TEST(ForcedToolChoice, RequiredSchemaAndParser) {
   const std::vector<ForcedTool> tools = {
       {"get_weather",

@@ -204,6 +204,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (limits.token_trie == nullptr) finding("a constraint on a server without a vocabulary");
     // The first token's mask: never empty (at worst the EOS alone).
     const auto mask = r.sampling->constraint->allowed(0, {}, {});
+    if (mask == nullptr) finding("a constraint not holding the first token without reasoning");
     bool any = false;
     for (const std::uint32_t w : *mask) any = any || w != 0;
     if (!any) finding("a constraint allows no first token");
