@@ -29,11 +29,6 @@ std::string text_of(const json& j) {
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
-ApiError bad(const std::string& message, const std::string& param = "",
-             const std::string& code = "") {
-  return ApiError(400, message, "invalid_request_error", param, code);
-}
-
 // The fields each endpoint knows. Unknown ones are refused rather than silently ignored.
 bool known_field(const std::string& key, bool chat) {
   static const char* const kCommon[] = {
@@ -74,7 +69,7 @@ bool known_field(const std::string& key, bool chat) {
 }
 
 void expect(bool ok, const std::string& param, const std::string& what) {
-  if (!ok) throw bad("'" + param + "': expected " + what, param);
+  if (!ok) throw invalid_request("'" + param + "': expected " + what, param);
 }
 
 // A chat message's content: a string, or OpenAI's array of content parts, of which text parts
@@ -92,16 +87,18 @@ std::string message_content(const json& m, std::vector<std::string>* parts) {
            "content parts with a string 'type'");
     const std::string type = part["type"].get<std::string>();
     if (type != "text") {
-      throw bad("'messages': content parts of type '" + type +
-                    "' are not supported (text parts only; multimodal inputs exist in the "
-                    "simulator's workloads)",
-                "messages");
+      throw invalid_request(
+          "'messages': content parts of type '" + type +
+              "' are not supported (text parts only; multimodal inputs exist in the "
+              "simulator's workloads)",
+          "messages");
     }
     expect(part.contains("text") && part["text"].is_string(), "messages",
            "a string 'text' in each text part");
     for (const auto& [key, value] : part.items()) {
       if (key != "type" && key != "text") {
-        throw bad("unknown field 'messages[].content[]." + key + "'", "messages", "unknown_field");
+        throw invalid_request("unknown field 'messages[].content[]." + key + "'", "messages",
+                              "unknown_field");
       }
     }
     if (i > 0) text += '\n';
@@ -119,9 +116,10 @@ std::vector<std::int32_t> token_array(const json& a, const std::string& param,
     expect(t.is_number_integer(), param, "an array of token ids (integers)");
     const auto v = t.get<std::int64_t>();
     if (v < 0 || v >= limits.vocab_size) {
-      throw bad("'" + param + "': token id " + std::to_string(v) +
-                    " is outside the vocabulary [0, " + std::to_string(limits.vocab_size) + ")",
-                param);
+      throw invalid_request("'" + param + "': token id " + std::to_string(v) +
+                                " is outside the vocabulary [0, " +
+                                std::to_string(limits.vocab_size) + ")",
+                            param);
     }
     ids.push_back(static_cast<std::int32_t>(v));
   }
@@ -156,10 +154,10 @@ bool keep_last_tokens(std::vector<std::int32_t>& ids, std::int32_t keep, std::si
   const auto k = static_cast<std::size_t>(keep);
   if (ids.size() <= k) return false;
   if (k <= before + after) {
-    throw bad("'truncate_prompt_tokens' (" + std::to_string(keep) +
-                  ") leaves no room for the prompt's text beside its " +
-                  std::to_string(before + after) + " special tokens",
-              "truncate_prompt_tokens");
+    throw invalid_request("'truncate_prompt_tokens' (" + std::to_string(keep) +
+                              ") leaves no room for the prompt's text beside its " +
+                              std::to_string(before + after) + " special tokens",
+                          "truncate_prompt_tokens");
   }
   ids.erase(ids.begin() + static_cast<std::ptrdiff_t>(before),
             ids.end() - static_cast<std::ptrdiff_t>(k - before));
@@ -173,9 +171,10 @@ std::int32_t max_tokens_field(const json& body, const char* key, std::int32_t fa
   expect(body[key].is_number_integer(), key, "an integer");
   const auto v = body[key].get<std::int64_t>();
   if (v < (zero_ok ? 0 : 1) || v > (1 << 24)) {
-    throw bad(std::string("'") + key + "': expected at least " + (zero_ok ? "0" : "1") +
-                  (!zero_ok && v == 0 ? " (0 only with echo: true, on completions)" : ""),
-              key);
+    throw invalid_request(
+        std::string("'") + key + "': expected at least " + (zero_ok ? "0" : "1") +
+            (!zero_ok && v == 0 ? " (0 only with echo: true, on completions)" : ""),
+        key);
   }
   return static_cast<std::int32_t>(v);
 }
@@ -261,6 +260,11 @@ ApiError::ApiError(int status_, std::string message, std::string type_, std::str
       param(std::move(param_)),
       code(std::move(code_)) {}
 
+ApiError invalid_request(const std::string& message, const std::string& param,
+                         const std::string& code) {
+  return ApiError(400, message, "invalid_request_error", param, code);
+}
+
 std::string error_json(const ApiError& e) {
   json err = {{"message", e.what()}, {"type", e.type}, {"param", nullptr}, {"code", nullptr}};
   if (!e.param.empty()) err["param"] = e.param;
@@ -282,19 +286,21 @@ template <typename Known>
 json parse_body(std::string_view text, Known known) {
   json body;
   if (json_too_deep(text)) {
-    throw bad("the JSON body is nested more than " + std::to_string(kMaxJsonDepth) + " levels deep",
-              "", "invalid_json");
+    throw invalid_request(
+        "the JSON body is nested more than " + std::to_string(kMaxJsonDepth) + " levels deep", "",
+        "invalid_json");
   }
   try {
     body = json::parse(text);
   } catch (const json::exception& e) {  // parse_error, or out_of_range for a number too large
-    throw bad(std::string("malformed JSON body: ") + e.what(), "", "invalid_json");
+    throw invalid_request(std::string("malformed JSON body: ") + e.what(), "", "invalid_json");
   }
-  if (!body.is_object()) throw bad("the request body must be a JSON object");
+  if (!body.is_object()) throw invalid_request("the request body must be a JSON object");
   for (const auto& [key, value] : body.items()) {
     if (!known(key)) {
-      throw bad("unknown field '" + key + "' (docs/serving.md lists the supported ones)", key,
-                "unknown_field");
+      throw invalid_request(
+          "unknown field '" + key + "' (docs/serving.md lists the supported ones)", key,
+          "unknown_field");
     }
   }
   return body;
@@ -348,7 +354,7 @@ nlohmann::ordered_json ordered_body(const json& body, std::string_view raw) {
 std::vector<std::int32_t> chat_prompt(const json& body, std::string_view raw,
                                       const Tokenizer& tokenizer, const ApiLimits& limits,
                                       ChatTools* tools_out = nullptr) {
-  if (!body.contains("messages")) throw bad("'messages' is required", "messages");
+  if (!body.contains("messages")) throw invalid_request("'messages' is required", "messages");
   const json& msgs = body["messages"];
   expect(msgs.is_array() && !msgs.empty(), "messages", "a non-empty array of messages");
   const nlohmann::ordered_json ordered = ordered_body(body, raw);
@@ -361,14 +367,15 @@ std::vector<std::int32_t> chat_prompt(const json& body, std::string_view raw,
     for (const auto& [key, value] : m.items()) {
       if (key != "role" && key != "content" && key != "name" && key != "tool_calls" &&
           key != "tool_call_id") {
-        throw bad("unknown field 'messages[]." + key + "'", "messages", "unknown_field");
+        throw invalid_request("unknown field 'messages[]." + key + "'", "messages",
+                              "unknown_field");
       }
     }
     expect(m.contains("role") && m["role"].is_string(), "messages", "a string 'role'");
     const std::string role = m["role"].get<std::string>();
     if (role != "system" && role != "user" && role != "assistant" && role != "tool") {
-      throw bad("'messages': unknown role '" + role + "' (system, user, assistant or tool)",
-                "messages");
+      throw invalid_request(
+          "'messages': unknown role '" + role + "' (system, user, assistant or tool)", "messages");
     }
     const std::string where = "messages[" + std::to_string(i) + "]";
     std::optional<std::string> name;
@@ -381,8 +388,8 @@ std::vector<std::int32_t> chat_prompt(const json& body, std::string_view raw,
     msg.name = std::move(name);
     if (m.contains("tool_calls") && !m["tool_calls"].is_null()) {
       if (role != "assistant") {
-        throw bad("'" + where + ".tool_calls': only an assistant message makes tool calls",
-                  "messages");
+        throw invalid_request(
+            "'" + where + ".tool_calls': only an assistant message makes tool calls", "messages");
       }
       msg.tool_calls = message_tool_calls(ordered["messages"][i], i);
     }
@@ -398,23 +405,24 @@ std::vector<std::int32_t> chat_prompt(const json& body, std::string_view raw,
       msg.content = message_content(m, &msg.parts);
     }
     if (limits.chat_template == nullptr && (role == "tool" || msg.tool_calls)) {
-      throw bad("'" + where + "': " +
-                    (role == "tool" ? std::string("tool messages") : std::string("tool calls")) +
-                    " need the model's chat template (start engine serve with --chat-template, "
-                    "or a tokenizer whose tokenizer_config.json has one)",
-                "messages");
+      throw invalid_request(
+          "'" + where +
+              "': " + (role == "tool" ? std::string("tool messages") : std::string("tool calls")) +
+              " need the model's chat template (start engine serve with --chat-template, "
+              "or a tokenizer whose tokenizer_config.json has one)",
+          "messages");
     }
   }
   const bool continue_final = flag_field(body, "continue_final_message", false);
   const bool generation_prompt = flag_field(body, "add_generation_prompt", true);
   if (continue_final && generation_prompt) {
-    throw bad(
+    throw invalid_request(
         "'continue_final_message': not with add_generation_prompt true (send "
         "\"add_generation_prompt\": false)",
         "continue_final_message");
   }
   if (body.contains("chat_template") && !body["chat_template"].is_null()) {
-    throw bad(
+    throw invalid_request(
         "'chat_template': a request's own chat template is not accepted (vLLM refuses one "
         "without --trust-request-chat-template); start engine serve with --chat-template",
         "chat_template");
@@ -427,8 +435,9 @@ std::vector<std::int32_t> chat_prompt(const json& body, std::string_view raw,
     for (const auto& [key, value] : ordered["chat_template_kwargs"].items()) {
       if (key == "messages" || key == "add_generation_prompt" || key == "tools" ||
           key == "documents") {
-        throw bad("'chat_template_kwargs." + key + "': set by the request itself, not here",
-                  "chat_template_kwargs");
+        throw invalid_request(
+            "'chat_template_kwargs." + key + "': set by the request itself, not here",
+            "chat_template_kwargs");
       }
       kwargs.emplace_back(key, jinja::Value::from_json(value));
     }
@@ -439,7 +448,7 @@ std::vector<std::int32_t> chat_prompt(const json& body, std::string_view raw,
     ids = encode_chat(tokenizer, messages, generation_prompt, continue_final,
                       limits.chat_template.get(), kwargs);
   } catch (const ConfigError& e) {  // the template's raise_exception, or an error in it
-    throw bad(std::string("'messages': ") + e.what(), "messages");
+    throw invalid_request(std::string("'messages': ") + e.what(), "messages");
   }
   if (flag_field(body, "add_special_tokens", false)) {
     const SequenceTemplate& t = tokenizer.sequence_template();
@@ -455,21 +464,22 @@ std::vector<std::int32_t> chat_prompt(const json& body, std::string_view raw,
 void attach_constraint(const StructuredOutputSpec& spec, const std::string& param,
                        const ApiLimits& limits, CompletionRequest& r) {
   if (limits.token_trie == nullptr) {
-    throw bad("structured outputs need the server's vocabulary, which this server lacks", param);
+    throw invalid_request(
+        "structured outputs need the server's vocabulary, which this server lacks", param);
   }
   std::shared_ptr<const GrammarMatcher> matcher;
   try {
     matcher = compile_structured_output(spec);
   } catch (const std::invalid_argument& e) {
-    throw bad(std::string("structured outputs: ") + e.what(), param);
+    throw invalid_request(std::string("structured outputs: ") + e.what(), param);
   } catch (const std::length_error& e) {
-    throw bad(std::string("structured outputs: ") + e.what(), param);
+    throw invalid_request(std::string("structured outputs: ") + e.what(), param);
   }
   std::vector<std::int32_t> ends =
       r.ignore_eos ? std::vector<std::int32_t>{} : limits.eos_token_ids;
   ends.insert(ends.end(), r.stop_token_ids.begin(), r.stop_token_ids.end());
   if (ends.empty()) {
-    throw bad(
+    throw invalid_request(
         std::string("structured outputs need a token that ends the output where its grammar "
                     "completes: ") +
             (r.ignore_eos ? "the request ignores EOS (ignore_eos)" : "the model has no EOS token") +
@@ -478,7 +488,8 @@ void attach_constraint(const StructuredOutputSpec& spec, const std::string& para
   }
   std::optional<std::int32_t> reasoning_end;
   if (limits.reasoning_tokens) {
-    const auto [open, close] = *limits.reasoning_tokens;
+    const std::int32_t open = limits.reasoning_tokens->first;
+    const std::int32_t close = limits.reasoning_tokens->second;
     const auto last = std::find_if(r.prompt.rbegin(), r.prompt.rend(),
                                    [&](std::int32_t t) { return t == open || t == close; });
     if (last == r.prompt.rend() || *last != close) reasoning_end = close;
@@ -508,12 +519,13 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat,
     expect(so.is_object(), "stream_options", "an object");
     for (const auto& [key, value] : so.items()) {
       if (key != "include_usage" && key != "continuous_usage_stats") {
-        throw bad("unknown field 'stream_options." + key + "'", "stream_options", "unknown_field");
+        throw invalid_request("unknown field 'stream_options." + key + "'", "stream_options",
+                              "unknown_field");
       }
       expect(value.is_boolean(), "stream_options." + key, "true or false");
     }
     if (!r.stream)
-      throw bad("'stream_options' is only allowed with stream: true", "stream_options");
+      throw invalid_request("'stream_options' is only allowed with stream: true", "stream_options");
     r.include_usage = so.value("include_usage", false);
     // vLLM: usage in every chunk when both are true.
     r.continuous_usage = r.include_usage && so.value("continuous_usage_stats", false);
@@ -552,10 +564,11 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat,
     expect(fits, "priority", "a 32-bit integer");
     r.priority = p.get<std::int32_t>();
     if (r.priority != 0 && !limits.priority_scheduling) {
-      throw bad("'priority': got " + std::to_string(r.priority) +
-                    " but the server does not schedule by priority (serve an experiment with "
-                    "policies.queue: priority or the lowest-priority victim rule)",
-                "priority");
+      throw invalid_request(
+          "'priority': got " + std::to_string(r.priority) +
+              " but the server does not schedule by priority (serve an experiment with "
+              "policies.queue: priority or the lowest-priority victim rule)",
+          "priority");
     }
   }
   const auto given = [&](const char* key) { return body.contains(key) && !body[key].is_null(); };
@@ -606,12 +619,13 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat,
       const auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), id);
       if (ec != std::errc() || end != key.data() + key.size() || key.empty() || id < 0 ||
           id >= limits.vocab_size) {
-        throw bad("'logit_bias': key \"" + key + "\" is not a token id in [0, " +
-                      std::to_string(limits.vocab_size) + ")",
-                  "logit_bias");
+        throw invalid_request("'logit_bias': key \"" + key + "\" is not a token id in [0, " +
+                                  std::to_string(limits.vocab_size) + ")",
+                              "logit_bias");
       }
       if (!bias.is_number()) {
-        throw bad("'logit_bias': the bias of token " + key + " is not a number", "logit_bias");
+        throw invalid_request("'logit_bias': the bias of token " + key + " is not a number",
+                              "logit_bias");
       }
       const double b = std::clamp(bias.get<double>(), -100.0, 100.0);
       logit_bias.emplace_back(static_cast<std::int32_t>(id), static_cast<float>(b));
@@ -619,8 +633,9 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat,
     std::sort(logit_bias.begin(), logit_bias.end());
     for (std::size_t i = 1; i < logit_bias.size(); ++i) {
       if (logit_bias[i].first == logit_bias[i - 1].first) {
-        throw bad("'logit_bias': token " + std::to_string(logit_bias[i].first) + " is given twice",
-                  "logit_bias");
+        throw invalid_request(
+            "'logit_bias': token " + std::to_string(logit_bias[i].first) + " is given twice",
+            "logit_bias");
       }
     }
     std::erase_if(logit_bias, [](const auto& b) { return b.second == 0; });
@@ -644,22 +659,23 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat,
       const std::vector<std::vector<std::int32_t>> ids =
           bad_word_token_ids(word.get<std::string>(), tokenizer);
       if (ids.empty()) {
-        throw bad("'bad_words': \"" + word.get<std::string>() + "\" has no token to ban",
-                  "bad_words");
+        throw invalid_request(
+            "'bad_words': \"" + word.get<std::string>() + "\" has no token to ban", "bad_words");
       }
       for (const std::vector<std::int32_t>& one : ids) {
         for (const std::int32_t t : one) {
           if (t >= limits.vocab_size) {
-            throw bad("'bad_words': \"" + word.get<std::string>() + "\" encodes to token " +
-                          std::to_string(t) + ", outside the model's vocabulary [0, " +
-                          std::to_string(limits.vocab_size) + ")",
-                      "bad_words");
+            throw invalid_request("'bad_words': \"" + word.get<std::string>() +
+                                      "\" encodes to token " + std::to_string(t) +
+                                      ", outside the model's vocabulary [0, " +
+                                      std::to_string(limits.vocab_size) + ")",
+                                  "bad_words");
           }
         }
         bad_words.push_back(one);
       }
       if (bad_words.size() > kMaxBadWords) {
-        throw bad(
+        throw invalid_request(
             "'bad_words': more than " + std::to_string(kMaxBadWords) + " token sequences to ban",
             "bad_words");
       }
@@ -709,8 +725,8 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat,
     // vLLM's v1 engine has no best_of beyond n: accepted only equal to n.
     expect(body["best_of"].is_number_integer(), "best_of", "an integer");
     if (body["best_of"].get<std::int64_t>() != r.n) {
-      throw bad("'best_of': only best_of = n (" + std::to_string(r.n) + ") is supported",
-                "best_of");
+      throw invalid_request(
+          "'best_of': only best_of = n (" + std::to_string(r.n) + ") is supported", "best_of");
     }
   }
   // Log probabilities: completions take `logprobs: K`, chat `logprobs: true` with
@@ -730,19 +746,20 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat,
       expect(body["logprobs"].is_boolean(), "logprobs", "true or false");
       r.logprobs = given("top_logprobs") ? alternatives("top_logprobs") : 0;
     } else if (given("top_logprobs")) {
-      throw bad("'top_logprobs' needs 'logprobs': true", "top_logprobs");
+      throw invalid_request("'top_logprobs' needs 'logprobs': true", "top_logprobs");
     }
   } else if (!logprobs_off) {
     r.logprobs = alternatives("logprobs");
   }
   if (r.logprobs >= 0 && !limits.logprobs_unsupported.empty()) {
-    throw bad("'logprobs': " + limits.logprobs_unsupported, "logprobs");
+    throw invalid_request("'logprobs': " + limits.logprobs_unsupported, "logprobs");
   }
   if (given("prompt_logprobs")) {
     r.prompt_logprobs = alternatives("prompt_logprobs");
     r.prompt_logprobs_field = true;
     if (r.stream)
-      throw bad("'prompt_logprobs': not available with stream: true", "prompt_logprobs");
+      throw invalid_request("'prompt_logprobs': not available with stream: true",
+                            "prompt_logprobs");
   }
   r.return_tokens_as_token_ids = flag_field(body, "return_tokens_as_token_ids", false);
   r.skip_special_tokens = flag_field(body, "skip_special_tokens", true);
@@ -788,10 +805,10 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat,
     expect(ok, "truncate_prompt_tokens", "an integer >= 1, or -1 (the model's maximum length)");
     if (v.is_number_unsigned() &&
         v.get<std::uint64_t>() > static_cast<std::uint64_t>(limits.max_model_len)) {
-      throw bad("'truncate_prompt_tokens' (" + std::to_string(v.get<std::uint64_t>()) +
-                    ") is greater than the model's maximum context length (" +
-                    std::to_string(limits.max_model_len) + ")",
-                "truncate_prompt_tokens");
+      throw invalid_request("'truncate_prompt_tokens' (" + std::to_string(v.get<std::uint64_t>()) +
+                                ") is greater than the model's maximum context length (" +
+                                std::to_string(limits.max_model_len) + ")",
+                            "truncate_prompt_tokens");
     }
     keep_last = v.is_number_unsigned() ? v.get<std::int32_t>() : limits.max_model_len;
   }
@@ -810,18 +827,19 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat,
     if (tools.parse && tools.parser->keeps_special_tokens()) r.skip_special_tokens = false;
     if (tools.forced_schema) {
       if (structured) {
-        throw bad("'tool_choice': a forced tool choice already constrains the output; not with '" +
-                      std::string(body.contains("structured_outputs") ? "structured_outputs"
-                                                                      : "response_format") +
-                      "'",
-                  "tool_choice");
+        throw invalid_request(
+            "'tool_choice': a forced tool choice already constrains the output; not with '" +
+                std::string(body.contains("structured_outputs") ? "structured_outputs"
+                                                                : "response_format") +
+                "'",
+            "tool_choice");
       }
       structured = StructuredOutputSpec{};
       structured->schema = std::move(*tools.forced_schema);
     }
     if (keep_last) keep_last_tokens(r.prompt, *keep_last, 0, 0);
   } else {
-    if (!body.contains("prompt")) throw bad("'prompt' is required", "prompt");
+    if (!body.contains("prompt")) throw invalid_request("'prompt' is required", "prompt");
     const json& p = body["prompt"];
     // One prompt (a string, an array of token ids) or a batch of them (an array of strings, or
     // of arrays of token ids), as vLLM takes `prompt`.
@@ -855,24 +873,25 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat,
       add(p);
     } else if (batch) {
       if (p.size() > kMaxBatchPrompts) {
-        throw bad("'prompt': a batch of " + std::to_string(p.size()) + " prompts, more than " +
-                      std::to_string(kMaxBatchPrompts),
-                  "prompt");
+        throw invalid_request("'prompt': a batch of " + std::to_string(p.size()) +
+                                  " prompts, more than " + std::to_string(kMaxBatchPrompts),
+                              "prompt");
       }
       for (const json& one : p) {
         expect(one.is_string() == p[0].is_string() && (one.is_string() || one.is_array()), "prompt",
                "a batch of strings or of arrays of token ids, not a mix");
         add(one);
         if ((r.more_prompts.empty() ? r.prompt : r.more_prompts.back()).empty()) {
-          throw bad("prompt " + std::to_string(r.more_prompts.size()) + " of the batch is empty",
-                    "prompt");
+          throw invalid_request(
+              "prompt " + std::to_string(r.more_prompts.size()) + " of the batch is empty",
+              "prompt");
         }
       }
     } else {
-      throw bad("'prompt': expected a string or an array of token ids", "prompt");
+      throw invalid_request("'prompt': expected a string or an array of token ids", "prompt");
     }
   }
-  if (r.prompt.empty()) throw bad("the prompt is empty", chat ? "messages" : "prompt");
+  if (r.prompt.empty()) throw invalid_request("the prompt is empty", chat ? "messages" : "prompt");
   std::size_t longest = r.prompt.size();
   for (const std::vector<std::int32_t>& more : r.more_prompts) {
     longest = std::max(longest, more.size());
@@ -885,9 +904,10 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat,
   }
   const auto prompt_len = static_cast<std::int64_t>(longest);
   if (prompt_len >= limits.max_model_len) {
-    throw bad("this model's maximum context length is " + std::to_string(limits.max_model_len) +
-                  " tokens; the prompt has " + std::to_string(prompt_len),
-              chat ? "messages" : "prompt", "context_length_exceeded");
+    throw invalid_request("this model's maximum context length is " +
+                              std::to_string(limits.max_model_len) + " tokens; the prompt has " +
+                              std::to_string(prompt_len),
+                          chat ? "messages" : "prompt", "context_length_exceeded");
   }
   // Defaults: OpenAI's 16 for completions; for chat the generation config's max_new_tokens or
   // the rest of the context, whichever is smaller (as vLLM's get_max_tokens).
@@ -901,7 +921,7 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat,
   if (r.max_tokens == 0) {
     // vLLM's echo without generation: one token is generated and not shown.
     if (r.min_tokens > 0) {
-      throw bad(
+      throw invalid_request(
           "'min_tokens' (" + std::to_string(r.min_tokens) + ") must not exceed max_tokens (0)",
           "min_tokens");
     }
@@ -909,16 +929,17 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat,
     r.max_tokens = 1;
   }
   if (prompt_len + r.max_tokens > limits.max_model_len) {
-    throw bad("this model's maximum context length is " + std::to_string(limits.max_model_len) +
-                  " tokens; the request asks for " + std::to_string(prompt_len + r.max_tokens) +
-                  " (" + std::to_string(prompt_len) + " in the prompt, " +
-                  std::to_string(r.max_tokens) + " to generate)",
-              "max_tokens", "context_length_exceeded");
+    throw invalid_request(
+        "this model's maximum context length is " + std::to_string(limits.max_model_len) +
+            " tokens; the request asks for " + std::to_string(prompt_len + r.max_tokens) + " (" +
+            std::to_string(prompt_len) + " in the prompt, " + std::to_string(r.max_tokens) +
+            " to generate)",
+        "max_tokens", "context_length_exceeded");
   }
   if (r.min_tokens > r.max_tokens) {
-    throw bad("'min_tokens' (" + std::to_string(r.min_tokens) + ") must not exceed max_tokens (" +
-                  std::to_string(r.max_tokens) + ")",
-              "min_tokens");
+    throw invalid_request("'min_tokens' (" + std::to_string(r.min_tokens) +
+                              ") must not exceed max_tokens (" + std::to_string(r.max_tokens) + ")",
+                          "min_tokens");
   }
   return r;
 }
@@ -1032,14 +1053,14 @@ std::vector<std::int32_t> parse_tokenize_request(std::string_view text, const Ap
   if (token_strs != nullptr) *token_strs = strs;
   const bool has_prompt = body.contains("prompt"), has_messages = body.contains("messages");
   if (has_prompt == has_messages) {
-    throw bad("give 'prompt' (a string) or 'messages' (a chat), one of them",
-              has_prompt ? "messages" : "prompt");
+    throw invalid_request("give 'prompt' (a string) or 'messages' (a chat), one of them",
+                          has_prompt ? "messages" : "prompt");
   }
   if (has_messages) return chat_prompt(body, text, tokenizer, limits);
   for (const char* chat_only : {"add_generation_prompt", "continue_final_message", "chat_template",
                                 "chat_template_kwargs", "tools"}) {
     if (body.contains(chat_only)) {
-      throw bad(std::string("'") + chat_only + "': only with 'messages'", chat_only);
+      throw invalid_request(std::string("'") + chat_only + "': only with 'messages'", chat_only);
     }
   }
   expect(body["prompt"].is_string(), "prompt", "a string");
@@ -1069,7 +1090,7 @@ std::vector<std::int32_t> parse_detokenize_request(std::string_view text, const 
       parse_body(text, [](const std::string& key) { return key == "model" || key == "tokens"; });
   std::string model;
   named_model(body, limits, model);
-  if (!body.contains("tokens")) throw bad("'tokens' is required", "tokens");
+  if (!body.contains("tokens")) throw invalid_request("'tokens' is required", "tokens");
   expect(body["tokens"].is_array(), "tokens", "an array of token ids");
   return token_array(body["tokens"], "tokens", limits);
 }

@@ -38,6 +38,9 @@ struct ApiError : std::runtime_error {
   std::string param;  // the offending field ("" -> null)
   std::string code;   // a machine-readable code ("" -> null)
 };
+// A 400 "invalid_request_error" naming the field `param` (the parsers' one kind of refusal).
+ApiError invalid_request(const std::string& message, const std::string& param = "",
+                         const std::string& code = "");
 // {"error": {"message": ..., "type": ..., "param": ..., "code": ...}}
 std::string error_json(const ApiError& e);
 

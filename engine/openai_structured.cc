@@ -6,10 +6,6 @@ namespace {
 using nlohmann::json;
 using ojson = nlohmann::ordered_json;
 
-ApiError bad(const std::string& message, const std::string& param) {
-  return ApiError(400, message, "invalid_request_error", param);
-}
-
 bool given(const ojson& j, const char* key) { return j.contains(key) && !j[key].is_null(); }
 
 // A JSON schema given as an object (or boolean), or as its text (vLLM takes both).
@@ -20,12 +16,12 @@ ojson schema_value(const ojson& v, const std::string& where, const std::string& 
     ojson parsed = ojson::parse(text, nullptr, /*allow_exceptions=*/false);
     if (!parsed.is_discarded() && (parsed.is_object() || parsed.is_boolean())) return parsed;
   }
-  throw bad("'" + where + "': expected a JSON schema (an object, or its text)", param);
+  throw invalid_request("'" + where + "': expected a JSON schema (an object, or its text)", param);
 }
 
 StructuredOutputSpec from_structured_outputs(const ojson& so) {
   const std::string param = "structured_outputs";
-  if (!so.is_object()) throw bad("'structured_outputs': expected an object", param);
+  if (!so.is_object()) throw invalid_request("'structured_outputs': expected an object", param);
   StructuredOutputSpec spec;
   int kinds = 0;
   for (auto it = so.begin(); it != so.end(); ++it) {
@@ -39,48 +35,48 @@ StructuredOutputSpec from_structured_outputs(const ojson& so) {
       ++kinds;
     } else if (key == "regex") {
       if (v.is_null()) continue;
-      if (!v.is_string()) throw bad("'" + where + "': expected a string", param);
+      if (!v.is_string()) throw invalid_request("'" + where + "': expected a string", param);
       spec.kind = StructuredOutputSpec::Kind::kRegex;
       spec.regex = v.get<std::string>();
       ++kinds;
     } else if (key == "choice") {
       if (v.is_null()) continue;
       if (!v.is_array() || v.empty()) {
-        throw bad("'" + where + "': expected a non-empty array of strings", param);
+        throw invalid_request("'" + where + "': expected a non-empty array of strings", param);
       }
       for (const ojson& c : v) {
         if (!c.is_string())
-          throw bad("'" + where + "': expected a non-empty array of strings", param);
+          throw invalid_request("'" + where + "': expected a non-empty array of strings", param);
         spec.choice.push_back(c.get<std::string>());
       }
       spec.kind = StructuredOutputSpec::Kind::kChoice;
       ++kinds;
     } else if (key == "json_object") {
       if (v.is_null()) continue;
-      if (!v.is_boolean()) throw bad("'" + where + "': expected true or false", param);
+      if (!v.is_boolean()) throw invalid_request("'" + where + "': expected true or false", param);
       if (!v.get<bool>()) continue;
       spec.kind = StructuredOutputSpec::Kind::kJsonObject;
       ++kinds;
     } else if (key == "disable_any_whitespace") {
       if (v.is_null()) continue;
-      if (!v.is_boolean()) throw bad("'" + where + "': expected true or false", param);
+      if (!v.is_boolean()) throw invalid_request("'" + where + "': expected true or false", param);
       spec.any_whitespace = !v.get<bool>();
     } else if (key == "disable_additional_properties" || key == "disable_fallback") {
       if (!v.is_null() && !v.is_boolean()) {
-        throw bad("'" + where + "': expected true or false", param);
+        throw invalid_request("'" + where + "': expected true or false", param);
       }
     } else if (key == "grammar" || key == "structural_tag" || key == "whitespace_pattern") {
       if (v.is_null()) continue;
-      throw bad("'" + where +
-                    "' is not supported (structured outputs take json, regex, choice "
-                    "or json_object)",
-                param);
+      throw invalid_request("'" + where +
+                                "' is not supported (structured outputs take json, regex, choice "
+                                "or json_object)",
+                            param);
     } else {
-      throw bad("unknown field '" + where + "'", param);
+      throw invalid_request("unknown field '" + where + "'", param);
     }
   }
   if (kinds != 1) {
-    throw bad(
+    throw invalid_request(
         "'structured_outputs': expected exactly one of json, regex, choice, json_object "
         "(got " +
             std::to_string(kinds) + ")",
@@ -92,7 +88,7 @@ StructuredOutputSpec from_structured_outputs(const ojson& so) {
 std::optional<StructuredOutputSpec> from_response_format(const ojson& rf) {
   const std::string param = "response_format";
   if (!rf.is_object() || !rf.contains("type") || !rf["type"].is_string()) {
-    throw bad(
+    throw invalid_request(
         "'response_format': expected {\"type\": \"text\", \"json_object\" or "
         "\"json_schema\", ...}",
         param);
@@ -100,7 +96,7 @@ std::optional<StructuredOutputSpec> from_response_format(const ojson& rf) {
   const std::string type = rf["type"].get<std::string>();
   for (auto it = rf.begin(); it != rf.end(); ++it) {
     if (it.key() != "type" && !(type == "json_schema" && it.key() == "json_schema")) {
-      throw bad("unknown field 'response_format." + it.key() + "'", param);
+      throw invalid_request("unknown field 'response_format." + it.key() + "'", param);
     }
   }
   if (type == "text") return std::nullopt;
@@ -110,30 +106,32 @@ std::optional<StructuredOutputSpec> from_response_format(const ojson& rf) {
     return spec;
   }
   if (type != "json_schema") {
-    throw bad(
+    throw invalid_request(
         "'response_format.type': expected \"text\", \"json_object\" or \"json_schema\" (got "
         "\"" +
             type + "\")",
         param);
   }
   if (!given(rf, "json_schema") || !rf["json_schema"].is_object()) {
-    throw bad("'response_format.json_schema': expected an object with a 'schema'", param);
+    throw invalid_request("'response_format.json_schema': expected an object with a 'schema'",
+                          param);
   }
   const ojson& js = rf["json_schema"];
   for (auto it = js.begin(); it != js.end(); ++it) {
     const std::string& k = it.key();
     if (k != "name" && k != "description" && k != "schema" && k != "strict") {
-      throw bad("unknown field 'response_format.json_schema." + k + "'", param);
+      throw invalid_request("unknown field 'response_format.json_schema." + k + "'", param);
     }
   }
   if (given(js, "name") && !js["name"].is_string()) {
-    throw bad("'response_format.json_schema.name': expected a string", param);
+    throw invalid_request("'response_format.json_schema.name': expected a string", param);
   }
   if (given(js, "strict") && !js["strict"].is_boolean()) {
-    throw bad("'response_format.json_schema.strict': expected true or false", param);
+    throw invalid_request("'response_format.json_schema.strict': expected true or false", param);
   }
   if (!given(js, "schema")) {
-    throw bad("'response_format.json_schema.schema': required (the JSON schema)", param);
+    throw invalid_request("'response_format.json_schema.schema': required (the JSON schema)",
+                          param);
   }
   spec.kind = StructuredOutputSpec::Kind::kJson;
   spec.schema = schema_value(js["schema"], "response_format.json_schema.schema", param);
@@ -154,8 +152,9 @@ std::optional<StructuredOutputSpec> parse_structured_outputs(const json& body,
   if (given(ordered, "response_format")) from_rf = from_response_format(ordered["response_format"]);
   if (given(ordered, "structured_outputs")) {
     if (from_rf) {
-      throw bad("'response_format' and 'structured_outputs' both constrain the output: give one",
-                "response_format");
+      throw invalid_request(
+          "'response_format' and 'structured_outputs' both constrain the output: give one",
+          "response_format");
     }
     return from_structured_outputs(ordered["structured_outputs"]);
   }

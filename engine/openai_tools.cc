@@ -12,12 +12,8 @@ namespace {
 using nlohmann::json;
 using ojson = nlohmann::ordered_json;
 
-ApiError bad(const std::string& message, const std::string& param) {
-  return ApiError(400, message, "invalid_request_error", param);
-}
-
 void expect(bool ok, const std::string& param, const std::string& where, const std::string& what) {
-  if (!ok) throw bad("'" + where + "': expected " + what, param);
+  if (!ok) throw invalid_request("'" + where + "': expected " + what, param);
 }
 
 bool given(const ojson& j, const char* key) { return j.contains(key) && !j[key].is_null(); }
@@ -29,7 +25,7 @@ jinja::Value tool_value(const ojson& tool, std::size_t i, std::vector<std::strin
          "an object {\"type\": \"function\", \"function\": {...}}");
   for (const auto& [key, value] : tool.items()) {
     if (key != "type" && key != "function") {
-      throw bad("unknown field '" + where + "." + key + "'", "tools");
+      throw invalid_request("unknown field '" + where + "." + key + "'", "tools");
     }
   }
   if (given(tool, "type")) {
@@ -41,7 +37,7 @@ jinja::Value tool_value(const ojson& tool, std::size_t i, std::vector<std::strin
   const std::string fwhere = where + ".function";
   for (const auto& [key, value] : f.items()) {
     if (key != "name" && key != "description" && key != "parameters" && key != "strict") {
-      throw bad("unknown field '" + fwhere + "." + key + "'", "tools");
+      throw invalid_request("unknown field '" + fwhere + "." + key + "'", "tools");
     }
   }
   expect(given(f, "name") && f["name"].is_string() && !f["name"].get<std::string>().empty(),
@@ -99,13 +95,15 @@ ChatTools parse_chat_tools(const json& body, const ojson& ordered, const ApiLimi
       choice = "named";
     }
     if (choice != "none" && !have_tools) {
-      throw bad("'tool_choice': needs 'tools' (when using tool_choice, tools must be set)",
-                "tool_choice");
+      throw invalid_request(
+          "'tool_choice': needs 'tools' (when using tool_choice, tools must be set)",
+          "tool_choice");
     }
     if (choice == "named") {
       const std::string name = tc["function"]["name"].get<std::string>();
       if (std::find(names.begin(), names.end(), name) == names.end()) {
-        throw bad("'tool_choice': no tool named '" + name + "' in 'tools'", "tool_choice");
+        throw invalid_request("'tool_choice': no tool named '" + name + "' in 'tools'",
+                              "tool_choice");
       }
     }
     if (choice == "required" || choice == "named") {
@@ -120,7 +118,7 @@ ChatTools parse_chat_tools(const json& body, const ojson& ordered, const ApiLimi
       try {
         out.forced_schema = forced_tool_schema(forced, choice == "named" ? &name : nullptr);
       } catch (const ToolSchemaError& e) {
-        throw bad(std::string("'tools': ") + e.what(), "tools");
+        throw invalid_request(std::string("'tools': ") + e.what(), "tools");
       }
       out.parser = make_forced_tool_parser(choice == "named" ? &name : nullptr);
       out.parse = true;
@@ -133,7 +131,7 @@ ChatTools parse_chat_tools(const json& body, const ojson& ordered, const ApiLimi
   }
   if (choice == "auto") {
     if (limits.tool_parser == nullptr) {
-      throw bad(
+      throw invalid_request(
           "\"auto\" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be "
           "set",
           "tool_choice");
@@ -150,11 +148,12 @@ ChatTools parse_chat_tools(const json& body, const ojson& ordered, const ApiLimi
 }
 
 ApiError needs_chat_template(const std::string& field) {
-  return bad("'" + field +
-                 "': the server renders chats with a built-in format, not a template (start "
-                 "engine serve with --chat-template, or a tokenizer whose tokenizer_config.json "
-                 "has one)",
-             field);
+  return invalid_request(
+      "'" + field +
+          "': the server renders chats with a built-in format, not a template (start "
+          "engine serve with --chat-template, or a tokenizer whose tokenizer_config.json "
+          "has one)",
+      field);
 }
 
 std::optional<jinja::Value> message_tool_calls(const ojson& m, std::size_t index) {
@@ -171,7 +170,7 @@ std::optional<jinja::Value> message_tool_calls(const ojson& m, std::size_t index
            at, "{\"id\", \"type\": \"function\", \"function\": {\"name\", \"arguments\"}}");
     for (const auto& [key, value] : call.items()) {
       if (key != "id" && key != "type" && key != "function") {
-        throw bad("unknown field '" + at + "." + key + "'", "messages");
+        throw invalid_request("unknown field '" + at + "." + key + "'", "messages");
       }
     }
     if (given(call, "id")) expect(call["id"].is_string(), "messages", at + ".id", "a string");
@@ -182,7 +181,7 @@ std::optional<jinja::Value> message_tool_calls(const ojson& m, std::size_t index
     ojson& f = copy["function"];
     for (const auto& [key, value] : f.items()) {
       if (key != "name" && key != "arguments") {
-        throw bad("unknown field '" + at + ".function." + key + "'", "messages");
+        throw invalid_request("unknown field '" + at + ".function." + key + "'", "messages");
       }
     }
     expect(given(f, "name") && f["name"].is_string(), "messages", at + ".function.name",
@@ -196,9 +195,9 @@ std::optional<jinja::Value> message_tool_calls(const ojson& m, std::size_t index
       if (!text.empty()) {
         if (!json_too_deep(text)) args = ojson::parse(text, nullptr, /*allow_exceptions=*/false);
         if (json_too_deep(text) || args.is_discarded()) {
-          throw bad("'" + at + ".function.arguments': not JSON (or nested more than " +
-                        std::to_string(kMaxJsonDepth) + " levels deep)",
-                    "messages");
+          throw invalid_request("'" + at + ".function.arguments': not JSON (or nested more than " +
+                                    std::to_string(kMaxJsonDepth) + " levels deep)",
+                                "messages");
         }
       }
     }

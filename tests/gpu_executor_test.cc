@@ -658,10 +658,24 @@ TEST(GpuExecutor, PenaltiesLowerTheLogitsOfTheOutputs) {
 #endif
 }
 
+// A structured output's constraint that allows {5, 900, 1000} after four outputs, nothing else.
+class AfterFourOutputs final : public OutputConstraint {
+ public:
+  std::shared_ptr<const TokenMask> allowed(RequestId, std::span<const std::int32_t> earlier,
+                                           std::span<const std::int32_t> later) const override {
+    auto mask = std::make_shared<TokenMask>(32, 0u);
+    if (earlier.size() + later.size() == 4) {
+      for (const std::int32_t t : {5, 900, 1000}) (*mask)[t / 32] |= 1u << (t % 32);
+    }
+    return mask;
+  }
+};
+
 // A request's allowed_token_ids and bad_words (RequestSampling, step 0): the step samples from
 // the plain logits of the allowed tokens that no bad word bans after the entry's outputs
-// (engine/sample_stream.h row_bans), -inf everywhere else, as CpuExecutor does.
-TEST(GpuExecutor, AllowedTokensAndBadWordsMaskTheLogits) {
+// (engine/sample_stream.h row_bans), -inf everywhere else, as CpuExecutor does; then a
+// constraint's tokens (structured outputs).
+TEST(GpuExecutor, AllowedTokensBadWordsAndConstraintsMaskTheLogits) {
   REQUIRE_GPU();
 #if SERVELAB_HAVE_CUDA
   const LlamaWeights w = LlamaWeights::random(GpuConfig(64, 4, 2, false), 9);
@@ -689,47 +703,19 @@ TEST(GpuExecutor, AllowedTokensAndBadWordsMaskTheLogits) {
   own.bad_words = {{900, 3}, {17, 900, 17}, {900}, {1000}};
   spec.sampling = std::make_shared<const RequestSampling>(own);
   EXPECT_EQ(logits_of(spec).second, 0);
-#endif
-}
-
-// Structured outputs (RequestSampling::constraint): the row keeps the tokens the constraint
-// allows after the entry's outputs (here {5, 900, 1000} after four), intersected with its
-// allowed_token_ids when it has them, as CpuExecutor keeps them.
-class AfterFourOutputs final : public OutputConstraint {
- public:
-  std::shared_ptr<const TokenMask> allowed(RequestId, std::span<const std::int32_t> earlier,
-                                           std::span<const std::int32_t> later) const override {
-    auto mask = std::make_shared<TokenMask>(32, 0u);
-    if (earlier.size() + later.size() == 4) {
-      for (const std::int32_t t : {5, 900, 1000}) (*mask)[t / 32] |= 1u << (t % 32);
-    }
-    return mask;
-  }
-};
-
-TEST(GpuExecutor, AConstraintMasksTheLogitsAsTheCpuExecutorDoes) {
-  REQUIRE_GPU();
-#if SERVELAB_HAVE_CUDA
-  const LlamaWeights w = LlamaWeights::random(GpuConfig(64, 4, 2, false), 9);
-  RequestSpec spec = make_request(1, 0, {{unique_content_id(14, 1), 0, 12}}, 8);
-  const std::vector<std::int32_t> outputs = {17, 5, 17, 900};
-  const std::vector<BlockId> table = {1, 2};
-  const auto logits_of = [&](const RequestSpec& r) {
-    CudaExecutor gpu(w, GpuOptions(8, 8));
-    const StepResult result = gpu.execute(OnePlan(r, outputs, 0, 16, table));
-    return std::make_pair(gpu.last_logits()[0], result.sampled_tokens[0]);
-  };
-  const std::vector<float> plain = logits_of(spec).first;
-  RequestSampling own;
+  // Structured outputs (RequestSampling::constraint): the row keeps the tokens the constraint
+  // allows after the entry's outputs ({5, 900, 1000} after four), intersected with its
+  // allowed_token_ids when it has them.
+  own = {};
   own.constraint = std::make_shared<AfterFourOutputs>();
   spec.sampling = std::make_shared<const RequestSampling>(own);
-  const auto [masked, token] = logits_of(spec);
-  std::vector<float> want(plain.size(), -std::numeric_limits<float>::infinity());
+  const auto [held, drawn] = logits_of(spec);
+  want.assign(plain.size(), -std::numeric_limits<float>::infinity());
   for (const std::size_t t : {std::size_t{5}, std::size_t{900}, std::size_t{1000}}) {
     want[t] = plain[t];
   }
-  EXPECT_EQ(masked, want);
-  EXPECT_EQ(token,
+  EXPECT_EQ(held, want);
+  EXPECT_EQ(drawn,
             static_cast<std::int32_t>(std::max_element(want.begin(), want.end()) - want.begin()));
   own.allowed_token_ids = {3, 17, 900, 1000};
   spec.sampling = std::make_shared<const RequestSampling>(own);
