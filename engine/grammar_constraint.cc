@@ -1,126 +1,38 @@
 #include "engine/grammar_constraint.h"
 
 #include <algorithm>
-#include <stdexcept>
 
 namespace servelab {
-namespace {
 
-void set_bit(TokenMask& m, std::int32_t t) {
-  m[static_cast<std::size_t>(t) / 32] |= 1u << (static_cast<unsigned>(t) % 32);
-}
-
-}  // namespace
+GrammarConstraint::GrammarConstraint(std::shared_ptr<const GrammarAutomaton> automaton,
+                                     std::optional<std::int32_t> reasoning_end)
+    : automaton_(std::move(automaton)), reasoning_end_(reasoning_end) {}
 
 GrammarConstraint::GrammarConstraint(std::shared_ptr<const GrammarMatcher> matcher,
                                      std::shared_ptr<const TokenTrie> trie,
                                      std::vector<std::int32_t> end_tokens,
                                      std::optional<std::int32_t> reasoning_end)
-    : matcher_(std::move(matcher)),
-      trie_(std::move(trie)),
-      end_tokens_(std::move(end_tokens)),
-      reasoning_end_(reasoning_end) {
-  std::int32_t top = trie_->vocab();
-  for (const std::int32_t t : end_tokens_) top = std::max(top, t + 1);
-  words_ = (static_cast<std::size_t>(top) + 31) / 32;
-}
-
-std::int32_t GrammarConstraint::intern(const GrammarState& s) const {
-  if (s.dead()) return kDead;
-  const auto [it, added] = ids_.try_emplace(s, static_cast<std::int32_t>(states_.size()));
-  if (added) {
-    states_.push_back(s);
-    next_.emplace_back();
-    next_.back().fill(kUnknown);
-    masks_.emplace_back();
-  }
-  return it->second;
-}
-
-std::int32_t GrammarConstraint::step(std::int32_t id, unsigned char b) const {
-  std::int32_t& to = next_[static_cast<std::size_t>(id)][b];
-  if (to == kUnknown) {
-    // intern() may grow next_: write through the index, not the reference. A state with more
-    // parses than the recognizer keeps (a very ambiguous grammar) counts as a dead end.
-    std::int32_t got = kDead;
-    try {
-      got = intern(matcher_->advance(states_[static_cast<std::size_t>(id)], b));
-    } catch (const std::length_error&) {
-    }
-    next_[static_cast<std::size_t>(id)][b] = got;
-    return got;
-  }
-  return to;
-}
-
-std::int32_t GrammarConstraint::feed(std::int32_t id, std::span<const std::int32_t> tokens) const {
-  for (const std::int32_t t : tokens) {
-    if (id == kDead) return kDead;
-    const std::string* b = trie_->bytes(t);
-    if (b == nullptr) return kDead;
-    for (const char c : *b) {
-      id = step(id, static_cast<unsigned char>(c));
-      if (id == kDead) return kDead;
-    }
-  }
-  return id;
-}
-
-TokenMask GrammarConstraint::walk(std::int32_t id) const {
-  TokenMask mask(words_, 0u);
-  bool any = false;
-  const bool accepting = id != kDead && states_[static_cast<std::size_t>(id)].accepting;
-  if (id != kDead) {
-    // Depth-first over the trie, each node beside the state its bytes lead to.
-    std::vector<std::pair<const TokenTrie::Node*, std::int32_t>> todo = {{&trie_->root(), id}};
-    while (!todo.empty()) {
-      const auto [node, at] = todo.back();
-      todo.pop_back();
-      for (const TokenTrie::Edge& e : trie_->edges(*node)) {
-        const std::int32_t to = step(at, e.byte);
-        if (to == kDead) continue;
-        const TokenTrie::Node& child = trie_->node(e.child);
-        for (const std::int32_t t : trie_->tokens(child)) {
-          set_bit(mask, t);
-          any = true;
-        }
-        if (child.num_edges > 0 && !states_[static_cast<std::size_t>(to)].stacks.empty()) {
-          todo.emplace_back(&child, to);
-        }
-      }
-    }
-  }
-  if (accepting || !any) {
-    for (const std::int32_t t : end_tokens_) {
-      if (t >= 0) set_bit(mask, t);
-    }
-  }
-  return mask;
-}
-
-void GrammarConstraint::reset_if_full() const {
-  if (states_.size() < kMaxAutomatonStates) return;
-  ids_.clear();
-  states_.clear();
-  next_.clear();
-  masks_.clear();
-}
+    : GrammarConstraint(std::make_shared<const GrammarAutomaton>(
+                            std::move(matcher), std::move(trie), std::move(end_tokens)),
+                        reasoning_end) {}
 
 TokenMask GrammarConstraint::mask_of(const GrammarState& s) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  reset_if_full();
-  return walk(intern(s));
+  const GrammarAutomaton& a = *automaton_;
+  const auto lock = a.lock();
+  a.reset_if_full();
+  return a.walk(a.intern(s));
 }
 
 std::shared_ptr<const TokenMask> GrammarConstraint::allowed(
     RequestId sequence, std::span<const std::int32_t> earlier,
     std::span<const std::int32_t> later) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  reset_if_full();
+  const GrammarAutomaton& a = *automaton_;
+  const auto lock = a.lock();
+  a.reset_if_full();
   auto [it, added] = sequences_.try_emplace(sequence);
   Sequence& seq = it->second;
   if (added || seq.scanned > earlier.size() || seq.fed > earlier.size()) {
-    seq = {0, matcher_->initial(), 0,
+    seq = {0, a.state(a.initial()), 0,
            reasoning_end_ ? std::nullopt : std::optional<std::size_t>(0)};
   }
   // A reasoning model's outputs are held from the token after its first reasoning end on.
@@ -133,28 +45,19 @@ std::shared_ptr<const TokenMask> GrammarConstraint::allowed(
   std::int32_t id;
   if (seq.grammar_from) {
     const std::span<const std::int32_t> held = earlier.subspan(*seq.grammar_from);
-    id = intern(seq.state);
+    id = a.intern(seq.state);
     if (seq.fed < held.size()) {
-      id = feed(id, held.subspan(seq.fed));
+      id = a.feed(id, held.subspan(seq.fed));
       seq.fed = held.size();
-      seq.state = id == kDead ? GrammarState{} : states_[static_cast<std::size_t>(id)];
+      seq.state = a.state(id);
     }
-    id = feed(id, later);
+    id = a.feed(id, later);
   } else {
     const auto at = std::find(later.begin(), later.end(), *reasoning_end_);
     if (at == later.end()) return nullptr;  // still reasoning: no constraint yet
-    id = feed(intern(matcher_->initial()),
-              later.subspan(static_cast<std::size_t>(at - later.begin()) + 1));
+    id = a.feed(a.initial(), later.subspan(static_cast<std::size_t>(at - later.begin()) + 1));
   }
-  if (id == kDead) {
-    if (dead_mask_ == nullptr) dead_mask_ = std::make_shared<const TokenMask>(walk(kDead));
-    return dead_mask_;
-  }
-  if (masks_[static_cast<std::size_t>(id)] == nullptr) {
-    auto mask = std::make_shared<const TokenMask>(walk(id));  // walk() may grow masks_
-    masks_[static_cast<std::size_t>(id)] = std::move(mask);
-  }
-  return masks_[static_cast<std::size_t>(id)];
+  return a.mask(id);
 }
 
 }  // namespace servelab

@@ -11,6 +11,7 @@
 #include "core/json_depth.h"
 #include "core/request.h"
 #include "core/rng.h"
+#include "engine/grammar_cache.h"
 #include "engine/grammar_constraint.h"
 #include "engine/openai_structured.h"
 #include "engine/openai_tools.h"
@@ -467,14 +468,6 @@ void attach_constraint(const StructuredOutputSpec& spec, const std::string& para
     throw invalid_request(
         "structured outputs need the server's vocabulary, which this server lacks", param);
   }
-  std::shared_ptr<const GrammarMatcher> matcher;
-  try {
-    matcher = compile_structured_output(spec);
-  } catch (const std::invalid_argument& e) {
-    throw invalid_request(std::string("structured outputs: ") + e.what(), param);
-  } catch (const std::length_error& e) {
-    throw invalid_request(std::string("structured outputs: ") + e.what(), param);
-  }
   std::vector<std::int32_t> ends =
       r.ignore_eos ? std::vector<std::int32_t>{} : limits.eos_token_ids;
   ends.insert(ends.end(), r.stop_token_ids.begin(), r.stop_token_ids.end());
@@ -486,6 +479,17 @@ void attach_constraint(const StructuredOutputSpec& spec, const std::string& para
             "; give stop_token_ids",
         param);
   }
+  std::shared_ptr<const GrammarAutomaton> automaton;
+  try {
+    automaton = limits.grammar_cache != nullptr
+                    ? limits.grammar_cache->get(spec, ends, limits.token_trie)
+                    : std::make_shared<const GrammarAutomaton>(compile_structured_output(spec),
+                                                               limits.token_trie, ends);
+  } catch (const std::invalid_argument& e) {
+    throw invalid_request(std::string("structured outputs: ") + e.what(), param);
+  } catch (const std::length_error& e) {
+    throw invalid_request(std::string("structured outputs: ") + e.what(), param);
+  }
   std::optional<std::int32_t> reasoning_end;
   if (limits.reasoning_tokens) {
     const std::int32_t open = limits.reasoning_tokens->first;
@@ -495,8 +499,8 @@ void attach_constraint(const StructuredOutputSpec& spec, const std::string& para
     if (last == r.prompt.rend() || *last != close) reasoning_end = close;
   }
   if (!r.sampling) r.sampling = limits.sampling_defaults.value_or(RequestSampling{});
-  r.sampling->constraint = std::make_shared<const GrammarConstraint>(
-      std::move(matcher), limits.token_trie, ends, reasoning_end);
+  r.sampling->constraint =
+      std::make_shared<const GrammarConstraint>(std::move(automaton), reasoning_end);
 }
 
 }  // namespace

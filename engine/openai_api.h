@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "core/sampling_params.h"
+#include "engine/grammar_cache.h"
 #include "engine/token_trie.h"
 #include "engine/tool_parser.h"
 #include "serving/chat_template.h"
@@ -80,6 +81,9 @@ struct ApiLimits {
   // structured outputs are refused.
   std::shared_ptr<const TokenTrie> token_trie = {};
   std::vector<std::int32_t> eos_token_ids = {};
+  // The server's compiled grammars by spec (engine/grammar_cache.h; null: each request compiles
+  // its own).
+  std::shared_ptr<GrammarCache> grammar_cache = {};
   // A server with a reasoning parser: its <think> and </think> ids. A constrained output is then
   // held only after the model's </think> (vLLM's default), or from its start where the prompt
   // already closed the thinking (its last <think> or </think> is a </think>: Qwen3's template

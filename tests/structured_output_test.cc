@@ -14,6 +14,7 @@
 
 #include "engine/forced_tool_parser.h"
 #include "engine/grammar.h"
+#include "engine/grammar_cache.h"
 #include "engine/grammar_constraint.h"
 #include "engine/json_schema_grammar.h"
 #include "engine/token_trie.h"
@@ -479,6 +480,40 @@ TEST(GrammarConstraint, AReasoningModelIsHeldOnlyAfterItsThinking) {
   EXPECT_EQ(*c.allowed(1, ids("thinking"), ids("...#{")), after("{"));
   EXPECT_EQ(c.allowed(1, ids("thinking"), ids("...")), nullptr);
   EXPECT_EQ(*c.allowed(1, ids("thinking...#{\"a"), {}), after("{\"a"));
+}
+
+// Requests of one spec share an automaton (masks and transitions), not their sequences' states;
+// the cache keys by everything that changes the masks and drops the least recently asked.
+TEST(GrammarCache, RequestsOfOneSpecShareAnAutomaton) {
+  const std::shared_ptr<const Tokenizer> tok =
+      load_tokenizer(servelab_home() / "data/tokenizers/bytes/tokenizer.json");
+  const auto trie = std::make_shared<const TokenTrie>(*tok, 256);
+  GrammarCache cache(2);
+  StructuredOutputSpec a;
+  a.schema = ojson::parse(R"({"type": "object", "properties": {"x": {"type": "integer"}}})");
+  StructuredOutputSpec b = a;
+  b.any_whitespace = false;
+  const auto first = cache.get(a, {0}, trie);
+  EXPECT_EQ(cache.get(a, {0}, trie), first);
+  EXPECT_NE(cache.get(a, {0, 7}, trie), first);  // other end tokens: other masks
+  EXPECT_EQ(cache.size(), 2u);
+  EXPECT_EQ(cache.get(a, {0}, trie), first);  // asked again: (a, {0, 7}) is now the oldest
+  EXPECT_NE(cache.get(b, {0}, trie), first);  // evicts (a, {0, 7})
+  EXPECT_EQ(cache.size(), 2u);
+  EXPECT_EQ(cache.get(a, {0}, trie), first);
+  EXPECT_NE(cache.get(a, {0, 7}, trie), nullptr);  // compiled again, evicting b
+  EXPECT_EQ(cache.get(a, {0}, trie), first);
+  const auto ids = [](std::string_view s) { return std::vector<std::int32_t>(s.begin(), s.end()); };
+  const GrammarConstraint one(first), two(first);
+  const auto mid = one.allowed(0, ids("{\"x\": 1"), {});
+  const auto start = two.allowed(0, {}, {});
+  EXPECT_NE(*mid, *start);
+  EXPECT_EQ(*two.allowed(0, {}, {}), *start);
+  EXPECT_EQ(*one.allowed(0, ids("{\"x\": 1"), {}), *mid);
+  EXPECT_EQ(two.allowed(5, ids("{\"x\": 1"), {}), mid);  // the cached mask itself
+  EXPECT_THROW(
+      cache.get(StructuredOutputSpec{StructuredOutputSpec::Kind::kRegex, {}, "a(", {}}, {0}, trie),
+      std::invalid_argument);
 }
 
 TEST(ForcedToolChoice, RequiredSchemaAndParser) {
