@@ -399,8 +399,8 @@ StepResult CpuExecutor::execute(const StepPlan& plan) {
   // repetition, frequency and presence penalties over the tokens its sequence has seen before
   // that index (engine/sample_stream.h), then -infinity for the tokens outside its
   // allowed_token_ids or its structured output's grammar, the last tokens of the bad words its
-  // outputs end with the rest of, and, before min_tokens, EOS and the stop token ids (vLLM's logits
-  // processors; row_bans).
+  // outputs end with the rest of, and, before min_tokens, EOS and the stop token ids (vLLM's
+  // logits processors; row_bans).
   prompt_sets_.retain(plan);
   Eigen::VectorXf masked;
   const auto allowed = [&](const ScheduledRequest& e, std::size_t index,

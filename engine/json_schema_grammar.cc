@@ -511,9 +511,9 @@ class Compiler {
           {"date-time", date + "T" + time},
           {"uuid", "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"},
           {"ipv4", "(" + octet + R"(\.){3})" + octet},
-          {"email",
-           R"([A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*)"
-           R"(@[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)+)"}};
+          {"email", R"([A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*)"
+                    R"(@[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)"
+                    R"((\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)+)"}};
     }();
     const auto it = formats.find(f);
     return it == formats.end() ? nullptr : it->second.c_str();
