@@ -186,9 +186,9 @@ struct CompletionRequest {
 std::uint32_t user_tenant(std::string_view user);
 
 // The token sequences vLLM bans for one of a request's bad_words: the word without its leading
-// whitespace, encoded without special tokens, then " " + that word when it encodes to as many
-// tokens starting with another (the word in mid-text, for tokenizers that mark a leading space).
-// Empty when the word encodes to nothing (whitespace alone).
+// whitespace (Python's str.lstrip: Unicode's too), encoded without special tokens, then " " + that
+// word when it encodes to as many tokens starting with another (the word in mid-text, for
+// tokenizers that mark a leading space). Empty when the word encodes to nothing (whitespace alone).
 std::vector<std::vector<std::int32_t>> bad_word_token_ids(std::string_view word,
                                                           const Tokenizer& tokenizer);
 

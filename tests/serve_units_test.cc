@@ -794,6 +794,10 @@ TEST(OpenAiApi, AllowedTokensBadWordsAndTruncation) {
   EXPECT_EQ(bad_word_token_ids(" \tab", *tok), (Words{{257}}));    // " ab" is 2 tokens
   EXPECT_EQ(bad_word_token_ids("xy", *tok), (Words{{'x', 'y'}}));  // " xy" is 3
   EXPECT_TRUE(bad_word_token_ids(" \n", *tok).empty());
+  // Python's lstrip: Unicode whitespace too (U+3000, U+00A0, U+2009), not U+200B.
+  EXPECT_EQ(bad_word_token_ids("\u3000\u00a0\u2009ab", *tok), (Words{{257}}));
+  EXPECT_TRUE(bad_word_token_ids("\u2028\x1f\u0085", *tok).empty());
+  EXPECT_EQ(bad_word_token_ids("\u200bab", *tok).front(), (Ids{0xe2, 0x80, 0x8b, 257}));  // kept
   const ApiLimits limits{"tiny", 300, 64, {}};
   const auto parse = [&](const std::string& body, bool chat = false) {
     return parse_completion_request(body, chat, limits, *tok);
