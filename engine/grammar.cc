@@ -22,6 +22,17 @@ Grammar::Symbol Grammar::rule(std::vector<std::vector<Symbol>> alternatives) {
   return r;
 }
 
+void Grammar::set_name(Symbol rule, std::string name) {
+  if (names_.size() <= static_cast<std::size_t>(rule)) names_.resize(rules_.size());
+  names_[static_cast<std::size_t>(rule)] = std::move(name);
+}
+
+std::string Grammar::name(Symbol rule) const {
+  const auto r = static_cast<std::size_t>(rule);
+  if (r < names_.size() && !names_[r].empty()) return "'" + names_[r] + "'";
+  return std::to_string(rule);
+}
+
 Grammar::Symbol Grammar::bytes(const ByteSet& set) {
   for (std::size_t i = 0; i < terminals_.size(); ++i) {
     if (terminals_[i] == set) return -1 - static_cast<Symbol>(i);
@@ -144,6 +155,97 @@ GrammarMatcher::GrammarMatcher(const Grammar& g) : terminals_() {
           seen[static_cast<std::size_t>(s)] = 1;
           todo.push_back(s);
         }
+      }
+    }
+  }
+  // Left recursion the recognizer cannot run: an alternative of r whose first non-nullable
+  // prefix reaches rule s with symbols after it (the stack grows: an edge r -> s that grows), s
+  // and r in one strongly connected component of such left edges (tail calls r -> s, s last,
+  // keep the stack flat and are fine: R := x R with x nullable).
+  const std::size_t n = g.num_rules();
+  std::vector<char> nullable(n, 0);
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (std::size_t r = 0; r < n; ++r) {
+      if (nullable[r] || !seen[r]) continue;
+      for (const std::vector<Grammar::Symbol>& alt :
+           g.alternatives(static_cast<Grammar::Symbol>(r))) {
+        bool all = true;
+        for (const Grammar::Symbol x : alt) {
+          all = all && x >= 0 && nullable[static_cast<std::size_t>(x)];
+        }
+        if (all) {
+          nullable[r] = 1;
+          changed = true;
+          break;
+        }
+      }
+    }
+  }
+  struct Edge {
+    std::int32_t to;
+    bool grows;
+  };
+  std::vector<std::vector<Edge>> left(n);
+  for (std::size_t r = 0; r < n; ++r) {
+    if (!seen[r]) continue;
+    for (const std::vector<Grammar::Symbol>& alt :
+         g.alternatives(static_cast<Grammar::Symbol>(r))) {
+      for (std::size_t k = 0; k < alt.size(); ++k) {
+        if (alt[k] < 0) break;
+        left[r].push_back({alt[k], k + 1 < alt.size()});
+        if (!nullable[static_cast<std::size_t>(alt[k])]) break;
+      }
+    }
+  }
+  // Tarjan's strongly connected components, iteratively.
+  std::vector<std::int32_t> index(n, -1), low(n, 0), component(n, -1), stack;
+  std::vector<char> on_stack(n, 0);
+  std::int32_t counter = 0, components = 0;
+  for (std::size_t root = 0; root < n; ++root) {
+    if (!seen[root] || index[root] >= 0) continue;
+    std::vector<std::pair<std::size_t, std::size_t>> work = {{root, 0}};
+    while (!work.empty()) {
+      const std::size_t v = work.back().first;
+      std::size_t& next = work.back().second;
+      if (next == 0) {
+        index[v] = low[v] = counter++;
+        stack.push_back(static_cast<std::int32_t>(v));
+        on_stack[v] = 1;
+      }
+      if (next < left[v].size()) {
+        const auto w = static_cast<std::size_t>(left[v][next++].to);
+        if (index[w] < 0) {
+          work.emplace_back(w, 0);
+        } else if (on_stack[w]) {
+          low[v] = std::min(low[v], index[w]);
+        }
+        continue;
+      }
+      if (low[v] == index[v]) {
+        while (true) {
+          const auto w = static_cast<std::size_t>(stack.back());
+          stack.pop_back();
+          on_stack[w] = 0;
+          component[w] = components;
+          if (w == v) break;
+        }
+        ++components;
+      }
+      work.pop_back();
+      if (!work.empty()) {
+        const std::size_t parent = work.back().first;
+        low[parent] = std::min(low[parent], low[v]);
+      }
+    }
+  }
+  for (std::size_t r = 0; r < n; ++r) {
+    for (const Edge& e : left[r]) {
+      if (e.grows && component[r] == component[static_cast<std::size_t>(e.to)]) {
+        throw std::invalid_argument("grammar: the rule " + g.name(static_cast<Grammar::Symbol>(r)) +
+                                    " is left-recursive (it can reach itself again before any "
+                                    "character with more to match after: write the repetition "
+                                    "on the right)");
       }
     }
   }

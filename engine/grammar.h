@@ -19,6 +19,7 @@
 #include <bitset>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -55,6 +56,10 @@ class Grammar {
   // `keep` (the texts of `rule` written with those bytes only).
   Symbol narrowed(Symbol rule, const ByteSet& keep);
 
+  // A name for `rule` in error messages (an EBNF grammar's rule names).
+  void set_name(Symbol rule, std::string name);
+  std::string name(Symbol rule) const;
+
   void set_start(Symbol s) { start_ = s; }
   Symbol start() const { return start_; }
   std::size_t num_rules() const { return rules_.size(); }
@@ -67,6 +72,7 @@ class Grammar {
  private:
   std::vector<std::vector<std::vector<Symbol>>> rules_;
   std::vector<ByteSet> terminals_;
+  std::vector<std::string> names_;
   Symbol start_ = -1;
 };
 
@@ -91,8 +97,9 @@ struct GrammarStateHash {
 
 class GrammarMatcher {
  public:
-  // REQUIRES: g.start() is a rule. Throws std::invalid_argument for a rule without alternatives
-  // that is reachable (it can never match).
+  // REQUIRES: g.start() is a rule. Throws std::invalid_argument for a reachable rule without
+  // alternatives (it can never match) and for left recursion (a reachable rule that can reach
+  // itself again before any byte, which the recognizer cannot run), naming the rule.
   explicit GrammarMatcher(const Grammar& g);
 
   // The state before any byte.

@@ -12,6 +12,7 @@ std::string key_of(const StructuredOutputSpec& spec, const std::vector<std::int3
                               {"schema", spec.schema},
                               {"regex", spec.regex},
                               {"choice", spec.choice},
+                              {"grammar", spec.grammar},
                               {"ends", ends}};
   return k.dump();
 }

@@ -65,11 +65,17 @@ StructuredOutputSpec from_structured_outputs(const ojson& so) {
       if (!v.is_null() && !v.is_boolean()) {
         throw invalid_request("'" + where + "': expected true or false", param);
       }
-    } else if (key == "grammar" || key == "structural_tag" || key == "whitespace_pattern") {
+    } else if (key == "grammar") {
+      if (v.is_null()) continue;
+      if (!v.is_string()) throw invalid_request("'" + where + "': expected a string", param);
+      spec.kind = StructuredOutputSpec::Kind::kGrammar;
+      spec.grammar = v.get<std::string>();
+      ++kinds;
+    } else if (key == "structural_tag" || key == "whitespace_pattern") {
       if (v.is_null()) continue;
       throw invalid_request("'" + where +
-                                "' is not supported (structured outputs take json, regex, choice "
-                                "or json_object)",
+                                "' is not supported (structured outputs take json, regex, choice, "
+                                "grammar or json_object)",
                             param);
     } else {
       throw invalid_request("unknown field '" + where + "'", param);
@@ -77,8 +83,8 @@ StructuredOutputSpec from_structured_outputs(const ojson& so) {
   }
   if (kinds != 1) {
     throw invalid_request(
-        "'structured_outputs': expected exactly one of json, regex, choice, json_object "
-        "(got " +
+        "'structured_outputs': expected exactly one of json, regex, choice, "
+        "grammar, json_object (got " +
             std::to_string(kinds) + ")",
         param);
   }

@@ -3,11 +3,11 @@
 // (400) for every problem, naming the field.
 //
 // - structured_outputs (vLLM's StructuredOutputsParams): exactly one of `json` (a JSON schema, as
-//   an object or as its text), `regex`, `choice` (a non-empty array of strings), `json_object`
-//   (true); `disable_any_whitespace` (default false); `disable_additional_properties` and
+//   an object or as its text), `regex`, `choice` (a non-empty array of strings), `grammar` (EBNF
+//   in xgrammar's dialect: engine/ebnf_grammar.h), `json_object` (true);
+//   `disable_any_whitespace` (default false); `disable_additional_properties` and
 //   `disable_fallback` (accepted: additional properties are already off unless a schema allows
-//   them, and there is one backend). `grammar`, `structural_tag` and `whitespace_pattern` are
-//   refused (no EBNF / structural tags here).
+//   them, and there is one backend). `structural_tag` and `whitespace_pattern` are refused.
 // - response_format (OpenAI's): {"type": "text"} (nothing), {"type": "json_object"}, or
 //   {"type": "json_schema", "json_schema": {"name", "description", "schema", "strict"}} (the
 //   schema required). Not both response_format (other than text) and structured_outputs.

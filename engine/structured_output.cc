@@ -2,6 +2,7 @@
 
 #include <stdexcept>
 
+#include "engine/ebnf_grammar.h"
 #include "engine/json_schema_grammar.h"
 #include "engine/regex_grammar.h"
 
@@ -19,6 +20,9 @@ std::shared_ptr<const GrammarMatcher> compile_structured_output(const Structured
       break;
     case StructuredOutputSpec::Kind::kRegex:
       g.set_start(compile_regex(g, spec.regex));
+      break;
+    case StructuredOutputSpec::Kind::kGrammar:
+      g.set_start(compile_ebnf(g, spec.grammar));
       break;
     case StructuredOutputSpec::Kind::kChoice: {
       std::vector<std::vector<Grammar::Symbol>> alts;

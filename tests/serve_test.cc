@@ -675,6 +675,16 @@ TEST(EngineServe, StructuredOutputsHoldTheTextToTheirGrammar) {
     const std::string t = ch["text"];
     EXPECT_TRUE(std::regex_match(t, std::regex("[a-c]{2}-[0-9]{1,2}"))) << t;
   }
+  choice["structured_outputs"] = {
+      {"grammar",
+       "root ::= greeting \" \" name\ngreeting ::= \"hi\" | \"hello\"  # two\n"
+       "name ::= [A-Z] [a-z]{1,3}"}};
+  const json grammared = post("/v1/completions", choice);
+  EXPECT_EQ(grammared["choices"].size(), 6u);
+  for (const json& ch : grammared["choices"]) {
+    const std::string t = ch["text"];
+    EXPECT_TRUE(std::regex_match(t, std::regex("(hi|hello) [A-Z][a-z]{1,3}"))) << t;
+  }
   // Chat with json_object: when it ends, a JSON object or array.
   const json chat_obj =
       post("/v1/chat/completions", {{"messages", {{{"role", "user"}, {"content", "JSON please"}}}},
@@ -761,8 +771,10 @@ TEST(EngineServe, StructuredOutputsHoldTheTextToTheirGrammar) {
           "/properties/n/uniqueItems: the keyword \"uniqueItems\" is not supported");
   b["structured_outputs"] = {{"regex", "a(b"}};
   refused(b, "structured_outputs", "regex: offset");
-  b["structured_outputs"] = {{"grammar", "root ::= \"a\""}};
-  refused(b, "structured_outputs", "'structured_outputs.grammar' is not supported");
+  b["structured_outputs"] = {{"grammar", "root ::= item\nitem ::= item \"a\" | \"b\""}};
+  refused(b, "structured_outputs", "the rule 'item' is left-recursive");
+  b["structured_outputs"] = {{"structural_tag", "{}"}};
+  refused(b, "structured_outputs", "'structured_outputs.structural_tag' is not supported");
   b["structured_outputs"] = {{"choice", {"a"}}, {"regex", "a"}};
   refused(b, "structured_outputs", "exactly one of");
   b["response_format"] = {{"type", "json_object"}};

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/ebnf_grammar.h"
 #include "engine/forced_tool_parser.h"
 #include "engine/grammar.h"
 #include "engine/grammar_cache.h"
@@ -74,7 +75,7 @@ TEST(Grammar, RepeatCountsAndNullableLoopsTerminate) {
   EXPECT_TRUE(m.matches("aa"));
   EXPECT_TRUE(m.matches("aaaa"));
   EXPECT_FALSE(m.matches("aaaaa"));
-  Grammar h;  // (a?)* : nullable inside a star must not loop forever
+  Grammar h;  // (a?)*: nullable inside a star must not loop forever
   h.set_start(h.star(h.optional(h.byte('a'))));
   const GrammarMatcher n(h);
   EXPECT_TRUE(n.matches(""));
@@ -82,6 +83,66 @@ TEST(Grammar, RepeatCountsAndNullableLoopsTerminate) {
   Grammar e;
   e.set_start(e.new_rule());  // no alternative: a compiler's mistake, refused
   EXPECT_THROW(GrammarMatcher{e}, std::invalid_argument);
+}
+
+GrammarMatcher ebnf_matcher(const char* text) {
+  Grammar g;
+  g.set_start(compile_ebnf(g, text));
+  return GrammarMatcher(g);
+}
+
+std::string ebnf_error(const char* text) {
+  try {
+    ebnf_matcher(text);
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(EbnfGrammar, RulesStringsClassesAndQuantifiers) {
+  const GrammarMatcher m = ebnf_matcher(R"(
+    # a list of signed numbers, with a comment
+    root   ::= "[" (num ("," ws num)*)? "]"
+    num    ::= "-"? digit{1,3} ("." digit+)?
+    digit  ::= [0-9]
+    ws     ::= [ \t]*
+  )");
+  for (const char* ok : {"[]", "[1]", "[-12.5, 3,\t999]", "[0.25]"})
+    EXPECT_TRUE(m.matches(ok)) << ok;
+  for (const char* no : {"[1234]", "[1,]", "[ 1]", "[.5]", "[1.]", ""}) {
+    EXPECT_FALSE(m.matches(no)) << no;
+  }
+  const GrammarMatcher s = ebnf_matcher(R"(root ::= "\"q\"\n" | "\u00e9" | "\x41" [^"\\])");
+  EXPECT_TRUE(s.matches("\"q\"\n"));
+  EXPECT_TRUE(s.matches("é"));
+  EXPECT_TRUE(s.matches("A😀"));
+  EXPECT_FALSE(s.matches("A\""));
+  const GrammarMatcher rec = ebnf_matcher("root ::= \"(\" root* \")\"");  // balanced parentheses
+  EXPECT_TRUE(rec.matches("(()(()))"));
+  EXPECT_FALSE(rec.matches("(()"));
+  // A nullable repetition in tail position is fine; real left recursion is refused.
+  EXPECT_TRUE(ebnf_matcher("root ::= (\"a\"?)* \"b\"").matches("aab"));
+  EXPECT_EQ(ebnf_error("root ::= list\nlist ::= list \",\" \"x\" | \"x\""),
+            "grammar: the rule 'list' is left-recursive (it can reach itself again before any "
+            "character with more to match after: write the repetition on the right)");
+  EXPECT_EQ(ebnf_error("root ::= a\na ::= b? a \"x\" | \"y\"\nb ::= \"z\""),
+            "grammar: the rule 'a' is left-recursive (it can reach itself again before any "
+            "character with more to match after: write the repetition on the right)");
+  EXPECT_EQ(ebnf_error("item ::= \"a\""),
+            "grammar: line 1, column 13: no 'root' rule (where the output starts)");
+  EXPECT_EQ(ebnf_error("root ::= x\n"),
+            "grammar: line 1, column 10: the rule 'x' is used but never defined");
+  EXPECT_EQ(ebnf_error("root ::= \"a\"\nroot ::= \"b\""),
+            "grammar: line 2, column 1: the rule 'root' is defined twice");
+  EXPECT_EQ(ebnf_error("root ::= \"a"),
+            "grammar: line 1, column 12: a string without its closing '\"'");
+  EXPECT_EQ(ebnf_error("root ::= \"a\"{3,2}"),
+            "grammar: line 1, column 17: a count's maximum is below its minimum");
+  EXPECT_EQ(ebnf_error("root ::= [a-"),
+            "grammar: line 1, column 10: a character class without its closing ']'");
+  EXPECT_EQ(ebnf_error("root = \"a\""),
+            "grammar: line 1, column 6: expected '::=' after the rule name");
 }
 
 TEST(JsonSchemaGrammar, ObjectsListPropertiesInOrderWithRequiredOnes) {

@@ -2,9 +2,11 @@
 // engine/json_schema_grammar.h, engine/regex_grammar.h, engine/grammar.h) on arbitrary specs and
 // texts.
 //
-// Input: byte 0 picks the kind (JSON schema, regex, choices as a JSON array of strings, JSON
-// object or array), the bytes up to the first NUL are the spec, the rest the text. Compiling may
-// refuse the spec (std::invalid_argument: JsonSchemaError, RegexError; std::length_error for a
+// Input: byte 0 picks the kind (bits 0-1: JSON schema, regex, choices as a JSON array of
+// strings, JSON object or array; bit 3: an EBNF grammar instead; bit 2: no whitespace), the
+// bytes up to the first NUL are the spec, the rest the text. Compiling may
+// refuse the spec (std::invalid_argument: JsonSchemaError, RegexError, EbnfError, a
+// left-recursive grammar; std::length_error for a
 // grammar too large) and the recognizer a state too ambiguous (std::length_error); anything else
 // (another exception, a crash, a sanitizer report, a timeout) is a finding. Invariants checked:
 // feeding the text byte by byte and whole gives the same state; the bytes a state says come next
@@ -38,7 +40,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::string spec_text = all.substr(0, nul);
   const std::string text = nul == std::string::npos ? std::string() : all.substr(nul + 1);
   StructuredOutputSpec spec;
-  spec.kind = static_cast<StructuredOutputSpec::Kind>(data[0] % 4);
+  spec.kind = (data[0] & 8) != 0 ? StructuredOutputSpec::Kind::kGrammar
+                                 : static_cast<StructuredOutputSpec::Kind>(data[0] % 4);
   spec.any_whitespace = (data[0] & 4) == 0;
   if (spec.kind == StructuredOutputSpec::Kind::kJson ||
       spec.kind == StructuredOutputSpec::Kind::kChoice) {
@@ -53,6 +56,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         spec.choice.push_back(c.get<std::string>());
       }
     }
+  } else if (spec.kind == StructuredOutputSpec::Kind::kGrammar) {
+    spec.grammar = spec_text;
   } else {
     spec.regex = spec_text;
   }
