@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "engine/regex_grammar.h"
+#include "serving/utf8.h"
 
 namespace servelab {
 namespace {
@@ -13,24 +14,6 @@ namespace {
 using Symbol = Grammar::Symbol;
 
 constexpr std::int64_t kMaxCount = 1000;
-
-void append_utf8(std::string& out, std::uint32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
 
 class Parser {
  public:
@@ -256,12 +239,12 @@ class Parser {
           bytes += static_cast<char>(hex(2));
           break;
         case 'u':
-          append_utf8(bytes, hex(4));
+          utf8::append(bytes, hex(4));
           break;
         case 'U': {
           const std::uint32_t cp = hex(8);
           if (cp > 0x10FFFF) fail("a code point above U+10FFFF");
-          append_utf8(bytes, cp);
+          utf8::append(bytes, cp);
           break;
         }
         default:

@@ -10,6 +10,7 @@
 
 #include "core/config_error.h"
 #include "serving/jinja_ast.h"
+#include "serving/utf8.h"
 
 namespace servelab::jinja {
 
@@ -251,24 +252,6 @@ class Lexer {
     pos_ = e;
   }
 
-  static void append_utf8(std::string& out, unsigned cp) {
-    if (cp < 0x80) {
-      out += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-      out += static_cast<char>(0xC0 | (cp >> 6));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-      out += static_cast<char>(0xE0 | (cp >> 12));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else {
-      out += static_cast<char>(0xF0 | (cp >> 18));
-      out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    }
-  }
-
   // A Python string literal's escapes: \n \t \r \\ \' \" \b \f \v \0 \xHH \uHHHH \UHHHHHHHH;
   // any other backslash stays, as in Python.
   void lex_string(char quote) {
@@ -290,7 +273,7 @@ class Lexer {
         const unsigned cp =
             static_cast<unsigned>(std::strtoul(src_.substr(p + 1, n).c_str(), nullptr, 16));
         p += n;
-        append_utf8(out, cp);
+        utf8::append(out, cp);
       };
       switch (e) {
         case 'n':

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -23,5 +24,8 @@ bool is_valid(std::string_view text);
 
 // The characters a reader sees in `bytes`: the code points of to_valid(bytes).
 std::size_t characters(std::string_view bytes);
+
+// Appends code point `cp` (REQUIRES: at most U+10FFFF) as UTF-8 to `out`.
+void append(std::string& out, std::uint32_t cp);
 
 }  // namespace servelab::utf8
