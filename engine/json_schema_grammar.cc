@@ -160,20 +160,8 @@ class Compiler {
     any_ = g_.new_rule();
     const Symbol key = plain_string();
     const Symbol member = seq(cat({{key}, ws(), std::vector<Symbol>{colon(), any_}}));
-    any_object_ = g_.rule({cat({{g_.byte('{')}, ws(), {g_.byte('}')}}),
-                           cat({{g_.byte('{')},
-                                ws(),
-                                {member},
-                                ws(),
-                                {g_.star(seq(cat({comma(), {member}, ws()})))},
-                                {g_.byte('}')}})});
-    any_array_ = g_.rule({cat({{g_.byte('[')}, ws(), {g_.byte(']')}}),
-                          cat({{g_.byte('[')},
-                               ws(),
-                               {any_},
-                               ws(),
-                               {g_.star(seq(cat({comma(), {any_}, ws()})))},
-                               {g_.byte(']')}})});
+    any_object_ = delimited('{', member, '}');
+    any_array_ = delimited('[', any_, ']');
     g_.add(any_, {any_object_});
     g_.add(any_, {any_array_});
     g_.add(any_, {key});
@@ -182,6 +170,14 @@ class Compiler {
     g_.add(any_, g_.literal("false"));
     g_.add(any_, g_.literal("null"));
     return any_;
+  }
+
+  // open ws (item ws (, item ws)*)? close: a free JSON object's members or array's items.
+  Symbol delimited(char open, Symbol item, char close) {
+    const Symbol o = g_.byte(static_cast<unsigned char>(open));
+    const Symbol c = g_.byte(static_cast<unsigned char>(close));
+    const Symbol more = g_.star(seq(cat({comma(), {item}, ws()})));
+    return g_.rule({cat({{o}, ws(), {c}}), cat({{o}, ws(), {item}, ws(), {more, c}})});
   }
 
   Symbol object_or_array() {
@@ -420,14 +416,25 @@ class Compiler {
     return seq(cat({{g_.byte('[')}, ws(), {a[0]}}));
   }
 
+  // The bytes a JSON string holds as they are: not '"', '\\' or a control character.
+  static ByteSet unescaped() {
+    ByteSet b;
+    for (unsigned c = 0x20; c < 0x100; ++c) b.set(c);
+    b.reset('"');
+    b.reset('\\');
+    return b;
+  }
+  static ByteSet ascii() {
+    ByteSet b;
+    for (unsigned c = 0; c < 0x80; ++c) b.set(c);
+    return b;
+  }
+
   // One character of a JSON string's body: an unescaped code point (UTF-8, not '"', '\' or a
   // control character) or an escape.
   Symbol string_char() {
     if (char_ >= 0) return char_;
-    ByteSet plain;
-    for (unsigned c = 0x20; c < 0x80; ++c) plain.set(c);
-    plain.reset('"');
-    plain.reset('\\');
+    const ByteSet plain = unescaped() & ascii();
     const Symbol cont = g_.range(0x80, 0xBF);
     ByteSet esc;
     for (const char c : std::string_view("\"\\/bfnrt")) esc.set(static_cast<unsigned char>(c));
@@ -483,11 +490,8 @@ class Compiler {
       if (!s["pattern"].is_string()) fail(path + "/pattern", "expected a regular expression");
       try {
         // The pattern's texts written without escapes: no '"', '\' or control character.
-        ByteSet plain;
-        for (unsigned c = 0x20; c < 0x100; ++c) plain.set(c);
-        plain.reset('"');
-        plain.reset('\\');
-        const Symbol body = g_.narrowed(compile_regex(g_, s["pattern"].get<std::string>()), plain);
+        const Symbol body =
+            g_.narrowed(compile_regex(g_, s["pattern"].get<std::string>()), unescaped());
         return seq({g_.byte('"'), body, g_.byte('"')});
       } catch (const RegexError& e) {
         fail(path + "/pattern", e.what());

@@ -353,11 +353,13 @@ bool flag_field(const json& body, const char* key, bool fallback) {
   return body[key].get<bool>();
 }
 
-// The body's text parsed again keeping each object's keys in order, where the prompt depends on
-// that order (tools' schemas, tool calls' arguments, chat_template_kwargs: a template's tojson
-// writes them as the client did, as vLLM's Python dicts keep them); an empty object otherwise.
+// The body's text parsed again keeping each object's keys in order, where the prompt or the output
+// depends on that order (tools' schemas, tool calls' arguments, chat_template_kwargs: a
+// template's tojson writes them as the client did, as vLLM's Python dicts keep them; a
+// structured output's schema lists its properties in that order); an empty object otherwise.
 nlohmann::ordered_json ordered_body(const json& body, std::string_view raw) {
-  bool needed = body.contains("tools") || body.contains("chat_template_kwargs");
+  bool needed = body.contains("tools") || body.contains("chat_template_kwargs") ||
+                has_structured_outputs(body);
   if (body.contains("messages") && body["messages"].is_array()) {
     for (const json& m : body["messages"]) {
       needed = needed || (m.is_object() && m.contains("tool_calls"));
@@ -374,13 +376,12 @@ nlohmann::ordered_json ordered_body(const json& body, std::string_view raw) {
 // chat template where it has one, with the body's chat_template_kwargs as extra variables and
 // its tools (engine/openai_tools.h; what they ask of the output in *tools_out; null: /tokenize,
 // which renders the tools whatever the tool_choice).
-std::vector<std::int32_t> chat_prompt(const json& body, std::string_view raw,
+std::vector<std::int32_t> chat_prompt(const json& body, const nlohmann::ordered_json& ordered,
                                       const Tokenizer& tokenizer, const ApiLimits& limits,
                                       ChatTools* tools_out = nullptr) {
   if (!body.contains("messages")) throw invalid_request("'messages' is required", "messages");
   const json& msgs = body["messages"];
   expect(msgs.is_array() && !msgs.empty(), "messages", "a non-empty array of messages");
-  const nlohmann::ordered_json ordered = ordered_body(body, raw);
   const ChatTools tools = parse_chat_tools(body, ordered, limits, tools_out == nullptr);
   if (tools_out != nullptr) *tools_out = tools;
   std::vector<ChatMessage> messages;
@@ -840,12 +841,11 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat,
   }
   // Structured outputs (engine/openai_structured.h), or a forced tool choice's schema below.
   std::optional<StructuredOutputSpec> structured;
-  if (has_structured_outputs(body)) {
-    structured = parse_structured_outputs(body, nlohmann::ordered_json::parse(text));
-  }
+  const nlohmann::ordered_json ordered = ordered_body(body, text);
+  if (has_structured_outputs(body)) structured = parse_structured_outputs(body, ordered);
   if (chat) {
     ChatTools tools;
-    r.prompt = chat_prompt(body, text, tokenizer, limits, &tools);
+    r.prompt = chat_prompt(body, ordered, tokenizer, limits, &tools);
     r.parse_tool_calls = tools.parse;
     r.tool_parser = tools.parser;
     r.parallel_tool_calls = tools.parallel;
@@ -1082,7 +1082,7 @@ std::vector<std::int32_t> parse_tokenize_request(std::string_view text, const Ap
     throw invalid_request("give 'prompt' (a string) or 'messages' (a chat), one of them",
                           has_prompt ? "messages" : "prompt");
   }
-  if (has_messages) return chat_prompt(body, text, tokenizer, limits);
+  if (has_messages) return chat_prompt(body, ordered_body(body, text), tokenizer, limits);
   for (const char* chat_only : {"add_generation_prompt", "continue_final_message", "chat_template",
                                 "chat_template_kwargs", "tools"}) {
     if (body.contains(chat_only)) {
