@@ -146,6 +146,10 @@ TierPhases tier_phases(const StepPlan& plan) {
 
 }  // namespace
 
+k::PrefillKernel cuda_prefill_kernel(const CudaExecutorOptions& options) {
+  return options.prefill_kernel.value_or(k::default_prefill_kernel(options.kv_format));
+}
+
 std::int64_t cuda_block_bytes(const ModelConfig& model, std::int32_t block_size,
                               kernels::FloatFormat kv_format) {
   return 2 * std::int64_t{model.num_layers} * block_size * model.kv_size() *
@@ -454,6 +458,7 @@ void CudaExecutor::Impl::load_weights(const LlamaWeights* host, std::uint64_t se
 void CudaExecutor::Impl::init(const LlamaWeights* host, std::uint64_t seed) {
   Impl& s = *this;
   const ModelConfig& m = config.model;
+  options.prefill_kernel = cuda_prefill_kernel(options);
   if (options.block_size < 1 || options.num_blocks < 0 || options.num_host_blocks < 0 ||
       options.num_tier_slots < 0 || options.max_num_tokens < 1 || options.max_num_seqs < 1 ||
       options.max_model_len < 1) {
@@ -491,14 +496,14 @@ void CudaExecutor::Impl::init(const LlamaWeights* host, std::uint64_t seed) {
         "multiples of 8");
   }
   k::check_kv_format(options.kv_format, options.k_scale, options.v_scale, "CudaExecutor");
-  if (const std::string refusal =
-          cuda_kv_kernels_refusal(options.kv_format, options.decode_kernel, options.prefill_kernel);
+  if (const std::string refusal = cuda_kv_kernels_refusal(options.kv_format, options.decode_kernel,
+                                                          *options.prefill_kernel);
       !refusal.empty()) {
     throw std::invalid_argument("CudaExecutor: " + refusal);
   }
-  if (!k::prefill_kernel_built(options.prefill_kernel)) {
+  if (!k::prefill_kernel_built(*options.prefill_kernel)) {
     throw std::invalid_argument(std::string("CudaExecutor: the ") +
-                                k::prefill_kernel_name(options.prefill_kernel) +
+                                k::prefill_kernel_name(*options.prefill_kernel) +
                                 " prefill kernel is not in this build (it needs sm_90a: cmake "
                                 "-DSERVELAB_CUDA_SM90A=ON)");
   }
@@ -539,7 +544,7 @@ void CudaExecutor::Impl::init(const LlamaWeights* host, std::uint64_t seed) {
       k::decode_ctas_per_seq(s.options.decode_kernel, m.num_heads, m.num_kv_heads);
   s.decode_max_ctas = k::decode_max_resident_ctas(s.options.decode_kernel, m.head_dim, m.num_heads,
                                                   m.num_kv_heads, options.kv_format);
-  s.prefill_max_ctas = k::prefill_max_resident_ctas(m.head_dim, s.options.prefill_kernel);
+  s.prefill_max_ctas = k::prefill_max_resident_ctas(m.head_dim, *s.options.prefill_kernel);
 
   // Activations before the KV cache, so the cache gets what is really left.
   // A verify entry samples 1 + k rows.
@@ -718,7 +723,7 @@ void CudaExecutor::Impl::forward_layers(const ForwardArgs& f) {
       kv.block_tables = f.p_tab;
       k::paged_prefill_attention(
           {kv, s.q.as<Bf16>(), s.attn.as<Bf16>(), f.p_beg, f.p_num, f.p_first, f.tiles, f.num_tiles,
-           m.num_heads, scale, options.prefill_kernel, f.psplit, s.prefill_workspace.as<float>(),
+           m.num_heads, scale, *options.prefill_kernel, f.psplit, s.prefill_workspace.as<float>(),
            f.p_longest},
           s.stream.get());
     }
@@ -1069,7 +1074,7 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
     }
   }
   lora.num_rows = static_cast<std::int32_t>(lora_rows.size());
-  const std::int32_t tile_rows = k::prefill_tile_rows(opt.prefill_kernel);
+  const std::int32_t tile_rows = k::prefill_tile_rows(*opt.prefill_kernel);
   const std::vector<k::PrefillTile> tiles = k::plan_prefill_tiles(p_num, tile_rows);
   auto pairs_of = [](const std::vector<BlockMove>& moves) {
     std::vector<k::BlockPair> v;
@@ -1242,7 +1247,7 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
         for (std::size_t i = 0; i < p_num.size(); ++i) {
           f.p_longest = std::max<std::int64_t>(f.p_longest, std::int64_t{p_first[i]} + p_num[i]);
         }
-        if (k::prefill_splits_keys(opt.prefill_kernel)) {
+        if (k::prefill_splits_keys(*opt.prefill_kernel)) {
           f.psplit =
               k::plan_prefill_splits(f.num_tiles, m.num_heads, f.p_longest, s.prefill_max_ctas);
         }

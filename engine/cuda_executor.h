@@ -83,6 +83,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -115,8 +116,9 @@ struct CudaExecutorOptions {
                              // request may not draw yet (min_tokens) is -inf there
   // The attention kernels: the new ones by default, the earlier ones kept to fall back to without
   // rebuilding (environment: SERVELAB_CUDA_DECODE, SERVELAB_CUDA_PREFILL, engine/gpu_switches.h).
-  kernels::DecodeKernel decode_kernel = kernels::kDefaultDecodeKernel;   // attention_plan.h
-  kernels::PrefillKernel prefill_kernel = kernels::PrefillKernel::kFa2;  // prefill_kernel.h
+  kernels::DecodeKernel decode_kernel = kernels::kDefaultDecodeKernel;  // attention_plan.h
+  // Unset: kernels::default_prefill_kernel(kv_format) (wgmma over bf16 where built, else fa2).
+  std::optional<kernels::PrefillKernel> prefill_kernel;  // prefill_kernel.h
   // The linear layers of steps with at most 32 tokens: cuBLAS or the skinny kernel (environment:
   // SERVELAB_CUDA_GEMM; kernels/gemm_kernel.h). Larger steps always run cuBLAS.
   kernels::GemmKernel gemm_kernel = kernels::GemmKernel::kCublas;
@@ -193,8 +195,8 @@ class CudaExecutor : public Backend {
   StepResult execute(const StepPlan& plan) override;
 
   std::int32_t num_blocks() const;
-  std::int64_t block_bytes() const;  // K+V of one block across all layers, in kv_format
-  const CudaExecutorOptions& options() const;
+  std::int64_t block_bytes() const;            // K+V of one block across all layers, in kv_format
+  const CudaExecutorOptions& options() const;  // prefill_kernel set (cuda_prefill_kernel)
   CudaGraphStats graph_stats() const;
   // Adapters generated into a LoRA slot so far (each placement that was not resident; 0 without
   // LoRA): with max_loras at least the adapters in use, each is generated once.
@@ -224,6 +226,10 @@ class CudaExecutor : public Backend {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// The prefill kernel an executor with `options` runs: options.prefill_kernel, or
+// kernels::default_prefill_kernel(options.kv_format) when unset.
+kernels::PrefillKernel cuda_prefill_kernel(const CudaExecutorOptions& options);
 
 // The bytes of one block across all layers (K and V) with elements in `kv_format` (bf16 or fp8,
 // kernels/kv_layout.h kv_elem_bytes): what the CUDA engine reports as block_bytes.

@@ -485,13 +485,13 @@ EngineInstance load_replicas(const ExperimentConfig& config, const EngineOptions
     cuda_options.lora_seed = config.seed;
     apply_cuda_switches(cuda_switches_from_env(), cuda_options);
     if (const std::string refusal = cuda_kv_kernels_refusal(cuda_kv, cuda_options.decode_kernel,
-                                                            cuda_options.prefill_kernel);
+                                                            cuda_prefill_kernel(cuda_options));
         !refusal.empty()) {
       throw ConfigError(config.file + ": key 'model.kv_cache_dtype': " + refusal);
     }
-    if (!kernels::prefill_kernel_built(cuda_options.prefill_kernel)) {
+    if (!kernels::prefill_kernel_built(cuda_prefill_kernel(cuda_options))) {
       throw ConfigError(std::string(kernels::kPrefillKernelEnv) + "=" +
-                        kernels::prefill_kernel_name(cuda_options.prefill_kernel) +
+                        kernels::prefill_kernel_name(cuda_prefill_kernel(cuda_options)) +
                         ": this build has no such kernel (it needs sm_90a: cmake "
                         "-DSERVELAB_CUDA_SM90A=ON); use fa2 or fa2_128");
     }

@@ -411,7 +411,7 @@ ProfileRun run_profile(const ProfileOptions& o, std::FILE* progress) {
     co.kv_format = kv_format;  // fp8: per-tensor scales 1, as `engine run`'s
     apply_cuda_switches(cuda_switches_from_env(), co);
     if (const std::string refusal =
-            cuda_kv_kernels_refusal(kv_format, co.decode_kernel, co.prefill_kernel);
+            cuda_kv_kernels_refusal(kv_format, co.decode_kernel, cuda_prefill_kernel(co));
         !refusal.empty()) {
       throw ConfigError("engine profile: kv_cache_dtype (--kv-cache-dtype or the model file): " +
                         refusal);

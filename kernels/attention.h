@@ -142,6 +142,11 @@ void paged_prefill_attention(const PrefillAttentionArgs& args, Stream stream);
 // kernel that is not built throws std::invalid_argument.
 bool prefill_kernel_built(PrefillKernel kernel);
 
+// The prefill kernel an executor runs unless told otherwise: kWgmma over a bf16 KV cache where it
+// is built (0.81x SDPA at 8k on the H200 against fa2's 0.63x, docs/performance.md), kFa2 over
+// an fp8 cache (wgmma reads bf16 only) or where wgmma is not built.
+PrefillKernel default_prefill_kernel(FloatFormat kv_format);
+
 // Prefill CTAs of a kernel that splits keys (prefill_splits_keys: kFa2, kFa2Wide, kWgmma) that
 // fit on the device at once (SMs x occupancy of its bf16 instance for head_dim): the max_ctas of
 // plan_prefill_splits.

@@ -253,4 +253,10 @@ bool prefill_kernel_built(PrefillKernel kernel) {
   return kernel != PrefillKernel::kWgmma || detail::kWgmmaBuilt;
 }
 
+PrefillKernel default_prefill_kernel(FloatFormat kv_format) {
+  return prefill_kernel_built(PrefillKernel::kWgmma) && kv_format == FloatFormat::kBf16
+             ? PrefillKernel::kWgmma
+             : PrefillKernel::kFa2;
+}
+
 }  // namespace servelab::kernels

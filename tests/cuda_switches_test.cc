@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -17,7 +18,7 @@ struct FakeOptions {
   bool fused_qkv_rope = true;
   bool programmatic_launch = false;
   kernels::DecodeKernel decode_kernel = kernels::kDefaultDecodeKernel;
-  kernels::PrefillKernel prefill_kernel = kernels::PrefillKernel::kFa2;
+  std::optional<kernels::PrefillKernel> prefill_kernel;  // unset: the executor's default
   kernels::GemmKernel gemm_kernel = kernels::GemmKernel::kCublas;
   kernels::LoraKernel lora_kernel = kernels::LoraKernel::kGather;
 };
@@ -80,11 +81,11 @@ TEST(CudaSwitches, KernelVariablesPickTheAttentionKernels) {
   FakeOptions o;
   apply_cuda_switches(cuda_switches_from_env(), o);
   EXPECT_EQ(o.decode_kernel, kernels::DecodeKernel::kPipelined);
-  EXPECT_EQ(o.prefill_kernel, kernels::PrefillKernel::kFa2);
+  EXPECT_EQ(o.prefill_kernel, std::nullopt);
   ::setenv(kernels::kDecodeKernelEnv, "tiled", 1);
   apply_cuda_switches(cuda_switches_from_env(), o);
   EXPECT_EQ(o.decode_kernel, kernels::DecodeKernel::kTiled);
-  EXPECT_EQ(o.prefill_kernel, kernels::PrefillKernel::kFa2);
+  EXPECT_EQ(o.prefill_kernel, std::nullopt);
   ::setenv(kernels::kPrefillKernelEnv, "wmma", 1);
   apply_cuda_switches(cuda_switches_from_env(), o);
   EXPECT_EQ(o.prefill_kernel, kernels::PrefillKernel::kWmma);
@@ -157,7 +158,7 @@ TEST(CudaSwitches, GemmVariablePicksTheLinearKernel) {
   ::setenv(kernels::kGemmKernelEnv, "skinny", 1);
   apply_cuda_switches(cuda_switches_from_env(), o);
   EXPECT_EQ(o.gemm_kernel, kernels::GemmKernel::kSkinny);
-  EXPECT_EQ(o.prefill_kernel, kernels::PrefillKernel::kFa2);
+  EXPECT_EQ(o.prefill_kernel, std::nullopt);
   EXPECT_EQ(o.decode_kernel, kernels::DecodeKernel::kPipelined);
   EXPECT_STREQ(kernels::gemm_kernel_name(o.gemm_kernel), "skinny");
   ::setenv(kernels::kGemmKernelEnv, "cublas", 1);

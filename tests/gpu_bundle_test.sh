@@ -95,6 +95,16 @@ check "gpu_executor_test starts and skips" run 0 "$b/bin/gpu_executor_test"
 check "  ... with a message" has "SKIPPED"
 check "engine_run_test's CUDA cases pass or skip" run 0 "$b/bin/engine_run_test" '--gtest_filter=*Cuda*'
 check "home_test passes inside the bundle" run 0 "$b/bin/home_test"
+# Every file the programs name by home_path("...") is in the bundle (2026-12-04's GPU window lost
+# its serve run to a missing data/tokenizers/bytes/tokenizer.json).
+home_files() {
+  local f missing=0
+  for f in $(grep -rhoE 'home_path\("[^"]+"\)' --include=*.cc --include=*.h "$src/engine" "$src/serving" "$src/sim" "$src/core" | sed -E 's/home_path\("([^"]+)"\)/\1/' | sort -u); do
+    [ -e "$b/$f" ] || { echo "  missing from the bundle: $f"; missing=1; }
+  done
+  return $missing
+}
+check "every home_path file the sources name is in the bundle" home_files
 check "kernels_bench starts and reports no device" run 0 "$b/bin/kernels_bench" --benchmark_filter=DeviceCopy --benchmark_min_time=0.01
 check "  ... with a message" has "no CUDA device"
 check "gpu_dump_logits refuses --device cuda cleanly (exit 2)" run 2 "$b/bin/gpu_dump_logits" "$t/nomodel" "$t/x.json" --device cuda
