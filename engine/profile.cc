@@ -38,9 +38,7 @@
 #ifndef SERVELAB_VERSION
 #define SERVELAB_VERSION "unknown"
 #endif
-#ifndef SERVELAB_GIT_DESCRIBE
-#define SERVELAB_GIT_DESCRIBE ""
-#endif
+#include "servelab_git_describe.h"  // SERVELAB_GIT_DESCRIBE, the tree at build time
 
 namespace servelab {
 

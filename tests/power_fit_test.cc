@@ -27,6 +27,24 @@ using namespace test_util;
 const std::string kProfile =
     servelab_home().string() + "/experiments/catalog/calibrated/llama-3-8b-h200-profile.csv";
 
+// The shipped H200 profile without its NVML readings: the `# power:` header line and the
+// power_w,power_ms columns taken out.
+std::string without_power() {
+  const std::string text = read_file(kProfile);
+  const bool has = text.find(",power_w,power_ms\n") != std::string::npos;
+  std::istringstream in(text);
+  std::string line, out;
+  while (std::getline(in, line)) {
+    if (line.rfind("# power:", 0) == 0) continue;
+    if (has && !line.empty() && line[0] != '#') {
+      line.erase(line.rfind(','));  // power_ms
+      line.erase(line.rfind(','));  // power_w
+    }
+    out += line + "\n";
+  }
+  return out;
+}
+
 // The shipped H200 profile with a power_w,power_ms column pair: watts from `truth` at each
 // shape's rates (the roofline's FLOPs and bytes over its median time), times 1 + `wobble` x a
 // fixed pattern in [-1, 1], capped at max_w.
@@ -35,7 +53,7 @@ std::string with_power(const PowerSpec& truth, double wobble) {
   const ModelConfig model = load_model("Llama-3-8B", default_catalog_dir());
   const HardwareConfig h200 = load_hardware("H200", default_catalog_dir());
   const RooflineCostModel roofline(model, h200, p.block_size);
-  std::istringstream in(read_file(kProfile));
+  std::istringstream in(without_power());
   std::string line, out;
   std::size_t row = 0;
   while (std::getline(in, line)) {
@@ -163,11 +181,13 @@ TEST(PowerFit, AModelOutsideTheCatalogueComesFromModel) {
 
 TEST(PowerFit, ProfilesWithoutReadingsOrWithBadOnesAreRefused) {
   const fs::path dir = temp_dir("power_fit_bad");
-  // The shipped profile has no power column (its window had no NVML reading yet).
-  const Cli none = run_sim("calibrate " + kProfile + " --power --hardware H200", dir);
+  // A profile without power columns (a window without NVML).
+  write_file(dir / "unmetered.csv", without_power());
+  const Cli none =
+      run_sim("calibrate " + (dir / "unmetered.csv").string() + " --power --hardware H200", dir);
   EXPECT_EQ(none.code, 2);
   EXPECT_NE(none.err.find("no power readings"), std::string::npos) << none.err;
-  EXPECT_NE(none.err.find("llama-3-8b-h200-profile.csv"), std::string::npos) << none.err;
+  EXPECT_NE(none.err.find("unmetered.csv"), std::string::npos) << none.err;
   // A malformed reading names the column and the line.
   std::string text = with_power(truth(), 0);
   const std::size_t at = text.find(",100.0\n");
@@ -186,6 +206,21 @@ TEST(PowerFit, ProfilesWithoutReadingsOrWithBadOnesAreRefused) {
       dir);
   EXPECT_EQ(cost.code, 0) << cost.err;
   fs::remove_all(dir);
+}
+
+// The catalogue's H200 power coefficients are the fit to the shipped profile's own readings
+// (2026-12-04, the H200's NVML counter), as `gpu-check validate` wrote them: the two files
+// cannot drift apart, and the fit beats the assumed coefficients it replaced on shapes it never
+// saw.
+TEST(PowerFit, TheShippedH200EntryIsTheFitToTheShippedProfile) {
+  const ModelConfig model = load_model("Llama-3-8B", default_catalog_dir());
+  const HardwareConfig h200 = load_hardware("H200", default_catalog_dir());
+  const PowerFit fit = fit_power(read_profile(kProfile), model, h200, 3);
+  EXPECT_NEAR(fit.fitted.idle_w, h200.power.idle_w, 0.05);
+  EXPECT_NEAR(fit.fitted.compute_w, h200.power.compute_w, 0.05);
+  EXPECT_NEAR(fit.fitted.memory_w, h200.power.memory_w, 0.05);
+  EXPECT_GT(fit.held_out_error.count, 40);
+  EXPECT_LT(fit.held_out_error.mean, 0.12);
 }
 
 // Here there is no driver: the meter says why and reads nothing.
