@@ -1,7 +1,8 @@
 // Which paged prefill attention kernel runs (kernels/attention.h, PrefillAttentionArgs::kernel):
-// the FlashAttention-2-style mma.sync kernel (the default), its 128-row variant, the Hopper wgmma
-// kernel, or the older WMMA kernel, kept so that a GPU session whose new kernel fails can switch
-// back without rebuilding. The engine takes the choice from $SERVELAB_CUDA_PREFILL
+// the Hopper wgmma kernel (the default over bf16 KV: attention.h default_prefill_kernel), the
+// FlashAttention-2-style mma.sync kernel (the default over fp8 KV), its 128-row variant, or the
+// older WMMA kernel, kept so that a GPU session whose new kernel fails can switch back without
+// rebuilding. The engine takes the choice from $SERVELAB_CUDA_PREFILL
 // (docs/gpu-todo.md). Plain C++, in servelab_kernels_host.
 #pragma once
 
