@@ -31,6 +31,14 @@
 //                                 segments), kernel 0 = cuBLAS (two GEMMs per segment and
 //                                 projection), 1 = the gather kernels (kernels/lora.h, 8 launches):
 //                                 time per layer; label "S segments kernel"
+//   BM_TokenKernels/rows/kernel   a per-token kernel of a Llama-3-8B decode step at `rows` token
+//                                 rows, kernel 0 = rms_norm (hidden 4096, no delta, as the
+//                                 executor calls it), 1 = silu_mul (width 14336), 2 =
+//                                 qkv_rope_kv_write (32 q / 8 KV heads, head_dim 128, bf16
+//                                 cache): us per launch, the mean of kTokenKernelReps back-to-back
+//                                 launches after an L2 flush (so L2 is warm after the first, as
+//                                 in a step where the previous kernel just wrote the input);
+//                                 label the kernel
 //   BM_SwapOut/blocks             copy_blocks of 2 MiB blocks to pinned host memory: GB/s
 #include <benchmark/benchmark.h>
 
@@ -44,6 +52,7 @@
 
 #include "core/rng.h"
 #if SERVELAB_HAVE_CUDA
+#include "kernels/activation.h"
 #include "kernels/attention.h"
 #include "kernels/cache_ops.h"
 #include "kernels/counter_normal.h"
@@ -52,7 +61,9 @@
 #include "kernels/gemm.h"
 #include "kernels/kv_layout.h"
 #include "kernels/lora.h"
+#include "kernels/norm.h"
 #include "kernels/random_fill.h"
+#include "kernels/rope.h"
 #endif
 
 namespace {
@@ -530,6 +541,94 @@ BENCHMARK(BM_LoraDelta)
       }
     })
     ->UseManualTime();
+
+// The per-token kernels of a decode step (kernels/elementwise.cu) at Llama-3-8B's shapes: each
+// launch is a few microseconds, so one timed iteration is kTokenKernelReps launches in a row
+// (after one L2 flush) and reports their mean. Inputs are 0x3c bytes (small finite values);
+// every launch writes the same outputs.
+void BM_TokenKernels(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+#if SERVELAB_HAVE_CUDA
+  constexpr int kTokenKernelReps = 20;
+  constexpr std::int32_t kHidden = 4096, kInter = 14336, kPositions = 8192;
+  const auto rows = static_cast<std::int32_t>(state.range(0));
+  const auto kernel = state.range(1);
+  const auto n = static_cast<std::size_t>(rows);
+  const auto filled = [](std::size_t bytes) {
+    k::DeviceBuffer b(bytes);
+    k::fill_bytes(b.get(), 0x3c, bytes);
+    return b;
+  };
+  // rms_norm
+  k::DeviceBuffer residual = filled(n * kHidden * 4), weight = filled(kHidden * 4),
+                  normed(n * kHidden * 2);
+  // silu_mul
+  k::DeviceBuffer gate_up = filled(kernel == 1 ? n * 2 * kInter * 2 : 16),
+                  act(kernel == 1 ? n * kInter * 2 : 16);
+  // qkv_rope_kv_write: distinct slots 0 .. rows - 1 of a one-layer bf16 cache.
+  const std::int32_t width = (kHeads + 2 * kKvHeads) * kHeadDim;
+  const k::KvCacheLayout layout{1, kBlock, kKvHeads, kHeadDim, 2};
+  const std::int32_t blocks = (rows + kBlock - 1) / kBlock;
+  k::DeviceBuffer qkv = filled(kernel == 2 ? n * width * 4 : 16),
+                  cos_sin = filled(kernel == 2 ? std::size_t{kPositions} * kHeadDim * 4 : 16),
+                  q = filled(kernel == 2 ? n * kHeads * kHeadDim * 2 : 16),
+                  cache = filled(
+                      kernel == 2 ? static_cast<std::size_t>(blocks * layout.block_bytes()) : 16);
+  std::vector<std::int32_t> positions(n);
+  std::vector<std::int64_t> slots(n);
+  for (std::int32_t i = 0; i < rows; ++i) {
+    positions[static_cast<std::size_t>(i)] = (i * 97 + 1000) % kPositions;
+    slots[static_cast<std::size_t>(i)] = i;
+  }
+  k::DeviceBuffer d_positions(n * 4), d_slots(n * 8);
+  k::copy_to_device(d_positions.get(), positions.data(), n * 4);
+  k::copy_to_device(d_slots.get(), slots.data(), n * 8);
+  const k::RmsNormArgs norm{residual.as<float>(), nullptr, nullptr, weight.as<float>(),
+                            normed.as<k::Bf16>(), rows,    kHidden, 1e-5f};
+  auto* cache_base = cache.as<unsigned char>();
+  const k::QkvRopeKvWriteArgs rope{qkv.as<float>(),
+                                   nullptr,
+                                   d_positions.as<std::int32_t>(),
+                                   cos_sin.as<float>(),
+                                   rows,
+                                   kHeads,
+                                   kKvHeads,
+                                   kHeadDim,
+                                   q.as<k::Bf16>(),
+                                   d_slots.as<std::int64_t>(),
+                                   cache_base + layout.layer_base(0, 0) * layout.elem_bytes,
+                                   cache_base + layout.layer_base(0, 1) * layout.elem_bytes,
+                                   layout.block_stride(),
+                                   kBlock};
+  const char* names[] = {"rms_norm", "silu_mul", "qkv_rope_kv_write"};
+  state.SetLabel(names[kernel]);
+  const auto launch = [&] {
+    if (kernel == 0) {
+      k::rms_norm(norm, nullptr);
+    } else if (kernel == 1) {
+      k::silu_mul(gate_up.as<k::Bf16>(), act.as<k::Bf16>(), rows, kInter, nullptr);
+    } else {
+      k::qkv_rope_kv_write(rope, nullptr);
+    }
+  };
+  launch();
+  k::GpuTimer t;
+  for (auto _ : state) {
+    flush_l2();
+    t.start();
+    for (int i = 0; i < kTokenKernelReps; ++i) launch();
+    state.SetIterationTime(t.stop() * 1e-3 / kTokenKernelReps);
+  }
+  // Bytes one launch reads and writes (the rms_norm residual read once, the weight once).
+  const double bytes =
+      kernel == 0   ? n * kHidden * (4.0 + 2.0) + kHidden * 4.0
+      : kernel == 1 ? n * kInter * (4.0 + 2.0)
+                    : n * (width * 4.0 + kHeadDim * 4.0 + (kHeads + 2 * kKvHeads) * kHeadDim * 2.0);
+  state.counters["GBps"] =
+      benchmark::Counter(bytes * state.iterations() / 1e9, benchmark::Counter::kIsRate);
+#endif
+}
+BENCHMARK(BM_TokenKernels)->ArgsProduct({{1, 8, 32, 128}, {0, 1, 2}})->UseManualTime();
 
 void BM_SwapOut(benchmark::State& state) {
   if (!have_gpu(state)) return;

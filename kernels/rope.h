@@ -43,9 +43,9 @@ void qkv_rope(const RopeArgs& args, Stream stream);
 // fp8(x / v_scale) for V, rounded once from the fp32 x (kernels/fp8.cuh fp8_encode; CpuExecutor
 // rounds the same way); the unfused pair rounds to bf16 first, so the two can differ by one fp8
 // step where that double rounding lands on a tie.
-// Grid: num_tokens CTAs. REQUIRES: even head_dim; no two tokens share a slot. Throws
-// std::invalid_argument for an odd head_dim, block_size < 1, or a format or scales
-// check_kv_format refuses.
+// Grid: (num_tokens, ceil(items / 128)) CTAs, one RoPE pair or V value a thread. REQUIRES: even
+// head_dim; no two tokens share a slot. Throws std::invalid_argument for an odd head_dim,
+// block_size < 1, or a format or scales check_kv_format refuses.
 struct QkvRopeKvWriteArgs {
   const float* qkv = nullptr;
   const float* bias = nullptr;

@@ -324,6 +324,115 @@ TEST(GpuKernels, RmsNormWithFusedResidualAdd) {
 #endif
 }
 
+// The register kernels at the executor's shapes (32 rows of Llama-3-8B's 4,096, 70B's 8,192,
+// 2,048) and the scalar loop they fall back to (100: not a multiple of 4; 12,288: wider than the
+// register kernels): the fused add exact, the output within one bf16 rounding, with and without
+// delta and through a row subset; a second run gives the same bits; and pointers too misaligned
+// for vector accesses (element-wise accesses in the same order) give the same bits as aligned
+// ones.
+TEST(GpuKernels, RmsNormAtLlamaShapesAndFallbacks) {
+  REQUIRE_GPU();
+#if SERVELAB_HAVE_CUDA
+  Rng rng = Rng::stream(42, "gpu_kernels.rms_llama");
+  for (std::int32_t hidden : {4096, 8192, 2048, 100, 12288}) {
+    SCOPED_TRACE("hidden " + std::to_string(hidden));
+    const std::int32_t rows = 32;
+    const std::size_t n = static_cast<std::size_t>(rows) * hidden;
+    std::vector<float> resid(n), weight(hidden);
+    for (float& x : resid) x = static_cast<float>(rng.normal(0.0, 2.0));
+    for (float& x : weight) x = static_cast<float>(1.0 + 0.1 * rng.normal(0.0, 1.0));
+    const std::vector<float> delta = RandomBf16(rng, n);
+    std::vector<float> summed(resid);
+    for (std::size_t i = 0; i < n; ++i) summed[i] += delta[i];
+    const auto reference = [&](const std::vector<float>& x) {
+      const RowMatrix ref = rms_norm(Eigen::Map<const RowMatrix>(x.data(), rows, hidden),
+                                     Eigen::Map<Eigen::VectorXf>(weight.data(), hidden), 1e-5);
+      return std::vector<float>(ref.data(), ref.data() + ref.size());
+    };
+    const std::vector<float> want_plain = reference(resid), want_summed = reference(summed);
+    const auto pick_rows = [&](const std::vector<float>& all, const std::vector<std::int32_t>& p) {
+      std::vector<float> out;
+      for (std::int32_t r : p) {
+        out.insert(out.end(), all.begin() + std::int64_t{r} * hidden,
+                   all.begin() + std::int64_t{r + 1} * hidden);
+      }
+      return out;
+    };
+    DeviceBuffer d_delta = Upload(ToBits(delta)), d_w = Upload(weight);
+    // 1. Every row, fused add.
+    DeviceBuffer d_resid = Upload(resid), out = Poisoned(n * 2);
+    k::rms_norm({d_resid.as<float>(), d_delta.as<k::Bf16>(), nullptr, d_w.as<float>(),
+                 out.as<k::Bf16>(), rows, hidden, 1e-5f},
+                nullptr);
+    const std::vector<std::uint16_t> fused_bits = Download<std::uint16_t>(out, n);
+    ExpectClose(Download<float>(d_resid, n), summed, 0, 0, "residual after add");
+    ExpectClose(FromBits(fused_bits), want_summed, 1e-3, 8e-3, "rms_norm with delta");
+    // 2. Every row, no add, twice: the same bits.
+    DeviceBuffer d_plain = Upload(resid), out2 = Poisoned(n * 2), out3 = Poisoned(n * 2);
+    const k::RmsNormArgs plain{d_plain.as<float>(), nullptr, nullptr, d_w.as<float>(),
+                               out2.as<k::Bf16>(),  rows,    hidden,  1e-5f};
+    k::rms_norm(plain, nullptr);
+    k::RmsNormArgs again = plain;
+    again.out = out3.as<k::Bf16>();
+    k::rms_norm(again, nullptr);
+    const std::vector<std::uint16_t> plain_bits = Download<std::uint16_t>(out2, n);
+    ExpectClose(FromBits(plain_bits), want_plain, 1e-3, 8e-3, "rms_norm");
+    EXPECT_EQ(Download<std::uint16_t>(out3, n), plain_bits) << "a second run's bits";
+    ExpectClose(Download<float>(d_plain, n), resid, 0, 0, "residual without delta");
+    // 3. A row subset with a repeat, no add: the rows' bits of run 2.
+    const std::vector<std::int32_t> pick = {31, 0, 17, 5, 5};
+    const auto np = static_cast<std::int32_t>(pick.size());
+    DeviceBuffer d_pick = Upload(pick), out4 = Poisoned(pick.size() * hidden * 2);
+    k::rms_norm({d_plain.as<float>(), nullptr, d_pick.as<std::int32_t>(), d_w.as<float>(),
+                 out4.as<k::Bf16>(), np, hidden, 1e-5f},
+                nullptr);
+    std::vector<std::uint16_t> want_pick;
+    for (std::int32_t r : pick) {
+      want_pick.insert(want_pick.end(), plain_bits.begin() + std::int64_t{r} * hidden,
+                       plain_bits.begin() + std::int64_t{r + 1} * hidden);
+    }
+    EXPECT_EQ(Download<std::uint16_t>(out4, pick.size() * hidden), want_pick) << "rows' bits";
+    // 4. A row subset (distinct rows) with the add: only those rows of the residual change.
+    const std::vector<std::int32_t> pick2 = {30, 3, 12};
+    DeviceBuffer d_pick2 = Upload(pick2), d_resid2 = Upload(resid),
+                 out5 = Poisoned(pick2.size() * hidden * 2);
+    k::rms_norm({d_resid2.as<float>(), d_delta.as<k::Bf16>(), d_pick2.as<std::int32_t>(),
+                 d_w.as<float>(), out5.as<k::Bf16>(), 3, hidden, 1e-5f},
+                nullptr);
+    std::vector<float> want_resid2 = resid;
+    for (std::int32_t r : pick2) {
+      std::copy(summed.begin() + std::int64_t{r} * hidden,
+                summed.begin() + std::int64_t{r + 1} * hidden,
+                want_resid2.begin() + std::int64_t{r} * hidden);
+    }
+    ExpectClose(Download<float>(d_resid2, n), want_resid2, 0, 0, "residual after a rows add");
+    ExpectClose(FromBits(Download<std::uint16_t>(out5, pick2.size() * hidden)),
+                pick_rows(want_summed, pick2), 1e-3, 8e-3, "rms_norm rows with delta");
+    // 5. Run 1 again with every pointer misaligned for vector accesses (residual and weight 4
+    // bytes past 16-byte alignment, delta and out 2 bytes past 8): the same bits.
+    DeviceBuffer m_resid(n * 4 + 16), m_delta(n * 2 + 16), m_w(hidden * 4 + 16), m_out(n * 2 + 16);
+    k::copy_to_device(m_resid.as<unsigned char>() + 4, resid.data(), n * 4);
+    const std::vector<std::uint16_t> delta_bits = ToBits(delta);
+    k::copy_to_device(m_delta.as<unsigned char>() + 2, delta_bits.data(), n * 2);
+    k::copy_to_device(m_w.as<unsigned char>() + 4, weight.data(), hidden * 4);
+    k::fill_bytes(m_out.get(), 0xff, m_out.bytes());
+    float* mr = reinterpret_cast<float*>(m_resid.as<unsigned char>() + 4);
+    k::Bf16* mo = reinterpret_cast<k::Bf16*>(m_out.as<unsigned char>() + 2);
+    k::rms_norm(
+        {mr, reinterpret_cast<const k::Bf16*>(m_delta.as<unsigned char>() + 2), nullptr,
+         reinterpret_cast<const float*>(m_w.as<unsigned char>() + 4), mo, rows, hidden, 1e-5f},
+        nullptr);
+    k::synchronize();
+    std::vector<std::uint16_t> mis_bits(n);
+    std::vector<float> mis_resid(n);
+    k::copy_to_host(mis_bits.data(), mo, n * 2);
+    k::copy_to_host(mis_resid.data(), mr, n * 4);
+    EXPECT_EQ(mis_bits, fused_bits) << "misaligned pointers' bits";
+    ExpectClose(mis_resid, summed, 0, 0, "misaligned residual after add");
+  }
+#endif
+}
+
 TEST(GpuKernels, QkvBiasAndRopeMatchCpuExecutor) {
   REQUIRE_GPU();
 #if SERVELAB_HAVE_CUDA
@@ -410,6 +519,32 @@ TEST(GpuKernels, SiluMulHandlesMoreThan65535Tokens) {
       }
     }
     // Poisoned outputs make any row the grid misses (the last ones above all) fail here.
+    ExpectClose(FromBits(Download<std::uint16_t>(out, n)), want, 1e-3, 8e-3, "silu_mul");
+  }
+#endif
+}
+
+// Llama-3-8B's intermediate width (1,792 8-value groups: 14 chunks of 128 threads) at one and
+// 32 token rows.
+TEST(GpuKernels, SiluMulAtLlamaShapes) {
+  REQUIRE_GPU();
+#if SERVELAB_HAVE_CUDA
+  Rng rng = Rng::stream(43, "gpu_kernels.silu_llama");
+  for (std::int32_t T : {1, 32}) {
+    SCOPED_TRACE("tokens " + std::to_string(T));
+    const std::int32_t width = 14336;
+    const std::size_t n = static_cast<std::size_t>(T) * width;
+    const std::vector<float> gu = RandomBf16(rng, 2 * n, 2.0);
+    DeviceBuffer d_gu = Upload(ToBits(gu)), out = Poisoned(n * 2);
+    k::silu_mul(d_gu.as<k::Bf16>(), out.as<k::Bf16>(), T, width, nullptr);
+    std::vector<float> want;
+    want.reserve(n);
+    for (std::size_t t = 0; t < static_cast<std::size_t>(T); ++t) {
+      for (std::int32_t i = 0; i < width; ++i) {
+        const float g = gu[t * 2 * width + i], u = gu[t * 2 * width + width + i];
+        want.push_back(g / (1.0f + std::exp(-g)) * u);
+      }
+    }
     ExpectClose(FromBits(Download<std::uint16_t>(out, n)), want, 1e-3, 8e-3, "silu_mul");
   }
 #endif
@@ -540,6 +675,125 @@ TEST(GpuKernels, FusedQkvRopeKvWriteEqualsTheUnfusedPair) {
         for (std::size_t i = 0; i < before.size(); ++i) changed += fused_cache[i] != before[i];
         EXPECT_LE(changed, std::int64_t{T - 1} * 2 * row);
       }
+    }
+  }
+#endif
+}
+
+#if SERVELAB_HAVE_CUDA
+// rope_pair of kernels/elementwise.cu on the host: every fp32 operation rounded on its own (the
+// volatile products keep the compiler from contracting one into an FMA), so the results are the
+// kernels' bit for bit.
+void HostRopePair(float x1, float x2, float c, float s, float& y1, float& y2) {
+  const volatile float x1c = x1 * c, x2s = x2 * s, x2c = x2 * c, x1s = x1 * s;
+  y1 = x1c - x2s;
+  y2 = x2c + x1s;
+}
+#endif
+
+// qkv_rope and qkv_rope_kv_write at Llama-3-8B's shape (32 tokens, 32 q heads, 8 KV heads,
+// head_dim 128: 3,584 items per token over 28 chunks), with and without bias, into a bf16 and
+// both fp8 caches, every fifth token skipped (slot -1): Q, K and V bit for bit what the kernels'
+// explicitly rounded fp32 arithmetic gives on the host (then bf16, or fp8 of x / scale rounded
+// once), the skipped tokens' Q written and their slots untouched, and nothing else changed.
+TEST(GpuKernels, QkvRopeAtLlamaShapesIsBitExact) {
+  REQUIRE_GPU();
+#if SERVELAB_HAVE_CUDA
+  Rng rng = Rng::stream(44, "gpu_kernels.rope_llama");
+  const std::int32_t qh = 32, kvh = 8, hd = 128, half = hd / 2, T = 32, bs = 16, layer = 1;
+  const std::int32_t width = (qh + 2 * kvh) * hd, row = kvh * hd, positions = 8192;
+  LlamaConfig c;
+  c.model.head_dim = hd;
+  c.model.rope_theta = 500000.0;
+  c.rope_scaling = RopeScaling{};
+  const std::vector<float> table = k::rope_cos_sin_table(rope_inv_freq(c), positions);
+  std::vector<float> qkv(static_cast<std::size_t>(T) * width), bias(width);
+  for (float& x : qkv) x = static_cast<float>(rng.normal(0.0, 1.0));
+  for (float& x : bias) x = static_cast<float>(rng.normal(0.0, 0.1));
+  std::vector<std::int32_t> pos(T);
+  for (std::int32_t& p : pos) p = static_cast<std::int32_t>(rng.uniform_int(0, positions - 1));
+  const std::int32_t blocks = 5;  // 80 slots; t * 7 + 3 mod 80 are distinct
+  std::vector<std::int64_t> slots;
+  for (std::int32_t t = 0; t < T; ++t)
+    slots.push_back(t % 5 == 3 ? -1 : (t * 7 + 3) % (blocks * bs));
+  DeviceBuffer d_qkv = Upload(qkv), d_bias = Upload(bias), d_pos = Upload(pos),
+               d_tab = Upload(table), d_slots = Upload(slots);
+  for (const bool with_bias : {false, true}) {
+    SCOPED_TRACE(with_bias ? "bias" : "no bias");
+    // The host's result per token: Q and K heads rotated, V with its bias, all fp32.
+    std::vector<float> y(qkv.size());
+    for (std::int32_t t = 0; t < T; ++t) {
+      const float* in = qkv.data() + std::int64_t{t} * width;
+      float* out = y.data() + std::int64_t{t} * width;
+      const float* cs = table.data() + std::int64_t{pos[t]} * hd;
+      for (std::int32_t col = 0; col < width; ++col)
+        out[col] = with_bias ? in[col] + bias[col] : in[col];
+      for (std::int32_t h = 0; h < qh + kvh; ++h) {
+        for (std::int32_t j = 0; j < half; ++j) {
+          const std::int32_t c1 = h * hd + j, c2 = c1 + half;
+          HostRopePair(out[c1], out[c2], cs[j], cs[half + j], out[c1], out[c2]);
+        }
+      }
+    }
+    std::vector<float> wq, wk, wv;
+    for (std::int32_t t = 0; t < T; ++t) {
+      const auto r = y.begin() + std::int64_t{t} * width;
+      wq.insert(wq.end(), r, r + qh * hd);
+      wk.insert(wk.end(), r + qh * hd, r + (qh + kvh) * hd);
+      wv.insert(wv.end(), r + (qh + kvh) * hd, r + width);
+    }
+    const float* b = with_bias ? d_bias.as<float>() : nullptr;
+    DeviceBuffer q = Poisoned(wq.size() * 2), kk = Poisoned(wk.size() * 2),
+                 vv = Poisoned(wv.size() * 2);
+    k::qkv_rope({d_qkv.as<float>(), b, d_pos.as<std::int32_t>(), d_tab.as<float>(), T, qh, kvh, hd,
+                 q.as<k::Bf16>(), kk.as<k::Bf16>(), vv.as<k::Bf16>()},
+                nullptr);
+    EXPECT_EQ(Download<std::uint16_t>(q, wq.size()), ToBits(wq)) << "qkv_rope q bits";
+    EXPECT_EQ(Download<std::uint16_t>(kk, wk.size()), ToBits(wk)) << "qkv_rope k bits";
+    EXPECT_EQ(Download<std::uint16_t>(vv, wv.size()), ToBits(wv)) << "qkv_rope v bits";
+    for (k::FloatFormat fmt :
+         {k::FloatFormat::kBf16, k::FloatFormat::kFp8E4m3, k::FloatFormat::kFp8E5m2}) {
+      SCOPED_TRACE(k::format_name(fmt));
+      const bool fp8 = fmt != k::FloatFormat::kBf16;
+      const float ks = fp8 ? 1.0f / 32 : 1.0f, vs = fp8 ? 2.0f : 1.0f;
+      const k::KvCacheLayout l{2, bs, kvh, hd, k::kv_elem_bytes(fmt)};
+      const auto cache_bytes = static_cast<std::size_t>(blocks * l.block_stride() * l.elem_bytes);
+      std::vector<std::uint8_t> before(cache_bytes);
+      for (std::uint8_t& x : before) x = static_cast<std::uint8_t>(rng.uniform_int(0, 255));
+      std::vector<std::uint8_t> want = before;
+      for (std::int32_t t = 0; t < T; ++t) {
+        if (slots[t] < 0) continue;
+        for (std::int32_t kv = 0; kv < 2; ++kv) {
+          for (std::int32_t i = 0; i < row; ++i) {
+            const float x = y[std::int64_t{t} * width + (qh + kv * kvh) * hd + i];
+            const std::int64_t e = l.offset(slots[t] / bs, layer, kv, slots[t] % bs, 0, i);
+            if (fp8) {
+              want[e] = Fp8Code(x / (kv == 0 ? ks : vs), fmt);
+            } else {
+              const std::uint16_t bits = float_to_bf16(x);
+              std::memcpy(&want[e * 2], &bits, 2);
+            }
+          }
+        }
+      }
+      DeviceBuffer q2 = Poisoned(wq.size() * 2), cache = Upload(before);
+      unsigned char* base = cache.as<unsigned char>();
+      k::qkv_rope_kv_write(
+          {d_qkv.as<float>(), b, d_pos.as<std::int32_t>(), d_tab.as<float>(), T, qh, kvh, hd,
+           q2.as<k::Bf16>(), d_slots.as<std::int64_t>(),
+           base + l.layer_base(layer, 0) * l.elem_bytes,
+           base + l.layer_base(layer, 1) * l.elem_bytes, l.block_stride(), bs, fmt, ks, vs},
+          nullptr);
+      EXPECT_EQ(Download<std::uint16_t>(q2, wq.size()), ToBits(wq)) << "fused q bits";
+      const std::vector<std::uint8_t> got = Download<std::uint8_t>(cache, cache_bytes);
+      std::int64_t bad = 0;
+      for (std::size_t i = 0; i < got.size(); ++i) {
+        if (got[i] != want[i] && ++bad <= 5) {
+          ADD_FAILURE() << "cache byte " << i << ": got " << int{got[i]} << " want " << int{want[i]}
+                        << (want[i] == before[i] ? " (untouched)" : "");
+        }
+      }
+      EXPECT_EQ(bad, 0) << "cache bytes that differ";
     }
   }
 #endif

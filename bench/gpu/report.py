@@ -202,6 +202,11 @@ def report_bench(work):
             # BM_LoraDelta/M/adapters/kernel: one layer's LoRA deltas at decode batch M, cuBLAS
             # per segment (0) or the gather kernels (1) (label: "S segments kernel").
             rows.append((f"{name} ({b.get('label', '?')})", micros(b), "per layer", "report"))
+        elif name.startswith("BM_TokenKernels"):
+            # BM_TokenKernels/rows/kernel: rms_norm (0), silu_mul (1) or qkv_rope_kv_write (2) at
+            # Llama-3-8B's shapes and `rows` token rows (label: the kernel); real_time is one
+            # launch's (the mean of a run of launches).
+            rows.append((f"{name} ({b.get('label', '?')})", micros(b), "per launch", "report"))
         elif name.startswith("BM_DeviceCopy") or name.startswith("BM_SwapOut"):
             rows.append((name, f"{gbps(b):.0f} GB/s", "reference" if "Copy" in name else "",
                          "report"))

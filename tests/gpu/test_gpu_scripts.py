@@ -374,6 +374,11 @@ class Report(unittest.TestCase):
         self.assertRegex(self.run_report("bench")[1],
                          r"BM_DecodeGemm/32/4/1 \(lm_head skinny\)\s+3600 GB/s\s+0.90 of copy\s+"
                          r"report")
+        runs.append({"name": "BM_TokenKernels/32/0/manual_time", "real_time": 2345.0,
+                     "time_unit": "ns", "label": "rms_norm", "GBps": 330.0})
+        self.write("kernels_bench.json", {"benchmarks": runs})
+        self.assertRegex(self.run_report("bench")[1],
+                         r"BM_TokenKernels/32/0 \(rms_norm\)\s+2.3 us\s+per launch\s+report")
         runs[4]["TFLOPs"] = 200  # fa2 at 0.5x SDPA misses the 0.7x target
         self.write("kernels_bench.json", {"benchmarks": runs})
         self.assertFalse(self.run_report("bench")[0])
