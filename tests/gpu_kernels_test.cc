@@ -474,22 +474,32 @@ TEST(GpuKernels, QkvBiasAndRopeMatchCpuExecutor) {
 #endif
 }
 
-TEST(GpuKernels, SiluMul) {
-  REQUIRE_GPU();
 #if SERVELAB_HAVE_CUDA
-  Rng rng = Rng::stream(4, "gpu_kernels");
-  const std::int32_t T = 5, width = 14336 / 4;
-  const std::vector<float> gu = RandomBf16(rng, T * 2 * width, 2.0);
-  DeviceBuffer d_gu = Upload(ToBits(gu)), out = Poisoned(T * width * 2);
+// silu_mul over T random rows of `width` into a poisoned output (so any row or group the grid
+// misses fails) against the host's g / (1 + e^-g) * u.
+void CheckSiluMul(Rng& rng, std::int32_t T, std::int32_t width) {
+  const std::size_t n = static_cast<std::size_t>(T) * width;
+  const std::vector<float> gu = RandomBf16(rng, 2 * n, 2.0);
+  DeviceBuffer d_gu = Upload(ToBits(gu)), out = Poisoned(n * 2);
   k::silu_mul(d_gu.as<k::Bf16>(), out.as<k::Bf16>(), T, width, nullptr);
+  k::synchronize();
   std::vector<float> want;
-  for (std::int32_t t = 0; t < T; ++t) {
+  want.reserve(n);
+  for (std::size_t t = 0; t < static_cast<std::size_t>(T); ++t) {
     for (std::int32_t i = 0; i < width; ++i) {
       const float g = gu[t * 2 * width + i], u = gu[t * 2 * width + width + i];
       want.push_back(g / (1.0f + std::exp(-g)) * u);
     }
   }
-  ExpectClose(FromBits(Download<std::uint16_t>(out, want.size())), want, 1e-3, 8e-3, "silu_mul");
+  ExpectClose(FromBits(Download<std::uint16_t>(out, n)), want, 1e-3, 8e-3, "silu_mul");
+}
+#endif
+
+TEST(GpuKernels, SiluMul) {
+  REQUIRE_GPU();
+#if SERVELAB_HAVE_CUDA
+  Rng rng = Rng::stream(4, "gpu_kernels");
+  CheckSiluMul(rng, 5, 14336 / 4);
 #endif
 }
 
@@ -505,21 +515,7 @@ TEST(GpuKernels, SiluMulHandlesMoreThan65535Tokens) {
     if (SkippedInReducedRun(ci)) continue;
     const auto& [T, width] = shapes[ci];
     SCOPED_TRACE("tokens " + std::to_string(T) + " width " + std::to_string(width));
-    const std::size_t n = static_cast<std::size_t>(T) * width;
-    const std::vector<float> gu = RandomBf16(rng, 2 * n, 2.0);
-    DeviceBuffer d_gu = Upload(ToBits(gu)), out = Poisoned(n * 2);
-    k::silu_mul(d_gu.as<k::Bf16>(), out.as<k::Bf16>(), T, width, nullptr);
-    k::synchronize();
-    std::vector<float> want;
-    want.reserve(n);
-    for (std::size_t t = 0; t < static_cast<std::size_t>(T); ++t) {
-      for (std::int32_t i = 0; i < width; ++i) {
-        const float g = gu[t * 2 * width + i], u = gu[t * 2 * width + width + i];
-        want.push_back(g / (1.0f + std::exp(-g)) * u);
-      }
-    }
-    // Poisoned outputs make any row the grid misses (the last ones above all) fail here.
-    ExpectClose(FromBits(Download<std::uint16_t>(out, n)), want, 1e-3, 8e-3, "silu_mul");
+    CheckSiluMul(rng, T, width);  // the last rows above all would show a grid that misses them
   }
 #endif
 }
@@ -532,20 +528,7 @@ TEST(GpuKernels, SiluMulAtLlamaShapes) {
   Rng rng = Rng::stream(43, "gpu_kernels.silu_llama");
   for (std::int32_t T : {1, 32}) {
     SCOPED_TRACE("tokens " + std::to_string(T));
-    const std::int32_t width = 14336;
-    const std::size_t n = static_cast<std::size_t>(T) * width;
-    const std::vector<float> gu = RandomBf16(rng, 2 * n, 2.0);
-    DeviceBuffer d_gu = Upload(ToBits(gu)), out = Poisoned(n * 2);
-    k::silu_mul(d_gu.as<k::Bf16>(), out.as<k::Bf16>(), T, width, nullptr);
-    std::vector<float> want;
-    want.reserve(n);
-    for (std::size_t t = 0; t < static_cast<std::size_t>(T); ++t) {
-      for (std::int32_t i = 0; i < width; ++i) {
-        const float g = gu[t * 2 * width + i], u = gu[t * 2 * width + width + i];
-        want.push_back(g / (1.0f + std::exp(-g)) * u);
-      }
-    }
-    ExpectClose(FromBits(Download<std::uint16_t>(out, n)), want, 1e-3, 8e-3, "silu_mul");
+    CheckSiluMul(rng, T, 14336);
   }
 #endif
 }
