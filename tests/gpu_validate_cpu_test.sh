@@ -67,8 +67,11 @@ check "the model ships as tiny-cpu.yaml, naming the profile where it ships" \
 check "  ... with the held-out errors" has "holdout:" "$cal/tiny-cpu.yaml"
 check "  ... and the host overhead of the calibration run" has "engine_run: \"calibration-burst-8b-engine\"" "$cal/tiny-cpu.yaml"
 n=$(ls -d "$w"/*-validation | wc -l)
-check "twelve validations (3 workloads x 2 mixes x 2 cost models)" test "$n" = 12
-check "  ... each with replay.csv" test "$(ls "$w"/*-validation/replay.csv | wc -l)" = 12
+check "twelve validations (3 workloads x 2 mixes x 2 cost models) and the graphs-off diagnostic's two" test "$n" = 14
+check "  ... each with replay.csv" test "$(ls "$w"/*-validation/replay.csv | wc -l)" = 14
+check "  ... the diagnostic run with CUDA graphs off" has "SERVELAB_CUDA_GRAPHS=0" "$w/commands.txt"
+check "  ... reported, not counted among the targets" has "Every target met on [0-9]* of 6 workload" "$w/report.md"
+check "  ... named as such" has "burst-8b-graphs-off (not counted above)" "$w/report.md"
 check "  ... the roofline ones replayed with the H200 roofline" \
   has '"replay_cost_model": "roofline (H200)"' "$w/mooncake-8b-vllm-hash-roofline-validation/validation.json"
 check "  ... the sim given the engine's block count" \
@@ -119,7 +122,7 @@ check "gpu-check validate --kv-cache-dtype fp8 --dry-run" run 0 "$b/gpu-check" v
 check "  ... profiles an fp8 cache" has "profile --device cuda --model Llama-3-8B --max-tokens 8192 --kv-cache-dtype fp8" "$t/last.txt"
 check "  ... into files named for it" grep -qF \
   'sim calibrate experiments/catalog/calibrated/llama-3-8b-\$GPU-fp8-profile.csv -o experiments/catalog/calibrated/llama-3-8b-\$GPU-fp8.yaml' "$t/last.txt"
-check "  ... every run stores it" test "$(grep -c "run .*--set model.kv_cache_dtype=fp8" "$t/last.txt")" = 19
+check "  ... every run stores it (calibration, 6 + 1 graphs-off engine runs, 12 sim runs)" test "$(grep -c "run .*--set model.kv_cache_dtype=fp8" "$t/last.txt")" = 20
 check "  ... the report names it" has "KV cache {header.get('kv_cache_dtype'" "$b/experiments/validation/gpu/report.py"
 check "  ... with the wgmma prefill kernel chosen" run 0 env SERVELAB_CUDA_PREFILL=wgmma \
   "$b/gpu-check" validate --kv-cache-dtype fp8 --dry-run --out "$t/d"
