@@ -608,6 +608,10 @@ RunOutput run_engine(const ExperimentConfig& config, const EngineOptions& option
   ExperimentSource source(arrivals, config.frontend, recorder, clock, totals, options.progress);
   const std::optional<std::uint64_t> energy_start =
       meter ? meter->millijoules() : std::optional<std::uint64_t>();
+#if SERVELAB_HAVE_CUDA
+  const auto* cuda_exec = dynamic_cast<const CudaExecutor*>(engine.executor.get());
+  const CudaGraphStats graphs_start = cuda_exec ? cuda_exec->graph_stats() : CudaGraphStats{};
+#endif
   run_engine_loop(
       replica, source, clock,
       [&](const StepPlan& plan, TimeNs start, TimeNs duration, const StepSnapshot& snap) {
@@ -650,6 +654,14 @@ RunOutput run_engine(const ExperimentConfig& config, const EngineOptions& option
                          out.summary);
   }
   if (config.scheduler.speculative.enabled()) add_spec_decode(out.summary, scheduler.counters());
+#if SERVELAB_HAVE_CUDA
+  if (cuda_exec != nullptr) {
+    const CudaGraphStats end = cuda_exec->graph_stats();
+    out.summary.cuda_graphs = RunSummary::CudaGraphCounts{
+        end.captures - graphs_start.captures, end.replays - graphs_start.replays,
+        end.padded_eager - graphs_start.padded_eager, end.eager_steps - graphs_start.eager_steps};
+  }
+#endif
   finish_engine_run(config, {out.backend, model.name, engine.hardware}, capture,
                     options.write_tokens, run_stage, out);
   return out;

@@ -738,6 +738,12 @@ void write_summary_json(const std::string& path, const RunSummary& s,
     e["joules_per_request"] = s.completed > 0 ? s.joules() / static_cast<double>(s.completed) : 0.0;
     j["energy"] = e;
   }
+  if (s.cuda_graphs) {
+    j["cuda_graphs"] = {{"captures", s.cuda_graphs->captures},
+                        {"replays", s.cuda_graphs->replays},
+                        {"padded_eager_steps", s.cuda_graphs->padded_eager_steps},
+                        {"eager_steps", s.cuda_graphs->eager_steps}};
+  }
   if (!s.classes.empty()) {
     // Per request class, the request metrics of the run's definitions (docs/metrics.md).
     nlohmann::ordered_json classes = nlohmann::ordered_json::object();

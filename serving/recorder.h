@@ -173,6 +173,14 @@ struct RunSummary {
     std::vector<std::int64_t> num_accepted_tokens_per_pos;
   };
   std::optional<SpecDecode> spec_decode;
+  // CUDA engine runs (absent elsewhere): the executor's CUDA-graph counters over the run, its
+  // warm-up excluded (docs/metrics.md "CUDA graphs"): decode graphs captured (each capture costs
+  // a step several milliseconds), steps run by a graph launch, extra eager passes before a new
+  // bucket's capture, and the steps run without a graph. Filled in by the driver.
+  struct CudaGraphCounts {
+    std::int64_t captures = 0, replays = 0, padded_eager_steps = 0, eager_steps = 0;
+  };
+  std::optional<CudaGraphCounts> cuda_graphs;
   // LoRA (serving.lora; summary.json's `lora` object when report_lora, which the driver sets:
   // fill_lora_report): requests per adapter (all requests of the run; base-model ones under 0),
   // the mean over executed steps of the distinct adapters a step ran (StepPlan::num_loras), the

@@ -120,7 +120,7 @@ switches=(SERVELAB_CUDA_FUSED_QKV=0 SERVELAB_CUDA_GRAPHS=0 SERVELAB_CUDA_GEMM=sk
 kv_formats=(fp8 fp8_e5m2)
 if [ -z "${SERVELAB_SANITIZER_RUN:-}" ]; then
   switches+=(SERVELAB_CUDA_DECODE=tiled SERVELAB_CUDA_DECODE=pipelined SERVELAB_CUDA_PREFILL=wmma
-    SERVELAB_CUDA_PREFILL=fa2_128 SERVELAB_CUDA_PREFILL=wgmma)
+    SERVELAB_CUDA_PREFILL=fa2_128 SERVELAB_CUDA_PREFILL=fa2)  # wgmma: the default
 else
   kv_formats=(fp8)
   echo "SERVELAB_SANITIZER_RUN: the attention-kernel switches and the fp8_e5m2 run left out"
@@ -134,6 +134,17 @@ done
 # Graph replay computes the padded eager pass bit for bit, and the emulated cuBLAS sums in the
 # same order for any row count: eager and replayed runs agree exactly.
 check "graphs off and on: identical tokens" same_tokens "$t/SERVELAB-CUDA-GRAPHS-0" "$t/cuda" 12
+# summary.json's cuda_graphs (docs/metrics.md): with graphs on every step is a replay or an
+# eager step (a capture's step replays the graph it made); with them off every step is eager.
+check "  ... summary.json counts the graph replays and the eager steps" python3 -c "
+import json, sys
+on = json.load(open('$t/cuda/summary.json'))['cuda_graphs']
+off = json.load(open('$t/SERVELAB-CUDA-GRAPHS-0/summary.json'))['cuda_graphs']
+steps = json.load(open('$t/cuda/summary.json'))['num_steps']
+print('  on:', on, 'off:', off, 'steps:', steps)
+sys.exit(0 if on['captures'] > 0 and on['replays'] > 0 and on['eager_steps'] > 0
+         and on['replays'] + on['eager_steps'] == steps and off['replays'] == 0
+         and off['captures'] == 0 and off['eager_steps'] == steps else 1)"
 # Programmatic dependent launch with the skinny GEMM (whose weight loads come before the wait):
 # the emulator fails any such launch in which a thread exits without waiting, and PDL changes
 # when kernels start, not what they compute (12 of 12 identical when written).

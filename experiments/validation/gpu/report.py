@@ -225,13 +225,17 @@ def by_kind_table(found, model):
 
 def engine_table(found):
     out = ["| workload | mix | requests | KV blocks | steps | duration s | output tok/s "
-           "| TTFT p50 ms | TPOT p50 ms | prefix hit rate | preemptions |",
-           "|---|---|---|---|---|---|---|---|---|---|---|"]
+           "| TTFT p50 ms | TPOT p50 ms | prefix hit rate | preemptions "
+           "| graphs captured / replayed in the run |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for (wl, mix), e in sorted(found.items()):
         s = e.get("engine")
         if s is None:
-            out.append(f"| {wl} | {mix} | no summary.json |" + " |" * 8)
+            out.append(f"| {wl} | {mix} | no summary.json |" + " |" * 9)
             continue
+        graphs = get(s, "cuda_graphs")  # CUDA runs (docs/metrics.md "CUDA graphs")
+        graphs_cell = ("n/a" if not isinstance(graphs, dict) else
+                       f"{graphs.get('captures')} / {graphs.get('replays')}")
 
         def num(*keys, fmt="{:.2f}"):
             x = get(s, *keys)
@@ -244,7 +248,7 @@ def engine_table(found):
             f"| {num('throughput', 'output_tokens_per_s', fmt='{:.0f}')} "
             f"| {num('ttft_ms', 'p50')} | {num('tpot_ms', 'p50')} "
             f"| {num('prefix_cache', 'hit_rate', fmt='{:.3f}')} "
-            f"| {get(s, 'preemption', 'preemptions')} |")
+            f"| {get(s, 'preemption', 'preemptions')} | {graphs_cell} |")
     return out
 
 
