@@ -32,6 +32,7 @@
 #include "serving/output_file.h"
 #if SERVELAB_HAVE_CUDA
 #include "engine/cuda_executor.h"
+#include "kernels/attention.h"
 #include "kernels/device.h"
 #endif
 
@@ -372,6 +373,7 @@ ProfileRun run_profile(const ProfileOptions& o, std::FILE* progress) {
   std::unique_ptr<Backend> exec;
   std::string device_name = cpu_device_name(), executor = "CpuExecutor fp32 (Eigen)";
   std::string driver;                 // the GPU driver's version (CUDA only)
+  std::string prefill_launch;         // the prefill attention launch's figures (CUDA only)
   std::unique_ptr<NvmlEnergy> meter;  // CUDA with NVML: the board's energy counter
   std::int64_t block_bytes = engine_block_bytes(model, o.block_size);
   if (o.device == "cpu") {
@@ -428,6 +430,15 @@ ProfileRun run_profile(const ProfileOptions& o, std::FILE* progress) {
       }
       meter.reset();
     }
+    // How the executor cuts prefill attention into CTAs (core/prefill_launch.h), for the
+    // calibrated cost model's critical-path terms (sim/calibration.h).
+    const kernels::PrefillKernel pk = *cuda->options().prefill_kernel;
+    prefill_launch = "query_heads=" + std::to_string(model.num_heads) +
+                     " tile_rows=" + std::to_string(kernels::prefill_tile_rows(pk)) + " max_ctas=" +
+                     std::to_string(kernels::prefill_max_resident_ctas(model.head_dim, pk)) +
+                     " min_split_tokens=" +
+                     std::to_string(kernels::prefill_splits_keys(pk) ? kPrefillMinSplitTokens : 0) +
+                     " merge_rows=" + std::to_string(kernels::kPrefillMergeRows);
     block_bytes = cuda->block_bytes();
     exec = std::move(cuda);
   }
@@ -480,6 +491,7 @@ ProfileRun run_profile(const ProfileOptions& o, std::FILE* progress) {
   out << "# warmup: " << o.warmup << " per round\n";
   out << "# rounds: " << std::min(o.rounds, o.reps) << "\n";
   out << "# grid: " << (o.quick ? "quick" : "full") << ", max_tokens " << max_tokens << "\n";
+  if (!prefill_launch.empty()) out << "# prefill_launch: " << prefill_launch << "\n";
   const bool lora = o.lora_rank > 0;
   if (lora) out << "# lora_rank: " << o.lora_rank << "\n";
   if (meter) {

@@ -136,46 +136,6 @@ std::int64_t decode_workspace_floats(std::int32_t num_seqs, std::int32_t num_q_h
   return std::int64_t{num_seqs} * num_q_heads * max_splits * (head_dim + 2);
 }
 
-PrefillSplitPlan plan_prefill_splits(std::int32_t num_tiles, std::int32_t num_q_heads,
-                                     std::int64_t longest_keys, std::int32_t max_ctas,
-                                     std::int32_t min_split_tokens) {
-  if (num_tiles < 0 || num_q_heads < 1 || longest_keys < 1 || max_ctas < 1 ||
-      min_split_tokens < 1) {
-    throw std::invalid_argument(
-        "plan_prefill_splits: needs num_tiles >= 0, num_q_heads, longest_keys, max_ctas and "
-        "min_split_tokens >= 1");
-  }
-  const std::int64_t ctas = std::int64_t{num_tiles} * num_q_heads;
-  if (ctas == 0 || 2 * ctas > max_ctas || longest_keys <= 2 * std::int64_t{min_split_tokens}) {
-    return {};
-  }
-  std::int64_t splits = std::min(max_ctas / ctas, ceil_div(longest_keys, min_split_tokens));
-  splits = std::min<std::int64_t>(splits, kMaxDecodeSplits);
-  if (splits < 2) return {};
-  const std::int64_t tile = kPrefillKeyTile;
-  const std::int64_t part = ceil_div(ceil_div(longest_keys, splits), tile) * tile;
-  splits = ceil_div(longest_keys, part);
-  if (splits < 2) return {};
-  return {static_cast<std::int32_t>(part), static_cast<std::int32_t>(splits)};
-}
-
-std::string prefill_plan_error(const PrefillSplitPlan& plan, std::int64_t longest_keys) {
-  if (plan.kv_splits < 1 || plan.kv_splits > kMaxDecodeSplits) {
-    return "kv_splits " + std::to_string(plan.kv_splits) + " outside [1, " +
-           std::to_string(kMaxDecodeSplits) + "]";
-  }
-  if (!plan.split()) return "";
-  if (plan.split_tokens <= 0 || plan.split_tokens % kPrefillKeyTile != 0) {
-    return "split_tokens " + std::to_string(plan.split_tokens) + " is not a positive multiple of " +
-           std::to_string(kPrefillKeyTile);
-  }
-  if (std::int64_t{plan.kv_splits} * plan.split_tokens < longest_keys) {
-    return std::to_string(plan.kv_splits) + " splits of " + std::to_string(plan.split_tokens) +
-           " keys do not cover the longest key range (" + std::to_string(longest_keys) + ")";
-  }
-  return "";
-}
-
 std::int64_t prefill_workspace_floats(std::int32_t num_tiles, std::int32_t num_q_heads,
                                       std::int32_t head_dim, std::int32_t kv_splits,
                                       std::int32_t tile_rows) {

@@ -9,6 +9,8 @@
 #include <string_view>
 #include <vector>
 
+#include "core/prefill_launch.h"
+
 namespace servelab::kernels {
 
 // Decode attention processes keys in tiles of this many tokens; split partitions are whole
@@ -72,8 +74,8 @@ struct DecodeSplitPlan {
   bool split() const { return max_splits > 1; }
 };
 
-// The most splits a launch can have (CUDA's grid.z limit).
-inline constexpr std::int32_t kMaxDecodeSplits = 65535;
+// The most splits a launch can have (CUDA's grid.z limit, core/prefill_launch.h).
+inline constexpr std::int32_t kMaxDecodeSplits = kMaxKvSplits;
 
 // Empty when `plan` satisfies the invariants above for a batch whose longest context is
 // longest_context, else a sentence saying which one fails (for an error message).
@@ -113,37 +115,21 @@ struct PrefillTile {
 std::vector<PrefillTile> plan_prefill_tiles(const std::vector<std::int32_t>& num_queries,
                                             std::int32_t tile_rows = kPrefillTileRows);
 
-// Keys per K/V tile of the fa2 prefill kernel (a split's key range is a multiple of it).
-inline constexpr std::int32_t kPrefillKeyTile = 64;
-
 // Split-KV prefill (FlashDecoding's split applied to query tiles): when a prefill step's
 // (tile, head) CTAs are too few to fill the device (a short chunk after a long cached prefix:
 // one tile, 32 heads, 132 SMs), each tile's key range [0, its last position] is cut into
 // kv_splits ranges of split_tokens keys, one CTA each (grid.z); they write normalised partial
-// softmax states (kernels/softmax_merge.h) to a workspace that a merge kernel combines.
-// Invariants (prefill_plan_error): 1 <= kv_splits <= kMaxDecodeSplits; when kv_splits > 1,
-// split_tokens > 0 is a multiple of kPrefillKeyTile and kv_splits * split_tokens covers the
-// longest key range of the step. A default-constructed plan is the unsplit one.
-struct PrefillSplitPlan {
-  std::int32_t split_tokens = 0;  // keys per split (0 when unsplit)
-  std::int32_t kv_splits = 1;     // grid z
-  bool split() const { return kv_splits > 1; }
-};
+// softmax states (kernels/softmax_merge.h) to a workspace that a merge kernel combines. The plan
+// (PrefillSplitPlan, plan_prefill_splits, prefill_plan_error, kPrefillKeyTile) is plain
+// arithmetic in core/prefill_launch.h, where the calibrated cost model computes the same plans.
+using servelab::kPrefillKeyTile;
+using servelab::plan_prefill_splits;
+using servelab::prefill_plan_error;
+using servelab::PrefillSplitPlan;
 
-// No split when num_tiles * num_q_heads CTAs already fill half of max_ctas (the device's
-// resident CTA slots) or the longest key range is at most 2 * min_split_tokens; otherwise
-// kv_splits = min(max_ctas / (num_tiles * num_q_heads), ceil(longest / min_split_tokens)),
-// split_tokens = ceil(longest / kv_splits) rounded up to the key tile, and kv_splits recomputed
-// as ceil(longest / split_tokens) (so no split is empty for the longest range). The result
-// satisfies prefill_plan_error for longest_keys. Throws std::invalid_argument when a count is
-// < 1 (num_tiles may be 0: no split).
-PrefillSplitPlan plan_prefill_splits(std::int32_t num_tiles, std::int32_t num_q_heads,
-                                     std::int64_t longest_keys, std::int32_t max_ctas,
-                                     std::int32_t min_split_tokens = 512);
-
-// Empty when `plan` satisfies the invariants above for a step whose longest key range (its
-// largest first position + queries) is longest_keys, else a sentence saying which one fails.
-std::string prefill_plan_error(const PrefillSplitPlan& plan, std::int64_t longest_keys);
+// Rows of a tile one CTA of the split-KV merge kernel combines (grid (tiles, heads,
+// ceil(tile_rows / kPrefillMergeRows)), one (row, dim) a thread): a PrefillLaunch's merge_rows.
+inline constexpr std::int32_t kPrefillMergeRows = 8;
 
 // Floats of split-KV prefill workspace: partial outputs [tile][q_head][row][split][head_dim]
 // then the (max, sum) pairs [tile][q_head][row][split][2], row < tile_rows.

@@ -306,8 +306,9 @@ __global__ void __launch_bounds__(kThreads) prefill_fa2_kernel(const PrefillPara
 // Split-KV: one CTA per (tile, query head, kMergeRows rows of the tile) merges each row's
 // kv_splits partial states in split order (merge_softmax_states) and writes the bf16 output row,
 // one (row, dim) a thread. (One CTA per (tile, head) walking all its rows was 144 us a layer
-// for a 256-token chunk on the H200: 64 CTAs, 128 dependent iterations a thread.)
-constexpr int kMergeRows = 8;
+// for a 256-token chunk on the H200: 64 CTAs, 128 dependent iterations a thread.) The row count
+// is kernels/attention_plan.h's, which `engine profile` records for the calibrated cost model.
+constexpr int kMergeRows = kPrefillMergeRows;
 
 __global__ void __launch_bounds__(kThreads)
     prefill_merge_kernel(const PrefillParams p, int head_dim, int kv_splits, int tile_rows) {

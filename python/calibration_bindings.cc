@@ -122,6 +122,17 @@ py::dict coefficients(const CalibratedCoefficients& c) {
     d["lora_token_rank_s"] = c.lora_token_rank_s;
     d["lora_adapter_rank_s"] = c.lora_adapter_rank_s;
   }
+  if (c.prefill_launch) {
+    d["prefill_critical_key_s"] = c.prefill_critical_key_s;
+    d["prefill_merge_step_s"] = c.prefill_merge_step_s;
+    py::dict launch;
+    launch["query_heads"] = c.prefill_launch->query_heads;
+    launch["tile_rows"] = c.prefill_launch->tile_rows;
+    launch["max_ctas"] = c.prefill_launch->max_ctas;
+    launch["min_split_tokens"] = c.prefill_launch->min_split_tokens;
+    launch["merge_rows"] = c.prefill_launch->merge_rows;
+    d["prefill_launch"] = launch;
+  }
   return d;
 }
 

@@ -10,10 +10,18 @@
 
 namespace servelab {
 
-CalibrationFeatures CalibrationFeatures::from_plan(const StepPlan& plan) {
+CalibrationFeatures CalibrationFeatures::from_plan(const StepPlan& plan,
+                                                   const PrefillLaunch* launch) {
   CalibrationFeatures f;
   f.step = StepFeatures::from_plan(plan);
   f.num_entries = static_cast<std::int64_t>(plan.requests.size());
+  if (launch != nullptr && f.step.num_tokens > f.num_entries) {  // some entry has 2+ tokens
+    PrefillLaunchCost cost(*launch);
+    for (const ScheduledRequest& r : plan.requests) cost.add(r.first_token, r.num_tokens);
+    const PrefillCriticalPath c = cost.critical_path();
+    f.prefill_critical_keys = c.keys;
+    f.prefill_merge_steps = c.merge_steps;
+  }
   return f;
 }
 
@@ -98,7 +106,8 @@ CalibratedProfile load_calibrated_profile(const std::string& path) {
   c.allow_keys({"step_s", "per_sequence_s", "per_token_s", "per_token_above_knee_s", "knee_tokens",
                 "prefill_pair_s", "decode_context_token_s", "decode_context_token_above_knee_s",
                 "decode_context_knee_tokens", "sampled_sequence_s", "swap_byte_s", "copy_byte_s",
-                "lora_token_rank_s", "lora_adapter_rank_s"});
+                "lora_token_rank_s", "lora_adapter_rank_s", "prefill_critical_key_s",
+                "prefill_merge_step_s", "prefill_launch"});
   CalibratedCoefficients& k = p.coefficients;
   // Every coefficient is required (a file missing one is not what `sim calibrate` writes), but
   // for the decode-context knee, which is optional.
@@ -121,6 +130,34 @@ CalibratedProfile load_calibrated_profile(const std::string& path) {
     k.lora_token_rank_s = c.get_double("lora_token_rank_s", 0.0, 1e6);
     k.lora_adapter_rank_s = c.get_double("lora_adapter_rank_s", 0.0, 1e6);
     k.lora_set = true;
+  }
+  // The prefill launch's critical paths: optional, the two coefficients and the launch together
+  // (a file without them prices as before they existed).
+  const char* const launch_keys[] = {"prefill_critical_key_s", "prefill_merge_step_s",
+                                     "prefill_launch"};
+  for (const char* key : launch_keys) {
+    if (!c.has(key)) continue;
+    for (const char* other : launch_keys) {
+      if (!c.has(other)) {
+        c.at(key).fail_message(std::string("given without '") + other +
+                               "' (prefill_critical_key_s, prefill_merge_step_s and "
+                               "prefill_launch come together)");
+      }
+    }
+    k.prefill_critical_key_s = c.get_double("prefill_critical_key_s", 0.0, 1e6);
+    k.prefill_merge_step_s = c.get_double("prefill_merge_step_s", 0.0, 1e6);
+    const ConfigNode l = c.at("prefill_launch");
+    if (!l.is_map())
+      l.fail("a mapping of query_heads, tile_rows, max_ctas, min_split_tokens, merge_rows");
+    l.allow_keys({"query_heads", "tile_rows", "max_ctas", "min_split_tokens", "merge_rows"});
+    PrefillLaunch launch;
+    launch.query_heads = static_cast<std::int32_t>(l.get_int("query_heads", 1, 1 << 20));
+    launch.tile_rows = static_cast<std::int32_t>(l.get_int("tile_rows", 1, 1 << 20));
+    launch.max_ctas = static_cast<std::int32_t>(l.get_int("max_ctas", 1, 1 << 30));
+    launch.min_split_tokens = static_cast<std::int32_t>(l.get_int("min_split_tokens", 0, 1 << 30));
+    launch.merge_rows = static_cast<std::int32_t>(l.get_int("merge_rows", 1, 1 << 20));
+    k.prefill_launch = launch;
+    break;
   }
   for (const char* info : {"fit", "host_overhead"}) {  // informational sections
     if (doc.has(info) && !doc.at(info).is_map()) doc.at(info).fail("a mapping");

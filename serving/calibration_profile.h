@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/prefill_launch.h"
 #include "core/step_features.h"
 #include "core/step_plan.h"
 #include "serving/machine.h"
@@ -19,17 +20,21 @@
 
 namespace servelab {
 
-// StepFeatures plus the number of plan entries (the per-sequence term).
+// StepFeatures plus the number of plan entries (the per-sequence term) and the critical paths of
+// the step's prefill attention launch (core/prefill_launch.h; 0 unless computed for a launch).
 struct CalibrationFeatures {
   StepFeatures step;
   std::int64_t num_entries = 0;
+  std::int64_t prefill_critical_keys = 0;  // PrefillCriticalPath::keys
+  std::int64_t prefill_merge_steps = 0;    // PrefillCriticalPath::merge_steps
 
   bool empty() const {
     return step.num_tokens == 0 && step.swap_out_blocks == 0 && step.swap_in_blocks == 0 &&
            step.copy_blocks == 0;
   }
-  // One pass over the plan; no allocation.
-  static CalibrationFeatures from_plan(const StepPlan& plan);
+  // One pass over the plan; no allocation. With `launch`, a second pass over the entries of two
+  // or more tokens fills in the critical paths of their prefill attention launch.
+  static CalibrationFeatures from_plan(const StepPlan& plan, const PrefillLaunch* launch = nullptr);
 };
 
 // Seconds per unit of each term (see the file comment).
@@ -53,6 +58,15 @@ struct CalibratedCoefficients {
   double lora_token_rank_s = 0;
   double lora_adapter_rank_s = 0;
   bool lora_set = false;
+  // The prefill launch's critical paths (optional in cost.yaml; `sim calibrate` fits them from a
+  // CUDA profile, whose launch it reads from the profile's header): seconds per key on the
+  // attention kernel's critical path (a short chunk after a long prefix runs few CTAs, so its
+  // time follows its longest CTA, not its pairs) and per dependent step of the split-KV merge.
+  // Set with the launch they are computed over (`prefill_launch:`); unset, both terms are 0 and
+  // the file prices as files written before them did.
+  double prefill_critical_key_s = 0;
+  double prefill_merge_step_s = 0;
+  std::optional<PrefillLaunch> prefill_launch;
 };
 
 // A cost.yaml: coefficients plus where they were measured.
@@ -94,9 +108,12 @@ std::string unknown_storage_word(std::string_view value, const std::string_view 
 
 // Reads and validates a cost.yaml. Throws ConfigError naming the file (and line and key) for a
 // missing file, malformed YAML, an unknown or missing key, a wrong type or a negative
-// coefficient. `machine:` is optional; when present it must be a mapping of exactly `kind` (cpu
-// or cuda), `name` (a non-empty string) and `threads` (an integer >= 1). Loading never compares
-// the machine: the users of the file do (warn_if_calibrated_elsewhere).
+// coefficient. The critical-path coefficients (prefill_critical_key_s, prefill_merge_step_s)
+// and their `prefill_launch` mapping (query_heads, tile_rows, max_ctas, merge_rows: integers
+// >= 1; min_split_tokens: an integer >= 0) come all three or none. `machine:` is optional; when
+// present it must be a mapping of exactly `kind` (cpu or cuda), `name` (a non-empty string) and
+// `threads` (an integer >= 1). Loading never compares the machine: the users of the file do
+// (warn_if_calibrated_elsewhere).
 CalibratedProfile load_calibrated_profile(const std::string& path);
 
 // The profile measured the model as the engine stored it: its weight quantization (none for a

@@ -35,6 +35,12 @@ Terms terms(const CalibratedCoefficients& c, const CalibrationFeatures& f, doubl
           c.copy_byte_s * static_cast<double>(s.copy_blocks) * block_bytes};
 }
 
+// The prefill launch's critical-path terms (0 without a launch, whose features are 0).
+double critical_path_term(const CalibratedCoefficients& c, const CalibrationFeatures& f) {
+  return c.prefill_critical_key_s * static_cast<double>(f.prefill_critical_keys) +
+         c.prefill_merge_step_s * static_cast<double>(f.prefill_merge_steps);
+}
+
 // The LoRA terms of a step (0 without adapter tokens).
 double lora_term(const CalibratedCoefficients& c, const StepFeatures& s, double lora_rank) {
   if (s.lora_tokens == 0 || lora_rank == 0) return 0.0;
@@ -53,7 +59,11 @@ double calibrated_seconds(const CalibratedCoefficients& c, const CalibrationFeat
   const double s = x.step + x.sequences + x.tokens + x.decode_context_above_knee +
                    x.tokens_above_knee + x.prefill_pairs + x.decode_context + x.sampled + x.swap +
                    x.copy;
-  return f.step.lora_tokens == 0 ? s : s + lora_term(c, f.step, lora_rank);
+  // Added last, and only when there is a launch to price, so that a file without the
+  // critical-path terms prices every step exactly as before they existed.
+  const double t =
+      f.prefill_critical_keys == 0 && f.prefill_merge_steps == 0 ? s : s + critical_path_term(c, f);
+  return f.step.lora_tokens == 0 ? t : t + lora_term(c, f.step, lora_rank);
 }
 
 CalibratedCostModel::CalibratedCostModel(CalibratedProfile profile, std::int32_t block_size,
@@ -71,22 +81,27 @@ CalibratedCostModel::CalibratedCostModel(CalibratedProfile profile, std::int32_t
   block_bytes_ = static_cast<double>(profile_.block_bytes) / profile_.block_size * block_size;
 }
 
+CalibrationFeatures CalibratedCostModel::features(const StepPlan& plan) const {
+  const std::optional<PrefillLaunch>& launch = profile_.coefficients.prefill_launch;
+  return CalibrationFeatures::from_plan(plan, launch ? &*launch : nullptr);
+}
+
 double CalibratedCostModel::seconds(const CalibrationFeatures& f) const {
   return calibrated_seconds(profile_.coefficients, f, block_bytes_, lora_rank_);
 }
 
 TimeNs CalibratedCostModel::step_time(const StepPlan& plan) const {
-  return seconds_to_ns(seconds(CalibrationFeatures::from_plan(plan)));
+  return seconds_to_ns(seconds(features(plan)));
 }
 
 StepCostBreakdown CalibratedCostModel::breakdown(const StepPlan& plan) const {
   StepCostBreakdown b;
-  const CalibrationFeatures f = CalibrationFeatures::from_plan(plan);
+  const CalibrationFeatures f = features(plan);
   if (f.empty()) return b;
   const Terms x = terms(profile_.coefficients, f, block_bytes_);
   b.overhead = x.step + x.sequences;
   b.gemm = x.tokens + x.tokens_above_knee;
-  b.prefill_attention = x.prefill_pairs;
+  b.prefill_attention = x.prefill_pairs + critical_path_term(profile_.coefficients, f);
   b.decode_attention = x.decode_context + x.decode_context_above_knee;
   b.lm_head = x.sampled;
   b.swap = x.swap;
@@ -101,6 +116,7 @@ TimeNs CalibratedCostModel::swap_time(std::int64_t num_blocks) const {
 }
 
 bool calibrated_swap_is_cheaper(const CalibratedCostModel& cost, const Request& victim) {
+  const std::optional<PrefillLaunch>& launch = cost.profile().coefficients.prefill_launch;
   auto prefill = [&](std::int64_t c) {
     CalibrationFeatures f;
     f.num_entries = 1;
@@ -108,6 +124,13 @@ bool calibrated_swap_is_cheaper(const CalibratedCostModel& cost, const Request& 
     f.step.prefill_tokens = c;
     f.step.prefill_pairs = c * (c + 1) / 2;
     f.step.prefill_context_tokens = c;
+    if (launch) {
+      PrefillLaunchCost l(*launch);
+      l.add(0, c);
+      const PrefillCriticalPath path = l.critical_path();
+      f.prefill_critical_keys = path.keys;
+      f.prefill_merge_steps = path.merge_steps;
+    }
     return cost.seconds(f);
   };
   const std::int64_t tokens = victim.num_computed_tokens;

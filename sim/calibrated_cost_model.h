@@ -23,6 +23,18 @@
 //                                           LoRA (optional coefficients): tokens under an adapter
 //                                           and distinct adapters of the step, at the padded rank
 //                                           R = max_lora_rank
+// + prefill_critical_key_s * K_crit + prefill_merge_step_s * M_crit
+//                                           the prefill attention launch's critical paths
+//                                           (optional coefficients, with the `prefill_launch` they
+//                                           are computed over; core/prefill_launch.h): K_crit, the
+//                                           keys of the longest CTA or of an average CTA slot,
+//                                           whichever is more, from the launch's split plan
+//                                           (plan_prefill_splits, the engine's own); M_crit, the
+//                                           split-KV merge's dependent steps, kv_splits x the
+//                                           rows a merge CTA walks. A short chunk after a long
+//                                           cached prefix runs few CTAs: its time follows its
+//                                           longest CTA and its merge, not its (query, key)
+//                                           pairs, which price it 10-16x too cheap per pair
 //
 // An empty plan takes 0. Every coefficient is >= 0 (fitted by NNLS), so adding work never
 // shortens a step. The file format is in docs/validation.md and serving/calibration_profile.h; the
@@ -50,14 +62,16 @@ class CalibratedCostModel final : public CostModel {
 
   TimeNs step_time(const StepPlan& plan) const override;
   // The terms above by operator: overhead (the host part) = step_s + per_sequence_s * entries;
-  // gemm = the per-token terms; prefill_attention = the pair term; decode_attention = the
-  // decode-context terms; lm_head = the sampled-sequence term; swap and copy; lora = the LoRA
-  // terms; no FLOPs or bytes.
+  // gemm = the per-token terms; prefill_attention = the pair and critical-path terms;
+  // decode_attention = the decode-context terms; lm_head = the sampled-sequence term; swap and
+  // copy; lora = the LoRA terms; no FLOPs or bytes.
   // total() equals seconds() up to rounding.
   StepCostBreakdown breakdown(const StepPlan& plan) const override;
   TimeNs swap_time(std::int64_t num_blocks) const override;
   std::string_view name() const override { return "calibrated"; }
 
+  // The plan's features, with the critical paths of its prefill launch when the profile has one.
+  CalibrationFeatures features(const StepPlan& plan) const;
   // Predicted seconds for a step with these features (0 for an empty one).
   double seconds(const CalibrationFeatures& f) const;
   const CalibratedProfile& profile() const { return profile_; }

@@ -15,6 +15,7 @@
 
 #include "core/lora_config.h"
 #include "serving/config_node.h"
+#include "serving/model_config.h"
 #include "sim/huber_nnls.h"
 #include "traces/csv_reader.h"
 
@@ -22,7 +23,7 @@ namespace servelab {
 
 namespace {
 
-constexpr int kTerms = 12;
+constexpr int kTerms = 14;
 enum Term {
   kStep,
   kSequence,
@@ -35,7 +36,9 @@ enum Term {
   kSwapByte,
   kCopyByte,
   kLoraTokenRank,
-  kLoraAdapterRank
+  kLoraAdapterRank,
+  kCriticalKey,
+  kMergeStep
 };
 
 // The basis value of each term for one step (the unit each coefficient multiplies); lora_rank:
@@ -57,11 +60,14 @@ std::array<double, kTerms> basis(const CalibrationFeatures& f, std::int64_t knee
           static_cast<double>(s.swap_out_blocks + s.swap_in_blocks) * block_bytes,
           static_cast<double>(s.copy_blocks) * block_bytes,
           lora ? static_cast<double>(s.lora_tokens) * lora_rank : 0.0,
-          lora ? static_cast<double>(s.num_loras) * lora_rank : 0.0};
+          lora ? static_cast<double>(s.num_loras) * lora_rank : 0.0,
+          static_cast<double>(f.prefill_critical_keys),
+          static_cast<double>(f.prefill_merge_steps)};
 }
 
 CalibratedCoefficients from_vector(const Eigen::VectorXd& x, std::int64_t knee,
-                                   std::int64_t decode_knee, bool lora) {
+                                   std::int64_t decode_knee, bool lora,
+                                   const std::optional<PrefillLaunch>& launch) {
   CalibratedCoefficients c;
   c.step_s = x(kStep);
   c.per_sequence_s = x(kSequence);
@@ -82,7 +88,117 @@ CalibratedCoefficients from_vector(const Eigen::VectorXd& x, std::int64_t knee,
     c.lora_adapter_rank_s = x(kLoraAdapterRank);
     c.lora_set = true;
   }
+  if (launch) {
+    c.prefill_critical_key_s = x(kCriticalKey);
+    c.prefill_merge_step_s = x(kMergeStep);
+    c.prefill_launch = launch;
+  }
   return c;
+}
+
+// The `# prefill_launch:` header value, "query_heads=H tile_rows=R max_ctas=M
+// min_split_tokens=S merge_rows=G" (any order, each once): "" and `out` filled, or what is wrong.
+std::string parse_prefill_launch(std::string_view text, PrefillLaunch& out) {
+  struct Field {
+    const char* name;
+    std::int32_t* value;
+    std::int64_t least;
+    bool seen = false;
+  };
+  Field fields[] = {{"query_heads", &out.query_heads, 1},
+                    {"tile_rows", &out.tile_rows, 1},
+                    {"max_ctas", &out.max_ctas, 1},
+                    {"min_split_tokens", &out.min_split_tokens, 0},
+                    {"merge_rows", &out.merge_rows, 1}};
+  std::istringstream words{std::string(text)};
+  std::string word;
+  while (words >> word) {
+    const auto eq = word.find('=');
+    const std::string key = word.substr(0, eq);
+    Field* f = nullptr;
+    for (Field& candidate : fields) {
+      if (key == candidate.name) f = &candidate;
+    }
+    if (eq == std::string::npos || f == nullptr) {
+      return "expected KEY=VALUE words with keys query_heads, tile_rows, max_ctas, "
+             "min_split_tokens and merge_rows, got '" +
+             shorten(word) + "'";
+    }
+    if (f->seen) return "'" + key + "' given twice";
+    const std::optional<std::int64_t> v = parse_int(std::string_view(word).substr(eq + 1));
+    if (!v || *v < f->least || *v > (1 << 30)) {
+      return "'" + key + "': expected an integer in [" + std::to_string(f->least) +
+             ", 2^30], got '" + shorten(word.substr(eq + 1)) + "'";
+    }
+    *f->value = static_cast<std::int32_t>(*v);
+    f->seen = true;
+  }
+  for (const Field& f : fields) {
+    if (!f.seen) return "'" + std::string(f.name) + "=' is missing";
+  }
+  return "";
+}
+
+// The SMs a CUDA profile's `# device:` line names ("NVIDIA H200 (sm_90, 132 SMs)"), or 0.
+std::int64_t device_sms(const std::string& device) {
+  const auto end = device.rfind(" SMs)");
+  if (end == std::string::npos) return 0;
+  const auto begin = device.rfind(' ', end - 1);
+  if (begin == std::string::npos) return 0;
+  const std::optional<std::int64_t> n = parse_int(device.substr(begin + 1, end - begin - 1));
+  return n && *n >= 1 && *n <= (1 << 20) ? *n : 0;
+}
+
+// The prefill launch of a profile without a `# prefill_launch:` line (written before engines
+// recorded it): a CUDA profile whose device line names its SMs and whose model is in the
+// catalogue ran the wgmma kernel (the default over bf16 KV since 2026-12-04: 128 query rows per
+// CTA, two resident CTAs per SM at head_dim 128), split plans with the default 512-key minimum,
+// and the merge kernel of that time, one CTA per (tile, head) walking the tile's rows.
+// Anything else (a CPU profile): none.
+std::optional<PrefillLaunch> default_prefill_launch(const EngineProfile& p) {
+  const auto device = p.header.find("device");
+  const std::int64_t sms = device == p.header.end() ? 0 : device_sms(device->second);
+  if (sms == 0) return std::nullopt;
+  ModelConfig model;
+  try {
+    model = load_model(p.header.at("model"), default_catalog_dir());
+  } catch (const ConfigError&) {
+    return std::nullopt;  // a model the catalogue does not have: no critical-path terms
+  }
+  PrefillLaunch l;
+  l.query_heads = model.num_heads;
+  l.tile_rows = kDefaultProfileTileRows;
+  l.max_ctas = static_cast<std::int32_t>(sms * kDefaultProfileCtasPerSm);
+  l.min_split_tokens = kPrefillMinSplitTokens;
+  l.merge_rows = l.tile_rows;
+  return l;
+}
+
+// A profile row's prefill launch: `engine profile`'s shapes have alike prefill entries (k of
+// them, k = entries - decode tokens, each of n queries after p cached tokens) and one-token
+// decode entries. Fills in the row's critical paths, or returns what contradicts that.
+std::string add_row_launch(const PrefillLaunch& launch, ProfileRow& r) {
+  StepFeatures& s = r.features.step;
+  if (s.prefill_tokens == 0) return "";
+  const std::int64_t k = r.features.num_entries - s.decode_tokens;
+  const auto unlike = [&] {
+    return "prefill_tokens " + std::to_string(s.prefill_tokens) + ", prefill_context_tokens " +
+           std::to_string(s.prefill_context_tokens) + " and prefill_pairs " +
+           std::to_string(s.prefill_pairs) + " over " +
+           std::to_string(std::max<std::int64_t>(k, 0)) +
+           " prefill entries (num_entries - decode_tokens) are not those of alike entries, which "
+           "the critical-path terms need (every shape of `engine profile` has them)";
+  };
+  if (k < 1 || s.prefill_tokens % k != 0 || s.prefill_context_tokens % k != 0) return unlike();
+  const std::int64_t n = s.prefill_tokens / k;
+  const std::int64_t p = s.prefill_context_tokens / k - n;
+  if (p < 0 || k * causal_pairs(p, n) != s.prefill_pairs) return unlike();
+  PrefillLaunchCost cost(launch);
+  cost.add(p, n, k);
+  const PrefillCriticalPath c = cost.critical_path();
+  r.features.prefill_critical_keys = c.keys;
+  r.features.prefill_merge_steps = c.merge_steps;
+  return "";
 }
 
 }  // namespace
@@ -124,6 +240,13 @@ EngineProfile read_profile(const std::string& path) {
         if (key == "format_version" && value != "1") {
           fail("header 'format_version': this sim reads format 1, got '" + shorten(value) +
                "' (a profile from a newer engine? rerun `engine profile` with this build)");
+        }
+        if (key == "prefill_launch") {
+          PrefillLaunch launch;
+          if (const std::string why = parse_prefill_launch(value, launch); !why.empty()) {
+            fail("header 'prefill_launch': " + why);
+          }
+          p.prefill_launch = launch;
         }
         if (!p.header.emplace(key, value).second) {
           fail("header '" + key + "' given twice (which one holds?)");
@@ -268,6 +391,22 @@ EngineProfile read_profile(const std::string& path) {
         throw ConfigError(path + ": header line '# " + std::string(key) +
                           ": ...' is missing (the machine_kind, machine_name and "
                           "machine_threads lines come together)");
+      }
+    }
+  }
+  // The prefill launch the critical-path terms are computed over: the header's, or for an older
+  // CUDA profile the defaults of its time.
+  if (p.prefill_launch) {
+    p.prefill_launch_source = "from the profile's header";
+  } else if ((p.prefill_launch = default_prefill_launch(p))) {
+    p.prefill_launch_source = "defaults, the profile having no prefill_launch line: " +
+                              std::to_string(kDefaultProfileCtasPerSm) +
+                              " CTAs per SM, the catalogue model's query heads";
+  }
+  if (p.prefill_launch) {
+    for (ProfileRow& r : p.rows) {
+      if (const std::string why = add_row_launch(*p.prefill_launch, r); !why.empty()) {
+        throw ConfigError(path + ":" + std::to_string(r.line) + ": " + why);
       }
     }
   }
@@ -435,8 +574,9 @@ CalibrationResult fit_profile(const EngineProfile& profile) {
   const bool lora = std::any_of(profile.rows.begin(), profile.rows.end(), [](const ProfileRow& r) {
     return r.features.step.lora_tokens > 0;
   });
-  p.coefficients = from_vector(best_x, best_knee, best_decode_knee, lora);
+  p.coefficients = from_vector(best_x, best_knee, best_decode_knee, lora, profile.prefill_launch);
   result.lora_rank = profile.lora_rank;
+  result.prefill_launch_source = profile.prefill_launch_source;
   result.families = profile_errors(profile, p.coefficients, &result.overall);
   for (const ProfileRow& r : profile.rows) {
     result.predicted_s.push_back(
@@ -499,6 +639,20 @@ std::string calibration_yaml(const CalibrationResult& result, const std::string&
     number("lora_token_rank_s", c.lora_token_rank_s);
     number("lora_adapter_rank_s", c.lora_adapter_rank_s);
   }
+  if (c.prefill_launch) {
+    const PrefillLaunch& l = *c.prefill_launch;
+    number("prefill_critical_key_s", c.prefill_critical_key_s);
+    y << YAML::Comment("per key on the prefill launch's critical path");
+    number("prefill_merge_step_s", c.prefill_merge_step_s);
+    y << YAML::Comment("per dependent step of the split-KV merge");
+    y << YAML::Key << "prefill_launch" << YAML::Value << YAML::Flow << YAML::BeginMap;
+    number("query_heads", l.query_heads);
+    number("tile_rows", l.tile_rows);
+    number("max_ctas", l.max_ctas);
+    number("min_split_tokens", l.min_split_tokens);
+    number("merge_rows", l.merge_rows);
+    y << YAML::EndMap;
+  }
   y << YAML::EndMap;
   y << YAML::Key << "fit" << YAML::Value
     << YAML::Comment(result.holdout
@@ -536,7 +690,10 @@ std::string calibration_yaml(const CalibrationResult& result, const std::string&
   y << YAML::EndMap;
   if (host != nullptr) {
     y << YAML::Key << "host_overhead" << YAML::Value
-      << YAML::Comment("added to step_s and per_sequence_s") << YAML::BeginMap;
+      << YAML::Comment(host->carried ? "added to step_s and per_sequence_s; fitted with an earlier "
+                                       "calibration's predictions (--host-overhead-from)"
+                                     : "added to step_s and per_sequence_s")
+      << YAML::BeginMap;
     text("engine_run", host->engine_run);
     number("steps", host->steps);
     number("step_s", host->step_s);
@@ -584,6 +741,16 @@ void print_calibration(std::FILE* out, const CalibrationResult& r) {
     std::fprintf(out, "    LoRA adapter x rank   %12.6f us  (x rank %d: %.3f us an adapter)\n",
                  c.lora_adapter_rank_s * 1e6, r.lora_rank,
                  c.lora_adapter_rank_s * r.lora_rank * 1e6);
+  }
+  if (c.prefill_launch) {
+    const PrefillLaunch& l = *c.prefill_launch;
+    std::fprintf(out, "    per critical key      %12.6f us\n", c.prefill_critical_key_s * 1e6);
+    std::fprintf(out, "    per merge step        %12.6f us\n", c.prefill_merge_step_s * 1e6);
+    std::fprintf(out,
+                 "    over the prefill launch (%s):\n      %d query heads, %d-row tiles, %d CTA "
+                 "slots, splits of >= %d keys, %d rows a merge CTA\n",
+                 r.prefill_launch_source.c_str(), l.query_heads, l.tile_rows, l.max_ctas,
+                 l.min_split_tokens, l.merge_rows);
   }
   const auto table = [&](const std::map<std::string, FamilyError>& fams,
                          const FamilyError& overall) {

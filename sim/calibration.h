@@ -21,7 +21,11 @@
 // decode-context knee (the step's KV outgrowing a cache) the same way, given the GEMM knee. Terms
 // the profile never exercises (a column of zeros) get 0. A profile with LoRA rows adds two terms,
 // lora_tokens x R and num_loras x R (R its lora_rank), fitted with the rest; the result has
-// lora_set then (cost.yaml's lora_token_rank_s and lora_adapter_rank_s).
+// lora_set then (cost.yaml's lora_token_rank_s and lora_adapter_rank_s). A profile with a
+// prefill launch (EngineProfile::prefill_launch: a CUDA profile) adds the launch's two
+// critical paths (core/prefill_launch.h), computed for each row from its alike prefill entries;
+// the result has prefill_launch set then (cost.yaml's prefill_critical_key_s,
+// prefill_merge_step_s and prefill_launch).
 #pragma once
 
 #include <cstdint>
@@ -45,6 +49,13 @@ struct ProfileRow {
   double power_w = 0;
 };
 
+// The launch assumed for a CUDA profile without a `# prefill_launch:` line (written before
+// `engine profile` recorded it; its `# device:` line names the SMs): the wgmma prefill kernel's
+// 128-row tiles and its two resident CTAs per SM at head_dim 128 (97 KB of shared memory,
+// __launch_bounds__(256, 2)), the default kernel over bf16 KV since 2026-12-04.
+inline constexpr std::int32_t kDefaultProfileTileRows = 128;
+inline constexpr std::int32_t kDefaultProfileCtasPerSm = 2;
+
 struct EngineProfile {
   std::string file;
   std::map<std::string, std::string> header;  // the `# key: value` lines
@@ -60,6 +71,17 @@ struct EngineProfile {
   // how the engine stored the model; empty for profiles written before they were recorded.
   std::string kv_cache_dtype;
   std::string quantization;
+  // The prefill attention launch the rows ran (core/prefill_launch.h): `# prefill_launch:
+  // query_heads=H tile_rows=R max_ctas=M min_split_tokens=S merge_rows=G` (`engine profile` on
+  // CUDA writes it); for a CUDA profile without it whose `# device:` line names its SMs ("...,
+  // 132 SMs)") and whose model is in the catalogue: the model's query heads,
+  // kDefaultProfileTileRows, kDefaultProfileCtasPerSm x SMs, kPrefillMinSplitTokens, and merge
+  // rows = tile rows (the merge kernel before 2026-12-04's, one CTA per (tile, head)); else none
+  // (a CPU profile: no critical-path terms). With a launch, each row's features carry its
+  // critical paths. prefill_launch_source says which ("from the profile's header", or "defaults,
+  // ...").
+  std::optional<PrefillLaunch> prefill_launch;
+  std::string prefill_launch_source;
   std::vector<ProfileRow> rows;
 };
 
@@ -69,7 +91,9 @@ struct EngineProfile {
 // count that is not an integer >= 1), or a kv_cache_dtype or quantization line naming no known
 // format. The LoRA columns (profile_lora_columns) are optional; rows
 // with tokens under an adapter need the `# lora_rank:` line (an integer in [1, 512]), and a row's
-// adapters must not outnumber its tokens under them.
+// adapters must not outnumber its tokens under them. A malformed `# prefill_launch:` line, or
+// with a launch a row whose prefill entries are not alike (its prefill tokens, context tokens
+// and pairs not k equal entries, k = num_entries - decode_tokens), is an error too.
 EngineProfile read_profile(const std::string& path);
 
 struct FamilyError {
@@ -89,8 +113,9 @@ struct CalibrationResult {
   CalibratedProfile profile;                    // coefficients + provenance, ready to write
   std::map<std::string, FamilyError> families;  // by family name, on the shapes fitted
   FamilyError overall;
-  std::vector<double> predicted_s;  // per profile row (of the profile fitted)
-  std::int32_t lora_rank = 0;       // the profile's (its LoRA rows' adapter rank; 0: none)
+  std::vector<double> predicted_s;    // per profile row (of the profile fitted)
+  std::int32_t lora_rank = 0;         // the profile's (its LoRA rows' adapter rank; 0: none)
+  std::string prefill_launch_source;  // the profile's (EngineProfile::prefill_launch_source)
   bool converged = true;
   std::optional<HoldoutErrors> holdout;  // set by fit_profile_holdout
 };
@@ -123,6 +148,9 @@ struct HostOverhead {
   std::string engine_run;  // the engine run folder it was fitted on
   std::int64_t steps = 0;
   double step_s = 0, per_sequence_s = 0;
+  // Taken from an earlier calibration's cost.yaml (`sim calibrate --host-overhead-from`), so
+  // fitted against that calibration's predictions, not this one's.
+  bool carried = false;
 };
 
 // The cost.yaml text, written with yaml-cpp's emitter (deterministic: fixed key order, numbers

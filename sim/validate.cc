@@ -297,7 +297,7 @@ HostOverhead fit_host_overhead(const std::string& engine_dir, CalibratedProfile&
   std::vector<double> resid;
   for (const EngineStep& st : steps) {
     if (!(st.measured_s > 0)) continue;
-    const CalibrationFeatures f = CalibrationFeatures::from_plan(st.plan);
+    const CalibrationFeatures f = model.features(st.plan);
     rows.push_back({static_cast<double>(f.num_entries), st.measured_s});
     resid.push_back(st.measured_s - model.seconds(f));
   }
@@ -757,7 +757,7 @@ ModelConfig power_fit_model(const EngineProfile& p, const std::string& profile,
 }  // namespace
 
 int calibrate_command(const std::vector<std::string>& args) {
-  std::string profile, out, engine_run, hardware, model_arg;
+  std::string profile, out, engine_run, host_overhead_from, hardware, model_arg;
   bool quiet = false, force = false, power = false;
   int holdout = 0;
   std::vector<std::string> profiles, vidur, held_out;
@@ -787,6 +787,11 @@ int calibrate_command(const std::vector<std::string>& args) {
   cli::add_out(*app, out, "the cost model file to write")->type_name("COST.yaml");
   app->add_option("--engine-run", engine_run, "fit the host overhead on this engine run folder")
       ->type_name("ENGINE_DIR");
+  app->add_option("--host-overhead-from", host_overhead_from,
+                  "instead of --engine-run: add the host overhead an earlier calibration of the "
+                  "model fitted (its host_overhead section), to refit a profile whose engine run "
+                  "is not at hand")
+      ->type_name("COST.yaml");
   CLI::Option* holdout_option =
       app->add_option("--holdout", holdout,
                       "hold every N-th shape of each family out of the fit and report the error on "
@@ -807,7 +812,7 @@ int calibrate_command(const std::vector<std::string>& args) {
   if (power) {
     if (!vidur.empty()) throw UsageError("sim calibrate: --power and --vidur are two fits");
     if (hardware.empty()) throw UsageError("sim calibrate: --power needs --hardware NAME");
-    if (!held_out.empty() || !engine_run.empty()) {
+    if (!held_out.empty() || !engine_run.empty() || !host_overhead_from.empty()) {
       throw UsageError("sim calibrate: --power takes a profile, --hardware, --holdout and -o");
     }
     if (profiles.size() != 1) {
@@ -838,6 +843,10 @@ int calibrate_command(const std::vector<std::string>& args) {
           "token count and the --held-out profiles)");
     }
     if (hardware.empty()) throw UsageError("sim calibrate: --vidur needs --hardware NAME");
+    if (!engine_run.empty() || !host_overhead_from.empty()) {
+      throw UsageError(
+          "sim calibrate: --engine-run and --host-overhead-from go with an engine profile");
+    }
     if (out.empty()) throw UsageError("sim calibrate: expected -o HARDWARE.yaml");
     std::vector<std::string> inputs = vidur;
     inputs.insert(inputs.end(), held_out.begin(), held_out.end());
@@ -860,6 +869,11 @@ int calibrate_command(const std::vector<std::string>& args) {
         "with --power)");
   }
   check_holdout();
+  if (!engine_run.empty() && !host_overhead_from.empty()) {
+    throw UsageError(
+        "sim calibrate: --engine-run and --host-overhead-from are two sources of one host "
+        "overhead; give one");
+  }
   if (profiles.size() > 1) throw UsageError("sim calibrate: more than one profile given");
   if (!profiles.empty()) profile = profiles[0];
   if (profile.empty())
@@ -873,8 +887,10 @@ int calibrate_command(const std::vector<std::string>& args) {
       inputs.push_back(engine_run + f);
     }
   }
+  if (!host_overhead_from.empty()) inputs.push_back(host_overhead_from);
   check_output_file(out, inputs, force);
-  const ProfileCalibration c = calibrate_profile(profile, holdout, engine_run, profile);
+  const ProfileCalibration c =
+      calibrate_profile(profile, holdout, engine_run, profile, host_overhead_from);
   write_file_atomically(out, c.yaml);
   if (!quiet) {
     print_profile_calibration(stdout, c);
@@ -885,19 +901,58 @@ int calibrate_command(const std::vector<std::string>& args) {
 
 ProfileCalibration calibrate_profile(const std::string& profile_path, int holdout,
                                      const std::string& engine_run,
-                                     const std::string& profile_label) {
+                                     const std::string& profile_label,
+                                     const std::string& host_overhead_from) {
+  if (!engine_run.empty() && !host_overhead_from.empty()) {
+    throw std::logic_error("calibrate_profile: an engine run and an earlier host overhead");
+  }
   ProfileCalibration c;
   const EngineProfile p = read_profile(profile_path);
+  // Read before the fit, so that a bad file costs nothing.
+  std::optional<HostOverhead> earlier;
+  if (!host_overhead_from.empty()) {
+    earlier = read_host_overhead(host_overhead_from, p.header.at("model"));
+  }
   c.result = holdout ? fit_profile_holdout(p, holdout) : fit_profile(p);
   if (!engine_run.empty()) c.host = fit_host_overhead(engine_run, c.result.profile);
+  if (earlier) {
+    c.result.profile.coefficients.step_s += earlier->step_s;
+    c.result.profile.coefficients.per_sequence_s += earlier->per_sequence_s;
+    c.host = std::move(earlier);
+  }
   c.yaml = calibration_yaml(c.result, profile_label, c.host ? &*c.host : nullptr);
   return c;
+}
+
+HostOverhead read_host_overhead(const std::string& cost_yaml, const std::string& model) {
+  const ConfigNode doc = ConfigNode::load_file(cost_yaml);
+  if (const std::string m = doc.get_string("model"); m != model) {
+    doc.at("model").fail_message("'" + m + "', but the profile measured '" + model +
+                                 "' (a host overhead carries only between calibrations of one "
+                                 "model)");
+  }
+  if (!doc.has("host_overhead")) {
+    throw ConfigError(cost_yaml +
+                      ": has no host_overhead section to reuse (it was calibrated without "
+                      "--engine-run)");
+  }
+  const ConfigNode h = doc.at("host_overhead");
+  if (!h.is_map()) h.fail("a mapping of engine_run, steps, step_s and per_sequence_s");
+  h.allow_keys({"engine_run", "steps", "step_s", "per_sequence_s"});
+  HostOverhead o;
+  o.engine_run = h.get_string("engine_run");
+  o.steps = h.get_int("steps", 0, INT64_MAX);
+  o.step_s = h.get_double("step_s", 0.0, 1e6);
+  o.per_sequence_s = h.get_double("per_sequence_s", 0.0, 1e6);
+  o.carried = true;
+  return o;
 }
 
 void print_profile_calibration(std::FILE* out, const ProfileCalibration& c) {
   print_calibration(out, c.result);
   if (c.host) {
-    std::fprintf(out, "  host overhead over %lld steps of %s: step_s %.9g, per_sequence_s %.9g\n",
+    std::fprintf(out, "  host overhead %sover %lld steps of %s: step_s %.9g, per_sequence_s %.9g\n",
+                 c.host->carried ? "(an earlier calibration's, --host-overhead-from) " : "",
                  static_cast<long long>(c.host->steps), c.host->engine_run.c_str(), c.host->step_s,
                  c.host->per_sequence_s);
   }

@@ -109,9 +109,19 @@ struct ProfileCalibration {
   std::optional<HostOverhead> host;
   std::string yaml;
 };
+// With `host_overhead_from` (an earlier cost.yaml of the profile's model) instead of an engine
+// run, that file's host overhead is added as it was fitted (read_host_overhead). REQUIRES: not
+// both.
 ProfileCalibration calibrate_profile(const std::string& profile_path, int holdout,
                                      const std::string& engine_run,
-                                     const std::string& profile_label);
+                                     const std::string& profile_label,
+                                     const std::string& host_overhead_from = "");
+
+// The host_overhead section of an earlier calibration of `model` (a cost.yaml that `sim calibrate
+// --engine-run` wrote), marked carried: for refitting a profile whose engine run is not at hand
+// (`sim calibrate --host-overhead-from`). Throws ConfigError naming the file and key for a
+// missing file or section, another model, or a bad value (a negative time, a wrong type).
+HostOverhead read_host_overhead(const std::string& cost_yaml, const std::string& model);
 // What `sim calibrate` prints of it (without the "wrote" line).
 void print_profile_calibration(std::FILE* out, const ProfileCalibration& c);
 

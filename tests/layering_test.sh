@@ -42,8 +42,9 @@ refused() {
 }
 
 allowed core core/scheduler.h
+allowed core core/prefill_launch.h  # kernels/ uses it; it must not need kernels/
 for h in serving/config_node.h serving/experiment.h policies/registry.h traces/workload.h \
-  sim/cost_model.h engine/cpu_executor.h; do
+  sim/cost_model.h engine/cpu_executor.h kernels/attention_plan.h; do
   refused core "$h"
 done
 allowed config serving/config_node.h
