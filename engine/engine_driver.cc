@@ -371,7 +371,7 @@ EngineInstance load_replicas(const ExperimentConfig& config, const EngineOptions
   const ModelConfig& model = llama.model;
   model.validate();
   refuse_cuda_quantization(model.quantization);
-  const kernels::FloatFormat cuda_kv = cuda_kv_float_format(model);
+  [[maybe_unused]] const kernels::FloatFormat cuda_kv = cuda_kv_float_format(model);
   if (const std::string why = cuda ? cuda_kv_dtype_refusal(model) : ""; !why.empty()) {
     throw ConfigError(config.file + ": key 'model.kv_cache_dtype': " + why);
   }

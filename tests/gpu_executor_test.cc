@@ -75,10 +75,10 @@ bool GpuAvailable(std::string* reason) {
 
 // Logits agree within this fraction of max(1, max |logit|): bf16 weights, activations and KV
 // against the fp32 reference, two layers.
-constexpr float kLogitTol = 3e-2f;
+[[maybe_unused]] constexpr float kLogitTol = 3e-2f;
 // Greedy tokens are compared only where the top-2 margin exceeds this (bf16 rounding can flip
 // closer calls).
-constexpr float kGpuTieMargin = 0.1f;
+[[maybe_unused]] constexpr float kGpuTieMargin = 0.1f;
 
 // A small Llama-shaped model the kernels support (head_dim 64 or 128).
 [[maybe_unused]] LlamaConfig GpuConfig(std::int32_t head_dim, std::int32_t heads,

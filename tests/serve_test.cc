@@ -194,7 +194,7 @@ TEST(EngineServe, CompletionsChatModelsAndHealth) {
       text += ch["choices"][0]["text"].get<std::string>();
     }
   }
-  EXPECT_EQ(text, j1["choices"][0]["text"]);
+  EXPECT_EQ(text, j1["choices"][0]["text"].get<std::string>());
   EXPECT_GE(with_choices, 1);
   ASSERT_FALSE(st.chunks.empty());
   EXPECT_EQ(st.chunks.back()["usage"]["completion_tokens"], 6);
@@ -1152,7 +1152,7 @@ TEST(EngineServe, EchoAndPromptLogprobsAsLmEvalAsksForThem) {
     text += ch["choices"][0]["text"].get<std::string>();
     for (const json& v : ch["choices"][0]["logprobs"]["token_logprobs"]) values.push_back(v);
   }
-  EXPECT_EQ(text, t["choices"][0]["text"]);
+  EXPECT_EQ(text, t["choices"][0]["text"].get<std::string>());
   EXPECT_EQ(json(values), t["choices"][0]["logprobs"]["token_logprobs"]);
   EXPECT_EQ(st.chunks[0]["choices"][0]["logprobs"]["text_offset"][0], 0);
   // Echo without generation (max_tokens 0): the prompt alone, its logprobs alone; usage counts

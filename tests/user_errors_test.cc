@@ -289,8 +289,15 @@ TEST(UserErrors, TheCpuEngineChecksMemoryBeforeAllocating) {
 // More than the machine's memory (here a 2 GiB address-space limit against a pool of 100 M
 // blocks, about 12 GB of block metadata) is one line and exit 2, not "internal error:
 // std::bad_alloc". Not under ASan, whose shadow memory needs the address space.
+#if defined(__SANITIZE_ADDRESS__)  // GCC's macro
+#define SERVELAB_TEST_UNDER_ASAN 1
+#elif defined(__has_feature)  // clang's way
+#if __has_feature(address_sanitizer)
+#define SERVELAB_TEST_UNDER_ASAN 1
+#endif
+#endif
 TEST(UserErrors, OutOfMemoryIsOneLine) {
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(SERVELAB_TEST_UNDER_ASAN)
   GTEST_SKIP() << "ASan reserves more address space than the limit allows";
 #else
   const fs::path dir = temp_dir("ue_oom");

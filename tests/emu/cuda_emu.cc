@@ -502,7 +502,10 @@ void compute_collective(Warp& w, Collective kind, const BlockRun& r) {
       //   A (16 x 16) a0 (g, 2t..2t+1), a1 (g+8, 2t..), a2 (g, 2t+8..), a3 (g+8, 2t+8..)
       //   B (16 x 8)  b0 (2t..2t+1, g), b1 (2t+8..2t+9, g)
       //   C, D (16 x 8) c0 (g, 2t), c1 (g, 2t+1), c2 (g+8, 2t), c3 (g+8, 2t+1)
-      float a[16][16], b[16][8];
+      // The sums run k = 0..15 in order from the accumulator, as before, but over a whole
+      // 16 x 8 tile at once (k outermost), so the compiler vectorises the columns; the products
+      // of two bf16 values are exact in double, so the results are bit-identical.
+      double a[16][16], b[16][8], acc[16][8];
       for (int l = 0; l < 32; ++l) {
         const int g = l / 4, t = l % 4;
         const std::uint32_t* in = w.slot[l].in;
@@ -514,14 +517,21 @@ void compute_collective(Warp& w, Collective kind, const BlockRun& r) {
           b[2 * t + k][g] = bf16_bits(half_of(in[4], k));
           b[2 * t + 8 + k][g] = bf16_bits(half_of(in[5], k));
         }
+        for (int e = 0; e < 4; ++e) {
+          acc[g + 8 * (e >> 1)][2 * t + (e & 1)] = __uint_as_float(in[6 + e]);
+        }
+      }
+      for (int k = 0; k < 16; ++k) {
+        for (int row = 0; row < 16; ++row) {
+          const double x = a[row][k];
+          for (int col = 0; col < 8; ++col) acc[row][col] += x * b[k][col];
+        }
       }
       for (int l = 0; l < 32; ++l) {
         const int g = l / 4, t = l % 4;
         for (int e = 0; e < 4; ++e) {
-          const int row = g + 8 * (e >> 1), col = 2 * t + (e & 1);
-          double acc = __uint_as_float(w.slot[l].in[6 + e]);
-          for (int k = 0; k < 16; ++k) acc += double{a[row][k]} * b[k][col];
-          w.slot[l].out[e] = __float_as_uint(static_cast<float>(acc));
+          w.slot[l].out[e] =
+              __float_as_uint(static_cast<float>(acc[g + 8 * (e >> 1)][2 * t + (e & 1)]));
         }
       }
       return;
@@ -667,7 +677,14 @@ void run_wgmma(const BlockRun& r, const std::vector<const WgmmaOp*>& ops) {
     }
   }
   const int n = o.n;
-  std::vector<float> a(64 * 16), b(16 * static_cast<std::size_t>(n));
+  const auto un = static_cast<std::size_t>(n);
+  // Operands and the 64 x n accumulator tile in double, reused between operations; the sums
+  // run k = 0..15 in order from the accumulator (k outermost, so the columns vectorise), and
+  // the products of two bf16 values are exact in double.
+  static thread_local std::vector<double> a, b, acc;
+  a.assign(64 * 16, 0.0);
+  b.assign(16 * un, 0.0);
+  acc.assign(64 * un, 0.0);
   for (int t = 0; t < 128; ++t) {
     if (o.a == nullptr) break;
     const int row = 16 * (t / 32) + (t % 32) / 4, col = 2 * (t % 4);
@@ -685,21 +702,34 @@ void run_wgmma(const BlockRun& r, const std::vector<const WgmmaOp*>& ops) {
         a[static_cast<std::size_t>(m * 16 + k)] = wgmma_operand(r, o.desc_a, m, k, false, "A");
     }
     for (int j = 0; j < n; ++j) {
-      b[static_cast<std::size_t>(k * n + j)] = wgmma_operand(r, o.desc_b, j, k, o.b_mn_major, "B");
+      b[static_cast<std::size_t>(k) * un + static_cast<std::size_t>(j)] =
+          wgmma_operand(r, o.desc_b, j, k, o.b_mn_major, "B");
+    }
+  }
+  // Thread t's register i: row 16 (t / 32) + (t % 32) / 4 + 8 ((i / 2) % 2), column
+  // 8 (i / 4) + 2 (t % 4) + i % 2; every element of the 64 x n tile is exactly one of them.
+  auto element = [n](int t, int i) {
+    const int row = 16 * (t / 32) + (t % 32) / 4 + 8 * ((i / 2) % 2);
+    const int col = 8 * (i / 4) + 2 * (t % 4) + i % 2;
+    return static_cast<std::size_t>(row * n + col);
+  };
+  if (o.accumulate) {
+    for (int t = 0; t < 128; ++t) {
+      const float* d = ops[static_cast<std::size_t>(t)]->d;
+      for (int i = 0; i < n / 2; ++i) acc[element(t, i)] = d[i];
+    }
+  }
+  for (int k = 0; k < 16; ++k) {
+    const double* bk = b.data() + static_cast<std::size_t>(k) * un;
+    for (std::size_t m = 0; m < 64; ++m) {
+      const double x = a[m * 16 + static_cast<std::size_t>(k)];
+      double* am = acc.data() + m * un;
+      for (std::size_t j = 0; j < un; ++j) am[j] += x * bk[j];
     }
   }
   for (int t = 0; t < 128; ++t) {
     float* d = ops[static_cast<std::size_t>(t)]->d;
-    for (int i = 0; i < n / 2; ++i) {
-      const int row = 16 * (t / 32) + (t % 32) / 4 + 8 * ((i / 2) % 2);
-      const int col = 8 * (i / 4) + 2 * (t % 4) + i % 2;
-      double acc = o.accumulate ? d[i] : 0.0;
-      for (int k = 0; k < 16; ++k) {
-        acc += double{a[static_cast<std::size_t>(row * 16 + k)]} *
-               b[static_cast<std::size_t>(k * n + col)];
-      }
-      d[i] = static_cast<float>(acc);
-    }
+    for (int i = 0; i < n / 2; ++i) d[i] = static_cast<float>(acc[element(t, i)]);
   }
 }
 
