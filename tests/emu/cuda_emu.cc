@@ -502,9 +502,10 @@ void compute_collective(Warp& w, Collective kind, const BlockRun& r) {
       //   A (16 x 16) a0 (g, 2t..2t+1), a1 (g+8, 2t..), a2 (g, 2t+8..), a3 (g+8, 2t+8..)
       //   B (16 x 8)  b0 (2t..2t+1, g), b1 (2t+8..2t+9, g)
       //   C, D (16 x 8) c0 (g, 2t), c1 (g, 2t+1), c2 (g+8, 2t), c3 (g+8, 2t+1)
-      // The sums run k = 0..15 in order from the accumulator, as before, but over a whole
-      // 16 x 8 tile at once (k outermost), so the compiler vectorises the columns; the products
-      // of two bf16 values are exact in double, so the results are bit-identical.
+      // Each output sums k = 0..15 in order onto its accumulator, the whole 16 x 8 tile at once
+      // (k outermost, so the compiler vectorises the columns): the same sums in the same order
+      // as one output at a time, so the same bits (products of two bf16 values are exact in
+      // double).
       double a[16][16], b[16][8], acc[16][8];
       for (int l = 0; l < 32; ++l) {
         const int g = l / 4, t = l % 4;
