@@ -135,13 +135,14 @@ CalibratedProfile load_calibrated_profile(const std::string& path) {
   // (a file without them prices as before they existed).
   const char* const launch_keys[] = {"prefill_critical_key_s", "prefill_merge_step_s",
                                      "prefill_launch"};
-  for (const char* key : launch_keys) {
-    if (!c.has(key)) continue;
+  const auto given = std::find_if(std::begin(launch_keys), std::end(launch_keys),
+                                  [&c](const char* key) { return c.has(key); });
+  if (given != std::end(launch_keys)) {
     for (const char* other : launch_keys) {
       if (!c.has(other)) {
-        c.at(key).fail_message(std::string("given without '") + other +
-                               "' (prefill_critical_key_s, prefill_merge_step_s and "
-                               "prefill_launch come together)");
+        c.at(*given).fail_message(std::string("given without '") + other +
+                                  "' (prefill_critical_key_s, prefill_merge_step_s and "
+                                  "prefill_launch come together)");
       }
     }
     k.prefill_critical_key_s = c.get_double("prefill_critical_key_s", 0.0, 1e6);
@@ -157,7 +158,6 @@ CalibratedProfile load_calibrated_profile(const std::string& path) {
     launch.min_split_tokens = static_cast<std::int32_t>(l.get_int("min_split_tokens", 0, 1 << 30));
     launch.merge_rows = static_cast<std::int32_t>(l.get_int("merge_rows", 1, 1 << 20));
     k.prefill_launch = launch;
-    break;
   }
   for (const char* info : {"fit", "host_overhead"}) {  // informational sections
     if (doc.has(info) && !doc.at(info).is_map()) doc.at(info).fail("a mapping");
