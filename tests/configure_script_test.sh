@@ -39,6 +39,14 @@ check "  ... other build outputs stay" test -e "$p/build/debug/keep.o"
 check "configure debug again" configure debug
 check "  ... leaves a current folder alone" lacks "reconfiguring"
 
+# A fuzz folder configured with clang 14 (scripts/fuzz before 2026-12-04): reconfigured.
+mkdir -p "$p/build/fuzz"
+printf 'CMAKE_GENERATOR:INTERNAL=Ninja\nCMAKE_CXX_COMPILER:FILEPATH=/usr/bin/clang++\n' \
+  >"$p/build/fuzz/CMakeCache.txt"
+check "configure fuzz over a clang 14 folder" configure fuzz
+check "  ... says it reconfigures" has "configured with /usr/bin/clang++, the preset names clang++-16"
+check "  ... the cache names clang++-16" cached 'CMAKE_CXX_COMPILER:[A-Z]*=.*clang++-16$' fuzz
+
 # A release folder made with the Makefiles generator: reconfigured for Ninja.
 mkdir -p "$p/build/release"
 printf 'CMAKE_GENERATOR:INTERNAL=Unix Makefiles\n' >"$p/build/release/CMakeCache.txt"
