@@ -260,6 +260,7 @@ std::vector<EngineStep> engine_steps(const std::string& engine_dir) {
     const auto step = static_cast<std::int64_t>(sched.number(i, "step"));
     const auto id = static_cast<std::int64_t>(sched.number(i, "request"));
     ScheduledRequest r;
+    r.id = static_cast<RequestId>(id);
     r.first_token = static_cast<std::int32_t>(sched.number(i, "first_token"));
     r.num_tokens = static_cast<std::int32_t>(sched.number(i, "num_tokens"));
     r.is_prefill = sched.at(i, "kind") == "prefill";
@@ -280,6 +281,7 @@ std::vector<EngineStep> engine_steps(const std::string& engine_dir) {
     st.plan.swap_out.resize(static_cast<std::size_t>(steps.number(i, "swap_out_blocks")));
     st.plan.swap_in.resize(static_cast<std::size_t>(steps.number(i, "swap_in_blocks")));
     st.measured_s = steps.number(i, "duration_ms") * 1e-3;
+    if (steps.col.count("start_s")) st.start_s = steps.number(i, "start_s");
     out.push_back(std::move(st));
   }
   return out;
@@ -442,6 +444,7 @@ ValidationReport validate_runs(const std::string& sim_dir, const std::string& en
   }
 
   // 3. The sim's cost model on every engine step (rebuilt from the engine's schedule.csv).
+  std::vector<AttributionStep> timed;  // the same steps, for the latency attribution
   const Csv sim_req = read_csv(sim_dir + "/requests.csv"),
             eng_req = read_csv(engine_dir + "/requests.csv");
   if (fs::exists(engine_dir + "/schedule.csv")) {
@@ -449,9 +452,17 @@ ValidationReport validate_runs(const std::string& sim_dir, const std::string& en
     rep.replay_cost_model = rm.description;
     const std::vector<EngineStep> steps = engine_steps(engine_dir);
     std::vector<double> errors;
+    timed.reserve(steps.size());
     for (const EngineStep& st : steps) {
+      AttributionStep& t = timed.emplace_back();
+      t.start_s = st.start_s;
+      t.measured_s = st.measured_s;
+      t.predicted_s = ns_to_s(rm.model->step_time(st.plan));
+      for (const ScheduledRequest& e : st.plan.requests) {
+        t.entries.push_back({static_cast<std::int64_t>(e.id), e.first_token, e.num_tokens});
+      }
       if (st.measured_s > 0) {
-        const double predicted = ns_to_s(rm.model->step_time(st.plan));
+        const double predicted = t.predicted_s;
         errors.push_back((predicted - st.measured_s) / st.measured_s);
         const CalibrationFeatures f = CalibrationFeatures::from_plan(st.plan);
         rep.replayed.push_back({st.step, f.num_entries, f.step.prefill_tokens, f.step.decode_tokens,
@@ -466,12 +477,24 @@ ValidationReport validate_runs(const std::string& sim_dir, const std::string& en
   std::map<std::string, std::size_t> sim_rows;
   for (std::size_t i = 0; i < sim_req.rows.size(); ++i) sim_rows[sim_req.at(i, "id")] = i;
   std::vector<double> ttft, tpot, e2e;
+  std::vector<AttributionRequest> attributed;
   for (std::size_t j = 0; j < eng_req.rows.size(); ++j) {
     auto it = sim_rows.find(eng_req.at(j, "id"));
     if (it == sim_rows.end()) continue;
     const std::size_t i = it->second;
     if (sim_req.at(i, "status") != "finished" || eng_req.at(j, "status") != "finished") continue;
     ++rep.requests_compared;
+    if (!timed.empty()) {
+      AttributionRequest& a = attributed.emplace_back();
+      a.id = static_cast<std::int64_t>(eng_req.number(j, "id"));
+      a.arrival_s = eng_req.number(j, "arrival_s");
+      a.first_token_s = eng_req.number(j, "first_token_s");
+      a.finish_s = eng_req.number(j, "finish_s");
+      a.prompt_tokens = static_cast<std::int64_t>(eng_req.number(j, "prompt_tokens"));
+      a.output_tokens = static_cast<std::int64_t>(eng_req.number(j, "output_tokens"));
+      a.sim_ttft_ms = sim_req.number(i, "ttft_ms");
+      a.sim_tpot_ms = sim_req.maybe(i, "tpot_ms");
+    }
     auto add = [&](std::vector<double>& v, const char* col) {
       const std::optional<double> s = sim_req.maybe(i, col), e = eng_req.maybe(j, col);
       if (s && e && *e > 0) v.push_back((*s - *e) / *e);
@@ -483,6 +506,7 @@ ValidationReport validate_runs(const std::string& sim_dir, const std::string& en
   rep.ttft = error_stats(ttft);
   rep.tpot = error_stats(tpot);
   rep.e2e = error_stats(e2e);
+  if (!timed.empty()) rep.latency = attribute_latency(timed, attributed);
 
   // 5. Aggregates from summary.json.
   const nlohmann::json ss = read_json(sim_dir + "/summary.json"),
@@ -574,6 +598,54 @@ void print_replay_by_kind(std::FILE* f, const ValidationReport& r) {
                100 * (first.predicted_s - first.measured_s) / first.measured_s);
 }
 
+// The requests re-timed on the engine's schedule (sim/latency_attribution.h).
+void print_latency_attribution(std::FILE* f, const ValidationReport& r) {
+  if (!r.latency) return;
+  const LatencyAttribution& a = *r.latency;
+  if (a.rows.empty()) {
+    std::fprintf(f,
+                 "\n  latency attribution: no request attributed (%lld whose token times are not "
+                 "their steps' ends: async scheduling, or a folder without start_s)\n",
+                 static_cast<long long>(a.unmatched));
+    return;
+  }
+  char title[96];
+  std::snprintf(title, sizeof title, "latency, p50 of %lld requests (TPOT %lld)",
+                static_cast<long long>(a.requests), static_cast<long long>(a.tpot_requests));
+  std::fprintf(f, "\n  %-44s %10s %8s %10s %8s\n", title, "TTFT ms", "error", "TPOT ms", "error");
+  static const char* const kLabels[] = {"engine, measured", "its steps back to back",
+                                        "its steps as the cost model prices them",
+                                        "the simulator's own run"};
+  for (std::size_t i = 0; i < a.rows.size(); ++i) {
+    const LatencyRow& row = a.rows[i];
+    auto pct = [](const std::optional<double>& e, char* buf, std::size_t n) {
+      if (e) {
+        std::snprintf(buf, n, "%+.2f", 100 * *e);
+      } else {
+        std::snprintf(buf, n, "-");
+      }
+      return buf;
+    };
+    char te[32], pe[32], tp[32];
+    if (row.tpot_p50_ms) {
+      std::snprintf(tp, sizeof tp, "%.3f", *row.tpot_p50_ms);
+    } else {
+      std::snprintf(tp, sizeof tp, "-");
+    }
+    std::fprintf(f, "  %-44s %10.3f %8s %10s %8s\n", i < 4 ? kLabels[i] : row.name.c_str(),
+                 row.ttft_p50_ms, pct(row.ttft_error, te, sizeof te), tp,
+                 pct(row.tpot_error, pe, sizeof pe));
+  }
+  std::fprintf(
+      f,
+      "  (percent against the measured p50; each row adds one cause: the engine's time "
+      "between steps\n   (%.3f s, %.2f %% of its %.3f s of steps), the cost model, the "
+      "simulator's own schedule%s)\n",
+      a.between_steps_s, a.steps_s > 0 ? 100 * a.between_steps_s / a.steps_s : 0.0, a.steps_s,
+      a.unmatched > 0 ? ("; " + std::to_string(a.unmatched) + " requests not attributed").c_str()
+                      : "");
+}
+
 }  // namespace
 
 void print_validation(std::FILE* f, const ValidationReport& r) {
@@ -599,6 +671,7 @@ void print_validation(std::FILE* f, const ValidationReport& r) {
   row("E2E per request", r.e2e);
   if (r.step_replay) std::fprintf(f, "  (replay cost model: %s)\n", r.replay_cost_model.c_str());
   print_replay_by_kind(f, r);
+  print_latency_attribution(f, r);
   std::fprintf(f, "\n  %-34s %12s %12s %9s\n", "aggregate", "sim", measured, "error %");
   for (const AggregateError& a : r.aggregates) {
     if (a.error) {
@@ -664,6 +737,23 @@ std::string validation_json(const ValidationReport& r) {
                    {"ttft", stats(r.ttft)},
                    {"tpot", stats(r.tpot)},
                    {"e2e", stats(r.e2e)}};
+  if (r.latency) {
+    const LatencyAttribution& a = *r.latency;
+    auto opt = [](const std::optional<double>& v) { return v ? J(*v) : J(nullptr); };
+    J rows = J::array();
+    for (const LatencyRow& row : a.rows) {
+      rows.push_back({{"name", row.name},
+                      {"ttft_p50_ms", row.ttft_p50_ms},
+                      {"tpot_p50_ms", opt(row.tpot_p50_ms)},
+                      {"ttft_error", opt(row.ttft_error)},
+                      {"tpot_error", opt(row.tpot_error)}});
+    }
+    j["latency_attribution"] = {{"requests", a.requests},   {"tpot_requests", a.tpot_requests},
+                                {"unmatched", a.unmatched}, {"between_steps_s", a.between_steps_s},
+                                {"steps_s", a.steps_s},     {"rows", rows}};
+  } else {
+    j["latency_attribution"] = nullptr;
+  }
   J agg = J::object();
   for (const AggregateError& a : r.aggregates) {
     agg[a.metric] = {

@@ -21,6 +21,7 @@
 #include "sim/calibrated_cost_model.h"
 #include "sim/calibration.h"
 #include "sim/error_stats.h"
+#include "sim/latency_attribution.h"
 #include "sim/replay_by_kind.h"
 
 namespace servelab {
@@ -62,6 +63,10 @@ struct ValidationReport {
 
   std::int64_t requests_compared = 0;
   ErrorStats ttft, tpot, e2e;
+  // The requests' TTFT and TPOT re-timed on the engine's schedule (sim/latency_attribution.h):
+  // measured, steps back to back, steps as the cost model prices them, the simulator. Present
+  // when the steps were replayed.
+  std::optional<LatencyAttribution> latency;
   std::vector<AggregateError> aggregates;
 };
 
@@ -89,8 +94,9 @@ int validate_command(const std::vector<std::string>& args);
 // whether they sample; swap block counts) and its measured duration.
 struct EngineStep {
   std::int64_t step = 0;  // the index in steps.csv
-  StepPlan plan;
+  StepPlan plan;          // entries carry their request ids
   double measured_s = 0;
+  double start_s = 0;  // steps.csv start_s (0 where a hand-written file lacks the column)
 };
 std::vector<EngineStep> engine_steps(const std::string& engine_dir);
 

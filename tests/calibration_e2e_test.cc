@@ -120,6 +120,23 @@ TEST(CalibrationE2E, ProfileCalibrateRunValidate) {
     EXPECT_TRUE(std::isfinite(mean)) << m;
     EXPECT_LT(mean, 3.0) << m;
   }
+  // The latency attribution (sim/latency_attribution.h): every request's token times are its
+  // steps' ends (no async scheduling), so all 24 are attributed, and its measured and simulator
+  // rows are the runs' own p50s (every request finished in both).
+  const auto& lat = j["latency_attribution"];
+  ASSERT_TRUE(lat.is_object()) << lat.dump();
+  EXPECT_EQ(lat["requests"], 24);
+  EXPECT_EQ(lat["unmatched"], 0);
+  ASSERT_EQ(lat["rows"].size(), 4u) << lat.dump();
+  const nlohmann::json ss = nlohmann::json::parse(read_file(dir / "sim/summary.json")),
+                       es = nlohmann::json::parse(read_file(dir / "engine/summary.json"));
+  EXPECT_NEAR(number(lat["rows"][0]["ttft_p50_ms"]), number(es["ttft_ms"]["p50"]), 1e-5);
+  EXPECT_NEAR(number(lat["rows"][0]["tpot_p50_ms"]), number(es["tpot_ms"]["p50"]), 1e-5);
+  EXPECT_NEAR(number(lat["rows"][3]["ttft_p50_ms"]), number(ss["ttft_ms"]["p50"]), 1e-5);
+  EXPECT_NEAR(number(lat["rows"][3]["tpot_p50_ms"]), number(ss["tpot_ms"]["p50"]), 1e-5);
+  // Back to back leaves out only time between steps: never longer than measured.
+  EXPECT_LE(number(lat["rows"][1]["ttft_p50_ms"]), number(lat["rows"][0]["ttft_p50_ms"]) + 1e-9);
+  EXPECT_LE(number(lat["between_steps_s"]), number(lat["steps_s"]));
   const double thr = number(j["aggregates"]["throughput.output_tokens_per_s"]["error"]);
   EXPECT_TRUE(std::isfinite(thr));
   // The engine run lasts tens of milliseconds, so one descheduling of its thread on a loaded

@@ -46,11 +46,14 @@ r=$t/o/validate.txt
 check "  ... the pipeline is complete" has "Pipeline: complete." "$r"
 for wl in burst-8b azure-conv-8b mooncake-8b; do
   for mix in vllm-hash sarathi-recompute; do
-    # One headline row (calibrated / roofline side by side), a row in each full table and in
-    # each by-kind table, one in the engine table.
-    check "  ... $wl $mix in the tables" test "$(grep -c "^| $wl | $mix |" "$r")" = 6
+    # One headline row (calibrated / roofline side by side), a row in each full table, in
+    # each by-kind table and in each latency attribution table, one in the engine table.
+    check "  ... $wl $mix in the tables" test "$(grep -c "^| $wl | $mix |" "$r")" = 8
+    # Every request attributed: the CPU engine's token times are its steps' ends.
+    check "  ... its latency attributed" test "$(grep -c "^| $wl | $mix | [0-9]* (0 unmatched) |" "$r")" = 2
   done
 done
+check "  ... the latency attribution" has "| TTFT p50: back to back / priced / simulator |" "$r"
 check "  ... the replayed error by step kind" has "| decode: steps, time-weighted % (without slow)" "$r"
 check "  ... the held-out calibration error" has "held-out error (one shape in 3 of each family" "$r"
 check "  ... the profile's spread per family" has "| decode | " "$r"

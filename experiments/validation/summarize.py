@@ -43,3 +43,27 @@ for f in sorted(glob.glob(os.path.join(out, "*-validation", "validation.json")))
           f"| {pct(ag['throughput.output_tokens_per_s']['error'])} "
           f"| {pct(ag['ttft_ms.p50']['error'])} | {pct(ag['ttft_ms.p99']['error'])} "
           f"| {pct(ag['tpot_ms.p50']['error'])} | {pct(ag['tpot_ms.p99']['error'])} |")
+
+# The latency attribution (sim validate; docs/validation.md "Latency attribution"): signed p50
+# errors with the engine's steps back to back, priced by the cost model, and the simulator's run.
+print()
+print("| workload | mix | requests | time between steps, % of step time "
+      "| TTFT p50: back to back / priced / simulator | TPOT p50: back to back / priced / simulator |")
+print("|" + "---|" * 6)
+for f in sorted(glob.glob(os.path.join(out, "*-validation", "validation.json"))):
+    j = json.load(open(f))
+    name = os.path.basename(os.path.dirname(f))[: -len("-validation")]
+    a = j.get("latency_attribution") or {}
+    rows = {r["name"]: r for r in a.get("rows", [])}
+    if not rows:
+        print(f"| {name} | | not attributed | | | |")
+        continue
+    wl, mix = name, ""
+    for m in ("vllm-hash", "sarathi-nocache", "vllm-swap"):
+        if name.endswith("-" + m):
+            wl, mix = name[: -len(m) - 1], m
+    names = ("back to back", "priced", "simulator")
+    share = a["between_steps_s"] / a["steps_s"] if a["steps_s"] else None
+    print(f"| {wl} | {mix} | {a['requests']} | {abs_pct(share)} "
+          f"| {' / '.join(pct(rows[n]['ttft_error']) for n in names)} "
+          f"| {' / '.join(pct(rows[n]['tpot_error']) for n in names)} |")

@@ -1,0 +1,128 @@
+#include "sim/latency_attribution.h"
+
+#include <algorithm>
+#include <cmath>
+#include <unordered_map>
+
+#include "core/metrics.h"
+
+namespace servelab {
+
+namespace {
+
+struct Span {
+  std::int64_t first_token_step = -1, last_step = -1;
+};
+
+double p50(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return percentile_sorted(v, 50);
+}
+
+// A row from per-request figures (ms), its errors against `measured` when given.
+LatencyRow make_row(const std::string& name, const std::vector<double>& ttft,
+                    const std::vector<double>& tpot, const LatencyRow* measured) {
+  LatencyRow row;
+  row.name = name;
+  row.ttft_p50_ms = p50(ttft);
+  if (!tpot.empty()) row.tpot_p50_ms = p50(tpot);
+  if (measured) {
+    if (measured->ttft_p50_ms > 0) {
+      row.ttft_error = (row.ttft_p50_ms - measured->ttft_p50_ms) / measured->ttft_p50_ms;
+    }
+    if (row.tpot_p50_ms && measured->tpot_p50_ms && *measured->tpot_p50_ms > 0) {
+      row.tpot_error = (*row.tpot_p50_ms - *measured->tpot_p50_ms) / *measured->tpot_p50_ms;
+    }
+  }
+  return row;
+}
+
+}  // namespace
+
+LatencyAttribution attribute_latency(std::span<const AttributionStep> steps,
+                                     std::span<const AttributionRequest> requests) {
+  LatencyAttribution out;
+  const std::size_t n = steps.size();
+  std::unordered_map<std::int64_t, std::size_t> index;  // request id -> position in requests
+  for (std::size_t i = 0; i < requests.size(); ++i) index[requests[i].id] = i;
+  std::vector<Span> spans(requests.size());
+  // Prefix sums of measured and predicted durations, and the step starts (for k_r).
+  std::vector<double> measured(n + 1, 0.0), predicted(n + 1, 0.0), starts(n);
+  std::unordered_map<std::int64_t, std::int64_t> last_seen;  // any request id -> its last step
+  for (std::size_t k = 0; k < n; ++k) {
+    const AttributionStep& st = steps[k];
+    measured[k + 1] = measured[k] + st.measured_s;
+    predicted[k + 1] = predicted[k] + st.predicted_s;
+    starts[k] = st.start_s;
+    bool continues = false;
+    for (const AttributionEntry& e : st.entries) {
+      auto [it, fresh] = last_seen.try_emplace(e.request, static_cast<std::int64_t>(k));
+      if (!fresh) {
+        continues = continues || it->second + 1 == static_cast<std::int64_t>(k);
+        it->second = static_cast<std::int64_t>(k);
+      }
+      const auto r = index.find(e.request);
+      if (r == index.end()) continue;
+      Span& s = spans[r->second];
+      if (s.first_token_step < 0 &&
+          e.first_token + e.num_tokens >= requests[r->second].prompt_tokens) {
+        s.first_token_step = static_cast<std::int64_t>(k);
+      }
+      s.last_step = static_cast<std::int64_t>(k);
+    }
+    if (continues) {
+      const AttributionStep& prev = steps[k - 1];
+      out.between_steps_s += std::max(0.0, st.start_s - (prev.start_s + prev.measured_s));
+    }
+  }
+  out.steps_s = measured[n];
+
+  auto end_of = [&](std::int64_t k) {
+    const AttributionStep& st = steps[static_cast<std::size_t>(k)];
+    return st.start_s + st.measured_s;
+  };
+  std::vector<double> ttft[4], tpot[4];  // measured, back to back, priced, simulator
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    const AttributionRequest& r = requests[i];
+    const Span& s = spans[i];
+    const auto k_r = static_cast<std::int64_t>(
+        std::lower_bound(starts.begin(), starts.end(), r.arrival_s) - starts.begin());
+    if (s.first_token_step < k_r || s.last_step < s.first_token_step ||
+        std::abs(end_of(s.first_token_step) - r.first_token_s) > kTokenTimeTolerance ||
+        std::abs(end_of(s.last_step) - r.finish_s) > kTokenTimeTolerance) {
+      ++out.unmatched;
+      continue;
+    }
+    const auto f = static_cast<std::size_t>(s.first_token_step);
+    const auto l = static_cast<std::size_t>(s.last_step);
+    const auto kr = static_cast<std::size_t>(k_r);
+    double residual = 0, residual_priced = 0;
+    if (kr > 0) {
+      const AttributionStep& before = steps[kr - 1];
+      residual = std::max(0.0, before.start_s + before.measured_s - r.arrival_s);
+      if (before.measured_s > 0)
+        residual_priced = residual * before.predicted_s / before.measured_s;
+    }
+    ++out.requests;
+    ttft[0].push_back(1e3 * (r.first_token_s - r.arrival_s));
+    ttft[1].push_back(1e3 * (residual + measured[f + 1] - measured[kr]));
+    ttft[2].push_back(1e3 * (residual_priced + predicted[f + 1] - predicted[kr]));
+    ttft[3].push_back(r.sim_ttft_ms);
+    if (r.output_tokens >= 2 && r.sim_tpot_ms) {
+      ++out.tpot_requests;
+      const double tokens = static_cast<double>(r.output_tokens - 1);
+      tpot[0].push_back(1e3 * (r.finish_s - r.first_token_s) / tokens);
+      tpot[1].push_back(1e3 * (measured[l + 1] - measured[f + 1]) / tokens);
+      tpot[2].push_back(1e3 * (predicted[l + 1] - predicted[f + 1]) / tokens);
+      tpot[3].push_back(*r.sim_tpot_ms);
+    }
+  }
+  if (out.requests == 0) return out;
+  static const char* const kNames[4] = {"measured", "back to back", "priced", "simulator"};
+  out.rows.push_back(make_row(kNames[0], ttft[0], tpot[0], nullptr));
+  for (int i = 1; i < 4; ++i)
+    out.rows.push_back(make_row(kNames[i], ttft[i], tpot[i], &out.rows[0]));
+  return out;
+}
+
+}  // namespace servelab
