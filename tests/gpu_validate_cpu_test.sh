@@ -8,7 +8,8 @@
 # workload x mix rows, calibrated and roofline, the held-out calibration error), the profile and
 # calibrated model named and written as they ship in experiments/catalog/calibrated/ (and usable
 # from there), a replay.csv per validation, the figure where matplotlib is installed, and the
-# option's refusals.
+# option's refusals; then scripts/gpu-runs on the tarball (keep, and revalidate offline to the
+# same validations).
 #
 # usage: gpu_validate_cpu_test.sh SOURCE_DIR BUILD_DIR
 set -uo pipefail
@@ -85,6 +86,54 @@ if /usr/bin/python3 -c 'import matplotlib' 2>/dev/null; then
 else
   echo "skip the figure: /usr/bin/python3 has no matplotlib"
 fi
+
+# scripts/gpu-runs: keep what the tarball measured (deterministically, never overwriting), then
+# rerun its simulations and validations offline from the kept archive: the same validation.
+g=$src/scripts/gpu-runs
+check "gpu-runs keep packs the tarball's measurements" run 0 "$g" keep "$t/o/validate.tar.gz" --into "$t/kept"
+kept=$(echo "$t"/kept/*-validate.tar.xz)
+check "  ... as DATE-validate.tar.xz" test -f "$kept"
+python3 -c 'import sys, tarfile; print("\n".join(tarfile.open(sys.argv[1]).getnames()))' "$kept" >"$t/kept.txt"
+check "  ... with the engine runs' schedules" has "-validate/burst-8b-vllm-hash-engine/schedule.csv" "$t/kept.txt"
+check "  ... the calibration run, the profile and the commands" test "$(grep -cE \
+  'calibration-burst-8b-engine/steps.csv|calibrated/tiny-cpu-profile.csv|validate/commands.txt$' "$t/kept.txt")" = 3
+check "  ... but not what the simulator recomputes" test "$(grep -cE -- '-sim/|replay.csv|\.png' "$t/kept.txt")" = 0
+check "  ... and refuses to overwrite it (exit 2)" run 2 "$g" keep "$t/o/validate.tar.gz" --into "$t/kept"
+cp "$kept" "$t/kept1.tar.xz"
+check "  ... with --force, the same bytes" run 0 "$g" keep "$t/o/validate.tar.gz" --into "$t/kept" --force
+check "  ... (identical)" cmp -s "$kept" "$t/kept1.tar.xz"
+check "  ... over --max-mb: refused, nothing written (exit 2)" run 2 "$g" keep "$t/o/validate.tar.gz" \
+  --into "$t/kept2" --max-mb 0.001
+check "  ... (nothing)" test ! -e "$t/kept2/$(basename "$kept")"
+check "  ... not a gpu-check tarball (exit 2)" run 2 "$g" keep "$t/o/validate.txt" --into "$t/kept2"
+check "gpu-runs revalidate reruns the simulations offline" run 0 "$g" revalidate "$kept" \
+  --out "$t/rv" --build-dir "$build"
+rv=$(echo "$t"/rv/*-validate)
+check "  ... and the report" has "Pipeline: complete." "$rv/report.md"
+same_validation() {
+  python3 - "$1" "$2" <<'PY'
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:])
+for j in (a, b):
+    j["step_time"].pop("replay_cost_model")  # the model file's path, which moved
+sys.exit(0 if a == b else 1)
+PY
+}
+for v in burst-8b-vllm-hash-calibrated mooncake-8b-sarathi-recompute-roofline; do
+  check "  ... $v: the validation the GPU machine wrote" \
+    same_validation "$w/$v-validation/validation.json" "$rv/$v-validation/validation.json"
+done
+check "  ... refuses an existing folder (exit 2)" run 2 "$g" revalidate "$kept" --out "$t/rv" --build-dir "$build"
+check "  ... and a missing --cost-model (exit 2)" run 2 "$g" revalidate "$kept" --out "$t/rv2" \
+  --build-dir "$build" --cost-model "$t/none.yaml"
+# Another cost model for the calibrated runs: 10 ms more a step moves every TPOT.
+sed 's/^\(  step_s: \)\(.*\)$/\1 0.01/' "$cal/tiny-cpu.yaml" >"$t/slower.yaml"
+check "  ... --cost-model replaces the calibrated model" run 0 "$g" revalidate "$kept" --out "$t/rv3" \
+  --build-dir "$build" --cost-model "$t/slower.yaml"
+check "  ... (its runs are slower)" python3 -c "
+import json, sys
+a, b = (json.load(open(sys.argv[i] + '/burst-8b-vllm-hash-calibrated-validation/validation.json'))['aggregates']['tpot_ms.p50']['sim'] for i in (1, 2))
+sys.exit(0 if b > a + 5 else 1)" "$rv" "$(echo "$t"/rv3/*-validate)"
 
 # The report says when the pipeline is incomplete, and exits 1.
 rm -rf "$w/burst-8b-vllm-hash-roofline-validation"
