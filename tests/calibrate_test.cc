@@ -203,9 +203,7 @@ std::string synthetic_profile(const CalibratedCoefficients& c, double noise, std
 }
 
 EngineProfile profile_from(const std::string& text, const std::string& name) {
-  const auto dir = temp_dir("calibrate_" + name);
-  write_file(dir / "profile.csv", text);
-  return read_profile((dir / "profile.csv").string());
+  return read_profile(test_util::written_file("calibrate_" + name, "profile.csv", text).string());
 }
 
 // The profile is read with the one CSV reader: CRLF line ends, blank lines and padded fields are

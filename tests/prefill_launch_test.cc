@@ -277,9 +277,8 @@ CalibratedCoefficients planted() {
 }
 
 EngineProfile profile_text(const std::string& text, const std::string& name) {
-  const auto dir = temp_dir("prefill_launch_profile_" + name);
-  write_file(dir / "profile.csv", text);
-  return read_profile((dir / "profile.csv").string());
+  return read_profile(
+      test_util::written_file("prefill_launch_profile_" + name, "profile.csv", text).string());
 }
 
 // Steps timed by known coefficients, the critical-path ones among them, give those coefficients

@@ -80,6 +80,14 @@ inline void write_file(const fs::path& p, const std::string& text) {
   out << text;
 }
 
+// `text` written to `file` in the fresh scratch folder temp_dir(folder); returns its path.
+inline fs::path written_file(const std::string& folder, const std::string& file,
+                             const std::string& text) {
+  const fs::path p = temp_dir(folder) / file;
+  write_file(p, text);
+  return p;
+}
+
 // Rows of a CSV file with a header line, each as column -> field (no quoting: ServeLab's CSVs
 // never quote).
 inline std::vector<std::map<std::string, std::string>> read_csv(const fs::path& p) {
