@@ -632,8 +632,8 @@ RunOutput run_engine(const ExperimentConfig& config, const EngineOptions& option
   recorder.finalize(totals.first_arrival_ns, totals.end_ns, replica.kv().stats());
   out.summary = recorder.summary();
   out.summary.skipped_trace_rows = workload->skipped_rows();
-  if (energy_start && energy_end && *energy_end >= *energy_start) {
-    out.summary.measured_joules = static_cast<double>(*energy_end - *energy_start) * 1e-3;
+  if (const std::optional<std::uint64_t> mj = NvmlEnergy::advance(energy_start, energy_end)) {
+    out.summary.measured_joules = static_cast<double>(*mj) * 1e-3;
   }
   if (!config.prefix_cache.pinned.empty()) {
     out.summary.pinned_blocks = replica.kv().num_pinned_blocks();

@@ -63,4 +63,12 @@ std::optional<std::uint64_t> NvmlEnergy::millijoules() const {
   return static_cast<std::uint64_t>(mj);
 }
 
+std::optional<std::uint64_t> NvmlEnergy::advance(std::optional<std::uint64_t> before,
+                                                 std::optional<std::uint64_t> after) {
+  if (!before.has_value() || !after.has_value() || after.value() < before.value()) {
+    return std::nullopt;
+  }
+  return after.value() - before.value();
+}
+
 }  // namespace servelab

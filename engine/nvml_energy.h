@@ -30,6 +30,10 @@ class NvmlEnergy {
   const std::string& why() const { return why_; }
   // The counter in millijoules; nullopt when unavailable or when a read fails.
   std::optional<std::uint64_t> millijoules() const;
+  // The counter's advance from `before` to `after` (two millijoules() reads), in millijoules:
+  // nullopt when either read failed or the counter went back (the driver reloaded).
+  static std::optional<std::uint64_t> advance(std::optional<std::uint64_t> before,
+                                              std::optional<std::uint64_t> after);
 
  private:
   void* library_ = nullptr;  // dlopen handle

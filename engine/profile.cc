@@ -129,8 +129,9 @@ void measure_power(const NvmlEnergy& meter, Backend& exec, BuiltShape& b) {
   } while (std::chrono::steady_clock::now() - start < kPowerWindow);
   const std::optional<std::uint64_t> after = meter.millijoules();
   const auto elapsed = std::chrono::steady_clock::now() - start;
-  if (!before || !after || *after < *before) return;
-  b.energy_mj += *after - *before;
+  const std::optional<std::uint64_t> mj = NvmlEnergy::advance(before, after);
+  if (!mj) return;
+  b.energy_mj += *mj;
   b.energy_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(elapsed).count();
 }
 

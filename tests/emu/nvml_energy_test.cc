@@ -34,6 +34,15 @@ TEST(FakeNvml, TheCounterMovesAtTheBoardsPower) {
   ::unsetenv("SERVELAB_FAKE_NVML_WATTS");
 }
 
+// The advance between two reads: none when a read failed or the counter went back.
+TEST(FakeNvml, AdvanceBetweenReads) {
+  EXPECT_EQ(NvmlEnergy::advance(1000, 1500), 500u);
+  EXPECT_EQ(NvmlEnergy::advance(1000, 1000), 0u);
+  EXPECT_FALSE(NvmlEnergy::advance(1500, 1000));  // a driver reload resets the counter
+  EXPECT_FALSE(NvmlEnergy::advance(std::nullopt, 1000));
+  EXPECT_FALSE(NvmlEnergy::advance(1000, std::nullopt));
+}
+
 TEST(FakeNvml, ABoardNotOnTheBusIsUnavailableWithItsBusIdInTheReason) {
   const NvmlEnergy meter("0000:3B:00.0");
   EXPECT_FALSE(meter.available());
