@@ -164,6 +164,19 @@ check "a mode named twice refuses (exit 2)" run 2 "$b/gpu-check" bench bench --d
 check "two modes dry-run in order" run 0 "$b/gpu-check" bench e2e --dry-run --out "$t/d"
 check "  ... bench, then e2e" test "$(grep -o '^mode [a-z0-9]*' "$t/last.txt" | tr '\n' ' ')" = "mode bench mode e2e "
 
+# --only: the steps it names run, the others are listed as skipped; a pattern that matches no
+# step is named; anything but names, patterns and commas is refused.
+check "gpu-check --only keeps the steps it names" run 0 "$b/gpu-check" tests e2e --dry-run \
+  --only 'gpu_*,engine_c32,copy_bw,ncu_decode_step,no_such_step' --out "$t/d"
+check "  ... running them" test "$(grep -cE '^  \[(gpu_kernels_test|gpu_executor_test|engine_c32|copy_bw|ncu_decode_step)\] timeout' "$t/last.txt")" = 5
+check "  ... skipping the rest" has "\[engine_c128\] skipped: not in --only" "$t/last.txt"
+check "  ... (all the rest: 5 of tests, 10 of e2e)" test "$(grep -c 'skipped: not in --only' "$t/last.txt")" = 15
+check "  ... naming a pattern that matched nothing" has "'no_such_step' matched no step of tests e2e" "$t/last.txt"
+check "--only with a space refuses (exit 2)" run 2 "$b/gpu-check" e2e --dry-run --only 'engine_c32 copy_bw'
+check "gpu-check --skip leaves out the steps it names" run 0 "$b/gpu-check" tests e2e --dry-run \
+  --skip 'hf_*,sanitizer_racecheck' --out "$t/d"
+check "  ... (three)" test "$(grep -c 'skipped: in --skip' "$t/last.txt")" = 3
+check "  ... HF generate among them" has "\[hf_generate\] skipped: in --skip" "$t/last.txt"
 check "gpu-check validate --dry-run lists the roofline runs" run 0 "$b/gpu-check" validate --dry-run --out "$t/d"
 check "  ... " has "sim_burst-8b-vllm-hash_roofline" "$t/last.txt"
 check "  ... and the report" has "experiments/validation/gpu/report.py" "$t/last.txt"

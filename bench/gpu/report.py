@@ -60,13 +60,31 @@ def table(rows, header):
     return "\n".join(out)
 
 
-def skipped(work, name):
-    """Whether gpu-check skipped step `name` for want of time (--budget): its log says so."""
+def skip_reason(work, name):
+    """Why gpu-check skipped step `name` (its log's first line says so), or None when it ran:
+    "out of time (--budget)" or "not in --only"."""
     try:
         with open(os.path.join(work, name + ".log")) as f:
-            return f" {name} skipped: " in f.readline()
+            line = f.readline()
     except OSError:
-        return False
+        return None
+    if f" {name} skipped: " not in line:
+        return None
+    for reason in ("not in --only", "in --skip"):
+        if f"skipped: {reason}" in line:
+            return reason
+    return "out of time (--budget)"
+
+
+def skipped(work, name):
+    """Whether gpu-check skipped step `name` for want of time (--budget)."""
+    return skip_reason(work, name) == "out of time (--budget)"
+
+
+def unselected(work, name):
+    """Why --only or --skip left step `name` out (a choice: reported, not a failure), or None."""
+    reason = skip_reason(work, name)
+    return reason if reason in ("not in --only", "in --skip") else None
 
 
 def gtest_counts(path):
@@ -96,6 +114,9 @@ def report_tests(work):
         detail = "no result" if c is None else f"{c[0]} passed, {c[1]} failed, {c[2]} skipped"
         if skipped(work, name):
             detail = "not run: out of time (--budget)"
+        if unselected(work, name):
+            rows.append((name, "SKIP", f"not run: {unselected(work, name)}", 0))
+            continue
         rows.append((name, "PASS" if good else "FAIL", detail, st.get(name, (0, 0))[1]))
         ok &= good
     for tool in ("memcheck", "racecheck", "synccheck"):
@@ -110,12 +131,17 @@ def report_tests(work):
             pass
         if skipped(work, name):
             summary = "not run: out of time (--budget)"
+        if unselected(work, name):
+            rows.append((name, "SKIP", f"not run: {unselected(work, name)}", 0))
+            continue
         good = rc == 0
         rows.append((name, "PASS" if good else "FAIL", summary, secs))
         ok &= good
     hf = load(os.path.join(work, "hf_compare.json"))
     rc, secs = st.get("hf_compare", (None, 0))
-    if hf is None:
+    if unselected(work, "hf_compare"):
+        rows.append(("hf_compare", "SKIP", f"not run: {unselected(work, 'hf_compare')}", 0))
+    elif hf is None:
         why = "not run: out of time (--budget)" if skipped(work, "hf_compare") else \
             f"no result (exit {rc})"
         rows.append(("hf_compare", "FAIL", why, secs))
@@ -243,6 +269,10 @@ def report_e2e(work):
     for c in (1, 8, 32, 128):
         s = load(os.path.join(work, f"engine-c{c}", "summary.json"))
         h = hf_by_c.get(c)
+        if s is None and unselected(work, f"engine_c{c}"):
+            rows.append((c, f"not run ({unselected(work, f'engine_c{c}')})", "", "", "", "", "",
+                         "", "", "-"))
+            continue
         if s is None:
             rows.append((c, "no result", "", "", "", "", "", "", "", "FAIL"))
             ok = False
@@ -250,6 +280,8 @@ def report_e2e(work):
         tps = s["throughput"]["output_tokens_per_s"]
         speedup = tps / h["output_tokens_per_s"] if h else 0
         good = speedup >= E2E_TARGET if c >= 32 else True
+        no_hf = h is None and unselected(work, "hf_generate") is not None  # no baseline, by choice
+        good |= no_hf
         ok &= good
         admitted = admitted_ttft_p50(work, f"engine-c{c}")
         rows.append((c, f"{tps:.0f}", f"{h['output_tokens_per_s']:.0f}" if h else "-",
@@ -257,6 +289,7 @@ def report_e2e(work):
                      f"{admitted:.1f}" if admitted is not None else "-",
                      f"{pct(s, 'ttft_ms'):.1f}", f"{h['ttft_ms']:.1f}" if h else "-",
                      f"{pct(s, 'tpot_ms'):.2f}", f"{h['tpot_ms']:.2f}" if h else "-",
+                     "no HF (left out)" if no_hf else
                      ("PASS" if good else "MISS") if c >= 32 else "report"))
     print(table(rows, ("conc", "engine tok/s", "HF tok/s", "speedup", "TTFT p50 ms",
                        "queued TTFT p50", "HF TTFT ms", "TPOT p50 ms", "HF TPOT ms", "target")))
@@ -378,6 +411,10 @@ def report_decode_step(work):
                                        ("engine-c32-pdl", "graphs on, PDL", BLOCK_BYTES),
                                        ("engine-c32-fp8", "graphs on, fp8 KV", BLOCK_BYTES // 2)):
         d = decode_steps(work, folder, 32)
+        if d is None and unselected(work, folder.replace("-", "_")):
+            rows.append((label, f"not run ({unselected(work, folder.replace('-', '_'))})", "", "",
+                         "", ""))
+            continue
         if d is None or not copy:
             rows.append((label, "no result", "", "", "", "FAIL" if label == "graphs on" else ""))
             ok &= label != "graphs on"
@@ -554,7 +591,11 @@ def main():
         print(__doc__, file=sys.stderr)
         return 2
     ok = globals()["report_" + sys.argv[1]](sys.argv[2])
-    print("gpu-check " + sys.argv[1] + ": " + ("all checks passed" if ok else "SOME CHECKS FAILED"))
+    left_out = [n for n in steps(sys.argv[2]) if unselected(sys.argv[2], n)]
+    note = (f" ({len(left_out)} steps left out by --only/--skip: {', '.join(left_out)})"
+            if left_out else "")
+    print("gpu-check " + sys.argv[1] + ": " + ("all checks passed" if ok else "SOME CHECKS FAILED")
+          + note)
     return 0 if ok else 1
 
 

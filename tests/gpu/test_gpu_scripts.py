@@ -476,6 +476,54 @@ class Report(unittest.TestCase):
         self.assertRegex(text, r"sanitizer_racecheck\s+FAIL\s+not run: out of time \(--budget\)")
         self.assertRegex(text, r"hf_compare\s+PASS")
 
+    def test_steps_left_out_by_only_are_reported_not_failed(self):
+        # gpu-check --only: the steps it left out say so and do not fail the mode; a step
+        # skipped for time still does.
+        def left_out(name):
+            self.write(f"{name}.log", f"gpu-check: {name} skipped: not in --only (engine_c32)\n")
+        gtest = {"testsuites": [{"testsuite": [{"name": "A", "result": "COMPLETED"}]}]}
+        self.write("gpu_kernels_test.json", gtest)
+        for name in ("gpu_executor_test", "engine_run_cuda", "hf_compare", "sanitizer_memcheck",
+                     "sanitizer_racecheck", "sanitizer_synccheck"):
+            left_out(name)
+        self.write("steps.tsv", "gpu_kernels_test\t0\t5\n" + "".join(f"{n}\t124\t0\n" for n in (
+            "gpu_executor_test", "engine_run_cuda", "hf_compare", "sanitizer_memcheck",
+            "sanitizer_racecheck", "sanitizer_synccheck")))
+        ok, text = self.run_report("tests")
+        self.assertTrue(ok, text)
+        self.assertRegex(text, r"gpu_executor_test\s+SKIP\s+not run: not in --only")
+        self.assertRegex(text, r"hf_compare\s+SKIP\s+not run: not in --only")
+        self.assertRegex(text, r"sanitizer_synccheck\s+SKIP\s+not run: not in --only")
+        self.write("sanitizer_synccheck.log",
+                   "gpu-check: sanitizer_synccheck skipped: 12 s left of the 540 s budget\n")
+        self.assertFalse(self.run_report("tests")[0])
+        # e2e: only engine_c32 and copy_bw ran; no HF baseline, by choice.
+        for name in ("engine_c1", "engine_c8", "engine_c128", "engine_c32_eager", "engine_c32_pdl",
+                     "engine_c32_fp8", "hf_generate"):
+            left_out(name)
+        self.write("copy_bw.json", {"benchmarks": [
+            {"name": "BM_DeviceCopy/1073741824/manual_time", "bytes_per_second": 4.0e12}]})
+        self.write("engine-c32/summary.json", {"throughput": {"output_tokens_per_s": 4000.0},
+                                               "ttft_ms": {"p50": 100.0}, "tpot_ms": {"p50": 6.0}})
+        self.write("engine-c32/steps.csv", "prefill_tokens,decode_tokens,duration_ms,"
+                   "kv_blocks_used\n0,32,4.5,100\n0,32,4.6,100\n")
+        ok, text = self.run_report("e2e")
+        self.assertTrue(ok, text)
+        self.assertRegex(text, r"\n1\s+not run \(not in --only\)")
+        self.assertRegex(text, r"\n32\s+4000\s+-\s+-\s.*no HF \(left out\)")
+        self.assertRegex(text, r"graphs off\s+not run \(not in --only\)")
+        # --skip reads the same way.
+        self.write("hf_generate.log", "gpu-check: hf_generate skipped: in --skip (--only '', "
+                   "--skip 'hf_generate')\n")
+        self.write("engine_c1.log", "gpu-check: engine_c1 skipped: in --skip (--only '', --skip "
+                   "'engine_c1')\n")
+        ok, text = self.run_report("e2e")
+        self.assertTrue(ok, text)
+        self.assertRegex(text, r"\n1\s+not run \(in --skip\)")
+        # A run that was meant to run and left nothing still fails.
+        os.remove(os.path.join(self.work, "engine_c8.log"))
+        self.assertFalse(self.run_report("e2e")[0])
+
     def test_bench_without_sdpa_figures_misses(self):
         self.write("kernels_bench.json", {"benchmarks": [
             {"name": "BM_PrefillAttention/8192/0/manual_time", "TFLOPs": 300}]})
