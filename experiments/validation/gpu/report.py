@@ -296,6 +296,14 @@ def energy_table(found):
     return out if rows else ["No engine run measured its energy (no NVML readings)."]
 
 
+def per_model(found, table_fn, title, text):
+    """A section: its title and text, then `table_fn(found, model)` under each model's name."""
+    lines = ["", f"### {title}", "", text]
+    for m in MODELS:
+        lines += ["", f"{m}:", ""] + table_fn(found, m)
+    return lines
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("work")
@@ -351,23 +359,19 @@ def main():
         lines += ["", f"### All errors, {m} (percent; per-request columns: mean / p50 of "
                   "|sim - eng| / eng; the last five: signed aggregate errors)", ""]
         lines += full_table(found, m)
-    lines += ["", "### Replayed step time by kind (where the latency errors come from)", "",
-              "Signed, percent: (sum of predicted - sum of measured) / sum of measured over the "
-              "engine steps of each kind, then the same without the slow steps (measured > "
-              "1.5x predicted: graph captures, cold kernels, host stalls), their count and share "
-              "of the kind's measured time. TPOT follows the decode and mixed kinds."]
-    for m in MODELS:
-        lines += ["", f"{m}:", ""]
-        lines += by_kind_table(found, m)
-    lines += ["", "### Latency attribution (what a TTFT or TPOT error is made of)", "",
-              "Each request's TTFT and TPOT re-timed on the engine's own schedule: its steps back "
-              "to back (leaves out the engine's time between steps), then priced by the cost "
-              "model, then the simulator's own run (adds that its schedule differs); p50s, "
-              "signed percent against the measured p50 (docs/validation.md, \"Latency "
-              "attribution\"). Each column adds one cause to the one before."]
-    for m in MODELS:
-        lines += ["", f"{m}:", ""]
-        lines += attribution_table(found, m)
+    lines += per_model(
+        found, by_kind_table, "Replayed step time by kind (where the latency errors come from)",
+        "Signed, percent: (sum of predicted - sum of measured) / sum of measured over the "
+        "engine steps of each kind, then the same without the slow steps (measured > "
+        "1.5x predicted: graph captures, cold kernels, host stalls), their count and share "
+        "of the kind's measured time. TPOT follows the decode and mixed kinds.")
+    lines += per_model(
+        found, attribution_table, "Latency attribution (what a TTFT or TPOT error is made of)",
+        "Each request's TTFT and TPOT re-timed on the engine's own schedule: its steps back "
+        "to back (leaves out the engine's time between steps), then priced by the cost "
+        "model, then the simulator's own run (adds that its schedule differs); p50s, "
+        "signed percent against the measured p50 (docs/validation.md, \"Latency "
+        "attribution\"). Each column adds one cause to the one before.")
     lines += ["", "## 4. The engine runs", ""]
     lines += engine_table(found)
     lines += ["", "### Energy: the board's counter against the power model", "",
