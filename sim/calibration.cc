@@ -698,6 +698,7 @@ std::string calibration_yaml(const CalibrationResult& result, const std::string&
     number("steps", host->steps);
     number("step_s", host->step_s);
     number("per_sequence_s", host->per_sequence_s);
+    if (host->between_steps) y << YAML::Key << "between_steps" << YAML::Value << true;
     y << YAML::EndMap;
   }
   y << YAML::EndMap;

@@ -151,6 +151,10 @@ struct HostOverhead {
   // Taken from an earlier calibration's cost.yaml (`sim calibrate --host-overhead-from`), so
   // fitted against that calibration's predictions, not this one's.
   bool carried = false;
+  // Fitted to step periods (`sim calibrate --between-steps`): each step's duration plus the
+  // engine's time before the next step when the next continues one of its requests (the loop's
+  // work after a step), so that simulated latencies carry that time too.
+  bool between_steps = false;
 };
 
 // The cost.yaml text, written with yaml-cpp's emitter (deterministic: fixed key order, numbers

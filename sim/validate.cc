@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -287,23 +288,61 @@ std::vector<EngineStep> engine_steps(const std::string& engine_dir) {
   return out;
 }
 
-HostOverhead fit_host_overhead(const std::string& engine_dir, CalibratedProfile& profile) {
+namespace {
+
+// Each step's period: its measured duration plus, when the next step continues one of its
+// requests, the time from its end to the next step's start (never negative).
+std::vector<double> step_periods(const std::vector<EngineStep>& steps) {
+  std::vector<double> out;
+  out.reserve(steps.size());
+  std::vector<RequestId> ids, next;
+  auto ids_of = [](const EngineStep& st, std::vector<RequestId>& v) {
+    v.clear();
+    for (const ScheduledRequest& e : st.plan.requests) v.push_back(e.id);
+    std::sort(v.begin(), v.end());
+  };
+  if (!steps.empty()) ids_of(steps.front(), next);
+  for (std::size_t k = 0; k < steps.size(); ++k) {
+    ids.swap(next);
+    double period = steps[k].measured_s;
+    if (k + 1 < steps.size()) {
+      ids_of(steps[k + 1], next);
+      std::vector<RequestId> shared;
+      std::set_intersection(ids.begin(), ids.end(), next.begin(), next.end(),
+                            std::back_inserter(shared));
+      if (!shared.empty()) {
+        period += std::max(0.0, steps[k + 1].start_s - (steps[k].start_s + steps[k].measured_s));
+      }
+    }
+    out.push_back(period);
+  }
+  return out;
+}
+
+}  // namespace
+
+HostOverhead fit_host_overhead(const std::string& engine_dir, CalibratedProfile& profile,
+                               bool between_steps) {
   if (const std::string backend = backend_of(engine_dir); !backend.starts_with("engine-")) {
     throw ConfigError(engine_dir + ": --engine-run needs an engine run folder (engine run " +
                       "--record-schedule), got a run of backend '" + backend + "'");
   }
   const std::vector<EngineStep> steps = engine_steps(engine_dir);
+  const std::vector<double> periods = step_periods(steps);
   const CalibratedCostModel model(profile, profile.block_size);
   // Relative least squares of the residual (measured - predicted) on [1, entries], >= 0.
   std::vector<std::pair<double, double>> rows;  // (entries, measured)
   std::vector<double> resid;
-  for (const EngineStep& st : steps) {
+  for (std::size_t k = 0; k < steps.size(); ++k) {
+    const EngineStep& st = steps[k];
     if (!(st.measured_s > 0)) continue;
+    const double measured = between_steps ? periods[k] : st.measured_s;
     const CalibrationFeatures f = model.features(st.plan);
-    rows.push_back({static_cast<double>(f.num_entries), st.measured_s});
-    resid.push_back(st.measured_s - model.seconds(f));
+    rows.push_back({static_cast<double>(f.num_entries), measured});
+    resid.push_back(measured - model.seconds(f));
   }
   HostOverhead h;
+  h.between_steps = between_steps;
   h.engine_run = engine_dir;
   h.steps = static_cast<std::int64_t>(rows.size());
   if (rows.size() < 2) {
@@ -848,7 +887,7 @@ ModelConfig power_fit_model(const EngineProfile& p, const std::string& profile,
 
 int calibrate_command(const std::vector<std::string>& args) {
   std::string profile, out, engine_run, host_overhead_from, hardware, model_arg;
-  bool quiet = false, force = false, power = false;
+  bool quiet = false, force = false, power = false, between_steps = false;
   int holdout = 0;
   std::vector<std::string> profiles, vidur, held_out;
   const auto app = cli::command(
@@ -882,6 +921,10 @@ int calibrate_command(const std::vector<std::string>& args) {
                   "model fitted (its host_overhead section), to refit a profile whose engine run "
                   "is not at hand")
       ->type_name("COST.yaml");
+  app->add_flag("--between-steps", between_steps,
+                "with --engine-run: fit the host overhead to step periods (a step's duration plus "
+                "the engine's time before the next step when the next continues a request), so "
+                "that simulated latencies include the loop's work after a step");
   CLI::Option* holdout_option =
       app->add_option("--holdout", holdout,
                       "hold every N-th shape of each family out of the fit and report the error on "
@@ -902,7 +945,7 @@ int calibrate_command(const std::vector<std::string>& args) {
   if (power) {
     if (!vidur.empty()) throw UsageError("sim calibrate: --power and --vidur are two fits");
     if (hardware.empty()) throw UsageError("sim calibrate: --power needs --hardware NAME");
-    if (!held_out.empty() || !engine_run.empty() || !host_overhead_from.empty()) {
+    if (!held_out.empty() || !engine_run.empty() || !host_overhead_from.empty() || between_steps) {
       throw UsageError("sim calibrate: --power takes a profile, --hardware, --holdout and -o");
     }
     if (profiles.size() != 1) {
@@ -933,9 +976,10 @@ int calibrate_command(const std::vector<std::string>& args) {
           "token count and the --held-out profiles)");
     }
     if (hardware.empty()) throw UsageError("sim calibrate: --vidur needs --hardware NAME");
-    if (!engine_run.empty() || !host_overhead_from.empty()) {
+    if (!engine_run.empty() || !host_overhead_from.empty() || between_steps) {
       throw UsageError(
-          "sim calibrate: --engine-run and --host-overhead-from go with an engine profile");
+          "sim calibrate: --engine-run, --host-overhead-from and --between-steps go with an "
+          "engine profile");
     }
     if (out.empty()) throw UsageError("sim calibrate: expected -o HARDWARE.yaml");
     std::vector<std::string> inputs = vidur;
@@ -964,6 +1008,11 @@ int calibrate_command(const std::vector<std::string>& args) {
         "sim calibrate: --engine-run and --host-overhead-from are two sources of one host "
         "overhead; give one");
   }
+  if (between_steps && engine_run.empty()) {
+    throw UsageError(
+        "sim calibrate: --between-steps goes with --engine-run (the time between "
+        "steps is measured on that run)");
+  }
   if (profiles.size() > 1) throw UsageError("sim calibrate: more than one profile given");
   if (!profiles.empty()) profile = profiles[0];
   if (profile.empty())
@@ -980,7 +1029,7 @@ int calibrate_command(const std::vector<std::string>& args) {
   if (!host_overhead_from.empty()) inputs.push_back(host_overhead_from);
   check_output_file(out, inputs, force);
   const ProfileCalibration c =
-      calibrate_profile(profile, holdout, engine_run, profile, host_overhead_from);
+      calibrate_profile(profile, holdout, engine_run, profile, host_overhead_from, between_steps);
   write_file_atomically(out, c.yaml);
   if (!quiet) {
     print_profile_calibration(stdout, c);
@@ -992,7 +1041,12 @@ int calibrate_command(const std::vector<std::string>& args) {
 ProfileCalibration calibrate_profile(const std::string& profile_path, int holdout,
                                      const std::string& engine_run,
                                      const std::string& profile_label,
-                                     const std::string& host_overhead_from) {
+                                     const std::string& host_overhead_from, bool between_steps) {
+  if (between_steps && engine_run.empty()) {
+    throw UsageError(
+        "sim calibrate: --between-steps goes with --engine-run (the gaps are "
+        "measured on that run)");
+  }
   if (!engine_run.empty() && !host_overhead_from.empty()) {
     throw std::logic_error("calibrate_profile: an engine run and an earlier host overhead");
   }
@@ -1004,7 +1058,9 @@ ProfileCalibration calibrate_profile(const std::string& profile_path, int holdou
     earlier = read_host_overhead(host_overhead_from, p.header.at("model"));
   }
   c.result = holdout ? fit_profile_holdout(p, holdout) : fit_profile(p);
-  if (!engine_run.empty()) c.host = fit_host_overhead(engine_run, c.result.profile);
+  if (!engine_run.empty()) {
+    c.host = fit_host_overhead(engine_run, c.result.profile, between_steps);
+  }
   if (earlier) {
     c.result.profile.coefficients.step_s += earlier->step_s;
     c.result.profile.coefficients.per_sequence_s += earlier->per_sequence_s;
@@ -1028,12 +1084,13 @@ HostOverhead read_host_overhead(const std::string& cost_yaml, const std::string&
   }
   const ConfigNode h = doc.at("host_overhead");
   if (!h.is_map()) h.fail("a mapping of engine_run, steps, step_s and per_sequence_s");
-  h.allow_keys({"engine_run", "steps", "step_s", "per_sequence_s"});
+  h.allow_keys({"engine_run", "steps", "step_s", "per_sequence_s", "between_steps"});
   HostOverhead o;
   o.engine_run = h.get_string("engine_run");
   o.steps = h.get_int("steps", 0, INT64_MAX);
   o.step_s = h.get_double("step_s", 0.0, 1e6);
   o.per_sequence_s = h.get_double("per_sequence_s", 0.0, 1e6);
+  o.between_steps = h.get_bool("between_steps", false);
   o.carried = true;
   return o;
 }
@@ -1041,10 +1098,12 @@ HostOverhead read_host_overhead(const std::string& cost_yaml, const std::string&
 void print_profile_calibration(std::FILE* out, const ProfileCalibration& c) {
   print_calibration(out, c.result);
   if (c.host) {
-    std::fprintf(out, "  host overhead %sover %lld steps of %s: step_s %.9g, per_sequence_s %.9g\n",
+    std::fprintf(out,
+                 "  host overhead %sover %lld steps%s of %s: step_s %.9g, per_sequence_s %.9g\n",
                  c.host->carried ? "(an earlier calibration's, --host-overhead-from) " : "",
-                 static_cast<long long>(c.host->steps), c.host->engine_run.c_str(), c.host->step_s,
-                 c.host->per_sequence_s);
+                 static_cast<long long>(c.host->steps),
+                 c.host->between_steps ? " (periods: the time between steps included)" : "",
+                 c.host->engine_run.c_str(), c.host->step_s, c.host->per_sequence_s);
   }
 }
 

@@ -103,8 +103,11 @@ std::vector<EngineStep> engine_steps(const std::string& engine_dir);
 // Host overhead the profile cannot see (the engine loop's scheduling and bookkeeping around
 // execute()): fits measured - predicted over an engine run's steps as step_s + per_sequence_s x
 // entries (relative errors, Huber-weighted: sim/huber_nnls.h; both >= 0) and adds them to
-// `profile`'s coefficients.
-HostOverhead fit_host_overhead(const std::string& engine_dir, CalibratedProfile& profile);
+// `profile`'s coefficients. With `between_steps`, a step's measured time is its period: its
+// duration plus the time until the next step starts when the next continues one of its requests
+// (the loop's work after a step; the gap before an idle spell is not known and not added).
+HostOverhead fit_host_overhead(const std::string& engine_dir, CalibratedProfile& profile,
+                               bool between_steps = false);
 
 // What `sim calibrate` computes from a profile (its file is read here): the fit (every
 // `holdout`-th shape of each family held out when holdout >= 2; 0 fits them all), the host
@@ -121,7 +124,8 @@ struct ProfileCalibration {
 ProfileCalibration calibrate_profile(const std::string& profile_path, int holdout,
                                      const std::string& engine_run,
                                      const std::string& profile_label,
-                                     const std::string& host_overhead_from = "");
+                                     const std::string& host_overhead_from = "",
+                                     bool between_steps = false);
 
 // The host_overhead section of an earlier calibration of `model` (a cost.yaml that `sim calibrate
 // --engine-run` wrote), marked carried: for refitting a profile whose engine run is not at hand

@@ -495,5 +495,45 @@ TEST(HostOverhead, FitsWhatTheProfileMissed) {
   EXPECT_EQ(c.code, 2);
 }
 
+// --between-steps: the host overhead fitted to step periods. One request decodes through four
+// steps of 10 ms with 1 ms between them; predicted 1 ms each (step_s). Durations leave 9 ms to
+// fit; periods 10 ms (11 ms less the 1 predicted) for the three steps the next one continues,
+// and the last step's duration alone (no next step to measure its gap against).
+TEST(HostOverhead, BetweenStepsFitsStepPeriods) {
+  const path dir = temp_dir("validate_host_gaps");
+  write_runs(dir);
+  const path e = dir / "engine";
+  write_file(e / "requests.csv", std::string(kRequestsHeader) + req(0, 4, "10", "11", "43"));
+  write_file(e / "schedule.csv",
+             "step,request,first_token,num_tokens,kind\n0,0,0,4,prefill\n1,0,4,1,decode\n"
+             "2,0,5,1,decode\n3,0,6,1,decode\n");
+  std::string steps = kStepsHeader;
+  for (int k = 0; k < 4; ++k) {
+    steps += std::to_string(k) + "," + std::to_string(0.011 * k) + ",10," +
+             (k == 0 ? "1,4,0" : "1,0,1") + ",1,1,0,0.1,0,1,0,0,0\n";
+  }
+  write_file(e / "steps.csv", steps);
+  auto fitted = [&](bool between_steps) {
+    CalibratedProfile p;
+    p.model = "tiny";
+    p.block_size = 16;
+    p.block_bytes = 8192;
+    p.coefficients.step_s = 0.001;
+    const HostOverhead h = fit_host_overhead(e.string(), p, between_steps);
+    EXPECT_EQ(h.between_steps, between_steps);
+    return h.step_s + h.per_sequence_s;  // one entry a step: only the sum is determined
+  };
+  EXPECT_NEAR(fitted(false), 0.009, 1e-6);
+  const double with_gaps = fitted(true);
+  EXPECT_GT(with_gaps, 0.0097);  // the three periods of 11 ms outweigh the last step's 10
+  EXPECT_LT(with_gaps, 0.0100 + 1e-6);
+  // The CLI: --between-steps only with --engine-run (exit 2), and the section records it.
+  auto r = test_util::run_sim("calibrate " + (dir / "p.csv").string() + " -o " +
+                                  (dir / "c.yaml").string() + " --between-steps",
+                              dir);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--between-steps goes with --engine-run"), std::string::npos) << r.err;
+}
+
 }  // namespace
 }  // namespace servelab
