@@ -81,6 +81,12 @@ LatencyAttribution attribute_latency(std::span<const AttributionStep> steps,
     const AttributionStep& st = steps[static_cast<std::size_t>(k)];
     return st.start_s + st.measured_s;
   };
+  // A token time belongs to step k when it lies from k's end to the next step's end (the end of
+  // k itself with synchronous scheduling; within the next step with async scheduling).
+  auto at_step = [&](std::int64_t k, double t) {
+    if (t < end_of(k) - kTokenTimeTolerance) return false;
+    return k + 1 >= static_cast<std::int64_t>(n) || t <= end_of(k + 1) + kTokenTimeTolerance;
+  };
   std::vector<double> ttft[4], tpot[4];  // measured, back to back, priced, simulator
   for (std::size_t i = 0; i < requests.size(); ++i) {
     const AttributionRequest& r = requests[i];
@@ -88,8 +94,7 @@ LatencyAttribution attribute_latency(std::span<const AttributionStep> steps,
     const auto k_r = static_cast<std::int64_t>(
         std::lower_bound(starts.begin(), starts.end(), r.arrival_s) - starts.begin());
     if (s.first_token_step < k_r || s.last_step < s.first_token_step ||
-        std::abs(end_of(s.first_token_step) - r.first_token_s) > kTokenTimeTolerance ||
-        std::abs(end_of(s.last_step) - r.finish_s) > kTokenTimeTolerance) {
+        !at_step(s.first_token_step, r.first_token_s) || !at_step(s.last_step, r.finish_s)) {
       ++out.unmatched;
       continue;
     }

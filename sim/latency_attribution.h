@@ -20,9 +20,10 @@
 // the measured p50 adds one cause to the row above it. Requests are re-timed individually (no
 // shared timeline), so a re-timed request never waits for an arrival it did not wait for.
 //
-// A request is attributed only when its engine token times are its steps' ends (within
-// kTokenTimeTolerance): with async scheduling a step's tokens are applied after the next plan is
-// formed, and such requests are counted as unmatched instead.
+// A request is attributed only when its engine token times fall at its steps (within
+// kTokenTimeTolerance): at the step's end with synchronous scheduling, before the next step ends
+// with async scheduling (a step's tokens are applied once the next plan is formed, so that delay
+// is part of the engine's time outside its steps). Others are counted as unmatched.
 #pragma once
 
 #include <cstdint>
@@ -68,7 +69,7 @@ struct LatencyRow {
 struct LatencyAttribution {
   std::int64_t requests = 0;       // attributed (TTFT)
   std::int64_t tpot_requests = 0;  // of them, with a TPOT
-  std::int64_t unmatched = 0;      // token times not at their steps' ends (or steps not found)
+  std::int64_t unmatched = 0;      // token times not at their steps (or steps not found)
   // The engine's time between consecutive steps that share a request (work was running), and
   // the sum of every step's measured duration.
   double between_steps_s = 0, steps_s = 0;

@@ -643,8 +643,8 @@ void print_latency_attribution(std::FILE* f, const ValidationReport& r) {
   const LatencyAttribution& a = *r.latency;
   if (a.rows.empty()) {
     std::fprintf(f,
-                 "\n  latency attribution: no request attributed (%lld whose token times are not "
-                 "their steps' ends: async scheduling, or a folder without start_s)\n",
+                 "\n  latency attribution: no request attributed (%lld whose token times do not "
+                 "fall at their steps: a steps.csv without start_s?)\n",
                  static_cast<long long>(a.unmatched));
     return;
   }

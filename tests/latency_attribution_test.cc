@@ -1,7 +1,7 @@
 // sim/latency_attribution.h on hand-made steps: each request's TTFT and TPOT re-timed with the
 // steps back to back and as the cost model prices them, the residual of the step a request
-// arrived in, the time between steps that share a request, and requests whose token times are
-// not their steps' ends (async scheduling) left out and counted.
+// arrived in, the time between steps that share a request, token times inside the next step
+// (async scheduling) attributed to their step, and others left out and counted.
 #include "sim/latency_attribution.h"
 
 #include <gtest/gtest.h>
@@ -73,12 +73,24 @@ TEST(LatencyAttribution, RetimesEachRequestOneCauseAtATime) {
   EXPECT_FALSE(only3.rows[2].tpot_error);
 }
 
-// With async scheduling a step's tokens are applied after the next plan: token times later than
-// the step's end. Such a request is not attributed; the others are.
-TEST(LatencyAttribution, RequestsWhoseTokensAreNotAtStepEndsAreCounted) {
+// With async scheduling a step's tokens are applied after the next plan: a token time after its
+// step's end but before the next step's is that step's (the delay is time outside the steps).
+// One after the next step's end is not: that request is counted, not attributed.
+TEST(LatencyAttribution, RequestsWhoseTokensAreNotAtTheirStepsAreCounted) {
   std::vector<AttributionRequest> r = requests();
-  r[1].first_token_s += 0.0003;  // 0.3 ms after its step's end
+  r[1].first_token_s += 0.0003;  // 0.3 ms after step 1's end, inside step 2: async scheduling
   LatencyAttribution a = attribute_latency(steps(), r);
+  EXPECT_EQ(a.requests, 3);
+  EXPECT_EQ(a.unmatched, 0);
+  ASSERT_EQ(a.rows.size(), 4u);
+  EXPECT_NEAR(a.rows[1].ttft_p50_ms, 10.0, 1e-9);  // back to back: unchanged
+  const LatencyAttribution only2 =
+      attribute_latency(steps(), std::vector<AttributionRequest>{r[1]});
+  ASSERT_EQ(only2.rows.size(), 4u);
+  EXPECT_NEAR(only2.rows[0].ttft_p50_ms, 5.8, 1e-9);  // measured: 5.5 + the 0.3 ms delay
+  EXPECT_NEAR(only2.rows[1].ttft_p50_ms, 5.0, 1e-9);  // back to back leaves the delay out
+  r[1].first_token_s = 0.0216;  // after step 2's end (21.5 ms): not step 1's token
+  a = attribute_latency(steps(), r);
   EXPECT_EQ(a.requests, 2);
   EXPECT_EQ(a.unmatched, 1);
   ASSERT_EQ(a.rows.size(), 4u);
