@@ -39,6 +39,35 @@ LatencyRow make_row(const std::string& name, const std::vector<double>& ttft,
 
 }  // namespace
 
+std::vector<double> time_after_steps(std::span<const AttributionStep> steps) {
+  std::vector<double> out(steps.size(), 0.0);
+  std::vector<std::int64_t> ids, next;
+  auto ids_of = [](const AttributionStep& st, std::vector<std::int64_t>& v) {
+    v.clear();
+    for (const AttributionEntry& e : st.entries) v.push_back(e.request);
+    std::sort(v.begin(), v.end());
+  };
+  if (!steps.empty()) ids_of(steps.front(), next);
+  for (std::size_t k = 0; k + 1 < steps.size(); ++k) {
+    ids.swap(next);
+    ids_of(steps[k + 1], next);
+    bool shared = false;
+    for (std::size_t a = 0, b = 0; a < ids.size() && b < next.size() && !shared;) {
+      if (ids[a] == next[b]) {
+        shared = true;
+      } else if (ids[a] < next[b]) {
+        ++a;
+      } else {
+        ++b;
+      }
+    }
+    if (shared) {
+      out[k] = std::max(0.0, steps[k + 1].start_s - (steps[k].start_s + steps[k].measured_s));
+    }
+  }
+  return out;
+}
+
 LatencyAttribution attribute_latency(std::span<const AttributionStep> steps,
                                      std::span<const AttributionRequest> requests) {
   LatencyAttribution out;
@@ -48,19 +77,13 @@ LatencyAttribution attribute_latency(std::span<const AttributionStep> steps,
   std::vector<Span> spans(requests.size());
   // Prefix sums of measured and predicted durations, and the step starts (for k_r).
   std::vector<double> measured(n + 1, 0.0), predicted(n + 1, 0.0), starts(n);
-  std::unordered_map<std::int64_t, std::int64_t> last_seen;  // any request id -> its last step
+  for (const double gap : time_after_steps(steps)) out.between_steps_s += gap;
   for (std::size_t k = 0; k < n; ++k) {
     const AttributionStep& st = steps[k];
     measured[k + 1] = measured[k] + st.measured_s;
     predicted[k + 1] = predicted[k] + st.predicted_s;
     starts[k] = st.start_s;
-    bool continues = false;
     for (const AttributionEntry& e : st.entries) {
-      auto [it, fresh] = last_seen.try_emplace(e.request, static_cast<std::int64_t>(k));
-      if (!fresh) {
-        continues = continues || it->second + 1 == static_cast<std::int64_t>(k);
-        it->second = static_cast<std::int64_t>(k);
-      }
       const auto r = index.find(e.request);
       if (r == index.end()) continue;
       Span& s = spans[r->second];
@@ -69,10 +92,6 @@ LatencyAttribution attribute_latency(std::span<const AttributionStep> steps,
         s.first_token_step = static_cast<std::int64_t>(k);
       }
       s.last_step = static_cast<std::int64_t>(k);
-    }
-    if (continues) {
-      const AttributionStep& prev = steps[k - 1];
-      out.between_steps_s += std::max(0.0, st.start_s - (prev.start_s + prev.measured_s));
     }
   }
   out.steps_s = measured[n];

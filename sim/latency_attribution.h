@@ -77,6 +77,12 @@ struct LatencyAttribution {
                                  // was attributed
 };
 
+// The engine's time after each step until the next one starts, when the next continues one of
+// its requests (the loop's work after a step: the recorder, applying tokens, freeing blocks);
+// 0 when it does not (the gap before an idle spell is not known), for the last step, and where
+// the next step starts before this one ends. One entry per step.
+std::vector<double> time_after_steps(std::span<const AttributionStep> steps);
+
 // Deterministic: sums in step order. REQUIRES: steps in execution order with start_s ascending.
 LatencyAttribution attribute_latency(std::span<const AttributionStep> steps,
                                      std::span<const AttributionRequest> requests);

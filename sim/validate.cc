@@ -7,7 +7,6 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -290,31 +289,18 @@ std::vector<EngineStep> engine_steps(const std::string& engine_dir) {
 
 namespace {
 
-// Each step's period: its measured duration plus, when the next step continues one of its
-// requests, the time from its end to the next step's start (never negative).
-std::vector<double> step_periods(const std::vector<EngineStep>& steps) {
-  std::vector<double> out;
+// The engine's steps as the latency attribution reads them (sim/latency_attribution.h): start,
+// measured duration, entries; predicted_s is left 0 for the caller.
+std::vector<AttributionStep> timed_steps(const std::vector<EngineStep>& steps) {
+  std::vector<AttributionStep> out;
   out.reserve(steps.size());
-  std::vector<RequestId> ids, next;
-  auto ids_of = [](const EngineStep& st, std::vector<RequestId>& v) {
-    v.clear();
-    for (const ScheduledRequest& e : st.plan.requests) v.push_back(e.id);
-    std::sort(v.begin(), v.end());
-  };
-  if (!steps.empty()) ids_of(steps.front(), next);
-  for (std::size_t k = 0; k < steps.size(); ++k) {
-    ids.swap(next);
-    double period = steps[k].measured_s;
-    if (k + 1 < steps.size()) {
-      ids_of(steps[k + 1], next);
-      std::vector<RequestId> shared;
-      std::set_intersection(ids.begin(), ids.end(), next.begin(), next.end(),
-                            std::back_inserter(shared));
-      if (!shared.empty()) {
-        period += std::max(0.0, steps[k + 1].start_s - (steps[k].start_s + steps[k].measured_s));
-      }
+  for (const EngineStep& st : steps) {
+    AttributionStep& t = out.emplace_back();
+    t.start_s = st.start_s;
+    t.measured_s = st.measured_s;
+    for (const ScheduledRequest& e : st.plan.requests) {
+      t.entries.push_back({static_cast<std::int64_t>(e.id), e.first_token, e.num_tokens});
     }
-    out.push_back(period);
   }
   return out;
 }
@@ -328,7 +314,7 @@ HostOverhead fit_host_overhead(const std::string& engine_dir, CalibratedProfile&
                       "--record-schedule), got a run of backend '" + backend + "'");
   }
   const std::vector<EngineStep> steps = engine_steps(engine_dir);
-  const std::vector<double> periods = step_periods(steps);
+  const std::vector<double> after = time_after_steps(timed_steps(steps));
   const CalibratedCostModel model(profile, profile.block_size);
   // Relative least squares of the residual (measured - predicted) on [1, entries], >= 0.
   std::vector<std::pair<double, double>> rows;  // (entries, measured)
@@ -336,7 +322,7 @@ HostOverhead fit_host_overhead(const std::string& engine_dir, CalibratedProfile&
   for (std::size_t k = 0; k < steps.size(); ++k) {
     const EngineStep& st = steps[k];
     if (!(st.measured_s > 0)) continue;
-    const double measured = between_steps ? periods[k] : st.measured_s;
+    const double measured = st.measured_s + (between_steps ? after[k] : 0.0);
     const CalibrationFeatures f = model.features(st.plan);
     rows.push_back({static_cast<double>(f.num_entries), measured});
     resid.push_back(measured - model.seconds(f));
@@ -491,17 +477,11 @@ ValidationReport validate_runs(const std::string& sim_dir, const std::string& en
     rep.replay_cost_model = rm.description;
     const std::vector<EngineStep> steps = engine_steps(engine_dir);
     std::vector<double> errors;
-    timed.reserve(steps.size());
-    for (const EngineStep& st : steps) {
-      AttributionStep& t = timed.emplace_back();
-      t.start_s = st.start_s;
-      t.measured_s = st.measured_s;
-      t.predicted_s = ns_to_s(rm.model->step_time(st.plan));
-      for (const ScheduledRequest& e : st.plan.requests) {
-        t.entries.push_back({static_cast<std::int64_t>(e.id), e.first_token, e.num_tokens});
-      }
+    timed = timed_steps(steps);
+    for (std::size_t k = 0; k < steps.size(); ++k) {
+      const EngineStep& st = steps[k];
+      const double predicted = timed[k].predicted_s = ns_to_s(rm.model->step_time(st.plan));
       if (st.measured_s > 0) {
-        const double predicted = t.predicted_s;
         errors.push_back((predicted - st.measured_s) / st.measured_s);
         const CalibrationFeatures f = CalibrationFeatures::from_plan(st.plan);
         rep.replayed.push_back({st.step, f.num_entries, f.step.prefill_tokens, f.step.decode_tokens,
