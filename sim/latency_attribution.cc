@@ -124,8 +124,9 @@ LatencyAttribution attribute_latency(std::span<const AttributionStep> steps,
     if (kr > 0) {
       const AttributionStep& before = steps[kr - 1];
       residual = std::max(0.0, before.start_s + before.measured_s - r.arrival_s);
-      if (before.measured_s > 0)
+      if (before.measured_s > 0) {
         residual_priced = residual * before.predicted_s / before.measured_s;
+      }
     }
     ++out.requests;
     ttft[0].push_back(1e3 * (r.first_token_s - r.arrival_s));
