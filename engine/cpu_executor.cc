@@ -1,9 +1,14 @@
 #include "engine/cpu_executor.h"
 
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <mutex>
 #include <numeric>
 #include <optional>
 #include <span>
@@ -45,8 +50,19 @@ void apply_rope(float* row, std::int32_t num_heads, std::int32_t head_dim,
   }
 }
 
+void keep_freed_memory_mapped() {
+#if defined(__GLIBC__)
+  static std::once_flag once;
+  std::call_once(once, [] {
+    mallopt(M_MMAP_THRESHOLD, kHeapAllocationMaxBytes);
+    mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  });
+#endif
+}
+
 CpuExecutor::CpuExecutor(const LlamaWeights& weights, const CpuExecutorOptions& options)
     : weights_(weights), options_(options), inv_freq_(rope_inv_freq(weights.config)) {
+  keep_freed_memory_mapped();
   if (options.block_size < 1 || options.num_blocks < 1 || options.num_host_blocks < 0 ||
       options.num_tier_slots < 0) {
     throw std::invalid_argument(

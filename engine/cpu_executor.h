@@ -101,6 +101,17 @@ struct CpuExecutorOptions {
   std::uint64_t lora_seed = 0;
 };
 
+// A step's activations are Eigen temporaries, allocated afresh every step (megabytes for a
+// prefill). glibc serves allocations above its mmap threshold (128 KiB at first) with fresh
+// mappings and gives a freed heap top back to the OS past its trim threshold, so every step
+// page-faulted its activations in again: a 384-token prefill of the tiny model took 12.2 ms in
+// `engine run` against 7.0 in `engine profile`, whose back-to-back repetitions reuse the pages.
+// The first CpuExecutor therefore has the process keep freed memory mapped (heap allocations up
+// to kHeapAllocationMaxBytes, no trimming below 1 GiB), so that a step costs what the profile
+// measures. Process-wide and idempotent; nothing where the C library is not glibc.
+inline constexpr int kHeapAllocationMaxBytes = 32 << 20;  // glibc's largest mmap threshold
+void keep_freed_memory_mapped();
+
 class CpuExecutor : public Backend {
  public:
   // `weights` must outlive the executor. Throws std::invalid_argument when block_size < 1,

@@ -12,6 +12,10 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -199,6 +203,39 @@ std::vector<Eigen::VectorXf> RunAlone(CpuExecutor& exec, const RequestSpec& spec
   }
   if (tokens != nullptr) *tokens = outputs;
   return logits;
+}
+
+// The allocator policy a CpuExecutor sets (engine/cpu_executor.h keep_freed_memory_mapped): a
+// step-sized allocation (8 MiB) comes from the heap, not from a fresh mapping, and freeing it
+// keeps its pages. Not under ASan, whose allocator is its own.
+#if defined(__SANITIZE_ADDRESS__)
+#define SERVELAB_TEST_UNDER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define SERVELAB_TEST_UNDER_ASAN 1
+#endif
+#endif
+TEST(EngineModelTest, StepSizedAllocationsStayMapped) {
+#if defined(SERVELAB_TEST_UNDER_ASAN) || !defined(__GLIBC__)
+  GTEST_SKIP() << "glibc's allocator only (ASan replaces it)";
+#else
+  const LlamaWeights w = LlamaWeights::random(TinyConfig(), 7);
+  CpuExecutorOptions opt;
+  opt.block_size = 4;
+  opt.num_blocks = 8;
+  const CpuExecutor exec(w, opt);
+  const std::size_t bytes = std::size_t{8} << 20;
+  ASSERT_LT(bytes, static_cast<std::size_t>(kHeapAllocationMaxBytes));
+  const struct mallinfo2 before = mallinfo2();
+  struct mallinfo2 during {};
+  {
+    std::vector<float> step(bytes / sizeof(float), 1.0f);
+    during = mallinfo2();
+    EXPECT_EQ(during.hblks, before.hblks) << "an 8 MiB allocation was mapped afresh";
+    EXPECT_GE(during.uordblks, before.uordblks + bytes);
+  }
+  EXPECT_EQ(mallinfo2().arena, during.arena) << "the freed pages went back to the OS";
+#endif
 }
 
 // (a) Paged, chunked logits equal the dense ones at every sampled position.
