@@ -139,12 +139,12 @@ py::dict coefficients(const CalibratedCoefficients& c) {
 // {yaml, summary, coefficients, fit, host_overhead, model, device, kv_cache_dtype,
 // quantization}: what `sim calibrate PROFILE -o COST.yaml` writes and prints, and its numbers.
 py::dict calibrate(const std::string& profile_path, const std::string& profile_label, int holdout,
-                   const std::string& engine_run) {
+                   const std::string& engine_run, bool between_steps) {
   ProfileCalibration c;  // holdout: 0, or >= 2 (fit_profile_holdout refuses the rest)
   std::string summary;
   {
     py::gil_scoped_release release;
-    c = calibrate_profile(profile_path, holdout, engine_run, profile_label);
+    c = calibrate_profile(profile_path, holdout, engine_run, profile_label, "", between_steps);
     summary = printed([&](std::FILE* f) { print_profile_calibration(f, c); });
   }
   const CalibrationResult& r = c.result;
@@ -168,6 +168,7 @@ py::dict calibrate(const std::string& profile_path, const std::string& profile_l
     h["steps"] = c.host->steps;
     h["step_s"] = c.host->step_s;
     h["per_sequence_s"] = c.host->per_sequence_s;
+    h["between_steps"] = c.host->between_steps;
     d["host_overhead"] = h;
   } else {
     d["host_overhead"] = py::none();
@@ -226,7 +227,7 @@ void bind_calibration(py::module_& m) {
         py::arg("quantization"), py::arg("seed"),
         "Times the executor over the profile grid; returns (profile CSV text, device).");
   m.def("calibrate", &calibrate, py::arg("profile_path"), py::arg("profile_label"),
-        py::arg("holdout"), py::arg("engine_run"),
+        py::arg("holdout"), py::arg("engine_run"), py::arg("between_steps"),
         "Fits the calibrated cost model to a profile file, as `sim calibrate`.");
   m.def("validate", &validate, py::arg("sim_dir"), py::arg("engine_dir"), py::arg("cost_model"),
         "Compares a sim run folder with an engine run folder, as `sim validate`.");

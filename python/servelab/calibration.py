@@ -178,12 +178,19 @@ class _Inputs:
             raise _servelab.ConfigError(self.relabel(str(e))) from None
 
 
-def calibrate(profile, *, holdout=None, engine_run=None):
+def calibrate(profile, *, holdout=None, engine_run=None, between_steps=False):
     """`sim calibrate`: fits the calibrated cost model (docs/validation.md §2) to `profile` (a
     Profile or a profile file). `holdout` N >= 2 holds every N-th shape of each family out of
     the fit and reports the error on those (fit["holdout"]); `engine_run` (an engine run folder
-    or Result recorded with record_schedule=True) adds the host overhead fitted on its steps.
+    or Result recorded with record_schedule=True) adds the host overhead fitted on its steps,
+    on step periods with `between_steps=True` (`--between-steps`: a step's duration plus the
+    engine's time before the next step when the next continues a request).
     Returns a Calibration; writes nothing. Raises ConfigError for a bad profile or run."""
+    if not isinstance(between_steps, bool):
+        raise TypeError(f"calibrate: between_steps: expected True or False, got {between_steps!r}")
+    if between_steps and engine_run is None:
+        raise _servelab.ConfigError("calibrate: between_steps goes with engine_run (the time "
+                                    "between steps is measured on that run)")
     if holdout is None:
         holdout = 0
     elif isinstance(holdout, bool) or not isinstance(holdout, int) or holdout < 2:
@@ -193,7 +200,7 @@ def calibrate(profile, *, holdout=None, engine_run=None):
         inputs = _Inputs(tmp)
         path = inputs.file(profile, Profile, "profile", "profile.csv")
         run = inputs.run_folder(engine_run, "engine_run") if engine_run is not None else ""
-        d = inputs.call(_servelab.calibrate, path, path, holdout, run)
+        d = inputs.call(_servelab.calibrate, path, path, holdout, run, between_steps)
         d["yaml"] = inputs.relabel(d["yaml"])
         d["summary"] = inputs.relabel(d["summary"])
         if d["host_overhead"] is not None:
@@ -235,8 +242,9 @@ class Validation:
 def validate(sim, engine, *, cost_model=None):
     """`sim validate`: how far the simulated run `sim` is from the engine's run `engine` of the
     same experiment (docs/validation.md §3): run folders or Results, both recorded with
-    record_schedule=True for the schedule comparison and the replay. `cost_model` (a cost.yaml
-    or a Calibration) replays the engine's steps with it instead of the sim run's own model.
+    record_schedule=True for the schedule comparison, the replay and the latency attribution
+    (report["latency_attribution"]). `cost_model` (a cost.yaml or a Calibration) replays the
+    engine's steps with it instead of the sim run's own model.
     Returns a Validation; writes nothing. Raises ConfigError when the runs differ in workload,
     seed or model, or a folder lacks a file."""
     with tempfile.TemporaryDirectory(prefix="servelab-") as tmp:

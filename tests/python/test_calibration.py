@@ -93,11 +93,22 @@ def test_the_loop_validates_the_simulator_against_the_engine(tiny_profile, tmp_p
     c = servelab.calibrate(tiny_profile, engine_run=eng)
     assert c.host_overhead["engine_run"] == "<engine_run>" and c.host_overhead["steps"] > 0
     assert 'engine_run: "<engine_run>"' in c.yaml
+    assert c.host_overhead["between_steps"] is False
+    periods = servelab.calibrate(tiny_profile, engine_run=eng, between_steps=True)
+    assert periods.host_overhead["between_steps"] is True
+    assert "between_steps: true" in periods.yaml
+    with pytest.raises(servelab.ConfigError, match="between_steps goes with engine_run"):
+        servelab.calibrate(tiny_profile, between_steps=True)
     cost = c.save(tmp_path / "cost.yaml")
     s = servelab.run(ALL_AT_ZERO, {"cost_model.file": cost}, record_schedule=True)
     v = servelab.validate(s, eng)
     r = v.report
     assert r["schedule"]["comparison"] == "identical"
+    # Every request re-timed on the engine's schedule (docs/validation.md "Latency attribution").
+    lat = r["latency_attribution"]
+    assert lat["unmatched"] == 0 and lat["requests"] == r["requests"]["compared"]
+    assert [row["name"] for row in lat["rows"]] == ["measured", "back to back", "priced",
+                                                     "simulator"]
     assert r["requests"]["compared"] == 40
     assert r["step_time"]["replayed"]["count"] > 0
     replay = v.replay
