@@ -106,6 +106,12 @@ check "  ... over --max-mb: refused, nothing written (exit 2)" run 2 "$g" keep "
   --into "$t/kept2" --max-mb 0.001
 check "  ... (nothing)" test ! -e "$t/kept2/$(basename "$kept")"
 check "  ... not a gpu-check tarball (exit 2)" run 2 "$g" keep "$t/o/validate.txt" --into "$t/kept2"
+mkdir -p "$t/kept3"
+cp "$src/data/gpu-runs/README.md" "$t/kept3/"
+check "  ... listed in the folder's README table" run 0 "$g" keep "$t/o/validate.tar.gz" --into "$t/kept3"
+check "  ... (one row, naming the bundle)" test "$(grep -c '^| [0-9-]*-validate.tar.xz | [0-9-]* | cpu-test | `gpu-check validate`' "$t/kept3/README.md")" = 1
+check "  ... and once only" run 0 "$g" keep "$t/o/validate.tar.gz" --into "$t/kept3" --force
+check "  ... (still one)" test "$(grep -c -- '-validate.tar.xz |' "$t/kept3/README.md")" = 1
 check "gpu-runs revalidate reruns the simulations offline" run 0 "$g" revalidate "$kept" \
   --out "$t/rv" --build-dir "$build"
 rv=$(echo "$t"/rv/*-validate)
