@@ -988,11 +988,6 @@ int calibrate_command(const std::vector<std::string>& args) {
         "sim calibrate: --engine-run and --host-overhead-from are two sources of one host "
         "overhead; give one");
   }
-  if (between_steps && engine_run.empty()) {
-    throw UsageError(
-        "sim calibrate: --between-steps goes with --engine-run (the time between "
-        "steps is measured on that run)");
-  }
   if (profiles.size() > 1) throw UsageError("sim calibrate: more than one profile given");
   if (!profiles.empty()) profile = profiles[0];
   if (profile.empty())
@@ -1024,8 +1019,8 @@ ProfileCalibration calibrate_profile(const std::string& profile_path, int holdou
                                      const std::string& host_overhead_from, bool between_steps) {
   if (between_steps && engine_run.empty()) {
     throw UsageError(
-        "sim calibrate: --between-steps goes with --engine-run (the gaps are "
-        "measured on that run)");
+        "sim calibrate: --between-steps goes with --engine-run (the time between "
+        "steps is measured on that run)");
   }
   if (!engine_run.empty() && !host_overhead_from.empty()) {
     throw std::logic_error("calibrate_profile: an engine run and an earlier host overhead");
