@@ -119,8 +119,12 @@ struct CudaExecutorOptions {
   kernels::DecodeKernel decode_kernel = kernels::kDefaultDecodeKernel;  // attention_plan.h
   // Unset: kernels::default_prefill_kernel(kv_format) (wgmma over bf16 where built, else fa2).
   std::optional<kernels::PrefillKernel> prefill_kernel;  // prefill_kernel.h
-  // The linear layers of steps with at most 32 tokens: cuBLAS or the skinny kernel (environment:
-  // SERVELAB_CUDA_GEMM; kernels/gemm_kernel.h). Larger steps always run cuBLAS.
+  // The linear layers of small steps: cuBLAS, the skinny kernel (at most 32 tokens), or cuBLASLt
+  // with an algorithm timed per shape for token counts equal to a decode graph bucket
+  // (kernels/gemm_lt.h: timed on a shape's first eager pass, which the warm-up's decode steps
+  // are; its flush and scratch buffers, about twice the L2, are allocated then, outside
+  // gpu_memory_utilization's budget). Environment: SERVELAB_CUDA_GEMM (kernels/gemm_kernel.h).
+  // Other steps always run cuBLAS.
   kernels::GemmKernel gemm_kernel = kernels::GemmKernel::kCublas;
   // Programmatic dependent launch of the decode-step kernels other than cuBLAS's (norms, RoPE and
   // KV write, SiLU, decode attention, the skinny GEMM; kernels/programmatic_launch.h): each may

@@ -5,7 +5,9 @@
 //   SERVELAB_CUDA_DECODE=tiled|pipelined    decode attention kernel (decode_kernel)
 //   SERVELAB_CUDA_PREFILL=fa2|wmma|fa2_128|wgmma  prefill attention kernel (prefill_kernel;
 //                                           wgmma: Hopper wgmma, 128 rows a CTA, bf16 KV only)
-//   SERVELAB_CUDA_GEMM=cublas|skinny        linear layers of steps of <= 32 tokens (gemm_kernel)
+//   SERVELAB_CUDA_GEMM=cublas|skinny|lt     linear layers of small steps (gemm_kernel; skinny: <=
+//   32
+//                                           tokens; lt: cuBLASLt timed per decode graph bucket)
 //   SERVELAB_CUDA_PDL=0|1                   programmatic dependent launch (programmatic_launch)
 //   SERVELAB_CUDA_LORA=gather|cublas        LoRA deltas of short segments (lora_kernel)
 // Unset leaves the option as it is (defaults: graphs and fusion on, the pipelined and fa2

@@ -3,9 +3,11 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "kernels/activation.h"
 #include "kernels/gemm_skinny.h"
@@ -39,6 +41,7 @@ Gemm::Gemm() {
 }
 
 Gemm::~Gemm() {
+  lt_.reset();
   // A destructor cannot throw: a failure is reported, not raised.
   const cublasStatus_t st = cublasDestroy(as_handle(handle_));
   if (st != CUBLAS_STATUS_SUCCESS) {
@@ -49,12 +52,40 @@ Gemm::~Gemm() {
 void Gemm::set_workspace(void* workspace, std::size_t bytes) {
   workspace_ = workspace;
   workspace_bytes_ = workspace != nullptr ? bytes : 0;
+  if (lt_) lt_->set_workspace(workspace_, workspace_bytes_);
+}
+
+void Gemm::set_kernel(GemmKernel kernel) {
+  kernel_ = kernel;
+  if (kernel == GemmKernel::kCublasLt && !lt_) {
+    lt_ = std::make_unique<LtGemm>();
+    lt_->set_workspace(workspace_, workspace_bytes_);
+  }
+}
+
+void Gemm::set_lt_tokens(std::vector<std::int32_t> counts) {
+  std::sort(counts.begin(), counts.end());
+  counts.erase(std::unique(counts.begin(), counts.end()), counts.end());
+  lt_tokens_ = std::move(counts);
+}
+
+std::vector<LtChoice> Gemm::lt_choices() const {
+  return lt_ ? lt_->choices() : std::vector<LtChoice>{};
+}
+
+bool Gemm::takes_lt(std::int32_t tokens) const {
+  if (kernel_ != GemmKernel::kCublasLt || !lt_) return false;
+  if (lt_tokens_.empty()) return tokens <= kLtDefaultMaxTokens;
+  return std::binary_search(lt_tokens_.begin(), lt_tokens_.end(), tokens);
 }
 
 void Gemm::linear(const Bf16* x, const Bf16* w, void* y, Out out_type, std::int32_t tokens,
                   std::int32_t in, std::int32_t out, float beta, Stream stream) {
   if (tokens == 0 ||
       ran_skinny(kernel_, {x, w, y, out_type == Out::kF32, tokens, in, out, beta, false}, stream)) {
+    return;
+  }
+  if (takes_lt(tokens) && lt_->run(x, w, y, out_type == Out::kF32, tokens, in, out, beta, stream)) {
     return;
   }
   linear_strided(x, in, w, y, out_type, out, tokens, in, out, beta, stream);

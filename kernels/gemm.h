@@ -5,14 +5,19 @@
 // beta = 1 with an fp32 y adds the projection into the residual stream (o_proj, down_proj).
 // With set_kernel(GemmKernel::kSkinny) (kernels/gemm_kernel.h) a call the skinny kernel takes
 // (kernels/gemm_skinny.h skinny_gemm_fits: at most 32 tokens) runs it instead of cuBLAS: the same
-// contract, another summation order.
+// contract, another summation order. With GemmKernel::kCublasLt a linear() call whose token count
+// is one of the tuned counts (set_lt_tokens) runs cuBLASLt with the algorithm timed for its shape
+// (kernels/gemm_lt.h: tuned on the shape's first call outside stream capture, then fixed).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <vector>
 
 #include "kernels/device.h"
 #include "kernels/gemm_kernel.h"
+#include "kernels/gemm_lt.h"
 
 namespace servelab::kernels {
 
@@ -42,8 +47,17 @@ class Gemm {
                      std::int32_t tokens, std::int32_t in, std::int32_t out, float beta,
                      Stream stream);
 
-  void set_kernel(GemmKernel kernel) { kernel_ = kernel; }
+  // Throws std::runtime_error when kCublasLt is chosen and cuBLASLt cannot be initialised.
+  void set_kernel(GemmKernel kernel);
   GemmKernel kernel() const { return kernel_; }
+
+  // With kCublasLt: the token counts whose calls run cuBLASLt (the engine's decode graph
+  // buckets: the shapes a decode step replays); other counts run cuBLAS, so a prefill or mixed
+  // step of a new length is never timed. Unset: every count up to kLtDefaultMaxTokens.
+  void set_lt_tokens(std::vector<std::int32_t> counts);
+  static constexpr std::int32_t kLtDefaultMaxTokens = 512;
+  // The cuBLASLt shapes planned so far (empty unless kCublasLt ran).
+  std::vector<LtChoice> lt_choices() const;
 
   // Gives cuBLAS a fixed workspace (device memory the caller owns and keeps alive while this
   // object is used), re-applied after every cublasSetStream (which resets it). With one, no
@@ -53,10 +67,14 @@ class Gemm {
   static constexpr std::size_t kRecommendedWorkspaceBytes = std::size_t{32} << 20;
 
  private:
+  bool takes_lt(std::int32_t tokens) const;
+
   void* handle_ = nullptr;  // cublasHandle_t
   void* workspace_ = nullptr;
   std::size_t workspace_bytes_ = 0;
   GemmKernel kernel_ = GemmKernel::kCublas;
+  std::unique_ptr<LtGemm> lt_;           // created by set_kernel(kCublasLt)
+  std::vector<std::int32_t> lt_tokens_;  // sorted; empty: up to kLtDefaultMaxTokens
 };
 
 }  // namespace servelab::kernels

@@ -7,13 +7,22 @@
 namespace servelab::kernels {
 
 const char* gemm_kernel_name(GemmKernel kernel) {
-  return kernel == GemmKernel::kSkinny ? "skinny" : "cublas";
+  switch (kernel) {
+    case GemmKernel::kSkinny:
+      return "skinny";
+    case GemmKernel::kCublasLt:
+      return "lt";
+    case GemmKernel::kCublas:
+      break;
+  }
+  return "cublas";
 }
 
 GemmKernel parse_gemm_kernel(std::string_view text, std::string_view what) {
   if (text == "cublas") return GemmKernel::kCublas;
   if (text == "skinny") return GemmKernel::kSkinny;
-  throw std::invalid_argument(std::string(what) + ": expected one of cublas, skinny, got '" +
+  if (text == "lt") return GemmKernel::kCublasLt;
+  throw std::invalid_argument(std::string(what) + ": expected one of cublas, skinny, lt, got '" +
                               std::string(text) + "'");
 }
 

@@ -1,8 +1,10 @@
 // Which kernel runs the linear layers of a step with few tokens (kernels/gemm.h Gemm::linear):
-// cuBLAS (the default) or the skinny mma.sync kernel (kernels/gemm_skinny.h) for steps of at
-// most kSkinnyMaxTokens tokens, which are the decode steps up to batch 32. Larger steps always go
-// to cuBLAS. The engine takes the choice from $SERVELAB_CUDA_GEMM (docs/gpu-todo.md); gpu-check
-// bench times both and the modes after it run the faster. Plain C++, in servelab_kernels_host.
+// cuBLAS (the default), the skinny mma.sync kernel (kernels/gemm_skinny.h) for steps of at most
+// kSkinnyMaxTokens tokens (the decode steps up to batch 32), or cuBLASLt with an algorithm timed
+// per shape (kernels/gemm_lt.h) for the token counts the caller names (the engine: its decode
+// graph buckets). Other steps always go to cuBLAS. The engine takes the choice from
+// $SERVELAB_CUDA_GEMM (docs/gpu-todo.md); gpu-check bench times all three and the modes after it
+// run the fastest. Plain C++, in servelab_kernels_host.
 #pragma once
 
 #include <cstdint>
@@ -11,18 +13,20 @@
 namespace servelab::kernels {
 
 enum class GemmKernel {
-  kCublas,  // cublasGemmEx for every shape
-  kSkinny,  // gemm_skinny.cu for 1..kSkinnyMaxTokens tokens (in % 32 == 0), cuBLAS otherwise
+  kCublas,    // cublasGemmEx for every shape
+  kSkinny,    // gemm_skinny.cu for 1..kSkinnyMaxTokens tokens (in % 32 == 0), cuBLAS otherwise
+  kCublasLt,  // cublasLtMatmul with the fastest of cuBLASLt's heuristic candidates, timed once
+              // per shape (kernels/gemm_lt.h), for the tuned token counts; cuBLAS otherwise
 };
 
 inline constexpr std::int32_t kSkinnyMaxTokens = 32;
 inline constexpr const char* kGemmKernelEnv = "SERVELAB_CUDA_GEMM";
 
-// "cublas" or "skinny".
+// "cublas", "skinny" or "lt".
 const char* gemm_kernel_name(GemmKernel kernel);
 
-// The kernel named `text` (exactly "cublas" or "skinny"). Throws std::invalid_argument
-// "<what>: expected one of cublas, skinny, got '<text>'" otherwise (empty included).
+// The kernel named `text` (exactly "cublas", "skinny" or "lt"). Throws std::invalid_argument
+// "<what>: expected one of cublas, skinny, lt, got '<text>'" otherwise (empty included).
 GemmKernel parse_gemm_kernel(std::string_view text, std::string_view what);
 
 // $SERVELAB_CUDA_GEMM parsed by parse_gemm_kernel (its name as `what`) when the variable is set,

@@ -153,7 +153,7 @@ check "SERVELAB_CUDA_PDL=1 with the skinny GEMM: run exits 0" run 0 SERVELAB_CUD
 check "  ... tokens as the skinny run without PDL" same_tokens "$t/pdl" "$t/SERVELAB-CUDA-GEMM-skinny" 11
 check "a GEMM kernel that does not exist refused" run 2 env SERVELAB_CUDA_GEMM=cutlass "$emu" run \
   "$t/exp.yaml" --device cuda --out "$t/no-gemm" --quiet
-check "  ... naming the variable and the choices" has "SERVELAB_CUDA_GEMM: expected one of cublas, skinny, got 'cutlass'" "$t/last.txt"
+check "  ... naming the variable and the choices" has "SERVELAB_CUDA_GEMM: expected one of cublas, skinny, lt, got 'cutlass'" "$t/last.txt"
 
 # The KV offload host tier (6 slots: reused as the run goes on) and pinned prefixes on the CUDA
 # executor: its blocks move through pinned host memory bit for bit, so the tokens are the plain

@@ -182,6 +182,9 @@ TEST(GpuExecutor, LogitsMatchCpuExecutor) {
                         kernels::FloatFormat::kFp8E4m3, kernels::GemmKernel::kSkinny});
     variants.push_back({5, kernels::DecodeKernel::kPipelined, kernels::PrefillKernel::kWgmma,
                         kernels::FloatFormat::kBf16, kernels::GemmKernel::kSkinny});
+    // cuBLASLt with timed algorithms (the decode buckets' shapes; the rest cuBLAS).
+    variants.push_back({16, kernels::DecodeKernel::kPipelined, kernels::PrefillKernel::kFa2,
+                        kernels::FloatFormat::kBf16, kernels::GemmKernel::kCublasLt});
     for (std::size_t vi = 0; vi < variants.size(); ++vi) {
       // A reduced run takes each variant once, on one of the shapes.
       if (ReducedRun() && (vi + si) % 3 != 0) continue;
@@ -1270,8 +1273,9 @@ TEST(GpuExecutor, LoraSlotsEvictTheLeastRecentlyUsedAndReloadExactly) {
 // step may differ in the last bits where cuBLAS picks another kernel for another row count), over
 // batch sizes in several buckets, mixed and prefill steps (eager in both) in between; padding rows
 // leave the KV cache alone, and the fused and unfused QKV/RoPE/KV-write paths agree bit for bit.
-// With either linear-layer kernel (cuBLAS, or the skinny one with its fused SiLU input), and with
-// programmatic dependent launch (graphs on) giving the same bits as without.
+// With each linear-layer kernel (cuBLAS, the skinny one with its fused SiLU input, cuBLASLt with
+// algorithms timed per bucket shape: the process's decisions, so the four executors agree), and
+// with programmatic dependent launch (graphs on) giving the same bits as without.
 TEST(GpuExecutor, CudaGraphReplayIsBitIdenticalToPaddedEagerSteps) {
   REQUIRE_GPU();
 #if SERVELAB_HAVE_CUDA
@@ -1279,16 +1283,16 @@ TEST(GpuExecutor, CudaGraphReplayIsBitIdenticalToPaddedEagerSteps) {
     std::int32_t hd, heads, kv;
     bool bias_tied;
   };
-  // Each shape with both linear-layer kernels (cuBLAS, skinny); a reduced run takes head_dim 128
-  // (biases, tied embeddings) with cuBLAS and head_dim 64 with the skinny kernel.
+  // Each shape with every linear-layer kernel (cuBLAS, skinny, cuBLASLt); a reduced run takes
+  // head_dim 128 (biases, tied embeddings) with cuBLAS and head_dim 64 with the other two.
   struct Case {
     Shape shape;
     kernels::GemmKernel gemm;
   };
   std::vector<Case> cases;
   for (const Shape& sh : {Shape{64, 4, 2, false}, Shape{128, 8, 2, true}}) {
-    for (const kernels::GemmKernel g :
-         {kernels::GemmKernel::kCublas, kernels::GemmKernel::kSkinny}) {
+    for (const kernels::GemmKernel g : {kernels::GemmKernel::kCublas, kernels::GemmKernel::kSkinny,
+                                        kernels::GemmKernel::kCublasLt}) {
       if (!ReducedRun() || (sh.hd == 128) == (g == kernels::GemmKernel::kCublas)) {
         cases.push_back({sh, g});
       }

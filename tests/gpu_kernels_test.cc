@@ -37,6 +37,7 @@
 #include "kernels/activation.h"
 #include "kernels/attention.h"
 #include "kernels/cache_ops.h"
+#include "kernels/cuda_graph.h"
 #include "kernels/device.h"
 #include "kernels/embedding.h"
 #include "kernels/gemm.h"
@@ -1692,6 +1693,128 @@ TEST(GpuKernels, SkinnyGemmFusedSwigluAndFallback) {
     const std::vector<float> a = Download<float>(y1, T * out), b = Download<float>(y2, T * out);
     EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << "fallback is not cuBLAS";
   }
+#endif
+}
+
+// cuBLASLt with timed algorithms (kernels/gemm_lt.h, GemmKernel::kCublasLt): the token counts
+// named by set_lt_tokens take it, each (tokens, in, out, output type, beta != 0) shape tuned once
+// on its first call (every candidate timed, the chosen one no slower than the heuristic's first)
+// without accumulating into the caller's y; other counts run cuBLAS, bit for bit. Against the
+// reference: fp32 accumulated into, fp32 over NaN, bf16. A second call of a shape reuses its
+// algorithm (same bits), and so does another Gemm of the process (nothing timed again). A shape
+// first met during stream capture keeps the heuristic's first candidate untimed, and the
+// replayed graph and an eager call after it give the same bits.
+TEST(GpuKernels, CublasLtGemmTunesEachShapeOnce) {
+  REQUIRE_GPU();
+#if SERVELAB_HAVE_CUDA
+  Rng rng = Rng::stream(23, "gpu_kernels.lt");
+  const std::int32_t in = 256, out = 96;
+  k::DeviceBuffer workspace(k::Gemm::kRecommendedWorkspaceBytes);
+  k::Gemm lt, cublas;
+  lt.set_workspace(workspace.get(), workspace.bytes());
+  cublas.set_workspace(workspace.get(), workspace.bytes());
+  lt.set_kernel(k::GemmKernel::kCublasLt);
+  lt.set_lt_tokens({8, 1, 2});
+  const std::int64_t tunings_before = k::LtGemm::process_tunings();
+  const std::vector<float> w = RandomBf16(rng, out * in);
+  DeviceBuffer d_w = Upload(ToBits(w));
+  for (const std::int32_t T : {1, 8, 5}) {
+    SCOPED_TRACE("tokens " + std::to_string(T));
+    const std::vector<float> x = RandomBf16(rng, T * in);
+    DeviceBuffer d_x = Upload(ToBits(x));
+    const std::vector<float> want = ReferenceLinear(x, w, T, in, out);
+    std::vector<float> base(T * out), want_acc(want);
+    for (std::size_t i = 0; i < base.size(); ++i) {
+      base[i] = 0.25f * static_cast<float>(i % 7);
+      want_acc[i] += base[i];
+    }
+    DeviceBuffer acc = Upload(base), y32 = Poisoned(T * out * 4), y16 = Poisoned(T * out * 2);
+    const auto run = [&](k::Gemm& g, void* y, k::Gemm::Out type, float beta) {
+      g.linear(d_x.as<k::Bf16>(), d_w.as<k::Bf16>(), y, type, T, in, out, beta, nullptr);
+    };
+    run(lt, acc.get(), k::Gemm::Out::kF32, 1.0f);
+    run(lt, y32.get(), k::Gemm::Out::kF32, 0.0f);
+    run(lt, y16.get(), k::Gemm::Out::kBf16, 0.0f);
+    ExpectClose(Download<float>(acc, want.size()), want_acc, 1e-3, 1e-4, "fp32, beta 1");
+    const std::vector<float> first = Download<float>(y32, want.size());
+    ExpectClose(first, want, 1e-3, 1e-4, "fp32, beta 0 over NaN");
+    ExpectClose(FromBits(Download<std::uint16_t>(y16, want.size())), want, 1e-2, 8e-3, "bf16");
+    DeviceBuffer again = Poisoned(T * out * 4), plain = Poisoned(T * out * 4);
+    run(lt, again.get(), k::Gemm::Out::kF32, 0.0f);
+    run(cublas, plain.get(), k::Gemm::Out::kF32, 0.0f);
+    const std::vector<float> second = Download<float>(again, want.size()),
+                             via_cublas = Download<float>(plain, want.size());
+    EXPECT_EQ(std::memcmp(first.data(), second.data(), first.size() * 4), 0)
+        << "a shape's second call differs";
+    if (T == 5) {
+      EXPECT_EQ(std::memcmp(first.data(), via_cublas.data(), first.size() * 4), 0)
+          << "a count outside set_lt_tokens must run cuBLAS";
+    }
+  }
+  const std::vector<k::LtChoice> tuned = lt.lt_choices();
+  ASSERT_EQ(tuned.size(), 6u) << "tokens 1 and 8 x (fp32 accumulate, fp32, bf16)";
+  EXPECT_EQ(k::LtGemm::process_tunings() - tunings_before, 6);
+  for (const k::LtChoice& c : tuned) {
+    SCOPED_TRACE("tokens " + std::to_string(c.shape.tokens) +
+                 (c.shape.out_f32 ? " fp32" : " bf16") +
+                 (c.shape.accumulate ? " beta 1" : " beta 0"));
+    EXPECT_NE(c.shape.tokens, 5);
+    EXPECT_TRUE(c.tuned);
+    EXPECT_GE(c.candidates, 1);
+    EXPECT_EQ(c.timed, c.candidates);
+    EXPECT_GE(c.chosen, 0);
+    EXPECT_LT(c.chosen, c.candidates);
+    EXPECT_GT(c.first_us, 0.0f);
+    EXPECT_LE(c.chosen_us, c.first_us);
+    EXPECT_GE(c.split_k, 1);
+  }
+
+  {  // Another Gemm of the process takes the decisions made: the same bits, nothing timed.
+    const std::int32_t T = 8;
+    const std::vector<float> x = RandomBf16(rng, T * in);
+    DeviceBuffer d_x = Upload(ToBits(x)), y1 = Poisoned(T * out * 4), y2 = Poisoned(T * out * 4);
+    k::Gemm other;
+    other.set_workspace(workspace.get(), workspace.bytes());
+    other.set_kernel(k::GemmKernel::kCublasLt);
+    other.linear(d_x.as<k::Bf16>(), d_w.as<k::Bf16>(), y1.get(), k::Gemm::Out::kF32, T, in, out,
+                 0.0f, nullptr);
+    lt.linear(d_x.as<k::Bf16>(), d_w.as<k::Bf16>(), y2.get(), k::Gemm::Out::kF32, T, in, out, 0.0f,
+              nullptr);
+    const std::vector<float> a = Download<float>(y1, T * out), b = Download<float>(y2, T * out);
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << "two Gemms chose differently";
+    EXPECT_EQ(k::LtGemm::process_tunings() - tunings_before, 6);
+    ASSERT_EQ(other.lt_choices().size(), 1u);
+    EXPECT_TRUE(other.lt_choices()[0].tuned);
+  }
+
+  // Tokens 2, met first inside a capture: untimed, candidate 0; replay == eager after it.
+  const std::int32_t T = 2;
+  const std::vector<float> x = RandomBf16(rng, T * in);
+  DeviceBuffer d_x = Upload(ToBits(x)), graph_y = Poisoned(T * out * 4),
+               eager_y = Poisoned(T * out * 4);
+  k::OwnedStream stream = k::OwnedStream::create();
+  k::CudaGraph graph;
+  graph.begin_capture(stream.get());
+  lt.linear(d_x.as<k::Bf16>(), d_w.as<k::Bf16>(), graph_y.get(), k::Gemm::Out::kF32, T, in, out,
+            0.0f, stream.get());
+  graph.end_capture();
+  graph.launch(stream.get());
+  lt.linear(d_x.as<k::Bf16>(), d_w.as<k::Bf16>(), eager_y.get(), k::Gemm::Out::kF32, T, in, out,
+            0.0f, stream.get());
+  k::synchronize(stream.get());
+  const std::vector<float> replayed = Download<float>(graph_y, T * out),
+                           eager = Download<float>(eager_y, T * out);
+  ExpectClose(replayed, ReferenceLinear(x, w, T, in, out), 1e-3, 1e-4, "replayed");
+  EXPECT_EQ(std::memcmp(replayed.data(), eager.data(), eager.size() * 4), 0)
+      << "the graph and the eager call after it ran different algorithms";
+  const std::vector<k::LtChoice> after = lt.lt_choices();
+  ASSERT_EQ(after.size(), 7u);
+  const auto captured = std::find_if(after.begin(), after.end(),
+                                     [](const k::LtChoice& c) { return c.shape.tokens == 2; });
+  ASSERT_NE(captured, after.end());
+  EXPECT_FALSE(captured->tuned);
+  EXPECT_EQ(captured->chosen, 0);
+  EXPECT_EQ(captured->timed, 0);
 #endif
 }
 

@@ -76,6 +76,9 @@ constexpr std::size_t kStackBytes = 256u << 10;
 constexpr std::size_t kDeviceBytes = std::size_t{4} << 30;   // what cudaMemGetInfo reports
 constexpr std::size_t kPoisonLimit = std::size_t{64} << 20;  // allocations filled with 0xff
 constexpr int kMaxSmemOptin = 232448;                        // 227 KB (sm_90)
+// The L2 size reported (cudaDevAttrL2CacheSize, cudaDeviceProp): small, so that code that flushes
+// L2 by writing twice its size (kernels/gemm_lt.cc's timing) stays cheap on the CPU.
+constexpr int kL2Bytes = 4 << 20;
 constexpr int kDefaultSmem = 48 * 1024;
 
 enum class Collective { kNone, kShfl, kSyncwarp, kLdmatrix, kLdmatrixTrans, kMma };
@@ -959,14 +962,14 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
   prop->clockRate = 1980000;
   prop->memoryClockRate = 3201000;
   prop->memoryBusWidth = 6144;
-  prop->l2CacheSize = 60 << 20;
+  prop->l2CacheSize = servelab_emu::kL2Bytes;
   return cudaSuccess;
 }
 cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
-  if (device != 0 || attr != cudaDevAttrMultiProcessorCount) {
+  if (device != 0 || (attr != cudaDevAttrMultiProcessorCount && attr != cudaDevAttrL2CacheSize)) {
     return set_error(cudaErrorInvalidValue, "cudaDeviceGetAttribute: not emulated");
   }
-  *value = 132;
+  *value = attr == cudaDevAttrL2CacheSize ? servelab_emu::kL2Bytes : 132;
   return cudaSuccess;
 }
 cudaError_t cudaMemGetInfo(std::size_t* free_bytes, std::size_t* total_bytes) {
@@ -1112,6 +1115,17 @@ cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t stop) {
   const auto d = reinterpret_cast<EmuEvent*>(stop)->at - reinterpret_cast<EmuEvent*>(start)->at;
   *ms = std::chrono::duration<float, std::milli>(d).count();
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamIsCapturing(cudaStream_t s, cudaStreamCaptureStatus* status) {
+  if (status == nullptr) return set_error(cudaErrorInvalidValue, "cudaStreamIsCapturing: null");
+  servelab_emu::Device& d = servelab_emu::device();
+  std::lock_guard<std::mutex> lock(d.mu);
+  const auto c = d.captures.find(s);
+  *status = c == d.captures.end() ? cudaStreamCaptureStatusNone
+            : c->second.invalid   ? cudaStreamCaptureStatusInvalidated
+                                  : cudaStreamCaptureStatusActive;
   return cudaSuccess;
 }
 

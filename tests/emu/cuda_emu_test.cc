@@ -2,6 +2,8 @@
 // collectives and PTX instructions against direct computations, and that the mistakes it exists
 // to catch (a missing barrier or wait, a barrier in divergent code, a collective with exited
 // lanes, shared memory above the opt-in, a synchronising call during capture) fail loudly.
+#include <cublasLt.h>
+#include <cublas_v2.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -432,6 +434,92 @@ TEST(CudaEmu, CaptureRecordsAndGraphReplays) {
   EXPECT_EQ(graph, nullptr);
   cudaGetLastError();
   cudaStreamDestroy(s);
+}
+
+// The emulated cuBLASLt (tests/emu/include/cublasLt.h): the heuristic offers its algorithms within
+// the workspace limit, algorithm 0 gives cublasGemmEx's bits, a split one other bits (so tests
+// that compare a graph with an eager pass can tell algorithms apart), and cudaStreamIsCapturing
+// says whether a stream is being captured.
+TEST(CudaEmu, CublasLtAlgorithmsDifferOnlyInRounding) {
+  const int m = 64, n = 3, k = 1000;  // C m x n = A^T (k x m stored) B (k x n)
+  std::vector<float> a(static_cast<std::size_t>(k) * m), b(static_cast<std::size_t>(k) * n);
+  for (std::size_t i = 0; i < a.size(); ++i) a[i] = std::sin(0.37f * static_cast<float>(i));
+  for (std::size_t i = 0; i < b.size(); ++i) b[i] = std::cos(0.11f * static_cast<float>(i));
+  cublasLtHandle_t lt = nullptr;
+  ASSERT_EQ(cublasLtCreate(&lt), CUBLAS_STATUS_SUCCESS);
+  cublasLtMatmulDesc_t desc = nullptr;
+  ASSERT_EQ(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), CUBLAS_STATUS_SUCCESS);
+  const std::int32_t trans = CUBLAS_OP_T;
+  ASSERT_EQ(
+      cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &trans, sizeof(trans)),
+      CUBLAS_STATUS_SUCCESS);
+  cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
+  ASSERT_EQ(cublasLtMatrixLayoutCreate(&la, CUDA_R_32F, k, m, k), CUBLAS_STATUS_SUCCESS);
+  ASSERT_EQ(cublasLtMatrixLayoutCreate(&lb, CUDA_R_32F, k, n, k), CUBLAS_STATUS_SUCCESS);
+  ASSERT_EQ(cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, m, n, m), CUBLAS_STATUS_SUCCESS);
+  cublasLtMatmulPreference_t pref = nullptr;
+  ASSERT_EQ(cublasLtMatmulPreferenceCreate(&pref), CUBLAS_STATUS_SUCCESS);
+  cublasLtMatmulHeuristicResult_t r[8];
+  int got = 0;
+  // No workspace: only algorithm 0.
+  ASSERT_EQ(cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, lc, lc, pref, 8, r, &got),
+            CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(got, 1);
+  const std::uint64_t ws_bytes = 1 << 20;
+  ASSERT_EQ(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                 &ws_bytes, sizeof(ws_bytes)),
+            CUBLAS_STATUS_SUCCESS);
+  ASSERT_EQ(cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, lc, lc, pref, 8, r, &got),
+            CUBLAS_STATUS_SUCCESS);
+  ASSERT_EQ(got, kEmuLtAlgos);
+  std::vector<char> ws(ws_bytes);
+  std::vector<std::vector<float>> c(kEmuLtAlgos,
+                                    std::vector<float>(static_cast<std::size_t>(m) * n));
+  const float alpha = 1.0f, beta = 0.0f;
+  for (int i = 0; i < got; ++i) {
+    std::int32_t split = 0;
+    ASSERT_EQ(cublasLtMatmulAlgoConfigGetAttribute(&r[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM,
+                                                   &split, sizeof(split), nullptr),
+              CUBLAS_STATUS_SUCCESS);
+    EXPECT_EQ(split, i + 1);
+    ASSERT_EQ(cublasLtMatmul(lt, desc, &alpha, a.data(), la, b.data(), lb, &beta, c[i].data(), lc,
+                             c[i].data(), lc, &r[i].algo, ws.data(), ws.size(), nullptr),
+              CUBLAS_STATUS_SUCCESS);
+  }
+  cublasHandle_t h = nullptr;
+  ASSERT_EQ(cublasCreate(&h), CUBLAS_STATUS_SUCCESS);
+  std::vector<float> ex(static_cast<std::size_t>(m) * n);
+  ASSERT_EQ(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &alpha, a.data(), CUDA_R_32F, k,
+                         b.data(), CUDA_R_32F, k, &beta, ex.data(), CUDA_R_32F, m,
+                         CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+            CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(std::memcmp(ex.data(), c[0].data(), ex.size() * 4), 0);
+  EXPECT_NE(std::memcmp(c[0].data(), c[2].data(), ex.size() * 4), 0);
+  for (std::size_t i = 0; i < ex.size(); ++i) EXPECT_NEAR(c[2][i], ex[i], 1e-3);
+  // An algorithm needing more workspace than given is refused.
+  EXPECT_EQ(cublasLtMatmul(lt, desc, &alpha, a.data(), la, b.data(), lb, &beta, c[2].data(), lc,
+                           c[2].data(), lc, &r[2].algo, ws.data(), 16, nullptr),
+            CUBLAS_STATUS_INVALID_VALUE);
+
+  cudaStream_t s = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusActive;
+  ASSERT_EQ(cudaStreamIsCapturing(s, &status), cudaSuccess);
+  EXPECT_EQ(status, cudaStreamCaptureStatusNone);
+  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  ASSERT_EQ(cudaStreamIsCapturing(s, &status), cudaSuccess);
+  EXPECT_EQ(status, cudaStreamCaptureStatusActive);
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(s);
+  cublasDestroy(h);
+  cublasLtMatmulPreferenceDestroy(pref);
+  cublasLtMatrixLayoutDestroy(lc);
+  cublasLtMatrixLayoutDestroy(lb);
+  cublasLtMatrixLayoutDestroy(la);
+  cublasLtMatmulDescDestroy(desc);
+  cublasLtDestroy(lt);
 }
 
 }  // namespace

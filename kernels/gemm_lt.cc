@@ -1,0 +1,301 @@
+#include "kernels/gemm_lt.h"
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <array>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+namespace servelab::kernels {
+
+namespace {
+
+void check(cublasStatus_t s, const char* what) {
+  if (s != CUBLAS_STATUS_SUCCESS) {
+    throw std::runtime_error(std::string("cuBLASLt ") + what + ": " + cublasLtGetStatusString(s));
+  }
+}
+void check_cuda(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) {
+    throw std::runtime_error(std::string("CUDA ") + what + ": " + cudaGetErrorString(e));
+  }
+}
+
+cublasLtHandle_t as_handle(void* h) { return static_cast<cublasLtHandle_t>(h); }
+cudaStream_t as_stream(Stream s) { return static_cast<cudaStream_t>(s); }
+
+// True when `stream` is being captured (or its capture state cannot be read: then nothing that
+// synchronises may run either).
+bool capturing(Stream stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(as_stream(stream), &status) != cudaSuccess) {
+    (void)cudaGetLastError();  // the query's error is not the caller's
+    return true;
+  }
+  return status != cudaStreamCaptureStatusNone;
+}
+
+std::int32_t algo_attribute(const cublasLtMatmulAlgo_t& algo,
+                            cublasLtMatmulAlgoConfigAttributes_t attr, std::int32_t fallback) {
+  std::int32_t value = fallback;
+  std::size_t written = 0;
+  if (cublasLtMatmulAlgoConfigGetAttribute(&algo, attr, &value, sizeof(value), &written) !=
+      CUBLAS_STATUS_SUCCESS) {
+    return fallback;
+  }
+  return value;
+}
+
+// Events timing kLtTimedLaunches launches, destroyed with the object.
+class LaunchTimer {
+ public:
+  LaunchTimer() {
+    for (auto& e : start_) check_cuda(cudaEventCreate(&e), "cudaEventCreate");
+    for (auto& e : stop_) check_cuda(cudaEventCreate(&e), "cudaEventCreate");
+  }
+  ~LaunchTimer() {
+    for (auto e : start_) (void)cudaEventDestroy(e);
+    for (auto e : stop_) (void)cudaEventDestroy(e);
+  }
+  LaunchTimer(const LaunchTimer&) = delete;
+  LaunchTimer& operator=(const LaunchTimer&) = delete;
+  cudaEvent_t start(int i) const { return start_[static_cast<std::size_t>(i)]; }
+  cudaEvent_t stop(int i) const { return stop_[static_cast<std::size_t>(i)]; }
+  // The median launch in microseconds, after waiting for the last.
+  float median_us() const {
+    check_cuda(cudaEventSynchronize(stop_.back()), "cudaEventSynchronize");
+    std::array<float, kLtTimedLaunches> us{};
+    for (int i = 0; i < kLtTimedLaunches; ++i) {
+      float ms = 0;
+      check_cuda(cudaEventElapsedTime(&ms, start(i), stop(i)), "cudaEventElapsedTime");
+      us[static_cast<std::size_t>(i)] = ms * 1000.0f;
+    }
+    std::sort(us.begin(), us.end());
+    return us[kLtTimedLaunches / 2];
+  }
+
+ private:
+  std::array<cudaEvent_t, kLtTimedLaunches> start_{}, stop_{};
+};
+
+}  // namespace
+
+struct LtGemm::Plan {
+  LtChoice info;
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  bool planned = false;  // the process's decision is known
+  bool usable = false;   // cuBLASLt runs the shape (else the caller runs cuBLAS)
+  cublasLtMatmulAlgo_t algo{};
+
+  ~Plan() {
+    if (c != nullptr) (void)cublasLtMatrixLayoutDestroy(c);
+    if (b != nullptr) (void)cublasLtMatrixLayoutDestroy(b);
+    if (a != nullptr) (void)cublasLtMatrixLayoutDestroy(a);
+    if (desc != nullptr) (void)cublasLtMatmulDescDestroy(desc);
+  }
+};
+
+struct LtGemm::Candidates {
+  std::vector<cublasLtMatmulHeuristicResult_t> results;
+};
+
+namespace {
+
+// The process's decisions, per (shape, workspace bytes): made once, by the first LtGemm that
+// runs the shape, under the lock (so two threads never time the same shape).
+struct Decision {
+  bool usable = false;
+  cublasLtMatmulAlgo_t algo{};
+  LtChoice info;
+};
+struct Decisions {
+  std::mutex mu;
+  std::map<std::pair<LtShape, std::size_t>, Decision> by_shape;
+  std::int64_t tunings = 0;
+};
+Decisions& decisions() {
+  static Decisions* d = new Decisions;  // never destroyed: LtGemms may outlive static destructors
+  return *d;
+}
+
+}  // namespace
+
+LtGemm::LtGemm() {
+  cublasLtHandle_t h = nullptr;
+  check(cublasLtCreate(&h), "cublasLtCreate");
+  handle_ = h;
+}
+
+LtGemm::~LtGemm() {
+  plans_.clear();  // the descriptors before the handle
+  (void)cublasLtDestroy(as_handle(handle_));
+}
+
+void LtGemm::set_workspace(void* workspace, std::size_t bytes) {
+  workspace_ = workspace;
+  workspace_bytes_ = workspace != nullptr ? bytes : 0;
+}
+
+std::int64_t LtGemm::process_tunings() {
+  Decisions& d = decisions();
+  std::lock_guard<std::mutex> lock(d.mu);
+  return d.tunings;
+}
+
+LtGemm::Plan& LtGemm::plan(const LtShape& shape) {
+  auto it = plans_.find(shape);
+  if (it != plans_.end()) return *it->second;
+  auto p = std::make_unique<Plan>();
+  p->info.shape = shape;
+  // Column-major: W^T (stored in x out, ld in) times X (in x T, ld in) into Y (out x T, ld out).
+  const cublasOperation_t trans_a = CUBLAS_OP_T, trans_b = CUBLAS_OP_N;
+  check(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F),
+        "cublasLtMatmulDescCreate");
+  check(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a,
+                                       sizeof(trans_a)),
+        "cublasLtMatmulDescSetAttribute(TRANSA)");
+  check(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b,
+                                       sizeof(trans_b)),
+        "cublasLtMatmulDescSetAttribute(TRANSB)");
+  check(cublasLtMatrixLayoutCreate(&p->a, CUDA_R_16BF, static_cast<std::uint64_t>(shape.in),
+                                   static_cast<std::uint64_t>(shape.out), shape.in),
+        "cublasLtMatrixLayoutCreate(A)");
+  check(cublasLtMatrixLayoutCreate(&p->b, CUDA_R_16BF, static_cast<std::uint64_t>(shape.in),
+                                   static_cast<std::uint64_t>(shape.tokens), shape.in),
+        "cublasLtMatrixLayoutCreate(B)");
+  check(cublasLtMatrixLayoutCreate(&p->c, shape.out_f32 ? CUDA_R_32F : CUDA_R_16BF,
+                                   static_cast<std::uint64_t>(shape.out),
+                                   static_cast<std::uint64_t>(shape.tokens), shape.out),
+        "cublasLtMatrixLayoutCreate(C)");
+  return *plans_.emplace(shape, std::move(p)).first->second;
+}
+
+bool LtGemm::launch(const Plan& p, const void* algo, const Bf16* x, const Bf16* w, void* y,
+                    float beta, Stream stream) const {
+  const float alpha = 1.0f;
+  return cublasLtMatmul(as_handle(handle_), p.desc, &alpha, w, p.a, x, p.b, &beta, y, p.c, y, p.c,
+                        static_cast<const cublasLtMatmulAlgo_t*>(algo), workspace_,
+                        workspace_bytes_, as_stream(stream)) == CUBLAS_STATUS_SUCCESS;
+}
+
+void LtGemm::tune(Plan& p, const Candidates& c, const Bf16* x, const Bf16* w, void* y, float beta,
+                  Stream stream) {
+  const LtShape& s = p.info.shape;
+  const std::size_t out_bytes =
+      static_cast<std::size_t>(s.tokens) * static_cast<std::size_t>(s.out) * (s.out_f32 ? 4 : 2);
+  if (flush_.bytes() == 0) {
+    int device = 0, l2 = 0;
+    check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+    check_cuda(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device),
+               "cudaDeviceGetAttribute(L2)");
+    flush_ = DeviceBuffer(std::max<std::size_t>(2 * static_cast<std::size_t>(l2), 1 << 20));
+  }
+  void* target = y;
+  if (s.accumulate) {
+    if (scratch_.bytes() < out_bytes) scratch_ = DeviceBuffer(out_bytes);
+    check_cuda(cudaMemsetAsync(scratch_.get(), 0, out_bytes, as_stream(stream)), "cudaMemsetAsync");
+    target = scratch_.get();
+  }
+  LaunchTimer timer;
+  float best = 0;
+  for (std::size_t i = 0; i < c.results.size(); ++i) {
+    const cublasLtMatmulAlgo_t* algo = &c.results[i].algo;
+    if (!launch(p, algo, x, w, target, beta, stream)) continue;  // cannot run here
+    for (int r = 0; r < kLtTimedLaunches; ++r) {
+      check_cuda(cudaMemsetAsync(flush_.get(), r & 0xff, flush_.bytes(), as_stream(stream)),
+                 "cudaMemsetAsync");
+      check_cuda(cudaEventRecord(timer.start(r), as_stream(stream)), "cudaEventRecord");
+      const bool ok = launch(p, algo, x, w, target, beta, stream);
+      check_cuda(cudaEventRecord(timer.stop(r), as_stream(stream)), "cudaEventRecord");
+      if (!ok) throw std::runtime_error("cuBLASLt cublasLtMatmul: a candidate that ran failed");
+    }
+    const float us = timer.median_us();
+    ++p.info.timed;
+    if (i == 0) p.info.first_us = us;
+    if (p.info.chosen < 0 || us < best) {
+      best = us;
+      p.info.chosen = static_cast<std::int32_t>(i);
+    }
+  }
+  p.info.chosen_us = best;
+  p.info.tuned = p.info.chosen >= 0;
+}
+
+void LtGemm::decide(Plan& p, const Bf16* x, const Bf16* w, void* y, float beta, Stream stream) {
+  Decisions& d = decisions();
+  std::lock_guard<std::mutex> lock(d.mu);
+  const auto key = std::make_pair(p.info.shape, workspace_bytes_);
+  const auto known = d.by_shape.find(key);
+  if (known == d.by_shape.end()) {
+    Candidates c;
+    cublasLtMatmulPreference_t pref = nullptr;
+    check(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
+    const std::uint64_t max_ws = workspace_bytes_;
+    cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_ws, sizeof(max_ws));
+    int returned = 0;
+    std::vector<cublasLtMatmulHeuristicResult_t> results(kLtCandidates);
+    if (st == CUBLAS_STATUS_SUCCESS) {
+      st = cublasLtMatmulAlgoGetHeuristic(as_handle(handle_), p.desc, p.a, p.b, p.c, p.c, pref,
+                                          kLtCandidates, results.data(), &returned);
+    }
+    (void)cublasLtMatmulPreferenceDestroy(pref);
+    // NOT_SUPPORTED: no algorithm for the shape (the caller runs cuBLAS); else an error.
+    if (st != CUBLAS_STATUS_SUCCESS && st != CUBLAS_STATUS_NOT_SUPPORTED) {
+      check(st, "cublasLtMatmulAlgoGetHeuristic");
+    }
+    for (int i = 0; st == CUBLAS_STATUS_SUCCESS && i < returned; ++i) {
+      if (results[static_cast<std::size_t>(i)].state == CUBLAS_STATUS_SUCCESS) {
+        c.results.push_back(results[static_cast<std::size_t>(i)]);
+      }
+    }
+    p.info.candidates = static_cast<std::int32_t>(c.results.size());
+    Decision made;
+    if (!c.results.empty() && !capturing(stream)) {
+      tune(p, c, x, w, y, beta, stream);
+      ++d.tunings;
+      made.usable = p.info.timed > 0;  // none could run: the shape goes to cuBLAS for good
+    } else {
+      made.usable = !c.results.empty();  // during capture: the heuristic's first, untimed
+    }
+    if (made.usable) {
+      if (p.info.chosen < 0) p.info.chosen = 0;
+      made.algo = c.results[static_cast<std::size_t>(p.info.chosen)].algo;
+      p.info.algo_id = algo_attribute(made.algo, CUBLASLT_ALGO_CONFIG_ID, -1);
+      p.info.split_k = algo_attribute(made.algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, 1);
+    }
+    made.info = p.info;
+    d.by_shape.emplace(key, made);
+  }
+  const Decision& got = d.by_shape.at(key);
+  p.usable = got.usable;
+  p.algo = got.algo;
+  p.info = got.info;
+  p.planned = true;
+}
+
+bool LtGemm::run(const Bf16* x, const Bf16* w, void* y, bool out_f32, std::int32_t tokens,
+                 std::int32_t in, std::int32_t out, float beta, Stream stream) {
+  Plan& p = plan({tokens, in, out, out_f32, beta != 0.0f});
+  if (!p.planned) decide(p, x, w, y, beta, stream);
+  if (!p.usable) return false;
+  if (!launch(p, &p.algo, x, w, y, beta, stream)) {
+    throw std::runtime_error("cuBLASLt cublasLtMatmul failed for a " + std::to_string(tokens) +
+                             " x " + std::to_string(in) + " -> " + std::to_string(out) + " GEMM");
+  }
+  return true;
+}
+
+std::vector<LtChoice> LtGemm::choices() const {
+  std::vector<LtChoice> out;
+  out.reserve(plans_.size());
+  for (const auto& [shape, p] : plans_) out.push_back(p->info);
+  return out;
+}
+
+}  // namespace servelab::kernels

@@ -1,0 +1,105 @@
+// cuBLASLt linear layers with the algorithm chosen by timing, per shape: what
+// GemmKernel::kCublasLt runs (kernels/gemm.h, kernels/gemm_kernel.h). Computes what Gemm::linear
+// computes, y[T][out] = x[T][in] * w[out][in]^T (+ beta * y), bf16 inputs, fp32 compute, fp32 or
+// bf16 output, as cublasLtMatmul(OP_T, OP_N) with C = D = y. Compiled only when the build has
+// CUDA (SERVELAB_HAVE_CUDA); no CUDA header here.
+//
+// A shape is (tokens, in, out, output type, beta != 0). The first run() of a shape on a stream
+// that is not being captured tunes it: up to kLtCandidates algorithms from
+// cublasLtMatmulAlgoGetHeuristic (those fitting the workspace given) are each run once, then
+// timed over kLtTimedLaunches launches, each after an L2 flush (a write of twice the L2 size, so
+// the weights come from memory, as in a decode step where the other layers' weights evicted
+// them), and the one with the lowest median is kept. The candidates write y when beta == 0 (the
+// call then overwrites it) and a scratch output otherwise (the residual stream is never
+// accumulated into twice). Tuning waits for the stream (events) and allocates its flush and
+// scratch buffers once (cudaMalloc): legal outside stream capture only.
+// A shape first met while the stream is being captured cannot be timed: it keeps the heuristic's
+// first candidate (recorded as not tuned). Decisions are the process's: every LtGemm of the
+// process (every executor, every Gemm) takes a shape's algorithm from the first decision made
+// for it with the same workspace size, and never changes it, so a graph captured with it and
+// every eager pass after it, in any executor of the process, compute the same bits. Because the
+// choice is by timing, two processes may choose differently for a shape and then differ in the
+// last bits of its results (as two GPUs would): runs are reproducible within a process, not
+// across processes.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <tuple>
+#include <vector>
+
+#include "kernels/device.h"
+
+namespace servelab::kernels {
+
+inline constexpr int kLtCandidates = 16;
+inline constexpr int kLtTimedLaunches = 5;
+
+struct LtShape {
+  std::int32_t tokens = 0, in = 0, out = 0;
+  bool out_f32 = true;
+  bool accumulate = false;  // beta != 0
+  // (nvcc compiles the .cu files that include this as C++17: no operator<=>.)
+  bool operator<(const LtShape& o) const {
+    return std::tie(tokens, in, out, out_f32, accumulate) <
+           std::tie(o.tokens, o.in, o.out, o.out_f32, o.accumulate);
+  }
+};
+
+// What was chosen for a shape, for reports and tests.
+struct LtChoice {
+  LtShape shape;
+  std::int32_t candidates = 0;  // heuristic results offered (0: none, the shape runs cuBLAS)
+  std::int32_t timed = 0;       // candidates that ran (a candidate may fail to launch)
+  std::int32_t chosen = -1;     // index among the candidates (0: the heuristic's first)
+  bool tuned = false;           // false: met first during capture, candidate 0 untimed
+  std::int32_t algo_id = -1;    // CUBLASLT_ALGO_CONFIG_ID of the chosen algorithm
+  std::int32_t split_k = 1;     // CUBLASLT_ALGO_CONFIG_SPLITK_NUM
+  float first_us = 0;           // median time of candidate 0 (0 when untimed)
+  float chosen_us = 0;          // median time of the chosen candidate (0 when untimed)
+};
+
+class LtGemm {
+ public:
+  // Throws std::runtime_error when cuBLASLt cannot be initialised.
+  LtGemm();
+  ~LtGemm();
+  LtGemm(const LtGemm&) = delete;
+  LtGemm& operator=(const LtGemm&) = delete;
+
+  // The workspace cuBLASLt may use (device memory the caller keeps alive; nullptr: none, so only
+  // algorithms needing none are offered). Shapes already planned keep their algorithm.
+  void set_workspace(void* workspace, std::size_t bytes);
+
+  // y = x w^T + beta y on `stream` (see above). Returns false, having done nothing, when cuBLASLt
+  // offers no algorithm for the shape. REQUIRES: tokens, in, out >= 1.
+  bool run(const Bf16* x, const Bf16* w, void* y, bool out_f32, std::int32_t tokens,
+           std::int32_t in, std::int32_t out, float beta, Stream stream);
+
+  // Every shape this object ran, in LtShape order (with the process's decision for each).
+  std::vector<LtChoice> choices() const;
+
+  // Shapes timed in this process so far, by any LtGemm (tests: a decision is made once).
+  static std::int64_t process_tunings();
+
+ private:
+  struct Plan;
+  struct Candidates;
+  Plan& plan(const LtShape& shape);
+  void decide(Plan& p, const Bf16* x, const Bf16* w, void* y, float beta, Stream stream);
+  void tune(Plan& p, const Candidates& c, const Bf16* x, const Bf16* w, void* y, float beta,
+            Stream stream);
+  bool launch(const Plan& p, const void* algo, const Bf16* x, const Bf16* w, void* y, float beta,
+              Stream stream) const;
+
+  void* handle_ = nullptr;  // cublasLtHandle_t
+  void* workspace_ = nullptr;
+  std::size_t workspace_bytes_ = 0;
+  std::map<LtShape, std::unique_ptr<Plan>> plans_;
+  DeviceBuffer flush_;    // 2 x L2, written before each timed launch
+  DeviceBuffer scratch_;  // the candidates' output for beta != 0
+};
+
+}  // namespace servelab::kernels
