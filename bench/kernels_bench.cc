@@ -22,9 +22,13 @@
 //                                 calls it (0 qkv, 1 o, 2 gate_up, 3 down, 4 LM head, 5 down
 //                                 with its SiLU-and-multiply: silu_mul + cuBLAS, or the skinny
 //                                 kernel's fused input), kernel 0 = cuBLAS, 1 = skinny
-//                                 (kernels/gemm_kernel.h; at M <= 32 only): GB/s of
-//                                 weights + activations, vs the copy (a decode step reads every
-//                                 weight once: these rows say how close); label "shape kernel"
+//                                 (kernels/gemm_kernel.h; at M <= 32 only), 2 = cuBLASLt with
+//                                 the algorithm timed for the shape (kernels/gemm_lt.h; tuned
+//                                 by the untimed first call; counters candidates, chosen,
+//                                 split_k and first_us, the heuristic's first candidate's
+//                                 median while tuning): GB/s of weights + activations, vs the
+//                                 copy (a decode step reads every weight once: these rows say
+//                                 how close); label "shape kernel"
 //   BM_LoraDelta/M/adapters/kernel  the LoRA deltas of one Llama-3-8B layer (q, k, v, o, gate,
 //                                 up, down; rank 16) for a decode batch of M rows, row i under
 //                                 adapter i % adapters (so `adapters` > 1 makes M one-row
@@ -413,7 +417,9 @@ void BM_DecodeGemm(benchmark::State& state) {
 #if SERVELAB_HAVE_CUDA
   const auto m = static_cast<std::int32_t>(state.range(0));
   const GemmShape& g = kGemmShapes[state.range(1)];
-  const auto kernel = state.range(2) == 1 ? k::GemmKernel::kSkinny : k::GemmKernel::kCublas;
+  const auto kernel = state.range(2) == 1   ? k::GemmKernel::kSkinny
+                      : state.range(2) == 2 ? k::GemmKernel::kCublasLt
+                                            : k::GemmKernel::kCublas;
   const std::size_t w_bytes = std::size_t{2} * g.in * g.out;
   const std::size_t x_bytes = std::size_t{2} * m * g.in * (g.swiglu ? 2 : 1);
   const std::size_t y_bytes = std::size_t{g.out_type == k::Gemm::Out::kF32 ? 4u : 2u} * m * g.out;
@@ -434,7 +440,13 @@ void BM_DecodeGemm(benchmark::State& state) {
                   nullptr);
     }
   };
-  time_warm_then_cold(state, run);
+  time_warm_then_cold(state, run);  // with cuBLASLt, the untimed first call tunes the shape
+  for (const k::LtChoice& c : gemm.lt_choices()) {
+    state.counters["candidates"] = c.candidates;
+    state.counters["chosen"] = c.chosen;
+    state.counters["split_k"] = c.split_k;
+    state.counters["first_us"] = c.first_us;
+  }
   const double bytes = static_cast<double>(w_bytes + x_bytes + y_bytes * (g.beta != 0 ? 2 : 1));
   state.SetBytesProcessed(static_cast<std::int64_t>(bytes) * state.iterations());
   state.counters["GBps"] =
@@ -448,8 +460,8 @@ BENCHMARK(BM_DecodeGemm)
     ->Apply([](benchmark::internal::Benchmark* b) {
       for (const std::int64_t m : {1, 8, 32, 128}) {
         for (std::int64_t shape = 0; shape < 6; ++shape) {
-          for (std::int64_t kernel = 0; kernel < (m <= 32 ? 2 : 1); ++kernel) {
-            b->Args({m, shape, kernel});
+          for (const std::int64_t kernel : {0, 1, 2}) {
+            if (kernel != 1 || m <= 32) b->Args({m, shape, kernel});
           }
         }
       }

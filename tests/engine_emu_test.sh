@@ -116,7 +116,7 @@ check "  ... tokens agree with the CPU engine's" same_tokens "$t/cuda" "$t/cpu" 
 # (SERVELAB_SANITIZER_RUN, set by the ctest entry of a SERVELAB_SANITIZE build) the switches that
 # only choose another attention kernel are left out: Emu.GpuKernels.* run those kernels under
 # the sanitizers, and each run here takes ~17 s there; the release build runs them all.
-switches=(SERVELAB_CUDA_FUSED_QKV=0 SERVELAB_CUDA_GRAPHS=0 SERVELAB_CUDA_GEMM=skinny)
+switches=(SERVELAB_CUDA_FUSED_QKV=0 SERVELAB_CUDA_GRAPHS=0 SERVELAB_CUDA_GEMM=skinny SERVELAB_CUDA_GEMM=lt)
 kv_formats=(fp8 fp8_e5m2)
 if [ -z "${SERVELAB_SANITIZER_RUN:-}" ]; then
   switches+=(SERVELAB_CUDA_DECODE=tiled SERVELAB_CUDA_DECODE=pipelined SERVELAB_CUDA_PREFILL=wmma

@@ -5,7 +5,7 @@
 # GPU, and bench/gpu/report.py reads the JSON Google Benchmark writes (the counters it needs are
 # there, named as it expects). The emulator's timings are the CPU's: nothing is judged on them.
 # The fp8 rows (kernel 2) run once each, the 128-row prefill kernels (3 fa2_128, 4 wgmma) at 512;
-# the o_proj GEMM at one token through cuBLAS and the skinny kernel; the three per-token kernels
+# the o_proj GEMM at one token through cuBLAS, the skinny kernel and cuBLASLt (timed per shape); the three per-token kernels
 # (RMSNorm, SiLU-mul, QKV + RoPE + KV write) at one row. The WMMA prefill fallback is
 # left out: its replicated-fragment model is the emulator's slowest path (minutes under
 # AddressSanitizer).
@@ -25,7 +25,7 @@ j=$t/work/kernels_bench.json
 check "kernels_bench (emulated) runs its smallest shapes" run 0 "$bench" \
   '--benchmark_filter=^BM_(DeviceCopy/268435456|DecodeAttention/(1|8)/512/|PrefillAttention/512/(0|2|3|4)|PrefillChunk/16/128/|DecodeGemm/1/1/|LoraDelta/8/4/|TokenKernels/1/|SwapOut/16)' \
   --benchmark_min_time=0.01 --benchmark_out_format=json "--benchmark_out=$j"
-check "  ... nineteen benchmarks, none in error" python3 - "$j" <<'EOF'
+check "  ... twenty benchmarks, none in error" python3 - "$j" <<'EOF'
 import json, sys
 runs = [b for b in json.load(open(sys.argv[1]))["benchmarks"]
         if b.get("run_type", "iteration") == "iteration"]
@@ -33,9 +33,12 @@ names = [b["name"] for b in runs]
 print("  " + ", ".join(names))
 bad = [b["name"] + ": " + b.get("error_message", "") for b in runs if b.get("error_occurred")]
 decode = [b for b in runs if b["name"].startswith("BM_DecodeAttention")]
-ok = (len(runs) == 19 and not bad and len(decode) == 5 and
+lt = [b for b in runs if b["name"].startswith("BM_DecodeGemm/1/1/2")]
+ok = (len(runs) == 20 and not bad and len(decode) == 5 and
       all(b["GBps"] > 0 and b["copy_GBps"] > 0 and b["splits"] >= 1 for b in decode) and
       {b["label"] for b in decode} == {"tiled", "pipelined", "pipelined fp8_e4m3"} and
+      len(lt) == 1 and lt[0]["label"] == "o lt" and lt[0]["candidates"] >= 1 and
+      0 <= lt[0]["chosen"] < lt[0]["candidates"] and lt[0]["first_us"] > 0 and
       all(b["TFLOPs"] > 0 for b in runs if b["name"].startswith("BM_PrefillAttention")) and
       {b["label"] for b in runs if b["name"].startswith("BM_TokenKernels")} ==
       {"rms_norm", "silu_mul", "qkv_rope_kv_write"})
@@ -56,6 +59,7 @@ check "  ... the wgmma prefill row" has "BM_PrefillAttention/512/4 (wgmma)" "$t/
 check "  ... the chunk row" has "BM_PrefillChunk/16/128/0 (fa2 unsplit)" "$t/last.txt"
 check "  ... a GEMM row, named" has "BM_DecodeGemm/1/1/0 (o cublas)" "$t/last.txt"
 check "  ... the skinny kernel's row" has "BM_DecodeGemm/1/1/1 (o skinny)" "$t/last.txt"
+check "  ... the cuBLASLt row, with its choice" has "BM_DecodeGemm/1/1/2 (o lt).*candidate [0-9] of [0-9]" "$t/last.txt"
 check "  ... the LoRA rows" has "BM_LoraDelta/8/4/1 (8 segments gather)" "$t/last.txt"
 check "  ... the per-token kernels' rows" test "$(grep -cE 'BM_TokenKernels/1/[012] \((rms_norm|silu_mul|qkv_rope_kv_write)\)' "$t/last.txt")" = 3
 # gemm-choice needs every decode-step GEMM at M = 1, 8, 32: with one shape it keeps cuBLAS.

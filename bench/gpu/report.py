@@ -5,7 +5,7 @@ usage: report.py tests|bench|e2e|validate WORK_DIR
        report.py prefill-choice [--fp8] WORK_DIR
                                            (the fastest prefill kernel at 8k: fa2, fa2_128 or
                                            wgmma; with --fp8, of those that read an fp8 KV cache)
-       report.py gemm-choice WORK_DIR      (the faster decode-step GEMM kernel: cublas or skinny)
+       report.py gemm-choice WORK_DIR      (the fastest decode-step GEMM kernel: cublas, skinny or lt)
 Exit status: 0 when every check of the mode passed, 1 otherwise (a missing file is a failure).
 Standard library only, so it runs on any python3.
 """
@@ -214,10 +214,16 @@ def report_bench(work):
                          verdict))
         elif name.startswith("BM_DecodeGemm"):
             # BM_DecodeGemm/M/shape/kernel: one Llama-3-8B linear layer at M tokens through
-            # cuBLAS (0) or the skinny kernel (1) (label: "shape kernel").
+            # cuBLAS (0), the skinny kernel (1) or cuBLASLt timed per shape (2) (label: "shape
+            # kernel"; cuBLASLt rows say which candidate won and what the heuristic's first took).
             ratio = gbps(b) / copy if copy else 0
-            rows.append((f"{name} ({b.get('label', '?')})", f"{gbps(b):.0f} GB/s",
-                         f"{ratio:.2f} of copy", "report"))
+            detail = f"{ratio:.2f} of copy"
+            if "candidates" in b:
+                detail += (f"; candidate {int(b.get('chosen', -1))} of {int(b['candidates'])},"
+                           f" split-K {int(b.get('split_k', 1))},"
+                           f" first {b.get('first_us', 0):.1f} us")
+            rows.append((f"{name} ({b.get('label', '?')})", f"{gbps(b):.0f} GB/s", detail,
+                         "report"))
         elif name.startswith("BM_PrefillChunk"):
             # BM_PrefillChunk/queries/prefix/split: fa2 unsplit (0) or split-KV as planned (1).
             parts = name.split("/")
@@ -409,6 +415,8 @@ def report_decode_step(work):
     for folder, label, block_bytes in (("engine-c32", "graphs on", BLOCK_BYTES),
                                        ("engine-c32-eager", "graphs off", BLOCK_BYTES),
                                        ("engine-c32-pdl", "graphs on, PDL", BLOCK_BYTES),
+                                       ("engine-c32-lt", "graphs on, cuBLASLt tuned",
+                                        BLOCK_BYTES),
                                        ("engine-c32-fp8", "graphs on, fp8 KV", BLOCK_BYTES // 2)):
         d = decode_steps(work, folder, 32)
         if d is None and unselected(work, folder.replace("-", "_")):
@@ -558,10 +566,15 @@ def prefill_choice(work, length=None, margin=0.02, fp8=False):
 DECODE_STEP_GEMMS = ("0", "1", "2", "5", "4")
 
 
+# BM_DecodeGemm's kernel index -> SERVELAB_CUDA_GEMM's name.
+GEMM_KERNELS = {"0": "cublas", "1": "skinny", "2": "lt"}
+
+
 def gemm_choice(work, tokens=("1", "8", "32"), margin=0.02):
-    """The linear-layer kernel to run after `bench` in the same gpu-check invocation: "skinny" when
-    the decode step's GEMMs (DECODE_STEP_GEMMS, summed over M in `tokens`) take more than
-    `margin` less time with it than with cuBLAS, else "cublas" (also without every figure)."""
+    """The linear-layer kernel to run after `bench` in the same gpu-check invocation: of "skinny"
+    and "lt", the one whose decode-step GEMMs (DECODE_STEP_GEMMS, summed over M in `tokens`) take
+    the least time, when that is more than `margin` less than cuBLAS's; else "cublas" (also when
+    a kernel lacks a figure: it is not considered)."""
     j = load(os.path.join(work, "kernels_bench.json")) or {}
     times = {}
     for b in j.get("benchmarks", []):
@@ -570,11 +583,16 @@ def gemm_choice(work, tokens=("1", "8", "32"), margin=0.02):
                 and b.get("run_type", "iteration") == "iteration"):
             times[tuple(parts[1:])] = b.get("real_time", 0)
     total = {}
-    for kernel in ("0", "1"):
+    for kernel in GEMM_KERNELS:
         got = [times.get((m, shape, kernel)) for m in tokens for shape in DECODE_STEP_GEMMS]
-        total[kernel] = sum(got) if all(t and t > 0 for t in got) else None
-    cublas, skinny = total["0"], total["1"]
-    return "skinny" if cublas and skinny and skinny < cublas * (1 - margin) else "cublas"
+        if all(t and t > 0 for t in got):
+            total[kernel] = sum(got)
+    cublas = total.get("0")
+    others = [k for k in ("1", "2") if k in total]
+    if not cublas or not others:
+        return "cublas"
+    best = min(others, key=lambda k: total[k])
+    return GEMM_KERNELS[best] if total[best] < cublas * (1 - margin) else "cublas"
 
 
 def main():

@@ -432,15 +432,16 @@ class Report(unittest.TestCase):
                                capture_output=True, text=True)
             self.assertEqual((p.returncode, p.stdout), (0, want + "\n"), p.stderr)
 
-    def test_gemm_choice_takes_skinny_only_when_a_decode_steps_gemms_are_faster(self):
+    def test_gemm_choice_takes_the_fastest_only_when_a_decode_steps_gemms_are_faster(self):
         # gpu-check bench: the modes after it run the linear-layer kernel whose decode-step GEMMs
-        # (qkv, o, gate_up, down with SiLU, LM head at M = 1, 8, 32) take less time in sum.
-        def choice(skinny_us, drop=None, extra=()):
+        # (qkv, o, gate_up, down with SiLU, LM head at M = 1, 8, 32) take the least time in sum:
+        # skinny (1) or cuBLASLt timed per shape (2), when more than 2 % faster than cuBLAS (0).
+        def choice(skinny_us, lt_us=None, drop=None, extra=()):
             runs = []
             for m in ("1", "8", "32"):
                 for shape in ("0", "1", "2", "3", "4", "5"):
-                    for kernel, t in (("0", 100.0), ("1", skinny_us)):
-                        if (m, shape, kernel) != drop:
+                    for kernel, t in (("0", 100.0), ("1", skinny_us), ("2", lt_us)):
+                        if t is not None and (m, shape, kernel) != drop:
                             runs.append({"name": f"BM_DecodeGemm/{m}/{shape}/{kernel}/manual_time",
                                          "real_time": t})
             runs += list(extra)
@@ -451,6 +452,13 @@ class Report(unittest.TestCase):
         self.assertEqual(choice(120.0), "cublas")
         self.assertEqual(choice(90.0, drop=("8", "2", "1")), "cublas")  # a figure missing
         self.assertEqual(choice(90.0, drop=("8", "3", "1")), "skinny")  # plain down: not counted
+        # cuBLASLt: taken when it is the fastest of the three, past the margin.
+        self.assertEqual(choice(120.0, lt_us=90.0), "lt")
+        self.assertEqual(choice(85.0, lt_us=90.0), "skinny")
+        self.assertEqual(choice(95.0, lt_us=90.0), "lt")
+        self.assertEqual(choice(120.0, lt_us=99.0), "cublas")
+        # a figure missing: lt is left out, skinny still considered
+        self.assertEqual(choice(95.0, lt_us=90.0, drop=("32", "4", "2")), "skinny")
         # M = 128 (cuBLAS only) does not count, however slow.
         slow = [{"name": "BM_DecodeGemm/128/2/0/manual_time", "real_time": 1e9}]
         self.assertEqual(choice(99.0, extra=slow), "cublas")
@@ -499,7 +507,7 @@ class Report(unittest.TestCase):
         self.assertFalse(self.run_report("tests")[0])
         # e2e: only engine_c32 and copy_bw ran; no HF baseline, by choice.
         for name in ("engine_c1", "engine_c8", "engine_c128", "engine_c32_eager", "engine_c32_pdl",
-                     "engine_c32_fp8", "hf_generate"):
+                     "engine_c32_lt", "engine_c32_fp8", "hf_generate"):
             left_out(name)
         self.write("copy_bw.json", {"benchmarks": [
             {"name": "BM_DeviceCopy/1073741824/manual_time", "bytes_per_second": 4.0e12}]})
@@ -531,7 +539,7 @@ class Report(unittest.TestCase):
         self.assertFalse(ok)
         self.assertIn("no SDPA figure", text)
 
-    def test_decode_step_rows_graphs_eager_and_pdl(self):
+    def test_decode_step_rows_graphs_eager_pdl_and_lt(self):
         # The decode-only steps at batch 32 of each run against (weights + KV) / copy bandwidth;
         # only the default run ("graphs on") is held to the 1.25x target.
         self.write("copy_bw.json", {"benchmarks": [
@@ -543,6 +551,7 @@ class Report(unittest.TestCase):
             self.write(f"{folder}/steps.csv", "\n".join(rows) + "\n")
         steps("engine-c32", [6.0, 6.2, 5.9])
         steps("engine-c32-pdl", [5.5, 5.4, 5.6])
+        steps("engine-c32-lt", [5.2, 5.1])
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
             ok = report.report_decode_step(self.work)
@@ -550,6 +559,7 @@ class Report(unittest.TestCase):
         # bound = (15.01 GB of weights + 1000 blocks x 2 MiB) / 4000 GB/s = 4.28 ms
         self.assertRegex(text, r"graphs on\s+6.00\s+4.28\s+1.40x\s+3\s+MISS")
         self.assertRegex(text, r"graphs on, PDL\s+5.50\s+4.28\s+1.29x\s+3\s+report")
+        self.assertRegex(text, r"graphs on, cuBLASLt tuned\s+5.20\s+4.28\s+1.22x\s+2\s+report")
         self.assertRegex(text, r"graphs off\s+no result")
         self.assertFalse(ok)
         steps("engine-c32", [5.3])
