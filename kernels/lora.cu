@@ -1,5 +1,5 @@
-// The gather kernels of kernels/lora.h: one CTA per (row, target) for the shrink, one per (row,
-// 128 output columns) for the expand.
+// The gather kernels of kernels/lora.h: one CTA per (row, target) for the shrink (its input
+// columns split over the CTA's threads), one per (row, 128 output columns) for the expand.
 #include <cuda_bf16.h>
 
 #include <stdexcept>
@@ -32,10 +32,18 @@ __device__ __forceinline__ T pick(int i, T a, T b, T c) {
   return i == 0 ? a : (i == 1 ? b : c);
 }
 
-// Each warp takes ranks warp, warp + 8, ...; its lanes read 8 consecutive input values at a time
-// (16-byte loads of x and of the adapter's A row) and the warp sums its lanes' partial dots.
+// Ranks a shrink thread accumulates at once (a block of A's rows; larger ranks loop over blocks).
+constexpr int kShrinkRankBlock = 8;
+
+// The input row is split over the CTA: thread t takes columns 8 (t + 256 i) .. + 8 (i = 0, 1, ...;
+// one 16-byte load of x each, read once per rank block) and accumulates, for each of a block of
+// kShrinkRankBlock ranks, the dot of those columns with A_j's (16-byte loads, all independent, so
+// a thread keeps many in flight where the former kernel walked each rank's row in a chain of
+// dependent loads); then each rank's 256 partial sums are added in a fixed order: a warp sum, then
+// the 8 warps' sums in shared memory, warp 0 first (deterministic).
 __global__ void __launch_bounds__(kShrinkThreads)
     lora_shrink_kernel(const GroupDims d, const __nv_bfloat16* in, std::int32_t ld_in) {
+  __shared__ float part[kShrinkThreads / 32][kShrinkRankBlock];
   detail::wait_for_predecessor();
   detail::allow_dependents();
   const LoraRow r = d.rows[blockIdx.x];
@@ -44,19 +52,37 @@ __global__ void __launch_bounds__(kShrinkThreads)
   const __nv_bfloat16* a = detail::bf(r.weights) + r.rank * pick(gi, d.a0, d.a1, d.a2);
   float* dst = d.tmp + (std::int64_t{blockIdx.x} * d.num_targets + gi) * d.max_rank;
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
-  for (int j = warp; j < r.rank; j += kShrinkThreads / 32) {
-    const __nv_bfloat16* aj = a + std::int64_t{j} * d.in;
-    float s = 0.0f;
-#pragma unroll 4
-    for (int k = 8 * lane; k < d.in; k += 256) {
-      float xf[8], af[8];
-      detail::unpack8(detail::load16(x + k), xf);
-      detail::unpack8(detail::load16(aj + k), af);
+  for (int j0 = 0; j0 < r.rank; j0 += kShrinkRankBlock) {
+    const int nj = min(kShrinkRankBlock, r.rank - j0);
+    float s[kShrinkRankBlock];
 #pragma unroll
-      for (int e = 0; e < 8; ++e) s = fmaf(xf[e], af[e], s);
+    for (int j = 0; j < kShrinkRankBlock; ++j) s[j] = 0.0f;
+    for (int k = 8 * static_cast<int>(threadIdx.x); k < d.in; k += 8 * kShrinkThreads) {
+      float xf[8];
+      detail::unpack8(detail::load16(x + k), xf);
+#pragma unroll
+      for (int j = 0; j < kShrinkRankBlock; ++j) {
+        if (j < nj) {
+          float af[8];
+          detail::unpack8(detail::load16(a + std::int64_t{j0 + j} * d.in + k), af);
+#pragma unroll
+          for (int e = 0; e < 8; ++e) s[j] = fmaf(xf[e], af[e], s[j]);
+        }
+      }
     }
-    s = detail::warp_sum(s);
-    if (lane == 0) dst[j] = s;
+#pragma unroll
+    for (int j = 0; j < kShrinkRankBlock; ++j) {
+      const float w = detail::warp_sum(s[j]);
+      if (lane == 0) part[warp][j] = w;
+    }
+    __syncthreads();
+    if (static_cast<int>(threadIdx.x) < nj) {
+      float total = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kShrinkThreads / 32; ++w) total += part[w][threadIdx.x];
+      dst[j0 + static_cast<int>(threadIdx.x)] = total;
+    }
+    __syncthreads();  // part is rewritten by the next rank block
   }
 }
 
