@@ -597,6 +597,7 @@ std::int64_t CudaExecutor::lora_loads() const {
   return impl_->lora_slots ? impl_->lora_slots->loads() : 0;
 }
 
+std::vector<k::LtChoice> CudaExecutor::gemm_lt_choices() const { return impl_->gemm->lt_choices(); }
 CudaGraphStats CudaExecutor::graph_stats() const {
   CudaGraphStats st = impl_->stats;
   st.cached_graphs = static_cast<std::int32_t>(impl_->graphs.size());

@@ -97,6 +97,7 @@
 #include "kernels/attention_plan.h"
 #include "kernels/float_formats.h"
 #include "kernels/gemm_kernel.h"
+#include "kernels/gemm_lt.h"
 #include "kernels/lora_kernel.h"
 #include "kernels/prefill_kernel.h"
 
@@ -202,6 +203,9 @@ class CudaExecutor : public Backend {
   std::int64_t block_bytes() const;            // K+V of one block across all layers, in kv_format
   const CudaExecutorOptions& options() const;  // prefill_kernel set (cuda_prefill_kernel)
   CudaGraphStats graph_stats() const;
+  // With gemm_kernel kCublasLt: the shapes this executor ran through cuBLASLt and the algorithm
+  // the process chose for each (kernels/gemm_lt.h); empty otherwise.
+  std::vector<kernels::LtChoice> gemm_lt_choices() const;
   // Adapters generated into a LoRA slot so far (each placement that was not resident; 0 without
   // LoRA): with max_loras at least the adapters in use, each is generated once.
   std::int64_t lora_loads() const;

@@ -16,6 +16,7 @@
 #include "engine/cpu_executor.h"
 #include "engine/engine_cluster.h"
 #include "engine/engine_loop.h"
+#include "engine/gemm_lt_file.h"
 #include "engine/gpu_switches.h"
 #include "engine/nvml_energy.h"
 #include "engine/run_support.h"
@@ -484,6 +485,7 @@ EngineInstance load_replicas(const ExperimentConfig& config, const EngineOptions
     cuda_options.max_lora_rank = config.scheduler.lora.max_lora_rank;
     cuda_options.lora_seed = config.seed;
     apply_cuda_switches(cuda_switches_from_env(), cuda_options);
+    load_gemm_lt_file(cuda_options.gemm_kernel);  // before the executor's first GEMM
     if (const std::string refusal = cuda_kv_kernels_refusal(cuda_kv, cuda_options.decode_kernel,
                                                             cuda_prefill_kernel(cuda_options));
         !refusal.empty()) {
@@ -562,6 +564,21 @@ double prefill_pinned_prefixes(const ExperimentConfig& config, EngineInstance& e
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
+namespace {
+
+// The linear layers' kernel of the engine's CUDA executor (kCublas when it has none).
+kernels::GemmKernel cuda_gemm_kernel(const EngineInstance& engine) {
+#if SERVELAB_HAVE_CUDA
+  if (const auto* gpu = dynamic_cast<const CudaExecutor*>(engine.executor.get())) {
+    return gpu->options().gemm_kernel;
+  }
+#endif
+  (void)engine;
+  return kernels::GemmKernel::kCublas;
+}
+
+}  // namespace
+
 double warm_up_engine(const ExperimentConfig& config, const EngineOptions& options,
                       EngineInstance& engine) {
   if (options.device != "cuda") return 0;
@@ -572,7 +589,9 @@ double warm_up_engine(const ExperimentConfig& config, const EngineOptions& optio
                            .num_blocks = engine.num_gpu_blocks,
                            .block_size = sc.block_size,
                            .lora_rank = sc.lora.enabled() ? sc.lora.max_lora_rank : 0});
-  return run_warm_up(*engine.executor, plans);
+  const double seconds = run_warm_up(*engine.executor, plans);
+  save_gemm_lt_file(cuda_gemm_kernel(engine));  // the decode buckets' shapes are decided now
+  return seconds;
 }
 
 RunOutput run_engine(const ExperimentConfig& config, const EngineOptions& options) {
@@ -660,8 +679,16 @@ RunOutput run_engine(const ExperimentConfig& config, const EngineOptions& option
     out.summary.cuda_graphs = RunSummary::CudaGraphCounts{
         end.captures - graphs_start.captures, end.replays - graphs_start.replays,
         end.padded_eager - graphs_start.padded_eager, end.eager_steps - graphs_start.eager_steps};
+    if (cuda_exec->options().gemm_kernel == kernels::GemmKernel::kCublasLt) {
+      std::vector<RunSummary::GemmLtShape>& lt = out.summary.gemm_lt.emplace();
+      for (const kernels::LtChoice& c : cuda_exec->gemm_lt_choices()) {
+        lt.push_back({c.shape.tokens, c.shape.in, c.shape.out, c.shape.out_f32, c.shape.accumulate,
+                      c.tuned, c.candidates, c.chosen, c.split_k, c.first_us, c.chosen_us});
+      }
+    }
   }
 #endif
+  save_gemm_lt_file(cuda_gemm_kernel(engine));
   finish_engine_run(config, {out.backend, model.name, engine.hardware}, capture,
                     options.write_tokens, run_stage, out);
   return out;

@@ -42,6 +42,13 @@ CudaSwitches cuda_switches_from_env() {
   } catch (const std::invalid_argument& e) {
     throw ConfigError(std::string("environment variable ") + e.what());
   }
+  if (const char* file = std::getenv(kCudaGemmLtFileEnv); file != nullptr) {
+    if (*file == '\0') {
+      throw ConfigError(std::string("environment variable ") + kCudaGemmLtFileEnv +
+                        " is empty: name the file of cuBLASLt decisions, or unset it");
+    }
+    sw.gemm_lt_file = file;
+  }
   return sw;
 }
 

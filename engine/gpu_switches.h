@@ -10,6 +10,9 @@
 //                                           tokens; lt: cuBLASLt timed per decode graph bucket)
 //   SERVELAB_CUDA_PDL=0|1                   programmatic dependent launch (programmatic_launch)
 //   SERVELAB_CUDA_LORA=gather|cublas        LoRA deltas of short segments (lora_kernel)
+//   SERVELAB_CUDA_GEMM_LT_FILE=PATH         with SERVELAB_CUDA_GEMM=lt: the cuBLASLt decisions
+//                                           read before and written after the run
+//                                           (engine/gemm_lt_file.h); no effect otherwise
 // Unset leaves the option as it is (defaults: graphs and fusion on, the pipelined and fa2
 // kernels, cuBLAS, PDL off, LoRA gather). The engine commands (engine run, serve, profile) apply
 // them; the CudaExecutor itself does not read the environment, so tests choose their variants
@@ -32,6 +35,7 @@ namespace servelab {
 inline constexpr const char* kCudaGraphsEnv = "SERVELAB_CUDA_GRAPHS";
 inline constexpr const char* kCudaFusedQkvEnv = "SERVELAB_CUDA_FUSED_QKV";
 inline constexpr const char* kCudaPdlEnv = "SERVELAB_CUDA_PDL";
+inline constexpr const char* kCudaGemmLtFileEnv = "SERVELAB_CUDA_GEMM_LT_FILE";
 
 // The value of switch `name`: "1" is true, "0" false (surrounding blanks ignored); nullptr (unset)
 // is nullopt. Anything else throws ConfigError naming the variable, the value and the accepted
@@ -46,6 +50,7 @@ struct CudaSwitches {
   std::optional<kernels::PrefillKernel> prefill_kernel;
   std::optional<kernels::GemmKernel> gemm_kernel;
   std::optional<kernels::LoraKernel> lora_kernel;
+  std::optional<std::string> gemm_lt_file;  // set and not empty (an empty value is an error)
 };
 // Every switch from the process environment (parse_switch on the booleans; the kernels by
 // name). Throws ConfigError naming the variable, the value and the accepted values.

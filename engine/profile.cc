@@ -18,6 +18,7 @@
 #include "core/strings.h"
 #include "engine/cpu_executor.h"
 #include "engine/engine_driver.h"
+#include "engine/gemm_lt_file.h"
 #include "engine/gpu_switches.h"
 #include "engine/llama_weights.h"
 #include "engine/nvml_energy.h"
@@ -376,6 +377,9 @@ ProfileRun run_profile(const ProfileOptions& o, std::FILE* progress) {
   std::string driver;                 // the GPU driver's version (CUDA only)
   std::string prefill_launch;         // the prefill attention launch's figures (CUDA only)
   std::unique_ptr<NvmlEnergy> meter;  // CUDA with NVML: the board's energy counter
+  // The linear layers' kernel (CUDA only): with lt, SERVELAB_CUDA_GEMM_LT_FILE is read before the
+  // shapes run and written after (engine/gemm_lt_file.h).
+  kernels::GemmKernel gemm_kernel = kernels::GemmKernel::kCublas;
   std::int64_t block_bytes = engine_block_bytes(model, o.block_size);
   if (o.device == "cpu") {
     CpuExecutorOptions eo;
@@ -411,6 +415,8 @@ ProfileRun run_profile(const ProfileOptions& o, std::FILE* progress) {
     co.max_lora_rank = std::max(1, o.lora_rank);
     co.kv_format = kv_format;  // fp8: per-tensor scales 1, as `engine run`'s
     apply_cuda_switches(cuda_switches_from_env(), co);
+    gemm_kernel = co.gemm_kernel;
+    load_gemm_lt_file(gemm_kernel);
     if (const std::string refusal =
             cuda_kv_kernels_refusal(kv_format, co.decode_kernel, cuda_prefill_kernel(co));
         !refusal.empty()) {
@@ -532,6 +538,7 @@ ProfileRun run_profile(const ProfileOptions& o, std::FILE* progress) {
     out << "\n";
   }
   write_file_atomically(o.out, out.str());
+  save_gemm_lt_file(gemm_kernel);
   return {built.size(), device_name};
 }
 

@@ -5,7 +5,11 @@
 
 #include <algorithm>
 #include <array>
+#include <cinttypes>
+#include <cstdio>
+#include <fstream>
 #include <mutex>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -277,6 +281,121 @@ void LtGemm::decide(Plan& p, const Bf16* x, const Bf16* w, void* y, float beta, 
   p.algo = got.algo;
   p.info = got.info;
   p.planned = true;
+}
+
+namespace {
+
+constexpr const char* kDecisionsHeader = "# servelab cuBLASLt decisions v1";
+
+// "device <name> | cublaslt <version>" of this process (device 0's name, as the executor uses).
+std::string decisions_origin() {
+  cudaDeviceProp prop{};
+  int device = 0;
+  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  check_cuda(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
+  return std::string("device ") + prop.name + " | cublaslt " + std::to_string(cublasLtGetVersion());
+}
+
+}  // namespace
+
+void LtGemm::save_decisions(const std::string& path) {
+  Decisions& d = decisions();
+  std::ostringstream text;
+  text << kDecisionsHeader << "\n" << decisions_origin() << "\n";
+  {
+    std::lock_guard<std::mutex> lock(d.mu);
+    for (const auto& [key, dec] : d.by_shape) {
+      const LtChoice& c = dec.info;
+      char times[64];
+      std::snprintf(times, sizeof(times), "%.3f %.3f", static_cast<double>(c.first_us),
+                    static_cast<double>(c.chosen_us));
+      text << key.first.tokens << ' ' << key.first.in << ' ' << key.first.out << ' '
+           << (key.first.out_f32 ? "f32" : "bf16") << ' ' << (key.first.accumulate ? 1 : 0) << ' '
+           << key.second << ' ' << (dec.usable ? 1 : 0) << ' ' << (c.tuned ? 1 : 0) << ' '
+           << c.candidates << ' ' << c.timed << ' ' << c.chosen << ' ' << c.split_k << ' ' << times;
+      for (const std::uint64_t w : dec.algo.data) {
+        char hex[24];
+        std::snprintf(hex, sizeof(hex), " %016" PRIx64, w);
+        text << hex;
+      }
+      text << '\n';
+    }
+  }
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << text.str();
+    out.flush();
+    if (!out) throw std::runtime_error(tmp + ": cannot write the cuBLASLt decisions");
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    throw std::runtime_error(path + ": cannot write the cuBLASLt decisions (rename failed)");
+  }
+}
+
+std::int64_t LtGemm::load_decisions(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error(path + ": cannot read the cuBLASLt decisions");
+  const auto bad = [&](int line, const std::string& what) {
+    return std::invalid_argument(path + ": line " + std::to_string(line) + ": " + what);
+  };
+  std::string line;
+  if (!std::getline(in, line) || line != kDecisionsHeader) {
+    throw bad(1, std::string("expected '") + kDecisionsHeader + "'");
+  }
+  const std::string origin = decisions_origin();
+  if (!std::getline(in, line) || line.rfind("device ", 0) != 0) {
+    throw bad(2, "expected 'device <name> | cublaslt <version>'");
+  }
+  if (line != origin) {
+    throw std::invalid_argument(path + ": made on " + line.substr(7) + ", this process has " +
+                                origin.substr(7) + ": delete it to time the shapes again");
+  }
+  std::vector<std::pair<std::pair<LtShape, std::size_t>, Decision>> read;
+  for (int n = 3; std::getline(in, line); ++n) {
+    if (line.empty()) continue;
+    std::istringstream f(line);
+    LtShape s;
+    std::string type, hex;
+    int accumulate = -1, usable = -1, tuned = -1;
+    std::size_t workspace = 0;
+    Decision dec;
+    LtChoice& c = dec.info;
+    f >> s.tokens >> s.in >> s.out >> type >> accumulate >> workspace >> usable >> tuned >>
+        c.candidates >> c.timed >> c.chosen >> c.split_k >> c.first_us >> c.chosen_us;
+    bool ok = static_cast<bool>(f) && s.tokens >= 1 && s.in >= 1 && s.out >= 1 &&
+              (type == "f32" || type == "bf16") && (accumulate == 0 || accumulate == 1) &&
+              (usable == 0 || usable == 1) && (tuned == 0 || tuned == 1) && c.candidates >= 0 &&
+              c.timed >= 0 && c.timed <= c.candidates && c.chosen >= -1 &&
+              c.chosen < std::max(c.candidates, 1);
+    for (std::uint64_t& w : dec.algo.data) {
+      if (!(f >> hex) || hex.size() != 16 ||
+          hex.find_first_not_of("0123456789abcdef") != std::string::npos) {
+        ok = false;
+        break;
+      }
+      w = std::stoull(hex, nullptr, 16);
+    }
+    if (!ok || (f >> hex)) {
+      throw bad(n,
+                "expected 'tokens in out f32|bf16 accumulate(0|1) workspace_bytes usable(0|1) "
+                "tuned(0|1) candidates timed chosen split_k first_us chosen_us' and 8 words of 16 "
+                "hex digits");
+    }
+    s.out_f32 = type == "f32";
+    s.accumulate = accumulate == 1;
+    dec.usable = usable == 1;
+    c.shape = s;
+    c.tuned = tuned == 1;
+    c.algo_id = dec.usable ? algo_attribute(dec.algo, CUBLASLT_ALGO_CONFIG_ID, -1) : -1;
+    read.emplace_back(std::make_pair(s, workspace), dec);
+  }
+  Decisions& d = decisions();
+  std::lock_guard<std::mutex> lock(d.mu);
+  std::int64_t added = 0;
+  for (const auto& [key, dec] : read) added += d.by_shape.emplace(key, dec).second ? 1 : 0;
+  return added;
 }
 
 bool LtGemm::run(const Bf16* x, const Bf16* w, void* y, bool out_f32, std::int32_t tokens,

@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -83,6 +84,24 @@ class LtGemm {
 
   // Shapes timed in this process so far, by any LtGemm (tests: a decision is made once).
   static std::int64_t process_tunings();
+
+  // The process's decisions as a text file, so that later processes run the same algorithms (a
+  // profile and the runs calibrated on it; two runs of one experiment: bit-identical tokens):
+  //   # servelab cuBLASLt decisions v1
+  //   device <name of device 0> | cublaslt <cublasLtGetVersion()>
+  //   then a line a shape: tokens in out f32|bf16 accumulate(0|1) workspace_bytes usable(0|1)
+  //   tuned(0|1) candidates timed chosen split_k first_us chosen_us algo (8 words of 16 hex
+  //   digits)
+  // in shape order. save_decisions writes every decision made or loaded so far, through a
+  // temporary file renamed over `path` (a reader never sees half a file); load_decisions adds a
+  // file's decisions to the process's (a shape this process already decided keeps its own) and
+  // returns how many it added. Throws std::invalid_argument "<path>: line N: <what was expected>"
+  // for a malformed file, and "<path>: made on <device | cublaslt>, this process has <...>:
+  // delete it to time the shapes again" for another device or cuBLASLt version (an algorithm
+  // descriptor is only valid for the library that made it); std::runtime_error when the file
+  // cannot be read or written.
+  static void save_decisions(const std::string& path);
+  static std::int64_t load_decisions(const std::string& path);
 
  private:
   struct Plan;

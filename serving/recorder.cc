@@ -744,6 +744,23 @@ void write_summary_json(const std::string& path, const RunSummary& s,
                         {"padded_eager_steps", s.cuda_graphs->padded_eager_steps},
                         {"eager_steps", s.cuda_graphs->eager_steps}};
   }
+  if (s.gemm_lt) {
+    nlohmann::ordered_json shapes = nlohmann::ordered_json::array();
+    for (const RunSummary::GemmLtShape& g : *s.gemm_lt) {
+      shapes.push_back({{"tokens", g.tokens},
+                        {"in", g.in},
+                        {"out", g.out},
+                        {"out_type", g.out_f32 ? "f32" : "bf16"},
+                        {"accumulate", g.accumulate},
+                        {"tuned", g.tuned},
+                        {"candidates", g.candidates},
+                        {"chosen", g.chosen},
+                        {"split_k", g.split_k},
+                        {"first_us", g.first_us},
+                        {"chosen_us", g.chosen_us}});
+    }
+    j["gemm_lt"] = shapes;
+  }
   if (!s.classes.empty()) {
     // Per request class, the request metrics of the run's definitions (docs/metrics.md).
     nlohmann::ordered_json classes = nlohmann::ordered_json::object();

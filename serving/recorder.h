@@ -181,6 +181,18 @@ struct RunSummary {
     std::int64_t captures = 0, replays = 0, padded_eager_steps = 0, eager_steps = 0;
   };
   std::optional<CudaGraphCounts> cuda_graphs;
+  // CUDA engine runs with SERVELAB_CUDA_GEMM=lt (absent elsewhere): each linear-layer shape the
+  // executor ran through cuBLASLt, with the algorithm the process chose for it (kernels/gemm_lt.h
+  // LtChoice: candidates offered, the winner's index, its split-K, the median microseconds of the
+  // heuristic's first candidate and of the winner while tuning; tuned false when first met during
+  // a graph capture). Filled in by the driver (docs/metrics.md "cuBLASLt choices").
+  struct GemmLtShape {
+    std::int32_t tokens = 0, in = 0, out = 0;
+    bool out_f32 = true, accumulate = false, tuned = false;
+    std::int32_t candidates = 0, chosen = -1, split_k = 1;
+    double first_us = 0, chosen_us = 0;
+  };
+  std::optional<std::vector<GemmLtShape>> gemm_lt;
   // LoRA (serving.lora; summary.json's `lora` object when report_lora, which the driver sets:
   // fill_lora_report): requests per adapter (all requests of the run; base-model ones under 0),
   // the mean over executed steps of the distinct adapters a step ran (StepPlan::num_loras), the

@@ -185,6 +185,24 @@ TEST(CudaSwitches, GemmVariablePicksTheLinearKernel) {
   ::unsetenv(kernels::kGemmKernelEnv);
 }
 
+// SERVELAB_CUDA_GEMM_LT_FILE names the file of cuBLASLt decisions (engine/gemm_lt_file.h): unset
+// is none, a path is kept as given, an empty value is refused naming the variable.
+TEST(CudaSwitches, GemmLtFileVariableNamesTheDecisionsFile) {
+  ::unsetenv(kCudaGemmLtFileEnv);
+  EXPECT_EQ(cuda_switches_from_env().gemm_lt_file, std::nullopt);
+  ::setenv(kCudaGemmLtFileEnv, "/tmp/some dir/decisions.txt", 1);
+  EXPECT_EQ(cuda_switches_from_env().gemm_lt_file, "/tmp/some dir/decisions.txt");
+  ::setenv(kCudaGemmLtFileEnv, "", 1);
+  try {
+    cuda_switches_from_env();
+    ADD_FAILURE() << "accepted an empty SERVELAB_CUDA_GEMM_LT_FILE";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("SERVELAB_CUDA_GEMM_LT_FILE is empty"), std::string::npos)
+        << e.what();
+  }
+  ::unsetenv(kCudaGemmLtFileEnv);
+}
+
 // SERVELAB_CUDA_LORA picks how LoRA deltas are computed, and nothing else; a bad value names the
 // variable and both kernels.
 TEST(CudaSwitches, LoraVariablePicksTheDeltaKernel) {

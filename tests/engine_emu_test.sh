@@ -131,6 +131,18 @@ for sw in "${switches[@]}"; do
     --out "$d" --tokens --quiet
   check "  ... tokens agree with the CPU engine's" same_tokens "$d" "$t/cpu" 9
 done
+# SERVELAB_CUDA_GEMM=lt: summary.json lists the shapes timed through cuBLASLt (docs/metrics.md),
+# each at a decode bucket's token count, timed on its first (warm-up) eager pass, its choice one
+# of the candidates offered; no other run has the object.
+check "  ... SERVELAB_CUDA_GEMM=lt: summary.json's gemm_lt lists the tuned shapes" python3 -c "
+import json, sys
+lt = json.load(open('$t/SERVELAB-CUDA-GEMM-lt/summary.json'))['gemm_lt']
+other = json.load(open('$t/cuda/summary.json'))
+print('  ', len(lt), 'shapes; first:', lt[0] if lt else None)
+buckets = {1, 2, 4} | set(range(8, 513, 8))
+sys.exit(0 if lt and 'gemm_lt' not in other and all(
+    g['tokens'] in buckets and g['tuned'] and 0 <= g['chosen'] < g['candidates']
+    and g['chosen_us'] <= g['first_us'] and g['out_type'] in ('f32', 'bf16') for g in lt) else 1)"
 # Graph replay computes the padded eager pass bit for bit, and the emulated cuBLAS sums in the
 # same order for any row count: eager and replayed runs agree exactly.
 check "graphs off and on: identical tokens" same_tokens "$t/SERVELAB-CUDA-GRAPHS-0" "$t/cuda" 12
@@ -154,6 +166,41 @@ check "  ... tokens as the skinny run without PDL" same_tokens "$t/pdl" "$t/SERV
 check "a GEMM kernel that does not exist refused" run 2 env SERVELAB_CUDA_GEMM=cutlass "$emu" run \
   "$t/exp.yaml" --device cuda --out "$t/no-gemm" --quiet
 check "  ... naming the variable and the choices" has "SERVELAB_CUDA_GEMM: expected one of cublas, skinny, lt, got 'cutlass'" "$t/last.txt"
+
+# SERVELAB_CUDA_GEMM_LT_FILE (engine/gemm_lt_file.h): the first lt run times its shapes and writes
+# the decisions; a second run reads them and times nothing (its summary's gemm_lt, timings
+# included, is the first's: a re-timing would not give the same microseconds), with the same
+# tokens; the file is rewritten with the same decisions. A malformed or empty setting is refused.
+lt_file=$t/lt-decisions.txt
+for n in 1 2; do
+  check "SERVELAB_CUDA_GEMM_LT_FILE, run $n: exits 0" run 0 env SERVELAB_CUDA_GEMM=lt \
+    SERVELAB_CUDA_GEMM_LT_FILE="$lt_file" "$emu" run "$t/exp.yaml" --device cuda --out "$t/lt-$n" \
+    --tokens --quiet
+done
+check "  ... the file holds the header and a line a shape" python3 -c "
+import json, sys
+lines = open('$lt_file').read().splitlines()
+lt = json.load(open('$t/lt-1/summary.json'))['gemm_lt']
+sys.exit(0 if lines[0] == '# servelab cuBLASLt decisions v1' and lines[1].startswith('device ')
+         and len(lines) - 2 >= len(lt) > 0 and all(len(l.split()) == 22 for l in lines[2:]) else 1)"
+check "  ... the second run took the first's decisions" python3 -c "
+import json, sys
+a, b = (json.load(open(f'$t/lt-{n}/summary.json'))['gemm_lt'] for n in (1, 2))
+sys.exit(0 if a == b else 1)"
+check "  ... with the same tokens" same_tokens "$t/lt-2" "$t/lt-1" 12
+printf '# servelab cuBLASLt decisions v1\ndevice elsewhere | cublaslt 1\n' > "$t/lt-other.txt"
+check "decisions made on another device refused (exit 2)" run 2 env SERVELAB_CUDA_GEMM=lt \
+  SERVELAB_CUDA_GEMM_LT_FILE="$t/lt-other.txt" "$emu" run "$t/exp.yaml" --device cuda \
+  --out "$t/lt-bad" --quiet
+check "  ... naming the variable, the file and the way out" has "SERVELAB_CUDA_GEMM_LT_FILE=$t/lt-other.txt: .*made on elsewhere | cublaslt 1, .*delete it to time the shapes again" "$t/last.txt"
+{ head -2 "$lt_file"; echo "32 4096 6144 f32 0 33554432 1 1 8 8 3"; } > "$t/lt-short.txt"
+check "a malformed decisions line refused (exit 2)" run 2 env SERVELAB_CUDA_GEMM=lt \
+  SERVELAB_CUDA_GEMM_LT_FILE="$t/lt-short.txt" "$emu" run "$t/exp.yaml" --device cuda \
+  --out "$t/lt-bad" --quiet
+check "  ... naming its line and what was expected" has "lt-short.txt: line 3: expected 'tokens in out" "$t/last.txt"
+check "an empty SERVELAB_CUDA_GEMM_LT_FILE refused (exit 2)" run 2 env SERVELAB_CUDA_GEMM=lt \
+  SERVELAB_CUDA_GEMM_LT_FILE= "$emu" run "$t/exp.yaml" --device cuda --out "$t/lt-bad" --quiet
+check "  ... saying so" has "SERVELAB_CUDA_GEMM_LT_FILE is empty" "$t/last.txt"
 
 # The KV offload host tier (6 slots: reused as the run goes on) and pinned prefixes on the CUDA
 # executor: its blocks move through pinned host memory bit for bit, so the tokens are the plain

@@ -16,9 +16,12 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <limits>
 #include <numeric>
 #include <span>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -1815,6 +1818,42 @@ TEST(GpuKernels, CublasLtGemmTunesEachShapeOnce) {
   EXPECT_FALSE(captured->tuned);
   EXPECT_EQ(captured->chosen, 0);
   EXPECT_EQ(captured->timed, 0);
+
+  // The decisions as a file: a header, this process's device and cuBLASLt, a line a shape (22
+  // fields); loading it adds nothing here (every shape is decided); a file from another device or
+  // with a malformed line is refused, naming the file and the line.
+  const std::string file = ::testing::TempDir() + "servelab_lt_decisions.txt";
+  k::LtGemm::save_decisions(file);
+  std::vector<std::string> lines;
+  {
+    std::ifstream in(file);
+    for (std::string line; std::getline(in, line);) lines.push_back(line);
+  }
+  ASSERT_GE(lines.size(), 2u + after.size());
+  EXPECT_EQ(lines[0], "# servelab cuBLASLt decisions v1");
+  EXPECT_EQ(lines[1].rfind("device ", 0), 0u) << lines[1];
+  for (std::size_t i = 2; i < lines.size(); ++i) {
+    std::istringstream f(lines[i]);
+    std::vector<std::string> fields{std::istream_iterator<std::string>(f), {}};
+    EXPECT_EQ(fields.size(), 22u) << lines[i];
+  }
+  EXPECT_EQ(k::LtGemm::load_decisions(file), 0);
+  const auto refused = [&](const std::vector<std::string>& text, const std::string& want) {
+    {
+      std::ofstream out(file, std::ios::trunc);
+      for (const std::string& l : text) out << l << "\n";
+    }
+    try {
+      k::LtGemm::load_decisions(file);
+      ADD_FAILURE() << "accepted a file wanting '" << want << "'";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  };
+  refused({lines[0], "device elsewhere | cublaslt 1"}, "delete it to time the shapes again");
+  refused({"# another file"}, file + ": line 1: expected");
+  refused({lines[0], lines[1], lines[2].substr(0, lines[2].rfind(' '))}, file + ": line 3:");
+  std::remove(file.c_str());
 #endif
 }
 

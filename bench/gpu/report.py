@@ -311,6 +311,7 @@ def report_e2e(work):
               "hf_generate.log)")
         ok = False
     ok &= report_decode_step(work)
+    report_lt_choices(work)
     report_fp8_kv(work)
     # Async scheduling: the host plans step n + 1 while the GPU runs step n.
     report_c32_variant(work, "engine-c32-async", "async scheduling", hf_by_c.get(32))
@@ -351,6 +352,24 @@ def report_c32_variant(work, folder, what, hf32=None):
     hf = f", {tps / hf32['output_tokens_per_s']:.1f}x HF" if hf32 else ""
     print(f"{what} at concurrency 32: {tps:.0f} output tok/s{hf} (default {base:.0f}), "
           f"TPOT p50 {pct(a, 'tpot_ms'):.2f} ms (default {pct(s, 'tpot_ms'):.2f})")
+
+
+def report_lt_choices(work, tokens=32):
+    """One line: what cuBLASLt's timing chose in the c32 run with SERVELAB_CUDA_GEMM=lt
+    (summary.json gemm_lt, docs/metrics.md): the shapes at `tokens` tokens (one decode step's
+    GEMMs at batch 32, each layer's and the LM head), candidate 0's time against the winner's."""
+    s = load(os.path.join(work, "engine-c32-lt", "summary.json"))
+    if s is None or "gemm_lt" not in s:
+        print("cuBLASLt choices at concurrency 32: not run (engine-c32-lt)")
+        return
+    at = [g for g in s["gemm_lt"] if g.get("tokens") == tokens]
+    first = sum(g.get("first_us", 0) for g in at)
+    chosen = sum(g.get("chosen_us", 0) for g in at)
+    moved = sum(1 for g in at if g.get("chosen", 0) != 0)
+    gain = f", {100 * (first - chosen) / first:.1f} % less" if first > 0 else ""
+    print(f"cuBLASLt choices at concurrency 32: {len(s['gemm_lt'])} shapes timed; the {len(at)} at "
+          f"{tokens} tokens take {chosen:.1f} us (heuristic's first {first:.1f} us{gain}), "
+          f"{moved} of them another algorithm than the heuristic's first")
 
 
 def report_fp8_kv(work):

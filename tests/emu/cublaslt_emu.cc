@@ -81,6 +81,7 @@ cublasStatus_t cublasLtDestroy(cublasLtHandle_t handle) {
   return CUBLAS_STATUS_SUCCESS;
 }
 const char* cublasLtGetStatusString(cublasStatus_t status) { return cublasGetStatusString(status); }
+std::size_t cublasLtGetVersion() { return 130000; }
 
 cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* desc, cublasComputeType_t compute,
                                         cudaDataType_t scale_type) {

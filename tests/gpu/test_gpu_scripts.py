@@ -590,6 +590,16 @@ class Report(unittest.TestCase):
         self.assertIn("fp8 KV at concurrency 32: 9500 output tok/s (bf16 9011), TPOT p50 4.50 ms "
                       "(bf16 5.00), KV blocks 40000 (bf16 ?)", self.run_report("e2e")[1])
         self.assertIn("async scheduling at concurrency 32: not run", self.run_report("e2e")[1])
+        self.assertIn("cuBLASLt choices at concurrency 32: not run (engine-c32-lt)",
+                      self.run_report("e2e")[1])
+        shape = {"in": 4096, "out": 4096, "tuned": True, "candidates": 8}
+        self.write("engine-c32-lt/summary.json", {"gemm_lt": [
+            dict(shape, tokens=32, chosen=3, first_us=20.0, chosen_us=15.0),
+            dict(shape, tokens=32, chosen=0, first_us=10.0, chosen_us=10.0),
+            dict(shape, tokens=8, chosen=1, first_us=9.0, chosen_us=4.0)]})
+        self.assertIn("cuBLASLt choices at concurrency 32: 3 shapes timed; the 2 at 32 tokens take "
+                      "25.0 us (heuristic's first 30.0 us, 16.7 % less), 1 of them another "
+                      "algorithm than the heuristic's first", self.run_report("e2e")[1])
         self.write("engine-c32-async/summary.json", {
             "throughput": {"output_tokens_per_s": 9800.0}, "tpot_ms": {"p50": 4.7}})
         self.assertIn("async scheduling at concurrency 32: 9800 output tok/s, 12.0x HF (default "

@@ -49,6 +49,7 @@ struct cublasLtMatmulHeuristicResult_t {
 cublasStatus_t cublasLtCreate(cublasLtHandle_t* handle);
 cublasStatus_t cublasLtDestroy(cublasLtHandle_t handle);
 const char* cublasLtGetStatusString(cublasStatus_t status);
+std::size_t cublasLtGetVersion();  // the emulator's: 130000
 
 cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* desc, cublasComputeType_t compute,
                                         cudaDataType_t scale_type);
