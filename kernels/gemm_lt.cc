@@ -307,7 +307,7 @@ void LtGemm::save_decisions(const std::string& path) {
     for (const auto& [key, dec] : d.by_shape) {
       const LtChoice& c = dec.info;
       char times[64];
-      std::snprintf(times, sizeof(times), "%.3f %.3f", static_cast<double>(c.first_us),
+      std::snprintf(times, sizeof(times), "%.9g %.9g", static_cast<double>(c.first_us),
                     static_cast<double>(c.chosen_us));
       text << key.first.tokens << ' ' << key.first.in << ' ' << key.first.out << ' '
            << (key.first.out_f32 ? "f32" : "bf16") << ' ' << (key.first.accumulate ? 1 : 0) << ' '

@@ -89,10 +89,10 @@ class LtGemm {
   // profile and the runs calibrated on it; two runs of one experiment: bit-identical tokens):
   //   # servelab cuBLASLt decisions v1
   //   device <name of device 0> | cublaslt <cublasLtGetVersion()>
-  //   then a line a shape: tokens in out f32|bf16 accumulate(0|1) workspace_bytes usable(0|1)
-  //   tuned(0|1) candidates timed chosen split_k first_us chosen_us algo (8 words of 16 hex
-  //   digits)
-  // in shape order. save_decisions writes every decision made or loaded so far, through a
+  // then a line a shape, in shape order: tokens in out f32|bf16 accumulate(0|1) workspace_bytes
+  // usable(0|1) tuned(0|1) candidates timed chosen split_k first_us chosen_us and the algorithm
+  // (8 words of 16 hex digits); times with 9 significant digits, so a float read back is the
+  // float written. save_decisions writes every decision made or loaded so far, through a
   // temporary file renamed over `path` (a reader never sees half a file); load_decisions adds a
   // file's decisions to the process's (a shape this process already decided keeps its own) and
   // returns how many it added. Throws std::invalid_argument "<path>: line N: <what was expected>"
