@@ -30,6 +30,14 @@ void check_cuda(cudaError_t e, const char* what) {
 }
 
 cublasLtHandle_t as_handle(void* h) { return static_cast<cublasLtHandle_t>(h); }
+
+// The largest power of two up to 256 that divides p's address (cuBLASLt's alignment unit).
+std::uint32_t alignment(const void* p) {
+  const auto a = reinterpret_cast<std::uintptr_t>(p);
+  std::uint32_t align = 256;
+  while (align > 1 && a % align != 0) align /= 2;
+  return align;
+}
 cudaStream_t as_stream(Stream s) { return static_cast<cudaStream_t>(s); }
 
 // True when `stream` is being captured (or its capture state cannot be read: then nothing that
@@ -92,8 +100,9 @@ struct LtGemm::Plan {
   LtChoice info;
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
-  bool planned = false;  // the process's decision is known
-  bool usable = false;   // cuBLASLt runs the shape (else the caller runs cuBLAS)
+  bool planned = false;       // the process's decision is known
+  bool usable = false;        // cuBLASLt runs the shape (else the caller runs cuBLAS)
+  std::uint32_t align = 256;  // the pointer alignment the algorithm was chosen for
   cublasLtMatmulAlgo_t algo{};
 
   ~Plan() {
@@ -114,6 +123,7 @@ namespace {
 // runs the shape, under the lock (so two threads never time the same shape).
 struct Decision {
   bool usable = false;
+  std::uint32_t align = 256;
   cublasLtMatmulAlgo_t algo{};
   LtChoice info;
 };
@@ -242,6 +252,17 @@ void LtGemm::decide(Plan& p, const Bf16* x, const Bf16* w, void* y, float beta, 
     const std::uint64_t max_ws = workspace_bytes_;
     cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(
         pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_ws, sizeof(max_ws));
+    // Only algorithms that work with this call's pointers (the heuristic assumes 256-byte
+    // alignment otherwise); a later call with less aligned pointers runs cuBLAS (run()).
+    Decision made;
+    made.align = std::min({alignment(x), alignment(w), alignment(y)});
+    for (const auto attr :
+         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+          CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
+      if (st == CUBLAS_STATUS_SUCCESS) {
+        st = cublasLtMatmulPreferenceSetAttribute(pref, attr, &made.align, sizeof(made.align));
+      }
+    }
     int returned = 0;
     std::vector<cublasLtMatmulHeuristicResult_t> results(kLtCandidates);
     if (st == CUBLAS_STATUS_SUCCESS) {
@@ -259,7 +280,6 @@ void LtGemm::decide(Plan& p, const Bf16* x, const Bf16* w, void* y, float beta, 
       }
     }
     p.info.candidates = static_cast<std::int32_t>(c.results.size());
-    Decision made;
     if (!c.results.empty() && !capturing(stream)) {
       tune(p, c, x, w, y, beta, stream);
       ++d.tunings;
@@ -278,6 +298,7 @@ void LtGemm::decide(Plan& p, const Bf16* x, const Bf16* w, void* y, float beta, 
   }
   const Decision& got = d.by_shape.at(key);
   p.usable = got.usable;
+  p.align = got.align;
   p.algo = got.algo;
   p.info = got.info;
   p.planned = true;
@@ -311,8 +332,9 @@ void LtGemm::save_decisions(const std::string& path) {
                     static_cast<double>(c.chosen_us));
       text << key.first.tokens << ' ' << key.first.in << ' ' << key.first.out << ' '
            << (key.first.out_f32 ? "f32" : "bf16") << ' ' << (key.first.accumulate ? 1 : 0) << ' '
-           << key.second << ' ' << (dec.usable ? 1 : 0) << ' ' << (c.tuned ? 1 : 0) << ' '
-           << c.candidates << ' ' << c.timed << ' ' << c.chosen << ' ' << c.split_k << ' ' << times;
+           << key.second << ' ' << dec.align << ' ' << (dec.usable ? 1 : 0) << ' '
+           << (c.tuned ? 1 : 0) << ' ' << c.candidates << ' ' << c.timed << ' ' << c.chosen << ' '
+           << c.split_k << ' ' << times;
       for (const std::uint64_t w : dec.algo.data) {
         char hex[24];
         std::snprintf(hex, sizeof(hex), " %016" PRIx64, w);
@@ -362,9 +384,10 @@ std::int64_t LtGemm::load_decisions(const std::string& path) {
     std::size_t workspace = 0;
     Decision dec;
     LtChoice& c = dec.info;
-    f >> s.tokens >> s.in >> s.out >> type >> accumulate >> workspace >> usable >> tuned >>
-        c.candidates >> c.timed >> c.chosen >> c.split_k >> c.first_us >> c.chosen_us;
-    bool ok = static_cast<bool>(f) && s.tokens >= 1 && s.in >= 1 && s.out >= 1 &&
+    f >> s.tokens >> s.in >> s.out >> type >> accumulate >> workspace >> dec.align >> usable >>
+        tuned >> c.candidates >> c.timed >> c.chosen >> c.split_k >> c.first_us >> c.chosen_us;
+    bool ok = static_cast<bool>(f) && s.tokens >= 1 && s.in >= 1 && s.out >= 1 && dec.align >= 1 &&
+              dec.align <= 256 && (dec.align & (dec.align - 1)) == 0 &&
               (type == "f32" || type == "bf16") && (accumulate == 0 || accumulate == 1) &&
               (usable == 0 || usable == 1) && (tuned == 0 || tuned == 1) && c.candidates >= 0 &&
               c.timed >= 0 && c.timed <= c.candidates && c.chosen >= -1 &&
@@ -379,9 +402,9 @@ std::int64_t LtGemm::load_decisions(const std::string& path) {
     }
     if (!ok || (f >> hex)) {
       throw bad(n,
-                "expected 'tokens in out f32|bf16 accumulate(0|1) workspace_bytes usable(0|1) "
-                "tuned(0|1) candidates timed chosen split_k first_us chosen_us' and 8 words of 16 "
-                "hex digits");
+                "expected 'tokens in out f32|bf16 accumulate(0|1) workspace_bytes align "
+                "usable(0|1) tuned(0|1) candidates timed chosen split_k first_us chosen_us' and 8 "
+                "words of 16 hex digits");
     }
     s.out_f32 = type == "f32";
     s.accumulate = accumulate == 1;
@@ -402,7 +425,7 @@ bool LtGemm::run(const Bf16* x, const Bf16* w, void* y, bool out_f32, std::int32
                  std::int32_t in, std::int32_t out, float beta, Stream stream) {
   Plan& p = plan({tokens, in, out, out_f32, beta != 0.0f});
   if (!p.planned) decide(p, x, w, y, beta, stream);
-  if (!p.usable) return false;
+  if (!p.usable || std::min({alignment(x), alignment(w), alignment(y)}) < p.align) return false;
   if (!launch(p, &p.algo, x, w, y, beta, stream)) {
     throw std::runtime_error("cuBLASLt cublasLtMatmul failed for a " + std::to_string(tokens) +
                              " x " + std::to_string(in) + " -> " + std::to_string(out) + " GEMM");

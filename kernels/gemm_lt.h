@@ -20,7 +20,11 @@
 // every eager pass after it, in any executor of the process, compute the same bits. Because the
 // choice is by timing, two processes may choose differently for a shape and then differ in the
 // last bits of its results (as two GPUs would): runs are reproducible within a process, not
-// across processes.
+// across processes, unless they share a decisions file (save_decisions / load_decisions below).
+// The candidates asked for are those that work with the deciding call's pointer alignment (the
+// largest power of two up to 256 dividing every pointer); a later call whose pointers are less
+// aligned than that runs cuBLAS instead (run() returns false), so no algorithm ever meets
+// pointers it cannot take.
 #pragma once
 
 #include <cstddef>
@@ -90,9 +94,9 @@ class LtGemm {
   //   # servelab cuBLASLt decisions v1
   //   device <name of device 0> | cublaslt <cublasLtGetVersion()>
   // then a line a shape, in shape order: tokens in out f32|bf16 accumulate(0|1) workspace_bytes
-  // usable(0|1) tuned(0|1) candidates timed chosen split_k first_us chosen_us and the algorithm
-  // (8 words of 16 hex digits); times with 9 significant digits, so a float read back is the
-  // float written. save_decisions writes every decision made or loaded so far, through a
+  // align usable(0|1) tuned(0|1) candidates timed chosen split_k first_us chosen_us and the
+  // algorithm (8 words of 16 hex digits); times with 9 significant digits, so a float read back is
+  // the float written. save_decisions writes every decision made or loaded so far, through a
   // temporary file renamed over `path` (a reader never sees half a file); load_decisions adds a
   // file's decisions to the process's (a shape this process already decided keeps its own) and
   // returns how many it added. Throws std::invalid_argument "<path>: line N: <what was expected>"

@@ -182,7 +182,7 @@ import json, sys
 lines = open('$lt_file').read().splitlines()
 lt = json.load(open('$t/lt-1/summary.json'))['gemm_lt']
 sys.exit(0 if lines[0] == '# servelab cuBLASLt decisions v1' and lines[1].startswith('device ')
-         and len(lines) - 2 >= len(lt) > 0 and all(len(l.split()) == 22 for l in lines[2:]) else 1)"
+         and len(lines) - 2 >= len(lt) > 0 and all(len(l.split()) == 23 for l in lines[2:]) else 1)"
 check "  ... the second run took the first's decisions" python3 -c "
 import json, sys
 a, b = (json.load(open(f'$t/lt-{n}/summary.json'))['gemm_lt'] for n in (1, 2))
@@ -193,7 +193,7 @@ check "decisions made on another device refused (exit 2)" run 2 env SERVELAB_CUD
   SERVELAB_CUDA_GEMM_LT_FILE="$t/lt-other.txt" "$emu" run "$t/exp.yaml" --device cuda \
   --out "$t/lt-bad" --quiet
 check "  ... naming the variable, the file and the way out" has "SERVELAB_CUDA_GEMM_LT_FILE=$t/lt-other.txt: .*made on elsewhere | cublaslt 1, .*delete it to time the shapes again" "$t/last.txt"
-{ head -2 "$lt_file"; echo "32 4096 6144 f32 0 33554432 1 1 8 8 3"; } > "$t/lt-short.txt"
+{ head -2 "$lt_file"; echo "32 4096 6144 f32 0 33554432 256 1 1 8 8 3"; } > "$t/lt-short.txt"
 check "a malformed decisions line refused (exit 2)" run 2 env SERVELAB_CUDA_GEMM=lt \
   SERVELAB_CUDA_GEMM_LT_FILE="$t/lt-short.txt" "$emu" run "$t/exp.yaml" --device cuda \
   --out "$t/lt-bad" --quiet

@@ -1704,7 +1704,8 @@ TEST(GpuKernels, SkinnyGemmFusedSwigluAndFallback) {
 // on its first call (every candidate timed, the chosen one no slower than the heuristic's first)
 // without accumulating into the caller's y; other counts run cuBLAS, bit for bit. Against the
 // reference: fp32 accumulated into, fp32 over NaN, bf16. A second call of a shape reuses its
-// algorithm (same bits), and so does another Gemm of the process (nothing timed again). A shape
+// algorithm (same bits), and so does another Gemm of the process (nothing timed again); an input
+// less aligned than the deciding call's runs cuBLAS. A shape
 // first met during stream capture keeps the heuristic's first candidate untimed, and the
 // replayed graph and an eager call after it give the same bits.
 TEST(GpuKernels, CublasLtGemmTunesEachShapeOnce) {
@@ -1788,6 +1789,18 @@ TEST(GpuKernels, CublasLtGemmTunesEachShapeOnce) {
     EXPECT_EQ(k::LtGemm::process_tunings() - tunings_before, 6);
     ASSERT_EQ(other.lt_choices().size(), 1u);
     EXPECT_TRUE(other.lt_choices()[0].tuned);
+    // An input less aligned than the decision's (2 bytes: one bf16 in) runs cuBLAS: its bits.
+    std::vector<std::uint16_t> shifted = ToBits(x);
+    shifted.insert(shifted.begin(), 0);
+    DeviceBuffer d_shifted = Upload(shifted), y3 = Poisoned(T * out * 4),
+                 y4 = Poisoned(T * out * 4);
+    other.linear(d_shifted.as<k::Bf16>() + 1, d_w.as<k::Bf16>(), y3.get(), k::Gemm::Out::kF32, T,
+                 in, out, 0.0f, nullptr);
+    cublas.linear(d_shifted.as<k::Bf16>() + 1, d_w.as<k::Bf16>(), y4.get(), k::Gemm::Out::kF32, T,
+                  in, out, 0.0f, nullptr);
+    const std::vector<float> c = Download<float>(y3, T * out), e = Download<float>(y4, T * out);
+    EXPECT_EQ(std::memcmp(c.data(), e.data(), c.size() * 4), 0) << "misaligned: not cuBLAS";
+    ExpectClose(c, ReferenceLinear(x, w, T, in, out), 1e-3, 1e-4, "misaligned input");
   }
 
   // Tokens 2, met first inside a capture: untimed, candidate 0; replay == eager after it.
@@ -1819,7 +1832,7 @@ TEST(GpuKernels, CublasLtGemmTunesEachShapeOnce) {
   EXPECT_EQ(captured->chosen, 0);
   EXPECT_EQ(captured->timed, 0);
 
-  // The decisions as a file: a header, this process's device and cuBLASLt, a line a shape (22
+  // The decisions as a file: a header, this process's device and cuBLASLt, a line a shape (23
   // fields); loading it adds nothing here (every shape is decided); a file from another device or
   // with a malformed line is refused, naming the file and the line.
   const std::string file = ::testing::TempDir() + "servelab_lt_decisions.txt";
@@ -1835,7 +1848,7 @@ TEST(GpuKernels, CublasLtGemmTunesEachShapeOnce) {
   for (std::size_t i = 2; i < lines.size(); ++i) {
     std::istringstream f(lines[i]);
     std::vector<std::string> fields{std::istream_iterator<std::string>(f), {}};
-    EXPECT_EQ(fields.size(), 22u) << lines[i];
+    EXPECT_EQ(fields.size(), 23u) << lines[i];
   }
   EXPECT_EQ(k::LtGemm::load_decisions(file), 0);
   const auto refused = [&](const std::vector<std::string>& text, const std::string& want) {

@@ -62,6 +62,19 @@ bool describe(const cublasLtMatmulDescEmu* d, const cublasLtMatrixLayoutEmu* a,
          b->ld >= static_cast<std::int64_t>(b->rows);
 }
 
+// The descriptors' create and destroy calls: a new T{args...} into *out, and its deletion.
+template <typename T, typename... Args>
+cublasStatus_t make(T** out, Args... args) {
+  if (out == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+  *out = new T{args...};
+  return CUBLAS_STATUS_SUCCESS;
+}
+template <typename T>
+cublasStatus_t release(T* p) {
+  delete p;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
 template <typename T>
 cublasStatus_t set_value(T* field, const void* buf, std::size_t bytes) {
   if (buf == nullptr || bytes != sizeof(T)) return CUBLAS_STATUS_INVALID_VALUE;
@@ -85,14 +98,9 @@ std::size_t cublasLtGetVersion() { return 130000; }
 
 cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* desc, cublasComputeType_t compute,
                                         cudaDataType_t scale_type) {
-  if (desc == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
-  *desc = new cublasLtMatmulDescEmu{compute, scale_type, CUBLAS_OP_N, CUBLAS_OP_N};
-  return CUBLAS_STATUS_SUCCESS;
+  return make(desc, compute, scale_type, CUBLAS_OP_N, CUBLAS_OP_N);
 }
-cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t desc) {
-  delete desc;
-  return CUBLAS_STATUS_SUCCESS;
-}
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t desc) { return release(desc); }
 cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc,
                                               cublasLtMatmulDescAttributes_t attr, const void* buf,
                                               std::size_t bytes) {
@@ -113,23 +121,17 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc,
 
 cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* layout, cudaDataType_t type,
                                           std::uint64_t rows, std::uint64_t cols, std::int64_t ld) {
-  if (layout == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
-  *layout = new cublasLtMatrixLayoutEmu{type, rows, cols, ld};
-  return CUBLAS_STATUS_SUCCESS;
+  return make(layout, type, rows, cols, ld);
 }
 cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t layout) {
-  delete layout;
-  return CUBLAS_STATUS_SUCCESS;
+  return release(layout);
 }
 
 cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t* pref) {
-  if (pref == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
-  *pref = new cublasLtMatmulPreferenceEmu;
-  return CUBLAS_STATUS_SUCCESS;
+  return make(pref);
 }
 cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t pref) {
-  delete pref;
-  return CUBLAS_STATUS_SUCCESS;
+  return release(pref);
 }
 cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t pref,
                                                     cublasLtMatmulPreferenceAttributes_t attr,
@@ -138,9 +140,17 @@ cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p
   if (attr == CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES) {
     return set_value(&pref->max_workspace, buf, bytes);
   }
-  std::uint32_t mode = 0;  // CUBLASLT_MATMUL_PREF_SEARCH_MODE: best fit (0) only
-  const cublasStatus_t st = set_value(&mode, buf, bytes);
-  return st != CUBLAS_STATUS_SUCCESS ? st : mode == 0 ? st : CUBLAS_STATUS_NOT_SUPPORTED;
+  std::uint32_t value = 0;
+  const cublasStatus_t st = set_value(&value, buf, bytes);
+  if (st != CUBLAS_STATUS_SUCCESS) return st;
+  if (attr == CUBLASLT_MATMUL_PREF_SEARCH_MODE) {  // best fit (0) only
+    return value == 0 ? st : CUBLAS_STATUS_NOT_SUPPORTED;
+  }
+  if (attr >= CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES &&
+      attr <= CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES) {  // a power of two
+    return value != 0 && (value & (value - 1)) == 0 ? st : CUBLAS_STATUS_INVALID_VALUE;
+  }
+  return CUBLAS_STATUS_INVALID_VALUE;
 }
 
 cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,

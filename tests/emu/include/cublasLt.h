@@ -31,6 +31,10 @@ enum cublasLtMatmulDescAttributes_t {
 enum cublasLtMatmulPreferenceAttributes_t {
   CUBLASLT_MATMUL_PREF_SEARCH_MODE = 0,
   CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1,
+  CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES = 5,  // uint32_t; accepted, not modelled
+  CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES = 6,
+  CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES = 7,
+  CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES = 8,
 };
 enum cublasLtMatmulAlgoConfigAttributes_t {
   CUBLASLT_ALGO_CONFIG_ID = 0,
