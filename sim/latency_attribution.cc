@@ -39,8 +39,11 @@ LatencyRow make_row(const std::string& name, const std::vector<double>& ttft,
 
 }  // namespace
 
-std::vector<double> time_after_steps(std::span<const AttributionStep> steps) {
-  std::vector<double> out(steps.size(), 0.0);
+namespace {
+
+// continues[k]: step k shares a request with step k - 1 (false for step 0).
+std::vector<bool> continues_previous(std::span<const AttributionStep> steps) {
+  std::vector<bool> out(steps.size(), false);
   std::vector<std::int64_t> ids, next;
   auto ids_of = [](const AttributionStep& st, std::vector<std::int64_t>& v) {
     v.clear();
@@ -48,9 +51,9 @@ std::vector<double> time_after_steps(std::span<const AttributionStep> steps) {
     std::sort(v.begin(), v.end());
   };
   if (!steps.empty()) ids_of(steps.front(), next);
-  for (std::size_t k = 0; k + 1 < steps.size(); ++k) {
+  for (std::size_t k = 1; k < steps.size(); ++k) {
     ids.swap(next);
-    ids_of(steps[k + 1], next);
+    ids_of(steps[k], next);
     bool shared = false;
     for (std::size_t a = 0, b = 0; a < ids.size() && b < next.size() && !shared;) {
       if (ids[a] == next[b]) {
@@ -61,9 +64,43 @@ std::vector<double> time_after_steps(std::span<const AttributionStep> steps) {
         ++b;
       }
     }
-    if (shared) {
+    out[k] = shared;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<double> time_after_steps(std::span<const AttributionStep> steps) {
+  std::vector<double> out(steps.size(), 0.0);
+  const std::vector<bool> continues = continues_previous(steps);
+  for (std::size_t k = 0; k + 1 < steps.size(); ++k) {
+    if (continues[k + 1]) {
       out[k] = std::max(0.0, steps[k + 1].start_s - (steps[k].start_s + steps[k].measured_s));
     }
+  }
+  return out;
+}
+
+std::vector<double> idle_wake_ups(std::span<const AttributionStep> steps,
+                                  std::span<const AttributionRequest> requests) {
+  std::unordered_map<std::int64_t, double> arrival;  // request id -> arrival, until first seen
+  for (const AttributionRequest& r : requests) arrival[r.id] = r.arrival_s;
+  const std::vector<bool> continues = continues_previous(steps);
+  std::vector<double> out;
+  for (std::size_t k = 0; k < steps.size(); ++k) {
+    const AttributionStep& st = steps[k];
+    double earliest = 0;
+    bool any_new = false;
+    for (const AttributionEntry& e : st.entries) {
+      const auto a = arrival.find(e.request);
+      if (a == arrival.end()) continue;
+      earliest = any_new ? std::min(earliest, a->second) : a->second;
+      any_new = true;
+      arrival.erase(a);  // the request's later steps are not its first
+    }
+    const double prev_end = k > 0 ? steps[k - 1].start_s + steps[k - 1].measured_s : -1e300;
+    if (!continues[k] && any_new && earliest >= prev_end) out.push_back(st.start_s - earliest);
   }
   return out;
 }
@@ -71,6 +108,15 @@ std::vector<double> time_after_steps(std::span<const AttributionStep> steps) {
 LatencyAttribution attribute_latency(std::span<const AttributionStep> steps,
                                      std::span<const AttributionRequest> requests) {
   LatencyAttribution out;
+  {
+    std::vector<double> wake = idle_wake_ups(steps, requests);
+    out.wake_ups = static_cast<std::int64_t>(wake.size());
+    if (!wake.empty()) {
+      std::sort(wake.begin(), wake.end());
+      out.wake_up_p50_s = percentile_sorted(wake, 50);
+      out.wake_up_p90_s = percentile_sorted(wake, 90);
+    }
+  }
   const std::size_t n = steps.size();
   std::unordered_map<std::int64_t, std::size_t> index;  // request id -> position in requests
   for (std::size_t i = 0; i < requests.size(); ++i) index[requests[i].id] = i;

@@ -73,6 +73,9 @@ struct LatencyAttribution {
   // The engine's time between consecutive steps that share a request (work was running), and
   // the sum of every step's measured duration.
   double between_steps_s = 0, steps_s = 0;
+  // The engine's idle wake-ups (idle_wake_ups): how many, and the p50 and p90 of their latency.
+  std::int64_t wake_ups = 0;
+  double wake_up_p50_s = 0, wake_up_p90_s = 0;
   std::vector<LatencyRow> rows;  // measured, back to back, priced, simulator; empty when none
                                  // was attributed
 };
@@ -82,6 +85,16 @@ struct LatencyAttribution {
 // 0 when it does not (the gap before an idle spell is not known), for the last step, and where
 // the next step starts before this one ends. One entry per step.
 std::vector<double> time_after_steps(std::span<const AttributionStep> steps);
+
+// The engine's latency from an arrival at an idle engine to the step that starts on it, one
+// entry per such step in step order: for each step k that continues no request of step k - 1
+// (or k = 0), whose new requests (those of `requests` it is the first step of) all arrived at or
+// after step k - 1 ended, start_k minus the earliest of their arrivals. The simulator starts that
+// step at the arrival itself (no wake-up latency), so in a bursty workload the engine's first
+// step after an idle spell holds the arrivals of its wake-up window and the simulator's does
+// not: one way their schedules part.
+std::vector<double> idle_wake_ups(std::span<const AttributionStep> steps,
+                                  std::span<const AttributionRequest> requests);
 
 // Deterministic: sums in step order. REQUIRES: steps in execution order with start_s ascending.
 LatencyAttribution attribute_latency(std::span<const AttributionStep> steps,

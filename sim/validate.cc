@@ -663,6 +663,14 @@ void print_latency_attribution(std::FILE* f, const ValidationReport& r) {
       a.between_steps_s, a.steps_s > 0 ? 100 * a.between_steps_s / a.steps_s : 0.0, a.steps_s,
       a.unmatched > 0 ? ("; " + std::to_string(a.unmatched) + " requests not attributed").c_str()
                       : "");
+  if (a.wake_ups > 0) {
+    // The simulator starts a step on an idle replica at the arrival itself (sim/
+    // latency_attribution.h idle_wake_ups).
+    std::fprintf(f,
+                 "  engine idle wake-ups: %lld steps started on an arrival at an idle engine, "
+                 "%.1f us after it (p50; p90 %.1f us); the simulator starts them at the arrival\n",
+                 static_cast<long long>(a.wake_ups), a.wake_up_p50_s * 1e6, a.wake_up_p90_s * 1e6);
+  }
 }
 
 }  // namespace
@@ -767,9 +775,15 @@ std::string validation_json(const ValidationReport& r) {
                       {"ttft_error", opt(row.ttft_error)},
                       {"tpot_error", opt(row.tpot_error)}});
     }
-    j["latency_attribution"] = {{"requests", a.requests},   {"tpot_requests", a.tpot_requests},
-                                {"unmatched", a.unmatched}, {"between_steps_s", a.between_steps_s},
-                                {"steps_s", a.steps_s},     {"rows", rows}};
+    j["latency_attribution"] = {{"requests", a.requests},
+                                {"tpot_requests", a.tpot_requests},
+                                {"unmatched", a.unmatched},
+                                {"between_steps_s", a.between_steps_s},
+                                {"steps_s", a.steps_s},
+                                {"wake_ups", a.wake_ups},
+                                {"wake_up_p50_s", a.wake_up_p50_s},
+                                {"wake_up_p90_s", a.wake_up_p90_s},
+                                {"rows", rows}};
   } else {
     j["latency_attribution"] = nullptr;
   }

@@ -134,6 +134,12 @@ TEST(CalibrationE2E, ProfileCalibrateRunValidate) {
   EXPECT_NEAR(number(lat["rows"][0]["tpot_p50_ms"]), number(es["tpot_ms"]["p50"]), 1e-5);
   EXPECT_NEAR(number(lat["rows"][3]["ttft_p50_ms"]), number(ss["ttft_ms"]["p50"]), 1e-5);
   EXPECT_NEAR(number(lat["rows"][3]["tpot_p50_ms"]), number(ss["tpot_ms"]["p50"]), 1e-5);
+  // The engine's idle wake-ups: the run starts idle, so its first step is one; each a latency of
+  // at least 0 and at most a second on this loop (arrival to step start).
+  EXPECT_GE(lat["wake_ups"].get<std::int64_t>(), 1);
+  EXPECT_GE(number(lat["wake_up_p50_s"]), 0.0);
+  EXPECT_LE(number(lat["wake_up_p50_s"]), number(lat["wake_up_p90_s"]));
+  EXPECT_LT(number(lat["wake_up_p90_s"]), 1.0);
   // Back to back leaves out only time between steps: never longer than measured.
   EXPECT_LE(number(lat["rows"][1]["ttft_p50_ms"]), number(lat["rows"][0]["ttft_p50_ms"]) + 1e-9);
   EXPECT_LE(number(lat["between_steps_s"]), number(lat["steps_s"]));

@@ -55,6 +55,7 @@ for wl in burst-8b azure-conv-8b mooncake-8b; do
   done
 done
 check "  ... the latency attribution" has "| TTFT p50: back to back / priced / simulator |" "$r"
+check "  ... with the engine's idle wake-ups" has "| idle wake-ups: steps, p50 / p90 us |" "$r"
 check "  ... the replayed error by step kind" has "| decode: steps, time-weighted % (without slow)" "$r"
 check "  ... the held-out calibration error" has "held-out error (one shape in 3 of each family" "$r"
 check "  ... the profile's spread per family" has "| decode | " "$r"

@@ -1,7 +1,8 @@
 // sim/latency_attribution.h on hand-made steps: each request's TTFT and TPOT re-timed with the
 // steps back to back and as the cost model prices them, the residual of the step a request
-// arrived in, the time between steps that share a request, token times inside the next step
-// (async scheduling) attributed to their step, and others left out and counted.
+// arrived in, the time between steps that share a request, the engine's idle wake-ups, token
+// times inside the next step (async scheduling) attributed to their step, and others left out
+// and counted.
 #include "sim/latency_attribution.h"
 
 #include <gtest/gtest.h>
@@ -71,6 +72,43 @@ TEST(LatencyAttribution, RetimesEachRequestOneCauseAtATime) {
   EXPECT_NEAR(only3.rows[2].ttft_p50_ms, 19.2, 1e-9);
   EXPECT_FALSE(only3.rows[0].tpot_p50_ms);
   EXPECT_FALSE(only3.rows[2].tpot_error);
+}
+
+// Idle wake-ups: a step that continues no request of the step before it, whose new requests all
+// arrived after that step ended, started (start - earliest arrival) after the engine was woken.
+//   0  [1, 3 ms)       request 1 (arrived at 0): a wake-up of 1 ms
+//   1  [3.1, 4 ms)     request 1 decodes (continues: not one)
+//   2  [10.5, 12 ms)   requests 2 and 3 (arrived at 10.1 and 10.2, after step 1 ended): 0.4 ms
+//   3  [12.5, 13 ms)   request 4 (arrived at 11.5, while step 2 ran: it waited for a busy engine)
+//   4  [20, 21 ms)     request 5 (arrived at 19.9) with request 4 (continues: not one)
+TEST(LatencyAttribution, IdleWakeUpsAreStepsStartedOnAnArrivalAtAnIdleEngine) {
+  const std::vector<AttributionStep> s = {{0.001, 0.002, 0.002, {{1, 0, 8}}},
+                                          {0.0031, 0.0009, 0.001, {{1, 8, 1}}},
+                                          {0.0105, 0.0015, 0.001, {{2, 0, 4}, {3, 0, 4}}},
+                                          {0.0125, 0.0005, 0.001, {{4, 0, 4}}},
+                                          {0.020, 0.001, 0.001, {{5, 0, 4}, {4, 4, 1}}}};
+  std::vector<AttributionRequest> r;
+  const double arrivals[] = {0.0, 0.0101, 0.0102, 0.0115, 0.0199};
+  for (std::int64_t id = 1; id <= 5; ++id) {
+    AttributionRequest q;
+    q.id = id;
+    q.arrival_s = arrivals[id - 1];
+    r.push_back(q);
+  }
+  const std::vector<double> wake = idle_wake_ups(s, r);
+  ASSERT_EQ(wake.size(), 2u);
+  EXPECT_NEAR(wake[0], 0.001, 1e-12);
+  EXPECT_NEAR(wake[1], 0.0004, 1e-12);
+  // Only the requests given count: without request 1, step 0 has nothing new.
+  EXPECT_EQ(idle_wake_ups(s, std::vector<AttributionRequest>(r.begin() + 1, r.end())).size(), 1u);
+  const LatencyAttribution a = attribute_latency(s, r);
+  EXPECT_EQ(a.wake_ups, 2);
+  EXPECT_NEAR(a.wake_up_p50_s, 0.0007, 1e-12);   // between 0.4 and 1 ms
+  EXPECT_NEAR(a.wake_up_p90_s, 0.00094, 1e-12);  // 0.4 + 0.9 x 0.6 ms
+  // The hand-made run above: step 0 started at request 1's arrival (a wake-up of 0).
+  const LatencyAttribution b = attribute_latency(steps(), requests());
+  EXPECT_EQ(b.wake_ups, 1);
+  EXPECT_EQ(b.wake_up_p50_s, 0.0);
 }
 
 // With async scheduling a step's tokens are applied after the next plan: a token time after its

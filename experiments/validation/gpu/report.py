@@ -227,21 +227,27 @@ def attribution_table(found, model):
     """sim validate's latency attribution: TTFT and TPOT p50 re-timed on the engine's schedule,
     one cause at a time (signed errors against the measured p50, percent)."""
     out = ["| workload | mix | requests | time between steps, % of step time "
+           "| idle wake-ups: steps, p50 / p90 us "
            "| TTFT p50: back to back / priced / simulator | TPOT p50: back to back / priced / "
-           "simulator |", "|---|---|---|---|---|---|"]
+           "simulator |", "|---|---|---|---|---|---|---|"]
     for (wl, mix), e in sorted(found.items()):
         a = get(e.get(model), "latency_attribution")
         rows = {r.get("name"): r for r in (a or {}).get("rows") or []}
         if not rows:
             why = "not recorded" if not a else f"none attributed ({a.get('unmatched')} unmatched)"
-            out.append(f"| {wl} | {mix} | {why} | | | |")
+            out.append(f"| {wl} | {mix} | {why} | | | | |")
             continue
         names = ("back to back", "priced", "simulator")
         ttft = " / ".join(pct(get(rows, n, "ttft_error"), True) for n in names)
         tpot = " / ".join(pct(get(rows, n, "tpot_error"), True) for n in names)
         share = a["between_steps_s"] / a["steps_s"] if a.get("steps_s") else None
+        # The engine's latency from an arrival at an idle engine to its step (the simulator
+        # starts that step at the arrival; absent from validation.json before 2026-12-05).
+        wake = ("n/a" if a.get("wake_ups") is None else
+                f"{a['wake_ups']}, {1e6 * a.get('wake_up_p50_s', 0):.0f} / "
+                f"{1e6 * a.get('wake_up_p90_s', 0):.0f}")
         out.append(f"| {wl} | {mix} | {a['requests']} ({a['unmatched']} unmatched) "
-                   f"| {pct(share)} | {ttft} | {tpot} |")
+                   f"| {pct(share)} | {wake} | {ttft} | {tpot} |")
     return out
 
 
