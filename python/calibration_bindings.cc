@@ -118,6 +118,7 @@ py::dict coefficients(const CalibratedCoefficients& c) {
   d["sampled_sequence_s"] = c.sampled_sequence_s;
   d["swap_byte_s"] = c.swap_byte_s;
   d["copy_byte_s"] = c.copy_byte_s;
+  d["wake_up_s"] = c.wake_up_s;
   if (c.lora_set) {
     d["lora_token_rank_s"] = c.lora_token_rank_s;
     d["lora_adapter_rank_s"] = c.lora_adapter_rank_s;
@@ -169,6 +170,8 @@ py::dict calibrate(const std::string& profile_path, const std::string& profile_l
     h["step_s"] = c.host->step_s;
     h["per_sequence_s"] = c.host->per_sequence_s;
     h["between_steps"] = c.host->between_steps;
+    h["wake_ups"] = c.host->wake_ups;
+    h["wake_up_s"] = c.host->wake_up_s;
     d["host_overhead"] = h;
   } else {
     d["host_overhead"] = py::none();

@@ -107,7 +107,7 @@ CalibratedProfile load_calibrated_profile(const std::string& path) {
                 "prefill_pair_s", "decode_context_token_s", "decode_context_token_above_knee_s",
                 "decode_context_knee_tokens", "sampled_sequence_s", "swap_byte_s", "copy_byte_s",
                 "lora_token_rank_s", "lora_adapter_rank_s", "prefill_critical_key_s",
-                "prefill_merge_step_s", "prefill_launch"});
+                "prefill_merge_step_s", "prefill_launch", "wake_up_s"});
   CalibratedCoefficients& k = p.coefficients;
   // Every coefficient is required (a file missing one is not what `sim calibrate` writes), but
   // for the decode-context knee, which is optional.
@@ -123,6 +123,8 @@ CalibratedProfile load_calibrated_profile(const std::string& path) {
       c.get_double("decode_context_token_above_knee_s", 0.0, 0.0, 1e6);
   k.decode_context_knee_tokens = c.get_int("decode_context_knee_tokens", 0, 0, INT64_MAX);
   k.sampled_sequence_s = c.get_double("sampled_sequence_s", 0.0, 1e6);
+  // The engine's idle wake-up came later: optional, 0 (a step starts at its arrival) when absent.
+  k.wake_up_s = c.get_double("wake_up_s", 0.0, 0.0, 1.0);
   k.swap_byte_s = c.get_double("swap_byte_s", 0.0, 1e6);
   k.copy_byte_s = c.get_double("copy_byte_s", 0.0, 1e6);
   // LoRA: optional, both or neither (a profile without them cannot price adapters).

@@ -58,6 +58,13 @@ struct CalibratedCoefficients {
   double lora_token_rank_s = 0;
   double lora_adapter_rank_s = 0;
   bool lora_set = false;
+  // The engine's latency from an arrival at an idle engine to the step that starts on it (its
+  // loop's wake-up; optional in cost.yaml, 0 when absent). Not part of any step's time: the
+  // simulator starts a step on an idle replica this long after the event that woke it, so
+  // arrivals within that window share the step as they do in the engine (sim/simulator.h).
+  // `sim calibrate --engine-run` fits it: the median of the run's idle wake-ups
+  // (sim/latency_attribution.h idle_wake_ups).
+  double wake_up_s = 0;
   // The prefill launch's critical paths (optional in cost.yaml; `sim calibrate` fits them from a
   // CUDA profile, whose launch it reads from the profile's header): seconds per key on the
   // attention kernel's critical path (a short chunk after a long prefix runs few CTAs, so its

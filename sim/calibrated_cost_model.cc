@@ -110,6 +110,10 @@ StepCostBreakdown CalibratedCostModel::breakdown(const StepPlan& plan) const {
   return b;
 }
 
+TimeNs CalibratedCostModel::wake_up_ns() const {
+  return seconds_to_ns(profile_.coefficients.wake_up_s);
+}
+
 TimeNs CalibratedCostModel::swap_time(std::int64_t num_blocks) const {
   return seconds_to_ns(static_cast<double>(num_blocks) * block_bytes_ *
                        profile_.coefficients.swap_byte_s);

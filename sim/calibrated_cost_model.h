@@ -69,6 +69,8 @@ class CalibratedCostModel final : public CostModel {
   StepCostBreakdown breakdown(const StepPlan& plan) const override;
   TimeNs swap_time(std::int64_t num_blocks) const override;
   std::string_view name() const override { return "calibrated"; }
+  // The profile's wake_up_s (serving/calibration_profile.h), rounded to ns.
+  TimeNs wake_up_ns() const override;
 
   // The plan's features, with the critical paths of its prefill launch when the profile has one.
   CalibrationFeatures features(const StepPlan& plan) const;

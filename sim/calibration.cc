@@ -639,6 +639,10 @@ std::string calibration_yaml(const CalibrationResult& result, const std::string&
     number("lora_token_rank_s", c.lora_token_rank_s);
     number("lora_adapter_rank_s", c.lora_adapter_rank_s);
   }
+  if (c.wake_up_s > 0) {
+    number("wake_up_s", c.wake_up_s);
+    y << YAML::Comment("an idle engine's wake-up: a step on an idle replica starts this late");
+  }
   if (c.prefill_launch) {
     const PrefillLaunch& l = *c.prefill_launch;
     number("prefill_critical_key_s", c.prefill_critical_key_s);
@@ -699,6 +703,8 @@ std::string calibration_yaml(const CalibrationResult& result, const std::string&
     number("step_s", host->step_s);
     number("per_sequence_s", host->per_sequence_s);
     if (host->between_steps) y << YAML::Key << "between_steps" << YAML::Value << true;
+    number("wake_ups", host->wake_ups);
+    number("wake_up_s", host->wake_up_s);
     y << YAML::EndMap;
   }
   y << YAML::EndMap;

@@ -155,6 +155,10 @@ struct HostOverhead {
   // engine's time before the next step when the next continues one of its requests (the loop's
   // work after a step), so that simulated latencies carry that time too.
   bool between_steps = false;
+  // The engine's idle wake-ups in the run (sim/latency_attribution.h idle_wake_ups) and their
+  // median, which becomes the coefficients' wake_up_s (0 when the run has none).
+  std::int64_t wake_ups = 0;
+  double wake_up_s = 0;
 };
 
 // The cost.yaml text, written with yaml-cpp's emitter (deterministic: fixed key order, numbers

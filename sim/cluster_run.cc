@@ -212,8 +212,9 @@ RunOutput run_cluster_simulation(const ExperimentConfig& config, const RunOption
       replicas.push_back(std::make_unique<Replica>(
           p->scheduler, static_cast<std::int32_t>(p->capacity.num_gpu_blocks), *backend, observer,
           kv_cache_options, p->cpu_blocks));
-      setup.replicas.push_back(
-          {replicas.back().get(), role, p->capacity.block_bytes, std::max(1, p->model.num_layers)});
+      setup.replicas.push_back({replicas.back().get(), role, p->capacity.block_bytes,
+                                std::max(1, p->model.num_layers),
+                                p->calibrated ? p->cost->wake_up_ns() : TimeNs{0}});
       pool_of.push_back(p.get());
       (role == ReplicaRole::kDecode ? num_decode : num_arrival) += 1;
     }

@@ -70,6 +70,10 @@ class CostModel {
   virtual TimeNs swap_time(std::int64_t num_blocks) const = 0;
   // Short identifier ("roofline", "calibrated") for logs and run summaries.
   virtual std::string_view name() const = 0;
+  // The engine's latency from an arrival at an idle replica to the step that starts on it (its
+  // loop's wake-up): the simulator starts such a step this long after the event (sim/
+  // simulator.h). 0 (the default): at the event itself. Never negative.
+  virtual TimeNs wake_up_ns() const { return 0; }
 
  protected:
   CostModel() = default;

@@ -18,6 +18,7 @@ enum class EventKind : std::uint8_t {
   kStepEnd,   // a replica's running step finishes
   kReady,     // a request leaves the front end (serving.frontend) for the scheduler
   kTransfer,  // a prefilled request's KV arrived at its decode replica (P/D disaggregation)
+  kWake,      // an idle replica's wake-up latency after the event that gave it work has passed
 };
 
 struct Event {

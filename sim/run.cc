@@ -242,6 +242,7 @@ RunOutput run_simulation(const ExperimentConfig& config, const RunOptions& optio
   }
   Simulator sim(*workload, replica, recorder, config.frontend);
   if (idle) sim.set_idle_offload(&*idle);
+  sim.set_wake_up_ns(cost.wake_up_ns());
   if (options.progress) sim.set_progress(progress_printer(), 1 << 14);
   out.totals = sim.run();
   if (options.progress) std::fputs("\r\033[K", stderr);

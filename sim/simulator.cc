@@ -189,7 +189,13 @@ bool Simulator::hand_over_ready(TimeNs now) {
 
 void Simulator::try_start_step(std::uint32_t i, TimeNs now) {
   ReplicaState& st = state_[i];
-  if (st.busy) return;
+  if (st.busy || st.waking) return;
+  if (st.idle && replicas_[i].wake_up_ns > 0) {  // the engine's loop wakes up first
+    st.idle = false;
+    st.waking = true;
+    events_.push(now + replicas_[i].wake_up_ns, EventKind::kWake, i);
+    return;
+  }
   Replica& r = *replicas_[i].replica;
   load_changed(i);
   const StepPlan& plan = r.scheduler().schedule(now);
@@ -200,8 +206,10 @@ void Simulator::try_start_step(std::uint32_t i, TimeNs now) {
                              " waiting requests and nothing can run" +
                              (cluster_ ? " on replica " + std::to_string(i) : std::string()));
     }
+    st.idle = true;
     return;
   }
+  st.idle = false;
   launch(i, plan, now, st.pending);
 }
 
@@ -404,6 +412,9 @@ SimulationTotals Simulator::run() {
         if (replicas_[ev.target].role == ReplicaRole::kPrefill) start_transfers(ev.target, now);
         touch(ev.target);
       }
+    } else if (ev.kind == EventKind::kWake) {
+      state_[ev.target].waking = false;
+      if (cluster_) touch(ev.target);
     } else if (ev.target == kSharedTick) {  // kTransfer of the shared model
       end_shared_transfers(now);
     } else {  // kTransfer

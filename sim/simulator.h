@@ -71,6 +71,11 @@ struct SimReplica {
   ReplicaRole role = ReplicaRole::kUnified;
   std::int64_t block_bytes = 0;  // KV bytes per block (the size of a P/D transfer)
   std::int32_t num_layers = 1;   // the model's layers (the pieces of a layer-wise transfer)
+  // Its cost model's wake_up_ns(): a step on the replica after it went idle (its last attempt to
+  // schedule found nothing to run; it starts idle) starts this long after the event that gave it
+  // work, and what arrives in between is in that step, as in the engine, whose loop sleeps
+  // while idle. 0: at the event.
+  TimeNs wake_up_ns = 0;
 };
 
 // A cluster to drive. Unified and prefill replicas receive arrivals through `router`; decode
@@ -110,6 +115,9 @@ class Simulator {
   // Idle-session KV offload (kv_offload.idle_offload_s; single-replica runs): told of every
   // arrival, and asked to offload what is due before each event is handled. Null: none.
   void set_idle_offload(IdleSessionOffload* idle) { idle_ = idle; }
+  // Single-replica runs: the replica's wake-up latency (SimReplica::wake_up_ns; cluster runs set
+  // it in ClusterSetup). REQUIRES: ns >= 0, before run().
+  void set_wake_up_ns(TimeNs ns) { replicas_[0].wake_up_ns = ns; }
   void set_progress(Progress fn, std::int64_t every) {
     progress_ = std::move(fn);
     progress_every_ = every;
@@ -127,6 +135,8 @@ class Simulator {
  private:
   struct ReplicaState {
     bool busy = false;            // a step is in flight
+    bool idle = true;             // its last schedule() found nothing to run (SimReplica::wake_up_ns)
+    bool waking = false;          // a kWake event is pending
     bool touched = false;         // got work at the current instant (cluster runs)
     std::int32_t incoming = 0;    // KV transfers in flight towards it
     bool load_stale = true;       // its ReplicaLoad in the views needs refreshing (in stale_)

@@ -314,7 +314,8 @@ HostOverhead fit_host_overhead(const std::string& engine_dir, CalibratedProfile&
                       "--record-schedule), got a run of backend '" + backend + "'");
   }
   const std::vector<EngineStep> steps = engine_steps(engine_dir);
-  const std::vector<double> after = time_after_steps(timed_steps(steps));
+  const std::vector<AttributionStep> timed = timed_steps(steps);
+  const std::vector<double> after = time_after_steps(timed);
   const CalibratedCostModel model(profile, profile.block_size);
   // Relative least squares of the residual (measured - predicted) on [1, entries], >= 0.
   std::vector<std::pair<double, double>> rows;  // (entries, measured)
@@ -355,6 +356,21 @@ HostOverhead fit_host_overhead(const std::string& engine_dir, CalibratedProfile&
   h.per_sequence_s = x(1);
   profile.coefficients.step_s += h.step_s;
   profile.coefficients.per_sequence_s += h.per_sequence_s;
+  // The loop's wake-up from idle: the median over the run's idle wake-ups (every request's
+  // arrival, finished or not).
+  const Csv req = read_csv(engine_dir + "/requests.csv");
+  std::vector<AttributionRequest> arrivals(req.rows.size());
+  for (std::size_t j = 0; j < req.rows.size(); ++j) {
+    arrivals[j].id = static_cast<std::int64_t>(req.number(j, "id"));
+    arrivals[j].arrival_s = req.number(j, "arrival_s");
+  }
+  std::vector<double> wake = idle_wake_ups(timed, arrivals);
+  h.wake_ups = static_cast<std::int64_t>(wake.size());
+  if (!wake.empty()) {
+    std::sort(wake.begin(), wake.end());
+    h.wake_up_s = std::max(0.0, percentile_sorted(wake, 50));
+  }
+  profile.coefficients.wake_up_s = h.wake_up_s;
   return h;
 }
 
@@ -1053,6 +1069,7 @@ ProfileCalibration calibrate_profile(const std::string& profile_path, int holdou
   if (earlier) {
     c.result.profile.coefficients.step_s += earlier->step_s;
     c.result.profile.coefficients.per_sequence_s += earlier->per_sequence_s;
+    c.result.profile.coefficients.wake_up_s = earlier->wake_up_s;
     c.host = std::move(earlier);
   }
   c.yaml = calibration_yaml(c.result, profile_label, c.host ? &*c.host : nullptr);
@@ -1073,13 +1090,17 @@ HostOverhead read_host_overhead(const std::string& cost_yaml, const std::string&
   }
   const ConfigNode h = doc.at("host_overhead");
   if (!h.is_map()) h.fail("a mapping of engine_run, steps, step_s and per_sequence_s");
-  h.allow_keys({"engine_run", "steps", "step_s", "per_sequence_s", "between_steps"});
+  h.allow_keys(
+      {"engine_run", "steps", "step_s", "per_sequence_s", "between_steps", "wake_ups", "wake_up_s"});
   HostOverhead o;
   o.engine_run = h.get_string("engine_run");
   o.steps = h.get_int("steps", 0, INT64_MAX);
   o.step_s = h.get_double("step_s", 0.0, 1e6);
   o.per_sequence_s = h.get_double("per_sequence_s", 0.0, 1e6);
   o.between_steps = h.get_bool("between_steps", false);
+  // Files written before the wake-up was fitted have neither: 0, a step starts at its arrival.
+  o.wake_ups = h.has("wake_ups") ? h.get_int("wake_ups", 0, INT64_MAX) : 0;
+  o.wake_up_s = h.has("wake_up_s") ? h.get_double("wake_up_s", 0.0, 1.0) : 0.0;
   o.carried = true;
   return o;
 }
@@ -1093,6 +1114,8 @@ void print_profile_calibration(std::FILE* out, const ProfileCalibration& c) {
                  static_cast<long long>(c.host->steps),
                  c.host->between_steps ? " (periods: the time between steps included)" : "",
                  c.host->engine_run.c_str(), c.host->step_s, c.host->per_sequence_s);
+    std::fprintf(out, "  idle wake-up (the median of %lld): %.1f us\n",
+                 static_cast<long long>(c.host->wake_ups), c.host->wake_up_s * 1e6);
   }
 }
 

@@ -535,5 +535,36 @@ TEST(HostOverhead, BetweenStepsFitsStepPeriods) {
   EXPECT_NE(r.err.find("--between-steps goes with --engine-run"), std::string::npos) << r.err;
 }
 
+// The idle wake-up: the median, over the engine run's steps that started on an arrival at an idle
+// engine, of their latency from the arrival (sim/latency_attribution.h idle_wake_ups), becomes
+// the coefficients' wake_up_s. Request 0 arrives at 0 and its prefill starts at 0.2 ms; request 1
+// arrives at 20 ms, after request 0 finished (step 1 ends at 10.5 ms), and its prefill starts at
+// 20.1 ms: wake-ups of 0.2 and 0.1 ms, median 0.15 ms.
+TEST(HostOverhead, WakeUpIsTheMedianOfTheRunsIdleWakeUps) {
+  const path dir = temp_dir("validate_wake_up");
+  write_runs(dir);
+  const path e = dir / "engine";
+  write_file(e / "requests.csv",
+             std::string(kRequestsHeader) +
+                 "0,0,0.0002,0.0102,0.0105,4,2,0,0,0,0,10.2,0.3,10.5,finished,length\n"
+                 "1,0.02,0.0201,0.0301,0.0304,4,2,0,0,0,0,10.1,0.3,10.4,finished,length\n");
+  write_file(e / "schedule.csv",
+             "step,request,first_token,num_tokens,kind\n0,0,0,4,prefill\n1,0,4,1,decode\n"
+             "2,1,0,4,prefill\n3,1,4,1,decode\n");
+  const std::string tail = ",1,1,0,0.1,0,1,0,0,0\n";
+  write_file(e / "steps.csv", std::string(kStepsHeader) + "0,0.0002,10,1,4,0" + tail +
+                                  "1,0.0102,0.3,1,0,1" + tail + "2,0.0201,10,1,4,0" + tail +
+                                  "3,0.0301,0.3,1,0,1" + tail);
+  CalibratedProfile p;
+  p.model = "tiny";
+  p.block_size = 16;
+  p.block_bytes = 8192;
+  p.coefficients.step_s = 0.001;
+  const HostOverhead h = fit_host_overhead(e.string(), p, false);
+  EXPECT_EQ(h.wake_ups, 2);
+  EXPECT_NEAR(h.wake_up_s, 0.00015, 1e-12);
+  EXPECT_EQ(p.coefficients.wake_up_s, h.wake_up_s);
+}
+
 }  // namespace
 }  // namespace servelab

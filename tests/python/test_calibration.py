@@ -94,6 +94,9 @@ def test_the_loop_validates_the_simulator_against_the_engine(tiny_profile, tmp_p
     assert c.host_overhead["engine_run"] == "<engine_run>" and c.host_overhead["steps"] > 0
     assert 'engine_run: "<engine_run>"' in c.yaml
     assert c.host_overhead["between_steps"] is False
+    # The run starts idle: at least its first step is an idle wake-up, fitted into wake_up_s.
+    assert c.host_overhead["wake_ups"] >= 1 and c.host_overhead["wake_up_s"] >= 0
+    assert c.coefficients["wake_up_s"] == c.host_overhead["wake_up_s"]
     periods = servelab.calibrate(tiny_profile, engine_run=eng, between_steps=True)
     assert periods.host_overhead["between_steps"] is True
     assert "between_steps: true" in periods.yaml
