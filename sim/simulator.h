@@ -134,12 +134,12 @@ class Simulator {
 
  private:
   struct ReplicaState {
-    bool busy = false;            // a step is in flight
-    bool idle = true;             // its last schedule() found nothing to run (SimReplica::wake_up_ns)
-    bool waking = false;          // a kWake event is pending
-    bool touched = false;         // got work at the current instant (cluster runs)
-    std::int32_t incoming = 0;    // KV transfers in flight towards it
-    bool load_stale = true;       // its ReplicaLoad in the views needs refreshing (in stale_)
+    bool busy = false;          // a step is in flight
+    bool idle = true;           // its last schedule() found nothing to run (SimReplica::wake_up_ns)
+    bool waking = false;        // a kWake event is pending
+    bool touched = false;       // got work at the current instant (cluster runs)
+    std::int32_t incoming = 0;  // KV transfers in flight towards it
+    bool load_stale = true;     // its ReplicaLoad in the views needs refreshing (in stale_)
     std::uint32_t view_slot = 0;  // its index in arrival_loads_ or decode_loads_
     StepResult pending;           // the in-flight step's result, applied at its end
     // Async scheduling (SchedulerConfig::async_scheduling): at a step's end the next plan is

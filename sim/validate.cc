@@ -1090,8 +1090,8 @@ HostOverhead read_host_overhead(const std::string& cost_yaml, const std::string&
   }
   const ConfigNode h = doc.at("host_overhead");
   if (!h.is_map()) h.fail("a mapping of engine_run, steps, step_s and per_sequence_s");
-  h.allow_keys(
-      {"engine_run", "steps", "step_s", "per_sequence_s", "between_steps", "wake_ups", "wake_up_s"});
+  h.allow_keys({"engine_run", "steps", "step_s", "per_sequence_s", "between_steps", "wake_ups",
+                "wake_up_s"});
   HostOverhead o;
   o.engine_run = h.get_string("engine_run");
   o.steps = h.get_int("steps", 0, INT64_MAX);
