@@ -495,6 +495,16 @@ TEST(HostOverhead, FitsWhatTheProfileMissed) {
   EXPECT_EQ(c.code, 2);
 }
 
+// A tiny-model profile that prices every step at 1 ms (step_s), for the host-overhead fits.
+CalibratedProfile one_ms_steps() {
+  CalibratedProfile p;
+  p.model = "tiny";
+  p.block_size = 16;
+  p.block_bytes = 8192;
+  p.coefficients.step_s = 0.001;
+  return p;
+}
+
 // --between-steps: the host overhead fitted to step periods. One request decodes through four
 // steps of 10 ms with 1 ms between them; predicted 1 ms each (step_s). Durations leave 9 ms to
 // fit; periods 10 ms (11 ms less the 1 predicted) for the three steps the next one continues,
@@ -514,11 +524,7 @@ TEST(HostOverhead, BetweenStepsFitsStepPeriods) {
   }
   write_file(e / "steps.csv", steps);
   auto fitted = [&](bool between_steps) {
-    CalibratedProfile p;
-    p.model = "tiny";
-    p.block_size = 16;
-    p.block_bytes = 8192;
-    p.coefficients.step_s = 0.001;
+    CalibratedProfile p = one_ms_steps();
     const HostOverhead h = fit_host_overhead(e.string(), p, between_steps);
     EXPECT_EQ(h.between_steps, between_steps);
     return h.step_s + h.per_sequence_s;  // one entry a step: only the sum is determined
@@ -555,11 +561,7 @@ TEST(HostOverhead, WakeUpIsTheMedianOfTheRunsIdleWakeUps) {
   write_file(e / "steps.csv", std::string(kStepsHeader) + "0,0.0002,10,1,4,0" + tail +
                                   "1,0.0102,0.3,1,0,1" + tail + "2,0.0201,10,1,4,0" + tail +
                                   "3,0.0301,0.3,1,0,1" + tail);
-  CalibratedProfile p;
-  p.model = "tiny";
-  p.block_size = 16;
-  p.block_bytes = 8192;
-  p.coefficients.step_s = 0.001;
+  CalibratedProfile p = one_ms_steps();
   const HostOverhead h = fit_host_overhead(e.string(), p, false);
   EXPECT_EQ(h.wake_ups, 2);
   EXPECT_NEAR(h.wake_up_s, 0.00015, 1e-12);
