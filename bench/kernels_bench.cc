@@ -17,7 +17,10 @@
 //                                 4 * heads * len^2 * head_dim / 2 (compare with
 //                                 bench/gpu/sdpa_bench.py; target >= 0.7x SDPA for fa2)
 //   BM_PrefillChunk/q/prefix/split  a chunk of q queries after prefix cached keys, fa2 unsplit (0)
-//                                 or split-KV as the executor plans it (1): time, splits
+//                                 or split-KV as the executor plans it (1), fa2_gqa (4 heads of
+//                                 a GQA group a CTA: what the executor runs for chunks of <= 16
+//                                 tokens) split as planned (2), wgmma split as planned (3: the
+//                                 executor's kernel for longer chunks): time, splits
 //   BM_DecodeGemm/M/shape/kernel  one of Llama-3-8B's linear layers at M tokens as the executor
 //                                 calls it (0 qkv, 1 o, 2 gate_up, 3 down, 4 LM head, 5 down
 //                                 with its SiLU-and-multiply: silu_mul + cuBLAS, or the skinny
@@ -369,27 +372,36 @@ BENCHMARK(BM_PrefillAttention)
 
 // A chunk of Q queries after PREFIX cached keys (one sequence), fa2, unsplit (S = 0) or split-KV
 // as the executor plans it (S = 1): a short chunk after a long prefix is the case split-KV is
-// for (one query tile x 32 heads leaves most SMs idle). Reported: time and the split count.
+// for (one query tile x 32 heads leaves most SMs idle); fa2_gqa (S = 2: 4 heads a CTA, K/V read
+// once for them, 8 CTAs a tile) and wgmma (S = 3), each split as the executor plans it. S = 2 is
+// checked against fa2's outputs first. Reported: time and the split count.
 void BM_PrefillChunk(benchmark::State& state) {
   if (!have_gpu(state)) return;
 #if SERVELAB_HAVE_CUDA
   const auto nq = static_cast<std::int32_t>(state.range(0));
   const auto prefix = static_cast<std::int32_t>(state.range(1));
-  const Cache cache(1, prefix + nq);
-  const PrefillInputs in(nq, prefix);
+  const k::PrefillKernel kernel = state.range(2) == 2   ? k::PrefillKernel::kFa2Gqa
+                                  : state.range(2) == 3 ? k::PrefillKernel::kWgmma
+                                                        : k::PrefillKernel::kFa2;
+  Cache cache(1, prefix + nq);
+  PrefillInputs in(nq, prefix, kernel);
+  if (kernel == k::PrefillKernel::kFa2Gqa && !agrees_with_fa2(state, cache, in, kernel)) return;
   const k::PrefillSplitPlan plan =
-      state.range(2) == 1 ? k::plan_prefill_splits(in.num_tiles, kHeads, prefix + nq,
-                                                   k::prefill_max_resident_ctas(kHeadDim))
-                          : k::PrefillSplitPlan{};
+      state.range(2) >= 1
+          ? k::plan_prefill_splits(in.num_tiles, kHeads / k::prefill_heads_per_cta(kernel),
+                                   prefix + nq, k::prefill_max_resident_ctas(kHeadDim, kernel))
+          : k::PrefillSplitPlan{};
   k::DeviceBuffer ws(static_cast<std::size_t>(k::prefill_workspace_floats(
-                         in.num_tiles, kHeads, kHeadDim, std::max(1, plan.kv_splits))) *
+                         in.num_tiles, kHeads, kHeadDim, std::max(1, plan.kv_splits),
+                         k::prefill_tile_rows(kernel))) *
                      sizeof(float));
-  time_prefill(state, in.args(cache, k::PrefillKernel::kFa2, plan, ws.as<float>()));
+  time_prefill(state, in.args(cache, kernel, plan, ws.as<float>()));
   state.counters["splits"] = plan.kv_splits;
 #endif
 }
 BENCHMARK(BM_PrefillChunk)
     ->ArgsProduct({{16, 256}, {6144}, {0, 1}})
+    ->ArgsProduct({{16}, {128, 1024, 6144}, {2, 3}})
     ->Args({16, 128, 0})  // the same chunk after a short prefix: what split-KV should approach
     ->UseManualTime();
 

@@ -62,41 +62,64 @@ std::string prefill_launch_error(const PrefillLaunch& l) {
   if (l.max_ctas < 1) return below("max_ctas", l.max_ctas, 1);
   if (l.min_split_tokens < 0) return below("min_split_tokens", l.min_split_tokens, 0);
   if (l.merge_rows < 1) return below("merge_rows", l.merge_rows, 1);
+  if (l.packed_heads == 0 && l.packed_rows == 0 && l.packed_max_ctas == 0) return "";
+  if (l.packed_heads < 1) return below("packed_heads", l.packed_heads, 1);
+  if (l.packed_rows < 1) return below("packed_rows", l.packed_rows, 1);
+  if (l.packed_max_ctas < 1) return below("packed_max_ctas", l.packed_max_ctas, 1);
+  if (l.query_heads % l.packed_heads != 0) {
+    return "packed_heads " + std::to_string(l.packed_heads) + " does not divide query_heads " +
+           std::to_string(l.query_heads);
+  }
   return "";
+}
+
+PrefillLaunchShape prefill_launch_shape(const PrefillLaunch& l, std::int64_t most_queries) {
+  if (l.packs() && most_queries <= l.packed_rows) {
+    return {true, l.packed_rows, l.query_heads / l.packed_heads, l.packed_max_ctas};
+  }
+  return {false, l.tile_rows, l.query_heads, l.max_ctas};
+}
+
+void PrefillLaunchCost::Tiles::add(std::int64_t rows, std::int64_t first_token,
+                                   std::int64_t num_tokens, std::int64_t copies) {
+  const std::int64_t t = ceil_div(num_tokens, rows);
+  count += t * copies;
+  // Tile i covers queries [i * rows, min((i + 1) * rows, n)) and keys up to its last query:
+  // first_token + (i + 1) * rows for every tile but the last, first_token + n for the last.
+  keys += (t * first_token + rows * (t - 1) * t / 2 + num_tokens) * copies;
 }
 
 void PrefillLaunchCost::add(std::int64_t first_token, std::int64_t num_tokens,
                             std::int64_t copies) {
   if (num_tokens < 2 || copies < 1) return;
-  const std::int64_t rows = launch_.tile_rows;
-  const std::int64_t t = ceil_div(num_tokens, rows);
-  tiles_ += t * copies;
+  tiles_.add(launch_.tile_rows, first_token, num_tokens, copies);
+  if (launch_.packs()) packed_.add(launch_.packed_rows, first_token, num_tokens, copies);
   longest_ = std::max(longest_, first_token + num_tokens);
-  // Tile i covers queries [i * rows, min((i + 1) * rows, n)) and keys up to its last query:
-  // first_token + (i + 1) * rows for every tile but the last, first_token + n for the last.
-  tile_keys_ += (t * first_token + rows * (t - 1) * t / 2 + num_tokens) * copies;
-  tile_queries_ = std::max(tile_queries_, std::min(num_tokens, rows));
+  most_queries_ = std::max(most_queries_, num_tokens);
 }
 
 PrefillCriticalPath PrefillLaunchCost::critical_path() const {
   PrefillCriticalPath c;
-  if (tiles_ == 0) return c;
+  if (tiles_.count == 0) return c;
   const PrefillLaunch& l = launch_;
+  const PrefillLaunchShape shape = prefill_launch_shape(l, most_queries_);
+  const Tiles& tiles = shape.packed ? packed_ : tiles_;
   PrefillSplitPlan plan;
   if (l.min_split_tokens > 0) {
-    const auto tiles = static_cast<std::int32_t>(
-        std::min<std::int64_t>(tiles_, std::numeric_limits<std::int32_t>::max()));
-    plan = plan_prefill_splits(tiles, l.query_heads, longest_, l.max_ctas, l.min_split_tokens);
+    const auto n = static_cast<std::int32_t>(
+        std::min<std::int64_t>(tiles.count, std::numeric_limits<std::int32_t>::max()));
+    plan = plan_prefill_splits(n, shape.head_ctas, longest_, shape.max_ctas, l.min_split_tokens);
   }
   const std::int64_t longest_cta =
       plan.split() ? std::min<std::int64_t>(plan.split_tokens, longest_) : longest_;
   // Every CTA's keys (a split partitions its tile's range, so splitting does not change the sum)
   // over the slots.
-  const std::int64_t per_slot = ceil_div(tile_keys_ * l.query_heads, l.max_ctas);
+  const std::int64_t per_slot = ceil_div(tiles.keys * shape.head_ctas, shape.max_ctas);
   c.keys = std::max(longest_cta, per_slot);
   if (plan.split()) {
+    const std::int64_t tile_queries = std::min<std::int64_t>(most_queries_, shape.tile_rows);
     c.merge_steps =
-        std::int64_t{plan.kv_splits} * std::min<std::int64_t>(tile_queries_, l.merge_rows);
+        std::int64_t{plan.kv_splits} * std::min<std::int64_t>(tile_queries, l.merge_rows);
   }
   return c;
 }

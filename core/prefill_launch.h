@@ -5,7 +5,11 @@
 //
 // A step's entries of two or more tokens run in one prefill attention launch (the engine runs a
 // one-token entry in decode attention): tile_rows query rows of one entry and one query head per
-// CTA, grid (tiles, heads, kv_splits). When those CTAs are too few to fill the device (a short
+// CTA, grid (tiles, heads, kv_splits). When every entry of the launch is short (at most
+// packed_rows queries: a chunk after a cached prefix, a speculative verify entry) and the model's
+// GQA group allows it, the launch packs instead: packed_heads query heads of one GQA group per CTA
+// (which read the same K/V once), packed_rows rows of each, grid (tiles, heads / packed_heads,
+// kv_splits) (prefill_launch_shape). When those CTAs are too few to fill the device (a short
 // chunk after a long cached prefix), the key range of each tile is split across kv_splits CTAs
 // (FlashDecoding's split applied to query tiles) whose partial softmax states a merge kernel
 // combines. Plain C++17: the CUDA sources include it through kernels/attention_plan.h.
@@ -55,11 +59,32 @@ struct PrefillLaunch {
   std::int32_t max_ctas = 0;          // resident CTA slots (SMs x occupancy)
   std::int32_t min_split_tokens = 0;  // plan_prefill_splits' argument; 0: the kernel never splits
   std::int32_t merge_rows = 0;        // rows of a tile one merge CTA walks, one after another
+  // Head packing: all three 0 (never packs; profiles written before 2026-12-05) or all >= 1, with
+  // packed_heads dividing query_heads: the launches whose entries have at most packed_rows queries
+  // run packed_heads query heads per CTA, packed_rows rows of each, on packed_max_ctas slots.
+  std::int32_t packed_heads = 0;
+  std::int32_t packed_rows = 0;
+  std::int32_t packed_max_ctas = 0;
+  bool packs() const { return packed_heads > 0; }
 };
 
 // Empty when every figure is in range (query_heads, tile_rows, max_ctas, merge_rows >= 1,
-// min_split_tokens >= 0), else a sentence naming the first that is not.
+// min_split_tokens >= 0; the packing figures all 0, or all >= 1 with packed_heads dividing
+// query_heads), else a sentence naming the first that is not.
 std::string prefill_launch_error(const PrefillLaunch& launch);
+
+// One launch's CTA grid: its kernel packs heads or not, the query rows of a tile, the CTAs per
+// tile along grid y (query heads / heads per CTA) and the resident slots of its kernel.
+struct PrefillLaunchShape {
+  bool packed = false;
+  std::int32_t tile_rows = 0;
+  std::int32_t head_ctas = 0;
+  std::int32_t max_ctas = 0;
+};
+// The shape of a launch whose longest entry has most_queries queries: packed when `launch` packs
+// and most_queries <= packed_rows, else its tile_rows, query_heads and max_ctas.
+// REQUIRES: prefill_launch_error(launch) is empty.
+PrefillLaunchShape prefill_launch_shape(const PrefillLaunch& launch, std::int64_t most_queries);
 
 // The two critical paths of a launch, in the units the calibrated cost model prices:
 //   keys         the keys on the attention kernel's critical path: the larger of the longest CTA's
@@ -70,6 +95,7 @@ std::string prefill_launch_error(const PrefillLaunch& launch);
 //                long prefill runs waves of CTAs and its keys grow with its pairs.
 //   merge_steps  split launches only: the dependent (row, split) steps of one merge thread,
 //                kv_splits x min(the most queries of a tile, merge_rows); 0 unsplit.
+// Both over the launch's shape (prefill_launch_shape: a packed launch's CTAs, tiles and slots).
 struct PrefillCriticalPath {
   std::int64_t keys = 0;
   std::int64_t merge_steps = 0;
@@ -90,11 +116,19 @@ class PrefillLaunchCost {
   PrefillCriticalPath critical_path() const;
 
  private:
+  // Tiles of `rows` queries: their count and their key ranges' sum (a range: the tile's last
+  // query's position + 1).
+  struct Tiles {
+    std::int64_t count = 0;
+    std::int64_t keys = 0;
+    void add(std::int64_t rows, std::int64_t first_token, std::int64_t num_tokens,
+             std::int64_t copies);
+  };
   PrefillLaunch launch_;
-  std::int64_t tiles_ = 0;
+  Tiles tiles_;                    // of tile_rows
+  Tiles packed_;                   // of packed_rows (when the launch packs)
   std::int64_t longest_ = 0;       // the largest first_token + num_tokens
-  std::int64_t tile_keys_ = 0;     // sum over tiles of their key range (last query's position + 1)
-  std::int64_t tile_queries_ = 0;  // the most queries of one tile
+  std::int64_t most_queries_ = 0;  // the most queries of one entry
 };
 
 }  // namespace servelab

@@ -181,8 +181,10 @@ struct CudaExecutor::Impl {
   std::map<std::string, WeightRef> weight_refs;
   std::int32_t rope_rows = 0;
   std::int32_t decode_ctas_per_seq = 1, decode_max_ctas = 1;
-  // The prefill kernel's resident CTAs (prefill_max_resident_ctas): plan_prefill_splits' max_ctas
-  std::int32_t prefill_max_ctas = 1;
+  // How prefill attention launches are cut into CTAs (core/prefill_launch.h): the configured
+  // kernel's tiles and resident slots, and the head packing of short launches (kFa2Gqa).
+  PrefillLaunch prefill_launch;
+  std::int64_t packed_prefill_steps = 0;
   // Activations, sized for `cap_tokens` tokens and `cap_rows` sampled rows.
   std::int32_t cap_tokens = 0, cap_rows = 0;
   DeviceBuffer residual, hbuf, qkv, q, kk, vv, attn, gate_up, act, final_h, logits, prob, sampled;
@@ -327,6 +329,7 @@ struct CudaExecutor::Impl {
     const std::int32_t *p_beg = nullptr, *p_num = nullptr, *p_first = nullptr, *p_tab = nullptr;
     const k::PrefillTile* tiles = nullptr;
     std::int32_t num_tiles = 0;
+    k::PrefillKernel p_kernel = k::PrefillKernel::kFa2;  // the launch's kernel
     k::PrefillSplitPlan psplit;      // split-KV prefill (kernels of k::prefill_splits_keys)
     std::int64_t p_longest = 0;      // the largest first position + queries of the step
     const LoraStep* lora = nullptr;  // null or empty: no adapter
@@ -507,6 +510,14 @@ void CudaExecutor::Impl::init(const LlamaWeights* host, std::uint64_t seed) {
                                 " prefill kernel is not in this build (it needs sm_90a: cmake "
                                 "-DSERVELAB_CUDA_SM90A=ON)");
   }
+  if (const std::int32_t heads = k::prefill_heads_per_cta(*options.prefill_kernel);
+      (m.num_heads / m.num_kv_heads) % heads != 0) {
+    throw std::invalid_argument(std::string("CudaExecutor: the ") +
+                                k::prefill_kernel_name(*options.prefill_kernel) +
+                                " prefill kernel packs " + std::to_string(heads) +
+                                " query heads of a GQA group per CTA, and this model's group has " +
+                                std::to_string(m.num_heads / m.num_kv_heads));
+  }
   std::string reason;
   if (!k::cuda_device_available(&reason)) {
     throw std::runtime_error("CudaExecutor: no usable CUDA device: " + reason);
@@ -547,7 +558,22 @@ void CudaExecutor::Impl::init(const LlamaWeights* host, std::uint64_t seed) {
       k::decode_ctas_per_seq(s.options.decode_kernel, m.num_heads, m.num_kv_heads);
   s.decode_max_ctas = k::decode_max_resident_ctas(s.options.decode_kernel, m.head_dim, m.num_heads,
                                                   m.num_kv_heads, options.kv_format);
-  s.prefill_max_ctas = k::prefill_max_resident_ctas(m.head_dim, *s.options.prefill_kernel);
+  {
+    const k::PrefillKernel pk = *s.options.prefill_kernel;
+    PrefillLaunch& l = s.prefill_launch;
+    l.query_heads = m.num_heads;
+    l.tile_rows = k::prefill_tile_rows(pk);
+    l.max_ctas = k::prefill_max_resident_ctas(m.head_dim, pk);
+    l.min_split_tokens = k::prefill_splits_keys(pk) ? kPrefillMinSplitTokens : 0;
+    l.merge_rows = k::kPrefillMergeRows;
+    const k::PrefillKernel packed = k::PrefillKernel::kFa2Gqa;
+    if (s.options.prefill_pack_heads && pk != packed &&
+        (m.num_heads / m.num_kv_heads) % k::prefill_heads_per_cta(packed) == 0) {
+      l.packed_heads = k::prefill_heads_per_cta(packed);
+      l.packed_rows = k::prefill_tile_rows(packed);
+      l.packed_max_ctas = k::prefill_max_resident_ctas(m.head_dim, packed);
+    }
+  }
 
   // Activations before the KV cache, so the cache gets what is really left.
   // A verify entry samples 1 + k rows.
@@ -649,6 +675,8 @@ std::vector<float> CudaExecutor::read_lora(std::uint32_t id, std::int32_t layer,
 }
 
 std::int64_t CudaExecutor::tier_copy_ns() const { return impl_->tier_copy_ns; }
+const PrefillLaunch& CudaExecutor::prefill_launch() const { return impl_->prefill_launch; }
+std::int64_t CudaExecutor::packed_prefill_steps() const { return impl_->packed_prefill_steps; }
 
 std::vector<std::uint8_t> CudaExecutor::read_tier_slot(std::int32_t layer, bool value,
                                                        std::int32_t slot) const {
@@ -727,8 +755,7 @@ void CudaExecutor::Impl::forward_layers(const ForwardArgs& f) {
       kv.block_tables = f.p_tab;
       k::paged_prefill_attention(
           {kv, s.q.as<Bf16>(), s.attn.as<Bf16>(), f.p_beg, f.p_num, f.p_first, f.tiles, f.num_tiles,
-           m.num_heads, scale, *options.prefill_kernel, f.psplit, s.prefill_workspace.as<float>(),
-           f.p_longest},
+           m.num_heads, scale, f.p_kernel, f.psplit, s.prefill_workspace.as<float>(), f.p_longest},
           s.stream.get());
     }
     s.gemm->linear(s.attn.as<Bf16>(), w.o.as<Bf16>(), residual, k::Gemm::Out::kF32, T, Q, H, 1.0f,
@@ -1078,7 +1105,12 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
     }
   }
   lora.num_rows = static_cast<std::int32_t>(lora_rows.size());
-  const std::int32_t tile_rows = k::prefill_tile_rows(*opt.prefill_kernel);
+  // The prefill launch's shape: packed heads when every entry is short (prefill_launch_shape).
+  const PrefillLaunchShape p_shape = prefill_launch_shape(
+      s.prefill_launch, p_num.empty() ? 0 : *std::max_element(p_num.begin(), p_num.end()));
+  const k::PrefillKernel p_kernel =
+      p_shape.packed ? k::PrefillKernel::kFa2Gqa : *opt.prefill_kernel;
+  const std::int32_t tile_rows = p_shape.tile_rows;
   const std::vector<k::PrefillTile> tiles = k::plan_prefill_tiles(p_num, tile_rows);
   auto pairs_of = [](const std::vector<BlockMove>& moves) {
     std::vector<k::BlockPair> v;
@@ -1251,10 +1283,12 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
         for (std::size_t i = 0; i < p_num.size(); ++i) {
           f.p_longest = std::max<std::int64_t>(f.p_longest, std::int64_t{p_first[i]} + p_num[i]);
         }
-        if (k::prefill_splits_keys(*opt.prefill_kernel)) {
+        f.p_kernel = p_kernel;
+        if (k::prefill_splits_keys(p_kernel)) {
           f.psplit =
-              k::plan_prefill_splits(f.num_tiles, m.num_heads, f.p_longest, s.prefill_max_ctas);
+              k::plan_prefill_splits(f.num_tiles, p_shape.head_ctas, f.p_longest, p_shape.max_ctas);
         }
+        if (p_shape.packed) ++s.packed_prefill_steps;
         if (f.psplit.split()) {
           s.ensure_bytes(s.prefill_workspace,
                          static_cast<std::size_t>(k::prefill_workspace_floats(

@@ -89,6 +89,7 @@
 #include <vector>
 
 #include "core/backend.h"
+#include "core/prefill_launch.h"
 #include "core/speculative_config.h"
 #include "engine/cpu_executor.h"
 #include "engine/llama_weights.h"
@@ -120,6 +121,12 @@ struct CudaExecutorOptions {
   kernels::DecodeKernel decode_kernel = kernels::kDefaultDecodeKernel;  // attention_plan.h
   // Unset: kernels::default_prefill_kernel(kv_format) (wgmma over bf16 where built, else fa2).
   std::optional<kernels::PrefillKernel> prefill_kernel;  // prefill_kernel.h
+  // Head packing: a prefill launch whose every entry has at most 16 queries (a short chunk after
+  // a cached prefix, a speculative verify entry) runs the fa2_gqa kernel (4 query heads of one
+  // GQA group a CTA, K/V read once for them; kernels/prefill_kernel.h) instead of
+  // prefill_kernel, where the model's GQA group is a multiple of 4 (core/prefill_launch.h
+  // prefill_launch_shape). Environment: SERVELAB_CUDA_PREFILL_PACK (engine/gpu_switches.h).
+  bool prefill_pack_heads = true;
   // The linear layers of small steps: cuBLAS, the skinny kernel (at most 32 tokens), or cuBLASLt
   // with an algorithm timed per shape for token counts equal to a decode graph bucket
   // (kernels/gemm_lt.h: timed on a shape's first eager pass, which the warm-up's decode steps
@@ -229,6 +236,12 @@ class CudaExecutor : public Backend {
   // Wall time spent on the offload tier's stores and loads so far (each step with tier moves
   // waits for them: the figure is the copies' own time).
   std::int64_t tier_copy_ns() const;
+  // How this executor cuts prefill attention into CTAs (the configured kernel's tiles and
+  // resident slots, and head packing when it applies): what `engine profile` records for the
+  // calibrated cost model (`# prefill_launch:`).
+  const PrefillLaunch& prefill_launch() const;
+  // Steps whose prefill attention ran packed (prefill_pack_heads) so far.
+  std::int64_t packed_prefill_steps() const;
 
  private:
   struct Impl;

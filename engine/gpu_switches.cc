@@ -26,6 +26,7 @@ CudaSwitches cuda_switches_from_env() {
   sw.cuda_graphs = parse_switch(kCudaGraphsEnv, std::getenv(kCudaGraphsEnv));
   sw.fused_qkv_rope = parse_switch(kCudaFusedQkvEnv, std::getenv(kCudaFusedQkvEnv));
   sw.programmatic_launch = parse_switch(kCudaPdlEnv, std::getenv(kCudaPdlEnv));
+  sw.prefill_pack_heads = parse_switch(kCudaPrefillPackEnv, std::getenv(kCudaPrefillPackEnv));
   try {
     if (std::getenv(kernels::kDecodeKernelEnv) != nullptr) {
       sw.decode_kernel = kernels::decode_kernel_from_env(kernels::kDefaultDecodeKernel);

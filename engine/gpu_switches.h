@@ -3,8 +3,11 @@
 //   SERVELAB_CUDA_GRAPHS=0|1                decode-only steps as CUDA graphs (cuda_graphs)
 //   SERVELAB_CUDA_FUSED_QKV=0|1             bias + RoPE + KV write in one kernel (fused_qkv_rope)
 //   SERVELAB_CUDA_DECODE=tiled|pipelined    decode attention kernel (decode_kernel)
-//   SERVELAB_CUDA_PREFILL=fa2|wmma|fa2_128|wgmma  prefill attention kernel (prefill_kernel;
-//                                           wgmma: Hopper wgmma, 128 rows a CTA, bf16 KV only)
+//   SERVELAB_CUDA_PREFILL=fa2|wmma|fa2_128|wgmma|fa2_gqa  prefill attention kernel
+//                                           (prefill_kernel; wgmma: Hopper wgmma, 128 rows a
+//                                           CTA, bf16 KV only; fa2_gqa: 4 heads a CTA)
+//   SERVELAB_CUDA_PREFILL_PACK=0|1          launches of short chunks on fa2_gqa
+//                                           (prefill_pack_heads)
 //   SERVELAB_CUDA_GEMM=cublas|skinny|lt     linear layers of small steps (gemm_kernel; skinny: <=
 //   32
 //                                           tokens; lt: cuBLASLt timed per decode graph bucket)
@@ -13,11 +16,11 @@
 //   SERVELAB_CUDA_GEMM_LT_FILE=PATH         with SERVELAB_CUDA_GEMM=lt: the cuBLASLt decisions
 //                                           read before and written after the run
 //                                           (engine/gemm_lt_file.h); no effect otherwise
-// Unset leaves the option as it is (defaults: graphs and fusion on, the pipelined and fa2
-// kernels, cuBLAS, PDL off, LoRA gather). The engine commands (engine run, serve, profile) apply
-// them; the CudaExecutor itself does not read the environment, so tests choose their variants
-// explicitly. Plain C++, compiled in every build so that the parsing is tested without CUDA
-// (tests/cuda_switches_test.cc).
+// Unset leaves the option as it is (defaults: graphs, fusion and head packing on, the pipelined
+// decode kernel, wgmma prefill over bf16 KV (fa2 over fp8), cuBLAS, PDL off, LoRA gather). The
+// engine commands (engine run, serve, profile) apply them; the CudaExecutor itself does not read
+// the environment, so tests choose their variants explicitly. Plain C++, compiled in every build so
+// that the parsing is tested without CUDA (tests/cuda_switches_test.cc).
 #pragma once
 
 #include <optional>
@@ -35,6 +38,7 @@ namespace servelab {
 inline constexpr const char* kCudaGraphsEnv = "SERVELAB_CUDA_GRAPHS";
 inline constexpr const char* kCudaFusedQkvEnv = "SERVELAB_CUDA_FUSED_QKV";
 inline constexpr const char* kCudaPdlEnv = "SERVELAB_CUDA_PDL";
+inline constexpr const char* kCudaPrefillPackEnv = "SERVELAB_CUDA_PREFILL_PACK";
 inline constexpr const char* kCudaGemmLtFileEnv = "SERVELAB_CUDA_GEMM_LT_FILE";
 
 // The value of switch `name`: "1" is true, "0" false (surrounding blanks ignored); nullptr (unset)
@@ -46,6 +50,7 @@ struct CudaSwitches {
   std::optional<bool> cuda_graphs;
   std::optional<bool> fused_qkv_rope;
   std::optional<bool> programmatic_launch;
+  std::optional<bool> prefill_pack_heads;
   std::optional<kernels::DecodeKernel> decode_kernel;
   std::optional<kernels::PrefillKernel> prefill_kernel;
   std::optional<kernels::GemmKernel> gemm_kernel;
@@ -63,6 +68,7 @@ void apply_cuda_switches(const CudaSwitches& sw, Opt& options) {
   if (sw.cuda_graphs) options.cuda_graphs = *sw.cuda_graphs;
   if (sw.fused_qkv_rope) options.fused_qkv_rope = *sw.fused_qkv_rope;
   if (sw.programmatic_launch) options.programmatic_launch = *sw.programmatic_launch;
+  if (sw.prefill_pack_heads) options.prefill_pack_heads = *sw.prefill_pack_heads;
   if (sw.decode_kernel) options.decode_kernel = *sw.decode_kernel;
   if (sw.prefill_kernel) options.prefill_kernel = *sw.prefill_kernel;
   if (sw.gemm_kernel) options.gemm_kernel = *sw.gemm_kernel;

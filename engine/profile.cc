@@ -439,13 +439,17 @@ ProfileRun run_profile(const ProfileOptions& o, std::FILE* progress) {
     }
     // How the executor cuts prefill attention into CTAs (core/prefill_launch.h), for the
     // calibrated cost model's critical-path terms (sim/calibration.h).
-    const kernels::PrefillKernel pk = *cuda->options().prefill_kernel;
-    prefill_launch = "query_heads=" + std::to_string(model.num_heads) +
-                     " tile_rows=" + std::to_string(kernels::prefill_tile_rows(pk)) + " max_ctas=" +
-                     std::to_string(kernels::prefill_max_resident_ctas(model.head_dim, pk)) +
-                     " min_split_tokens=" +
-                     std::to_string(kernels::prefill_splits_keys(pk) ? kPrefillMinSplitTokens : 0) +
-                     " merge_rows=" + std::to_string(kernels::kPrefillMergeRows);
+    const PrefillLaunch& l = cuda->prefill_launch();
+    prefill_launch = "query_heads=" + std::to_string(l.query_heads) +
+                     " tile_rows=" + std::to_string(l.tile_rows) +
+                     " max_ctas=" + std::to_string(l.max_ctas) +
+                     " min_split_tokens=" + std::to_string(l.min_split_tokens) +
+                     " merge_rows=" + std::to_string(l.merge_rows);
+    if (l.packs()) {
+      prefill_launch += " packed_heads=" + std::to_string(l.packed_heads) +
+                        " packed_rows=" + std::to_string(l.packed_rows) +
+                        " packed_max_ctas=" + std::to_string(l.packed_max_ctas);
+    }
     block_bytes = cuda->block_bytes();
     exec = std::move(cuda);
   }

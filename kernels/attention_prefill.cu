@@ -234,6 +234,14 @@ void paged_prefill_attention(const PrefillAttentionArgs& a, Stream stream) {
   if (a.kv.num_kv_heads < 1 || a.num_q_heads % a.kv.num_kv_heads != 0) {
     throw std::invalid_argument("paged_prefill_attention: num_kv_heads must divide num_q_heads");
   }
+  if (const std::int32_t heads = prefill_heads_per_cta(a.kernel);
+      (a.num_q_heads / a.kv.num_kv_heads) % heads != 0) {
+    throw std::invalid_argument(std::string("paged_prefill_attention: the ") +
+                                prefill_kernel_name(a.kernel) + " kernel packs " +
+                                std::to_string(heads) +
+                                " query heads of a GQA group per CTA; the group has " +
+                                std::to_string(a.num_q_heads / a.kv.num_kv_heads));
+  }
   check_kv_format(a.kv.format, a.kv.k_scale, a.kv.v_scale, "paged_prefill_attention");
   if (detail::is_fp8(a.kv.format) && !prefill_reads_fp8(a.kernel)) {
     throw std::invalid_argument(std::string("paged_prefill_attention: the ") +
@@ -259,10 +267,12 @@ void paged_prefill_attention(const PrefillAttentionArgs& a, Stream stream) {
     detail::check_launch("paged_prefill_attention (wgmma)");
     return;
   }
-  if (a.kernel == PrefillKernel::kFa2 || a.kernel == PrefillKernel::kFa2Wide) {
+  if (a.kernel != PrefillKernel::kWmma) {  // kFa2, kFa2Wide, kFa2Gqa
     detail::launch_prefill_fa2(a, s);
     detail::check_launch(a.kernel == PrefillKernel::kFa2 ? "paged_prefill_attention (fa2)"
-                                                         : "paged_prefill_attention (fa2_128)");
+                         : a.kernel == PrefillKernel::kFa2Gqa
+                             ? "paged_prefill_attention (fa2_gqa)"
+                             : "paged_prefill_attention (fa2_128)");
     return;
   }
   const PrefillParams pp = detail::prefill_params(a);

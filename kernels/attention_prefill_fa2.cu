@@ -3,7 +3,8 @@
 // paged_prefill_attention (kernels/attention.h): chunked prefill over a cached prefix, causal,
 // GQA, head_dim 64/128, any block size. Instances: head_dim {64, 128} x KV {bf16, e4m3, e5m2}
 // (kKv, fp8.cuh: the code format is a template argument, so each widening is one conversion with
-// no branch on a run-time flag) x query rows per CTA {64, 128}.
+// no branch on a run-time flag) x {64 query rows of one head, 128 rows of one head, 16 rows of
+// each of 4 query heads of one GQA group}.
 //
 // One CTA = 64 x kMB query rows of one sequence and one query head, 4 warps; warp w owns the
 // 16-row blocks w, 4 + w (kMB = 2: PrefillKernel::kFa2Wide, FlashAttention-2's tiling for
@@ -38,6 +39,12 @@
 // landed all threads widen it to bf16 (exact) into a single bf16 K/V buffer, one more barrier, and
 // the MMAs run as for bf16; k_scale is folded into the score scale (prefill_params), v_scale into
 // the output. Deterministic: fixed order, no atomics.
+// Head packing (kHeads = 4: PrefillKernel::kFa2Gqa, for launches of short chunks): the CTA takes
+// 16 query rows (a tile of 16) of each of 4 consecutive query heads of one GQA group, warp w the
+// rows of head 4 y + w. The four heads read the same K/V, so a tile of K/V is loaded once for
+// 64 rows of work where the one-head CTA of a 16-token chunk (a chunk after a cached prefix, a
+// speculative verify entry) loads it for 16 valid rows of 64, once per head. Every row's S and
+// O sum the same products in the same order as kFa2's, so the outputs are kFa2's bit for bit.
 // Resources (ptxas, sm_90): kernels/README.md.
 #include <cuda_bf16.h>
 
@@ -67,8 +74,13 @@ constexpr int kWarps = kThreads / 32;
 constexpr int kKeys = kPrefillKeyTile;  // keys per K/V tile
 static_assert(kPrefillTileRows == 16 * kWarps, "kFa2: one m16 row block per warp");
 
-// Query rows per CTA: kMB row blocks of 16 per warp.
+// Query rows per CTA: kMB row blocks of 16 per warp, over all of the CTA's heads.
 constexpr int rows_per_cta(int mb) { return 16 * kWarps * mb; }
+// Query rows of a tile (per head): a CTA of kHeads heads takes rows_per_cta / kHeads of each.
+constexpr int tile_rows_of(int mb, int heads) { return rows_per_cta(mb) / heads; }
+// Query heads per CTA of the head-packing instance (PrefillKernel::kFa2Gqa).
+constexpr int kPackedHeads = 4;
+static_assert(tile_rows_of(1, kPackedHeads) == 16, "kFa2Gqa: one 16-row block per warp and head");
 
 template <int HD, bool kFp8, int kMB>
 struct Fa2Smem {
@@ -90,11 +102,13 @@ struct Fa2Smem {
                 "cp.async and ldmatrix need 16-byte aligned rows");
 };
 
-template <int HD, int kKv, int kMB>
+template <int HD, int kKv, int kMB, int kHeads>
 __global__ void __launch_bounds__(kThreads) prefill_fa2_kernel(const PrefillParams p) {
+  static_assert(kHeads == 1 || (kMB == 1 && kWarps % kHeads == 0), "packing: one block a warp");
   constexpr bool kFp8 = kKv != kKvBf16;
   using L = Fa2Smem<HD, kFp8, kMB>;
-  constexpr int kRows = L::kRows;
+  constexpr int kRows = L::kRows;                       // rows of the CTA, every head's
+  constexpr int kTileRows = tile_rows_of(kMB, kHeads);  // rows of a tile (per head)
   constexpr bool kQInRegs = kMB == 1;
   constexpr int kChunks = HD / 8;  // 16-byte chunks per bf16 row
   constexpr int kElemBytes = kFp8 ? 1 : 2;
@@ -107,10 +121,14 @@ __global__ void __launch_bounds__(kThreads) prefill_fa2_kernel(const PrefillPara
   __nv_bfloat16* sv = reinterpret_cast<__nv_bfloat16*>(smem + L::kV);
   std::int64_t* soff = reinterpret_cast<std::int64_t*>(smem + L::kOff);
 
-  const PrefillCta cta = prefill_cta(p, kRows);
+  const PrefillCta cta = prefill_cta(p, kTileRows, kHeads);
   const int head = cta.head, rows = cta.rows, pos0 = cta.pos0;
   const std::int64_t row0 = cta.row0;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  // The warp's head slot and its first row of that head's tile (CTA row warp_slot * kTileRows +
+  // warp_row = 16 warp: shared-memory row r holds row r % kTileRows of head r / kTileRows).
+  const int warp_slot = warp / (kWarps / kHeads);
+  const int warp_row = (warp % (kWarps / kHeads)) * 16;
   if (cta.key_begin >= cta.key_end) {  // past every row's position
     prefill_store_empty<HD>(p, cta, tid, kThreads);
     return;
@@ -119,8 +137,10 @@ __global__ void __launch_bounds__(kThreads) prefill_fa2_kernel(const PrefillPara
   // Q: rows past `rows` are zero (their results are never written).
   for (int i = tid; i < kRows * kChunks; i += kThreads) {
     const int r = i / kChunks, c = (i % kChunks) * 8;
-    const bool valid = r < rows;
-    const __nv_bfloat16* src = valid ? p.q + ((row0 + r) * p.num_q_heads + head) * HD + c : p.q;
+    const int slot = r / kTileRows, tr = r % kTileRows;
+    const bool valid = tr < rows;
+    const __nv_bfloat16* src =
+        valid ? p.q + ((row0 + tr) * p.num_q_heads + head + slot) * HD + c : p.q;
     cp_async16(smem_u32(sq + r * L::kLd + c), src, valid);
   }
   cp_async_commit();
@@ -186,8 +206,8 @@ __global__ void __launch_bounds__(kThreads) prefill_fa2_kernel(const PrefillPara
   bool blk_rows[kMB];  // the block has a query row of the tile
 #pragma unroll
   for (int m = 0; m < kMB; ++m) {
-    blk_pos0[m] = pos0 + m * 64 + warp * 16;
-    blk_rows[m] = m * 64 + warp * 16 < rows;
+    blk_pos0[m] = pos0 + m * 64 + warp_row;
+    blk_rows[m] = m * 64 + warp_row < rows;
   }
   const frag::Rc ka = frag::k_ldmatrix_addr(lane);
   const frag::Rc va = frag::v_ldmatrix_addr(lane);
@@ -297,9 +317,10 @@ __global__ void __launch_bounds__(kThreads) prefill_fa2_kernel(const PrefillPara
     }
   }
 
+  const PrefillCta mine = prefill_cta_head(cta, warp_slot);
 #pragma unroll
   for (int m = 0; m < kMB; ++m) {
-    prefill_store_rows<HD, kFp8>(p, cta, o[m], st[m], m * 64 + warp * 16, lane);
+    prefill_store_rows<HD, kFp8>(p, mine, o[m], st[m], m * 64 + warp_row, lane);
   }
 }
 
@@ -331,10 +352,10 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // The kernel instance with its dynamic shared memory above 48 KB opted into (once).
-template <int HD, int kKv, int kMB>
+template <int HD, int kKv, int kMB, int kHeads>
 auto prepared_kernel() {
   constexpr int bytes = Fa2Smem<HD, kKv != kKvBf16, kMB>::kBytes;
-  const auto kernel = prefill_fa2_kernel<HD, kKv, kMB>;
+  const auto kernel = prefill_fa2_kernel<HD, kKv, kMB, kHeads>;
   static const bool configured = [kernel] {
     check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
                "cudaFuncSetAttribute(prefill fa2)");
@@ -344,15 +365,16 @@ auto prepared_kernel() {
   return kernel;
 }
 
-template <int HD, int kKv, int kMB>
+template <int HD, int kKv, int kMB, int kHeads>
 void launch(const PrefillParams& pp, const PrefillAttentionArgs& a, cudaStream_t s) {
   constexpr int bytes = Fa2Smem<HD, kKv != kKvBf16, kMB>::kBytes;
-  const auto kernel = prepared_kernel<HD, kKv, kMB>();  // one macro argument
+  const auto kernel = prepared_kernel<HD, kKv, kMB, kHeads>();  // one macro argument
   const int splits = a.split.split() ? a.split.kv_splits : 1;
-  SERVELAB_LAUNCH(kernel, dim3(a.num_tiles, a.num_q_heads, splits), kThreads, bytes, s)(pp);
+  SERVELAB_LAUNCH(kernel, dim3(a.num_tiles, a.num_q_heads / kHeads, splits), kThreads, bytes, s)
+  (pp);
   if (splits > 1) {
     check_launch("paged_prefill_attention (fa2, split)");
-    launch_prefill_merge(pp, a, rows_per_cta(kMB), s);
+    launch_prefill_merge(pp, a, tile_rows_of(kMB, kHeads), s);
   }
 }
 
@@ -365,39 +387,41 @@ void launch_prefill_merge(const PrefillParams& pp, const PrefillAttentionArgs& a
   (pp, a.kv.head_dim, a.split.kv_splits, tile_rows);
 }
 
-template <int kMB>
+template <int kMB, int kHeads>
 void launch_rows(const PrefillParams& pp, const PrefillAttentionArgs& a, cudaStream_t stream) {
   const int kv = kv_instance(a.kv.format);
   if (a.kv.head_dim == 64) {
-    kv == kKvBf16   ? launch<64, kKvBf16, kMB>(pp, a, stream)
-    : kv == kKvE4m3 ? launch<64, kKvE4m3, kMB>(pp, a, stream)
-                    : launch<64, kKvE5m2, kMB>(pp, a, stream);
+    kv == kKvBf16   ? launch<64, kKvBf16, kMB, kHeads>(pp, a, stream)
+    : kv == kKvE4m3 ? launch<64, kKvE4m3, kMB, kHeads>(pp, a, stream)
+                    : launch<64, kKvE5m2, kMB, kHeads>(pp, a, stream);
   } else {
-    kv == kKvBf16   ? launch<128, kKvBf16, kMB>(pp, a, stream)
-    : kv == kKvE4m3 ? launch<128, kKvE4m3, kMB>(pp, a, stream)
-                    : launch<128, kKvE5m2, kMB>(pp, a, stream);
+    kv == kKvBf16   ? launch<128, kKvBf16, kMB, kHeads>(pp, a, stream)
+    : kv == kKvE4m3 ? launch<128, kKvE4m3, kMB, kHeads>(pp, a, stream)
+                    : launch<128, kKvE5m2, kMB, kHeads>(pp, a, stream);
   }
 }
 
 void launch_prefill_fa2(const PrefillAttentionArgs& a, cudaStream_t stream) {
   const PrefillParams pp = prefill_params(a);
   if (a.kernel == PrefillKernel::kFa2Wide) {
-    launch_rows<2>(pp, a, stream);
+    launch_rows<2, 1>(pp, a, stream);
+  } else if (a.kernel == PrefillKernel::kFa2Gqa) {
+    launch_rows<1, kPackedHeads>(pp, a, stream);
   } else {
-    launch_rows<1>(pp, a, stream);
+    launch_rows<1, 1>(pp, a, stream);
   }
 }
 
-template <int HD, int kMB>
+template <int HD, int kMB, int kHeads>
 std::int32_t resident_ctas() {
   int device = 0, sms = 0, per_sm = 0;
   check_cuda(cudaGetDevice(&device), "cudaGetDevice");
   check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
              "cudaDeviceGetAttribute");
-  check_cuda(
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, prepared_kernel<HD, kKvBf16, kMB>(),
-                                                    kThreads, Fa2Smem<HD, false, kMB>::kBytes),
-      "cudaOccupancyMaxActiveBlocksPerMultiprocessor (prefill fa2)");
+  check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+                 &per_sm, prepared_kernel<HD, kKvBf16, kMB, kHeads>(), kThreads,
+                 Fa2Smem<HD, false, kMB>::kBytes),
+             "cudaOccupancyMaxActiveBlocksPerMultiprocessor (prefill fa2)");
   return std::max(1, sms * std::max(1, per_sm));
 }
 
@@ -408,9 +432,13 @@ namespace servelab::kernels {
 std::int32_t prefill_max_resident_ctas(std::int32_t head_dim, PrefillKernel kernel) {
   if (kernel == PrefillKernel::kWgmma) return detail::wgmma_resident_ctas(head_dim);
   if (kernel == PrefillKernel::kFa2Wide) {
-    return head_dim == 64 ? detail::resident_ctas<64, 2>() : detail::resident_ctas<128, 2>();
+    return head_dim == 64 ? detail::resident_ctas<64, 2, 1>() : detail::resident_ctas<128, 2, 1>();
   }
-  return head_dim == 64 ? detail::resident_ctas<64, 1>() : detail::resident_ctas<128, 1>();
+  if (kernel == PrefillKernel::kFa2Gqa) {
+    return head_dim == 64 ? detail::resident_ctas<64, 1, detail::kPackedHeads>()
+                          : detail::resident_ctas<128, 1, detail::kPackedHeads>();
+  }
+  return head_dim == 64 ? detail::resident_ctas<64, 1, 1>() : detail::resident_ctas<128, 1, 1>();
 }
 
 }  // namespace servelab::kernels

@@ -14,6 +14,8 @@ const char* prefill_kernel_name(PrefillKernel kernel) {
       return "fa2_128";
     case PrefillKernel::kWgmma:
       return "wgmma";
+    case PrefillKernel::kFa2Gqa:
+      return "fa2_gqa";
     case PrefillKernel::kFa2:
       break;
   }
@@ -21,17 +23,20 @@ const char* prefill_kernel_name(PrefillKernel kernel) {
 }
 
 std::int32_t prefill_tile_rows(PrefillKernel kernel) {
+  if (kernel == PrefillKernel::kFa2Gqa) return 16;
   return kernel == PrefillKernel::kFa2Wide || kernel == PrefillKernel::kWgmma ? 128 : 64;
 }
 
-bool prefill_reads_fp8(PrefillKernel kernel) {
-  return kernel == PrefillKernel::kFa2 || kernel == PrefillKernel::kFa2Wide;
+std::int32_t prefill_heads_per_cta(PrefillKernel kernel) {
+  return kernel == PrefillKernel::kFa2Gqa ? 4 : 1;
 }
 
-bool prefill_splits_keys(PrefillKernel kernel) {
+bool prefill_reads_fp8(PrefillKernel kernel) {
   return kernel == PrefillKernel::kFa2 || kernel == PrefillKernel::kFa2Wide ||
-         kernel == PrefillKernel::kWgmma;
+         kernel == PrefillKernel::kFa2Gqa;
 }
+
+bool prefill_splits_keys(PrefillKernel kernel) { return kernel != PrefillKernel::kWmma; }
 
 PrefillKernel parse_prefill_kernel(std::string_view text, std::string_view what) {
   std::string names;

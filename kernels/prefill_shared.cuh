@@ -103,14 +103,17 @@ __device__ __forceinline__ void prefill_p_fragment(unsigned (&pa)[4],
 }
 
 // A prefill CTA's work (blockIdx.x: its tile, taken back to front so that a sequence's longest
-// tiles start first; blockIdx.y: its query head; blockIdx.z: its split of the key range) and
-// where its rows go: the output rows, or with split-KV its split's partial states in the
-// workspace (row r of the CTA is part part0 + r kv_splits; O at part * HD, (m, l) at
-// n_parts * HD + 2 part).
+// tiles start first; blockIdx.y: its query heads, `heads` consecutive ones of one GQA group
+// (one but for the head-packing fa2 kernel, PrefillKernel::kFa2Gqa); blockIdx.z: its split of
+// the key range) and where its rows go: the output rows, or with split-KV its split's partial
+// states in the workspace (row r of the tile and head `head` is part part0 + r kv_splits; O at
+// part * HD, (m, l) at n_parts * HD + 2 part; the CTA's other heads: prefill_cta_head).
 struct PrefillCta {
   PrefillTile tile;
-  int head, kv_head;
-  int rows;           // the CTA's valid query rows (at most its kernel's rows per CTA)
+  int head, kv_head;  // head: the CTA's first query head
+  int heads;          // query heads of the CTA (blockIdx.y covers heads .. heads + heads - 1)
+  int tile_rows;      // query rows of a tile (per head)
+  int rows;           // the tile's valid query rows (at most tile_rows)
   std::int64_t row0;  // the CTA's first query row in q / out
   int pos0;           // position of the CTA's row 0
   bool splitting;
@@ -120,11 +123,16 @@ struct PrefillCta {
   const std::int32_t* table;  // the sequence's block table
 };
 
-__device__ __forceinline__ PrefillCta prefill_cta(const PrefillParams& p, int cta_rows) {
+// REQUIRES: heads divides the GQA group (the launcher checks it) and gridDim.y is
+// num_q_heads / heads.
+__device__ __forceinline__ PrefillCta prefill_cta(const PrefillParams& p, int cta_rows,
+                                                  int heads = 1) {
   PrefillCta c;
   c.tile = p.tiles[gridDim.x - 1 - blockIdx.x];
-  c.head = blockIdx.y;
+  c.head = blockIdx.y * heads;
   c.kv_head = c.head / (p.num_q_heads / p.kv.num_kv_heads);
+  c.heads = heads;
+  c.tile_rows = cta_rows;
   c.rows = min(cta_rows, p.num_queries[c.tile.seq] - c.tile.q_begin);
   c.row0 = std::int64_t{p.q_row_begin[c.tile.seq]} + c.tile.q_begin;
   c.pos0 = p.first_pos[c.tile.seq] + c.tile.q_begin;
@@ -140,14 +148,24 @@ __device__ __forceinline__ PrefillCta prefill_cta(const PrefillParams& p, int ct
   return c;
 }
 
-// A split past every row's position (c.key_begin >= c.key_end): an empty state for each row,
-// written by the CTA's `threads` threads.
+// The CTA's work as seen by its head `slot` (0 .. c.heads - 1): head c.head + slot, whose
+// partial states start c.tile_rows x kv_splits parts after the first head's.
+__device__ __forceinline__ PrefillCta prefill_cta_head(const PrefillCta& c, int slot) {
+  PrefillCta h = c;
+  h.head = c.head + slot;
+  h.heads = 1;
+  h.part0 = c.part0 + std::int64_t{slot} * c.tile_rows * gridDim.z;
+  return h;
+}
+
+// A split past every row's position (c.key_begin >= c.key_end): an empty state for each row of
+// each of the CTA's heads, written by the CTA's `threads` threads.
 template <int HD>
 __device__ __forceinline__ void prefill_store_empty(const PrefillParams& p, const PrefillCta& c,
                                                     int tid, int threads) {
-  for (int i = tid; i < c.rows * HD; i += threads) {
-    const int r = i / HD, d = i % HD;
-    const std::int64_t part = c.part0 + std::int64_t{r} * gridDim.z;
+  for (int i = tid; i < c.heads * c.rows * HD; i += threads) {
+    const int slot = i / (c.rows * HD), r = (i / HD) % c.rows, d = i % HD;
+    const std::int64_t part = c.part0 + (std::int64_t{slot} * c.tile_rows + r) * gridDim.z;
     p.workspace[part * HD + d] = 0.0f;
     if (d == 0) {
       p.workspace[c.n_parts * HD + 2 * part] = -INFINITY;

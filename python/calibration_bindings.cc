@@ -132,6 +132,11 @@ py::dict coefficients(const CalibratedCoefficients& c) {
     launch["max_ctas"] = c.prefill_launch->max_ctas;
     launch["min_split_tokens"] = c.prefill_launch->min_split_tokens;
     launch["merge_rows"] = c.prefill_launch->merge_rows;
+    if (c.prefill_launch->packs()) {
+      launch["packed_heads"] = c.prefill_launch->packed_heads;
+      launch["packed_rows"] = c.prefill_launch->packed_rows;
+      launch["packed_max_ctas"] = c.prefill_launch->packed_max_ctas;
+    }
     d["prefill_launch"] = launch;
   }
   return d;

@@ -151,14 +151,35 @@ CalibratedProfile load_calibrated_profile(const std::string& path) {
     k.prefill_merge_step_s = c.get_double("prefill_merge_step_s", 0.0, 1e6);
     const ConfigNode l = c.at("prefill_launch");
     if (!l.is_map())
-      l.fail("a mapping of query_heads, tile_rows, max_ctas, min_split_tokens, merge_rows");
-    l.allow_keys({"query_heads", "tile_rows", "max_ctas", "min_split_tokens", "merge_rows"});
+      l.fail(
+          "a mapping of query_heads, tile_rows, max_ctas, min_split_tokens, merge_rows (and "
+          "optionally packed_heads, packed_rows, packed_max_ctas)");
+    l.allow_keys({"query_heads", "tile_rows", "max_ctas", "min_split_tokens", "merge_rows",
+                  "packed_heads", "packed_rows", "packed_max_ctas"});
     PrefillLaunch launch;
     launch.query_heads = static_cast<std::int32_t>(l.get_int("query_heads", 1, 1 << 20));
     launch.tile_rows = static_cast<std::int32_t>(l.get_int("tile_rows", 1, 1 << 20));
     launch.max_ctas = static_cast<std::int32_t>(l.get_int("max_ctas", 1, 1 << 30));
     launch.min_split_tokens = static_cast<std::int32_t>(l.get_int("min_split_tokens", 0, 1 << 30));
     launch.merge_rows = static_cast<std::int32_t>(l.get_int("merge_rows", 1, 1 << 20));
+    const char* packing[] = {"packed_heads", "packed_rows", "packed_max_ctas"};
+    for (const char* key : packing) {
+      if (!l.has(key)) continue;
+      for (const char* other : packing) {
+        if (!l.has(other)) {
+          l.at(key).fail_message(std::string("given without '") + other +
+                                 "' (packed_heads, packed_rows and packed_max_ctas come together)");
+        }
+      }
+    }
+    if (l.has("packed_heads")) {
+      launch.packed_heads = static_cast<std::int32_t>(l.get_int("packed_heads", 1, 1 << 20));
+      launch.packed_rows = static_cast<std::int32_t>(l.get_int("packed_rows", 1, 1 << 20));
+      launch.packed_max_ctas = static_cast<std::int32_t>(l.get_int("packed_max_ctas", 1, 1 << 30));
+    }
+    if (const std::string why = prefill_launch_error(launch); !why.empty()) {
+      l.fail_message(why);
+    }
     k.prefill_launch = launch;
   }
   for (const char* info : {"fit", "host_overhead"}) {  // informational sections

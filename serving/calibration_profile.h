@@ -117,7 +117,9 @@ std::string unknown_storage_word(std::string_view value, const std::string_view 
 // missing file, malformed YAML, an unknown or missing key, a wrong type or a negative
 // coefficient. The critical-path coefficients (prefill_critical_key_s, prefill_merge_step_s)
 // and their `prefill_launch` mapping (query_heads, tile_rows, max_ctas, merge_rows: integers
-// >= 1; min_split_tokens: an integer >= 0) come all three or none. `machine:` is optional; when
+// >= 1; min_split_tokens: an integer >= 0; optionally packed_heads, packed_rows and
+// packed_max_ctas, integers >= 1 given together, packed_heads dividing query_heads) come all
+// three or none. `machine:` is optional; when
 // present it must be a mapping of exactly `kind` (cpu or cuda), `name` (a non-empty string) and
 // `threads` (an integer >= 1). Loading never compares the machine: the users of the file do
 // (warn_if_calibrated_elsewhere).

@@ -97,7 +97,9 @@ CalibratedCoefficients from_vector(const Eigen::VectorXd& x, std::int64_t knee,
 }
 
 // The `# prefill_launch:` header value, "query_heads=H tile_rows=R max_ctas=M
-// min_split_tokens=S merge_rows=G" (any order, each once): "" and `out` filled, or what is wrong.
+// min_split_tokens=S merge_rows=G" and optionally "packed_heads=P packed_rows=Q
+// packed_max_ctas=N" (all three or none; profiles before 2026-12-05 have none) (any order, each
+// once): "" and `out` filled, or what is wrong.
 std::string parse_prefill_launch(std::string_view text, PrefillLaunch& out) {
   struct Field {
     const char* name;
@@ -105,11 +107,12 @@ std::string parse_prefill_launch(std::string_view text, PrefillLaunch& out) {
     std::int64_t least;
     bool seen = false;
   };
-  Field fields[] = {{"query_heads", &out.query_heads, 1},
-                    {"tile_rows", &out.tile_rows, 1},
-                    {"max_ctas", &out.max_ctas, 1},
-                    {"min_split_tokens", &out.min_split_tokens, 0},
-                    {"merge_rows", &out.merge_rows, 1}};
+  Field fields[] = {
+      {"query_heads", &out.query_heads, 1}, {"tile_rows", &out.tile_rows, 1},
+      {"max_ctas", &out.max_ctas, 1},       {"min_split_tokens", &out.min_split_tokens, 0},
+      {"merge_rows", &out.merge_rows, 1},   {"packed_heads", &out.packed_heads, 1},
+      {"packed_rows", &out.packed_rows, 1}, {"packed_max_ctas", &out.packed_max_ctas, 1}};
+  constexpr std::size_t kRequired = 5;  // the packing fields come all three or none
   std::istringstream words{std::string(text)};
   std::string word;
   while (words >> word) {
@@ -121,7 +124,8 @@ std::string parse_prefill_launch(std::string_view text, PrefillLaunch& out) {
     }
     if (eq == std::string::npos || f == nullptr) {
       return "expected KEY=VALUE words with keys query_heads, tile_rows, max_ctas, "
-             "min_split_tokens and merge_rows, got '" +
+             "min_split_tokens, merge_rows and optionally packed_heads, packed_rows, "
+             "packed_max_ctas, got '" +
              shorten(word) + "'";
     }
     if (f->seen) return "'" + key + "' given twice";
@@ -133,10 +137,15 @@ std::string parse_prefill_launch(std::string_view text, PrefillLaunch& out) {
     *f->value = static_cast<std::int32_t>(*v);
     f->seen = true;
   }
-  for (const Field& f : fields) {
-    if (!f.seen) return "'" + std::string(f.name) + "=' is missing";
+  for (std::size_t i = 0; i < std::size(fields); ++i) {
+    if (!fields[i].seen && (i < kRequired || fields[kRequired].seen || fields[kRequired + 1].seen ||
+                            fields[kRequired + 2].seen)) {
+      return "'" + std::string(fields[i].name) + "=' is missing" +
+             (i < kRequired ? ""
+                            : " (packed_heads, packed_rows and packed_max_ctas come together)");
+    }
   }
-  return "";
+  return prefill_launch_error(out);
 }
 
 // The SMs a CUDA profile's `# device:` line names ("NVIDIA H200 (sm_90, 132 SMs)"), or 0.
@@ -655,6 +664,11 @@ std::string calibration_yaml(const CalibrationResult& result, const std::string&
     number("max_ctas", l.max_ctas);
     number("min_split_tokens", l.min_split_tokens);
     number("merge_rows", l.merge_rows);
+    if (l.packs()) {
+      number("packed_heads", l.packed_heads);
+      number("packed_rows", l.packed_rows);
+      number("packed_max_ctas", l.packed_max_ctas);
+    }
     y << YAML::EndMap;
   }
   y << YAML::EndMap;
@@ -758,6 +772,11 @@ void print_calibration(std::FILE* out, const CalibrationResult& r) {
                  "slots, splits of >= %d keys, %d rows a merge CTA\n",
                  r.prefill_launch_source.c_str(), l.query_heads, l.tile_rows, l.max_ctas,
                  l.min_split_tokens, l.merge_rows);
+    if (l.packs()) {
+      std::fprintf(out,
+                   "      entries of <= %d queries: %d heads a CTA, %d-row tiles, %d CTA slots\n",
+                   l.packed_rows, l.packed_heads, l.packed_rows, l.packed_max_ctas);
+    }
   }
   const auto table = [&](const std::map<std::string, FamilyError>& fams,
                          const FamilyError& overall) {

@@ -17,6 +17,7 @@ struct FakeOptions {
   bool cuda_graphs = true;
   bool fused_qkv_rope = true;
   bool programmatic_launch = false;
+  bool prefill_pack_heads = true;
   kernels::DecodeKernel decode_kernel = kernels::kDefaultDecodeKernel;
   std::optional<kernels::PrefillKernel> prefill_kernel;  // unset: the executor's default
   kernels::GemmKernel gemm_kernel = kernels::GemmKernel::kCublas;
@@ -71,6 +72,23 @@ TEST(CudaSwitches, EnvironmentSetsOnlyWhatItNames) {
   ::setenv(kCudaPdlEnv, "on", 1);
   EXPECT_THROW(cuda_switches_from_env(), ConfigError);
   ::unsetenv(kCudaPdlEnv);
+  // SERVELAB_CUDA_PREFILL_PACK: head packing of short prefill launches, on unless set to 0.
+  ::unsetenv(kCudaPrefillPackEnv);
+  apply_cuda_switches(cuda_switches_from_env(), o);
+  EXPECT_TRUE(o.prefill_pack_heads);
+  ::setenv(kCudaPrefillPackEnv, "0", 1);
+  apply_cuda_switches(cuda_switches_from_env(), o);
+  EXPECT_FALSE(o.prefill_pack_heads);
+  EXPECT_TRUE(o.programmatic_launch);
+  ::setenv(kCudaPrefillPackEnv, "no", 1);
+  try {
+    cuda_switches_from_env();
+    ADD_FAILURE() << "accepted SERVELAB_CUDA_PREFILL_PACK=no";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("SERVELAB_CUDA_PREFILL_PACK"), std::string::npos)
+        << e.what();
+  }
+  ::unsetenv(kCudaPrefillPackEnv);
 }
 
 // The attention kernels by name: SERVELAB_CUDA_DECODE and SERVELAB_CUDA_PREFILL set only their
@@ -103,13 +121,16 @@ TEST(CudaSwitches, KernelVariablesPickTheAttentionKernels) {
   ::setenv(kernels::kPrefillKernelEnv, "wgmma", 1);
   apply_cuda_switches(cuda_switches_from_env(), o);
   EXPECT_EQ(o.prefill_kernel, kernels::PrefillKernel::kWgmma);
+  ::setenv(kernels::kPrefillKernelEnv, "fa2_gqa", 1);
+  apply_cuda_switches(cuda_switches_from_env(), o);
+  EXPECT_EQ(o.prefill_kernel, kernels::PrefillKernel::kFa2Gqa);
   ::setenv(kernels::kPrefillKernelEnv, "fa3", 1);
   try {
     cuda_switches_from_env();
     ADD_FAILURE() << "accepted SERVELAB_CUDA_PREFILL=fa3";
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("SERVELAB_CUDA_PREFILL: expected one of fa2, wmma, "
-                                         "fa2_128, wgmma, got 'fa3'"),
+                                         "fa2_128, wgmma, fa2_gqa, got 'fa3'"),
               std::string::npos)
         << e.what();
   }
@@ -136,8 +157,9 @@ TEST(CudaSwitches, Fp8KvNeedsKernelsThatReadIt) {
   }
   EXPECT_EQ(
       cuda_kv_kernels_refusal(FloatFormat::kFp8E4m3, DecodeKernel::kTiled, PrefillKernel::kFa2),
-      "an fp8_e4m3 KV cache is read by the pipelined decode kernel and the fa2 and fa2_128 "
-      "prefill kernels only, and SERVELAB_CUDA_DECODE / SERVELAB_CUDA_PREFILL chose tiled / "
+      "an fp8_e4m3 KV cache is read by the pipelined decode kernel and the fa2, fa2_128 and "
+      "fa2_gqa prefill kernels only, and SERVELAB_CUDA_DECODE / SERVELAB_CUDA_PREFILL chose tiled "
+      "/ "
       "fa2; unset them, or use a bf16 KV cache");
   const std::string wgmma = cuda_kv_kernels_refusal(FloatFormat::kFp8E5m2, DecodeKernel::kPipelined,
                                                     PrefillKernel::kWgmma);

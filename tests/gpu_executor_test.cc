@@ -243,6 +243,66 @@ TEST(GpuExecutor, LogitsMatchCpuExecutor) {
 #endif
 }
 
+// Head packing (CudaExecutorOptions::prefill_pack_heads): a model whose GQA group is 4 runs its
+// prefill chunks of at most 16 tokens on the fa2_gqa kernel (4 heads a CTA), and with fa2
+// configured and no split (contexts under 1,024 keys) its logits are those of the unpacked run
+// bit for bit, and close to CpuExecutor's; chunks of 17 tokens or more, and a model whose group
+// is 2, never pack; fa2_gqa configured for a group of 2 is refused.
+TEST(GpuExecutor, ShortChunksPackTheHeadsOfAGqaGroup) {
+  REQUIRE_GPU();
+#if SERVELAB_HAVE_CUDA
+  const LlamaWeights w = LlamaWeights::random(GpuConfig(64, 8, 2, false), 5);
+  CpuExecutorOptions cpu_options;
+  cpu_options.block_size = 16;
+  cpu_options.num_blocks = 40;
+  CpuExecutor cpu(w, cpu_options);
+  auto options = [](bool pack) {
+    CudaExecutorOptions o = GpuOptions(16, 40);
+    o.prefill_kernel = kernels::PrefillKernel::kFa2;
+    o.prefill_pack_heads = pack;
+    return o;
+  };
+  CudaExecutor packed(w, options(true)), plain(w, options(false));
+  ASSERT_TRUE(packed.prefill_launch().packs());
+  EXPECT_EQ(packed.prefill_launch().packed_heads, 4);
+  EXPECT_EQ(packed.prefill_launch().packed_rows, 16);
+  EXPECT_FALSE(plain.prefill_launch().packs());
+  const RequestSpec spec = make_request(3, 0, {{unique_content_id(1, 3), 0, 70}}, 4);
+  std::vector<BlockId> table(8);
+  std::iota(table.begin(), table.end(), 2);
+  std::vector<std::int32_t> outputs;
+  std::int32_t done = 0, steps = 0;
+  // Chunks of 16, 16, 16, then one of 22 (not packed), then decodes.
+  for (const std::int32_t n : {16, 16, 16, 22, 1, 1}) {
+    const StepPlan plan = OnePlan(spec, outputs, done, n, table);
+    const StepResult rc = cpu.execute(plan);
+    packed.execute(plan);
+    plain.execute(plan);
+    ++steps;
+    done += n;
+    if (!plan.requests[0].samples) continue;
+    const std::vector<float>& lp = packed.last_logits()[0];
+    EXPECT_TRUE(lp == plain.last_logits()[0])
+        << "packed and unpacked logits differ, step " << steps;
+    const Eigen::VectorXf& lc = cpu.last_logits()[0];
+    const float scale = std::max(1.0f, lc.cwiseAbs().maxCoeff());
+    for (std::size_t i = 0; i < lp.size(); ++i) {
+      ASSERT_NEAR(lp[i], lc[static_cast<Eigen::Index>(i)], kLogitTol * scale) << "token " << i;
+    }
+    outputs.push_back(rc.sampled_tokens[0]);
+  }
+  EXPECT_EQ(packed.packed_prefill_steps(), 3);  // the three 16-token chunks
+  EXPECT_EQ(plain.packed_prefill_steps(), 0);
+  // A group of 2: nothing packs, and fa2_gqa cannot be the configured kernel.
+  const LlamaWeights w2 = LlamaWeights::random(GpuConfig(64, 4, 2, false), 5);
+  EXPECT_FALSE(CudaExecutor(w2, options(true)).prefill_launch().packs());
+  CudaExecutorOptions gqa = options(true);
+  gqa.prefill_kernel = kernels::PrefillKernel::kFa2Gqa;
+  EXPECT_THROW(CudaExecutor(w2, gqa), std::invalid_argument);
+  EXPECT_EQ(CudaExecutor(w, gqa).prefill_launch().tile_rows, 16);
+#endif
+}
+
 // The invariance property on the GPU: random workloads through the real scheduler (chunked
 // prefill, prefix caching, recompute and swap preemption, the preemptive formation) give each
 // request the greedy tokens it gets when run alone on the same executor, wherever the decision

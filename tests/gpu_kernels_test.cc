@@ -1004,9 +1004,11 @@ TEST(GpuKernels, DecodeLauncherRejectsInvalidPlans) {
 }
 
 // Chunked prefill over a cached prefix: sequences whose queries start at first_pos > 0, every
-// kernel (PrefillKernel::kFa2, kWmma, and kFa2Wide and kWgmma over their 128-row tiles) against
-// the same reference, each run into fresh poisoned buffers, twice on a GPU: the two outputs must
-// be bit-identical, and kFa2Wide's must be kFa2's bit for bit (split or not). kWgmma's
+// kernel (PrefillKernel::kFa2, kWmma, kFa2Wide and kWgmma over their 128-row tiles, and kFa2Gqa
+// over 16-row tiles of 4 heads where the GQA group is a multiple of 4, refused where it is not)
+// against the same reference, each run into fresh poisoned buffers, twice on a GPU: the two
+// outputs must be bit-identical, and kFa2Wide's and kFa2Gqa's must be kFa2's bit for bit (split
+// or not). kWgmma's
 // S and O sum their k blocks in fa2's order: on the CUDA emulator, whose wgmma rounds each
 // 16-element block as its mma.sync does, its outputs must be fa2's bit for bit too (a wrong
 // descriptor or fragment mapping could not pass that); on a GPU only the reference binds it.
@@ -1159,9 +1161,12 @@ TEST(GpuKernels, PagedPrefillAttentionMatchesReference) {
     const std::vector<k::PrefillTile> tiles = k::plan_prefill_tiles(c.nq);
     const std::vector<k::PrefillTile> wide_tiles =
         k::plan_prefill_tiles(c.nq, k::prefill_tile_rows(k::PrefillKernel::kFa2Wide));
+    const std::vector<k::PrefillTile> packed_tiles =
+        k::plan_prefill_tiles(c.nq, k::prefill_tile_rows(k::PrefillKernel::kFa2Gqa));
     DeviceBuffer d_q = Upload(ToBits(q)), d_begin = Upload(begin), d_nq = Upload(c.nq),
                  d_first = Upload(c.first), d_tiles = Upload(tiles),
-                 d_wide_tiles = Upload(wide_tiles);
+                 d_wide_tiles = Upload(wide_tiles), d_packed_tiles = Upload(packed_tiles);
+    const bool packs = (c.q_heads / c.kv_heads) % 4 == 0;  // kFa2Gqa's 4 heads a CTA
     const float scale = 1.0f / std::sqrt(static_cast<float>(c.hd));
     std::vector<float> want(q.size());
     for (std::size_t s = 0; s < c.nq.size(); ++s) {
@@ -1176,20 +1181,26 @@ TEST(GpuKernels, PagedPrefillAttentionMatchesReference) {
     std::int64_t longest = 0;
     for (std::size_t s = 0; s < ctx.size(); ++s) longest = std::max<std::int64_t>(longest, ctx[s]);
     const auto ntiles = static_cast<std::int32_t>(tiles.size());
-    auto is_wide = [](k::PrefillKernel kernel) { return k::prefill_tile_rows(kernel) == 128; };
     auto tiles_of = [&](k::PrefillKernel kernel) {
-      return static_cast<std::int32_t>((is_wide(kernel) ? wide_tiles : tiles).size());
+      const std::int32_t rows = k::prefill_tile_rows(kernel);
+      return static_cast<std::int32_t>((rows == 128  ? wide_tiles
+                                        : rows == 16 ? packed_tiles
+                                                     : tiles)
+                                           .size());
     };
     DeviceBuffer out = Poisoned(q.size() * 2);
     auto args = [&](k::PrefillKernel kernel, const k::PrefillSplitPlan& plan, float* ws) {
-      const bool wide = is_wide(kernel);
+      const std::int32_t rows = k::prefill_tile_rows(kernel);
       return k::PrefillAttentionArgs{f.view(),
                                      d_q.as<k::Bf16>(),
                                      out.as<k::Bf16>(),
                                      d_begin.as<std::int32_t>(),
                                      d_nq.as<std::int32_t>(),
                                      d_first.as<std::int32_t>(),
-                                     (wide ? d_wide_tiles : d_tiles).as<k::PrefillTile>(),
+                                     (rows == 128  ? d_wide_tiles
+                                      : rows == 16 ? d_packed_tiles
+                                                   : d_tiles)
+                                         .as<k::PrefillTile>(),
                                      tiles_of(kernel),
                                      c.q_heads,
                                      scale,
@@ -1227,13 +1238,20 @@ TEST(GpuKernels, PagedPrefillAttentionMatchesReference) {
 #endif
     // Whether `kernel`'s outputs must be fa2's bit for bit.
     auto same_bits_as_fa2 = [&](k::PrefillKernel kernel) {
-      return kernel == k::PrefillKernel::kFa2Wide ||
+      return kernel == k::PrefillKernel::kFa2Wide || kernel == k::PrefillKernel::kFa2Gqa ||
              (kernel == k::PrefillKernel::kWgmma && wgmma_is_fa2);
     };
+    if (!packs) {  // the GQA group is no multiple of the 4 heads fa2_gqa packs: refused
+      EXPECT_THROW(
+          k::paged_prefill_attention(args(k::PrefillKernel::kFa2Gqa, {}, nullptr), nullptr),
+          std::invalid_argument);
+    }
     std::vector<std::uint16_t> fa2_bits;
-    for (k::PrefillKernel kernel : {k::PrefillKernel::kFa2, k::PrefillKernel::kWmma,
-                                    k::PrefillKernel::kFa2Wide, k::PrefillKernel::kWgmma}) {
+    for (k::PrefillKernel kernel :
+         {k::PrefillKernel::kFa2, k::PrefillKernel::kWmma, k::PrefillKernel::kFa2Wide,
+          k::PrefillKernel::kWgmma, k::PrefillKernel::kFa2Gqa}) {
       if (!k::prefill_kernel_built(kernel)) continue;  // wgmma in a build without sm_90a
+      if (kernel == k::PrefillKernel::kFa2Gqa && !packs) continue;
       SCOPED_TRACE(k::prefill_kernel_name(kernel));
       const std::vector<std::uint16_t> bits = check_twice(args(kernel, {}, nullptr), "prefill");
       if (kernel == k::PrefillKernel::kFa2) fa2_bits = bits;
@@ -1255,9 +1273,10 @@ TEST(GpuKernels, PagedPrefillAttentionMatchesReference) {
       SCOPED_TRACE("split " + std::to_string(plan.kv_splits) + " x " +
                    std::to_string(plan.split_tokens));
       std::vector<std::uint16_t> narrow_bits;
-      for (k::PrefillKernel kernel :
-           {k::PrefillKernel::kFa2, k::PrefillKernel::kFa2Wide, k::PrefillKernel::kWgmma}) {
+      for (k::PrefillKernel kernel : {k::PrefillKernel::kFa2, k::PrefillKernel::kFa2Wide,
+                                      k::PrefillKernel::kWgmma, k::PrefillKernel::kFa2Gqa}) {
         if (!k::prefill_kernel_built(kernel)) continue;
+        if (kernel == k::PrefillKernel::kFa2Gqa && !packs) continue;
         SCOPED_TRACE(k::prefill_kernel_name(kernel));
         DeviceBuffer ws(
             static_cast<std::size_t>(k::prefill_workspace_floats(
@@ -1534,9 +1553,11 @@ TEST(GpuKernels, Fp8PagedAttentionMatchesReference) {
           k::paged_prefill_attention(a, nullptr);
           const std::vector<std::uint16_t> split_bits = Download<std::uint16_t>(out, q.size());
           ExpectClose(FromBits(split_bits), want, 4e-3, 1e-2, "fp8 prefill, split");
-          // The 128-row fa2 kernel over the same cache: fa2's bits, unsplit and split.
-          {
-            const k::PrefillKernel wide = k::PrefillKernel::kFa2Wide;
+          // The 128-row fa2 kernel and the head-packing one (4 heads x 16 rows) over the same
+          // cache: fa2's bits split, the reference's values unsplit.
+          for (const k::PrefillKernel wide :
+               {k::PrefillKernel::kFa2Wide, k::PrefillKernel::kFa2Gqa}) {
+            SCOPED_TRACE(k::prefill_kernel_name(wide));
             const std::vector<k::PrefillTile> wt =
                 k::plan_prefill_tiles(nq, k::prefill_tile_rows(wide));
             DeviceBuffer d_wt = Upload(wt);
@@ -1553,14 +1574,14 @@ TEST(GpuKernels, Fp8PagedAttentionMatchesReference) {
             w.out = out.as<k::Bf16>();
             k::paged_prefill_attention(w, nullptr);
             EXPECT_TRUE(Download<std::uint16_t>(out, q.size()) == split_bits)
-                << "fp8 prefill, split: fa2_128 differs from fa2";
+                << "fp8 prefill, split: " << k::prefill_kernel_name(wide) << " differs from fa2";
             w.split = {};
             w.workspace = nullptr;
             out = Poisoned(q.size() * 2);
             w.out = out.as<k::Bf16>();
             k::paged_prefill_attention(w, nullptr);
             ExpectClose(FromBits(Download<std::uint16_t>(out, q.size())), want, 4e-3, 1e-2,
-                        "fp8 prefill, fa2_128");
+                        "fp8 prefill, unsplit");
           }
           a.kernel = k::PrefillKernel::kWmma;
           EXPECT_THROW(k::paged_prefill_attention(a, nullptr), std::invalid_argument);

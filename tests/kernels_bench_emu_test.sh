@@ -25,7 +25,7 @@ j=$t/work/kernels_bench.json
 check "kernels_bench (emulated) runs its smallest shapes" run 0 "$bench" \
   '--benchmark_filter=^BM_(DeviceCopy/268435456|DecodeAttention/(1|8)/512/|PrefillAttention/512/(0|2|3|4)|PrefillChunk/16/128/|DecodeGemm/1/1/|LoraDelta/8/4/|TokenKernels/1/|SwapOut/16)' \
   --benchmark_min_time=0.01 --benchmark_out_format=json "--benchmark_out=$j"
-check "  ... twenty benchmarks, none in error" python3 - "$j" <<'EOF'
+check "  ... twenty-two benchmarks, none in error" python3 - "$j" <<'EOF'
 import json, sys
 runs = [b for b in json.load(open(sys.argv[1]))["benchmarks"]
         if b.get("run_type", "iteration") == "iteration"]
@@ -34,7 +34,7 @@ print("  " + ", ".join(names))
 bad = [b["name"] + ": " + b.get("error_message", "") for b in runs if b.get("error_occurred")]
 decode = [b for b in runs if b["name"].startswith("BM_DecodeAttention")]
 lt = [b for b in runs if b["name"].startswith("BM_DecodeGemm/1/1/2")]
-ok = (len(runs) == 20 and not bad and len(decode) == 5 and
+ok = (len(runs) == 22 and not bad and len(decode) == 5 and
       all(b["GBps"] > 0 and b["copy_GBps"] > 0 and b["splits"] >= 1 for b in decode) and
       {b["label"] for b in decode} == {"tiled", "pipelined", "pipelined fp8_e4m3"} and
       len(lt) == 1 and lt[0]["label"] == "o lt" and lt[0]["candidates"] >= 1 and
@@ -57,6 +57,7 @@ check "  ... fp8 prefill row" has "BM_PrefillAttention/512/2 (fa2 fp8_e4m3)" "$t
 check "  ... the 128-row prefill row" has "BM_PrefillAttention/512/3 (fa2_128)" "$t/last.txt"
 check "  ... the wgmma prefill row" has "BM_PrefillAttention/512/4 (wgmma)" "$t/last.txt"
 check "  ... the chunk row" has "BM_PrefillChunk/16/128/0 (fa2 unsplit)" "$t/last.txt"
+check "  ... the head-packing chunk row" has "BM_PrefillChunk/16/128/2 (fa2_gqa split-KV)" "$t/last.txt"
 check "  ... a GEMM row, named" has "BM_DecodeGemm/1/1/0 (o cublas)" "$t/last.txt"
 check "  ... the skinny kernel's row" has "BM_DecodeGemm/1/1/1 (o skinny)" "$t/last.txt"
 check "  ... the cuBLASLt row, with its choice" has "BM_DecodeGemm/1/1/2 (o lt).*candidate [0-9] of [0-9]" "$t/last.txt"

@@ -85,6 +85,49 @@ TEST(PrefillLaunch, ShortChunkAfterALongPrefixIsOnItsCriticalPath) {
   EXPECT_NE(prefill_launch_error(bad).find("max_ctas"), std::string::npos);
 }
 
+// Head packing (the CUDA executor's fa2_gqa launches): a launch whose entries all have at most
+// packed_rows queries runs packed_heads heads a CTA, packed_rows rows a tile, on its own slots; a
+// longer entry anywhere in the launch keeps the configured kernel's shape for all of it.
+constexpr PrefillLaunch kPacked{32, 128, 264, 512, 8, 4, 16, 264};
+
+TEST(PrefillLaunch, ShortLaunchesPackHeads) {
+  EXPECT_EQ(prefill_launch_error(kPacked), "");
+  const PrefillLaunchShape packed = prefill_launch_shape(kPacked, 16);
+  EXPECT_TRUE(packed.packed);
+  EXPECT_EQ(packed.tile_rows, 16);
+  EXPECT_EQ(packed.head_ctas, 8);
+  EXPECT_EQ(packed.max_ctas, 264);
+  const PrefillLaunchShape wide = prefill_launch_shape(kPacked, 17);
+  EXPECT_FALSE(wide.packed);
+  EXPECT_EQ(wide.tile_rows, 128);
+  EXPECT_EQ(wide.head_ctas, 32);
+  EXPECT_FALSE(prefill_launch_shape(kH200, 2).packed);  // a launch that never packs
+  // 16 tokens after 6,144: one tile x 8 CTAs of 4 heads, split 13 ways (where one head a CTA
+  // gave 32 CTAs, 8 splits): its critical path is a split of 512 keys, its merge 13 x 8 rows.
+  EXPECT_EQ(plan_prefill_splits(1, 8, 6160, 264).kv_splits, 13);
+  const PrefillCriticalPath chunk = path_of(kPacked, {{6144, 16}});
+  EXPECT_EQ(chunk.keys, 512);
+  EXPECT_EQ(chunk.merge_steps, 13 * 8);
+  PrefillLaunch unpacked = kPacked;
+  unpacked.packed_heads = unpacked.packed_rows = unpacked.packed_max_ctas = 0;
+  EXPECT_EQ(path_of(unpacked, {{6144, 16}}).keys, 832);
+  // A 17-token entry in the launch: the configured shape, as without packing.
+  EXPECT_EQ(path_of(kPacked, {{6144, 16}, {100, 17}}).keys,
+            path_of(unpacked, {{6144, 16}, {100, 17}}).keys);
+  // Many short entries: 40 tiles x 8 CTAs fill the slots unsplit; the keys are an average slot's.
+  std::vector<std::pair<std::int64_t, std::int64_t>> many(40, {2000, 8});
+  const PrefillCriticalPath batch = path_of(kPacked, many);
+  EXPECT_EQ(batch.merge_steps, 0);
+  EXPECT_EQ(batch.keys, std::max<std::int64_t>(2008, (40 * 2008 * 8 + 263) / 264));
+  // The packing figures come all three or none, >= 1, packed_heads dividing query_heads.
+  PrefillLaunch bad = kPacked;
+  bad.packed_rows = 0;
+  EXPECT_NE(prefill_launch_error(bad).find("packed_rows"), std::string::npos);
+  bad = kPacked;
+  bad.packed_heads = 5;
+  EXPECT_NE(prefill_launch_error(bad).find("does not divide query_heads"), std::string::npos);
+}
+
 ScheduledRequest entry(std::int32_t first, std::int32_t n, bool prefill) {
   ScheduledRequest r;
   r.first_token = first;
@@ -194,6 +237,11 @@ TEST(CalibratedCriticalPath, BadValuesNameFileAndKey) {
                "coefficients.prefill_launch.min_split_tokens");
   expect_error(with("merge_rows: 128}", "merge_rows: 128, warps: 4}"), "unknown", "warps");
   expect_error(with("query_heads: 32, ", ""), "heads", "query_heads");
+  expect_error(with("merge_rows: 128}", "merge_rows: 128, packed_heads: 4}"), "half_packing",
+               "packed_rows");
+  expect_error(with("merge_rows: 128}",
+                    "merge_rows: 128, packed_heads: 3, packed_rows: 16, packed_max_ctas: 264}"),
+               "packing_divides", "does not divide query_heads");
   expect_error(cost_yaml("  prefill_critical_key_s: 8.0e-7\n  prefill_merge_step_s: 1.0e-5\n"),
                "no_launch", "prefill_launch");
   expect_error(with("  prefill_merge_step_s: 1.0e-5\n", ""), "no_merge", "prefill_merge_step_s");
@@ -302,6 +350,7 @@ TEST(CalibratedCriticalPath, FitRecoversPlantedCoefficients) {
   const CalibratedProfile loaded = load_calibrated_profile((dir / "cost.yaml").string());
   ASSERT_TRUE(loaded.coefficients.prefill_launch);
   EXPECT_EQ(loaded.coefficients.prefill_launch->merge_rows, 128);
+  EXPECT_FALSE(loaded.coefficients.prefill_launch->packs());
   for (const ProfileRow& row : p.rows) {
     EXPECT_NEAR(calibrated_seconds(loaded.coefficients, row.features, 8192),
                 calibrated_seconds(f, row.features, 8192), 1e-8);
@@ -327,7 +376,9 @@ TEST(CalibratedCriticalPath, ProfileLaunchLineAndDefaults) {
            {"tile_rows=128", "tile_rows=wide"},
            {" merge_rows=128", ""},
            {"query_heads=32", "query_heads=32 query_heads=32"},
-           {"query_heads=32", "heads=32"}}) {
+           {"query_heads=32", "heads=32"},
+           {"merge_rows=128", "merge_rows=128 packed_heads=4 packed_rows=16"},
+           {"merge_rows=128", "merge_rows=128 packed_heads=3 packed_rows=16 packed_max_ctas=9"}}) {
     try {
       profile_text(replaced(from, to), "bad_line");
       ADD_FAILURE() << to << ": no error";
@@ -347,6 +398,22 @@ TEST(CalibratedCriticalPath, ProfileLaunchLineAndDefaults) {
   EXPECT_EQ(d.prefill_launch->min_split_tokens, 512);
   EXPECT_EQ(d.prefill_launch->merge_rows, 128);
   EXPECT_FALSE(profile_text(planted_profile(planted(), ""), "cpu").prefill_launch);
+  // A profile of a packing executor: its line's packing figures reach the fit and its cost.yaml.
+  const EngineProfile packing = profile_text(
+      replaced("merge_rows=128", "merge_rows=8 packed_heads=4 packed_rows=16 packed_max_ctas=264"),
+      "packing");
+  ASSERT_TRUE(packing.prefill_launch);
+  EXPECT_EQ(packing.prefill_launch->packed_heads, 4);
+  EXPECT_EQ(packing.prefill_launch->packed_rows, 16);
+  EXPECT_EQ(packing.prefill_launch->packed_max_ctas, 264);
+  const CalibrationResult packed_fit = fit_profile(packing);
+  const auto packed_dir = temp_dir("prefill_launch_packed_yaml");
+  write_file(packed_dir / "cost.yaml", calibration_yaml(packed_fit, "profile.csv"));
+  const CalibratedProfile packed_yaml =
+      load_calibrated_profile((packed_dir / "cost.yaml").string());
+  ASSERT_TRUE(packed_yaml.coefficients.prefill_launch);
+  EXPECT_EQ(packed_yaml.coefficients.prefill_launch->packed_heads, 4);
+  EXPECT_EQ(packed_yaml.coefficients.prefill_launch->packed_max_ctas, 264);
   // A row of one 100-token entry whose pairs say otherwise.
   std::string unlike = base + "chunk,100,100,7000,150,0,0,0,0,1,0,0,0,5,1000,1000,1000\n";
   const auto lines = std::count(unlike.begin(), unlike.end(), '\n');

@@ -26,6 +26,9 @@ DECODE_TARGET, PREFILL_TARGET, E2E_TARGET = 0.8, 0.7, 10.0
 # both reported beside fa2: the fastest should become the default.
 DECODE_KERNELS = {"0": "tiled", "1": "pipelined", "2": "pipelined fp8_e4m3"}
 PREFILL_KERNELS = {"0": "fa2", "1": "wmma", "2": "fa2 fp8_e4m3", "3": "fa2_128", "4": "wgmma"}
+# BM_PrefillChunk's last argument.
+CHUNK_VARIANTS = {"0": "fa2 unsplit", "1": "fa2 split-KV", "2": "fa2_gqa split-KV",
+                  "3": "wgmma split-KV"}
 # The prefill kernels prefill_choice picks among, the default first, and those of them that read
 # an fp8 KV cache (kernels/prefill_kernel.h prefill_reads_fp8).
 PREFILL_CHOICES = ("fa2", "fa2_128", "wgmma")
@@ -225,10 +228,11 @@ def report_bench(work):
             rows.append((f"{name} ({b.get('label', '?')})", f"{gbps(b):.0f} GB/s", detail,
                          "report"))
         elif name.startswith("BM_PrefillChunk"):
-            # BM_PrefillChunk/queries/prefix/split: fa2 unsplit (0) or split-KV as planned (1).
+            # BM_PrefillChunk/queries/prefix/split: fa2 unsplit (0), split-KV as planned (1),
+            # fa2_gqa (4 heads a CTA, 2) and wgmma (3), both split as the executor plans them.
             parts = name.split("/")
-            label = "split-KV" if parts[3:4] == ["1"] else "unsplit"
-            rows.append((f"{name} (fa2 {label})", micros(b), f"{int(b.get('splits', 1))} splits",
+            label = CHUNK_VARIANTS.get(parts[3] if len(parts) > 3 else "0", parts[-1])
+            rows.append((f"{name} ({label})", micros(b), f"{int(b.get('splits', 1))} splits",
                          "report"))
         elif name.startswith("BM_LoraDelta"):
             # BM_LoraDelta/M/adapters/kernel: one layer's LoRA deltas at decode batch M, cuBLAS

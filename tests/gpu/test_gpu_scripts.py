@@ -371,6 +371,12 @@ class Report(unittest.TestCase):
                          r"0.90 of SDPA \(400.0\)\s+report")
         self.assertRegex(self.run_report("bench")[1],
                          r"BM_PrefillChunk/16/6144/1 \(fa2 split-KV\)\s+1.2 us\s+8 splits\s+report")
+        runs.append({"name": "BM_PrefillChunk/16/6144/2/manual_time", "real_time": 456.0,
+                     "time_unit": "ns", "splits": 13})
+        self.write("kernels_bench.json", {"benchmarks": runs})
+        self.assertRegex(self.run_report("bench")[1],
+                         r"BM_PrefillChunk/16/6144/2 \(fa2_gqa split-KV\)\s+0.5 us\s+13 splits\s+"
+                         r"report")
         self.assertRegex(self.run_report("bench")[1],
                          r"BM_DecodeGemm/32/4/1 \(lm_head skinny\)\s+3600 GB/s\s+0.90 of copy\s+"
                          r"report")
