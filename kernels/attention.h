@@ -24,9 +24,8 @@ namespace servelab::kernels {
 // fp8 (format kFp8E4m3 or kFp8E5m2): the cache holds fp8(x / scale) as the KV write stores it
 // (cache_ops.h), and attention reads k = code * k_scale, v = code * v_scale (vLLM's per-tensor
 // scales): codes are widened to bf16 exactly, k_scale folds into the score scale and v_scale into
-// the output. Only the default kernels read fp8 (DecodeKernel::kPipelined, the fa2 prefill
-// kernels PrefillKernel::kFa2 and kFa2Wide: prefill_reads_fp8); the others throw
-// std::invalid_argument.
+// the output. The default kernels read fp8 (DecodeKernel::kPipelined; every prefill kernel but
+// the WMMA fallback: prefill_reads_fp8); the others throw std::invalid_argument.
 struct PagedKv {
   const void* k = nullptr;
   const void* v = nullptr;
@@ -102,12 +101,17 @@ std::int32_t decode_max_resident_ctas(DecodeKernel kernel, std::int32_t head_dim
 //   kFa2Wide: the same kernel with 128 query rows per CTA, two 16-row blocks per warp (rows
 //     16 w and 64 + 16 w) sharing each K/V fragment, Q re-read from shared memory per tile;
 //   kWgmma: Hopper wgmma m64nNk16 from shared-memory descriptors, S and O in registers; 128 query
-//     rows per CTA, two warpgroups of 64 rows; bf16 KV only; needs a build with sm_90a
+//     rows per CTA, two warpgroups of 64 rows; an fp8 cache's codes widened into its bf16 tile
+//     in shared memory as fa2 does; needs a build with sm_90a
 //     (kernels/attention_prefill_wgmma.cu);
+//   kFa2Gqa: the fa2 kernel over 16 query rows of each of 4 query heads of one GQA group per CTA
+//     (grid y num_q_heads / 4; tiles of 16 rows, prefill_tile_rows), K/V read once for the 4; the
+//     GQA group must be a multiple of 4. What the CUDA executor runs for launches of short
+//     entries (core/prefill_launch.h prefill_launch_shape);
 //   kWmma: WMMA 16x16x16 with S, P and O in shared memory, synchronous gathers
 //     (kernels/attention_prefill.cu).
-// All are deterministic (same inputs: bit-identical outputs); kFa2Wide's outputs are kFa2's bit
-// for bit (the same products in the same order per row).
+// All are deterministic (same inputs: bit-identical outputs); kFa2Wide's and kFa2Gqa's outputs
+// are kFa2's bit for bit (the same products in the same order per row).
 // Split-KV (kFa2, kFa2Wide, kWgmma: prefill_splits_keys; `split` from plan_prefill_splits,
 // kernels/attention_plan.h): grid
 // (num_tiles, num_q_heads, kv_splits); CTA z takes keys [z * split_tokens, (z + 1) *
@@ -133,7 +137,8 @@ struct PrefillAttentionArgs {
   std::int64_t longest_keys = 0;  // the step's largest first_pos + num_queries (split only)
 };
 // Throws std::invalid_argument for head_dim not 64/128, num_kv_heads not dividing num_q_heads,
-// or a split plan with the wmma kernel, without workspace, or failing prefill_plan_error for
+// a GQA group that is no multiple of the kernel's prefill_heads_per_cta, or a split plan with the
+// wmma kernel, without workspace, or failing prefill_plan_error for
 // longest_keys; std::runtime_error on a launch error.
 void paged_prefill_attention(const PrefillAttentionArgs& args, Stream stream);
 
@@ -144,7 +149,8 @@ bool prefill_kernel_built(PrefillKernel kernel);
 
 // The prefill kernel an executor runs unless told otherwise: kWgmma over a bf16 KV cache where it
 // is built (0.81x SDPA at 8k on the H200 against fa2's 0.63x, docs/performance.md), kFa2 over
-// an fp8 cache (wgmma reads bf16 only) or where wgmma is not built.
+// an fp8 cache (where wgmma over fp8 has not been timed on a GPU yet: `gpu-check bench` picks
+// the faster of the two by their fp8 rows) or where wgmma is not built.
 PrefillKernel default_prefill_kernel(FloatFormat kv_format);
 
 // Prefill CTAs of a kernel that splits keys (prefill_splits_keys: kFa2, kFa2Wide, kWgmma) that

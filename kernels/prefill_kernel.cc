@@ -31,10 +31,7 @@ std::int32_t prefill_heads_per_cta(PrefillKernel kernel) {
   return kernel == PrefillKernel::kFa2Gqa ? 4 : 1;
 }
 
-bool prefill_reads_fp8(PrefillKernel kernel) {
-  return kernel == PrefillKernel::kFa2 || kernel == PrefillKernel::kFa2Wide ||
-         kernel == PrefillKernel::kFa2Gqa;
-}
+bool prefill_reads_fp8(PrefillKernel kernel) { return kernel != PrefillKernel::kWmma; }
 
 bool prefill_splits_keys(PrefillKernel kernel) { return kernel != PrefillKernel::kWmma; }
 

@@ -20,8 +20,8 @@ enum class PrefillKernel {
   kFa2Wide,  // the fa2 kernel with 128 query rows per CTA (4 warps x 2 x 16, as FlashAttention-2
              // tiles head_dim 128): each K/V fragment read from shared memory feeds two MMAs
   kWgmma,    // kernels/attention_prefill_wgmma.cu: wgmma m64nNk16 from shared-memory descriptors,
-             // S and O in registers; 128 query rows per CTA (2 warpgroups x 64); bf16 KV only;
-             // needs a build with sm_90a
+             // S and O in registers; 128 query rows per CTA (2 warpgroups x 64); needs a build
+             // with sm_90a
   kFa2Gqa,   // the fa2 kernel over 16 query rows of each of 4 query heads of one GQA group per
              // CTA (a warp per head), K/V read once for the 4; the GQA group must be a multiple
              // of 4. Outputs are kFa2's bit for bit
@@ -44,8 +44,8 @@ std::int32_t prefill_tile_rows(PrefillKernel kernel);
 // Query heads of one CTA (grid y is num_q_heads / this): 4 for kFa2Gqa, 1 otherwise. The GQA
 // group (num_q_heads / num_kv_heads) must be a multiple of it.
 std::int32_t prefill_heads_per_cta(PrefillKernel kernel);
-// Whether the kernel reads an fp8 (e4m3 or e5m2) KV cache: kFa2, kFa2Wide and kFa2Gqa. The others
-// take bf16 KV only; a launch of one of them on an fp8 cache is refused.
+// Whether the kernel reads an fp8 (e4m3 or e5m2) KV cache: every kernel but kWmma (kWgmma since
+// 2026-12-05), which takes bf16 KV only; a launch of it on an fp8 cache is refused.
 bool prefill_reads_fp8(PrefillKernel kernel);
 // Whether the kernel splits the key range of a tile across CTAs (plan_prefill_splits; partial
 // states in the prefill workspace, merged by the merge kernel): every kernel but kWmma. For

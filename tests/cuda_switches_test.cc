@@ -157,16 +157,20 @@ TEST(CudaSwitches, Fp8KvNeedsKernelsThatReadIt) {
   }
   EXPECT_EQ(
       cuda_kv_kernels_refusal(FloatFormat::kFp8E4m3, DecodeKernel::kTiled, PrefillKernel::kFa2),
-      "an fp8_e4m3 KV cache is read by the pipelined decode kernel and the fa2, fa2_128 and "
-      "fa2_gqa prefill kernels only, and SERVELAB_CUDA_DECODE / SERVELAB_CUDA_PREFILL chose tiled "
+      "an fp8_e4m3 KV cache is read by the pipelined decode kernel and the fa2, fa2_128, wgmma "
+      "and fa2_gqa prefill kernels only, and SERVELAB_CUDA_DECODE / SERVELAB_CUDA_PREFILL chose "
+      "tiled "
       "/ "
       "fa2; unset them, or use a bf16 KV cache");
-  const std::string wgmma = cuda_kv_kernels_refusal(FloatFormat::kFp8E5m2, DecodeKernel::kPipelined,
-                                                    PrefillKernel::kWgmma);
-  EXPECT_NE(wgmma.find("an fp8_e5m2 KV cache"), std::string::npos) << wgmma;
-  EXPECT_NE(wgmma.find("SERVELAB_CUDA_DECODE / SERVELAB_CUDA_PREFILL chose pipelined / wgmma"),
+  const std::string wmma = cuda_kv_kernels_refusal(FloatFormat::kFp8E5m2, DecodeKernel::kPipelined,
+                                                   PrefillKernel::kWmma);
+  EXPECT_NE(wmma.find("an fp8_e5m2 KV cache"), std::string::npos) << wmma;
+  EXPECT_NE(wmma.find("SERVELAB_CUDA_DECODE / SERVELAB_CUDA_PREFILL chose pipelined / wmma"),
             std::string::npos)
-      << wgmma;
+      << wmma;
+  EXPECT_EQ(cuda_kv_kernels_refusal(FloatFormat::kFp8E5m2, DecodeKernel::kPipelined,
+                                    PrefillKernel::kWgmma),
+            "");
 }
 
 // SERVELAB_CUDA_GEMM picks the linear layers' kernel of small steps and nothing else.

@@ -271,10 +271,10 @@ check "  ... naming the key" has "key 'model.kv_cache_dtype': the CUDA executor 
 check "fp8 KV with the tiled decode kernel refused" run 2 env SERVELAB_CUDA_DECODE=tiled "$emu" \
   run "$t/exp.yaml" --device cuda --out "$t/no3" --set model.kv_cache_dtype=fp8
 check "  ... naming the switch" has "SERVELAB_CUDA_DECODE / SERVELAB_CUDA_PREFILL chose tiled / fa2" "$t/last.txt"
-check "fp8 KV with the wgmma prefill kernel (bf16 KV only) refused" run 2 env \
-  SERVELAB_CUDA_PREFILL=wgmma "$emu" run "$t/exp.yaml" --device cuda --out "$t/no4" \
+check "fp8 KV with the wmma prefill kernel (bf16 KV only) refused" run 2 env \
+  SERVELAB_CUDA_PREFILL=wmma "$emu" run "$t/exp.yaml" --device cuda --out "$t/no4" \
   --set model.kv_cache_dtype=fp8
-check "  ... naming the switch" has "SERVELAB_CUDA_DECODE / SERVELAB_CUDA_PREFILL chose pipelined / wgmma" "$t/last.txt"
+check "  ... naming the switch" has "SERVELAB_CUDA_DECODE / SERVELAB_CUDA_PREFILL chose pipelined / wmma" "$t/last.txt"
 check "head_dim 16 refused" run 2 "$emu" run "$t/exp.yaml" --device cuda \
   --out "$t/no2" --set model=tiny
 check "  ... naming the device" has "engine: error: --device cuda: the CUDA kernels support head_dim 64 and 128" "$t/last.txt"

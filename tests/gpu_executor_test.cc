@@ -152,7 +152,7 @@ TEST(GpuExecutor, LogitsMatchCpuExecutor) {
     const LlamaWeights w = LlamaWeights::random(GpuConfig(sh.hd, sh.heads, sh.kv, sh.bias_tied), 3);
     // Both decode kernels at every block size with the default prefill kernel (fa2), the wmma
     // prefill kernel once, the 128-row fa2_128 and wgmma prefill kernels twice each (block
-    // sizes 16 and 5; wgmma reads bf16 KV only), an fp8 KV cache in each format (against the CPU
+    // sizes 16 and 5), an fp8 KV cache in each format (against the CPU
     // executor storing the same format), and the skinny linear-layer kernel three times.
     struct Variant {
       std::int32_t bs;
@@ -175,6 +175,8 @@ TEST(GpuExecutor, LogitsMatchCpuExecutor) {
                         kernels::FloatFormat::kFp8E4m3});
     variants.push_back({5, kernels::DecodeKernel::kPipelined, kernels::PrefillKernel::kFa2,
                         kernels::FloatFormat::kFp8E5m2});
+    variants.push_back({16, kernels::DecodeKernel::kPipelined, kernels::PrefillKernel::kWgmma,
+                        kernels::FloatFormat::kFp8E4m3});
     // The skinny linear-layer kernel (decode steps and the LM head; prefill chunks fall back).
     variants.push_back({16, kernels::DecodeKernel::kPipelined, kernels::PrefillKernel::kFa2,
                         kernels::FloatFormat::kBf16, kernels::GemmKernel::kSkinny});
@@ -1599,18 +1601,20 @@ TEST(GpuExecutor, RejectsMalformedPlansAndSizesTheCache) {
   o.decode_kernel = kernels::DecodeKernel::kTiled;
   EXPECT_THROW(CudaExecutor(w, o), std::invalid_argument);
   o.decode_kernel = kernels::DecodeKernel::kPipelined;
+  // wmma reads bf16 KV only: refused with the reason cuda_kv_kernels_refusal gives.
   o.prefill_kernel = kernels::PrefillKernel::kWmma;
-  EXPECT_THROW(CudaExecutor(w, o), std::invalid_argument);
-  // wgmma reads bf16 KV only: refused with the reason cuda_kv_kernels_refusal gives.
-  o.prefill_kernel = kernels::PrefillKernel::kWgmma;
   try {
     CudaExecutor refused(w, o);
-    ADD_FAILURE() << "fp8 KV with the wgmma prefill kernel accepted";
+    ADD_FAILURE() << "fp8 KV with the wmma prefill kernel accepted";
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("SERVELAB_CUDA_DECODE / SERVELAB_CUDA_PREFILL chose "
-                                         "pipelined / wgmma"),
+                                         "pipelined / wmma"),
               std::string::npos)
         << e.what();
+  }
+  if (kernels::prefill_kernel_built(kernels::PrefillKernel::kWgmma)) {
+    o.prefill_kernel = kernels::PrefillKernel::kWgmma;  // reads fp8 since 2026-12-05
+    EXPECT_NO_THROW(CudaExecutor(w, o));
   }
   o.prefill_kernel = kernels::PrefillKernel::kFa2;
   o.k_scale = 0.0f;

@@ -198,7 +198,7 @@ check "  ... every run stores it (calibration, 6 + 1 graphs-off engine runs, 12 
 check "  ... the report names it" has "KV cache {header.get('kv_cache_dtype'" "$b/experiments/validation/gpu/report.py"
 check "  ... with the wgmma prefill kernel chosen" run 0 env SERVELAB_CUDA_PREFILL=wgmma \
   "$b/gpu-check" validate --kv-cache-dtype fp8 --dry-run --out "$t/d"
-check "  ... takes one that reads fp8" has "the wgmma prefill kernel reads bf16 KV only; using fa2" "$t/last.txt"
+check "  ... keeps it (wgmma reads fp8 too)" test "$(grep -c 'prefill kernel .* over fp8' "$t/last.txt")" = 0
 check "--kv-cache-dtype fp16 refuses (exit 2)" run 2 "$b/gpu-check" validate --kv-cache-dtype fp16 --dry-run
 check "  ... naming what the CUDA executor stores" has "expected bf16, fp8, fp8_e4m3 or fp8_e5m2" "$t/last.txt"
 check "--kv-cache-dtype with another mode refuses (exit 2)" run 2 "$b/gpu-check" e2e --kv-cache-dtype fp8 --dry-run

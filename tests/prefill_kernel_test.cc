@@ -44,7 +44,7 @@ TEST(PrefillKernel, TileRowsFp8AndSplits) {
   EXPECT_TRUE(kernels::prefill_reads_fp8(PrefillKernel::kFa2));
   EXPECT_TRUE(kernels::prefill_reads_fp8(PrefillKernel::kFa2Wide));
   EXPECT_FALSE(kernels::prefill_reads_fp8(PrefillKernel::kWmma));
-  EXPECT_FALSE(kernels::prefill_reads_fp8(PrefillKernel::kWgmma));
+  EXPECT_TRUE(kernels::prefill_reads_fp8(PrefillKernel::kWgmma));  // since 2026-12-05
   EXPECT_TRUE(kernels::prefill_splits_keys(PrefillKernel::kFa2));
   EXPECT_TRUE(kernels::prefill_splits_keys(PrefillKernel::kFa2Wide));
   EXPECT_TRUE(kernels::prefill_splits_keys(PrefillKernel::kWgmma));

@@ -22,17 +22,18 @@ DECODE_TARGET, PREFILL_TARGET, E2E_TARGET = 0.8, 0.7, 10.0
 # are reported.
 # Kernel 2 is the default kernel over an fp8 e4m3 cache (reported: decode GB/s count the bytes
 # read, half of bf16's for the same tokens). Prefill kernel 3 is fa2_128, the fa2 kernel with 128
-# query rows per CTA, and 4 wgmma, the Hopper wgmma kernel (128 query rows per CTA, bf16 KV only),
-# both reported beside fa2: the fastest should become the default.
+# query rows per CTA, and 4 wgmma, the Hopper wgmma kernel (128 query rows per CTA), both reported
+# beside fa2: the fastest should become the default; 5 is wgmma over the fp8 e4m3 cache.
 DECODE_KERNELS = {"0": "tiled", "1": "pipelined", "2": "pipelined fp8_e4m3"}
-PREFILL_KERNELS = {"0": "fa2", "1": "wmma", "2": "fa2 fp8_e4m3", "3": "fa2_128", "4": "wgmma"}
+PREFILL_KERNELS = {"0": "fa2", "1": "wmma", "2": "fa2 fp8_e4m3", "3": "fa2_128", "4": "wgmma",
+                   "5": "wgmma fp8_e4m3"}
 # BM_PrefillChunk's last argument.
 CHUNK_VARIANTS = {"0": "fa2 unsplit", "1": "fa2 split-KV", "2": "fa2_gqa split-KV",
                   "3": "wgmma split-KV"}
-# The prefill kernels prefill_choice picks among, the default first, and those of them that read
-# an fp8 KV cache (kernels/prefill_kernel.h prefill_reads_fp8).
+# The prefill kernels prefill_choice picks among, the default first, and, for an fp8 KV cache,
+# those timed over one (kernel -> its BM_PrefillAttention row over fp8 e4m3).
 PREFILL_CHOICES = ("fa2", "fa2_128", "wgmma")
-PREFILL_FP8_KERNELS = ("fa2", "fa2_128")
+PREFILL_FP8_ROWS = {"fa2": "fa2 fp8_e4m3", "wgmma": "wgmma fp8_e4m3"}
 
 
 def load(path):
@@ -561,9 +562,9 @@ def report_validate(work):
 
 def prefill_choice(work, length=None, margin=0.02, fp8=False):
     """The prefill kernel to run after `bench` in the same gpu-check invocation: the fastest of
-    PREFILL_CHOICES (with `fp8`, of those in PREFILL_FP8_KERNELS) by BM_PrefillAttention TFLOP/s
-    at `length` (default: the largest length fa2 has a figure at), when it beats fa2 by more than
-    `margin`; else "fa2" (also without fa2's figure). A kernel without a row there (not run, or in
+    PREFILL_CHOICES by BM_PrefillAttention TFLOP/s (with `fp8`, of PREFILL_FP8_ROWS by their rows
+    over an fp8 cache) at `length` (default: the largest length fa2 has a figure at), when it
+    beats fa2 by more than `margin`; else "fa2" (also without fa2's figure). A kernel without a row there (not run, or in
     error) is skipped. Only speed decides: fa2_128 gives fa2's outputs bit for bit, and wgmma is
     held to the same tolerance by the tests."""
     j = load(os.path.join(work, "kernels_bench.json")) or {}
@@ -573,10 +574,10 @@ def prefill_choice(work, length=None, margin=0.02, fp8=False):
         if (parts[0] == "BM_PrefillAttention" and len(parts) > 2 and parts[1].isdigit()
                 and not b.get("error_occurred") and b.get("run_type", "iteration") == "iteration"):
             tflops[(int(parts[1]), PREFILL_KERNELS.get(parts[2]))] = b.get("TFLOPs", 0)
+    rows = PREFILL_FP8_ROWS if fp8 else {k: k for k in PREFILL_CHOICES}
     if length is None:
-        length = max((n for n, kernel in tflops if kernel == "fa2"), default=None)
-    candidates = PREFILL_FP8_KERNELS if fp8 else PREFILL_CHOICES
-    got = {k: tflops[(length, k)] for k in candidates if tflops.get((length, k), 0) > 0}
+        length = max((n for n, kernel in tflops if kernel == rows["fa2"]), default=None)
+    got = {k: tflops[(length, row)] for k, row in rows.items() if tflops.get((length, row), 0) > 0}
     fa2 = got.get("fa2", 0)
     if fa2 <= 0:
         return "fa2"

@@ -392,7 +392,7 @@ class Report(unittest.TestCase):
     def test_prefill_choice_takes_the_fastest_only_when_clearly_faster_than_fa2(self):
         # gpu-check bench: the modes after it run the fastest of fa2, fa2_128 and wgmma at the
         # largest length fa2 ran (a kernel without a row there is skipped); e2e's fp8 KV run the
-        # fastest of those that read fp8 (not wgmma).
+        # faster of fa2 and wgmma by their rows over an fp8 cache (2 and 5).
         def choice(fa2, wide, wgmma=None, fp8=False, wgmma_error=False, length=8192):
             runs = [{"name": f"BM_PrefillAttention/{length}/0/manual_time", "TFLOPs": fa2},
                     {"name": "BM_PrefillAttention/512/0/manual_time", "TFLOPs": 1},
@@ -417,8 +417,21 @@ class Report(unittest.TestCase):
         self.assertEqual(choice(200, None, 240), "wgmma")  # fa2_128 without a row: skipped
         self.assertEqual(choice(200, 203, 202), "fa2")
         self.assertEqual(choice(200, 240, 999, wgmma_error=True), "fa2_128")
-        self.assertEqual(choice(200, 240, 260, fp8=True), "fa2_128")  # wgmma reads bf16 only
-        self.assertEqual(choice(200, None, 260, fp8=True), "fa2")
+        # Over fp8 the bf16 rows do not count: fa2's fp8 row is 999 here.
+        self.assertEqual(choice(200, 240, 260, fp8=True), "fa2")
+
+        def fp8_choice(fa2, wgmma):
+            runs = [{"name": "BM_PrefillAttention/8192/0/manual_time", "TFLOPs": 100},
+                    {"name": "BM_PrefillAttention/8192/4/manual_time", "TFLOPs": 500},
+                    {"name": "BM_PrefillAttention/8192/2/manual_time", "TFLOPs": fa2}]
+            if wgmma is not None:
+                runs.append({"name": "BM_PrefillAttention/8192/5/manual_time", "TFLOPs": wgmma})
+            self.write("kernels_bench.json", {"benchmarks": runs})
+            return report.prefill_choice(self.work, fp8=True)
+        self.assertEqual(fp8_choice(160, 210), "wgmma")
+        self.assertEqual(fp8_choice(160, 162), "fa2")  # within 2 %
+        self.assertEqual(fp8_choice(160, None), "fa2")
+        self.assertEqual(fp8_choice(210, 160), "fa2")
         self.assertEqual(choice(0, 240, 260), "fa2")  # no fa2 figure: keep the default
         self.assertEqual(choice(200, 240, 260, length=16384), "wgmma")  # the largest length
         os.remove(os.path.join(self.work, "kernels_bench.json"))
@@ -429,11 +442,13 @@ class Report(unittest.TestCase):
         # What scripts/gpu-check runs: `report.py prefill-choice [--fp8] WORK`.
         runs = [{"name": "BM_PrefillAttention/8192/0/manual_time", "TFLOPs": 200},
                 {"name": "BM_PrefillAttention/8192/3/manual_time", "TFLOPs": 240},
-                {"name": "BM_PrefillAttention/8192/4/manual_time", "TFLOPs": 260}]
+                {"name": "BM_PrefillAttention/8192/4/manual_time", "TFLOPs": 260},
+                {"name": "BM_PrefillAttention/8192/2/manual_time", "TFLOPs": 150},
+                {"name": "BM_PrefillAttention/8192/5/manual_time", "TFLOPs": 210}]
         self.write("kernels_bench.json", {"benchmarks": runs})
         script = os.path.join(ROOT, "bench", "gpu", "report.py")
         for args, want in ((["prefill-choice"], "wgmma"),
-                           (["prefill-choice", "--fp8"], "fa2_128")):
+                           (["prefill-choice", "--fp8"], "wgmma")):
             p = subprocess.run([sys.executable, "-B", script] + args + [self.work],
                                capture_output=True, text=True)
             self.assertEqual((p.returncode, p.stdout), (0, want + "\n"), p.stderr)
