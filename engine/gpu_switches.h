@@ -5,7 +5,7 @@
 //   SERVELAB_CUDA_DECODE=tiled|pipelined    decode attention kernel (decode_kernel)
 //   SERVELAB_CUDA_PREFILL=fa2|wmma|fa2_128|wgmma|fa2_gqa  prefill attention kernel
 //                                           (prefill_kernel; wgmma: Hopper wgmma, 128 rows a
-//                                           CTA, bf16 KV only; fa2_gqa: 4 heads a CTA)
+//                                           CTA; fa2_gqa: 4 heads a CTA)
 //   SERVELAB_CUDA_PREFILL_PACK=0|1          launches of short chunks on fa2_gqa
 //                                           (prefill_pack_heads)
 //   SERVELAB_CUDA_GEMM=cublas|skinny|lt     linear layers of small steps (gemm_kernel; skinny: <=
