@@ -456,16 +456,9 @@ void launch_pipelined_decode(const DecodeAttentionArgs& a, cudaStream_t s) {
                       fp8 ? a.kv.v_scale : 1.0f,
                       a.workspace};
   const dim3 grid(a.kv.num_kv_heads * chunks, a.num_seqs, a.plan.max_splits);
-  const int kv = kv_instance(a.kv.format);
-  if (a.kv.head_dim == 64) {
-    kv == kKvBf16   ? launch<64, kKvBf16>(pp, grid, s)
-    : kv == kKvE4m3 ? launch<64, kKvE4m3>(pp, grid, s)
-                    : launch<64, kKvE5m2>(pp, grid, s);
-  } else {
-    kv == kKvBf16   ? launch<128, kKvBf16>(pp, grid, s)
-    : kv == kKvE4m3 ? launch<128, kKvE4m3>(pp, grid, s)
-                    : launch<128, kKvE5m2>(pp, grid, s);
-  }
+  with_attention_instance(a.kv.head_dim, a.kv.format, [&](auto hd, auto kv) {
+    launch<decltype(hd)::value, decltype(kv)::value>(pp, grid, s);
+  });
   check_launch("paged_decode_attention (pipelined)");
   if (a.plan.split()) {
     SERVELAB_LAUNCH_PDL(pipelined_merge_kernel, dim3(a.num_q_heads, a.num_seqs), a.kv.head_dim, 0,

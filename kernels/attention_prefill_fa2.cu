@@ -389,16 +389,9 @@ void launch_prefill_merge(const PrefillParams& pp, const PrefillAttentionArgs& a
 
 template <int kMB, int kHeads>
 void launch_rows(const PrefillParams& pp, const PrefillAttentionArgs& a, cudaStream_t stream) {
-  const int kv = kv_instance(a.kv.format);
-  if (a.kv.head_dim == 64) {
-    kv == kKvBf16   ? launch<64, kKvBf16, kMB, kHeads>(pp, a, stream)
-    : kv == kKvE4m3 ? launch<64, kKvE4m3, kMB, kHeads>(pp, a, stream)
-                    : launch<64, kKvE5m2, kMB, kHeads>(pp, a, stream);
-  } else {
-    kv == kKvBf16   ? launch<128, kKvBf16, kMB, kHeads>(pp, a, stream)
-    : kv == kKvE4m3 ? launch<128, kKvE4m3, kMB, kHeads>(pp, a, stream)
-                    : launch<128, kKvE5m2, kMB, kHeads>(pp, a, stream);
-  }
+  with_attention_instance(a.kv.head_dim, a.kv.format, [&](auto hd, auto kv) {
+    launch<decltype(hd)::value, decltype(kv)::value, kMB, kHeads>(pp, a, stream);
+  });
 }
 
 void launch_prefill_fa2(const PrefillAttentionArgs& a, cudaStream_t stream) {

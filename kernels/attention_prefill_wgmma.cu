@@ -287,16 +287,9 @@ void require_built() {
 void launch_prefill_wgmma(const PrefillAttentionArgs& a, cudaStream_t stream) {
   require_built();
   const PrefillParams pp = prefill_params(a);
-  const int kv = kv_instance(a.kv.format);
-  if (a.kv.head_dim == 64) {
-    kv == kKvBf16   ? launch<64, kKvBf16>(pp, a, stream)
-    : kv == kKvE4m3 ? launch<64, kKvE4m3>(pp, a, stream)
-                    : launch<64, kKvE5m2>(pp, a, stream);
-  } else {
-    kv == kKvBf16   ? launch<128, kKvBf16>(pp, a, stream)
-    : kv == kKvE4m3 ? launch<128, kKvE4m3>(pp, a, stream)
-                    : launch<128, kKvE5m2>(pp, a, stream);
-  }
+  with_attention_instance(a.kv.head_dim, a.kv.format, [&](auto hd, auto kv) {
+    launch<decltype(hd)::value, decltype(kv)::value>(pp, a, stream);
+  });
 }
 
 std::int32_t wgmma_resident_ctas(std::int32_t head_dim) {

@@ -19,6 +19,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/float_formats.h"
 #if !defined(SERVELAB_CUDA_EMU)
@@ -35,6 +36,22 @@ constexpr int kKvBf16 = 0, kKvE4m3 = 1, kKvE5m2 = 2;
 // The instance argument of a PagedKv format (kBf16, kFp8E4m3, kFp8E5m2).
 constexpr int kv_instance(FloatFormat f) {
   return f == FloatFormat::kFp8E5m2 ? kKvE5m2 : f == FloatFormat::kFp8E4m3 ? kKvE4m3 : kKvBf16;
+}
+
+// Host side of the attention launchers: calls f(hd, kv) with hd and kv std::integral_constant
+// tags of the instance for head_dim (64, else 128: the launchers check head_dim first) and the
+// format (kv_instance), so that a launcher names its template instances once.
+template <typename F>
+void with_attention_instance(int head_dim, FloatFormat format, F&& f) {
+  const int kv = kv_instance(format);
+  auto with_kv = [&](auto hd) {
+    using Bf16 = std::integral_constant<int, kKvBf16>;
+    using E4m3 = std::integral_constant<int, kKvE4m3>;
+    using E5m2 = std::integral_constant<int, kKvE5m2>;
+    kv == kKvBf16 ? f(hd, Bf16{}) : kv == kKvE4m3 ? f(hd, E4m3{}) : f(hd, E5m2{});
+  };
+  head_dim == 64 ? with_kv(std::integral_constant<int, 64>{})
+                 : with_kv(std::integral_constant<int, 128>{});
 }
 
 #if defined(SERVELAB_CUDA_EMU)
