@@ -630,6 +630,7 @@ RunOutput run_engine(const ExperimentConfig& config, const EngineOptions& option
 #if SERVELAB_HAVE_CUDA
   const auto* cuda_exec = dynamic_cast<const CudaExecutor*>(engine.executor.get());
   const CudaGraphStats graphs_start = cuda_exec ? cuda_exec->graph_stats() : CudaGraphStats{};
+  const std::int64_t packed_start = cuda_exec ? cuda_exec->packed_prefill_steps() : 0;
 #endif
   run_engine_loop(
       replica, source, clock,
@@ -679,6 +680,8 @@ RunOutput run_engine(const ExperimentConfig& config, const EngineOptions& option
     out.summary.cuda_graphs = RunSummary::CudaGraphCounts{
         end.captures - graphs_start.captures, end.replays - graphs_start.replays,
         end.padded_eager - graphs_start.padded_eager, end.eager_steps - graphs_start.eager_steps};
+    out.summary.prefill_packing = RunSummary::PrefillPacking{
+        cuda_exec->prefill_launch().packs(), cuda_exec->packed_prefill_steps() - packed_start};
     if (cuda_exec->options().gemm_kernel == kernels::GemmKernel::kCublasLt) {
       std::vector<RunSummary::GemmLtShape>& lt = out.summary.gemm_lt.emplace();
       for (const kernels::LtChoice& c : cuda_exec->gemm_lt_choices()) {

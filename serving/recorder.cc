@@ -761,6 +761,10 @@ void write_summary_json(const std::string& path, const RunSummary& s,
     }
     j["gemm_lt"] = shapes;
   }
+  if (s.prefill_packing) {
+    j["prefill_packing"] = {{"enabled", s.prefill_packing->enabled},
+                            {"packed_steps", s.prefill_packing->packed_steps}};
+  }
   if (!s.classes.empty()) {
     // Per request class, the request metrics of the run's definitions (docs/metrics.md).
     nlohmann::ordered_json classes = nlohmann::ordered_json::object();

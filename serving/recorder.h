@@ -193,6 +193,15 @@ struct RunSummary {
     double first_us = 0, chosen_us = 0;
   };
   std::optional<std::vector<GemmLtShape>> gemm_lt;
+  // CUDA engine runs (absent elsewhere): whether the executor packs the heads of short prefill
+  // launches (CudaExecutor::prefill_launch().packs()) and the run's steps whose prefill attention
+  // ran packed, its warm-up excluded (docs/metrics.md "Prefill head packing"). Filled in by the
+  // driver.
+  struct PrefillPacking {
+    bool enabled = false;
+    std::int64_t packed_steps = 0;
+  };
+  std::optional<PrefillPacking> prefill_packing;
   // LoRA (serving.lora; summary.json's `lora` object when report_lora, which the driver sets:
   // fill_lora_report): requests per adapter (all requests of the run; base-model ones under 0),
   // the mean over executed steps of the distinct adapters a step ran (StepPlan::num_loras), the

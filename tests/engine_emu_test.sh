@@ -145,6 +145,35 @@ print('  on:', on, 'off:', off, 'steps:', steps)
 sys.exit(0 if on['captures'] > 0 and on['replays'] > 0 and on['eager_steps'] > 0
          and on['replays'] + on['eager_steps'] == steps and off['replays'] == 0
          and off['captures'] == 0 and off['eager_steps'] == steps else 1)"
+# Head packing (SERVELAB_CUDA_PREFILL_PACK, docs/metrics.md "Prefill head packing"): the model
+# above has a GQA group of 2, so it never packs; one with a group of 4 and a 16-token budget
+# packs every prefill launch, and its tokens are the unpacked run's (fa2_gqa computes fa2's bits,
+# and the emulator's wgmma too; no split under 1,024 keys) and agree with the CPU engine's.
+check "  ... a GQA group of 2 never packs" python3 -c "
+import json, sys
+p = json.load(open('$t/cuda/summary.json'))['prefill_packing']
+sys.exit(0 if p == {'enabled': False, 'packed_steps': 0} else 1)"
+sed -e 's/^num_heads: 4$/num_heads: 8/' "$t/small-gpu.yaml" >"$t/gqa4.yaml"
+sed -e "s|^model: .*|model: $t/gqa4.yaml|" -e 's/max_num_batched_tokens: 256/max_num_batched_tokens: 16/' \
+  "$t/exp.yaml" >"$t/exp-gqa4.yaml"
+check "a GQA group of 4 in 16-token steps: the CPU engine" run 0 "$cpu" run "$t/exp-gqa4.yaml" \
+  --device cpu --out "$t/gqa4-cpu" --tokens --quiet
+check "  ... the CUDA engine packs its prefill launches" run 0 "$emu" run "$t/exp-gqa4.yaml" \
+  --device cuda --out "$t/gqa4" --tokens --quiet
+check "  ... every one of them (summary.json)" python3 -c "
+import json, sys
+s = json.load(open('$t/gqa4/summary.json'))
+print('  ', s['prefill_packing'], s['num_steps'], 'steps')
+sys.exit(0 if s['prefill_packing']['enabled'] and s['prefill_packing']['packed_steps'] > 10 else 1)"
+check "  ... tokens agree with the CPU engine's" same_tokens "$t/gqa4" "$t/gqa4-cpu" 9
+check "  ... SERVELAB_CUDA_PREFILL_PACK=0 packs nothing" run 0 env SERVELAB_CUDA_PREFILL_PACK=0 \
+  "$emu" run "$t/exp-gqa4.yaml" --device cuda --out "$t/gqa4-off" --tokens --quiet
+check "  ... and gives the packed run's tokens" same_tokens "$t/gqa4-off" "$t/gqa4" 12
+check "  ... (summary.json)" python3 -c "
+import json, sys
+p = json.load(open('$t/gqa4-off/summary.json'))['prefill_packing']
+sys.exit(0 if p == {'enabled': False, 'packed_steps': 0} else 1)"
+
 # Programmatic dependent launch with the skinny GEMM (whose weight loads come before the wait):
 # the emulator fails any such launch in which a thread exits without waiting, and PDL changes
 # when kernels start, not what they compute (12 of 12 identical when written).
