@@ -77,6 +77,7 @@ check "  ... each with replay.csv" test "$(ls "$w"/*-validation/replay.csv | wc 
 check "  ... the diagnostic run with CUDA graphs off" has "SERVELAB_CUDA_GRAPHS=0" "$w/commands.txt"
 check "  ... reported, not counted among the targets" has "Every target met on [0-9]* of 6 workload" "$w/report.md"
 check "  ... named as such" has "burst-8b-graphs-off (not counted above)" "$w/report.md"
+check "  ... the engine table's packed prefill steps (n/a on the CPU)" has "| packed prefill steps |" "$w/report.md"
 check "  ... the roofline ones replayed with the H200 roofline" \
   has '"replay_cost_model": "roofline (H200)"' "$w/mooncake-8b-vllm-hash-roofline-validation/validation.json"
 check "  ... the sim given the engine's block count" \

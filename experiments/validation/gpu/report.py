@@ -254,16 +254,21 @@ def attribution_table(found, model):
 def engine_table(found):
     out = ["| workload | mix | requests | KV blocks | steps | duration s | output tok/s "
            "| TTFT p50 ms | TPOT p50 ms | prefix hit rate | preemptions "
-           "| graphs captured / replayed in the run |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+           "| graphs captured / replayed in the run | packed prefill steps |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for (wl, mix), e in sorted(found.items()):
         s = e.get("engine")
         if s is None:
-            out.append(f"| {wl} | {mix} | no summary.json |" + " |" * 9)
+            out.append(f"| {wl} | {mix} | no summary.json |" + " |" * 10)
             continue
         graphs = get(s, "cuda_graphs")  # CUDA runs (docs/metrics.md "CUDA graphs")
         graphs_cell = ("n/a" if not isinstance(graphs, dict) else
                        f"{graphs.get('captures')} / {graphs.get('replays')}")
+        # Steps whose prefill attention packed heads (docs/metrics.md "Prefill head packing";
+        # absent before 2026-12-05).
+        packing = get(s, "prefill_packing")
+        packed_cell = ("n/a" if not isinstance(packing, dict) else
+                       str(packing.get("packed_steps")) if packing.get("enabled") else "off")
 
         def num(*keys, fmt="{:.2f}"):
             x = get(s, *keys)
@@ -276,7 +281,7 @@ def engine_table(found):
             f"| {num('throughput', 'output_tokens_per_s', fmt='{:.0f}')} "
             f"| {num('ttft_ms', 'p50')} | {num('tpot_ms', 'p50')} "
             f"| {num('prefix_cache', 'hit_rate', fmt='{:.3f}')} "
-            f"| {get(s, 'preemption', 'preemptions')} | {graphs_cell} |")
+            f"| {get(s, 'preemption', 'preemptions')} | {graphs_cell} | {packed_cell} |")
     return out
 
 
