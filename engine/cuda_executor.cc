@@ -1284,9 +1284,11 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
           f.p_longest = std::max<std::int64_t>(f.p_longest, std::int64_t{p_first[i]} + p_num[i]);
         }
         f.p_kernel = p_kernel;
-        if (k::prefill_splits_keys(p_kernel)) {
-          f.psplit =
-              k::plan_prefill_splits(f.num_tiles, p_shape.head_ctas, f.p_longest, p_shape.max_ctas);
+        // Split as the launch description says (0: the configured kernel never splits, and a
+        // packed launch then stays unsplit too, as the cost model prices it).
+        if (const std::int32_t min_split = s.prefill_launch.min_split_tokens; min_split > 0) {
+          f.psplit = k::plan_prefill_splits(f.num_tiles, p_shape.head_ctas, f.p_longest,
+                                            p_shape.max_ctas, min_split);
         }
         if (p_shape.packed) ++s.packed_prefill_steps;
         if (f.psplit.split()) {
