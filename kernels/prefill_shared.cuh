@@ -111,7 +111,7 @@ __device__ __forceinline__ void prefill_p_fragment(unsigned (&pa)[4],
 struct PrefillCta {
   PrefillTile tile;
   int head, kv_head;  // head: the CTA's first query head
-  int heads;          // query heads of the CTA (blockIdx.y covers heads .. heads + heads - 1)
+  int heads;          // query heads of the CTA: head .. head + heads - 1
   int tile_rows;      // query rows of a tile (per head)
   int rows;           // the tile's valid query rows (at most tile_rows)
   std::int64_t row0;  // the CTA's first query row in q / out
