@@ -116,6 +116,7 @@ done
 check "  ... names the sanitizers and HF parity" has "compute-sanitizer --tool synccheck"
 check "  ... and the validation runs" has "sim validate\\|validate mooncake-8b\\|validate_mooncake-8b"
 check "  ... and the power fit" has "calibrate .*--power --hardware"
+check "  ... and bench's head-packing choice" has "\[pack_choice\] export SERVELAB_CUDA_PREFILL_PACK"
 # The wgmma prefill kernel reads fp8 KV too: without bench's fp8 choice, e2e's fp8 KV run keeps
 # the kernel the environment names.
 check "gpu-check e2e --dry-run with SERVELAB_CUDA_PREFILL=wgmma" run 0 SERVELAB_CUDA_PREFILL=wgmma \

@@ -6,6 +6,7 @@ usage: report.py tests|bench|e2e|validate WORK_DIR
                                            (the fastest prefill kernel at 8k: fa2, fa2_128 or
                                            wgmma; with --fp8, of those that read an fp8 KV cache)
        report.py gemm-choice WORK_DIR      (the fastest decode-step GEMM kernel: cublas, skinny or lt)
+       report.py pack-choice WORK_DIR      (1: short prefill launches pack heads, fa2_gqa; 0: not)
 Exit status: 0 when every check of the mode passed, 1 otherwise (a missing file is a failure).
 Standard library only, so it runs on any python3.
 """
@@ -619,7 +620,37 @@ def gemm_choice(work, tokens=("1", "8", "32"), margin=0.02):
     return GEMM_KERNELS[best] if total[best] < cublas * (1 - margin) else "cublas"
 
 
+# The chunks pack_choice weighs: 16 queries after 1,024 and 6,144 cached keys (BM_PrefillChunk).
+PACK_CHUNKS = (("16", "1024"), ("16", "6144"))
+
+
+def pack_choice(work, margin=0.02):
+    """SERVELAB_CUDA_PREFILL_PACK for the modes after `bench`: "0" when fa2_gqa (BM_PrefillChunk
+    variant 2) takes more than `margin` longer over PACK_CHUNKS than the better of wgmma (3) and
+    fa2 (1), each split as the executor plans it; else "1" (the default; also when a row is
+    missing or in error: nothing to decide on)."""
+    j = load(os.path.join(work, "kernels_bench.json")) or {}
+    times = {}
+    for b in j.get("benchmarks", []):
+        parts = b.get("name", "").split("/manual_time")[0].split("/")
+        if (parts[0] == "BM_PrefillChunk" and len(parts) == 4 and not b.get("error_occurred")
+                and b.get("run_type", "iteration") == "iteration"):
+            times[tuple(parts[1:])] = b.get("real_time", 0)
+
+    def total(variant):
+        got = [times.get((q, prefix, variant)) for q, prefix in PACK_CHUNKS]
+        return sum(got) if all(t and t > 0 for t in got) else None
+    packed = total("2")
+    others = [t for t in (total("1"), total("3")) if t is not None]
+    if packed is None or not others:
+        return "1"
+    return "0" if packed > min(others) * (1 + margin) else "1"
+
+
 def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "pack-choice":
+        print(pack_choice(sys.argv[2]))
+        return 0
     if len(sys.argv) == 3 and sys.argv[1] == "prefill-choice":
         print(prefill_choice(sys.argv[2]))
         return 0

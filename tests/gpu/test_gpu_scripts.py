@@ -438,6 +438,35 @@ class Report(unittest.TestCase):
         self.assertEqual(report.prefill_choice(self.work), "fa2")
         self.assertEqual(report.prefill_choice(self.work, fp8=True), "fa2")
 
+    def test_pack_choice_turns_packing_off_only_when_it_lost(self):
+        # gpu-check bench: SERVELAB_CUDA_PREFILL_PACK=0 for the modes after it only when fa2_gqa
+        # (variant 2) took more than 2 % longer on the 16-token chunks after 1,024 and 6,144
+        # cached keys than the better of fa2 (1) and wgmma (3); any missing row: keep it on.
+        def choice(packed, fa2, wgmma, drop=None):
+            runs = []
+            for variant, us in (("1", fa2), ("2", packed), ("3", wgmma)):
+                for prefix in ("1024", "6144"):
+                    name = f"BM_PrefillChunk/16/{prefix}/{variant}"
+                    if us is not None and name != drop:
+                        runs.append({"name": name + "/manual_time", "real_time": us,
+                                     "time_unit": "us"})
+            runs.append({"name": "BM_PrefillChunk/64/6144/2/manual_time", "real_time": 1e6})
+            self.write("kernels_bench.json", {"benchmarks": runs})
+            return report.pack_choice(self.work)
+        self.assertEqual(choice(30, 80, 70), "1")
+        self.assertEqual(choice(71, 80, 70), "1")  # within 2 %
+        self.assertEqual(choice(75, 80, 70), "0")
+        self.assertEqual(choice(75, 72, None), "0")  # against fa2 alone
+        self.assertEqual(choice(None, 80, 70), "1")
+        self.assertEqual(choice(75, 80, 70, drop="BM_PrefillChunk/16/1024/2"), "1")
+        os.remove(os.path.join(self.work, "kernels_bench.json"))
+        self.assertEqual(report.pack_choice(self.work), "1")
+        script = os.path.join(ROOT, "bench", "gpu", "report.py")
+        choice(75, 80, 70)
+        p = subprocess.run([sys.executable, "-B", script, "pack-choice", self.work],
+                           capture_output=True, text=True)
+        self.assertEqual((p.returncode, p.stdout), (0, "0\n"), p.stderr)
+
     def test_prefill_choice_command_line(self):
         # What scripts/gpu-check runs: `report.py prefill-choice [--fp8] WORK`.
         runs = [{"name": "BM_PrefillAttention/8192/0/manual_time", "TFLOPs": 200},
