@@ -595,18 +595,25 @@ DECODE_STEP_GEMMS = ("0", "1", "2", "5", "4")
 GEMM_KERNELS = {"0": "cublas", "1": "skinny", "2": "lt"}
 
 
+def bench_times(work, benchmark, args):
+    """real_time of each `benchmark`/A1/.../A`args` row of kernels_bench.json that ran without
+    error, keyed by its arguments (a tuple of strings)."""
+    j = load(os.path.join(work, "kernels_bench.json")) or {}
+    times = {}
+    for b in j.get("benchmarks", []):
+        parts = b.get("name", "").split("/manual_time")[0].split("/")
+        if (parts[0] == benchmark and len(parts) == args + 1 and not b.get("error_occurred")
+                and b.get("run_type", "iteration") == "iteration"):
+            times[tuple(parts[1:])] = b.get("real_time", 0)
+    return times
+
+
 def gemm_choice(work, tokens=("1", "8", "32"), margin=0.02):
     """The linear-layer kernel to run after `bench` in the same gpu-check invocation: of "skinny"
     and "lt", the one whose decode-step GEMMs (DECODE_STEP_GEMMS, summed over M in `tokens`) take
     the least time, when that is more than `margin` less than cuBLAS's; else "cublas" (also when
     a kernel lacks a figure: it is not considered)."""
-    j = load(os.path.join(work, "kernels_bench.json")) or {}
-    times = {}
-    for b in j.get("benchmarks", []):
-        parts = b.get("name", "").split("/manual_time")[0].split("/")
-        if (parts[0] == "BM_DecodeGemm" and len(parts) == 4 and not b.get("error_occurred")
-                and b.get("run_type", "iteration") == "iteration"):
-            times[tuple(parts[1:])] = b.get("real_time", 0)
+    times = bench_times(work, "BM_DecodeGemm", 3)
     total = {}
     for kernel in GEMM_KERNELS:
         got = [times.get((m, shape, kernel)) for m in tokens for shape in DECODE_STEP_GEMMS]
@@ -629,13 +636,7 @@ def pack_choice(work, margin=0.02):
     variant 2) takes more than `margin` longer over PACK_CHUNKS than the better of wgmma (3) and
     fa2 (1), each split as the executor plans it; else "1" (the default; also when a row is
     missing or in error: nothing to decide on)."""
-    j = load(os.path.join(work, "kernels_bench.json")) or {}
-    times = {}
-    for b in j.get("benchmarks", []):
-        parts = b.get("name", "").split("/manual_time")[0].split("/")
-        if (parts[0] == "BM_PrefillChunk" and len(parts) == 4 and not b.get("error_occurred")
-                and b.get("run_type", "iteration") == "iteration"):
-            times[tuple(parts[1:])] = b.get("real_time", 0)
+    times = bench_times(work, "BM_PrefillChunk", 3)
 
     def total(variant):
         got = [times.get((q, prefix, variant)) for q, prefix in PACK_CHUNKS]
