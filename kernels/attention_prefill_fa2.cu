@@ -79,8 +79,11 @@ constexpr int rows_per_cta(int mb) { return 16 * kWarps * mb; }
 // Query rows of a tile (per head): a CTA of kHeads heads takes rows_per_cta / kHeads of each.
 constexpr int tile_rows_of(int mb, int heads) { return rows_per_cta(mb) / heads; }
 // Query heads per CTA of the head-packing instance (PrefillKernel::kFa2Gqa).
-constexpr int kPackedHeads = 4;
-static_assert(tile_rows_of(1, kPackedHeads) == 16, "kFa2Gqa: one 16-row block per warp and head");
+constexpr int kPackedHeads = prefill_heads_per_cta(PrefillKernel::kFa2Gqa);
+static_assert(tile_rows_of(1, kPackedHeads) == prefill_tile_rows(PrefillKernel::kFa2Gqa) &&
+                  tile_rows_of(1, 1) == prefill_tile_rows(PrefillKernel::kFa2) &&
+                  tile_rows_of(2, 1) == prefill_tile_rows(PrefillKernel::kFa2Wide),
+              "the instances' tiles are prefill_tile_rows'");
 
 template <int HD, bool kFp8, int kMB>
 struct Fa2Smem {

@@ -70,6 +70,7 @@ namespace {
 constexpr int kGroups = 2;  // warpgroups per CTA
 constexpr int kThreads = 128 * kGroups;
 constexpr int kRows = 64 * kGroups;  // query rows per CTA: prefill_tile_rows(kWgmma)
+static_assert(kRows == prefill_tile_rows(PrefillKernel::kWgmma), "the tile is prefill_tile_rows'");
 constexpr int kKeys = kPrefillKeyTile;
 
 template <int HD, bool kFp8>

@@ -22,15 +22,6 @@ const char* prefill_kernel_name(PrefillKernel kernel) {
   return "fa2";
 }
 
-std::int32_t prefill_tile_rows(PrefillKernel kernel) {
-  if (kernel == PrefillKernel::kFa2Gqa) return 16;
-  return kernel == PrefillKernel::kFa2Wide || kernel == PrefillKernel::kWgmma ? 128 : 64;
-}
-
-std::int32_t prefill_heads_per_cta(PrefillKernel kernel) {
-  return kernel == PrefillKernel::kFa2Gqa ? 4 : 1;
-}
-
 bool prefill_reads_fp8(PrefillKernel kernel) { return kernel != PrefillKernel::kWmma; }
 
 bool prefill_splits_keys(PrefillKernel kernel) { return kernel != PrefillKernel::kWmma; }

@@ -39,11 +39,17 @@ const char* prefill_kernel_name(PrefillKernel kernel);
 
 // Query rows of a tile (one PrefillTile, per query head) of the kernel: 128 for kFa2Wide and
 // kWgmma, 16 for kFa2Gqa, 64 otherwise; the tile list (plan_prefill_tiles) and split workspace
-// (prefill_workspace_floats) of a launch must use its kernel's figure.
-std::int32_t prefill_tile_rows(PrefillKernel kernel);
+// (prefill_workspace_floats) of a launch must use its kernel's figure. constexpr: the kernels
+// static_assert their tiling against it.
+constexpr std::int32_t prefill_tile_rows(PrefillKernel kernel) {
+  if (kernel == PrefillKernel::kFa2Gqa) return 16;
+  return kernel == PrefillKernel::kFa2Wide || kernel == PrefillKernel::kWgmma ? 128 : 64;
+}
 // Query heads of one CTA (grid y is num_q_heads / this): 4 for kFa2Gqa, 1 otherwise. The GQA
 // group (num_q_heads / num_kv_heads) must be a multiple of it.
-std::int32_t prefill_heads_per_cta(PrefillKernel kernel);
+constexpr std::int32_t prefill_heads_per_cta(PrefillKernel kernel) {
+  return kernel == PrefillKernel::kFa2Gqa ? 4 : 1;
+}
 // Whether the kernel reads an fp8 (e4m3 or e5m2) KV cache: every kernel but kWmma (kWgmma since
 // 2026-12-05), which takes bf16 KV only; a launch of it on an fp8 cache is refused.
 bool prefill_reads_fp8(PrefillKernel kernel);
