@@ -49,6 +49,12 @@ using k::DeviceBuffer;
 
 namespace {
 
+// graph_lora_gather's bytes for `bucket` rows at the gather kernels' largest rank.
+std::size_t graph_lora_gather_bytes(std::int32_t bucket) {
+  return static_cast<std::size_t>(bucket) * kernels::kLoraMaxGroupTargets *
+         static_cast<std::size_t>(kernels::kLoraMaxGatherRank) * sizeof(float);
+}
+
 // Appends typed arrays to one host byte buffer (16-byte aligned each) so that a step's metadata
 // reaches the device in one copy; offsets index the device copy.
 class Staging {
@@ -188,7 +194,10 @@ struct CudaExecutor::Impl {
   // Activations, sized for `cap_tokens` tokens and `cap_rows` sampled rows.
   std::int32_t cap_tokens = 0, cap_rows = 0;
   DeviceBuffer residual, hbuf, qkv, q, kk, vv, attn, gate_up, act, final_h, logits, prob, sampled;
-  DeviceBuffer meta, workspace;
+  // Split-K decode partials: of eager steps (workspace), and of decode graphs (graph_workspace,
+  // which a graph bakes in: only graph steps grow it, so an eager step never invalidates the
+  // captured graphs).
+  DeviceBuffer meta, workspace, graph_workspace;
   DeviceBuffer prefill_workspace;  // split-KV prefill partials (never in a graph)
   DeviceBuffer kv_cache, host_cache;
   // The KV offload host tier (pinned) and the device blocks a tier load is staged through.
@@ -293,13 +302,17 @@ struct CudaExecutor::Impl {
   k::LoraShape lora_shape;      // the model's projections (constructor)
   bool lora_gather_ok = false;  // k::lora_gather_fits(lora_shape)
   DeviceBuffer lora_tmp;        // a cuBLAS shrink's output, [rows][rank] bf16 (never in a graph)
-  DeviceBuffer lora_gather;     // the gather shrink's output, [rows][3][max rank] fp32
+  // The gather shrink's output, [rows][3][max rank] fp32: of eager steps (lora_gather), and of
+  // decode graphs (graph_lora_gather, sized for the largest bucket at construction, so that the
+  // warm-up's adapted graphs of the smaller buckets stay valid).
+  DeviceBuffer lora_gather, graph_lora_gather;
   // A step's LoRA work: the segments that take cuBLAS GEMMs, and the rows the gather kernels take
   // (kernels/lora.h; device memory, the step's metadata).
   struct LoraStep {
     std::vector<k::LoraSegment> segments;
     const k::LoraRow* rows = nullptr;
     std::int32_t num_rows = 0, max_rank = 0;  // max_rank: the gather rows' largest
+    float* gather_tmp = nullptr;              // lora_gather or graph_lora_gather
     bool empty() const { return segments.empty() && num_rows == 0; }
   };
   // Generates adapter `id` of rank `rank` into `slot` (stream-ordered).
@@ -324,6 +337,7 @@ struct CudaExecutor::Impl {
     std::int32_t D = 0;      // decode sequences
     const std::int32_t *d_rows = nullptr, *d_ctx = nullptr, *d_tab = nullptr;
     k::DecodeSplitPlan dplan;
+    float* d_workspace = nullptr;  // dplan's partials when split (workspace or graph_workspace)
     std::int32_t d_max_ctx = 0;
     std::int32_t P = 0;  // prefill sequences
     const std::int32_t *p_beg = nullptr, *p_num = nullptr, *p_first = nullptr, *p_tab = nullptr;
@@ -340,6 +354,22 @@ struct CudaExecutor::Impl {
   // The widest block table a decode graph is captured with (max_model_len's blocks).
   std::int32_t max_table_width() const {
     return (rope_rows + options.block_size - 1) / options.block_size;
+  }
+  // graph_workspace's bytes for a split graph of `bucket` rows and max_splits at table_width, or
+  // any other of that width: the largest bucket that can split (bucket x decode_ctas_per_seq <
+  // decode_max_ctas) at decode_graph_max_splits, so that it grows (and drops every graph) when
+  // the width does, not with each bucket or plan.
+  std::size_t graph_workspace_bytes(std::int32_t table_width, std::int32_t bucket,
+                                    std::int32_t max_splits) const {
+    std::int32_t rows = bucket;
+    for (std::int32_t b : buckets) {
+      if (std::int64_t{b} * decode_ctas_per_seq < decode_max_ctas) rows = std::max(rows, b);
+    }
+    const std::int32_t splits =
+        std::max(max_splits, k::decode_graph_max_splits(table_width, options.block_size));
+    return static_cast<std::size_t>(
+               k::decode_workspace_floats(rows, model().num_heads, model().head_dim, splits)) *
+           sizeof(float);
   }
   // Stages a padded decode step in graph_staging in the layout graph_meta holds (each array
   // 16-byte aligned) and returns the arrays' offsets. lora_rows: one entry per bucket row (the
@@ -464,10 +494,10 @@ void CudaExecutor::Impl::init(const LlamaWeights* host, std::uint64_t seed) {
   options.prefill_kernel = cuda_prefill_kernel(options);
   if (options.block_size < 1 || options.num_blocks < 0 || options.num_host_blocks < 0 ||
       options.num_tier_slots < 0 || options.max_num_tokens < 1 || options.max_num_seqs < 1 ||
-      options.max_model_len < 1) {
+      options.max_model_len < 1 || options.graph_table_bytes < 0) {
     throw std::invalid_argument(
         "CudaExecutor: block_size, max_num_tokens, max_num_seqs and max_model_len must be >= 1, "
-        "num_blocks, num_host_blocks and num_tier_slots >= 0");
+        "num_blocks, num_host_blocks, num_tier_slots and graph_table_bytes >= 0");
   }
   if (!(options.gpu_memory_utilization > 0) || options.gpu_memory_utilization > 1) {
     throw std::invalid_argument("CudaExecutor: gpu_memory_utilization must be in (0, 1]");
@@ -554,6 +584,8 @@ void CudaExecutor::Impl::init(const LlamaWeights* host, std::uint64_t seed) {
       k::pad_decode_inputs({}, {}, {}, {}, {}, 0, s.buckets.back(), s.max_table_width(), 0),
       std::vector<k::LoraRow>(static_cast<std::size_t>(s.buckets.back())));
   s.graph_meta = DeviceBuffer(s.graph_staging.bytes().size() + 16);
+  if (options.enable_lora)
+    s.graph_lora_gather = DeviceBuffer(graph_lora_gather_bytes(s.buckets.back()));
   s.decode_ctas_per_seq =
       k::decode_ctas_per_seq(s.options.decode_kernel, m.num_heads, m.num_kv_heads);
   s.decode_max_ctas = k::decode_max_resident_ctas(s.options.decode_kernel, m.head_dim, m.num_heads,
@@ -748,7 +780,7 @@ void CudaExecutor::Impl::forward_layers(const ForwardArgs& f) {
       kv.block_tables = f.d_tab;
       k::paged_decode_attention(
           {kv, s.q.as<Bf16>(), s.attn.as<Bf16>(), f.d_rows, f.d_ctx, D, m.num_heads, scale, dplan,
-           s.workspace.as<float>(), d_max_ctx, s.options.decode_kernel},
+           f.d_workspace, d_max_ctx, s.options.decode_kernel},
           s.stream.get());
     }
     if (P > 0) {
@@ -819,7 +851,7 @@ void CudaExecutor::Impl::apply_lora(const LoraStep& lora, std::int32_t l, LoraTa
   g.layer = l;
   g.first_target = first_target;
   g.num_targets = num_targets;
-  g.tmp = lora_gather.as<float>();
+  g.tmp = lora.gather_tmp;
   g.max_rank = lora.max_rank;
   k::lora_shrink(g, in, ld_in, stream.get());
   k::lora_expand(g, out, out_type == k::Gemm::Out::kF32, ld_out, 0, stream.get());
@@ -1195,31 +1227,35 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
     const bool graph_path =
         bucket > 0 && ((opt.cuda_graphs && !s.stats.disabled) || opt.pad_decode_steps);
     if (graph_path) {
-      const std::int32_t table_width = k::decode_graph_table_width(width, s.max_table_width());
+      // Padding rows attend to one key (pad_decode_inputs).
+      std::vector<std::int32_t> padded_ctx = d_ctx;
+      padded_ctx.resize(static_cast<std::size_t>(bucket), 1);
+      const k::DecodeGraphShape shape = k::decode_graph_shape(
+          padded_ctx, width, s.max_table_width(),
+          k::decode_graph_min_table_width(bucket, s.max_table_width(), opt.graph_table_bytes),
+          s.decode_ctas_per_seq, s.decode_max_ctas, bs);
+      const std::int32_t table_width = shape.table_width;
       const k::PaddedDecodeInputs in = k::pad_decode_inputs(
           tokens, positions, slots, d_ctx, d_tables, width, bucket, table_width, 0);
       Impl::ForwardArgs f;
       f.num_tokens = f.D = bucket;
       f.width = table_width;
-      f.dplan = k::decode_graph_split_plan(in.context_lens, s.decode_ctas_per_seq,
-                                           s.decode_max_ctas, table_width, bs);
+      f.dplan = shape.plan;
       f.d_max_ctx = *std::max_element(d_ctx.begin(), d_ctx.end());
       // Size everything before the key is taken: a reallocation bumps buffers_generation.
       s.ensure_capacity(bucket, S);
       if (f.dplan.split()) {
-        s.ensure_bytes(s.workspace, static_cast<std::size_t>(k::decode_workspace_floats(
-                                        bucket, m.num_heads, m.head_dim, f.dplan.max_splits)) *
-                                        sizeof(float));
+        s.ensure_bytes(s.graph_workspace,
+                       s.graph_workspace_bytes(table_width, bucket, f.dplan.max_splits));
       }
+      f.d_workspace = s.graph_workspace.as<float>();
       // LoRA: an entry per bucket row (rank 0: no adapter), at the gather kernels' largest rank
       // so that the graph does not depend on the batch's ranks.
       std::vector<k::LoraRow> graph_lora(static_cast<std::size_t>(bucket));
       for (std::int32_t i = 0; i < bucket; ++i) graph_lora[static_cast<std::size_t>(i)].row = i;
       for (const k::LoraRow& r : lora_rows) graph_lora[static_cast<std::size_t>(r.row)] = r;
-      if (lora.num_rows > 0) {
-        s.ensure_bytes(s.lora_gather, static_cast<std::size_t>(bucket) * k::kLoraMaxGroupTargets *
-                                          static_cast<std::size_t>(k::kLoraMaxGatherRank) *
-                                          sizeof(float));
+      if (lora.num_rows > 0) {  // as allocated by the constructor: never grows here
+        s.ensure_bytes(s.graph_lora_gather, graph_lora_gather_bytes(bucket));
       }
       const Impl::GraphInputOffsets g = s.stage_graph_inputs(in, graph_lora);
       s.ensure_bytes(s.graph_meta, s.graph_staging.bytes().size() + 16);
@@ -1238,6 +1274,7 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
         graph_step.rows = reinterpret_cast<const k::LoraRow*>(gm + g.lora_rows);
         graph_step.num_rows = bucket;
         graph_step.max_rank = k::kLoraMaxGatherRank;
+        graph_step.gather_tmp = s.graph_lora_gather.as<float>();
         f.lora = &graph_step;
       }
       const k::DecodeGraphKey key{bucket,
@@ -1268,9 +1305,12 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
         f.d_max_ctx = *std::max_element(d_ctx.begin(), d_ctx.end());
         f.dplan = k::plan_decode_splits(d_ctx, s.decode_ctas_per_seq, s.decode_max_ctas);
         if (f.dplan.split()) {
-          s.ensure_bytes(s.workspace, static_cast<std::size_t>(k::decode_workspace_floats(
-                                          D, m.num_heads, m.head_dim, f.dplan.max_splits)) *
-                                          sizeof(float));
+          s.ensure_bytes(s.workspace,
+                         static_cast<std::size_t>(k::decode_workspace_floats(
+                             D, m.num_heads, m.head_dim, f.dplan.max_splits)) *
+                             sizeof(float),
+                         false);
+          f.d_workspace = s.workspace.as<float>();
         }
       }
       if (P > 0) {
@@ -1304,11 +1344,12 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
                        static_cast<std::size_t>(T) *
                            static_cast<std::size_t>(std::max(1, lora_cublas_rank)) * sizeof(Bf16),
                        false);
-        // Graph-visible: a LoRA graph uses it.
-        s.ensure_bytes(s.lora_gather, static_cast<std::size_t>(std::max(1, lora.num_rows)) *
-                                          k::kLoraMaxGroupTargets *
-                                          static_cast<std::size_t>(std::max(1, lora.max_rank)) *
-                                          sizeof(float));
+        s.ensure_bytes(s.lora_gather,
+                       static_cast<std::size_t>(std::max(1, lora.num_rows)) *
+                           k::kLoraMaxGroupTargets *
+                           static_cast<std::size_t>(std::max(1, lora.max_rank)) * sizeof(float),
+                       false);
+        lora.gather_tmp = s.lora_gather.as<float>();
         lora.rows = reinterpret_cast<const k::LoraRow*>(at(o_lrows));
         f.lora = &lora;
       }

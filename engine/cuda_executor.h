@@ -70,15 +70,15 @@
 // CUDA graphs (cuda_graphs, default on): a decode-only step (every entry one token, no prefill)
 // of B <= max_num_seqs sequences runs its embedding and layers as one replayed graph, captured
 // per DecodeGraphKey (kernels/decode_graph_plan.h: the batch-size bucket >= B, the block-table
-// width bucket and the split-K plan), with the inputs padded to the bucket (padding rows write
-// no KV) and copied into fixed device buffers before the launch. The first step of a key runs
-// eagerly (padded; it also warms cuBLAS up), is captured, then replayed. Block moves and the
-// final norm, LM head and sampling stay eager; mixed and prefill steps are all eager. cuBLAS
-// gets a fixed 32 MiB workspace (in both modes) so that capture is legal. Graph replay computes
-// exactly the padded eager pass (pad_decode_steps), bit for bit; the unpadded eager pass can
-// differ in the last bits where cuBLAS picks another kernel for the other row count. A capture
-// that fails disables graphs for the executor (one message on stderr) and the step's result
-// comes from the eager pass.
+// width (at least graph_table_bytes' worth for an unsplit batch) and the split-K plan), with the
+// inputs padded to the bucket (padding rows write no KV) and copied into fixed device buffers
+// before the launch. The first step of a key runs eagerly (padded; it also warms cuBLAS up), is
+// captured, then replayed. Block moves and the final norm, LM head and sampling stay eager; mixed
+// and prefill steps are all eager. cuBLAS gets a fixed 32 MiB workspace (in both modes) so that
+// capture is legal. Graph replay computes exactly the padded eager pass (pad_decode_steps), bit for
+// bit; the unpadded eager pass can differ in the last bits where cuBLAS picks another kernel for
+// the other row count. A capture that fails disables graphs for the executor (one message on
+// stderr) and the step's result comes from the eager pass.
 #pragma once
 
 #include <cstdint>
@@ -96,6 +96,7 @@
 #include "engine/lora_weights.h"
 #include "engine/previous_tokens.h"
 #include "kernels/attention_plan.h"
+#include "kernels/decode_graph_plan.h"
 #include "kernels/float_formats.h"
 #include "kernels/gemm_kernel.h"
 #include "kernels/gemm_lt.h"
@@ -145,6 +146,11 @@ struct CudaExecutorOptions {
   // With cuda_graphs off: run decode-only steps eagerly with exactly the padded launches a
   // graph would replay (tests compare the two bit for bit). No effect with cuda_graphs on.
   bool pad_decode_steps = false;
+  // Block-table bytes a decode graph step may stage (kernels/decode_graph_plan.h
+  // decode_graph_min_table_width): a bucket's unsplit graphs are captured with at least the
+  // widest table that fits, so contexts growing within it never re-capture. 0: the width follows
+  // the contexts (the smallest power of two of blocks).
+  std::int64_t graph_table_bytes = kernels::kDecodeGraphTableBytes;
   // Bias + RoPE + KV write in one kernel; false: the unfused qkv_rope + kv_write pair through
   // bf16 scratch rows (environment: SERVELAB_CUDA_FUSED_QKV).
   bool fused_qkv_rope = true;

@@ -11,7 +11,10 @@
 // rounded down to whole blocks, each sampling its last token; then one decode step for every
 // CUDA-graph batch bucket B (kernels::decode_graph_buckets) up to min(max_num_seqs, T /
 // block_size): B sequences at context block_size, sequence i in block 1 + i, which the largest
-// prefill wrote (its keys are finite), so no two rows write one slot. With lora_rank > 0 (the
+// prefill wrote (its keys are finite), so no two rows write one slot. Those steps do not split,
+// so the CUDA executor captures them at the bucket's minimum table width
+// (kernels/decode_graph_plan.h decode_graph_shape), the key of every unsplit decode step of the
+// run whose contexts fit in it: the run replays the warm-up's graphs. With lora_rank > 0 (the
 // run serves LoRA adapters), each such decode step is followed by the same step with every
 // sequence under the warm-up adapter kWarmUpLoraId of rank lora_rank, so that the adapted
 // decode graphs (DecodeGraphKey::lora) are captured before the run too. That adapter stays on

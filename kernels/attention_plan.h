@@ -16,6 +16,8 @@ namespace servelab::kernels {
 // Decode attention processes keys in tiles of this many tokens; split partitions are whole
 // tiles.
 inline constexpr std::int32_t kDecodeTileTokens = 64;
+// plan_decode_splits' default least partition (keys a split covers).
+inline constexpr std::int32_t kMinDecodePartition = 128;
 // Prefill attention: query rows and key columns per tile.
 inline constexpr std::int32_t kPrefillTileRows = 64;
 
@@ -95,7 +97,7 @@ void validate_decode_plan(const DecodeSplitPlan& plan, std::int64_t longest_cont
 // max_ctas < 1 or min_partition < 1.
 DecodeSplitPlan plan_decode_splits(const std::vector<std::int32_t>& context_lens,
                                    std::int32_t ctas_per_seq, std::int32_t max_ctas,
-                                   std::int32_t min_partition = 128);
+                                   std::int32_t min_partition = kMinDecodePartition);
 
 // Floats of split-K workspace: partial outputs [seq][q_head][split][head_dim] then the
 // (max, sum) pairs [seq][q_head][split][2].

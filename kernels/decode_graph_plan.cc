@@ -37,6 +37,51 @@ std::int32_t decode_graph_table_width(std::int32_t needed, std::int32_t max_widt
   return static_cast<std::int32_t>(std::min<std::int64_t>(w, max_width));
 }
 
+std::int32_t decode_graph_min_table_width(std::int32_t bucket, std::int32_t max_width,
+                                          std::int64_t table_bytes) {
+  if (bucket < 1 || max_width < 1 || table_bytes < 0) {
+    throw std::invalid_argument("decode_graph_min_table_width: needs bucket >= 1 (got " +
+                                std::to_string(bucket) + "), max_width >= 1 (got " +
+                                std::to_string(max_width) + ") and table_bytes >= 0 (got " +
+                                std::to_string(table_bytes) + ")");
+  }
+  const std::int64_t row_bytes = std::int64_t{bucket} * std::int64_t{sizeof(std::int32_t)};
+  const std::int64_t fits = table_bytes / row_bytes;  // ids a row the budget holds
+  if (fits >= max_width) return max_width;
+  std::int64_t w = 1;
+  while (w * 2 <= fits) w *= 2;
+  return static_cast<std::int32_t>(w);
+}
+
+std::int32_t decode_graph_max_splits(std::int32_t table_width, std::int32_t block_size) {
+  if (table_width < 1 || block_size < 1) {
+    throw std::invalid_argument("decode_graph_max_splits: table_width and block_size must be >= 1");
+  }
+  const std::int64_t tile = kDecodeTileTokens;
+  const std::int64_t cover_tiles = (std::int64_t{table_width} * block_size + tile - 1) / tile;
+  const std::int64_t least = std::max<std::int64_t>((kMinDecodePartition + tile - 1) / tile, 1);
+  return static_cast<std::int32_t>(
+      std::min<std::int64_t>((cover_tiles + least - 1) / least, kMaxDecodeSplits));
+}
+
+DecodeGraphShape decode_graph_shape(const std::vector<std::int32_t>& padded_context_lens,
+                                    std::int32_t needed, std::int32_t max_width,
+                                    std::int32_t min_width, std::int32_t ctas_per_seq,
+                                    std::int32_t max_ctas, std::int32_t block_size) {
+  if (min_width < 0) {
+    throw std::invalid_argument("decode_graph_shape: min_width must be >= 0, got " +
+                                std::to_string(min_width));
+  }
+  DecodeGraphShape shape;
+  shape.table_width = decode_graph_table_width(needed, max_width);
+  if (!plan_decode_splits(padded_context_lens, ctas_per_seq, max_ctas).split()) {
+    shape.table_width = std::max(shape.table_width, std::min(min_width, max_width));
+  }
+  shape.plan = decode_graph_split_plan(padded_context_lens, ctas_per_seq, max_ctas,
+                                       shape.table_width, block_size);
+  return shape;
+}
+
 namespace {
 
 // The smallest of 1, 2, 3, 4, 6, 8, 12, 16, 24, ... (2^k and 3 * 2^k) that is >= n (n >= 1):

@@ -34,6 +34,20 @@ std::int32_t decode_graph_bucket(const std::vector<std::int32_t>& buckets, std::
 // 1 <= needed <= max_width.
 std::int32_t decode_graph_table_width(std::int32_t needed, std::int32_t max_width);
 
+// How many bytes of block table (bucket rows x width int32 ids) a decode graph step may stage and
+// copy to the device so that its width need not follow the contexts: with this many, a bucket of
+// 32 sequences takes 256 ids a row (4,096 tokens of 16-token blocks) and a bucket of 1 the whole
+// of any max_model_len up to 131,072 tokens. The host fills and copies them before every replay
+// (a few microseconds against a step of milliseconds); a capture costs about a step.
+inline constexpr std::int64_t kDecodeGraphTableBytes = 32 * 1024;
+
+// The narrowest table a bucket's unsplit graphs are captured with (decode_graph_shape): max_width
+// when bucket x max_width ids fit in table_bytes, else the widest power of two that fits, at
+// least 1 (table_bytes 0: 1, every width follows the contexts). REQUIRES: bucket >= 1,
+// max_width >= 1, table_bytes >= 0 (std::invalid_argument otherwise).
+std::int32_t decode_graph_min_table_width(std::int32_t bucket, std::int32_t max_width,
+                                          std::int64_t table_bytes);
+
 // The split-K plan a graph bakes in for a batch padded to a bucket, a function of the table
 // width and of plan_decode_splits' choice coarsened so that it changes rarely while contexts
 // grow (each change is a new graph: a capture costs about two steps):
@@ -47,6 +61,28 @@ std::int32_t decode_graph_table_width(std::int32_t needed, std::int32_t max_widt
 DecodeSplitPlan decode_graph_split_plan(const std::vector<std::int32_t>& padded_context_lens,
                                         std::int32_t ctas_per_seq, std::int32_t max_ctas,
                                         std::int32_t table_width, std::int32_t block_size);
+
+// The most splits decode_graph_split_plan can give a table of table_width blocks: partitions of
+// at least kMinDecodePartition keys (rounded up to whole tiles) covering it, at most
+// kMaxDecodeSplits. For sizing a graph's split workspace once per width rather than per plan.
+// REQUIRES: table_width >= 1, block_size >= 1 (std::invalid_argument otherwise).
+std::int32_t decode_graph_max_splits(std::int32_t table_width, std::int32_t block_size);
+
+// The table width and split plan of a decode graph step (both part of its DecodeGraphKey). When
+// plan_decode_splits does not split the padded batch, the width is at least min_width
+// (decode_graph_min_table_width), so the graph captured for a bucket at its first step (the
+// engine's warm-up, engine/warm_up.h) serves every context up to min_width blocks and a run
+// re-captures only past it; a split batch keeps the power of two >= needed, since its split
+// count covers the whole table (a wider one would add empty splits and workspace).
+// REQUIRES: as decode_graph_table_width and decode_graph_split_plan; min_width >= 0.
+struct DecodeGraphShape {
+  std::int32_t table_width = 0;
+  DecodeSplitPlan plan;
+};
+DecodeGraphShape decode_graph_shape(const std::vector<std::int32_t>& padded_context_lens,
+                                    std::int32_t needed, std::int32_t max_width,
+                                    std::int32_t min_width, std::int32_t ctas_per_seq,
+                                    std::int32_t max_ctas, std::int32_t block_size);
 
 // What a decode graph's launches bake in besides buffer addresses (which stay fixed while
 // `buffers_generation`, bumped whenever the executor reallocates a buffer, is unchanged).

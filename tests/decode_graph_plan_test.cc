@@ -56,6 +56,58 @@ TEST(DecodeGraphPlan, TableWidthIsAPowerOfTwoCappedAtTheMaximum) {
   EXPECT_THROW(decode_graph_table_width(11, 10), std::invalid_argument);
 }
 
+TEST(DecodeGraphPlan, MinTableWidthIsWhatTheTableBudgetHolds) {
+  // 32 KiB of int32 ids: 8,192 a row for one sequence, 256 for 32, 32 for 256.
+  EXPECT_EQ(decode_graph_min_table_width(1, 512, kDecodeGraphTableBytes), 512);  // all of it
+  EXPECT_EQ(decode_graph_min_table_width(1, 1 << 20, kDecodeGraphTableBytes), 8192);
+  EXPECT_EQ(decode_graph_min_table_width(32, 512, kDecodeGraphTableBytes), 256);
+  EXPECT_EQ(decode_graph_min_table_width(24, 512, kDecodeGraphTableBytes), 256);  // 341 fit
+  EXPECT_EQ(decode_graph_min_table_width(256, 512, kDecodeGraphTableBytes), 32);
+  EXPECT_EQ(decode_graph_min_table_width(16, 300, kDecodeGraphTableBytes), 300);  // not a 2^k
+  EXPECT_EQ(decode_graph_min_table_width(8, 13, 8 * 4 * 12), 8);  // 12 fit: the 2^k below
+  // Less than one id a row, or no budget: 1 (widths follow the contexts).
+  EXPECT_EQ(decode_graph_min_table_width(64, 512, 100), 1);
+  EXPECT_EQ(decode_graph_min_table_width(1, 512, 0), 1);
+  EXPECT_THROW(decode_graph_min_table_width(0, 512, 1024), std::invalid_argument);
+  EXPECT_THROW(decode_graph_min_table_width(1, 0, 1024), std::invalid_argument);
+  EXPECT_THROW(decode_graph_min_table_width(1, 512, -1), std::invalid_argument);
+}
+
+TEST(DecodeGraphPlan, UnsplitBatchesKeepOneGraphWhileContextsGrowWithinTheMinimumWidth) {
+  // A full batch of 32 (8 CTAs each: no split) from context 16 to 4,096 at block size 16: the
+  // width stays at the bucket's minimum, 256 blocks, so one key serves them all (the warm-up's,
+  // which decodes at context 16); past it the width follows the contexts again.
+  const std::int32_t min_width = decode_graph_min_table_width(32, 512, kDecodeGraphTableBytes);
+  std::set<std::pair<std::int32_t, std::int32_t>> keys;
+  for (std::int32_t longest = 16; longest <= 4096; longest += 45) {
+    std::vector<std::int32_t> ctx(32, 16);
+    ctx[5] = longest;
+    const std::int32_t needed = (longest + 15) / 16;
+    const DecodeGraphShape sh = decode_graph_shape(ctx, needed, 512, min_width, 8, 132, 16);
+    ASSERT_FALSE(sh.plan.split()) << longest;
+    EXPECT_EQ(sh.table_width, 256) << longest;
+    EXPECT_TRUE(decode_plan_error(sh.plan, std::int64_t{sh.table_width} * 16).empty());
+    keys.emplace(sh.table_width, sh.plan.partition_tokens);
+  }
+  EXPECT_EQ(keys.size(), 1U);
+  std::vector<std::int32_t> ctx(32, 16);
+  ctx[0] = 4097;
+  EXPECT_EQ(decode_graph_shape(ctx, 257, 512, min_width, 8, 132, 16).table_width, 512);
+  // Without a minimum the width is the power of two the contexts need.
+  ctx[0] = 300;
+  EXPECT_EQ(decode_graph_shape(ctx, 19, 512, 0, 8, 132, 16).table_width, 32);
+  EXPECT_EQ(decode_graph_shape(ctx, 19, 512, 1, 8, 132, 16).table_width, 32);
+  // A split batch (two long sequences) keeps the power of two: its splits cover the table.
+  const std::vector<std::int32_t> long_ctx = {2000, 1500, 1, 1};
+  const DecodeGraphShape split = decode_graph_shape(long_ctx, 125, 512, 512, 4, 132, 16);
+  ASSERT_TRUE(split.plan.split());
+  EXPECT_EQ(split.table_width, 128);
+  EXPECT_EQ(split.plan.max_splits, decode_graph_split_plan(long_ctx, 4, 132, 128, 16).max_splits);
+  // A minimum above max_width is cut to it.
+  EXPECT_EQ(decode_graph_shape({30}, 2, 13, 64, 4, 1, 16).table_width, 13);
+  EXPECT_THROW(decode_graph_shape({30}, 2, 13, -1, 4, 1, 16), std::invalid_argument);
+}
+
 TEST(DecodeGraphPlan, GraphSplitPlanCoversTheWholeTableAndChangesOnlyWithIt) {
   // A full batch (no split): the partition covers table_width * block_size, so contexts that
   // grow within the same table width keep one plan (one graph).
@@ -105,6 +157,28 @@ TEST(DecodeGraphPlan, SplitGraphPlansChangeRarelyWhileContextsGrow) {
   const DecodeSplitPlan huge = decode_graph_split_plan({1 << 30, 1}, 1, 1 << 30, 1 << 26, 16);
   EXPECT_LE(huge.max_splits, kMaxDecodeSplits);
   EXPECT_TRUE(decode_plan_error(huge, std::int64_t{1} << 30).empty());
+}
+
+TEST(DecodeGraphPlan, MaxSplitsBoundsEveryGraphPlanOfAWidth) {
+  // 256 blocks of 16: 4,096 keys in partitions of at least 128, so at most 32 splits.
+  EXPECT_EQ(decode_graph_max_splits(256, 16), 32);
+  EXPECT_EQ(decode_graph_max_splits(1, 16), 1);
+  EXPECT_EQ(decode_graph_max_splits(3, 7), 1);  // 21 keys: one tile
+  EXPECT_EQ(decode_graph_max_splits(1 << 26, 16), kMaxDecodeSplits);
+  EXPECT_THROW(decode_graph_max_splits(0, 16), std::invalid_argument);
+  for (const std::int32_t width : {8, 64, 256, 512}) {
+    std::int32_t most = 0;
+    for (std::int32_t longest = 1; longest <= width * 16; longest += 61) {
+      for (const std::int32_t seqs : {1, 2, 5}) {
+        std::vector<std::int32_t> ctx(static_cast<std::size_t>(seqs), longest);
+        ctx.push_back(1);
+        const DecodeSplitPlan p = decode_graph_split_plan(ctx, 8, 528, width, 16);
+        EXPECT_LE(p.max_splits, decode_graph_max_splits(width, 16)) << width << " " << longest;
+        most = std::max(most, p.max_splits);
+      }
+    }
+    EXPECT_EQ(most, decode_graph_max_splits(width, 16)) << width;  // and it is reached
+  }
 }
 
 TEST(DecodeGraphPlan, PaddingRowsWriteNothingAndAttendToOneDummyKey) {
