@@ -53,7 +53,7 @@ struct PagedKv {
 //   kPipelined (attention_decode_pipelined.cu, the default): grid (decode_ctas_per_seq, num_seqs,
 //     plan.max_splits); a CTA holds all query heads of a GQA group (up to 16) as the rows of
 //     m16n8k16 MMAs, stages the block table in shared memory and streams 64-token K/V tiles
-//     through a 3-stage cp.async pipeline.
+//     through a cp.async pipeline of 3 stages (4 over an fp8 cache).
 // Both are deterministic (same inputs, same bits) and share the plan rules (plan_decode_splits
 // with the variant's decode_ctas_per_seq and decode_max_resident_ctas).
 struct DecodeAttentionArgs {

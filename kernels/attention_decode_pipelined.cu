@@ -1,6 +1,7 @@
 // The pipelined paged decode attention kernel (kernels/attention.h, DecodeKernel::kPipelined):
 // tensor cores, every query head of a GQA group in one CTA, the block table staged in shared
-// memory, K/V tiles streamed through a 3-stage cp.async pipeline. Templated on head_dim only
+// memory, K/V tiles streamed through a cp.async pipeline of 3 stages (4 over fp8). Templated on
+// head_dim only
 // (64, 128): 2 instantiations of the kernel, 1 merge kernel.
 //
 // CTA = (KV head, up to 16 of its query heads, sequence, split), 128 threads (4 warps). The
@@ -59,7 +60,6 @@ constexpr int kThreads = 128;
 constexpr int kWarps = kThreads / 32;
 constexpr int kTile = kDecodeTileTokens;  // tokens per pipeline stage
 constexpr int kWarpTokens = kTile / kWarps;
-constexpr int kStages = 3;
 constexpr int kRows = kPipelinedMaxHeads;  // MMA rows = query heads per CTA
 static_assert(kWarpTokens == 16, "one k16 step of P V per warp and tile");
 static_assert(kRows == 16, "the query heads are the rows of one m16n8k16 tile");
@@ -72,7 +72,12 @@ struct PipeSmem {
   static constexpr int kStageRowBytes = kFp8 ? HD : HD * 2;
   static constexpr int kStageTileBytes = kTile * kStageRowBytes;
   static constexpr int kStageBytes = 2 * kStageTileBytes;  // K then V, as in the cache
-  static constexpr int kTable = kStages * kStageBytes;     // int32 block ids
+  // Tiles in the pipeline: bf16 3 (2 in flight, 32 KB each at head_dim 128; 2 CTAs an SM by
+  // shared memory), fp8 4 (3 in flight, 16 KB each; 3 CTAs an SM by registers, 68 KB each), so
+  // that an SM has about as many bytes in flight over fp8 (144 KB) as over bf16 (128 KB): with
+  // 3 stages fp8 had 96 KB and read at 0.59-0.67 of the copy bandwidth where bf16 reached 1.0.
+  static constexpr int kStages = kFp8 ? 4 : 3;
+  static constexpr int kTable = kStages * kStageBytes;  // int32 block ids
   static constexpr int kBytes = kTable + kDecodeTableEntries * 4;
   static constexpr int kLdo = decode_frag::merge_row_floats(HD);  // floats per row of a warp's O
   static constexpr int kMergeO = 0;                               // [kWarps][kRows][kLdo] floats
@@ -200,17 +205,19 @@ __global__ void __launch_bounds__(kThreads) pipelined_decode_kernel(const PipePa
     };
 
 #pragma unroll
-    for (int s = 0; s < kStages - 1; ++s) {
+    for (int s = 0; s < L::kStages - 1; ++s) {
       if (s < n_tiles) request(s, s);
       cp_async_commit();
     }
     for (int t = 0; t < n_tiles; ++t) {
-      cp_async_wait<kStages - 2>();  // tile t has landed (this thread's part)
-      __syncthreads();               // ... everyone's; and stage (t - 1) % kStages is free
-      if (t + kStages - 1 < n_tiles) request(t + kStages - 1, (t + kStages - 1) % kStages);
+      cp_async_wait<L::kStages - 2>();  // tile t has landed (this thread's part)
+      __syncthreads();  // ... everyone's; and stage (t - 1) % kStages is free
+      if (t + L::kStages - 1 < n_tiles) {
+        request(t + L::kStages - 1, (t + L::kStages - 1) % L::kStages);
+      }
       cp_async_commit();  // possibly empty: keeps the group count in step
 
-      const int stage = t % kStages;
+      const int stage = t % L::kStages;
       const int tok0 = warp * kWarpTokens;  // the warp's tokens within the tile
       const int pos0 = w0 + t * kTile + tok0;
       const unsigned char* kst = smem + stage * L::kStageBytes;  // fp8: the codes
