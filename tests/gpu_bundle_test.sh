@@ -122,6 +122,15 @@ check "  ... and bench's head-packing choice" has "\[pack_choice\] export SERVEL
 check "gpu-check e2e --dry-run with SERVELAB_CUDA_PREFILL=wgmma" run 0 SERVELAB_CUDA_PREFILL=wgmma \
   "$b/gpu-check" e2e --dry-run --out "$t/o"
 check "  ... runs the fp8 KV step as it is" has "\[engine_c32_fp8\] timeout [0-9]* env [^ ]*/bin/engine run"
+# --bench-filter: kernels_bench times only the rows named, and always the copy bandwidth.
+check "gpu-check bench --bench-filter --dry-run" run 0 "$b/gpu-check" bench --dry-run --out "$t/o" \
+  --bench-filter 'BM_TokenKernels|BM_PrefillChunk/16/'
+check "  ... hands kernels_bench the filter, the copy included" \
+  has "benchmark_filter=BM_DeviceCopy\\\\|BM_TokenKernels\\\\|BM_PrefillChunk/16/"
+check "gpu-check --bench-filter without bench refuses (exit 2)" run 2 "$b/gpu-check" tests \
+  --bench-filter BM_TokenKernels --dry-run --out "$t/o"
+check "gpu-check --bench-filter with a space refuses (exit 2)" run 2 "$b/gpu-check" bench \
+  --bench-filter 'BM_Token Kernels' --dry-run --out "$t/o"
 check "gpu-check without a GPU refuses (exit 2)" run 2 "$b/gpu-check" tests --out "$t/o"
 check "  ... naming the reason" has "no NVIDIA GPU"
 check "gpu-check rejects an unknown mode (exit 2)" run 2 "$b/gpu-check" everything

@@ -1228,7 +1228,9 @@ TEST(GpuKernels, PagedPrefillAttentionMatchesReference) {
         bits = Download<std::uint16_t>(out, q.size());
       }
       ExpectClose(FromBits(runs[0]), want, 4e-3, 1e-2, what);
-      if (kRuns == 2) EXPECT_TRUE(runs[0] == runs[1]) << "two runs of the same launch differ";
+      if (kRuns == 2) {
+        EXPECT_TRUE(runs[0] == runs[1]) << "two runs of the same launch differ";
+      }
       return runs[0];
     };
 #if defined(SERVELAB_CUDA_EMU)

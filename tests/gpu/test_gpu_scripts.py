@@ -362,13 +362,16 @@ class Report(unittest.TestCase):
         runs.append({"name": "BM_PrefillAttention/8192/3/manual_time", "TFLOPs": 320})
         runs.append({"name": "BM_PrefillAttention/8192/4/manual_time", "TFLOPs": 360})
         self.write("kernels_bench.json", {"benchmarks": runs})
-        # fa2_128 and wgmma are reported beside fa2, not held to the target.
+        # wgmma, the default over bf16, is held to the target; fa2 and fa2_128 are reported.
         self.assertRegex(self.run_report("bench")[1],
                          r"BM_PrefillAttention/8192/3 \(fa2_128\)\s+320.0 TFLOP/s\s+"
                          r"0.80 of SDPA \(400.0\)\s+report")
         self.assertRegex(self.run_report("bench")[1],
                          r"BM_PrefillAttention/8192/4 \(wgmma\)\s+360.0 TFLOP/s\s+"
-                         r"0.90 of SDPA \(400.0\)\s+report")
+                         r"0.90 of SDPA \(400.0\)\s+PASS")
+        self.assertRegex(self.run_report("bench")[1],
+                         r"BM_PrefillAttention/8192/0 \(fa2\)\s+300.0 TFLOP/s\s+"
+                         r"0.75 of SDPA \(400.0\)\s+report")
         self.assertRegex(self.run_report("bench")[1],
                          r"BM_PrefillChunk/16/6144/1 \(fa2 split-KV\)\s+1.2 us\s+8 splits\s+report")
         runs.append({"name": "BM_PrefillChunk/16/6144/2/manual_time", "real_time": 456.0,
@@ -385,9 +388,21 @@ class Report(unittest.TestCase):
         self.write("kernels_bench.json", {"benchmarks": runs})
         self.assertRegex(self.run_report("bench")[1],
                          r"BM_TokenKernels/32/0 \(rms_norm\)\s+2.3 us\s+per launch\s+report")
-        runs[4]["TFLOPs"] = 200  # fa2 at 0.5x SDPA misses the 0.7x target
+        runs[4]["TFLOPs"] = 200  # fa2 at 0.5x SDPA: reported only
+        self.write("kernels_bench.json", {"benchmarks": runs})
+        self.assertTrue(self.run_report("bench")[0])
+        wgmma = next(r for r in runs if r["name"] == "BM_PrefillAttention/8192/4/manual_time")
+        wgmma["TFLOPs"] = 200  # the default at 0.5x SDPA misses the 0.7x target
         self.write("kernels_bench.json", {"benchmarks": runs})
         self.assertFalse(self.run_report("bench")[0])
+        # Without SDPA's figure because --skip left sdpa_bench out, nothing is held to it.
+        os.remove(os.path.join(self.work, "sdpa.json"))
+        self.write("sdpa_bench.log", "gpu-check: sdpa_bench skipped: in --skip (--only '', "
+                   "--skip 'sdpa_bench')\n")
+        ok, text = self.run_report("bench")
+        self.assertTrue(ok, text)
+        self.assertRegex(text, r"BM_PrefillAttention/8192/4 \(wgmma\)\s+200.0 TFLOP/s\s+"
+                               r"no SDPA figure\s+report")
 
     def test_prefill_choice_takes_the_fastest_only_when_clearly_faster_than_fa2(self):
         # gpu-check bench: the modes after it run the fastest of fa2, fa2_128 and wgmma at the
@@ -432,11 +447,16 @@ class Report(unittest.TestCase):
         self.assertEqual(fp8_choice(160, 162), "fa2")  # within 2 %
         self.assertEqual(fp8_choice(160, None), "fa2")
         self.assertEqual(fp8_choice(210, 160), "fa2")
-        self.assertEqual(choice(0, 240, 260), "fa2")  # no fa2 figure: keep the default
+        self.assertEqual(choice(0, 240, 260), "default")  # no fa2 figure: nothing to go by
         self.assertEqual(choice(200, 240, 260, length=16384), "wgmma")  # the largest length
         os.remove(os.path.join(self.work, "kernels_bench.json"))
-        self.assertEqual(report.prefill_choice(self.work), "fa2")
-        self.assertEqual(report.prefill_choice(self.work, fp8=True), "fa2")
+        self.assertEqual(report.prefill_choice(self.work), "default")
+        self.assertEqual(report.prefill_choice(self.work, fp8=True), "default")
+        # A filtered bench (gpu-check --bench-filter) without the prefill rows: the same.
+        self.write("kernels_bench.json", {"benchmarks": [
+            {"name": "BM_DeviceCopy/1073741824/manual_time", "bytes_per_second": 4e12},
+            {"name": "BM_PrefillChunk/16/6144/2/manual_time", "real_time": 30}]})
+        self.assertEqual(report.prefill_choice(self.work), "default")
 
     def test_pack_choice_turns_packing_off_only_when_it_lost(self):
         # gpu-check bench: SERVELAB_CUDA_PREFILL_PACK=0 for the modes after it only when fa2_gqa
@@ -583,8 +603,9 @@ class Report(unittest.TestCase):
         self.assertFalse(self.run_report("e2e")[0])
 
     def test_bench_without_sdpa_figures_misses(self):
+        # sdpa_bench ran (it was not left out) and left no figure: the default kernel misses.
         self.write("kernels_bench.json", {"benchmarks": [
-            {"name": "BM_PrefillAttention/8192/0/manual_time", "TFLOPs": 300}]})
+            {"name": "BM_PrefillAttention/8192/4/manual_time", "TFLOPs": 300}]})
         ok, text = self.run_report("bench")
         self.assertFalse(ok)
         self.assertIn("no SDPA figure", text)
