@@ -17,6 +17,7 @@
 
 #include "core/router.h"
 #include "engine/engine_loop.h"
+#include "engine/idle_wait.h"
 #include "engine/run_support.h"
 #include "serving/cluster_router.h"
 #include "serving/cluster_summary.h"
@@ -288,6 +289,7 @@ class ClusterRun {
   // independent workload is exhausted, or a dependent one announces nothing while every
   // replica is idle (so no finish can release more).
   void route_until_done(Lock& l) {
+    use_fine_timer_slack();
     auto last_progress = std::chrono::steady_clock::now();
     while (!stop_) {
       throw_if_interrupted();
@@ -311,8 +313,16 @@ class ClusterRun {
         route_cv_.wait_for(l, std::chrono::nanoseconds(kMaxIdleSleepNs));
         continue;
       }
+      // To the arrival itself (engine/idle_wait.h): sleep until kIdleSpinNs before it, then
+      // yield the lock and the core until it is due.
       const TimeNs wait = std::min(*next - clock_->now(), kMaxIdleSleepNs);
-      if (wait > 0) route_cv_.wait_for(l, std::chrono::nanoseconds(wait));
+      if (wait > kIdleSpinNs) {
+        route_cv_.wait_for(l, std::chrono::nanoseconds(wait - kIdleSpinNs));
+      } else if (wait > 0) {
+        l.unlock();
+        std::this_thread::yield();
+        l.lock();
+      }
     }
   }
 

@@ -18,6 +18,7 @@
 #include "engine/engine_loop.h"
 #include "engine/gemm_lt_file.h"
 #include "engine/gpu_switches.h"
+#include "engine/idle_wait.h"
 #include "engine/nvml_energy.h"
 #include "engine/run_support.h"
 #include "engine/warm_up.h"
@@ -95,8 +96,12 @@ class ExperimentSource : public WorkSource {
       next = next ? std::min(*next, *ready) : *ready;
     }
     if (!next) return false;
-    const TimeNs wait = std::min(*next - clock_.now(), kMaxIdleSleepNs);
-    if (wait > 0) std::this_thread::sleep_for(std::chrono::nanoseconds(wait));
+    const TimeNs now = clock_.now();
+    if (*next - now > kMaxIdleSleepNs) {
+      std::this_thread::sleep_for(std::chrono::nanoseconds(kMaxIdleSleepNs));
+    } else {
+      wait_until(clock_, *next);  // to the arrival itself, not 100-200 us past it
+    }
     return true;
   }
 
