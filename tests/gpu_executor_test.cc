@@ -1113,6 +1113,15 @@ StepPlan HandPlan(const std::vector<HandSeq*>& seqs) {
   return plan;
 }
 
+// Runs one step of `seqs` on `exec` and advances them by its sampled tokens.
+void StepOne(CudaExecutor& exec, const std::vector<HandSeq*>& seqs) {
+  const StepResult r = exec.execute(HandPlan(seqs));
+  for (std::size_t i = 0; i < seqs.size(); ++i) {
+    seqs[i]->done = seqs[i]->known();
+    seqs[i]->outputs.push_back(r.sampled_tokens[i]);
+  }
+}
+
 // Runs `plan` on every executor, requires bit-identical logits and tokens, and advances seqs.
 void StepAllEqual(const std::vector<CudaExecutor*>& execs, const std::vector<HandSeq*>& seqs,
                   const std::string& what) {
@@ -1450,14 +1459,7 @@ TEST(GpuExecutor, CudaGraphsCaptureOncePerBucketAndReplay) {
   CudaExecutor exec(w, narrow);
   std::vector<HandSeq> seqs;
   for (RequestId id = 0; id < 5; ++id) seqs.emplace_back(id, 40, 1 + 16 * id);
-  auto step = [&](std::vector<HandSeq*> v) {
-    const StepPlan plan = HandPlan(v);
-    const StepResult r = exec.execute(plan);
-    for (std::size_t i = 0; i < v.size(); ++i) {
-      v[i]->done = v[i]->known();
-      v[i]->outputs.push_back(r.sampled_tokens[i]);
-    }
-  };
+  auto step = [&](const std::vector<HandSeq*>& v) { StepOne(exec, v); };
   std::vector<HandSeq*> three = {&seqs[0], &seqs[1], &seqs[2]};
   std::vector<HandSeq*> five = {&seqs[0], &seqs[1], &seqs[2], &seqs[3], &seqs[4]};
   step(three);  // prefill: eager
@@ -1514,14 +1516,7 @@ TEST(GpuExecutor, EagerStepsNeverInvalidateTheDecodeGraphs) {
   CudaExecutor exec(w, GpuOptions(16, 200));
   std::vector<HandSeq> seqs;
   for (RequestId id = 0; id < 4; ++id) seqs.emplace_back(id, 200, 1 + 16 * id);
-  auto step = [&](std::vector<HandSeq*> v) {
-    const StepPlan plan = HandPlan(v);
-    const StepResult r = exec.execute(plan);
-    for (std::size_t i = 0; i < v.size(); ++i) {
-      v[i]->done = v[i]->known();
-      v[i]->outputs.push_back(r.sampled_tokens[i]);
-    }
-  };
+  auto step = [&](const std::vector<HandSeq*>& v) { StepOne(exec, v); };
   step({&seqs[0], &seqs[1], &seqs[2]});                    // prefills: eager
   for (int i = 0; i < 3; ++i) step({&seqs[0]});            // bucket 1, split: a graph
   for (int i = 0; i < 3; ++i) step({&seqs[0], &seqs[1]});  // bucket 2, split: a graph
