@@ -209,9 +209,13 @@ struct CudaExecutor::Impl {
   Staging staging;
   // CUDA-graph decode steps: the bucket sizes, the padded inputs' device copy (graph_meta, sized
   // once for the largest bucket and the widest table: growing it would drop every graph), the
-  // graphs by key with their last use (least recently used evicted past kMaxGraphs), and
+  // graphs by key with their last use (least recently used evicted past max_graphs()), and
   // buffers_generation, bumped whenever a buffer a graph may reference is reallocated.
-  static constexpr std::size_t kMaxGraphs = 48;
+  static constexpr std::size_t kMinGraphs = 48;
+  // Room for every bucket's plain and LoRA graph (what the warm-up captures: 70 at
+  // max_num_seqs 256) and as many split or wider-table keys as kMinGraphs allows beyond that, so
+  // that the warm-up's graphs are not evicted by its own later captures.
+  std::size_t max_graphs() const { return 2 * buckets.size() + kMinGraphs; }
   struct GraphEntry {
     k::CudaGraph graph;
     std::uint64_t last_used = 0;
@@ -659,6 +663,7 @@ std::vector<k::LtChoice> CudaExecutor::gemm_lt_choices() const { return impl_->g
 CudaGraphStats CudaExecutor::graph_stats() const {
   CudaGraphStats st = impl_->stats;
   st.cached_graphs = static_cast<std::int32_t>(impl_->graphs.size());
+  st.graph_capacity = static_cast<std::int32_t>(impl_->max_graphs());
   return st;
 }
 const std::vector<std::vector<float>>& CudaExecutor::last_logits() const {
@@ -893,7 +898,7 @@ void CudaExecutor::Impl::run_decode_graph(const k::DecodeGraphKey& key, const Fo
       return;
     }
     ++stats.captures;
-    if (graphs.size() >= kMaxGraphs) {
+    if (graphs.size() >= max_graphs()) {
       auto oldest = graphs.begin();
       for (auto g = graphs.begin(); g != graphs.end(); ++g) {
         if (g->second.last_used < oldest->second.last_used) oldest = g;

@@ -185,7 +185,10 @@ struct CudaGraphStats {
   std::int64_t padded_eager = 0;   // padded decode passes run eagerly (warm-ups, pad_decode_steps)
   std::int64_t eager_steps = 0;    // forward passes outside the graph path (prefill, mixed, large)
   std::int32_t cached_graphs = 0;  // graphs held now
-  bool disabled = false;           // a capture failed: graphs are off for this executor
+  // Graphs held at most (least recently used evicted past it): room for a plain and a LoRA
+  // graph of every bucket, what the warm-up captures, and 48 more.
+  std::int32_t graph_capacity = 0;
+  bool disabled = false;  // a capture failed: graphs are off for this executor
 };
 
 class CudaExecutor : public Backend {

@@ -1577,6 +1577,26 @@ TEST(GpuExecutor, WarmUpWarmsEveryBucketAndChangesNoResult) {
 #endif
 }
 
+// The graph cache holds what the warm-up captures, a plain and an adapted graph for every bucket
+// (70 at max_num_seqs 256, more than the 48 it used to keep), so that none is evicted by the
+// warm-up's own later captures and captured again in the run.
+TEST(GpuExecutor, GraphCacheHoldsEveryWarmedUpGraph) {
+  REQUIRE_GPU();
+#if SERVELAB_HAVE_CUDA
+  const LlamaWeights w = LlamaWeights::random(GpuConfig(64, 4, 2, false), 8);
+  for (const std::int32_t seqs : {16, 256}) {
+    CudaExecutorOptions o = GpuOptions(16, 200);
+    o.max_num_seqs = seqs;
+    o.enable_lora = true;
+    const CudaExecutor exec(w, o);
+    const auto buckets =
+        static_cast<std::int32_t>(kernels::decode_graph_buckets(o.max_num_seqs).size());
+    EXPECT_GE(exec.graph_stats().graph_capacity, 2 * buckets + 48) << seqs;
+  }
+  EXPECT_EQ(kernels::decode_graph_buckets(256).size(), 35U);
+#endif
+}
+
 // The LoRA warm-up (WarmUpShape::lora_rank): every decode bucket again under the warm-up adapter,
 // so that a run's first adapted decode step of a bucket is captured without an eager pass, and
 // with the same results as on a cold executor.
@@ -1598,6 +1618,7 @@ TEST(GpuExecutor, WarmUpCapturesTheLoraDecodeGraphs) {
   const CudaGraphStats after = warm.graph_stats();
   EXPECT_EQ(after.padded_eager, 10);  // buckets 1, 2, 4, 8, 16, plain and adapted
   EXPECT_EQ(after.captures, 10);
+  EXPECT_EQ(after.cached_graphs, 10);  // none dropped by a later one
   std::vector<HandSeq> seqs;
   for (RequestId id = 0; id < 3; ++id) seqs.emplace_back(id, 30 + 5 * id, 1 + 16 * id);
   seqs[0].spec.lora_id = seqs[2].spec.lora_id = 1;
