@@ -211,7 +211,7 @@ __global__ void __launch_bounds__(kThreads) pipelined_decode_kernel(const PipePa
     }
     for (int t = 0; t < n_tiles; ++t) {
       cp_async_wait<L::kStages - 2>();  // tile t has landed (this thread's part)
-      __syncthreads();  // ... everyone's; and stage (t - 1) % kStages is free
+      __syncthreads();                  // ... everyone's; and stage (t - 1) % kStages is free
       if (t + L::kStages - 1 < n_tiles) {
         request(t + L::kStages - 1, (t + L::kStages - 1) % L::kStages);
       }

@@ -27,8 +27,8 @@ inline constexpr std::int32_t kPrefillTileRows = 64;
 //               read straight from global memory (the first kernel, kept as the fallback);
 //   kPipelined  kernels/attention_decode_pipelined.cu: tensor cores (mma.sync m16n8k16), every
 //               query head of a GQA group in one CTA (up to kPipelinedMaxHeads), the block table
-//               staged in shared memory, K/V tiles streamed by a 3-stage (fp8: 4) cp.async pipeline,
-//               split-K merged through kernels/softmax_merge.h. The default.
+//               staged in shared memory, K/V tiles streamed by a 3-stage (fp8: 4) cp.async
+//               pipeline, split-K merged through kernels/softmax_merge.h. The default.
 enum class DecodeKernel { kTiled, kPipelined };
 inline constexpr DecodeKernel kDefaultDecodeKernel = DecodeKernel::kPipelined;
 // The environment variable that overrides the executor's choice (docs/gpu-todo.md).
