@@ -452,10 +452,11 @@ def report_decode_step(work):
         d = decode_steps(work, folder, 32)
         if d is None and unselected(work, folder.replace("-", "_")):
             rows.append((label, f"not run ({unselected(work, folder.replace('-', '_'))})", "", "",
-                         "", ""))
+                         "", "", ""))
             continue
         if d is None or not copy:
-            rows.append((label, "no result", "", "", "", "FAIL" if label == "graphs on" else ""))
+            rows.append((label, "no result", "", "", "", "FAIL" if label == "graphs on" else "",
+                         ""))
             ok &= label != "graphs on"
             continue
         step_ms, blocks, n = d
@@ -464,11 +465,17 @@ def report_decode_step(work):
         good = ratio <= STEP_TARGET
         if label == "graphs on":
             ok &= good
+        # Graphs captured during the run, its warm-up excluded (summary.json cuda_graphs): each
+        # costs its step a capture; the warm-up's graphs should serve an unsplit batch's run.
+        graphs = (load(os.path.join(work, folder, "summary.json")) or {}).get("cuda_graphs")
+        captures = str(graphs.get("captures", "-")) if isinstance(graphs, dict) else "-"
         rows.append((label, f"{step_ms:.2f}", f"{bound_ms:.2f}", f"{ratio:.2f}x", str(n),
-                     ("PASS" if good else "MISS") if label == "graphs on" else "report"))
+                     ("PASS" if good else "MISS") if label == "graphs on" else "report",
+                     captures))
     print(f"decode step at batch 32 (Llama-3-8B, copy bandwidth {copy:.0f} GB/s measured in this "
           f"run; bound = (weights {weights / 1e9:.2f} GB + KV blocks held) / copy bandwidth)")
-    print(table(rows, ("CUDA graphs", "step p50 ms", "bound ms", "ratio", "steps", "target")))
+    print(table(rows, ("CUDA graphs", "step p50 ms", "bound ms", "ratio", "steps", "target",
+                       "captures in run")))
     return ok
 
 

@@ -621,6 +621,8 @@ class Report(unittest.TestCase):
             rows += [f"0,32,{t},1000" for t in ms] + ["512,31,40.0,1000", "0,31,1.0,1000"]
             self.write(f"{folder}/steps.csv", "\n".join(rows) + "\n")
         steps("engine-c32", [6.0, 6.2, 5.9])
+        self.write("engine-c32/summary.json", {"cuda_graphs": {
+            "captures": 0, "replays": 3, "padded_eager_steps": 0, "eager_steps": 2}})
         steps("engine-c32-pdl", [5.5, 5.4, 5.6])
         steps("engine-c32-lt", [5.2, 5.1])
         out = io.StringIO()
@@ -628,8 +630,8 @@ class Report(unittest.TestCase):
             ok = report.report_decode_step(self.work)
         text = out.getvalue()
         # bound = (15.01 GB of weights + 1000 blocks x 2 MiB) / 4000 GB/s = 4.28 ms
-        self.assertRegex(text, r"graphs on\s+6.00\s+4.28\s+1.40x\s+3\s+MISS")
-        self.assertRegex(text, r"graphs on, PDL\s+5.50\s+4.28\s+1.29x\s+3\s+report")
+        self.assertRegex(text, r"graphs on\s+6.00\s+4.28\s+1.40x\s+3\s+MISS\s+0 *\n")
+        self.assertRegex(text, r"graphs on, PDL\s+5.50\s+4.28\s+1.29x\s+3\s+report\s+- *\n")
         self.assertRegex(text, r"graphs on, cuBLASLt tuned\s+5.20\s+4.28\s+1.22x\s+2\s+report")
         self.assertRegex(text, r"graphs off\s+no result")
         self.assertFalse(ok)
