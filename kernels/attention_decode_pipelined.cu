@@ -1,8 +1,7 @@
 // The pipelined paged decode attention kernel (kernels/attention.h, DecodeKernel::kPipelined):
 // tensor cores, every query head of a GQA group in one CTA, the block table staged in shared
 // memory, K/V tiles streamed through a cp.async pipeline of 3 stages (4 over fp8). Templated on
-// head_dim only
-// (64, 128): 2 instantiations of the kernel, 1 merge kernel.
+// head_dim only (64, 128): 2 instantiations of the kernel, 1 merge kernel.
 //
 // CTA = (KV head, up to 16 of its query heads, sequence, split), 128 threads (4 warps). The
 // query heads are the 16 rows of an m16n8k16 MMA tile (rows past the group are zero and never

@@ -64,24 +64,6 @@ std::int32_t decode_graph_max_splits(std::int32_t table_width, std::int32_t bloc
       std::min<std::int64_t>((cover_tiles + least - 1) / least, kMaxDecodeSplits));
 }
 
-DecodeGraphShape decode_graph_shape(const std::vector<std::int32_t>& padded_context_lens,
-                                    std::int32_t needed, std::int32_t max_width,
-                                    std::int32_t min_width, std::int32_t ctas_per_seq,
-                                    std::int32_t max_ctas, std::int32_t block_size) {
-  if (min_width < 0) {
-    throw std::invalid_argument("decode_graph_shape: min_width must be >= 0, got " +
-                                std::to_string(min_width));
-  }
-  DecodeGraphShape shape;
-  shape.table_width = decode_graph_table_width(needed, max_width);
-  if (!plan_decode_splits(padded_context_lens, ctas_per_seq, max_ctas).split()) {
-    shape.table_width = std::max(shape.table_width, std::min(min_width, max_width));
-  }
-  shape.plan = decode_graph_split_plan(padded_context_lens, ctas_per_seq, max_ctas,
-                                       shape.table_width, block_size);
-  return shape;
-}
-
 namespace {
 
 // The smallest of 1, 2, 3, 4, 6, 8, 12, 16, 24, ... (2^k and 3 * 2^k) that is >= n (n >= 1):
@@ -95,12 +77,9 @@ std::int64_t quantize_tiles_up(std::int64_t n) {
   }
 }
 
-}  // namespace
-
-DecodeSplitPlan decode_graph_split_plan(const std::vector<std::int32_t>& padded_context_lens,
-                                        std::int32_t ctas_per_seq, std::int32_t max_ctas,
-                                        std::int32_t table_width, std::int32_t block_size) {
-  const DecodeSplitPlan eager = plan_decode_splits(padded_context_lens, ctas_per_seq, max_ctas);
+// decode_graph_split_plan from the eager planner's plan for the same batch.
+DecodeSplitPlan graph_split_plan(const DecodeSplitPlan& eager, std::int32_t table_width,
+                                 std::int32_t block_size) {
   const std::int64_t tile = kDecodeTileTokens;
   const std::int64_t cover_tiles = (std::int64_t{table_width} * block_size + tile - 1) / tile;
   const DecodeSplitPlan whole{static_cast<std::int32_t>(cover_tiles * tile), 1};
@@ -112,6 +91,33 @@ DecodeSplitPlan decode_graph_split_plan(const std::vector<std::int32_t>& padded_
   const std::int64_t splits = (cover_tiles + part - 1) / part;
   if (splits <= 1) return whole;
   return {static_cast<std::int32_t>(part * tile), static_cast<std::int32_t>(splits)};
+}
+
+}  // namespace
+
+DecodeSplitPlan decode_graph_split_plan(const std::vector<std::int32_t>& padded_context_lens,
+                                        std::int32_t ctas_per_seq, std::int32_t max_ctas,
+                                        std::int32_t table_width, std::int32_t block_size) {
+  return graph_split_plan(plan_decode_splits(padded_context_lens, ctas_per_seq, max_ctas),
+                          table_width, block_size);
+}
+
+DecodeGraphShape decode_graph_shape(const std::vector<std::int32_t>& padded_context_lens,
+                                    std::int32_t needed, std::int32_t max_width,
+                                    std::int32_t min_width, std::int32_t ctas_per_seq,
+                                    std::int32_t max_ctas, std::int32_t block_size) {
+  if (min_width < 0) {
+    throw std::invalid_argument("decode_graph_shape: min_width must be >= 0, got " +
+                                std::to_string(min_width));
+  }
+  const DecodeSplitPlan eager = plan_decode_splits(padded_context_lens, ctas_per_seq, max_ctas);
+  DecodeGraphShape shape;
+  shape.table_width = decode_graph_table_width(needed, max_width);
+  if (!eager.split()) {
+    shape.table_width = std::max(shape.table_width, std::min(min_width, max_width));
+  }
+  shape.plan = graph_split_plan(eager, shape.table_width, block_size);
+  return shape;
 }
 
 PaddedDecodeInputs pad_decode_inputs(const std::vector<std::int32_t>& tokens,
