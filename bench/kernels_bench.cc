@@ -32,6 +32,10 @@
 //                                 median while tuning): GB/s of weights + activations, vs the
 //                                 copy (a decode step reads every weight once: these rows say
 //                                 how close); label "shape kernel"
+//   BM_SkinnySplits/M/shape/splits  the skinny kernel on BM_DecodeGemm's shape at M tokens with
+//                                 `splits` CTAs a row block (0: its plan's; kernels/skinny_plan.h):
+//                                 GB/s as BM_DecodeGemm, counters splits and predicted_us (the
+//                                 plan's model), label "shape S splits"
 //   BM_LoraDelta/M/adapters/kernel  the LoRA deltas of one Llama-3-8B layer (q, k, v, o, gate,
 //                                 up, down; rank 16) for a decode batch of M rows, row i under
 //                                 adapter i % adapters (so `adapters` > 1 makes M one-row
@@ -66,6 +70,7 @@
 #include "kernels/device.h"
 #include "kernels/float_formats.h"
 #include "kernels/gemm.h"
+#include "kernels/gemm_skinny.h"
 #include "kernels/kv_layout.h"
 #include "kernels/lora.h"
 #include "kernels/norm.h"
@@ -425,6 +430,36 @@ constexpr GemmShape kGemmShapes[] = {
 };
 #endif
 
+#if SERVELAB_HAVE_CUDA
+// One shape's operands at m tokens (weights and inputs 0x3c3c: bf16 1.0117; y zeros) and the
+// bytes a call moves: weights, activations, y (read too when beta != 0).
+struct GemmOperands {
+  GemmOperands(const GemmShape& g, std::int32_t m)
+      : w_bytes(std::size_t{2} * g.in * g.out),
+        x_bytes(std::size_t{2} * m * g.in * (g.swiglu ? 2 : 1)),
+        y_bytes(std::size_t{g.out_type == k::Gemm::Out::kF32 ? 4u : 2u} * m * g.out),
+        bytes(static_cast<double>(w_bytes + x_bytes + y_bytes * (g.beta != 0 ? 2 : 1))),
+        w(w_bytes),
+        x(x_bytes),
+        y(y_bytes),
+        act(std::size_t{2} * m * g.in) {
+    k::fill_bytes(w.get(), 0x3c, w_bytes);
+    k::fill_bytes(x.get(), 0x3c, x_bytes);
+    k::fill_bytes(y.get(), 0, y_bytes);
+  }
+  std::size_t w_bytes, x_bytes, y_bytes;
+  double bytes;
+  k::DeviceBuffer w, x, y, act;
+};
+
+void report_gemm_rate(benchmark::State& state, double bytes) {
+  state.SetBytesProcessed(static_cast<std::int64_t>(bytes) * state.iterations());
+  state.counters["GBps"] =
+      benchmark::Counter(bytes * state.iterations() / 1e9, benchmark::Counter::kIsRate);
+  state.counters["copy_GBps"] = measured_copy_gbps();
+}
+#endif
+
 void BM_DecodeGemm(benchmark::State& state) {
   if (!have_gpu(state)) return;
 #if SERVELAB_HAVE_CUDA
@@ -433,24 +468,18 @@ void BM_DecodeGemm(benchmark::State& state) {
   const auto kernel = state.range(2) == 1   ? k::GemmKernel::kSkinny
                       : state.range(2) == 2 ? k::GemmKernel::kCublasLt
                                             : k::GemmKernel::kCublas;
-  const std::size_t w_bytes = std::size_t{2} * g.in * g.out;
-  const std::size_t x_bytes = std::size_t{2} * m * g.in * (g.swiglu ? 2 : 1);
-  const std::size_t y_bytes = std::size_t{g.out_type == k::Gemm::Out::kF32 ? 4u : 2u} * m * g.out;
-  k::DeviceBuffer w(w_bytes), x(x_bytes), y(y_bytes), act(std::size_t{2} * m * g.in);
-  k::fill_bytes(w.get(), 0x3c, w_bytes);
-  k::fill_bytes(x.get(), 0x3c, x_bytes);
-  k::fill_bytes(y.get(), 0, y_bytes);
+  GemmOperands op(g, m);
   k::Gemm gemm;
   gemm.set_kernel(kernel);
   k::DeviceBuffer ws(k::Gemm::kRecommendedWorkspaceBytes);
   gemm.set_workspace(ws.get(), ws.bytes());
   const auto run = [&] {
     if (g.swiglu) {
-      gemm.swiglu_linear(x.as<k::Bf16>(), act.as<k::Bf16>(), w.as<k::Bf16>(), y.get(), g.out_type,
-                         m, g.in, g.out, g.beta, nullptr);
+      gemm.swiglu_linear(op.x.as<k::Bf16>(), op.act.as<k::Bf16>(), op.w.as<k::Bf16>(), op.y.get(),
+                         g.out_type, m, g.in, g.out, g.beta, nullptr);
     } else {
-      gemm.linear(x.as<k::Bf16>(), w.as<k::Bf16>(), y.get(), g.out_type, m, g.in, g.out, g.beta,
-                  nullptr);
+      gemm.linear(op.x.as<k::Bf16>(), op.w.as<k::Bf16>(), op.y.get(), g.out_type, m, g.in, g.out,
+                  g.beta, nullptr);
     }
   };
   time_warm_then_cold(state, run);  // with cuBLASLt, the untimed first call tunes the shape
@@ -460,11 +489,7 @@ void BM_DecodeGemm(benchmark::State& state) {
     state.counters["split_k"] = c.split_k;
     state.counters["first_us"] = c.first_us;
   }
-  const double bytes = static_cast<double>(w_bytes + x_bytes + y_bytes * (g.beta != 0 ? 2 : 1));
-  state.SetBytesProcessed(static_cast<std::int64_t>(bytes) * state.iterations());
-  state.counters["GBps"] =
-      benchmark::Counter(bytes * state.iterations() / 1e9, benchmark::Counter::kIsRate);
-  state.counters["copy_GBps"] = measured_copy_gbps();
+  report_gemm_rate(state, op.bytes);
   state.SetLabel(std::string(g.name) + " " + k::gemm_kernel_name(kernel));
 #endif
 }
@@ -480,6 +505,41 @@ BENCHMARK(BM_DecodeGemm)
       }
     })
     ->UseManualTime();
+
+// The skinny kernel with `splits` CTAs a row block (0: its plan's, kernels/skinny_plan.h), to
+// check the plan's model: counters splits and predicted_us (the model's time for those splits).
+void BM_SkinnySplits(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+#if SERVELAB_HAVE_CUDA
+  const auto m = static_cast<std::int32_t>(state.range(0));
+  const GemmShape& g = kGemmShapes[state.range(1)];
+  GemmOperands op(g, m);
+  k::DeviceBuffer ws(k::Gemm::kRecommendedWorkspaceBytes);
+  k::DeviceBuffer counters(sizeof(unsigned) * k::Gemm::kSkinnyCounters);
+  k::fill_bytes(counters.get(), 0, counters.bytes());
+  k::SkinnyGemmArgs a{op.x.as<k::Bf16>(),
+                      op.w.as<k::Bf16>(),
+                      op.y.get(),
+                      g.out_type == k::Gemm::Out::kF32,
+                      m,
+                      g.in,
+                      g.out,
+                      g.beta,
+                      g.swiglu};
+  a.partials = ws.as<float>();
+  a.partial_bytes = ws.bytes();
+  a.counters = counters.as<unsigned>();
+  a.counter_count = k::Gemm::kSkinnyCounters;
+  a.forced_splits = static_cast<std::int32_t>(state.range(2));
+  const k::SkinnyPlan plan = k::skinny_plan_for(a);
+  time_warm_then_cold(state, [&] { k::skinny_linear(a, nullptr); });
+  report_gemm_rate(state, op.bytes);
+  state.counters["splits"] = plan.splits;
+  state.counters["predicted_us"] = plan.predicted_us;
+  state.SetLabel(std::string(g.name) + " " + std::to_string(plan.splits) + " splits");
+#endif
+}
+BENCHMARK(BM_SkinnySplits)->ArgsProduct({{1, 32}, {0, 1, 3}, {0, 1, 2, 4, 8, 16}})->UseManualTime();
 
 void BM_LoraDelta(benchmark::State& state) {
   if (!have_gpu(state)) return;

@@ -24,15 +24,20 @@ void check(cublasStatus_t s, const char* what) {
 
 cublasHandle_t as_handle(void* h) { return static_cast<cublasHandle_t>(h); }
 
-// Runs `a` on the skinny kernel when `kernel` chooses it and it takes the shape; false otherwise
-// (the caller runs cuBLAS).
-bool ran_skinny(GemmKernel kernel, const SkinnyGemmArgs& a, Stream stream) {
-  if (kernel != GemmKernel::kSkinny || !skinny_gemm_fits(a)) return false;
+}  // namespace
+
+bool Gemm::ran_skinny(SkinnyGemmArgs a, Stream stream) const {
+  if (kernel_ != GemmKernel::kSkinny || !skinny_gemm_fits(a)) return false;
+  if (workspace_ != nullptr) {
+    a.partials = static_cast<float*>(workspace_);
+    a.partial_bytes = workspace_bytes_;
+    a.counters = skinny_counters_.as<unsigned>();
+    a.counter_count = kSkinnyCounters;
+  }
+  a.sm_count = sm_count_;
   skinny_linear(a, stream);
   return true;
 }
-
-}  // namespace
 
 Gemm::Gemm() {
   cublasHandle_t h = nullptr;
@@ -57,6 +62,12 @@ void Gemm::set_workspace(void* workspace, std::size_t bytes) {
 
 void Gemm::set_kernel(GemmKernel kernel) {
   kernel_ = kernel;
+  if (kernel == GemmKernel::kSkinny && skinny_counters_.get() == nullptr) {
+    skinny_counters_ = DeviceBuffer(sizeof(unsigned) * kSkinnyCounters);
+    fill_bytes(skinny_counters_.get(), 0, skinny_counters_.bytes());
+    synchronize();
+    sm_count_ = device_info().sm_count;
+  }
   if (kernel == GemmKernel::kCublasLt && !lt_) {
     lt_ = std::make_unique<LtGemm>();
     lt_->set_workspace(workspace_, workspace_bytes_);
@@ -82,7 +93,7 @@ bool Gemm::takes_lt(std::int32_t tokens) const {
 void Gemm::linear(const Bf16* x, const Bf16* w, void* y, Out out_type, std::int32_t tokens,
                   std::int32_t in, std::int32_t out, float beta, Stream stream) {
   if (tokens == 0 ||
-      ran_skinny(kernel_, {x, w, y, out_type == Out::kF32, tokens, in, out, beta, false}, stream)) {
+      ran_skinny({x, w, y, out_type == Out::kF32, tokens, in, out, beta, false}, stream)) {
     return;
   }
   if (takes_lt(tokens) && lt_->run(x, w, y, out_type == Out::kF32, tokens, in, out, beta, stream)) {
@@ -112,8 +123,7 @@ void Gemm::swiglu_linear(const Bf16* gate_up, Bf16* act, const Bf16* w, void* y,
                          std::int32_t tokens, std::int32_t in, std::int32_t out, float beta,
                          Stream stream) {
   if (tokens == 0 ||
-      ran_skinny(kernel_, {gate_up, w, y, out_type == Out::kF32, tokens, in, out, beta, true},
-                 stream)) {
+      ran_skinny({gate_up, w, y, out_type == Out::kF32, tokens, in, out, beta, true}, stream)) {
     return;
   }
   silu_mul(gate_up, act, tokens, in, stream);

@@ -5,9 +5,12 @@
 // beta = 1 with an fp32 y adds the projection into the residual stream (o_proj, down_proj).
 // With set_kernel(GemmKernel::kSkinny) (kernels/gemm_kernel.h) a call the skinny kernel takes
 // (kernels/gemm_skinny.h skinny_gemm_fits: at most 32 tokens) runs it instead of cuBLAS: the same
-// contract, another summation order. With GemmKernel::kCublasLt a linear() call whose token count
-// is one of the tuned counts (set_lt_tokens) runs cuBLASLt with the algorithm timed for its shape
-// (kernels/gemm_lt.h: tuned on the shape's first call outside stream capture, then fixed).
+// contract, another summation order; its split plans keep their partial tiles in the workspace
+// set_workspace gives (cuBLAS's, which no other call uses meanwhile: calls on one stream run in
+// turn) and their row-block counters in kSkinnyCounters counters this object allocates. With
+// GemmKernel::kCublasLt a linear() call whose token count is one of the tuned counts
+// (set_lt_tokens) runs cuBLASLt with the algorithm timed for its shape (kernels/gemm_lt.h: tuned on
+// the shape's first call outside stream capture, then fixed).
 #pragma once
 
 #include <cstddef>
@@ -20,6 +23,8 @@
 #include "kernels/gemm_lt.h"
 
 namespace servelab::kernels {
+
+struct SkinnyGemmArgs;  // kernels/gemm_skinny.h
 
 class Gemm {
  public:
@@ -69,12 +74,22 @@ class Gemm {
  private:
   bool takes_lt(std::int32_t tokens) const;
 
+  // Runs `a` on the skinny kernel, with this object's workspace, counters and SM count, when
+  // kSkinny is chosen and the kernel takes the shape; false otherwise (the caller runs cuBLAS).
+  bool ran_skinny(SkinnyGemmArgs a, Stream stream) const;
+
   void* handle_ = nullptr;  // cublasHandle_t
   void* workspace_ = nullptr;
   std::size_t workspace_bytes_ = 0;
   GemmKernel kernel_ = GemmKernel::kCublas;
   std::unique_ptr<LtGemm> lt_;           // created by set_kernel(kCublasLt)
   std::vector<std::int32_t> lt_tokens_;  // sorted; empty: up to kLtDefaultMaxTokens
+  DeviceBuffer skinny_counters_;         // kSkinnyCounters zeros, made by set_kernel(kSkinny)
+  std::int32_t sm_count_ = 0;
+
+ public:
+  // Row blocks a split plan may have (128 rows each: layers of up to 524,288 outputs).
+  static constexpr std::int32_t kSkinnyCounters = 4096;
 };
 
 }  // namespace servelab::kernels

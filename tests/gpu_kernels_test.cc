@@ -1628,10 +1628,13 @@ TEST(GpuKernels, GemmMatchesFp32) {
 }
 
 // The skinny decode GEMM (kernels/gemm_skinny.h) on shapes that reach every path: 1, 8, 16 and
-// 32 tokens (one, two and four 8-token tiles, partly empty ones among them), `in` splitting
-// unevenly over the 8 warps (288: 9 chunks) or leaving most warps idle (64), `out` not a multiple
-// of the 32-row CTA. Against the double-precision reference: fp32 y accumulated into (beta 1),
-// fp32 y over NaN with beta 0 (never read), bf16 y; the same launch twice gives the same bits.
+// 32 tokens (one, two and four 8-token tiles, partly empty ones among them), `out` not a multiple
+// of the 128-row block (40, 300), `in` of 1 to 16 chunks; each with one split (no workspace), the
+// plan's splits (with a workspace) and forced ones: 3 (chunk ranges of unequal length), 16
+// (more splits than chunks: clamped). Against the double-precision reference: fp32 y
+// accumulated into (beta 1), fp32 y over NaN with beta 0 (never read), bf16 y; the same launch
+// twice gives the same bits, and every row-block counter is zero again after each launch (a
+// counter left behind would make the next launch's sum early or never).
 TEST(GpuKernels, SkinnyGemmMatchesReference) {
   REQUIRE_GPU();
 #if SERVELAB_HAVE_CUDA
@@ -1639,40 +1642,56 @@ TEST(GpuKernels, SkinnyGemmMatchesReference) {
   struct Shape {
     std::int32_t tokens, in, out;
   };
-  const std::vector<Shape> shapes = {{1, 256, 64}, {5, 512, 96},  {8, 288, 40}, {13, 256, 64},
-                                     {16, 64, 33}, {32, 512, 80}, {27, 160, 16}};
+  const std::vector<Shape> shapes = {{1, 256, 64}, {5, 512, 96},   {8, 288, 300}, {13, 256, 64},
+                                     {16, 32, 33}, {32, 512, 160}, {27, 160, 16}, {3, 96, 40}};
+  constexpr std::int32_t kCounters = 8;
+  DeviceBuffer partials = Poisoned(std::size_t{1} << 20), counters(kCounters * 4);
+  k::fill_bytes(counters.get(), 0, counters.bytes());
   for (std::size_t ci = 0; ci < shapes.size(); ++ci) {
     const auto [T, in, out] = shapes[ci];
-    SCOPED_TRACE("tokens " + std::to_string(T) + " in " + std::to_string(in) + " out " +
-                 std::to_string(out));
     const std::vector<float> x = RandomBf16(rng, T * in), w = RandomBf16(rng, out * in);
     DeviceBuffer d_x = Upload(ToBits(x)), d_w = Upload(ToBits(w));
     const std::vector<float> want = ReferenceLinear(x, w, T, in, out);
     std::vector<float> base(T * out);
     for (std::size_t i = 0; i < base.size(); ++i) base[i] = 0.25f * static_cast<float>(i % 7);
-    DeviceBuffer acc = Upload(base), nan32 = Poisoned(T * out * 4), y16 = Poisoned(T * out * 2);
-    k::SkinnyGemmArgs a{
-        d_x.as<k::Bf16>(), d_w.as<k::Bf16>(), acc.get(), true, T, in, out, 1.0f, false};
-    ASSERT_TRUE(k::skinny_gemm_fits(a));
-    k::skinny_linear(a, nullptr);
-    a.y = nan32.get();
-    a.beta = 0.0f;
-    k::skinny_linear(a, nullptr);
-    a.y = y16.get();
-    a.y_f32 = false;
-    k::skinny_linear(a, nullptr);
     std::vector<float> want_acc(want);
     for (std::size_t i = 0; i < want_acc.size(); ++i) want_acc[i] += base[i];
-    ExpectClose(Download<float>(acc, want.size()), want_acc, 1e-3, 1e-4, "fp32, beta 1");
-    const std::vector<float> y32 = Download<float>(nan32, want.size());
-    ExpectClose(y32, want, 1e-3, 1e-4, "fp32, beta 0 over NaN");
-    ExpectClose(FromBits(Download<std::uint16_t>(y16, want.size())), want, 1e-2, 8e-3, "bf16");
-    DeviceBuffer again = Poisoned(T * out * 4);
-    a.y = again.get();
-    a.y_f32 = true;
-    k::skinny_linear(a, nullptr);
-    const std::vector<float> y32b = Download<float>(again, want.size());
-    EXPECT_EQ(std::memcmp(y32.data(), y32b.data(), y32.size() * 4), 0) << "not deterministic";
+    for (const std::int32_t forced : {-1, 0, 3, 16}) {  // -1: no workspace
+      SCOPED_TRACE("tokens " + std::to_string(T) + " in " + std::to_string(in) + " out " +
+                   std::to_string(out) + " forced splits " + std::to_string(forced));
+      DeviceBuffer acc = Upload(base), nan32 = Poisoned(T * out * 4), y16 = Poisoned(T * out * 2);
+      k::SkinnyGemmArgs a{
+          d_x.as<k::Bf16>(), d_w.as<k::Bf16>(), acc.get(), true, T, in, out, 1.0f, false};
+      if (forced >= 0) {
+        a.partials = partials.as<float>();
+        a.partial_bytes = partials.bytes();
+        a.counters = counters.as<unsigned>();
+        a.counter_count = kCounters;
+        a.forced_splits = forced;
+      }
+      ASSERT_TRUE(k::skinny_gemm_fits(a));
+      const k::SkinnyPlan plan = k::skinny_plan_for(a);
+      const std::int32_t chunks = in / 32;
+      EXPECT_EQ(plan.splits, forced < 0 ? 1 : forced == 0 ? plan.splits : std::min(forced, chunks));
+      k::skinny_linear(a, nullptr);
+      a.y = nan32.get();
+      a.beta = 0.0f;
+      k::skinny_linear(a, nullptr);
+      a.y = y16.get();
+      a.y_f32 = false;
+      k::skinny_linear(a, nullptr);
+      ExpectClose(Download<float>(acc, want.size()), want_acc, 1e-3, 1e-4, "fp32, beta 1");
+      const std::vector<float> y32 = Download<float>(nan32, want.size());
+      ExpectClose(y32, want, 1e-3, 1e-4, "fp32, beta 0 over NaN");
+      ExpectClose(FromBits(Download<std::uint16_t>(y16, want.size())), want, 1e-2, 8e-3, "bf16");
+      DeviceBuffer again = Poisoned(T * out * 4);
+      a.y = again.get();
+      a.y_f32 = true;
+      k::skinny_linear(a, nullptr);
+      const std::vector<float> y32b = Download<float>(again, want.size());
+      EXPECT_EQ(std::memcmp(y32.data(), y32b.data(), y32.size() * 4), 0) << "not deterministic";
+      for (const unsigned c : Download<unsigned>(counters, kCounters)) EXPECT_EQ(c, 0U);
+    }
   }
 #endif
 }

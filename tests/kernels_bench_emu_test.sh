@@ -5,7 +5,8 @@
 # GPU, and bench/gpu/report.py reads the JSON Google Benchmark writes (the counters it needs are
 # there, named as it expects). The emulator's timings are the CPU's: nothing is judged on them.
 # The fp8 rows (kernel 2) run once each, the 128-row prefill kernels (3 fa2_128, 4 wgmma) at 512;
-# the o_proj GEMM at one token through cuBLAS, the skinny kernel and cuBLASLt (timed per shape); the three per-token kernels
+# the o_proj GEMM at one token through cuBLAS, the skinny kernel and cuBLASLt (timed per shape),
+# the skinny kernel with its plan's splits and with 2; the three per-token kernels
 # (RMSNorm, SiLU-mul, QKV + RoPE + KV write) at one row. The WMMA prefill fallback is
 # left out: its replicated-fragment model is the emulator's slowest path (minutes under
 # AddressSanitizer).
@@ -23,9 +24,9 @@ has() { grep -q -- "$1" "$2" || { echo "$2 lacks '$1'"; return 1; }; }
 
 j=$t/work/kernels_bench.json
 check "kernels_bench (emulated) runs its smallest shapes" run 0 "$bench" \
-  '--benchmark_filter=^BM_(DeviceCopy/268435456|DecodeAttention/(1|8)/512/|PrefillAttention/512/(0|2|3|4)|PrefillChunk/16/128/|DecodeGemm/1/1/|LoraDelta/8/4/|TokenKernels/1/|SwapOut/16)' \
+  '--benchmark_filter=^BM_(DeviceCopy/268435456|DecodeAttention/(1|8)/512/|PrefillAttention/512/(0|2|3|4)|PrefillChunk/16/128/|DecodeGemm/1/1/|SkinnySplits/1/1/(0|2)/|LoraDelta/8/4/|TokenKernels/1/|SwapOut/16)' \
   --benchmark_min_time=0.01 --benchmark_out_format=json "--benchmark_out=$j"
-check "  ... twenty-two benchmarks, none in error" python3 - "$j" <<'EOF'
+check "  ... twenty-four benchmarks, none in error" python3 - "$j" <<'EOF'
 import json, sys
 runs = [b for b in json.load(open(sys.argv[1]))["benchmarks"]
         if b.get("run_type", "iteration") == "iteration"]
@@ -34,7 +35,12 @@ print("  " + ", ".join(names))
 bad = [b["name"] + ": " + b.get("error_message", "") for b in runs if b.get("error_occurred")]
 decode = [b for b in runs if b["name"].startswith("BM_DecodeAttention")]
 lt = [b for b in runs if b["name"].startswith("BM_DecodeGemm/1/1/2")]
-ok = (len(runs) == 22 and not bad and len(decode) == 5 and
+splits = {b["name"]: b for b in runs if b["name"].startswith("BM_SkinnySplits")}
+ok = (len(runs) == 24 and not bad and len(decode) == 5 and
+      splits.keys() == {"BM_SkinnySplits/1/1/0/manual_time", "BM_SkinnySplits/1/1/2/manual_time"} and
+      splits["BM_SkinnySplits/1/1/2/manual_time"]["splits"] == 2 and
+      splits["BM_SkinnySplits/1/1/2/manual_time"]["label"] == "o 2 splits" and
+      all(b["predicted_us"] > 0 and b["GBps"] > 0 for b in splits.values()) and
       all(b["GBps"] > 0 and b["copy_GBps"] > 0 and b["splits"] >= 1 for b in decode) and
       {b["label"] for b in decode} == {"tiled", "pipelined", "pipelined fp8_e4m3"} and
       len(lt) == 1 and lt[0]["label"] == "o lt" and lt[0]["candidates"] >= 1 and

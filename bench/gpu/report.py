@@ -235,6 +235,14 @@ def report_bench(work):
                            f" first {b.get('first_us', 0):.1f} us")
             rows.append((f"{name} ({b.get('label', '?')})", f"{gbps(b):.0f} GB/s", detail,
                          "report"))
+        elif name.startswith("BM_SkinnySplits"):
+            # BM_SkinnySplits/M/shape/splits: the skinny kernel with that many CTAs a row block
+            # (0: its plan's; label "shape S splits"), beside the plan's model of that time
+            # (kernels/skinny_plan.h), so that a window shows where the model ranks wrong.
+            ratio = gbps(b) / copy if copy else 0
+            rows.append((f"{name} ({b.get('label', '?')})", f"{gbps(b):.0f} GB/s",
+                         f"{ratio:.2f} of copy; {micros(b)}, model {b.get('predicted_us', 0):.1f} us",
+                         "report"))
         elif name.startswith("BM_PrefillChunk"):
             # BM_PrefillChunk/queries/prefix/split: fa2 unsplit (0), split-KV as planned (1),
             # fa2_gqa (4 heads a CTA, 2) and wgmma (3), both split as the executor plans them.

@@ -383,6 +383,13 @@ class Report(unittest.TestCase):
         self.assertRegex(self.run_report("bench")[1],
                          r"BM_DecodeGemm/32/4/1 \(lm_head skinny\)\s+3600 GB/s\s+0.90 of copy\s+"
                          r"report")
+        runs.append({"name": "BM_SkinnySplits/32/1/4/manual_time", "GBps": 3000.0,
+                     "real_time": 11250.0, "time_unit": "ns", "label": "o 4 splits",
+                     "splits": 4, "predicted_us": 9.81})
+        self.write("kernels_bench.json", {"benchmarks": runs})
+        self.assertRegex(self.run_report("bench")[1],
+                         r"BM_SkinnySplits/32/1/4 \(o 4 splits\)\s+3000 GB/s\s+0.75 of copy; "
+                         r"11.2 us, model 9.8 us\s+report")
         runs.append({"name": "BM_TokenKernels/32/0/manual_time", "real_time": 2345.0,
                      "time_unit": "ns", "label": "rms_norm", "GBps": 330.0})
         self.write("kernels_bench.json", {"benchmarks": runs})

@@ -165,6 +165,22 @@ T __shfl_xor_sync(unsigned mask, T value, int lane_mask, int width = 32) {
   return value;
 }
 
+// ---- global-memory atomics, fences and cache-hinted loads ------------------------------------
+// Blocks run one at a time and a block's threads switch only at collectives, so an atomic is a
+// plain read-modify-write, a fence orders nothing that is not already ordered, and __ldcg (a load
+// that bypasses L1) is a load. Device memory persists between launches as on a GPU: a counter a
+// launch leaves nonzero is nonzero for the next one (the skinny GEMM's tests rely on that).
+inline unsigned atomicAdd(unsigned* address, unsigned value) {
+  const unsigned old = *address;
+  *address = old + value;
+  return old;
+}
+inline void __threadfence() {}
+template <typename T>
+T __ldcg(const T* p) {
+  return *p;
+}
+
 // ---- shared-memory addresses and the PTX instructions of kernels/ptx.cuh ----------------------
 // A shared-state-space address is the byte offset in the block's dynamic shared memory.
 std::size_t __cvta_generic_to_shared(const void* p);
