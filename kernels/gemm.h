@@ -70,6 +70,8 @@ class Gemm {
   // (nullptr) cuBLAS uses its own pool. cuBLAS recommends 32 MiB on Hopper.
   void set_workspace(void* workspace, std::size_t bytes);
   static constexpr std::size_t kRecommendedWorkspaceBytes = std::size_t{32} << 20;
+  // Row blocks a skinny split plan may have (128 rows each: layers of up to 524,288 outputs).
+  static constexpr std::int32_t kSkinnyCounters = 4096;
 
  private:
   bool takes_lt(std::int32_t tokens) const;
@@ -86,10 +88,6 @@ class Gemm {
   std::vector<std::int32_t> lt_tokens_;  // sorted; empty: up to kLtDefaultMaxTokens
   DeviceBuffer skinny_counters_;         // kSkinnyCounters zeros, made by set_kernel(kSkinny)
   std::int32_t sm_count_ = 0;
-
- public:
-  // Row blocks a split plan may have (128 rows each: layers of up to 524,288 outputs).
-  static constexpr std::int32_t kSkinnyCounters = 4096;
 };
 
 }  // namespace servelab::kernels
