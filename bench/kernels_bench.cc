@@ -29,7 +29,8 @@
 //                                 the algorithm timed for the shape (kernels/gemm_lt.h; tuned
 //                                 by the untimed first call; counters candidates, chosen,
 //                                 split_k and first_us, the heuristic's first candidate's
-//                                 median while tuning): GB/s of weights + activations, vs the
+//                                 median while tuning; the skinny rows: counters splits and
+//                                 predicted_us, its plan): GB/s of weights + activations, vs the
 //                                 copy (a decode step reads every weight once: these rows say
 //                                 how close); label "shape kernel"
 //   BM_SkinnySplits/M/shape/splits  the skinny kernel on BM_DecodeGemm's shape at M tokens with
@@ -483,6 +484,10 @@ void BM_DecodeGemm(benchmark::State& state) {
     }
   };
   time_warm_then_cold(state, run);  // with cuBLASLt, the untimed first call tunes the shape
+  if (const auto plan = gemm.skinny_plan(m, g.in, g.out, g.swiglu)) {
+    state.counters["splits"] = plan->splits;
+    state.counters["predicted_us"] = plan->predicted_us;
+  }
   for (const k::LtChoice& c : gemm.lt_choices()) {
     state.counters["candidates"] = c.candidates;
     state.counters["chosen"] = c.chosen;

@@ -26,8 +26,7 @@ cublasHandle_t as_handle(void* h) { return static_cast<cublasHandle_t>(h); }
 
 }  // namespace
 
-bool Gemm::ran_skinny(SkinnyGemmArgs a, Stream stream) const {
-  if (kernel_ != GemmKernel::kSkinny || !skinny_gemm_fits(a)) return false;
+void Gemm::add_skinny_workspace(SkinnyGemmArgs& a) const {
   if (workspace_ != nullptr) {
     a.partials = static_cast<float*>(workspace_);
     a.partial_bytes = workspace_bytes_;
@@ -35,8 +34,21 @@ bool Gemm::ran_skinny(SkinnyGemmArgs a, Stream stream) const {
     a.counter_count = kSkinnyCounters;
   }
   a.sm_count = sm_count_;
+}
+
+bool Gemm::ran_skinny(SkinnyGemmArgs a, Stream stream) const {
+  if (kernel_ != GemmKernel::kSkinny || !skinny_gemm_fits(a)) return false;
+  add_skinny_workspace(a);
   skinny_linear(a, stream);
   return true;
+}
+
+std::optional<SkinnyPlan> Gemm::skinny_plan(std::int32_t tokens, std::int32_t in, std::int32_t out,
+                                            bool swiglu) const {
+  if (kernel_ != GemmKernel::kSkinny || !skinny_shape_fits(tokens, in, out)) return std::nullopt;
+  SkinnyGemmArgs a{nullptr, nullptr, nullptr, true, tokens, in, out, 0.0f, swiglu};
+  add_skinny_workspace(a);
+  return skinny_plan_for(a);
 }
 
 Gemm::Gemm() {

@@ -16,11 +16,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "kernels/device.h"
 #include "kernels/gemm_kernel.h"
 #include "kernels/gemm_lt.h"
+#include "kernels/skinny_plan.h"
 
 namespace servelab::kernels {
 
@@ -52,6 +54,12 @@ class Gemm {
                      std::int32_t tokens, std::int32_t in, std::int32_t out, float beta,
                      Stream stream);
 
+  // With kSkinny: the plan (kernels/skinny_plan.h) linear() / swiglu_linear() would launch the
+  // skinny kernel with for this shape, with this object's workspace and SM count; nullopt when
+  // the skinny kernel would not run it (another kernel chosen, or a shape it does not take).
+  std::optional<SkinnyPlan> skinny_plan(std::int32_t tokens, std::int32_t in, std::int32_t out,
+                                        bool swiglu) const;
+
   // Throws std::runtime_error when kCublasLt is chosen and cuBLASLt cannot be initialised.
   void set_kernel(GemmKernel kernel);
   GemmKernel kernel() const { return kernel_; }
@@ -79,6 +87,8 @@ class Gemm {
   // Runs `a` on the skinny kernel, with this object's workspace, counters and SM count, when
   // kSkinny is chosen and the kernel takes the shape; false otherwise (the caller runs cuBLAS).
   bool ran_skinny(SkinnyGemmArgs a, Stream stream) const;
+  // `a` with this object's workspace, counters and SM count.
+  void add_skinny_workspace(SkinnyGemmArgs& a) const;
 
   void* handle_ = nullptr;  // cublasHandle_t
   void* workspace_ = nullptr;

@@ -359,9 +359,12 @@ SkinnyMachine machine_for(const SkinnyGemmArgs& a, std::int32_t ctas_per_sm) {
 
 }  // namespace
 
+bool skinny_shape_fits(std::int32_t tokens, std::int32_t in, std::int32_t out) {
+  return tokens >= 1 && tokens <= kSkinnyMaxTokens && in > 0 && in % kChunk == 0 && out > 0;
+}
+
 bool skinny_gemm_fits(const SkinnyGemmArgs& a) {
-  return a.tokens >= 1 && a.tokens <= kSkinnyMaxTokens && a.in > 0 && a.in % kChunk == 0 &&
-         a.out > 0 && aligned16(a.x) && aligned16(a.w);
+  return skinny_shape_fits(a.tokens, a.in, a.out) && aligned16(a.x) && aligned16(a.w);
 }
 
 SkinnyPlan skinny_plan_for(const SkinnyGemmArgs& a) { return dispatch<PlanOf>(a); }

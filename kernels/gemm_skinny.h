@@ -47,12 +47,15 @@ struct SkinnyGemmArgs {
   std::int32_t forced_splits = 0;  // > 0: this many splits (plan_skinny's forced_splits)
 };
 
-// True when skinny_linear takes these arguments: 1 <= tokens <= kSkinnyMaxTokens, in > 0 and a
-// multiple of 32, out > 0, x and w 16-byte aligned.
+// True when the kernel takes the shape: 1 <= tokens <= kSkinnyMaxTokens, in > 0 and a multiple
+// of 32, out > 0.
+bool skinny_shape_fits(std::int32_t tokens, std::int32_t in, std::int32_t out);
+// True when skinny_linear takes these arguments: the shape fits, x and w 16-byte aligned.
 bool skinny_gemm_fits(const SkinnyGemmArgs& a);
 
 // The plan skinny_linear launches `a` with (kernels/skinny_plan.h, the device's SM count unless
-// a.sm_count). REQUIRES skinny_gemm_fits(a).
+// a.sm_count); it reads the shape, swiglu and the workspace fields only. REQUIRES
+// skinny_shape_fits(a.tokens, a.in, a.out).
 SkinnyPlan skinny_plan_for(const SkinnyGemmArgs& a);
 
 // Launches the kernel on `stream` (grid: row blocks x splits, 256 threads). Throws

@@ -20,6 +20,7 @@
 #include <iterator>
 #include <limits>
 #include <numeric>
+#include <optional>
 #include <span>
 #include <sstream>
 #include <stdexcept>
@@ -1716,6 +1717,11 @@ TEST(GpuKernels, SkinnyGemmFusedSwigluAndFallback) {
         nullptr);
     k::Gemm skinny;
     skinny.set_kernel(k::GemmKernel::kSkinny);
+    const std::optional<k::SkinnyPlan> plan = skinny.skinny_plan(T, in, out, true);
+    ASSERT_TRUE(plan.has_value());
+    EXPECT_EQ(plan->row_blocks, 1);
+    EXPECT_EQ(plan->chunks, in / 32);
+    EXPECT_EQ(plan->splits, 1) << "no workspace: one split";
     DeviceBuffer unused = Poisoned(16);
     skinny.swiglu_linear(d_gu.as<k::Bf16>(), unused.as<k::Bf16>(), d_w.as<k::Bf16>(), fused.get(),
                          k::Gemm::Out::kF32, T, in, out, 0.0f, nullptr);
@@ -1742,6 +1748,8 @@ TEST(GpuKernels, SkinnyGemmFusedSwigluAndFallback) {
     DeviceBuffer y1 = Poisoned(T * out * 4), y2 = Poisoned(T * out * 4);
     k::Gemm skinny, cublas;
     skinny.set_kernel(k::GemmKernel::kSkinny);
+    EXPECT_FALSE(skinny.skinny_plan(T, in, out, false).has_value()) << "the skinny kernel's plan";
+    EXPECT_FALSE(cublas.skinny_plan(4, 256, out, false).has_value()) << "cuBLAS chosen";
     skinny.linear(d_x.as<k::Bf16>(), d_w.as<k::Bf16>(), y1.get(), k::Gemm::Out::kF32, T, in, out,
                   0.0f, nullptr);
     cublas.linear(d_x.as<k::Bf16>(), d_w.as<k::Bf16>(), y2.get(), k::Gemm::Out::kF32, T, in, out,

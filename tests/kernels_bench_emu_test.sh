@@ -35,6 +35,7 @@ print("  " + ", ".join(names))
 bad = [b["name"] + ": " + b.get("error_message", "") for b in runs if b.get("error_occurred")]
 decode = [b for b in runs if b["name"].startswith("BM_DecodeAttention")]
 lt = [b for b in runs if b["name"].startswith("BM_DecodeGemm/1/1/2")]
+skinny = [b for b in runs if b["name"].startswith("BM_DecodeGemm/1/1/1")]
 splits = {b["name"]: b for b in runs if b["name"].startswith("BM_SkinnySplits")}
 ok = (len(runs) == 24 and not bad and len(decode) == 5 and
       splits.keys() == {"BM_SkinnySplits/1/1/0/manual_time", "BM_SkinnySplits/1/1/2/manual_time"} and
@@ -43,6 +44,8 @@ ok = (len(runs) == 24 and not bad and len(decode) == 5 and
       all(b["predicted_us"] > 0 and b["GBps"] > 0 for b in splits.values()) and
       all(b["GBps"] > 0 and b["copy_GBps"] > 0 and b["splits"] >= 1 for b in decode) and
       {b["label"] for b in decode} == {"tiled", "pipelined", "pipelined fp8_e4m3"} and
+      len(skinny) == 1 and skinny[0]["splits"] >= 1 and skinny[0]["predicted_us"] > 0 and
+      "predicted_us" not in lt[0] and
       len(lt) == 1 and lt[0]["label"] == "o lt" and lt[0]["candidates"] >= 1 and
       0 <= lt[0]["chosen"] < lt[0]["candidates"] and lt[0]["first_us"] > 0 and
       all(b["TFLOPs"] > 0 for b in runs if b["name"].startswith("BM_PrefillAttention")) and
@@ -66,6 +69,7 @@ check "  ... the chunk row" has "BM_PrefillChunk/16/128/0 (fa2 unsplit)" "$t/las
 check "  ... the head-packing chunk row" has "BM_PrefillChunk/16/128/2 (fa2_gqa split-KV)" "$t/last.txt"
 check "  ... a GEMM row, named" has "BM_DecodeGemm/1/1/0 (o cublas)" "$t/last.txt"
 check "  ... the skinny kernel's row" has "BM_DecodeGemm/1/1/1 (o skinny)" "$t/last.txt"
+check "  ... with its plan" grep -qE "BM_DecodeGemm/1/1/1 \(o skinny\).* splits, model [0-9.]+ us" "$t/last.txt"
 check "  ... the cuBLASLt row, with its choice" has "BM_DecodeGemm/1/1/2 (o lt).*candidate [0-9] of [0-9]" "$t/last.txt"
 check "  ... the LoRA rows" has "BM_LoraDelta/8/4/1 (8 segments gather)" "$t/last.txt"
 check "  ... the per-token kernels' rows" test "$(grep -cE 'BM_TokenKernels/1/[012] \((rms_norm|silu_mul|qkv_rope_kv_write)\)' "$t/last.txt")" = 3

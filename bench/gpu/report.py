@@ -233,6 +233,9 @@ def report_bench(work):
                 detail += (f"; candidate {int(b.get('chosen', -1))} of {int(b['candidates'])},"
                            f" split-K {int(b.get('split_k', 1))},"
                            f" first {b.get('first_us', 0):.1f} us")
+            if "predicted_us" in b:
+                detail += (f"; {micros(b)}, {int(b.get('splits', 1))} splits,"
+                           f" model {b['predicted_us']:.1f} us")
             rows.append((f"{name} ({b.get('label', '?')})", f"{gbps(b):.0f} GB/s", detail,
                          "report"))
         elif name.startswith("BM_SkinnySplits"):

@@ -358,7 +358,8 @@ class Report(unittest.TestCase):
         runs.append({"name": "BM_PrefillChunk/16/6144/1/manual_time", "real_time": 1234.0,
                      "time_unit": "ns", "splits": 8})
         runs.append({"name": "BM_DecodeGemm/32/4/1/manual_time", "GBps": 3600.0,
-                     "label": "lm_head skinny"})
+                     "label": "lm_head skinny", "real_time": 262000.0, "time_unit": "ns",
+                     "splits": 1, "predicted_us": 250.16})
         runs.append({"name": "BM_PrefillAttention/8192/3/manual_time", "TFLOPs": 320})
         runs.append({"name": "BM_PrefillAttention/8192/4/manual_time", "TFLOPs": 360})
         self.write("kernels_bench.json", {"benchmarks": runs})
@@ -381,8 +382,8 @@ class Report(unittest.TestCase):
                          r"BM_PrefillChunk/16/6144/2 \(fa2_gqa split-KV\)\s+0.5 us\s+13 splits\s+"
                          r"report")
         self.assertRegex(self.run_report("bench")[1],
-                         r"BM_DecodeGemm/32/4/1 \(lm_head skinny\)\s+3600 GB/s\s+0.90 of copy\s+"
-                         r"report")
+                         r"BM_DecodeGemm/32/4/1 \(lm_head skinny\)\s+3600 GB/s\s+0.90 of copy; "
+                         r"262.0 us, 1 splits, model 250.2 us\s+report")
         runs.append({"name": "BM_SkinnySplits/32/1/4/manual_time", "GBps": 3000.0,
                      "real_time": 11250.0, "time_unit": "ns", "label": "o 4 splits",
                      "splits": 4, "predicted_us": 9.81})
