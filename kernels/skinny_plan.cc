@@ -4,6 +4,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/gemm_kernel.h"
+
 namespace servelab::kernels {
 
 namespace {
@@ -38,14 +40,14 @@ double predicted_us(std::int32_t splits, std::int32_t row_blocks, std::int32_t c
 SkinnyPlan plan_skinny(std::int32_t tokens, std::int32_t in, std::int32_t out,
                        const SkinnyMachine& machine, std::size_t partial_capacity,
                        std::int32_t counters, std::int32_t forced_splits) {
-  if (tokens < 1 || tokens > 32 || in <= 0 || in % kSkinnyChunk != 0 || out <= 0 ||
+  if (tokens < 1 || tokens > kSkinnyMaxTokens || in <= 0 || in % kSkinnyChunk != 0 || out <= 0 ||
       machine.sms <= 0 || machine.ctas_per_sm <= 0) {
-    throw std::invalid_argument("plan_skinny: needs 1..32 tokens, in a positive multiple of " +
-                                std::to_string(kSkinnyChunk) +
-                                ", out > 0, sms > 0 and ctas_per_sm > 0 (got tokens " +
-                                std::to_string(tokens) + ", in " + std::to_string(in) + ", out " +
-                                std::to_string(out) + ", sms " + std::to_string(machine.sms) +
-                                ", ctas_per_sm " + std::to_string(machine.ctas_per_sm) + ")");
+    throw std::invalid_argument(
+        "plan_skinny: needs 1.." + std::to_string(kSkinnyMaxTokens) +
+        " tokens, in a positive multiple of " + std::to_string(kSkinnyChunk) +
+        ", out > 0, sms > 0 and ctas_per_sm > 0 (got tokens " + std::to_string(tokens) + ", in " +
+        std::to_string(in) + ", out " + std::to_string(out) + ", sms " +
+        std::to_string(machine.sms) + ", ctas_per_sm " + std::to_string(machine.ctas_per_sm) + ")");
   }
   SkinnyPlan p;
   p.row_blocks = static_cast<std::int32_t>(ceil_div(out, kSkinnyCtaRows));

@@ -51,8 +51,8 @@ struct SkinnyPlan {
 
 // The plan of one call: `partial_capacity` bytes of workspace for the fp32 partials and
 // `counters` row-block counters (a split plan needs row_blocks <= counters and its partials to
-// fit; with neither, one split). REQUIRES 1 <= tokens <= 32, in a positive multiple of
-// kSkinnyChunk, out > 0, machine.sms > 0 and machine.ctas_per_sm > 0 (throws
+// fit; with neither, one split). REQUIRES 1 <= tokens <= kSkinnyMaxTokens (32, gemm_kernel.h), in a
+// positive multiple of kSkinnyChunk, out > 0, machine.sms > 0 and machine.ctas_per_sm > 0 (throws
 // std::invalid_argument otherwise).
 // forced_splits > 0 takes that many (clamped to the chunks and kSkinnyMaxSplits; still one when
 // the workspace cannot hold them), for tests and benchmarks.
