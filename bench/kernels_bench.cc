@@ -30,9 +30,12 @@
 //                                 by the untimed first call; counters candidates, chosen,
 //                                 split_k and first_us, the heuristic's first candidate's
 //                                 median while tuning; the skinny rows: counters splits and
-//                                 predicted_us, its plan): GB/s of weights + activations, vs the
-//                                 copy (a decode step reads every weight once: these rows say
-//                                 how close); label "shape kernel"
+//                                 predicted_us, its plan), 3 = auto (the fastest of cuBLAS,
+//                                 cuBLASLt's candidates and the skinny kernel's split counts,
+//                                 timed by the untimed first call; counters lt_us, cublas_us,
+//                                 skinny_us, skinny_splits; label "shape auto WINNER"): GB/s of
+//                                 weights + activations, vs the copy (a decode step reads every
+//                                 weight once: these rows say how close); label "shape kernel"
 //   BM_SkinnySplits/M/shape/splits  the skinny kernel on BM_DecodeGemm's shape at M tokens with
 //                                 `splits` CTAs a row block (0: its plan's; kernels/skinny_plan.h):
 //                                 GB/s as BM_DecodeGemm, counters splits and predicted_us (the
@@ -468,6 +471,7 @@ void BM_DecodeGemm(benchmark::State& state) {
   const GemmShape& g = kGemmShapes[state.range(1)];
   const auto kernel = state.range(2) == 1   ? k::GemmKernel::kSkinny
                       : state.range(2) == 2 ? k::GemmKernel::kCublasLt
+                      : state.range(2) == 3 ? k::GemmKernel::kAuto
                                             : k::GemmKernel::kCublas;
   GemmOperands op(g, m);
   k::Gemm gemm;
@@ -488,14 +492,23 @@ void BM_DecodeGemm(benchmark::State& state) {
     state.counters["splits"] = plan->splits;
     state.counters["predicted_us"] = plan->predicted_us;
   }
+  std::string label = std::string(g.name) + " " + k::gemm_kernel_name(kernel);
   for (const k::LtChoice& c : gemm.lt_choices()) {
     state.counters["candidates"] = c.candidates;
     state.counters["chosen"] = c.chosen;
     state.counters["split_k"] = c.split_k;
     state.counters["first_us"] = c.first_us;
+    if (kernel == k::GemmKernel::kAuto) {
+      // What auto chose (label "shape auto KERNEL"), and each kernel's best while tuning.
+      label += std::string(" ") + k::tuned_kernel_name(c.kernel);
+      state.counters["lt_us"] = c.chosen_us;
+      state.counters["cublas_us"] = c.cublas_us;
+      state.counters["skinny_us"] = c.skinny_us;
+      state.counters["skinny_splits"] = c.skinny_splits;
+    }
   }
   report_gemm_rate(state, op.bytes);
-  state.SetLabel(std::string(g.name) + " " + k::gemm_kernel_name(kernel));
+  state.SetLabel(label);
 #endif
 }
 // The skinny kernel at M = 1, 8 and 32 only: at 128 Gemm falls back to cuBLAS.
@@ -503,7 +516,7 @@ BENCHMARK(BM_DecodeGemm)
     ->Apply([](benchmark::internal::Benchmark* b) {
       for (const std::int64_t m : {1, 8, 32, 128}) {
         for (std::int64_t shape = 0; shape < 6; ++shape) {
-          for (const std::int64_t kernel : {0, 1, 2}) {
+          for (const std::int64_t kernel : {0, 1, 2, 3}) {
             if (kernel != 1 || m <= 32) b->Args({m, shape, kernel});
           }
         }

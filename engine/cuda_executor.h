@@ -128,12 +128,12 @@ struct CudaExecutorOptions {
   // prefill_kernel, where the model's GQA group is a multiple of 4 (core/prefill_launch.h
   // prefill_launch_shape). Environment: SERVELAB_CUDA_PREFILL_PACK (engine/gpu_switches.h).
   bool prefill_pack_heads = true;
-  // The linear layers of small steps: cuBLAS, the skinny kernel (at most 32 tokens), or cuBLASLt
-  // with an algorithm timed per shape for token counts equal to a decode graph bucket
-  // (kernels/gemm_lt.h: timed on a shape's first eager pass, which the warm-up's decode steps
-  // are; its flush and scratch buffers, about twice the L2, are allocated then, outside
-  // gpu_memory_utilization's budget). Environment: SERVELAB_CUDA_GEMM (kernels/gemm_kernel.h).
-  // Other steps always run cuBLAS.
+  // The linear layers of small steps: cuBLAS, the skinny kernel (at most 32 tokens), cuBLASLt
+  // with an algorithm timed per shape for token counts equal to a decode graph bucket, or (auto)
+  // for those counts the fastest of the three timed per shape (kernels/gemm_lt.h: timed on a
+  // shape's first eager pass, which the warm-up's decode steps are; its flush and scratch
+  // buffers, about twice the L2, are allocated then, outside gpu_memory_utilization's budget).
+  // Environment: SERVELAB_CUDA_GEMM (kernels/gemm_kernel.h). Other steps always run cuBLAS.
   kernels::GemmKernel gemm_kernel = kernels::GemmKernel::kCublas;
   // Programmatic dependent launch of the decode-step kernels other than cuBLAS's (norms, RoPE and
   // KV write, SiLU, decode attention, the skinny GEMM; kernels/programmatic_launch.h): each may
@@ -219,8 +219,8 @@ class CudaExecutor : public Backend {
   std::int64_t block_bytes() const;            // K+V of one block across all layers, in kv_format
   const CudaExecutorOptions& options() const;  // prefill_kernel set (cuda_prefill_kernel)
   CudaGraphStats graph_stats() const;
-  // With gemm_kernel kCublasLt: the shapes this executor ran through cuBLASLt and the algorithm
-  // the process chose for each (kernels/gemm_lt.h); empty otherwise.
+  // With gemm_kernel kCublasLt or kAuto: the shapes this executor ran through the tuned choice
+  // and what the process chose for each (kernels/gemm_lt.h); empty otherwise.
   std::vector<kernels::LtChoice> gemm_lt_choices() const;
   // Adapters generated into a LoRA slot so far (each placement that was not resident; 0 without
   // LoRA): with max_loras at least the adapters in use, each is generated once.

@@ -8,12 +8,12 @@
 //                                           CTA; fa2_gqa: 4 heads a CTA)
 //   SERVELAB_CUDA_PREFILL_PACK=0|1          launches of short chunks on fa2_gqa
 //                                           (prefill_pack_heads)
-//   SERVELAB_CUDA_GEMM=cublas|skinny|lt     linear layers of small steps (gemm_kernel; skinny: <=
-//   32
-//                                           tokens; lt: cuBLASLt timed per decode graph bucket)
+//   SERVELAB_CUDA_GEMM=cublas|skinny|lt|auto  linear layers of small steps (gemm_kernel;
+//                                           skinny: <= 32 tokens; lt: cuBLASLt timed per decode
+//                                           graph bucket; auto: the fastest of all, timed so)
 //   SERVELAB_CUDA_PDL=0|1                   programmatic dependent launch (programmatic_launch)
 //   SERVELAB_CUDA_LORA=gather|cublas        LoRA deltas of short segments (lora_kernel)
-//   SERVELAB_CUDA_GEMM_LT_FILE=PATH         with SERVELAB_CUDA_GEMM=lt: the cuBLASLt decisions
+//   SERVELAB_CUDA_GEMM_LT_FILE=PATH         with SERVELAB_CUDA_GEMM=lt or auto: the decisions
 //                                           read before and written after the run
 //                                           (engine/gemm_lt_file.h); no effect otherwise
 // Unset leaves the option as it is (defaults: graphs, fusion and head packing on, the pipelined

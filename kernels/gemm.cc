@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "kernels/activation.h"
 #include "kernels/gemm_skinny.h"
@@ -74,13 +75,14 @@ void Gemm::set_workspace(void* workspace, std::size_t bytes) {
 
 void Gemm::set_kernel(GemmKernel kernel) {
   kernel_ = kernel;
-  if (kernel == GemmKernel::kSkinny && skinny_counters_.get() == nullptr) {
+  const bool skinny = kernel == GemmKernel::kSkinny || kernel == GemmKernel::kAuto;
+  if (skinny && skinny_counters_.get() == nullptr) {
     skinny_counters_ = DeviceBuffer(sizeof(unsigned) * kSkinnyCounters);
     fill_bytes(skinny_counters_.get(), 0, skinny_counters_.bytes());
     synchronize();
     sm_count_ = device_info().sm_count;
   }
-  if (kernel == GemmKernel::kCublasLt && !lt_) {
+  if ((kernel == GemmKernel::kCublasLt || kernel == GemmKernel::kAuto) && !lt_) {
     lt_ = std::make_unique<LtGemm>();
     lt_->set_workspace(workspace_, workspace_bytes_);
   }
@@ -97,7 +99,7 @@ std::vector<LtChoice> Gemm::lt_choices() const {
 }
 
 bool Gemm::takes_lt(std::int32_t tokens) const {
-  if (kernel_ != GemmKernel::kCublasLt || !lt_) return false;
+  if ((kernel_ != GemmKernel::kCublasLt && kernel_ != GemmKernel::kAuto) || !lt_) return false;
   if (lt_tokens_.empty()) return tokens <= kLtDefaultMaxTokens;
   return std::binary_search(lt_tokens_.begin(), lt_tokens_.end(), tokens);
 }
@@ -108,10 +110,73 @@ void Gemm::linear(const Bf16* x, const Bf16* w, void* y, Out out_type, std::int3
       ran_skinny({x, w, y, out_type == Out::kF32, tokens, in, out, beta, false}, stream)) {
     return;
   }
-  if (takes_lt(tokens) && lt_->run(x, w, y, out_type == Out::kF32, tokens, in, out, beta, stream)) {
-    return;
+  if (takes_lt(tokens)) {
+    if (kernel_ == GemmKernel::kAuto) {
+      run_auto(x, nullptr, nullptr, w, y, out_type, tokens, in, out, beta, stream);
+      return;
+    }
+    if (lt_->run({tokens, in, out, out_type == Out::kF32, beta != 0.0f}, x, w, y, beta, stream)) {
+      return;
+    }
   }
   linear_strided(x, in, w, y, out_type, out, tokens, in, out, beta, stream);
+}
+
+void Gemm::run_auto(const Bf16* input, const Bf16* gate_up, Bf16* act, const Bf16* w, void* y,
+                    Out out_type, std::int32_t tokens, std::int32_t in, std::int32_t out,
+                    float beta, Stream stream) {
+  const bool swiglu = gate_up != nullptr;
+  const Bf16* x = swiglu ? act : input;
+  const LtShape shape{tokens, in, out, out_type == Out::kF32, beta != 0.0f, swiglu, true};
+  // silu_mul into x (the `act` of swiglu_linear) where the kernel does not fuse it.
+  const auto prologue = [=](Stream s) {
+    if (swiglu) silu_mul(gate_up, act, tokens, in, s);
+  };
+  const auto cublas = [=, this](void* target, Stream s) {
+    linear_strided(x, in, w, target, out_type, out, tokens, in, out, beta, s);
+  };
+  SkinnyGemmArgs a{
+      swiglu ? gate_up : input, w, y, out_type == Out::kF32, tokens, in, out, beta, swiglu};
+  const bool skinny_fits = skinny_gemm_fits(a);
+  if (skinny_fits) add_skinny_workspace(a);
+  LtChoice choice;
+  if (!lt_->planned(shape)) {
+    LtAlternatives alt;
+    alt.prologue = prologue;
+    alt.kernels.push_back({TunedKernel::kCublas, 0, [=](void* target, Stream s) {
+                             prologue(s);
+                             cublas(target, s);
+                           }});
+    if (skinny_fits) {
+      // The plan's own split count and kSkinnySplitSeries's, each once (the plan clamps a forced
+      // count to what the shape and the workspace allow).
+      std::vector<std::int32_t> counts;
+      for (const std::int32_t forced : kSkinnySplitSeries) {
+        SkinnyGemmArgs f = a;
+        f.forced_splits = forced;
+        const std::int32_t splits = skinny_plan_for(f).splits;
+        if (std::find(counts.begin(), counts.end(), splits) != counts.end()) continue;
+        counts.push_back(splits);
+        f.forced_splits = splits;
+        alt.kernels.push_back({TunedKernel::kSkinny, splits, [f](void* target, Stream s) {
+                                 SkinnyGemmArgs t = f;
+                                 t.y = target;
+                                 skinny_linear(t, s);
+                               }});
+      }
+    }
+    choice = lt_->decide_auto(shape, x, w, y, beta, stream, alt);
+  } else {
+    choice = lt_->decide_auto(shape, x, w, y, beta, stream, {});
+  }
+  if (choice.kernel == TunedKernel::kSkinny && skinny_fits) {
+    a.forced_splits = choice.skinny_splits;
+    skinny_linear(a, stream);
+    return;
+  }
+  prologue(stream);
+  if (choice.kernel == TunedKernel::kCublasLt && lt_->run(shape, x, w, y, beta, stream)) return;
+  cublas(y, stream);
 }
 
 void Gemm::linear_strided(const Bf16* x, std::int32_t ldx, const Bf16* w, void* y, Out out_type,
@@ -136,6 +201,10 @@ void Gemm::swiglu_linear(const Bf16* gate_up, Bf16* act, const Bf16* w, void* y,
                          Stream stream) {
   if (tokens == 0 ||
       ran_skinny({gate_up, w, y, out_type == Out::kF32, tokens, in, out, beta, true}, stream)) {
+    return;
+  }
+  if (kernel_ == GemmKernel::kAuto && takes_lt(tokens)) {
+    run_auto(nullptr, gate_up, act, w, y, out_type, tokens, in, out, beta, stream);
     return;
   }
   silu_mul(gate_up, act, tokens, in, stream);

@@ -10,7 +10,11 @@
 // turn) and their row-block counters in kSkinnyCounters counters this object allocates. With
 // GemmKernel::kCublasLt a linear() call whose token count is one of the tuned counts
 // (set_lt_tokens) runs cuBLASLt with the algorithm timed for its shape (kernels/gemm_lt.h: tuned on
-// the shape's first call outside stream capture, then fixed).
+// the shape's first call outside stream capture, then fixed). With GemmKernel::kAuto such a call
+// runs whichever of cuBLAS, cuBLASLt's candidates and the skinny kernel (at the split counts of
+// kSkinnySplitSeries, its plan's own included) was fastest on
+// the shape's first call, timed as cuBLASLt's candidates are (kernels/gemm_lt.h, decide_auto);
+// swiglu_linear's shapes are decided apart, silu_mul counted where the kernel does not fuse it.
 #pragma once
 
 #include <cstddef>
@@ -64,12 +68,14 @@ class Gemm {
   void set_kernel(GemmKernel kernel);
   GemmKernel kernel() const { return kernel_; }
 
-  // With kCublasLt: the token counts whose calls run cuBLASLt (the engine's decode graph
-  // buckets: the shapes a decode step replays); other counts run cuBLAS, so a prefill or mixed
-  // step of a new length is never timed. Unset: every count up to kLtDefaultMaxTokens.
+  // With kCublasLt or kAuto: the token counts whose calls run the tuned choice (the engine's
+  // decode graph buckets: the shapes a decode step replays); other counts run cuBLAS, so a
+  // prefill or mixed step of a new length is never timed. Unset: every count up to
+  // kLtDefaultMaxTokens.
   void set_lt_tokens(std::vector<std::int32_t> counts);
   static constexpr std::int32_t kLtDefaultMaxTokens = 512;
-  // The cuBLASLt shapes planned so far (empty unless kCublasLt ran).
+  // The shapes planned so far with the process's decision for each (empty unless kCublasLt or
+  // kAuto ran).
   std::vector<LtChoice> lt_choices() const;
 
   // Gives cuBLAS a fixed workspace (device memory the caller owns and keeps alive while this
@@ -80,6 +86,9 @@ class Gemm {
   static constexpr std::size_t kRecommendedWorkspaceBytes = std::size_t{32} << 20;
   // Row blocks a skinny split plan may have (128 rows each: layers of up to 524,288 outputs).
   static constexpr std::int32_t kSkinnyCounters = 4096;
+  // The skinny kernel's split counts kAuto times for a shape (0: its plan's own), each once
+  // after clamping (kernels/skinny_plan.h).
+  static constexpr std::int32_t kSkinnySplitSeries[] = {0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32};
 
  private:
   bool takes_lt(std::int32_t tokens) const;
@@ -89,14 +98,21 @@ class Gemm {
   bool ran_skinny(SkinnyGemmArgs a, Stream stream) const;
   // `a` with this object's workspace, counters and SM count.
   void add_skinny_workspace(SkinnyGemmArgs& a) const;
+  // kAuto, for a tuned token count: y = x w^T + beta y on the process's choice for the shape
+  // (deciding it on first use), x being `input` (linear: gate_up and act null) or `act`, which
+  // silu_mul writes from gate_up unless the skinny kernel, reading gate_up itself, runs
+  // (swiglu_linear: input null).
+  void run_auto(const Bf16* input, const Bf16* gate_up, Bf16* act, const Bf16* w, void* y,
+                Out out_type, std::int32_t tokens, std::int32_t in, std::int32_t out, float beta,
+                Stream stream);
 
   void* handle_ = nullptr;  // cublasHandle_t
   void* workspace_ = nullptr;
   std::size_t workspace_bytes_ = 0;
   GemmKernel kernel_ = GemmKernel::kCublas;
-  std::unique_ptr<LtGemm> lt_;           // created by set_kernel(kCublasLt)
+  std::unique_ptr<LtGemm> lt_;           // created by set_kernel(kCublasLt or kAuto)
   std::vector<std::int32_t> lt_tokens_;  // sorted; empty: up to kLtDefaultMaxTokens
-  DeviceBuffer skinny_counters_;         // kSkinnyCounters zeros, made by set_kernel(kSkinny)
+  DeviceBuffer skinny_counters_;  // kSkinnyCounters zeros, made by set_kernel(kSkinny or kAuto)
   std::int32_t sm_count_ = 0;
 };
 

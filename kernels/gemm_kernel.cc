@@ -12,6 +12,8 @@ const char* gemm_kernel_name(GemmKernel kernel) {
       return "skinny";
     case GemmKernel::kCublasLt:
       return "lt";
+    case GemmKernel::kAuto:
+      return "auto";
     case GemmKernel::kCublas:
       break;
   }
@@ -22,7 +24,9 @@ GemmKernel parse_gemm_kernel(std::string_view text, std::string_view what) {
   if (text == "cublas") return GemmKernel::kCublas;
   if (text == "skinny") return GemmKernel::kSkinny;
   if (text == "lt") return GemmKernel::kCublasLt;
-  throw std::invalid_argument(std::string(what) + ": expected one of cublas, skinny, lt, got '" +
+  if (text == "auto") return GemmKernel::kAuto;
+  throw std::invalid_argument(std::string(what) +
+                              ": expected one of cublas, skinny, lt, auto, got '" +
                               std::string(text) + "'");
 }
 

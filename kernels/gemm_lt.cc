@@ -16,6 +16,18 @@
 
 namespace servelab::kernels {
 
+const char* tuned_kernel_name(TunedKernel kernel) {
+  switch (kernel) {
+    case TunedKernel::kCublas:
+      return "cublas";
+    case TunedKernel::kSkinny:
+      return "skinny";
+    case TunedKernel::kCublasLt:
+      break;
+  }
+  return "lt";
+}
+
 namespace {
 
 void check(cublasStatus_t s, const char* what) {
@@ -198,7 +210,7 @@ bool LtGemm::launch(const Plan& p, const void* algo, const Bf16* x, const Bf16* 
 }
 
 void LtGemm::tune(Plan& p, const Candidates& c, const Bf16* x, const Bf16* w, void* y, float beta,
-                  Stream stream) {
+                  Stream stream, const LtAlternatives* alternatives) {
   const LtShape& s = p.info.shape;
   const std::size_t out_bytes =
       static_cast<std::size_t>(s.tokens) * static_cast<std::size_t>(s.out) * (s.out_f32 ? 4 : 2);
@@ -216,19 +228,29 @@ void LtGemm::tune(Plan& p, const Candidates& c, const Bf16* x, const Bf16* w, vo
     target = scratch_.get();
   }
   LaunchTimer timer;
-  float best = 0;
-  for (std::size_t i = 0; i < c.results.size(); ++i) {
-    const cublasLtMatmulAlgo_t* algo = &c.results[i].algo;
-    if (!launch(p, algo, x, w, target, beta, stream)) continue;  // cannot run here
+  // `launch` (false: it cannot run here) once untimed, then kLtTimedLaunches times after an L2
+  // flush each: the median in microseconds, or a negative number when it cannot run.
+  const auto time_launches = [&](const std::function<bool()>& launch) -> float {
+    if (!launch()) return -1.0f;
     for (int r = 0; r < kLtTimedLaunches; ++r) {
       check_cuda(cudaMemsetAsync(flush_.get(), r & 0xff, flush_.bytes(), as_stream(stream)),
                  "cudaMemsetAsync");
       check_cuda(cudaEventRecord(timer.start(r), as_stream(stream)), "cudaEventRecord");
-      const bool ok = launch(p, algo, x, w, target, beta, stream);
+      const bool ok = launch();
       check_cuda(cudaEventRecord(timer.stop(r), as_stream(stream)), "cudaEventRecord");
       if (!ok) throw std::runtime_error("cuBLASLt cublasLtMatmul: a candidate that ran failed");
     }
-    const float us = timer.median_us();
+    return timer.median_us();
+  };
+  const bool has_prologue = alternatives != nullptr && alternatives->prologue;
+  float best = 0;
+  for (std::size_t i = 0; i < c.results.size(); ++i) {
+    const cublasLtMatmulAlgo_t* algo = &c.results[i].algo;
+    const float us = time_launches([&] {
+      if (has_prologue) alternatives->prologue(stream);
+      return launch(p, algo, x, w, target, beta, stream);
+    });
+    if (us < 0) continue;  // cannot run here
     ++p.info.timed;
     if (i == 0) p.info.first_us = us;
     if (p.info.chosen < 0 || us < best) {
@@ -238,9 +260,29 @@ void LtGemm::tune(Plan& p, const Candidates& c, const Bf16* x, const Bf16* w, vo
   }
   p.info.chosen_us = best;
   p.info.tuned = p.info.chosen >= 0;
+  if (alternatives == nullptr) return;
+  // kAuto: the other kernels; the shape goes to the fastest (cuBLASLt on a tie).
+  bool have_best = p.info.chosen >= 0;
+  if (have_best) p.info.kernel = TunedKernel::kCublasLt;
+  for (const LtAlternative& alt : alternatives->kernels) {
+    const float us = time_launches([&] {
+      alt.launch(target, stream);
+      return true;
+    });
+    float& family = alt.kernel == TunedKernel::kSkinny ? p.info.skinny_us : p.info.cublas_us;
+    if (family == 0 || us < family) family = us;
+    if (!have_best || us < best) {
+      best = us;
+      have_best = true;
+      p.info.kernel = alt.kernel;
+      p.info.skinny_splits = alt.kernel == TunedKernel::kSkinny ? alt.splits : 0;
+    }
+  }
+  p.info.tuned = have_best;
 }
 
-void LtGemm::decide(Plan& p, const Bf16* x, const Bf16* w, void* y, float beta, Stream stream) {
+void LtGemm::decide(Plan& p, const Bf16* x, const Bf16* w, void* y, float beta, Stream stream,
+                    const LtAlternatives* alternatives) {
   Decisions& d = decisions();
   std::lock_guard<std::mutex> lock(d.mu);
   const auto key = std::make_pair(p.info.shape, workspace_bytes_);
@@ -280,12 +322,17 @@ void LtGemm::decide(Plan& p, const Bf16* x, const Bf16* w, void* y, float beta, 
       }
     }
     p.info.candidates = static_cast<std::int32_t>(c.results.size());
-    if (!c.results.empty() && !capturing(stream)) {
-      tune(p, c, x, w, y, beta, stream);
+    const bool any_kernel = p.info.shape.any_kernel;
+    if (any_kernel) p.info.kernel = TunedKernel::kCublas;  // until a faster one is timed
+    if ((!c.results.empty() || any_kernel) && !capturing(stream)) {
+      const LtAlternatives none;
+      tune(p, c, x, w, y, beta, stream,
+           any_kernel ? (alternatives != nullptr ? alternatives : &none) : nullptr);
       ++d.tunings;
       made.usable = p.info.timed > 0;  // none could run: the shape goes to cuBLAS for good
     } else {
-      made.usable = !c.results.empty();  // during capture: the heuristic's first, untimed
+      // During capture: kCublasLt takes the heuristic's first, kAuto cuBLAS; untimed.
+      made.usable = !c.results.empty();
     }
     if (made.usable) {
       if (p.info.chosen < 0) p.info.chosen = 0;
@@ -306,7 +353,19 @@ void LtGemm::decide(Plan& p, const Bf16* x, const Bf16* w, void* y, float beta, 
 
 namespace {
 
-constexpr const char* kDecisionsHeader = "# servelab cuBLASLt decisions v1";
+constexpr const char* kDecisionsHeader = "# servelab GEMM decisions v2";
+constexpr const char* kDecisionsV1Header = "# servelab cuBLASLt decisions v1";
+
+// The kernel named `text` in a decisions file; false for another word.
+bool parse_tuned_kernel(const std::string& text, TunedKernel* kernel) {
+  for (const TunedKernel k : {TunedKernel::kCublasLt, TunedKernel::kCublas, TunedKernel::kSkinny}) {
+    if (text == tuned_kernel_name(k)) {
+      *kernel = k;
+      return true;
+    }
+  }
+  return false;
+}
 
 // "device <name> | cublaslt <version>" of this process (device 0's name, as the executor uses).
 std::string decisions_origin() {
@@ -327,14 +386,18 @@ void LtGemm::save_decisions(const std::string& path) {
     std::lock_guard<std::mutex> lock(d.mu);
     for (const auto& [key, dec] : d.by_shape) {
       const LtChoice& c = dec.info;
-      char times[64];
+      char times[64], others[64];
       std::snprintf(times, sizeof(times), "%.9g %.9g", static_cast<double>(c.first_us),
                     static_cast<double>(c.chosen_us));
-      text << key.first.tokens << ' ' << key.first.in << ' ' << key.first.out << ' '
-           << (key.first.out_f32 ? "f32" : "bf16") << ' ' << (key.first.accumulate ? 1 : 0) << ' '
-           << key.second << ' ' << dec.align << ' ' << (dec.usable ? 1 : 0) << ' '
+      std::snprintf(others, sizeof(others), "%.9g %.9g", static_cast<double>(c.cublas_us),
+                    static_cast<double>(c.skinny_us));
+      const LtShape& s = key.first;
+      text << s.tokens << ' ' << s.in << ' ' << s.out << ' ' << (s.out_f32 ? "f32" : "bf16") << ' '
+           << (s.accumulate ? 1 : 0) << ' ' << (s.swiglu ? 1 : 0) << ' ' << (s.any_kernel ? 1 : 0)
+           << ' ' << key.second << ' ' << dec.align << ' ' << (dec.usable ? 1 : 0) << ' '
            << (c.tuned ? 1 : 0) << ' ' << c.candidates << ' ' << c.timed << ' ' << c.chosen << ' '
-           << c.split_k << ' ' << times;
+           << c.split_k << ' ' << times << ' ' << tuned_kernel_name(c.kernel) << ' '
+           << c.skinny_splits << ' ' << others;
       for (const std::uint64_t w : dec.algo.data) {
         char hex[24];
         std::snprintf(hex, sizeof(hex), " %016" PRIx64, w);
@@ -364,6 +427,10 @@ std::int64_t LtGemm::load_decisions(const std::string& path) {
   };
   std::string line;
   if (!std::getline(in, line) || line != kDecisionsHeader) {
+    if (line == kDecisionsV1Header) {
+      throw bad(1, std::string("a cuBLASLt-only file of an older servelab: expected '") +
+                       kDecisionsHeader + "'; delete it to time the shapes again");
+    }
     throw bad(1, std::string("expected '") + kDecisionsHeader + "'");
   }
   const std::string origin = decisions_origin();
@@ -379,19 +446,24 @@ std::int64_t LtGemm::load_decisions(const std::string& path) {
     if (line.empty()) continue;
     std::istringstream f(line);
     LtShape s;
-    std::string type, hex;
-    int accumulate = -1, usable = -1, tuned = -1;
+    std::string type, kernel, hex;
+    int accumulate = -1, swiglu = -1, any_kernel = -1, usable = -1, tuned = -1;
     std::size_t workspace = 0;
     Decision dec;
     LtChoice& c = dec.info;
-    f >> s.tokens >> s.in >> s.out >> type >> accumulate >> workspace >> dec.align >> usable >>
-        tuned >> c.candidates >> c.timed >> c.chosen >> c.split_k >> c.first_us >> c.chosen_us;
+    f >> s.tokens >> s.in >> s.out >> type >> accumulate >> swiglu >> any_kernel >> workspace >>
+        dec.align >> usable >> tuned >> c.candidates >> c.timed >> c.chosen >> c.split_k >>
+        c.first_us >> c.chosen_us >> kernel >> c.skinny_splits >> c.cublas_us >> c.skinny_us;
+    const auto flag = [](int v) { return v == 0 || v == 1; };
     bool ok = static_cast<bool>(f) && s.tokens >= 1 && s.in >= 1 && s.out >= 1 && dec.align >= 1 &&
               dec.align <= 256 && (dec.align & (dec.align - 1)) == 0 &&
-              (type == "f32" || type == "bf16") && (accumulate == 0 || accumulate == 1) &&
-              (usable == 0 || usable == 1) && (tuned == 0 || tuned == 1) && c.candidates >= 0 &&
+              (type == "f32" || type == "bf16") && flag(accumulate) && flag(swiglu) &&
+              flag(any_kernel) && flag(usable) && flag(tuned) && c.candidates >= 0 &&
               c.timed >= 0 && c.timed <= c.candidates && c.chosen >= -1 &&
-              c.chosen < std::max(c.candidates, 1);
+              c.chosen < std::max(c.candidates, 1) && parse_tuned_kernel(kernel, &c.kernel) &&
+              (any_kernel == 1 || (c.kernel == TunedKernel::kCublasLt && swiglu == 0)) &&
+              (c.kernel == TunedKernel::kSkinny ? c.skinny_splits >= 1 : c.skinny_splits == 0) &&
+              c.cublas_us >= 0 && c.skinny_us >= 0;
     for (std::uint64_t& w : dec.algo.data) {
       if (!(f >> hex) || hex.size() != 16 ||
           hex.find_first_not_of("0123456789abcdef") != std::string::npos) {
@@ -402,12 +474,15 @@ std::int64_t LtGemm::load_decisions(const std::string& path) {
     }
     if (!ok || (f >> hex)) {
       throw bad(n,
-                "expected 'tokens in out f32|bf16 accumulate(0|1) workspace_bytes align "
-                "usable(0|1) tuned(0|1) candidates timed chosen split_k first_us chosen_us' and 8 "
-                "words of 16 hex digits");
+                "expected 'tokens in out f32|bf16 accumulate(0|1) swiglu(0|1) any_kernel(0|1) "
+                "workspace_bytes align usable(0|1) tuned(0|1) candidates timed chosen split_k "
+                "first_us chosen_us lt|cublas|skinny skinny_splits cublas_us skinny_us' and 8 "
+                "words of 16 hex digits (lt unless any_kernel, a split count with skinny only)");
     }
     s.out_f32 = type == "f32";
     s.accumulate = accumulate == 1;
+    s.swiglu = swiglu == 1;
+    s.any_kernel = any_kernel == 1;
     dec.usable = usable == 1;
     c.shape = s;
     c.tuned = tuned == 1;
@@ -421,16 +496,35 @@ std::int64_t LtGemm::load_decisions(const std::string& path) {
   return added;
 }
 
-bool LtGemm::run(const Bf16* x, const Bf16* w, void* y, bool out_f32, std::int32_t tokens,
-                 std::int32_t in, std::int32_t out, float beta, Stream stream) {
-  Plan& p = plan({tokens, in, out, out_f32, beta != 0.0f});
-  if (!p.planned) decide(p, x, w, y, beta, stream);
-  if (!p.usable || std::min({alignment(x), alignment(w), alignment(y)}) < p.align) return false;
+bool LtGemm::run(const LtShape& shape, const Bf16* x, const Bf16* w, void* y, float beta,
+                 Stream stream) {
+  Plan& p = plan(shape);
+  if (!p.planned) {
+    if (shape.any_kernel) throw std::logic_error("LtGemm::run: a kAuto shape is run undecided");
+    decide(p, x, w, y, beta, stream, nullptr);
+  }
+  if (!p.usable || p.info.kernel != TunedKernel::kCublasLt ||
+      std::min({alignment(x), alignment(w), alignment(y)}) < p.align) {
+    return false;
+  }
   if (!launch(p, &p.algo, x, w, y, beta, stream)) {
-    throw std::runtime_error("cuBLASLt cublasLtMatmul failed for a " + std::to_string(tokens) +
-                             " x " + std::to_string(in) + " -> " + std::to_string(out) + " GEMM");
+    throw std::runtime_error("cuBLASLt cublasLtMatmul failed for a " +
+                             std::to_string(shape.tokens) + " x " + std::to_string(shape.in) +
+                             " -> " + std::to_string(shape.out) + " GEMM");
   }
   return true;
+}
+
+bool LtGemm::planned(const LtShape& shape) const {
+  const auto it = plans_.find(shape);
+  return it != plans_.end() && it->second->planned;
+}
+
+LtChoice LtGemm::decide_auto(const LtShape& shape, const Bf16* x, const Bf16* w, void* y,
+                             float beta, Stream stream, const LtAlternatives& alternatives) {
+  Plan& p = plan(shape);
+  if (!p.planned) decide(p, x, w, y, beta, stream, &alternatives);
+  return p.info;
 }
 
 std::vector<LtChoice> LtGemm::choices() const {

@@ -757,7 +757,12 @@ void write_summary_json(const std::string& path, const RunSummary& s,
                         {"chosen", g.chosen},
                         {"split_k", g.split_k},
                         {"first_us", g.first_us},
-                        {"chosen_us", g.chosen_us}});
+                        {"chosen_us", g.chosen_us},
+                        {"swiglu", g.swiglu},
+                        {"kernel", g.kernel},
+                        {"skinny_splits", g.skinny_splits},
+                        {"cublas_us", g.cublas_us},
+                        {"skinny_us", g.skinny_us}});
     }
     j["gemm_lt"] = shapes;
   }

@@ -181,16 +181,23 @@ struct RunSummary {
     std::int64_t captures = 0, replays = 0, padded_eager_steps = 0, eager_steps = 0;
   };
   std::optional<CudaGraphCounts> cuda_graphs;
-  // CUDA engine runs with SERVELAB_CUDA_GEMM=lt (absent elsewhere): each linear-layer shape the
-  // executor ran through cuBLASLt, with the algorithm the process chose for it (kernels/gemm_lt.h
-  // LtChoice: candidates offered, the winner's index, its split-K, the median microseconds of the
-  // heuristic's first candidate and of the winner while tuning; tuned false when first met during
-  // a graph capture). Filled in by the driver (docs/metrics.md "cuBLASLt choices").
+  // CUDA engine runs with SERVELAB_CUDA_GEMM=lt or auto (absent elsewhere): each linear-layer
+  // shape the executor ran through the tuned choice, with what the process chose for it
+  // (kernels/gemm_lt.h LtChoice: cuBLASLt's candidates offered, the fastest one's index, its
+  // split-K, the median microseconds of the heuristic's first candidate and of the fastest while
+  // tuning; tuned false when first met during a graph capture; with auto, whether the shape is
+  // the SwiGLU down projection, the kernel that runs it (lt, cublas, skinny), the skinny kernel's
+  // split count and cuBLAS's and the skinny kernel's best medians). Filled in by the driver
+  // (docs/metrics.md "cuBLASLt choices").
   struct GemmLtShape {
     std::int32_t tokens = 0, in = 0, out = 0;
     bool out_f32 = true, accumulate = false, tuned = false;
     std::int32_t candidates = 0, chosen = -1, split_k = 1;
     double first_us = 0, chosen_us = 0;
+    bool swiglu = false;
+    std::string kernel = "lt";
+    std::int32_t skinny_splits = 0;
+    double cublas_us = 0, skinny_us = 0;
   };
   std::optional<std::vector<GemmLtShape>> gemm_lt;
   // CUDA engine runs (absent elsewhere): whether the executor packs the heads of short prefill

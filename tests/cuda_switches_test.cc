@@ -191,18 +191,22 @@ TEST(CudaSwitches, GemmVariablePicksTheLinearKernel) {
   apply_cuda_switches(cuda_switches_from_env(), o);
   EXPECT_EQ(o.gemm_kernel, kernels::GemmKernel::kCublasLt);
   EXPECT_STREQ(kernels::gemm_kernel_name(o.gemm_kernel), "lt");
+  ::setenv(kernels::kGemmKernelEnv, "auto", 1);
+  apply_cuda_switches(cuda_switches_from_env(), o);
+  EXPECT_EQ(o.gemm_kernel, kernels::GemmKernel::kAuto);
+  EXPECT_STREQ(kernels::gemm_kernel_name(o.gemm_kernel), "auto");
   ::setenv(kernels::kGemmKernelEnv, "cublas", 1);
   apply_cuda_switches(cuda_switches_from_env(), o);
   EXPECT_EQ(o.gemm_kernel, kernels::GemmKernel::kCublas);
   EXPECT_STREQ(kernels::gemm_kernel_name(o.gemm_kernel), "cublas");
-  for (const char* bad : {"", "Skinny", "cutlass", "cublasLt"}) {
+  for (const char* bad : {"", "Skinny", "cutlass", "cublasLt", "Auto"}) {
     ::setenv(kernels::kGemmKernelEnv, bad, 1);
     try {
       cuda_switches_from_env();
       ADD_FAILURE() << "accepted SERVELAB_CUDA_GEMM='" << bad << "'";
     } catch (const ConfigError& e) {
       EXPECT_NE(std::string(e.what()).find("SERVELAB_CUDA_GEMM: expected one of cublas, skinny, "
-                                           "lt, got '" +
+                                           "lt, auto, got '" +
                                            std::string(bad) + "'"),
                 std::string::npos)
           << e.what();

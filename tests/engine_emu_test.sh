@@ -185,7 +185,7 @@ check "SERVELAB_CUDA_PDL=1 with the skinny GEMM: run exits 0" run 0 SERVELAB_CUD
 check "  ... tokens as the skinny run without PDL" same_tokens "$t/pdl" "$t/SERVELAB-CUDA-GEMM-skinny" 11
 check "a GEMM kernel that does not exist refused" run 2 env SERVELAB_CUDA_GEMM=cutlass "$emu" run \
   "$t/exp.yaml" --device cuda --out "$t/no-gemm" --quiet
-check "  ... naming the variable and the choices" has "SERVELAB_CUDA_GEMM: expected one of cublas, skinny, lt, got 'cutlass'" "$t/last.txt"
+check "  ... naming the variable and the choices" has "SERVELAB_CUDA_GEMM: expected one of cublas, skinny, lt, auto, got 'cutlass'" "$t/last.txt"
 
 # SERVELAB_CUDA_GEMM=lt with SERVELAB_CUDA_GEMM_LT_FILE (engine/gemm_lt_file.h): the first lt run
 # times its shapes (tokens as the CPU engine's) and writes the decisions; a second run reads them
@@ -214,14 +214,48 @@ check "  ... the file holds the header and a line a shape" python3 -c "
 import json, sys
 lines = open('$lt_file').read().splitlines()
 lt = json.load(open('$t/lt-1/summary.json'))['gemm_lt']
-sys.exit(0 if lines[0] == '# servelab cuBLASLt decisions v1' and lines[1].startswith('device ')
-         and len(lines) - 2 >= len(lt) > 0 and all(len(l.split()) == 23 for l in lines[2:]) else 1)"
+sys.exit(0 if lines[0] == '# servelab GEMM decisions v2' and lines[1].startswith('device ')
+         and len(lines) - 2 >= len(lt) > 0 and all(len(l.split()) == 29 for l in lines[2:]) else 1)"
 check "  ... the second run took the first's decisions" python3 -c "
 import json, sys
 a, b = (json.load(open(f'$t/lt-{n}/summary.json'))['gemm_lt'] for n in (1, 2))
 sys.exit(0 if a == b else 1)"
 check "  ... with the same tokens" same_tokens "$t/lt-2" "$t/lt-1" 12
-printf '# servelab cuBLASLt decisions v1\ndevice elsewhere | cublaslt 1\n' > "$t/lt-other.txt"
+# SERVELAB_CUDA_GEMM=auto on the same file: each decode-bucket shape (the SwiGLU down projection
+# apart) goes to the fastest of cuBLAS, cuBLASLt and the skinny kernel's split counts, its lines
+# added beside lt's; a second auto run takes them (same choices and times, same tokens).
+for n in 1 2; do
+  check "SERVELAB_CUDA_GEMM=auto, run $n: exits 0" run 0 env SERVELAB_CUDA_GEMM=auto \
+    SERVELAB_CUDA_GEMM_LT_FILE="$lt_file" "$emu" run "$t/exp.yaml" --device cuda \
+    --out "$t/auto-$n" --tokens --quiet
+done
+check "  ... run 1's tokens agree with the CPU engine's" same_tokens "$t/auto-1" "$t/cpu" 9
+check "  ... summary.json names each shape's kernel, the fastest timed" python3 -c "
+import json, sys
+g = json.load(open('$t/auto-1/summary.json'))['gemm_lt']
+lt = json.load(open('$t/lt-1/summary.json'))['gemm_lt']
+kinds = sorted({s['kernel'] for s in g})
+print('  ', len(g), 'shapes; kernels:', kinds, '; SwiGLU shapes:', sum(s['swiglu'] for s in g))
+def best(s):
+    return {'lt': s['chosen_us'], 'cublas': s['cublas_us'], 'skinny': s['skinny_us']}
+bad = [s for s in g if not (
+    s['tuned'] and s['cublas_us'] > 0 and (s['skinny_us'] > 0) == (s['tokens'] <= 32)
+    and best(s)[s['kernel']] == min(v for v in best(s).values() if v > 0)
+    and (s['skinny_splits'] >= 1) == (s['kernel'] == 'skinny'))]
+print('\n'.join('   not as expected: ' + str(s) for s in bad))
+# (the same shapes as lt's, the down projection's being the SwiGLU one)
+sys.exit(0 if g and len(g) == len(lt) and sum(s['swiglu'] for s in g) == len(g) // 5
+         and not bad else 1)"
+check "  ... the file holds lt's lines and auto's" python3 -c "
+import sys
+lines = open('$lt_file').read().splitlines()[2:]
+sys.exit(0 if {l.split()[6] for l in lines} == {'0', '1'} else 1)"
+check "  ... the second auto run took the first's decisions" python3 -c "
+import json, sys
+a, b = (json.load(open(f'$t/auto-{n}/summary.json'))['gemm_lt'] for n in (1, 2))
+sys.exit(0 if a == b else 1)"
+check "  ... with the same tokens" same_tokens "$t/auto-2" "$t/auto-1" 12
+printf '# servelab GEMM decisions v2\ndevice elsewhere | cublaslt 1\n' > "$t/lt-other.txt"
 check "decisions made on another device refused (exit 2)" run 2 env SERVELAB_CUDA_GEMM=lt \
   SERVELAB_CUDA_GEMM_LT_FILE="$t/lt-other.txt" "$emu" run "$t/exp.yaml" --device cuda \
   --out "$t/lt-bad" --quiet

@@ -184,9 +184,12 @@ TEST(GpuExecutor, LogitsMatchCpuExecutor) {
                         kernels::FloatFormat::kFp8E4m3, kernels::GemmKernel::kSkinny});
     variants.push_back({5, kernels::DecodeKernel::kPipelined, kernels::PrefillKernel::kWgmma,
                         kernels::FloatFormat::kBf16, kernels::GemmKernel::kSkinny});
-    // cuBLASLt with timed algorithms (the decode buckets' shapes; the rest cuBLAS).
+    // cuBLASLt with timed algorithms (the decode buckets' shapes; the rest cuBLAS), and auto (each
+    // of those shapes on the fastest of cuBLAS, cuBLASLt and the skinny kernel's split counts).
     variants.push_back({16, kernels::DecodeKernel::kPipelined, kernels::PrefillKernel::kFa2,
                         kernels::FloatFormat::kBf16, kernels::GemmKernel::kCublasLt});
+    variants.push_back({16, kernels::DecodeKernel::kPipelined, kernels::PrefillKernel::kFa2,
+                        kernels::FloatFormat::kBf16, kernels::GemmKernel::kAuto});
     for (std::size_t vi = 0; vi < variants.size(); ++vi) {
       // A reduced run takes each variant once, on one of the shapes.
       if (ReducedRun() && (vi + si) % 3 != 0) continue;

@@ -1900,9 +1900,10 @@ TEST(GpuKernels, CublasLtGemmTunesEachShapeOnce) {
   EXPECT_EQ(captured->chosen, 0);
   EXPECT_EQ(captured->timed, 0);
 
-  // The decisions as a file: a header, this process's device and cuBLASLt, a line a shape (23
-  // fields); loading it adds nothing here (every shape is decided); a file from another device or
-  // with a malformed line is refused, naming the file and the line.
+  // The decisions as a file: a header, this process's device and cuBLASLt, a line a shape (29
+  // fields, naming lt); loading it adds nothing here (every shape is decided); a file from another
+  // device, of the cuBLASLt-only format before it, or with a malformed line is refused, naming the
+  // file and the line.
   const std::string file = ::testing::TempDir() + "servelab_lt_decisions.txt";
   k::LtGemm::save_decisions(file);
   std::vector<std::string> lines;
@@ -1911,12 +1912,15 @@ TEST(GpuKernels, CublasLtGemmTunesEachShapeOnce) {
     for (std::string line; std::getline(in, line);) lines.push_back(line);
   }
   ASSERT_GE(lines.size(), 2u + after.size());
-  EXPECT_EQ(lines[0], "# servelab cuBLASLt decisions v1");
+  EXPECT_EQ(lines[0], "# servelab GEMM decisions v2");
   EXPECT_EQ(lines[1].rfind("device ", 0), 0u) << lines[1];
   for (std::size_t i = 2; i < lines.size(); ++i) {
     std::istringstream f(lines[i]);
     std::vector<std::string> fields{std::istream_iterator<std::string>(f), {}};
-    EXPECT_EQ(fields.size(), 23u) << lines[i];
+    ASSERT_EQ(fields.size(), 29u) << lines[i];
+    if (fields[6] == "0") {
+      EXPECT_EQ(fields[17], "lt") << lines[i];
+    }
   }
   EXPECT_EQ(k::LtGemm::load_decisions(file), 0);
   const auto refused = [&](const std::vector<std::string>& text, const std::string& want) {
@@ -1933,8 +1937,183 @@ TEST(GpuKernels, CublasLtGemmTunesEachShapeOnce) {
   };
   refused({lines[0], "device elsewhere | cublaslt 1"}, "delete it to time the shapes again");
   refused({"# another file"}, file + ": line 1: expected");
+  refused({"# servelab cuBLASLt decisions v1"}, "older servelab");
   refused({lines[0], lines[1], lines[2].substr(0, lines[2].rfind(' '))}, file + ": line 3:");
   std::remove(file.c_str());
+#endif
+}
+
+// GemmKernel::kAuto (kernels/gemm.h, kernels/gemm_lt.h decide_auto): for the tuned token counts
+// each shape (the SwiGLU down projection apart) goes to the fastest of cuBLAS, cuBLASLt's
+// candidates and the skinny kernel's split counts, timed once: every family timed, the winner's
+// time the lowest, the results those of the reference (fp32 accumulated into, fp32 over NaN,
+// bf16, SwiGLU) and of the kernel named (cuBLAS's and the skinny kernel's bits), a second call the
+// same bits. A decisions file names the kernel of a shape not yet decided and the calls follow
+// it (skinny at 3 splits, cuBLAS); a shape first met during capture runs cuBLAS, untimed. The
+// emulator's timings are the CPU's: which kernel wins here says nothing of a GPU.
+TEST(GpuKernels, AutoGemmRunsTheFastestKernelOfEachShape) {
+  REQUIRE_GPU();
+#if SERVELAB_HAVE_CUDA
+#if !SERVELAB_CUDA_EMU
+  if (ReducedRun()) GTEST_SKIP() << "SERVELAB_SANITIZER_RUN: cuBLASLt's own kernels only";
+#endif
+  Rng rng = Rng::stream(24, "gpu_kernels.auto");
+  const std::int32_t in = 256, out = 96;
+  k::DeviceBuffer workspace(k::Gemm::kRecommendedWorkspaceBytes);
+  k::DeviceBuffer counters(sizeof(unsigned) * k::Gemm::kSkinnyCounters);
+  k::fill_bytes(counters.get(), 0, counters.bytes());
+  k::Gemm tuned, cublas;
+  tuned.set_workspace(workspace.get(), workspace.bytes());
+  cublas.set_workspace(workspace.get(), workspace.bytes());
+  tuned.set_kernel(k::GemmKernel::kAuto);
+  tuned.set_lt_tokens({1, 8, 2, 4, 3});
+  const std::vector<float> w = RandomBf16(rng, out * in);
+  DeviceBuffer d_w = Upload(ToBits(w));
+  // The bits of one kernel: cuBLAS, or the skinny kernel at `splits` with the Gemm's workspace.
+  const auto cublas_bits = [&](const DeviceBuffer& x, std::int32_t T) {
+    DeviceBuffer y = Poisoned(T * out * 4);
+    cublas.linear(x.as<k::Bf16>(), d_w.as<k::Bf16>(), y.get(), k::Gemm::Out::kF32, T, in, out, 0.0f,
+                  nullptr);
+    return Download<float>(y, T * out);
+  };
+  const auto skinny_bits = [&](const DeviceBuffer& x, std::int32_t T, std::int32_t splits) {
+    DeviceBuffer y = Poisoned(T * out * 4);
+    k::SkinnyGemmArgs a{x.as<k::Bf16>(), d_w.as<k::Bf16>(), y.get(), true, T, in, out, 0.0f, false};
+    a.partials = workspace.as<float>();
+    a.partial_bytes = workspace.bytes();
+    a.counters = counters.as<unsigned>();
+    a.counter_count = k::Gemm::kSkinnyCounters;
+    a.forced_splits = splits;
+    k::skinny_linear(a, nullptr);
+    return Download<float>(y, T * out);
+  };
+  const auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
+  };
+  const std::int64_t tunings_before = k::LtGemm::process_tunings();
+  for (const std::int32_t T : {1, 8}) {
+    SCOPED_TRACE("tokens " + std::to_string(T));
+    const std::vector<float> x = RandomBf16(rng, T * in);
+    DeviceBuffer d_x = Upload(ToBits(x));
+    const std::vector<float> want = ReferenceLinear(x, w, T, in, out);
+    std::vector<float> base(T * out), want_acc(want);
+    for (std::size_t i = 0; i < base.size(); ++i) {
+      base[i] = 0.25f * static_cast<float>(i % 7);
+      want_acc[i] += base[i];
+    }
+    DeviceBuffer acc = Upload(base), y32 = Poisoned(T * out * 4), y16 = Poisoned(T * out * 2);
+    const auto run = [&](void* y, k::Gemm::Out type, float beta) {
+      tuned.linear(d_x.as<k::Bf16>(), d_w.as<k::Bf16>(), y, type, T, in, out, beta, nullptr);
+    };
+    run(acc.get(), k::Gemm::Out::kF32, 1.0f);
+    run(y32.get(), k::Gemm::Out::kF32, 0.0f);
+    run(y16.get(), k::Gemm::Out::kBf16, 0.0f);
+    ExpectClose(Download<float>(acc, want.size()), want_acc, 1e-3, 1e-4, "fp32, beta 1");
+    const std::vector<float> first = Download<float>(y32, want.size());
+    ExpectClose(first, want, 1e-3, 1e-4, "fp32, beta 0 over NaN");
+    ExpectClose(FromBits(Download<std::uint16_t>(y16, want.size())), want, 1e-2, 8e-3, "bf16");
+    DeviceBuffer again = Poisoned(T * out * 4);
+    run(again.get(), k::Gemm::Out::kF32, 0.0f);
+    EXPECT_TRUE(same(first, Download<float>(again, want.size()))) << "a second call differs";
+    const std::vector<k::LtChoice> choices = tuned.lt_choices();
+    const auto c = std::find_if(choices.begin(), choices.end(), [&](const k::LtChoice& c) {
+      return c.shape.tokens == T && c.shape.out_f32 && !c.shape.accumulate;
+    });
+    ASSERT_NE(c, choices.end());
+    if (c->kernel == k::TunedKernel::kCublas) {
+      EXPECT_TRUE(same(first, cublas_bits(d_x, T)));
+    }
+    if (c->kernel == k::TunedKernel::kSkinny) {
+      EXPECT_TRUE(same(first, skinny_bits(d_x, T, c->skinny_splits)));
+    }
+  }
+  // SwiGLU: gate_up [T][2 in] into the down projection, decided apart from the plain shape.
+  const std::int32_t T = 8;
+  const std::vector<float> gu = RandomBf16(rng, T * 2 * in, 2.0);
+  DeviceBuffer d_gu = Upload(ToBits(gu)), act = Poisoned(T * in * 2), fused = Poisoned(T * out * 4);
+  tuned.swiglu_linear(d_gu.as<k::Bf16>(), act.as<k::Bf16>(), d_w.as<k::Bf16>(), fused.get(),
+                      k::Gemm::Out::kF32, T, in, out, 0.0f, nullptr);
+  {
+    DeviceBuffer act2 = Poisoned(T * in * 2), y = Poisoned(T * out * 4);
+    cublas.swiglu_linear(d_gu.as<k::Bf16>(), act2.as<k::Bf16>(), d_w.as<k::Bf16>(), y.get(),
+                         k::Gemm::Out::kF32, T, in, out, 0.0f, nullptr);
+    ExpectClose(Download<float>(fused, T * out), Download<float>(y, T * out), 1e-3, 1e-4,
+                "SwiGLU against cuBLAS's");
+  }
+  const std::vector<k::LtChoice> choices = tuned.lt_choices();
+  ASSERT_EQ(choices.size(), 7u) << "tokens 1 and 8 x (fp32 accumulate, fp32, bf16), SwiGLU";
+  EXPECT_EQ(k::LtGemm::process_tunings() - tunings_before, 7);
+  for (const k::LtChoice& c : choices) {
+    SCOPED_TRACE("tokens " + std::to_string(c.shape.tokens) + (c.shape.swiglu ? " swiglu" : "") +
+                 (c.shape.out_f32 ? " fp32" : " bf16") + (c.shape.accumulate ? " beta 1" : ""));
+    EXPECT_TRUE(c.shape.any_kernel);
+    EXPECT_TRUE(c.tuned);
+    EXPECT_GE(c.candidates, 1);
+    EXPECT_EQ(c.timed, c.candidates);
+    EXPECT_GT(c.chosen_us, 0.0f);
+    EXPECT_GT(c.cublas_us, 0.0f);
+    EXPECT_GT(c.skinny_us, 0.0f);
+    const float best = std::min({c.chosen_us, c.cublas_us, c.skinny_us});
+    const float winner = c.kernel == k::TunedKernel::kCublasLt ? c.chosen_us
+                         : c.kernel == k::TunedKernel::kCublas ? c.cublas_us
+                                                               : c.skinny_us;
+    EXPECT_EQ(winner, best) << k::tuned_kernel_name(c.kernel) << " is not the fastest";
+    EXPECT_EQ(c.skinny_splits >= 1, c.kernel == k::TunedKernel::kSkinny);
+    EXPECT_LE(c.skinny_splits, in / 32);
+  }
+
+  // A decisions file names the kernels of tokens 2 (skinny, 3 splits) and 4 (cuBLAS).
+  const std::string file = ::testing::TempDir() + "servelab_auto_decisions.txt";
+  k::LtGemm::save_decisions(file);
+  std::vector<std::string> lines;
+  {
+    std::ifstream f(file);
+    for (std::string line; std::getline(f, line);) lines.push_back(line);
+  }
+  ASSERT_GE(lines.size(), 2u + choices.size()) << "every decision of the process";
+  const std::string tail = " 0 1 " + std::to_string(workspace.bytes()) + " 256 0 1 0 0 -1 1 0 0 ";
+  std::string algo;
+  for (int i = 0; i < 8; ++i) algo += " 0000000000000000";
+  {
+    std::ofstream f(file, std::ios::trunc);
+    f << lines[0] << "\n" << lines[1] << "\n";
+    f << "2 " << in << " " << out << " f32 0" << tail << "skinny 3 0 0" << algo << "\n";
+    f << "4 " << in << " " << out << " f32 0" << tail << "cublas 0 0 0" << algo << "\n";
+  }
+  EXPECT_EQ(k::LtGemm::load_decisions(file), 2);
+  std::remove(file.c_str());
+  for (const auto& [n, kernel] :
+       {std::pair{2, k::TunedKernel::kSkinny}, std::pair{4, k::TunedKernel::kCublas}}) {
+    SCOPED_TRACE("tokens " + std::to_string(n) + " from the file");
+    const std::vector<float> x = RandomBf16(rng, n * in);
+    DeviceBuffer d_x = Upload(ToBits(x)), y = Poisoned(n * out * 4);
+    tuned.linear(d_x.as<k::Bf16>(), d_w.as<k::Bf16>(), y.get(), k::Gemm::Out::kF32, n, in, out,
+                 0.0f, nullptr);
+    const std::vector<float> got = Download<float>(y, n * out);
+    EXPECT_TRUE(same(
+        got, kernel == k::TunedKernel::kSkinny ? skinny_bits(d_x, n, 3) : cublas_bits(d_x, n)));
+    ExpectClose(got, ReferenceLinear(x, w, n, in, out), 1e-3, 1e-4, "from the file");
+  }
+  EXPECT_EQ(k::LtGemm::process_tunings() - tunings_before, 7) << "loaded shapes are not timed";
+
+  // Tokens 3, met first inside a capture: cuBLAS, untimed; the replay and an eager call agree.
+  const std::vector<float> x = RandomBf16(rng, 3 * in);
+  DeviceBuffer d_x = Upload(ToBits(x)), graph_y = Poisoned(3 * out * 4);
+  k::OwnedStream stream = k::OwnedStream::create();
+  k::CudaGraph graph;
+  graph.begin_capture(stream.get());
+  tuned.linear(d_x.as<k::Bf16>(), d_w.as<k::Bf16>(), graph_y.get(), k::Gemm::Out::kF32, 3, in, out,
+               0.0f, stream.get());
+  graph.end_capture();
+  graph.launch(stream.get());
+  k::synchronize(stream.get());
+  EXPECT_TRUE(same(Download<float>(graph_y, 3 * out), cublas_bits(d_x, 3)));
+  const std::vector<k::LtChoice> after = tuned.lt_choices();
+  const auto captured = std::find_if(after.begin(), after.end(),
+                                     [](const k::LtChoice& c) { return c.shape.tokens == 3; });
+  ASSERT_NE(captured, after.end());
+  EXPECT_FALSE(captured->tuned);
+  EXPECT_EQ(captured->kernel, k::TunedKernel::kCublas);
 #endif
 }
 

@@ -5,7 +5,8 @@
 # GPU, and bench/gpu/report.py reads the JSON Google Benchmark writes (the counters it needs are
 # there, named as it expects). The emulator's timings are the CPU's: nothing is judged on them.
 # The fp8 rows (kernel 2) run once each, the 128-row prefill kernels (3 fa2_128, 4 wgmma) at 512;
-# the o_proj GEMM at one token through cuBLAS, the skinny kernel and cuBLASLt (timed per shape),
+# the o_proj GEMM at one token through cuBLAS, the skinny kernel, cuBLASLt (timed per shape) and
+# auto (the fastest of them, timed per shape),
 # the skinny kernel with its plan's splits and with 2; the three per-token kernels
 # (RMSNorm, SiLU-mul, QKV + RoPE + KV write) at one row. The WMMA prefill fallback is
 # left out: its replicated-fragment model is the emulator's slowest path (minutes under
@@ -26,7 +27,7 @@ j=$t/work/kernels_bench.json
 check "kernels_bench (emulated) runs its smallest shapes" run 0 "$bench" \
   '--benchmark_filter=^BM_(DeviceCopy/268435456|DecodeAttention/(1|8)/512/|PrefillAttention/512/(0|2|3|4)|PrefillChunk/16/128/|DecodeGemm/1/1/|SkinnySplits/1/1/(0|2)/|LoraDelta/8/4/|TokenKernels/1/|SwapOut/16)' \
   --benchmark_min_time=0.01 --benchmark_out_format=json "--benchmark_out=$j"
-check "  ... twenty-four benchmarks, none in error" python3 - "$j" <<'EOF'
+check "  ... twenty-five benchmarks, none in error" python3 - "$j" <<'EOF'
 import json, sys
 runs = [b for b in json.load(open(sys.argv[1]))["benchmarks"]
         if b.get("run_type", "iteration") == "iteration"]
@@ -36,8 +37,12 @@ bad = [b["name"] + ": " + b.get("error_message", "") for b in runs if b.get("err
 decode = [b for b in runs if b["name"].startswith("BM_DecodeAttention")]
 lt = [b for b in runs if b["name"].startswith("BM_DecodeGemm/1/1/2")]
 skinny = [b for b in runs if b["name"].startswith("BM_DecodeGemm/1/1/1")]
+auto = [b for b in runs if b["name"].startswith("BM_DecodeGemm/1/1/3")]
 splits = {b["name"]: b for b in runs if b["name"].startswith("BM_SkinnySplits")}
-ok = (len(runs) == 24 and not bad and len(decode) == 5 and
+ok = (len(runs) == 25 and not bad and len(decode) == 5 and
+      len(auto) == 1 and auto[0]["label"] in ("o auto lt", "o auto cublas", "o auto skinny") and
+      all(auto[0][c] > 0 for c in ("lt_us", "cublas_us", "skinny_us")) and
+      (auto[0]["skinny_splits"] >= 1) == auto[0]["label"].endswith("skinny") and
       splits.keys() == {"BM_SkinnySplits/1/1/0/manual_time", "BM_SkinnySplits/1/1/2/manual_time"} and
       splits["BM_SkinnySplits/1/1/2/manual_time"]["splits"] == 2 and
       splits["BM_SkinnySplits/1/1/2/manual_time"]["label"] == "o 2 splits" and

@@ -5,7 +5,8 @@ usage: report.py tests|bench|e2e|validate WORK_DIR
        report.py prefill-choice [--fp8] WORK_DIR
                                            (the fastest prefill kernel at 8k: fa2, fa2_128 or
                                            wgmma; with --fp8, of those that read an fp8 KV cache)
-       report.py gemm-choice WORK_DIR      (the fastest decode-step GEMM kernel: cublas, skinny or lt)
+       report.py gemm-choice WORK_DIR      (the fastest decode-step GEMM kernel: cublas, skinny, lt
+                                            or auto)
        report.py pack-choice WORK_DIR      (1: short prefill launches pack heads, fa2_gqa; 0: not)
 Exit status: 0 when every check of the mode passed, 1 otherwise (a missing file is a failure).
 Standard library only, so it runs on any python3.
@@ -225,11 +226,18 @@ def report_bench(work):
                          verdict))
         elif name.startswith("BM_DecodeGemm"):
             # BM_DecodeGemm/M/shape/kernel: one Llama-3-8B linear layer at M tokens through
-            # cuBLAS (0), the skinny kernel (1) or cuBLASLt timed per shape (2) (label: "shape
-            # kernel"; cuBLASLt rows say which candidate won and what the heuristic's first took).
+            # cuBLAS (0), the skinny kernel (1), cuBLASLt timed per shape (2) or auto (3: the
+            # fastest of them, timed per shape) (label: "shape kernel", auto's "shape auto
+            # WINNER"; cuBLASLt rows say which candidate won and what the heuristic's first took,
+            # auto rows each kernel's best while tuning).
             ratio = gbps(b) / copy if copy else 0
             detail = f"{ratio:.2f} of copy"
-            if "candidates" in b:
+            if "cublas_us" in b:
+                splits = int(b.get("skinny_splits", 0))
+                detail += (f"; tuned: lt {b.get('lt_us', 0):.1f}, cublas {b['cublas_us']:.1f},"
+                           f" skinny {b.get('skinny_us', 0):.1f} us"
+                           + (f" ({splits} splits)" if splits else ""))
+            elif "candidates" in b:
                 detail += (f"; candidate {int(b.get('chosen', -1))} of {int(b['candidates'])},"
                            f" split-K {int(b.get('split_k', 1))},"
                            f" first {b.get('first_us', 0):.1f} us")
@@ -334,7 +342,7 @@ def report_e2e(work):
               "hf_generate.log)")
         ok = False
     ok &= report_decode_step(work)
-    report_lt_choices(work)
+    report_gemm_choices(work)
     report_fp8_kv(work)
     # Async scheduling: the host plans step n + 1 while the GPU runs step n.
     report_c32_variant(work, "engine-c32-async", "async scheduling", hf_by_c.get(32))
@@ -377,22 +385,28 @@ def report_c32_variant(work, folder, what, hf32=None):
           f"TPOT p50 {pct(a, 'tpot_ms'):.2f} ms (default {pct(s, 'tpot_ms'):.2f})")
 
 
-def report_lt_choices(work, tokens=32):
-    """One line: what cuBLASLt's timing chose in the c32 run with SERVELAB_CUDA_GEMM=lt
-    (summary.json gemm_lt, docs/metrics.md): the shapes at `tokens` tokens (one decode step's
-    GEMMs at batch 32, each layer's and the LM head), candidate 0's time against the winner's."""
-    s = load(os.path.join(work, "engine-c32-lt", "summary.json"))
+def report_gemm_choices(work, tokens=32):
+    """One line: what the c32 run with SERVELAB_CUDA_GEMM=auto chose (summary.json gemm_lt,
+    docs/metrics.md): of the shapes at `tokens` tokens (one decode step's GEMMs at batch 32, each
+    layer's and the LM head), how many each kernel runs, and the winners' times in sum against
+    cuBLAS's, as timed while tuning."""
+    s = load(os.path.join(work, "engine-c32-auto", "summary.json"))
     if s is None or "gemm_lt" not in s:
-        print("cuBLASLt choices at concurrency 32: not run (engine-c32-lt)")
+        print("GEMM choices at concurrency 32: not run (engine-c32-auto)")
         return
     at = [g for g in s["gemm_lt"] if g.get("tokens") == tokens]
-    first = sum(g.get("first_us", 0) for g in at)
-    chosen = sum(g.get("chosen_us", 0) for g in at)
-    moved = sum(1 for g in at if g.get("chosen", 0) != 0)
-    gain = f", {100 * (first - chosen) / first:.1f} % less" if first > 0 else ""
-    print(f"cuBLASLt choices at concurrency 32: {len(s['gemm_lt'])} shapes timed; the {len(at)} at "
-          f"{tokens} tokens take {chosen:.1f} us (heuristic's first {first:.1f} us{gain}), "
-          f"{moved} of them another algorithm than the heuristic's first")
+
+    def winner_us(g):
+        return {"lt": g.get("chosen_us", 0), "cublas": g.get("cublas_us", 0),
+                "skinny": g.get("skinny_us", 0)}.get(g.get("kernel"), 0)
+    chosen = sum(winner_us(g) for g in at)
+    cublas = sum(g.get("cublas_us", 0) for g in at)
+    kinds = ", ".join(f"{sum(1 for g in at if g.get('kernel') == k)} {k}"
+                      for k in ("lt", "cublas", "skinny"))
+    gain = f", {100 * (cublas - chosen) / cublas:.1f} % less" if cublas > 0 else ""
+    print(f"GEMM choices at concurrency 32: {len(s['gemm_lt'])} shapes timed; the {len(at)} at "
+          f"{tokens} tokens run on {kinds} and take {chosen:.1f} us (cuBLAS {cublas:.1f} us"
+          f"{gain})")
 
 
 def report_fp8_kv(work):
@@ -457,7 +471,7 @@ def report_decode_step(work):
     for folder, label, block_bytes in (("engine-c32", "graphs on", BLOCK_BYTES),
                                        ("engine-c32-eager", "graphs off", BLOCK_BYTES),
                                        ("engine-c32-pdl", "graphs on, PDL", BLOCK_BYTES),
-                                       ("engine-c32-lt", "graphs on, cuBLASLt tuned",
+                                       ("engine-c32-auto", "graphs on, GEMMs tuned",
                                         BLOCK_BYTES),
                                        ("engine-c32-fp8", "graphs on, fp8 KV", BLOCK_BYTES // 2)):
         d = decode_steps(work, folder, 32)
@@ -618,7 +632,7 @@ DECODE_STEP_GEMMS = ("0", "1", "2", "5", "4")
 
 
 # BM_DecodeGemm's kernel index -> SERVELAB_CUDA_GEMM's name.
-GEMM_KERNELS = {"0": "cublas", "1": "skinny", "2": "lt"}
+GEMM_KERNELS = {"0": "cublas", "1": "skinny", "2": "lt", "3": "auto"}
 
 
 def bench_times(work, benchmark, args):
@@ -635,10 +649,10 @@ def bench_times(work, benchmark, args):
 
 
 def gemm_choice(work, tokens=("1", "8", "32"), margin=0.02):
-    """The linear-layer kernel to run after `bench` in the same gpu-check invocation: of "skinny"
-    and "lt", the one whose decode-step GEMMs (DECODE_STEP_GEMMS, summed over M in `tokens`) take
-    the least time, when that is more than `margin` less than cuBLAS's; else "cublas" (also when
-    a kernel lacks a figure: it is not considered)."""
+    """The linear-layer kernel to run after `bench` in the same gpu-check invocation: of "skinny",
+    "lt" and "auto", the one whose decode-step GEMMs (DECODE_STEP_GEMMS, summed over M in
+    `tokens`) take the least time, when that is more than `margin` less than cuBLAS's; else
+    "cublas" (also when a kernel lacks a figure: it is not considered)."""
     times = bench_times(work, "BM_DecodeGemm", 3)
     total = {}
     for kernel in GEMM_KERNELS:
@@ -646,7 +660,7 @@ def gemm_choice(work, tokens=("1", "8", "32"), margin=0.02):
         if all(t and t > 0 for t in got):
             total[kernel] = sum(got)
     cublas = total.get("0")
-    others = [k for k in ("1", "2") if k in total]
+    others = [k for k in ("1", "2", "3") if k in total]
     if not cublas or not others:
         return "cublas"
     best = min(others, key=lambda k: total[k])

@@ -384,6 +384,14 @@ class Report(unittest.TestCase):
         self.assertRegex(self.run_report("bench")[1],
                          r"BM_DecodeGemm/32/4/1 \(lm_head skinny\)\s+3600 GB/s\s+0.90 of copy; "
                          r"262.0 us, 1 splits, model 250.2 us\s+report")
+        runs.append({"name": "BM_DecodeGemm/32/1/3/manual_time", "GBps": 3400.0,
+                     "label": "o auto skinny", "real_time": 10000.0, "time_unit": "ns",
+                     "candidates": 16, "chosen": 2, "split_k": 1, "first_us": 16.0,
+                     "lt_us": 14.5, "cublas_us": 15.25, "skinny_us": 10.5, "skinny_splits": 5})
+        self.write("kernels_bench.json", {"benchmarks": runs})
+        self.assertRegex(self.run_report("bench")[1],
+                         r"BM_DecodeGemm/32/1/3 \(o auto skinny\)\s+3400 GB/s\s+0.85 of copy; "
+                         r"tuned: lt 14.5, cublas 15.2, skinny 10.5 us \(5 splits\)\s+report")
         runs.append({"name": "BM_SkinnySplits/32/1/4/manual_time", "GBps": 3000.0,
                      "real_time": 11250.0, "time_unit": "ns", "label": "o 4 splits",
                      "splits": 4, "predicted_us": 9.81})
@@ -513,12 +521,14 @@ class Report(unittest.TestCase):
     def test_gemm_choice_takes_the_fastest_only_when_a_decode_steps_gemms_are_faster(self):
         # gpu-check bench: the modes after it run the linear-layer kernel whose decode-step GEMMs
         # (qkv, o, gate_up, down with SiLU, LM head at M = 1, 8, 32) take the least time in sum:
-        # skinny (1) or cuBLASLt timed per shape (2), when more than 2 % faster than cuBLAS (0).
-        def choice(skinny_us, lt_us=None, drop=None, extra=()):
+        # skinny (1), cuBLASLt timed per shape (2) or auto (3), when more than 2 % faster than
+        # cuBLAS (0).
+        def choice(skinny_us, lt_us=None, drop=None, extra=(), auto_us=None):
             runs = []
             for m in ("1", "8", "32"):
                 for shape in ("0", "1", "2", "3", "4", "5"):
-                    for kernel, t in (("0", 100.0), ("1", skinny_us), ("2", lt_us)):
+                    for kernel, t in (("0", 100.0), ("1", skinny_us), ("2", lt_us),
+                                      ("3", auto_us)):
                         if t is not None and (m, shape, kernel) != drop:
                             runs.append({"name": f"BM_DecodeGemm/{m}/{shape}/{kernel}/manual_time",
                                          "real_time": t})
@@ -537,6 +547,11 @@ class Report(unittest.TestCase):
         self.assertEqual(choice(120.0, lt_us=99.0), "cublas")
         # a figure missing: lt is left out, skinny still considered
         self.assertEqual(choice(95.0, lt_us=90.0, drop=("32", "4", "2")), "skinny")
+        # auto: taken when its per-shape choice is the fastest in sum, past the margin.
+        self.assertEqual(choice(95.0, lt_us=90.0, auto_us=85.0), "auto")
+        self.assertEqual(choice(85.0, lt_us=90.0, auto_us=88.0), "skinny")
+        self.assertEqual(choice(120.0, auto_us=99.0), "cublas")
+        self.assertEqual(choice(120.0, auto_us=90.0, drop=("1", "0", "3")), "cublas")
         # M = 128 (cuBLAS only) does not count, however slow.
         slow = [{"name": "BM_DecodeGemm/128/2/0/manual_time", "real_time": 1e9}]
         self.assertEqual(choice(99.0, extra=slow), "cublas")
@@ -585,7 +600,7 @@ class Report(unittest.TestCase):
         self.assertFalse(self.run_report("tests")[0])
         # e2e: only engine_c32 and copy_bw ran; no HF baseline, by choice.
         for name in ("engine_c1", "engine_c8", "engine_c128", "engine_c32_eager", "engine_c32_pdl",
-                     "engine_c32_lt", "engine_c32_fp8", "hf_generate"):
+                     "engine_c32_auto", "engine_c32_fp8", "hf_generate"):
             left_out(name)
         self.write("copy_bw.json", {"benchmarks": [
             {"name": "BM_DeviceCopy/1073741824/manual_time", "bytes_per_second": 4.0e12}]})
@@ -618,7 +633,7 @@ class Report(unittest.TestCase):
         self.assertFalse(ok)
         self.assertIn("no SDPA figure", text)
 
-    def test_decode_step_rows_graphs_eager_pdl_and_lt(self):
+    def test_decode_step_rows_graphs_eager_pdl_and_auto(self):
         # The decode-only steps at batch 32 of each run against (weights + KV) / copy bandwidth;
         # only the default run ("graphs on") is held to the 1.25x target.
         self.write("copy_bw.json", {"benchmarks": [
@@ -632,7 +647,7 @@ class Report(unittest.TestCase):
         self.write("engine-c32/summary.json", {"cuda_graphs": {
             "captures": 0, "replays": 3, "padded_eager_steps": 0, "eager_steps": 2}})
         steps("engine-c32-pdl", [5.5, 5.4, 5.6])
-        steps("engine-c32-lt", [5.2, 5.1])
+        steps("engine-c32-auto", [5.2, 5.1])
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
             ok = report.report_decode_step(self.work)
@@ -640,7 +655,7 @@ class Report(unittest.TestCase):
         # bound = (15.01 GB of weights + 1000 blocks x 2 MiB) / 4000 GB/s = 4.28 ms
         self.assertRegex(text, r"graphs on\s+6.00\s+4.28\s+1.40x\s+3\s+MISS\s+0 *\n")
         self.assertRegex(text, r"graphs on, PDL\s+5.50\s+4.28\s+1.29x\s+3\s+report\s+- *\n")
-        self.assertRegex(text, r"graphs on, cuBLASLt tuned\s+5.20\s+4.28\s+1.22x\s+2\s+report")
+        self.assertRegex(text, r"graphs on, GEMMs tuned\s+5.20\s+4.28\s+1.22x\s+2\s+report")
         self.assertRegex(text, r"graphs off\s+no result")
         self.assertFalse(ok)
         steps("engine-c32", [5.3])
@@ -671,16 +686,19 @@ class Report(unittest.TestCase):
         self.assertIn("fp8 KV at concurrency 32: 9500 output tok/s (bf16 9011), TPOT p50 4.50 ms "
                       "(bf16 5.00), KV blocks 40000 (bf16 ?)", self.run_report("e2e")[1])
         self.assertIn("async scheduling at concurrency 32: not run", self.run_report("e2e")[1])
-        self.assertIn("cuBLASLt choices at concurrency 32: not run (engine-c32-lt)",
+        self.assertIn("GEMM choices at concurrency 32: not run (engine-c32-auto)",
                       self.run_report("e2e")[1])
         shape = {"in": 4096, "out": 4096, "tuned": True, "candidates": 8}
-        self.write("engine-c32-lt/summary.json", {"gemm_lt": [
-            dict(shape, tokens=32, chosen=3, first_us=20.0, chosen_us=15.0),
-            dict(shape, tokens=32, chosen=0, first_us=10.0, chosen_us=10.0),
-            dict(shape, tokens=8, chosen=1, first_us=9.0, chosen_us=4.0)]})
-        self.assertIn("cuBLASLt choices at concurrency 32: 3 shapes timed; the 2 at 32 tokens take "
-                      "25.0 us (heuristic's first 30.0 us, 16.7 % less), 1 of them another "
-                      "algorithm than the heuristic's first", self.run_report("e2e")[1])
+        self.write("engine-c32-auto/summary.json", {"gemm_lt": [
+            dict(shape, tokens=32, kernel="lt", chosen_us=15.0, cublas_us=20.0, skinny_us=16.0),
+            dict(shape, tokens=32, kernel="skinny", chosen_us=12.0, cublas_us=10.0, skinny_us=8.0,
+                 skinny_splits=5),
+            dict(shape, tokens=32, kernel="cublas", chosen_us=12.0, cublas_us=10.0,
+                 skinny_us=11.0),
+            dict(shape, tokens=8, kernel="lt", chosen_us=4.0, cublas_us=9.0, skinny_us=5.0)]})
+        self.assertIn("GEMM choices at concurrency 32: 4 shapes timed; the 3 at 32 tokens run on "
+                      "1 lt, 1 cublas, 1 skinny and take 33.0 us (cuBLAS 40.0 us, 17.5 % less)",
+                      self.run_report("e2e")[1])
         self.write("engine-c32-async/summary.json", {
             "throughput": {"output_tokens_per_s": 9800.0}, "tpot_ms": {"p50": 4.7}})
         self.assertIn("async scheduling at concurrency 32: 9800 output tok/s, 12.0x HF (default "
