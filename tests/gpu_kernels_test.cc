@@ -150,6 +150,34 @@ DeviceBuffer Poisoned(std::size_t bytes) {
   return b;
 }
 
+// g.linear of x [T][in] (d_x on the device) by w [out][in] (d_w) three ways, each against the
+// double-precision reference: fp32 added into a known base (beta 1), fp32 over NaN (beta 0) and
+// bf16. Returns the fp32 beta-0 output.
+[[maybe_unused]] std::vector<float> CheckLinearThreeWays(k::Gemm& g, const std::vector<float>& x,
+                                                         const DeviceBuffer& d_x,
+                                                         const std::vector<float>& w,
+                                                         const DeviceBuffer& d_w, std::int32_t T,
+                                                         std::int32_t in, std::int32_t out) {
+  const std::vector<float> want = ReferenceLinear(x, w, T, in, out);
+  std::vector<float> base(want.size()), want_acc(want);
+  for (std::size_t i = 0; i < base.size(); ++i) {
+    base[i] = 0.25f * static_cast<float>(i % 7);
+    want_acc[i] += base[i];
+  }
+  DeviceBuffer acc = Upload(base), y32 = Poisoned(T * out * 4), y16 = Poisoned(T * out * 2);
+  const auto run = [&](void* y, k::Gemm::Out type, float beta) {
+    g.linear(d_x.as<k::Bf16>(), d_w.as<k::Bf16>(), y, type, T, in, out, beta, nullptr);
+  };
+  run(acc.get(), k::Gemm::Out::kF32, 1.0f);
+  run(y32.get(), k::Gemm::Out::kF32, 0.0f);
+  run(y16.get(), k::Gemm::Out::kBf16, 0.0f);
+  ExpectClose(Download<float>(acc, want.size()), want_acc, 1e-3, 1e-4, "fp32, beta 1");
+  const std::vector<float> y = Download<float>(y32, want.size());
+  ExpectClose(y, want, 1e-3, 1e-4, "fp32, beta 0 over NaN");
+  ExpectClose(FromBits(Download<std::uint16_t>(y16, want.size())), want, 1e-2, 8e-3, "bf16");
+  return y;
+}
+
 // fp8 codes of `format` (e4m3 or e5m2) and back.
 [[maybe_unused]] std::uint8_t Fp8Code(float x, k::FloatFormat format) {
   return format == k::FloatFormat::kFp8E5m2 ? k::float_to_fp8_e5m2(x) : k::float_to_fp8_e4m3(x);
@@ -1794,28 +1822,16 @@ TEST(GpuKernels, CublasLtGemmTunesEachShapeOnce) {
     SCOPED_TRACE("tokens " + std::to_string(T));
     const std::vector<float> x = RandomBf16(rng, T * in);
     DeviceBuffer d_x = Upload(ToBits(x));
-    const std::vector<float> want = ReferenceLinear(x, w, T, in, out);
-    std::vector<float> base(T * out), want_acc(want);
-    for (std::size_t i = 0; i < base.size(); ++i) {
-      base[i] = 0.25f * static_cast<float>(i % 7);
-      want_acc[i] += base[i];
-    }
-    DeviceBuffer acc = Upload(base), y32 = Poisoned(T * out * 4), y16 = Poisoned(T * out * 2);
-    const auto run = [&](k::Gemm& g, void* y, k::Gemm::Out type, float beta) {
-      g.linear(d_x.as<k::Bf16>(), d_w.as<k::Bf16>(), y, type, T, in, out, beta, nullptr);
+    const std::vector<float> first = CheckLinearThreeWays(lt, x, d_x, w, d_w, T, in, out);
+    const auto run = [&](k::Gemm& g, void* y) {
+      g.linear(d_x.as<k::Bf16>(), d_w.as<k::Bf16>(), y, k::Gemm::Out::kF32, T, in, out, 0.0f,
+               nullptr);
     };
-    run(lt, acc.get(), k::Gemm::Out::kF32, 1.0f);
-    run(lt, y32.get(), k::Gemm::Out::kF32, 0.0f);
-    run(lt, y16.get(), k::Gemm::Out::kBf16, 0.0f);
-    ExpectClose(Download<float>(acc, want.size()), want_acc, 1e-3, 1e-4, "fp32, beta 1");
-    const std::vector<float> first = Download<float>(y32, want.size());
-    ExpectClose(first, want, 1e-3, 1e-4, "fp32, beta 0 over NaN");
-    ExpectClose(FromBits(Download<std::uint16_t>(y16, want.size())), want, 1e-2, 8e-3, "bf16");
     DeviceBuffer again = Poisoned(T * out * 4), plain = Poisoned(T * out * 4);
-    run(lt, again.get(), k::Gemm::Out::kF32, 0.0f);
-    run(cublas, plain.get(), k::Gemm::Out::kF32, 0.0f);
-    const std::vector<float> second = Download<float>(again, want.size()),
-                             via_cublas = Download<float>(plain, want.size());
+    run(lt, again.get());
+    run(cublas, plain.get());
+    const std::vector<float> second = Download<float>(again, first.size()),
+                             via_cublas = Download<float>(plain, first.size());
     EXPECT_EQ(std::memcmp(first.data(), second.data(), first.size() * 4), 0)
         << "a shape's second call differs";
     if (T == 5) {
@@ -1995,26 +2011,11 @@ TEST(GpuKernels, AutoGemmRunsTheFastestKernelOfEachShape) {
     SCOPED_TRACE("tokens " + std::to_string(T));
     const std::vector<float> x = RandomBf16(rng, T * in);
     DeviceBuffer d_x = Upload(ToBits(x));
-    const std::vector<float> want = ReferenceLinear(x, w, T, in, out);
-    std::vector<float> base(T * out), want_acc(want);
-    for (std::size_t i = 0; i < base.size(); ++i) {
-      base[i] = 0.25f * static_cast<float>(i % 7);
-      want_acc[i] += base[i];
-    }
-    DeviceBuffer acc = Upload(base), y32 = Poisoned(T * out * 4), y16 = Poisoned(T * out * 2);
-    const auto run = [&](void* y, k::Gemm::Out type, float beta) {
-      tuned.linear(d_x.as<k::Bf16>(), d_w.as<k::Bf16>(), y, type, T, in, out, beta, nullptr);
-    };
-    run(acc.get(), k::Gemm::Out::kF32, 1.0f);
-    run(y32.get(), k::Gemm::Out::kF32, 0.0f);
-    run(y16.get(), k::Gemm::Out::kBf16, 0.0f);
-    ExpectClose(Download<float>(acc, want.size()), want_acc, 1e-3, 1e-4, "fp32, beta 1");
-    const std::vector<float> first = Download<float>(y32, want.size());
-    ExpectClose(first, want, 1e-3, 1e-4, "fp32, beta 0 over NaN");
-    ExpectClose(FromBits(Download<std::uint16_t>(y16, want.size())), want, 1e-2, 8e-3, "bf16");
+    const std::vector<float> first = CheckLinearThreeWays(tuned, x, d_x, w, d_w, T, in, out);
     DeviceBuffer again = Poisoned(T * out * 4);
-    run(again.get(), k::Gemm::Out::kF32, 0.0f);
-    EXPECT_TRUE(same(first, Download<float>(again, want.size()))) << "a second call differs";
+    tuned.linear(d_x.as<k::Bf16>(), d_w.as<k::Bf16>(), again.get(), k::Gemm::Out::kF32, T, in, out,
+                 0.0f, nullptr);
+    EXPECT_TRUE(same(first, Download<float>(again, first.size()))) << "a second call differs";
     const std::vector<k::LtChoice> choices = tuned.lt_choices();
     const auto c = std::find_if(choices.begin(), choices.end(), [&](const k::LtChoice& c) {
       return c.shape.tokens == T && c.shape.out_f32 && !c.shape.accumulate;
