@@ -139,9 +139,8 @@ void Gemm::run_auto(const Bf16* input, const Bf16* gate_up, Bf16* act, const Bf1
       swiglu ? gate_up : input, w, y, out_type == Out::kF32, tokens, in, out, beta, swiglu};
   const bool skinny_fits = skinny_gemm_fits(a);
   if (skinny_fits) add_skinny_workspace(a);
-  LtChoice choice;
+  LtAlternatives alt;  // built only for a shape this object has not planned: then timed
   if (!lt_->planned(shape)) {
-    LtAlternatives alt;
     alt.prologue = prologue;
     alt.kernels.push_back({TunedKernel::kCublas, 0, [=](void* target, Stream s) {
                              prologue(s);
@@ -165,10 +164,8 @@ void Gemm::run_auto(const Bf16* input, const Bf16* gate_up, Bf16* act, const Bf1
                                }});
       }
     }
-    choice = lt_->decide_auto(shape, x, w, y, beta, stream, alt);
-  } else {
-    choice = lt_->decide_auto(shape, x, w, y, beta, stream, {});
   }
+  const LtChoice choice = lt_->decide_auto(shape, x, w, y, beta, stream, alt);
   if (choice.kernel == TunedKernel::kSkinny && skinny_fits) {
     a.forced_splits = choice.skinny_splits;
     skinny_linear(a, stream);

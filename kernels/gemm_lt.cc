@@ -325,9 +325,8 @@ void LtGemm::decide(Plan& p, const Bf16* x, const Bf16* w, void* y, float beta, 
     const bool any_kernel = p.info.shape.any_kernel;
     if (any_kernel) p.info.kernel = TunedKernel::kCublas;  // until a faster one is timed
     if ((!c.results.empty() || any_kernel) && !capturing(stream)) {
-      const LtAlternatives none;
-      tune(p, c, x, w, y, beta, stream,
-           any_kernel ? (alternatives != nullptr ? alternatives : &none) : nullptr);
+      // (decide_auto always passes its alternatives; run() never decides a kAuto shape)
+      tune(p, c, x, w, y, beta, stream, any_kernel ? alternatives : nullptr);
       ++d.tunings;
       made.usable = p.info.timed > 0;  // none could run: the shape goes to cuBLAS for good
     } else {
