@@ -564,9 +564,13 @@ void CudaExecutor::Impl::init(const LlamaWeights* host, std::uint64_t seed) {
   s.gemm->set_workspace(s.cublas_workspace.get(), s.cublas_workspace.bytes());
   s.gemm->set_kernel(s.options.gemm_kernel);
   s.buckets = k::decode_graph_buckets(options.max_num_seqs);
-  // cuBLASLt (kCublasLt) times the shapes of the decode steps graphs replay, on their first
-  // eager pass (the warm-up's, before any measured step); other steps keep cuBLAS.
+  // cuBLASLt (kCublasLt) and auto time the shapes of the decode steps graphs replay, on their
+  // first eager pass (the warm-up's, before any measured step); other steps keep cuBLAS. Their
+  // timing buffers come out of the memory the KV cache is sized from: the L2 flush, and a scratch
+  // output for the residual's projections (o_proj, down_proj: the largest bucket x hidden fp32).
   s.gemm->set_lt_tokens(s.buckets);
+  s.gemm->reserve_tuning(static_cast<std::size_t>(s.buckets.back()) *
+                         static_cast<std::size_t>(m.hidden_size) * sizeof(float));
   s.lora_shape = k::llama_lora_shape(m.hidden_size, static_cast<std::int32_t>(m.q_size()),
                                      static_cast<std::int32_t>(m.kv_size()), m.intermediate_size);
   s.lora_gather_ok = k::lora_gather_fits(s.lora_shape);

@@ -132,7 +132,8 @@ struct CudaExecutorOptions {
   // with an algorithm timed per shape for token counts equal to a decode graph bucket, or (auto)
   // for those counts the fastest of the three timed per shape (kernels/gemm_lt.h: timed on a
   // shape's first eager pass, which the warm-up's decode steps are; its flush and scratch
-  // buffers, about twice the L2, are allocated then, outside gpu_memory_utilization's budget).
+  // buffers, about twice the L2, are allocated before the KV cache is sized: inside
+  // gpu_memory_utilization's budget).
   // Environment: SERVELAB_CUDA_GEMM (kernels/gemm_kernel.h). Other steps always run cuBLAS.
   kernels::GemmKernel gemm_kernel = kernels::GemmKernel::kCublas;
   // Programmatic dependent launch of the decode-step kernels other than cuBLAS's (norms, RoPE and

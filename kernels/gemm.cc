@@ -94,6 +94,10 @@ void Gemm::set_lt_tokens(std::vector<std::int32_t> counts) {
   lt_tokens_ = std::move(counts);
 }
 
+void Gemm::reserve_tuning(std::size_t scratch_bytes) {
+  if (lt_) lt_->reserve(scratch_bytes);
+}
+
 std::vector<LtChoice> Gemm::lt_choices() const {
   return lt_ ? lt_->choices() : std::vector<LtChoice>{};
 }

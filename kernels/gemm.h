@@ -74,6 +74,8 @@ class Gemm {
   // kLtDefaultMaxTokens.
   void set_lt_tokens(std::vector<std::int32_t> counts);
   static constexpr std::int32_t kLtDefaultMaxTokens = 512;
+  // With kCublasLt or kAuto: LtGemm::reserve (the tuning buffers, allocated now); else nothing.
+  void reserve_tuning(std::size_t scratch_bytes);
   // The shapes planned so far with the process's decision for each (empty unless kCublasLt or
   // kAuto ran).
   std::vector<LtChoice> lt_choices() const;

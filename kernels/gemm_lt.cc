@@ -209,11 +209,7 @@ bool LtGemm::launch(const Plan& p, const void* algo, const Bf16* x, const Bf16* 
                         workspace_bytes_, as_stream(stream)) == CUBLAS_STATUS_SUCCESS;
 }
 
-void LtGemm::tune(Plan& p, const Candidates& c, const Bf16* x, const Bf16* w, void* y, float beta,
-                  Stream stream, const LtAlternatives* alternatives) {
-  const LtShape& s = p.info.shape;
-  const std::size_t out_bytes =
-      static_cast<std::size_t>(s.tokens) * static_cast<std::size_t>(s.out) * (s.out_f32 ? 4 : 2);
+void LtGemm::reserve(std::size_t scratch_bytes) {
   if (flush_.bytes() == 0) {
     int device = 0, l2 = 0;
     check_cuda(cudaGetDevice(&device), "cudaGetDevice");
@@ -221,9 +217,17 @@ void LtGemm::tune(Plan& p, const Candidates& c, const Bf16* x, const Bf16* w, vo
                "cudaDeviceGetAttribute(L2)");
     flush_ = DeviceBuffer(std::max<std::size_t>(2 * static_cast<std::size_t>(l2), 1 << 20));
   }
+  if (scratch_.bytes() < scratch_bytes) scratch_ = DeviceBuffer(scratch_bytes);
+}
+
+void LtGemm::tune(Plan& p, const Candidates& c, const Bf16* x, const Bf16* w, void* y, float beta,
+                  Stream stream, const LtAlternatives* alternatives) {
+  const LtShape& s = p.info.shape;
+  const std::size_t out_bytes =
+      static_cast<std::size_t>(s.tokens) * static_cast<std::size_t>(s.out) * (s.out_f32 ? 4 : 2);
+  reserve(s.accumulate ? out_bytes : 0);
   void* target = y;
   if (s.accumulate) {
-    if (scratch_.bytes() < out_bytes) scratch_ = DeviceBuffer(out_bytes);
     check_cuda(cudaMemsetAsync(scratch_.get(), 0, out_bytes, as_stream(stream)), "cudaMemsetAsync");
     target = scratch_.get();
   }

@@ -131,6 +131,12 @@ class LtGemm {
   LtChoice decide_auto(const LtShape& shape, const Bf16* x, const Bf16* w, void* y, float beta,
                        Stream stream, const LtAlternatives& alternatives);
 
+  // Allocates now the buffers tuning needs (the L2 flush, twice the L2 size, and a scratch output
+  // of at least scratch_bytes for beta != 0 shapes: their largest tokens x out x 4), so that a
+  // caller sizing its memory afterwards (the executor's KV cache) counts them; tuning grows the
+  // scratch if a shape needs more. Not during stream capture (cudaMalloc).
+  void reserve(std::size_t scratch_bytes);
+
   // Every shape this object ran, in LtShape order (with the process's decision for each).
   std::vector<LtChoice> choices() const;
 

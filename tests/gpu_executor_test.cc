@@ -1346,6 +1346,37 @@ TEST(GpuExecutor, LoraSlotsEvictTheLeastRecentlyUsedAndReloadExactly) {
 #endif
 }
 
+// The timing buffers of the lt and auto GEMM choices (kernels/gemm_lt.h LtGemm::reserve: an L2
+// flush of twice the L2 size, at least 1 MiB, and a scratch output for the residual's
+// projections, the largest decode bucket x hidden x 4 bytes) are allocated before the KV cache
+// is sized, so they come out of gpu_memory_utilization's budget; cuBLAS allocates none of them.
+TEST(GpuExecutor, GemmTuningBuffersComeOutOfTheCacheBudget) {
+  REQUIRE_GPU();
+#if SERVELAB_HAVE_CUDA
+  const LlamaWeights w = LlamaWeights::random(GpuConfig(64, 4, 2, false), 3);
+  CudaExecutorOptions sized = GpuOptions(16, 0);
+  sized.gpu_memory_utilization = 0.5;
+  std::int64_t plain = 0, block_bytes = 0;
+  {
+    CudaExecutor e(w, sized);
+    plain = e.num_blocks();
+    block_bytes = e.block_bytes();
+  }
+  const std::int64_t scratch = std::int64_t{16} * w.config.model.hidden_size * 4;  // bucket 16
+  for (const kernels::GemmKernel g : {kernels::GemmKernel::kCublasLt, kernels::GemmKernel::kAuto}) {
+    SCOPED_TRACE(kernels::gemm_kernel_name(g));
+    sized.gemm_kernel = g;
+    const CudaExecutor e(w, sized);
+    const std::int64_t fewer = plain - e.num_blocks();
+    EXPECT_GE(fewer * block_bytes, scratch + (std::int64_t{1} << 20));
+    EXPECT_LE(fewer * block_bytes, scratch + (std::int64_t{256} << 20) + 2 * block_bytes);
+  }
+  sized.gemm_kernel = kernels::GemmKernel::kCublas;
+  const CudaExecutor again(w, sized);
+  EXPECT_EQ(again.num_blocks(), plain);
+#endif
+}
+
 // Issue 19 item 4: decode steps replayed from CUDA graphs give bit-identical logits and tokens
 // to the same steps run eagerly with the same padded shapes (pad_decode_steps; an unpadded eager
 // step may differ in the last bits where cuBLAS picks another kernel for another row count), over
