@@ -118,6 +118,20 @@ CudaExecutorOptions GpuOptions(std::int32_t block_size, std::int32_t blocks,
   return o;
 }
 
+// Options whose KV cache is sized from memory: half the device (the emulator's 4 GiB), blocks of
+// 16 tokens.
+CudaExecutorOptions MemorySizedOptions() {
+  CudaExecutorOptions o = GpuOptions(16, 0);
+  o.gpu_memory_utilization = 0.5;
+  return o;
+}
+// The KV blocks an executor built with `options` gets, and their bytes.
+std::pair<std::int64_t, std::int64_t> CacheBlocks(const LlamaWeights& w,
+                                                  const CudaExecutorOptions& options) {
+  const CudaExecutor e(w, options);
+  return {e.num_blocks(), e.block_bytes()};
+}
+
 // One step for one request over `table`: tokens [done, done + n).
 StepPlan OnePlan(const RequestSpec& spec, const std::vector<std::int32_t>& outputs,
                  std::int32_t done, std::int32_t n, const std::vector<BlockId>& table) {
@@ -1320,14 +1334,8 @@ TEST(GpuExecutor, LoraSlotsEvictTheLeastRecentlyUsedAndReloadExactly) {
   o.max_lora_rank = 1024;
   EXPECT_THROW(CudaExecutor(w, o), std::invalid_argument);
   // The slots come out of the memory the cache is sized from.
-  CudaExecutorOptions sized = GpuOptions(16, 0);
-  sized.gpu_memory_utilization = 0.5;
-  std::int64_t plain_blocks = 0, block_bytes = 0;
-  {
-    CudaExecutor plain(w, sized);
-    plain_blocks = plain.num_blocks();
-    block_bytes = plain.block_bytes();
-  }
+  CudaExecutorOptions sized = MemorySizedOptions();
+  const auto [plain_blocks, block_bytes] = CacheBlocks(w, sized);
   sized.enable_lora = true;
   sized.max_loras = 4;
   sized.max_lora_rank = 64;
@@ -1354,26 +1362,18 @@ TEST(GpuExecutor, GemmTuningBuffersComeOutOfTheCacheBudget) {
   REQUIRE_GPU();
 #if SERVELAB_HAVE_CUDA
   const LlamaWeights w = LlamaWeights::random(GpuConfig(64, 4, 2, false), 3);
-  CudaExecutorOptions sized = GpuOptions(16, 0);
-  sized.gpu_memory_utilization = 0.5;
-  std::int64_t plain = 0, block_bytes = 0;
-  {
-    CudaExecutor e(w, sized);
-    plain = e.num_blocks();
-    block_bytes = e.block_bytes();
-  }
+  CudaExecutorOptions sized = MemorySizedOptions();
+  const auto [plain, block_bytes] = CacheBlocks(w, sized);
   const std::int64_t scratch = std::int64_t{16} * w.config.model.hidden_size * 4;  // bucket 16
   for (const kernels::GemmKernel g : {kernels::GemmKernel::kCublasLt, kernels::GemmKernel::kAuto}) {
     SCOPED_TRACE(kernels::gemm_kernel_name(g));
     sized.gemm_kernel = g;
-    const CudaExecutor e(w, sized);
-    const std::int64_t fewer = plain - e.num_blocks();
+    const std::int64_t fewer = plain - CacheBlocks(w, sized).first;
     EXPECT_GE(fewer * block_bytes, scratch + (std::int64_t{1} << 20));
     EXPECT_LE(fewer * block_bytes, scratch + (std::int64_t{256} << 20) + 2 * block_bytes);
   }
   sized.gemm_kernel = kernels::GemmKernel::kCublas;
-  const CudaExecutor again(w, sized);
-  EXPECT_EQ(again.num_blocks(), plain);
+  EXPECT_EQ(CacheBlocks(w, sized).first, plain);
 #endif
 }
 
