@@ -1,5 +1,6 @@
 // cuBLASLt linear layers with the algorithm chosen by timing, per shape: what
-// GemmKernel::kCublasLt runs (kernels/gemm.h, kernels/gemm_kernel.h). Computes what Gemm::linear
+// GemmKernel::kCublasLt runs, and where GemmKernel::kAuto times cuBLASLt against the other
+// kernels (kernels/gemm.h, kernels/gemm_kernel.h). Computes what Gemm::linear
 // computes, y[T][out] = x[T][in] * w[out][in]^T (+ beta * y), bf16 inputs, fp32 compute, fp32 or
 // bf16 output, as cublasLtMatmul(OP_T, OP_N) with C = D = y. Compiled only when the build has
 // CUDA (SERVELAB_HAVE_CUDA); no CUDA header here.
@@ -17,7 +18,8 @@
 // (silu_mul) before each launch, as its alternatives include it or fuse it. The candidates write
 // y when beta == 0 (the call then overwrites it) and a scratch output otherwise (the residual
 // stream is never accumulated into twice). Tuning waits for the stream (events) and allocates its
-// flush and scratch buffers once (cudaMalloc): legal outside stream capture only.
+// flush and scratch buffers once (cudaMalloc; reserve() does it beforehand): legal outside stream
+// capture only.
 // A shape first met while the stream is being captured cannot be timed: kCublasLt keeps the
 // heuristic's first candidate, kAuto cuBLAS (recorded as not tuned). Decisions are the process's:
 // every LtGemm of the process (every executor, every Gemm) takes a shape's kernel and algorithm
