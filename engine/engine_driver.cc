@@ -682,8 +682,7 @@ RunOutput run_engine(const ExperimentConfig& config, const EngineOptions& option
         end.padded_eager - graphs_start.padded_eager, end.eager_steps - graphs_start.eager_steps};
     out.summary.prefill_packing = RunSummary::PrefillPacking{
         cuda_exec->prefill_launch().packs(), cuda_exec->packed_prefill_steps() - packed_start};
-    const kernels::GemmKernel gemm = cuda_exec->options().gemm_kernel;
-    if (gemm == kernels::GemmKernel::kCublasLt || gemm == kernels::GemmKernel::kAuto) {
+    if (kernels::gemm_kernel_tunes(cuda_exec->options().gemm_kernel)) {
       std::vector<RunSummary::GemmLtShape>& lt = out.summary.gemm_lt.emplace();
       for (const kernels::LtChoice& c : cuda_exec->gemm_lt_choices()) {
         lt.push_back({c.shape.tokens, c.shape.in, c.shape.out, c.shape.out_f32, c.shape.accumulate,

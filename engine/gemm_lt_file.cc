@@ -18,7 +18,7 @@ namespace {
 
 // The file, when the kernel is lt and the variable names one; empty otherwise.
 std::string lt_file(kernels::GemmKernel kernel) {
-  if (kernel != kernels::GemmKernel::kCublasLt && kernel != kernels::GemmKernel::kAuto) return "";
+  if (!kernels::gemm_kernel_tunes(kernel)) return "";
   return cuda_switches_from_env().gemm_lt_file.value_or("");
 }
 

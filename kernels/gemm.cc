@@ -82,7 +82,7 @@ void Gemm::set_kernel(GemmKernel kernel) {
     synchronize();
     sm_count_ = device_info().sm_count;
   }
-  if ((kernel == GemmKernel::kCublasLt || kernel == GemmKernel::kAuto) && !lt_) {
+  if (gemm_kernel_tunes(kernel) && !lt_) {
     lt_ = std::make_unique<LtGemm>();
     lt_->set_workspace(workspace_, workspace_bytes_);
   }
@@ -103,7 +103,7 @@ std::vector<LtChoice> Gemm::lt_choices() const {
 }
 
 bool Gemm::takes_lt(std::int32_t tokens) const {
-  if ((kernel_ != GemmKernel::kCublasLt && kernel_ != GemmKernel::kAuto) || !lt_) return false;
+  if (!gemm_kernel_tunes(kernel_) || !lt_) return false;
   if (lt_tokens_.empty()) return tokens <= kLtDefaultMaxTokens;
   return std::binary_search(lt_tokens_.begin(), lt_tokens_.end(), tokens);
 }

@@ -25,6 +25,12 @@ enum class GemmKernel {
 };
 
 inline constexpr std::int32_t kSkinnyMaxTokens = 32;
+
+// True for the kernels chosen by timing per shape (kCublasLt, kAuto): they keep process-wide
+// decisions (kernels/gemm_lt.h), a decisions file and timing buffers; the others none.
+constexpr bool gemm_kernel_tunes(GemmKernel kernel) {
+  return kernel == GemmKernel::kCublasLt || kernel == GemmKernel::kAuto;
+}
 inline constexpr const char* kGemmKernelEnv = "SERVELAB_CUDA_GEMM";
 
 // "cublas", "skinny", "lt" or "auto".
