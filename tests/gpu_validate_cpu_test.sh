@@ -188,6 +188,10 @@ check "  ... HF generate among them" has "\[hf_generate\] skipped: in --skip" "$
 check "gpu-check validate --dry-run lists the roofline runs" run 0 "$b/gpu-check" validate --dry-run --out "$t/d"
 check "  ... " has "sim_burst-8b-vllm-hash_roofline" "$t/last.txt"
 check "  ... and the report" has "experiments/validation/gpu/report.py" "$t/last.txt"
+# On the GPU every run names the board's catalogue entry (\$HW in a dry run), so that on an H100
+# the roofline runs do not price the experiments' H200.
+check "  ... every run names the GPU's hardware entry (calibration, 6 + 1 engine runs, 12 sim runs)" \
+  test "$(grep -c 'run .*--set hardware=\\\$HW' "$t/last.txt")" = 20
 # --kv-cache-dtype: the profile and every engine and sim run store K/V so, and the calibrated
 # files carry the dtype in their names.
 check "gpu-check validate --kv-cache-dtype fp8 --dry-run" run 0 "$b/gpu-check" validate \
