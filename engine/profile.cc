@@ -344,11 +344,17 @@ ProfileRun run_profile(const ProfileOptions& o, std::FILE* progress) {
     device_blocks = std::max(device_blocks, d + 1);
     host_blocks = std::max(host_blocks, h);
   }
-  // Refuse before allocating, as `engine run` does: the fp32 host weights (built for either
-  // device) and, on the CPU, the KV blocks of the largest shape; an 8B model's 32 GB ended in
-  // the OOM killer or std::bad_alloc on a small machine.
+  // Host weights exist only for a checkpoint or the CPU executor: the CUDA executor generates
+  // random weights on the device itself, as `engine run` does (no 32 GB fp32 host copy of an 8B
+  // model to fill, convert and upload before the first shape; each weight equals the host one
+  // rounded to bf16, so the steps are those of the same model).
+  const bool device_random = o.device == "cuda" && o.weights.empty();
+  // Refuse before allocating, as `engine run` does: the fp32 host weights and, on the CPU, the
+  // KV blocks of the largest shape; an 8B model's 32 GB ended in the OOM killer or
+  // std::bad_alloc on a small machine.
   {
-    const std::int64_t weight_bytes = model.num_params() * static_cast<std::int64_t>(sizeof(float));
+    const std::int64_t weight_bytes =
+        device_random ? 0 : model.num_params() * static_cast<std::int64_t>(sizeof(float));
     const std::int64_t kv_bytes =
         o.device == "cpu" ? (device_blocks + host_blocks) * engine_block_bytes(model, o.block_size)
                           : 0;
@@ -363,13 +369,27 @@ ProfileRun run_profile(const ProfileOptions& o, std::FILE* progress) {
                         "machine with more memory");
     }
   }
-  LlamaWeights weights = o.weights.empty() ? LlamaWeights::random(llama, o.seed)
-                                           : LlamaWeights::load(llama, o.weights);
-  try {
-    quantize_weights(weights, model.quantization);
-  } catch (const ConfigError& e) {
-    throw ConfigError("engine profile: quantization: " + std::string(e.what()));
+  std::optional<LlamaWeights> weights;
+  if (!device_random) {
+    weights.emplace(o.weights.empty() ? LlamaWeights::random(llama, o.seed)
+                                      : LlamaWeights::load(llama, o.weights));
+    try {
+      quantize_weights(*weights, model.quantization);
+    } catch (const ConfigError& e) {
+      throw ConfigError("engine profile: quantization: " + std::string(e.what()));
+    }
   }
+  // The header's `# weights:` line (a control character in a checkpoint's path would break the
+  // line, so it reads '?').
+  std::string weights_path = o.weights;
+  for (char& c : weights_path) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+  }
+  const std::string weights_line =
+      !o.weights.empty() ? "checkpoint " + weights_path
+      : device_random
+          ? "random (seed " + std::to_string(o.seed) + "), generated on the device in bf16"
+          : "random (seed " + std::to_string(o.seed) + "), fp32 on the host";
   // The executor and what the header says of it. The CUDA one's buffers are sized for the
   // largest shape of the grid.
   std::unique_ptr<Backend> exec;
@@ -389,7 +409,7 @@ ProfileRun run_profile(const ProfileOptions& o, std::FILE* progress) {
     eo.enable_lora = o.lora_rank > 0;
     eo.lora_seed = o.seed;
     eo.kv_format = kv_format;
-    exec = std::make_unique<CpuExecutor>(weights, eo);
+    exec = std::make_unique<CpuExecutor>(*weights, eo);
   }
 #if SERVELAB_HAVE_CUDA
   if (o.device == "cuda") {
@@ -423,7 +443,8 @@ ProfileRun run_profile(const ProfileOptions& o, std::FILE* progress) {
       throw ConfigError("engine profile: kv_cache_dtype (--kv-cache-dtype or the model file): " +
                         refusal);
     }
-    auto cuda = std::make_unique<CudaExecutor>(weights, co);
+    auto cuda = device_random ? std::make_unique<CudaExecutor>(llama, o.seed, co)
+                              : std::make_unique<CudaExecutor>(*weights, co);
     const kernels::DeviceInfo info = kernels::device_info();
     device_name = info.name + " (sm_" + std::to_string(info.major) + std::to_string(info.minor) +
                   ", " + std::to_string(info.sm_count) + " SMs)";
@@ -498,6 +519,7 @@ ProfileRun run_profile(const ProfileOptions& o, std::FILE* progress) {
   out << "# block_bytes: " << block_bytes << "\n";
   out << "# kv_cache_dtype: " << kernels::format_name(kv_format) << "\n";
   out << "# quantization: " << model.quantization << "\n";
+  out << "# weights: " << weights_line << "\n";
   out << "# reps: " << o.reps << "\n";
   out << "# warmup: " << o.warmup << " per round\n";
   out << "# rounds: " << std::min(o.rounds, o.reps) << "\n";

@@ -52,7 +52,8 @@ TEST(CalibrationE2E, ProfileCalibrateRunValidate) {
   for (const char* key :
        {"# model: tiny", "# device: cpu", "# machine_kind: cpu\n", "# machine_name: ",
         "# machine_threads: ", "# date_utc: ", "# engine_version: ", "# block_bytes: 8192",
-        "# kv_cache_dtype: fp32\n", "# quantization: none\n"}) {
+        "# kv_cache_dtype: fp32\n", "# quantization: none\n",
+        "# weights: random (seed 0), fp32 on the host\n"}) {
     EXPECT_NE(text.find(key), std::string::npos) << key;
   }
 

@@ -418,6 +418,8 @@ check "profile --device cuda --lora-rank 8 exits 0" run 0 env LD_LIBRARY_PATH="$
 check "  ... and names the device" has "profiled 21 step shapes of .* on ServeLab CUDA emulator" "$t/last.txt"
 check "  ... the header: a CUDA machine" has "^# machine_kind: cuda" "$p"
 check "  ... the CUDA executor" has "^# executor: CudaExecutor bf16" "$p"
+check "  ... over random weights made on the device (no fp32 host copy)" \
+  has "^# weights: random (seed 0), generated on the device in bf16$" "$p"
 check "  ... the LoRA rank line" has "^# lora_rank: 8" "$p"
 check "  ... 32 decodes under 8 adapters" has "^lora,32,.*,32,8,[0-9.]*,[0-9.]*$" "$p"
 check "  ... the power header" has "^# power: NVML board energy" "$p"
