@@ -317,10 +317,10 @@ int cmd_profile(const std::vector<std::string>& args) {
   const servelab::ProfileRun run =
       servelab::run_profile(o, !quiet && isatty(STDERR_FILENO) ? stderr : nullptr);
   if (!quiet) {
-    std::printf("profiled %zu step shapes of %s on %s in %.1f s; wrote %s\n", run.shapes,
-                o.model.c_str(), run.device.c_str(),
+    std::printf("profiled %zu step shapes of %s on %s in %.1f s (setup %.1f s); wrote %s\n",
+                run.shapes, o.model.c_str(), run.device.c_str(),
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
-                o.out.c_str());
+                run.setup_s, o.out.c_str());
   }
   return 0;
 }

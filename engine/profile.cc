@@ -278,6 +278,7 @@ std::vector<ProfileShape> profile_grid(bool quick, std::int32_t max_tokens, bool
 }
 
 ProfileRun run_profile(const ProfileOptions& o, std::FILE* progress) {
+  const auto setup_start = std::chrono::steady_clock::now();
   if (o.device != "cpu" && o.device != "cuda") {
     throw ConfigError("--device: expected cpu or cuda, got '" + o.device + "'");
   }
@@ -481,6 +482,8 @@ ProfileRun run_profile(const ProfileOptions& o, std::FILE* progress) {
     build(built.emplace_back(), s, o.block_size, o.seed, o.lora_rank, next_id);
   }
 
+  const double setup_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - setup_start).count();
   // Shape by shape, warm-up then repetitions back to back: consecutive engine steps have
   // similar shapes, so the weights and KV blocks are as warm in cache as they are in a run. The
   // repetitions are split over `rounds` passes over the grid, so that a shape's median is not
@@ -565,7 +568,7 @@ ProfileRun run_profile(const ProfileOptions& o, std::FILE* progress) {
   }
   write_file_atomically(o.out, out.str());
   save_gemm_lt_file(gemm_kernel);
-  return {built.size(), device_name};
+  return {built.size(), device_name, setup_s};
 }
 
 }  // namespace servelab

@@ -42,7 +42,9 @@ struct ProfileOptions {
   std::string model;           // catalogue name, YAML file or Hugging Face config.json path
   std::string device = "cpu";  // "cuda" is refused (ConfigError): no CUDA executor in this build
   std::string out;             // the CSV to write (atomically: temp file + rename)
-  std::string weights;         // optional checkpoint; random weights from `seed` otherwise
+  // Optional checkpoint; random weights from `seed` otherwise (on CUDA made on the device, as
+  // `engine run` makes them; the header's `# weights:` line says which).
+  std::string weights;
   int reps = 9;
   int warmup = 2;  // per round
   int rounds = 3;
@@ -88,6 +90,7 @@ std::vector<ProfileShape> profile_grid(bool quick, std::int32_t max_tokens, bool
 struct ProfileRun {
   std::size_t shapes = 0;
   std::string device;
+  double setup_s = 0;  // from the call to the first shape: the weights, the executor, the plans
 };
 
 // Runs the grid and writes options.out. `progress` (may be null) gets a line per shape

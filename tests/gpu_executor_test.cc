@@ -37,6 +37,7 @@
 #include "policies/registry.h"
 #include "serving/home.h"
 #include "serving/kv_capacity.h"
+#include "tests/gpu_test_support.h"
 #include "tests/speculation_workload.h"
 #if SERVELAB_HAVE_CUDA
 #include "engine/cuda_executor.h"
@@ -53,25 +54,9 @@
 namespace servelab {
 namespace {
 
-bool GpuAvailable(std::string* reason) {
-#if SERVELAB_HAVE_CUDA
-  return kernels::cuda_device_available(reason);
-#else
-  *reason = "this build has no CUDA support (configured without nvcc)";
-  return false;
-#endif
-}
-
-#define REQUIRE_GPU()                                                   \
-  do {                                                                  \
-    std::string why;                                                    \
-    if (!GpuAvailable(&why)) GTEST_SKIP() << "no CUDA device: " << why; \
-  } while (0)
-
-// A reduced run (SERVELAB_SANITIZER_RUN set: the CUDA emulator's ctest entries, slowest under
-// AddressSanitizer) takes fewer decode steps, seeds and shapes in the three longest tests, as
-// tests/gpu_kernels_test.cc takes fewer cases; run the executable directly for all of them.
-[[maybe_unused]] bool ReducedRun() { return std::getenv("SERVELAB_SANITIZER_RUN") != nullptr; }
+// A reduced run (ReducedRun(), tests/gpu_test_support.h) takes fewer decode steps, seeds and
+// shapes in the three longest tests, as tests/gpu_kernels_test.cc takes fewer cases; run the
+// executable directly for all of them.
 
 // Logits agree within this fraction of max(1, max |logit|): bf16 weights, activations and KV
 // against the fp32 reference, two layers.

@@ -37,6 +37,7 @@
 #include "kernels/kv_layout.h"
 #include "kernels/rope_table.h"
 #include "kernels/sampling_ref.h"
+#include "tests/gpu_test_support.h"
 #if SERVELAB_HAVE_CUDA
 #include "kernels/activation.h"
 #include "kernels/attention.h"
@@ -56,25 +57,9 @@
 namespace servelab {
 namespace {
 
-bool GpuAvailable(std::string* reason) {
-#if SERVELAB_HAVE_CUDA
-  return kernels::cuda_device_available(reason);
-#else
-  *reason = "this build has no CUDA support (configured without nvcc)";
-  return false;
-#endif
-}
-
-#define REQUIRE_GPU()                                                   \
-  do {                                                                  \
-    std::string why;                                                    \
-    if (!GpuAvailable(&why)) GTEST_SKIP() << "no CUDA device: " << why; \
-  } while (0)
-
 // A reduced run: under compute-sanitizer (gpu-check sets SERVELAB_SANITIZER_RUN=1) and under the
 // CUDA emulator (tests/emu/CMakeLists.txt sets it for its ctest entries), both about a hundredfold
 // slower than the GPU, the long case lists run every fourth case (case i with i % 4 == 0).
-[[maybe_unused]] bool ReducedRun() { return std::getenv("SERVELAB_SANITIZER_RUN") != nullptr; }
 [[maybe_unused]] bool SkippedInReducedRun(std::size_t case_index) {
   return ReducedRun() && case_index % 4 != 0;
 }

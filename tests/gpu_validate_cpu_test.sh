@@ -57,6 +57,8 @@ done
 check "  ... the latency attribution" has "| TTFT p50: back to back / priced / simulator |" "$r"
 check "  ... with the engine's idle wake-ups" has "| idle wake-ups: steps, p50 / p90 us |" "$r"
 check "  ... the replayed error by step kind" has "| decode: steps, time-weighted % (without slow)" "$r"
+check "  ... the profile's time, and its setup's (engine profile's last line)" \
+  has "the profile took [0-9.]* s, [0-9.]* of them before its first shape" "$r"
 check "  ... the held-out calibration error" has "held-out error (one shape in 3 of each family" "$r"
 check "  ... the profile's spread per family" has "| decode | " "$r"
 check "  ... the commands" has "BUNDLE/bin/sim calibrate experiments/catalog/calibrated/tiny-cpu-profile.csv" "$r"

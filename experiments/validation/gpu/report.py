@@ -20,6 +20,7 @@ import csv
 import glob
 import json
 import os
+import re
 import sys
 
 # Issue 20's targets, as absolute relative errors.
@@ -84,6 +85,14 @@ def get(j, *keys):
     return j
 
 
+def profile_time(work):
+    """'; the profile took T s, S of them before its first shape' from profile.log (engine
+    profile's last line), or '' when the log has no such line."""
+    m = re.search(r"profiled \d+ step shapes .* in ([0-9.]+) s \(setup ([0-9.]+) s\)",
+                  read_text(os.path.join(work, "profile.log")) or "")
+    return f"; the profile took {m.group(1)} s, {m.group(2)} of them before its first shape" if m else ""
+
+
 def profile_section(work):
     files = sorted(glob.glob(os.path.join(work, "experiments/catalog/calibrated/*-profile.csv")))
     if not files:
@@ -107,7 +116,9 @@ def profile_section(work):
            f"measured {header.get('date_utc', '?')}; {header.get('reps', '?')} repetitions over "
            f"{header.get('rounds', '?')} rounds ({header.get('warmup', '?')} warm-up), grid "
            f"{header.get('grid', '?')}; KV cache {header.get('kv_cache_dtype', 'not recorded')}, "
-           f"weights {header.get('quantization', 'not recorded')}.", "",
+           f"quantization {header.get('quantization', 'not recorded')}, weights "
+           f"{header.get('weights', 'not recorded')}"
+           f"{profile_time(work)}.", "",
            "| family | shapes | median step time, ms (smallest - largest shape) | spread (max - min) / median: median over shapes | worst |",
            "|---|---|---|---|---|"]
     for fam, v in sorted(fams.items()):
