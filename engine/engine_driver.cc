@@ -213,6 +213,12 @@ std::string cuda_kv_dtype_refusal(const ModelConfig& model) {
          model.kv_dtype() + "; use one of those (or auto), or --device cpu";
 }
 
+std::string cuda_head_dim_refusal(const ModelConfig& model) {
+  if (model.head_dim == 64 || model.head_dim == 128) return "";
+  return "--device cuda: the CUDA kernels support head_dim 64 and 128; model " + model.name +
+         " has " + std::to_string(model.head_dim) + "; use --device cpu";
+}
+
 std::int64_t engine_block_bytes(const ModelConfig& model, std::int32_t block_size) {
   return 2 * std::int64_t{model.num_layers} * block_size * model.kv_size() *
          static_cast<std::int64_t>(sizeof(float));
@@ -386,9 +392,8 @@ EngineInstance load_replicas(const ExperimentConfig& config, const EngineOptions
 #if SERVELAB_HAVE_CUDA
   if (cuda) out.block_bytes = cuda_block_bytes(model, block_size, cuda_kv);
 #endif
-  if (cuda && model.head_dim != 64 && model.head_dim != 128) {
-    throw ConfigError("--device cuda: the CUDA kernels support head_dim 64 and 128; model " +
-                      model.name + " has " + std::to_string(model.head_dim) + "; use --device cpu");
+  if (const std::string why = cuda ? cuda_head_dim_refusal(model) : ""; !why.empty()) {
+    throw ConfigError(why);
   }
   const bool sized_by_device = cuda && !config.num_gpu_blocks;
   if (config.num_gpu_blocks) {

@@ -309,6 +309,9 @@ ProfileRun run_profile(const ProfileOptions& o, std::FILE* progress) {
       throw ConfigError("engine profile: kv_cache_dtype (--kv-cache-dtype or the model file): " +
                         why);
     }
+    if (const std::string why = cuda_head_dim_refusal(model); !why.empty()) {
+      throw ConfigError("engine profile: " + why);
+    }
   }
   // The device after the model (so a refusal above reads the same with and without a GPU).
 #if SERVELAB_HAVE_CUDA

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -314,16 +315,30 @@ TEST(CalibrationE2E, ProfileBadInputsExitTwo) {
   EXPECT_EQ(r.code, 2);
 }
 
-// `engine profile --device cuda`: a profile of the CUDA executor where a GPU is usable (its header
-// names the GPU and the bf16 executor), otherwise a clear refusal with exit code 2.
+// `engine profile --device cuda`: a model whose head_dim the CUDA kernels do not take (tiny's 16)
+// is refused with exit code 2 and the reason, with a GPU or without (on a CUDA build with a GPU
+// it was an internal error, exit code 1, from inside the executor); a model they take is
+// profiled where a GPU is, and refused naming the device where none is.
 TEST(CalibrationE2E, ProfileOnCudaOrAClearRefusal) {
   const auto dir = temp_dir("calibration_e2e_cuda");
   const std::string out = (dir / "p.csv").string();
-  const Cli r = run_engine_cli(
-      "profile --device cuda --model tiny --quick --reps 1 --rounds 1 "
-      "--warmup 0 --quiet -o " +
-          out,
-      dir);
+  const std::string args = " --quick --reps 1 --rounds 1 --warmup 0 --quiet -o " + out;
+  Cli r = run_engine_cli("profile --device cuda --model tiny" + args, dir);
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("--device cuda: the CUDA kernels support head_dim 64 and 128; model tiny "
+                       "has 16; use --device cpu"),
+            std::string::npos)
+      << r.err;
+  EXPECT_FALSE(std::filesystem::exists(out));
+
+  const std::string model = (dir / "small-gpu.yaml").string();
+  write_file(model,
+             "name: small-gpu\nnum_layers: 2\nhidden_size: 256\nnum_heads: 4\n"
+             "num_kv_heads: 2\nhead_dim: 64\nintermediate_size: 512\n"
+             "vocab_size: 1024\ndtype: bf16\ntie_word_embeddings: false\n"
+             "rope_theta: 500000.0\nmax_position_embeddings: 2048\n"
+             "rms_norm_eps: 1.0e-5\nqkv_bias: false\n");
+  r = run_engine_cli("profile --device cuda --model " + model + args, dir);
   bool gpu = false;
 #if SERVELAB_HAVE_CUDA
   std::string why;
@@ -332,11 +347,14 @@ TEST(CalibrationE2E, ProfileOnCudaOrAClearRefusal) {
   if (!gpu) {
     EXPECT_EQ(r.code, 2) << r.err;
     EXPECT_NE(r.err.find("--device cuda: "), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("head_dim"), std::string::npos) << r.err;
     return;
   }
   ASSERT_EQ(r.code, 0) << r.err;
   const std::string text = read_file(out);
   EXPECT_NE(text.find("# executor: CudaExecutor bf16"), std::string::npos) << text.substr(0, 600);
+  EXPECT_NE(text.find("# weights: random (seed 0), generated on the device in bf16\n"),
+            std::string::npos);
 }
 
 // Issue 15: `engine profile -o FILE` replaced an existing file silently. It is refused (before
