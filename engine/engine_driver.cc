@@ -213,10 +213,18 @@ std::string cuda_kv_dtype_refusal(const ModelConfig& model) {
          model.kv_dtype() + "; use one of those (or auto), or --device cpu";
 }
 
-std::string cuda_head_dim_refusal(const ModelConfig& model) {
-  if (model.head_dim == 64 || model.head_dim == 128) return "";
-  return "--device cuda: the CUDA kernels support head_dim 64 and 128; model " + model.name +
-         " has " + std::to_string(model.head_dim) + "; use --device cpu";
+std::string cuda_model_refusal(const ModelConfig& model) {
+  if (model.head_dim != 64 && model.head_dim != 128) {
+    return "--device cuda: the CUDA kernels support head_dim 64 and 128; model " + model.name +
+           " has " + std::to_string(model.head_dim) + "; use --device cpu";
+  }
+  if (model.hidden_size % 8 != 0 || model.intermediate_size % 8 != 0) {
+    return "--device cuda: the CUDA kernels need hidden_size and intermediate_size multiples of "
+           "8; model " +
+           model.name + " has " + std::to_string(model.hidden_size) + " and " +
+           std::to_string(model.intermediate_size) + "; use --device cpu";
+  }
+  return "";
 }
 
 std::int64_t engine_block_bytes(const ModelConfig& model, std::int32_t block_size) {
@@ -392,7 +400,7 @@ EngineInstance load_replicas(const ExperimentConfig& config, const EngineOptions
 #if SERVELAB_HAVE_CUDA
   if (cuda) out.block_bytes = cuda_block_bytes(model, block_size, cuda_kv);
 #endif
-  if (const std::string why = cuda ? cuda_head_dim_refusal(model) : ""; !why.empty()) {
+  if (const std::string why = cuda ? cuda_model_refusal(model) : ""; !why.empty()) {
     throw ConfigError(why);
   }
   const bool sized_by_device = cuda && !config.num_gpu_blocks;

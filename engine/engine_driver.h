@@ -132,10 +132,11 @@ kernels::FloatFormat cuda_kv_float_format(const ModelConfig& model);
 // "" when the CUDA executor stores the model's KV dtype (bf16, fp8_e4m3, fp8_e5m2, or auto);
 // otherwise why not and what to use, for a ConfigError on the caller's key or option.
 std::string cuda_kv_dtype_refusal(const ModelConfig& model);
-// "" when the CUDA kernels take the model's head_dim (64 or 128); otherwise why not, naming the
-// model, and what to use (--device cpu), for a ConfigError: `engine run`, `engine serve` and
-// `engine profile` refuse such a model before any weights are made.
-std::string cuda_head_dim_refusal(const ModelConfig& model);
+// "" when the CUDA kernels take the model's shape (head_dim 64 or 128; hidden_size and
+// intermediate_size multiples of 8, for their 16-byte loads); otherwise why not, naming the model,
+// and what to use (--device cpu), for a ConfigError: `engine run`, `engine serve` and `engine
+// profile` refuse such a model before any weights are made.
+std::string cuda_model_refusal(const ModelConfig& model);
 
 // Bytes of fp32 K and V of one block across all layers (the CPU executor keeps fp32 storage
 // whatever the KV dtype; engine/cpu_executor.h).

@@ -309,7 +309,7 @@ ProfileRun run_profile(const ProfileOptions& o, std::FILE* progress) {
       throw ConfigError("engine profile: kv_cache_dtype (--kv-cache-dtype or the model file): " +
                         why);
     }
-    if (const std::string why = cuda_head_dim_refusal(model); !why.empty()) {
+    if (const std::string why = cuda_model_refusal(model); !why.empty()) {
       throw ConfigError("engine profile: " + why);
     }
   }

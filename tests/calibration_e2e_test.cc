@@ -315,8 +315,9 @@ TEST(CalibrationE2E, ProfileBadInputsExitTwo) {
   EXPECT_EQ(r.code, 2);
 }
 
-// `engine profile --device cuda`: a model whose head_dim the CUDA kernels do not take (tiny's 16)
-// is refused with exit code 2 and the reason, with a GPU or without (on a CUDA build with a GPU
+// `engine profile --device cuda`: a model whose head_dim the CUDA kernels do not take (tiny's 16),
+// or whose sizes are not multiples of 8, is refused with exit code 2 and the reason, with a GPU
+// or without (on a CUDA build with a GPU
 // it was an internal error, exit code 1, from inside the executor); a model they take is
 // profiled where a GPU is, and refused naming the device where none is.
 TEST(CalibrationE2E, ProfileOnCudaOrAClearRefusal) {
@@ -331,14 +332,26 @@ TEST(CalibrationE2E, ProfileOnCudaOrAClearRefusal) {
       << r.err;
   EXPECT_FALSE(std::filesystem::exists(out));
 
-  const std::string model = (dir / "small-gpu.yaml").string();
-  write_file(model,
-             "name: small-gpu\nnum_layers: 2\nhidden_size: 256\nnum_heads: 4\n"
-             "num_kv_heads: 2\nhead_dim: 64\nintermediate_size: 512\n"
-             "vocab_size: 1024\ndtype: bf16\ntie_word_embeddings: false\n"
-             "rope_theta: 500000.0\nmax_position_embeddings: 2048\n"
-             "rms_norm_eps: 1.0e-5\nqkv_bias: false\n");
-  r = run_engine_cli("profile --device cuda --model " + model + args, dir);
+  // A head_dim-64 model; with an intermediate size the kernels' 16-byte loads cannot take, refused.
+  const auto small_model = [&](int intermediate) {
+    const std::string path =
+        (dir / ("small-gpu-" + std::to_string(intermediate) + ".yaml")).string();
+    write_file(path,
+               "name: small-gpu\nnum_layers: 2\nhidden_size: 256\nnum_heads: 4\n"
+               "num_kv_heads: 2\nhead_dim: 64\nintermediate_size: " +
+                   std::to_string(intermediate) +
+                   "\nvocab_size: 1024\ndtype: bf16\ntie_word_embeddings: false\n"
+                   "rope_theta: 500000.0\nmax_position_embeddings: 2048\n"
+                   "rms_norm_eps: 1.0e-5\nqkv_bias: false\n");
+    return path;
+  };
+  r = run_engine_cli("profile --device cuda --model " + small_model(500) + args, dir);
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("the CUDA kernels need hidden_size and intermediate_size multiples of 8; "
+                       "model small-gpu has 256 and 500; use --device cpu"),
+            std::string::npos)
+      << r.err;
+  r = run_engine_cli("profile --device cuda --model " + small_model(512) + args, dir);
   bool gpu = false;
 #if SERVELAB_HAVE_CUDA
   std::string why;

@@ -344,7 +344,11 @@ check "  ... naming the switch" has "SERVELAB_CUDA_DECODE / SERVELAB_CUDA_PREFIL
 check "head_dim 16 refused" run 2 "$emu" run "$t/exp.yaml" --device cuda \
   --out "$t/no2" --set model=tiny
 check "  ... naming the device" has "engine: error: --device cuda: the CUDA kernels support head_dim 64 and 128" "$t/last.txt"
-check "  ... and nothing written" test ! -e "$t/no1" -a ! -e "$t/no2" -a ! -e "$t/no3" -a ! -e "$t/no4"
+sed 's/^intermediate_size: .*/intermediate_size: 500/' "$t/small-gpu.yaml" >"$t/odd-gpu.yaml"
+check "an intermediate size not a multiple of 8 refused (exit 2, not an internal error)" run 2 \
+  "$emu" run "$t/exp.yaml" --device cuda --out "$t/no5" --set "model=$t/odd-gpu.yaml"
+check "  ... naming the sizes" has "need hidden_size and intermediate_size multiples of 8; model small-gpu has 256 and 500" "$t/last.txt"
+check "  ... and nothing written" test ! -e "$t/no1" -a ! -e "$t/no2" -a ! -e "$t/no3" -a ! -e "$t/no4" -a ! -e "$t/no5"
 
 # serve: one completion over HTTP, then SIGTERM; with the fake NVML, /metrics counts the board's
 # joules at its 250 W.
