@@ -510,6 +510,11 @@ EngineInstance load_replicas(const ExperimentConfig& config, const EngineOptions
                         ": this build has no such kernel (it needs sm_90a: cmake "
                         "-DSERVELAB_CUDA_SM90A=ON); use fa2 or fa2_128");
     }
+    if (const std::string why = cuda_prefill_group_refusal(cuda_prefill_kernel(cuda_options),
+                                                           model.num_heads / model.num_kv_heads);
+        !why.empty()) {
+      throw ConfigError(why);
+    }
     auto cuda_executor = device_random
                              ? std::make_unique<CudaExecutor>(llama, config.seed, cuda_options)
                              : std::make_unique<CudaExecutor>(*weights, cuda_options);

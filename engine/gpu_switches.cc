@@ -78,4 +78,14 @@ std::string cuda_kv_kernels_refusal(kernels::FloatFormat kv_format, kernels::Dec
          kernels::prefill_kernel_name(prefill) + "; unset them, or use a bf16 KV cache";
 }
 
+std::string cuda_prefill_group_refusal(kernels::PrefillKernel prefill, std::int32_t gqa_group) {
+  const std::int32_t heads = kernels::prefill_heads_per_cta(prefill);
+  if (gqa_group % heads == 0) return "";
+  return std::string(kernels::kPrefillKernelEnv) + "=" + kernels::prefill_kernel_name(prefill) +
+         ": the kernel packs " + std::to_string(heads) +
+         " query heads of a GQA group per CTA, and the model's group (num_heads / num_kv_heads) "
+         "is " +
+         std::to_string(gqa_group) + "; unset it, or choose fa2, fa2_128 or wgmma";
+}
+
 }  // namespace servelab

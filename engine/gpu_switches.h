@@ -89,4 +89,11 @@ void apply_cuda_switches(const CudaSwitches& sw, Opt& options) {
 std::string cuda_kv_kernels_refusal(kernels::FloatFormat kv_format, kernels::DecodeKernel decode,
                                     kernels::PrefillKernel prefill);
 
+// Why the prefill kernel `prefill` (SERVELAB_CUDA_PREFILL's choice) cannot run a model whose GQA
+// group (num_heads / num_kv_heads) is `gqa_group`, or "" when it can: fa2_gqa packs
+// kernels::prefill_heads_per_cta query heads of a group per CTA, so the group must be a multiple
+// of them. The engine driver and `engine profile` throw it as a ConfigError (exit code 2); the
+// CUDA executor's own check is std::invalid_argument.
+std::string cuda_prefill_group_refusal(kernels::PrefillKernel prefill, std::int32_t gqa_group);
+
 }  // namespace servelab

@@ -447,6 +447,11 @@ ProfileRun run_profile(const ProfileOptions& o, std::FILE* progress) {
       throw ConfigError("engine profile: kv_cache_dtype (--kv-cache-dtype or the model file): " +
                         refusal);
     }
+    if (const std::string why = cuda_prefill_group_refusal(cuda_prefill_kernel(co),
+                                                           model.num_heads / model.num_kv_heads);
+        !why.empty()) {
+      throw ConfigError("engine profile: " + why);
+    }
     auto cuda = device_random ? std::make_unique<CudaExecutor>(llama, o.seed, co)
                               : std::make_unique<CudaExecutor>(*weights, co);
     const kernels::DeviceInfo info = kernels::device_info();

@@ -173,6 +173,24 @@ TEST(CudaSwitches, Fp8KvNeedsKernelsThatReadIt) {
             "");
 }
 
+// SERVELAB_CUDA_PREFILL=fa2_gqa packs 4 query heads of a GQA group per CTA: a model whose group
+// is not a multiple of 4 is refused with the reason (exit code 2 from the engine, where the
+// executor's own check was an internal error); every other kernel takes any group.
+TEST(CudaSwitches, PackedPrefillNeedsAGroupOfFour) {
+  using kernels::PrefillKernel;
+  for (PrefillKernel p : kernels::kPrefillKernels) {
+    SCOPED_TRACE(kernels::prefill_kernel_name(p));
+    for (std::int32_t group : {1, 2, 3, 4, 6, 8}) {
+      const std::string why = cuda_prefill_group_refusal(p, group);
+      EXPECT_EQ(why.empty(), p != PrefillKernel::kFa2Gqa || group % 4 == 0) << group << ": " << why;
+    }
+  }
+  EXPECT_EQ(cuda_prefill_group_refusal(PrefillKernel::kFa2Gqa, 2),
+            "SERVELAB_CUDA_PREFILL=fa2_gqa: the kernel packs 4 query heads of a GQA group per CTA, "
+            "and the model's group (num_heads / num_kv_heads) is 2; unset it, or choose fa2, "
+            "fa2_128 or wgmma");
+}
+
 // SERVELAB_CUDA_GEMM picks the linear layers' kernel of small steps and nothing else.
 TEST(CudaSwitches, GemmVariablePicksTheLinearKernel) {
   ::unsetenv(kernels::kGemmKernelEnv);

@@ -348,7 +348,13 @@ sed 's/^intermediate_size: .*/intermediate_size: 500/' "$t/small-gpu.yaml" >"$t/
 check "an intermediate size not a multiple of 8 refused (exit 2, not an internal error)" run 2 \
   "$emu" run "$t/exp.yaml" --device cuda --out "$t/no5" --set "model=$t/odd-gpu.yaml"
 check "  ... naming the sizes" has "need hidden_size and intermediate_size multiples of 8; model small-gpu has 256 and 500" "$t/last.txt"
-check "  ... and nothing written" test ! -e "$t/no1" -a ! -e "$t/no2" -a ! -e "$t/no3" -a ! -e "$t/no4" -a ! -e "$t/no5"
+check "fa2_gqa over a GQA group of 2 refused (exit 2, not an internal error)" run 2 env \
+  SERVELAB_CUDA_PREFILL=fa2_gqa "$emu" run "$t/exp.yaml" --device cuda --out "$t/no6"
+check "  ... naming the switch and the group" has "SERVELAB_CUDA_PREFILL=fa2_gqa: the kernel packs 4 query heads of a GQA group per CTA, and the model's group (num_heads / num_kv_heads) is 2" "$t/last.txt"
+check "  ... engine profile too" run 2 env SERVELAB_CUDA_PREFILL=fa2_gqa "$emu" profile \
+  --model "$t/small-gpu.yaml" --device cuda --quick -o "$t/no6.csv"
+check "  ... naming them" has "engine profile: SERVELAB_CUDA_PREFILL=fa2_gqa: the kernel packs 4" "$t/last.txt"
+check "  ... and nothing written" test ! -e "$t/no1" -a ! -e "$t/no2" -a ! -e "$t/no3" -a ! -e "$t/no4" -a ! -e "$t/no5" -a ! -e "$t/no6" -a ! -e "$t/no6.csv"
 
 # serve: one completion over HTTP, then SIGTERM; with the fake NVML, /metrics counts the board's
 # joules at its 250 W.
