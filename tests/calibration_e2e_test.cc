@@ -12,10 +12,8 @@
 #include "serving/home.h"
 #include "serving/machine.h"
 #include "sim/calibrated_cost_model.h"
+#include "tests/gpu_test_support.h"
 #include "tests/test_util.h"
-#if SERVELAB_HAVE_CUDA
-#include "kernels/device.h"
-#endif
 
 namespace servelab {
 namespace {
@@ -317,9 +315,8 @@ TEST(CalibrationE2E, ProfileBadInputsExitTwo) {
 
 // `engine profile --device cuda`: a model whose head_dim the CUDA kernels do not take (tiny's 16),
 // or whose sizes are not multiples of 8, is refused with exit code 2 and the reason, with a GPU
-// or without (on a CUDA build with a GPU
-// it was an internal error, exit code 1, from inside the executor); a model they take is
-// profiled where a GPU is, and refused naming the device where none is.
+// or without (with a GPU it was an internal error, exit code 1, from inside the executor); a
+// model they take is profiled where a GPU is, and refused naming the device where none is.
 TEST(CalibrationE2E, ProfileOnCudaOrAClearRefusal) {
   const auto dir = temp_dir("calibration_e2e_cuda");
   const std::string out = (dir / "p.csv").string();
@@ -352,12 +349,8 @@ TEST(CalibrationE2E, ProfileOnCudaOrAClearRefusal) {
             std::string::npos)
       << r.err;
   r = run_engine_cli("profile --device cuda --model " + small_model(512) + args, dir);
-  bool gpu = false;
-#if SERVELAB_HAVE_CUDA
   std::string why;
-  gpu = kernels::cuda_device_available(&why);
-#endif
-  if (!gpu) {
+  if (!GpuAvailable(&why)) {
     EXPECT_EQ(r.code, 2) << r.err;
     EXPECT_NE(r.err.find("--device cuda: "), std::string::npos) << r.err;
     EXPECT_EQ(r.err.find("head_dim"), std::string::npos) << r.err;

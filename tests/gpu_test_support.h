@@ -1,5 +1,6 @@
-// What the GPU test programs (tests/gpu_kernels_test.cc, tests/gpu_executor_test.cc) share: the
-// skip where no GPU is usable, with the reason, and the reduced case lists of a slow run.
+// What the tests that need a GPU share (tests/gpu_kernels_test.cc, tests/gpu_executor_test.cc,
+// tests/calibration_e2e_test.cc): whether a GPU is usable and why not, the skip where none is,
+// and the reduced case lists of a slow run.
 //
 // REQUIRE_GPU() skips the calling test (GTEST_SKIP, with "no CUDA device: " and the reason) when
 // this build has no CUDA support or the CUDA runtime reports no usable device (on a machine
