@@ -504,14 +504,9 @@ EngineInstance load_replicas(const ExperimentConfig& config, const EngineOptions
         !refusal.empty()) {
       throw ConfigError(config.file + ": key 'model.kv_cache_dtype': " + refusal);
     }
-    if (!kernels::prefill_kernel_built(cuda_prefill_kernel(cuda_options))) {
-      throw ConfigError(std::string(kernels::kPrefillKernelEnv) + "=" +
-                        kernels::prefill_kernel_name(cuda_prefill_kernel(cuda_options)) +
-                        ": this build has no such kernel (it needs sm_90a: cmake "
-                        "-DSERVELAB_CUDA_SM90A=ON); use fa2 or fa2_128");
-    }
-    if (const std::string why = cuda_prefill_group_refusal(cuda_prefill_kernel(cuda_options),
-                                                           model.num_heads / model.num_kv_heads);
+    const kernels::PrefillKernel prefill = cuda_prefill_kernel(cuda_options);
+    if (const std::string why = cuda_prefill_refusal(prefill, model.num_heads / model.num_kv_heads,
+                                                     kernels::prefill_kernel_built(prefill));
         !why.empty()) {
       throw ConfigError(why);
     }

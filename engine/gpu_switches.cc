@@ -78,7 +78,13 @@ std::string cuda_kv_kernels_refusal(kernels::FloatFormat kv_format, kernels::Dec
          kernels::prefill_kernel_name(prefill) + "; unset them, or use a bf16 KV cache";
 }
 
-std::string cuda_prefill_group_refusal(kernels::PrefillKernel prefill, std::int32_t gqa_group) {
+std::string cuda_prefill_refusal(kernels::PrefillKernel prefill, std::int32_t gqa_group,
+                                 bool built) {
+  if (!built) {
+    return std::string(kernels::kPrefillKernelEnv) + "=" + kernels::prefill_kernel_name(prefill) +
+           ": this build has no such kernel (it needs sm_90a: cmake -DSERVELAB_CUDA_SM90A=ON); "
+           "use fa2 or fa2_128";
+  }
   const std::int32_t heads = kernels::prefill_heads_per_cta(prefill);
   if (gqa_group % heads == 0) return "";
   return std::string(kernels::kPrefillKernelEnv) + "=" + kernels::prefill_kernel_name(prefill) +

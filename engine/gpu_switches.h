@@ -89,11 +89,15 @@ void apply_cuda_switches(const CudaSwitches& sw, Opt& options) {
 std::string cuda_kv_kernels_refusal(kernels::FloatFormat kv_format, kernels::DecodeKernel decode,
                                     kernels::PrefillKernel prefill);
 
-// Why the prefill kernel `prefill` (SERVELAB_CUDA_PREFILL's choice) cannot run a model whose GQA
-// group (num_heads / num_kv_heads) is `gqa_group`, or "" when it can: fa2_gqa packs
+// Why the prefill kernel `prefill` (SERVELAB_CUDA_PREFILL's choice, or the default) cannot run a
+// model whose GQA group (num_heads / num_kv_heads) is `gqa_group` in this build, or "" when it
+// can. `built` is kernels::prefill_kernel_built(prefill) (a parameter so that this check needs
+// no CUDA build): wgmma exists only in builds with sm_90a. fa2_gqa packs
 // kernels::prefill_heads_per_cta query heads of a group per CTA, so the group must be a multiple
-// of them. The engine driver and `engine profile` throw it as a ConfigError (exit code 2); the
-// CUDA executor's own check is std::invalid_argument.
-std::string cuda_prefill_group_refusal(kernels::PrefillKernel prefill, std::int32_t gqa_group);
+// of them. The engine driver (`engine run`, `serve`) and `engine profile` throw it as a
+// ConfigError (exit code 2) before any weights are made; the CUDA executor's own checks are
+// std::invalid_argument.
+std::string cuda_prefill_refusal(kernels::PrefillKernel prefill, std::int32_t gqa_group,
+                                 bool built);
 
 }  // namespace servelab

@@ -447,8 +447,9 @@ ProfileRun run_profile(const ProfileOptions& o, std::FILE* progress) {
       throw ConfigError("engine profile: kv_cache_dtype (--kv-cache-dtype or the model file): " +
                         refusal);
     }
-    if (const std::string why = cuda_prefill_group_refusal(cuda_prefill_kernel(co),
-                                                           model.num_heads / model.num_kv_heads);
+    const kernels::PrefillKernel prefill = cuda_prefill_kernel(co);
+    if (const std::string why = cuda_prefill_refusal(prefill, model.num_heads / model.num_kv_heads,
+                                                     kernels::prefill_kernel_built(prefill));
         !why.empty()) {
       throw ConfigError("engine profile: " + why);
     }

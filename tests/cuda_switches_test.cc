@@ -175,20 +175,26 @@ TEST(CudaSwitches, Fp8KvNeedsKernelsThatReadIt) {
 
 // SERVELAB_CUDA_PREFILL=fa2_gqa packs 4 query heads of a GQA group per CTA: a model whose group
 // is not a multiple of 4 is refused with the reason (exit code 2 from the engine, where the
-// executor's own check was an internal error); every other kernel takes any group.
-TEST(CudaSwitches, PackedPrefillNeedsAGroupOfFour) {
+// executor's own check was an internal error); every other kernel takes any group. A kernel this
+// build lacks (wgmma without sm_90a) is refused whatever the group, in `engine run` and `engine
+// profile` alike (the profile's was the executor's internal error).
+TEST(CudaSwitches, PackedPrefillNeedsAGroupOfFourAndABuiltKernel) {
   using kernels::PrefillKernel;
   for (PrefillKernel p : kernels::kPrefillKernels) {
     SCOPED_TRACE(kernels::prefill_kernel_name(p));
     for (std::int32_t group : {1, 2, 3, 4, 6, 8}) {
-      const std::string why = cuda_prefill_group_refusal(p, group);
+      const std::string why = cuda_prefill_refusal(p, group, /*built=*/true);
       EXPECT_EQ(why.empty(), p != PrefillKernel::kFa2Gqa || group % 4 == 0) << group << ": " << why;
+      EXPECT_NE(cuda_prefill_refusal(p, group, /*built=*/false), "");
     }
   }
-  EXPECT_EQ(cuda_prefill_group_refusal(PrefillKernel::kFa2Gqa, 2),
+  EXPECT_EQ(cuda_prefill_refusal(PrefillKernel::kFa2Gqa, 2, true),
             "SERVELAB_CUDA_PREFILL=fa2_gqa: the kernel packs 4 query heads of a GQA group per CTA, "
             "and the model's group (num_heads / num_kv_heads) is 2; unset it, or choose fa2, "
             "fa2_128 or wgmma");
+  EXPECT_EQ(cuda_prefill_refusal(PrefillKernel::kWgmma, 4, false),
+            "SERVELAB_CUDA_PREFILL=wgmma: this build has no such kernel (it needs sm_90a: cmake "
+            "-DSERVELAB_CUDA_SM90A=ON); use fa2 or fa2_128");
 }
 
 // SERVELAB_CUDA_GEMM picks the linear layers' kernel of small steps and nothing else.
