@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <deque>
 #include <map>
 #include <memory>
@@ -204,6 +205,13 @@ Device& device() {
   return d;
 }
 
+// The schedule (servelab_cuda_emu.h): bit 0 reverse, bit 1 early_copies, bit 2 greedy_warps;
+// -1 until first read.
+std::atomic<int> g_schedule{-1};
+int schedule_bits(Schedule s) {
+  return (s.reverse ? 1 : 0) | (s.early_copies ? 2 : 0) | (s.greedy_warps ? 4 : 0);
+}
+
 // "(x, y, z)" of a dim3 or uint3.
 template <typename D>
 std::string xyz(D d) {
@@ -356,21 +364,37 @@ std::string run_block(const std::function<void()>& body, dim3 block, std::size_t
     prepare_stack(f);
   }
   st.run = &r;
+  // One round: the warps in order (or reverse), each warp's lanes in order (or reverse), each
+  // runnable one to its next synchronisation point; with greedy_warps a warp's rounds repeat
+  // until none of its lanes can run (all wait at a block barrier or a warpgroup's wait, or
+  // exited) before the next warp starts.
+  const Schedule sched = schedule();
+  const int n_warps = (n + 31) / 32;
   for (;;) {
     bool ran = false;
-    for (Fiber& f : fibers) {
-      if (f.done || f.waiting) continue;
-      ran = true;
-      r.current = &f;
-      threadIdx = f.tid;
+    for (int wi = 0; wi < n_warps && r.error.empty(); ++wi) {
+      const int w = sched.reverse ? n_warps - 1 - wi : wi;
+      const int first = 32 * w, count = std::min(32, n - first);
+      for (bool warp_ran = true; warp_ran && r.error.empty();) {
+        warp_ran = false;
+        for (int li = 0; li < count; ++li) {
+          Fiber& f =
+              fibers[static_cast<std::size_t>(first + (sched.reverse ? count - 1 - li : li))];
+          if (f.done || f.waiting) continue;
+          ran = warp_ran = true;
+          r.current = &f;
+          threadIdx = f.tid;
 #if defined(SERVELAB_EMU_ASAN)
-      __sanitizer_start_switch_fiber(&r.scheduler_fake_stack, f.stack.get(), kStackBytes);
+          __sanitizer_start_switch_fiber(&r.scheduler_fake_stack, f.stack.get(), kStackBytes);
 #endif
-      servelab_emu_switch_stack(&r.scheduler_sp, f.sp);
+          servelab_emu_switch_stack(&r.scheduler_sp, f.sp);
 #if defined(SERVELAB_EMU_ASAN)
-      __sanitizer_finish_switch_fiber(r.scheduler_fake_stack, nullptr, nullptr);
+          __sanitizer_finish_switch_fiber(r.scheduler_fake_stack, nullptr, nullptr);
 #endif
-      if (!r.error.empty()) break;
+          if (!r.error.empty()) break;
+        }
+        if (!sched.greedy_warps) break;
+      }
     }
     if (!r.error.empty() || r.live == 0) break;
     if (!ran) {
@@ -601,6 +625,14 @@ void cp_async16(std::uint32_t dst, const void* src, int src_bytes) {
   if (src_bytes != 0 && src_bytes != 16) fail("cp.async: src-size must be 0 or 16");
   if (src_bytes == 16 && reinterpret_cast<std::uintptr_t>(src) % 16 != 0) {
     fail("cp.async: global source address is not 16-byte aligned");
+  }
+  if (schedule().early_copies) {  // lands now: its group retires nothing later
+    if (src_bytes == 16) {
+      std::memcpy(r.smem.data() + dst, src, 16);
+    } else {
+      std::memset(r.smem.data() + dst, 0, 16);
+    }
+    return;
   }
   r.current->open_group.push_back(
       {r.smem.data() + dst, static_cast<const unsigned char*>(src), src_bytes});
@@ -842,6 +874,52 @@ bool enqueue(cudaStream_t stream, std::function<void()> op) {
   return true;
 }
 
+bool parse_schedule(const char* text, Schedule* out, const char** why) {
+  Schedule s;
+  const std::string value = text == nullptr ? "" : text;
+  if (value != "forward" && !value.empty()) {
+    std::size_t at = 0;
+    while (at <= value.size()) {
+      const std::size_t comma = std::min(value.find(',', at), value.size());
+      const std::string word = value.substr(at, comma - at);
+      if (word == "reverse") {
+        s.reverse = true;
+      } else if (word == "early_copies") {
+        s.early_copies = true;
+      } else if (word == "greedy_warps") {
+        s.greedy_warps = true;
+      } else {
+        *why =
+            "expected forward, or a comma-separated list of reverse, early_copies and "
+            "greedy_warps";
+        return false;
+      }
+      at = comma + 1;
+    }
+  }
+  *out = s;
+  return true;
+}
+
+Schedule schedule() {
+  int bits = g_schedule.load(std::memory_order_relaxed);
+  if (bits < 0) {
+    const char* env = std::getenv("SERVELAB_EMU_SCHEDULE");
+    Schedule s;
+    const char* why = nullptr;
+    if (!parse_schedule(env, &s, &why)) {
+      std::fprintf(stderr, "servelab CUDA emulator: SERVELAB_EMU_SCHEDULE=%s: %s\n", env, why);
+      std::exit(2);
+    }
+    int expected = -1;
+    g_schedule.compare_exchange_strong(expected, schedule_bits(s));
+    bits = g_schedule.load(std::memory_order_relaxed);
+  }
+  return {(bits & 1) != 0, (bits & 2) != 0, (bits & 4) != 0};
+}
+
+void set_schedule(Schedule s) { g_schedule.store(schedule_bits(s), std::memory_order_relaxed); }
+
 void launch(const void* func, const char* name, dim3 grid, dim3 block, std::size_t smem,
             cudaStream_t stream, std::function<void()> body, bool programmatic) {
   const std::string who = std::string(name) + " <<<" + xyz(grid) + ", " + xyz(block) + ", " +
@@ -872,10 +950,12 @@ void launch(const void* func, const char* name, dim3 grid, dim3 block, std::size
     const dim3 saved_grid = gridDim, saved_block = blockDim;
     gridDim = grid;
     blockDim = block;
+    const bool reverse = schedule().reverse;
     for (unsigned z = 0; z < grid.z; ++z) {
       for (unsigned y = 0; y < grid.y; ++y) {
         for (unsigned x = 0; x < grid.x; ++x) {
-          blockIdx = {x, y, z};
+          blockIdx =
+              reverse ? uint3{grid.x - 1 - x, grid.y - 1 - y, grid.z - 1 - z} : uint3{x, y, z};
           const std::string e = run_block(body, block, smem, programmatic);
           if (!e.empty()) {
             set_error(cudaErrorLaunchFailure, who + ": " + e);

@@ -145,6 +145,70 @@ __global__ void pdl_kernel(int* x, int skip_from) {
   x[threadIdx.x] += 1;
 }
 
+// Every thread appends its global index to `log`: the order in which threads and blocks ran.
+__global__ void order_kernel(unsigned* counter, int* log) {
+  log[atomicAdd(counter, 1u)] = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+}
+
+// Thread 0 writes a value that thread 1 reads, with or without a barrier between: without it a
+// race, which the default order hides (the writer has the lower index).
+__global__ void lower_writer_kernel(int* out, bool barrier) {
+  SERVELAB_DYNAMIC_SMEM(smem);
+  int* s = reinterpret_cast<int*>(smem);
+  if (threadIdx.x == 0) s[0] = 42;
+  if (barrier) __syncthreads();
+  if (threadIdx.x == 1) out[0] = s[0];
+}
+
+// Warp 1 writes a value that warp 0 reads after a shuffle, with or without a barrier between:
+// without it a race, which the default schedule hides (it runs warp 1's write while warp 0
+// waits in its shuffle).
+__global__ void later_warp_writer_kernel(int* out, bool barrier) {
+  SERVELAB_DYNAMIC_SMEM(smem);
+  int* s = reinterpret_cast<int*>(smem);
+  if (threadIdx.x == 32) s[0] = 42;
+  if (threadIdx.x < 32) {
+    const int v = __shfl_xor_sync(0xffffffffu, static_cast<int>(threadIdx.x), 1);
+    if (barrier) __syncthreads();
+    if (threadIdx.x == 0) out[0] = s[0] + (v - 1);  // v is 1 in lane 0
+  } else if (barrier) {
+    __syncthreads();
+  }
+}
+
+// One warp, one pipeline stage of 32 rows of 16 bytes: every lane reads its row, then refills
+// the next lane's row with the next tile by cp.async, waited for after a barrier. Without
+// `barrier` between the reads and the refill (a multi-stage pipeline's classic missing barrier)
+// that is a race, which copies landing at their wait hide.
+__global__ void refill_kernel(const std::uint32_t* src, std::uint32_t* out, bool barrier) {
+  SERVELAB_DYNAMIC_SMEM(smem);
+  const int lane = threadIdx.x, next = (lane + 1) % 32;
+  std::memcpy(smem + 16 * lane, src + 4 * lane, 16);
+  __syncthreads();
+  std::uint32_t row[4];
+  std::memcpy(row, smem + 16 * lane, 16);
+  if (barrier) __syncthreads();
+  cp_async16(smem_u32(smem + 16 * next), src + 128 + 4 * next, true);
+  cp_async_commit();
+  __syncthreads();
+  cp_async_wait<0>();
+  std::memcpy(out + 4 * lane, row, 16);
+}
+
+// The emulator's schedule for one scope (the schedule is the process's).
+class ScopedSchedule {
+ public:
+  explicit ScopedSchedule(servelab_emu::Schedule s) : saved_(servelab_emu::schedule()) {
+    servelab_emu::set_schedule(s);
+  }
+  ~ScopedSchedule() { servelab_emu::set_schedule(saved_); }
+  ScopedSchedule(const ScopedSchedule&) = delete;
+  ScopedSchedule& operator=(const ScopedSchedule&) = delete;
+
+ private:
+  servelab_emu::Schedule saved_;
+};
+
 // ---- tests -----------------------------------------------------------------------------------
 
 // Warpgroup MMA, m64n64k16: a (64 x 16) and b (16 x 64) row-major bf16 in global memory are
@@ -523,3 +587,106 @@ TEST(CudaEmu, CublasLtAlgorithmsDifferOnlyInRounding) {
 }
 
 }  // namespace
+
+// ---- the schedule (servelab_cuda_emu.h "the schedule") ---------------------------------------
+
+TEST(CudaEmu, ScheduleOrdersThreadsAndBlocks) {
+  for (const bool reverse : {false, true}) {
+    const ScopedSchedule schedule({.reverse = reverse});
+    unsigned counter = 0;
+    std::vector<int> log(128, -1);
+    SERVELAB_LAUNCH(order_kernel, 2, 64, 0, nullptr)(&counter, log.data());
+    ASSERT_EQ(last_error(), "");
+    ASSERT_EQ(counter, 128u);
+    for (int i = 0; i < 128; ++i) EXPECT_EQ(log[i], reverse ? 127 - i : i) << i;
+  }
+}
+
+TEST(CudaEmu, ReverseScheduleExposesAReadOfALowerThreadsWrite) {
+  struct Case {
+    servelab_emu::Schedule schedule;
+    bool barrier;
+    int want;
+  };
+  // Without the barrier, the default order happens to give the writer's value; the reverse
+  // order reads the never-written shared memory (0xff...). With it, both give the value.
+  for (const Case& c : {Case{{}, false, 42}, Case{{.reverse = true}, false, -1}, Case{{}, true, 42},
+                        Case{{.reverse = true}, true, 42}}) {
+    const ScopedSchedule schedule(c.schedule);
+    int out = 0;
+    SERVELAB_LAUNCH(lower_writer_kernel, 1, 2, 16, nullptr)(&out, c.barrier);
+    ASSERT_EQ(last_error(), "");
+    EXPECT_EQ(out, c.want) << "reverse " << c.schedule.reverse << ", barrier " << c.barrier;
+  }
+}
+
+TEST(CudaEmu, GreedyWarpsExposeAReadOfALaterWarpsWrite) {
+  struct Case {
+    servelab_emu::Schedule schedule;
+    bool barrier;
+    int want;
+  };
+  for (const Case& c : {Case{{}, false, 42}, Case{{.greedy_warps = true}, false, -1},
+                        Case{{}, true, 42}, Case{{.greedy_warps = true}, true, 42},
+                        Case{{.reverse = true, .greedy_warps = true}, true, 42}}) {
+    const ScopedSchedule schedule(c.schedule);
+    int out = 0;
+    SERVELAB_LAUNCH(later_warp_writer_kernel, 1, 64, 16, nullptr)(&out, c.barrier);
+    ASSERT_EQ(last_error(), "");
+    EXPECT_EQ(out, c.want) << "greedy " << c.schedule.greedy_warps << ", reverse "
+                           << c.schedule.reverse << ", barrier " << c.barrier;
+  }
+}
+
+TEST(CudaEmu, EarlyCopiesExposeARefillBeforeTheBarrier) {
+  std::vector<std::uint32_t> src(256);
+  for (int i = 0; i < 256; ++i) src[i] = 0x1000u + i;
+  for (const bool barrier : {false, true}) {
+    for (const bool early : {false, true}) {
+      for (const bool reverse : {false, true}) {
+        const ScopedSchedule schedule({.reverse = reverse, .early_copies = early});
+        std::vector<std::uint32_t> out(128, 0);
+        SERVELAB_LAUNCH(refill_kernel, 1, 32, 512, nullptr)(src.data(), out.data(), barrier);
+        ASSERT_EQ(last_error(), "");
+        int wrong = 0;
+        for (int i = 0; i < 128; ++i) wrong += out[i] != src[i];
+        // Only the race under early copies reads a refilled row (lane 1 the one lane 0
+        // refilled; in reverse, lane 0 the one lane 31 refilled).
+        EXPECT_EQ(wrong > 0, early && !barrier)
+            << "barrier " << barrier << ", early " << early << ", reverse " << reverse;
+      }
+    }
+  }
+}
+
+TEST(CudaEmu, ScheduleParsesItsVariable) {
+  struct Case {
+    const char* text;
+    bool ok, reverse, early, greedy;
+  };
+  for (const Case& c :
+       {Case{nullptr, true, false, false, false}, Case{"", true, false, false, false},
+        Case{"forward", true, false, false, false}, Case{"reverse", true, true, false, false},
+        Case{"early_copies", true, false, true, false},
+        Case{"greedy_warps", true, false, false, true},
+        Case{"greedy_warps,early_copies,reverse", true, true, true, true},
+        Case{"reverse,", false, false, false, false}, Case{"sideways", false, false, false, false},
+        Case{"forward,reverse", false, false, false, false}}) {
+    servelab_emu::Schedule s{
+        .reverse = !c.reverse, .early_copies = !c.early, .greedy_warps = !c.greedy};
+    const char* why = nullptr;
+    const bool ok = servelab_emu::parse_schedule(c.text, &s, &why);
+    const std::string text = c.text == nullptr ? "(unset)" : c.text;
+    EXPECT_EQ(ok, c.ok) << text;
+    if (ok) {
+      EXPECT_EQ(s.reverse, c.reverse) << text;
+      EXPECT_EQ(s.early_copies, c.early) << text;
+      EXPECT_EQ(s.greedy_warps, c.greedy) << text;
+    } else {
+      EXPECT_STREQ(why,
+                   "expected forward, or a comma-separated list of reverse, early_copies and "
+                   "greedy_warps")
+          << text;
+    }
+  }
+}

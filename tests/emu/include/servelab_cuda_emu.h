@@ -33,6 +33,10 @@
 //     Device memory, kernel attributes and stream captures belong to the process, as in CUDA (an
 //     attribute set on one host thread holds for launches from another); the last error is per
 //     host thread; a launch runs on the thread that makes it.
+//   - The schedule is one legal GPU schedule among many, and others can be chosen (Schedule
+//     below, SERVELAB_EMU_SCHEDULE): a race-free kernel computes the same under every one, so
+//     a result that changes with the schedule is a race (a missing barrier or wait), found
+//     without a GPU's racecheck.
 // Not modelled: timing, memory ordering between blocks, occupancy beyond a formula, warp
 // divergence inside a collective-free region (lanes run to their next collective in turn).
 //
@@ -229,6 +233,42 @@ void wgmma_bf16(float* d, int n, const std::uint32_t* a, std::uint64_t desc_a, s
 void wgmma_fence();
 void wgmma_commit();
 void wgmma_wait(int pending);
+}  // namespace servelab_emu
+
+// ---- the schedule ----------------------------------------------------------------------------
+namespace servelab_emu {
+// Between two synchronisation points (barriers, warp collectives, wgmma waits) a block's threads
+// run one after another, each to its next one; blocks run one after another. The default
+// order: rounds over the threads by index, each runnable thread running to its next
+// synchronisation point (so a block's warps advance nearly in step, one collective a round),
+// blocks by grid index (x fastest), and a cp.async copy lands when the issuing thread's
+// cp.async.wait_group retires it (the latest a GPU may write it). A GPU may run them in any
+// order and land a copy any time from its issue to that wait; these choose others:
+//   reverse:       threads by decreasing index (so warps, and a warp's lanes, too), blocks by
+//                  decreasing grid index;
+//   greedy_warps:  a warp runs until all its lanes wait at a block barrier (or a warpgroup's
+//                  wgmma wait) or have exited before the next warp starts: the widest skew
+//                  between warps a GPU may show;
+//   early_copies:  a cp.async copy lands when it is issued (the earliest a GPU may write it).
+// A race-free kernel computes the same bits under each. One that reads what another warp writes
+// without a barrier between reads it under one of forward and reverse only; one that issues a
+// copy into a buffer another warp still reads (a pipeline stage refilled before the barrier
+// that ends its reads) overwrites it only with early copies and that warp behind: the GPU
+// kernel tests also run under `greedy_warps,early_copies` and `greedy_warps,early_copies,reverse`
+// (ctest Emu.Schedule.*, tests/emu/CMakeLists.txt).
+struct Schedule {
+  bool reverse = false;
+  bool early_copies = false;
+  bool greedy_warps = false;
+};
+// The process's schedule: SERVELAB_EMU_SCHEDULE at the first call ("forward", the default, or a
+// comma-separated list of reverse, early_copies and greedy_warps; anything else ends the process
+// with exit code 2 and a message naming the variable), or what set_schedule set last.
+Schedule schedule();
+// Sets the schedule of every launch from now on (tests of the emulator itself).
+void set_schedule(Schedule s);
+// Parses a SERVELAB_EMU_SCHEDULE value; false (and `why` set) for anything else.
+bool parse_schedule(const char* text, Schedule* out, const char** why);
 }  // namespace servelab_emu
 
 // ---- runtime API ---------------------------------------------------------------------------
