@@ -123,7 +123,7 @@ __device__ __forceinline__ void wgmma_rs_bmn(float (&d)[N / 8][4], const std::ui
                                              std::uint64_t db, bool acc) {
   servelab_emu::wgmma_bf16(&d[0][0], N, a, 0, db, acc, true);
 }
-__device__ __forceinline__ void fence_proxy_async() {}
+__device__ __forceinline__ void fence_proxy_async() { servelab_emu::fence_proxy_async(); }
 
 #else
 

@@ -127,6 +127,9 @@ struct Fiber {
   bool waited_for_grid = false;   // executed griddepcontrol.wait (griddep_wait)
   std::vector<CopyRequest> open_group;
   std::deque<std::vector<CopyRequest>> groups;
+  // The 16-byte granules of shared memory its landed cp.async copies wrote since its last
+  // fence.proxy.async (BlockRun::unfenced).
+  std::vector<std::uint32_t> unfenced;
   bool at_warpgroup = false;  // waiting in wgmma.wait_group
   bool wgmma_fenced = false;  // wgmma.fence since the last wgmma.wait_group
   int wgmma_pending = 0;      // argument of the wgmma.wait_group it waits in
@@ -161,6 +164,11 @@ struct BlockRun {
   void* scheduler_sp = nullptr;
   const std::function<void()>* body = nullptr;
   std::vector<unsigned char> smem;
+  // Per 16-byte granule of shared memory: 1 + the index of the thread whose cp.async copy last
+  // landed there and which has not executed fence.proxy.async since, else 0 (empty until the
+  // block's first copy lands). wgmma reads shared memory through the async proxy: reading such
+  // a granule is a missing fence.
+  std::vector<std::uint16_t> unfenced;
   std::string error;
   bool programmatic = false;  // launched with programmatic dependent launch
 #if defined(SERVELAB_EMU_ASAN)
@@ -357,6 +365,7 @@ std::string run_block(const std::function<void()>& body, dim3 block, std::size_t
     f.done = f.waiting = f.waited_for_grid = false;
     f.open_group.clear();
     f.groups.clear();
+    f.unfenced.clear();
     f.at_warpgroup = f.wgmma_fenced = false;
     f.wgmma_open.clear();
     f.wgmma_groups.clear();
@@ -614,6 +623,21 @@ std::uint32_t shfl_xor(unsigned mask, std::uint32_t value, int lane_mask, int wi
   return warp_collective(Collective::kShfl, mask, &value, 1, (width << 8) | lane_mask)[0];
 }
 
+// Writes a cp.async copy of the running thread into shared memory, marking its granule as
+// written through the generic proxy and not yet fenced (BlockRun::unfenced).
+void land_copy(BlockRun& r, const CopyRequest& c) {
+  if (c.bytes == 16) {
+    std::memcpy(c.dst, c.src, 16);
+  } else {
+    std::memset(c.dst, 0, 16);
+  }
+  if (r.unfenced.empty()) r.unfenced.assign((r.smem.size() + 15) / 16, 0);
+  const auto granule = static_cast<std::uint32_t>((c.dst - r.smem.data()) / 16);
+  Fiber& f = *r.current;
+  r.unfenced[granule] = static_cast<std::uint16_t>(1 + (&f - r.fibers.data()));
+  f.unfenced.push_back(granule);
+}
+
 void cp_async16(std::uint32_t dst, const void* src, int src_bytes) {
   BlockRun& r = running("cp.async");
   if (dst % 16 != 0 || std::size_t{dst} + 16 > r.smem.size()) {
@@ -627,11 +651,7 @@ void cp_async16(std::uint32_t dst, const void* src, int src_bytes) {
     fail("cp.async: global source address is not 16-byte aligned");
   }
   if (schedule().early_copies) {  // lands now: its group retires nothing later
-    if (src_bytes == 16) {
-      std::memcpy(r.smem.data() + dst, src, 16);
-    } else {
-      std::memset(r.smem.data() + dst, 0, 16);
-    }
+    land_copy(r, {r.smem.data() + dst, static_cast<const unsigned char*>(src), src_bytes});
     return;
   }
   r.current->open_group.push_back(
@@ -645,17 +665,22 @@ void cp_async_commit() {
 }
 
 void cp_async_wait(int pending_groups) {
-  Fiber& f = *running("cp.async.wait_group").current;
+  BlockRun& r = running("cp.async.wait_group");
+  Fiber& f = *r.current;
   while (static_cast<int>(f.groups.size()) > pending_groups) {
-    for (const CopyRequest& c : f.groups.front()) {
-      if (c.bytes == 16) {
-        std::memcpy(c.dst, c.src, 16);
-      } else {
-        std::memset(c.dst, 0, 16);
-      }
-    }
+    for (const CopyRequest& c : f.groups.front()) land_copy(r, c);
     f.groups.pop_front();
   }
+}
+
+void fence_proxy_async() {
+  BlockRun& r = running("fence.proxy.async");
+  Fiber& f = *r.current;
+  const auto me = static_cast<std::uint16_t>(1 + (&f - r.fibers.data()));
+  for (const std::uint32_t g : f.unfenced) {
+    if (r.unfenced[g] == me) r.unfenced[g] = 0;
+  }
+  f.unfenced.clear();
 }
 
 void ldmatrix_x4(std::uint32_t (&reg)[4], std::uint32_t addr, bool trans) {
@@ -693,6 +718,14 @@ float wgmma_operand(const BlockRun& r, std::uint64_t desc, int mn, int k, bool m
     fail(std::string("wgmma: ") + which + " element (" + std::to_string(mn) + ", " +
          std::to_string(k) + ") at shared address " + std::to_string(at) + " is past the block's " +
          std::to_string(r.smem.size()) + " bytes of dynamic shared memory");
+  }
+  if (!r.unfenced.empty() && r.unfenced[at / 16] != 0) {
+    const Fiber& writer = r.fibers[r.unfenced[at / 16] - 1u];
+    fail(std::string("wgmma: ") + which + " element (" + std::to_string(mn) + ", " +
+         std::to_string(k) + ") at shared address " + std::to_string(at) +
+         " was written by a cp.async of thread " + xyz(writer.tid) +
+         ", which has not executed fence.proxy.async since (wgmma reads shared memory through "
+         "the async proxy: kernels/ptx.cuh fence_proxy_async)");
   }
   std::uint16_t bits;
   std::memcpy(&bits, r.smem.data() + at, 2);

@@ -21,6 +21,7 @@ namespace {
 using servelab::kernels::detail::cp_async16;
 using servelab::kernels::detail::cp_async_commit;
 using servelab::kernels::detail::cp_async_wait;
+using servelab::kernels::detail::fence_proxy_async;
 using servelab::kernels::detail::ldmatrix_x4;
 using servelab::kernels::detail::ldmatrix_x4_trans;
 using servelab::kernels::detail::mma_bf16;
@@ -143,6 +144,33 @@ __global__ void pdl_kernel(int* x, int skip_from) {
   servelab::kernels::detail::wait_for_predecessor();
   servelab::kernels::detail::allow_dependents();
   x[threadIdx.x] += 1;
+}
+
+// d = a b (64 x 16 by 16 x 64) by one wgmma, A and B K-major from shared memory, where both
+// operands arrive by cp.async (a row-major; bt is B transposed, row-major 64 x 16): thread t
+// copies the 16 bytes of row t / 2, k 8 (t % 2) .. + 8 of each. With `fence` every thread fences
+// its copies into the async proxy before the barrier, as wgmma needs.
+__global__ void wgmma_after_cp_async_kernel(const std::uint16_t* a, const std::uint16_t* bt,
+                                            float* d, bool fence) {
+  SERVELAB_DYNAMIC_SMEM(smem);
+  const int t = threadIdx.x, row = t / 2, k0 = 8 * (t % 2);
+  const std::uint32_t base = smem_u32(smem);
+  const std::uint32_t at = (row % 8) * 16 + (row / 8) * 256 + (k0 / 8) * 128;
+  cp_async16(base + at, a + row * 16 + k0, true);
+  cp_async16(base + 2048 + at, bt + row * 16 + k0, true);
+  cp_async_commit();
+  cp_async_wait<0>();
+  if (fence) fence_proxy_async();
+  __syncthreads();
+  float acc[8][4] = {};
+  wgmma_fence();
+  wgmma_ss<64>(acc, wgmma_desc(base, 128, 256), wgmma_desc(base + 2048, 128, 256), false);
+  wgmma_commit();
+  wgmma_wait<0>(acc);
+  const int w = t / 32, g = (t % 32) / 4, q = t % 4;
+  for (int i = 0; i < 32; ++i) {
+    d[(16 * w + g + 8 * ((i / 2) % 2)) * 64 + 8 * (i / 4) + 2 * q + i % 2] = acc[i / 4][i % 4];
+  }
 }
 
 // Every thread appends its global index to `log`: the order in which threads and blocks ran.
@@ -435,6 +463,33 @@ TEST(CudaEmu, WgmmaComputesTheProductAtItsWait) {
   SERVELAB_LAUNCH(wgmma_kernel, 1, 64, 4096, nullptr)
   (a.data(), b.data(), c.data(), d.data(), early.data(), false, false, true, 64);
   EXPECT_NE(last_error().find("multiple of 128"), std::string::npos);
+}
+
+// wgmma reads shared memory through the async proxy: operands that arrived by cp.async need
+// each copying thread's fence.proxy.async before the barrier; without it the launch fails naming
+// the operand and the writer.
+TEST(CudaEmu, WgmmaAfterCpAsyncNeedsTheProxyFence) {
+  std::vector<std::uint16_t> a(64 * 16), b(16 * 64), bt(64 * 16);
+  for (int i = 0; i < 64 * 16; ++i) a[i] = bf16(0.25f * static_cast<float>((i * 7) % 13) - 1.5f);
+  for (int k = 0; k < 16; ++k) {
+    for (int n = 0; n < 64; ++n) {
+      b[k * 64 + n] = bf16(0.125f * static_cast<float>((k * 5 + n * 3) % 11) - 0.5f);
+      bt[n * 16 + k] = b[k * 64 + n];
+    }
+  }
+  const std::vector<float> zero(64 * 64, 0.0f);
+  std::vector<float> d(64 * 64, -1.0f);
+  SERVELAB_LAUNCH(wgmma_after_cp_async_kernel, 1, 128, 4096, nullptr)
+  (a.data(), bt.data(), d.data(), true);
+  ASSERT_EQ(last_error(), "");
+  ExpectProduct(d, a, b, zero, 64, 64, "fenced");
+  SERVELAB_LAUNCH(wgmma_after_cp_async_kernel, 1, 128, 4096, nullptr)
+  (a.data(), bt.data(), d.data(), false);
+  const std::string e = last_error();
+  EXPECT_NE(e.find("wgmma: A element (0, 0) at shared address 0 was written by a cp.async of "
+                   "thread (0, 0, 0), which has not executed fence.proxy.async since"),
+            std::string::npos)
+      << e;
 }
 
 TEST(CudaEmu, DynamicSharedMemoryAbove48KbNeedsTheOptIn) {

@@ -233,6 +233,11 @@ void wgmma_bf16(float* d, int n, const std::uint32_t* a, std::uint64_t desc_a, s
 void wgmma_fence();
 void wgmma_commit();
 void wgmma_wait(int pending);
+// fence.proxy.async.shared::cta. cp.async writes shared memory through the generic proxy and
+// wgmma reads it through the async proxy: a wgmma operand read from a 16-byte granule whose last
+// cp.async copy landed for a thread that has not executed this fence since fails the launch,
+// naming the writer (plain stores are not tracked: a fence after them is not checked).
+void fence_proxy_async();
 }  // namespace servelab_emu
 
 // ---- the schedule ----------------------------------------------------------------------------
