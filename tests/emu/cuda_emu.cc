@@ -127,9 +127,8 @@ struct Fiber {
   bool waited_for_grid = false;   // executed griddepcontrol.wait (griddep_wait)
   std::vector<CopyRequest> open_group;
   std::deque<std::vector<CopyRequest>> groups;
-  // The 16-byte granules of shared memory its landed cp.async copies wrote since its last
-  // fence.proxy.async (BlockRun::unfenced).
-  std::vector<std::uint32_t> unfenced;
+  // How many fence.proxy.async it has executed in this block (BlockRun::unfenced).
+  std::uint32_t proxy_fences = 0;
   bool at_warpgroup = false;  // waiting in wgmma.wait_group
   bool wgmma_fenced = false;  // wgmma.fence since the last wgmma.wait_group
   int wgmma_pending = 0;      // argument of the wgmma.wait_group it waits in
@@ -164,11 +163,12 @@ struct BlockRun {
   void* scheduler_sp = nullptr;
   const std::function<void()>* body = nullptr;
   std::vector<unsigned char> smem;
-  // Per 16-byte granule of shared memory: 1 + the index of the thread whose cp.async copy last
-  // landed there and which has not executed fence.proxy.async since, else 0 (empty until the
-  // block's first copy lands). wgmma reads shared memory through the async proxy: reading such
-  // a granule is a missing fence.
-  std::vector<std::uint16_t> unfenced;
+  // Per 16-byte granule of shared memory, the cp.async copy that landed there last: 1 + its
+  // thread's index (0: none) in the high 32 bits, that thread's proxy_fences count at the
+  // landing in the low 32 (empty until the block's first copy lands). While the count is
+  // unchanged the thread has not executed fence.proxy.async since, and wgmma (which reads shared
+  // memory through the async proxy) must not read the granule.
+  std::vector<std::uint64_t> unfenced;
   std::string error;
   bool programmatic = false;  // launched with programmatic dependent launch
 #if defined(SERVELAB_EMU_ASAN)
@@ -365,7 +365,7 @@ std::string run_block(const std::function<void()>& body, dim3 block, std::size_t
     f.done = f.waiting = f.waited_for_grid = false;
     f.open_group.clear();
     f.groups.clear();
-    f.unfenced.clear();
+    f.proxy_fences = 0;
     f.at_warpgroup = f.wgmma_fenced = false;
     f.wgmma_open.clear();
     f.wgmma_groups.clear();
@@ -632,10 +632,19 @@ void land_copy(BlockRun& r, const CopyRequest& c) {
     std::memset(c.dst, 0, 16);
   }
   if (r.unfenced.empty()) r.unfenced.assign((r.smem.size() + 15) / 16, 0);
-  const auto granule = static_cast<std::uint32_t>((c.dst - r.smem.data()) / 16);
-  Fiber& f = *r.current;
-  r.unfenced[granule] = static_cast<std::uint16_t>(1 + (&f - r.fibers.data()));
-  f.unfenced.push_back(granule);
+  const Fiber& f = *r.current;
+  r.unfenced[static_cast<std::size_t>(c.dst - r.smem.data()) / 16] =
+      (static_cast<std::uint64_t>(1 + (&f - r.fibers.data())) << 32) | f.proxy_fences;
+}
+
+// The thread whose cp.async copy wrote the granule of shared address `at` and which has not
+// executed fence.proxy.async since, or null.
+const Fiber* unfenced_writer(const BlockRun& r, std::uint64_t at) {
+  if (r.unfenced.empty()) return nullptr;
+  const std::uint64_t e = r.unfenced[at / 16];
+  if (e == 0) return nullptr;
+  const Fiber& writer = r.fibers[(e >> 32) - 1];
+  return writer.proxy_fences == static_cast<std::uint32_t>(e) ? &writer : nullptr;
 }
 
 void cp_async16(std::uint32_t dst, const void* src, int src_bytes) {
@@ -673,15 +682,7 @@ void cp_async_wait(int pending_groups) {
   }
 }
 
-void fence_proxy_async() {
-  BlockRun& r = running("fence.proxy.async");
-  Fiber& f = *r.current;
-  const auto me = static_cast<std::uint16_t>(1 + (&f - r.fibers.data()));
-  for (const std::uint32_t g : f.unfenced) {
-    if (r.unfenced[g] == me) r.unfenced[g] = 0;
-  }
-  f.unfenced.clear();
-}
+void fence_proxy_async() { ++running("fence.proxy.async").current->proxy_fences; }
 
 void ldmatrix_x4(std::uint32_t (&reg)[4], std::uint32_t addr, bool trans) {
   const std::uint32_t* out = warp_collective(
@@ -719,11 +720,10 @@ float wgmma_operand(const BlockRun& r, std::uint64_t desc, int mn, int k, bool m
          std::to_string(k) + ") at shared address " + std::to_string(at) + " is past the block's " +
          std::to_string(r.smem.size()) + " bytes of dynamic shared memory");
   }
-  if (!r.unfenced.empty() && r.unfenced[at / 16] != 0) {
-    const Fiber& writer = r.fibers[r.unfenced[at / 16] - 1u];
+  if (const Fiber* writer = unfenced_writer(r, at)) {
     fail(std::string("wgmma: ") + which + " element (" + std::to_string(mn) + ", " +
          std::to_string(k) + ") at shared address " + std::to_string(at) +
-         " was written by a cp.async of thread " + xyz(writer.tid) +
+         " was written by a cp.async of thread " + xyz(writer->tid) +
          ", which has not executed fence.proxy.async since (wgmma reads shared memory through "
          "the async proxy: kernels/ptx.cuh fence_proxy_async)");
   }
