@@ -2,6 +2,7 @@
 // block's threads, the warp collectives and PTX instruction models, the runtime API over host
 // memory, stream capture into replayable graphs.
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -107,13 +108,27 @@ struct CopyRequest {
   int bytes;  // 0: zero-fill
 };
 
-// One wgmma.mma_async as a thread issued it (servelab_cuda_emu.h wgmma_bf16).
+// One wgmma.mma_async as a thread issued it (servelab_cuda_emu.h wgmma_bf16), with what its
+// registers held at the issue: they belong to the operation until its wait retires it.
 struct WgmmaOp {
   float* d;
   int n;
   const std::uint32_t* a;  // null: A through desc_a
   std::uint64_t desc_a, desc_b;
   bool accumulate, b_mn_major;
+  std::uint32_t a_issued[4] = {};  // the A fragment at the issue (a not null)
+  std::uint64_t d_issued = 0;      // a hash of the n / 2 accumulators at the issue
+};
+
+// The shared-memory operands of a warpgroup's wgmma as read when its first thread issued it
+// (BlockRun::wgmma_issues): wgmma may read them any time from then to the wait that retires it,
+// so they must not change in between (a thread that writes them after its issue races with the
+// operation; one that writes them before its issue but after another thread's lacks the barrier
+// that orders its write before the other warps' issue).
+struct WgmmaIssue {
+  int threads = 0;                  // how many of the warpgroup's 128 have issued it
+  int first = -1;                   // the thread that issued it first (index in the block)
+  std::vector<std::uint16_t> a, b;  // bf16 bits (read_wgmma_operands)
 };
 
 struct Fiber {
@@ -129,9 +144,10 @@ struct Fiber {
   std::deque<std::vector<CopyRequest>> groups;
   // How many fence.proxy.async it has executed in this block (BlockRun::unfenced).
   std::uint32_t proxy_fences = 0;
-  bool at_warpgroup = false;  // waiting in wgmma.wait_group
-  bool wgmma_fenced = false;  // wgmma.fence since the last wgmma.wait_group
-  int wgmma_pending = 0;      // argument of the wgmma.wait_group it waits in
+  bool at_warpgroup = false;       // waiting in wgmma.wait_group
+  bool wgmma_fenced = false;       // wgmma.fence since the last wgmma.wait_group
+  int wgmma_pending = 0;           // argument of the wgmma.wait_group it waits in
+  std::uint64_t wgmma_issued = 0;  // wgmma.mma_async it has issued in this block
   std::vector<WgmmaOp> wgmma_open;
   std::deque<std::vector<WgmmaOp>> wgmma_groups;
 #if defined(SERVELAB_EMU_ASAN)
@@ -159,6 +175,11 @@ struct BlockRun {
   int live = 0;
   int block_arrived = 0;
   std::vector<int> warpgroup_arrived;  // threads waiting in wgmma.wait_group, per warpgroup
+  // Per warpgroup, its wgmma operations issued and not yet retired, oldest first, and how many
+  // it has retired (the sequence number of the deque's front: a thread's k-th wgmma.mma_async
+  // is operation k of its warpgroup).
+  std::vector<std::deque<WgmmaIssue>> wgmma_issues;
+  std::vector<std::uint64_t> wgmma_retired;
   Fiber* current = nullptr;
   void* scheduler_sp = nullptr;
   const std::function<void()>* body = nullptr;
@@ -356,6 +377,8 @@ std::string run_block(const std::function<void()>& body, dim3 block, std::size_t
   r.smem.assign(smem_bytes, 0xff);
   r.warps.resize(static_cast<std::size_t>((n + 31) / 32));
   r.warpgroup_arrived.assign(static_cast<std::size_t>((n + 127) / 128), 0);
+  r.wgmma_issues.resize(r.warpgroup_arrived.size());
+  r.wgmma_retired.assign(r.warpgroup_arrived.size(), 0);
   for (int i = 0; i < n; ++i) {
     Fiber& f = fibers[static_cast<std::size_t>(i)];
     f.tid = {static_cast<unsigned>(i) % block.x, static_cast<unsigned>(i) / block.x % block.y,
@@ -369,6 +392,7 @@ std::string run_block(const std::function<void()>& body, dim3 block, std::size_t
     f.at_warpgroup = f.wgmma_fenced = false;
     f.wgmma_open.clear();
     f.wgmma_groups.clear();
+    f.wgmma_issued = 0;
     ++r.warps[static_cast<std::size_t>(f.warp)].lanes;
     prepare_stack(f);
   }
@@ -700,9 +724,9 @@ void mma_m16n8k16_bf16(float (&d)[4], const std::uint32_t (&a)[4], std::uint32_t
 
 // ---- warpgroup MMA ---------------------------------------------------------------------------
 
-// The bf16 element (mn, k) of a no-swizzle canonical layout through `desc` (servelab_cuda_emu.h).
-float wgmma_operand(const BlockRun& r, std::uint64_t desc, int mn, int k, bool mn_major,
-                    const char* which) {
+// The shared-memory address of element (mn, k) of a no-swizzle canonical layout through `desc`
+// (servelab_cuda_emu.h).
+std::uint64_t wgmma_address(std::uint64_t desc, int mn, int k, bool mn_major, const char* which) {
   const std::uint64_t start = (desc & 0x3fffu) << 4, lbo = ((desc >> 16) & 0x3fffu) << 4,
                       sbo = ((desc >> 32) & 0x3fffu) << 4;
   const std::uint64_t reserved = desc & ((std::uint64_t{3} << 14) | (std::uint64_t{3} << 30) |
@@ -712,9 +736,13 @@ float wgmma_operand(const BlockRun& r, std::uint64_t desc, int mn, int k, bool m
          ": the emulator models only the no-swizzle canonical layout (swizzle mode 0, base "
          "offset 0, reserved bits 0)");
   }
-  const std::uint64_t at =
-      mn_major ? start + (mn % 8) * 2 + (mn / 8) * sbo + (k % 8) * 16 + (k / 8) * lbo
-               : start + (mn % 8) * 16 + (mn / 8) * sbo + (k % 8) * 2 + (k / 8) * lbo;
+  return mn_major ? start + (mn % 8) * 2 + (mn / 8) * sbo + (k % 8) * 16 + (k / 8) * lbo
+                  : start + (mn % 8) * 16 + (mn / 8) * sbo + (k % 8) * 2 + (k / 8) * lbo;
+}
+
+// The bf16 element (mn, k) of an operand at shared address `at`, failing when the address is
+// past the block's shared memory or a cp.async wrote it without its thread's proxy fence since.
+float wgmma_operand(const BlockRun& r, std::uint64_t at, int mn, int k, const char* which) {
   if (at + 2 > r.smem.size()) {
     fail(std::string("wgmma: ") + which + " element (" + std::to_string(mn) + ", " +
          std::to_string(k) + ") at shared address " + std::to_string(at) + " is past the block's " +
@@ -732,9 +760,130 @@ float wgmma_operand(const BlockRun& r, std::uint64_t desc, int mn, int k, bool m
   return bf16_bits(bits);
 }
 
+// The bf16 bits of the shared-memory operands of `o` now: A 64 x 16 row-major (left empty when A
+// comes from registers) and B 16 x n (k-th row at k n). Each descriptor is checked once; each
+// element's address always, and with `fenced` its last cp.async writer's proxy fence (as
+// wgmma_operand does: at the issue; a write after it changes the bits, which the wait sees).
+void read_wgmma_operands(const BlockRun& r, const WgmmaOp& o, bool fenced,
+                         std::vector<std::uint16_t>& a, std::vector<std::uint16_t>& b) {
+  const auto un = static_cast<std::size_t>(o.n);
+  a.assign(o.a == nullptr ? 64 * 16 : 0, 0);
+  b.assign(16 * un, 0);
+  // Element (mn, k) of an operand: `origin` + mn_off(mn) + k_off(k), the terms tabulated.
+  struct Layout {
+    std::uint64_t origin;
+    std::array<std::uint64_t, 256> mn_off;  // n is at most 256
+    std::array<std::uint64_t, 16> k_off;
+  };
+  const auto layout = [&](std::uint64_t desc, int mns, bool mn_major, const char* which) {
+    Layout l;
+    l.origin = wgmma_address(desc, 0, 0, mn_major, which);
+    for (int mn = 0; mn < mns; ++mn) {
+      l.mn_off[static_cast<std::size_t>(mn)] =
+          wgmma_address(desc, mn, 0, mn_major, which) - l.origin;
+    }
+    for (int k = 0; k < 16; ++k) {
+      l.k_off[static_cast<std::size_t>(k)] = wgmma_address(desc, 0, k, mn_major, which) - l.origin;
+    }
+    return l;
+  };
+  const auto element = [&](const Layout& l, int mn, int k, const char* which) {
+    const std::uint64_t at =
+        l.origin + l.mn_off[static_cast<std::size_t>(mn)] + l.k_off[static_cast<std::size_t>(k)];
+    if (at + 2 > r.smem.size() || (fenced && unfenced_writer(r, at) != nullptr)) {
+      wgmma_operand(r, at, mn, k, which);  // fails, saying why
+    }
+    std::uint16_t bits;
+    std::memcpy(&bits, r.smem.data() + at, 2);
+    return bits;
+  };
+  if (o.a == nullptr) {
+    const Layout la = layout(o.desc_a, 64, false, "A");
+    for (int m = 0; m < 64; ++m) {
+      for (int k = 0; k < 16; ++k) a[static_cast<std::size_t>(m * 16 + k)] = element(la, m, k, "A");
+    }
+  }
+  const Layout lb = layout(o.desc_b, o.n, o.b_mn_major, "B");
+  for (int k = 0; k < 16; ++k) {
+    for (int j = 0; j < o.n; ++j) {
+      b[static_cast<std::size_t>(k) * un + static_cast<std::size_t>(j)] = element(lb, j, k, "B");
+    }
+  }
+}
+
+// A hash of a thread's n / 2 accumulators (their bits).
+std::uint64_t accumulator_hash(const float* d, int n) {
+  std::uint64_t h = 1469598103934665603ull;
+  for (int i = 0; i < n / 2; ++i) {
+    std::uint32_t bits;
+    std::memcpy(&bits, d + i, 4);
+    h = (h ^ bits) * 1099511628211ull;
+  }
+  return h;
+}
+
+// Operation `done` of thread f's oldest group has written its accumulators: a later operation
+// of f over the same accumulators (a chain of k steps into one tile) expects them as they are
+// now, not as they were at its issue.
+void accumulators_written(Fiber& f, std::size_t done) {
+  const WgmmaOp& w = f.wgmma_groups.front()[done];
+  const float* end = w.d + w.n / 2;
+  std::size_t skip = done + 1;
+  for (std::vector<WgmmaOp>& group : f.wgmma_groups) {
+    for (std::size_t j = skip; j < group.size(); ++j) {
+      WgmmaOp& later = group[j];
+      if (later.accumulate && later.d < end && w.d < later.d + later.n / 2) {
+        later.d_issued = accumulator_hash(later.d, later.n);
+      }
+    }
+    skip = 0;
+  }
+}
+
+// Fails unless the operands `o` reads now are those read at its warpgroup's issue (`issue`), and
+// every thread's A registers and accumulators are what they were at its own issue.
+void check_wgmma_unchanged(const BlockRun& r, const std::vector<const WgmmaOp*>& ops,
+                           const WgmmaIssue& issue, const std::vector<std::uint16_t>& a,
+                           const std::vector<std::uint16_t>& b) {
+  const WgmmaOp& o = *ops[0];
+  const auto changed = [&](const char* which, int mn, int k, std::uint64_t desc, bool mn_major) {
+    fail(std::string("wgmma: ") + which + " element (" + std::to_string(mn) + ", " +
+         std::to_string(k) + ") at shared address " +
+         std::to_string(wgmma_address(desc, mn, k, mn_major, which)) +
+         " changed between the operation's issue (by its warpgroup's first thread, " +
+         xyz(r.fibers[static_cast<std::size_t>(issue.first)].tid) +
+         ") and the wgmma.wait_group that retires it: wgmma may read its shared-memory operands "
+         "any time in between (a wait or barrier is missing before the issue, or a write comes "
+         "before the wait)");
+  };
+  for (std::size_t i = 0; a != issue.a && i < a.size(); ++i) {
+    if (a[i] != issue.a[i])
+      changed("A", static_cast<int>(i / 16), static_cast<int>(i % 16), o.desc_a, false);
+  }
+  for (std::size_t i = 0; b != issue.b && i < b.size(); ++i) {
+    if (b[i] != issue.b[i]) {
+      changed("B", static_cast<int>(i % static_cast<std::size_t>(o.n)),
+              static_cast<int>(i / static_cast<std::size_t>(o.n)), o.desc_b, o.b_mn_major);
+    }
+  }
+  for (std::size_t t = 0; t < ops.size(); ++t) {
+    const WgmmaOp& x = *ops[t];
+    if (x.a != nullptr && std::memcmp(x.a, x.a_issued, sizeof x.a_issued) != 0) {
+      fail("wgmma: the A registers of warpgroup thread " + std::to_string(t) +
+           " changed between its wgmma.mma_async and the wgmma.wait_group that retires it (they "
+           "belong to the operation until then)");
+    }
+    if (x.accumulate && accumulator_hash(x.d, x.n) != x.d_issued) {
+      fail("wgmma: the accumulators of warpgroup thread " + std::to_string(t) +
+           " changed between its wgmma.mma_async and the wgmma.wait_group that retires it (the "
+           "operation may read them any time in between: wait before rescaling them)");
+    }
+  }
+}
+
 // Runs operation `op` of a group, issued alike by the 128 threads of warpgroup `wg` (`ops[t]`
-// is thread t's).
-void run_wgmma(const BlockRun& r, const std::vector<const WgmmaOp*>& ops) {
+// is thread t's), after checking that its operands are those of its issue.
+void run_wgmma(const BlockRun& r, const std::vector<const WgmmaOp*>& ops, const WgmmaIssue& issue) {
   const WgmmaOp& o = *ops[0];
   for (const WgmmaOp* x : ops) {
     if (x->n != o.n || (x->a == nullptr) != (o.a == nullptr) || x->desc_b != o.desc_b ||
@@ -747,32 +896,29 @@ void run_wgmma(const BlockRun& r, const std::vector<const WgmmaOp*>& ops) {
   }
   const int n = o.n;
   const auto un = static_cast<std::size_t>(n);
+  static thread_local std::vector<std::uint16_t> sa, sb;
+  read_wgmma_operands(r, o, false, sa, sb);
+  check_wgmma_unchanged(r, ops, issue, sa, sb);
   // Operands and the 64 x n accumulator tile in double, reused between operations; the sums
   // run k = 0..15 in order from the accumulator (k outermost, so the columns vectorise), and
   // the products of two bf16 values are exact in double.
   static thread_local std::vector<double> a, b, acc;
   a.assign(64 * 16, 0.0);
-  b.assign(16 * un, 0.0);
+  b.resize(sb.size());
+  for (std::size_t i = 0; i < sb.size(); ++i) b[i] = bf16_bits(sb[i]);
   acc.assign(64 * un, 0.0);
-  for (int t = 0; t < 128; ++t) {
-    if (o.a == nullptr) break;
-    const int row = 16 * (t / 32) + (t % 32) / 4, col = 2 * (t % 4);
-    const std::uint32_t* reg = ops[static_cast<std::size_t>(t)]->a;
-    for (int h = 0; h < 2; ++h) {
-      a[static_cast<std::size_t>(row * 16 + col + h)] = bf16_bits(half_of(reg[0], h));
-      a[static_cast<std::size_t>((row + 8) * 16 + col + h)] = bf16_bits(half_of(reg[1], h));
-      a[static_cast<std::size_t>(row * 16 + col + 8 + h)] = bf16_bits(half_of(reg[2], h));
-      a[static_cast<std::size_t>((row + 8) * 16 + col + 8 + h)] = bf16_bits(half_of(reg[3], h));
-    }
-  }
-  for (int k = 0; k < 16; ++k) {
-    if (o.a == nullptr) {
-      for (int m = 0; m < 64; ++m)
-        a[static_cast<std::size_t>(m * 16 + k)] = wgmma_operand(r, o.desc_a, m, k, false, "A");
-    }
-    for (int j = 0; j < n; ++j) {
-      b[static_cast<std::size_t>(k) * un + static_cast<std::size_t>(j)] =
-          wgmma_operand(r, o.desc_b, j, k, o.b_mn_major, "B");
+  if (o.a == nullptr) {
+    for (std::size_t i = 0; i < sa.size(); ++i) a[i] = bf16_bits(sa[i]);
+  } else {
+    for (int t = 0; t < 128; ++t) {
+      const int row = 16 * (t / 32) + (t % 32) / 4, col = 2 * (t % 4);
+      const std::uint32_t* reg = ops[static_cast<std::size_t>(t)]->a;
+      for (int h = 0; h < 2; ++h) {
+        a[static_cast<std::size_t>(row * 16 + col + h)] = bf16_bits(half_of(reg[0], h));
+        a[static_cast<std::size_t>((row + 8) * 16 + col + h)] = bf16_bits(half_of(reg[1], h));
+        a[static_cast<std::size_t>(row * 16 + col + 8 + h)] = bf16_bits(half_of(reg[2], h));
+        a[static_cast<std::size_t>((row + 8) * 16 + col + 8 + h)] = bf16_bits(half_of(reg[3], h));
+      }
     }
   }
   // Thread t's register i: row 16 (t / 32) + (t % 32) / 4 + 8 ((i / 2) % 2), column
@@ -816,7 +962,21 @@ void wgmma_bf16(float* d, int n, const std::uint32_t* a, std::uint64_t desc_a, s
         "wgmma.mma_async without a wgmma.fence since the thread's last wgmma.wait_group (the "
         "accumulator and A registers may be stale)");
   }
-  f.wgmma_open.push_back({d, n, a, desc_a, desc_b, accumulate, b_mn_major});
+  WgmmaOp op{d, n, a, desc_a, desc_b, accumulate, b_mn_major};
+  if (a != nullptr) std::memcpy(op.a_issued, a, sizeof op.a_issued);
+  if (accumulate) op.d_issued = accumulator_hash(d, n);
+  // The operation's shared-memory operands as they are when the warpgroup's first thread issues
+  // it: from then on nothing may write them until the wait.
+  const std::size_t wg = static_cast<std::size_t>(f.warp / 4);
+  std::deque<WgmmaIssue>& issues = r.wgmma_issues[wg];
+  const std::size_t k = static_cast<std::size_t>(f.wgmma_issued++ - r.wgmma_retired[wg]);
+  if (k == issues.size()) issues.emplace_back();
+  WgmmaIssue& issue = issues[k];
+  if (issue.threads++ == 0) {
+    issue.first = static_cast<int>(&f - r.fibers.data());
+    read_wgmma_operands(r, op, true, issue.a, issue.b);
+  }
+  f.wgmma_open.push_back(op);
 }
 
 void wgmma_fence() { running("wgmma.fence").current->wgmma_fenced = true; }
@@ -868,7 +1028,14 @@ void wgmma_wait(int pending) {
     std::vector<const WgmmaOp*> op(128);
     for (std::size_t i = 0; i < ops; ++i) {
       for (std::size_t t = 0; t < 128; ++t) op[t] = &group[t].wgmma_groups.front()[i];
-      run_wgmma(r, op);
+      std::deque<WgmmaIssue>& issues = r.wgmma_issues[wg];
+      if (issues.empty() || issues.front().threads != 128) {
+        fail("wgmma.wait_group: an operation not issued by all 128 threads of the warpgroup");
+      }
+      run_wgmma(r, op, issues.front());
+      issues.pop_front();
+      ++r.wgmma_retired[wg];
+      for (Fiber& g : group) accumulators_written(g, i);
     }
     for (Fiber& g : group) g.wgmma_groups.pop_front();
   }

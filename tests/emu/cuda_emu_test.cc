@@ -173,6 +173,51 @@ __global__ void wgmma_after_cp_async_kernel(const std::uint16_t* a, const std::u
   }
 }
 
+// wgmma_after_cp_async_kernel's product (fenced), with the operation's operands disturbed while
+// it is in flight, by `mode`: 0 none; 1 issued before the copies landed (the wait, fence and
+// barrier come after the issue); 2 thread 0 overwrites an element of B after the issue; 3 the
+// accumulators (accumulate on, from zero) changed after the issue; 4 A from registers, whose first
+// register thread 5 clears after the issue. Each of 1-4 is a race on a GPU, where wgmma reads
+// its operands any time from the issue to the wait.
+__global__ void wgmma_in_flight_kernel(const std::uint16_t* a, const std::uint16_t* bt, float* d,
+                                       int mode) {
+  SERVELAB_DYNAMIC_SMEM(smem);
+  const int t = threadIdx.x, row = t / 2, k0 = 8 * (t % 2);
+  const std::uint32_t base = smem_u32(smem);
+  const std::uint32_t at = (row % 8) * 16 + (row / 8) * 256 + (k0 / 8) * 128;
+  cp_async16(base + at, a + row * 16 + k0, true);
+  cp_async16(base + 2048 + at, bt + row * 16 + k0, true);
+  cp_async_commit();
+  const auto landed = [] {
+    cp_async_wait<0>();
+    fence_proxy_async();
+    __syncthreads();
+  };
+  if (mode != 1) landed();
+  float acc[8][4] = {};
+  const int w = t / 32, g = (t % 32) / 4, q = t % 4;
+  std::uint32_t af[4];
+  for (int r = 0; r < 4; ++r) {
+    const int m = 16 * w + g + 8 * (r % 2), col = 2 * q + 8 * (r / 2);
+    af[r] = std::uint32_t{a[m * 16 + col]} | (std::uint32_t{a[m * 16 + col + 1]} << 16);
+  }
+  wgmma_fence();
+  if (mode == 4) {
+    wgmma_rs_bmn<64>(acc, af, wgmma_desc(base + 2048, 128, 256), false);
+  } else {
+    wgmma_ss<64>(acc, wgmma_desc(base, 128, 256), wgmma_desc(base + 2048, 128, 256), mode == 3);
+  }
+  wgmma_commit();
+  if (mode == 1) landed();
+  if (mode == 2 && t == 0) std::memset(smem + 2048, 0, 2);
+  if (mode == 3) acc[0][0] += 1.0f;
+  if (mode == 4 && t == 5) af[0] = 0;
+  wgmma_wait<0>(acc, af);
+  for (int i = 0; i < 32; ++i) {
+    d[(16 * w + g + 8 * ((i / 2) % 2)) * 64 + 8 * (i / 4) + 2 * q + i % 2] = acc[i / 4][i % 4];
+  }
+}
+
 // Every thread appends its global index to `log`: the order in which threads and blocks ran.
 __global__ void order_kernel(unsigned* counter, int* log) {
   log[atomicAdd(counter, 1u)] = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
@@ -490,6 +535,49 @@ TEST(CudaEmu, WgmmaAfterCpAsyncNeedsTheProxyFence) {
                    "thread (0, 0, 0), which has not executed fence.proxy.async since"),
             std::string::npos)
       << e;
+}
+
+// wgmma may read its operands (shared memory, A registers, accumulators) any time from its
+// issue by the whole warpgroup to the wait that retires it: operands that change in between
+// fail the launch, naming what changed (the emulator reads them at the wait, the latest time; a
+// GPU may read them at the issue).
+TEST(CudaEmu, WgmmaOperandsBelongToTheOperationUntilItsWait) {
+  std::vector<std::uint16_t> a(64 * 16), b(16 * 64), bt(64 * 16);
+  for (int i = 0; i < 64 * 16; ++i) a[i] = bf16(0.25f * static_cast<float>((i * 7) % 13) - 1.5f);
+  for (int k = 0; k < 16; ++k) {
+    for (int n = 0; n < 64; ++n) {
+      b[k * 64 + n] = bf16(0.125f * static_cast<float>((k * 5 + n * 3) % 11) - 0.5f);
+      bt[n * 16 + k] = b[k * 64 + n];
+    }
+  }
+  const std::vector<float> zero(64 * 64, 0.0f);
+  std::vector<float> d(64 * 64, -1.0f);
+  const auto run = [&](int mode) {
+    SERVELAB_LAUNCH(wgmma_in_flight_kernel, 1, 128, 4096, nullptr)
+    (a.data(), bt.data(), d.data(), mode);
+    return last_error();
+  };
+  ASSERT_EQ(run(0), "");
+  ExpectProduct(d, a, b, zero, 64, 64, "undisturbed");
+  // Thread 0 issues first: no copy has landed yet (each lands at its thread's wait).
+  std::string e = run(1);
+  EXPECT_NE(e.find("wgmma: A element (0, 0) at shared address 0 changed between the "
+                   "operation's issue (by its warpgroup's first thread, (0, 0, 0)) and the "
+                   "wgmma.wait_group that retires it"),
+            std::string::npos)
+      << e;
+  e = run(2);
+  EXPECT_NE(e.find("wgmma: B element (0, 0) at shared address 2048 changed between the "
+                   "operation's issue"),
+            std::string::npos)
+      << e;
+  e = run(3);
+  EXPECT_NE(e.find("wgmma: the accumulators of warpgroup thread 0 changed between its "
+                   "wgmma.mma_async and the wgmma.wait_group"),
+            std::string::npos)
+      << e;
+  e = run(4);
+  EXPECT_NE(e.find("wgmma: the A registers of warpgroup thread 5 changed"), std::string::npos) << e;
 }
 
 TEST(CudaEmu, DynamicSharedMemoryAbove48KbNeedsTheOptIn) {

@@ -223,6 +223,12 @@ unsigned char* dynamic_smem();
 //     memory, the A registers (through `a`: they must still hold the fragment) and `d`, and
 //     writes `d`. Reading the accumulators before that wait sees the old values, as it may on a
 //     GPU. A wgmma_bf16 without a wgmma_fence since the thread's last wgmma_wait fails.
+//     A GPU may read the operands any time from the issue to the wait, so they belong to the
+//     operation in between: the shared-memory operands are read when the warpgroup's first
+//     thread issues it (checking the proxy fence of their cp.async writers then) and again at
+//     the wait, and each thread's A registers and accumulators are kept from its issue; anything
+//     that changed fails the launch, naming the element, the registers or the accumulators
+//     (an operation's own predecessors in a chain over the same accumulators excepted).
 //   wgmma_fence: wgmma.fence.sync.aligned;
 //   wgmma_commit: wgmma.commit_group.sync.aligned (closes the thread's group);
 //   wgmma_wait(pending): wgmma.wait_group.sync.aligned pending: a warpgroup collective (all 128
