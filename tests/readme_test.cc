@@ -26,6 +26,24 @@ std::vector<std::string> lines_of(const std::string& text) {
   return lines;
 }
 
+// The README's list of lessons and the lessons' index (docs/lessons/README.md) name every lesson
+// of docs/lessons/ (a lesson that the front page omits is one a course instructor does not find).
+TEST(Readme, ListsEveryLesson) {
+  const std::string readme = read_file(servelab_home() / "README.md");
+  const std::string index = read_file(servelab_home() / "docs" / "lessons" / "README.md");
+  int lessons = 0;
+  for (const auto& entry : fs::directory_iterator(servelab_home() / "docs" / "lessons")) {
+    const fs::path& path = entry.path();
+    if (path.extension() != ".md" || path.filename() == "README.md") continue;
+    ++lessons;
+    const std::string link = "(docs/lessons/" + path.filename().string() + ")";
+    EXPECT_NE(readme.find(link), std::string::npos) << "README.md does not link " << link;
+    EXPECT_NE(index.find("(" + path.filename().string() + ")"), std::string::npos)
+        << "docs/lessons/README.md does not link " << path.filename();
+  }
+  EXPECT_GE(lessons, 20) << "docs/lessons/ not found";
+}
+
 TEST(Readme, QuickStartTranscriptIsWhatSimPrints) {
   const std::string readme = read_file(servelab_home() / "README.md");
   const std::string opening = "```\nburst: ";

@@ -148,37 +148,13 @@ __global__ void pdl_kernel(int* x, int skip_from) {
 
 // d = a b (64 x 16 by 16 x 64) by one wgmma, A and B K-major from shared memory, where both
 // operands arrive by cp.async (a row-major; bt is B transposed, row-major 64 x 16): thread t
-// copies the 16 bytes of row t / 2, k 8 (t % 2) .. + 8 of each. With `fence` every thread fences
-// its copies into the async proxy before the barrier, as wgmma needs.
-__global__ void wgmma_after_cp_async_kernel(const std::uint16_t* a, const std::uint16_t* bt,
-                                            float* d, bool fence) {
-  SERVELAB_DYNAMIC_SMEM(smem);
-  const int t = threadIdx.x, row = t / 2, k0 = 8 * (t % 2);
-  const std::uint32_t base = smem_u32(smem);
-  const std::uint32_t at = (row % 8) * 16 + (row / 8) * 256 + (k0 / 8) * 128;
-  cp_async16(base + at, a + row * 16 + k0, true);
-  cp_async16(base + 2048 + at, bt + row * 16 + k0, true);
-  cp_async_commit();
-  cp_async_wait<0>();
-  if (fence) fence_proxy_async();
-  __syncthreads();
-  float acc[8][4] = {};
-  wgmma_fence();
-  wgmma_ss<64>(acc, wgmma_desc(base, 128, 256), wgmma_desc(base + 2048, 128, 256), false);
-  wgmma_commit();
-  wgmma_wait<0>(acc);
-  const int w = t / 32, g = (t % 32) / 4, q = t % 4;
-  for (int i = 0; i < 32; ++i) {
-    d[(16 * w + g + 8 * ((i / 2) % 2)) * 64 + 8 * (i / 4) + 2 * q + i % 2] = acc[i / 4][i % 4];
-  }
-}
-
-// wgmma_after_cp_async_kernel's product (fenced), with the operation's operands disturbed while
-// it is in flight, by `mode`: 0 none; 1 issued before the copies landed (the wait, fence and
-// barrier come after the issue); 2 thread 0 overwrites an element of B after the issue; 3 the
-// accumulators (accumulate on, from zero) changed after the issue; 4 A from registers, whose first
-// register thread 5 clears after the issue. Each of 1-4 is a race on a GPU, where wgmma reads
-// its operands any time from the issue to the wait.
+// copies the 16 bytes of row t / 2, k 8 (t % 2) .. + 8 of each, then fences its copies into the
+// async proxy before the barrier, as wgmma needs. `mode` gets it wrong: 1 the operation issued
+// before the copies landed (the wait, fence and barrier come after the issue); 2 thread 0
+// overwrites an element of B after the issue; 3 the accumulators (accumulate on, from zero)
+// changed after the issue; 4 A from registers, whose first register thread 5 clears after the
+// issue; 5 no fence.proxy.async. Each is a race on a GPU, where wgmma reads its operands through
+// the async proxy any time from the issue to the wait; 0 is right.
 __global__ void wgmma_in_flight_kernel(const std::uint16_t* a, const std::uint16_t* bt, float* d,
                                        int mode) {
   SERVELAB_DYNAMIC_SMEM(smem);
@@ -188,9 +164,9 @@ __global__ void wgmma_in_flight_kernel(const std::uint16_t* a, const std::uint16
   cp_async16(base + at, a + row * 16 + k0, true);
   cp_async16(base + 2048 + at, bt + row * 16 + k0, true);
   cp_async_commit();
-  const auto landed = [] {
+  const auto landed = [mode] {
     cp_async_wait<0>();
-    fence_proxy_async();
+    if (mode != 5) fence_proxy_async();
     __syncthreads();
   };
   if (mode != 1) landed();
@@ -510,73 +486,68 @@ TEST(CudaEmu, WgmmaComputesTheProductAtItsWait) {
   EXPECT_NE(last_error().find("multiple of 128"), std::string::npos);
 }
 
+// One wgmma's operands: a (64 x 16) and b (16 x 64) row-major bf16, bt = b transposed.
+struct WgmmaOperands {
+  std::vector<std::uint16_t> a = std::vector<std::uint16_t>(64 * 16),
+                             b = std::vector<std::uint16_t>(16 * 64),
+                             bt = std::vector<std::uint16_t>(64 * 16);
+  WgmmaOperands() {
+    for (int i = 0; i < 64 * 16; ++i) a[i] = bf16(0.25f * static_cast<float>((i * 7) % 13) - 1.5f);
+    for (int k = 0; k < 16; ++k) {
+      for (int n = 0; n < 64; ++n) {
+        b[k * 64 + n] = bf16(0.125f * static_cast<float>((k * 5 + n * 3) % 11) - 0.5f);
+        bt[n * 16 + k] = b[k * 64 + n];
+      }
+    }
+  }
+  // Runs wgmma_in_flight_kernel in `mode` into d; the launch's error ("" if none).
+  std::string run(int mode, std::vector<float>& d) const {
+    SERVELAB_LAUNCH(wgmma_in_flight_kernel, 1, 128, 4096, nullptr)
+    (a.data(), bt.data(), d.data(), mode);
+    return last_error();
+  }
+};
+
 // wgmma reads shared memory through the async proxy: operands that arrived by cp.async need
 // each copying thread's fence.proxy.async before the barrier; without it the launch fails naming
 // the operand and the writer.
 TEST(CudaEmu, WgmmaAfterCpAsyncNeedsTheProxyFence) {
-  std::vector<std::uint16_t> a(64 * 16), b(16 * 64), bt(64 * 16);
-  for (int i = 0; i < 64 * 16; ++i) a[i] = bf16(0.25f * static_cast<float>((i * 7) % 13) - 1.5f);
-  for (int k = 0; k < 16; ++k) {
-    for (int n = 0; n < 64; ++n) {
-      b[k * 64 + n] = bf16(0.125f * static_cast<float>((k * 5 + n * 3) % 11) - 0.5f);
-      bt[n * 16 + k] = b[k * 64 + n];
-    }
-  }
-  const std::vector<float> zero(64 * 64, 0.0f);
+  const WgmmaOperands w;
   std::vector<float> d(64 * 64, -1.0f);
-  SERVELAB_LAUNCH(wgmma_after_cp_async_kernel, 1, 128, 4096, nullptr)
-  (a.data(), bt.data(), d.data(), true);
-  ASSERT_EQ(last_error(), "");
-  ExpectProduct(d, a, b, zero, 64, 64, "fenced");
-  SERVELAB_LAUNCH(wgmma_after_cp_async_kernel, 1, 128, 4096, nullptr)
-  (a.data(), bt.data(), d.data(), false);
-  const std::string e = last_error();
+  ASSERT_EQ(w.run(0, d), "");
+  ExpectProduct(d, w.a, w.b, std::vector<float>(64 * 64, 0.0f), 64, 64, "fenced");
+  const std::string e = w.run(5, d);
   EXPECT_NE(e.find("wgmma: A element (0, 0) at shared address 0 was written by a cp.async of "
                    "thread (0, 0, 0), which has not executed fence.proxy.async since"),
             std::string::npos)
       << e;
 }
 
-// wgmma may read its operands (shared memory, A registers, accumulators) any time from its
-// issue by the whole warpgroup to the wait that retires it: operands that change in between
-// fail the launch, naming what changed (the emulator reads them at the wait, the latest time; a
-// GPU may read them at the issue).
+// wgmma may read its operands (shared memory, A registers, accumulators) any time from its first
+// issue in the warpgroup to the wait that retires it: operands that change in between fail the
+// launch, naming what changed (the emulator computes at the wait, the latest time; a GPU may read
+// them earlier).
 TEST(CudaEmu, WgmmaOperandsBelongToTheOperationUntilItsWait) {
-  std::vector<std::uint16_t> a(64 * 16), b(16 * 64), bt(64 * 16);
-  for (int i = 0; i < 64 * 16; ++i) a[i] = bf16(0.25f * static_cast<float>((i * 7) % 13) - 1.5f);
-  for (int k = 0; k < 16; ++k) {
-    for (int n = 0; n < 64; ++n) {
-      b[k * 64 + n] = bf16(0.125f * static_cast<float>((k * 5 + n * 3) % 11) - 0.5f);
-      bt[n * 16 + k] = b[k * 64 + n];
-    }
-  }
-  const std::vector<float> zero(64 * 64, 0.0f);
+  const WgmmaOperands w;
   std::vector<float> d(64 * 64, -1.0f);
-  const auto run = [&](int mode) {
-    SERVELAB_LAUNCH(wgmma_in_flight_kernel, 1, 128, 4096, nullptr)
-    (a.data(), bt.data(), d.data(), mode);
-    return last_error();
-  };
-  ASSERT_EQ(run(0), "");
-  ExpectProduct(d, a, b, zero, 64, 64, "undisturbed");
   // Thread 0 issues first: no copy has landed yet (each lands at its thread's wait).
-  std::string e = run(1);
+  std::string e = w.run(1, d);
   EXPECT_NE(e.find("wgmma: A element (0, 0) at shared address 0 changed between the "
                    "operation's issue (by its warpgroup's first thread, (0, 0, 0)) and the "
                    "wgmma.wait_group that retires it"),
             std::string::npos)
       << e;
-  e = run(2);
+  e = w.run(2, d);
   EXPECT_NE(e.find("wgmma: B element (0, 0) at shared address 2048 changed between the "
                    "operation's issue"),
             std::string::npos)
       << e;
-  e = run(3);
+  e = w.run(3, d);
   EXPECT_NE(e.find("wgmma: the accumulators of warpgroup thread 0 changed between its "
                    "wgmma.mma_async and the wgmma.wait_group"),
             std::string::npos)
       << e;
-  e = run(4);
+  e = w.run(4, d);
   EXPECT_NE(e.find("wgmma: the A registers of warpgroup thread 5 changed"), std::string::npos) << e;
 }
 
