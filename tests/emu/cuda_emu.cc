@@ -811,20 +811,24 @@ void read_wgmma_operands(const BlockRun& r, const WgmmaOp& o, bool fenced,
   }
 }
 
-// A hash of a thread's n / 2 accumulators (their bits).
+// A hash of a thread's n / 2 accumulators (their bits): four independent FNV-1a lanes (n / 2 is
+// a multiple of 4), so that the multiplications do not wait on each other.
 std::uint64_t accumulator_hash(const float* d, int n) {
-  std::uint64_t h = 1469598103934665603ull;
-  for (int i = 0; i < n / 2; ++i) {
-    std::uint32_t bits;
-    std::memcpy(&bits, d + i, 4);
-    h = (h ^ bits) * 1099511628211ull;
+  std::uint64_t h[4] = {1469598103934665603ull, 1469598103934665603ull ^ 1u,
+                        1469598103934665603ull ^ 2u, 1469598103934665603ull ^ 3u};
+  for (int i = 0; i < n / 2; i += 4) {
+    for (int j = 0; j < 4; ++j) {
+      std::uint32_t bits;
+      std::memcpy(&bits, d + i + j, 4);
+      h[j] = (h[j] ^ bits) * 1099511628211ull;
+    }
   }
-  return h;
+  return h[0] ^ (h[1] << 1) ^ (h[2] << 2) ^ (h[3] << 3);
 }
 
-// Operation `done` of thread f's oldest group has written its accumulators: a later operation
+// Operation `done` of thread f's oldest group has written its accumulators: the next operation
 // of f over the same accumulators (a chain of k steps into one tile) expects them as they are
-// now, not as they were at its issue.
+// now, not as they were at its issue (the one after it is updated when that one retires).
 void accumulators_written(Fiber& f, std::size_t done) {
   const WgmmaOp& w = f.wgmma_groups.front()[done];
   const float* end = w.d + w.n / 2;
@@ -832,8 +836,9 @@ void accumulators_written(Fiber& f, std::size_t done) {
   for (std::vector<WgmmaOp>& group : f.wgmma_groups) {
     for (std::size_t j = skip; j < group.size(); ++j) {
       WgmmaOp& later = group[j];
-      if (later.accumulate && later.d < end && w.d < later.d + later.n / 2) {
-        later.d_issued = accumulator_hash(later.d, later.n);
+      if (later.d < end && w.d < later.d + later.n / 2) {
+        if (later.accumulate) later.d_issued = accumulator_hash(later.d, later.n);
+        return;
       }
     }
     skip = 0;
