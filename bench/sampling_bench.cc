@@ -6,7 +6,11 @@
 //     for each of its rows (and, on the GPU, sends as 20 bytes per entry);
 //   - DistinctPromptTokens/P: the set itself, once per request while it stays scheduled;
 //   - SampleReference/K/P: CpuExecutor's draw (softmax, truncations, quickselects) with top_k K
-//     (0: none) and top_p P %.
+//     (0: none) and top_p P %;
+//   - KeepMask/A: row_keep_mask of a structured output's row whose grammar allows every A-th
+//     token (a row the CUDA executor uploads as 16 KB of mask), and KeepIdList/A the list of its
+//     allowed ids that the executor built and uploaded instead until 2026-12-06 (token_allowed
+//     over the vocabulary: up to 0.5 MB a row).
 // Figures and the command that produced them: docs/performance.md.
 #include <benchmark/benchmark.h>
 
@@ -84,6 +88,37 @@ BENCHMARK(BM_SampleReference)
     ->Args({50, 95})
     ->Args({0, 100})
     ->Unit(benchmark::kMicrosecond);
+
+// A grammar's mask allowing every `every`-th token of the vocabulary.
+TokenMask every_nth(std::int64_t every) {
+  TokenMask m(static_cast<std::size_t>((kVocab + 31) / 32), 0u);
+  for (std::int32_t t = 0; t < kVocab; t += static_cast<std::int32_t>(every)) {
+    m[static_cast<std::size_t>(t) / 32] |= 1u << (t % 32);
+  }
+  return m;
+}
+
+void BM_KeepMask(benchmark::State& state) {
+  const TokenMask grammar = every_nth(state.range(0));
+  for (auto _ : state) {
+    const TokenMask keep = row_keep_mask({}, &grammar, kVocab);
+    benchmark::DoNotOptimize(keep.data());
+  }
+}
+BENCHMARK(BM_KeepMask)->Arg(1)->Arg(2)->Arg(1000)->Unit(benchmark::kMicrosecond);
+
+void BM_KeepIdList(benchmark::State& state) {
+  const TokenMask grammar = every_nth(state.range(0));
+  std::vector<std::int32_t> ids;
+  for (auto _ : state) {
+    ids.clear();
+    for (std::int32_t t = 0; t < kVocab; ++t) {
+      if (token_allowed(grammar, t)) ids.push_back(t);
+    }
+    benchmark::DoNotOptimize(ids.data());
+  }
+}
+BENCHMARK(BM_KeepIdList)->Arg(1)->Arg(2)->Arg(1000)->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 }  // namespace servelab

@@ -971,8 +971,10 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
   std::vector<std::int32_t> sample_rows;
   std::vector<std::int32_t> mask_rows, mask_tokens;  // (sampled row, token) it must not draw
   std::vector<std::int32_t> pen_rows, pen_tokens;    // (sampled row, token) a request adjusts
-  // The sampled rows with allowed_token_ids, and their ascending lists (keep_only_logits).
-  std::vector<std::int32_t> keep_rows, keep_offsets = {0}, keep_tokens;
+  // The sampled rows with allowed_token_ids or a grammar, and their masks of the vocabulary's
+  // words, one after another (row_keep_mask, keep_allowed_logits).
+  std::vector<std::int32_t> keep_rows;
+  std::vector<std::uint32_t> keep_masks;
   std::vector<float> pen_adjust;  // by (bias, factor, delta), LogitAdjustment
   std::vector<float> sample_u;
   s.prompt_sets.retain(plan);
@@ -1088,19 +1090,8 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
           e, k == 0 ? e.id : sample_request_id(e.id, k), index, previous, plan.drafts_of(i));
       if (own != nullptr && (!own->allowed_token_ids.empty() || grammar != nullptr)) {
         keep_rows.push_back(static_cast<std::int32_t>(sample_rows.size()));
-        if (grammar == nullptr) {
-          keep_tokens.insert(keep_tokens.end(), own->allowed_token_ids.begin(),
-                             own->allowed_token_ids.end());
-        } else if (!own->allowed_token_ids.empty()) {
-          for (const std::int32_t t : own->allowed_token_ids) {
-            if (token_allowed(*grammar, t)) keep_tokens.push_back(t);
-          }
-        } else {
-          for (std::int32_t t = 0; t < m.vocab_size; ++t) {
-            if (token_allowed(*grammar, t)) keep_tokens.push_back(t);
-          }
-        }
-        keep_offsets.push_back(static_cast<std::int32_t>(keep_tokens.size()));
+        const TokenMask keep = row_keep_mask(own->allowed_token_ids, grammar.get(), m.vocab_size);
+        keep_masks.insert(keep_masks.end(), keep.begin(), keep.end());
       }
       if (own != nullptr && own->adjusts_logits()) {  // CpuExecutor's
         for (const LogitAdjustment& a : row_adjustments(e, index, previous, plan.drafts_of(i),
@@ -1177,8 +1168,7 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
                     o_lrows = s.staging.add(lora_rows), o_sparams = s.staging.add(sample_params),
                     o_prows = s.staging.add(pen_rows), o_ptoks = s.staging.add(pen_tokens),
                     o_padjust = s.staging.add(pen_adjust), o_plrows = s.staging.add(prompt_rows),
-                    o_krows = s.staging.add(keep_rows), o_koffs = s.staging.add(keep_offsets),
-                    o_ktoks = s.staging.add(keep_tokens);
+                    o_krows = s.staging.add(keep_rows), o_kmasks = s.staging.add(keep_masks);
   const TierPhases tier = tier_phases(plan);
   std::vector<std::size_t> o_tier;
   for (const TierPhase& ph : tier.phases) o_tier.push_back(s.staging.add(ph.pairs));
@@ -1390,9 +1380,10 @@ StepResult CudaExecutor::execute(const StepPlan& plan) {
                       s.logits.as<float>() + std::int64_t{first_sample[i]} * m.vocab_size,
                       static_cast<std::size_t>(m.vocab_size) * sizeof(float), s.stream.get());
       }
-      k::keep_only_logits(s.logits.as<float>(), m.vocab_size, i32(o_krows), i32(o_koffs),
-                          i32(o_ktoks), static_cast<std::int32_t>(keep_rows.size()),
-                          s.stream.get());
+      k::keep_allowed_logits(s.logits.as<float>(), m.vocab_size, i32(o_krows),
+                             reinterpret_cast<const std::uint32_t*>(at(o_kmasks)),
+                             (m.vocab_size + 31) / 32, static_cast<std::int32_t>(keep_rows.size()),
+                             s.stream.get());
       k::adjust_logits(s.logits.as<float>(), m.vocab_size, i32(o_prows), i32(o_ptoks),
                        reinterpret_cast<const float*>(at(o_padjust)),
                        static_cast<std::int32_t>(pen_rows.size()), s.stream.get());

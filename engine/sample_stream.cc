@@ -161,6 +161,24 @@ std::shared_ptr<const TokenMask> row_constraint(const ScheduledRequest& e, Reque
                                   outputs_after(e, index, previous, drafts));
 }
 
+TokenMask row_keep_mask(std::span<const std::int32_t> allowed_ids, const TokenMask* grammar,
+                        std::int32_t vocab) {
+  const auto words = static_cast<std::size_t>((vocab + 31) / 32);
+  TokenMask keep(words, 0u);
+  if (!allowed_ids.empty()) {
+    for (const std::int32_t t : allowed_ids) {
+      if (t >= 0 && t < vocab) keep[static_cast<std::size_t>(t) / 32] |= 1u << (t % 32);
+    }
+    if (grammar != nullptr) {
+      for (std::size_t w = 0; w < words; ++w) keep[w] &= w < grammar->size() ? (*grammar)[w] : 0u;
+    }
+  } else {
+    std::copy_n(grammar->begin(), std::min(words, grammar->size()), keep.begin());
+  }
+  if (vocab % 32 != 0) keep.back() &= (1u << (vocab % 32)) - 1u;
+  return keep;
+}
+
 void PromptTokenSets::retain(const StepPlan& plan) {
   if (sets_.empty()) return;
   std::unordered_map<RequestId, std::vector<std::int32_t>> kept;

@@ -98,6 +98,14 @@ std::shared_ptr<const TokenMask> row_constraint(const ScheduledRequest& e, Reque
                                                 std::optional<std::int32_t> previous,
                                                 std::span<const std::int32_t> drafts);
 
+// What a row may draw, as a mask of ceil(vocab / 32) words (core/output_constraint.h TokenMask,
+// no bit at or above vocab): the tokens of `allowed_ids` (a request's allowed_token_ids; ids
+// outside [0, vocab) ignored) when it is not empty, those `grammar` allows when it is not null,
+// and with both, those in both. Both executors mask a row's logits to it (the CUDA one uploads
+// it whole: kernels/sampling.h keep_allowed_logits). REQUIRES: !allowed_ids.empty() || grammar
+TokenMask row_keep_mask(std::span<const std::int32_t> allowed_ids, const TokenMask* grammar,
+                        std::int32_t vocab);
+
 // Each executor's cache of distinct_prompt_tokens for the requests with a repetition penalty,
 // so a request's prompt is read once while it keeps being scheduled rather than at every step.
 class PromptTokenSets {

@@ -27,25 +27,20 @@ __global__ void mask_kernel(float* logits, std::int32_t vocab, const std::int32_
   if (t >= 0 && t < vocab) logits[std::int64_t{rows[i]} * vocab + t] = -INFINITY;
 }
 
-// keep_only_logits: one CTA per listed row; a token stays when a binary search finds it in the
-// row's ascending slice.
-__global__ void keep_only_kernel(float* logits, std::int32_t vocab, const std::int32_t* rows,
-                                 const std::int32_t* offsets, const std::int32_t* tokens) {
+// keep_allowed_logits: CTA (i, c) takes tokens c kKeepTokens .. (c + 1) kKeepTokens - 1 of row
+// rows[i], each thread every kKeepThreads-th; a warp's 32 consecutive tokens share one mask word.
+constexpr int kKeepThreads = 256;
+constexpr std::int32_t kKeepTokens = 4096;
+__global__ void keep_allowed_kernel(float* logits, std::int32_t vocab, const std::int32_t* rows,
+                                    const std::uint32_t* masks, std::int32_t words) {
   float* row = logits + std::int64_t{rows[blockIdx.x]} * vocab;
-  const std::int32_t* begin = tokens + offsets[blockIdx.x];
-  const std::int32_t n = offsets[blockIdx.x + 1] - offsets[blockIdx.x];
-  for (std::int32_t t = static_cast<std::int32_t>(threadIdx.x); t < vocab;
-       t += static_cast<std::int32_t>(blockDim.x)) {
-    std::int32_t lo = 0, hi = n;  // the first slice entry >= t
-    while (lo < hi) {
-      const std::int32_t mid = (lo + hi) / 2;
-      if (begin[mid] < t) {
-        lo = mid + 1;
-      } else {
-        hi = mid;
-      }
-    }
-    if (lo == n || begin[lo] != t) row[t] = -INFINITY;
+  const std::uint32_t* mask = masks + std::int64_t{blockIdx.x} * words;
+  const std::int32_t first = static_cast<std::int32_t>(blockIdx.y) * kKeepTokens;
+  const std::int32_t end = vocab - first < kKeepTokens ? vocab : first + kKeepTokens;
+  for (std::int32_t t = first + static_cast<std::int32_t>(threadIdx.x); t < end;
+       t += kKeepThreads) {
+    const std::int32_t w = t / 32;
+    if (w >= words || ((mask[w] >> (t % 32)) & 1u) == 0) row[t] = -INFINITY;
   }
 }
 
@@ -230,14 +225,15 @@ void mask_logits(float* logits, std::int32_t vocab, const std::int32_t* rows,
   detail::check_launch("mask_logits");
 }
 
-void keep_only_logits(float* logits, std::int32_t vocab, const std::int32_t* rows,
-                      const std::int32_t* offsets, const std::int32_t* tokens, std::int32_t n,
-                      Stream stream) {
-  if (n <= 0) return;
-  constexpr int kKeepThreads = 256;
-  SERVELAB_LAUNCH(keep_only_kernel, n, kKeepThreads, 0, detail::as_stream(stream))
-  (logits, vocab, rows, offsets, tokens);
-  detail::check_launch("keep_only_logits");
+void keep_allowed_logits(float* logits, std::int32_t vocab, const std::int32_t* rows,
+                         const std::uint32_t* masks, std::int32_t words, std::int32_t n,
+                         Stream stream) {
+  if (n <= 0 || vocab <= 0) return;
+  const dim3 grid(static_cast<unsigned>(n),
+                  static_cast<unsigned>((vocab + kKeepTokens - 1) / kKeepTokens));
+  SERVELAB_LAUNCH(keep_allowed_kernel, grid, kKeepThreads, 0, detail::as_stream(stream))
+  (logits, vocab, rows, masks, words);
+  detail::check_launch("keep_allowed_logits");
 }
 
 void adjust_logits(float* logits, std::int32_t vocab, const std::int32_t* rows,

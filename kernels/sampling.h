@@ -37,13 +37,15 @@ void sample_rows(const float* logits, std::int32_t num_rows, std::int32_t vocab,
 void mask_logits(float* logits, std::int32_t vocab, const std::int32_t* rows,
                  const std::int32_t* tokens, std::int32_t n, Stream stream);
 
-// Before sampling: every logit of row rows[i] (i < n) whose token is not in tokens[offsets[i] ..
-// offsets[i + 1]) becomes -infinity (a request's allowed_token_ids, core/sampling_params.h); each
-// slice ascending. rows: device [n]; offsets: device [n + 1]; tokens: device [offsets[n]]. One CTA
-// per listed row.
-void keep_only_logits(float* logits, std::int32_t vocab, const std::int32_t* rows,
-                      const std::int32_t* offsets, const std::int32_t* tokens, std::int32_t n,
-                      Stream stream);
+// Before sampling: every logit of row rows[i] (i < n) whose token the row's mask does not allow
+// becomes -infinity (a request's allowed_token_ids, its structured output's grammar, or both:
+// engine/sample_stream.h row_keep_mask). Row i's mask is masks[i * words .. (i + 1) * words),
+// token t allowed when bit t % 32 of word t / 32 is set (core/output_constraint.h TokenMask);
+// tokens at or above 32 words are not. rows: device [n]; masks: device [n][words]. A CTA per
+// 4,096 tokens of a listed row.
+void keep_allowed_logits(float* logits, std::int32_t vocab, const std::int32_t* rows,
+                         const std::uint32_t* masks, std::int32_t words, std::int32_t n,
+                         Stream stream);
 
 // The requests' logit_bias and penalties (engine/sample_stream.h LogitAdjustment, with the same
 // fp32 arithmetic): for i < n, with l = logits[rows[i] * vocab + tokens[i]] + adjust[3i] (the

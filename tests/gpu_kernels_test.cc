@@ -2238,30 +2238,37 @@ TEST(GpuKernels, MaskLogitsSetsTheListedTokensToMinusInfinity) {
 #endif
 }
 
-// keep_only_logits (kernels/sampling.h): the listed rows keep the logits of their slice's
-// tokens and lose every other (-inf); rows not listed are untouched; a row whose every logit is
-// -inf then draws token 0, greedy or sampled.
-TEST(GpuKernels, KeepOnlyLogitsKeepsEachRowsSlice) {
+// keep_allowed_logits (kernels/sampling.h): the listed rows keep the logits of the tokens their
+// mask allows and lose every other (-inf), across the CTAs that split a row (4,096 tokens each;
+// the last word of the 9,000 partly past the vocabulary, its bits there set and ignored); rows
+// not listed are untouched; a row whose every logit is -inf then draws token 0, greedy or sampled.
+TEST(GpuKernels, KeepAllowedLogitsKeepsWhatEachRowsMaskAllows) {
   REQUIRE_GPU();
 #if SERVELAB_HAVE_CUDA
-  const std::int32_t rows = 4, vocab = 700;
+  const std::int32_t rows = 4, vocab = 9000, words = (vocab + 31) / 32;
   std::vector<float> logits(rows * vocab);
   for (std::size_t i = 0; i < logits.size(); ++i) logits[i] = static_cast<float>(i % 29) - 9.0f;
-  // Rows 3 and 1 (in that order) keep {0, 5, 699} and {17}; row 2 an empty slice keeps nothing.
-  const std::vector<std::int32_t> r = {3, 1, 2}, offsets = {0, 3, 4, 4}, t = {0, 5, 699, 17};
-  DeviceBuffer d = Upload(logits), dr = Upload(r), doff = Upload(offsets), dt = Upload(t);
-  k::keep_only_logits(d.as<float>(), vocab, dr.as<std::int32_t>(), doff.as<std::int32_t>(),
-                      dt.as<std::int32_t>(), 3, nullptr);
+  // Rows 3 and 1 (in that order) keep {0, 5, 4100, 8999} and {17}; row 2 keeps nothing.
+  const std::vector<std::int32_t> r = {3, 1, 2};
+  const std::vector<std::vector<std::int32_t>> kept = {{0, 5, 4100, 8999, 9001, 9023}, {17}, {}};
+  std::vector<std::uint32_t> masks(static_cast<std::size_t>(3 * words), 0u);
+  for (std::size_t i = 0; i < kept.size(); ++i) {
+    for (const std::int32_t t : kept[i]) masks[i * words + t / 32] |= 1u << (t % 32);
+  }
+  DeviceBuffer d = Upload(logits), dr = Upload(r), dm = Upload(masks);
+  k::keep_allowed_logits(d.as<float>(), vocab, dr.as<std::int32_t>(), dm.as<std::uint32_t>(), words,
+                         3, nullptr);
   const float inf = std::numeric_limits<float>::infinity();
   std::vector<float> want = logits;
   for (std::int32_t row = 1; row < rows; ++row) {
     for (std::int32_t v = 0; v < vocab; ++v) {
-      const bool kept = (row == 3 && (v == 0 || v == 5 || v == 699)) || (row == 1 && v == 17);
-      if (!kept) want[static_cast<std::size_t>(row * vocab + v)] = -inf;
+      const bool keeps =
+          (row == 3 && (v == 0 || v == 5 || v == 4100 || v == 8999)) || (row == 1 && v == 17);
+      if (!keeps) want[static_cast<std::size_t>(row * vocab + v)] = -inf;
     }
   }
   EXPECT_EQ(Download<float>(d, logits.size()), want);
-  // The rows' draws: row 1 and 3 from their slices, row 2 (nothing kept) token 0.
+  // The rows' draws: row 1 and 3 from what they keep, row 2 (nothing kept) token 0.
   std::vector<float> params = {0, 1, 0, 0, 1, 1, 0, 0, 1, 1, 0, 0, 1, 0.5f, 0, 0};
   const std::vector<float> u = {0.3f, 0.6f, 0.9f, 0.99f};
   DeviceBuffer dp = Upload(params), du = Upload(u), scratch(rows * vocab * 4);
@@ -2274,7 +2281,7 @@ TEST(GpuKernels, KeepOnlyLogitsKeepsEachRowsSlice) {
   EXPECT_EQ(drawn[1], 17);
   EXPECT_EQ(drawn[2], 0);
   EXPECT_EQ(argmax[2], 0);
-  EXPECT_TRUE(drawn[3] == 0 || drawn[3] == 5 || drawn[3] == 699) << drawn[3];
+  EXPECT_TRUE(drawn[3] == 0 || drawn[3] == 5 || drawn[3] == 4100 || drawn[3] == 8999) << drawn[3];
   for (std::int32_t row = 1; row < rows; ++row) {
     const std::span<const float> one(want.data() + row * vocab, static_cast<std::size_t>(vocab));
     EXPECT_EQ(argmax[static_cast<std::size_t>(row)], kernels::greedy_reference(one)) << row;

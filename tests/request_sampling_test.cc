@@ -329,7 +329,9 @@ TEST(RequestSampling, AllowedTokenIdsConfineEveryDraw) {
                      const Eigen::VectorXf& l = ex.last_logits()[i];
                      std::int32_t best = allowed[0];
                      for (const std::int32_t t : allowed) best = l[t] > l[best] ? t : best;
-                     if (temperature == 0) EXPECT_EQ(r.sampled_tokens[i], best);
+                     if (temperature == 0) {
+                       EXPECT_EQ(r.sampled_tokens[i], best);
+                     }
                      ++checked;
                    }
                  });
@@ -354,6 +356,31 @@ class StepConstraint final : public OutputConstraint {
     return mask;
   }
 };
+
+// What a row may draw, as both executors mask it: allowed_token_ids (ids outside the vocabulary
+// ignored), a grammar's mask (words past the vocabulary's cleared, a short mask allowing nothing
+// beyond it), or the tokens in both.
+TEST(RequestSampling, RowKeepMaskIsTheIdsTheGrammarOrBoth) {
+  const std::int32_t vocab = 70;  // three words, the last with 6 tokens
+  const auto tokens_of = [&](const TokenMask& m) {
+    EXPECT_EQ(m.size(), 3u);
+    std::vector<std::int32_t> kept;
+    for (std::int32_t t = 0; t < 96; ++t) {
+      if (token_allowed(m, t)) kept.push_back(t);
+    }
+    return kept;
+  };
+  const std::vector<std::int32_t> ids = {-1, 0, 31, 32, 64, 69, 70, 95};
+  EXPECT_EQ(tokens_of(row_keep_mask(ids, nullptr, vocab)),
+            (std::vector<std::int32_t>{0, 31, 32, 64, 69}));
+  TokenMask grammar(4, 0u);  // allows 31, 33, 69, 71 and 100 (past the vocabulary)
+  for (const std::int32_t t : {31, 33, 69, 71, 100}) grammar[t / 32] |= 1u << (t % 32);
+  EXPECT_EQ(tokens_of(row_keep_mask({}, &grammar, vocab)), (std::vector<std::int32_t>{31, 33, 69}));
+  EXPECT_EQ(tokens_of(row_keep_mask(ids, &grammar, vocab)), (std::vector<std::int32_t>{31, 69}));
+  const TokenMask short_grammar = {1u << 3};  // one word: token 3, nothing from 32 on
+  EXPECT_EQ(tokens_of(row_keep_mask({}, &short_grammar, vocab)), (std::vector<std::int32_t>{3}));
+  EXPECT_TRUE(tokens_of(row_keep_mask(ids, &short_grammar, vocab)).empty());
+}
 
 TEST(RequestSampling, AConstraintConfinesEveryDrawByTheOutputsSoFar) {
   const LlamaWeights w = LlamaWeights::random(load_llama_config("tiny", default_catalog_dir()), 4);
