@@ -435,11 +435,9 @@ StepResult CpuExecutor::execute(const StepPlan& plan) {
         row_constraint(e, e.id, index, previous, plan.drafts_of(i));
     if (banned.empty() && !adjusts && !keeps_some && grammar == nullptr) return logits;
     masked = logits;
-    if (keeps_some || grammar != nullptr) {  // the CUDA executor's mask (row_keep_mask)
-      const TokenMask keep =
-          row_keep_mask(keeps_some ? std::span<const std::int32_t>(own->allowed_token_ids)
-                                   : std::span<const std::int32_t>(),
-                        grammar.get(), static_cast<std::int32_t>(logits.size()));
+    if (keeps_some || grammar != nullptr) {  // the CUDA executor's mask (a grammar needs `own`)
+      const TokenMask keep = row_keep_mask(own->allowed_token_ids, grammar.get(),
+                                           static_cast<std::int32_t>(logits.size()));
       for (Eigen::Index t = 0; t < masked.size(); ++t) {
         if (!token_allowed(keep, static_cast<std::int32_t>(t))) {
           masked[t] = -std::numeric_limits<float>::infinity();
