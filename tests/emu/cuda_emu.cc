@@ -740,30 +740,28 @@ std::uint64_t wgmma_address(std::uint64_t desc, int mn, int k, bool mn_major, co
                   : start + (mn % 8) * 16 + (mn / 8) * sbo + (k % 8) * 2 + (k / 8) * lbo;
 }
 
-// The bf16 element (mn, k) of an operand at shared address `at`, failing when the address is
-// past the block's shared memory or a cp.async wrote it without its thread's proxy fence since.
-float wgmma_operand(const BlockRun& r, std::uint64_t at, int mn, int k, const char* which) {
+// Fails the read of operand element (mn, k) at shared address `at`, which is past the block's
+// shared memory or was written by a cp.async whose thread has not executed the proxy fence since.
+[[noreturn]] void fail_operand_read(const BlockRun& r, std::uint64_t at, int mn, int k,
+                                    const char* which) {
+  const std::string element = std::string("wgmma: ") + which + " element (" + std::to_string(mn) +
+                              ", " + std::to_string(k) + ") at shared address " +
+                              std::to_string(at);
   if (at + 2 > r.smem.size()) {
-    fail(std::string("wgmma: ") + which + " element (" + std::to_string(mn) + ", " +
-         std::to_string(k) + ") at shared address " + std::to_string(at) + " is past the block's " +
-         std::to_string(r.smem.size()) + " bytes of dynamic shared memory");
+    fail(element + " is past the block's " + std::to_string(r.smem.size()) +
+         " bytes of dynamic shared memory");
   }
-  if (const Fiber* writer = unfenced_writer(r, at)) {
-    fail(std::string("wgmma: ") + which + " element (" + std::to_string(mn) + ", " +
-         std::to_string(k) + ") at shared address " + std::to_string(at) +
-         " was written by a cp.async of thread " + xyz(writer->tid) +
-         ", which has not executed fence.proxy.async since (wgmma reads shared memory through "
-         "the async proxy: kernels/ptx.cuh fence_proxy_async)");
-  }
-  std::uint16_t bits;
-  std::memcpy(&bits, r.smem.data() + at, 2);
-  return bf16_bits(bits);
+  const Fiber* writer = unfenced_writer(r, at);
+  fail(element + " was written by a cp.async of thread " +
+       (writer != nullptr ? xyz(writer->tid) : std::string("?")) +
+       ", which has not executed fence.proxy.async since (wgmma reads shared memory through the "
+       "async proxy: kernels/ptx.cuh fence_proxy_async)");
 }
 
 // The bf16 bits of the shared-memory operands of `o` now: A 64 x 16 row-major (left empty when A
 // comes from registers) and B 16 x n (k-th row at k n). Each descriptor is checked once; each
-// element's address always, and with `fenced` its last cp.async writer's proxy fence (as
-// wgmma_operand does: at the issue; a write after it changes the bits, which the wait sees).
+// element's address always, and with `fenced` its last cp.async writer's proxy fence (at the
+// issue; a write after it changes the bits, which the wait sees).
 void read_wgmma_operands(const BlockRun& r, const WgmmaOp& o, bool fenced,
                          std::vector<std::uint16_t>& a, std::vector<std::uint16_t>& b) {
   const auto un = static_cast<std::size_t>(o.n);
@@ -791,7 +789,7 @@ void read_wgmma_operands(const BlockRun& r, const WgmmaOp& o, bool fenced,
     const std::uint64_t at =
         l.origin + l.mn_off[static_cast<std::size_t>(mn)] + l.k_off[static_cast<std::size_t>(k)];
     if (at + 2 > r.smem.size() || (fenced && unfenced_writer(r, at) != nullptr)) {
-      wgmma_operand(r, at, mn, k, which);  // fails, saying why
+      fail_operand_read(r, at, mn, k, which);
     }
     std::uint16_t bits;
     std::memcpy(&bits, r.smem.data() + at, 2);
