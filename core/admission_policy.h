@@ -36,8 +36,8 @@ struct AdmissionLoad {
   // 1/4 for the newest) over completed steps that computed prefill tokens, of the step's prefill
   // tokens over the step's duration (schedule() to complete(), so time spent on the step's
   // decodes counts: it is the rate at which queued prompts actually drained). 0 until such a step
-  // completed, and always 0 without an admission policy (only admission reads it, so the
-  // scheduler's step loop does not keep it then).
+  // completed, and always 0 without an admission policy or length cap (only they read it, so
+  // the scheduler's step loop does not keep it then).
   double prefill_tokens_per_s = 0;
 };
 

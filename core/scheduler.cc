@@ -268,26 +268,28 @@ std::string Scheduler::rejection_reason(const Request& req) const {
 
 void Scheduler::add_request(RequestSpec spec, TimeNs now) {
   ++counters_.num_arrived;
-  auto* r = new Request(std::move(spec));
+  // Owned here until the waiting queue takes it: a policy that throws (a Python admission rule
+  // or length cap) leaks nothing.
+  auto r = std::make_unique<Request>(std::move(spec));
   prompt_logprobs_seen_ = prompt_logprobs_seen_ || r->spec.prompt_logprobs >= 0;
   std::string reason = rejection_reason(*r);
   if (reason.empty()) {
-    if ((config_.admission || config_.length_cap) && apply_overload_control(*r, now)) return;
+    if ((config_.admission || config_.length_cap) && apply_overload_control(r, now)) return;
     // One allocation for the request's life instead of regrowth during decode.
     r->output_tokens.reserve(static_cast<std::size_t>(r->spec.max_output_tokens));
-    queue_back(*r);
+    queue_back(*r.release());
     return;
   }
-  turn_away(r, RequestStatus::kRejected, std::move(reason), now);
+  turn_away(std::move(r), RequestStatus::kRejected, std::move(reason), now);
 }
 
-void Scheduler::turn_away(Request* r, RequestStatus status, std::string reason, TimeNs now) {
+void Scheduler::turn_away(std::unique_ptr<Request> r, RequestStatus status, std::string reason,
+                          TimeNs now) {
   r->status = status;
   r->finish_reason = std::move(reason);
   r->finish_ns = now;
   ++(status == RequestStatus::kShed ? counters_.num_shed : counters_.num_rejected);
   if (observer_ != nullptr) observer_->on_reject(*r, now);
-  delete r;
 }
 
 void Scheduler::queue_back(Request& r) {
@@ -307,20 +309,20 @@ void Scheduler::unqueue(Request& r) {
   r.queued_tokens_ = 0;
 }
 
-bool Scheduler::apply_overload_control(Request& r, TimeNs now) {
+bool Scheduler::apply_overload_control(std::unique_ptr<Request>& r, TimeNs now) {
   const AdmissionLoad load = admission_load(now);
   if (config_.admission) {
-    std::string reason = config_.admission->shed_reason(r.spec, load);
+    std::string reason = config_.admission->shed_reason(r->spec, load);
     if (!reason.empty()) {
-      turn_away(&r, RequestStatus::kShed, std::move(reason), now);
+      turn_away(std::move(r), RequestStatus::kShed, std::move(reason), now);
       return true;
     }
   }
   if (config_.length_cap) {
-    const std::int32_t cap = config_.length_cap->cap(r.spec, load);
-    if (cap >= 1 && cap < r.spec.max_output_tokens) {
-      r.capped_from_tokens = r.spec.max_output_tokens;
-      r.spec.max_output_tokens = cap;
+    const std::int32_t cap = config_.length_cap->cap(r->spec, load);
+    if (cap >= 1 && cap < r->spec.max_output_tokens) {
+      r->capped_from_tokens = r->spec.max_output_tokens;
+      r->spec.max_output_tokens = cap;
       ++counters_.num_capped;
     }
   }
@@ -333,7 +335,7 @@ void Scheduler::add_prefilled_request(RequestSpec spec, const PrefilledState& st
                                 " needs n == 1 and max_output_tokens >= 2");
   }
   ++counters_.num_arrived;
-  auto* r = new Request(std::move(spec));
+  auto r = std::make_unique<Request>(std::move(spec));
   prompt_logprobs_seen_ = prompt_logprobs_seen_ || r->spec.prompt_logprobs >= 0;
   std::string reason = rejection_reason(*r);
   r->first_scheduled_ns = state.first_scheduled_ns;
@@ -345,10 +347,10 @@ void Scheduler::add_prefilled_request(RequestSpec spec, const PrefilledState& st
     r->output_tokens.reserve(static_cast<std::size_t>(r->spec.max_output_tokens));
     r->output_tokens.push_back(0);  // the first token, sampled on the prefill replica
     r->external_tokens_ = r->spec.prompt_len;
-    queue_back(*r);
+    queue_back(*r.release());
     return;
   }
-  turn_away(r, RequestStatus::kRejected, std::move(reason), now);
+  turn_away(std::move(r), RequestStatus::kRejected, std::move(reason), now);
 }
 
 bool Scheduler::in_plan(const Request& r) const {
@@ -980,7 +982,8 @@ void Scheduler::complete(const StepResult& result, TimeNs now) {
   if (times_service_) [[unlikely]] {
     waiting_->on_step_completed(plan_requests_, plan_.num_prefill_tokens, plan_start_ns_, now);
   }
-  if (config_.admission && plan_.num_prefill_tokens > 0 && now > plan_start_ns_) {
+  if ((config_.admission || config_.length_cap) && plan_.num_prefill_tokens > 0 &&
+      now > plan_start_ns_) {
     // The newest step weighs 1/4 (AdmissionLoad::prefill_tokens_per_s).
     const double rate = static_cast<double>(plan_.num_prefill_tokens) /
                         (static_cast<double>(now - plan_start_ns_) * 1e-9);

@@ -566,12 +566,13 @@ class Scheduler {
   TimeNs plan_start_ns_ = 0;
   // An arrival that never enters the queue (kRejected or kShed, with the reason): reported to
   // the observer, counted and deleted.
-  void turn_away(Request* r, RequestStatus status, std::string reason, TimeNs now);
+  void turn_away(std::unique_ptr<Request> r, RequestStatus status, std::string reason, TimeNs now);
   void queue_back(Request& r);
   void queue_front(Request& r);
   void unqueue(Request& r);  // r just left the waiting queue (popped or erased)
-  // Sheds or caps a new arrival (see the file comment); true when it was shed (and deleted).
-  bool apply_overload_control(Request& r, TimeNs now);
+  // Sheds or caps a new arrival (see the file comment); true when it was shed (r is then
+  // consumed). A policy that throws leaves r with the caller.
+  bool apply_overload_control(std::unique_ptr<Request>& r, TimeNs now);
 
   // ---- LoRA (config.lora; see the file comment) ----
   // active_loras_ := the distinct adapters of the running and swapped requests.

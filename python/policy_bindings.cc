@@ -1,8 +1,8 @@
 // The policy registry from Python: the catalogue `sim policies` prints (as text and as data), and
 // Python callables registered as plugins (python/python_queue_order.h, python_victim_rule.h,
-// python_router.h)
-// that experiments then name like built-in ones. Registering a name again replaces the Python
-// plugin of that name (a notebook cell run twice); a built-in name is refused.
+// python_router.h, python_overload.h) that experiments then name like built-in ones. Registering a
+// name again replaces the Python plugin of that name (a notebook cell run twice); a built-in name
+// is refused.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -10,11 +10,13 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <type_traits>
 #include <variant>
 
 #include "core/config_error.h"
 #include "policies/registry.h"
 #include "python/bindings.h"
+#include "python/python_overload.h"
 #include "python/python_plugins.h"
 #include "python/python_policy.h"
 #include "python/python_queue_order.h"
@@ -160,6 +162,46 @@ void register_router(const std::string& name, py::function fn, std::optional<py:
   register_python_plugin(std::move(info));
 }
 
+// An admission rule (Made = PythonAdmission) or a length cap (PythonLengthCap), built once per
+// experiment into the scheduler config (`what` names the kind in messages).
+template <class Made>
+void register_overload(const std::string& what, const std::string& name, py::function fn,
+                       std::optional<py::dict> params, const std::string& description) {
+  constexpr bool kAdmission = std::is_base_of_v<AdmissionPolicy, Made>;
+  PluginInfo info;
+  info.kind = kAdmission ? PolicyKind::kAdmission : PolicyKind::kLengthCap;
+  info.name = name;
+  info.description =
+      description.empty() ? (kAdmission ? "an " : "a ") + what + " written in Python" : description;
+  info.origin = origin_of(fn);
+  if (params) info.params = parse_params(name, *params);
+  const bool with_params = params.has_value();
+  auto policy = std::make_shared<const PythonPolicy>(name, what, std::move(fn));
+  info.factory = [policy, with_params](const PolicySpec& spec, PolicyTarget& t) {
+    py::gil_scoped_acquire gil;
+    py::object values = with_params ? py::object(params_dict(spec)) : py::object(py::none());
+    auto made = std::make_shared<const Made>(policy, std::move(values), t.scheduler->block_size);
+    if constexpr (kAdmission) {
+      t.scheduler->admission = std::move(made);
+    } else {
+      t.scheduler->length_cap = std::move(made);
+    }
+  };
+  register_python_plugin(std::move(info));
+}
+
+void register_admission(const std::string& name, py::function fn, std::optional<py::dict> params,
+                        const std::string& description) {
+  register_overload<PythonAdmission>("admission rule", name, std::move(fn), std::move(params),
+                                     description);
+}
+
+void register_length_cap(const std::string& name, py::function fn, std::optional<py::dict> params,
+                         const std::string& description) {
+  register_overload<PythonLengthCap>("length cap", name, std::move(fn), std::move(params),
+                                     description);
+}
+
 py::list catalogue() {
   py::list out;
   std::vector<PolicyKind> kinds(std::begin(kAllPolicyKinds), std::end(kAllPolicyKinds));
@@ -203,7 +245,10 @@ bool uses_python_policy(const ExperimentConfig& config) {
     const auto it = names.find(kind);
     return it != names.end() && it->second.count(name) > 0;
   };
-  if (has(PolicyKind::kQueue, config.policies.queue.name)) return true;
+  if (has(PolicyKind::kQueue, config.policies.queue.name) ||
+      has(PolicyKind::kAdmission, config.policies.admission.name) ||
+      has(PolicyKind::kLengthCap, config.policies.length_cap.name))
+    return true;
   if (config.cluster.set) {
     if (has(PolicyKind::kRouter, config.cluster.router.name)) return true;
     if (config.cluster.decode_router &&
@@ -235,6 +280,11 @@ void bind_policies(py::module_& m) {
         py::arg("description") = "");
   bind_router_views(m);
   m.def("register_router", &register_router, py::arg("name"), py::arg("route"),
+        py::arg("params") = py::none(), py::arg("description") = "");
+  bind_admission_load(m);
+  m.def("register_admission", &register_admission, py::arg("name"), py::arg("admit"),
+        py::arg("params") = py::none(), py::arg("description") = "");
+  m.def("register_length_cap", &register_length_cap, py::arg("name"), py::arg("cap"),
         py::arg("params") = py::none(), py::arg("description") = "");
 }
 

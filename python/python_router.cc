@@ -89,7 +89,8 @@ py::tuple block_hashes(const RouteRequest& r) {
 
 void bind_router_views(py::module_& m) {
   py::class_<RouteRequest>(m, "RouteRequest",
-                           "What a Python router sees of an arriving request (a copy).")
+                           "What a Python router, admission rule or length cap sees of an "
+                           "arriving request (a copy).")
       .def_property_readonly("id", [](const RouteRequest& r) { return r.spec.id; })
       .def_property_readonly("arrival_ns", [](const RouteRequest& r) { return r.spec.arrival_ns; })
       .def_property_readonly("prompt_tokens",

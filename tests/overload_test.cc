@@ -6,12 +6,16 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "core/admission_policy.h"
 #include "core/block_pool.h"
 #include "core/kv_cache_manager.h"
+#include "core/length_cap.h"
 #include "core/scheduler.h"
 #include "engine/engine_driver.h"
 #include "policies/registry.h"
@@ -219,6 +223,57 @@ TEST(Overload, WaitingTokensFollowPreemptionsAndAborts) {
   }
   EXPECT_TRUE(preempted);
   EXPECT_EQ(s.admission_load(now).waiting_tokens, 0);
+}
+
+// A rule that throws (a Python one that raised) stops add_request; the scheduler keeps what it
+// had and owns nothing of the arrival (the sanitizer build would report the leaked request).
+class ThrowingAdmission final : public AdmissionPolicy {
+ public:
+  std::string_view name() const override { return "throws"; }
+  std::string shed_reason(const RequestSpec& spec, const AdmissionLoad&) const override {
+    if (spec.id >= 2) throw std::runtime_error("rule failed");
+    return "";
+  }
+};
+class RateCap final : public LengthCap {
+ public:
+  std::string_view name() const override { return "rate"; }
+  std::int32_t cap(const RequestSpec& spec, const AdmissionLoad& load) const override {
+    if (spec.id >= 90) throw std::runtime_error("cap failed");
+    rates.push_back(load.prefill_tokens_per_s);
+    return spec.max_output_tokens;
+  }
+  mutable std::vector<double> rates;
+};
+
+TEST(Overload, ARuleThatThrowsLeavesTheSchedulerAsItWas) {
+  SchedulerConfig sc;
+  sc.admission = std::make_shared<const ThrowingAdmission>();
+  Rig rig(sc);
+  rig.s.add_request(Spec(0, 32, 4), 0);
+  rig.s.add_request(Spec(1, 32, 4), 0);
+  EXPECT_THROW(rig.s.add_request(Spec(2, 32, 4), 0), std::runtime_error);
+  EXPECT_EQ(rig.s.num_waiting(), 2u);
+  EXPECT_EQ(rig.s.admission_load(0).waiting_tokens, 64);
+  EXPECT_TRUE(rig.obs.out.empty());
+  TimeNs now = 0;
+  rig.drain(now);
+  EXPECT_EQ(rig.obs.out.size(), 2u);
+}
+
+TEST(Overload, ALengthCapAloneSeesTheMeasuredPrefillRate) {
+  SchedulerConfig sc;
+  auto cap = std::make_shared<const RateCap>();
+  sc.length_cap = cap;
+  Rig rig(sc);
+  rig.s.add_request(Spec(0, 100, 2), 0);
+  const StepPlan& plan = rig.s.schedule(0);
+  rig.s.complete(Tokens(plan.requests.size()), 100'000'000);  // 100 tokens in 0.1 s
+  rig.s.add_request(Spec(1, 100, 2), 100'000'000);
+  EXPECT_EQ(cap->rates, (std::vector<double>{0.0, 1000.0}));
+  EXPECT_THROW(rig.s.add_request(Spec(90, 32, 4), 100'000'000), std::runtime_error);
+  EXPECT_EQ(rig.s.num_waiting(), 1u);
+  EXPECT_EQ(rig.s.counters().num_capped, 0);
 }
 
 TEST(Overload, BadParametersNameTheKey) {

@@ -14,13 +14,14 @@ commands; this package turns its results into Python objects.
 import os as _os
 
 from . import _servelab
-from ._servelab import ConfigError, PolicyError, ReplicaLoad, Request, RouteRequest
+from ._servelab import (AdmissionLoad, ConfigError, PolicyError, ReplicaLoad, Request,
+                        RouteRequest)
 from .calibration import Calibration, Profile, Validation, calibrate, profile, validate
 from .groups import GroupResult, compare, sweep
 from .kv_dtypes import compare_kv_dtypes
 from .plotting import plot
-from .policies import (policies, policies_text, register_queue_order, register_router,
-                       register_victim_rule)
+from .policies import (policies, policies_text, register_admission, register_length_cap,
+                       register_queue_order, register_router, register_victim_rule)
 from .result import Result
 from .runs import engine_run, run
 from .step_cost import step_cost
@@ -31,6 +32,7 @@ from .weight_quantization import compare_weight_quantizations
 home = _servelab.locate_home(_os.path.dirname(_os.path.abspath(__file__)))
 
 __all__ = [
+    "AdmissionLoad",
     "Calibration",
     "ConfigError",
     "GroupResult",
@@ -51,6 +53,8 @@ __all__ = [
     "policies",
     "policies_text",
     "profile",
+    "register_admission",
+    "register_length_cap",
     "register_queue_order",
     "register_router",
     "register_victim_rule",

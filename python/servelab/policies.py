@@ -1,7 +1,8 @@
 """The policy catalogue and policies written in Python.
 
 A Python policy is registered under a name and then named by experiments like a built-in plugin
-(``policies: {queue: my-order}`` or ``cluster: {router: my-router}`` in YAML, or the same in a
+(``policies: {queue: my-order}``, ``policies: {admission: my-rule}`` or
+``cluster: {router: my-router}`` in YAML, or the same in a
 dict / overrides). While one is active the scheduler's invariants are checked after every step
 (every replica's, in a cluster); a policy that raises or returns
 something unusable stops the run with PolicyError naming it. Registering a name again replaces
@@ -49,3 +50,23 @@ def register_router(name, route, params=None, description=""):
     When `route` is a class, each run makes a fresh instance (no arguments) and calls it, so
     state kept in the instance starts anew in every run."""
     _servelab.register_router(name, route, params, description)
+
+
+def register_admission(name, admit, params=None, description=""):
+    """Registers an admission rule (``policies.admission``): overload control that sheds
+    arrivals. For each arriving request the scheduler would queue, admit(request, load) -- or
+    admit(request, load, params) when `params` declares parameters -- returns a str: "" admits
+    the request, anything else sheds it (status shed) and is its finish reason. `request` is a
+    servelab.RouteRequest (a copy of the arriving request's spec), `load` a
+    servelab.AdmissionLoad (now_ns, waiting, running, waiting_tokens, prefill_tokens_per_s).
+    Like the built-in rules it must be a function of the request and the load only."""
+    _servelab.register_admission(name, admit, params, description)
+
+
+def register_length_cap(name, cap, params=None, description=""):
+    """Registers a length cap (``policies.length_cap``): a brownout lever that lowers an
+    arriving request's max_output_tokens. cap(request, load) -- or cap(request, load, params) --
+    gets what an admission rule gets (after the admission rule admitted the request) and returns
+    an int: request.max_output_tokens leaves it alone, a smaller value >= 1 caps it (finish
+    reason "length (capped from N)")."""
+    _servelab.register_length_cap(name, cap, params, description)
