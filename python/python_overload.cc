@@ -9,71 +9,55 @@ namespace py = pybind11;
 
 namespace servelab::python {
 
-namespace {
+ArrivalCall::ArrivalCall(std::shared_ptr<const PythonPolicy> policy, py::object params,
+                         std::int32_t block_size)
+    : policy_(std::move(policy)), params_(std::move(params)), block_size_(block_size) {}
 
-// Releases a held Python object with the GIL, or abandons it once the interpreter is gone.
-void drop(py::object& o) {
+ArrivalCall::~ArrivalCall() {
   if (!Py_IsInitialized()) {
-    (void)o.release();
+    (void)params_.release();  // the interpreter is gone: nothing left to release
     return;
   }
   py::gil_scoped_acquire gil;
-  o = py::object();
+  params_ = py::object();
 }
 
-// The callable's answer for one arrival. REQUIRES: the GIL. Throws PythonPolicyError when it
-// raises.
-py::object ask(const PythonPolicy& policy, const py::object& params, const RequestSpec& spec,
-               const AdmissionLoad& load, std::int32_t block_size) {
+py::object ArrivalCall::ask(const RequestSpec& spec, const AdmissionLoad& load) const {
   try {
-    py::object request = py::cast(RouteRequest{spec, block_size});
+    py::object request = py::cast(RouteRequest{spec, block_size_});
     py::object view = py::cast(load);
-    return params.is_none() ? policy.fn()(request, view) : policy.fn()(request, view, params);
+    return params_.is_none() ? policy_->fn()(request, view) : policy_->fn()(request, view, params_);
   } catch (py::error_already_set& e) {
-    policy.fail(e);
+    policy_->fail(e);
   }
 }
 
-}  // namespace
-
-PythonAdmission::PythonAdmission(std::shared_ptr<const PythonPolicy> policy, py::object params,
-                                 std::int32_t block_size)
-    : policy_(std::move(policy)), params_(std::move(params)), block_size_(block_size) {}
-
-PythonAdmission::~PythonAdmission() { drop(params_); }
-
 std::string PythonAdmission::shed_reason(const RequestSpec& spec, const AdmissionLoad& load) const {
   py::gil_scoped_acquire gil;
-  const py::object result = ask(*policy_, params_, spec, load, block_size_);
+  const py::object result = call_.ask(spec, load);
   if (!py::isinstance<py::str>(result)) {
-    policy_->fail(
-        "expected a str (\"\" admits the request, anything else sheds it and is its "
-        "reason), got " +
+    call_.policy().fail(
+        "expected a str (\"\" admits the request, anything else sheds it and is its reason), "
+        "got " +
         py::repr(result).cast<std::string>() + " for request " + std::to_string(spec.id));
   }
   return result.cast<std::string>();
 }
 
-PythonLengthCap::PythonLengthCap(std::shared_ptr<const PythonPolicy> policy, py::object params,
-                                 std::int32_t block_size)
-    : policy_(std::move(policy)), params_(std::move(params)), block_size_(block_size) {}
-
-PythonLengthCap::~PythonLengthCap() { drop(params_); }
-
 std::int32_t PythonLengthCap::cap(const RequestSpec& spec, const AdmissionLoad& load) const {
   py::gil_scoped_acquire gil;
-  const py::object result = ask(*policy_, params_, spec, load, block_size_);
+  const py::object result = call_.ask(spec, load);
   const std::string range = "1 to the request's max_output_tokens " +
                             std::to_string(spec.max_output_tokens) + " (request " +
                             std::to_string(spec.id) + ")";
   if (!PyLong_Check(result.ptr()) || PyBool_Check(result.ptr())) {
-    policy_->fail("expected the request's new max_output_tokens (an int from " + range + "), got " +
-                  py::repr(result).cast<std::string>());
+    call_.policy().fail("expected the request's new max_output_tokens (an int from " + range +
+                        "), got " + py::repr(result).cast<std::string>());
   }
   int overflow = 0;
   const long long cap = PyLong_AsLongLongAndOverflow(result.ptr(), &overflow);
   if (overflow != 0 || cap < 1 || cap > spec.max_output_tokens) {
-    policy_->fail("returned " + py::repr(result).cast<std::string>() + ", expected " + range);
+    call_.policy().fail("returned " + py::repr(result).cast<std::string>() + ", expected " + range);
   }
   return static_cast<std::int32_t>(cap);
 }

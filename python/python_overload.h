@@ -23,6 +23,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "core/admission_policy.h"
 #include "core/length_cap.h"
@@ -30,18 +31,21 @@
 
 namespace servelab::python {
 
-class PythonAdmission final : public AdmissionPolicy {
+// The registered callable with its parameter values (a dict, or None when the plugin declares
+// none) and the scheduler's block size (for the request's block hashes): what both adapters ask
+// about one arrival. REQUIRES: the GIL to construct; destruction takes it.
+class ArrivalCall {
  public:
-  // `params`: the parameter dict, or None when the plugin declares none. `block_size`: the
-  // scheduler's (for the request's block hashes). REQUIRES: the GIL.
-  PythonAdmission(std::shared_ptr<const PythonPolicy> policy, pybind11::object params,
-                  std::int32_t block_size);
-  ~PythonAdmission() override;
-  PythonAdmission(const PythonAdmission&) = delete;
-  PythonAdmission& operator=(const PythonAdmission&) = delete;
+  ArrivalCall(std::shared_ptr<const PythonPolicy> policy, pybind11::object params,
+              std::int32_t block_size);
+  ~ArrivalCall();
+  ArrivalCall(const ArrivalCall&) = delete;
+  ArrivalCall& operator=(const ArrivalCall&) = delete;
 
-  std::string_view name() const override { return policy_->name(); }
-  std::string shed_reason(const RequestSpec& spec, const AdmissionLoad& load) const override;
+  const PythonPolicy& policy() const { return *policy_; }
+  // The callable's answer for `spec` under `load`. REQUIRES: the GIL. Throws PythonPolicyError
+  // naming the plugin when the callable raises.
+  pybind11::object ask(const RequestSpec& spec, const AdmissionLoad& load) const;
 
  private:
   std::shared_ptr<const PythonPolicy> policy_;
@@ -49,22 +53,32 @@ class PythonAdmission final : public AdmissionPolicy {
   std::int32_t block_size_;
 };
 
+class PythonAdmission final : public AdmissionPolicy {
+ public:
+  // REQUIRES: the GIL.
+  PythonAdmission(std::shared_ptr<const PythonPolicy> policy, pybind11::object params,
+                  std::int32_t block_size)
+      : call_(std::move(policy), std::move(params), block_size) {}
+
+  std::string_view name() const override { return call_.policy().name(); }
+  std::string shed_reason(const RequestSpec& spec, const AdmissionLoad& load) const override;
+
+ private:
+  ArrivalCall call_;
+};
+
 class PythonLengthCap final : public LengthCap {
  public:
-  // As PythonAdmission's. REQUIRES: the GIL.
+  // REQUIRES: the GIL.
   PythonLengthCap(std::shared_ptr<const PythonPolicy> policy, pybind11::object params,
-                  std::int32_t block_size);
-  ~PythonLengthCap() override;
-  PythonLengthCap(const PythonLengthCap&) = delete;
-  PythonLengthCap& operator=(const PythonLengthCap&) = delete;
+                  std::int32_t block_size)
+      : call_(std::move(policy), std::move(params), block_size) {}
 
-  std::string_view name() const override { return policy_->name(); }
+  std::string_view name() const override { return call_.policy().name(); }
   std::int32_t cap(const RequestSpec& spec, const AdmissionLoad& load) const override;
 
  private:
-  std::shared_ptr<const PythonPolicy> policy_;
-  pybind11::object params_;
-  std::int32_t block_size_;
+  ArrivalCall call_;
 };
 
 // Registers servelab.AdmissionLoad.
