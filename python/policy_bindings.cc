@@ -1,8 +1,8 @@
 // The policy registry from Python: the catalogue `sim policies` prints (as text and as data), and
 // Python callables registered as plugins (python/python_queue_order.h, python_victim_rule.h,
-// python_router.h, python_overload.h) that experiments then name like built-in ones. Registering a
-// name again replaces the Python plugin of that name (a notebook cell run twice); a built-in name
-// is refused.
+// python_router.h, python_overload.h, python_batch_formation.h) that experiments then name like
+// built-in ones. Registering a name again replaces the Python plugin of that name (a notebook cell
+// run twice); a built-in name is refused.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -16,6 +16,7 @@
 #include "core/config_error.h"
 #include "policies/registry.h"
 #include "python/bindings.h"
+#include "python/python_batch_formation.h"
 #include "python/python_overload.h"
 #include "python/python_plugins.h"
 #include "python/python_policy.h"
@@ -202,6 +203,26 @@ void register_length_cap(const std::string& name, py::function fn, std::optional
                                      description);
 }
 
+void register_batch_formation(const std::string& name, py::function fn,
+                              std::optional<py::dict> params, const std::string& description,
+                              bool resumes_swapped) {
+  PluginInfo info;
+  info.kind = PolicyKind::kBatch;
+  info.name = name;
+  info.description = description.empty() ? "a batch formation written in Python" : description;
+  info.origin = origin_of(fn);
+  if (params) info.params = parse_params(name, *params);
+  const bool with_params = params.has_value();
+  auto policy = std::make_shared<const PythonPolicy>(name, "batch formation", std::move(fn));
+  info.factory = [policy, with_params, resumes_swapped](const PolicySpec& spec, PolicyTarget& t) {
+    py::gil_scoped_acquire gil;
+    py::object values = with_params ? py::object(params_dict(spec)) : py::object(py::none());
+    t.scheduler->batch =
+        std::make_shared<const PythonBatchFormation>(policy, std::move(values), resumes_swapped);
+  };
+  register_python_plugin(std::move(info));
+}
+
 py::list catalogue() {
   py::list out;
   std::vector<PolicyKind> kinds(std::begin(kAllPolicyKinds), std::end(kAllPolicyKinds));
@@ -245,7 +266,8 @@ bool uses_python_policy(const ExperimentConfig& config) {
     const auto it = names.find(kind);
     return it != names.end() && it->second.count(name) > 0;
   };
-  if (has(PolicyKind::kQueue, config.policies.queue.name) ||
+  if (has(PolicyKind::kBatch, config.policies.batch.name) ||
+      has(PolicyKind::kQueue, config.policies.queue.name) ||
       has(PolicyKind::kAdmission, config.policies.admission.name) ||
       has(PolicyKind::kLengthCap, config.policies.length_cap.name))
     return true;
@@ -281,6 +303,10 @@ void bind_policies(py::module_& m) {
   bind_router_views(m);
   m.def("register_router", &register_router, py::arg("name"), py::arg("route"),
         py::arg("params") = py::none(), py::arg("description") = "");
+  bind_step_builder(m);
+  m.def("register_batch_formation", &register_batch_formation, py::arg("name"), py::arg("fill"),
+        py::arg("params") = py::none(), py::arg("description") = "",
+        py::arg("resumes_swapped") = false);
   bind_admission_load(m);
   m.def("register_admission", &register_admission, py::arg("name"), py::arg("admit"),
         py::arg("params") = py::none(), py::arg("description") = "");

@@ -2,6 +2,8 @@
 
 #include <stdexcept>
 
+#include "core/scheduler.h"
+
 namespace py = pybind11;
 
 namespace servelab::python {
@@ -41,6 +43,14 @@ void bind_request_view(py::module_& m) {
       .def_property_readonly(
           "computed_tokens", [](const RequestView& v) { return v.get().num_computed_tokens; },
           "tokens whose KV is computed (0 after a preemption by recompute)")
+      .def_property_readonly(
+          "tokens_to_compute",
+          [](const RequestView& v) { return v.get().num_tokens() - v.get().num_computed_tokens; },
+          "tokens (prompt and outputs) whose KV is not computed yet: what a step may schedule")
+      .def_property_readonly(
+          "prefill_pending",
+          [](const RequestView& v) { return Scheduler::prefill_pending(v.get()); },
+          "prompt (or, after a preemption, prompt and outputs) left to prefill")
       .def_property_readonly(
           "priority", [](const RequestView& v) { return v.get().spec.priority; },
           "smaller is served first (vLLM's convention)")

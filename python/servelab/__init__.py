@@ -15,13 +15,14 @@ import os as _os
 
 from . import _servelab
 from ._servelab import (AdmissionLoad, ConfigError, PolicyError, ReplicaLoad, Request,
-                        RouteRequest)
+                        RouteRequest, StepBuilder)
 from .calibration import Calibration, Profile, Validation, calibrate, profile, validate
 from .groups import GroupResult, compare, sweep
 from .kv_dtypes import compare_kv_dtypes
 from .plotting import plot
-from .policies import (policies, policies_text, register_admission, register_length_cap,
-                       register_queue_order, register_router, register_victim_rule)
+from .policies import (policies, policies_text, register_admission, register_batch_formation,
+                       register_length_cap, register_queue_order, register_router,
+                       register_victim_rule)
 from .result import Result
 from .runs import engine_run, run
 from .step_cost import step_cost
@@ -42,6 +43,7 @@ __all__ = [
     "Request",
     "RouteRequest",
     "Result",
+    "StepBuilder",
     "Validation",
     "calibrate",
     "compare",
@@ -54,6 +56,7 @@ __all__ = [
     "policies_text",
     "profile",
     "register_admission",
+    "register_batch_formation",
     "register_length_cap",
     "register_queue_order",
     "register_router",

@@ -70,3 +70,18 @@ def register_length_cap(name, cap, params=None, description=""):
     an int: request.max_output_tokens leaves it alone, a smaller value >= 1 caps it (finish
     reason "length (capped from N)")."""
     _servelab.register_length_cap(name, cap, params, description)
+
+
+def register_batch_formation(name, fill, params=None, description="", resumes_swapped=False):
+    """Registers a batch formation (``policies.batch``): how each step's batch is formed.
+    fill(step) -- or fill(step, params) when `params` declares parameters -- forms the step
+    through `step`, a servelab.StepBuilder valid during the call: step.schedule_running(budget,
+    tokens_for, stop_at_self_preemption=False), step.swap_in(budget) and
+    step.admit_waiting(budget, token_cap=0, whole_prompt=False, watermark=None,
+    reserve_max_length=False, max_admissions=0) each return the budget left; step.admit,
+    step.budget_left, step.num_running, step.num_waiting, step.num_swapped, step.num_preempted,
+    step.max_num_batched_tokens, step.max_num_seqs, step.now_ns and step.running() describe the
+    step. tokens_for(request, budget_left) returns the tokens to schedule for a running request
+    (<= 0 skips it). With resumes_swapped=True the formation may run with swap preemption (it
+    should then call swap_in). docs/python.md has the whole contract."""
+    _servelab.register_batch_formation(name, fill, params, description, resumes_swapped)

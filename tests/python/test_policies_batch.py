@@ -1,0 +1,138 @@
+"""Batch formations written in Python (python/python_batch_formation.h): vLLM v1's and
+Sarathi-Serve's rewritten on servelab.StepBuilder schedule exactly as the built-in ones."""
+
+import pandas.testing
+import pytest
+
+import servelab
+from conftest import BURST_TINY
+
+
+def assert_same_schedule(a, b):
+    pandas.testing.assert_frame_equal(a.schedule, b.schedule)
+    pandas.testing.assert_frame_equal(a.requests, b.requests)
+    pandas.testing.assert_frame_equal(a.steps, b.steps)
+    assert a.summary == b.summary
+
+
+def vllm(step):
+    """vLLM v1 (core/vllm_batch_formation.h) with chunked prefill and no per-request cap."""
+    before = step.num_preempted
+    budget = step.schedule_running(step.max_num_batched_tokens,
+                                   lambda r, left: min(r.tokens_to_compute, left),
+                                   stop_at_self_preemption=True)
+    if not step.admit or step.num_preempted != before:
+        return
+    if step.num_swapped:
+        budget = step.swap_in(budget)
+    if step.num_swapped:
+        return
+    step.admit_waiting(budget)
+
+
+def sarathi(step, params):
+    """Sarathi-Serve (policies/batch_sarathi.cc): decodes, partial prefills, then new prompts."""
+    tau = min(params["chunk_size"] or step.max_num_batched_tokens, step.max_num_batched_tokens)
+    before = step.num_preempted
+    budget = step.schedule_running(
+        tau, lambda r, left: 0 if r.prefill_pending or r.tokens_to_compute <= 0 else 1)
+    budget = step.schedule_running(
+        budget, lambda r, left: min(r.tokens_to_compute, left) if r.prefill_pending else 0)
+    if not step.admit or step.num_preempted != before:
+        return
+    step.admit_waiting(budget, watermark=params["watermark"])
+
+
+@pytest.mark.parametrize("preemption", ["recompute", "swap"])
+def test_python_vllm_schedules_as_the_builtin(preemption):
+    servelab.register_batch_formation("py-vllm", vllm, resumes_swapped=True)
+    builtin = servelab.run(BURST_TINY, record_schedule=True,
+                           overrides={"policies.preemption": preemption})
+    assert builtin.summary["preemption"]["preemptions"] > 0
+    python = servelab.run(BURST_TINY, record_schedule=True, overrides={
+        "policies.preemption": preemption, "policies.batch": "py-vllm"})
+    assert_same_schedule(python, builtin)
+
+
+def test_python_sarathi_schedules_as_the_builtin():
+    servelab.register_batch_formation("py-sarathi", sarathi,
+                                      params={"chunk_size": 0, "watermark": 0.01})
+    settings = {"chunk_size": 64, "watermark": 0.01}
+    builtin = servelab.run(BURST_TINY, record_schedule=True,
+                           overrides={"policies.batch": {"name": "sarathi", **settings}})
+    assert builtin.summary["preemption"]["preemptions"] > 0
+    python = servelab.run(BURST_TINY, record_schedule=True,
+                          overrides={"policies.batch": {"name": "py-sarathi", **settings}})
+    assert_same_schedule(python, builtin)
+    listed = [p for p in servelab.policies() if p["name"] == "py-sarathi"][0]
+    assert listed["kind"] == "batch" and listed["python"]
+    assert [q["name"] for q in listed["params"]] == ["chunk_size", "watermark"]
+
+
+def test_a_formation_of_ones_own_serves_everyone():
+    # Decode-first with whole prompts reserved to their full length (Orca-like): never preempts.
+    seen = {"steps": 0, "running": 0}
+
+    def decode_first(step):
+        seen["steps"] += 1
+        seen["running"] = max(seen["running"], len(step.running()))
+        budget = step.schedule_running(step.budget_left,
+                                       lambda r, left: min(r.tokens_to_compute, left))
+        if step.admit:
+            step.admit_waiting(budget, whole_prompt=True, reserve_max_length=True)
+
+    servelab.register_batch_formation("py-decode-first", decode_first)
+    r = servelab.run(BURST_TINY, overrides={"policies.batch": "py-decode-first"})
+    assert r.summary["requests"]["completed"] == 200
+    assert r.summary["preemption"]["preemptions"] == 0
+    # Asked at least once a step (also when nothing could be scheduled).
+    assert seen["steps"] >= r.summary["num_steps"] and seen["running"] > 1
+
+
+def test_bad_steps_stop_the_run_naming_the_formation():
+    def too_many(step):
+        step.schedule_running(step.budget_left, lambda r, left: r.tokens_to_compute + 1)
+        step.admit_waiting(step.budget_left)
+
+    servelab.register_batch_formation("py-too-many", too_many)
+    with pytest.raises(servelab.PolicyError,
+                       match=r"batch formation 'py-too-many': tokens_for returned \d+ for request "
+                             r"\d+, which has \d+ tokens to compute"):
+        servelab.run(BURST_TINY, overrides={"policies.batch": "py-too-many"})
+
+    servelab.register_batch_formation(
+        "py-over-budget", lambda step: step.admit_waiting(step.max_num_batched_tokens + 1))
+    with pytest.raises(servelab.PolicyError,
+                       match=r"'py-over-budget': admit_waiting: budget 1025 outside \[0, 1024\]"):
+        servelab.run(BURST_TINY, overrides={"policies.batch": "py-over-budget"})
+
+    def text(step):
+        step.schedule_running(step.budget_left, lambda r, left: "all")
+        step.admit_waiting(step.budget_left)
+
+    servelab.register_batch_formation("py-text", text)
+    with pytest.raises(servelab.PolicyError, match=r"'py-text': tokens_for must return an int"):
+        servelab.run(BURST_TINY, overrides={"policies.batch": "py-text"})
+
+    servelab.register_batch_formation("py-raises", lambda step: step.nothing_here())
+    with pytest.raises(servelab.PolicyError,
+                       match=r"batch formation 'py-raises': raised AttributeError"):
+        servelab.run(BURST_TINY, overrides={"policies.batch": "py-raises"})
+
+    # A formation that never schedules anything stalls the run, which says whose it is.
+    servelab.register_batch_formation("py-idle", lambda step: None)
+    with pytest.raises(RuntimeError, match=r"nothing can run \(batch formation 'py-idle'"):
+        servelab.run(BURST_TINY, overrides={"policies.batch": "py-idle"})
+
+    kept = []
+    servelab.register_batch_formation("py-keeps", lambda step: kept.append(step) or vllm(step))
+    servelab.run(BURST_TINY, overrides={"policies.batch": "py-keeps"})
+    with pytest.raises(RuntimeError, match="used after the batch formation call"):
+        kept[0].num_running
+
+
+def test_swap_needs_a_formation_that_resumes():
+    servelab.register_batch_formation("py-no-resume", vllm)
+    with pytest.raises(servelab.ConfigError, match="py-no-resume"):
+        servelab.run(BURST_TINY, overrides={"policies.batch": "py-no-resume",
+                                            "policies.preemption": "swap"})
