@@ -165,6 +165,7 @@ PythonBatchFormation::~PythonBatchFormation() {
 
 void PythonBatchFormation::fill(Scheduler& s, TimeNs now, bool admit) const {
   py::gil_scoped_acquire gil;
+  const std::size_t preempted_before = s.plan().preempted.size();
   const StepBuilder builder(s, now, admit, *policy_);
   const py::object step = py::cast(builder);
   try {
@@ -185,6 +186,15 @@ void PythonBatchFormation::fill(Scheduler& s, TimeNs now, bool admit) const {
     throw;
   }
   builder.invalidate();
+  // The scheduler calls again, admit False, while a pass preempted and left the plan empty: a
+  // pass that neither schedules nor preempts would be called forever.
+  if (!admit && s.plan().requests.empty() && s.plan().preempted.size() == preempted_before &&
+      !s.running().empty()) {
+    policy_->fail(
+        "called with step.admit False (a preemption left the plan empty while requests still "
+        "run), it neither scheduled nor preempted anything: schedule the running requests "
+        "(schedule_running) whatever step.admit says");
+  }
 }
 
 void bind_step_builder(py::module_& m) {

@@ -21,6 +21,8 @@
 // PythonPolicyError naming the plugin: a budget outside [0, budget_left], tokens_for answering
 // other than an int, or more tokens than the request has left or than the budget left, an
 // admission or a resume while admit is False, anything used after the callable returned.
+// When the scheduler calls again with admit False (a pass preempted and left the plan empty),
+// a pass that neither schedules nor preempts fails (it would be called forever).
 // Registered with resumes_swapped=True it may run with swap preemption (it should call swap_in);
 // it refuses nothing at arrival, does not run multi-step rounds and does not rank the running
 // list. Contract, as for every formation: deterministic, a function of the scheduler's state.

@@ -131,6 +131,49 @@ def test_bad_steps_stop_the_run_naming_the_formation():
         kept[0].num_running
 
 
+# Two requests that fill a 4-block pool: the first one running out of blocks, with a victim rule
+# that picks the first, preempts itself while the other still runs, so the scheduler calls the
+# formation a second time with admit False (core/scheduler.cc, schedule()).
+TWO_IN_FOUR_BLOCKS = {
+    "name": "two-in-four-blocks", "seed": 3, "model": "tiny", "hardware": "H100-SXM",
+    "serving": {"block_size": 16, "num_gpu_blocks": 5, "max_num_batched_tokens": 256,
+                "max_num_seqs": 4, "max_model_len": 128},
+    "policies": {"prefix_cache": "none",
+                 "preemption": {"name": "recompute", "victim": "py-first"}},
+    "workload": {"type": "synthetic", "num_requests": 2, "start_s": 0,
+                 "arrival": {"process": "fixed", "rate": 1.0e12},
+                 "prompt_len": {"dist": "uniform", "min": 16, "max": 16},
+                 "output_len": {"dist": "uniform", "min": 40, "max": 40}}}
+
+
+def test_the_second_call_after_a_self_preemption():
+    servelab.register_victim_rule("py-first", lambda running: 0)
+    admits = []
+
+    def vllm_seen(step):
+        admits.append(step.admit)
+        vllm(step)
+
+    servelab.register_batch_formation("py-vllm-seen", vllm_seen)
+    builtin = servelab.run(TWO_IN_FOUR_BLOCKS, record_schedule=True)
+    assert builtin.summary["preemption"]["preemptions"] == 1
+    python = servelab.run(TWO_IN_FOUR_BLOCKS, record_schedule=True,
+                          overrides={"policies.batch": "py-vllm-seen"})
+    assert_same_schedule(python, builtin)
+    assert admits.count(False) == 1
+
+    # A formation that does nothing when it may not admit would be called forever.
+    def only_when_admitting(step):
+        if step.admit:
+            vllm(step)
+
+    servelab.register_batch_formation("py-admit-only", only_when_admitting)
+    with pytest.raises(servelab.PolicyError,
+                       match=r"'py-admit-only': called with step.admit False .* neither "
+                             r"scheduled nor preempted"):
+        servelab.run(TWO_IN_FOUR_BLOCKS, overrides={"policies.batch": "py-admit-only"})
+
+
 def test_swap_needs_a_formation_that_resumes():
     servelab.register_batch_formation("py-no-resume", vllm)
     with pytest.raises(servelab.ConfigError, match="py-no-resume"):
