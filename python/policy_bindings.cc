@@ -8,8 +8,10 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <variant>
 
@@ -108,119 +110,120 @@ void register_python_plugin(PluginInfo info) {
   registry.add(std::move(info));
 }
 
+// A Python plugin being registered: the PluginInfo fields every kind fills (the description, or
+// "a <what> written in Python"; the origin; the declared parameters) and the PythonPolicy its
+// objects share. The caller adds info.factory and passes info to register_python_plugin.
+struct PythonPlugin {
+  PluginInfo info;
+  std::shared_ptr<const PythonPolicy> policy;
+  bool with_params = false;
+};
+
+PythonPlugin python_plugin(PolicyKind kind, const std::string& what, const std::string& name,
+                           py::function fn, const std::optional<py::dict>& params,
+                           const std::string& description) {
+  PythonPlugin p;
+  p.info.kind = kind;
+  p.info.name = name;
+  const bool vowel = std::string_view("aeiou").find(what.front()) != std::string_view::npos;
+  p.info.description =
+      description.empty() ? (vowel ? "an " : "a ") + what + " written in Python" : description;
+  p.info.origin = origin_of(fn);
+  if (params) p.info.params = parse_params(name, *params);
+  p.with_params = params.has_value();
+  p.policy = std::make_shared<const PythonPolicy>(name, what, std::move(fn));
+  return p;
+}
+
+// What a plugin's callable gets as its parameters: their values as a dict, or None when the
+// plugin declares none. REQUIRES: the GIL.
+py::object param_values(bool with_params, const PolicySpec& spec) {
+  return with_params ? py::object(params_dict(spec)) : py::object(py::none());
+}
+
 void register_queue_order(const std::string& name, py::function fn, std::optional<py::dict> params,
                           const std::string& description) {
-  PluginInfo info;
-  info.kind = PolicyKind::kQueue;
-  info.name = name;
-  info.description = description.empty() ? "a queue order written in Python" : description;
-  info.origin = origin_of(fn);
-  if (params) info.params = parse_params(name, *params);
-  const bool with_params = params.has_value();
-  auto policy = std::make_shared<const PythonPolicy>(name, "queue order", std::move(fn));
-  info.factory = [policy, with_params](const PolicySpec& spec, PolicyTarget& t) {
-    t.scheduler->make_waiting_queue = [policy, spec,
-                                       with_params]() -> std::unique_ptr<WaitingQueue> {
+  PythonPlugin p =
+      python_plugin(PolicyKind::kQueue, "queue order", name, std::move(fn), params, description);
+  p.info.factory = [policy = p.policy, with = p.with_params](const PolicySpec& spec,
+                                                             PolicyTarget& t) {
+    t.scheduler->make_waiting_queue = [policy, spec, with]() -> std::unique_ptr<WaitingQueue> {
       py::gil_scoped_acquire gil;
-      py::object values = with_params ? py::object(params_dict(spec)) : py::object(py::none());
-      return std::make_unique<PythonQueueOrder>(policy, std::move(values));
+      return std::make_unique<PythonQueueOrder>(policy, param_values(with, spec));
     };
   };
-  register_python_plugin(std::move(info));
+  register_python_plugin(std::move(p.info));
 }
 
 void register_victim_rule(const std::string& name, py::function fn,
                           const std::string& description) {
-  PluginInfo info;
-  info.kind = PolicyKind::kVictim;
-  info.name = name;
-  info.description = description.empty() ? "a victim rule written in Python" : description;
-  info.origin = origin_of(fn);
-  auto policy = std::make_shared<const PythonPolicy>(name, "victim rule", std::move(fn));
-  info.factory = [policy](const PolicySpec&, PolicyTarget& t) {
+  PythonPlugin p = python_plugin(PolicyKind::kVictim, "victim rule", name, std::move(fn),
+                                 std::nullopt, description);
+  p.info.factory = [policy = p.policy](const PolicySpec&, PolicyTarget& t) {
     t.scheduler->victim = std::make_shared<const PythonVictimRule>(policy);
   };
-  register_python_plugin(std::move(info));
+  register_python_plugin(std::move(p.info));
 }
 
 void register_router(const std::string& name, py::function fn, std::optional<py::dict> params,
                      const std::string& description) {
-  PluginInfo info;
-  info.kind = PolicyKind::kRouter;
-  info.name = name;
-  info.description = description.empty() ? "a router written in Python" : description;
-  info.origin = origin_of(fn);
-  if (params) info.params = parse_params(name, *params);
-  const bool with_params = params.has_value();
-  auto policy = std::make_shared<const PythonPolicy>(name, "router", std::move(fn));
-  info.factory = [policy, with_params](const PolicySpec& spec, PolicyTarget& t) {
-    *t.router = [policy, spec, with_params](const RouterContext& ctx) -> std::unique_ptr<Router> {
+  PythonPlugin p =
+      python_plugin(PolicyKind::kRouter, "router", name, std::move(fn), params, description);
+  p.info.factory = [policy = p.policy, with = p.with_params](const PolicySpec& spec,
+                                                             PolicyTarget& t) {
+    *t.router = [policy, spec, with](const RouterContext& ctx) -> std::unique_ptr<Router> {
       py::gil_scoped_acquire gil;
-      py::object values = with_params ? py::object(params_dict(spec)) : py::object(py::none());
-      return make_python_router(policy, std::move(values), ctx.block_size);
+      return make_python_router(policy, param_values(with, spec), ctx.block_size);
     };
   };
-  register_python_plugin(std::move(info));
+  register_python_plugin(std::move(p.info));
 }
 
 // An admission rule (Made = PythonAdmission) or a length cap (PythonLengthCap), built once per
-// experiment into the scheduler config (`what` names the kind in messages).
+// experiment into the scheduler config.
 template <class Made>
-void register_overload(const std::string& what, const std::string& name, py::function fn,
-                       std::optional<py::dict> params, const std::string& description) {
+void register_overload(const std::string& name, py::function fn, std::optional<py::dict> params,
+                       const std::string& description) {
   constexpr bool kAdmission = std::is_base_of_v<AdmissionPolicy, Made>;
-  PluginInfo info;
-  info.kind = kAdmission ? PolicyKind::kAdmission : PolicyKind::kLengthCap;
-  info.name = name;
-  info.description =
-      description.empty() ? (kAdmission ? "an " : "a ") + what + " written in Python" : description;
-  info.origin = origin_of(fn);
-  if (params) info.params = parse_params(name, *params);
-  const bool with_params = params.has_value();
-  auto policy = std::make_shared<const PythonPolicy>(name, what, std::move(fn));
-  info.factory = [policy, with_params](const PolicySpec& spec, PolicyTarget& t) {
+  PythonPlugin p = python_plugin(kAdmission ? PolicyKind::kAdmission : PolicyKind::kLengthCap,
+                                 kAdmission ? "admission rule" : "length cap", name, std::move(fn),
+                                 params, description);
+  p.info.factory = [policy = p.policy, with = p.with_params](const PolicySpec& spec,
+                                                             PolicyTarget& t) {
     py::gil_scoped_acquire gil;
-    py::object values = with_params ? py::object(params_dict(spec)) : py::object(py::none());
-    auto made = std::make_shared<const Made>(policy, std::move(values), t.scheduler->block_size);
+    auto made =
+        std::make_shared<const Made>(policy, param_values(with, spec), t.scheduler->block_size);
     if constexpr (kAdmission) {
       t.scheduler->admission = std::move(made);
     } else {
       t.scheduler->length_cap = std::move(made);
     }
   };
-  register_python_plugin(std::move(info));
+  register_python_plugin(std::move(p.info));
 }
 
 void register_admission(const std::string& name, py::function fn, std::optional<py::dict> params,
                         const std::string& description) {
-  register_overload<PythonAdmission>("admission rule", name, std::move(fn), std::move(params),
-                                     description);
+  register_overload<PythonAdmission>(name, std::move(fn), std::move(params), description);
 }
 
 void register_length_cap(const std::string& name, py::function fn, std::optional<py::dict> params,
                          const std::string& description) {
-  register_overload<PythonLengthCap>("length cap", name, std::move(fn), std::move(params),
-                                     description);
+  register_overload<PythonLengthCap>(name, std::move(fn), std::move(params), description);
 }
 
 void register_batch_formation(const std::string& name, py::function fn,
                               std::optional<py::dict> params, const std::string& description,
                               bool resumes_swapped) {
-  PluginInfo info;
-  info.kind = PolicyKind::kBatch;
-  info.name = name;
-  info.description = description.empty() ? "a batch formation written in Python" : description;
-  info.origin = origin_of(fn);
-  if (params) info.params = parse_params(name, *params);
-  const bool with_params = params.has_value();
-  auto policy = std::make_shared<const PythonPolicy>(name, "batch formation", std::move(fn));
-  info.factory = [policy, with_params, resumes_swapped](const PolicySpec& spec, PolicyTarget& t) {
+  PythonPlugin p = python_plugin(PolicyKind::kBatch, "batch formation", name, std::move(fn), params,
+                                 description);
+  p.info.factory = [policy = p.policy, with = p.with_params, resumes_swapped](
+                       const PolicySpec& spec, PolicyTarget& t) {
     py::gil_scoped_acquire gil;
-    py::object values = with_params ? py::object(params_dict(spec)) : py::object(py::none());
-    t.scheduler->batch =
-        std::make_shared<const PythonBatchFormation>(policy, std::move(values), resumes_swapped);
+    t.scheduler->batch = std::make_shared<const PythonBatchFormation>(
+        policy, param_values(with, spec), resumes_swapped);
   };
-  register_python_plugin(std::move(info));
+  register_python_plugin(std::move(p.info));
 }
 
 py::list catalogue() {

@@ -154,14 +154,7 @@ PythonBatchFormation::PythonBatchFormation(std::shared_ptr<const PythonPolicy> p
                                            py::object params, bool resumes_swapped)
     : policy_(std::move(policy)), params_(std::move(params)), resumes_swapped_(resumes_swapped) {}
 
-PythonBatchFormation::~PythonBatchFormation() {
-  if (!Py_IsInitialized()) {
-    (void)params_.release();  // the interpreter is gone: nothing left to release
-    return;
-  }
-  py::gil_scoped_acquire gil;
-  params_ = py::object();
-}
+PythonBatchFormation::~PythonBatchFormation() { release_python_object(params_); }
 
 void PythonBatchFormation::fill(Scheduler& s, TimeNs now, bool admit) const {
   py::gil_scoped_acquire gil;

@@ -13,14 +13,7 @@ ArrivalCall::ArrivalCall(std::shared_ptr<const PythonPolicy> policy, py::object 
                          std::int32_t block_size)
     : policy_(std::move(policy)), params_(std::move(params)), block_size_(block_size) {}
 
-ArrivalCall::~ArrivalCall() {
-  if (!Py_IsInitialized()) {
-    (void)params_.release();  // the interpreter is gone: nothing left to release
-    return;
-  }
-  py::gil_scoped_acquire gil;
-  params_ = py::object();
-}
+ArrivalCall::~ArrivalCall() { release_python_object(params_); }
 
 py::object ArrivalCall::ask(const RequestSpec& spec, const AdmissionLoad& load) const {
   try {

@@ -11,13 +11,15 @@ namespace servelab::python {
 PythonPolicy::PythonPolicy(std::string name, std::string kind, py::object fn)
     : name_(std::move(name)), kind_(std::move(kind)), fn_(std::move(fn)) {}
 
-PythonPolicy::~PythonPolicy() {
+PythonPolicy::~PythonPolicy() { release_python_object(fn_); }
+
+void release_python_object(py::object& o) {
   if (!Py_IsInitialized()) {
-    (void)fn_.release();  // the interpreter is gone: nothing left to release
+    (void)o.release();  // the interpreter is gone: nothing left to release
     return;
   }
   py::gil_scoped_acquire gil;
-  fn_ = py::object();
+  o = py::object();
 }
 
 void PythonPolicy::fail(const std::string& what) const {

@@ -32,4 +32,9 @@ class PythonPolicy {
   pybind11::object fn_;
 };
 
+// Releases `o`, taking the GIL, or abandons it when the interpreter is already gone (an object
+// destroyed at exit): for the Python objects held by plugin objects, which the scheduler
+// destroys without the GIL, possibly on a sweep's worker thread.
+void release_python_object(pybind11::object& o);
+
 }  // namespace servelab::python

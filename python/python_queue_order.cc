@@ -36,14 +36,7 @@ bool to_key_component(const py::handle& v, long double& out) {
 PythonQueueOrder::PythonQueueOrder(std::shared_ptr<const PythonPolicy> policy, py::object params)
     : policy_(std::move(policy)), params_(std::move(params)) {}
 
-PythonQueueOrder::~PythonQueueOrder() {
-  if (!Py_IsInitialized()) {
-    (void)params_.release();
-    return;
-  }
-  py::gil_scoped_acquire gil;
-  params_ = py::object();
-}
+PythonQueueOrder::~PythonQueueOrder() { release_python_object(params_); }
 
 std::vector<long double> PythonQueueOrder::compute_key(const Request& r) const {
   std::vector<long double> key;

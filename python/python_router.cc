@@ -19,14 +19,8 @@ PythonRouter::PythonRouter(std::shared_ptr<const PythonPolicy> policy, py::objec
       block_size_(block_size) {}
 
 PythonRouter::~PythonRouter() {
-  if (!Py_IsInitialized()) {
-    (void)call_.release();  // the interpreter is gone: nothing left to release
-    (void)params_.release();
-    return;
-  }
-  py::gil_scoped_acquire gil;
-  call_ = py::object();
-  params_ = py::object();
+  release_python_object(call_);
+  release_python_object(params_);
 }
 
 std::size_t PythonRouter::route(const RequestSpec& spec, std::span<const ReplicaLoad> candidates) {
