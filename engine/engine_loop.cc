@@ -35,7 +35,9 @@ void run_engine_loop(Replica& replica, WorkSource& source, const WallClock& cloc
     if (plan.empty()) {
       if (scheduler.num_running() == 0 && scheduler.num_waiting() > 0) {
         throw std::logic_error("engine stalled: " + std::to_string(scheduler.num_waiting()) +
-                               " waiting requests and nothing can run");
+                               " waiting requests and nothing can run (batch formation '" +
+                               std::string(scheduler.batch_formation().name()) +
+                               "' scheduled nothing)");
       }
       if (!source.wait_for_work(now, scheduler)) break;
       continue;

@@ -54,6 +54,21 @@ def test_python_vllm_schedules_as_the_builtin(preemption):
     assert_same_schedule(python, builtin)
 
 
+def test_python_vllm_on_the_cpu_engine():
+    from conftest import ALL_AT_ZERO
+    servelab.register_batch_formation("py-vllm", vllm, resumes_swapped=True)
+    builtin = servelab.engine_run(ALL_AT_ZERO, tokens=True)
+    assert builtin.summary["preemption"]["preemptions"] > 0
+    python = servelab.engine_run(ALL_AT_ZERO, overrides={"policies.batch": "py-vllm"},
+                                 tokens=True)
+    assert python.tokens == builtin.tokens
+    assert python.summary["preemption"] == builtin.summary["preemption"]
+    # A formation that schedules nothing stalls the engine too, which says whose it is.
+    servelab.register_batch_formation("py-idle-engine", lambda step: None)
+    with pytest.raises(RuntimeError, match=r"engine stalled.*batch formation 'py-idle-engine'"):
+        servelab.engine_run(ALL_AT_ZERO, overrides={"policies.batch": "py-idle-engine"})
+
+
 def test_python_sarathi_schedules_as_the_builtin():
     servelab.register_batch_formation("py-sarathi", sarathi,
                                       params={"chunk_size": 0, "watermark": 0.01})
