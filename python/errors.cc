@@ -16,9 +16,18 @@ namespace py = pybind11;
 
 namespace servelab::python {
 
+namespace {
+py::exception<PythonPolicyError>* policy_error_type = nullptr;  // set once by bind_errors
+}  // namespace
+
+bool is_policy_error(const py::error_already_set& e) {
+  return policy_error_type != nullptr && e.matches(*policy_error_type);
+}
+
 void bind_errors(py::module_& m) {
   static py::exception<ConfigError> config_error(m, "ConfigError", PyExc_ValueError);
   static py::exception<PythonPolicyError> policy_error(m, "PolicyError", PyExc_RuntimeError);
+  policy_error_type = &policy_error;
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);

@@ -9,7 +9,6 @@
 #include <utility>
 
 #include "core/scheduler.h"
-#include "python/python_policy_error.h"
 #include "python/request_view.h"
 
 namespace py = pybind11;
@@ -169,10 +168,6 @@ void PythonBatchFormation::fill(Scheduler& s, TimeNs now, bool admit) const {
     }
   } catch (py::error_already_set& e) {
     builder.invalidate();
-    // A check of a step operation failed (PolicyError through the callable): its message.
-    if (py::str(e.type().attr("__name__")).cast<std::string>() == "PolicyError") {
-      throw PythonPolicyError(py::str(e.value()).cast<std::string>());
-    }
     policy_->fail(e);
   } catch (...) {
     builder.invalidate();

@@ -27,6 +27,9 @@ void PythonPolicy::fail(const std::string& what) const {
 }
 
 void PythonPolicy::fail(py::error_already_set& e) const {
+  // A ServeLab check that failed inside the callable (a StepBuilder operation, a nested Python
+  // policy) already names the policy and what went wrong: its message as it is.
+  if (is_policy_error(e)) throw PythonPolicyError(py::str(e.value()).cast<std::string>());
   std::string text;
   try {
     const py::object lines =

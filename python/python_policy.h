@@ -24,7 +24,8 @@ class PythonPolicy {
 
   // Throws PythonPolicyError "Python <kind> '<name>': <what>".
   [[noreturn]] void fail(const std::string& what) const;
-  // The same for an exception the callable raised, with its Python traceback. REQUIRES: the GIL.
+  // The same for an exception the callable raised, with its Python traceback; a PolicyError
+  // (a ServeLab check that failed inside the callable) keeps its own message. REQUIRES: the GIL.
   [[noreturn]] void fail(pybind11::error_already_set& e) const;
 
  private:

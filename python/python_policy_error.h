@@ -4,6 +4,8 @@
 // servelab.PolicyError, and the run that called the policy stops.
 #pragma once
 
+#include <pybind11/pybind11.h>
+
 #include <stdexcept>
 #include <string>
 
@@ -13,5 +15,10 @@ class PythonPolicyError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
+
+// Whether `e` is a servelab.PolicyError: a PythonPolicyError that crossed Python, e.g. a check of
+// a StepBuilder operation that failed inside a batch formation's callable. REQUIRES: the GIL and
+// the module's errors bound (python/errors.cc).
+bool is_policy_error(const pybind11::error_already_set& e);
 
 }  // namespace servelab::python

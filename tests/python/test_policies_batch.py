@@ -111,7 +111,7 @@ def test_bad_steps_stop_the_run_naming_the_formation():
 
     servelab.register_batch_formation("py-too-many", too_many)
     with pytest.raises(servelab.PolicyError,
-                       match=r"batch formation 'py-too-many': tokens_for returned \d+ for request "
+                       match=r"^Python batch formation 'py-too-many': tokens_for returned \d+ for request "
                              r"\d+, which has \d+ tokens to compute"):
         servelab.run(BURST_TINY, overrides={"policies.batch": "py-too-many"})
 

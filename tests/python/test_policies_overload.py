@@ -13,6 +13,17 @@ def assert_same_run(a, b):
     assert a.summary == b.summary
 
 
+def assert_python_replays_builtin(kind, builtin_name, python_name, settings, counted):
+    """The built-in plugin `builtin_name` of `kind` ("admission", "length_cap") with `settings`
+    sheds or caps some requests (summary `counted` > 0), and the Python one gives the same run."""
+    builtin = servelab.run(BURST_TINY, overrides={
+        f"policies.{kind}": {"name": builtin_name, **settings}})
+    assert builtin.summary["requests"][counted] > 0
+    python = servelab.run(BURST_TINY, overrides={
+        f"policies.{kind}": {"name": python_name, **settings}})
+    assert_same_run(python, builtin)
+
+
 def queue_length(request, load, params):
     if load.waiting < params["max_waiting"]:
         return ""
@@ -33,12 +44,8 @@ def predicted_wait(request, load, params):
 def test_python_queue_length_admission_equals_the_builtin():
     servelab.register_admission("py-queue-length", queue_length,
                                 params={"max_waiting": (64, "the queue's bound")})
-    builtin = servelab.run(BURST_TINY, overrides={
-        "policies.admission": {"name": "queue-length", "max_waiting": 4}})
-    assert builtin.summary["requests"]["shed"] > 0
-    python = servelab.run(BURST_TINY, overrides={
-        "policies.admission": {"name": "py-queue-length", "max_waiting": 4}})
-    assert_same_run(python, builtin)
+    assert_python_replays_builtin("admission", "queue-length", "py-queue-length",
+                                  {"max_waiting": 4}, "shed")
     listed = [p for p in servelab.policies() if p["name"] == "py-queue-length"]
     assert [p["kind"] for p in listed] == ["admission"] and listed[0]["python"]
 
@@ -46,13 +53,8 @@ def test_python_queue_length_admission_equals_the_builtin():
 def test_python_predicted_wait_sees_the_measured_prefill_rate():
     servelab.register_admission("py-predicted-wait", predicted_wait,
                                 params={"max_wait_s": 2.0, "prior_tokens_per_s": 0.0})
-    settings = {"max_wait_s": 0.0005, "prior_tokens_per_s": 0.0}
-    builtin = servelab.run(BURST_TINY, overrides={
-        "policies.admission": {"name": "predicted-wait", **settings}})
-    assert builtin.summary["requests"]["shed"] > 0
-    python = servelab.run(BURST_TINY, overrides={
-        "policies.admission": {"name": "py-predicted-wait", **settings}})
-    assert_same_run(python, builtin)
+    assert_python_replays_builtin("admission", "predicted-wait", "py-predicted-wait",
+                                  {"max_wait_s": 0.0005, "prior_tokens_per_s": 0.0}, "shed")
 
 
 def test_python_length_cap_equals_the_builtin():
@@ -63,13 +65,8 @@ def test_python_length_cap_equals_the_builtin():
 
     servelab.register_length_cap("py-cap", cap,
                                  params={"max_tokens": 128, "when_waiting_over": 16})
-    settings = {"max_tokens": 6, "when_waiting_over": 2}
-    builtin = servelab.run(BURST_TINY, overrides={
-        "policies.length_cap": {"name": "queue-length", **settings}})
-    assert builtin.summary["requests"]["capped"] > 0
-    python = servelab.run(BURST_TINY, overrides={
-        "policies.length_cap": {"name": "py-cap", **settings}})
-    assert_same_run(python, builtin)
+    assert_python_replays_builtin("length_cap", "queue-length", "py-cap",
+                                  {"max_tokens": 6, "when_waiting_over": 2}, "capped")
 
 
 def test_admission_sees_the_request_and_its_reason_is_kept():
