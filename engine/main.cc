@@ -64,7 +64,7 @@ constexpr const char* kUsage =
     "             [--chat-template-content-format auto|string|openai]\n"
     "             [--enable-auto-tool-choice --tool-call-parser NAME]\n"
     "             [--exclude-tools-when-tool-choice-none] [--reasoning-parser NAME]\n"
-    "             [--seed N]\n"
+    "             [--lora-modules NAME=ID[:RANK]...] [--seed N]\n"
     "             [--set key.path=value]...\n"
     "      an OpenAI-compatible HTTP server (/v1/completions, /v1/chat/completions, /v1/models,\n"
     "      /health, /metrics) over the engine with the experiment's serving settings (default\n"
@@ -79,8 +79,11 @@ using servelab::UsageError;
 double parse_gib(const std::string& text) {
   char* end = nullptr;
   const double v = std::strtod(text.c_str(), &end);
-  if (text.empty() || *end != '\0' || !(v > 0) || v > 1e6) {
-    throw UsageError("--kv-memory-gb: expected a positive number of GiB, got '" + text + "'");
+  // strtod also reads hexadecimal ("0x10" is 16) and "inf": only a decimal number is GiB.
+  const bool decimal = text.find_first_not_of("0123456789.eE+-") == std::string::npos;
+  if (text.empty() || !decimal || *end != '\0' || !(v > 0) || v > 1e6) {
+    throw UsageError("--kv-memory-gb: expected a decimal number of GiB in (0, 1e6], got '" + text +
+                     "'");
   }
   return v;
 }
@@ -127,7 +130,8 @@ int cmd_run(const std::vector<std::string>& args) {
             ->check(servelab::cli::one_of({"cpu", "cuda"}));
         app.add_option("--weights", options.weights,
                        "a safetensors checkpoint (default: random weights from the seed)")
-            ->type_name("PATH");
+            ->type_name("PATH")
+            ->check(servelab::cli::non_empty("a path"));
         add_kv_memory_option(app, options.kv_memory_gib, kv_memory_given);
         app.add_flag("--tokens", options.write_tokens, "write tokens.jsonl (the sampled tokens)");
       },
@@ -180,7 +184,8 @@ int cmd_serve(const std::vector<std::string>& args) {
       ->check(cli::one_of({"cpu", "cuda"}));
   app->add_option("--weights", o.engine.weights,
                   "a safetensors checkpoint (default: random weights from the seed)")
-      ->type_name("PATH");
+      ->type_name("PATH")
+      ->check(cli::non_empty("a path"));
   bool kv_memory_given = false;
   add_kv_memory_option(*app, o.engine.kv_memory_gib, kv_memory_given);
   app->add_option("--max-in-flight", max_in_flight,
@@ -287,7 +292,8 @@ int cmd_profile(const std::vector<std::string>& args) {
         "also time steps under LoRA adapters of this rank (the `lora` family), for the LoRA "
         "terms of `sim calibrate`");
   app->add_option("--weights", o.weights, "a safetensors checkpoint (default: random weights)")
-      ->type_name("PATH");
+      ->type_name("PATH")
+      ->check(cli::non_empty("a path"));
   const auto words = [](const auto& list) {
     return std::vector<std::string>(std::begin(list), std::end(list));
   };

@@ -420,6 +420,13 @@ class Server {
     http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
     http.set_payload_max_length(std::size_t{16} << 20);
     http.set_tcp_nodelay(true);
+    // cpp-httplib's default sets SO_REUSEPORT, which lets a second server bind a port in use
+    // and take half its connections; SO_REUSEADDR alone still allows a restart while the old
+    // socket is in TIME_WAIT, and a port in use fails to bind.
+    http.set_socket_options([](auto sock) {
+      int yes = 1;
+      setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    });
     routes(http);
     int port = options_.port;
     if (port == 0) {

@@ -30,6 +30,8 @@ void PythonPolicy::fail(py::error_already_set& e) const {
   // A ServeLab check that failed inside the callable (a StepBuilder operation, a nested Python
   // policy) already names the policy and what went wrong: its message as it is.
   if (is_policy_error(e)) throw PythonPolicyError(py::str(e.value()).cast<std::string>());
+  // Ctrl-C inside the callable, or sys.exit(): the program's to handle, as raised.
+  if (e.matches(PyExc_KeyboardInterrupt) || e.matches(PyExc_SystemExit)) throw e;
   std::string text;
   try {
     const py::object lines =

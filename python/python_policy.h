@@ -25,7 +25,8 @@ class PythonPolicy {
   // Throws PythonPolicyError "Python <kind> '<name>': <what>".
   [[noreturn]] void fail(const std::string& what) const;
   // The same for an exception the callable raised, with its Python traceback; a PolicyError
-  // (a ServeLab check that failed inside the callable) keeps its own message. REQUIRES: the GIL.
+  // (a ServeLab check that failed inside the callable) keeps its own message, and
+  // KeyboardInterrupt and SystemExit are rethrown as they are. REQUIRES: the GIL.
   [[noreturn]] void fail(pybind11::error_already_set& e) const;
 
  private:

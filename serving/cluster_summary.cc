@@ -110,7 +110,7 @@ std::string cluster_summary_json(const ClusterConfig& cl, const std::vector<Pool
                          {"exposed_mean_ms", static_cast<double>(t.exposed_ns) / n / 1e6},
                          {"max_ms", static_cast<double>(t.max_ns) / 1e6}};
   }
-  return j.dump();
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 }  // namespace servelab

@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "core/strings.h"
+
 namespace servelab {
 
 namespace fs = std::filesystem;
@@ -73,6 +75,16 @@ void check_output_file(const std::string& out, const std::vector<std::string>& i
     std::error_code eq_ec;
     if (fs::equivalent(in, out, eq_ec)) {
       throw ConfigError(out + ": the output is the input file " + in +
+                        "; refusing to overwrite it (choose another output)");
+    }
+    // A folder read as a whole (a checkpoint's, a Hugging Face model's; an index's shards):
+    // none of its existing files is replaced.
+    const bool is_index = ends_with(in, ".index.json");
+    if (in.empty() || (!is_index && !fs::is_directory(in, eq_ec))) continue;
+    const fs::path folder =
+        fs::weakly_canonical(is_index ? fs::absolute(in).parent_path() : fs::absolute(in), eq_ec);
+    if (fs::weakly_canonical(fs::absolute(out), eq_ec).parent_path() == folder) {
+      throw ConfigError(out + ": a file of the input folder " + folder.string() +
                         "; refusing to overwrite it (choose another output)");
     }
   }

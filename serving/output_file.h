@@ -19,8 +19,10 @@ namespace servelab {
 
 // Checks that `out` may be written as a single output file: ConfigError when it is a symlink
 // (never followed, never replaced), the same file as one of `inputs` (std::filesystem::equivalent,
-// always refused), a directory, a block device or a socket, or when it is an existing regular
-// file and `force` is false ("pass --force to replace it"). A character device or a FIFO
+// always refused) or an existing file directly in an input that is a folder (or in the folder of
+// an input `*.index.json`: a sharded checkpoint's shards), a directory, a block device or a socket,
+// or when it is an existing regular file and `force` is false ("pass --force to replace it"). A
+// character device or a FIFO
 // (/dev/null, a named pipe) is accepted without --force: AtomicFile writes it in place.
 void check_output_file(const std::string& out, const std::vector<std::string>& inputs, bool force);
 

@@ -796,7 +796,8 @@ void write_summary_json(const std::string& path, const RunSummary& s,
   std::FILE* f = std::fopen(path.c_str(), "wb");
   if (!f) throw_io_error(path, "writing", errno);
   if (!cluster_json.empty()) j["cluster"] = nlohmann::ordered_json::parse(cluster_json);
-  const std::string text = j.dump(2) + '\n';
+  // replace: a path or name that is not UTF-8 (a Latin-1 file name) is written with U+FFFD.
+  const std::string text = j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + '\n';
   const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
   const int err = errno;
   if (std::fclose(f) != 0 || !ok) throw_io_error(path, "writing", ok ? errno : err);

@@ -8,6 +8,8 @@
 #include <set>
 
 #include "core/strings.h"
+#include "serving/figures_folder.h"
+#include "serving/interrupt.h"
 #include "serving/output_file.h"
 
 namespace servelab {
@@ -80,6 +82,11 @@ void check_out_dir(const std::string& dir) {
       throw ConfigError(entry.path().string() +
                         ": is a symlink; refusing to replace a run folder holding one");
     }
+    // Replacing the run removes its figures: only those `sim plot` wrote.
+    if (name == "figures") {
+      check_figures_dir(entry.path().string(),
+                        "refusing to replace the run folder (choose another --out, or move it)");
+    }
     if (first.empty() || name < first) first = name;
   });
   // Names alone do not make a previous run: a folder of the user's own steps.csv or figures/
@@ -98,6 +105,10 @@ void check_group_dir(const std::string& dir, const std::string& index_file, cons
     if (name != index_file && name != kGroupClassesFile && !entry.is_directory()) {
       throw ConfigError(dir + ": refusing to write here: it holds '" + name +
                         "', which is not a ServeLab " + what + " output (choose another --out)");
+    }
+    if (name == "figures") {
+      check_figures_dir(entry.path().string(),
+                        "refusing to replace the " + what + " (choose another --out, or move it)");
     }
   });
   if (exists) {
@@ -121,12 +132,57 @@ void check_group_dir(const std::string& dir, const std::string& index_file, cons
   }
 }
 
-void commit_group(StagedDir& stage) {
-  const fs::path classes = fs::path(stage.final_path()) / kGroupClassesFile;
+namespace {
+
+// The first column of a group folder's index file (its runs' folder names); empty when absent.
+std::vector<std::string> index_runs(const fs::path& index) {
+  std::vector<std::string> names;
+  std::ifstream in(index, std::ios::binary);
+  std::string line;
+  std::getline(in, line);  // the header
+  while (std::getline(in, line)) {
+    const std::size_t comma = line.find(',');
+    std::string name = line.substr(0, comma);
+    if (!name.empty() && name.front() == '"') continue;  // never a run's folder name
+    if (!name.empty()) names.push_back(name);
+  }
+  return names;
+}
+
+// Removes `path` (a previous group's run or figures folder) or throws naming it.
+void remove_previous(const fs::path& path) {
   std::error_code ec;
-  if (!fs::exists(fs::path(stage.temp_path()) / kGroupClassesFile) &&
+  fs::remove_all(path, ec);
+  if (ec) throw_io_error(path.string(), "removing", ec.value());
+}
+
+}  // namespace
+
+void commit_group(StagedDir& stage) {
+  throw_if_interrupted();  // the group is committed whole or not at all
+  const fs::path dir = stage.final_path(), temp = stage.temp_path();
+  std::error_code ec;
+  const fs::path classes = dir / kGroupClassesFile;
+  if (!fs::exists(temp / kGroupClassesFile) &&
       fs::is_regular_file(fs::symlink_status(classes, ec))) {
     if (!fs::remove(classes, ec) && ec) throw_io_error(classes.string(), "removing", ec.value());
+  }
+  // A previous group's runs that the new one does not have, and its figures (check_group_dir
+  // made sure they are `sim plot`'s), go too: the folder never mixes two groups' results.
+  for (const char* index : {"compare.csv", "sweep.csv"}) {
+    for (const std::string& run : index_runs(dir / index)) {
+      const fs::path old = dir / run;
+      if (run.find('/') == std::string::npos && run != "." && run != ".." &&
+          !fs::exists(temp / run) && fs::is_directory(fs::symlink_status(old, ec)) &&
+          run_backend(old.string())) {
+        check_out_dir(old.string());
+        remove_previous(old);
+      }
+    }
+  }
+  if (fs::is_directory(fs::symlink_status(dir / "figures", ec))) {
+    check_figures_dir((dir / "figures").string(), "refusing to remove the old figures");
+    remove_previous(dir / "figures");
   }
   stage.commit_entries();
 }

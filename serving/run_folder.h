@@ -42,8 +42,9 @@ struct RunOutput {
 
 // Checks that `dir` may receive a run: absent, empty, or a folder holding only a previous run's
 // outputs, recognised by their names and by a summary.json of ServeLab's (a JSON object with a
-// `run.backend`); ConfigError otherwise, and for a symlinked folder or a symlink inside it (a
-// folder of the user's own steps.csv or figures/ is never replaced). Creates nothing:
+// `run.backend`), whose figures/ holds only what `sim plot` wrote (serving/figures_folder.h);
+// ConfigError otherwise, and for a symlinked folder or a symlink inside it (a folder of the
+// user's own steps.csv or figures is never replaced). Creates nothing:
 // the run is written to a StagedDir (serving/output_file.h) that replaces `dir` at the end.
 void check_out_dir(const std::string& dir);
 // run.backend of the run folder `dir`'s summary.json ("sim", "engine-cpu", "bench", ...); nullopt
@@ -52,7 +53,8 @@ std::optional<std::string> run_backend(const std::string& dir);
 // The same for a folder of runs (`sim compare`, `sim sweep`): an existing one may hold only
 // `index_file` whose header is ours (compare.csv's starts "variant,overrides,", sweep.csv's
 // "point,"), a kGroupClassesFile whose header has kGroupClassesColumns (not a file of the user's
-// by those names) and sub-folders, and those named in `runs` only run outputs;
+// by those names) and sub-folders, those named in `runs` only run outputs and figures/ only
+// `sim plot`'s;
 // `what` names the output in the error ("comparison", "sweep").
 void check_group_dir(const std::string& dir, const std::string& index_file, const std::string& what,
                      const std::vector<std::string>& runs);
@@ -63,9 +65,11 @@ inline constexpr const char* kGroupClassesColumns =
     ",class,completed,rejected,aborted,shed,requests_per_s,output_tokens_per_s,ttft_p50_ms,"
     "ttft_p99_ms,tpot_p50_ms,tpot_p99_ms,itl_p50_ms,itl_p99_ms,e2e_p50_ms,e2e_p99_ms,"
     "queueing_p50_ms,goodput_requests_per_s,slo_attainment,preemptions,recomputed_tokens";
-// Moves a folder of runs' staged entries into it (StagedDir::commit_entries); a previous
-// group's kGroupClassesFile that the new one does not replace is removed first, so that the
-// folder never pairs one group's index with another's classes.
+// Moves a folder of runs' staged entries into it (StagedDir::commit_entries). What a previous
+// group left that the new one does not replace is removed first, so that the folder never mixes
+// two groups' results: its kGroupClassesFile, the run folders its index file named (those that
+// are runs' folders), and its figures/ (only `sim plot`'s: serving/figures_folder.h). Other
+// folders of the user's stay.
 void commit_group(StagedDir& stage);
 // The same after writing kGroupClassesFile (`classes_header` then `class_rows`) into the stage
 // when `class_rows` is not empty (a group whose runs have no request classes has none).

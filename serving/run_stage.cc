@@ -1,12 +1,61 @@
 #include "serving/run_stage.h"
 
+#include <algorithm>
+#include <filesystem>
 #include <stdexcept>
+#include <vector>
 
+#include "serving/interrupt.h"
 #include "serving/run_folder.h"
 
 namespace servelab {
 
 namespace {
+
+namespace fs = std::filesystem;
+
+// Every `path:` value under `node` (the workload section: traces, sessions files, mix parts).
+void collect_paths(const YAML::Node& node, std::vector<std::string>& out) {
+  if (node.IsMap()) {
+    for (const auto& kv : node) {
+      if (kv.first.IsScalar() && kv.first.Scalar() == "path" && kv.second.IsScalar()) {
+        out.push_back(kv.second.Scalar());
+      } else {
+        collect_paths(kv.second, out);
+      }
+    }
+  } else if (node.IsSequence()) {
+    for (const auto& item : node) collect_paths(item, out);
+  }
+}
+
+// Whether `path` lies inside `dir` (both resolved; symlinks followed).
+bool lies_inside(const fs::path& path, const fs::path& dir) {
+  std::error_code ec;
+  const fs::path p = fs::weakly_canonical(fs::absolute(path), ec);
+  const fs::path d = fs::weakly_canonical(fs::absolute(dir), ec);
+  const auto [end, _] = std::mismatch(d.begin(), d.end(), p.begin(), p.end());
+  return end == d.end() && p != d;
+}
+
+// The run replaces its folder: the experiment file and the files its workload reads may not be
+// in it (a previous run's config.yaml run again with --out on its own folder).
+void refuse_inputs_inside(const ExperimentConfig& config, const std::string& final_dir) {
+  std::vector<std::string> inputs = {config.file};
+  std::vector<std::string> data;
+  if (config.root.IsMap()) collect_paths(config.root["workload"], data);
+  for (const std::string& p : data) {
+    inputs.push_back(fs::path(p).is_absolute() || config.base_dir.empty()
+                         ? p
+                         : (fs::path(config.base_dir) / p).string());
+  }
+  for (const std::string& in : inputs) {
+    if (!in.empty() && lies_inside(in, final_dir)) {
+      throw ConfigError(in + ": an input of the run is in its output folder " + final_dir +
+                        ", which the run replaces; choose another --out, or move the file");
+    }
+  }
+}
 
 // Checks the final folder and stages it, or nothing when the run writes no files.
 std::optional<StagedDir> stage_for(const ExperimentConfig& config, const RunStageOptions& options) {
@@ -14,6 +63,7 @@ std::optional<StagedDir> stage_for(const ExperimentConfig& config, const RunStag
   const std::string final_dir =
       options.out_dir.empty() ? "out/" + config.name + options.default_suffix : options.out_dir;
   check_out_dir(final_dir);
+  refuse_inputs_inside(config, final_dir);
   return std::optional<StagedDir>(std::in_place, final_dir);
 }
 
@@ -42,6 +92,7 @@ const std::string& RunStage::dir() const {
 
 std::string RunStage::commit() {
   if (!stage_) throw std::logic_error("RunStage::commit: the run writes no files");
+  throw_if_interrupted();  // a run shorter than the drivers' check interval: not committed
   stage_->commit();
   return stage_->final_path();
 }

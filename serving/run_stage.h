@@ -27,8 +27,9 @@ struct RunStageOptions {
 class RunStage {
  public:
   // With write_files: checks the final folder (check_out_dir: ConfigError when it holds anything
-  // but a previous run's outputs, or is a symlink), creates its staging folder, and opens the
-  // streamed files the experiment's `outputs:` asks for there. Without: only the Recorder.
+  // but a previous run's outputs, or is a symlink; and when the experiment file or a `path:` of
+  // its workload lies inside it, since the run replaces it), creates its staging folder, and opens
+  // the streamed files the experiment's `outputs:` asks for there. Without: only the Recorder.
   // Throws ConfigError when a folder cannot be created, std::runtime_error when a streamed file
   // cannot be opened.
   RunStage(const ExperimentConfig& config, const RunStageOptions& options);
@@ -41,7 +42,8 @@ class RunStage {
   // The staging folder every output of the run goes to; "" when the run writes no files.
   const std::string& dir() const;
   // Moves the staging folder into place (replacing a previous run folder) and returns the final
-  // folder. REQUIRES: writes_files(), every output written, called once.
+  // folder; throws Interrupted (serving/interrupt.h) instead after SIGINT/SIGTERM. REQUIRES:
+  // writes_files(), every output written, called once.
   std::string commit();
 
  private:

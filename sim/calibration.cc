@@ -323,6 +323,14 @@ EngineProfile read_profile(const std::string& path) {
       if (s.lora_tokens > 0 && first_lora_line == 0) first_lora_line = csv.line_number();
     }
     r.median_ns = integer("median_ns");
+    // The spread columns, when the profile has them, bracket the median.
+    if (col.count("min_ns") && col.count("max_ns")) {
+      const std::int64_t lo = integer("min_ns"), hi = integer("max_ns");
+      if (lo > r.median_ns || r.median_ns > hi) {
+        fail("min_ns " + std::to_string(lo) + ", median_ns " + std::to_string(r.median_ns) +
+             ", max_ns " + std::to_string(hi) + ": expected min_ns <= median_ns <= max_ns");
+      }
+    }
     if (const auto it = col.find("power_w"); it != col.end() && !f[it->second].empty()) {
       const std::string& text = f[it->second];
       char* end = nullptr;
@@ -344,34 +352,32 @@ EngineProfile read_profile(const std::string& path) {
   if (header.empty() || p.rows.empty()) {
     throw ConfigError(path + ": the profile holds no measurements (empty, or only comments)");
   }
-  auto header_int = [&](const std::string& key, std::int64_t min) -> std::int64_t {
+  auto header_int = [&](const std::string& key, std::int64_t min,
+                        std::int64_t max) -> std::int64_t {
     auto it = p.header.find(key);
     if (it == p.header.end()) {
       throw ConfigError(path + ": header line '# " + key + ": ...' is missing");
     }
+    errno = 0;
     char* end = nullptr;
     const long long v = std::strtoll(it->second.c_str(), &end, 10);
-    if (it->second.empty() || *end != '\0' || v < min) {
-      throw ConfigError(path + ": header '" + key + "': expected an integer >= " +
-                        std::to_string(min) + ", got '" + it->second + "'");
+    if (it->second.empty() || *end != '\0' || errno != 0 || v < min || v > max) {
+      throw ConfigError(path + ": header '" + key + "': expected an integer in [" +
+                        std::to_string(min) + ", " + std::to_string(max) + "], got '" + it->second +
+                        "'");
     }
     return v;
   };
   if (!p.header.count("model")) throw ConfigError(path + ": header line '# model: ...' is missing");
-  p.block_size = static_cast<std::int32_t>(header_int("block_size", 1));
-  p.block_bytes = header_int("block_bytes", 1);
+  p.block_size = static_cast<std::int32_t>(header_int("block_size", 1, 256));
+  p.block_bytes = header_int("block_bytes", 1, std::int64_t{1} << 40);
   if (p.header.count("lora_rank") || first_lora_line > 0) {
     if (!p.header.count("lora_rank")) {
       throw ConfigError(path + ":" + std::to_string(first_lora_line) +
                         ": a row with tokens under LoRA adapters, but no header line "
                         "'# lora_rank: R' (the adapters' rank)");
     }
-    const std::int64_t rank = header_int("lora_rank", 1);
-    if (rank > kMaxLoraRank) {
-      throw ConfigError(path + ": header 'lora_rank': expected an integer in [1, " +
-                        std::to_string(kMaxLoraRank) + "], got " + std::to_string(rank));
-    }
-    p.lora_rank = static_cast<std::int32_t>(rank);
+    p.lora_rank = static_cast<std::int32_t>(header_int("lora_rank", 1, kMaxLoraRank));
   }
   // How the model was stored: optional (older profiles have neither line).
   const auto storage = [&](const char* key, const auto& words) -> std::string {
@@ -392,7 +398,7 @@ EngineProfile read_profile(const std::string& path) {
     MachineRecord m;
     m.kind = p.header.at("machine_kind");
     m.name = p.header.at("machine_name");
-    m.threads = header_int("machine_threads", 1);
+    m.threads = header_int("machine_threads", 1, 1 << 20);
     p.machine = std::move(m);
   } else if (machine_lines > 0) {
     for (const char* key : {"machine_kind", "machine_name", "machine_threads"}) {

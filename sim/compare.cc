@@ -34,6 +34,13 @@ void check_name(const std::string& name, const std::string& where) {
                       "': expected up to 200 letters, digits, '-', '_' or '.', not starting "
                       "with '.'");
   }
+  // The names of the comparison's own outputs beside the variants' folders.
+  for (const char* own : {"compare.csv", kGroupClassesFile, "figures"}) {
+    if (name == own) {
+      throw ConfigError(where + ": variant name '" + name +
+                        "' is taken by the comparison's own output; choose another");
+    }
+  }
 }
 
 std::string flow_yaml(const YAML::Node& node) {

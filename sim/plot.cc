@@ -15,6 +15,7 @@
 
 #include "serving/cli.h"
 #include "serving/config_node.h"
+#include "serving/figures_folder.h"
 #include "serving/home.h"
 #include "serving/output_file.h"
 
@@ -84,25 +85,6 @@ std::string plot_input_kind(const std::string& dir) {
                     "validation.json)");
 }
 
-void check_figures_dir(const std::string& dir) {
-  refuse_symlink(dir);
-  std::error_code ec;
-  if (!fs::exists(fs::symlink_status(dir, ec))) return;
-  if (!fs::is_directory(dir, ec)) {
-    throw ConfigError(dir + ": -o names a file, not a folder for the figures");
-  }
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    const std::string ext = entry.path().extension().string();
-    if (entry.is_symlink() || !entry.is_regular_file() ||
-        (ext != ".png" && ext != ".svg" && ext != ".pdf")) {
-      throw ConfigError(dir + ": refusing to write figures here: it holds '" +
-                        entry.path().filename().string() +
-                        "', which is not a figure (choose another -o)");
-    }
-  }
-  if (ec) throw ConfigError(dir + ": cannot list the folder (" + ec.message() + ")");
-}
-
 std::string plot_script_path() {
   if (const char* s = std::getenv("SERVELAB_PLOT_SCRIPT"); s && *s) return s;
   return home_path("sim/plot/servelab_plot.py");
@@ -125,9 +107,10 @@ int run_plot(const PlotArgs& args) {
   }
   const std::string out_dir =
       args.out_dir.empty() ? (fs::path(args.inputs.front()) / "figures").string() : args.out_dir;
-  check_figures_dir(out_dir);
-  std::vector<std::string> argv_s = {plot_python(), script,     "--out",
-                                     out_dir,       "--format", args.format};
+  check_figures_dir(out_dir, "refusing to write figures there (choose another -o)");
+  StagedDir stage(out_dir);
+  std::vector<std::string> argv_s = {plot_python(),     script,     "--out",    out_dir, "--stage",
+                                     stage.temp_path(), "--format", args.format};
   if (args.quiet) argv_s.push_back("--quiet");
   argv_s.insert(argv_s.end(), args.inputs.begin(), args.inputs.end());
   std::vector<char*> argv;
@@ -144,7 +127,15 @@ int run_plot(const PlotArgs& args) {
   }
   if (!WIFEXITED(status)) return 1;
   const int code = WEXITSTATUS(status);
-  return code == 0 || code == 2 || code == 3 ? code : 1;
+  if (code != 0) return code == 2 || code == 3 ? code : 1;
+  std::vector<std::string> written;
+  for (const auto& entry : fs::directory_iterator(stage.temp_path(), ec)) {
+    written.push_back(entry.path().filename().string());
+  }
+  if (ec) throw_io_error(stage.temp_path(), "listing", ec.value());
+  write_figures_manifest(stage.temp_path(), out_dir, written);
+  stage.commit_entries();
+  return 0;
 }
 
 int plot_command(const std::vector<std::string>& args) {

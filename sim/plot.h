@@ -31,16 +31,14 @@ PlotArgs parse_plot_args(const std::vector<std::string>& args);
 // JSON: ...") or not a JSON object, or when a validation folder lacks replay.csv.
 std::string plot_input_kind(const std::string& dir);
 
-// Checks that `dir` may receive the figures: absent, or a folder holding only figure files
-// (.png, .svg, .pdf), which the plot replaces by name. ConfigError when `dir` is a file or a
-// symlink, or holds anything else (a run folder, the user's own files).
-void check_figures_dir(const std::string& dir);
-
 // The script and interpreter `sim plot` runs (see the top of this file).
 std::string plot_script_path();
 std::string plot_python();
 
-// Validates the inputs (ConfigError), then runs the script. Returns its exit status: 0 when
+// Validates the inputs and the figures' folder (serving/figures_folder.h: absent, empty or one
+// that `sim plot` wrote; ConfigError otherwise), then runs the script into a staged folder
+// beside it whose figures replace those of the same names, with the manifest, only when the
+// script succeeded: a refused input leaves no figure. Returns the script's exit status: 0 when
 // every figure was written, 2 for input it refused, 3 when matplotlib is missing, 1 otherwise.
 // Throws std::runtime_error when the interpreter cannot be started.
 int run_plot(const PlotArgs& args);

@@ -16,6 +16,7 @@
 #include "core/strings.h"
 #include "serving/cli.h"
 #include "serving/config_node.h"
+#include "serving/interrupt.h"
 #include "serving/output_file.h"
 #include "serving/run_folder.h"
 #include "sim/class_table.h"
@@ -209,6 +210,7 @@ SweepPlan plan_sweep(const ExperimentSource& source, const std::vector<std::stri
   // Each value alone first, so an error names the sweep key that caused it.
   for (const SweepAxis& a : plan.axes) {
     for (std::size_t i = 0; i < a.values.size(); ++i) {
+      throw_if_interrupted();  // a large grid takes a while to load
       const std::string label = a.location + ": sweep key '" + a.key + "', value " + a.values[i];
       load_checked_variant(source, base_overrides, a.value_overrides[i], label,
                            a.value_locations[i]);
@@ -216,6 +218,7 @@ SweepPlan plan_sweep(const ExperimentSource& source, const std::vector<std::stri
   }
   plan.points = sweep_points(plan.axes);
   for (const SweepPoint& p : plan.points) {
+    throw_if_interrupted();
     plan.configs.push_back(
         load_variant(source, base_overrides, p.overrides, "sweep point " + p.name, p.locations));
     RunSummary flags;
@@ -252,6 +255,8 @@ void run_sweep_points(const SweepPlan& plan, const std::vector<std::size_t>& ind
   std::mutex progress_mutex;
   auto worker = [&] {
     for (std::size_t k = next++; k < indices.size(); k = next++) {
+      // A point shorter than the simulator's interrupt check interval would never see one.
+      if (interrupt_signal()) break;
       const std::size_t i = indices[k];
       try {
         RunOptions options;
@@ -276,6 +281,7 @@ void run_sweep_points(const SweepPlan& plan, const std::vector<std::size_t>& ind
   worker();
   for (std::thread& t : threads) t.join();
   if (progress) std::fputs("\r\033[K", stderr);
+  throw_if_interrupted();
 }
 
 void rethrow_first_sweep_error(const SweepPlan& plan,

@@ -82,7 +82,8 @@ SweepPlan plan_sweep(const ExperimentSource& source, const std::vector<std::stri
 void check_sweep_dir(const SweepPlan& plan);
 // Runs plan.points[i] for every i in `indices` on `jobs` (>= 1) std::thread workers, each into
 // DIR/<point name>/; sets results[i], or errors[i] when that run threw (both are resized to the
-// number of points; other entries are left as they were).
+// number of points; other entries are left as they were). After SIGINT/SIGTERM no further point
+// starts, and it throws Interrupted (serving/interrupt.h) once the workers stopped.
 void run_sweep_points(const SweepPlan& plan, const std::vector<std::size_t>& indices,
                       const std::string& dir, int jobs, bool progress, const StepHook& before_step,
                       std::vector<SweepResult>& results, std::vector<std::exception_ptr>& errors);

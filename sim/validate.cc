@@ -17,6 +17,7 @@
 #include "core/step_plan.h"
 #include "serving/cli.h"
 #include "serving/config_node.h"
+#include "serving/figures_folder.h"
 #include "serving/hardware_config.h"
 #include "serving/machine.h"
 #include "serving/model_config.h"
@@ -809,7 +810,7 @@ std::string validation_json(const ValidationReport& r) {
         {"sim", a.sim}, {"engine", a.engine}, {"error", a.error ? J(*a.error) : J(nullptr)}};
   }
   j["aggregates"] = agg;
-  return j.dump(2) + "\n";
+  return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
 
 std::string replay_csv(const ValidationReport& r) {
@@ -828,9 +829,69 @@ std::string replay_csv(const ValidationReport& r) {
   return out;
 }
 
+namespace {
+
+// SIM_DIR-validation, beside SIM_DIR ("run/." and "run/" give "run-validation", "." its name).
+std::string default_validation_dir(const std::string& sim_dir) {
+  fs::path base = fs::path(sim_dir).lexically_normal();
+  if (base.has_parent_path() && !base.has_filename()) base = base.parent_path();
+  if (base.filename() == "." || base.filename() == ".." || base.empty()) {
+    base = fs::weakly_canonical(fs::absolute(base));
+  }
+  return base.string() + "-validation";
+}
+
+// Whether `path` is `dir` or inside it (both resolved, symlinks followed).
+bool inside(const fs::path& path, const fs::path& dir) {
+  std::error_code ec;
+  const fs::path p = fs::weakly_canonical(fs::absolute(path), ec);
+  const fs::path d = fs::weakly_canonical(fs::absolute(dir), ec);
+  const auto [end, _] = std::mismatch(d.begin(), d.end(), p.begin(), p.end());
+  return end == d.end();
+}
+
+// The report's folder may be absent, empty, or a previous report's (validation.json, replay.csv
+// and the figures `sim plot` drew there), which it replaces only with --force; never inside an
+// input folder.
+void check_validation_dir(const std::string& dir, const std::vector<std::string>& inputs,
+                          bool force) {
+  for (const std::string& in : inputs) {
+    if (inside(dir, in)) {
+      throw ConfigError(dir + ": the report's folder is in the run folder " + in +
+                        "; choose another --out");
+    }
+  }
+  refuse_symlink(dir);
+  std::error_code ec;
+  if (!fs::exists(fs::symlink_status(dir, ec))) return;
+  if (!fs::is_directory(fs::symlink_status(dir, ec))) {
+    throw ConfigError(dir + ": output path exists and is not a directory");
+  }
+  bool previous = false;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name == "figures" && !entry.is_symlink()) {
+      check_figures_dir(entry.path().string(),
+                        "refusing to write the report there (choose another --out)");
+    } else if ((name == "validation.json" || name == "replay.csv") && !entry.is_symlink() &&
+               entry.is_regular_file()) {
+      previous = true;
+    } else {
+      throw ConfigError(dir + ": refusing to write here: it holds '" + name +
+                        "', which is not a `sim validate` output (choose another --out)");
+    }
+  }
+  if (ec) throw_io_error(dir, "listing", ec.value());
+  if (previous && !force) {
+    throw ConfigError(dir + ": holds a previous validation report; pass --force to replace it");
+  }
+}
+
+}  // namespace
+
 int validate_command(const std::vector<std::string>& args) {
   std::string sim_dir, engine_dir, out, cost;
-  bool quiet = false;
+  bool quiet = false, force = false;
   const auto app = cli::command(
       "sim validate",
       "Compare a sim run with the engine's run of the same experiment: step-time, per-request "
@@ -841,19 +902,16 @@ int validate_command(const std::vector<std::string>& args) {
   cli::add_out(*app, out, "the report's folder (default SIM_DIR-validation)");
   app->add_option("--cost-model", cost, "predict the engine's steps with this calibrated model")
       ->type_name("COST.yaml");
+  cli::add_force(*app, force, "report in OUT");
   cli::add_quiet(*app, quiet);
   cli::parse(*app, args);
   const std::vector<std::string> dirs = {sim_dir, engine_dir};
   if (sim_dir.empty() || engine_dir.empty()) {
     throw UsageError("sim validate: expected two run folders (sim validate SIM_DIR ENGINE_DIR)");
   }
+  const std::string dir = out.empty() ? default_validation_dir(sim_dir) : out;
   const ValidationReport rep = validate_runs(dirs[0], dirs[1], cost);
-  std::string dir = out;
-  if (dir.empty()) {
-    std::string base = dirs[0];
-    while (base.size() > 1 && base.back() == '/') base.pop_back();
-    dir = base + "-validation";
-  }
+  check_validation_dir(dir, dirs, force);
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) throw_io_error(dir, "creating the folder", ec.value());

@@ -599,6 +599,50 @@ TEST(CalibrationMachine, MalformedProfileLinesAreErrors) {
   EXPECT_EQ(error("# format_version: 1\n", "one"), "no error");
 }
 
+// Integer header lines are range-checked, not wrapped (4294967312 was block_size 16), and a
+// row's spread brackets its median.
+TEST(CalibrationMachine, HeaderIntegersAndSpreadAreChecked) {
+  const std::string base = synthetic_profile(known(), 0.0, 1);
+  const auto error = [&](const std::string& from, const std::string& to, const std::string& name) {
+    std::string text = base;
+    const std::size_t at = text.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    text.replace(at, from.size(), to);
+    try {
+      profile_from(text, name);
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  for (const char* v : {"4294967312", "2147483648", "99999999999999999999", "257", "0"}) {
+    const std::string e = error("# block_size: 16", std::string("# block_size: ") + v, "bs");
+    EXPECT_NE(e.find("header 'block_size': expected an integer in [1, 256], got '" +
+                     std::string(v) + "'"),
+              std::string::npos)
+        << e;
+  }
+  const std::string e = error("# block_bytes: 8192", "# block_bytes: 99999999999999999999", "bb");
+  EXPECT_NE(e.find("header 'block_bytes': expected an integer in [1, "), std::string::npos) << e;
+  // The first row's min_ns above its median (the three are equal in the synthetic profile).
+  std::string text = base;
+  const std::size_t row = text.find('\n', text.find("family,")) + 1;
+  const std::size_t end = text.find('\n', row);
+  std::string line = text.substr(row, end - row);
+  const std::size_t last = line.rfind(','), mid = line.rfind(',', last - 1);
+  const long long median = std::stoll(line.substr(line.rfind(',', mid - 1) + 1));
+  line = line.substr(0, mid + 1) + std::to_string(median + 1) + line.substr(last);
+  text.replace(row, end - row, line);
+  try {
+    profile_from(text, "spread");
+    FAIL() << "min_ns above median_ns accepted";
+  } catch (const ConfigError& err) {
+    EXPECT_NE(std::string(err.what()).find("expected min_ns <= median_ns <= max_ns"),
+              std::string::npos)
+        << err.what();
+  }
+}
+
 // A malformed `machine:` in cost.yaml names the file, line and key.
 TEST(CalibrationMachine, MalformedCostYamlMachineIsAnError) {
   const auto dir = temp_dir("calibrate_machine_bad");

@@ -43,7 +43,7 @@ TEST(CliHelp, EverySubcommandListsItsOptions) {
       {"sim",
        "calibrate",
        {"PROFILE.csv", "--out", "--engine-run", "--holdout", "--force", "--quiet"}},
-      {"sim", "validate", {"SIM_DIR", "ENGINE_DIR", "--out", "--cost-model", "--quiet"}},
+      {"sim", "validate", {"SIM_DIR", "ENGINE_DIR", "--out", "--cost-model", "--force", "--quiet"}},
       {"sim", "policies", {"--help"}},
       {"sim",
        "bench",

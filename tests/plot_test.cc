@@ -108,6 +108,77 @@ TEST(Plot, CorruptCsvFilesNameTheFileAndLine) {
       << p.err;
 }
 
+// The other files the figures read: a word for an id or a time, a truncated row, a header of
+// another shape, a step the schedule names that steps.csv lacks. Each is one line naming the file
+// and line, exit 2, and no figure is left behind (the figures are staged).
+TEST(Plot, CorruptRecordingsNameTheLineAndLeaveNoFigure) {
+  SKIP_WITHOUT_MATPLOTLIB();
+  const fs::path dir = temp_dir("plot_corrupt_recordings");
+  const fs::path good = burst_run(dir, 50);
+  const auto with_line = [](std::string text, int line, const std::string& replacement) {
+    std::size_t start = 0;
+    for (int i = 1; i < line; ++i) start = text.find('\n', start) + 1;
+    const std::size_t end = text.find('\n', start);
+    return text.replace(start, end - start, replacement);
+  };
+  struct Case {
+    const char* file;
+    int line;
+    const char* row;
+    const char* message;
+  };
+  const Case cases[] = {
+      {"requests.csv", 3, "1,abc,0,0,0,10,5,0,0,0,0,0,0,0,finished,length",
+       "requests.csv:3: column 'arrival_s': expected a number, got 'abc'"},
+      {"requests.csv", 3, "1,0.5", "requests.csv:3: expected 16 fields, got 2"},
+      {"schedule.csv", 1, "step,foo", "schedule.csv:1: no column 'request'"},
+      {"schedule.csv", 2, "999999,0,0,64,prefill",
+       "schedule.csv:2: step 999999 is not in steps.csv"},
+      {"events.csv", 2, "0.1,abc,preempt,recompute",
+       "events.csv:2: column 'request': expected an integer, got 'abc'"},
+      {"blocks.csv", 2, "zz,0,1,0.1,0.2", "blocks.csv:2: column 'request': expected an integer"},
+  };
+  int n = 0;
+  for (const Case& c : cases) {
+    const fs::path run = dir / ("bad" + std::to_string(n++));
+    fs::copy(good, run, fs::copy_options::recursive);
+    write_file(run / c.file, with_line(read_file(run / c.file), c.line, c.row));
+    const Cli p = run_sim("plot " + run.string(), dir);
+    EXPECT_EQ(p.code, 2) << c.file << " " << p.err;
+    EXPECT_NE(p.err.find(c.message), std::string::npos) << p.err;
+    EXPECT_EQ(p.err.find("Traceback"), std::string::npos) << p.err;
+    EXPECT_FALSE(fs::exists(run / "figures")) << c.file;
+    for (const auto& e : fs::directory_iterator(run)) {
+      EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << e.path();
+    }
+  }
+}
+
+// A folder of figures is `sim plot`'s when its manifest names every file in it: plotting again
+// replaces those, a figure of the user's (even one named as sim plot would name it) is refused.
+TEST(Plot, OnlyFoldersOfItsOwnFiguresAreWrittenInto) {
+  SKIP_WITHOUT_MATPLOTLIB();
+  const fs::path dir = temp_dir("plot_manifest");
+  const fs::path run = burst_run(dir, 50);
+  ASSERT_EQ(run_sim("plot -q " + run.string() + " -o " + (dir / "f").string(), dir).code, 0);
+  const std::string manifest = read_file(dir / "f/.servelab-figures");
+  EXPECT_NE(manifest.find("latency-cdf.png\n"), std::string::npos) << manifest;
+  EXPECT_NE(manifest.find("burst-gantt.png\n"), std::string::npos) << manifest;
+  // Again, in another format: both formats are sim plot's.
+  ASSERT_EQ(
+      run_sim("plot -q --format svg " + run.string() + " -o " + (dir / "f").string(), dir).code, 0);
+  EXPECT_NE(read_file(dir / "f/.servelab-figures").find("latency-cdf.svg\n"), std::string::npos);
+  EXPECT_NE(read_file(dir / "f/.servelab-figures").find("latency-cdf.png\n"), std::string::npos);
+  fs::create_directories(dir / "pics");
+  write_file(dir / "pics/latency-cdf.png", "my figure");
+  const Cli p = run_sim("plot -q " + run.string() + " -o " + (dir / "pics").string(), dir);
+  EXPECT_EQ(p.code, 2);
+  EXPECT_NE(p.err.find("holds 'latency-cdf.png', which `sim plot` did not write"),
+            std::string::npos)
+      << p.err;
+  EXPECT_EQ(read_file(dir / "pics/latency-cdf.png"), "my figure");
+}
+
 TEST(Plot, SvgAndPdfAreValidAndDeterministic) {
   SKIP_WITHOUT_MATPLOTLIB();
   const fs::path dir = temp_dir("plot_formats");
@@ -383,6 +454,7 @@ TEST(Plot, BadArgumentsExitTwoNamingTheFolder) {
   write_file(dir / "notes.txt", "mine");
   fs::create_directories(dir / "mixed");
   write_file(dir / "mixed" / "a.png", "png");
+  write_file(dir / "mixed" / ".servelab-figures", "a.png\n");
   write_file(dir / "mixed" / "notes.txt", "mine");
   fs::create_symlink(dir / "mixed", dir / "link");
   for (const char* out : {"notes.txt", "run", "mixed", "link"}) {

@@ -187,5 +187,112 @@ TEST(RunFolder, SigintAndSigtermStopTheRunWithNoOutput) {
   }
 }
 
+// A sweep of many short points, each shorter than the simulator's interrupt check interval: the
+// signal stops it between points, with no output and 128 + the signal.
+TEST(RunFolder, SignalsStopASweepOfShortPoints) {
+  const fs::path dir = temp_dir("run_folder_sweep_signal");
+  std::string seeds;
+  for (int i = 1; i <= 4000; ++i) seeds += (i > 1 ? "," : "") + std::to_string(i);
+  write_file(dir / "e.yaml", experiment("name: e\n",
+                                        "  type: synthetic\n  num_requests: 5\n"
+                                        "  arrival: {process: poisson, rate: 50}\n"
+                                        "  prompt_len: {dist: fixed, value: 20}\n"
+                                        "  output_len: {dist: fixed, value: 4}\n") +
+                                 "sweep:\n  seed: [" + seeds + "]\n");
+  const fs::path out = dir / "s";
+  EXPECT_EQ(interrupt_sim({"sweep", (dir / "e.yaml").string(), "-q", "--no-plot", "--jobs", "2",
+                           "--out", out.string()},
+                          SIGTERM, dir / "err.txt"),
+            143)
+      << read_file(dir / "err.txt");
+  EXPECT_FALSE(fs::exists(out));
+  EXPECT_NE(read_file(dir / "err.txt").find("interrupted; no output written"), std::string::npos)
+      << read_file(dir / "err.txt");
+  expect_no_leftovers(dir);
+}
+
+// Figures: a run folder's figures/ goes with the run only when `sim plot` wrote all of it.
+TEST(RunFolder, AUsersFigureInTheRunFolderIsNeverRemoved) {
+  const fs::path dir = temp_dir("run_folder_figures");
+  write_file(dir / "e.yaml", experiment("name: e\n", kSmall));
+  const std::string run = "run " + (dir / "e.yaml").string() + " -q --out " + (dir / "r").string();
+  ASSERT_EQ(run_sim(run, dir).code, 0);
+  fs::create_directories(dir / "r/figures");
+  write_file(dir / "r/figures/mine.png", "my figure");
+  Cli c = run_sim(run, dir);
+  EXPECT_EQ(c.code, 2);
+  EXPECT_NE(c.err.find("holds 'mine.png', which `sim plot` did not write"), std::string::npos)
+      << c.err;
+  EXPECT_EQ(read_file(dir / "r/figures/mine.png"), "my figure");
+  // Named in a manifest of sim plot's (as if it had drawn it): the run replaces the folder.
+  write_file(dir / "r/figures/.servelab-figures", "mine.png\n");
+  c = run_sim(run, dir);
+  EXPECT_EQ(c.code, 0) << c.err;
+  EXPECT_FALSE(fs::exists(dir / "r/figures"));
+}
+
+// The run replaces its folder: an input inside it (a previous run's config.yaml run again, a
+// trace kept there) is refused, and left as it was.
+TEST(RunFolder, AnInputInsideTheOutputFolderIsRefused) {
+  const fs::path dir = temp_dir("run_folder_inputs");
+  write_file(dir / "e.yaml", experiment("name: e\n", kSmall));
+  ASSERT_EQ(
+      run_sim("run " + (dir / "e.yaml").string() + " -q --out " + (dir / "r").string(), dir).code,
+      0);
+  write_file(dir / "r/config.yaml", read_file(dir / "e.yaml") + "# mine\n");
+  Cli c =
+      run_sim("run " + (dir / "r/config.yaml").string() + " -q --out " + (dir / "r").string(), dir);
+  EXPECT_EQ(c.code, 2);
+  EXPECT_NE(c.err.find("an input of the run is in its output folder"), std::string::npos) << c.err;
+  EXPECT_NE(read_file(dir / "r/config.yaml").find("# mine"), std::string::npos);
+  // A trace the workload reads, by a path relative to the experiment.
+  write_file(
+      dir / "r/requests.csv",
+      "arrival_ns,prompt_tokens,output_tokens,priority,tenant,segments\n0,10,5,0,0,1:0:10\n");
+  write_file(dir / "t.yaml", experiment("name: t\n", "  type: servelab\n  path: r/requests.csv\n"));
+  c = run_sim("run " + (dir / "t.yaml").string() + " -q --out " + (dir / "r").string(), dir);
+  EXPECT_EQ(c.code, 2);
+  EXPECT_NE(c.err.find("r/requests.csv: an input of the run"), std::string::npos) << c.err;
+  EXPECT_TRUE(fs::exists(dir / "r/requests.csv"));
+  expect_no_leftovers(dir);
+}
+
+// A comparison or sweep written again into its folder leaves none of the previous group's
+// results beside the new ones: runs its index named that the new one lacks, and its figures.
+TEST(RunFolder, AGroupWrittenAgainHoldsOnlyTheNewGroup) {
+  const fs::path dir = temp_dir("run_folder_group_again");
+  write_file(dir / "e.yaml",
+             experiment("name: e\n", kSmall) +
+                 "compare:\n  - {name: a, set: {}}\n  - {name: b, set: {seed: 2}}\n");
+  const std::string cmp =
+      "compare " + (dir / "e.yaml").string() + " -q --out " + (dir / "c").string();
+  ASSERT_EQ(run_sim(cmp, dir).code, 0);
+  fs::create_directories(dir / "c/figures");
+  write_file(dir / "c/figures/x.png", "drawn");
+  write_file(dir / "c/figures/.servelab-figures", "x.png\n");
+  fs::create_directories(dir / "c/notes");  // a folder of the user's: kept
+  ASSERT_EQ(run_sim(cmp + " --variant z:seed=3", dir).code, 0);
+  EXPECT_TRUE(fs::exists(dir / "c/z/summary.json"));
+  EXPECT_FALSE(fs::exists(dir / "c/a"));
+  EXPECT_FALSE(fs::exists(dir / "c/b"));
+  EXPECT_FALSE(fs::exists(dir / "c/figures"));
+  EXPECT_TRUE(fs::exists(dir / "c/notes"));
+  // A figure of the user's in figures/: refused, nothing changed.
+  fs::create_directories(dir / "c/figures");
+  write_file(dir / "c/figures/mine.png", "mine");
+  const Cli c = run_sim(cmp, dir);
+  EXPECT_EQ(c.code, 2);
+  EXPECT_NE(c.err.find("mine.png"), std::string::npos) << c.err;
+  EXPECT_TRUE(fs::exists(dir / "c/z/summary.json"));
+  // The comparison's own output names are not variant names.
+  for (const char* name : {"compare.csv", "classes.csv", "figures"}) {
+    const Cli v = run_sim(cmp + "2 --variant " + std::string(name) + ":seed=1", dir);
+    EXPECT_EQ(v.code, 2) << name;
+    EXPECT_NE(v.err.find("is taken by the comparison's own output"), std::string::npos) << v.err;
+  }
+  EXPECT_FALSE(fs::exists(dir / "c2"));
+  expect_no_leftovers(dir);
+}
+
 }  // namespace
 }  // namespace servelab

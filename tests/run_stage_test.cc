@@ -10,6 +10,7 @@
 #include <string>
 
 #include "core/config_error.h"
+#include "serving/output_file.h"
 #include "tests/test_util.h"
 
 namespace servelab {
@@ -107,6 +108,32 @@ TEST(RunStage, WithoutFilesNothingIsCreatedAndCommitIsRefused) {
   EXPECT_EQ(stage.dir(), "");
   EXPECT_TRUE(entries(dir).empty());
   EXPECT_THROW(stage.commit(), std::logic_error);
+}
+
+// serving/output_file.h check_output_file: an existing file in a folder read as a whole (a
+// checkpoint folder, a Hugging Face model folder, a sharded index's folder) is an input too,
+// even with --force; a new file there, or one elsewhere with --force, is fine.
+TEST(OutputFile, AFileOfAnInputFolderIsNeverReplaced) {
+  const fs::path dir = temp_dir("output_file_input_folder");
+  fs::create_directories(dir / "ckpt");
+  write_file(dir / "ckpt/model.safetensors", "weights");
+  write_file(dir / "ckpt/model.safetensors.index.json", "{}");
+  write_file(dir / "other.csv", "old");
+  const std::string shard = (dir / "ckpt/model.safetensors").string();
+  for (const std::string& input :
+       {(dir / "ckpt").string(), (dir / "ckpt/model.safetensors.index.json").string()}) {
+    try {
+      check_output_file(shard, {input}, /*force=*/true);
+      ADD_FAILURE() << "a file of " << input << " was accepted as the output";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("a file of the input folder"), std::string::npos)
+          << e.what();
+    }
+  }
+  EXPECT_NO_THROW(
+      check_output_file((dir / "ckpt/profile.csv").string(), {(dir / "ckpt").string()}, false));
+  EXPECT_NO_THROW(check_output_file((dir / "other.csv").string(), {(dir / "ckpt").string()}, true));
+  EXPECT_EQ(read_file(dir / "ckpt/model.safetensors"), "weights");
 }
 
 }  // namespace

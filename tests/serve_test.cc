@@ -1989,6 +1989,12 @@ TEST(EngineServe, BadCommandLinesAreUsageErrors) {
   EXPECT_EQ(engine("serve"), 2);                      // neither EXP.yaml nor --model
   EXPECT_EQ(engine("serve x.yaml --model tiny"), 2);  // both
   EXPECT_EQ(engine("serve --model tiny --port 70000"), 2);
+  {
+    // A port a server listens on is refused, not shared with it (cpp-httplib's SO_REUSEPORT).
+    const ServerProcess running(dir, {});
+    EXPECT_EQ(engine("serve --model tiny --port " + std::to_string(running.port())), 2);
+    EXPECT_NE(read_file(dir / "e").find("cannot bind"), std::string::npos) << read_file(dir / "e");
+  }
   EXPECT_EQ(engine("serve --model no-such-model --port 0"), 2);
   EXPECT_NE(read_file(dir / "e").find("no-such-model"), std::string::npos);
   // A tokenizer with more tokens than the model (GPT-2's 50,257 for tiny's 256), a missing one.

@@ -403,10 +403,33 @@ TEST(Validate, CommandWritesJsonAndRefusesBadInput) {
   EXPECT_NEAR(j["aggregates"]["throughput.output_tokens_per_s"]["error"].get<double>(), 0.05,
               1e-12);
   EXPECT_TRUE(j["aggregates"]["preemption.preemptions"]["error"].is_null());
-  // Default output folder: SIM_DIR-validation.
-  c = run_sim("validate " + (dir / "sim").string() + " " + (dir / "engine").string() + " -q", dir);
+  // Default output folder: SIM_DIR-validation ("sim/." and "sim/" name the same folder).
+  c = run_sim("validate " + (dir / "sim").string() + "/. " + (dir / "engine").string() + " -q",
+              dir);
   EXPECT_EQ(c.code, 0) << c.err;
   EXPECT_TRUE(std::filesystem::exists(dir / "sim-validation/validation.json"));
+  // A previous report is replaced only with --force; a folder of the user's, or one inside an
+  // input run folder, never.
+  const std::string both = (dir / "sim").string() + " " + (dir / "engine").string();
+  c = run_sim("validate " + both + " -q", dir);
+  EXPECT_EQ(c.code, 2);
+  EXPECT_NE(c.err.find("holds a previous validation report; pass --force"), std::string::npos)
+      << c.err;
+  EXPECT_EQ(run_sim("validate " + both + " -q --force", dir).code, 0);
+  std::filesystem::create_directories(dir / "mine");
+  write_file(dir / "mine/notes.txt", "mine");
+  c = run_sim("validate " + both + " -q --force --out " + (dir / "mine").string(), dir);
+  EXPECT_EQ(c.code, 2);
+  EXPECT_NE(c.err.find("holds 'notes.txt', which is not a `sim validate` output"),
+            std::string::npos)
+      << c.err;
+  for (const char* inside : {"sim", "engine/v"}) {
+    c = run_sim("validate " + both + " -q --force --out " + (dir / inside).string(), dir);
+    EXPECT_EQ(c.code, 2) << inside;
+    EXPECT_NE(c.err.find("the report's folder is in the run folder"), std::string::npos) << c.err;
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir / "sim/validation.json"));
+  EXPECT_FALSE(std::filesystem::exists(dir / "engine/v"));
 
   // Missing folder, missing file, malformed CSV row, wrong argument count.
   c = run_sim("validate " + (dir / "nope").string() + " " + (dir / "engine").string(), dir);

@@ -119,15 +119,57 @@ REQUIRED_COLUMNS = {
 }
 
 
+# Columns the figures read as numbers: an integer (never empty) or a number ("" allowed: a
+# request that never finished has no TTFT). A value of another kind is an InputError naming the
+# line, checked when the file is read, before any figure is drawn.
+INT, NUMBER, COUNT = "an integer", "a number", "a count"
+TYPED_COLUMNS = {
+    "requests.csv": {"id": INT, "arrival_s": NUMBER, "first_scheduled_s": NUMBER, "finish_s": NUMBER,
+                     "ttft_ms": NUMBER, "tpot_ms": NUMBER, "e2e_ms": NUMBER, "preemptions": COUNT},
+    "schedule.csv": {"step": INT, "request": INT, "num_tokens": INT},
+    "events.csv": {"time_s": NUMBER, "request": INT},
+    "blocks.csv": {"request": INT, "block": INT, "start_s": NUMBER, "end_s": NUMBER},
+}
+
+
+def check_value(path, line, key, kind, text):
+    try:
+        if kind == NUMBER:
+            if text != "":
+                float(text)
+        elif kind == COUNT:
+            if text != "" and int(text) < 0:
+                raise ValueError
+        else:
+            int(text)
+    except ValueError:
+        raise InputError(f"{path}:{line}: column '{key}': expected {kind}, got '{text}'") from None
+
+
 def read_csv(path):
+    """A ServeLab CSV as a list of dicts, or InputError naming the line: a missing column of
+    REQUIRED_COLUMNS, a row with too few or too many fields (a truncated file), a value of
+    TYPED_COLUMNS that is not of its kind."""
+    name = os.path.basename(path)
     with open(path, newline="") as f:
         reader = csv.DictReader(f)
         header = reader.fieldnames or []
-        for column in REQUIRED_COLUMNS.get(os.path.basename(path), ()):
+        for column in REQUIRED_COLUMNS.get(name, ()):
             if column not in header:
                 raise InputError(f"{path}:1: no column '{column}' in the header (not a ServeLab "
-                                 f"{os.path.basename(path)}?)")
-        return list(reader)
+                                 f"{name}?)")
+        typed = [(k, kind) for k, kind in TYPED_COLUMNS.get(name, {}).items() if k in header]
+        rows = []
+        for row in reader:
+            line = reader.line_num
+            if None in row or None in row.values():
+                got = len(header) + len(row.get(None, [])) - sum(v is None for v in row.values())
+                raise InputError(f"{path}:{line}: expected {len(header)} fields, got {got} "
+                                 "(a truncated or hand-edited file?)")
+            for key, kind in typed:
+                check_value(path, line, key, kind, row[key])
+            rows.append(row)
+        return rows
 
 
 def number_column(path, rows, key):
@@ -482,15 +524,16 @@ def gantt(run, out_dir, fmt, written):
     ids = {int(r["id"]): i for i, r in enumerate(chosen)}
     runs_of_req = {i: {"prefilling": [], "decoding": []} for i in ids}
     first_step = {}
-    with open(sched, newline="") as f:
-        for row in csv.DictReader(f):
-            rid = int(row["request"])
-            if rid not in ids:
-                continue
-            st = int(row["step"])
-            kind = "prefilling" if row["kind"] == "prefill" else "decoding"
-            runs_of_req[rid][kind].append((step_start[st], step_end[st]))
-            first_step.setdefault(rid, step_start[st])
+    for line, row in enumerate(read_csv(sched), start=2):
+        rid = int(row["request"])
+        if rid not in ids:
+            continue
+        st = int(row["step"])
+        if st not in step_start:
+            raise InputError(f"{sched}:{line}: step {st} is not in steps.csv")
+        kind = "prefilling" if row["kind"] == "prefill" else "decoding"
+        runs_of_req[rid][kind].append((step_start[st], step_end[st]))
+        first_step.setdefault(rid, step_start[st])
     # Preempted / swapped: from the preemption to the next step that schedules the request.
     waits = {i: {"preempted": [], "swapped": []} for i in ids}
     ev = run.file("events.csv")
@@ -1057,6 +1100,9 @@ def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("inputs", nargs="+")
     ap.add_argument("--out", "-o", required=True)
+    # Where to write (sim plot stages the figures beside --out and moves them there on success);
+    # the paths printed are under --out. Default: --out itself.
+    ap.add_argument("--stage")
     ap.add_argument("--format", choices=("png", "svg", "pdf"), default="png")
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
@@ -1069,7 +1115,8 @@ def main(argv):
 
 def plot_all(args):
     inputs = [(p, *runs_of(p)) for p in args.inputs]
-    os.makedirs(args.out, exist_ok=True)
+    out = args.stage or args.out
+    os.makedirs(out, exist_ok=True)
     written = []
     validations = [v for _, kind, vs in inputs if kind == "validation" for v in vs]
     inputs = [i for i in inputs if i[1] != "validation"]
@@ -1082,35 +1129,35 @@ def plot_all(args):
         if n:
             r.name = f"{r.name}-{n + 1}"
     if all_runs:
-        latency_cdf(all_runs, args.out, args.format, written)
+        latency_cdf(all_runs, out, args.format, written)
     for path, kind, runs in inputs:
         if kind == "run":
             run = runs[0]
-            throughput_over_time(run, args.out, args.format, written)
+            throughput_over_time(run, out, args.format, written)
             if is_cluster(run):
                 # Step numbers, block ids and the schedule are per replica: other figures.
-                replica_load(run, args.out, args.format, written)
-                transfer_timeline(run, args.out, args.format, written)
+                replica_load(run, out, args.format, written)
+                transfer_timeline(run, out, args.format, written)
                 continue
-            batch_composition(run, args.out, args.format, written)
-            gantt(run, args.out, args.format, written)
-            kv_block_map(run, args.out, args.format, written, args.quiet)
+            batch_composition(run, out, args.format, written)
+            gantt(run, out, args.format, written)
+            kv_block_map(run, out, args.format, written, args.quiet)
         else:
-            bars(path, kind, args.out, args.format, written)
-            class_bars(path, kind, runs, args.out, args.format, written)
-            throughput_latency(path, kind, args.out, args.format, written)
+            bars(path, kind, out, args.format, written)
+            class_bars(path, kind, runs, out, args.format, written)
+            throughput_latency(path, kind, out, args.format, written)
             if kind == "compare":
-                decode_step_curves(path, runs, args.out, args.format, written)
+                decode_step_curves(path, runs, out, args.format, written)
             if kind == "sweep":
-                sweep_curves(path, args.out, args.format, written)
-                energy_curves(path, args.out, args.format, written)
-                page_size_curves(path, args.out, args.format, written)
-                kv_dtype_curves(path, runs, args.out, args.format, written)
+                sweep_curves(path, out, args.format, written)
+                energy_curves(path, out, args.format, written)
+                page_size_curves(path, out, args.format, written)
+                kv_dtype_curves(path, runs, out, args.format, written)
     if validations:
-        step_time_validation(validations, args.out, args.format, written)
+        step_time_validation(validations, out, args.format, written)
     if not args.quiet:
         for p in written:
-            print(f"wrote {p}")
+            print(f"wrote {os.path.join(args.out, os.path.basename(p))}")
     return 0
 
 

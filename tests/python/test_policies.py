@@ -84,6 +84,26 @@ def test_failing_policies_stop_the_run_naming_the_policy():
             "policies.preemption": {"name": "recompute", "victim": "py-out"}})
 
 
+def test_keyboard_interrupt_and_system_exit_in_a_policy_pass_through(tmp_path):
+    """Ctrl-C inside a callable, or sys.exit(), is the program's to handle: raised as it is, not
+    turned into a PolicyError; the run leaves no output folder."""
+    def interrupt(r):
+        raise KeyboardInterrupt()
+
+    def leave(r):
+        raise SystemExit(3)
+
+    servelab.register_queue_order("py-ctrl-c", interrupt)
+    servelab.register_queue_order("py-exit", leave)
+    with pytest.raises(KeyboardInterrupt):
+        servelab.run(BURST_TINY, overrides={"policies.queue": "py-ctrl-c"})
+    with pytest.raises(SystemExit) as e:
+        servelab.run(BURST_TINY, overrides={"policies.queue": "py-exit"})
+    assert e.value.code == 3
+    # The module still runs after either.
+    assert servelab.run(BURST_TINY).summary["requests"]["completed"] > 0
+
+
 def test_python_queue_order_ranks_for_the_preemptive_formation():
     """A Python key is a rank: under batch preemptive, shortest-remaining-first written in Python
     schedules exactly as the built-in sjf does, running requests ranked by the same key."""
