@@ -409,8 +409,9 @@ EngineInstance load_replicas(const ExperimentConfig& config, const EngineOptions
   } else if (sized_by_device) {
     out.num_gpu_blocks = 2;  // placeholder for the checks below; the executor decides
   } else {
-    if (!(options.kv_memory_gib > 0)) {
-      throw ConfigError("--kv-memory-gb: expected a positive size in GiB");
+    // Bounded before the conversion: a double past int64 range is undefined behaviour.
+    if (!(options.kv_memory_gib > 0) || options.kv_memory_gib > 1e6) {
+      throw ConfigError("--kv-memory-gb: expected a size in GiB in (0, 1e6]");
     }
     out.num_gpu_blocks =
         static_cast<std::int64_t>(options.kv_memory_gib * (1LL << 30)) / out.block_bytes;

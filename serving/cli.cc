@@ -60,8 +60,10 @@ std::uint64_t parse_seed(const std::string& text) {
   char* end = nullptr;
   errno = 0;
   const unsigned long long v = std::strtoull(text.c_str(), &end, 10);
-  if (text.empty() || text[0] == '-' || *end != '\0' || errno != 0) {
-    throw UsageError("--seed: expected a non-negative integer, got '" + text + "'");
+  // The experiment's `seed:` range (and Python's): a larger value would be refused there.
+  if (text.empty() || text[0] == '-' || *end != '\0' || errno != 0 ||
+      v > static_cast<unsigned long long>(INT64_MAX)) {
+    throw UsageError("--seed: expected an integer from 0 to 2^63-1, got '" + text + "'");
   }
   return v;
 }
@@ -147,11 +149,11 @@ CLI::Validator seed_value() {
         try {
           parse_seed(text);
         } catch (const UsageError&) {
-          return "expected a non-negative integer, got '" + text + "'";
+          return "expected an integer from 0 to 2^63-1, got '" + text + "'";
         }
         return "";
       },
-      "N >= 0");
+      "0 <= N < 2^63");
 }
 
 CLI::Option* add_quiet(CLI::App& app, bool& quiet) {

@@ -29,7 +29,8 @@ struct UsageError : ConfigError {
 // Thrown by cli::parse after printing a command's --help; run_command exits 0 on it.
 struct HelpShown {};
 
-// A non-negative decimal integer. Throws UsageError naming --seed.
+// A decimal integer in [0, 2^63-1] (the experiment's `seed:` range). Throws UsageError naming
+// --seed.
 std::uint64_t parse_seed(const std::string& text);
 
 // The options of the commands that run an experiment (`sim run`, `sim compare`, `sim sweep`,

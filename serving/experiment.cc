@@ -742,6 +742,15 @@ ExperimentConfig experiment_from_document(const ConfigNode& doc, const std::stri
     c.model = top.get_string("model");
   }
   c.hardware = top.get_string("hardware");
+  // A model or hardware file named by a relative path is found as the workload's files are:
+  // beside the experiment first (resolve_data_path), else as given.
+  for (std::string* name : {&c.model, &c.hardware}) {
+    const bool is_file = ends_with(*name, ".yaml") || ends_with(*name, ".yml") ||
+                         ends_with(*name, ".json") || name->find('/') != std::string::npos;
+    if (is_file && std::filesystem::path(*name).is_relative()) {
+      if (std::optional<std::string> found = resolve_data_path(*name, c.base_dir)) *name = *found;
+    }
+  }
   if (auto s = top.find("serving")) parse_serving(*s, c);
   if (auto p = top.find("policies")) parse_policies(*p, c);
   // Multi-step needs a formation that reserves lookahead slots (every built-in one does).

@@ -46,10 +46,14 @@ TEST(CliArgs, MistakesAreUsageErrorsNamingTheCommand) {
   EXPECT_NE(message({"a.yaml", "b.yaml"}).find("more than one"), std::string::npos);
   EXPECT_NE(message({"a.yaml", "--bogus"}).find("unknown option '--bogus'"), std::string::npos);
   EXPECT_NE(message({"a.yaml", "--set"}).find("--set: expected a value"), std::string::npos);
-  EXPECT_NE(message({"a.yaml", "--seed", "-3"}).find("non-negative"), std::string::npos);
-  EXPECT_NE(
-      message({"a.yaml", "--seed", "x"}).find("--seed: expected a non-negative integer, got 'x'"),
-      std::string::npos);
+  EXPECT_NE(message({"a.yaml", "--seed", "-3"}).find("from 0 to 2^63-1"), std::string::npos);
+  EXPECT_NE(message({"a.yaml", "--seed", "x"})
+                .find("--seed: expected an integer from 0 to 2^63-1, got 'x'"),
+            std::string::npos);
+  // The range of the experiment's `seed:` (a larger one would be refused there).
+  EXPECT_NE(message({"a.yaml", "--seed", "18446744073709551615"}).find("from 0 to 2^63-1"),
+            std::string::npos);
+  EXPECT_TRUE(message({"a.yaml", "--seed", "9223372036854775807"}).empty());
   EXPECT_NE(message({"a.yaml", "--seed"}).find("--seed: expected a value"), std::string::npos);
 }
 

@@ -370,6 +370,16 @@ TEST(SessionJson, ErrorsNameTheFileAndTheRequest) {
   e = error_of([] { parse_session_json("{\"requests\": 3}", "rec.json"); });
   EXPECT_NE(e.find("rec.json: expected an object with a \"requests\" array"), std::string::npos)
       << e;
+  // A top-level key beside "requests" (as a request's unknown field is), and no requests at all.
+  e = error_of([] {
+    parse_session_json(
+        R"({"requests": [{"id": "a", "arrival_s": 0, "input_tokens": 1, "output_tokens": 1}],
+            "bar": 2})",
+        "rec.json");
+  });
+  EXPECT_NE(e.find("rec.json: unknown top-level key 'bar'"), std::string::npos) << e;
+  e = error_of([] { parse_session_json(R"({"requests": []})", "rec.json"); });
+  EXPECT_NE(e.find("rec.json: the \"requests\" array is empty"), std::string::npos) << e;
   // A key twice (the last would silently win: here an empty second list of requests).
   e = error_of([] {
     parse_session_json(

@@ -107,6 +107,25 @@ TEST(UserErrors, ADirectoryAsTheExperimentSaysSo) {
   expect_user_error(run_sim("run " + (dir / "exp.yaml").string(), dir), {"is a directory"});
 }
 
+// A model or hardware file named by a relative path is found beside the experiment, as its
+// trace is, from whatever folder the command runs in.
+TEST(UserErrors, AModelFileBesideTheExperimentIsFound) {
+  const fs::path dir = temp_dir("ue_model_beside");
+  fs::create_directories(dir / "exp");
+  fs::copy_file(servelab_home() / "experiments/catalog/models/tiny.yaml", dir / "exp/mine.yaml");
+  fs::copy_file(servelab_home() / "experiments/catalog/hardware/H100-SXM.yaml",
+                dir / "exp/gpu.yaml");
+  write_file(dir / "exp/e.yaml",
+             "name: e\nmodel: mine.yaml\nhardware: gpu.yaml\nserving: {num_gpu_blocks: 64}\n"
+             "workload: {type: synthetic, num_requests: 5, arrival: {process: poisson, rate: 5},"
+             " prompt_len: {dist: fixed, value: 10}, output_len: {dist: fixed, value: 5}}\n");
+  const Cli c =
+      run_sim("run " + (dir / "exp/e.yaml").string() + " -q --out " + (dir / "r").string(), dir);
+  EXPECT_EQ(c.code, 0) << c.err;
+  EXPECT_NE(read_file(dir / "r/config.yaml").find("exp/mine.yaml"), std::string::npos)
+      << read_file(dir / "r/config.yaml");
+}
+
 TEST(UserErrors, PlotOfACorruptSummaryIsOneLine) {
   const fs::path dir = temp_dir("ue_plot");
   fs::create_directories(dir / "run");

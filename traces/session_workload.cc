@@ -238,6 +238,14 @@ std::vector<SessionNode> parse_session_json(const std::string& text, const std::
   if (!doc.is_object() || !doc.contains("requests") || !doc["requests"].is_array()) {
     throw ConfigError(name + ": expected an object with a \"requests\" array");
   }
+  // As a request's fields are: a misspelt or foreign key is an error, not ignored.
+  for (const auto& [key, value] : doc.items()) {
+    if (key != "requests") {
+      throw ConfigError(name + ": unknown top-level key '" + key +
+                        "' (expected only \"requests\")");
+    }
+  }
+  if (doc["requests"].empty()) throw ConfigError(name + ": the \"requests\" array is empty");
   std::vector<SessionNode> nodes;
   nodes.reserve(doc["requests"].size());
   std::size_t index = 0;

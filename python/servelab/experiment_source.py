@@ -60,3 +60,30 @@ def check_seed(seed):
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0 or seed >= 2**63:
         raise ConfigError(f"seed: expected an integer from 0 to 2^63-1, got {seed!r}")
     return seed
+
+
+def check_flag(name, value):
+    """A switch: True or False, nothing that merely looks truthy ("no" is not False)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name}: expected True or False, got {type(value).__name__} {value!r}")
+    return value
+
+
+def check_text(name, value, default):
+    """A string argument; None means its default (never the text "None")."""
+    if value is None:
+        return default
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if not isinstance(value, str):
+        raise TypeError(f"{name}: expected a str, got {type(value).__name__} {value!r}")
+    return value
+
+
+def check_gib(name, value):
+    """A size in GiB: a number in (0, 1e6] (as --kv-memory-gb), not a string or a bool."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name}: expected a number of GiB, got {type(value).__name__} {value!r}")
+    if not 0 < value <= 1e6:
+        raise ConfigError(f"{name}: expected a number of GiB in (0, 1e6], got {value!r}")
+    return float(value)

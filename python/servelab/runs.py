@@ -1,7 +1,8 @@
 """servelab.run and servelab.engine_run: one experiment, as `sim run` and `engine run`."""
 
 from . import _servelab
-from .experiment_source import check_seed, experiment_args, override_list
+from .experiment_source import (check_flag, check_gib, check_seed, check_text, experiment_args,
+                                override_list)
 from .result import Result
 
 
@@ -17,8 +18,10 @@ def run(experiment, overrides=None, seed=None, *, record_schedule=False, record_
     (for a policy already trusted: the checks cost about 15 us per step)."""
     name, text, base_dir = experiment_args(experiment)
     files = _servelab.run(name, text, base_dir, override_list(overrides), check_seed(seed),
-                          bool(record_schedule), bool(record_events), bool(record_blocks),
-                          bool(check_invariants))
+                          check_flag("record_schedule", record_schedule),
+                          check_flag("record_events", record_events),
+                          check_flag("record_blocks", record_blocks),
+                          check_flag("check_invariants", check_invariants))
     return Result(files)
 
 
@@ -31,7 +34,10 @@ def engine_run(experiment, overrides=None, seed=None, *, device="cpu", weights="
     sampled tokens (Result.tokens). Errors and check_invariants as run()."""
     name, text, base_dir = experiment_args(experiment)
     files = _servelab.engine_run(name, text, base_dir, override_list(overrides),
-                                 check_seed(seed), bool(record_schedule), str(device),
-                                 str(weights), float(kv_memory_gb), bool(tokens),
-                                 bool(check_invariants))
+                                 check_seed(seed), check_flag("record_schedule", record_schedule),
+                                 check_text("device", device, "cpu"),
+                                 check_text("weights", weights, ""),
+                                 check_gib("kv_memory_gb", kv_memory_gb),
+                                 check_flag("tokens", tokens),
+                                 check_flag("check_invariants", check_invariants))
     return Result(files)

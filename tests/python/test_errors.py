@@ -69,6 +69,28 @@ def test_bad_arguments():
         servelab.sweep(BURST_TINY, jobs=0)
 
 
+def test_arguments_of_the_wrong_type_are_not_coerced():
+    """A truthy string is not True, None is not the text "None", a string is not GiB; an
+    unbounded size is refused before it becomes a block count."""
+    with pytest.raises(TypeError, match="record_schedule: expected True or False, got str 'no'"):
+        servelab.run(BURST_TINY, record_schedule="no")
+    with pytest.raises(TypeError, match="tokens: expected True or False"):
+        servelab.engine_run(BURST_TINY, tokens="no")
+    with pytest.raises(TypeError, match="kv_memory_gb: expected a number of GiB, got str '1'"):
+        servelab.engine_run(BURST_TINY, kv_memory_gb="1")
+    with pytest.raises(TypeError, match="kv_memory_gb"):
+        servelab.engine_run(BURST_TINY, kv_memory_gb=True)
+    for huge in (float("inf"), float("nan"), 1e30, 0, -1):
+        with pytest.raises(servelab.ConfigError, match=r"kv_memory_gb: expected a number of GiB in \(0, 1e6\]"):
+            servelab.engine_run(BURST_TINY, kv_memory_gb=huge)
+    with pytest.raises(TypeError, match="device: expected a str"):
+        servelab.engine_run(BURST_TINY, device=3)
+    # None is the default: random weights, the CPU device (a short run of four requests).
+    r = servelab.engine_run(BURST_TINY, overrides={"workload.num_requests": 4}, weights=None,
+                            device=None)
+    assert r.summary["requests"]["completed"] == 4
+
+
 def test_ctrl_c_stops_a_run_cleanly(tmp_path, monkeypatch):
     # A temporary folder of its own: other tests running at the same time (ctest -j) and other
     # processes make and remove servelab-* folders in the shared one.

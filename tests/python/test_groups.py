@@ -67,8 +67,10 @@ def test_plot_draws_the_figures_of_a_saved_run(tmp_path):
     r.save(tmp_path / "run")
     out = servelab.plot(r, out=tmp_path / "figs", format="svg")
     assert out == str(tmp_path / "figs")
-    figures = sorted(p.name for p in (tmp_path / "figs").iterdir())
+    figures = sorted(p.name for p in (tmp_path / "figs").iterdir() if p.name != ".servelab-figures")
     assert figures and all(f.endswith(".svg") for f in figures)
+    # sim plot's manifest of what it drew there (docs/experiments.md "Figures").
+    assert (tmp_path / "figs" / ".servelab-figures").read_text().split() == figures
     try:
         servelab.plot(tmp_path / "nothing-here")
         raise AssertionError("plot() accepted a missing folder")
