@@ -66,6 +66,18 @@ bool is_stream(const fs::file_status& st) { return fs::is_character_file(st) || 
 
 }  // namespace
 
+bool path_within(const std::string& path, const std::string& dir) {
+  const auto resolved = [](const std::string& s) {
+    std::error_code ec;
+    fs::path r = fs::weakly_canonical(fs::absolute(s), ec);
+    if (!r.has_filename() && r.has_parent_path()) r = r.parent_path();  // "dir/" -> "dir"
+    return r;
+  };
+  const fs::path p = resolved(path), d = resolved(dir);
+  const auto [end, _] = std::mismatch(d.begin(), d.end(), p.begin(), p.end());
+  return end == d.end();
+}
+
 void check_output_file(const std::string& out, const std::vector<std::string>& inputs, bool force) {
   refuse_symlink(out);
   std::error_code ec;

@@ -80,6 +80,10 @@ class StagedDir {
   bool committed_ = false;
 };
 
+// Whether `path` is `dir` or lies inside it, both resolved (symlinks followed, "." and ".."
+// removed, a trailing '/' ignored); neither needs to exist.
+bool path_within(const std::string& path, const std::string& dir);
+
 // Throws ConfigError when `path` is a symlink ("refusing to follow a symlink").
 void refuse_symlink(const std::string& path);
 

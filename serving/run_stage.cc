@@ -1,6 +1,5 @@
 #include "serving/run_stage.h"
 
-#include <algorithm>
 #include <filesystem>
 #include <stdexcept>
 #include <vector>
@@ -29,15 +28,6 @@ void collect_paths(const YAML::Node& node, std::vector<std::string>& out) {
   }
 }
 
-// Whether `path` lies inside `dir` (both resolved; symlinks followed).
-bool lies_inside(const fs::path& path, const fs::path& dir) {
-  std::error_code ec;
-  const fs::path p = fs::weakly_canonical(fs::absolute(path), ec);
-  const fs::path d = fs::weakly_canonical(fs::absolute(dir), ec);
-  const auto [end, _] = std::mismatch(d.begin(), d.end(), p.begin(), p.end());
-  return end == d.end() && p != d;
-}
-
 // The run replaces its folder: the experiment file and the files its workload reads may not be
 // in it (a previous run's config.yaml run again with --out on its own folder).
 void refuse_inputs_inside(const ExperimentConfig& config, const std::string& final_dir) {
@@ -50,7 +40,7 @@ void refuse_inputs_inside(const ExperimentConfig& config, const std::string& fin
                          : (fs::path(config.base_dir) / p).string());
   }
   for (const std::string& in : inputs) {
-    if (!in.empty() && lies_inside(in, final_dir)) {
+    if (!in.empty() && path_within(in, final_dir)) {
       throw ConfigError(in + ": an input of the run is in its output folder " + final_dir +
                         ", which the run replaces; choose another --out, or move the file");
     }

@@ -841,22 +841,13 @@ std::string default_validation_dir(const std::string& sim_dir) {
   return base.string() + "-validation";
 }
 
-// Whether `path` is `dir` or inside it (both resolved, symlinks followed).
-bool inside(const fs::path& path, const fs::path& dir) {
-  std::error_code ec;
-  const fs::path p = fs::weakly_canonical(fs::absolute(path), ec);
-  const fs::path d = fs::weakly_canonical(fs::absolute(dir), ec);
-  const auto [end, _] = std::mismatch(d.begin(), d.end(), p.begin(), p.end());
-  return end == d.end();
-}
-
 // The report's folder may be absent, empty, or a previous report's (validation.json, replay.csv
 // and the figures `sim plot` drew there), which it replaces only with --force; never inside an
 // input folder.
 void check_validation_dir(const std::string& dir, const std::vector<std::string>& inputs,
                           bool force) {
   for (const std::string& in : inputs) {
-    if (inside(dir, in)) {
+    if (path_within(dir, in)) {
       throw ConfigError(dir + ": the report's folder is in the run folder " + in +
                         "; choose another --out");
     }

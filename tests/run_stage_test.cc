@@ -110,6 +110,20 @@ TEST(RunStage, WithoutFilesNothingIsCreatedAndCommitIsRefused) {
   EXPECT_THROW(stage.commit(), std::logic_error);
 }
 
+TEST(OutputFile, PathWithinResolvesDotsSlashesAndSymlinks) {
+  const fs::path dir = temp_dir("output_file_within");
+  fs::create_directories(dir / "run/sub");
+  fs::create_symlink(dir / "run", dir / "link");
+  const std::string run = (dir / "run").string();
+  EXPECT_TRUE(path_within(run + "/config.yaml", run));
+  EXPECT_TRUE(path_within(run + "/config.yaml", run + "/"));
+  EXPECT_TRUE(path_within(run + "/./sub/../config.yaml", run + "/."));
+  EXPECT_TRUE(path_within(run, run + "/"));
+  EXPECT_TRUE(path_within((dir / "link/x.csv").string(), run));
+  EXPECT_FALSE(path_within((dir / "run2/x.csv").string(), run));  // not a prefix by characters
+  EXPECT_FALSE(path_within(dir.string(), run));
+}
+
 // serving/output_file.h check_output_file: an existing file in a folder read as a whole (a
 // checkpoint folder, a Hugging Face model folder, a sharded index's folder) is an input too,
 // even with --force; a new file there, or one elsewhere with --force, is fine.
