@@ -98,6 +98,32 @@ void check_out_dir(const std::string& dir) {
   }
 }
 
+namespace {
+
+// The first column of a group folder's index file (its runs' folder names); empty when absent.
+std::vector<std::string> index_runs(const fs::path& index) {
+  std::vector<std::string> names;
+  std::ifstream in(index, std::ios::binary);
+  std::string line;
+  std::getline(in, line);  // the header
+  while (std::getline(in, line)) {
+    const std::size_t comma = line.find(',');
+    std::string name = line.substr(0, comma);
+    if (!name.empty() && name.front() == '"') continue;  // never a run's folder name
+    if (!name.empty()) names.push_back(name);
+  }
+  return names;
+}
+
+// Removes `path` (a previous group's run or figures folder) or throws naming it.
+void remove_previous(const fs::path& path) {
+  std::error_code ec;
+  fs::remove_all(path, ec);
+  if (ec) throw_io_error(path.string(), "removing", ec.value());
+}
+
+}  // namespace
+
 void check_group_dir(const std::string& dir, const std::string& index_file, const std::string& what,
                      const std::vector<std::string>& runs) {
   const bool exists = check_existing_dir(dir, [&](const fs::directory_entry& entry) {
@@ -129,34 +155,16 @@ void check_group_dir(const std::string& dir, const std::string& index_file, cons
       refuse(kGroupClassesFile);
     }
     for (const std::string& run : runs) check_out_dir(dir + "/" + run);
+    // The previous group's runs that commit_group will remove: checked now, before any runs.
+    std::error_code ec;
+    for (const std::string& run : index_runs(fs::path(dir) / index_file)) {
+      const fs::path old = fs::path(dir) / run;
+      if (fs::is_directory(fs::symlink_status(old, ec)) && run_backend(old.string())) {
+        check_out_dir(old.string());
+      }
+    }
   }
 }
-
-namespace {
-
-// The first column of a group folder's index file (its runs' folder names); empty when absent.
-std::vector<std::string> index_runs(const fs::path& index) {
-  std::vector<std::string> names;
-  std::ifstream in(index, std::ios::binary);
-  std::string line;
-  std::getline(in, line);  // the header
-  while (std::getline(in, line)) {
-    const std::size_t comma = line.find(',');
-    std::string name = line.substr(0, comma);
-    if (!name.empty() && name.front() == '"') continue;  // never a run's folder name
-    if (!name.empty()) names.push_back(name);
-  }
-  return names;
-}
-
-// Removes `path` (a previous group's run or figures folder) or throws naming it.
-void remove_previous(const fs::path& path) {
-  std::error_code ec;
-  fs::remove_all(path, ec);
-  if (ec) throw_io_error(path.string(), "removing", ec.value());
-}
-
-}  // namespace
 
 void commit_group(StagedDir& stage) {
   throw_if_interrupted();  // the group is committed whole or not at all

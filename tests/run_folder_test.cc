@@ -284,6 +284,15 @@ TEST(RunFolder, AGroupWrittenAgainHoldsOnlyTheNewGroup) {
   EXPECT_EQ(c.code, 2);
   EXPECT_NE(c.err.find("mine.png"), std::string::npos) << c.err;
   EXPECT_TRUE(fs::exists(dir / "c/z/summary.json"));
+  // The same in a previous variant's run folder, which the new group would remove: refused
+  // before any variant runs.
+  fs::remove_all(dir / "c/figures");
+  fs::create_directories(dir / "c/z/figures");
+  write_file(dir / "c/z/figures/mine.png", "mine");
+  const Cli old = run_sim(cmp, dir);
+  EXPECT_EQ(old.code, 2);
+  EXPECT_NE(old.err.find("z/figures: holds 'mine.png'"), std::string::npos) << old.err;
+  EXPECT_EQ(read_file(dir / "c/z/figures/mine.png"), "mine");
   // The comparison's own output names are not variant names.
   for (const char* name : {"compare.csv", "classes.csv", "figures"}) {
     const Cli v = run_sim(cmp + "2 --variant " + std::string(name) + ":seed=1", dir);
