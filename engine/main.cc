@@ -251,10 +251,16 @@ int cmd_serve(const std::vector<std::string>& args) {
   app->add_option("--set", overrides, "override an experiment key (key.path=value)")
       ->type_name("KEY=VALUE");
   cli::parse(*app, args);
+  cli::check_overrides(overrides, seed.has_value());
   if (experiment.empty() == model.empty()) {
     throw UsageError("engine serve: give an experiment file or --model M (one of them)");
   }
   if (!model.empty()) {
+    for (const std::string& o : overrides) {
+      if (o.substr(0, o.find('=')) == "model") {
+        throw UsageError("engine serve: --set model: given with --model too (give the model once)");
+      }
+    }
     experiment = servelab::home_path("experiments/serve.yaml");
     overrides.insert(overrides.begin(), "model=" + model);
   }

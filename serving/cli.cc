@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <exception>
 #include <new>
+#include <set>
 #include <string>
 #include <string_view>
 
@@ -16,10 +17,6 @@
 
 namespace servelab {
 
-namespace {
-
-// `message` safe for a terminal: control bytes other than newline and tab (a NUL, an escape
-// sequence from a binary file quoted in the message) as \xNN, and at most 4,000 bytes.
 std::string printable(std::string_view message) {
   std::string out;
   for (const char c : message.substr(0, 4000)) {
@@ -35,6 +32,8 @@ std::string printable(std::string_view message) {
   if (message.size() > 4000) out += "...";
   return out;
 }
+
+namespace {
 
 // "a", "a or b", "a, b or c".
 std::string or_list(const std::vector<std::string>& words) {
@@ -177,6 +176,19 @@ CLI::Validator non_empty(const std::string& what) {
       "");
 }
 
+void check_overrides(const std::vector<std::string>& overrides, bool seed_given) {
+  std::set<std::string> keys;
+  for (const std::string& o : overrides) {
+    const std::string key = o.substr(0, o.find('='));
+    if (!keys.insert(key).second) {
+      throw UsageError("--set " + key + ": given more than once (give each key one value)");
+    }
+    if (seed_given && key == "seed") {
+      throw UsageError("--set seed: given with --seed too (give the seed once)");
+    }
+  }
+}
+
 void add_experiment_options(CLI::App& app, ExperimentArgs& args) {
   add_out(app, args.out_dir, "the run folder (default out/<experiment name>...)");
   app.add_option_function<std::string>(
@@ -209,6 +221,7 @@ ExperimentArgs parse_experiment_args(const std::vector<std::string>& args,
   cli::add_experiment_options(*app, out);
   if (add_extra) add_extra(*app);
   cli::parse(*app, args);
+  cli::check_overrides(out.overrides, out.seed.has_value());
   if (files.empty()) {
     throw UsageError(command + ": expected an experiment file (" + command + " EXP.yaml)");
   }
@@ -233,8 +246,19 @@ int run_command(const char* program, const char* usage, int argc, char** argv,
   install_interrupt_handlers();
   try {
     if (cmd == "help" || cmd == "--help" || cmd == "-h") {
-      std::fputs(usage, stdout);
-      return 0;
+      if (args.empty()) {
+        std::fputs(usage, stdout);
+        return 0;
+      }
+      // `sim help run`: the command's own help, as `sim run --help` prints it.
+      if (args.size() > 1) {
+        throw UsageError("help: expected one command name, got " + std::to_string(args.size()) +
+                         " arguments");
+      }
+      if (const std::optional<int> code = dispatch(args[0], {"--help"})) return *code;
+      std::fprintf(stderr, "%s: help: unknown command '%s'\n", program, args[0].c_str());
+      std::fputs(usage, stderr);
+      return 2;
     }
     if (const std::optional<int> code = dispatch(cmd, args)) return *code;
     std::fprintf(stderr, "%s: unknown command '%s'\n", program, cmd.c_str());

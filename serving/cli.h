@@ -15,6 +15,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "serving/config_node.h"
@@ -54,6 +55,10 @@ struct ExperimentArgs {
   std::vector<std::string> all_overrides() const;
 };
 
+// `message` safe for a terminal: control bytes other than newline and tab (a NUL, an escape
+// sequence from a binary file quoted in the message) as \xNN, and at most 4,000 bytes.
+std::string printable(std::string_view message);
+
 namespace cli {
 
 // A subcommand's parser: `name` is how messages and --help name it ("sim run"), `description`
@@ -76,6 +81,10 @@ CLI::Option* add_quiet(CLI::App& app, bool& quiet);
 CLI::Option* add_force(CLI::App& app, bool& force, const std::string& what);
 CLI::Option* add_out(CLI::App& app, std::string& out, const std::string& what);
 
+// Throws UsageError for two --set values of one key ("--set K: given more than once", the
+// later would silently win) and for --set seed=N beside --seed (`seed_given`).
+void check_overrides(const std::vector<std::string>& overrides, bool seed_given);
+
 // Adds the experiment options (the positional EXP.yaml, --out/-o, --seed, --set,
 // --record-schedule, --record-events, --record-blocks, --quiet/-q, --progress) to `app`.
 void add_experiment_options(CLI::App& app, ExperimentArgs& args);
@@ -91,8 +100,9 @@ ExperimentArgs parse_experiment_args(const std::vector<std::string>& args,
                                      const std::string& description = "");
 
 // The whole main() of a ServeLab command (`program` is "sim" or "engine"): `help`, `--help`
-// and `-h` print `usage` (exit 0); `dispatch(name, args)` runs subcommand `name` or returns
-// nullopt when there is none. Installs the SIGINT/SIGTERM handlers (core/interrupt.h). Exit
+// and `-h` print `usage` (exit 0), `help NAME` subcommand NAME's --help (an unknown NAME is a
+// usage error, exit 2); `dispatch(name, args)` runs subcommand `name` or returns nullopt when
+// there is none. Installs the SIGINT/SIGTERM handlers (core/interrupt.h). Exit
 // codes: 0 after a subcommand's --help, 2 for usage errors (the message and a pointer to the
 // subcommand's --help) and bad input (ConfigError, HomeError), 128 + signal when interrupted
 // ("interrupted; no output written"), 1 for any other exception, otherwise the subcommand's own.

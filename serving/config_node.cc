@@ -243,7 +243,13 @@ std::string ConfigNode::describe_value() const {
   if (!node_.IsDefined() || node_.IsNull()) return "nothing";
   if (node_.IsMap()) return "a mapping";
   if (node_.IsSequence()) return "a list";
+  if (quoted()) return "the quoted text '" + node_.Scalar() + "'";
   return "'" + node_.Scalar() + "'";
+}
+
+bool ConfigNode::quoted() const {
+  // yaml-cpp gives a quoted scalar the non-specific tag "!", a plain one "?".
+  return node_.IsScalar() && node_.Tag() == "!";
 }
 
 void ConfigNode::fail(std::string_view expected) const {
@@ -267,7 +273,7 @@ std::int64_t ConfigNode::as_int(std::int64_t min, std::int64_t max) const {
     }
     return e;
   };
-  if (!node_.IsScalar()) fail(expected());
+  if (!node_.IsScalar() || quoted()) fail(expected());
   const std::string& s = node_.Scalar();
   char* end = nullptr;
   errno = 0;
@@ -299,7 +305,7 @@ double ConfigNode::as_double(double min, double max) const {
     }
     return e.str();
   };
-  if (!node_.IsScalar()) fail(expected());
+  if (!node_.IsScalar() || quoted()) fail(expected());
   const std::string& s = node_.Scalar();
   char* end = nullptr;
   const double v = std::strtod(s.c_str(), &end);
@@ -308,7 +314,7 @@ double ConfigNode::as_double(double min, double max) const {
 }
 
 bool ConfigNode::as_bool() const {
-  if (node_.IsScalar()) {
+  if (node_.IsScalar() && !quoted()) {
     const std::string& s = node_.Scalar();
     if (s == "true" || s == "True" || s == "yes" || s == "on") return true;
     if (s == "false" || s == "False" || s == "no" || s == "off") return false;

@@ -58,7 +58,8 @@ class ConfigNode {
   void allow_keys(std::initializer_list<std::string_view> allowed) const;
   void allow_keys(const std::vector<std::string>& allowed) const;
 
-  // Typed scalars of this node.
+  // Typed scalars of this node. A number or a boolean is written plain: a quoted scalar ("20",
+  // 'true') is text, and as_int/as_double/as_bool refuse it ("got the quoted text '20'").
   std::int64_t as_int(std::int64_t min = INT64_MIN, std::int64_t max = INT64_MAX) const;
   double as_double(double min = -1e300, double max = 1e300) const;
   bool as_bool() const;
@@ -85,6 +86,7 @@ class ConfigNode {
  private:
   std::string child_path(std::string_view key) const;
   std::string describe_value() const;
+  bool quoted() const;  // a scalar written in quotes
 
   YAML::Node node_;
   std::shared_ptr<const std::string> file_;

@@ -78,8 +78,10 @@ Endpoint parse_url(const std::string& url) {
   return e;
 }
 
-// The model name to send: the first one GET /v1/models lists.
-std::string first_model(const Endpoint& e) {
+// The models GET /v1/models lists, in its order; nullopt when the server answers that path with
+// an error status (a server without the endpoint). Throws ConfigError when the server cannot be
+// reached or answers something that is no model list.
+std::optional<std::vector<std::string>> served_models(const Endpoint& e) {
   httplib::Client client(e.base);
   client.set_connection_timeout(10);
   client.set_read_timeout(30);
@@ -92,19 +94,41 @@ std::string first_model(const Endpoint& e) {
     throw ConfigError("--url " + e.base + ": cannot reach the server (" +
                       httplib::to_string(res.error()) + ")");
   }
-  if (res->status != 200) {
-    throw ConfigError("--url " + e.base + models_path + ": HTTP " + std::to_string(res->status) +
-                      "; pass --model NAME");
-  }
-  if (json_too_deep(res->body)) {
-    throw ConfigError("--url " + e.base + models_path + ": no model listed; pass --model NAME");
-  }
+  if (res->status != 200) return std::nullopt;
+  const std::string where = "--url " + e.base + models_path;
+  if (json_too_deep(res->body)) throw ConfigError(where + ": the answer is no model list");
+  std::vector<std::string> names;
   try {
-    const json j = json::parse(res->body);
-    return j.at("data").at(0).at("id").get<std::string>();
+    const json list = json::parse(res->body);
+    for (const json& m : list.at("data")) {
+      names.push_back(m.at("id").get<std::string>());
+    }
   } catch (const json::exception&) {
-    throw ConfigError("--url " + e.base + models_path + ": no model listed; pass --model NAME");
+    throw ConfigError(where + ": the answer is no model list");
   }
+  return names;
+}
+
+// The model name to send: --model when the server lists it (or lists nothing to check against),
+// else the first model GET /v1/models lists.
+std::string choose_model(const Endpoint& e, const std::string& requested) {
+  const std::optional<std::vector<std::string>> served = served_models(e);
+  if (requested.empty()) {
+    if (!served)
+      throw ConfigError("--url " + e.base + ": GET /v1/models failed; pass --model NAME");
+    if (served->empty())
+      throw ConfigError("--url " + e.base + ": no model listed; pass --model NAME");
+    return served->front();
+  }
+  // Every request would be refused (HTTP 404): say so before sending any.
+  if (served && !served->empty() &&
+      std::find(served->begin(), served->end(), requested) == served->end()) {
+    std::string list;
+    for (const std::string& n : *served) list += (list.empty() ? "'" : ", '") + n + "'";
+    throw ConfigError("--model " + requested + ": the server at " + e.base +
+                      " does not serve it (GET /v1/models lists " + list + ")");
+  }
+  return requested;
 }
 
 // The server's board energy counter, servelab:gpu_energy_joules_total on GET /metrics (`engine
@@ -304,7 +328,7 @@ Outcome send_one(httplib::Client& client, const Endpoint& e, const std::string& 
 
 }  // namespace
 
-RunOutput run_bench(const ExperimentConfig& config, const BenchOptions& options) {
+BenchOutput run_bench(const ExperimentConfig& config, const BenchOptions& options) {
   if (options.max_concurrency < 1) throw ConfigError("--max-concurrency: expected at least 1");
   const Endpoint endpoint = parse_url(options.url);
   // cpp-httplib sends without MSG_NOSIGNAL: a server that hung up must not kill the client.
@@ -324,7 +348,7 @@ RunOutput run_bench(const ExperimentConfig& config, const BenchOptions& options)
   const std::string final_dir =
       options.out_dir.empty() ? "out/" + config.name + "-bench" : options.out_dir;
   check_out_dir(final_dir);
-  const std::string model = options.model.empty() ? first_model(endpoint) : options.model;
+  const std::string model = choose_model(endpoint, options.model);
   const std::vector<LoraModule> lora_modules =
       parse_lora_modules(options.lora_modules, config.scheduler.lora, model);
 
@@ -440,7 +464,11 @@ RunOutput run_bench(const ExperimentConfig& config, const BenchOptions& options)
   std::sort(outcomes.begin(), outcomes.end(),
             [](const Outcome& a, const Outcome& b) { return a.record.id < b.record.id; });
   TimeNs end = last_arrival;
+  std::string first_failure;
   for (const Outcome& o : outcomes) {
+    if (first_failure.empty() && o.record.status != RequestStatus::kFinished) {
+      first_failure = "request " + std::to_string(o.record.id) + ": " + o.record.reason;
+    }
     recorder.add_measured(o.record, o.gaps);
     end = std::max({end, o.record.finish_ns, o.record.first_token_ns});
   }
@@ -457,7 +485,7 @@ RunOutput run_bench(const ExperimentConfig& config, const BenchOptions& options)
                     out);
   stage.commit();
   out.out_dir = stage.final_path();
-  return out;
+  return {std::move(out), std::move(first_failure)};
 }
 
 int bench_command(const std::vector<std::string>& args) {
@@ -489,7 +517,8 @@ int bench_command(const std::vector<std::string>& args) {
   options.out_dir = a.out_dir;
   const ExperimentConfig config = load_experiment(a.experiment, a.overrides, a.seed);
   options.progress = a.show_progress() ? stderr : nullptr;
-  const RunOutput run = run_bench(config, options);
+  const BenchOutput bench = run_bench(config, options);
+  const RunOutput& run = bench.run;
   if (!a.quiet) {
     std::printf(
         "bench %s against %s: %lld requests, %lld finished, %lld failed; wrote %s\n",
@@ -499,6 +528,11 @@ int bench_command(const std::vector<std::string>& args) {
     std::printf("  ttft p50 %.3f ms, tpot p50 %.3f ms, itl p50 %.3f ms, e2e p50 %.3f ms\n",
                 run.summary.ttft_ms.p50, run.summary.tpot_ms.p50, run.summary.itl_ms.p50,
                 run.summary.e2e_ms.p50);
+  }
+  if (run.summary.num_requests > 0 && run.summary.completed == 0) {
+    std::fprintf(stderr, "sim bench: error: no request finished (%s); wrote %s\n",
+                 printable(bench.first_failure).c_str(), run.out_dir.c_str());
+    return 1;
   }
   return 0;
 }

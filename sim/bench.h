@@ -44,13 +44,20 @@ struct BenchOptions {
   std::FILE* progress = nullptr;  // a progress line every second when set
 };
 
-// Throws ConfigError for bad input (the experiment, the URL, a server that cannot be reached or
-// lists no model) and I/O failures; Interrupted on SIGINT/SIGTERM (nothing written). Output
-// folder rules as for run_simulation.
-RunOutput run_bench(const ExperimentConfig& config, const BenchOptions& options);
+struct BenchOutput {
+  RunOutput run;
+  // "request ID: REASON" of the lowest-numbered request that did not finish; "" when all did.
+  std::string first_failure;
+};
+
+// Throws ConfigError for bad input (the experiment, the URL, a server that cannot be reached,
+// lists no model, or lists models but not --model) and I/O failures; Interrupted on
+// SIGINT/SIGTERM (nothing written). Output folder rules as for run_simulation.
+BenchOutput run_bench(const ExperimentConfig& config, const BenchOptions& options);
 
 // `sim bench EXP.yaml --url URL [--out DIR] [--model NAME] [--max-concurrency N] ...`; returns
-// the exit code.
+// the exit code: 0, or 1 when requests were sent and none finished (the run folder is written,
+// with each request's reason; the first is printed).
 int bench_command(const std::vector<std::string>& args);
 
 }  // namespace servelab

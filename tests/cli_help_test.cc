@@ -84,6 +84,20 @@ TEST(CliHelp, EverySubcommandListsItsOptions) {
   const Cli trace = run("sim", "trace --help");
   EXPECT_EQ(trace.code, 0);
   EXPECT_NE(trace.out.find("trace stats"), std::string::npos) << trace.out;
+  // `help NAME` is NAME's own help; an unknown NAME is a usage error, not the general help.
+  for (const char* program : {"sim", "engine"}) {
+    const Cli c = run(program, "help run");
+    EXPECT_EQ(c.code, 0) << c.err;
+    EXPECT_NE(c.out.find(std::string("Usage: ") + program + " run"), std::string::npos) << c.out;
+    const Cli bogus = run(program, "help bogus");
+    EXPECT_EQ(bogus.code, 2);
+    EXPECT_NE(bogus.err.find("help: unknown command 'bogus'"), std::string::npos) << bogus.err;
+    EXPECT_EQ(bogus.out, "");
+    const Cli two = run(program, "help run serve");
+    EXPECT_EQ(two.code, 2);
+    EXPECT_NE(two.err.find("expected one command name"), std::string::npos) << two.err;
+  }
+  EXPECT_EQ(run("sim", "help trace").code, 0);
 }
 
 // Usage errors exit 2 and name the option and what it expected.
@@ -95,6 +109,10 @@ TEST(CliHelp, UsageErrorsNameTheOption) {
       {"sim", "run x.yaml --bogus", "sim run: unknown option '--bogus'"},
       {"sim", "run x.yaml --seed", "--seed: expected a value"},
       {"sim", "run x.yaml --seed 1 --seed 2", "--seed: given more than once"},
+      {"sim", "run x.yaml --set seed=1 --set seed=2", "--set seed: given more than once"},
+      {"sim", "compare x.yaml --set a.b=1 --set a.b=2", "--set a.b: given more than once"},
+      {"engine", "run x.yaml --seed 1 --set seed=2", "--set seed: given with --seed too"},
+      {"sim", "compare x.yaml --variant v:a=1,a=2", "key 'a' is given twice"},
       {"sim", "run x.yaml --out ''", "expected a path, got an empty one"},
       {"engine", "profile --model tiny -o ''", "expected a path, got an empty one"},
       {"sim", "sweep x.yaml --jobs 0", "--jobs: expected an integer in [1, 4096], got '0'"},
@@ -111,6 +129,7 @@ TEST(CliHelp, UsageErrorsNameTheOption) {
       {"engine", "serve --model tiny --port 70000", "--port: expected an integer in [0, 65535]"},
       {"engine", "serve --model tiny --kv-memory-gb 0", "--kv-memory-gb: expected a positive"},
       {"engine", "serve", "give an experiment file or --model M"},
+      {"engine", "serve --model tiny --set model=x", "--set model: given with --model too"},
       {"engine", "serve --model tiny --served-model-name ''", "expected a name, got an empty one"},
       {"sim", "bench x.yaml", "--url URL is required"},
       {"sim", "bench x.yaml --url u --max-concurrency 0", "--max-concurrency: expected an integer"},

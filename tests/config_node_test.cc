@@ -35,6 +35,25 @@ TEST(ConfigNode, WrongTypeNamesFileLineAndKey) {
   EXPECT_NE(msg.find("'sixteen'"), std::string::npos) << msg;
 }
 
+// A quoted scalar is text: where a number or a boolean is expected it is refused, never read
+// as one (`num_requests: "20"` was 20, `enable: "off"` false); as text it stays valid.
+TEST(ConfigNode, QuotedNumbersAndBooleansAreText) {
+  ConfigNode n =
+      ConfigNode::load_string("a: \"20\"\nb: '2.5'\nc: \"off\"\nd: \"123\"\ne: 20\n", "q.yaml");
+  std::string msg = error_of([&] { n.get_int("a", 1, 100); });
+  EXPECT_NE(msg.find("q.yaml:1:"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("key 'a': expected an integer in [1, 100], got the quoted text '20'"),
+            std::string::npos)
+      << msg;
+  msg = error_of([&] { n.get_double("b"); });
+  EXPECT_NE(msg.find("expected a number, got the quoted text '2.5'"), std::string::npos) << msg;
+  msg = error_of([&] { n.get_bool("c", true); });
+  EXPECT_NE(msg.find("expected true or false, got the quoted text 'off'"), std::string::npos)
+      << msg;
+  EXPECT_EQ(n.get_string("d"), "123");
+  EXPECT_EQ(n.get_int("e"), 20);
+}
+
 TEST(ConfigNode, OutOfRangeIsAnError) {
   ConfigNode n = ConfigNode::load_string("rate: -2\n", "w.yaml");
   const std::string msg = error_of([&] { n.get_double("rate", 1e-9, 1e9); });

@@ -1843,6 +1843,42 @@ TEST(EngineServe, SimBenchSendsPromptLogprobsAsEcho) {
   fs::remove_all(dir);
 }
 
+// `sim bench --model NAME` the server does not list is bad input, found before any request is
+// sent; a bench in which every request fails writes its run folder (each request's reason) and
+// exits 1 naming the first reason, so a script cannot take it for a measurement.
+TEST(EngineServe, SimBenchRefusesAnUnservedModelAndFailsWhenNothingFinished) {
+  const fs::path dir = temp_dir("serve_bench_fail");
+  ServerProcess server(dir, {});
+  const std::string exp = (dir / "serve.yaml").string();
+  const Cli other = run_sim(
+      "bench " + exp + " --url " + server.url() + " --model other --out " + (dir / "b").string(),
+      dir);
+  EXPECT_EQ(other.code, 2) << other.err;
+  EXPECT_NE(other.err.find("--model other: the server at " + server.url() +
+                           " does not serve it (GET /v1/models lists 'tiny')"),
+            std::string::npos)
+      << other.err;
+  EXPECT_FALSE(fs::exists(dir / "b"));
+  // Prompts longer than the server's max_model_len (2048): each one is refused with HTTP 400.
+  write_file(dir / "long.yaml",
+             "name: bench-long\nseed: 5\nmodel: tiny\nhardware: H100-SXM\n"
+             "serving: {block_size: 16, num_gpu_blocks: 1024, max_num_batched_tokens: 8192, "
+             "max_num_seqs: 256, max_model_len: 8192}\n"
+             "workload: {type: synthetic, num_requests: 3, arrival: {process: poisson, rate: 40}, "
+             "prompt_len: {dist: fixed, value: 3000}, output_len: {dist: fixed, value: 2}}\n");
+  const Cli failed = run_sim("bench " + (dir / "long.yaml").string() + " --url " + server.url() +
+                                 " --model tiny --out " + (dir / "b").string(),
+                             dir);
+  EXPECT_EQ(failed.code, 1) << failed.err;
+  EXPECT_NE(failed.err.find("sim bench: error: no request finished (request 0: HTTP 400"),
+            std::string::npos)
+      << failed.err;
+  const auto rows = read_csv(dir / "b" / "requests.csv");
+  ASSERT_EQ(rows.size(), 3u);
+  for (const auto& r : rows) EXPECT_EQ(r.at("status"), "rejected") << r.at("reason");
+  fs::remove_all(dir);
+}
+
 TEST(EngineServe, SimBenchSendsPriorityAndUser) {
   const fs::path dir = temp_dir("serve_bench_priority");
   fs::create_directories(dir / "priority");

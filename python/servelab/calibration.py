@@ -25,6 +25,7 @@ import os
 import tempfile
 
 from . import _servelab
+from .experiment_source import check_path
 from .kv_dtypes import _int
 from .result import Result
 
@@ -65,7 +66,8 @@ class Profile:
     def save(self, path, force=False):
         """Writes the profile to `path` as `engine profile -o path` would (atomically; an existing
         file only with force=True). Returns the path."""
-        self.path = _servelab.save_file(os.fspath(path), self.text, bool(force), [])
+        self.path = _servelab.save_file(check_path("Profile.save: path", path), self.text,
+                                        bool(force), [])
         return self.path
 
     @classmethod
@@ -123,7 +125,8 @@ class Calibration:
     def save(self, path, force=False):
         """Writes the cost.yaml to `path` as `sim calibrate -o path` would (atomically; an
         existing file only with force=True). Use it with `cost_model.file`. Returns the path."""
-        self.path = _servelab.save_file(os.fspath(path), self.yaml, bool(force), [])
+        self.path = _servelab.save_file(check_path("Calibration.save: path", path), self.yaml,
+                                        bool(force), [])
         return self.path
 
     def __repr__(self):
@@ -228,7 +231,8 @@ class Validation:
     def save(self, dir):
         """Writes validation.json and replay.csv into `dir` (created if need be), as `sim
         validate --out dir`. Returns the folder."""
-        self.path = _servelab.save_validation(os.fspath(dir), self.json, self._csv)
+        self.path = _servelab.save_validation(check_path("Validation.save: dir", dir), self.json,
+                                                    self._csv)
         return self.path
 
     def __repr__(self):

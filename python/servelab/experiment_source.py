@@ -80,6 +80,18 @@ def check_text(name, value, default):
     return value
 
 
+def check_path(name, value):
+    """A path argument (str or os.PathLike): never empty, which would name no file."""
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if not isinstance(value, str):
+        raise TypeError(f"{name}: expected a path (str or os.PathLike), got "
+                        f"{type(value).__name__} {value!r}")
+    if not value:
+        raise ConfigError(f"{name}: expected a path, got an empty one")
+    return value
+
+
 def check_gib(name, value):
     """A size in GiB: a number in (0, 1e6] (as --kv-memory-gb), not a string or a bool."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):

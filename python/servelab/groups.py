@@ -5,7 +5,7 @@ import io
 import os
 
 from . import _servelab
-from .experiment_source import experiment_args, override_list
+from .experiment_source import check_path, experiment_args, override_list
 from .result import Result
 
 
@@ -47,8 +47,8 @@ class GroupResult:
         """Writes the folder the command writes (index file and one run folder per run), with
         its rules: an existing folder may hold only such outputs, the runs are replaced whole.
         Returns the path."""
-        self.path = _servelab.save_group(os.fspath(dir), self._index, self.kind, self._names,
-                                         self._files)
+        where = check_path(f"{type(self).__name__}.save: dir", dir)
+        self.path = _servelab.save_group(where, self._index, self.kind, self._names, self._files)
         for name, result in self.runs.items():
             result.path = os.path.join(self.path, name)
         return self.path

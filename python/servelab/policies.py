@@ -9,7 +9,45 @@ something unusable stops the run with PolicyError naming it. Registering a name 
 the Python plugin of that name; built-in names are refused.
 """
 
+import inspect
+
 from . import _servelab
+
+
+def _check_arguments(register, role, fn, names, params, fresh_instance=False):
+    """TypeError unless `fn` can be called with the arguments `names` (plus `params` when the
+    plugin declares parameters), so a wrong signature is named at registration instead of failing
+    every run. With fresh_instance, a class is instantiated without arguments and its instances
+    called. Callables whose signature Python cannot inspect are taken as they are."""
+    if not callable(fn):
+        raise TypeError(f"{register}: {role} must be callable, got {type(fn).__name__}")
+    if params is not None:
+        names = names + ["params"]
+    target, bound = fn, []
+    if fresh_instance and inspect.isclass(fn):
+        try:
+            inspect.signature(fn).bind()
+        except TypeError:
+            raise TypeError(f"{register}: {role} is a class, so each run makes an instance "
+                            f"without arguments; {fn.__name__}() cannot be made") from None
+        except ValueError:
+            pass
+        call = next((vars(k)["__call__"] for k in fn.__mro__
+                     if k is not object and "__call__" in vars(k)), None)
+        if call is None:
+            raise TypeError(f"{register}: {role} is a class without a __call__ method")
+        target, bound = call, [None]  # self
+    try:
+        signature = inspect.signature(target)
+    except (TypeError, ValueError):
+        return
+    try:
+        signature.bind(*bound, *([None] * len(names)))
+    except TypeError:
+        count = f"{len(names)} argument" + ("" if len(names) == 1 else "s")
+        raise TypeError(
+            f"{register}: {role} must take {count} ({', '.join(names)}); "
+            f"{getattr(fn, '__name__', type(fn).__name__)}{signature} does not") from None
 
 
 def policies():
@@ -30,6 +68,7 @@ def register_queue_order(name, key, params=None, description=""):
     smallest key is admitted first, ties by request id. It is called once when a request
     enters the waiting queue (arrival, or return after a preemption). `request` is a
     servelab.Request, valid only during the call."""
+    _check_arguments("register_queue_order", "key", key, ["request"], params)
     _servelab.register_queue_order(name, key, params, description)
 
 
@@ -37,6 +76,7 @@ def register_victim_rule(name, pick, description=""):
     """Registers a preemption victim rule (``policies.preemption: {name: recompute, victim:
     NAME}``). pick(running) gets the running requests (servelab.Request, in the scheduler's
     order) and returns the victim's index; it is called only when a preemption happens."""
+    _check_arguments("register_victim_rule", "pick", pick, ["running"], None)
     _servelab.register_victim_rule(name, pick, description)
 
 
@@ -49,6 +89,8 @@ def register_router(name, route, params=None, description=""):
     outstanding, waiting, running, kv_blocks_used, kv_blocks_usable, kv_usage) in cluster order.
     When `route` is a class, each run makes a fresh instance (no arguments) and calls it, so
     state kept in the instance starts anew in every run."""
+    _check_arguments("register_router", "route", route, ["request", "replicas"], params,
+                     fresh_instance=True)
     _servelab.register_router(name, route, params, description)
 
 
@@ -60,6 +102,7 @@ def register_admission(name, admit, params=None, description=""):
     servelab.RouteRequest (a copy of the arriving request's spec), `load` a
     servelab.AdmissionLoad (now_ns, waiting, running, waiting_tokens, prefill_tokens_per_s).
     Like the built-in rules it must be a function of the request and the load only."""
+    _check_arguments("register_admission", "admit", admit, ["request", "load"], params)
     _servelab.register_admission(name, admit, params, description)
 
 
@@ -69,6 +112,7 @@ def register_length_cap(name, cap, params=None, description=""):
     gets what an admission rule gets (after the admission rule admitted the request) and returns
     an int: request.max_output_tokens leaves it alone, a smaller value >= 1 caps it (finish
     reason "length (capped from N)")."""
+    _check_arguments("register_length_cap", "cap", cap, ["request", "load"], params)
     _servelab.register_length_cap(name, cap, params, description)
 
 
@@ -84,4 +128,5 @@ def register_batch_formation(name, fill, params=None, description="", resumes_sw
     step. tokens_for(request, budget_left) returns the tokens to schedule for a running request
     (<= 0 skips it). With resumes_swapped=True the formation may run with swap preemption (it
     should then call swap_in). docs/python.md has the whole contract."""
+    _check_arguments("register_batch_formation", "fill", fill, ["step"], params)
     _servelab.register_batch_formation(name, fill, params, description, resumes_swapped)

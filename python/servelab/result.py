@@ -7,9 +7,9 @@ held as bytes; the attributes parse them on first use. Columns are those of docs
 import functools
 import io
 import json
-import os
 
 from . import _servelab
+from .experiment_source import check_path
 
 
 class Result:
@@ -92,7 +92,7 @@ class Result:
         """Writes the run folder to `dir` as `sim run --out dir` would, byte for byte. Like the
         command it refuses a folder that holds anything but a previous run's outputs, and
         replaces a previous run only once the new one is complete. Returns the path."""
-        self.path = _servelab.save_run(os.fspath(dir), self._files)
+        self.path = _servelab.save_run(check_path("Result.save: dir", dir), self._files)
         return self.path
 
     def __repr__(self):

@@ -89,6 +89,12 @@ def test_arguments_of_the_wrong_type_are_not_coerced():
     r = servelab.engine_run(BURST_TINY, overrides={"workload.num_requests": 4}, weights=None,
                             device=None)
     assert r.summary["requests"]["completed"] == 4
+    # Every save() names its argument: an empty path names no folder, None is not "None".
+    with pytest.raises(servelab.ConfigError, match="Result.save: dir: expected a path, got an empty"):
+        r.save("")
+    with pytest.raises(TypeError, match=r"Result.save: dir: expected a path \(str or os.PathLike\), "
+                                        r"got NoneType None"):
+        r.save(None)
 
 
 def test_ctrl_c_stops_a_run_cleanly(tmp_path, monkeypatch):

@@ -140,6 +140,51 @@ def test_registration_rules():
         kept[0].id
 
 
+def test_a_callable_of_the_wrong_signature_is_refused_at_registration():
+    """A callable that cannot take the arguments its kind passes is named when registered (it
+    used to fail inside every run with pybind11's bare TypeError); defaults and *args pass."""
+    with pytest.raises(TypeError, match=r"register_queue_order: key must take 1 argument "
+                                        r"\(request\); <lambda>\(\) does not"):
+        servelab.register_queue_order("py-arity", lambda: 0)
+    with pytest.raises(TypeError, match=r"key must take 2 arguments \(request, params\)"):
+        servelab.register_queue_order("py-arity", lambda r: 0, params={"w": 1.0})
+    with pytest.raises(TypeError, match=r"register_router: route must take 2 arguments"):
+        servelab.register_router("py-arity", lambda r: 0)
+    with pytest.raises(TypeError, match=r"admit must take 3 arguments \(request, load, params\)"):
+        servelab.register_admission("py-arity", lambda r, load: "", params={"x": 1})
+    with pytest.raises(TypeError, match=r"register_victim_rule: pick must be callable, got int"):
+        servelab.register_victim_rule("py-arity", 3)
+    with pytest.raises(TypeError, match=r"fill must take 1 argument \(step\)"):
+        servelab.register_batch_formation("py-arity", lambda a, b: None)
+    with pytest.raises(TypeError, match=r"cap must take 2 arguments"):
+        servelab.register_length_cap("py-arity", lambda r, load, extra: 1)
+
+    class NeedsArgs:
+        def __init__(self, size):
+            self.size = size
+
+        def __call__(self, request, replicas):
+            return 0
+
+    class NotCallable:
+        pass
+
+    class Stateful:
+        def __call__(self, request, replicas):
+            return 0
+
+    with pytest.raises(TypeError, match=r"an instance without arguments; NeedsArgs\(\) cannot"):
+        servelab.register_router("py-arity", NeedsArgs)
+    with pytest.raises(TypeError, match=r"route is a class without a __call__ method"):
+        servelab.register_router("py-arity", NotCallable)
+    assert not any(p["name"] == "py-arity" for p in servelab.policies())
+    # What fits is registered: defaults, *args, a class router, a builtin.
+    servelab.register_queue_order("py-arity", lambda r, unused=None: (r.arrival_ns,))
+    servelab.register_victim_rule("py-arity", lambda *running: 0)
+    servelab.register_router("py-arity", Stateful)
+    servelab.register_victim_rule("py-arity-len", len)
+
+
 def test_python_policy_in_a_parallel_sweep_and_a_compare(tmp_path):
     servelab.register_queue_order("py-fcfs2", lambda r: (r.arrival_ns, r.id))
     exp = tmp_path / "sweep.yaml"
