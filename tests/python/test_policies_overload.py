@@ -125,7 +125,7 @@ def test_bad_answers_stop_the_run_naming_the_rule():
         servelab.run(BURST_TINY, overrides={"policies.length_cap": "py-none"})
     # Built-in names stay built-in.
     with pytest.raises(servelab.ConfigError, match="built-in admission plugin"):
-        servelab.register_admission("queue-length", queue_length)
+        servelab.register_admission("queue-length", queue_length, params={"max_waiting": 64})
 
 
 def test_admitting_everything_changes_nothing():

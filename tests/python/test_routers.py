@@ -84,6 +84,9 @@ def test_bad_routers_stop_the_run_naming_the_router():
         def __init__(self):
             raise ValueError("no state")
 
+        def __call__(self, request, replicas):
+            return 0
+
     servelab.register_router("py-ctor", Broken)
     with pytest.raises(servelab.PolicyError, match=r"router 'py-ctor': raised ValueError: no state"):
         servelab.run(BURST_TINY, overrides=cluster("py-ctor"))
