@@ -14,6 +14,9 @@ namespace {
 using Symbol = Grammar::Symbol;
 
 constexpr std::int64_t kMaxCount = 1000;
+// Parenthesised groups nest at most this deep (the parser recurses once per level; the regex
+// compiler has the same bound).
+constexpr int kMaxNesting = 256;
 
 class Parser {
  public:
@@ -133,8 +136,13 @@ class Parser {
     if (c == '"') return string_literal();
     if (c == '[') return char_class();
     if (c == '(') {
+      if (depth_ == kMaxNesting) {
+        fail("groups nested more than " + std::to_string(kMaxNesting) + " deep");
+      }
       ++pos_;
+      ++depth_;
       std::vector<std::vector<Symbol>> alts = alternatives(/*top=*/false);
+      --depth_;
       skip();
       if (peek() != ')') fail("expected ')'");
       ++pos_;
@@ -281,6 +289,7 @@ class Parser {
   Grammar& g_;
   std::string_view t_;
   std::size_t pos_ = 0;
+  int depth_ = 0;  // groups open at pos_
   std::map<std::string, Symbol> rules_;
   std::map<std::string, bool> defined_;
   std::map<std::string, std::size_t> used_;  // name -> first use

@@ -15,7 +15,10 @@ void set_bit(TokenMask& m, std::int32_t t) {
 GrammarAutomaton::GrammarAutomaton(std::shared_ptr<const GrammarMatcher> matcher,
                                    std::shared_ptr<const TokenTrie> trie,
                                    std::vector<std::int32_t> end_tokens)
-    : matcher_(std::move(matcher)), trie_(std::move(trie)), end_tokens_(std::move(end_tokens)) {
+    : matcher_(std::move(matcher)),
+      initial_(matcher_->initial()),
+      trie_(std::move(trie)),
+      end_tokens_(std::move(end_tokens)) {
   std::int32_t top = trie_->vocab();
   for (const std::int32_t t : end_tokens_) top = std::max(top, t + 1);
   words_ = (static_cast<std::size_t>(top) + 31) / 32;

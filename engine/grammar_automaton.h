@@ -37,6 +37,9 @@ class GrammarAutomaton {
  public:
   static constexpr std::int32_t kDead = -1;
 
+  // Computes the grammar's initial state: throws std::length_error (kMaxGrammarParses) for a
+  // grammar with too many parses at its start (a choice among thousands of strings), so that a
+  // request is refused when it arrives, not in the middle of a step.
   GrammarAutomaton(std::shared_ptr<const GrammarMatcher> matcher,
                    std::shared_ptr<const TokenTrie> trie, std::vector<std::int32_t> end_tokens);
 
@@ -46,7 +49,7 @@ class GrammarAutomaton {
   void reset_if_full() const;
   // The id of state `s` (kDead for a dead state).
   std::int32_t intern(const GrammarState& s) const;
-  std::int32_t initial() const { return intern(matcher_->initial()); }
+  std::int32_t initial() const { return intern(initial_); }
   // The state after `tokens` (kDead at the first token outside the trie or the grammar).
   std::int32_t feed(std::int32_t id, std::span<const std::int32_t> tokens) const;
   // A state's recognizer state (for kDead: the dead one).
@@ -61,6 +64,7 @@ class GrammarAutomaton {
   std::int32_t step(std::int32_t id, unsigned char b) const;
 
   std::shared_ptr<const GrammarMatcher> matcher_;
+  GrammarState initial_;  // matcher_->initial(), computed once
   std::shared_ptr<const TokenTrie> trie_;
   std::vector<std::int32_t> end_tokens_;
   std::size_t words_ = 0;

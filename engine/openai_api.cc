@@ -115,9 +115,14 @@ std::vector<std::int32_t> token_array(const json& a, const std::string& param,
   ids.reserve(a.size());
   for (const json& t : a) {
     expect(t.is_number_integer(), param, "an array of token ids (integers)");
+    // A JSON integer past INT64_MAX is unsigned: compared as such, not wrapped negative.
+    const bool in_vocab =
+        t.is_number_unsigned()
+            ? t.get<std::uint64_t>() < static_cast<std::uint64_t>(limits.vocab_size)
+            : t.get<std::int64_t>() >= 0 && t.get<std::int64_t>() < limits.vocab_size;
     const auto v = t.get<std::int64_t>();
-    if (v < 0 || v >= limits.vocab_size) {
-      throw invalid_request("'" + param + "': token id " + std::to_string(v) +
+    if (!in_vocab) {
+      throw invalid_request("'" + param + "': token id " + t.dump() +
                                 " is outside the vocabulary [0, " +
                                 std::to_string(limits.vocab_size) + ")",
                             param);
@@ -192,8 +197,15 @@ std::int32_t max_tokens_field(const json& body, const char* key, std::int32_t fa
                               bool zero_ok = false) {
   if (!body.contains(key) || body[key].is_null()) return fallback;
   expect(body[key].is_number_integer(), key, "an integer");
+  constexpr std::int64_t kMost = 1 << 24;  // far past any context; keeps the sums in int32
+  if ((body[key].is_number_unsigned() && body[key].get<std::uint64_t>() > kMost) ||
+      body[key].get<std::int64_t>() > kMost) {
+    throw invalid_request(std::string("'") + key + "': expected at most " + std::to_string(kMost) +
+                              ", got " + body[key].dump(),
+                          key);
+  }
   const auto v = body[key].get<std::int64_t>();
-  if (v < (zero_ok ? 0 : 1) || v > (1 << 24)) {
+  if (v < (zero_ok ? 0 : 1)) {
     throw invalid_request(
         std::string("'") + key + "': expected at least " + (zero_ok ? "0" : "1") +
             (!zero_ok && v == 0 ? " (0 only with echo: true, on completions)" : ""),

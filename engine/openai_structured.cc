@@ -1,5 +1,9 @@
 #include "engine/openai_structured.h"
 
+#include <string>
+
+#include "core/json_depth.h"
+
 namespace servelab {
 namespace {
 
@@ -13,6 +17,12 @@ ojson schema_value(const ojson& v, const std::string& where, const std::string& 
   if (v.is_object() || v.is_boolean()) return v;
   if (v.is_string()) {
     const std::string& text = v.get_ref<const std::string&>();
+    // As a body is (core/json_depth.h): a deeper document would be copied and freed recursively.
+    if (json_too_deep(text)) {
+      throw invalid_request("'" + where + "': the schema's text is nested more than " +
+                                std::to_string(kMaxJsonDepth) + " levels deep",
+                            param);
+    }
     ojson parsed = ojson::parse(text, nullptr, /*allow_exceptions=*/false);
     if (!parsed.is_discarded() && (parsed.is_object() || parsed.is_boolean())) return parsed;
   }

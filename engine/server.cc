@@ -390,7 +390,7 @@ class Server {
                 std::make_shared<const TokenTrie>(tokenizer, engine.llama.model.vocab_size),
                 with_extra_eos(engine.llama.model.eos_token_ids, defaults.eos_token_ids),
                 std::make_shared<GrammarCache>(),
-                reasoning_tokens(reasoning_parser.get(), tokenizer)},
+                reasoning_tokens(reasoning_parser_.get(), tokenizer)},
         clock_(0),
         queue_(options.max_in_flight, clock_),
         metrics_(model_name_),

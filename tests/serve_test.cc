@@ -775,6 +775,26 @@ TEST(EngineServe, StructuredOutputsHoldTheTextToTheirGrammar) {
   refused(b, "structured_outputs", "the rule 'item' is left-recursive");
   b["structured_outputs"] = {{"structural_tag", "{}"}};
   refused(b, "structured_outputs", "'structured_outputs.structural_tag' is not supported");
+  // Too ambiguous at its start (a choice among thousands): refused on arrival; it stopped the
+  // engine, and with it the server, at the first step.
+  json many = json::array();
+  for (int i = 0; i < 4200; ++i) many.push_back("a" + std::to_string(i));
+  b["structured_outputs"] = {{"choice", many}};
+  refused(b, "structured_outputs", "more than 4096 parses alive at once");
+  // Nested past the parsers' bounds: refused, not a stack overflow.
+  b["structured_outputs"] = {
+      {"grammar", "root ::= " + std::string(300, '(') + "\"a\"" + std::string(300, ')')}};
+  refused(b, "structured_outputs", "groups nested more than 256 deep");
+  b["structured_outputs"] = {
+      {"json", "{\"const\": " + std::string(100000, '[') + std::string(100000, ']') + "}"}};
+  refused(b, "structured_outputs", "the schema's text is nested more than 256 levels deep");
+  b.erase("structured_outputs");
+  b["max_tokens"] = 2147483648LL;
+  refused(b, "max_tokens", "'max_tokens': expected at most 16777216, got 2147483648");
+  b.erase("max_tokens");
+  b["prompt"] = json::array({9223372036854775808ULL});
+  refused(b, "prompt", "token id 9223372036854775808 is outside the vocabulary");
+  b["prompt"] = "x";
   b["structured_outputs"] = {{"choice", {"a"}}, {"regex", "a"}};
   refused(b, "structured_outputs", "exactly one of");
   b["response_format"] = {{"type", "json_object"}};
@@ -869,6 +889,20 @@ TEST(EngineServe, ReasoningComesBackAsReasoningContent) {
   const json completion =
       post("/v1/completions", {{"prompt", "x"}, {"max_tokens", 1}, {"logit_bias", {{"1", 100}}}});
   EXPECT_EQ(completion["choices"][0]["text"], answer);
+  // Structured outputs bind the answer, not the thinking: </think> (favoured by the bias) ends a
+  // free reasoning, then the grammar holds (it masked </think> from the first token before
+  // the server read the parser's token ids: the output was all reasoning).
+  const json constrained =
+      post("/v1/chat/completions", {{"messages", {{{"role", "user"}, {"content", "hi"}}}},
+                                    {"max_tokens", 3},
+                                    {"logit_bias", {{"4", 100}}},
+                                    {"stop_token_ids", {0}},
+                                    {"structured_outputs", {{"regex", "[a-c]+"}}}});
+  const json& cm = constrained["choices"][0]["message"];
+  ASSERT_TRUE(cm["content"].is_string()) << constrained.dump();
+  EXPECT_TRUE(std::regex_match(cm["content"].get<std::string>(), std::regex("[a-c]{2}")))
+      << constrained.dump();
+  EXPECT_EQ(cm.value("reasoning_content", json("")), json("")) << constrained.dump();
   fs::remove_all(dir);
 }
 
