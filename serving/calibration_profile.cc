@@ -84,6 +84,7 @@ CalibratedProfile load_calibrated_profile(const std::string& path) {
   CalibratedProfile p;
   p.file = path;
   p.model = doc.get_string("model");
+  if (p.model.empty()) doc.at("model").fail("the name of the model it was calibrated for");
   p.device = doc.get_string("device", "");
   if (const std::optional<ConfigNode> m = doc.find("machine")) {
     m->allow_keys({"kind", "name", "threads"});
@@ -190,6 +191,10 @@ CalibratedProfile load_calibrated_profile(const std::string& path) {
 
 void check_profile_storage(const CalibratedProfile& p, const ModelConfig& model,
                            const std::string& where) {
+  if (p.model != model.name) {
+    throw ConfigError(where + ": key 'cost_model.file': " + p.file + " was calibrated for model '" +
+                      p.model + "', but the experiment runs '" + model.name + "'");
+  }
   const std::string measured_q = p.quantization.empty() ? "none" : p.quantization;
   if (model.quantization != measured_q) {
     const std::string measured =

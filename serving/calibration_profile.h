@@ -125,12 +125,13 @@ std::string unknown_storage_word(std::string_view value, const std::string_view 
 // (warn_if_calibrated_elsewhere).
 CalibratedProfile load_calibrated_profile(const std::string& path);
 
-// The profile measured the model as the engine stored it: its weight quantization (none for a
-// file without `quantization:`) and its KV dtype (`kv_cache_dtype:`; for an older file without
-// it, K/V of block_bytes / block_size bytes per token). Throws ConfigError, prefixed with `where`
-// (the experiment or run config naming the model), when `model` is stored otherwise (another
-// quantization, another KV dtype, or for an older file another number of KV bytes per token):
-// priced by the profile, such a run would silently get the measured model's step times.
+// The profile measured this model (its name), stored as the engine stored it: its weight
+// quantization (none for a file without `quantization:`) and its KV dtype (`kv_cache_dtype:`;
+// for an older file without it, K/V of block_bytes / block_size bytes per token). Throws
+// ConfigError, prefixed with `where` (the experiment or run config naming the model), for
+// another model, or one stored otherwise (another quantization, another KV dtype, or for an
+// older file another number of KV bytes per token): priced by the profile, such a run would
+// silently get the measured model's step times.
 void check_profile_storage(const CalibratedProfile& profile, const ModelConfig& model,
                            const std::string& where);
 

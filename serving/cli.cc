@@ -7,8 +7,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <map>
 #include <new>
-#include <set>
 #include <string>
 #include <string_view>
 
@@ -177,11 +177,13 @@ CLI::Validator non_empty(const std::string& what) {
 }
 
 void check_overrides(const std::vector<std::string>& overrides, bool seed_given) {
-  std::set<std::string> keys;
+  std::map<std::string, std::string> given;  // key -> the whole assignment
   for (const std::string& o : overrides) {
     const std::string key = o.substr(0, o.find('='));
-    if (!keys.insert(key).second) {
-      throw UsageError("--set " + key + ": given more than once (give each key one value)");
+    const auto [it, added] = given.emplace(key, o);
+    if (!added && it->second != o) {
+      throw UsageError("--set " + key + ": given more than once, with different values ('" +
+                       it->second + "', '" + o + "'; give each key one value)");
     }
     if (seed_given && key == "seed") {
       throw UsageError("--set seed: given with --seed too (give the seed once)");

@@ -81,8 +81,9 @@ CLI::Option* add_quiet(CLI::App& app, bool& quiet);
 CLI::Option* add_force(CLI::App& app, bool& force, const std::string& what);
 CLI::Option* add_out(CLI::App& app, std::string& out, const std::string& what);
 
-// Throws UsageError for two --set values of one key ("--set K: given more than once", the
-// later would silently win) and for --set seed=N beside --seed (`seed_given`).
+// Throws UsageError for two different --set values of one key ("--set K: given more than
+// once", the later would silently win; the same assignment twice is harmless) and for --set
+// seed=N beside --seed (`seed_given`).
 void check_overrides(const std::vector<std::string>& overrides, bool seed_given);
 
 // Adds the experiment options (the positional EXP.yaml, --out/-o, --seed, --set,

@@ -230,6 +230,12 @@ EngineProfile read_profile(const std::string& path) {
     if (line[0] == '#') {
       const std::string_view body = line.substr(1);
       const auto colon = body.find(':');
+      if (colon != std::string_view::npos && !header.empty()) {
+        // `engine profile` writes every header line before the column names: one after them
+        // would be ignored, and the file read without it.
+        fail("a header line ('#" + shorten(std::string(body.substr(0, colon))) +
+             ": ...') after the column names; move it above them");
+      }
       if (colon != std::string_view::npos && header.empty()) {
         const std::string key(trim(body.substr(0, colon)));
         const std::string value(trim(body.substr(colon + 1)));
@@ -267,7 +273,11 @@ EngineProfile read_profile(const std::string& path) {
     for (const std::string_view field : csv.fields()) f.emplace_back(trim(field));
     if (header.empty()) {
       header = std::move(f);
-      for (std::size_t i = 0; i < header.size(); ++i) col[header[i]] = i;
+      for (std::size_t i = 0; i < header.size(); ++i) {
+        if (!col.emplace(header[i], i).second) {
+          fail("the column '" + header[i] + "' appears twice in the header");
+        }
+      }
       for (const std::string& c : profile_columns()) {
         if (c == "reps" || c == "min_ns" || c == "max_ns") continue;
         if (!col.count(c)) fail("the header has no column '" + c + "'");
@@ -283,13 +293,16 @@ EngineProfile read_profile(const std::string& path) {
       fail("expected " + std::to_string(header.size()) + " fields, got " +
            std::to_string(f.size()));
     }
+    // Counts and durations up to 1e15 (tokens, pairs, blocks; nanoseconds: 11.6 days), so the
+    // fit's sums of a few of them stay far inside int64.
+    constexpr long long kMaxValue = 1'000'000'000'000'000;
     auto integer = [&](const std::string& name) -> std::int64_t {
       const std::string& s = f[col.at(name)];
       errno = 0;
       char* end = nullptr;
       const long long v = std::strtoll(s.c_str(), &end, 10);
-      if (s.empty() || *end != '\0' || errno != 0 || v < 0) {
-        fail("column '" + name + "': expected a non-negative integer, got '" + s + "'");
+      if (s.empty() || *end != '\0' || errno != 0 || v < 0 || v > kMaxValue) {
+        fail("column '" + name + "': expected an integer in [0, 1e15], got '" + s + "'");
       }
       return v;
     };
@@ -297,6 +310,11 @@ EngineProfile read_profile(const std::string& path) {
     r.line = csv.line_number();
     r.family = f[col.at("family")];
     if (r.family.empty()) fail("column 'family': empty");
+    for (const char c : r.family) {
+      if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+        fail("column 'family': a control character in '" + shorten(r.family) + "'");
+      }
+    }
     StepFeatures& s = r.features.step;
     s.num_tokens = integer("num_tokens");
     s.prefill_tokens = integer("prefill_tokens");
@@ -335,7 +353,9 @@ EngineProfile read_profile(const std::string& path) {
       const std::string& text = f[it->second];
       char* end = nullptr;
       const double w = std::strtod(text.c_str(), &end);
-      if (*end != '\0' || !(w > 0) || w > 1e5) {
+      // Decimal only: strtod would read "0x10" as 16 W and "inf" as infinite.
+      const bool decimal = text.find_first_not_of("0123456789.eE+-") == std::string::npos;
+      if (!decimal || *end != '\0' || !(w > 0) || w > 1e5) {
         fail("column 'power_w': expected watts in (0, 1e5] or nothing, got '" + f[it->second] +
              "'");
       }
@@ -369,6 +389,9 @@ EngineProfile read_profile(const std::string& path) {
     return v;
   };
   if (!p.header.count("model")) throw ConfigError(path + ": header line '# model: ...' is missing");
+  if (p.header.at("model").empty()) {
+    throw ConfigError(path + ": header 'model': expected the profiled model's name, got nothing");
+  }
   p.block_size = static_cast<std::int32_t>(header_int("block_size", 1, 256));
   p.block_bytes = header_int("block_bytes", 1, std::int64_t{1} << 40);
   if (p.header.count("lora_rank") || first_lora_line > 0) {

@@ -52,11 +52,6 @@ std::unique_ptr<const CalibratedCostModel> make_calibrated_cost_model(
     const ExperimentConfig& config, const ModelConfig& model) {
   if (!config.cost_model.calibrated) return nullptr;
   const CalibratedProfile& p = *config.cost_model.calibrated;
-  if (p.model != model.name) {
-    throw ConfigError(config.file + ": key 'cost_model.file': " + p.file +
-                      " was calibrated for model '" + p.model + "', but the experiment runs '" +
-                      model.name + "'");
-  }
   check_profile_storage(p, model, config.file);
   // A CPU calibration predicts the CPU engine, which runs on this host: say so when this host's
   // CPU is not the one it was measured on (a CUDA calibration is never warned about here).

@@ -3,6 +3,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -63,7 +64,87 @@ struct Csv {
     if (at(row, name).empty()) return std::nullopt;
     return number(row, name);
   }
+  // A column read_csv checked to be an integer of its range (kColumnTypes).
+  std::int64_t integer(std::size_t row, const std::string& name) const {
+    return std::strtoll(at(row, name).c_str(), nullptr, 10);
+  }
 };
+
+// What validate reads of a run folder's files, checked for every row when the file is read, so
+// a hand-edited or corrupt value is named (FILE:LINE: column 'X': expected ..., got '...')
+// instead of reaching a cast or a vector size.
+struct ColumnType {
+  enum Kind { kInteger, kNumber, kWord } kind;
+  double min = 0, max = 0;           // kInteger, kNumber: the accepted range
+  bool empty_ok = false;             // "" is accepted (a value a run does not know)
+  std::vector<std::string> words{};  // kWord
+};
+
+constexpr double kMaxCount = 1e9;     // tokens, blocks, requests of a step
+constexpr double kMaxIndex = 4e18;    // request ids and step indices (int64)
+constexpr double kMaxSeconds = 1e12;  // times and durations
+
+const std::map<std::string, ColumnType>& column_types(const std::string& file_name) {
+  using K = ColumnType;
+  static const std::map<std::string, std::map<std::string, ColumnType>> table = {
+      {"requests.csv",
+       {{"id", {K::kInteger, 0, kMaxIndex}},
+        {"arrival_s", {K::kNumber, 0, kMaxSeconds}},
+        {"first_token_s", {K::kNumber, 0, kMaxSeconds, true}},
+        {"finish_s", {K::kNumber, 0, kMaxSeconds, true}},
+        {"prompt_tokens", {K::kInteger, 0, kMaxCount}},
+        {"output_tokens", {K::kInteger, 0, kMaxCount}},
+        {"ttft_ms", {K::kNumber, 0, kMaxSeconds, true}},
+        {"tpot_ms", {K::kNumber, 0, kMaxSeconds, true}},
+        {"e2e_ms", {K::kNumber, 0, kMaxSeconds, true}},
+        {"queueing_ms", {K::kNumber, 0, kMaxSeconds, true}}}},
+      {"steps.csv",
+       {{"step", {K::kInteger, 0, kMaxIndex}},
+        {"start_s", {K::kNumber, 0, kMaxSeconds}},
+        {"duration_ms", {K::kNumber, 0, kMaxSeconds}},
+        {"num_seqs", {K::kInteger, 0, kMaxCount}},
+        {"prefill_tokens", {K::kInteger, 0, kMaxCount}},
+        {"decode_tokens", {K::kInteger, 0, kMaxCount}},
+        {"swap_out_blocks", {K::kInteger, 0, kMaxCount}},
+        {"swap_in_blocks", {K::kInteger, 0, kMaxCount}}}},
+      {"schedule.csv",
+       {{"step", {K::kInteger, 0, kMaxIndex}},
+        {"request", {K::kInteger, 0, kMaxIndex}},
+        {"first_token", {K::kInteger, 0, kMaxCount}},
+        {"num_tokens", {K::kInteger, 1, kMaxCount}},
+        {"kind", {K::kWord, 0, 0, false, {"prefill", "decode"}}}}},
+  };
+  static const std::map<std::string, ColumnType> none;
+  const auto it = table.find(file_name);
+  return it == table.end() ? none : it->second;
+}
+
+// Empty when `text` is a value of `type`, else what was expected.
+std::string type_error(const ColumnType& type, const std::string& text) {
+  if (text.empty() && type.empty_ok) return "";
+  std::ostringstream range;
+  range << "[" << type.min << ", " << type.max << "]";
+  if (type.kind == ColumnType::kWord) {
+    if (std::find(type.words.begin(), type.words.end(), text) != type.words.end()) return "";
+    std::string all;
+    for (const std::string& w : type.words) all += (all.empty() ? "" : " or ") + w;
+    return all;
+  }
+  char* end = nullptr;
+  errno = 0;
+  if (type.kind == ColumnType::kInteger) {
+    const long long v = std::strtoll(text.c_str(), &end, 10);
+    if (!text.empty() && *end == '\0' && errno == 0 && static_cast<double>(v) >= type.min &&
+        static_cast<double>(v) <= type.max) {
+      return "";
+    }
+    return "an integer in " + range.str();
+  }
+  const double v = std::strtod(text.c_str(), &end);
+  if (!text.empty() && *end == '\0' && std::isfinite(v) && v >= type.min && v <= type.max)
+    return "";
+  return "a number in " + range.str();
+}
 
 // The columns a run folder's file must have for what validate reads of it (a file of another
 // shape would otherwise be read as no rows).
@@ -82,16 +163,29 @@ Csv read_csv(const std::string& path) {
   Csv c;
   c.file = path;
   std::size_t width = 0;
+  const std::map<std::string, ColumnType>& types = column_types(fs::path(path).filename().string());
   while (csv.next_row()) {
     const std::span<const std::string_view> f = csv.fields();
     if (c.col.empty()) {
-      for (std::size_t i = 0; i < f.size(); ++i) c.col[std::string(f[i])] = i;
+      for (std::size_t i = 0; i < f.size(); ++i) {
+        if (!c.col.emplace(std::string(f[i]), i).second) {
+          csv.fail_message("the column '" + std::string(f[i]) + "' appears twice in the header");
+        }
+      }
       width = f.size();
       continue;
     }
     if (f.size() != width) {
       csv.fail_message("expected " + std::to_string(width) + " fields, got " +
                        std::to_string(f.size()));
+    }
+    for (const auto& [name, type] : types) {
+      const auto it = c.col.find(name);
+      if (it == c.col.end()) continue;
+      const std::string value(f[it->second]);
+      if (const std::string expected = type_error(type, value); !expected.empty()) {
+        csv.fail_message("column '" + name + "': expected " + expected + ", got '" + value + "'");
+      }
     }
     c.rows.emplace_back(f.begin(), f.end());
     c.lines.push_back(csv.line_number());
@@ -127,8 +221,12 @@ nlohmann::json read_json(const std::string& path) {
 // The run folder's backend (serving/run_folder.h run_backend), or a ConfigError naming it.
 std::string backend_of(const std::string& dir) {
   if (std::optional<std::string> backend = run_backend(dir)) return *backend;
-  throw ConfigError(dir + "/summary.json: missing, or without a run.backend; not a ServeLab run " +
-                    "folder");
+  const std::string path = dir + "/summary.json";
+  if (!fs::is_regular_file(path)) {
+    throw ConfigError(path + ": missing; not a ServeLab run folder");
+  }
+  read_json(path);  // names a malformed file as such
+  throw ConfigError(path + ": without a run.backend; not a ServeLab run folder");
 }
 
 YAML::Node read_yaml(const std::string& path) {
@@ -161,7 +259,7 @@ struct ScheduledStep {
 std::vector<ScheduledStep> schedule_by_step(const Csv& c) {
   std::vector<ScheduledStep> steps;
   for (std::size_t i = 0; i < c.rows.size(); ++i) {
-    const auto step = static_cast<std::int64_t>(c.number(i, "step"));
+    const std::int64_t step = c.integer(i, "step");
     if (steps.empty() || steps.back().index != step) {
       if (!steps.empty() && step < steps.back().index) {
         throw ConfigError(c.file + ":" + std::to_string(c.lines[i]) + ": steps out of order");
@@ -190,32 +288,39 @@ struct ReplayModel {
 
 // The run's model as it was stored: `model:` is a name, or {name, kv_cache_dtype, quantization}
 // when the run stated those.
-ModelConfig run_model(const YAML::Node& sim_config) {
-  const YAML::Node model_node = sim_config["model"];
-  const bool model_map = model_node && model_node.IsMap();
-  ModelConfig m = load_model((model_map ? model_node["name"] : model_node).as<std::string>(""),
-                             default_catalog_dir());
-  if (model_map && model_node["kv_cache_dtype"]) {
-    m.kv_cache_dtype = model_node["kv_cache_dtype"].as<std::string>();
+ModelConfig run_model(const ConfigNode& sim_config) {
+  const ConfigNode model_node = sim_config.at("model");
+  ModelConfig m =
+      load_model(model_node.is_map() ? model_node.get_string("name") : model_node.as_string(),
+                 default_catalog_dir());
+  if (model_node.is_map() && model_node.has("kv_cache_dtype")) {
+    m.kv_cache_dtype = model_node.get_string("kv_cache_dtype");
   }
-  if (model_map && model_node["quantization"]) {
-    m.quantization = model_node["quantization"].as<std::string>();
+  if (model_node.is_map() && model_node.has("quantization")) {
+    m.quantization = model_node.get_string("quantization");
   }
   return m;
 }
 
-ReplayModel replay_model(const YAML::Node& sim_config, const std::string& sim_config_path,
+// The cost model the sim run's config.yaml (`sim_config`) names, or the cost.yaml
+// `override_file` (--cost-model) when given. A value of the wrong type names its line.
+ReplayModel replay_model(const ConfigNode& sim_config, const std::string& sim_config_path,
                          const std::string& override_file) {
   ReplayModel r;
-  const std::int32_t block_size = sim_config["serving"]["block_size"].as<std::int32_t>(16);
+  const std::int32_t block_size =
+      sim_config.has("serving")
+          ? static_cast<std::int32_t>(sim_config.at("serving").get_int("block_size", 16, 1, 256))
+          : 16;
+  const std::optional<ConfigNode> cm =
+      sim_config.has("cost_model") ? std::optional(sim_config.at("cost_model")) : std::nullopt;
+  if (cm && !cm->is_map()) cm->fail("a mapping");
   std::string file = override_file;
-  if (file.empty() && sim_config["cost_model"] && sim_config["cost_model"]["file"]) {
-    file = sim_config["cost_model"]["file"].as<std::string>();
-  }
+  if (file.empty() && cm && cm->has("file")) file = cm->get_string("file");
   if (!file.empty()) {
     if (!fs::exists(file)) {
-      throw ConfigError(sim_config_path + ": key 'cost_model.file': '" + file +
-                        "' not found (pass --cost-model FILE)");
+      throw ConfigError(override_file.empty() ? sim_config_path + ": key 'cost_model.file': '" +
+                                                    file + "' not found (pass --cost-model FILE)"
+                                              : "--cost-model " + file + ": not found");
     }
     CalibratedProfile profile = load_calibrated_profile(file);
     check_profile_storage(profile, run_model(sim_config), sim_config_path);
@@ -227,17 +332,19 @@ ReplayModel replay_model(const YAML::Node& sim_config, const std::string& sim_co
     r.description = "calibrated (" + file + ")";
     return r;
   }
-  const std::string hardware = sim_config["hardware"].as<std::string>("");
+  const std::string hardware = sim_config.get_string("hardware");
   HardwareConfig hw = load_hardware(hardware, default_catalog_dir());
   // The serving stack's host time and block indirection, when the simulated run stated them
   // (serving/experiment.h).
-  if (const YAML::Node cm = sim_config["cost_model"]; cm && cm.IsMap()) {
-    if (cm["step_overhead_us"]) hw.step_overhead_s = cm["step_overhead_us"].as<double>() * 1e-6;
-    if (cm["sequence_overhead_us"]) {
-      hw.sequence_overhead_s = cm["sequence_overhead_us"].as<double>() * 1e-6;
+  if (cm) {
+    if (cm->has("step_overhead_us")) {
+      hw.step_overhead_s = cm->get_double("step_overhead_us", 0, 1e9) * 1e-6;
     }
-    if (cm["block_indirection_ns"]) {
-      hw.block_indirection_s = cm["block_indirection_ns"].as<double>() * 1e-9;
+    if (cm->has("sequence_overhead_us")) {
+      hw.sequence_overhead_s = cm->get_double("sequence_overhead_us", 0, 1e9) * 1e-6;
+    }
+    if (cm->has("block_indirection_ns")) {
+      hw.block_indirection_s = cm->get_double("block_indirection_ns", 0, 1e12) * 1e-9;
     }
   }
   r.model = std::make_unique<RooflineCostModel>(run_model(sim_config), hw, block_size);
@@ -253,17 +360,19 @@ std::vector<EngineStep> engine_steps(const std::string& engine_dir) {
   const Csv steps = read_csv(engine_dir + "/steps.csv");
   std::map<std::int64_t, std::int64_t> known;  // request -> prompt + outputs so far
   for (std::size_t i = 0; i < req.rows.size(); ++i) {
-    known[static_cast<std::int64_t>(req.number(i, "id"))] =
-        static_cast<std::int64_t>(req.number(i, "prompt_tokens"));
+    if (!known.emplace(req.integer(i, "id"), req.integer(i, "prompt_tokens")).second) {
+      throw ConfigError(req.file + ":" + std::to_string(req.lines[i]) + ": request " +
+                        req.at(i, "id") + " appears twice");
+    }
   }
   std::map<std::int64_t, StepPlan> plans;  // by step index
   for (std::size_t i = 0; i < sched.rows.size(); ++i) {
-    const auto step = static_cast<std::int64_t>(sched.number(i, "step"));
-    const auto id = static_cast<std::int64_t>(sched.number(i, "request"));
+    const std::int64_t step = sched.integer(i, "step");
+    const std::int64_t id = sched.integer(i, "request");
     ScheduledRequest r;
     r.id = static_cast<RequestId>(id);
-    r.first_token = static_cast<std::int32_t>(sched.number(i, "first_token"));
-    r.num_tokens = static_cast<std::int32_t>(sched.number(i, "num_tokens"));
+    r.first_token = static_cast<std::int32_t>(sched.integer(i, "first_token"));
+    r.num_tokens = static_cast<std::int32_t>(sched.integer(i, "num_tokens"));
     r.is_prefill = sched.at(i, "kind") == "prefill";
     auto it = known.find(id);
     if (it == known.end()) {
@@ -277,10 +386,10 @@ std::vector<EngineStep> engine_steps(const std::string& engine_dir) {
   std::vector<EngineStep> out;
   for (std::size_t i = 0; i < steps.rows.size(); ++i) {
     EngineStep st;
-    st.step = static_cast<std::int64_t>(steps.number(i, "step"));
+    st.step = steps.integer(i, "step");
     st.plan = std::move(plans[st.step]);
-    st.plan.swap_out.resize(static_cast<std::size_t>(steps.number(i, "swap_out_blocks")));
-    st.plan.swap_in.resize(static_cast<std::size_t>(steps.number(i, "swap_in_blocks")));
+    st.plan.swap_out.resize(static_cast<std::size_t>(steps.integer(i, "swap_out_blocks")));
+    st.plan.swap_in.resize(static_cast<std::size_t>(steps.integer(i, "swap_in_blocks")));
     st.measured_s = steps.number(i, "duration_ms") * 1e-3;
     if (steps.col.count("start_s")) st.start_s = steps.number(i, "start_s");
     out.push_back(std::move(st));
@@ -313,6 +422,21 @@ HostOverhead fit_host_overhead(const std::string& engine_dir, CalibratedProfile&
   if (const std::string backend = backend_of(engine_dir); !backend.starts_with("engine-")) {
     throw ConfigError(engine_dir + ": --engine-run needs an engine run folder (engine run " +
                       "--record-schedule), got a run of backend '" + backend + "'");
+  }
+  // The run must be of the profiled model, stored and paged the same way: its steps are priced
+  // by the profile, and the residual is what the profile does not explain.
+  const std::string config_path = engine_dir + "/config.yaml";
+  const ConfigNode config = ConfigNode::load_file(config_path);
+  check_profile_storage(profile, run_model(config), config_path);
+  if (config.has("serving")) {
+    const ConfigNode serving = config.at("serving");
+    if (serving.get_int("block_size", 16, 1, 256) != profile.block_size) {
+      serving.at("block_size")
+          .fail_message("the run's blocks are of " +
+                        std::to_string(serving.get_int("block_size", 16, 1, 256)) +
+                        " tokens, the profile's of " + std::to_string(profile.block_size) +
+                        " (profile with --block-size to match)");
+    }
   }
   const std::vector<EngineStep> steps = engine_steps(engine_dir);
   const std::vector<AttributionStep> timed = timed_steps(steps);
@@ -362,7 +486,7 @@ HostOverhead fit_host_overhead(const std::string& engine_dir, CalibratedProfile&
   const Csv req = read_csv(engine_dir + "/requests.csv");
   std::vector<AttributionRequest> arrivals(req.rows.size());
   for (std::size_t j = 0; j < req.rows.size(); ++j) {
-    arrivals[j].id = static_cast<std::int64_t>(req.number(j, "id"));
+    arrivals[j].id = req.integer(j, "id");
     arrivals[j].arrival_s = req.number(j, "arrival_s");
   }
   std::vector<double> wake = idle_wake_ups(timed, arrivals);
@@ -490,7 +614,8 @@ ValidationReport validate_runs(const std::string& sim_dir, const std::string& en
   const Csv sim_req = read_csv(sim_dir + "/requests.csv"),
             eng_req = read_csv(engine_dir + "/requests.csv");
   if (fs::exists(engine_dir + "/schedule.csv")) {
-    const ReplayModel rm = replay_model(sc, sim_cfg_path, cost_model_file);
+    const ReplayModel rm =
+        replay_model(ConfigNode::load_file(sim_cfg_path), sim_cfg_path, cost_model_file);
     rep.replay_cost_model = rm.description;
     const std::vector<EngineStep> steps = engine_steps(engine_dir);
     std::vector<double> errors;
@@ -510,24 +635,29 @@ ValidationReport validate_runs(const std::string& sim_dir, const std::string& en
   }
 
   // 4. Requests, joined by id over those finished in both.
-  std::map<std::string, std::size_t> sim_rows;
-  for (std::size_t i = 0; i < sim_req.rows.size(); ++i) sim_rows[sim_req.at(i, "id")] = i;
+  std::map<std::int64_t, std::size_t> sim_rows;
+  for (std::size_t i = 0; i < sim_req.rows.size(); ++i) {
+    if (!sim_rows.emplace(sim_req.integer(i, "id"), i).second) {
+      throw ConfigError(sim_req.file + ":" + std::to_string(sim_req.lines[i]) + ": request " +
+                        sim_req.at(i, "id") + " appears twice");
+    }
+  }
   std::vector<double> ttft, tpot, e2e;
   std::vector<AttributionRequest> attributed;
   for (std::size_t j = 0; j < eng_req.rows.size(); ++j) {
-    auto it = sim_rows.find(eng_req.at(j, "id"));
+    auto it = sim_rows.find(eng_req.integer(j, "id"));
     if (it == sim_rows.end()) continue;
     const std::size_t i = it->second;
     if (sim_req.at(i, "status") != "finished" || eng_req.at(j, "status") != "finished") continue;
     ++rep.requests_compared;
     if (!timed.empty()) {
       AttributionRequest& a = attributed.emplace_back();
-      a.id = static_cast<std::int64_t>(eng_req.number(j, "id"));
+      a.id = eng_req.integer(j, "id");
       a.arrival_s = eng_req.number(j, "arrival_s");
       a.first_token_s = eng_req.number(j, "first_token_s");
       a.finish_s = eng_req.number(j, "finish_s");
-      a.prompt_tokens = static_cast<std::int64_t>(eng_req.number(j, "prompt_tokens"));
-      a.output_tokens = static_cast<std::int64_t>(eng_req.number(j, "output_tokens"));
+      a.prompt_tokens = eng_req.integer(j, "prompt_tokens");
+      a.output_tokens = eng_req.integer(j, "output_tokens");
       a.sim_ttft_ms = sim_req.number(i, "ttft_ms");
       a.sim_tpot_ms = sim_req.maybe(i, "tpot_ms");
     }

@@ -38,6 +38,8 @@ double parse_double(const CsvReader& in, std::string_view field, const std::stri
 double logistic(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 double logit(double p) { return std::log(p / (1.0 - p)); }
 
+constexpr std::size_t kMinVidurTokenCounts = 4;
+
 // The held-out token counts: those at odd positions in the sorted distinct counts.
 void split_tokens(const VidurProfile& p, std::vector<std::int64_t>& train,
                   std::vector<std::int64_t>& test) {
@@ -137,9 +139,13 @@ VidurProfile read_vidur_profile(const std::string& path) {
     const auto tp = parse_int(f[c_tp]);
     if (!tp || *tp < 1) in.fail("a positive tensor-parallel degree", f[c_tp]);
     if (*tp != 1) continue;
+    // Model dimensions and token counts up to 2^30: far past any profile, and products of a
+    // few of them stay exact in a double.
     auto positive = [&](std::size_t c, const std::string& name) {
       const auto v = parse_int(f[c]);
-      if (!v || *v < 1) in.fail("a positive integer in column " + name, f[c]);
+      if (!v || *v < 1 || *v > (std::int64_t{1} << 30)) {
+        in.fail("an integer in [1, 2^30] in column " + name, f[c]);
+      }
       return *v;
     };
     const std::int64_t heads = positive(c_heads, "n_head"), kv = positive(c_kv, "n_kv_head"),
@@ -167,6 +173,16 @@ VidurProfile read_vidur_profile(const std::string& path) {
     p.rows.push_back(r);
   }
   if (p.rows.empty()) throw ConfigError(path + ": no rows at tensor parallelism 1");
+  // Half the token counts are fitted, the other half held out (split_tokens): with fewer than
+  // four there would be nothing to report an error on, or too little to fit.
+  std::set<std::int64_t> counts;
+  for (const VidurRow& r : p.rows) counts.insert(r.num_tokens);
+  if (counts.size() < kMinVidurTokenCounts) {
+    throw ConfigError(path + ": " + std::to_string(counts.size()) +
+                      " distinct num_tokens at tensor parallelism 1; the fit needs at least " +
+                      std::to_string(kMinVidurTokenCounts) +
+                      " (half fitted, half held out to report its error)");
+  }
   return p;
 }
 

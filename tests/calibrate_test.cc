@@ -643,6 +643,74 @@ TEST(CalibrationMachine, HeaderIntegersAndSpreadAreChecked) {
   }
 }
 
+// Values past what any profile holds (they overflowed the fit's int64 sums), header lines after
+// the column names (ignored before), a column twice (the last won), an empty model, a family
+// with a control character, hexadecimal watts: each named with its line.
+TEST(CalibrationMachine, ValuesAndLayoutOutsideWhatProfilesHoldAreErrors) {
+  const std::string base = synthetic_profile(known(), 0.0, 1);
+  const auto error = [&](const std::string& text, const std::string& name) {
+    try {
+      profile_from(text, name);
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const auto replaced = [&](const std::string& from, const std::string& to) {
+    std::string text = base;
+    const std::size_t at = text.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    text.replace(at, from.size(), to);
+    return text;
+  };
+  // The first row's swap_out_blocks at 5e18.
+  const std::size_t row = base.find('\n', base.find("family,")) + 1;
+  std::vector<std::string> fields;
+  std::stringstream in(base.substr(row, base.find('\n', row) - row));
+  for (std::string f; std::getline(in, f, ',');) fields.push_back(f);
+  const std::vector<std::string>& cols = profile_columns();
+  const auto swap_col = std::find(cols.begin(), cols.end(), "swap_out_blocks") - cols.begin();
+  fields[static_cast<std::size_t>(swap_col)] = "5000000000000000000";
+  std::string huge_row;
+  for (const std::string& f : fields) huge_row += (huge_row.empty() ? "" : ",") + f;
+  std::string e = error(base + huge_row + "\n", "huge");
+  EXPECT_NE(e.find("column 'swap_out_blocks': expected an integer in [0, 1e15], got "
+                   "'5000000000000000000'"),
+            std::string::npos)
+      << e;
+  e = error(base + "# block_size: 32\n", "late");
+  EXPECT_NE(e.find("a header line ('# block_size: ...') after the column names"), std::string::npos)
+      << e;
+  e = error(replaced(",max_ns", ",median_ns"), "twice");
+  EXPECT_NE(e.find("profile.csv:8: the column 'median_ns' appears twice in the header"),
+            std::string::npos)
+      << e;
+  e = error(replaced("# model: tiny", "# model:"), "nomodel");
+  EXPECT_NE(e.find("header 'model': expected the profiled model's name, got nothing"),
+            std::string::npos)
+      << e;
+  e = error(base + std::string("deco\x1b[2Jde") + huge_row.substr(huge_row.find(',')) + "\n",
+            "control");
+  EXPECT_NE(e.find("column 'family': a control character"), std::string::npos) << e;
+  // A power_w column: decimal watts only (strtod read 0x10 as 16 W).
+  std::string powered;
+  std::stringstream lines(base);
+  bool header_seen = false, first = true;
+  for (std::string line; std::getline(lines, line);) {
+    if (!line.starts_with("#")) {
+      line += !header_seen ? ",power_w" : first ? ",0x10" : ",250";
+      if (header_seen) first = false;
+      header_seen = true;
+    }
+    powered += line + "\n";
+  }
+  e = error(powered, "hexwatts");
+  EXPECT_NE(e.find("profile.csv:9: column 'power_w': expected watts in (0, 1e5] or nothing, got "
+                   "'0x10'"),
+            std::string::npos)
+      << e;
+}
+
 // A malformed `machine:` in cost.yaml names the file, line and key.
 TEST(CalibrationMachine, MalformedCostYamlMachineIsAnError) {
   const auto dir = temp_dir("calibrate_machine_bad");
@@ -824,6 +892,7 @@ TEST(CalibrationStorage, CheckComparesTheRecordedStorage) {
   ASSERT_EQ(model.kv_dtype(), "fp32");
   CalibratedProfile fp8;
   fp8.file = "cost.yaml";
+  fp8.model = "tiny";
   fp8.block_size = 16;
   fp8.block_bytes = 16 * model.kv_bytes_per_token();  // the CPU engine's fp32 storage
   fp8.kv_cache_dtype = "fp8_e4m3";

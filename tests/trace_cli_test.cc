@@ -63,6 +63,21 @@ TEST(TraceCli, BadInputIsExitCode2) {
   fs::remove(bad);
 }
 
+// A legal row of a hundred million tokens: the length histogram is sparse past 2^20, so its
+// memory follows the rows, not the largest length (a 1.75 GB vector before).
+TEST(TraceCli, StatsOfHugeLengthsStaySmall) {
+  const fs::path big = temp_dir("trace_cli_big") / "big.csv";
+  std::ofstream(big) << "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                        "2023-11-16 18:15:46.6805900,100000000,7\n"
+                        "2023-11-16 18:15:47.6805900,12,2000000000\n"
+                        "2023-11-16 18:15:48.6805900,12,7\n";
+  const Cli c = sim("trace stats " + big.string() + " --format azure");
+  ASSERT_EQ(c.code, 0) << c.err;
+  EXPECT_NE(c.out.find("100000000"), std::string::npos) << c.out;   // the input's max and p99
+  EXPECT_NE(c.out.find("2000000000"), std::string::npos) << c.out;  // the output's
+  fs::remove(big);
+}
+
 // Issue 15: `sim trace convert IN OUT` overwrote OUT silently, left it empty when a later row
 // was bad, and with IN = OUT wiped the input.
 TEST(TraceCli, ConvertNeverLosesData) {

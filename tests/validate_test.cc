@@ -465,6 +465,69 @@ TEST(Validate, CommandWritesJsonAndRefusesBadInput) {
   EXPECT_NE(c.err.find("the same folder"), std::string::npos) << c.err;
 }
 
+// Every value validate reads of a run folder is checked where the file is read: a hand-edited
+// or corrupt one names its file, line and column (it was cast unchecked: undefined behaviour,
+// an "internal error", or silently dropped steps), in either folder.
+TEST(Validate, CorruptValuesNameTheirFileLineAndColumn) {
+  const path dir = temp_dir("validate_corrupt");
+  struct Case {
+    std::string file, text, says;
+  };
+  const std::string reqs = std::string(kRequestsHeader) + req(0, 32, "100", "10", "150") +
+                           req(1, 8, "200", "10", "200") + req(2, 8, "400", "", "500");
+  const std::vector<Case> cases = {
+      {"engine/schedule.csv", "step,request,first_token,num_tokens,kind\n0,0,0,1e20,prefill\n",
+       "schedule.csv:2: column 'num_tokens': expected an integer in [1, 1e+09], got '1e20'"},
+      {"engine/schedule.csv", "step,request,first_token,num_tokens,kind\n0,0,0,16,prefil\n",
+       "schedule.csv:2: column 'kind': expected prefill or decode, got 'prefil'"},
+      {"sim/schedule.csv", "step,request,first_token,num_tokens,kind\n1.5,0,0,16,prefill\n",
+       "sim/schedule.csv:2: column 'step': expected an integer"},
+      {"engine/steps.csv", std::string(kStepsHeader) + "0,0,10,1,16,0,1,1,0,0.1,0,1,0,-1,0\n",
+       "steps.csv:2: column 'swap_out_blocks': expected an integer in [0, 1e+09], got '-1'"},
+      {"engine/steps.csv", std::string(kStepsHeader) + "0,0,-5,1,16,0,1,1,0,0.1,0,1,0,0,0\n",
+       "steps.csv:2: column 'duration_ms': expected a number in [0, 1e+12], got '-5'"},
+      {"sim/requests.csv", std::string(kRequestsHeader) + "abc,0,0,0,0,8,3,0,0,0,0,1,1,1,x,y\n",
+       "sim/requests.csv:2: column 'id': expected an integer"},
+      {"engine/requests.csv", reqs + req(1, 8, "200", "10", "200"),
+       "requests.csv:5: request 1 appears twice"},
+      {"engine/steps.csv", "step,duration_ms,duration_ms,num_seqs,prefill_tokens,decode_tokens\n",
+       "steps.csv:1: the column 'duration_ms' appears twice in the header"},
+      {"engine/summary.json", "{\"run\": {\"backend\"", "summary.json: malformed JSON"},
+      {"sim/config.yaml", config("cost_model: {step_overhead_us: abc}\n"),
+       "key 'cost_model.step_overhead_us': expected a number in [0, 1e+09], got 'abc'"},
+      {"sim/config.yaml", config("cost_model: {file: [a, b]}\n"),
+       "key 'cost_model.file': expected a string, got a list"},
+  };
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.file + ": " + k.says);
+    write_runs(dir);
+    write_file(dir / k.file, k.text);
+    const auto c =
+        run_sim("validate " + (dir / "sim").string() + " " + (dir / "engine").string(), dir);
+    EXPECT_EQ(c.code, 2) << c.err;
+    EXPECT_NE(c.err.find(k.says), std::string::npos) << c.err;
+  }
+  // A calibration of another model, or a --cost-model that is not there, is refused by name.
+  write_runs(dir);
+  write_file(dir / "other.yaml",
+             "type: calibrated\nmodel: Llama-3-8B\nblock_size: 16\nblock_bytes: 2097152\n"
+             "coefficients:\n  step_s: 0.01\n  per_sequence_s: 0\n  per_token_s: 0\n"
+             "  per_token_above_knee_s: 0\n  knee_tokens: 0\n  prefill_pair_s: 0\n"
+             "  decode_context_token_s: 0\n  sampled_sequence_s: 0\n  swap_byte_s: 0\n"
+             "  copy_byte_s: 0\n");
+  const std::string both = (dir / "sim").string() + " " + (dir / "engine").string();
+  auto c = run_sim("validate " + both + " --cost-model " + (dir / "other.yaml").string(), dir);
+  EXPECT_EQ(c.code, 2);
+  EXPECT_NE(c.err.find("was calibrated for model 'Llama-3-8B', but the experiment runs 'tiny'"),
+            std::string::npos)
+      << c.err;
+  c = run_sim("validate " + both + " --cost-model " + (dir / "none.yaml").string(), dir);
+  EXPECT_EQ(c.code, 2);
+  EXPECT_NE(c.err.find("--cost-model " + (dir / "none.yaml").string() + ": not found"),
+            std::string::npos)
+      << c.err;
+}
+
 }  // namespace
 }  // namespace servelab
 
@@ -482,6 +545,21 @@ TEST(HostOverhead, FitsWhatTheProfileMissed) {
   p.coefficients.step_s = 0.001;
   // A simulator run has no measured host time to fit.
   EXPECT_THROW(fit_host_overhead((dir / "sim").string(), p), ConfigError);
+  // A run of another model, or of other blocks, is not what the profile prices.
+  CalibratedProfile other = p;
+  other.model = "Llama-3-8B";
+  EXPECT_THROW(fit_host_overhead((dir / "engine").string(), other), ConfigError);
+  other = p;
+  other.block_size = 32;
+  other.block_bytes = 16384;
+  try {
+    fit_host_overhead((dir / "engine").string(), other);
+    ADD_FAILURE() << "a run of 16-token blocks fitted to a profile of 32";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("the run's blocks are of 16 tokens, the profile's of 32"),
+              std::string::npos)
+        << e.what();
+  }
   const HostOverhead h = fit_host_overhead((dir / "engine").string(), p);
   EXPECT_EQ(h.steps, 3);
   EXPECT_GT(h.step_s + h.per_sequence_s, 0.005);

@@ -117,6 +117,9 @@ TEST(VidurProfile, BadFilesAreErrorsNamingTheFile) {
   std::string negative;
   for (const std::string& f : fields) negative += (negative.empty() ? "" : ",") + f;
   expect_error("neg.csv", header + "\n" + negative + "\n", "positive time");
+  // One token count: nothing to hold out (its error was reported as 0.0 %).
+  expect_error("one.csv", header + "\n" + row + "\n",
+               "1 distinct num_tokens at tensor parallelism 1; the fit needs at least 4");
   std::filesystem::remove_all(dir);
 }
 

@@ -1,7 +1,9 @@
 #include "traces/trace_stats.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <unordered_set>
 
 #include "core/request.h"
@@ -11,15 +13,23 @@ namespace servelab {
 
 namespace {
 
-// Counts per length value: exact percentiles in memory bounded by the largest length.
+// Exact counts of each length: dense below kDense (a vector of at most 8 MiB), sparse above (a
+// map, so one legal row of two billion tokens costs one entry, not a vector that long).
 class LengthHistogram {
  public:
+  static constexpr std::int64_t kDense = 1 << 20;
+
   void add(std::int64_t v) {
     if (v < 0) v = 0;
-    if (static_cast<std::size_t>(v) >= counts_.size()) {
-      counts_.resize(std::max<std::size_t>(static_cast<std::size_t>(v) + 1, counts_.size() * 2));
+    if (v < kDense) {
+      if (static_cast<std::size_t>(v) >= dense_.size()) {
+        dense_.resize(std::min<std::size_t>(
+            kDense, std::max<std::size_t>(static_cast<std::size_t>(v) + 1, dense_.size() * 2)));
+      }
+      ++dense_[static_cast<std::size_t>(v)];
+    } else {
+      ++sparse_[v];
     }
-    ++counts_[static_cast<std::size_t>(v)];
     ++n_;
     sum_ += static_cast<double>(v);
     max_ = std::max(max_, v);
@@ -35,20 +45,27 @@ class LengthHistogram {
     for (int i = 0; i < 3; ++i) {
       const auto rank = std::max<std::int64_t>(
           1, static_cast<std::int64_t>(std::ceil(qs[i] * static_cast<double>(n_) - 1e-9)));
-      std::int64_t seen = 0;
-      for (std::size_t v = 0; v < counts_.size(); ++v) {
-        seen += counts_[v];
-        if (seen >= rank) {
-          *out[i] = static_cast<std::int64_t>(v);
-          break;
-        }
-      }
+      *out[i] = value_of_rank(rank);
     }
     return s;
   }
 
  private:
-  std::vector<std::int64_t> counts_;
+  std::int64_t value_of_rank(std::int64_t rank) const {
+    std::int64_t seen = 0;
+    for (std::size_t v = 0; v < dense_.size(); ++v) {
+      seen += dense_[v];
+      if (seen >= rank) return static_cast<std::int64_t>(v);
+    }
+    for (const auto& [v, count] : sparse_) {
+      seen += count;
+      if (seen >= rank) return v;
+    }
+    return max_;
+  }
+
+  std::vector<std::int64_t> dense_;
+  std::map<std::int64_t, std::int64_t> sparse_;
   std::int64_t n_ = 0;
   double sum_ = 0;
   std::int64_t max_ = 0;
