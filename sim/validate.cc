@@ -834,6 +834,11 @@ void print_validation(std::FILE* f, const ValidationReport& r) {
   std::fprintf(f, "\n  %-34s %7s %8s %8s %8s %8s %8s %9s\n", "relative error, % (|sim-eng|/eng)",
                "n", "mean", "p50", "p90", "p99", "max", "bias");
   auto row = [&](const std::string& name, const ErrorStats& s) {
+    if (s.count == 0) {  // nothing paired: no error to show (0.00 would read as a perfect match)
+      std::fprintf(f, "  %-34s %7d %8s %8s %8s %8s %8s %9s\n", name.c_str(), 0, "-", "-", "-", "-",
+                   "-", "-");
+      return;
+    }
     std::fprintf(f, "  %-34s %7lld %8.2f %8.2f %8.2f %8.2f %8.2f %+9.2f\n", name.c_str(),
                  static_cast<long long>(s.count), 100 * s.mean, 100 * s.p50, 100 * s.p90,
                  100 * s.p99, 100 * s.max, 100 * s.mean_signed);

@@ -350,6 +350,17 @@ TEST(Validate, DifferingSchedulesReportTheFirstStepAndPairOnlyBefore) {
   EXPECT_NE(r.schedule_detail.find("0:16+8 prefill"), std::string::npos) << r.schedule_detail;
   EXPECT_EQ(r.step_paired.count, 1);
   EXPECT_NEAR(r.step_paired.mean, 0.1, 1e-12);
+  // Differing from the first step on, nothing pairs: the table shows no error, not 0.00 %.
+  write_file(dir / "engine/schedule.csv",
+             "step,request,first_token,num_tokens,kind\n0,0,0,8,prefill\n");
+  const auto c = run_sim("validate " + (dir / "sim").string() + " " +
+                             (dir / "engine").string() + " --out " + (dir / "v").string(),
+                         dir);
+  ASSERT_EQ(c.code, 0) << c.err;
+  const std::size_t at = c.out.find("step time, paired");
+  ASSERT_NE(at, std::string::npos) << c.out;
+  const std::string line = c.out.substr(at, c.out.find('\n', at) - at);
+  EXPECT_NE(line.find(" 0        -        -"), std::string::npos) << line;
 }
 
 TEST(Validate, WithoutSchedulesStepsPairByShape) {
