@@ -1083,8 +1083,12 @@ void Scheduler::complete_step(const StepResult& result, TimeNs now) {
 
 void Scheduler::end_of_step(bool any_finished) {
   if (any_finished) {
-    // One pass keeps the others' order and costs O(running) however many finished.
-    std::erase_if(running_, [](const Request* r) { return r->status == RequestStatus::kFinished; });
+    // One pass keeps the others' order and costs O(running) however many finished. A group's
+    // sample 0 that finished last reports the group, as kAborted when a sibling was given up
+    // (sample_done): it leaves the running list too (its group is deleted below).
+    std::erase_if(running_, [](const Request* r) {
+      return r->status == RequestStatus::kFinished || r->status == RequestStatus::kAborted;
+    });
     if (!async_) {
       for (Request* r : plan_requests_) {
         if (r->status == RequestStatus::kFinished && r->group == nullptr) delete r;

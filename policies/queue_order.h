@@ -49,6 +49,9 @@ TimeNs ttft_deadline(const RequestSpec& spec, const std::vector<TimeNs>& ttft_ta
 template <class Make>
 PolicyFactory queue_factory(Make make) {
   return [make](const PolicySpec& spec, PolicyTarget& t) {
+    // One queue made now: a parameter combination its constructor refuses
+    // (std::invalid_argument) is an error of the experiment (build_policy), not of the run.
+    make(spec, t.seed);
     t.scheduler->make_waiting_queue = [make, spec, seed = t.seed] { return make(spec, seed); };
   };
 }

@@ -298,6 +298,17 @@ TEST(PolicyQueueOrderTest, EdfDemotesLateRequestsBehindTheOnTimeOnes) {
               std::string::npos)
         << e.what();
   }
+  // Each parameter in range, the product not: refused with the experiment (it was an internal
+  // error when the run built its queue).
+  try {
+    build_policy(PolicyKind::kQueue, Parse(PolicyKind::kQueue, "{name: mlfq, levels: 64}"), t);
+    ADD_FAILURE() << "mlfq with a last quantum past 292 years was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("policies.queue: mlfq: quantum_ms * growth^(levels - 1) "
+                                         "is too long"),
+              std::string::npos)
+        << e.what();
+  }
   const std::string bad = ParseError(PolicyKind::kQueue, "{name: edf, late: drop}");
   EXPECT_NE(bad.find("'policies.queue.late': expected one of keep, demote, got 'drop'"),
             std::string::npos)

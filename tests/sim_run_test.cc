@@ -97,6 +97,35 @@ TEST(SimRun, BurstSummaryMatchesTheCsvFiles) {
   fs::remove_all(dir);
 }
 
+// Parallel samples under a preemption cap: a sibling given up makes the group aborted, reported
+// through sample 0; when sample 0 finished last it stayed in the running list after its group
+// was deleted (a use after free the sanitizer build caught). Every request ends, counted once.
+TEST(SimRun, ParallelSamplesGivenUpUnderAPreemptionCapEndCleanly) {
+  const fs::path dir = temp_dir("samples_cap");
+  const Cli cli = run_sim(
+      "run " + servelab_home().string() + "/experiments/burst-tiny.yaml --out " +
+          (dir / "run").string() +
+          " -q --set workload.num_requests=100 --set serving.num_gpu_blocks=26 --set workload.n=3 "
+          "--set 'policies.preemption={name: recompute, victim: most-blocks, max_preemptions: 1}'",
+      dir);
+  ASSERT_EQ(cli.code, 0) << cli.err;
+  const nlohmann::json s = nlohmann::json::parse(read_file(dir / "run" / "summary.json"));
+  const auto requests = read_csv(dir / "run" / "requests.csv");
+  ASSERT_EQ(requests.size(), 100u);
+  std::int64_t finished = 0, aborted = 0, rejected = 0, sibling_given_up = 0;
+  for (const auto& r : requests) {
+    finished += r.at("status") == "finished";
+    aborted += r.at("status") == "aborted";
+    rejected += r.at("status") == "rejected";  // too long for 26 blocks
+    sibling_given_up += r.at("reason").starts_with("sample ");
+  }
+  EXPECT_EQ(finished + aborted + rejected, 100);
+  EXPECT_GT(sibling_given_up, 0);  // the case above happens in this run
+  EXPECT_EQ(s["requests"]["completed"].get<std::int64_t>(), finished);
+  EXPECT_EQ(s["requests"]["aborted"].get<std::int64_t>(), aborted);
+  fs::remove_all(dir);
+}
+
 TEST(SimRun, MissingExperimentFileIsExitCode2) {
   const fs::path dir = temp_dir("missing");
   const Cli cli = run_sim("run /nonexistent/exp.yaml", dir);

@@ -353,8 +353,8 @@ TEST(Validate, DifferingSchedulesReportTheFirstStepAndPairOnlyBefore) {
   // Differing from the first step on, nothing pairs: the table shows no error, not 0.00 %.
   write_file(dir / "engine/schedule.csv",
              "step,request,first_token,num_tokens,kind\n0,0,0,8,prefill\n");
-  const auto c = run_sim("validate " + (dir / "sim").string() + " " +
-                             (dir / "engine").string() + " --out " + (dir / "v").string(),
+  const auto c = run_sim("validate " + (dir / "sim").string() + " " + (dir / "engine").string() +
+                             " --out " + (dir / "v").string(),
                          dir);
   ASSERT_EQ(c.code, 0) << c.err;
   const std::size_t at = c.out.find("step time, paired");
