@@ -122,9 +122,11 @@ void SimBackend::execute_into(const StepPlan& plan, StepResult& result) {
     const ScheduledRequest& e = plan.requests[k];
     if (e.spec != nullptr && e.spec->stop != nullptr && e.samples) {
       // Output number context_len - prompt_len: outputs.size(), or one more for an entry of a
-      // pipelined plan that starts at the previous plan's token (async scheduling).
-      const std::int32_t token = sim_sampled_token(
-          *e.spec, static_cast<std::size_t>(e.context_len() - e.spec->prompt_len));
+      // pipelined plan that starts at the previous plan's token (async scheduling); after a
+      // verify, the position past its accepted drafts.
+      const std::int32_t token =
+          sim_sampled_token(*e.spec, sim_output_index(e, plan.drafts_of(k).size()) +
+                                         static_cast<std::size_t>(accepted_of(result, k)));
       result.sampled_tokens[k] = token;
       for (std::size_t s = 1; s < e.num_samples; ++s) result.fork_tokens[fork_at + s - 1] = token;
     }

@@ -4,6 +4,8 @@
 #include <stdexcept>
 #include <utility>
 
+#include "core/stop_conditions.h"
+
 namespace servelab {
 
 SimSpeculation::SimSpeculation(const SpeculativeConfig& config, std::uint64_t seed,
@@ -75,7 +77,25 @@ double SimSpeculation::apply(const StepPlan& plan, StepResult& result) {
     ++sequences;
     context += e.context_len();
   }
-  result.proposed_tokens.assign(static_cast<std::size_t>(sequences * k), 0);
+  // The proposals are the tokens the simulated model will sample at those positions (its EOS
+  // where the request's stop conditions put one): an accepted draft is the target's token, so
+  // the outputs, stops included, are those of a run without speculation.
+  result.proposed_tokens.assign(static_cast<std::size_t>(sequences * k), kSimOtherToken);
+  std::size_t at = 0;
+  for (std::size_t i = 0; i < entries; ++i) {
+    const ScheduledRequest& e = plan.requests[i];
+    if (!e.samples) continue;
+    if (e.spec != nullptr && e.spec->stop != nullptr) {
+      // Outputs after this step: those before it, the accepted drafts and the verifier's token.
+      const std::size_t after = sim_output_index(e, plan.drafts_of(i).size()) +
+                                static_cast<std::size_t>(accepted_of(result, i)) + 1;
+      for (std::int32_t j = 0; j < k; ++j) {
+        result.proposed_tokens[at + static_cast<std::size_t>(j)] =
+            sim_sampled_token(*e.spec, after + static_cast<std::size_t>(j));
+      }
+    }
+    at += static_cast<std::size_t>(k);
+  }
   return draft_seconds(sequences, context);
 }
 

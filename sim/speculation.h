@@ -11,8 +11,11 @@
 //   target model plus its LM head per draft token over them.
 // The verify pass itself is the target's step: the cost model prices its 1 + d tokens per entry
 // (GEMM rows, causal attention pairs, LM head rows; docs/cost-model.md "Speculative decoding").
-// Every sequence that sampled gets num_speculative_tokens proposals (token value 0); the
-// scheduler keeps as many as the request's remaining outputs allow.
+// Every sequence that sampled gets num_speculative_tokens proposals: the tokens the simulated
+// model samples at those positions (sim_sampled_token: its EOS where the request's stop
+// conditions put one, else 0), so an accepted draft is the target's token and a run's outputs
+// and stops are those of a run without speculation; the scheduler keeps as many proposals as
+// the request's remaining outputs allow.
 #pragma once
 
 #include <cstdint>
@@ -49,5 +52,16 @@ class SimSpeculation {
   const RooflineCostModel& target_;
   std::unique_ptr<RooflineCostModel> draft_;
 };
+
+// The 0-based index of the first output entry `e` of a plan samples (its outputs so far): its
+// context after the entry less the prompt and its `drafts` draft tokens. REQUIRES: e.spec.
+inline std::size_t sim_output_index(const ScheduledRequest& e, std::size_t drafts) {
+  return static_cast<std::size_t>(e.context_len() - e.spec->prompt_len) - drafts;
+}
+
+// The drafts entry `k` of a verify step had accepted (0 when the step verified none).
+inline std::int32_t accepted_of(const StepResult& result, std::size_t k) {
+  return k < result.num_accepted.size() ? result.num_accepted[k] : 0;
+}
 
 }  // namespace servelab

@@ -518,6 +518,38 @@ TEST(SpeculativeRun, RunsDeterministicallyAndOffIsIdentical) {
   fs::remove_all(dir);
 }
 
+// Stop conditions (workload.sampling's eos_probability): an accepted draft is the target's token,
+// so every request stops where it stops without speculation, whatever the number of drafts
+// (the drafts were token 0, never the simulated EOS: requests ran on past their stop).
+TEST(SpeculativeRun, AcceptedDraftsStopWhereTheModelStops) {
+  const fs::path dir = temp_dir("specdec_stops");
+  const std::string base = servelab_home().string() +
+                           "/experiments/burst-tiny.yaml -q --set workload.num_requests=60 "
+                           "--set 'workload.sampling={max_tokens: 120, eos_probability: 0.2}'";
+  const auto outputs = [&](const std::string& name, const std::string& spec) {
+    const Cli cli = run_sim("run " + base + spec + " --out " + (dir / name).string(), dir);
+    EXPECT_EQ(cli.code, 0) << name << cli.err;
+    std::vector<std::string> out;  // each request's output tokens and finish reason
+    for (const auto& r : read_csv(dir / name / "requests.csv")) {
+      out.push_back(r.at("id") + ":" + r.at("output_tokens") + ":" + r.at("reason"));
+    }
+    return out;
+  };
+  const std::vector<std::string> plain = outputs("plain", "");
+  ASSERT_EQ(plain.size(), 60u);
+  for (const char* k : {"4", "64"}) {
+    for (const char* rate : {"1", "0.5"}) {
+      SCOPED_TRACE(std::string("k ") + k + ", acceptance " + rate);
+      EXPECT_EQ(outputs(std::string("k") + k + "-" + rate,
+                        std::string(" --set 'serving.speculative_config={method: ngram, "
+                                    "num_speculative_tokens: ") +
+                            k + ", acceptance_rate: " + rate + "}'"),
+                plain);
+    }
+  }
+  fs::remove_all(dir);
+}
+
 // A cluster run speculates per replica: each replica's counters add up in summary.json, the run
 // is deterministic, and prefill/decode disaggregation works with it.
 TEST(SpeculativeRun, ClusterRunsSpeculatePerReplica) {
