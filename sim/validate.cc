@@ -122,8 +122,6 @@ const std::map<std::string, ColumnType>& column_types(const std::string& file_na
 // Empty when `text` is a value of `type`, else what was expected.
 std::string type_error(const ColumnType& type, const std::string& text) {
   if (text.empty() && type.empty_ok) return "";
-  std::ostringstream range;
-  range << "[" << type.min << ", " << type.max << "]";
   if (type.kind == ColumnType::kWord) {
     if (std::find(type.words.begin(), type.words.end(), text) != type.words.end()) return "";
     std::string all;
@@ -132,18 +130,20 @@ std::string type_error(const ColumnType& type, const std::string& text) {
   }
   char* end = nullptr;
   errno = 0;
+  bool ok = false;
   if (type.kind == ColumnType::kInteger) {
     const long long v = std::strtoll(text.c_str(), &end, 10);
-    if (!text.empty() && *end == '\0' && errno == 0 && static_cast<double>(v) >= type.min &&
-        static_cast<double>(v) <= type.max) {
-      return "";
-    }
-    return "an integer in " + range.str();
+    ok = !text.empty() && *end == '\0' && errno == 0 && static_cast<double>(v) >= type.min &&
+         static_cast<double>(v) <= type.max;
+  } else {
+    const double v = std::strtod(text.c_str(), &end);
+    ok = !text.empty() && *end == '\0' && std::isfinite(v) && v >= type.min && v <= type.max;
   }
-  const double v = std::strtod(text.c_str(), &end);
-  if (!text.empty() && *end == '\0' && std::isfinite(v) && v >= type.min && v <= type.max)
-    return "";
-  return "a number in " + range.str();
+  if (ok) return "";  // every field of every row comes here: the message only on failure
+  std::ostringstream what;
+  what << (type.kind == ColumnType::kInteger ? "an integer" : "a number") << " in [" << type.min
+       << ", " << type.max << "]";
+  return what.str();
 }
 
 // The columns a run folder's file must have for what validate reads of it (a file of another
