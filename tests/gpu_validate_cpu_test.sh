@@ -136,8 +136,10 @@ done
 check "  ... refuses an existing folder (exit 2)" run 2 "$g" revalidate "$kept" --out "$t/rv" --build-dir "$build"
 check "  ... and a missing --cost-model (exit 2)" run 2 "$g" revalidate "$kept" --out "$t/rv2" \
   --build-dir "$build" --cost-model "$t/none.yaml"
-# Another cost model for the calibrated runs: 10 ms more a step moves every TPOT.
-sed 's/^\(  step_s: \)\(.*\)$/\1 0.01/' "$cal/tiny-cpu.yaml" >"$t/slower.yaml"
+# Another cost model for the calibrated runs: 10 ms more a step moves every TPOT (added to the
+# fitted step_s: a slow build, such as the sanitizers', fits one near 10 ms already).
+awk '/^  step_s: / { printf "  step_s: %.9g\n", $2 + 0.01; next } { print }' "$cal/tiny-cpu.yaml" \
+  >"$t/slower.yaml"
 check "  ... --cost-model replaces the calibrated model" run 0 "$g" revalidate "$kept" --out "$t/rv3" \
   --build-dir "$build" --cost-model "$t/slower.yaml"
 check "  ... (its runs are slower)" python3 -c "

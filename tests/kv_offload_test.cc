@@ -48,6 +48,12 @@ TEST(KvOffloadTiers, LruEntriesMoveDownAndFallOffTheLastTier) {
   EXPECT_NO_THROW(tiers.check_invariants());
   EXPECT_EQ(tiers.size(kHostTier), 2);
   EXPECT_LE(tiers.size(kDiskTier), 2);
+  // Offloaded again while the host still holds it (a load copies): refreshed, not stored twice
+  // (docs/metrics.md: the host's stored_blocks can be below kv_cache.offloaded_blocks).
+  const std::int64_t stored = tiers.stats(kHostTier).stored_blocks;
+  tiers.offload(h(3));
+  EXPECT_EQ(tiers.stats(kHostTier).stored_blocks, stored);
+  EXPECT_EQ(tiers.find(h(3)), kHostTier);
   EXPECT_THROW(KvOffloadTiers({}), std::invalid_argument);
   EXPECT_THROW(KvOffloadTiers({0}), std::invalid_argument);
 }
