@@ -42,7 +42,7 @@ InterconnectSpec parse_interconnect(const ConfigNode& node) {
       if (node.has(latency)) node.at(latency).fail_message("given without " + gbps);
       continue;
     }
-    ic[k].bandwidth = node.get_double(gbps, 1e-6, 1e6) * 1e9;
+    ic[k].bandwidth = node.get_double(gbps, 1e-3, 1e6) * 1e9;
     ic[k].latency_s = node.get_double(latency, 0.0, 0.0, 1e6) * 1e-6;
   }
   return ic;

@@ -121,15 +121,17 @@ static KvCapacity parallel_kv_capacity(const ModelConfig& model, const HardwareC
   for (std::int32_t s = 0; s < pp; ++s) {
     const Stage& st = stages[s];
     const std::int64_t kv = c.usable_bytes - st.weights - st.lora - c.activation_reserve_bytes;
-    if (kv < st.block_bytes) {
+    // Two blocks at least: the pool keeps block 0 as vLLM's null block.
+    if (kv < 2 * st.block_bytes) {
       throw ConfigError(who + ": no room for the KV cache on a GPU of stage " + std::to_string(s) +
                         ": memory " + format_gib(c.memory_bytes) + " x " +
                         num(options.gpu_memory_utilization) + " = " + format_gib(c.usable_bytes) +
                         ", minus its weights " + format_gib(st.weights) +
                         lora_term(options, st.lora) + " and activation reserve " +
                         format_gib(c.activation_reserve_bytes) + " leaves " + format_gib(kv) +
-                        ", less than one block (" + std::to_string(st.block_bytes) +
-                        " bytes); use more GPUs (tensor or pipeline), a larger GPU or a smaller "
+                        ", less than two blocks (" + std::to_string(st.block_bytes) +
+                        " bytes each; the cache keeps one as its null block); use more GPUs "
+                        "(tensor or pipeline), a larger GPU or a smaller "
                         "model");
     }
     const std::int64_t blocks = kv / st.block_bytes;
@@ -233,14 +235,15 @@ static KvCapacity unchecked_kv_capacity(const ModelConfig& model, const Hardware
   if (apply_block_override(options, c)) return c;
   set_memory_budget(model, hardware, options, c);
   c.kv_bytes = c.usable_bytes - c.weight_bytes - c.lora_bytes - c.activation_reserve_bytes;
-  if (c.kv_bytes < c.block_bytes) {
+  // Two blocks at least: the pool keeps block 0 as vLLM's null block.
+  if (c.kv_bytes < 2 * c.block_bytes) {
     throw ConfigError(who + ": no room for the KV cache: memory " + format_gib(c.memory_bytes) +
                       " x " + num(options.gpu_memory_utilization) + " = " +
                       format_gib(c.usable_bytes) + ", minus weights " + format_gib(c.weight_bytes) +
                       lora_term(options, c.lora_bytes) + " and activation reserve " +
                       format_gib(c.activation_reserve_bytes) + " leaves " + format_gib(c.kv_bytes) +
-                      ", less than one block (" + std::to_string(c.block_bytes) +
-                      " bytes); use a larger GPU, a higher gpu_memory_utilization, a smaller "
+                      ", less than two blocks (" + std::to_string(c.block_bytes) +
+                      " bytes each; the cache keeps one as its null block); use a larger GPU, a higher gpu_memory_utilization, a smaller "
                       "model or more GPUs (parallel.tensor, parallel.pipeline)");
   }
   c.num_gpu_blocks = c.kv_bytes / c.block_bytes;

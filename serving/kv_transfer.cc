@@ -26,11 +26,11 @@ KvTransferTimes PairLinkKvTransfer::transfer_pieces(std::span<const KvPiece> pie
   t.begin = std::max(pieces.front().ready, link.free_at);
   TimeNs at = t.begin;
   for (const KvPiece& p : pieces) {
-    const auto wire = static_cast<TimeNs>(
+    const TimeNs wire = saturated_ns(
         std::ceil(static_cast<double>(p.bytes) / link.bytes_per_s * static_cast<double>(kNsPerS)));
-    at = std::max(at, p.ready) + wire;
+    at = add_saturated(std::max(at, p.ready), wire);
   }
-  t.finish = at + latency_;
+  t.finish = add_saturated(at, latency_);
   link.free_at = t.finish;
   return t;
 }

@@ -318,7 +318,8 @@ double parse_gbps(const ConfigNode& parent, std::string_view key) {
   const auto n = parent.find(key);
   if (!n) return 0;
   const double v = n->as_double();
-  if (!(v > 0) || !std::isfinite(v) || v > 1e6) n->fail("a positive bandwidth in GB/s");
+  // Slower links would take transfers past the simulator's clock (as kv_transfer.bandwidth_gb_s).
+  if (!(v >= 1e-3) || !std::isfinite(v) || v > 1e6) n->fail("a bandwidth in GB/s in [0.001, 1e6]");
   return v * 1e9;
 }
 double parse_latency(const ConfigNode& parent, std::string_view key) {

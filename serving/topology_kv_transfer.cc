@@ -48,18 +48,17 @@ KvTransferTimes TopologyKvTransfer::transfer_pieces(std::span<const KvPiece> pie
       const std::int64_t bytes = p.bytes / streams + (j < p.bytes % streams ? 1 : 0);
       TimeNs start = std::max(p.ready, at);
       for (const std::int32_t c : r.channels) start = std::max(start, channel_free_[c]);
-      const TimeNs wire =
-          r.channels.empty() || bytes == 0
-              ? 0
-              : static_cast<TimeNs>(std::ceil(static_cast<double>(bytes) / r.bottleneck *
-                                              static_cast<double>(kNsPerS)));
-      at = start + wire;
+      const TimeNs wire = r.channels.empty() || bytes == 0
+                              ? 0
+                              : saturated_ns(std::ceil(static_cast<double>(bytes) / r.bottleneck *
+                                                       static_cast<double>(kNsPerS)));
+      at = add_saturated(start, wire);
       for (const std::int32_t c : r.channels) channel_free_[c] = at;
       if (i == 0) t.begin = std::min(t.begin, start);
     }
-    t.finish = std::max(t.finish, at + r.latency_ns);
+    t.finish = std::max(t.finish, add_saturated(at, r.latency_ns));
   }
-  t.finish += latency_;
+  t.finish = add_saturated(t.finish, latency_);
   return t;
 }
 

@@ -30,10 +30,14 @@ struct Event {
 
 class EventQueue {
  public:
-  // REQUIRES: time >= now() (throws std::logic_error otherwise).
+  // REQUIRES: time >= now() (throws std::logic_error otherwise). Throws ConfigError when time is
+  // at or past kTimeHorizonNs: a step, transfer or wait of the experiment's rates that the
+  // clock cannot hold (core/time.h).
   void push(TimeNs time, EventKind kind, std::uint32_t target = 0) {
     if (time < now_) [[unlikely]]
       past_event();
+    if (time >= kTimeHorizonNs) [[unlikely]]
+      past_horizon();
     heap_.push(Event{time, next_seq_++, kind, target});
   }
   bool empty() const { return heap_.empty(); }
@@ -49,6 +53,7 @@ class EventQueue {
 
  private:
   [[noreturn]] static void past_event();
+  [[noreturn]] void past_horizon() const;
   struct Later {
     bool operator()(const Event& a, const Event& b) const {
       return a.time != b.time ? a.time > b.time : a.seq > b.seq;

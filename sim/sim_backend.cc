@@ -75,11 +75,13 @@ void SimBackend::count_work(double flops, double bytes, TimeNs duration) {
 }
 
 void SimBackend::execute_into(const StepPlan& plan, StepResult& result) {
-  const TimeNs loads = (plan.tier_loads.empty() ? 0 : tier_loads(plan)) +
-                       (lora_slots_ && plan.num_loras > 0 ? charge_lora_loads(plan) : 0);
+  // Each part saturates at the clock's horizon (core/time.h), and so do their sums.
+  const TimeNs loads =
+      add_saturated(plan.tier_loads.empty() ? 0 : tier_loads(plan),
+                    lora_slots_ && plan.num_loras > 0 ? charge_lora_loads(plan) : 0);
   if (plan.num_steps > 1) [[unlikely]] {
     // A multi-step round: N passes, the host part once; N tokens per entry.
-    result.duration_ns = std::max<TimeNs>(1, cost_.round_time(plan) + loads);
+    result.duration_ns = std::max<TimeNs>(1, add_saturated(cost_.round_time(plan), loads));
     if (work_ != nullptr) {
       const StepCostBreakdown b = work_->breakdown(plan);
       const auto n = static_cast<double>(plan.num_steps);
@@ -111,7 +113,7 @@ void SimBackend::execute_into(const StepPlan& plan, StepResult& result) {
   } else {
     t = plan.pipelined ? pipelined_time(plan) : cost_.step_time(plan);
   }
-  result.duration_ns = std::max<TimeNs>(1, t + loads + draft_ns);
+  result.duration_ns = std::max<TimeNs>(1, add_saturated(add_saturated(t, loads), draft_ns));
   if (counting) count_work(b.flops, b.bytes, result.duration_ns);
   result.sampled_tokens.assign(plan.requests.size(), kSimOtherToken);
   result.fork_tokens.assign(static_cast<std::size_t>(plan.num_fork_tokens), kSimOtherToken);

@@ -124,6 +124,16 @@ TEST(CostModelCapacity, OverrideAndErrors) {
   // 141 GB of Llama-3-70B weights do not fit in 80 GiB x 0.9.
   expect_config_error([&] { compute_kv_capacity(load_model("Llama-3-70B", catalog()), h100, {}); },
                       {"Llama-3-70B", "H100-SXM", "weights", "no room"});
+  // Memory for one and a half blocks: the pool keeps one as its null block, so one is not
+  // enough to serve (an error, never BlockPool's internal error later).
+  const KvCapacity all = compute_kv_capacity(m, h100, {});
+  KvCapacityOptions one_block;
+  one_block.activation_reserve_bytes =
+      all.activation_reserve_bytes + all.kv_bytes - all.gpu_block_bytes * 3 / 2;
+  expect_config_error([&] { compute_kv_capacity(m, h100, one_block); },
+                      {"no room", "less than two blocks", "null block"});
+  one_block.activation_reserve_bytes = *one_block.activation_reserve_bytes - all.gpu_block_bytes;
+  EXPECT_EQ(compute_kv_capacity(m, h100, one_block).num_gpu_blocks, 2);
   KvCapacityOptions bad;
   bad.gpu_memory_utilization = 1.5;
   expect_config_error([&] { compute_kv_capacity(m, h100, bad); }, {"gpu_memory_utilization"});
@@ -544,9 +554,21 @@ TEST(CostModelRoofline, SimBackendExecuteIntoOverwritesAReusedResult) {
 
 // Every step's duration goes through seconds_to_ns: it must round exactly as std::llround does.
 TEST(CostModelRoofline, SecondsToNsRoundsLikeLlround) {
-  std::vector<double> xs = {
-      0.0,  0.5,    1.5,    2.5,        -0.5,    -1.5,           0.49999999999999994,
-      1e-9, 2.5e-9, 0x1p52, 0x1p53 + 2, -0x1p52, 123456.4999999, 7.000000000000001};
+  std::vector<double> xs = {0.0,
+                            0.5,
+                            1.5,
+                            2.5,
+                            -0.5,
+                            -1.5,
+                            0.49999999999999994,
+                            1e-9,
+                            2.5e-9,
+                            0x1p52 / 1e9,
+                            (0x1p53 + 2) / 1e9,
+                            -0x1p52 / 1e9,
+                            0x1p61 / 1e9,
+                            123456.4999999,
+                            7.000000000000001};
   Rng rng(9);
   for (int i = 0; i < 20000; ++i) {
     xs.push_back(rng.uniform(-1e4, 1e4));
@@ -556,6 +578,17 @@ TEST(CostModelRoofline, SecondsToNsRoundsLikeLlround) {
   for (const double s : xs) {
     EXPECT_EQ(seconds_to_ns(s), static_cast<TimeNs>(std::llround(s * 1e9))) << s;
   }
+  // Past the simulated clock's horizon (2^62 ns), and for infinities and NaN, it saturates
+  // instead of wrapping (llround's value there is unspecified), so a step that long reaches
+  // the event queue's check.
+  for (const double s : {0x1p63 / 1e9, 1e300, HUGE_VAL, std::nan("")}) {
+    EXPECT_EQ(seconds_to_ns(s), kTimeHorizonNs) << s;
+  }
+  for (const double s : {-0x1p63 / 1e9, -1e300, -HUGE_VAL}) {
+    EXPECT_EQ(seconds_to_ns(s), -kTimeHorizonNs) << s;
+  }
+  EXPECT_EQ(add_saturated(kTimeHorizonNs, kTimeHorizonNs), kTimeHorizonNs);
+  EXPECT_EQ(add_saturated(kTimeHorizonNs - 5, 3), kTimeHorizonNs - 2);
 }
 
 TEST(CostModelCatalog, HuggingFaceConfigJson) {
@@ -595,6 +628,21 @@ TEST(CostModelCatalog, HuggingFaceConfigJson) {
     "hidden_size": 128})");
   expect_config_error([&] { load_model(twice.string(), catalog()); },
                       {"config.json", "key \"hidden_size\" appears twice"});
+
+  // Widths each in range whose products overflow the 64-bit counts (parameters, weight and KV
+  // bytes) are refused, naming the file.
+  const fs::path huge = temp_dir("hf_huge") / "config.json";
+  write_file(huge, R"({"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 1024,
+    "hidden_size": 1048576, "num_attention_heads": 1048576, "num_key_value_heads": 1048576,
+    "head_dim": 1048576, "intermediate_size": 1048576, "vocab_size": 256})");
+  expect_config_error([&] { load_model(huge.string(), catalog()); },
+                      {"config.json", "parameters, more than the 1e15"});
+  const fs::path wide_kv = temp_dir("hf_kv") / "config.json";
+  write_file(wide_kv, R"({"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 1024,
+    "hidden_size": 64, "num_attention_heads": 64, "head_dim": 16384, "intermediate_size": 128,
+    "vocab_size": 256})");
+  expect_config_error([&] { load_model(wide_kv.string(), catalog()); },
+                      {"config.json", "bytes a token in fp32, more than the 1e8"});
 
   // Qwen2 implies q/k/v biases; num_key_value_heads defaults to the head count; float16.
   const fs::path qwen = temp_dir("hf_qwen") / "qwen.json";

@@ -168,9 +168,12 @@ TEST(Topology, YamlErrorsNameFileLineAndWhatWasExpected) {
     - {endpoints: [a.gpu0, a.gpu1], kind: pcie, gbps: 0}
 )");
       },
-      {"topo.yaml:4:", "gbps", "positive bandwidth"});
+      {"topo.yaml:4:", "gbps", "a bandwidth in GB/s in [0.001, 1e6]"});
   expect_config_error([] { parse("topology: {nodes: 1, intra_gbps: -5}\n"); },
-                      {"topo.yaml:1:", "intra_gbps", "positive bandwidth"});
+                      {"topo.yaml:1:", "intra_gbps", "a bandwidth in GB/s in [0.001, 1e6]"});
+  // Below 1 MB/s: a collective or a transfer would end past the simulated clock.
+  expect_config_error([] { parse("topology: {nodes: 1, intra_gbps: 1e-15}\n"); },
+                      {"topo.yaml:1:", "intra_gbps", "got '1e-15'"});
   // A GPU with no path to the others.
   expect_config_error(
       [] {
