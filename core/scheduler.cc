@@ -267,6 +267,18 @@ std::string Scheduler::rejection_reason(const Request& req) const {
 }
 
 void Scheduler::add_request(RequestSpec spec, TimeNs now) {
+  (void)admit(std::move(spec), now, false);
+}
+
+std::int32_t Scheduler::add_prefill_only_request(RequestSpec spec, TimeNs now) {
+  if (spec.n != 1 || spec.max_output_tokens < 2) {
+    throw std::invalid_argument("add_prefill_only_request: request " + std::to_string(spec.id) +
+                                " needs n == 1 and max_output_tokens >= 2");
+  }
+  return admit(std::move(spec), now, true);
+}
+
+std::int32_t Scheduler::admit(RequestSpec spec, TimeNs now, bool prefill_only) {
   ++counters_.num_arrived;
   // Owned here until the waiting queue takes it: a policy that throws (a Python admission rule
   // or length cap) leaks nothing.
@@ -274,13 +286,16 @@ void Scheduler::add_request(RequestSpec spec, TimeNs now) {
   prompt_logprobs_seen_ = prompt_logprobs_seen_ || r->spec.prompt_logprobs >= 0;
   std::string reason = rejection_reason(*r);
   if (reason.empty()) {
-    if ((config_.admission || config_.length_cap) && apply_overload_control(r, now)) return;
+    if ((config_.admission || config_.length_cap) && apply_overload_control(r, now)) return 0;
+    const std::int32_t max_tokens = r->spec.max_output_tokens;
+    if (prefill_only) r->spec.max_output_tokens = 1;
     // One allocation for the request's life instead of regrowth during decode.
     r->output_tokens.reserve(static_cast<std::size_t>(r->spec.max_output_tokens));
     queue_back(*r.release());
-    return;
+    return max_tokens;
   }
   turn_away(std::move(r), RequestStatus::kRejected, std::move(reason), now);
+  return 0;
 }
 
 void Scheduler::turn_away(std::unique_ptr<Request> r, RequestStatus status, std::string reason,
@@ -343,6 +358,7 @@ void Scheduler::add_prefilled_request(RequestSpec spec, const PrefilledState& st
   r->num_cached_tokens = state.num_cached_tokens;
   r->num_preemptions = state.num_preemptions;
   r->num_recomputed_tokens = state.num_recomputed_tokens;
+  r->capped_from_tokens = state.capped_from_tokens;
   if (reason.empty()) {
     r->output_tokens.reserve(static_cast<std::size_t>(r->spec.max_output_tokens));
     r->output_tokens.push_back(0);  // the first token, sampled on the prefill replica
@@ -603,12 +619,15 @@ const StepPlan& Scheduler::schedule(TimeNs now) {
   // A victim other than the last running one can be the request being scheduled while others
   // still run, which leaves an empty plan; vLLM's engine loop then simply schedules again (an
   // empty step runs no model), so do that here: an empty plan keeps meaning "nothing can run".
-  // Each pass either schedules something or preempts one more running request, so this ends.
-  // The extra passes admit nobody, so "a plan that preempted admits nobody" holds (vLLM's next
-  // step could admit; the difference is one step of admission delay in this rare case). Never
-  // taken with last-running victims (a request preempts itself only when it is the last one
-  // running).
-  while (plan_.requests.empty() && !plan_.preempted.empty() && !running_.empty()) {
+  // A pass either schedules something, preempts one more running request or changes nothing
+  // (async scheduling: every request left running has its last token, or all its tokens, in the
+  // plan in flight), and the loop stops at the first pass that changes nothing, so it ends. The
+  // extra passes admit nobody, so "a plan that preempted admits nobody" holds (vLLM's next step
+  // could admit; the difference is one step of admission delay in this rare case). Never taken
+  // with last-running victims (a request preempts itself only when it is the last one running).
+  for (std::size_t preempted = 0;
+       plan_.requests.empty() && plan_.preempted.size() > preempted && !running_.empty();) {
+    preempted = plan_.preempted.size();
     batch_->fill(*this, now, /*admit=*/false);
   }
 

@@ -204,6 +204,14 @@ class Scheduler {
   // Queues a request that arrived at `now` (or rejects it; see above).
   void add_request(RequestSpec spec, TimeNs now);
 
+  // Prefill/decode disaggregation, the prefill side: queues `spec` as add_request does (the
+  // rejection checks and overload control see its real max_output_tokens, so a length cap
+  // applies here, at its arrival), then runs it to its first output token only (its
+  // max_output_tokens becomes 1). Returns the max_output_tokens it continues with on a decode
+  // replica (the length cap's, if it capped it: the request then carries capped_from_tokens),
+  // or 0 when it was turned away. REQUIRES: spec.n == 1 and spec.max_output_tokens >= 2.
+  std::int32_t add_prefill_only_request(RequestSpec spec, TimeNs now);
+
   // Prefill/decode disaggregation: queues a request whose prompt was computed, and whose first
   // output token was sampled, on another replica, whose KV blocks were transferred here (the
   // cluster driver decides when they arrived). The request enters the waiting queue holding its
@@ -221,10 +229,10 @@ class Scheduler {
     std::int32_t num_cached_tokens = 0;
     std::int32_t num_preemptions = 0;
     std::int64_t num_recomputed_tokens = 0;
+    std::int32_t capped_from_tokens = 0;  // the length cap lowered max_output_tokens from this
   };
   void add_prefilled_request(RequestSpec spec, const PrefilledState& state, TimeNs now);
-  // Why add_request would reject `spec` now ("" if it would not); what the cluster driver asks
-  // before splitting a request between a prefill and a decode replica.
+  // Why add_request would reject `spec` now ("" if it would not).
   std::string rejection_reason_for(const RequestSpec& spec) const {
     const Request r(spec);
     return rejection_reason(r);
@@ -573,6 +581,9 @@ class Scheduler {
   // Sheds or caps a new arrival (see the file comment); true when it was shed (r is then
   // consumed). A policy that throws leaves r with the caller.
   bool apply_overload_control(std::unique_ptr<Request>& r, TimeNs now);
+  // add_request and add_prefill_only_request: the max_output_tokens the request was queued with
+  // (before a prefill-only request's drop to 1), 0 when turned away.
+  std::int32_t admit(RequestSpec spec, TimeNs now, bool prefill_only);
 
   // ---- LoRA (config.lora; see the file comment) ----
   // active_loras_ := the distinct adapters of the running and swapped requests.

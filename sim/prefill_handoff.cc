@@ -24,6 +24,7 @@ void PrefillHandoff::on_finish(const Request& req, TimeNs now) {
   h.state.num_cached_tokens = std::max(0, req.num_cached_tokens);
   h.state.num_preemptions = req.num_preemptions;
   h.state.num_recomputed_tokens = req.num_recomputed_tokens;
+  h.state.capped_from_tokens = req.capped_from_tokens;
   handed_.push_back(std::move(h));
 }
 

@@ -1,13 +1,14 @@
 // PrefillHandoff: the observer of a cluster's prefill replicas (P/D disaggregation).
 //
-// The simulator sends a request that will continue on a decode replica to a prefill replica
-// with max_output_tokens 1, after telling the handoff (expect()) how many tokens it really
-// wants. When such a request finishes there (its prompt computed and its first token sampled),
-// the handoff keeps it (take()) instead of reporting the finish: the request is not over, its KV
-// now travels to a decode replica. Every other event, and the finish of any request it was not
-// told about (parallel sampling, a one-token request, an abort), goes on to `downstream` (the
-// recorder, or the workload feedback in front of it), so each request is reported finished
-// exactly once, by the replica where it really ended.
+// The simulator queues a request that will continue on a decode replica on a prefill replica
+// with max_output_tokens 1 (Scheduler::add_prefill_only_request), then tells the handoff
+// (expect()) how many tokens it really wants. When such a request finishes there (its prompt
+// computed and its first token sampled), the handoff keeps it (take()) instead of reporting the
+// finish: the request is not over, its KV now travels to a decode replica. Every other event, and
+// the finish of any request it was not told about (parallel sampling, a one-token request, one
+// whose first token is EOS, an abort), goes on to `downstream` (the recorder, or the workload
+// feedback in front of it), so each request is reported finished exactly once, by the replica where
+// it really ended.
 //
 // For layer-wise KV transfers (serving/kv_transfer.h layerwise_kv_pieces) the simulator also
 // tells it of every step that computes part of an expected request (on_chunk); a handed-over

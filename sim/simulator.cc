@@ -5,6 +5,7 @@
 #include <string>
 #include <utility>
 
+#include "core/stop_conditions.h"
 #include "serving/config_node.h"
 #include "serving/interrupt.h"
 
@@ -127,14 +128,21 @@ void Simulator::dispatch(RequestSpec spec, TimeNs now) {
   }
   recorder_.on_route(spec.id, i, now, "route");
   ++stats_[i].routed;
-  // Split unless the request cannot be (parallel sampling, one token) or would be refused whole
-  // (then the prefill replica refuses it, with the reason, before any work is done).
+  // Split unless the request cannot be (parallel sampling, one token) or ends at its first token
+  // (the simulated model samples EOS or a stop token there: it finishes here, "stop", as on a
+  // unified replica). A split request is admitted with its real length (refused whole, with the
+  // reason, before any work is done; capped by the length cap at its arrival), then runs to its
+  // first token here and continues on a decode replica unless the cap left it one token.
+  Scheduler& sched = replicas_[i].replica->scheduler();
   if (replicas_[i].role == ReplicaRole::kPrefill && spec.n == 1 && spec.max_output_tokens >= 2 &&
-      replicas_[i].replica->scheduler().rejection_reason_for(spec).empty()) {
-    handoff_->expect(spec.id, spec.max_output_tokens);
-    spec.max_output_tokens = 1;  // the prompt and the first token here; the rest on a decode one
+      !(spec.stop != nullptr &&
+        check_stop(spec, {sim_sampled_token(spec, 0)}) == StopReason::kStop)) {
+    const RequestId id = spec.id;
+    const std::int32_t continues = sched.add_prefill_only_request(std::move(spec), now);
+    if (continues >= 2) handoff_->expect(id, continues);
+  } else {
+    sched.add_request(std::move(spec), now);
   }
-  replicas_[i].replica->scheduler().add_request(std::move(spec), now);
   load_changed(i);
   touch(i);
 }
@@ -265,8 +273,9 @@ void Simulator::start_transfers(std::uint32_t src, TimeNs now) {
       throw std::logic_error("KV transfer ends in the past");
     }
     recorder_.on_transfer(h.spec.id, src, dst, bytes, now, ready, t.begin, t.finish);
-    count_transfer(transfer_stats_, bytes, now, ready, t.begin, t.finish);
+    // Pushed first: a finish past the clock's horizon is refused before it is counted.
     events_.push(t.finish, EventKind::kTransfer, add_in_flight(InFlight{std::move(h), dst}));
+    count_transfer(transfer_stats_, bytes, now, ready, t.begin, t.finish);
   }
   handed.clear();
   if (shared_ != nullptr) arm_shared(now);

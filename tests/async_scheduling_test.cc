@@ -461,6 +461,33 @@ TEST(AsyncScheduling, SimRunStopsWhereTheSynchronousRunStops) {
   fs::remove_all(dir);
 }
 
+// A cache so small that preemption leaves only requests whose last tokens are in the plan in
+// flight: the scheduler's refill passes change nothing, and it must stop passing (it looped
+// forever, unstoppable by SIGTERM) and hand back a plan that only preempted. Seeds 1, 3 and 6
+// hung; the engine runs the same scheduler.
+TEST(AsyncScheduling, PreemptionWithEveryOtherRequestFinishingEnds) {
+  const fs::path dir = temp_dir("async_tiny_cache");
+  write_file(dir / "e.yaml",
+             "name: async-tiny\nmodel: tiny\nhardware: H100-SXM\n"
+             "serving: {num_gpu_blocks: 8, max_num_seqs: 16, max_model_len: 512, "
+             "async_scheduling: true}\n"
+             "workload:\n  type: synthetic\n  num_requests: 40\n"
+             "  arrival: {process: fixed, rate: 1.0e12}\n"
+             "  prompt_len: {dist: uniform, min: 20, max: 60}\n"
+             "  output_len: {dist: uniform, min: 4, max: 40}\n");
+  for (const std::uint64_t seed : {1, 3, 6}) {
+    SCOPED_TRACE(seed);
+    const ExperimentConfig c = load_experiment((dir / "e.yaml").string(), {}, seed);
+    RunOptions o;
+    o.write_files = false;
+    o.before_step = [](const Scheduler& s, const StepPlan& p) { check_scheduler_invariants(s, p); };
+    const RunOutput out = run_simulation(c, o);
+    EXPECT_EQ(out.summary.completed + out.summary.rejected + out.summary.aborted, 40);
+    EXPECT_GT(out.summary.preemptions, 0);
+  }
+  fs::remove_all(dir);
+}
+
 // experiments/async.yaml shows what docs/cost-model.md reports: async scheduling cuts TPOT by
 // about the host part at 256 seats, and keeps up with the load at 64 seats where the synchronous
 // engine saturates.

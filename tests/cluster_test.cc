@@ -14,6 +14,7 @@
 #include "serving/experiment.h"
 #include "serving/home.h"
 #include "serving/kv_transfer.h"
+#include "serving/model_config.h"
 #include "serving/replica.h"
 #include "sim/run.h"
 #include "sim/sim_backend.h"
@@ -546,6 +547,107 @@ TEST(ClusterRun, SlowLinksDelayDecoding) {
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("GB/s in [0.001, 1e6]"), std::string::npos) << e.what();
   }
+}
+
+// A link that the hardware file makes 1 B/s (host_link_gbps 0.001 x efficiency 1e-6, the P/D
+// default with no kv_transfer.bandwidth_gb_s) would end transfers past the simulated clock's
+// 2^62 ns: an error saying so (exit 2), not a wrapped time or an internal error.
+TEST(ClusterRun, TransfersPastTheClocksHorizonAreErrors) {
+  const fs::path dir = temp_dir("cluster_horizon");
+  std::string hw = read_file(fs::path(default_catalog_dir()) / "hardware" / "H100-SXM.yaml");
+  hw += "\n";
+  std::string out;
+  for (std::size_t at = 0; at < hw.size();) {
+    const std::size_t end = hw.find('\n', at);
+    const std::string line = hw.substr(at, end - at);
+    at = end + 1;
+    if (line.rfind("host_link_gbps:", 0) == 0) {
+      out += "host_link_gbps: 0.001\n";
+    } else if (line.rfind("  host_link:", 0) == 0) {
+      out += "  host_link: 0.000001\n";
+    } else {
+      out += line + "\n";
+    }
+  }
+  ASSERT_NE(out.find("  host_link: 0.000001"), std::string::npos);
+  fs::create_directories(dir);
+  write_file(dir / "slow.yaml", out);
+  // Llama-3-8B's 128 KiB a token: a 7,000-token prompt's KV takes 29 years at 1 B/s.
+  const ExperimentConfig c = load_text(
+      dir, "name: horizon\nseed: 1\nmodel: Llama-3-8B\nhardware: " + (dir / "slow.yaml").string() +
+               "\nworkload: {type: synthetic, num_requests: 20, arrival: {process: poisson, "
+               "rate: 1000}, prompt_len: {dist: uniform, min: 7000, max: 8000}, output_len: "
+               "{dist: uniform, min: 16, max: 32}}\n"
+               "cluster:\n  pools:\n    - {name: p, count: 1, role: prefill}\n"
+               "    - {name: d, count: 1, role: decode}\n");
+  RunOptions o;
+  o.write_files = false;
+  try {
+    run_simulation(c, o);
+    FAIL() << "ran";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("past the end of the simulator's clock (2^62 ns, about "
+                                         "146 years): the hardware's rates or link bandwidths "
+                                         "are too slow"),
+              std::string::npos)
+        << e.what();
+  }
+  fs::remove_all(dir);
+}
+
+// A request whose first token is EOS ends on the prefill replica, as on a unified one: it is
+// not transferred and decoded further.
+TEST(ClusterRun, AFirstTokenThatStopsEndsOnThePrefillReplica) {
+  const fs::path dir = temp_dir("cluster_eos");
+  std::string text = experiment(kPd);
+  text.replace(text.find("output_len: {dist: uniform, min: 2, max: 40}"), 44,
+               "output_len: {dist: uniform, min: 1, max: 4}\n  sampling: {max_tokens: 32}");
+  const ExperimentConfig pd = load_text(dir / "pd", text);
+  std::string unified = text;
+  unified.replace(unified.find("cluster:"), std::string::npos,
+                  "cluster:\n  pools:\n    - {count: 4}\n");
+  const ExperimentConfig un = load_text(dir / "un", unified);
+  run_files(pd, dir / "a");
+  run_files(un, dir / "b");
+  const auto outcome = [](const fs::path& f) {
+    std::map<std::string, std::string> m;
+    for (const auto& r : read_csv(f)) m[r.at("id")] = r.at("output_tokens") + "," + r.at("reason");
+    return m;
+  };
+  const auto a = outcome(dir / "a" / "requests.csv");
+  EXPECT_EQ(a, outcome(dir / "b" / "requests.csv"));
+  std::int64_t first = 0, multi = 0;
+  for (const auto& [id, o] : a) {
+    if (o == "1,stop") ++first;
+    if (o.rfind("1,", 0) != 0) ++multi;
+  }
+  EXPECT_GT(first, 5);  // output_len 1 is a first token that is EOS
+  const auto summary = nlohmann::json::parse(read_file(dir / "a" / "summary.json"));
+  EXPECT_EQ(summary["cluster"]["kv_transfers"]["count"].get<std::int64_t>(), multi);
+  fs::remove_all(dir);
+}
+
+// The length cap sees a split request's real length at its arrival on the prefill replica, and
+// the decode replica finishes it at the cap ("length (capped from N)").
+TEST(ClusterRun, TheLengthCapAppliesToSplitRequests) {
+  const fs::path dir = temp_dir("cluster_cap");
+  // Every request arrives at once: most arrive while others wait at the prefill replica.
+  std::string text = experiment(kPd,
+                                "policies:\n  length_cap: {name: queue-length, max_tokens: 3, "
+                                "when_waiting_over: 1}\n");
+  text.replace(text.find("rate: 200"), 9, "rate: 1.0e9");
+  const ExperimentConfig c = load_text(dir, text);
+  run_files(c, dir / "a");
+  std::int64_t capped = 0;
+  for (const auto& r : read_csv(dir / "a" / "requests.csv")) {
+    if (r.at("reason").rfind("length (capped from ", 0) != 0) continue;
+    ++capped;
+    EXPECT_EQ(r.at("output_tokens"), "3") << r.at("id");
+  }
+  EXPECT_GT(capped, 5);
+  const auto summary = nlohmann::json::parse(read_file(dir / "a" / "summary.json"));
+  EXPECT_EQ(summary["requests"]["capped"].get<std::int64_t>(), capped);
+  fs::remove_all(dir);
 }
 
 // Layer-wise KV transfers over a slow link: most of each prompt's KV moves while the prefill
