@@ -533,8 +533,18 @@ void Recorder::write_requests_csv(const std::string& path) const {
                                  ? format_double(ns_to_ms(r->finish_ns - r->first_token_ns) /
                                                  static_cast<double>(per_seq - 1))
                                  : "";
+    // One CSV field: no separator, quote or line break (a server's or a plugin's text may hold
+    // any of them).
     std::string reason = r->reason;
-    std::replace(reason.begin(), reason.end(), ',', ';');
+    for (char& c : reason) {
+      if (c == ',') {
+        c = ';';
+      } else if (c == '"') {
+        c = '\'';
+      } else if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+        c = ' ';
+      }
+    }
     if (measured_) {
       // A client's view (add_measured): what only the server knows stays empty.
       std::fprintf(

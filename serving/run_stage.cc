@@ -28,8 +28,22 @@ void collect_paths(const YAML::Node& node, std::vector<std::string>& out) {
   }
 }
 
-// The run replaces its folder: the experiment file and the files its workload reads may not be
-// in it (a previous run's config.yaml run again with --out on its own folder).
+// Checks the final folder and stages it, or nothing when the run writes no files.
+std::optional<StagedDir> stage_for(const ExperimentConfig& config, const RunStageOptions& options) {
+  if (!options.write_files) return std::nullopt;
+  const std::string final_dir =
+      options.out_dir.empty() ? "out/" + config.name + options.default_suffix : options.out_dir;
+  check_out_dir(final_dir);
+  refuse_inputs_inside(config, final_dir);
+  return std::optional<StagedDir>(std::in_place, final_dir);
+}
+
+std::string streamed_path(const std::optional<StagedDir>& stage, bool wanted, const char* name) {
+  return stage && wanted ? stage->temp_path() + "/" + name : std::string();
+}
+
+}  // namespace
+
 void refuse_inputs_inside(const ExperimentConfig& config, const std::string& final_dir) {
   std::vector<std::string> inputs = {config.file};
   std::vector<std::string> data;
@@ -46,22 +60,6 @@ void refuse_inputs_inside(const ExperimentConfig& config, const std::string& fin
     }
   }
 }
-
-// Checks the final folder and stages it, or nothing when the run writes no files.
-std::optional<StagedDir> stage_for(const ExperimentConfig& config, const RunStageOptions& options) {
-  if (!options.write_files) return std::nullopt;
-  const std::string final_dir =
-      options.out_dir.empty() ? "out/" + config.name + options.default_suffix : options.out_dir;
-  check_out_dir(final_dir);
-  refuse_inputs_inside(config, final_dir);
-  return std::optional<StagedDir>(std::in_place, final_dir);
-}
-
-std::string streamed_path(const std::optional<StagedDir>& stage, bool wanted, const char* name) {
-  return stage && wanted ? stage->temp_path() + "/" + name : std::string();
-}
-
-}  // namespace
 
 RunStage::RunStage(const ExperimentConfig& config, const RunStageOptions& options)
     : stage_(stage_for(config, options)),

@@ -16,6 +16,11 @@
 
 namespace servelab {
 
+// ConfigError when the experiment file or a `path:` of its workload lies inside `final_dir`, a
+// folder the caller is about to replace (a previous run's config.yaml run again with --out on
+// its own folder). RunStage checks it; `sim bench` too.
+void refuse_inputs_inside(const ExperimentConfig& config, const std::string& final_dir);
+
 // Every member has an initializer, so a caller names only what it sets ({.out_dir = ...}).
 struct RunStageOptions {
   std::string out_dir = {};         // the run folder; empty: out/<experiment name><default_suffix>

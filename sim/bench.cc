@@ -22,12 +22,14 @@
 #include "core/json_depth.h"
 #include "core/request.h"
 #include "core/sampling_params.h"
+#include "core/strings.h"
 #include "serving/cli.h"
 #include "serving/interrupt.h"
 #include "serving/lora_modules.h"
 #include "serving/model_config.h"
 #include "serving/output_file.h"
 #include "serving/recorder.h"
+#include "serving/run_stage.h"
 #include "traces/workload.h"
 
 namespace servelab {
@@ -78,33 +80,85 @@ Endpoint parse_url(const std::string& url) {
   return e;
 }
 
-// The models GET /v1/models lists, in its order; nullopt when the server answers that path with
-// an error status (a server without the endpoint). Throws ConfigError when the server cannot be
-// reached or answers something that is no model list.
-std::optional<std::vector<std::string>> served_models(const Endpoint& e) {
+// At most this many bytes of an answer are kept: a /v1/models or /metrics body, a stream line, an
+// error body. A server that sends more is answering something else (or nothing that ends).
+constexpr std::size_t kMaxAnswerBytes = 16u << 20;
+
+// `text` on one line, at most 300 characters: control characters become spaces (the reasons
+// go to requests.csv and to the terminal).
+std::string one_line(std::string_view text) {
+  std::string out(text.substr(0, 300));
+  for (char& c : out) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = ' ';
+  }
+  if (text.size() > 300) out += "...";
+  return out;
+}
+
+// GET `path`: the status and the body (at most kMaxAnswerBytes), or the transport error.
+struct Answer {
+  int status = 0;  // 0: no answer (error says why)
+  std::string body, error;
+};
+Answer get(const Endpoint& e, const std::string& path) {
   httplib::Client client(e.base);
   client.set_connection_timeout(10);
   client.set_read_timeout(30);
+  Answer a;
+  bool too_big = false;
+  const httplib::Result res = client.Get(path, [&](const char* data, std::size_t len) {
+    if (a.body.size() + len > kMaxAnswerBytes) {
+      too_big = true;
+      return false;
+    }
+    a.body.append(data, len);
+    return true;
+  });
+  if (too_big) {
+    a.error = "an answer longer than 16 MiB";
+  } else if (!res) {
+    a.error = httplib::to_string(res.error());
+  } else {
+    a.status = res->status;
+  }
+  return a;
+}
+
+// The models GET /v1/models lists, in its order; nullopt when the server answers that path with
+// an error status (a server without the endpoint; `status` says which). Throws ConfigError when
+// the server cannot be reached or answers something that is no model list.
+std::optional<std::vector<std::string>> served_models(const Endpoint& e, int& status) {
   const std::string prefix = e.path.substr(0, e.path.rfind("/completions"));
   const std::string models_path =
       prefix.size() >= 3 && prefix.compare(prefix.size() - 3, 3, "/v1") == 0 ? prefix + "/models"
                                                                              : "/v1/models";
-  const httplib::Result res = client.Get(models_path);
-  if (!res) {
-    throw ConfigError("--url " + e.base + ": cannot reach the server (" +
-                      httplib::to_string(res.error()) + ")");
+  const Answer a = get(e, models_path);
+  if (a.status == 0) {
+    throw ConfigError("--url " + e.base + ": cannot reach the server (GET " + models_path + ": " +
+                      a.error + ")");
   }
-  if (res->status != 200) return std::nullopt;
+  status = a.status;
+  if (a.status != 200) return std::nullopt;
   const std::string where = "--url " + e.base + models_path;
-  if (json_too_deep(res->body)) throw ConfigError(where + ": the answer is no model list");
+  const auto no_list = [&](const std::string& what) {
+    return ConfigError(where + ": the answer is no model list (" + what +
+                       "; expected {\"data\": [{\"id\": NAME}, ...]})");
+  };
+  if (json_too_deep(a.body)) throw no_list("JSON nested too deep");
+  const json list = json::parse(a.body, nullptr, /*allow_exceptions=*/false);
+  if (list.is_discarded()) throw no_list("not JSON");
+  if (!list.is_object() || !list.contains("data") || !list["data"].is_array()) {
+    throw no_list("no \"data\" list");
+  }
   std::vector<std::string> names;
-  try {
-    const json list = json::parse(res->body);
-    for (const json& m : list.at("data")) {
-      names.push_back(m.at("id").get<std::string>());
+  for (const json& m : list["data"]) {
+    if (!m.is_object() || !m.contains("id") || !m["id"].is_string() ||
+        m["id"].get_ref<const std::string&>().empty()) {
+      throw no_list("an entry without a non-empty string \"id\"");
     }
-  } catch (const json::exception&) {
-    throw ConfigError(where + ": the answer is no model list");
+    const std::string& id = m["id"].get_ref<const std::string&>();
+    if (one_line(id) != id) throw no_list("a model id with control characters");
+    names.push_back(id);
   }
   return names;
 }
@@ -112,10 +166,13 @@ std::optional<std::vector<std::string>> served_models(const Endpoint& e) {
 // The model name to send: --model when the server lists it (or lists nothing to check against),
 // else the first model GET /v1/models lists.
 std::string choose_model(const Endpoint& e, const std::string& requested) {
-  const std::optional<std::vector<std::string>> served = served_models(e);
+  int status = 0;
+  const std::optional<std::vector<std::string>> served = served_models(e, status);
   if (requested.empty()) {
-    if (!served)
-      throw ConfigError("--url " + e.base + ": GET /v1/models failed; pass --model NAME");
+    if (!served) {
+      throw ConfigError("--url " + e.base + ": GET /v1/models answered HTTP " +
+                        std::to_string(status) + "; pass --model NAME");
+    }
     if (served->empty())
       throw ConfigError("--url " + e.base + ": no model listed; pass --model NAME");
     return served->front();
@@ -124,7 +181,14 @@ std::string choose_model(const Endpoint& e, const std::string& requested) {
   if (served && !served->empty() &&
       std::find(served->begin(), served->end(), requested) == served->end()) {
     std::string list;
-    for (const std::string& n : *served) list += (list.empty() ? "'" : ", '") + n + "'";
+    std::size_t shown = 0;
+    for (const std::string& n : *served) {
+      if (++shown > 20) {
+        list += " and " + std::to_string(served->size() - 20) + " more";
+        break;
+      }
+      list += (list.empty() ? "'" : ", '") + n + "'";
+    }
     throw ConfigError("--model " + requested + ": the server at " + e.base +
                       " does not serve it (GET /v1/models lists " + list + ")");
   }
@@ -132,26 +196,33 @@ std::string choose_model(const Endpoint& e, const std::string& requested) {
 }
 
 // The server's board energy counter, servelab:gpu_energy_joules_total on GET /metrics (`engine
-// serve --device cuda` where NVML answers; docs/serving.md), or nullopt when the server has no
-// /metrics, no such counter (vLLM, a CPU engine) or an unreadable value.
+// serve --device cuda` where NVML answers; docs/serving.md): the sum over its series (one per
+// GPU), or nullopt when the server has no /metrics, no such counter (vLLM, a CPU engine) or an
+// unreadable value. A sample line is NAME[{LABELS}] VALUE [TIMESTAMP] (Prometheus' text format).
 std::optional<double> server_joules(const Endpoint& e) {
-  httplib::Client client(e.base);
-  client.set_connection_timeout(10);
-  client.set_read_timeout(30);
-  const httplib::Result res = client.Get("/metrics");
-  if (!res || res->status != 200) return std::nullopt;
+  const Answer a = get(e, "/metrics");
+  if (a.status != 200) return std::nullopt;
   const std::string_view name = "servelab:gpu_energy_joules_total";
-  std::istringstream in(res->body);
+  std::istringstream in(a.body);
+  std::optional<double> total;
   for (std::string line; std::getline(in, line);) {
     if (line.compare(0, name.size(), name) != 0 || line.size() == name.size()) continue;
-    if (line[name.size()] != '{' && line[name.size()] != ' ') continue;
-    const std::string value = line.substr(line.rfind(' ') + 1);
+    std::size_t at = name.size();
+    if (line[at] == '{') {
+      at = line.find('}', at);
+      if (at == std::string::npos) return std::nullopt;
+      ++at;
+    }
+    if (at >= line.size() || line[at] != ' ') continue;  // another metric with this prefix
+    const std::size_t from = line.find_first_not_of(' ', at);
+    if (from == std::string::npos) return std::nullopt;
+    const std::string value = line.substr(from, line.find(' ', from) - from);
     char* end = nullptr;
     const double j = std::strtod(value.c_str(), &end);
     if (end == value.c_str() || *end != '\0' || !std::isfinite(j) || j < 0) return std::nullopt;
-    return j;
+    total = total.value_or(0.0) + j;
   }
-  return std::nullopt;
+  return total;
 }
 
 struct Outcome {
@@ -159,23 +230,38 @@ struct Outcome {
   std::vector<TimeNs> gaps;
 };
 
-// ": MESSAGE" from an OpenAI error body ({"error": {"message": ...}}) on one line, or "" when
-// `body` is not one (the body of a refused request reaches the content receiver).
+// ": MESSAGE" from an error body: OpenAI's {"error": {"message": ...}} or {"error": "..."},
+// vLLM's older {"object": "error", "message": ...}, else the body's text itself; on one line,
+// "" for an empty body.
 std::string error_message(const std::string& body) {
-  const json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object() || !j.contains("error") || !j["error"].is_object() ||
-      !j["error"].contains("message") || !j["error"]["message"].is_string()) {
-    return "";
+  const json j = json_too_deep(body) ? json() : json::parse(body, nullptr, false);
+  if (j.is_object()) {
+    const json* m = nullptr;
+    if (j.contains("error") && j["error"].is_object() && j["error"].contains("message")) {
+      m = &j["error"]["message"];
+    } else if (j.contains("error")) {
+      m = &j["error"];
+    } else if (j.contains("message")) {
+      m = &j["message"];
+    }
+    if (m != nullptr && m->is_string()) return ": " + one_line(m->get_ref<const std::string&>());
+    if (m != nullptr) return ": " + one_line(m->dump());
   }
-  std::string m = j["error"]["message"].get<std::string>();
-  std::replace(m.begin(), m.end(), '\n', ' ');
-  return ": " + m;
+  std::string_view text = body;
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) {
+    text.remove_suffix(1);
+  }
+  return text.empty() ? "" : ": " + one_line(text);
 }
 
 // One streamed request; times relative to `send`.
+// One streamed request; times relative to `send`. The whole answer must come within `timeout`
+// (a server that trickles bytes or keep-alive comments forever is given up), and an interrupt
+// (SIGINT/SIGTERM) gives it up at the next bytes (run_bench also shuts the socket of a silent
+// one). Never throws for what the server sends: that becomes the request's reason.
 Outcome send_one(httplib::Client& client, const Endpoint& e, const std::string& model,
                  const std::vector<LoraModule>& lora_modules, const RequestSpec& spec,
-                 std::int32_t vocab_size) {
+                 std::int32_t vocab_size, std::chrono::duration<double> timeout) {
   json prompt = json::array();
   for (std::int32_t p = 0; p < spec.prompt_len; ++p) {
     prompt.push_back(prompt_token_value(spec, p, vocab_size));
@@ -221,52 +307,50 @@ Outcome send_one(httplib::Client& client, const Endpoint& e, const std::string& 
   r.request_class = spec.request_class;
   r.arrival_ns = spec.arrival_ns;
   r.prompt_tokens = spec.prompt_len;
-  std::string buffer;
+  std::string buffer;       // the stream's bytes not yet split into lines
+  std::size_t scanned = 0;  // buffer[0, scanned) holds no '\n'
+  std::string error_body;   // the first kMaxAnswerBytes of the answer, for an error status
   std::optional<Clock::time_point> first, last;
   std::vector<std::optional<Clock::time_point>> last_of(static_cast<std::size_t>(spec.n));
   std::int32_t chunks = 0;
-  std::optional<std::int32_t> usage_tokens;
+  std::optional<std::int64_t> usage_tokens;
   bool done = false;
   std::string stream_error, finish_reason;
   const Clock::time_point send = Clock::now();
+  const Clock::time_point deadline = send + std::chrono::duration_cast<Clock::duration>(timeout);
   httplib::Request req;
   req.method = "POST";
   req.path = e.path;
   req.body = body.dump();
   req.set_header("Content-Type", "application/json");
   req.set_header("Accept", "text/event-stream");
-  req.content_receiver = [&](const char* data, std::size_t len, std::uint64_t, std::uint64_t) {
-    buffer.append(data, len);
-    // Server-sent events: "data: ..." lines, events separated by blank lines.
-    for (std::size_t nl = buffer.find('\n'); nl != std::string::npos; nl = buffer.find('\n')) {
-      std::string line = buffer.substr(0, nl);
-      buffer.erase(0, nl + 1);
-      if (!line.empty() && line.back() == '\r') line.pop_back();
-      if (line.rfind("data:", 0) != 0) continue;
-      std::string payload = line.substr(5);
-      if (!payload.empty() && payload[0] == ' ') payload.erase(0, 1);
-      if (payload == "[DONE]") {
-        done = true;
-        continue;
-      }
-      const Clock::time_point now = Clock::now();
-      json chunk;
-      if (json_too_deep(payload)) {
-        stream_error = "stream chunk nested too deep";
-        return false;
-      }
-      try {
-        chunk = json::parse(payload);
-      } catch (const json::exception&) {
-        stream_error = "malformed stream chunk";
-        return false;
-      }
-      if (chunk.contains("error")) {
-        stream_error = chunk["error"].value("message", "error in stream");
-        continue;
-      }
-      if (chunk.contains("choices") && chunk["choices"].is_array() && !chunk["choices"].empty()) {
-        const json& choice = chunk["choices"][0];
+  // One "data:" line of the stream; false stops reading (stream_error says why).
+  const auto take_line = [&](std::string_view line, Clock::time_point now) {
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (line.rfind("data:", 0) != 0) return true;  // comments (": ping"), event:, id:
+    std::string_view payload = line.substr(5);
+    if (!payload.empty() && payload[0] == ' ') payload.remove_prefix(1);
+    if (payload == "[DONE]") {
+      done = true;
+      return true;
+    }
+    if (json_too_deep(payload)) {
+      stream_error = "stream chunk nested too deep";
+      return false;
+    }
+    const json chunk = json::parse(payload, nullptr, /*allow_exceptions=*/false);
+    if (chunk.is_discarded()) {
+      stream_error = "malformed stream chunk: " + one_line(payload);
+      return false;
+    }
+    if (!chunk.is_object()) return true;
+    if (chunk.contains("error")) {
+      const std::string m = error_message(std::string(payload));
+      stream_error = "error in stream" + m;
+      return true;
+    }
+    if (chunk.contains("choices") && chunk["choices"].is_array()) {
+      for (const json& choice : chunk["choices"]) {
         std::size_t index = 0;
         if (spec.n > 1) {
           if (!choice.is_object() || !choice.contains("index") ||
@@ -286,39 +370,107 @@ Outcome send_one(httplib::Client& client, const Endpoint& e, const std::string& 
         ++chunks;
         if (choice.is_object() && choice.contains("finish_reason") &&
             choice["finish_reason"].is_string()) {
-          finish_reason = choice["finish_reason"].get<std::string>();  // "length", "stop"
+          finish_reason = one_line(choice["finish_reason"].get_ref<const std::string&>());
         }
       }
-      if (chunk.contains("usage") && chunk["usage"].is_object() &&
-          chunk["usage"].contains("completion_tokens") &&
-          chunk["usage"]["completion_tokens"].is_number_integer()) {
-        usage_tokens = chunk["usage"]["completion_tokens"].get<std::int32_t>();
+    }
+    if (chunk.contains("usage") && chunk["usage"].is_object() &&
+        chunk["usage"].contains("completion_tokens")) {
+      // A count of the tokens asked for: at most max_tokens for each of the n choices.
+      const json& c = chunk["usage"]["completion_tokens"];
+      const std::int64_t most = std::int64_t{spec.max_output_tokens} * spec.n;
+      if (!c.is_number_integer() || c.get<std::int64_t>() < 0 || c.get<std::int64_t>() > most) {
+        stream_error = "usage.completion_tokens " + one_line(c.dump()) +
+                       " is not a token count in [0, " + std::to_string(most) + "] (max_tokens " +
+                       std::to_string(spec.max_output_tokens) +
+                       (spec.n > 1 ? " x n " + std::to_string(spec.n) : std::string()) + ")";
+        return false;
       }
+      usage_tokens = c.get<std::int64_t>();
+    }
+    return true;
+  };
+  req.content_receiver = [&](const char* data, std::size_t len, std::uint64_t, std::uint64_t) {
+    const Clock::time_point now = Clock::now();
+    if (interrupt_signal() != 0) {
+      stream_error = "interrupted";
+      return false;
+    }
+    if (now > deadline) {
+      stream_error =
+          format_text("no complete answer within the --timeout of %g s", timeout.count());
+      return false;
+    }
+    if (error_body.size() < kMaxAnswerBytes) {
+      error_body.append(data, std::min(len, kMaxAnswerBytes - error_body.size()));
+    }
+    if (done) return true;  // anything after [DONE] is no part of the answer
+    buffer.append(data, len);
+    // Server-sent events: "data: ..." lines, events separated by blank lines. Lines are taken
+    // from the front (one erase per read, a scan of each byte once).
+    std::size_t from = 0;
+    for (std::size_t nl = buffer.find('\n', scanned); nl != std::string::npos;
+         nl = buffer.find('\n', from)) {
+      const bool more = take_line(std::string_view(buffer).substr(from, nl - from), now);
+      from = nl + 1;
+      if (!more) return false;
+      if (done) break;
+    }
+    buffer.erase(0, from);
+    scanned = buffer.size();
+    if (buffer.size() > kMaxAnswerBytes) {
+      stream_error = "a stream line longer than 16 MiB";
+      return false;
     }
     return true;
   };
   httplib::Response res;
   httplib::Error err = httplib::Error::Success;
-  const bool sent = client.send(req, res, err);
+  bool sent = false;
+  try {
+    sent = client.send(req, res, err);
+  } catch (const std::exception& x) {  // the client library's own failures
+    stream_error = one_line(x.what());
+  }
   const auto rel = [&](Clock::time_point t) {
     return spec.arrival_ns + std::chrono::duration_cast<std::chrono::nanoseconds>(t - send).count();
   };
-  if (!sent && res.status <= 0) {
+  // Why a stream that the client stopped or that broke did not finish: what the receiver found,
+  // else the transport's error, else what was missing.
+  const std::string transport = err == httplib::Error::Success || err == httplib::Error::Canceled
+                                    ? std::string()
+                                    : " (" + httplib::to_string(err) + ")";
+  if (!stream_error.empty() && (stream_error == "interrupted" || res.status <= 0)) {
     r.status = RequestStatus::kAborted;
-    r.reason = "HTTP request failed (" + httplib::to_string(err) + ")";
+    r.reason = stream_error;
+  } else if (!sent && res.status <= 0) {
+    r.status = RequestStatus::kAborted;
+    r.reason =
+        err == httplib::Error::Read
+            ? format_text("the server sent nothing for the --timeout of %g s", timeout.count())
+            : "HTTP request failed (" + httplib::to_string(err) + ")";
   } else if (res.status >= 400 && res.status < 500) {
     r.status = RequestStatus::kRejected;
-    r.reason = "HTTP " + std::to_string(res.status) + error_message(buffer);
-  } else if (res.status != 200 || !done || !first || !stream_error.empty()) {
+    r.reason = "HTTP " + std::to_string(res.status) + error_message(error_body);
+  } else if (res.status != 200) {
     r.status = RequestStatus::kAborted;
-    r.reason = res.status != 200       ? "HTTP " + std::to_string(res.status)
-               : !stream_error.empty() ? stream_error
-                                       : "stream ended without [DONE]";
+    r.reason = "HTTP " + std::to_string(res.status) + error_message(error_body);
+  } else if (!stream_error.empty()) {
+    r.status = RequestStatus::kAborted;
+    r.reason = stream_error;
+  } else if (!done || !first) {
+    r.status = RequestStatus::kAborted;
+    const std::string content_type = res.get_header_value("Content-Type");
+    r.reason = !done && content_type.rfind("text/event-stream", 0) != 0
+                   ? "the answer is no event stream (Content-Type '" + one_line(content_type) +
+                         "')" + transport
+               : !done ? "stream ended without [DONE]" + transport
+                       : "stream ended without a chunk of choices";
   } else {
     r.status = RequestStatus::kFinished;
     r.reason = finish_reason;
   }
-  r.output_tokens = usage_tokens.value_or(chunks);
+  r.output_tokens = static_cast<std::int32_t>(usage_tokens.value_or(chunks));
   r.samples = spec.n;
   if (first) r.first_token_ns = rel(*first);
   if (r.status == RequestStatus::kFinished) r.finish_ns = rel(*last);
@@ -330,6 +482,9 @@ Outcome send_one(httplib::Client& client, const Endpoint& e, const std::string& 
 
 BenchOutput run_bench(const ExperimentConfig& config, const BenchOptions& options) {
   if (options.max_concurrency < 1) throw ConfigError("--max-concurrency: expected at least 1");
+  if (!(options.timeout_s >= 0.001 && options.timeout_s <= 1e6)) {
+    throw ConfigError("--timeout: expected seconds in [0.001, 1e6]");
+  }
   const Endpoint endpoint = parse_url(options.url);
   // cpp-httplib sends without MSG_NOSIGNAL: a server that hung up must not kill the client.
   std::signal(SIGPIPE, SIG_IGN);
@@ -348,6 +503,7 @@ BenchOutput run_bench(const ExperimentConfig& config, const BenchOptions& option
   const std::string final_dir =
       options.out_dir.empty() ? "out/" + config.name + "-bench" : options.out_dir;
   check_out_dir(final_dir);
+  refuse_inputs_inside(config, final_dir);
   const std::string model = choose_model(endpoint, options.model);
   const std::vector<LoraModule> lora_modules =
       parse_lora_modules(options.lora_modules, config.scheduler.lora, model);
@@ -364,6 +520,10 @@ BenchOutput run_bench(const ExperimentConfig& config, const BenchOptions& option
   bool closed = false;
   std::atomic<std::int64_t> sent{0}, finished{0}, failed{0};
   std::vector<std::thread> workers;
+  // One client a worker, made here so that an interrupt can shut their sockets (stop() is the
+  // client's one thread-safe call): a request waiting on a silent server ends at once.
+  std::vector<std::unique_ptr<httplib::Client>> clients;
+  std::atomic<int> busy{0};  // workers inside send_one
   const auto stop_workers = [&] {
     {
       std::lock_guard lock(mu);
@@ -374,6 +534,13 @@ BenchOutput run_bench(const ExperimentConfig& config, const BenchOptions& option
       if (t.joinable()) t.join();
     }
   };
+  const auto cancel_requests = [&] {
+    // A worker may open its socket just after a stop(): stop again until none is sending.
+    while (busy.load() > 0) {
+      for (const auto& c : clients) c->stop();
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  };
   // Whatever leaves this function (an exception while starting the workers or reading the
   // workload included) stops and joins the workers first: a joinable std::thread destroyed
   // would end the process with std::terminate.
@@ -381,13 +548,18 @@ BenchOutput run_bench(const ExperimentConfig& config, const BenchOptions& option
     const decltype(stop_workers)& stop;
     ~JoinWorkers() { stop(); }
   } join_workers{stop_workers};
+  const std::chrono::duration<double> timeout(options.timeout_s);
+  const auto timeout_us = static_cast<std::int64_t>(options.timeout_s * 1e6);
   for (int w = 0; w < options.max_concurrency; ++w) {
-    workers.emplace_back([&] {
-      httplib::Client client(endpoint.base);
-      client.set_connection_timeout(10);
-      client.set_read_timeout(static_cast<time_t>(options.timeout_s));
-      client.set_write_timeout(30);
-      client.set_keep_alive(true);
+    auto& client = *clients.emplace_back(std::make_unique<httplib::Client>(endpoint.base));
+    client.set_connection_timeout(10);
+    client.set_read_timeout(static_cast<time_t>(timeout_us / 1000000),
+                            static_cast<time_t>(timeout_us % 1000000));
+    client.set_write_timeout(30);
+    client.set_keep_alive(true);
+  }
+  for (int w = 0; w < options.max_concurrency; ++w) {
+    workers.emplace_back([&, w] {
       while (true) {
         RequestSpec spec;
         {
@@ -396,11 +568,24 @@ BenchOutput run_bench(const ExperimentConfig& config, const BenchOptions& option
           if (ready.empty()) return;
           spec = std::move(ready.front());
           ready.pop_front();
+          ++busy;
         }
-        Outcome o = send_one(client, endpoint, model, lora_modules, spec, model_config.vocab_size);
+        Outcome o;
+        try {
+          o = send_one(*clients[static_cast<std::size_t>(w)], endpoint, model, lora_modules, spec,
+                       model_config.vocab_size, timeout);
+        } catch (const std::exception& x) {  // e.g. out of memory: this request fails, not all
+          o.record.id = spec.id;
+          o.record.arrival_ns = spec.arrival_ns;
+          o.record.prompt_tokens = spec.prompt_len;
+          o.record.samples = spec.n;
+          o.record.status = RequestStatus::kAborted;
+          o.record.reason = one_line(x.what());
+        }
         (o.record.status == RequestStatus::kFinished ? finished : failed)++;
         std::lock_guard lock(mu);
         outcomes.push_back(std::move(o));
+        --busy;
       }
     });
   }
@@ -453,6 +638,7 @@ BenchOutput run_bench(const ExperimentConfig& config, const BenchOptions& option
       std::lock_guard lock(mu);
       ready.clear();
     }
+    cancel_requests();
     stop_workers();
     throw;
   }
@@ -490,6 +676,7 @@ BenchOutput run_bench(const ExperimentConfig& config, const BenchOptions& option
 
 int bench_command(const std::vector<std::string>& args) {
   BenchOptions options;
+  std::string timeout_text;
   const ExperimentArgs a = parse_experiment_args(
       args, "sim bench",
       [&](CLI::App& app) {
@@ -507,6 +694,10 @@ int bench_command(const std::vector<std::string>& args) {
                        "requests open at once at most (default 256)")
             ->check(cli::integer_in(1, 100000))
             ->type_name("N");
+        app.add_option("--timeout", timeout_text,
+                       "seconds a request's whole answer may take (default 600); a request "
+                       "over it is aborted, with that reason")
+            ->type_name("S");
       },
       "Replay the experiment's workload against an OpenAI-compatible server (/v1/completions, "
       "streaming) at its arrival times, measure TTFT, ITL, TPOT and E2E as vLLM's "
@@ -514,6 +705,15 @@ int bench_command(const std::vector<std::string>& args) {
       "and config.yaml to the run folder (default out/<experiment name>-bench/), for `sim "
       "validate SIM_DIR BENCH_DIR`.");
   if (options.url.empty()) throw UsageError("sim bench: --url URL is required");
+  if (!timeout_text.empty()) {
+    char* end = nullptr;
+    options.timeout_s = std::strtod(timeout_text.c_str(), &end);
+    if (end == timeout_text.c_str() || *end != '\0' || !(options.timeout_s >= 0.001) ||
+        !(options.timeout_s <= 1e6)) {
+      throw UsageError("sim bench: --timeout: expected seconds in [0.001, 1e6], got '" +
+                       printable(timeout_text) + "'");
+    }
+  }
   options.out_dir = a.out_dir;
   const ExperimentConfig config = load_experiment(a.experiment, a.overrides, a.seed);
   options.progress = a.show_progress() ? stderr : nullptr;

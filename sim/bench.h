@@ -18,8 +18,9 @@
 // client cannot know is left empty in requests.csv (first_scheduled_s, cached_tokens,
 // preemptions, recomputed_tokens, queueing_ms) and zero in summary.json (steps, preemptions,
 // prefix cache, KV usage); steps.csv has its header only. A request the server refused (HTTP 4xx)
-// is `rejected`, one that failed otherwise (5xx, a broken stream, no [DONE]) `aborted`, with the
-// reason in requests.csv.
+// is `rejected`, one that failed otherwise (5xx, a broken stream, no [DONE], an answer that did
+// not complete within timeout_s, a usage count outside [0, max_tokens x n]) `aborted`, with the
+// reason (the server's error message where it sent one, on one line) in requests.csv.
 #pragma once
 
 #include <cstdio>
@@ -40,7 +41,7 @@ struct BenchOptions {
   // with), else "lora-ID" (serving/lora_modules.h).
   std::vector<std::string> lora_modules;
   int max_concurrency = 256;      // open requests at most
-  double timeout_s = 600;         // per request
+  double timeout_s = 600;         // per request: its whole answer, in [0.001, 1e6]
   std::FILE* progress = nullptr;  // a progress line every second when set
 };
 

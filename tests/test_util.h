@@ -117,11 +117,11 @@ struct Cli {
 };
 
 // Runs `PROGRAM ARGS` (a ServeLab program: sim, engine) with stdout and stderr captured in the
-// files `out` and `err`.
+// files `out` and `err`, behind `wrapper` when given (e.g. "timeout -s INT 1 ").
 inline Cli run_program(const std::string& program, const std::string& args, const fs::path& out,
-                       const fs::path& err) {
-  const std::string cmd =
-      servelab_program(program) + " " + args + " > " + out.string() + " 2> " + err.string();
+                       const fs::path& err, const std::string& wrapper = "") {
+  const std::string cmd = wrapper + servelab_program(program) + " " + args + " > " + out.string() +
+                          " 2> " + err.string();
   const int status = std::system(cmd.c_str());
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_file(out), read_file(err)};
 }

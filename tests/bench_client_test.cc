@@ -1,0 +1,277 @@
+// `sim bench` (sim/bench.h) against a server that misbehaves: an in-process cpp-httplib server
+// answers /v1/models, /v1/completions and /metrics as each test scripts it. What the server sends
+// becomes a request's reason on one line, never a crash, a wrong count or a hang.
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <sys/wait.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+
+#include "serving/experiment.h"
+#include "sim/bench.h"
+#include "tests/test_util.h"
+
+namespace servelab {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace servelab::test_util;
+
+// A server on a free port of 127.0.0.1, stopped (and joined) on destruction.
+class FakeServer {
+ public:
+  using Handler = std::function<void(const httplib::Request&, httplib::Response&)>;
+  FakeServer(Handler completions, Handler models = nullptr, Handler metrics = nullptr) {
+    server_.Post("/v1/completions", std::move(completions));
+    server_.Get(
+        "/v1/models",
+        models ? std::move(models) : Handler([](const httplib::Request&, httplib::Response& r) {
+          r.set_content(R"({"data": [{"id": "tiny"}]})", "application/json");
+        }));
+    if (metrics) server_.Get("/metrics", std::move(metrics));
+    port_ = server_.bind_to_any_port("127.0.0.1");
+    thread_ = std::thread([this] { server_.listen_after_bind(); });
+    while (!server_.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ~FakeServer() {
+    server_.stop();
+    thread_.join();
+  }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+
+ private:
+  httplib::Server server_;
+  int port_ = 0;
+  std::thread thread_;
+};
+
+void stream(httplib::Response& r, const std::string& events) {
+  r.set_content(events, "text/event-stream");
+}
+
+// Two requests of 4 output tokens.
+ExperimentConfig experiment(const fs::path& dir) {
+  fs::create_directories(dir);
+  write_file(dir / "e.yaml",
+             "name: fake\nseed: 1\nmodel: tiny\nhardware: H100-SXM\n"
+             "workload: {type: synthetic, num_requests: 2, arrival: {process: poisson, rate: 100},"
+             " prompt_len: {dist: fixed, value: 8}, output_len: {dist: fixed, value: 4}}\n");
+  return load_experiment((dir / "e.yaml").string(), {});
+}
+
+BenchOutput bench(const fs::path& dir, const FakeServer& server, const std::string& out,
+                  double timeout_s = 30) {
+  BenchOptions o;
+  o.url = server.url();
+  o.out_dir = (dir / out).string();
+  o.max_concurrency = 2;
+  o.timeout_s = timeout_s;
+  return run_bench(experiment(dir), o);
+}
+
+const char* kGood =
+    "data: {\"choices\": [{\"index\": 0, \"text\": \"a\"}]}\n\n"
+    "data: {\"choices\": [{\"index\": 0, \"text\": \"b\"}]}\n\n"
+    "data: {\"choices\": [{\"index\": 0, \"text\": \"c\"}]}\n\n"
+    "data: {\"choices\": [{\"index\": 0, \"text\": \"d\", \"finish_reason\": \"length\"}]}\n\n"
+    "data: {\"choices\": [], \"usage\": {\"completion_tokens\": 4}}\n\n"
+    "data: [DONE]\n\n";
+
+// The reasons requests.csv gives, which must still be one row a request.
+std::vector<std::string> reasons(const fs::path& run) {
+  std::vector<std::string> out;
+  for (const auto& row : read_csv(run / "requests.csv")) out.push_back(row.at("reason"));
+  return out;
+}
+
+TEST(BenchClient, ErrorsInTheStreamOfAnyShapeAbortTheRequestWithTheirText) {
+  const fs::path dir = temp_dir("bench_stream_errors");
+  // An error as a string, as an object with a multi-line message, as a number: each one ends
+  // its request (the client crashed on the first and third, and broke requests.csv's rows with
+  // the second).
+  for (const char* error :
+       {R"("boom, it broke")", R"({"message": "engine died,\nline2 \"x\""})", "42"}) {
+    SCOPED_TRACE(error);
+    const FakeServer server([&](const httplib::Request&, httplib::Response& r) {
+      stream(r, std::string("data: {\"error\": ") + error + "}\n\ndata: [DONE]\n\n");
+    });
+    const BenchOutput b = bench(dir, server, "out");
+    EXPECT_EQ(b.run.summary.aborted, 2);
+    for (const std::string& reason : reasons(dir / "out")) {
+      EXPECT_EQ(reason.rfind("error in stream: ", 0), 0u) << reason;
+      EXPECT_EQ(reason.find('\n'), std::string::npos) << reason;
+    }
+    fs::remove_all(dir / "out");
+  }
+  fs::remove_all(dir);
+}
+
+TEST(BenchClient, UsageOutsideWhatWasAskedIsAnError) {
+  const fs::path dir = temp_dir("bench_usage");
+  for (const char* usage : {"-5", "5000000000", "100", "3.5", "\"4\""}) {
+    SCOPED_TRACE(usage);
+    const FakeServer server([&](const httplib::Request&, httplib::Response& r) {
+      stream(r, std::string("data: {\"choices\": [{\"index\": 0, \"text\": \"a\"}]}\n\n"
+                            "data: {\"choices\": [], \"usage\": {\"completion_tokens\": ") +
+                    usage + "}}\n\ndata: [DONE]\n\n");
+    });
+    const BenchOutput b = bench(dir, server, "out");
+    EXPECT_EQ(b.run.summary.aborted, 2);
+    EXPECT_EQ(b.first_failure, std::string("request 0: usage.completion_tokens ") + usage +
+                                   " is not a token count in [0, 4] (max_tokens 4)");
+    fs::remove_all(dir / "out");
+  }
+  fs::remove_all(dir);
+}
+
+TEST(BenchClient, ErrorStatusesGiveTheServersMessage) {
+  const fs::path dir = temp_dir("bench_status");
+  const struct {
+    int status;
+    const char* body;
+    const char* reason;
+  } cases[] = {
+      {400, "{\"error\": {\"message\": \"bad prompt\"}}\n", "HTTP 400: bad prompt"},
+      {400, "{\"object\": \"error\", \"message\": \"old vLLM\"}", "HTTP 400: old vLLM"},
+      {400, "plain refusal\n", "HTTP 400: plain refusal"},
+      {503, "{\"error\": {\"message\": \"overloaded\"}}", "HTTP 503: overloaded"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.reason);
+    const FakeServer server([&](const httplib::Request&, httplib::Response& r) {
+      r.status = c.status;
+      r.set_content(c.body, "application/json");
+    });
+    const BenchOutput b = bench(dir, server, "out");
+    EXPECT_EQ(b.first_failure, std::string("request 0: ") + c.reason);
+    fs::remove_all(dir / "out");
+  }
+  fs::remove_all(dir);
+}
+
+TEST(BenchClient, AnswersThatAreNoStreamAreNamed) {
+  const fs::path dir = temp_dir("bench_no_stream");
+  {
+    // A non-streamed JSON answer.
+    const FakeServer server([](const httplib::Request&, httplib::Response& r) {
+      r.set_content(R"({"choices": [{"text": "abcd"}]})", "application/json");
+    });
+    EXPECT_EQ(bench(dir, server, "a").first_failure,
+              "request 0: the answer is no event stream (Content-Type 'application/json')");
+  }
+  {
+    // [DONE] with no chunk of choices.
+    const FakeServer server(
+        [](const httplib::Request&, httplib::Response& r) { stream(r, "data: [DONE]\n\n"); });
+    EXPECT_EQ(bench(dir, server, "b").first_failure,
+              "request 0: stream ended without a chunk of choices");
+  }
+  {
+    // What comes after [DONE] is no part of the answer: 4 tokens, finished.
+    const FakeServer server([](const httplib::Request&, httplib::Response& r) {
+      stream(r, std::string(kGood) + "data: {\"choices\": [{\"index\": 0, \"text\": \"e\"}]}\n\n");
+    });
+    const BenchOutput b = bench(dir, server, "c");
+    EXPECT_EQ(b.run.summary.completed, 2);
+    for (const auto& row : read_csv(dir / "c" / "requests.csv")) {
+      EXPECT_EQ(row.at("output_tokens"), "4");
+    }
+  }
+  fs::remove_all(dir);
+}
+
+TEST(BenchClient, ModelListsThatAreNoneAreErrors) {
+  const fs::path dir = temp_dir("bench_models");
+  for (const char* list : {R"({"data": {"x": {"id": "weird"}}})", R"({"data": [{"id": ""}]})",
+                           R"({"data": [{"id": 5}]})", "not json"}) {
+    SCOPED_TRACE(list);
+    const FakeServer server([](const httplib::Request&, httplib::Response& r) { stream(r, kGood); },
+                            [&](const httplib::Request&, httplib::Response& r) {
+                              r.set_content(list, "application/json");
+                            });
+    try {
+      bench(dir, server, "out");
+      FAIL() << "accepted";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("/v1/models: the answer is no model list ("),
+                std::string::npos)
+          << e.what();
+    }
+    EXPECT_FALSE(fs::exists(dir / "out"));
+  }
+  fs::remove_all(dir);
+}
+
+// A server that never answers: the request is given up at --timeout, with that reason.
+TEST(BenchClient, ASilentServerIsGivenUpAtTheTimeout) {
+  const fs::path dir = temp_dir("bench_silent");
+  std::atomic<bool> done{false};
+  const FakeServer server([&](const httplib::Request&, httplib::Response& r) {
+    for (int i = 0; i < 100 && !done; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    stream(r, kGood);
+  });
+  const auto start = std::chrono::steady_clock::now();
+  const BenchOutput b = bench(dir, server, "out", 0.3);
+  done = true;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+  EXPECT_EQ(b.first_failure, "request 0: the server sent nothing for the --timeout of 0.3 s");
+  fs::remove_all(dir);
+}
+
+// The energy counter of GET /metrics: summed over its series, a sample's timestamp not taken for
+// its value.
+TEST(BenchClient, EnergyIsTheCountersSumOverItsSeries) {
+  const fs::path dir = temp_dir("bench_energy");
+  std::atomic<int> scrapes{0};
+  const FakeServer server([](const httplib::Request&, httplib::Response& r) { stream(r, kGood); },
+                          nullptr,
+                          [&](const httplib::Request&, httplib::Response& r) {
+                            const int k = scrapes++;
+                            r.set_content(
+                                "# TYPE servelab:gpu_energy_joules_total counter\n"
+                                "servelab:gpu_energy_joules_total{gpu=\"0\"} " +
+                                    std::to_string(100 + 3 * k) + " 1733500000000\n" +
+                                    "servelab:gpu_energy_joules_total{gpu=\"1\"} " +
+                                    std::to_string(200 + 5 * k) + " 1733500000000\n",
+                                "text/plain");
+                          });
+  bench(dir, server, "out");
+  const auto summary = nlohmann::json::parse(read_file(dir / "out" / "summary.json"));
+  EXPECT_EQ(summary["energy"]["joules"].get<double>(), 8.0) << summary["energy"];
+  fs::remove_all(dir);
+}
+
+// Ctrl-C while every request waits on a silent server: the bench stops at once (exit 130),
+// writing nothing, instead of waiting out the requests' timeouts.
+TEST(BenchClient, AnInterruptEndsRequestsWaitingOnASilentServer) {
+  const fs::path dir = temp_dir("bench_interrupt");
+  std::atomic<bool> done{false};
+  const FakeServer server([&](const httplib::Request&, httplib::Response& r) {
+    for (int i = 0; i < 1500 && !done; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    stream(r, kGood);
+  });
+  experiment(dir);
+  const auto start = std::chrono::steady_clock::now();
+  const Cli r =
+      run_program("sim",
+                  "bench " + (dir / "e.yaml").string() + " --url " + server.url() + " --out " +
+                      (dir / "out").string() + " --timeout 600",
+                  dir / "stdout.txt", dir / "stderr.txt", "timeout --preserve-status -s INT 1 ");
+  done = true;
+  EXPECT_EQ(r.code, 130) << r.err;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+  EXPECT_NE(r.err.find("interrupted; no output written"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(dir / "out"));
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace servelab
