@@ -138,18 +138,6 @@ void require_cuda_device() {
 #endif
 }
 
-// A checkpoint that cannot be used is the user's input: every std::runtime_error of loading it
-// (a malformed file, a shape the config does not match) becomes a ConfigError (exit code 2).
-LlamaWeights load_checkpoint(const LlamaConfig& llama, const std::string& path) {
-  try {
-    return LlamaWeights::load(llama, path);
-  } catch (const ConfigError&) {
-    throw;
-  } catch (const std::runtime_error& e) {
-    throw ConfigError(e.what());
-  }
-}
-
 std::string gib(std::int64_t bytes) { return format_gib(bytes); }
 
 }  // namespace
@@ -539,6 +527,16 @@ EngineInstance load_replicas(const ExperimentConfig& config, const EngineOptions
 
 }  // namespace
 
+LlamaWeights load_checkpoint(const LlamaConfig& llama, const std::string& path) {
+  try {
+    return LlamaWeights::load(llama, path);
+  } catch (const ConfigError&) {
+    throw;
+  } catch (const std::runtime_error& e) {  // std::filesystem::filesystem_error included
+    throw ConfigError(e.what());
+  }
+}
+
 KvCacheOptions engine_kv_cache_options(const ExperimentConfig& config, EngineInstance& engine) {
   KvCacheOptions o = kv_cache_options_for(config);
   o.offload = engine.offload.get();
@@ -548,6 +546,17 @@ KvCacheOptions engine_kv_cache_options(const ExperimentConfig& config, EngineIns
 double prefill_pinned_prefixes(const ExperimentConfig& config, EngineInstance& engine,
                                KvCacheManager& kv) {
   if (config.prefix_cache.pinned.empty()) return 0;
+  // Token ids the experiment gives must be the model's: the executor embeds them by row.
+  const std::int64_t vocab = engine.llama.model.vocab_size;
+  for (const PinnedPrefixConfig& p : config.prefix_cache.pinned) {
+    for (const std::int32_t t : p.tokens) {
+      if (t >= vocab) {
+        throw ConfigError(p.location + ": token id " + std::to_string(t) +
+                          " is not in the model's vocabulary (ids 0 .. " +
+                          std::to_string(vocab - 1) + ")");
+      }
+    }
+  }
   const std::vector<RequestSpec> specs = pin_prefixes(config.prefix_cache, config.seed, kv);
   const std::int32_t bs = kv.block_size();
   const auto start = Clock::now();

@@ -106,6 +106,11 @@ EngineInstance load_engine(const ExperimentConfig& config, const EngineOptions& 
 // another model than the experiment's, speculative decoding. REQUIRES: config.cluster.set.
 EngineInstance load_engine_cluster(const ExperimentConfig& config, const EngineOptions& options);
 
+// LlamaWeights::load, where a checkpoint that cannot be used is the user's input: every
+// std::runtime_error of loading it (a malformed file, a shape the config does not match, a path
+// the file system refuses) becomes a ConfigError (exit code 2). `engine run`, `serve`, `profile`.
+LlamaWeights load_checkpoint(const LlamaConfig& llama, const std::string& path);
+
 // The replica's KV options for `engine`: kv_cache_options_for(config) plus its offload tier.
 KvCacheOptions engine_kv_cache_options(const ExperimentConfig& config, EngineInstance& engine);
 

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "core/config_error.h"
+#include "traces/json_duplicate_keys.h"
 
 namespace servelab {
 
@@ -32,6 +33,16 @@ double number_in(const Origin& o, const json& v, const char* key, double lo, dou
   return v.get<double>();
 }
 
+// An integer JSON value in [lo, hi] (an unsigned one past int64's range is out of it, not
+// wrapped to a negative number).
+bool integer_in(const json& v, std::int64_t lo, std::int64_t hi) {
+  if (v.is_number_unsigned()) {  // every integer >= 0 parses as unsigned
+    const std::uint64_t u = v.get<std::uint64_t>();
+    return (lo <= 0 || u >= static_cast<std::uint64_t>(lo)) && u <= static_cast<std::uint64_t>(hi);
+  }
+  return v.is_number_integer() && v.get<std::int64_t>() >= lo && v.get<std::int64_t>() <= hi;
+}
+
 // The sampling keys of `obj` over `d` (null values are absent, as vLLM reads them); with
 // `strict`, any other key is an error.
 void apply(const json& obj, const Origin& o, bool strict, GenerationDefaults& d) {
@@ -48,8 +59,7 @@ void apply(const json& obj, const Origin& o, bool strict, GenerationDefaults& d)
       s.top_p = number_in(o, v, "top_p", 0, 1, "a number in (0, 1]");
       if (s.top_p == 0) o.fail("top_p", "a number in (0, 1]", v);
     } else if (key == "top_k") {
-      if (!v.is_number_integer() || v.get<std::int64_t>() < -1 ||
-          v.get<std::int64_t>() > INT32_MAX) {
+      if (!integer_in(v, -1, INT32_MAX)) {
         o.fail("top_k", "an integer: -1 or 0 (every token) or at least 1", v);
       }
       s.top_k = std::max<std::int32_t>(0, v.get<std::int32_t>());
@@ -60,15 +70,14 @@ void apply(const json& obj, const Origin& o, bool strict, GenerationDefaults& d)
           number_in(o, v, "repetition_penalty", kMinRepetitionPenalty, kMaxRepetitionPenalty,
                     "a number > 0 (1: none), in [1e-6, 1e6]");
     } else if (key == "max_new_tokens") {
-      if (!v.is_number_integer() || v.get<std::int64_t>() < 1 ||
-          v.get<std::int64_t>() > (1 << 24)) {
+      if (!integer_in(v, 1, 1 << 24)) {
         o.fail("max_new_tokens", "an integer >= 1", v);
       }
       d.max_new_tokens = v.get<std::int32_t>();
     } else if (key == "eos_token_id" && !strict) {
       d.eos_token_ids.clear();
       for (const json& id : v.is_array() ? v : json::array({v})) {
-        if (!id.is_number_integer() || id.get<std::int64_t>() < 0) {
+        if (!integer_in(id, 0, INT32_MAX)) {
           o.fail("eos_token_id", "a token id or a list of them", v);
         }
         d.eos_token_ids.push_back(static_cast<std::int32_t>(id.get<std::int64_t>()));
@@ -86,6 +95,10 @@ json read_json(const fs::path& path) {
   if (!in) throw ConfigError(path.string() + ": cannot be read");
   std::stringstream ss;
   ss << in.rdbuf();
+  // A key twice (the parser would keep the later one without a word) or nesting too deep.
+  if (const std::optional<std::string> problem = json_text_problem(ss.str())) {
+    throw ConfigError(path.string() + ": " + *problem);
+  }
   try {
     return json::parse(ss.str());
   } catch (const json::exception& e) {

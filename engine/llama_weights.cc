@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <system_error>
 #include <thread>
+#include <unordered_set>
 
 #include "core/rng.h"
 #include "engine/safetensors.h"
@@ -80,19 +81,37 @@ std::optional<RopeScaling> parse_rope_scaling(const std::string& path) {
   } catch (const nlohmann::json::exception& e) {
     throw ConfigError(path + ": malformed JSON: " + e.what());
   }
-  nlohmann::json s;
-  if (j.contains("rope_scaling") && j["rope_scaling"].is_object()) {
-    s = j["rope_scaling"];
-  } else if (j.contains("rope_parameters") && j["rope_parameters"].is_object()) {
-    s = j["rope_parameters"];  // newer transformers fold the scaling into rope_parameters
-  } else {
-    return std::nullopt;
+  // The engine computes SiLU: another activation would run another model without a word.
+  if (j.is_object() && j.contains("hidden_act") && j["hidden_act"] != "silu") {
+    throw ConfigError(path + ": key 'hidden_act': the engine computes silu, got " +
+                      j["hidden_act"].dump());
   }
-  std::string type = "default";
-  if (s.contains("rope_type") && s["rope_type"].is_string()) {
-    type = s["rope_type"].get<std::string>();
-  } else if (s.contains("type") && s["type"].is_string()) {
-    type = s["type"].get<std::string>();  // older configs
+  nlohmann::json s;
+  for (const char* key : {"rope_scaling", "rope_parameters"}) {
+    if (!j.is_object() || !j.contains(key) || j[key].is_null()) continue;
+    if (!j[key].is_object()) {
+      throw ConfigError(path + ": key '" + key + "': expected an object (or null), got " +
+                        j[key].dump());
+    }
+    // newer transformers fold the scaling into rope_parameters
+    if (s.is_null()) s = j[key];
+  }
+  if (s.is_null()) return std::nullopt;
+  std::string type;
+  for (const char* key : {"rope_type", "type"}) {  // "type": older configs
+    if (!s.contains(key) || !type.empty()) continue;
+    if (!s[key].is_string()) {
+      throw ConfigError(path + ": key 'rope_scaling." + key + "': expected a string, got " +
+                        s[key].dump());
+    }
+    type = s[key].get<std::string>();
+  }
+  if (type.empty()) {
+    // A factor without a type would otherwise be dropped (transformers refuses it too).
+    if (s.contains("factor")) {
+      throw ConfigError(path + ": key 'rope_scaling': a factor without rope_type");
+    }
+    return std::nullopt;
   }
   if (type == "default") return std::nullopt;
   RopeScaling r;
@@ -104,6 +123,11 @@ std::optional<RopeScaling> parse_rope_scaling(const std::string& path) {
     r.low_freq_factor = json_number(s, "low_freq_factor", path);
     r.high_freq_factor = json_number(s, "high_freq_factor", path);
     r.original_max_position_embeddings = json_number(s, "original_max_position_embeddings", path);
+    if (!(r.low_freq_factor > 0) || !(r.original_max_position_embeddings > 0)) {
+      throw ConfigError(path +
+                        ": key 'rope_scaling': low_freq_factor and "
+                        "original_max_position_embeddings must be positive");
+    }
     if (r.high_freq_factor <= r.low_freq_factor) {
       throw ConfigError(path +
                         ": key 'rope_scaling': high_freq_factor must exceed low_freq_factor");
@@ -256,6 +280,18 @@ LlamaWeights LlamaWeights::load(const LlamaConfig& config, const std::string& pa
   LlamaWeights w;
   w.config = config;
   w.layers.resize(config.model.num_layers);
+  // Tensors the model does not name are left alone (a checkpoint may carry extras), but a bias
+  // the forward pass would need is refused: Llama's attention_bias also biases o_proj, and
+  // mlp_bias the MLP; dropping them would change the outputs without a word.
+  std::unordered_set<std::string> known;
+  for (const std::string& n : tensor_names(config.model)) known.insert(n);
+  for (const std::string& n : store.names()) {
+    if (n.starts_with("model.layers.") && n.ends_with(".bias") && !known.count(n)) {
+      throw ConfigError("checkpoint " + store.file_of(n) + ": tensor '" + n +
+                        "' is a bias the engine does not apply (it applies q/k/v biases only); "
+                        "the outputs would differ from the model's");
+    }
+  }
   for_each_tensor(w, [&](const std::string& name, auto& x, std::int64_t rows, std::int64_t cols) {
     const SafetensorsEntry& e = store.entry(name);  // throws naming the tensor when missing
     const std::vector<std::int64_t> want =

@@ -327,9 +327,15 @@ ProfileRun run_profile(const ProfileOptions& o, std::FILE* progress) {
         "--device cpu");
   }
 #endif
-  const std::int32_t max_tokens = std::min<std::int32_t>(
-      o.max_tokens, static_cast<std::int32_t>(model.max_position_embeddings));
-  if (max_tokens < 16) throw ConfigError("--max-tokens: expected at least 16");
+  // The model's length, compared in 64 bits (a config.json may give more than int32 holds).
+  const auto max_tokens = static_cast<std::int32_t>(
+      std::min<std::int64_t>(o.max_tokens, model.max_position_embeddings));
+  if (o.max_tokens < 16) throw ConfigError("--max-tokens: expected at least 16");
+  if (max_tokens < 16) {
+    throw ConfigError("engine profile: model " + model.name + " has max_position_embeddings " +
+                      std::to_string(model.max_position_embeddings) +
+                      ", fewer than the 16 tokens the smallest profile shapes take");
+  }
   if (o.lora_rank < 0 || o.lora_rank > kMaxLoraRank) {
     throw ConfigError("--lora-rank: expected an integer in [1, " + std::to_string(kMaxLoraRank) +
                       "] (0: no LoRA shapes), got " + std::to_string(o.lora_rank));
@@ -376,7 +382,7 @@ ProfileRun run_profile(const ProfileOptions& o, std::FILE* progress) {
   std::optional<LlamaWeights> weights;
   if (!device_random) {
     weights.emplace(o.weights.empty() ? LlamaWeights::random(llama, o.seed)
-                                      : LlamaWeights::load(llama, o.weights));
+                                      : load_checkpoint(llama, o.weights));
     try {
       quantize_weights(*weights, model.quantization);
     } catch (const ConfigError& e) {

@@ -12,6 +12,7 @@
 
 #include "core/json_depth.h"
 #include "serving/config_node.h"
+#include "traces/json_duplicate_keys.h"
 
 namespace servelab {
 namespace {
@@ -162,7 +163,10 @@ SafetensorsHeader read_safetensors_header(const std::string& path) {
   in.read(text.data(), static_cast<std::streamsize>(n));
   if (!in) fail(path, "cannot read the header");
   if (text.empty() || text[0] != '{') fail(path, "malformed JSON header: must begin with '{'");
-  if (json_too_deep(text)) fail(path, "malformed JSON header: nested too deep");
+  // Too deep, or a tensor named twice (the parser would keep the later entry without a word).
+  if (const std::optional<std::string> problem = json_text_problem(text)) {
+    fail(path, "malformed JSON header: " + *problem);
+  }
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);

@@ -215,9 +215,12 @@ std::string save_file(const std::string& path, const std::string& text, bool for
   return path;
 }
 
-// validation.json and replay.csv into `dir` (created), as `sim validate --out DIR` writes them.
-std::string save_validation(const std::string& dir, const std::string& json,
-                            const std::string& csv) {
+// validation.json and replay.csv into `dir` (created), as `sim validate --out DIR` writes them:
+// the same folder checks (check_validation_dir: a previous report only with `force`, never a
+// folder of other files or one inside the run folders `inputs`).
+std::string save_validation(const std::string& dir, const std::string& json, const std::string& csv,
+                            bool force, const std::vector<std::string>& inputs) {
+  check_validation_dir(dir, inputs, force);
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) throw ConfigError(dir + ": cannot create the folder: " + ec.message());
@@ -242,6 +245,7 @@ void bind_calibration(py::module_& m) {
   m.def("save_file", &save_file, py::arg("path"), py::arg("text"), py::arg("force"),
         py::arg("inputs"), "Writes a file as the commands' -o does.");
   m.def("save_validation", &save_validation, py::arg("dir"), py::arg("json"), py::arg("csv"),
+        py::arg("force"), py::arg("inputs"),
         "Writes validation.json and replay.csv into a folder, as `sim validate --out`.");
 }
 

@@ -591,7 +591,10 @@ void emit_cluster(YAML::Emitter& e, const ClusterConfig& cl) {
   if (cl.decode_router) emit_policy(e, "decode_router", *cl.decode_router);
   if (cl.disaggregated()) {
     e << YAML::Key << "kv_transfer" << YAML::Value << YAML::Flow << YAML::BeginMap;
-    e << YAML::Key << "bandwidth_gb_s" << YAML::Value << cl.kv_transfer.bandwidth_gb_s;
+    // With a cluster topology the KV takes its links (and the key is refused there).
+    if (!cl.topology) {
+      e << YAML::Key << "bandwidth_gb_s" << YAML::Value << cl.kv_transfer.bandwidth_gb_s;
+    }
     e << YAML::Key << "latency_us" << YAML::Value << cl.kv_transfer.latency_us;
     e << YAML::Key << "layerwise" << YAML::Value << cl.kv_transfer.layerwise;
     e << YAML::Key << "sharing" << YAML::Value
@@ -709,9 +712,15 @@ ExperimentConfig experiment_from_document(const ConfigNode& doc, const std::stri
   ExperimentConfig c;
   c.file = path;
   c.base_dir = std::move(base_dir);
-  top.allow_keys({"name", "description", "seed", "model", "hardware", "serving", "policies",
-                  "workload", "slo", "outputs", "compare", "cost_model", "sweep", "limits",
-                  "cluster", "parallel", "topology", "prefix_cache", "kv_offload"});
+  top.allow_keys({"name",     "description", "seed",         "model",      "hardware",
+                  "serving",  "policies",    "workload",     "slo",        "outputs",
+                  "compare",  "cost_model",  "sweep",        "limits",     "cluster",
+                  "parallel", "topology",    "prefix_cache", "kv_offload", "derived"});
+  // A run's config.yaml records what the run derived from the rest (block count, block bytes,
+  // the workload's description): read back, it is a record, not a setting, and is ignored.
+  if (const auto d = top.find("derived"); d && !d->is_map()) {
+    d->fail("the mapping a run's config.yaml records (ignored when read)");
+  }
   c.name = top.has("name") ? top.get_string("name") : default_name;
   // The name becomes a folder name (out/<name>): no '/', no "." or "..", no hidden folder.
   const bool name_ok = !c.name.empty() && c.name.front() != '.' &&

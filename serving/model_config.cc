@@ -251,6 +251,28 @@ void ModelConfig::validate() const {
   check(dtype_size(dtype) == dtype_bytes, "dtype",
         "dtype_bytes " + std::to_string(dtype_bytes) + " does not match " + dtype);
   check(max_position_embeddings >= 1, "max_position_embeddings", "must be positive");
+  // Each width is bounded, but their products need not be: the parameter count (and from it the
+  // weight bytes and a step's FLOPs) and the KV bytes per token (times the blocks of a cache) are
+  // 64-bit counts. 1e15 parameters and 1e8 KV bytes a token are thousands of times today's
+  // largest models.
+  {
+    const auto hidden = static_cast<long double>(hidden_size);
+    const long double q = static_cast<long double>(num_heads) * head_dim;
+    const long double kv = static_cast<long double>(num_kv_heads) * head_dim;
+    const long double mlp = 3.0L * hidden * intermediate_size * std::max(1, num_experts) +
+                            3.0L * hidden * std::max(0, shared_expert_intermediate_size);
+    const long double params = num_layers * (hidden * (2 * q + 2 * kv) + mlp) +
+                               2.0L * hidden * static_cast<long double>(vocab_size);
+    check(params <= 1e15L, "num_layers",
+          format_text("with these widths the model has %.3Lg parameters, more than the 1e15 "
+                      "ServeLab counts in 64 bits",
+                      params));
+    const long double kv_fp32 = 2.0L * num_layers * kv * 4;  // the widest KV dtype
+    check(kv_fp32 <= 1e8L, "num_kv_heads",
+          format_text("with num_layers %d and head_dim %d the KV cache holds %.3Lg bytes a token "
+                      "in fp32, more than the 1e8 ServeLab counts in 64 bits",
+                      num_layers, head_dim, kv_fp32));
+  }
   check(std::find(std::begin(kKvCacheDtypes), std::end(kKvCacheDtypes), kv_cache_dtype) !=
             std::end(kKvCacheDtypes),
         "kv_cache_dtype",
@@ -483,15 +505,24 @@ ModelConfig parse_hf_config(const std::string& path) {
   return m;
 }
 
+namespace {
+
+ModelConfig validated(ModelConfig m) {
+  m.validate();
+  return m;
+}
+
+}  // namespace
+
 ModelConfig load_model(const std::string& name_or_path, const std::string& catalog_dir) {
   std::error_code ec;
-  if (ends_with(name_or_path, ".json")) return parse_hf_config(name_or_path);
+  if (ends_with(name_or_path, ".json")) return validated(parse_hf_config(name_or_path));
   if (fs::is_directory(name_or_path, ec) &&
       fs::is_regular_file(fs::path(name_or_path) / "config.json", ec)) {
-    return parse_hf_config((fs::path(name_or_path) / "config.json").string());
+    return validated(parse_hf_config((fs::path(name_or_path) / "config.json").string()));
   }
   if (ends_with(name_or_path, ".yaml") || ends_with(name_or_path, ".yml")) {
-    return load_catalogue_file(name_or_path);
+    return validated(load_catalogue_file(name_or_path));
   }
   const fs::path file = fs::path(catalog_dir) / "models" / (name_or_path + ".yaml");
   // The name must match a file exactly, case included, whatever the file system's own
@@ -504,7 +535,7 @@ ModelConfig load_model(const std::string& name_or_path, const std::string& catal
                       (names.empty() ? std::string("no models") : join(names)) +
                       "; or give the path of a Hugging Face config.json");
   }
-  return load_catalogue_file(file.string());
+  return validated(load_catalogue_file(file.string()));
 }
 
 }  // namespace servelab

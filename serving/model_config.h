@@ -180,6 +180,7 @@ ModelConfig parse_hf_config(const std::string& path);
 //   - a path ending in .yaml/.yml: that file, parsed as a catalogue entry;
 //   - otherwise a catalogue name: catalog_dir/models/<name>.yaml (case-sensitive). An unknown
 //     name is a ConfigError listing the names the catalogue has.
+// The model is validate()d: widths whose products 64-bit counts cannot hold are refused here.
 ModelConfig load_model(const std::string& name_or_path, const std::string& catalog_dir);
 
 }  // namespace servelab

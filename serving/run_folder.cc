@@ -50,6 +50,8 @@ std::string index_header_prefix(const std::string& index_file) {
 template <typename Fits>
 bool absent_or_header_fits(const std::string& path, Fits fits) {
   if (!fs::exists(path)) return true;
+  // A folder under the name is no index (reading one throws from the stream buffer).
+  if (!fs::is_regular_file(path)) return false;
   std::ifstream in(path, std::ios::binary);
   std::string header;
   std::getline(in, header);
@@ -59,7 +61,10 @@ bool absent_or_header_fits(const std::string& path, Fits fits) {
 }  // namespace
 
 std::optional<std::string> run_backend(const std::string& dir) {
-  std::ifstream in(fs::path(dir) / "summary.json", std::ios::binary);
+  const fs::path summary = fs::path(dir) / "summary.json";
+  std::error_code ec;
+  if (!fs::is_regular_file(fs::symlink_status(summary, ec))) return std::nullopt;
+  std::ifstream in(summary, std::ios::binary);
   if (!in) return std::nullopt;
   const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return std::nullopt;
@@ -86,6 +91,10 @@ void check_out_dir(const std::string& dir) {
     if (name == "figures") {
       check_figures_dir(entry.path().string(),
                         "refusing to replace the run folder (choose another --out, or move it)");
+    } else if (!entry.is_regular_file()) {  // a folder of the user's under a run file's name
+      throw ConfigError(entry.path().string() +
+                        ": is not a file, so the folder is not a previous run's; refusing to "
+                        "replace it (choose another --out, or move it)");
     }
     if (first.empty() || name < first) first = name;
   });

@@ -34,8 +34,11 @@ void check_name(const std::string& name, const std::string& where) {
                       "': expected up to 200 letters, digits, '-', '_' or '.', not starting "
                       "with '.'");
   }
-  // The names of the comparison's own outputs beside the variants' folders.
-  for (const char* own : {"compare.csv", kGroupClassesFile, "figures"}) {
+  // The names of the comparison's own outputs beside the variants' folders, and those by which
+  // `sim plot` tells a folder's kind (a variant folder of that name would make the group look
+  // like a run, a sweep or a report).
+  for (const char* own : {"compare.csv", kGroupClassesFile, "figures", "summary.json", "sweep.csv",
+                          "validation.json", "replay.csv"}) {
     if (name == own) {
       throw ConfigError(where + ": variant name '" + name +
                         "' is taken by the comparison's own output; choose another");

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -17,6 +18,7 @@
 #include "serving/config_node.h"
 #include "serving/figures_folder.h"
 #include "serving/home.h"
+#include "serving/interrupt.h"
 #include "serving/output_file.h"
 
 extern char** environ;
@@ -49,7 +51,9 @@ std::string plot_input_kind(const std::string& dir) {
   std::error_code ec;
   if (!fs::exists(dir, ec)) throw ConfigError(dir + ": no such folder");
   if (!fs::is_directory(dir, ec)) throw ConfigError(dir + ": not a folder");
-  if (fs::exists(fs::path(dir) / "summary.json", ec)) {
+  // A folder of that name (a variant called summary.json) is none of these files.
+  const auto has = [&](const char* name) { return fs::is_regular_file(fs::path(dir) / name, ec); };
+  if (has("summary.json")) {
     // Checked here too (servelab_plot.py does the same) so a corrupt file is one clear line.
     const std::string path = (fs::path(dir) / "summary.json").string();
     std::ifstream in(path, std::ios::binary);
@@ -68,11 +72,11 @@ std::string plot_input_kind(const std::string& dir) {
     }
     return "run";
   }
-  if (fs::exists(fs::path(dir) / "sweep.csv", ec)) return "sweep";
-  if (fs::exists(fs::path(dir) / "compare.csv", ec)) return "compare";
-  if (fs::exists(fs::path(dir) / "validation.json", ec)) {
+  if (has("sweep.csv")) return "sweep";
+  if (has("compare.csv")) return "compare";
+  if (has("validation.json")) {
     // The figure is drawn from replay.csv, which `sim validate` writes beside validation.json.
-    if (!fs::exists(fs::path(dir) / "replay.csv", ec)) {
+    if (!has("replay.csv")) {
       throw ConfigError(dir +
                         ": a `sim validate` folder without replay.csv (written by sim validate "
                         "since the replay figure exists): run sim validate again");
@@ -102,8 +106,7 @@ int run_plot(const PlotArgs& args) {
   const std::string script = plot_script_path();
   std::error_code ec;
   if (!fs::exists(script, ec)) {
-    throw std::runtime_error(script +
-                             ": plot script not found (set SERVELAB_HOME to the source tree)");
+    throw ConfigError(script + ": plot script not found (set SERVELAB_HOME to the source tree)");
   }
   const std::string out_dir =
       args.out_dir.empty() ? (fs::path(args.inputs.front()) / "figures").string() : args.out_dir;
@@ -119,15 +122,36 @@ int run_plot(const PlotArgs& args) {
   pid_t pid = 0;
   const int rc = posix_spawnp(&pid, argv[0], nullptr, nullptr, argv.data(), environ);
   if (rc != 0) {
-    throw std::runtime_error(argv_s[0] + ": cannot start (" + std::strerror(rc) + ")");
+    throw ConfigError(argv_s[0] + ": cannot start the plotting interpreter (" + std::strerror(rc) +
+                      "; SERVELAB_PYTHON names another)");
   }
+  // Waited for in steps, so that an interrupt sent to this process alone (kill -INT) stops the
+  // script too; Ctrl-C reaches both (the script then exits quietly) and is reported as one.
   int status = 0;
-  while (waitpid(pid, &status, 0) < 0) {
-    if (errno != EINTR) throw std::runtime_error("waitpid failed");
+  bool stopped = false;
+  while (true) {
+    const pid_t done = waitpid(pid, &status, WNOHANG);
+    if (done == pid) break;
+    if (done < 0 && errno != EINTR) throw std::runtime_error("waitpid failed");
+    if (interrupt_signal() != 0 && !stopped) {
+      kill(pid, SIGTERM);
+      stopped = true;
+    }
+    usleep(20'000);
   }
-  if (!WIFEXITED(status)) return 1;
+  throw_if_interrupted();  // nothing committed: the staged figures go with `stage`
+  if (!WIFEXITED(status)) {
+    std::fprintf(stderr, "sim: error: the plot script (%s) ended by signal %d\n", argv_s[0].c_str(),
+                 WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+    return 1;
+  }
   const int code = WEXITSTATUS(status);
-  if (code != 0) return code == 2 || code == 3 ? code : 1;
+  if (code == 2 || code == 3) return code;  // its own error message, or matplotlib missing
+  if (code != 0) {
+    std::fprintf(stderr, "sim: error: the plot script (%s %s) failed with exit code %d\n",
+                 argv_s[0].c_str(), script.c_str(), code);
+    return 1;
+  }
   std::vector<std::string> written;
   for (const auto& entry : fs::directory_iterator(stage.temp_path(), ec)) {
     written.push_back(entry.path().filename().string());

@@ -976,9 +976,8 @@ std::string default_validation_dir(const std::string& sim_dir) {
   return base.string() + "-validation";
 }
 
-// The report's folder may be absent, empty, or a previous report's (validation.json, replay.csv
-// and the figures `sim plot` drew there), which it replaces only with --force; never inside an
-// input folder.
+}  // namespace
+
 void check_validation_dir(const std::string& dir, const std::vector<std::string>& inputs,
                           bool force) {
   for (const std::string& in : inputs) {
@@ -1012,8 +1011,6 @@ void check_validation_dir(const std::string& dir, const std::vector<std::string>
     throw ConfigError(dir + ": holds a previous validation report; pass --force to replace it");
   }
 }
-
-}  // namespace
 
 int validate_command(const std::vector<std::string>& args) {
   std::string sim_dir, engine_dir, out, cost;
@@ -1148,9 +1145,16 @@ int calibrate_command(const std::vector<std::string>& args) {
           "--power --hardware NAME)");
     }
     check_holdout();
-    if (!out.empty()) check_output_file(out, {profiles[0]}, force);
-    const EngineProfile p = read_profile(profiles[0]);
+    // Never an input, even with --force: the profile, the hardware entry (whose text the output
+    // extends) and a model file.
     const HardwareConfig hw = load_hardware(hardware, default_catalog_dir());
+    if (!out.empty()) {
+      std::vector<std::string> inputs = {profiles[0], hw.source};
+      std::error_code ec;
+      if (!model_arg.empty() && fs::exists(model_arg, ec)) inputs.push_back(model_arg);
+      check_output_file(out, inputs, force);
+    }
+    const EngineProfile p = read_profile(profiles[0]);
     ModelConfig model = power_fit_model(p, profiles[0], model_arg);
     if (!p.kv_cache_dtype.empty()) model.kv_cache_dtype = p.kv_cache_dtype;
     if (!p.quantization.empty()) model.quantization = p.quantization;
@@ -1176,10 +1180,11 @@ int calibrate_command(const std::vector<std::string>& args) {
           "engine profile");
     }
     if (out.empty()) throw UsageError("sim calibrate: expected -o HARDWARE.yaml");
+    const HardwareConfig base = load_hardware(hardware, default_catalog_dir());
     std::vector<std::string> inputs = vidur;
     inputs.insert(inputs.end(), held_out.begin(), held_out.end());
+    inputs.push_back(base.source);  // the entry the fit starts from
     check_output_file(out, inputs, force);
-    const HardwareConfig base = load_hardware(hardware, default_catalog_dir());
     std::vector<VidurProfile> train, test;
     for (const std::string& f : vidur) train.push_back(read_vidur_profile(f));
     for (const std::string& f : held_out) test.push_back(read_vidur_profile(f));
@@ -1210,11 +1215,7 @@ int calibrate_command(const std::vector<std::string>& args) {
   // Never the measured profile (or the engine run's files), and an existing file only with
   // --force; checked before the fit so a refusal costs nothing.
   std::vector<std::string> inputs = {profile};
-  if (!engine_run.empty()) {
-    for (const char* f : {"/schedule.csv", "/steps.csv", "/summary.json", "/config.yaml"}) {
-      inputs.push_back(engine_run + f);
-    }
-  }
+  if (!engine_run.empty()) inputs.push_back(engine_run);  // none of the run folder's files
   if (!host_overhead_from.empty()) inputs.push_back(host_overhead_from);
   check_output_file(out, inputs, force);
   const ProfileCalibration c =

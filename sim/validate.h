@@ -85,6 +85,13 @@ std::string validation_json(const ValidationReport& report);
 // the header alone when nothing was replayed.
 std::string replay_csv(const ValidationReport& report);
 
+// Checks `dir` as the folder of a validation report (sim validate --out, Python's
+// Validation.save): absent, empty, or a previous report's (validation.json, replay.csv and the
+// figures `sim plot` drew there), which it replaces only with `force`; never inside one of
+// `inputs` (run folders) and never a symlink. Throws ConfigError naming the folder otherwise.
+void check_validation_dir(const std::string& dir, const std::vector<std::string>& inputs,
+                          bool force);
+
 // `sim validate SIM_DIR ENGINE_DIR [--out DIR] [--cost-model FILE] [--quiet]`: writes
 // DIR/validation.json and DIR/replay.csv; returns the exit code, throws UsageError /
 // ConfigError.

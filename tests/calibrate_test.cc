@@ -1103,6 +1103,26 @@ TEST(SimCli, CalibrateNeverOverwritesItsInputOrAnExistingFile) {
   for (const auto& e : std::filesystem::directory_iterator(dir)) {
     EXPECT_EQ(e.path().filename().string().find(".tmp"), std::string::npos) << e.path();
   }
+
+  // Every input is one, --force or not: any file of --engine-run's folder, and the --hardware
+  // entry --vidur and --power start from.
+  std::filesystem::create_directories(dir / "run");
+  write_file(dir / "run" / "requests.csv", "mine\n");
+  r = run_sim("calibrate " + p + " -o " + (dir / "run" / "requests.csv").string() +
+                  " --engine-run " + (dir / "run").string() + " --force",
+              dir);
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_EQ(read_file(dir / "run" / "requests.csv"), "mine\n");
+  const std::string hw =
+      read_file(std::filesystem::path(default_catalog_dir()) / "hardware" / "H100-SXM.yaml");
+  write_file(dir / "h.yaml", hw);
+  const std::string h = (dir / "h.yaml").string();
+  for (const std::string fit : {"--vidur " + p, p + " --power"}) {
+    r = run_sim("calibrate " + fit + " --hardware " + h + " -o " + h + " --force", dir);
+    EXPECT_EQ(r.code, 2) << fit << ": " << r.err;
+    EXPECT_NE(r.err.find("input"), std::string::npos) << r.err;
+    EXPECT_EQ(read_file(dir / "h.yaml"), hw) << fit;
+  }
 }
 
 }  // namespace

@@ -334,6 +334,12 @@ TEST(ClusterTopology, PrefillToDecodeOverNvlinkOrInfiniband) {
   }
   EXPECT_EQ(summary(dir / "one")["cluster"]["kv_transfers"]["bytes"],
             summary(dir / "two")["cluster"]["kv_transfers"]["bytes"]);
+  // A run's config.yaml (its derived: section, a topology without kv_transfer.bandwidth_gb_s)
+  // runs again, to the same requests.
+  cli = run_sim(
+      "run " + (dir / "two" / "config.yaml").string() + " --out " + (dir / "again").string(), dir);
+  ASSERT_EQ(cli.code, 0) << cli.err;
+  EXPECT_EQ(read_file(dir / "again" / "requests.csv"), read_file(dir / "two" / "requests.csv"));
   fs::remove_all(dir);
 }
 

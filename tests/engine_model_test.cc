@@ -298,6 +298,18 @@ TEST(EngineModelTest, WeightsLoadFromSafetensors) {
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("'lm_head.weight'"), std::string::npos) << e.what();
   }
+  // A bias the forward pass would not apply (here q/k/v biases for a config without them; a
+  // Llama checkpoint's o_proj or MLP biases alike) is refused, not dropped.
+  LlamaConfig unbiased = config;
+  unbiased.model.qkv_bias = false;
+  try {
+    LlamaWeights::load(unbiased, path);
+    ADD_FAILURE() << "biases dropped";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("_proj.bias' is a bias the engine does not apply"),
+              std::string::npos)
+        << e.what();
+  }
   std::filesystem::remove_all(dir);
 }
 
@@ -367,6 +379,23 @@ TEST(EngineModelTest, LoadsAHuggingFaceDirectory) {
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("config.json"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("yarn"), std::string::npos) << e.what();
+  }
+  // Scaling the engine would drop or misread is refused, naming the key.
+  for (const auto& [rope, key] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"factor": 8.0})", "a factor without rope_type"},
+           {R"({"rope_type": 5, "factor": 8.0})", "'rope_scaling.rope_type': expected a string"},
+           {R"("linear")", "'rope_scaling': expected an object"},
+           {R"({"factor": 8.0, "low_freq_factor": -1.0, "high_freq_factor": 4.0,
+               "original_max_position_embeddings": 8192, "rope_type": "llama3"})",
+            "must be positive"},
+           {R"(null, "hidden_act": "gelu")", "'hidden_act': the engine computes silu"}}) {
+    write_config(rope);
+    try {
+      load_llama_config(dir.string(), "");
+      ADD_FAILURE() << rope << " accepted";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find(key), std::string::npos) << e.what();
+    }
   }
   std::filesystem::remove_all(dir);
 }

@@ -141,6 +141,12 @@ TEST(EngineSafetensorsTest, MalformedJson) {
   ExpectError(dir / "b.safetensors", {"b.safetensors", "malformed JSON"});
   WriteRaw(dir / "c.safetensors", R"({"w": {"dtype": "F32", "shape": [1]}})", 4);
   ExpectError(dir / "c.safetensors", {"c.safetensors", "'w'", "data_offsets"});
+  // A tensor named twice: the parser would keep the later entry without a word.
+  WriteRaw(dir / "d.safetensors",
+           R"({"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},)"
+           R"( "w": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}})",
+           8);
+  ExpectError(dir / "d.safetensors", {"d.safetensors", "key \"w\" appears twice"});
 }
 
 TEST(EngineSafetensorsTest, OverlappingOffsets) {

@@ -161,6 +161,14 @@ TEST(EngineTiers, SimulatedOnlyPartsAreClearErrors) {
   const std::string idle = error_of("kv_offload: {host: {blocks: 8}, idle_offload_s: 5}\n");
   EXPECT_NE(idle.find("idle_offload_s"), std::string::npos) << idle;
   EXPECT_NE(idle.find("simulated only"), std::string::npos) << idle;
+  // A pinned token id past the model's vocabulary (tiny: 256) was embedded by row (a crash).
+  const std::string token = error_of(
+      "prefix_cache:\n  pinned:\n    - {tokens: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, "
+      "13, 14, 15, 256]}\n");
+  EXPECT_NE(token.find("e.yaml:"), std::string::npos) << token;
+  EXPECT_NE(token.find("token id 256 is not in the model's vocabulary (ids 0 .. 255)"),
+            std::string::npos)
+      << token;
   fs::remove_all(dir);
 }
 

@@ -121,11 +121,18 @@ TEST(GenerationConfig, BadInputNamesTheFileAndTheKey) {
            {R"({"max_new_tokens": 0})", "max_new_tokens"},
            {R"({"eos_token_id": "x"})", "eos_token_id"},
            {R"({"eos_token_id": [1, 999]})", "eos_token_id"},
+           // Integers past int32 (or int64) are out of range, not wrapped into it.
+           {R"({"eos_token_id": 4294967296})", "eos_token_id"},
+           {R"({"eos_token_id": 2147483648})", "eos_token_id"},
+           {R"({"top_k": 18446744073709551615})", "top_k"},
        }) {
     const std::string e = error_of(text);
     EXPECT_NE(e.find(file + ": " + key + ":"), std::string::npos) << text << " -> " << e;
   }
   EXPECT_NE(error_of("{not json").find(file + ": not valid JSON"), std::string::npos);
+  EXPECT_NE(error_of(R"({"temperature": 0.1, "temperature": 2})")
+                .find(file + ": key \"temperature\" appears twice"),
+            std::string::npos);
   EXPECT_NE(error_of("[1]").find(file + ": expected a JSON object"), std::string::npos);
   EXPECT_NE(config_error([&] {
               load_generation_defaults((dir / "nope").string(), "", "", 256);

@@ -127,6 +127,29 @@ TEST(Relocation, CopiedSimRunsFromItsOwnFolder) {
             read_file(t / "elsewhere" / "ref" / "requests.csv"));
 }
 
+// `sim trace` finds a relative trace path as an experiment's `path:` does (here, else the
+// home), and the file it reads is the one `convert` never writes, even with --force.
+TEST(Home, TraceCommandsResolveTheirInputFirst) {
+  const fs::path t = temp_dir("home_trace");
+  fs::create_directories(t / "home" / "experiments" / "catalog");
+  fs::create_directories(t / "home" / "traces");
+  fs::create_directories(t / "elsewhere");
+  const std::string trace =
+      "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+      "2023-11-16 18:15:46.6805900,374,44\n2023-11-16 18:15:50.9951690,396,109\n";
+  write_file(t / "home" / "traces" / "az.csv", trace);
+  const std::string sim = "SERVELAB_HOME=" + (t / "home").string() + " " + servelab_program("sim");
+  const Cli stats = run_in(t / "elsewhere", sim + " trace stats traces/az.csv");
+  ASSERT_EQ(stats.code, 0) << stats.err;
+  EXPECT_NE(stats.out.find("requests               2"), std::string::npos) << stats.out;
+  const Cli convert =
+      run_in(t / "elsewhere", sim + " trace convert traces/az.csv " +
+                                  (t / "home" / "traces" / "az.csv").string() + " --force");
+  EXPECT_EQ(convert.code, 2) << convert.err;
+  EXPECT_EQ(read_file(t / "home" / "traces" / "az.csv"), trace);
+  fs::remove_all(t);
+}
+
 // An experiment path relative to neither the working folder nor anything there is looked up in
 // the home, as data files are: `sim run experiments/burst-tiny.yaml` from any folder runs the
 // shipped file and writes out/ where it was started; a file of that name in the working folder

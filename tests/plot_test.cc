@@ -3,6 +3,7 @@
 // code 2 naming the folder. Skipped when the plot interpreter cannot import matplotlib.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -465,6 +466,53 @@ TEST(Plot, BadArgumentsExitTwoNamingTheFolder) {
   EXPECT_EQ(read_file(dir / "notes.txt"), "mine");
   EXPECT_FALSE(fs::exists(dir / "run" / "figures"));
   EXPECT_EQ(read_file(dir / "mixed" / "notes.txt"), "mine");
+}
+
+// Run names are labels, not mathtext: a '$' in a folder's name is drawn as it is (an
+// unbalanced one was a matplotlib traceback, exit 1).
+TEST(Plot, DollarSignsInNamesAreText) {
+  SKIP_WITHOUT_MATPLOTLIB();
+  const fs::path dir = temp_dir("plot_dollar");
+  const fs::path run = dir / "r$\\frac{$";
+  Cli r =
+      run_sim("run " + servelab_home().string() +
+                  "/experiments/burst-tiny.yaml --quiet --set workload.num_requests=20 --out '" +
+                  run.string() + "'",
+              dir);
+  ASSERT_EQ(r.code, 0) << r.err;
+  r = run_sim("plot --quiet '" + run.string() + "'", dir);
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(fs::exists(run / "figures")) << r.err;
+  fs::remove_all(dir);
+}
+
+// The interpreter is the environment's (SERVELAB_PYTHON): one that cannot start is an error
+// naming it (exit 2), one that fails is reported (exit 1), and an interrupt sent to `sim plot`
+// alone stops the script too and leaves no figures or staging folder. (Needs no matplotlib.)
+TEST(Plot, TheInterpretersFailuresAndInterruptsAreReported) {
+  const fs::path dir = temp_dir("plot_interpreter");
+  fs::create_directories(dir / "run");
+  write_file(dir / "run" / "summary.json", "{\"run\": {\"backend\": \"sim\"}}");
+  const std::string plot = "plot " + (dir / "run").string();
+  const auto with = [&](const std::string& python, const std::string& wrapper = "") {
+    return run_program("sim", plot, dir / "out.txt", dir / "err.txt",
+                       "SERVELAB_PYTHON=" + python + " " + wrapper);
+  };
+  Cli c = with((dir / "nowhere").string());
+  EXPECT_EQ(c.code, 2) << c.err;
+  EXPECT_NE(c.err.find("cannot start the plotting interpreter"), std::string::npos) << c.err;
+  c = with("/bin/false");
+  EXPECT_EQ(c.code, 1) << c.err;
+  EXPECT_NE(c.err.find("failed with exit code 1"), std::string::npos) << c.err;
+  write_file(dir / "slow.sh", "#!/bin/sh\nexec sleep 30\n");
+  fs::permissions(dir / "slow.sh", fs::perms::owner_all);
+  const auto start = std::chrono::steady_clock::now();
+  c = with((dir / "slow.sh").string(), "timeout --preserve-status -s INT 0.5 ");
+  EXPECT_EQ(c.code, 130) << c.err;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+  EXPECT_NE(c.err.find("interrupted; no output written"), std::string::npos) << c.err;
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir / "run"), fs::directory_iterator()), 1);
+  fs::remove_all(dir);
 }
 
 TEST(Plot, ClusterRunGivesReplicaAndTransferFigures) {

@@ -110,6 +110,19 @@ TEST(RunFolder, AReusedFolderHoldsOnlyTheNewRun) {
   EXPECT_FALSE(fs::exists(dir / "r/schedule.csv"));  // stale files of the first run are gone
   EXPECT_FALSE(fs::exists(dir / "r/events.csv"));
   EXPECT_FALSE(fs::exists(dir / "r/blocks.csv"));
+  // A folder of the user's under a run file's name makes it no run folder: refused, kept.
+  fs::remove(dir / "r/steps.csv");
+  fs::create_directories(dir / "r/steps.csv");
+  write_file(dir / "r/steps.csv/mine.txt", "mine");
+  Cli r = run_sim(run, dir);
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("steps.csv: is not a file"), std::string::npos) << r.err;
+  EXPECT_EQ(read_file(dir / "r/steps.csv/mine.txt"), "mine");
+  // A folder named summary.json: no run's summary (an error, never an internal one).
+  fs::create_directories(dir / "s/summary.json");
+  r = run_sim("run " + (dir / "e.yaml").string() + " -q --out " + (dir / "s").string(), dir);
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_EQ(r.err.find("internal error"), std::string::npos) << r.err;
   expect_no_leftovers(dir);
 }
 
@@ -294,7 +307,8 @@ TEST(RunFolder, AGroupWrittenAgainHoldsOnlyTheNewGroup) {
   EXPECT_NE(old.err.find("z/figures: holds 'mine.png'"), std::string::npos) << old.err;
   EXPECT_EQ(read_file(dir / "c/z/figures/mine.png"), "mine");
   // The comparison's own output names are not variant names.
-  for (const char* name : {"compare.csv", "classes.csv", "figures"}) {
+  for (const char* name : {"compare.csv", "classes.csv", "figures", "summary.json", "sweep.csv",
+                           "validation.json", "replay.csv"}) {
     const Cli v = run_sim(cmp + "2 --variant " + std::string(name) + ":seed=1", dir);
     EXPECT_EQ(v.code, 2) << name;
     EXPECT_NE(v.err.find("is taken by the comparison's own output"), std::string::npos) << v.err;

@@ -495,6 +495,10 @@ TEST(TraceConvert, DetectsFormatsAndRejectsBadArguments) {
                         "got 'xml'"));
   EXPECT_THAT(error_of([] { detect_trace_format(write_file("what.csv", "a,b\n1,2\n")); }),
               HasSubstr("--format"));
+  // A pipe read once for its header would reach the reader without it.
+  EXPECT_THAT(error_of([] { detect_trace_format("/dev/null"); }),
+              HasSubstr("/dev/null: not a regular file (a pipe or device is read only once), so "
+                        "its format cannot be detected; name it with --format"));
   EXPECT_EQ(trace_command({"stats", kSynthetic}), 0);
 }
 

@@ -2,6 +2,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 
 #include "core/strings.h"
@@ -38,6 +39,16 @@ std::unique_ptr<Workload> open_trace(const std::string& path, std::string format
 
 std::string detect_trace_format(const std::string& path) {
   if (ends_with(path, ".jsonl")) return "mooncake";
+  // Detection reads the first line and the reader then opens the file again: a pipe (sim trace
+  // stats /dev/stdin) would have lost that line, and every row with it when it is short.
+  std::error_code ec;
+  const auto kind = std::filesystem::status(path, ec).type();
+  if (!ec && kind != std::filesystem::file_type::regular &&
+      kind != std::filesystem::file_type::not_found) {
+    throw ConfigError(path +
+                      ": not a regular file (a pipe or device is read only once), so its format "
+                      "cannot be detected; name it with --format");
+  }
   CsvReader csv(path);
   if (!csv.next_row()) throw ConfigError(path + ": empty file, cannot detect its format");
   const std::string_view header = trim(csv.line());
@@ -69,6 +80,8 @@ int trace_command(const std::vector<std::string>& args) {
     app->add_option("--format", format, "the trace's format (default: detected)")
         ->check(cli::one_of(formats));
     cli::parse(*app, rest);
+    // Where an experiment's `path:` would find it (here, else ServeLab's home: traces/...).
+    file = resolve_data_path(file, ".").value_or(file);
     if (format == "auto") format = detect_trace_format(file);
     std::unique_ptr<Workload> w = open_trace(file, format);
     // Only these formats carry prompt content; for the others every block would be unique.
@@ -90,7 +103,10 @@ int trace_command(const std::vector<std::string>& args) {
         ->check(cli::one_of(formats));
     cli::add_force(*app, force, "OUT");
     cli::parse(*app, rest);
-    // OUT == IN is refused even with --force (it would wipe the input before reading it).
+    // IN as an experiment's `path:` finds it (here, else ServeLab's home), resolved first: the
+    // file read is the one OUT may never be, even with --force (it would wipe the input before
+    // reading it).
+    in = resolve_data_path(in, ".").value_or(in);
     check_output_file(out, {in}, force);
     std::unique_ptr<Workload> w = open_trace(in, format);
     const std::int64_t n = write_servelab_trace(*w, out);

@@ -51,7 +51,8 @@ std::string format_trace_stats(const TraceStats& stats);
 int trace_command(const std::vector<std::string>& args);
 
 // The format `auto` resolves to for `path` (reads its first line). Throws ConfigError when
-// unrecognized.
+// unrecognized, and for a path that is not a regular file (a pipe, /dev/stdin: reading its first
+// line would take it from the reader).
 std::string detect_trace_format(const std::string& path);
 
 }  // namespace servelab

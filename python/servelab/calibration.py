@@ -217,22 +217,25 @@ class Validation:
     (replay.csv as a DataFrame: each engine step's measured and predicted milliseconds),
     ``text`` (what the command prints), ``json``, ``save(dir)``."""
 
-    def __init__(self, d):
+    def __init__(self, d, inputs=()):
         self.json = d["json"]
         self.text = d["text"]
         self._csv = d["replay_csv"]
         self.report = json.loads(self.json)
         self.path = None
+        self._inputs = list(inputs)  # the run folders given as paths
 
     @property
     def replay(self):
         return _read_csv(self._csv)
 
-    def save(self, dir):
+    def save(self, dir, force=False):
         """Writes validation.json and replay.csv into `dir` (created if need be), as `sim
-        validate --out dir`. Returns the folder."""
+        validate --out dir`: a folder holding a previous report is replaced only with
+        force=True; one holding other files, or inside a run folder it compared, is refused
+        (ConfigError). Returns the folder."""
         self.path = _servelab.save_validation(check_path("Validation.save: dir", dir), self.json,
-                                                    self._csv)
+                                              self._csv, bool(force), self._inputs)
         return self.path
 
     def __repr__(self):
@@ -259,4 +262,5 @@ def validate(sim, engine, *, cost_model=None):
         d = inputs.call(_servelab.validate, s, e, c)
         d["json"] = inputs.relabel(d["json"], in_json=True)
         d["text"] = inputs.relabel(d["text"])
-        return Validation(d)
+        return Validation(d, [os.fspath(x) for x in (sim, engine)
+                              if isinstance(x, (str, os.PathLike))])

@@ -80,6 +80,9 @@ plt.rcParams.update(
         "axes.grid": True,
         "grid.alpha": 0.3,
         "legend.fontsize": 8,
+        # Labels are run, variant and folder names: a '$' in one is text, not mathtext (which
+        # drew "cost $5 vs $10" as math and failed on an unbalanced '$').
+        "text.parse_math": False,
     }
 )
 
@@ -1162,4 +1165,8 @@ def plot_all(args):
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    try:
+        sys.exit(main(sys.argv[1:]))
+    except KeyboardInterrupt:
+        # Ctrl-C reaches `sim plot` too, which reports it and removes the staged figures.
+        sys.exit(130)

@@ -2,6 +2,7 @@
 against the commands it mirrors (`engine profile`, `sim calibrate`, `sim validate`)."""
 
 import json
+import os
 
 import pytest
 
@@ -127,6 +128,19 @@ def test_the_loop_validates_the_simulator_against_the_engine(tiny_profile, tmp_p
     assert from_folders.json == (tmp_path / "cli" / "validation.json").read_text()
     assert v.save(tmp_path / "v") == str(tmp_path / "v")
     assert json.loads((tmp_path / "v" / "validation.json").read_text()) == r
+    # Saved as `sim validate --out` writes: a previous report only with force, never over other
+    # files or into a run folder it compared.
+    with pytest.raises(servelab.ConfigError, match="previous validation report; pass --force"):
+        v.save(tmp_path / "v")
+    assert v.save(tmp_path / "v", force=True) == str(tmp_path / "v")
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "replay.csv").write_text("my own\n")
+    (tmp_path / "mine" / "notes.txt").write_text("keep\n")
+    with pytest.raises(servelab.ConfigError, match="holds 'notes.txt'"):
+        v.save(tmp_path / "mine", force=True)
+    assert (tmp_path / "mine" / "replay.csv").read_text() == "my own\n"
+    with pytest.raises(servelab.ConfigError, match="is in the run folder"):
+        from_folders.save(os.path.join(sim_dir, "report"))
     # Replayed with another cost model (a Calibration): named in the report.
     other = servelab.validate(s, eng, cost_model=c)
     assert other.report["step_time"]["replay_cost_model"].startswith("calibrated (")
