@@ -105,9 +105,9 @@ std::string cluster_summary_json(const ClusterConfig& cl, const std::vector<Pool
     const double n = t.count > 0 ? static_cast<double>(t.count) : 1.0;
     j["kv_transfers"] = {{"count", t.count},
                          {"bytes", t.bytes},
-                         {"wait_mean_ms", static_cast<double>(t.wait_ns) / n / 1e6},
-                         {"transfer_mean_ms", static_cast<double>(t.transfer_ns) / n / 1e6},
-                         {"exposed_mean_ms", static_cast<double>(t.exposed_ns) / n / 1e6},
+                         {"wait_mean_ms", t.wait_ns / n / 1e6},
+                         {"transfer_mean_ms", t.transfer_ns / n / 1e6},
+                         {"exposed_mean_ms", t.exposed_ns / n / 1e6},
                          {"max_ms", static_cast<double>(t.max_ns) / 1e6}};
   }
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);

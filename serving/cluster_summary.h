@@ -36,9 +36,11 @@ void add_prefix_cache_stats(PrefixCacheStats& sum, const PrefixCacheStats& more)
 // The KV transfers of a P/D run.
 struct TransferStats {
   std::int64_t count = 0, bytes = 0;
-  TimeNs wait_ns = 0;      // summed time the first byte waited for its link
-  TimeNs transfer_ns = 0;  // summed time from the first byte's start to the last byte's arrival
-  TimeNs exposed_ns = 0;   // summed time from the prefill's end to the last byte's arrival
+  // Sums over transfers, each below the simulated clock's horizon but their sum not always
+  // (doubles: exact below 2^53 ns, 104 days, and never an overflow).
+  double wait_ns = 0;      // summed time the first byte waited for its link
+  double transfer_ns = 0;  // summed time from the first byte's start to the last byte's arrival
+  double exposed_ns = 0;   // summed time from the prefill's end to the last byte's arrival
   TimeNs max_ns = 0;       // the longest of the latter
 };
 

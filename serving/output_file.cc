@@ -79,10 +79,22 @@ bool path_within(const std::string& path, const std::string& dir) {
 }
 
 void check_output_file(const std::string& out, const std::vector<std::string>& inputs, bool force) {
+  if (out == "-") {
+    throw ConfigError("'-': this output is a file, not standard output; name a file");
+  }
   refuse_symlink(out);
   std::error_code ec;
   const fs::file_status st = fs::status(out, ec);
-  if (!fs::exists(st)) return;
+  if (!fs::exists(st)) {
+    // Checked now, not after the work (a profile's grid can take hours): the file is written
+    // as a sibling temporary in that folder.
+    const fs::path folder = fs::path(out).parent_path();
+    if (!folder.empty() && !fs::is_directory(folder, ec)) {
+      throw ConfigError(out + ": its folder " + folder.string() +
+                        " does not exist (create it first, or choose another output)");
+    }
+    return;
+  }
   for (const std::string& in : inputs) {
     std::error_code eq_ec;
     if (fs::equivalent(in, out, eq_ec)) {

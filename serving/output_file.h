@@ -23,7 +23,9 @@ namespace servelab {
 // an input `*.index.json`: a sharded checkpoint's shards), a directory, a block device or a socket,
 // or when it is an existing regular file and `force` is false ("pass --force to replace it"). A
 // character device or a FIFO
-// (/dev/null, a named pipe) is accepted without --force: AtomicFile writes it in place.
+// (/dev/null, a named pipe) is accepted without --force: AtomicFile writes it in place. A path
+// that does not exist yet needs an existing folder (checked before the work, not at the write),
+// and "-" is refused (no output file is standard output).
 void check_output_file(const std::string& out, const std::vector<std::string>& inputs, bool force);
 
 // A file written to a temporary sibling of `path` (".NAME.tmp-PID" in the same folder, so the

@@ -19,9 +19,9 @@ void count_transfer(TransferStats& stats, std::int64_t bytes, TimeNs prefill_end
                     TimeNs begin, TimeNs finish) {
   ++stats.count;
   stats.bytes += bytes;
-  stats.wait_ns += begin - ready;
-  stats.transfer_ns += finish - begin;
-  stats.exposed_ns += finish - prefill_end;
+  stats.wait_ns += static_cast<double>(begin - ready);
+  stats.transfer_ns += static_cast<double>(finish - begin);
+  stats.exposed_ns += static_cast<double>(finish - prefill_end);
   stats.max_ns = std::max(stats.max_ns, finish - prefill_end);
 }
 

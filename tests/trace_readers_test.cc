@@ -495,6 +495,15 @@ TEST(TraceConvert, DetectsFormatsAndRejectsBadArguments) {
                         "got 'xml'"));
   EXPECT_THAT(error_of([] { detect_trace_format(write_file("what.csv", "a,b\n1,2\n")); }),
               HasSubstr("--format"));
+  // "-" is no file (it wrote one named "-"), and an output's folder must exist before the work.
+  EXPECT_THAT(error_of([] {
+                trace_command({"convert", kAzureConv, "-"});
+              }),
+              HasSubstr("'-': this output is a file, not standard output"));
+  EXPECT_THAT(error_of([] {
+                trace_command({"convert", kAzureConv, "no/such/dir/x.csv"});
+              }),
+              HasSubstr("no/such/dir/x.csv: its folder no/such/dir does not exist"));
   // A pipe read once for its header would reach the reader without it.
   EXPECT_THAT(error_of([] { detect_trace_format("/dev/null"); }),
               HasSubstr("/dev/null: not a regular file (a pipe or device is read only once), so "
