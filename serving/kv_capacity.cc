@@ -243,7 +243,8 @@ static KvCapacity unchecked_kv_capacity(const ModelConfig& model, const Hardware
                       lora_term(options, c.lora_bytes) + " and activation reserve " +
                       format_gib(c.activation_reserve_bytes) + " leaves " + format_gib(c.kv_bytes) +
                       ", less than two blocks (" + std::to_string(c.block_bytes) +
-                      " bytes each; the cache keeps one as its null block); use a larger GPU, a higher gpu_memory_utilization, a smaller "
+                      " bytes each; the cache keeps one as its null block); use a larger GPU, a "
+                      "higher gpu_memory_utilization, a smaller "
                       "model or more GPUs (parallel.tensor, parallel.pipeline)");
   }
   c.num_gpu_blocks = c.kv_bytes / c.block_bytes;

@@ -80,9 +80,11 @@ Endpoint parse_url(const std::string& url) {
   return e;
 }
 
-// At most this many bytes of an answer are kept: a /v1/models or /metrics body, a stream line, an
-// error body. A server that sends more is answering something else (or nothing that ends).
+// At most this many bytes of an answer are kept: a /v1/models or /metrics body, a stream line.
+// A server that sends more is answering something else (or nothing that ends).
 constexpr std::size_t kMaxAnswerBytes = 16u << 20;
+// The first bytes of every answer, kept for the message of an error status (one_line shows 300).
+constexpr std::size_t kErrorBodyBytes = 64u << 10;
 
 // `text` on one line, at most 300 characters: control characters become spaces (the reasons
 // go to requests.csv and to the terminal).
@@ -309,7 +311,7 @@ Outcome send_one(httplib::Client& client, const Endpoint& e, const std::string& 
   r.prompt_tokens = spec.prompt_len;
   std::string buffer;       // the stream's bytes not yet split into lines
   std::size_t scanned = 0;  // buffer[0, scanned) holds no '\n'
-  std::string error_body;   // the first kMaxAnswerBytes of the answer, for an error status
+  std::string error_body;   // the first kErrorBodyBytes of the answer, for an error status
   std::optional<Clock::time_point> first, last;
   std::vector<std::optional<Clock::time_point>> last_of(static_cast<std::size_t>(spec.n));
   std::int32_t chunks = 0;
@@ -401,8 +403,8 @@ Outcome send_one(httplib::Client& client, const Endpoint& e, const std::string& 
           format_text("no complete answer within the --timeout of %g s", timeout.count());
       return false;
     }
-    if (error_body.size() < kMaxAnswerBytes) {
-      error_body.append(data, std::min(len, kMaxAnswerBytes - error_body.size()));
+    if (error_body.size() < kErrorBodyBytes) {
+      error_body.append(data, std::min(len, kErrorBodyBytes - error_body.size()));
     }
     if (done) return true;  // anything after [DONE] is no part of the answer
     buffer.append(data, len);
