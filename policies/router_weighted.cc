@@ -5,6 +5,7 @@
 //   kv      1 - KV cache usage
 // Ties go to the lowest index. A weight of 0 turns a scorer off (prefix: no hashing at all).
 #include <algorithm>
+#include <stdexcept>
 
 #include "core/router.h"
 #include "policies/registry.h"
@@ -79,6 +80,13 @@ const PolicyRegistrar kRegistrar(
        const double wq = s.get_double("queue_weight");
        const double wkv = s.get_double("kv_weight");
        const std::int64_t cap = s.get_int("capacity_blocks");
+       if (wp == 0 && wq == 0 && wkv == 0) {
+         // Every replica would score 0, and ties go to the first: all requests to replica 0.
+         throw std::invalid_argument(
+             "weighted: prefix_weight, queue_weight and kv_weight are all 0, so every replica "
+             "scores the same and replica 0 would get every request; give one a positive "
+             "weight");
+       }
        *t.router = [=](const RouterContext& c) {
          return std::make_unique<WeightedRouter>(c, wp, wq, wkv, cap);
        };

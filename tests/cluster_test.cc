@@ -116,6 +116,14 @@ TEST(ClusterConfig, BadClustersNameTheKey) {
   EXPECT_NE(e.find("non-empty list"), std::string::npos) << e;
   e = load_error(experiment("cluster:\n  kv_transfer: {latency_us: 1}\n  pools:\n    - {}\n"));
   EXPECT_NE(e.find("only meaningful"), std::string::npos) << e;
+  // A weighted router with every weight 0 would send everything to replica 0.
+  e = load_error(experiment(
+      "cluster:\n  router: {name: weighted, prefix_weight: 0, queue_weight: 0, kv_weight: 0}\n"
+      "  pools:\n    - {count: 2}\n"));
+  EXPECT_NE(e.find("cluster.router: weighted: prefix_weight, queue_weight and kv_weight are all "
+                   "0, so every replica scores the same"),
+            std::string::npos)
+      << e;
 }
 
 // --- routers ---
