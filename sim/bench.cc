@@ -159,7 +159,10 @@ std::optional<std::vector<std::string>> served_models(const Endpoint& e, int& st
       throw no_list("an entry without a non-empty string \"id\"");
     }
     const std::string& id = m["id"].get_ref<const std::string&>();
-    if (one_line(id) != id) throw no_list("a model id with control characters");
+    if (std::any_of(id.begin(), id.end(),
+                    [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; })) {
+      throw no_list("a model id with control characters");
+    }
     names.push_back(id);
   }
   return names;

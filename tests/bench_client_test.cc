@@ -205,6 +205,14 @@ TEST(BenchClient, ModelListsThatAreNoneAreErrors) {
     }
     EXPECT_FALSE(fs::exists(dir / "out"));
   }
+  // A long id is an id (it was taken for one with control characters past 300 characters).
+  const std::string long_id(400, 'm');
+  const FakeServer server([](const httplib::Request&, httplib::Response& r) { stream(r, kGood); },
+                          [&](const httplib::Request&, httplib::Response& r) {
+                            r.set_content(R"({"data": [{"id": ")" + long_id + "\"}]}",
+                                          "application/json");
+                          });
+  EXPECT_EQ(bench(dir, server, "long").run.summary.completed, 2);
   fs::remove_all(dir);
 }
 
