@@ -125,6 +125,32 @@ std::span<float> CpuExecutor::mutable_value_block(std::int32_t layer, std::int32
   return {v_cache_.data() + block_offset(options_.num_blocks, layer, block), block_floats_};
 }
 
+const LoraAdapter& CpuExecutor::lora_adapter(std::uint32_t id, std::int32_t rank) {
+  auto it = lora_adapters_.find(id);
+  if (it == lora_adapters_.end()) {
+    // Past the bound: drop the least recently used adapter this step does not run (a plan running
+    // more adapters than the bound keeps them all until a later step).
+    const auto cap = static_cast<std::size_t>(options_.max_cached_loras);
+    if (cap > 0 && lora_adapters_.size() >= cap) {
+      auto oldest = lora_adapters_.end();
+      for (auto a = lora_adapters_.begin(); a != lora_adapters_.end(); ++a) {
+        if (a->second.last_step < lora_step_ &&
+            (oldest == lora_adapters_.end() || a->second.last_step < oldest->second.last_step)) {
+          oldest = a;
+        }
+      }
+      if (oldest != lora_adapters_.end()) lora_adapters_.erase(oldest);
+    }
+    it = lora_adapters_
+             .emplace(id, CachedLora{make_lora_adapter(weights_.config.model, options_.lora_seed,
+                                                       id, rank)})
+             .first;
+    lora_ranks_.emplace(id, rank);
+  }
+  it->second.last_step = lora_step_;
+  return it->second.adapter;
+}
+
 void CpuExecutor::validate(const StepPlan& plan) const {
   PlanLimits limits;
   limits.num_blocks = options_.num_blocks;
@@ -135,8 +161,8 @@ void CpuExecutor::validate(const StepPlan& plan) const {
   check_lora_entries(
       plan, options_.enable_lora,
       [&](std::uint32_t id) {
-        const auto it = lora_adapters_.find(id);
-        return it == lora_adapters_.end() ? 0 : it->second.rank;
+        const auto it = lora_ranks_.find(id);
+        return it == lora_ranks_.end() ? 0 : it->second;
       },
       "CpuExecutor");
 }
@@ -255,17 +281,12 @@ StepResult CpuExecutor::execute(const StepPlan& plan) {
     const LoraAdapter* adapter;
   };
   std::vector<LoraRows> lora_rows;
+  ++lora_step_;
   for (std::size_t i = 0; i < plan.requests.size(); ++i) {
     const ScheduledRequest& e = plan.requests[i];
-    const std::uint32_t id = e.spec->lora_id;
-    if (id == 0) continue;
-    auto it = lora_adapters_.find(id);
-    if (it == lora_adapters_.end()) {
-      it = lora_adapters_
-               .emplace(id, make_lora_adapter(m, options_.lora_seed, id, e.spec->lora_rank))
-               .first;
-    }
-    lora_rows.push_back({row_begin[i], e.num_tokens, &it->second});
+    if (e.spec->lora_id == 0) continue;
+    lora_rows.push_back(
+        {row_begin[i], e.num_tokens, &lora_adapter(e.spec->lora_id, e.spec->lora_rank)});
   }
   // out += scaling * (in A^T) B^T of projection t, for each adapter's rows (Punica's shrink and
   // expand over segments).

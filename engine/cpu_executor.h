@@ -53,7 +53,10 @@
 // (spec->lora_id = a > 0) adds scaling * (X A^T) B^T of adapter a to each of its rows' q, k, v,
 // o, gate, up and down projections, the unmerged form of a dense model with W + scaling B A; the
 // other entries of the same batch are untouched (base model or their own adapters). Adapters are
-// built on first use from (lora_seed, id, spec->lora_rank) and kept.
+// built on first use from (lora_seed, id, spec->lora_rank) and kept, at most max_cached_loras of
+// them (0: no bound): past that, the least recently used adapter that the step does not run is
+// dropped, and built again (the same values) when a later step needs it, as a GPU loads an
+// adapter into one of its max_loras slots.
 // Token values: a prompt position p takes prompt_token_value(spec, p) (a literal prompt's own
 // value, else token_value(token_identity(spec, p))); position p >= prompt_len takes
 // output_tokens[p - prompt_len], and past the known tokens a verify entry's draft tokens. Async
@@ -99,6 +102,8 @@ struct CpuExecutorOptions {
   // make_lora_adapter(model, lora_seed, lora_id, lora_rank). Off: such an entry is an error.
   bool enable_lora = false;
   std::uint64_t lora_seed = 0;
+  std::int32_t max_cached_loras =
+      0;  // adapters kept built (0: all); the engine: serving.lora.max_loras
 };
 
 // A step's activations are Eigen temporaries, allocated afresh every step (megabytes for a
@@ -174,9 +179,18 @@ class CpuExecutor : public Backend {
   PreviousTokens previous_;
   PromptTokenSets prompt_sets_;  // the repetition penalty's prompt tokens
   bool fp8_kv_ = false;
-  std::vector<float> k_scales_, v_scales_;              // per layer (fp8 only; 1 otherwise)
-  std::vector<bool> scales_set_;                        // per layer, with compute_kv_scales
-  std::map<std::uint32_t, LoraAdapter> lora_adapters_;  // by id, built on first use
+  std::vector<float> k_scales_, v_scales_;  // per layer (fp8 only; 1 otherwise)
+  std::vector<bool> scales_set_;            // per layer, with compute_kv_scales
+  // LoRA adapters by id, built on first use, with the step that last ran each (for dropping the
+  // least recently used past max_cached_loras), and every adapter's rank (its id keeps it).
+  struct CachedLora {
+    LoraAdapter adapter;
+    std::int64_t last_step = 0;
+  };
+  std::map<std::uint32_t, CachedLora> lora_adapters_;
+  std::map<std::uint32_t, std::int32_t> lora_ranks_;
+  std::int64_t lora_step_ = 0;
+  const LoraAdapter& lora_adapter(std::uint32_t id, std::int32_t rank);
 };
 
 // RMSNorm of each row of x (Hugging Face LlamaRMSNorm in fp32): x * rsqrt(mean(x^2) + eps) * w.

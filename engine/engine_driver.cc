@@ -383,6 +383,15 @@ EngineInstance load_replicas(const ExperimentConfig& config, const EngineOptions
                       "max_position_embeddings (" + std::to_string(model.max_position_embeddings) +
                       "), got " + std::to_string(config.scheduler.max_model_len));
   }
+  if (llama.sliding_window > 0 && config.scheduler.max_model_len > llama.sliding_window) {
+    throw ConfigError(config.file + ": key 'serving.max_model_len': " + model.name +
+                      " attends within a sliding window of " +
+                      std::to_string(llama.sliding_window) +
+                      " tokens (config.json sliding_window) and the engine computes full "
+                      "attention, the same only up to that length: expected at most " +
+                      std::to_string(llama.sliding_window) + ", got " +
+                      std::to_string(config.scheduler.max_model_len));
+  }
   const std::int32_t block_size = config.scheduler.block_size;
   out.block_bytes = engine_block_bytes(model, block_size);
 #if SERVELAB_HAVE_CUDA
@@ -435,12 +444,14 @@ EngineInstance load_replicas(const ExperimentConfig& config, const EngineOptions
     need.activations *= num_replicas;
     const std::optional<std::int64_t> avail = mem_available_bytes();
     if (avail && need.total() > *avail) {
-      throw ConfigError(config.file + ": the CPU engine needs about " + gib(need.total()) +
-                        " (weights " + gib(need.weights) + " fp32, KV cache " + gib(need.kv) +
-                        ", swap space " + gib(need.swap) + ", activations " +
-                        gib(need.activations) + ") but only " + gib(*avail) +
-                        " is available (MemAvailable); lower --kv-memory-gb, "
-                        "serving.num_gpu_blocks or serving.swap_space_gb, or use a smaller model");
+      throw ConfigError(
+          config.file + ": the CPU engine needs about " + gib(need.total()) + " (weights " +
+          gib(need.weights) + " fp32, KV cache " + gib(need.kv) +
+          (tier_blocks > 0 ? ", swap space and offload tier " : ", swap space ") + gib(need.swap) +
+          ", activations " + gib(need.activations) + ") but only " + gib(*avail) +
+          " is available (MemAvailable); lower --kv-memory-gb, "
+          "serving.num_gpu_blocks, serving.swap_space_gb" +
+          (tier_blocks > 0 ? " or kv_offload.host" : "") + ", or use a smaller model");
     }
   }
   // Weights before the KV cache: a bad checkpoint fails before gigabytes are allocated. The CUDA
@@ -516,6 +527,7 @@ EngineInstance load_replicas(const ExperimentConfig& config, const EngineOptions
     exec_options.num_tier_slots = tier_slots;
     exec_options.enable_lora = config.scheduler.lora.enabled();
     exec_options.lora_seed = config.seed;
+    exec_options.max_cached_loras = config.scheduler.lora.max_loras;
     executor = std::make_unique<CpuExecutor>(*weights, exec_options);
     for (std::int32_t i = 1; i < num_replicas; ++i) {
       out.more_executors.push_back(std::make_unique<CpuExecutor>(*weights, exec_options));

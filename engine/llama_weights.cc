@@ -72,7 +72,7 @@ double json_number(const nlohmann::json& j, const std::string& key, const std::s
   return j[key].get<double>();
 }
 
-std::optional<RopeScaling> parse_rope_scaling(const std::string& path) {
+nlohmann::json read_config_json(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw ConfigError(path + ": cannot open");
   nlohmann::json j;
@@ -86,6 +86,30 @@ std::optional<RopeScaling> parse_rope_scaling(const std::string& path) {
     throw ConfigError(path + ": key 'hidden_act': the engine computes silu, got " +
                       j["hidden_act"].dump());
   }
+  return j;
+}
+
+// The attention window a config.json declares (Mistral v0.1's sliding_window; Qwen2's when
+// use_sliding_window is true), or 0 for full attention (null, absent, or switched off).
+std::int64_t parse_sliding_window(const nlohmann::json& j, const std::string& path) {
+  if (!j.is_object() || !j.contains("sliding_window") || j["sliding_window"].is_null()) return 0;
+  if (j.contains("use_sliding_window")) {
+    const nlohmann::json& use = j["use_sliding_window"];
+    if (!use.is_boolean()) {
+      throw ConfigError(path + ": key 'use_sliding_window': expected true or false, got " +
+                        use.dump());
+    }
+    if (!use.get<bool>()) return 0;
+  }
+  const nlohmann::json& w = j["sliding_window"];
+  if (!w.is_number_integer() || w.get<std::int64_t>() < 1) {
+    throw ConfigError(
+        path + ": key 'sliding_window': expected a positive token count or null, got " + w.dump());
+  }
+  return w.get<std::int64_t>();
+}
+
+std::optional<RopeScaling> parse_rope_scaling(const nlohmann::json& j, const std::string& path) {
   nlohmann::json s;
   for (const char* key : {"rope_scaling", "rope_parameters"}) {
     if (!j.is_object() || !j.contains(key) || j[key].is_null()) continue;
@@ -167,7 +191,17 @@ LlamaConfig load_llama_config(const std::string& name_or_path, const std::string
              fs::is_regular_file(fs::path(name_or_path) / "config.json", ec)) {
     json_path = (fs::path(name_or_path) / "config.json").string();
   }
-  if (!json_path.empty()) c.rope_scaling = parse_rope_scaling(json_path);
+  if (!json_path.empty()) {
+    const nlohmann::json j = read_config_json(json_path);
+    c.rope_scaling = parse_rope_scaling(j, json_path);
+    c.sliding_window = parse_sliding_window(j, json_path);
+  }
+  // Rotate-half RoPE pairs element j with j + head_dim / 2: an odd width leaves one unrotated
+  // (transformers cannot run such a model either).
+  if (m.head_dim % 2 != 0) {
+    throw ConfigError(who + ": head_dim " + std::to_string(m.head_dim) +
+                      " is odd; rotary position embeddings need an even head_dim");
+  }
   return c;
 }
 

@@ -39,13 +39,18 @@ struct RopeScaling {
 struct LlamaConfig {
   ModelConfig model;
   std::optional<RopeScaling> rope_scaling;  // none: plain RoPE with model.rope_theta
+  // config.json's sliding_window (0: full attention). The engine computes full attention, which
+  // equals windowed attention for sequences of at most this many tokens: the engine driver
+  // refuses a longer serving.max_model_len.
+  std::int64_t sliding_window = 0;
 };
 
 // load_model(name_or_path, catalog_dir) plus, when name_or_path is a Hugging Face config.json
 // (or a directory holding one), its rope_scaling (or rope_parameters) entry. Throws ConfigError
 // naming the file for a rope type other than default/llama3/linear or a missing scaling key,
 // and naming the model for one the engine cannot run: a mixture of experts or Qwen3's q/k norm
-// (ModelConfig::is_moe, qk_norm; the simulator prices both).
+// (ModelConfig::is_moe, qk_norm; the simulator prices both) or with an odd head_dim; reads
+// sliding_window (refusing a malformed one) for the engine driver's length check.
 LlamaConfig load_llama_config(const std::string& name_or_path, const std::string& catalog_dir);
 
 // The RoPE inverse frequencies, head_dim / 2 of them: theta^(-2j/d), then scaled. Pair (j,

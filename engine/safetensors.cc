@@ -144,7 +144,19 @@ float f16_to_float(std::uint16_t h) {
   return std::bit_cast<float>(sign | ((exp + 112U) << 23) | (man << 13));
 }
 
+// A checkpoint file is read by offset: a FIFO or a device would block or read nothing useful.
+static void require_regular_file(const std::string& path) {
+  std::error_code ec;
+  const auto st = std::filesystem::status(path, ec);
+  if (std::filesystem::exists(st) && !std::filesystem::is_regular_file(st)) {
+    fail(path,
+         "not a regular file (a .safetensors file, a model.safetensors.index.json, or a "
+         "folder holding them)");
+  }
+}
+
 SafetensorsHeader read_safetensors_header(const std::string& path) {
+  require_regular_file(path);
   std::ifstream in(path, std::ios::binary);
   if (!in) fail(path, "cannot open");
   in.seekg(0, std::ios::end);
@@ -244,6 +256,7 @@ TensorStore TensorStore::open(const std::string& path) {
 
   std::map<std::string, std::string> weight_map;
   if (!index_path.empty()) {
+    require_regular_file(index_path);
     std::ifstream in(index_path);
     if (!in) fail(index_path, "cannot open");
     nlohmann::json j;

@@ -388,7 +388,12 @@ TEST(EngineModelTest, LoadsAHuggingFaceDirectory) {
            {R"({"factor": 8.0, "low_freq_factor": -1.0, "high_freq_factor": 4.0,
                "original_max_position_embeddings": 8192, "rope_type": "llama3"})",
             "must be positive"},
-           {R"(null, "hidden_act": "gelu")", "'hidden_act': the engine computes silu"}}) {
+           {R"(null, "hidden_act": "gelu")", "'hidden_act': the engine computes silu"},
+           {R"(null, "sliding_window": 0)", "'sliding_window': expected a positive token count"},
+           {R"(null, "sliding_window": "4096")", "'sliding_window': expected a positive"},
+           {R"(null, "sliding_window": 4096, "use_sliding_window": "yes")",
+            "'use_sliding_window': expected true or false"},
+           {R"(null, "head_dim": 15)", "head_dim 15 is odd"}}) {
     write_config(rope);
     try {
       load_llama_config(dir.string(), "");
@@ -397,6 +402,13 @@ TEST(EngineModelTest, LoadsAHuggingFaceDirectory) {
       EXPECT_NE(std::string(e.what()).find(key), std::string::npos) << e.what();
     }
   }
+  // A sliding window is read (Mistral v0.1), unless switched off (Qwen2's use_sliding_window).
+  write_config(R"(null, "sliding_window": 4096)");
+  EXPECT_EQ(load_llama_config(dir.string(), "").sliding_window, 4096);
+  write_config(R"(null, "sliding_window": 4096, "use_sliding_window": false)");
+  EXPECT_EQ(load_llama_config(dir.string(), "").sliding_window, 0);
+  write_config(R"(null, "sliding_window": null)");
+  EXPECT_EQ(load_llama_config(dir.string(), "").sliding_window, 0);
   std::filesystem::remove_all(dir);
 }
 

@@ -360,6 +360,37 @@ TEST(EngineRun, BlockCountFromTheMemoryBudgetIsReported) {
   fs::remove_all(dir);
 }
 
+// A model with a sliding window (Mistral v0.1's config.json) runs only up to the window's length:
+// the engine's full attention is windowed attention there, and a longer serving.max_model_len is
+// refused before anything runs, naming the key and the window.
+TEST(EngineRun, SlidingWindowBoundsTheModelLength) {
+  const fs::path dir = temp_dir("engine_window");
+  fs::create_directories(dir / "mistral");
+  write_file(dir / "mistral" / "config.json",
+             R"({"architectures": ["MistralForCausalLM"], "hidden_size": 64,
+      "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+      "num_key_value_heads": 2, "vocab_size": 256, "rms_norm_eps": 1e-5, "torch_dtype": "float32",
+      "max_position_embeddings": 2048, "sliding_window": 256})");
+  std::string text = kAllAtZero;
+  text.replace(text.find("model: tiny"), 11, "model: " + (dir / "mistral").string());
+  write_file(dir / "exp.yaml", text);
+  const Cli over = run_engine_cli(
+      "run " + (dir / "exp.yaml").string() + " --out " + (dir / "run").string(), dir);
+  EXPECT_EQ(over.code, 2) << over.err;
+  EXPECT_NE(over.err.find("key 'serving.max_model_len': mistral attends within a sliding window "
+                          "of 256 tokens"),
+            std::string::npos)
+      << over.err;
+  EXPECT_NE(over.err.find("expected at most 256, got 384"), std::string::npos) << over.err;
+  EXPECT_FALSE(fs::exists(dir / "run"));
+  const Cli within =
+      run_engine_cli("run " + (dir / "exp.yaml").string() +
+                         " --set serving.max_model_len=256 --quiet --out " + (dir / "run").string(),
+                     dir);
+  EXPECT_EQ(within.code, 0) << within.err;
+  fs::remove_all(dir);
+}
+
 TEST(EngineRun, CheckpointWeightsGiveTheSameTokensAsTheSeed) {
   const fs::path dir = temp_dir("engine_weights");
   ExperimentConfig c = write_experiment(dir);

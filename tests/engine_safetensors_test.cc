@@ -1,6 +1,7 @@
 // safetensors reader and writer: exact round trips in every loadable dtype, sharded models, and
 // an error naming the file and the tensor for each kind of malformed file.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <bit>
@@ -131,6 +132,18 @@ TEST(EngineSafetensorsTest, HeaderLengthBeyondTheFile) {
   const fs::path f = ScratchDir() / "long.safetensors";
   WriteRaw(f, "{}", 0, 1000);
   ExpectError(f, {f.string(), "header length 1000 beyond the file"});
+}
+
+// A FIFO (or a device) is refused before it is opened: reading one would block or seek nowhere.
+TEST(EngineSafetensorsTest, NotARegularFile) {
+  const fs::path fifo = ScratchDir() / "pipe.safetensors";
+  fs::remove(fifo);
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  ExpectError(fifo, {fifo.string(), "not a regular file"});
+  const fs::path index = ScratchDir() / "pipe.index.json";
+  fs::remove(index);
+  ASSERT_EQ(::mkfifo(index.c_str(), 0600), 0);
+  ExpectError(index, {index.string(), "not a regular file"});
 }
 
 TEST(EngineSafetensorsTest, MalformedJson) {

@@ -52,7 +52,7 @@ RequestSpec Req(RequestId id, std::uint32_t lora, std::uint64_t content, std::in
 // max_loras > 0; checks the scheduler's invariants every step.
 Capture RunEngine(const LlamaWeights& w,
                   const std::vector<std::pair<std::int64_t, RequestSpec>>& requests,
-                  std::int32_t max_loras) {
+                  std::int32_t max_loras, std::int32_t max_cached_loras = 0) {
   SchedulerConfig sc;
   sc.max_num_batched_tokens = 32;  // prompts are chunked, decodes ride along
   sc.max_num_seqs = 8;
@@ -69,6 +69,7 @@ Capture RunEngine(const LlamaWeights& w,
   eo.num_blocks = 160;
   eo.enable_lora = max_loras > 0;
   eo.lora_seed = kSeed;
+  eo.max_cached_loras = max_cached_loras;
   CpuExecutor ex(w, eo);
   std::size_t next = 0;
   TimeNs t = 0;
@@ -126,6 +127,22 @@ TEST(LoraEngine, AdapterTokensEqualADenseRunWithMergedWeights) {
   EXPECT_GE(differs, 3);
 }
 
+// A bounded adapter cache (the engine's: serving.lora.max_loras) drops adapters a step does not
+// run and builds them again when needed: the same tokens as keeping every adapter.
+TEST(LoraEngine, ABoundedAdapterCacheGivesTheSameTokens) {
+  const LlamaWeights w =
+      LlamaWeights::random(load_llama_config("tiny", default_catalog_dir()), kSeed);
+  std::vector<std::pair<std::int64_t, RequestSpec>> requests;
+  for (RequestId id = 0; id < 12; ++id) {
+    requests.emplace_back(id, Req(id, static_cast<std::uint32_t>(1 + id % 4), 600 + id,
+                                  10 + static_cast<std::int32_t>(id), 6));
+  }
+  const Capture all = RunEngine(w, requests, 2);
+  const Capture bounded = RunEngine(w, requests, 2, 2);
+  ASSERT_EQ(all.tokens.size(), requests.size());
+  EXPECT_EQ(bounded.tokens, all.tokens);
+}
+
 TEST(LoraEngine, SamePromptHitsOnlyUnderTheSameAdapter) {
   const LlamaWeights w =
       LlamaWeights::random(load_llama_config("tiny", default_catalog_dir()), kSeed);
@@ -173,6 +190,17 @@ TEST(LoraEngine, AnAdapterEntryNeedsLoraOnAndAConsistentRank) {
   other.lora_rank = 4;  // adapter 1 was built with rank 8
   e.spec = &other;
   EXPECT_THROW(on.execute(plan), std::invalid_argument);
+  // Also once the adapter has been dropped from a bounded cache: its id keeps its rank.
+  eo.max_cached_loras = 1;
+  CpuExecutor bounded(w, eo);
+  e.spec = &spec;
+  bounded.execute(plan);
+  RequestSpec two = spec;
+  two.lora_id = 2;  // replaces adapter 1 in the one-adapter cache
+  e.spec = &two;
+  bounded.execute(plan);
+  e.spec = &other;
+  EXPECT_THROW(bounded.execute(plan), std::invalid_argument);
   EXPECT_THROW(make_lora_adapter(w.config.model, 1, 0, 8), std::invalid_argument);
 }
 

@@ -300,6 +300,13 @@ TEST(UserErrors, TheCpuEngineChecksMemoryBeforeAllocating) {
       run_engine_cli(
           "run " + (dir / "e.yaml").string() + " -q --kv-memory-gb " + std::to_string(gib), dir),
       {"MemAvailable", "KV cache"});
+  // An offload host tier past the memory is named with the key that sizes it.
+  write_file(dir / "tier.yaml",
+             "name: e\nseed: 7\nmodel: tiny\nhardware: H100-SXM\nserving:\n  max_model_len: 512\n"
+             "policies: {prefix_cache: hash}\nkv_offload: {host: {gib: " +
+                 std::to_string(gib) + "}}\nworkload:\n" + kSmall);
+  expect_user_error(run_engine_cli("run " + (dir / "tier.yaml").string() + " -q", dir),
+                    {"swap space and offload tier", "kv_offload.host"});
   // Expanded, the bomb is 10^10 nodes: hours. Refused, it is two `sim` commands (about 9 s in the
   // ASan build on a loaded 2-core machine): a bound far from both, so load cannot fail it.
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(120));
