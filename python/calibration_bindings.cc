@@ -216,16 +216,12 @@ std::string save_file(const std::string& path, const std::string& text, bool for
 }
 
 // validation.json and replay.csv into `dir` (created), as `sim validate --out DIR` writes them:
-// the same folder checks (check_validation_dir: a previous report only with `force`, never a
-// folder of other files or one inside the run folders `inputs`).
+// the same folder checks and replacement (write_validation_dir: a previous report, its figures
+// included, only with `force`; never a folder of other files or one inside the run folders
+// `inputs`).
 std::string save_validation(const std::string& dir, const std::string& json, const std::string& csv,
                             bool force, const std::vector<std::string>& inputs) {
-  check_validation_dir(dir, inputs, force);
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) throw ConfigError(dir + ": cannot create the folder: " + ec.message());
-  write_file_atomically(dir + "/validation.json", json);
-  write_file_atomically(dir + "/replay.csv", csv);
+  write_validation_dir(dir, inputs, force, json, csv);
   return dir;
 }
 

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include "core/strings.h"
 
@@ -16,14 +17,36 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// `path` without "." and ".." steps or a trailing '/' ("run/." and "run/" are "run"), made
+// absolute when it ends in "." or ".." (".", "../..": a folder whose name only the absolute path
+// gives).
+fs::path normal_path(const std::string& path) {
+  const auto trimmed = [](fs::path p) {
+    p = p.lexically_normal();
+    if (!p.has_filename() && p.has_relative_path()) p = p.parent_path();  // "dir/" -> "dir"
+    return p;
+  };
+  fs::path p = trimmed(path);
+  if (p.filename() == "." || p.filename() == "..") p = trimmed(fs::absolute(p));
+  return p;
+}
+
 // ".NAME.KIND-PID" next to `path`.
 std::string sibling(const std::string& path, const char* kind) {
-  fs::path p(path);
-  while (!p.empty() && p.filename().empty()) p = p.parent_path();  // "dir/" -> "dir"
+  const fs::path p = normal_path(path);
   const fs::path parent = p.parent_path();
   // Appended piece by piece: `"." + std::string` trips a GCC 12 -Wrestrict false positive.
+  std::string base = p.filename().string();
+  // A name near the file system's 255-byte limit keeps its first 200 bytes (cut between UTF-8
+  // characters) and a hash of the whole, so the sibling's name fits and stays its own.
+  if (base.size() > 200) {
+    std::size_t cut = 200;
+    while (cut > 0 && (static_cast<unsigned char>(base[cut]) & 0xC0) == 0x80) --cut;
+    const std::size_t whole = std::hash<std::string>{}(base);
+    base = base.substr(0, cut) + "~" + std::to_string(whole);
+  }
   std::string name(1, '.');
-  name.append(p.filename().string()).append(".").append(kind).append("-");
+  name.append(base).append(".").append(kind).append("-");
   name.append(std::to_string(static_cast<long long>(::getpid())));
   return (parent / name).string();
 }
@@ -43,10 +66,29 @@ std::string hint(int err) {
   }
 }
 
+// `path` as the user knows it: a folder this process stages (".NAME.tmp-PID", sibling()) named
+// as the folder it becomes, NAME.
+std::string shown_path(const std::string& path) {
+  const std::string suffix = ".tmp-" + std::to_string(static_cast<long long>(::getpid()));
+  fs::path shown;
+  bool changed = false;
+  for (const fs::path& part : fs::path(path)) {
+    const std::string name = part.string();
+    if (name.size() > suffix.size() + 1 && name.front() == '.' && name.ends_with(suffix)) {
+      shown /= name.substr(1, name.size() - 1 - suffix.size());
+      changed = true;
+    } else {
+      shown /= part;
+    }
+  }
+  return changed ? shown.string() : path;
+}
+
 }  // namespace
 
 void throw_io_error(const std::string& path, const std::string& what, int err) {
-  throw ConfigError(path + ": " + what + " failed (" + std::strerror(err) + ")" + hint(err));
+  throw ConfigError(shown_path(path) + ": " + what + " failed (" + std::strerror(err) + ")" +
+                    hint(err));
 }
 
 void refuse_symlink(const std::string& path) {
@@ -153,7 +195,8 @@ void write_file_atomically(const std::string& path, const std::string& text) {
   file.commit();
 }
 
-StagedDir::StagedDir(std::string dir) : dir_(std::move(dir)), temp_(sibling(dir_, "tmp")) {
+StagedDir::StagedDir(const std::string& dir)
+    : dir_(normal_path(dir).string()), temp_(sibling(dir_, "tmp")) {
   refuse_symlink(dir_);
   std::error_code ec;
   const fs::path parent = fs::path(temp_).parent_path();

@@ -62,8 +62,9 @@ void write_file_atomically(const std::string& path, const std::string& text);
 class StagedDir {
  public:
   // Creates the parent folders and the temporary folder. Throws ConfigError when `dir` or the
-  // temporary is a symlink or cannot be created.
-  explicit StagedDir(std::string dir);
+  // temporary is a symlink or cannot be created. final_path() is `dir` without "." and ".." steps
+  // or a trailing '/' ("run/." is "run"; "." is the absolute path of the current folder).
+  explicit StagedDir(const std::string& dir);
   ~StagedDir();
   StagedDir(const StagedDir&) = delete;
   StagedDir& operator=(const StagedDir&) = delete;

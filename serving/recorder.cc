@@ -23,8 +23,8 @@ std::FILE* open_or_throw(const std::string& path) {
 }
 
 // An earlier buffered write may have failed already (ENOSPC): ferror keeps it.
-void flush_or_throw(std::FILE* f, const char* name) {
-  if (f && (std::fflush(f) != 0 || std::ferror(f))) throw_io_error(name, "writing", errno);
+void flush_or_throw(std::FILE* f, const std::string& path) {
+  if (f && (std::fflush(f) != 0 || std::ferror(f))) throw_io_error(path, "writing", errno);
 }
 
 std::string fixed_point(TimeNs t, TimeNs unit, int digits) {
@@ -57,7 +57,10 @@ std::string format_ms(TimeNs t) { return fixed_point(t, kNsPerMs, 6); }
 
 Recorder::Recorder(SloConfig slo, const std::string& steps_path, const std::string& schedule_path,
                    bool replica_column)
-    : slo_(slo), replica_column_(replica_column) {
+    : slo_(slo),
+      steps_path_(steps_path),
+      schedule_path_(schedule_path),
+      replica_column_(replica_column) {
   if (!steps_path.empty()) {
     steps_ = open_or_throw(steps_path);
     std::fputs(replica_column_ ? "step,replica," : "step,", steps_);
@@ -85,11 +88,13 @@ Recorder::~Recorder() {
 
 void Recorder::record_events(const std::string& path) {
   events_ = open_or_throw(path);
+  events_path_ = path;
   std::fputs("time_s,request,event,detail\n", events_);
 }
 
 void Recorder::record_blocks(const std::string& path) {
   blocks_ = open_or_throw(path);
+  blocks_path_ = path;
   std::fputs("request,position,block,start_s,end_s\n", blocks_);
 }
 
@@ -325,14 +330,14 @@ void Recorder::finalize(TimeNs first_arrival, TimeNs end, const PrefixCacheStats
   end_ = end;
   prefix_ = prefix;
   finalized_ = true;
-  flush_or_throw(steps_, "steps.csv");
-  flush_or_throw(schedule_, "schedule.csv");
+  flush_or_throw(steps_, steps_path_);
+  flush_or_throw(schedule_, schedule_path_);
   if (blocks_) {
     // Requests still holding blocks at the end (none when every request finished).
     while (!held_.empty()) release_blocks(held_.begin()->first, end);
-    flush_or_throw(blocks_, "blocks.csv");
+    flush_or_throw(blocks_, blocks_path_);
   }
-  flush_or_throw(events_, "events.csv");
+  flush_or_throw(events_, events_path_);
 }
 
 namespace {

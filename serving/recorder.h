@@ -380,7 +380,8 @@ class Recorder : public SchedulerObserver {
   TimeNs first_arrival_ = 0, end_ = 0;
   PrefixCacheStats prefix_;
   bool finalized_ = false;
-  bool measured_ = false;  // add_measured() was called
+  bool measured_ = false;                                               // add_measured() was called
+  std::string steps_path_, schedule_path_, events_path_, blocks_path_;  // for write errors
   std::FILE* steps_ = nullptr;
   std::FILE* schedule_ = nullptr;
   std::int64_t scheduled_seqs_ = 0;                 // sum over steps of plan entries

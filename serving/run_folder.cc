@@ -76,6 +76,15 @@ std::optional<std::string> run_backend(const std::string& dir) {
 }
 
 void check_out_dir(const std::string& dir) {
+  // The run replaces its folder whole (StagedDir::commit): never the current folder or one
+  // holding it, which would leave the shell in a deleted folder.
+  std::error_code cwd_ec;
+  const fs::path cwd = fs::current_path(cwd_ec);
+  if (!cwd_ec && path_within(cwd.string(), dir)) {
+    throw ConfigError(dir +
+                      ": is the current folder (or holds it), which the run would replace "
+                      "whole; run from outside it (choose another --out)");
+  }
   std::string first;  // the first entry, for the message when the folder is not a run's
   const bool exists = check_existing_dir(dir, [&](const fs::directory_entry& entry) {
     const std::string name = entry.path().filename().string();

@@ -1012,6 +1012,22 @@ void check_validation_dir(const std::string& dir, const std::vector<std::string>
   }
 }
 
+void write_validation_dir(const std::string& dir, const std::vector<std::string>& inputs,
+                          bool force, const std::string& json, const std::string& csv) {
+  check_validation_dir(dir, inputs, force);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw_io_error(dir, "creating the folder", ec.value());
+  // check_validation_dir made sure a figures folder holds only what `sim plot` wrote there.
+  const fs::path figures = fs::path(dir) / "figures";
+  if (fs::is_directory(fs::symlink_status(figures, ec))) {
+    fs::remove_all(figures, ec);
+    if (ec) throw_io_error(figures.string(), "removing the previous report's figures", ec.value());
+  }
+  write_file_atomically(dir + "/validation.json", json);
+  write_file_atomically(dir + "/replay.csv", csv);
+}
+
 int validate_command(const std::vector<std::string>& args) {
   std::string sim_dir, engine_dir, out, cost;
   bool quiet = false, force = false;
@@ -1034,16 +1050,10 @@ int validate_command(const std::vector<std::string>& args) {
   }
   const std::string dir = out.empty() ? default_validation_dir(sim_dir) : out;
   const ValidationReport rep = validate_runs(dirs[0], dirs[1], cost);
-  check_validation_dir(dir, dirs, force);
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) throw_io_error(dir, "creating the folder", ec.value());
-  const std::string path = dir + "/validation.json";
-  write_file_atomically(path, validation_json(rep));
-  write_file_atomically(dir + "/replay.csv", replay_csv(rep));
+  write_validation_dir(dir, dirs, force, validation_json(rep), replay_csv(rep));
   if (!quiet) {
     print_validation(stdout, rep);
-    std::printf("  wrote %s\n", path.c_str());
+    std::printf("  wrote %s/validation.json\n", dir.c_str());
   }
   return 0;
 }

@@ -92,6 +92,12 @@ std::string replay_csv(const ValidationReport& report);
 void check_validation_dir(const std::string& dir, const std::vector<std::string>& inputs,
                           bool force);
 
+// Writes a report into `dir` after check_validation_dir(dir, inputs, force): creates the folder,
+// removes the previous report's figures (they drew the report being replaced; `sim plot` draws
+// the new one's), then writes validation.json and replay.csv (each atomically). Throws ConfigError.
+void write_validation_dir(const std::string& dir, const std::vector<std::string>& inputs,
+                          bool force, const std::string& json, const std::string& csv);
+
 // `sim validate SIM_DIR ENGINE_DIR [--out DIR] [--cost-model FILE] [--quiet]`: writes
 // DIR/validation.json and DIR/replay.csv; returns the exit code, throws UsageError /
 // ConfigError.

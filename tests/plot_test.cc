@@ -110,7 +110,8 @@ TEST(Plot, CorruptCsvFilesNameTheFileAndLine) {
 }
 
 // The other files the figures read: a word for an id or a time, a truncated row, a header of
-// another shape, a step the schedule names that steps.csv lacks. Each is one line naming the file
+// another shape, a step the schedule names that steps.csv lacks, bytes that are not UTF-8, a
+// summary.json field of another type. Each is one line naming the file
 // and line, exit 2, and no figure is left behind (the figures are staged).
 TEST(Plot, CorruptRecordingsNameTheLineAndLeaveNoFigure) {
   SKIP_WITHOUT_MATPLOTLIB();
@@ -138,12 +139,19 @@ TEST(Plot, CorruptRecordingsNameTheLineAndLeaveNoFigure) {
       {"events.csv", 2, "0.1,abc,preempt,recompute",
        "events.csv:2: column 'request': expected an integer, got 'abc'"},
       {"blocks.csv", 2, "zz,0,1,0.1,0.2", "blocks.csv:2: column 'request': expected an integer"},
+      {"requests.csv", 4, "2,0.5,0,0,0,10,5,0,0,0,0,0,0,0,finished,caf\xe9",
+       "requests.csv:4: not UTF-8 text"},
+      // Line 0: the whole file.
+      {"summary.json", 0, "{\"run\": 5}", "summary.json: key 'run': expected an object, got 5"},
+      {"summary.json", 0, "{\"cluster\": {\"pools\": [{\"replicas\": [{\"replica\": 0}]}]}}",
+       "key 'cluster.pools[0].replicas[0].busy_fraction': expected a number, got null"},
   };
   int n = 0;
   for (const Case& c : cases) {
     const fs::path run = dir / ("bad" + std::to_string(n++));
     fs::copy(good, run, fs::copy_options::recursive);
-    write_file(run / c.file, with_line(read_file(run / c.file), c.line, c.row));
+    write_file(run / c.file, c.line == 0 ? std::string(c.row)
+                                         : with_line(read_file(run / c.file), c.line, c.row));
     const Cli p = run_sim("plot " + run.string(), dir);
     EXPECT_EQ(p.code, 2) << c.file << " " << p.err;
     EXPECT_NE(p.err.find(c.message), std::string::npos) << p.err;
@@ -483,6 +491,42 @@ TEST(Plot, DollarSignsInNamesAreText) {
   r = run_sim("plot --quiet '" + run.string() + "'", dir);
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_TRUE(fs::exists(run / "figures")) << r.err;
+  fs::remove_all(dir);
+}
+
+// Inputs of the same folder name each keep their figures (a later one is renamed, never onto a
+// name a real input has), and a run given as "." is named after its folder.
+TEST(Plot, SameNamedInputsKeepTheirOwnFigures) {
+  SKIP_WITHOUT_MATPLOTLIB();
+  const fs::path dir = temp_dir("plot_same_names");
+  const std::string tiny = servelab_home().string() +
+                           "/experiments/burst-tiny.yaml --quiet --set workload.num_requests=20";
+  for (const char* run : {"x/r", "y/r", "r-2"}) {
+    const Cli r = run_sim("run " + tiny + " --out " + (dir / run).string(), dir);
+    ASSERT_EQ(r.code, 0) << r.err;
+  }
+  for (const char* cmp : {"x/cmp", "y/cmp"}) {
+    const Cli c = run_sim("compare " + tiny +
+                              " --variant a:policies.queue=fcfs --variant b:policies.queue=sjf "
+                              "--out " +
+                              (dir / cmp).string(),
+                          dir);
+    ASSERT_EQ(c.code, 0) << c.err;
+  }
+  const Cli p = run_sim("plot --quiet " + (dir / "x/r").string() + " " + (dir / "y/r").string() +
+                            " " + (dir / "r-2").string() + " " + (dir / "x/cmp").string() + " " +
+                            (dir / "y/cmp").string() + " -o " + (dir / "fig").string(),
+                        dir);
+  ASSERT_EQ(p.code, 0) << p.err;
+  for (const char* f :
+       {"r-throughput", "r-3-throughput", "r-2-throughput", "cmp-bars", "cmp-2-bars"}) {
+    expect_valid(dir / "fig" / (std::string(f) + ".png"), "png");
+  }
+  // "." stands for the folder it names.
+  const Cli dot = run_program("sim", "plot --quiet .", dir / "stdout.txt", dir / "stderr.txt",
+                              "cd '" + (dir / "x/r").string() + "' && ");
+  ASSERT_EQ(dot.code, 0) << dot.err;
+  expect_valid(dir / "x/r/figures/r-throughput.png", "png");
   fs::remove_all(dir);
 }
 

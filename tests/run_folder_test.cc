@@ -126,6 +126,35 @@ TEST(RunFolder, AReusedFolderHoldsOnlyTheNewRun) {
   expect_no_leftovers(dir);
 }
 
+// "r/." and "r/" name the folder r (staged beside it, not inside it); the current folder, or one
+// holding it, is refused before the run: replacing it would leave the shell in a deleted folder.
+TEST(RunFolder, DotPathsNameTheFolderAndTheCurrentFolderIsRefused) {
+  const fs::path dir = temp_dir("run_folder_dot");
+  write_file(dir / "e.yaml", experiment("name: e\n", kSmall));
+  const std::string run = "run " + (dir / "e.yaml").string() + " -q --out ";
+  for (const std::string out : {"r/.", "r/", "r/./"}) {
+    const Cli r = run_sim(run + (dir / out).string(), dir);
+    ASSERT_EQ(r.code, 0) << out << ": " << r.err;
+    EXPECT_TRUE(fs::exists(dir / "r/summary.json")) << out;
+    expect_no_leftovers(dir);
+    expect_no_leftovers(dir / "r");
+  }
+  for (const std::string out : {".", "..", "../r"}) {
+    const Cli r = run_program("sim", run + out, dir / "stdout.txt", dir / "stderr.txt",
+                              "cd '" + (dir / "r").string() + "' && ");
+    EXPECT_EQ(r.code, 2) << out;
+    EXPECT_NE(r.err.find("is the current folder (or holds it)"), std::string::npos) << r.err;
+  }
+  EXPECT_TRUE(fs::exists(dir / "r/summary.json"));
+  // A name near the 255-byte limit: its staging sibling's name still fits.
+  const std::string longest(250, 'n');
+  const Cli r = run_sim(run + (dir / longest).string(), dir);
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(fs::exists(dir / longest / "summary.json"));
+  expect_no_leftovers(dir);
+  fs::remove_all(dir);
+}
+
 TEST(RunFolder, AFailedRunLeavesThePreviousFolderIntact) {
   const fs::path dir = temp_dir("run_folder_failed");
   write_file(dir / "e.yaml", experiment("name: e\n", kSmall));

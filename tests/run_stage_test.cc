@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cerrno>
 #include <filesystem>
 #include <set>
 #include <string>
@@ -148,6 +149,31 @@ TEST(OutputFile, AFileOfAnInputFolderIsNeverReplaced) {
       check_output_file((dir / "ckpt/profile.csv").string(), {(dir / "ckpt").string()}, false));
   EXPECT_NO_THROW(check_output_file((dir / "other.csv").string(), {(dir / "ckpt").string()}, true));
   EXPECT_EQ(read_file(dir / "ckpt/model.safetensors"), "weights");
+}
+
+// An I/O error names the file as the user will find it: a staged folder by its final name, and
+// the full disk with its advice.
+TEST(OutputFile, IoErrorsNameTheFinalFolderNotTheStagingOne) {
+  const fs::path dir = temp_dir("io_error_names");
+  StagedDir stage((dir / "run").string());
+  try {
+    throw_io_error(stage.temp_path() + "/steps.csv", "writing", ENOSPC);
+    ADD_FAILURE() << "no error";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              (dir / "run/steps.csv").string() +
+                  ": writing failed (No space left on device); the disk is full: free space or "
+                  "choose another output");
+  }
+  // Another process's staging folder, or a name of the user's, is named as it is.
+  for (const std::string& path :
+       {(dir / ".run.tmp-1/steps.csv").string(), (dir / ".tmp-" / "x").string()}) {
+    try {
+      throw_io_error(path, "writing", EACCES);
+    } catch (const ConfigError& e) {
+      EXPECT_EQ(std::string(e.what()).rfind(path + ": writing failed", 0), 0u) << e.what();
+    }
+  }
 }
 
 }  // namespace

@@ -426,7 +426,13 @@ TEST(Validate, CommandWritesJsonAndRefusesBadInput) {
   EXPECT_EQ(c.code, 2);
   EXPECT_NE(c.err.find("holds a previous validation report; pass --force"), std::string::npos)
       << c.err;
+  // The replaced report's figures go with it (they drew the old numbers).
+  std::filesystem::create_directories(dir / "sim-validation/figures");
+  write_file(dir / "sim-validation/figures/.servelab-figures", "step_error.png\n");
+  write_file(dir / "sim-validation/figures/step_error.png", "old figure");
   EXPECT_EQ(run_sim("validate " + both + " -q --force", dir).code, 0);
+  EXPECT_FALSE(std::filesystem::exists(dir / "sim-validation/figures"));
+  EXPECT_TRUE(std::filesystem::exists(dir / "sim-validation/validation.json"));
   std::filesystem::create_directories(dir / "mine");
   write_file(dir / "mine/notes.txt", "mine");
   c = run_sim("validate " + both + " -q --force --out " + (dir / "mine").string(), dir);

@@ -232,7 +232,7 @@ class Validation:
     def save(self, dir, force=False):
         """Writes validation.json and replay.csv into `dir` (created if need be), as `sim
         validate --out dir`: a folder holding a previous report is replaced only with
-        force=True; one holding other files, or inside a run folder it compared, is refused
+        force=True (its sim plot figures removed); one holding other files, or inside a run folder it compared, is refused
         (ConfigError). Returns the folder."""
         self.path = _servelab.save_validation(check_path("Validation.save: dir", dir), self.json,
                                               self._csv, bool(force), self._inputs)

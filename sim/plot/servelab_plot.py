@@ -152,27 +152,46 @@ def check_value(path, line, key, kind, text):
 def read_csv(path):
     """A ServeLab CSV as a list of dicts, or InputError naming the line: a missing column of
     REQUIRED_COLUMNS, a row with too few or too many fields (a truncated file), a value of
-    TYPED_COLUMNS that is not of its kind."""
+    TYPED_COLUMNS that is not of its kind, bytes that are not UTF-8."""
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            return csv_rows(path, csv.DictReader(f))
+    except UnicodeDecodeError:
+        raise InputError(f"{path}:{first_non_utf8_line(path)}: not UTF-8 text (ServeLab writes "
+                         "its CSV files in UTF-8: one saved in another encoding?)") from None
+    except OSError as e:
+        raise InputError(f"{path}: cannot read: {e.strerror}") from None
+
+
+def first_non_utf8_line(path):
+    with open(path, "rb") as f:
+        for number, line in enumerate(f, start=1):
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError:
+                return number
+    return 1
+
+
+def csv_rows(path, reader):
     name = os.path.basename(path)
-    with open(path, newline="") as f:
-        reader = csv.DictReader(f)
-        header = reader.fieldnames or []
-        for column in REQUIRED_COLUMNS.get(name, ()):
-            if column not in header:
-                raise InputError(f"{path}:1: no column '{column}' in the header (not a ServeLab "
-                                 f"{name}?)")
-        typed = [(k, kind) for k, kind in TYPED_COLUMNS.get(name, {}).items() if k in header]
-        rows = []
-        for row in reader:
-            line = reader.line_num
-            if None in row or None in row.values():
-                got = len(header) + len(row.get(None, [])) - sum(v is None for v in row.values())
-                raise InputError(f"{path}:{line}: expected {len(header)} fields, got {got} "
-                                 "(a truncated or hand-edited file?)")
-            for key, kind in typed:
-                check_value(path, line, key, kind, row[key])
-            rows.append(row)
-        return rows
+    header = reader.fieldnames or []
+    for column in REQUIRED_COLUMNS.get(name, ()):
+        if column not in header:
+            raise InputError(f"{path}:1: no column '{column}' in the header (not a ServeLab "
+                             f"{name}?)")
+    typed = [(k, kind) for k, kind in TYPED_COLUMNS.get(name, {}).items() if k in header]
+    rows = []
+    for row in reader:
+        line = reader.line_num
+        if None in row or None in row.values():
+            got = len(header) + len(row.get(None, [])) - sum(v is None for v in row.values())
+            raise InputError(f"{path}:{line}: expected {len(header)} fields, got {got} "
+                             "(a truncated or hand-edited file?)")
+        for key, kind in typed:
+            check_value(path, line, key, kind, row[key])
+        rows.append(row)
+    return rows
 
 
 def number_column(path, rows, key):
@@ -198,6 +217,75 @@ def read_json(path):
         raise InputError(f"{path}: cannot read: {e.strerror}") from None
 
 
+def expect_type(path, key, value, kinds, what):
+    """InputError "PATH: key 'KEY': expected WHAT, got VALUE" unless value is one of kinds (a bool
+    is no number)."""
+    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+        shown = json.dumps(value)
+        shown = shown if len(shown) <= 60 else shown[:57] + "..."
+        raise InputError(f"{path}: key '{key}': expected {what}, got {shown}")
+    return value
+
+
+NUMBER_OR_NULL = (int, float, type(None))
+
+
+def check_summary(path, s):
+    """The summary.json fields the figures read have their types, or InputError naming the key
+    (a hand-edited file never ends in a traceback)."""
+    expect_type(path, "(top level)", s, (dict,), "an object")
+    run = expect_type(path, "run", s.get("run", {}), (dict,), "an object")
+    for key in ("model", "hardware"):
+        expect_type(path, f"run.{key}", run.get(key, ""), (str,), "a string")
+    blocks = run.get("num_gpu_blocks", 0)
+    if not (isinstance(blocks, int) and not isinstance(blocks, bool) and blocks >= 0) and not (
+            isinstance(blocks, str) and (blocks == "" or blocks.isdigit())):
+        expect_type(path, "run.num_gpu_blocks", blocks, (), "a block count")
+    if "cluster" in s:
+        cluster = expect_type(path, "cluster", s["cluster"], (dict,), "an object")
+        pools = expect_type(path, "cluster.pools", cluster.get("pools", []), (list,), "a list")
+        for i, pool in enumerate(pools):
+            at = f"cluster.pools[{i}]"
+            expect_type(path, at, pool, (dict,), "an object")
+            expect_type(path, f"{at}.role", pool.get("role", ""), (str,), "a string")
+            replicas = expect_type(path, f"{at}.replicas", pool.get("replicas", []), (list,),
+                                   "a list")
+            for j, r in enumerate(replicas):
+                expect_type(path, f"{at}.replicas[{j}]", r, (dict,), "an object")
+                if "replica" not in r:
+                    raise InputError(f"{path}: key '{at}.replicas[{j}]': no 'replica'")
+                expect_type(path, f"{at}.replicas[{j}].busy_fraction", r.get("busy_fraction"),
+                            (int, float), "a number")
+    if "classes" in s:
+        classes = expect_type(path, "classes", s["classes"], (dict,), "an object")
+        for name, c in classes.items():
+            at = f"classes.{name}"
+            expect_type(path, at, c, (dict,), "an object")
+            for group, keys in (("ttft_ms", ("p50", "p99")), ("tpot_ms", ("p50",)),
+                                ("goodput", ("slo_attainment",))):
+                g = expect_type(path, f"{at}.{group}", c.get(group), (dict,), "an object")
+                for k in keys:
+                    expect_type(path, f"{at}.{group}.{k}", g.get(k), NUMBER_OR_NULL,
+                                "a number or null")
+    return s
+
+
+def check_report(path, r):
+    """The validation.json fields the figure reads have their types, or InputError naming the
+    key."""
+    expect_type(path, "(top level)", r, (dict,), "an object")
+    expect_type(path, "engine_dir", r.get("engine_dir", "?"), (str,), "a string")
+    st = expect_type(path, "step_time", r.get("step_time", {}), (dict,), "an object")
+    expect_type(path, "step_time.replay_cost_model", st.get("replay_cost_model", ""),
+                (str, type(None)), "a string")
+    return r
+
+
+def or_nan(value):
+    """A JSON number, NaN for null (what JSON writes for a NaN: no request to measure)."""
+    return math.nan if value is None else value
+
+
 def num(text, default=math.nan):
     return float(text) if text not in ("", None) else default
 
@@ -208,7 +296,8 @@ class Run:
     def __init__(self, path, name):
         self.path = path
         self.name = name
-        self.summary = read_json(os.path.join(path, "summary.json"))
+        summary = os.path.join(path, "summary.json")
+        self.summary = check_summary(summary, read_json(summary))
         self._requests = None
         self._steps = None
 
@@ -267,7 +356,8 @@ class Validation:
 
     def __init__(self, path):
         self.path = path
-        self.report = read_json(os.path.join(path, "validation.json"))
+        report = os.path.join(path, "validation.json")
+        self.report = check_report(report, read_json(report))
         replay = os.path.join(path, "replay.csv")
         if not os.path.exists(replay):
             raise InputError(f"{path}: a `sim validate` folder without replay.csv: run sim "
@@ -289,12 +379,36 @@ class Validation:
         return "calibrated" if m.startswith("calibrated") else m
 
 
+def folder_name(path):
+    """A folder's own name, also for "." or "run/.." (the name of the folder they stand for)."""
+    return os.path.basename(os.path.abspath(path)) or "root"
+
+
+def unique_names(names):
+    """`names` made unique: the first of each keeps it, a later one becomes name-2, name-3, ...,
+    skipping every name in use, generated ones included (a folder `a-2` given beside two folders
+    `a` keeps its name)."""
+    used = set(names)
+    seen = set()
+    out = []
+    for n in names:
+        if n in seen:
+            k = 2
+            while f"{n}-{k}" in used:
+                k += 1
+            n = f"{n}-{k}"
+            used.add(n)
+        seen.add(n)
+        out.append(n)
+    return out
+
+
 def runs_of(path):
     """The runs an input folder stands for, and its kind."""
     if not os.path.isdir(path):
         raise InputError(f"{path}: no such folder")
     if os.path.exists(os.path.join(path, "summary.json")):
-        return "run", [Run(path, os.path.basename(os.path.normpath(path)))]
+        return "run", [Run(path, folder_name(path))]
     if os.path.exists(os.path.join(path, "validation.json")) and not any(
         os.path.exists(os.path.join(path, t)) for t in ("sweep.csv", "compare.csv")
     ):
@@ -647,7 +761,7 @@ def group_table(path, kind):
     return table, label
 
 
-def bars(path, kind, out_dir, fmt, written):
+def bars(path, group, kind, out_dir, fmt, written):
     table, label = group_table(path, kind)
     if not table:
         return
@@ -664,7 +778,6 @@ def bars(path, kind, out_dir, fmt, written):
     # Runs of several GPUs (the table's gpus column): what each GPU buys, beside the goodput.
     if "goodput_per_gpu" in table[0]:
         panels[4][1].append(("goodput_per_gpu", "per GPU"))
-    group = os.path.basename(os.path.normpath(path))
     fig, axes = plt.subplots(2, 3, figsize=(12, 6.5), constrained_layout=True)
     for ax, (title, series) in zip(axes.flat, panels):
         w = 0.8 / len(series)
@@ -690,7 +803,7 @@ def bars(path, kind, out_dir, fmt, written):
     save(fig, out_dir, f"{group}-bars", fmt, written)
 
 
-def class_bars(path, kind, runs, out_dir, fmt, written):
+def class_bars(path, group, kind, runs, out_dir, fmt, written):
     """Per request class: the group's runs side by side, a bar per class (only when its runs
     report classes)."""
     runs = [r for r in runs if r.summary.get("classes")]
@@ -705,12 +818,12 @@ def class_bars(path, kind, runs, out_dir, fmt, written):
     x = np.arange(len(names))
     w = 0.8 / len(classes)
     panels = [
-        ("TTFT p50 (ms)", lambda c: c["ttft_ms"]["p50"], True),
-        ("TTFT p99 (ms)", lambda c: c["ttft_ms"]["p99"], True),
-        ("TPOT p50 (ms)", lambda c: c["tpot_ms"]["p50"], False),
-        ("requests meeting the class's SLO (%)", lambda c: 100 * c["goodput"]["slo_attainment"], False),
+        ("TTFT p50 (ms)", lambda c: or_nan(c["ttft_ms"]["p50"]), True),
+        ("TTFT p99 (ms)", lambda c: or_nan(c["ttft_ms"]["p99"]), True),
+        ("TPOT p50 (ms)", lambda c: or_nan(c["tpot_ms"]["p50"]), False),
+        ("requests meeting the class's SLO (%)",
+         lambda c: 100 * or_nan(c["goodput"]["slo_attainment"]), False),
     ]
-    group = os.path.basename(os.path.normpath(path))
     label = "point" if kind == "sweep" else "variant"
     fig, axes = plt.subplots(1, 4, figsize=(14, 3.8), constrained_layout=True)
     for ax, (title, value, log) in zip(axes, panels):
@@ -771,11 +884,10 @@ def sweep_lines(table):
     return xkey, lines
 
 
-def throughput_latency(path, kind, out_dir, fmt, written):
+def throughput_latency(path, group, kind, out_dir, fmt, written):
     table, label = group_table(path, kind)
     if not table:
         return
-    group = os.path.basename(os.path.normpath(path))
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), constrained_layout=True)
     for ax, metric, name in ((axes[0], "ttft", "TTFT"), (axes[1], "tpot", "TPOT")):
         if kind == "sweep":
@@ -801,8 +913,8 @@ def throughput_latency(path, kind, out_dir, fmt, written):
     save(fig, out_dir, f"{group}-throughput-latency", fmt, written)
 
 
-def sweep_group(path, needs=None):
-    """(group name, table, x key, lines) of a sweep folder whose table has a numeric sweep key
+def sweep_group(path, group, needs=None):
+    """(`group`, table, x key, lines) of a sweep folder whose table has a numeric sweep key
     (and the column `needs`, when given), or None."""
     table, _ = group_table(path, "sweep")
     if not table or (needs and needs not in table[0]):
@@ -810,11 +922,11 @@ def sweep_group(path, needs=None):
     xkey, lines = sweep_lines(table)
     if not xkey:
         return None
-    return os.path.basename(os.path.normpath(path)), table, xkey, lines
+    return group, table, xkey, lines
 
 
-def sweep_curves(path, out_dir, fmt, written):
-    found = sweep_group(path)
+def sweep_curves(path, group, out_dir, fmt, written):
+    found = sweep_group(path, group)
     if not found:
         return
     group, table, xkey, lines = found
@@ -872,8 +984,8 @@ def sweep_curves(path, out_dir, fmt, written):
     save(fig, out_dir, f"{group}-sweep", fmt, written)
 
 
-def energy_curves(path, out_dir, fmt, written):
-    found = sweep_group(path, needs="joules_per_output_token")
+def energy_curves(path, group, out_dir, fmt, written):
+    found = sweep_group(path, group, needs="joules_per_output_token")
     if not found:
         return
     group, table, xkey, lines = found
@@ -905,7 +1017,7 @@ def energy_curves(path, out_dir, fmt, written):
     save(fig, out_dir, f"{group}-energy", fmt, written)
 
 
-def decode_step_curves(path, runs, out_dir, fmt, written):
+def decode_step_curves(path, group, runs, out_dir, fmt, written):
     """What a decode step costs at each batch size, per variant: for comparing models, GPUs or
     parallel layouts (a compare folder whose runs differ in run.model, run.hardware, or their
     config.yaml's model section or parallel layout)."""
@@ -929,7 +1041,6 @@ def decode_step_curves(path, runs, out_dir, fmt, written):
             curves.append((run.name, np.array(xs), np.array(ys)))
     if not curves:
         return
-    group = os.path.basename(os.path.normpath(path))
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4), constrained_layout=True)
     for i, (name, xs, ys) in enumerate(curves):
         left.plot(xs, ys, "o-", color=f"C{i % 10}", markersize=3, label=name)
@@ -947,7 +1058,7 @@ def decode_step_curves(path, runs, out_dir, fmt, written):
     save(fig, out_dir, f"{group}-decode-steps", fmt, written)
 
 
-def page_size_curves(path, out_dir, fmt, written):
+def page_size_curves(path, group, out_dir, fmt, written):
     """Waste against step time over serving.block_size (docs/lessons/page-size.md)."""
     table, _ = group_table(path, "sweep")
     if not table or "unused_slots_mean" not in table[0]:
@@ -955,7 +1066,6 @@ def page_size_curves(path, out_dir, fmt, written):
     xkey, lines = sweep_lines(table)
     if xkey != "serving.block_size":
         return
-    group = os.path.basename(os.path.normpath(path))
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), constrained_layout=True)
     waste, step = axes[0], axes[0].twinx()
     for i, (lab, rows) in enumerate(lines):
@@ -985,7 +1095,7 @@ def page_size_curves(path, out_dir, fmt, written):
     save(fig, out_dir, f"{group}-page-size", fmt, written)
 
 
-def kv_dtype_curves(path, runs, out_dir, fmt, written):
+def kv_dtype_curves(path, group, runs, out_dir, fmt, written):
     """Capacity and throughput per KV cache dtype (docs/lessons/fp8-kv.md)."""
     table, _ = group_table(path, "sweep")
     key = "model.kv_cache_dtype"
@@ -998,7 +1108,6 @@ def kv_dtype_curves(path, runs, out_dir, fmt, written):
     for r in table:
         if r[key] not in dtypes:
             dtypes.append(r[key])
-    group = os.path.basename(os.path.normpath(path))
     fig, axes = plt.subplots(1, 3, figsize=(13, 4), constrained_layout=True)
     # Capacity: the same for every point of a dtype (the memory does not change with the load).
     caps = [max((blocks.get(r["point"], math.nan) for r in table if r[key] == d), default=math.nan)
@@ -1124,13 +1233,11 @@ def plot_all(args):
     validations = [v for _, kind, vs in inputs if kind == "validation" for v in vs]
     inputs = [i for i in inputs if i[1] != "validation"]
     all_runs = [r for _, _, runs in inputs for r in runs]
-    # Names must be unique within the output folder.
-    seen = {}
-    for r in all_runs:
-        n = seen.get(r.name, 0)
-        seen[r.name] = n + 1
-        if n:
-            r.name = f"{r.name}-{n + 1}"
+    # Names must be unique within the output folder: runs' (figure names and legend labels) and
+    # groups' (their figures' names; a run's and a group's figures differ in suffix).
+    for r, name in zip(all_runs, unique_names([r.name for r in all_runs])):
+        r.name = name
+    group_names = iter(unique_names([folder_name(p) for p, kind, _ in inputs if kind != "run"]))
     if all_runs:
         latency_cdf(all_runs, out, args.format, written)
     for path, kind, runs in inputs:
@@ -1146,16 +1253,17 @@ def plot_all(args):
             gantt(run, out, args.format, written)
             kv_block_map(run, out, args.format, written, args.quiet)
         else:
-            bars(path, kind, out, args.format, written)
-            class_bars(path, kind, runs, out, args.format, written)
-            throughput_latency(path, kind, out, args.format, written)
+            group = next(group_names)
+            bars(path, group, kind, out, args.format, written)
+            class_bars(path, group, kind, runs, out, args.format, written)
+            throughput_latency(path, group, kind, out, args.format, written)
             if kind == "compare":
-                decode_step_curves(path, runs, out, args.format, written)
+                decode_step_curves(path, group, runs, out, args.format, written)
             if kind == "sweep":
-                sweep_curves(path, out, args.format, written)
-                energy_curves(path, out, args.format, written)
-                page_size_curves(path, out, args.format, written)
-                kv_dtype_curves(path, runs, out, args.format, written)
+                sweep_curves(path, group, out, args.format, written)
+                energy_curves(path, group, out, args.format, written)
+                page_size_curves(path, group, out, args.format, written)
+                kv_dtype_curves(path, group, runs, out, args.format, written)
     if validations:
         step_time_validation(validations, out, args.format, written)
     if not args.quiet:
