@@ -122,10 +122,15 @@ std::span<const BlockHash> KvCacheManager::hit_candidate_hashes(Request& req) {
   return std::span<const BlockHash>(req.block_hashes_).first(static_cast<std::size_t>(max_blocks));
 }
 
-std::int32_t KvCacheManager::num_cached_prefix_blocks(Request& req) {
+std::int32_t KvCacheManager::num_cached_prefix_blocks(Request& req, bool refresh) {
   const std::span<const BlockHash> hashes = hit_candidate_hashes(req);
   std::int32_t n = 0;
-  while (n < static_cast<std::int32_t>(hashes.size()) && cache_->lookup(hashes[n])) ++n;
+  while (n < static_cast<std::int32_t>(hashes.size())) {
+    const std::optional<BlockId> b = cache_->lookup(hashes[n]);
+    if (!b) break;
+    if (refresh) cache_->refresh(*b);
+    ++n;
+  }
   return n;
 }
 

@@ -192,10 +192,11 @@ class KvCacheManager {
   // For cache-aware queue orders (core/waiting_queue.h PrefixProbe): the hashes of req's full
   // blocks a hit could cover (get_computed_blocks' cap), hashed on demand, and how many of them,
   // from the first, the device cache holds (none for a request get_computed_blocks skips). No
-  // statistics, no reference or recency change.
+  // statistics or reference change; with `refresh`, each matched block's recency is refreshed
+  // as the cache defines it (PrefixCache::refresh: the radix cache's, as SGLang's match_prefix).
   // REQUIRES: prefix_caching().
   std::span<const BlockHash> hit_candidate_hashes(Request& req);
-  std::int32_t num_cached_prefix_blocks(Request& req);
+  std::int32_t num_cached_prefix_blocks(Request& req, bool refresh = false);
 
   // Makes room for `num_new_tokens` more tokens after req.num_computed_tokens (+ hit tokens for a
   // new admission). All or nothing: on success the hit blocks are touched and appended, new blocks

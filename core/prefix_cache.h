@@ -60,6 +60,11 @@ class PrefixCache {
   // Unregisters `block` (see the contract above).
   virtual void forget(BlockId block) = 0;
 
+  // A cache-aware queue order matched cached `block` (a lookup() result) for a waiting request.
+  // A cache whose recency follows SGLang's match_prefix (which stamps every node it walks)
+  // refreshes the block's; the default changes nothing (vLLM's lookups leave recency alone).
+  virtual void refresh(BlockId /*block*/) {}
+
   // Reference-count changes the manager made on `blocks` (see the contract above).
   virtual void on_acquired(std::span<const BlockId> /*blocks*/) {}
   virtual void on_released(std::span<const BlockId> /*blocks*/) {}

@@ -25,6 +25,7 @@ class RadixPrefixCache final : public PrefixCache {
   void insert(std::span<const BlockId> table, std::span<const BlockHash> hashes, std::int32_t from,
               std::int32_t to) override;
   void forget(BlockId block) override;
+  void refresh(BlockId block) override { tree_.refresh(block); }
   void on_acquired(std::span<const BlockId> blocks) override { tree_.on_acquired(blocks); }
   void on_released(std::span<const BlockId> blocks) override { tree_.on_released(blocks); }
   std::int32_t num_reclaimable() const override { return tree_.num_unlocked(); }

@@ -54,6 +54,15 @@ bool RadixTree::insert(BlockId parent, BlockId block, const BlockHash& key) {
   return true;
 }
 
+void RadixTree::refresh(BlockId block) {
+  if (!contains(block)) return;
+  Node& n = nodes_[block];
+  const bool leaf = n.children == 0 && !locked(block);
+  if (leaf) leaves_.erase({n.tick, block});
+  n.tick = ++clock_;
+  if (leaf) leaves_.insert({n.tick, block});
+}
+
 void RadixTree::on_acquired(std::span<const BlockId> blocks) {
   for (const BlockId b : blocks) {
     if (!contains(b) || pool_.ref_count(b) != 2) continue;  // not a node, or locked already

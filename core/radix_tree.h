@@ -16,9 +16,9 @@
 // - Eviction: only unlocked *leaves* are evicted, least recently used first (ticks of a logical
 //   clock, ties by block id: deterministic). Evicting a leaf may turn its parent into an
 //   unlocked leaf, which then competes by its own last-use tick. An interior node is never
-//   evicted before its children. A node's tick is set when it is inserted and when it becomes
-//   unlocked (the last holder releases it); releases come tail first, so a request's deeper
-//   blocks get the older ticks.
+//   evicted before its children. A node's tick is set when it is inserted, when it becomes
+//   unlocked (the last holder releases it; releases come tail first, so a request's deeper
+//   blocks get the older ticks) and when a waiting request's match walks it (refresh()).
 // - Every unlocked node is evictable eventually (by evicting its subtree first), so
 //   num_unlocked() blocks count as free capacity for the KV cache manager.
 // The tree never decides by address or unordered iteration order.
@@ -59,6 +59,10 @@ class RadixTree {
   // called off. REQUIRES: contains(block), no children, pool reference count >= 2.
   void remove(BlockId block);
 
+  // Gives node `block` a fresh tick (a match of a waiting request: SGLang's match_prefix sets
+  // last_access_time on every node it walks); an unlocked leaf moves to the back of the eviction
+  // order. No-op for a block that is not a node.
+  void refresh(BlockId block);
   // Call after the pool reference count of `blocks` rose (touch): nodes that became locked
   // leave the eviction order.
   void on_acquired(std::span<const BlockId> blocks);

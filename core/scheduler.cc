@@ -37,7 +37,9 @@ class KvPrefixProbe final : public PrefixProbe {
   explicit KvPrefixProbe(KvCacheManager& kv) : kv_(kv) {}
   std::int32_t block_size() const override { return kv_.block_size(); }
   std::span<const BlockHash> hashes(Request& r) override { return kv_.hit_candidate_hashes(r); }
-  std::int32_t cached_blocks(Request& r) override { return kv_.num_cached_prefix_blocks(r); }
+  std::int32_t cached_blocks(Request& r) override {
+    return kv_.num_cached_prefix_blocks(r, /*refresh=*/true);
+  }
 
  private:
   KvCacheManager& kv_;

@@ -87,4 +87,24 @@ inline std::int32_t sim_sampled_token(const RequestSpec& spec, std::size_t index
              : kSimOtherToken;
 }
 
+// The number of outputs the simulator's model gives `spec` (an oracle's "true length"): the first
+// n at which check_stop stops on the tokens sim_sampled_token draws, at most max_output_tokens.
+// A request without a simulated EOS point (no StopConditions, sim_eos_at 0: the engine's real
+// model, whose length nobody knows in advance) gives max_output_tokens.
+inline std::int32_t sim_output_length(const RequestSpec& spec) {
+  const StopConditions* s = spec.stop.get();
+  const std::int32_t cap = spec.max_output_tokens;
+  if (s == nullptr || s->sim_eos_at <= 0) return cap;
+  const auto stops = [s](std::int32_t token) {
+    return (!s->ignore_eos && s->eos_token_id >= 0 && token == s->eos_token_id) ||
+           std::find(s->stop_token_ids.begin(), s->stop_token_ids.end(), token) !=
+               s->stop_token_ids.end();
+  };
+  const std::int32_t from = std::max(1, s->min_tokens);  // check_stop's first candidate
+  std::int32_t first = cap;
+  if (stops(kSimOtherToken) && from < s->sim_eos_at) first = std::min(first, from);
+  if (stops(kSimEosToken)) first = std::min(first, std::max(from, s->sim_eos_at));
+  return first;
+}
+
 }  // namespace servelab

@@ -29,7 +29,9 @@ namespace servelab {
 
 // What a cache-aware order may ask about the prefix cache at the start of a step (the
 // scheduler's KV cache manager behind it; SGLang's match_prefix). Neither call changes a
-// reference count, the cache's recency or the hit statistics.
+// reference count or the hit statistics; cached_blocks() refreshes the matched blocks' recency
+// where the cache keeps SGLang's (the radix cache: PrefixCache::refresh), so a prefix a waiting
+// request matches is not the next one evicted.
 class PrefixProbe {
  public:
   virtual ~PrefixProbe() = default;
@@ -37,7 +39,8 @@ class PrefixProbe {
   // The hashes of r's full blocks a prefix hit could cover (all full blocks of its tokens but
   // the last token's: vLLM's cap), computed on first use and kept in r.
   virtual std::span<const BlockHash> hashes(Request& r) = 0;
-  // How many of those, from the first, the device cache holds now (offload tiers not counted).
+  // How many of those, from the first, the device cache holds now (offload tiers not counted);
+  // refreshes their recency (see above).
   virtual std::int32_t cached_blocks(Request& r) = 0;
 };
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/rng.h"
+#include "core/stop_conditions.h"
 #include "policies/keyed_queue.h"
 
 namespace servelab {
@@ -323,7 +324,7 @@ const PolicyRegistrar kSjf(
            "sjf",
            [](const Request& r) {
              return std::pair<std::int32_t, TimeNs>(
-                 r.spec.max_output_tokens - r.num_output_tokens(), r.spec.arrival_ns);
+                 sim_output_length(r.spec) - r.num_output_tokens(), r.spec.arrival_ns);
            },
            spec.get_double("max_wait_s"));
      }),
@@ -349,7 +350,7 @@ const PolicyRegistrar kPredictedSjf(
            "predicted-sjf",
            [seed, error](const Request& r) {
              const double predicted =
-                 predicted_output_tokens(seed, error, r.id(), r.spec.max_output_tokens);
+                 predicted_output_tokens(seed, error, r.id(), sim_output_length(r.spec));
              const double remaining = std::max(0.0, predicted - r.num_output_tokens());
              return std::pair<double, TimeNs>(remaining, r.spec.arrival_ns);
            },

@@ -160,6 +160,32 @@ void check_pinned_prefixes(const ConfigNode& top, const PrefixCacheSection& sect
 // serving.async_scheduling against the other choices (the Scheduler refuses the same ones; here
 // the error names the file): vLLM v1 refuses speculative decoding other than EAGLE/MTP with it,
 // and has neither multi-step rounds nor swap; ServeLab's async plans are vLLM v1's formation.
+// Whether the batch formation reads enable_chunked_prefill and long_prefill_token_threshold.
+bool uses_vllm_chunking(const SchedulerConfig& sc) {
+  return sc.batch == nullptr || sc.batch->name() == "vllm" || sc.batch->name() == "preemptive";
+}
+
+// serving.enable_chunked_prefill and serving.long_prefill_token_threshold shape vLLM's prompt
+// chunking (the vllm and preemptive formations); another formation would ignore them without a
+// word, so writing one beside it is an error naming the key and what chunks there instead.
+void check_chunking_keys(const ConfigNode& top, const ExperimentConfig& c) {
+  if (uses_vllm_chunking(c.scheduler)) return;
+  const std::string name(c.scheduler.batch->name());
+  const auto serving = top.find("serving");
+  if (!serving || !serving->is_map()) return;
+  const std::string instead =
+      name == "sarathi"  ? "; sarathi chunks by its chunk_size parameter"
+      : name == "sglang" ? "; sglang chunks by its chunked_prefill_size parameter"
+      : name == "static" ? "; static chunks prompts under the token budget alone"
+                         : "; '" + name + "' never chunks a prompt";
+  for (const char* key : {"enable_chunked_prefill", "long_prefill_token_threshold"}) {
+    if (const auto k = serving->find(key)) {
+      k->fail_message("applies to policies.batch vllm and preemptive (vLLM's chunking), not '" +
+                      name + "'" + instead);
+    }
+  }
+}
+
 void check_async_scheduling(const ExperimentConfig& c) {
   const SchedulerConfig& sc = c.scheduler;
   if (!sc.async_scheduling) return;
@@ -452,6 +478,7 @@ void parse_cluster(const ConfigNode& n, ExperimentConfig& c) {
     PoolConfig pool;
     pool.location = p.location();
     pool.name = p.get_string("name", "pool" + std::to_string(cl.pools.size()));
+    if (pool.name.empty()) p.at("name").fail("a non-empty pool name");
     for (const PoolConfig& q : cl.pools) {
       if (q.name == pool.name) {
         (p.has("name") ? p.at("name") : p)
@@ -788,6 +815,7 @@ ExperimentConfig experiment_from_document(const ConfigNode& doc, const std::stri
   if (auto s = top.find("slo")) parse_slo(*s, c);
   check_deadline_queue(c);
   check_async_scheduling(c);
+  check_chunking_keys(top, c);
   if (auto o = top.find("outputs")) parse_outputs(*o, c);
   if (auto m = top.find("cost_model")) parse_cost_model(*m, c);
   if (auto cl = top.find("cluster")) parse_cluster(*cl, c);
@@ -980,9 +1008,11 @@ std::string resolved_config_yaml(const ExperimentConfig& c,
   e << YAML::Key << "max_num_batched_tokens" << YAML::Value << c.scheduler.max_num_batched_tokens;
   e << YAML::Key << "max_num_seqs" << YAML::Value << c.scheduler.max_num_seqs;
   e << YAML::Key << "max_model_len" << YAML::Value << c.scheduler.max_model_len;
-  e << YAML::Key << "long_prefill_token_threshold" << YAML::Value
-    << c.scheduler.long_prefill_token_threshold;
-  e << YAML::Key << "enable_chunked_prefill" << YAML::Value << c.scheduler.enable_chunked_prefill;
+  if (uses_vllm_chunking(c.scheduler)) {  // other formations refuse the keys (check_chunking_keys)
+    e << YAML::Key << "long_prefill_token_threshold" << YAML::Value
+      << c.scheduler.long_prefill_token_threshold;
+    e << YAML::Key << "enable_chunked_prefill" << YAML::Value << c.scheduler.enable_chunked_prefill;
+  }
   if (c.scheduler.num_scheduler_steps != 1) {
     e << YAML::Key << "num_scheduler_steps" << YAML::Value << c.scheduler.num_scheduler_steps;
   }

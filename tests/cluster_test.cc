@@ -112,6 +112,9 @@ TEST(ClusterConfig, BadClustersNameTheKey) {
   EXPECT_NE(e.find("parallel: {tensor: N"), std::string::npos) << e;
   e = load_error(experiment("cluster:\n  pools:\n    - {name: a}\n    - {name: a}\n"));
   EXPECT_NE(e.find("used twice"), std::string::npos) << e;
+  e = load_error(experiment("cluster:\n  pools:\n    - {name: ''}\n"));
+  EXPECT_NE(e.find("cluster.pools[0].name': expected a non-empty pool name"), std::string::npos)
+      << e;
   e = load_error(experiment("cluster:\n  pools: []\n"));
   EXPECT_NE(e.find("non-empty list"), std::string::npos) << e;
   e = load_error(experiment("cluster:\n  kv_transfer: {latency_us: 1}\n  pools:\n    - {}\n"));

@@ -13,6 +13,7 @@
 #include "core/block_pool.h"
 #include "core/kv_cache_manager.h"
 #include "core/scheduler.h"
+#include "core/stop_conditions.h"
 #include "policies/queue_order.h"
 #include "policies/registry.h"
 #include "serving/experiment.h"
@@ -360,6 +361,40 @@ TEST(PolicyQueueOrderTest, SjfOrdersByRemainingOutput) {
   EXPECT_EQ(Drain(*q), (std::vector<RequestId>{1, 5, 3, 2, 0}));
 }
 
+// The oracle's length is the simulated model's: a request ending at its simulated EOS under a
+// larger cap (sampling.max_tokens) is ordered by where it ends, min_tokens and ignore_eos
+// included; sim_output_length follows check_stop.
+TEST(PolicyQueueOrderTest, SjfUsesTheSimulatedLengthUnderACap) {
+  Pool p;
+  const auto stopping = [&](RequestId id, std::int32_t eos_at, std::int32_t min_tokens = 0,
+                            bool ignore_eos = false) {
+    Request* r = p.Add(id, 0, 400);
+    auto stop = std::make_shared<StopConditions>();
+    stop->eos_token_id = kSimEosToken;
+    stop->sim_eos_at = eos_at;
+    stop->min_tokens = min_tokens;
+    stop->ignore_eos = ignore_eos;
+    r->spec.stop = stop;
+    return r;
+  };
+  Request* a = stopping(0, 90);
+  Request* b = stopping(1, 20);
+  Request* c = stopping(2, 20, /*min_tokens=*/60);
+  Request* d = stopping(3, 5, 0, /*ignore_eos=*/true);
+  Request* e = p.Add(4, 0, 70);  // no stop conditions: its cap
+  EXPECT_EQ(sim_output_length(a->spec), 90);
+  EXPECT_EQ(sim_output_length(b->spec), 20);
+  EXPECT_EQ(sim_output_length(c->spec), 60);
+  EXPECT_EQ(sim_output_length(d->spec), 400);
+  EXPECT_EQ(sim_output_length(e->spec), 70);
+  for (const char* spec : {"sjf", "{name: predicted-sjf, error: 0}"}) {
+    SCOPED_TRACE(spec);
+    auto q = Queue(spec);
+    for (Request* r : {a, b, c, d, e}) q->push_back(r);
+    EXPECT_EQ(Ids(*q), (std::vector<RequestId>{1, 2, 4, 0, 3}));
+  }
+}
+
 // Starvation prevention (max_wait_s): at each step start, a request that has waited longer than
 // max_wait_s goes ahead of the others, in arrival order; without it (the default) nothing
 // reorders.
@@ -691,6 +726,39 @@ TEST(PolicyExperimentTest, PoliciesSectionReachesTheSchedulerAndTheResolvedConfi
   EXPECT_NE(yaml.find("  prefix_cache: none\n"), std::string::npos) << yaml;
   EXPECT_THROW(load_experiment(kBurst, {"policies.queue=lifo"}), ConfigError);
   EXPECT_THROW(load_experiment(kBurst, {"policies.queue={name: fair, weight: 1}"}), ConfigError);
+}
+
+// vLLM's chunking keys beside a formation that would ignore them are errors naming the key and
+// what chunks there; the resolved config of such a run leaves them out, so it runs again.
+TEST(PolicyExperimentTest, ChunkingKeysOfAnotherFormationAreRefused) {
+  const auto error = [](const std::vector<std::string>& overrides) {
+    try {
+      load_experiment(kBurst, overrides);
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_NE(error({"policies.batch=sglang", "serving.enable_chunked_prefill=false"})
+                .find("key 'serving.enable_chunked_prefill': applies to policies.batch vllm and "
+                      "preemptive (vLLM's chunking), not 'sglang'; sglang chunks by its "
+                      "chunked_prefill_size parameter"),
+            std::string::npos);
+  EXPECT_NE(error({"policies.batch={name: sarathi, chunk_size: 256}",
+                   "serving.long_prefill_token_threshold=32"})
+                .find("sarathi chunks by its chunk_size parameter"),
+            std::string::npos);
+  EXPECT_NE(error({"policies.batch=orca", "serving.enable_chunked_prefill=true"})
+                .find("'orca' never chunks a prompt"),
+            std::string::npos);
+  EXPECT_EQ(error({"policies.batch=preemptive", "policies.queue=sjf",
+                   "serving.long_prefill_token_threshold=32"}),
+            "accepted");
+  const ExperimentConfig sglang = load_experiment(kBurst, {"policies.batch=sglang"});
+  const std::string yaml = resolved_config_yaml(sglang, {});
+  EXPECT_EQ(yaml.find("enable_chunked_prefill"), std::string::npos) << yaml;
+  EXPECT_NE(resolved_config_yaml(load_experiment(kBurst, {}), {}).find("enable_chunked_prefill"),
+            std::string::npos);
 }
 
 // Every queue order runs the bursty experiment to the end, deterministically. Shortest-first

@@ -12,7 +12,11 @@
 #include <string>
 #include <vector>
 
+#include "core/block_pool.h"
+#include "core/kv_cache_manager.h"
+#include "core/radix_prefix_cache.h"
 #include "core/request.h"
+#include "core/scheduler.h"
 #include "core/scheduler_observer.h"
 #include "policies/queue_order.h"
 #include "policies/registry.h"
@@ -269,6 +273,51 @@ TEST(SglangQueueOrderScheduler, LpmAdmitsTheCachedPrefixFirst) {
   // lpm and dfs-weight: 2 jumps ahead of 1 to reuse 0's four cached blocks.
   EXPECT_EQ(Admissions("lpm"), (V{{0, 0}, {2, 64}, {1, 0}}));
   EXPECT_EQ(Admissions("dfs-weight"), (V{{0, 0}, {2, 64}, {1, 0}}));
+}
+
+// With the radix cache, lpm's probe refreshes the prefixes waiting requests match (SGLang's
+// match_prefix stamps the nodes it walks): requests 0 and 1 leave prefixes P and Q cached,
+// request 2's long decode evicts while 3 (P + 16 tokens) waits, and P, which 3 matches at every
+// step, outlives Q although Q was cached later. Without the refresh P went first and 3 found one
+// block of it.
+TEST(SglangQueueOrderScheduler, LpmKeepsThePrefixAWaitingRequestMatches) {
+  SchedulerConfig c;
+  c.max_num_batched_tokens = 256;
+  c.max_num_seqs = 1;
+  c.block_size = 16;
+  c.max_model_len = 1024;
+  c.enable_prefix_caching = true;
+  use_policy(c, PolicyKind::kQueue, "lpm");
+  BlockPool pool(20);
+  KvCacheOptions radix;
+  radix.prefix_cache = make_radix_prefix_cache;
+  KvCacheManager kv(pool, c.block_size, c.max_model_len, true, radix);
+  NoObserver obs;
+  Scheduler sched(c, kv, &obs);
+  const auto req = [](RequestId id, std::vector<PromptSegment> segments, std::int32_t out) {
+    return make_request(id, static_cast<TimeNs>(id), std::move(segments), out);
+  };
+  sched.add_request(req(0, {{100, 0, 64}, {201, 0, 1}}, 2), 0);
+  sched.add_request(req(1, {{300, 0, 64}, {202, 0, 1}}, 2), 1);
+  sched.add_request(req(2, {{400, 0, 16}}, 180), 2);
+  std::map<RequestId, std::int32_t> cached;
+  for (TimeNs t = 3; sched.has_unfinished() && t < 1000; ++t) {
+    if (t == 10) {
+      sched.add_request(req(3, {{100, 0, 64}, {203, 0, 16}}, 2), t);
+    }
+    const StepPlan& plan = sched.schedule(t);
+    StepResult res;
+    res.duration_ns = 1;
+    for (const ScheduledRequest& e : plan.requests) {
+      if (e.is_prefill && e.first_token == e.num_cached_prefix) cached[e.id] = e.first_token;
+      res.sampled_tokens.push_back(e.samples ? 100 : -1);
+    }
+    sched.complete(res, t);
+    kv.check_invariants();
+  }
+  EXPECT_FALSE(sched.has_unfinished());
+  EXPECT_GE(radix_tree_of(kv.prefix_cache())->num_evictions(), 2);  // request 2 evicted
+  EXPECT_EQ(cached.at(3), 64);
 }
 
 // ---------------------------------------------------------------- through an experiment

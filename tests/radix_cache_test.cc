@@ -164,6 +164,36 @@ TEST_F(RadixScenario, LeastRecentlyReleasedLeafFirst) {
   release(kv_, big);
 }
 
+// A waiting request's match (the cache-aware orders' probe: num_cached_prefix_blocks with
+// refresh, SGLang's match_prefix) refreshes the matched nodes, so the prefix it waits for is no
+// longer the next eviction; a plain count (refresh off) changes nothing; the hash cache ignores it.
+TEST_F(RadixScenario, AWaitingRequestsMatchRefreshesItsPrefix) {
+  const RadixTree& tree = *radix_tree_of(kv_.prefix_cache());
+  Request x = make(0, {{1, 4}, {2, 4}, {3, 1}});  // nodes: 1 -> 2
+  Request y = make(1, {{4, 4}, {5, 1}});          // node 4
+  admit(kv_, x);
+  admit(kv_, y);
+  release(kv_, x);  // 2 released first: the older leaf
+  release(kv_, y);
+  EXPECT_EQ(tree.eviction_order(), (Ids{2, 4}));
+  Request waiting = make(2, {{1, 4}, {2, 4}, {6, 3}});
+  EXPECT_EQ(kv_.num_cached_prefix_blocks(waiting), 2);
+  EXPECT_EQ(tree.eviction_order(), (Ids{2, 4}));
+  EXPECT_EQ(kv_.num_cached_prefix_blocks(waiting, /*refresh=*/true), 2);
+  EXPECT_EQ(tree.eviction_order(), (Ids{4, 2}));
+  kv_.check_invariants();
+  EXPECT_EQ(kv_.stats().hit_tokens, 0);  // a probe is no hit
+
+  BlockPool pool(11);
+  KvCacheManager hash(pool, kBs, 1024, true);
+  Request h = make(3, {{1, 4}, {2, 4}, {3, 1}});
+  admit(hash, h);
+  release(hash, h);
+  Request w = make(4, {{1, 4}, {2, 4}, {6, 3}});
+  EXPECT_EQ(hash.num_cached_prefix_blocks(w, /*refresh=*/true), 2);
+  hash.check_invariants();
+}
+
 // The same workload through the scheduler with the hash cache and with the radix cache: on
 // block-aligned shared prefixes, with a cache large enough that nothing is evicted, every
 // request hits the same tokens.
