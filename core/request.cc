@@ -1,6 +1,10 @@
 #include "core/request.h"
 
 #include <cassert>
+#include <climits>
+#include <string>
+
+#include "core/config_error.h"
 
 namespace servelab {
 
@@ -17,6 +21,12 @@ void canonicalize(RequestSpec& spec) {
     } else {
       out.push_back(s);
     }
+  }
+  if (total > INT32_MAX) {
+    throw ConfigError("request " + std::to_string(spec.id) + ": its prompt has " +
+                      std::to_string(total) +
+                      " tokens, more than a request can hold (2^31 - 1); its workload adds up "
+                      "lengths past any model's context (session histories, images)");
   }
   spec.prompt = std::move(out);
   spec.prompt_len = static_cast<std::int32_t>(total);

@@ -116,6 +116,8 @@ inline constexpr std::uint64_t unique_content_id(std::uint64_t seed, std::uint64
 
 // Merges adjacent segments that continue the same stream, drops empty ones and recomputes
 // prompt_len. Equal token sequences built from the same streams end up with equal segment lists.
+// Throws ConfigError naming the request when the prompt has more than 2^31 - 1 tokens (a
+// workload that adds up lengths: session histories, images on a trace's long prompts).
 void canonicalize(RequestSpec& spec);
 
 // A prompt made of `segments` (canonicalized).

@@ -688,6 +688,13 @@ std::int32_t Scheduler::admit_waiting(std::int32_t budget, const AdmissionRule& 
       lora_skipped_.push_back(&r);
       continue;
     }
+    if (rule.ignore_past > 0 && r.num_tokens() > rule.ignore_past) [[unlikely]] {
+      abort_sequence(r, now,
+                     "ignored: its prompt and outputs (" + std::to_string(r.num_tokens()) +
+                         " tokens) exceed the prompt limit, max_num_batched_tokens " +
+                         std::to_string(rule.ignore_past) + " (vLLM v0 FINISHED_IGNORED)");
+      continue;
+    }
     // Every admission looks up the prefix cache: a resumed request usually finds its own
     // earlier full blocks there.
     PrefixHit hit = kv_.get_computed_blocks(r);

@@ -425,6 +425,9 @@ class Scheduler {
     // default) or, false, stops the loop like any head that cannot start (the preemptive
     // formation: nobody ranked after it goes first).
     bool skip_lora_blocked = true;
+    // > 0: a head whose tokens (a resumed request's prompt and outputs so far) exceed this is
+    // aborted and the loop goes on (vLLM v0's FINISHED_IGNORED past the prompt limit).
+    std::int32_t ignore_past = 0;
   };
   // The admission loop (above); returns the budget left.
   std::int32_t admit_waiting(std::int32_t budget, const AdmissionRule& rule, TimeNs now);

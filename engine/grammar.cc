@@ -128,10 +128,37 @@ GrammarMatcher::GrammarMatcher(const Grammar& g) : terminals_() {
   for (std::size_t t = 0; t < g.num_terminals(); ++t) {
     terminals_.push_back(g.terminal(-1 - static_cast<Grammar::Symbol>(t)));
   }
+  // Productive rules: those that derive some finite text. An alternative holding an unproductive
+  // symbol (a JSON schema's `false`, an empty byte set, a rule that only reaches itself) could
+  // start but never finish, so it is left out: every parse kept can then be completed, and a
+  // grammar whose start is unproductive matches nothing at all (refused below).
+  std::vector<char> productive(g.num_rules(), 0);
+  const auto produces = [&](const std::vector<Grammar::Symbol>& alt) {
+    return std::all_of(alt.begin(), alt.end(), [&](Grammar::Symbol x) {
+      return x >= 0 ? productive[static_cast<std::size_t>(x)] != 0 : g.terminal(x).any();
+    });
+  };
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (std::size_t r = 0; r < g.num_rules(); ++r) {
+      if (productive[r]) continue;
+      const auto& alts = g.alternatives(static_cast<Grammar::Symbol>(r));
+      if (std::any_of(alts.begin(), alts.end(), produces)) {
+        productive[r] = 1;
+        changed = true;
+      }
+    }
+  }
+  // A grammar that matches nothing keeps its alternatives (its matcher is dead at once).
+  matches_nothing_ = !productive[static_cast<std::size_t>(g.start())];
+  const auto kept = [&](const std::vector<Grammar::Symbol>& alt) {
+    return matches_nothing_ || produces(alt);
+  };
   rule_starts_.resize(g.num_rules());
   for (std::size_t r = 0; r < g.num_rules(); ++r) {
     for (const std::vector<Grammar::Symbol>& alt :
          g.alternatives(static_cast<Grammar::Symbol>(r))) {
+      if (!kept(alt)) continue;
       rule_starts_[r].push_back(static_cast<std::int32_t>(items_.size()));
       items_.insert(items_.end(), alt.begin(), alt.end());
       items_.push_back(kEnd);
@@ -191,6 +218,7 @@ GrammarMatcher::GrammarMatcher(const Grammar& g) : terminals_() {
     if (!seen[r]) continue;
     for (const std::vector<Grammar::Symbol>& alt :
          g.alternatives(static_cast<Grammar::Symbol>(r))) {
+      if (!kept(alt)) continue;  // left out above
       for (std::size_t k = 0; k < alt.size(); ++k) {
         if (alt[k] < 0) break;
         left[r].push_back({alt[k], k + 1 < alt.size()});

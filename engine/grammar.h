@@ -97,6 +97,9 @@ struct GrammarStateHash {
 
 class GrammarMatcher {
  public:
+  // Alternatives that could never complete (holding a symbol that derives no finite text) are
+  // left out, so every parse kept can still finish (unless the grammar matches nothing at all:
+  // matches_nothing()).
   // REQUIRES: g.start() is a rule. Throws std::invalid_argument for a reachable rule without
   // alternatives (it can never match) and for left recursion (a reachable rule that can reach
   // itself again before any byte, which the recognizer cannot run), naming the rule.
@@ -110,6 +113,8 @@ class GrammarMatcher {
   GrammarState advance(GrammarState s, std::string_view text) const;
   // The bytes some parse of `s` takes next.
   ByteSet next_bytes(const GrammarState& s) const;
+  // Whether no text at all is a sentence (the start rule never completes: a JSON schema false).
+  bool matches_nothing() const { return matches_nothing_; }
   // Whether the whole of `text` is a sentence of the grammar.
   bool matches(std::string_view text) const { return advance(initial(), text).accepting; }
 
@@ -119,6 +124,7 @@ class GrammarMatcher {
   GrammarState close(std::vector<std::vector<std::int32_t>> pending) const;
 
   std::vector<std::int32_t> items_;  // every alternative's symbols, each followed by kEnd
+  bool matches_nothing_ = false;
   std::vector<std::vector<std::int32_t>> rule_starts_;  // per rule, its alternatives' first items
   std::vector<ByteSet> terminals_;
   std::int32_t start_ = 0;

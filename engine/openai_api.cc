@@ -409,9 +409,13 @@ std::vector<std::int32_t> chat_prompt(const json& body, const nlohmann::ordered_
     }
     expect(m.contains("role") && m["role"].is_string(), "messages", "a string 'role'");
     const std::string role = m["role"].get<std::string>();
-    if (role != "system" && role != "user" && role != "assistant" && role != "tool") {
+    // "developer" is OpenAI's newer name for system instructions; vLLM passes it to the chat
+    // template as it is (a built-in format without the role refuses it there).
+    if (role != "system" && role != "developer" && role != "user" && role != "assistant" &&
+        role != "tool") {
       throw invalid_request(
-          "'messages': unknown role '" + role + "' (system, user, assistant or tool)", "messages");
+          "'messages': unknown role '" + role + "' (system, developer, user, assistant or tool)",
+          "messages");
     }
     const std::string where = "messages[" + std::to_string(i) + "]";
     std::optional<std::string> name;

@@ -249,6 +249,30 @@ void send_error(httplib::Response& res, const ApiError& e) {
 
 std::string sse(const std::string& json) { return "data: " + json + "\n\n"; }
 
+// A JSON route that reads its body itself (a ContentReader) and hands it to `fn(body, res)`:
+// the HTTP library parses a body sent as a form (curl -d without a Content-Type) and refuses
+// one past 8 KiB as "too large" before a plain handler runs; read this way it is the body, under
+// the server's 16 MiB payload limit as before.
+template <class Fn>
+httplib::Server::HandlerWithContentReader with_body(Fn fn) {
+  return [fn](const httplib::Request& req, httplib::Response& res,
+              const httplib::ContentReader& read) {
+    if (req.is_multipart_form_data()) {  // the library would want part handlers to read it
+      send_error(res, ApiError(400,
+                               "expected a JSON body (Content-Type: application/json), got "
+                               "multipart/form-data",
+                               "invalid_request_error"));
+      return;
+    }
+    std::string body;
+    read([&](const char* data, std::size_t n) {
+      body.append(data, n);
+      return true;
+    });
+    fn(body, res);
+  };
+}
+
 // One choice (sample) of a response as its handler builds it.
 struct Choice {
   std::vector<std::int32_t> tokens;     // the output so far (up to its stop string)
@@ -473,6 +497,26 @@ class Server {
 
  private:
   void routes(HttpServer& http) {
+    // A known path asked with another method is 405 naming the one it takes (as FastAPI answers
+    // vLLM's); the library itself would say 404, as for an unknown path.
+    http.set_pre_routing_handler([](const httplib::Request& req, httplib::Response& res) {
+      static const std::map<std::string, std::string, std::less<>> kMethods = {
+          {"/health", "GET"},          {"/v1/models", "GET"},
+          {"/metrics", "GET"},         {"/reset_prefix_cache", "POST"},
+          {"/v1/completions", "POST"}, {"/v1/chat/completions", "POST"},
+          {"/tokenize", "POST"},       {"/detokenize", "POST"}};
+      const auto it = kMethods.find(req.path);
+      if (it == kMethods.end() || req.method == it->second ||
+          (req.method == "HEAD" && it->second == "GET")) {
+        return httplib::Server::HandlerResponse::Unhandled;
+      }
+      res.set_header("Allow", it->second);
+      send_error(res, ApiError(405,
+                               "method " + req.method + " is not allowed on " + req.path +
+                                   " (it takes " + it->second + ")",
+                               "invalid_request_error"));
+      return httplib::Server::HandlerResponse::Handled;
+    });
     http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
       if (queue_.draining()) {
         send_error(res, ApiError(503, "the server is shutting down", "server_shutting_down"));
@@ -497,33 +541,36 @@ class Server {
       }
       res.set_content(*ok ? R"({"success":true})" : R"({"success":false})", "application/json");
     });
-    http.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
-      complete(req, res, false);
-    });
-    http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
-      complete(req, res, true);
-    });
+    http.Post("/v1/completions", with_body([this](const std::string& body, httplib::Response& res) {
+                complete(body, res, false);
+              }));
+    http.Post("/v1/chat/completions",
+              with_body([this](const std::string& body, httplib::Response& res) {
+                complete(body, res, true);
+              }));
     // vLLM's /tokenize and /detokenize: the prompt's ids as the completion endpoints encode it,
     // and the text of ids.
-    http.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
-      try {
-        bool strs = false;
-        const std::vector<std::int32_t> ids =
-            parse_tokenize_request(req.body, limits_, tokenizer_, &strs);
-        res.set_content(tokenize_json(ids, limits_.max_model_len, strs ? &tokenizer_ : nullptr),
-                        "application/json");
-      } catch (const ApiError& e) {
-        send_error(res, e);
-      }
-    });
-    http.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
-      try {
-        const std::vector<std::int32_t> ids = parse_detokenize_request(req.body, limits_);
-        res.set_content(detokenize_json(render_text(tokenizer_, ids)), "application/json");
-      } catch (const ApiError& e) {
-        send_error(res, e);
-      }
-    });
+    http.Post("/tokenize", with_body([this](const std::string& body, httplib::Response& res) {
+                try {
+                  bool strs = false;
+                  const std::vector<std::int32_t> ids =
+                      parse_tokenize_request(body, limits_, tokenizer_, &strs);
+                  res.set_content(
+                      tokenize_json(ids, limits_.max_model_len, strs ? &tokenizer_ : nullptr),
+                      "application/json");
+                } catch (const ApiError& e) {
+                  send_error(res, e);
+                }
+              }));
+    http.Post("/detokenize", with_body([this](const std::string& body, httplib::Response& res) {
+                try {
+                  const std::vector<std::int32_t> ids = parse_detokenize_request(body, limits_);
+                  res.set_content(detokenize_json(render_text(tokenizer_, ids)),
+                                  "application/json");
+                } catch (const ApiError& e) {
+                  send_error(res, e);
+                }
+              }));
     // Errors the HTTP library answers itself (an unknown path, a method a path does not take, a
     // request it could not read) come with an empty body: give them the OpenAI error shape and
     // a reason. The routes' own errors already have one and are left alone.
@@ -561,10 +608,10 @@ class Server {
         });
   }
 
-  void complete(const httplib::Request& req, httplib::Response& res, bool chat) {
+  void complete(const std::string& body, httplib::Response& res, bool chat) {
     CompletionRequest parsed;
     try {
-      parsed = parse_completion_request(req.body, chat, limits_, tokenizer_);
+      parsed = parse_completion_request(body, chat, limits_, tokenizer_);
     } catch (const ApiError& e) {
       send_error(res, e);
       return;
@@ -764,8 +811,15 @@ class Server {
                           ex->logprobs ? c.logprob_chars : -1};
         if (last && !c.stopped) chunk.stop_token = c.stop_token_id;
         chunk = with_parsers(c, std::move(chunk), last);
-        out += sse(
-            chunk_json(ex->meta, with_usage(*ex, p, c, with_echo(*ex, p, c, std::move(chunk)))));
+        // A parser holding everything back (a tool call being read, thinking still hidden)
+        // leaves nothing to say: vLLM sends no chunk then (unless logprobs or usage ride on it).
+        const bool held = (c.reasoning || c.tools) && !chunk.first && !last && chunk.text.empty() &&
+                          chunk.reasoning.empty() && chunk.tool_calls.empty() && !ex->logprobs &&
+                          !ex->continuous_usage;
+        if (!held) {
+          out += sse(
+              chunk_json(ex->meta, with_usage(*ex, p, c, with_echo(*ex, p, c, std::move(chunk)))));
+        }
         if (ex->logprobs)
           c.logprob_chars +=
               static_cast<std::int64_t>(utf8::characters(logprob_token(*ex, c.tokens.back())));

@@ -35,7 +35,15 @@ std::shared_ptr<const GrammarMatcher> compile_structured_output(const Structured
     throw std::length_error("the grammar has " + std::to_string(g.num_rules()) +
                             " rules, more than " + std::to_string(kMaxGrammarRules));
   }
-  return std::make_shared<const GrammarMatcher>(g);
+  auto matcher = std::make_shared<const GrammarMatcher>(g);
+  // An output held to it could only end at once, empty, as if complete.
+  if (matcher->matches_nothing()) {
+    throw std::invalid_argument(
+        "the grammar matches no text at all (every way through it needs a part nothing can "
+        "complete: a schema of false, a $ref that only reaches itself, an empty set of "
+        "characters)");
+  }
+  return matcher;
 }
 
 }  // namespace servelab

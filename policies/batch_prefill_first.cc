@@ -4,6 +4,9 @@
 // its blocks leave the watermark free; a seat is free) the step is prefill-only: requests are
 // admitted from the head while they fit (head-of-line). Otherwise the step decodes every running
 // request, preempting victims by recompute when one cannot append. Prefill and decode never mix.
+// The prompt limit is the budget (vLLM v0's min(max_model_len, max_num_batched_tokens)): a longer
+// prompt is rejected at arrival, and a resumed request whose prompt and outputs pass it is
+// aborted when it reaches the head ("ignored", v0's FINISHED_IGNORED), never left to block.
 #include <algorithm>
 
 #include "core/batch_formation.h"
@@ -32,6 +35,7 @@ class PrefillFirstBatchFormation final : public BatchFormation {
       rule.whole_prompt = true;
       rule.watermark_blocks = s.watermark_blocks(watermark_);
       rule.stop_when_budget_spent = false;
+      rule.ignore_past = s.config().max_num_batched_tokens;
       budget = s.admit_waiting(budget, rule, now);
     }
     if (!s.plan().requests.empty()) return;  // prefill-only: running requests skip this step
@@ -45,15 +49,14 @@ class PrefillFirstBatchFormation final : public BatchFormation {
   std::string rejection_reason(const Request& r, const Scheduler& s) const override {
     std::string reason = watermark_rejection(r, s, watermark_);
     if (!reason.empty()) return reason;
-    // Whole prompts only: a request resumed after a preemption asks for up to
-    // prompt + outputs - 1 tokens in one step.
-    const std::int64_t worst =
-        static_cast<std::int64_t>(r.spec.prompt_len) + r.spec.max_output_tokens - 1;
+    // vLLM v0's prompt limit (min(max_model_len, max_num_batched_tokens) without chunking): a
+    // longer prompt is ignored. A request resumed by recompute whose prompt and outputs pass it
+    // is ignored then (AdmissionRule::ignore_past), as v0 does.
     const std::int32_t budget = s.config().max_num_batched_tokens;
-    if (worst <= budget) return {};
-    return "may need " + std::to_string(worst) +
-           " tokens in one step, more than max_num_batched_tokens " + std::to_string(budget) +
-           " with prefill-first batching (no chunking)";
+    if (r.spec.prompt_len <= budget) return {};
+    return "its prompt of " + std::to_string(r.spec.prompt_len) +
+           " tokens exceeds the prompt limit, max_num_batched_tokens " + std::to_string(budget) +
+           " (prefill-first admits whole prompts; vLLM v0 ignores it)";
   }
 
  private:

@@ -882,6 +882,21 @@ ExperimentConfig experiment_from_document(const ConfigNode& doc, const std::stri
                "); raise limits.max_requests to run more");
       }
     }
+    // multiturn builds its sessions' requests up front: refuse before that when even every
+    // session's fewest turns (a fixed count, or the distribution's min) pass the limit.
+    if (w.is_map() && w.has("num_sessions") && w.at("num_sessions").is_scalar() && w.has("turns") &&
+        w.at("turns").is_map()) {
+      const ConfigNode turns = w.at("turns");
+      const char* fewest = turns.has("value") ? "value" : turns.has("min") ? "min" : nullptr;
+      const double per_session =
+          fewest != nullptr && turns.at(fewest).is_scalar() ? turns.at(fewest).as_double() : 1.0;
+      const ConfigNode n = w.at("num_sessions");
+      if (n.as_double() * std::max(per_session, 1.0) > static_cast<double>(c.max_requests)) {
+        n.fail_message("sessions of at least " + format_text("%g", std::max(per_session, 1.0)) +
+                       " turns each make more requests than limits.max_requests (" +
+                       std::to_string(c.max_requests) + "); raise limits.max_requests to run more");
+      }
+    }
     if (w.is_map() && w.has("duration_s") && w.at("duration_s").is_scalar()) {
       const ConfigNode d = w.at("duration_s");
       if (d.as_double() > ns_to_s(c.max_duration_ns)) {
@@ -950,26 +965,25 @@ void apply_model_storage(const ExperimentConfig& config, ModelConfig& model) {
   }
 }
 
+std::string resolve_experiment_file(const std::string& path) {
+  namespace fs = std::filesystem;
+  // A relative path that is not there from the current folder is looked up in the ServeLab home,
+  // as an experiment's data files are (resolve_data_path); messages then name the file read.
+  std::error_code ec;
+  if (path.empty() || fs::exists(path, ec) || !fs::path(path).is_relative()) return path;
+  if (std::optional<std::string> found = resolve_data_path(path, ".")) return *found;
+  std::string where = "not in the current folder";
+  try {
+    where += " nor in the ServeLab home " + servelab_home().string();
+  } catch (const HomeError&) {
+  }
+  throw ConfigError(path + ": cannot open file (" + where + ")");
+}
+
 ExperimentConfig load_experiment(const std::string& path, const std::vector<std::string>& overrides,
                                  std::optional<std::uint64_t> seed) {
   namespace fs = std::filesystem;
-  // A relative path that is not there from the current folder is looked up in the ServeLab home,
-  // as an experiment's data files are (resolve_data_path), so `sim run experiments/burst.yaml`
-  // works from any folder; messages then name the file that was read.
-  std::string file = path;
-  std::error_code ec;
-  if (!path.empty() && !fs::exists(path, ec) && fs::path(path).is_relative()) {
-    if (std::optional<std::string> found = resolve_data_path(path, ".")) {
-      file = *found;
-    } else {
-      std::string where = "not in the current folder";
-      try {
-        where += " nor in the ServeLab home " + servelab_home().string();
-      } catch (const HomeError&) {
-      }
-      throw ConfigError(path + ": cannot open file (" + where + ")");
-    }
-  }
+  const std::string file = resolve_experiment_file(path);
   const ConfigNode doc = ConfigNode::load_file(file);
   std::string base_dir = fs::path(file).parent_path().string();
   if (base_dir.empty()) base_dir.push_back('.');  // (not = ".": GCC 12 -Wrestrict false positive)

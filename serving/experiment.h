@@ -223,8 +223,13 @@ void apply_model_storage(const ExperimentConfig& config, ModelConfig& model);
 // (scheduler_config_with_policies, serving/replica.h, hands it to the queue).
 std::vector<TimeNs> ttft_targets_ns(const ExperimentConfig& config);
 
-// Loads and validates `path`, applying `overrides` ("a.b=value") first and `seed` if given.
-// Throws ConfigError on any problem.
+// The experiment file `path` names: itself, or, relative and not in the current folder, the file
+// of that path in the ServeLab home (so `experiments/burst.yaml` works from any folder). Throws
+// ConfigError naming both places when neither holds it.
+std::string resolve_experiment_file(const std::string& path);
+
+// Loads and validates `path` (resolve_experiment_file), applying `overrides` ("a.b=value") first
+// and `seed` if given. Throws ConfigError on any problem.
 ExperimentConfig load_experiment(const std::string& path, const std::vector<std::string>& overrides,
                                  std::optional<std::uint64_t> seed = std::nullopt);
 

@@ -41,6 +41,12 @@ Value Value::number(double f) {
   return v;
 }
 
+Value Value::big_integer(std::uint64_t u) {
+  Value v = number(static_cast<double>(u));
+  v.s_ = std::to_string(u);
+  return v;
+}
+
 Value Value::string(std::string s) {
   Value v;
   v.kind_ = Kind::kString;
@@ -86,8 +92,10 @@ Value value_of_json(const Json& j) {
       return Value::boolean(j.template get<bool>());
     case Json::value_t::number_integer:
       return Value::integer(j.template get<std::int64_t>());
-    case Json::value_t::number_unsigned:
-      return Value::integer(static_cast<std::int64_t>(j.template get<std::uint64_t>()));
+    case Json::value_t::number_unsigned: {
+      const auto u = j.template get<std::uint64_t>();
+      return u <= INT64_MAX ? Value::integer(static_cast<std::int64_t>(u)) : Value::big_integer(u);
+    }
     case Json::value_t::number_float:
       return Value::number(j.template get<double>());
     case Json::value_t::string:
@@ -285,7 +293,9 @@ bool append_json(const Value& v, int indent, int depth, std::string& out) {
       return true;
     case Value::Kind::kFloat: {
       const double f = v.as_float();
-      if (std::isnan(f)) {
+      if (v.is_big_integer()) {
+        out += v.repr();
+      } else if (std::isnan(f)) {
         out += "NaN";
       } else if (std::isinf(f)) {
         out += f > 0 ? "Infinity" : "-Infinity";
@@ -358,7 +368,7 @@ std::string Value::repr() const {
     case Kind::kInt:
       return std::to_string(i_);
     case Kind::kFloat:
-      return python_float(f_);
+      return is_big_integer() ? s_ : python_float(f_);
     case Kind::kString:
       return python_quote(s_);
     case Kind::kList: {
@@ -403,7 +413,7 @@ std::string Value::type_name() const {
     case Kind::kInt:
       return "int";
     case Kind::kFloat:
-      return "float";
+      return is_big_integer() ? "int" : "float";
     case Kind::kString:
       return "str";
     case Kind::kList:

@@ -42,6 +42,9 @@ class Value {
   static Value boolean(bool b);
   static Value integer(std::int64_t i);
   static Value number(double f);
+  // A JSON integer past int64 (up to 2^64 - 1): computed with as a float, shown with its digits
+  // (str, repr, tojson; type "int"), as Python's unbounded int would be.
+  static Value big_integer(std::uint64_t u);
   static Value string(std::string s);
   static Value list(List items, bool is_tuple = false);  // a tuple prints as (a, b)
   static Value dict(Dict items, bool is_namespace = false);
@@ -62,6 +65,7 @@ class Value {
   bool is_dict() const { return kind_ == Kind::kDict; }
   bool is_namespace() const { return kind_ == Kind::kDict && namespace_; }
   bool is_tuple() const { return kind_ == Kind::kList && namespace_; }
+  bool is_big_integer() const { return kind_ == Kind::kFloat && !s_.empty(); }
 
   bool as_bool() const { return b_; }
   std::int64_t as_int() const;  // bool and int (floats truncate, saturating)

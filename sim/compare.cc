@@ -90,9 +90,30 @@ Variant parse_variant(const std::string& text) {
   v.name = text.substr(0, colon);
   check_name(v.name, "--variant " + text);
   const std::string rest = text.substr(colon + 1);
+  // The next comma outside brackets, braces and quotes (a value may be YAML's flow list or
+  // mapping: `workload.arrival={process: poisson, rate: 4}`), or npos.
+  const auto next_comma = [&](std::size_t from) {
+    int depth = 0;
+    char quote = 0;
+    for (std::size_t i = from; i < rest.size(); ++i) {
+      const char c = rest[i];
+      if (quote != 0) {
+        if (c == quote) quote = 0;
+      } else if (c == '\'' || c == '"') {
+        quote = c;
+      } else if (c == '[' || c == '{') {
+        ++depth;
+      } else if ((c == ']' || c == '}') && depth > 0) {
+        --depth;
+      } else if (c == ',' && depth == 0) {
+        return i;
+      }
+    }
+    return std::string::npos;
+  };
   std::size_t start = 0;
   while (start < rest.size()) {
-    const auto comma = rest.find(',', start);
+    const auto comma = next_comma(start);
     const std::string item = rest.substr(start, comma - start);
     if (item.find('=') == std::string::npos) {
       throw ConfigError("--variant " + text + ": '" + item + "' is not key=value");

@@ -365,9 +365,11 @@ std::vector<EngineStep> engine_steps(const std::string& engine_dir) {
                         req.at(i, "id") + " appears twice");
     }
   }
-  std::map<std::int64_t, StepPlan> plans;  // by step index
+  std::map<std::int64_t, StepPlan> plans;         // by step index
+  std::map<std::int64_t, std::size_t> first_row;  // by step index: its first schedule.csv row
   for (std::size_t i = 0; i < sched.rows.size(); ++i) {
     const std::int64_t step = sched.integer(i, "step");
+    first_row.emplace(step, i);
     const std::int64_t id = sched.integer(i, "request");
     ScheduledRequest r;
     r.id = static_cast<RequestId>(id);
@@ -384,15 +386,29 @@ std::vector<EngineStep> engine_steps(const std::string& engine_dir) {
     plans[step].requests.push_back(r);
   }
   std::vector<EngineStep> out;
+  // One row a step, in order (a replica's own numbering in a cluster's steps.csv aside), and every
+  // step the schedule names among them: a hand-edited file would pair the wrong steps silently.
+  const bool per_replica = steps.col.count("replica") > 0;
   for (std::size_t i = 0; i < steps.rows.size(); ++i) {
     EngineStep st;
     st.step = steps.integer(i, "step");
+    if (!per_replica && i > 0 && st.step <= out.back().step) {
+      throw ConfigError(steps.file + ":" + std::to_string(steps.lines[i]) + ": step " +
+                        std::to_string(st.step) + " after step " + std::to_string(out.back().step) +
+                        " (expected each step once, in increasing order)");
+    }
+    first_row.erase(st.step);
     st.plan = std::move(plans[st.step]);
     st.plan.swap_out.resize(static_cast<std::size_t>(steps.integer(i, "swap_out_blocks")));
     st.plan.swap_in.resize(static_cast<std::size_t>(steps.integer(i, "swap_in_blocks")));
     st.measured_s = steps.number(i, "duration_ms") * 1e-3;
     if (steps.col.count("start_s")) st.start_s = steps.number(i, "start_s");
     out.push_back(std::move(st));
+  }
+  if (!per_replica && !first_row.empty()) {
+    const auto& [step, row] = *first_row.begin();
+    throw ConfigError(sched.file + ":" + std::to_string(sched.lines[row]) + ": step " +
+                      std::to_string(step) + " is not in " + steps.file);
   }
   return out;
 }

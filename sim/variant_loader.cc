@@ -1,11 +1,13 @@
 #include "sim/variant_loader.h"
 
+#include "traces/csv_reader.h"
 #include "traces/workload.h"
 
 namespace servelab {
 
 ConfigNode ExperimentSource::document() const {
-  return text ? ConfigNode::load_string(*text, path) : ConfigNode::load_file(path);
+  return text ? ConfigNode::load_string(*text, path)
+              : ConfigNode::load_file(resolve_experiment_file(path));
 }
 
 ExperimentConfig ExperimentSource::load(const std::vector<std::string>& overrides) const {
@@ -40,6 +42,24 @@ ExperimentConfig load_variant(const ExperimentSource& source,
                               const std::vector<std::string>& base_overrides,
                               const std::vector<std::string>& overrides, const std::string& label,
                               const std::vector<std::string>& locations) {
+  // A key the command line sets (--set, --seed) that the variant or sweep point sets to another
+  // value: the later would win without a word, so neither does.
+  const auto key_of = [](const std::string& o) { return o.substr(0, o.find('=')); };
+  const auto value_of = [](const std::string& o) {
+    const std::size_t eq = o.find('=');
+    return eq == std::string::npos ? std::string() : std::string(trim(o.substr(eq + 1)));
+  };
+  for (std::size_t i = 0; i < overrides.size(); ++i) {
+    for (const std::string& b : base_overrides) {
+      if (key_of(b) != key_of(overrides[i]) || value_of(b) == value_of(overrides[i])) continue;
+      const std::string where =
+          i < locations.size() && !locations[i].empty() ? locations[i] + ": " : "";
+      throw ConfigError(label + ": " + where + "sets " + key_of(b) + " to " +
+                        value_of(overrides[i]) + ", but the command line gives " + value_of(b) +
+                        " (--set " + key_of(b) + (key_of(b) == "seed" ? " or --seed" : "") +
+                        "); one would silently win: drop one of them");
+    }
+  }
   std::vector<std::string> all = base_overrides;
   all.insert(all.end(), overrides.begin(), overrides.end());
   try {

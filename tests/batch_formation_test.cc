@@ -281,6 +281,33 @@ TEST(PrefillFirstBatchTest, DecodePreemptsTheLastRunningByRecompute) {
   EXPECT_EQ(h.Step(), (Plan{{0, 33, 1, false, true}}));
 }
 
+// vLLM v0's prompt limit is the budget (32 here): a prompt over it is rejected at arrival; a
+// request whose prompt fits is admitted even if prompt + outputs could pass it, and once resumed
+// by recompute with more tokens than the limit it is aborted at the head ("ignored", v0's
+// FINISHED_IGNORED), not left to block the queue. Same cache as above.
+TEST(PrefillFirstBatchTest, APromptPastTheLimitIsIgnoredAsVllmV0Does) {
+  Harness h(Config("prefill-first", 32), 5);
+  h.sched.add_request(Spec(0, 16, 40), 0);
+  h.sched.add_request(Spec(1, 16, 20), 0);
+  h.sched.add_request(Spec(2, 33, 2), 0);  // its prompt alone passes the limit
+  EXPECT_EQ(h.obs.rejected, (std::vector<RequestId>{2}));
+  EXPECT_EQ(h.Step(), (Plan{{0, 0, 16, true, true}, {1, 0, 16, true, true}}));
+  for (int s = 1; s <= 16; ++s) {
+    ASSERT_EQ(h.Step(), (Plan{{0, 15 + s, 1, false, true}, {1, 15 + s, 1, false, true}}));
+  }
+  EXPECT_EQ(h.Step(), (Plan{{0, 32, 1, false, true}}));
+  EXPECT_EQ(h.obs.preempted, (std::vector<RequestId>{1}));
+  // Request 1 now has 16 + 17 = 33 tokens, past the limit: ignored when it reaches the head.
+  EXPECT_EQ(h.Step(), (Plan{{0, 33, 1, false, true}}));
+  ASSERT_EQ(h.obs.aborted, (std::vector<RequestId>{1}));
+  EXPECT_NE(h.obs.abort_reasons[0].find("ignored: its prompt and outputs (33 tokens) exceed the "
+                                        "prompt limit, max_num_batched_tokens 32"),
+            std::string::npos)
+      << h.obs.abort_reasons[0];
+  while (h.sched.has_unfinished()) h.Step();
+  EXPECT_EQ(h.obs.finished, (std::vector<RequestId>{0}));
+}
+
 // ---------------------------------------------------------------- victims
 
 // Three requests fill 7 usable blocks in step 0: 0 (16 tokens, 1 block), 1 (40 tokens, 3

@@ -38,6 +38,12 @@ TEST(Compare, ParsesVariantArguments) {
   EXPECT_EQ(v.name, "small");
   EXPECT_EQ(v.overrides,
             (std::vector<std::string>{"serving.max_num_seqs=4", "policies.queue=sjf"}));
+  // A value may be a YAML flow list or mapping: commas inside it are its own.
+  EXPECT_EQ(parse_variant("p:workload.arrival={process: poisson, rate: 4},seed=2,"
+                          "cluster.pools=[{name: a}, {name: 'b,c'}]")
+                .overrides,
+            (std::vector<std::string>{"workload.arrival={process: poisson, rate: 4}", "seed=2",
+                                      "cluster.pools=[{name: a}, {name: 'b,c'}]"}));
   EXPECT_THROW(parse_variant("nocolon"), ConfigError);
   EXPECT_THROW(parse_variant("x:novalue"), ConfigError);
   EXPECT_THROW(parse_variant("bad name:a=1"), ConfigError);
@@ -131,6 +137,46 @@ TEST(Compare, VariantsEqualSingleRunsAndFailFastOnBadOverrides) {
   EXPECT_NE(late.err.find("expected a number, got 'fast'"), std::string::npos) << late.err;
   EXPECT_FALSE(fs::exists(dir / "out3"));
   EXPECT_FALSE(fs::exists(dir / "out2" / "ok"));
+  // A key the command line sets that a variant sets otherwise: an error naming both values and
+  // where the variant sets it (the variant's value used to win silently); the same value is fine.
+  test_util::write_file(dir / "seeded.yaml", base.substr(0, base.find("compare:")) + R"(compare:
+  - name: a
+    set: {}
+  - name: five
+    set: {seed: 5}
+)");
+  const test_util::Cli seeded = test_util::run_sim(
+      "compare " + (dir / "seeded.yaml").string() + " --seed 9 --out " + (dir / "out4").string(),
+      dir);
+  EXPECT_EQ(seeded.code, 2);
+  EXPECT_NE(seeded.err.find("variant 'five': " + (dir / "seeded.yaml").string() + ":"),
+            std::string::npos)
+      << seeded.err;
+  EXPECT_NE(seeded.err.find("sets seed to 5, but the command line gives 9 (--set seed or --seed)"),
+            std::string::npos)
+      << seeded.err;
+  EXPECT_FALSE(fs::exists(dir / "out4"));
+  EXPECT_EQ(test_util::run_sim("compare " + (dir / "seeded.yaml").string() + " --seed 5 -q --out " +
+                                   (dir / "out4").string(),
+                               dir)
+                .code,
+            0);
+  fs::remove_all(dir);
+}
+
+// A relative experiment path not in the current folder is read from the ServeLab home, as
+// `sim run` reads it (a lesson's `sim compare experiments/...` from any folder).
+TEST(Compare, ExperimentsResolveThroughTheHomeAsSimRunDoes) {
+  const fs::path dir = temp_dir("home");
+  const test_util::Cli c = test_util::run_program(
+      "sim",
+      "compare experiments/burst-tiny.yaml --set workload.num_requests=10 -q "
+      "--variant a:seed=1 --variant b:policies.queue=sjf --out out",
+      dir / "stdout.txt", dir / "stderr.txt", "cd '" + dir.string() + "' && ");
+  EXPECT_EQ(c.code, 0) << c.err;
+  EXPECT_TRUE(fs::exists(dir / "out/compare.csv"));
+  const std::vector<Variant> from_home = variants_from_experiment("experiments/policies.yaml");
+  EXPECT_GT(from_home.size(), 5u);
   fs::remove_all(dir);
 }
 

@@ -243,6 +243,18 @@ TEST(Jinja, NothingTheTemplateDoesChangesItsInputs) {
   EXPECT_EQ(messages.as_list().size(), 1u);
 }
 
+// A JSON integer past int64 (a tool schema's maximum, a tool call's argument) keeps its digits
+// as Python's int does, in tojson, str and type tests, never wrapping negative.
+TEST(Jinja, IntegersPastInt64KeepTheirDigits) {
+  const jinja::Dict context = dict_of(json::parse(R"({"x": 18446744073709551615, "y": 7})"));
+  EXPECT_EQ(jinja::Template("{{ x }} {{ x | tojson }} {{ [x, y] | tojson }} {{ x is number }} "
+                            "{{ x > y }}",
+                            "t")
+                .render(context),
+            "18446744073709551615 18446744073709551615 [18446744073709551615, 7] True True");
+  EXPECT_EQ(jinja::Value::from_json(json::parse("12345678901234567890")).type_name(), "int");
+}
+
 // vLLM's detection of a template that takes OpenAI's content parts: a loop over a message's
 // content, the messages reached through {% set %}, slices, filters and tests.
 TEST(ChatTemplateFiles, ContentFormatIsDetectedAsVllmDetectsIt) {

@@ -60,6 +60,40 @@ TEST(MultimodalWorkload, PlaceholdersAndInputsInThePrompt) {
   EXPECT_EQ(images.size(), 3u);  // drawn from the distinct images
 }
 
+// A mix-level `multimodal` over a part with its own images keeps the part's images, shifted
+// past the new ones it inserts at the start: every request then has both, at their places.
+TEST(MultimodalWorkload, AMixsImagesJoinItsPartsImages) {
+  const ConfigNode root = ConfigNode::load_string(
+      "workload:\n  type: mix\n  parts:\n    - class: a\n      workload:\n" +
+          std::string("        type: synthetic\n        num_requests: 20\n") +
+          "        arrival: {process: poisson, rate: 20}\n"
+          "        prompt_len: {dist: fixed, value: 30}\n        output_len: {dist: fixed, value: "
+          "4}\n"
+          "        multimodal: {images_per_request: 1, tokens_per_image: 10, distinct_images: "
+          "1000, "
+          "position: start}\n"
+          "  multimodal: {images_per_request: 1, tokens_per_image: 4, distinct_images: 1}\n",
+      "w.yaml");
+  const std::unique_ptr<Workload> w = make_workload(root.at("workload"), 11, ".");
+  std::map<std::uint64_t, int> part_images;
+  int n = 0;
+  while (const std::optional<RequestSpec> r = w->next()) {
+    ++n;
+    ASSERT_NE(r->mm_inputs, nullptr);
+    ASSERT_EQ(r->mm_inputs->size(), 2u);
+    EXPECT_EQ(r->prompt_len, 4 + 10 + 30);
+    const MultimodalInput& mix = (*r->mm_inputs)[0];
+    const MultimodalInput& part = (*r->mm_inputs)[1];
+    EXPECT_EQ(mix.offset, 0u);
+    EXPECT_EQ(mix.length, 4u);
+    EXPECT_EQ(part.offset, 4u);
+    EXPECT_EQ(part.length, 10u);
+    ++part_images[part.content_id];
+  }
+  EXPECT_EQ(n, 20);
+  EXPECT_GT(part_images.size(), 15u);  // the part's images stay its own (1000 to draw from)
+}
+
 // Runs the experiment; returns summary.json's prefix_cache hit tokens.
 std::int64_t HitTokens(const fs::path& dir, const std::string& name, const std::string& extra) {
   write_file(dir / (name + ".yaml"), Experiment(extra));

@@ -134,6 +134,14 @@ TEST(RequestClasses, BadMixesAreErrorsNamingTheKey) {
                       "or 'workload' to keep the workload's tenants");
   ExpectWorkloadError(Mix(Part("a", kChat, ", weight: 2")),
                       "unknown key 'workload.parts[0].weight'");
+  // A part with nothing to serve (its window past its arrivals) is an error naming it.
+  ExpectWorkloadError(
+      Mix(Part("chat", kChat) +
+          Part("late",
+               "{type: synthetic, num_requests: 5, arrival: {process: poisson, rate: 10}, "
+               "prompt_len: {dist: fixed, value: 9}, output_len: {dist: fixed, value: 3}, "
+               "transforms: {window_s: [100, 200]}}")),
+      "key 'workload.parts[1].workload': class 'late' produced no requests");
   ExpectWorkloadError(
       Mix(Part("s",
                "{type: multiturn, num_sessions: 2, session_arrival: {process: poisson, rate: "

@@ -4,11 +4,13 @@
 
 #include <gtest/gtest.h>
 
+#include <climits>
 #include <cmath>
 #include <cstring>
 #include <set>
 #include <vector>
 
+#include "core/config_error.h"
 #include "core/request_state.h"
 #include "core/rng.h"
 
@@ -126,6 +128,20 @@ TEST(Request, CanonicalizeMergesContinuingSegmentsOnly) {
   canonicalize(empty);
   EXPECT_TRUE(empty.prompt.empty());
   EXPECT_EQ(empty.prompt_len, 0);
+}
+
+// A prompt past 2^31 - 1 tokens (lengths a workload added up) is an error naming the request,
+// never a negative prompt_len.
+TEST(Request, CanonicalizeRefusesAPromptPastInt32) {
+  EXPECT_EQ(make_request(7, 0, {{1, 0, 0x7fffffffu}}, 1).prompt_len, INT32_MAX);
+  try {
+    make_request(7, 0, {{1, 0, 0x7fffffffu}, {2, 0, 1}}, 1);
+    ADD_FAILURE() << "accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("request 7: its prompt has 2147483648 tokens"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(Request, MakeRequestCanonicalizesAndFillsFields) {

@@ -483,7 +483,9 @@ void RunSeed(std::uint64_t seed, const std::string& queue = "", std::string vict
   const SchedulerCounters& n = s.counters();
   EXPECT_EQ(n.num_arrived, p.num_requests);
   EXPECT_EQ(n.num_finished + n.num_rejected + n.num_aborted, n.num_arrived);
-  if (max_preemptions == 0) {
+  // Without a preemption cap nothing is aborted, but by prefill-first's prompt limit (vLLM v0
+  // ignores a resumed request whose prompt and outputs passed the budget).
+  if (max_preemptions == 0 && bf != "prefill-first") {
     EXPECT_EQ(n.num_aborted, 0);
   }
   if (totals != nullptr) {

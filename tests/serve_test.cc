@@ -566,6 +566,12 @@ TEST(EngineServe, ToolCallsComeBackAsToolCalls) {
       for (const json& tc : delta["tool_calls"]) streamed_calls.push_back(tc);
     }
     if (!ch["choices"][0]["finish_reason"].is_null()) finish = ch["choices"][0]["finish_reason"];
+    // While the parser holds the call back nothing is sent (vLLM skips a delta it has nothing
+    // for): every chunk says something.
+    EXPECT_TRUE(delta.contains("role") || delta.contains("tool_calls") ||
+                !ch["choices"][0]["finish_reason"].is_null() ||
+                (delta.contains("content") && delta["content"] != ""))
+        << ch.dump();
   }
   EXPECT_EQ(content, "");
   EXPECT_EQ(finish, "tool_calls");
@@ -1403,10 +1409,33 @@ TEST(EngineServe, MalformedInputAnswers400WithAnOpenAIErrorObject) {
   EXPECT_EQ(no_length.rfind("HTTP/1.1 400", 0), 0u) << no_length;
   EXPECT_NE(no_length.find("\"error\""), std::string::npos) << no_length;
   EXPECT_NE(no_length.find("Content-Length or chunked"), std::string::npos) << no_length;
+  // A known path asked with another method: 405 naming the method it takes (FastAPI's status).
+  for (const httplib::Result& wrong : {c.Get("/v1/completions"), c.Delete("/v1/chat/completions"),
+                                       c.Post("/health", "", "application/json")}) {
+    ASSERT_TRUE(wrong);
+    EXPECT_EQ(wrong->status, 405) << wrong->body;
+    EXPECT_NE(
+        json::parse(wrong->body)["error"]["message"].get<std::string>().find("is not allowed on"),
+        std::string::npos)
+        << wrong->body;
+    EXPECT_TRUE(wrong->has_header("Allow"));
+  }
   // Still serving, nothing leaked into the engine.
   const std::string m = scrape(server);
   EXPECT_EQ(metric(m, "vllm:num_requests_running" + kLabels), 0);
   EXPECT_EQ(metric(m, "vllm:prompt_tokens_total" + kLabels), 0);
+  // A JSON body sent as a form (curl -d without a Content-Type) is read as the body at any size
+  // (the library refused one past 8 KiB as "too large"); a multipart form is a 400.
+  const std::string long_stop =
+      json{{"prompt", {1, 2}}, {"max_tokens", 1}, {"user", std::string(9000, 'x')}}.dump();
+  const httplib::Result form =
+      c.Post("/v1/completions", long_stop, "application/x-www-form-urlencoded");
+  ASSERT_TRUE(form);
+  EXPECT_EQ(form->status, 200) << form->body;
+  const httplib::Result multipart =
+      c.Post("/v1/completions", "--b\r\n\r\n--b--\r\n", "multipart/form-data; boundary=b");
+  ASSERT_TRUE(multipart);
+  EXPECT_EQ(multipart->status, 400) << multipart->body;
   fs::remove_all(dir);
 }
 

@@ -81,6 +81,10 @@ TEST(OpenAiApi, ChatContentPartsAndGenerationPrompt) {
                           {"role": "assistant", "content": "The answer is"}],
                           "add_generation_prompt": false, "continue_final_message": true})"),
             "user: q\nassistant: The answer is");
+  // OpenAI's "developer" role reaches the format as it is (vLLM's), an unknown one is refused.
+  EXPECT_EQ(prompt_of(R"({"messages": [{"role": "developer", "content": "be brief"},
+                          {"role": "user", "content": "q"}]})"),
+            "developer: be brief\nuser: q\nassistant: ");
   const std::vector<std::string> bad = {
       R"({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]})",
       R"({"messages": [{"role": "user", "content": [{"type": "text"}]}]})",
@@ -90,6 +94,7 @@ TEST(OpenAiApi, ChatContentPartsAndGenerationPrompt) {
       R"({"messages": [{"role": "user"}]})",
       R"({"messages": [{"role": "user", "content": "q"}], "continue_final_message": true})",
       R"({"messages": [{"role": "user", "content": "q"}], "add_generation_prompt": 1})",
+      R"({"messages": [{"role": "narrator", "content": "q"}]})",
   };
   for (const std::string& body : bad) {
     try {

@@ -304,6 +304,41 @@ TEST(MultiturnWorkload, BadKeysAreConfigErrors) {
         1);
   });
   EXPECT_NE(e.find("turns.max"), std::string::npos) << e;
+  // A session rate so small that arrivals pass the simulator's clock: an error naming the rate,
+  // not an overflowed time.
+  const std::string late = error_of([] {
+    from_yaml(
+        "  type: multiturn\n  num_sessions: 30\n  session_arrival: {process: poisson, rate: "
+        "1e-10}\n"
+        "  turns: {dist: fixed, value: 1}\n  think_time_s: {dist: fixed, value: 1}\n"
+        "  first_prompt_len: {dist: fixed, value: 1}\n  new_tokens: {dist: fixed, value: 1}\n"
+        "  output_len: {dist: fixed, value: 1}\n",
+        1);
+  });
+  EXPECT_NE(late.find("session_arrival.rate': session "), std::string::npos) << late;
+  EXPECT_NE(late.find("would arrive more than 146 years after the start"), std::string::npos)
+      << late;
+}
+
+// limits.max_requests is checked before multiturn builds its sessions when even their fewest
+// turns pass it (200,000 sessions of 10 turns took a minute and gigabytes before).
+TEST(MultiturnWorkload, TooManySessionsForTheLimitAreRefusedUpFront) {
+  const fs::path dir = servelab::test_util::temp_dir("multiturn_limit");
+  servelab::test_util::write_file(
+      dir / "mt.yaml",
+      "name: mt\nmodel: tiny\nhardware: H100-SXM\nlimits: {max_requests: 1000}\n"
+      "workload:\n" +
+          std::string("  type: multiturn\n  num_sessions: 200000\n") +
+          "  session_arrival: {process: poisson, rate: 2}\n"
+          "  turns: {dist: fixed, value: 10}\n  think_time_s: {dist: fixed, value: 1}\n"
+          "  first_prompt_len: {dist: fixed, value: 10}\n  new_tokens: {dist: fixed, value: 5}\n"
+          "  output_len: {dist: fixed, value: 5}\n");
+  const std::string e = error_of([&] { load_experiment((dir / "mt.yaml").string(), {}); });
+  EXPECT_NE(e.find("key 'workload.num_sessions': sessions of at least 10 turns each make more "
+                   "requests than limits.max_requests (1000)"),
+            std::string::npos)
+      << e;
+  fs::remove_all(dir);
 }
 
 // ---- recorded sessions JSON ----
@@ -388,6 +423,15 @@ TEST(SessionJson, ErrorsNameTheFileAndTheRequest) {
         "rec.json");
   });
   EXPECT_NE(e.find("rec.json: key \"requests\" appears twice"), std::string::npos) << e;
+  e = error_of([] {
+    parse_session_json(
+        R"({"requests": [{"id": "a", "arrival_s": 1e9, "input_tokens": 1, "output_tokens": 1}]})",
+        "rec.json", 512, 4.7);
+  });
+  EXPECT_NE(e.find("rec.json: request 'a': field 'arrival_s': expected a time that, scaled by "
+                   "time_scale 4.7, is within the simulator's clock"),
+            std::string::npos)
+      << e;
   e = err(R"({"id": "a", "arrival_s": 0, "input_tokens": 1, "output_tokens": 1,
               "output_tokens": 7})");
   EXPECT_NE(e.find("key \"output_tokens\" appears twice"), std::string::npos) << e;

@@ -303,6 +303,37 @@ TEST(JsonSchemaGrammar, RefsMayRecurse) {
   EXPECT_FALSE(tree.matches(R"({"v": 1, "kids": [{"kids": []}]})"));
 }
 
+// Parts that can never complete are left out: a property whose schema is false is never
+// offered (JSON Schema: it must not appear), and a schema that admits no value at all (false, a
+// $ref that only reaches itself) is refused rather than ending the output at once.
+TEST(JsonSchemaGrammar, WhatCanNeverCompleteIsLeftOutOrRefused) {
+  const GrammarMatcher m = schema_matcher(
+      R"({"type": "object", "properties": {"a": false, "b": {"type": "integer"}}})", false);
+  EXPECT_FALSE(m.matches_nothing());
+  EXPECT_TRUE(m.matches(R"({"b": 1})"));
+  EXPECT_TRUE(m.matches("{}"));
+  EXPECT_TRUE(m.advance(m.initial(), R"({"a)").dead());
+  EXPECT_FALSE(m.next_bytes(m.advance(m.initial(), R"({")"))['a']);
+  for (const char* never :
+       {"false", R"({"$ref": "#"})",
+        R"({"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}},
+                                "$ref": "#/$defs/a"})",
+        R"({"type": "object", "properties": {"a": false}, "required": ["a"]})"}) {
+    SCOPED_TRACE(never);
+    EXPECT_TRUE(schema_matcher(never).matches_nothing());
+    StructuredOutputSpec spec;
+    spec.kind = StructuredOutputSpec::Kind::kJson;
+    spec.schema = ojson::parse(never);
+    try {
+      compile_structured_output(spec);
+      ADD_FAILURE() << "accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("the grammar matches no text at all"), std::string::npos)
+          << e.what();
+    }
+  }
+}
+
 TEST(JsonSchemaGrammar, WithoutAnyWhitespaceTheSeparatorsArePythons) {
   const GrammarMatcher m = schema_matcher(
       R"({"properties": {"a": {"type": "integer"}, "b": {"type": "array", "items": {"type": "integer"}}}, "required": ["a", "b"]})",

@@ -17,6 +17,7 @@
 #include "serving/config_node.h"
 #include "serving/home.h"
 #include "tests/test_util.h"
+#include "traces/csv_reader.h"
 #include "traces/trace_stats.h"
 #include "traces/transforms.h"
 #include "traces/workload.h"
@@ -165,6 +166,27 @@ TEST(TraceReaders, MooncakeMalformedRowNamesFileAndLine) {
       "{\"timestamp\": 0, \"input_length\": 10, \"output_length\": 5, \"hash_ids\": [1, 2]}\n");
   EXPECT_THAT(error_of([&] { read_all("workload: {type: mooncake, path: " + path2 + "}"); }),
               HasSubstr(path2 + ":1: expected input_length > 512"));
+  // A timestamp past the simulator's clock, integer or not, the same limit and message.
+  for (const char* ts : {"5000000000000", "5000000000000.0"}) {
+    const std::string late = write_file(
+        "late.jsonl", std::string("{\"timestamp\": ") + ts +
+                          ", \"input_length\": 10, \"output_length\": 5, \"hash_ids\": [1]}\n");
+    EXPECT_THAT(error_of([&] { read_all("workload: {type: mooncake, path: " + late + "}"); }),
+                HasSubstr(late + ":1: expected a timestamp (ms) below 4.6e12 (146 years)"));
+  }
+}
+
+// Text quoted in messages: control bytes and bytes that are not UTF-8 are written as \xNN (a
+// gzip file's header never reaches the terminal raw); UTF-8 stays, cut after max_chars bytes.
+TEST(TraceReaders, QuotedTextEscapesBinaryBytes) {
+  EXPECT_EQ(shorten("t,p,o"), "t,p,o");
+  EXPECT_EQ(shorten(std::string("\x1f\x8b\x08\x00"
+                                "ab",
+                                6)),
+            "\\x1f\\x8b\\x08\\x00ab");
+  EXPECT_EQ(shorten("caf\xc3\xa9\tx"), "caf\xc3\xa9\\x09x");
+  EXPECT_EQ(shorten(std::string(100, 'a')), std::string(80, 'a') + "...");
+  EXPECT_EQ(shorten("\xe2\x82", 80), "\\xe2\\x82");  // a cut-off sequence
 }
 
 // A row nested 100,000 levels deep (a 200 KB line, under the 1 MiB line limit) is a malformed row

@@ -507,6 +507,19 @@ TEST(Validate, CorruptValuesNameTheirFileLineAndColumn) {
        "sim/requests.csv:2: column 'id': expected an integer"},
       {"engine/requests.csv", reqs + req(1, 8, "200", "10", "200"),
        "requests.csv:5: request 1 appears twice"},
+      // A step twice, steps out of order, a scheduled step without its row: the rows would pair
+      // the wrong steps.
+      {"engine/steps.csv",
+       std::string(kStepsHeader) + step(0, "10", 1, 16, 0) + step(0, "20", 1, 16, 0) +
+           step(2, "40", 1, 0, 1),
+       "steps.csv:3: step 0 after step 0 (expected each step once, in increasing order)"},
+      {"engine/steps.csv",
+       std::string(kStepsHeader) + step(1, "10", 1, 16, 0) + step(0, "20", 1, 16, 0) +
+           step(2, "40", 1, 0, 1),
+       "steps.csv:3: step 0 after step 1"},
+      {"engine/steps.csv",
+       std::string(kStepsHeader) + step(0, "10", 1, 16, 0) + step(2, "40", 1, 0, 1),
+       "schedule.csv:3: step 1 is not in"},
       {"engine/steps.csv", "step,duration_ms,duration_ms,num_seqs,prefill_tokens,decode_tokens\n",
        "steps.csv:1: the column 'duration_ms' appears twice in the header"},
       {"engine/summary.json", "{\"run\": {\"backend\"", "summary.json: malformed JSON"},

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <cstdio>
 #include <cstring>
 
 #include "serving/config_node.h"
@@ -106,9 +107,42 @@ std::optional<std::int64_t> parse_int(std::string_view s) {
   return v;
 }
 
+namespace {
+
+// The length of the well-formed UTF-8 sequence of 2 to 4 bytes starting s[i], or 0.
+std::size_t utf8_sequence(std::string_view s, std::size_t i) {
+  const auto c = static_cast<unsigned char>(s[i]);
+  const std::size_t n = c >= 0xF0 && c <= 0xF4 ? 4 : c >= 0xE0 ? 3 : c >= 0xC2 && c < 0xE0 ? 2 : 0;
+  if (n == 0 || i + n > s.size()) return 0;
+  for (std::size_t k = 1; k < n; ++k) {
+    if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return 0;
+  }
+  return n;
+}
+
+}  // namespace
+
 std::string shorten(std::string_view s, std::size_t max_chars) {
-  if (s.size() <= max_chars) return std::string(s);
-  return std::string(s.substr(0, max_chars)) + "...";
+  std::string out;
+  std::size_t i = 0;
+  while (i < s.size()) {
+    if (i >= max_chars) return out + "...";
+    const auto c = static_cast<unsigned char>(s[i]);
+    const std::size_t n = c >= 0x80 ? utf8_sequence(s, i) : 0;
+    if (n > 0) {
+      out.append(s.substr(i, n));
+      i += n;
+    } else if (c < 0x20 || c >= 0x7F) {  // a control byte, or no UTF-8: shown, never sent raw
+      char hex[5];
+      std::snprintf(hex, sizeof hex, "\\x%02x", c);
+      out += hex;
+      ++i;
+    } else {
+      out += static_cast<char>(c);
+      ++i;
+    }
+  }
+  return out;
 }
 
 }  // namespace servelab

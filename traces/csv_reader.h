@@ -71,7 +71,9 @@ std::string_view trim(std::string_view s);
 // `s` is anything else or out of range.
 std::optional<std::int64_t> parse_int(std::string_view s);
 
-// `s` shortened to at most `max_chars` characters for an error message ("..." marks a cut).
+// `s` shortened to at most `max_chars` bytes for an error message ("..." marks a cut), with
+// control bytes and bytes that are not UTF-8 written as \xNN (a binary file's header never
+// reaches the terminal raw).
 std::string shorten(std::string_view s, std::size_t max_chars = 80);
 
 }  // namespace servelab

@@ -74,7 +74,18 @@ MixWorkload::MixWorkload(std::vector<MixPart> parts) : parts_(std::move(parts)) 
 
 std::optional<RequestSpec> MixWorkload::next() {
   if (!started_) {
-    for (std::size_t i = 0; i < parts_.size(); ++i) heads_[i] = parts_[i].workload->next();
+    for (std::size_t i = 0; i < parts_.size(); ++i) {
+      heads_[i] = parts_[i].workload->next();
+      // A part with nothing to serve is a mistake in it (a window past its trace's end), as a
+      // whole workload's is: its class would report zeros.
+      if (!heads_[i]) {
+        const MixPart& p = parts_[i];
+        throw ConfigError((p.where.empty() ? "part '" + p.class_name + "'" : p.where) +
+                          ": class '" + p.class_name + "' produced no requests (" +
+                          p.workload->describe() +
+                          "); check its file and its transforms (window_s, sample)");
+      }
+    }
     started_ = true;
   }
   std::size_t best = parts_.size();
@@ -136,6 +147,7 @@ std::unique_ptr<Workload> make_mix_workload(const ConfigNode& section, std::uint
     const ConfigNode w = n.at("workload");
     if (!w.is_map()) w.fail("a workload mapping ({type: synthetic, ...})");
     part.workload = make_workload(w, part_seed(seed, part.class_name), base_dir);
+    part.where = w.location() + ": key '" + w.path() + "'";
     if (part.workload->dependent() || w.at("type").as_string() == "mix") {
       w.at("type").fail_message(
           "a mix part must be open loop: type '" + w.at("type").as_string() +

@@ -59,6 +59,8 @@ struct MixPart {
   std::unique_ptr<Workload> workload;    // open loop (dependent() false)
   std::optional<std::uint32_t> tenant;   // replaces every request's tenant
   std::optional<std::int32_t> priority;  // replaces every request's priority
+  std::string
+      where;  // "FILE:LINE:COL: key 'workload.parts[i].workload'", for errors ("": the name)
 };
 
 class MixWorkload : public Workload {

@@ -66,12 +66,14 @@ std::optional<RequestSpec> MultimodalWorkload::next() {
   const std::int32_t per = options_.tokens_per_image;
   std::vector<PromptSegment> placeholders;
   auto inputs = std::make_shared<std::vector<MultimodalInput>>();
-  const std::int32_t first = options_.at_end ? r->prompt_len : 0;
+  // In 64 bits: a trace's prompt can be near 2^31 tokens; canonicalize() below refuses a total
+  // past it.
+  const std::int64_t first = options_.at_end ? r->prompt_len : 0;
   for (std::int32_t i = 0; i < images; ++i) {
     placeholders.push_back(
         PromptSegment{kImagePlaceholderStream, 0, static_cast<std::uint32_t>(per)});
     inputs->push_back(MultimodalInput{
-        static_cast<std::uint32_t>(first + i * per), static_cast<std::uint32_t>(per),
+        static_cast<std::uint32_t>(first + std::int64_t{i} * per), static_cast<std::uint32_t>(per),
         image_content_id(seed_, static_cast<std::uint64_t>(draw_image()))});
   }
   if (options_.at_end) {
@@ -80,6 +82,18 @@ std::optional<RequestSpec> MultimodalWorkload::next() {
     r->prompt.insert(r->prompt.begin(), placeholders.begin(), placeholders.end());
   }
   canonicalize(*r);
+  // Images the inner workload placed already (a mix part's own `multimodal`) stay, shifted past
+  // the new ones when those go first: their content ids are what tells their blocks apart.
+  if (r->mm_inputs != nullptr && !r->mm_inputs->empty()) {
+    const auto shift = static_cast<std::uint32_t>(std::int64_t{images} * per);
+    std::vector<MultimodalInput> earlier = *r->mm_inputs;
+    if (options_.at_end) {
+      inputs->insert(inputs->begin(), earlier.begin(), earlier.end());
+    } else {
+      for (MultimodalInput& m : earlier) m.offset += shift;
+      inputs->insert(inputs->end(), earlier.begin(), earlier.end());
+    }
+  }
   r->mm_inputs = std::move(inputs);
   return r;
 }

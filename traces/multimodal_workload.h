@@ -19,6 +19,8 @@
 //     zipf_s: 0               # (>= 0) image popularity: 0 uniform (default), s > 0 Zipf(s)
 //     position: start         # start (default): images before the prompt text; end: after it
 //
+// Images a wrapped workload placed already (a mix part's own `multimodal` under a mix-level one)
+// are kept, their offsets shifted past images inserted before them.
 // Draws come from Rng::stream(seed, "multimodal"); image content ids from the seed. The vision
 // encoder is not charged by the cost model (docs/experiments.md "multimodal").
 #pragma once

@@ -14,6 +14,7 @@
 #include <stdexcept>
 #include <unordered_map>
 
+#include "core/checked_time.h"
 #include "core/rng.h"
 #include "traces/json_duplicate_keys.h"
 #include "traces/synthetic_workload.h"
@@ -303,7 +304,14 @@ std::vector<SessionNode> parse_session_json(const std::string& text, const std::
       if (!v.is_number() || !(v.get<double>() >= 0) || !(v.get<double>() <= 1e9)) {
         bad(field, "a number of seconds in [0, 1e9]", v.dump());
       }
-      return seconds_to_ns(v.get<double>() * time_scale);
+      const std::optional<TimeNs> ns = checked_seconds_to_ns(v.get<double>() * time_scale);
+      if (!ns || *ns >= kTimeHorizonNs) {
+        bad(field,
+            "a time that, scaled by time_scale " + num(time_scale) +
+                ", is within the simulator's clock (146 years)",
+            v.dump());
+      }
+      return *ns;
     };
 
     if (r.contains("parents")) {
@@ -559,12 +567,30 @@ std::unique_ptr<Workload> make_multiturn_workload(const ConfigNode& s, std::uint
 
   std::vector<SessionNode> nodes;
   TimeNs gaps_ns = 0;  // poisson/gamma: sum of the gaps so far
+  // A session arriving past the simulator's clock is an error naming the rate (checked, never a
+  // wrapped or saturated time).
+  const auto too_late = [&](std::int64_t si) {
+    a.at("rate").fail_message("session " + std::to_string(si) +
+                              " would arrive more than 146 years after the start (the rate is "
+                              "too small for num_sessions " +
+                              std::to_string(num_sessions) + ")");
+  };
   for (std::int64_t si = 0; si < num_sessions; ++si) {
     // Fixed arrivals are computed from the index so rounding never accumulates.
-    const TimeNs arrival =
-        start_ns + (process == "fixed" ? seconds_to_ns(static_cast<double>(si) / rate) : gaps_ns);
-    if (process == "poisson") gaps_ns += seconds_to_ns(arrival_rng.exponential(rate));
-    if (process == "gamma") gaps_ns += seconds_to_ns(arrival_rng.gamma(gamma_shape, gamma_scale));
+    const std::optional<TimeNs> since = process == "fixed"
+                                            ? checked_seconds_to_ns(static_cast<double>(si) / rate)
+                                            : std::optional<TimeNs>(gaps_ns);
+    const std::optional<TimeNs> at = since ? checked_add(start_ns, *since) : std::nullopt;
+    if (!at || *at >= kTimeHorizonNs) too_late(si);
+    const TimeNs arrival = *at;
+    if (process != "fixed") {
+      const std::optional<TimeNs> gap =
+          checked_seconds_to_ns(process == "poisson" ? arrival_rng.exponential(rate)
+                                                     : arrival_rng.gamma(gamma_shape, gamma_scale));
+      const std::optional<TimeNs> sum = gap ? checked_add(gaps_ns, *gap) : std::nullopt;
+      // The next session's arrival is checked when it is made (none after the last).
+      gaps_ns = sum ? std::min(*sum, kTimeHorizonNs) : kTimeHorizonNs;
+    }
 
     const auto num_turns = static_cast<std::int64_t>(turns.sample(turns_rng));
     const std::string session = "s" + std::to_string(si);

@@ -270,12 +270,13 @@ class MooncakeReader : public TraceReader {
     };
     const nlohmann::json& ts = field("timestamp");
     if (!ts.is_number() || ts.get<double>() < 0) bad("a non-negative number timestamp", ts.dump());
-    // Milliseconds; checked: a timestamp beyond ~292 years of ns is an error, not a wrap.
+    // Milliseconds; checked: a timestamp past the simulator's clock (2^62 ns, ~146 years) is an
+    // error, integer or not, never a wrap.
     const std::optional<TimeNs> t =
         ts.is_number_unsigned() && ts.get<std::uint64_t>() > INT64_MAX ? std::nullopt
         : ts.is_number_integer() ? checked_mul(ts.get<std::int64_t>(), kNsPerMs)
                                  : checked_round_ns(ts.get<double>() * 1e6);
-    if (!t) bad("a timestamp (ms) below 9.2e12", ts.dump());
+    if (!t || *t >= kTimeHorizonNs) bad("a timestamp (ms) below 4.6e12 (146 years)", ts.dump());
     row.time_ns = *t;
     auto count = [&](const char* key) {
       const nlohmann::json& v = field(key);
