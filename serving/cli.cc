@@ -11,7 +11,10 @@
 #include <new>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
+#include "serving/config_node.h"
 #include "serving/home.h"
 #include "serving/interrupt.h"
 
@@ -177,14 +180,21 @@ CLI::Validator non_empty(const std::string& what) {
 }
 
 void check_overrides(const std::vector<std::string>& overrides, bool seed_given) {
-  std::map<std::string, std::string> given;  // key -> the whole assignment
+  std::vector<std::pair<std::string, std::string>> given;  // (key, the whole assignment)
   for (const std::string& o : overrides) {
-    const std::string key = o.substr(0, o.find('='));
-    const auto [it, added] = given.emplace(key, o);
-    if (!added && it->second != o) {
-      throw UsageError("--set " + key + ": given more than once, with different values ('" +
-                       it->second + "', '" + o + "'; give each key one value)");
+    const std::string key = override_key(o);
+    for (const auto& [k, earlier] : given) {
+      if (k == key && earlier != o) {
+        throw UsageError("--set " + key + ": given more than once, with different values ('" +
+                         earlier + "', '" + o + "'; give each key one value)");
+      }
+      if (override_replaces(earlier, o)) {
+        throw UsageError("--set " + key + ": replaces what --set " + k +
+                         " set before it (it holds that key; give the key once, or set the "
+                         "section first and the key after it)");
+      }
     }
+    given.emplace_back(key, o);
     if (seed_given && key == "seed") {
       throw UsageError("--set seed: given with --seed too (give the seed once)");
     }

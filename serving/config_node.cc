@@ -11,7 +11,10 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <set>
 #include <sstream>
+#include <unordered_map>
+#include <utility>
 
 #include "core/strings.h"
 
@@ -21,10 +24,16 @@ namespace {
 
 // Nodes created by --set carry this tag so messages can say where the value came from.
 constexpr const char* kOverrideTag = "!servelab-set";
+// The same mark on a scalar that was quoted (yaml-cpp's tag "!"): it stays text, never a number.
+constexpr const char* kQuotedOverrideTag = "!servelab-set-quoted";
+
+bool override_tag(const std::string& tag) {
+  return tag == kOverrideTag || tag == kQuotedOverrideTag;
+}
 
 // Marks every node of an override value so messages about it say "--set a.b.c".
 void tag_override(YAML::Node node) {
-  node.SetTag(kOverrideTag);
+  node.SetTag(node.IsScalar() && node.Tag() == "!" ? kQuotedOverrideTag : kOverrideTag);
   if (node.IsMap()) {
     for (auto kv : node) tag_override(kv.second);
   } else if (node.IsSequence()) {
@@ -77,6 +86,48 @@ std::optional<YAML::Mark> second_document(const std::string& text) {
 
 }  // namespace
 
+// Whether mark a comes before mark b in the text (false when either is unknown).
+bool before(const YAML::Mark& a, const YAML::Mark& b) {
+  if (a.line < 0 || b.line < 0) return false;
+  return a.line < b.line || (a.line == b.line && a.column < b.column);
+}
+
+// The text positions of the nodes YAML aliases share. An alias's node is its anchor's (yaml-cpp
+// shares one node), so where it is reached again its mark, the anchor's place, comes before the
+// key or the list position that reaches it: those marks name every shared node.
+std::set<std::pair<int, int>> shared_node_marks(const YAML::Node& root) {
+  std::set<std::pair<int, int>> out;
+  std::vector<YAML::Node> stack{root};
+  for (std::size_t visited = 0; !stack.empty() && visited < kMaxYamlNodes; ++visited) {
+    const YAML::Node node = stack.back();
+    stack.pop_back();
+    if (node.IsMap()) {
+      for (const auto& kv : node) {
+        // An override's nodes carry positions in its --set text, not in the file's.
+        if (override_tag(kv.second.Tag())) continue;
+        if (before(kv.second.Mark(), kv.first.Mark())) {
+          out.emplace(kv.second.Mark().line, kv.second.Mark().column);
+        } else {
+          stack.push_back(kv.second);
+        }
+      }
+    } else if (node.IsSequence()) {
+      YAML::Mark prev = node.Mark();
+      for (const auto& e : node) {
+        if (override_tag(e.Tag())) continue;
+        // An entry never starts where the one before it (or its list) does, but an alias does.
+        if (e.Mark().line >= 0 && prev.line >= 0 && !before(prev, e.Mark())) {
+          out.emplace(e.Mark().line, e.Mark().column);
+          continue;
+        }
+        prev = e.Mark();
+        stack.push_back(e);
+      }
+    }
+  }
+  return out;
+}
+
 void check_yaml_structure(const YAML::Node& root, const std::string& name) {
   // Depth-first over the tree as a reader sees it: a node reached through several aliases is
   // visited (and counted) once per path, which is what expanding the aliases would cost.
@@ -95,7 +146,7 @@ void check_yaml_structure(const YAML::Node& root, const std::string& name) {
                         std::to_string(kMaxYamlDepth) + " levels)");
     }
     if (node.IsMap()) {
-      std::vector<std::pair<std::string, YAML::Mark>> seen;
+      std::unordered_map<std::string, YAML::Mark> seen;  // membership only, never iterated
       for (const auto& kv : node) {
         // Every reader takes keys as names: a sequence, mapping or empty key ("? - a") is an
         // error here, once, rather than a conversion failure wherever the key is read.
@@ -108,13 +159,15 @@ void check_yaml_structure(const YAML::Node& root, const std::string& name) {
         }
         {
           const std::string key = kv.first.Scalar();
-          for (const auto& [k, m] : seen) {
-            if (k == key) {
-              throw ConfigError(mark_text(name, kv.first.Mark()) + ": duplicate key '" + key +
-                                "' (first at line " + std::to_string(m.line + 1) + ")");
-            }
+          if (key == "<<" && kv.first.Tag() == "?") {
+            throw ConfigError(mark_text(name, kv.first.Mark()) +
+                              ": YAML merge keys (<<) are not supported; write the keys out");
           }
-          if (seen.size() < 4096) seen.emplace_back(key, kv.first.Mark());
+          const auto [it, added] = seen.emplace(key, kv.first.Mark());
+          if (!added) {
+            throw ConfigError(mark_text(name, kv.first.Mark()) + ": duplicate key '" + key +
+                              "' (first at line " + std::to_string(it->second.line + 1) + ")");
+          }
         }
         if (kv.second.IsNull()) {
           // `key:` with nothing after it: never read as "the default" (remove the key for that).
@@ -174,7 +227,7 @@ ConfigNode::ConfigNode(YAML::Node node, std::shared_ptr<const std::string> file,
     : node_(std::move(node)), file_(std::move(file)), path_(std::move(path)) {}
 
 std::string ConfigNode::location() const {
-  if (node_.Tag() == kOverrideTag) return "--set " + path_;
+  if (override_tag(node_.Tag())) return "--set " + path_;
   const YAML::Mark m = node_.Mark();
   if (m.line < 0) return *file_;
   return *file_ + ":" + std::to_string(m.line + 1) + ":" + std::to_string(m.column + 1);
@@ -231,7 +284,7 @@ void ConfigNode::allow_keys(const std::vector<std::string>& allowed) const {
       // Where the key was written: its line in the file, or the --set that brought it (the
       // override's values carry the tag; its keys do not, and their marks are positions in the
       // --set text, not in the file).
-      const ConfigNode k(kv.second.Tag() == kOverrideTag ? kv.second : kv.first, file_,
+      const ConfigNode k(override_tag(kv.second.Tag()) ? kv.second : kv.first, file_,
                          child_path(key));
       throw ConfigError(k.location() + ": unknown key '" + child_path(key) +
                         "' (expected one of: " + join(allowed) + ")");
@@ -249,7 +302,7 @@ std::string ConfigNode::describe_value() const {
 
 bool ConfigNode::quoted() const {
   // yaml-cpp gives a quoted scalar the non-specific tag "!", a plain one "?".
-  return node_.IsScalar() && node_.Tag() == "!";
+  return node_.IsScalar() && (node_.Tag() == "!" || node_.Tag() == kQuotedOverrideTag);
 }
 
 void ConfigNode::fail(std::string_view expected) const {
@@ -358,6 +411,83 @@ std::string ConfigNode::get_string(std::string_view key, std::string_view def) c
   return has(key) ? at(key).as_string() : std::string(def);
 }
 
+namespace {
+
+// Whether plain `text` would read as something other than text: a number, a boolean or null.
+bool reads_as_non_text(const std::string& text) {
+  static const char* const kWords[] = {"true", "false", "yes", "no", "on", "off", "null",
+                                       "True", "False", "Yes", "No", "On", "Off", "Null",
+                                       "TRUE", "FALSE", "YES", "NO", "ON", "OFF", "NULL",
+                                       "~",    "y",     "n",   "Y",  "N"};
+  for (const char* w : kWords) {
+    if (text == w) return true;
+  }
+  if (text.empty()) return true;
+  char* end = nullptr;
+  std::strtod(text.c_str(), &end);
+  return end == text.c_str() + text.size();
+}
+
+void emit_flow(YAML::Emitter& e, const YAML::Node& n) {
+  if (n.IsMap()) {
+    e << YAML::BeginMap;
+    for (const auto& kv : n) {
+      e << YAML::Key;
+      emit_flow(e, kv.first);
+      e << YAML::Value;
+      emit_flow(e, kv.second);
+    }
+    e << YAML::EndMap;
+  } else if (n.IsSequence()) {
+    e << YAML::BeginSeq;
+    for (const auto& item : n) emit_flow(e, item);
+    e << YAML::EndSeq;
+  } else if (n.IsScalar()) {
+    // Quoted again only where plain it would read as a number, a boolean or null.
+    if ((n.Tag() == "!" || n.Tag() == kQuotedOverrideTag) && reads_as_non_text(n.Scalar())) {
+      e << YAML::DoubleQuoted;
+    }
+    e << n.Scalar();
+  } else {
+    e << YAML::Null;
+  }
+}
+
+}  // namespace
+
+std::string override_key(std::string_view assignment) {
+  const std::string_view path = assignment.substr(0, assignment.find('='));
+  std::string out;
+  for (std::size_t i = 0; i < path.size(); ++i) {
+    out.push_back(path[i]);
+    if (path[i] != '[') continue;
+    while (i + 2 < path.size() && path[i + 1] == '0' && path[i + 2] >= '0' && path[i + 2] <= '9') {
+      ++i;  // a leading zero of an index
+    }
+  }
+  return out;
+}
+
+bool override_replaces(std::string_view earlier, std::string_view later) {
+  const std::string held = override_key(earlier), holder = override_key(later);
+  if (holder.size() >= held.size() || !held.starts_with(holder) ||
+      (held[holder.size()] != '.' && held[holder.size()] != '[')) {
+    return false;
+  }
+  const std::size_t eq = later.find('=');
+  const std::string_view value = eq == std::string_view::npos ? "" : later.substr(eq + 1);
+  const std::size_t first = value.find_first_not_of(" \t");
+  return first != std::string_view::npos && (value[first] == '{' || value[first] == '[');
+}
+
+std::string override_text(const YAML::Node& node) {
+  YAML::Emitter e;
+  e.SetMapFormat(YAML::Flow);
+  e.SetSeqFormat(YAML::Flow);
+  emit_flow(e, node);
+  return e.c_str();
+}
+
 YAML::Node without_override_marks(const YAML::Node& node) {
   YAML::Node copy = YAML::Clone(node);
   std::vector<YAML::Node> stack{copy};
@@ -365,6 +495,7 @@ YAML::Node without_override_marks(const YAML::Node& node) {
     YAML::Node n = stack.back();
     stack.pop_back();
     if (n.Tag() == kOverrideTag) n.SetTag("?");
+    if (n.Tag() == kQuotedOverrideTag) n.SetTag("!");
     if (n.IsMap()) {
       for (auto kv : n) stack.push_back(kv.second);
     } else if (n.IsSequence()) {
@@ -437,6 +568,17 @@ void apply_override(YAML::Node root, const std::string& assignment) {
     }
     return list[index];
   };
+  // A node YAML aliases share is changed in place for every key that reaches it (yaml-cpp keeps
+  // one node): refused, naming the key, rather than changing the others without a word.
+  const std::set<std::pair<int, int>> shared = shared_node_marks(root);
+  const auto refuse_shared = [&](const YAML::Node& node, const std::string& shown) {
+    if (!node.IsDefined() || node.Mark().line < 0 || override_tag(node.Tag())) return;
+    if (shared.contains({node.Mark().line, node.Mark().column})) {
+      throw ConfigError("--set " + path + ": '" + shown +
+                        "' is shared with another key through a YAML anchor and alias (&, *), "
+                        "so setting it would change both; write it out in the file instead");
+    }
+  };
   // yaml-cpp's operator[] on a non-const node creates children; walk with explicit copies so
   // we hold references into the tree, not temporaries.
   std::vector<YAML::Node> chain{root};
@@ -447,15 +589,18 @@ void apply_override(YAML::Node root, const std::string& assignment) {
     if (last && step.indices.empty()) break;
     YAML::Node next = chain.back()[step.key];
     std::string shown = walked.empty() ? step.key : walked + "." + step.key;
+    refuse_shared(next, shown);
     for (std::size_t k = 0; k < step.indices.size(); ++k) {
       if (last && k + 1 == step.indices.size()) {
         // The assignment replaces an existing entry of the list.
         YAML::Node slot = entry(next, step.indices[k], shown);
+        refuse_shared(slot, shown + "[" + std::to_string(step.indices[k]) + "]");
         slot = value;
         return;
       }
       next.reset(entry(next, step.indices[k], shown));  // rebinds the handle; = would assign
       shown.append("[").append(std::to_string(step.indices[k])).append("]");
+      refuse_shared(next, shown);
     }
     if (next.IsDefined() && !next.IsNull() && !next.IsMap()) {
       throw ConfigError("--set " + path + ": '" + shown + "' is not a section");
@@ -472,6 +617,10 @@ void apply_override(YAML::Node root, const std::string& assignment) {
     }
     chain.push_back(next);
     walked = std::move(shown);
+  }
+  if (chain.back().IsMap()) {
+    const YAML::Node section = chain.back();  // const: looking does not create the key
+    refuse_shared(section[steps.back().key], path);
   }
   chain.back()[steps.back().key] = value;
 }

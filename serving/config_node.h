@@ -110,7 +110,21 @@ void check_yaml_structure(const YAML::Node& root, const std::string& name);
 // Throws ConfigError on a malformed assignment.
 void apply_override(YAML::Node root, const std::string& assignment);
 
+// The key path of an override ("KEY.PATH" of "KEY.PATH=VALUE") with list indices written
+// without leading zeros ("parts[01]" is "parts[1]"): two spellings of one key compare equal.
+std::string override_key(std::string_view assignment);
+// Whether override `later` ("KEY=VALUE"), applied after `earlier`, replaces what `earlier` set:
+// its key holds `earlier`'s and its value is a mapping or a list ("workload.arrival={...}" after
+// "workload.arrival.rate=9"). The other order refines (a deeper key after a whole section), and a
+// holder given a plain value (`model=NAME` beside `model.quantization=...`) replaces nothing.
+bool override_replaces(std::string_view earlier, std::string_view later);
+
 // A deep copy of `node` without the marks apply_override() leaves, for writing back out.
 YAML::Node without_override_marks(const YAML::Node& node);
+
+// `node` as one line of YAML flow text for a `--set KEY=TEXT` (a compare variant's or a sweep
+// axis's value), quoted scalars quoted again so the override reads them as text, as the file
+// did ("20" stays a string, never the number 20).
+std::string override_text(const YAML::Node& node);
 
 }  // namespace servelab

@@ -160,6 +160,34 @@ void check_pinned_prefixes(const ConfigNode& top, const PrefixCacheSection& sect
 // serving.async_scheduling against the other choices (the Scheduler refuses the same ones; here
 // the error names the file): vLLM v1 refuses speculative decoding other than EAGLE/MTP with it,
 // and has neither multi-step rounds nor swap; ServeLab's async plans are vLLM v1's formation.
+// `workload` with each data file it names (a trace's or sessions file's `path`, a length table's
+// `file` or `table`) as the absolute path it was read from, so the run's config.yaml reads the
+// same files from any folder (a relative path resolved against the experiment's folder).
+YAML::Node with_absolute_data_paths(YAML::Node workload, const std::string& base_dir) {
+  std::vector<YAML::Node> stack{workload};
+  while (!stack.empty()) {
+    YAML::Node n = stack.back();
+    stack.pop_back();
+    if (n.IsSequence()) {
+      for (YAML::Node item : n) stack.push_back(item);
+      continue;
+    }
+    if (!n.IsMap()) continue;
+    for (auto kv : n) {
+      const std::string key = kv.first.IsScalar() ? kv.first.Scalar() : "";
+      if ((key == "path" || key == "file" || key == "table") && kv.second.IsScalar() &&
+          std::filesystem::path(kv.second.Scalar()).is_relative()) {
+        if (const auto found = resolve_data_path(kv.second.Scalar(), base_dir)) {
+          kv.second = std::filesystem::absolute(*found).lexically_normal().string();
+        }
+      } else {
+        stack.push_back(kv.second);
+      }
+    }
+  }
+  return workload;
+}
+
 // Whether the batch formation reads enable_chunked_prefill and long_prefill_token_threshold.
 bool uses_vllm_chunking(const SchedulerConfig& sc) {
   return sc.batch == nullptr || sc.batch->name() == "vllm" || sc.batch->name() == "preemptive";
@@ -178,11 +206,20 @@ void check_chunking_keys(const ConfigNode& top, const ExperimentConfig& c) {
       : name == "sglang" ? "; sglang chunks by its chunked_prefill_size parameter"
       : name == "static" ? "; static chunks prompts under the token budget alone"
                          : "; '" + name + "' never chunks a prompt";
-  for (const char* key : {"enable_chunked_prefill", "long_prefill_token_threshold"}) {
-    if (const auto k = serving->find(key)) {
-      k->fail_message("applies to policies.batch vllm and preemptive (vLLM's chunking), not '" +
-                      name + "'" + instead);
-    }
+  // A value that says what the formation does anyway is a record (vLLM v0's
+  // `enable_chunked_prefill: false` beside prefill-first); one that asks otherwise is refused.
+  const bool chunks = name == "sarathi" || name == "sglang" || name == "static";
+  const auto refuse = [&](const ConfigNode& k) {
+    k.fail_message("applies to policies.batch vllm and preemptive (vLLM's chunking), not '" + name +
+                   "'" + instead);
+  };
+  if (const auto k = serving->find("enable_chunked_prefill");
+      k && c.scheduler.enable_chunked_prefill != chunks) {
+    refuse(*k);
+  }
+  if (const auto k = serving->find("long_prefill_token_threshold");
+      k && c.scheduler.long_prefill_token_threshold != 0) {
+    refuse(*k);
   }
 }
 
@@ -416,6 +453,18 @@ void parse_cost_model(const ConfigNode& n, ExperimentConfig& c) {
 
 // cluster: {router, decode_router, kv_transfer, pools: [{name, model, hardware, count, role,
 // parallel, topology}, ...]}.
+// A model or hardware file named by a relative path is found as the workload's files are:
+// beside the experiment first (resolve_data_path), else as given; found, it is made absolute
+// (the run's config.yaml then names the same file from any folder). A catalogue name is kept.
+void resolve_model_file(std::string& name, const std::string& base_dir) {
+  const bool is_file = ends_with(name, ".yaml") || ends_with(name, ".yml") ||
+                       ends_with(name, ".json") || name.find('/') != std::string::npos;
+  if (!is_file || !std::filesystem::path(name).is_relative()) return;
+  if (std::optional<std::string> found = resolve_data_path(name, base_dir)) {
+    name = std::filesystem::absolute(*found).lexically_normal().string();
+  }
+}
+
 void parse_cluster(const ConfigNode& n, ExperimentConfig& c) {
   n.allow_keys({"pools", "router", "decode_router", "kv_transfer", "topology"});
   ClusterConfig& cl = c.cluster;
@@ -487,6 +536,8 @@ void parse_cluster(const ConfigNode& n, ExperimentConfig& c) {
     }
     pool.model = p.get_string("model", c.model);
     pool.hardware = p.get_string("hardware", c.hardware);
+    resolve_model_file(pool.model, c.base_dir);
+    resolve_model_file(pool.hardware, c.base_dir);
     // Unknown names are errors here, at the pool's key, not when the run starts.
     try {
       (void)load_model(pool.model, catalog);
@@ -778,15 +829,8 @@ ExperimentConfig experiment_from_document(const ConfigNode& doc, const std::stri
     c.model = top.get_string("model");
   }
   c.hardware = top.get_string("hardware");
-  // A model or hardware file named by a relative path is found as the workload's files are:
-  // beside the experiment first (resolve_data_path), else as given.
-  for (std::string* name : {&c.model, &c.hardware}) {
-    const bool is_file = ends_with(*name, ".yaml") || ends_with(*name, ".yml") ||
-                         ends_with(*name, ".json") || name->find('/') != std::string::npos;
-    if (is_file && std::filesystem::path(*name).is_relative()) {
-      if (std::optional<std::string> found = resolve_data_path(*name, c.base_dir)) *name = *found;
-    }
-  }
+  resolve_model_file(c.model, c.base_dir);
+  resolve_model_file(c.hardware, c.base_dir);
   if (auto s = top.find("serving")) parse_serving(*s, c);
   if (auto p = top.find("policies")) parse_policies(*p, c);
   // Multi-step needs a formation that reserves lookahead slots (every built-in one does).
@@ -1075,7 +1119,8 @@ std::string resolved_config_yaml(const ExperimentConfig& c,
   if (c.policies.admission.name != "admit-all") emit_policy(e, "admission", c.policies.admission);
   if (c.policies.length_cap.name != "off") emit_policy(e, "length_cap", c.policies.length_cap);
   e << YAML::EndMap;
-  e << YAML::Key << "workload" << YAML::Value << without_override_marks(c.root["workload"]);
+  e << YAML::Key << "workload" << YAML::Value
+    << with_absolute_data_paths(without_override_marks(c.root["workload"]), c.base_dir);
   e << YAML::Key << "slo" << YAML::Value << YAML::BeginMap;
   if (c.slo.ttft_ms) e << YAML::Key << "ttft_ms" << YAML::Value << *c.slo.ttft_ms;
   if (c.slo.tpot_ms) e << YAML::Key << "tpot_ms" << YAML::Value << *c.slo.tpot_ms;

@@ -356,7 +356,9 @@ struct RequestTally {
 
   void add(const RequestRecord& r, const SloTargets& slo) {
     ++counts.num_requests;
+    // Every request's (an aborted one's too), as preemption.preemptions counts every event.
     counts.preemptions += r.preemptions;
+    counts.recomputed_tokens += r.recomputed_tokens;
     if (r.status == RequestStatus::kShed) {
       ++counts.shed;
       return;
@@ -372,7 +374,6 @@ struct RequestTally {
     ++counts.completed;
     counts.input_tokens += r.prompt_tokens;
     counts.output_tokens += r.output_tokens;
-    counts.recomputed_tokens += r.recomputed_tokens;
     prompt_cached_tokens += r.cached_tokens;
     const double t_ttft = ns_to_ms(r.first_token_ns - r.arrival_ns);
     const double t_e2e = ns_to_ms(r.finish_ns - r.arrival_ns);

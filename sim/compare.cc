@@ -46,14 +46,6 @@ void check_name(const std::string& name, const std::string& where) {
   }
 }
 
-std::string flow_yaml(const YAML::Node& node) {
-  YAML::Emitter e;
-  e.SetMapFormat(YAML::Flow);
-  e.SetSeqFormat(YAML::Flow);
-  e << node;
-  return e.c_str();
-}
-
 }  // namespace
 
 std::vector<Variant> variants_from_experiment(const ExperimentSource& source) {
@@ -71,7 +63,7 @@ std::vector<Variant> variants_from_experiment(const ExperimentSource& source) {
     if (const std::optional<ConfigNode> set = v.find("set")) {
       if (!set->is_map()) set->fail("a mapping of key.path: value");
       for (const std::string& key : set->keys()) {
-        var.overrides.push_back(key + "=" + flow_yaml(set->at(key).yaml()));
+        var.overrides.push_back(key + "=" + override_text(set->at(key).yaml()));
         var.locations.push_back(set->at(key).location());
       }
     }

@@ -30,14 +30,6 @@ namespace servelab {
 
 namespace {
 
-std::string flow_yaml(const YAML::Node& node) {
-  YAML::Emitter e;
-  e.SetMapFormat(YAML::Flow);
-  e.SetSeqFormat(YAML::Flow);
-  e << node;
-  return e.c_str();
-}
-
 bool is_key_path(const std::string& key) {
   if (key.empty() || key.front() == '.' || key.back() == '.') return false;
   char prev = 0;
@@ -165,7 +157,7 @@ std::vector<SweepAxis> sweep_from_experiment(const ExperimentSource& source) {
     axis.key = key;
     axis.location = values.location();
     for (const ConfigNode& v : values.elements()) {
-      axis.values.push_back(flow_yaml(v.yaml()));
+      axis.values.push_back(override_text(v.yaml()));
       axis.value_overrides.push_back({key + "=" + axis.values.back()});
       axis.value_locations.push_back({v.location()});
     }

@@ -544,8 +544,34 @@ ValidationReport validate_runs(const std::string& sim_dir, const std::string& en
   const std::string sim_cfg_path = sim_dir + "/config.yaml",
                     eng_cfg_path = engine_dir + "/config.yaml";
   const YAML::Node sc = read_yaml(sim_cfg_path), ec = read_yaml(eng_cfg_path);
+  // Data files by name: config.yaml writes them as absolute paths, which differ where one run
+  // was made again elsewhere (gpu-runs revalidate) on the same files.
+  const auto by_file_name = [](const YAML::Node& node) {
+    YAML::Node copy = YAML::Clone(node);
+    if (copy.IsScalar() && copy.Scalar().find('/') != std::string::npos) {
+      return YAML::Node(fs::path(copy.Scalar()).filename().string());  // a model file
+    }
+    std::vector<YAML::Node> stack{copy};
+    while (!stack.empty()) {
+      YAML::Node n = stack.back();
+      stack.pop_back();
+      if (n.IsSequence()) {
+        for (YAML::Node item : n) stack.push_back(item);
+      } else if (n.IsMap()) {
+        for (auto kv : n) {
+          const std::string k = kv.first.IsScalar() ? kv.first.Scalar() : "";
+          if ((k == "path" || k == "file" || k == "table") && kv.second.IsScalar()) {
+            kv.second = fs::path(kv.second.Scalar()).filename().string();
+          } else {
+            stack.push_back(kv.second);
+          }
+        }
+      }
+    }
+    return copy;
+  };
   for (const char* key : {"workload", "seed", "model"}) {
-    if (dump(sc[key]) != dump(ec[key])) {
+    if (dump(by_file_name(sc[key])) != dump(by_file_name(ec[key]))) {
       throw ConfigError(sim_cfg_path + " and " + eng_cfg_path +
                         " describe different experiments: key '" + key + "' differs (" +
                         dump(sc[key]).substr(0, 200) + " vs " + dump(ec[key]).substr(0, 200) +

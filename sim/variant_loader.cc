@@ -44,16 +44,21 @@ ExperimentConfig load_variant(const ExperimentSource& source,
                               const std::vector<std::string>& locations) {
   // A key the command line sets (--set, --seed) that the variant or sweep point sets to another
   // value: the later would win without a word, so neither does.
-  const auto key_of = [](const std::string& o) { return o.substr(0, o.find('=')); };
+  const auto key_of = [](const std::string& o) { return override_key(o); };
   const auto value_of = [](const std::string& o) {
     const std::size_t eq = o.find('=');
     return eq == std::string::npos ? std::string() : std::string(trim(o.substr(eq + 1)));
   };
   for (std::size_t i = 0; i < overrides.size(); ++i) {
     for (const std::string& b : base_overrides) {
-      if (key_of(b) != key_of(overrides[i]) || value_of(b) == value_of(overrides[i])) continue;
       const std::string where =
           i < locations.size() && !locations[i].empty() ? locations[i] + ": " : "";
+      if (override_replaces(b, overrides[i])) {
+        throw ConfigError(label + ": " + where + "sets " + key_of(overrides[i]) +
+                          ", which holds the command line's --set " + key_of(b) +
+                          " and would silently replace it");
+      }
+      if (key_of(b) != key_of(overrides[i]) || value_of(b) == value_of(overrides[i])) continue;
       throw ConfigError(label + ": " + where + "sets " + key_of(b) + " to " +
                         value_of(overrides[i]) + ", but the command line gives " + value_of(b) +
                         " (--set " + key_of(b) + (key_of(b) == "seed" ? " or --seed" : "") +

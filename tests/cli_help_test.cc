@@ -112,6 +112,10 @@ TEST(CliHelp, UsageErrorsNameTheOption) {
       {"sim", "run x.yaml --set seed=1 --set seed=2",
        "--set seed: given more than once, with different values ('seed=1', 'seed=2'"},
       {"sim", "compare x.yaml --set a.b=1 --set a.b=2", "--set a.b: given more than once"},
+      // One key holding another, or one key spelled two ways: the later would replace the first.
+      {"sim", "run x.yaml --set w.n=5 --set 'w={n: 7}'", "--set w: replaces what --set w.n set"},
+      {"sim", "run x.yaml --set 'w.p[0].c=x' --set 'w.p[00].c=y'",
+       "--set w.p[0].c: given more than once, with different values"},
       {"engine", "run x.yaml --seed 1 --set seed=2", "--set seed: given with --seed too"},
       {"sim", "compare x.yaml --variant v:a=1,a=2", "key 'a' is given twice"},
       {"sim", "run x.yaml --out ''", "expected a path, got an empty one"},

@@ -88,6 +88,20 @@ TEST(ClusterConfig, ParsesPoolsAndDefaults) {
   fs::remove_all(dir);
 }
 
+// A pool's model or hardware file is found beside the experiment, as the top-level one is,
+// whatever the current folder, and named by its absolute path from then on.
+TEST(ClusterConfig, PoolFilesResolveBesideTheExperiment) {
+  const fs::path dir = temp_dir("cluster_pool_files");
+  fs::create_directories(dir / "cat");
+  fs::copy_file(servelab_home() / "experiments/catalog/hardware/H100-SXM.yaml",
+                dir / "cat" / "hw.yaml");
+  const ExperimentConfig c =
+      load_text(dir, experiment("cluster:\n  pools:\n    - {name: a, hardware: cat/hw.yaml}\n"));
+  ASSERT_EQ(c.cluster.pools.size(), 1u);
+  EXPECT_EQ(c.cluster.pools[0].hardware, (dir / "cat" / "hw.yaml").lexically_normal().string());
+  fs::remove_all(dir);
+}
+
 TEST(ClusterConfig, BadClustersNameTheKey) {
   std::string e = load_error(experiment("cluster:\n  pools:\n    - {count: 1, role: decode}\n"));
   EXPECT_NE(e.find("exp.yaml:"), std::string::npos) << e;

@@ -161,6 +161,18 @@ TEST(Compare, VariantsEqualSingleRunsAndFailFastOnBadOverrides) {
                                dir)
                 .code,
             0);
+  // A variant key holding the command line's (or held by it) would replace it: refused too.
+  const test_util::Cli held =
+      test_util::run_sim("compare " + exp +
+                             " --set workload.arrival.rate=9 --variant "
+                             "'p:workload.arrival={process: poisson, rate: 3}' --out " +
+                             (dir / "out5").string(),
+                         dir);
+  EXPECT_EQ(held.code, 2);
+  EXPECT_NE(held.err.find("sets workload.arrival, which holds the command line's --set "
+                          "workload.arrival.rate"),
+            std::string::npos)
+      << held.err;
   fs::remove_all(dir);
 }
 

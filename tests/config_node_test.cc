@@ -52,6 +52,17 @@ TEST(ConfigNode, QuotedNumbersAndBooleansAreText) {
       << msg;
   EXPECT_EQ(n.get_string("d"), "123");
   EXPECT_EQ(n.get_int("e"), 20);
+  // The same through --set, and through the text a variant's or sweep axis's value becomes.
+  YAML::Node root = n.yaml();
+  apply_override(root, "e=\"20\"");
+  apply_override(root, "f={x: '1', y: [2, \"off\", \"text\"]}");
+  ConfigNode set(root, std::make_shared<const std::string>("q.yaml"), "");
+  msg = error_of([&] { set.get_int("e", 1, 100); });
+  EXPECT_NE(msg.find("--set e: key 'e': expected an integer in [1, 100], got the quoted text '20'"),
+            std::string::npos)
+      << msg;
+  EXPECT_EQ(override_text(set.at("f").yaml()), "{x: \"1\", y: [2, \"off\", text]}");
+  EXPECT_EQ(override_text(ConfigNode::load_string("e: 20\n", "x.yaml").at("e").yaml()), "20");
 }
 
 TEST(ConfigNode, OutOfRangeIsAnError) {
@@ -128,6 +139,33 @@ TEST(ConfigNode, ChoiceListsOptions) {
   const std::string msg = error_of([&] { n.at("p").as_choice({"fcfs", "priority"}); });
   EXPECT_NE(msg.find("one of: fcfs, priority"), std::string::npos) << msg;
   EXPECT_EQ(ConfigNode::load_string("p: fcfs\n", "c.yaml").at("p").as_choice({"fcfs"}), "fcfs");
+}
+
+// A node YAML anchors and aliases share would change for every key reaching it: --set into it
+// is refused, by either key; the keys around it still take overrides. Merge keys are refused.
+TEST(ConfigNode, OverridesIntoAliasedNodesAreRefused) {
+  ConfigNode n = ConfigNode::load_string(
+      "w:\n  prompt: &len {dist: fixed, value: 100}\n  output: *len\n  rate: &r 5\n"
+      "  burst: *r\n  list: [&item {a: 1}, *item]\n  other: {dist: fixed, value: 3}\n",
+      "a.yaml");
+  for (const char* set :
+       {"w.prompt.value=50", "w.output.value=50", "w.rate=6", "w.burst=6", "w.list[0].a=2",
+        "w.list[1].a=2", "w.list[1]=7", "w.prompt={dist: fixed, value: 9}"}) {
+    YAML::Node root = n.yaml();
+    const std::string msg = error_of([&] { apply_override(root, set); });
+    EXPECT_NE(msg.find("is shared with another key through a YAML anchor and alias"),
+              std::string::npos)
+        << set << ": " << msg;
+  }
+  YAML::Node root = n.yaml();
+  apply_override(root, "w.other.value=4");
+  ConfigNode top(root, std::make_shared<const std::string>("a.yaml"), "");
+  EXPECT_EQ(top.at("w").at("other").get_int("value"), 4);
+  EXPECT_EQ(top.at("w").at("output").get_int("value"), 100);
+  EXPECT_NE(error_of([] {
+              ConfigNode::load_string("a: &b {x: 1}\nc:\n  <<: *b\n", "m.yaml");
+            }).find("m.yaml:3:3: YAML merge keys (<<) are not supported"),
+            std::string::npos);
 }
 
 TEST(ConfigNode, OverrideSetsNestedKeysAndIsNamedInErrors) {

@@ -751,6 +751,12 @@ TEST(PolicyExperimentTest, ChunkingKeysOfAnotherFormationAreRefused) {
   EXPECT_NE(error({"policies.batch=orca", "serving.enable_chunked_prefill=true"})
                 .find("'orca' never chunks a prompt"),
             std::string::npos);
+  // A value saying what the formation does anyway is a record (vLLM v0's setting beside
+  // prefill-first).
+  EXPECT_EQ(error({"policies.batch=prefill-first", "serving.enable_chunked_prefill=false",
+                   "serving.long_prefill_token_threshold=0"}),
+            "accepted");
+  EXPECT_EQ(error({"policies.batch=sglang", "serving.enable_chunked_prefill=true"}), "accepted");
   EXPECT_EQ(error({"policies.batch=preemptive", "policies.queue=sjf",
                    "serving.long_prefill_token_threshold=32"}),
             "accepted");

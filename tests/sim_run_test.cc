@@ -342,6 +342,31 @@ TEST(SimRun, SetOverridesAnyKeyAndIsRecordedInConfig) {
   fs::remove_all(dir);
 }
 
+// A run's config.yaml names its data files by absolute path: run again from another folder it
+// reads the same trace (a shipped lesson's trace beside its experiment) and gives the same files.
+TEST(SimRun, ConfigYamlReadsTheSameDataFilesFromAnyFolder) {
+  const fs::path dir = temp_dir("config_paths");
+  fs::create_directories(dir / "elsewhere");
+  const Cli first =
+      run_sim("run " + servelab_home().string() +
+                  "/experiments/lessons/scoring-prompts.yaml -q --out " + (dir / "r1").string(),
+              dir);
+  ASSERT_EQ(first.code, 0) << first.err;
+  const Cli again = run_program(
+      "sim", "run " + (dir / "r1" / "config.yaml").string() + " -q --out " + (dir / "r2").string(),
+      dir / "stdout.txt", dir / "stderr.txt", "cd '" + (dir / "elsewhere").string() + "' && ");
+  ASSERT_EQ(again.code, 0) << again.err;
+  for (const char* f : {"requests.csv", "steps.csv", "summary.json"}) {
+    EXPECT_EQ(read_file(dir / "r1" / f), read_file(dir / "r2" / f)) << f;
+  }
+  EXPECT_NE(read_file(dir / "r1" / "config.yaml")
+                .find("path: " + (servelab_home() / "experiments/lessons/scoring-prompts.jsonl")
+                                     .lexically_normal()
+                                     .string()),
+            std::string::npos);
+  fs::remove_all(dir);
+}
+
 TEST(SimRun, UsageErrorsAreExitCode2) {
   const fs::path dir = temp_dir("usage");
   EXPECT_EQ(run_sim("", dir).code, 2);
