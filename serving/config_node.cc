@@ -145,6 +145,16 @@ void check_yaml_structure(const YAML::Node& root, const std::string& name) {
       throw ConfigError(mark_text(name, node.Mark()) + ": nesting too deep (more than " +
                         std::to_string(kMaxYamlDepth) + " levels)");
     }
+    // `!!str 20` is the text "20", as "20" quoted: the same non-specific tag from here on, so
+    // every reader treats it as one (it was read as the number). The other core tags (!!int,
+    // !!float, !!bool) say what the value reads as anyway; an application tag (`!mine`) means
+    // nothing to ServeLab and is refused rather than dropped.
+    if (node.IsScalar() && node.Tag() == "tag:yaml.org,2002:str") node.SetTag("!");
+    if (const std::string& tag = node.Tag();
+        tag.size() > 1 && tag[0] == '!' && !override_tag(tag)) {
+      throw ConfigError(mark_text(name, node.Mark()) + ": the YAML tag '" + tag +
+                        "' is not supported (ServeLab reads plain values; quote text instead)");
+    }
     if (node.IsMap()) {
       std::unordered_map<std::string, YAML::Mark> seen;  // membership only, never iterated
       for (const auto& kv : node) {
@@ -314,6 +324,17 @@ void ConfigNode::fail_message(std::string_view message) const {
   throw ConfigError(location() + ": key '" + path_ + "': " + std::string(message));
 }
 
+namespace {
+
+// `010`, `-007`: YAML 1.1 reads an integer with a leading zero as octal (8), YAML 1.2 and
+// strtoll as decimal (10); which one the writer meant is unknowable, so both refuse it.
+bool has_leading_zero(const std::string& s) {
+  const std::size_t i = !s.empty() && (s[0] == '-' || s[0] == '+') ? 1 : 0;
+  return s.size() > i + 1 && s[i] == '0' && s[i + 1] >= '0' && s[i + 1] <= '9';
+}
+
+}  // namespace
+
 std::int64_t ConfigNode::as_int(std::int64_t min, std::int64_t max) const {
   auto expected = [&] {
     std::string e = "an integer";
@@ -328,6 +349,8 @@ std::int64_t ConfigNode::as_int(std::int64_t min, std::int64_t max) const {
   };
   if (!node_.IsScalar() || quoted()) fail(expected());
   const std::string& s = node_.Scalar();
+  if (has_leading_zero(s))
+    fail(expected() + " without a leading zero (YAML 1.1 reads 010 as octal)");
   char* end = nullptr;
   errno = 0;
   long long v = std::strtoll(s.c_str(), &end, 10);
@@ -360,6 +383,9 @@ double ConfigNode::as_double(double min, double max) const {
   };
   if (!node_.IsScalar() || quoted()) fail(expected());
   const std::string& s = node_.Scalar();
+  if (has_leading_zero(s) && s.find_first_of(".eE") == std::string::npos) {
+    fail(expected() + " without a leading zero (YAML 1.1 reads 010 as octal)");
+  }
   char* end = nullptr;
   const double v = std::strtod(s.c_str(), &end);
   if (s.empty() || *end != '\0' || !std::isfinite(v) || v < min || v > max) fail(expected());
@@ -369,8 +395,14 @@ double ConfigNode::as_double(double min, double max) const {
 bool ConfigNode::as_bool() const {
   if (node_.IsScalar() && !quoted()) {
     const std::string& s = node_.Scalar();
-    if (s == "true" || s == "True" || s == "yes" || s == "on") return true;
-    if (s == "false" || s == "False" || s == "no" || s == "off") return false;
+    // YAML 1.1's words in its three spellings (the ones reads_as_non_text re-quotes); `y` and
+    // `n` are left out: a one-letter value is more likely a typo than a boolean.
+    for (const char* w : {"true", "True", "TRUE", "yes", "Yes", "YES", "on", "On", "ON"}) {
+      if (s == w) return true;
+    }
+    for (const char* w : {"false", "False", "FALSE", "no", "No", "NO", "off", "Off", "OFF"}) {
+      if (s == w) return false;
+    }
   }
   fail("true or false");
 }

@@ -12,6 +12,7 @@
 #include "serving/hardware_config.h"
 #include "serving/home.h"
 #include "serving/model_config.h"
+#include "traces/data_paths.h"
 #include "traces/lora_workload.h"
 #include "traces/mix_workload.h"
 #include "traces/workload.h"
@@ -164,27 +165,12 @@ void check_pinned_prefixes(const ConfigNode& top, const PrefixCacheSection& sect
 // `file` or `table`) as the absolute path it was read from, so the run's config.yaml reads the
 // same files from any folder (a relative path resolved against the experiment's folder).
 YAML::Node with_absolute_data_paths(YAML::Node workload, const std::string& base_dir) {
-  std::vector<YAML::Node> stack{workload};
-  while (!stack.empty()) {
-    YAML::Node n = stack.back();
-    stack.pop_back();
-    if (n.IsSequence()) {
-      for (YAML::Node item : n) stack.push_back(item);
-      continue;
+  for_each_data_path(workload, [&](YAML::Node& value) {
+    if (!std::filesystem::path(value.Scalar()).is_relative()) return;
+    if (const auto found = resolve_data_path(value.Scalar(), base_dir)) {
+      value = std::filesystem::absolute(*found).lexically_normal().string();
     }
-    if (!n.IsMap()) continue;
-    for (auto kv : n) {
-      const std::string key = kv.first.IsScalar() ? kv.first.Scalar() : "";
-      if ((key == "path" || key == "file" || key == "table") && kv.second.IsScalar() &&
-          std::filesystem::path(kv.second.Scalar()).is_relative()) {
-        if (const auto found = resolve_data_path(kv.second.Scalar(), base_dir)) {
-          kv.second = std::filesystem::absolute(*found).lexically_normal().string();
-        }
-      } else {
-        stack.push_back(kv.second);
-      }
-    }
-  }
+  });
   return workload;
 }
 
@@ -762,18 +748,19 @@ ExperimentConfig experiment_from_document(const ConfigNode& doc, const std::stri
                                           std::optional<std::uint64_t> seed) {
   YAML::Node root = doc.yaml();
   for (const std::string& o : overrides) {
-    // The variants and the grid are read from the file by `sim compare` and `sim sweep`: an
-    // override of them would be silently ignored.
-    for (const char* section : {"compare", "sweep"}) {
+    // The variants and the grid are read from the file by `sim compare` and `sim sweep`, and
+    // `derived:` is a run's record, never read: an override of them would be silently ignored.
+    for (const std::string section : {"compare", "sweep", "derived"}) {
       const std::string key = o.substr(0, o.find('='));
-      if (key == section || key.starts_with(std::string(section) + ".") ||
-          key.starts_with(std::string(section) + "[")) {
-        throw ConfigError("--set " + key + ": the " + section +
-                          ": section cannot be set with --set (" +
-                          (std::string(section) == "compare"
-                               ? "pass the variants with --variant NAME:key=value,... instead"
-                               : "edit the experiment's sweep: section") +
-                          ")");
+      if (key == section || key.starts_with(section + ".") || key.starts_with(section + "[")) {
+        throw ConfigError(
+            "--set " + key + ": the " + section + ": section cannot be set with --set (" +
+            (section == "compare" ? "pass the variants with --variant NAME:key=value,... instead"
+             : section == "sweep"
+                 ? "edit the experiment's sweep: section"
+                 : "it records what a run derived and is ignored when read; set what it derives "
+                   "from, e.g. serving.num_gpu_blocks") +
+            ")");
       }
     }
     // `--set model.kv_cache_dtype=fp8` on `model: NAME`: the name becomes {name: NAME} first.
@@ -831,6 +818,19 @@ ExperimentConfig experiment_from_document(const ConfigNode& doc, const std::stri
   c.hardware = top.get_string("hardware");
   resolve_model_file(c.model, c.base_dir);
   resolve_model_file(c.hardware, c.base_dir);
+  // An unknown name or a bad file is an error at its key here, not one without a line when the
+  // run starts (as a cluster pool's).
+  try {
+    (void)load_model(c.model, default_catalog_dir());
+  } catch (const ConfigError& e) {
+    const ConfigNode m = top.at("model");
+    (m.is_map() ? m.at("name") : m).fail_message(e.what());
+  }
+  try {
+    (void)load_hardware(c.hardware, default_catalog_dir());
+  } catch (const ConfigError& e) {
+    top.at("hardware").fail_message(e.what());
+  }
   if (auto s = top.find("serving")) parse_serving(*s, c);
   if (auto p = top.find("policies")) parse_policies(*p, c);
   // Multi-step needs a formation that reserves lookahead slots (every built-in one does).

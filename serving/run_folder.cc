@@ -338,9 +338,14 @@ void print_summary(std::FILE* f, const ExperimentConfig& config, const RunOutput
                s.requests_per_s, s.input_tokens_per_s, s.output_tokens_per_s);
   std::fprintf(f, "  %-13s %10s %10s %10s %10s %10s\n", "latency (ms)", "mean", "p50", "p90", "p99",
                "max");
+  // A distribution with no values (nothing completed; no request of two tokens for TPOT) prints
+  // "-": its zeros in summary.json (count 0) would read as the best latency there is.
   auto row = [&](const char* name, const DistributionSummary& d) {
-    std::fprintf(f, "  %-13s %10.2f %10.2f %10.2f %10.2f %10.2f\n", name, d.mean, d.p50, d.p90,
-                 d.p99, d.max);
+    std::fprintf(f, "  %-13s", name);
+    for (const double v : {d.mean, d.p50, d.p90, d.p99, d.max}) {
+      std::fprintf(f, " %10s", d.count > 0 ? format_text("%.2f", v).c_str() : "-");
+    }
+    std::fputc('\n', f);
   };
   row("TTFT", s.ttft_ms);
   row("TPOT", s.tpot_ms);
@@ -379,9 +384,13 @@ void print_summary(std::FILE* f, const ExperimentConfig& config, const RunOutput
     std::fprintf(f, "  %-*s %9s %10s %10s %10s %10s %10s %9s\n", w, "class", "completed",
                  "TTFT p50", "TTFT p99", "TPOT p50", "ITL p99", "E2E p99", "SLO met");
     for (const ClassSummary& c : s.classes) {
-      std::fprintf(f, "  %-*s %9lld %10.2f %10.2f %10.2f %10.2f %10.2f %7.1f %%\n", w,
-                   c.name.c_str(), static_cast<long long>(c.completed), c.ttft_ms.p50,
-                   c.ttft_ms.p99, c.tpot_ms.p50, c.itl_ms.p99, c.e2e_ms.p99,
+      const auto cell = [](const DistributionSummary& d, double v) {
+        return d.count > 0 ? format_text("%.2f", v) : std::string("-");
+      };
+      std::fprintf(f, "  %-*s %9lld %10s %10s %10s %10s %10s %7.1f %%\n", w, c.name.c_str(),
+                   static_cast<long long>(c.completed), cell(c.ttft_ms, c.ttft_ms.p50).c_str(),
+                   cell(c.ttft_ms, c.ttft_ms.p99).c_str(), cell(c.tpot_ms, c.tpot_ms.p50).c_str(),
+                   cell(c.itl_ms, c.itl_ms.p99).c_str(), cell(c.e2e_ms, c.e2e_ms.p99).c_str(),
                    100.0 * c.slo_attainment);
     }
   }

@@ -63,7 +63,17 @@ std::vector<Variant> variants_from_experiment(const ExperimentSource& source) {
     if (const std::optional<ConfigNode> set = v.find("set")) {
       if (!set->is_map()) set->fail("a mapping of key.path: value");
       for (const std::string& key : set->keys()) {
-        var.overrides.push_back(key + "=" + override_text(set->at(key).yaml()));
+        const std::string o = key + "=" + override_text(set->at(key).yaml());
+        // A section after a key inside it replaces that key (as --set given so; the key after
+        // its section refines it).
+        for (const std::string& earlier : var.overrides) {
+          if (override_replaces(earlier, o)) {
+            set->at(key).fail_message("replaces " + override_key(earlier) +
+                                      ", set before it in this variant (it holds that key; set "
+                                      "the section first and the key after it)");
+          }
+        }
+        var.overrides.push_back(o);
         var.locations.push_back(set->at(key).location());
       }
     }
@@ -114,6 +124,11 @@ Variant parse_variant(const std::string& text) {
     for (const std::string& o : v.overrides) {
       if (o.substr(0, o.find('=')) == key) {
         throw ConfigError("--variant " + text + ": key '" + key + "' is given twice");
+      }
+      if (override_replaces(o, item)) {
+        throw ConfigError("--variant " + text + ": key '" + key + "' replaces " + override_key(o) +
+                          ", given before it (it holds that key; give the section first and "
+                          "the key after it)");
       }
     }
     v.overrides.push_back(item);

@@ -147,8 +147,21 @@ std::vector<SweepAxis> sweep_from_experiment(const ExperimentSource& source) {
       values.fail_message("expected a dotted key path such as workload.arrival.rate");
     }
     const std::string head = key.substr(0, key.find('.'));
-    if (head == "sweep" || head == "compare") {
+    if (head == "sweep" || head == "compare" || head == "derived") {
       values.fail_message("a sweep cannot set the `" + head + "` section");
+    }
+    // One axis inside another (`workload.arrival` and `workload.arrival.rate`): at every point
+    // one value would be set into, or replaced by, the other's.
+    for (const SweepAxis& other : axes) {
+      const auto holds = [](const std::string& holder, const std::string& held) {
+        return held.size() > holder.size() && held.starts_with(holder) &&
+               (held[holder.size()] == '.' || held[holder.size()] == '[');
+      };
+      if (other.key != "variant" && (holds(other.key, key) || holds(key, other.key))) {
+        values.fail_message("overlaps the axis " + other.key + " (" + other.location +
+                            "): one holds the other; sweep the inner key alone, or write "
+                            "its values out in the outer one's");
+      }
     }
     if (!values.is_sequence() || values.elements().empty()) {
       values.fail("a non-empty list of values, e.g. [2, 4, 8]");

@@ -31,6 +31,7 @@
 #include "sim/roofline_cost_model.h"
 #include "sim/vidur_fit.h"
 #include "traces/csv_reader.h"
+#include "traces/data_paths.h"
 
 namespace servelab {
 
@@ -243,6 +244,32 @@ std::string dump(const YAML::Node& n) {
   YAML::Emitter e;
   e << n;
   return e.c_str();
+}
+
+// Where two config.yaml values first differ: the key path below `path` and each side's value
+// on one line (a whole section printed as block YAML spanned lines in an error message).
+std::string first_difference(const YAML::Node& a, const YAML::Node& b, const std::string& path) {
+  const auto one_line = [](const YAML::Node& n) {
+    const std::string text = n ? override_text(n) : "<absent>";
+    return text.size() > 120 ? text.substr(0, 117) + "..." : text;
+  };
+  if (a && b && a.IsMap() && b.IsMap()) {
+    for (const auto& kv : a) {
+      const std::string k = kv.first.Scalar();
+      if (dump(kv.second) != dump(b[k])) return first_difference(kv.second, b[k], path + "." + k);
+    }
+    for (const auto& kv : b) {
+      const std::string k = kv.first.Scalar();
+      if (!a[k]) return first_difference(a[k], kv.second, path + "." + k);
+    }
+  } else if (a && b && a.IsSequence() && b.IsSequence() && a.size() == b.size()) {
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      if (dump(a[i]) != dump(b[i])) {
+        return first_difference(a[i], b[i], path + "[" + std::to_string(i) + "]");
+      }
+    }
+  }
+  return "'" + path + "' differs (" + one_line(a) + " vs " + one_line(b) + ")";
 }
 
 // The executed steps in order (steps with no rows are not executed: an idle engine forms
@@ -551,31 +578,16 @@ ValidationReport validate_runs(const std::string& sim_dir, const std::string& en
     if (copy.IsScalar() && copy.Scalar().find('/') != std::string::npos) {
       return YAML::Node(fs::path(copy.Scalar()).filename().string());  // a model file
     }
-    std::vector<YAML::Node> stack{copy};
-    while (!stack.empty()) {
-      YAML::Node n = stack.back();
-      stack.pop_back();
-      if (n.IsSequence()) {
-        for (YAML::Node item : n) stack.push_back(item);
-      } else if (n.IsMap()) {
-        for (auto kv : n) {
-          const std::string k = kv.first.IsScalar() ? kv.first.Scalar() : "";
-          if ((k == "path" || k == "file" || k == "table") && kv.second.IsScalar()) {
-            kv.second = fs::path(kv.second.Scalar()).filename().string();
-          } else {
-            stack.push_back(kv.second);
-          }
-        }
-      }
-    }
+    for_each_data_path(
+        copy, [](YAML::Node& value) { value = fs::path(value.Scalar()).filename().string(); });
     return copy;
   };
   for (const char* key : {"workload", "seed", "model"}) {
-    if (dump(by_file_name(sc[key])) != dump(by_file_name(ec[key]))) {
+    const YAML::Node s = by_file_name(sc[key]), e = by_file_name(ec[key]);
+    if (dump(s) != dump(e)) {
       throw ConfigError(sim_cfg_path + " and " + eng_cfg_path +
-                        " describe different experiments: key '" + key + "' differs (" +
-                        dump(sc[key]).substr(0, 200) + " vs " + dump(ec[key]).substr(0, 200) +
-                        "); validate runs of the same experiment");
+                        " describe different experiments: key " + first_difference(s, e, key) +
+                        "; validate runs of the same experiment");
     }
   }
   for (const char* key : {"serving", "policies"}) {
@@ -853,11 +865,13 @@ void print_latency_attribution(std::FILE* f, const ValidationReport& r) {
       a.unmatched > 0 ? ("; " + std::to_string(a.unmatched) + " requests not attributed").c_str()
                       : "");
   if (a.wake_ups > 0) {
-    // The simulator starts a step on an idle replica at the arrival itself (sim/
-    // latency_attribution.h idle_wake_ups).
+    // The simulator starts a step on an idle replica at the arrival itself, or its calibrated
+    // profile's wake_up_s after it (sim/simulator.h SimReplica::wake_up_ns); the report does not
+    // know which profile the simulated run used, so it names both.
     std::fprintf(f,
                  "  engine idle wake-ups: %lld steps started on an arrival at an idle engine, "
-                 "%.1f us after it (p50; p90 %.1f us); the simulator starts them at the arrival\n",
+                 "%.1f us after it (p50; p90 %.1f us); the simulator starts them at the arrival "
+                 "plus its profile's wake_up_s (0 without one)\n",
                  static_cast<long long>(a.wake_ups), a.wake_up_p50_s * 1e6, a.wake_up_p90_s * 1e6);
   }
 }
@@ -1042,6 +1056,23 @@ void check_validation_dir(const std::string& dir, const std::vector<std::string>
                         "refusing to write the report there (choose another --out)");
     } else if ((name == "validation.json" || name == "replay.csv") && !entry.is_symlink() &&
                entry.is_regular_file()) {
+      // Ours only if it reads as ours (a report's keys, the replay's header): --force replaces
+      // a previous report, never a user's file of the same name.
+      std::ifstream in(entry.path(), std::ios::binary);
+      bool ours = false;
+      if (name == "replay.csv") {
+        std::string header;
+        std::getline(in, header);
+        ours = header + "\n" == replay_csv(ValidationReport{});
+      } else {
+        const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+        ours = j.is_object() && j.contains("sim_dir") && j.contains("engine_dir") &&
+               j.contains("schedule");
+      }
+      if (!ours) {
+        throw ConfigError(dir + ": refusing to write here: its '" + name +
+                          "' is not a `sim validate` report (choose another --out)");
+      }
       previous = true;
     } else {
       throw ConfigError(dir + ": refusing to write here: it holds '" + name +

@@ -44,7 +44,6 @@ ExperimentConfig load_variant(const ExperimentSource& source,
                               const std::vector<std::string>& locations) {
   // A key the command line sets (--set, --seed) that the variant or sweep point sets to another
   // value: the later would win without a word, so neither does.
-  const auto key_of = [](const std::string& o) { return override_key(o); };
   const auto value_of = [](const std::string& o) {
     const std::size_t eq = o.find('=');
     return eq == std::string::npos ? std::string() : std::string(trim(o.substr(eq + 1)));
@@ -54,14 +53,16 @@ ExperimentConfig load_variant(const ExperimentSource& source,
       const std::string where =
           i < locations.size() && !locations[i].empty() ? locations[i] + ": " : "";
       if (override_replaces(b, overrides[i])) {
-        throw ConfigError(label + ": " + where + "sets " + key_of(overrides[i]) +
-                          ", which holds the command line's --set " + key_of(b) +
+        throw ConfigError(label + ": " + where + "sets " + override_key(overrides[i]) +
+                          ", which holds the command line's --set " + override_key(b) +
                           " and would silently replace it");
       }
-      if (key_of(b) != key_of(overrides[i]) || value_of(b) == value_of(overrides[i])) continue;
-      throw ConfigError(label + ": " + where + "sets " + key_of(b) + " to " +
+      if (override_key(b) != override_key(overrides[i]) || value_of(b) == value_of(overrides[i]))
+        continue;
+      throw ConfigError(label + ": " + where + "sets " + override_key(b) + " to " +
                         value_of(overrides[i]) + ", but the command line gives " + value_of(b) +
-                        " (--set " + key_of(b) + (key_of(b) == "seed" ? " or --seed" : "") +
+                        " (--set " + override_key(b) +
+                        (override_key(b) == "seed" ? " or --seed" : "") +
                         "); one would silently win: drop one of them");
     }
   }

@@ -56,6 +56,18 @@ TEST(Compare, ParsesVariantArguments) {
               std::string::npos)
         << e.what();
   }
+  // A section after a key inside it would drop the key; the key after its section refines it.
+  try {
+    parse_variant("a:workload.arrival.rate=4,workload.arrival={process: poisson, rate: 8}");
+    FAIL() << "accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("key 'workload.arrival' replaces workload.arrival.rate"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(parse_variant("a:workload.arrival={process: poisson, rate: 8},workload.arrival.rate=4")
+                .overrides.size(),
+            2u);
 }
 
 TEST(Compare, ReadsTheCompareSectionAndRejectsMistakes) {
@@ -71,6 +83,17 @@ TEST(Compare, ReadsTheCompareSectionAndRejectsMistakes) {
     FAIL() << "duplicate accepted";
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("dup.yaml:3:"), std::string::npos) << e.what();
+  }
+  std::ofstream(dir / "inner.yaml")
+      << "compare:\n  - name: a\n    set:\n      serving.block_size: 32\n"
+         "      serving: {block_size: 16}\n";
+  try {
+    variants_from_experiment((dir / "inner.yaml").string());
+    FAIL() << "a section replacing a key set before it accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("inner.yaml:5:"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("replaces serving.block_size"), std::string::npos)
+        << e.what();
   }
   std::ofstream(dir / "key.yaml") << "compare:\n  - name: a\n    sett: {}\n";
   EXPECT_THROW(variants_from_experiment((dir / "key.yaml").string()), ConfigError);

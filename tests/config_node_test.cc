@@ -26,6 +26,52 @@ TEST(ConfigNode, TypedGettersAndDefaults) {
   EXPECT_EQ(n.get_string("missing", "dflt"), "dflt");
 }
 
+// YAML 1.1's boolean words in each of their spellings (`TRUE` and `Yes` were refused while
+// `True` and `yes` passed); a one-letter `y` is not a boolean.
+TEST(ConfigNode, BooleansInEverySpelling) {
+  for (const char* w : {"true", "True", "TRUE", "yes", "Yes", "YES", "on", "On", "ON"}) {
+    EXPECT_TRUE(
+        ConfigNode::load_string(std::string("b: ") + w + "\n", "x.yaml").get_bool("b", false))
+        << w;
+  }
+  for (const char* w : {"false", "False", "FALSE", "no", "No", "NO", "off", "Off", "OFF"}) {
+    EXPECT_FALSE(
+        ConfigNode::load_string(std::string("b: ") + w + "\n", "x.yaml").get_bool("b", true))
+        << w;
+  }
+  for (const char* w : {"y", "n", "tRUE", "1", "enabled"}) {
+    const ConfigNode n = ConfigNode::load_string(std::string("b: ") + w + "\n", "x.yaml");
+    EXPECT_NE(error_of([&] { n.get_bool("b", false); }).find("expected true or false"),
+              std::string::npos)
+        << w;
+  }
+}
+
+// `010` is octal 8 in YAML 1.1 and decimal 10 in YAML 1.2: refused rather than guessed.
+TEST(ConfigNode, IntegersWithALeadingZeroAreRefused) {
+  const ConfigNode n =
+      ConfigNode::load_string("a: 010\nb: -007\nc: 0\nd: 0.5\ne: 00.25\nf: 0e0\n", "x.yaml");
+  EXPECT_NE(error_of([&] { n.get_int("a"); }).find("x.yaml:1:"), std::string::npos);
+  EXPECT_NE(error_of([&] { n.get_int("a"); }).find("without a leading zero"), std::string::npos);
+  EXPECT_NE(error_of([&] { n.get_double("a"); }).find("without a leading zero"), std::string::npos);
+  EXPECT_NE(error_of([&] { n.get_int("b"); }).find("without a leading zero"), std::string::npos);
+  EXPECT_EQ(n.get_int("c"), 0);
+  EXPECT_DOUBLE_EQ(n.get_double("d"), 0.5);
+  EXPECT_DOUBLE_EQ(n.get_double("e"), 0.25);
+  EXPECT_EQ(n.get_int("f"), 0);
+}
+
+// `!!str 20` is text, as "20" is (it was read as the number 20); an application tag is refused.
+TEST(ConfigNode, StrTagIsTextAndOtherLocalTagsAreRefused) {
+  const ConfigNode n = ConfigNode::load_string("a: !!str 20\nb: !!int 7\n", "x.yaml");
+  EXPECT_NE(error_of([&] { n.get_int("a"); }).find("got the quoted text '20'"), std::string::npos);
+  EXPECT_EQ(n.get_string("a"), "20");
+  EXPECT_EQ(n.get_int("b"), 7);
+  const std::string msg = error_of([] { ConfigNode::load_string("a: 1\nb: !mine 5\n", "x.yaml"); });
+  EXPECT_NE(msg.find("x.yaml:2:"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("the YAML tag '!mine' is not supported"), std::string::npos) << msg;
+}
+
 TEST(ConfigNode, WrongTypeNamesFileLineAndKey) {
   ConfigNode n = ConfigNode::load_string("serving:\n  block_size: sixteen\n", "exp.yaml");
   const std::string msg = error_of([&] { n.at("serving").get_int("block_size", 1, 256); });

@@ -378,5 +378,78 @@ TEST(SimRun, UsageErrorsAreExitCode2) {
   fs::remove_all(dir);
 }
 
+// A distribution with no values prints "-" in the summary (its zeros read as the best latency);
+// summary.json keeps the zeros beside `count: 0`. Every prompt here is longer than the model.
+TEST(SimRun, SummaryPrintsNoLatenciesWhenNothingCompletes) {
+  const fs::path dir = temp_dir("nothing-completes");
+  write_file(dir / "exp.yaml", small_experiment("  type: synthetic\n  num_requests: 5\n"
+                                                "  arrival: {process: poisson, rate: 50}\n"
+                                                "  prompt_len: {dist: fixed, value: 600}\n"
+                                                "  output_len: {dist: fixed, value: 4}\n"));
+  const Cli cli =
+      run_sim("run " + (dir / "exp.yaml").string() + " --out " + (dir / "run").string(), dir);
+  ASSERT_EQ(cli.code, 0) << cli.err;
+  EXPECT_NE(cli.out.find("(0 completed, 5 rejected"), std::string::npos) << cli.out;
+  for (const char* name : {"TTFT", "TPOT", "ITL", "E2E", "queueing"}) {
+    const std::size_t at = cli.out.find(std::string("  ") + name + " ");
+    ASSERT_NE(at, std::string::npos) << name;
+    const std::string line = cli.out.substr(at, cli.out.find('\n', at) - at);
+    EXPECT_EQ(line.find("0.00"), std::string::npos) << line;
+    EXPECT_NE(line.find("         -          -"), std::string::npos) << line;
+  }
+  const nlohmann::json s = nlohmann::json::parse(read_file(dir / "run" / "summary.json"));
+  EXPECT_EQ(s["ttft_ms"]["count"], 0) << s.dump();
+  fs::remove_all(dir);
+}
+
+// An unknown model or hardware name is an error at its key when the experiment is read (it was
+// one without a file or line when the run started).
+TEST(SimRun, UnknownModelOrHardwareNamesTheKey) {
+  const fs::path dir = temp_dir("unknown-model");
+  const auto error_of = [&](const std::string& text) {
+    write_file(dir / "exp.yaml", text);
+    try {
+      load_experiment((dir / "exp.yaml").string(), {});
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  std::string msg = error_of("seed: 1\nmodel: Llama-4-400B\nhardware: H100-SXM\n");
+  EXPECT_NE(msg.find("exp.yaml:2:"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("key 'model': unknown model 'Llama-4-400B'"), std::string::npos) << msg;
+  msg = error_of("model: {name: Llama-4-400B, kv_cache_dtype: fp8}\nhardware: H100-SXM\n");
+  EXPECT_NE(msg.find("key 'model.name': unknown model"), std::string::npos) << msg;
+  msg = error_of("model: tiny\nhardware: B300\n");
+  EXPECT_NE(msg.find("exp.yaml:2:"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("key 'hardware': unknown hardware 'B300'"), std::string::npos) << msg;
+  fs::remove_all(dir);
+}
+
+// Sections a --set would change without effect are refused, naming the key and what to do:
+// `compare:` and `sweep:` (read from the file by their commands) and `derived:` (a run's record:
+// `--set derived.num_gpu_blocks=100` was accepted and the run kept its 3,607 blocks).
+TEST(SimRun, SetIntoSectionsItCannotChangeIsRefused) {
+  const auto error_of = [](const std::string& o) {
+    try {
+      load_experiment(kBurst, {o});
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(error_of("derived.num_gpu_blocks=100")
+                .find("--set derived.num_gpu_blocks: the derived: "
+                      "section cannot be set"),
+            std::string::npos);
+  EXPECT_NE(error_of("derived.num_gpu_blocks=100").find("serving.num_gpu_blocks"),
+            std::string::npos);
+  EXPECT_NE(error_of("derived={}").find("the derived: section"), std::string::npos);
+  EXPECT_NE(error_of("compare.a.seed=1").find("--variant"), std::string::npos);
+  EXPECT_NE(error_of("sweep[0]=1").find("the sweep: section"), std::string::npos);
+  // A key that only starts with the same letters is not the section.
+  EXPECT_EQ(error_of("description=derived"), "");
+}
+
 }  // namespace
 }  // namespace servelab

@@ -148,6 +148,26 @@ TEST(Sweep, MalformedSectionIsExitTwoNamingLineAndKey) {
   EXPECT_EQ(index.code, 2);
   EXPECT_NE(index.err.find("index.yaml:14"), std::string::npos) << index.err;
   EXPECT_NE(index.err.find("malformed list index"), std::string::npos) << index.err;
+
+  // One axis inside another: the outer one's value replaced the inner one's at every point.
+  text = kExperiment;
+  text.replace(text.find("policies.batch: [vllm, sarathi]"), 31,
+               "workload.arrival: [{process: poisson, rate: 2}]");
+  write_file(dir / "overlap.yaml", text);
+  const Cli overlap = run_sim("sweep " + (dir / "overlap.yaml").string() + " --no-plot", dir);
+  EXPECT_EQ(overlap.code, 2);
+  EXPECT_NE(overlap.err.find("overlap.yaml:14"), std::string::npos) << overlap.err;
+  EXPECT_NE(overlap.err.find("overlaps the axis workload.arrival.rate ("),
+            std::string::npos)
+      << overlap.err;
+  EXPECT_NE(overlap.err.find("overlap.yaml:13:"), std::string::npos) << overlap.err;
+  // And the derived: section, a run's record, is not a setting.
+  text = kExperiment;
+  text.replace(text.find("policies.batch: [vllm, sarathi]"), 31, "derived.num_gpu_blocks: [9]");
+  write_file(dir / "derived.yaml", text);
+  const Cli derived = run_sim("sweep " + (dir / "derived.yaml").string() + " --no-plot", dir);
+  EXPECT_EQ(derived.code, 2);
+  EXPECT_NE(derived.err.find("cannot set the `derived` section"), std::string::npos) << derived.err;
 }
 
 // An axis over a list entry (`cluster.pools[0].count`): each point sets that entry, as --set

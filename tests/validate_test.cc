@@ -391,7 +391,11 @@ TEST(Validate, ConfigurationChecks) {
     validate_runs((dir / "sim").string(), (dir / "engine").string());
     FAIL();
   } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("'workload'"), std::string::npos) << e.what();
+    // The first differing key and both values, on one line.
+    EXPECT_NE(std::string(e.what()).find("key 'workload.num_requests' differs (3 vs 4)"),
+              std::string::npos)
+        << e.what();
+    EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
   }
   auto c = run_sim("validate " + (dir / "sim").string() + " " + (dir / "engine").string(), dir);
   EXPECT_EQ(c.code, 2);
@@ -440,6 +444,21 @@ TEST(Validate, CommandWritesJsonAndRefusesBadInput) {
   EXPECT_NE(c.err.find("holds 'notes.txt', which is not a `sim validate` output"),
             std::string::npos)
       << c.err;
+  // A file of the user's that only has a report's name is not replaced, even with --force.
+  for (const char* file : {"validation.json", "replay.csv"}) {
+    std::filesystem::remove_all(dir / "mine");
+    std::filesystem::create_directories(dir / "mine");
+    write_file(dir / "mine" / file, "{\"my\": \"notes\"}\n");
+    c = run_sim("validate " + both + " -q --force --out " + (dir / "mine").string(), dir);
+    EXPECT_EQ(c.code, 2) << file;
+    EXPECT_NE(c.err.find(std::string("its '") + file + "' is not a `sim validate` report"),
+              std::string::npos)
+        << c.err;
+    EXPECT_EQ(test_util::read_file(dir / "mine" / file), "{\"my\": \"notes\"}\n");
+  }
+  std::filesystem::remove_all(dir / "mine");
+  std::filesystem::create_directories(dir / "mine");
+  write_file(dir / "mine/notes.txt", "mine");
   for (const char* inside : {"sim", "engine/v"}) {
     c = run_sim("validate " + both + " -q --force --out " + (dir / inside).string(), dir);
     EXPECT_EQ(c.code, 2) << inside;
