@@ -36,6 +36,7 @@ KvCacheManager::KvCacheManager(BlockPool& pool, std::int32_t block_size, std::in
     cache_ = options.prefix_cache(pool);
     idle_ref_ = cache_->idle_ref_count();
   }
+  eagle_ = options.eagle;
   if (options.offload != nullptr) {
     // Offload hooks the pool's lazy eviction, which only the hash cache uses.
     if (!cache_ || cache_->name() != "hash") {
@@ -93,12 +94,20 @@ PrefixHit KvCacheManager::get_computed_blocks(Request& req) {
       if (hit.tiers.empty()) hit.tiers.assign(hit.blocks.size(), -1);
       hit.tiers.push_back(static_cast<std::int8_t>(tier));
       hit.blocks.push_back(kNullBlock);
-      stats_.tier_hit_tokens[tier] += block_size_;
       continue;
     }
     if (hit.blocks.empty()) hit.blocks.reserve(static_cast<std::size_t>(max_blocks - i));
     hit.blocks.push_back(*b);
     if (!hit.tiers.empty()) hit.tiers.push_back(-1);
+  }
+  if (eagle_ && !hit.blocks.empty()) {
+    // vLLM v1 (FullAttentionManager.find_longest_cache_hit with use_eagle): the last matched
+    // block is recomputed, so the drafter gets its hidden states.
+    hit.blocks.pop_back();
+    if (!hit.tiers.empty()) hit.tiers.pop_back();
+  }
+  for (const std::int8_t tier : hit.tiers) {
+    if (tier >= 0) stats_.tier_hit_tokens[tier] += block_size_;
   }
   hit.num_tokens = static_cast<std::int32_t>(hit.blocks.size()) * block_size_;
   // Recorded on every lookup, even if the allocation then fails and the lookup repeats next step

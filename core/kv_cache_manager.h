@@ -107,6 +107,9 @@ struct KvCacheOptions {
   // Requires prefix caching with the `hash` cache (the constructor throws std::invalid_argument
   // otherwise). Must outlive the manager.
   KvOffloadTiers* offload = nullptr;
+  // Speculative decoding with EAGLE (vLLM v1's `use_eagle`): every prefix hit drops its last
+  // matched block, whose tokens' hidden states the drafter needs and the cache does not keep.
+  bool eagle = false;
 };
 
 class KvCacheManager {
@@ -392,6 +395,7 @@ class KvCacheManager {
   std::int32_t idle_ref_ = 0;           // cache_->idle_ref_count(), read per hit block
   std::vector<BlockMove>* copies_ = nullptr;
   KvOffloadTiers* offload_ = nullptr;
+  bool eagle_ = false;  // KvCacheOptions::eagle
   // Stores `hash`, whose KV device block `block` holds, into the tiers (a store with a host slot
   // goes to the store sink).
   void store_to_tiers(const BlockHash& hash, BlockId block);

@@ -91,9 +91,10 @@ struct Lane {
 class ClusterRun {
  public:
   ClusterRun(const ExperimentConfig& config, const EngineOptions& options, Workload& workload,
-             Recorder& recorder, SchedulerObserver& observers, std::unique_ptr<Router> router)
+             Recorder& recorder, SchedulerObserver& observers, std::unique_ptr<Router> router,
+             const ReplyTokens* replies)
       : options_(options),
-        feed_(workload),
+        feed_(workload, replies),
         dependent_(workload.dependent()),
         frontend_on_(config.frontend.enabled()),
         frontend_(config.frontend),
@@ -375,13 +376,14 @@ RunOutput run_engine_cluster(const ExperimentConfig& config, const EngineOptions
   out.out_dir = run_stage.dir();
   Recorder& recorder = run_stage.recorder();
   TokenCapture capture(recorder, options.write_tokens);
-  WorkloadFeedback feedback(*workload, capture);
+  ReplyTokens replies(capture, model.vocab_size, workload->dependent());
+  WorkloadFeedback feedback(*workload, replies);
 
   std::unique_ptr<Router> router;
   if (cl.num_replicas() > 1) {
     router = make_cluster_router(config, RouterStage::kArrival, cl.num_replicas());
   }
-  ClusterRun run(config, options, *workload, recorder, feedback, std::move(router));
+  ClusterRun run(config, options, *workload, recorder, feedback, std::move(router), &replies);
   // The replicas, pool by pool in file order (the cluster's replica numbering): replica 0 on
   // load_engine_cluster's `executor`, the others on `more_executors`.
   std::vector<Backend*> executors{engine.executor.get()};

@@ -645,7 +645,8 @@ RunOutput run_engine(const ExperimentConfig& config, const EngineOptions& option
   out.out_dir = run_stage.dir();
   Recorder& recorder = run_stage.recorder();
   TokenCapture capture(recorder, options.write_tokens);
-  WorkloadFeedback feedback(*workload, capture);
+  ReplyTokens replies(capture, model.vocab_size, workload->dependent());
+  WorkloadFeedback feedback(*workload, replies);
   Replica replica(scheduler_config_with_policies(config),
                   static_cast<std::int32_t>(out.num_gpu_blocks), *engine.executor, &feedback,
                   engine_kv_cache_options(config, engine),
@@ -655,7 +656,7 @@ RunOutput run_engine(const ExperimentConfig& config, const EngineOptions& option
 
   // The board's energy over the run (load_engine's meter: CUDA with NVML).
   const NvmlEnergy* meter = engine.board_meter.get();
-  ArrivalFeed arrivals(*workload);
+  ArrivalFeed arrivals(*workload, &replies);
   SimulationTotals& totals = out.totals;
   totals.first_arrival_ns = arrivals.peek().value_or(0);
   const WallClock clock(totals.first_arrival_ns);

@@ -12,8 +12,9 @@ std::int32_t ngram_propose(std::span<const std::int32_t> tokens, std::int32_t mi
   if (k <= 0) return 0;
   for (std::int64_t n = std::min<std::int64_t>(max_n, len - 1); n >= min_n; --n) {
     const std::span<const std::int32_t> suffix = tokens.subspan(static_cast<std::size_t>(len - n));
-    // Earlier occurrences end before the suffix starts; the most recent one first.
-    for (std::int64_t start = len - n - 1; start >= 0; --start) {
+    // Earlier occurrences (they may overlap the suffix); the earliest one first, as vLLM v1's
+    // _find_longest_matched_ngram_and_propose_tokens keeps the earliest of the longest matches.
+    for (std::int64_t start = 0; start <= len - n - 1; ++start) {
       if (!std::equal(suffix.begin(), suffix.end(), tokens.begin() + start)) continue;
       const std::int64_t from = start + n;  // the token after the occurrence (< len)
       const std::int64_t count = std::min<std::int64_t>(k, len - from);

@@ -1,8 +1,9 @@
 // N-gram (prompt lookup) proposals for speculative decoding (serving.speculative_config with
 // method ngram; vLLM's NgramProposer semantics, written here from its description): the longest
 // suffix of the request's tokens, from max_n down to min_n tokens, that also occurs earlier in
-// them proposes the (up to) k tokens that followed its most recent earlier occurrence. No match:
-// no proposal. Pure function of the tokens; runs on the host.
+// them proposes the (up to) k tokens that followed its earliest occurrence (vLLM v1 keeps the
+// earliest of the longest matches; until 2026-12-07 this took the most recent). No match: no
+// proposal. Pure function of the tokens; runs on the host.
 #pragma once
 
 #include <cstdint>

@@ -55,6 +55,7 @@ RequestSpec ArrivalFeed::take() {
   if (w_.dependent()) {
     std::optional<RequestSpec> r = w_.next();
     if (!r) throw std::logic_error("dependent workload announced an arrival it did not yield");
+    if (replies_ != nullptr) replies_->quote_replies(*r);
     return std::move(*r);
   }
   RequestSpec r = std::move(*buffered_);
@@ -65,22 +66,46 @@ RequestSpec ArrivalFeed::take() {
 
 void TokenCapture::on_reject(const Request& req, TimeNs now) {
   ForwardingObserver::on_reject(req, now);
-  if (keep_) tokens_[req.id()] = req.output_tokens;
+  if (keep_) tokens_[req.id()] = {req.output_tokens};
 }
 
 void TokenCapture::on_finish(const Request& req, TimeNs now) {
   ForwardingObserver::on_finish(req, now);
-  if (keep_) tokens_[req.id()] = req.output_tokens;
+  if (!keep_) return;
+  Samples& s = tokens_[req.id()];
+  s.clear();
+  if (req.group != nullptr && req.group->samples.size() > 1) {
+    // The group is reported once, through sample 0; every sample is alive until after this.
+    for (const Request* k : req.group->samples) s.push_back(k->output_tokens);
+  } else {
+    s.push_back(req.output_tokens);
+  }
 }
 
+namespace {
+void write_ids(std::FILE* f, const std::vector<std::int32_t>& toks) {
+  std::fputc('[', f);
+  for (std::size_t i = 0; i < toks.size(); ++i) std::fprintf(f, "%s%d", i ? ", " : "", toks[i]);
+  std::fputc(']', f);
+}
+}  // namespace
+
 void write_tokens_jsonl(const std::string& path,
-                        const std::map<RequestId, std::vector<std::int32_t>>& tokens) {
+                        const std::map<RequestId, TokenCapture::Samples>& tokens) {
   std::FILE* f = std::fopen(path.c_str(), "wb");
   if (f == nullptr) throw_io_error(path, "writing", errno);
-  for (const auto& [id, toks] : tokens) {
-    std::fprintf(f, "{\"id\": %llu, \"tokens\": [", static_cast<unsigned long long>(id));
-    for (std::size_t i = 0; i < toks.size(); ++i) std::fprintf(f, "%s%d", i ? ", " : "", toks[i]);
-    std::fputs("]}\n", f);
+  for (const auto& [id, samples] : tokens) {
+    std::fprintf(f, "{\"id\": %llu, \"tokens\": ", static_cast<unsigned long long>(id));
+    write_ids(f, samples.empty() ? std::vector<std::int32_t>{} : samples[0]);
+    if (samples.size() > 1) {
+      std::fputs(", \"samples\": [", f);
+      for (std::size_t k = 0; k < samples.size(); ++k) {
+        if (k > 0) std::fputs(", ", f);
+        write_ids(f, samples[k]);
+      }
+      std::fputc(']', f);
+    }
+    std::fputs("}\n", f);
   }
   if (std::fclose(f) != 0) throw_io_error(path, "writing", errno);
 }

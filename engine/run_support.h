@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/scheduler_observer.h"
+#include "engine/reply_tokens.h"
 #include "serving/experiment.h"
 #include "serving/model_config.h"
 #include "serving/run_folder.h"
@@ -30,36 +31,42 @@ std::unique_ptr<Workload> make_engine_workload(const ExperimentConfig& config,
 // an independent workload yields a request out of arrival order.
 class ArrivalFeed {
  public:
-  explicit ArrivalFeed(Workload& w) : w_(w) {}
+  // `replies`, when given, fills in each taken request's quoted replies (engine/reply_tokens.h).
+  explicit ArrivalFeed(Workload& w, const ReplyTokens* replies = nullptr)
+      : w_(w), replies_(replies) {}
   std::optional<TimeNs> peek();
   RequestSpec take();  // REQUIRES: peek() returned a time
 
  private:
   Workload& w_;
+  const ReplyTokens* replies_;
   std::optional<RequestSpec> buffered_;
   bool done_ = false;
   TimeNs last_ = 0;
 };
 
 // Forwards every event to `downstream` and keeps each request's sampled token ids (when
-// `keep`), so tokens.jsonl can be written without the Recorder holding tokens.
+// `keep`), every sample's with parallel sampling (n > 1: sample k at index k), so tokens.jsonl
+// can be written without the Recorder holding tokens.
 class TokenCapture : public ForwardingObserver {
  public:
+  using Samples = std::vector<std::vector<std::int32_t>>;
   TokenCapture(SchedulerObserver& downstream, bool keep)
       : ForwardingObserver(downstream), keep_(keep) {}
   void on_reject(const Request& req, TimeNs now) override;
   void on_finish(const Request& req, TimeNs now) override;
-  const std::map<RequestId, std::vector<std::int32_t>>& tokens() const { return tokens_; }
+  const std::map<RequestId, Samples>& tokens() const { return tokens_; }
 
  private:
   bool keep_;
-  std::map<RequestId, std::vector<std::int32_t>> tokens_;  // sorted by id
+  std::map<RequestId, Samples> tokens_;  // sorted by id
 };
 
-// tokens.jsonl: one line {"id": N, "tokens": [...]} per request, sorted by id. Throws ConfigError
-// on I/O failure.
+// tokens.jsonl: one line {"id": N, "tokens": [...]} per request, sorted by id; with n > 1 the
+// line adds "samples": [[...], ...], every sample's tokens ("tokens" is sample 0's). Throws
+// ConfigError on I/O failure.
 void write_tokens_jsonl(const std::string& path,
-                        const std::map<RequestId, std::vector<std::int32_t>>& tokens);
+                        const std::map<RequestId, TokenCapture::Samples>& tokens);
 
 // The end of every engine run (one replica or a cluster): the run's files into the staged
 // folder (write_run_outputs, with `meta`), tokens.jsonl from `capture` when `write_tokens`, then

@@ -131,14 +131,14 @@ void ServeMetrics::set_state(std::int64_t running, std::int64_t waiting, double 
   running_ = running;
   waiting_ = waiting;
   kv_usage_ = kv_usage;
-  prefix_queries_ = prefix.queried_tokens + prefix.preempted_queried_tokens;
-  prefix_hits_ = prefix.hit_tokens + prefix.preempted_hit_tokens;
+  // vLLM's counters and its logged window leave out the lookups by resumed (previously
+  // preempted) requests (PrefixCacheStats.record(..., preempted) keeps those apart).
+  prefix_queries_ = prefix.queried_tokens;
+  prefix_hits_ = prefix.hit_tokens;
   // The lookups since the previous call (one step's, or an admission's) enter the window.
   const PrefixCacheStats& was = last_prefix_;
-  recent_.observe(prefix.lookups + prefix.preempted_lookups - was.lookups - was.preempted_lookups,
-                  prefix_queries_ - was.queried_tokens - was.preempted_queried_tokens,
-                  prefix_hits_ - was.hit_tokens - was.preempted_hit_tokens,
-                  prefix.resets != was.resets);
+  recent_.observe(prefix.lookups - was.lookups, prefix_queries_ - was.queried_tokens,
+                  prefix_hits_ - was.hit_tokens, prefix.resets != was.resets);
   last_prefix_ = prefix;
 }
 

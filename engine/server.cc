@@ -440,8 +440,14 @@ class Server {
 
   int run(std::FILE* log) {
     HttpServer http;
-    const std::size_t threads = options_.max_in_flight + 16;
+    // cpp-httplib serves a connection on one pool thread for as long as it is kept alive, idle
+    // ones included: a client holding more idle connections than the pool has threads stalled
+    // every new connection for up to the keep-alive timeout (3.7 s with 20 idle connections
+    // and --max-in-flight 2; cpp-httplib's default timeout is 5 s). Room for 64 idle
+    // connections beyond the requests in flight, and idle ones closed after a second.
+    const std::size_t threads = options_.max_in_flight + 64;
     http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+    http.set_keep_alive_timeout(1);
     http.set_payload_max_length(std::size_t{16} << 20);
     http.set_tcp_nodelay(true);
     // cpp-httplib's default sets SO_REUSEPORT, which lets a second server bind a port in use

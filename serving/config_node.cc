@@ -5,6 +5,7 @@
 #include <yaml-cpp/parser.h>
 
 #include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -369,17 +370,23 @@ std::int64_t ConfigNode::as_int(std::int64_t min, std::int64_t max) const {
 }
 
 double ConfigNode::as_double(double min, double max) const {
+  // Bounds as their shortest exact text: six digits printed 9999999 as 1e+07, so the message
+  // said a value equal to the bound was out of range.
+  const auto text = [](double v) {
+    char buf[64];
+    const auto r = std::to_chars(buf, buf + sizeof buf, v);
+    return std::string(buf, r.ptr);
+  };
   auto expected = [&] {
-    std::ostringstream e;
-    e << "a number";
+    std::string e = "a number";
     if (min > -1e300 && max < 1e300) {
-      e << " in [" << min << ", " << max << "]";
+      e += " in [" + text(min) + ", " + text(max) + "]";
     } else if (min > -1e300) {
-      e << " >= " << min;
+      e += " >= " + text(min);
     } else if (max < 1e300) {
-      e << " <= " << max;
+      e += " <= " + text(max);
     }
-    return e.str();
+    return e;
   };
   if (!node_.IsScalar() || quoted()) fail(expected());
   const std::string& s = node_.Scalar();

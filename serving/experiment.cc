@@ -109,9 +109,26 @@ void check_workload_lora(const ConfigNode& top, const ExperimentConfig& c) {
       !w->at("parts").is_sequence()) {
     return;
   }
+  // Every part numbers its adapters 1, 2, ...: the same ids name the same adapters, which have
+  // one rank each (the engine stopped mid-run on adapter 1 at two ranks; the simulator counted
+  // one adapter).
+  std::optional<std::pair<std::int32_t, std::string>> first_rank;  // rank, where it was given
   for (const ConfigNode& part : w->at("parts").elements()) {
     if (const std::optional<ConfigNode> pw = part.is_map() ? part.find("workload") : std::nullopt) {
       check_lora_section(*pw, c);
+      if (!pw->is_map() || !pw->has("lora")) continue;
+      const LoraWorkloadOptions o = *parse_lora_workload_options(*pw);
+      const ConfigNode n = pw->at("lora");
+      const std::string where = n.has("rank") ? n.at("rank").location() : n.location();
+      if (!first_rank) {
+        first_rank.emplace(o.rank, where);
+      } else if (first_rank->first != o.rank) {
+        (n.has("rank") ? n.at("rank") : n)
+            .fail_message("rank " + std::to_string(o.rank) + " differs from another part's rank " +
+                          std::to_string(first_rank->first) + " (" + first_rank->second +
+                          "): every part's adapters are ids 1, 2, ..., the same adapters, and an "
+                          "adapter has one rank; give the parts the same rank");
+      }
     }
   }
 }
@@ -309,7 +326,10 @@ void parse_policies(const ConfigNode& p, ExperimentConfig& c) {
   // built at run time, kv_cache_options_for).
   PolicyTarget target{&c.scheduler, nullptr, c.seed};
   for (const auto& [kind, spec] : kinds) {
-    build_policy(kind, *spec, target, c.file + ": policies." + to_string(kind));
+    const std::string key = std::string("policies.") + to_string(kind);
+    const std::optional<ConfigNode> v = p.find(to_string(kind));
+    build_policy(kind, *spec, target,
+                 v ? v->location() + ": key '" + key + "'" : c.file + ": " + key);
   }
   check_policy_combination(c.scheduler, c.file);
 }
@@ -603,7 +623,9 @@ void parse_cluster(const ConfigNode& n, ExperimentConfig& c) {
   if (prefill_role) {
     // The KV a prefill replica computed is only meaningful to a replica of the same model.
     for (const ConfigNode& p : pools.elements()) {
-      const std::string model = p.get_string("model", c.model);
+      // Resolved as the pool's own (a relative file path names the same file made absolute).
+      std::string model = p.get_string("model", c.model);
+      resolve_model_file(model, c.base_dir);
       if (p.has("role") && p.at("role").as_string() != "unified" && model != prefill_model) {
         (p.has("model") ? p.at("model") : p)
             .fail_message("prefill and decode pools must serve the same model ('" + prefill_model +
@@ -619,10 +641,15 @@ void parse_cluster(const ConfigNode& n, ExperimentConfig& c) {
   SchedulerConfig scratch;
   RouterMaker maker;
   PolicyTarget target{&scratch, nullptr, c.seed, &maker};
-  build_policy(PolicyKind::kRouter, cl.router, target, c.file + ": cluster.router");
-  if (cl.decode_router) {
-    build_policy(PolicyKind::kRouter, *cl.decode_router, target,
-                 c.file + ": cluster.decode_router");
+  for (const char* key : {"router", "decode_router"}) {
+    const std::optional<ConfigNode> r = n.find(key);
+    const std::string where =
+        r ? r->location() + ": key 'cluster." + key + "'" : c.file + ": cluster." + key;
+    if (std::string_view(key) == "router") {
+      build_policy(PolicyKind::kRouter, cl.router, target, where);
+    } else if (cl.decode_router) {
+      build_policy(PolicyKind::kRouter, *cl.decode_router, target, where);
+    }
   }
 }
 
@@ -866,6 +893,18 @@ ExperimentConfig experiment_from_document(const ConfigNode& doc, const std::stri
   if (auto pc = top.find("prefix_cache")) {
     c.prefix_cache = parse_prefix_cache_section(*pc);
     check_pinned_prefixes(top, c.prefix_cache);
+    // Only whole blocks are cached: a prefix shorter than one would pin nothing, yet its prefill
+    // would be charged.
+    for (const PinnedPrefixConfig& p : c.prefix_cache.pinned) {
+      const std::size_t length =
+          p.shared_prefix ? static_cast<std::size_t>(p.length) : p.tokens.size();
+      if (length < static_cast<std::size_t>(c.scheduler.block_size)) {
+        throw ConfigError(p.location + ": " + std::to_string(length) +
+                          " tokens, shorter than one KV block (serving.block_size " +
+                          std::to_string(c.scheduler.block_size) +
+                          "): only whole blocks are cached, so it would pin nothing");
+      }
+    }
   }
   if (auto ko = top.find("kv_offload")) c.kv_offload = parse_kv_offload(*ko);
   if (c.cluster.set && (!c.prefix_cache.pinned.empty() || c.kv_offload.set)) {
@@ -873,6 +912,13 @@ ExperimentConfig experiment_from_document(const ConfigNode& doc, const std::stri
         .fail_message(
             "pinned prefixes and KV offload are for one replica; a cluster: run does "
             "not support them yet");
+  }
+  if ((!c.prefix_cache.pinned.empty() || c.kv_offload.set) &&
+      c.policies.allocation.name == "contiguous") {
+    top.at(c.kv_offload.set ? "kv_offload" : "prefix_cache")
+        .fail_message(
+            "needs prefix caching, which policies.allocation: contiguous turns off (contiguous "
+            "KV shares no blocks); use the paged allocation");
   }
   if ((!c.prefix_cache.pinned.empty() || c.kv_offload.set) && !c.scheduler.enable_prefix_caching) {
     top.at(c.kv_offload.set ? "kv_offload" : "prefix_cache")

@@ -31,7 +31,9 @@ KvTransferTimes PairLinkKvTransfer::transfer_pieces(std::span<const KvPiece> pie
     at = add_saturated(std::max(at, p.ready), wire);
   }
   t.finish = add_saturated(at, latency_);
-  link.free_at = t.finish;
+  // The link is free once the last byte has left; its propagation (the latency) overlaps the
+  // next transfer's data, as over a topology's links and under `sharing: fair`.
+  link.free_at = at;
   return t;
 }
 

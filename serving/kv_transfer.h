@@ -14,7 +14,8 @@
 // PairLinkKvTransfer, the default: one dedicated link per ordered (source, destination) pair;
 // transfers on one link run one after another in booking order (first come, first served), so a
 // burst of prefills towards one decode replica queues. A transfer starts when the link is free
-// and its first piece ready; each piece leaves once it is ready and the pieces before it have
+// (the previous one's last byte has left: its latency overlaps the next one's data) and its
+// first piece ready; each piece leaves once it is ready and the pieces before it have
 // left, taking bytes / bandwidth; the latency comes once, after the last piece (a one-piece
 // transfer takes latency + bytes / bandwidth from its start).
 #pragma once
@@ -85,7 +86,7 @@ class PairLinkKvTransfer final : public KvTransferModel {
  private:
   struct Link {
     double bytes_per_s = 0;
-    TimeNs free_at = 0;  // the end of the last transfer booked on it
+    TimeNs free_at = 0;  // when the last byte of the last transfer booked on it has left
   };
   Bandwidth bandwidth_;
   TimeNs latency_;

@@ -95,7 +95,9 @@ void Recorder::record_events(const std::string& path) {
 void Recorder::record_blocks(const std::string& path) {
   blocks_ = open_or_throw(path);
   blocks_path_ = path;
-  std::fputs("request,position,block,start_s,end_s\n", blocks_);
+  std::fputs(replica_column_ ? "request,replica,position,block,start_s,end_s\n"
+                             : "request,position,block,start_s,end_s\n",
+             blocks_);
 }
 
 void Recorder::event(const Request& req, TimeNs now, const char* what, const std::string& detail) {
@@ -106,12 +108,22 @@ void Recorder::event(const Request& req, TimeNs now, const char* what, const std
                d.c_str());
 }
 
+void Recorder::write_block_row(RequestId id, std::uint32_t replica, std::size_t position,
+                               const HeldBlock& held, TimeNs end) {
+  if (replica_column_) {
+    std::fprintf(blocks_, "%" PRIu64 ",%" PRIu32 ",%zu,%d,%s,%s\n", id, replica, position,
+                 held.block, format_seconds(held.since).c_str(), format_seconds(end).c_str());
+  } else {
+    std::fprintf(blocks_, "%" PRIu64 ",%zu,%d,%s,%s\n", id, position, held.block,
+                 format_seconds(held.since).c_str(), format_seconds(end).c_str());
+  }
+}
+
 void Recorder::release_blocks(RequestId id, TimeNs now) {
   const auto it = held_.find(id);
   if (it == held_.end()) return;
-  for (std::size_t p = 0; p < it->second.size(); ++p) {
-    std::fprintf(blocks_, "%" PRIu64 ",%zu,%d,%s,%s\n", id, p, it->second[p].block,
-                 format_seconds(it->second[p].since).c_str(), format_seconds(now).c_str());
+  for (std::size_t p = 0; p < it->second.blocks.size(); ++p) {
+    write_block_row(id, it->second.replica, p, it->second.blocks[p], now);
   }
   held_.erase(it);
 }
@@ -208,9 +220,9 @@ void Recorder::on_transfer(RequestId id, std::uint32_t src, std::uint32_t dst, s
   if (!events_) return;
   std::fprintf(events_,
                "%s,%" PRIu64 ",transfer,%" PRIu32 "->%" PRIu32 " bytes=%" PRId64
-               " wait_ms=%s transfer_ms=%s\n",
+               " wait_ms=%s transfer_ms=%s start_s=%s\n",
                format_seconds(now).c_str(), id, src, dst, bytes, format_ms(begin - ready).c_str(),
-               format_ms(finish - begin).c_str());
+               format_ms(finish - begin).c_str(), format_seconds(begin).c_str());
 }
 
 void Recorder::track_lora_slots(std::int32_t max_loras) {
@@ -240,23 +252,30 @@ void Recorder::on_step(const StepPlan& plan, TimeNs start, TimeNs duration,
     // Compare each entry's table with the blocks it held: a new or replaced block opens an
     // interval now (the step's start); a replaced or dropped one closes its interval.
     for (const ScheduledRequest& e : plan.requests) {
-      std::vector<HeldBlock>& held = held_[e.id];
+      HeldBlocks& h = held_[e.id];
+      if (h.replica != replica) {
+        // Handed over (P/D): the prefill replica freed its blocks when its last step ended.
+        for (std::size_t p = 0; p < h.blocks.size(); ++p) {
+          write_block_row(e.id, h.replica, p, h.blocks[p], h.last_end);
+        }
+        h.blocks.clear();
+        h.replica = replica;
+      }
+      std::vector<HeldBlock>& held = h.blocks;
       const std::size_t n = e.block_table.size();
       for (std::size_t p = 0; p < n; ++p) {
         if (p < held.size() && held[p].block == e.block_table[p]) continue;
         if (p < held.size()) {
-          std::fprintf(blocks_, "%" PRIu64 ",%zu,%d,%s,%s\n", e.id, p, held[p].block,
-                       format_seconds(held[p].since).c_str(), format_seconds(start).c_str());
+          write_block_row(e.id, replica, p, held[p], start);
           held[p] = {e.block_table[p], start};
         } else {
           held.push_back({e.block_table[p], start});
         }
       }
-      for (std::size_t p = n; p < held.size(); ++p) {
-        std::fprintf(blocks_, "%" PRIu64 ",%zu,%d,%s,%s\n", e.id, p, held[p].block,
-                     format_seconds(held[p].since).c_str(), format_seconds(start).c_str());
-      }
+      for (std::size_t p = n; p < held.size(); ++p)
+        write_block_row(e.id, replica, p, held[p], start);
       held.resize(std::min(held.size(), n));
+      h.last_end = start + duration;
     }
   }
   const double usage = snap.num_usable_blocks > 0 ? static_cast<double>(snap.kv_blocks_used) /
@@ -477,6 +496,8 @@ RunSummary Recorder::summary() const {
   s.preemptions = preemptions_;
   s.prefix_queried_tokens = prefix_.queried_tokens + prefix_.preempted_queried_tokens;
   s.prefix_hit_tokens = prefix_.hit_tokens + prefix_.preempted_hit_tokens;
+  s.prefix_preempted_queried_tokens = prefix_.preempted_queried_tokens;
+  s.prefix_preempted_hit_tokens = prefix_.preempted_hit_tokens;
   s.prefix_hit_rate = s.prefix_queried_tokens > 0 ? static_cast<double>(s.prefix_hit_tokens) /
                                                         static_cast<double>(s.prefix_queried_tokens)
                                                   : 0.0;
@@ -651,6 +672,8 @@ void write_summary_json(const std::string& path, const RunSummary& s,
   j["prefix_cache"] = {{"queried_tokens", s.prefix_queried_tokens},
                        {"hit_tokens", s.prefix_hit_tokens},
                        {"hit_rate", s.prefix_hit_rate},
+                       {"preempted_queried_tokens", s.prefix_preempted_queried_tokens},
+                       {"preempted_hit_tokens", s.prefix_preempted_hit_tokens},
                        {"prompt_cached_tokens", s.prompt_cached_tokens},
                        {"prompt_hit_rate", s.prompt_hit_rate}};
   if (!s.offload_tiers.empty()) {

@@ -123,6 +123,9 @@ struct RunSummary {
   // at each step that cannot admit it, so the rate also measures how often admission was tried.
   std::int64_t prefix_queried_tokens = 0, prefix_hit_tokens = 0;
   double prefix_hit_rate = 0;
+  // Of those, the lookups by resumed (previously preempted) requests, which vLLM's own counters
+  // keep apart (its logged hit rate leaves them out): theirs is (hit - these) / (queried - these).
+  std::int64_t prefix_preempted_queried_tokens = 0, prefix_preempted_hit_tokens = 0;
   // Per request instead: the completed requests' prompt tokens found cached at their first
   // admission (requests.csv's cached_tokens), and that over their prompt tokens (input_tokens).
   // Comparable across admission rules and queue orders, which retry lookups differently.
@@ -352,7 +355,7 @@ class Recorder : public SchedulerObserver {
   // histogram and, when the run has classes, the class's.
   void add_gaps(std::uint32_t request_class, TimeNs gap, std::int64_t count);
   void event(const Request& req, TimeNs now, const char* what, const std::string& detail);
-  // blocks.csv: closes every interval `id` has open, at `now`.
+  // blocks.csv: closes every interval `id` has open, at `now`, on whichever replica holds them.
   void release_blocks(RequestId id, TimeNs now);
 
   struct HeldBlock {
@@ -393,7 +396,18 @@ class Recorder : public SchedulerObserver {
   std::vector<LoraSlots::Placement> placed_;        // scratch
   std::FILE* events_ = nullptr;
   std::FILE* blocks_ = nullptr;
-  std::map<RequestId, std::vector<HeldBlock>> held_;  // blocks.csv: open intervals by position
+  // blocks.csv: a request's open intervals, by position, on the one replica that holds them (a
+  // P/D request's prefill replica until its first step on the decode replica, which closes them
+  // at the end of its last step there: when the prefill replica freed them).
+  struct HeldBlocks {
+    std::uint32_t replica = 0;
+    TimeNs last_end = 0;  // the end of the request's last step on `replica`
+    std::vector<HeldBlock> blocks;
+  };
+  std::map<RequestId, HeldBlocks> held_;
+  // One blocks.csv row (with the replica after the request in a cluster run).
+  void write_block_row(RequestId id, std::uint32_t replica, std::size_t position,
+                       const HeldBlock& held, TimeNs end);
   bool replica_column_ = false;
 };
 

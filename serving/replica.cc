@@ -53,6 +53,8 @@ KvCacheOptions kv_cache_options_for(const ExperimentConfig& config) {
   PolicyTarget target{&scratch, &kv_cache_options, config.seed};
   build_policy(PolicyKind::kPrefixCache, config.policies.prefix_cache, target);
   build_policy(PolicyKind::kAllocation, config.policies.allocation, target);
+  kv_cache_options.eagle = config.scheduler.speculative.enabled() &&
+                           config.scheduler.speculative.method == SpecMethod::kEagle;
   return kv_cache_options;
 }
 

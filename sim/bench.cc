@@ -233,6 +233,21 @@ std::optional<double> server_joules(const Endpoint& e) {
 struct Outcome {
   RequestRecord record;
   std::vector<TimeNs> gaps;
+  TimeNs client_wait_ns = 0;  // how long it waited in the client for a free connection
+};
+
+// How late after its arrival a request may be sent and still count as sent on time: the
+// dispatcher's sleep and a worker's wake-up (a thread's start, under a sanitizer too).
+constexpr TimeNs kDispatchJitterNs = 10 * kNsPerMs;
+
+// The bench's clock: wall time since `start` on the workload's time axis (its first arrival at
+// `start`), so that requests.csv's times and the run's duration are the wall clock's.
+struct BenchClock {
+  Clock::time_point start;
+  TimeNs first_arrival = 0;
+  TimeNs at(Clock::time_point t) const {
+    return first_arrival + std::chrono::duration_cast<std::chrono::nanoseconds>(t - start).count();
+  }
 };
 
 // ": MESSAGE" from an error body: OpenAI's {"error": {"message": ...}} or {"error": "..."},
@@ -266,7 +281,8 @@ std::string error_message(const std::string& body) {
 // one). Never throws for what the server sends: that becomes the request's reason.
 Outcome send_one(httplib::Client& client, const Endpoint& e, const std::string& model,
                  const std::vector<LoraModule>& lora_modules, const RequestSpec& spec,
-                 std::int32_t vocab_size, std::chrono::duration<double> timeout) {
+                 std::int32_t vocab_size, std::chrono::duration<double> timeout,
+                 const BenchClock& clock) {
   json prompt = json::array();
   for (std::int32_t p = 0; p < spec.prompt_len; ++p) {
     prompt.push_back(prompt_token_value(spec, p, vocab_size));
@@ -437,9 +453,16 @@ Outcome send_one(httplib::Client& client, const Endpoint& e, const std::string& 
   } catch (const std::exception& x) {  // the client library's own failures
     stream_error = one_line(x.what());
   }
-  const auto rel = [&](Clock::time_point t) {
-    return spec.arrival_ns + std::chrono::duration_cast<std::chrono::nanoseconds>(t - send).count();
-  };
+  // Latencies count from the send, as vLLM's benchmark_serving (a request that waited in the
+  // client for a free connection arrives, for the server, when it is sent); every time is the
+  // wall clock's, so the run's duration is (it was the arrival plus each request's latency, so
+  // time spent waiting in the client vanished and throughput read five times too high).
+  // A send within kDispatchJitterNs of its arrival keeps the workload's arrival (the dispatcher's
+  // sleep is that precise; requests.csv then has the simulator's arrival times).
+  o.client_wait_ns = std::max<TimeNs>(0, clock.at(send) - spec.arrival_ns);
+  if (o.client_wait_ns <= kDispatchJitterNs) o.client_wait_ns = 0;
+  r.arrival_ns = spec.arrival_ns + o.client_wait_ns;
+  const auto rel = [&](Clock::time_point t) { return r.arrival_ns + clock.at(t) - clock.at(send); };
   // Why a stream that the client stopped or that broke did not finish: what the receiver found,
   // else the transport's error, else what was missing.
   const std::string transport = err == httplib::Error::Success || err == httplib::Error::Canceled
@@ -555,16 +578,21 @@ BenchOutput run_bench(const ExperimentConfig& config, const BenchOptions& option
   } join_workers{stop_workers};
   const std::chrono::duration<double> timeout(options.timeout_s);
   const auto timeout_us = static_cast<std::int64_t>(options.timeout_s * 1e6);
-  for (int w = 0; w < options.max_concurrency; ++w) {
+  // The workload's first request and the clock, set before the first request is handed over
+  // (the hand-over, under `mu`, orders the write before every worker's read).
+  std::optional<RequestSpec> next = workload->next();
+  BenchClock clock{Clock::now(), next ? next->arrival_ns : 0};
+  // Workers (each with its client and keep-alive connection) start one a request, up to
+  // --max-concurrency: a run of 6 requests starts 6 threads, not the 40,000 asked for.
+  const auto add_worker = [&] {
     auto& client = *clients.emplace_back(std::make_unique<httplib::Client>(endpoint.base));
     client.set_connection_timeout(10);
     client.set_read_timeout(static_cast<time_t>(timeout_us / 1000000),
                             static_cast<time_t>(timeout_us % 1000000));
     client.set_write_timeout(30);
     client.set_keep_alive(true);
-  }
-  for (int w = 0; w < options.max_concurrency; ++w) {
-    workers.emplace_back([&, w] {
+    httplib::Client* own = &client;
+    workers.emplace_back([&, own] {
       while (true) {
         RequestSpec spec;
         {
@@ -577,8 +605,8 @@ BenchOutput run_bench(const ExperimentConfig& config, const BenchOptions& option
         }
         Outcome o;
         try {
-          o = send_one(*clients[static_cast<std::size_t>(w)], endpoint, model, lora_modules, spec,
-                       model_config.vocab_size, timeout);
+          o = send_one(*own, endpoint, model, lora_modules, spec, model_config.vocab_size, timeout,
+                       clock);
         } catch (const std::exception& x) {  // e.g. out of memory: this request fails, not all
           o.record.id = spec.id;
           o.record.arrival_ns = spec.arrival_ns;
@@ -593,16 +621,16 @@ BenchOutput run_bench(const ExperimentConfig& config, const BenchOptions& option
         --busy;
       }
     });
-  }
+  };
 
   // The server's board energy over the run, when it reports one (read before the first request
   // and after the last answer).
   const std::optional<double> joules_before = server_joules(endpoint);
   // Dispatch at the arrival times.
-  std::optional<RequestSpec> next = workload->next();
-  const TimeNs first_arrival = next ? next->arrival_ns : 0;
+  const TimeNs first_arrival = clock.first_arrival;
   TimeNs last_arrival = first_arrival;
-  const Clock::time_point start = Clock::now();
+  clock.start = Clock::now();
+  const Clock::time_point start = clock.start;
   Clock::time_point last_progress = start;
   const auto report = [&](bool force) {
     if (options.progress == nullptr) return;
@@ -625,6 +653,10 @@ BenchOutput run_bench(const ExperimentConfig& config, const BenchOptions& option
         continue;
       }
       last_arrival = next->arrival_ns;
+      if (static_cast<std::int64_t>(workers.size()) < options.max_concurrency &&
+          static_cast<std::int64_t>(workers.size()) <= sent.load()) {
+        add_worker();
+      }
       {
         std::lock_guard lock(mu);
         ready.push_back(std::move(*next));
@@ -656,12 +688,19 @@ BenchOutput run_bench(const ExperimentConfig& config, const BenchOptions& option
             [](const Outcome& a, const Outcome& b) { return a.record.id < b.record.id; });
   TimeNs end = last_arrival;
   std::string first_failure;
+  std::int64_t client_waits = 0;
+  TimeNs client_wait_max_ns = 0;
   for (const Outcome& o : outcomes) {
     if (first_failure.empty() && o.record.status != RequestStatus::kFinished) {
       first_failure = "request " + std::to_string(o.record.id) + ": " + o.record.reason;
     }
     recorder.add_measured(o.record, o.gaps);
     end = std::max({end, o.record.finish_ns, o.record.first_token_ns});
+    // Past the dispatch jitter: a wait for a free connection.
+    if (o.client_wait_ns > 0) {
+      ++client_waits;
+      client_wait_max_ns = std::max(client_wait_max_ns, o.client_wait_ns);
+    }
   }
   out.totals.first_arrival_ns = first_arrival;
   out.totals.end_ns = end;
@@ -676,7 +715,7 @@ BenchOutput run_bench(const ExperimentConfig& config, const BenchOptions& option
                     out);
   stage.commit();
   out.out_dir = stage.final_path();
-  return {std::move(out), std::move(first_failure)};
+  return {std::move(out), std::move(first_failure), client_waits, ns_to_s(client_wait_max_ns)};
 }
 
 int bench_command(const std::vector<std::string>& args) {
@@ -710,6 +749,16 @@ int bench_command(const std::vector<std::string>& args) {
       "and config.yaml to the run folder (default out/<experiment name>-bench/), for `sim "
       "validate SIM_DIR BENCH_DIR`.");
   if (options.url.empty()) throw UsageError("sim bench: --url URL is required");
+  // A client sees no steps, scheduled requests, events or blocks: the flags would be ignored.
+  for (const auto& [given, flag] : {std::pair{a.record_schedule, "--record-schedule"},
+                                    std::pair{a.record_events, "--record-events"},
+                                    std::pair{a.record_blocks, "--record-blocks"}}) {
+    if (given) {
+      throw UsageError(std::string("sim bench: ") + flag +
+                       ": a client cannot see the server's schedule, events or KV blocks (the "
+                       "server's own run records them: engine run); drop it");
+    }
+  }
   if (!timeout_text.empty()) {
     char* end = nullptr;
     options.timeout_s = std::strtod(timeout_text.c_str(), &end);
@@ -733,6 +782,15 @@ int bench_command(const std::vector<std::string>& args) {
     std::printf("  ttft p50 %.3f ms, tpot p50 %.3f ms, itl p50 %.3f ms, e2e p50 %.3f ms\n",
                 run.summary.ttft_ms.p50, run.summary.tpot_ms.p50, run.summary.itl_ms.p50,
                 run.summary.e2e_ms.p50);
+  }
+  if (bench.client_waits > 0) {
+    std::fprintf(stderr,
+                 "sim bench: warning: %lld requests waited in the client for a free connection "
+                 "(up to %.3f s; --max-concurrency %d): their latencies count from when they were "
+                 "sent, as vLLM's benchmark's do, so the server saw a lighter load than the "
+                 "workload's\n",
+                 static_cast<long long>(bench.client_waits), bench.client_wait_max_s,
+                 options.max_concurrency);
   }
   if (run.summary.num_requests > 0 && run.summary.completed == 0) {
     std::fprintf(stderr, "sim bench: error: no request finished (%s); wrote %s\n",

@@ -49,6 +49,10 @@ struct BenchOutput {
   RunOutput run;
   // "request ID: REASON" of the lowest-numbered request that did not finish; "" when all did.
   std::string first_failure;
+  // Requests sent more than 10 ms after their arrival (every connection was busy:
+  // --max-concurrency), and the longest such wait. Their arrival_s is when they were sent.
+  std::int64_t client_waits = 0;
+  double client_wait_max_s = 0;
 };
 
 // Throws ConfigError for bad input (the experiment, the URL, a server that cannot be reached,

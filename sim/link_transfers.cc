@@ -62,6 +62,10 @@ std::int64_t LinkTransfers::start_on(TimeNs now, const std::vector<std::int32_t>
       throw std::invalid_argument("LinkTransfers: no channel " + std::to_string(c));
     }
   }
+  // Flows that sent their last byte before `now` leave the link first: left in, they would take
+  // a share of it again and "drain" a second time at `now` (a transfer alone on its link
+  // finished late under sharing).
+  drain_until(now);
   progress_to(now);
   const std::int64_t id = next_id_++;
   if (bytes == 0 || channels.empty()) {
@@ -164,8 +168,7 @@ std::optional<TimeNs> LinkTransfers::next_finish() const {
   return next;
 }
 
-std::vector<FinishedTransfer> LinkTransfers::advance(TimeNs now) {
-  check_time(now);
+void LinkTransfers::drain_until(TimeNs now) {
   while (!sending_.empty()) {
     TimeNs drain = std::numeric_limits<TimeNs>::max();
     for (const Flow& f : sending_) drain = std::min(drain, f.drain_ns);
@@ -183,6 +186,11 @@ std::vector<FinishedTransfer> LinkTransfers::advance(TimeNs now) {
     sending_ = std::move(still);
     reshare();
   }
+}
+
+std::vector<FinishedTransfer> LinkTransfers::advance(TimeNs now) {
+  check_time(now);
+  drain_until(now);
   progress_to(now);
   std::vector<FinishedTransfer> out, keep;
   for (const FinishedTransfer& p : propagating_) (p.finish_ns <= now ? out : keep).push_back(p);

@@ -78,7 +78,10 @@ class LinkTransfers {
   };
 
   void progress_to(TimeNs t);  // sends data at the current rates up to t (no drain in between)
-  void reshare();              // max-min rates and drain times for every sending flow
+  // Moves every flow whose last byte leaves at or before `now` from sending to propagating, in
+  // drain order, resharing the link after each drain (the clock ends at the last such drain).
+  void drain_until(TimeNs now);
+  void reshare();  // max-min rates and drain times for every sending flow
   void check_time(TimeNs now) const;
 
   std::optional<Topology> topology_;

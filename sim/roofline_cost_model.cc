@@ -315,7 +315,8 @@ double RooflineCostModel::moe_layer_gemm_seconds(double t) const {
   // before 16 refuses for bindings.
   const double h = m.hidden_size, q = static_cast<double>(m.q_size()),
                kv = static_cast<double>(m.kv_size()), d = m.dtype_bytes;
-  LaunchParts launches[7];
+  // QKV, O, the router, a shared expert's three (gate/up, down, its gate) and the routed two.
+  LaunchParts launches[8];
   int n = 0;
   // rows x (in -> out), reading `weights` bytes of weights (stored as model.quantization when
   // `quantized`, in dtype otherwise).

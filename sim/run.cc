@@ -39,8 +39,16 @@ std::unique_ptr<SimSpeculation> make_sim_speculation(
   std::unique_ptr<RooflineCostModel> draft;
   if (sp.method == SpecMethod::kDraftModel) {
     try {
-      draft = std::make_unique<RooflineCostModel>(load_model(sp.draft_model, catalog), hardware,
-                                                  config.scheduler.block_size, parallel);
+      const ModelConfig draft_model = load_model(sp.draft_model, catalog);
+      // Expert parallelism places a mixture's experts; a dense draft has none and runs under the
+      // same tensor parallelism (it was refused: "expert parallelism needs a mixture").
+      ParallelConfig draft_parallel = parallel;
+      if (!draft_model.is_moe()) {
+        draft_parallel.expert = false;
+        draft_parallel.redundant_experts = 0;
+      }
+      draft = std::make_unique<RooflineCostModel>(draft_model, hardware,
+                                                  config.scheduler.block_size, draft_parallel);
     } catch (const ConfigError& e) {
       throw ConfigError(at + ".model': " + e.what());
     }

@@ -698,11 +698,31 @@ ValidationReport validate_runs(const std::string& sim_dir, const std::string& en
   }
   std::vector<double> ttft, tpot, e2e;
   std::vector<AttributionRequest> attributed;
+  // Requests the two runs did differently: the measured side's that did not finish, and those
+  // finished in both with other lengths (a server capping max_tokens): every error below would
+  // compare different work, so the report says so.
+  std::int64_t measured_unfinished = 0, other_lengths = 0;
+  std::string first_other;
+  for (std::size_t j = 0; j < eng_req.rows.size(); ++j) {
+    const auto it = sim_rows.find(eng_req.integer(j, "id"));
+    if (it != sim_rows.end() && sim_req.at(it->second, "status") == "finished" &&
+        eng_req.at(j, "status") != "finished") {
+      ++measured_unfinished;
+    }
+  }
   for (std::size_t j = 0; j < eng_req.rows.size(); ++j) {
     auto it = sim_rows.find(eng_req.integer(j, "id"));
     if (it == sim_rows.end()) continue;
     const std::size_t i = it->second;
     if (sim_req.at(i, "status") != "finished" || eng_req.at(j, "status") != "finished") continue;
+    for (const char* col : {"prompt_tokens", "output_tokens"}) {
+      if (sim_req.integer(i, col) == eng_req.integer(j, col)) continue;
+      if (other_lengths++ == 0) {
+        first_other = "request " + eng_req.at(j, "id") + ": " + sim_req.at(i, col) + " " + col +
+                      " simulated, " + eng_req.at(j, col) + " measured";
+      }
+      break;
+    }
     ++rep.requests_compared;
     if (!timed.empty()) {
       AttributionRequest& a = attributed.emplace_back();
@@ -722,6 +742,16 @@ ValidationReport validate_runs(const std::string& sim_dir, const std::string& en
     add(ttft, "ttft_ms");
     add(tpot, "tpot_ms");
     add(e2e, "e2e_ms");
+  }
+  if (measured_unfinished > 0) {
+    rep.warnings.push_back(std::to_string(measured_unfinished) +
+                           " requests finished in the simulation but not in the measured run "
+                           "(its requests.csv says why): the aggregates compare different work");
+  }
+  if (other_lengths > 0) {
+    rep.warnings.push_back(std::to_string(other_lengths) +
+                           " requests finished in both runs with other lengths (" + first_other +
+                           "): the measured side did not run the experiment's requests");
   }
   rep.ttft = error_stats(ttft);
   rep.tpot = error_stats(tpot);

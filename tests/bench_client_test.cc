@@ -256,6 +256,41 @@ TEST(BenchClient, EnergyIsTheCountersSumOverItsSeries) {
   fs::remove_all(dir);
 }
 
+// One connection for two requests that arrive 10 ms apart, each answered in 300 ms: the second
+// waits in the client. Its latencies count from its send (vLLM's benchmark), its arrival is when
+// it was sent, and the run's duration is the wall clock's (it was the arrival plus the latency:
+// 0.31 s for 0.6 s of serving, throughput twice too high); the command warns.
+TEST(BenchClient, RequestsWaitingForAConnectionKeepTheWallClock) {
+  const fs::path dir = temp_dir("bench_client_wait");
+  const FakeServer server([&](const httplib::Request&, httplib::Response& r) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    stream(r, kGood);
+  });
+  BenchOptions o;
+  o.url = server.url();
+  o.out_dir = (dir / "out").string();
+  o.max_concurrency = 1;
+  const BenchOutput b = run_bench(experiment(dir), o);
+  EXPECT_EQ(b.run.summary.completed, 2);
+  EXPECT_GE(b.run.summary.duration_s, 0.6) << "the duration lost the wait in the client";
+  EXPECT_LT(b.run.summary.ttft_ms.max, 550) << "a latency counted the wait in the client";
+  EXPECT_EQ(b.client_waits, 1);  // the first one was sent on time
+  EXPECT_GE(b.client_wait_max_s, 0.25);
+  const auto rows = read_csv(dir / "out" / "requests.csv");
+  ASSERT_EQ(rows.size(), 2u);
+  // The second request arrives, for the server, once the first one's answer has ended.
+  EXPECT_GE(std::stod(rows[1].at("arrival_s")), std::stod(rows[0].at("finish_s")) - 1e-3);
+  // The command says so.
+  const Cli cli = run_sim("bench " + (dir / "e.yaml").string() + " --url " + server.url() +
+                              " --max-concurrency 1 --out " + (dir / "out2").string(),
+                          dir);
+  EXPECT_EQ(cli.code, 0) << cli.err;
+  EXPECT_NE(cli.err.find("1 requests waited in the client for a free connection"),
+            std::string::npos)
+      << cli.err;
+  fs::remove_all(dir);
+}
+
 // Ctrl-C while every request waits on a silent server: the bench stops at once (exit 130),
 // writing nothing, instead of waiting out the requests' timeouts.
 TEST(BenchClient, AnInterruptEndsRequestsWaitingOnASilentServer) {

@@ -138,6 +138,8 @@ TEST(CliHelp, UsageErrorsNameTheOption) {
       {"engine", "serve --model tiny --served-model-name ''", "expected a name, got an empty one"},
       {"sim", "bench x.yaml", "--url URL is required"},
       {"sim", "bench x.yaml --url u --max-concurrency 0", "--max-concurrency: expected an integer"},
+      {"sim", "bench x.yaml --url u --record-events",
+       "--record-events: a client cannot see the server's schedule"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.program + " " + c.args);

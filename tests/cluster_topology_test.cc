@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
@@ -392,8 +394,9 @@ TEST(ClusterTopology, BadClustersNameKeyAndLine) {
 }
 
 // A burst of eight equal prompts prefilled in one step, sent to one decode replica over one pair
-// link of 1 GB/s with 100 us per transfer: queued, the last arrives after eight wire times and
-// eight latencies; shared, all arrive together after eight wire times and one latency.
+// link of 1 GB/s with 100 us per transfer: queued, each arrives one wire time after the one
+// before (the link is free once a transfer's last byte has left; the latency is propagation),
+// the last after eight wire times and one latency; shared, all arrive together then.
 std::string burst(const std::string& sharing, const std::string& extra = "") {
   return "name: burst\nseed: 3\nmodel: Llama-3-8B\nhardware: H100-SXM\nserving:\n"
          "  max_model_len: 4096\n  max_num_batched_tokens: 16384\n"
@@ -401,6 +404,7 @@ std::string burst(const std::string& sharing, const std::string& extra = "") {
          "  arrival: {process: fixed, rate: 1.0e12}\n"
          "  prompt_len: {dist: fixed, value: 1000}\n"
          "  output_len: {dist: fixed, value: 20}\n"
+         "outputs: {record_events: true}\n"
          "cluster:\n  kv_transfer: {bandwidth_gb_s: 1, latency_us: 100, sharing: " +
          sharing + extra + "}\n  pools:\n    - {name: p, role: prefill}\n" +
          "    - {name: d, role: decode}\n";
@@ -420,18 +424,71 @@ TEST(KvSharing, ABurstSharesTheLinkInsteadOfQueueing) {
   // 1000 tokens in 63 blocks of 16 tokens of Llama-3-8B's 128 KiB per token: 132.12 ms at 1 GB/s.
   const double wire_ms = f["bytes"].get<double>() / 8 / 1e9 * 1e3;
   EXPECT_NEAR(wire_ms, 132.120576, 1e-6);
-  EXPECT_NEAR(q["max_ms"].get<double>(), 8 * (wire_ms + 0.1), 1e-5) << q;
+  EXPECT_NEAR(q["max_ms"].get<double>(), 8 * wire_ms + 0.1, 1e-5) << q;
+  EXPECT_NEAR(q["exposed_mean_ms"].get<double>(), 4.5 * wire_ms + 0.1, 1e-5) << q;
   EXPECT_NEAR(f["max_ms"].get<double>(), 8 * wire_ms + 0.1, 1e-5) << f;
   EXPECT_GT(q["wait_mean_ms"].get<double>(), 0);
   EXPECT_EQ(f["wait_mean_ms"].get<double>(), 0);
   EXPECT_NEAR(f["transfer_mean_ms"].get<double>(), f["max_ms"].get<double>(), 1e-5);
   EXPECT_NE(read_file(dir / "fair" / "config.yaml").find("sharing: fair"), std::string::npos);
+  // events.csv's start_s is the first byte's start: the event's time plus the wait when queued
+  // (the event is at the prefill's end), its time less the transfer when shared (at its end).
+  for (const char* mode : {"queue", "fair"}) {
+    int transfers = 0;
+    for (const auto& row : read_csv(dir / mode / "events.csv")) {
+      if (row.at("event") != "transfer") continue;
+      ++transfers;
+      const std::string& d = row.at("detail");
+      double wait = 0, move = 0, start = 0;
+      ASSERT_EQ(
+          std::sscanf(d.c_str() + d.find(' '), " bytes=%*f wait_ms=%lf transfer_ms=%lf start_s=%lf",
+                      &wait, &move, &start),
+          3)
+          << d;
+      const double t = std::stod(row.at("time_s"));
+      EXPECT_NEAR(start, std::string(mode) == "fair" ? t - move / 1e3 : t + wait / 1e3, 2e-9) << d;
+    }
+    EXPECT_EQ(transfers, 8) << mode;
+  }
   // Every request still decodes to the end, and the same experiment gives the same bytes.
   EXPECT_EQ(summary(dir / "fair")["requests"]["completed"], 8);
   const Cli again = run(dir, "again", burst("fair"));
   ASSERT_EQ(again.code, 0) << again.err;
   EXPECT_EQ(read_file(dir / "fair" / "requests.csv"), read_file(dir / "again" / "requests.csv"));
   EXPECT_EQ(read_file(dir / "fair" / "steps.csv"), read_file(dir / "again" / "steps.csv"));
+  fs::remove_all(dir);
+}
+
+// blocks.csv of a P/D run: a `replica` column (block ids are per replica), and a request's
+// prefill blocks close when its prefill ends (its first token), not at its first decode step.
+TEST(KvSharing, BlocksOfAPrefilledRequestCloseWhenItsPrefillEnds) {
+  const fs::path dir = temp_dir("kv-sharing-blocks");
+  write_file(dir / "pd.yaml", burst("queue"));
+  const Cli cli = run_sim(
+      "run " + (dir / "pd.yaml").string() + " --record-blocks --out " + (dir / "pd").string(), dir);
+  ASSERT_EQ(cli.code, 0) << cli.err;
+  std::map<std::string, double> first_token;
+  for (const auto& row : read_csv(dir / "pd" / "requests.csv")) {
+    first_token[row.at("id")] = std::stod(row.at("first_token_s"));
+  }
+  ASSERT_EQ(first_token.size(), 8u);
+  std::map<std::string, double> prefill_end, decode_start;
+  for (const auto& row : read_csv(dir / "pd" / "blocks.csv")) {
+    const std::string& id = row.at("request");
+    if (row.at("replica") == "0") {
+      prefill_end[id] = std::max(prefill_end[id], std::stod(row.at("end_s")));
+    } else {
+      ASSERT_EQ(row.at("replica"), "1");
+      const double s = std::stod(row.at("start_s"));
+      decode_start[id] = decode_start.contains(id) ? std::min(decode_start[id], s) : s;
+    }
+  }
+  ASSERT_EQ(prefill_end.size(), 8u);
+  ASSERT_EQ(decode_start.size(), 8u);
+  for (const auto& [id, end] : prefill_end) {
+    EXPECT_NEAR(end, first_token.at(id), 1e-9) << id;
+    EXPECT_LT(end, decode_start.at(id)) << id;  // the transfer lies between
+  }
   fs::remove_all(dir);
 }
 

@@ -248,6 +248,51 @@ TEST(EngineRun, ClusterRunsSessionsThroughTheFrontEnd) {
   fs::remove_all(dir);
 }
 
+// A session's next turn quotes its earlier replies; the engine feeds the tokens the model really
+// sampled there (engine/reply_tokens.h), whose KV the earlier turn's cached blocks hold, so
+// greedy outputs do not depend on the prefix cache (they did: a turn hit KV of the sampled tokens
+// but computed, without the cache, hash-derived values in their place). One replica and a
+// cluster of two behind session affinity.
+TEST(EngineRun, SessionTurnsGiveTheSameTokensWithOrWithoutThePrefixCache) {
+  const fs::path dir = temp_dir("engine_session_tokens");
+  const std::string text =
+      "name: turns\nseed: 7\nmodel: tiny\nhardware: H100-SXM\n"
+      "serving:\n  block_size: 16\n  num_gpu_blocks: 96\n  max_num_batched_tokens: 256\n"
+      "  max_num_seqs: 8\n  max_model_len: 512\n"
+      "policies: {prefix_cache: hash}\n"
+      "workload:\n  type: multiturn\n  num_sessions: 3\n"
+      "  session_arrival: {process: poisson, rate: 10}\n"
+      "  turns: {dist: fixed, value: 3}\n  think_time_s: {dist: fixed, value: 0}\n"
+      "  first_prompt_len: {dist: fixed, value: 40}\n"
+      "  new_tokens: {dist: fixed, value: 8}\n  output_len: {dist: fixed, value: 40}\n";
+  write_file(dir / "exp.yaml", text);
+  for (const std::string cluster :
+       {"", "cluster:\n  router: session_affinity\n  pools: [{name: a, count: 2}]\n"}) {
+    std::map<std::string, std::string> tokens;
+    std::int64_t cached = 0;
+    for (const char* cache : {"hash", "none"}) {
+      write_file(dir / "exp.yaml", text + cluster);
+      ExperimentConfig c = load_experiment((dir / "exp.yaml").string(),
+                                           {std::string("policies.prefix_cache=") + cache});
+      EngineOptions eo;
+      eo.out_dir = (dir / cache).string();
+      eo.write_tokens = true;
+      fs::remove_all(dir / cache);
+      const RunOutput run = run_engine(c, eo);
+      EXPECT_EQ(run.summary.completed, 9) << cache << cluster;
+      tokens[cache] = read_file(dir / cache / "tokens.jsonl");
+      if (std::string(cache) == "hash") {
+        for (const auto& r : read_csv(dir / cache / "requests.csv")) {
+          cached += std::stoll(r.at("cached_tokens"));
+        }
+      }
+    }
+    EXPECT_GT(cached, 0) << "no turn hit the cache: the comparison shows nothing" << cluster;
+    EXPECT_EQ(tokens["hash"], tokens["none"]) << cluster;
+  }
+  fs::remove_all(dir);
+}
+
 // A failure on one replica's thread stops the others and reaches the caller; nothing is written.
 TEST(EngineRun, ClusterStopsWhenAReplicaFails) {
   const fs::path dir = temp_dir("engine_cluster_fail");
@@ -297,6 +342,38 @@ TEST(EngineRun, ClusterTheEngineCannotRunIsAClearErrorWithExitCode2) {
   EXPECT_EQ(cuda.code, 2) << cuda.err;
   EXPECT_NE(cuda.err.find("two.yaml:23:7: key 'cluster': --device cuda"), std::string::npos)
       << cuda.err;
+  fs::remove_all(dir);
+}
+
+// Parallel sampling: tokens.jsonl keeps every sample's tokens ("samples"), not sample 0's alone,
+// and they add up to requests.csv's output_tokens.
+TEST(EngineRun, TokensOfEverySampleAreWritten) {
+  const fs::path dir = temp_dir("engine_samples");
+  write_experiment(dir);
+  const Cli cli =
+      run_engine_cli("run " + (dir / "exp.yaml").string() + " --out " + (dir / "run").string() +
+                         " --tokens --quiet --set workload.n=3 --set "
+                         "workload.num_requests=6",
+                     dir);
+  ASSERT_EQ(cli.code, 0) << cli.err;
+  std::map<std::int64_t, std::int64_t> output_tokens;
+  for (const auto& r : read_csv(dir / "run" / "requests.csv")) {
+    output_tokens[std::stoll(r.at("id"))] = std::stoll(r.at("output_tokens"));
+  }
+  std::istringstream lines(read_file(dir / "run" / "tokens.jsonl"));
+  std::string line;
+  int n = 0;
+  while (std::getline(lines, line)) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    ASSERT_TRUE(j.contains("samples")) << line;
+    ASSERT_EQ(j["samples"].size(), 3u) << line;
+    EXPECT_EQ(j["samples"][0], j["tokens"]) << line;
+    std::int64_t total = 0;
+    for (const auto& s : j["samples"]) total += static_cast<std::int64_t>(s.size());
+    EXPECT_EQ(total, output_tokens.at(j["id"].get<std::int64_t>())) << line;
+    ++n;
+  }
+  EXPECT_EQ(n, 6);
   fs::remove_all(dir);
 }
 

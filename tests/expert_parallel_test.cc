@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <nlohmann/json.hpp>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -314,6 +315,28 @@ cluster:
   EXPECT_EQ(dense.code, 2);
   EXPECT_NE(dense.err.find("pools.yaml:8:"), std::string::npos) << dense.err;
   EXPECT_NE(dense.err.find("cluster.pools[0].parallel.expert"), std::string::npos) << dense.err;
+}
+
+// A dense draft model beside an expert-parallel mixture runs under the same tensor parallelism
+// (it was refused: "expert parallelism needs a mixture of experts; model Llama-3.2-1B is dense").
+TEST(ExpertParallel, ADenseDraftModelRunsBesideExpertParallelism) {
+  const fs::path dir = temp_dir("expert_parallel_draft");
+  const fs::path exp = dir / "draft.yaml";
+  write_file(exp, R"(name: ep-draft
+model: Qwen3-30B-A3B
+hardware: H100-SXM
+parallel: {tensor: 4, expert: true}
+serving:
+  speculative_config: {method: draft_model, model: Llama-3.2-1B, num_speculative_tokens: 2,
+                       acceptance_rate: 0.6}
+workload: {type: synthetic, num_requests: 4, arrival: {process: fixed, rate: 10},
+           prompt_len: {dist: fixed, value: 256}, output_len: {dist: fixed, value: 8}}
+)");
+  const Cli r = run_sim("run " + exp.string() + " -q --out " + (dir / "run").string(), dir);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const nlohmann::json s = nlohmann::json::parse(read_file(dir / "run" / "summary.json"));
+  EXPECT_EQ(s["requests"]["completed"], 4);
+  EXPECT_GT(s["spec_decode"]["num_drafts"].get<std::int64_t>(), 0);
 }
 
 TEST(ExpertParallel, RedundantCopiesSplitTheHotExpertsAndTakeMemory) {

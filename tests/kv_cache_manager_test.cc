@@ -272,6 +272,25 @@ TEST(KvCacheManager, Identical33TokenPromptHitsTwoBlocksAndComputesOneToken) {
   pool.check_invariants();
 }
 
+// test_eagle_enabled_removes_last_block: with EAGLE a hit drops its last matched block (a 48-token
+// prompt of three full blocks matches two, then one); the statistics count what was kept.
+TEST(KvCacheManager, EagleDropsTheLastMatchedBlock) {
+  BlockPool pool(11);
+  KvCacheOptions o;
+  o.eagle = true;
+  KvCacheManager kv(pool, kBs, kMaxLen, true, o);
+  Request a = make(0, Groups{{4, 48}});
+  Request b = make(1, Groups{{4, 48}});
+  admit(kv, a);
+  const PrefixHit h = kv.get_computed_blocks(b);
+  EXPECT_EQ(h.blocks, (Ids{1}));
+  EXPECT_EQ(h.num_tokens, kBs);
+  EXPECT_EQ(kv.stats().hit_tokens, kBs);
+  // One matched block: nothing is left.
+  Request c = make(2, Groups{{4, 20}});
+  EXPECT_TRUE(kv.get_computed_blocks(c).blocks.empty());
+}
+
 // test_prefill_not_enough_free_blocks_with_computed_blocks: hit blocks at reference count 0 sit
 // in the free queue, so they count against the free blocks; a failed allocation changes nothing.
 TEST(KvCacheManager, HitBlocksAtRefZeroCountAgainstFreeAndFailureChangesNothing) {

@@ -245,8 +245,11 @@ TEST(MemoryTiersConfig, PinnedSharedPrefixesMustBeTheWorkloads) {
   const std::string none = error_of(synthetic + "}\n" + pin);
   EXPECT_NE(none.find("generates no shared prefixes"), std::string::npos) << none;
   EXPECT_NE(none.find("type synthetic"), std::string::npos) << none;
-  // Literal tokens need no generator.
-  EXPECT_EQ(error_of(synthetic + "}\nprefix_cache: {pinned: [{tokens: [1, 2, 3]}]}\n"), "no error");
+  // Literal tokens need no generator (a whole block of them: a shorter prefix pins nothing).
+  std::string block = "1";
+  for (int t = 2; t <= 16; ++t) block += ", " + std::to_string(t);
+  EXPECT_EQ(error_of(synthetic + "}\nprefix_cache: {pinned: [{tokens: [" + block + "]}]}\n"),
+            "no error");
 }
 
 TEST(MemoryTiersConfig, BadSectionsNameTheKey) {
@@ -276,6 +279,15 @@ TEST(MemoryTiersConfig, BadSectionsNameTheKey) {
             std::string::npos);
   EXPECT_NE(error_of("policies: {prefix_cache: radix}\nkv_offload: {host: {blocks: 4}}\n")
                 .find("hash prefix cache"),
+            std::string::npos);
+  // Contiguous KV turns caching off: said so, not "needs prefix caching" beside a hash cache.
+  EXPECT_NE(error_of("policies: {prefix_cache: hash, allocation: contiguous}\n"
+                     "kv_offload: {host: {blocks: 4}}\n")
+                .find("policies.allocation: contiguous turns off"),
+            std::string::npos);
+  // A pinned prefix shorter than a block pins nothing (it was accepted and its prefill charged).
+  EXPECT_NE(error_of("prefix_cache: {pinned: [{tokens: [1, 2, 3]}]}\n")
+                .find("3 tokens, shorter than one KV block"),
             std::string::npos);
 }
 

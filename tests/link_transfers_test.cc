@@ -65,6 +65,23 @@ TEST(LinkTransfers, ALaterTransferSlowsAnEarlierOne) {
   EXPECT_EQ(done[1].finish_ns, 20'000'000);
 }
 
+// A transfer that sent its last byte before the next one starts (its latency still running, no
+// advance() in between) has left the link: it neither shares it again nor finishes late.
+TEST(LinkTransfers, ATransferDrainedBeforeTheNextStartsKeepsItsFinish) {
+  LinkTransfers m(std::vector<double>{100e9});
+  // A: 1 GB at 100 GB/s drains at 10 ms, finishes at 10 ms + 500 ms of latency.
+  m.start_on(0, {0}, 500'000'000, 1'000'000'000);
+  EXPECT_EQ(m.next_finish(), 510'000'000);
+  // B starts at 20 ms, after A's data phase: alone on the link, at full rate.
+  m.start_on(20'000'000, {0}, 500'000'000, 1'000'000'000);
+  EXPECT_DOUBLE_EQ(m.rate(1), 100e9);
+  EXPECT_DOUBLE_EQ(m.rate(0), 0);  // A is no longer sending
+  const auto done = drain_all(m);
+  ASSERT_EQ(done.size(), 2u);
+  EXPECT_EQ(done[0].finish_ns, 510'000'000);
+  EXPECT_EQ(done[1].finish_ns, 530'000'000);
+}
+
 TEST(LinkTransfers, MaxMinFairShareAcrossPathsHandComputed) {
   // Channel X = 10 GB/s, channel Y = 4 GB/s. f1 crosses X, f2 crosses X and Y, f3 crosses Y.
   LinkTransfers m(std::vector<double>{10e9, 4e9});

@@ -384,6 +384,30 @@ TEST(LoraConfigKeys, ValidatedWithFileAndLine) {
             std::string::npos);
   EXPECT_NE(LoadError("  lora: {}\n", "  lora: {adapters: 2, zipf_s: 2}\n").find("zipf_s"),
             std::string::npos);
+  // A mix's parts number their adapters 1, 2, ... alike: one adapter, one rank (the engine
+  // stopped mid-run, exit 1, on adapter 1 asked at ranks 8 and 1).
+  const auto mix = [](const std::string& rank_b) {
+    const std::string part =
+        "      workload: {type: synthetic, num_requests: 2, arrival: {process: poisson, rate: 1}, "
+        "prompt_len: {dist: fixed, value: 10}, output_len: {dist: fixed, value: 2}, ";
+    const std::string text =
+        "name: t\nmodel: tiny\nhardware: H100-SXM\nserving:\n  lora: {max_loras: 2, "
+        "max_lora_rank: 16}\nworkload:\n  type: mix\n  parts:\n    - class: a\n" +
+        part + "lora: {adapters: 1, rank: 8}}\n    - class: b\n" + part + "lora: {adapters: 1" +
+        rank_b + "}}\n";
+    try {
+      load_experiment_text(text, "x.yaml", ".", "t", {});
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(mix(", rank: 8"), "");
+  const std::string two = mix(", rank: 1");
+  EXPECT_NE(two.find("x.yaml:12:"), std::string::npos) << two;
+  EXPECT_NE(two.find("rank 1 differs from another part's rank 8 (x.yaml:10:"), std::string::npos)
+      << two;
+  EXPECT_NE(mix("").find("rank 16 differs"), std::string::npos);  // the default rank counts
 }
 
 std::string Experiment(const std::string& serving, const std::string& lora) {

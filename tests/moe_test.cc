@@ -251,6 +251,19 @@ TEST(MoeRoofline, DecodeReadsOnlyTheExpertsItsTokensAreRoutedTo) {
   EXPECT_GT(all.breakdown(decode_plan(1, 100)).gemm, one.gemm);
 }
 
+// A shared expert (Qwen2-MoE) adds three launches a layer; with the routed two that made eight,
+// one past the array the layer's launches went into (ASan: stack-buffer-overflow).
+TEST(MoeRoofline, ASharedExpertAddsItsLaunches) {
+  ModelConfig m = easy_moe();
+  m.shared_expert_intermediate_size = 600;
+  const RooflineCostModel cm(m, easy_hardware(), 10);
+  // One decode token: the routed model's 1.4036008 ms plus, a layer, the shared gate/up
+  // 2 * 600 * 1000 * 2 + (1200 + 1000) * 2 = 2,404,400 B, down 1,200,000 + 3,200 and the shared
+  // gate 2,000 + 2,002: 3,611,602 B, x10 layers at 1e11 B/s = 0.3611602 ms.
+  EXPECT_NEAR(cm.breakdown(decode_plan(1, 100)).gemm, 1.4036008e-3 + 3.611602e-4, 1e-12);
+  EXPECT_GT(cm.breakdown(prefill_plan(0, 1000, true)).gemm, 0.14008);
+}
+
 TEST(MoeRoofline, TensorParallelismShardsEveryExpertAndReplicatesTheRouter) {
   ModelConfig m = easy_moe();
   m.shared_expert_intermediate_size = 600;

@@ -1159,6 +1159,29 @@ TEST(LoraModules, ParseCheckAndSelectAdapters) {
   EXPECT_FALSE(models["data"][2].contains("max_model_len"));
 }
 
+// vLLM's prefix-cache counters and its recent hit rate leave out the lookups of resumed
+// (previously preempted) requests: so do the server's (they counted them).
+TEST(ServeMetrics, PrefixCacheCountersLeaveOutResumedRequests) {
+  ServeMetrics m("tiny");
+  PrefixCacheStats p;
+  p.lookups = 2;
+  p.queried_tokens = 100;
+  p.hit_tokens = 20;
+  p.preempted_lookups = 1;
+  p.preempted_queried_tokens = 60;
+  p.preempted_hit_tokens = 60;
+  m.set_state(0, 0, 0.0, p);
+  const std::string text = m.render();
+  EXPECT_NE(text.find("vllm:prefix_cache_queries_total{model_name=\"tiny\"} 100\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("vllm:prefix_cache_hits_total{model_name=\"tiny\"} 20\n"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("servelab:prefix_cache_hit_rate_recent{model_name=\"tiny\"} 0.2\n"),
+            std::string::npos)
+      << text;
+}
+
 // vLLM's vllm:lora_requests_info: only once set, names sorted and each once, no model_name label.
 TEST(ServeMetrics, LoraRequestsInfoGauge) {
   ServeMetrics m("tiny");

@@ -195,6 +195,11 @@ TEST(SimStops, BadKeysAreExitCode2NamingTheKey) {
   EXPECT_NE(
       err("  sampling: {repetition_penalty: 0}\n").find("workload.sampling.repetition_penalty"),
       std::string::npos);
+  // vLLM refuses min_tokens above max_tokens; accepted, every request ended at max_tokens.
+  EXPECT_NE(
+      err("  sampling: {max_tokens: 5, min_tokens: 50}\n")
+          .find("key 'workload.sampling.min_tokens': expected at most max_tokens (5), got '50'"),
+      std::string::npos);
   fs::remove_all(dir);
 }
 

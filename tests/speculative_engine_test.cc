@@ -26,12 +26,23 @@
 namespace servelab {
 namespace {
 
-TEST(NgramProposer, LongestSuffixMostRecentOccurrence) {
+TEST(NgramProposer, LongestSuffixEarliestOccurrence) {
   std::vector<std::int32_t> out;
-  // Suffix [2, 3] occurs at 1..2 and 5..6; the most recent earlier one (5..6) is followed by 9.
+  // Suffix [2, 3] occurs at 1..2 and 5..6; the earliest (1..2) is followed by 4, 7 (vLLM v1's
+  // choice among equally long matches).
   const std::vector<std::int32_t> t = {1, 2, 3, 4, 7, 2, 3, 9, 8, 2, 3};
   EXPECT_EQ(ngram_propose(t, 1, 3, 2, out), 2);
-  EXPECT_EQ(out, (std::vector<std::int32_t>{9, 8}));
+  EXPECT_EQ(out, (std::vector<std::int32_t>{4, 7}));
+  // vLLM's own cases (tests/v1/spec_decode/test_ngram.py): [1 2 3 4 1 2 3] proposes 4 1 2.
+  out.clear();
+  EXPECT_EQ(ngram_propose(std::vector<std::int32_t>{1, 2, 3, 4, 1, 2, 3}, 2, 2, 3, out), 3);
+  EXPECT_EQ(out, (std::vector<std::int32_t>{4, 1, 2}));
+  out.clear();
+  EXPECT_EQ(ngram_propose(std::vector<std::int32_t>{1, 2, 3, 4, 1, 2, 3, 5, 6}, 2, 2, 2, out), 0);
+  // [1 2 7 1 2 8 1 2] proposes 7 (after the first [1 2]), not 8.
+  out.clear();
+  EXPECT_EQ(ngram_propose(std::vector<std::int32_t>{1, 2, 7, 1, 2, 8, 1, 2}, 2, 2, 1, out), 1);
+  EXPECT_EQ(out, (std::vector<std::int32_t>{7}));
   // With min 3 the 2-token match does not count; [8, 2, 3] never occurred before.
   out.clear();
   EXPECT_EQ(ngram_propose(t, 3, 3, 2, out), 0);

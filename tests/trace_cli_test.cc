@@ -63,6 +63,25 @@ TEST(TraceCli, BadInputIsExitCode2) {
   fs::remove(bad);
 }
 
+// Detection reads headers as the readers do (spaces after commas), takes a .jsonl for Mooncake
+// only when its rows have a timestamp, and names a file in the current folder as given.
+TEST(TraceCli, FormatDetection) {
+  const fs::path dir = temp_dir("trace_cli_detect");
+  std::ofstream(dir / "az.csv") << "TIMESTAMP, ContextTokens,  GeneratedTokens\n"
+                                   "2023-11-16 18:15:46.6805900,374,44\n";
+  const Cli az = servelab::test_util::run_program("sim", "trace stats az.csv", dir / "o.txt",
+                                                  dir / "e.txt", "cd " + dir.string() + " && ");
+  ASSERT_EQ(az.code, 0) << az.err;
+  EXPECT_NE(az.out.find("azure trace az.csv\n"), std::string::npos) << az.out;
+  std::ofstream(dir / "other.jsonl") << "{\"arrival\": 1, \"prompt\": 10}\n";
+  const Cli other = sim("trace stats " + (dir / "other.jsonl").string());
+  EXPECT_EQ(other.code, 2);
+  EXPECT_NE(other.err.find("other.jsonl:1: expected a Mooncake trace row"), std::string::npos)
+      << other.err;
+  EXPECT_NE(other.err.find("type: jsonl"), std::string::npos) << other.err;
+  fs::remove_all(dir);
+}
+
 // A legal row of a hundred million tokens: the length histogram is sparse past 2^20, so its
 // memory follows the rows, not the largest length (a 1.75 GB vector before).
 TEST(TraceCli, StatsOfHugeLengthsStaySmall) {

@@ -400,6 +400,24 @@ TEST(Validate, ConfigurationChecks) {
   auto c = run_sim("validate " + (dir / "sim").string() + " " + (dir / "engine").string(), dir);
   EXPECT_EQ(c.code, 2);
   EXPECT_NE(c.err.find("workload"), std::string::npos) << c.err;
+  // The measured side ran other lengths (a server capping max_tokens) or did not finish what the
+  // simulation finished: warned, since every error then compares different work.
+  write_runs(dir);
+  std::string measured = std::string(kRequestsHeader) + req(0, 32, "100", "10", "150") +
+                         req(1, 8, "200", "10", "200") + req(2, 8, "400", "", "500", "aborted");
+  const std::string capped = "1,0,0,0,0,8,3,";
+  measured.replace(measured.find(capped), capped.size(), "1,0,0,0,0,8,2,");
+  write_file(dir / "engine/requests.csv", measured);
+  r = validate_runs((dir / "sim").string(), (dir / "engine").string());
+  std::string all;
+  for (const std::string& w : r.warnings) all += w + "\n";
+  EXPECT_NE(all.find("1 requests finished in the simulation but not in the measured run"),
+            std::string::npos)
+      << all;
+  EXPECT_NE(all.find("1 requests finished in both runs with other lengths (request 1: 3 "
+                     "output_tokens simulated, 2 measured)"),
+            std::string::npos)
+      << all;
 }
 
 TEST(Validate, CommandWritesJsonAndRefusesBadInput) {

@@ -498,6 +498,20 @@ TEST(WorkloadAzure, FileErrorsNameTheFileAndLine) {
 
 // ---- YAML errors ----
 
+// A data path naming a folder is refused at its key (a sessions file read as "malformed JSON").
+TEST(WorkloadYaml, AFolderIsNotADataFile) {
+  const std::filesystem::path dir =
+      servelab::test_util::kept_temp_dir("workload_test") / "a-folder";
+  std::filesystem::create_directories(dir);
+  for (const char* type : {"azure", "sessions"}) {
+    const std::string msg = error_of([&] {
+      from_yaml(std::string("workload:\n  type: ") + type + "\n  path: " + dir.string() + "\n");
+    });
+    EXPECT_THAT(msg, HasSubstr("test.yaml:3:")) << type;
+    EXPECT_THAT(msg, HasSubstr("is a folder; expected a file")) << type;
+  }
+}
+
 TEST(WorkloadYaml, ErrorsNameTheKeyAndWhatWasExpected) {
   const std::string lens =
       "  prompt_len: {dist: fixed, value: 10}\n  output_len: {dist: fixed, value: 10}\n";

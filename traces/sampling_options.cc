@@ -56,6 +56,11 @@ RequestOptions parse_request_options(const ConfigNode& s) {
       if (!(*p.eos_probability > 0)) n.at("eos_probability").fail("a probability in (0, 1]");
     }
     p.min_tokens = static_cast<std::int32_t>(n.get_int("min_tokens", 0, 0, 10'000'000));
+    if (p.max_tokens && p.min_tokens > *p.max_tokens) {
+      // vLLM's SamplingParams refuses it ("min_tokens must be less than or equal to
+      // max_tokens"); every request would end at max_tokens as if min_tokens were not there.
+      n.at("min_tokens").fail("at most max_tokens (" + std::to_string(*p.max_tokens) + ")");
+    }
     p.ignore_eos = n.get_bool("ignore_eos", false);
     o.sampling = p;
   }

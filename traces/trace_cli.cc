@@ -38,7 +38,6 @@ std::unique_ptr<Workload> open_trace(const std::string& path, std::string format
 }  // namespace
 
 std::string detect_trace_format(const std::string& path) {
-  if (ends_with(path, ".jsonl")) return "mooncake";
   // Detection reads the first line and the reader then opens the file again: a pipe (sim trace
   // stats /dev/stdin) would have lost that line, and every row with it when it is short.
   std::error_code ec;
@@ -51,7 +50,20 @@ std::string detect_trace_format(const std::string& path) {
   }
   CsvReader csv(path);
   if (!csv.next_row()) throw ConfigError(path + ": empty file, cannot detect its format");
-  const std::string_view header = trim(csv.line());
+  if (ends_with(path, ".jsonl")) {
+    // JSON lines: Mooncake's rows are the ones with a timestamp (another .jsonl is not read as
+    // one and blamed for a missing field).
+    if (csv.line().find("\"timestamp\"") != std::string_view::npos) return "mooncake";
+    throw ConfigError(path + ":1: expected a Mooncake trace row ({\"timestamp\": ...}), got '" +
+                      shorten(trim(csv.line())) +
+                      "'; another JSON-lines trace is read by an experiment's workload "
+                      "(type: jsonl, with its columns)");
+  }
+  // The readers allow spaces after the header's commas; so does detection.
+  std::string header;
+  for (const char c : trim(csv.line())) {
+    if (c != ' ' || header.empty() || header.back() != ',') header += c;
+  }
   if (header == "TIMESTAMP,ContextTokens,GeneratedTokens") return "azure";
   if (header.starts_with("Timestamp,Model,Request tokens")) return "burstgpt";
   if (header.starts_with("arrival_ns,prompt_tokens,output_tokens")) return "servelab";

@@ -24,7 +24,9 @@ std::optional<std::string> resolve_data_path(const std::string& path, const std:
   const fs::path p(path);
   if (p.is_absolute()) return path;
   std::error_code ec;
-  const fs::path local = fs::path(base_dir) / p;
+  // "." names the current folder: "x.jsonl", not "./x.jsonl" (which a second resolution made
+  // "././x.jsonl" in messages).
+  const fs::path local = base_dir.empty() || base_dir == "." ? p : fs::path(base_dir) / p;
   if (fs::exists(local, ec)) return local.string();
   try {
     const fs::path shipped = servelab_home() / p;
@@ -40,7 +42,14 @@ namespace {
 // The file named by the string at `node`, resolved; a ConfigError at the key if it is nowhere.
 std::string data_file(const ConfigNode& node, const std::string& base_dir) {
   const std::string path = node.as_string();
-  if (std::optional<std::string> found = resolve_data_path(path, base_dir)) return *found;
+  if (std::optional<std::string> found = resolve_data_path(path, base_dir)) {
+    // A folder would be read as an empty or malformed file ("malformed JSON") by its reader.
+    std::error_code ec;
+    if (std::filesystem::is_directory(*found, ec)) {
+      node.fail_message("'" + *found + "' is a folder; expected a file");
+    }
+    return *found;
+  }
   std::string where = "'" + (std::filesystem::path(base_dir) / path).string() + "'";
   try {
     where += " or '" + (servelab_home() / path).string() + "'";

@@ -131,7 +131,7 @@ TYPED_COLUMNS = {
                      "ttft_ms": NUMBER, "tpot_ms": NUMBER, "e2e_ms": NUMBER, "preemptions": COUNT},
     "schedule.csv": {"step": INT, "request": INT, "num_tokens": INT},
     "events.csv": {"time_s": NUMBER, "request": INT},
-    "blocks.csv": {"request": INT, "block": INT, "start_s": NUMBER, "end_s": NUMBER},
+    "blocks.csv": {"request": INT, "block": INT, "start_s": NUMBER, "end_s": NUMBER, "replica": INT},
 }
 
 
@@ -596,11 +596,14 @@ def transfer_timeline(run, out_dir, fmt, written):
         parts = r["detail"].split(" ")
         dst = int(parts[0].split("->")[1])
         fields = dict(f.split("=") for f in parts[1:])
-        t = float(r["time_s"])
         wait = float(fields["wait_ms"]) / 1000
         move = float(fields["transfer_ms"]) / 1000
-        waits.setdefault(dst, []).append((t, wait))
-        moves.setdefault(dst, []).append((t + wait, move))
+        # The first byte's start: the event's time is the prefill's end (or, shared, the
+        # transfer's end), and a layer-wise transfer starts before it. Files written before
+        # start_s existed: the event's time plus the wait.
+        start = float(fields["start_s"]) if "start_s" in fields else float(r["time_s"]) + wait
+        waits.setdefault(dst, []).append((start - wait, wait))
+        moves.setdefault(dst, []).append((start, move))
     for dst in sorted(moves):
         ax.broken_barh([w for w in waits[dst] if w[1] > 0], (dst - 0.4, 0.8), color="#bbbbbb")
         ax.broken_barh(moves[dst], (dst - 0.4, 0.8), color=STATE_COLORS["decoding"])
@@ -705,8 +708,17 @@ def kv_block_map(run, out_dir, fmt, written, quiet):
     rows = read_csv(path)
     if not rows or len(rows) > KV_MAP_MAX_ROWS:
         return
-    # The map shows block ids up to the highest one used (the pool may be far larger).
-    num_blocks = max(int(r["block"]) for r in rows) + 1
+    # The map shows block ids up to the highest one used (the pool may be far larger); a
+    # cluster's replicas (the `replica` column) are stacked, each its own band of rows, since
+    # their block ids name different memories.
+    replica_of = (lambda r: int(r["replica"])) if "replica" in rows[0] else (lambda r: 0)
+    used = {}
+    for r in rows:
+        used[replica_of(r)] = max(used.get(replica_of(r), 0), int(r["block"]) + 1)
+    offset, num_blocks = {}, 0
+    for rep in sorted(used):
+        offset[rep] = num_blocks
+        num_blocks += used[rep]
     if num_blocks > KV_MAP_MAX_BLOCKS:
         if not quiet:
             print(f"servelab_plot: {run.name}: blocks up to id {num_blocks - 1} used, too many for a "
@@ -720,7 +732,7 @@ def kv_block_map(run, out_dir, fmt, written, quiet):
     span = (t1 - t0) or 1.0
     requests_seen = []
     for r in rows:
-        b = int(r["block"])
+        b = offset[replica_of(r)] + int(r["block"])
         rid = int(r["request"])
         a = int((num(r["start_s"]) - t0) / span * cols)
         e = int(math.ceil((num(r["end_s"]) - t0) / span * cols))
@@ -739,8 +751,15 @@ def kv_block_map(run, out_dir, fmt, written, quiet):
     ax.imshow(img, aspect="auto", interpolation="nearest", cmap=cmap, vmin=0, vmax=21, origin="lower",
               extent=(t0, t1, -0.5, num_blocks - 0.5))
     ax.set_xlabel("simulated time (s)")
-    ax.set_ylabel("physical KV block id")
     ax.grid(False)
+    if len(used) > 1:
+        for rep in sorted(used)[1:]:
+            ax.axhline(offset[rep] - 0.5, color="gray", linewidth=0.8)
+        ax.set_yticks([offset[rep] + used[rep] / 2 - 0.5 for rep in sorted(used)])
+        ax.set_yticklabels([f"replica {rep}" for rep in sorted(used)])
+        ax.set_ylabel("physical KV blocks, by replica")
+    else:
+        ax.set_ylabel("physical KV block id")
     n_req = len(set(requests_seen))
     ax.set_title(f"KV block map (ids 0-{num_blocks - 1} of {pool}; {n_req} requests, colour = request): "
                  f"{run.title}", fontsize=9)
