@@ -19,6 +19,7 @@
 #include "core/config_error.h"
 #include "engine/profile.h"
 #include "python/bindings.h"
+#include "python/python_plugins.h"
 #include "python/run_files.h"
 #include "serving/calibration_profile.h"
 #include "serving/interrupt.h"
@@ -79,6 +80,7 @@ py::tuple profile(const std::string& model, const std::string& device, int reps,
   ProfileRun run;
   Files files;
   {
+    const RegistryReaders registry_readers;  // see python_plugins.h
     py::gil_scoped_release release;
     ScopedInterruptHandler interrupt;
     run = run_profile(o, nullptr);
@@ -149,6 +151,7 @@ py::dict calibrate(const std::string& profile_path, const std::string& profile_l
   ProfileCalibration c;  // holdout: 0, or >= 2 (fit_profile_holdout refuses the rest)
   std::string summary;
   {
+    const RegistryReaders registry_readers;  // see python_plugins.h
     py::gil_scoped_release release;
     c = calibrate_profile(profile_path, holdout, engine_run, profile_label, "", between_steps);
     summary = printed([&](std::FILE* f) { print_profile_calibration(f, c); });
@@ -193,6 +196,7 @@ py::dict validate(const std::string& sim_dir, const std::string& engine_dir,
                   const std::string& cost_model) {
   std::string json, csv, text;
   {
+    const RegistryReaders registry_readers;  // see python_plugins.h
     py::gil_scoped_release release;
     const ValidationReport rep = validate_runs(sim_dir, engine_dir, cost_model);
     json = validation_json(rep);

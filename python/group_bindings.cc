@@ -60,6 +60,7 @@ GroupFiles compare(
   std::vector<std::string> names;
   Files files;
   {
+    const RegistryReaders registry_readers;  // see python_plugins.h
     py::gil_scoped_release release;
     ScopedInterruptHandler interrupt;
     const std::string out = (tmp.path() / "compare").string();
@@ -80,6 +81,7 @@ GroupFiles sweep(const std::string& name, const std::optional<std::string>& text
   std::vector<std::string> names;
   Files files;
   {
+    const RegistryReaders registry_readers;  // see python_plugins.h
     py::gil_scoped_release release;
     ScopedInterruptHandler interrupt;
     const std::string out = (tmp.path() / "sweep").string();
@@ -94,6 +96,7 @@ std::string save_group(const std::string& dir, const std::string& index_file,
                        const std::string& what, const std::vector<std::string>& runs,
                        const py::list& py_files) {
   const Files files = from_python(py_files);
+  const RegistryReaders registry_readers;  // see python_plugins.h
   py::gil_scoped_release release;
   check_group_dir(dir, index_file, what, runs);
   StagedDir stage(dir);
@@ -113,6 +116,7 @@ int plot(const std::vector<std::string>& inputs, const std::string& out_dir,
   if (format != "png" && format != "svg" && format != "pdf") {
     throw ConfigError("plot: format: expected png, svg or pdf, got '" + format + "'");
   }
+  const RegistryReaders registry_readers;  // see python_plugins.h
   py::gil_scoped_release release;
   return run_plot(args);
 }

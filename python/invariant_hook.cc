@@ -20,7 +20,9 @@ StepHook invariant_hook() {
       const std::int64_t every = std::max<std::int64_t>(1024, scheduler.kv().pool().num_blocks());
       if (plan.step_index % every == 0) scheduler.kv().check_invariants();
     } catch (const std::logic_error& e) {
-      throw PythonPolicyError(std::string(e.what()) + " (a Python policy is active: queue order '" +
+      throw PythonPolicyError(std::string(e.what()) +
+                              " (a Python policy is active: batch formation '" +
+                              std::string(scheduler.batch_formation().name()) + "', queue order '" +
                               scheduler.waiting_queue().name() + "', victim rule '" +
                               std::string(scheduler.victim_rule().name()) + "')");
     }

@@ -17,6 +17,7 @@
 #include "engine/kv_dtype_probe.h"
 #include "engine/weight_quant_probe.h"
 #include "python/bindings.h"
+#include "python/python_plugins.h"
 #include "serving/model_config.h"
 
 namespace py = pybind11;
@@ -104,6 +105,7 @@ py::list compare(const std::string& model, std::uint64_t seed, std::int64_t requ
   const LlamaConfig config = load_llama_config(model, default_catalog_dir());
   std::vector<KvProbeDifference> diffs;
   {
+    const RegistryReaders registry_readers;  // see python_plugins.h
     py::gil_scoped_release release;
     diffs = compare_kv_dtypes(LlamaWeights::random(config, seed), setup, cases);
   }
@@ -129,6 +131,7 @@ py::list compare_weights(const std::string& model, std::uint64_t seed, std::int6
   const LlamaConfig config = load_llama_config(model, default_catalog_dir());
   std::vector<KvProbeDifference> diffs;
   {
+    const RegistryReaders registry_readers;  // see python_plugins.h
     py::gil_scoped_release release;
     try {
       diffs =

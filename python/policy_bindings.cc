@@ -54,7 +54,17 @@ std::vector<ParamInfo> parse_params(const std::string& plugin, const py::dict& p
   std::vector<ParamInfo> out;
   for (const auto& [key, value] : params) {
     ParamInfo p;
+    if (!py::isinstance<py::str>(key)) {
+      throw py::type_error("register '" + plugin + "': parameter names must be str, got " +
+                           py::repr(key).cast<std::string>());
+    }
     p.name = py::cast<std::string>(key);
+    // `name` is the key that names the plugin in `{name: P, ...}`: a parameter of that name
+    // could never be given (the plugin was registered and then unusable).
+    if (p.name == "name" || p.name.empty()) {
+      throw ConfigError("register '" + plugin + "': a parameter cannot be called '" + p.name +
+                        "' (the key `name` names the plugin itself); choose another");
+    }
     py::handle def = value;
     if (py::isinstance<py::tuple>(value)) {
       const auto t = py::reinterpret_borrow<py::tuple>(value);
@@ -96,6 +106,12 @@ std::string origin_of(const py::object& fn) {
 // Adds (or replaces) the Python plugin `info.name` of `info.kind`.
 void register_python_plugin(PluginInfo info) {
   if (info.name.empty()) throw ConfigError("register: the plugin name is empty");
+  if (RegistryReaders::count() > 0) {
+    throw std::runtime_error(
+        "register: a run, compare or sweep is using the policy registry in another thread; "
+        "register '" +
+        info.name + "' before starting it or after it ends");
+  }
   PolicyRegistry& registry = PolicyRegistry::mutable_instance();
   std::set<std::string>& mine = python_names()[info.kind];
   if (registry.find(info.kind, info.name) != nullptr) {
@@ -292,6 +308,14 @@ bool python_plugins_registered() {
   }
   return false;
 }
+
+namespace {
+int registry_readers = 0;  // guarded by the GIL
+}  // namespace
+
+RegistryReaders::RegistryReaders() { ++registry_readers; }
+RegistryReaders::~RegistryReaders() { --registry_readers; }
+int RegistryReaders::count() { return registry_readers; }
 
 void bind_policies(py::module_& m) {
   bind_request_view(m);

@@ -20,7 +20,7 @@ namespace servelab::python {
 class StepBuilder {
  public:
   StepBuilder(Scheduler& s, TimeNs now, bool admit, const PythonPolicy& policy)
-      : state_(std::make_shared<State>(State{&s, now, admit, &policy, py::list()})) {}
+      : state_(std::make_shared<State>(State{&s, now, admit, &policy, py::list(), false})) {}
 
   // Ends the builder's life and that of every view it handed out. REQUIRES: the GIL.
   void invalidate() const {
@@ -60,6 +60,7 @@ class StepBuilder {
 
   std::int32_t schedule_running(std::int32_t budget, const py::function& tokens_for,
                                 bool stop_at_self_preemption) const {
+    check_not_nested("schedule_running");
     check_budget("schedule_running", budget);
     const PythonPolicy& policy = *state_->policy;
     const auto on_self = stop_at_self_preemption ? Scheduler::OnSelfPreemption::kStop
@@ -68,14 +69,21 @@ class StepBuilder {
         budget, state_->now, on_self, [&](const Request& r, std::int32_t left) -> std::int32_t {
           const py::object view = make_request_view(r);
           py::object n;
+          state_->in_tokens_for = true;
           try {
             n = tokens_for(view, left);
           } catch (py::error_already_set& e) {
+            state_->in_tokens_for = false;
             invalidate_request_view(view);
             policy.fail(e);
+          } catch (...) {
+            state_->in_tokens_for = false;
+            throw;
           }
+          state_->in_tokens_for = false;
           invalidate_request_view(view);
           const std::int32_t to_compute = r.num_tokens() - r.num_computed_tokens;
+          n = as_index(n);
           if (!PyLong_Check(n.ptr()) || PyBool_Check(n.ptr())) {
             policy.fail("tokens_for must return an int (the tokens to schedule for request " +
                         std::to_string(r.id()) + ", <= 0 to skip it), got " +
@@ -94,6 +102,7 @@ class StepBuilder {
   }
 
   std::int32_t swap_in(std::int32_t budget) const {
+    check_not_nested("swap_in");
     check_admit("swap_in");
     check_budget("swap_in", budget);
     return s().swap_in_phase(budget, state_->now);
@@ -102,6 +111,7 @@ class StepBuilder {
   std::int32_t admit_waiting(std::int32_t budget, std::int32_t token_cap, bool whole_prompt,
                              const py::object& watermark, bool reserve_max_length,
                              std::int32_t max_admissions) const {
+    check_not_nested("admit_waiting");
     check_admit("admit_waiting");
     check_budget("admit_waiting", budget);
     Scheduler::AdmissionRule rule;
@@ -130,7 +140,18 @@ class StepBuilder {
     bool admit;
     const PythonPolicy* policy;
     py::list views;
+    // Inside schedule_running's tokens_for: its answers are checked against the budget left when
+    // it was asked, so a step operation called from there could schedule past the step's budget
+    // (512 tokens in a 256-token step) or nest one pass in another.
+    bool in_tokens_for;
   };
+  void check_not_nested(const char* what) const {
+    if (state_->in_tokens_for) {
+      state_->policy->fail(std::string(what) +
+                           " called from inside schedule_running's tokens_for: answer with the "
+                           "tokens to schedule, and call the step's operations after it returns");
+    }
+  }
   void check_budget(const char* what, std::int32_t budget) const {
     const std::int32_t left = budget_left();
     if (budget < 0 || budget > left) {

@@ -39,7 +39,7 @@ std::string PythonAdmission::shed_reason(const RequestSpec& spec, const Admissio
 
 std::int32_t PythonLengthCap::cap(const RequestSpec& spec, const AdmissionLoad& load) const {
   py::gil_scoped_acquire gil;
-  const py::object result = call_.ask(spec, load);
+  const py::object result = as_index(call_.ask(spec, load));
   const std::string range = "1 to the request's max_output_tokens " +
                             std::to_string(spec.max_output_tokens) + " (request " +
                             std::to_string(spec.id) + ")";

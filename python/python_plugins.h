@@ -16,4 +16,19 @@ bool uses_python_policy(const ExperimentConfig& config);
 // variants themselves, check invariants in every run then). REQUIRES: the GIL.
 bool python_plugins_registered();
 
+// Held (constructed before the GIL is released, destroyed after it is taken back) around work
+// that reads the plugin registry without the GIL: runs, compares and sweeps parse experiments and
+// build their plugins there. The registry has no lock of its own, so registering or replacing a
+// Python plugin while one is held is refused (it crashed a sweep in another thread, or made it
+// miss a plugin being replaced). REQUIRES: the GIL, for construction and destruction.
+class RegistryReaders {
+ public:
+  RegistryReaders();
+  ~RegistryReaders();
+  RegistryReaders(const RegistryReaders&) = delete;
+  RegistryReaders& operator=(const RegistryReaders&) = delete;
+  // How many are held. REQUIRES: the GIL.
+  static int count();
+};
+
 }  // namespace servelab::python

@@ -13,6 +13,16 @@ PythonPolicy::PythonPolicy(std::string name, std::string kind, py::object fn)
 
 PythonPolicy::~PythonPolicy() { release_python_object(fn_); }
 
+py::object as_index(const py::object& v) {
+  if (PyLong_Check(v.ptr()) || !PyIndex_Check(v.ptr())) return v;
+  PyObject* i = PyNumber_Index(v.ptr());
+  if (i == nullptr) {
+    PyErr_Clear();
+    return v;
+  }
+  return py::reinterpret_steal<py::object>(i);
+}
+
 void release_python_object(py::object& o) {
   if (!Py_IsInitialized()) {
     (void)o.release();  // the interpreter is gone: nothing left to release

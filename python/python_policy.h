@@ -39,4 +39,9 @@ class PythonPolicy {
 // destroys without the GIL, possibly on a sweep's worker thread.
 void release_python_object(pybind11::object& o);
 
+// A policy's integer answer as a Python int: an int (bool included) as it is, an object that
+// says it is an integer (`__index__`: NumPy's np.int64 from np.argmax, np.int32) converted, any
+// other object unchanged (the caller refuses it). REQUIRES: the GIL.
+pybind11::object as_index(const pybind11::object& v);
+
 }  // namespace servelab::python

@@ -14,7 +14,9 @@ namespace servelab::python {
 namespace {
 
 // One key component; false when `v` is not a finite number.
-bool to_key_component(const py::handle& v, long double& out) {
+bool to_key_component(const py::handle& component, long double& out) {
+  // NumPy's integers (np.int64(...)) as ints; its float64 is a float already.
+  const py::object v = as_index(py::reinterpret_borrow<py::object>(component));
   if (PyLong_Check(v.ptr())) {  // bool included
     int overflow = 0;
     const long long x = PyLong_AsLongLongAndOverflow(v.ptr(), &overflow);

@@ -34,6 +34,7 @@ std::size_t PythonRouter::route(const RequestSpec& spec, std::span<const Replica
   } catch (py::error_already_set& e) {
     policy_->fail(e);
   }
+  result = as_index(result);
   if (!PyLong_Check(result.ptr()) || PyBool_Check(result.ptr())) {
     policy_->fail(
         "expected the index of the chosen replica in the list of candidates (an int), "

@@ -25,6 +25,7 @@ std::size_t PythonVictimRule::pick(std::span<Request* const> running) const {
     policy_->fail(e);
   }
   invalidate();
+  result = as_index(result);
   if (!PyLong_Check(result.ptr()) || PyBool_Check(result.ptr())) {
     policy_->fail(
         "expected the index of the victim in the list of running requests (an int), "

@@ -56,6 +56,7 @@ py::list run_in_temp_dir(const ExperimentConfig& config, Options& options,
   options.out_dir = (tmp.path() / config.name).string();
   Files files;
   {
+    const RegistryReaders registry_readers;  // see python_plugins.h
     py::gil_scoped_release release;
     ScopedInterruptHandler interrupt;
     const RunOutput out = runner(config, options);
@@ -103,6 +104,7 @@ py::list engine_run(const std::string& name, const std::optional<std::string>& t
 
 std::string save_run(const std::string& dir, const py::list& py_files) {
   const Files files = from_python(py_files);
+  const RegistryReaders registry_readers;  // see python_plugins.h
   py::gil_scoped_release release;
   check_out_dir(dir);
   StagedDir stage(dir);

@@ -100,6 +100,19 @@ void check_lora_section(const ConfigNode& w, const ExperimentConfig& c) {
   }
 }
 
+// Whether `workload` (or a mix's part, at any depth) is a multi-turn one: a `multiturn` or
+// `sessions` workload, whose requests belong to sessions.
+bool has_sessions(const ConfigNode& w) {
+  if (!w.is_map() || !w.has("type") || !w.at("type").is_scalar()) return true;  // reported later
+  const std::string type = w.at("type").as_string();
+  if (type == "multiturn" || type == "sessions") return true;
+  if (type != "mix" || !w.has("parts") || !w.at("parts").is_sequence()) return false;
+  for (const ConfigNode& part : w.at("parts").elements()) {
+    if (part.is_map() && part.has("workload") && has_sessions(part.at("workload"))) return true;
+  }
+  return false;
+}
+
 // `workload.lora` (and a mix's parts' `workload.lora`) against serving.lora.
 void check_workload_lora(const ConfigNode& top, const ExperimentConfig& c) {
   const std::optional<ConfigNode> w = top.find("workload");
@@ -907,6 +920,12 @@ ExperimentConfig experiment_from_document(const ConfigNode& doc, const std::stri
     }
   }
   if (auto ko = top.find("kv_offload")) c.kv_offload = parse_kv_offload(*ko);
+  if (c.kv_offload.idle_offload_s > 0 && top.has("workload") && !has_sessions(top.at("workload"))) {
+    // Only a session's requests are ever offloaded for being idle: it would do nothing.
+    throw ConfigError(c.kv_offload.idle_location +
+                      ": idle-session offload needs sessions (a multiturn or sessions workload, or "
+                      "a mix with one); this workload has none, so nothing would be offloaded");
+  }
   if (c.cluster.set && (!c.prefix_cache.pinned.empty() || c.kv_offload.set)) {
     top.at(c.kv_offload.set ? "kv_offload" : "prefix_cache")
         .fail_message(

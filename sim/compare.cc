@@ -143,9 +143,13 @@ std::vector<VariantResult> run_compare(const ExperimentSource& source,
                                        const std::vector<std::string>& base_overrides,
                                        std::string out_dir, bool progress,
                                        const StepHook& before_step) {
-  // Each variant's name is its run folder: two of one name would overwrite one run by another.
+  // Each variant's name is its run folder: two of one name would overwrite one run by another,
+  // and one that is not a plain folder name ("../x", "a/b", "") would write outside the group
+  // (the Python module's compare(variants=...) passed such names through: a user's run folder
+  // elsewhere was replaced).
   std::set<std::string> seen;
   for (const Variant& v : variants) {
+    check_name(v.name, "compare");
     if (!seen.insert(v.name).second) {
       throw ConfigError("variant '" + v.name +
                         "' is given twice; each variant needs a name of its own (it names its run "

@@ -158,7 +158,27 @@ TEST(EngineTiers, SimulatedOnlyPartsAreClearErrors) {
   const std::string disk = error_of("kv_offload: {host: {blocks: 8}, disk: {blocks: 8}}\n");
   EXPECT_NE(disk.find("e.yaml:20:"), std::string::npos) << disk;
   EXPECT_NE(disk.find("disk tier is simulated only"), std::string::npos) << disk;
-  const std::string idle = error_of("kv_offload: {host: {blocks: 8}, idle_offload_s: 5}\n");
+  // Idle-session offload needs sessions (on this synthetic workload it would do nothing), and the
+  // engine does not run it.
+  const std::string none = error_of("kv_offload: {host: {blocks: 8}, idle_offload_s: 5}\n");
+  EXPECT_NE(none.find("idle-session offload needs sessions"), std::string::npos) << none;
+  write_file(dir / "s.yaml",
+             kExperiment.substr(0, kExperiment.find("workload:")) +
+                 "workload:\n  type: multiturn\n  num_sessions: 2\n"
+                 "  session_arrival: {process: poisson, rate: 10}\n"
+                 "  turns: {dist: fixed, value: 2}\n  think_time_s: {dist: fixed, value: 0}\n"
+                 "  first_prompt_len: {dist: fixed, value: 40}\n"
+                 "  new_tokens: {dist: fixed, value: 8}\n  output_len: {dist: fixed, value: 8}\n"
+                 "kv_offload: {host: {blocks: 8}, idle_offload_s: 5}\n");
+  std::string idle = "no error";
+  try {
+    const ExperimentConfig c = load_experiment((dir / "s.yaml").string(), {});
+    EngineOptions eo;
+    eo.out_dir = (dir / "out").string();
+    run_engine(c, eo);
+  } catch (const ConfigError& e) {
+    idle = e.what();
+  }
   EXPECT_NE(idle.find("idle_offload_s"), std::string::npos) << idle;
   EXPECT_NE(idle.find("simulated only"), std::string::npos) << idle;
   // A pinned token id past the model's vocabulary (tiny: 256) was embedded by row (a crash).

@@ -25,7 +25,7 @@ import os
 import tempfile
 
 from . import _servelab
-from .experiment_source import check_path
+from .experiment_source import check_flag, check_path
 from .kv_dtypes import _int
 from .result import Result
 
@@ -67,7 +67,7 @@ class Profile:
         """Writes the profile to `path` as `engine profile -o path` would (atomically; an existing
         file only with force=True). Returns the path."""
         self.path = _servelab.save_file(check_path("Profile.save: path", path), self.text,
-                                        bool(force), [])
+                                        check_flag("force", force), [])
         return self.path
 
     @classmethod
@@ -126,7 +126,7 @@ class Calibration:
         """Writes the cost.yaml to `path` as `sim calibrate -o path` would (atomically; an
         existing file only with force=True). Use it with `cost_model.file`. Returns the path."""
         self.path = _servelab.save_file(check_path("Calibration.save: path", path), self.yaml,
-                                        bool(force), [])
+                                        check_flag("force", force), [])
         return self.path
 
     def __repr__(self):
@@ -235,7 +235,7 @@ class Validation:
         force=True (its sim plot figures removed); one holding other files, or inside a run folder it compared, is refused
         (ConfigError). Returns the folder."""
         self.path = _servelab.save_validation(check_path("Validation.save: dir", dir), self.json,
-                                              self._csv, bool(force), self._inputs)
+                                              self._csv, check_flag("force", force), self._inputs)
         return self.path
 
     def __repr__(self):

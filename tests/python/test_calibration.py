@@ -34,6 +34,9 @@ def test_profile_measures_the_grid_and_saves_like_the_command(tiny_profile, tmp_
     # As `engine profile -o`: an existing file only when asked.
     with pytest.raises(servelab.ConfigError, match="--force"):
         p.save(out)
+    # A value that merely looks truthy is no answer ("no" overwrote the file).
+    with pytest.raises(TypeError, match="force: expected True or False"):
+        p.save(out, force="no")
     p.save(out, force=True)
     assert servelab.Profile.load(out).header == h
 

@@ -42,6 +42,19 @@ def test_compare_matches_sim_compare(tmp_path):
     assert g.runs["fcfs"].path == os.path.join(str(tmp_path / "py"), "fcfs")
 
 
+def test_compare_refuses_variant_names_that_are_no_folder_names(tmp_path):
+    # "../x" wrote outside the group's private folder (a saved run elsewhere was replaced).
+    saved = tmp_path / "saved"
+    servelab.run(BURST_TINY, {"workload.num_requests": 10}).save(saved)
+    before = (saved / "requests.csv").read_bytes()
+    escape = os.path.relpath(saved, os.getcwd())
+    for name in [escape, "../x", "a/b", "", ".hidden", "compare.csv"]:
+        with pytest.raises(servelab.ConfigError, match="variant name"):
+            servelab.compare(BURST_TINY, variants={name: {}, "b": {}},
+                             overrides={"workload.num_requests": 10})
+    assert (saved / "requests.csv").read_bytes() == before
+
+
 def test_sweep_matches_sim_sweep_whatever_the_jobs(tmp_path):
     exp = sweep_experiment(tmp_path)
     one = servelab.sweep(exp, jobs=1)

@@ -215,3 +215,50 @@ def test_python_queue_order_sees_the_request_class():
     assert chat(by_class) == chat(by_priority)
     assert chat(by_class) * 10 < chat(fcfs)
     assert set(by_class.requests["class"]) == {"chat", "batch"}
+
+
+def test_registering_while_another_thread_runs_is_refused():
+    # The registry has no lock: replacing a plugin while a sweep in another thread parsed its
+    # experiments crashed the process. A run holds the registry; registering waits for its end.
+    import threading
+    started, go = threading.Event(), threading.Event()
+
+    def key(r):
+        started.set()
+        go.wait(30)
+        return (r.arrival_ns, r.id)
+
+    servelab.register_queue_order("py-waiting", key)
+    box = {}
+    thread = threading.Thread(target=lambda: box.setdefault("run", servelab.run(
+        BURST_TINY, overrides={"policies.queue": "py-waiting", "workload.num_requests": 5})))
+    thread.start()
+    try:
+        assert started.wait(30)
+        with pytest.raises(RuntimeError, match="in another thread"):
+            servelab.register_queue_order("py-later", lambda r: (r.id,))
+    finally:
+        go.set()
+        thread.join(60)
+    assert box["run"].summary["requests"]["completed"] == 5
+    servelab.register_queue_order("py-later", lambda r: (r.id,))  # after the run: accepted
+
+
+def test_parameters_named_name_or_not_str_are_refused_at_registration():
+    # `name` names the plugin in {name: P, ...}: such a parameter made the plugin unusable.
+    with pytest.raises(servelab.ConfigError, match="a parameter cannot be called 'name'"):
+        servelab.register_queue_order("py-named", lambda r, p: (r.id,), params={"name": 1})
+    with pytest.raises(TypeError, match="parameter names must be str"):
+        servelab.register_queue_order("py-keyed", lambda r, p: (r.id,), params={1: 1})
+
+
+def test_numpy_integers_are_ints():
+    # np.argmax gives an np.int64: it was refused ("expected the index ... (an int), got 3").
+    import numpy as np
+    servelab.register_queue_order("py-np-fcfs", lambda r: (np.int64(r.arrival_ns), np.int32(r.id)))
+    servelab.register_victim_rule("py-np-last", lambda running: np.int64(len(running) - 1))
+    builtin = servelab.run(BURST_TINY)
+    numpy = servelab.run(BURST_TINY, overrides={
+        "policies.queue": "py-np-fcfs",
+        "policies.preemption": {"name": "recompute", "victim": "py-np-last"}})
+    pandas.testing.assert_frame_equal(numpy.requests, builtin.requests)

@@ -129,6 +129,25 @@ def test_bad_steps_stop_the_run_naming_the_formation():
     with pytest.raises(servelab.PolicyError, match=r"'py-text': tokens_for must return an int"):
         servelab.run(BURST_TINY, overrides={"policies.batch": "py-text"})
 
+    # A step operation from inside tokens_for scheduled past the step's budget (512 tokens in a
+    # 256-token step) with the invariant checks off, and was blamed on the queue order with them on.
+    def nested(step):
+        def tokens_for(r, left):
+            if step.admit and step.budget_left > 0:
+                step.admit_waiting(step.budget_left)
+            return min(r.tokens_to_compute, left)
+        step.schedule_running(step.max_num_batched_tokens, tokens_for)
+        if step.admit and step.num_preempted == 0 and step.budget_left > 0:
+            step.admit_waiting(step.budget_left)
+
+    servelab.register_batch_formation("py-nested", nested)
+    for check in (True, False):
+        with pytest.raises(servelab.PolicyError,
+                           match=r"'py-nested': admit_waiting called from inside "
+                                 r"schedule_running's tokens_for"):
+            servelab.run(BURST_TINY, overrides={"policies.batch": "py-nested"},
+                         check_invariants=check)
+
     servelab.register_batch_formation("py-raises", lambda step: step.nothing_here())
     with pytest.raises(servelab.PolicyError,
                        match=r"batch formation 'py-raises': raised AttributeError"):
