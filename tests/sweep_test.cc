@@ -157,8 +157,7 @@ TEST(Sweep, MalformedSectionIsExitTwoNamingLineAndKey) {
   const Cli overlap = run_sim("sweep " + (dir / "overlap.yaml").string() + " --no-plot", dir);
   EXPECT_EQ(overlap.code, 2);
   EXPECT_NE(overlap.err.find("overlap.yaml:14"), std::string::npos) << overlap.err;
-  EXPECT_NE(overlap.err.find("overlaps the axis workload.arrival.rate ("),
-            std::string::npos)
+  EXPECT_NE(overlap.err.find("overlaps the axis workload.arrival.rate ("), std::string::npos)
       << overlap.err;
   EXPECT_NE(overlap.err.find("overlap.yaml:13:"), std::string::npos) << overlap.err;
   // And the derived: section, a run's record, is not a setting.
