@@ -100,17 +100,12 @@ void check_lora_section(const ConfigNode& w, const ExperimentConfig& c) {
   }
 }
 
-// Whether `workload` (or a mix's part, at any depth) is a multi-turn one: a `multiturn` or
-// `sessions` workload, whose requests belong to sessions.
+// Whether `workload` is a multi-turn one (`multiturn` or `sessions`), whose requests belong to
+// sessions (a mix's parts are open-loop workloads: never sessions).
 bool has_sessions(const ConfigNode& w) {
   if (!w.is_map() || !w.has("type") || !w.at("type").is_scalar()) return true;  // reported later
   const std::string type = w.at("type").as_string();
-  if (type == "multiturn" || type == "sessions") return true;
-  if (type != "mix" || !w.has("parts") || !w.at("parts").is_sequence()) return false;
-  for (const ConfigNode& part : w.at("parts").elements()) {
-    if (part.is_map() && part.has("workload") && has_sessions(part.at("workload"))) return true;
-  }
-  return false;
+  return type == "multiturn" || type == "sessions";
 }
 
 // `workload.lora` (and a mix's parts' `workload.lora`) against serving.lora.
@@ -923,8 +918,8 @@ ExperimentConfig experiment_from_document(const ConfigNode& doc, const std::stri
   if (c.kv_offload.idle_offload_s > 0 && top.has("workload") && !has_sessions(top.at("workload"))) {
     // Only a session's requests are ever offloaded for being idle: it would do nothing.
     throw ConfigError(c.kv_offload.idle_location +
-                      ": idle-session offload needs sessions (a multiturn or sessions workload, or "
-                      "a mix with one); this workload has none, so nothing would be offloaded");
+                      ": idle-session offload needs sessions (a multiturn or sessions workload); "
+                      "this workload has none, so nothing would be offloaded");
   }
   if (c.cluster.set && (!c.prefix_cache.pinned.empty() || c.kv_offload.set)) {
     top.at(c.kv_offload.set ? "kv_offload" : "prefix_cache")

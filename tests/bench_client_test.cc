@@ -303,11 +303,11 @@ TEST(BenchClient, AnInterruptEndsRequestsWaitingOnASilentServer) {
   });
   experiment(dir);
   const auto start = std::chrono::steady_clock::now();
-  const Cli r =
-      run_program("sim",
-                  "bench " + (dir / "e.yaml").string() + " --url " + server.url() + " --out " +
-                      (dir / "out").string() + " --timeout 600",
-                  dir / "stdout.txt", dir / "stderr.txt", "timeout --preserve-status -s INT 1 ");
+  const Cli r = run_program("sim",
+                            "bench " + (dir / "e.yaml").string() + " --url " + server.url() +
+                                " --out " + (dir / "out").string() + " --timeout 600",
+                            dir / "stdout.txt", dir / "stderr.txt",
+                            "timeout --foreground --preserve-status -s INT 1 ");
   done = true;
   EXPECT_EQ(r.code, 130) << r.err;
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));

@@ -551,7 +551,10 @@ TEST(Plot, TheInterpretersFailuresAndInterruptsAreReported) {
   write_file(dir / "slow.sh", "#!/bin/sh\nexec sleep 30\n");
   fs::permissions(dir / "slow.sh", fs::perms::owner_all);
   const auto start = std::chrono::steady_clock::now();
-  c = with((dir / "slow.sh").string(), "timeout --preserve-status -s INT 0.5 ");
+  // --foreground: timeout signals `sim` alone. Otherwise it signals its process group as well,
+  // and when `sim` ran between the two SIGINTs (a loaded machine) the second killed it at once,
+  // as a second Ctrl-C is meant to, before it said "interrupted" and removed its staged folder.
+  c = with((dir / "slow.sh").string(), "timeout --foreground --preserve-status -s INT 0.5 ");
   EXPECT_EQ(c.code, 130) << c.err;
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
   EXPECT_NE(c.err.find("interrupted; no output written"), std::string::npos) << c.err;
