@@ -83,8 +83,14 @@ RequestSpec pinned_prefix_spec(const PinnedPrefixConfig& p, std::uint64_t seed) 
 std::int64_t offload_tier_blocks(const OffloadTierConfig& tier, std::int64_t block_bytes) {
   if (tier.blocks) return *tier.blocks;
   const double bytes = *tier.gib * 1073741824.0;
-  return std::max<std::int64_t>(
-      1, static_cast<std::int64_t>(std::floor(bytes / static_cast<double>(block_bytes))));
+  const auto blocks =
+      static_cast<std::int64_t>(std::floor(bytes / static_cast<double>(block_bytes)));
+  if (blocks < 1) {
+    throw ConfigError(tier.location + ": " + std::to_string(*tier.gib) +
+                      " GiB holds no KV block of " + std::to_string(block_bytes) +
+                      " bytes; give at least one block's size");
+  }
+  return blocks;
 }
 
 std::unique_ptr<KvOffloadTiers> make_offload_tiers(const KvOffloadConfig& config,

@@ -74,7 +74,9 @@ KvOffloadConfig parse_kv_offload(const ConfigNode& node);
 // seed (the workload generators' shared prefixes derive from it).
 RequestSpec pinned_prefix_spec(const PinnedPrefixConfig& p, std::uint64_t seed);
 
-// Blocks of `block_bytes` bytes a tier holds (at least 1; blocks wins over gib).
+// Blocks of `block_bytes` bytes a tier holds (blocks wins over gib). Throws ConfigError naming
+// the tier when its gib holds less than one block (it became a tier of one block: more memory
+// than the user gave).
 std::int64_t offload_tier_blocks(const OffloadTierConfig& tier, std::int64_t block_bytes);
 
 // The tiers `config` describes (host, then disk), sized with `block_bytes` (a block's K and V

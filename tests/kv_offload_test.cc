@@ -280,6 +280,9 @@ TEST(MemoryTiersConfig, BadSectionsNameTheKey) {
   EXPECT_NE(error_of("policies: {prefix_cache: radix}\nkv_offload: {host: {blocks: 4}}\n")
                 .find("hash prefix cache"),
             std::string::npos);
+  // A tier smaller than one block was made a tier of one block (more than the user gave).
+  EXPECT_NE(error_of("kv_offload: {host: {gib: 0.000001}}\n").find("GiB holds no KV block of"),
+            std::string::npos);
   // Contiguous KV turns caching off: said so, not "needs prefix caching" beside a hash cache.
   EXPECT_NE(error_of("policies: {prefix_cache: hash, allocation: contiguous}\n"
                      "kv_offload: {host: {blocks: 4}}\n")
