@@ -507,12 +507,13 @@ std::string override_key(std::string_view assignment) {
   return out;
 }
 
+bool key_holds(std::string_view holder, std::string_view held) {
+  return held.size() > holder.size() && held.starts_with(holder) &&
+         (held[holder.size()] == '.' || held[holder.size()] == '[');
+}
+
 bool override_replaces(std::string_view earlier, std::string_view later) {
-  const std::string held = override_key(earlier), holder = override_key(later);
-  if (holder.size() >= held.size() || !held.starts_with(holder) ||
-      (held[holder.size()] != '.' && held[holder.size()] != '[')) {
-    return false;
-  }
+  if (!key_holds(override_key(later), override_key(earlier))) return false;
   const std::size_t eq = later.find('=');
   const std::string_view value = eq == std::string_view::npos ? "" : later.substr(eq + 1);
   const std::size_t first = value.find_first_not_of(" \t");

@@ -118,6 +118,9 @@ std::string override_key(std::string_view assignment);
 // "workload.arrival.rate=9"). The other order refines (a deeper key after a whole section), and a
 // holder given a plain value (`model=NAME` beside `model.quantization=...`) replaces nothing.
 bool override_replaces(std::string_view earlier, std::string_view later);
+// Whether key path `holder` holds `held`: `held` continues it with a `.` or `[` ("workload"
+// holds "workload.arrival.rate" and "workload[0]", not "workloads").
+bool key_holds(std::string_view holder, std::string_view held);
 
 // A deep copy of `node` without the marks apply_override() leaves, for writing back out.
 YAML::Node without_override_marks(const YAML::Node& node);

@@ -153,11 +153,7 @@ std::vector<SweepAxis> sweep_from_experiment(const ExperimentSource& source) {
     // One axis inside another (`workload.arrival` and `workload.arrival.rate`): at every point
     // one value would be set into, or replaced by, the other's.
     for (const SweepAxis& other : axes) {
-      const auto holds = [](const std::string& holder, const std::string& held) {
-        return held.size() > holder.size() && held.starts_with(holder) &&
-               (held[holder.size()] == '.' || held[holder.size()] == '[');
-      };
-      if (other.key != "variant" && (holds(other.key, key) || holds(key, other.key))) {
+      if (other.key != "variant" && (key_holds(other.key, key) || key_holds(key, other.key))) {
         values.fail_message("overlaps the axis " + other.key + " (" + other.location +
                             "): one holds the other; sweep the inner key alone, or write "
                             "its values out in the outer one's");
