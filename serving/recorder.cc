@@ -498,9 +498,10 @@ RunSummary Recorder::summary() const {
   s.prefix_hit_tokens = prefix_.hit_tokens + prefix_.preempted_hit_tokens;
   s.prefix_preempted_queried_tokens = prefix_.preempted_queried_tokens;
   s.prefix_preempted_hit_tokens = prefix_.preempted_hit_tokens;
-  s.prefix_hit_rate = s.prefix_queried_tokens > 0 ? static_cast<double>(s.prefix_hit_tokens) /
-                                                        static_cast<double>(s.prefix_queried_tokens)
-                                                  : 0.0;
+  // vLLM's rate (PrefixCacheStats): resumed requests' lookups are kept apart and left out.
+  s.prefix_hit_rate = prefix_.queried_tokens > 0 ? static_cast<double>(prefix_.hit_tokens) /
+                                                       static_cast<double>(prefix_.queried_tokens)
+                                                 : 0.0;
   s.prompt_hit_rate = s.input_tokens > 0 ? static_cast<double>(s.prompt_cached_tokens) /
                                                static_cast<double>(s.input_tokens)
                                          : 0.0;

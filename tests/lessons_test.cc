@@ -358,14 +358,20 @@ TEST(Lessons, RecomputeVsSwap) {
   EXPECT_NEAR(s["ttft_ms"]["p99"].get<double>(), 2477.3, 0.05);
   EXPECT_NEAR(r["tpot_ms"]["p99"].get<double>(), 20.50, 0.005);
   EXPECT_NEAR(s["tpot_ms"]["p99"].get<double>(), 19.67, 0.005);
-  EXPECT_NEAR(r["prefix_cache"]["hit_rate"].get<double>(), 0.210, 0.0005);
+  // vLLM's hit rate (resumed requests' lookups left out) nearly ties; counting them, recompute
+  // finds twice the hits (a resumed request's own blocks are still cached).
+  const auto all_lookups = [](const json& x) {
+    return x["prefix_cache"]["hit_tokens"].get<double>() /
+           x["prefix_cache"]["queried_tokens"].get<double>();
+  };
+  EXPECT_NEAR(r["prefix_cache"]["hit_rate"].get<double>(), 0.112, 0.0005);
   EXPECT_NEAR(s["prefix_cache"]["hit_rate"].get<double>(), 0.103, 0.0005);
-  // Nearly a tie: recompute has the better TTFT tail and twice the prefix-cache hits, swap
-  // the better TPOT tail.
+  EXPECT_NEAR(all_lookups(r), 0.210, 0.0005);
+  EXPECT_EQ(s["prefix_cache"]["preempted_queried_tokens"], 0);  // a swapped victim never looks up
+  // Nearly a tie: recompute has the better TTFT tail, swap the better TPOT tail.
   EXPECT_LT(r["ttft_ms"]["p99"].get<double>(), s["ttft_ms"]["p99"].get<double>());
   EXPECT_LT(s["tpot_ms"]["p99"].get<double>(), r["tpot_ms"]["p99"].get<double>());
-  EXPECT_GT(r["prefix_cache"]["hit_rate"].get<double>(),
-            1.5 * s["prefix_cache"]["hit_rate"].get<double>());
+  EXPECT_GT(all_lookups(r), 1.5 * all_lookups(s));
 }
 
 // docs/lessons/chunked-prefill.md
@@ -500,9 +506,9 @@ TEST(Lessons, KvOffload) {
   EXPECT_EQ(prefilled("host-disk"), 465953);
   // Hit rates, and where the hits were found.
   EXPECT_FALSE(n.contains("kv_offload"));
-  EXPECT_NEAR(n["prefix_cache"]["hit_rate"].get<double>(), 0.434, 0.0005);
-  EXPECT_NEAR(h["prefix_cache"]["hit_rate"].get<double>(), 0.594, 0.0005);
-  EXPECT_NEAR(d["prefix_cache"]["hit_rate"].get<double>(), 0.951, 0.0005);
+  EXPECT_NEAR(n["prefix_cache"]["hit_rate"].get<double>(), 0.380, 0.0005);
+  EXPECT_NEAR(h["prefix_cache"]["hit_rate"].get<double>(), 0.554, 0.0005);
+  EXPECT_NEAR(d["prefix_cache"]["hit_rate"].get<double>(), 0.946, 0.0005);
   EXPECT_EQ(h["prefix_cache"]["hit_tokens_gpu"], 18173200);
   EXPECT_EQ(h["prefix_cache"]["hit_tokens_host"], 7178416);
   EXPECT_EQ(d["prefix_cache"]["hit_tokens_gpu"], 17510736);
@@ -537,7 +543,7 @@ TEST(Lessons, KvOffload) {
   EXPECT_EQ(i["kv_offload"]["idle"]["blocks"], 18528);
   EXPECT_NEAR(i["kv_offload"]["idle"]["store_time_s"].get<double>(), 0.76, 0.005);
   EXPECT_EQ(i["kv_offload"]["host"]["loaded_blocks"], 80847);
-  EXPECT_NEAR(i["prefix_cache"]["hit_rate"].get<double>(), 0.603, 0.0005);
+  EXPECT_NEAR(i["prefix_cache"]["hit_rate"].get<double>(), 0.562, 0.0005);
   EXPECT_EQ(prefilled("host-idle"), 2203408);
   EXPECT_NEAR(i["ttft_ms"]["mean"].get<double>(), 1113.1, 0.05);
   EXPECT_NEAR(i["ttft_ms"]["p99"].get<double>(), 5606.3, 0.05);
@@ -891,11 +897,11 @@ TEST(Lessons, CacheAwareOrderGroupsThePromptsRequests) {
     EXPECT_NEAR(s["ttft_ms"]["p99"].get<double>() / 1000, table[v][4], 0.05);
     EXPECT_EQ(s["preemption"]["preemptions"], static_cast<std::int64_t>(table[v][5]));
   }
-  // docs/experiments.md: the prefix-cache hit rate 6.8 % under fcfs, 37.6 % under dfs-weight;
+  // docs/experiments.md: the prefix-cache hit rate 3.9 % under fcfs, 33.1 % under dfs-weight;
   // the share of prompt tokens served from the cache 14.8 % and 63.3 %.
   const json fcfs = summary(dir / "cmp" / "fcfs"), dfs = summary(dir / "cmp" / "dfs-weight");
-  EXPECT_NEAR(fcfs["prefix_cache"]["hit_rate"].get<double>(), 0.068, 0.0005);
-  EXPECT_NEAR(dfs["prefix_cache"]["hit_rate"].get<double>(), 0.376, 0.0005);
+  EXPECT_NEAR(fcfs["prefix_cache"]["hit_rate"].get<double>(), 0.039, 0.0005);
+  EXPECT_NEAR(dfs["prefix_cache"]["hit_rate"].get<double>(), 0.331, 0.0005);
   EXPECT_NEAR(fcfs["prefix_cache"]["prompt_hit_rate"].get<double>(), 0.148, 0.0005);
   EXPECT_NEAR(dfs["prefix_cache"]["prompt_hit_rate"].get<double>(), 0.633, 0.0005);
   // "1.74x"; 9.22 M of 10.8 M input; random's TPOT p99 above a second, the others' at most
