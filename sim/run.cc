@@ -150,7 +150,17 @@ RunOutput run_simulation(const ExperimentConfig& config, const RunOptions& optio
   const HardwareConfig hardware =
       config.cost_model.with_host_time(load_hardware(config.hardware, catalog));
   const ParallelConfig parallel = resolve_parallel(config.parallel, model, hardware);
-  const KvCapacity capacity = kv_capacity_for(config, model, hardware, parallel);
+  const KvCapacity capacity = [&] {
+    if (config.parallel.set) return kv_capacity_for(config, model, hardware, parallel);
+    try {
+      return kv_capacity_for(config, model, hardware, parallel);
+    } catch (const ConfigError& e) {
+      // Name the experiment (with parallel, its section is named already).
+      const std::string what = e.what();
+      if (what.starts_with(config.file)) throw;
+      throw ConfigError(config.file + ": " + what);
+    }
+  }();
   out.num_gpu_blocks = capacity.num_gpu_blocks;
   out.block_bytes = capacity.block_bytes;
   std::unique_ptr<Workload> workload =

@@ -317,6 +317,8 @@ TEST(Parallelism, BadParallelSectionsNameKeyAndLine) {
        "Llama-3-8B",
        "H100-SXM",
        {"e.yaml:8:", "topology.intra", "nvlink"}},
+      // A model that does not fit one GPU, without a parallel section: the experiment is named.
+      {"", "Llama-3-70B", "L40S", {"e.yaml: model Llama-3-70B on L40S: no room"}},
       // A topology is checked even without parallelism.
       {"topology: {nodes: 1, intra: nvlnk}\n",
        "Llama-3-8B",
