@@ -204,6 +204,13 @@ void PythonBatchFormation::fill(Scheduler& s, TimeNs now, bool admit) const {
         "run), it neither scheduled nor preempted anything: schedule the running requests "
         "(schedule_running) whatever step.admit says");
   }
+  // Nothing runs and nothing was admitted: the run could never go on (the simulator would stop
+  // on it as a stall, an internal error for the built-in formations); here it is the policy's.
+  if (admit && s.plan().requests.empty() && s.running().empty() && s.num_waiting() > 0) {
+    policy_->fail("scheduled nothing while " + std::to_string(s.num_waiting()) +
+                  " requests wait and none runs, so the run would stall: admit from the waiting "
+                  "queue (admit_waiting) when nothing runs");
+  }
 }
 
 void bind_step_builder(py::module_& m) {

@@ -1,7 +1,8 @@
 // PythonPolicyError: a policy written in Python (servelab.register_queue_order, ...) failed: it
 // raised, or returned something the scheduler cannot use. The message names the policy, its
 // kind and what went wrong (with the Python traceback); the module raises it as
-// servelab.PolicyError, and the run that called the policy stops.
+// servelab.PolicyError, and the run that called the policy stops. In a compare or sweep the
+// message starts with the variant or point (sim/run_scoped_error.h).
 #pragma once
 
 #include <pybind11/pybind11.h>
@@ -9,11 +10,16 @@
 #include <stdexcept>
 #include <string>
 
+#include "sim/run_scoped_error.h"
+
 namespace servelab::python {
 
-class PythonPolicyError : public std::runtime_error {
+class PythonPolicyError : public RunScopedError {
  public:
-  using std::runtime_error::runtime_error;
+  using RunScopedError::RunScopedError;
+  [[noreturn]] void rethrow_with_prefix(const std::string& prefix) const override {
+    throw PythonPolicyError(prefix + what());
+  }
 };
 
 // Whether `e` is a servelab.PolicyError: a PythonPolicyError that crossed Python, e.g. a check of

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cinttypes>
+#include <exception>
 #include <filesystem>
 #include <set>
 #include <stdexcept>
@@ -13,6 +14,7 @@
 #include "serving/run_folder.h"
 #include "sim/class_table.h"
 #include "sim/optional_columns.h"
+#include "sim/run_scoped_error.h"
 #include "sim/variant_loader.h"
 
 namespace servelab {
@@ -177,7 +179,11 @@ std::vector<VariantResult> run_compare(const ExperimentSource& source,
     options.out_dir = stage.temp_path() + "/" + variants[i].name;
     options.progress = progress;
     options.before_step = before_step;
-    results.push_back({variants[i], run_simulation(configs[i], options)});
+    try {
+      results.push_back({variants[i], run_simulation(configs[i], options)});
+    } catch (...) {
+      rethrow_with_prefix(std::current_exception(), "variant '" + variants[i].name + "': ");
+    }
   }
   const std::string csv = stage.temp_path() + "/compare.csv";
   std::FILE* f = std::fopen(csv.c_str(), "wb");

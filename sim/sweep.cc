@@ -22,6 +22,7 @@
 #include "sim/class_table.h"
 #include "sim/compare.h"
 #include "sim/plot.h"
+#include "sim/run_scoped_error.h"
 #include "sim/sweep_mpi.h"
 #include "sim/variant_loader.h"
 #include "sim/work_summary.h"
@@ -289,11 +290,7 @@ void rethrow_first_sweep_error(const SweepPlan& plan,
                                const std::vector<std::exception_ptr>& errors) {
   for (std::size_t i = 0; i < errors.size(); ++i) {
     if (!errors[i]) continue;
-    try {
-      std::rethrow_exception(errors[i]);
-    } catch (const ConfigError& e) {
-      throw ConfigError("sweep point " + plan.points[i].name + ": " + e.what());
-    }
+    rethrow_with_prefix(errors[i], "sweep point " + plan.points[i].name + ": ");
   }
 }
 

@@ -87,8 +87,8 @@ void check_sweep_dir(const SweepPlan& plan);
 void run_sweep_points(const SweepPlan& plan, const std::vector<std::size_t>& indices,
                       const std::string& dir, int jobs, bool progress, const StepHook& before_step,
                       std::vector<SweepResult>& results, std::vector<std::exception_ptr>& errors);
-// Rethrows the first error in grid order, a ConfigError prefixed with "sweep point NAME: ";
-// returns when there is none.
+// Rethrows the first error in grid order, prefixed with "sweep point NAME: " where its type
+// allows (sim/run_scoped_error.h); returns when there is none.
 void rethrow_first_sweep_error(const SweepPlan& plan,
                                const std::vector<std::exception_ptr>& errors);
 // OUT/sweep.csv is the header and one row per point in grid order; each ends with a newline.

@@ -196,6 +196,16 @@ TEST(Compare, VariantsEqualSingleRunsAndFailFastOnBadOverrides) {
                           "workload.arrival.rate"),
             std::string::npos)
       << held.err;
+  // An error only the run finds (the model's positions) names the variant too.
+  const test_util::Cli longer = test_util::run_sim(
+      "compare " + exp + " --variant ok: --variant 'long:serving.max_model_len=4096' --out " +
+          (dir / "out6").string(),
+      dir);
+  EXPECT_EQ(longer.code, 2);
+  EXPECT_NE(longer.err.find("variant 'long': " + exp + ": key 'serving.max_model_len'"),
+            std::string::npos)
+      << longer.err;
+  EXPECT_FALSE(fs::exists(dir / "out6"));
   fs::remove_all(dir);
 }
 

@@ -197,7 +197,7 @@ def test_python_policy_in_a_parallel_sweep_and_a_compare(tmp_path):
         assert builtin.files["requests.csv"] == python.files["requests.csv"]
         assert builtin.files["steps.csv"] == python.files["steps.csv"]
     servelab.register_queue_order("py-broken2", lambda r: r.no_such_attribute)
-    with pytest.raises(servelab.PolicyError, match="py-broken2.*AttributeError"):
+    with pytest.raises(servelab.PolicyError, match="^variant 'bad': .*py-broken2.*AttributeError"):
         servelab.compare(BURST_TINY, variants={"ok": {}, "bad": {"policies.queue": "py-broken2"}})
 
 

@@ -63,9 +63,10 @@ def test_python_vllm_on_the_cpu_engine():
                                  tokens=True)
     assert python.tokens == builtin.tokens
     assert python.summary["preemption"] == builtin.summary["preemption"]
-    # A formation that schedules nothing stalls the engine too, which says whose it is.
+    # A formation that schedules nothing while nothing runs stops the engine too, naming it.
     servelab.register_batch_formation("py-idle-engine", lambda step: None)
-    with pytest.raises(RuntimeError, match=r"engine stalled.*batch formation 'py-idle-engine'"):
+    with pytest.raises(servelab.PolicyError,
+                       match=r"batch formation 'py-idle-engine': scheduled nothing.*would stall"):
         servelab.engine_run(ALL_AT_ZERO, overrides={"policies.batch": "py-idle-engine"})
 
 
@@ -153,10 +154,14 @@ def test_bad_steps_stop_the_run_naming_the_formation():
                        match=r"batch formation 'py-raises': raised AttributeError"):
         servelab.run(BURST_TINY, overrides={"policies.batch": "py-raises"})
 
-    # A formation that never schedules anything stalls the run, which says whose it is.
+    # A formation that never schedules anything would stall the run: the policy's error, and in
+    # a compare or sweep the variant's.
     servelab.register_batch_formation("py-idle", lambda step: None)
-    with pytest.raises(RuntimeError, match=r"nothing can run \(batch formation 'py-idle'"):
+    with pytest.raises(servelab.PolicyError,
+                       match=r"batch formation 'py-idle': scheduled nothing while 1 requests wait"):
         servelab.run(BURST_TINY, overrides={"policies.batch": "py-idle"})
+    with pytest.raises(servelab.PolicyError, match=r"^variant 'idle': .*'py-idle'"):
+        servelab.compare(BURST_TINY, variants={"ok": {}, "idle": {"policies.batch": "py-idle"}})
 
     kept = []
     servelab.register_batch_formation("py-keeps", lambda step: kept.append(step) or vllm(step))
