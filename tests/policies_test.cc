@@ -384,7 +384,7 @@ TEST(PolicyQueueOrderTest, SjfUsesTheSimulatedLengthUnderACap) {
   Request* e = p.Add(4, 0, 70);  // no stop conditions: its cap
   EXPECT_EQ(sim_output_length(a->spec), 90);
   EXPECT_EQ(sim_output_length(b->spec), 20);
-  EXPECT_EQ(sim_output_length(c->spec), 60);
+  EXPECT_EQ(sim_output_length(c->spec), 61);  // EOS is masked for outputs 1..60
   EXPECT_EQ(sim_output_length(d->spec), 400);
   EXPECT_EQ(sim_output_length(e->spec), 70);
   for (const char* spec : {"sjf", "{name: predicted-sjf, error: 0}"}) {

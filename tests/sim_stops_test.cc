@@ -57,12 +57,12 @@ TEST(SimStops, EosPointMaxTokensMinTokensAndIgnoreEos) {
   // max_tokens below it: capped.
   EXPECT_EQ(Outcomes(RunSim(dir, "cap", "  sampling: {max_tokens: 12}\n")),
             (Outcome{{{"12", "length"}, 40}}));
-  // EOS exactly at max_tokens: vLLM checks the length first.
+  // EOS exactly at max_tokens: vLLM checks the length last, so a "stop".
   EXPECT_EQ(Outcomes(RunSim(dir, "tie", "  sampling: {max_tokens: 20}\n")),
-            (Outcome{{{"20", "length"}, 40}}));
-  // min_tokens past the EOS point: EOS is suppressed until then.
+            (Outcome{{{"20", "stop"}, 40}}));
+  // min_tokens past the EOS point: EOS is masked for the first 25 outputs, so the 26th.
   EXPECT_EQ(Outcomes(RunSim(dir, "min", "  sampling: {max_tokens: 30, min_tokens: 25}\n")),
-            (Outcome{{{"25", "stop"}, 40}}));
+            (Outcome{{{"26", "stop"}, 40}}));
   // ignore_eos: to max_tokens.
   EXPECT_EQ(Outcomes(RunSim(dir, "ignore", "  sampling: {max_tokens: 30, ignore_eos: true}\n")),
             (Outcome{{{"30", "length"}, 40}}));

@@ -43,16 +43,20 @@ RequestSpec Spec(RequestId id, std::int32_t max_tokens, std::shared_ptr<const St
 TEST(CheckStop, FollowsVllmOrder) {
   RequestSpec r = Spec(0, 4, Stops(2, false, 0, {9}));
   EXPECT_EQ(check_stop(r, {5}), StopReason::kNone);
-  EXPECT_EQ(check_stop(r, {5, 2}), StopReason::kStop);          // EOS
-  EXPECT_EQ(check_stop(r, {5, 9}), StopReason::kStop);          // a stop token id
-  EXPECT_EQ(check_stop(r, {5, 5, 5, 2}), StopReason::kLength);  // the length check goes first
-  r.stop = Stops(2, true, 0, {9});                              // ignore_eos
+  EXPECT_EQ(check_stop(r, {5, 2}), StopReason::kStop);        // EOS
+  EXPECT_EQ(check_stop(r, {5, 9}), StopReason::kStop);        // a stop token id
+  EXPECT_EQ(check_stop(r, {5, 5, 5, 2}), StopReason::kStop);  // EOS as the last allowed token
+  EXPECT_EQ(check_stop(r, {5, 5, 5, 9}), StopReason::kStop);  // (the length check goes last)
+  EXPECT_EQ(check_stop(r, {5, 5, 5, 5}), StopReason::kLength);
+  r.stop = Stops(2, true, 0, {9});  // ignore_eos
   EXPECT_EQ(check_stop(r, {5, 2}), StopReason::kNone);
   EXPECT_EQ(check_stop(r, {5, 9}), StopReason::kStop);  // stop ids still apply
   r.stop = Stops(2, false, 3, {9});                     // min_tokens 3
   EXPECT_EQ(check_stop(r, {2}), StopReason::kNone);
   EXPECT_EQ(check_stop(r, {2, 9}), StopReason::kNone);
   EXPECT_EQ(check_stop(r, {2, 9, 2}), StopReason::kStop);
+  // min_tokens holds back the stop tests, not the length (a cap below it still ends it).
+  EXPECT_EQ(check_stop(Spec(0, 2, Stops(2, false, 3, {9})), {5, 2}), StopReason::kLength);
   r.stop = nullptr;  // no stop conditions: only the length
   EXPECT_EQ(check_stop(r, {2, 9, 2}), StopReason::kNone);
   EXPECT_EQ(check_stop(r, {2, 9, 2, 2}), StopReason::kLength);
@@ -63,10 +67,43 @@ TEST(CheckStop, MinTokensSuppressesEosAndStopIdsUntilReached) {
   EXPECT_EQ(suppressed_tokens(r, 0), (std::vector<std::int32_t>{9, 2}));
   EXPECT_EQ(suppressed_tokens(r, 2), (std::vector<std::int32_t>{9, 2}));
   EXPECT_TRUE(suppressed_tokens(r, 3).empty());
-  // ignore_eos: EOS is an ordinary token, never masked (vLLM leaves it out of the stop ids).
+  // ignore_eos: EOS ends nothing, but min_tokens still masks it (vLLM's all_stop_token_ids
+  // holds the model's EOS whatever ignore_eos says), and the model's extra EOS ids with it.
   EXPECT_EQ(suppressed_tokens(Spec(0, 10, Stops(2, true, 3, {9})), 0),
-            (std::vector<std::int32_t>{9}));
+            (std::vector<std::int32_t>{9, 2}));
+  const StopConditions extra = with_model_eos(*Stops(-1, true, 3, {9}), {2, 7});
+  EXPECT_EQ(extra.stop_token_ids, (std::vector<std::int32_t>{9}));
+  EXPECT_EQ(extra.masked_ids, (std::vector<std::int32_t>{7}));
+  EXPECT_EQ(suppressed_tokens(Spec(0, 10, std::make_shared<const StopConditions>(extra)), 2),
+            (std::vector<std::int32_t>{9, 2, 7}));
+  const StopConditions stopping = with_model_eos(*Stops(-1, false, 3, {9}), {2, 7});
+  EXPECT_EQ(stopping.stop_token_ids, (std::vector<std::int32_t>{9, 7}));
+  EXPECT_TRUE(stopping.masked_ids.empty());
   EXPECT_TRUE(suppressed_tokens(Spec(0, 10, nullptr), 0).empty());
+}
+
+// The simulator's model obeys the min_tokens mask as the engine's sampler does: with EOS due at
+// output 1 and min_tokens 2 it samples two other tokens first and stops at output 3 (it stopped
+// at 2, one short of the engine and vLLM).
+TEST(CheckStop, SimulatedModelDrawsNoMaskedToken) {
+  const RequestSpec r = Spec(0, 30, Stops(kSimEosToken, false, 2, {}, /*sim_eos_at=*/1));
+  EXPECT_EQ(sim_sampled_token(r, 0), kSimOtherToken);
+  EXPECT_EQ(sim_sampled_token(r, 1), kSimOtherToken);
+  EXPECT_EQ(sim_sampled_token(r, 2), kSimEosToken);
+  EXPECT_EQ(sim_output_length(r), 3);
+  EXPECT_EQ(check_stop(r, {sim_sampled_token(r, 0), sim_sampled_token(r, 1)}), StopReason::kNone);
+  // A stop id that is the model's ordinary token: masked too, so the model draws another id,
+  // and the first output after the mask stops.
+  const RequestSpec o =
+      Spec(0, 30, Stops(kSimEosToken, false, 2, {kSimOtherToken}, /*sim_eos_at=*/10));
+  EXPECT_EQ(sim_sampled_token(o, 0), 2);
+  EXPECT_EQ(sim_sampled_token(o, 2), kSimOtherToken);
+  EXPECT_EQ(sim_output_length(o), 3);
+  // Without min_tokens: EOS as output 1; and at the cap, an EOS is a stop.
+  EXPECT_EQ(sim_output_length(Spec(0, 30, Stops(kSimEosToken, false, 0, {}, 1))), 1);
+  const RequestSpec capped = Spec(0, 3, Stops(kSimEosToken, false, 0, {}, 3));
+  EXPECT_EQ(sim_output_length(capped), 3);
+  EXPECT_EQ(check_stop(capped, {0, 0, kSimEosToken}), StopReason::kStop);
 }
 
 struct Finished {
@@ -131,7 +168,7 @@ TEST(StopConditions, SchedulerFinishesOnEosStopIdsAndLength) {
     s.add_request(Spec(1, 20, Stops(2, true, 0)), 0);        // ignore_eos: length 20
     s.add_request(Spec(2, 20, Stops(2, false, 0, {9})), 0);  // stop id at 4
     s.add_request(Spec(3, 20, Stops(2, false, 5, {9})), 0);  // min_tokens 5: EOS at 6
-    s.add_request(Spec(4, 6, Stops(2, false, 0)), 0);        // EOS is the 6th: length
+    s.add_request(Spec(4, 6, Stops(2, false, 0)), 0);        // EOS is the 6th and last: stop
     s.add_request(Spec(5, 20, nullptr), 0);                  // no stop conditions
     s.add_request(Spec(6, 20, Stops(-1, false, 0)), 0);      // no EOS known: length
     Drain(s, kv, model);
@@ -146,7 +183,7 @@ TEST(StopConditions, SchedulerFinishesOnEosStopIdsAndLength) {
     EXPECT_EQ(obs.done[3].outputs, 6) << at;
     EXPECT_EQ(obs.done[3].reason, "stop") << at;
     EXPECT_EQ(obs.done[4].outputs, 6) << at;
-    EXPECT_EQ(obs.done[4].reason, "length") << at;
+    EXPECT_EQ(obs.done[4].reason, "stop") << at;
     EXPECT_EQ(obs.done[5].outputs, 20) << at;
     EXPECT_EQ(obs.done[5].reason, "length") << at;
     EXPECT_EQ(obs.done[6].outputs, 20) << at;
