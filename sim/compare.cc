@@ -12,6 +12,7 @@
 #include "serving/config_node.h"
 #include "serving/output_file.h"
 #include "serving/run_folder.h"
+#include "serving/run_stage.h"
 #include "sim/class_table.h"
 #include "sim/optional_columns.h"
 #include "sim/run_scoped_error.h"
@@ -170,6 +171,8 @@ std::vector<VariantResult> run_compare(const ExperimentSource& source,
   std::vector<std::string> names;
   for (const Variant& v : variants) names.push_back(v.name);
   check_group_dir(out_dir, "compare.csv", "comparison", names);
+  // Every earlier variant folder in it is replaced or removed at the end: no input may be there.
+  for (const ExperimentConfig& c : configs) refuse_inputs_inside(c, out_dir);
   // Everything is written under a temporary sibling and moved into OUT at the end, so an error
   // or an interrupt leaves OUT as it was.
   StagedDir stage(out_dir);

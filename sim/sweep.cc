@@ -19,6 +19,7 @@
 #include "serving/interrupt.h"
 #include "serving/output_file.h"
 #include "serving/run_folder.h"
+#include "serving/run_stage.h"
 #include "sim/class_table.h"
 #include "sim/compare.h"
 #include "sim/plot.h"
@@ -245,6 +246,8 @@ void check_sweep_dir(const SweepPlan& plan) {
   std::vector<std::string> names;
   for (const SweepPoint& p : plan.points) names.push_back(p.name);
   check_group_dir(plan.out_dir, "sweep.csv", "sweep", names);
+  // Every earlier point folder in it is replaced or removed at the end: no input may be there.
+  for (const ExperimentConfig& c : plan.configs) refuse_inputs_inside(c, plan.out_dir);
 }
 
 void run_sweep_points(const SweepPlan& plan, const std::vector<std::size_t>& indices,

@@ -78,7 +78,8 @@ struct SweepPlan {
 SweepPlan plan_sweep(const ExperimentSource& source, const std::vector<std::string>& base_overrides,
                      std::string out_dir);
 // Throws ConfigError when OUT exists and holds anything but an earlier sweep's sweep.csv and run
-// folders (serving/run_folder.h check_group_dir): nothing of the user's is overwritten.
+// folders (serving/run_folder.h check_group_dir), or when an input of a point (its experiment or
+// a workload file) is inside OUT: nothing of the user's is overwritten.
 void check_sweep_dir(const SweepPlan& plan);
 // Runs plan.points[i] for every i in `indices` on `jobs` (>= 1) std::thread workers, each into
 // DIR/<point name>/; sets results[i], or errors[i] when that run threw (both are resized to the

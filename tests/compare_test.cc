@@ -196,6 +196,33 @@ TEST(Compare, VariantsEqualSingleRunsAndFailFastOnBadOverrides) {
                           "workload.arrival.rate"),
             std::string::npos)
       << held.err;
+  // An experiment or trace inside the folder a comparison replaces (an earlier variant's
+  // config.yaml or requests.csv) is refused: the variant folders would be replaced or removed.
+  ASSERT_TRUE(fs::exists(dir / "out" / "base" / "config.yaml"));
+  const std::string kept = read_file(dir / "out" / "base" / "config.yaml");
+  const test_util::Cli own = test_util::run_sim(
+      "compare " + (dir / "out" / "base" / "config.yaml").string() +
+          " --variant base:seed=1 --variant c:seed=2 -q --out " + (dir / "out").string(),
+      dir);
+  EXPECT_EQ(own.code, 2);
+  EXPECT_NE(own.err.find("an input of the run is in its output folder"), std::string::npos)
+      << own.err;
+  EXPECT_EQ(read_file(dir / "out" / "base" / "config.yaml"), kept);
+  EXPECT_TRUE(fs::exists(dir / "out" / "sjf" / "summary.json"));
+  const std::string trace = base.substr(0, base.find("workload:")) +
+                            "workload: {type: csv, path: out/sjf/requests.csv, columns: {arrival: "
+                            "arrival_s, prompt_tokens: prompt_tokens, output_tokens: "
+                            "output_tokens}}\n";
+  test_util::write_file(dir / "replay.yaml", trace);
+  const test_util::Cli replay = test_util::run_sim(
+      "compare " + (dir / "replay.yaml").string() +
+          " --variant a: --variant b:serving.max_num_seqs=8 -q --out " + (dir / "out").string(),
+      dir);
+  EXPECT_EQ(replay.code, 2) << replay.err;
+  EXPECT_NE(replay.err.find("requests.csv: an input of the run is in its output folder"),
+            std::string::npos)
+      << replay.err;
+  EXPECT_TRUE(fs::exists(dir / "out" / "sjf" / "requests.csv"));
   // An error only the run finds (the model's positions) names the variant too.
   const test_util::Cli longer = test_util::run_sim(
       "compare " + exp + " --variant ok: --variant 'long:serving.max_model_len=4096' --out " +

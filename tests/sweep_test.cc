@@ -69,6 +69,21 @@ TEST(Sweep, RunsEveryPointAndIsIndependentOfWorkers) {
   // One GPU at every point: no columns of GPUs.
   EXPECT_EQ(rows[0].count("gpus"), 0u);
   EXPECT_EQ(one.out.find("GPUs"), std::string::npos) << one.out;
+  // A sweep into that folder whose trace is one of its point folders' requests.csv would remove
+  // or replace it: refused, the folder as it was.
+  const std::string points = files_of(dir / "a");
+  write_file(dir / "replay.yaml",
+             "name: replay\nmodel: Llama-3-8B\nhardware: H100-SXM\nworkload: {type: csv, path: "
+             "a/0_rate-4_batch-vllm/requests.csv, columns: {arrival: arrival_s, prompt_tokens: "
+             "prompt_tokens, output_tokens: output_tokens}}\nsweep:\n  serving.max_num_seqs: "
+             "[64, 128]\n");
+  const Cli replay = run_sim("sweep " + (dir / "replay.yaml").string() +
+                                 " --no-plot --quiet --out " + (dir / "a").string(),
+                             dir);
+  EXPECT_EQ(replay.code, 2) << replay.err;
+  EXPECT_NE(replay.err.find("an input of the run is in its output folder"), std::string::npos)
+      << replay.err;
+  EXPECT_EQ(files_of(dir / "a"), points);
 }
 
 // Points of different sizes: sweep.csv and the table add the GPUs and the goodput each buys
