@@ -9,6 +9,7 @@
 #include <tuple>
 #include <utility>
 
+#include "core/config_error.h"
 #include "core/length_cap.h"
 #include "core/stop_conditions.h"
 #include "core/vllm_batch_formation.h"
@@ -1007,6 +1008,21 @@ void Scheduler::preempt_last_running(TimeNs now) {
 }
 
 void Scheduler::complete(const StepResult& result, TimeNs now) {
+  if (plan_.num_decode_tokens > 0 || plan_.totals.num_sampled > 0) {
+    steps_without_token_ = 0;
+  } else if (++steps_without_token_ > 100000 + 4 * std::int64_t{config_.max_model_len})
+      [[unlikely]] {
+    throw ConfigError(
+        "policies.preemption: no request sampled a token in the last " +
+        std::to_string(steps_without_token_) + " steps (" + std::to_string(running_.size()) +
+        " running, " + std::to_string(num_waiting()) + " waiting, " +
+        std::to_string(counters_.num_preemptions) +
+        " preemptions so far): the requests preempt each other in turn before any finishes its "
+        "prefill (victim rule '" +
+        std::string(victim_rule().name()) +
+        "'); give policies.preemption a max_preemptions cap, or use another victim rule or a "
+        "larger KV cache");
+  }
   if (times_service_) [[unlikely]] {
     waiting_->on_step_completed(plan_requests_, plan_.num_prefill_tokens, plan_start_ns_, now);
   }

@@ -251,7 +251,11 @@ class Scheduler {
   // finishes requests that reached their output length and frees their blocks (on_finish, plan
   // order). A multi-step round (plan.num_steps N > 1) appends up to N tokens per entry, all at
   // `now`, reported through on_step_tokens once per pass (see the file comment). Throws
-  // std::invalid_argument when `result` holds fewer tokens than the plan needs.
+  // std::invalid_argument when `result` holds fewer tokens than the plan needs. Throws ConfigError
+  // when no step has sampled a token for 100,000 + 4 x max_model_len steps in a row (at least one
+  // token budget per step finishes any prefill well within that): requests that preempt each
+  // other in turn before any of them samples (a livelock of the victim rule and the cache size),
+  // which would otherwise run until the clock overflows.
   void complete(const StepResult& result, TimeNs now);
 
   // Aborts the unfinished request `id` wherever it is (waiting, preempted, running or swapped),
@@ -540,7 +544,8 @@ class Scheduler {
   std::vector<const Request*> spec_got_;
   std::vector<TimeNs> spec_prev_;
   std::int64_t next_step_ = 0;
-  bool plan_pending_ = false;  // a non-empty plan awaits complete()
+  std::int64_t steps_without_token_ = 0;  // complete()'s livelock watch
+  bool plan_pending_ = false;             // a non-empty plan awaits complete()
   // ---- Async scheduling (see the file comment) ----
   // The other plan that awaits complete(): while a plan is formed, the one in flight before it;
   // while the older one is completed (complete() swaps the two), the newer one.

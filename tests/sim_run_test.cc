@@ -126,6 +126,46 @@ TEST(SimRun, ParallelSamplesGivenUpUnderAPreemptionCapEndCleanly) {
   fs::remove_all(dir);
 }
 
+// Two requests that each need more than half of an 11-block cache. Arriving at the same
+// nanosecond under lowest-priority, the first of equals (vLLM's max) was the one making progress,
+// so they preempted each other forever: ties go to the larger id now, and both finish. Under
+// most-blocks the one nearest the end holds the most blocks, so they evict each other before
+// either samples: the run stops with a clear error (it ran until the clock overflowed).
+TEST(SimRun, VictimRulesThatLivelockEndOrSaySo) {
+  const fs::path dir = temp_dir("livelock");
+  const auto run = [&](const std::string& name, const std::string& second_arrival_ns,
+                       const std::string& victim, const std::string& queue) {
+    test_util::write_file(dir / (name + ".csv"),
+                          "arrival_ns,prompt_tokens,output_tokens,priority,tenant,segments\n"
+                          "0,120,8,0,0,1:0:120\n" +
+                              second_arrival_ns + ",120,8,0,0,2:0:120\n");
+    test_util::write_file(
+        dir / (name + ".yaml"),
+        "name: " + name +
+            "\nmodel: Llama-3-8B\nhardware: H100-SXM\nserving: {block_size: 16, "
+            "num_gpu_blocks: 11, max_num_batched_tokens: 64, long_prefill_token_threshold: 16}\n"
+            "policies:\n  queue: " +
+            queue + "\n  preemption: {name: recompute, victim: " + victim +
+            "}\n  prefix_cache: none\nworkload: {type: servelab, path: " + name + ".csv}\n");
+    return run_sim("run " + (dir / (name + ".yaml")).string() + " -q --out " +
+                       (dir / ("out-" + name)).string(),
+                   dir);
+  };
+  const Cli tie = run("tie", "0", "lowest-priority", "priority");
+  ASSERT_EQ(tie.code, 0) << tie.err;
+  const nlohmann::json s = nlohmann::json::parse(read_file(dir / "out-tie" / "summary.json"));
+  EXPECT_EQ(s["requests"]["completed"], 2);
+  EXPECT_GT(s["preemption"]["preemptions"].get<std::int64_t>(), 0);
+  const Cli most = run("most", "5000000", "most-blocks", "fcfs");
+  EXPECT_EQ(most.code, 2) << most.err;
+  // 100,000 + 4 x max_model_len (8,192, the model's) steps, plus the one that tripped it.
+  EXPECT_NE(most.err.find("no request sampled a token in the last 132769 steps"), std::string::npos)
+      << most.err;
+  EXPECT_NE(most.err.find("victim rule 'most-blocks'"), std::string::npos) << most.err;
+  EXPECT_FALSE(fs::exists(dir / "out-most"));
+  fs::remove_all(dir);
+}
+
 TEST(SimRun, MissingExperimentFileIsExitCode2) {
   const fs::path dir = temp_dir("missing");
   const Cli cli = run_sim("run /nonexistent/exp.yaml", dir);
