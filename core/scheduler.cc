@@ -722,7 +722,10 @@ std::int32_t Scheduler::admit_waiting(std::int32_t budget, const AdmissionRule& 
     // head (head-of-line blocking on KV space too).
     std::int32_t slots =
         rule.reserve_max_length ? r.spec.total_tokens() - hit.num_tokens : n + external;
-    if (spec_lookahead_ > 0) [[unlikely]] {  // EAGLE: from the position after the hit
+    // EAGLE: from the position after the hit, for a request that computed tokens before (vLLM's
+    // effective_lookahead_tokens: 0 while num_computed_tokens == 0, so a new or recompute-resumed
+    // request reserves none at admission, only from its first running step).
+    if (spec_lookahead_ > 0 && r.num_computed_tokens > 0) [[unlikely]] {
       slots += std::clamp(r.spec.total_tokens() - 1 - hit.num_tokens - slots, 0, spec_lookahead_);
     }
     if (!kv_.allocate_slots(r, slots, &hit)) break;

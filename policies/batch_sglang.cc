@@ -10,7 +10,8 @@
 //   min(its remaining outputs, `clip_max_new_tokens`) strictly below the KV tokens left, which
 //   start at (free + evictable blocks) x block size minus, for every running request,
 //   new_token_ratio x min(its remaining outputs, clip); an admitted request takes its share.
-// - new_token_ratio starts at 0.7 x `schedule_conservativeness`, falls by (start - floor) / 600
+// - new_token_ratio starts at min(0.7 x `schedule_conservativeness`, 1) (SGLang caps it), falls by
+// (start - floor) / 600
 //   after every decode step that preempted nobody, down to floor = start x 0.14, and after a
 //   decode step that preempted (SGLang's retraction) becomes, over the requests still running,
 //   min(1, (outputs so far + `retract_decode_steps` x requests) / (sum of max outputs + 1)).
@@ -40,7 +41,7 @@ class SglangBatchFormation final : public BatchFormation {
  public:
   SglangBatchFormation(double conservativeness, std::int32_t chunk, std::int32_t clip,
                        std::int32_t retract_steps)
-      : init_(0.7 * conservativeness),
+      : init_(std::min(0.7 * conservativeness, 1.0)),
         floor_(std::min(init_ * 0.14, 1.0)),
         decay_((init_ - floor_) / 600),
         chunk_(chunk),

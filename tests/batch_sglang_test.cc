@@ -125,10 +125,13 @@ TEST(SglangBatch, AdmissionWaitsForTheReservationAndTheRatioDecays) {
   EXPECT_EQ(t, expect);
   EXPECT_EQ(t, 397);
   EXPECT_GT(t, 100);
-  // A conservativeness near 0 reserves nothing: admitted at once; a large one: never while 0
-  // runs (it finishes at step 1,499, beyond the loop).
+  // A conservativeness near 0 reserves nothing: admitted at once; a large one starts the ratio
+  // at SGLang's cap of 1 (10 and 1 / 0.7 alike), later than the default's 0.7.
   EXPECT_EQ(AdmissionStep("sglang", {{"schedule_conservativeness", 0.01}}), 1);
-  EXPECT_EQ(AdmissionStep("sglang", {{"schedule_conservativeness", 10.0}}), -1);
+  const std::int64_t capped = AdmissionStep("sglang", {{"schedule_conservativeness", 10.0}});
+  EXPECT_EQ(capped, AdmissionStep("sglang", {{"schedule_conservativeness", 1 / 0.7}}));
+  EXPECT_GT(capped, t);
+  EXPECT_GT(capped, 0);
 }
 
 TEST(SglangBatch, RefusesWhatCouldNeverBeAdmitted) {

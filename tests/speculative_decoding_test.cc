@@ -189,13 +189,29 @@ TEST(SpeculativeDecoding, EagleAllocatesLookaheadSlots) {
     h->sched.add_request(Spec(0, 8, 20), 0);
     h->Schedule(0);
   }
+  // Admission reserves no lookahead (vLLM's effective_lookahead_tokens: nothing computed yet).
   EXPECT_EQ(ng.Running(0)->block_table.size(), 2u);  // 8 slots
-  EXPECT_EQ(ea.Running(0)->block_table.size(), 3u);  // 8 + 3 lookahead slots
+  EXPECT_EQ(ea.Running(0)->block_table.size(), 2u);  // 8 slots
+  // Running steps do: 1 token at position 8, then at 9, each with 3 lookahead slots (blocks of 4).
+  for (Harness* h : {&ng, &ea}) {
+    h->Complete(10, {}, 0);
+    h->Schedule(10);
+  }
+  EXPECT_EQ(ng.Running(0)->block_table.size(), 3u);  // 9 slots
+  EXPECT_EQ(ea.Running(0)->block_table.size(), 3u);  // 9 + 3 lookahead slots
+  for (Harness* h : {&ng, &ea}) {
+    h->Complete(20, {}, 0);
+    h->Schedule(20);
+  }
+  EXPECT_EQ(ng.Running(0)->block_table.size(), 3u);  // 10 slots
+  EXPECT_EQ(ea.Running(0)->block_table.size(), 4u);  // 10 + 3 lookahead slots
   // Near the end the lookahead shrinks: prompt 8 + 2 outputs = 9 positions ever hold KV.
   Harness end(Config(3, SpecMethod::kEagle, 512, 4), 64);
   end.sched.add_request(Spec(0, 8, 2), 0);
   end.Schedule(0);
-  EXPECT_EQ(end.Running(0)->block_table.size(), 3u);  // 9 slots, not 11
+  end.Complete(10, {}, 0);
+  end.Schedule(10);
+  EXPECT_EQ(end.Running(0)->block_table.size(), 3u);  // 9 slots, not 12
   EXPECT_EQ(end.Running(0)->kv_accounted_tokens(), 9);
 }
 
