@@ -331,9 +331,18 @@ std::int32_t KvCacheManager::reservation_blocks(const Request& req) const {
   return blocks_for(std::min(req.spec.total_tokens(), max_model_len_));
 }
 
+std::int32_t KvCacheManager::blocks_to_swap(const Request& req) const {
+  // The blocks holding computed KV: a victim already scheduled in the step (then unscheduled)
+  // may hold a block allocated for that step's tokens, which holds nothing yet. A contiguous
+  // reservation moves whole (swap_in takes it back as it was).
+  if (contiguous()) return static_cast<std::int32_t>(req.block_table.size());
+  return std::min(static_cast<std::int32_t>(req.block_table.size()),
+                  blocks_for(std::min(req.num_computed_tokens, max_model_len_)));
+}
+
 bool KvCacheManager::can_swap_out(const Request& req) const {
-  if (host_ == nullptr || req.block_table.empty() || !req.host_block_table_.empty() ||
-      host_->num_free_blocks() < static_cast<std::int32_t>(req.block_table.size())) {
+  if (host_ == nullptr || blocks_to_swap(req) == 0 || !req.host_block_table_.empty() ||
+      host_->num_free_blocks() < blocks_to_swap(req)) {
     return false;
   }
   // A copy-on-write copy into one of its blocks is pending in this step's plan, and the
@@ -355,9 +364,9 @@ void KvCacheManager::swap_out(Request& req, std::vector<BlockMove>& moves) {
                            " which cannot be swapped out (no host pool, no device blocks, "
                            "already swapped, or too few free host blocks)");
   }
+  const auto n = static_cast<std::size_t>(blocks_to_swap(req));
   unaccount(req);
   forget_uncomputed_blocks(req);
-  const std::size_t n = req.block_table.size();
   req.host_block_table_.reserve(n);
   host_->allocate(static_cast<std::int32_t>(n), req.host_block_table_);
   moves.reserve(moves.size() + n);

@@ -280,11 +280,15 @@ class KvCacheManager {
 
   // ---- Swap (REQUIRES for all but the can_* queries: a host pool) ----
 
-  // True when the host pool has a free block for every block of req's device table (and req
-  // holds some). False without a host pool.
+  // True when the host pool has a free block for every block of req's device table that holds
+  // computed KV (blocks_to_swap; and there is some). False without a host pool.
   bool can_swap_out(const Request& req) const;
-  // Moves req's KV to the host: for each block of its device table, in position order, takes a
-  // host block and appends {device block, host block} to `moves`; then frees the device blocks
+  // The first blocks of req's device table that hold its num_computed_tokens: what a swap-out
+  // moves (a block allocated for tokens not yet computed moves nothing). Contiguous allocation:
+  // the whole reservation.
+  std::int32_t blocks_to_swap(const Request& req) const;
+  // Moves req's KV to the host: for each of its blocks_to_swap blocks, in position order, takes a
+  // host block and appends {device block, host block} to `moves`; then frees every device block
   // as free() does (last first, hashes kept: they stay findable until evicted) and stores the
   // host blocks in req.host_block_table_. num_computed_tokens and block_hashes are untouched (the
   // KV is preserved, not lost); num_cached_blocks becomes 0 (no device table). Throws

@@ -171,6 +171,44 @@ TEST_F(SwapTest, SwapOutThenInRestoresTablesAndCounts) {
   EXPECT_EQ(kv_.num_kv_slots(), 0);
 }
 
+// A victim scheduled in the step, then unscheduled (a lowest-priority victim): its block for the
+// step's token holds nothing yet, so the swap moves the 3 blocks of its 48 computed tokens, not
+// 4, and frees all 4; it gets the 4th again when it next runs.
+TEST_F(SwapTest, SwapOutMovesOnlyTheBlocksOfComputedTokens) {
+  Request r = make(1, 100, 48);  // 3 full blocks
+  admit(kv_, r);
+  r.output_tokens.push_back(7);
+  ASSERT_TRUE(kv_.allocate_slots(r, 1));  // position 48: a 4th block, never computed
+  ASSERT_EQ(r.block_table.size(), 4u);
+  ASSERT_EQ(r.num_computed_tokens, 48);
+  const std::int32_t free_before = pool_.num_free_blocks();
+  EXPECT_EQ(kv_.blocks_to_swap(r), 3);
+  std::vector<BlockMove> out;
+  ASSERT_TRUE(kv_.can_swap_out(r));
+  kv_.swap_out(r, out);
+  check(kv_);
+  EXPECT_EQ(out.size(), 3u);
+  EXPECT_EQ(r.host_block_table().size(), 3u);
+  EXPECT_EQ(pool_.num_free_blocks(), free_before + 4);
+  EXPECT_EQ(host_.num_free_blocks(), 5);
+  std::vector<BlockMove> in;
+  ASSERT_TRUE(kv_.swap_in(r, in));
+  EXPECT_EQ(in.size(), 3u);
+  ASSERT_TRUE(kv_.allocate_slots(r, 1));
+  r.num_computed_tokens += 1;
+  EXPECT_EQ(r.block_table.size(), 4u);
+  kv_.free(r);
+  check(kv_);
+  EXPECT_EQ(kv_.num_held_slots(), 0);
+  // Nothing computed (admitted in the step, then unscheduled): nothing to swap; recomputed.
+  Request fresh = make(2, 200, 20);
+  ASSERT_TRUE(kv_.allocate_slots(fresh, 20));
+  EXPECT_EQ(kv_.blocks_to_swap(fresh), 0);
+  EXPECT_FALSE(kv_.can_swap_out(fresh));
+  kv_.free(fresh);
+  check(kv_);
+}
+
 TEST_F(SwapTest, CannotSwapOutWhenHostSpaceIsShortAndNothingChanges) {
   BlockPool pool(11);
   HostBlockPool host(2);
