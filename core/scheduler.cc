@@ -1245,6 +1245,7 @@ bool Scheduler::preempt_group(Request& victim, std::size_t& i, std::int32_t& bud
 }
 
 void Scheduler::sample_done(Request& r, TimeNs now) {
+  if (observer_ != nullptr) observer_->on_sample_end(r, now);  // its blocks are freed
   SampleGroup& g = *r.group;
   if (--g.unfinished > 0) return;
   // The group is reported once, through sample 0, with the samples' totals.

@@ -33,6 +33,10 @@ class SchedulerObserver {
   virtual void on_preempt(const Request& req, TimeNs now) { (void)req, (void)now; }
   // req finished (kFinished) or was aborted (kAborted); it is destroyed after this call.
   virtual void on_finish(const Request& req, TimeNs now) { (void)req, (void)now; }
+  // Parallel sampling (n > 1): `sample` (one of a group's requests, sample 0 included) finished
+  // or was given up and freed its blocks at time now. Its group is reported once, through
+  // on_finish of sample 0, when the last sample ends (after that sample's on_sample_end).
+  virtual void on_sample_end(const Request& sample, TimeNs now) { (void)sample, (void)now; }
 };
 
 // Passes every event on to `downstream`, which must outlive it. An observer that sits between the
@@ -52,6 +56,9 @@ class ForwardingObserver : public SchedulerObserver {
   }
   void on_preempt(const Request& req, TimeNs now) override { downstream_.on_preempt(req, now); }
   void on_finish(const Request& req, TimeNs now) override { downstream_.on_finish(req, now); }
+  void on_sample_end(const Request& sample, TimeNs now) override {
+    downstream_.on_sample_end(sample, now);
+  }
 
  private:
   SchedulerObserver& downstream_;

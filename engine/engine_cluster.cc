@@ -71,6 +71,10 @@ class LockedObserver : public ForwardingObserver {
     std::lock_guard<Mutex> l(mu_);
     ForwardingObserver::on_finish(req, now);
   }
+  void on_sample_end(const Request& sample, TimeNs now) override {
+    std::lock_guard<Mutex> l(mu_);
+    ForwardingObserver::on_sample_end(sample, now);
+  }
 
  private:
   Mutex& mu_;

@@ -209,6 +209,10 @@ void Recorder::on_finish(const Request& req, TimeNs now) {
   if (blocks_) release_blocks(req.id(), now);
 }
 
+void Recorder::on_sample_end(const Request& sample, TimeNs now) {
+  if (blocks_) release_blocks(sample.id(), now);
+}
+
 void Recorder::on_route(RequestId id, std::uint32_t replica, TimeNs now, const char* stage) {
   if (!events_) return;
   std::fprintf(events_, "%s,%" PRIu64 ",%s,replica=%" PRIu32 "\n", format_seconds(now).c_str(), id,

@@ -288,6 +288,8 @@ class Recorder : public SchedulerObserver {
                       std::span<const TimeNs> prev_token_ns, TimeNs now) override;
   void on_preempt(const Request& req, TimeNs now) override;
   void on_finish(const Request& req, TimeNs now) override;
+  // Closes the sample's blocks.csv intervals (its group's on_finish comes with the last one).
+  void on_sample_end(const Request& sample, TimeNs now) override;
 
   // One executed step: its plan, start time, duration and the state it ran in. A multi-step
   // round (plan.num_steps N > 1) is one step: one steps.csv row whose decode_tokens and one

@@ -166,6 +166,33 @@ TEST(SimRun, VictimRulesThatLivelockEndOrSaySo) {
   fs::remove_all(dir);
 }
 
+// blocks.csv with parallel sampling: each sample's intervals close when that sample ends (its
+// blocks are freed then), never after its request's finish (samples 1..n-1 were held to the end
+// of the run). Sample ids are the request's id plus k << 48.
+TEST(SimRun, ParallelSamplesReleaseTheirBlocksInBlocksCsv) {
+  const fs::path dir = temp_dir("samples_blocks");
+  const Cli cli = run_sim("run " + servelab_home().string() +
+                              "/experiments/burst-tiny.yaml -q --record-blocks --set "
+                              "workload.num_requests=40 --set workload.n=4 --out " +
+                              (dir / "run").string(),
+                          dir);
+  ASSERT_EQ(cli.code, 0) << cli.err;
+  std::map<std::uint64_t, double> finish;
+  for (const auto& r : read_csv(dir / "run" / "requests.csv")) {
+    finish[std::stoull(r.at("id"))] = std::stod(r.at("finish_s"));
+  }
+  std::int64_t sample_rows = 0;
+  for (const auto& b : read_csv(dir / "run" / "blocks.csv")) {
+    const std::uint64_t id = std::stoull(b.at("request"));
+    const std::uint64_t base = id & ((std::uint64_t{1} << 48) - 1);
+    sample_rows += id != base;
+    ASSERT_TRUE(finish.count(base)) << id;
+    EXPECT_LE(std::stod(b.at("end_s")), finish[base] + 1e-9) << "request " << id;
+  }
+  EXPECT_GT(sample_rows, 0);
+  fs::remove_all(dir);
+}
+
 TEST(SimRun, MissingExperimentFileIsExitCode2) {
   const fs::path dir = temp_dir("missing");
   const Cli cli = run_sim("run /nonexistent/exp.yaml", dir);
