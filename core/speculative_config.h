@@ -27,8 +27,8 @@ struct SpeculativeConfig {
   std::int32_t num_speculative_tokens = 0;  // k: drafts proposed per step (0: off)
   // n-gram (prompt lookup): the longest suffix of the request's tokens, of prompt_lookup_max down
   // to prompt_lookup_min tokens, that occurs earlier proposes the k tokens that followed it.
-  std::int32_t prompt_lookup_min = 1;
-  std::int32_t prompt_lookup_max = 4;
+  std::int32_t prompt_lookup_min = 5;  // vLLM's defaults
+  std::int32_t prompt_lookup_max = 5;
   std::string draft_model;  // draft_model: the small model (a catalogue name); the simulator
                             // prices its decode steps
   // Simulator only: the probability that a proposed token is accepted, per draft position

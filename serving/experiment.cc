@@ -38,10 +38,16 @@ void parse_speculative(const ConfigNode& n, ExperimentConfig& c) {
   for (const char* key : {"prompt_lookup_min", "prompt_lookup_max"}) {
     if (!ngram && n.has(key)) n.at(key).fail_message("only for method ngram");
   }
-  sp.prompt_lookup_min =
-      static_cast<std::int32_t>(n.get_int("prompt_lookup_min", sp.prompt_lookup_min, 1, 1024));
-  sp.prompt_lookup_max = static_cast<std::int32_t>(n.get_int(
-      "prompt_lookup_max", std::max(sp.prompt_lookup_max, sp.prompt_lookup_min), 1, 1024));
+  // vLLM's defaults (SpeculativeConfig): 5 and 5 when neither is given; one given sets both.
+  const bool has_min = n.has("prompt_lookup_min"), has_max = n.has("prompt_lookup_max");
+  if (has_min) {
+    sp.prompt_lookup_min = static_cast<std::int32_t>(n.get_int("prompt_lookup_min", 1, 1024));
+  }
+  if (has_max) {
+    sp.prompt_lookup_max = static_cast<std::int32_t>(n.get_int("prompt_lookup_max", 1, 1024));
+  }
+  if (has_min && !has_max) sp.prompt_lookup_max = sp.prompt_lookup_min;
+  if (has_max && !has_min) sp.prompt_lookup_min = sp.prompt_lookup_max;
   if (sp.prompt_lookup_max < sp.prompt_lookup_min) {
     n.at("prompt_lookup_max")
         .fail("at least prompt_lookup_min (" + std::to_string(sp.prompt_lookup_min) + ")");

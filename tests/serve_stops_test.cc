@@ -381,8 +381,10 @@ TEST(ServeStops, SpecDecodeCountersInMetrics) {
   write_file(dir / "tiny-eos.yaml", EosModel());
   std::string experiment = Experiment(dir / "tiny-eos.yaml");
   const std::string serving = "serving:\n";
-  experiment.insert(experiment.find(serving) + serving.size(),
-                    "  speculative_config: {method: ngram, num_speculative_tokens: 3}\n");
+  experiment.insert(
+      experiment.find(serving) + serving.size(),
+      "  speculative_config: {method: ngram, num_speculative_tokens: 3, prompt_lookup_min: 1,\n"
+      "    prompt_lookup_max: 4}\n");
   write_file(dir / "spec.yaml", experiment);
   ServeProcess p(dir, dir / "spec.yaml", {});
   httplib::Client c("127.0.0.1", p.port());

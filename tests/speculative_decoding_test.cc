@@ -10,12 +10,14 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/block_pool.h"
 #include "core/kv_cache_manager.h"
 #include "core/scheduler.h"
 #include "core/victim_rule.h"
+#include "serving/experiment.h"
 #include "serving/hardware_config.h"
 #include "serving/home.h"
 #include "serving/model_config.h"
@@ -490,6 +492,24 @@ TEST(SpeculativeRun, BadKeysAreConfigErrorsNamingThem) {
     EXPECT_NE(cli.err.find("e.yaml:4:"), std::string::npos) << spec << "\n" << cli.err;
     EXPECT_NE(cli.err.find(key), std::string::npos) << spec << "\n" << cli.err;
   }
+  fs::remove_all(dir);
+}
+
+// n-gram lookup lengths: vLLM's defaults, 5 and 5 when neither is given; one given sets both.
+TEST(SpeculativeRun, NgramLookupDefaultsAreVllms) {
+  const fs::path dir = temp_dir("specdec_ngram_defaults");
+  const auto lookup = [&](const std::string& extra) {
+    write_file(dir / "e.yaml", Experiment("{method: ngram, num_speculative_tokens: 2, "
+                                          "acceptance_rate: 0.5" +
+                                          extra + "}"));
+    const SpeculativeConfig sp =
+        load_experiment((dir / "e.yaml").string(), {}).scheduler.speculative;
+    return std::make_pair(sp.prompt_lookup_min, sp.prompt_lookup_max);
+  };
+  EXPECT_EQ(lookup(""), std::make_pair(5, 5));
+  EXPECT_EQ(lookup(", prompt_lookup_min: 2"), std::make_pair(2, 2));
+  EXPECT_EQ(lookup(", prompt_lookup_max: 3"), std::make_pair(3, 3));
+  EXPECT_EQ(lookup(", prompt_lookup_min: 1, prompt_lookup_max: 4"), std::make_pair(1, 4));
   fs::remove_all(dir);
 }
 
