@@ -405,10 +405,11 @@ struct RequestTally {
     if (r.first_scheduled_ns >= 0)
       queueing.push_back(ns_to_ms(r.first_scheduled_ns - r.arrival_ns));
     std::optional<double> t_tpot;
-    // Per sequence: with parallel sampling, the tokens of one sample.
-    const std::int32_t per_seq = r.output_tokens / r.samples;
+    // Per sequence: with parallel sampling, the mean tokens of a sample (samples of one request
+    // may end at different lengths in the engine).
+    const double per_seq = static_cast<double>(r.output_tokens) / r.samples;
     if (per_seq > 1) {
-      t_tpot = (t_e2e - t_ttft) / static_cast<double>(per_seq - 1);
+      t_tpot = (t_e2e - t_ttft) / (per_seq - 1);
       tpot.push_back(*t_tpot);
     }
     const bool ok = (!slo.ttft_ms || t_ttft <= *slo.ttft_ms) &&
@@ -560,11 +561,11 @@ void Recorder::write_requests_csv(const std::string& path) const {
   };
   for (const RequestRecord* r : rows) {
     const bool done = r->status == RequestStatus::kFinished;
-    const std::int32_t per_seq = r->output_tokens / r->samples;
-    const std::string tpot = done && per_seq > 1
-                                 ? format_double(ns_to_ms(r->finish_ns - r->first_token_ns) /
-                                                 static_cast<double>(per_seq - 1))
-                                 : "";
+    const double per_seq = static_cast<double>(r->output_tokens) / r->samples;  // as above
+    const std::string tpot =
+        done && per_seq > 1
+            ? format_double(ns_to_ms(r->finish_ns - r->first_token_ns) / (per_seq - 1))
+            : "";
     // One CSV field: no separator, quote or line break (a server's or a plugin's text may hold
     // any of them).
     std::string reason = r->reason;

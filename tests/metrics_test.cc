@@ -113,5 +113,23 @@ TEST(Metrics, DefaultStepTokensForwardsEachToken) {
   EXPECT_EQ(obs.seen, want);
 }
 
+// TPOT of a parallel-sampling request is per sequence over the samples' mean length: samples of
+// 30, 8 and 30 tokens (68) give (E2E - TTFT) / (68 / 3 - 1), not / (68 / 3 - 1) in integers (21).
+TEST(Metrics, ParallelSamplesTpotUsesTheMeanSampleLength) {
+  Recorder rec(SloConfig{}, "", "");
+  RequestRecord r;
+  r.arrival_ns = 0;
+  r.first_scheduled_ns = 0;
+  r.first_token_ns = 10'000'000;
+  r.finish_ns = 142'000'000;  // 132 ms after the first token
+  r.prompt_tokens = 20;
+  r.output_tokens = 68;
+  r.samples = 3;
+  r.status = RequestStatus::kFinished;
+  rec.add_measured(r, {});
+  rec.finalize(0, 142'000'000, PrefixCacheStats{});
+  EXPECT_NEAR(rec.summary().tpot_ms.mean, 132.0 / (68.0 / 3.0 - 1.0), 1e-9);
+}
+
 }  // namespace
 }  // namespace servelab
