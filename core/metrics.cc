@@ -4,6 +4,8 @@
 #include <bit>
 #include <cmath>
 
+#include "core/strings.h"
+
 namespace servelab {
 
 double percentile_sorted(const std::vector<double>& sorted, double p) {
@@ -12,6 +14,11 @@ double percentile_sorted(const std::vector<double>& sorted, double p) {
   const double f = rank - static_cast<double>(k);
   if (k + 1 >= sorted.size()) return sorted.back();
   return sorted[k] + (sorted[k + 1] - sorted[k]) * f;
+}
+
+std::string stat_text(const DistributionSummary& d, double value, const char* format,
+                      const char* empty) {
+  return d.count > 0 ? format_text(format, value) : std::string(empty);
 }
 
 DistributionSummary summarize(std::vector<double>& values) {

@@ -6,6 +6,7 @@
 
 #include <bit>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace servelab {
@@ -17,6 +18,12 @@ struct DistributionSummary {
 
 // Summary of `values` (sorted in place). All zero when empty.
 DistributionSummary summarize(std::vector<double>& values);
+
+// `value`, one of d's statistics, printed with the printf `format` (one double), or `empty` when d
+// has no values: its zeros would read as the best latency there is (docs/metrics.md). Tables
+// print "-", CSV files an empty field.
+std::string stat_text(const DistributionSummary& d, double value, const char* format,
+                      const char* empty);
 
 // Percentile p in [0, 100] of sorted values. REQUIRES: !sorted.empty().
 double percentile_sorted(const std::vector<double>& sorted, double p);

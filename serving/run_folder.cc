@@ -343,7 +343,7 @@ void print_summary(std::FILE* f, const ExperimentConfig& config, const RunOutput
   auto row = [&](const char* name, const DistributionSummary& d) {
     std::fprintf(f, "  %-13s", name);
     for (const double v : {d.mean, d.p50, d.p90, d.p99, d.max}) {
-      std::fprintf(f, " %10s", d.count > 0 ? format_text("%.2f", v).c_str() : "-");
+      std::fprintf(f, " %10s", stat_text(d, v, "%.2f", "-").c_str());
     }
     std::fputc('\n', f);
   };
@@ -385,7 +385,7 @@ void print_summary(std::FILE* f, const ExperimentConfig& config, const RunOutput
                  "TTFT p50", "TTFT p99", "TPOT p50", "ITL p99", "E2E p99", "SLO met");
     for (const ClassSummary& c : s.classes) {
       const auto cell = [](const DistributionSummary& d, double v) {
-        return d.count > 0 ? format_text("%.2f", v) : std::string("-");
+        return stat_text(d, v, "%.2f", "-");
       };
       std::fprintf(f, "  %-*s %9lld %10s %10s %10s %10s %10s %7.1f %%\n", w, c.name.c_str(),
                    static_cast<long long>(c.completed), cell(c.ttft_ms, c.ttft_ms.p50).c_str(),

@@ -8,6 +8,7 @@
 #include <set>
 #include <stdexcept>
 
+#include "core/metrics.h"
 #include "core/strings.h"
 #include "serving/config_node.h"
 #include "serving/output_file.h"
@@ -207,14 +208,18 @@ std::vector<VariantResult> run_compare(const ExperimentSource& source,
       if (c == ',' || c == '"') c = ';';
     }
     const RunSummary& s = r.run.summary;
-    std::fprintf(
-        f,
-        "%s,%s,%" PRId64 ",%" PRId64 ",%" PRId64
-        ",%.6f,%.3f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%" PRId64 ",%" PRId64 ",%.6f,%.6f,%.6f,%.6f",
-        r.variant.name.c_str(), overrides.c_str(), s.completed, s.rejected, s.aborted,
-        s.requests_per_s, s.output_tokens_per_s, s.ttft_ms.p50, s.ttft_ms.p99, s.tpot_ms.p50,
-        s.tpot_ms.p99, s.e2e_ms.p50, s.goodput_requests_per_s, s.slo_attainment, s.preemptions,
-        s.recomputed_tokens, s.prefix_hit_rate, s.prompt_hit_rate, s.kv_usage_mean, s.kv_usage_max);
+    std::fprintf(f,
+                 "%s,%s,%" PRId64 ",%" PRId64 ",%" PRId64
+                 ",%.6f,%.3f,%s,%s,%s,%s,%s,%.6f,%.6f,%" PRId64 ",%" PRId64 ",%.6f,%.6f,%.6f,%.6f",
+                 r.variant.name.c_str(), overrides.c_str(), s.completed, s.rejected, s.aborted,
+                 s.requests_per_s, s.output_tokens_per_s,
+                 stat_text(s.ttft_ms, s.ttft_ms.p50, "%.6f", "").c_str(),
+                 stat_text(s.ttft_ms, s.ttft_ms.p99, "%.6f", "").c_str(),
+                 stat_text(s.tpot_ms, s.tpot_ms.p50, "%.6f", "").c_str(),
+                 stat_text(s.tpot_ms, s.tpot_ms.p99, "%.6f", "").c_str(),
+                 stat_text(s.e2e_ms, s.e2e_ms.p50, "%.6f", "").c_str(), s.goodput_requests_per_s,
+                 s.slo_attainment, s.preemptions, s.recomputed_tokens, s.prefix_hit_rate,
+                 s.prompt_hit_rate, s.kv_usage_mean, s.kv_usage_max);
     std::fputs((columns.csv_row(s) + "\n").c_str(), f);
   }
   if (std::fclose(f) != 0) throw_io_error(csv, "writing", errno);
@@ -239,10 +244,13 @@ void print_compare_table(std::FILE* out, const std::vector<VariantResult>& resul
   std::fputs((columns.table_header(1) + "\n").c_str(), out);
   for (const VariantResult& r : results) {
     const RunSummary& s = r.run.summary;
-    std::fprintf(out, "%-*s %9.2f %9.1f %9.1f %9.2f %9.2f %9.2f %9" PRId64 " %7.1f %7.1f %7" PRId64,
-                 w, r.variant.name.c_str(), s.requests_per_s, s.ttft_ms.p50, s.ttft_ms.p99,
-                 s.tpot_ms.p50, s.tpot_ms.p99, s.goodput_requests_per_s, s.preemptions,
-                 100.0 * s.prompt_hit_rate, 100.0 * s.kv_usage_mean, s.completed);
+    std::fprintf(out, "%-*s %9.2f %9s %9s %9s %9s %9.2f %9" PRId64 " %7.1f %7.1f %7" PRId64, w,
+                 r.variant.name.c_str(), s.requests_per_s,
+                 stat_text(s.ttft_ms, s.ttft_ms.p50, "%.1f", "-").c_str(),
+                 stat_text(s.ttft_ms, s.ttft_ms.p99, "%.1f", "-").c_str(),
+                 stat_text(s.tpot_ms, s.tpot_ms.p50, "%.2f", "-").c_str(),
+                 stat_text(s.tpot_ms, s.tpot_ms.p99, "%.2f", "-").c_str(), s.goodput_requests_per_s,
+                 s.preemptions, 100.0 * s.prompt_hit_rate, 100.0 * s.kv_usage_mean, s.completed);
     std::fputs((columns.table_row(s) + "\n").c_str(), out);
   }
   // Request classes (a mix workload): each variant's classes, a row each (their full metrics
@@ -261,10 +269,14 @@ void print_compare_table(std::FILE* out, const std::vector<VariantResult>& resul
                "SLO %");
   for (const VariantResult& r : results) {
     for (const ClassSummary& c : r.run.summary.classes) {
-      std::fprintf(out, "%-*s %-*s %9.2f %9.1f %9.1f %9.2f %9.2f %9.1f %9.2f %7.1f\n", w,
-                   r.variant.name.c_str(), cw, c.name.c_str(), c.requests_per_s, c.ttft_ms.p50,
-                   c.ttft_ms.p99, c.tpot_ms.p50, c.itl_ms.p99, c.e2e_ms.p99,
-                   c.goodput_requests_per_s, 100.0 * c.slo_attainment);
+      std::fprintf(out, "%-*s %-*s %9.2f %9s %9s %9s %9s %9s %9.2f %7.1f\n", w,
+                   r.variant.name.c_str(), cw, c.name.c_str(), c.requests_per_s,
+                   stat_text(c.ttft_ms, c.ttft_ms.p50, "%.1f", "-").c_str(),
+                   stat_text(c.ttft_ms, c.ttft_ms.p99, "%.1f", "-").c_str(),
+                   stat_text(c.tpot_ms, c.tpot_ms.p50, "%.2f", "-").c_str(),
+                   stat_text(c.itl_ms, c.itl_ms.p99, "%.2f", "-").c_str(),
+                   stat_text(c.e2e_ms, c.e2e_ms.p99, "%.1f", "-").c_str(), c.goodput_requests_per_s,
+                   100.0 * c.slo_attainment);
     }
   }
 }

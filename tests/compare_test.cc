@@ -5,8 +5,10 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <vector>
 
 #include "serving/config_node.h"
 #include "sim/optional_columns.h"
@@ -223,6 +225,39 @@ TEST(Compare, VariantsEqualSingleRunsAndFailFastOnBadOverrides) {
             std::string::npos)
       << replay.err;
   EXPECT_TRUE(fs::exists(dir / "out" / "sjf" / "requests.csv"));
+  // A variant where nothing completes has no latencies: "-" in the table, empty fields in
+  // compare.csv (zeros read as the best latency there is); one-token outputs have no TPOT.
+  const test_util::Cli empty =
+      test_util::run_sim("compare " + exp +
+                             " --variant ok: --variant none:serving.max_model_len=8 --variant "
+                             "'one:workload.output_len={dist: uniform, min: 1, max: 1}' --out " +
+                             (dir / "out7").string(),
+                         dir);
+  ASSERT_EQ(empty.code, 0) << empty.err;
+  std::map<std::string, std::map<std::string, std::string>> by_variant;
+  for (const auto& row : test_util::read_csv(dir / "out7" / "compare.csv")) {
+    by_variant[row.at("variant")] = row;
+  }
+  EXPECT_EQ(by_variant["none"]["completed"], "0");
+  for (const char* col : {"ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms", "e2e_p50_ms"})
+    EXPECT_EQ(by_variant["none"][col], "") << col;
+  EXPECT_EQ(by_variant["one"]["tpot_p50_ms"], "");
+  EXPECT_NE(by_variant["one"]["ttft_p50_ms"], "");
+  EXPECT_NE(by_variant["ok"]["tpot_p50_ms"], "");
+  std::istringstream table(empty.out);
+  bool none_row = false;
+  for (std::string row_text; std::getline(table, row_text);) {
+    const std::string& line = row_text;
+    if (!line.starts_with("none ")) continue;
+    none_row = true;
+    std::istringstream cells(line);
+    std::vector<std::string> c;
+    for (std::string x; cells >> x;) c.push_back(x);
+    ASSERT_GE(c.size(), 6u) << line;
+    EXPECT_EQ(c[2], "-") << line;  // TTFT p50
+    EXPECT_EQ(c[5], "-") << line;  // TPOT p99
+  }
+  EXPECT_TRUE(none_row) << empty.out;
   // An error only the run finds (the model's positions) names the variant too.
   const test_util::Cli longer = test_util::run_sim(
       "compare " + exp + " --variant ok: --variant 'long:serving.max_model_len=4096' --out " +
