@@ -157,7 +157,8 @@ void Recorder::on_ready(RequestId id, TimeNs arrival, TimeNs now) {
 
 void Recorder::on_reject(const Request& req, TimeNs now) {
   records_.push_back(make_record(req));
-  event(req, now, "reject", req.finish_reason);
+  // An admission policy's refusal is not a rejection (docs/metrics.md, requests.shed).
+  event(req, now, req.status == RequestStatus::kShed ? "shed" : "reject", req.finish_reason);
 }
 
 void Recorder::add_gaps(std::uint32_t request_class, TimeNs gap, std::int64_t count) {

@@ -193,6 +193,31 @@ TEST(SimRun, ParallelSamplesReleaseTheirBlocksInBlocksCsv) {
   fs::remove_all(dir);
 }
 
+// events.csv names an admission policy's refusal `shed`, a rejection `reject`: their counts are
+// summary.json's requests.shed and requests.rejected (both were `reject`).
+TEST(SimRun, EventsTellShedFromRejected) {
+  const fs::path dir = temp_dir("events_shed");
+  const Cli cli =
+      run_sim("run " + servelab_home().string() +
+                  "/experiments/burst-tiny.yaml -q --record-events --set serving.num_gpu_blocks=40 "
+                  "--set serving.max_model_len=300 "
+                  "--set 'policies.admission={name: queue-length, max_waiting: 6}' --out " +
+                  (dir / "run").string(),
+              dir);
+  ASSERT_EQ(cli.code, 0) << cli.err;
+  const nlohmann::json s = nlohmann::json::parse(read_file(dir / "run" / "summary.json"));
+  std::int64_t shed = 0, rejected = 0;
+  for (const auto& e : read_csv(dir / "run" / "events.csv")) {
+    shed += e.at("event") == "shed";
+    rejected += e.at("event") == "reject";
+  }
+  EXPECT_GT(shed, 0);
+  EXPECT_GT(rejected, 0);
+  EXPECT_EQ(shed, s["requests"]["shed"].get<std::int64_t>());
+  EXPECT_EQ(rejected, s["requests"]["rejected"].get<std::int64_t>());
+  fs::remove_all(dir);
+}
+
 TEST(SimRun, MissingExperimentFileIsExitCode2) {
   const fs::path dir = temp_dir("missing");
   const Cli cli = run_sim("run /nonexistent/exp.yaml", dir);
