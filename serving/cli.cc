@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <cstdio>
@@ -110,6 +111,23 @@ void parse(CLI::App& app, const std::vector<std::string>& args) {
     throw UsageError(name + ": " + option + ": expected a value");
   } catch (const CLI::ParseError& e) {
     throw UsageError(name + ": " + e.what());
+  }
+  // CLI11 gives an option that wants a value the next argument whatever it is: `--out --quiet`
+  // wrote a folder named --quiet. A value spelled like an option (--x, -x; a negative number is
+  // not), or empty (which would mean the default without a word), is refused.
+  for (const CLI::Option* opt : app.get_options()) {
+    if (opt->get_expected_min() < 1 || opt->count() == 0) continue;
+    const std::string option = opt->get_name();
+    for (const std::string& value : opt->results()) {
+      if (value.empty()) {
+        throw UsageError(name + ": " + option + ": expected a value, got an empty one");
+      }
+      if (value.starts_with("--") || (value.size() >= 2 && value[0] == '-' &&
+                                      std::isalpha(static_cast<unsigned char>(value[1])))) {
+        throw UsageError(name + ": " + option + ": expected a value, got the option '" + value +
+                         "' (write ./" + value + " for a path of that name)");
+      }
+    }
   }
   for (const std::string& extra : app.remaining()) {
     if (extra == "--") continue;
