@@ -562,6 +562,30 @@ TEST(Plot, TheInterpretersFailuresAndInterruptsAreReported) {
   fs::remove_all(dir);
 }
 
+// A figure that cannot be written (a full disk; here a file-size limit, which Python meets as
+// EFBIG) is the user's to fix: exit code 2, one line naming the figure, no output folder (it was
+// a traceback and exit code 1).
+TEST(Plot, AFigureThatCannotBeWrittenIsExitTwo) {
+  SKIP_WITHOUT_MATPLOTLIB();
+  if (std::system("command -v prlimit > /dev/null 2>&1") != 0) GTEST_SKIP() << "no prlimit";
+  const fs::path dir = temp_dir("plot_full");
+  const Cli r = run_sim("run " + servelab_home().string() +
+                            "/experiments/burst-tiny.yaml --quiet --set workload.num_requests=20 "
+                            "--out " +
+                            (dir / "run").string(),
+                        dir);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const Cli p =
+      run_program("sim", "plot " + (dir / "run").string() + " -o " + (dir / "fig").string(),
+                  dir / "out.txt", dir / "err.txt", "prlimit --fsize=2000 ");
+  EXPECT_EQ(p.code, 2) << p.err;
+  EXPECT_NE(p.err.find(".png: cannot write the figure: File too large"), std::string::npos)
+      << p.err;
+  EXPECT_EQ(p.err.find("Traceback"), std::string::npos) << p.err;
+  EXPECT_FALSE(fs::exists(dir / "fig"));
+  fs::remove_all(dir);
+}
+
 TEST(Plot, ClusterRunGivesReplicaAndTransferFigures) {
   SKIP_WITHOUT_MATPLOTLIB();
   const fs::path dir = temp_dir("plot_cluster");

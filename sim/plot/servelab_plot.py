@@ -427,8 +427,14 @@ def runs_of(path):
 
 def save(fig, out_dir, stem, fmt, written):
     path = os.path.join(out_dir, f"{stem}.{fmt}")
-    fig.savefig(path, format=fmt, metadata=METADATA[fmt])
-    plt.close(fig)
+    try:
+        fig.savefig(path, format=fmt, metadata=METADATA[fmt])
+    except OSError as e:
+        # A full disk or a quota: the user's to fix (exit code 2), named as the figure the
+        # output folder would hold; the staged figures are removed.
+        raise InputError(f"{stem}.{fmt}: cannot write the figure: {e.strerror}") from None
+    finally:
+        plt.close(fig)
     written.append(path)
 
 
