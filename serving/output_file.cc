@@ -112,6 +112,9 @@ bool path_within(const std::string& path, const std::string& dir) {
   const auto resolved = [](const std::string& s) {
     std::error_code ec;
     fs::path r = fs::weakly_canonical(fs::absolute(s), ec);
+    // Unresolvable (a name over 255 bytes, a symlink loop): the path as written, normalised.
+    // An empty path matched every folder ("is the current folder" for a name too long).
+    if (ec) r = fs::absolute(s).lexically_normal();
     if (!r.has_filename() && r.has_parent_path()) r = r.parent_path();  // "dir/" -> "dir"
     return r;
   };

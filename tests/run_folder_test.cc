@@ -152,6 +152,12 @@ TEST(RunFolder, DotPathsNameTheFolderAndTheCurrentFolderIsRefused) {
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_TRUE(fs::exists(dir / longest / "summary.json"));
   expect_no_leftovers(dir);
+  // Over it: the system's error, not "the current folder" (an unresolvable path matched every
+  // folder).
+  const Cli too_long = run_sim(run + (dir / std::string(300, 'n')).string(), dir);
+  EXPECT_EQ(too_long.code, 2) << too_long.err;
+  EXPECT_NE(too_long.err.find("File name too long"), std::string::npos) << too_long.err;
+  EXPECT_EQ(too_long.err.find("current folder"), std::string::npos) << too_long.err;
   fs::remove_all(dir);
 }
 
