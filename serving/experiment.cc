@@ -1095,7 +1095,11 @@ ExperimentConfig load_experiment(const std::string& path, const std::vector<std:
   namespace fs = std::filesystem;
   const std::string file = resolve_experiment_file(path);
   const ConfigNode doc = ConfigNode::load_file(file);
-  std::string base_dir = fs::path(file).parent_path().string();
+  // Absolute: its data files get one name however the experiment's path was spelled
+  // (traces/workload.cc data_file).
+  std::error_code ec;
+  std::string base_dir = fs::absolute(file, ec).lexically_normal().parent_path().string();
+  if (ec || base_dir.empty()) base_dir = fs::path(file).parent_path().string();
   if (base_dir.empty()) base_dir.push_back('.');  // (not = ".": GCC 12 -Wrestrict false positive)
   return experiment_from_document(doc, file, std::move(base_dir), fs::path(file).stem().string(),
                                   overrides, seed);

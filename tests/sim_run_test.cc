@@ -218,6 +218,35 @@ TEST(SimRun, EventsTellShedFromRejected) {
   fs::remove_all(dir);
 }
 
+// The same experiment reached by three spellings of its path (relative, absolute, from a
+// subfolder) writes the same summary.json and config.yaml: its trace has one name in the
+// workload's description (it was the path as spelled).
+TEST(SimRun, AnExperimentsPathSpellingDoesNotChangeItsFiles) {
+  const fs::path dir = temp_dir("path_spelling");
+  fs::create_directories(dir / "sub");
+  test_util::write_file(dir / "t.csv",
+                        "arrival_s,prompt_tokens,output_tokens\n0,100,10\n0.5,80,12\n");
+  test_util::write_file(dir / "e.yaml",
+                        "name: e\nmodel: tiny\nhardware: H100-SXM\nserving: {num_gpu_blocks: 64}\n"
+                        "workload: {type: csv, path: t.csv, columns: {arrival: arrival_s, "
+                        "prompt_tokens: prompt_tokens, output_tokens: output_tokens}}\n");
+  const auto run_from = [&](const fs::path& cwd, const std::string& exp, const std::string& out) {
+    return run_program("sim", "run " + exp + " -q --out " + (dir / out).string(), dir / "o.txt",
+                       dir / "e.txt", "cd '" + cwd.string() + "' && ");
+  };
+  ASSERT_EQ(run_from(dir, "e.yaml", "a").code, 0);
+  ASSERT_EQ(run_from(dir, (dir / "e.yaml").string(), "b").code, 0);
+  ASSERT_EQ(run_from(dir / "sub", "../e.yaml", "c").code, 0);
+  for (const char* f : {"summary.json", "config.yaml", "requests.csv"}) {
+    EXPECT_EQ(read_file(dir / "a" / f), read_file(dir / "b" / f)) << f;
+    EXPECT_EQ(read_file(dir / "a" / f), read_file(dir / "c" / f)) << f;
+  }
+  // And the run's own config.yaml, run again, gives that summary.json.
+  ASSERT_EQ(run_from(dir, (dir / "a" / "config.yaml").string(), "d").code, 0);
+  EXPECT_EQ(read_file(dir / "a" / "summary.json"), read_file(dir / "d" / "summary.json"));
+  fs::remove_all(dir);
+}
+
 TEST(SimRun, MissingExperimentFileIsExitCode2) {
   const fs::path dir = temp_dir("missing");
   const Cli cli = run_sim("run /nonexistent/exp.yaml", dir);

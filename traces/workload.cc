@@ -48,7 +48,13 @@ std::string data_file(const ConfigNode& node, const std::string& base_dir) {
     if (std::filesystem::is_directory(*found, ec)) {
       node.fail_message("'" + *found + "' is a folder; expected a file");
     }
-    return *found;
+    // An experiment's files by their one name, however the experiment was reached (`sim run
+    // e.yaml`, `$PWD/e.yaml`, `../e.yaml`, a run's config.yaml): the workload's description in
+    // summary.json and config.yaml carries it, and the same experiment must give the same bytes.
+    // A command's own file (`sim trace stats f.csv`, base ".") keeps the name it was given.
+    if (base_dir == ".") return *found;
+    const std::filesystem::path canonical = std::filesystem::weakly_canonical(*found, ec);
+    return ec ? *found : canonical.string();
   }
   std::string where = "'" + (std::filesystem::path(base_dir) / path).string() + "'";
   try {
