@@ -85,7 +85,8 @@ void ServeMetrics::on_token(TimeNs prev_token_ns, TimeNs now, TimeNs arrival_ns)
   ++generation_tokens_;
   if (prev_token_ns < 0) {
     ttft_.observe(ns_to_s(now - arrival_ns));
-  } else {
+  } else if (prev_token_ns != now) {
+    // One gap per step: a step's further tokens (accepted drafts) come at the same time.
     itl_.observe(ns_to_s(now - prev_token_ns));
   }
 }

@@ -7,10 +7,13 @@
 // fraction of usable KV blocks held, 0..1; also under its older name vllm:gpu_cache_usage_perc).
 // Counters (tokens): vllm:prompt_tokens_total and vllm:generation_tokens_total (of finished and
 // aborted requests' prompts at admission and every sampled token), vllm:prefix_cache_queries_total
-// and vllm:prefix_cache_hits_total (prefix-cache lookups in tokens, resumed requests included),
+// and vllm:prefix_cache_hits_total (prefix-cache lookups in tokens, resumed requests' left out as
+// vLLM leaves them out),
 // vllm:num_preemptions_total, vllm:request_success_total{finished_reason="stop"|"length"|"abort"}.
 // Histograms (seconds): vllm:time_to_first_token_seconds (first token - arrival at the server),
-// vllm:inter_token_latency_seconds (each gap between a request's consecutive tokens; also under
+// vllm:inter_token_latency_seconds (the gap between a request's consecutive steps that gave it
+// tokens: one per step, as vLLM's IterationStats, however many tokens speculative decoding
+// accepted in it; also under
 // the older name vllm:time_per_output_token_seconds), vllm:e2e_request_latency_seconds
 // (finish - arrival, finished requests).
 // ServeLab's own gauge: servelab:prefix_cache_hit_rate_recent, the hit rate over the most recent

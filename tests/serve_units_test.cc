@@ -1182,6 +1182,22 @@ TEST(ServeMetrics, PrefixCacheCountersLeaveOutResumedRequests) {
       << text;
 }
 
+// vllm:inter_token_latency_seconds observes one gap per step, as vLLM's IterationStats: the
+// accepted drafts of a speculative step come at the step's time and add tokens, not gaps.
+TEST(ServeMetrics, InterTokenLatencyIsOneGapPerStep) {
+  ServeMetrics m("tiny");
+  m.on_token(-1, 10'000'000, 0);          // first token: TTFT 10 ms
+  m.on_token(10'000'000, 30'000'000, 0);  // the next step: a 20 ms gap
+  m.on_token(30'000'000, 30'000'000, 0);  // two drafts accepted in that step
+  m.on_token(30'000'000, 30'000'000, 0);
+  const std::string text = m.render();
+  EXPECT_NE(text.find("vllm:inter_token_latency_seconds_count{model_name=\"tiny\"} 1\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("vllm:generation_tokens_total{model_name=\"tiny\"} 4\n"), std::string::npos)
+      << text;
+}
+
 // vLLM's vllm:lora_requests_info: only once set, names sorted and each once, no model_name label.
 TEST(ServeMetrics, LoraRequestsInfoGauge) {
   ServeMetrics m("tiny");
