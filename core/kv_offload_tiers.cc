@@ -46,13 +46,16 @@ std::int32_t KvOffloadTiers::offload(const BlockHash& hash) {
     top.lru.splice(top.lru.end(), top.lru, it->second);
     return -1;
   }
-  // Stored in tier 0 even if a lower tier has it: the lower copy ages out there on its own.
+  // Stored in tier 0 even if a lower tier has it: the lower copy is let go (the tier's
+  // evicted_blocks; nothing is lost, the fresh copy is above), so that stored - evicted is what
+  // each tier holds.
   for (int t = 1; t < num_tiers(); ++t) {
     Tier& lower = tiers_[t];
     if (const auto it = lower.index.find(hash); it != lower.index.end()) {
       release_slot(t, *it->second);
       lower.lru.erase(it->second);
       lower.index.erase(it);
+      ++lower.stats.evicted_blocks;
     }
   }
   return insert(0, hash);

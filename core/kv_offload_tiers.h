@@ -41,9 +41,11 @@ inline constexpr int kDiskTier = 1;
 inline constexpr int kMaxOffloadTiers = 2;
 
 struct OffloadTierStats {
-  std::int64_t stored_blocks = 0;   // blocks that entered the tier (from above)
-  std::int64_t loaded_blocks = 0;   // blocks loaded back into the device pool from the tier
-  std::int64_t evicted_blocks = 0;  // blocks that left the tier (moved down, or dropped)
+  std::int64_t stored_blocks = 0;  // blocks that entered the tier (from above)
+  std::int64_t loaded_blocks = 0;  // blocks loaded back into the device pool from the tier
+  // Blocks that left the tier: moved down, dropped from the last, or (a lower tier) let go when
+  // the block was stored again above it. stored_blocks - evicted_blocks is what the tier holds.
+  std::int64_t evicted_blocks = 0;
 };
 
 class KvOffloadTiers {

@@ -42,12 +42,19 @@ TEST(KvOffloadTiers, LruEntriesMoveDownAndFallOffTheLastTier) {
   EXPECT_EQ(tiers.stats(kHostTier).evicted_blocks, 3);
   EXPECT_EQ(tiers.stats(kHostTier).loaded_blocks, 1);
   EXPECT_EQ(tiers.stats(kDiskTier).stored_blocks, 3);
-  // Offloaded again while on disk: back to the host, not in two tiers.
+  // Offloaded again while on disk: back to the host, not in two tiers; the disk copy it lets go
+  // is counted as the disk's eviction, so every tier holds stored - evicted blocks.
+  const std::int64_t disk_evicted = tiers.stats(kDiskTier).evicted_blocks;
   tiers.offload(h(3));
   EXPECT_EQ(tiers.find(h(3)), kHostTier);
   EXPECT_NO_THROW(tiers.check_invariants());
   EXPECT_EQ(tiers.size(kHostTier), 2);
   EXPECT_LE(tiers.size(kDiskTier), 2);
+  EXPECT_EQ(tiers.stats(kDiskTier).evicted_blocks, disk_evicted + 1);
+  EXPECT_EQ(tiers.dropped_blocks(), 1);  // not lost: the fresh copy is on the host
+  for (const int t : {kHostTier, kDiskTier}) {
+    EXPECT_EQ(tiers.stats(t).stored_blocks - tiers.stats(t).evicted_blocks, tiers.size(t)) << t;
+  }
   // Offloaded again while the host still holds it (a load copies): refreshed, not stored twice
   // (docs/metrics.md: the host's stored_blocks can be below kv_cache.offloaded_blocks).
   const std::int64_t stored = tiers.stats(kHostTier).stored_blocks;
