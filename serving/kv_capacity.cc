@@ -80,7 +80,7 @@ static KvCapacity parallel_kv_capacity(const ModelConfig& model, const HardwareC
   const std::int64_t d = model.dtype_bytes;
   KvCapacity c;
   c.block_size = options.block_size;
-  c.block_bytes = kv_block_bytes(model, options.block_size);
+  c.block_bytes = kv_block_bytes(model, options.block_size) + options.draft_block_bytes;
   c.num_gpus = tp * pp;
   struct Stage {
     std::int64_t weights, lora, block_bytes;
@@ -103,6 +103,10 @@ static KvCapacity parallel_kv_capacity(const ModelConfig& model, const HardwareC
         {layers * (shard.layer_weight_bytes() + copies * model.expert_weight_bytes()) + params * d,
          options.lora_slots * lora_slot_bytes(shard, layers, options.lora_rank),
          2 * layers * shard.kv_size() * shard.kv_dtype_bytes() * options.block_size});
+    if (s == pp - 1) {  // the drafter runs after the last stage, split like the target
+      stages.back().weights += options.draft_weight_bytes / tp;
+      stages.back().block_bytes += options.draft_block_bytes / tp;
+    }
   }
   c.gpu_block_bytes = 0;
   for (const Stage& st : stages) c.gpu_block_bytes = std::max(c.gpu_block_bytes, st.block_bytes);
@@ -225,9 +229,9 @@ static KvCapacity unchecked_kv_capacity(const ModelConfig& model, const Hardware
   if (tp != 1 || pp != 1) return parallel_kv_capacity(model, hardware, options);
   KvCapacity c;
   c.block_size = options.block_size;
-  c.block_bytes = kv_block_bytes(model, options.block_size);
+  c.block_bytes = kv_block_bytes(model, options.block_size) + options.draft_block_bytes;
   c.gpu_block_bytes = c.block_bytes;
-  c.weight_bytes = model.weight_bytes();
+  c.weight_bytes = model.weight_bytes() + options.draft_weight_bytes;
   c.lora_bytes = options.lora_slots * lora_slot_bytes(model, model.num_layers, options.lora_rank);
   c.num_cpu_blocks = static_cast<std::int64_t>(
       std::floor(options.swap_space_gib * 1073741824.0 / static_cast<double>(c.block_bytes)));

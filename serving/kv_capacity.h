@@ -58,6 +58,11 @@ struct KvCapacityOptions {
   // LoRA adapter slots on each GPU (vLLM's max_loras; 0: LoRA off) and their rank (max_lora_rank).
   std::int32_t lora_slots = 0;
   std::int32_t lora_rank = 0;
+  // Speculative decoding's drafter on each replica (vLLM loads it beside the target, and its
+  // attention layers take KV in every block): its weights and its KV bytes per block, whole (a
+  // tensor-parallel replica holds 1 / tensor_parallel of each on its last stage's GPUs).
+  std::int64_t draft_weight_bytes = 0;
+  std::int64_t draft_block_bytes = 0;
 };
 
 struct KvCapacity {

@@ -105,6 +105,24 @@ KvCapacity kv_capacity_for(const ExperimentConfig& config, const ModelConfig& mo
     kv_options.lora_slots = config.scheduler.lora.max_loras;
     kv_options.lora_rank = config.scheduler.lora.max_lora_rank;
   }
+  // The drafter beside the target (vLLM loads it and gives its layers KV in every block): a
+  // draft model whole; an EAGLE head as one decoder layer of the target's shape.
+  const SpeculativeConfig& sp = config.scheduler.speculative;
+  if (sp.enabled() && sp.method == SpecMethod::kDraftModel) {
+    const ModelConfig draft = [&] {
+      try {
+        return load_model(sp.draft_model, default_catalog_dir());
+      } catch (const ConfigError& e) {
+        throw ConfigError(config.speculative_location +
+                          ": key 'serving.speculative_config.model': " + e.what());
+      }
+    }();
+    kv_options.draft_weight_bytes = draft.weight_bytes();
+    kv_options.draft_block_bytes = kv_block_bytes(draft, kv_options.block_size);
+  } else if (sp.enabled() && sp.method == SpecMethod::kEagle) {
+    kv_options.draft_weight_bytes = model.layer_weight_bytes();
+    kv_options.draft_block_bytes = kv_block_bytes(model, kv_options.block_size) / model.num_layers;
+  }
   if (config.parallel.set && config.cost_model.calibrated) {
     throw ConfigError(config.parallel.where + ": a calibrated cost model was measured on one " +
                       "device and has no communication terms; use the roofline (no cost_model) " +

@@ -20,8 +20,10 @@
 #include "serving/experiment.h"
 #include "serving/hardware_config.h"
 #include "serving/home.h"
+#include "serving/kv_capacity.h"
 #include "serving/model_config.h"
 #include "sim/roofline_cost_model.h"
+#include "sim/run.h"
 #include "sim/speculation.h"
 #include "tests/scheduler_harness.h"
 #include "tests/test_util.h"
@@ -492,6 +494,40 @@ TEST(SpeculativeRun, BadKeysAreConfigErrorsNamingThem) {
     EXPECT_NE(cli.err.find("e.yaml:4:"), std::string::npos) << spec << "\n" << cli.err;
     EXPECT_NE(cli.err.find(key), std::string::npos) << spec << "\n" << cli.err;
   }
+  fs::remove_all(dir);
+}
+
+// The drafter takes memory from the KV cache, as vLLM loads it: a draft model's weights and its
+// layers' KV in every block; an EAGLE head one layer of the target's shape. n-gram takes none.
+TEST(SpeculativeRun, DraftersTakeTheirMemoryFromTheKvCache) {
+  const fs::path dir = temp_dir("specdec_memory");
+  RunOptions o;
+  o.write_files = false;
+  const auto blocks = [&](const std::string& spec) {
+    write_file(dir / "e.yaml", Experiment(spec));
+    const RunOutput out = run_simulation(load_experiment((dir / "e.yaml").string(), {}), o);
+    return std::make_pair(out.num_gpu_blocks, out.block_bytes);
+  };
+  const auto [plain, plain_bytes] = blocks("{method: ngram, num_speculative_tokens: 0}");
+  const auto [ngram, ngram_bytes] =
+      blocks("{method: ngram, num_speculative_tokens: 4, acceptance_rate: 0.5}");
+  const auto [draft, draft_bytes] = blocks(
+      "{method: draft_model, model: Llama-3.2-1B, num_speculative_tokens: 4, acceptance_rate: "
+      "0.5}");
+  const auto [eagle, eagle_bytes] =
+      blocks("{method: eagle, num_speculative_tokens: 4, acceptance_rate: 0.5}");
+  EXPECT_EQ(ngram, plain);
+  EXPECT_EQ(ngram_bytes, plain_bytes);
+  const std::string catalog = servelab_home().string() + "/experiments/catalog";
+  const ModelConfig target = load_model("Llama-3-8B", catalog);
+  const ModelConfig small = load_model("Llama-3.2-1B", catalog);
+  EXPECT_EQ(draft_bytes, plain_bytes + kv_block_bytes(small, 16));
+  EXPECT_EQ(eagle_bytes, plain_bytes + plain_bytes / target.num_layers);
+  // The bytes the target's blocks had, less the drafter's weights, over the larger blocks (the
+  // target's count was floored: at most one block more).
+  EXPECT_NEAR(draft, (plain * plain_bytes - small.weight_bytes()) / draft_bytes, 1);
+  EXPECT_NEAR(eagle, (plain * plain_bytes - target.layer_weight_bytes()) / eagle_bytes, 1);
+  EXPECT_LT(draft, 0.8 * static_cast<double>(plain));  // 23 % fewer blocks (cost-model.md)
   fs::remove_all(dir);
 }
 
