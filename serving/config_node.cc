@@ -357,10 +357,12 @@ std::int64_t ConfigNode::as_int(std::int64_t min, std::int64_t max) const {
   long long v = std::strtoll(s.c_str(), &end, 10);
   if (s.empty() || errno != 0 || *end != '\0') {
     // Accept integral floats written as 1e6 or 2000.0.
+    // (1e-400 underflows to 0 with ERANGE: not the integer the text says.)
     char* fend = nullptr;
+    errno = 0;
     const double d = std::strtod(s.c_str(), &fend);
-    if (s.empty() || *fend != '\0' || !std::isfinite(d) || d != std::floor(d) || d < -9.2e18 ||
-        d > 9.2e18) {
+    if (s.empty() || *fend != '\0' || errno == ERANGE || !std::isfinite(d) || d != std::floor(d) ||
+        d < -9.2e18 || d > 9.2e18) {
       fail(expected());
     }
     v = static_cast<long long>(d);
@@ -394,8 +396,12 @@ double ConfigNode::as_double(double min, double max) const {
     fail(expected() + " without a leading zero (YAML 1.1 reads 010 as octal)");
   }
   char* end = nullptr;
+  errno = 0;
   const double v = std::strtod(s.c_str(), &end);
-  if (s.empty() || *end != '\0' || !std::isfinite(v) || v < min || v > max) fail(expected());
+  // ERANGE: 1e400 overflows, 1e-400 underflows to 0 (a silent 0 is not the number written).
+  if (s.empty() || *end != '\0' || errno == ERANGE || !std::isfinite(v) || v < min || v > max) {
+    fail(expected());
+  }
   return v;
 }
 

@@ -116,6 +116,13 @@ TEST(ConfigNode, OutOfRangeIsAnError) {
   const std::string msg = error_of([&] { n.get_double("rate", 1e-9, 1e9); });
   EXPECT_NE(msg.find("w.yaml:1:"), std::string::npos) << msg;
   EXPECT_NE(msg.find("'rate'"), std::string::npos) << msg;
+  // Numbers the doubles cannot hold: 1e400 overflows, 1e-400 underflows to a silent 0.
+  ConfigNode big = ConfigNode::load_string("a: 1e400\nb: 1e-400\nc: 1e-300\n", "w.yaml");
+  EXPECT_THROW(big.get_double("a"), ConfigError);
+  EXPECT_THROW(big.get_double("b"), ConfigError);
+  EXPECT_THROW(big.get_int("b"), ConfigError);
+  EXPECT_THROW(big.get_int("a"), ConfigError);
+  EXPECT_DOUBLE_EQ(big.get_double("c"), 1e-300);
 }
 
 TEST(ConfigNode, UnknownKeyListsAllowedKeys) {
