@@ -229,6 +229,15 @@ TEST(Plot, CompareFolderGivesCurvesAndBars) {
   EXPECT_FALSE(fs::exists(dir / "fig" / "cmp-classes.png"));
   // Its variants run one model on one GPU: no decode-steps figure.
   EXPECT_FALSE(fs::exists(dir / "fig" / "cmp-decode-steps.png"));
+  // A comparison missing a variant's run folder is incomplete: refused, naming the row (its bars
+  // came from compare.csv while its curves were silently left out).
+  fs::remove_all(dir / "cmp" / "sjf");
+  const Cli missing =
+      run_sim("plot " + (dir / "cmp").string() + " -o " + (dir / "fig2").string(), dir);
+  EXPECT_EQ(missing.code, 2) << missing.err;
+  EXPECT_NE(missing.err.find("compare.csv:3: variant 'sjf' has no run folder"), std::string::npos)
+      << missing.err;
+  EXPECT_FALSE(fs::exists(dir / "fig2"));
 }
 
 // A comparison of models (or GPUs) gives the decode-step figure: step time by decode batch.

@@ -417,10 +417,14 @@ def runs_of(path):
         t = os.path.join(path, table)
         if os.path.exists(t):
             runs = []
-            for row in read_csv(t):
+            for line, row in enumerate(read_csv(t), start=2):
                 sub = os.path.join(path, row[column])
-                if os.path.exists(os.path.join(sub, "summary.json")):
-                    runs.append(Run(sub, row[column]))
+                if not os.path.exists(os.path.join(sub, "summary.json")):
+                    # Its bars would come from the table and its curves be missing: refused.
+                    raise InputError(f"{t}:{line}: {column} '{row[column]}' has no run folder "
+                                     f"({os.path.join(sub, 'summary.json')} is missing): the "
+                                     f"{kind} folder is incomplete")
+                runs.append(Run(sub, row[column]))
             return kind, runs
     raise InputError(f"{path}: not a run folder (no summary.json), nor a compare or sweep folder")
 
