@@ -102,7 +102,7 @@ void add_kv_memory_option(CLI::App& app, double& gib, bool& given) {
             try {
               parse_gib(v);
             } catch (const UsageError&) {
-              return "expected a positive number of GiB, got '" + v + "'";
+              return "expected a positive number of GiB, at most 1e6, got '" + v + "'";
             }
             return "";
           },

@@ -138,6 +138,9 @@ Variant parse_variant(const std::string& text) {
     v.overrides.push_back(item);
     if (comma == std::string::npos) break;
     start = comma + 1;
+    if (start == rest.size()) {  // `a:seed=1,` (an empty item first is refused above)
+      throw ConfigError("--variant " + text + ": ends with a comma; expected key=value after it");
+    }
   }
   return v;
 }

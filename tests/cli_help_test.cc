@@ -118,6 +118,7 @@ TEST(CliHelp, UsageErrorsNameTheOption) {
        "--set w.p[0].c: given more than once, with different values"},
       {"engine", "run x.yaml --seed 1 --set seed=2", "--set seed: given with --seed too"},
       {"sim", "compare x.yaml --variant v:a=1,a=2", "key 'a' is given twice"},
+      {"sim", "compare x.yaml --variant v:a=1,", "ends with a comma"},
       {"sim", "run x.yaml --out ''", "expected a path, got an empty one"},
       // An option's value is never the next option (CLI11 took it: a folder named --quiet),
       // nor empty (the default without a word).
@@ -137,6 +138,8 @@ TEST(CliHelp, UsageErrorsNameTheOption) {
       {"sim", "trace convert in.csv", "OUT is required"},
       {"engine", "run x.yaml --device tpu", "--device: expected cpu or cuda, got 'tpu'"},
       {"engine", "run x.yaml --kv-memory-gb -1", "--kv-memory-gb: expected a positive number"},
+      {"engine", "run x.yaml --kv-memory-gb 1e308",
+       "expected a positive number of GiB, at most 1e6"},
       {"engine", "profile --reps 0", "--reps: expected an integer in [1, 1000], got '0'"},
       {"engine", "profile --model m", "-o PROFILE.csv is required"},
       {"engine", "serve --model tiny --port 70000", "--port: expected an integer in [0, 65535]"},
