@@ -7,7 +7,6 @@
 #include <cctype>
 #include <cerrno>
 #include <cinttypes>
-#include <deque>
 #include <exception>
 #include <filesystem>
 #include <mutex>
@@ -340,27 +339,26 @@ std::string sweep_csv_header(const std::vector<SweepAxis>& axes, const OptionalC
 
 std::string sweep_csv_row(const SweepPoint& point, const RunSummary& s,
                           const OptionalColumns& columns) {
-  std::string line = lead_values(point);
-  // An empty field for a distribution without values (core/metrics.h stat_text); the strings
-  // live (a deque never moves them) until the format below has copied them.
-  std::deque<std::string> held;
-  const auto cell = [&held](const DistributionSummary& d, double v) {
-    return held.emplace_back(stat_text(d, v, "%.6f", "")).c_str();
+  // An empty field for a distribution without values (core/metrics.h stat_text).
+  const auto cell = [](const DistributionSummary& d, double v) {
+    return "," + stat_text(d, v, "%.6f", "");
   };
+  std::string line = lead_values(point);
+  line += format_text(",%" PRId64 ",%" PRId64 ",%" PRId64 ",%.6f,%.6f,%.3f,%.3f", s.completed,
+                      s.rejected, s.aborted, s.duration_s, s.requests_per_s, s.input_tokens_per_s,
+                      s.output_tokens_per_s);
+  line += cell(s.ttft_ms, s.ttft_ms.mean) + cell(s.ttft_ms, s.ttft_ms.p50) +
+          cell(s.ttft_ms, s.ttft_ms.p90) + cell(s.ttft_ms, s.ttft_ms.p99) +
+          cell(s.tpot_ms, s.tpot_ms.mean) + cell(s.tpot_ms, s.tpot_ms.p50) +
+          cell(s.tpot_ms, s.tpot_ms.p90) + cell(s.tpot_ms, s.tpot_ms.p99) +
+          cell(s.itl_ms, s.itl_ms.p99) + cell(s.e2e_ms, s.e2e_ms.p50) +
+          cell(s.e2e_ms, s.e2e_ms.p99) + cell(s.queueing_ms, s.queueing_ms.p50);
   line += format_text(
-      ",%" PRId64 ",%" PRId64 ",%" PRId64
-      ",%.6f,%.6f,%.3f,%.3f,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%.6f,%.6f,%" PRId64 ",%" PRId64
-      ",%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.3f,%.6f,%.3f,%.3f",
-      s.completed, s.rejected, s.aborted, s.duration_s, s.requests_per_s, s.input_tokens_per_s,
-      s.output_tokens_per_s, cell(s.ttft_ms, s.ttft_ms.mean), cell(s.ttft_ms, s.ttft_ms.p50),
-      cell(s.ttft_ms, s.ttft_ms.p90), cell(s.ttft_ms, s.ttft_ms.p99),
-      cell(s.tpot_ms, s.tpot_ms.mean), cell(s.tpot_ms, s.tpot_ms.p50),
-      cell(s.tpot_ms, s.tpot_ms.p90), cell(s.tpot_ms, s.tpot_ms.p99), cell(s.itl_ms, s.itl_ms.p99),
-      cell(s.e2e_ms, s.e2e_ms.p50), cell(s.e2e_ms, s.e2e_ms.p99),
-      cell(s.queueing_ms, s.queueing_ms.p50), s.goodput_requests_per_s, s.slo_attainment,
-      s.preemptions, s.recomputed_tokens, s.prefix_hit_rate, s.prompt_hit_rate, s.kv_usage_mean,
-      s.kv_usage_max, s.batch_seqs_mean, s.slot_efficiency, s.kv_internal_fragmentation_mean,
-      s.kv_unused_slots_mean, s.step_ms_mean, s.allocations_per_s, s.evictions_per_s);
+      ",%.6f,%.6f,%" PRId64 ",%" PRId64 ",%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.3f,%.6f,%.3f,%.3f",
+      s.goodput_requests_per_s, s.slo_attainment, s.preemptions, s.recomputed_tokens,
+      s.prefix_hit_rate, s.prompt_hit_rate, s.kv_usage_mean, s.kv_usage_max, s.batch_seqs_mean,
+      s.slot_efficiency, s.kv_internal_fragmentation_mean, s.kv_unused_slots_mean, s.step_ms_mean,
+      s.allocations_per_s, s.evictions_per_s);
   line += columns.csv_row(s) + "\n";
   return line;
 }
