@@ -494,7 +494,7 @@ void parse_cluster(const ConfigNode& n, ExperimentConfig& c) {
     cl.decode_router = parse_policy_spec(PolicyKind::kRouter, *r);
   }
   if (auto t = n.find("kv_transfer")) {
-    t->allow_keys({"bandwidth_gb_s", "latency_us", "layerwise", "sharing"});
+    t->allow_keys({"bandwidth_gb_s", "latency_us", "layerwise", "sharing", "links"});
     cl.kv_transfer_set = true;
     cl.kv_transfer.bandwidth_gb_s = t->get_double("bandwidth_gb_s", 0.0, 0.0, 1e6);
     if (cl.kv_transfer.bandwidth_gb_s > 0 && cl.kv_transfer.bandwidth_gb_s < 1e-3) {
@@ -503,6 +503,9 @@ void parse_cluster(const ConfigNode& n, ExperimentConfig& c) {
     }
     cl.kv_transfer.latency_us = t->get_double("latency_us", cl.kv_transfer.latency_us, 0.0, 1e9);
     cl.kv_transfer.layerwise = t->get_bool("layerwise", false);
+    if (auto l = t->find("links"); l && l->as_choice({"per_replica", "per_pair"}) == "per_pair") {
+      cl.kv_transfer.links = KvTransferConfig::Links::kPerPair;
+    }
     if (auto s = t->find("sharing")) {
       if (s->as_choice({"queue", "fair"}) == "fair") {
         cl.kv_transfer.sharing = KvTransferConfig::Sharing::kFair;
@@ -525,11 +528,13 @@ void parse_cluster(const ConfigNode& n, ExperimentConfig& c) {
     cl.topology = *t;
     const HardwareConfig hw = load_hardware(c.hardware, catalog);
     topology = parse_topology(*t, hw.interconnect, hw.name);
-    if (auto k = n.find("kv_transfer"); k && k->has("bandwidth_gb_s")) {
-      k->at("bandwidth_gb_s")
-          .fail_message(
-              "with cluster.topology the KV travels over the topology's links; remove "
-              "bandwidth_gb_s (or the topology)");
+    if (auto k = n.find("kv_transfer")) {
+      for (const char* key : {"bandwidth_gb_s", "links"}) {
+        if (!k->has(key)) continue;
+        k->at(key).fail_message(
+            std::string("with cluster.topology the KV travels over the topology's links; remove ") +
+            key + " (or the topology)");
+      }
     }
   }
   std::int64_t total = 0;
@@ -699,6 +704,8 @@ void emit_cluster(YAML::Emitter& e, const ClusterConfig& cl) {
     // With a cluster topology the KV takes its links (and the key is refused there).
     if (!cl.topology) {
       e << YAML::Key << "bandwidth_gb_s" << YAML::Value << cl.kv_transfer.bandwidth_gb_s;
+      e << YAML::Key << "links" << YAML::Value
+        << (cl.kv_transfer.links == KvTransferConfig::Links::kPerPair ? "per_pair" : "per_replica");
     }
     e << YAML::Key << "latency_us" << YAML::Value << cl.kv_transfer.latency_us;
     e << YAML::Key << "layerwise" << YAML::Value << cl.kv_transfer.layerwise;

@@ -121,6 +121,10 @@ struct KvTransferConfig {
   // at once, each link's bandwidth shared max-min fairly (sim/shared_kv_transfer.h). kFair is
   // refused with layerwise.
   enum class Sharing { kQueue, kFair } sharing = Sharing::kQueue;
+  // Without cluster.topology, how the replicas' machines are linked (serving/direct_kv_links.h):
+  // kPerReplica, one port per replica that all its transfers share; kPerPair, a link per
+  // (source, destination) pair. Refused with cluster.topology (whose links carry the KV).
+  enum class Links { kPerReplica, kPerPair } links = Links::kPerReplica;
 };
 
 // `cluster:` (docs/experiments.md). Absent (set == false): one replica of the experiment's model
@@ -137,7 +141,7 @@ struct ClusterConfig {
   // links given no bandwidth). Replicas take its GPUs pool by pool in file order, each its
   // tensor x pipeline GPUs from the next free one; their collectives and the P/D KV transfers
   // (serving/topology_kv_transfer.h) are priced over it. Unset: every replica on a machine of
-  // its own (its pool's topology) and P/D transfers over pair links.
+  // its own (its pool's topology) and P/D transfers over their ports (kv_transfer.links).
   std::optional<ConfigNode> topology;
 
   std::int32_t num_replicas() const;

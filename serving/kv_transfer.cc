@@ -6,37 +6,6 @@
 
 namespace servelab {
 
-PairLinkKvTransfer::PairLinkKvTransfer(Bandwidth bandwidth, TimeNs latency)
-    : bandwidth_(std::move(bandwidth)), latency_(latency) {
-  if (latency < 0) throw std::invalid_argument("PairLinkKvTransfer: negative latency");
-}
-
-KvTransferTimes PairLinkKvTransfer::transfer_pieces(std::span<const KvPiece> pieces,
-                                                    std::uint32_t src, std::uint32_t dst) {
-  if (pieces.empty()) throw std::invalid_argument("PairLinkKvTransfer: a transfer of no pieces");
-  const std::uint64_t key = (static_cast<std::uint64_t>(src) << 32) | dst;
-  auto it = links_.find(key);
-  if (it == links_.end()) {
-    const double bw = bandwidth_(src, dst);
-    if (!(bw > 0)) throw std::invalid_argument("PairLinkKvTransfer: link bandwidth must be > 0");
-    it = links_.emplace(key, Link{bw, 0}).first;
-  }
-  Link& link = it->second;
-  KvTransferTimes t;
-  t.begin = std::max(pieces.front().ready, link.free_at);
-  TimeNs at = t.begin;
-  for (const KvPiece& p : pieces) {
-    const TimeNs wire = saturated_ns(
-        std::ceil(static_cast<double>(p.bytes) / link.bytes_per_s * static_cast<double>(kNsPerS)));
-    at = add_saturated(std::max(at, p.ready), wire);
-  }
-  t.finish = add_saturated(at, latency_);
-  // The link is free once the last byte has left; its propagation (the latency) overlaps the
-  // next transfer's data, as over a topology's links and under `sharing: fair`.
-  link.free_at = at;
-  return t;
-}
-
 std::vector<KvPiece> layerwise_kv_pieces(std::int64_t bytes, std::int32_t prompt_len,
                                          std::span<const PrefillChunk> chunks,
                                          std::int32_t num_layers, TimeNs now) {

@@ -9,21 +9,13 @@
 // step computes the layer (layerwise_kv_pieces), so most of it can move while the prompt is
 // still being computed. Transfers are booked as prefills end, in time order, so a model may keep
 // the links' occupancy as state. A topology model (GPUs in nodes over NVLink, PCIe, InfiniBand;
-// shared bandwidth along paths) implements the same interface.
-//
-// PairLinkKvTransfer, the default: one dedicated link per ordered (source, destination) pair;
-// transfers on one link run one after another in booking order (first come, first served), so a
-// burst of prefills towards one decode replica queues. A transfer starts when the link is free
-// (the previous one's last byte has left: its latency overlaps the next one's data) and its
-// first piece ready; each piece leaves once it is ready and the pieces before it have
-// left, taking bytes / bandwidth; the latency comes once, after the last piece (a one-piece
-// transfer takes latency + bytes / bandwidth from its start).
+// shared bandwidth along paths) implements the same interface. The models:
+// serving/direct_kv_links.h (replicas on machines of their own: a port per replica, the
+// default, or a link per pair) and serving/topology_kv_transfer.h (`cluster.topology`).
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <span>
-#include <unordered_map>
 #include <vector>
 
 #include "core/time.h"
@@ -73,24 +65,5 @@ struct PrefillChunk {
 std::vector<KvPiece> layerwise_kv_pieces(std::int64_t bytes, std::int32_t prompt_len,
                                          std::span<const PrefillChunk> chunks,
                                          std::int32_t num_layers, TimeNs now);
-
-class PairLinkKvTransfer final : public KvTransferModel {
- public:
-  // Bandwidth in bytes/s of the link src -> dst (called once per pair, when first used; must be
-  // > 0); `latency` per transfer.
-  using Bandwidth = std::function<double(std::uint32_t src, std::uint32_t dst)>;
-  PairLinkKvTransfer(Bandwidth bandwidth, TimeNs latency);
-  KvTransferTimes transfer_pieces(std::span<const KvPiece> pieces, std::uint32_t src,
-                                  std::uint32_t dst) override;
-
- private:
-  struct Link {
-    double bytes_per_s = 0;
-    TimeNs free_at = 0;  // when the last byte of the last transfer booked on it has left
-  };
-  Bandwidth bandwidth_;
-  TimeNs latency_;
-  std::unordered_map<std::uint64_t, Link> links_;  // by (src << 32 | dst); probed, never iterated
-};
 
 }  // namespace servelab

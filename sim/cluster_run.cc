@@ -9,7 +9,7 @@
 // replica's place on `cluster.topology`, whose routes then carry the P/D transfers). The
 // prefix-cache counters of summary.json sum the unified and prefill replicas (a decode replica's
 // lookups are for transferred prompts, not the workload's). P/D transfers queue on their links
-// (PairLinkKvTransfer, TopologyKvTransfer) or share them (SharedKvTransfer: kv_transfer.sharing).
+// (DirectLinkKvTransfer, TopologyKvTransfer) or share them (SharedKvTransfer: kv_transfer.sharing).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -18,6 +18,7 @@
 #include "core/hooked_backend.h"
 #include "serving/cluster_router.h"
 #include "serving/cluster_summary.h"
+#include "serving/direct_kv_links.h"
 #include "serving/hardware_config.h"
 #include "serving/kv_capacity.h"
 #include "serving/kv_transfer.h"
@@ -237,20 +238,21 @@ RunOutput run_cluster_simulation(const ExperimentConfig& config, const RunOption
     }
   } else if (num_decode > 0) {
     const double fixed = cl.kv_transfer.bandwidth_gb_s * 1e9;
-    PairLinkKvTransfer::Bandwidth bandwidth = [fixed, &pool_of](std::uint32_t src,
-                                                                std::uint32_t dst) {
-      if (fixed > 0) return fixed;
-      // Each GPU of a replica sends (or takes) its share of the KV over its own host link.
-      const auto link = [](const Pool& p) {
-        return p.hardware.host_link_bandwidth * p.hardware.host_link_efficiency *
-               p.config->num_gpus();
-      };
-      return std::min(link(*pool_of[src]), link(*pool_of[dst]));
-    };
+    DirectKvLinks links(cl.kv_transfer.links == KvTransferConfig::Links::kPerPair
+                            ? KvLinkLayout::kPerPair
+                            : KvLinkLayout::kPerReplica,
+                        [fixed, &pool_of](std::uint32_t r) {
+                          if (fixed > 0) return fixed;
+                          // Each GPU of a replica sends (or takes) its share of the KV over its
+                          // own host link.
+                          const Pool& p = *pool_of[r];
+                          return p.hardware.host_link_bandwidth * p.hardware.host_link_efficiency *
+                                 p.config->num_gpus();
+                        });
     if (fair) {
-      shared = std::make_unique<SharedKvTransfer>(std::move(bandwidth), transfer_latency);
+      shared = std::make_unique<SharedKvTransfer>(std::move(links), transfer_latency);
     } else {
-      transfer = std::make_unique<PairLinkKvTransfer>(std::move(bandwidth), transfer_latency);
+      transfer = std::make_unique<DirectLinkKvTransfer>(std::move(links), transfer_latency);
     }
   }
   if (num_decode > 0) {

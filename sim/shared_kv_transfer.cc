@@ -15,8 +15,8 @@ void check_latency(TimeNs latency) {
 
 }  // namespace
 
-SharedKvTransfer::SharedKvTransfer(PairLinkKvTransfer::Bandwidth bandwidth, TimeNs latency)
-    : bandwidth_(std::move(bandwidth)), latency_(latency), links_(std::vector<double>{}) {
+SharedKvTransfer::SharedKvTransfer(DirectKvLinks links, TimeNs latency)
+    : direct_(std::move(links)), latency_(latency), links_(std::vector<double>{}) {
   check_latency(latency);
 }
 
@@ -41,14 +41,13 @@ const Route& SharedKvTransfer::route(GpuId from, GpuId to) {
 std::vector<SharedKvTransfer::Stream> SharedKvTransfer::streams(std::uint32_t src,
                                                                 std::uint32_t dst) {
   if (!topology_) {
-    const std::uint64_t key = (static_cast<std::uint64_t>(src) << 32) | dst;
-    auto it = pair_channel_.find(key);
-    if (it == pair_channel_.end()) {
-      const double bw = bandwidth_(src, dst);
-      if (!(bw > 0)) throw std::invalid_argument("SharedKvTransfer: link bandwidth must be > 0");
-      it = pair_channel_.emplace(key, links_.add_channel(bw)).first;
+    // The direct links' channel ids are dense in first-use order, as LinkTransfers' added ones.
+    std::vector<std::int32_t> channels = direct_->channels(src, dst);
+    for (std::int32_t c = added_; c < direct_->num_channels(); ++c) {
+      links_.add_channel(direct_->bandwidth(c));
     }
-    return {Stream{{it->second}, 0}};
+    added_ = direct_->num_channels();
+    return {Stream{std::move(channels), 0}};
   }
   if (src >= replicas_.size() || dst >= replicas_.size()) {
     throw std::invalid_argument("SharedKvTransfer: no such replica");

@@ -1,10 +1,11 @@
 // SharedKvTransfer: P/D KV transfers that share their links' bandwidth while they overlap
 // (`cluster.kv_transfer.sharing: fair`), the event-driven counterpart of the booked models
-// (serving/kv_transfer.h PairLinkKvTransfer, serving/topology_kv_transfer.h), which queue a
+// (serving/direct_kv_links.h DirectLinkKvTransfer, serving/topology_kv_transfer.h), which queue a
 // transfer behind the ones booked before it.
 //
-// A transfer's streams are the booked models': over pair links (no cluster topology) one stream
-// on the ordered (source, destination) replica pair's own channel; over a cluster topology
+// A transfer's streams are the booked models': without a cluster topology one stream over the
+// direct links' channels (the source's port out and the destination's port in, or the ordered
+// pair's own link: serving/direct_kv_links.h); over a cluster topology
 // k = max(n, m) streams from the source replica's GPU j mod n to the destination's GPU j mod m,
 // stream j carrying bytes / k (the first bytes % k streams one byte more) over its route's
 // channels and then taking the route's latency and the fixed per-transfer `latency`. Every stream
@@ -33,7 +34,7 @@
 #include <vector>
 
 #include "core/time.h"
-#include "serving/kv_transfer.h"
+#include "serving/direct_kv_links.h"
 #include "serving/topology.h"
 #include "serving/topology_kv_transfer.h"
 #include "sim/link_transfers.h"
@@ -43,9 +44,8 @@ namespace servelab {
 class SharedKvTransfer {
  public:
   using Placement = TopologyKvTransfer::Placement;
-  // Over pair links: `bandwidth(src, dst)` B/s, asked once per ordered pair when first used
-  // (must be > 0). REQUIRES: latency >= 0.
-  SharedKvTransfer(PairLinkKvTransfer::Bandwidth bandwidth, TimeNs latency);
+  // Over direct links (replicas on machines of their own). REQUIRES: latency >= 0.
+  SharedKvTransfer(DirectKvLinks links, TimeNs latency);
   // Over the routes of `topology` between replicas placed at `replicas` (as TopologyKvTransfer).
   // Throws std::invalid_argument on a placement outside the topology or a negative latency.
   SharedKvTransfer(Topology topology, std::vector<Placement> replicas, TimeNs latency);
@@ -74,15 +74,15 @@ class SharedKvTransfer {
   std::vector<Stream> streams(std::uint32_t src, std::uint32_t dst);
   const Route& route(GpuId from, GpuId to);
 
-  std::optional<Topology> topology_;  // unset: pair links
+  std::optional<Topology> topology_;  // unset: direct links
   std::vector<Placement> replicas_;
-  PairLinkKvTransfer::Bandwidth bandwidth_;
+  std::optional<DirectKvLinks> direct_;  // set without a topology
   TimeNs latency_;
   LinkTransfers links_;
-  std::unordered_map<std::uint64_t, std::int32_t> pair_channel_;  // (src << 32 | dst): probed
-  std::map<std::pair<GpuId, GpuId>, Route> routes_;               // computed on first use
-  std::int64_t next_seq_ = 0;                                     // start order
-  std::unordered_map<std::int64_t, std::int64_t> owner_;          // stream flow id -> transfer id
+  std::map<std::pair<GpuId, GpuId>, Route> routes_;       // computed on first use
+  std::int32_t added_ = 0;                                // direct links' channels given to links_
+  std::int64_t next_seq_ = 0;                             // start order
+  std::unordered_map<std::int64_t, std::int64_t> owner_;  // stream flow id -> transfer id
   struct Left {
     std::int64_t seq = 0;      // the transfer's place in start order
     std::int32_t streams = 0;  // still on the wire

@@ -1117,7 +1117,7 @@ TEST(SimCli, CalibrateNeverOverwritesItsInputOrAnExistingFile) {
       read_file(std::filesystem::path(default_catalog_dir()) / "hardware" / "H100-SXM.yaml");
   write_file(dir / "h.yaml", hw);
   const std::string h = (dir / "h.yaml").string();
-  for (const std::string fit : {"--vidur " + p, p + " --power"}) {
+  for (const std::string& fit : {"--vidur " + p, p + " --power"}) {
     r = run_sim("calibrate " + fit + " --hardware " + h + " -o " + h + " --force", dir);
     EXPECT_EQ(r.code, 2) << fit << ": " << r.err;
     EXPECT_NE(r.err.find("input"), std::string::npos) << r.err;

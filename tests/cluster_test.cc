@@ -11,6 +11,7 @@
 #include "core/scheduler.h"
 #include "policies/registry.h"
 #include "policies/router_prefix_index.h"
+#include "serving/direct_kv_links.h"
 #include "serving/experiment.h"
 #include "serving/home.h"
 #include "serving/kv_transfer.h"
@@ -278,8 +279,12 @@ TEST(Routers, WeightedAndSessionAffinity) {
 
 // --- P/D pieces ---
 
+DirectKvLinks ports_of(KvLinkLayout layout, double bytes_per_s) {
+  return DirectKvLinks(layout, [bytes_per_s](std::uint32_t) { return bytes_per_s; });
+}
+
 TEST(KvTransfer, PairLinksSerialiseAndAddLatency) {
-  PairLinkKvTransfer t([](std::uint32_t, std::uint32_t) { return 1e9; }, 1000);
+  DirectLinkKvTransfer t(ports_of(KvLinkLayout::kPerPair, 1e9), 1000);
   const KvTransferTimes a = t.transfer(1'000'000, 0, 1, 0);  // 1 ms on the wire
   EXPECT_EQ(a.begin, 0);
   EXPECT_EQ(a.finish, 1000 + 1'000'000);
@@ -292,8 +297,41 @@ TEST(KvTransfer, PairLinksSerialiseAndAddLatency) {
   EXPECT_EQ(c.begin, 10);
 }
 
+TEST(KvTransfer, AReplicasPortCarriesOneTransferAtATimeEachWay) {
+  // Ports of 1 GB/s (1 B/ns), replica 5's of 0.5 GB/s.
+  DirectLinkKvTransfer t(DirectKvLinks(KvLinkLayout::kPerReplica,
+                                       [](std::uint32_t r) { return r == 5 ? 0.5e9 : 1e9; }),
+                         1000);
+  EXPECT_EQ(t.transfer(1'000'000, 0, 1, 0).begin, 0);
+  // Out of 0 again, to another replica: waits for 0's port (a pair link would not).
+  const KvTransferTimes b = t.transfer(1'000'000, 0, 2, 10);
+  EXPECT_EQ(b.begin, 1'000'000);
+  EXPECT_EQ(b.finish, 2'000'000 + 1000);
+  // Into 1 from another replica: waits for 1's port in; 3's port out is then held until 2 ms.
+  EXPECT_EQ(t.transfer(1'000'000, 3, 1, 10).begin, 1'000'000);
+  // Out of 3 into 2: both ports busy until 2 ms.
+  EXPECT_EQ(t.transfer(1'000'000, 3, 2, 10).begin, 2'000'000);
+  // 1 -> 0 runs the other way of both ports: no wait. 4 -> 5 at the slower port's rate.
+  EXPECT_EQ(t.transfer(1'000'000, 1, 0, 10).begin, 10);
+  const KvTransferTimes f = t.transfer(1'000'000, 4, 5, 10);
+  EXPECT_EQ(f.begin, 10);
+  EXPECT_EQ(f.finish, 10 + 2'000'000 + 1000);
+  // The same calls over pair links: every one of them starts at once.
+  DirectLinkKvTransfer pairs(ports_of(KvLinkLayout::kPerPair, 1e9), 1000);
+  EXPECT_EQ(pairs.transfer(1'000'000, 0, 1, 0).begin, 0);
+  EXPECT_EQ(pairs.transfer(1'000'000, 0, 2, 10).begin, 10);
+  EXPECT_EQ(pairs.transfer(1'000'000, 3, 1, 10).begin, 10);
+}
+
+TEST(KvTransfer, DirectLinksRefuseAPortOfNoBandwidth) {
+  DirectLinkKvTransfer t(ports_of(KvLinkLayout::kPerReplica, 0), 1000);
+  EXPECT_THROW(t.transfer(1, 0, 1, 0), std::invalid_argument);
+  EXPECT_THROW(DirectLinkKvTransfer(ports_of(KvLinkLayout::kPerPair, 1e9), -1),
+               std::invalid_argument);
+}
+
 TEST(KvTransfer, LayerwisePiecesLeaveAsTheirLayersAreComputed) {
-  PairLinkKvTransfer t([](std::uint32_t, std::uint32_t) { return 1e9; }, 1000);  // 1 B/ns
+  DirectLinkKvTransfer t(ports_of(KvLinkLayout::kPerPair, 1e9), 1000);  // 1 B/ns
   // 1 MB ready at 0, 1 MB ready at 5 ms: the second waits for its layer, not for the link.
   const std::vector<KvPiece> pieces{{1'000'000, 0}, {1'000'000, 5'000'000}};
   const KvTransferTimes a = t.transfer_pieces(pieces, 0, 1);

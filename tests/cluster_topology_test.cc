@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "serving/direct_kv_links.h"
 #include "serving/kv_transfer.h"
 #include "serving/topology.h"
 #include "serving/topology_kv_transfer.h"
@@ -148,18 +149,17 @@ std::vector<FinishedTransfer> drain_all(SharedKvTransfer& m) {
   return all;
 }
 
-// Pair links of 100 GB/s, except 0 -> 2 at 10 GB/s.
-SharedKvTransfer pairs() {
-  return SharedKvTransfer(
-      [](std::uint32_t src, std::uint32_t dst) { return src == 0 && dst == 2 ? 10e9 : 100e9; },
-      kFixed);
+// Ports of 100 GB/s, except replica 2's of 10 GB/s.
+DirectKvLinks ports(KvLinkLayout layout) {
+  return DirectKvLinks(layout, [](std::uint32_t r) { return r == 2 ? 10e9 : 100e9; });
 }
+
+// Pair links of 100 GB/s, except those to and from 2 at 10 GB/s.
+SharedKvTransfer pairs() { return SharedKvTransfer(ports(KvLinkLayout::kPerPair), kFixed); }
 
 TEST(SharedKvTransfer, AloneOnAPairLinkItTakesWhatTheQueueGivesIt) {
   SharedKvTransfer m = pairs();
-  PairLinkKvTransfer booked(
-      [](std::uint32_t src, std::uint32_t dst) { return src == 0 && dst == 2 ? 10e9 : 100e9; },
-      kFixed);
+  DirectLinkKvTransfer booked(ports(KvLinkLayout::kPerPair), kFixed);
   m.start(0, 7, kGB, 0, 2);
   const std::vector<FinishedTransfer> done = drain_all(m);
   ASSERT_EQ(done.size(), 1u);
@@ -202,6 +202,35 @@ TEST(SharedKvTransfer, ALaterTransferSlowsOneInFlight) {
   ASSERT_EQ(done.size(), 2u);
   EXPECT_EQ(done[0].finish_ns, 15'000'000 + kFixed);
   EXPECT_EQ(done[1].finish_ns, 20'000'000 + kFixed);
+}
+
+TEST(SharedKvTransfer, TransfersThroughOneReplicasPortShareIt) {
+  SharedKvTransfer m(ports(KvLinkLayout::kPerReplica), kFixed);
+  DirectLinkKvTransfer booked(ports(KvLinkLayout::kPerReplica), kFixed);
+  // 0 -> 1 and 0 -> 3 leave through 0's one port: 50 GB/s each, both drain at 20 ms (over pair
+  // links, 10 ms each). 1 -> 2 (into the 10 GB/s port) goes the other way of 1's port: alone
+  // it takes 100 ms, as booked.
+  m.start(0, 0, kGB, 0, 1);
+  m.start(0, 1, kGB, 0, 3);
+  m.start(0, 2, kGB, 1, 2);
+  const std::vector<FinishedTransfer> done = drain_all(m);
+  ASSERT_EQ(done.size(), 3u);
+  EXPECT_EQ(done[0].finish_ns, 20'000'000 + kFixed);
+  EXPECT_EQ(done[1].finish_ns, 20'000'000 + kFixed);
+  EXPECT_EQ(done[2].id, 2);
+  EXPECT_EQ(done[2].finish_ns, booked.transfer(kGB, 1, 2, 0).finish);
+  EXPECT_EQ(done[2].finish_ns, 100'000'000 + kFixed);
+  // 3 -> 2 and 0 -> 2 meet at 2's port in: 5 GB/s each; 0's port gives the rest to 0 -> 1.
+  SharedKvTransfer n(ports(KvLinkLayout::kPerReplica), kFixed);
+  n.start(0, 0, kGB / 2, 3, 2);
+  n.start(0, 1, kGB / 2, 0, 2);
+  n.start(0, 2, kGB, 0, 1);
+  const std::vector<FinishedTransfer> into2 = drain_all(n);
+  ASSERT_EQ(into2.size(), 3u);
+  EXPECT_EQ(into2[0].id, 2);  // 95 GB/s: 10.53 ms
+  EXPECT_NEAR(static_cast<double>(into2[0].finish_ns), 1e9 / 95 + kFixed, 2);
+  EXPECT_EQ(into2[1].finish_ns, 100'000'000 + kFixed);
+  EXPECT_EQ(into2[2].finish_ns, 100'000'000 + kFixed);
 }
 
 TEST(SharedKvTransfer, AloneOnATopologyItTakesWhatTheBookingGivesIt) {
@@ -266,7 +295,8 @@ TEST(SharedKvTransfer, RefusesWhatItCannotModel) {
   EXPECT_THROW(m.start(5, 1, kGB, 0, 1), std::invalid_argument);   // time went backwards
   EXPECT_THROW(m.start(20, 0, kGB, 0, 1), std::invalid_argument);  // id 0 is in flight
   EXPECT_EQ(m.in_flight(), 1u);
-  SharedKvTransfer zero([](std::uint32_t, std::uint32_t) { return 0.0; }, kFixed);
+  SharedKvTransfer zero(DirectKvLinks(KvLinkLayout::kPerReplica, [](std::uint32_t) { return 0.0; }),
+                        kFixed);
   EXPECT_THROW(zero.start(0, 0, kGB, 0, 1), std::invalid_argument);
 }
 
@@ -379,6 +409,13 @@ TEST(ClusterTopology, BadClustersNameKeyAndLine) {
       {"cluster:\n  kv_transfer: {layerwise: true, sharing: fair}\n  pools:\n"
        "    - {name: p, role: prefill}\n    - {name: d, role: decode}\n",
        {"e.yaml:14:", "cluster.kv_transfer.sharing", "layer-wise"}},
+      // Links: an unknown layout, and any layout under a topology (its links carry the KV).
+      {"cluster:\n  kv_transfer: {links: per_gpu}\n  pools:\n    - {name: p, role: prefill}\n"
+       "    - {name: d, role: decode}\n",
+       {"e.yaml:14:", "cluster.kv_transfer.links", "per_replica", "per_pair", "per_gpu"}},
+      {"cluster:\n  topology: {nodes: 1, gpus_per_node: 8}\n  kv_transfer: {links: per_pair}\n"
+       "  pools:\n    - {name: p, role: prefill}\n    - {name: d, role: decode}\n",
+       {"e.yaml:15:", "kv_transfer.links", "topology's links"}},
   };
   for (const Case& c : cases) {
     write_file(dir / "e.yaml", experiment(c.cluster));
@@ -456,6 +493,32 @@ TEST(KvSharing, ABurstSharesTheLinkInsteadOfQueueing) {
   ASSERT_EQ(again.code, 0) << again.err;
   EXPECT_EQ(read_file(dir / "fair" / "requests.csv"), read_file(dir / "again" / "requests.csv"));
   EXPECT_EQ(read_file(dir / "fair" / "steps.csv"), read_file(dir / "again" / "steps.csv"));
+  fs::remove_all(dir);
+}
+
+// The same burst sent to two decode replicas (round robin): through the prefill replica's one
+// port (the default) the eight transfers still leave one after another; over a link per pair
+// (`links: per_pair`) four go each way at once, so the last arrives after four wire times.
+TEST(KvSharing, EveryTransferLeavingAReplicaSharesItsPort) {
+  const fs::path dir = temp_dir("kv-sharing-ports");
+  const auto two_decoders = [](std::string e) {
+    const std::string one = "{name: d, role: decode}";
+    return e.replace(e.find(one), one.size(), "{name: d, role: decode, count: 2}");
+  };
+  for (const char* mode : {"queue", "fair"}) {
+    const std::string m(mode);
+    ASSERT_EQ(run(dir, m + "-port", two_decoders(burst(m))).code, 0);
+    ASSERT_EQ(run(dir, m + "-pair", two_decoders(burst(m, ", links: per_pair"))).code, 0);
+    const nlohmann::json port = summary(dir / (m + "-port"))["cluster"]["kv_transfers"];
+    const nlohmann::json pair = summary(dir / (m + "-pair"))["cluster"]["kv_transfers"];
+    const double wire_ms = port["bytes"].get<double>() / 8 / 1e9 * 1e3;
+    EXPECT_NEAR(port["max_ms"].get<double>(), 8 * wire_ms + 0.1, 1e-5) << mode << port;
+    EXPECT_NEAR(pair["max_ms"].get<double>(), 4 * wire_ms + 0.1, 1e-5) << mode << pair;
+  }
+  EXPECT_NE(read_file(dir / "queue-port" / "config.yaml").find("links: per_replica"),
+            std::string::npos);
+  EXPECT_NE(read_file(dir / "queue-pair" / "config.yaml").find("links: per_pair"),
+            std::string::npos);
   fs::remove_all(dir);
 }
 
