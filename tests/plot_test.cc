@@ -211,6 +211,32 @@ TEST(Plot, SvgAndPdfAreValidAndDeterministic) {
   }
 }
 
+// Log axes label their decades 10⁰, 10¹, ... in plain text: with mathtext off (labels are run
+// and variant names) matplotlib's own labels printed as "$\mathdefault{10^{1}}$". An SVG draws
+// each character from a glyph named by its code point: no '$', backslash, '^' or '{' may be drawn,
+// and superscript digits must be.
+TEST(Plot, LogAxesLabelDecadesWithoutMathtext) {
+  SKIP_WITHOUT_MATPLOTLIB();
+  const fs::path dir = temp_dir("plot_log_axes");
+  const fs::path run = burst_run(dir, 60);
+  ASSERT_EQ(
+      run_sim("plot " + run.string() + " --quiet --format svg -o " + (dir / "fig").string(), dir)
+          .code,
+      0);
+  const std::string svg = read_file(dir / "fig" / "latency-cdf.svg");  // log x axes
+  for (const char* glyph :
+       {"DejaVuSans-24\"", "DejaVuSans-5c\"", "DejaVuSans-5e\"", "DejaVuSans-7b\""}) {
+    EXPECT_EQ(svg.find(glyph), std::string::npos) << glyph;
+  }
+  bool superscript = false;
+  for (const char* glyph : {"DejaVuSans-b9\"", "DejaVuSans-b2\"", "DejaVuSans-b3\"",
+                            "DejaVuSans-2070\"", "DejaVuSans-2074\""}) {
+    superscript = superscript || svg.find(glyph) != std::string::npos;
+  }
+  EXPECT_TRUE(superscript);
+  fs::remove_all(dir);
+}
+
 TEST(Plot, CompareFolderGivesCurvesAndBars) {
   SKIP_WITHOUT_MATPLOTLIB();
   const fs::path dir = temp_dir("plot_compare");

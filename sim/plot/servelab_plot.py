@@ -64,7 +64,7 @@ try:
     from matplotlib.colors import ListedColormap
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
-    from matplotlib.ticker import FormatStrFormatter, LogLocator, NullLocator
+    from matplotlib.ticker import FormatStrFormatter, LogFormatterSciNotation, LogLocator, NullLocator
     import numpy as np
 except ImportError as e:  # pragma: no cover - depends on the machine
     print(f"servelab_plot: matplotlib is not available to {sys.executable}: {e}", file=sys.stderr)
@@ -429,8 +429,49 @@ def runs_of(path):
     raise InputError(f"{path}: not a run folder (no summary.json), nor a compare or sweep folder")
 
 
+_SUPERSCRIPT = str.maketrans("-\N{MINUS SIGN}0123456789", "⁻⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
+
+
+class PlainLogFormatter(LogFormatterSciNotation):
+    """A log axis's tick labels (10⁴, 2⁵, 3×10¹) in plain text: with text.parse_math off (labels
+    are run and variant names) matplotlib's own mathtext labels would print as
+    "$\\mathdefault{10^{4}}$". Same ticks and the same choice of labelled ticks as matplotlib's."""
+
+    def __call__(self, x, pos=None):
+        s = super().__call__(x, pos)
+        if not (s.startswith("$\\mathdefault{") and s.endswith("}$")):
+            return s
+        body = s[len("$\\mathdefault{"):-2].replace("\\times", "×").replace("\\cdot", "·")
+        out, i = [], 0
+        while i < len(body):
+            if body.startswith("^{", i):
+                end = body.index("}", i)
+                out.append(body[i + 2:end].translate(_SUPERSCRIPT))
+                i = end + 1
+            else:
+                out.append(body[i])
+                i += 1
+        return "".join(out)
+
+
+def plain_log_labels(fig):
+    """Every log axis of `fig` still on matplotlib's mathtext labels gets PlainLogFormatter's
+    (see there); a formatter a figure set itself is kept."""
+    for ax in fig.get_axes():
+        for axis, scale in ((ax.xaxis, ax.get_xscale()), (ax.yaxis, ax.get_yscale())):
+            if scale != "log":
+                continue
+            base = axis.get_transform().base
+            for get, put in ((axis.get_major_formatter, axis.set_major_formatter),
+                             (axis.get_minor_formatter, axis.set_minor_formatter)):
+                f = get()
+                if type(f) is LogFormatterSciNotation:
+                    put(PlainLogFormatter(base, labelOnlyBase=f.labelOnlyBase))
+
+
 def save(fig, out_dir, stem, fmt, written):
     path = os.path.join(out_dir, f"{stem}.{fmt}")
+    plain_log_labels(fig)
     try:
         fig.savefig(path, format=fmt, metadata=METADATA[fmt])
     except OSError as e:
