@@ -45,8 +45,8 @@ void quantize_awq_int4(RowMatrix& w) {
 
 void quantize_weights(LlamaWeights& weights, const std::string& quantization) {
   if (quantization == "none") return;
-  if (quantization != "fp8" && quantization != "awq") {
-    throw ConfigError("expected one of none, awq, fp8, got '" + quantization + "'");
+  if (quantization != "fp8" && !is_awq(quantization)) {
+    throw ConfigError("expected one of none, awq, awq_marlin, fp8, got '" + quantization + "'");
   }
   const char* names[] = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
                          "gate_proj", "up_proj", "down_proj"};
@@ -57,7 +57,8 @@ void quantize_weights(LlamaWeights& weights, const std::string& quantization) {
       if (quantization == "fp8") {
         quantize_fp8_per_tensor(*matrices[i]);
       } else if (matrices[i]->cols() % kAwqGroupSize != 0) {
-        throw ConfigError("awq needs every projection's input width to be a multiple of " +
+        throw ConfigError(quantization +
+                          " needs every projection's input width to be a multiple of " +
                           std::to_string(kAwqGroupSize) + "; model " + weights.config.model.name +
                           "'s " + names[i] + " has " + std::to_string(matrices[i]->cols()));
       } else {

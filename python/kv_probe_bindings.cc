@@ -125,7 +125,7 @@ py::list compare_weights(const std::string& model, std::uint64_t seed, std::int6
     if (std::find(std::begin(kQuantizations), std::end(kQuantizations), q) ==
         std::end(kQuantizations)) {
       throw ConfigError("compare_weight_quantizations: quantizations[" + std::to_string(i) +
-                        "]: expected none, fp8 or awq, got '" + q + "'");
+                        "]: expected none, fp8, awq or awq_marlin, got '" + q + "'");
     }
   }
   const LlamaConfig config = load_llama_config(model, default_catalog_dir());

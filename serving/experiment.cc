@@ -1068,10 +1068,10 @@ std::vector<TimeNs> ttft_targets_ns(const ExperimentConfig& config) {
 void apply_model_storage(const ExperimentConfig& config, ModelConfig& model) {
   if (config.kv_cache_dtype) model.kv_cache_dtype = *config.kv_cache_dtype;
   if (config.quantization) model.quantization = *config.quantization;
-  if (config.quantization && model.is_moe() && model.quantization == "awq") {
-    throw ConfigError(config.file + ": key 'model.quantization': awq is not modelled for a " +
-                      "mixture of experts (" + model.name + " has num_experts " +
-                      std::to_string(model.num_experts) + "); none or fp8");
+  if (config.quantization && model.is_moe() && is_awq(model.quantization)) {
+    throw ConfigError(config.file + ": key 'model.quantization': " + model.quantization +
+                      " is not modelled for a mixture of experts (" + model.name +
+                      " has num_experts " + std::to_string(model.num_experts) + "); none or fp8");
   }
   if (config.router_skew) {
     if (!model.is_moe()) {

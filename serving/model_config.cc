@@ -181,7 +181,7 @@ std::int64_t ModelConfig::active_params() const {
 
 std::int64_t quantized_matrix_bytes(std::int64_t in, std::int64_t out,
                                     std::string_view quantization, std::int64_t dtype_bytes) {
-  if (quantization == "awq") {
+  if (is_awq(quantization)) {
     // Two int4 weights per byte; per group of kAwqGroupSize input rows and per output column an
     // fp16 scale and an fp16 zero point.
     const std::int64_t groups = (in + kAwqGroupSize - 1) / kAwqGroupSize;
@@ -279,7 +279,7 @@ void ModelConfig::validate() const {
         "expected one of auto, bf16, fp16, fp8, fp8_e4m3, fp8_e5m2, got '" + kv_cache_dtype + "'");
   check(std::find(std::begin(kQuantizations), std::end(kQuantizations), quantization) !=
             std::end(kQuantizations),
-        "quantization", "expected one of none, awq, fp8, got '" + quantization + "'");
+        "quantization", "expected one of none, awq, awq_marlin, fp8, got '" + quantization + "'");
   if (!is_moe()) {
     check(experts_per_token == 0, "experts_per_token", "needs num_experts (a mixture of experts)");
     check(shared_expert_intermediate_size == 0, "shared_expert_intermediate_size",
@@ -293,8 +293,8 @@ void ModelConfig::validate() const {
             std::to_string(experts_per_token));
   check(shared_expert_intermediate_size >= 0 && shared_expert_intermediate_size <= kMaxWidth,
         "shared_expert_intermediate_size", "out of range");
-  check(quantization != "awq", "quantization",
-        "awq is not modelled for a mixture of experts (none or fp8)");
+  check(!is_awq(quantization), "quantization",
+        quantization + " is not modelled for a mixture of experts (none or fp8)");
   check(router_skew >= 0 && router_skew <= kMaxRouterSkew, "router_skew",
         "must be in [0, 4], got " + std::to_string(router_skew));
 }
@@ -398,10 +398,10 @@ void parse_model_storage(const ConfigNode& node, ModelConfig& m) {
                            .as_choice({"auto", "bf16", "fp16", "fp8", "fp8_e4m3", "fp8_e5m2"});
   }
   if (node.has("quantization")) {
-    m.quantization = node.at("quantization").as_choice({"none", "awq", "fp8"});
-    if (m.is_moe() && m.quantization == "awq") {
+    m.quantization = node.at("quantization").as_choice({"none", "awq", "awq_marlin", "fp8"});
+    if (m.is_moe() && is_awq(m.quantization)) {
       node.at("quantization")
-          .fail_message("awq is not modelled for a mixture of experts (" + m.name +
+          .fail_message(m.quantization + " is not modelled for a mixture of experts (" + m.name +
                         " has num_experts " + std::to_string(m.num_experts) + "); none or fp8");
     }
   }

@@ -63,8 +63,10 @@ struct ModelConfig {
   // catalogue entry or an experiment's `model:` mapping, docs/experiments.md):
   //   kv_cache_dtype: "auto" (the model's dtype), "bf16", "fp16", "fp8" (= "fp8_e4m3"),
   //     "fp8_e4m3", "fp8_e5m2": the element type of K and V in the KV cache;
-  //   quantization: "none", "awq" (int4 weights in groups of 128 input rows, an fp16 scale and
-  //     an fp16 zero point per group and output column), "fp8" (one byte per weight and an
+  //   quantization: "none", "awq" and "awq_marlin" (int4 weights in groups of 128 input rows,
+  //     an fp16 scale and an fp16 zero point per group and output column; the same bytes,
+  //     multiplied by vLLM's legacy `awq` kernel or by `awq_marlin`, the kernel vLLM picks for
+  //     an AWQ checkpoint on the GPUs of the catalogue), "fp8" (one byte per weight and an
   //     fp32 scale per matrix): the seven projection matrices of every layer; the embedding,
   //     the LM head and the norms stay in dtype (as vLLM's AWQ and FP8 methods leave them).
   std::string kv_cache_dtype = "auto";
@@ -136,7 +138,11 @@ std::int32_t dtype_size(std::string_view dtype);
 // The values model.kv_cache_dtype and model.quantization accept.
 inline constexpr std::string_view kKvCacheDtypes[] = {"auto", "bf16",     "fp16",
                                                       "fp8",  "fp8_e4m3", "fp8_e5m2"};
-inline constexpr std::string_view kQuantizations[] = {"none", "awq", "fp8"};
+inline constexpr std::string_view kQuantizations[] = {"none", "awq", "awq_marlin", "fp8"};
+// AWQ's int4 storage, under either kernel.
+inline bool is_awq(std::string_view quantization) {
+  return quantization == "awq" || quantization == "awq_marlin";
+}
 // AWQ's group: this many input rows share one scale and zero point.
 inline constexpr std::int64_t kAwqGroupSize = 128;
 // Bytes of one (in x out) projection matrix stored under `quantization` ("none": in * out *

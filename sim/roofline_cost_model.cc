@@ -203,17 +203,19 @@ double RooflineCostModel::gemm_seconds(std::int64_t tokens) const {
 }
 
 // One layer's four launches with quantized weights (docs/cost-model.md, "Weight quantization").
-// Each launch reads its weights as stored and its activations in dtype. AWQ below
-// kAwqDenseTokens tokens runs a fused kernel that unpacks and scales every int4 weight on the
-// CUDA cores once per kAwqTileTokens-token tile (kAwqDequantOps operations each, at the FP32
-// rate); from kAwqDenseTokens on it first writes the matrix out in dtype (one memory-bound
-// launch) and multiplies it densely. FP8 weights: one byte each; on a GPU with FP8 tensor cores
-// (W8A8) the inputs are read in one byte and the product runs at the FP8 rate, otherwise
-// (W8A16) the GEMM reads its inputs and multiplies at the dtype's rate.
+// Each launch reads its weights as stored and its activations in dtype. The legacy AWQ kernel
+// (`awq`) below kAwqDenseTokens tokens unpacks and scales every int4 weight on the CUDA cores
+// once per kAwqTileTokens-token tile (kAwqDequantOps operations each, at the FP32 rate); from
+// kAwqDenseTokens on it first writes the matrix out in dtype (one memory-bound launch) and
+// multiplies it densely. `awq_marlin` (W4A16) widens the int4 weights in registers inside a
+// tensor-core GEMM: it reads the packed bytes and multiplies at the dtype's rate. FP8 weights:
+// one byte each; on a GPU with FP8 tensor cores (W8A8) the inputs are read in one byte and the
+// product runs at the FP8 rate, otherwise (W8A16, Marlin's FP8 kernel) the GEMM reads its
+// inputs and multiplies at the dtype's rate.
 double RooflineCostModel::quantized_gemm_seconds(double t, const double (&shapes)[4][2]) const {
   const ModelConfig& m = shard_;
   const double d = m.dtype_bytes;
-  const bool awq = m.quantization == "awq";
+  const bool awq = m.quantization == "awq";  // the legacy kernel; awq_marlin prices as W4A16
   double compute = 0, memory = 0, layer = 0;
   for (const auto& s : shapes) {
     const double n = s[0], k = s[1];

@@ -116,10 +116,10 @@ class RooflineCostModel final : public CostModel {
   // host_link_bandwidth x host_link_efficiency (docs/cost-model.md "LoRA adapters").
   double lora_load_seconds(std::int32_t rank) const;
 
-  // Weight quantization (model.quantization = awq): the fused kernel's tile of tokens, the
-  // operations to dequantize one int4 weight (unpack, subtract the zero point, scale,
-  // convert), and the token count from which the matrix is dequantized once and multiplied
-  // densely (vLLM's AWQ layer switches at 256 tokens).
+  // Weight quantization (model.quantization = awq, vLLM's legacy kernel; awq_marlin has none of
+  // these): the fused kernel's tile of tokens, the operations to dequantize one int4 weight
+  // (unpack, subtract the zero point, scale, convert), and the token count from which the matrix
+  // is dequantized once and multiplied densely (vLLM's AWQ layer switches at 256 tokens).
   static constexpr double kAwqTileTokens = 16;
   static constexpr double kAwqDequantOps = 4;
   static constexpr double kAwqDenseTokens = 256;

@@ -148,6 +148,33 @@ TEST(KvDtypeTest, RooflineChargesQuantizedWeights) {
   }
 }
 
+// awq_marlin (vLLM's default kernel for an AWQ checkpoint): the same packed bytes as the legacy
+// kernel, read by a tensor-core GEMM that widens them in registers: a decode reads what AWQ reads,
+// and from a few hundred tokens the GEMMs run at bf16's rate, with no dequantization tiles or
+// dense launch (the legacy kernel's cost), on either GPU.
+TEST(KvDtypeTest, AwqMarlinReadsThePackedBytesAtTheDtypesRate) {
+  for (const HardwareConfig& hw : {h100(), load_hardware("A100-80GB", catalog())}) {
+    SCOPED_TRACE(hw.name);
+    const RooflineCostModel none(llama(), hw, 16);
+    const RooflineCostModel legacy(llama("auto", "awq"), hw, 16);
+    const RooflineCostModel marlin(llama("auto", "awq_marlin"), hw, 16);
+    const StepFeatures f = decode(16, 1024);
+    EXPECT_DOUBLE_EQ(marlin.breakdown(f).bytes, legacy.breakdown(f).bytes);
+    EXPECT_LT(marlin.breakdown(f).gemm, 0.5 * none.breakdown(f).gemm);
+    EXPECT_LE(marlin.breakdown(f).gemm, legacy.breakdown(f).gemm);
+    for (const std::int64_t t : {240, 1024, 4096}) {
+      SCOPED_TRACE(t);
+      EXPECT_LE(marlin.gemm_seconds(t), none.gemm_seconds(t) * (1 + 1e-12));
+      EXPECT_LT(marlin.gemm_seconds(t), legacy.gemm_seconds(t));
+    }
+    // Compute-bound at 4,096 tokens: the bf16 product plus the smaller weight reads.
+    EXPECT_GT(marlin.gemm_seconds(4096), 0.9 * none.gemm_seconds(4096));
+    for (std::int64_t t = 1; t < 600; ++t) {
+      ASSERT_LE(marlin.gemm_seconds(t), marlin.gemm_seconds(t + 1) * (1 + 1e-12)) << t;
+    }
+  }
+}
+
 // FP8 tensor cores (HardwareConfig::peak_flops_fp8): optional in an entry, 0 on Ampere.
 TEST(KvDtypeTest, Fp8PeakOfTheHardwareEntries) {
   EXPECT_DOUBLE_EQ(h100().peak_flops_fp8, 1979e12);

@@ -2375,15 +2375,16 @@ TEST(Lessons, QuantizedWeights) {
   // The step table: decode at context 1,024 (1 and 32 sequences) and a 4,096-token prefill, on
   // each GPU, as servelab.step_cost prices them.
   const char* gpus[] = {"H100-SXM", "A100-80GB"};
-  const double step_ms[2][3][3] = {
-      {{6.58, 8.78, 105.36}, {4.39, 6.47, 67.16}, {3.44, 6.18, 111.83}},
-      {{10.54, 14.15, 317.11}, {6.59, 10.44, 316.63}, {5.33, 11.29, 328.05}}};
+  const char* kernels[] = {"none", "fp8", "awq_marlin", "awq"};
+  const double step_ms[2][4][3] = {
+      {{6.58, 8.78, 105.36}, {4.39, 6.47, 67.16}, {3.21, 5.51, 103.67}, {3.44, 6.18, 111.83}},
+      {{10.54, 14.15, 317.11}, {6.59, 10.44, 316.63}, {4.74, 8.89, 316.44}, {5.33, 11.29, 328.05}}};
   for (int g = 0; g < 2; ++g) {
-    for (int i = 0; i < 3; ++i) {
+    for (int i = 0; i < 4; ++i) {
       const RooflineCostModel cm = experiment_roofline(
           "quantized-weights.yaml",
-          {std::string("hardware=") + gpus[g], std::string("model.quantization=") + formats[i]});
-      const std::string who = std::string(gpus[g]) + " " + formats[i];
+          {std::string("hardware=") + gpus[g], std::string("model.quantization=") + kernels[i]});
+      const std::string who = std::string(gpus[g]) + " " + kernels[i];
       EXPECT_NEAR(cm.breakdown(decode_plan(1, 1024)).total() * 1e3, step_ms[g][i][0], 0.005) << who;
       EXPECT_NEAR(cm.breakdown(decode_plan(32, 1024)).total() * 1e3, step_ms[g][i][1], 0.005)
           << who;
@@ -2394,17 +2395,18 @@ TEST(Lessons, QuantizedWeights) {
   // Serving the chat load at 6 requests/s.
   const fs::path dir = temp_dir("lesson_quantized");
   const fs::path out = compare("quantized-weights.yaml", dir);
-  const char* variants[] = {"h100-bf16", "h100-fp8", "h100-awq",
-                            "a100-bf16", "a100-fp8", "a100-awq"};
-  const char* blocks[] = {"28183", "31511", "33071"};
+  const char* variants[] = {"h100-bf16", "h100-fp8", "h100-awq-marlin", "h100-awq-legacy",
+                            "a100-bf16", "a100-fp8", "a100-awq-marlin", "a100-awq-legacy"};
+  const char* blocks[] = {"28183", "31511", "33071", "33071"};
   const std::array<double, 5> rows[] = {
       {32.5, 104.9, 8.76, 11.39, 1.0},     {19.5, 62.1, 5.45, 6.72, 1.0},
-      {37.5, 113.7, 4.98, 7.97, 1.0},      {115.1, 489.8, 26.13, 40.86, 0.988},
-      {105.3, 468.0, 17.31, 31.87, 0.998}, {138.3, 521.8, 28.60, 50.38, 0.762}};
-  for (int i = 0; i < 6; ++i) {
+      {27.3, 100.7, 4.31, 5.96, 1.0},      {37.5, 113.7, 4.98, 7.97, 1.0},
+      {115.1, 489.8, 26.13, 40.86, 0.988}, {105.3, 468.0, 17.31, 31.87, 0.998},
+      {102.1, 459.3, 13.11, 26.62, 0.999}, {138.3, 521.8, 28.60, 50.38, 0.762}};
+  for (int i = 0; i < 8; ++i) {
     const json j = summary(out / variants[i]);
     const auto& v = rows[i];
-    EXPECT_EQ(j["run"]["num_gpu_blocks"], blocks[i % 3]) << variants[i];
+    EXPECT_EQ(j["run"]["num_gpu_blocks"], blocks[i % 4]) << variants[i];
     EXPECT_NEAR(j["ttft_ms"]["p50"].get<double>(), v[0], 0.05) << variants[i];
     EXPECT_NEAR(j["ttft_ms"]["p99"].get<double>(), v[1], 0.05) << variants[i];
     EXPECT_NEAR(j["tpot_ms"]["p50"].get<double>(), v[2], 0.005) << variants[i];
@@ -2456,8 +2458,13 @@ TEST(Lessons, QuantizedWeightsAccuracy) {
 TEST(Lessons, QuantizedWeightsSweep) {
   const SweepRows at = sweep_by("quantized-weights.yaml", temp_dir("lesson_quantized_sweep"),
                                 "model.quantization", "workload.arrival.rate");  // "q@rate"
-  ASSERT_EQ(at.size(), 18u);
+  ASSERT_EQ(at.size(), 24u);
   auto v = [&](const std::string& k, const char* col) { return std::stod(at.at(k).at(col)); };
+  EXPECT_NEAR(v("awq_marlin@4", "tpot_p50_ms"), 3.86, 0.005);
+  EXPECT_NEAR(v("awq_marlin@16", "tpot_p50_ms"), 10.67, 0.005);
+  EXPECT_NEAR(v("fp8@16", "tpot_p50_ms"), 9.14, 0.005);
+  EXPECT_NEAR(v("awq_marlin@24", "slo_attainment"), 0.306, 0.0005);
+  EXPECT_NEAR(v("awq_marlin@24", "output_tokens_per_s"), 5064, 0.5);
   EXPECT_NEAR(v("awq@4", "tpot_p50_ms"), 4.34, 0.005);
   EXPECT_NEAR(v("fp8@4", "tpot_p50_ms"), 5.04, 0.005);
   EXPECT_NEAR(v("none@4", "tpot_p50_ms"), 7.85, 0.005);
@@ -2467,17 +2474,24 @@ TEST(Lessons, QuantizedWeightsSweep) {
   EXPECT_NEAR(v("awq@20", "slo_attainment"), 0.246, 0.0005);
   EXPECT_NEAR(v("fp8@24", "output_tokens_per_s"), 5627, 0.5);
   EXPECT_NEAR(v("none@24", "output_tokens_per_s"), 4635, 0.5);
-  // fp8 meets the SLO for every request at every rate; from 16 requests/s AWQ decodes slowest.
+  // fp8 meets the SLO for every request at every rate; AWQ with Marlin decodes fastest up to 12
+  // requests/s, fp8 from 16, and the legacy AWQ kernel slowest of the four from 16.
   for (const char* rate : {"4", "8", "12", "16", "20", "24"}) {
     EXPECT_DOUBLE_EQ(v(std::string("fp8@") + rate, "slo_attainment"), 1.0) << rate;
+  }
+  for (const char* rate : {"4", "8", "12"}) {
+    const std::string r = rate;
+    EXPECT_LT(v("awq_marlin@" + r, "tpot_p50_ms"), v("fp8@" + r, "tpot_p50_ms")) << rate;
+    EXPECT_LT(v("awq_marlin@" + r, "tpot_p50_ms"), v("awq@" + r, "tpot_p50_ms")) << rate;
   }
   for (const char* rate : {"16", "20", "24"}) {
     const std::string r = rate;
     EXPECT_GT(v("awq@" + r, "tpot_p50_ms"), v("none@" + r, "tpot_p50_ms")) << rate;
     EXPECT_GT(v("none@" + r, "tpot_p50_ms"), v("fp8@" + r, "tpot_p50_ms")) << rate;
+    EXPECT_GT(v("awq_marlin@" + r, "tpot_p50_ms"), v("fp8@" + r, "tpot_p50_ms")) << rate;
   }
   // The compare run at 6 requests/s is not a sweep point; the sweep's lowest rate agrees with it
-  // in order: AWQ decodes fastest, fp8 has the first token first.
+  // in order: AWQ with Marlin decodes fastest, fp8 has the first token first.
   EXPECT_LT(v("fp8@4", "ttft_p50_ms"), v("none@4", "ttft_p50_ms"));
   EXPECT_LT(v("none@4", "ttft_p50_ms"), v("awq@4", "ttft_p50_ms"));
 }

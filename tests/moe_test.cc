@@ -179,6 +179,10 @@ TEST(MoeModel, CatalogueKeysAreCheckedWithFileAndLine) {
              base + "num_experts: 8\nexperts_per_token: 2\nquantization: awq\n");
   expect_config_error([&] { load_model("awq", dir.string()); },
                       {"awq.yaml:9:", "quantization", "mixture of experts", "fp8"});
+  write_file(dir / "models" / "marlin.yaml",
+             base + "num_experts: 8\nexperts_per_token: 2\nquantization: awq_marlin\n");
+  expect_config_error([&] { load_model("marlin", dir.string()); },
+                      {"marlin.yaml:9:", "quantization", "awq_marlin is not modelled", "fp8"});
   write_file(dir / "models" / "ok.yaml",
              base +
                  "num_experts: 8\nexperts_per_token: 2\nshared_expert_intermediate_size: 64\n"

@@ -122,6 +122,13 @@ TEST(WeightQuantization, QuantizeWeightsTouchesOnlyTheProjections) {
     quantize_weights(again, q);
     EXPECT_EQ(again.layers[1].down_proj, w.layers[1].down_proj) << q;
   }
+  // awq_marlin stores the same int4 codes: only the GPU kernel that multiplies them differs.
+  LlamaWeights legacy = LlamaWeights::random(wide_config(), 7, 1);
+  LlamaWeights marlin = LlamaWeights::random(wide_config(), 7, 1);
+  quantize_weights(legacy, "awq");
+  quantize_weights(marlin, "awq_marlin");
+  EXPECT_EQ(marlin.layers[1].down_proj, legacy.layers[1].down_proj);
+  EXPECT_EQ(marlin.layers[0].q_proj, legacy.layers[0].q_proj);
   LlamaWeights none = LlamaWeights::random(wide_config(), 7, 1);
   quantize_weights(none, "none");
   EXPECT_EQ(none.layers[0].q_proj, plain.layers[0].q_proj);

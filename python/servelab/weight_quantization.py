@@ -7,12 +7,12 @@ from .kv_dtypes import _int
 
 def compare_weight_quantizations(quantizations=("fp8", "awq"), *, model="tiny", seed=7,
                                  requests=8, prompt_len=48, decode_tokens=32, block_size=16):
-    """Each weight quantization of `quantizations` (model.quantization values: none, fp8, awq)
-    against the unquantized weights on the CPU engine (engine/weight_quant_probe.h;
+    """Each weight quantization of `quantizations` (model.quantization values: none, fp8, awq,
+    awq_marlin) against the unquantized weights on the CPU engine (engine/weight_quant_probe.h;
     docs/engine.md, "Quantized weights"): `requests` requests of `prompt_len` tokens decode
     `decode_tokens` tokens greedily, alone, on `model`'s random weights from `seed` (a catalogue
-    name, a model .yaml or a config.json), with fp32 KV; then the same requests run on the
-    quantized weights, teacher-forced (fed the reference run's tokens).
+    name, a model .yaml or a config.json), with fp32 KV; then the same requests run on the quantized
+    weights, teacher-forced (fed the reference run's tokens).
 
     awq groups 128 input columns, so it needs a model whose projection inputs are multiples of
     128 wide: not the tiny model (64; ConfigError naming the matrix). The lesson

@@ -49,7 +49,7 @@ def test_profile_stores_the_model_as_asked_and_checks_its_words():
     assert "stored as: KV cache fp8_e4m3, weights fp8" in c.summary
     with pytest.raises(servelab.ConfigError, match="kv_cache_dtype: expected one of auto, bf16"):
         servelab.profile("tiny", kv_cache_dtype="int8", **QUICK)
-    with pytest.raises(servelab.ConfigError, match="quantization: expected one of none, awq, fp8"):
+    with pytest.raises(servelab.ConfigError, match="quantization: expected one of none, awq, awq_marlin, fp8"):
         servelab.profile("tiny", quantization="gptq", **QUICK)
     with pytest.raises(servelab.ConfigError, match="CUDA executor runs bf16 weights"):
         servelab.profile("tiny", device="cuda", quantization="fp8", **QUICK)

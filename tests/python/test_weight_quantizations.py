@@ -44,7 +44,7 @@ def test_none_changes_nothing_and_the_setup_is_followed(wide):
 def test_errors():
     with pytest.raises(servelab.ConfigError, match="tiny's q_proj has 64"):
         servelab.compare_weight_quantizations("awq")
-    with pytest.raises(servelab.ConfigError, match=r"quantizations\[1\]: expected none, fp8 or awq"):
+    with pytest.raises(servelab.ConfigError, match=r"quantizations\[1\]: expected none, fp8, awq or awq_marlin"):
         servelab.compare_weight_quantizations(["fp8", "int4"])
     with pytest.raises(servelab.ConfigError, match="requests: expected 1 to 1024"):
         servelab.compare_weight_quantizations(requests=0)
