@@ -30,6 +30,7 @@
 #include "serving/output_file.h"
 #include "serving/recorder.h"
 #include "serving/run_stage.h"
+#include "traces/lora_workload.h"
 #include "traces/workload.h"
 
 namespace servelab {
@@ -168,11 +169,25 @@ std::optional<std::vector<std::string>> served_models(const Endpoint& e, int& st
   return names;
 }
 
+// "'a', 'b', ..." for an error message: the first 20 names and how many more.
+std::string name_list(const std::vector<std::string>& names) {
+  std::string list;
+  std::size_t shown = 0;
+  for (const std::string& n : names) {
+    if (++shown > 20) {
+      list += " and " + std::to_string(names.size() - 20) + " more";
+      break;
+    }
+    list += (list.empty() ? "'" : ", '") + n + "'";
+  }
+  return list;
+}
+
 // The model name to send: --model when the server lists it (or lists nothing to check against),
-// else the first model GET /v1/models lists.
-std::string choose_model(const Endpoint& e, const std::string& requested) {
-  int status = 0;
-  const std::optional<std::vector<std::string>> served = served_models(e, status);
+// else the first model GET /v1/models lists. `served` is that list (nullopt: the server has no
+// such endpoint, HTTP `status`).
+std::string choose_model(const Endpoint& e, const std::string& requested,
+                         const std::optional<std::vector<std::string>>& served, int status) {
   if (requested.empty()) {
     if (!served) {
       throw ConfigError("--url " + e.base + ": GET /v1/models answered HTTP " +
@@ -185,19 +200,49 @@ std::string choose_model(const Endpoint& e, const std::string& requested) {
   // Every request would be refused (HTTP 404): say so before sending any.
   if (served && !served->empty() &&
       std::find(served->begin(), served->end(), requested) == served->end()) {
-    std::string list;
-    std::size_t shown = 0;
-    for (const std::string& n : *served) {
-      if (++shown > 20) {
-        list += " and " + std::to_string(served->size() - 20) + " more";
-        break;
-      }
-      list += (list.empty() ? "'" : ", '") + n + "'";
-    }
     throw ConfigError("--model " + requested + ": the server at " + e.base +
-                      " does not serve it (GET /v1/models lists " + list + ")");
+                      " does not serve it (GET /v1/models lists " + name_list(*served) + ")");
   }
   return requested;
+}
+
+// The largest adapter id the requests of workload `section` (a mix's parts included) can carry
+// (workload.lora.adapters: ids 1 .. adapters); 0 without LoRA.
+std::int32_t max_adapter_id(const ConfigNode& section) {
+  if (!section.is_map()) return 0;
+  std::int32_t most = 0;
+  if (const std::optional<LoraWorkloadOptions> o = parse_lora_workload_options(section)) {
+    most = o->adapters;
+  }
+  if (section.has("type") && section.at("type").is_scalar() &&
+      section.at("type").as_string() == "mix" && section.has("parts") &&
+      section.at("parts").is_sequence()) {
+    for (const ConfigNode& part : section.at("parts").elements()) {
+      if (const std::optional<ConfigNode> w =
+              part.is_map() ? part.find("workload") : std::nullopt) {
+        most = std::max(most, max_adapter_id(*w));
+      }
+    }
+  }
+  return most;
+}
+
+// Every adapter name the workload can send is one the server lists (when it lists any): a name
+// it does not serve would have every request under it refused (HTTP 404) mid-run.
+void check_adapters_served(const Endpoint& e, const std::vector<LoraModule>& modules,
+                           std::int32_t adapters,
+                           const std::optional<std::vector<std::string>>& served) {
+  if (!served || served->empty()) return;
+  for (std::int32_t id = 1; id <= adapters; ++id) {
+    const std::string name = lora_model_name(modules, static_cast<std::uint32_t>(id));
+    if (std::find(served->begin(), served->end(), name) != served->end()) continue;
+    throw ConfigError("--lora-modules: the workload sends adapter " + std::to_string(id) +
+                      " (of workload.lora.adapters " + std::to_string(adapters) + ") as '" + name +
+                      "', which the server at " + e.base +
+                      " does not serve (GET /v1/models lists " + name_list(*served) +
+                      "); pass --lora-modules NAME=" + std::to_string(id) +
+                      " with the name the server was started with");
+  }
 }
 
 // The server's board energy counter, servelab:gpu_energy_joules_total on GET /metrics (`engine
@@ -532,9 +577,12 @@ BenchOutput run_bench(const ExperimentConfig& config, const BenchOptions& option
       options.out_dir.empty() ? "out/" + config.name + "-bench" : options.out_dir;
   check_out_dir(final_dir);
   refuse_inputs_inside(config, final_dir);
-  const std::string model = choose_model(endpoint, options.model);
+  int models_status = 0;
+  const std::optional<std::vector<std::string>> served = served_models(endpoint, models_status);
+  const std::string model = choose_model(endpoint, options.model, served, models_status);
   const std::vector<LoraModule> lora_modules =
       parse_lora_modules(options.lora_modules, config.scheduler.lora, model);
+  check_adapters_served(endpoint, lora_modules, max_adapter_id(config.workload_section()), served);
 
   StagedDir stage(final_dir);
   out.out_dir = stage.temp_path();

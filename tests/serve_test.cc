@@ -2054,6 +2054,21 @@ TEST(EngineServe, LoraAdaptersAreServedByNameAndSimBenchSendsThem) {
     if (id != "base") adapted += n.get<std::int64_t>();
   }
   EXPECT_EQ(adapted, 20);
+  // Names the server does not serve: exit code 2 before any request, naming the adapter and
+  // the names served (adapter 2 would go as lora-2; the server serves it as chat).
+  const Cli unserved =
+      run_sim("bench " + (dir / "lora.yaml").string() + " --url " + server.url() + " --out " +
+                  (dir / "bench-unserved").string() + " --lora-modules sql=1",
+              dir);
+  EXPECT_EQ(unserved.code, 2) << unserved.err;
+  EXPECT_NE(unserved.err.find("adapter 2 (of workload.lora.adapters 3) as 'lora-2', which the "
+                              "server at " +
+                              server.url()),
+            std::string::npos)
+      << unserved.err;
+  EXPECT_NE(unserved.err.find("'tiny', 'sql', 'chat', 'lora-3'"), std::string::npos)
+      << unserved.err;
+  EXPECT_FALSE(fs::exists(dir / "bench-unserved"));
   // Bad --lora-modules: exit code 2 with the reason, before the engine loads.
   const auto serve_error = [&](const std::string& yaml, const std::string& modules) {
     const std::string cmd = servelab_program("engine") + " serve " + yaml +
