@@ -379,18 +379,21 @@ EngineInstance load_replicas(const ExperimentConfig& config, const EngineOptions
     throw ConfigError(config.file + ": key 'model.kv_cache_dtype': " + why);
   }
   if (config.scheduler.max_model_len > model.max_position_embeddings) {
-    throw ConfigError(config.file + ": key 'serving.max_model_len': expected at most the model's " +
-                      "max_position_embeddings (" + std::to_string(model.max_position_embeddings) +
-                      "), got " + std::to_string(config.scheduler.max_model_len));
+    throw ConfigError(
+        (config.max_model_len_location.empty() ? config.file : config.max_model_len_location) +
+        ": key 'serving.max_model_len': expected at most the model's " +
+        "max_position_embeddings (" + std::to_string(model.max_position_embeddings) + "), got " +
+        std::to_string(config.scheduler.max_model_len));
   }
   if (llama.sliding_window > 0 && config.scheduler.max_model_len > llama.sliding_window) {
-    throw ConfigError(config.file + ": key 'serving.max_model_len': " + model.name +
-                      " attends within a sliding window of " +
-                      std::to_string(llama.sliding_window) +
-                      " tokens (config.json sliding_window) and the engine computes full "
-                      "attention, the same only up to that length: expected at most " +
-                      std::to_string(llama.sliding_window) + ", got " +
-                      std::to_string(config.scheduler.max_model_len));
+    throw ConfigError(
+        (config.max_model_len_location.empty() ? config.file : config.max_model_len_location) +
+        ": key 'serving.max_model_len': " + model.name + " attends within a sliding window of " +
+        std::to_string(llama.sliding_window) +
+        " tokens (config.json sliding_window) and the engine computes full "
+        "attention, the same only up to that length: expected at most " +
+        std::to_string(llama.sliding_window) + ", got " +
+        std::to_string(config.scheduler.max_model_len));
   }
   const std::int32_t block_size = config.scheduler.block_size;
   out.block_bytes = engine_block_bytes(model, block_size);

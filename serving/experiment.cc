@@ -290,6 +290,7 @@ void parse_serving(const ConfigNode& s, ExperimentConfig& c) {
       static_cast<std::int32_t>(s.get_int("max_num_seqs", sc.max_num_seqs, 1, 1 << 20));
   sc.max_model_len =
       static_cast<std::int32_t>(s.get_int("max_model_len", sc.max_model_len, 2, 1 << 24));
+  if (s.has("max_model_len")) c.max_model_len_location = s.at("max_model_len").location();
   sc.long_prefill_token_threshold = static_cast<std::int32_t>(
       s.get_int("long_prefill_token_threshold", sc.long_prefill_token_threshold, 0, 1 << 24));
   sc.enable_chunked_prefill = s.get_bool("enable_chunked_prefill", sc.enable_chunked_prefill);

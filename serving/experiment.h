@@ -179,6 +179,9 @@ struct ExperimentConfig {
   // Where serving.speculative_config was set ("FILE:LINE:COL"; "" when absent), for errors found
   // after parsing (a driver that cannot run it).
   std::string speculative_location;
+  // Where serving.max_model_len was set ("FILE:LINE:COL" or "--set ..."; "" when absent), for
+  // errors found against the model after parsing (more positions than it has).
+  std::string max_model_len_location;
   // Where serving.lora was set ("FILE:LINE:COL"; "" when absent), for errors found after parsing
   // (a driver that cannot run LoRA adapters).
   std::string lora_location;

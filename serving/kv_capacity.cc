@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,19 @@ std::string format_gib(std::int64_t bytes) {
 }
 
 namespace {
+
+// "NAME", or "NAME (FILE)" for an entry read from a file outside the catalogue (a user's own
+// hardware or model file, which may reuse a catalogue entry's name).
+std::string entry_label(const std::string& name, const std::string& source) {
+  if (source.empty()) return name;
+  std::error_code ec;
+  const std::filesystem::path folder =
+      std::filesystem::weakly_canonical(std::filesystem::path(source).parent_path(), ec);
+  const std::filesystem::path catalog =
+      std::filesystem::weakly_canonical(default_catalog_dir(), ec);
+  if (!ec && folder.parent_path() == catalog) return name;
+  return name + " (" + source + ")";
+}
 
 std::string num(double v) {
   char buf[32];
@@ -73,9 +87,10 @@ static void set_memory_budget(const ModelConfig& model, const HardwareConfig& ha
 static KvCapacity parallel_kv_capacity(const ModelConfig& model, const HardwareConfig& hardware,
                                        const KvCapacityOptions& options) {
   const std::int32_t tp = options.tensor_parallel, pp = options.pipeline_parallel;
-  const std::string who = "model " + model.name + " on " + std::to_string(tp * pp) + " x " +
-                          hardware.name + " (tensor " + std::to_string(tp) + ", pipeline " +
-                          std::to_string(pp) + ")";
+  const std::string who = "model " + entry_label(model.name, model.source) + " on " +
+                          std::to_string(tp * pp) + " x " +
+                          entry_label(hardware.name, hardware.source) + " (tensor " +
+                          std::to_string(tp) + ", pipeline " + std::to_string(pp) + ")";
   const ModelConfig shard = tensor_shard(model, tp);
   const std::int64_t d = model.dtype_bytes;
   KvCapacity c;
@@ -200,7 +215,8 @@ KvCapacity compute_kv_capacity(const ModelConfig& model, const HardwareConfig& h
 
 static KvCapacity unchecked_kv_capacity(const ModelConfig& model, const HardwareConfig& hardware,
                                         const KvCapacityOptions& options) {
-  const std::string who = "model " + model.name + " on " + hardware.name;
+  const std::string who = "model " + entry_label(model.name, model.source) + " on " +
+                          entry_label(hardware.name, hardware.source);
   if (options.block_size < 1) {
     throw ConfigError("block_size must be at least 1, got " + std::to_string(options.block_size));
   }

@@ -138,9 +138,11 @@ KvCapacity kv_capacity_for(const ExperimentConfig& config, const ModelConfig& mo
   }();
   if (config.scheduler.max_model_len > model.max_position_embeddings) {
     // vLLM refuses this too: positions beyond the model's range are undefined.
-    throw ConfigError(config.file + ": key 'serving.max_model_len': expected at most the model's " +
-                      "max_position_embeddings (" + std::to_string(model.max_position_embeddings) +
-                      "), got " + std::to_string(config.scheduler.max_model_len));
+    throw ConfigError(
+        (config.max_model_len_location.empty() ? config.file : config.max_model_len_location) +
+        ": key 'serving.max_model_len': expected at most the model's " +
+        "max_position_embeddings (" + std::to_string(model.max_position_embeddings) + "), got " +
+        std::to_string(config.scheduler.max_model_len));
   }
   return capacity;
 }

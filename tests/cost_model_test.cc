@@ -124,6 +124,22 @@ TEST(CostModelCapacity, OverrideAndErrors) {
   // 141 GB of Llama-3-70B weights do not fit in 80 GiB x 0.9.
   expect_config_error([&] { compute_kv_capacity(load_model("Llama-3-70B", catalog()), h100, {}); },
                       {"Llama-3-70B", "H100-SXM", "weights", "no room"});
+  // A catalogue entry is named by its name; a user's own file (which may reuse the name) by its
+  // path too.
+  try {
+    compute_kv_capacity(load_model("Llama-3-70B", catalog()), h100, {});
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(std::string(e.what()).find(".yaml"), std::string::npos) << e.what();
+  }
+  const std::filesystem::path own = test_util::temp_dir("own_hardware") / "h.yaml";
+  std::filesystem::copy_file(catalog() + "/hardware/H100-SXM.yaml", own);
+  expect_config_error(
+      [&] {
+        compute_kv_capacity(load_model("Llama-3-70B", catalog()),
+                            load_hardware(own.string(), catalog()), {});
+      },
+      {"model Llama-3-70B on H100-SXM (" + own.string() + "): no room"});
+  std::filesystem::remove_all(own.parent_path());
   // Memory for one and a half blocks: the pool keeps one as its null block, so one is not
   // enough to serve (an error, never BlockPool's internal error later).
   const KvCapacity all = compute_kv_capacity(m, h100, {});

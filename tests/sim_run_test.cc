@@ -395,6 +395,15 @@ TEST(SimRun, MaxModelLenDefaultsToTheModelsPositions) {
   EXPECT_EQ(over.code, 2);
   EXPECT_NE(over.err.find("max_position_embeddings (2048), got 4096"), std::string::npos)
       << over.err;
+  EXPECT_NE(over.err.find("--set serving.max_model_len"), std::string::npos) << over.err;
+  // Written in the file: its line is named.
+  write_file(dir / "long.yaml",
+             "model: tiny\nhardware: H100-SXM\nserving:\n  max_model_len: 4096\n" + workload);
+  const Cli line =
+      run_sim("run " + (dir / "long.yaml").string() + " --out " + (dir / "long").string(), dir);
+  EXPECT_EQ(line.code, 2);
+  EXPECT_NE(line.err.find("long.yaml:4:18: key 'serving.max_model_len'"), std::string::npos)
+      << line.err;
   fs::remove_all(dir);
 }
 
