@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -234,6 +235,40 @@ TEST(Plot, LogAxesLabelDecadesWithoutMathtext) {
     superscript = superscript || svg.find(glyph) != std::string::npos;
   }
   EXPECT_TRUE(superscript);
+  fs::remove_all(dir);
+}
+
+// The characters an SVG figure draws, in order: matplotlib draws text as glyphs named by their
+// code points ("#DejaVuSans-6e" is 'n'); ASCII only, others as '?'.
+std::string svg_text(const std::string& svg) {
+  static const std::regex glyph("xlink:href=\"#DejaVuSans-([0-9a-f]+)\"");
+  std::string text;
+  for (auto it = std::sregex_iterator(svg.begin(), svg.end(), glyph); it != std::sregex_iterator();
+       ++it) {
+    const long code = std::stol((*it)[1].str(), nullptr, 16);
+    text += code < 128 ? static_cast<char>(code) : '?';
+  }
+  return text;
+}
+
+// A compare whose requests all have one output token has no TPOT: its bars panel says so
+// instead of drawing an empty axis (summary.json's tpot_ms has no percentiles then).
+TEST(Plot, BarsOfAnEmptyDistributionSayNoneInAnyRun) {
+  SKIP_WITHOUT_MATPLOTLIB();
+  const fs::path dir = temp_dir("plot_no_tpot");
+  const Cli c = run_sim("compare " + servelab_home().string() +
+                            "/experiments/burst.yaml --quiet --set workload.num_requests=50 "
+                            "--set 'workload.output_len={dist: fixed, value: 1}' "
+                            "--variant a:seed=1 --variant b:seed=2 --out " +
+                            (dir / "cmp").string(),
+                        dir);
+  ASSERT_EQ(c.code, 0) << c.err;
+  const Cli p = run_sim(
+      "plot " + (dir / "cmp").string() + " --quiet --format svg -o " + (dir / "fig").string(), dir);
+  ASSERT_EQ(p.code, 0) << p.err;
+  const std::string text = svg_text(read_file(dir / "fig" / "cmp-bars.svg"));
+  EXPECT_NE(text.find("msnone in any runTPOT (ms)"), std::string::npos) << text;
+  EXPECT_NE(text.find("0 in every runpreemptions"), std::string::npos) << text;
   fs::remove_all(dir);
 }
 

@@ -857,12 +857,12 @@ def bars(path, group, kind, out_dir, fmt, written):
             drawn += vals
             ax.bar(x + (k - (len(series) - 1) / 2) * w, vals, width=w, label=lab)
         finite = [v for v in drawn if np.isfinite(v)]
-        if finite and not any(finite):
-            # Nothing but zeros (no preemptions anywhere): say so rather than draw an empty
-            # axis around zero.
+        if not finite or not any(finite):
+            # Nothing but zeros (no preemptions anywhere), or no value at all (no TPOT when every
+            # request has one output token): say so rather than draw an empty axis.
             ax.set_ylim(0, 1)
-            ax.text(0.5, 0.5, "0 in every run", transform=ax.transAxes, ha="center", va="center",
-                    color="0.4")
+            ax.text(0.5, 0.5, "0 in every run" if finite else "none in any run",
+                    transform=ax.transAxes, ha="center", va="center", color="0.4")
         ax.set_title(title)
         ax.set_xticks(x)
         ax.set_xticklabels(names, rotation=60, ha="right", fontsize=6 if len(names) > 8 else 8)
