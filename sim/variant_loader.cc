@@ -1,5 +1,7 @@
 #include "sim/variant_loader.h"
 
+#include <algorithm>
+
 #include "traces/csv_reader.h"
 #include "traces/workload.h"
 
@@ -34,6 +36,26 @@ std::string locate_overrides(std::string message, const std::vector<std::string>
     }
   }
   return message;
+}
+
+// A variant's or sweep point's error that is the command line's own: it begins at one of the
+// --set overrides, and the experiment with the command line's overrides alone (no variant) fails
+// with the same message. Such an error is reported without the variant's label, which would
+// blame the first variant loaded for it. `workload`: the failure came from making the workload.
+bool command_lines_own(const ExperimentSource& source,
+                       const std::vector<std::string>& base_overrides, const std::string& message,
+                       bool workload) {
+  const bool at_set = std::any_of(
+      base_overrides.begin(), base_overrides.end(),
+      [&](const std::string& o) { return message.starts_with("--set " + override_key(o)); });
+  if (!at_set) return false;
+  try {
+    const ExperimentConfig base = source.load(base_overrides);
+    if (workload) make_workload(base.workload_section(), base.seed, base.base_dir);
+  } catch (const ConfigError& e) {
+    return e.what() == message;
+  }
+  return false;
 }
 
 }  // namespace
@@ -71,6 +93,7 @@ ExperimentConfig load_variant(const ExperimentSource& source,
   try {
     return source.load(all);
   } catch (const ConfigError& e) {
+    if (command_lines_own(source, base_overrides, e.what(), false)) throw ConfigError(e.what());
     throw ConfigError(label + ": " + locate_overrides(e.what(), overrides, locations));
   }
 }
@@ -84,6 +107,7 @@ ExperimentConfig load_checked_variant(const ExperimentSource& source,
   try {
     make_workload(config.workload_section(), config.seed, config.base_dir);
   } catch (const ConfigError& e) {
+    if (command_lines_own(source, base_overrides, e.what(), true)) throw ConfigError(e.what());
     throw ConfigError(label + ": " + locate_overrides(e.what(), overrides, locations));
   }
   return config;

@@ -182,6 +182,27 @@ TEST(Sweep, MalformedSectionIsExitTwoNamingLineAndKey) {
   const Cli derived = run_sim("sweep " + (dir / "derived.yaml").string() + " --no-plot", dir);
   EXPECT_EQ(derived.code, 2);
   EXPECT_NE(derived.err.find("cannot set the `derived` section"), std::string::npos) << derived.err;
+  // A bad --set is the command line's, not the first sweep value's (it was blamed on
+  // "sweep key 'workload.arrival.rate', value ..."); one that only a sweep value makes bad
+  // still names that value.
+  write_file(dir / "ok.yaml", kExperiment);
+  for (const std::string set : {"sweep.workload.arrival.rate=[1]", "workload.num_requests=abc"}) {
+    const Cli bad = run_sim("sweep " + (dir / "ok.yaml").string() + " --no-plot --set '" + set +
+                                "' --out " + (dir / "bad").string(),
+                            dir);
+    EXPECT_EQ(bad.code, 2) << set;
+    EXPECT_TRUE(bad.err.starts_with("sim: error: --set " + set.substr(0, set.find('='))))
+        << bad.err;
+    EXPECT_EQ(bad.err.find("sweep key"), std::string::npos) << bad.err;
+  }
+  const Cli clash = run_sim("compare " + (dir / "ok.yaml").string() +
+                                " --variant a:seed=1 --variant 'b:workload.arrival.rate=2' "
+                                "--set workload.arrival.rate=abc --out " +
+                                (dir / "cmp").string(),
+                            dir);
+  EXPECT_EQ(clash.code, 2);
+  EXPECT_TRUE(clash.err.starts_with("sim: error: --set workload.arrival.rate")) << clash.err;
+  EXPECT_FALSE(fs::exists(dir / "bad"));
 }
 
 // An axis over a list entry (`cluster.pools[0].count`): each point sets that entry, as --set
