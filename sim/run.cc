@@ -175,9 +175,10 @@ RunOutput run_simulation(const ExperimentConfig& config, const RunOptions& optio
     try {
       return kv_capacity_for(config, model, hardware, parallel);
     } catch (const ConfigError& e) {
-      // Name the experiment (with parallel, its section is named already).
+      // Name the experiment (with parallel, its section is named already; a key set with --set
+      // or a variant is named by that).
       const std::string what = e.what();
-      if (what.starts_with(config.file)) throw;
+      if (what.starts_with(config.file) || what.starts_with("--set ")) throw;
       throw ConfigError(config.file + ": " + what);
     }
   }();
