@@ -8,7 +8,7 @@
 //   fp8  one e4m3 code per weight and one fp32 scale per matrix, s = max|W| / 448 (vLLM's
 //        per-tensor dynamic scale): W' = e4m3(W / s) * s (round to nearest even, saturating).
 //   awq  AWQ's storage: int4 codes in groups of 128 consecutive input columns of an output row,
-//        with an fp16 scale and an fp16 zero point per group. The codes here come from
+//        with an fp16 scale and an int4 zero point per group. The codes here come from
 //        round-to-nearest over each group's range, widened to include 0 (min <= 0 <= max, so
 //        the zero point is always representable): scale = (max - min) / 15 rounded to fp16,
 //        zero = round(-min / scale) in [0, 15], q = clamp(round(W / scale) + zero, 0, 15),

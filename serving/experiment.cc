@@ -856,7 +856,10 @@ ExperimentConfig experiment_from_document(const ConfigNode& doc, const std::stri
     ModelConfig storage;
     parse_model_storage(m, storage);
     if (m.has("kv_cache_dtype")) c.kv_cache_dtype = storage.kv_cache_dtype;
-    if (m.has("quantization")) c.quantization = storage.quantization;
+    if (m.has("quantization")) {
+      c.quantization = storage.quantization;
+      c.quantization_where = m.at("quantization").location() + ": key 'model.quantization'";
+    }
     if (m.has("router_skew")) {
       c.router_skew = m.get_double("router_skew", 0, 0, ModelConfig::kMaxRouterSkew);
       c.router_skew_where = m.at("router_skew").location() + ": key 'model.router_skew'";
@@ -1069,10 +1072,20 @@ std::vector<TimeNs> ttft_targets_ns(const ExperimentConfig& config) {
 void apply_model_storage(const ExperimentConfig& config, ModelConfig& model) {
   if (config.kv_cache_dtype) model.kv_cache_dtype = *config.kv_cache_dtype;
   if (config.quantization) model.quantization = *config.quantization;
-  if (config.quantization && model.is_moe() && is_awq(model.quantization)) {
-    throw ConfigError(config.file + ": key 'model.quantization': " + model.quantization +
-                      " is not modelled for a mixture of experts (" + model.name +
-                      " has num_experts " + std::to_string(model.num_experts) + "); none or fp8");
+  if (config.quantization && is_awq(model.quantization)) {
+    const std::string where = config.quantization_where.empty()
+                                  ? config.file + ": key 'model.quantization'"
+                                  : config.quantization_where;
+    if (model.is_moe()) {
+      throw ConfigError(where + ": " + model.quantization +
+                        " is not modelled for a mixture of experts (" + model.name +
+                        " has num_experts " + std::to_string(model.num_experts) + "); none or fp8");
+    }
+    if (const std::string problem = awq_alignment_problem(model); !problem.empty()) {
+      throw ConfigError(where + ": " + model.quantization + " needs every projection's input " +
+                        "width to be a multiple of " + std::to_string(kAwqGroupSize) + " (as " +
+                        "vLLM's AWQ layers do): model " + model.name + "'s " + problem);
+    }
   }
   if (config.router_skew) {
     if (!model.is_moe()) {

@@ -168,6 +168,9 @@ struct ExperimentConfig {
   // served (ModelConfig's fields of the same names); unset keeps the catalogue entry's.
   std::optional<std::string> kv_cache_dtype;
   std::optional<std::string> quantization;
+  // Where model.quantization was set ("FILE:LINE:COL: key 'model.quantization'", or "--set ..."),
+  // for the errors found against the model (AWQ on a mixture of experts or misaligned widths).
+  std::string quantization_where;
   // `model.router_skew` (ModelConfig::router_skew) and where it was set ("FILE:LINE:COL: key
   // 'model.router_skew'"), for the error when the model turns out to be dense.
   std::optional<double> router_skew;
@@ -219,9 +222,10 @@ struct ExperimentConfig {
 };
 
 // The experiment's storage choices (kv_cache_dtype, quantization) and router skew applied to
-// `model` (the experiment's model, or a cluster pool's). Throws ConfigError naming config.file
-// and 'model.quantization' for awq on a mixture of experts (not modelled), and naming the line
-// of 'model.router_skew' when the model is dense.
+// `model` (the experiment's model, or a cluster pool's). Throws ConfigError naming the line of
+// 'model.quantization' for AWQ on a mixture of experts (not modelled) or on widths that are not
+// multiples of its group (awq_alignment_problem), and of 'model.router_skew' when the model is
+// dense.
 void apply_model_storage(const ExperimentConfig& config, ModelConfig& model);
 
 // The TTFT objective of each request class of the experiment (index: RequestSpec::request_class;

@@ -179,13 +179,29 @@ std::int64_t ModelConfig::active_params() const {
   return num_params() - num_layers * (linear_params_per_layer() - active_linear_params_per_layer());
 }
 
+std::string awq_alignment_problem(const ModelConfig& m) {
+  const std::pair<const char*, std::int64_t> inputs[] = {
+      {"hidden_size (the input of q/k/v and gate/up)", m.hidden_size},
+      {"num_heads x head_dim (the input of o_proj)",
+       static_cast<std::int64_t>(m.num_heads) * m.head_dim},
+      {"intermediate_size (the input of down_proj)", m.intermediate_size}};
+  for (const auto& [what, width] : inputs) {
+    if (width > 0 && width % kAwqGroupSize != 0) {
+      return what + std::string(" is ") + std::to_string(width) +
+             ", not a multiple of AWQ's group of " + std::to_string(kAwqGroupSize) + " input rows";
+    }
+  }
+  return {};
+}
+
 std::int64_t quantized_matrix_bytes(std::int64_t in, std::int64_t out,
                                     std::string_view quantization, std::int64_t dtype_bytes) {
   if (is_awq(quantization)) {
     // Two int4 weights per byte; per group of kAwqGroupSize input rows and per output column an
-    // fp16 scale and an fp16 zero point.
+    // fp16 scale and an int4 zero point (vLLM's AWQ layers: qweight and qzeros pack eight int4
+    // values per int32, scales are fp16).
     const std::int64_t groups = (in + kAwqGroupSize - 1) / kAwqGroupSize;
-    return (in * out + 1) / 2 + groups * out * 4;
+    return (in * out + 1) / 2 + groups * out * 2 + groups * ((out + 1) / 2);
   }
   if (quantization == "fp8") return in * out + 4;  // one byte each, an fp32 per-tensor scale
   return in * out * dtype_bytes;
@@ -280,6 +296,12 @@ void ModelConfig::validate() const {
   check(std::find(std::begin(kQuantizations), std::end(kQuantizations), quantization) !=
             std::end(kQuantizations),
         "quantization", "expected one of none, awq, awq_marlin, fp8, got '" + quantization + "'");
+  if (is_awq(quantization)) {
+    const std::string problem = awq_alignment_problem(*this);
+    check(problem.empty(), "quantization",
+          quantization + " needs every projection's input width to be a multiple of " +
+              std::to_string(kAwqGroupSize) + " (as vLLM's AWQ layers do): " + problem);
+  }
   if (!is_moe()) {
     check(experts_per_token == 0, "experts_per_token", "needs num_experts (a mixture of experts)");
     check(shared_expert_intermediate_size == 0, "shared_expert_intermediate_size",
@@ -404,8 +426,53 @@ void parse_model_storage(const ConfigNode& node, ModelConfig& m) {
           .fail_message(m.quantization + " is not modelled for a mixture of experts (" + m.name +
                         " has num_experts " + std::to_string(m.num_experts) + "); none or fp8");
     }
+    if (const std::string problem = is_awq(m.quantization) ? awq_alignment_problem(m) : "";
+        !problem.empty()) {
+      node.at("quantization")
+          .fail_message(m.quantization + " needs every projection's input width to be a " +
+                        "multiple of " + std::to_string(kAwqGroupSize) +
+                        " (as vLLM's AWQ layers do): " + problem);
+    }
   }
 }
+
+namespace {
+
+// A quantized checkpoint's `quantization_config`, as vLLM reads it: AWQ int4 in groups of 128 is
+// served by vLLM's default kernel for it, awq_marlin; fp8 as fp8. Any other method or shape is
+// refused rather than priced as the unquantized model (an experiment's model.quantization may
+// still choose the kernel: `awq` forces the legacy one, as vLLM's --quantization awq does).
+void read_hf_quantization(const JsonReader& r, const nlohmann::json& j, ModelConfig& m) {
+  if (!r.has("quantization_config")) return;
+  const nlohmann::json& q = j.at("quantization_config");
+  if (!q.is_object() || !q.contains("quant_method") || !q.at("quant_method").is_string()) {
+    r.fail("quantization_config", "expected an object with a quant_method, got " + q.dump());
+  }
+  const std::string method = q.at("quant_method").get<std::string>();
+  if (method == "fp8") {
+    m.quantization = "fp8";
+    return;
+  }
+  if (method != "awq") {
+    r.fail("quantization_config",
+           "quant_method '" + method + "' is not modelled (ServeLab prices awq and fp8 weights)");
+  }
+  const auto number = [&](const char* key) -> std::int64_t {
+    const nlohmann::json& v = q.contains(key) ? q.at(key) : nlohmann::json();
+    return v.is_number_integer() ? v.get<std::int64_t>() : -1;
+  };
+  if (number("bits") != 4 || number("group_size") != kAwqGroupSize) {
+    r.fail("quantization_config",
+           "AWQ with bits " + (q.contains("bits") ? q.at("bits").dump() : std::string("?")) +
+               " and group_size " +
+               (q.contains("group_size") ? q.at("group_size").dump() : std::string("?")) +
+               " is not modelled (ServeLab prices int4 in groups of " +
+               std::to_string(kAwqGroupSize) + ")");
+  }
+  m.quantization = "awq_marlin";
+}
+
+}  // namespace
 
 ModelConfig parse_hf_config(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -478,6 +545,7 @@ ModelConfig parse_hf_config(const std::string& path) {
     m.dtype = dtype_from_torch(r, j, "dtype");
   }
   m.dtype_bytes = dtype_size(m.dtype);
+  read_hf_quantization(r, j, m);
   m.tie_word_embeddings = r.get_bool("tie_word_embeddings", false);
   m.rope_theta = r.get_double("rope_theta", 10000.0, 1.0, 1e12);
   // transformers 5 moved rope_theta into a "rope_parameters" object.

@@ -64,7 +64,7 @@ struct ModelConfig {
   //   kv_cache_dtype: "auto" (the model's dtype), "bf16", "fp16", "fp8" (= "fp8_e4m3"),
   //     "fp8_e4m3", "fp8_e5m2": the element type of K and V in the KV cache;
   //   quantization: "none", "awq" and "awq_marlin" (int4 weights in groups of 128 input rows,
-  //     an fp16 scale and an fp16 zero point per group and output column; the same bytes,
+  //     an fp16 scale and an int4 zero point per group and output column; the same bytes,
   //     multiplied by vLLM's legacy `awq` kernel or by `awq_marlin`, the kernel vLLM picks for
   //     an AWQ checkpoint on the GPUs of the catalogue), "fp8" (one byte per weight and an
   //     fp32 scale per matrix): the seven projection matrices of every layer; the embedding,
@@ -145,6 +145,10 @@ inline bool is_awq(std::string_view quantization) {
 }
 // AWQ's group: this many input rows share one scale and zero point.
 inline constexpr std::int64_t kAwqGroupSize = 128;
+// Why `m`'s projections cannot be stored as AWQ (an input width that is not a multiple of
+// kAwqGroupSize, vLLM's and the engine's requirement; under tensor parallelism, of the shard's
+// widths), or "" when they can.
+std::string awq_alignment_problem(const ModelConfig& m);
 // Bytes of one (in x out) projection matrix stored under `quantization` ("none": in * out *
 // dtype_bytes; see ModelConfig::quantization).
 std::int64_t quantized_matrix_bytes(std::int64_t in, std::int64_t out,

@@ -38,6 +38,12 @@ ModelConfig tensor_shard(const ModelConfig& model, std::int32_t tensor, const st
   s.num_kv_heads = std::max(1, model.num_kv_heads / tensor);
   s.intermediate_size = model.intermediate_size / tensor;
   s.vocab_size = (model.vocab_size + tensor - 1) / tensor;
+  if (is_awq(s.quantization)) {
+    // vLLM: "The input size is not aligned with the quantized weight shape".
+    if (const std::string problem = awq_alignment_problem(s); !problem.empty()) {
+      fail("stored as " + s.quantization + " has a shard whose " + problem);
+    }
+  }
   return s;
 }
 

@@ -137,6 +137,9 @@ RooflineCostModel::RooflineCostModel(ModelConfig model, HardwareConfig hardware,
   gemm_weight_bytes_ = static_cast<double>(m.linear_weight_bytes_per_layer()) * layers -
                        expert_weight_bytes_ * m.num_experts;
   gemm_act_bytes_per_token_ = gemm_act_bytes_per_token(m, fp8_inputs_) * layers;
+  if (m.quantization == "awq") {
+    awq_dense_bytes_ = 2.0 * static_cast<double>(m.active_linear_params_per_layer()) * d * layers;
+  }
   // Per layer, as vLLM's kernels do it (elementwise_bytes_per_token), plus the embedding gather
   // (reads and writes h once per token).
   const double h = m.hidden_size;
@@ -512,6 +515,7 @@ StepCostBreakdown RooflineCostModel::shard_breakdown(const StepFeatures& f) cons
     const double t = static_cast<double>(f.num_tokens);
     const double flops = gemm_flops_per_token_ * t;
     double bytes = gemm_weight_bytes_ + gemm_act_bytes_per_token_ * t;
+    if (t >= kAwqDenseTokens) bytes += awq_dense_bytes_;
     if (expert_weight_bytes_ > 0) {
       bytes += touched_at(f.num_tokens) * expert_weight_bytes_;
     }

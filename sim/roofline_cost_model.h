@@ -204,6 +204,9 @@ class RooflineCostModel final : public CostModel {
   double gemm_weight_bytes_;     // linear weights of all layers as stored (read once a
                                  // step), the routed experts' excepted
   double expert_weight_bytes_;   // one routed expert of every layer (0: dense)
+  // The legacy AWQ kernel from kAwqDenseTokens tokens on: the dequantized matrices written in
+  // dtype and read again by the dense GEMM, all layers (0 for any other storage).
+  double awq_dense_bytes_ = 0;
   // Routing (serving/expert_routing.h): log(1 - q_e) per expert (-inf where q_e = 1), whether
   // the router is uniform (the closed form applies), and under expert parallelism each GPU's
   // expert copies, the sums of q and q (1 - q) over them, and z_n.

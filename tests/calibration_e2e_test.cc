@@ -218,9 +218,9 @@ TEST(CalibrationE2E, Fp8StorageIsProfiledAndPricedOnlyForThatStorage) {
 TEST(CalibrationE2E, ProfileStorageRefusals) {
   const auto dir = temp_dir("calibration_e2e_refusals");
   const std::string out = " -o " + (dir / "p.csv").string();
-  Cli r = run_engine_cli("profile --model tiny --device cuda --quantization awq" + out, dir);
+  Cli r = run_engine_cli("profile --model tiny --device cuda --quantization fp8" + out, dir);
   EXPECT_EQ(r.code, 2);
-  EXPECT_NE(r.err.find("quantization 'awq' (--quantization or the model file): the CUDA "
+  EXPECT_NE(r.err.find("quantization 'fp8' (--quantization or the model file): the CUDA "
                        "executor runs bf16 weights"),
             std::string::npos)
       << r.err;

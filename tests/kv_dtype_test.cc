@@ -16,6 +16,7 @@
 #include "serving/kv_capacity.h"
 #include "serving/model_config.h"
 #include "sim/roofline_cost_model.h"
+#include "tests/cost_fixtures.h"
 #include "tests/test_util.h"
 
 namespace servelab {
@@ -49,17 +50,18 @@ TEST(KvDtypeTest, BytesPerTokenFollowTheKvDtype) {
   EXPECT_THROW(bad.validate(), ConfigError);
 }
 
-// AWQ, by hand for one Llama-3-8B layer: q and o (4096 x 4096): 8,388,608 packed bytes + 32
-// groups x 4096 columns x 4 B = 8,912,896 each; k and v (4096 -> 1024): 2,097,152 + 131,072 =
-// 2,228,224 each; gate, up (4096 -> 14336) and down (14336 -> 4096): 29,360,128 + 1,835,008 =
-// 31,195,136 each. Sum 115,867,648 B for 218,103,808 weights: 0.53125 B per weight.
+// AWQ, by hand for one Llama-3-8B layer (per group of 128 input rows and column an fp16 scale
+// and an int4 zero point, 2.5 B): q and o (4096 x 4096): 8,388,608 packed bytes + 32 groups x
+// 4096 columns x 2.5 B = 8,716,288 each; k and v (4096 -> 1024): 2,097,152 + 81,920 = 2,179,072
+// each; gate, up (4096 -> 14336) and down (14336 -> 4096): 29,360,128 + 1,146,880 = 30,507,008
+// each. Sum 113,311,744 B for 218,103,808 weights: 0.51953 B per weight.
 TEST(KvDtypeTest, QuantizedWeightBytes) {
   EXPECT_EQ(llama().linear_weight_bytes_per_layer(), 2 * 218103808);
-  EXPECT_EQ(llama("auto", "awq").linear_weight_bytes_per_layer(), 115867648);
+  EXPECT_EQ(llama("auto", "awq").linear_weight_bytes_per_layer(), 113311744);
   EXPECT_EQ(llama("auto", "fp8").linear_weight_bytes_per_layer(), 218103808 + 7 * 4);
   EXPECT_EQ(llama().weight_bytes(), llama().num_params() * 2);
   EXPECT_EQ(llama().weight_bytes() - llama("auto", "awq").weight_bytes(),
-            32LL * (2 * 218103808LL - 115867648LL));
+            32LL * (2 * 218103808LL - 113311744LL));
   ModelConfig bad = llama("auto", "gptq");
   EXPECT_THROW(bad.validate(), ConfigError);
 }
@@ -90,7 +92,7 @@ TEST(KvDtypeTest, QuantizedWeightsLeaveMoreRoomForKv) {
   o.activation_reserve_bytes = std::int64_t{2} << 30;
   const KvCapacity none = compute_kv_capacity(llama(), h100(), o);
   const KvCapacity awq = compute_kv_capacity(llama("auto", "awq"), h100(), o);
-  EXPECT_EQ(none.weight_bytes - awq.weight_bytes, 32 * (2 * 218103808LL - 115867648LL));
+  EXPECT_EQ(none.weight_bytes - awq.weight_bytes, 32 * (2 * 218103808LL - 113311744LL));
   EXPECT_EQ(awq.kv_bytes - none.kv_bytes, none.weight_bytes - awq.weight_bytes);
   EXPECT_EQ(awq.num_gpu_blocks, awq.kv_bytes / awq.block_bytes);
   o.tensor_parallel = 2;
@@ -135,7 +137,7 @@ TEST(KvDtypeTest, RooflineChargesQuantizedWeights) {
   EXPECT_LT(fp8.breakdown(f).gemm, 0.6 * g);
   EXPECT_GT(fp8.breakdown(f).gemm, 0.45 * g);
   EXPECT_DOUBLE_EQ(none.breakdown(f).bytes - awq.breakdown(f).bytes,
-                   32.0 * (2 * 218103808.0 - 115867648.0));
+                   32.0 * (2 * 218103808.0 - 113311744.0));
   // Dequantization grows with the token tiles of the fused kernel: at 240 tokens AWQ is slower
   // than bf16; from 256 tokens the matrix is dequantized once and multiplied densely, slower
   // than bf16 by the dequantization launch.
@@ -376,6 +378,79 @@ TEST(KvDtypeTest, Commands) {
   const int status = std::system(cmd.c_str());
   EXPECT_EQ(WIFEXITED(status) ? WEXITSTATUS(status) : -1, 2);
   EXPECT_NE(read_file(err).find("model.quantization"), std::string::npos) << read_file(err);
+  // The simulator refuses the same (vLLM's AWQ layers need inputs in whole groups of 128), and
+  // a tensor shard whose down_proj input (Llama-2-7B: 11008 / 4 = 2752) is not whole groups.
+  r = run_sim(
+      "run " + tiny + " --set model.quantization=awq_marlin" + few + (dir / "tiny-awq").string(),
+      dir);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--set model.quantization: key 'model.quantization': awq_marlin needs every "
+                       "projection's input width to be a multiple of 128"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("hidden_size (the input of q/k/v and gate/up) is 64"), std::string::npos)
+      << r.err;
+  r = run_sim("run " + exp +
+                  " --set model=Llama-2-7B --set model.quantization=awq --set parallel.tensor=4" +
+                  few + (dir / "tp4").string(),
+              dir);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("intermediate_size (the input of down_proj) is 2752"), std::string::npos)
+      << r.err;
+  EXPECT_TRUE(run_sim("run " + exp +
+                          " --set model=Llama-2-7B --set model.quantization=awq "
+                          "--set parallel.tensor=2 --set serving.max_model_len=4096" +
+                          few + (dir / "tp2").string(),
+                      dir)
+                  .code == 0);
+  EXPECT_FALSE(fs::exists(dir / "tiny-awq"));
+  EXPECT_FALSE(fs::exists(dir / "tp4"));
+}
+
+// A quantized checkpoint's config.json (quantization_config) is served as vLLM serves it: AWQ
+// int4 in groups of 128 under awq_marlin, fp8 as fp8; another method or shape is refused rather
+// than priced as the unquantized model.
+TEST(KvDtypeTest, HfQuantizationConfigIsRead) {
+  const std::filesystem::path dir = test_util::temp_dir("hf_quant");
+  const std::string base =
+      R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 4096, "intermediate_size": 14336,
+          "num_attention_heads": 32, "num_key_value_heads": 8, "num_hidden_layers": 32,
+          "vocab_size": 128256, "torch_dtype": "float16", "max_position_embeddings": 8192)";
+  const auto load = [&](const std::string& name, const std::string& quant) {
+    std::filesystem::create_directories(dir / name);
+    test_util::write_file(
+        dir / name / "config.json",
+        base + (quant.empty() ? "" : ", \"quantization_config\": " + quant) + "}");
+    return load_model((dir / name / "config.json").string(), catalog());
+  };
+  EXPECT_EQ(load("plain", "").quantization, "none");
+  const ModelConfig awq =
+      load("awq", R"({"bits": 4, "group_size": 128, "quant_method": "awq", "zero_point": true})");
+  EXPECT_EQ(awq.quantization, "awq_marlin");
+  EXPECT_EQ(awq.linear_weight_bytes_per_layer(), 113311744);
+  EXPECT_EQ(load("fp8", R"({"quant_method": "fp8"})").quantization, "fp8");
+  test_util::expect_config_error([&] { load("gptq", R"({"bits": 4, "quant_method": "gptq"})"); },
+                                 {"config.json", "quantization_config", "'gptq' is not modelled"});
+  test_util::expect_config_error(
+      [&] { load("awq3", R"({"bits": 3, "group_size": 128, "quant_method": "awq"})"); },
+      {"quantization_config", "bits 3", "not modelled"});
+  std::filesystem::remove_all(dir);
+}
+
+// The legacy AWQ kernel's dense path (from 256 tokens) writes each matrix out in the dtype and
+// reads it back: its bytes count in the step's work (MBU, energy), not only in its time.
+TEST(KvDtypeTest, LegacyAwqDenseStepsCountTheirDequantizedBytes) {
+  const RooflineCostModel legacy(llama("auto", "awq"), h100(), 16);
+  const RooflineCostModel marlin(llama("auto", "awq_marlin"), h100(), 16);
+  StepFeatures f;
+  for (const std::int64_t t : {255, 256, 4096}) {
+    f.num_tokens = f.prefill_tokens = t;
+    f.prefill_pairs = t * (t + 1) / 2;
+    f.prefill_context_tokens = 0;
+    f.num_sampled = 1;
+    const double extra = legacy.breakdown(f).bytes - marlin.breakdown(f).bytes;
+    EXPECT_DOUBLE_EQ(extra, t < 256 ? 0.0 : 2.0 * 218103808.0 * 2 * 32) << t;
+  }
 }
 
 }  // namespace
