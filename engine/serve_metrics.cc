@@ -69,8 +69,25 @@ void PromHistogram::render(std::string& out, const std::string& name,
   out += name + "_count{" + labels + "} " + std::to_string(count_) + "\n";
 }
 
+// A Prometheus label value as the text format writes it: backslash, double quote and line feed
+// escaped (a served model or adapter name may hold them; unescaped, one breaks the whole scrape).
+static std::string label_value(const std::string& v) {
+  std::string out;
+  for (const char c : v) {
+    if (c == '\\' || c == '"') {
+      out += '\\';
+      out += c;
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
 ServeMetrics::ServeMetrics(std::string model_name)
-    : labels_("model_name=\"" + model_name + "\""),
+    : labels_("model_name=\"" + label_value(model_name) + "\""),
       ttft_(ttft_buckets()),
       itl_(itl_buckets()),
       e2e_(e2e_buckets()) {}
@@ -276,8 +293,9 @@ std::string ServeMetrics::render() const {
     // vLLM's labels (no model_name), in its order.
     header(out, "vllm:lora_requests_info", "gauge", "Running stats on lora requests.");
     out += "vllm:lora_requests_info{max_lora=\"" + std::to_string(max_loras_) +
-           "\",waiting_lora_adapters=\"" + lora_waiting_ + "\",running_lora_adapters=\"" +
-           lora_running_ + "\"} " + number(lora_time_s_) + "\n";
+           "\",waiting_lora_adapters=\"" + label_value(lora_waiting_) +
+           "\",running_lora_adapters=\"" + label_value(lora_running_) + "\"} " +
+           number(lora_time_s_) + "\n";
   }
   return out;
 }

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <ctime>
 #include <deque>
 #include <exception>
@@ -249,10 +250,14 @@ void send_error(httplib::Response& res, const ApiError& e) {
 
 std::string sse(const std::string& json) { return "data: " + json + "\n\n"; }
 
+// The largest request body the server reads (HTTP 413 past it).
+constexpr std::size_t kMaxBodyBytes = std::size_t{16} << 20;
+
 // A JSON route that reads its body itself (a ContentReader) and hands it to `fn(body, res)`:
 // the HTTP library parses a body sent as a form (curl -d without a Content-Type) and refuses
 // one past 8 KiB as "too large" before a plain handler runs; read this way it is the body, under
-// the server's 16 MiB payload limit as before.
+// the server's 16 MiB payload limit. The limit is kept here too: the library does not apply it
+// to a chunked body, and a body it stops reading must be answered 413, not parsed as read so far.
 template <class Fn>
 httplib::Server::HandlerWithContentReader with_body(Fn fn) {
   return [fn](const httplib::Request& req, httplib::Response& res,
@@ -265,10 +270,29 @@ httplib::Server::HandlerWithContentReader with_body(Fn fn) {
       return;
     }
     std::string body;
-    read([&](const char* data, std::size_t n) {
+    bool too_large = false;
+    const bool complete = read([&](const char* data, std::size_t n) {
+      if (body.size() + n > kMaxBodyBytes) {
+        too_large = true;
+        return false;
+      }
       body.append(data, n);
       return true;
     });
+    // A Content-Length past the limit: the library refuses to read the body at all.
+    const std::string length = req.get_header_value("Content-Length");
+    const bool declared_too_large =
+        !length.empty() && std::strtoull(length.c_str(), nullptr, 10) > kMaxBodyBytes;
+    if (too_large || declared_too_large) {
+      send_error(res, ApiError(413, "the request body is over the server's limit of 16 MiB",
+                               "invalid_request_error"));
+      return;
+    }
+    if (!complete) {
+      send_error(res, ApiError(400, "the request body could not be read in full",
+                               "invalid_request_error"));
+      return;
+    }
     fn(body, res);
   };
 }
@@ -448,7 +472,7 @@ class Server {
     const std::size_t threads = options_.max_in_flight + 64;
     http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
     http.set_keep_alive_timeout(1);
-    http.set_payload_max_length(std::size_t{16} << 20);
+    http.set_payload_max_length(kMaxBodyBytes);
     http.set_tcp_nodelay(true);
     // cpp-httplib's default sets SO_REUSEPORT, which lets a second server bind a port in use
     // and take half its connections; SO_REUSEADDR alone still allows a restart while the old
@@ -846,6 +870,12 @@ class Server {
       }
       bool all_stopped = true;
       for (const Choice& c : p.choices) all_stopped = all_stopped && c.stopped;
+      // Every sample of a parallel-sampling request ended at a stop string: the request is
+      // counted "stop", as one sample's is above (the last sample may have run on to max_tokens
+      // in the loop before its string was seen here).
+      if (n > 1 && all_stopped && !newly_stopped.empty() && p.channel->stopped_by_string()) {
+        metrics_.recount_length_as_stop();
+      }
       if (finished || all_stopped) {
         std::string out;
         for (std::size_t k = 0; k < n; ++k) {

@@ -361,6 +361,29 @@ TEST(ServeStops, StopStringsEndTheTextAndTheStream) {
   const std::string series = "vllm:request_success_total{model_name=\"tiny-eos\",finished_reason=";
   EXPECT_EQ(s.wait_metric(series + "\"stop\"}", 3), 3);
   EXPECT_EQ(s.metric(series + "\"abort\"}"), 0);
+  // n = 2, greedy: both samples meet a stop string made of their last two printable ASCII
+  // characters (near max_tokens, where the loop may finish them before the handler sees the
+  // string); the request counts as "stop", as with n = 1 (it was counted "length").
+  json greedy = base;
+  greedy["temperature"] = 0;
+  r = s.post("/v1/completions", greedy);
+  const std::string g = r["choices"][0]["text"];
+  const auto printable = [](char ch) { return ch >= 0x20 && ch < 0x7f; };
+  std::size_t k = g.size() < 2 ? 0 : g.size() - 2;
+  while (k > 0 && !(printable(g[k]) && printable(g[k + 1]) && g.find(g.substr(k, 2)) == k)) {
+    --k;
+  }
+  ASSERT_TRUE(printable(g[k]) && printable(g[k + 1]) && g.find(g.substr(k, 2)) == k) << g;
+  // The first request and this one ran to max_tokens.
+  EXPECT_EQ(s.wait_metric(series + "\"length\"}", 2), 2);
+  json two = greedy;
+  two["n"] = 2;
+  two["stop"] = g.substr(k, 2);
+  r = s.post("/v1/completions", two);
+  ASSERT_EQ(r["choices"].size(), 2u) << r.dump();
+  for (const json& choice : r["choices"]) EXPECT_EQ(choice["finish_reason"], "stop") << r.dump();
+  EXPECT_EQ(s.wait_metric(series + "\"stop\"}", 4), 4);
+  EXPECT_EQ(s.metric(series + "\"length\"}"), 2);
   // Bad values: 400 naming the field.
   int status = 0;
   for (const json& bad : {json(3), json::array({""}), json::array({"a", 1})}) {

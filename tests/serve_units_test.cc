@@ -1182,6 +1182,17 @@ TEST(ServeMetrics, PrefixCacheCountersLeaveOutResumedRequests) {
       << text;
 }
 
+// A served model name is a Prometheus label value: its backslashes, double quotes and line feeds
+// are escaped as the text format requires (unescaped, one broke the whole scrape).
+TEST(ServeMetrics, LabelValuesAreEscaped) {
+  ServeMetrics m("my\"model\\x\ny");
+  const std::string text = m.render();
+  EXPECT_NE(text.find("vllm:num_requests_running{model_name=\"my\\\"model\\\\x\\ny\"} 0\n"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("my\"model"), std::string::npos) << text;
+}
+
 // vllm:inter_token_latency_seconds observes one gap per step, as vLLM's IterationStats: the
 // accepted drafts of a speculative step come at the step's time and add tokens, not gaps.
 TEST(ServeMetrics, InterTokenLatencyIsOneGapPerStep) {
