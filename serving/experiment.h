@@ -105,11 +105,12 @@ struct PoolConfig {
   std::string location;  // "FILE:LINE:COL" of the pool, for errors found later
 };
 
-// The KV transfer links of a prefill/decode cluster (`cluster.kv_transfer`): one link per
-// (prefill, decode) replica pair; a transfer takes latency + bytes / bandwidth and the transfers
-// on one link are serialised (serving/kv_transfer.h). Bandwidth 0 means the lesser of the two
-// replicas' host links (hardware host_link_bandwidth * host_link_efficiency: the KV goes
-// through host memory, as without RDMA or NVLink between the GPUs).
+// The KV transfers of a prefill/decode cluster (`cluster.kv_transfer`). Without cluster.topology
+// every replica has one port (or, with `links: per_pair`, every pair a link;
+// serving/direct_kv_links.h); a transfer takes latency + bytes / bandwidth at the slower of its
+// two ports, and the transfers through one port's direction are serialised (or shared). Bandwidth
+// 0 means each replica's host links (hardware host_link_bandwidth * host_link_efficiency times
+// its GPUs: the KV goes through host memory, as without RDMA or NVLink between the GPUs).
 struct KvTransferConfig {
   double bandwidth_gb_s = 0;  // GB/s (1e9 bytes); 0: from the hardware catalogue
   double latency_us = 10;     // per transfer
@@ -117,7 +118,7 @@ struct KvTransferConfig {
   // whole prefill.
   bool layerwise = false;
   // How transfers that overlap on a link use it: kQueue, one after another in the order their
-  // prefills ended (the booked models of serving/kv_transfer.h, topology_kv_transfer.h); kFair,
+  // prefills ended (the booked models of serving/direct_kv_links.h, topology_kv_transfer.h); kFair,
   // at once, each link's bandwidth shared max-min fairly (sim/shared_kv_transfer.h). kFair is
   // refused with layerwise.
   enum class Sharing { kQueue, kFair } sharing = Sharing::kQueue;
