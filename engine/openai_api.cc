@@ -983,6 +983,15 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat,
                               ") must not exceed max_tokens (" + std::to_string(r.max_tokens) + ")",
                           "min_tokens");
   }
+  if (structured && r.min_tokens > 0) {
+    // Once the grammar is complete only its end tokens are allowed, and min_tokens bans them: no
+    // token would be left to sample (the output went on past the grammar, invalid).
+    throw invalid_request(
+        "'min_tokens' cannot be combined with a structured output (structured_outputs, "
+        "response_format or a forced tool_choice): the grammar may end the output before "
+        "min_tokens tokens, and min_tokens bans its end",
+        "min_tokens");
+  }
   return r;
 }
 

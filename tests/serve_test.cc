@@ -811,6 +811,11 @@ TEST(EngineServe, StructuredOutputsHoldTheTextToTheirGrammar) {
   b["stop_token_ids"] = {1};
   b["response_format"] = {{"type", "json_schema"}, {"json_schema", {{"name", "x"}}}};
   refused(b, "response_format", "'response_format.json_schema.schema': required");
+  // min_tokens past a complete grammar would ban its only tokens (the output ran on as NUL
+  // bytes, the grammar broken): the combination is refused.
+  b["response_format"] = {{"type", "json_object"}};
+  b["min_tokens"] = 6;
+  refused(b, "min_tokens", "cannot be combined with a structured output");
   fs::remove_all(dir);
 }
 
