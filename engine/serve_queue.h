@@ -70,6 +70,16 @@ class RequestChannel {
     std::lock_guard lock(mu_);
     return shed_;
   }
+  // The handler refused the whole request it belongs to (a later part of a batched prompt list was
+  // refused: 429, 400): its abort is no request of the workload's and is not counted in /metrics.
+  void withdraw() {
+    std::lock_guard lock(mu_);
+    withdrawn_ = true;
+  }
+  bool withdrawn() const {
+    std::lock_guard lock(mu_);
+    return withdrawn_;
+  }
   // A stop string ended the output (engine/stop_strings.h); the handler then aborts the request
   // in the scheduler. Returns true when the loop had already reported the request finished for
   // another reason than "stop" (the model ran on past the stop string to max_tokens before the
@@ -91,6 +101,7 @@ class RequestChannel {
   std::vector<std::string> sample_reasons_;
   bool shed_ = false;
   bool stop_string_ = false;
+  bool withdrawn_ = false;
 };
 
 class ServeQueue : public WorkSource {

@@ -162,8 +162,10 @@ class ServeObserver : public SchedulerObserver {
     // A stop string's abort is a finish with "stop" (vLLM counts it so).
     const bool by_string =
         ch != nullptr && ch->finished(req.status, req.finish_reason, std::move(sample_reasons));
-    metrics_.on_finish(req.status == RequestStatus::kFinished || by_string, req.spec.arrival_ns,
-                       now, req.finish_reason == "stop" || by_string);
+    if (ch == nullptr || !ch->withdrawn()) {
+      metrics_.on_finish(req.status == RequestStatus::kFinished || by_string, req.spec.arrival_ns,
+                         now, req.finish_reason == "stop" || by_string);
+    }
     if (req.capped_from_tokens > 0) metrics_.on_capped();
     queue_.done(req.id());
   }
@@ -724,7 +726,7 @@ class Server {
       const ServeQueue::Submit submitted = queue_.submit(std::move(one), p.channel, &p.id);
       if (submitted == ServeQueue::Submit::kAccepted) continue;
       ex->parts.pop_back();
-      abort_parts(*ex);
+      withdraw_parts(*ex);
       if (submitted == ServeQueue::Submit::kFull) {
         send_error(
             res, ApiError(429,
@@ -744,7 +746,7 @@ class Server {
       }
       if (state == RequestChannel::State::kRejected) {
         const RequestChannel::Update u = p.channel->take(std::chrono::milliseconds(0));
-        abort_parts(*ex);
+        withdraw_parts(*ex);
         if (p.channel->shed()) {  // the experiment's admission policy (policies.admission)
           send_error(res, ApiError(429, "the server is overloaded: " + u.reason + "; retry later",
                                    "server_overloaded", "", "too_many_requests"));
@@ -970,6 +972,12 @@ class Server {
   // Aborts every part of a request that the engine may still run.
   void abort_parts(const Exchange& ex) {
     for (const Part& p : ex.parts) queue_.abort(p.id);
+  }
+  // The same for a request the handler refuses as a whole (one of its parts was refused): the
+  // parts already submitted are not counted as aborted requests in /metrics.
+  void withdraw_parts(const Exchange& ex) {
+    for (const Part& p : ex.parts) p.channel->withdraw();
+    abort_parts(ex);
   }
 
   // A choice's text: its shown tokens decoded (Choice::text), the tokenizer's special tokens

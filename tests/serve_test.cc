@@ -1508,6 +1508,32 @@ TEST(EngineServe, OverloadAnswers429) {
   fs::remove_all(dir);
 }
 
+// A batched prompt list whose second prompt finds no slot: 429, and its first prompt, already
+// submitted, is withdrawn, not counted as an aborted request in /metrics.
+TEST(EngineServe, ARefusedBatchIsNotCountedAsAborted) {
+  const fs::path dir = temp_dir("serve_batch_429");
+  ServerProcess server(dir, {"--max-in-flight", "2"});
+  std::thread busy([&] {
+    httplib::Client c = client_for(server);
+    const json body = {{"prompt", {1, 2, 3}}, {"max_tokens", 1200}, {"ignore_eos", true}};
+    (void)c.Post("/v1/completions", body.dump(), "application/json");
+  });
+  httplib::Client c = client_for(server);
+  int status = 0;
+  for (int i = 0; i < 100 && status != 429; ++i) {  // until the busy request holds its slot
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    const json batch = {{"prompt", {"hello", "world"}}, {"max_tokens", 3}};
+    const httplib::Result r = c.Post("/v1/completions", batch.dump(), "application/json");
+    ASSERT_TRUE(r);
+    status = r->status;
+  }
+  busy.join();
+  EXPECT_EQ(status, 429);
+  const std::string m = scrape_settled(server.port());
+  EXPECT_NE(m.find("finished_reason=\"abort\"} 0\n"), std::string::npos) << m;
+  fs::remove_all(dir);
+}
+
 // The experiment's admission policy (policies.admission) sheds with 429 too, naming the bound.
 TEST(EngineServe, ShedRequestsAnswer429) {
   const fs::path dir = temp_dir("serve_shed");
