@@ -32,9 +32,9 @@ void quantize_fp8_per_tensor(RowMatrix& w);
 void quantize_awq_int4(RowMatrix& w);
 
 // Every layer's seven projection matrices stored as `quantization` ("none": unchanged, "fp8",
-// "awq" or "awq_marlin": the same int4 storage, whichever kernel multiplies it). Throws ConfigError (a message for the key model.quantization) for another value, or
-// for awq when a projection's input width is not a multiple of 128 (naming the model and the
-// matrix).
+// "awq" or "awq_marlin": the same int4 storage, whichever kernel multiplies it). Throws ConfigError
+// (a message for the key model.quantization) for another value, or for awq when a projection's
+// input width is not a multiple of 128 (naming the model and the matrix).
 void quantize_weights(LlamaWeights& weights, const std::string& quantization);
 
 }  // namespace servelab

@@ -873,7 +873,9 @@ TEST(CalibrationStorage, UnknownFormatsAreErrors) {
   EXPECT_NE(e.find("cost.yaml:5:"), std::string::npos) << e;
   EXPECT_NE(e.find("key 'kv_cache_dtype': expected one of fp32, bf16"), std::string::npos) << e;
   e = yaml_error("quantization: [fp8]\n");
-  EXPECT_NE(e.find("key 'quantization': expected one of none, awq, awq_marlin, fp8"), std::string::npos) << e;
+  EXPECT_NE(e.find("key 'quantization': expected one of none, awq, awq_marlin, fp8"),
+            std::string::npos)
+      << e;
 }
 
 // check_profile_storage: a profile that records its storage prices only models stored the same
