@@ -52,6 +52,13 @@ std::unique_ptr<SimSpeculation> make_sim_speculation(
     } catch (const ConfigError& e) {
       throw ConfigError(at + ".model': " + e.what());
     }
+  } else if (sp.method == SpecMethod::kEagle && target.model().quantization != "none") {
+    // The EAGLE head keeps its weights in the dtype (vLLM's speculative_config.quantization is
+    // unset by default: the draft is not quantized), whatever the target's quantization.
+    ModelConfig head = target.model();
+    head.quantization = "none";
+    draft =
+        std::make_unique<RooflineCostModel>(head, hardware, config.scheduler.block_size, parallel);
   }
   return std::make_unique<SimSpeculation>(sp, seed, target, std::move(draft));
 }
@@ -120,7 +127,9 @@ KvCapacity kv_capacity_for(const ExperimentConfig& config, const ModelConfig& mo
     kv_options.draft_weight_bytes = draft.weight_bytes();
     kv_options.draft_block_bytes = kv_block_bytes(draft, kv_options.block_size);
   } else if (sp.enabled() && sp.method == SpecMethod::kEagle) {
-    kv_options.draft_weight_bytes = model.layer_weight_bytes();
+    ModelConfig head = model;  // one layer of the target, unquantized (as make_sim_speculation)
+    head.quantization = "none";
+    kv_options.draft_weight_bytes = head.layer_weight_bytes();
     kv_options.draft_block_bytes = kv_block_bytes(model, kv_options.block_size) / model.num_layers;
   }
   if (config.parallel.set && config.cost_model.calibrated) {

@@ -38,10 +38,10 @@ double SimSpeculation::draft_seconds(std::int64_t sequences, std::int64_t contex
     if (config_.method == SpecMethod::kDraftModel) {
       const StepCostBreakdown b = draft_->breakdown(f);
       total += b.total() - b.overhead;  // the step's host time is the target step's
-    } else {                            // EAGLE: one target layer, then the target's LM head
-      const StepCostBreakdown b = target_.breakdown(f);
-      total +=
-          (b.gemm + b.elementwise + b.decode_attention) / target_.model().num_layers + b.lm_head;
+    } else {  // EAGLE: one target layer (unquantized: draft_, when given), then the LM head
+      const RooflineCostModel& head = draft_ != nullptr ? *draft_ : target_;
+      const StepCostBreakdown b = head.breakdown(f);
+      total += (b.gemm + b.elementwise + b.decode_attention) / head.model().num_layers + b.lm_head;
     }
   }
   return total;

@@ -8,7 +8,8 @@
 // - the draft cost, added to the step's time: n-gram lookup runs on the host and costs nothing
 //   here; a draft model runs num_speculative_tokens decode passes of the small model (its
 //   roofline on the same hardware) over the sequences that sampled; EAGLE runs one layer of the
-//   target model plus its LM head per draft token over them.
+//   target model plus its LM head per draft token over them (the layer unquantized, as vLLM
+//   leaves a draft's weights unless speculative_config.quantization says otherwise).
 // The verify pass itself is the target's step: the cost model prices its 1 + d tokens per entry
 // (GEMM rows, causal attention pairs, LM head rows; docs/cost-model.md "Speculative decoding").
 // Every sequence that sampled gets num_speculative_tokens proposals: the tokens the simulated
@@ -31,7 +32,8 @@ namespace servelab {
 class SimSpeculation {
  public:
   // `target` (the served model's roofline) must outlive this object; `draft` is the draft
-  // model's roofline for method draft_model (null otherwise). REQUIRES: config.enabled() and
+  // model's roofline for method draft_model, for eagle the target's unquantized roofline when
+  // the target is quantized (null otherwise: the target's layer). REQUIRES: config.enabled() and
   // config.acceptance_rates not empty (std::invalid_argument otherwise), and a draft roofline
   // for draft_model.
   SimSpeculation(const SpeculativeConfig& config, std::uint64_t seed,

@@ -528,7 +528,42 @@ TEST(SpeculativeRun, DraftersTakeTheirMemoryFromTheKvCache) {
   EXPECT_NEAR(draft, (plain * plain_bytes - small.weight_bytes()) / draft_bytes, 1);
   EXPECT_NEAR(eagle, (plain * plain_bytes - target.layer_weight_bytes()) / eagle_bytes, 1);
   EXPECT_LT(draft, 0.8 * static_cast<double>(plain));  // 23 % fewer blocks (cost-model.md)
+  // A quantized target keeps its EAGLE head in the dtype (vLLM's draft is unquantized unless
+  // speculative_config.quantization says so): the head's bytes are those of a bf16 layer.
+  const auto with_awq = [&](const std::string& spec) {
+    write_file(dir / "e.yaml", Experiment(spec));
+    const RunOutput out = run_simulation(
+        load_experiment((dir / "e.yaml").string(), {"model.quantization=awq_marlin"}), o);
+    return std::make_pair(out.num_gpu_blocks, out.block_bytes);
+  };
+  const auto [awq_plain, awq_bytes] = with_awq("{method: ngram, num_speculative_tokens: 0}");
+  const auto [awq_eagle, awq_eagle_bytes] =
+      with_awq("{method: eagle, num_speculative_tokens: 4, acceptance_rate: 0.5}");
+  EXPECT_EQ(awq_eagle_bytes, awq_bytes + awq_bytes / target.num_layers);
+  EXPECT_NEAR(awq_eagle, (awq_plain * awq_bytes - target.layer_weight_bytes()) / awq_eagle_bytes,
+              1);
   fs::remove_all(dir);
+}
+
+// The EAGLE head of a quantized target is priced in the dtype: its draft passes cost what they
+// cost on the unquantized target (one layer and the LM head each).
+TEST(SimSpeculation, EagleHeadOfAQuantizedTargetIsUnquantized) {
+  const std::string catalog = servelab_home().string() + "/experiments/catalog";
+  const HardwareConfig hw = load_hardware("H100-SXM", catalog);
+  ModelConfig plain = load_model("Llama-3-8B", catalog);
+  ModelConfig awq = plain;
+  awq.quantization = "awq_marlin";
+  const RooflineCostModel plain_roofline(plain, hw, 16), awq_roofline(awq, hw, 16);
+  SpeculativeConfig c;
+  c.num_speculative_tokens = 4;
+  c.acceptance_rates = {0.7};
+  c.method = SpecMethod::kEagle;
+  const SimSpeculation on_plain(c, 1, plain_roofline, nullptr);
+  const SimSpeculation on_awq(c, 1, awq_roofline,
+                              std::make_unique<RooflineCostModel>(plain, hw, 16));
+  const SimSpeculation priced_quantized(c, 1, awq_roofline, nullptr);
+  EXPECT_DOUBLE_EQ(on_awq.draft_seconds(8, 8000), on_plain.draft_seconds(8, 8000));
+  EXPECT_LT(priced_quantized.draft_seconds(8, 8000), on_plain.draft_seconds(8, 8000));
 }
 
 // n-gram lookup lengths: vLLM's defaults, 5 and 5 when neither is given; one given sets both.
