@@ -48,25 +48,25 @@ KvTransferTimes DirectLinkKvTransfer::transfer_pieces(std::span<const KvPiece> p
                                                       std::uint32_t src, std::uint32_t dst) {
   if (pieces.empty()) throw std::invalid_argument("DirectLinkKvTransfer: a transfer of no pieces");
   const std::vector<std::int32_t> channels = links_.channels(src, dst);
-  free_at_.resize(static_cast<std::size_t>(links_.num_channels()), 0);
   double bytes_per_s = links_.bandwidth(channels.front());
+  for (const std::int32_t c : channels) bytes_per_s = std::min(bytes_per_s, links_.bandwidth(c));
   KvTransferTimes t;
-  t.begin = pieces.front().ready;
-  for (const std::int32_t c : channels) {
-    bytes_per_s = std::min(bytes_per_s, links_.bandwidth(c));
-    t.begin = std::max(t.begin, free_at_[c]);
-  }
-  TimeNs at = t.begin;
+  t.begin = -1;
+  TimeNs at = pieces.front().ready;  // when the piece before has left
   for (const KvPiece& p : pieces) {
     const TimeNs wire = saturated_ns(
         std::ceil(static_cast<double>(p.bytes) / bytes_per_s * static_cast<double>(kNsPerS)));
-    at = add_saturated(std::max(at, p.ready), wire);
+    const LinkCalendar::Booking b = calendar_.book(channels, std::max(at, p.ready), wire);
+    if (t.begin < 0 && wire > 0) t.begin = b.first;
+    at = b.last;
   }
+  if (t.begin < 0) t.begin = std::max(pieces.front().ready, calendar_.floor());  // no bytes
+  // The latency overlaps the next transfer's data, as over a topology's links and under
+  // `sharing: fair`.
   t.finish = add_saturated(at, latency_);
-  // Free once the last byte has left; the latency overlaps the next transfer's data, as over a
-  // topology's links and under `sharing: fair`.
-  for (const std::int32_t c : channels) free_at_[c] = at;
   return t;
 }
+
+void DirectLinkKvTransfer::forget_before(TimeNs horizon) { calendar_.forget_before(horizon); }
 
 }  // namespace servelab

@@ -12,13 +12,16 @@
 // Channels get dense ids 0, 1, 2, ... in the order they are first used; their bandwidth is asked
 // once, then.
 //
-// DirectLinkKvTransfer is the booked (`sharing: queue`) model over them: a transfer starts when
-// its first piece is ready and every channel it crosses is free (the previous transfer's last
-// byte has left: a latency overlaps the next one's data), holds those channels until its own last
-// byte has left (pieces leave once ready and the ones before have left, each taking bytes /
-// bandwidth at the slower channel's rate; no backfilling of gaps), and the per-transfer latency
-// comes once, after the last piece (a one-piece transfer takes latency + bytes / bandwidth from
-// its start). sim/shared_kv_transfer.h runs the same channels with max-min fair sharing.
+// DirectLinkKvTransfer is the booked (`sharing: queue`) model over them: each piece of a transfer
+// (in order: a piece leaves once it is ready and the one before has left) takes bytes / bandwidth
+// at the slower channel's rate on every channel the transfer crosses at once, in the time those
+// channels are free of what was booked before (serving/link_calendar.h: first booked, first
+// served, with idle gaps backfilled, so the layers of a prompt booked second fill the time
+// between the first prompt's layers, and a transfer waiting on one port does not hold the other
+// idle); the channels are free again once the last byte has left (a latency overlaps the next
+// one's data), and the per-transfer latency comes once, after the last piece (a one-piece
+// transfer alone takes latency + bytes / bandwidth). sim/shared_kv_transfer.h runs the same
+// channels with max-min fair sharing.
 //
 // Determinism: bookings depend only on the order of the calls. Not thread-safe.
 #pragma once
@@ -31,6 +34,7 @@
 
 #include "core/time.h"
 #include "serving/kv_transfer.h"
+#include "serving/link_calendar.h"
 
 namespace servelab {
 
@@ -66,11 +70,13 @@ class DirectLinkKvTransfer final : public KvTransferModel {
   DirectLinkKvTransfer(DirectKvLinks links, TimeNs latency);
   KvTransferTimes transfer_pieces(std::span<const KvPiece> pieces, std::uint32_t src,
                                   std::uint32_t dst) override;
+  void forget_before(TimeNs horizon) override;
+  std::size_t num_intervals() const { return calendar_.num_intervals(); }
 
  private:
   DirectKvLinks links_;
   TimeNs latency_;
-  std::vector<TimeNs> free_at_;  // by channel: when the last byte booked on it has left
+  LinkCalendar calendar_;  // by channel id
 };
 
 }  // namespace servelab

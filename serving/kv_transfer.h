@@ -8,10 +8,12 @@
 // (`cluster.kv_transfer.layerwise`) is a piece per layer of each prefill step, ready as that
 // step computes the layer (layerwise_kv_pieces), so most of it can move while the prompt is
 // still being computed. Transfers are booked as prefills end, in time order, so a model may keep
-// the links' occupancy as state. A topology model (GPUs in nodes over NVLink, PCIe, InfiniBand;
-// shared bandwidth along paths) implements the same interface. The models:
-// serving/direct_kv_links.h (replicas on machines of their own: a port per replica, the
-// default, or a link per pair) and serving/topology_kv_transfer.h (`cluster.topology`).
+// the links' occupancy as state (the pieces of a layer-wise transfer are ready in the past of
+// the call: a booked model fills the gaps that transfers booked before left on the links). A
+// topology model (GPUs in nodes over NVLink, PCIe, InfiniBand; shared bandwidth along paths)
+// implements the same interface. The models: serving/direct_kv_links.h (replicas on machines of
+// their own: a port per replica, the default, or a link per pair) and
+// serving/topology_kv_transfer.h (`cluster.topology`).
 #pragma once
 
 #include <cstdint>
@@ -40,6 +42,9 @@ class KvTransferModel {
   // bytes >= 0, ready times non-decreasing; the calls in the order the transfers were decided.
   virtual KvTransferTimes transfer_pieces(std::span<const KvPiece> pieces, std::uint32_t src,
                                           std::uint32_t dst) = 0;
+  // The caller's promise that no later call has a piece ready before `horizon`: a model may
+  // forget the occupancy that ended by then (the booked models' calendars stay bounded).
+  virtual void forget_before(TimeNs /*horizon*/) {}
   // One piece: `bytes` available from `ready` on.
   KvTransferTimes transfer(std::int64_t bytes, std::uint32_t src, std::uint32_t dst, TimeNs ready) {
     const KvPiece piece{bytes, ready};

@@ -12,7 +12,7 @@ TopologyKvTransfer::TopologyKvTransfer(Topology topology, std::vector<Placement>
     : topology_(std::move(topology)),
       replicas_(std::move(replicas)),
       latency_(latency),
-      channel_free_(static_cast<std::size_t>(2 * topology_.num_links()), 0) {
+      calendar_(static_cast<std::size_t>(2 * topology_.num_links())) {
   if (latency < 0) throw std::invalid_argument("TopologyKvTransfer: latency must be >= 0");
   for (const Placement& p : replicas_) {
     if (p.count < 1 || p.first < 0 || p.first + p.count > topology_.num_gpus()) {
@@ -46,20 +46,20 @@ KvTransferTimes TopologyKvTransfer::transfer_pieces(std::span<const KvPiece> pie
     for (std::size_t i = 0; i < pieces.size(); ++i) {
       const KvPiece& p = pieces[i];
       const std::int64_t bytes = p.bytes / streams + (j < p.bytes % streams ? 1 : 0);
-      TimeNs start = std::max(p.ready, at);
-      for (const std::int32_t c : r.channels) start = std::max(start, channel_free_[c]);
       const TimeNs wire = r.channels.empty() || bytes == 0
                               ? 0
                               : saturated_ns(std::ceil(static_cast<double>(bytes) / r.bottleneck *
                                                        static_cast<double>(kNsPerS)));
-      at = add_saturated(start, wire);
-      for (const std::int32_t c : r.channels) channel_free_[c] = at;
-      if (i == 0) t.begin = std::min(t.begin, start);
+      const LinkCalendar::Booking b = calendar_.book(r.channels, std::max(p.ready, at), wire);
+      if (i == 0) t.begin = std::min(t.begin, b.first);
+      at = b.last;
     }
     t.finish = std::max(t.finish, add_saturated(at, r.latency_ns));
   }
   t.finish = add_saturated(t.finish, latency_);
   return t;
 }
+
+void TopologyKvTransfer::forget_before(TimeNs horizon) { calendar_.forget_before(horizon); }
 
 }  // namespace servelab

@@ -10,13 +10,13 @@
 // the route's latency; the transfer ends when its last stream's last byte has arrived, plus the
 // fixed per-transfer `latency` (software: the KV connector's handshake).
 //
-// Channels are booked first come, first served, as the prefills end: a piece starts when it is
-// ready, the stream's previous piece has left, and every channel of its route is free (the end of
-// the data booked on it before; no backfilling of idle gaps, no sharing of one channel between
-// two pieces at once). So transfers that share a link (two prefill replicas sending into one
-// node's GPU, streams of a wide replica leaving one GPU) queue, and transfers over disjoint
-// routes (different GPUs of an NVSwitch node) do not. A transfer between replicas in one node
-// goes over NVLink, one between nodes over the network links.
+// Channels are booked first come, first served, as the prefills end (serving/link_calendar.h): a
+// piece moves once it is ready and the stream's previous piece has left, in the time every
+// channel of its route is free of what was booked before (idle gaps backfilled, a piece split
+// over gaps too short for it; never two pieces on one channel at once). So transfers that share
+// a link (two prefill replicas sending into one node's GPU, streams of a wide replica leaving one
+// GPU) queue, and transfers over disjoint routes (different GPUs of an NVSwitch node) do not. A
+// transfer between replicas in one node goes over NVLink, one between nodes over the network links.
 //
 // Determinism: routes are the topology's (deterministic tie-breaks); bookings depend only on the
 // order of the calls. Not thread-safe.
@@ -30,6 +30,7 @@
 
 #include "core/time.h"
 #include "serving/kv_transfer.h"
+#include "serving/link_calendar.h"
 #include "serving/topology.h"
 
 namespace servelab {
@@ -46,6 +47,8 @@ class TopologyKvTransfer final : public KvTransferModel {
 
   KvTransferTimes transfer_pieces(std::span<const KvPiece> pieces, std::uint32_t src,
                                   std::uint32_t dst) override;
+  void forget_before(TimeNs horizon) override;
+  std::size_t num_intervals() const { return calendar_.num_intervals(); }
 
  private:
   const Route& route(GpuId from, GpuId to);
@@ -53,7 +56,7 @@ class TopologyKvTransfer final : public KvTransferModel {
   Topology topology_;
   std::vector<Placement> replicas_;
   TimeNs latency_;
-  std::vector<TimeNs> channel_free_;                 // per channel: when its booked data has left
+  LinkCalendar calendar_;                            // by channel (2 per link)
   std::map<std::pair<GpuId, GpuId>, Route> routes_;  // computed on first use
 };
 

@@ -4,6 +4,13 @@
 
 namespace servelab {
 
+void PrefillHandoff::erase(ExpectedMap::iterator it) {
+  if (!it->second.chunks.empty()) {
+    first_starts_.erase(first_starts_.find(it->second.chunks.front().start));
+  }
+  expected_.erase(it);
+}
+
 void PrefillHandoff::on_finish(const Request& req, TimeNs now) {
   const auto it = expected_.find(req.id());
   if (it == expected_.end()) {
@@ -12,6 +19,7 @@ void PrefillHandoff::on_finish(const Request& req, TimeNs now) {
   }
   const std::int32_t max_tokens = it->second.max_output_tokens;
   std::vector<PrefillChunk> chunks = std::move(it->second.chunks);
+  if (!chunks.empty()) first_starts_.erase(first_starts_.find(chunks.front().start));
   expected_.erase(it);
   if (req.status != RequestStatus::kFinished) {  // aborted on the prefill replica: it ends here
     ForwardingObserver::on_finish(req, now);

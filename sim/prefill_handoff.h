@@ -15,7 +15,9 @@
 // request carries those steps.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <set>
 #include <unordered_map>
 #include <vector>
 
@@ -43,22 +45,35 @@ class PrefillHandoff final : public ForwardingObserver {
   // A step from `start` to `end` computes `tokens` of request `id`; ignored unless expected.
   void on_chunk(RequestId id, std::int32_t tokens, TimeNs start, TimeNs end) {
     const auto it = expected_.find(id);
-    if (it != expected_.end()) it->second.chunks.push_back({start, end, tokens});
+    if (it == expected_.end()) return;
+    if (it->second.chunks.empty()) first_starts_.insert(start);
+    it->second.chunks.push_back({start, end, tokens});
   }
   void on_reject(const Request& req, TimeNs now) override {
-    expected_.erase(req.id());
+    const auto it = expected_.find(req.id());
+    if (it != expected_.end()) erase(it);
     ForwardingObserver::on_reject(req, now);
   }
   void on_finish(const Request& req, TimeNs now) override;
   // The requests handed over since the last call, in finish order.
   std::vector<Handed>& handed() { return handed_; }
+  // No request handed over after `now` has a step that started before the result: the earliest
+  // first step of the requests still expected, or `now` (the layer-wise pieces of later
+  // transfers are ready no earlier: KvTransferModel::forget_before).
+  TimeNs earliest_step_start(TimeNs now) const {
+    return first_starts_.empty() ? now : std::min(now, *first_starts_.begin());
+  }
 
  private:
   struct Expected {
     std::int32_t max_output_tokens = 0;
     std::vector<PrefillChunk> chunks;
   };
-  std::unordered_map<RequestId, Expected> expected_;  // probed only, never iterated
+  using ExpectedMap = std::unordered_map<RequestId, Expected>;
+  void erase(ExpectedMap::iterator it);
+
+  ExpectedMap expected_;                // probed only, never iterated
+  std::multiset<TimeNs> first_starts_;  // of the expected requests with steps
   std::vector<Handed> handed_;
 };
 

@@ -278,6 +278,9 @@ void Simulator::start_transfers(std::uint32_t src, TimeNs now) {
     count_transfer(transfer_stats_, bytes, now, ready, t.begin, t.finish);
   }
   handed.clear();
+  if (transfer_ != nullptr) {
+    transfer_->forget_before(layerwise_ ? handoff_->earliest_step_start(now) : now);
+  }
   if (shared_ != nullptr) arm_shared(now);
 }
 

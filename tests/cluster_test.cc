@@ -307,10 +307,13 @@ TEST(KvTransfer, AReplicasPortCarriesOneTransferAtATimeEachWay) {
   const KvTransferTimes b = t.transfer(1'000'000, 0, 2, 10);
   EXPECT_EQ(b.begin, 1'000'000);
   EXPECT_EQ(b.finish, 2'000'000 + 1000);
-  // Into 1 from another replica: waits for 1's port in; 3's port out is then held until 2 ms.
+  // Into 1 from another replica: waits for 1's port in; 3's port out is booked from 1 to 2 ms.
   EXPECT_EQ(t.transfer(1'000'000, 3, 1, 10).begin, 1'000'000);
-  // Out of 3 into 2: both ports busy until 2 ms.
-  EXPECT_EQ(t.transfer(1'000'000, 3, 2, 10).begin, 2'000'000);
+  // Out of 3 into 2: both ports are idle until 1 ms (backfilled), then both busy until 2 ms: the
+  // last 10 ns leave after that.
+  const KvTransferTimes e = t.transfer(1'000'000, 3, 2, 10);
+  EXPECT_EQ(e.begin, 10);
+  EXPECT_EQ(e.finish, 2'000'010 + 1000);
   // 1 -> 0 runs the other way of both ports: no wait. 4 -> 5 at the slower port's rate.
   EXPECT_EQ(t.transfer(1'000'000, 1, 0, 10).begin, 10);
   const KvTransferTimes f = t.transfer(1'000'000, 4, 5, 10);
@@ -342,8 +345,13 @@ TEST(KvTransfer, LayerwisePiecesLeaveAsTheirLayersAreComputed) {
   const KvTransferTimes b = t.transfer_pieces(dense, 0, 1);
   EXPECT_EQ(b.begin, 7'000'000);
   EXPECT_EQ(b.finish, 9'000'000 + 1000);
-  // A transfer booked next on the link waits for the whole of b's data, whatever its readiness.
-  EXPECT_EQ(t.transfer(10, 0, 1, 0).begin, 9'000'000);
+  // A transfer booked next with data ready earlier (a layer-wise one) fills the first idle gap
+  // the earlier bookings left; a longer one is split over the gaps.
+  EXPECT_EQ(t.transfer(10, 0, 1, 0).begin, 1'000'000);
+  const KvTransferTimes c =
+      t.transfer(6'000'000, 0, 1, 0);  // free: [1, 5) and [6, 7) ms, then from 9
+  EXPECT_EQ(c.begin, 1'000'010);
+  EXPECT_EQ(c.finish, 9'000'000 + 1'000'010 + 1000);
   EXPECT_THROW(t.transfer_pieces({}, 0, 1), std::invalid_argument);
 }
 

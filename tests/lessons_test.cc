@@ -1320,7 +1320,7 @@ TEST(Lessons, PdDisaggregation) {
                                {69.4, 190.8, 19.75, 25.25, 25.8, 0.03, 0.3},
                                {317.8, 1151.8, 8.85, 10.49, 9.7, 10.16, 91.95},
                                {317.8, 1151.8, 129.86, 604.53, 9.0, 0.09, 1.1},
-                               {317.8, 1151.8, 8.56, 9.85, 9.5, 10.53, 95.05},
+                               {317.8, 1151.8, 8.38, 9.35, 9.6, 10.59, 95.6},
                                {317.8, 1151.8, 129.51, 603.71, 9.0, 0.09, 1.2},
                                {317.8, 1151.8, 8.94, 10.96, 9.6, 9.95, 89.9},
                                {317.8, 1151.8, 9.03, 11.54, 9.7, 9.52, 85.95}};
@@ -1432,10 +1432,17 @@ TEST(Lessons, PdDisaggregation) {
   EXPECT_NEAR(busy_percent(s[10]) / 3, 46, 0.5);
   EXPECT_NEAR(pair25["wait_mean_ms"].get<double>(), 54.4, 0.05);
   // What the decode waits after the prefill: 12.7 ms at the host link, 120.9 behind 50 Gb/s,
-  // 47.6 streamed layer by layer; 36.2 s behind 25 Gb/s, 36.1 layer-wise.
+  // 2.5 streamed layer by layer (5.4 at worst: the prompts of a step interleave their layers on
+  // the port); 36.2 s behind 25 Gb/s, 36.1 layer-wise.
   EXPECT_NEAR(kv["exposed_mean_ms"].get<double>(), 12.7, 0.05);
   EXPECT_NEAR(kv50["exposed_mean_ms"].get<double>(), 120.9, 0.05);
-  EXPECT_NEAR(s[7]["cluster"]["kv_transfers"]["exposed_mean_ms"].get<double>(), 47.6, 0.05);
+  EXPECT_NEAR(s[7]["cluster"]["kv_transfers"]["exposed_mean_ms"].get<double>(), 2.5, 0.05);
+  EXPECT_NEAR(s[7]["cluster"]["kv_transfers"]["max_ms"].get<double>(), 5.4, 0.05);
+  // It keeps up: the prefill replica makes KV at about 83 % of the port's rate while it computes
+  // (the port 69 % busy, the replica 83.5 %).
+  EXPECT_NEAR(
+      busy_percent(s[5]) / (100 * s[2]["cluster"]["pools"][0]["busy_fraction"].get<double>()), 0.83,
+      0.005);
   EXPECT_NEAR(kv25["exposed_mean_ms"].get<double>() / 1000, 36.2, 0.05);
   EXPECT_NEAR(s[8]["cluster"]["kv_transfers"]["exposed_mean_ms"].get<double>() / 1000, 36.1, 0.05);
   // Sharing the 50 Gb/s port instead of queueing: the decode waits 146.9 ms on average instead
@@ -1658,15 +1665,15 @@ TEST(Lessons, ParallelPools) {
                   s[1]["goodput"]["requests_per_s"].get<double>(),
               1.5, 0.05);
   // The KV: 320 KiB a token, 662.8 MB a request, 994 GB in all; 1.16 ms a transfer over NVLink,
-  // 10.41 over InfiniBand with 1.86 ms of waiting.
+  // 10.42 over InfiniBand with 1.73 ms of waiting.
   EXPECT_EQ(80 * 8 * 128 * 2 * 2, 320 * 1024);
   const json& kv = s[6]["cluster"]["kv_transfers"];
   EXPECT_NEAR(kv["bytes"].get<double>() / kv["count"].get<double>() / 1e6, 662.8, 0.05);
   EXPECT_NEAR(kv["bytes"].get<double>() / 1e9, 994, 0.5);
   EXPECT_NEAR(kv["transfer_mean_ms"].get<double>(), 1.16, 0.005);
   const json& ib = s[7]["cluster"]["kv_transfers"];
-  EXPECT_NEAR(ib["transfer_mean_ms"].get<double>(), 10.41, 0.005);
-  EXPECT_NEAR(ib["wait_mean_ms"].get<double>(), 1.86, 0.005);
+  EXPECT_NEAR(ib["transfer_mean_ms"].get<double>(), 10.42, 0.005);
+  EXPECT_NEAR(ib["wait_mean_ms"].get<double>(), 1.73, 0.005);
   // Without the cluster topology: through host memory, 6.5 ms a transfer.
   {
     std::string text = read_file(fs::path(kLessons) / "parallel-pools.yaml");
