@@ -1072,20 +1072,11 @@ std::vector<TimeNs> ttft_targets_ns(const ExperimentConfig& config) {
 void apply_model_storage(const ExperimentConfig& config, ModelConfig& model) {
   if (config.kv_cache_dtype) model.kv_cache_dtype = *config.kv_cache_dtype;
   if (config.quantization) model.quantization = *config.quantization;
-  if (config.quantization && is_awq(model.quantization)) {
-    const std::string where = config.quantization_where.empty()
-                                  ? config.file + ": key 'model.quantization'"
-                                  : config.quantization_where;
-    if (model.is_moe()) {
-      throw ConfigError(where + ": " + model.quantization +
-                        " is not modelled for a mixture of experts (" + model.name +
-                        " has num_experts " + std::to_string(model.num_experts) + "); none or fp8");
-    }
-    if (const std::string problem = awq_alignment_problem(model); !problem.empty()) {
-      throw ConfigError(where + ": " + model.quantization + " needs every projection's input " +
-                        "width to be a multiple of " + std::to_string(kAwqGroupSize) + " (as " +
-                        "vLLM's AWQ layers do): model " + model.name + "'s " + problem);
-    }
+  if (const std::string problem = config.quantization ? awq_problem(model) : ""; !problem.empty()) {
+    throw ConfigError((config.quantization_where.empty()
+                           ? config.file + ": key 'model.quantization'"
+                           : config.quantization_where) +
+                      ": " + problem);
   }
   if (config.router_skew) {
     if (!model.is_moe()) {

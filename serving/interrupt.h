@@ -37,8 +37,10 @@ void reset_interrupt();
 // For a library inside another program (the Python module): while at least one scope is alive,
 // SIGINT is recorded by the handler above (so throw_if_interrupted() sees it, from any thread);
 // the first scope forgets any earlier signal and saves the program's own SIGINT action, the last
-// one restores it and forgets the signal. SIGTERM is left to the host program. Scopes may
-// overlap from several threads.
+// one restores it and forgets the signal. A signal hands SIGINT back to the program at once, so a
+// second one reaches the program's own handler (Python's: KeyboardInterrupt in the Python code
+// running, a policy stuck in a loop included). A program that ignores SIGINT keeps ignoring it.
+// SIGTERM is left to the host program. Scopes may overlap from several threads.
 class ScopedInterruptHandler {
  public:
   ScopedInterruptHandler();

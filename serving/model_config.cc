@@ -194,6 +194,20 @@ std::string awq_alignment_problem(const ModelConfig& m) {
   return {};
 }
 
+std::string awq_problem(const ModelConfig& m) {
+  if (!is_awq(m.quantization)) return {};
+  const std::string model = m.name.empty() ? std::string("the model") : "model " + m.name;
+  if (m.is_moe()) {
+    return m.quantization + " is not modelled for a mixture of experts (" + model +
+           " has num_experts " + std::to_string(m.num_experts) + "); none or fp8";
+  }
+  if (const std::string problem = awq_alignment_problem(m); !problem.empty()) {
+    return m.quantization + " needs every projection's input width to be a multiple of " +
+           std::to_string(kAwqGroupSize) + " (as vLLM's AWQ layers do): " + model + "'s " + problem;
+  }
+  return {};
+}
+
 std::int64_t quantized_matrix_bytes(std::int64_t in, std::int64_t out,
                                     std::string_view quantization, std::int64_t dtype_bytes) {
   if (is_awq(quantization)) {
@@ -296,12 +310,8 @@ void ModelConfig::validate() const {
   check(std::find(std::begin(kQuantizations), std::end(kQuantizations), quantization) !=
             std::end(kQuantizations),
         "quantization", "expected one of none, awq, awq_marlin, fp8, got '" + quantization + "'");
-  if (is_awq(quantization)) {
-    const std::string problem = awq_alignment_problem(*this);
-    check(problem.empty(), "quantization",
-          quantization + " needs every projection's input width to be a multiple of " +
-              std::to_string(kAwqGroupSize) + " (as vLLM's AWQ layers do): " + problem);
-  }
+  const std::string awq = awq_problem(*this);
+  check(awq.empty(), "quantization", awq);
   if (!is_moe()) {
     check(experts_per_token == 0, "experts_per_token", "needs num_experts (a mixture of experts)");
     check(shared_expert_intermediate_size == 0, "shared_expert_intermediate_size",
@@ -315,8 +325,6 @@ void ModelConfig::validate() const {
             std::to_string(experts_per_token));
   check(shared_expert_intermediate_size >= 0 && shared_expert_intermediate_size <= kMaxWidth,
         "shared_expert_intermediate_size", "out of range");
-  check(!is_awq(quantization), "quantization",
-        quantization + " is not modelled for a mixture of experts (none or fp8)");
   check(router_skew >= 0 && router_skew <= kMaxRouterSkew, "router_skew",
         "must be in [0, 4], got " + std::to_string(router_skew));
 }
@@ -421,17 +429,8 @@ void parse_model_storage(const ConfigNode& node, ModelConfig& m) {
   }
   if (node.has("quantization")) {
     m.quantization = node.at("quantization").as_choice({"none", "awq", "awq_marlin", "fp8"});
-    if (m.is_moe() && is_awq(m.quantization)) {
-      node.at("quantization")
-          .fail_message(m.quantization + " is not modelled for a mixture of experts (" + m.name +
-                        " has num_experts " + std::to_string(m.num_experts) + "); none or fp8");
-    }
-    if (const std::string problem = is_awq(m.quantization) ? awq_alignment_problem(m) : "";
-        !problem.empty()) {
-      node.at("quantization")
-          .fail_message(m.quantization + " needs every projection's input width to be a " +
-                        "multiple of " + std::to_string(kAwqGroupSize) +
-                        " (as vLLM's AWQ layers do): " + problem);
+    if (const std::string problem = awq_problem(m); !problem.empty()) {
+      node.at("quantization").fail_message(problem);
     }
   }
 }

@@ -149,6 +149,10 @@ inline constexpr std::int64_t kAwqGroupSize = 128;
 // kAwqGroupSize, vLLM's and the engine's requirement; under tensor parallelism, of the shard's
 // widths), or "" when they can.
 std::string awq_alignment_problem(const ModelConfig& m);
+// Why `m` cannot be stored as its quantization says when that is AWQ (a mixture of experts, or
+// awq_alignment_problem), as a sentence naming the method and the model; "" when it can (and for
+// every other quantization). Each caller prefixes where the choice was made.
+std::string awq_problem(const ModelConfig& m);
 // Bytes of one (in x out) projection matrix stored under `quantization` ("none": in * out *
 // dtype_bytes; see ModelConfig::quantization).
 std::int64_t quantized_matrix_bytes(std::int64_t in, std::int64_t out,

@@ -209,7 +209,7 @@ void Simulator::try_start_step(std::uint32_t i, TimeNs now) {
   const StepPlan& plan = r.scheduler().schedule(now);
   if (plan.empty()) {
     if (r.scheduler().num_running() == 0 && r.scheduler().num_waiting() > 0) {
-      throw std::logic_error(
+      throw SimulationStalled(
           "simulator stalled at t=" + std::to_string(now) + " ns: " +
           std::to_string(r.scheduler().num_waiting()) + " waiting requests and nothing can run" +
           (cluster_ ? " on replica " + std::to_string(i) : std::string()) + " (batch formation '" +
@@ -455,7 +455,7 @@ SimulationTotals Simulator::run() {
       waiting += static_cast<std::int64_t>(r.replica->scheduler().num_waiting());
       running += static_cast<std::int64_t>(r.replica->scheduler().num_running());
     }
-    throw std::logic_error(
+    throw SimulationStalled(
         "simulation ended with unfinished requests (" + std::to_string(waiting) + " waiting, " +
         std::to_string(running) + " running, " + std::to_string(num_in_flight_) +
         " in transfer; batch formation '" +

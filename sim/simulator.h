@@ -46,12 +46,29 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "core/backend.h"
 #include "core/idle_session_offload.h"
 #include "core/router.h"
 #include "serving/cluster_summary.h"
+#include "sim/run_scoped_error.h"
+
+namespace servelab {
+// The run could not go on: requests remained that no step would ever serve (a batch formation
+// that scheduled nothing while they waited, or left running requests out of every step). An
+// internal error for the built-in policies; the Python module reports it as the Python policy's
+// (servelab.PolicyError) when one is registered. A compare or sweep names its run in front.
+class SimulationStalled : public RunScopedError {
+ public:
+  using RunScopedError::RunScopedError;
+  [[noreturn]] void rethrow_with_prefix(const std::string& prefix) const override {
+    throw SimulationStalled(prefix + what());
+  }
+};
+}  // namespace servelab
 #include "serving/frontend.h"
 #include "serving/kv_transfer.h"
 #include "serving/recorder.h"
@@ -124,7 +141,7 @@ class Simulator {
   }
 
   // Runs until the workload is exhausted and every request has finished or been rejected.
-  // Throws std::logic_error if the scheduler stalls with unfinished requests and nothing to run,
+  // Throws SimulationStalled if the scheduler stalls with unfinished requests and nothing to run,
   // Interrupted (core/interrupt.h) soon after SIGINT or SIGTERM.
   SimulationTotals run();
 

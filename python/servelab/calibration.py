@@ -43,10 +43,11 @@ class Profile:
     (the rows as a DataFrame: family, the cost model's features, reps, median_ns, min_ns,
     max_ns), ``device``, ``path`` (where it was last saved, else None), ``save(path)``."""
 
-    def __init__(self, text, device, path=None):
+    def __init__(self, text, device, path=None, inputs=()):
         self.text = text
         self.device = device
         self.path = path
+        self._inputs = [os.fspath(x) for x in inputs if x]  # the model and weights it timed
 
     @property
     def header(self):
@@ -65,9 +66,10 @@ class Profile:
 
     def save(self, path, force=False):
         """Writes the profile to `path` as `engine profile -o path` would (atomically; an existing
-        file only with force=True). Returns the path."""
+        file only with force=True; never the model file or the weights it timed). Returns the
+        path."""
         self.path = _servelab.save_file(check_path("Profile.save: path", path), self.text,
-                                        check_flag("force", force), [])
+                                        check_flag("force", force), self._inputs)
         return self.path
 
     @classmethod
@@ -96,11 +98,12 @@ def profile(model, *, device="cpu", quick=False, reps=9, rounds=3, warmup=2, max
     Raises ConfigError for a bad argument, an unknown model or a device that is not there."""
     text, dev = _servelab.profile(
         str(model), str(device), _int("reps", reps), _int("rounds", rounds),
-        _int("warmup", warmup), bool(quick), _int("max_tokens", max_tokens),
+        _int("warmup", warmup), check_flag("quick", quick), _int("max_tokens", max_tokens),
         _int("block_size", block_size), os.fspath(weights) if weights else "",
         _int("lora_rank", lora_rank), str(kv_cache_dtype) if kv_cache_dtype else "",
         str(quantization) if quantization else "", _int("seed", seed))
-    return Profile(text, dev)
+    return Profile(text, dev, inputs=[model if isinstance(model, (str, os.PathLike)) else "",
+                                      weights or ""])
 
 
 class Calibration:
@@ -110,7 +113,7 @@ class Calibration:
     held out, or None), ``host_overhead`` (fitted on an engine run, or None), ``model``,
     ``device``, ``kv_cache_dtype``, ``quantization``, ``path``, ``save(path)``."""
 
-    def __init__(self, d):
+    def __init__(self, d, inputs=()):
         self.yaml = d["yaml"]
         self.summary = d["summary"]
         self.coefficients = d["coefficients"]
@@ -121,12 +124,14 @@ class Calibration:
         self.kv_cache_dtype = d["kv_cache_dtype"] or None
         self.quantization = d["quantization"] or None
         self.path = None
+        self._inputs = list(inputs)  # the profile file and engine run folder it was fitted on
 
     def save(self, path, force=False):
         """Writes the cost.yaml to `path` as `sim calibrate -o path` would (atomically; an
-        existing file only with force=True). Use it with `cost_model.file`. Returns the path."""
+        existing file only with force=True; never the profile file or a file of the engine run
+        folder it was fitted on). Use it with `cost_model.file`. Returns the path."""
         self.path = _servelab.save_file(check_path("Calibration.save: path", path), self.yaml,
-                                        check_flag("force", force), [])
+                                        check_flag("force", force), self._inputs)
         return self.path
 
     def __repr__(self):
@@ -181,6 +186,18 @@ class _Inputs:
             raise _servelab.ConfigError(self.relabel(str(e))) from None
 
 
+def _saved_paths(*args):
+    """The files and folders behind a call's arguments: paths as given, the saved path of a
+    Result, Profile or Calibration (where it was last saved), nothing for objects never saved."""
+    out = []
+    for x in args:
+        if isinstance(x, (str, os.PathLike)):
+            out.append(os.fspath(x))
+        elif getattr(x, "path", None):
+            out.append(os.fspath(x.path))
+    return out
+
+
 def calibrate(profile, *, holdout=None, engine_run=None, between_steps=False):
     """`sim calibrate`: fits the calibrated cost model (docs/validation.md §2) to `profile` (a
     Profile or a profile file). `holdout` N >= 2 holds every N-th shape of each family out of
@@ -208,7 +225,7 @@ def calibrate(profile, *, holdout=None, engine_run=None, between_steps=False):
         d["summary"] = inputs.relabel(d["summary"])
         if d["host_overhead"] is not None:
             d["host_overhead"]["engine_run"] = inputs.relabel(d["host_overhead"]["engine_run"])
-        return Calibration(d)
+        return Calibration(d, _saved_paths(profile, engine_run))
 
 
 class Validation:
@@ -262,5 +279,4 @@ def validate(sim, engine, *, cost_model=None):
         d = inputs.call(_servelab.validate, s, e, c)
         d["json"] = inputs.relabel(d["json"], in_json=True)
         d["text"] = inputs.relabel(d["text"])
-        return Validation(d, [os.fspath(x) for x in (sim, engine)
-                              if isinstance(x, (str, os.PathLike))])
+        return Validation(d, _saved_paths(sim, engine))

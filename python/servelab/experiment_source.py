@@ -8,6 +8,8 @@ anything else is written as JSON (numbers, booleans, None, lists, dicts).
 """
 
 import json
+import numbers
+import operator
 import os
 
 from ._servelab import ConfigError
@@ -15,11 +17,23 @@ from ._servelab import ConfigError
 DICT_NAME = "<dict>"
 
 
+def _plain(value):
+    """json.dumps' fallback: NumPy's (and other) integer and real scalars as numbers, arrays as
+    lists (values read from a DataFrame are NumPy's)."""
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
 def experiment_args(experiment):
     """(name, text or None, base_dir) for the C++ loader."""
     if isinstance(experiment, dict):
         try:
-            text = json.dumps(experiment, indent=1, allow_nan=False)
+            text = json.dumps(experiment, indent=1, allow_nan=False, default=_plain)
         except (TypeError, ValueError) as e:
             raise ConfigError(f"{DICT_NAME}: not an experiment: {e}") from None
         return DICT_NAME, text, os.getcwd()
@@ -41,11 +55,14 @@ def override_list(overrides, seed=None):
     for key, value in overrides.items():
         if not isinstance(key, str) or not key:
             raise ConfigError(f"overrides: expected key paths as non-empty strings, got {key!r}")
+        if any(c in key for c in "=# \t\n\r"):
+            raise ConfigError(f"overrides: {key!r} is not a key path (no '=', '#' or white space: "
+                              "the value goes in the dict's value)")
         if isinstance(value, str):
             text = value
         else:
             try:
-                text = json.dumps(value, allow_nan=False)
+                text = json.dumps(value, allow_nan=False, default=_plain)
             except (TypeError, ValueError) as e:
                 raise ConfigError(f"--set {key}: cannot write {value!r} as YAML: {e}") from None
         out.append(f"{key}={text}")
@@ -57,7 +74,10 @@ def override_list(overrides, seed=None):
 def check_seed(seed):
     if seed is None:
         return None
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0 or seed >= 2**63:
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        raise TypeError(f"seed: expected an int, got {type(seed).__name__} {seed!r}")
+    seed = operator.index(seed)
+    if seed < 0 or seed >= 2**63:
         raise ConfigError(f"seed: expected an integer from 0 to 2^63-1, got {seed!r}")
     return seed
 

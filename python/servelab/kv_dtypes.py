@@ -1,5 +1,8 @@
 """servelab.compare_kv_dtypes: what a KV-cache dtype changes in the CPU engine's logits."""
 
+import numbers
+import operator
+
 from . import _servelab
 
 DEFAULT_FORMATS = ("fp32", "fp16", "fp8_e4m3", "fp8_e5m2", "fp8_e4m3:computed_scales")
@@ -34,6 +37,7 @@ def compare_kv_dtypes(formats=DEFAULT_FORMATS, *, model="tiny", seed=5, requests
 
 
 def _int(name, value):
-    if isinstance(value, bool) or not isinstance(value, int):
+    """An int argument (NumPy's integers too), never a bool."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{name}: expected an int, got {type(value).__name__}")
-    return value
+    return operator.index(value)

@@ -4,6 +4,7 @@ import os
 
 from . import _servelab
 from ._servelab import ConfigError
+from .experiment_source import check_flag
 from .groups import GroupResult
 from .result import Result
 
@@ -24,7 +25,7 @@ def plot(*runs, out=None, format="png", quiet=True):
     if not inputs:
         raise ConfigError("plot: expected at least one run folder")
     out_dir = os.fspath(out) if out is not None else ""
-    status = _servelab.plot(inputs, out_dir, format, bool(quiet))
+    status = _servelab.plot(inputs, out_dir, format, check_flag("quiet", quiet))
     if status == 2:
         raise ConfigError("plot: the plot script refused its input (its message is on stderr)")
     if status == 3:

@@ -31,8 +31,8 @@ def test_profile_measures_the_grid_and_saves_like_the_command(tiny_profile, tmp_
     out = tmp_path / "profile.csv"
     assert p.save(out) == str(out) and p.path == str(out)
     assert out.read_text() == p.text
-    # As `engine profile -o`: an existing file only when asked.
-    with pytest.raises(servelab.ConfigError, match="--force"):
+    # As `engine profile -o`: an existing file only when asked (the argument named, not the flag).
+    with pytest.raises(servelab.ConfigError, match="output file exists; pass force=True"):
         p.save(out)
     # A value that merely looks truthy is no answer ("no" overwrote the file).
     with pytest.raises(TypeError, match="force: expected True or False"):
@@ -77,8 +77,35 @@ def test_calibrate_writes_what_sim_calibrate_writes(tiny_profile, tmp_path):
     assert 'profile: "<profile>"' in servelab.calibrate(unsaved).yaml
     cost = c.save(tmp_path / "cost.yaml")
     assert (tmp_path / "cost.yaml").read_text() == c.yaml and c.path == cost
-    with pytest.raises(servelab.ConfigError, match="--force"):
+    with pytest.raises(servelab.ConfigError, match="pass force=True"):
         c.save(tmp_path / "cost.yaml")
+
+
+def test_saves_never_replace_what_they_were_made_from(tiny_profile, tmp_path):
+    # As `sim calibrate -o` and `engine profile -o`, which refuse these even with --force: the
+    # profile a calibration was fitted on (given as a file, or as a Profile saved there), a file
+    # of its engine run, the model file a profile timed.
+    path = tiny_profile.save(tmp_path / "p.csv")
+    for cal in (servelab.calibrate(path), servelab.calibrate(tiny_profile)):
+        with pytest.raises(servelab.ConfigError, match="the output is the input file"):
+            cal.save(path, force=True)
+    assert open(path).read() == tiny_profile.text
+    eng = servelab.engine_run(ALL_AT_ZERO, record_schedule=True)
+    eng_dir = eng.save(tmp_path / "eng")
+    for run in (eng, eng_dir):
+        cal = servelab.calibrate(tiny_profile, engine_run=run)
+        with pytest.raises(servelab.ConfigError, match="a file of the input folder"):
+            cal.save(os.path.join(eng_dir, "summary.json"), force=True)
+    assert json.loads(open(os.path.join(eng_dir, "summary.json")).read())["requests"]
+    model = tmp_path / "tiny.yaml"
+    model.write_text(open(os.path.join(servelab.home, "experiments/catalog/models/tiny.yaml")).read())
+    before = model.read_text()
+    p = servelab.profile(model, **QUICK)
+    with pytest.raises(servelab.ConfigError, match="the output is the input file"):
+        p.save(model, force=True)
+    assert model.read_text() == before
+    with pytest.raises(TypeError, match="quick: expected True or False"):
+        servelab.profile("tiny", quick="no")
 
 
 def test_calibrate_checks_its_arguments(tiny_profile, tmp_path):
@@ -133,7 +160,7 @@ def test_the_loop_validates_the_simulator_against_the_engine(tiny_profile, tmp_p
     assert json.loads((tmp_path / "v" / "validation.json").read_text()) == r
     # Saved as `sim validate --out` writes: a previous report only with force, never over other
     # files or into a run folder it compared.
-    with pytest.raises(servelab.ConfigError, match="previous validation report; pass --force"):
+    with pytest.raises(servelab.ConfigError, match="previous validation report; pass force=True"):
         v.save(tmp_path / "v")
     assert v.save(tmp_path / "v", force=True) == str(tmp_path / "v")
     (tmp_path / "mine").mkdir()
@@ -144,6 +171,9 @@ def test_the_loop_validates_the_simulator_against_the_engine(tiny_profile, tmp_p
     assert (tmp_path / "mine" / "replay.csv").read_text() == "my own\n"
     with pytest.raises(servelab.ConfigError, match="is in the run folder"):
         from_folders.save(os.path.join(sim_dir, "report"))
+    # The same for saved Results: their folders are the inputs.
+    with pytest.raises(servelab.ConfigError, match="is in the run folder"):
+        servelab.validate(s, eng).save(os.path.join(sim_dir, "report"))
     # Replayed with another cost model (a Calibration): named in the report.
     other = servelab.validate(s, eng, cost_model=c)
     assert other.report["step_time"]["replay_cost_model"].startswith("calibrated (")

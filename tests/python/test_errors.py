@@ -4,12 +4,15 @@ stops a run cleanly."""
 import glob
 import os
 import signal
+import subprocess
+import sys
 import threading
+import time
 
 import pytest
 
 import servelab
-from conftest import ALL_AT_ZERO, BURST_TINY, sim
+from conftest import ALL_AT_ZERO, BUILD, BURST_TINY, sim
 
 
 def cli_message(*args):
@@ -116,3 +119,84 @@ def test_ctrl_c_stops_a_run_cleanly(tmp_path, monkeypatch):
     # Python's own SIGINT handler is back, and the next run is not interrupted.
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     assert servelab.run(ALL_AT_ZERO).summary["requests"]["completed"] == 40
+
+
+def test_numpy_numbers_are_numbers_and_wrong_types_are_type_errors():
+    np = pytest.importorskip("numpy")
+    base = servelab.run(ALL_AT_ZERO, seed=4, overrides={"serving.max_num_seqs": 8})
+    # Values read from a DataFrame are NumPy's: taken as the Python numbers they are.
+    same = servelab.run(ALL_AT_ZERO, seed=np.int64(4),
+                        overrides={"serving.max_num_seqs": np.int64(8)})
+    assert same.requests.equals(base.requests)
+    d = dict(ALL_AT_ZERO, serving=dict(ALL_AT_ZERO["serving"], max_num_seqs=np.int32(8)))
+    assert servelab.run(d, seed=4).requests.equals(base.requests)
+    for bad in ("4", 4.0, True):
+        with pytest.raises(TypeError, match="seed: expected an int"):
+            servelab.run(ALL_AT_ZERO, seed=bad)
+    # A key path with '=' would smuggle a value in ("...=4 #": 64 ran with 4).
+    for key in ("serving.max_num_seqs=4 #", "serving.max num seqs"):
+        with pytest.raises(servelab.ConfigError, match="is not a key path"):
+            servelab.run(ALL_AT_ZERO, overrides={key: 64})
+    with pytest.raises(TypeError, match="quiet: expected True or False"):
+        servelab.plot("some-run", quiet="no")
+
+
+def _script(tmp_path, name, body):
+    """A Python program that imports the module under test, in a file of its own."""
+    path = tmp_path / name
+    path.write_text(f"import sys\nsys.path.insert(0, {str(BUILD / 'python')!r})\n"
+                    f"import servelab\nimport signal\n{body}")
+    return path
+
+
+def test_a_second_ctrl_c_stops_a_policy_stuck_in_python(tmp_path):
+    # The first Ctrl-C asks the run to stop, which a policy looping in Python never lets it do;
+    # the second reaches Python's handler: KeyboardInterrupt in the policy, the run unwound.
+    script = _script(tmp_path, "stuck.py", f"""
+def stuck(r):
+    if r.id == 5:
+        print("stuck", flush=True)
+        while True:
+            pass
+    return (r.arrival_ns, r.id)
+servelab.register_queue_order("stuck", stuck)
+servelab.run({str(BURST_TINY)!r}, {{"policies.queue": "stuck"}})
+""")
+    p = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline() == "stuck\n"
+        p.send_signal(signal.SIGINT)
+        time.sleep(0.5)
+        assert p.poll() is None  # still looping: the first one only asked
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=60)
+    finally:
+        p.kill()
+    # An uncaught KeyboardInterrupt: Python dies of the SIGINT it re-raises.
+    assert p.returncode == -signal.SIGINT and "KeyboardInterrupt" in err, err
+
+
+def test_a_program_that_ignores_ctrl_c_is_not_interrupted(tmp_path):
+    script = _script(tmp_path, "ignore.py", f"""
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+import time
+def slow(r):
+    if r.id == 0:
+        print("running", flush=True)
+        time.sleep(1)
+    return (r.arrival_ns, r.id)
+servelab.register_queue_order("slow", slow)
+r = servelab.run({str(BURST_TINY)!r}, {{"policies.queue": "slow"}})
+print("completed", r.summary["requests"]["completed"], flush=True)
+""")
+    p = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline() == "running\n"
+        p.send_signal(signal.SIGINT)  # during the run, while the policy sleeps
+        out, err = p.communicate(timeout=60)
+    finally:
+        p.kill()
+    assert p.returncode == 0, err
+    assert out == "completed 200\n"

@@ -162,6 +162,17 @@ def test_bad_steps_stop_the_run_naming_the_formation():
         servelab.run(BURST_TINY, overrides={"policies.batch": "py-idle"})
     with pytest.raises(servelab.PolicyError, match=r"^variant 'idle': .*'py-idle'"):
         servelab.compare(BURST_TINY, variants={"ok": {}, "idle": {"policies.batch": "py-idle"}})
+    # One that leaves running requests out of every step: they never finish, the run ends with
+    # them unfinished, the policy's error too (it was a RuntimeError, the simulator's own).
+    def leaves_running(step):
+        step.admit_waiting(step.budget_left)
+
+    servelab.register_batch_formation("py-leaves-running", leaves_running)
+    with pytest.raises(servelab.PolicyError,
+                       match=r"unfinished requests .*'py-leaves-running'.*a Python policy is registered"):
+        servelab.run(BURST_TINY, overrides={"policies.batch": "py-leaves-running"})
+    with pytest.raises(servelab.PolicyError, match=r"^variant 'stuck': simulation ended"):
+        servelab.compare(BURST_TINY, variants={"stuck": {"policies.batch": "py-leaves-running"}})
 
     kept = []
     servelab.register_batch_formation("py-keeps", lambda step: kept.append(step) or vllm(step))
