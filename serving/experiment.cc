@@ -1004,17 +1004,31 @@ ExperimentConfig experiment_from_document(const ConfigNode& doc, const std::stri
       }
     }
     // multiturn builds its sessions' requests up front: refuse before that when even every
-    // session's fewest turns (a fixed count, or the distribution's min) pass the limit.
+    // session's fewest turns (a fixed count, or the distribution's min) pass the limit, a
+    // fan-out's turns counting `width` requests each.
     if (w.is_map() && w.has("num_sessions") && w.at("num_sessions").is_scalar() && w.has("turns") &&
         w.at("turns").is_map()) {
       const ConfigNode turns = w.at("turns");
       const char* fewest = turns.has("value") ? "value" : turns.has("min") ? "min" : nullptr;
-      const double per_session =
-          fewest != nullptr && turns.at(fewest).is_scalar() ? turns.at(fewest).as_double() : 1.0;
+      const double min_turns = std::max(
+          fewest != nullptr && turns.at(fewest).is_scalar() ? turns.at(fewest).as_double() : 1.0,
+          1.0);
+      double per_session = min_turns;
+      std::string fanned;
+      if (w.has("fanout") && w.at("fanout").is_map()) {
+        const ConfigNode f = w.at("fanout");
+        const auto number = [&f](const char* key) {
+          return f.has(key) && f.at(key).is_scalar() ? std::max(f.at(key).as_double(), 1.0) : 1.0;
+        };
+        const double every = number("every"), width = number("width");
+        // Turns 1 .. min_turns - 1 that are multiples of `every` fan out `width` ways.
+        per_session += (width - 1) * std::floor((min_turns - 1) / every);
+        if (per_session > min_turns) fanned = format_text(" (%g with the fan-outs)", per_session);
+      }
       const ConfigNode n = w.at("num_sessions");
-      if (n.as_double() * std::max(per_session, 1.0) > static_cast<double>(c.max_requests)) {
-        n.fail_message("sessions of at least " + format_text("%g", std::max(per_session, 1.0)) +
-                       " turns each make more requests than limits.max_requests (" +
+      if (n.as_double() * per_session > static_cast<double>(c.max_requests)) {
+        n.fail_message("sessions of at least " + format_text("%g", min_turns) + " turns each" +
+                       fanned + " make more requests than limits.max_requests (" +
                        std::to_string(c.max_requests) + "); raise limits.max_requests to run more");
       }
     }

@@ -338,6 +338,22 @@ TEST(MultiturnWorkload, TooManySessionsForTheLimitAreRefusedUpFront) {
                    "requests than limits.max_requests (1000)"),
             std::string::npos)
       << e;
+  // A fan-out's turns count `width` requests each: 10 sessions of 10 turns fanned 100 ways at
+  // every turn make 9,010 requests (it was accepted, built whole and refused only once running;
+  // 100,000 such sessions ran out of memory). Within the limit it is accepted.
+  const std::string fan = "  turns: {dist: fixed, value: 10}\n  fanout: {every: 1, width: 100}\n";
+  std::string text = servelab::test_util::read_file(dir / "mt.yaml");
+  text.replace(text.find("200000"), 6, "10");
+  text.replace(text.find("  turns: {dist: fixed, value: 10}\n"), 34, fan);
+  servelab::test_util::write_file(dir / "fan.yaml", text);
+  const std::string f = error_of([&] { load_experiment((dir / "fan.yaml").string(), {}); });
+  EXPECT_NE(f.find("sessions of at least 10 turns each (901 with the fan-outs) make more requests "
+                   "than limits.max_requests (1000)"),
+            std::string::npos)
+      << f;
+  text.replace(text.find("max_requests: 1000"), 18, "max_requests: 9010");
+  servelab::test_util::write_file(dir / "fan.yaml", text);
+  EXPECT_NO_THROW(load_experiment((dir / "fan.yaml").string(), {}));
   fs::remove_all(dir);
 }
 
@@ -402,6 +418,10 @@ TEST(SessionJson, ErrorsNameTheFileAndTheRequest) {
   // A number too large for a double is malformed JSON, not an exception out of the reader.
   e = err(R"({"id": "a", "arrival_s": 1e99999, "input_tokens": 1, "output_tokens": 1})");
   EXPECT_NE(e.find("rec.json: malformed JSON"), std::string::npos) << e;
+  // Bytes that are not UTF-8 in what the parser last read are escaped, never printed raw.
+  e = err("{\"id\": \"a\xff\", \"arrival_s\": 0, \"input_tokens\": 1, \"output_tokens\": 1}");
+  EXPECT_NE(e.find("rec.json: malformed JSON"), std::string::npos) << e;
+  EXPECT_EQ(e.find('\xff'), std::string::npos) << e;
   e = error_of([] { parse_session_json("{\"requests\": 3}", "rec.json"); });
   EXPECT_NE(e.find("rec.json: expected an object with a \"requests\" array"), std::string::npos)
       << e;

@@ -241,6 +241,18 @@ TEST(TraceReaders, BurstGptDropsFailedAndFiltersModel) {
   ASSERT_EQ(chat.size(), 2u);
   EXPECT_EQ(chat[1].prompt_len, 1360);
   EXPECT_EQ(chat[1].arrival_ns, 125'000'000'000);
+  // Times count from the file's first row even when the filter drops it: the GPT-4 request
+  // arrives 113.5 s in, as in the whole trace (it arrived at 0, so that a mix of the two models
+  // read as two classes lost their relative timing).
+  const auto gpt4 = read_all("workload: {type: burstgpt, path: " + path + ", model: GPT-4}");
+  ASSERT_EQ(gpt4.size(), 1u);
+  EXPECT_EQ(gpt4[0].arrival_ns, 113'500'000'000);
+  // A dropped row still has to be in time order.
+  std::string unordered = kBurst;
+  unordered.replace(unordered.find("118.5,GPT-4"), 5, "1.5");
+  const std::string bad = write_file("burst_unordered.csv", unordered);
+  EXPECT_THROW(read_all("workload: {type: burstgpt, path: " + bad + ", model: ChatGPT}"),
+               ConfigError);
 
   const auto with_failed =
       read_all("workload: {type: burstgpt, path: " + path + ", include_failed: true}");

@@ -16,6 +16,8 @@
 
 #include "core/checked_time.h"
 #include "core/rng.h"
+#include "serving/interrupt.h"
+#include "traces/csv_reader.h"
 #include "traces/json_duplicate_keys.h"
 #include "traces/synthetic_workload.h"
 #include "traces/trace_readers.h"
@@ -234,7 +236,8 @@ std::vector<SessionNode> parse_session_json(const std::string& text, const std::
     doc = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range (406) for a
                                                   // number too large for a double
-    throw ConfigError(name + ": malformed JSON: " + e.what());
+    // Its "last read" may quote bytes that are not UTF-8: escaped, never sent raw.
+    throw ConfigError(name + ": malformed JSON: " + shorten(e.what(), 400));
   }
   if (!doc.is_object() || !doc.contains("requests") || !doc["requests"].is_array()) {
     throw ConfigError(name + ": expected an object with a \"requests\" array");
@@ -592,6 +595,7 @@ std::unique_ptr<Workload> make_multiturn_workload(const ConfigNode& s, std::uint
       gaps_ns = sum ? std::min(*sum, kTimeHorizonNs) : kTimeHorizonNs;
     }
 
+    if ((si & 1023) == 0) throw_if_interrupted();  // a big DAG takes seconds to build
     const auto num_turns = static_cast<std::int64_t>(turns.sample(turns_rng));
     const std::string session = "s" + std::to_string(si);
     std::vector<std::string> frontier;  // the previous turn (several after a fan-out)

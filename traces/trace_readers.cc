@@ -121,13 +121,13 @@ class TraceReader : public Workload {
 
  protected:
   // Parses csv_'s current line into `row` (which arrives reset). Returns false for a row to drop
-  // silently (a filter); throws MalformedRow (through bad()) for a malformed one.
+  // silently (a filter), its time_ns set (it still orders the file and may be its first row);
+  // throws MalformedRow (through bad()) for a malformed one.
   virtual bool parse(Row& row) = 0;
 
   // Reads the first row; called at the end of each subclass constructor (after its header).
   void prime() {
     if (!advance()) throw ConfigError(csv_.path() + ": empty trace (no usable data rows)");
-    first_ns_ = pending_.time_ns;
   }
 
   // The id the row being parsed will get (for content derived from it).
@@ -218,8 +218,9 @@ class TraceReader : public Workload {
       pending_.output = 1;
       pending_.priority = 0;
       pending_.tenant = 0;
+      bool keep = false;
       try {
-        if (!parse(pending_)) continue;
+        keep = parse(pending_);
         if (has_previous_ && pending_.time_ns < previous_ns_) {
           bad("a time no earlier than line " + std::to_string(previous_line_) +
                   "'s (rows must be in time order)",
@@ -230,9 +231,13 @@ class TraceReader : public Workload {
         ++skipped_;
         continue;
       }
+      // A row a filter drops still counts: times stay relative to the file's first row, so the
+      // parts of one trace split by model keep their timing.
+      if (!has_previous_) first_ns_ = pending_.time_ns;
       has_previous_ = true;
       previous_ns_ = pending_.time_ns;
       previous_line_ = csv_.line_number();
+      if (!keep) continue;
       has_pending_ = true;
       return true;
     }

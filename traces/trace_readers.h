@@ -4,7 +4,10 @@
 // Every reader streams its file (one row in memory at a time), yields requests in nondecreasing
 // arrival order with ids 0, 1, 2, ..., and reads its header and first row in its constructor, so
 // most file errors surface when the workload is built. Arrival = (row time - first row's time) *
-// time_scale + start_s (the ServeLab format is not re-based: its times are already ours).
+// time_scale + start_s (the ServeLab format is not re-based: its times are already ours). The
+// first row is the file's first data row, kept or not: a row a filter drops (BurstGPT's model,
+// failed requests) still counts as the origin and must be in time order, so the parts of one
+// trace split by model (a mix's classes) keep their relative timing.
 //
 // Keys every reader accepts (besides its own, below):
 //   path: FILE             # required; see resolve_data_path()
@@ -26,7 +29,8 @@
 //
 //   type: burstgpt         # CSV "Timestamp,Model,Request tokens,Response tokens,Total tokens,
 //                          #      Log Type[,Session ID,Elapsed time]"; Timestamp in seconds
-//     model: ChatGPT       # optional: keep only rows whose Model equals this
+//     model: ChatGPT       # optional: keep only rows whose Model equals this (times stay
+//                          # relative to the file's first row)
 //     include_failed: false  # optional (default false): rows with Response tokens == 0 are
 //                          # failed requests and dropped; when true they are kept with one output
 //                          # token. A Request tokens of 0 becomes a 1-token prompt.
