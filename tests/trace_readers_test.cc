@@ -251,8 +251,14 @@ TEST(TraceReaders, BurstGptDropsFailedAndFiltersModel) {
   std::string unordered = kBurst;
   unordered.replace(unordered.find("118.5,GPT-4"), 5, "1.5");
   const std::string bad = write_file("burst_unordered.csv", unordered);
-  EXPECT_THROW(read_all("workload: {type: burstgpt, path: " + bad + ", model: ChatGPT}"),
-               ConfigError);
+  try {
+    read_all("workload: {type: burstgpt, path: " + bad + ", model: ChatGPT}");
+    ADD_FAILURE() << "an unordered row was accepted";
+  } catch (const ConfigError& e) {
+    // Times in seconds, whatever the file's unit (they were nanoseconds).
+    EXPECT_THAT(e.what(), HasSubstr(":4: expected a time no earlier than line 3's (45 s; rows must "
+                                    "be in time order), got '1.5 s'"));
+  }
 
   const auto with_failed =
       read_all("workload: {type: burstgpt, path: " + path + ", include_failed: true}");

@@ -139,6 +139,13 @@ class TraceReader : public Workload {
                        std::string(expected) + ", got '" + shorten(got) + "'");
   }
 
+  // A trace time for a message, in seconds from the file's zero, whatever unit the file uses.
+  static std::string format_seconds(TimeNs t) {
+    char buf[48];
+    std::snprintf(buf, sizeof buf, "%.9g s", ns_to_s(t));
+    return buf;
+  }
+
   // A token count in [min, 2^31-1].
   std::int32_t tokens(std::string_view text, std::string_view name, std::int64_t min) const {
     const std::optional<std::int64_t> v = parse_int(text);
@@ -222,9 +229,9 @@ class TraceReader : public Workload {
       try {
         keep = parse(pending_);
         if (has_previous_ && pending_.time_ns < previous_ns_) {
-          bad("a time no earlier than line " + std::to_string(previous_line_) +
-                  "'s (rows must be in time order)",
-              std::to_string(pending_.time_ns) + " ns");
+          bad("a time no earlier than line " + std::to_string(previous_line_) + "'s (" +
+                  format_seconds(previous_ns_) + "; rows must be in time order)",
+              format_seconds(pending_.time_ns));
         }
       } catch (const MalformedRow&) {
         if (!options_.lenient) throw;
