@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <atomic>
+#include <charconv>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
+#include <string_view>
 #include <system_error>
 #include <thread>
 #include <unordered_set>
@@ -316,14 +318,28 @@ LlamaWeights LlamaWeights::load(const LlamaConfig& config, const std::string& pa
   w.layers.resize(config.model.num_layers);
   // Tensors the model does not name are left alone (a checkpoint may carry extras), but a bias
   // the forward pass would need is refused: Llama's attention_bias also biases o_proj, and
-  // mlp_bias the MLP; dropping them would change the outputs without a word.
+  // mlp_bias the MLP; dropping them would change the outputs without a word. So is a layer past
+  // the model's num_layers: the checkpoint is of a deeper model, and running the first layers
+  // only would be another model's outputs.
   std::unordered_set<std::string> known;
   for (const std::string& n : tensor_names(config.model)) known.insert(n);
+  constexpr std::string_view kLayers = "model.layers.";
   for (const std::string& n : store.names()) {
-    if (n.starts_with("model.layers.") && n.ends_with(".bias") && !known.count(n)) {
+    if (!n.starts_with(kLayers) || known.count(n)) continue;
+    if (n.ends_with(".bias")) {
       throw ConfigError("checkpoint " + store.file_of(n) + ": tensor '" + n +
                         "' is a bias the engine does not apply (it applies q/k/v biases only); "
                         "the outputs would differ from the model's");
+    }
+    const std::string_view rest = std::string_view(n).substr(kLayers.size());
+    std::int64_t layer = -1;
+    const auto [end, ec] = std::from_chars(rest.data(), rest.data() + rest.size(), layer);
+    if (ec == std::errc() && end != rest.data() + rest.size() && *end == '.' &&
+        layer >= config.model.num_layers) {
+      throw ConfigError("checkpoint " + store.file_of(n) + ": tensor '" + n + "' is of layer " +
+                        std::to_string(layer) + ", but model " + config.model.name + " has " +
+                        std::to_string(config.model.num_layers) +
+                        " layers (num_layers): the checkpoint is of a deeper model");
     }
   }
   for_each_tensor(w, [&](const std::string& name, auto& x, std::int64_t rows, std::int64_t cols) {

@@ -2,9 +2,12 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <filesystem>
 #include <stdexcept>
+#include <system_error>
 
 #include "core/stop_conditions.h"
+#include "core/strings.h"
 #include "serving/output_file.h"
 
 namespace servelab {
@@ -108,6 +111,20 @@ void write_tokens_jsonl(const std::string& path,
     std::fputs("}\n", f);
   }
   if (std::fclose(f) != 0) throw_io_error(path, "writing", errno);
+}
+
+std::vector<std::pair<std::string, std::string>> engine_options_record(
+    const ExperimentConfig& config, double kv_memory_gib, const std::string& weights) {
+  std::vector<std::pair<std::string, std::string>> out;
+  if (!config.num_gpu_blocks) {
+    out.emplace_back("kv_memory_gb", format_text("%.10g", kv_memory_gib));
+  }
+  if (!weights.empty()) {
+    std::error_code ec;
+    const std::filesystem::path abs = std::filesystem::absolute(weights, ec);
+    out.emplace_back("weights", ec ? weights : abs.lexically_normal().string());
+  }
+  return out;
 }
 
 void finish_engine_run(const ExperimentConfig& config, const RunMeta& meta,

@@ -269,10 +269,12 @@ void write_run_outputs(const ExperimentConfig& config, const Recorder& recorder,
     recorder.write_requests_csv(out.out_dir + "/requests.csv");
     out.files.insert(out.files.begin() + 1, "requests.csv");
   }
-  write_text(out.out_dir + "/config.yaml",
-             resolved_config_yaml(config, {{"num_gpu_blocks", std::to_string(out.num_gpu_blocks)},
-                                           {"block_bytes", std::to_string(out.block_bytes)},
-                                           {"workload", out.workload}}));
+  std::vector<std::pair<std::string, std::string>> derived = {
+      {"num_gpu_blocks", std::to_string(out.num_gpu_blocks)},
+      {"block_bytes", std::to_string(out.block_bytes)},
+      {"workload", out.workload}};
+  derived.insert(derived.end(), meta.derived.begin(), meta.derived.end());
+  write_text(out.out_dir + "/config.yaml", resolved_config_yaml(config, derived));
   out.files.push_back("config.yaml");
 }
 

@@ -82,6 +82,9 @@ struct RunMeta {
   std::string hardware;  // hardware name, or the device the engine ran on ("cuda: NAME")
   // The run measured a server it knows nothing of (`sim bench`): summary.json has no `gpus`.
   bool gpus_unknown = false;
+  // More of config.yaml's `derived:` record: what the run depended on beyond the experiment
+  // (`engine run`'s --kv-memory-gb and --weights), to be given again to reproduce it.
+  std::vector<std::pair<std::string, std::string>> derived;
 };
 // Writes summary.json, requests.csv (when configured) and config.yaml into out.out_dir from the
 // finalized `recorder`, out.summary (whose gpus it sets: ExperimentConfig::num_gpus, or 0 when

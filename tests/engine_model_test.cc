@@ -310,6 +310,21 @@ TEST(EngineModelTest, WeightsLoadFromSafetensors) {
               std::string::npos)
         << e.what();
   }
+  // A checkpoint of a deeper model: its layers past the config's are refused, not skipped (a
+  // model of fewer layers ran the first ones and gave another model's outputs).
+  LlamaConfig shallower = config;
+  shallower.model.num_layers = config.model.num_layers - 1;
+  try {
+    LlamaWeights::load(shallower, path);
+    ADD_FAILURE() << "a layer past num_layers ignored";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find(
+                  "is of layer " + std::to_string(shallower.model.num_layers) + ", but model " +
+                  shallower.model.name + " has " + std::to_string(shallower.model.num_layers) +
+                  " layers (num_layers)"),
+              std::string::npos)
+        << e.what();
+  }
   std::filesystem::remove_all(dir);
 }
 

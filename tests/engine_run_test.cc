@@ -189,6 +189,37 @@ TEST_P(EngineCluster, EachReplicaHasTheSimulatedClustersScheduleWhenAllArriveAtZ
   fs::remove_all(dir);
 }
 
+// What a run depended on beyond its experiment is in config.yaml's `derived:` record: the KV
+// budget that sized the cache (--kv-memory-gb; it was recorded nowhere, so the folder's
+// config.yaml reran on the default 1 GiB and gave other tokens) and a checkpoint's path. The
+// record stays a record: the simulator reads the file back.
+TEST(EngineRun, ConfigYamlRecordsTheKvBudgetAndTheWeights) {
+  const fs::path dir = temp_dir("engine_derived");
+  write_file(dir / "exp.yaml",
+             "name: derived\nseed: 3\nmodel: tiny\nhardware: H100-SXM\n"
+             "serving: {block_size: 16, max_num_batched_tokens: 256, max_num_seqs: 8}\n"
+             "workload: {type: synthetic, num_requests: 6, arrival: {process: fixed, rate: 100},\n"
+             "  prompt_len: {dist: fixed, value: 40}, output_len: {dist: fixed, value: 4}}\n");
+  ExperimentConfig c = load_experiment((dir / "exp.yaml").string(), {});
+  LlamaConfig lc;
+  lc.model = load_model(c.model, default_catalog_dir());
+  LlamaWeights::random(lc, 5).save((dir / "w.safetensors").string());
+  const Cli cli = run_engine_cli(
+      "run " + (dir / "exp.yaml").string() + " -q --kv-memory-gb 0.0002" + " --weights " +
+          (dir / "w.safetensors").string() + " --out " + (dir / "run").string(),
+      dir);
+  ASSERT_EQ(cli.code, 0) << cli.err;
+  const std::string yaml = read_file(dir / "run" / "config.yaml");
+  const std::string derived = yaml.substr(yaml.find("derived:"));
+  EXPECT_NE(derived.find("kv_memory_gb: 0.0002"), std::string::npos) << derived;
+  EXPECT_NE(derived.find("weights: " + (dir / "w.safetensors").string()), std::string::npos)
+      << derived;
+  const Cli sim = run_sim(
+      "run " + (dir / "run" / "config.yaml").string() + " -q --out " + (dir / "sim").string(), dir);
+  EXPECT_EQ(sim.code, 0) << sim.err;
+  fs::remove_all(dir);
+}
+
 INSTANTIATE_TEST_SUITE_P(Routers, EngineCluster,
                          ::testing::Values("round_robin", "least_outstanding"));
 
