@@ -84,7 +84,7 @@ struct RunMeta {
   bool gpus_unknown = false;
   // More of config.yaml's `derived:` record: what the run depended on beyond the experiment
   // (`engine run`'s --kv-memory-gb and --weights), to be given again to reproduce it.
-  std::vector<std::pair<std::string, std::string>> derived;
+  std::vector<std::pair<std::string, std::string>> derived = {};
 };
 // Writes summary.json, requests.csv (when configured) and config.yaml into out.out_dir from the
 // finalized `recorder`, out.summary (whose gpus it sets: ExperimentConfig::num_gpus, or 0 when

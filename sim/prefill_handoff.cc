@@ -1,14 +1,15 @@
 #include "sim/prefill_handoff.h"
 
 #include <algorithm>
+#include <utility>
 
 namespace servelab {
 
-void PrefillHandoff::erase(ExpectedMap::iterator it) {
-  if (!it->second.chunks.empty()) {
-    first_starts_.erase(first_starts_.find(it->second.chunks.front().start));
-  }
+std::vector<PrefillChunk> PrefillHandoff::take(ExpectedMap::iterator it) {
+  std::vector<PrefillChunk> chunks = std::move(it->second.chunks);
+  if (!chunks.empty()) first_starts_.erase(first_starts_.find(chunks.front().start));
   expected_.erase(it);
+  return chunks;
 }
 
 void PrefillHandoff::on_finish(const Request& req, TimeNs now) {
@@ -18,9 +19,7 @@ void PrefillHandoff::on_finish(const Request& req, TimeNs now) {
     return;
   }
   const std::int32_t max_tokens = it->second.max_output_tokens;
-  std::vector<PrefillChunk> chunks = std::move(it->second.chunks);
-  if (!chunks.empty()) first_starts_.erase(first_starts_.find(chunks.front().start));
-  expected_.erase(it);
+  std::vector<PrefillChunk> chunks = take(it);
   if (req.status != RequestStatus::kFinished) {  // aborted on the prefill replica: it ends here
     ForwardingObserver::on_finish(req, now);
     return;

@@ -51,7 +51,7 @@ class PrefillHandoff final : public ForwardingObserver {
   }
   void on_reject(const Request& req, TimeNs now) override {
     const auto it = expected_.find(req.id());
-    if (it != expected_.end()) erase(it);
+    if (it != expected_.end()) take(it);
     ForwardingObserver::on_reject(req, now);
   }
   void on_finish(const Request& req, TimeNs now) override;
@@ -70,7 +70,8 @@ class PrefillHandoff final : public ForwardingObserver {
     std::vector<PrefillChunk> chunks;
   };
   using ExpectedMap = std::unordered_map<RequestId, Expected>;
-  void erase(ExpectedMap::iterator it);
+  // Forgets an expected request; returns its steps.
+  std::vector<PrefillChunk> take(ExpectedMap::iterator it);
 
   ExpectedMap expected_;                // probed only, never iterated
   std::multiset<TimeNs> first_starts_;  // of the expected requests with steps
