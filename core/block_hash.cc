@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <optional>
 #include <span>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 namespace servelab {
@@ -140,13 +142,29 @@ BlockHash lora_keyed(const BlockHash& parent, std::uint32_t lora_id) {
 }
 
 BlockHash hash_block(const BlockHash& unsalted_parent, const RequestSpec& spec,
-                     std::int32_t block_index, std::int32_t block_size) {
+                     std::int32_t block_index, std::int32_t block_size,
+                     std::span<const std::int32_t> outputs) {
   BlockHash parent =
       block_index == 0 && spec.cache_salt != 0 ? salted_root(spec.cache_salt) : unsalted_parent;
   if (spec.lora_id != 0) [[unlikely]]
     parent = lora_keyed(parent, spec.lora_id);
   const std::int64_t begin = static_cast<std::int64_t>(block_index) * block_size;
   const std::int64_t end = begin + block_size;
+  if (spec.outputs_by_value && end > spec.prompt_len) [[unlikely]] {
+    // The outputs as a literal prompt's tokens: one-token runs of their values' streams.
+    if (static_cast<std::int64_t>(outputs.size()) < end - spec.prompt_len) {
+      throw std::logic_error("hash_block: block " + std::to_string(block_index) + " of request " +
+                             std::to_string(spec.id) + " reaches past its " +
+                             std::to_string(outputs.size()) + " known output values");
+    }
+    BlockWords words(parent);
+    if (begin < spec.prompt_len) add_runs(words, spec, begin, spec.prompt_len);
+    for (std::int64_t p = std::max<std::int64_t>(begin, spec.prompt_len); p < end; ++p) {
+      words.add_run(literal_token_stream(outputs[static_cast<std::size_t>(p - spec.prompt_len)]), 0,
+                    1);
+    }
+    return words.hash();
+  }
   if (spec.mm_inputs != nullptr && begin < spec.prompt_len) [[unlikely]] {
     if (const std::optional<BlockHash> h = hash_with_mm_keys(parent, spec, begin, end)) return *h;
   }

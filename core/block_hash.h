@@ -3,12 +3,14 @@
 // hash(block k) = XXH3-128(parent hash, canonical description of the block's tokens), where the
 // parent of block 0 is kNoneHash. Tokens are described by their identities (see request.h): the
 // runs of consecutive positions of one content stream that the block covers. Equal token
-// identities give equal hashes, whatever a backend sampled. 128 bits make an accidental
-// collision negligible even over billions of blocks.
+// identities give equal hashes, whatever a backend sampled (but for a literal prompt's outputs,
+// RequestSpec::outputs_by_value, described by their sampled values as a literal prompt is). 128
+// bits make an accidental collision negligible even over billions of blocks.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <span>
 
 #include "core/request.h"
 
@@ -44,8 +46,12 @@ struct BlockHashHasher {
 // (chained); a block that overlaps no input hashes as without them.
 // A request under a LoRA adapter (spec.lora_id != 0) hashes every block from lora_keyed(parent,
 // lora_id) (vLLM: the adapter is an extra key of every block's hash), so equal prompts under
-// different adapters, or under one and none, share no block. REQUIRES: block_size > 0.
+// different adapters, or under one and none, share no block. A request whose outputs are
+// identified by value (RequestSpec::outputs_by_value: a literal prompt) describes its output
+// tokens as a literal prompt would describe the same values, from `outputs` (its sampled
+// values): a block of prompt and reply hashes as the next prompt that quotes both. Throws
+// std::logic_error when such a block reaches past the values given. REQUIRES: block_size > 0.
 BlockHash hash_block(const BlockHash& parent, const RequestSpec& spec, std::int32_t block_index,
-                     std::int32_t block_size);
+                     std::int32_t block_size, std::span<const std::int32_t> outputs = {});
 
 }  // namespace servelab

@@ -53,6 +53,10 @@ KvCacheManager::~KvCacheManager() {
 }
 
 void KvCacheManager::update_block_hashes(Request& req, std::int32_t num_tokens) {
+  // Outputs identified by value (a literal prompt's request): only blocks whose values are known
+  // (async scheduling's placeholders, the block being filled: later).
+  if (req.spec.outputs_by_value) [[unlikely]]
+    num_tokens = std::min(num_tokens, req.num_tokens());
   const auto want = static_cast<std::size_t>(full_blocks(num_tokens));
   std::vector<BlockHash>& hashes = req.block_hashes_;
   if (hashes.size() >= want) return;
@@ -63,8 +67,8 @@ void KvCacheManager::update_block_hashes(Request& req, std::int32_t num_tokens) 
   }
   while (hashes.size() < want) {
     const BlockHash& parent = hashes.empty() ? kNoneHash : hashes.back();
-    hashes.push_back(
-        hash_block(parent, req.spec, static_cast<std::int32_t>(hashes.size()), block_size_));
+    hashes.push_back(hash_block(parent, req.spec, static_cast<std::int32_t>(hashes.size()),
+                                block_size_, req.output_tokens));
     // Every hash is looked up or registered soon (the block is full, or will be): start loading
     // its index slot now, while the next hash is computed.
     if (cache_) cache_->prefetch(hashes.back());
@@ -270,6 +274,10 @@ void KvCacheManager::cache_full_blocks(Request& req, std::int32_t num_tokens) {
 
 void KvCacheManager::register_full_blocks(Request& req, std::int32_t num_full) {
   update_block_hashes(req, num_full * block_size_);
+  // Outputs identified by value: a block whose last values are not known yet waits for a later
+  // registration.
+  num_full = std::min(num_full, static_cast<std::int32_t>(req.block_hashes_.size()));
+  if (num_full <= req.num_cached_blocks_) return;
   cache_->insert(req.block_table, req.block_hashes_, req.num_cached_blocks_, num_full);
   req.num_cached_blocks_ = num_full;
   // Look one block ahead: the block being filled now will be registered in a later step (its

@@ -50,6 +50,7 @@ RequestSpec make_literal_request(RequestId id, TimeNs arrival_ns, std::vector<st
   for (const std::int32_t t : tokens) segments.push_back({literal_token_stream(t), 0, 1});
   RequestSpec spec = make_request(id, arrival_ns, std::move(segments), max_output_tokens);
   spec.prompt_values = std::make_shared<const std::vector<std::int32_t>>(std::move(tokens));
+  spec.outputs_by_value = true;
   return spec;
 }
 

@@ -60,6 +60,12 @@ struct RequestSpec {
   // A literal prompt (engine serve: token ids a client sent): the token values, prompt_len of
   // them; null for prompts described by content streams only. See make_literal_request().
   std::shared_ptr<const std::vector<std::int32_t>> prompt_values;
+  // Output tokens identified by their sampled values, as a literal prompt's tokens
+  // (literal_token_stream(v) each) instead of the request's own output stream: a client's next
+  // prompt that quotes this reply's ids hits its blocks, as vLLM hashes token ids. Set by
+  // make_literal_request (engine serve). A block reaching into the outputs is hashed once their
+  // values are known (core/block_hash.h). Such a request carries no multimodal inputs.
+  bool outputs_by_value = false;
   // EOS, stop token ids, min_tokens, ignore_eos (core/stop_conditions.h); null: the request
   // stops only at max_output_tokens.
   std::shared_ptr<const StopConditions> stop;
@@ -146,7 +152,8 @@ inline constexpr std::uint64_t literal_token_stream(std::int32_t value) {
   return mix64(0x6c69746572616c21ULL ^ static_cast<std::uint32_t>(value));  // "literal!"
 }
 
-// A request whose prompt is the given token values (kept in prompt_values for the engine).
+// A request whose prompt is the given token values (kept in prompt_values for the engine), its
+// outputs identified by value too (RequestSpec::outputs_by_value).
 RequestSpec make_literal_request(RequestId id, TimeNs arrival_ns, std::vector<std::int32_t> tokens,
                                  std::int32_t max_output_tokens);
 

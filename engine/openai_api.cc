@@ -50,6 +50,7 @@ bool known_field(const std::string& key, bool chat) {
                                       "bad_words",
                                       "truncate_prompt_tokens",
                                       "return_tokens_as_token_ids",
+                                      "return_token_ids",
                                       "skip_special_tokens",
                                       "spaces_between_special_tokens",
                                       "structured_outputs",
@@ -805,6 +806,7 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat,
                             "prompt_logprobs");
   }
   r.return_tokens_as_token_ids = flag_field(body, "return_tokens_as_token_ids", false);
+  r.return_token_ids = flag_field(body, "return_token_ids", false);
   r.skip_special_tokens = flag_field(body, "skip_special_tokens", true);
   // vLLM's spaces_between_special_tokens (default true) changes only the text of its slow
   // (Python) tokenizers; its fast tokenizers, which decode as this server does, ignore it.
@@ -1027,6 +1029,8 @@ std::string completion_json(const ResponseMeta& meta, const std::vector<ChoiceTe
     } else if (c.stop_token) {
       choice["stop_reason"] = *c.stop_token;
     }
+    if (c.token_ids) choice["token_ids"] = *c.token_ids;
+    if (c.prompt_token_ids && !meta.chat) choice["prompt_token_ids"] = *c.prompt_token_ids;
     if (meta.chat) {
       choice["message"] = {{"role", "assistant"},
                            {"content", c.content_null ? json(nullptr) : json(c.text)}};
@@ -1047,6 +1051,9 @@ std::string completion_json(const ResponseMeta& meta, const std::vector<ChoiceTe
             {"usage", usage_json(prompt_tokens, completion_tokens)}};
   if (meta.chat && !choices.empty() && choices[0].prompt_logprobs) {
     j["prompt_logprobs"] = prompt_logprobs_json(*choices[0].prompt_logprobs);
+  }
+  if (meta.chat && !choices.empty() && choices[0].prompt_token_ids) {
+    j["prompt_token_ids"] = *choices[0].prompt_token_ids;
   }
   return text_of(j);
 }
@@ -1069,12 +1076,15 @@ std::string chunk_json(const ResponseMeta& meta, const ChunkFields& c) {
     choice["delta"] = delta;
   } else {
     choice["text"] = c.text;
+    if (c.prompt_token_ids) choice["prompt_token_ids"] = *c.prompt_token_ids;
   }
+  if (c.token_ids) choice["token_ids"] = *c.token_ids;
   json j = {{"id", meta.id},
             {"object", meta.chat ? "chat.completion.chunk" : "text_completion"},
             {"created", meta.created},
             {"model", meta.model},
             {"choices", json::array({choice})}};
+  if (meta.chat && c.prompt_token_ids) j["prompt_token_ids"] = *c.prompt_token_ids;
   if (c.completion_tokens >= 0) j["usage"] = usage_json(c.prompt_tokens, c.completion_tokens);
   return text_of(j);
 }

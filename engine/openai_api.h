@@ -152,6 +152,11 @@ struct CompletionRequest {
   // vLLM's return_tokens_as_token_ids: the logprobs objects name each token (and alternative) as
   // "token_id:N" instead of its text, so tokens that show the same text stay apart.
   bool return_tokens_as_token_ids = false;
+  // vLLM's return_token_ids (vLLM 0.10.2 on): each choice carries its output's token ids
+  // (`token_ids`; a stream's chunk, those it adds) and its prompt's (`prompt_token_ids`;
+  // completions: in the choice, a stream's first chunk of it; chat: beside the choices, a
+  // stream's first chunk), so a client can quote the reply exactly in its next prompt.
+  bool return_token_ids = false;
   // vLLM's skip_special_tokens (default true): the choices' text leaves out the tokenizer's
   // special tokens (Tokenizer::special; they stay in token counts and logprobs).
   bool skip_special_tokens = true;
@@ -259,6 +264,9 @@ struct ChoiceText {
   // `reasoning_content` (nullopt: null).
   bool reasoning_field = false;
   std::optional<std::string> reasoning = {};
+  // CompletionRequest::return_token_ids: the choice's output and prompt ids.
+  std::optional<std::vector<std::int32_t>> token_ids = {};
+  std::optional<std::vector<std::int32_t>> prompt_token_ids = {};
 };
 // The whole non-streaming response: the choices (index 0, 1, ... in order) and usage
 // (prompt_tokens: every prompt's of a batch; completion_tokens: all choices' tokens together, as
@@ -289,6 +297,10 @@ struct ChunkFields {
   std::vector<ToolCall> tool_calls = {};
   // A delta of the choice's reasoning (delta.reasoning_content, when non-empty).
   std::string reasoning = {};
+  // CompletionRequest::return_token_ids: the ids this chunk adds, and on the choice's first
+  // chunk its prompt's.
+  std::optional<std::vector<std::int32_t>> token_ids = {};
+  std::optional<std::vector<std::int32_t>> prompt_token_ids = {};
 };
 // Its JSON, without the "data: " framing.
 std::string chunk_json(const ResponseMeta& meta, const ChunkFields& chunk);

@@ -1,7 +1,5 @@
 #include "engine/reply_tokens.h"
 
-#include <memory>
-
 namespace servelab {
 
 void ReplyTokens::on_reject(const Request& req, TimeNs now) {
@@ -11,29 +9,7 @@ void ReplyTokens::on_reject(const Request& req, TimeNs now) {
 
 void ReplyTokens::on_finish(const Request& req, TimeNs now) {
   ForwardingObserver::on_finish(req, now);
-  if (keep_ && !req.output_tokens.empty()) {
-    replies_[output_content_id(req.id())] = req.output_tokens;
-  }
-}
-
-void ReplyTokens::quote_replies(RequestSpec& spec) const {
-  if (replies_.empty() || spec.prompt_values) return;
-  bool quotes = false;
-  for (const PromptSegment& s : spec.prompt) quotes = quotes || replies_.contains(s.content_id);
-  if (!quotes) return;
-  auto values = std::make_shared<std::vector<std::int32_t>>();
-  values->reserve(static_cast<std::size_t>(spec.prompt_len));
-  for (const PromptSegment& s : spec.prompt) {
-    const auto reply = replies_.find(s.content_id);
-    for (std::uint32_t j = 0; j < s.length; ++j) {
-      const std::uint64_t at = static_cast<std::uint64_t>(s.offset) + j;
-      values->push_back(
-          reply != replies_.end() && at < reply->second.size()
-              ? reply->second[static_cast<std::size_t>(at)]
-              : token_value(s.content_id, static_cast<std::uint32_t>(at), vocab_size_));
-    }
-  }
-  spec.prompt_values = std::move(values);
+  if (keep_) replies_.keep(req.id(), req.output_tokens);
 }
 
 }  // namespace servelab

@@ -333,7 +333,7 @@ struct Part {
   std::vector<Choice> choices;  // n of them
   // Completions' echo: each choice's text starts with echo_text (the prompt), and its logprobs
   // with the prompt tokens' (prompt_lp, which arrives with the first token). `prompt`: the ids,
-  // kept with echo or prompt log probabilities.
+  // kept with echo, prompt log probabilities or return_token_ids.
   std::string echo_text;
   std::vector<std::int32_t> prompt;
   std::shared_ptr<std::vector<TokenLogprobs>> prompt_lp;
@@ -354,6 +354,7 @@ struct Exchange {
   bool echo_only = false;  // max_tokens 0: the prompt alone (the generated token is not shown)
   bool prompt_logprobs_field = false;  // the response carries vLLM's prompt_logprobs
   bool tokens_as_ids = false;          // vLLM's return_tokens_as_token_ids
+  bool token_ids = false;              // vLLM's return_token_ids (Part::prompt kept)
   bool skip_special = true;            // vLLM's skip_special_tokens
   // Chat with tools and tool_choice "auto", "required" or named: the choices' text is parsed
   // for tool calls, with this parser (CompletionRequest::tool_parser).
@@ -655,6 +656,7 @@ class Server {
     ex->echo_only = parsed.echo_only;
     ex->prompt_logprobs_field = parsed.prompt_logprobs_field;
     ex->tokens_as_ids = parsed.return_tokens_as_token_ids;
+    ex->token_ids = parsed.return_token_ids;
     ex->skip_special = parsed.skip_special_tokens;
     ex->logprobs = parsed.logprobs >= 0;
     ex->continuous_usage = parsed.continuous_usage;
@@ -701,7 +703,7 @@ class Server {
       std::vector<std::int32_t>& ids = parsed.more_prompts[i];
       Part& p = ex->parts.emplace_back();
       p.prompt_tokens = static_cast<std::int32_t>(ids.size());
-      if (parsed.echo || parsed.prompt_logprobs >= 0) p.prompt = ids;
+      if (parsed.echo || parsed.prompt_logprobs >= 0 || parsed.return_token_ids) p.prompt = ids;
       if (tokenizer_.decode_needs_context()) {
         for (auto it = ids.rbegin(); it != ids.rend() && p.context.size() < kDecodeContext; ++it) {
           if (!ex->skip_special || !tokenizer_.special(*it)) p.context.push_back(*it);
@@ -723,6 +725,7 @@ class Server {
       one.prompt = std::move(literal.prompt);
       one.prompt_len = literal.prompt_len;
       one.prompt_values = std::move(literal.prompt_values);
+      one.outputs_by_value = literal.outputs_by_value;
       const ServeQueue::Submit submitted = queue_.submit(std::move(one), p.channel, &p.id);
       if (submitted == ServeQueue::Submit::kAccepted) continue;
       ex->parts.pop_back();
@@ -842,12 +845,14 @@ class Server {
                           chunk_logprobs(*ex, c),
                           ex->logprobs ? c.logprob_chars : -1};
         if (last && !c.stopped) chunk.stop_token = c.stop_token_id;
+        if (ex->token_ids) with_token_ids(chunk, p, c, c.tokens.size() - 1);
         chunk = with_parsers(c, std::move(chunk), last);
         // A parser holding everything back (a tool call being read, thinking still hidden)
-        // leaves nothing to say: vLLM sends no chunk then (unless logprobs or usage ride on it).
+        // leaves nothing to say: vLLM sends no chunk then (unless logprobs, usage or token ids
+        // ride on it: vLLM's tool parsers drop those ids, a client quoting them could not).
         const bool held = (c.reasoning || c.tools) && !chunk.first && !last && chunk.text.empty() &&
                           chunk.reasoning.empty() && chunk.tool_calls.empty() && !ex->logprobs &&
-                          !ex->continuous_usage;
+                          !ex->continuous_usage && !ex->token_ids;
         if (!held) {
           out += sse(
               chunk_json(ex->meta, with_usage(*ex, p, c, with_echo(*ex, p, c, std::move(chunk)))));
@@ -892,6 +897,7 @@ class Server {
                   base + index, next_text(c, text, true),           c.first, reason, stop_reason,
                   {},           ex->logprobs ? c.logprob_chars : -1};
               if (!c.stopped) chunk.stop_token = c.stop_token_id;
+              if (ex->token_ids) with_token_ids(chunk, p, c, c.tokens.size());
               chunk = with_parsers(c, std::move(chunk), true);
               out += sse(chunk_json(ex->meta,
                                     with_usage(*ex, p, c, with_echo(*ex, p, c, std::move(chunk)))));
@@ -913,6 +919,10 @@ class Server {
             }
           }
           if (ex->prompt_logprobs_field) shown.prompt_logprobs = prompt_logprob_entries(p);
+          if (ex->token_ids) {
+            shown.token_ids = c.tokens;
+            shown.prompt_token_ids = p.prompt;
+          }
           if (ex->meta.chat && reasoning_parser_ != nullptr) {
             ExtractedReasoning split = reasoning_parser_->extract(shown.text);
             shown.reasoning_field = true;
@@ -967,6 +977,13 @@ class Server {
     } else {
       res.set_chunked_content_provider("application/json", provider, releaser);
     }
+  }
+
+  // return_token_ids: a streamed chunk of choice `c` carries its ids from index `from` on (the
+  // token it sends; none for a closing chunk) and, the choice's first, the prompt's.
+  static void with_token_ids(ChunkFields& chunk, const Part& p, const Choice& c, std::size_t from) {
+    chunk.token_ids.emplace(c.tokens.begin() + static_cast<std::ptrdiff_t>(from), c.tokens.end());
+    if (c.first) chunk.prompt_token_ids = p.prompt;
   }
 
   // Aborts every part of a request that the engine may still run.

@@ -28,6 +28,7 @@
 #include "serving/lora_modules.h"
 #include "serving/model_config.h"
 #include "serving/output_file.h"
+#include "serving/quoted_replies.h"
 #include "serving/recorder.h"
 #include "serving/run_stage.h"
 #include "traces/lora_workload.h"
@@ -279,6 +280,10 @@ struct Outcome {
   RequestRecord record;
   std::vector<TimeNs> gaps;
   TimeNs client_wait_ns = 0;  // how long it waited in the client for a free connection
+  // Asked for with return_token_ids (a dependent workload's request): the ids of its first
+  // choice, and whether the server sent any `token_ids` at all.
+  std::vector<std::int32_t> reply;
+  bool reply_ids = false;
 };
 
 // How late after its arrival a request may be sent and still count as sent on time: the
@@ -319,15 +324,15 @@ std::string error_message(const std::string& body) {
   return text.empty() ? "" : ": " + one_line(text);
 }
 
-// One streamed request; times relative to `send`.
 // One streamed request; times relative to `send`. The whole answer must come within `timeout`
 // (a server that trickles bytes or keep-alive comments forever is given up), and an interrupt
 // (SIGINT/SIGTERM) gives it up at the next bytes (run_bench also shuts the socket of a silent
-// one). Never throws for what the server sends: that becomes the request's reason.
+// one). Never throws for what the server sends: that becomes the request's reason. `token_ids`:
+// ask for the output's ids (vLLM's return_token_ids) and keep the first choice's in the reply.
 Outcome send_one(httplib::Client& client, const Endpoint& e, const std::string& model,
                  const std::vector<LoraModule>& lora_modules, const RequestSpec& spec,
                  std::int32_t vocab_size, std::chrono::duration<double> timeout,
-                 const BenchClock& clock) {
+                 const BenchClock& clock, bool token_ids) {
   json prompt = json::array();
   for (std::int32_t p = 0; p < spec.prompt_len; ++p) {
     prompt.push_back(prompt_token_value(spec, p, vocab_size));
@@ -366,6 +371,7 @@ Outcome send_one(httplib::Client& client, const Endpoint& e, const std::string& 
     body["logprobs"] = std::max(spec.logprobs, spec.prompt_logprobs);
   }
   if (spec.prompt_logprobs >= 0) body["echo"] = true;
+  if (token_ids) body["return_token_ids"] = true;
   Outcome o;
   RequestRecord& r = o.record;
   r.id = spec.id;
@@ -437,6 +443,24 @@ Outcome send_one(httplib::Client& client, const Endpoint& e, const std::string& 
         if (choice.is_object() && choice.contains("finish_reason") &&
             choice["finish_reason"].is_string()) {
           finish_reason = one_line(choice["finish_reason"].get_ref<const std::string&>());
+        }
+        if (token_ids && index == 0 && choice.is_object() && choice.contains("token_ids") &&
+            !choice["token_ids"].is_null()) {
+          const json& ids = choice["token_ids"];
+          const bool valid =
+              ids.is_array() && std::all_of(ids.begin(), ids.end(), [&](const json& t) {
+                return t.is_number_unsigned() &&
+                       t.get<std::uint64_t>() < static_cast<std::uint64_t>(vocab_size);
+              });
+          if (!valid) {
+            stream_error = "token_ids " + one_line(ids.dump()) +
+                           " is not a list of token ids below the "
+                           "model's vocabulary size " +
+                           std::to_string(vocab_size);
+            return false;
+          }
+          for (const json& t : ids) o.reply.push_back(t.get<std::int32_t>());
+          o.reply_ids = true;
         }
       }
     }
@@ -565,11 +589,11 @@ BenchOutput run_bench(const ExperimentConfig& config, const BenchOptions& option
   std::unique_ptr<Workload> workload =
       limit_workload(make_workload(config.workload_section(), config.seed, config.base_dir),
                      config.max_requests, config.max_duration_ns, config.file);
-  if (workload->dependent()) {
-    throw ConfigError(config.file +
-                      ": sim bench replays independent workloads only (a session's turns depend "
-                      "on when the previous ones finish)");
-  }
+  // Sessions: a turn is sent when the turns it follows were answered (plus its think time), and
+  // its prompt quotes their replies as the server sampled them (serving/quoted_replies.h).
+  const bool dependent = workload->dependent();
+  QuotedReplies replies(model_config.vocab_size);
+  std::int64_t unquoted = 0;  // replies finished without token ids to quote
   RunOutput out;
   out.backend = "bench";
   out.workload = workload->describe();
@@ -591,7 +615,8 @@ BenchOutput run_bench(const ExperimentConfig& config, const BenchOptions& option
 
   std::mutex mu;
   std::condition_variable cv;
-  std::deque<RequestSpec> ready;  // sent by the dispatcher, waiting for a worker
+  std::condition_variable answered;  // a worker finished a request (dependent workloads wait)
+  std::deque<RequestSpec> ready;     // sent by the dispatcher, waiting for a worker
   std::vector<Outcome> outcomes;
   bool closed = false;
   std::atomic<std::int64_t> sent{0}, finished{0}, failed{0};
@@ -654,7 +679,7 @@ BenchOutput run_bench(const ExperimentConfig& config, const BenchOptions& option
         Outcome o;
         try {
           o = send_one(*own, endpoint, model, lora_modules, spec, model_config.vocab_size, timeout,
-                       clock);
+                       clock, dependent);
         } catch (const std::exception& x) {  // e.g. out of memory: this request fails, not all
           o.record.id = spec.id;
           o.record.arrival_ns = spec.arrival_ns;
@@ -663,10 +688,24 @@ BenchOutput run_bench(const ExperimentConfig& config, const BenchOptions& option
           o.record.status = RequestStatus::kAborted;
           o.record.reason = one_line(x.what());
         }
-        (o.record.status == RequestStatus::kFinished ? finished : failed)++;
-        std::lock_guard lock(mu);
-        outcomes.push_back(std::move(o));
-        --busy;
+        {
+          std::lock_guard lock(mu);
+          const bool ok = o.record.status == RequestStatus::kFinished;
+          if (dependent) {
+            // Its reply is kept before the turns it releases can be sent; a request that failed
+            // releases them too (at the moment it failed), as in the simulator.
+            if (ok && o.reply_ids) {
+              replies.keep(spec.id, std::move(o.reply));
+            } else if (ok) {
+              ++unquoted;
+            }
+            workload->on_finish(spec.id, ok ? o.record.finish_ns : clock.at(Clock::now()));
+          }
+          (ok ? finished : failed)++;  // under the lock: the dispatcher reads both with on_finish's
+          outcomes.push_back(std::move(o));
+          --busy;
+        }
+        answered.notify_all();
       }
     });
   };
@@ -692,6 +731,45 @@ BenchOutput run_bench(const ExperimentConfig& config, const BenchOptions& option
     std::fflush(options.progress);
   };
   try {
+    // A dependent workload: the next request known now (released by the answers so far), sent
+    // at its arrival; a worker's answer may release an earlier one meanwhile.
+    while (dependent) {
+      throw_if_interrupted();
+      report(false);
+      std::unique_lock lock(mu);
+      if (!next) {
+        const std::optional<TimeNs> at = workload->next_arrival();
+        if (!at) {
+          if (workload->exhausted()) break;
+          if (finished + failed == sent) {
+            throw std::logic_error(
+                "sim bench: the workload holds requests that nothing in flight "
+                "releases");
+          }
+          answered.wait_for(lock, std::chrono::milliseconds(100));
+          continue;
+        }
+        const auto due = start + std::chrono::nanoseconds(*at - first_arrival);
+        if (Clock::now() < due) {
+          answered.wait_until(lock, std::min(due, Clock::now() + std::chrono::milliseconds(100)));
+          continue;
+        }
+        next = workload->next();
+        if (!next)
+          throw std::logic_error("sim bench: the workload announced an arrival it did not yield");
+      }
+      replies.quote(*next);
+      last_arrival = std::max(last_arrival, next->arrival_ns);
+      if (static_cast<std::int64_t>(workers.size()) < options.max_concurrency &&
+          static_cast<std::int64_t>(workers.size()) <= sent.load()) {
+        add_worker();
+      }
+      ready.push_back(std::move(*next));
+      next.reset();
+      ++sent;
+      lock.unlock();
+      cv.notify_one();
+    }
     while (next) {
       throw_if_interrupted();
       const auto due = start + std::chrono::nanoseconds(next->arrival_ns - first_arrival);
@@ -763,7 +841,8 @@ BenchOutput run_bench(const ExperimentConfig& config, const BenchOptions& option
                     out);
   stage.commit();
   out.out_dir = stage.final_path();
-  return {std::move(out), std::move(first_failure), client_waits, ns_to_s(client_wait_max_ns)};
+  return {std::move(out), std::move(first_failure), client_waits, ns_to_s(client_wait_max_ns),
+          unquoted};
 }
 
 int bench_command(const std::vector<std::string>& args) {
@@ -839,6 +918,14 @@ int bench_command(const std::vector<std::string>& args) {
                  "workload's\n",
                  static_cast<long long>(bench.client_waits), bench.client_wait_max_s,
                  options.max_concurrency);
+  }
+  if (bench.unquoted_replies > 0) {
+    std::fprintf(stderr,
+                 "sim bench: warning: %lld replies came without token ids (the server does not "
+                 "answer vLLM's return_token_ids): the turns after them quote other tokens than "
+                 "the model sampled, so the server's prefix cache cannot hit past the quoted "
+                 "replies as the simulator's does\n",
+                 static_cast<long long>(bench.unquoted_replies));
   }
   if (run.summary.num_requests > 0 && run.summary.completed == 0) {
     std::fprintf(stderr, "sim bench: error: no request finished (%s); wrote %s\n",

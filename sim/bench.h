@@ -2,13 +2,17 @@
 // any OpenAI-compatible server (`engine serve`, vLLM, SGLang, ...) and writes the run folder
 // `sim run` writes, so `sim validate SIM_DIR BENCH_DIR` compares the simulator with that server.
 //
-// Each request of the workload (synthetic or trace; dependent workloads are refused) is sent at
-// its arrival time (wall clock, relative to the first arrival) as a streaming POST to
-// /v1/completions: the prompt as token ids (the experiment's lengths; a prompt position's value
-// is the one the engine would use, prompt_token_value(), so shared prefixes share ids),
-// max_tokens = the output length, ignore_eos, temperature 0, stream_options.include_usage. At
-// most `max_concurrency` requests are open at once (more wait for a free connection, measured
-// from when they are sent).
+// Each request of the workload is sent at its arrival time (wall clock, relative to the first
+// arrival) as a streaming POST to /v1/completions: the prompt as token ids (the experiment's
+// lengths; a prompt position's value is the one the engine would use, prompt_token_value(), so
+// shared prefixes share ids), max_tokens = the output length, ignore_eos, temperature 0,
+// stream_options.include_usage. At most `max_concurrency` requests are open at once (more wait
+// for a free connection, measured from when they are sent). A dependent workload (sessions,
+// multiturn) releases a request when the requests it follows were answered (the time of the
+// last chunk, or of the failure), at that time plus its think time; its requests ask for
+// vLLM's return_token_ids, and a turn's prompt quotes its parents' replies as the server
+// sampled them (serving/quoted_replies.h), as the engine's own runs do, so the server's prefix
+// cache sees the conversation the simulator models.
 //
 // Measurements follow vLLM's benchmark_serving: TTFT is the time from sending the request to the
 // first streamed chunk carrying choices; ITL the gaps between consecutive such chunks; E2E from
@@ -53,6 +57,9 @@ struct BenchOutput {
   // --max-concurrency), and the longest such wait. Their arrival_s is when they were sent.
   std::int64_t client_waits = 0;
   double client_wait_max_s = 0;
+  // A dependent workload's requests that finished without `token_ids` in their answer (a server
+  // without vLLM's return_token_ids): the turns quoting them were sent token_value()s there.
+  std::int64_t unquoted_replies = 0;
 };
 
 // Throws ConfigError for bad input (the experiment, the URL, a server that cannot be reached,

@@ -5,10 +5,13 @@
 #include <httplib.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <functional>
+#include <map>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -313,6 +316,122 @@ TEST(BenchClient, AnInterruptEndsRequestsWaitingOnASilentServer) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
   EXPECT_NE(r.err.find("interrupted; no output written"), std::string::npos) << r.err;
   EXPECT_FALSE(fs::exists(dir / "out"));
+  fs::remove_all(dir);
+}
+
+// One conversation of three turns (8 prompt tokens, 4 new ones a turn, 4 output tokens, 50 ms of
+// thinking) against a server that answers each turn with ids id_base + 10 x turn + k and, with
+// `ids`, says so in token_ids.
+struct SessionRun {
+  std::vector<nlohmann::json> bodies;  // as the server received them
+  BenchOutput out;
+  std::vector<std::map<std::string, std::string>> rows;  // requests.csv
+};
+SessionRun bench_session(const fs::path& dir, bool ids, int id_base = 100) {
+  SessionRun s;
+  std::mutex mu;
+  const FakeServer server([&](const httplib::Request& q, httplib::Response& r) {
+    std::size_t turn = 0;
+    {
+      std::lock_guard lock(mu);
+      turn = s.bodies.size();
+      s.bodies.push_back(nlohmann::json::parse(q.body));
+    }
+    std::string events;
+    for (int k = 0; k < 4; ++k) {
+      const std::string id = std::to_string(id_base + static_cast<int>(10 * turn) + k);
+      events += "data: {\"choices\": [{\"index\": 0, \"text\": \"x\"" +
+                (ids ? ", \"token_ids\": [" + id + "]" : std::string()) +
+                (k == 3 ? ", \"finish_reason\": \"length\"" : "") + "}]}\n\n";
+    }
+    stream(r, events + "data: {\"choices\": [], \"usage\": {\"completion_tokens\": 4}}\n\n" +
+                  "data: [DONE]\n\n");
+  });
+  fs::create_directories(dir);
+  write_file(dir / "s.yaml",
+             "name: chat\nseed: 1\nmodel: tiny\nhardware: H100-SXM\n"
+             "workload: {type: multiturn, num_sessions: 1,"
+             " session_arrival: {process: poisson, rate: 10}, turns: {dist: fixed, value: 3},"
+             " think_time_s: {dist: fixed, value: 0.05},"
+             " first_prompt_len: {dist: fixed, value: 8}, new_tokens: {dist: fixed, value: 4},"
+             " output_len: {dist: fixed, value: 4}}\n");
+  BenchOptions o;
+  o.url = server.url();
+  o.out_dir = (dir / "out").string();
+  s.out = run_bench(load_experiment((dir / "s.yaml").string(), {}), o);
+  s.rows = read_csv(dir / "out" / "requests.csv");
+  return s;
+}
+
+std::vector<int> ids(const nlohmann::json& prompt, std::size_t from, std::size_t to) {
+  std::vector<int> out;
+  for (std::size_t i = from; i < to; ++i) out.push_back(prompt.at(i).get<int>());
+  return out;
+}
+
+// A session's turns go out one after another, each once the turn before was answered plus its
+// think time, and each prompt is the conversation so far: the turn before's prompt, its reply as
+// the server sampled it (return_token_ids) and the new tokens, so a server's prefix cache sees
+// one growing conversation. (sim bench refused dependent workloads before.)
+TEST(BenchClient, SessionTurnsWaitForTheirRepliesAndQuoteThem) {
+  const fs::path dir = temp_dir("bench_session");
+  const SessionRun s = bench_session(dir, true);
+  ASSERT_EQ(s.bodies.size(), 3u);
+  EXPECT_EQ(s.out.unquoted_replies, 0);
+  for (std::size_t t = 0; t < 3; ++t) {
+    const nlohmann::json& prompt = s.bodies[t].at("prompt");
+    EXPECT_EQ(s.bodies[t].value("return_token_ids", false), true);
+    ASSERT_EQ(prompt.size(), 8 + 8 * t);
+    if (t == 0) continue;
+    const nlohmann::json& before = s.bodies[t - 1].at("prompt");
+    EXPECT_EQ(ids(prompt, 0, before.size()), ids(before, 0, before.size())) << t;
+    const int first = static_cast<int>(100 + 10 * (t - 1));
+    const std::vector<int> reply = {first, first + 1, first + 2, first + 3};
+    EXPECT_EQ(ids(prompt, before.size(), before.size() + 4), reply) << t;
+  }
+  // requests.csv: every turn finished, and each arrived no earlier than 50 ms after the one
+  // before finished (the arrivals come from the answers, not from the workload alone).
+  ASSERT_EQ(s.rows.size(), 3u);
+  std::vector<std::pair<double, double>> times;  // (arrival, finish) in arrival order
+  for (const auto& row : s.rows) {
+    EXPECT_EQ(row.at("status"), "finished");
+    times.emplace_back(std::stod(row.at("arrival_s")), std::stod(row.at("finish_s")));
+  }
+  std::sort(times.begin(), times.end());
+  for (std::size_t t = 1; t < 3; ++t) {
+    EXPECT_GE(times[t].first, times[t - 1].second + 0.05 - 1e-6) << t;
+    EXPECT_LT(times[t].first, times[t - 1].second + 0.05 + 0.03) << t;  // and sent on time
+  }
+  fs::remove_all(dir);
+}
+
+// A server that does not answer return_token_ids (an older vLLM): the turns still go out in
+// order, quoting the replies by their identities' values, and the bench counts the replies it
+// could not quote (the command warns: the server's cache cannot hit past them).
+TEST(BenchClient, RepliesWithoutTokenIdsAreCounted) {
+  const fs::path dir = temp_dir("bench_session_noids");
+  const SessionRun s = bench_session(dir, false);
+  ASSERT_EQ(s.bodies.size(), 3u);
+  EXPECT_EQ(s.out.unquoted_replies, 3);
+  EXPECT_EQ(s.out.run.summary.completed, 3);
+  EXPECT_NE(ids(s.bodies[1].at("prompt"), 8, 12), (std::vector<int>{100, 101, 102, 103}));
+  fs::remove_all(dir);
+}
+
+// Ids outside the model's vocabulary (256 tokens) are no reply to quote: each turn is aborted,
+// saying so, and still releases the next, as a failed request does in the simulator.
+TEST(BenchClient, TokenIdsOutsideTheVocabularyAbortTheRequest) {
+  const fs::path dir = temp_dir("bench_session_badids");
+  const SessionRun s = bench_session(dir, true, 256);
+  ASSERT_EQ(s.bodies.size(), 3u);
+  ASSERT_EQ(s.rows.size(), 3u);
+  for (const auto& row : s.rows) {
+    EXPECT_EQ(row.at("status"), "aborted");
+    EXPECT_NE(row.at("reason").find("is not a list of token ids below the model's vocabulary "
+                                    "size 256"),
+              std::string::npos)
+        << row.at("reason");
+  }
   fs::remove_all(dir);
 }
 

@@ -1903,6 +1903,80 @@ TEST(EngineServe, SimBenchAgainstTheServerWritesARunFolderSimValidateReads) {
   fs::remove_all(dir);
 }
 
+// vLLM's return_token_ids: each choice's output ids (the tokens logprobs name by id) and the
+// prompt's, the stream's the same ids chunk by chunk. A literal request's outputs are
+// identified by value, so a next prompt that sends the reply's ids back hits the reply's
+// blocks, as in vLLM: a 40-token prompt and a 30-token reply leave 69 computed tokens, 4 full
+// blocks of 16 (2 of them holding reply tokens), and the follow-up hits all 64 tokens of them.
+// A `sim bench` of sessions quotes the replies that way: two conversations of three turns hit
+// 64 + 96 tokens each (a turn's computed blocks: 40 + 29 and 78 + 29 tokens).
+TEST(EngineServe, TokenIdsComeBackAndQuotedRepliesHitTheirBlocks) {
+  const fs::path dir = temp_dir("serve_token_ids");
+  ServerProcess server(dir, {});
+  httplib::Client c = client_for(server);
+  std::vector<int> prompt;
+  for (int i = 1; i <= 40; ++i) prompt.push_back(i);
+  json body = {{"prompt", prompt},   {"max_tokens", 30},
+               {"ignore_eos", true}, {"return_token_ids", true},
+               {"logprobs", 0},      {"return_tokens_as_token_ids", true}};
+  const json a = completion_ok(c, body);
+  const json& choice = a["choices"][0];
+  ASSERT_EQ(choice["token_ids"].size(), 30u) << a.dump();
+  EXPECT_EQ(choice["prompt_token_ids"], json(prompt));
+  for (std::size_t i = 0; i < 30; ++i) {
+    EXPECT_EQ(choice["logprobs"]["tokens"][i],
+              "token_id:" + std::to_string(choice["token_ids"][i].get<int>()))
+        << i;
+  }
+  json sbody = body;
+  sbody["stream"] = true;
+  const Stream st = post_stream(server, "/v1/completions", sbody);
+  ASSERT_EQ(st.status, 200) << st.body;
+  json streamed = json::array();
+  int with_prompt = 0;
+  for (const json& ch : st.chunks) {
+    if (ch["choices"].empty()) continue;
+    for (const json& id : ch["choices"][0]["token_ids"]) streamed.push_back(id);
+    if (ch["choices"][0].contains("prompt_token_ids")) {
+      ++with_prompt;
+      EXPECT_EQ(ch["choices"][0]["prompt_token_ids"], json(prompt));
+    }
+  }
+  EXPECT_EQ(streamed, choice["token_ids"]);
+  EXPECT_EQ(with_prompt, 1);
+  // The follow-up: the prompt, the reply's ids, 8 new tokens.
+  const std::string before = scrape_settled(server.port());
+  std::vector<int> next = prompt;
+  for (const json& id : choice["token_ids"]) next.push_back(id.get<int>());
+  for (int i = 0; i < 8; ++i) next.push_back(200 + i);
+  completion_ok(c, {{"prompt", next}, {"max_tokens", 1}});
+  const std::string after = scrape_settled(server.port());
+  EXPECT_EQ(metric(after, "vllm:prefix_cache_hits_total" + kLabels) -
+                metric(before, "vllm:prefix_cache_hits_total" + kLabels),
+            64);
+  // Sessions through sim bench.
+  write_file(dir / "chat.yaml",
+             "name: chat\nseed: 2\nmodel: tiny\nhardware: H100-SXM\n"
+             "workload: {type: multiturn, num_sessions: 2,"
+             " session_arrival: {process: poisson, rate: 20}, turns: {dist: fixed, value: 3},"
+             " think_time_s: {dist: fixed, value: 0.02},"
+             " first_prompt_len: {dist: fixed, value: 40}, new_tokens: {dist: fixed, value: 8},"
+             " output_len: {dist: fixed, value: 30}}\n");
+  const Cli bench = run_sim("bench " + (dir / "chat.yaml").string() + " --url " + server.url() +
+                                " --out " + (dir / "bench").string(),
+                            dir);
+  ASSERT_EQ(bench.code, 0) << bench.err;
+  EXPECT_EQ(bench.err.find("without token ids"), std::string::npos) << bench.err;
+  const auto rows = read_csv(dir / "bench" / "requests.csv");
+  ASSERT_EQ(rows.size(), 6u);
+  for (const auto& row : rows) EXPECT_EQ(row.at("status"), "finished");
+  const std::string end = scrape_settled(server.port());
+  EXPECT_EQ(metric(end, "vllm:prefix_cache_hits_total" + kLabels) -
+                metric(after, "vllm:prefix_cache_hits_total" + kLabels),
+            2 * (64 + 96));
+  fs::remove_all(dir);
+}
+
 // `sim bench` sends a request's priority (when not 0) and tenant (as OpenAI's `user`): a server
 // scheduling by priority serves a mix whose batch class has priority 1; an fcfs server refuses
 // those requests (400, param priority), as vLLM does without priority scheduling.

@@ -825,6 +825,9 @@ TEST(OpenAiApi, AllowedTokensBadWordsAndTruncation) {
   EXPECT_TRUE(
       parse(R"({"prompt": "q", "return_tokens_as_token_ids": true})").return_tokens_as_token_ids);
   EXPECT_FALSE(parse(R"({"prompt": "q"})").return_tokens_as_token_ids);
+  EXPECT_TRUE(parse(R"({"prompt": "q", "return_token_ids": true})").return_token_ids);
+  EXPECT_FALSE(parse(R"({"prompt": "q"})").return_token_ids);
+  EXPECT_THROW(parse(R"({"prompt": "q", "return_token_ids": 1})"), ApiError);
   // truncate_prompt_tokens.
   EXPECT_EQ(parse(R"({"prompt": [5, 6, 7, 8], "truncate_prompt_tokens": 2})").prompt, (Ids{7, 8}));
   EXPECT_EQ(parse(R"({"prompt": [5, 6], "truncate_prompt_tokens": 3})").prompt, (Ids{5, 6}));
@@ -1095,6 +1098,42 @@ TEST(OpenAiApi, EchoAndPromptLogprobsShapes) {
   c.prompt_logprobs.reset();
   j = nlohmann::json::parse(completion_json(meta, {c}, 2, 1));
   EXPECT_FALSE(j.contains("prompt_logprobs"));
+}
+
+// vLLM's return_token_ids: completions put the prompt's ids in each choice, chat beside the
+// choices (a stream: on the choice's first chunk, chat's on the chunk); output ids in the choice.
+TEST(OpenAiApi, TokenIdsWhereVllmPutsThem) {
+  ResponseMeta meta{"cmpl-1", "tiny", 5, false};
+  ChoiceText c{"ab", "length", "", std::nullopt, std::nullopt};
+  c.token_ids = std::vector<std::int32_t>{97, 98};
+  c.prompt_token_ids = std::vector<std::int32_t>{1, 2, 3};
+  nlohmann::json j = nlohmann::json::parse(completion_json(meta, {c}, 3, 2));
+  EXPECT_EQ(j["choices"][0]["token_ids"], nlohmann::json::parse("[97, 98]"));
+  EXPECT_EQ(j["choices"][0]["prompt_token_ids"], nlohmann::json::parse("[1, 2, 3]"));
+  EXPECT_FALSE(j.contains("prompt_token_ids"));
+  ChunkFields chunk;
+  chunk.text = "a";
+  chunk.first = true;
+  chunk.token_ids = std::vector<std::int32_t>{97};
+  chunk.prompt_token_ids = std::vector<std::int32_t>{1, 2, 3};
+  j = nlohmann::json::parse(chunk_json(meta, chunk));
+  EXPECT_EQ(j["choices"][0]["token_ids"], nlohmann::json::parse("[97]"));
+  EXPECT_EQ(j["choices"][0]["prompt_token_ids"], nlohmann::json::parse("[1, 2, 3]"));
+  meta.chat = true;
+  j = nlohmann::json::parse(completion_json(meta, {c}, 3, 2));
+  EXPECT_EQ(j["choices"][0]["token_ids"], nlohmann::json::parse("[97, 98]"));
+  EXPECT_FALSE(j["choices"][0].contains("prompt_token_ids"));
+  EXPECT_EQ(j["prompt_token_ids"], nlohmann::json::parse("[1, 2, 3]"));
+  j = nlohmann::json::parse(chunk_json(meta, chunk));
+  EXPECT_EQ(j["choices"][0]["token_ids"], nlohmann::json::parse("[97]"));
+  EXPECT_EQ(j["prompt_token_ids"], nlohmann::json::parse("[1, 2, 3]"));
+  // Not asked for: no such fields.
+  c.token_ids.reset();
+  c.prompt_token_ids.reset();
+  meta.chat = false;
+  j = nlohmann::json::parse(completion_json(meta, {c}, 3, 2));
+  EXPECT_FALSE(j["choices"][0].contains("token_ids"));
+  EXPECT_FALSE(j["choices"][0].contains("prompt_token_ids"));
 }
 
 // --lora-modules entries (serving/lora_modules.h) and a request naming an adapter.
