@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "serving/interrupt.h"
+
 namespace servelab {
 
 namespace {
@@ -54,6 +56,7 @@ KvProbeGeneration kv_probe_generate(CpuExecutor& exec, const RequestSpec& spec,
   KvProbeGeneration r;
   std::int32_t done = 0;
   while (static_cast<std::int32_t>(r.tokens.size()) < decode_tokens) {
+    throw_if_interrupted();
     const auto n_out = static_cast<std::int32_t>(r.tokens.size());
     // The entry holds a view of `outputs`, which must outlive the step.
     const std::vector<std::int32_t> outputs =

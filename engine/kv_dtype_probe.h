@@ -60,7 +60,8 @@ std::vector<BlockId> kv_probe_block_table(const KvProbeSetup& setup);
 
 // Runs `spec` alone on `exec` for `decode_tokens` sampling steps over `block_table` (which must
 // hold prompt + decode tokens). With `forced`, step k is fed forced[0..k) as its outputs so far;
-// else the run's own samples.
+// else the run's own samples. Throws Interrupted (serving/interrupt.h) at a step after SIGINT or
+// SIGTERM while a handler is installed.
 KvProbeGeneration kv_probe_generate(CpuExecutor& exec, const RequestSpec& spec,
                                     std::int32_t decode_tokens,
                                     const std::vector<BlockId>& block_table,

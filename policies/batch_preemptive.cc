@@ -25,7 +25,10 @@
 // With LoRA (serving.lora) an adapter slot is one more thing a candidate may lack: a waiting
 // request whose adapter would exceed max_loras is not skipped (as vLLM's admission skips it)
 // but waits at the head, and displaces the lower-ranked requests whose adapters hold the slots
-// when recomputing them would free one (a swapped-out request keeps its adapter counted).
+// when recomputing them would free one (a swapped-out request keeps its adapter counted). When
+// no displacement can free one, the best swapped request is the candidate instead: swapped
+// requests may hold the slots, and only resuming them gives the slots back (nothing ran
+// otherwise, for ever, once every slot was held by swapped requests).
 // With sjf the rank is shortest-remaining-first (SRTF), with predicted-sjf vllm-ltr's, with
 // priority preemptive priorities (equal priorities: arrival order), with mlfq FastServe. One
 // sample per request, one scheduler step; the queue order must rank (fcfs, fair and SGLang's
@@ -119,13 +122,15 @@ class PreemptiveBatchFormation final : public BatchFormation {
 
  private:
   // The best-ranked request not running: the first swapped one (the list is ranked) or the
-  // head of the waiting queue, whichever ranks first; null when there is neither.
+  // head of the waiting queue, whichever ranks first; null when there is neither. A waiting
+  // head that waits for an adapter slot no displacement can free yields to the swapped one.
   static Request* candidate(const Scheduler& s) {
     const WaitingQueue& q = s.waiting_queue();
     Request* w = q.empty() ? nullptr : q.front();
     Request* sw = s.swapped().empty() ? nullptr : s.swapped().front();
     if (sw == nullptr) return w;
-    return w == nullptr || q.ranks_before(*sw, *w) ? sw : w;
+    if (w == nullptr || q.ranks_before(*sw, *w)) return sw;
+    return lacks_adapter(s, *w) && !adapter_freeable(s, *w) ? sw : w;
   }
   // Whether `r` was preempted in this step: it does not start again in it (a displaced request
   // would be recomputed or moved back for nothing).

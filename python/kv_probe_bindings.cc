@@ -18,6 +18,7 @@
 #include "engine/weight_quant_probe.h"
 #include "python/bindings.h"
 #include "python/python_plugins.h"
+#include "serving/interrupt.h"
 #include "serving/model_config.h"
 
 namespace py = pybind11;
@@ -107,6 +108,7 @@ py::list compare(const std::string& model, std::uint64_t seed, std::int64_t requ
   {
     const RegistryReaders registry_readers;  // see python_plugins.h
     py::gil_scoped_release release;
+    ScopedInterruptHandler interrupt;  // Ctrl-C stops between steps
     diffs = compare_kv_dtypes(LlamaWeights::random(config, seed), setup, cases);
   }
   return rows(diffs, "format");
@@ -133,6 +135,7 @@ py::list compare_weights(const std::string& model, std::uint64_t seed, std::int6
   {
     const RegistryReaders registry_readers;  // see python_plugins.h
     py::gil_scoped_release release;
+    ScopedInterruptHandler interrupt;  // Ctrl-C stops between steps
     try {
       diffs =
           compare_weight_quantizations(LlamaWeights::random(config, seed), setup, quantizations);

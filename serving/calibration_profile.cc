@@ -190,9 +190,9 @@ CalibratedProfile load_calibrated_profile(const std::string& path) {
 }
 
 void check_profile_storage(const CalibratedProfile& p, const ModelConfig& model,
-                           const std::string& where) {
+                           const std::string& where, const std::string& source) {
   if (p.model != model.name) {
-    throw ConfigError(where + ": key 'cost_model.file': " + p.file + " was calibrated for model '" +
+    throw ConfigError(where + ": " + source + ": " + p.file + " was calibrated for model '" +
                       p.model + "', but the experiment runs '" + model.name + "'");
   }
   const std::string measured_q = p.quantization.empty() ? "none" : p.quantization;

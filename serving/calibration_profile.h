@@ -131,9 +131,11 @@ CalibratedProfile load_calibrated_profile(const std::string& path);
 // ConfigError, prefixed with `where` (the experiment or run config naming the model), for
 // another model, or one stored otherwise (another quantization, another KV dtype, or for an
 // older file another number of KV bytes per token): priced by the profile, such a run would
-// silently get the measured model's step times.
+// silently get the measured model's step times. `source`: what named the file (for the
+// message; the experiment's key by default, "--cost-model", "the profile").
 void check_profile_storage(const CalibratedProfile& profile, const ModelConfig& model,
-                           const std::string& where);
+                           const std::string& where,
+                           const std::string& source = "key 'cost_model.file'");
 
 // The CSV columns `engine profile` writes, in order.
 const std::vector<std::string>& profile_columns();

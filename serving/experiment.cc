@@ -468,7 +468,9 @@ void parse_cost_model(const ConfigNode& n, ExperimentConfig& c) {
   if (!found || !std::filesystem::exists(*found, ec)) {
     file.fail_message("cost model file '" + path + "' not found");
   }
-  cm.file = *found;
+  // By absolute path, as model files: config.yaml must name this file from any folder (sim
+  // validate, run elsewhere, replayed with whatever file of that name was there).
+  cm.file = std::filesystem::absolute(*found).lexically_normal().string();
   cm.calibrated = load_calibrated_profile(cm.file);
 }
 
@@ -1049,11 +1051,13 @@ ExperimentConfig experiment_from_document(const ConfigNode& doc, const std::stri
   }
   // serving.max_model_len unset: its default, or the fewest positions of a model the
   // experiment serves when that is less (vLLM derives the length from the model; a key the user
-  // did not write must not refuse a small model). A model that does not load is reported where
-  // the run loads it.
+  // did not write must not refuse a small model). A cluster serves its pools' models only (the
+  // top-level model is their default, counted through the pools that leave theirs out). A model
+  // that does not load is reported where the run loads it.
   if (!(top.has("serving") && top.at("serving").is_map() &&
         top.at("serving").has("max_model_len"))) {
-    std::vector<std::string> models{c.model};
+    std::vector<std::string> models;
+    if (!c.cluster.set || c.cluster.pools.empty()) models.push_back(c.model);
     for (const PoolConfig& pool : c.cluster.pools) models.push_back(pool.model);
     for (const std::string& m : models) {
       try {

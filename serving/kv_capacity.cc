@@ -205,10 +205,11 @@ KvCapacity compute_kv_capacity(const ModelConfig& model, const HardwareConfig& h
                   "or set serving.num_gpu_blocks");
   }
   if (c.num_cpu_blocks > BlockPool::kMaxBlocks) {
-    throw ConfigError("swap_space_gb " + num(options.swap_space_gib) + " is " +
+    throw ConfigError("serving.swap_space_gb " + num(options.swap_space_gib) + " is " +
                       std::to_string(c.num_cpu_blocks) + " swap blocks of " +
-                      std::to_string(c.block_bytes) + " bytes, more than the swap pool takes, " +
-                      limit + "; lower serving.swap_space_gb or use a larger serving.block_size");
+                      std::to_string(c.gpu_block_bytes) +
+                      " bytes, more than the swap pool takes, " + limit +
+                      "; lower serving.swap_space_gb or use a larger serving.block_size");
   }
   return c;
 }

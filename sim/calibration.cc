@@ -9,9 +9,12 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 #include <stdexcept>
+#include <utility>
+#include <vector>
 
 #include "core/lora_config.h"
 #include "serving/config_node.h"
@@ -224,6 +227,8 @@ EngineProfile read_profile(const std::string& path) {
   std::map<std::string, std::size_t> col;
   std::size_t lora_columns = 0;      // 2 when the profile has LoRA columns
   std::int64_t first_lora_line = 0;  // the first row with tokens under an adapter
+  // Each row's (family, shape) and line.
+  std::map<std::pair<std::string, std::vector<std::int64_t>>, std::int64_t> shapes;
   auto fail = [&](const std::string& what) { csv.fail_message(what); };
   while (csv.next_row()) {
     const std::string_view line = csv.line();
@@ -367,6 +372,26 @@ EngineProfile read_profile(const std::string& path) {
     }
     if (r.features.empty()) fail("an empty step (no tokens, no block moves)");
     if (r.median_ns <= 0) fail("column 'median_ns': expected a positive duration");
+    // One row a shape: a shape measured twice could be fitted on one row and held out on the
+    // other, and the hold-out would test the fit on a shape it saw.
+    const std::vector<std::int64_t> shape = {s.num_tokens,
+                                             s.prefill_tokens,
+                                             s.prefill_pairs,
+                                             s.prefill_context_tokens,
+                                             s.decode_tokens,
+                                             s.decode_pairs,
+                                             s.decode_context_tokens,
+                                             s.num_sampled,
+                                             r.features.num_entries,
+                                             s.swap_out_blocks,
+                                             s.swap_in_blocks,
+                                             s.copy_blocks,
+                                             s.lora_tokens,
+                                             s.num_loras};
+    if (const auto [it, fresh] = shapes.try_emplace({r.family, shape}, r.line); !fresh) {
+      fail("the same shape as line " + std::to_string(it->second) + " (family '" +
+           shorten(r.family) + "'): a profile measures each shape once");
+    }
     p.rows.push_back(std::move(r));
   }
   if (header.empty() || p.rows.empty()) {

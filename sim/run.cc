@@ -101,7 +101,12 @@ KvCapacity kv_capacity_for(const ExperimentConfig& config, const ModelConfig& mo
   kv_options.max_num_batched_tokens = config.scheduler.max_num_batched_tokens;
   kv_options.max_num_seqs = config.scheduler.max_num_seqs;
   kv_options.num_gpu_blocks = config.num_gpu_blocks;
-  kv_options.swap_space_gib = config.swap_space_gb;
+  // Swap space only where a preemption mode can use it (a recompute-only run allocates none, and
+  // a size it could not hold is no error there).
+  kv_options.swap_space_gib =
+      config.scheduler.preemption != nullptr && config.scheduler.preemption->uses_host_memory()
+          ? config.swap_space_gb
+          : 0.0;
   // Model parallelism (`parallel:`, `topology:`): checked against the model and the topology
   // by the caller (resolve_parallel); the default is one GPU.
   kv_options.tensor_parallel = parallel.tensor;

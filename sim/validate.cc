@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <span>
 #include <sstream>
 
@@ -98,7 +99,14 @@ const std::map<std::string, ColumnType>& column_types(const std::string& file_na
         {"ttft_ms", {K::kNumber, 0, kMaxSeconds, true}},
         {"tpot_ms", {K::kNumber, 0, kMaxSeconds, true}},
         {"e2e_ms", {K::kNumber, 0, kMaxSeconds, true}},
-        {"queueing_ms", {K::kNumber, 0, kMaxSeconds, true}}}},
+        {"queueing_ms", {K::kNumber, 0, kMaxSeconds, true}},
+        {"status",
+         {K::kWord,
+          0,
+          0,
+          false,
+          {"finished", "rejected", "aborted", "shed", "waiting", "running", "preempted",
+           "swapped"}}}}},
       {"steps.csv",
        {{"step", {K::kInteger, 0, kMaxIndex}},
         {"start_s", {K::kNumber, 0, kMaxSeconds}},
@@ -350,7 +358,8 @@ ReplayModel replay_model(const ConfigNode& sim_config, const std::string& sim_co
                                               : "--cost-model " + file + ": not found");
     }
     CalibratedProfile profile = load_calibrated_profile(file);
-    check_profile_storage(profile, run_model(sim_config), sim_config_path);
+    check_profile_storage(profile, run_model(sim_config), sim_config_path,
+                          override_file.empty() ? "key 'cost_model.file'" : "--cost-model");
     if (profile.machine && profile.machine->kind == "cpu") {  // as in sim run (sim/run.h)
       warn_if_calibrated_elsewhere(profile.file, profile.machine, this_machine("cpu"),
                                    CalibrationUse::kSimulation);
@@ -470,7 +479,7 @@ HostOverhead fit_host_overhead(const std::string& engine_dir, CalibratedProfile&
   // by the profile, and the residual is what the profile does not explain.
   const std::string config_path = engine_dir + "/config.yaml";
   const ConfigNode config = ConfigNode::load_file(config_path);
-  check_profile_storage(profile, run_model(config), config_path);
+  check_profile_storage(profile, run_model(config), config_path, "--engine-run");
   if (config.has("serving")) {
     const ConfigNode serving = config.at("serving");
     if (serving.get_int("block_size", 16, 1, 256) != profile.block_size) {
@@ -696,19 +705,40 @@ ValidationReport validate_runs(const std::string& sim_dir, const std::string& en
                         sim_req.at(i, "id") + " appears twice");
     }
   }
+  std::set<std::int64_t> eng_ids;
+  for (std::size_t j = 0; j < eng_req.rows.size(); ++j) {
+    if (!eng_ids.insert(eng_req.integer(j, "id")).second) {
+      throw ConfigError(eng_req.file + ":" + std::to_string(eng_req.lines[j]) + ": request " +
+                        eng_req.at(j, "id") + " appears twice");
+    }
+  }
   std::vector<double> ttft, tpot, e2e;
   std::vector<AttributionRequest> attributed;
-  // Requests the two runs did differently: the measured side's that did not finish, and those
-  // finished in both with other lengths (a server capping max_tokens): every error below would
-  // compare different work, so the report says so.
-  std::int64_t measured_unfinished = 0, other_lengths = 0;
+  // Requests the two runs did differently: one side's that the other has no row for, those
+  // finished on one side only, and those finished in both with other lengths (a server capping
+  // max_tokens): every error below would compare different work, so the report says so.
+  std::int64_t measured_unfinished = 0, simulated_unfinished = 0, other_lengths = 0;
+  std::int64_t only_simulated = 0, only_measured = 0;
   std::string first_other;
   for (std::size_t j = 0; j < eng_req.rows.size(); ++j) {
     const auto it = sim_rows.find(eng_req.integer(j, "id"));
-    if (it != sim_rows.end() && sim_req.at(it->second, "status") == "finished" &&
-        eng_req.at(j, "status") != "finished") {
-      ++measured_unfinished;
+    if (it == sim_rows.end()) {
+      ++only_measured;
+      continue;
     }
+    const bool sim_done = sim_req.at(it->second, "status") == "finished";
+    const bool eng_done = eng_req.at(j, "status") == "finished";
+    measured_unfinished += sim_done && !eng_done;
+    simulated_unfinished += eng_done && !sim_done;
+  }
+  for (const auto& [id, i] : sim_rows) only_simulated += !eng_ids.contains(id);
+  if (only_simulated > 0 || only_measured > 0) {
+    rep.warnings.push_back(
+        std::to_string(only_simulated) +
+        " requests of the simulation have no row in the measured "
+        "run and " +
+        std::to_string(only_measured) +
+        " of the measured run none in the simulation: the aggregates compare different work");
   }
   for (std::size_t j = 0; j < eng_req.rows.size(); ++j) {
     auto it = sim_rows.find(eng_req.integer(j, "id"));
@@ -746,6 +776,11 @@ ValidationReport validate_runs(const std::string& sim_dir, const std::string& en
   if (measured_unfinished > 0) {
     rep.warnings.push_back(std::to_string(measured_unfinished) +
                            " requests finished in the simulation but not in the measured run "
+                           "(its requests.csv says why): the aggregates compare different work");
+  }
+  if (simulated_unfinished > 0) {
+    rep.warnings.push_back(std::to_string(simulated_unfinished) +
+                           " requests finished in the measured run but not in the simulation "
                            "(its requests.csv says why): the aggregates compare different work");
   }
   if (other_lengths > 0) {
@@ -1293,6 +1328,16 @@ int calibrate_command(const std::vector<std::string>& args) {
           "engine profile");
     }
     if (out.empty()) throw UsageError("sim calibrate: expected -o HARDWARE.yaml");
+    // Held-out data is data the fit never saw.
+    for (const std::string& h : held_out) {
+      for (const std::string& v : vidur) {
+        std::error_code ec;
+        if (h == v || fs::equivalent(h, v, ec)) {
+          throw UsageError("sim calibrate: --held-out " + h + " is also a --vidur profile (" + v +
+                           "): held-out measurements must be ones the fit never saw");
+        }
+      }
+    }
     const HardwareConfig base = load_hardware(hardware, default_catalog_dir());
     std::vector<std::string> inputs = vidur;
     inputs.insert(inputs.end(), held_out.begin(), held_out.end());
@@ -1361,6 +1406,7 @@ ProfileCalibration calibrate_profile(const std::string& profile_path, int holdou
     earlier = read_host_overhead(host_overhead_from, p.header.at("model"));
   }
   c.result = holdout ? fit_profile_holdout(p, holdout) : fit_profile(p);
+  if (c.result.profile.file.empty()) c.result.profile.file = profile_path;  // for messages
   if (!engine_run.empty()) {
     c.host = fit_host_overhead(engine_run, c.result.profile, between_steps);
   }

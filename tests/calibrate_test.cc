@@ -641,6 +641,19 @@ TEST(CalibrationMachine, HeaderIntegersAndSpreadAreChecked) {
               std::string::npos)
         << err.what();
   }
+  // A shape measured twice (a profile appended to itself): the hold-out could test the fit on
+  // a row it was fitted on, so it is refused, naming both lines.
+  std::string twice = base;
+  const std::size_t first = twice.find('\n', twice.find("family,")) + 1;
+  const std::size_t first_end = twice.find('\n', first);
+  twice += twice.substr(first, first_end - first + 1);
+  try {
+    profile_from(twice, "twice");
+    FAIL() << "a repeated shape accepted";
+  } catch (const ConfigError& err) {
+    const std::string what = err.what();
+    EXPECT_NE(what.find("the same shape as line"), std::string::npos) << what;
+  }
 }
 
 // Values past what any profile holds (they overflowed the fit's int64 sums), header lines after
@@ -940,6 +953,14 @@ TEST(CostModelKey, LoadsAndValidates) {
                                              {"cost_model.file=" + (dir / "cost.yaml").string()});
   EXPECT_EQ(s.cost_model.type, "calibrated");
   EXPECT_EQ(load_experiment((dir / "plain.yaml").string(), {}).cost_model.type, "roofline");
+  // A file named relative to the experiment's folder is kept by its absolute path, as a model
+  // file is: config.yaml must name it from any folder (sim validate replayed with whatever file
+  // of that name was in its own working folder).
+  const ExperimentConfig rel =
+      load_experiment((dir / "plain.yaml").string(), {"cost_model.file=cost.yaml"});
+  EXPECT_EQ(rel.cost_model.file, (dir / "cost.yaml").lexically_normal().string());
+  EXPECT_NE(resolved_config_yaml(rel, {}).find("file: " + (dir / "cost.yaml").string()),
+            std::string::npos);
 
   // Unknown key, wrong type, missing file: errors that name the key.
   try {
@@ -1125,6 +1146,13 @@ TEST(SimCli, CalibrateNeverOverwritesItsInputOrAnExistingFile) {
     EXPECT_NE(r.err.find("input"), std::string::npos) << r.err;
     EXPECT_EQ(read_file(dir / "h.yaml"), hw) << fit;
   }
+  // A --held-out profile that is a --vidur one (the same file, by any path) holds out nothing.
+  r = run_sim("calibrate --vidur " + p + " --held-out " + (dir / "." / "p.csv").string() +
+                  " --hardware H100-SXM -o " + (dir / "v.yaml").string(),
+              dir);
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("is also a --vidur profile"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(dir / "v.yaml"));
 }
 
 }  // namespace

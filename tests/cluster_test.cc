@@ -89,6 +89,23 @@ TEST(ClusterConfig, ParsesPoolsAndDefaults) {
   fs::remove_all(dir);
 }
 
+// max_model_len unset: the fewest positions of a model the pools serve. The top-level model is
+// only the pools' default: when every pool names its own, its positions do not count (a cluster
+// of Llama-3-8B under a top-level Llama-2-7B rejected prompts over 4,096 tokens).
+TEST(ClusterConfig, DefaultMaxModelLenComesFromThePoolsModels) {
+  const fs::path dir = temp_dir("cluster_mml");
+  const std::string head = "name: cl\nseed: 3\nmodel: Llama-2-7B\nhardware: H100-SXM\n";
+  const ExperimentConfig own = load_text(
+      dir, head + kWorkload + "cluster:\n  pools:\n    - {count: 2, model: Llama-3-8B}\n");
+  EXPECT_EQ(own.scheduler.max_model_len, 8192);
+  const ExperimentConfig inherits = load_text(
+      dir, head + kWorkload +
+               "cluster:\n  pools:\n    - {count: 2, model: Llama-3-8B}\n    - {count: 1}\n");
+  EXPECT_EQ(inherits.scheduler.max_model_len, 4096);  // the second pool runs Llama-2-7B
+  EXPECT_EQ(load_text(dir, head + kWorkload).scheduler.max_model_len, 4096);
+  fs::remove_all(dir);
+}
+
 // A pool's model or hardware file is found beside the experiment, as the top-level one is,
 // whatever the current folder, and named by its absolute path from then on.
 TEST(ClusterConfig, PoolFilesResolveBesideTheExperiment) {

@@ -298,6 +298,21 @@ TEST(PreemptiveBatchTest, AnAdapterSlotIsDisplacedForOnlyWhenItCanBeFreed) {
   w.Add(2, 10, 3, 1, 2);
   EXPECT_EQ(w.Step(), (std::vector<Entry>{{0, 11, 1}, {1, 11, 1}}));
   EXPECT_TRUE(w.preempted.empty());
+
+  // Swapped requests holding the only slot, nothing running: the waiting head (adapter 2,
+  // ranked first) cannot get it until they resume and finish, so the best swapped one resumes
+  // (the run stalled for ever before: the head waited, nothing else was offered).
+  Harness s("preemptive", "priority", 1, 64, 512, /*host_blocks=*/16, /*max_loras=*/1);
+  s.Add(0, 10, 20, 5, 1);
+  s.Step();
+  s.Add(1, 10, 2, 1, 0);                                  // no adapter, ranked first
+  EXPECT_EQ(s.Step(), (std::vector<Entry>{{1, 0, 10}}));  // displaces 0 (swapped out)
+  EXPECT_EQ(s.sched.num_swapped(), 1u);
+  s.Add(2, 10, 3, 2, 2);  // adapter 2: ranks before 0, but 0 holds the slot
+  EXPECT_EQ(s.Step(), (std::vector<Entry>{{1, 10, 1}}));  // 1 finishes
+  EXPECT_EQ(s.Step(), (std::vector<Entry>{{0, 10, 1}}));  // 0 resumes
+  for (int i = 0; i < 60 && s.sched.counters().num_finished < 3; ++i) s.Step();
+  EXPECT_EQ(s.sched.counters().num_finished, 3);
 }
 
 // A swapped-out request that outranks a running one displaces it as a waiting one would: two

@@ -68,6 +68,21 @@ TEST(UserErrors, SloTargetsOfZeroAndEmptyValues) {
   EXPECT_FALSE(fs::exists(dir / "out"));
 }
 
+// A swap space of more blocks than the host pool takes is refused where swapping can use it, and
+// is no error for a run that only recomputes (it allocates no swap space).
+TEST(UserErrors, ASwapSpaceTooLargeMattersOnlyWhenSwapping) {
+  const fs::path dir = temp_dir("ue_swap_space");
+  write_file(dir / "e.yaml", experiment(kSmall, "  swap_space_gb: 2000\n"));
+  const Cli ok = run_sim("run " + (dir / "e.yaml").string() + " -q --out " +
+                             (dir / "out").string() + " --set policies.preemption=recompute",
+                         dir);
+  EXPECT_EQ(ok.code, 0) << ok.err;
+  expect_user_error(run_sim("run " + (dir / "e.yaml").string() + " -q --out " +
+                                (dir / "out2").string() + " --set policies.preemption=swap",
+                            dir),
+                    {"serving.swap_space_gb 2000", "more than the swap pool takes"});
+  fs::remove_all(dir);
+}
 TEST(UserErrors, DeepNestingIsAClearError) {
   const fs::path dir = temp_dir("ue_nesting");
   for (int depth : {300, 5000}) {

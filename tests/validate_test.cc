@@ -418,6 +418,38 @@ TEST(Validate, ConfigurationChecks) {
                      "output_tokens simulated, 2 measured)"),
             std::string::npos)
       << all;
+  // The other way round (the simulation aborted one), a request the measured run has no row
+  // for: each warned; a request listed twice or a status no run writes: an error with its line.
+  write_runs(dir);
+  write_file(dir / "sim/requests.csv",
+             std::string(kRequestsHeader) + req(0, 32, "100", "10", "150") +
+                 req(1, 8, "200", "10", "200") + req(2, 8, "400", "", "500", "aborted"));
+  write_file(dir / "engine/requests.csv", std::string(kRequestsHeader) +
+                                              req(0, 32, "100", "10", "150") +
+                                              req(2, 8, "400", "10", "500"));
+  r = validate_runs((dir / "sim").string(), (dir / "engine").string());
+  all.clear();
+  for (const std::string& w : r.warnings) all += w + "\n";
+  EXPECT_NE(all.find("1 requests finished in the measured run but not in the simulation"),
+            std::string::npos)
+      << all;
+  EXPECT_NE(all.find("1 requests of the simulation have no row in the measured run and 0 of the "
+                     "measured run none in the simulation"),
+            std::string::npos)
+      << all;
+  for (const std::string& bad : {std::string(kRequestsHeader) + req(0, 32, "100", "10", "150") +
+                                     req(0, 32, "100", "10", "150"),
+                                 std::string(kRequestsHeader) + req(0, 32, "100", "10", "150") +
+                                     req(1, 8, "200", "10", "200", "finsihed")}) {
+    write_file(dir / "engine/requests.csv", bad);
+    try {
+      validate_runs((dir / "sim").string(), (dir / "engine").string());
+      FAIL() << bad;
+    } catch (const ConfigError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("requests.csv:3"), std::string::npos) << what;
+    }
+  }
 }
 
 TEST(Validate, CommandWritesJsonAndRefusesBadInput) {

@@ -121,6 +121,22 @@ def test_ctrl_c_stops_a_run_cleanly(tmp_path, monkeypatch):
     assert servelab.run(ALL_AT_ZERO).summary["requests"]["completed"] == 40
 
 
+def test_ctrl_c_stops_the_cpu_engine_probes():
+    # The probes run the CPU engine step by step (minutes at these sizes): Ctrl-C stops them
+    # between steps, and Python's handler is back afterwards.
+    pytest.importorskip("pandas")
+    for probe, kwargs in ((servelab.compare_kv_dtypes, {"formats": ["fp16"]}),
+                          (servelab.compare_weight_quantizations, {"quantizations": ["fp8"]})):
+        timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
+        timer.start()
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                probe(requests=1024, decode_tokens=4096, **kwargs)
+        finally:
+            timer.cancel()
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
 def test_numpy_numbers_are_numbers_and_wrong_types_are_type_errors():
     np = pytest.importorskip("numpy")
     base = servelab.run(ALL_AT_ZERO, seed=4, overrides={"serving.max_num_seqs": 8})
