@@ -241,9 +241,14 @@ void KvCacheManager::load_tier_blocks(Request& req, const PrefixHit& hit) {
     if (hit.tiers[i] < 0) continue;
     first = std::min(first, i);
     ++count;
-    // Refreshed before fresh blocks are taken, whose evictions may push tier entries down.
-    offload_->on_loaded(req.block_hashes_[i], hit.tiers[i]);
     if (slots) load_slots.push_back(offload_->host_slot(req.block_hashes_[i]));
+  }
+  // Refreshed before fresh blocks are taken, whose evictions may push tier entries down; last
+  // block first, so that the chain's first blocks are the most recently used (vLLM's offloading
+  // manager touches a request's blocks in reverse): a tier that overflows drops a chain's tail,
+  // never the blocks every later hit needs first.
+  for (std::int32_t i = n; i-- > 0;) {
+    if (hit.tiers[i] >= 0) offload_->on_loaded(req.block_hashes_[i], hit.tiers[i]);
   }
   scratch_.clear();
   take_blocks(count, scratch_);
@@ -449,7 +454,11 @@ std::int32_t KvCacheManager::offload_idle_blocks(std::span<const BlockHash> hash
     throw std::logic_error("KvCacheManager: offload_idle_blocks without offload tiers");
   }
   std::int32_t n = 0;
-  for (const BlockHash& h : hashes) {
+  // Last block first, as load_tier_blocks refreshes them: a tier that overflows while a session
+  // is stored drops the chain's tail (the prefix stays useful), not its head (after which
+  // nothing of the chain can hit).
+  for (auto it = hashes.rbegin(); it != hashes.rend(); ++it) {
+    const BlockHash& h = *it;
     const std::optional<BlockId> b = cache_->lookup(h);
     if (!b || pool_.ref_count(*b) != 0) continue;
     store_to_tiers(h, *b);

@@ -160,7 +160,8 @@ class KvCacheManager {
   // first), so a later hit loads it back instead of losing it to an eviction. Blocks held (by a
   // request or a pinned prefix) and hashes not cached on the device are left alone. Counted as
   // offloaded in churn() and in stats().idle_offloaded_blocks; a store with a host slot goes to
-  // the store sink. Returns the blocks stored. REQUIRES: offload tiers (throws std::logic_error).
+  // the store sink. Stored last block first (`hashes` is a chain, first block first), so the
+  // chain's head is the tier's most recently used. Returns the blocks stored. REQUIRES: offload tiers (throws std::logic_error).
   std::int32_t offload_idle_blocks(std::span<const BlockHash> hashes);
 
   // Pinned prefixes (`prefix_cache.pinned`): registers the full blocks of spec's prompt as

@@ -157,6 +157,9 @@ int run_plot(const PlotArgs& args) {
     written.push_back(entry.path().filename().string());
   }
   if (ec) throw_io_error(stage.temp_path(), "listing", ec.value());
+  // Again: a file of the user's that appeared in the folder while the script drew (a figure's
+  // name saved by hand meanwhile) would be replaced without a word.
+  check_figures_dir(out_dir, "refusing to write figures there (choose another -o)");
   write_figures_manifest(stage.temp_path(), out_dir, written);
   stage.commit_entries();
   return 0;

@@ -103,6 +103,31 @@ TEST(IdleSessionOffload, AnIdleSessionMovesToHostAndItsNextTurnHitsThere) {
   f.tiers.check_invariants();
 }
 
+// A host tier of two blocks for a session of three: stored last block first, the tier keeps the
+// chain's first two (its least recently used entry is the last block), so the next turn still
+// hits them; stored first block first, the tier dropped block 0 and nothing of it could hit.
+TEST(IdleSessionOffload, ATierTooSmallKeepsTheChainsHead) {
+  BlockPool pool{17};
+  KvOffloadTiers tiers{{2}};
+  KvCacheOptions o;
+  o.offload = &tiers;
+  KvCacheManager kv{pool, kBs, 1024, true, o};
+  SchedulerObserver sink;
+  IdleSessionOffload idle{sink, 1000};
+  Request first = turn(1, 5, 3 * kBs + 2);
+  admit(kv, first);
+  kv.free(first);
+  first.status = RequestStatus::kFinished;
+  idle.on_finish(first, 0);
+  EXPECT_EQ(idle.offload_due(1000, kv), 3);
+  EXPECT_EQ(tiers.size(kHostTier), 2);
+  Request second = turn(2, 5, 4 * kBs + 9);
+  const PrefixHit hit = admit(kv, second);
+  EXPECT_EQ(hit.num_tokens, 2 * kBs);
+  EXPECT_EQ(kv.stats().tier_hit_tokens[kHostTier], 2 * kBs);
+  tiers.check_invariants();
+}
+
 TEST(IdleSessionOffload, ASessionBackBeforeTheThresholdHitsOnTheGpu) {
   Fixture f;
   finish_first_turn(f);

@@ -542,9 +542,9 @@ TEST(Lessons, KvOffload) {
   EXPECT_EQ(i["kv_offload"]["idle"]["sessions"], 1841);
   EXPECT_EQ(i["kv_offload"]["idle"]["blocks"], 18528);
   EXPECT_NEAR(i["kv_offload"]["idle"]["store_time_s"].get<double>(), 0.76, 0.005);
-  EXPECT_EQ(i["kv_offload"]["host"]["loaded_blocks"], 80847);
+  EXPECT_EQ(i["kv_offload"]["host"]["loaded_blocks"], 80986);
   EXPECT_NEAR(i["prefix_cache"]["hit_rate"].get<double>(), 0.562, 0.0005);
-  EXPECT_EQ(prefilled("host-idle"), 2203408);
+  EXPECT_EQ(prefilled("host-idle"), 2201184);
   EXPECT_NEAR(i["ttft_ms"]["mean"].get<double>(), 1113.1, 0.05);
   EXPECT_NEAR(i["ttft_ms"]["p99"].get<double>(), 5606.3, 0.05);
   EXPECT_NEAR(h["ttft_ms"]["p99"].get<double>(), 5760.4, 0.05);

@@ -116,22 +116,45 @@ REQUIRED_COLUMNS = {
     "steps.csv": ("step", "start_s", "duration_ms"),
     "schedule.csv": ("step", "request", "num_tokens", "kind"),
     "events.csv": ("time_s", "request", "event", "detail"),
+    "blocks.csv": ("request", "block", "start_s", "end_s"),
     "replay.csv": ("measured_ms", "predicted_ms"),
-    "sweep.csv": ("point",),
+    "sweep.csv": ("point", "completed"),
     "compare.csv": ("variant",),
 }
+# Other columns a figure reads and the file lacks are an InputError too (Row, Columns), named
+# when the figure reaches for them.
 
 
 # Columns the figures read as numbers: an integer (never empty) or a number ("" allowed: a
 # request that never finished has no TTFT). A value of another kind is an InputError naming the
 # line, checked when the file is read, before any figure is drawn.
-INT, NUMBER, COUNT = "an integer", "a number", "a count"
+INT, NUMBER, COUNT, FINITE = "an integer", "a number", "a count", "a finite number"
+# The metric columns of compare.csv and sweep.csv (every point's numbers; the others name the
+# point and its settings).
+GROUP_METRICS = (
+    "completed", "rejected", "aborted", "duration_s", "requests_per_s", "input_tokens_per_s",
+    "output_tokens_per_s", "ttft_mean_ms", "ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms",
+    "tpot_mean_ms", "tpot_p50_ms", "tpot_p90_ms", "tpot_p99_ms", "itl_p99_ms", "e2e_p50_ms",
+    "e2e_p99_ms", "queueing_p50_ms", "goodput_requests_per_s", "slo_attainment", "preemptions",
+    "recomputed_tokens", "prefix_hit_rate", "prompt_hit_rate", "kv_usage_mean", "kv_usage_max",
+    "batch_seqs_mean", "slot_efficiency", "internal_fragmentation_mean", "unused_slots_mean",
+    "step_ms_mean", "allocations_per_s", "evictions_per_s", "gpus", "goodput_per_gpu", "joules",
+    "joules_per_output_token", "average_power_w", "mfu", "mbu")
 TYPED_COLUMNS = {
     "requests.csv": {"id": INT, "arrival_s": NUMBER, "first_scheduled_s": NUMBER, "finish_s": NUMBER,
                      "ttft_ms": NUMBER, "tpot_ms": NUMBER, "e2e_ms": NUMBER, "preemptions": COUNT},
     "schedule.csv": {"step": INT, "request": INT, "num_tokens": INT},
     "events.csv": {"time_s": NUMBER, "request": INT},
-    "blocks.csv": {"request": INT, "block": INT, "start_s": NUMBER, "end_s": NUMBER, "replica": INT},
+    "blocks.csv": {"request": INT, "block": INT, "start_s": FINITE, "end_s": FINITE, "replica": INT},
+    "compare.csv": {k: NUMBER for k in GROUP_METRICS},
+    "sweep.csv": {k: NUMBER for k in GROUP_METRICS},
+}
+# Columns whose values are words of a known set (a truncated or hand-edited word would be drawn
+# as another state).
+WORD_COLUMNS = {
+    "requests.csv": {"status": ("finished", "rejected", "aborted", "shed", "waiting", "running",
+                                "preempted", "swapped")},
+    "schedule.csv": {"kind": ("prefill", "decode")},
 }
 
 
@@ -140,6 +163,9 @@ def check_value(path, line, key, kind, text):
         if kind == NUMBER:
             if text != "":
                 float(text)
+        elif kind == FINITE:
+            if not math.isfinite(float(text)):
+                raise ValueError
         elif kind == COUNT:
             if text != "" and int(text) < 0:
                 raise ValueError
@@ -149,11 +175,40 @@ def check_value(path, line, key, kind, text):
         raise InputError(f"{path}:{line}: column '{key}': expected {kind}, got '{text}'") from None
 
 
+class Row(dict):
+    """A CSV row: `line`, its line in the file; a column the header lacks is an InputError naming
+    the file (a file of another shape or version), not a KeyError."""
+    __slots__ = ("path", "line")
+
+    def __missing__(self, key):
+        raise InputError(f"{self.path}:1: no column '{key}' in the header (not a ServeLab "
+                         f"{os.path.basename(self.path)}, or one of another version?)")
+
+
+class Columns(dict):
+    """steps.csv as numpy columns; a column the header lacks is an InputError naming the file."""
+    __slots__ = ("path",)
+
+    def __missing__(self, key):
+        raise InputError(f"{self.path}:1: no column '{key}' in the header (not a ServeLab "
+                         f"{os.path.basename(self.path)}, or one of another version?)")
+
+
 def read_csv(path):
-    """A ServeLab CSV as a list of dicts, or InputError naming the line: a missing column of
-    REQUIRED_COLUMNS, a row with too few or too many fields (a truncated file), a value of
-    TYPED_COLUMNS that is not of its kind, bytes that are not UTF-8."""
+    """A ServeLab CSV as a list of Rows, or InputError naming the line: a missing column of
+    REQUIRED_COLUMNS, a row with too few or too many fields, a last line without its end (a
+    truncated file: ServeLab ends every line), a value of TYPED_COLUMNS or WORD_COLUMNS that is
+    not of its kind, bytes that are not UTF-8."""
     try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            if f.tell() > 0:
+                f.seek(-1, os.SEEK_END)
+                if f.read(1) != b"\n":
+                    f.seek(0)
+                    lines = f.read().count(b"\n") + 1
+                    raise InputError(f"{path}:{lines}: the last line has no end (a truncated "
+                                     "file? ServeLab ends every line)")
         with open(path, newline="", encoding="utf-8") as f:
             return csv_rows(path, csv.DictReader(f))
     except UnicodeDecodeError:
@@ -181,6 +236,7 @@ def csv_rows(path, reader):
             raise InputError(f"{path}:1: no column '{column}' in the header (not a ServeLab "
                              f"{name}?)")
     typed = [(k, kind) for k, kind in TYPED_COLUMNS.get(name, {}).items() if k in header]
+    words = [(k, set(w)) for k, w in WORD_COLUMNS.get(name, {}).items() if k in header]
     rows = []
     for row in reader:
         line = reader.line_num
@@ -190,18 +246,24 @@ def csv_rows(path, reader):
                              "(a truncated or hand-edited file?)")
         for key, kind in typed:
             check_value(path, line, key, kind, row[key])
-        rows.append(row)
+        for key, known in words:
+            if row[key] not in known:
+                raise InputError(f"{path}:{line}: column '{key}': expected one of "
+                                 f"{', '.join(sorted(known))}, got '{row[key]}'")
+        r = Row(row)
+        r.path, r.line = path, line
+        rows.append(r)
     return rows
 
 
 def number_column(path, rows, key):
     """A column of a ServeLab CSV as floats, or InputError naming the line and the value."""
     out = []
-    for i, r in enumerate(rows):
+    for r in rows:
         try:
             out.append(float(r[key]))
         except (TypeError, ValueError):
-            raise InputError(f"{path}:{i + 2}: column '{key}': expected a number, got "
+            raise InputError(f"{path}:{r.line}: column '{key}': expected a number, got "
                              f"'{r[key]}'") from None
     return np.array(out)
 
@@ -298,6 +360,7 @@ class Run:
         self.name = name
         summary = os.path.join(path, "summary.json")
         self.summary = check_summary(summary, read_json(summary))
+        self.point = name  # as its compare.csv or sweep.csv names it (`name` may be made unique)
         self._requests = None
         self._steps = None
 
@@ -312,8 +375,12 @@ class Run:
         sections = []
         p = self.file("config.yaml")
         if p:
-            with open(p, encoding="utf-8") as f:
-                lines = f.read().splitlines()
+            try:
+                with open(p, encoding="utf-8") as f:
+                    lines = f.read().splitlines()
+            except UnicodeDecodeError:
+                raise InputError(f"{p}:{first_non_utf8_line(p)}: not UTF-8 text (ServeLab writes "
+                                 "config.yaml in UTF-8)") from None
             i = 0
             while i < len(lines):
                 if lines[i].startswith(("model:", "parallel:", "topology:")):
@@ -325,6 +392,12 @@ class Run:
                 else:
                     i += 1
         return (run.get("model"), run.get("hardware"), tuple(sections))
+
+    @property
+    def time_label(self):
+        """The x label of its timelines: the simulator's clock, or a measured run's."""
+        backend = self.summary.get("run", {}).get("backend", "sim")
+        return "simulated time (s)" if backend == "sim" else "time (s)"
 
     @property
     def title(self):
@@ -341,7 +414,8 @@ class Run:
         """steps.csv as numpy columns."""
         if self._steps is None:
             p = self.file("steps.csv")
-            cols = {}
+            cols = Columns()
+            cols.path = p or os.path.join(self.path, "steps.csv")
             if p:
                 rows = read_csv(p)
                 keys = rows[0].keys() if rows else []
@@ -514,6 +588,24 @@ def latency_cdf(runs, out_dir, fmt, written):
 # Per-run figures
 
 
+def kv_blocks_over_time(s):
+    """(used, used + free, cached) KV blocks after each steps.csv row. A cluster's rows interleave
+    its replicas, each counting its own pool: the sums over every replica's latest row."""
+    used, free, cached = s["kv_blocks_used"], s["kv_blocks_free"], s["kv_blocks_cached"]
+    if "replica" not in s:
+        return used, used + free, cached
+    latest = {}
+    su = st = sc = 0.0
+    out = np.zeros((3, used.size))
+    for k, rep in enumerate(s["replica"]):
+        u, t, c = latest.get(rep, (0.0, 0.0, 0.0))
+        su, st, sc = su - u, st - t, sc - c
+        latest[rep] = (used[k], used[k] + free[k], cached[k])
+        su, st, sc = su + used[k], st + used[k] + free[k], sc + cached[k]
+        out[:, k] = (su, st, sc)
+    return out[0], out[1], out[2]
+
+
 def throughput_over_time(run, out_dir, fmt, written):
     s = run.steps()
     if not s or s["start_s"].size == 0:
@@ -528,7 +620,10 @@ def throughput_over_time(run, out_dir, fmt, written):
     pre, _ = np.histogram(start, bins=edges, weights=s["prefill_tokens"])
     dec, _ = np.histogram(start, bins=edges, weights=s["decode_tokens"])
     fin = [num(r["finish_s"]) for r in run.requests() if r["status"] == "finished"]
-    done, _ = np.histogram(np.array(fin), bins=edges) if fin else (np.zeros(nbins), None)
+    # Into the bins: the last finish is the last step's end, which the sum start + duration can
+    # round below (the last request fell out of the histogram).
+    fin = np.clip(np.array(fin), edges[0], edges[-1])
+    done, _ = np.histogram(fin, bins=edges) if fin.size else (np.zeros(nbins), None)
 
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(9, 5.5), sharex=True, constrained_layout=True)
     ax1.stackplot(centers, pre / width, dec / width, labels=["prefill tokens/s", "decode tokens/s"],
@@ -543,16 +638,18 @@ def throughput_over_time(run, out_dir, fmt, written):
     h2, l2 = axr.get_legend_handles_labels()
     ax1.legend(h1 + h2, l1 + l2, loc="upper left")
 
-    usage = s["kv_usage"] * 100
-    ax2.step(start, usage, where="post", color="#d62728", linewidth=1.0, label="KV usage (blocks held by requests)")
-    total = s["kv_blocks_used"] + s["kv_blocks_free"]
+    used, total, cached_blocks = kv_blocks_over_time(s)
     with np.errstate(divide="ignore", invalid="ignore"):
-        cached = np.where(total > 0, s["kv_blocks_cached"] / total * 100, 0)
+        usage = np.where(total > 0, used / total * 100, 0)
+        cached = np.where(total > 0, cached_blocks / total * 100, 0)
+    every = " of all replicas" if "replica" in s else ""
+    ax2.step(start, usage, where="post", color="#d62728", linewidth=1.0,
+             label=f"KV usage (blocks{every} held by requests)")
     ax2.step(start, cached, where="post", color="#8c564b", linewidth=0.8, alpha=0.8,
              label="free blocks holding cached prefixes")
     ax2.set_ylim(0, 105)
     ax2.set_ylabel("share of KV blocks (%)")
-    ax2.set_xlabel("simulated time (s)")
+    ax2.set_xlabel(run.time_label)
     ax2.set_title("KV cache usage over time")
     ax2.legend(loc="upper left")
     save(fig, out_dir, f"{run.name}-throughput", fmt, written)
@@ -613,7 +710,7 @@ def replica_load(run, out_dir, fmt, written):
         ax1.step(s["start_s"][idx], s["running"][idx] + s["waiting"][idx], where="post",
                  linewidth=0.9, color=cmap(k % 20), label=f"replica {rep}" if len(replicas) <= 16 else None)
     ax1.set_ylabel("requests (running + waiting)")
-    ax1.set_xlabel("simulated time (s)")
+    ax1.set_xlabel(run.time_label)
     ax1.set_title(f"Per-replica load: {run.title}")
     if len(replicas) <= 16:
         ax1.legend(loc="upper right", ncol=2, fontsize="small")
@@ -644,11 +741,17 @@ def transfer_timeline(run, out_dir, fmt, written):
     fig, ax = plt.subplots(figsize=(9, 4.5), constrained_layout=True)
     waits, moves = {}, {}
     for r in rows:
-        parts = r["detail"].split(" ")
-        dst = int(parts[0].split("->")[1])
-        fields = dict(f.split("=") for f in parts[1:])
-        wait = float(fields["wait_ms"]) / 1000
-        move = float(fields["transfer_ms"]) / 1000
+        try:
+            parts = r["detail"].split(" ")
+            dst = int(parts[0].split("->")[1])
+            fields = dict(f.split("=", 1) for f in parts[1:])
+            wait = float(fields["wait_ms"]) / 1000
+            move = float(fields["transfer_ms"]) / 1000
+            if "start_s" in fields:
+                float(fields["start_s"])
+        except (IndexError, ValueError, KeyError):
+            raise InputError(f"{p}:{r.line}: a transfer's detail '{r['detail']}' is not "
+                             "'SRC->DST bytes=B wait_ms=W transfer_ms=T start_s=S'") from None
         # The first byte's start: the event's time is the prefill's end (or, shared, the
         # transfer's end), and a layer-wise transfer starts before it. Files written before
         # start_s existed: the event's time plus the wait.
@@ -660,7 +763,7 @@ def transfer_timeline(run, out_dir, fmt, written):
         ax.broken_barh(moves[dst], (dst - 0.4, 0.8), color=STATE_COLORS["decoding"])
     ax.set_yticks(sorted(moves))
     ax.set_ylabel("decode replica")
-    ax.set_xlabel("simulated time (s)")
+    ax.set_xlabel(run.time_label)
     ax.set_title(f"KV transfers (grey: waiting for the link): {run.title}")
     save(fig, out_dir, f"{run.name}-transfers", fmt, written)
 
@@ -740,7 +843,7 @@ def gantt(run, out_dir, fmt, written):
     ax.set_yticklabels([r["id"] for r in chosen], fontsize=6 if len(chosen) > 24 else 8)
     ax.invert_yaxis()
     ax.set_ylabel("request id")
-    ax.set_xlabel("simulated time (s)")
+    ax.set_xlabel(run.time_label)
     shown = (f"requests {chosen[0]['id']}-{chosen[-1]['id']} of {len(reqs)}" if len(reqs) > len(chosen)
              else f"{len(chosen)} requests")
     note = "" if ev else " (no events.csv: preemptions not shown)"
@@ -801,7 +904,7 @@ def kv_block_map(run, out_dir, fmt, written, quiet):
     fig, ax = plt.subplots(figsize=(9, 5), constrained_layout=True)
     ax.imshow(img, aspect="auto", interpolation="nearest", cmap=cmap, vmin=0, vmax=21, origin="lower",
               extent=(t0, t1, -0.5, num_blocks - 0.5))
-    ax.set_xlabel("simulated time (s)")
+    ax.set_xlabel(run.time_label)
     ax.grid(False)
     if len(used) > 1:
         for rep in sorted(used)[1:]:
@@ -1100,7 +1203,9 @@ def decode_step_curves(path, group, runs, out_dir, fmt, written):
         if not s or "decode_tokens" not in s:
             continue
         decode_only = (s["prefill_tokens"] == 0) & (s["decode_tokens"] > 0)
-        batch, ms = s["decode_tokens"][decode_only], s["duration_ms"][decode_only]
+        # Sequences, not tokens: a multi-step or speculative decode step computes several tokens
+        # of each.
+        batch, ms = s["num_seqs"][decode_only], s["duration_ms"][decode_only]
         xs, ys = [], []
         for b in np.unique(batch):
             sel = ms[batch == b]
@@ -1171,7 +1276,8 @@ def kv_dtype_curves(path, group, runs, out_dir, fmt, written):
     key = "model.kv_cache_dtype"
     if not table or key not in sweep_axes(table):
         return
-    blocks = {r.name: num(str(r.summary.get("run", {}).get("num_gpu_blocks", ""))) for r in runs}
+    # By the point's own name: two groups plotted together rename the second's runs.
+    blocks = {r.point: num(str(r.summary.get("run", {}).get("num_gpu_blocks", ""))) for r in runs}
     numeric = [k for k in sweep_axes(table) if k != key and all(is_number(r[k]) for r in table)]
     xkey = numeric[0] if numeric else None
     dtypes = []
