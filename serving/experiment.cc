@@ -1074,6 +1074,30 @@ ExperimentConfig experiment_from_document(const ConfigNode& doc, const std::stri
 
 }  // namespace
 
+namespace {
+
+std::string pools_joined(const ExperimentConfig& config, std::string PoolConfig::*field,
+                         const std::string& single) {
+  if (!config.cluster.set || config.cluster.pools.empty()) return single;
+  std::vector<std::string> seen;
+  for (const PoolConfig& p : config.cluster.pools) {
+    if (std::find(seen.begin(), seen.end(), p.*field) == seen.end()) seen.push_back(p.*field);
+  }
+  std::string out;
+  for (const std::string& s : seen) out += (out.empty() ? "" : " + ") + s;
+  return out;
+}
+
+}  // namespace
+
+std::string served_model(const ExperimentConfig& config) {
+  return pools_joined(config, &PoolConfig::model, config.model);
+}
+
+std::string served_hardware(const ExperimentConfig& config) {
+  return pools_joined(config, &PoolConfig::hardware, config.hardware);
+}
+
 std::vector<TimeNs> ttft_targets_ns(const ExperimentConfig& config) {
   const auto target = [](const SloTargets& t) {
     if (!t.ttft_ms) return kNoTtftTarget;

@@ -235,6 +235,12 @@ void apply_model_storage(const ExperimentConfig& config, ModelConfig& model);
 // (scheduler_config_with_policies, serving/replica.h, hands it to the queue).
 std::vector<TimeNs> ttft_targets_ns(const ExperimentConfig& config);
 
+// The model and the hardware the run serves on, as summary.json's run.model / run.hardware and
+// the printed summary name them: the experiment's, or for a cluster its pools' (each distinct one
+// once, in pool order, joined by " + "; the top-level keys are only the pools' defaults).
+std::string served_model(const ExperimentConfig& config);
+std::string served_hardware(const ExperimentConfig& config);
+
 // The experiment file `path` names: itself, or, relative and not in the current folder, the file
 // of that path in the ServeLab home (so `experiments/burst.yaml` works from any folder). Throws
 // ConfigError naming both places when neither holds it.

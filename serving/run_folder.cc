@@ -332,8 +332,9 @@ void print_summary(std::FILE* f, const ExperimentConfig& config, const RunOutput
   std::fprintf(f, ") in %.3f s %s, %lld steps\n", s.duration_s,
                run.backend == "sim" ? "simulated" : "of wall time",
                static_cast<long long>(s.num_steps));
-  std::fprintf(f, "  %s on %s, %lld KV blocks of %d tokens; workload: %s\n", config.model.c_str(),
-               run.backend == "sim" ? config.hardware.c_str() : run.backend.c_str(),
+  std::fprintf(f, "  %s on %s, %lld KV blocks of %d tokens; workload: %s\n",
+               served_model(config).c_str(),
+               run.backend == "sim" ? served_hardware(config).c_str() : run.backend.c_str(),
                static_cast<long long>(run.num_gpu_blocks), config.scheduler.block_size,
                run.workload.c_str());
   std::fprintf(f, "  throughput  %.2f req/s   input %.0f tok/s   output %.0f tok/s\n",

@@ -551,6 +551,8 @@ CalibrationResult fit_profile(const EngineProfile& profile) {
     bool converged = true;
   };
   double huber_c = 0;  // set by the first fit
+  // A knee's term the shapes cannot determine leaves that knee out (an infinite objective); the
+  // fit without knees must be determined.
   auto fit = [&](std::int64_t knee, std::int64_t decode_knee) {
     Eigen::MatrixXd A(n, kTerms);
     const Eigen::VectorXd b = Eigen::VectorXd::Ones(n);
@@ -572,6 +574,7 @@ CalibrationResult fit_profile(const EngineProfile& profile) {
       }
     }
     if (n < used) {
+      if (knee != 0 || decode_knee != 0) return Fit{};
       throw ConfigError(profile.file + ": " + std::to_string(n) + " shapes cannot determine the " +
                         std::to_string(used) + " terms they exercise; profile more shapes");
     }

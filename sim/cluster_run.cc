@@ -299,7 +299,7 @@ RunOutput run_cluster_simulation(const ExperimentConfig& config, const RunOption
                            cl.disaggregated() ? &sim.transfer_stats() : nullptr, duration_s);
   if (!options.write_files) return out;
 
-  write_run_outputs(config, recorder, {"sim", config.model, config.hardware}, out);
+  write_run_outputs(config, recorder, {"sim", served_model(config), served_hardware(config)}, out);
   out.out_dir = run_stage.commit();
   return out;
 }

@@ -206,6 +206,33 @@ EngineProfile profile_from(const std::string& text, const std::string& name) {
   return read_profile(test_util::written_file("calibrate_" + name, "profile.csv", text).string());
 }
 
+// Eight shapes for the eight terms they exercise: the fit without knees is determined, a knee's
+// extra term is not, so the knees are left out (the whole calibration was refused before).
+TEST(Calibration, KneesTheShapesCannotDetermineAreLeftOut) {
+  const EngineProfile p = profile_from(
+      "# format_version: 1\n"
+      "# model: tiny\n"
+      "# block_size: 16\n"
+      "# block_bytes: 8192\n"
+      "family,num_tokens,prefill_tokens,prefill_pairs,prefill_context_tokens,decode_tokens,decode_"
+      "pairs,decode_context_tokens,num_sampled,num_entries,swap_out_blocks,swap_in_blocks,copy_"
+      "blocks,reps,median_ns,min_ns,max_ns\n"
+      "prefill,1,1,1,1,0,0,0,1,1,0,0,0,15,9176,9004,14388\n"
+      "prefill_batch,32,32,272,32,0,0,0,2,2,0,0,0,15,264932,251355,308210\n"
+      "chunk,16,16,2184,144,0,0,0,0,1,0,0,0,15,279380,242778,315737\n"
+      "decode,1,0,0,0,1,16,16,1,1,0,0,0,15,10409,10062,15222\n"
+      "mixed,36,32,528,32,4,512,512,5,5,0,0,0,15,356137,335637,406500\n"
+      "swap,4,0,0,0,4,256,256,4,4,1,1,0,15,78149,72716,105418\n"
+      "copy,4,0,0,0,4,256,256,4,4,0,0,1,15,74717,72574,100761\n"
+      "prefill,64,64,2080,64,0,0,0,1,1,0,0,0,15,605610,572633,1019045\n",
+      "eight");
+  ASSERT_EQ(p.rows.size(), 8u);
+  const CalibrationResult r = fit_profile(p);
+  EXPECT_EQ(r.profile.coefficients.knee_tokens, 0);
+  EXPECT_EQ(r.profile.coefficients.decode_context_knee_tokens, 0);
+  EXPECT_LT(r.overall.mape, 0.05);
+}
+
 // The profile is read with the one CSV reader: CRLF line ends, blank lines and padded fields are
 // accepted; a short row is reported as PATH:LINE.
 TEST(Calibration, ProfileReaderAcceptsCrlfAndNamesTheLine) {

@@ -98,10 +98,14 @@ TEST(ClusterConfig, DefaultMaxModelLenComesFromThePoolsModels) {
   const ExperimentConfig own = load_text(
       dir, head + kWorkload + "cluster:\n  pools:\n    - {count: 2, model: Llama-3-8B}\n");
   EXPECT_EQ(own.scheduler.max_model_len, 8192);
+  // summary.json's run.model names what the pools run, not the unused default.
+  EXPECT_EQ(served_model(own), "Llama-3-8B");
+  EXPECT_EQ(served_hardware(own), "H100-SXM");
   const ExperimentConfig inherits = load_text(
       dir, head + kWorkload +
                "cluster:\n  pools:\n    - {count: 2, model: Llama-3-8B}\n    - {count: 1}\n");
   EXPECT_EQ(inherits.scheduler.max_model_len, 4096);  // the second pool runs Llama-2-7B
+  EXPECT_EQ(served_model(inherits), "Llama-3-8B + Llama-2-7B");
   EXPECT_EQ(load_text(dir, head + kWorkload).scheduler.max_model_len, 4096);
   fs::remove_all(dir);
 }
