@@ -110,8 +110,11 @@ PrefixHit KvCacheManager::get_computed_blocks(Request& req) {
     hit.blocks.pop_back();
     if (!hit.tiers.empty()) hit.tiers.pop_back();
   }
+  std::int64_t external = 0;
   for (const std::int8_t tier : hit.tiers) {
-    if (tier >= 0) stats_.tier_hit_tokens[tier] += block_size_;
+    if (tier < 0) continue;
+    stats_.tier_hit_tokens[tier] += block_size_;
+    external += block_size_;
   }
   hit.num_tokens = static_cast<std::int32_t>(hit.blocks.size()) * block_size_;
   // Recorded on every lookup, even if the allocation then fails and the lookup repeats next step
@@ -120,10 +123,12 @@ PrefixHit KvCacheManager::get_computed_blocks(Request& req) {
     ++stats_.preempted_lookups;
     stats_.preempted_queried_tokens += num_tokens;
     stats_.preempted_hit_tokens += hit.num_tokens;
+    stats_.preempted_external_hit_tokens += external;
   } else {
     ++stats_.lookups;
     stats_.queried_tokens += num_tokens;
     stats_.hit_tokens += hit.num_tokens;
+    stats_.external_hit_tokens += external;
   }
   return hit;
 }

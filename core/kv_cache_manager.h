@@ -63,6 +63,11 @@ struct PrefixCacheStats {
   // KV offload (KvCacheOptions::offload): of hit_tokens + preempted_hit_tokens, those found in
   // each offload tier (the rest were on the device), and the blocks loaded back from each.
   std::int64_t tier_hit_tokens[kMaxOffloadTiers] = {};
+  // The same split by lookup: of hit_tokens, and of preempted_hit_tokens, those found in an
+  // offload tier (vLLM counts a KV connector's hits apart from its prefix cache's, as
+  // "external": its prefix-cache hit rate is the device pool's alone).
+  std::int64_t external_hit_tokens = 0;
+  std::int64_t preempted_external_hit_tokens = 0;
   // Pinned prefixes (pin_prefix): blocks held by the cache for the whole run.
   std::int64_t pinned_blocks = 0;
   // Idle sessions (offload_idle_blocks): cached blocks stored down to the host tier and dropped
@@ -161,7 +166,8 @@ class KvCacheManager {
   // request or a pinned prefix) and hashes not cached on the device are left alone. Counted as
   // offloaded in churn() and in stats().idle_offloaded_blocks; a store with a host slot goes to
   // the store sink. Stored last block first (`hashes` is a chain, first block first), so the
-  // chain's head is the tier's most recently used. Returns the blocks stored. REQUIRES: offload tiers (throws std::logic_error).
+  // chain's head is the tier's most recently used. Returns the blocks stored. REQUIRES: offload
+  // tiers (throws std::logic_error).
   std::int32_t offload_idle_blocks(std::span<const BlockHash> hashes);
 
   // Pinned prefixes (`prefix_cache.pinned`): registers the full blocks of spec's prompt as

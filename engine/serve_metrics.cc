@@ -151,12 +151,16 @@ void ServeMetrics::set_state(std::int64_t running, std::int64_t waiting, double 
   kv_usage_ = kv_usage;
   // vLLM's counters and its logged window leave out the lookups by resumed (previously
   // preempted) requests (PrefixCacheStats.record(..., preempted) keeps those apart).
+  // Its prefix-cache hits are the device pool's; a KV connector's (here the offload tier's) are
+  // its "external" counters.
   prefix_queries_ = prefix.queried_tokens;
-  prefix_hits_ = prefix.hit_tokens;
+  prefix_hits_ = prefix.hit_tokens - prefix.external_hit_tokens;
+  external_hits_ = prefix.external_hit_tokens;
   // The lookups since the previous call (one step's, or an admission's) enter the window.
   const PrefixCacheStats& was = last_prefix_;
   recent_.observe(prefix.lookups - was.lookups, prefix_queries_ - was.queried_tokens,
-                  prefix_hits_ - was.hit_tokens, prefix.resets != was.resets);
+                  prefix_hits_ - (was.hit_tokens - was.external_hit_tokens),
+                  prefix.resets != was.resets);
   last_prefix_ = prefix;
 }
 
@@ -228,6 +232,14 @@ std::string ServeMetrics::render() const {
          std::to_string(prefix_queries_));
   scalar("vllm:prefix_cache_hits_total", "counter",
          "Prefix cache hits, in terms of number of cached tokens.", std::to_string(prefix_hits_));
+  scalar("vllm:external_prefix_cache_queries_total", "counter",
+         "External prefix cache queries from KV connector cross-instance cache sharing, in terms "
+         "of number of queried tokens (here: the KV offload tier).",
+         std::to_string(prefix_queries_));
+  scalar("vllm:external_prefix_cache_hits_total", "counter",
+         "External prefix cache hits from KV connector cross-instance cache sharing, in terms of "
+         "number of cached tokens (here: the KV offload tier).",
+         std::to_string(external_hits_));
   scalar("servelab:prefix_cache_hit_rate_recent", "gauge",
          "Prefix cache hit rate over the most recent 1000 requests' lookups (vLLM's logged rate).",
          number(recent_.hit_rate()));

@@ -110,7 +110,8 @@ class ServeMetrics {
   double kv_usage_ = 0;
   std::int64_t prompt_tokens_ = 0, generation_tokens_ = 0, preemptions_ = 0;
   std::int64_t prefix_queries_ = 0, prefix_hits_ = 0;
-  PrefixCacheStats last_prefix_;  // the stats at the previous set_state (window deltas)
+  std::int64_t external_hits_ = 0;  // found in the KV offload tier (vLLM's external counters)
+  PrefixCacheStats last_prefix_;    // the stats at the previous set_state (window deltas)
   PrefixHitWindow recent_;
   std::int64_t success_length_ = 0, success_abort_ = 0, success_stop_ = 0;
   bool report_overload_ = false;

@@ -504,10 +504,15 @@ RunSummary Recorder::summary() const {
   s.prefix_hit_tokens = prefix_.hit_tokens + prefix_.preempted_hit_tokens;
   s.prefix_preempted_queried_tokens = prefix_.preempted_queried_tokens;
   s.prefix_preempted_hit_tokens = prefix_.preempted_hit_tokens;
-  // vLLM's rate (PrefixCacheStats): resumed requests' lookups are kept apart and left out.
-  s.prefix_hit_rate = prefix_.queried_tokens > 0 ? static_cast<double>(prefix_.hit_tokens) /
-                                                       static_cast<double>(prefix_.queried_tokens)
-                                                 : 0.0;
+  // vLLM's rate (PrefixCacheStats): resumed requests' lookups are kept apart and left out, and
+  // so are hits in the offload tiers (its KV connector's, counted as "external").
+  const auto rate = [&](std::int64_t hits) {
+    return prefix_.queried_tokens > 0
+               ? static_cast<double>(hits) / static_cast<double>(prefix_.queried_tokens)
+               : 0.0;
+  };
+  s.prefix_hit_rate = rate(prefix_.hit_tokens - prefix_.external_hit_tokens);
+  s.prefix_external_hit_rate = rate(prefix_.external_hit_tokens);
   s.prompt_hit_rate = s.input_tokens > 0 ? static_cast<double>(s.prompt_cached_tokens) /
                                                static_cast<double>(s.input_tokens)
                                          : 0.0;
@@ -690,6 +695,7 @@ void write_summary_json(const std::string& path, const RunSummary& s,
     j["prefix_cache"]["hit_tokens_gpu"] = device;
     for (const RunSummary::OffloadTier& t : s.offload_tiers)
       j["prefix_cache"]["hit_tokens_" + t.name] = t.hit_tokens;
+    j["prefix_cache"]["external_hit_rate"] = s.prefix_external_hit_rate;
   }
   if (s.pinned_blocks >= 0) {
     j["prefix_cache"]["pinned_blocks"] = s.pinned_blocks;

@@ -122,7 +122,8 @@ struct RunSummary {
   // vLLM's prefix-cache counters: every lookup counts, and a waiting request is looked up again
   // at each step that cannot admit it, so the rate also measures how often admission was tried.
   std::int64_t prefix_queried_tokens = 0, prefix_hit_tokens = 0;
-  double prefix_hit_rate = 0;
+  double prefix_hit_rate = 0;  // the device pool's hits (with KV offload, the tiers' apart:)
+  double prefix_external_hit_rate = 0;  // the offload tiers' hits over the same lookups
   // Of those, the lookups by resumed (previously preempted) requests, which vLLM's own counters
   // keep apart (its logged hit rate leaves them out): theirs is (hit - these) / (queried - these).
   std::int64_t prefix_preempted_queried_tokens = 0, prefix_preempted_hit_tokens = 0;

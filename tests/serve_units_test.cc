@@ -1219,6 +1219,18 @@ TEST(ServeMetrics, PrefixCacheCountersLeaveOutResumedRequests) {
   EXPECT_NE(text.find("servelab:prefix_cache_hit_rate_recent{model_name=\"tiny\"} 0.2\n"),
             std::string::npos)
       << text;
+  // Hits found in the KV offload tier are vLLM's external ones (a KV connector's), not its
+  // prefix cache's.
+  ServeMetrics t("tiny");
+  p.external_hit_tokens = 15;
+  t.set_state(0, 0, 0.0, p);
+  const std::string tiers = t.render();
+  for (const char* line : {"vllm:prefix_cache_hits_total{model_name=\"tiny\"} 5\n",
+                           "vllm:external_prefix_cache_queries_total{model_name=\"tiny\"} 100\n",
+                           "vllm:external_prefix_cache_hits_total{model_name=\"tiny\"} 15\n",
+                           "servelab:prefix_cache_hit_rate_recent{model_name=\"tiny\"} 0.05\n"}) {
+    EXPECT_NE(tiers.find(line), std::string::npos) << line << tiers;
+  }
 }
 
 // A served model name is a Prometheus label value: its backslashes, double quotes and line feeds
