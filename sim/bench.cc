@@ -329,10 +329,13 @@ std::string error_message(const std::string& body) {
 // (SIGINT/SIGTERM) gives it up at the next bytes (run_bench also shuts the socket of a silent
 // one). Never throws for what the server sends: that becomes the request's reason. `token_ids`:
 // ask for the output's ids (vLLM's return_token_ids) and keep the first choice's in the reply.
+// `released_ns`: when the dispatcher could send it at the earliest (its arrival; a session's turn
+// is handed over when its parent's stream has ended, which may be after its arrival, the parent's
+// last chunk plus the think time): only a wait past that is a wait for a free connection.
 Outcome send_one(httplib::Client& client, const Endpoint& e, const std::string& model,
                  const std::vector<LoraModule>& lora_modules, const RequestSpec& spec,
                  std::int32_t vocab_size, std::chrono::duration<double> timeout,
-                 const BenchClock& clock, bool token_ids) {
+                 const BenchClock& clock, bool token_ids, TimeNs released_ns) {
   json prompt = json::array();
   for (std::int32_t p = 0; p < spec.prompt_len; ++p) {
     prompt.push_back(prompt_token_value(spec, p, vocab_size));
@@ -528,7 +531,7 @@ Outcome send_one(httplib::Client& client, const Endpoint& e, const std::string& 
   // time spent waiting in the client vanished and throughput read five times too high).
   // A send within kDispatchJitterNs of its arrival keeps the workload's arrival (the dispatcher's
   // sleep is that precise; requests.csv then has the simulator's arrival times).
-  o.client_wait_ns = std::max<TimeNs>(0, clock.at(send) - spec.arrival_ns);
+  o.client_wait_ns = std::max<TimeNs>(0, clock.at(send) - std::max(spec.arrival_ns, released_ns));
   if (o.client_wait_ns <= kDispatchJitterNs) o.client_wait_ns = 0;
   r.arrival_ns = spec.arrival_ns + o.client_wait_ns;
   const auto rel = [&](Clock::time_point t) { return r.arrival_ns + clock.at(t) - clock.at(send); };
@@ -616,7 +619,9 @@ BenchOutput run_bench(const ExperimentConfig& config, const BenchOptions& option
   std::mutex mu;
   std::condition_variable cv;
   std::condition_variable answered;  // a worker finished a request (dependent workloads wait)
-  std::deque<RequestSpec> ready;     // sent by the dispatcher, waiting for a worker
+  // Sent by the dispatcher, waiting for a worker: each request and when it was released (a
+  // session's turn: handed over, on the bench's clock; else its arrival).
+  std::deque<std::pair<RequestSpec, TimeNs>> ready;
   std::vector<Outcome> outcomes;
   bool closed = false;
   std::atomic<std::int64_t> sent{0}, finished{0}, failed{0};
@@ -664,22 +669,28 @@ BenchOutput run_bench(const ExperimentConfig& config, const BenchOptions& option
                             static_cast<time_t>(timeout_us % 1000000));
     client.set_write_timeout(30);
     client.set_keep_alive(true);
+    // cpp-httplib writes a POST's headers and body apart: on a reused connection Nagle held the
+    // body for the server's delayed ACK, 40 ms that counted as the server's latency (vLLM's
+    // client, aiohttp, sets TCP_NODELAY too).
+    client.set_tcp_nodelay(true);
     httplib::Client* own = &client;
     workers.emplace_back([&, own] {
       while (true) {
         RequestSpec spec;
+        TimeNs released_ns = 0;
         {
           std::unique_lock lock(mu);
           cv.wait(lock, [&] { return closed || !ready.empty(); });
           if (ready.empty()) return;
-          spec = std::move(ready.front());
+          spec = std::move(ready.front().first);
+          released_ns = ready.front().second;
           ready.pop_front();
           ++busy;
         }
         Outcome o;
         try {
           o = send_one(*own, endpoint, model, lora_modules, spec, model_config.vocab_size, timeout,
-                       clock, dependent);
+                       clock, dependent, released_ns);
         } catch (const std::exception& x) {  // e.g. out of memory: this request fails, not all
           o.record.id = spec.id;
           o.record.arrival_ns = spec.arrival_ns;
@@ -764,7 +775,8 @@ BenchOutput run_bench(const ExperimentConfig& config, const BenchOptions& option
           static_cast<std::int64_t>(workers.size()) <= sent.load()) {
         add_worker();
       }
-      ready.push_back(std::move(*next));
+      const TimeNs released = std::max(next->arrival_ns, clock.at(Clock::now()));
+      ready.emplace_back(std::move(*next), released);
       next.reset();
       ++sent;
       lock.unlock();
@@ -785,7 +797,8 @@ BenchOutput run_bench(const ExperimentConfig& config, const BenchOptions& option
       }
       {
         std::lock_guard lock(mu);
-        ready.push_back(std::move(*next));
+        const TimeNs arrival = next->arrival_ns;
+        ready.emplace_back(std::move(*next), arrival);
       }
       cv.notify_one();
       ++sent;

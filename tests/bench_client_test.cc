@@ -38,6 +38,7 @@ class FakeServer {
           r.set_content(R"({"data": [{"id": "tiny"}]})", "application/json");
         }));
     if (metrics) server_.Get("/metrics", std::move(metrics));
+    server_.set_tcp_nodelay(true);  // as engine serve (vLLM's uvicorn too)
     port_ = server_.bind_to_any_port("127.0.0.1");
     thread_ = std::thread([this] { server_.listen_after_bind(); });
     while (!server_.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -294,6 +295,22 @@ TEST(BenchClient, RequestsWaitingForAConnectionKeepTheWallClock) {
   fs::remove_all(dir);
 }
 
+// A request on a reused connection reaches the server at once: cpp-httplib writes a POST's
+// headers and body apart, and without TCP_NODELAY Nagle held the body for the server's delayed
+// ACK (40 ms on Linux), which the bench counted as the server's TTFT.
+TEST(BenchClient, RequestsOnAReusedConnectionAreNotHeldBack) {
+  const fs::path dir = temp_dir("bench_nodelay");
+  const FakeServer server([](const httplib::Request&, httplib::Response& r) { stream(r, kGood); });
+  BenchOptions o;
+  o.url = server.url();
+  o.out_dir = (dir / "out").string();
+  o.max_concurrency = 1;  // one keep-alive connection for both requests
+  const BenchOutput b = run_bench(experiment(dir), o);
+  EXPECT_EQ(b.run.summary.completed, 2);
+  EXPECT_LT(b.run.summary.ttft_ms.max, 30.0);
+  fs::remove_all(dir);
+}
+
 // Ctrl-C while every request waits on a silent server: the bench stops at once (exit 130),
 // writing nothing, instead of waiting out the requests' timeouts.
 TEST(BenchClient, AnInterruptEndsRequestsWaitingOnASilentServer) {
@@ -327,7 +344,8 @@ struct SessionRun {
   BenchOutput out;
   std::vector<std::map<std::string, std::string>> rows;  // requests.csv
 };
-SessionRun bench_session(const fs::path& dir, bool ids, int id_base = 100) {
+SessionRun bench_session(const fs::path& dir, bool ids, int id_base = 100, double think_s = 0.05,
+                         int done_delay_ms = 0) {
   SessionRun s;
   std::mutex mu;
   const FakeServer server([&](const httplib::Request& q, httplib::Response& r) {
@@ -344,17 +362,35 @@ SessionRun bench_session(const fs::path& dir, bool ids, int id_base = 100) {
                 (ids ? ", \"token_ids\": [" + id + "]" : std::string()) +
                 (k == 3 ? ", \"finish_reason\": \"length\"" : "") + "}]}\n\n";
     }
-    stream(r, events + "data: {\"choices\": [], \"usage\": {\"completion_tokens\": 4}}\n\n" +
-                  "data: [DONE]\n\n");
+    const std::string tail =
+        "data: {\"choices\": [], \"usage\": {\"completion_tokens\": 4}}\n\ndata: [DONE]\n\n";
+    if (done_delay_ms == 0) {
+      stream(r, events + tail);
+      return;
+    }
+    // The last token's chunk, then a pause before the stream ends.
+    r.set_chunked_content_provider(
+        "text/event-stream", [=, step = 0](std::size_t, httplib::DataSink& sink) mutable {
+          if (step++ == 0) {
+            sink.write(events.data(), events.size());
+          } else {
+            std::this_thread::sleep_for(std::chrono::milliseconds(done_delay_ms));
+            sink.write(tail.data(), tail.size());
+            sink.done();
+          }
+          return true;
+        });
   });
   fs::create_directories(dir);
   write_file(dir / "s.yaml",
              "name: chat\nseed: 1\nmodel: tiny\nhardware: H100-SXM\n"
              "workload: {type: multiturn, num_sessions: 1,"
              " session_arrival: {process: poisson, rate: 10}, turns: {dist: fixed, value: 3},"
-             " think_time_s: {dist: fixed, value: 0.05},"
-             " first_prompt_len: {dist: fixed, value: 8}, new_tokens: {dist: fixed, value: 4},"
-             " output_len: {dist: fixed, value: 4}}\n");
+             " think_time_s: {dist: fixed, value: " +
+                 std::to_string(think_s) +
+                 "},"
+                 " first_prompt_len: {dist: fixed, value: 8}, new_tokens: {dist: fixed, value: 4},"
+                 " output_len: {dist: fixed, value: 4}}\n");
   BenchOptions o;
   o.url = server.url();
   o.out_dir = (dir / "out").string();
@@ -415,6 +451,26 @@ TEST(BenchClient, RepliesWithoutTokenIdsAreCounted) {
   EXPECT_EQ(s.out.unquoted_replies, 3);
   EXPECT_EQ(s.out.run.summary.completed, 3);
   EXPECT_NE(ids(s.bodies[1].at("prompt"), 8, 12), (std::vector<int>{100, 101, 102, 103}));
+  fs::remove_all(dir);
+}
+
+// A turn is due at its parent's last chunk (plus its think time, here none) but handed over when
+// the parent's stream has ended, 60 ms later: that is no wait for a free connection (it was
+// reported as one, and the turn's arrival moved), and the turn keeps its arrival.
+TEST(BenchClient, ATurnReleasedAfterItsParentsStreamEndedWaitedForNoConnection) {
+  const fs::path dir = temp_dir("bench_session_late_done");
+  const SessionRun s = bench_session(dir, true, 100, 0.0, 60);
+  ASSERT_EQ(s.bodies.size(), 3u);
+  EXPECT_EQ(s.out.client_waits, 0);
+  ASSERT_EQ(s.rows.size(), 3u);
+  std::vector<std::pair<double, double>> times;
+  for (const auto& row : s.rows) {
+    times.emplace_back(std::stod(row.at("arrival_s")), std::stod(row.at("finish_s")));
+  }
+  std::sort(times.begin(), times.end());
+  for (std::size_t t = 1; t < 3; ++t) {
+    EXPECT_NEAR(times[t].first, times[t - 1].second, 1e-6) << t;  // its parent's last chunk
+  }
   fs::remove_all(dir);
 }
 
