@@ -107,6 +107,32 @@ TEST(RequestClasses, APartsRequestsDoNotDependOnTheOtherParts) {
   EXPECT_EQ(contents.size(), twins.size());
 }
 
+// Trace parts read their content ids from their files: Mooncake hash ids 0, 1, ... (or a
+// converted trace's segments) are the same numbers in every file, yet two files' prompts are
+// not the same text. Each trace part has a namespace of its own: within a part, equal ids still
+// share; across parts, none does (a mix of two Mooncake slices shared 6,752 cached tokens).
+TEST(RequestClasses, TraceFilesInTwoPartsShareNoContent) {
+  const fs::path dir = temp_dir("mix_trace_ns");
+  fs::create_directories(dir);
+  const std::string rows =
+      "{\"timestamp\": 0, \"input_length\": 1024, \"output_length\": 4, \"hash_ids\": [0, 1]}\n"
+      "{\"timestamp\": 10, \"input_length\": 1024, \"output_length\": 4, \"hash_ids\": [0, 2]}\n";
+  write_file(dir / "a.jsonl", rows);
+  write_file(dir / "b.jsonl", rows);
+  const std::string yaml =
+      Mix(Part("a", "{type: mooncake, path: " + (dir / "a.jsonl").string() + "}") +
+          Part("b", "{type: mooncake, path: " + (dir / "b.jsonl").string() + "}"));
+  const std::vector<RequestSpec> rs = FromYaml(yaml);
+  ASSERT_EQ(rs.size(), 4u);
+  std::map<std::uint32_t, std::vector<std::uint64_t>> first;  // each part's first-block ids
+  for (const RequestSpec& r : rs) first[r.request_class].push_back(r.prompt[0].content_id);
+  ASSERT_EQ(first[0].size(), 2u);
+  EXPECT_EQ(first[0][0], first[0][1]);  // hash id 0 twice in one file: one prompt prefix
+  EXPECT_EQ(first[1][0], first[1][1]);
+  EXPECT_NE(first[0][0], first[1][0]);  // the other file's hash id 0 is another text
+  fs::remove_all(dir);
+}
+
 TEST(RequestClasses, TenantsCanBeKeptOrSet) {
   const auto rs =
       FromYaml(Mix(Part("a", kChat, ", tenant: 17") + Part("b", kBatch, ", tenant: workload")));

@@ -97,6 +97,10 @@ std::optional<RequestSpec> MixWorkload::next() {
   RequestSpec spec = std::move(*heads_[best]);
   heads_[best] = parts_[best].workload->next();
   const MixPart& part = parts_[best];
+  if (part.content_namespace != 0) {
+    for (PromptSegment& s : spec.prompt)
+      s.content_id = mix64(s.content_id ^ part.content_namespace);
+  }
   spec.id = next_id_++;
   spec.request_class = static_cast<std::uint32_t>(best);
   if (part.tenant) spec.tenant = *part.tenant;
@@ -148,6 +152,9 @@ std::unique_ptr<Workload> make_mix_workload(const ConfigNode& section, std::uint
     if (!w.is_map()) w.fail("a workload mapping ({type: synthetic, ...})");
     part.workload = make_workload(w, part_seed(seed, part.class_name), base_dir);
     part.where = w.location() + ": key '" + w.path() + "'";
+    if (w.at("type").as_string() != "synthetic") {
+      part.content_namespace = mix64(part_seed(seed, part.class_name) ^ 0x74726163652d6e73ULL) | 1;
+    }
     if (part.workload->dependent() || w.at("type").as_string() == "mix") {
       w.at("type").fail_message(
           "a mix part must be open loop: type '" + w.at("type").as_string() +

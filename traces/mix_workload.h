@@ -22,7 +22,9 @@
 // arrivals depend on finishes) and mix. Its random streams and content ids
 // derive from the experiment seed and the class name (part_seed), so adding, removing or
 // reordering parts leaves every other part's requests as they were, and two parts never share
-// prompt content (even with the same shared_prefix settings).
+// prompt content (even with the same shared_prefix settings; a trace part's content ids, read
+// from its file, are moved into a namespace of the part's, so two files' hash ids 0, 1, ... or
+// two converted traces' segments are different prompts, and so are two parts of one file).
 //
 // Merging: the request arriving first comes first; at equal arrival times the earlier part
 // first, then its own order. Requests are renumbered 0, 1, 2, ... in merged order and carry their
@@ -61,6 +63,10 @@ struct MixPart {
   std::optional<std::int32_t> priority;  // replaces every request's priority
   std::string
       where;  // "FILE:LINE:COL: key 'workload.parts[i].workload'", for errors ("": the name)
+  // Nonzero: every prompt segment's content id is moved into this part's own namespace (a
+  // trace part: a file's content ids, Mooncake hash ids or a ServeLab trace's segments, are the
+  // same numbers in every file, and two parts would share prompt content they do not share).
+  std::uint64_t content_namespace = 0;
 };
 
 class MixWorkload : public Workload {
