@@ -94,6 +94,41 @@ TEST(MultimodalWorkload, AMixsImagesJoinItsPartsImages) {
   EXPECT_GT(part_images.size(), 15u);  // the part's images stay its own (1000 to draw from)
 }
 
+// A mix-level max_prompt_tokens over a part whose prompts end with an image never splits the
+// image: a cut inside it moves to its start (the image dropped with its tokens), a cut past it
+// keeps it whole; no input points past the prompt (one did: an image cut off, its entry kept).
+TEST(MultimodalWorkload, AMixLevelCutNeverSplitsAnImage) {
+  const auto run = [](int cap) {
+    const ConfigNode root = ConfigNode::load_string(
+        "workload:\n  type: mix\n  transforms: {max_prompt_tokens: " + std::to_string(cap) +
+            "}\n  parts:\n    - class: a\n      workload:\n"
+            "        type: synthetic\n        num_requests: 5\n"
+            "        arrival: {process: poisson, rate: 20}\n"
+            "        prompt_len: {dist: fixed, value: 200}\n"
+            "        output_len: {dist: fixed, value: 4}\n"
+            "        multimodal: {images_per_request: 1, tokens_per_image: 64, distinct_images: 3, "
+            "position: end}\n",
+        "w.yaml");
+    std::vector<RequestSpec> out;
+    const std::unique_ptr<Workload> w = make_workload(root.at("workload"), 11, ".");
+    while (std::optional<RequestSpec> r = w->next()) out.push_back(std::move(*r));
+    return out;
+  };
+  for (const RequestSpec& r : run(230)) {  // inside the image (200 .. 264)
+    EXPECT_EQ(r.prompt_len, 200);
+    EXPECT_EQ(r.mm_inputs, nullptr);
+  }
+  for (const RequestSpec& r : run(100)) {  // before it
+    EXPECT_EQ(r.prompt_len, 100);
+    EXPECT_EQ(r.mm_inputs, nullptr);
+  }
+  for (const RequestSpec& r : run(264)) {  // the whole prompt
+    EXPECT_EQ(r.prompt_len, 264);
+    ASSERT_NE(r.mm_inputs, nullptr);
+    EXPECT_EQ(r.mm_inputs->size(), 1u);
+  }
+}
+
 // Runs the experiment; returns summary.json's prefix_cache hit tokens.
 std::int64_t HitTokens(const fs::path& dir, const std::string& name, const std::string& extra) {
   write_file(dir / (name + ".yaml"), Experiment(extra));

@@ -95,6 +95,13 @@ TEST(SimStops, EosProbabilityDrawsGeometricLengths) {
   EXPECT_EQ(read_file(dir / "p" / "requests.csv"),
             (RunSim(dir, "p2", "  sampling: {max_tokens: 40, eos_probability: 0.1}\n"),
              read_file(dir / "p2" / "requests.csv")));
+  // transforms.max_output_tokens caps the outputs whatever sampling draws (max_tokens 1000 with
+  // an EOS draw ran past the cap).
+  const auto capped_rows = RunSim(dir, "cap",
+                                  "  transforms: {max_output_tokens: 8}\n"
+                                  "  sampling: {max_tokens: 1000, eos_probability: 0.01}\n");
+  ASSERT_EQ(capped_rows.size(), 40u);
+  for (const auto& r : capped_rows) EXPECT_LE(std::stoi(r.at("output_tokens")), 8);
   fs::remove_all(dir);
 }
 

@@ -132,7 +132,9 @@ std::optional<RequestSpec> SampledWorkload::next() {
       eos_at = static_cast<std::int32_t>(std::clamp(k, 1.0, 10'000'000.0));
     }
     stop->sim_eos_at = eos_at;
-    if (p.max_tokens) r->max_output_tokens = *p.max_tokens;
+    if (p.max_tokens) {
+      r->max_output_tokens = std::min(*p.max_tokens, options_.output_cap.value_or(INT32_MAX));
+    }
     r->stop = std::move(stop);
   }
   if (options_.cache_salt) {

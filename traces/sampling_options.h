@@ -72,6 +72,9 @@ struct CacheSaltOptions {
 struct RequestOptions {
   std::optional<SamplingOptions> sampling;
   std::optional<CacheSaltOptions> cache_salt;
+  // The workload's `transforms.max_output_tokens` (applied before these options): sampling's
+  // max_tokens never raises a request's output past it (it did, with eos_probability).
+  std::optional<std::int32_t> output_cap;
 };
 
 // Reads the `sampling:` and `cache_salt:` keys of a workload section (absent keys: nullopt).

@@ -83,7 +83,21 @@ std::optional<RequestSpec> TransformedWorkload::next() {
     }
     r->arrival_ns = *t;
     if (options_.max_prompt_tokens && r->prompt_len > *options_.max_prompt_tokens) {
-      std::uint32_t left = static_cast<std::uint32_t>(*options_.max_prompt_tokens);
+      std::int64_t cut = *options_.max_prompt_tokens;
+      if (r->mm_inputs != nullptr) {
+        // Images already in the prompt (a mix's parts with `multimodal:`): the cut never splits
+        // one (it moves to the image's start, or to its end when the image opens the prompt),
+        // and the images past it go with their tokens.
+        auto inputs = std::make_shared<std::vector<MultimodalInput>>();
+        for (const MultimodalInput& in : *r->mm_inputs) {
+          const std::int64_t lo = in.offset, hi = lo + static_cast<std::int64_t>(in.length);
+          if (lo < cut && cut < hi) cut = lo > 0 ? lo : hi;
+          if (hi <= cut) inputs->push_back(in);
+        }
+        r->mm_inputs =
+            inputs->empty() ? nullptr : std::shared_ptr<const std::vector<MultimodalInput>>(inputs);
+      }
+      std::uint32_t left = static_cast<std::uint32_t>(cut);
       std::size_t keep = 0;
       for (; keep < r->prompt.size() && left > 0; ++keep) {
         PromptSegment& s = r->prompt[keep];
@@ -91,7 +105,7 @@ std::optional<RequestSpec> TransformedWorkload::next() {
         left -= s.length;
       }
       r->prompt.resize(keep);
-      r->prompt_len = *options_.max_prompt_tokens;
+      r->prompt_len = static_cast<std::int32_t>(cut);
     }
     if (options_.max_output_tokens) {
       r->max_output_tokens = std::min(r->max_output_tokens, *options_.max_output_tokens);

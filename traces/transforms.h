@@ -12,7 +12,9 @@
 //     rate_scale: 2.0         # (> 0) arrival times divided by k: k = 2 doubles the rate
 //     shift_s: 10             # (>= 0) seconds added to every arrival time, after rate_scale
 //     max_prompt_tokens: 4096 # (>= 1) longer prompts are cut to their first N tokens (so shared
-//                             # prefixes stay shared)
+//                             # prefixes stay shared); a cut never splits an image already in
+//                             # the prompt (a mix's parts'): it moves to the image's start (its
+//                             # end when the image opens the prompt), images past it dropped
 //     max_output_tokens: 512  # (>= 1) output lengths capped at N
 //
 // Steps apply in the order listed. Surviving requests are renumbered 0, 1, 2, ... so the ids

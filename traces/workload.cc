@@ -234,6 +234,7 @@ std::unique_ptr<Workload> make_workload(const ConfigNode& section, std::uint64_t
   std::optional<TransformOptions> transforms;
   if (section.has("transforms")) transforms = parse_transforms(section.at("transforms"));
   RequestOptions options = parse_request_options(section);
+  if (transforms) options.output_cap = transforms->max_output_tokens;
   const std::optional<MultimodalOptions> multimodal = parse_multimodal_options(section);
   const std::optional<LoraWorkloadOptions> lora = parse_lora_workload_options(section);
   std::unique_ptr<Workload> w;
