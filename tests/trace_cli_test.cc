@@ -170,4 +170,24 @@ TEST(TraceCli, OutputsThatAreNotRegularFiles) {
   }
 }
 
+// Ctrl-C while the input is a pipe with nothing to read yet: the read, cut short by the signal,
+// is the interrupt (exit 130, nothing written), not a "read error" (exit 2).
+TEST(TraceCli, AnInterruptWhileReadingAPipeIsAnInterrupt) {
+  const fs::path dir = servelab::test_util::temp_dir("trace_convert_fifo_int");
+  const fs::path fifo = dir / "in.csv";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  // A writer that sends the header and then waits (the reader blocks on the rest).
+  const std::string script =
+      "(printf 'arrival_ns,prompt_tokens,output_tokens,priority,tenant,segments\\n'; sleep 4) > '" +
+      fifo.string() + "' & timeout --foreground --preserve-status -s INT 1 " +
+      servelab::servelab_program("sim") + " trace convert '" + fifo.string() + "' '" +
+      (dir / "out.csv").string() + "' --format servelab 2> '" + (dir / "err.txt").string() +
+      "'; r=\\$?; kill %1 2>/dev/null; wait; exit \\$r";
+  const int status = std::system(("bash -c \"" + script + "\"").c_str());
+  const std::string err = servelab::test_util::read_file(dir / "err.txt");
+  EXPECT_EQ(WIFEXITED(status) ? WEXITSTATUS(status) : -1, 130) << err;
+  EXPECT_NE(err.find("interrupted"), std::string::npos) << err;
+  EXPECT_FALSE(fs::exists(dir / "out.csv"));
+}
+
 }  // namespace

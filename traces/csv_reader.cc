@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "serving/config_node.h"
+#include "serving/interrupt.h"
 
 namespace servelab {
 
@@ -51,12 +52,25 @@ bool CsvReader::read_line() {
                         std::to_string(kMaxLineBytes >> 20) + " MiB (is this a trace file?)");
     }
     if (end_ == buffer_.size()) buffer_.resize(std::min(buffer_.size() * 2, kMaxLineBytes + 1));
+    errno = 0;
     const std::size_t got = std::fread(buffer_.data() + end_, 1, buffer_.size() - end_, file_);
+    const int error = errno;  // before anything else can change it
     if (got == 0) {
       if (std::ferror(file_)) {
-        throw ConfigError(path_ + ": read error (" + std::strerror(errno) + ")");
+        // A signal while a pipe or FIFO had nothing to read (the handlers do not restart
+        // reads): an interrupt is reported as one; another signal's read is tried again.
+        if (error == EINTR) {
+          throw_if_interrupted();
+          std::clearerr(file_);
+          continue;
+        }
+        throw ConfigError(path_ + ": read error (" + std::strerror(error) + ")");
       }
+      // An end met just after a signal (a pipe's writer gone with it): the interrupt first.
+      throw_if_interrupted();
       eof_ = true;
+    } else if (std::ferror(file_)) {
+      std::clearerr(file_);  // a read cut short by a signal: what it got is kept, read on
     }
     end_ += got;
   }
