@@ -102,7 +102,8 @@ void SimBackend::execute_into(const StepPlan& plan, StepResult& result) {
     return;
   }
   // Speculative decoding: acceptance drawn, drafts proposed and their cost (sim/speculation.h).
-  const TimeNs draft_ns = spec_ != nullptr ? seconds_to_ns(spec_->apply(plan, result)) : 0;
+  const DraftWork draft = spec_ != nullptr ? spec_->apply(plan, result) : DraftWork{};
+  const TimeNs draft_ns = seconds_to_ns(draft.seconds);
   // With a work model, one breakdown for the work and, when it is the cost model itself, the
   // time (RooflineCostModel's step_time is seconds_to_ns of its breakdown's total).
   const bool counting = work_ != nullptr;
@@ -114,7 +115,8 @@ void SimBackend::execute_into(const StepPlan& plan, StepResult& result) {
     t = plan.pipelined ? pipelined_time(plan) : cost_.step_time(plan);
   }
   result.duration_ns = std::max<TimeNs>(1, add_saturated(add_saturated(t, loads), draft_ns));
-  if (counting) count_work(b.flops, b.bytes, result.duration_ns);
+  // The draft passes' work with the target step's: they run on the same GPUs in the step's time.
+  if (counting) count_work(b.flops + draft.flops, b.bytes + draft.bytes, result.duration_ns);
   result.sampled_tokens.assign(plan.requests.size(), kSimOtherToken);
   result.fork_tokens.assign(static_cast<std::size_t>(plan.num_fork_tokens), kSimOtherToken);
   // The simulated model's EOS (core/stop_conditions.h), for requests with stop conditions.

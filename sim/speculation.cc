@@ -23,10 +23,10 @@ SimSpeculation::SimSpeculation(const SpeculativeConfig& config, std::uint64_t se
   }
 }
 
-double SimSpeculation::draft_seconds(std::int64_t sequences, std::int64_t context_tokens) const {
-  if (sequences <= 0 || config_.method == SpecMethod::kNgram) return 0.0;
+DraftWork SimSpeculation::draft_work(std::int64_t sequences, std::int64_t context_tokens) const {
+  DraftWork w;
+  if (sequences <= 0 || config_.method == SpecMethod::kNgram) return w;
   const std::int32_t k = config_.num_speculative_tokens;
-  double total = 0;
   for (std::int32_t j = 0; j < k; ++j) {
     // Pass j: one token per sequence, attending to its context plus the j drafts before it.
     StepFeatures f;
@@ -37,17 +37,25 @@ double SimSpeculation::draft_seconds(std::int64_t sequences, std::int64_t contex
     f.num_sampled = sequences;
     if (config_.method == SpecMethod::kDraftModel) {
       const StepCostBreakdown b = draft_->breakdown(f);
-      total += b.total() - b.overhead;  // the step's host time is the target step's
+      w.seconds += b.total() - b.overhead;  // the step's host time is the target step's
+      w.flops += b.flops;
+      w.bytes += b.bytes;
     } else {  // EAGLE: one target layer (unquantized: draft_, when given), then the LM head
       const RooflineCostModel& head = draft_ != nullptr ? *draft_ : target_;
       const StepCostBreakdown b = head.breakdown(f);
-      total += (b.gemm + b.elementwise + b.decode_attention) / head.model().num_layers + b.lm_head;
+      const double s =
+          (b.gemm + b.elementwise + b.decode_attention) / head.model().num_layers + b.lm_head;
+      const double device = b.total() - b.overhead;
+      const double share = device > 0 ? s / device : 0.0;
+      w.seconds += s;
+      w.flops += b.flops * share;
+      w.bytes += b.bytes * share;
     }
   }
-  return total;
+  return w;
 }
 
-double SimSpeculation::apply(const StepPlan& plan, StepResult& result) {
+DraftWork SimSpeculation::apply(const StepPlan& plan, StepResult& result) {
   const std::size_t entries = plan.requests.size();
   const std::vector<double>& rates = config_.acceptance_rates;
   if (plan.num_draft_tokens > 0) {
@@ -96,7 +104,7 @@ double SimSpeculation::apply(const StepPlan& plan, StepResult& result) {
     }
     at += static_cast<std::size_t>(k);
   }
-  return draft_seconds(sequences, context);
+  return draft_work(sequences, context);
 }
 
 }  // namespace servelab

@@ -29,6 +29,15 @@
 
 namespace servelab {
 
+// What drafting a step's proposals costs: its time, and the FLOPs and device bytes of the draft
+// passes (for MFU, MBU and the power model: a draft pass streams the draft's weights as the
+// target's step does).
+struct DraftWork {
+  double seconds = 0;
+  double flops = 0;
+  double bytes = 0;
+};
+
 class SimSpeculation {
  public:
   // `target` (the served model's roofline) must outlive this object; `draft` is the draft
@@ -40,13 +49,17 @@ class SimSpeculation {
                  const RooflineCostModel& target, std::unique_ptr<RooflineCostModel> draft);
 
   // Fills result.num_accepted (when the plan verifies drafts), num_proposed and
-  // proposed_tokens for `plan`, and returns the seconds the drafting of the step's proposals
-  // takes. Draws from the stream: call once per executed plan, in order.
-  double apply(const StepPlan& plan, StepResult& result);
+  // proposed_tokens for `plan`, and returns what drafting the step's proposals takes. Draws from
+  // the stream: call once per executed plan, in order.
+  DraftWork apply(const StepPlan& plan, StepResult& result);
 
   // The draft cost of proposing for `sequences` sequences whose contexts sum to
-  // `context_tokens` (pure).
-  double draft_seconds(std::int64_t sequences, std::int64_t context_tokens) const;
+  // `context_tokens` (pure). EAGLE's head (one target layer and the LM head) is counted as that
+  // share of the passes' time, of their FLOPs and bytes too.
+  DraftWork draft_work(std::int64_t sequences, std::int64_t context_tokens) const;
+  double draft_seconds(std::int64_t sequences, std::int64_t context_tokens) const {
+    return draft_work(sequences, context_tokens).seconds;
+  }
 
  private:
   SpeculativeConfig config_;

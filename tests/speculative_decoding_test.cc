@@ -360,7 +360,7 @@ TEST(SimSpeculation, AcceptanceStopsAtTheFirstRejection) {
     c.acceptance_rates = {p};
     SimSpeculation spec(c, 1, m.roofline, nullptr);
     StepResult r;
-    EXPECT_EQ(spec.apply(VerifyPlan(3, 4, 100), r), 0.0);  // n-gram drafting is free
+    EXPECT_EQ(spec.apply(VerifyPlan(3, 4, 100), r).seconds, 0.0);  // n-gram drafting is free
     EXPECT_EQ(r.num_accepted, std::vector<std::int32_t>(3, p == 1.0 ? 4 : 0));
     EXPECT_EQ(r.num_proposed, std::vector<std::int32_t>(3, 4));
     EXPECT_EQ(r.proposed_tokens.size(), 12u);
@@ -406,6 +406,17 @@ TEST(SimSpeculation, DraftCostByMethod) {
   EXPECT_GT(draft.draft_seconds(8, 8000), 0.0);
   EXPECT_GT(draft.draft_seconds(64, 64000), draft.draft_seconds(8, 8000));
   EXPECT_EQ(draft.draft_seconds(0, 0), 0.0);
+  // Their work, for MFU, MBU and the power model (the passes were priced at idle power): a draft
+  // model's passes stream its weights once each; EAGLE's head is its share of a target step's.
+  const DraftWork dw = draft.draft_work(8, 8000);
+  const ModelConfig tiny = load_model("tiny", default_catalog_dir());
+  EXPECT_GT(dw.bytes, 4.0 * static_cast<double>(tiny.num_layers) *
+                          static_cast<double>(tiny.linear_weight_bytes_per_layer()));
+  EXPECT_GT(dw.flops, 0.0);
+  const DraftWork ew = eagle.draft_work(8, 8000);
+  EXPECT_GT(ew.bytes, 0.0);
+  EXPECT_LT(ew.bytes, step.bytes);
+  EXPECT_EQ(ngram.draft_work(8, 8000).bytes, 0.0);
 }
 
 // The verify pass of 1 + 4 tokens: at batch 1 it costs a few percent more than a decode step
