@@ -1795,6 +1795,7 @@ TEST(Lessons, FleetSizing) {
   EXPECT_NEAR(energy(7, "joules_per_output_token"), 0.102, 0.0005);
   EXPECT_NEAR(energy(12, "joules_per_output_token"), 0.152, 0.0005);
   EXPECT_NEAR(energy(6, "joules_per_output_token"), 0.092, 0.0005);
+  EXPECT_NEAR(energy(5, "joules_per_output_token"), 0.083, 0.0005);  // fewer spend less still
   EXPECT_NEAR(energy(7, "average_power_w") / 1e3, 2.47, 0.005);
   EXPECT_NEAR(energy(12, "average_power_w") / 1e3, 3.67, 0.005);
   EXPECT_NEAR(
