@@ -51,6 +51,11 @@ PowerFit fit_power(const EngineProfile& profile, const ModelConfig& model,
   std::map<std::string, int> seen;  // rows per family so far
   for (const ProfileRow& r : profile.rows) {
     if (!(r.power_w > 0)) continue;
+    const bool held_out = ++seen[r.family] % holdout == 0;  // counted either way: the same split
+    if (hardware.power.known() && r.power_w > 1.05 * max_w) {
+      ++fit.over_limit;
+      continue;
+    }
     const StepCostBreakdown b = roofline.breakdown(r.features.step);
     const double t = static_cast<double>(r.median_ns) * 1e-9;
     PowerFitRow row;
@@ -60,7 +65,7 @@ PowerFit fit_power(const EngineProfile& profile, const ModelConfig& model,
     row.u_flops = u.flops;
     row.u_bytes = u.bytes;
     row.measured_w = r.power_w;
-    row.held_out = ++seen[r.family] % holdout == 0;
+    row.held_out = held_out;
     row.at_limit = r.power_w >= 0.97 * max_w;
     fit.rows.push_back(row);
   }
@@ -138,6 +143,12 @@ void print_power_fit(std::FILE* out, const PowerFit& fit) {
                "limit left out\n  idle_w %.1f, compute_w %.1f, memory_w %.1f (max_w %g)\n",
                fit.profile.c_str(), fit.rows.size(), static_cast<long long>(held),
                static_cast<long long>(limit), p.idle_w, p.compute_w, p.memory_w, p.max_w);
+  if (fit.over_limit > 0) {
+    std::fprintf(out,
+                 "  warning: %lld readings above 1.05 x max_w (%g W) left out: a board cannot "
+                 "draw them (NVML's energy counter stepping over the short window)\n",
+                 static_cast<long long>(fit.over_limit), p.max_w);
+  }
   auto line = [&](const char* what, const ErrorStats& e) {
     std::fprintf(out, "  %-34s MAE %5.1f %%  p90 %5.1f %%  max %5.1f %%  bias %+5.1f %% (%lld)\n",
                  what, 100 * e.mean, 100 * e.p90, 100 * e.max, 100 * e.mean_signed,

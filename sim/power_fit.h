@@ -42,6 +42,9 @@ struct PowerFit {
   // Relative errors (predicted - measured) / measured of the fitted coefficients on the fitted
   // and the held-out rows, and of the entry's on the held-out rows (count 0 without power:).
   ErrorStats fit_error, held_out_error, assumed_held_out_error;
+  // Readings above 1.05 x the entry's max_w (a board cannot draw them: NVML's energy counter
+  // stepping over a short window), left out of the fit and of the errors; 0 without power:.
+  std::int64_t over_limit = 0;
 };
 
 // Throws ConfigError naming the profile when it has no power readings (a CPU profile, or NVML
