@@ -5,8 +5,10 @@
 // exit code 2 naming the key.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 
 #include "serving/config_node.h"
@@ -92,6 +94,30 @@ TEST(MultimodalWorkload, AMixsImagesJoinItsPartsImages) {
   }
   EXPECT_EQ(n, 20);
   EXPECT_GT(part_images.size(), 15u);  // the part's images stay its own (1000 to draw from)
+}
+
+// Whether a request carries images is one draw of its own: the carriers at fraction 0.5 are
+// among those at 0.6 (the image draws came from the same stream and shifted them: 38 of 94
+// differed).
+TEST(MultimodalWorkload, ALargerFractionKeepsTheCarriersOfASmallerOne) {
+  const auto carriers = [](double fraction) {
+    const ConfigNode root =
+        ConfigNode::load_string("workload:\n" + kWorkload +
+                                    "  multimodal: {tokens_per_image: 10, distinct_images: 50, "
+                                    "fraction: " +
+                                    std::to_string(fraction) + "}\n",
+                                "w.yaml");
+    std::set<RequestId> out;
+    const std::unique_ptr<Workload> w = make_workload(root.at("workload"), 11, ".");
+    while (const std::optional<RequestSpec> r = w->next()) {
+      if (r->mm_inputs != nullptr) out.insert(r->id);
+    }
+    return out;
+  };
+  const std::set<RequestId> half = carriers(0.5), more = carriers(0.6);
+  EXPECT_GT(half.size(), 15u);
+  EXPECT_GT(more.size(), half.size());
+  EXPECT_TRUE(std::includes(more.begin(), more.end(), half.begin(), half.end()));
 }
 
 // A mix-level max_prompt_tokens over a part whose prompts end with an image never splits the

@@ -34,7 +34,8 @@ MultimodalWorkload::MultimodalWorkload(std::unique_ptr<Workload> inner, Multimod
     : WorkloadDecorator(std::move(inner)),
       options_(options),
       seed_(seed),
-      rng_(Rng::stream(seed, "multimodal")) {
+      rng_(Rng::stream(seed, "multimodal")),
+      image_rng_(Rng::stream(seed, "multimodal-images")) {
   if (options_.zipf_s > 0) {
     zipf_cdf_.resize(static_cast<std::size_t>(options_.distinct_images));
     double sum = 0;
@@ -48,8 +49,8 @@ MultimodalWorkload::MultimodalWorkload(std::unique_ptr<Workload> inner, Multimod
 
 std::int32_t MultimodalWorkload::draw_image() {
   if (zipf_cdf_.empty())
-    return static_cast<std::int32_t>(rng_.uniform_int(0, options_.distinct_images - 1));
-  const double u = rng_.uniform();
+    return static_cast<std::int32_t>(image_rng_.uniform_int(0, options_.distinct_images - 1));
+  const double u = image_rng_.uniform();
   const auto it = std::upper_bound(zipf_cdf_.begin(), zipf_cdf_.end(), u);
   return static_cast<std::int32_t>(
       std::min<std::ptrdiff_t>(it - zipf_cdf_.begin(), options_.distinct_images - 1));
@@ -58,8 +59,9 @@ std::int32_t MultimodalWorkload::draw_image() {
 std::optional<RequestSpec> MultimodalWorkload::next() {
   std::optional<RequestSpec> r = inner().next();
   if (!r) return r;
-  // Always one draw for the share, so whether a request carries images does not shift the
-  // draws of the requests after it.
+  // One draw a request for the share, from a stream of its own (the images come from another),
+  // so whether a request carries images does not depend on the images drawn before it: raising
+  // the fraction adds carriers and keeps the others.
   const bool carries = rng_.uniform() < options_.fraction;
   if (!carries) return r;
   const std::int32_t images = options_.images_per_request;

@@ -21,7 +21,9 @@
 //
 // Images a wrapped workload placed already (a mix part's own `multimodal` under a mix-level one)
 // are kept, their offsets shifted past images inserted before them.
-// Draws come from Rng::stream(seed, "multimodal"); image content ids from the seed. The vision
+// Whether a request carries images comes from Rng::stream(seed, "multimodal") (one draw a
+// request: the carriers of a larger fraction include those of a smaller one), which images from
+// Rng::stream(seed, "multimodal-images"); image content ids from the seed. The vision
 // encoder is not charged by the cost model (docs/experiments.md "multimodal").
 #pragma once
 
@@ -71,7 +73,8 @@ class MultimodalWorkload : public WorkloadDecorator {
 
   MultimodalOptions options_;
   std::uint64_t seed_;
-  Rng rng_;
+  Rng rng_;                       // the carriers
+  Rng image_rng_;                 // the images they carry
   std::vector<double> zipf_cdf_;  // zipf_s > 0: cumulative probabilities of image ranks
 };
 
