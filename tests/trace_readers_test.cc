@@ -559,6 +559,26 @@ TEST(TraceConvert, ServeLabFormatErrors) {
                  "5,10,1,0,0,5:0:9\n");
   EXPECT_THAT(error_of([&] { read_all("workload: {type: servelab, path: " + path + "}"); }),
               HasSubstr(path + ":3: expected segments totalling prompt_tokens (10)"));
+  // A segment past its stream's 2^32 positions (offsets wrapped), a fractional arrival (rounded
+  // silently): errors naming the line.
+  const std::string over =
+      write_file("sl_over.csv",
+                 "arrival_ns,prompt_tokens,output_tokens,priority,tenant,segments\n"
+                 "0,10,1,0,0,1:4294967295:10\n");
+  EXPECT_THAT(error_of([&] { read_all("workload: {type: servelab, path: " + over + "}"); }),
+              HasSubstr(over + ":2: expected a segment content_id:offset:length"));
+  const std::string frac =
+      write_file("sl_frac.csv",
+                 "arrival_ns,prompt_tokens,output_tokens,priority,tenant,segments\n"
+                 "1.5,10,1,0,0,1:0:10\n");
+  EXPECT_THAT(error_of([&] { read_all("workload: {type: servelab, path: " + frac + "}"); }),
+              HasSubstr(frac + ":2: expected an integer arrival_ns"));
+  // A header with spaces after its commas (detected as ServeLab's) is read.
+  const std::string spaced =
+      write_file("sl_spaced.csv",
+                 "arrival_ns, prompt_tokens, output_tokens, priority, tenant, segments\n"
+                 "0,10,1,0,0,1:0:10\n");
+  EXPECT_EQ(read_all("workload: {type: servelab, path: " + spaced + "}").size(), 1u);
 }
 
 }  // namespace

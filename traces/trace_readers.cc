@@ -489,7 +489,12 @@ class ServeLabReader : public TraceReader {
     if (!csv_.next_row()) {
       throw ConfigError(path + ": empty file, expected the header " + std::string(kServeLabHeader));
     }
-    if (trim(csv_.line()) != kServeLabHeader) {
+    // Its fields, white space around each allowed (as format detection allows it).
+    std::string header;
+    for (const std::string_view field : csv_.fields()) {
+      header += (header.empty() ? "" : ",") + std::string(trim(field));
+    }
+    if (header != kServeLabHeader) {
       csv_.fail("the header " + std::string(kServeLabHeader), csv_.line());
     }
     prime();
@@ -499,6 +504,10 @@ class ServeLabReader : public TraceReader {
   bool parse(Row& row) override {
     const auto f = csv_.fields();
     if (f.size() != 6) bad("6 comma-separated fields " + std::string(kServeLabHeader), csv_.line());
+    // Whole nanoseconds, as the format writes them (a fraction would be rounded silently).
+    if (trim(f[0]).find_first_of(".eE") != std::string_view::npos) {
+      bad("an integer arrival_ns", f[0]);
+    }
     row.time_ns = time(f[0], 1, "arrival_ns");
     row.prompt_len = tokens(f[1], "prompt_tokens", 1);
     row.output = tokens(f[2], "output_tokens", 1);
@@ -525,10 +534,14 @@ class ServeLabReader : public TraceReader {
         ok = r2.ec == std::errc() && r2.ptr < e && *r2.ptr == ':';
         if (ok) {
           auto r3 = std::from_chars(r2.ptr + 1, e, seg.length);
-          ok = r3.ec == std::errc() && r3.ptr == e && seg.length > 0;
+          // Its positions offset .. offset + length - 1 within the stream's 2^32.
+          ok = r3.ec == std::errc() && r3.ptr == e && seg.length > 0 &&
+               std::uint64_t{seg.offset} + seg.length - 1 <= UINT32_MAX;
         }
       }
-      if (!ok) bad("a segment content_id:offset:length (length >= 1)", s);
+      if (!ok) {
+        bad("a segment content_id:offset:length (length >= 1, offset + length <= 2^32)", s);
+      }
       sum += seg.length;
       row.prompt.push_back(seg);
       pos = end + 1;
