@@ -885,17 +885,34 @@ def kv_block_map(run, out_dir, fmt, written, quiet):
     grid = np.full((num_blocks, cols), -1, dtype=np.int64)
     span = (t1 - t0) or 1.0
     requests_seen = []
+
+    def cells(start, end):
+        a = int((start - t0) / span * cols)
+        e = int(math.ceil((end - t0) / span * cols))
+        return max(a, 0), min(max(e, a + 1), cols)
+
+    # Each block's holdings in time order: a column shows the first holder; black only where two
+    # requests hold the block at the same time (a block handed from one request to the next
+    # inside one column's time is not shared).
+    by_block = {}
     for r in rows:
         b = offset[replica_of(r)] + int(r["block"])
         rid = int(r["request"])
-        a = int((num(r["start_s"]) - t0) / span * cols)
-        e = int(math.ceil((num(r["end_s"]) - t0) / span * cols))
-        a, e = max(a, 0), min(max(e, a + 1), cols)
-        cell = grid[b, a:e]
-        shared = (cell >= 0) & (cell != rid)
-        cell[cell == -1] = rid
-        cell[shared] = -2
+        by_block.setdefault(b, []).append((num(r["start_s"]), num(r["end_s"]), rid))
         requests_seen.append(rid)
+    for b, held in by_block.items():
+        held.sort()
+        active = []
+        for start, end, rid in held:
+            a, e = cells(start, end)
+            cell = grid[b, a:e]
+            cell[cell == -1] = rid
+            active = [h for h in active if h[1] > start]
+            for other_end, _, other in ((h[1], h[0], h[2]) for h in active):
+                if other != rid:
+                    sa, se = cells(start, min(end, other_end))
+                    grid[b, sa:se] = -2
+            active.append((start, end, rid))
     # Colours: a request's colour is its id modulo a 20-colour palette; white is free, black is
     # a block held by several requests at once (a shared prefix).
     palette = [plt.cm.tab20(i) for i in range(20)]
