@@ -721,6 +721,14 @@ BenchOutput run_bench(const ExperimentConfig& config, const BenchOptions& option
     });
   };
 
+  // A worker more, up to --max-concurrency, when every worker has a request already.
+  const auto add_worker_if_all_busy = [&] {
+    if (static_cast<std::int64_t>(workers.size()) < options.max_concurrency &&
+        static_cast<std::int64_t>(workers.size()) <= sent.load()) {
+      add_worker();
+    }
+  };
+
   // The server's board energy over the run, when it reports one (read before the first request
   // and after the last answer).
   const std::optional<double> joules_before = server_joules(endpoint);
@@ -771,10 +779,7 @@ BenchOutput run_bench(const ExperimentConfig& config, const BenchOptions& option
       }
       replies.quote(*next);
       last_arrival = std::max(last_arrival, next->arrival_ns);
-      if (static_cast<std::int64_t>(workers.size()) < options.max_concurrency &&
-          static_cast<std::int64_t>(workers.size()) <= sent.load()) {
-        add_worker();
-      }
+      add_worker_if_all_busy();
       const TimeNs released = std::max(next->arrival_ns, clock.at(Clock::now()));
       ready.emplace_back(std::move(*next), released);
       next.reset();
@@ -791,10 +796,7 @@ BenchOutput run_bench(const ExperimentConfig& config, const BenchOptions& option
         continue;
       }
       last_arrival = next->arrival_ns;
-      if (static_cast<std::int64_t>(workers.size()) < options.max_concurrency &&
-          static_cast<std::int64_t>(workers.size()) <= sent.load()) {
-        add_worker();
-      }
+      add_worker_if_all_busy();
       {
         std::lock_guard lock(mu);
         const TimeNs arrival = next->arrival_ns;

@@ -175,23 +175,24 @@ def check_value(path, line, key, kind, text):
         raise InputError(f"{path}:{line}: column '{key}': expected {kind}, got '{text}'") from None
 
 
-class Row(dict):
-    """A CSV row: `line`, its line in the file; a column the header lacks is an InputError naming
-    the file (a file of another shape or version), not a KeyError."""
-    __slots__ = ("path", "line")
-
-    def __missing__(self, key):
-        raise InputError(f"{self.path}:1: no column '{key}' in the header (not a ServeLab "
-                         f"{os.path.basename(self.path)}, or one of another version?)")
-
-
-class Columns(dict):
-    """steps.csv as numpy columns; a column the header lacks is an InputError naming the file."""
+class MissingColumnIsInputError(dict):
+    """A dict of a file's columns (`path`): a column its header lacks is an InputError naming the
+    file (a file of another shape or version), not a KeyError."""
     __slots__ = ("path",)
 
     def __missing__(self, key):
         raise InputError(f"{self.path}:1: no column '{key}' in the header (not a ServeLab "
                          f"{os.path.basename(self.path)}, or one of another version?)")
+
+
+class Row(MissingColumnIsInputError):
+    """A CSV row; `line`: its line in the file."""
+    __slots__ = ("line",)
+
+
+class Columns(MissingColumnIsInputError):
+    """steps.csv as numpy columns."""
+    __slots__ = ()
 
 
 def read_csv(path):
