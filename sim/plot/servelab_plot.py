@@ -708,8 +708,20 @@ def replica_load(run, out_dir, fmt, written):
     cmap = plt.get_cmap("tab20")
     for k, rep in enumerate(replicas):
         idx = s["replica"] == rep
-        ax1.step(s["start_s"][idx], s["running"][idx] + s["waiting"][idx], where="post",
-                 linewidth=0.9, color=cmap(k % 20), label=f"replica {rep}" if len(replicas) <= 16 else None)
+        start = s["start_s"][idx]
+        end = start + s["duration_ms"][idx] / 1000.0
+        load = s["running"][idx] + s["waiting"][idx]
+        # Between a step's end and the replica's next step it holds no request (it would step):
+        # the line drops to 0 there instead of holding the last step's value through the gap.
+        xs, ys = [], []
+        for i in range(start.size):
+            xs.append(start[i])
+            ys.append(load[i])
+            if i + 1 == start.size or start[i + 1] > end[i] + 1e-9:
+                xs.append(end[i])
+                ys.append(0.0)
+        ax1.step(xs, ys, where="post", linewidth=0.9, color=cmap(k % 20),
+                 label=f"replica {rep}" if len(replicas) <= 16 else None)
     ax1.set_ylabel("requests (running + waiting)")
     ax1.set_xlabel(run.time_label)
     ax1.set_title(f"Per-replica load: {run.title}")
