@@ -567,12 +567,21 @@ def latency_cdf(runs, out_dir, fmt, written):
     metrics = (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT"), ("e2e_ms", "E2E latency"))
     many = len(runs) > 10
     for ax, (col, label) in zip(axes, metrics):
+        drawn = 0
         for i, run in enumerate(runs):
             v = np.sort(np.array([num(r[col]) for r in run.requests() if r["status"] == "finished" and r[col] != ""]))
             if v.size == 0:
                 continue
             y = np.arange(1, v.size + 1) / v.size
             ax.step(v, y, where="post", label=run.name, linewidth=1.0 if many else 1.4)
+            drawn += 1
+        if drawn == 0:  # say so, rather than leave empty axes that read as a drawing failure
+            ax.text(0.5, 0.5, "no finished request to draw", ha="center", va="center",
+                    transform=ax.transAxes, fontsize=9, color="gray")
+            ax.set_xticks([])
+            ax.set_ylim(0, 1.01)
+            ax.set_title(f"{label} CDF")
+            continue
         ax.set_xscale("log")
         ax.set_xlabel(f"{label} (ms, log scale)")
         ax.set_ylabel("fraction of finished requests")
