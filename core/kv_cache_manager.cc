@@ -123,7 +123,6 @@ PrefixHit KvCacheManager::get_computed_blocks(Request& req) {
     ++stats_.preempted_lookups;
     stats_.preempted_queried_tokens += num_tokens;
     stats_.preempted_hit_tokens += hit.num_tokens;
-    stats_.preempted_external_hit_tokens += external;
   } else {
     ++stats_.lookups;
     stats_.queried_tokens += num_tokens;

@@ -63,11 +63,11 @@ struct PrefixCacheStats {
   // KV offload (KvCacheOptions::offload): of hit_tokens + preempted_hit_tokens, those found in
   // each offload tier (the rest were on the device), and the blocks loaded back from each.
   std::int64_t tier_hit_tokens[kMaxOffloadTiers] = {};
-  // The same split by lookup: of hit_tokens, and of preempted_hit_tokens, those found in an
-  // offload tier (vLLM counts a KV connector's hits apart from its prefix cache's, as
-  // "external": its prefix-cache hit rate is the device pool's alone).
+  // Of hit_tokens (resumed requests' lookups left out, as there), those found in an offload tier
+  // (vLLM counts a KV connector's hits apart from its prefix cache's, as "external": its
+  // prefix-cache hit rate is the device pool's alone). The resumed requests' are the rest of
+  // tier_hit_tokens.
   std::int64_t external_hit_tokens = 0;
-  std::int64_t preempted_external_hit_tokens = 0;
   // Pinned prefixes (pin_prefix): blocks held by the cache for the whole run.
   std::int64_t pinned_blocks = 0;
   // Idle sessions (offload_idle_blocks): cached blocks stored down to the host tier and dropped

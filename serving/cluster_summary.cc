@@ -56,7 +56,6 @@ void add_prefix_cache_stats(PrefixCacheStats& a, const PrefixCacheStats& b) {
   a.preempted_queried_tokens += b.preempted_queried_tokens;
   a.preempted_hit_tokens += b.preempted_hit_tokens;
   a.external_hit_tokens += b.external_hit_tokens;
-  a.preempted_external_hit_tokens += b.preempted_external_hit_tokens;
   a.cow_copies += b.cow_copies;
   a.blocks_saved_by_sharing += b.blocks_saved_by_sharing;
 }
