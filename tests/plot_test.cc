@@ -299,6 +299,20 @@ TEST(Plot, CompareFolderGivesCurvesAndBars) {
   EXPECT_NE(missing.err.find("compare.csv:3: variant 'sjf' has no run folder"), std::string::npos)
       << missing.err;
   EXPECT_FALSE(fs::exists(dir / "fig2"));
+  // A compare.csv with its header only is refused too (it wrote a manifest and no figure).
+  {
+    std::ifstream in(dir / "cmp" / "compare.csv");
+    std::string header;
+    std::getline(in, header);
+    in.close();
+    std::ofstream(dir / "cmp" / "compare.csv") << header << "\n";
+  }
+  const Cli empty =
+      run_sim("plot " + (dir / "cmp").string() + " -o " + (dir / "fig3").string(), dir);
+  EXPECT_EQ(empty.code, 2) << empty.err;
+  EXPECT_NE(empty.err.find("compare.csv: no rows under its header"), std::string::npos)
+      << empty.err;
+  EXPECT_FALSE(fs::exists(dir / "fig3"));
 }
 
 // A comparison of models (or GPUs) gives the decode-step figure: step time by decode batch.

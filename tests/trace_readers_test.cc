@@ -26,6 +26,7 @@ namespace servelab {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 const std::string kRepo = servelab_home().string();
 const std::string kConversation = kRepo + "/traces/mooncake/conversation_trace.jsonl";
@@ -264,6 +265,22 @@ TEST(TraceReaders, BurstGptDropsFailedAndFiltersModel) {
       read_all("workload: {type: burstgpt, path: " + path + ", include_failed: true}");
   ASSERT_EQ(with_failed.size(), 4u);
   EXPECT_EQ(with_failed[1].max_output_tokens, 1);
+
+  // trace stats says how many rows the filters left out (the failed one; with a model, the
+  // other model's rows too).
+  auto counted = [&](const std::string& yaml) {
+    const TraceStats st = compute_trace_stats(*from_yaml(yaml), 0);
+    return std::pair{st.filtered_rows, format_trace_stats(st)};
+  };
+  const auto [failed_only, failed_text] = counted("workload: {type: burstgpt, path: " + path + "}");
+  EXPECT_EQ(failed_only, 1);
+  EXPECT_THAT(failed_text,
+              HasSubstr("filtered rows          1 (left out by the reader's filters)"));
+  EXPECT_EQ(counted("workload: {type: burstgpt, path: " + path + ", model: ChatGPT}").first, 2);
+  const auto [none, none_text] =
+      counted("workload: {type: burstgpt, path: " + path + ", include_failed: true}");
+  EXPECT_EQ(none, 0);
+  EXPECT_THAT(none_text, Not(HasSubstr("filtered rows")));
 }
 
 TEST(TraceReaders, BurstGptOptionalLaterColumns) {
@@ -466,6 +483,12 @@ TEST(TraceTransforms, AppliesToSyntheticAndRejectsBadKeys) {
                          ", transforms: {window_s: [5, 1]}}");
               }),
               HasSubstr("end > start"));
+  // A window narrower than a nanosecond is refused at once (it failed later: "no requests").
+  EXPECT_THAT(error_of([&] {
+                read_all("workload: {type: vidur, path: " + vidur_file() +
+                         ", transforms: {window_s: [0, 1e-12]}}");
+              }),
+              HasSubstr("at least 1 ns apart"));
   // Arrivals pushed past 2^62 ns by the transforms are errors naming the section, not wrapped
   // (out of order) times.
   const std::string synthetic =

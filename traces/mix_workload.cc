@@ -122,6 +122,12 @@ std::int64_t MixWorkload::skipped_rows() const {
   return n;
 }
 
+std::int64_t MixWorkload::filtered_rows() const {
+  std::int64_t n = 0;
+  for (const MixPart& p : parts_) n += p.workload->filtered_rows();
+  return n;
+}
+
 std::unique_ptr<Workload> make_mix_workload(const ConfigNode& section, std::uint64_t seed,
                                             const std::string& base_dir) {
   section.allow_keys(

@@ -77,6 +77,7 @@ class MixWorkload : public Workload {
   std::optional<RequestSpec> next() override;
   std::string describe() const override;
   std::int64_t skipped_rows() const override;
+  std::int64_t filtered_rows() const override;
 
  private:
   std::vector<MixPart> parts_;

@@ -118,6 +118,7 @@ class TraceReader : public Workload {
   }
 
   std::int64_t skipped_rows() const override { return skipped_; }
+  std::int64_t filtered_rows() const override { return filtered_; }
 
  protected:
   // Parses csv_'s current line into `row` (which arrives reset). Returns false for a row to drop
@@ -244,7 +245,10 @@ class TraceReader : public Workload {
       has_previous_ = true;
       previous_ns_ = pending_.time_ns;
       previous_line_ = csv_.line_number();
-      if (!keep) continue;
+      if (!keep) {
+        ++filtered_;
+        continue;
+      }
       has_pending_ = true;
       return true;
     }
@@ -259,6 +263,7 @@ class TraceReader : public Workload {
   std::int64_t previous_line_ = 0;
   TimeNs first_ns_ = 0;
   std::int64_t skipped_ = 0;
+  std::int64_t filtered_ = 0;
   RequestId next_id_ = 0;
 };
 

@@ -124,6 +124,7 @@ TraceStats compute_trace_stats(Workload& w, std::int32_t block_tokens) {
     }
   }
   st.skipped_rows = w.skipped_rows();
+  st.filtered_rows = w.filtered_rows();
   st.input = input.stats();
   st.output = output.stats();
   st.span_s = ns_to_s(last - first);
@@ -161,6 +162,10 @@ std::string format_trace_stats(const TraceStats& s) {
   }
   if (s.skipped_rows > 0) {
     line("%-22s %lld\n", "skipped rows", static_cast<long long>(s.skipped_rows));
+  }
+  if (s.filtered_rows > 0) {
+    line("%-22s %lld (left out by the reader's filters)\n", "filtered rows",
+         static_cast<long long>(s.filtered_rows));
   }
   return out;
 }

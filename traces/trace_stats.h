@@ -28,7 +28,8 @@ struct TraceStats {
   double rate = 0;             // (requests - 1) / span_s; 0 when span_s == 0
   double interarrival_cv = 0;  // stddev / mean of the gaps between consecutive arrivals
   LengthStats input, output;
-  std::int64_t skipped_rows = 0;  // malformed rows a lenient reader skipped
+  std::int64_t skipped_rows = 0;   // malformed rows a lenient reader skipped
+  std::int64_t filtered_rows = 0;  // rows the reader's filters left out (Workload::filtered_rows)
   // Blocks of block_tokens prompt tokens whose content appeared earlier in the trace, over all
   // blocks (a partial last block counts as a block); absent when block_tokens == 0.
   std::optional<double> repeated_block_fraction;

@@ -23,6 +23,10 @@ TransformOptions parse_transforms(const ConfigNode& n) {
     o.window_start_s = e[0].as_double(0.0, 1e12);
     o.window_end_s = e[1].as_double(0.0, 1e12);
     if (!(*o.window_end_s > *o.window_start_s)) w.fail("[start, end] with end > start");
+    // Arrivals are whole nanoseconds: a window narrower than one holds none.
+    if (seconds_to_ns(*o.window_end_s) <= seconds_to_ns(*o.window_start_s)) {
+      w.fail("[start, end] at least 1 ns apart (arrival times are whole nanoseconds)");
+    }
   }
   if (n.has("sample")) {
     o.sample = n.get_double("sample", 0.0, 1.0);

@@ -55,6 +55,7 @@ class TransformedWorkload : public Workload {
   std::optional<RequestSpec> next() override;
   std::string describe() const override;
   std::int64_t skipped_rows() const override { return inner_->skipped_rows(); }
+  std::int64_t filtered_rows() const override { return inner_->filtered_rows(); }
 
  private:
   std::unique_ptr<Workload> inner_;

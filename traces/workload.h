@@ -39,6 +39,10 @@ class Workload {
   // Rows of the underlying trace skipped as malformed so far (`lenient: true`); 0 for others.
   virtual std::int64_t skipped_rows() const { return 0; }
 
+  // Rows of the underlying trace its reader's filters left out so far (BurstGPT's failed
+  // requests and other models' rows); 0 for others. Malformed rows are skipped_rows(), not these.
+  virtual std::int64_t filtered_rows() const { return 0; }
+
   // --- Dependent workloads (sessions, agent workflows) ---
   // Some requests are released only when the requests they depend on finish. Such a workload
   // returns true from dependent(), and then its contract differs from the one of next() above:
@@ -68,6 +72,7 @@ class WorkloadDecorator : public Workload {
   std::optional<RequestSpec> next() override { return inner_->next(); }
   std::string describe() const override { return inner_->describe(); }
   std::int64_t skipped_rows() const override { return inner_->skipped_rows(); }
+  std::int64_t filtered_rows() const override { return inner_->filtered_rows(); }
   bool dependent() const override { return inner_->dependent(); }
   std::optional<TimeNs> next_arrival() override { return inner_->next_arrival(); }
   void on_finish(RequestId id, TimeNs t) override { inner_->on_finish(id, t); }

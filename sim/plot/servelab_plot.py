@@ -500,6 +500,9 @@ def runs_of(path):
                                      f"({os.path.join(sub, 'summary.json')} is missing): the "
                                      f"{kind} folder is incomplete")
                 runs.append(Run(sub, row[column]))
+            if not runs:
+                # Nothing to draw: the folder's table was cut short (sim writes a row per run).
+                raise InputError(f"{t}: no rows under its header: the {kind} folder is incomplete")
             return kind, runs
     raise InputError(f"{path}: not a run folder (no summary.json), nor a compare or sweep folder")
 
