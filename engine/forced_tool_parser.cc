@@ -8,8 +8,10 @@ namespace {
 
 using ojson = nlohmann::ordered_json;
 
+// A tool without parameters (absent, null or {}, as vLLM's get_tool_schema reads them) takes an
+// empty object.
 ojson parameters_or_empty(const ojson& p) {
-  if (!p.is_null()) return p;
+  if (!p.is_null() && !(p.is_object() && p.empty())) return p;
   return ojson{{"type", "object"}, {"properties", ojson::object()}};
 }
 
@@ -21,6 +23,9 @@ class ForcedToolParser final : public ToolParser {
   }
   bool keeps_special_tokens() const override { return false; }
   bool forced() const override { return true; }
+  std::string finish_reason_with_calls(const std::string& output_reason) const override {
+    return !named_ && output_reason == "stop" ? "tool_calls" : output_reason;
+  }
   void check_tokenizer(const Tokenizer&) const override {}
 
   ExtractedToolCalls extract(std::string_view text) const override {

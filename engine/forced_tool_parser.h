@@ -7,10 +7,12 @@
 //     "parameters": that tool's parameters}; each item becomes a call whose arguments are its
 //     parameters as Python's json.dumps(ensure_ascii=False) writes them; text that is not such
 //     an array (an output cut by max_tokens) stays content, with no calls;
-//   - a named function: the schema is the function's parameters (an empty object's when it has
-//     none); the whole text is the one call's arguments.
-// As in vLLM the message's content is then "" (not null) and finish_reason stays the output's
-// ("stop" or "length"; forced() tells the server not to write "tool_calls").
+//   - a named function: the schema is the function's parameters; the whole text is the one
+//     call's arguments.
+// A tool without parameters (absent, null or {}) takes an empty object, as vLLM's
+// get_tool_schema gives it. As in vLLM the message's content is then "" (not null), and the
+// finish_reason is "tool_calls" for "required" calls of an output that stopped, the output's own
+// ("stop" or "length") for a named function's (finish_reason_with_calls).
 #pragma once
 
 #include <memory>

@@ -15,6 +15,7 @@
 #include "engine/grammar_constraint.h"
 #include "engine/openai_structured.h"
 #include "engine/openai_tools.h"
+#include "engine/reasoning_parser.h"
 #include "serving/chat_template.h"
 #include "serving/utf8.h"
 
@@ -532,11 +533,8 @@ void attach_constraint(const StructuredOutputSpec& spec, const std::string& para
   }
   std::optional<std::int32_t> reasoning_end;
   if (limits.reasoning_tokens) {
-    const std::int32_t open = limits.reasoning_tokens->first;
-    const std::int32_t close = limits.reasoning_tokens->second;
-    const auto last = std::find_if(r.prompt.rbegin(), r.prompt.rend(),
-                                   [&](std::int32_t t) { return t == open || t == close; });
-    if (last == r.prompt.rend() || *last != close) reasoning_end = close;
+    const auto [open, close] = *limits.reasoning_tokens;
+    if (!prompt_ends_reasoning(r.prompt, open, close)) reasoning_end = close;
   }
   if (!r.sampling) r.sampling = limits.sampling_defaults.value_or(RequestSampling{});
   r.sampling->constraint =

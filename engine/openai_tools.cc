@@ -92,6 +92,10 @@ ChatTools parse_chat_tools(const json& body, const ojson& ordered, const ApiLimi
              "tool_choice", "tool_choice",
              "\"none\", \"auto\", \"required\" or {\"type\": \"function\", \"function\": "
              "{\"name\": ...}}");
+      // vLLM's named choice: `type` may be left out, and is "function" when given.
+      if (tc.contains("type") && !tc["type"].is_null()) {
+        expect(tc["type"] == "function", "tool_choice", "tool_choice.type", "\"function\"");
+      }
       choice = "named";
     }
     if (choice != "none" && !have_tools) {

@@ -51,6 +51,13 @@ void ReasoningParser::check_tokenizer(const Tokenizer& tokenizer) const {
   }
 }
 
+bool prompt_ends_reasoning(const std::vector<std::int32_t>& prompt, std::int32_t open,
+                           std::int32_t close) {
+  const auto last = std::find_if(prompt.rbegin(), prompt.rend(),
+                                 [&](std::int32_t t) { return t == open || t == close; });
+  return last != prompt.rend() && *last == close;
+}
+
 std::vector<std::string> reasoning_parser_names() { return {"deepseek_r1", "qwen3"}; }
 
 std::unique_ptr<const ReasoningParser> make_reasoning_parser(const std::string& name) {

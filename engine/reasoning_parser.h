@@ -20,6 +20,7 @@
 // deepseek_r1 stream has sent as reasoning by then).
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -46,6 +47,13 @@ class ReasoningParser {
   // Whether text without </think> is reasoning (deepseek_r1) or content (qwen3).
   virtual bool unterminated_is_reasoning() const = 0;
 };
+
+// vLLM's is_reasoning_end over a chat prompt: whether its last <think> or </think> (`open`,
+// `close`) is </think>, a template having closed the thinking (Qwen3's and DeepSeek's with
+// chat_template_kwargs enable_thinking false). The output is then all content, streamed as it
+// comes (vLLM's prompt_is_reasoning_end), and a constrained output holds from its first token.
+bool prompt_ends_reasoning(const std::vector<std::int32_t>& prompt, std::int32_t open,
+                           std::int32_t close);
 
 // deepseek_r1 or qwen3; ConfigError listing the names for another.
 std::unique_ptr<const ReasoningParser> make_reasoning_parser(const std::string& name);

@@ -341,6 +341,9 @@ struct Part {
   // request keeps them), as vLLM's detokenizer is primed with the prompt: a SentencePiece
   // decoder strips the start of a text, not of an output that continues a prompt.
   std::vector<std::int32_t> context;
+  // A chat prompt that closed the reasoning (prompt_ends_reasoning, with a reasoning parser): its
+  // choices' text is all content, not split.
+  bool reasoning_closed = false;
 };
 
 // What one request's handler shares with its content provider.
@@ -703,6 +706,10 @@ class Server {
       std::vector<std::int32_t>& ids = parsed.more_prompts[i];
       Part& p = ex->parts.emplace_back();
       p.prompt_tokens = static_cast<std::int32_t>(ids.size());
+      if (chat && limits_.reasoning_tokens) {
+        p.reasoning_closed = prompt_ends_reasoning(ids, limits_.reasoning_tokens->first,
+                                                   limits_.reasoning_tokens->second);
+      }
       if (parsed.echo || parsed.prompt_logprobs >= 0 || parsed.return_token_ids) p.prompt = ids;
       if (tokenizer_.decode_needs_context()) {
         for (auto it = ids.rbegin(); it != ids.rend() && p.context.size() < kDecodeContext; ++it) {
@@ -783,7 +790,9 @@ class Server {
         if (ex->parse_tools) {
           c.tools.emplace(*ex->tool_parser, ex->meta.id, index, ex->parallel_tools);
         }
-        if (chat && reasoning_parser_ != nullptr) c.reasoning.emplace(*reasoning_parser_);
+        if (chat && reasoning_parser_ != nullptr && !ex->parts[i].reasoning_closed) {
+          c.reasoning.emplace(*reasoning_parser_);
+        }
       }
     }
     ++active_;
@@ -923,7 +932,9 @@ class Server {
             shown.token_ids = c.tokens;
             shown.prompt_token_ids = p.prompt;
           }
-          if (ex->meta.chat && reasoning_parser_ != nullptr) {
+          if (ex->meta.chat && reasoning_parser_ != nullptr && p.reasoning_closed) {
+            shown.reasoning_field = true;  // null: the prompt ended the thinking
+          } else if (ex->meta.chat && reasoning_parser_ != nullptr) {
             ExtractedReasoning split = reasoning_parser_->extract(shown.text);
             shown.reasoning_field = true;
             shown.reasoning = std::move(split.reasoning);
@@ -937,8 +948,11 @@ class Server {
               shown.content_null = !found.content;
               shown.text = found.content.value_or("");
               shown.tool_calls = std::move(found.calls);
-              // A forced choice keeps the output's finish_reason (vLLM's).
-              if (!ex->tool_parser->forced()) shown.finish_reason = "tool_calls";
+              shown.finish_reason = ex->tool_parser->finish_reason_with_calls(shown.finish_reason);
+            } else if (found.content) {
+              // No calls: the parser's content (mistral's without its [TOOL_CALLS] token), as
+              // the stream sends it (ToolCallStream::finish).
+              shown.text = std::move(*found.content);
             }
           }
         }
@@ -1089,7 +1103,7 @@ class Server {
     chunk.text += end.content;
     if (!end.calls.empty()) {
       chunk.tool_calls = std::move(end.calls);
-      if (!c.tools->parser().forced()) chunk.finish_reason = "tool_calls";
+      chunk.finish_reason = c.tools->parser().finish_reason_with_calls(chunk.finish_reason);
     }
     return chunk;
   }

@@ -60,8 +60,16 @@ class ToolParser {
   // refuses to start then).
   virtual void check_tokenizer(const Tokenizer& tokenizer) const;
   // Whether the request forced its calls (tool_choice "required" or named: engine/
-  // forced_tool_parser.h): its finish_reason is then the output's, not "tool_calls".
+  // forced_tool_parser.h).
   virtual bool forced() const { return false; }
+  // The finish_reason of a choice in which this parser found calls, its output having ended
+  // with `output_reason` ("stop" or "length"), as vLLM writes it: "tool_calls" for an auto
+  // parser's calls and for "required" ones whose output stopped, the output's own for a named
+  // tool_choice's.
+  virtual std::string finish_reason_with_calls(const std::string& output_reason) const {
+    (void)output_reason;
+    return "tool_calls";
+  }
   // The calls in a choice's whole text (their ids empty).
   virtual ExtractedToolCalls extract(std::string_view text) const = 0;
   // For streaming: the length of the prefix of `text` that is content whatever follows, and

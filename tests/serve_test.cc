@@ -593,6 +593,44 @@ TEST(EngineServe, ToolCallsComeBackAsToolCalls) {
   fs::remove_all(dir);
 }
 
+// A mistral call the parser cannot read is content without its [TOOL_CALLS] token (vLLM's
+// tool_content), streamed or not: the non-streamed message kept the token.
+TEST(EngineServe, UnreadableMistralCallIsTheSameContentStreamedOrNot) {
+  const fs::path dir = temp_dir("serve_mistral");
+  json doc = json::parse(read_file(servelab_home() / "data/tokenizers/bytes/tokenizer.json"));
+  doc["added_tokens"] = {{{"id", 1}, {"content", "hi [TOOL_CALLS] nope"}, {"special", false}},
+                         {{"id", 2}, {"content", "[TOOL_CALLS]"}, {"special", false}}};
+  write_file(dir / "tokenizer.json", doc.dump());
+  write_file(
+      dir / "tokenizer_config.json",
+      json({{"chat_template", "{% for m in messages %}{{ m.content }}{% endfor %}"}}).dump());
+  ServerProcess server(dir, {"--tokenizer", (dir / "tokenizer.json").string(),
+                             "--enable-auto-tool-choice", "--tool-call-parser", "mistral"});
+  httplib::Client c = client_for(server);
+  json body = {{"messages", {{{"role", "user"}, {"content", "go"}}}},
+               {"tools", {{{"type", "function"}, {"function", {{"name", "f"}}}}}},
+               {"max_tokens", 1},
+               {"logit_bias", {{"1", 100}}}};
+  const httplib::Result r = c.Post("/v1/chat/completions", body.dump(), "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const json whole = json::parse(r->body);
+  EXPECT_EQ(whole["choices"][0]["message"]["content"], "hi  nope") << whole.dump();
+  EXPECT_FALSE(whole["choices"][0]["message"].contains("tool_calls"));
+  EXPECT_EQ(whole["choices"][0]["finish_reason"], "length");
+  body["stream"] = true;
+  const Stream st = post_stream(server, "/v1/chat/completions", body);
+  ASSERT_TRUE(st.done) << st.body;
+  std::string content;
+  for (const json& ch : st.chunks) {
+    const json& delta = ch["choices"][0]["delta"];
+    if (delta.contains("content")) content += delta["content"].get<std::string>();
+    EXPECT_FALSE(delta.contains("tool_calls")) << ch.dump();
+  }
+  EXPECT_EQ(content, "hi  nope") << st.body;
+  fs::remove_all(dir);
+}
+
 // Structured outputs (docs/serving.md "Structured outputs"): every output of a schema, a regex
 // or a choice, greedy or sampled, streamed or not, is text the constraint accepts, ended at its
 // grammar's end by the request's stop token id (the tiny model has no EOS); a forced tool choice
@@ -704,16 +742,18 @@ TEST(EngineServe, StructuredOutputsHoldTheTextToTheirGrammar) {
   }
   EXPECT_TRUE(obj.starts_with("{") || obj.starts_with("[")) << obj;
 
-  // tool_choice "required" and named: tool calls of the tools' schema, content "", the output's
-  // finish_reason.
-  const json tools = {{{"type", "function"},
-                       {"function",
-                        {{"name", "get_weather"},
-                         {"parameters",
-                          {{"type", "object"},
-                           {"properties", {{"city", {{"enum", {"Paris", "Oslo"}}}}}},
-                           {"required", {"city"}}}}}}},
-                      {{"type", "function"}, {"function", {{"name", "now"}}}}};
+  // tool_choice "required" and named: tool calls of the tools' schema, content "", finish_reason
+  // "tool_calls" for "required" (vLLM's), the output's for a named function. A tool whose
+  // parameters are {} takes an empty object (its schema {} allowed any JSON value).
+  const json tools = {
+      {{"type", "function"},
+       {"function",
+        {{"name", "get_weather"},
+         {"parameters",
+          {{"type", "object"},
+           {"properties", {{"city", {{"enum", {"Paris", "Oslo"}}}}}},
+           {"required", {"city"}}}}}}},
+      {{"type", "function"}, {"function", {{"name", "now"}, {"parameters", json::object()}}}}};
   json ask = {{"messages", {{{"role", "user"}, {"content", "Weather?"}}}},
               {"tools", tools},
               {"tool_choice", "required"},
@@ -730,7 +770,8 @@ TEST(EngineServe, StructuredOutputsHoldTheTextToTheirGrammar) {
   const json required_answer = post("/v1/chat/completions", ask);
   EXPECT_EQ(required_answer["choices"].size(), 3u);
   for (const json& ch : required_answer["choices"]) {
-    if (ch["finish_reason"] != "stop") continue;  // cut by max_tokens: the text as content
+    if (ch["finish_reason"] == "length") continue;  // cut by max_tokens: the text as content
+    EXPECT_EQ(ch["finish_reason"], "tool_calls") << ch.dump();
     ++ended;
     EXPECT_EQ(ch["message"]["content"], "") << ch.dump();
     ASSERT_GE(ch["message"]["tool_calls"].size(), 1u) << ch.dump();
@@ -764,6 +805,12 @@ TEST(EngineServe, StructuredOutputsHoldTheTextToTheirGrammar) {
   EXPECT_EQ(calls[0]["function"]["name"], "get_weather");
   const json args = json::parse(calls[0]["function"]["arguments"].get<std::string>());
   EXPECT_TRUE(args["city"] == "Paris" || args["city"] == "Oslo") << calls.dump();
+  // A named choice's type, when given, is "function" (vLLM's 400 otherwise).
+  ask.erase("stream");
+  ask["tool_choice"]["type"] = "bogus";
+  const json bogus = post("/v1/chat/completions", ask, 400);
+  EXPECT_NE(bogus.dump().find("'tool_choice.type': expected \\\"function\\\""), std::string::npos)
+      << bogus.dump();
 
   // Refused, naming the field.
   const auto refused = [&](const json& b, const std::string& param, const std::string& says) {
@@ -914,6 +961,24 @@ TEST(EngineServe, ReasoningComesBackAsReasoningContent) {
   EXPECT_TRUE(std::regex_match(cm["content"].get<std::string>(), std::regex("[a-c]{2}")))
       << constrained.dump();
   EXPECT_EQ(cm.value("reasoning_content", json("")), json("")) << constrained.dump();
+  // A prompt that closed the thinking (its last marker </think>, as Qwen3's template writes
+  // with enable_thinking false): the output is all content, streamed as it comes (vLLM's
+  // prompt_is_reasoning_end); it was split, its answer given as reasoning.
+  json closed = body;
+  closed.erase("tools");
+  closed["logit_bias"] = {{"1", 100}};
+  closed["messages"] = {{{"role", "user"}, {"content", "1 + 2?<think></think>"}}};
+  const json closed_answer = post("/v1/chat/completions", closed);
+  const json& closed_message = closed_answer["choices"][0]["message"];
+  EXPECT_EQ(closed_message["content"], answer) << closed_answer.dump();
+  EXPECT_TRUE(closed_message["reasoning_content"].is_null()) << closed_answer.dump();
+  const json closed_stream = streamed(closed);
+  EXPECT_EQ(closed_stream["content"], answer) << closed_stream.dump();
+  EXPECT_EQ(closed_stream["reasoning"], "");
+  // A thinking opened again after it (its last marker <think>) is split as before.
+  closed["messages"][0]["content"] = "1 + 2?</think><think>";
+  EXPECT_EQ(post("/v1/chat/completions", closed)["choices"][0]["message"]["reasoning_content"],
+            "add them");
   fs::remove_all(dir);
 }
 

@@ -613,7 +613,8 @@ TEST(ForcedToolChoice, RequiredSchemaAndParser) {
       {"get_weather",
        ojson::parse(
            R"({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})")},
-      {"now", nullptr}};
+      {"now", nullptr},
+      {"empty", ojson::object()}};
   const ojson schema = forced_tool_schema(tools, nullptr);
   Grammar g;
   g.set_start(compile_json_schema(g, schema));
@@ -624,8 +625,17 @@ TEST(ForcedToolChoice, RequiredSchemaAndParser) {
   EXPECT_FALSE(m.matches(R"([])"));
   EXPECT_FALSE(m.matches(R"([{"name": "now", "parameters": {"city": "Oslo"}}])"));
   EXPECT_FALSE(m.matches(R"([{"name": "other", "parameters": {}}])"));
+  // Parameters {} are an empty object's, as absent ones (vLLM's get_tool_schema): schema {}
+  // allowed any JSON value.
+  EXPECT_TRUE(m.matches(R"([{"name": "empty", "parameters": {}}])"));
+  EXPECT_FALSE(m.matches(R"([{"name": "empty", "parameters": ""}])"));
+  EXPECT_FALSE(m.matches(R"([{"name": "empty", "parameters": {"a": 1}}])"));
   const auto parser = make_forced_tool_parser(nullptr);
   EXPECT_TRUE(parser->forced());
+  // vLLM's finish_reason: "tool_calls" for "required" calls of an output that stopped, the
+  // output's own for a named function's and for a cut output.
+  EXPECT_EQ(parser->finish_reason_with_calls("stop"), "tool_calls");
+  EXPECT_EQ(parser->finish_reason_with_calls("length"), "length");
   const ExtractedToolCalls calls = parser->extract(
       R"([{"name":"get_weather","parameters":{"city":"Zürich"}},{"name":"now","parameters":{}}])");
   ASSERT_EQ(calls.calls.size(), 2u);
@@ -639,6 +649,7 @@ TEST(ForcedToolChoice, RequiredSchemaAndParser) {
   const ExtractedToolCalls named = make_forced_tool_parser(&name)->extract(R"({"city": "Oslo"})");
   ASSERT_EQ(named.calls.size(), 1u);
   EXPECT_EQ(named.calls[0].arguments, R"({"city": "Oslo"})");
+  EXPECT_EQ(make_forced_tool_parser(&name)->finish_reason_with_calls("stop"), "stop");
   // $defs of the tools' parameters move to the top, where their references point.
   const std::vector<ForcedTool> with_defs = {
       {"a",
