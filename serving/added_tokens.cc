@@ -2,13 +2,9 @@
 
 #include <algorithm>
 
-namespace servelab {
+#include "serving/unicode_space.h"
 
-namespace {
-bool is_space(char c) {
-  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
-}
-}  // namespace
+namespace servelab {
 
 AddedTokens::AddedTokens(std::vector<Token> tokens) : tokens_(std::move(tokens)) {
   std::stable_sort(tokens_.begin(), tokens_.end(), [](const Token& a, const Token& b) {
@@ -33,11 +29,15 @@ std::optional<AddedTokens::Match> AddedTokens::find(std::string_view text, std::
       const Token& t = tokens_[order_[k]];
       if (text.compare(pos, t.content.size(), t.content) != 0) continue;
       Match m{pos, pos + t.content.size(), t.id};
+      // Unicode White_Space (Rust's char::is_whitespace), as Hugging Face strips.
       if (t.lstrip) {
-        while (m.begin > from && is_space(text[m.begin - 1])) --m.begin;
+        for (std::size_t n;
+             (n = unicode_space::before(text, m.begin, false)) > 0 && m.begin - n >= from;) {
+          m.begin -= n;
+        }
       }
       if (t.rstrip) {
-        while (m.end < text.size() && is_space(text[m.end])) ++m.end;
+        for (std::size_t n; (n = unicode_space::at(text, m.end, false)) > 0;) m.end += n;
       }
       return m;
     }

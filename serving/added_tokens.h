@@ -3,7 +3,8 @@
 // between them going through the pre-tokenizer and BPE.
 //
 // Matching is leftmost, then longest (as Hugging Face does): at each position, the longest added
-// token that starts there. lstrip/rstrip extend a match over the whitespace before/after it.
+// token that starts there. lstrip/rstrip extend a match over the whitespace before/after it
+// (Unicode White_Space, as Rust's char::is_whitespace: U+3000 and U+00A0 included).
 #pragma once
 
 #include <cstddef>

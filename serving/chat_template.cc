@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "core/config_error.h"
+#include "serving/unicode_space.h"
 
 namespace servelab {
 
@@ -21,12 +22,9 @@ std::int32_t special(const Tokenizer& tok, std::string_view name) {
   return *id;
 }
 
-std::string_view trim(std::string_view s) {
-  constexpr std::string_view kSpace = " \t\n\r\v\f";
-  const std::size_t b = s.find_first_not_of(kSpace);
-  if (b == std::string_view::npos) return {};
-  return s.substr(b, s.find_last_not_of(kSpace) - b + 1);
-}
+// Python's str.strip(): Unicode whitespace (U+00A0, U+3000, ...), as `| trim` and transformers
+// strip.
+std::string_view trim(std::string_view s) { return unicode_space::trim(s); }
 
 void append(std::vector<std::int32_t>& ids, const std::vector<std::int32_t>& more) {
   ids.insert(ids.end(), more.begin(), more.end());
@@ -246,7 +244,7 @@ std::string ChatTemplate::render(std::span<const ChatMessage> msgs, bool add_gen
         "the chat template (" +
         origin() + " drops part of it)");
   }
-  const bool no_leading_space = final.find_first_not_of(" \t\n\r\v\f") == 0;
+  const bool no_leading_space = !final.empty() && unicode_space::at(final, 0) == 0;
   if (no_leading_space && text.compare(at, final.size(), final) == 0) {
     return text.substr(0, at + final.size());
   }

@@ -7,10 +7,11 @@
 //   when add_generation_prompt: <|start_header_id|>assistant<|end_header_id|>\n\n
 //
 // CONTENT is the message's content with leading and trailing whitespace removed (the template's
-// `| trim`). The text between special tokens is encoded with Tokenizer::encode, so special-token
-// text inside a content is matched as the special token, exactly as tokenising the rendered
-// template does. Roles: system, user, assistant, ipython (Llama 3.1's tool results). Llama 3.1's
-// default system preamble (knowledge cutoff date, tools) is not added.
+// `| trim`: Python's Unicode whitespace, U+00A0 and U+3000 included). The text between special
+// tokens is encoded with Tokenizer::encode, so special-token text inside a content is matched as
+// the special token, exactly as tokenising the rendered template does. Roles: system, user,
+// assistant, ipython (Llama 3.1's tool results). Llama 3.1's default system preamble (knowledge
+// cutoff date, tools) is not added.
 //
 // A model's own template (Hugging Face's Jinja chat_template, which vLLM renders) replaces the
 // built-in formats where one is given or found: ChatTemplate below, over serving/jinja.h.

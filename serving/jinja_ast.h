@@ -42,7 +42,14 @@ struct Expr {
   bool negate = false;
   std::vector<ExprPtr> args;
   std::vector<std::pair<std::string, ExprPtr>> kwargs;
+  // 1 + the deepest argument's depth: the parser refuses one past kMaxExprDepth, so that
+  // everything that recurses over an expression (the renderer, the inspection, destruction)
+  // is bounded.
+  int depth = 1;
 };
+
+// The deepest expression a template may hold (a chain `a ~ b ~ c ...` is as deep as its terms).
+inline constexpr int kMaxExprDepth = 200;
 
 struct Node;
 using Body = std::vector<Node>;
@@ -59,7 +66,8 @@ struct Node {
     kOutput,    // {{ expr }}
     kIf,        // conditions[i] -> bodies[i]; else_body
     kFor,       // for targets in expr [if filter]: bodies[0]; else_body
-    kSet,       // set targets = expr; or set targets[0].attr = expr (attr non-empty)
+    kSet,       // set targets = expr (a tuple where `set a, b = 1, 2`); or set targets[0].attr =
+                // expr (attr non-empty)
     kSetBlock,  // set targets[0]: bodies[0] rendered
     kMacro,     // macro
     kBreak,
@@ -91,5 +99,9 @@ Body parse_template(const std::string& source, const std::string& origin);
 
 // Whether the template loops over a chat message's content (serving/jinja_inspect.cc).
 bool iterates_message_content(const Body& body);
+
+// Whether the renderer knows the filter or test `name` (serving/jinja_render.cc).
+bool known_filter(const std::string& name);
+bool known_test(const std::string& name);
 
 }  // namespace servelab::jinja

@@ -10,6 +10,7 @@
 
 #include "core/config_error.h"
 #include "serving/jinja_ast.h"
+#include "serving/unicode_space.h"
 #include "serving/utf8.h"
 
 namespace servelab::jinja {
@@ -41,6 +42,18 @@ bool is_space(char c) {
 bool is_name_start(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
 bool is_digit(char c) { return c >= '0' && c <= '9'; }
 
+// Python's str.lstrip() and rstrip() (Unicode whitespace), as Jinja's `-` strips.
+std::string_view lstripped(std::string_view s) {
+  std::size_t b = 0;
+  for (std::size_t n; (n = unicode_space::at(s, b)) > 0;) b += n;
+  return s.substr(b);
+}
+std::string_view rstripped(std::string_view s) {
+  std::size_t e = s.size();
+  for (std::size_t n; (n = unicode_space::before(s, e)) > 0;) e -= n;
+  return s.substr(0, e);
+}
+
 class Lexer {
  public:
   Lexer(const std::string& src, const std::string& origin) : src_(src), origin_(origin) {}
@@ -54,9 +67,7 @@ class Lexer {
       const int text_line = line_;
       count_lines(pos_, start);
       if (strip_next) {
-        std::size_t b = 0;
-        while (b < text.size() && is_space(text[b])) ++b;
-        text.erase(0, b);
+        text.erase(0, text.size() - lstripped(text).size());
       } else if (trim_next) {
         if (text.starts_with("\r\n")) {
           text.erase(0, 2);
@@ -72,7 +83,7 @@ class Lexer {
       const char kind = src_[start + 1];
       const char control = start + 2 < src_.size() ? src_[start + 2] : '\0';
       if (control == '-') {
-        while (!text.empty() && is_space(text.back())) text.pop_back();
+        text.resize(rstripped(text).size());
       } else if (control != '+' && kind != '{') {
         // lstrip_blocks: only spaces and tabs between the line's start and the tag.
         std::size_t b = start;
@@ -155,14 +166,8 @@ class Lexer {
       const bool strip_end = src_.compare(r, 3, "-%}") == 0;
       if (!strip_end && src_.compare(r, 2, "%}") != 0) continue;
       std::string body = src_.substr(p, q - p);
-      if (strip_after_open) {
-        std::size_t b = 0;
-        while (b < body.size() && is_space(body[b])) ++b;
-        body.erase(0, b);
-      }
-      if (src_[q + 2] == '-') {
-        while (!body.empty() && is_space(body.back())) body.pop_back();
-      }
+      if (strip_after_open) body.erase(0, body.size() - lstripped(body).size());
+      if (src_[q + 2] == '-') body.resize(rstripped(body).size());
       const int body_line = line_;
       count_lines(pos_, r);
       push_text(std::move(body), body_line);
@@ -514,7 +519,7 @@ class Parser {
         while (skip_op(",")) n.targets.push_back(expect_name("a variable name"));
       }
       if (skip_op("=")) {
-        n.expr = parse_expr();
+        n.expr = parse_tuple_expr();
         expect_block_end("set");
         return n;
       }
@@ -573,6 +578,22 @@ class Parser {
                       "generation)");
   }
 
+  // `e` with its depth set from its arguments'; refused past kMaxExprDepth.
+  ExprPtr sealed(ExprPtr e) {
+    int d = 0;
+    for (const ExprPtr& a : e->args) {
+      if (a) d = std::max(d, a->depth);
+    }
+    for (const auto& kv : e->kwargs) d = std::max(d, kv.second->depth);
+    e->depth = d + 1;
+    if (e->depth > kMaxExprDepth) {
+      fail_at(e->line, "an expression nested or chained deeper than " +
+                           std::to_string(kMaxExprDepth) +
+                           " (operators, filters, attributes, calls)");
+    }
+    return e;
+  }
+
   ExprPtr make(Expr::Op op, int line, std::string name = "") {
     auto e = std::make_unique<Expr>();
     e->op = op;
@@ -584,7 +605,17 @@ class Parser {
     ExprPtr e = make(op, a->line, name);
     e->args.push_back(std::move(a));
     e->args.push_back(std::move(b));
-    return e;
+    return sealed(std::move(e));
+  }
+
+  // An expression, or a tuple of them without parentheses (`1, 2`), as {% set %} takes.
+  ExprPtr parse_tuple_expr() {
+    ExprPtr first = parse_expr();
+    if (!at_op(",")) return first;
+    ExprPtr e = make(Expr::Op::kTuple, first->line);
+    e->args.push_back(std::move(first));
+    while (skip_op(",") && peek().type != Tok::Type::kBlockEnd) e->args.push_back(parse_expr());
+    return sealed(std::move(e));
   }
 
   ExprPtr parse_expr(bool with_cond = true) {
@@ -599,7 +630,7 @@ class Parser {
       c->args.push_back(std::move(e));
       c->args.push_back(std::move(cond));
       c->args.push_back(std::move(other));
-      e = std::move(c);
+      e = sealed(std::move(c));
     }
     return e;
   }
@@ -632,7 +663,7 @@ class Parser {
       const int line = next().line;
       ExprPtr e = make(Expr::Op::kNot, line);
       e->args.push_back(parse_not());
-      return e;
+      return sealed(std::move(e));
     }
     return parse_compare();
   }
@@ -681,6 +712,7 @@ class Parser {
       const int line = next().line;
       e = make(Expr::Op::kNeg, line);
       e->args.push_back(parse_unary(false));
+      e = sealed(std::move(e));
     } else if (at_op("+")) {
       next();
       e = parse_unary(false);
@@ -735,7 +767,7 @@ class Parser {
           e->args.push_back(std::move(first));
           while (skip_op(",") && !at_op(")")) e->args.push_back(parse_expr());
           expect_op(")");
-          return e;
+          return sealed(std::move(e));
         }
         if (t.text == "[") {
           ExprPtr e = make(Expr::Op::kList, t.line);
@@ -744,7 +776,7 @@ class Parser {
             if (!skip_op(",")) break;
           }
           expect_op("]");
-          return e;
+          return sealed(std::move(e));
         }
         if (t.text == "{") {
           ExprPtr e = make(Expr::Op::kDict, t.line);
@@ -755,7 +787,7 @@ class Parser {
             if (!skip_op(",")) break;
           }
           expect_op("}");
-          return e;
+          return sealed(std::move(e));
         }
         [[fallthrough]];
       default:
@@ -773,12 +805,12 @@ class Parser {
           ExprPtr i = make(Expr::Op::kIndex, line);
           i->args.push_back(std::move(e));
           i->args.push_back(std::move(index));
-          e = std::move(i);
+          e = sealed(std::move(i));
           continue;
         }
         ExprPtr a = make(Expr::Op::kAttr, line, expect_name("an attribute name"));
         a->args.push_back(std::move(e));
-        e = std::move(a);
+        e = sealed(std::move(a));
       } else if (at_op("[")) {
         const int line = next().line;
         ExprPtr parts[3];
@@ -800,7 +832,7 @@ class Parser {
           s->args.push_back(std::move(parts[1]));
           s->args.push_back(std::move(parts[2]));
         }
-        e = std::move(s);
+        e = sealed(std::move(s));
       } else if (at_op("(")) {
         e = parse_call(std::move(e), Expr::Op::kCall, "");
       } else {
@@ -813,7 +845,7 @@ class Parser {
   ExprPtr parse_call(ExprPtr callee, Expr::Op op, std::string name) {
     ExprPtr e = make(op, callee->line, std::move(name));
     e->args.push_back(std::move(callee));
-    if (!skip_op("(")) return e;
+    if (!skip_op("(")) return sealed(std::move(e));
     while (!at_op(")")) {
       if (peek().type == Tok::Type::kName && peek(1).type == Tok::Type::kOp &&
           peek(1).text == "=") {
@@ -827,7 +859,7 @@ class Parser {
       if (!skip_op(",")) break;
     }
     expect_op(")");
-    return e;
+    return sealed(std::move(e));
   }
 
   ExprPtr parse_filter_expr(ExprPtr e) {
@@ -859,7 +891,7 @@ class Parser {
           ExprPtr t = make(Expr::Op::kTest, e->line, std::move(name));
           t->args.push_back(std::move(e));
           if (bare_arg) t->args.push_back(parse_postfix(parse_primary()));
-          e = std::move(t);
+          e = sealed(std::move(t));
         }
         e->negate = negate;
       } else if (at_op("(")) {

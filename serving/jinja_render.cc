@@ -1,14 +1,18 @@
 // Rendering of the Jinja subset (serving/jinja.h): statements, expressions with Python's
 // semantics, and the filters, tests, methods and globals the subset names.
+#include <utf8proc.h>
+
 #include <algorithm>
 #include <cmath>
 #include <functional>
 #include <limits>
 #include <optional>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "serving/jinja.h"
 #include "serving/jinja_ast.h"
+#include "serving/unicode_space.h"
 
 namespace servelab::jinja {
 
@@ -16,6 +20,12 @@ namespace {
 
 constexpr std::int64_t kMaxRange = 100000;  // Jinja's sandbox MAX_RANGE
 constexpr int kMaxDepth = 100;              // macro calls, and the nesting of lists and dicts
+// The stack a render may use below its start (tags, expressions and macro calls recurse): far
+// under an 8 MiB thread stack, with room for a sanitizer build's larger frames and for what
+// the deepest frame calls.
+constexpr std::uintptr_t kStackBudget = std::uintptr_t{1} << 20;
+// RenderOptions::max_size times this: the bytes all string and list operations may produce.
+constexpr std::uint64_t kWorkPerSize = 16;
 
 // An estimate of a value's bytes (strings, plus a few per item), at least `cap` once past it
 // (it stops counting there).
@@ -48,50 +58,92 @@ bool holds_namespace(const Value& v) {
 
 using Frame = std::unordered_map<std::string, Value>;
 
-bool py_space(unsigned char c) {
-  return c == ' ' || (c >= '\t' && c <= '\r') || (c >= 0x1c && c <= 0x1f);
+// Python's str.isspace() of one character: the whitespace character's byte length at s[i], or 0.
+std::size_t space_at(std::string_view s, std::size_t i) { return unicode_space::at(s, i); }
+
+// The code point at s[i] and its byte length; an invalid byte is (-1, 1).
+std::pair<std::int32_t, std::size_t> decode(std::string_view s, std::size_t i) {
+  utf8proc_int32_t cp = -1;
+  const utf8proc_ssize_t n =
+      utf8proc_iterate(reinterpret_cast<const utf8proc_uint8_t*>(s.data() + i),
+                       static_cast<utf8proc_ssize_t>(s.size() - i), &cp);
+  if (n <= 0) return {-1, 1};
+  return {cp, static_cast<std::size_t>(n)};
 }
 
-std::string strip(const std::string& s, const Value& chars, bool left, bool right) {
-  auto drop = [&](char c) {
-    if (chars.is_string()) return chars.as_string().find(c) != std::string::npos;
-    return py_space(static_cast<unsigned char>(c));
-  };
-  std::size_t b = 0;
-  std::size_t e = s.size();
-  if (left) {
-    while (b < e && drop(s[b])) ++b;
-  }
-  if (right) {
-    while (e > b && drop(s[e - 1])) --e;
-  }
-  return s.substr(b, e - b);
+void append_cp(std::string& out, std::int32_t cp) {
+  utf8proc_uint8_t buf[4];
+  const utf8proc_ssize_t n = utf8proc_encode_char(cp, buf);
+  out.append(reinterpret_cast<const char*>(buf), static_cast<std::size_t>(n));
 }
 
-std::string ascii_case(std::string s, bool upper) {
-  for (char& c : s) {
-    if (upper && c >= 'a' && c <= 'z') c = static_cast<char>(c - 32);
-    if (!upper && c >= 'A' && c <= 'Z') c = static_cast<char>(c + 32);
-  }
-  return s;
+bool is_cased(std::int32_t cp) {
+  if (cp < 0) return false;
+  const utf8proc_category_t c = utf8proc_category(cp);
+  return c == UTF8PROC_CATEGORY_LU || c == UTF8PROC_CATEGORY_LL || c == UTF8PROC_CATEGORY_LT;
+}
+bool is_letter(std::int32_t cp) {
+  if (cp < 0) return false;
+  const utf8proc_category_t c = utf8proc_category(cp);
+  return c >= UTF8PROC_CATEGORY_LU && c <= UTF8PROC_CATEGORY_LO;
+}
+bool is_digit_cp(std::int32_t cp) {
+  return cp >= 0 && utf8proc_category(cp) == UTF8PROC_CATEGORY_ND;
 }
 
+enum class Case { kUpper, kLower, kTitle };
+std::int32_t to_case(std::int32_t cp, Case c) {
+  if (cp < 0) return cp;
+  return c == Case::kUpper ? utf8proc_toupper(cp)
+                           : (c == Case::kLower ? utf8proc_tolower(cp) : utf8proc_totitle(cp));
+}
+
+// Each character of `s` in the case `pick(index of the character, code point)` says (invalid
+// bytes kept).
+template <class Pick>
+std::string map_chars(const std::string& s, Pick pick) {
+  std::string out;
+  out.reserve(s.size());
+  std::size_t k = 0;
+  for (std::size_t i = 0; i < s.size(); ++k) {
+    const auto [cp, n] = decode(s, i);
+    if (cp < 0) {
+      out += s[i];
+    } else {
+      const Case c = pick(k, cp);
+      if (cp == 0xDF && c != Case::kLower) {  // 'ß': Python's full mappings, "SS" and "Ss"
+        out += c == Case::kUpper ? "SS" : "Ss";
+      } else {
+        append_cp(out, to_case(cp, c));
+      }
+    }
+    i += n;
+  }
+  return out;
+}
+
+// Python's str.upper() and lower() with Unicode's simple case mappings (one character to one:
+// 'ß'.upper() stays 'ß', where Python gives 'SS').
+std::string change_case(const std::string& s, bool upper) {
+  return map_chars(s,
+                   [&](std::size_t, std::int32_t) { return upper ? Case::kUpper : Case::kLower; });
+}
+
+// Python's str.capitalize(): the first character title case, the rest lower.
 std::string capitalize(const std::string& s) {
-  std::string out = ascii_case(s, false);
-  if (!out.empty() && out[0] >= 'a' && out[0] <= 'z') out[0] = static_cast<char>(out[0] - 32);
-  return out;
+  return map_chars(
+      s, [](std::size_t k, std::int32_t) { return k == 0 ? Case::kTitle : Case::kLower; });
 }
 
-// Python's str.title(): a letter after a non-letter goes upper, every other letter lower.
+// Python's str.title(): a cased character after an uncased one goes title case, every other
+// cased character lower.
 std::string title(const std::string& s) {
-  std::string out = s;
-  bool start = true;
-  for (char& c : out) {
-    const bool alpha = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
-    if (alpha) c = ascii_case(std::string(1, c), start)[0];
-    start = !alpha;
-  }
-  return out;
+  bool previous_cased = false;
+  return map_chars(s, [&](std::size_t, std::int32_t cp) {
+    const Case c = previous_cased ? Case::kLower : Case::kTitle;
+    previous_cased = is_cased(cp);
+    return c;
+  });
 }
 
 // Jinja's title filter: each piece between runs of "-", whitespace, "(", "{", "[" and "<"
@@ -99,13 +151,65 @@ std::string title(const std::string& s) {
 std::string title_filter(const std::string& s) {
   std::string out;
   bool start = true;
-  for (const char c : s) {
-    const bool sep = c == '-' || c == '(' || c == '{' || c == '[' || c == '<' ||
-                     py_space(static_cast<unsigned char>(c));
-    out += sep ? c : ascii_case(std::string(1, c), start)[0];
-    start = sep;
+  for (std::size_t i = 0; i < s.size();) {
+    const std::size_t sp = space_at(s, i);
+    const char c = s[i];
+    if (sp > 0 || c == '-' || c == '(' || c == '{' || c == '[' || c == '<') {
+      const std::size_t n = sp > 0 ? sp : 1;
+      out.append(s, i, n);
+      i += n;
+      start = true;
+      continue;
+    }
+    const auto [cp, n] = decode(s, i);
+    if (cp < 0) {
+      out += c;
+    } else {
+      if (cp == 0xDF && start) {
+        out += "SS";  // Python's full mapping
+      } else {
+        append_cp(out, to_case(cp, start ? Case::kUpper : Case::kLower));
+      }
+    }
+    i += n;
+    start = false;
   }
   return out;
+}
+
+// Python's str.strip/lstrip/rstrip: whitespace (Unicode's, as str.isspace), or the characters
+// (code points) of `chars` when it is a string.
+std::string strip(const std::string& s, const Value& chars, bool left, bool right) {
+  std::vector<std::string> set;
+  if (chars.is_string()) {
+    const std::vector<std::size_t> cps = code_point_offsets(chars.as_string());
+    for (std::size_t i = 0; i + 1 < cps.size(); ++i) {
+      set.push_back(chars.as_string().substr(cps[i], cps[i + 1] - cps[i]));
+    }
+  }
+  auto at = [&](std::size_t i) -> std::size_t {
+    if (!chars.is_string()) return space_at(s, i);
+    for (const std::string& c : set) {
+      if (s.compare(i, c.size(), c) == 0) return c.size();
+    }
+    return 0;
+  };
+  auto before = [&](std::size_t e) -> std::size_t {
+    if (!chars.is_string()) return unicode_space::before(s, e);
+    for (const std::string& c : set) {
+      if (c.size() <= e && s.compare(e - c.size(), c.size(), c) == 0) return c.size();
+    }
+    return 0;
+  };
+  std::size_t b = 0;
+  std::size_t e = s.size();
+  if (left) {
+    for (std::size_t n; b < e && (n = at(b)) > 0;) b += n;
+  }
+  if (right) {
+    for (std::size_t n; e > b && (n = before(e)) > 0;) e -= n;
+  }
+  return s.substr(b, e - b);
 }
 
 // Python's str.replace; nullopt once the result passes `max` bytes.
@@ -137,19 +241,17 @@ std::optional<std::string> replace_all(const std::string& s, const std::string& 
 
 std::vector<std::string> split(const std::string& s, const Value& sep, std::int64_t maxsplit) {
   std::vector<std::string> out;
-  if (!sep.is_string()) {  // runs of whitespace; no empty parts
+  if (!sep.is_string()) {  // runs of (Unicode) whitespace; no empty parts
     std::size_t i = 0;
     while (i < s.size()) {
-      while (i < s.size() && py_space(static_cast<unsigned char>(s[i]))) ++i;
+      for (std::size_t n; (n = space_at(s, i)) > 0;) i += n;
       if (i == s.size()) break;
       if (maxsplit >= 0 && static_cast<std::int64_t>(out.size()) == maxsplit) {
-        std::string rest = s.substr(i);
-        while (!rest.empty() && py_space(static_cast<unsigned char>(rest.back()))) rest.pop_back();
-        out.push_back(rest);
+        out.push_back(s.substr(i));  // as Python: the rest keeps its trailing whitespace
         return out;
       }
       std::size_t e = i;
-      while (e < s.size() && !py_space(static_cast<unsigned char>(s[e]))) ++e;
+      while (e < s.size() && space_at(s, e) == 0) ++e;
       out.push_back(s.substr(i, e - i));
       i = e;
     }
@@ -255,7 +357,10 @@ struct Args {
 class Renderer {
  public:
   Renderer(const std::string& origin, const RenderOptions& options, const Dict& context)
-      : origin_(origin), options_(options) {
+      : origin_(origin),
+        options_(options),
+        stack_base_(reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0))),
+        max_work_(kWorkPerSize * static_cast<std::uint64_t>(options.max_size)) {
     frames_.emplace_back();
     for (const auto& [k, v] : context) frames_.back()[k] = v;
   }
@@ -313,6 +418,36 @@ class Renderer {
     }
   }
 
+  // Refuses nesting past kStackBudget (a deeply nested template fails cleanly instead of
+  // overflowing the thread's stack).
+  void guard_stack(int line) const {
+    const auto here = reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0));
+    const std::uintptr_t used = stack_base_ > here ? stack_base_ - here : here - stack_base_;
+    if (used > kStackBudget) {
+      fail(line, "the template nests too deeply (tags, expressions and macro calls)");
+    }
+  }
+
+  // The work bound (RenderOptions): `bytes` more produced or scanned by a string or list
+  // operation.
+  void work(std::uint64_t bytes, int line) {
+    work_ += bytes;
+    if (work_ > max_work_) {
+      fail(line, "the template built more than " + std::to_string(max_work_) +
+                     " bytes of strings and lists (concatenation, filters, output)");
+    }
+  }
+  // A value's share of that work: a string's bytes, 16 a list's or dict's item (not deep).
+  void work(const Value& v, int line) {
+    if (v.is_string()) {
+      work(v.as_string().size(), line);
+    } else if (v.is_list()) {
+      work(16 * v.as_list().size(), line);
+    } else if (v.is_dict()) {
+      work(16 * v.as_dict().size(), line);
+    }
+  }
+
   void step(int line) {
     if (++steps_ > options_.max_steps) {
       fail(line, "the template ran more than " + std::to_string(options_.max_steps) +
@@ -357,17 +492,22 @@ class Renderer {
   }
 
   Flow exec(const Node& n, std::string& out) {
+    guard_stack(n.line);
     switch (n.kind) {
       case Node::Kind::kText:
+        work(n.text.size(), n.line);
         out += n.text;
         return Flow::kNormal;
-      case Node::Kind::kOutput:
+      case Node::Kind::kOutput: {
         step(n.line);
-        out += eval(*n.expr).str();
+        const std::string text = eval(*n.expr).str();
+        work(text.size(), n.line);
+        out += text;
         if (out.size() > options_.max_size) {
           fail(n.line, "the output grew past " + std::to_string(options_.max_size) + " bytes");
         }
         return Flow::kNormal;
+      }
       case Node::Kind::kIf:
         for (std::size_t i = 0; i < n.conditions.size(); ++i) {
           if (eval(*n.conditions[i]).truthy()) return exec(n.bodies[i], out);
@@ -405,9 +545,21 @@ class Renderer {
         assign(n.targets[0], Value::string(std::move(text)));
         return Flow::kNormal;
       }
-      case Node::Kind::kMacro:
-        assign(n.macro->name, Value::macro(n.macro.get()));
+      case Node::Kind::kMacro: {
+        // Jinja's macros are closures: the loop and macro scopes around the definition (not
+        // the template's top level, which a macro reads as it is when called).
+        Dict closure;
+        for (std::size_t f = frames_.size() - 1; f >= 1; --f) {
+          for (const auto& [k, v] : frames_[f]) {
+            if (std::none_of(closure.begin(), closure.end(),
+                             [&](const auto& kv) { return kv.first == k; })) {
+              closure.emplace_back(k, v);
+            }
+          }
+        }
+        assign(n.macro->name, Value::macro(n.macro.get(), std::move(closure)));
         return Flow::kNormal;
+      }
       case Node::Kind::kBreak:
         if (loops_ == 0) fail(n.line, "break outside a loop");
         return Flow::kBreak;
@@ -458,7 +610,10 @@ class Renderer {
       items = std::move(kept);
     }
     ++loops_;
+    work(16 * items.size(), n.line);
     const auto len = static_cast<std::int64_t>(items.size());
+    // loop.changed's last value, shared by the iterations (a namespace is shared by its copies).
+    const Value changed = Value::dict({}, true);
     for (std::int64_t i = 0; i < len; ++i) {
       const auto at = static_cast<std::size_t>(i);
       Dict loop{{"index", Value::integer(i + 1)},      {"index0", Value::integer(i)},
@@ -468,6 +623,7 @@ class Renderer {
                 {"depth0", Value::integer(0)}};
       if (i > 0) loop.emplace_back("previtem", items[at - 1]);
       if (i + 1 < len) loop.emplace_back("nextitem", items[at + 1]);
+      loop.emplace_back("changed", changed);
       step(n.line);
       frames_.emplace_back();
       assign("loop", Value::dict(std::move(loop)));
@@ -489,6 +645,7 @@ class Renderer {
   }
 
   Value eval(const Expr& e) {
+    guard_stack(e.line);
     switch (e.op) {
       case Expr::Op::kLiteral:
         return e.literal;
@@ -519,6 +676,12 @@ class Renderer {
       case Expr::Op::kAttr: {
         const Value obj = eval(*e.args[0]);
         require_defined(obj, e.line);
+        if (obj.is_dict() && !obj.is_namespace() &&
+            (e.name == "items" || e.name == "keys" || e.name == "values" || e.name == "get")) {
+          // Jinja's sandbox looks an attribute up first (x['items'] is the key): the method,
+          // which only a call can use (a macro value without a body stands for it).
+          return Value::macro(nullptr);
+        }
         if (obj.is_dict()) {
           Value v = obj.member(e.name);
           if (v.undefined()) {
@@ -530,16 +693,32 @@ class Renderer {
         return Value::undefined("'" + obj.type_name() + " object' has no attribute '" + e.name +
                                 "'");
       }
-      case Expr::Op::kIndex:
-        return index(eval(*e.args[0]), eval(*e.args[1]), e.line);
-      case Expr::Op::kSlice:
-        return slice(e);
-      case Expr::Op::kCall:
-        return bounded(call(e), e.line);
-      case Expr::Op::kFilter:
-        return bounded(filter(e.name, eval(*e.args[0]), eval_args(e, 1), e.line), e.line);
+      case Expr::Op::kIndex: {
+        const Value obj = eval(*e.args[0]);
+        if (obj.is_string()) work(obj, e.line);  // code points are counted
+        return index(obj, eval(*e.args[1]), e.line);
+      }
+      case Expr::Op::kSlice: {
+        Value r = slice(e);
+        work(r, e.line);
+        return r;
+      }
+      case Expr::Op::kCall: {
+        Value r = bounded(call(e), e.line);
+        work(r, e.line);
+        return r;
+      }
+      case Expr::Op::kFilter: {
+        const Value v = eval(*e.args[0]);
+        work(v, e.line);
+        Value r = bounded(filter(e.name, v, eval_args(e, 1), e.line), e.line);
+        work(r, e.line);
+        return r;
+      }
       case Expr::Op::kTest: {
-        const bool r = test(e.name, eval(*e.args[0]), eval_args(e, 1), e.line);
+        const Value v = eval(*e.args[0]);
+        work(v, e.line);
+        const bool r = test(e.name, v, eval_args(e, 1), e.line);
         return Value::boolean(e.negate ? !r : r);
       }
       case Expr::Op::kNot:
@@ -565,8 +744,15 @@ class Renderer {
       case Expr::Op::kCond:
         if (eval(*e.args[1]).truthy()) return eval(*e.args[0]);
         return e.args[2] ? eval(*e.args[2]) : Value();
-      case Expr::Op::kBinary:
-        return bounded(binary(e.name, eval(*e.args[0]), eval(*e.args[1]), e.line), e.line);
+      case Expr::Op::kBinary: {
+        const Value a = eval(*e.args[0]);
+        const Value b = eval(*e.args[1]);
+        work(a, e.line);  // what the operator reads (a comparison scans its operands)
+        work(b, e.line);
+        Value r = bounded(binary(e.name, a, b, e.line), e.line);
+        work(r, e.line);
+        return r;
+      }
     }
     return Value();
   }
@@ -669,12 +855,13 @@ class Renderer {
     }
     if (a.undefined()) require_defined(a, line);
     if (b.undefined()) require_defined(b, line);
+    if (op == "%" && a.is_string()) return Value::string(percent_format(a.as_string(), b, line));
     if (op == "+") {
       if (a.is_string() && b.is_string()) return Value::string(a.as_string() + b.as_string());
-      if (a.is_list() && b.is_list()) {
+      if (a.is_list() && b.is_list() && a.is_tuple() == b.is_tuple()) {  // no list + tuple
         List items = a.as_list();
         items.insert(items.end(), b.as_list().begin(), b.as_list().end());
-        return Value::list(std::move(items));
+        return Value::list(std::move(items), a.is_tuple());
       }
     }
     if (op == "*" && (a.is_string() || a.is_list() || b.is_string() || b.is_list())) {
@@ -693,7 +880,7 @@ class Renderer {
       for (std::int64_t i = 0; i < n; ++i) {
         items.insert(items.end(), seq.as_list().begin(), seq.as_list().end());
       }
-      return Value::list(std::move(items));
+      return Value::list(std::move(items), seq.is_tuple());
     }
     if (!a.is_number() || !b.is_number()) unsupported();
     const bool ints = a.kind() != Value::Kind::kFloat && b.kind() != Value::Kind::kFloat;
@@ -793,32 +980,30 @@ class Renderer {
     if (callee.op == Expr::Op::kAttr) {
       const Value obj = eval(*callee.args[0]);
       require_defined(obj, e.line);
+      work(obj, e.line);  // a method reads its string or list
       const Value member = obj.is_dict() ? obj.member(callee.name) : Value();
-      if (member.kind() == Value::Kind::kMacro) return call_macro(*member.as_macro(), e);
+      if (member.kind() == Value::Kind::kMacro) return call_macro(member, e);
       return method(obj, callee.name, eval_args(e, 1), e.line);
     }
     const Value f = callee.op == Expr::Op::kName ? lookup(callee.name) : eval(callee);
-    if (f.kind() == Value::Kind::kMacro) return call_macro(*f.as_macro(), e);
+    if (f.kind() == Value::Kind::kMacro && f.as_macro() == nullptr) {
+      fail(e.line, "a dict method can only be called as x.name(...)");
+    }
+    if (f.kind() == Value::Kind::kMacro) return call_macro(f, e);
     if (callee.op == Expr::Op::kName && f.undefined()) {
       return global(callee.name, eval_args(e, 1), e.line);
     }
     fail(e.line, "'" + f.type_name() + "' object is not callable");
   }
 
-  Value call_macro(const MacroDef& m, const Expr& e) {
+  Value call_macro(const Value& macro, const Expr& e) {
+    const MacroDef& m = *macro.as_macro();
     if (depth_ >= kMaxDepth) fail(e.line, "macro calls nested deeper than 100");
     step(e.line);
     const Args a = eval_args(e, 1);
     if (a.pos.size() > m.params.size()) {
       fail(e.line, "macro '" + m.name + "' takes " + std::to_string(m.params.size()) +
                        " arguments, got " + std::to_string(a.pos.size()));
-    }
-    Frame locals;
-    for (std::size_t i = 0; i < m.params.size(); ++i) {
-      const auto& [name, fallback] = m.params[i];
-      Value v = a.get(i, name.c_str(), Value::undefined("'" + name + "' is undefined"));
-      if (v.undefined() && fallback) v = eval(*fallback);
-      locals[name] = std::move(v);
     }
     for (const auto& kv : a.kw) {
       const std::string& key = kv.first;
@@ -827,17 +1012,29 @@ class Renderer {
         fail(e.line, "macro '" + m.name + "' takes no keyword argument '" + key + "'");
       }
     }
+    // The macro's scope: the template's top level, the scopes it was defined in, then its
+    // parameters (a default sees the parameters before it, as in Jinja).
     std::vector<Frame> saved;
     saved.swap(frames_);
     frames_.push_back(saved.front());
-    frames_.push_back(std::move(locals));
+    frames_.emplace_back();
+    for (const auto& [k, v] : macro.macro_closure()) frames_.back()[k] = v;
+    frames_.emplace_back();
     const int loops = loops_;
     loops_ = 0;
     ++depth_;
     std::string out;
     try {
+      for (std::size_t i = 0; i < m.params.size(); ++i) {
+        const auto& [name, fallback] = m.params[i];
+        Value v = a.get(i, name.c_str(), Value::undefined("'" + name + "' is undefined"));
+        if (v.undefined() && fallback) v = eval(*fallback);
+        frames_.back()[name] = std::move(v);
+      }
       exec(m.body, out);
     } catch (...) {
+      --depth_;
+      loops_ = loops;
       frames_.swap(saved);
       throw;
     }
@@ -848,7 +1045,13 @@ class Renderer {
   }
 
   Value global(const std::string& name, const Args& a, int line) {
-    if (name == "raise_exception") throw Raised(a.get(0, "message").str());
+    if (name == "raise_exception") {
+      if (a.pos.size() + a.kw.size() != 1 || (a.kw.size() == 1 && a.kw[0].first != "message")) {
+        fail(line, "raise_exception() takes exactly one argument (the message), got " +
+                       std::to_string(a.pos.size() + a.kw.size()));
+      }
+      throw Raised(a.get(0, "message").str());
+    }
     if (name == "range") {
       std::int64_t start = 0, stop = 0, step = 1;
       for (const Value& v : a.pos) {
@@ -889,9 +1092,19 @@ class Renderer {
       const std::time_t t = options_.now.value_or(std::time(nullptr));
       std::tm tm{};
       localtime_r(&t, &tm);
-      char buf[256];
-      const std::size_t n = std::strftime(buf, sizeof buf, a.get(0, "format").str().c_str(), &tm);
-      return Value::string(std::string(buf, n));
+      const std::string format = a.get(0, "format").str();
+      // strftime's 0 is an empty result or a buffer too small: grown up to a bound far past
+      // what any conversion writes (max_size at most).
+      const std::size_t limit =
+          std::min(options_.max_size, std::max<std::size_t>(256, format.size() * 128));
+      for (std::size_t size = 256;; size *= 2) {
+        std::string buf(std::min(size, limit), '\0');
+        const std::size_t n = std::strftime(buf.data(), buf.size(), format.c_str(), &tm);
+        if (n > 0 || format.empty() || size >= limit) {
+          buf.resize(n);
+          return Value::string(std::move(buf));
+        }
+      }
     }
     fail(line, "'" + name + "' is undefined");
   }
@@ -902,7 +1115,7 @@ class Renderer {
       if (name == "strip") return Value::string(strip(s, a.get(0, "chars"), true, true));
       if (name == "lstrip") return Value::string(strip(s, a.get(0, "chars"), true, false));
       if (name == "rstrip") return Value::string(strip(s, a.get(0, "chars"), false, true));
-      if (name == "upper" || name == "lower") return Value::string(ascii_case(s, name == "upper"));
+      if (name == "upper" || name == "lower") return Value::string(change_case(s, name == "upper"));
       if (name == "capitalize") return Value::string(capitalize(s));
       if (name == "title") return Value::string(title(s));
       if ((name == "split" || name == "rsplit") && a.get(0, "sep").is_string() &&
@@ -924,12 +1137,21 @@ class Renderer {
         }
         return strings(parts);
       }
-      if (name == "splitlines") {
-        std::vector<std::string> parts = split(s, Value::string("\n"), -1);
-        if (!parts.empty() && parts.back().empty()) parts.pop_back();
-        for (std::string& p : parts) {
-          if (!p.empty() && p.back() == '\r') p.pop_back();
+      if (name == "splitlines") {  // Python's line breaks (\r\n, \v, U+2028, ...)
+        const bool keepends = a.get(0, "keepends", Value::boolean(false)).truthy();
+        std::vector<std::string> parts;
+        std::size_t begin = 0;
+        for (std::size_t i = 0; i < s.size();) {
+          const std::size_t n = unicode_space::line_break_at(s, i);
+          if (n == 0) {
+            ++i;
+            continue;
+          }
+          parts.push_back(s.substr(begin, (keepends ? i + n : i) - begin));
+          i += n;
+          begin = i;
         }
+        if (begin < s.size()) parts.push_back(s.substr(begin));
         return strings(parts);
       }
       if (name == "startswith" || name == "endswith") {
@@ -968,24 +1190,39 @@ class Renderer {
       if (name == "join") {
         return Value::string(joined(iterate(a.get(0, "iterable"), line), s, Value(), line));
       }
+      if (name == "format") return Value::string(brace_format(s, a, line));
       if (name.starts_with("is") && name.size() > 2) {
         if (s.empty()) return Value::boolean(false);
-        std::function<bool(char)> ok;
-        if (name == "isdigit") ok = [](char c) { return c >= '0' && c <= '9'; };
-        if (name == "isspace") ok = [](char c) { return py_space(static_cast<unsigned char>(c)); };
-        if (name == "isalpha") ok = [](char c) { return (c | 32) >= 'a' && (c | 32) <= 'z'; };
+        if (name == "isspace") {
+          for (std::size_t i = 0, n; i < s.size(); i += n) {
+            if ((n = space_at(s, i)) == 0) return Value::boolean(false);
+          }
+          return Value::boolean(true);
+        }
+        std::function<bool(std::int32_t)> ok;
+        if (name == "isdigit") ok = is_digit_cp;
+        if (name == "isalpha") ok = is_letter;
         if (name == "isalnum") {
-          ok = [](char c) {
-            return (c >= '0' && c <= '9') || ((c | 32) >= 'a' && (c | 32) <= 'z');
-          };
+          ok = [](std::int32_t cp) { return is_letter(cp) || is_digit_cp(cp); };
         }
         if (name == "islower" || name == "isupper") {
           const bool up = name == "isupper";
-          const bool cased = std::any_of(s.begin(), s.end(),
-                                         [](char c) { return (c | 32) >= 'a' && (c | 32) <= 'z'; });
-          return Value::boolean(cased && ascii_case(s, up) == s);
+          bool cased = false;
+          for (std::size_t i = 0; i < s.size();) {
+            const auto [cp, n] = decode(s, i);
+            cased = cased || is_cased(cp);
+            i += n;
+          }
+          return Value::boolean(cased && change_case(s, up) == s);
         }
-        if (ok) return Value::boolean(std::all_of(s.begin(), s.end(), ok));
+        if (ok) {
+          for (std::size_t i = 0; i < s.size();) {
+            const auto [cp, n] = decode(s, i);
+            if (!ok(cp)) return Value::boolean(false);
+            i += n;
+          }
+          return Value::boolean(true);
+        }
       }
     }
     if (obj.is_dict() && !obj.is_namespace()) {
@@ -1004,6 +1241,14 @@ class Renderer {
       if (name == "get") {
         const Value v = index(obj, a.get(0, "key"), line);
         return v.undefined() ? a.get(1, "default", Value::none()) : v;
+      }
+      if (name == "changed" && obj.member("changed").is_namespace() &&
+          obj.member("index0").is_number()) {  // loop.changed(*values)
+        const Value now = Value::list(a.pos);
+        Dict& last = obj.member("changed").mutable_namespace();
+        if (!last.empty() && last[0].second.equals(now)) return Value::boolean(false);
+        last.assign({{"last", now}});
+        return Value::boolean(true);
       }
       if (name == "cycle" && obj.member("index0").is_number()) {  // loop.cycle
         if (a.pos.empty()) fail(line, "loop.cycle() needs at least one value");
@@ -1032,20 +1277,30 @@ class Renderer {
   }
 
   // `attribute` of a filter: a dotted path ("a.b") or an integer index.
+  // Jinja's make_attrgetter: a part of only digits is an index ("a.0" is item["a"][0]).
   Value attribute_of(const Value& v, const Value& attribute, int line) {
     if (attribute.is_number()) return index(v, attribute, line);
     Value cur = v;
     for (const std::string& part : split(attribute.str(), Value::string("."), -1)) {
       if (cur.undefined()) return cur;
-      cur = index(cur, Value::string(part), line);
+      const bool digits =
+          !part.empty() && part.size() < 19 &&
+          std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
+      cur = index(cur, digits ? Value::integer(std::stoll(part)) : Value::string(part), line);
     }
     return cur;
   }
 
+  // Jinja's ignore_case: a string lower-cased, anything else as it is.
+  static Value folded(const Value& v, bool case_sensitive) {
+    if (case_sensitive || !v.is_string()) return v;
+    return Value::string(change_case(v.as_string(), false));
+  }
+
   int compare_for_sort(const Value& a, const Value& b, bool case_sensitive, int line) {
     if (a.is_string() && b.is_string()) {
-      const std::string x = case_sensitive ? a.as_string() : ascii_case(a.as_string(), false);
-      const std::string y = case_sensitive ? b.as_string() : ascii_case(b.as_string(), false);
+      const std::string x = case_sensitive ? a.as_string() : change_case(a.as_string(), false);
+      const std::string y = case_sensitive ? b.as_string() : change_case(b.as_string(), false);
       return x.compare(y);
     }
     if (a.is_number() && b.is_number()) {
@@ -1053,6 +1308,183 @@ class Renderer {
     }
     fail(line, "'<' not supported between instances of '" + a.type_name() + "' and '" +
                    b.type_name() + "'");
+  }
+
+  // Python's `fmt % args` for the conversions %s %r %d %i %f %x %% (flags - 0 +, a width and
+  // a precision; %(name)s with a dict): `args` a tuple, a dict or a single value.
+  std::string percent_format(const std::string& fmt, const Value& args, int line) {
+    const bool by_name = args.is_dict() && !args.is_namespace();
+    const List single{args};
+    const List& pos = args.is_tuple() ? args.as_list() : single;
+    std::size_t next = 0;
+    std::string out;
+    for (std::size_t i = 0; i < fmt.size(); ++i) {
+      if (fmt[i] != '%') {
+        out += fmt[i];
+        continue;
+      }
+      if (++i >= fmt.size()) fail(line, "incomplete format");
+      if (fmt[i] == '%') {
+        out += '%';
+        continue;
+      }
+      Value arg;
+      bool have = false;
+      if (fmt[i] == '(') {
+        const std::size_t close = fmt.find(')', i);
+        if (close == std::string::npos) fail(line, "incomplete format key");
+        if (!by_name) fail(line, "format requires a mapping");
+        arg = args.member(fmt.substr(i + 1, close - i - 1));
+        if (arg.undefined()) fail(line, "KeyError: '" + fmt.substr(i + 1, close - i - 1) + "'");
+        have = true;
+        i = close + 1;
+      }
+      std::string flags;
+      while (i < fmt.size() && std::string_view("-+ 0#").find(fmt[i]) != std::string_view::npos) {
+        flags += fmt[i++];
+      }
+      std::string width, precision;
+      while (i < fmt.size() && fmt[i] >= '0' && fmt[i] <= '9') width += fmt[i++];
+      if (i < fmt.size() && fmt[i] == '.') {
+        precision = ".";
+        for (++i; i < fmt.size() && fmt[i] >= '0' && fmt[i] <= '9';) precision += fmt[i++];
+      }
+      if (i >= fmt.size()) fail(line, "incomplete format");
+      if (width.size() > 6 || precision.size() > 4)
+        fail(line, "a format width or precision too large");
+      const char conv = fmt[i];
+      if (!have) {
+        if (by_name && !args.is_tuple()) {
+          arg = args;  // Python formats the dict itself
+        } else {
+          if (next >= pos.size()) fail(line, "not enough arguments for format string");
+          arg = pos[next++];
+        }
+      }
+      std::string text;
+      if (conv == 's' || conv == 'r' || conv == 'a') {
+        text = conv == 's' ? arg.str() : arg.repr();
+        if (precision.size() > 1) {
+          const std::vector<std::size_t> cps = code_point_offsets(text);
+          const std::size_t keep =
+              std::min<std::size_t>(std::stoul(precision.substr(1)), cps.size() - 1);
+          text.resize(cps[keep]);
+        }
+      } else if (conv == 'd' || conv == 'i' || conv == 'f' || conv == 'F' || conv == 'x' ||
+                 conv == 'X' || conv == 'e' || conv == 'g') {
+        if (!arg.is_number()) {
+          fail(line, std::string("%") + conv + " format: a real number is required, not " +
+                         arg.type_name());
+        }
+        const std::string spec = "%" + flags + width + precision;
+        std::vector<char> buf(512 + (width.empty() ? 0 : std::stoul(width)) +
+                              (precision.size() > 1 ? std::stoul(precision.substr(1)) : 0));
+        if (conv == 'd' || conv == 'i' || conv == 'x' || conv == 'X') {
+          const std::string c = conv == 'i' ? "d" : std::string(1, conv);
+          std::snprintf(buf.data(), buf.size(), (spec + "ll" + c).c_str(),
+                        static_cast<long long>(arg.as_int()));
+        } else {
+          std::snprintf(buf.data(), buf.size(), (spec + conv).c_str(), arg.as_float());
+        }
+        text = buf.data();
+        out += text;
+        continue;
+      } else {
+        fail(line, std::string("unsupported format character '") + conv + "'");
+      }
+      const std::size_t w = width.empty() ? 0 : std::stoul(width);
+      const std::size_t n = code_point_offsets(text).size() - 1;
+      if (n < w) {
+        const std::string pad(w - n, ' ');
+        text = flags.find('-') != std::string::npos ? text + pad : pad + text;
+      }
+      out += text;
+      if (out.size() > options_.max_size) too_big(line);
+    }
+    if (!by_name && args.is_tuple() && next < pos.size()) {
+      fail(line, "not all arguments converted during string formatting");
+    }
+    if (!by_name && !args.is_tuple() && next == 0) {
+      fail(line, "not all arguments converted during string formatting");
+    }
+    return out;
+  }
+
+  // Python's str.format: {} {0} {name} with an optional !s / !r conversion; {{ and }} are
+  // braces. Format specs ({:>10}) are outside the subset.
+  std::string brace_format(const std::string& fmt, const Args& a, int line) {
+    std::string out;
+    std::size_t auto_index = 0;
+    for (std::size_t i = 0; i < fmt.size(); ++i) {
+      const char c = fmt[i];
+      if (c == '}') {
+        if (i + 1 < fmt.size() && fmt[i + 1] == '}') {
+          out += '}';
+          ++i;
+          continue;
+        }
+        fail(line, "Single '}' encountered in format string");
+      }
+      if (c != '{') {
+        out += c;
+        continue;
+      }
+      if (i + 1 < fmt.size() && fmt[i + 1] == '{') {
+        out += '{';
+        ++i;
+        continue;
+      }
+      const std::size_t close = fmt.find('}', i);
+      if (close == std::string::npos) fail(line, "Single '{' encountered in format string");
+      std::string field = fmt.substr(i + 1, close - i - 1);
+      i = close;
+      char conversion = 's';
+      if (field.find(':') != std::string::npos) {
+        fail(line, "str.format specs ({:...}) are not supported");
+      }
+      if (const std::size_t bang = field.find('!'); bang != std::string::npos) {
+        if (bang + 2 != field.size() || (field[bang + 1] != 'r' && field[bang + 1] != 's')) {
+          fail(line, "str.format: unsupported conversion in {" + field + "}");
+        }
+        conversion = field[bang + 1];
+        field.resize(bang);
+      }
+      Value arg;
+      if (field.empty() ||
+          std::all_of(field.begin(), field.end(), [](char d) { return d >= '0' && d <= '9'; })) {
+        const std::size_t at = field.empty() ? auto_index++ : std::stoul(field.substr(0, 9));
+        if (at >= a.pos.size()) {
+          fail(line, "IndexError: Replacement index " + std::to_string(at) +
+                         " out of range for positional args tuple");
+        }
+        arg = a.pos[at];
+      } else {
+        bool found = false;
+        for (const auto& [k, v] : a.kw) {
+          if (k == field) {
+            arg = v;
+            found = true;
+          }
+        }
+        if (!found) fail(line, "KeyError: '" + field + "'");
+      }
+      out += conversion == 'r' ? arg.repr() : arg.str();
+      if (out.size() > options_.max_size) too_big(line);
+    }
+    return out;
+  }
+
+  // Refuses keyword arguments outside `names` (and more positional ones than it has).
+  void only_args(const Args& a, std::initializer_list<const char*> names, const std::string& what,
+                 int line) const {
+    if (a.pos.size() > names.size()) {
+      fail(line, what + "() takes at most " + std::to_string(names.size()) + " arguments");
+    }
+    for (const auto& [k, v] : a.kw) {
+      if (std::none_of(names.begin(), names.end(), [&](const char* n) { return k == n; })) {
+        fail(line, what + "() got an unexpected keyword argument '" + k + "'");
+      }
+    }
   }
 
   Value filter(const std::string& name, const Value& v, const Args& a, int line) {
@@ -1064,15 +1496,43 @@ class Renderer {
     }
     if (name == "safe") return v;
     if (name == "string") return Value::string(v.str());
-    if (name == "tojson") {
-      const Value indent = a.get(0, "indent");
-      if (indent.is_number()) {
+    if (name == "tojson") {  // transformers': json.dumps(v, ensure_ascii=False, indent=None,
+                             // separators=None, sort_keys=False), in that order
+      only_args(a, {"ensure_ascii", "indent", "separators", "sort_keys"}, name, line);
+      Value::JsonFormat format;
+      format.ensure_ascii = a.get(0, "ensure_ascii", Value::boolean(false)).truthy();
+      const Value indent = a.get(1, "indent");
+      if (indent.is_string()) {
+        format.indent = indent.as_string();
+      } else if (indent.is_number() && indent.kind() != Value::Kind::kFloat) {
         check_size((static_cast<double>(std::max<std::int64_t>(0, indent.as_int())) + 1.0) *
                        (v.depth() + 1.0) * static_cast<double>(approx_bytes(v, options_.max_size)),
                    line);
+        format.indent =
+            std::string(static_cast<std::size_t>(std::max<std::int64_t>(0, indent.as_int())), ' ');
+      } else if (!indent.undefined() && !indent.is_none()) {
+        fail(line, "tojson: indent must be an int or a str, got '" + indent.type_name() + "'");
       }
-      const std::optional<std::string> j =
-          v.to_json(indent.is_number() ? static_cast<int>(indent.as_int()) : -1);
+      if (format.indent) {
+        check_size(static_cast<double>(format.indent->size() + 1) * (v.depth() + 1.0) *
+                       static_cast<double>(approx_bytes(v, options_.max_size)),
+                   line);
+      }
+      const Value separators = a.get(2, "separators");
+      if (separators.is_list()) {
+        const List& sep = separators.as_list();
+        if (sep.size() != 2 || !sep[0].is_string() || !sep[1].is_string()) {
+          fail(line, "tojson: separators must be two strings (item_separator, key_separator)");
+        }
+        check_size(static_cast<double>(sep[0].as_string().size() + sep[1].as_string().size() + 1) *
+                       static_cast<double>(approx_bytes(v, options_.max_size)),
+                   line);
+        format.separators.emplace(sep[0].as_string(), sep[1].as_string());
+      } else if (!separators.undefined() && !separators.is_none()) {
+        fail(line, "tojson: separators must be a tuple of two strings");
+      }
+      format.sort_keys = a.get(3, "sort_keys", Value::boolean(false)).truthy();
+      const std::optional<std::string> j = v.to_json(format);
       if (!j) fail(line, "Object of type " + v.type_name() + " is not JSON serializable");
       return Value::string(*j);
     }
@@ -1124,14 +1584,107 @@ class Renderer {
       });
       return Value::list(std::move(items));
     }
-    if (name == "unique") {
+    if (name == "unique") {  // unique(case_sensitive=False, attribute=None): the first of each
+      const bool case_sensitive = a.get(0, "case_sensitive", Value::boolean(false)).truthy();
+      const Value attribute = a.get(1, "attribute");
       List out;
+      List seen;
       for (const Value& item : iterate(v, line)) {
-        if (std::none_of(out.begin(), out.end(), [&](const Value& o) { return o.equals(item); })) {
+        const Value key = folded(attribute.undefined() ? item : attribute_of(item, attribute, line),
+                                 case_sensitive);
+        if (std::none_of(seen.begin(), seen.end(), [&](const Value& o) { return o.equals(key); })) {
+          seen.push_back(key);
           out.push_back(item);
         }
       }
       return Value::list(std::move(out));
+    }
+    if (name == "dictsort") {  // dictsort(case_sensitive=False, by='key', reverse=False)
+      if (!v.is_dict()) fail(line, "dictsort takes a mapping, got '" + v.type_name() + "'");
+      const bool case_sensitive = a.get(0, "case_sensitive", Value::boolean(false)).truthy();
+      const std::string by = a.get(1, "by", Value::string("key")).str();
+      if (by != "key" && by != "value") fail(line, "You can only sort by either 'key' or 'value'");
+      const bool reverse = a.get(2, "reverse", Value::boolean(false)).truthy();
+      List items;
+      for (const auto& [k, e] : v.as_dict())
+        items.push_back(Value::list({Value::string(k), e}, true));
+      std::stable_sort(items.begin(), items.end(), [&](const Value& x, const Value& y) {
+        const std::size_t at = by == "key" ? 0 : 1;
+        const int c = order(folded(x.as_list()[at], case_sensitive),
+                            folded(y.as_list()[at], case_sensitive), "<", line);
+        return reverse ? c > 0 : c < 0;
+      });
+      return Value::list(std::move(items));
+    }
+    if (name == "truncate") {  // truncate(length=255, killwords=False, end='...', leeway=5)
+      const std::string s = v.str();
+      const std::int64_t length = a.get(0, "length", Value::integer(255)).as_int();
+      const bool killwords = a.get(1, "killwords", Value::boolean(false)).truthy();
+      const std::string end = a.get(2, "end", Value::string("...")).str();
+      const Value leeway_arg = a.get(3, "leeway");
+      const std::int64_t leeway = leeway_arg.is_number() ? leeway_arg.as_int() : 5;
+      const std::vector<std::size_t> cps = code_point_offsets(s);
+      const auto n = static_cast<std::int64_t>(cps.size()) - 1;
+      const auto end_n = static_cast<std::int64_t>(code_point_offsets(end).size()) - 1;
+      if (length < end_n) {
+        fail(line,
+             "expected length >= " + std::to_string(end_n) + ", got " + std::to_string(length));
+      }
+      if (leeway < 0) fail(line, "expected leeway >= 0, got " + std::to_string(leeway));
+      if (n <= length + leeway) return Value::string(s);
+      std::string head = s.substr(0, cps[static_cast<std::size_t>(length - end_n)]);
+      if (!killwords) {
+        const std::size_t space = head.rfind(' ');
+        if (space != std::string::npos) head.resize(space);
+      }
+      return Value::string(head + end);
+    }
+    if (name == "center") {  // Python's str.center(width)
+      const std::string s = v.str();
+      const std::int64_t width = a.get(0, "width", Value::integer(80)).as_int();
+      const auto n = static_cast<std::int64_t>(code_point_offsets(s).size()) - 1;
+      if (width <= n) return Value::string(s);
+      check_size(static_cast<double>(width), line);
+      const std::int64_t margin = width - n;
+      const std::int64_t left = margin / 2 + (margin & width & 1);
+      return Value::string(std::string(static_cast<std::size_t>(left), ' ') + s +
+                           std::string(static_cast<std::size_t>(margin - left), ' '));
+    }
+    if (name == "batch") {  // batch(linecount, fill_with=None): lists of linecount items
+      const std::int64_t count = a.get(0, "linecount").as_int();
+      if (count <= 0) fail(line, "batch: linecount must be positive");
+      const Value fill = a.get(1, "fill_with");
+      List out, cur;
+      for (const Value& item : iterate(v, line)) {
+        cur.push_back(item);
+        if (static_cast<std::int64_t>(cur.size()) == count) {
+          out.push_back(Value::list(std::move(cur)));
+          cur.clear();
+        }
+      }
+      if (!cur.empty()) {
+        if (!fill.undefined() && !fill.is_none()) {
+          while (static_cast<std::int64_t>(cur.size()) < count) cur.push_back(fill);
+        }
+        out.push_back(Value::list(std::move(cur)));
+      }
+      return Value::list(std::move(out));
+    }
+    if (name == "attr") {  // getattr(v, name): a namespace's attribute or a dict's method only
+      const std::string attr = a.get(0, "name").str();
+      if (v.is_namespace()) return v.member(attr);
+      if (v.is_dict() && (attr == "items" || attr == "keys" || attr == "values" || attr == "get")) {
+        return Value::macro(nullptr);
+      }
+      return Value::undefined("'" + v.type_name() + " object' has no attribute '" + attr + "'");
+    }
+    if (name == "format") {  // value % args (or % kwargs)
+      if (!a.kw.empty() && !a.pos.empty()) {
+        fail(line, "can't handle positional and keyword arguments at the same time");
+      }
+      if (!a.kw.empty()) return Value::string(percent_format(v.str(), Value::dict(a.kw), line));
+      return Value::string(
+          percent_format(v.str(), a.pos.size() == 1 ? a.pos[0] : Value::list(a.pos, true), line));
     }
     // Jinja's select, reject, selectattr, rejectattr and map yield nothing for a false value.
     if ((name == "select" || name == "reject" || name == "selectattr" || name == "rejectattr" ||
@@ -1171,28 +1724,39 @@ class Renderer {
       }
       return Value::list(std::move(out));
     }
-    if (name == "sum" || name == "min" || name == "max") {
-      const Value attribute = a.get(name == "sum" ? 0 : 1, "attribute");
-      List items = iterate(v, line);
-      if (!attribute.undefined()) {
-        for (Value& item : items) item = attribute_of(item, attribute, line);
+    if (name == "sum") {  // sum(attribute=None, start=0)
+      const Value attribute = a.get(0, "attribute");
+      Value total = a.get(1, "start", Value::integer(0));
+      for (const Value& item : iterate(v, line)) {
+        total = binary("+", total,
+                       attribute.undefined() ? item : attribute_of(item, attribute, line), line);
       }
-      if (name == "sum") {
-        Value total = a.get(1, "start", Value::integer(0));
-        for (const Value& item : items) total = binary("+", total, item, line);
-        return total;
-      }
+      return total;
+    }
+    if (name == "min" || name == "max") {  // (case_sensitive=False, attribute=None): the item
+      const bool case_sensitive = a.get(0, "case_sensitive", Value::boolean(false)).truthy();
+      const Value attribute = a.get(1, "attribute");
+      const List items = iterate(v, line);
       if (items.empty()) return Value::undefined("No aggregated item, sequence was empty.");
-      Value best = items[0];
-      for (const Value& item : items) {
-        const int c = compare_for_sort(item, best, false, line);
-        if (name == "min" ? c < 0 : c > 0) best = item;
+      auto key = [&](const Value& item) {
+        return folded(attribute.undefined() ? item : attribute_of(item, attribute, line),
+                      case_sensitive);
+      };
+      std::size_t best = 0;
+      Value best_key = key(items[0]);
+      for (std::size_t i = 1; i < items.size(); ++i) {
+        const Value k = key(items[i]);
+        const int c = order(k, best_key, "<", line);
+        if (name == "min" ? c < 0 : c > 0) {
+          best = i;
+          best_key = k;
+        }
       }
-      return best;
+      return items[best];
     }
     if (name == "trim") return Value::string(strip(v.str(), a.get(0, "chars"), true, true));
     if (name == "upper" || name == "lower")
-      return Value::string(ascii_case(v.str(), name == "upper"));
+      return Value::string(change_case(v.str(), name == "upper"));
     if (name == "capitalize") return Value::string(capitalize(v.str()));
     if (name == "title") return Value::string(title_filter(v.str()));
     if (name == "escape" || name == "e") return Value::string(html_escape(v.str()));
@@ -1293,10 +1857,27 @@ class Renderer {
         if (__builtin_mul_overflow(q + up, unit, &r)) overflow(line);
         return Value::integer(r);
       }
-      const double scale =
-          std::pow(10.0, static_cast<double>(a.get(0, "precision", Value::integer(0)).as_int()));
       const std::string method = a.get(1, "method", Value::string("common")).str();
-      const double x = v.as_float() * scale;
+      if (method != "common" && method != "ceil" && method != "floor") {
+        fail(line, "method must be common, ceil or floor");
+      }
+      const double f = v.as_float();
+      if (!std::isfinite(f)) return Value::number(f);
+      // Python's round(x, n): x itself where n passes a double's digits, zero where -n does.
+      if (precision > 330) {
+        if (method == "common") return Value::number(f);
+        fail(line, "OverflowError: int too large to convert to float");
+      }
+      if (precision < -330) {
+        if (method == "common") return Value::number(std::copysign(0.0, f));
+        fail(line, "OverflowError: int too large to convert to float");
+      }
+      const double scale = std::pow(10.0, static_cast<double>(precision));
+      const double x = f * scale;
+      if (!std::isfinite(x) || scale == 0.0) {
+        if (method == "common") return Value::number(scale == 0.0 ? std::copysign(0.0, f) : f);
+        fail(line, "OverflowError: int too large to convert to float");
+      }
       // Python's round() (what "common" calls): halves to even.
       const double r = method == "ceil"    ? std::ceil(x)
                        : method == "floor" ? std::floor(x)
@@ -1353,16 +1934,125 @@ class Renderer {
   const std::string& origin_;
   const RenderOptions& options_;
   std::vector<Frame> frames_;
+  std::uintptr_t stack_base_;
+  std::uint64_t max_work_;
+  std::uint64_t work_ = 0;
   int loops_ = 0;
   int depth_ = 0;
   std::int64_t steps_ = 0;
 };
 
+// Jinja2's built-in filters and tests that the subset leaves out: refused at load.
+const std::unordered_set<std::string>& jinja_only_filters() {
+  static const std::unordered_set<std::string> names = {
+      "filesizeformat", "forceescape", "groupby", "pprint",   "random", "slice",
+      "striptags",      "urlencode",   "urlize",  "wordwrap", "xmlattr"};
+  return names;
+}
+const std::unordered_set<std::string>& jinja_only_tests() {
+  static const std::unordered_set<std::string> names = {"escaped", "filter", "test"};
+  return names;
+}
+
+[[noreturn]] void refuse(const std::string& origin, int line, const std::string& what) {
+  throw ConfigError(origin + ":" + std::to_string(line) + ": " + what);
+}
+
+// `soft`: inside an {% if %} or an inline if, where Jinja2 defers an unknown name's error to
+// the render that reaches it (so `{% if 'x' is filter %}` guards can work); elsewhere it refuses
+// the template when compiling it. A Jinja2 built-in outside the subset is refused anywhere.
+void check_filter(const std::string& name, bool soft, const std::string& origin, int line) {
+  if (jinja_only_filters().contains(name)) {
+    refuse(origin, line, "the filter '" + name + "' is outside the subset (serving/jinja.h)");
+  }
+  if (!soft && !known_filter(name)) refuse(origin, line, "unknown filter '" + name + "'");
+}
+void check_test(const std::string& name, bool soft, const std::string& origin, int line) {
+  if (jinja_only_tests().contains(name)) {
+    refuse(origin, line, "the test '" + name + "' is outside the subset (serving/jinja.h)");
+  }
+  if (!soft && !known_test(name)) refuse(origin, line, "unknown test '" + name + "'");
+}
+
+// A literal string argument `i` of a filter that names a filter or test (map('upper'),
+// select('odd')): Jinja looks it up only when the filter runs, so only a Jinja built-in the
+// subset leaves out is refused here.
+void check_named_arg(const Expr& e, std::size_t i, bool is_filter, const std::string& origin) {
+  if (i >= e.args.size() || e.args[i]->op != Expr::Op::kLiteral ||
+      !e.args[i]->literal.is_string()) {
+    return;
+  }
+  const std::string& name = e.args[i]->literal.as_string();
+  is_filter ? check_filter(name, true, origin, e.line) : check_test(name, true, origin, e.line);
+}
+
+// Every filter and test a template names is one the renderer knows, refused as Jinja2 refuses
+// it when compiling (see check_filter). Recursion is bounded by the parser's limits.
+void check_names(const Expr& e, bool soft, const std::string& origin) {
+  soft = soft || e.op == Expr::Op::kCond;
+  if (e.op == Expr::Op::kFilter) {
+    check_filter(e.name, soft, origin, e.line);
+    const bool kw_attribute = std::any_of(e.kwargs.begin(), e.kwargs.end(),
+                                          [](const auto& kv) { return kv.first == "attribute"; });
+    if (e.name == "map" && !kw_attribute) check_named_arg(e, 1, true, origin);
+    if (e.name == "select" || e.name == "reject") check_named_arg(e, 1, false, origin);
+    if (e.name == "selectattr" || e.name == "rejectattr") check_named_arg(e, 2, false, origin);
+  }
+  if (e.op == Expr::Op::kTest) check_test(e.name, soft, origin, e.line);
+  for (const ExprPtr& a : e.args) {
+    if (a) check_names(*a, soft, origin);
+  }
+  for (const auto& kv : e.kwargs) check_names(*kv.second, soft, origin);
+}
+
+void check_names(const Body& body, bool soft, const std::string& origin) {
+  for (const Node& n : body) {
+    const bool is_if = n.kind == Node::Kind::kIf;
+    const bool inner = n.kind == Node::Kind::kFor || n.kind == Node::Kind::kSetBlock ||
+                       n.kind == Node::Kind::kFilterBlock || n.kind == Node::Kind::kGeneration;
+    if (n.expr) check_names(*n.expr, soft, origin);
+    if (n.filter) check_names(*n.filter, false, origin);
+    for (const ExprPtr& c : n.conditions) check_names(*c, true, origin);
+    for (const Body& b : n.bodies) check_names(b, is_if || (soft && !inner), origin);
+    check_names(n.else_body, is_if || (soft && !inner), origin);
+    if (n.macro) {
+      for (const auto& p : n.macro->params) {
+        if (p.second) check_names(*p.second, false, origin);
+      }
+      check_names(n.macro->body, false, origin);
+    }
+  }
+}
+
 }  // namespace
+
+bool known_filter(const std::string& name) {
+  static const std::unordered_set<std::string> names = {
+      "abs",        "attr",   "batch",      "capitalize", "center",  "count",  "d",      "default",
+      "dictsort",   "e",      "escape",     "first",      "float",   "format", "indent", "int",
+      "items",      "join",   "last",       "length",     "list",    "lower",  "map",    "max",
+      "min",        "reject", "rejectattr", "replace",    "reverse", "round",  "safe",   "select",
+      "selectattr", "sort",   "string",     "sum",        "title",   "tojson", "trim",   "truncate",
+      "unique",     "upper",  "wordcount"};
+  return names.contains(name);
+}
+
+bool known_test(const std::string& name) {
+  static const std::unordered_set<std::string> names = {
+      "defined",     "undefined", "none",        "boolean",  "true",    "false",
+      "integer",     "float",     "number",      "string",   "mapping", "iterable",
+      "sequence",    "callable",  "lower",       "upper",    "odd",     "even",
+      "divisibleby", "sameas",    "in",          "eq",       "equalto", "==",
+      "ne",          "!=",        "lt",          "lessthan", "<",       "le",
+      "<=",          "gt",        "greaterthan", ">",        "ge",      ">="};
+  return names.contains(name);
+}
 
 Template::Template(const std::string& source, std::string origin)
     : origin_(std::move(origin)),
-      body_(std::make_shared<const Body>(parse_template(source, origin_))) {}
+      body_(std::make_shared<const Body>(parse_template(source, origin_))) {
+  check_names(*body_, false, origin_);
+}
 
 bool Template::iterates_message_content() const { return jinja::iterates_message_content(*body_); }
 

@@ -1,10 +1,13 @@
 #include "serving/jinja_value.h"
 
+#include <utf8proc.h>
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <utility>
 
 namespace servelab::jinja {
 
@@ -74,10 +77,11 @@ Value Value::dict(Dict items, bool is_namespace) {
   return v;
 }
 
-Value Value::macro(const MacroDef* def) {
+Value Value::macro(const MacroDef* def, Dict closure) {
   Value v;
   v.kind_ = Kind::kMacro;
   v.macro_ = def;
+  v.dict_ = std::make_shared<Dict>(std::move(closure));
   return v;
 }
 
@@ -240,109 +244,184 @@ std::string python_float(double f) {
 
 namespace {
 
+// Python's str.isprintable() of one code point: not a control, format, surrogate, private-use,
+// unassigned or separator character (U+0020 excepted).
+bool printable(utf8proc_int32_t cp) {
+  if (cp == ' ') return true;
+  switch (utf8proc_category(cp)) {
+    case UTF8PROC_CATEGORY_CC:
+    case UTF8PROC_CATEGORY_CF:
+    case UTF8PROC_CATEGORY_CS:
+    case UTF8PROC_CATEGORY_CO:
+    case UTF8PROC_CATEGORY_CN:
+    case UTF8PROC_CATEGORY_ZS:
+    case UTF8PROC_CATEGORY_ZL:
+    case UTF8PROC_CATEGORY_ZP:
+      return false;
+    default:
+      return true;
+  }
+}
+
+// Python's repr() of a str: quotes, \\ \n \r \t, and other non-printable characters as \xhh,
+// \uhhhh or \Uhhhhhhhh (an invalid byte as \xhh).
 std::string python_quote(const std::string& s) {
   const bool dq = s.find('\'') != std::string::npos && s.find('"') == std::string::npos;
   const char q = dq ? '"' : '\'';
   std::string out(1, q);
-  for (const char c : s) {
-    const auto u = static_cast<unsigned char>(c);
+  for (std::size_t i = 0; i < s.size();) {
+    const char c = s[i];
     if (c == q || c == '\\') {
       out += '\\';
       out += c;
-    } else if (c == '\n') {
-      out += "\\n";
-    } else if (c == '\r') {
-      out += "\\r";
-    } else if (c == '\t') {
-      out += "\\t";
-    } else if (u < 0x20 || u == 0x7f) {
-      char hex[8];
-      std::snprintf(hex, sizeof hex, "\\x%02x", u);
-      out += hex;
-    } else {
-      out += c;
+      ++i;
+      continue;
     }
+    if (c == '\n' || c == '\r' || c == '\t') {
+      out += c == '\n' ? "\\n" : (c == '\r' ? "\\r" : "\\t");
+      ++i;
+      continue;
+    }
+    utf8proc_int32_t cp = -1;
+    utf8proc_ssize_t n = utf8proc_iterate(reinterpret_cast<const utf8proc_uint8_t*>(s.data() + i),
+                                          static_cast<utf8proc_ssize_t>(s.size() - i), &cp);
+    if (n <= 0) {
+      cp = static_cast<unsigned char>(c);
+      n = 1;
+    } else if (printable(cp)) {
+      out.append(s, i, static_cast<std::size_t>(n));
+      i += static_cast<std::size_t>(n);
+      continue;
+    }
+    char hex[16];
+    if (cp < 0x100) {
+      std::snprintf(hex, sizeof hex, "\\x%02x", static_cast<unsigned>(cp));
+    } else if (cp < 0x10000) {
+      std::snprintf(hex, sizeof hex, "\\u%04x", static_cast<unsigned>(cp));
+    } else {
+      std::snprintf(hex, sizeof hex, "\\U%08x", static_cast<unsigned>(cp));
+    }
+    out += hex;
+    i += static_cast<std::size_t>(n);
   }
   return out + q;
 }
 
-// Python's json.dumps of a str with ensure_ascii=False: nlohmann's dump escapes the same
-// characters the same way (", \, \b \f \n \r \t, other controls as \u00xx).
-std::string json_quote(const std::string& s) {
-  return nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+// Python's json.dumps of a str: ", \, \b \f \n \r \t escaped, other controls as \u00xx, and
+// with ensure_ascii every non-ASCII character as \uxxxx (a surrogate pair past U+FFFF). Invalid
+// UTF-8 becomes U+FFFD.
+std::string json_quote(const std::string& raw, bool ensure_ascii) {
+  const std::string s =
+      nlohmann::json(raw).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  if (!ensure_ascii) return s;
+  std::string out;
+  for (std::size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x80) {
+      out += s[i++];
+      continue;
+    }
+    const std::size_t n = c >= 0xF0 ? 4 : (c >= 0xE0 ? 3 : 2);
+    std::uint32_t cp = c & (n == 4 ? 0x07 : (n == 3 ? 0x0F : 0x1F));
+    for (std::size_t k = 1; k < n && i + k < s.size(); ++k) {
+      cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
+    }
+    i += n;
+    char buf[16];
+    if (cp >= 0x10000) {
+      cp -= 0x10000;
+      std::snprintf(buf, sizeof buf, "\\u%04x\\u%04x", 0xD800 + (cp >> 10), 0xDC00 + (cp & 0x3FF));
+    } else {
+      std::snprintf(buf, sizeof buf, "\\u%04x", cp);
+    }
+    out += buf;
+  }
+  return out;
 }
 
-bool append_json(const Value& v, int indent, int depth, std::string& out) {
-  auto newline = [indent](int level) {
+struct JsonWriter {
+  const Value::JsonFormat& f;
+  std::string item_sep, key_sep;
+
+  std::string newline(int level) const {
     std::string s;
-    if (indent >= 0) s.append(1, '\n').append(static_cast<std::size_t>(indent * level), ' ');
+    if (f.indent) {
+      s += '\n';
+      for (int i = 0; i < level; ++i) s += *f.indent;
+    }
     return s;
-  };
-  const std::string nl = newline(depth + 1);
-  const std::string close = newline(depth);
-  const char* comma = indent < 0 ? ", " : ",";
-  switch (v.kind()) {
-    case Value::Kind::kNone:
-      out += "null";
-      return true;
-    case Value::Kind::kBool:
-      out += v.as_bool() ? "true" : "false";
-      return true;
-    case Value::Kind::kInt:
-      out += std::to_string(v.as_int());
-      return true;
-    case Value::Kind::kFloat: {
-      const double f = v.as_float();
-      if (v.is_big_integer()) {
-        out += v.repr();
-      } else if (std::isnan(f)) {
-        out += "NaN";
-      } else if (std::isinf(f)) {
-        out += f > 0 ? "Infinity" : "-Infinity";
-      } else {
-        out += python_float(f);
-      }
-      return true;
-    }
-    case Value::Kind::kString:
-      out += json_quote(v.as_string());
-      return true;
-    case Value::Kind::kList: {
-      if (v.as_list().empty()) {
-        out += "[]";
-        return true;
-      }
-      out += "[";
-      bool first = true;
-      for (const Value& e : v.as_list()) {
-        if (!first) out += comma;
-        first = false;
-        out += nl;
-        if (!append_json(e, indent, depth + 1, out)) return false;
-      }
-      out += close + "]";
-      return true;
-    }
-    case Value::Kind::kDict: {
-      if (v.as_dict().empty()) {
-        out += "{}";
-        return true;
-      }
-      out += "{";
-      bool first = true;
-      for (const auto& [k, e] : v.as_dict()) {
-        if (!first) out += comma;
-        first = false;
-        out += nl + json_quote(k) + ": ";
-        if (!append_json(e, indent, depth + 1, out)) return false;
-      }
-      out += close + "}";
-      return true;
-    }
-    default:
-      return false;
   }
-}
+
+  bool append(const Value& v, int depth, std::string& out) const {
+    switch (v.kind()) {
+      case Value::Kind::kNone:
+        out += "null";
+        return true;
+      case Value::Kind::kBool:
+        out += v.as_bool() ? "true" : "false";
+        return true;
+      case Value::Kind::kInt:
+        out += std::to_string(v.as_int());
+        return true;
+      case Value::Kind::kFloat: {
+        const double x = v.as_float();
+        if (v.is_big_integer()) {
+          out += v.repr();
+        } else if (std::isnan(x)) {
+          out += "NaN";
+        } else if (std::isinf(x)) {
+          out += x > 0 ? "Infinity" : "-Infinity";
+        } else {
+          out += python_float(x);
+        }
+        return true;
+      }
+      case Value::Kind::kString:
+        out += json_quote(v.as_string(), f.ensure_ascii);
+        return true;
+      case Value::Kind::kList: {
+        if (v.as_list().empty()) {
+          out += "[]";
+          return true;
+        }
+        out += "[";
+        bool first = true;
+        for (const Value& e : v.as_list()) {
+          if (!first) out += item_sep;
+          first = false;
+          out += newline(depth + 1);
+          if (!append(e, depth + 1, out)) return false;
+        }
+        out += newline(depth) + "]";
+        return true;
+      }
+      case Value::Kind::kDict: {
+        if (v.as_dict().empty()) {
+          out += "{}";
+          return true;
+        }
+        std::vector<const std::pair<std::string, Value>*> items;
+        for (const auto& kv : v.as_dict()) items.push_back(&kv);
+        if (f.sort_keys) {  // by code point: UTF-8's byte order
+          std::stable_sort(items.begin(), items.end(),
+                           [](const auto* a, const auto* b) { return a->first < b->first; });
+        }
+        out += "{";
+        bool first = true;
+        for (const auto* kv : items) {
+          if (!first) out += item_sep;
+          first = false;
+          out += newline(depth + 1) + json_quote(kv->first, f.ensure_ascii) + key_sep;
+          if (!append(kv->second, depth + 1, out)) return false;
+        }
+        out += newline(depth) + "}";
+        return true;
+      }
+      default:
+        return false;
+    }
+  }
+};
 
 }  // namespace
 
@@ -397,8 +476,19 @@ std::string Value::repr() const {
 }
 
 std::optional<std::string> Value::to_json(int indent) const {
+  JsonFormat f;
+  if (indent >= 0) f.indent = std::string(static_cast<std::size_t>(indent), ' ');
+  return to_json(f);
+}
+
+std::optional<std::string> Value::to_json(const JsonFormat& format) const {
+  JsonWriter w{format, format.indent ? "," : ", ", ": "};
+  if (format.separators) {
+    w.item_sep = format.separators->first;
+    w.key_sep = format.separators->second;
+  }
   std::string out;
-  if (!append_json(*this, indent, 0, out)) return std::nullopt;
+  if (!w.append(*this, 0, out)) return std::nullopt;
   return out;
 }
 

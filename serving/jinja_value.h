@@ -8,7 +8,9 @@
 // - str() is Python's str(): "None", "True", 1.5, "['a', 'b']", {'k': 1}; undefined is "".
 // - truthy() is Python's bool(); equals() is ==, deep, with 1 == 1.0 == True.
 // - to_json() is Python's json.dumps(x, ensure_ascii=False, indent=indent) (separators ", " and
-//   ": " without indent, "," and ": " with): the tojson filter of Hugging Face's environment.
+//   ": " without indent, "," and ": " with): the tojson filter of Hugging Face's environment;
+//   to_json(JsonFormat) takes json.dumps's other arguments (ensure_ascii, separators, sort_keys,
+//   a string indent) as that filter passes them on.
 //   ConfigError-free: it returns nullopt for undefined and macros, which JSON cannot hold.
 // - Strings are UTF-8; length and indexing count code points, as Python's str does.
 // Floats print as Python's repr for the values chat templates meet (shortest round trip, ".0"
@@ -48,7 +50,9 @@ class Value {
   static Value string(std::string s);
   static Value list(List items, bool is_tuple = false);  // a tuple prints as (a, b)
   static Value dict(Dict items, bool is_namespace = false);
-  static Value macro(const MacroDef* def);
+  // `closure`: the variables of the scopes (loops, macro calls) the macro was defined in, which
+  // its body sees as Jinja's closures do.
+  static Value macro(const MacroDef* def, Dict closure = {});
   // JSON null/bool/number/string/array/object -> none/bool/int or float/str/list/dict.
   static Value from_json(const nlohmann::json& j);
   // The same keeping an object's keys in their text's order (as Python's json.loads does).
@@ -76,6 +80,7 @@ class Value {
   const Dict& as_dict() const { return *dict_; }
   Dict& mutable_namespace() const { return *dict_; }  // only where is_namespace()
   const MacroDef* as_macro() const { return macro_; }
+  const Dict& macro_closure() const { return *dict_; }  // only where kind() == kMacro
 
   // Nesting: 0 for a scalar, 1 + the deepest item's for a list or dict (as built; a namespace's
   // later attributes do not count).
@@ -89,6 +94,16 @@ class Value {
   std::string str() const;
   std::string repr() const;  // Python's repr(): strings quoted, undefined "Undefined"
   std::optional<std::string> to_json(int indent = -1) const;
+  // Python's json.dumps(x, ensure_ascii=, indent=, separators=, sort_keys=).
+  struct JsonFormat {
+    bool ensure_ascii = false;          // non-ASCII as \uXXXX (surrogate pairs past U+FFFF)
+    std::optional<std::string> indent;  // nullopt: one line; else each level's indentation
+    std::optional<std::pair<std::string, std::string>> separators;  // (item, key); nullopt:
+                                                                    // (", ", ": ") or, with an
+                                                                    // indent, (",", ": ")
+    bool sort_keys = false;
+  };
+  std::optional<std::string> to_json(const JsonFormat& format) const;
   // Python's type name, for error messages: "str", "int", "list", "dict", "NoneType", ...
   std::string type_name() const;
 

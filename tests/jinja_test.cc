@@ -224,6 +224,60 @@ TEST(Jinja, RunawayTemplatesEndWithAnError) {
   std::string ifs;
   for (int i = 0; i < 300; ++i) ifs += "{% if true %}";
   EXPECT_EQ(error(ifs), "t.jinja:1: expressions or tags nested deeper than 200");
+  // A long chain (`a ~ b ~ ...`, `x.a.a...`, `x|f|f...`) is as deep as its terms: refused when
+  // the template loads, before anything recurses over it.
+  const auto load_error = [](const std::string& source) {
+    try {
+      jinja::Template(source, "t.jinja");
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  std::string concat = "{{ 'x'", attrs = "{{ x", filters = "{{ 1";
+  for (int i = 0; i < 10000; ++i) {
+    concat += " ~ 'x'";
+    attrs += ".a";
+    filters += " | string";
+  }
+  const std::string deep =
+      "t.jinja:1: an expression nested or chained deeper than 200 (operators, filters, "
+      "attributes, calls)";
+  EXPECT_EQ(load_error(concat + " }}"), deep);
+  EXPECT_EQ(load_error(attrs + " }}"), deep);
+  EXPECT_EQ(load_error(filters + " }}"), deep);
+  EXPECT_EQ(load_error("{% macro m(a=" + concat.substr(3) + ") %}{% endmacro %}"), deep);
+  std::string chain150 = "{{ ''";
+  for (int i = 0; i < 150; ++i) chain150 += " ~ 'x'";
+  EXPECT_EQ(jinja::Template(chain150 + " }}", "t").render({}), std::string(150, 'x'));
+  // Macro calls x tags x expressions, each within its bound, still end with an error rather
+  // than the thread's stack.
+  std::string nested = "{% macro m(n) %}";
+  for (int i = 0; i < 150; ++i) nested += "{% if true %}";
+  nested += "{{ (m(n - 1)" + std::string(150 * 6, ' ') + ") if n > 0 else '' }}";
+  for (int i = 0; i < 150; ++i) nested.replace(nested.find("      "), 6, " ~ 'x'");
+  for (int i = 0; i < 150; ++i) nested += "{% endif %}";
+  nested += "{% endmacro %}{{ m(99) }}";
+  EXPECT_EQ(error_of(nested),
+            "t.jinja:1: the template nests too deeply (tags, expressions and macro calls)");
+  // Work: every byte a string or list operation makes counts, at most 16 x max_size in all.
+  EXPECT_EQ(error("{% set s = 'x' * 300000 %}{% for i in range(100) %}{% set t = s ~ '' %}"
+                  "{% endfor %}"),
+            "t.jinja:1: the template built more than 16777216 bytes of strings and lists "
+            "(concatenation, filters, output)");
+  EXPECT_EQ(error("{% set s = 'x' * 300000 %}{% for i in range(100) %}{% if s == s ~ 'y' %}"
+                  "{% endif %}{% endfor %}"),
+            "t.jinja:1: the template built more than 16777216 bytes of strings and lists "
+            "(concatenation, filters, output)");
+  EXPECT_EQ(error("{% set s = 'x' * 300000 %}{% for i in range(100) %}{{ s | length }}"
+                  "{% endfor %}"),
+            "t.jinja:1: the template built more than 16777216 bytes of strings and lists "
+            "(concatenation, filters, output)");
+  EXPECT_EQ(error("{% set s = 'x' * 100000 %}{% for i in range(50) %}{% set t = s ~ '' %}"
+                  "{% endfor %}"),
+            "(no error)");
+  // strftime_now's text is whole however long, within max_size.
+  EXPECT_EQ(jinja::Template("{{ strftime_now('%Y' * 1000) | length }}", "t").render({}), "4000");
   for (const char* overflowing :
        {"{{ 2 ** 64 }}", "{{ 9223372036854775807 + 1 }}", "{{ (-9223372036854775807 - 1) // -1 }}",
         "{{ -(-9223372036854775807 - 1) }}", "{{ (-9223372036854775807 - 1) | abs }}",
@@ -232,6 +286,39 @@ TEST(Jinja, RunawayTemplatesEndWithAnError) {
         << overflowing;
   }
   EXPECT_EQ(error("{{ range(1, 9223372036854775807, 9223372036854775807) | list }}"), "(no error)");
+}
+
+// Filters and tests the renderer does not know are refused when the template loads (as Jinja2
+// refuses them when compiling; inside an if, where Jinja2 waits for the render, only the
+// Jinja2 built-ins the subset leaves out), so a server refuses the template at start.
+TEST(Jinja, UnknownFiltersAndTestsAreRefusedAtLoad) {
+  const auto load_error = [](const std::string& source) {
+    try {
+      jinja::Template(source, "t.jinja");
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  EXPECT_EQ(load_error("{% for m in messages %}\n{{ m | frobnicate }}{% endfor %}"),
+            "t.jinja:2: unknown filter 'frobnicate'");
+  EXPECT_EQ(load_error("{{ x is frobnicated }}"), "t.jinja:1: unknown test 'frobnicated'");
+  EXPECT_EQ(load_error("{% if x %}{{ x | frobnicate }}{% endif %}"), "(no error)");
+  EXPECT_EQ(load_error("{% if x %}{{ x | groupby('a') }}{% endif %}"),
+            "t.jinja:1: the filter 'groupby' is outside the subset (serving/jinja.h)");
+  EXPECT_EQ(load_error("{% macro f() %}{{ x is escaped }}{% endmacro %}"),
+            "t.jinja:1: the test 'escaped' is outside the subset (serving/jinja.h)");
+  EXPECT_EQ(load_error("{{ x | map('wordwrap') | list }}"),
+            "t.jinja:1: the filter 'wordwrap' is outside the subset (serving/jinja.h)");
+  EXPECT_EQ(load_error("{{ x | select('escaped') | list }}"),
+            "t.jinja:1: the test 'escaped' is outside the subset (serving/jinja.h)");
+  EXPECT_EQ(load_error("{{ x | tojson(sort_keys=true) | dictsort | truncate(3) | center }}"),
+            "(no error)");
+  // Arguments a filter does not take are refused with their name.
+  EXPECT_EQ(error_of("{{ {} | tojson(bogus=1) }}"),
+            "t.jinja:1: tojson() got an unexpected keyword argument 'bogus'");
+  EXPECT_EQ(error_of("{{ raise_exception() }}"),
+            "t.jinja:1: raise_exception() takes exactly one argument (the message), got 0");
 }
 
 TEST(Jinja, NothingTheTemplateDoesChangesItsInputs) {
@@ -362,6 +449,10 @@ TEST(ChatTemplateFiles, ContinueFinalMessageCutsAfterTheLastMessage) {
   EXPECT_EQ(chatml.render(msgs, false, true),
             "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n"
             "Hi<|im_end|>\n<|im_start|>assistant\nThe answer is");
+  // Python's strip(): Unicode whitespace around the final message is not part of the cut.
+  const std::vector<ChatMessage> spaced = {{"user", "Hi"},
+                                           {"assistant", "\u3000The answer is\u00a0"}};
+  EXPECT_TRUE(chatml.render(spaced, false, true).ends_with("assistant\n\u3000The answer is"));
   // A template that drops the final message: an error saying so.
   const ChatTemplate dropping("{{ messages[0].content }}", "dropping");
   EXPECT_THROW(dropping.render(msgs, false, true), ConfigError);

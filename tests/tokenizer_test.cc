@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/config_error.h"
+#include "serving/added_tokens.h"
 #include "serving/byte_level.h"
 #include "serving/chat_template.h"
 #include "serving/home.h"
@@ -226,6 +227,25 @@ TEST(Tokenizer, SpecialTokensAreMatchedInText) {
   EXPECT_EQ(c.token_id("<|endofprompt|>"), 100276);
   EXPECT_EQ(c.encode("<|im_start|>hello<|im_end|>"), (Ids{100264, 15339, 100265}));
   EXPECT_EQ(c.decode(Ids{100264, 15339, 100265}), "<|im_start|>hello<|im_end|>");
+}
+
+// An added token's lstrip/rstrip take the whitespace Hugging Face's tokenizers take: Rust's
+// char::is_whitespace (Unicode White_Space: U+3000, U+00A0, U+2028, ...; not U+001C-001F).
+TEST(AddedTokens, LstripAndRstripTakeUnicodeWhitespace) {
+  const AddedTokens tokens({{100300, "<L>", /*lstrip=*/true, /*rstrip=*/false},
+                            {100301, "<R>", /*lstrip=*/false, /*rstrip=*/true}});
+  const auto match = [&](std::string_view text) {
+    const std::optional<AddedTokens::Match> m = tokens.find(text, 0);
+    return m ? std::make_pair(m->begin, m->end) : std::make_pair(std::size_t{99}, std::size_t{99});
+  };
+  using Span = std::pair<std::size_t, std::size_t>;
+  EXPECT_EQ(match("a\u3000<L>"), (Span{1, 7}));
+  EXPECT_EQ(match("a \u00a0\t\u2028<L>"), (Span{1, 11}));
+  EXPECT_EQ(match("a\x1c<L>"), (Span{2, 5}));
+  EXPECT_EQ(match("<R>\u00a0\u2009\u205f b"), (Span{0, 12}));
+  EXPECT_EQ(match("<R>\x1f"), (Span{0, 3}));
+  // From a later start, lstrip stops there.
+  EXPECT_EQ(tokens.find("\u3000\u3000<L>", 3)->begin, 3u);
 }
 
 TEST(Tokenizer, TokenIdFindsVocabularyTokensByTheirText) {

@@ -238,6 +238,62 @@ EXPRESSIONS = [
     ("{{ messages | selectattr('role', 'in', ['user', 'system']) | map(attribute='role') | list }}"
      " {{ messages | map(attribute='content') | map('trim') | map('length') | list }}",
      {"messages": [SYSTEM, U1, A1]}),
+    # Python's Unicode whitespace (str.strip, split, splitlines, isspace; Jinja's `-` control).
+    ("{{ s | trim }}|{{ s.strip() }}|{{ s.lstrip() }}|{{ s.rstrip() }}|{{ s.split() }}"
+     "|{{ s.split(none, 1) }}|{{ ' \u3000\u2028\x1c'.isspace() }}|{{ '\u200b'.isspace() }}"
+     "|{{ t.splitlines() }}|{{ t.splitlines(true) }}|{{ s.strip('\u00a0x') }}",
+     {"s": "\u00a0x y\u3000z\u2028\x85", "t": "a\r\nb\x0bc\x1cd\u2028e\x85f\rg\n"}),
+    ("a\u00a0 {{- 'b' -}} \u3000\u2009c", {}),
+    # tojson's keyword arguments (transformers passes them to json.dumps).
+    ("{{ d | tojson(ensure_ascii=true) }}|{{ d | tojson(indent='\t') }}"
+     "|{{ d | tojson(separators=(',', ':')) }}|{{ d | tojson(sort_keys=true, indent=1) }}"
+     "|{{ d | tojson(true) }}|{{ d | tojson(indent=0) }}|{{ d | tojson(indent=2, separators=['; ', '=']) }}",
+     {"d": {"z": "é😀\n\u2028", "a": [1, {"b": None}], "m": []}}),
+    # unique, min, max, sort, map and selectattr as Jinja's: case-insensitive by default, the
+    # item (not its attribute) from min/max, dotted attributes with integer parts.
+    ("{{ ['a', 'A', 'b'] | unique | list }} {{ ['a', 'A', 'b'] | unique(true) | list }}"
+     " {{ items | max(attribute='n') }} {{ items | min(attribute='n') }} {{ ['b', 'A', 'a'] | max }}"
+     " {{ ['b', 'A', 'C'] | max(case_sensitive=true) }} {{ ['b', 'A', 'a'] | min }}"
+     " {{ items | map(attribute='t.0') | list }} {{ items | sort(attribute='t.1') | map(attribute='n') | list }}"
+     " {{ items | selectattr('t.0', 'eq', 'x') | list | length }}"
+     " {{ items | unique(attribute='k') | map(attribute='n') | list }} {{ items | sum(attribute='n') }}",
+     {"items": [{"n": 3, "t": ["x", "b"], "k": "A"}, {"n": 1, "t": ["y", "a"], "k": "a"},
+                {"n": 2, "t": ["x", "c"], "k": "B"}]}),
+    # Macros see the scope they were defined in; a default sees the parameters before it.
+    ("{% for x in [1, 2] %}{% macro m() %}[{{ x }}]{% endmacro %}{{ m() }}{% endfor %}"
+     " {% macro f(a, b=a ~ '!') %}{{ a }}{{ b }}{% endmacro %}{{ f('q') }} {{ f('q', 'r') }}", {}),
+    # Case mappings past ASCII (Unicode's simple mappings, and 'ß' -> 'SS').
+    ("{{ 'éàÿ ǆ ĳ' | upper }} {{ 'ΑΒΓ Ωμέγα ДОМ' | lower }} {{ 'привет мир-éa' | title }}"
+     " {{ 'éCOLE' | capitalize }} {{ 'élan vital'.title() }} {{ 'ÉCOLE'.islower() }}"
+     " {{ 'école'.islower() }} {{ 'Ωμέγα'.isalpha() }} {{ 'ÀB'.isupper() }} {{ 'Ωμέγα'.upper() }}"
+     " {{ 'straße' | upper }} {{ 'ßa' | capitalize }} {{ 'ßa ßb'.title() }} {{ 'ßx' | title }}"
+     " {{ 'ẞ' | lower }}", {}),
+    ("{{ 1.5 | round(1000000) }} {{ 1e300 | round(20) }} {{ 2.5 | round(-400) }} {{ 7 | round(5) }}",
+     {}),
+    # A dict's items/keys/values/get are its methods; x['items'] is the key.
+    ("{{ d.items() | list }} {{ d['items'] }} {{ d.get('items') }} {{ d.keys() | list }}"
+     " {{ d.items is defined }} {{ d | attr('items') is defined }} {{ d.values() | list }}",
+     {"d": {"items": "I", "keys": "K", "get": "G"}}),
+    ("{{ (1, 2) + (3,) }} {{ (1,) * 2 }} {{ [1] + [2] }} {{ ((1, 2) + (3,)) | length }}", {}),
+    ("{{ d | dictsort }} {{ d | dictsort(by='value') }} {{ d | dictsort(reverse=true) }}"
+     " {{ d | dictsort(true) }} {% for k, v in d | dictsort %}{{ k }}{{ v }}{% endfor %}",
+     {"d": {"b": 2, "A": 3, "a": 1}}),
+    ("{{ '%s-%d-%r' % ('a', 2.7, 'b') }} {{ '%s!' % 5 }} {{ '%05.1f|%-4s|%x|%3d' % (3.14159, 'ab', 255, 7) }}"
+     " {{ '{} {}'.format(1, 'x') }} {{ '{1}{0}{n}'.format('a', 'b', n='N') }} {{ '{{}}{!r}'.format('q') }}"
+     " {{ '%s and %s' | format('x', 'y') }} {{ '%(a)s' | format(a=1) }} {{ '%s' % [1, 2] }}"
+     " {{ '%(k)s=%(v)d %%' % {'k': 'x', 'v': 3} }} {{ '%.2s' % 'abc' }}", {}),
+    ("{% set ns = namespace(v=4) %}{{ 'hello world foo bar' | truncate(9) }}|"
+     "{{ 'hello world foo bar' | truncate(9, true) }}|{{ 'hello world foo bar' | truncate(9, leeway=0) }}|"
+     "{{ 'short' | truncate(9) }}|{{ 'hello world' | truncate(13, end='…') }}|{{ 'ab' | center(7) }}|"
+     "{{ 'abc' | center(8) }}|{{ range(5) | batch(2) | list }}|{{ range(5) | batch(2, 'x') | list }}|"
+     "{{ ns | attr('v') }}|{{ {'a': 1} | attr('a') is defined }}", {}),
+    ("{% for x in [1, 1, 2, 2, 1] %}{{ loop.changed(x) }}{% endfor %}"
+     " {% for x in 'aab' %}{% if loop.changed(x, 1) %}{{ x }}{% endif %}{% endfor %}", {}),
+    ("{% set a, b = 1, 2 %}{{ a }}{{ b }} {% set t = 3, 4 %}{{ t }} {% set u = 5, %}{{ u }}", {}),
+    ("{{ strftime_now('%Y-%m-%d ' * 40) | length }}", {}),
+    # Jinja2 checks a filter or test name inside an if only when it runs.
+    ("{% if false %}{{ 'x' | nosuchfilter }}{% elif false %}{{ 1 is nosuchtest }}{% endif %}"
+     "{{ 1 if true else 2 | nosuchfilter }}", {}),
 ]
 
 # Templates Jinja2 refuses at render time: the C++ side must fail too (any error).
@@ -252,6 +308,16 @@ ERRORS = [
     ("{{ 5 is divisibleby 0 }}", {}),
     ("{{ 'x' | nosuchfilter }}", {}),
     ("{{ 'a b'.split('') }}", {}),
+    ("{{ raise_exception() }}", {}),
+    ("{{ raise_exception('a', 'b') }}", {}),
+    ("{{ [1] + (2,) }}", {}),
+    ("{{ {'a': 1} | dictsort(by='x') }}", {}),
+    ("{{ {'a': 1} | tojson(bogus=1) }}", {}),
+    ("{% for x in [] %}{{ x | nosuchfilter }}{% endfor %}", {}),
+    ("{% if true %}{% for x in [] %}{{ x is nosuchtest }}{% endfor %}{% endif %}", {}),
+    ("{{ '%s %s' % ('a',) }}", {}),
+    ("{{ '{0}'.format() }}", {}),
+    ("{{ 'hello' | truncate(1) }}", {}),
 ]
 
 
