@@ -243,15 +243,19 @@ class Parser {
         case 't':
           bytes += '\t';
           break;
-        case 'x':
-          bytes += static_cast<char>(hex(2));
+        case 'x':  // the code point U+00HH (as llama.cpp's GBNF and xgrammar read it), in UTF-8
+          utf8::append(bytes, hex(2));
           break;
-        case 'u':
-          utf8::append(bytes, hex(4));
+        case 'u': {
+          const std::uint32_t cp = hex(4);
+          if (cp >= 0xD800 && cp <= 0xDFFF) fail("a surrogate code point cannot appear in UTF-8");
+          utf8::append(bytes, cp);
           break;
+        }
         case 'U': {
           const std::uint32_t cp = hex(8);
           if (cp > 0x10FFFF) fail("a code point above U+10FFFF");
+          if (cp >= 0xD800 && cp <= 0xDFFF) fail("a surrogate code point cannot appear in UTF-8");
           utf8::append(bytes, cp);
           break;
         }

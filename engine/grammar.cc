@@ -280,8 +280,13 @@ GrammarMatcher::GrammarMatcher(const Grammar& g) : terminals_() {
   start_ = g.start();
 }
 
-GrammarState GrammarMatcher::close(std::vector<std::vector<std::int32_t>> pending) const {
+GrammarState GrammarMatcher::close(std::vector<std::vector<std::int32_t>> pending,
+                                   bool prune) const {
   GrammarState out;
+  const auto too_many = [] {
+    return std::length_error("grammar: more than " + std::to_string(kMaxGrammarParses) +
+                             " parses alive at once (the grammar is too ambiguous)");
+  };
   std::vector<std::vector<std::int32_t>> ready;
   // Every stack met while expanding (a nullable loop such as R := A R with A nullable comes back
   // to a stack it has seen, and stops there).
@@ -294,8 +299,8 @@ GrammarState GrammarMatcher::close(std::vector<std::vector<std::int32_t>> pendin
     pending.pop_back();
     if (!visited.insert(key_of(st)).second) continue;
     if (visited.size() > kMaxGrammarParses * 8) {
-      throw std::length_error("grammar: more than " + std::to_string(kMaxGrammarParses) +
-                              " parses alive at once (the grammar is too ambiguous)");
+      if (!prune) throw too_many();
+      break;  // the parses found so far are kept (each one a parse of the text)
     }
     while (true) {
       if (st.empty()) {
@@ -327,11 +332,14 @@ GrammarState GrammarMatcher::close(std::vector<std::vector<std::int32_t>> pendin
       if (!visited.insert(key_of(st)).second) break;
     }
   }
-  std::sort(ready.begin(), ready.end());
+  // Shallower stacks first (when pruning, those are kept), then by their items.
+  std::sort(ready.begin(), ready.end(), [](const auto& a, const auto& b) {
+    return a.size() != b.size() ? a.size() < b.size() : a < b;
+  });
   ready.erase(std::unique(ready.begin(), ready.end()), ready.end());
   if (ready.size() > kMaxGrammarParses) {
-    throw std::length_error("grammar: more than " + std::to_string(kMaxGrammarParses) +
-                            " parses alive at once (the grammar is too ambiguous)");
+    if (!prune) throw too_many();
+    ready.resize(kMaxGrammarParses);
   }
   for (const std::vector<std::int32_t>& st : ready) {
     out.stacks.push_back(static_cast<std::int32_t>(st.size()));
@@ -345,7 +353,7 @@ GrammarState GrammarMatcher::initial() const {
   for (const std::int32_t first : rule_starts_[static_cast<std::size_t>(start_)]) {
     pending.push_back({first});
   }
-  return close(std::move(pending));
+  return close(std::move(pending), /*prune=*/false);
 }
 
 GrammarState GrammarMatcher::advance(const GrammarState& s, unsigned char b) const {
@@ -363,7 +371,7 @@ GrammarState GrammarMatcher::advance(const GrammarState& s, unsigned char b) con
     i += n + 1;
   }
   if (pending.empty()) return {};
-  return close(std::move(pending));
+  return close(std::move(pending), /*prune=*/true);
 }
 
 GrammarState GrammarMatcher::advance(GrammarState s, std::string_view text) const {

@@ -76,8 +76,9 @@ class Grammar {
   Symbol start_ = -1;
 };
 
-// The deepest parse stack the recognizer keeps, and the most parses one state may hold (a
-// grammar whose ambiguity exceeds it is refused when a state would: std::length_error).
+// The deepest parse stack the recognizer keeps, and the most parses one state may hold: a
+// grammar with more at its start is refused (initial(): std::length_error); a state after some
+// bytes that would hold more keeps kMaxGrammarParses of them (advance(): see there).
 inline constexpr std::size_t kMaxGrammarDepth = 2048;
 inline constexpr std::size_t kMaxGrammarParses = 4096;
 
@@ -105,9 +106,16 @@ class GrammarMatcher {
   // itself again before any byte, which the recognizer cannot run), naming the rule.
   explicit GrammarMatcher(const Grammar& g);
 
-  // The state before any byte.
+  // The state before any byte. Throws std::length_error where it would hold more than
+  // kMaxGrammarParses parses (a choice among thousands of strings).
   GrammarState initial() const;
-  // The state after feeding byte `b` in state `s` (dead when no parse takes it).
+  // The state after feeding byte `b` in state `s` (dead when no parse takes it). Never throws
+  // for ambiguity: where more than kMaxGrammarParses parses would be alive (a very ambiguous
+  // grammar, such as the regex `(a{0,100}b?){0,100}` on a long run of `a`), it keeps that many
+  // (the shallowest stacks) and drops the rest. Every parse kept is a parse of the text and can
+  // still complete, so the state stays sound (accepting only where the text is a sentence, and
+  // every byte it takes leads on towards one); only some ways on may be lost, and matches() may
+  // then say no to a sentence.
   GrammarState advance(const GrammarState& s, unsigned char b) const;
   // Feeds `text`; stops early (dead) at the first byte no parse takes.
   GrammarState advance(GrammarState s, std::string_view text) const;
@@ -120,8 +128,9 @@ class GrammarMatcher {
 
  private:
   static constexpr std::int32_t kEnd = INT32_MIN;
-  // Expands `pending` stacks to those whose top waits on a terminal, into a state.
-  GrammarState close(std::vector<std::vector<std::int32_t>> pending) const;
+  // Expands `pending` stacks to those whose top waits on a terminal, into a state. Beyond
+  // kMaxGrammarParses parses: std::length_error, or with `prune` the shallowest ones kept.
+  GrammarState close(std::vector<std::vector<std::int32_t>> pending, bool prune) const;
 
   std::vector<std::int32_t> items_;  // every alternative's symbols, each followed by kEnd
   bool matches_nothing_ = false;

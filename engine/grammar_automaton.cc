@@ -39,13 +39,9 @@ std::int32_t GrammarAutomaton::intern(const GrammarState& s) const {
 std::int32_t GrammarAutomaton::step(std::int32_t id, unsigned char b) const {
   std::int32_t& to = next_[static_cast<std::size_t>(id)][b];
   if (to == kUnknown) {
-    // intern() may grow next_: write through the index, not the reference. A state with more
-    // parses than the recognizer keeps (a very ambiguous grammar) counts as a dead end.
-    std::int32_t got = kDead;
-    try {
-      got = intern(matcher_->advance(states_[static_cast<std::size_t>(id)], b));
-    } catch (const std::length_error&) {
-    }
+    // intern() may grow next_: write through the index, not the reference. advance() never
+    // throws for ambiguity (it keeps kMaxGrammarParses parses: engine/grammar.h).
+    const std::int32_t got = intern(matcher_->advance(states_[static_cast<std::size_t>(id)], b));
     next_[static_cast<std::size_t>(id)][b] = got;
     return got;
   }

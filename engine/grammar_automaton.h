@@ -9,8 +9,10 @@
 // holds the tokens whose every byte the grammar takes from the state (a token may end mid-way
 // through a grammar symbol, even a UTF-8 character), plus the end tokens where the text is a
 // whole sentence of the grammar; where no token can go on (a dead end: the vocabulary lacks the
-// bytes the grammar needs, the outputs left the grammar, or a state has more parses than the
-// recognizer keeps: std::length_error, kMaxGrammarParses), the end tokens alone. At most
+// bytes the grammar needs, or the outputs left the grammar), the end tokens alone. A state of a
+// very ambiguous grammar keeps at most kMaxGrammarParses parses (GrammarMatcher::advance), so its
+// mask may hold fewer tokens than the grammar allows there, but never one that leaves the
+// grammar, and the end tokens only where the text is complete. At most
 // kMaxAutomatonStates states are kept (then it starts again, empty: ids are only valid under
 // one lock()).
 //

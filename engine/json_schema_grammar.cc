@@ -87,14 +87,7 @@ class Compiler {
       }
       return g_.rule(std::move(alts));
     }
-    if (s.contains("const")) return g_.literal_rule(s["const"].dump());
-    if (s.contains("enum")) {
-      const Json& values = s["enum"];
-      if (!values.is_array() || values.empty()) fail(path + "/enum", "expected a non-empty array");
-      std::vector<std::vector<Symbol>> alts;
-      for (const Json& v : values) alts.push_back(g_.literal(v.dump()));
-      return g_.rule(std::move(alts));
-    }
+    if (s.contains("const") || s.contains("enum")) return enumeration(s, path);
     std::vector<std::string> types;
     if (s.contains("type")) {
       const Json& t = s["type"];
@@ -155,6 +148,156 @@ class Compiler {
     return alts.size() == 1 && alts[0].size() == 1 ? alts[0][0] : g_.rule(std::move(alts));
   }
 
+  // enum / const: the values (each as compact JSON) that every sibling keyword admits too (a
+  // value the others rule out is left out; none left: a rule that matches nothing).
+  Symbol enumeration(const Json& s, const std::string& path) {
+    for (const char* key : {"properties", "additionalProperties", "items", "prefixItems"}) {
+      if (s.contains(key)) {
+        fail(path + "/" + key, std::string("\"") + key +
+                                   "\" beside \"enum\" or \"const\" is not supported (only type, "
+                                   "minLength, maxLength, pattern, format, minimum, maximum, "
+                                   "exclusiveMinimum, exclusiveMaximum, minItems, maxItems and "
+                                   "required are checked on their values)");
+      }
+    }
+    std::vector<Json> values;
+    if (s.contains("enum")) {
+      const Json& e = s["enum"];
+      if (!e.is_array() || e.empty()) fail(path + "/enum", "expected a non-empty array");
+      for (const Json& v : e) {
+        if (!s.contains("const") || v == s["const"]) values.push_back(v);
+      }
+    } else {
+      values.push_back(s["const"]);
+    }
+    std::vector<std::vector<Symbol>> alts;
+    for (const Json& v : values) {
+      if (admits(s, v, path)) alts.push_back(g_.literal(v.dump()));
+    }
+    if (alts.empty()) return never();
+    return g_.rule(std::move(alts));
+  }
+
+  // The number of code points of a UTF-8 string (Python's len of the decoded string).
+  static std::int64_t code_points(const std::string& text) {
+    std::int64_t n = 0;
+    for (const char c : text) n += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+    return n;
+  }
+
+  // Whether value `v` satisfies the keywords of `s` beside enum / const (type, string lengths,
+  // pattern and format as the compiler reads them, numeric bounds, item counts, required).
+  bool admits(const Json& s, const Json& v, const std::string& path) {
+    if (s.contains("type")) {
+      const Json& t = s["type"];
+      std::vector<std::string> types;
+      if (t.is_string()) {
+        types.push_back(t.get<std::string>());
+      } else if (t.is_array() && !t.empty()) {
+        for (const Json& one : t) {
+          if (!one.is_string()) fail(path + "/type", "expected a type name or a list of them");
+          types.push_back(one.get<std::string>());
+        }
+      } else {
+        fail(path + "/type", "expected a type name or a non-empty list of them");
+      }
+      bool any = false;
+      for (const std::string& name : types) {
+        bool is = false;
+        if (name == "object") {
+          is = v.is_object();
+        } else if (name == "array") {
+          is = v.is_array();
+        } else if (name == "string") {
+          is = v.is_string();
+        } else if (name == "integer") {  // JSON Schema's: a number without a fractional part
+          is = v.is_number_integer() ||
+               (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>());
+        } else if (name == "number") {
+          is = v.is_number();
+        } else if (name == "boolean") {
+          is = v.is_boolean();
+        } else if (name == "null") {
+          is = v.is_null();
+        } else {
+          fail(path + "/type", "unknown type \"" + name +
+                                   "\" (expected object, array, string, integer, number, boolean "
+                                   "or null)");
+        }
+        any = any || is;
+      }
+      if (!any) return false;
+    }
+    const std::int64_t min_length = count(s, "minLength", path, 0);
+    const std::int64_t max_length = count(s, "maxLength", path, -1);
+    const std::int64_t min_items = count(s, "minItems", path, 0);
+    const std::int64_t max_items = count(s, "maxItems", path, -1);
+    std::vector<std::pair<const char*, std::string>> regexes;  // (keyword, regex)
+    if (s.contains("pattern")) {
+      if (!s["pattern"].is_string()) fail(path + "/pattern", "expected a regular expression");
+      regexes.emplace_back("pattern", s["pattern"].get<std::string>());
+    }
+    if (s.contains("format")) {
+      const Json& f = s["format"];
+      const char* regex = f.is_string() ? format_regex(f.get<std::string>()) : nullptr;
+      if (regex == nullptr) {
+        fail(path + "/format", "the format " + f.dump() +
+                                   " is not supported in structured outputs (date, time, "
+                                   "date-time, uuid, ipv4, email)");
+      }
+      regexes.emplace_back("format", regex);
+    }
+    std::vector<std::pair<const char*, double>> bounds;
+    for (const char* key : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}) {
+      if (!s.contains(key)) continue;
+      if (!s[key].is_number()) fail(path + "/" + key, "expected a number");
+      bounds.emplace_back(key, s[key].get<double>());
+    }
+    std::vector<std::string> required;
+    if (s.contains("required")) {
+      const Json& r = s["required"];
+      if (!r.is_array()) fail(path + "/required", "expected an array of property names");
+      for (const Json& k : r) {
+        if (!k.is_string()) fail(path + "/required", "expected an array of property names");
+        required.push_back(k.get<std::string>());
+      }
+    }
+    if (v.is_string()) {
+      const std::string text = v.get<std::string>();
+      const std::int64_t n = code_points(text);
+      if (n < min_length || (max_length >= 0 && n > max_length)) return false;
+      for (const auto& [key, regex] : regexes) {
+        Grammar g;
+        try {
+          g.set_start(compile_regex(g, regex));
+        } catch (const RegexError& e) {
+          fail(path + "/" + key, e.what());
+        }
+        if (!GrammarMatcher(g).matches(text)) return false;
+      }
+    }
+    if (v.is_number()) {
+      const double x = v.get<double>();
+      for (const auto& [key, b] : bounds) {
+        const std::string_view k = key;
+        if ((k == "minimum" && x < b) || (k == "maximum" && x > b) ||
+            (k == "exclusiveMinimum" && x <= b) || (k == "exclusiveMaximum" && x >= b)) {
+          return false;
+        }
+      }
+    }
+    if (v.is_array()) {
+      const auto n = static_cast<std::int64_t>(v.size());
+      if (n < min_items || (max_items >= 0 && n > max_items)) return false;
+    }
+    if (v.is_object()) {
+      for (const std::string& k : required) {
+        if (!v.contains(k)) return false;
+      }
+    }
+    return true;
+  }
+
   Symbol any_value() {
     if (any_ >= 0) return any_;
     any_ = g_.new_rule();
@@ -186,8 +329,9 @@ class Compiler {
   }
 
  private:
+  // The schema's root is named "(root)" (its JSON pointer is empty).
   [[noreturn]] static void fail(const std::string& path, const std::string& what) {
-    throw JsonSchemaError(path + ": " + what);
+    throw JsonSchemaError((path.empty() ? std::string("(root)") : path) + ": " + what);
   }
 
   static bool known(std::string_view k) {
@@ -228,15 +372,43 @@ class Compiler {
     }
   }
 
+  // The JSON pointer a "#..." reference's fragment names: percent-decoded first (RFC 6901
+  // section 6: a pointer in a URI fragment is percent-encoded, "#/$defs/a%20b").
+  static std::string fragment_pointer(const std::string& r, const std::string& path) {
+    std::string out;
+    for (std::size_t i = 1; i < r.size(); ++i) {
+      if (r[i] != '%') {
+        out += r[i];
+        continue;
+      }
+      const auto hex = [&](std::size_t j) -> int {
+        if (j >= r.size()) return -1;
+        const char c = r[j];
+        if (c >= '0' && c <= '9') return c - '0';
+        if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+        if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+        return -1;
+      };
+      const int hi = hex(i + 1), lo = hex(i + 2);
+      if (hi < 0 || lo < 0) {
+        fail(path, "\"" + r + "\": a '%' not followed by two hex digits (percent-encoding)");
+      }
+      out += static_cast<char>(hi * 16 + lo);
+      i += 2;
+    }
+    return out;
+  }
+
   Symbol ref(const Json& target, const std::string& path, int depth) {
     if (!target.is_string()) fail(path, "expected a string");
     const std::string r = target.get<std::string>();
-    if (const auto it = refs_.find(r); it != refs_.end()) return it->second;
     if (r.empty() || r[0] != '#') {
       fail(path, "\"" + r + "\": only references into this schema (\"#...\") are supported");
     }
+    const std::string pointer = fragment_pointer(r, path);
+    if (const auto it = refs_.find(pointer); it != refs_.end()) return it->second;
     const Json* at = &root_;
-    std::string_view rest = std::string_view(r).substr(1);
+    std::string_view rest = pointer;
     while (!rest.empty()) {
       if (rest[0] != '/') fail(path, "\"" + r + "\": expected a JSON pointer after '#'");
       rest.remove_prefix(1);
@@ -253,19 +425,27 @@ class Compiler {
           key += token[i];
         }
       }
+      // An array index: digits without a leading zero, below the array's size (counted without
+      // std::stoull, whose out_of_range a long index would throw).
+      std::optional<std::size_t> index;
+      if (at->is_array() && !key.empty() && key.size() <= 18 &&
+          key.find_first_not_of("0123456789") == std::string::npos &&
+          (key.size() == 1 || key[0] != '0')) {
+        std::size_t v = 0;
+        for (const char c : key) v = v * 10 + static_cast<std::size_t>(c - '0');
+        if (v < at->size()) index = v;
+      }
       if (at->is_object() && at->contains(key)) {
         at = &(*at)[key];
-      } else if (at->is_array() && !key.empty() &&
-                 key.find_first_not_of("0123456789") == std::string::npos &&
-                 std::stoull(key) < at->size()) {
-        at = &(*at)[std::stoull(key)];
+      } else if (index) {
+        at = &(*at)[*index];
       } else {
         fail(path, "\"" + r + "\" names nothing in the schema");
       }
     }
     const Symbol rule = g_.new_rule();
-    refs_[r] = rule;
-    g_.add(rule, {schema(*at, r.substr(1), depth + 1)});
+    refs_[pointer] = rule;
+    g_.add(rule, {schema(*at, pointer, depth + 1)});
     return rule;
   }
 
@@ -359,15 +539,22 @@ class Compiler {
     return seq(cat({{g_.byte('{')}, ws(), {members(members, 0, true)}}));
   }
 
+  // A count keyword's value: a non-negative integer, which JSON Schema lets a number with a zero
+  // fractional part be (3.0 is 3).
   std::int64_t count(const Json& s, const char* key, const std::string& path, std::int64_t dflt) {
     if (!s.contains(key)) return dflt;
     const Json& v = s[key];
-    if (!v.is_number_unsigned() && !(v.is_number_integer() && v.get<std::int64_t>() >= 0)) {
+    double d = -1;
+    if (v.is_number_unsigned()) {
+      d = static_cast<double>(v.get<std::uint64_t>());
+    } else if (v.is_number()) {
+      d = v.get<double>();
+    }
+    if (!(d >= 0) || std::floor(d) != d) {
       fail(path + "/" + key, "expected a non-negative integer");
     }
-    const auto n = v.get<std::int64_t>();
-    if (n > kMaxCount) fail(path + "/" + key, "at most 10000 is supported");
-    return n;
+    if (d > static_cast<double>(kMaxCount)) fail(path + "/" + key, "at most 10000 is supported");
+    return static_cast<std::int64_t>(d);
   }
 
   Symbol array(const Json& s, const std::string& path, int depth) {
@@ -442,6 +629,23 @@ class Compiler {
     for (const char c : std::string_view("0123456789abcdefABCDEF"))
       hex.set(static_cast<unsigned char>(c));
     const Symbol h = g_.bytes(hex);
+    // \uHHHH: a code point outside the surrogates, or a high surrogate's escape directly followed
+    // by a low one's (one character, as Python's json.loads reads the pair); never a lone one.
+    const auto hex_of = [](std::string_view digits) {
+      ByteSet b;
+      for (const char c : digits) {
+        b.set(static_cast<unsigned char>(c));
+        if (c >= 'A' && c <= 'F') b.set(static_cast<unsigned char>(c - 'A' + 'a'));
+      }
+      return b;
+    };
+    const Symbol d = g_.bytes(hex_of("D"));
+    const Symbol not_d = g_.bytes(hex_of("0123456789ABCEF"));
+    const Symbol below_8 = g_.bytes(hex_of("01234567"));
+    const Symbol high = g_.bytes(hex_of("89AB"));
+    const Symbol low = g_.bytes(hex_of("CDEF"));
+    const Symbol u = g_.byte('u');
+    const Symbol bs = g_.byte('\\');
     char_ = g_.rule({
         {g_.bytes(plain)},
         {g_.range(0xC2, 0xDF), cont},
@@ -452,8 +656,9 @@ class Compiler {
         {g_.byte(0xF0), g_.range(0x90, 0xBF), cont, cont},
         {g_.range(0xF1, 0xF3), cont, cont, cont},
         {g_.byte(0xF4), g_.range(0x80, 0x8F), cont, cont},
-        {g_.byte('\\'), g_.bytes(esc)},
-        {g_.byte('\\'), g_.byte('u'), h, h, h, h},
+        {bs, g_.bytes(esc)},
+        {bs, u,
+         g_.rule({{not_d, h, h, h}, {d, below_8, h, h}, {d, high, h, h, bs, u, d, low, h, h}})},
     });
     return char_;
   }
@@ -505,10 +710,19 @@ class Compiler {
   // dotted-quad IPv4; email: a conservative subset of RFC 5322 addresses, local@domain.tld).
   static const char* format_regex(const std::string& f) {
     static const std::map<std::string, std::string, std::less<>> formats = [] {
-      const std::string date = R"(\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01]))";
+      // ASCII digits ([0-9]: \d is any Unicode decimal digit). A date's day is within its
+      // month: 31, 30, or 28 days, and February 29 in leap years (divisible by 4 but not by 100,
+      // or by 400: the year's last two digits a non-zero multiple of 4, or 00 after a multiple of
+      // 4).
+      const std::string leap_year =
+          "([0-9]{2}(0[48]|[2468][048]|[13579][26])|(0[048]|[2468][048]|[13579][26])00)";
+      const std::string date =
+          "([0-9]{4}-((0[13578]|1[02])-(0[1-9]|[12][0-9]|3[01])|"
+          "(0[469]|11)-(0[1-9]|[12][0-9]|30)|02-(0[1-9]|1[0-9]|2[0-8]))|" +
+          leap_year + "-02-29)";
       const std::string time =
-          R"(([01]\d|2[0-3]):[0-5]\d:([0-5]\d|60)(\.\d+)?(Z|[+-]([01]\d|2[0-3]):[0-5]\d))";
-      const std::string octet = R"((25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d))";
+          R"(([01][0-9]|2[0-3]):[0-5][0-9]:([0-5][0-9]|60)(\.[0-9]+)?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9]))";
+      const std::string octet = R"((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9]))";
       return std::map<std::string, std::string, std::less<>>{
           {"date", date},
           {"time", time},

@@ -1,5 +1,7 @@
 #include "engine/regex_grammar.h"
 
+#include <utf8proc.h>
+
 #include <algorithm>
 #include <array>
 #include <cstdint>
@@ -8,6 +10,9 @@
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "serving/unicode_space.h"
+#include "serving/utf8.h"
 
 namespace servelab {
 namespace {
@@ -20,6 +25,8 @@ constexpr char32_t kSurrogateHi = 0xDFFF;
 // The deepest nesting of groups (keeps the parser's recursion, and the recognizer's stacks,
 // bounded).
 constexpr int kMaxNesting = 256;
+// The largest count a repetition of a repetition merges into (each count is a rule).
+constexpr long long kMaxMergedRepeat = 10 * kMaxRegexRepeat;
 
 // A set of code points: sorted, disjoint, non-adjacent closed intervals.
 using CodePoints = std::vector<std::pair<char32_t, char32_t>>;
@@ -63,16 +70,49 @@ CodePoints complement(const CodePoints& v) {
   return scalars(out);
 }
 
+// The code points whose Unicode general category is one of `categories` (utf8proc's), plus
+// `extra`, as intervals.
+CodePoints by_category(std::initializer_list<utf8proc_category_t> categories,
+                       CodePoints extra = {}) {
+  CodePoints out = std::move(extra);
+  for (char32_t c = 0; c <= kMaxCodePoint; ++c) {
+    const utf8proc_category_t cat = utf8proc_category(static_cast<utf8proc_int32_t>(c));
+    if (std::find(categories.begin(), categories.end(), cat) == categories.end()) continue;
+    if (!out.empty() && out.back().second + 1 == c) {
+      out.back().second = c;
+    } else {
+      out.emplace_back(c, c);
+    }
+  }
+  return normalized(std::move(out));
+}
+
+// Python's re over str: \d is a Unicode decimal digit (category Nd).
 const CodePoints& digits() {
-  static const CodePoints s = {{'0', '9'}};
+  static const CodePoints s = by_category({UTF8PROC_CATEGORY_ND});
   return s;
 }
+// \w: str.isalnum() or '_' (categories L* and N*: Lu Ll Lt Lm Lo Nd Nl No).
 const CodePoints& word() {
-  static const CodePoints s = normalized({{'0', '9'}, {'A', 'Z'}, {'_', '_'}, {'a', 'z'}});
+  static const CodePoints s = by_category(
+      {UTF8PROC_CATEGORY_LU, UTF8PROC_CATEGORY_LL, UTF8PROC_CATEGORY_LT, UTF8PROC_CATEGORY_LM,
+       UTF8PROC_CATEGORY_LO, UTF8PROC_CATEGORY_ND, UTF8PROC_CATEGORY_NL, UTF8PROC_CATEGORY_NO},
+      {{'_', '_'}});
   return s;
 }
+// \s: str.isspace() (serving/unicode_space.h's Python set: \t-\r, U+001C-001F, space, U+0085,
+// U+00A0, U+1680, U+2000-200A, U+2028, U+2029, U+202F, U+205F, U+3000).
 const CodePoints& space() {
-  static const CodePoints s = normalized({{'\t', '\r'}, {' ', ' '}});  // \t \n \v \f \r and space
+  static const CodePoints s = [] {
+    CodePoints v;
+    for (char32_t c = 0; c < 0x10000; ++c) {
+      if (c >= kSurrogateLo && c <= kSurrogateHi) continue;
+      std::string b;
+      utf8::append(b, static_cast<std::uint32_t>(c));
+      if (unicode_space::at(b, 0, /*python=*/true) == b.size()) v.emplace_back(c, c);
+    }
+    return normalized(std::move(v));
+  }();
   return s;
 }
 
@@ -277,13 +317,19 @@ class Parser {
   }
 
   static Node repeated(Node x, int min, int max) {
-    // (x*)*, (x+)?, (x?)+ ...: a repetition of a repetition, both among * + ? {1}, is one
-    // repetition (the same texts, with fewer parses alive at once).
-    const auto simple = [](int lo, int hi) { return lo <= 1 && (hi < 0 || hi == 1); };
-    if (x.kind == Node::Kind::kRepeat && simple(x.min, x.max) && simple(min, max)) {
-      x.min = x.min * min;
-      x.max = (x.max < 0 || max < 0) ? -1 : 1;
-      return x;
+    // (x{a,b}){c,d} with a <= 1 is x{c*a, d*b}: the counts k*a..k*b of c..d repetitions leave no
+    // gap. One repetition has the same texts with far fewer parses alive at once ((a{0,100})
+    // {0,100} as nested repetitions holds a parse per split of a run of `a`), as long as the
+    // product stays small enough to write out (kMaxMergedRepeat).
+    if (x.kind == Node::Kind::kRepeat && x.min <= 1 && x.max != 0 && max != 0) {
+      const long long lo = static_cast<long long>(x.min) * min;
+      const long long hi =
+          (x.max < 0 || max < 0) ? -1 : static_cast<long long>(x.max) * static_cast<long long>(max);
+      if (hi <= kMaxMergedRepeat && lo <= kMaxMergedRepeat) {
+        x.min = static_cast<int>(lo);
+        x.max = static_cast<int>(hi);
+        return x;
+      }
     }
     Node n;
     n.kind = Node::Kind::kRepeat;
@@ -742,28 +788,66 @@ class Compiler {
       seq.insert(seq.end(), found->second.begin(), found->second.end());
       return;
     }
-    // The byte-range sequences of the set, those with the same continuation ranges merged into
-    // one alternative (their lead bytes one terminal): e.g. [^"\\] is 8 alternatives.
-    std::map<ByteRanges, ByteSet> by_tail;
-    auto emit = [&](ByteRanges r) {
-      ByteSet& lead = by_tail[ByteRanges(r.begin() + 1, r.end())];
-      for (unsigned b = r[0].first; b <= r[0].second; ++b) lead.set(b);
-    };
+    // The set's UTF-8 byte-range sequences as a trie: one alternative per group of lead bytes
+    // with the same continuations, those continuations one shared rule built the same way, so
+    // that before each byte a parse per group of next bytes is alive (a few dozen for \w's
+    // hundreds of ranges), never one per range.
+    std::vector<ByteRanges> seqs;
+    auto emit = [&](ByteRanges r) { seqs.push_back(std::move(r)); };
     for (const auto& [lo, hi] : set) split_utf8(lo, hi, emit);
-    std::vector<std::vector<Symbol>> alts;
-    for (const auto& [tail, lead] : by_tail) {
-      std::vector<Symbol> alt = {g_.bytes(lead)};
-      for (const auto& [lo, hi] : tail) alt.push_back(g_.range(lo, hi));
-      alts.push_back(std::move(alt));
-    }
-    std::vector<Symbol> out =
-        alts.size() == 1 ? std::move(alts[0]) : std::vector<Symbol>{g_.rule(std::move(alts))};
+    const Symbol r = trie(std::move(seqs));
+    std::vector<Symbol> out = {r};
+    if (g_.alternatives(r).size() == 1) out = g_.alternatives(r)[0];
     seq.insert(seq.end(), out.begin(), out.end());
     classes_.emplace(set, std::move(out));
   }
 
+  // A rule matching exactly the byte strings of `seqs` (each a product of byte ranges, all of
+  // one length under a given lead byte, as UTF-8 is prefix-free), its alternatives' first bytes
+  // disjoint.
+  Symbol trie(std::vector<ByteRanges> seqs) {
+    std::sort(seqs.begin(), seqs.end());
+    seqs.erase(std::unique(seqs.begin(), seqs.end()), seqs.end());
+    if (const auto it = tries_.find(seqs); it != tries_.end()) return it->second;
+    // Per lead byte, the continuations after it; lead bytes with the same ones share a terminal.
+    std::map<std::vector<ByteRanges>, ByteSet> by_rest;
+    for (unsigned b = 0; b < 256; ++b) {
+      std::vector<ByteRanges> rest;
+      for (const ByteRanges& r : seqs) {
+        if (r[0].first <= b && b <= r[0].second) rest.emplace_back(r.begin() + 1, r.end());
+      }
+      if (rest.empty()) continue;
+      std::sort(rest.begin(), rest.end());
+      rest.erase(std::unique(rest.begin(), rest.end()), rest.end());
+      by_rest[std::move(rest)].set(b);
+    }
+    std::vector<std::vector<Symbol>> alts;
+    for (auto& [rest, leads] : by_rest) {
+      std::vector<Symbol> alt = {g_.bytes(leads)};
+      const bool more =
+          std::any_of(rest.begin(), rest.end(), [](const ByteRanges& r) { return !r.empty(); });
+      if (more) {
+        std::vector<ByteRanges> next;
+        for (const ByteRanges& r : rest) {
+          if (!r.empty()) next.push_back(r);
+        }
+        // One continuation range sequence: its terminals inline.
+        if (next.size() == 1) {
+          for (const auto& [lo, hi] : next[0]) alt.push_back(g_.range(lo, hi));
+        } else {
+          alt.push_back(trie(std::move(next)));
+        }
+      }
+      alts.push_back(std::move(alt));
+    }
+    const Symbol r = g_.rule(std::move(alts));
+    tries_.emplace(std::move(seqs), r);
+    return r;
+  }
+
   Grammar& g_;
   std::map<CodePoints, std::vector<Symbol>> classes_;  // a class's symbols, built once
+  std::map<std::vector<ByteRanges>, Symbol> tries_;    // trie()'s rules, built once
 };
 
 }  // namespace

@@ -17,8 +17,11 @@
 //     `\n \r \t \f \v`; `\0` with up to two more octal digits; `\xHH`; `\uHHHH` (a high
 //     surrogate `\uD800-\uDBFF` directly followed by a low one `\uDC00-\uDFFF` is the one code
 //     point of that UTF-16 pair, as ECMAScript reads JSON-schema patterns); `\UHHHHHHHH`;
-//     `\d \w \s` in their ASCII meanings ([0-9], [A-Za-z0-9_], [ \t\n\r\f\v]) and `\D \W \S` as
-//     every other code point;
+//     `\d \w \s` in Python's meanings over str (Unicode): `\d` a decimal digit (category Nd),
+//     `\w` str.isalnum() or `_` (categories L* and N*, from utf8proc's tables), `\s`
+//     str.isspace() (serving/unicode_space.h's Python set, U+001C-001F and U+00A0 among them),
+//     and `\D \W \S` as every other code point (the same in a JSON-schema `pattern`, which
+//     ECMAScript would read as ASCII);
 //   - classes `[...]` and `[^...]`: code points, ranges by code point (`[à-ÿ]`,
 //     `[\u0100-\u017f]`; the surrogates inside a range are left out), the escapes above (and
 //     `\b` as backspace), `\d \w \s \D \W \S`; `]` is literal first (after any `^`) or escaped,
@@ -43,9 +46,12 @@
 //
 // A pattern that can match nothing (`[^\s\S]`) compiles to a rule whose only alternative waits on
 // a terminal of no byte: never accepting, and no byte allowed. The grammar is free of left
-// recursion, shares a class's terminals between its alternatives, and stays as unambiguous as
-// the pattern is (the recognizer refuses states of more than kMaxGrammarParses parses, which a
-// pattern such as `(a{0,100}){0,100}` on a long run of `a` can reach).
+// recursion, builds a class as a trie of its UTF-8 bytes (a few dozen parses alive for `\w`'s
+// hundreds of ranges), and stays as unambiguous as the pattern is, except that a repetition of a
+// repetition whose minimum is 0 or 1 is one repetition (`(a{0,100}){0,100}` is `a{0,10000}`,
+// when the product is at most 10000). A pattern still more ambiguous than the recognizer keeps
+// (kMaxGrammarParses parses, e.g. `(a{0,100}b?){0,100}` on a long run of `a`) has some of its
+// parses dropped there (engine/grammar.h GrammarMatcher::advance).
 #pragma once
 
 #include <stdexcept>

@@ -1,9 +1,10 @@
 // engine/regex_grammar.h: regular expressions compiled into a byte grammar, checked as full
-// matches against what Python's re.fullmatch (with re.ASCII: \d \w \s in their ASCII meanings)
-// says for the same pattern and text, and against std::regex (ECMAScript) for random texts.
+// matches against what Python's re.fullmatch says for the same pattern and text (a str pattern:
+// \d \w \s in their Unicode meanings), and against std::regex (ECMAScript) for random texts.
 #include "engine/regex_grammar.h"
 
 #include <gtest/gtest.h>
+#include <utf8proc.h>
 
 #include <cstdint>
 #include <cstdio>
@@ -129,12 +130,23 @@ TEST(RegexGrammar, Escapes) {
 
 TEST(RegexGrammar, ShorthandClasses) {
   check({
-      {R"re(\d+)re", {"0", "0123456789"}, {"", "a", "١", "1a"}},  // ASCII digits only
-      {R"re(\D)re", {"a", " ", "é", "😀", "\n", "١"}, {"0", "9", "", "ab"}},
-      {R"re(\w+)re", {"azAZ09_", "x"}, {"", "-", "é", "a b"}},
-      {R"re(\W)re", {"-", " ", "é", "中", "😀", "\n"}, {"a", "Z", "5", "_"}},
-      {R"re(\s+)re", {" \t\n\r\f\v"}, {"", "a", "\xc2\xa0"}},  // not U+00A0
-      {R"re(\S)re", {"a", "é", "\xc2\xa0", "😀"}, {" ", "\t", "\n", "\v"}},
+      // Python's str patterns: \d is a decimal digit (Nd: Arabic-Indic, Devanagari, fullwidth),
+      // \w str.isalnum() or '_' (letters and numbers of every script: Ⅻ is Nl, ² No), \s
+      // str.isspace() (U+001C-001F, NBSP, the U+2000 spaces, ideographic space...).
+      {R"re(\d+)re", {"0", "0123456789", "١٢٣", "४", "９"}, {"", "a", "²", "Ⅻ", "1a", "一"}},
+      {R"re(\D)re", {"a", " ", "é", "😀", "\n", "²", "一"}, {"0", "9", "", "ab", "١", "９"}},
+      {R"re(\w+)re",
+       {"azAZ09_", "x", "é", "中文", "Ωß", "١²Ⅻ", "ǅ", "ー"},
+       {"", "-", "a b", "€", "😀", "\xc2\xa0", "·"}},
+      {R"re(\W)re",
+       {"-", " ", "€", "😀", "\n", "\xc2\xa0", "、"},
+       {"a", "Z", "5", "_", "é", "中", "١", "ß"}},
+      {R"re(\s+)re",
+       {" \t\n\r\f\v", "\x1c\x1d\x1e\x1f", "\xc2\xa0\xc2\x85\xe3\x80\x80\xe2\x80\xa8"},
+       {"", "a", "\xe2\x80\x8b", "\xef\xbb\xbf"}},  // not U+200B or U+FEFF
+      {R"re(\S)re", {"a", "é", "😀", "\xe2\x80\x8b"}, {" ", "\t", "\n", "\v", "\xc2\xa0", "\x1f"}},
+      // \W{2}: two non-word code points, never a letter of any script.
+      {R"re(\W{2})re", {"--", "€ ", "😀!"}, {"뗫a", "é-", "-é", "aa", "\xeb\x97"}},
   });
 }
 
@@ -150,8 +162,8 @@ TEST(RegexGrammar, CharacterClasses) {
       {R"re([^-a])re", {"b", "\n"}, {"-", "a"}},
       {R"re([a-c-e])re", {"a", "b", "c", "-", "e"}, {"d"}},
       {R"re([\d\s_])re", {"5", " ", "\n", "_"}, {"a", "-"}},
-      {R"re([\w.]+)re", {"a.b_1"}, {"a-b", "é"}},
-      {R"re([\W\d])re", {"-", "5", "é"}, {"a", "_"}},
+      {R"re([\w.]+)re", {"a.b_1", "é.中"}, {"a-b", "€"}},
+      {R"re([\W\d])re", {"-", "5", "€", "١"}, {"a", "_", "é"}},
       {R"re([\S\s])re", {"a", " ", "\n", "😀"}, {"", "ab"}},
       {R"re([\-\\\^])re", {"-", "\\", "^"}, {"a"}},
       {R"re([\b])re", {"\b"}, {"b", "\\"}},  // backspace inside a class
@@ -165,8 +177,8 @@ TEST(RegexGrammar, NegatedClasses) {
   check({
       {R"re([^a])re", {"b", "\n", "é", "中", "😀", "\xf4\x8f\xbf\xbf"}, {"a", "", "bb"}},
       {R"re([^"\\]*)re", {"", "abc", "é中😀\n'"}, {"\"", "a\\b", "ab\""}},
-      {R"re([^\d])re", {"a", "é"}, {"5"}},
-      {R"re([^\W])re", {"a", "_", "9"}, {"-", "é"}},
+      {R"re([^\d])re", {"a", "é", "²"}, {"5", "١"}},
+      {R"re([^\W])re", {"a", "_", "9", "é"}, {"-", "€"}},
       {R"re([^\n])re", {"a", "\r"}, {"\n"}},
       {R"re([^é中])re", {"e", "\xc3\xaa", "\xe4\xb8\xac", "😀"}, {"é", "中"}},
   });
@@ -425,7 +437,7 @@ TEST(RegexGrammar, EmptyClassMatchesNothing) {
 // A class's alternatives share their terminals: [^"\\] (every code point but two) is a handful
 // of alternatives, not one per lead byte or code point.
 TEST(RegexGrammar, ClassesStaySmall) {
-  for (const char* pattern : {"[^\"\\\\]", ".", "\\W", "[^a]*", "[\\x00-\\U0010ffff]"}) {
+  for (const char* pattern : {"[^\"\\\\]", ".", "[^a]*", "[\\x00-\\U0010ffff]"}) {
     Grammar g;
     const Grammar::Symbol s = compile_regex(g, pattern);
     std::size_t alternatives = 0;
@@ -437,6 +449,24 @@ TEST(RegexGrammar, ClassesStaySmall) {
     EXPECT_LE(g.num_terminals(), 13u) << pattern;  // the lead and continuation ranges
     g.set_start(s);
     EXPECT_TRUE(GrammarMatcher(g).matches("é")) << pattern;
+  }
+  // \w and \W (hundreds of ranges) are a trie of their UTF-8 bytes: before each byte, one parse
+  // per group of next bytes with the same continuations (a few dozen), not one per range.
+  for (const char* pattern : {"\\w", "\\W"}) {
+    Grammar g;
+    g.set_start(compile_regex(g, pattern));
+    const GrammarMatcher m(g);
+    const auto parses = [](const GrammarState& st) {
+      std::size_t n = 0;
+      for (std::size_t i = 0; i < st.stacks.size(); i += static_cast<std::size_t>(st.stacks[i]) + 1)
+        ++n;
+      return n;
+    };
+    EXPECT_LE(parses(m.initial()), 40u) << pattern;
+    for (const char* lead : {"a", "\xc3", "\xe4", "\xe4\xb8", "\xf0", "\xf0\x9f"}) {
+      const GrammarState st = m.advance(m.initial(), lead);
+      EXPECT_LE(parses(st), 40u) << pattern << " after " << printable(lead);
+    }
   }
   // A class used twice is built once.
   Grammar one, two;
@@ -470,8 +500,9 @@ TEST(RegexGrammar, EveryKindOfCodePoint) {
   for (const char32_t c : probes) {
     if (surrogate(c)) continue;
     const std::string s = utf8(c);
-    const bool word =
-        (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+    const utf8proc_category_t cat = utf8proc_category(static_cast<utf8proc_int32_t>(c));
+    const bool word = c == '_' || (cat >= UTF8PROC_CATEGORY_LU && cat <= UTF8PROC_CATEGORY_LO) ||
+                      (cat >= UTF8PROC_CATEGORY_ND && cat <= UTF8PROC_CATEGORY_NO);
     ASSERT_EQ(m_dot.matches(s), c != '\n') << std::hex << static_cast<unsigned>(c);
     ASSERT_EQ(m_not_a.matches(s), c != 'a') << std::hex << static_cast<unsigned>(c);
     ASSERT_EQ(m_non_word.matches(s), !word) << std::hex << static_cast<unsigned>(c);

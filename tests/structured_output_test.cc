@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
@@ -263,7 +264,7 @@ TEST(JsonSchemaGrammar, IntegerBoundsAcceptExactlyTheirIntegers) {
     if (!lo) EXPECT_TRUE(m.matches("-123456789012")) << schema.dump();
   }
   EXPECT_EQ(schema_error(R"({"type": "integer", "minimum": 5, "maximum": 4})"),
-            ": no integer lies between its bounds");
+            "(root): no integer lies between its bounds");
   EXPECT_EQ(schema_error(R"({"type": "number", "minimum": 0})"),
             "/minimum: \"minimum\" on a number is not supported in structured outputs (only on "
             "integers)");
@@ -424,6 +425,173 @@ TEST(JsonSchemaGrammar, JsonObjectAcceptsExactlyJsonObjectsAndArrays) {
   EXPECT_LT(accepted, 2900);
 }
 
+// Audit fixes: $ref fragments are percent-decoded JSON pointers and a long array index names
+// nothing (it threw std::out_of_range from std::stoull: an HTTP 500); an error at the root names
+// it; counts may be integral floats.
+TEST(JsonSchemaGrammar, RefsCountsAndRootErrorsAsJsonSchemaReadsThem) {
+  EXPECT_EQ(schema_error(R"({"$defs": {"a": [{"type": "integer"}]},
+                            "$ref": "#/$defs/a/99999999999999999999999"})"),
+            "/$ref: \"#/$defs/a/99999999999999999999999\" names nothing in the schema");
+  EXPECT_EQ(schema_error(R"({"$defs": {"a": [{"type": "integer"}]}, "$ref": "#/$defs/a/01"})"),
+            "/$ref: \"#/$defs/a/01\" names nothing in the schema");
+  EXPECT_TRUE(schema_matcher(R"({"$defs": {"a": [{"type": "integer"}]}, "$ref": "#/$defs/a/0"})")
+                  .matches("12"));
+  const GrammarMatcher spaced = schema_matcher(
+      R"({"$defs": {"a b": {"type": "integer"}, "c/d%": {"type": "boolean"}},
+          "type": "array", "prefixItems": [{"$ref": "#/$defs/a%20b"}, {"$ref": "#/$defs/c~1d%25"}],
+          "items": false})");
+  EXPECT_TRUE(spaced.matches("[1, true]"));
+  EXPECT_FALSE(spaced.matches("[true, 1]"));
+  EXPECT_EQ(schema_error(R"({"$ref": "#/$defs/a%2"})"),
+            "/$ref: \"#/$defs/a%2\": a '%' not followed by two hex digits (percent-encoding)");
+  EXPECT_EQ(schema_error(R"({"type": "integer", "minimum": 3, "maximum": 2.5})"),
+            "(root): no integer lies between its bounds");
+  EXPECT_EQ(schema_error(R"({"$defs": {"x": {"type": "integer", "minimum": 3, "maximum": 2}},
+                            "$ref": "#/$defs/x"})"),
+            "/$defs/x: no integer lies between its bounds");
+  const GrammarMatcher three =
+      schema_matcher(R"({"type": "array", "items": {"type": "integer"}, "maxItems": 3.0})");
+  EXPECT_TRUE(three.matches("[1, 2, 3]"));
+  EXPECT_FALSE(three.matches("[1, 2, 3, 4]"));
+  EXPECT_TRUE(schema_matcher(R"({"type": "string", "minLength": 2.0})").matches(R"("ab")"));
+  EXPECT_EQ(schema_error(R"({"type": "array", "maxItems": 2.5})"),
+            "/maxItems: expected a non-negative integer");
+  EXPECT_EQ(schema_error(R"({"type": "array", "maxItems": -1.0})"),
+            "/maxItems: expected a non-negative integer");
+  EXPECT_EQ(schema_error(R"({"type": "array", "maxItems": 18446744073709551615})"),
+            "/maxItems: at most 10000 is supported");
+  EXPECT_EQ(schema_error(R"({"type": "string", "maxLength": 1e300})"),
+            "/maxLength: at most 10000 is supported");
+}
+
+// A pattern reads \w \d \s as Python's re does over str (Unicode), as a regex does; formats
+// write ASCII digits.
+TEST(JsonSchemaGrammar, PatternsAndFormatsReadShorthandClassesAsUnicode) {
+  const GrammarMatcher word = schema_matcher(R"({"type": "string", "pattern": "^\\w+ \\d$"})");
+  EXPECT_TRUE(word.matches(R"("café ٣")"));
+  EXPECT_TRUE(word.matches(R"("中文 7")"));
+  EXPECT_FALSE(word.matches(R"("a-b 7")"));
+  const GrammarMatcher date = schema_matcher(R"({"type": "string", "format": "date"})");
+  EXPECT_FALSE(date.matches(R"("٢٠٢٤-01-01")"));
+  StructuredOutputSpec spec;
+  spec.kind = StructuredOutputSpec::Kind::kRegex;
+  spec.regex = R"(\W{2})";
+  const auto m = compile_structured_output(spec);
+  for (const char* no : {"뗫a", "é-", "-é", "ab", "٣!"}) EXPECT_FALSE(m->matches(no)) << no;
+  for (const char* ok : {"--", "€ ", "😀!"}) EXPECT_TRUE(m->matches(ok)) << ok;
+}
+
+// enum and const keep only the values their sibling keywords admit (they were dropped: a string
+// schema could give 1); siblings that cannot be checked are refused.
+TEST(JsonSchemaGrammar, EnumAndConstHonourTheirSiblings) {
+  const GrammarMatcher typed = schema_matcher(R"({"type": "string", "enum": ["a", 1]})");
+  EXPECT_TRUE(typed.matches(R"("a")"));
+  EXPECT_FALSE(typed.matches("1"));
+  const GrammarMatcher len = schema_matcher(R"({"enum": ["abc", "a", 7], "maxLength": 2})");
+  EXPECT_FALSE(len.matches(R"("abc")"));
+  EXPECT_TRUE(len.matches(R"("a")"));
+  EXPECT_TRUE(len.matches("7"));  // maxLength holds strings only
+  const GrammarMatcher chars = schema_matcher(R"({"enum": ["😀", "ab"], "maxLength": 1})");
+  EXPECT_TRUE(chars.matches(R"("😀")"));  // one character, four bytes
+  EXPECT_FALSE(chars.matches(R"("ab")"));
+  const GrammarMatcher pat =
+      schema_matcher(R"({"enum": ["ab12", "abc", "x"], "pattern": "^[a-z]+\\d+$"})");
+  EXPECT_TRUE(pat.matches(R"("ab12")"));
+  EXPECT_FALSE(pat.matches(R"("abc")"));
+  const GrammarMatcher fmt =
+      schema_matcher(R"({"enum": ["2024-02-29", "2023-02-29", "x"], "format": "date"})");
+  EXPECT_TRUE(fmt.matches(R"("2024-02-29")"));
+  EXPECT_FALSE(fmt.matches(R"("2023-02-29")"));
+  EXPECT_FALSE(fmt.matches(R"("x")"));
+  const GrammarMatcher nums =
+      schema_matcher(R"({"enum": [1, 5, 10, 2.5, "s"], "minimum": 2, "exclusiveMaximum": 10})");
+  for (const char* ok : {"5", "2.5", R"("s")"}) EXPECT_TRUE(nums.matches(ok)) << ok;
+  for (const char* no : {"1", "10"}) EXPECT_FALSE(nums.matches(no)) << no;
+  const GrammarMatcher ints = schema_matcher(R"({"type": "integer", "enum": [1.0, 2.5, 3]})");
+  EXPECT_TRUE(ints.matches("1.0"));
+  EXPECT_TRUE(ints.matches("3"));
+  EXPECT_FALSE(ints.matches("2.5"));
+  const GrammarMatcher arrays = schema_matcher(
+      R"({"enum": [[1], [1, 2, 3], {"a": 1}, {"b": 1}], "maxItems": 2, "required": ["a"]})");
+  for (const char* ok : {"[1]", R"({"a":1})"}) EXPECT_TRUE(arrays.matches(ok)) << ok;
+  for (const char* no : {"[1,2,3]", R"({"b":1})"}) EXPECT_FALSE(arrays.matches(no)) << no;
+  const GrammarMatcher both = schema_matcher(R"({"enum": ["a", "b"], "const": "b"})");
+  EXPECT_TRUE(both.matches(R"("b")"));
+  EXPECT_FALSE(both.matches(R"("a")"));
+  EXPECT_TRUE(schema_matcher(R"({"title": "t", "description": "d", "default": "a",
+                                 "examples": ["a"], "const": "a"})")
+                  .matches(R"("a")"));
+  // Nothing left: the schema admits no text, refused as such.
+  for (const char* none :
+       {R"({"type": "string", "const": 5})", R"({"enum": ["abc"], "maxLength": 2})"}) {
+    SCOPED_TRACE(none);
+    EXPECT_TRUE(schema_matcher(none).matches_nothing());
+    StructuredOutputSpec spec;
+    spec.schema = ojson::parse(none);
+    EXPECT_THROW(compile_structured_output(spec), std::invalid_argument);
+  }
+  EXPECT_EQ(schema_error(R"({"enum": [{"a": 1}], "properties": {"a": {"type": "string"}}})"),
+            "/properties: \"properties\" beside \"enum\" or \"const\" is not supported (only "
+            "type, minLength, maxLength, pattern, format, minimum, maximum, exclusiveMinimum, "
+            "exclusiveMaximum, minItems, maxItems and required are checked on their values)");
+  EXPECT_EQ(schema_error(R"({"const": [1], "items": {"type": "string"}})").substr(0, 40),
+            "/items: \"items\" beside \"enum\" or \"const\"");
+}
+
+// EBNF string escapes \xHH name a code point (written in UTF-8), as a class's [\xe9] does.
+TEST(EbnfGrammar, HexEscapesInStringsAreCodePoints) {
+  const GrammarMatcher m = ebnf_matcher(R"(root ::= "\xe9" [\xe9] "\x41")");
+  EXPECT_TRUE(m.matches("ééA"));
+  EXPECT_FALSE(
+      m.matches("\xe9\xe9"
+                "A"));
+  EXPECT_FALSE(
+      m.matches("\xe9"
+                "éA"));
+  EXPECT_EQ(ebnf_error(R"(root ::= "\ud800")"),
+            "grammar: line 1, column 17: a surrogate code point cannot appear in UTF-8");
+}
+
+// A \u escape pair (a UTF-16 surrogate pair) is one character, as Python's json.loads reads
+// it; a lone surrogate escape is never written (strict parsers refuse it).
+TEST(JsonSchemaGrammar, SurrogatePairEscapesAreOneCharacter) {
+  const GrammarMatcher two = schema_matcher(R"({"type": "string", "minLength": 2})");
+  EXPECT_FALSE(two.matches(R"("\ud83d\ude00")"));
+  EXPECT_TRUE(two.matches(R"("\ud83d\ude00x")"));
+  const GrammarMatcher one = schema_matcher(R"({"type": "string", "maxLength": 1})");
+  EXPECT_TRUE(one.matches(R"("\ud83d\ude00")"));
+  EXPECT_TRUE(one.matches(R"("\uD83D\uDE00")"));
+  EXPECT_TRUE(one.matches(R"("😀")"));
+  const GrammarMatcher any = schema_matcher(R"({"type": "string"})");
+  for (const char* ok : {R"("\u00e9\uD7FF\ue000\uFFFF")", R"("\udbff\udfff")"})
+    EXPECT_TRUE(any.matches(ok)) << ok;
+  for (const char* no : {R"("\ud800")", R"("\ud83d\ud83d")", R"("\ude00")", R"("\ude00\ud83d")",
+                         R"("\ud83dx")", R"("\ud83d\n")"}) {
+    EXPECT_FALSE(any.matches(no)) << no;
+  }
+  // Free JSON's keys and strings too.
+  const GrammarMatcher free = schema_matcher("true");
+  EXPECT_FALSE(free.matches(R"({"\ud800": 1})"));
+  EXPECT_TRUE(free.matches(R"({"\ud83d\ude00": "\ud83d\ude00"})"));
+}
+
+// format date: the day within its month, February 29 in leap years only.
+TEST(JsonSchemaGrammar, DatesHaveTheirMonthsDays) {
+  const GrammarMatcher date = schema_matcher(R"({"type": "string", "format": "date"})");
+  for (const char* ok : {"2024-02-29", "2000-02-29", "1600-02-29", "0004-02-29", "2024-01-31",
+                         "2024-04-30", "2023-02-28", "2024-12-31", "0000-02-29"}) {
+    EXPECT_TRUE(date.matches("\"" + std::string(ok) + "\"")) << ok;
+  }
+  for (const char* no :
+       {"2024-02-30", "2023-02-29", "1900-02-29", "2100-02-29", "2024-04-31", "2024-06-31",
+        "2024-09-31", "2024-11-31", "2024-00-10", "2024-01-00", "2024-01-32"}) {
+    EXPECT_FALSE(date.matches("\"" + std::string(no) + "\"")) << no;
+  }
+  const GrammarMatcher dt = schema_matcher(R"({"type": "string", "format": "date-time"})");
+  EXPECT_FALSE(dt.matches(R"("2023-02-29T00:00:00Z")"));
+  EXPECT_TRUE(dt.matches(R"("2024-02-29T00:00:00Z")"));
+}
+
 std::shared_ptr<const Tokenizer> gpt2() {
   static const std::shared_ptr<const Tokenizer> t =
       load_tokenizer(servelab_home() / "data/tokenizers/gpt2/tokenizer.json");
@@ -530,21 +698,66 @@ TEST(GrammarConstraint, RandomWalksEndInValidJson) {
   EXPECT_FALSE(token_allowed(*mask, tok->encode("{")[0]));
 }
 
-// A grammar too ambiguous for the recognizer (more than kMaxGrammarParses parses at once): the
-// sequence is at a dead end (its end tokens alone), never an exception in the executor.
-TEST(GrammarConstraint, TooManyParsesIsADeadEnd) {
+// A grammar too ambiguous for the recognizer (more than kMaxGrammarParses parses at once) keeps
+// that many parses: never an exception in the executor, and never the end tokens where the text
+// is not complete (they used to be allowed there as at a dead end: an output cut short).
+TEST(GrammarConstraint, TooManyParsesNeverEndsAnOutputEarly) {
   const std::shared_ptr<const Tokenizer> tok =
       load_tokenizer(servelab_home() / "data/tokenizers/bytes/tokenizer.json");
+  const auto trie = std::make_shared<const TokenTrie>(*tok, 256);
   StructuredOutputSpec spec;
   spec.kind = StructuredOutputSpec::Kind::kRegex;
-  spec.regex = "(a{0,100}){0,100}";
-  const auto matcher = compile_structured_output(spec);
-  EXPECT_THROW(matcher->advance(matcher->initial(), std::string(400, 'a')), std::length_error);
-  const GrammarConstraint c(matcher, std::make_shared<const TokenTrie>(*tok, 256), {7});
-  const std::vector<std::int32_t> as(400, 'a');
-  std::shared_ptr<const TokenMask> mask;
-  ASSERT_NO_THROW(mask = c.allowed(0, as, {}));
-  for (std::int32_t t = 0; t < 256; ++t) EXPECT_EQ(token_allowed(*mask, t), t == 7) << t;
+  // (a{0,100}){0,100} is one repetition a{0,10000}: this needs 50 to 10050 a's, and works.
+  spec.regex = "(a{0,100}){0,100}a{50}";
+  auto matcher = compile_structured_output(spec);
+  EXPECT_FALSE(matcher->matches(std::string(49, 'a')));
+  EXPECT_TRUE(matcher->matches(std::string(50, 'a')));
+  EXPECT_TRUE(matcher->matches(std::string(3000, 'a')));
+  EXPECT_FALSE(matcher->matches(std::string(10051, 'a')));
+  const GrammarConstraint c(matcher, trie, {7});
+  for (const std::size_t n : {0, 39, 40, 49}) {
+    const std::vector<std::int32_t> as(n, 'a');
+    const auto mask = c.allowed(0, as, {});
+    EXPECT_FALSE(token_allowed(*mask, 7)) << n;
+    EXPECT_TRUE(token_allowed(*mask, 'a')) << n;
+  }
+  EXPECT_TRUE(token_allowed(*c.allowed(1, std::vector<std::int32_t>(50, 'a'), {}), 7));
+  // Nested repetitions that do not merge: past kMaxGrammarParses parses a state keeps that many.
+  spec.regex = "(a{0,100}b?){0,100}c";
+  matcher = compile_structured_output(spec);
+  GrammarState st;
+  ASSERT_NO_THROW(st = matcher->advance(matcher->initial(), std::string(400, 'a')));
+  ASSERT_FALSE(st.dead());
+  EXPECT_FALSE(st.accepting);
+  const GrammarConstraint d(matcher, trie, {7});
+  // Random walks: whatever they write, an end token is allowed only once the text is complete.
+  std::mt19937_64 rng(5);
+  for (RequestId seq = 0; seq < 3; ++seq) {
+    std::vector<std::int32_t> out(400, 'a');
+    bool ended = false;
+    for (int step = 0; step < 150 && !ended; ++step) {
+      const auto mask = d.allowed(seq, out, {});
+      std::vector<std::int32_t> ok;
+      for (std::int32_t t = 0; t < 256; ++t) {
+        if (token_allowed(*mask, t)) ok.push_back(t);
+      }
+      ASSERT_FALSE(ok.empty());
+      const std::string text(out.begin(), out.end());
+      const bool complete = !text.empty() && text.back() == 'c';
+      EXPECT_EQ(token_allowed(*mask, 7), complete) << text.size();
+      for (const std::int32_t t : ok) {
+        EXPECT_TRUE(t == 7 || t == 'a' || t == 'b' || (t == 'c' && !complete)) << t;
+      }
+      // Lean towards 'a' so that the walk stays long and ambiguous.
+      const std::int32_t t = std::find(ok.begin(), ok.end(), 'a') != ok.end() && rng() % 4 != 0
+                                 ? 'a'
+                                 : ok[rng() % ok.size()];
+      if (t == 7)
+        ended = true;
+      else
+        out.push_back(t);
+    }
+  }
 }
 
 // With a reasoning end token ('#' here), a sequence is free until it writes one; the grammar
