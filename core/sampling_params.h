@@ -33,6 +33,12 @@ struct SamplingParams {
 
 // vLLM's _SAMPLING_EPS: a temperature below it is greedy (0).
 inline constexpr double kSamplingEps = 1e-5;
+// A requested temperature as vLLM's SamplingParams takes it: one in (0, 0.01) is raised to 0.01
+// (its _MAX_TEMP, against overflow in the division), so only 0 is greedy.
+inline double vllm_temperature(double t) {
+  if (t > 0 && t < 0.01) return 0.01;
+  return t < kSamplingEps ? 0.0 : t;
+}
 // The repetition_penalty every reader of one accepts (engine serve's requests and generation
 // config, workload.sampling): vLLM takes any value > 0; the bounds keep the fp32 factor and the
 // adjusted logits finite.

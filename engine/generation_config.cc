@@ -54,7 +54,7 @@ void apply(const json& obj, const Origin& o, bool strict, GenerationDefaults& d)
     RequestSampling& s = d.sampling;
     if (key == "temperature") {
       s.temperature = number_in(o, v, "temperature", 0, 1e6, "a number >= 0");
-      if (s.temperature < kSamplingEps) s.temperature = 0;  // as requests
+      s.temperature = vllm_temperature(s.temperature);  // as requests
     } else if (key == "top_p") {
       s.top_p = number_in(o, v, "top_p", 0, 1, "a number in (0, 1]");
       if (s.top_p == 0) o.fail("top_p", "a number in (0, 1]", v);

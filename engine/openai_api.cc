@@ -731,7 +731,7 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat,
       expect(body["temperature"].is_number() && body["temperature"].get<double>() >= 0,
              "temperature", "a number >= 0");
       sp.temperature = body["temperature"].get<double>();
-      if (sp.temperature < kSamplingEps) sp.temperature = 0;
+      sp.temperature = vllm_temperature(sp.temperature);
     }
     if (given("top_p")) {
       const bool ok = body["top_p"].is_number() && body["top_p"].get<double>() > 0 &&
@@ -762,6 +762,15 @@ CompletionRequest parse_completion_request(std::string_view text, bool chat,
         n.is_number_integer() && n.get<std::int64_t>() >= 1 && n.get<std::int64_t>() <= kMaxSamples;
     expect(ok, "n", "an integer in [1, " + std::to_string(kMaxSamples) + "]");
     r.n = n.get<std::int32_t>();
+    // vLLM's _verify_greedy_sampling: n identical greedy choices are refused.
+    if (r.n > 1 && (!r.sampling || r.sampling->temperature == 0)) {
+      throw invalid_request(
+          "n must be 1 when using greedy sampling (temperature 0" +
+              std::string(limits.sampling_defaults ? ")"
+                                                   : "; this server's default: give a temperature, "
+                                                     "or start it with --generation-config vllm)"),
+          "n");
+    }
   }
   if (given("best_of")) {
     // vLLM's v1 engine has no best_of beyond n: accepted only equal to n.

@@ -354,7 +354,12 @@ Outcome send_one(httplib::Client& client, const Endpoint& e, const std::string& 
   // Parallel sampling (workload `n`): n choices, streamed by index. TTFT is the first chunk of
   // any choice, the gaps are taken within each choice, output_tokens is usage's sum over them
   // (docs/metrics.md "Parallel sampling": the simulator's definitions).
-  if (spec.n > 1) body["n"] = spec.n;
+  if (spec.n > 1) {
+    body["n"] = spec.n;
+    // vLLM refuses n > 1 with greedy sampling; ignore_eos and max_tokens fix every length, so
+    // what is drawn does not matter (a workload's own sampling below replaces this).
+    body["temperature"] = 1.0;
+  }
   // The workload's draws (workload.sampling: temperature, top_p, top_k, min_p, seed, penalties),
   // as a client's fields; greedy (temperature 0) otherwise.
   if (const RequestSampling* d = spec.sampling.get()) {

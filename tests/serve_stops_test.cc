@@ -378,6 +378,9 @@ TEST(ServeStops, StopStringsEndTheTextAndTheStream) {
   EXPECT_EQ(s.wait_metric(series + "\"length\"}", 2), 2);
   json two = greedy;
   two["n"] = 2;
+  // top_k 1 at temperature 1: the greedy text in both choices (n > 1 greedy is vLLM's 400).
+  two["temperature"] = 1.0;
+  two["top_k"] = 1;
   two["stop"] = g.substr(k, 2);
   r = s.post("/v1/completions", two);
   ASSERT_EQ(r["choices"].size(), 2u) << r.dump();

@@ -1330,16 +1330,33 @@ TEST(EngineServe, BatchesOfPromptsAnswerEveryPromptByIndex) {
     return json::parse(r->body);
   };
   const std::vector<std::vector<int>> prompts = {{1, 2, 3}, {4, 5, 6, 7, 8}, {9, 10}};
-  std::vector<std::string> alone;
+  // n = 2 sampled with a seed: choice k is the text the prompt gets alone with seed + k (n > 1
+  // with greedy sampling is vLLM's 400).
+  std::vector<std::string> alone, greedy;
   for (const auto& p : prompts) {
-    alone.push_back(post({{"prompt", p}, {"max_tokens", 5}})["choices"][0]["text"]);
+    greedy.push_back(post({{"prompt", p}, {"max_tokens", 5}})["choices"][0]["text"]);
+    for (const int seed : {7, 8}) {
+      alone.push_back(post({{"prompt", p},
+                            {"max_tokens", 5},
+                            {"temperature", 1.0},
+                            {"seed", seed}})["choices"][0]["text"]);
+    }
   }
-  const json b = post({{"prompt", prompts}, {"max_tokens", 5}, {"n", 2}});
+  const json b =
+      post({{"prompt", prompts}, {"max_tokens", 5}, {"n", 2}, {"temperature", 1.0}, {"seed", 7}});
   ASSERT_EQ(b["choices"].size(), 6u) << b.dump();
   for (std::size_t i = 0; i < 6; ++i) {
     EXPECT_EQ(b["choices"][i]["index"], i);
-    EXPECT_EQ(b["choices"][i]["text"], alone[i / 2]) << i;  // greedy: both choices the same
+    EXPECT_EQ(b["choices"][i]["text"], alone[i]) << i;
   }
+  // Greedy with n > 1 is refused, naming n (vLLM's "n must be 1 when using greedy sampling").
+  const httplib::Result greedy_n =
+      c.Post("/v1/completions", json({{"prompt", "x"}, {"max_tokens", 2}, {"n", 2}}).dump(),
+             "application/json");
+  ASSERT_TRUE(greedy_n);
+  EXPECT_EQ(greedy_n->status, 400);
+  EXPECT_NE(greedy_n->body.find("n must be 1 when using greedy sampling"), std::string::npos)
+      << greedy_n->body;
   EXPECT_EQ(b["usage"]["prompt_tokens"], 10);
   EXPECT_EQ(b["usage"]["completion_tokens"], 30);
   // Streamed.
@@ -1362,7 +1379,7 @@ TEST(EngineServe, BatchesOfPromptsAnswerEveryPromptByIndex) {
   }
   ASSERT_EQ(texts.size(), 3u);
   for (int i = 0; i < 3; ++i) {
-    EXPECT_EQ(texts[i], alone[static_cast<std::size_t>(i)]) << i;
+    EXPECT_EQ(texts[i], greedy[static_cast<std::size_t>(i)]) << i;
     EXPECT_EQ(finishes[i], 1) << i;
   }
   // lm-eval's loglikelihood batch: echo + logprobs per prompt.

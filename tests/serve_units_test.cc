@@ -708,9 +708,13 @@ TEST(OpenAiApi, SamplingParametersAndN) {
   r = parse(R"({"prompt": "a", "top_p": 0.5})");
   ASSERT_TRUE(r.sampling);
   EXPECT_FALSE(r.sampling->seed);
-  EXPECT_EQ(parse(R"({"prompt": "a", "temperature": 0.000001})").sampling->temperature, 0.0);
+  // vLLM raises a temperature in (0, 0.01) to 0.01: only 0 is greedy.
+  EXPECT_EQ(parse(R"({"prompt": "a", "temperature": 0.000001})").sampling->temperature, 0.01);
+  EXPECT_EQ(parse(R"({"prompt": "a", "temperature": 0.005})").sampling->temperature, 0.01);
+  EXPECT_EQ(parse(R"({"prompt": "a", "temperature": 0.02})").sampling->temperature, 0.02);
+  EXPECT_EQ(parse(R"({"prompt": "a", "temperature": 0})").sampling->temperature, 0.0);
   EXPECT_EQ(parse(R"({"prompt": "a", "temperature": null, "n": null})").sampling, std::nullopt);
-  EXPECT_EQ(parse(R"({"prompt": "a", "n": 4, "best_of": 4})").n, 4);
+  EXPECT_EQ(parse(R"({"prompt": "a", "temperature": 1, "n": 4, "best_of": 4})").n, 4);
   r = parse(R"({"prompt": "a", "presence_penalty": 0.5, "frequency_penalty": -1})");
   ASSERT_TRUE(r.sampling);  // penalties alone: greedy with them
   EXPECT_EQ(r.sampling->temperature, 0.0);
@@ -750,8 +754,10 @@ TEST(OpenAiApi, SamplingParametersAndN) {
       {R"({"prompt": "a", "n": 0})", "n"},
       {R"({"prompt": "a", "n": 1025})", "n"},
       {R"({"prompt": "a", "n": 2.5})", "n"},
-      {R"({"prompt": "a", "n": 2, "best_of": 3})", "best_of"},
+      {R"({"prompt": "a", "temperature": 1, "n": 2, "best_of": 3})", "best_of"},
       {R"({"prompt": "a", "best_of": 2})", "best_of"},
+      {R"({"prompt": "a", "n": 2})", "n"},  // greedy: vLLM's "n must be 1"
+      {R"({"prompt": "a", "temperature": 0, "n": 3})", "n"},
       {R"({"prompt": "a", "presence_penalty": 2.5})", "presence_penalty"},
       {R"({"prompt": "a", "frequency_penalty": "high"})", "frequency_penalty"},
       {R"({"prompt": "a", "top_k": -2})", "top_k"},
