@@ -68,6 +68,9 @@ class Request {
   // sample but whose values are not known yet (one per in-flight plan that samples this
   // request). Always 0 without async scheduling. (16 bits: it fits the padding after status.)
   std::int16_t num_output_placeholders = 0;
+  // Async scheduling: aborted by max_preemptions while a plan in flight named it; that plan's
+  // complete() keeps its token, as the synchronous loop had, then reports the finish.
+  bool abort_awaits_plan = false;
   std::int32_t num_computed_tokens = 0;     // tokens whose KV is (or is being) computed
   std::vector<std::int32_t> output_tokens;  // sampled token values, in order
   std::vector<BlockId> block_table;         // physical blocks, position order

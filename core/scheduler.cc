@@ -464,9 +464,13 @@ void Scheduler::abort_request(Request& r, TimeNs now) {
     return;
   }
   ++counters_.num_aborted;
+  // Async scheduling: a plan in flight still names it. Its token came before this preemption in
+  // the synchronous loop, so that plan's complete() keeps it, reports the finish and deletes it.
+  if (async_ && held_by_other_plan(&r)) {
+    r.abort_awaits_plan = true;
+    return;
+  }
   if (observer_ != nullptr) observer_->on_finish(r, now);
-  // Async scheduling: a plan in flight still names it; that plan's complete() deletes it.
-  if (async_ && held_by_other_plan(&r)) return;
   delete &r;
 }
 
@@ -710,9 +714,13 @@ std::int32_t Scheduler::admit_waiting(std::int32_t budget, const AdmissionRule& 
       break;
     }
     if (rule.reserve_tokens != nullptr) [[unlikely]] {
-      const std::int64_t need =
+      // A request preempted near its end can need the whole cache (prompt + outputs so far +
+      // min(outputs left, clip) grows to prompt + max_output_tokens): it waits for a free cache,
+      // then starts (held to "strictly below the cache" it would never start again).
+      const std::int64_t need = std::min(
           std::int64_t{n} + external +
-          std::min(r.spec.max_output_tokens - r.num_output_tokens(), rule.reserve_clip);
+              std::min(r.spec.max_output_tokens - r.num_output_tokens(), rule.reserve_clip),
+          std::int64_t{kv_.pool().num_usable_blocks()} * config_.block_size - 1);
       if (need >= *rule.reserve_tokens) break;
       *rule.reserve_tokens -= need;  // if the allocation below fails, the loop stops anyway
     }
@@ -1084,7 +1092,8 @@ void Scheduler::complete_step(const StepResult& result, TimeNs now) {
       // Finished (a stop seen by the previous complete()) or aborted while this plan was in
       // flight: its token is discarded, as vLLM's update_from_output skips finished requests.
       // The plan ran already; the entry is kept out of the pass below.
-      if (r.status == RequestStatus::kFinished || r.status == RequestStatus::kAborted) {
+      if (r.status == RequestStatus::kFinished ||
+          (r.status == RequestStatus::kAborted && !r.abort_awaits_plan)) {
         e.samples = false;
       }
     }
@@ -1112,15 +1121,24 @@ void Scheduler::complete_step(const StepResult& result, TimeNs now) {
     r.output_tokens.push_back(result.sampled_tokens[k]);
     if (r.first_token_ns < 0) r.first_token_ns = now;
     r.last_token_ns = now;
-    any_done = any_done || reached_stop(r);
+    any_done = any_done || (r.status != RequestStatus::kAborted && reached_stop(r));
   }
   if (observer_ != nullptr && num_got > 0) {
     observer_->on_step_tokens(std::span<const Request* const>(got, num_got),
                               std::span<const TimeNs>(prev, num_got), now);
   }
+  if (async_) [[unlikely]] {
+    // Aborted (max_preemptions) while this plan was in flight: its token is in; now it ends.
+    for (Request* r : plan_requests_) {
+      if (!r->abort_awaits_plan) continue;
+      r->abort_awaits_plan = false;
+      r->finish_ns = now;
+      if (observer_ != nullptr) observer_->on_finish(*r, now);
+    }
+  }
   for (std::size_t t = 0; any_done && t < num_got; ++t) {
     Request* const r = got[t];
-    if (reached_stop(*r)) {
+    if (r->status != RequestStatus::kAborted && reached_stop(*r)) {
       finish(*r, now);
       any_finished = true;
     }

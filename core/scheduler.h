@@ -419,7 +419,9 @@ class Scheduler {
     std::int32_t max_admissions = 0;     // > 0: at most this many admissions in this call
     // SGLang's PrefillAdder: non-null: KV tokens left after the running requests' reservations
     // (in/out). A candidate needs its tokens after the hit plus min(its remaining outputs,
-    // reserve_clip) strictly below it, and takes that much from it when admitted.
+    // reserve_clip) strictly below it, and takes that much from it when admitted; a need of the
+    // whole cache or more (a request preempted near its end) counts as the cache less one token,
+    // so it starts once the cache is free.
     std::int64_t* reserve_tokens = nullptr;
     std::int32_t reserve_clip = 4096;
     // Where an admitted request joins running(): at this index (keeping a ranked list in order;

@@ -9,7 +9,9 @@
 // - Admission reserves future decode tokens. A candidate needs its uncached tokens plus
 //   min(its remaining outputs, `clip_max_new_tokens`) strictly below the KV tokens left, which
 //   start at (free + evictable blocks) x block size minus, for every running request,
-//   new_token_ratio x min(its remaining outputs, clip); an admitted request takes its share.
+//   new_token_ratio x min(its remaining outputs, clip); an admitted request takes its share. A
+//   need of the whole cache or more (a request preempted near its end) counts as the cache less
+//   one token (Scheduler::AdmissionRule::reserve_tokens), so it starts once the cache is free.
 // - new_token_ratio starts at min(0.7 x `schedule_conservativeness`, 1) (SGLang caps it), falls by
 // (start - floor) / 600
 //   after every decode step that preempted nobody, down to floor = start x 0.14, and after a

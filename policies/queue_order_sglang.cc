@@ -67,7 +67,8 @@ class LpmQueue final : public ReorderedQueue {
   void reorder(PrefixProbe* probe, TimeNs) override {
     if (probe == nullptr || q_.size() > static_cast<std::size_t>(max_queue_)) return;
     const std::int32_t bs = probe->block_size();
-    // (deprioritised, -cached tokens): ascending puts the longest match first.
+    // (deprioritised, -cached tokens): ascending puts the longest match first. Deprioritised
+    // requests all share one key (SGLang's float("inf")), so they keep their list order.
     std::vector<std::pair<bool, std::int32_t>> key(q_.size());
     seen_.clear();
     for (std::size_t i = 0; i < q_.size(); ++i) {
@@ -85,7 +86,7 @@ class LpmQueue final : public ReorderedQueue {
           deprioritised = !seen_.insert(hashes[k - 1]).second;
         }
       }
-      key[i] = {deprioritised, -cached};
+      key[i] = {deprioritised, deprioritised ? 0 : -cached};
     }
     stable_sort_by(key);
   }

@@ -17,6 +17,7 @@
 #include "serving/home.h"
 #include "serving/recorder.h"
 #include "sim/run.h"
+#include "tests/test_util.h"
 
 namespace servelab {
 namespace {
@@ -142,6 +143,29 @@ TEST(SglangBatch, RefusesWhatCouldNeverBeAdmitted) {
   Harness v(Config("vllm"), 101);
   v.sched.add_request(Spec(0, 1000, 600), 0);  // vLLM only needs its blocks: 1,599 tokens
   EXPECT_TRUE(v.obs.rejected.empty());
+}
+
+// A request preempted near its end needs prompt + outputs + min(outputs left, clip) to come back,
+// up to prompt + max_output_tokens: here the whole cache (160 tokens). It starts again once the
+// cache is free; it waited for ever ("simulator stalled", exit 1: the audit's case).
+TEST(SglangBatchExperiment, ARequestPreemptedNearItsEndStartsAgain) {
+  const auto dir = test_util::temp_dir("sglang_resume");
+  test_util::write_file(dir / "t.csv",
+                        "arrival_ns,prompt_tokens,output_tokens,priority,tenant,segments\n"
+                        "0,143,17,0,0,1:0:143\n1000,1,3,0,0,2:0:1\n");
+  test_util::write_file(dir / "exp.yaml",
+                        "name: resume\nmodel: tiny\nhardware: H100-SXM\nseed: 1\n"
+                        "serving: {block_size: 16, num_gpu_blocks: 11, max_num_batched_tokens: "
+                        "256, max_num_seqs: 4, max_model_len: 2048}\n"
+                        "policies:\n  batch: {name: sglang, clip_max_new_tokens: 16}\n"
+                        "  preemption: {name: recompute, victim: fewest-computed}\n"
+                        "  prefix_cache: none\n"
+                        "workload: {type: servelab, path: t.csv}\n");
+  RunOptions o;
+  o.write_files = false;
+  const RunSummary s = run_simulation(load_experiment((dir / "exp.yaml").string(), {}), o).summary;
+  EXPECT_EQ(s.completed, 2);
+  EXPECT_GE(s.preemptions, 1);
 }
 
 // On the burst experiment with SGLang's victim (fewest-computed), sglang's reservation all but

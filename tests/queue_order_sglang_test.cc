@@ -116,6 +116,17 @@ TEST(SglangQueueOrder, LpmDeprioritisesRequestsSharingANewPrefix) {
   q->reorder(&p, 0);
   // Only 0 of the group goes first; 2 and 4 wait behind 1 and 3, for 0's blocks.
   EXPECT_EQ(Ids(*q), (std::vector<RequestId>{0, 1, 3, 2, 4}));
+  // Deprioritised requests keep their list order whatever they have cached (SGLang gives them
+  // all the key inf): 2 (16 cached) stays behind 1 (none); they were sorted by cached tokens.
+  auto qd = Queue("lpm");
+  Requests rd({4, 4, 4});
+  rd.PushAll(*qd, {0, 1, 2});
+  FakeProbe pd;
+  pd.Set(0, {1, 2, 3, 4}, 1);
+  pd.Set(1, {1, 2, 5}, 0);
+  pd.Set(2, {1, 2, 6}, 1);
+  qd->reorder(&pd, 0);
+  EXPECT_EQ(Ids(*qd), (std::vector<RequestId>{0, 1, 2}));
   // A shared prefix of one block (16 tokens) is below the 32-token threshold: no effect.
   auto q1 = Queue("lpm");
   rs.PushAll(*q1, {0, 1, 2});
