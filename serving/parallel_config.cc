@@ -5,7 +5,10 @@
 namespace servelab {
 
 std::int32_t stage_layers(std::int32_t layers, std::int32_t stages, std::int32_t stage) {
-  return layers / stages + (stage < layers % stages ? 1 : 0);
+  // vLLM's get_pp_indices: the extra layers go to partitions[-2], [-3], ..., sparing the last
+  // stage (the LM head) and, unless every other stage takes one, the first (the embedding).
+  const std::int32_t extra = layers % stages;
+  return layers / stages + (stage >= stages - 1 - extra && stage <= stages - 2 ? 1 : 0);
 }
 
 ModelConfig tensor_shard(const ModelConfig& model, std::int32_t tensor, const std::string& where) {

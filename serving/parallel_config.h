@@ -7,7 +7,8 @@
 // its MLP with an all-reduce of the hidden states (two per layer), and the vocabulary-parallel
 // embedding adds one more. Pipeline parallelism over `pipeline` stages: stage s holds
 // stage_layers(L, pipeline, s) consecutive layers (the first on also the embedding, the last
-// the LM head) and sends its hidden states to the next stage. A step's batch passes through the
+// the LM head) and sends its hidden states and residual to the next stage (vLLM's
+// IntermediateTensors). A step's batch passes through the
 // stages in `microbatches` micro-batches (GPipe). How the cost model prices all this:
 // sim/roofline_cost_model.h and docs/cost-model.md ("Parallelism").
 //
@@ -53,8 +54,8 @@ struct ParallelConfig {
 };
 
 // Layers of stage `stage` (0-based) when `layers` are split over `stages` as evenly as
-// possible, the first (layers mod stages) stages taking one more. REQUIRES: 1 <= stages <=
-// layers, 0 <= stage < stages.
+// possible as vLLM splits them (get_pp_indices): the (layers mod stages) stages before the last
+// take one more (28 over 3: 9, 10, 9). REQUIRES: 1 <= stages <= layers, 0 <= stage < stages.
 std::int32_t stage_layers(std::int32_t layers, std::int32_t stages, std::int32_t stage);
 
 // One GPU's part of `model` under tensor parallelism over `tensor` GPUs: num_heads / tensor

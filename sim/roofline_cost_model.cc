@@ -469,7 +469,8 @@ StepCostBreakdown RooflineCostModel::parallel_breakdown(const StepFeatures& f) c
   // Hidden states of the micro-batch: what every all-reduce and stage send moves.
   const double hidden_bytes = t * m.hidden_size * m.dtype_bytes;
   const double all_reduce = parallel_.tp_all_reduce.seconds(hidden_bytes);
-  const double send = parallel_.stage_send.seconds(hidden_bytes);
+  // A stage hands the next its hidden states and the residual (vLLM's IntermediateTensors).
+  const double send = parallel_.stage_send.seconds(2 * hidden_bytes);
   const double embedding =
       op_.elementwise(t * 2 * m.hidden_size * m.dtype_bytes, ElementwiseKind::kResidual);
   const double per_layer = (one.gemm + (one.elementwise - embedding) + one.prefill_attention +

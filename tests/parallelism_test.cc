@@ -51,11 +51,19 @@ HardwareConfig small_gpu() {
   return hw;
 }
 
-TEST(Parallelism, StageLayersSplitEvenlyFirstStagesTakeTheRest) {
-  EXPECT_EQ(stage_layers(32, 3, 0), 11);
-  EXPECT_EQ(stage_layers(32, 3, 1), 11);
-  EXPECT_EQ(stage_layers(32, 3, 2), 10);
-  EXPECT_EQ(stage_layers(80, 4, 3), 20);
+// vLLM's get_pp_indices: the extra layers go to the stages before the last, from the one
+// before the last back (the first stage only when every stage but the last takes one).
+TEST(Parallelism, StageLayersSplitAsVllmSplitsThem) {
+  const auto split = [](std::int32_t layers, std::int32_t stages) {
+    std::vector<std::int32_t> out;
+    for (std::int32_t s = 0; s < stages; ++s) out.push_back(stage_layers(layers, stages, s));
+    return out;
+  };
+  EXPECT_EQ(split(32, 3), (std::vector<std::int32_t>{11, 11, 10}));
+  EXPECT_EQ(split(28, 3), (std::vector<std::int32_t>{9, 10, 9}));  // was 10, 9, 9
+  EXPECT_EQ(split(22, 4), (std::vector<std::int32_t>{5, 6, 6, 5}));
+  EXPECT_EQ(split(80, 4), (std::vector<std::int32_t>{20, 20, 20, 20}));
+  EXPECT_EQ(split(7, 1), (std::vector<std::int32_t>{7}));
 }
 
 TEST(Parallelism, TensorShardSplitsHeadsKvHeadsIntermediateAndVocabulary) {
@@ -160,6 +168,11 @@ TEST(Parallelism, PipelineStagesAndMicroBatches) {
   const StepCostBreakdown one = RooflineCostModel(m, hw, 16, p).breakdown(f);
   EXPECT_NEAR(one.total(), single.breakdown(f).total() + 5e-6, 1e-12);
   EXPECT_NEAR(one.communication, 5e-6, 1e-15);
+  // A send moves the hidden states and the residual (vLLM's IntermediateTensors): 2 T h b.
+  p.stage_send = {0, 1e-9};
+  EXPECT_NEAR(RooflineCostModel(m, hw, 16, p).breakdown(f).communication,
+              2.0 * 64 * m.hidden_size * m.dtype_bytes * 1e-9, 1e-15);
+  p.stage_send = {5e-6, 0};
   // Two micro-batches of 32 decode tokens: each is priced as a step of 32, and the second
   // waits behind the slowest stage (at least half, at most all of one micro-batch's time).
   p.microbatches = 2;
