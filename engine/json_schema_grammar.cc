@@ -90,17 +90,7 @@ class Compiler {
     if (s.contains("const") || s.contains("enum")) return enumeration(s, path);
     std::vector<std::string> types;
     if (s.contains("type")) {
-      const Json& t = s["type"];
-      if (t.is_string()) {
-        types.push_back(t.get<std::string>());
-      } else if (t.is_array() && !t.empty()) {
-        for (const Json& one : t) {
-          if (!one.is_string()) fail(path + "/type", "expected a type name or a list of them");
-          types.push_back(one.get<std::string>());
-        }
-      } else {
-        fail(path + "/type", "expected a type name or a non-empty list of them");
-      }
+      types = type_names(s["type"], path);
     } else if (s.contains("properties") || s.contains("additionalProperties") ||
                s.contains("required")) {
       types = {"object"};
@@ -189,18 +179,7 @@ class Compiler {
   // pattern and format as the compiler reads them, numeric bounds, item counts, required).
   bool admits(const Json& s, const Json& v, const std::string& path) {
     if (s.contains("type")) {
-      const Json& t = s["type"];
-      std::vector<std::string> types;
-      if (t.is_string()) {
-        types.push_back(t.get<std::string>());
-      } else if (t.is_array() && !t.empty()) {
-        for (const Json& one : t) {
-          if (!one.is_string()) fail(path + "/type", "expected a type name or a list of them");
-          types.push_back(one.get<std::string>());
-        }
-      } else {
-        fail(path + "/type", "expected a type name or a non-empty list of them");
-      }
+      const std::vector<std::string> types = type_names(s["type"], path);
       bool any = false;
       for (const std::string& name : types) {
         bool is = false;
@@ -330,6 +309,22 @@ class Compiler {
 
  private:
   // The schema's root is named "(root)" (its JSON pointer is empty).
+  // The names of a schema's `type`: one name or a non-empty list of them.
+  static std::vector<std::string> type_names(const Json& t, const std::string& path) {
+    std::vector<std::string> types;
+    if (t.is_string()) {
+      types.push_back(t.get<std::string>());
+    } else if (t.is_array() && !t.empty()) {
+      for (const Json& one : t) {
+        if (!one.is_string()) fail(path + "/type", "expected a type name or a list of them");
+        types.push_back(one.get<std::string>());
+      }
+    } else {
+      fail(path + "/type", "expected a type name or a non-empty list of them");
+    }
+    return types;
+  }
+
   [[noreturn]] static void fail(const std::string& path, const std::string& what) {
     throw JsonSchemaError((path.empty() ? std::string("(root)") : path) + ": " + what);
   }

@@ -78,6 +78,16 @@ bool is_random(const nlohmann::ordered_json& c) {
   return c["name"].get<std::string>().starts_with("random");
 }
 
+// The error loading `source` gives ("(no error)" when it loads).
+std::string load_error(const std::string& source) {
+  try {
+    jinja::Template(source, "t.jinja");
+  } catch (const ConfigError& e) {
+    return std::string(e.what());
+  }
+  return std::string("(no error)");
+}
+
 // A golden expression case rendered with its context.
 std::string render_expression(const nlohmann::ordered_json& c) {
   const jinja::Value context = is_random(c) ? golden().random_context : ordered(c["context"]);
@@ -226,14 +236,6 @@ TEST(Jinja, RunawayTemplatesEndWithAnError) {
   EXPECT_EQ(error(ifs), "t.jinja:1: expressions or tags nested deeper than 200");
   // A long chain (`a ~ b ~ ...`, `x.a.a...`, `x|f|f...`) is as deep as its terms: refused when
   // the template loads, before anything recurses over it.
-  const auto load_error = [](const std::string& source) {
-    try {
-      jinja::Template(source, "t.jinja");
-    } catch (const ConfigError& e) {
-      return std::string(e.what());
-    }
-    return std::string("(no error)");
-  };
   std::string concat = "{{ 'x'", attrs = "{{ x", filters = "{{ 1";
   for (int i = 0; i < 10000; ++i) {
     concat += " ~ 'x'";
@@ -292,14 +294,6 @@ TEST(Jinja, RunawayTemplatesEndWithAnError) {
 // refuses them when compiling; inside an if, where Jinja2 waits for the render, only the
 // Jinja2 built-ins the subset leaves out), so a server refuses the template at start.
 TEST(Jinja, UnknownFiltersAndTestsAreRefusedAtLoad) {
-  const auto load_error = [](const std::string& source) {
-    try {
-      jinja::Template(source, "t.jinja");
-    } catch (const ConfigError& e) {
-      return std::string(e.what());
-    }
-    return std::string("(no error)");
-  };
   EXPECT_EQ(load_error("{% for m in messages %}\n{{ m | frobnicate }}{% endfor %}"),
             "t.jinja:2: unknown filter 'frobnicate'");
   EXPECT_EQ(load_error("{{ x is frobnicated }}"), "t.jinja:1: unknown test 'frobnicated'");
