@@ -17,6 +17,7 @@
 #include "engine/openai_tools.h"
 #include "engine/reasoning_parser.h"
 #include "serving/chat_template.h"
+#include "serving/unicode_space.h"
 #include "serving/utf8.h"
 
 namespace servelab {
@@ -138,29 +139,9 @@ std::vector<std::int32_t> token_array(const json& a, const std::string& param,
 
 std::vector<std::vector<std::int32_t>> bad_word_token_ids(std::string_view word,
                                                           const Tokenizer& tokenizer) {
-  // Python's str.lstrip(): every leading character for which str.isspace() holds (the ASCII
-  // whitespace, U+001C-U+001F, U+0085, U+00A0, U+1680, U+2000-U+200A, U+2028, U+2029, U+202F,
-  // U+205F, U+3000).
-  static constexpr std::string_view kSpaces[] = {"\x1c",         "\x1d",         "\x1e",
-                                                 "\x1f",         "\xc2\x85",     "\xc2\xa0",
-                                                 "\xe1\x9a\x80", "\xe2\x80\xa8", "\xe2\x80\xa9",
-                                                 "\xe2\x80\xaf", "\xe2\x81\x9f", "\xe3\x80\x80"};
+  // Python's str.lstrip(): every leading character for which str.isspace() holds.
   std::size_t start = 0;
-  while (start < word.size()) {
-    const std::string_view rest = word.substr(start);
-    if (std::string_view(" \t\n\r\f\v").find(rest[0]) != std::string_view::npos) {
-      ++start;
-    } else if (rest.size() >= 3 && rest[0] == '\xe2' && rest[1] == '\x80' &&
-               static_cast<unsigned char>(rest[2]) >= 0x80 &&
-               static_cast<unsigned char>(rest[2]) <= 0x8a) {  // U+2000-U+200A
-      start += 3;
-    } else {
-      const auto hit = std::find_if(std::begin(kSpaces), std::end(kSpaces),
-                                    [&](std::string_view sp) { return rest.starts_with(sp); });
-      if (hit == std::end(kSpaces)) break;
-      start += hit->size();
-    }
-  }
+  while (const std::size_t n = unicode_space::at(word, start)) start += n;
   if (start == word.size()) return {};
   const std::string bare(word.substr(start));
   std::vector<std::vector<std::int32_t>> out;

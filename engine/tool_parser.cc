@@ -7,18 +7,23 @@
 #include "core/json_depth.h"
 #include "engine/marker_tail.h"
 #include "serving/jinja_value.h"
+#include "serving/unicode_space.h"
 
 namespace servelab {
 namespace {
 
 using ojson = nlohmann::ordered_json;
 
-constexpr std::string_view kSpace = " \t\n\r\v\f";
-
+// Python's str.strip(): Unicode whitespace (serving/unicode_space.h) at both ends.
 std::string_view strip(std::string_view s) {
-  const std::size_t first = s.find_first_not_of(kSpace);
-  if (first == std::string_view::npos) return {};
-  return s.substr(first, s.find_last_not_of(kSpace) - first + 1);
+  std::size_t b = 0, e = s.size();
+  while (const std::size_t n = unicode_space::at(s, b)) b += n;
+  while (e > b) {
+    const std::size_t n = unicode_space::before(s, e);
+    if (n == 0 || n > e - b) break;
+    e -= n;
+  }
+  return s.substr(b, e - b);
 }
 
 // Python's json.loads: the whole text one JSON value (whitespace around it allowed).

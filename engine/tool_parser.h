@@ -20,7 +20,7 @@
 // re-serialised as Python's json.dumps(ensure_ascii=False) writes them (", " and ": ", keys in
 // the model's order), so they are the strings vLLM returns.
 // Not parsed: pythonic calls, other models' formats; JSON's NaN and Infinity (Python accepts
-// them; here such a call is content); str.strip() strips ASCII whitespace only.
+// them; here such a call is content).
 #pragma once
 
 #include <cstdint>

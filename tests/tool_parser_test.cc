@@ -124,6 +124,8 @@ TEST(ToolParser, MistralReadsTheArrayAfterItsToken) {
   EXPECT_EQ(junk.content, "Checking. ");
   // Unreadable: the content is the text without the token, stripped (vLLM's tool_content).
   expect_content_only("mistral", " hi [TOOL_CALLS] nope ", "hi  nope");
+  // Python's strip: Unicode whitespace too (it kept U+3000 and U+00A0).
+  expect_content_only("mistral", "\u3000hi [TOOL_CALLS] nope\u00a0", "hi  nope");
   expect_content_only("mistral", "[TOOL_CALLS]{\"name\": \"a\", \"arguments\": {}}",
                       "{\"name\": \"a\", \"arguments\": {}}");  // an object, not an array
   expect_content_only("mistral", "plain", "plain");
