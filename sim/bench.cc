@@ -290,6 +290,17 @@ struct Outcome {
 // dispatcher's sleep and a worker's wake-up (a thread's start, under a sanitizer too).
 constexpr TimeNs kDispatchJitterNs = 10 * kNsPerMs;
 
+// A request as the dispatcher hands it to the workers. `released_ns`: when it could be sent at
+// the earliest (its arrival; a session's turn is handed over when its parent's stream has ended,
+// which may be after its arrival, the parent's last chunk plus the think time). `connection_free`:
+// a worker (a connection) was idle when it was handed over, so whatever passes before it is sent
+// is the dispatcher's and the worker's scheduling, never a wait for a free connection (on a
+// loaded machine a wake-up may take longer than kDispatchJitterNs).
+struct Handover {
+  TimeNs released_ns = 0;
+  bool connection_free = false;
+};
+
 // The bench's clock: wall time since `start` on the workload's time axis (its first arrival at
 // `start`), so that requests.csv's times and the run's duration are the wall clock's.
 struct BenchClock {
@@ -329,13 +340,12 @@ std::string error_message(const std::string& body) {
 // (SIGINT/SIGTERM) gives it up at the next bytes (run_bench also shuts the socket of a silent
 // one). Never throws for what the server sends: that becomes the request's reason. `token_ids`:
 // ask for the output's ids (vLLM's return_token_ids) and keep the first choice's in the reply.
-// `released_ns`: when the dispatcher could send it at the earliest (its arrival; a session's turn
-// is handed over when its parent's stream has ended, which may be after its arrival, the parent's
-// last chunk plus the think time): only a wait past that is a wait for a free connection.
+// `handover`: when the dispatcher could send it at the earliest and whether a connection was free
+// then (see Handover).
 Outcome send_one(httplib::Client& client, const Endpoint& e, const std::string& model,
                  const std::vector<LoraModule>& lora_modules, const RequestSpec& spec,
                  std::int32_t vocab_size, std::chrono::duration<double> timeout,
-                 const BenchClock& clock, bool token_ids, TimeNs released_ns) {
+                 const BenchClock& clock, bool token_ids, const Handover& handover) {
   json prompt = json::array();
   for (std::int32_t p = 0; p < spec.prompt_len; ++p) {
     prompt.push_back(prompt_token_value(spec, p, vocab_size));
@@ -536,7 +546,10 @@ Outcome send_one(httplib::Client& client, const Endpoint& e, const std::string& 
   // time spent waiting in the client vanished and throughput read five times too high).
   // A send within kDispatchJitterNs of its arrival keeps the workload's arrival (the dispatcher's
   // sleep is that precise; requests.csv then has the simulator's arrival times).
-  o.client_wait_ns = std::max<TimeNs>(0, clock.at(send) - std::max(spec.arrival_ns, released_ns));
+  o.client_wait_ns =
+      handover.connection_free
+          ? 0
+          : std::max<TimeNs>(0, clock.at(send) - std::max(spec.arrival_ns, handover.released_ns));
   if (o.client_wait_ns <= kDispatchJitterNs) o.client_wait_ns = 0;
   r.arrival_ns = spec.arrival_ns + o.client_wait_ns;
   const auto rel = [&](Clock::time_point t) { return r.arrival_ns + clock.at(t) - clock.at(send); };
@@ -624,9 +637,8 @@ BenchOutput run_bench(const ExperimentConfig& config, const BenchOptions& option
   std::mutex mu;
   std::condition_variable cv;
   std::condition_variable answered;  // a worker finished a request (dependent workloads wait)
-  // Sent by the dispatcher, waiting for a worker: each request and when it was released (a
-  // session's turn: handed over, on the bench's clock; else its arrival).
-  std::deque<std::pair<RequestSpec, TimeNs>> ready;
+  // Sent by the dispatcher, waiting for a worker: each request and its hand-over.
+  std::deque<std::pair<RequestSpec, Handover>> ready;
   std::vector<Outcome> outcomes;
   bool closed = false;
   std::atomic<std::int64_t> sent{0}, finished{0}, failed{0};
@@ -682,20 +694,20 @@ BenchOutput run_bench(const ExperimentConfig& config, const BenchOptions& option
     workers.emplace_back([&, own] {
       while (true) {
         RequestSpec spec;
-        TimeNs released_ns = 0;
+        Handover handover;
         {
           std::unique_lock lock(mu);
           cv.wait(lock, [&] { return closed || !ready.empty(); });
           if (ready.empty()) return;
           spec = std::move(ready.front().first);
-          released_ns = ready.front().second;
+          handover = ready.front().second;
           ready.pop_front();
           ++busy;
         }
         Outcome o;
         try {
           o = send_one(*own, endpoint, model, lora_modules, spec, model_config.vocab_size, timeout,
-                       clock, dependent, released_ns);
+                       clock, dependent, handover);
         } catch (const std::exception& x) {  // e.g. out of memory: this request fails, not all
           o.record.id = spec.id;
           o.record.arrival_ns = spec.arrival_ns;
@@ -726,6 +738,13 @@ BenchOutput run_bench(const ExperimentConfig& config, const BenchOptions& option
     });
   };
 
+  // Under `mu`, before a request joins `ready`: whether a worker is idle with nothing waiting
+  // for it (one just added counts: it picks the request up once started).
+  const auto connection_free = [&] {
+    return static_cast<std::int64_t>(workers.size()) - busy.load() -
+               static_cast<std::int64_t>(ready.size()) >
+           0;
+  };
   // A worker more, up to --max-concurrency, when every worker has a request already.
   const auto add_worker_if_all_busy = [&] {
     if (static_cast<std::int64_t>(workers.size()) < options.max_concurrency &&
@@ -786,7 +805,7 @@ BenchOutput run_bench(const ExperimentConfig& config, const BenchOptions& option
       last_arrival = std::max(last_arrival, next->arrival_ns);
       add_worker_if_all_busy();
       const TimeNs released = std::max(next->arrival_ns, clock.at(Clock::now()));
-      ready.emplace_back(std::move(*next), released);
+      ready.emplace_back(std::move(*next), Handover{released, connection_free()});
       next.reset();
       ++sent;
       lock.unlock();
@@ -805,7 +824,7 @@ BenchOutput run_bench(const ExperimentConfig& config, const BenchOptions& option
       {
         std::lock_guard lock(mu);
         const TimeNs arrival = next->arrival_ns;
-        ready.emplace_back(std::move(*next), arrival);
+        ready.emplace_back(std::move(*next), Handover{arrival, connection_free()});
       }
       cv.notify_one();
       ++sent;

@@ -1595,22 +1595,39 @@ TEST(EngineServe, OverloadAnswers429) {
 TEST(EngineServe, ARefusedBatchIsNotCountedAsAborted) {
   const fs::path dir = temp_dir("serve_batch_429");
   ServerProcess server(dir, {"--max-in-flight", "2"});
+  // The busy request streams: its first bytes say it holds its slot. (The batch was sent while
+  // it connected before: a batch holding both slots refused the busy request instead, under a
+  // loaded machine's scheduling, and every later batch was answered.)
+  std::atomic<bool> holding{false}, done{false};
   std::thread busy([&] {
     httplib::Client c = client_for(server);
-    const json body = {{"prompt", {1, 2, 3}}, {"max_tokens", 1200}, {"ignore_eos", true}};
-    (void)c.Post("/v1/completions", body.dump(), "application/json");
+    const json body = {
+        {"prompt", {1, 2, 3}}, {"max_tokens", 1200}, {"ignore_eos", true}, {"stream", true}};
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/v1/completions";
+    req.body = body.dump();
+    req.set_header("Content-Type", "application/json");
+    req.content_receiver = [&](const char*, std::size_t, std::uint64_t, std::uint64_t) {
+      holding = true;
+      return true;
+    };
+    httplib::Response res;
+    httplib::Error err;
+    (void)c.send(req, res, err);
+    done = true;
   });
-  httplib::Client c = client_for(server);
-  int status = 0;
-  for (int i = 0; i < 100 && status != 429; ++i) {  // until the busy request holds its slot
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    const json batch = {{"prompt", {"hello", "world"}}, {"max_tokens", 3}};
-    const httplib::Result r = c.Post("/v1/completions", batch.dump(), "application/json");
-    ASSERT_TRUE(r);
-    status = r->status;
+  for (int i = 0; i < 3000 && !holding && !done; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
+  ASSERT_TRUE(holding.load());
+  httplib::Client c = client_for(server);
+  const json batch = {{"prompt", {"hello", "world"}}, {"max_tokens", 3}};
+  const httplib::Result r = c.Post("/v1/completions", batch.dump(), "application/json");
+  const bool busy_ended = done.load();
   busy.join();
-  EXPECT_EQ(status, 429);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 429) << (busy_ended ? "the busy request (1,200 tokens) ended first" : "");
   const std::string m = scrape_settled(server.port());
   EXPECT_NE(m.find("finished_reason=\"abort\"} 0\n"), std::string::npos) << m;
   fs::remove_all(dir);
