@@ -3,7 +3,8 @@
 // its cumulative Prometheus counters.
 //
 // Fed once per scheduler step with that step's prefix-cache lookups: the requests that looked up
-// (one per lookup, resumed requests included), the tokens they queried and the tokens that hit.
+// (one per lookup; the callers leave resumed requests' lookups out, as vLLM's counters do), the
+// tokens they queried and the tokens that hit.
 // The window keeps the most recent steps whose requests add up to at most max_recent_requests
 // (1000 in vLLM): after adding a step, the oldest steps are dropped while more than that many
 // requests remain, but the newest step is always kept (so one step of more than N requests is

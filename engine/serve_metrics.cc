@@ -122,10 +122,15 @@ void ServeMetrics::on_finish(bool finished, TimeNs arrival_ns, TimeNs now, bool 
   std::lock_guard lock(mu_);
   if (finished) {
     ++(stopped ? success_stop_ : success_length_);
-    e2e_.observe(ns_to_s(now - arrival_ns));
   } else {
     ++success_abort_;
   }
+  e2e_.observe(ns_to_s(now - arrival_ns));
+}
+
+void ServeMetrics::set_external_tier(bool on) {
+  std::lock_guard lock(mu_);
+  external_tier_ = on;
 }
 
 void ServeMetrics::set_report_overload(bool on) {
@@ -152,9 +157,11 @@ void ServeMetrics::set_state(std::int64_t running, std::int64_t waiting, double 
   // vLLM's counters and its logged window leave out the lookups by resumed (previously
   // preempted) requests (PrefixCacheStats.record(..., preempted) keeps those apart).
   // Its prefix-cache hits are the device pool's; a KV connector's (here the offload tier's) are
-  // its "external" counters.
+  // its "external" counters, asked for the tokens the pool did not hold (vLLM's scheduler:
+  // num_tokens - num_new_local_computed_tokens), and only where there is a connector.
   prefix_queries_ = prefix.queried_tokens;
   prefix_hits_ = prefix.hit_tokens - prefix.external_hit_tokens;
+  external_queries_ = external_tier_ ? prefix_queries_ - prefix_hits_ : 0;
   external_hits_ = prefix.external_hit_tokens;
   // The lookups since the previous call (one step's, or an admission's) enter the window.
   const PrefixCacheStats& was = last_prefix_;
@@ -235,7 +242,7 @@ std::string ServeMetrics::render() const {
   scalar("vllm:external_prefix_cache_queries_total", "counter",
          "External prefix cache queries from KV connector cross-instance cache sharing, in terms "
          "of number of queried tokens (here: the KV offload tier).",
-         std::to_string(prefix_queries_));
+         std::to_string(external_queries_));
   scalar("vllm:external_prefix_cache_hits_total", "counter",
          "External prefix cache hits from KV connector cross-instance cache sharing, in terms of "
          "number of cached tokens (here: the KV offload tier).",

@@ -6,16 +6,19 @@
 // Gauges: vllm:num_requests_running, vllm:num_requests_waiting, vllm:kv_cache_usage_perc (the
 // fraction of usable KV blocks held, 0..1; also under its older name vllm:gpu_cache_usage_perc).
 // Counters (tokens): vllm:prompt_tokens_total and vllm:generation_tokens_total (of finished and
-// aborted requests' prompts at admission and every sampled token), vllm:prefix_cache_queries_total
-// and vllm:prefix_cache_hits_total (prefix-cache lookups in tokens, resumed requests' left out as
-// vLLM leaves them out),
+// aborted requests' prompts, counted at their first token as vLLM, and every sampled token),
+// vllm:prefix_cache_queries_total and vllm:prefix_cache_hits_total (prefix-cache lookups in tokens,
+// resumed requests' left out as vLLM leaves them out), vllm:external_prefix_cache_queries_total and
+// vllm:external_prefix_cache_hits_total (a KV offload tier as vLLM's KV connector: the tokens the
+// GPU pool did not hold and those of them found in the tier; 0 without a tier),
 // vllm:num_preemptions_total, vllm:request_success_total{finished_reason="stop"|"length"|"abort"}.
 // Histograms (seconds): vllm:time_to_first_token_seconds (first token - arrival at the server),
 // vllm:inter_token_latency_seconds (the gap between a request's consecutive steps that gave it
 // tokens: one per step, as vLLM's IterationStats, however many tokens speculative decoding
 // accepted in it; also under
 // the older name vllm:time_per_output_token_seconds), vllm:e2e_request_latency_seconds
-// (finish - arrival, finished requests).
+// (finish - arrival, of every request counted by vllm:request_success_total, aborted ones too, as
+// vLLM observes it for each finished request whatever its reason).
 // ServeLab's own gauge: servelab:prefix_cache_hit_rate_recent, the hit rate over the most recent
 // 1000 requests' prefix-cache lookups (core/prefix_hit_window.h: what vLLM logs as "Prefix cache
 // hit rate"; emptied by POST /reset_prefix_cache), next to the cumulative counters above.
@@ -85,6 +88,9 @@ class ServeMetrics {
                  const PrefixCacheStats& prefix);
   // Overload control: render the shed and capped counters (before serving starts).
   void set_report_overload(bool on);
+  // A KV offload tier serves the engine (before serving starts): it is vLLM's KV connector, so
+  // the external counters count (without one they stay 0, as vLLM's without a connector).
+  void set_external_tier(bool on);
   void on_shed();
   void on_capped();
   // The scheduler's spec-decode counters (core/scheduler.h); once called, /metrics shows them.
@@ -110,8 +116,11 @@ class ServeMetrics {
   double kv_usage_ = 0;
   std::int64_t prompt_tokens_ = 0, generation_tokens_ = 0, preemptions_ = 0;
   std::int64_t prefix_queries_ = 0, prefix_hits_ = 0;
-  std::int64_t external_hits_ = 0;  // found in the KV offload tier (vLLM's external counters)
-  PrefixCacheStats last_prefix_;    // the stats at the previous set_state (window deltas)
+  // vLLM's external (KV connector) counters, here the KV offload tier's: the tokens each lookup
+  // left to the tier (queried - found in the GPU pool) and those found there.
+  std::int64_t external_queries_ = 0, external_hits_ = 0;
+  bool external_tier_ = false;
+  PrefixCacheStats last_prefix_;  // the stats at the previous set_state (window deltas)
   PrefixHitWindow recent_;
   std::int64_t success_length_ = 0, success_abort_ = 0, success_stop_ = 0;
   bool report_overload_ = false;

@@ -462,6 +462,7 @@ class Server {
     RunSummary overload;
     fill_overload_flag(config, overload);
     metrics_.set_report_overload(overload.report_overload);
+    metrics_.set_external_tier(engine.offload != nullptr);
     warm_up_engine(config, options_.engine, engine);
     prefill_pinned_prefixes(config, engine, replica_.kv());
     // From here on the board's joules count (the warm-up's are not the server's).

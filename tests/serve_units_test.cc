@@ -1225,14 +1225,19 @@ TEST(ServeMetrics, PrefixCacheCountersLeaveOutResumedRequests) {
   EXPECT_NE(text.find("servelab:prefix_cache_hit_rate_recent{model_name=\"tiny\"} 0.2\n"),
             std::string::npos)
       << text;
+  // Without an offload tier (vLLM: without a KV connector) the external counters stay 0.
+  EXPECT_NE(text.find("vllm:external_prefix_cache_queries_total{model_name=\"tiny\"} 0\n"),
+            std::string::npos)
+      << text;
   // Hits found in the KV offload tier are vLLM's external ones (a KV connector's), not its
-  // prefix cache's.
+  // prefix cache's; the tier is asked for what the GPU pool did not hold (100 - 5 tokens).
   ServeMetrics t("tiny");
+  t.set_external_tier(true);
   p.external_hit_tokens = 15;
   t.set_state(0, 0, 0.0, p);
   const std::string tiers = t.render();
   for (const char* line : {"vllm:prefix_cache_hits_total{model_name=\"tiny\"} 5\n",
-                           "vllm:external_prefix_cache_queries_total{model_name=\"tiny\"} 100\n",
+                           "vllm:external_prefix_cache_queries_total{model_name=\"tiny\"} 95\n",
                            "vllm:external_prefix_cache_hits_total{model_name=\"tiny\"} 15\n",
                            "servelab:prefix_cache_hit_rate_recent{model_name=\"tiny\"} 0.05\n"}) {
     EXPECT_NE(tiers.find(line), std::string::npos) << line << tiers;
@@ -1264,6 +1269,22 @@ TEST(ServeMetrics, InterTokenLatencyIsOneGapPerStep) {
       << text;
   EXPECT_NE(text.find("vllm:generation_tokens_total{model_name=\"tiny\"} 4\n"), std::string::npos)
       << text;
+}
+
+// vLLM observes a request's E2E latency with its vllm:request_success_total, whatever the finish
+// reason: an aborted request is in the histogram too (it was left out, so the histogram's count
+// fell short of the requests counted).
+TEST(ServeMetrics, AbortedRequestsAreInTheE2eHistogram) {
+  ServeMetrics m("tiny");
+  m.on_finish(true, 0, 100'000'000, true);
+  m.on_finish(false, 0, 300'000'000);
+  const std::string text = m.render();
+  for (const char* line :
+       {"vllm:request_success_total{model_name=\"tiny\",finished_reason=\"abort\"} 1\n",
+        "vllm:e2e_request_latency_seconds_count{model_name=\"tiny\"} 2\n",
+        "vllm:e2e_request_latency_seconds_sum{model_name=\"tiny\"} 0.4\n"}) {
+    EXPECT_NE(text.find(line), std::string::npos) << line << text;
+  }
 }
 
 // vLLM's vllm:lora_requests_info: only once set, names sorted and each once, no model_name label.
