@@ -118,7 +118,8 @@ PrefixHit KvCacheManager::get_computed_blocks(Request& req) {
   }
   hit.num_tokens = static_cast<std::int32_t>(hit.blocks.size()) * block_size_;
   // Recorded on every lookup, even if the allocation then fails and the lookup repeats next step
-  // (as vLLM does); a resumed request goes to the separate preempted counters.
+  // (as the vLLM version of shared/reference/schedulers.md does; vLLM records at admission since
+  // its PR #48860, docs/metrics.md); a resumed request goes to the separate preempted counters.
   if (req.num_preemptions > 0) {
     ++stats_.preempted_lookups;
     stats_.preempted_queried_tokens += num_tokens;

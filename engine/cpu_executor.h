@@ -47,8 +47,9 @@
 // layer; 1.0 unless given or computed), so the cache holds unscaled fp8 values (what
 // key_block() returns), and attention dequantizes what it reads: value = stored * scale. With
 // compute_kv_scales, each layer's scales are set from the first step that writes K/V in it:
-// scale = max |x| / the format's largest finite value (vLLM's --calculate-kv-scales computes
-// them once, on the first forward pass). fp32 (the default) stores x unchanged.
+// scale = max |x| / the format's largest finite value (vLLM's --calculate-kv-scales also computes
+// them once, on the first forward pass, but as max|k| / 200 and max|v| / 100, leaving headroom:
+// docs/engine.md). fp32 (the default) stores x unchanged.
 // LoRA (options.enable_lora; engine/lora_weights.h): an entry whose request runs under adapter a
 // (spec->lora_id = a > 0) adds scaling * (X A^T) B^T of adapter a to each of its rows' q, k, v,
 // o, gate, up and down projections, the unmerged form of a dense model with W + scaling B A; the

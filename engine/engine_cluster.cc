@@ -427,10 +427,11 @@ RunOutput run_engine_cluster(const ExperimentConfig& config, const EngineOptions
   const double duration_s =
       ns_to_s(std::max<TimeNs>(0, out.totals.end_ns - out.totals.first_arrival_ns));
   out.cluster_json = cluster_summary_json(cl, pools, stats, nullptr, duration_s);
-  finish_engine_run(config,
-                    {out.backend, model.name, engine.hardware, false,
-                     engine_options_record(config, options.kv_memory_gib, options.weights)},
-                    capture, options.write_tokens, run_stage, out);
+  finish_engine_run(
+      config,
+      {out.backend, model.name, engine.hardware, false,
+       engine_options_record(config, options.device, options.kv_memory_gib, options.weights)},
+      capture, options.write_tokens, run_stage, out);
   return out;
 }
 

@@ -733,10 +733,11 @@ RunOutput run_engine(const ExperimentConfig& config, const EngineOptions& option
   }
 #endif
   save_gemm_lt_file(cuda_gemm_kernel(engine));
-  finish_engine_run(config,
-                    {out.backend, model.name, engine.hardware, false,
-                     engine_options_record(config, options.kv_memory_gib, options.weights)},
-                    capture, options.write_tokens, run_stage, out);
+  finish_engine_run(
+      config,
+      {out.backend, model.name, engine.hardware, false,
+       engine_options_record(config, options.device, options.kv_memory_gib, options.weights)},
+      capture, options.write_tokens, run_stage, out);
   return out;
 }
 

@@ -109,14 +109,21 @@ void add_kv_memory_option(CLI::App& app, double& gib, bool& given) {
           "G"));
 }
 
-// serving.num_gpu_blocks sizes the KV cache before --kv-memory-gb does (docs/engine.md): say so
-// rather than drop an option the user gave without a word.
-void note_kv_memory_ignored(const servelab::ExperimentConfig& config, bool given) {
+// serving.num_gpu_blocks sizes the KV cache before --kv-memory-gb does, and on the GPU the
+// device's free memory does (docs/engine.md): say so rather than drop an option the user gave
+// without a word.
+void note_kv_memory_ignored(const servelab::ExperimentConfig& config, const std::string& device,
+                            bool given) {
   if (given && config.num_gpu_blocks) {
     std::fprintf(stderr,
                  "engine: note: --kv-memory-gb is not used: the experiment sets "
                  "serving.num_gpu_blocks (%lld), which sizes the KV cache\n",
                  static_cast<long long>(*config.num_gpu_blocks));
+  } else if (given && device != "cpu") {
+    std::fprintf(stderr,
+                 "engine: note: --kv-memory-gb is not used on --device %s: the GPU's free memory "
+                 "(serving.gpu_memory_utilization) sizes the KV cache\n",
+                 device.c_str());
   }
 }
 
@@ -145,7 +152,7 @@ int cmd_run(const std::vector<std::string>& args) {
   if (record_schedule) config.outputs.record_schedule = true;
   if (a.record_events) config.outputs.record_events = true;
   if (a.record_blocks) config.outputs.record_blocks = true;
-  note_kv_memory_ignored(config, kv_memory_given);
+  note_kv_memory_ignored(config, options.device, kv_memory_given);
   options.progress = a.show_progress();
   const auto start = std::chrono::steady_clock::now();
   const servelab::RunOutput run = servelab::run_engine(config, options);
@@ -266,7 +273,7 @@ int cmd_serve(const std::vector<std::string>& args) {
   }
   o.max_in_flight = static_cast<std::size_t>(max_in_flight);
   const servelab::ExperimentConfig config = servelab::load_experiment(experiment, overrides, seed);
-  note_kv_memory_ignored(config, kv_memory_given);
+  note_kv_memory_ignored(config, o.engine.device, kv_memory_given);
   return servelab::run_server(config, o, stdout);
 }
 

@@ -114,9 +114,10 @@ void write_tokens_jsonl(const std::string& path,
 }
 
 std::vector<std::pair<std::string, std::string>> engine_options_record(
-    const ExperimentConfig& config, double kv_memory_gib, const std::string& weights) {
+    const ExperimentConfig& config, const std::string& device, double kv_memory_gib,
+    const std::string& weights) {
   std::vector<std::pair<std::string, std::string>> out;
-  if (!config.num_gpu_blocks) {
+  if (!config.num_gpu_blocks && device == "cpu") {
     out.emplace_back("kv_memory_gb", format_text("%.10g", kv_memory_gib));
   }
   if (!weights.empty()) {

@@ -70,10 +70,12 @@ void write_tokens_jsonl(const std::string& path,
                         const std::map<RequestId, TokenCapture::Samples>& tokens);
 
 // What an engine run depended on beyond its experiment, for RunMeta::derived (config.yaml's
-// `derived:` record): `kv_memory_gb` when serving.num_gpu_blocks is unset (the budget that sized
-// the KV cache), `weights` (its absolute path) when a checkpoint was loaded.
+// `derived:` record): `kv_memory_gb` when it sized the KV cache (`device` "cpu" and
+// serving.num_gpu_blocks unset; on "cuda" the GPU's free memory does), `weights` (its absolute
+// path) when a checkpoint was loaded.
 std::vector<std::pair<std::string, std::string>> engine_options_record(
-    const ExperimentConfig& config, double kv_memory_gib, const std::string& weights);
+    const ExperimentConfig& config, const std::string& device, double kv_memory_gib,
+    const std::string& weights);
 
 // The end of every engine run (one replica or a cluster): the run's files into the staged
 // folder (write_run_outputs, with `meta`), tokens.jsonl from `capture` when `write_tokens`, then

@@ -18,6 +18,7 @@
 #include "core/scheduler_invariants.h"
 #include "engine/engine_driver.h"
 #include "engine/llama_weights.h"
+#include "engine/run_support.h"
 #include "serving/experiment.h"
 #include "serving/home.h"
 #include "serving/model_config.h"
@@ -217,6 +218,38 @@ TEST(EngineRun, ConfigYamlRecordsTheKvBudgetAndTheWeights) {
   const Cli sim = run_sim(
       "run " + (dir / "run" / "config.yaml").string() + " -q --out " + (dir / "sim").string(), dir);
   EXPECT_EQ(sim.code, 0) << sim.err;
+  fs::remove_all(dir);
+}
+
+// On the GPU the device's free memory sizes the KV cache, not --kv-memory-gb: config.yaml does not
+// record a budget that sized nothing (a CUDA run recorded the 1 GiB default beside its 3.5 GiB of
+// blocks), nor where serving.num_gpu_blocks sized it.
+TEST(EngineRun, TheKvBudgetIsRecordedOnlyWhereItSizedTheCache) {
+  ExperimentConfig c;
+  const auto has_budget = [](const std::vector<std::pair<std::string, std::string>>& r) {
+    for (const auto& [k, v] : r) {
+      if (k == "kv_memory_gb") return true;
+    }
+    return false;
+  };
+  EXPECT_TRUE(has_budget(engine_options_record(c, "cpu", 0.5, "")));
+  EXPECT_FALSE(has_budget(engine_options_record(c, "cuda", 0.5, "")));
+  c.num_gpu_blocks = 100;
+  EXPECT_FALSE(has_budget(engine_options_record(c, "cpu", 0.5, "")));
+  // The command says so when the option was given.
+  const fs::path dir = temp_dir("engine_kv_budget_cuda");
+  std::string text = read_file(home_path("experiments/burst-tiny.yaml"));
+  const std::size_t at = text.find("  num_gpu_blocks:");
+  ASSERT_NE(at, std::string::npos);
+  text.erase(at, text.find('\n', at) + 1 - at);
+  write_file(dir / "exp.yaml", text);
+  const Cli cli =
+      run_engine_cli("run " + (dir / "exp.yaml").string() +
+                         " --device cuda --kv-memory-gb 0.5 --set workload.num_requests=1 --out " +
+                         (dir / "run").string() + " -q",
+                     dir);
+  EXPECT_NE(cli.err.find("--kv-memory-gb is not used on --device cuda"), std::string::npos)
+      << cli.err;
   fs::remove_all(dir);
 }
 
