@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "core/config_error.h"
+#include "serving/input_file.h"
 #include "serving/unicode_space.h"
 
 namespace servelab {
@@ -103,11 +104,7 @@ using nlohmann::json;
 namespace fs = std::filesystem;
 
 std::string read_text(const fs::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) throw ConfigError(file.string() + ": cannot open the file");
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
+  return read_input_file(file, "a chat template or tokenizer_config.json file");
 }
 
 json read_config(const fs::path& file) {

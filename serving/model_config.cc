@@ -9,6 +9,7 @@
 #include "core/strings.h"
 #include "serving/config_node.h"
 #include "serving/home.h"
+#include "serving/input_file.h"
 #include "traces/json_duplicate_keys.h"
 
 namespace servelab {
@@ -474,9 +475,7 @@ void read_hf_quantization(const JsonReader& r, const nlohmann::json& j, ModelCon
 }  // namespace
 
 ModelConfig parse_hf_config(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw ConfigError(path + ": cannot open file");
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string text = read_input_file(path, "a model's config.json file");
   if (const std::optional<std::string> problem = json_text_problem(text)) {
     throw ConfigError(path + ": " + *problem);
   }

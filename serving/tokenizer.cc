@@ -9,6 +9,7 @@
 #include "serving/bpe_model.h"
 #include "serving/byte_level.h"
 #include "serving/decoder.h"
+#include "serving/input_file.h"
 #include "serving/normalizer.h"
 #include "serving/pretokenizer.h"
 #include "serving/utf8.h"
@@ -405,11 +406,10 @@ std::unique_ptr<BpeModel> read_model(const Reader& r, const json& doc) {
 
 std::unique_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& tokenizer_json) {
   const Reader r(tokenizer_json.string());
-  std::ifstream in(tokenizer_json, std::ios::binary);
-  if (!in) throw ConfigError(r.file() + ": cannot open the file");
+  const std::string text = read_input_file(tokenizer_json, "a tokenizer.json file");
   json doc;
   try {
-    doc = json::parse(in);
+    doc = json::parse(text);
   } catch (const json::exception& e) {
     throw ConfigError(r.file() + ": malformed JSON: " + e.what());
   }

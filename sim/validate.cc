@@ -21,6 +21,7 @@
 #include "serving/config_node.h"
 #include "serving/figures_folder.h"
 #include "serving/hardware_config.h"
+#include "serving/input_file.h"
 #include "serving/machine.h"
 #include "serving/model_config.h"
 #include "serving/output_file.h"
@@ -210,18 +211,14 @@ Csv read_csv(const std::string& path) {
 }
 
 std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw ConfigError(path + ": cannot open");
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
+  return read_input_file(path, "a file of a run folder");
 }
 
 nlohmann::json read_json(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw ConfigError(path + ": cannot open (is this a run folder?)");
+  if (!fs::exists(path)) throw ConfigError(path + ": cannot open (is this a run folder?)");
+  const std::string text = read_input_file(path, "a JSON file of a run folder");
   try {
-    return nlohmann::json::parse(in);
+    return nlohmann::json::parse(text);
   } catch (const std::exception& e) {
     throw ConfigError(path + ": malformed JSON (" + e.what() + ")");
   }
@@ -240,8 +237,9 @@ std::string backend_of(const std::string& dir) {
 
 YAML::Node read_yaml(const std::string& path) {
   if (!fs::exists(path)) throw ConfigError(path + ": cannot open (is this a run folder?)");
+  const std::string text = read_input_file(path, "a YAML file of a run folder");
   try {
-    return YAML::LoadFile(path);
+    return YAML::Load(text);
   } catch (const YAML::Exception& e) {
     throw ConfigError(path + ": malformed YAML (" + e.what() + ")");
   }

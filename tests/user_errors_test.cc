@@ -382,6 +382,36 @@ TEST(UserErrors, KvMemoryIgnoredForAFixedBlockCountIsNoted) {
       << cli.err;
 }
 
+// A folder where a file is expected (a model folder given as --tokenizer, a folder named like a
+// config.json or a run folder's config.yaml) is exit 2 naming it: read as a stream, it was a C++
+// library exception, exit 1 "internal error: basic_filebuf::underflow".
+TEST(UserErrors, AFolderWhereAFileIsExpected) {
+  const fs::path dir = temp_dir("ue_folder_as_file");
+  write_file(dir / "e.yaml", experiment(kSmall));
+  fs::create_directories(dir / "hf.json");
+  expect_user_error(run_sim("run " + (dir / "e.yaml").string() + " -q --set model=" +
+                                (dir / "hf.json").string() + " --out " + (dir / "r").string(),
+                            dir),
+                    {"hf.json: is a directory, expected a model's config.json file"});
+  const Cli ok =
+      run_sim("run " + (dir / "e.yaml").string() + " -q --out " + (dir / "a").string(), dir);
+  ASSERT_EQ(ok.code, 0) << ok.err;
+  const Cli measured =
+      run_engine_cli("run " + (dir / "e.yaml").string() +
+                         " -q --set workload.num_requests=3 --out " + (dir / "b").string(),
+                     dir);
+  ASSERT_EQ(measured.code, 0) << measured.err;
+  fs::remove(dir / "b" / "config.yaml");
+  fs::create_directories(dir / "b" / "config.yaml");
+  expect_user_error(run_sim("validate " + (dir / "a").string() + " " + (dir / "b").string() +
+                                " -q --out " + (dir / "v").string(),
+                            dir),
+                    {"config.yaml: is a directory, expected a YAML file of a run folder"});
+  expect_user_error(
+      run_engine_cli("serve --model tiny --port 0 --tokenizer " + (dir / "hf.json").string(), dir),
+      {"hf.json: is a directory, expected a tokenizer.json file"});
+}
+
 // `engine profile` too: Llama-3-70B's fp32 host weights (282 GB) fit no machine this runs on;
 // refused at once instead of the OOM killer.
 TEST(UserErrors, EngineProfileChecksMemoryBeforeAllocating) {
