@@ -6,27 +6,13 @@
 
 #include "serving/interrupt.h"
 #include "serving/run_folder.h"
+#include "traces/data_paths.h"
 
 namespace servelab {
 
 namespace {
 
 namespace fs = std::filesystem;
-
-// Every `path:` value under `node` (the workload section: traces, sessions files, mix parts).
-void collect_paths(const YAML::Node& node, std::vector<std::string>& out) {
-  if (node.IsMap()) {
-    for (const auto& kv : node) {
-      if (kv.first.IsScalar() && kv.first.Scalar() == "path" && kv.second.IsScalar()) {
-        out.push_back(kv.second.Scalar());
-      } else {
-        collect_paths(kv.second, out);
-      }
-    }
-  } else if (node.IsSequence()) {
-    for (const auto& item : node) collect_paths(item, out);
-  }
-}
 
 // Checks the final folder and stages it, or nothing when the run writes no files.
 std::optional<StagedDir> stage_for(const ExperimentConfig& config, const RunStageOptions& options) {
@@ -47,7 +33,12 @@ std::string streamed_path(const std::optional<StagedDir>& stage, bool wanted, co
 void refuse_inputs_inside(const ExperimentConfig& config, const std::string& final_dir) {
   std::vector<std::string> inputs = {config.file};
   std::vector<std::string> data;
-  if (config.root.IsMap()) collect_paths(config.root["workload"], data);
+  // Every data file the workload reads (traces, sessions files, length tables, mix parts: the
+  // `path`, `file` and `table` keys; a length table was missed and deleted with the old folder).
+  if (config.root.IsMap() && config.root["workload"]) {
+    for_each_data_path(config.root["workload"],
+                       [&](YAML::Node& value) { data.push_back(value.Scalar()); });
+  }
   for (const std::string& p : data) {
     inputs.push_back(fs::path(p).is_absolute() || config.base_dir.empty()
                          ? p

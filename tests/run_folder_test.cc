@@ -302,6 +302,17 @@ TEST(RunFolder, AnInputInsideTheOutputFolderIsRefused) {
   EXPECT_EQ(c.code, 2);
   EXPECT_NE(c.err.find("r/requests.csv: an input of the run"), std::string::npos) << c.err;
   EXPECT_TRUE(fs::exists(dir / "r/requests.csv"));
+  // A length table (`lengths: {table: ...}`, a distribution's `file`): it was not seen as an
+  // input, and the run deleted it with the old folder.
+  write_file(dir / "r/blocks.csv", "num_prefill_tokens,num_decode_tokens\n20,4\n30,5\n");
+  write_file(dir / "l.yaml", experiment("name: l\n",
+                                        "  type: synthetic\n  num_requests: 5\n"
+                                        "  arrival: {process: poisson, rate: 20}\n"
+                                        "  lengths: {table: r/blocks.csv}\n"));
+  c = run_sim("run " + (dir / "l.yaml").string() + " -q --out " + (dir / "r").string(), dir);
+  EXPECT_EQ(c.code, 2);
+  EXPECT_NE(c.err.find("r/blocks.csv: an input of the run"), std::string::npos) << c.err;
+  EXPECT_TRUE(fs::exists(dir / "r/blocks.csv"));
   expect_no_leftovers(dir);
 }
 
