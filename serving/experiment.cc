@@ -192,6 +192,17 @@ void check_pinned_prefixes(const ConfigNode& top, const PrefixCacheSection& sect
 // serving.async_scheduling against the other choices (the Scheduler refuses the same ones; here
 // the error names the file): vLLM v1 refuses speculative decoding other than EAGLE/MTP with it,
 // and has neither multi-step rounds nor swap; ServeLab's async plans are vLLM v1's formation.
+// A file found by a relative path, by the absolute name the system reads it by: symbolic links
+// followed (weakly_canonical, as the trace readers name their files). `dir/../f` reached through
+// a linked `dir` is the link target's sibling, which lexically_normal() does not know: config.yaml
+// named another file than the one read, and its rerun read that one.
+std::string file_as_read(const std::string& found) {
+  std::error_code ec;
+  const std::filesystem::path physical =
+      std::filesystem::weakly_canonical(std::filesystem::absolute(found), ec);
+  return ec ? std::filesystem::absolute(found).lexically_normal().string() : physical.string();
+}
+
 // `workload` with each data file it names (a trace's or sessions file's `path`, a length table's
 // `file` or `table`) as the absolute path it was read from, so the run's config.yaml reads the
 // same files from any folder (a relative path resolved against the experiment's folder).
@@ -199,7 +210,7 @@ YAML::Node with_absolute_data_paths(YAML::Node workload, const std::string& base
   for_each_data_path(workload, [&](YAML::Node& value) {
     if (!std::filesystem::path(value.Scalar()).is_relative()) return;
     if (const auto found = resolve_data_path(value.Scalar(), base_dir)) {
-      value = std::filesystem::absolute(*found).lexically_normal().string();
+      value = file_as_read(*found);
     }
   });
   return workload;
@@ -470,7 +481,7 @@ void parse_cost_model(const ConfigNode& n, ExperimentConfig& c) {
   }
   // By absolute path, as model files: config.yaml must name this file from any folder (sim
   // validate, run elsewhere, replayed with whatever file of that name was there).
-  cm.file = std::filesystem::absolute(*found).lexically_normal().string();
+  cm.file = file_as_read(*found);
   cm.calibrated = load_calibrated_profile(cm.file);
 }
 
@@ -484,7 +495,7 @@ void resolve_model_file(std::string& name, const std::string& base_dir) {
                        ends_with(name, ".json") || name.find('/') != std::string::npos;
   if (!is_file || !std::filesystem::path(name).is_relative()) return;
   if (std::optional<std::string> found = resolve_data_path(name, base_dir)) {
-    name = std::filesystem::absolute(*found).lexically_normal().string();
+    name = file_as_read(*found);
   }
 }
 

@@ -496,6 +496,35 @@ TEST(SimRun, ConfigYamlReadsTheSameDataFilesFromAnyFolder) {
   fs::remove_all(dir);
 }
 
+// Reached through a linked folder, `../data/t.csv` is the link target's sibling: the file the
+// run read. config.yaml named the lexical one (the link's sibling), another file, and its rerun
+// read that one (other requests) or failed.
+TEST(SimRun, ConfigYamlNamesTheFileReadThroughALinkedFolder) {
+  const fs::path dir = temp_dir("config_symlink");
+  const std::string header = "TIMESTAMP,ContextTokens,GeneratedTokens\n";
+  for (const char* d : {"real/data", "real/exp", "other/data"}) fs::create_directories(dir / d);
+  write_file(dir / "real/data/t.csv", header +
+                                          "2023-11-16 18:15:46.6805900,100,10\n"
+                                          "2023-11-16 18:15:47.0000000,200,20\n");
+  write_file(dir / "other/data/t.csv", header + "2023-11-16 18:15:46.6805900,300,30\n");
+  write_file(dir / "real/exp/e.yaml",
+             "name: linked\nseed: 1\nmodel: tiny\nhardware: H100-SXM\n"
+             "serving: {num_gpu_blocks: 256}\nworkload: {type: azure, path: ../data/t.csv}\n");
+  fs::create_directory_symlink(dir / "real/exp", dir / "other/exp");
+  const Cli first = run_sim(
+      "run " + (dir / "other/exp/e.yaml").string() + " -q --out " + (dir / "a").string(), dir);
+  ASSERT_EQ(first.code, 0) << first.err;
+  const std::string cfg = read_file(dir / "a" / "config.yaml");
+  EXPECT_NE(cfg.find("path: " + fs::weakly_canonical(dir / "real/data/t.csv").string()),
+            std::string::npos)
+      << cfg;
+  const Cli again = run_sim(
+      "run " + (dir / "a" / "config.yaml").string() + " -q --out " + (dir / "b").string(), dir);
+  ASSERT_EQ(again.code, 0) << again.err;
+  EXPECT_EQ(read_file(dir / "a" / "requests.csv"), read_file(dir / "b" / "requests.csv"));
+  fs::remove_all(dir);
+}
+
 TEST(SimRun, UsageErrorsAreExitCode2) {
   const fs::path dir = temp_dir("usage");
   EXPECT_EQ(run_sim("", dir).code, 2);
