@@ -1,5 +1,8 @@
 #include "serving/run_stage.h"
 
+#include <unistd.h>
+
+#include <cstdio>
 #include <filesystem>
 #include <stdexcept>
 #include <vector>
@@ -72,6 +75,19 @@ const std::string& RunStage::dir() const {
 std::string RunStage::commit() {
   if (!stage_) throw std::logic_error("RunStage::commit: the run writes no files");
   throw_if_interrupted();  // a run shorter than the drivers' check interval: not committed
+  // Checked again: a run replayed in wall-clock time (engine run, sim bench) lasts long enough
+  // for the user to save a file in the folder meanwhile, which replacing it would delete. The
+  // run's files are then kept beside it, under another name, rather than lost.
+  try {
+    check_out_dir(stage_->final_path());
+  } catch (const ConfigError& e) {
+    const std::string kept = stage_->final_path() + ".run-" + std::to_string(::getpid());
+    std::error_code ec;
+    fs::remove_all(kept, ec);
+    if (std::rename(stage_->temp_path().c_str(), kept.c_str()) != 0) throw;
+    throw ConfigError(std::string(e.what()) +
+                      " (it changed while the run ran); the run's files are in " + kept);
+  }
   stage_->commit();
   return stage_->final_path();
 }

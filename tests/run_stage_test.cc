@@ -4,6 +4,7 @@
 #include "serving/run_stage.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <filesystem>
@@ -80,6 +81,28 @@ TEST(RunStage, RefusesAFolderHoldingAUsersFileBeforeCreatingAnything) {
   }
   EXPECT_EQ(entries(dir), (std::set<std::string>{"run"}));
   EXPECT_EQ(entries(dir / "run"), (std::set<std::string>{"notes.txt"}));
+}
+
+// A file the user saved in the folder while the run ran (engine run and sim bench replay
+// arrivals in wall-clock time, for hours) is not deleted with the previous run: the commit checks
+// again, and keeps the run's files beside the folder.
+TEST(RunStage, AFileSavedInTheFolderDuringTheRunIsKept) {
+  const fs::path dir = temp_dir("run_stage_late_file");
+  fs::create_directories(dir / "run");
+  write_file(dir / "run" / "summary.json", "{\"run\": {\"backend\": \"sim\"}}");
+  RunStage stage(experiment("e"), {.out_dir = (dir / "run").string()});
+  write_file(fs::path(stage.dir()) / "summary.json", "new");
+  write_file(dir / "run" / "notes.txt", "mine");
+  try {
+    stage.commit();
+    FAIL() << "the folder was replaced with notes.txt in it";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("notes.txt"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("the run's files are in"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(read_file(dir / "run" / "notes.txt"), "mine");
+  const std::string kept = (dir / "run").string() + ".run-" + std::to_string(::getpid());
+  EXPECT_EQ(read_file(fs::path(kept) / "summary.json"), "new");
 }
 
 TEST(RunStage, DefaultFolderIsOutNameWithTheDriversSuffix) {
