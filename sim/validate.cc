@@ -22,6 +22,7 @@
 #include "serving/figures_folder.h"
 #include "serving/hardware_config.h"
 #include "serving/input_file.h"
+#include "serving/interrupt.h"
 #include "serving/machine.h"
 #include "serving/model_config.h"
 #include "serving/output_file.h"
@@ -1150,18 +1151,17 @@ void check_validation_dir(const std::string& dir, const std::vector<std::string>
 
 void write_validation_dir(const std::string& dir, const std::vector<std::string>& inputs,
                           bool force, const std::string& json, const std::string& csv) {
+  // check_validation_dir made sure the folder holds only a previous report (its figures only
+  // what `sim plot` wrote there): the report replaces it whole, written into a staging folder
+  // first, so a failed write or an interrupt leaves the previous report as it was (the files
+  // were replaced one by one: a full disk left the new validation.json beside the old
+  // replay.csv, its figures gone).
   check_validation_dir(dir, inputs, force);
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) throw_io_error(dir, "creating the folder", ec.value());
-  // check_validation_dir made sure a figures folder holds only what `sim plot` wrote there.
-  const fs::path figures = fs::path(dir) / "figures";
-  if (fs::is_directory(fs::symlink_status(figures, ec))) {
-    fs::remove_all(figures, ec);
-    if (ec) throw_io_error(figures.string(), "removing the previous report's figures", ec.value());
-  }
-  write_file_atomically(dir + "/validation.json", json);
-  write_file_atomically(dir + "/replay.csv", csv);
+  StagedDir stage(dir);
+  write_file_atomically(stage.temp_path() + "/validation.json", json);
+  write_file_atomically(stage.temp_path() + "/replay.csv", csv);
+  throw_if_interrupted();
+  stage.commit();
 }
 
 int validate_command(const std::vector<std::string>& args) {
