@@ -305,9 +305,16 @@ TEST(BenchClient, RequestsOnAReusedConnectionAreNotHeldBack) {
   o.url = server.url();
   o.out_dir = (dir / "out").string();
   o.max_concurrency = 1;  // one keep-alive connection for both requests
-  const BenchOutput b = run_bench(experiment(dir), o);
-  EXPECT_EQ(b.run.summary.completed, 2);
-  EXPECT_LT(b.run.summary.ttft_ms.max, 30.0);
+  // Up to three tries: Nagle's 40 ms come back on every try, a loaded machine's slow wake-up of
+  // a thread (a wall-clock TTFT past 30 ms) not.
+  double best = 1e9;
+  for (int attempt = 0; attempt < 3 && best >= 30.0; ++attempt) {
+    fs::remove_all(dir / "out");
+    const BenchOutput b = run_bench(experiment(dir), o);
+    EXPECT_EQ(b.run.summary.completed, 2);
+    best = std::min(best, b.run.summary.ttft_ms.max);
+  }
+  EXPECT_LT(best, 30.0);
   fs::remove_all(dir);
 }
 

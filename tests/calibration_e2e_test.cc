@@ -145,10 +145,12 @@ TEST(CalibrationE2E, ProfileCalibrateRunValidate) {
   EXPECT_LE(number(lat["between_steps_s"]), number(lat["steps_s"]));
   const double thr = number(j["aggregates"]["throughput.output_tokens_per_s"]["error"]);
   EXPECT_TRUE(std::isfinite(thr));
-  // The engine run lasts tens of milliseconds, so one descheduling of its thread on a loaded
-  // machine moves the measured throughput by several times (seen: +4.9 with two copies of this
-  // test at once on 2 cores). A factor of 10 still catches a unit or scale error (1000x).
-  EXPECT_LT(std::abs(thr), 9.0);
+  // The engine run lasts tens of milliseconds, so a few descheduling of its thread on a loaded
+  // machine move the measured (wall-clock) throughput by several times, while the profile's
+  // medians barely move (seen: +4.9 with two copies of this test at once on 2 cores, +12.9 with
+  // four busy processes on its core during the run only). A bound of 100 still catches a unit or
+  // scale error (1000x).
+  EXPECT_LT(std::abs(thr), 100.0);
 }
 
 // A model stored otherwise, end to end: `engine profile --kv-cache-dtype fp8 --quantization fp8`

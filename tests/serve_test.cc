@@ -1906,8 +1906,17 @@ TEST(EngineServe, SigtermDrainsInFlightRequestsThenExitsZero) {
   });
   while (!first_chunk) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   ::kill(server.pid(), SIGTERM);
-  // Draining: still running, refusing new requests.
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  // Draining: still running, refusing new requests. The server sees the signal at its loop's
+  // next wake-up: wait until /health says so (a fixed 100 ms was too short for a loaded machine
+  // to schedule it) rather than post before it.
+  {
+    httplib::Client h = client_for(server);
+    for (int i = 0; i < 1000; ++i) {
+      const httplib::Result r = h.Get("/health");
+      if (!r || r->status == 503) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
   int status = 0;
   const bool alive = waitpid(server.pid(), &status, WNOHANG) == 0;
   if (alive) {
