@@ -75,7 +75,7 @@ const std::string& RunStage::dir() const {
 std::string RunStage::commit() {
   if (!stage_) throw std::logic_error("RunStage::commit: the run writes no files");
   throw_if_interrupted();  // a run shorter than the drivers' check interval: not committed
-  // Checked again: a run replayed in wall-clock time (engine run, sim bench) lasts long enough
+  // Checked again: a run replayed in wall-clock time (engine run) lasts long enough
   // for the user to save a file in the folder meanwhile, which replacing it would delete. The
   // run's files are then kept beside it, under another name, rather than lost.
   try {
